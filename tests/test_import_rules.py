@@ -1,0 +1,64 @@
+"""The import rules of DESIGN.md, enforced on the source (static) and at run time (dynamic).
+
+- converter/ and codemods/ never import torch: `accel-convert --check` must start fast on CI
+  machines that have no torch.
+- runtime/ imports only torch and the standard library: a cluster that runs converted scripts
+  needs nothing else.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.launching import REPO_ROOT, base_env
+
+STDLIB = set(sys.stdlib_module_names)
+
+
+def imported_top_levels(package: str) -> dict[str, list[str]]:
+    """Map each absolute top-level module imported anywhere in ``package`` to where it is imported."""
+    found: dict[str, list[str]] = {}
+    for path in sorted((REPO_ROOT / package).rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                found.setdefault(name.split(".")[0], []).append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}")
+    return found
+
+
+@pytest.mark.parametrize("package", ["converter", "codemods"])
+def test_converter_side_never_imports_torch(package: str) -> None:
+    imports = imported_top_levels(package)
+    assert imports, f"{package}/ has no imports at all: is the package there?"
+    assert "torch" not in imports, f"{package}/ imports torch at {imports.get('torch')}"
+    allowed = STDLIB | {"libcst", "click", "rich", "converter", "codemods"}
+    assert set(imports) <= allowed, {name: imports[name] for name in set(imports) - allowed}
+
+
+def test_runtime_imports_only_torch_and_stdlib() -> None:
+    imports = imported_top_levels("runtime")
+    assert "torch" in imports
+    allowed = STDLIB | {"torch", "runtime"}
+    assert set(imports) <= allowed, {name: imports[name] for name in set(imports) - allowed}
+
+
+def test_cli_start_loads_no_torch() -> None:
+    """Dynamic check: running the CLI module does not pull torch in through any side door."""
+    code = (
+        "import sys, converter.cli, codemods\n"
+        "heavy = sorted(m for m in ('torch', 'numpy', 'accelerate') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], env=base_env(), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
