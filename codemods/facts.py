@@ -1,0 +1,93 @@
+"""What the analysis learns about a script, once, before any rewrite runs.
+
+``codemods/analysis.py`` fills a :class:`ScriptFacts` in one read-only pass over the parsed module;
+every codemod reads it. Facts are *names* (``"model"``, ``"args.batch_size"``, ``"main"``) and
+qualified names (``"torch.nn.utils.clip_grad_norm_"``), never libcst nodes: each pass works on a
+new tree, so node identities do not survive from one pass to the next.
+
+Names are file-wide sets: ``model`` in ``main()`` and the ``model`` parameter of ``train(...)``
+denote the same object in the scripts this tool converts (see
+``shared/reference/conversion-cases.md``), and a name that is a model in one function and
+something else in another is reported rather than guessed.
+
+Contract: fields may be added; existing fields are not renamed or removed (several codemods read
+them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class Site:
+    """A position in the original file (1-based line, 0-based column)."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+
+
+@dataclass(frozen=True)
+class LoopFacts:
+    """A ``for`` loop over a data loader."""
+
+    #: Enclosing function name (``"train"``), or ``"<module>"`` for module-level code.
+    function: str
+    #: The loader expression iterated, as code: ``"train_loader"``, ``"self.loader"``.
+    loader: str
+    #: Names bound by the loop target: ``("batch_idx", "data", "target")`` or ``("batch",)``.
+    targets: tuple[str, ...]
+    kind: Literal["train", "eval"]
+    site: Site
+
+
+@dataclass
+class ScriptFacts:
+    #: Local name → qualified name for everything imported (``{"nn": "torch.nn",
+    #: "clip": "torch.nn.utils.clip_grad_norm_"}``), so codemods match calls by qualified name.
+    imports: dict[str, str] = field(default_factory=dict)
+    #: The file imports torch at all (files that don't are returned untouched).
+    uses_torch: bool = False
+
+    #: The script already creates an Accelerator (from accelerate or runtime); its variable name.
+    existing_accelerator: str | None = None
+    #: Name the codemods use for the accelerator object.
+    accelerator_name: str = "accelerator"
+
+    #: Names (or dotted attribute paths, ``"self.model"``) bound to objects of each role.
+    models: set[str] = field(default_factory=set)
+    optimizers: set[str] = field(default_factory=set)
+    schedulers: set[str] = field(default_factory=set)
+    #: Schedulers stepped once per epoch (outside the batch loop): not prepared (see ACC1xx prepare).
+    per_epoch_schedulers: set[str] = field(default_factory=set)
+    train_loaders: set[str] = field(default_factory=set)
+    eval_loaders: set[str] = field(default_factory=set)
+    #: Names holding the device (``device``, ``args.device``, ``dev``) and flags meaning "use CUDA"
+    #: (``args.cuda``, ``use_cuda``).
+    device_names: set[str] = field(default_factory=set)
+    cuda_flags: set[str] = field(default_factory=set)
+
+    #: The batch-size expression the loaders are built with, as code (``"args.batch_size"``), if one.
+    batch_size_expr: str | None = None
+    #: Function that builds the model/optimizer/loaders (``"main"``); None for module-level scripts.
+    main_function: str | None = None
+    #: Module-level functions that receive training objects → their parameter names
+    #: (``{"train": ("args", "model", "device", "train_loader", "optimizer", "epoch")}``).
+    helper_functions: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    train_loops: list[LoopFacts] = field(default_factory=list)
+    eval_loops: list[LoopFacts] = field(default_factory=list)
+
+    #: Things already present that change what may be done: "DataParallel", "DistributedDataParallel",
+    #: "mp.spawn", "DistributedSampler", "GradScaler", "autocast", "manual_accumulation".
+    existing_features: set[str] = field(default_factory=set)
+
+    def is_model(self, name: str) -> bool:
+        return name in self.models
+
+    @property
+    def loaders(self) -> set[str]:
+        return self.train_loaders | self.eval_loaders
