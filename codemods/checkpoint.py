@@ -1,0 +1,362 @@
+"""ACC114 checkpoint: save once, from the unwrapped model; load and call custom methods through it.
+
+After ``prepare`` the model is wrapped (DistributedDataParallel), so its ``state_dict()`` keys carry
+a ``module.`` prefix, ``torch.save(model, f)`` pickles the wrapper, every rank writes the same file,
+and custom methods (``model.decode(z)``, ``model.init_hidden(bs)``) are not on the wrapper at all.
+This pass routes ``torch.save`` through ``accelerator.save`` (writes on the main process only) after a
+barrier, and takes state dicts, ``load_state_dict`` and custom attributes from
+``accelerator.unwrap_model(model)``. nn.Module's own methods (``train``, ``eval``, ``parameters``,
+``zero_grad``, ``to``...) work on the wrapper and are left alone. Loading in the function that calls
+``prepare`` is only rewritten after the ``prepare`` line: before it the model is not wrapped yet.
+
+Before::
+
+    torch.save(model.state_dict(), "mnist_cnn.pt")
+    sample = model.decode(z)
+
+After::
+
+    accelerator.wait_for_everyone()
+    accelerator.save(accelerator.unwrap_model(model).state_dict(), "mnist_cnn.pt")
+    sample = accelerator.unwrap_model(model).decode(z)
+
+This module also holds the small helpers the issue-5 passes share (dotted and qualified names,
+where the accelerator is reachable, positions of reported nodes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from codemods.base import Change, Codemod, Options
+from codemods.facts import ScriptFacts
+
+# --------------------------------------------------------------------------------------------
+# Shared helpers of the issue-5 codemods
+# --------------------------------------------------------------------------------------------
+
+
+def dotted_name(node: cst.CSTNode) -> str | None:
+    """``a.b.c`` for a chain of Names and Attributes, None for anything else (calls, subscripts)."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        head = dotted_name(node.value)
+        return None if head is None else f"{head}.{node.attr.value}"
+    return None
+
+
+def qualified_name(node: cst.CSTNode, imports: dict[str, str]) -> str | None:
+    """The qualified name of a Name/Attribute chain, resolving its first part through the imports.
+
+    ``nn.DataParallel`` with ``{"nn": "torch.nn"}`` → ``"torch.nn.DataParallel"``. A first part that
+    is not imported (a builtin such as ``open``, or a local variable) is returned as written.
+    """
+    name = dotted_name(node)
+    if name is None:
+        return None
+    head, _, rest = name.partition(".")
+    resolved = imports.get(head, head)
+    return f"{resolved}.{rest}" if rest else resolved
+
+
+def accelerator_name(facts: ScriptFacts) -> str:
+    """The variable converted code uses for the accelerator."""
+    return facts.existing_accelerator or facts.accelerator_name
+
+
+def accelerator_call(facts: ScriptFacts, method: str, *args: cst.BaseExpression | cst.Arg) -> cst.Call:
+    """``accelerator.<method>(args...)``."""
+    return cst.Call(
+        func=cst.Attribute(value=cst.Name(accelerator_name(facts)), attr=cst.Name(method)),
+        args=[a if isinstance(a, cst.Arg) else cst.Arg(a) for a in args],
+    )
+
+
+def unwrap_model(facts: ScriptFacts, model: cst.BaseExpression) -> cst.Call:
+    """``accelerator.unwrap_model(model)``."""
+    return accelerator_call(facts, "unwrap_model", model)
+
+
+def is_accelerator_method(node: cst.CSTNode, facts: ScriptFacts, *methods: str) -> bool:
+    """Whether ``node`` is a call ``accelerator.<one of methods>(...)``."""
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and dotted_name(node.func.value) == accelerator_name(facts)
+        and node.func.attr.value in methods
+    )
+
+
+def binds_name(statements: Sequence[cst.CSTNode], name: str) -> bool:
+    """Whether any of these statements (not looking into nested functions) assigns ``name``."""
+    finder = _BindingFinder(name)
+    for statement in statements:
+        statement.visit(finder)
+        if finder.found:
+            return True
+    return False
+
+
+class _BindingFinder(cst.CSTVisitor):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.found = False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._check_target(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._check_target(node.target)
+
+    def _check_target(self, target: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Name) and target.value == self.name:
+            self.found = True
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._check_target(element.value)
+
+
+class AcceleratorScope(cst.CSTTransformer):
+    """A transformer that knows, at every node, whether the accelerator variable is reachable.
+
+    It is reachable inside a function that takes it as a parameter or assigns it, inside functions
+    nested in such a function, in every function when module-level code assigns it (functions run
+    when called, after the module-level setup), and in module-level statements after that
+    assignment.
+    """
+
+    def __init__(self, facts: ScriptFacts) -> None:
+        super().__init__()
+        self.facts = facts
+        self.acc = accelerator_name(facts)
+        self._frames: list[bool] = []
+        self._module_statement_ids: set[int] = set()
+        self._module_index = -1
+        self._module_accelerator_index: int | None = None
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._module_statement_ids = {id(statement) for statement in node.body}
+        for index, statement in enumerate(node.body):
+            if binds_name([statement], self.acc):
+                self._module_accelerator_index = index
+                break
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if id(node) in self._module_statement_ids:
+            self._module_index += 1
+        return super().on_visit(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        params = node.params
+        names = {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
+        self._frames.append(self.acc in names or binds_name(_body_statements(node), self.acc))
+
+    def leave_FunctionDef(
+        self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel:
+        self._frames.pop()
+        return updated_node
+
+    def accelerator_reachable(self) -> bool:
+        """Whether code at the node being visited can use the accelerator variable."""
+        if any(self._frames):
+            return True
+        at_module = self._module_accelerator_index
+        if at_module is None:
+            return False
+        return bool(self._frames) or self._module_index > at_module
+
+
+def _body_statements(node: cst.FunctionDef) -> Sequence[cst.CSTNode]:
+    body = node.body
+    return body.body if isinstance(body, cst.IndentedBlock) else [body]
+
+
+@dataclass
+class PendingChanges:
+    """Changes found during a walk, keyed by the node of the *input* tree; positions come later.
+
+    Positions are resolved once per pass, only when something was found, on the tree the pass
+    received (the pipeline maps them back to the original file).
+    """
+
+    found: list[tuple[cst.CSTNode, str, str, bool]] = field(default_factory=list)
+
+    def add(self, node: cst.CSTNode, code: str, message: str, fixed: bool) -> None:
+        self.found.append((node, code, message, fixed))
+
+    def resolve(self, module: cst.Module) -> list[Change]:
+        if not self.found:
+            return []
+        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        changes = []
+        for node, code, message, fixed in self.found:
+            where = positions.get(node)
+            start = (where.start.line, where.start.column) if where else (1, 0)
+            end = (where.end.line, where.end.column) if where else (1, 0)
+            changes.append(Change(code, message, start[0], start[1], end[0], end[1], fixed))
+        return changes
+
+
+def parse_statement(code: str) -> cst.BaseStatement:
+    """One statement from source text (for the fixed snippets the passes insert)."""
+    return cst.parse_statement(code)
+
+
+def expression_code(node: cst.CSTNode) -> str:
+    """Source text of an expression, for messages and for comparing two expressions."""
+    return cst.Module(body=[]).code_for_node(node)
+
+
+# --------------------------------------------------------------------------------------------
+# The checkpoint pass
+# --------------------------------------------------------------------------------------------
+
+#: nn.Module's own methods and attributes: they work on the DDP wrapper (which forwards them or
+#: has its own), so calls to them stay as written.
+MODULE_OWN_ATTRIBUTES = frozenset(
+    {
+        "train", "eval", "parameters", "named_parameters", "zero_grad", "to", "cuda", "cpu",
+        "modules", "named_modules", "children", "named_children", "apply", "buffers",
+        "named_buffers", "requires_grad_", "half", "float", "double", "bfloat16", "type",
+        "training", "forward", "register_forward_hook", "register_forward_pre_hook",
+        "register_full_backward_hook", "register_backward_hook", "register_buffer",
+        "register_parameter", "add_module", "get_submodule", "get_parameter", "get_buffer",
+        "share_memory", "no_sync", "module", "__class__",
+    }
+)
+
+
+class CheckpointCodemod(Codemod):
+    code = "ACC114"
+    name = "checkpoint"
+    extra_codes = {
+        "ACC914": "torch.save or a model's own method where the accelerator is not reachable: runs on every rank",
+    }
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return facts.uses_torch and bool(facts.models or "torch" in facts.imports.values())
+
+    def transform(
+        self, module: cst.Module, facts: ScriptFacts, options: Options
+    ) -> tuple[cst.Module, list[Change]]:
+        rewriter = _CheckpointRewriter(facts, module)
+        new_module = module.visit(rewriter)
+        return new_module, rewriter.pending.resolve(module)
+
+
+class _CheckpointRewriter(AcceleratorScope):
+    def __init__(self, facts: ScriptFacts, module: cst.Module) -> None:
+        super().__init__(facts)
+        self.pending = PendingChanges()
+        self._assigned_targets: set[int] = set()
+        self._prepare_pending: list[bool] = [_has_prepare_call(module.body, facts)]
+        self._saves_in_line = 0
+
+    # Function frames: in the function that calls prepare, the model is wrapped only after it.
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        super().visit_FunctionDef(node)
+        self._prepare_pending.append(_has_prepare_call(_body_statements(node), self.facts))
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):
+        self._prepare_pending.pop()
+        return super().leave_FunctionDef(original_node, updated_node)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._assigned_targets.add(id(node.target))
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._assigned_targets.add(id(node.target))
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self._saves_in_line = 0
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        if self._prepare_pending[-1] and any(_is_prepare(s, self.facts) for s in original_node.body):
+            self._prepare_pending[-1] = False
+        if not self._saves_in_line:
+            return updated_node
+        barrier = cst.SimpleStatementLine(
+            body=[cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))],
+            leading_lines=updated_node.leading_lines,
+        )
+        return cst.FlattenSentinel([barrier, updated_node.with_changes(leading_lines=())])
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if qualified_name(updated_node.func, self.facts.imports) != "torch.save":
+            return updated_node
+        if not self.accelerator_reachable():
+            self.pending.add(
+                original_node, "ACC914",
+                "torch.save where the accelerator is not reachable: every rank writes this file", False,
+            )
+            return updated_node
+        args = list(updated_node.args)
+        if args and args[0].keyword is None and dotted_name(args[0].value) in self.facts.models:
+            args[0] = args[0].with_changes(value=unwrap_model(self.facts, args[0].value))
+        self._saves_in_line += 1
+        self.pending.add(original_node, self.code, "torch.save → accelerator.save (main process only)", True)
+        return accelerator_call(self.facts, "save", *args)
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        owner = dotted_name(updated_node.value)
+        if owner not in self.facts.models or updated_node.attr.value in MODULE_OWN_ATTRIBUTES:
+            return updated_node
+        if id(original_node) in self._assigned_targets or self._prepare_pending[-1]:
+            return updated_node
+        attribute = updated_node.attr.value
+        if not self.accelerator_reachable():
+            self.pending.add(
+                original_node, "ACC914",
+                f"{owner}.{attribute} after prepare needs accelerator.unwrap_model({owner}), "
+                "but the accelerator is not reachable here", False,
+            )
+            return updated_node
+        self.pending.add(
+            original_node, self.code,
+            f"{owner}.{attribute} → accelerator.unwrap_model({owner}).{attribute}", True,
+        )
+        return updated_node.with_changes(value=unwrap_model(self.facts, updated_node.value))
+
+    @property
+    def code(self) -> str:
+        return CheckpointCodemod.code
+
+
+def _is_prepare(statement: cst.CSTNode, facts: ScriptFacts) -> bool:
+    value = getattr(statement, "value", None)
+    return is_accelerator_method(value, facts, "prepare") if value is not None else False
+
+
+def _has_prepare_call(statements: Sequence[cst.CSTNode], facts: ScriptFacts) -> bool:
+    """Whether these statements (top level of one body, or nested blocks) call accelerator.prepare."""
+    finder = _PrepareFinder(facts)
+    for statement in statements:
+        statement.visit(finder)
+    return finder.found
+
+
+class _PrepareFinder(cst.CSTVisitor):
+    def __init__(self, facts: ScriptFacts) -> None:
+        self.facts = facts
+        self.found = False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if is_accelerator_method(node, self.facts, "prepare"):
+            self.found = True
