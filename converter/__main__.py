@@ -1,0 +1,5 @@
+"""``python -m converter`` runs the ``accel-convert`` command."""
+
+from converter.cli import main
+
+main()

@@ -1,0 +1,337 @@
+"""The ``accel-convert`` command: flags and config → a plan → convert each file → report.
+
+Every decision that could refuse the run (missing file, ``-o`` equal to an input, several inputs
+with nowhere to put them) is made before the first file is converted, so a usage error (exit 2)
+never leaves a file written. After that, files are independent: one failure is reported and the
+rest still run.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from codemods.base import Options
+from converter.config import ConfigError, load_config
+from converter.files import discover, same_file, write_if_different
+from converter.pipeline import Conversion, ConversionError, convert_source
+from converter.report import (
+    Finding,
+    Reporter,
+    codes_listing,
+    make_console,
+    print_diff,
+    stale_output_finding,
+    unified_diff,
+)
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 123
+
+EXIT_CODES = [
+    ("0", "success; with --check, every script is ready (or its -o output up to date)"),
+    ("1", "--check found pending rewrites or a missing/stale -o output; with --strict, also ACC9xx warnings"),
+    ("2", "usage error: bad flag or config, missing file, -o equal to the input without --in-place"),
+    ("123", "a file could not be converted: syntax error, undecodable bytes, internal failure"),
+]
+
+STDIN = "-"
+
+
+class UsageProblem(Exception):
+    """A reason to refuse the whole run before anything is converted (exit 2)."""
+
+
+def code_docs() -> list[Any]:
+    """The codemods' self-documentation; imported late so plain runs never pay for it."""
+    from codemods.registry import code_docs as registry_code_docs
+
+    return registry_code_docs()
+
+
+class CommandWithCodes(click.Command):
+    """``--help`` ends with the exit codes and every code, generated from the codemods."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Exit codes"):
+            formatter.write_dl(EXIT_CODES)
+        with formatter.section("Codes (accel-convert --list-codes shows before/after examples)"):
+            formatter.write_dl([(doc.code, f"{doc.name}: {doc.summary}") for doc in code_docs()])
+        super().format_epilog(ctx, formatter)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One file to convert, and where its result goes (``None``: stdout, or nowhere)."""
+
+    source: Path | None  # None: stdin
+    shown_name: str
+    target: Path | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The run, fully decided: what to read, what to do with the result, how to report."""
+
+    jobs: list[Job]
+    options: Options
+    check: bool
+    diff: bool
+    in_place: bool
+    strict: bool
+    to_stdout: bool
+
+
+def split_codes(values: Sequence[str]) -> tuple[str, ...]:
+    """``--select ACC1,ACC9 --select ACC105`` → ``("ACC1", "ACC9", "ACC105")``."""
+    return tuple(code.strip().upper() for value in values for code in value.split(",") if code.strip())
+
+
+def check_code_prefixes(prefixes: Sequence[str], flag: str) -> None:
+    """Refuse a --select/--ignore prefix that matches no known code (a typo would silently
+    switch everything off or nothing)."""
+    if not prefixes:
+        return
+    known = [doc.code for doc in code_docs()]
+    for prefix in prefixes:
+        if not any(code.startswith(prefix) for code in known):
+            raise UsageProblem(f"{flag} {prefix}: matches no code (see accel-convert --list-codes)")
+
+
+def apply_config(ctx: click.Context, flags: dict[str, Any], start: Path) -> None:
+    """Fill every flag the user did not give from ``[tool.accel-convert]``."""
+    try:
+        config = load_config(start)
+    except ConfigError as error:
+        raise UsageProblem(str(error)) from None
+    for name, value in config.values.items():
+        if ctx.get_parameter_source(name) in (ParameterSource.DEFAULT, None):
+            flags[name] = value
+
+
+def output_target(file: Path, root: Path, output: Path, into_folder: bool) -> Path:
+    """Where ``-o`` puts one file: OUT itself, or inside folder OUT mirroring its input folder."""
+    if not into_folder:
+        return output
+    return output / (file.relative_to(root) if root.is_dir() else file.name)
+
+
+def plan_file_jobs(sources: Sequence[str], output: Path | None, in_place: bool) -> list[Job]:
+    """Check the inputs exist and decide every output path, refusing clashes up front."""
+    paths = [Path(source) for source in sources]
+    for path in paths:
+        if not path.exists():
+            raise UsageProblem(f"{path}: no such file or directory")
+    several = len(paths) > 1 or any(path.is_dir() for path in paths)
+    if output is not None and several and output.exists() and not output.is_dir():
+        raise UsageProblem(f"-o {output}: with several inputs, -o must be a directory")
+    into_folder = output is not None and (several or output.is_dir())
+    jobs: list[Job] = []
+    claimed: dict[Path, Path] = {}
+    for file, root in discover(paths):
+        target = file if in_place and output is None else None
+        if output is not None:
+            target = output_target(file, root, output, into_folder)
+            if same_file(target, file) and not in_place:
+                raise UsageProblem(f"{file}: -o {target} is the input itself; add --in-place to overwrite it")
+            previous = claimed.setdefault(target.resolve(), file)
+            if previous != file:
+                raise UsageProblem(f"-o {output}: {previous} and {file} would both be written to {target}")
+        jobs.append(Job(file, str(file), target))
+    return jobs
+
+
+def build_plan(ctx: click.Context, flags: dict[str, Any]) -> Plan:
+    """Turn flags (already merged with config) into a Plan, or raise UsageProblem."""
+    sources: tuple[str, ...] = flags["sources"]
+    output: Path | None = flags["output"]
+    check, diff, in_place = flags["check"], flags["diff"], flags["in_place"]
+    if not sources:
+        raise UsageProblem("no input: pass files, folders, or - to read stdin")
+    if in_place and (check or diff):
+        raise UsageProblem("--in-place writes files, --check and --diff write nothing: choose one")
+    if in_place and output is not None and not all(
+        Path(source).exists() and same_file(output, Path(source)) for source in sources
+    ):
+        raise UsageProblem("use either --in-place or -o OUT, not both")
+    if STDIN in sources:
+        jobs = [plan_stdin_job(sources, flags["stdin_filename"], output, in_place)]
+    else:
+        jobs = plan_file_jobs(sources, output, in_place)
+    writes_files = in_place or output is not None
+    several = STDIN not in sources and (len(sources) > 1 or any(Path(s).is_dir() for s in sources))
+    if several and not (writes_files or check or diff):
+        raise UsageProblem("several inputs need --in-place, -o DIR, --check or --diff (stdout takes one script)")
+    options = Options(
+        target=flags["target"], oom_retry=flags["oom_retry"],
+        select=split_codes(flags["select"]), ignore=split_codes(flags["ignore"]),
+    )
+    check_code_prefixes(options.select, "--select")
+    check_code_prefixes(options.ignore, "--ignore")
+    to_stdout = not (writes_files or check or diff)
+    return Plan(jobs, options, check, diff, in_place, flags["strict"], to_stdout)
+
+
+def plan_stdin_job(sources: Sequence[str], stdin_filename: str | None, output: Path | None,
+                   in_place: bool) -> Job:
+    """``-`` reads stdin; it cannot be mixed with files or rewritten in place."""
+    if len(sources) > 1:
+        raise UsageProblem("- (stdin) cannot be combined with other inputs")
+    if in_place:
+        raise UsageProblem("--in-place needs files; stdin cannot be rewritten (use -o OUT or stdout)")
+    return Job(None, stdin_filename or "<stdin>", output)
+
+
+def config_start(sources: Sequence[str], stdin_filename: str | None) -> Path:
+    """Where the search for pyproject.toml begins: the first file (or the stdin file's name)."""
+    if sources and sources[0] == STDIN:
+        return Path(stdin_filename) if stdin_filename else Path.cwd()
+    return Path(sources[0]) if sources else Path.cwd()
+
+
+class Runner:
+    """Carries out a Plan, file by file, reporting through a Reporter."""
+
+    def __init__(self, plan: Plan, reporter: Reporter, stdout_console: Any) -> None:
+        self.plan = plan
+        self.reporter = reporter
+        self.stdout_console = stdout_console
+
+    def run(self) -> int:
+        for job in self.plan.jobs:
+            try:
+                self.run_job(job)
+            except ConversionError as error:
+                self.reporter.error(error)
+        self.reporter.finish()
+        return self.exit_code()
+
+    def exit_code(self) -> int:
+        if self.reporter.failed:
+            return EXIT_FAILED
+        pending = self.plan.check and self.reporter.converted > 0
+        if pending or (self.plan.strict and self.reporter.warning_count):
+            return EXIT_FINDINGS
+        return EXIT_OK
+
+    def read(self, job: Job) -> bytes:
+        if job.source is None:
+            return click.get_binary_stream("stdin").read()
+        try:
+            return job.source.read_bytes()
+        except OSError as error:
+            raise ConversionError(job.shown_name, 1, 1, f"cannot read: {error.strerror}") from None
+
+    def run_job(self, job: Job) -> None:
+        conversion = convert_source(self.read(job), self.plan.options, path=job.shown_name)
+        findings = [Finding.from_change(job.shown_name, change) for change in conversion.changes]
+        warnings = [finding for finding in findings if finding.is_warning]
+        if self.plan.check and job.target is not None:
+            stale = self.stale_finding(job, conversion)
+            self.reporter.file_done(job.shown_name, warnings + ([stale] if stale else []), changed=stale is not None)
+            return
+        if self.plan.check:
+            self.reporter.file_done(job.shown_name, findings if conversion.changed else warnings,
+                                    changed=conversion.changed)
+        else:
+            self.deliver(job, conversion)
+            self.reporter.file_done(job.shown_name, findings, changed=conversion.changed)
+        if self.plan.diff and conversion.changed:
+            print_diff(self.stdout_console, unified_diff(conversion, str(job.target or job.shown_name)))
+
+    def stale_finding(self, job: Job, conversion: Conversion) -> Finding | None:
+        """``--check -o OUT``: a finding when OUT is missing or differs from the conversion now."""
+        assert job.target is not None
+        if not job.target.is_file():
+            return stale_output_finding(str(job.target), job.shown_name, missing=True)
+        if job.target.read_bytes() != conversion.output:
+            return stale_output_finding(str(job.target), job.shown_name, missing=False)
+        return None
+
+    def deliver(self, job: Job, conversion: Conversion) -> None:
+        """Put the result where the plan says: stdout, OUT, or the file itself."""
+        if self.plan.diff:
+            return
+        if self.plan.to_stdout or job.target is None:
+            stdout = click.get_binary_stream("stdout")
+            stdout.write(conversion.output)
+            stdout.flush()
+            return
+        if job.target == job.source and not conversion.changed:
+            return
+        try:
+            write_if_different(job.target, conversion.output, mode_like=job.source)
+        except OSError as error:
+            raise ConversionError(job.shown_name, 1, 1, f"cannot write {job.target}: {error.strerror}") from None
+
+
+def list_codes(color: bool | None) -> None:
+    """``--list-codes``: every code with its before/after example."""
+    console = make_console(click.get_text_stream("stdout"), color)
+    for line in codes_listing(code_docs(), examples=True):
+        console.print(line)
+
+
+@click.command(cls=CommandWithCodes, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("sources", nargs=-1, metavar="[FILES|DIRS|-]...")
+@click.option("-o", "--output", type=click.Path(path_type=Path), metavar="OUT",
+              help="Write the converted script to OUT (a directory when there are several inputs).")
+@click.option("-i", "--in-place", is_flag=True, help="Rewrite the input files themselves.")
+@click.option("--diff", is_flag=True, help="Print a unified diff to stdout; write nothing.")
+@click.option("--check", is_flag=True,
+              help="Write nothing; exit 1 when a script would change (with -o: when OUT is missing or stale).")
+@click.option("--strict", is_flag=True, default=False, help="ACC9xx warnings also make the exit code 1.")
+@click.option("--target", type=click.Choice(["runtime", "accelerate"]), default="runtime", show_default=True,
+              help="Package the converted script imports the Accelerator from.")
+@click.option("--oom-retry/--no-oom-retry", default=False,
+              help="Wrap training in find_executable_batch_size (halve the batch size on out-of-memory).")
+@click.option("--select", multiple=True, metavar="CODES", help="Run only these code prefixes (comma-separated).")
+@click.option("--ignore", multiple=True, metavar="CODES", help="Skip these code prefixes (comma-separated).")
+@click.option("--output-format", type=click.Choice(["text", "json", "github"]), default="text",
+              show_default=True, help="How findings are printed (json/github go to stdout when it is free).")
+@click.option("-q", "--quiet", is_flag=True, help="Print only errors (and json/github findings).")
+@click.option("-v", "--verbose", is_flag=True, help="Also name every file and its status.")
+@click.option("--color/--no-color", default=None, help="Force colour on or off (default: only on a terminal).")
+@click.option("--stdin-filename", metavar="NAME", help="Name for stdin in messages and config lookup.")
+@click.option("--list-codes", is_flag=True, help="List every code with a before/after example, then exit.")
+@click.version_option(package_name="accel-convert")
+@click.pass_context
+def main(ctx: click.Context, **flags: Any) -> None:
+    """Convert single-GPU PyTorch training scripts into multi-GPU, multi-node ones.
+
+    With one FILE and no -o, the converted script goes to stdout; findings and messages go to
+    stderr. Defaults for these flags come from [tool.accel-convert] in the nearest pyproject.toml.
+    """
+    if flags["list_codes"]:
+        list_codes(flags["color"])
+        ctx.exit(EXIT_OK)
+    try:
+        apply_config(ctx, flags, config_start(flags["sources"], flags["stdin_filename"]))
+        plan = build_plan(ctx, flags)
+    except UsageProblem as problem:
+        click.echo(f"accel-convert: error: {problem}", err=True)
+        ctx.exit(EXIT_USAGE)
+    ctx.exit(run_plan(plan, flags))
+
+
+def run_plan(plan: Plan, flags: dict[str, Any]) -> int:
+    """Set up the consoles and the reporter, run every job, return the exit code."""
+    color = flags["color"]
+    messages = make_console(click.get_text_stream("stderr"), color)
+    stdout_console = make_console(click.get_text_stream("stdout"), color)
+    stdout_busy = plan.to_stdout or plan.diff
+    reporter = Reporter(
+        output_format=flags["output_format"], check=plan.check,
+        verbosity=int(flags["verbose"]) - int(flags["quiet"]),
+        messages=messages, findings_stream=messages if stdout_busy else stdout_console,
+    )
+    return Runner(plan, reporter, stdout_console).run()
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m converter.cli`
+    sys.exit(main())

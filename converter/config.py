@@ -1,0 +1,98 @@
+"""Defaults for the command-line flags from ``[tool.accel-convert]`` in pyproject.toml.
+
+As ruff does, the nearest ``pyproject.toml`` above the (first) input that has a
+``[tool.accel-convert]`` table wins; flags given on the command line override it. Keys are the
+long flag names (``oom-retry``; ``oom_retry`` is accepted too)::
+
+    [tool.accel-convert]
+    target = "accelerate"
+    oom-retry = true
+    ignore = ["ACC9"]
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+TABLE = "accel-convert"
+
+#: Setting name → the Python type its TOML value must have, and allowed values where limited.
+SETTINGS: dict[str, tuple[type, tuple[str, ...]]] = {
+    "target": (str, ("runtime", "accelerate")),
+    "oom-retry": (bool, ()),
+    "select": (list, ()),
+    "ignore": (list, ()),
+    "strict": (bool, ()),
+    "output-format": (str, ("text", "json", "github")),
+    "color": (bool, ()),
+}
+
+
+class ConfigError(Exception):
+    """A pyproject.toml that cannot be used; the message names the file and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Settings found in one pyproject.toml, keyed by click parameter name (``oom_retry``)."""
+
+    path: Path | None
+    values: dict[str, Any]
+
+
+def find_pyproject(start: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The nearest pyproject.toml at or above ``start`` holding a ``[tool.accel-convert]`` table,
+    with that table."""
+    folder = start.resolve()
+    if not folder.is_dir():
+        folder = folder.parent
+    for candidate_dir in (folder, *folder.parents):
+        candidate = candidate_dir / "pyproject.toml"
+        if candidate.is_file():
+            table = read_toml(candidate).get("tool", {}).get(TABLE)
+            if table is not None:
+                return candidate, table
+    return None
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file, turning every failure into one ConfigError line."""
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: invalid TOML: {error}") from None
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read: {error.strerror}") from None
+
+
+def validated(path: Path, table: dict[str, Any]) -> dict[str, Any]:
+    """Check every key and value of the table; return them keyed by click parameter name."""
+    values: dict[str, Any] = {}
+    for raw_key, value in table.items():
+        key = raw_key.replace("_", "-")
+        if key not in SETTINGS:
+            known = ", ".join(sorted(SETTINGS))
+            raise ConfigError(f"{path}: [tool.{TABLE}] unknown key {raw_key!r} (known: {known})")
+        expected, choices = SETTINGS[key]
+        if not isinstance(value, expected) or (expected is list and not all(isinstance(v, str) for v in value)):
+            wanted = "a list of strings" if expected is list else f"a {expected.__name__}"
+            raise ConfigError(f"{path}: [tool.{TABLE}] {raw_key} must be {wanted}, got {value!r}")
+        if choices and value not in choices:
+            raise ConfigError(f"{path}: [tool.{TABLE}] {raw_key} must be one of {', '.join(choices)}, got {value!r}")
+        values[key.replace("-", "_")] = tuple(value) if expected is list else value
+    return values
+
+
+def load_config(start: Path) -> Config:
+    """The settings that apply to files at ``start`` (empty when no pyproject.toml sets any)."""
+    found = find_pyproject(start)
+    if found is None:
+        return Config(None, {})
+    path, table = found
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: tool.{TABLE} must be a table")
+    return Config(path, validated(path, table))

@@ -1,0 +1,111 @@
+"""Finding the scripts to convert and writing results without ever leaving a half-written file.
+
+Discovery follows black and ruff: a file named on the command line is always taken, a folder is
+searched for ``*.py`` files, skipping hidden folders, virtual environments and ``__pycache__``
+(converting a venv's site-packages is never what the user meant).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+#: Folder names never searched, whatever they contain.
+SKIPPED_DIR_NAMES = frozenset({"__pycache__", "node_modules", "site-packages"})
+
+
+def is_virtual_env(folder: Path) -> bool:
+    """Whether ``folder`` is a virtual environment (venv/virtualenv write ``pyvenv.cfg``, conda
+    writes ``conda-meta``), whatever it is called."""
+    return (folder / "pyvenv.cfg").is_file() or (folder / "conda-meta").is_dir()
+
+
+def is_skipped_dir(folder: Path) -> bool:
+    """Whether folder discovery should not descend into ``folder``."""
+    return folder.name.startswith(".") or folder.name in SKIPPED_DIR_NAMES or is_virtual_env(folder)
+
+
+def python_files_under(root: Path) -> Iterator[Path]:
+    """Every ``*.py`` file below ``root``, in a stable (sorted) order."""
+    for current, dirnames, filenames in os.walk(root):
+        here = Path(current)
+        # Pruning ``dirnames`` in place is how os.walk is told not to descend.
+        dirnames[:] = sorted(name for name in dirnames if not is_skipped_dir(here / name))
+        for name in sorted(filenames):
+            if name.endswith(".py") and not name.startswith("."):
+                yield here / name
+
+
+def discover(sources: Iterable[Path]) -> list[tuple[Path, Path]]:
+    """Expand files and folders into ``(file, root)`` pairs, each file once.
+
+    ``root`` is the argument the file came from (the folder, or the file itself); ``-o DIR`` uses
+    it to mirror a folder's layout inside DIR.
+    """
+    seen: set[Path] = set()
+    found: list[tuple[Path, Path]] = []
+    for source in sources:
+        files = python_files_under(source) if source.is_dir() else [source]
+        for file in files:
+            key = file.resolve()
+            if key not in seen:
+                seen.add(key)
+                found.append((file, source))
+    return found
+
+
+def same_file(first: Path, second: Path) -> bool:
+    """Whether two paths name one file (through links, ``..`` and case-insensitive filesystems)."""
+    try:
+        return first.samefile(second)
+    except OSError:
+        return first.resolve() == second.resolve()
+
+
+def permission_bits(target: Path, mode_like: Path | None) -> int:
+    """The mode a written file gets: that of ``mode_like``, else of the file it replaces, else
+    what a plain ``open(..., "w")`` would give under the current umask (mkstemp's 0600 would
+    silently make the file private)."""
+    for model in (mode_like, target):
+        if model is not None and model.exists():
+            return stat.S_IMODE(model.stat().st_mode)
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def atomic_write(target: Path, data: bytes, *, mode_like: Path | None = None) -> None:
+    """Write ``data`` to ``target`` so that readers see the old file or the new one, never a mix.
+
+    The bytes go to a temporary file in the target's own folder (``os.replace`` is atomic only
+    within one filesystem), which then replaces the target. The new file gets the permission bits
+    of ``mode_like`` (the script it was converted from), so an executable script stays executable.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as temp:
+            temp.write(data)
+            temp.flush()
+            os.fsync(temp.fileno())
+        os.chmod(temp_name, permission_bits(target, mode_like))
+        os.replace(temp_name, target)
+    except BaseException:
+        # Whatever went wrong (disk full, Ctrl-C), leave no temporary file behind.
+        Path(temp_name).unlink(missing_ok=True)
+        raise
+
+
+def write_if_different(target: Path, data: bytes, *, mode_like: Path | None = None) -> bool:
+    """Atomically write ``data`` unless ``target`` already holds exactly it; True if written.
+
+    Leaving an up-to-date file alone keeps its modification time, so build tools that watch it
+    do not rerun for nothing.
+    """
+    if target.is_file() and target.read_bytes() == data:
+        return False
+    atomic_write(target, data, mode_like=mode_like)
+    return True

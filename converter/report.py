@@ -1,0 +1,226 @@
+"""Everything the CLI shows: findings (text, JSON, GitHub annotations), diffs, the summary line,
+and the list of codes.
+
+Streams: the converted script and diffs own stdout. Human-readable text always goes to stderr.
+Machine-readable findings (``json``, ``github``) go to stdout when it carries nothing else, so
+``accel-convert --check --output-format json src/ > findings.json`` works, and to stderr when
+stdout carries a script or a diff.
+
+Positions are shown 1-based (line and column), as editors, compilers and GitHub count them;
+codemods record libcst's 0-based columns, converted here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Literal
+
+from rich.console import Console
+from rich.text import Text
+
+from codemods.base import Change
+
+if TYPE_CHECKING:
+    from codemods.registry import CodeDoc
+
+    from converter.pipeline import Conversion, ConversionError
+
+OutputFormat = Literal["text", "json", "github"]
+
+#: Code used for a ``-o`` output that is missing or no longer matches its source (``--check``).
+STALE_OUTPUT = "stale-output"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of the report: a change or warning from a codemod, or a stale output."""
+
+    code: str
+    message: str
+    filename: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    fixed: bool
+
+    @classmethod
+    def from_change(cls, filename: str, change: Change) -> "Finding":
+        return cls(
+            change.code, change.message, filename, change.line, change.column + 1,
+            change.end_line, change.end_column + 1, change.fixed,
+        )
+
+    @property
+    def is_warning(self) -> bool:
+        """ACC9xx: left for a person."""
+        return not self.fixed and self.code != STALE_OUTPUT
+
+
+def stale_output_finding(output_name: str, source_name: str, *, missing: bool) -> Finding:
+    """``--check -o OUT``: OUT is missing, or no longer what converting its source gives."""
+    state = "missing" if missing else f"stale: differs from converting {source_name}"
+    message = f"{state}; run `accel-convert {source_name} -o {output_name}`"
+    return Finding(STALE_OUTPUT, message, output_name, 1, 1, 1, 1, False)
+
+
+def make_console(stream: IO[str], color: bool | None) -> Console:
+    """A rich console that never wraps or guesses highlights; colour on a terminal unless forced."""
+    return Console(
+        file=stream, force_terminal=color, no_color=color is False, highlight=False,
+        soft_wrap=True, markup=False, emoji=False,
+    )
+
+
+def escape_github(value: str, *, is_property: bool = False) -> str:
+    """Escape a value for a GitHub workflow command (the runner's own encoding rules)."""
+    value = value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    if is_property:
+        value = value.replace(":", "%3A").replace(",", "%2C")
+    return value
+
+
+class Reporter:
+    """Collects and prints findings in the chosen format; counts files for the summary line."""
+
+    def __init__(self, *, output_format: OutputFormat, check: bool, verbosity: int,
+                 messages: Console, findings_stream: Console) -> None:
+        self.output_format = output_format
+        self.check = check
+        self.verbosity = verbosity
+        self.messages = messages
+        self.findings_stream = findings_stream
+        self.collected: list[Finding] = []
+        self.converted = self.unchanged = self.failed = 0
+
+    # -- per file -----------------------------------------------------------------------------
+
+    def file_done(self, shown_name: str, findings: Sequence[Finding], *, changed: bool) -> None:
+        """Report one file: its findings, and a status line when verbose. ``changed``: the file
+        (or its ``-o`` output) was or would be rewritten."""
+        if changed:
+            self.converted += 1
+        else:
+            self.unchanged += 1
+        for finding in findings:
+            self.finding(finding)
+        if self.verbosity > 0 and self.output_format == "text":
+            status = ("would be converted" if self.check else "converted") if changed else "unchanged"
+            self.messages.print(Text(f"{shown_name}: {status}", style="dim"))
+
+    def finding(self, finding: Finding) -> None:
+        """Print (text, github) or keep (json) one finding."""
+        self.collected.append(finding)
+        if self.output_format == "github":
+            self.findings_stream.print(Text(self.github_line(finding)))
+        elif self.output_format == "text" and self.verbosity >= 0:
+            self.messages.print(self.text_line(finding))
+
+    def text_line(self, finding: Finding) -> Text:
+        """``path:line:col: CODE message``, the form editors and CI logs turn into links."""
+        if finding.is_warning:
+            style = "yellow"
+        elif self.check or not finding.fixed:
+            style = "red"
+        else:
+            style = "green"
+        line = Text()
+        line.append(f"{finding.filename}:{finding.line}:{finding.column}:", style="bold")
+        line.append(" ")
+        line.append(finding.code, style=style)
+        line.append(f" {finding.message}")
+        return line
+
+    def github_line(self, finding: Finding) -> str:
+        """A GitHub Actions annotation: warnings for ACC9xx, errors for what ``--check`` fails on,
+        notices for rewrites that were made."""
+        if finding.is_warning:
+            level = "warning"
+        elif self.check or not finding.fixed:
+            level = "error"
+        else:
+            level = "notice"
+        properties = ",".join([
+            f"file={escape_github(finding.filename, is_property=True)}",
+            f"line={finding.line}", f"col={finding.column}",
+            f"endLine={finding.end_line}", f"endColumn={finding.end_column}",
+            f"title={finding.code}",
+        ])
+        return f"::{level} {properties}::{escape_github(f'{finding.code} {finding.message}')}"
+
+    def error(self, error: "ConversionError") -> None:
+        """A file that failed: one line on stderr (and an annotation for GitHub)."""
+        self.failed += 1
+        self.messages.print(Text(str(error), style="red"))
+        if self.output_format == "github":
+            self.findings_stream.print(Text(
+                f"::error file={escape_github(error.path, is_property=True)},line={error.line},"
+                f"col={error.column}::{escape_github(error.message)}"
+            ))
+
+    # -- at the end ---------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """Print the JSON array (json) and the summary line (unless quiet)."""
+        if self.output_format == "json":
+            self.findings_stream.print(Text(json.dumps([vars(f) for f in self.collected], indent=2)))
+        if self.verbosity >= 0:
+            self.messages.print(Text(self.summary_line(), style="bold"))
+
+    def summary_line(self) -> str:
+        """``3 converted, 1 unchanged, 1 failed`` (``would be converted`` under --check), plus the
+        number of warnings left for a person."""
+        verb = "would be converted" if self.check else "converted"
+        line = f"{self.converted} {verb}, {self.unchanged} unchanged, {self.failed} failed"
+        warnings = self.warning_count
+        if warnings:
+            line += f" ({warnings} warnings need a person)" if warnings > 1 else " (1 warning needs a person)"
+        return line
+
+    @property
+    def warning_count(self) -> int:
+        return sum(1 for finding in self.collected if finding.is_warning)
+
+
+def unified_diff(conversion: "Conversion", new_name: str | None = None) -> list[str]:
+    """The diff from the original to the converted script, lines without their line ends."""
+    old = conversion.source.decode(conversion.encoding, errors="replace").splitlines()
+    new = conversion.output.decode(conversion.encoding, errors="replace").splitlines()
+    return list(difflib.unified_diff(
+        old, new, fromfile=f"{conversion.path} (original)",
+        tofile=f"{new_name or conversion.path} (converted)", lineterm="",
+    ))
+
+
+def print_diff(console: Console, lines: Sequence[str]) -> None:
+    """Print a unified diff, coloured when the console colours."""
+    for line in lines:
+        if line.startswith(("+++", "---")):
+            style = "bold"
+        elif line.startswith("@@"):
+            style = "cyan"
+        elif line.startswith("+"):
+            style = "green"
+        elif line.startswith("-"):
+            style = "red"
+        else:
+            style = ""
+        console.print(Text(line, style=style))
+
+
+def codes_listing(docs: Sequence["CodeDoc"], *, examples: bool) -> list[str]:
+    """The list of codes, generated from the codemods' own docstrings (never written twice)."""
+    lines: list[str] = []
+    for doc in docs:
+        kind = "rewrite" if doc.fixed else "report"
+        lines.append(f"{doc.code}  {doc.name} ({kind}): {doc.summary}")
+        if examples:
+            for title, code in (("Before", doc.before), ("After", doc.after)):
+                if code:
+                    lines.append(f"    {title}:")
+                    lines.extend(f"        {row}" if row else "" for row in code.splitlines())
+            lines.append("")
+    return lines
