@@ -1,0 +1,441 @@
+"""ACC113 metrics: gather per-sample outputs and targets in evaluation loops with ``gather_for_metrics``.
+
+On N processes each rank sees 1/N of the evaluation set, and the last global batch is padded with
+repeated samples. Sums of Python floats (``correct += ...item()``) cannot be de-duplicated, so the
+per-sample tensors are gathered right after the forward, before anything reduces them:
+``gather_for_metrics`` concatenates every rank's rows and drops the padding, and the rest of the
+loop then computes the single-process numbers. An evaluation loop is a loop over a data loader
+under ``torch.no_grad()``/``inference_mode()`` or after ``model.eval()``, with no backward in it.
+
+Model outputs read through attributes (``outputs.logits``) or batches read by key
+(``batch["labels"]``) are gathered as those expressions into new names that the rest of the loop
+uses. A batch-mean ``outputs.loss`` cannot be gathered per sample and is reported (ACC913 as a
+warning), as is a forward nested inside a larger expression.
+
+Before::
+
+    for data, target in test_loader:
+        output = model(data)
+        correct += output.argmax(dim=1).eq(target).sum().item()
+
+After::
+
+    for data, target in test_loader:
+        output = model(data)
+        output, target = accelerator.gather_for_metrics((output, target))
+        correct += output.argmax(dim=1).eq(target).sum().item()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from codemods.base import Change, Codemod, Options
+from codemods.checkpoint import (
+    AcceleratorScope,
+    PendingChanges,
+    accelerator_call,
+    dotted_name,
+    expression_code,
+    is_accelerator_method,
+    qualified_name,
+)
+from codemods.facts import ScriptFacts
+
+NO_GRAD_CONTEXTS = frozenset(
+    {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"}
+)
+#: Attributes of model outputs that are one number per batch, not one row per sample.
+BATCH_SCALAR_ATTRIBUTES = frozenset({"loss", "aux_loss"})
+#: Methods whose first argument is a batch dimension the gather multiplies by N.
+RESHAPE_METHODS = frozenset({"view", "reshape"})
+
+
+class MetricsCodemod(Codemod):
+    code = "ACC113"
+    name = "metrics"
+    extra_codes = {
+        "ACC913": "evaluation reduces before anything can be gathered per sample (check the metric by hand)",
+    }
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return bool(facts.loaders and facts.models)
+
+    def transform(
+        self, module: cst.Module, facts: ScriptFacts, options: Options
+    ) -> tuple[cst.Module, list[Change]]:
+        rewriter = _EvalLoopRewriter(facts)
+        new_module = module.visit(rewriter)
+        return new_module, rewriter.pending.resolve(module)
+
+
+class _EvalLoopRewriter(AcceleratorScope):
+    def __init__(self, facts: ScriptFacts) -> None:
+        super().__init__(facts)
+        self.pending = PendingChanges()
+        self._no_grad_depth = 0
+        self._eval_mode: list[bool] = [False]
+        self._taken_names: set[str] = set()
+
+    def visit_Module(self, node: cst.Module) -> None:
+        super().visit_Module(node)
+        collector = _NameCollector()
+        node.visit(collector)
+        self._taken_names = collector.names
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        super().visit_FunctionDef(node)
+        self._eval_mode.append(False)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):
+        self._eval_mode.pop()
+        return super().leave_FunctionDef(original_node, updated_node)
+
+    def visit_With(self, node: cst.With) -> None:
+        if _is_no_grad(node, self.facts):
+            self._no_grad_depth += 1
+
+    def leave_With(self, original_node: cst.With, updated_node: cst.With) -> cst.BaseStatement:
+        if _is_no_grad(original_node, self.facts):
+            self._no_grad_depth -= 1
+        return updated_node
+
+    def visit_Call(self, node: cst.Call) -> None:
+        # model.eval() switches the rest of the function to evaluation, model.train() back.
+        func = node.func
+        if isinstance(func, cst.Attribute) and dotted_name(func.value) in self.facts.models:
+            if func.attr.value in ("eval", "train"):
+                self._eval_mode[-1] = func.attr.value == "eval"
+
+    def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.BaseStatement:
+        loop = _loop_over_loader(original_node, self.facts)
+        if loop is None or not self._is_evaluation(original_node):
+            return updated_node
+        if _contains(original_node, lambda n: _is_backward(n, self.facts) or _is_gather(n, self.facts)):
+            return updated_node
+        if not self.accelerator_reachable():
+            self.pending.add(
+                original_node, "ACC913",
+                "evaluation loop where the accelerator is not reachable: metrics cover this rank only", False,
+            )
+            return updated_node
+        return self._gather_in_loop(original_node, updated_node, loop)
+
+    def _is_evaluation(self, node: cst.For) -> bool:
+        return self._no_grad_depth > 0 or self._eval_mode[-1] or _contains(
+            node, lambda n: isinstance(n, cst.With) and _is_no_grad(n, self.facts)
+        )
+
+    def _gather_in_loop(self, original: cst.For, loop: cst.For, targets: tuple[str, ...]) -> cst.For:
+        body = loop.body
+        if not isinstance(body, cst.IndentedBlock):
+            return loop
+        forward = _find_forward(body.body, self.facts)
+        if forward is None:
+            if _contains(loop, lambda n: _is_model_call(n, self.facts)):
+                self.pending.add(
+                    original, "ACC913",
+                    "the forward is nested in a larger expression: assign its output to a name, "
+                    "then gather it with accelerator.gather_for_metrics", False,
+                )
+            return loop
+        statement, outputs = forward
+        plan = _plan_gather(outputs, targets, _statements_after(body.body, statement), self._taken_names)
+        for scalar in plan.batch_scalars:
+            self.pending.add(
+                original, "ACC913",
+                f"{scalar} is one value per batch and process: it cannot be gathered per sample", False,
+            )
+        if not plan.gathered:
+            return loop
+        self._taken_names |= set(plan.new_names)
+        gather_line = _gather_statement(plan, self.facts)
+        new_body = _insert_after(body.body, statement, gather_line, plan, self.facts)
+        gathered = ", ".join(expression_code(e) for e in plan.gathered)
+        self.pending.add(original, MetricsCodemod.code, f"gather_for_metrics({gathered}) after the forward", True)
+        return loop.with_changes(body=body.with_changes(body=new_body))
+
+
+# ---- recognising the loop -----------------------------------------------------------------
+
+
+def _loop_over_loader(node: cst.For, facts: ScriptFacts) -> tuple[str, ...] | None:
+    """The per-sample names a loop over a loader binds (``enumerate``'s index left out), or None."""
+    iterable, target = node.iter, node.target
+    enumerated = False
+    while isinstance(iterable, cst.Call) and iterable.args:
+        func = qualified_name(iterable.func, facts.imports) or ""
+        enumerated = enumerated or func == "enumerate"
+        iterable = iterable.args[0].value
+    if dotted_name(iterable) not in facts.loaders:
+        return None
+    if enumerated and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+        target = target.elements[1].value
+    return tuple(_bound_names(target))
+
+
+def _bound_names(target: cst.BaseExpression) -> list[str]:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [name for element in target.elements for name in _bound_names(element.value)]
+    return []
+
+
+def _is_no_grad(node: cst.With, facts: ScriptFacts) -> bool:
+    for item in node.items:
+        call = item.item
+        if isinstance(call, cst.Call) and qualified_name(call.func, facts.imports) in NO_GRAD_CONTEXTS:
+            return True
+    return False
+
+
+def _is_backward(node: cst.CSTNode, facts: ScriptFacts) -> bool:
+    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+        return False
+    return node.func.attr.value == "backward"
+
+
+def _is_gather(node: cst.CSTNode, facts: ScriptFacts) -> bool:
+    return is_accelerator_method(node, facts, "gather_for_metrics", "gather", "reduce", "gather_object")
+
+
+def _is_model_call(node: cst.CSTNode, facts: ScriptFacts) -> bool:
+    return isinstance(node, cst.Call) and dotted_name(node.func) in facts.models
+
+
+def _contains(node: cst.CSTNode, predicate) -> bool:
+    finder = _Finder(predicate)
+    node.visit(finder)
+    return finder.found
+
+
+class _Finder(cst.CSTVisitor):
+    def __init__(self, predicate) -> None:
+        self.predicate = predicate
+        self.found = False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.found:
+            return False
+        if self.predicate(node):
+            self.found = True
+            return False
+        return True
+
+
+class _NameCollector(cst.CSTVisitor):
+    """Every variable name the module uses (attribute names after a dot are not variables)."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)
+        return False
+
+
+# ---- the forward and what follows it ------------------------------------------------------
+
+
+def _find_forward(
+    statements: list[cst.BaseStatement], facts: ScriptFacts
+) -> tuple[cst.SimpleStatementLine, tuple[str, ...]] | None:
+    """The first ``outputs = model(...)`` line of the loop body (also inside ``with`` blocks)."""
+    for statement in statements:
+        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+            assign = statement.body[0]
+            if isinstance(assign, cst.Assign) and _is_model_call(assign.value, facts):
+                names = [n for t in assign.targets for n in _bound_names(t.target)]
+                if len(assign.targets) == 1 and names:
+                    return statement, tuple(names)
+        elif isinstance(statement, cst.With) and isinstance(statement.body, cst.IndentedBlock):
+            found = _find_forward(list(statement.body.body), facts)
+            if found:
+                return found
+    return None
+
+
+def _statements_after(statements, forward: cst.CSTNode) -> list[cst.CSTNode]:
+    """Every statement that runs after the forward in one iteration, in source order."""
+    after: list[cst.CSTNode] = []
+    _collect_after(list(statements), forward, after)
+    return after
+
+
+def _collect_after(statements, forward, after: list[cst.CSTNode]) -> bool:
+    for index, statement in enumerate(statements):
+        if statement is forward:
+            after.extend(statements[index + 1 :])
+            return True
+        if isinstance(statement, cst.With) and isinstance(statement.body, cst.IndentedBlock):
+            if _collect_after(list(statement.body.body), forward, after):
+                after.extend(statements[index + 1 :])
+                return True
+    return False
+
+
+@dataclass
+class _GatherPlan:
+    #: Expressions gathered, in order: names are rebound, other expressions get new names.
+    gathered: list[cst.BaseExpression] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    new_names: list[str] = field(default_factory=list)
+    batch_scalars: list[str] = field(default_factory=list)
+
+
+class _UseCollector(cst.CSTVisitor):
+    """How the statements after the forward read the outputs and the batch: whole names,
+    ``name.attr`` or ``name[constant]``."""
+
+    def __init__(self, interesting: set[str]) -> None:
+        self.interesting = interesting
+        self.uses: list[cst.BaseExpression] = []
+        self._consumed: set[int] = set()
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if isinstance(node.value, cst.Name) and node.value.value in self.interesting:
+            self._consumed.add(id(node.value))
+            self._record(node)
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        if isinstance(node.value, cst.Name) and node.value.value in self.interesting and _constant_index(node):
+            self._consumed.add(id(node.value))
+            self._record(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value in self.interesting and id(node) not in self._consumed:
+            self._record(node)
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        # keyword names (f(target=...)) are not uses of a variable called "target"
+        if node.keyword is not None:
+            self._consumed.add(id(node.keyword))
+
+    def _record(self, node: cst.BaseExpression) -> None:
+        if not any(node.deep_equals(seen) for seen in self.uses):
+            self.uses.append(node)
+
+
+def _constant_index(node: cst.Subscript) -> bool:
+    if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+        return False
+    return isinstance(node.slice[0].slice.value, (cst.SimpleString, cst.Integer))
+
+
+def _plan_gather(outputs, targets, after, taken: set[str]) -> _GatherPlan:
+    collector = _UseCollector(set(outputs) | set(targets))
+    for statement in after:
+        statement.visit(collector)
+    plan = _GatherPlan()
+    whole = {u.value for u in collector.uses if isinstance(u, cst.Name)}
+    for use in collector.uses:
+        if isinstance(use, cst.Name):
+            plan.gathered.append(use)
+            plan.names.append(use.value)
+            continue
+        owner = use.value.value
+        if owner in whole:
+            continue  # the whole object is gathered already
+        if isinstance(use, cst.Attribute) and use.attr.value in BATCH_SCALAR_ATTRIBUTES:
+            plan.batch_scalars.append(expression_code(use))
+            continue
+        name = _fresh_name(_suggested_name(use), taken | set(plan.names))
+        plan.gathered.append(use)
+        plan.names.append(name)
+        plan.new_names.append(name)
+    return plan
+
+
+def _suggested_name(use: cst.BaseExpression) -> str:
+    if isinstance(use, cst.Attribute):
+        return use.attr.value
+    index = use.slice[0].slice.value
+    if isinstance(index, cst.SimpleString) and index.evaluated_value.isidentifier():
+        return index.evaluated_value
+    return f"{use.value.value}_{expression_code(index)}"
+
+
+def _fresh_name(name: str, taken: set[str]) -> str:
+    candidate = name
+    while candidate in taken:
+        candidate = f"gathered_{candidate}" if not candidate.startswith("gathered_") else f"{candidate}_"
+    return candidate
+
+
+def _gather_statement(plan: _GatherPlan, facts: ScriptFacts) -> cst.SimpleStatementLine:
+    if len(plan.gathered) == 1:
+        argument: cst.BaseExpression = plan.gathered[0]
+        target: cst.BaseExpression = cst.Name(plan.names[0])
+    else:
+        argument = cst.Tuple([cst.Element(e) for e in plan.gathered])
+        target = cst.Tuple([cst.Element(cst.Name(n)) for n in plan.names], lpar=[], rpar=[])
+    call = accelerator_call(facts, "gather_for_metrics", argument)
+    return cst.SimpleStatementLine(body=[cst.Assign(targets=[cst.AssignTarget(target)], value=call)])
+
+
+class _ExpressionReplacer(cst.CSTTransformer):
+    """After the gather: gathered expressions read through their new names, and
+    ``x.view(<batch size>, ...)`` of gathered tensors becomes ``x.view(-1, ...)`` (the gathered
+    batch holds every rank's rows)."""
+
+    def __init__(self, plan: _GatherPlan, batch_size_expr: str | None) -> None:
+        self.replacements = [
+            (expr, name) for expr, name in zip(plan.gathered, plan.names) if not isinstance(expr, cst.Name)
+        ]
+        self.gathered_names = set(plan.names)
+        self.batch_size_expr = batch_size_expr
+
+    def leave_Attribute(self, original_node, updated_node):
+        return self._replace(updated_node)
+
+    def leave_Subscript(self, original_node, updated_node):
+        return self._replace(updated_node)
+
+    def _replace(self, node):
+        for expr, name in self.replacements:
+            if node.deep_equals(expr):
+                return cst.Name(name)
+        return node
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        func = updated_node.func
+        if not (
+            self.batch_size_expr
+            and isinstance(func, cst.Attribute)
+            and func.attr.value in RESHAPE_METHODS
+            and dotted_name(func.value) in self.gathered_names
+            and len(updated_node.args) > 1
+            and dotted_name(updated_node.args[0].value) == self.batch_size_expr
+        ):
+            return updated_node
+        first = updated_node.args[0].with_changes(value=cst.UnaryOperation(cst.Minus(), cst.Integer("1")))
+        return updated_node.with_changes(args=[first, *updated_node.args[1:]])
+
+
+def _insert_after(statements, forward, gather_line, plan: _GatherPlan, facts: ScriptFacts) -> list:
+    """The loop body with the gather line after the forward and later reads rewritten."""
+    replacer = _ExpressionReplacer(plan, facts.batch_size_expr)
+    state = {"inserted": False}
+
+    def rewrite(block: list) -> list:
+        result = []
+        for statement in block:
+            if state["inserted"]:
+                result.append(statement.visit(replacer))
+            elif statement is forward:
+                result.extend([statement, gather_line])
+                state["inserted"] = True
+            elif isinstance(statement, cst.With) and isinstance(statement.body, cst.IndentedBlock):
+                inner = rewrite(list(statement.body.body))
+                result.append(statement.with_changes(body=statement.body.with_changes(body=inner)))
+            else:
+                result.append(statement)
+        return result
+
+    return rewrite(list(statements))
