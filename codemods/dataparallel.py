@@ -1,0 +1,168 @@
+"""ACC110 dataparallel: drop ``nn.DataParallel`` (``prepare`` wraps the model in DDP) and unwrap ``.module``.
+
+``accelerator.prepare`` does not unwrap a DataParallel model, and one process per device with DDP
+replaces DataParallel's threads, so the wrapping line goes (an ``if`` left empty by it goes too).
+``model.module`` reads the wrapped network: after the conversion that is
+``accelerator.unwrap_model(model)``. Scripts that already run their own DistributedDataParallel,
+``mp.spawn`` or ``DistributedSampler`` are reported (ACC910) and left as they are.
+
+Before::
+
+    if torch.cuda.device_count() > 1:
+        model = nn.DataParallel(model)
+    torch.save(model.module.state_dict(), "model.pt")
+
+After::
+
+    torch.save(accelerator.unwrap_model(model).state_dict(), "model.pt")
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.base import Change, Codemod, Options
+from codemods.checkpoint import (
+    AcceleratorScope,
+    PendingChanges,
+    accelerator_name,
+    dotted_name,
+    qualified_name,
+    unwrap_model,
+)
+from codemods.facts import ScriptFacts
+
+DATA_PARALLEL = frozenset(
+    {"torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel"}
+)
+#: Hand-written distribution the converter must not stack another one on.
+ALREADY_DISTRIBUTED = frozenset(
+    {
+        "torch.nn.parallel.DistributedDataParallel",
+        "torch.nn.parallel.distributed.DistributedDataParallel",
+        "torch.multiprocessing.spawn",
+        "torch.utils.data.DistributedSampler",
+        "torch.utils.data.distributed.DistributedSampler",
+        "torch.nn.parallel.data_parallel",
+    }
+)
+
+
+class DataParallelCodemod(Codemod):
+    code = "ACC110"
+    name = "dataparallel"
+    extra_codes = {
+        "ACC910": "the script already distributes itself (DDP, mp.spawn, DistributedSampler): left as it is",
+    }
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return facts.uses_torch
+
+    def transform(
+        self, module: cst.Module, facts: ScriptFacts, options: Options
+    ) -> tuple[cst.Module, list[Change]]:
+        distributed = _DistributedFinder(facts)
+        module.visit(distributed)
+        if distributed.sites:
+            pending = PendingChanges()
+            for node, what in distributed.sites:
+                pending.add(node, "ACC910", f"{what} already distributes the script: converted by hand only", False)
+            return module, pending.resolve(module)
+        rewriter = _DataParallelRemover(facts)
+        new_module = module.visit(rewriter)
+        return new_module, rewriter.pending.resolve(module)
+
+
+class _DistributedFinder(cst.CSTVisitor):
+    def __init__(self, facts: ScriptFacts) -> None:
+        self.facts = facts
+        self.sites: list[tuple[cst.CSTNode, str]] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = qualified_name(node.func, self.facts.imports)
+        if name in ALREADY_DISTRIBUTED:
+            self.sites.append((node, name.rsplit(".", 1)[-1]))
+
+
+class _DataParallelRemover(AcceleratorScope):
+    def __init__(self, facts: ScriptFacts) -> None:
+        super().__init__(facts)
+        self.pending = PendingChanges()
+        self._emptied_blocks: set[int] = set()
+        self._removing_line = False
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if qualified_name(updated_node.func, self.facts.imports) not in DATA_PARALLEL:
+            return updated_node
+        wrapped = _wrapped_module(updated_node)
+        if wrapped is None:
+            return updated_node
+        self.pending.add(original_node, DataParallelCodemod.code, "nn.DataParallel removed: prepare wraps the model in DDP", True)
+        return wrapped
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.BaseStatement | cst.RemovalSentinel:
+        if updated_node is original_node:
+            return updated_node
+        body = [s for s in updated_node.body if not self._assigns_to_itself(s)]
+        if not body:
+            return cst.RemoveFromParent()
+        return updated_node.with_changes(body=body)
+
+    def _assigns_to_itself(self, statement: cst.BaseSmallStatement) -> bool:
+        """``model = model`` (or ``model = model.cuda()``: prepare moves the model) after the unwrap."""
+        if not isinstance(statement, cst.Assign) or len(statement.targets) != 1:
+            return False
+        target = dotted_name(statement.targets[0].target)
+        value = _strip_device_moves(statement.value, self.facts)
+        return target is not None and dotted_name(value) == target
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
+        if original_node.body and not updated_node.body:
+            emptied = updated_node.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
+            self._emptied_blocks.add(id(emptied))
+            return emptied
+        return updated_node
+
+    def leave_Else(self, original_node: cst.Else, updated_node: cst.Else) -> cst.Else | cst.RemovalSentinel:
+        return cst.RemoveFromParent() if id(updated_node.body) in self._emptied_blocks else updated_node
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.BaseStatement | cst.RemovalSentinel:
+        if id(updated_node.body) in self._emptied_blocks and updated_node.orelse is None:
+            return cst.RemoveFromParent()
+        return updated_node
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        owner = dotted_name(updated_node.value)
+        if updated_node.attr.value != "module" or owner not in self.facts.models:
+            return updated_node
+        if not self.accelerator_reachable():
+            return updated_node
+        self.pending.add(original_node, DataParallelCodemod.code, f"{owner}.module → accelerator.unwrap_model({owner})", True)
+        return unwrap_model(self.facts, updated_node.value)
+
+
+def _wrapped_module(call: cst.Call) -> cst.BaseExpression | None:
+    for arg in call.args:
+        if arg.keyword is None or arg.keyword.value == "module":
+            return arg.value
+    return None
+
+
+def _strip_device_moves(value: cst.BaseExpression, facts: ScriptFacts) -> cst.BaseExpression:
+    """``x.cuda()`` / ``x.to(device)`` → ``x``: moves that prepare makes redundant for a model."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        method = value.func.attr.value
+        if method == "cuda":
+            value = value.func.value
+        elif method == "to" and len(value.args) == 1 and _is_device(value.args[0].value, facts):
+            value = value.func.value
+        else:
+            break
+    return value
+
+
+def _is_device(node: cst.BaseExpression, facts: ScriptFacts) -> bool:
+    name = dotted_name(node)
+    return name in facts.device_names or name == f"{accelerator_name(facts)}.device"
