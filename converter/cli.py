@@ -221,7 +221,7 @@ class Runner:
 
     def read(self, job: Job) -> bytes:
         if job.source is None:
-            return click.get_binary_stream("stdin").read()
+            return sys.stdin.buffer.read()
         try:
             return job.source.read_bytes()
         except OSError as error:
@@ -258,7 +258,7 @@ class Runner:
         if self.plan.diff:
             return
         if self.plan.to_stdout or job.target is None:
-            stdout = click.get_binary_stream("stdout")
+            stdout = sys.stdout.buffer
             stdout.write(conversion.output)
             stdout.flush()
             return
@@ -272,7 +272,7 @@ class Runner:
 
 def list_codes(color: bool | None) -> None:
     """``--list-codes``: every code with its before/after example."""
-    console = make_console(click.get_text_stream("stdout"), color)
+    console = make_console(sys.stdout, color)
     for line in codes_listing(code_docs(), examples=True):
         console.print(line)
 
@@ -322,8 +322,8 @@ def main(ctx: click.Context, **flags: Any) -> None:
 def run_plan(plan: Plan, flags: dict[str, Any]) -> int:
     """Set up the consoles and the reporter, run every job, return the exit code."""
     color = flags["color"]
-    messages = make_console(click.get_text_stream("stderr"), color)
-    stdout_console = make_console(click.get_text_stream("stdout"), color)
+    messages = make_console(sys.stderr, color)
+    stdout_console = make_console(sys.stdout, color)
     stdout_busy = plan.to_stdout or plan.diff
     reporter = Reporter(
         output_format=flags["output_format"], check=plan.check,

@@ -1,0 +1,461 @@
+"""The ``accel-convert`` command: every flag, every exit code, bad input, and files left intact.
+
+Most tests drive the click command in-process (CliRunner, fast); ``test_cli_process.py`` runs the
+installed console script for real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from converter.cli import main
+
+TRAIN = b"""import torch
+from torch.utils.data import DataLoader
+
+
+def train(model, loader, optimizer):
+    model.train()
+    for data, target in loader:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(data), target)
+        loss.backward()
+        optimizer.step()
+"""
+
+NOT_TORCH = b"import os\n\nprint(os.getcwd())\n"
+
+
+def run(*args: str | Path, stdin: bytes | None = None) -> Result:
+    """Invoke the command in-process with separate stdout and stderr."""
+    return CliRunner().invoke(main, [str(arg) for arg in args], input=stdin, catch_exceptions=False)
+
+
+def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file below ``folder`` with its bytes and modification time (ns)."""
+    return {
+        str(path.relative_to(folder)): (path.read_bytes(), path.stat().st_mtime_ns)
+        for path in sorted(folder.rglob("*")) if path.is_file()
+    }
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "train.py"
+    path.write_bytes(TRAIN)
+    return path
+
+
+# -- a stand-in for the codemods until codemods.convert_module lands (monkeypatched, tests only) ------
+
+import sys
+import types
+from dataclasses import dataclass
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+import codemods
+from codemods.base import Change, ConversionOutcome, Options
+
+
+class _FakeBackward(cst.CSTTransformer):
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self, options: Options) -> None:
+        super().__init__()
+        self.options = options
+        self.changes: list[Change] = []
+
+    def _change(self, node: cst.CSTNode, code: str, message: str, fixed: bool) -> None:
+        if self.options.enabled(code):
+            where = self.get_metadata(PositionProvider, node)
+            self.changes.append(Change(code, message, where.start.line, where.start.column,
+                                       where.end.line, where.end.column, fixed))
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        func = original.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "DataParallel":
+            self._change(original, "ACC901", "DataParallel left for a person", False)
+        if (isinstance(func, cst.Attribute) and func.attr.value == "backward" and isinstance(func.value, cst.Name)
+                and func.value.value != "accelerator" and self.options.enabled("ACC105")):
+            self._change(original, "ACC105", "route backward through the accelerator", True)
+            return updated.with_changes(
+                func=cst.Attribute(cst.Name("accelerator"), cst.Name("backward")),
+                args=[cst.Arg(func.value), *updated.args])
+        return updated
+
+
+def _fake_convert_module(module: cst.Module, options: Options) -> ConversionOutcome:
+    transformer = _FakeBackward(options)
+    converted = MetadataWrapper(module).visit(transformer)
+    return ConversionOutcome(converted, transformer.changes)
+
+
+@dataclass
+class _CodeDoc:
+    code: str
+    name: str
+    summary: str
+    before: str
+    after: str
+    fixed: bool
+
+
+@pytest.fixture(autouse=True)
+def _fake_codemods(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(codemods, "convert_module", _fake_convert_module, raising=False)
+    registry = types.ModuleType("codemods.registry")
+    registry.code_docs = lambda: [
+        _CodeDoc("ACC105", "backward", "route backward", "loss.backward()", "accelerator.backward(loss)", True),
+        _CodeDoc("ACC901", "data-parallel", "DataParallel", "torch.nn.DataParallel(model)", "", False),
+    ]
+    monkeypatch.setitem(sys.modules, "codemods.registry", registry)
+
+
+# -- the basic modes ------------------------------------------------------------------------------
+
+
+def test_one_file_goes_to_stdout_and_findings_to_stderr(script: Path) -> None:
+    result = run(script)
+    assert result.exit_code == 0, result.stderr
+    assert "accelerator.backward(loss)" in result.stdout
+    assert "loss.backward()" not in result.stdout
+    assert f"{script}:10:9: ACC105" in result.stderr
+    assert "1 converted, 0 unchanged, 0 failed" in result.stderr
+    assert script.read_bytes() == TRAIN
+
+
+def test_output_file_is_written_atomically_with_the_input_permission_bits(script: Path, tmp_path: Path) -> None:
+    script.chmod(0o750)
+    out = tmp_path / "out" / "train_ddp.py"
+    result = run(script, "-o", out)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == ""
+    assert b"accelerator.backward(loss)" in out.read_bytes()
+    assert stat.S_IMODE(out.stat().st_mode) == 0o750
+    assert sorted(p.name for p in out.parent.iterdir()) == ["train_ddp.py"], "a temporary file was left behind"
+    assert script.read_bytes() == TRAIN
+
+
+def test_up_to_date_output_is_not_rewritten(script: Path, tmp_path: Path) -> None:
+    out = tmp_path / "train_ddp.py"
+    assert run(script, "-o", out).exit_code == 0
+    os.utime(out, ns=(1, 1))
+    assert run(script, "-o", out).exit_code == 0
+    assert out.stat().st_mtime_ns == 1
+
+
+def test_in_place_rewrites_changed_files_and_leaves_others_untouched(tmp_path: Path) -> None:
+    changed, plain = tmp_path / "train.py", tmp_path / "util.py"
+    changed.write_bytes(TRAIN)
+    plain.write_bytes(NOT_TORCH)
+    os.utime(plain, ns=(1, 1))
+    result = run("--in-place", changed, plain)
+    assert result.exit_code == 0, result.stderr
+    assert b"accelerator.backward(loss)" in changed.read_bytes()
+    assert plain.read_bytes() == NOT_TORCH and plain.stat().st_mtime_ns == 1
+    assert "1 converted, 1 unchanged, 0 failed" in result.stderr
+
+
+def test_output_equal_to_input_needs_in_place(script: Path, tmp_path: Path) -> None:
+    before = snapshot(tmp_path)
+    result = run(script, "-o", script)
+    assert result.exit_code == 2
+    assert str(script) in result.stderr and "--in-place" in result.stderr
+    assert snapshot(tmp_path) == before
+    assert run(script, "-o", script, "--in-place").exit_code == 0
+    assert b"accelerator.backward(loss)" in script.read_bytes()
+
+
+def test_diff_prints_a_unified_diff_and_writes_nothing(script: Path, tmp_path: Path) -> None:
+    before = snapshot(tmp_path)
+    result = run("--diff", script)
+    assert result.exit_code == 0
+    assert "-        loss.backward()" in result.stdout
+    assert "+        accelerator.backward(loss)" in result.stdout
+    assert result.stdout.startswith(f"--- {script} (original)")
+    assert "\x1b[" not in result.stdout, "colour on a non-terminal without --color"
+    assert snapshot(tmp_path) == before
+    coloured = run("--diff", "--color", script)
+    assert "\x1b[32m+        accelerator.backward(loss)" in coloured.stdout
+    assert run("--diff", "--check", script).exit_code == 1
+
+
+def test_no_color_keeps_escape_codes_out_even_when_forced_elsewhere(script: Path) -> None:
+    result = run("--no-color", "--check", script)
+    assert "\x1b[" not in result.stderr
+    assert "\x1b[" in run("--color", "--check", script).stderr
+
+
+# -- --check ----------------------------------------------------------------------------------------
+
+
+def test_check_lists_pending_rewrites_and_exits_1(script: Path, tmp_path: Path) -> None:
+    before = snapshot(tmp_path)
+    result = run("--check", script)
+    assert result.exit_code == 1
+    assert f"{script}:10:9: ACC105 " in result.stderr
+    assert "1 would be converted, 0 unchanged, 0 failed" in result.stderr
+    assert result.stdout == ""
+    assert snapshot(tmp_path) == before
+
+
+def test_check_passes_on_a_converted_script(script: Path, tmp_path: Path) -> None:
+    converted = tmp_path / "converted.py"
+    assert run(script, "-o", converted).exit_code == 0
+    result = run("--check", converted)
+    assert result.exit_code == 0, result.stderr
+    assert "ACC105" not in result.stderr
+    assert "0 would be converted, 1 unchanged, 0 failed" in result.stderr
+
+
+def test_warnings_fail_only_with_strict(tmp_path: Path) -> None:
+    path = tmp_path / "dp.py"
+    path.write_bytes(b"import torch\nmodel = torch.nn.DataParallel(net)\n")
+    relaxed = run("--check", path)
+    assert relaxed.exit_code == 0, relaxed.stderr
+    assert f"{path}:2:" in relaxed.stderr and "ACC9" in relaxed.stderr
+    strict = run("--check", "--strict", path)
+    assert strict.exit_code == 1
+
+
+def test_check_with_output_fails_when_output_is_missing_or_stale(script: Path, tmp_path: Path) -> None:
+    out = tmp_path / "train_ddp.py"
+    missing = run("--check", script, "-o", out)
+    assert missing.exit_code == 1
+    assert f"{out}:1:1: stale-output missing" in missing.stderr
+    assert not out.exists(), "--check must not write"
+
+    assert run(script, "-o", out).exit_code == 0
+    fresh = run("--check", script, "-o", out)
+    assert fresh.exit_code == 0, fresh.stderr
+
+    script.write_bytes(TRAIN.replace(b"optimizer.step()", b"optimizer.step()\n        print(loss)"))
+    stale = run("--check", script, "-o", out)
+    assert stale.exit_code == 1
+    assert f"{out}:1:1: stale-output stale: differs from converting {script}" in stale.stderr
+
+
+# -- stdin --------------------------------------------------------------------------------------------
+
+
+def test_stdin_to_stdout_with_a_name_for_messages(tmp_path: Path) -> None:
+    result = run("-", "--stdin-filename", tmp_path / "job.py", stdin=TRAIN)
+    assert result.exit_code == 0, result.stderr
+    assert "accelerator.backward(loss)" in result.stdout
+    assert f"{tmp_path / 'job.py'}:10:9: ACC105" in result.stderr
+    unnamed = run("-", "--check", stdin=TRAIN)
+    assert unnamed.exit_code == 1
+    assert "<stdin>:10:9: ACC105" in unnamed.stderr
+
+
+def test_stdin_cannot_be_rewritten_in_place_or_mixed(script: Path) -> None:
+    assert run("-", "--in-place", stdin=TRAIN).exit_code == 2
+    assert run("-", script, "--check", stdin=TRAIN).exit_code == 2
+
+
+# -- bad input -----------------------------------------------------------------------------------------
+
+
+def test_syntax_error_gives_position_and_123_and_creates_nothing(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_bytes(b"import torch\n\ndef f(:\n    pass\n")
+    out = tmp_path / "out.py"
+    result = run(bad, "-o", out)
+    assert result.exit_code == 123
+    assert f"{bad}:3:7: syntax error:" in result.stderr
+    assert not out.exists()
+
+
+def test_undecodable_bytes_give_123_with_position(tmp_path: Path) -> None:
+    bad = tmp_path / "latin.py"
+    bad.write_bytes(b"import torch\nname = '\xe9t\xe9'\n")
+    before = snapshot(tmp_path)
+    result = run("--in-place", bad)
+    assert result.exit_code == 123
+    assert f"{bad}:2:9: cannot decode byte 0xe9" in result.stderr
+    assert snapshot(tmp_path) == before
+
+
+def test_missing_file_is_a_usage_error_and_nothing_runs(script: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = run(script, tmp_path / "absent.py", "-o", out)
+    assert result.exit_code == 2
+    assert f"{tmp_path / 'absent.py'}: no such file or directory" in result.stderr
+    assert not out.exists()
+
+
+def test_no_input_and_bad_flags_are_usage_errors() -> None:
+    assert run().exit_code == 2
+    assert run("--target", "tpu", "x.py").exit_code == 2
+    assert run("--select", "ACC7", "x.py").exit_code == 2
+
+
+# -- several files and folders ---------------------------------------------------------------------
+
+
+def test_one_failure_does_not_stop_the_rest(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a_train.py").write_bytes(TRAIN)
+    (src / "b_bad.py").write_bytes(b"import torch\nx = (\n")
+    (src / "c_util.py").write_bytes(NOT_TORCH)
+    out = tmp_path / "out"
+    result = run(src, "-o", out)
+    assert result.exit_code == 123
+    assert "1 converted, 1 unchanged, 1 failed" in result.stderr.splitlines()[-1]
+    assert sorted(p.name for p in out.iterdir()) == ["a_train.py", "c_util.py"]
+
+
+def test_folder_discovery_skips_hidden_venv_and_cache_and_mirrors_layout(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    for relative in ["pkg/train.py", ".hidden/x.py", "venv_any_name/lib/y.py", "__pycache__/z.py",
+                     "pkg/notes.txt"]:
+        (src / relative).parent.mkdir(parents=True, exist_ok=True)
+        (src / relative).write_bytes(TRAIN)
+    (src / "venv_any_name" / "pyvenv.cfg").write_text("home = /usr\n")
+    out = tmp_path / "out"
+    result = run(src, "-o", out, "-v")
+    assert result.exit_code == 0, result.stderr
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == ["pkg/train.py"]
+    assert f"{src / 'pkg' / 'train.py'}: converted" in result.stderr
+
+
+def test_several_inputs_need_somewhere_to_go(script: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other.py"
+    other.write_bytes(TRAIN)
+    assert run(script, other).exit_code == 2
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    assert run(script, other, "-o", a_file).exit_code == 2
+    assert run(script, other, "--check").exit_code == 1
+
+
+# -- output formats ----------------------------------------------------------------------------------
+
+
+def test_json_has_one_object_per_finding_on_free_stdout(script: Path) -> None:
+    result = run("--check", "--output-format", "json", script)
+    assert result.exit_code == 1
+    findings = json.loads(result.stdout)
+    assert findings, "no findings"
+    first = findings[0]
+    assert set(first) == {"code", "message", "filename", "line", "column", "end_line", "end_column", "fixed"}
+    assert (first["code"], first["filename"], first["line"], first["column"]) == ("ACC105", str(script), 10, 9)
+    assert first["fixed"] is True
+
+
+def test_github_annotations(tmp_path: Path) -> None:
+    path = tmp_path / "dp.py"
+    path.write_bytes(TRAIN + b"model = torch.nn.DataParallel(model)\n")
+    result = run("--check", "--output-format", "github", path)
+    lines = result.stdout.splitlines()
+    assert any(line.startswith(f"::error file={path},line=10,col=9,") and "::ACC105 " in line for line in lines)
+    assert any(line.startswith(f"::warning file={path},line=12,") and "ACC9" in line for line in lines)
+
+
+def test_quiet_and_verbose(script: Path) -> None:
+    quiet = run("-q", "--check", script)
+    assert quiet.exit_code == 1 and quiet.stderr == ""
+    verbose = run("-v", "--check", script)
+    assert f"{script}: would be converted" in verbose.stderr
+
+
+# -- codes: --list-codes, --help, --select/--ignore ---------------------------------------------------
+
+
+def test_list_codes_shows_every_code_with_examples() -> None:
+    from codemods.registry import code_docs
+
+    result = run("--list-codes")
+    assert result.exit_code == 0
+    for doc in code_docs():
+        assert f"{doc.code}  {doc.name}" in result.stdout
+        assert doc.before.splitlines()[0] in result.stdout
+
+
+def test_help_documents_exit_codes_and_generated_code_list() -> None:
+    from codemods.registry import code_docs
+
+    result = run("--help")
+    assert result.exit_code == 0
+    assert "Exit codes" in result.stdout and "123" in result.stdout
+    assert all(doc.code in result.stdout for doc in code_docs())
+
+
+def test_ignore_and_select_switch_rewrites_off(script: Path) -> None:
+    ignored = run("--ignore", "ACC105", script)
+    assert "loss.backward()" in ignored.stdout and "ACC105" not in ignored.stderr
+    selected = run("--select", "ACC105", script)
+    assert "accelerator.backward(loss)" in selected.stdout
+
+
+# -- config ---------------------------------------------------------------------------------------------
+
+
+def test_config_from_pyproject_found_by_walking_up_and_flags_override(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.accel-convert]\nignore = ["ACC105"]\noutput-format = "json"\n')
+    deep = tmp_path / "a" / "b"
+    deep.mkdir(parents=True)
+    path = deep / "train.py"
+    path.write_bytes(TRAIN)
+    from_config = run("--check", path)
+    assert from_config.exit_code == 0, from_config.stderr
+    assert json.loads(from_config.stdout) == []
+    overridden = run("--check", "--output-format", "text", "--ignore", "ACC9", path)
+    assert overridden.exit_code == 1 and f"{path}:10:9: ACC105" in overridden.stderr
+
+
+def test_config_for_stdin_comes_from_stdin_filename(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.accel-convert]\nselect = ["ACC9"]\n')
+    result = run("-", "--stdin-filename", tmp_path / "x.py", stdin=TRAIN)
+    assert "loss.backward()" in result.stdout
+
+
+def test_bad_config_is_a_usage_error_naming_the_file(script: Path, tmp_path: Path) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[tool.accel-convert]\ntraget = "accelerate"\n')
+    result = run(script)
+    assert result.exit_code == 2
+    assert f"{pyproject}: [tool.accel-convert] unknown key 'traget'" in result.stderr
+    pyproject.write_text('[tool.accel-convert]\ntarget = "tpu"\n')
+    assert run(script).exit_code == 2
+    pyproject.write_text('[tool.accel-convert\n')
+    assert "invalid TOML" in run(script).stderr
+
+
+# -- encodings and newlines ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", [
+    b"# -*- coding: latin-1 -*-\nimport torch\nname = '\xe9t\xe9'\r\nx = torch.zeros(1)\n",
+    b"import torch\r\n\r\nx = torch.zeros(1)  # caf\xc3\xa9\r\n",
+    b"\xef\xbb\xbfimport torch\nx = torch.zeros(1)\n",
+    b"# coding: latin-1\r\nname = '\xe9'\r\n",
+], ids=["latin-1", "crlf", "bom", "latin-1-crlf-no-torch"])
+def test_files_with_nothing_to_convert_survive_byte_for_byte(tmp_path: Path, source: bytes) -> None:
+    path = tmp_path / "script.py"
+    path.write_bytes(source)
+    out = tmp_path / "out.py"
+    assert run(path, "-o", out).exit_code == 0
+    assert out.read_bytes() == source
+    assert run("--check", path).exit_code == 0
+
+
+def test_crlf_and_latin_1_are_kept_where_a_rewrite_happens(tmp_path: Path) -> None:
+    path = tmp_path / "script.py"
+    source = b"# -*- coding: latin-1 -*-\r\n" + TRAIN.replace(b"\n", b"\r\n") + b"name = '\xe9'\r\n"
+    path.write_bytes(source)
+    result = run(path, "--in-place")
+    assert result.exit_code == 0, result.stderr
+    converted = path.read_bytes()
+    assert b"accelerator.backward(loss)" in converted
+    assert b"name = '\xe9'\r\n" in converted
+    assert converted.count(b"\n") == converted.count(b"\r\n")
