@@ -101,6 +101,10 @@ def parse(source: bytes, path: str) -> cst.Module:
 def syntax_error(source: bytes, path: str, error: cst.ParserSyntaxError) -> ConversionError:
     """Prefer CPython's own message ("'(' was never closed") over the parser's token list; fall
     back to libcst's when CPython accepts the code (syntax newer than libcst's grammar)."""
+    if b"\x00" in source:
+        # Both parsers put a null byte at line 1; point at the byte itself.
+        line, column = byte_position(source, source.index(b"\x00"))
+        return ConversionError(path, line, column, "syntax error: source contains a null byte")
     try:
         compile(source, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
     except SyntaxError as python_error:
@@ -108,8 +112,6 @@ def syntax_error(source: bytes, path: str, error: cst.ParserSyntaxError) -> Conv
             path, python_error.lineno or error.editor_line, python_error.offset or 1,
             f"syntax error: {python_error.msg}",
         )
-    except ValueError as python_error:  # null bytes, on Python versions that say so this way
-        return ConversionError(path, error.editor_line, error.editor_column, f"syntax error: {python_error}")
     return ConversionError(path, error.editor_line, error.editor_column, f"syntax error: {error.message}")
 
 

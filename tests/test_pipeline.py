@@ -1,0 +1,171 @@
+"""converter.pipeline: parse once, convert, verify (parses, stable), bytes out; and the file helpers
+it relies on (atomic writes, discovery, config lookup)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+import codemods
+import converter.pipeline as pipeline
+from codemods.base import Change, ConversionOutcome, Options
+from converter.config import ConfigError, load_config
+from converter.files import atomic_write, discover, write_if_different
+from converter.pipeline import ConversionError, convert_source, first_differing_line
+
+OPTIONS = Options()
+
+
+def appending_codemod(suffix: str):
+    """A codemod that appends a statement every time it runs: never stable."""
+    def convert(module: cst.Module, options: Options) -> ConversionOutcome:
+        extra = cst.parse_statement(suffix)
+        return ConversionOutcome(module.with_changes(body=[*module.body, extra]),
+                                 [Change("ACC105", "appended", 1, 0, 1, 1, True)])
+    return convert
+
+
+def identity_codemod(module: cst.Module, options: Options) -> ConversionOutcome:
+    return ConversionOutcome(module, [])
+
+
+def test_file_without_torch_is_returned_without_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_parse(source: bytes) -> cst.Module:
+        raise AssertionError("parsed a file that never mentions torch")
+
+    monkeypatch.setattr(pipeline.cst, "parse_module", no_parse)
+    source = b"def f(:\n"  # not even valid Python: it is never parsed
+    conversion = convert_source(source, OPTIONS, path="x.py")
+    assert conversion.output is source and not conversion.changed
+
+
+def test_unstable_rewrite_is_an_internal_error_naming_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(codemods, "convert_module", appending_codemod("x = 1"), raising=False)
+    with pytest.raises(ConversionError) as caught:
+        convert_source(b"import torch\n", OPTIONS, path="train.py")
+    error = caught.value
+    assert error.path == "train.py" and "converting the result again changes it" in error.message
+    assert str(error).startswith("train.py:3:1: internal error")
+
+
+def test_output_that_does_not_parse_is_an_internal_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Broken:
+        bytes = b"import torch\ndef (:\n"
+
+    monkeypatch.setattr(codemods, "convert_module", lambda module, options: ConversionOutcome(Broken(), []),
+                        raising=False)
+    with pytest.raises(ConversionError, match="does not parse"):
+        convert_source(b"import torch\n", OPTIONS, path="train.py")
+
+
+def test_codemod_crash_is_an_internal_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def crash(module: cst.Module, options: Options) -> ConversionOutcome:
+        raise KeyError("model")
+
+    monkeypatch.setattr(codemods, "convert_module", crash, raising=False)
+    with pytest.raises(ConversionError, match=r"internal error: conversion failed \(KeyError"):
+        convert_source(b"import torch\n", OPTIONS, path="train.py")
+
+
+def test_unchanged_output_skips_the_second_conversion(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+
+    def counting(module: cst.Module, options: Options) -> ConversionOutcome:
+        calls.append(module)
+        return identity_codemod(module, options)
+
+    monkeypatch.setattr(codemods, "convert_module", counting, raising=False)
+    source = b"# -*- coding: latin-1 -*-\r\nimport torch\r\nname = '\xe9'\r\n"
+    conversion = convert_source(source, OPTIONS, path="x.py")
+    assert conversion.output == source and conversion.encoding == "iso-8859-1"
+    assert len(calls) == 1
+
+
+def test_changes_of_switched_off_codes_are_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    def reports(module: cst.Module, options: Options) -> ConversionOutcome:
+        return ConversionOutcome(module, [Change("ACC901", "w", 1, 0, 1, 1, False),
+                                          Change("ACC910", "w", 2, 0, 2, 1, False)])
+
+    monkeypatch.setattr(codemods, "convert_module", reports, raising=False)
+    conversion = convert_source(b"import torch\n", Options(ignore=("ACC91",)), path="x.py")
+    assert [change.code for change in conversion.changes] == ["ACC901"]
+    assert conversion.warnings == conversion.changes and conversion.rewrites == ()
+
+
+@pytest.mark.parametrize("source, position, words", [
+    (b"import torch\nx = (1,\n", (2, 5), "never closed"),
+    (b"import torch\nif x\n    pass\n", (2, 5), "expected ':'"),
+    (b"import torch\nx = 1\x00\n", (2, 6), "null byte"),
+    (b"# coding: no-such-codec\nimport torch\n", (1, 1), "unknown encoding"),
+    (b"import torch\n\n\nx = '\xff'\n", (4, 6), "cannot decode byte 0xff as utf-8"),
+])
+def test_bad_input_becomes_one_positioned_error(source: bytes, position: tuple[int, int], words: str) -> None:
+    with pytest.raises(ConversionError) as caught:
+        convert_source(source, OPTIONS, path="bad.py")
+    error = caught.value
+    assert (error.line, error.column) == position, str(error)
+    assert words in error.message
+    assert "\n" not in str(error)
+
+
+def test_first_differing_line() -> None:
+    assert first_differing_line(b"a\nb\nc\n", b"a\nB\nc\n") == 2
+    assert first_differing_line(b"a\n", b"a\nb\n") == 2
+
+
+# -- files ---------------------------------------------------------------------------------------------
+
+
+def test_atomic_write_leaves_nothing_behind_when_it_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "out.py"
+    target.write_bytes(b"old\n")
+
+    def failing_replace(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError):
+        atomic_write(target, b"new\n")
+    assert target.read_bytes() == b"old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.py"]
+
+
+def test_new_files_get_umask_permissions_and_replaced_files_keep_theirs(tmp_path: Path) -> None:
+    fresh = tmp_path / "fresh.py"
+    atomic_write(fresh, b"x\n")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert fresh.stat().st_mode & 0o777 == 0o666 & ~umask
+    fresh.chmod(0o700)
+    assert write_if_different(fresh, b"y\n")
+    assert fresh.stat().st_mode & 0o777 == 0o700
+    assert not write_if_different(fresh, b"y\n")
+
+
+def test_discover_dedupes_and_keeps_roots(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("")
+    (tmp_path / ".b.py").write_text("")
+    found = discover([tmp_path, tmp_path / "a.py"])
+    assert found == [(tmp_path / "a.py", tmp_path)]
+
+
+# -- config --------------------------------------------------------------------------------------------
+
+
+def test_nearest_pyproject_with_our_table_wins(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.accel-convert]\ntarget = "accelerate"\noom_retry = true\n')
+    inner = tmp_path / "pkg"
+    inner.mkdir()
+    (inner / "pyproject.toml").write_text('[tool.black]\nline-length = 100\n')
+    config = load_config(inner / "train.py")
+    assert config.path == tmp_path / "pyproject.toml"
+    assert config.values == {"target": "accelerate", "oom_retry": True}
+
+
+def test_config_type_errors_name_the_key(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.accel-convert]\nselect = "ACC1"\n')
+    with pytest.raises(ConfigError, match="select must be a list of strings"):
+        load_config(tmp_path)
