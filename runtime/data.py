@@ -183,8 +183,10 @@ class PreparedDataLoader(DataLoader):
         """Real samples in the last global batch (0: it is full), or -1 when unknown/dropped."""
         if self.plan.drop_last or not self.plan.total_batch_size:
             return -1
+        # A sharded stream's own length is already padded to whole batches: count the real data.
+        dataset = self.dataset.dataset if isinstance(self.dataset, IterableShard) else self.dataset
         try:
-            return len(self.dataset) % self.plan.total_batch_size
+            return len(dataset) % self.plan.total_batch_size
         except TypeError:  # an iterable dataset without __len__
             return -1
 
