@@ -1,0 +1,520 @@
+"""ACC111 amp: hand-written mixed precision (GradScaler + autocast) → ``Accelerator(mixed_precision=...)``.
+
+The accelerator owns the scaler and the prepared model autocasts its forward, so the script's own
+machinery goes: the ``GradScaler`` line, ``scaler.update()`` and ``scaler.unscale_(opt)`` are
+removed (``accelerator.clip_grad_norm_`` unscales), ``scaler.scale(loss).backward()`` becomes
+``accelerator.backward(loss)``, ``scaler.step(opt)`` becomes ``opt.step()`` and ``with autocast(...):``
+blocks are dissolved into their body. An ``if use_amp: ... else: ...`` whose two branches are then the
+same collapses into one. The script's own switch is kept: ``GradScaler(enabled=args.amp)`` or
+``if args.amp:`` give ``mixed_precision="fp16" if args.amp else "no"``. A scaler used in any other
+way (saved in a checkpoint, its scale read) is reported (ACC911) and nothing is changed.
+
+Before::
+
+    scaler = torch.cuda.amp.GradScaler(enabled=args.amp)
+    with torch.autocast(device_type="cuda", dtype=torch.float16, enabled=args.amp):
+        loss = criterion(model(data), target)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+
+After::
+
+    accelerator = Accelerator(mixed_precision="fp16" if args.amp else "no")
+    loss = criterion(model(data), target)
+    accelerator.backward(loss)
+    optimizer.step()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import libcst as cst
+
+from codemods.base import Change, Codemod, Options
+from codemods.checkpoint import (
+    PendingChanges,
+    accelerator_call,
+    accelerator_name,
+    binds_name,
+    dotted_name,
+    expression_code,
+    is_accelerator_method,
+    qualified_name,
+)
+from codemods.facts import ScriptFacts
+
+GRAD_SCALERS = frozenset({"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.GradScaler", "torch.cpu.amp.GradScaler"})
+AUTOCASTS = frozenset({"torch.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast", "torch.cpu.amp.autocast"})
+ACCELERATORS = frozenset({"runtime.Accelerator", "accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
+#: The scaler's methods this pass knows how to replace; any other use keeps the script as it is.
+SCALER_METHODS = frozenset({"scale", "step", "update", "unscale_"})
+
+
+class AmpCodemod(Codemod):
+    code = "ACC111"
+    name = "amp"
+    extra_codes = {
+        "ACC911": "mixed precision set up in a way the converter cannot carry over (check by hand)",
+    }
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return facts.uses_torch and any(
+            name in GRAD_SCALERS or name in AUTOCASTS or name in ("torch.cuda.amp", "torch.amp", "torch")
+            for name in facts.imports.values()
+        )
+
+    def transform(
+        self, module: cst.Module, facts: ScriptFacts, options: Options
+    ) -> tuple[cst.Module, list[Change]]:
+        survey = _AmpSurvey(facts)
+        module.visit(survey)
+        pending = PendingChanges()
+        if not survey.scalers and not survey.autocasts:
+            return module, []
+        if survey.other_scaler_uses:
+            for node in survey.other_scaler_uses:
+                pending.add(node, "ACC911", "the GradScaler is used beyond scale/step/update: convert by hand", False)
+            return module, pending.resolve(module)
+        precision = _precision_argument(survey, module, facts)
+        if precision is None:
+            for node in survey.scaler_lines + survey.autocasts:
+                pending.add(node, "ACC911", "no Accelerator(...) to give mixed_precision to", False)
+            return module, pending.resolve(module)
+        rewriter = _AmpRemover(facts, survey, pending)
+        new_module = module.visit(rewriter)
+        new_module = set_accelerator_argument(new_module, facts, "mixed_precision", precision)
+        return new_module, pending.resolve(module)
+
+
+# ---- survey: which names are scalers, where autocast is, which flag switches AMP ------------
+
+
+class _AmpSurvey(cst.CSTVisitor):
+    """One read-only walk: the scaler variables, the autocast calls and the script's AMP switch."""
+
+    def __init__(self, facts: ScriptFacts) -> None:
+        super().__init__()
+        self.facts = facts
+        self.scalers: set[str] = set()
+        self.scaler_lines: list[cst.CSTNode] = []
+        self.autocasts: list[cst.Call] = []
+        self.other_scaler_uses: list[cst.CSTNode] = []
+        #: ``enabled=`` expressions and ``if`` tests around AMP code: the script's switch.
+        self.flags: list[cst.BaseExpression] = []
+        self.bf16 = False
+        self._tests: list[cst.BaseExpression] = []
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self.functions = module_functions(node)
+
+    def visit_If(self, node: cst.If) -> None:
+        self._tests.append(node.test)
+
+    def leave_If(self, original_node: cst.If) -> None:
+        self._tests.pop()
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        value = node.value
+        if isinstance(value, cst.Call) and qualified_name(value.func, self.facts.imports) in GRAD_SCALERS:
+            for target in node.targets:
+                name = dotted_name(target.target)
+                if name:
+                    self.scalers.add(name)
+            self.scaler_lines.append(node)
+            self._note_switch(value)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if qualified_name(node.func, self.facts.imports) in AUTOCASTS:
+            self.autocasts.append(node)
+            self._note_switch(node)
+            for arg in node.args:
+                if arg.keyword and arg.keyword.value == "dtype" and dotted_name(arg.value) in (
+                    "torch.bfloat16", "bfloat16",
+                ):
+                    self.bf16 = True
+
+    def _note_switch(self, call: cst.Call) -> None:
+        for arg in call.args:
+            if arg.keyword and arg.keyword.value == "enabled" and not _is_true(arg.value):
+                self.flags.append(arg.value)
+        self.flags.extend(self._tests[-1:])
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        checker = _ScalerUseChecker(self.scalers, self.functions)
+        original_node.visit(checker)
+        self.other_scaler_uses = checker.other_uses
+
+
+class _ScalerUseChecker(cst.CSTVisitor):
+    """Finds uses of a scaler other than ``scaler.<known method>(...)`` and its own assignment."""
+
+    def __init__(self, scalers: set[str], functions: dict[str, list[str]]) -> None:
+        self.scalers = scalers
+        self.functions = functions
+        self.other_uses: list[cst.CSTNode] = []
+        self._fine: set[int] = set()
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self._fine.add(id(node.name))
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._fine.add(id(node.target))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and dotted_name(func.value) in self.scalers:
+            if func.attr.value in SCALER_METHODS:
+                self._fine.add(id(func.value))
+        for arg in passed_through(node, self.scalers, self.functions):
+            self._fine.add(id(arg.value))
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value in self.scalers and id(node) not in self._fine:
+            self.other_uses.append(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        if dotted_name(node) in self.scalers and id(node) not in self._fine:
+            self.other_uses.append(node)
+            return False
+        if id(node) in self._fine:
+            return False
+        return True
+
+
+def module_functions(module: cst.Module) -> dict[str, list[str]]:
+    """Module-level function name → its positional-or-keyword parameter names."""
+    return {
+        s.name.value: [p.name.value for p in [*s.params.posonly_params, *s.params.params]]
+        for s in module.body
+        if isinstance(s, cst.FunctionDef)
+    }
+
+
+def passed_through(call: cst.Call, names: set[str], functions: dict[str, list[str]]) -> list[cst.Arg]:
+    """Arguments that hand one of ``names`` to a function of this file under the same parameter
+    name (``train(..., scaler)`` into ``def train(..., scaler)``): both can go together."""
+    callee = dotted_name(call.func)
+    params = functions.get(callee or "")
+    if params is None:
+        return []
+    found = []
+    for index, arg in enumerate(call.args):
+        name = dotted_name(arg.value) if isinstance(arg.value, cst.Name) else None
+        if name not in names:
+            continue
+        if arg.keyword is not None:
+            if arg.keyword.value == name:
+                found.append(arg)
+        elif index < len(params) and params[index] == name and all(a.keyword is None for a in call.args[:index]):
+            found.append(arg)
+    return found
+
+
+def without(items: Sequence, dropped: Sequence) -> list:
+    """``items`` minus ``dropped`` (by identity), with the new last item's trailing comma as the
+    old last item had it."""
+    kept = [item for item in items if not any(item is d for d in dropped)]
+    if kept and items and kept[-1] is not items[-1]:
+        kept[-1] = kept[-1].with_changes(comma=items[-1].comma)
+    return kept
+
+
+def _is_true(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "True"
+
+
+# ---- the Accelerator(...) call ----------------------------------------------------------------
+
+
+def _precision_argument(survey: _AmpSurvey, module: cst.Module, facts: ScriptFacts) -> cst.BaseExpression | None:
+    """``"fp16"``/``"bf16"``, or ``"fp16" if <flag> else "no"`` when the script has its own switch
+    and that switch exists where the accelerator is created."""
+    creation = find_accelerator_creation(module, facts)
+    if creation is None:
+        return None
+    precision = cst.SimpleString('"bf16"' if survey.bf16 else '"fp16"')
+    flag = _common_flag(survey.flags)
+    if flag is None:
+        return precision
+    if not expression_available(flag, creation):
+        flag = _value_assigned_later(flag, creation)
+        if flag is None or not expression_available(flag, creation):
+            return precision
+    return cst.IfExp(test=flag, body=precision, orelse=cst.SimpleString('"no"'))
+
+
+def _value_assigned_later(flag: cst.BaseExpression, creation: AcceleratorCreation) -> cst.BaseExpression | None:
+    """For a switch set after the accelerator exists (``use_amp = args.amp``), the value it gets,
+    when exactly one simple assignment of the same body sets it."""
+    if not isinstance(flag, cst.Name):
+        return None
+    values = [
+        small.value
+        for statement in creation.statements_after
+        if isinstance(statement, cst.SimpleStatementLine)
+        for small in statement.body
+        if isinstance(small, cst.Assign)
+        and len(small.targets) == 1
+        and dotted_name(small.targets[0].target) == flag.value
+    ]
+    return values[0] if len(values) == 1 else None
+
+
+def _common_flag(flags: Sequence[cst.BaseExpression]) -> cst.BaseExpression | None:
+    if not flags:
+        return None
+    first = flags[0]
+    return first if all(f.deep_equals(first) for f in flags) else None
+
+
+@dataclass
+class AcceleratorCreation:
+    """Where ``accelerator = Accelerator(...)`` is: the statements that run before it in its body,
+    and the parameters of the function holding it."""
+
+    statements_before: list[cst.CSTNode]
+    parameters: set[str]
+    module_statements: list[cst.CSTNode]
+    statements_after: list[cst.CSTNode]
+
+
+def find_accelerator_creation(module: cst.Module, facts: ScriptFacts) -> AcceleratorCreation | None:
+    """The statement creating the accelerator, searched at module level and in module-level functions."""
+    for index, statement in enumerate(module.body):
+        if _creates_accelerator(statement, facts):
+            return AcceleratorCreation(list(module.body[:index]), set(), [], list(module.body[index + 1 :]))
+        if isinstance(statement, cst.FunctionDef) and isinstance(statement.body, cst.IndentedBlock):
+            body = list(statement.body.body)
+            for inner_index, inner in enumerate(body):
+                if _creates_accelerator(inner, facts):
+                    params = statement.params
+                    names = {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
+                    return AcceleratorCreation(
+                        body[:inner_index], names, list(module.body[:index]), body[inner_index + 1 :]
+                    )
+    return None
+
+
+def _creates_accelerator(statement: cst.CSTNode, facts: ScriptFacts) -> bool:
+    return _accelerator_call_of(statement, facts) is not None
+
+
+def _accelerator_call_of(statement: cst.CSTNode, facts: ScriptFacts) -> cst.Call | None:
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    assign = statement.body[0]
+    if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call):
+        return None
+    if dotted_name(assign.targets[0].target) != accelerator_name(facts):
+        return None
+    callee = qualified_name(assign.value.func, facts.imports)
+    return assign.value if callee in ACCELERATORS or dotted_name(assign.value.func) == "Accelerator" else None
+
+
+def expression_available(expression: cst.BaseExpression, creation: AcceleratorCreation) -> bool:
+    """Whether every name the expression reads is bound before the accelerator is created
+    (a parameter, an earlier statement of the same body, or module-level code/imports)."""
+    reader = _NameReader()
+    expression.visit(reader)
+    for name in reader.names:
+        if name in creation.parameters or name in ("True", "False", "None"):
+            continue
+        if binds_name(creation.statements_before, name) or _module_binds(creation.module_statements, name):
+            continue
+        return False
+    return True
+
+
+def _module_binds(statements: Sequence[cst.CSTNode], name: str) -> bool:
+    for statement in statements:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) and statement.name.value == name:
+            return True
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar):
+                    for alias in small.names:
+                        bound = alias.asname.name if alias.asname else alias.name
+                        if dotted_name(bound) and dotted_name(bound).split(".")[0] == name:
+                            return True
+    return binds_name(statements, name)
+
+
+class _NameReader(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False
+
+
+def set_accelerator_argument(
+    module: cst.Module, facts: ScriptFacts, keyword: str, value: cst.BaseExpression
+) -> cst.Module:
+    """Give the ``Accelerator(...)`` call ``keyword=value`` unless it already has that keyword."""
+    return module.visit(_AcceleratorArgument(facts, keyword, value))
+
+
+class _AcceleratorArgument(cst.CSTTransformer):
+    def __init__(self, facts: ScriptFacts, keyword: str, value: cst.BaseExpression) -> None:
+        super().__init__()
+        self.facts, self.keyword, self.value = facts, keyword, value
+        self.done = False
+
+    def leave_SimpleStatementLine(self, original_node, updated_node):
+        call = _accelerator_call_of(updated_node, self.facts)
+        if call is None or self.done:
+            return updated_node
+        self.done = True
+        if any(a.keyword and a.keyword.value == self.keyword for a in call.args):
+            return updated_node
+        args = list(call.args)
+        if args:
+            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        args.append(cst.Arg(self.value, keyword=cst.Name(self.keyword), equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))))
+        assign = updated_node.body[0].with_changes(value=call.with_changes(args=args))
+        return updated_node.with_changes(body=[assign])
+
+
+# ---- the rewrite --------------------------------------------------------------------------------
+
+
+class _AmpRemover(cst.CSTTransformer):
+    def __init__(self, facts: ScriptFacts, survey: _AmpSurvey, pending: PendingChanges) -> None:
+        super().__init__()
+        self.facts = facts
+        self.scalers = survey.scalers
+        self.pending = pending
+        self.flag = _common_flag(survey.flags)
+        self.functions = survey.functions
+
+    def leave_Parameters(self, original_node: cst.Parameters, updated_node: cst.Parameters) -> cst.Parameters:
+        dropped = [p for p in updated_node.params if p.name.value in self.scalers]
+        if not dropped:
+            return updated_node
+        return updated_node.with_changes(params=without(updated_node.params, dropped))
+
+    def _scaler_method(self, node: cst.CSTNode) -> tuple[str, cst.Call] | None:
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            if dotted_name(node.func.value) in self.scalers:
+                return node.func.attr.value, node
+        return None
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        handed_over = passed_through(updated_node, self.scalers, self.functions)
+        if handed_over:
+            updated_node = updated_node.with_changes(args=without(updated_node.args, handed_over))
+        # scaler.scale(loss).backward() → accelerator.backward(loss)
+        func = updated_node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "backward":
+            scaled = self._scaler_method(func.value)
+            if scaled and scaled[0] == "scale" and scaled[1].args:
+                return accelerator_call(self.facts, "backward", scaled[1].args[0].value, *updated_node.args)
+        # accelerator.backward(scaler.scale(loss)) (the backward pass ran first) → accelerator.backward(loss)
+        if is_accelerator_method(updated_node, self.facts, "backward") and updated_node.args:
+            scaled = self._scaler_method(updated_node.args[0].value)
+            if scaled and scaled[0] == "scale" and scaled[1].args:
+                first = updated_node.args[0].with_changes(value=scaled[1].args[0].value)
+                return updated_node.with_changes(args=[first, *updated_node.args[1:]])
+        # scaler.step(optimizer) → optimizer.step()
+        step = self._scaler_method(updated_node)
+        if step and step[0] == "step" and updated_node.args:
+            optimizer = updated_node.args[0].value
+            rest = list(updated_node.args[1:])
+            return cst.Call(func=cst.Attribute(value=optimizer, attr=cst.Name("step")), args=rest)
+        return updated_node
+
+    def leave_SimpleStatementLine(self, original_node, updated_node):
+        kept = [s for s in updated_node.body if not self._removable(s)]
+        if len(kept) == len(updated_node.body):
+            return updated_node
+        self.pending.add(original_node, AmpCodemod.code, "GradScaler bookkeeping removed: the accelerator scales", True)
+        if not kept:
+            return cst.RemoveFromParent()
+        return updated_node.with_changes(body=kept)
+
+    def _removable(self, statement: cst.BaseSmallStatement) -> bool:
+        if isinstance(statement, cst.Expr):
+            method = self._scaler_method(statement.value)
+            return method is not None and method[0] in ("update", "unscale_")
+        if isinstance(statement, cst.Assign) and isinstance(statement.value, cst.Call):
+            return qualified_name(statement.value.func, self.facts.imports) in GRAD_SCALERS
+        return False
+
+    def leave_With(self, original_node: cst.With, updated_node: cst.With):
+        items = [i for i in updated_node.items if not _is_autocast(i.item, self.facts)]
+        if len(items) == len(updated_node.items):
+            return updated_node
+        self.pending.add(original_node, AmpCodemod.code, "autocast block dissolved: the prepared model autocasts", True)
+        if items:
+            items[-1] = items[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            return updated_node.with_changes(items=items)
+        body = updated_node.body
+        statements = list(body.body) if isinstance(body, cst.IndentedBlock) else [cst.SimpleStatementLine(body.body)]
+        if statements:
+            statements[0] = statements[0].with_changes(
+                leading_lines=[*updated_node.leading_lines, *statements[0].leading_lines]
+            )
+        return cst.FlattenSentinel(statements)
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If):
+        """``if use_amp: A else: A`` (the same after the rewrite) → ``A``."""
+        orelse = updated_node.orelse
+        if not isinstance(orelse, cst.Else) or not isinstance(updated_node.body, cst.IndentedBlock):
+            return updated_node
+        if self.flag is None or not updated_node.test.deep_equals(self.flag):
+            if not _mentions_amp(original_node, self.facts, self.scalers):
+                return updated_node
+        if not isinstance(orelse.body, cst.IndentedBlock) or not _same_statements(updated_node.body.body, orelse.body.body):
+            return updated_node
+        self.pending.add(original_node, AmpCodemod.code, "AMP and plain branches are the same now: one kept", True)
+        statements = list(updated_node.body.body)
+        statements[0] = statements[0].with_changes(
+            leading_lines=[*updated_node.leading_lines, *statements[0].leading_lines]
+        )
+        return cst.FlattenSentinel(statements)
+
+
+def _is_autocast(node: cst.BaseExpression, facts: ScriptFacts) -> bool:
+    return isinstance(node, cst.Call) and qualified_name(node.func, facts.imports) in AUTOCASTS
+
+
+def _mentions_amp(node: cst.CSTNode, facts: ScriptFacts, scalers: set[str]) -> bool:
+    finder = _AmpMention(facts, scalers)
+    node.visit(finder)
+    return finder.found
+
+
+class _AmpMention(cst.CSTVisitor):
+    def __init__(self, facts: ScriptFacts, scalers: set[str]) -> None:
+        self.facts, self.scalers, self.found = facts, scalers, False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if _is_autocast(node, self.facts):
+            self.found = True
+        if isinstance(node.func, cst.Attribute) and dotted_name(node.func.value) in self.scalers:
+            self.found = True
+
+
+def _same_statements(first: Sequence[cst.BaseStatement], second: Sequence[cst.BaseStatement]) -> bool:
+    """Same code, line by line, ignoring blank lines and comments above each statement."""
+    if len(first) != len(second):
+        return False
+    return all(
+        _statement_code(a) == _statement_code(b) for a, b in zip(first, second)
+    )
+
+
+def _statement_code(statement: cst.BaseStatement) -> str:
+    return cst.Module(body=[statement.with_changes(leading_lines=())]).code
