@@ -1,0 +1,56 @@
+"""Distributed training on torch.distributed with Hugging Face Accelerate's API.
+
+Converted scripts do ``from runtime import Accelerator, DistributedDataParallelKwargs,
+find_executable_batch_size, set_seed`` and run under ``torchrun`` / ``accel-launch`` (several
+processes, one per GPU or CPU worker) or plain ``python`` (one process, identical results to the
+original script).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runtime.accelerator import Accelerator
+from runtime.handlers import (
+    AutocastKwargs,
+    DataLoaderConfiguration,
+    DistributedDataParallelKwargs,
+    GradientAccumulationPlugin,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    ProjectConfiguration,
+)
+from runtime.state import DistributedType, PartialState
+from runtime.utils import set_seed
+
+__all__ = [
+    "Accelerator",
+    "AutocastKwargs",
+    "DataLoaderConfiguration",
+    "DistributedDataParallelKwargs",
+    "DistributedType",
+    "GradScalerKwargs",
+    "GradientAccumulationPlugin",
+    "InitProcessGroupKwargs",
+    "PartialState",
+    "ProjectConfiguration",
+    "find_executable_batch_size",
+    "release_memory",
+    "set_seed",
+    "skip_first_batches",
+]
+
+_LAZY = {
+    "find_executable_batch_size": "runtime.memory",
+    "release_memory": "runtime.memory",
+    "skip_first_batches": "runtime.data",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Loaded on first use: these modules are large and not every script needs them.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'runtime' has no attribute {name!r}")

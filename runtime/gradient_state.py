@@ -32,6 +32,10 @@ class GradientState:
     #: Real samples in the innermost loader's last global batch; 0 when it divides evenly,
     #: -1 when unknown (no ``len``, or ``drop_last``) and nothing may be dropped.
     remainder: int = -1
+    #: ``accumulate()`` forces a sync on a loader's last batch (GradientAccumulationPlugin option).
+    sync_with_dataloader: bool = True
+    #: Reduce gradients on every batch even while accumulating (GradientAccumulationPlugin option).
+    sync_each_batch: bool = False
 
     @property
     def active_dataloader(self) -> Any | None:

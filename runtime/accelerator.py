@@ -1,0 +1,643 @@
+"""The ``Accelerator`` facade: Accelerate's API for the parts training scripts use, on torch.distributed.
+
+A converted script does four things with it, and each maps to a small piece of this package:
+
+1. ``Accelerator(...)`` reads the launcher's environment and joins the process group
+   (:mod:`runtime.state`).
+2. ``prepare(model, optimizer, loader, scheduler)`` moves the model to the device and wraps it in
+   DDP (:mod:`runtime.ddp`), wraps optimizer and scheduler (:mod:`runtime.wrappers`), and shards
+   the loader (:mod:`runtime.data`).
+3. In the loop, ``backward`` scales the loss for accumulation/fp16, ``accumulate`` skips the
+   gradient all-reduce on non-sync steps, ``clip_grad_norm_`` unscales first
+   (:mod:`runtime.precision`).
+4. In evaluation, ``gather_for_metrics`` collects every rank's predictions and drops the
+   duplicates even batching added (:mod:`runtime.collectives`).
+
+Deliberate differences from Accelerate are listed in the docstrings where they happen:
+``split_batches=`` is honoured, fp16 on CPU really runs, DDP handles unused parameters by itself,
+``save`` writes atomically, and unsupported options raise instead of being ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DataParallel, DistributedDataParallel
+from torch.utils.data import DataLoader
+
+from runtime import collectives, precision
+from runtime.ddp import register_comm_hook, wrap_in_ddp
+from runtime.gradient_state import GradientState
+from runtime.handlers import (
+    SUPPORTED_KWARGS_HANDLERS,
+    AutocastKwargs,
+    DataLoaderConfiguration,
+    DistributedDataParallelKwargs,
+    GradientAccumulationPlugin,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    KwargsHandler,
+    ProjectConfiguration,
+)
+from runtime.state import DistributedType, ProcessState, detect_state
+from runtime.wrappers import AcceleratedOptimizer, AcceleratedScheduler
+
+_NOT_SET: Any = object()
+
+#: Accelerate constructor arguments for engines this runtime does not provide.
+_UNSUPPORTED_ENGINES = (
+    "deepspeed_plugin", "fsdp_plugin", "torch_tp_plugin", "megatron_lm_plugin",
+    "dynamo_plugin", "deepspeed_plugins", "parallelism_config",
+)
+
+
+def _collect_handlers(kwargs_handlers: Sequence[KwargsHandler] | None) -> dict[type, KwargsHandler]:
+    """One handler per class, each of a kind we support."""
+    found: dict[type, KwargsHandler] = {}
+    for handler in kwargs_handlers or []:
+        if not isinstance(handler, SUPPORTED_KWARGS_HANDLERS):
+            names = ", ".join(cls.__name__ for cls in SUPPORTED_KWARGS_HANDLERS)
+            raise ValueError(f"kwargs_handlers: {handler!r} is not supported by runtime (supported: {names})")
+        if type(handler) in found:
+            raise ValueError(f"kwargs_handlers: you can only pass one {type(handler).__name__}")
+        found[type(handler)] = handler
+    return found
+
+
+def _accumulation_plugin(steps: int, plugin: GradientAccumulationPlugin | None) -> GradientAccumulationPlugin:
+    """The plugin, built from ``gradient_accumulation_steps`` (or the launcher's env var) if absent."""
+    if plugin is not None:
+        if steps != 1:
+            raise ValueError("pass either gradient_accumulation_steps or gradient_accumulation_plugin, not both")
+        if plugin.num_steps is None:
+            raise ValueError("GradientAccumulationPlugin(num_steps=...) is required")
+        return plugin
+    steps = int(os.environ.get("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", steps))
+    if steps < 1:
+        raise ValueError(f"gradient_accumulation_steps must be >= 1, got {steps}")
+    return GradientAccumulationPlugin(num_steps=steps)
+
+
+def _data_config(config: DataLoaderConfiguration | None, split_batches: Any, even_batches: Any,
+                 dispatch_batches: Any) -> DataLoaderConfiguration:
+    """Merge the legacy ``split_batches=``/``even_batches=`` arguments into one configuration.
+
+    Accelerate ignores ``Accelerator(split_batches=True)`` since 1.0; we honour it.
+    """
+    legacy = {name: value for name, value in
+              (("split_batches", split_batches), ("even_batches", even_batches),
+               ("dispatch_batches", dispatch_batches)) if value is not _NOT_SET}
+    if config is not None and legacy:
+        raise ValueError(f"pass {', '.join(legacy)} inside dataloader_config=DataLoaderConfiguration(...), "
+                         "not next to it")
+    return config if config is not None else DataLoaderConfiguration(**legacy)
+
+
+def _check_log_with(log_with: Any) -> None:
+    if log_with not in (None, [], (), ""):
+        raise ValueError(
+            f"log_with={log_with!r}: experiment trackers are not supported by runtime; "
+            "log from `if accelerator.is_main_process:` with the tracker's own API"
+        )
+
+
+def _mark_prepared(obj: Any) -> Any:
+    try:
+        obj._is_accelerate_prepared = True
+    except AttributeError:  # objects with __slots__: nothing to remember the flag on
+        pass
+    return obj
+
+
+class Accelerator:
+    """Distributed training in a few calls: ``prepare`` the objects, ``backward`` the loss, and
+    ``gather_for_metrics`` the predictions. Same constructor arguments as Accelerate's for
+    DDP/CPU training; anything this runtime cannot honour raises a ``ValueError``.
+    """
+
+    def __init__(
+        self,
+        device_placement: bool = True,
+        split_batches: bool = _NOT_SET,
+        mixed_precision: str | None = None,
+        gradient_accumulation_steps: int = 1,
+        cpu: bool = False,
+        dataloader_config: DataLoaderConfiguration | None = None,
+        rng_types: list[str] | None = None,
+        log_with: Any = None,
+        project_dir: str | None = None,
+        project_config: ProjectConfiguration | None = None,
+        gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
+        step_scheduler_with_optimizer: bool = True,
+        kwargs_handlers: list[KwargsHandler] | None = None,
+        dynamo_backend: str | None = None,
+        even_batches: bool = _NOT_SET,
+        dispatch_batches: bool | None = _NOT_SET,
+        **unsupported: Any,
+    ) -> None:
+        self._reject_unsupported(unsupported, dynamo_backend)
+        _check_log_with(log_with)
+        handlers = _collect_handlers(kwargs_handlers)
+        self.ddp_handler = handlers.get(DistributedDataParallelKwargs)
+        self.scaler_handler = handlers.get(GradScalerKwargs)
+        self.init_handler = handlers.get(InitProcessGroupKwargs)
+        self.autocast_handler = handlers.get(AutocastKwargs)
+        self.dataloader_config = _data_config(dataloader_config, split_batches, even_batches, dispatch_batches)
+        self.project_configuration = project_config or ProjectConfiguration(project_dir=project_dir)
+        if project_dir is not None and project_config is not None:
+            self.project_configuration.set_directories(project_dir)
+
+        mixed = precision.resolve_mixed_precision(mixed_precision)
+        init_kwargs = self.init_handler.to_kwargs() if self.init_handler else {}
+        self.state: ProcessState = detect_state(cpu=cpu, init_kwargs=init_kwargs, mixed_precision=mixed)
+        precision.check_device_supports(mixed, self.state.device)
+        scaler_kwargs = self.scaler_handler.to_kwargs() if self.scaler_handler else {}
+        self.scaler = precision.make_grad_scaler(mixed, self.state.device, scaler_kwargs)
+        self.native_amp = mixed != "no"
+
+        plugin = _accumulation_plugin(gradient_accumulation_steps, gradient_accumulation_plugin)
+        self.gradient_state = GradientState(num_steps=plugin.num_steps,
+                                            sync_with_dataloader=plugin.sync_with_dataloader,
+                                            sync_each_batch=plugin.sync_each_batch)
+
+        self.device_placement = device_placement
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self.rng_types = ["generator"] if rng_types is None else list(rng_types)
+        self.step = 0
+        self.flag_tensor: torch.Tensor | None = None
+        self._models: list[torch.nn.Module] = []
+        self._optimizers: list[AcceleratedOptimizer] = []
+        self._schedulers: list[AcceleratedScheduler] = []
+        self._dataloaders: list[DataLoader] = []
+        self._custom_objects: list[Any] = []
+
+    @staticmethod
+    def _reject_unsupported(unsupported: dict[str, Any], dynamo_backend: str | None) -> None:
+        if dynamo_backend not in (None, "no", "NO"):
+            raise ValueError(f"dynamo_backend={dynamo_backend!r} is not supported by runtime; "
+                             "call torch.compile on the model yourself")
+        engines = {name: value for name, value in unsupported.items() if name in _UNSUPPORTED_ENGINES}
+        for name, value in engines.items():
+            if value is not None:
+                raise ValueError(f"Accelerator({name}=...) is not supported by runtime (DDP only)")
+        unknown = sorted(set(unsupported) - set(_UNSUPPORTED_ENGINES))
+        if unknown:
+            raise TypeError(f"Accelerator() got unknown argument(s): {', '.join(unknown)}")
+
+    # ------------------------------------------------------------------ where am I
+    @property
+    def device(self) -> torch.device:
+        return self.state.device
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        return self.state.distributed_type
+
+    @property
+    def num_processes(self) -> int:
+        return self.state.num_processes
+
+    @property
+    def process_index(self) -> int:
+        return self.state.process_index
+
+    @property
+    def local_process_index(self) -> int:
+        return self.state.local_process_index
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.state.is_main_process
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.state.is_local_main_process
+
+    @property
+    def is_last_process(self) -> bool:
+        return self.state.is_last_process
+
+    @property
+    def use_distributed(self) -> bool:
+        return self.state.use_distributed
+
+    @property
+    def mixed_precision(self) -> str:
+        return self.state.mixed_precision
+
+    @property
+    def split_batches(self) -> bool:
+        return self.dataloader_config.split_batches
+
+    @property
+    def even_batches(self) -> bool:
+        return self.dataloader_config.even_batches
+
+    @even_batches.setter
+    def even_batches(self, value: bool) -> None:
+        self.dataloader_config.even_batches = value
+
+    @property
+    def project_dir(self) -> str | None:
+        return self.project_configuration.project_dir
+
+    @property
+    def logging_dir(self) -> str | None:
+        return self.project_configuration.logging_dir
+
+    # ------------------------------------------------------------------ prepare
+    def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
+        """Prepare models, optimizers, schedulers and data loaders; return them in the same order.
+
+        Loaders, models and optimizers are prepared first, then schedulers (they need the wrapped
+        optimizers). Other objects pass through unchanged; one argument returns one object.
+        Preparing an already prepared object returns it unchanged.
+        """
+        if device_placement is None:
+            device_placement = [None] * len(args)
+        elif len(device_placement) != len(args):
+            raise ValueError(f"device_placement has {len(device_placement)} entries for {len(args)} objects")
+        first = [self._prepare_one(obj, placement, schedulers=False)
+                 for obj, placement in zip(args, device_placement)]
+        result = tuple(self._prepare_one(obj, placement, schedulers=True)
+                       for obj, placement in zip(first, device_placement))
+        return result[0] if len(result) == 1 else result
+
+    def _prepare_one(self, obj: Any, placement: bool | None, *, schedulers: bool) -> Any:
+        if getattr(obj, "_is_accelerate_prepared", False):
+            return obj
+        if schedulers:
+            if isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
+                return self.prepare_scheduler(obj)
+            return obj
+        if isinstance(obj, DataLoader):
+            return self.prepare_data_loader(obj, device_placement=placement)
+        if isinstance(obj, torch.nn.Module):
+            return self.prepare_model(obj, device_placement=placement)
+        if isinstance(obj, torch.optim.Optimizer):
+            return self.prepare_optimizer(obj, device_placement=placement)
+        return obj
+
+    def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
+                      evaluation_mode: bool = False) -> torch.nn.Module:
+        """Autocast the forward (mixed precision), move to the device, wrap in DDP when distributed.
+
+        ``evaluation_mode=True`` skips DDP (inference needs no gradient reduction).
+        """
+        if getattr(model, "_is_accelerate_prepared", False):
+            return model
+        placement = self.device_placement if device_placement is None else device_placement
+        self._models.append(model)
+        if self.native_amp:
+            precision.patch_forward(model, self.autocast)
+        if placement:
+            model.to(self.device)
+        wants_ddp = self.use_distributed and not evaluation_mode
+        if wants_ddp and any(param.requires_grad for param in model.parameters()):
+            user_kwargs = self.ddp_handler.to_kwargs() if self.ddp_handler else {}
+            model = wrap_in_ddp(model, self.device, user_kwargs)
+            register_comm_hook(model, user_kwargs)
+        return _mark_prepared(model)
+
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer,
+                          device_placement: bool | None = None) -> AcceleratedOptimizer:
+        """Wrap so that ``step``/``zero_grad`` act only on sync steps (and go through the GradScaler)."""
+        if getattr(optimizer, "_is_accelerate_prepared", False):
+            return optimizer  # type: ignore[return-value]
+        placement = self.device_placement if device_placement is None else device_placement
+        wrapped = AcceleratedOptimizer(optimizer, self.gradient_state, self.scaler, move_state=placement)
+        self._optimizers.append(wrapped)
+        return _mark_prepared(wrapped)
+
+    def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
+        """Wrap so that the schedule advances with real optimizer steps (``num_processes`` times each)."""
+        if getattr(scheduler, "_is_accelerate_prepared", False):
+            return scheduler
+        inner = getattr(scheduler, "optimizer", None)
+        mine = [opt for opt in self._optimizers if inner is opt or inner is opt.optimizer]
+        wrapped = AcceleratedScheduler(
+            scheduler, mine or list(self._optimizers), self.gradient_state, self.num_processes,
+            step_with_optimizer=self.step_scheduler_with_optimizer, split_batches=self.split_batches,
+        )
+        self._schedulers.append(wrapped)
+        return _mark_prepared(wrapped)
+
+    def prepare_data_loader(self, data_loader: DataLoader, device_placement: bool | None = None,
+                            slice_fn_for_dispatch: Any = None) -> DataLoader:
+        """Shard the loader: this rank's batches, moved to the device, end-of-epoch bookkeeping."""
+        from runtime.data import prepare_data_loader
+
+        if getattr(data_loader, "_is_accelerate_prepared", False):
+            return data_loader
+        placement = self.device_placement if device_placement is None else device_placement
+        config = self.dataloader_config
+        prepared = prepare_data_loader(
+            data_loader, device=self.device if placement else None,
+            num_processes=self.num_processes, process_index=self.process_index,
+            split_batches=config.split_batches, even_batches=config.even_batches,
+            gradient_state=self.gradient_state, rng_types=list(self.rng_types),
+            non_blocking=config.non_blocking, use_seedable_sampler=config.use_seedable_sampler,
+            data_seed=config.data_seed,
+        )
+        self._dataloaders.append(prepared)
+        return _mark_prepared(prepared)
+
+    def skip_first_batches(self, dataloader: DataLoader, num_batches: int = 0) -> DataLoader:
+        """A loader that resumes mid-epoch: the first ``num_batches`` (per-rank) batches are skipped."""
+        from runtime.data import skip_first_batches
+
+        return skip_first_batches(dataloader, num_batches)
+
+    # ------------------------------------------------------------------ training step
+    @property
+    def sync_gradients(self) -> bool:
+        """True when this step's gradients are complete: reduce them and step the optimizer."""
+        return self.gradient_state.sync_gradients
+
+    @sync_gradients.setter
+    def sync_gradients(self, value: bool) -> None:
+        self.gradient_state.sync_gradients = value
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        return self.gradient_state.num_steps
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, steps: int) -> None:
+        self.gradient_state.num_steps = steps
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """``loss.backward()``, divided by the accumulation steps (always, as Accelerate) and scaled
+        by the GradScaler under fp16."""
+        loss = loss / self.gradient_accumulation_steps
+        if self.scaler is not None:
+            loss = self.scaler.scale(loss)
+        loss.backward(**kwargs)
+
+    def _advance_accumulation(self) -> None:
+        # A loader's last batch always syncs, so no partial gradient leaks into the next epoch.
+        state = self.gradient_state
+        if state.sync_with_dataloader and state.end_of_dataloader:
+            state.step = 0
+            state.sync_gradients = True
+        else:
+            state.step += 1
+            state.sync_gradients = state.step % state.num_steps == 0
+
+    @contextlib.contextmanager
+    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
+        """One batch of gradient accumulation: sets ``sync_gradients`` and, on non-sync steps,
+        skips DDP's all-reduce for ``models`` (their gradients just add up locally)."""
+        self._advance_accumulation()
+        skip_reduce = not self.sync_gradients and not (
+            self.use_distributed and self.gradient_state.sync_each_batch)
+        with contextlib.ExitStack() as stack:
+            if skip_reduce:
+                for model in models:
+                    stack.enter_context(self.no_sync(model))
+            yield
+
+    @contextlib.contextmanager
+    def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
+        """DDP's ``no_sync`` for a prepared model when distributed; nothing otherwise."""
+        if self.use_distributed and isinstance(model, DistributedDataParallel):
+            with model.no_sync():
+                yield
+        else:
+            yield
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        """True if a GradScaler skipped the last step of any prepared optimizer (inf/NaN gradients)."""
+        return any(optimizer.step_was_skipped for optimizer in self._optimizers)
+
+    def unscale_gradients(self, optimizer: Any = None) -> None:
+        """Divide gradients by the fp16 loss scale (once per step; a no-op without a GradScaler)."""
+        if optimizer is None:
+            optimizers = self._optimizers
+        else:
+            optimizers = optimizer if isinstance(optimizer, (list, tuple)) else [optimizer]
+        for opt in optimizers:
+            if isinstance(opt, AcceleratedOptimizer):
+                opt.unscale_gradients()
+
+    def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+        """Unscale (fp16), clip the gradients' total norm to ``max_norm``, return the norm before clipping.
+
+        Under fp16 on a non-sync step the gradients are a still-scaled partial sum: their true norm
+        is returned and they are left alone (Accelerate would unscale them, and then fail at the
+        next unscale with "unscale_() has already been called").
+        """
+        parameters = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        if self.scaler is not None and not self.sync_gradients:
+            grads = [param.grad for param in parameters if param.grad is not None]
+            return torch.nn.utils.get_total_norm(grads, norm_type) / self.scaler.get_scale()
+        self.unscale_gradients()
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+
+    def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
+        """Unscale (fp16), then clamp every gradient to ``[-clip_value, clip_value]``."""
+        if self.scaler is not None and not self.sync_gradients:
+            raise RuntimeError("clip_grad_value_ under fp16 is only meaningful on sync steps "
+                               "(check `accelerator.sync_gradients` first)")
+        self.unscale_gradients()
+        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    def autocast(self, autocast_handler: AutocastKwargs | None = None) -> contextlib.AbstractContextManager:
+        """The mixed-precision autocast context, for code outside the prepared model's forward."""
+        handler = autocast_handler or self.autocast_handler
+        kwargs = handler.to_kwargs() if handler else {}
+        return precision.autocast_context(self.device, self.mixed_precision, kwargs)
+
+    # ------------------------------------------------------------------ collectives
+    def gather(self, tensor: Any) -> Any:
+        """Concatenate every rank's tensors (nested structures too) along dim 0, in rank order."""
+        return collectives.gather(tensor)
+
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        """Gather predictions/labels for metrics: every sample exactly once.
+
+        Even batching pads the last global batch with samples from the start of the epoch; on a
+        loader's last batch, only the first ``remainder`` gathered rows are real, the rest are dropped.
+        Non-tensor data goes through ``gather_object``.
+        """
+        as_objects = use_gather_object or not collectives.contains_only_tensors(input_data)
+        data = collectives.gather_object(input_data) if as_objects else collectives.gather(input_data)
+        state = self.gradient_state
+        if state.end_of_dataloader and state.remainder > 0:
+            return collectives.truncate_to(data, state.remainder, object_list=as_objects)
+        return data
+
+    def gather_object(self, obj: Any) -> Any:
+        return collectives.gather_object(obj)
+
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        """All-reduce copies: ``"sum"`` (also ``"none"``, as Accelerate), ``"mean"`` or ``"max"``."""
+        return collectives.reduce(tensor, reduction, scale)
+
+    def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: Any = 0, pad_first: bool = False) -> Any:
+        """Pad along ``dim`` to the largest size on any rank (so the tensors can be gathered)."""
+        return collectives.pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
+
+    def broadcast(self, tensor: Any, from_process: int = 0) -> Any:
+        """Every rank gets ``from_process``'s tensors (in place)."""
+        return collectives.broadcast(tensor, from_process)
+
+    def set_trigger(self) -> None:
+        """Raise a flag on this rank; ``check_trigger`` then returns True on every rank."""
+        self.flag_tensor = torch.tensor(1, device=self.device)
+
+    def check_trigger(self) -> bool:
+        """True on all ranks if any rank called ``set_trigger`` since the last check (then reset)."""
+        flag = self.flag_tensor if self.flag_tensor is not None else torch.tensor(0, device=self.device)
+        if collectives.reduce(flag, "sum").item() >= 1:
+            self.flag_tensor = torch.tensor(0, device=self.device)
+            return True
+        return False
+
+    # ------------------------------------------------------------------ process control
+    def wait_for_everyone(self) -> None:
+        """Barrier: every rank waits here until all have arrived (no-op on one process)."""
+        if self.use_distributed:
+            dist.barrier()
+
+    @contextlib.contextmanager
+    def _first(self, is_first: bool) -> Iterator[None]:
+        if not is_first:
+            self.wait_for_everyone()
+        yield
+        if is_first:
+            self.wait_for_everyone()
+
+    def main_process_first(self) -> contextlib.AbstractContextManager:
+        """Run the body on the main process first (e.g. download/preprocess), then on the others."""
+        return self._first(self.is_main_process)
+
+    def local_main_process_first(self) -> contextlib.AbstractContextManager:
+        """Like ``main_process_first``, per machine."""
+        return self._first(self.is_local_main_process)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` once per machine (on the local main process)."""
+        if self.is_local_main_process:
+            print(*args, **kwargs)
+
+    def _only_if(self, runs_here: bool, function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            return function(*args, **kwargs) if runs_here else None
+
+        return guarded
+
+    def on_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorator: the function runs on the main process only."""
+        return self._only_if(self.is_main_process, function)
+
+    def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorator: the function runs on each machine's main process only."""
+        return self._only_if(self.is_local_main_process, function)
+
+    def on_last_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorator: the function runs on the last process only."""
+        return self._only_if(self.is_last_process, function)
+
+    def on_process(self, function: Callable[..., Any] | None = None, process_index: int = 0) -> Any:
+        """Decorator: the function runs on process ``process_index`` only."""
+        if function is None:
+            return functools.partial(self.on_process, process_index=process_index)
+        return self._only_if(self.process_index == process_index, function)
+
+    @contextlib.contextmanager
+    def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
+        """This rank's contiguous share of a list/tuple/tensor/dict (the first ranks get one extra)."""
+        from runtime.utils import split_for_process
+
+        yield split_for_process(inputs, self.num_processes, self.process_index, apply_padding)
+
+    def end_training(self) -> None:
+        """Leave the process group (call once, at the very end of the script)."""
+        self.wait_for_everyone()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    # ------------------------------------------------------------------ models and files
+    def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,
+                     keep_torch_compile: bool = True) -> torch.nn.Module:
+        """The user's model inside the DDP wrapper (``keep_fp32_wrapper=False`` also removes autocast)."""
+        while isinstance(model, (DistributedDataParallel, DataParallel)):
+            model = model.module
+        if not keep_torch_compile and hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        if not keep_fp32_wrapper:
+            precision.remove_forward_patch(model)
+        return model
+
+    def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
+        """The model's state dict without DDP's ``module.`` prefix."""
+        return (self.unwrap_model(model) if unwrap else model).state_dict()
+
+    def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
+        """``torch.save`` on the main process only, atomically (temp file + rename: never half-written)."""
+        from runtime.utils import atomic_torch_save
+
+        if safe_serialization:
+            raise ValueError("safe_serialization=True needs safetensors, which runtime does not use; "
+                             "drop the argument (files are written with torch.save)")
+        if self.is_main_process:
+            atomic_torch_save(obj, f)
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Also save/load these objects (each needs ``state_dict`` and ``load_state_dict``) in save_state."""
+        invalid = [f"- Item at index {index}, `{type(obj).__name__}`" for index, obj in enumerate(objects)
+                   if not (callable(getattr(obj, "state_dict", None))
+                           and callable(getattr(obj, "load_state_dict", None)))]
+        if invalid:
+            raise ValueError("All `objects` must include a `state_dict` and `load_state_dict` function to be "
+                             "stored. The following inputs are invalid:\n" + "\n".join(invalid))
+        self._custom_objects.extend(objects)
+
+    def save_state(self, output_dir: str | None = None, **kwargs: Any) -> str:
+        """Save models, optimizers, schedulers, scaler, RNG states and registered objects (see runtime.checkpoint)."""
+        from runtime.checkpoint import save_state
+
+        return save_state(self, output_dir, **kwargs)
+
+    def load_state(self, input_dir: str | None = None, **kwargs: Any) -> None:
+        """Restore what ``save_state`` wrote (see runtime.checkpoint)."""
+        from runtime.checkpoint import load_state
+
+        load_state(self, input_dir, **kwargs)
+
+    def free_memory(self, *objects: Any) -> list[Any]:
+        """Forget every prepared object (and release ``objects``); returns Nones to reassign."""
+        from runtime.memory import release_memory
+
+        released = release_memory(*objects)
+        self._models.clear()
+        self._optimizers.clear()
+        self._schedulers.clear()
+        self._dataloaders.clear()
+        self.step = 0
+        return released
+
+    def clear(self, *objects: Any) -> list[Any]:
+        """Alias of :meth:`free_memory`."""
+        return self.free_memory(*objects)
+
+    # ------------------------------------------------------------------ trackers (none)
+    def init_trackers(self, project_name: str, config: Any = None, init_kwargs: Any = None) -> None:
+        """No trackers are configured (``log_with`` must be None): nothing to start."""
+
+    def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: Any = None) -> None:
+        """No trackers are configured: nothing to log to (as Accelerate without ``log_with``)."""
+
+    def __repr__(self) -> str:
+        state = self.state
+        return (f"Accelerator(distributed_type={state.distributed_type.value}, num_processes={state.num_processes}, "
+                f"process_index={state.process_index}, device={state.device}, "
+                f"mixed_precision={state.mixed_precision})")

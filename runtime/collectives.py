@@ -1,0 +1,154 @@
+"""Collectives on nested structures: gather, reduce, broadcast and pad every tensor in a batch.
+
+Training code moves dicts, tuples and namedtuples of tensors around, so each operation walks the
+structure and applies one ``torch.distributed`` call per tensor (all_gather, all_reduce,
+broadcast, all_gather_object). Nothing here talks to sockets itself, and nothing caches a process
+group: each call uses the default group as it is now.
+
+With a single process every function is the identity (``reduce`` returns a copy), so scripts run
+unchanged under plain ``python``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+
+def is_distributed() -> bool:
+    """True when a default process group with more than one rank exists."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def _is_namedtuple(data: Any) -> bool:
+    return isinstance(data, tuple) and hasattr(data, "_fields")
+
+
+def apply_to_tensors(func: Callable[[torch.Tensor], Any], data: Any, op_name: str = "this operation") -> Any:
+    """Rebuild ``data`` (lists, tuples, namedtuples, mappings) with ``func`` applied to every tensor.
+
+    Any other leaf is an error: a Python number cannot be all-gathered, and silently passing it
+    through would give ranks different answers.
+    """
+    if isinstance(data, torch.Tensor):
+        return func(data)
+    if _is_namedtuple(data):
+        return type(data)(*(apply_to_tensors(func, item, op_name) for item in data))
+    if isinstance(data, (list, tuple)):
+        return type(data)(apply_to_tensors(func, item, op_name) for item in data)
+    if isinstance(data, Mapping):
+        return type(data)({key: apply_to_tensors(func, value, op_name) for key, value in data.items()})
+    raise TypeError(
+        f"Unsupported types ({type(data)}) passed to {op_name}: only nested list/tuple/dicts of "
+        "tensors are supported (use gather_object for other Python objects)"
+    )
+
+
+def contains_only_tensors(data: Any) -> bool:
+    """True if every leaf of the nested structure is a tensor."""
+    try:
+        apply_to_tensors(lambda tensor: tensor, data)
+    except TypeError:
+        return False
+    return True
+
+
+def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
+    # all_gather needs a contiguous buffer with at least one dimension to concatenate along.
+    tensor = tensor.reshape(1) if tensor.ndim == 0 else tensor.contiguous()
+    parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, tensor)
+    return torch.cat(parts, dim=0)
+
+
+def gather(data: Any) -> Any:
+    """Concatenate every rank's tensors along dim 0, in rank order (shapes must match across ranks)."""
+    if not is_distributed():
+        return data
+    return apply_to_tensors(_gather_one, data, "gather")
+
+
+def gather_object(obj: Any) -> Any:
+    """Every rank's picklable object, as one list: list/tuple contributions are flattened one level."""
+    if not is_distributed():
+        return obj  # as Accelerate: one process gets its own object back, not wrapped in a list
+    per_rank: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(per_rank, obj)
+    flat: list[Any] = []
+    for item in per_rank:
+        flat.extend(item) if isinstance(item, (list, tuple)) else flat.append(item)
+    return flat
+
+
+def broadcast(data: Any, from_process: int = 0) -> Any:
+    """Overwrite every rank's tensors with ``from_process``'s (in place; the structure is returned)."""
+    if not is_distributed():
+        return data
+
+    def _broadcast_one(tensor: torch.Tensor) -> torch.Tensor:
+        dist.broadcast(tensor, src=from_process)
+        return tensor
+
+    return apply_to_tensors(_broadcast_one, data, "broadcast")
+
+
+def broadcast_object_list(objects: list[Any], from_process: int = 0) -> list[Any]:
+    """Replace the items of ``objects`` on every rank by ``from_process``'s (in place)."""
+    if is_distributed():
+        dist.broadcast_object_list(objects, src=from_process)
+    return objects
+
+
+def reduce(data: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
+    """All-reduce copies of the tensors: ``"max"`` takes the maximum, ``"mean"`` averages, anything
+    else (``"sum"``, and ``"none"`` as in Accelerate) sums. ``scale`` multiplies the result."""
+
+    def _reduce_one(tensor: torch.Tensor) -> torch.Tensor:
+        result = tensor.clone()
+        if not is_distributed():
+            return result
+        op = dist.ReduceOp.MAX if reduction == "max" else dist.ReduceOp.SUM
+        dist.all_reduce(result, op=op)
+        if reduction == "mean":
+            result /= dist.get_world_size()
+        if scale != 1.0:
+            result *= scale
+        return result
+
+    return apply_to_tensors(_reduce_one, data, "reduce")
+
+
+def _pad_one(tensor: torch.Tensor, dim: int, pad_index: Any, pad_first: bool) -> torch.Tensor:
+    if dim >= tensor.ndim or dim < -tensor.ndim:
+        return tensor
+    dim = dim % tensor.ndim
+    # Every rank must call the same collectives, so sizes are exchanged even when equal.
+    size = torch.tensor([tensor.shape[dim]], device=tensor.device)
+    largest = int(_gather_one(size).max())
+    if largest == tensor.shape[dim]:
+        return tensor
+    new_shape = list(tensor.shape)
+    new_shape[dim] = largest
+    padded = tensor.new_full(new_shape, pad_index)
+    start = largest - tensor.shape[dim] if pad_first else 0
+    index = [slice(None)] * tensor.ndim
+    index[dim] = slice(start, start + tensor.shape[dim])
+    padded[tuple(index)] = tensor
+    return padded
+
+
+def pad_across_processes(data: Any, dim: int = 0, pad_index: Any = 0, pad_first: bool = False) -> Any:
+    """Pad each tensor along ``dim`` to the largest size any rank has, so it can be gathered."""
+    if not is_distributed():
+        return data
+    return apply_to_tensors(lambda t: _pad_one(t, dim, pad_index, pad_first), data, "pad_across_processes")
+
+
+def truncate_to(data: Any, num_samples: int, object_list: bool = False) -> Any:
+    """Keep the first ``num_samples`` rows of every tensor, or items of a gathered object list."""
+    if object_list:
+        return data[:num_samples]
+    return apply_to_tensors(lambda tensor: tensor[:num_samples], data, "gather_for_metrics")

@@ -1,0 +1,176 @@
+"""Who am I, how many of us are there, and which device do I train on?
+
+``torchrun`` starts one process per worker and tells each one its place in environment variables:
+``RANK`` (global index), ``WORLD_SIZE``, ``LOCAL_RANK`` (index on this machine),
+``LOCAL_WORLD_SIZE``, and where rank 0 listens (``MASTER_ADDR``/``MASTER_PORT``). That is all a
+process needs to join the *default process group*, through which every collective (all-reduce of
+gradients, gathers of metrics, barriers) travels.
+
+The backend follows the device: NCCL moves CUDA tensors between GPUs, Gloo moves CPU tensors.
+Unlike Accelerate, a plain ``torchrun --nproc_per_node 2 script.py`` on a CPU-only machine gives
+two real ranks over Gloo: no ``ACCELERATE_USE_CPU=1`` needed (Accelerate silently runs two
+independent copies there).
+
+Nothing here caches a ``ProcessGroup``: the default group may be destroyed and re-created between
+OOM retries, so every collective asks ``torch.distributed`` for the current default group.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+class DistributedType(str, Enum):
+    """How the processes are connected (a subset of Accelerate's enum, same string values)."""
+
+    NO = "NO"
+    MULTI_CPU = "MULTI_CPU"
+    MULTI_GPU = "MULTI_GPU"
+
+
+@dataclass(frozen=True)
+class TorchrunEnvironment:
+    """What ``torchrun`` (or any launcher following its conventions) told this process."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+
+
+@dataclass(frozen=True)
+class ProcessState:
+    """This process's place in the job, its device and its precision (``accelerator.state``)."""
+
+    distributed_type: DistributedType
+    num_processes: int
+    process_index: int
+    local_process_index: int
+    device: torch.device
+    backend: str | None
+    mixed_precision: str = "no"
+
+    @property
+    def use_distributed(self) -> bool:
+        """True when gradients and metrics must travel between processes."""
+        return self.distributed_type != DistributedType.NO and self.num_processes > 1
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.process_index == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.local_process_index == 0
+
+    @property
+    def is_last_process(self) -> bool:
+        return self.process_index == self.num_processes - 1
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else None
+
+
+def env_flag(name: str) -> bool:
+    """An environment variable read as a boolean (``1``, ``true``, ``yes``, ``on``)."""
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on", "y"}
+
+
+def read_torchrun_environment() -> TorchrunEnvironment | None:
+    """The launcher's variables, or None when this process was started by plain ``python``."""
+    rank, world_size = _env_int("RANK"), _env_int("WORLD_SIZE")
+    if rank is None or world_size is None:
+        return None
+    local_rank = _env_int("LOCAL_RANK")
+    local_world_size = _env_int("LOCAL_WORLD_SIZE")
+    return TorchrunEnvironment(
+        rank=rank,
+        world_size=world_size,
+        local_rank=rank if local_rank is None else local_rank,
+        local_world_size=world_size if local_world_size is None else local_world_size,
+    )
+
+
+def wants_cpu(cpu: bool) -> bool:
+    """``cpu=True``, or ``ACCELERATE_USE_CPU`` set (what ``accelerate launch --cpu`` exports)."""
+    return cpu or env_flag("ACCELERATE_USE_CPU")
+
+
+def default_backend(use_cuda: bool) -> str:
+    """NCCL for GPUs, Gloo for CPU tensors."""
+    return "nccl" if use_cuda else "gloo"
+
+
+def ensure_process_group(backend: str, init_kwargs: dict[str, Any]) -> None:
+    """Join the default process group once per process (env:// rendezvous from torchrun's variables).
+
+    A group that already exists (created by an earlier ``Accelerator``, or by the script itself)
+    is reused, as long as it does not contradict a backend the user asked for explicitly.
+    """
+    wanted = init_kwargs.get("backend")
+    if dist.is_initialized():
+        current = dist.get_backend()
+        if wanted is not None and wanted != current:
+            raise ValueError(
+                f"the default process group already uses backend {current!r}, cannot switch to "
+                f"{wanted!r} in the same process"
+            )
+        return
+    kwargs = {key: value for key, value in init_kwargs.items() if key != "backend"}
+    dist.init_process_group(backend=wanted or backend, **kwargs)
+
+
+def pick_device(distributed: bool, local_rank: int, cpu: bool) -> torch.device:
+    """``cuda:LOCAL_RANK`` with GPUs under a launcher, ``cuda``/``mps`` alone, else ``cpu``."""
+    if not cpu and torch.cuda.is_available():
+        if not distributed:
+            return torch.device("cuda")
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        return device
+    if not cpu and not distributed and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def detect_state(cpu: bool = False, init_kwargs: dict[str, Any] | None = None,
+                 mixed_precision: str = "no") -> ProcessState:
+    """Read the environment, join the process group if launched with several ranks, pick the device.
+
+    Safe to call many times: the group is created once and reused (or re-created if someone
+    destroyed it since).
+    """
+    cpu = wants_cpu(cpu)
+    use_cuda = not cpu and torch.cuda.is_available()
+    env = read_torchrun_environment()
+    if env is None and not dist.is_initialized():
+        return ProcessState(DistributedType.NO, 1, 0, 0, pick_device(False, 0, cpu), None, mixed_precision)
+    if not dist.is_initialized():
+        ensure_process_group(default_backend(use_cuda), dict(init_kwargs or {}))
+    elif init_kwargs:
+        ensure_process_group(default_backend(use_cuda), dict(init_kwargs))
+    backend = dist.get_backend()
+    local_rank = env.local_rank if env is not None else dist.get_rank()
+    uses_gpu_backend = use_cuda and backend != "gloo"
+    return ProcessState(
+        distributed_type=DistributedType.MULTI_GPU if uses_gpu_backend else DistributedType.MULTI_CPU,
+        num_processes=dist.get_world_size(),
+        process_index=dist.get_rank(),
+        local_process_index=local_rank,
+        device=pick_device(True, local_rank, not uses_gpu_backend),
+        backend=backend,
+        mixed_precision=mixed_precision,
+    )
+
+
+def PartialState(cpu: bool = False, **init_kwargs: Any) -> ProcessState:  # noqa: N802 (Accelerate's name)
+    """Accelerate's ``PartialState()``: the process facts without an ``Accelerator``."""
+    return detect_state(cpu=cpu, init_kwargs=init_kwargs)

@@ -1,0 +1,128 @@
+"""Small helpers converted scripts import from ``runtime.utils`` (mirroring ``accelerate.utils``).
+
+``runtime.utils`` also re-exports the handler classes, ``find_executable_batch_size`` and
+``release_memory``; the ones from modules that import this one are loaded lazily (module
+``__getattr__``) so there is no import cycle.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from typing import Any
+
+import torch
+
+from runtime.handlers import (  # noqa: F401 (re-exported, as accelerate.utils does)
+    AutocastKwargs,
+    DataLoaderConfiguration,
+    DistributedDataParallelKwargs,
+    GradientAccumulationPlugin,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    ProjectConfiguration,
+)
+
+#: name -> module, imported on first access.
+_LAZY = {
+    "find_executable_batch_size": "runtime.memory",
+    "release_memory": "runtime.memory",
+    "skip_first_batches": "runtime.data",
+    "send_to_device": "runtime.data",
+    "gather": "runtime.collectives",
+    "gather_object": "runtime.collectives",
+    "broadcast": "runtime.collectives",
+    "broadcast_object_list": "runtime.collectives",
+    "reduce": "runtime.collectives",
+    "pad_across_processes": "runtime.collectives",
+    "DistributedType": "runtime.state",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'runtime.utils' has no attribute {name!r}")
+
+
+def set_seed(seed: int, device_specific: bool = False, deterministic: bool = False) -> None:
+    """Seed Python's, NumPy's (if installed) and torch's RNGs (all devices) for reproducibility.
+
+    ``device_specific=True`` adds the process index, so ranks draw different numbers (e.g. for
+    augmentation). ``deterministic=True`` also asks torch for deterministic algorithms.
+    """
+    if device_specific:
+        import torch.distributed as dist
+
+        seed += dist.get_rank() if dist.is_initialized() else 0
+    random.seed(seed)
+    _seed_numpy_if_present(seed)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+    if deterministic:
+        torch.use_deterministic_algorithms(True)
+
+
+def _seed_numpy_if_present(seed: int) -> None:
+    # NumPy is not a runtime dependency; a script that draws from it has imported it already.
+    import sys
+
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(seed % 2**32)
+
+
+def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
+    """``torch.save`` to a temporary file in the target's folder, then rename over the target.
+
+    A crash mid-write leaves the previous file (or none), never a truncated one: ``os.replace``
+    within one folder is atomic.
+    """
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            torch.save(obj, stream)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+
+
+def _share_bounds(length: int, num_processes: int, process_index: int) -> tuple[int, int]:
+    per_process, extra = divmod(length, num_processes)
+    start = process_index * per_process + min(process_index, extra)
+    return start, start + per_process + (1 if process_index < extra else 0)
+
+
+def _pad_share(share: Any, full: Any, target: int) -> Any:
+    # Padding repeats the input's last element so every rank gets the same count.
+    missing = target - len(share)
+    if missing <= 0:
+        return share
+    if isinstance(share, torch.Tensor):
+        return torch.cat([share, full[-1:].expand(missing, *full.shape[1:])])
+    return type(share)(list(share) + [full[-1]] * missing)
+
+
+def split_for_process(inputs: Any, num_processes: int, process_index: int, apply_padding: bool = False) -> Any:
+    """Rank ``process_index``'s contiguous share of ``inputs`` (list, tuple, tensor, or dict of them)."""
+    if num_processes == 1:
+        return inputs
+    if isinstance(inputs, dict):
+        lengths = {len(value) for value in inputs.values()}
+        if len(lengths) > 1:
+            raise ValueError("split_between_processes: all values of the dict must have the same length")
+        return {key: split_for_process(value, num_processes, process_index, apply_padding)
+                for key, value in inputs.items()}
+    start, end = _share_bounds(len(inputs), num_processes, process_index)
+    share = inputs[start:end]
+    if apply_padding and len(inputs):
+        share = _pad_share(share, inputs, -(-len(inputs) // num_processes))
+    return share
