@@ -1,0 +1,258 @@
+"""ACC112 accumulate: manual gradient accumulation → ``Accelerator(gradient_accumulation_steps=k)``
+plus ``with accelerator.accumulate(model):``.
+
+The hand-written pattern divides the loss by ``k`` and steps every ``k`` batches. Under DDP that
+still all-reduces gradients on every backward; ``accelerator.accumulate`` skips the reduction on
+the batches that do not step, divides the loss itself, steps the optimizer (and scheduler, and
+zero_grad) only on sync steps, and always syncs on the last batch of the loader. The loop body goes
+under the context; the ``% k`` test goes when it only guarded optimizer/scheduler calls, and
+becomes ``if accelerator.sync_gradients:`` when it also guards other work (logging, counters).
+Recognised only when the division and the test use the same ``k`` and ``k`` exists where the
+accelerator is created; anything else that looks like accumulation is reported (ACC912).
+
+Before::
+
+    for i, (data, target) in enumerate(train_loader):
+        loss = criterion(model(data), target) / args.accum_steps
+        accelerator.backward(loss)
+        if (i + 1) % args.accum_steps == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+
+After::
+
+    for i, (data, target) in enumerate(train_loader):
+        with accelerator.accumulate(model):
+            loss = criterion(model(data), target)
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import libcst as cst
+
+from codemods.amp import expression_available, find_accelerator_creation, set_accelerator_argument
+from codemods.base import Change, Codemod, Options
+from codemods.checkpoint import (
+    PendingChanges,
+    accelerator_call,
+    accelerator_name,
+    dotted_name,
+    is_accelerator_method,
+)
+from codemods.facts import ScriptFacts
+
+#: Calls that only make sense on a sync step and that the prepared objects skip by themselves.
+STEP_METHODS = frozenset({"step", "zero_grad"})
+
+
+class AccumulateCodemod(Codemod):
+    code = "ACC112"
+    name = "accumulate"
+    extra_codes = {
+        "ACC912": "gradient accumulation the converter could not recognise safely (convert by hand)",
+    }
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return bool(facts.train_loaders or facts.loaders) and bool(facts.optimizers)
+
+    def transform(
+        self, module: cst.Module, facts: ScriptFacts, options: Options
+    ) -> tuple[cst.Module, list[Change]]:
+        pending = PendingChanges()
+        creation = find_accelerator_creation(module, facts)
+        rewriter = _AccumulationRewriter(facts, pending)
+        new_module = module.visit(rewriter)
+        if not rewriter.steps:
+            return module, pending.resolve(module)
+        k = rewriter.steps[0]
+        if creation is None or not all(k.deep_equals(s) for s in rewriter.steps) or not expression_available(k, creation):
+            for loop in rewriter.loops:
+                pending.found = [f for f in pending.found if f[1] != AccumulateCodemod.code]
+                pending.add(loop, "ACC912", "accumulation steps not available where the Accelerator is created", False)
+            return module, pending.resolve(module)
+        new_module = set_accelerator_argument(new_module, facts, "gradient_accumulation_steps", k)
+        return new_module, pending.resolve(module)
+
+
+class _AccumulationRewriter(cst.CSTTransformer):
+    def __init__(self, facts: ScriptFacts, pending: PendingChanges) -> None:
+        super().__init__()
+        self.facts = facts
+        self.pending = pending
+        self.steps: list[cst.BaseExpression] = []
+        self.loops: list[cst.CSTNode] = []
+
+    def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.BaseStatement:
+        body = updated_node.body
+        if not isinstance(body, cst.IndentedBlock) or _already_accumulating(body.body, self.facts):
+            return updated_node
+        guard = _step_guard(body.body, self.facts)
+        if guard is None:
+            return updated_node
+        if_node, k = guard
+        new_statements = _without_division(body.body, k)
+        if new_statements is None:
+            self.pending.add(
+                original_node, "ACC912",
+                "steps every k batches but the loss division by k was not found: convert by hand", False,
+            )
+            return updated_node
+        new_statements = _replace_guard(new_statements, if_node, self.facts)
+        models = _models_called(body, self.facts)
+        if not models:
+            return updated_node
+        context = cst.With(
+            items=[cst.WithItem(accelerator_call(self.facts, "accumulate", *[cst.Name(m) for m in models]))],
+            body=cst.IndentedBlock(body=new_statements),
+        )
+        self.steps.append(k)
+        self.loops.append(original_node)
+        self.pending.add(original_node, AccumulateCodemod.code, "manual accumulation → accelerator.accumulate", True)
+        return updated_node.with_changes(body=body.with_changes(body=[context]))
+
+
+def _already_accumulating(statements: Sequence[cst.BaseStatement], facts: ScriptFacts) -> bool:
+    return any(
+        isinstance(s, cst.With) and any(is_accelerator_method(i.item, facts, "accumulate") for i in s.items)
+        for s in statements
+    )
+
+
+def _step_guard(statements, facts: ScriptFacts) -> tuple[cst.If, cst.BaseExpression] | None:
+    """The ``if (i + 1) % k == 0:`` (optionally ``or`` end-of-loader) that guards ``optimizer.step()``."""
+    for statement in statements:
+        if isinstance(statement, cst.If) and statement.orelse is None:
+            k = _modulo_divisor(statement.test)
+            if k is not None and _calls_step(statement.body, facts):
+                return statement, k
+    return None
+
+
+def _modulo_divisor(test: cst.BaseExpression) -> cst.BaseExpression | None:
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):
+        return _modulo_divisor(test.left) or _modulo_divisor(test.right)
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return None
+    comparison = test.comparisons[0]
+    if not isinstance(comparison.operator, cst.Equal):
+        return None
+    zero, modulo = comparison.comparator, test.left
+    if not (isinstance(zero, cst.Integer) and zero.value == "0"):
+        return None
+    if isinstance(modulo, cst.BinaryOperation) and isinstance(modulo.operator, cst.Modulo):
+        return modulo.right.with_changes(lpar=[], rpar=[])
+    return None
+
+
+def _calls_step(block: cst.BaseSuite, facts: ScriptFacts) -> bool:
+    return any(
+        _step_call(small, facts) and _call_method(small) == "step"
+        for small in _small_statements(block)
+    )
+
+
+def _small_statements(block: cst.BaseSuite) -> list[cst.BaseSmallStatement]:
+    lines = block.body if isinstance(block, cst.IndentedBlock) else [block]
+    found = []
+    for line in lines:
+        if isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            found.extend(line.body)
+        else:
+            found.append(line)  # a compound statement: not a plain step call
+    return found
+
+
+def _call_method(statement: cst.CSTNode) -> str | None:
+    if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
+        func = statement.value.func
+        if isinstance(func, cst.Attribute):
+            return func.attr.value
+    return None
+
+
+def _step_call(statement: cst.CSTNode, facts: ScriptFacts) -> bool:
+    """``optimizer.step()`` / ``scheduler.step()`` / ``optimizer.zero_grad()`` / ``model.zero_grad()``."""
+    if _call_method(statement) not in STEP_METHODS:
+        return False
+    owner = dotted_name(statement.value.func.value)
+    return owner in facts.optimizers | facts.schedulers | facts.models
+
+
+def _without_division(statements, k: cst.BaseExpression) -> list | None:
+    remover = _DivisionRemover(k)
+    result = [s.visit(remover) for s in statements]
+    result = [s for s in result if not isinstance(s, cst.RemovalSentinel)]
+    return result if remover.removed else None
+
+
+class _DivisionRemover(cst.CSTTransformer):
+    """``loss = loss / k`` and ``loss /= k`` go; ``x / k`` inside a loss expression becomes ``x``."""
+
+    def __init__(self, k: cst.BaseExpression) -> None:
+        super().__init__()
+        self.k = k
+        self.removed = False
+
+    def _is_k(self, node: cst.BaseExpression) -> bool:
+        return node.with_changes(lpar=[], rpar=[]).deep_equals(self.k)
+
+    def leave_SimpleStatementLine(self, original_node, updated_node):
+        kept = []
+        for small in updated_node.body:
+            if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.DivideAssign) and self._is_k(small.value):
+                self.removed = True
+                continue
+            if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.value, cst.Name):
+                if small.value.deep_equals(small.targets[0].target):
+                    continue  # ``loss = loss`` left by the division removal below
+            kept.append(small)
+        if not kept:
+            return cst.RemoveFromParent()
+        return updated_node.with_changes(body=kept)
+
+    def leave_BinaryOperation(self, original_node, updated_node):
+        if isinstance(updated_node.operator, cst.Divide) and self._is_k(updated_node.right):
+            self.removed = True
+            left = updated_node.left
+            return left.with_changes(lpar=updated_node.lpar or [], rpar=updated_node.rpar or []) if updated_node.lpar else left
+        return updated_node
+
+
+def _replace_guard(statements: list, guard: cst.If, facts: ScriptFacts) -> list:
+    """Unwrap the step guard when it only holds step/zero_grad calls, else test sync_gradients."""
+    result = []
+    for statement in statements:
+        if not (isinstance(statement, cst.If) and statement.orelse is None and _modulo_divisor(statement.test)):
+            result.append(statement)
+            continue
+        smalls = _small_statements(statement.body)
+        if all(_step_call(s, facts) for s in smalls) and isinstance(statement.body, cst.IndentedBlock):
+            inner = list(statement.body.body)
+            inner[0] = inner[0].with_changes(leading_lines=[*statement.leading_lines, *inner[0].leading_lines])
+            result.extend(inner)
+        else:
+            sync = cst.Attribute(value=cst.Name(accelerator_name(facts)), attr=cst.Name("sync_gradients"))
+            result.append(statement.with_changes(test=sync))
+    return result
+
+
+def _models_called(node: cst.CSTNode, facts: ScriptFacts) -> list[str]:
+    finder = _ModelCalls(facts)
+    node.visit(finder)
+    return finder.models
+
+
+class _ModelCalls(cst.CSTVisitor):
+    def __init__(self, facts: ScriptFacts) -> None:
+        self.facts = facts
+        self.models: list[str] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = dotted_name(node.func)
+        if name in self.facts.models and name not in self.models:
+            self.models.append(name)
