@@ -1,0 +1,221 @@
+"""How fast is conversion, next to the cost of just parsing and printing the code?
+
+Measures, per file, (a) the floor: libcst parse + code generation, and (b) the full conversion
+(``converter.pipeline.convert_source``: byte check, parse, codemods, verification), for
+
+- the fixture training scripts (``fixtures/cases/*.py``),
+- the standard library's .py files outside its test suites, as they are (nearly all skip the
+  parse: they never mention torch) and *forced* through every pass (``import torch`` appended),
+
+then (c) a whole ``accel-convert --check`` process on a typical ~9 KB training script against
+(d) ``python -c "import libcst, click, rich"``, the start-up floor of any CLI built on them.
+
+Targets (issue 6): b/a ≤ 3 for typical training scripts; c ≤ 1.5 × d.
+
+Method: a and b are timed back to back for each file, alternating which goes first from round to
+round, and each file keeps its best time over the rounds (best-of-N filters out the other
+processes sharing the machine). Process timings alternate c and d and keep the median.
+
+Usage: ``python benchmarks/convert_speed.py [--rounds N] [--quick] [--json OUT]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import sysconfig
+import time
+import tracemalloc
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import libcst as cst
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from codemods.base import Options  # noqa: E402
+from converter.pipeline import convert_source  # noqa: E402
+
+FIXTURES = REPO_ROOT / "fixtures" / "cases"
+TYPICAL_SCRIPT = REPO_ROOT / "benchmarks" / "data" / "typical_train.py"
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+EXCLUDED_DIRS = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
+OPTIONS = Options()
+
+
+@dataclass
+class FileTiming:
+    path: Path
+    size: int
+    floor: float = float("inf")  # (a) best parse + codegen, seconds
+    full: float = float("inf")  # (b) best full conversion, seconds
+
+    @property
+    def ratio(self) -> float:
+        return self.full / self.floor
+
+
+def stdlib_files() -> list[Path]:
+    """The standard library's .py files outside test suites and site-packages, sorted."""
+    found = []
+    for folder, dirnames, filenames in os.walk(STDLIB):
+        dirnames[:] = sorted(name for name in dirnames if name not in EXCLUDED_DIRS)
+        found.extend(Path(folder) / name for name in filenames if name.endswith(".py"))
+    return sorted(found)
+
+
+def parses(source: bytes) -> bool:
+    try:
+        cst.parse_module(source)
+    except Exception:  # noqa: BLE001 - a few stdlib files use syntax libcst does not know
+        return False
+    return True
+
+
+def floor(source: bytes, path: str) -> None:
+    """(a) What any libcst tool pays: parse, then print the tree back."""
+    cst.parse_module(source).bytes
+
+
+def full(source: bytes, path: str) -> None:
+    """(b) What accel-convert pays for one file."""
+    convert_source(source, OPTIONS, path=path)
+
+
+def seconds(work: Callable[[bytes, str], None], source: bytes, path: str) -> float:
+    start = time.perf_counter()
+    work(source, path)
+    return time.perf_counter() - start
+
+
+def time_corpus(corpus: dict[Path, bytes], rounds: int) -> list[FileTiming]:
+    """Best-of-``rounds`` a and b for every file, a and b interleaved and alternated."""
+    timings = {path: FileTiming(path, len(source)) for path, source in corpus.items()}
+    for round_number in range(rounds):
+        for path, source in corpus.items():
+            timing = timings[path]
+            order = [(floor, "floor"), (full, "full")]
+            for work, field in order if round_number % 2 == 0 else reversed(order):
+                elapsed = seconds(work, source, str(path))
+                setattr(timing, field, min(getattr(timing, field), elapsed))
+    return list(timings.values())
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))]
+
+
+def summarize(name: str, timings: list[FileTiming]) -> dict[str, float]:
+    ratios = [timing.ratio for timing in timings]
+    total_full = sum(timing.full for timing in timings)
+    summary = {
+        "files": len(timings),
+        "megabytes": sum(timing.size for timing in timings) / 1e6,
+        "ratio_median": statistics.median(ratios),
+        "ratio_p90": percentile(ratios, 0.9),
+        "ratio_max": max(ratios),
+        "files_per_second": len(timings) / total_full,
+        "floor_seconds": sum(timing.floor for timing in timings),
+        "full_seconds": total_full,
+    }
+    print(f"{name}: {summary['files']} files, {summary['megabytes']:.2f} MB: "
+          f"b/a median {summary['ratio_median']:.2f}, p90 {summary['ratio_p90']:.2f}, "
+          f"max {summary['ratio_max']:.2f}; {summary['files_per_second']:.1f} files/s "
+          f"(a total {summary['floor_seconds']:.2f} s, b total {summary['full_seconds']:.2f} s)")
+    return summary
+
+
+def peak_conversion_memory(source: bytes, path: str) -> float:
+    """Peak Python heap (MB, tracemalloc) while converting one file."""
+    tracemalloc.start()
+    try:
+        full(source, path)
+        return tracemalloc.get_traced_memory()[1] / 1e6
+    finally:
+        tracemalloc.stop()
+
+
+def cli_command(script: Path) -> list[str]:
+    """The installed console script when there is one (what users run), else ``-m converter``."""
+    console_script = Path(sysconfig.get_path("scripts")) / "accel-convert"
+    if console_script.is_file():
+        return [str(console_script), "--check", "-q", str(script)]
+    return [sys.executable, "-m", "converter", "--check", "-q", str(script)]
+
+
+def process_seconds(command: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
+                   env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    return time.perf_counter() - start
+
+
+def time_processes(script: Path, rounds: int) -> dict[str, float]:
+    """(c) the whole check process against (d) importing what it is built on; medians."""
+    check = cli_command(script)
+    imports = [sys.executable, "-c", "import libcst, click, rich"]
+    check_times, import_times = [], []
+    for round_number in range(rounds):
+        pair = [(check, check_times), (imports, import_times)]
+        for command, sink in pair if round_number % 2 == 0 else reversed(pair):
+            sink.append(process_seconds(command))
+    c, d = statistics.median(check_times), statistics.median(import_times)
+    print(f"process: accel-convert --check {script.name} ({script.stat().st_size / 1000:.1f} KB) "
+          f"c = {c * 1000:.0f} ms, import libcst, click, rich d = {d * 1000:.0f} ms: c/d {c / d:.2f} "
+          f"(median of {rounds})")
+    return {"check_ms": c * 1000, "imports_ms": d * 1000, "ratio": c / d}
+
+
+def read_corpus(paths: list[Path], *, force_torch: bool = False) -> dict[Path, bytes]:
+    """Sources that libcst can parse (``force_torch``: with ``import torch`` appended)."""
+    corpus = {}
+    for path in paths:
+        source = path.read_bytes()
+        if force_torch:
+            source = source.rstrip(b"\n") + b"\nimport torch\n"
+        if parses(source):
+            corpus[path] = source
+    return corpus
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per measurement (best-of / median)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 2 files per corpus, 1 round")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    rounds = 1 if args.quick else args.rounds
+    limit = 2 if args.quick else None
+
+    fixtures = sorted(FIXTURES.glob("*.py"))[:limit]
+    stdlib = stdlib_files()
+    if args.quick:
+        stdlib = stdlib[:limit]
+    results: dict[str, object] = {"rounds": rounds, "python": sys.version.split()[0]}
+    results["fixtures"] = summarize("fixtures", time_corpus(read_corpus(fixtures), rounds))
+    results["typical_script"] = summarize("typical ~9 KB script", time_corpus(read_corpus([TYPICAL_SCRIPT]), rounds))
+    results["stdlib"] = summarize("stdlib as is", time_corpus(read_corpus(stdlib), rounds))
+    forced = read_corpus(stdlib, force_torch=True)
+    results["stdlib_forced"] = summarize("stdlib forced through every pass", time_corpus(forced, rounds))
+    largest = max(forced, key=lambda path: len(forced[path]))
+    peak = peak_conversion_memory(forced[largest], str(largest))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"memory: converting the largest file ({largest.name}, {len(forced[largest]) / 1000:.0f} KB) "
+          f"peaks at {peak:.1f} MB of Python heap; whole benchmark process peak RSS {rss:.0f} MB")
+    results["memory"] = {"largest_file": str(largest), "peak_heap_mb": peak, "process_peak_rss_mb": rss}
+    results["process"] = time_processes(TYPICAL_SCRIPT, max(rounds, 3) if not args.quick else 1)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
