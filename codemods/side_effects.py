@@ -1,0 +1,213 @@
+"""ACC116 side_effects: file writes outside the accelerator run on the main process only.
+
+Every rank runs the whole script, so ``save_image``, ``plt.savefig``, ``os.remove`` and result files
+opened for writing would be written N times, at once, into the same paths. Runs of such statements
+are put under ``if accelerator.is_main_process:``. Creating an output folder is guarded the same
+way and followed by ``accelerator.wait_for_everyone()``, so that no rank writes into the folder
+before it exists. Where the accelerator is not reachable the write is reported (ACC916).
+
+Before::
+
+    os.makedirs(args.out_dir, exist_ok=True)
+    save_image(sample, f"{args.out_dir}/sample_{epoch}.png")
+
+After::
+
+    if accelerator.is_main_process:
+        os.makedirs(args.out_dir, exist_ok=True)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        save_image(sample, f"{args.out_dir}/sample_{epoch}.png")
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import libcst as cst
+
+from codemods.base import Change, Codemod, Options
+from codemods.checkpoint import (
+    AcceleratorScope,
+    PendingChanges,
+    accelerator_call,
+    accelerator_name,
+    binds_name,
+    dotted_name,
+    qualified_name,
+)
+from codemods.facts import ScriptFacts
+
+#: Functions that write to or change the file system.
+WRITING_FUNCTIONS = frozenset(
+    {
+        "torchvision.utils.save_image", "matplotlib.pyplot.savefig", "matplotlib.pyplot.imsave",
+        "os.remove", "os.unlink", "os.rename", "os.replace", "os.rmdir",
+        "shutil.rmtree", "shutil.copy", "shutil.copy2", "shutil.copyfile", "shutil.move",
+        "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt",
+    }
+)
+#: Functions that create folders: guarded, then every rank waits for them.
+FOLDER_FUNCTIONS = frozenset({"os.makedirs", "os.mkdir"})
+#: Methods that write whatever object they are called on (figures, data frames, paths).
+WRITING_METHODS = frozenset({"savefig", "to_csv", "write_text", "write_bytes"})
+WRITE_MODES = ("w", "a", "x")
+
+
+class SideEffectsCodemod(Codemod):
+    code = "ACC116"
+    name = "side-effects"
+    extra_codes = {
+        "ACC916": "a file write where the accelerator is not reachable: every rank writes it",
+    }
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return facts.uses_torch
+
+    def transform(
+        self, module: cst.Module, facts: ScriptFacts, options: Options
+    ) -> tuple[cst.Module, list[Change]]:
+        rewriter = _MainProcessGuard(facts)
+        new_module = module.visit(rewriter)
+        return new_module, rewriter.pending.resolve(module)
+
+
+class _MainProcessGuard(AcceleratorScope):
+    def __init__(self, facts: ScriptFacts) -> None:
+        super().__init__(facts)
+        self.pending = PendingChanges()
+        self._guarded_depth = 0
+        self._original_of: dict[int, cst.CSTNode] = {}
+
+    def visit_If(self, node: cst.If) -> None:
+        if _is_main_process_test(node.test, self.facts):
+            self._guarded_depth += 1
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If):
+        if _is_main_process_test(original_node.test, self.facts):
+            self._guarded_depth -= 1
+        return updated_node
+
+    def on_leave(self, original_node, updated_node):
+        result = super().on_leave(original_node, updated_node)
+        if isinstance(result, cst.CSTNode):
+            self._original_of[id(result)] = original_node
+        return result
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
+        if self._guarded_depth or not self.accelerator_reachable():
+            self._report_unreachable(updated_node.body)
+            return updated_node
+        new_body = self._guard_runs(updated_node.body)
+        return updated_node if new_body is None else updated_node.with_changes(body=new_body)
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        start = _first_statement_after_accelerator(updated_node.body, self.acc)
+        if start is None:
+            return updated_node
+        head, tail = list(updated_node.body[:start]), list(updated_node.body[start:])
+        new_tail = self._guard_runs(tail)
+        return updated_node if new_tail is None else updated_node.with_changes(body=[*head, *new_tail])
+
+    def _guard_runs(self, statements: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
+        """Group consecutive writing statements under one main-process guard; None if none."""
+        result: list[cst.BaseStatement] = []
+        run: list[cst.BaseStatement] = []
+        changed = False
+
+        def flush() -> None:
+            if not run:
+                return
+            result.extend(self._guarded(run))
+            run.clear()
+
+        for statement in statements:
+            kind = _write_kind(statement, self.facts)
+            if kind is None or (run and _write_kind(run[-1], self.facts) != kind):
+                flush()
+            if kind is None:
+                result.append(statement)
+            else:
+                run.append(statement)
+                changed = True
+        flush()
+        return result if changed else None
+
+    def _guarded(self, run: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+        leading = run[0].leading_lines
+        body = [run[0].with_changes(leading_lines=()), *run[1:]]
+        guard = cst.If(
+            test=cst.Attribute(value=cst.Name(self.acc), attr=cst.Name("is_main_process")),
+            body=cst.IndentedBlock(body=body),
+            leading_lines=leading,
+        )
+        for statement in run:
+            self.pending.add(
+                self._original_of.get(id(statement), statement), SideEffectsCodemod.code,
+                "file write on the main process only", True,
+            )
+        if _write_kind(run[0], self.facts) != "folder":
+            return [guard]
+        barrier = cst.SimpleStatementLine([cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))])
+        return [guard, barrier]
+
+    def _report_unreachable(self, statements: Sequence[cst.BaseStatement]) -> None:
+        if self._guarded_depth:
+            return
+        for statement in statements:
+            if _write_kind(statement, self.facts) is not None:
+                self.pending.add(
+                    self._original_of.get(id(statement), statement), "ACC916",
+                    "file write where the accelerator is not reachable: every rank runs it", False,
+                )
+
+
+def _is_main_process_test(test: cst.BaseExpression, facts: ScriptFacts) -> bool:
+    name = dotted_name(test)
+    acc = accelerator_name(facts)
+    return name in (f"{acc}.is_main_process", f"{acc}.is_local_main_process")
+
+
+def _first_statement_after_accelerator(statements: Sequence[cst.BaseStatement], acc: str) -> int | None:
+    for index, statement in enumerate(statements):
+        if binds_name([statement], acc):
+            return index + 1
+    return None
+
+
+def _write_kind(statement: cst.BaseStatement, facts: ScriptFacts) -> str | None:
+    """``"folder"`` for folder creation, ``"write"`` for other writes, None for anything else."""
+    if isinstance(statement, cst.With):
+        return "write" if any(_opens_for_writing(i.item, facts) for i in statement.items) else None
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return None
+    kinds = {_call_kind(small, facts) for small in statement.body}
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def _call_kind(small: cst.BaseSmallStatement, facts: ScriptFacts) -> str | None:
+    if not isinstance(small, cst.Expr) or not isinstance(small.value, cst.Call):
+        return None
+    call = small.value
+    name = qualified_name(call.func, facts.imports)
+    if name in FOLDER_FUNCTIONS:
+        return "folder"
+    if name in WRITING_FUNCTIONS:
+        return "write"
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value in WRITING_METHODS:
+        return "write"
+    if any(_opens_for_writing(arg.value, facts) for arg in call.args):
+        return "write"  # json.dump(results, open("results.json", "w"))
+    return None
+
+
+def _opens_for_writing(node: cst.BaseExpression, facts: ScriptFacts) -> bool:
+    if not isinstance(node, cst.Call) or qualified_name(node.func, facts.imports) != "open":
+        return False
+    mode = None
+    if len(node.args) > 1 and node.args[1].keyword is None:
+        mode = node.args[1].value
+    for arg in node.args:
+        if arg.keyword and arg.keyword.value == "mode":
+            mode = arg.value
+    return isinstance(mode, cst.SimpleString) and any(m in mode.evaluated_value for m in WRITE_MODES)
