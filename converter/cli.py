@@ -82,7 +82,6 @@ class Plan:
     options: Options
     check: bool
     diff: bool
-    in_place: bool
     strict: bool
     to_stdout: bool
 
@@ -121,13 +120,19 @@ def output_target(file: Path, root: Path, output: Path, into_folder: bool) -> Pa
     return output / (file.relative_to(root) if root.is_dir() else file.name)
 
 
+def several_inputs(sources: Sequence[str]) -> bool:
+    """More than one file, or a folder (however many files it holds: the answer must not
+    depend on what a folder happens to contain today)."""
+    return sources != (STDIN,) and (len(sources) > 1 or any(Path(source).is_dir() for source in sources))
+
+
 def plan_file_jobs(sources: Sequence[str], output: Path | None, in_place: bool) -> list[Job]:
     """Check the inputs exist and decide every output path, refusing clashes up front."""
     paths = [Path(source) for source in sources]
     for path in paths:
         if not path.exists():
             raise UsageProblem(f"{path}: no such file or directory")
-    several = len(paths) > 1 or any(path.is_dir() for path in paths)
+    several = several_inputs(sources)
     if output is not None and several and output.exists() and not output.is_dir():
         raise UsageProblem(f"-o {output}: with several inputs, -o must be a directory")
     into_folder = output is not None and (several or output.is_dir())
@@ -164,8 +169,7 @@ def build_plan(ctx: click.Context, flags: dict[str, Any]) -> Plan:
     else:
         jobs = plan_file_jobs(sources, output, in_place)
     writes_files = in_place or output is not None
-    several = STDIN not in sources and (len(sources) > 1 or any(Path(s).is_dir() for s in sources))
-    if several and not (writes_files or check or diff):
+    if several_inputs(sources) and not (writes_files or check or diff):
         raise UsageProblem("several inputs need --in-place, -o DIR, --check or --diff (stdout takes one script)")
     options = Options(
         target=flags["target"], oom_retry=flags["oom_retry"],
@@ -174,7 +178,7 @@ def build_plan(ctx: click.Context, flags: dict[str, Any]) -> Plan:
     check_code_prefixes(options.select, "--select")
     check_code_prefixes(options.ignore, "--ignore")
     to_stdout = not (writes_files or check or diff)
-    return Plan(jobs, options, check, diff, in_place, flags["strict"], to_stdout)
+    return Plan(jobs, options, check, diff, flags["strict"], to_stdout)
 
 
 def plan_stdin_job(sources: Sequence[str], stdin_filename: str | None, output: Path | None,
