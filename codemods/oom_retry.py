@@ -1,0 +1,430 @@
+"""ACC117 oom-retry (``--oom-retry`` only): retry the training with a smaller batch size after an
+out-of-memory error, with ``find_executable_batch_size``.
+
+The training code — from the first line that builds a loader, model, optimizer or scheduler (or
+reads the batch size) to the end of the function that calls ``prepare`` — moves into an inner
+function decorated with ``@find_executable_batch_size(starting_batch_size=<the script's batch
+size>)``. Every attempt frees what the last one held (``accelerator.free_memory()``), says which
+batch size it uses (progress output would otherwise keep showing the first one), and rebuilds
+loaders, model, optimizer and scheduler with the batch-size expression replaced by ``batch_size``
+everywhere inside, ``view(args.batch_size, ...)`` included. Module-level scripts get their
+training code wrapped the same way, with ``global`` for the names other code reads. Uses of the
+batch-size expression outside the retried code (helper functions) still see the starting value
+and are reported (ACC917).
+
+Before::
+
+    def main():
+        args = parser.parse_args()
+        accelerator = Accelerator()
+        train_loader = DataLoader(train_set, batch_size=args.batch_size)
+        model = Net()
+        model, train_loader = accelerator.prepare(model, train_loader)
+        train(model, train_loader)
+
+After::
+
+    def main():
+        args = parser.parse_args()
+        accelerator = Accelerator()
+
+        @find_executable_batch_size(starting_batch_size=args.batch_size)
+        def inner_training_loop(batch_size):
+            accelerator.free_memory()
+            accelerator.print(f"Training with batch size {batch_size}")
+            train_loader = DataLoader(train_set, batch_size=batch_size)
+            model = Net()
+            model, train_loader = accelerator.prepare(model, train_loader)
+            train(model, train_loader)
+
+        inner_training_loop()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import libcst as cst
+
+from codemods.base import Change, Codemod, Options
+from codemods.checkpoint import (
+    PendingChanges,
+    accelerator_name,
+    binds_name,
+    dotted_name,
+    expression_code,
+    is_accelerator_method,
+    qualified_name,
+)
+from codemods.facts import ScriptFacts
+
+DECORATOR = "find_executable_batch_size"
+INNER_NAME = "inner_training_loop"
+PARAMETER = "batch_size"
+DATA_LOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
+
+
+class OomRetryCodemod(Codemod):
+    code = "ACC117"
+    name = "oom-retry"
+    extra_codes = {
+        "ACC917": "out-of-memory retry not added, or a batch-size use it cannot reach (check by hand)",
+    }
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return options.oom_retry and facts.uses_torch
+
+    def transform(
+        self, module: cst.Module, facts: ScriptFacts, options: Options
+    ) -> tuple[cst.Module, list[Change]]:
+        pending = PendingChanges()
+        if _mentions_name(module, DECORATOR):
+            return module, []
+        region = _find_training_region(module, facts)
+        if region is None:
+            pending.add(module.body[0] if module.body else module, "ACC917",
+                        "no accelerator.prepare(...) line at the top level of a function or the module: "
+                        "nothing to retry", False)
+            return module, pending.resolve(module)
+        batch_size = _batch_size_expression(region.statements[region.start:], facts)
+        if batch_size is None:
+            pending.add(region.statements[region.prepare], "ACC917",
+                        "no DataLoader(batch_size=...) found to retry with a smaller batch size", False)
+            return module, pending.resolve(module)
+        moved = region.statements[region.start:]
+        if isinstance(batch_size, cst.Name) and batch_size.value != PARAMETER and binds_name(moved, batch_size.value):
+            pending.add(region.statements[region.start], "ACC917",
+                        f"{batch_size.value} is assigned inside the training code: retry by hand", False)
+            return module, pending.resolve(module)
+        wrapped = _wrap(region, batch_size, module, facts)
+        new_module = _replace_region(module, region, wrapped)
+        new_module = _add_import(new_module, facts, options)
+        pending.add(region.statements[region.start], OomRetryCodemod.code,
+                    f"training retried with a smaller batch size on out-of-memory (from {expression_code(batch_size)})",
+                    True)
+        for site in _uses_outside(module, region, batch_size):
+            pending.add(site, "ACC917",
+                        f"{expression_code(batch_size)} used outside the retried code: it keeps the starting value", False)
+        return new_module, pending.resolve(module)
+
+
+# ---- where the training code is -----------------------------------------------------------
+
+
+@dataclass
+class _Region:
+    #: The body holding the prepare line: a module-level function's or the module's own.
+    function: cst.FunctionDef | None
+    statements: list[cst.BaseStatement]
+    start: int
+    end: int
+    prepare: int
+
+
+def _find_training_region(module: cst.Module, facts: ScriptFacts) -> _Region | None:
+    candidates: list[tuple[cst.FunctionDef | None, list[cst.BaseStatement]]] = [(None, list(module.body))]
+    candidates += [
+        (s, list(s.body.body)) for s in module.body
+        if isinstance(s, cst.FunctionDef) and isinstance(s.body, cst.IndentedBlock)
+    ]
+    for function, statements in candidates:
+        prepare = next((i for i, s in enumerate(statements) if _is_prepare_line(s, facts)), None)
+        if prepare is None:
+            continue
+        created = next((i for i, s in enumerate(statements) if binds_name([s], accelerator_name(facts))), -1)
+        if created > prepare:
+            return None
+        start = next(
+            (i for i in range(created + 1, prepare + 1) if _builds_training_object(statements[i], facts)), prepare
+        )
+        end = len(statements)
+        if function is None and end and _is_main_guard(statements[-1]):
+            end -= 1
+        return _Region(function, statements, start, end, prepare)
+    return None
+
+
+def _is_prepare_line(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    return any(
+        is_accelerator_method(getattr(small, "value", None), facts, "prepare") for small in statement.body
+    )
+
+
+def _builds_training_object(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:
+    names = facts.models | facts.optimizers | facts.schedulers | facts.loaders
+    if any(binds_name([statement], name) for name in names if "." not in name):
+        return True
+    batch = facts.batch_size_expr
+    return bool(batch) and _contains_expression(statement, cst.parse_expression(batch))
+
+
+def _is_main_guard(statement: cst.BaseStatement) -> bool:
+    if not isinstance(statement, cst.If) or not isinstance(statement.test, cst.Comparison):
+        return False
+    return dotted_name(statement.test.left) == "__name__"
+
+
+def _batch_size_expression(statements: Sequence[cst.BaseStatement], facts: ScriptFacts) -> cst.BaseExpression | None:
+    if facts.batch_size_expr:
+        return cst.parse_expression(facts.batch_size_expr)
+    finder = _LoaderBatchSize(facts)
+    for statement in statements:
+        statement.visit(finder)
+    return finder.found
+
+
+class _LoaderBatchSize(cst.CSTVisitor):
+    """The ``batch_size=`` of the first DataLoader built from a name (not a literal)."""
+
+    def __init__(self, facts: ScriptFacts) -> None:
+        self.facts = facts
+        self.found: cst.BaseExpression | None = None
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.found is not None or qualified_name(node.func, self.facts.imports) not in DATA_LOADERS:
+            return
+        for arg in node.args:
+            if arg.keyword and arg.keyword.value == "batch_size" and dotted_name(arg.value):
+                self.found = arg.value
+
+
+# ---- building the retried function -----------------------------------------------------------
+
+
+def _wrap(region: _Region, batch_size: cst.BaseExpression, module: cst.Module, facts: ScriptFacts) -> list[cst.BaseStatement]:
+    moved = [s.visit(_BatchSizeReplacer(batch_size)) for s in region.statements[region.start : region.end]]
+    acc = accelerator_name(facts)
+    preamble: list[cst.BaseStatement] = []
+    outer = _outer_names(region, module)
+    if outer:
+        keyword = cst.Nonlocal if region.function is not None else cst.Global
+        preamble.append(cst.SimpleStatementLine([keyword([cst.NameItem(cst.Name(n)) for n in sorted(outer)])]))
+    preamble += [
+        cst.parse_statement(f"{acc}.free_memory()"),
+        cst.parse_statement(f'{acc}.print(f"Training with batch size {{{PARAMETER}}}")'),
+    ]
+    moved = [_flush_blank_lines(s) for s in moved]
+    moved[0] = moved[0].with_changes(leading_lines=_without_leading_blanks(moved[0].leading_lines))
+    inner = cst.FunctionDef(
+        name=cst.Name(INNER_NAME),
+        params=cst.Parameters(params=[cst.Param(cst.Name(PARAMETER))]),
+        body=cst.IndentedBlock(body=[*preamble, *moved]),
+        decorators=[cst.Decorator(cst.parse_expression(
+            f"{DECORATOR}(starting_batch_size={expression_code(batch_size)})"
+        ))],
+        leading_lines=_blank_lines(1 if region.function is not None else 2),
+    )
+    call = f"return {INNER_NAME}()" if region.function is not None and _returns(moved) else f"{INNER_NAME}()"
+    call_line = cst.parse_statement(call).with_changes(
+        leading_lines=_blank_lines(1 if region.function is not None else 2)
+    )
+    return [inner, call_line]
+
+
+def _blank_lines(count: int) -> list[cst.EmptyLine]:
+    return [cst.EmptyLine(indent=False) for _ in range(count)]
+
+
+def _flush_blank_lines(statement: cst.BaseStatement) -> cst.BaseStatement:
+    """Blank lines above a statement that moves one level in stay empty (no trailing spaces)."""
+    lines = [
+        line.with_changes(indent=False) if line.comment is None else line for line in statement.leading_lines
+    ]
+    return statement.with_changes(leading_lines=lines)
+
+
+def _without_leading_blanks(lines: Sequence[cst.EmptyLine]) -> list[cst.EmptyLine]:
+    kept = list(lines)
+    while kept and kept[0].comment is None:
+        kept.pop(0)
+    return kept
+
+
+class _BatchSizeReplacer(cst.CSTTransformer):
+    def __init__(self, batch_size: cst.BaseExpression) -> None:
+        super().__init__()
+        self.batch_size = batch_size
+
+    def leave_Name(self, original_node, updated_node):
+        return self._replace(updated_node)
+
+    def leave_Attribute(self, original_node, updated_node):
+        return self._replace(updated_node)
+
+    def _replace(self, node):
+        if node.deep_equals(self.batch_size):
+            return cst.Name(PARAMETER, lpar=node.lpar, rpar=node.rpar)
+        return node
+
+
+def _outer_names(region: _Region, module: cst.Module) -> set[str]:
+    """Names the moved code assigns that code outside it binds or reads: they must keep living in
+    the enclosing function (``nonlocal``) or the module (``global``)."""
+    moved = region.statements[region.start : region.end]
+    assigned = _assigned_names(moved)
+    before = region.statements[: region.start]
+    if region.function is not None:
+        params = region.function.params
+        outside = {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
+        outside |= _assigned_names(before)
+    else:
+        outside = _assigned_names(before) | _read_names([*before, *region.statements[region.end :]])
+    return assigned & outside
+
+
+def _assigned_names(statements: Sequence[cst.CSTNode]) -> set[str]:
+    collector = _Assigned()
+    for statement in statements:
+        statement.visit(collector)
+    return collector.names
+
+
+class _Assigned(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self.names.add(node.name.value)
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        self.names.add(node.name.value)
+        return False
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._add(node.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._add(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._add(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._add(node.target)
+
+    def visit_AsName(self, node: cst.AsName) -> None:
+        self._add(node.name)
+
+    def _add(self, target: cst.CSTNode) -> None:
+        if isinstance(target, cst.Name):
+            self.names.add(target.value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._add(element.value)
+        elif isinstance(target, cst.StarredElement):
+            self._add(target.value)
+
+
+def _read_names(statements: Sequence[cst.CSTNode]) -> set[str]:
+    reader = _Reader()
+    for statement in statements:
+        statement.visit(reader)
+    return reader.names
+
+
+class _Reader(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)
+        return False
+
+
+def _returns(statements: Sequence[cst.CSTNode]) -> bool:
+    finder = _ReturnFinder()
+    for statement in statements:
+        statement.visit(finder)
+    return finder.found
+
+
+class _ReturnFinder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_Return(self, node: cst.Return) -> None:
+        self.found = True
+
+
+def _replace_region(module: cst.Module, region: _Region, wrapped: list[cst.BaseStatement]) -> cst.Module:
+    statements = region.statements
+    new_statements = [*statements[: region.start], *wrapped, *statements[region.end :]]
+    if region.function is None:
+        return module.with_changes(body=new_statements)
+    new_function = region.function.with_changes(body=region.function.body.with_changes(body=new_statements))
+    return module.with_changes(body=[new_function if s is region.function else s for s in module.body])
+
+
+def _add_import(module: cst.Module, facts: ScriptFacts, options: Options) -> cst.Module:
+    """``from runtime import find_executable_batch_size`` after the Accelerator import (or the last import)."""
+    line = cst.parse_statement(f"from {options.accelerate_module} import {DECORATOR}")
+    body = list(module.body)
+    imports = [
+        index for index, statement in enumerate(body)
+        if isinstance(statement, cst.SimpleStatementLine)
+        and any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body)
+    ]
+    after_accelerator = [i for i in imports if _imports_accelerator(body[i])]
+    position = (after_accelerator or imports or [-1])[-1] + 1
+    body.insert(position, line)
+    return module.with_changes(body=body)
+
+
+def _imports_accelerator(statement: cst.SimpleStatementLine) -> bool:
+    for small in statement.body:
+        if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+            if any(dotted_name(alias.name) == "Accelerator" for alias in small.names):
+                return True
+    return False
+
+
+# ---- reports and small helpers ------------------------------------------------------------------
+
+
+def _uses_outside(module: cst.Module, region: _Region, batch_size: cst.BaseExpression) -> list[cst.CSTNode]:
+    """Reads of the batch-size expression in code that is not moved into the retried function
+    (other functions of the module), which keep seeing the starting value."""
+    moved_ids = {id(s) for s in region.statements[region.start : region.end]}
+    finder = _ExpressionSites(batch_size)
+    for statement in module.body:
+        if statement is region.function:
+            continue
+        if id(statement) in moved_ids or not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        statement.visit(finder)
+    return finder.sites
+
+
+class _ExpressionSites(cst.CSTVisitor):
+    def __init__(self, expression: cst.BaseExpression) -> None:
+        self.expression = expression
+        self.sites: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.BaseExpression) and node.deep_equals(self.expression):
+            self.sites.append(node)
+            return False
+        return True
+
+
+def _contains_expression(node: cst.CSTNode, expression: cst.BaseExpression) -> bool:
+    finder = _ExpressionSites(expression)
+    node.visit(finder)
+    return bool(finder.sites)
+
+
+def _mentions_name(module: cst.Module, name: str) -> bool:
+    return name in _read_names([module])
