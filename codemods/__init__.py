@@ -1,0 +1,48 @@
+"""The rewrites that make a single-GPU PyTorch script distributed, and the one entry point.
+
+``convert_module`` analyses the module once (:mod:`codemods.analysis`), then runs every codemod of
+:mod:`codemods.registry` in its fixed order, each reading the same facts. Changes are reported at
+their positions in the original file, sorted by line.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.base import Change, Codemod, ConversionOutcome, Options
+
+__all__ = ["convert_module", "Change", "Codemod", "ConversionOutcome", "Options"]
+
+#: Set-ups that already distribute the work: the script is reported, never rewritten.
+DISTRIBUTED_FEATURES = {"DistributedDataParallel", "mp.spawn", "init_process_group"}
+
+
+def convert_module(module: cst.Module, options: Options) -> ConversionOutcome:
+    """Convert one parsed module; a module that does not import torch comes back as it was."""
+    from codemods.analysis import analyse
+    from codemods.edits import OriginIndex, reanchor
+    from codemods.registry import all_codemods
+
+    facts = analyse(module, OriginIndex())
+    if not facts.uses_torch:
+        return ConversionOutcome(module)
+    report_only = bool(facts.existing_features & DISTRIBUTED_FEATURES)
+    changes: list[Change] = []
+    for codemod_class in all_codemods():
+        codemod = codemod_class()
+        if report_only and not codemod.code.startswith("ACC9"):
+            continue
+        if not _switched_on(codemod, options) or not codemod.applies(facts, options):
+            continue
+        converted, found = codemod.transform(module, facts, options)
+        if converted is not module and facts.origins.site(converted) is None:
+            reanchor(module, converted, facts.origins)
+        module = converted
+        changes.extend(found)
+    changes.sort(key=lambda change: (change.line, change.column, change.code))
+    return ConversionOutcome(module, changes)
+
+
+def _switched_on(codemod: Codemod, options: Options) -> bool:
+    """A pass runs when its own code or one of the codes it reports is selected."""
+    return any(options.enabled(code) for code in (codemod.code, *codemod.extra_codes))

@@ -17,7 +17,13 @@ them).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from codemods.edits import OriginIndex
+    from codemods.names import NameTable
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,52 @@ class ScriptFacts:
     #: Things already present that change what may be done: "DataParallel", "DistributedDataParallel",
     #: "mp.spawn", "DistributedSampler", "GradScaler", "autocast", "manual_accumulation".
     existing_features: set[str] = field(default_factory=set)
+
+    # -- added by the analysis (C2); the fields above are the original contract ------------------
+
+    #: Where the training objects are built: in ``main_function``, in the ``if __name__ ==
+    #: "__main__":`` block, or in plain module-level code.
+    home_kind: Literal["function", "main_guard", "module"] = "module"
+    #: Module-level functions from which the accelerator is reachable once converted: the home
+    #: function and everything it calls (transitively, by plain name); "<module>" for module code.
+    accessible_functions: set[str] = field(default_factory=set)
+    #: Module-level function → module-level functions it calls by plain name.
+    call_graph: dict[str, set[str]] = field(default_factory=dict)
+    #: Names already passed through ``accelerator.prepare(...)``.
+    prepared: set[str] = field(default_factory=set)
+    #: Models that are moved to the device but not trained (no optimizer gets their parameters).
+    frozen_models: set[str] = field(default_factory=set)
+    #: Names of tensors ``.backward()`` is called on (``loss``, ``errD_real``).
+    loss_names: set[str] = field(default_factory=set)
+    #: Names bound by the loop targets of loops over loaders, plus names derived from them by
+    #: subscripting (``batch["input_ids"]``): the data ``prepare`` already puts on the device.
+    batch_names: set[str] = field(default_factory=set)
+    #: The same, per module-level function (``"<module>"`` for module-level code).
+    batch_names_by_function: dict[str, set[str]] = field(default_factory=dict)
+    #: ``break`` sites whose condition depends on per-rank values (``if loss < 1e-3: break``).
+    rank_dependent_breaks: list[Site] = field(default_factory=list)
+    #: Sites of existing distributed set-up (DDP, mp.spawn, init_process_group), by feature.
+    distributed_sites: dict[str, Site] = field(default_factory=dict)
+    #: Where ``.backward()`` is called (a site, for the no-DataLoader report).
+    backward_site: Site | None = None
+    #: Name table of the module (qualified-name lookups per scope) and original positions; both
+    #: are maintained by ``codemods.convert_module`` across passes.
+    names: "NameTable | None" = None
+    origins: "OriginIndex | None" = None
+
+    def qualified_name(self, node: "cst.BaseExpression", scope: tuple[str, ...] = ()) -> str | None:
+        """Qualified name of a Name/Attribute chain used in ``scope`` (see ``codemods.names``)."""
+        return self.names.qualified_name(node, scope) if self.names is not None else None
+
+    def original_site(self, node: "cst.CSTNode") -> Site | None:
+        """Original position of a statement or call of the tree a pass received (None for nodes
+        an earlier pass created). Passes keep it valid by subclassing
+        ``codemods.edits.CodemodTransformer`` (or calling ``origins.carry``)."""
+        return self.origins.site(node) if self.origins is not None else None
+
+    @property
+    def trained_objects(self) -> set[str]:
+        return self.models | self.optimizers | self.loaders | self.schedulers
 
     def is_model(self, name: str) -> bool:
         return name in self.models

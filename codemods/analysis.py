@@ -1,0 +1,770 @@
+"""One read-only pass over a script that fills :class:`~codemods.facts.ScriptFacts`.
+
+The pass records raw observations (assignments, calls, loops, function signatures), because a name's
+role is often only known later in the file: ``train_loader`` is a parameter of ``train()`` long
+before ``main()`` builds the DataLoader it receives. :func:`analyse` then draws the conclusions:
+
+* roles come from constructors matched by qualified name (``torch.optim.*`` → optimizer,
+  ``torch.utils.data.DataLoader`` → loader, ``torch.optim.lr_scheduler.*`` → scheduler,
+  ``torch.device(...)`` → device); a model is whatever an optimizer gets ``.parameters()`` of;
+* roles flow from call-site arguments into the parameters of the module-level functions they call;
+* a loop over a loader is a *train* loop when ``.backward()`` runs in it (directly or in a function
+  it calls), an *eval* loop when it runs under ``no_grad``/``inference_mode`` or after ``.eval()``.
+
+The same pass records the original position of every statement and call (``codemods.edits``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from codemods.edits import POSITIONED, OriginIndex, dotted, original_sites, target_names
+from codemods.facts import LoopFacts, ScriptFacts, Site
+from codemods.names import NameCollector, ScopeKey
+
+MODULE = "<module>"
+
+LOADER_CONSTRUCTORS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
+ACCELERATOR_CONSTRUCTORS = {
+    "accelerate.Accelerator", "accelerate.accelerator.Accelerator",
+    "runtime.Accelerator", "runtime.accelerator.Accelerator",
+}
+DEVICE_CALLS = {"torch.device", "torch.accelerator.current_accelerator"}
+NO_GRAD_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
+                    "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode"}
+PROGRESS_WRAPPERS = {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.rich.tqdm"}
+FEATURES = {
+    "torch.nn.DataParallel": "DataParallel",
+    "torch.nn.parallel.DataParallel": "DataParallel",
+    "torch.nn.parallel.data_parallel": "DataParallel",
+    "torch.nn.parallel.DistributedDataParallel": "DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel": "DistributedDataParallel",
+    "torch.multiprocessing.spawn": "mp.spawn",
+    "torch.distributed.init_process_group": "init_process_group",
+    "torch.utils.data.DistributedSampler": "DistributedSampler",
+    "torch.utils.data.distributed.DistributedSampler": "DistributedSampler",
+    "torch.cuda.amp.GradScaler": "GradScaler",
+    "torch.amp.GradScaler": "GradScaler",
+    "torch.GradScaler": "GradScaler",
+    "torch.cuda.amp.autocast": "autocast",
+    "torch.amp.autocast": "autocast",
+    "torch.autocast": "autocast",
+    "torch.cpu.amp.autocast": "autocast",
+}
+
+
+def is_optimizer(qualified: str) -> bool:
+    """``torch.optim.SGD``, ``transformers.AdamW``, ``bitsandbytes.optim.Adam8bit``..."""
+    head, _, last = qualified.rpartition(".")
+    if not last[:1].isupper() or "lr_scheduler" in head:
+        return False
+    return head in {"torch.optim", "transformers", "transformers.optimization"} or head.startswith(
+        ("torch.optim.", "bitsandbytes.optim")
+    )
+
+
+def is_scheduler(qualified: str) -> bool:
+    head, _, last = qualified.rpartition(".")
+    if head.startswith("torch.optim.lr_scheduler"):
+        return last[:1].isupper()
+    return head in {"transformers", "transformers.optimization"} and last.startswith("get_") and (
+        "schedule" in last
+    )
+
+
+# -- raw observations ------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Loop:
+    node: cst.For
+    function: str
+    iterated: str | None
+    targets: tuple[str, ...]
+    no_grad: bool
+    #: Sequence number of the loop in the pass (orders it against .eval()/.train() calls).
+    order: int
+    has_backward: bool = False
+    calls: set[str] = field(default_factory=set)
+
+
+@dataclass(eq=False)
+class _If:
+    node: cst.If
+    names: set[str] = field(default_factory=set)
+    modulo: bool = False
+
+
+@dataclass
+class _Call:
+    node: cst.Call
+    scope: ScopeKey
+    function: str
+    loops: tuple[_Loop, ...]
+    ifs: tuple[_If, ...]
+    order: int
+
+
+@dataclass
+class _Assign:
+    targets: tuple[str, ...]
+    value: cst.BaseExpression
+    function: str
+    names: set[str]
+    scope: ScopeKey
+
+
+class _Recorder(NameCollector):
+    """Walks the module once and writes down what the conclusions need."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_order: list[cst.CSTNode] = []
+        self.calls: list[_Call] = []
+        self.assigns: list[_Assign] = []
+        self.loops: list[_Loop] = []
+        self.breaks: list[tuple[cst.Break, tuple[_Loop, ...], tuple[_If, ...], str]] = []
+        #: Module-level functions → parameter names.
+        self.defs: dict[str, tuple[str, ...]] = {}
+        self.no_grad_functions: set[str] = set()
+        self.main_guard_assigns: set[str] = set()
+        self._loops: list[_Loop] = []
+        self._ifs: list[_If] = []
+        self._name_frames: list[set[str]] = []
+        self._no_grad_depth = 0
+        self._main_guard_depth = 0
+        self._order = 0
+
+    @property
+    def function(self) -> str:
+        return self.scope[0] if self.scope else MODULE
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, POSITIONED):
+            self.in_order.append(node)
+        return super().on_visit(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if self._name_frames:
+            self._name_frames[-1].add(node.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if self._name_frames:
+            path = dotted(node)
+            if path is not None:
+                self._name_frames[-1].add(path)
+
+    # -- functions ----------------------------------------------------------------------------
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        super().visit_FunctionDef(node)
+        if len(self.scope) == 1:
+            params = node.params
+            every = [*params.posonly_params, *params.params, *params.kwonly_params]
+            self.defs[node.name.value] = tuple(param.name.value for param in every)
+        for decorator in node.decorators:
+            expr = decorator.decorator
+            callee = expr.func if isinstance(expr, cst.Call) else expr
+            if self.names.qualified_name(callee, self.scope[:-1], strict=False) in NO_GRAD_CONTEXTS:
+                self.no_grad_functions.add(self.function)
+
+    # -- statements ---------------------------------------------------------------------------
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self._name_frames.append(set())
+
+    def leave_Assign(self, original_node: cst.Assign) -> None:
+        names = self._name_frames.pop()
+        targets = tuple(name for target in original_node.targets for name in target_names(target.target))
+        self.assigns.append(_Assign(targets, original_node.value, self.function, names, self.scope))
+        if self._main_guard_depth:
+            self.main_guard_assigns.update(targets)
+
+    def visit_If(self, node: cst.If) -> None:
+        record = _If(node)
+        if isinstance(node.test, cst.Comparison) and _is_main_guard(node.test) and not self.scope:
+            self._main_guard_depth += 1
+        self._ifs.append(record)
+
+    def visit_If_test(self, node: cst.If) -> None:
+        self._name_frames.append(self._ifs[-1].names)
+
+    def leave_If_test(self, node: cst.If) -> None:
+        self._name_frames.pop()
+        self._ifs[-1].modulo = _has_modulo(node.test)
+
+    def leave_If(self, original_node: cst.If) -> None:
+        self._ifs.pop()
+        if isinstance(original_node.test, cst.Comparison) and _is_main_guard(original_node.test) and not self.scope:
+            self._main_guard_depth -= 1
+
+    def visit_With(self, node: cst.With) -> None:
+        if any(self._is_no_grad(item.item) for item in node.items):
+            self._no_grad_depth += 1
+
+    def leave_With(self, original_node: cst.With) -> None:
+        if any(self._is_no_grad(item.item) for item in original_node.items):
+            self._no_grad_depth -= 1
+
+    def _is_no_grad(self, expr: cst.BaseExpression) -> bool:
+        callee = expr.func if isinstance(expr, cst.Call) else expr
+        qualified = self.names.qualified_name(callee, self.scope, strict=False)
+        if qualified in NO_GRAD_CONTEXTS:
+            return True
+        # torch.set_grad_enabled(False)
+        return (
+            qualified == "torch.set_grad_enabled"
+            and isinstance(expr, cst.Call)
+            and bool(expr.args)
+            and isinstance(expr.args[0].value, cst.Name)
+            and expr.args[0].value.value == "False"
+        )
+
+    def visit_For(self, node: cst.For) -> None:
+        super().visit_For(node)
+        self._order += 1
+        loop = _Loop(
+            node, self.function, _iterated(node.iter), _loop_targets(node),
+            no_grad=self._no_grad_depth > 0 or self.function in self.no_grad_functions,
+            order=self._order,
+        )
+        self.loops.append(loop)
+        self._loops.append(loop)
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self._loops.pop()
+
+    def visit_Break(self, node: cst.Break) -> None:
+        self.breaks.append((node, tuple(self._loops), tuple(self._ifs), self.function))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self._order += 1
+        self.calls.append(
+            _Call(node, self.scope, self.function, tuple(self._loops), tuple(self._ifs), self._order)
+        )
+
+
+def _is_main_guard(test: cst.Comparison) -> bool:
+    return (
+        isinstance(test.left, cst.Name)
+        and test.left.value == "__name__"
+        and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].comparator, cst.SimpleString)
+        and test.comparisons[0].comparator.evaluated_value == "__main__"
+    )
+
+
+def _has_modulo(node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.BinaryOperation):
+        return isinstance(node.operator, cst.Modulo) or _has_modulo(node.left) or _has_modulo(node.right)
+    if isinstance(node, cst.Comparison):
+        return _has_modulo(node.left) or any(_has_modulo(c.comparator) for c in node.comparisons)
+    if isinstance(node, cst.BooleanOperation):
+        return _has_modulo(node.left) or _has_modulo(node.right)
+    return False
+
+
+def _iterated(expr: cst.BaseExpression) -> str | None:
+    """The iterable of ``for ... in enumerate(tqdm(loader))``: ``loader``."""
+    while isinstance(expr, cst.Call) and expr.args and dotted(expr.func) in {
+        "enumerate", "tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "iter", "trange",
+    }:
+        expr = expr.args[0].value
+    return dotted(expr)
+
+
+def _loop_targets(node: cst.For) -> tuple[str, ...]:
+    """Names bound per batch; the counter of ``enumerate`` is not batch data."""
+    target = node.target
+    if (
+        isinstance(node.iter, cst.Call)
+        and dotted(node.iter.func) == "enumerate"
+        and isinstance(target, cst.Tuple)
+        and len(target.elements) == 2
+    ):
+        return target_names(target.elements[1].value)
+    return target_names(target)
+
+
+# -- conclusions --------------------------------------------------------------------------
+
+
+class _Conclusions:
+    """Draws ScriptFacts from a recorder's observations."""
+
+    def __init__(self, recorder: _Recorder, origins: OriginIndex) -> None:
+        self.r = recorder
+        self.origins = origins
+        self.facts = ScriptFacts(names=recorder.names, origins=origins)
+        self.assigned = {name for assign in recorder.assigns for name in assign.targets}
+        #: (function, parameter) → (calling function, argument name) at each call site.
+        self.arguments: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        #: Where the first optimizer is built: the function the accelerator goes into.
+        self.optimizer_home: str | None = None
+
+    def qualified(self, call: _Call) -> str | None:
+        return self.r.names.qualified_name(call.node.func, call.scope, strict=False)
+
+    def site(self, node: cst.CSTNode) -> Site:
+        return self.origins.site(node) or Site(1, 0, 1, 0)
+
+    def run(self) -> ScriptFacts:
+        facts = self.facts
+        facts.imports = self.r.names.imported_names()
+        facts.uses_torch = self.r.names.any_import_of("torch")
+        self._call_graph()
+        self._constructors()
+        self._optimizers_and_models()
+        self._flow_into_parameters()
+        self._loops()
+        self._schedulers()
+        self._home()
+        self._helpers()
+        self._features()
+        self._breaks()
+        return facts
+
+    def _call_graph(self) -> None:
+        for call in self.r.calls:
+            callee = call.node.func
+            if isinstance(callee, cst.Name) and callee.value in self.r.defs:
+                self.facts.call_graph.setdefault(call.function, set()).add(callee.value)
+                params = self.r.defs[callee.value]
+                for index, arg in enumerate(call.node.args):
+                    name = dotted(arg.value)
+                    if name is None or arg.star:
+                        continue
+                    param = arg.keyword.value if arg.keyword is not None else (
+                        params[index] if index < len(params) else None
+                    )
+                    if param is not None:
+                        self.arguments.setdefault((callee.value, param), set()).add((call.function, name))
+                for loop in call.loops:
+                    loop.calls.add(callee.value)
+
+    def _constructors(self) -> None:
+        facts = self.facts
+        for assign in self.r.assigns:
+            value = _peel_moves(assign.value)
+            qualified = (
+                self.r.names.qualified_name(value.func, assign.scope, strict=False)
+                if isinstance(value, cst.Call) else None
+            )
+            targets = set(assign.targets)
+            if qualified in LOADER_CONSTRUCTORS:
+                facts.train_loaders.update(targets)  # sorted into train/eval by the loops below
+                self._batch_size(value, assign)
+            elif qualified in ACCELERATOR_CONSTRUCTORS:
+                facts.existing_accelerator = assign.targets[0] if assign.targets else None
+            elif qualified is not None and is_scheduler(qualified):
+                facts.schedulers.update(targets)
+            elif self._is_device(assign.value, assign.scope):
+                facts.device_names.update(targets)
+            elif self._mentions_cuda_availability(assign):
+                facts.cuda_flags.update(targets)
+            if _is_prepare(assign.value):
+                facts.prepared.update(targets)
+
+    def _batch_size(self, call: cst.Call, assign: _Assign) -> None:
+        if self.facts.batch_size_expr is not None and not any("train" in t for t in assign.targets):
+            return
+        for index, arg in enumerate(call.args):
+            if arg.keyword is not None and arg.keyword.value == "batch_size" or (
+                arg.keyword is None and not arg.star and index == 1
+            ):
+                self.facts.batch_size_expr = cst.Module([]).code_for_node(arg.value)
+                return
+            if arg.star == "**" and isinstance(arg.value, cst.Name):
+                found = self._dict_entry(arg.value.value, "batch_size")
+                if found is not None:
+                    self.facts.batch_size_expr = found
+                    return
+
+    def _dict_entry(self, name: str, key: str) -> str | None:
+        for assign in self.r.assigns:
+            if assign.targets == (name,) and isinstance(assign.value, cst.Dict):
+                for element in assign.value.elements:
+                    if (
+                        isinstance(element, cst.DictElement)
+                        and isinstance(element.key, cst.SimpleString)
+                        and element.key.evaluated_value == key
+                    ):
+                        return cst.Module([]).code_for_node(element.value)
+        return None
+
+    def _is_device(self, value: cst.BaseExpression, scope: ScopeKey) -> bool:
+        if isinstance(value, cst.SimpleString):
+            text = value.evaluated_value
+            return isinstance(text, str) and (text.startswith("cuda") or text == "mps")
+        if isinstance(value, cst.IfExp):
+            return self._is_device(value.body, scope) or self._is_device(value.orelse, scope)
+        if isinstance(value, cst.Call):
+            return self.r.names.qualified_name(value.func, scope, strict=False) in DEVICE_CALLS
+        return dotted(value) == f"{self.facts.existing_accelerator or 'accelerator'}.device"
+
+    def _mentions_cuda_availability(self, assign: _Assign) -> bool:
+        """``use_cuda = not args.no_cuda and torch.cuda.is_available()``."""
+        return any(name.endswith("cuda.is_available") for name in assign.names)
+
+    def _optimizers_and_models(self) -> None:
+        facts = self.facts
+        parameter_sources: dict[str, set[str]] = {}
+        for assign in self.r.assigns:
+            roots = self._parameter_roots(assign.value)
+            for target in assign.targets:
+                parameter_sources.setdefault(target, set()).update(roots)
+            value = _peel_moves(assign.value)
+            if not isinstance(value, cst.Call):
+                continue
+            qualified = self.r.names.qualified_name(value.func, assign.scope, strict=False)
+            if qualified is None or not is_optimizer(qualified):
+                continue
+            facts.optimizers.update(assign.targets)
+            if self.optimizer_home is None:
+                self.optimizer_home = assign.function
+            for name in assign.names:
+                roots |= parameter_sources.get(name, set())
+            facts.models.update(roots)
+        moved = {
+            target
+            for assign in self.r.assigns
+            if _moves_to_device(assign.value)
+            for target in assign.targets
+        }
+        facts.frozen_models = {
+            name for name in moved - facts.models
+            if name not in facts.device_names and name not in facts.loaders and name[:1].islower()
+        }
+
+    def _parameter_roots(self, value: cst.BaseExpression) -> set[str]:
+        """``model`` for ``model.parameters()`` / ``model.fc.named_parameters()`` inside ``value``."""
+        finder = _ParameterRoots()
+        value.visit(finder)
+        roots = set()
+        for receiver in finder.receivers:
+            parts = receiver.split(".")
+            while len(parts) > 1 and ".".join(parts) not in self.assigned:
+                parts.pop()
+            roots.add(".".join(parts))
+        return roots
+
+    def _origins_of(self, function: str, name: str, seen: frozenset[tuple[str, str]] = frozenset()) -> set[str]:
+        """The names a parameter receives at the call sites of its function (transitively)."""
+        key = (function, name)
+        if key not in self.arguments or key in seen:
+            return {name}
+        found: set[str] = set()
+        for caller, argument in self.arguments[key]:
+            found |= self._origins_of(caller, argument, seen | {key})
+        return found
+
+    def _flow_into_parameters(self) -> None:
+        """A parameter that receives a model is a model too (file-wide name sets)."""
+        facts = self.facts
+        roles = [facts.models, facts.optimizers, facts.train_loaders, facts.schedulers, facts.device_names,
+                 facts.cuda_flags]
+        for (function, param) in self.arguments:
+            origins = self._origins_of(function, param)
+            for role in roles:
+                if origins & role:
+                    role.add(param)
+
+    def _loops(self) -> None:
+        facts = self.facts
+        created_loaders = set(facts.train_loaders)
+        backward_functions = self._functions_with_backward()
+        eval_switches = [
+            (call.order, call.function, call.node.func.attr.value)
+            for call in self.r.calls
+            if isinstance(call.node.func, cst.Attribute)
+            and call.node.func.attr.value in {"eval", "train"}
+            and not call.node.args
+        ]
+        train: set[str] = set()
+        evaluation: set[str] = set()
+        for loop in self.r.loops:
+            if loop.iterated is None:
+                continue
+            origins = self._origins_of(loop.function, loop.iterated)
+            if not origins & created_loaders and loop.iterated not in created_loaders:
+                continue
+            trains = loop.has_backward or bool(loop.calls & backward_functions)
+            last_switch = max(
+                (s for s in eval_switches if s[1] == loop.function and s[0] < loop.order), default=None
+            )
+            evaluates = loop.no_grad or (last_switch is not None and last_switch[2] == "eval")
+            if not trains and not evaluates:
+                continue
+            kind = "train" if trains else "eval"
+            record = LoopFacts(loop.function, loop.iterated, loop.targets, kind, self.site(loop.node))
+            (facts.train_loops if trains else facts.eval_loops).append(record)
+            (train if trains else evaluation).update(origins | {loop.iterated})
+            facts.batch_names_by_function.setdefault(loop.function, set()).update(loop.targets)
+        # Loaders never looped over keep their name's hint.
+        unknown = created_loaders - train - evaluation
+        facts.train_loaders = (train | {n for n in unknown if "train" in n.lower()}) - (evaluation - train)
+        facts.eval_loaders = (evaluation | {n for n in unknown if "train" not in n.lower()}) - facts.train_loaders
+        self._batch_names()
+
+    def _batch_names(self) -> None:
+        """Loop targets, and names taken out of them without a call (``x = batch["input"]``)."""
+        by_function = self.facts.batch_names_by_function
+        for assign in self.r.assigns:
+            names = by_function.get(assign.function)
+            if names and _is_plain_access(assign.value) and assign.names & names:
+                names.update(assign.targets)
+        self.facts.batch_names = {name for names in by_function.values() for name in names}
+
+    def _functions_with_backward(self) -> set[str]:
+        facts = self.facts
+        direct: set[str] = set()
+        for call in self.r.calls:
+            if _is_backward(call.node):
+                receiver = call.node.func.value  # type: ignore[attr-defined]
+                name = dotted(receiver)
+                if name is not None:
+                    facts.loss_names.add(name)
+                if facts.backward_site is None:
+                    facts.backward_site = self.site(call.node)
+                direct.add(call.function)
+                for loop in call.loops:
+                    loop.has_backward = True
+        # Functions that call a function with backward train too.
+        found = set(direct)
+        changed = True
+        while changed:
+            changed = False
+            for caller, callees in facts.call_graph.items():
+                if caller not in found and callees & found and caller != MODULE:
+                    found.add(caller)
+                    changed = True
+        return found
+
+    def _schedulers(self) -> None:
+        """A scheduler stepped inside a batch loop (or in a function called from one) steps per
+        batch; one stepped only outside them steps per epoch and is not prepared (ACC103)."""
+        facts = self.facts
+        loader_loops = [loop for loop in self.r.loops if loop.iterated is not None and self._is_loader(loop)]
+        per_batch_functions = self._reachable(set().union(*(loop.calls for loop in loader_loops)))
+        per_batch: set[str] = set()
+        stepped: set[str] = set()
+        for call in self.r.calls:
+            func = call.node.func
+            if not (isinstance(func, cst.Attribute) and func.attr.value == "step"):
+                continue
+            name = dotted(func.value)
+            if name not in facts.schedulers:
+                continue
+            stepped.add(name)
+            if any(loop in loader_loops for loop in call.loops) or call.function in per_batch_functions:
+                per_batch.add(name)
+        facts.per_epoch_schedulers = stepped - per_batch
+
+    def _reachable(self, functions: set[str]) -> set[str]:
+        """``functions`` and every module-level function they call, transitively."""
+        reachable = set(functions)
+        pending = list(functions)
+        while pending:
+            for callee in self.facts.call_graph.get(pending.pop(), ()):
+                if callee not in reachable:
+                    reachable.add(callee)
+                    pending.append(callee)
+        return reachable
+
+    def _is_loader(self, loop: _Loop) -> bool:
+        assert loop.iterated is not None
+        names = self._origins_of(loop.function, loop.iterated) | {loop.iterated}
+        return bool(names & self.facts.loaders)
+
+    def _home(self) -> None:
+        facts = self.facts
+        home = self.optimizer_home
+        if home is None:
+            home = next((a.function for a in self.r.assigns if set(a.targets) & facts.loaders), None)
+        if home is None and facts.train_loops:
+            home = facts.train_loops[0].function
+        if home is None:
+            home = next((call.function for call in self.r.calls if _is_backward(call.node)), MODULE)
+        if home != MODULE:
+            facts.main_function = home
+            facts.home_kind = "function"
+        else:
+            facts.main_function = None
+            trained = facts.models | facts.optimizers | facts.loaders
+            facts.home_kind = "main_guard" if trained & self.r.main_guard_assigns else "module"
+        facts.accessible_functions = self._reachable({home})
+
+    def _helpers(self) -> None:
+        facts = self.facts
+        roles = facts.trained_objects | facts.device_names
+        for function, params in self.r.defs.items():
+            if function != facts.main_function and set(params) & roles:
+                facts.helper_functions[function] = params
+
+    def _features(self) -> None:
+        facts = self.facts
+        for call in self.r.calls:
+            qualified = self.qualified(call)
+            feature = FEATURES.get(qualified or "")
+            if feature is None:
+                continue
+            facts.existing_features.add(feature)
+            facts.distributed_sites.setdefault(feature, self.site(call.node))
+        for call in self.r.calls:
+            func = call.node.func
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value == "step"
+                and dotted(func.value) in facts.optimizers
+                and any(branch.modulo for branch in call.ifs)
+                and any(loop.has_backward for loop in call.loops)
+            ):
+                facts.existing_features.add("manual_accumulation")
+
+    def _breaks(self) -> None:
+        facts = self.facts
+        tainted = set(facts.loss_names) | facts.batch_names
+        model_calls = facts.models
+        changed = True
+        while changed:
+            changed = False
+            for assign in self.r.assigns:
+                if set(assign.targets) <= tainted:
+                    continue
+                if assign.names & tainted or _calls_any(assign.value, model_calls):
+                    tainted.update(assign.targets)
+                    changed = True
+        for node, loops, ifs, function in self.r.breaks:
+            if not loops or function not in facts.accessible_functions:
+                continue
+            innermost = loops[-1]
+            conditions = [branch for branch in ifs if _inside(branch.node, innermost.node)]
+            if any(branch.names & tainted or _mentions_item(branch.node.test) for branch in conditions):
+                facts.rank_dependent_breaks.append(self.site(node))
+
+
+def _inside(inner: cst.CSTNode, outer: cst.For) -> bool:
+    """Whether the If ``inner`` is nested in the loop ``outer`` (by identity of its body)."""
+    finder = _Contains(inner)
+    outer.body.visit(finder)
+    return finder.found
+
+
+class _Contains(cst.CSTVisitor):
+    def __init__(self, needle: cst.CSTNode) -> None:
+        super().__init__()
+        self.needle = needle
+        self.found = False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if node is self.needle:
+            self.found = True
+        return not self.found
+
+
+class _ParameterRoots(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.receivers: set[str] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in {"parameters", "named_parameters"}:
+            name = dotted(func.value)
+            if name is not None:
+                self.receivers.add(name)
+
+
+def _peel_moves(value: cst.BaseExpression) -> cst.BaseExpression:
+    """``Net().to(device).train()`` → ``Net()``: the constructor under device/mode calls."""
+    while (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in {"to", "cuda", "train", "eval", "float", "half", "double", "cpu"}
+        and isinstance(value.func.value, cst.Call)
+    ):
+        value = value.func.value
+    return value
+
+
+def _moves_to_device(value: cst.BaseExpression) -> bool:
+    return (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in {"to", "cuda"}
+        and isinstance(value.func.value, cst.Call)
+    )
+
+
+def _is_backward(node: cst.Call) -> bool:
+    return isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward"
+
+
+def _is_prepare(value: cst.BaseExpression) -> bool:
+    return (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in {"prepare", "prepare_model", "prepare_optimizer",
+                                      "prepare_data_loader", "prepare_scheduler"}
+    )
+
+
+def _is_plain_access(value: cst.BaseExpression) -> bool:
+    """Subscripts, attributes, names and tuples of them: no call that could compute something."""
+    if isinstance(value, (cst.Name, cst.Attribute)):
+        return True
+    if isinstance(value, cst.Subscript):
+        return _is_plain_access(value.value)
+    if isinstance(value, (cst.Tuple, cst.List)):
+        return all(_is_plain_access(element.value) for element in value.elements)
+    return False
+
+
+def _calls_any(value: cst.BaseExpression, callees: set[str]) -> bool:
+    if not callees:
+        return False
+    finder = _CallFinder(callees)
+    value.visit(finder)
+    return finder.found
+
+
+class _CallFinder(cst.CSTVisitor):
+    def __init__(self, callees: Iterable[str]) -> None:
+        super().__init__()
+        self.callees = set(callees)
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if dotted(node.func) in self.callees:
+            self.found = True
+
+
+def _mentions_item(node: cst.BaseExpression) -> bool:
+    """``loss.item() < 1e-3``: a Python number read from a tensor, different on every rank."""
+    finder = _ItemFinder()
+    node.visit(finder)
+    return finder.found
+
+
+class _ItemFinder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "item":
+            self.found = True
+
+
+def analyse(module: cst.Module, origins: OriginIndex | None = None) -> ScriptFacts:
+    """Facts about ``module`` (one visitor pass), with original positions recorded in ``origins``."""
+    recorder = _Recorder()
+    module.visit(recorder)
+    origins = origins if origins is not None else OriginIndex()
+    original_sites(module, recorder.in_order, origins)
+    # The module itself: a pass that carries positions carries this one too (see convert_module).
+    origins.record(module, Site(1, 0, 1, 0))
+    return _Conclusions(recorder, origins).run()

@@ -1,0 +1,234 @@
+"""A cheap import-alias resolver: which qualified name does ``nn.utils.clip_grad_norm_`` denote?
+
+libcst's QualifiedNameProvider answers this through a full scope analysis that costs several times
+a parse; the codemods only need one thing from it — "is this dotted expression something imported,
+and what?" — so this module answers that with one visitor pass:
+
+* every ``import a.b as c`` / ``from a import b as c`` records a binding in its scope;
+* every other binding of a name in a scope (assignment, parameter, ``for`` target, ``def``,
+  ``class``, ``with ... as``, ``except ... as``) *shadows* it there, so ``optim = optim.SGD(...)``
+  at module level makes ``optim`` ambiguous, and we answer "not an import" (libcst would answer
+  both names; the codemods must not guess);
+* lookups follow Python's rules: the enclosing function scopes, then the module; class bodies are
+  not visible from the methods inside them; ``global``/``nonlocal`` send a name to the outer scope.
+
+Scopes are identified by the path of enclosing ``def``/``class`` names (``("Net", "forward")``), which
+stays the same from one codemod pass to the next, so the table built by the analysis serves every
+pass. Comprehensions and lambdas are folded into the enclosing scope: they practically never rebind an
+imported module name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import libcst as cst
+
+#: Enclosing ``def``/``class`` names, outermost first; ``()`` is the module.
+ScopeKey = tuple[str, ...]
+ScopeKind = Literal["module", "class", "function"]
+
+@dataclass
+class Scope:
+    """The names one scope binds: imports (name → qualified name) and names bound otherwise."""
+
+    kind: ScopeKind
+    imports: dict[str, str] = field(default_factory=dict)
+    #: Names also bound by something other than that one import (or by two different imports).
+    shadowed: set[str] = field(default_factory=set)
+    #: Names declared ``global`` / ``nonlocal`` here: they live in an outer scope.
+    outer_names: set[str] = field(default_factory=set)
+
+    def bind_import(self, name: str, qualified: str) -> None:
+        if name in self.outer_names:
+            return
+        previous = self.imports.setdefault(name, qualified)
+        if previous != qualified:
+            self.shadowed.add(name)
+
+    def bind_other(self, name: str) -> None:
+        if name not in self.outer_names:
+            self.shadowed.add(name)
+
+    def binds(self, name: str) -> bool:
+        return name not in self.outer_names and (name in self.imports or name in self.shadowed)
+
+
+@dataclass
+class NameTable:
+    """Every scope of a module and what it binds; answers qualified-name questions."""
+
+    scopes: dict[ScopeKey, Scope] = field(default_factory=lambda: {(): Scope("module")})
+
+    def resolve(self, name: str, scope: ScopeKey, *, strict: bool = True) -> str | None:
+        """The qualified name ``name`` denotes when used in ``scope``, if it is an import.
+
+        ``strict``: a name the scope also binds otherwise is not an import (the safe answer for
+        rewriting calls). Not strict: the import is returned anyway — what the analysis wants for
+        ``optim = optim.SGD(...)``, where ``optim.SGD`` on the right still is the import.
+        """
+        key = scope
+        while True:
+            found = self.scopes.get(key)
+            # A class body's names are visible inside the class body only, not in its methods.
+            if found is not None and (key == scope or found.kind != "class") and found.binds(name):
+                if strict and name in found.shadowed:
+                    return None
+                return found.imports.get(name)
+            if not key:
+                return None
+            key = key[:-1]
+
+    def qualified_name(
+        self, node: cst.BaseExpression, scope: ScopeKey = (), *, strict: bool = True
+    ) -> str | None:
+        """``nn.utils.clip_grad_norm_`` → ``torch.nn.utils.clip_grad_norm_`` when ``nn`` is
+        ``torch.nn`` in ``scope``; None for anything not rooted in an import."""
+        parts: list[str] = []
+        while isinstance(node, cst.Attribute):
+            parts.append(node.attr.value)
+            node = node.value
+        if not isinstance(node, cst.Name):
+            return None
+        root = self.resolve(node.value, scope, strict=strict)
+        if root is None:
+            return None
+        return ".".join([root, *reversed(parts)])
+
+    def imported_names(self) -> dict[str, str]:
+        """Module-level name → qualified name for every unshadowed import."""
+        module = self.scopes[()]
+        return {name: qualified for name, qualified in module.imports.items() if name not in module.shadowed}
+
+    def any_import_of(self, qualified: str) -> bool:
+        """Whether some scope imports ``qualified`` (or something inside it)."""
+        return any(
+            value == qualified or value.startswith(qualified + ".")
+            for scope in self.scopes.values()
+            for value in scope.imports.values()
+        )
+
+
+def dotted_module(node: cst.BaseExpression) -> str:
+    """``a.b.c`` as written in an import statement."""
+    if isinstance(node, cst.Name):
+        return node.value
+    assert isinstance(node, cst.Attribute)
+    return f"{dotted_module(node.value)}.{node.attr.value}"
+
+
+class NameCollector(cst.CSTVisitor):
+    """Fills a :class:`NameTable`. Subclasses (the analysis) extend the visit methods and read
+    :attr:`scope` to know where they are."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names = NameTable()
+        self.scope: ScopeKey = ()
+
+    # -- scopes -------------------------------------------------------------------------------
+
+    def _current(self) -> Scope:
+        return self.names.scopes[self.scope]
+
+    def _enter(self, name: str, kind: ScopeKind) -> None:
+        self._current().bind_other(name)
+        self.scope = (*self.scope, name)
+        self.names.scopes.setdefault(self.scope, Scope(kind))
+
+    def _leave(self) -> None:
+        self.scope = self.scope[:-1]
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._enter(node.name.value, "function")
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._leave()
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._enter(node.name.value, "class")
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self._leave()
+
+    def visit_Global(self, node: cst.Global) -> None:
+        self._current().outer_names.update(item.name.value for item in node.names)
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+        self._current().outer_names.update(item.name.value for item in node.names)
+
+    # -- imports ------------------------------------------------------------------------------
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            module = dotted_module(alias.name)
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                self._current().bind_import(alias.asname.name.value, module)
+            else:
+                # ``import torch.nn`` binds ``torch`` (to the package ``torch``).
+                top = module.split(".")[0]
+                self._current().bind_import(top, top)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.relative or node.module is None:
+            # Relative imports name the script's own package: not something we match.
+            if not isinstance(node.names, cst.ImportStar):
+                for alias in node.names:
+                    self._current().bind_other(_alias_local_name(alias))
+            return
+        if isinstance(node.names, cst.ImportStar):
+            return
+        module = dotted_module(node.module)
+        for alias in node.names:
+            self._current().bind_import(_alias_local_name(alias), f"{module}.{dotted_module(alias.name)}")
+
+    # -- other bindings shadow -----------------------------------------------------------------
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self._current().bind_other(node.name.value)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._bind_target(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._bind_target(node.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._bind_target(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._bind_target(node.target)
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self._bind_target(node.asname.name)
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        if node.name is not None:
+            self._bind_target(node.name.name)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._bind_target(node.target)
+
+    def _bind_target(self, target: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Name):
+            self._current().bind_other(target.value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._bind_target(element.value)
+        elif isinstance(target, cst.StarredElement):
+            self._bind_target(target.value)
+
+
+def _alias_local_name(alias: cst.ImportAlias) -> str:
+    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+        return alias.asname.name.value
+    return dotted_module(alias.name).split(".")[0]
+
+
+def collect_names(module: cst.Module) -> NameTable:
+    """The name table of a module (one visitor pass, no metadata)."""
+    collector = NameCollector()
+    module.visit(collector)
+    return collector.names
