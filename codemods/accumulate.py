@@ -38,6 +38,7 @@ import libcst as cst
 from codemods.amp import expression_available, find_accelerator_creation, set_accelerator_argument
 from codemods.base import Change, Codemod, Options
 from codemods.checkpoint import (
+    Issue5Transformer,
     PendingChanges,
     accelerator_call,
     accelerator_name,
@@ -63,7 +64,7 @@ class AccumulateCodemod(Codemod):
     def transform(
         self, module: cst.Module, facts: ScriptFacts, options: Options
     ) -> tuple[cst.Module, list[Change]]:
-        pending = PendingChanges()
+        pending = PendingChanges(facts)
         creation = find_accelerator_creation(module, facts)
         rewriter = _AccumulationRewriter(facts, pending)
         new_module = module.visit(rewriter)
@@ -71,18 +72,17 @@ class AccumulateCodemod(Codemod):
             return module, pending.resolve(module)
         k = rewriter.steps[0]
         if creation is None or not all(k.deep_equals(s) for s in rewriter.steps) or not expression_available(k, creation):
+            pending.drop(AccumulateCodemod.code)
             for loop in rewriter.loops:
-                pending.found = [f for f in pending.found if f[1] != AccumulateCodemod.code]
                 pending.add(loop, "ACC912", "accumulation steps not available where the Accelerator is created", False)
             return module, pending.resolve(module)
         new_module = set_accelerator_argument(new_module, facts, "gradient_accumulation_steps", k)
         return new_module, pending.resolve(module)
 
 
-class _AccumulationRewriter(cst.CSTTransformer):
+class _AccumulationRewriter(Issue5Transformer):
     def __init__(self, facts: ScriptFacts, pending: PendingChanges) -> None:
-        super().__init__()
-        self.facts = facts
+        super().__init__(facts)
         self.pending = pending
         self.steps: list[cst.BaseExpression] = []
         self.loops: list[cst.CSTNode] = []

@@ -35,6 +35,7 @@ import libcst as cst
 
 from codemods.base import Change, Codemod, Options
 from codemods.checkpoint import (
+    Issue5Transformer,
     PendingChanges,
     accelerator_call,
     accelerator_name,
@@ -71,7 +72,7 @@ class AmpCodemod(Codemod):
     ) -> tuple[cst.Module, list[Change]]:
         survey = _AmpSurvey(facts)
         module.visit(survey)
-        pending = PendingChanges()
+        pending = PendingChanges(facts)
         if not survey.scalers and not survey.autocasts:
             return module, []
         if survey.other_scaler_uses:
@@ -390,10 +391,9 @@ class _AcceleratorArgument(cst.CSTTransformer):
 # ---- the rewrite --------------------------------------------------------------------------------
 
 
-class _AmpRemover(cst.CSTTransformer):
+class _AmpRemover(Issue5Transformer):
     def __init__(self, facts: ScriptFacts, survey: _AmpSurvey, pending: PendingChanges) -> None:
-        super().__init__()
-        self.facts = facts
+        super().__init__(facts)
         self.scalers = survey.scalers
         self.pending = pending
         self.flag = _common_flag(survey.flags)

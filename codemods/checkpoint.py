@@ -26,14 +26,13 @@ where the accelerator is reachable, positions of reported nodes).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Sequence
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemods.base import Change, Codemod, Options
-from codemods.facts import ScriptFacts
+from codemods.facts import ScriptFacts, Site
 
 # --------------------------------------------------------------------------------------------
 # Shared helpers of the issue-5 codemods
@@ -127,7 +126,100 @@ class _BindingFinder(cst.CSTVisitor):
                 self._check_target(element.value)
 
 
-class AcceleratorScope(cst.CSTTransformer):
+class PendingChanges:
+    """Changes found during a walk; their positions are looked up once the walk is done.
+
+    In the pipeline, the analysis recorded the original position of every statement and call
+    (``facts.origins``) and the passes carry those records to the nodes they return, so a change
+    is reported at its node's original site, or at the statement holding it (``anchor``) when the
+    node itself is not recorded (an attribute, a node an earlier pass created). Run on its own
+    (unit tests, no origins), a pass reports positions in the tree it received.
+    """
+
+    def __init__(self, facts: ScriptFacts) -> None:
+        self.facts = facts
+        self.found: list[tuple[cst.CSTNode, cst.CSTNode | None, str, str, bool]] = []
+
+    def add(
+        self, node: cst.CSTNode, code: str, message: str, fixed: bool, anchor: cst.CSTNode | None = None
+    ) -> None:
+        self.found.append((node, anchor, code, message, fixed))
+
+    def drop(self, code: str) -> None:
+        """Forget the changes with this code (a pass that gives up after its walk)."""
+        self.found = [entry for entry in self.found if entry[2] != code]
+
+    def resolve(self, module: cst.Module) -> list[Change]:
+        if not self.found:
+            return []
+        site_of = self._site_lookup(module)
+        changes = []
+        for node, anchor, code, message, fixed in self.found:
+            candidates = [_positioned(n) for n in (node, anchor) if n is not None]
+            site = next((s for s in map(site_of, candidates) if s is not None), Site(1, 0, 1, 0))
+            changes.append(Change(code, message, site.line, site.column, site.end_line, site.end_column, fixed))
+        return changes
+
+    def _site_lookup(self, module: cst.Module):  # type: ignore[no-untyped-def]
+        origins = getattr(self.facts, "origins", None)
+        if origins is not None:
+            return origins.site
+        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+
+        def from_positions(node: cst.CSTNode) -> Site | None:
+            where = positions.get(node)
+            if where is None:
+                return None
+            return Site(where.start.line, where.start.column, where.end.line, where.end.column)
+
+        return from_positions
+
+
+def _positioned(node: cst.CSTNode) -> cst.CSTNode:
+    """The node whose position is recorded: a statement line's first small statement."""
+    if isinstance(node, cst.SimpleStatementLine) and node.body:
+        return node.body[0]
+    return node
+
+
+#: The node kinds the analysis records original positions for.
+POSITIONED = (cst.Call, cst.BaseSmallStatement, cst.BaseCompoundStatement)
+
+
+class Issue5Transformer(cst.CSTTransformer):
+    """Base of the issue-5 transformers: reports changes, anchored at the enclosing statement,
+    and carries original positions from each node it replaces to the node that replaces it (so
+    that later passes still report in terms of the file the user wrote)."""
+
+    def __init__(self, facts: ScriptFacts) -> None:
+        super().__init__()
+        self.facts = facts
+        self.pending = PendingChanges(facts)
+        self._anchors: list[cst.CSTNode] = []
+
+    def report(self, node: cst.CSTNode, code: str, message: str, fixed: bool = True) -> None:
+        self.pending.add(node, code, message, fixed, self._anchors[-1] if self._anchors else None)
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, POSITIONED):
+            self._anchors.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
+        if isinstance(original_node, POSITIONED) and self._anchors and self._anchors[-1] is original_node:
+            self._anchors.pop()
+        result = super().on_leave(original_node, updated_node)
+        origins = getattr(self.facts, "origins", None)
+        if origins is not None:
+            if isinstance(result, cst.FlattenSentinel):
+                for node in result.nodes:
+                    origins.carry(original_node, node)
+            elif isinstance(result, cst.CSTNode) and result is not original_node:
+                origins.carry(original_node, result)
+        return result
+
+
+class AcceleratorScope(Issue5Transformer):
     """A transformer that knows, at every node, whether the accelerator variable is reachable.
 
     It is reachable inside a function that takes it as a parameter or assigns it, inside functions
@@ -137,10 +229,10 @@ class AcceleratorScope(cst.CSTTransformer):
     """
 
     def __init__(self, facts: ScriptFacts) -> None:
-        super().__init__()
-        self.facts = facts
+        super().__init__(facts)
         self.acc = accelerator_name(facts)
         self._frames: list[bool] = []
+        self._function_names: list[str] = []
         self._module_statement_ids: set[int] = set()
         self._module_index = -1
         self._module_accelerator_index: int | None = None
@@ -161,16 +253,23 @@ class AcceleratorScope(cst.CSTTransformer):
         params = node.params
         names = {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
         self._frames.append(self.acc in names or binds_name(_body_statements(node), self.acc))
+        self._function_names.append(node.name.value)
 
     def leave_FunctionDef(
         self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
     ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel:
         self._frames.pop()
+        self._function_names.pop()
         return updated_node
 
     def accelerator_reachable(self) -> bool:
         """Whether code at the node being visited can use the accelerator variable."""
         if any(self._frames):
+            return True
+        # The helpers pass (it runs last) hands the accelerator to every module-level function the
+        # training code calls, once that function uses it.
+        reachable_functions = getattr(self.facts, "accessible_functions", set())
+        if self._function_names and self._function_names[0] in reachable_functions:
             return True
         at_module = self._module_accelerator_index
         if at_module is None:
@@ -181,32 +280,6 @@ class AcceleratorScope(cst.CSTTransformer):
 def _body_statements(node: cst.FunctionDef) -> Sequence[cst.CSTNode]:
     body = node.body
     return body.body if isinstance(body, cst.IndentedBlock) else [body]
-
-
-@dataclass
-class PendingChanges:
-    """Changes found during a walk, keyed by the node of the *input* tree; positions come later.
-
-    Positions are resolved once per pass, only when something was found, on the tree the pass
-    received (the pipeline maps them back to the original file).
-    """
-
-    found: list[tuple[cst.CSTNode, str, str, bool]] = field(default_factory=list)
-
-    def add(self, node: cst.CSTNode, code: str, message: str, fixed: bool) -> None:
-        self.found.append((node, code, message, fixed))
-
-    def resolve(self, module: cst.Module) -> list[Change]:
-        if not self.found:
-            return []
-        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-        changes = []
-        for node, code, message, fixed in self.found:
-            where = positions.get(node)
-            start = (where.start.line, where.start.column) if where else (1, 0)
-            end = (where.end.line, where.end.column) if where else (1, 0)
-            changes.append(Change(code, message, start[0], start[1], end[0], end[1], fixed))
-        return changes
 
 
 def parse_statement(code: str) -> cst.BaseStatement:
@@ -259,7 +332,6 @@ class CheckpointCodemod(Codemod):
 class _CheckpointRewriter(AcceleratorScope):
     def __init__(self, facts: ScriptFacts, module: cst.Module) -> None:
         super().__init__(facts)
-        self.pending = PendingChanges()
         self._assigned_targets: set[int] = set()
         self._prepare_pending: list[bool] = [_has_prepare_call(module.body, facts)]
         self._saves_in_line = 0
@@ -299,7 +371,7 @@ class _CheckpointRewriter(AcceleratorScope):
         if qualified_name(updated_node.func, self.facts.imports) != "torch.save":
             return updated_node
         if not self.accelerator_reachable():
-            self.pending.add(
+            self.report(
                 original_node, "ACC914",
                 "torch.save where the accelerator is not reachable: every rank writes this file", False,
             )
@@ -308,7 +380,7 @@ class _CheckpointRewriter(AcceleratorScope):
         if args and args[0].keyword is None and dotted_name(args[0].value) in self.facts.models:
             args[0] = args[0].with_changes(value=unwrap_model(self.facts, args[0].value))
         self._saves_in_line += 1
-        self.pending.add(original_node, self.code, "torch.save → accelerator.save (main process only)", True)
+        self.report(original_node, self.code, "torch.save → accelerator.save (main process only)", True)
         return accelerator_call(self.facts, "save", *args)
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
@@ -319,13 +391,13 @@ class _CheckpointRewriter(AcceleratorScope):
             return updated_node
         attribute = updated_node.attr.value
         if not self.accelerator_reachable():
-            self.pending.add(
+            self.report(
                 original_node, "ACC914",
                 f"{owner}.{attribute} after prepare needs accelerator.unwrap_model({owner}), "
                 "but the accelerator is not reachable here", False,
             )
             return updated_node
-        self.pending.add(
+        self.report(
             original_node, self.code,
             f"{owner}.{attribute} → accelerator.unwrap_model({owner}).{attribute}", True,
         )

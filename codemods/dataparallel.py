@@ -64,7 +64,7 @@ class DataParallelCodemod(Codemod):
         distributed = _DistributedFinder(facts)
         module.visit(distributed)
         if distributed.sites:
-            pending = PendingChanges()
+            pending = PendingChanges(facts)
             for node, what in distributed.sites:
                 pending.add(node, "ACC910", f"{what} already distributes the script: converted by hand only", False)
             return module, pending.resolve(module)
@@ -87,7 +87,6 @@ class _DistributedFinder(cst.CSTVisitor):
 class _DataParallelRemover(AcceleratorScope):
     def __init__(self, facts: ScriptFacts) -> None:
         super().__init__(facts)
-        self.pending = PendingChanges()
         self._emptied_blocks: set[int] = set()
         self._removing_line = False
 
@@ -139,7 +138,7 @@ class _DataParallelRemover(AcceleratorScope):
             return updated_node
         if not self.accelerator_reachable():
             return updated_node
-        self.pending.add(original_node, DataParallelCodemod.code, f"{owner}.module → accelerator.unwrap_model({owner})", True)
+        self.report(original_node, DataParallelCodemod.code, f"{owner}.module → accelerator.unwrap_model({owner})", True)
         return unwrap_model(self.facts, updated_node.value)
 
 

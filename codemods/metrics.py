@@ -35,7 +35,6 @@ import libcst as cst
 from codemods.base import Change, Codemod, Options
 from codemods.checkpoint import (
     AcceleratorScope,
-    PendingChanges,
     accelerator_call,
     dotted_name,
     expression_code,
@@ -74,7 +73,6 @@ class MetricsCodemod(Codemod):
 class _EvalLoopRewriter(AcceleratorScope):
     def __init__(self, facts: ScriptFacts) -> None:
         super().__init__(facts)
-        self.pending = PendingChanges()
         self._no_grad_depth = 0
         self._eval_mode: list[bool] = [False]
         self._taken_names: set[str] = set()
@@ -116,7 +114,7 @@ class _EvalLoopRewriter(AcceleratorScope):
         if _contains(original_node, lambda n: _is_backward(n, self.facts) or _is_gather(n, self.facts)):
             return updated_node
         if not self.accelerator_reachable():
-            self.pending.add(
+            self.report(
                 original_node, "ACC913",
                 "evaluation loop where the accelerator is not reachable: metrics cover this rank only", False,
             )
@@ -135,7 +133,7 @@ class _EvalLoopRewriter(AcceleratorScope):
         forward = _find_forward(body.body, self.facts)
         if forward is None:
             if _contains(loop, lambda n: _is_model_call(n, self.facts)):
-                self.pending.add(
+                self.report(
                     original, "ACC913",
                     "the forward is nested in a larger expression: assign its output to a name, "
                     "then gather it with accelerator.gather_for_metrics", False,
@@ -144,7 +142,7 @@ class _EvalLoopRewriter(AcceleratorScope):
         statement, outputs = forward
         plan = _plan_gather(outputs, targets, _statements_after(body.body, statement), self._taken_names)
         for scalar in plan.batch_scalars:
-            self.pending.add(
+            self.report(
                 original, "ACC913",
                 f"{scalar} is one value per batch and process: it cannot be gathered per sample", False,
             )
@@ -154,7 +152,7 @@ class _EvalLoopRewriter(AcceleratorScope):
         gather_line = _gather_statement(plan, self.facts)
         new_body = _insert_after(body.body, statement, gather_line, plan, self.facts)
         gathered = ", ".join(expression_code(e) for e in plan.gathered)
-        self.pending.add(original, MetricsCodemod.code, f"gather_for_metrics({gathered}) after the forward", True)
+        self.report(original, MetricsCodemod.code, f"gather_for_metrics({gathered}) after the forward", True)
         return loop.with_changes(body=body.with_changes(body=new_body))
 
 

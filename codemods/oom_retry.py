@@ -78,7 +78,7 @@ class OomRetryCodemod(Codemod):
     def transform(
         self, module: cst.Module, facts: ScriptFacts, options: Options
     ) -> tuple[cst.Module, list[Change]]:
-        pending = PendingChanges()
+        pending = PendingChanges(facts)
         if _mentions_name(module, DECORATOR):
             return module, []
         region = _find_training_region(module, facts)

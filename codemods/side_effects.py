@@ -29,7 +29,6 @@ import libcst as cst
 from codemods.base import Change, Codemod, Options
 from codemods.checkpoint import (
     AcceleratorScope,
-    PendingChanges,
     accelerator_call,
     accelerator_name,
     binds_name,
@@ -75,7 +74,6 @@ class SideEffectsCodemod(Codemod):
 class _MainProcessGuard(AcceleratorScope):
     def __init__(self, facts: ScriptFacts) -> None:
         super().__init__(facts)
-        self.pending = PendingChanges()
         self._guarded_depth = 0
         self._original_of: dict[int, cst.CSTNode] = {}
 
