@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from codemods.edits import POSITIONED, OriginIndex, dotted, original_sites, target_names
+from codemods.edits import POSITIONED, OriginIndex, dotted, is_main_guard, original_sites, target_names
 from codemods.facts import LoopFacts, ScriptFacts, Site
 from codemods.names import NameCollector, ScopeKey
 
@@ -185,7 +185,7 @@ class _Recorder(NameCollector):
 
     def visit_If(self, node: cst.If) -> None:
         record = _If(node)
-        if isinstance(node.test, cst.Comparison) and _is_main_guard(node.test) and not self.scope:
+        if is_main_guard(node) and not self.scope:
             self._main_guard_depth += 1
         self._ifs.append(record)
 
@@ -198,7 +198,7 @@ class _Recorder(NameCollector):
 
     def leave_If(self, original_node: cst.If) -> None:
         self._ifs.pop()
-        if isinstance(original_node.test, cst.Comparison) and _is_main_guard(original_node.test) and not self.scope:
+        if is_main_guard(original_node) and not self.scope:
             self._main_guard_depth -= 1
 
     def visit_With(self, node: cst.With) -> None:
@@ -245,16 +245,6 @@ class _Recorder(NameCollector):
         self.calls.append(
             _Call(node, self.scope, self.function, tuple(self._loops), tuple(self._ifs), self._order)
         )
-
-
-def _is_main_guard(test: cst.Comparison) -> bool:
-    return (
-        isinstance(test.left, cst.Name)
-        and test.left.value == "__name__"
-        and len(test.comparisons) == 1
-        and isinstance(test.comparisons[0].comparator, cst.SimpleString)
-        and test.comparisons[0].comparator.evaluated_value == "__main__"
-    )
 
 
 def _has_modulo(node: cst.BaseExpression) -> bool:

@@ -17,7 +17,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemods.base import Change
-from codemods.facts import Site
+from codemods.facts import ScriptFacts, Site
 from codemods.names import NameTable, ScopeKey
 
 #: The node kinds whose original positions are recorded.
@@ -38,6 +38,8 @@ class OriginIndex:
         self._sites[id(node)] = (site, node)
 
     def site(self, node: cst.CSTNode) -> Site | None:
+        if isinstance(node, cst.SimpleStatementLine) and node.body:
+            node = node.body[0]
         entry = self._sites.get(id(node))
         return entry[0] if entry is not None and entry[1] is node else None
 
@@ -318,3 +320,124 @@ def _align(
         pairs.extend(zip(old[block.a:block.a + block.size], new[block.b:block.b + block.size]))
         previous_old, previous_new = block.a + block.size, block.b + block.size
     return pairs
+
+
+# -- the home block: where the training objects are built ---------------------------------------
+
+
+class HomeBlockTransformer(CodemodTransformer):
+    """Calls :meth:`edit_home` with the statements of the block that builds the training objects:
+    the body of ``facts.main_function``, of the ``if __name__ == "__main__":`` block, or the module."""
+
+    def __init__(self, facts: ScriptFacts, **kwargs: object) -> None:
+        super().__init__(facts.names, facts.origins, **kwargs)  # type: ignore[arg-type]
+        self.facts = facts
+
+    def edit_home(self, body: list[cst.BaseStatement], anchor: cst.CSTNode) -> list[cst.BaseStatement]:
+        """Return the new statements; ``anchor`` is the original node owning them (for reports)."""
+        raise NotImplementedError
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):  # type: ignore[no-untyped-def]
+        updated = super().leave_FunctionDef(original_node, updated_node)
+        if (
+            self.facts.home_kind == "function"
+            and not self.scope
+            and original_node.name.value == self.facts.main_function
+            and isinstance(updated.body, cst.IndentedBlock)
+        ):
+            body = self.edit_home(list(updated.body.body), original_node)
+            return updated.with_changes(body=updated.body.with_changes(body=body))
+        return updated
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If):  # type: ignore[no-untyped-def]
+        if (
+            self.facts.home_kind == "main_guard"
+            and not self.scope
+            and is_main_guard(original_node)
+            and isinstance(updated_node.body, cst.IndentedBlock)
+        ):
+            body = self.edit_home(list(updated_node.body.body), original_node)
+            return updated_node.with_changes(body=updated_node.body.with_changes(body=body))
+        return updated_node
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module):  # type: ignore[no-untyped-def]
+        if self.facts.home_kind == "module":
+            return updated_node.with_changes(body=self.edit_home(list(updated_node.body), original_node))
+        return updated_node
+
+
+
+def is_main_guard(node: cst.CSTNode) -> bool:
+    """``if __name__ == "__main__":``."""
+    if not isinstance(node, cst.If) or not isinstance(node.test, cst.Comparison):
+        return False
+    test = node.test
+    return (
+        isinstance(test.left, cst.Name)
+        and test.left.value == "__name__"
+        and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].comparator, cst.SimpleString)
+        and test.comparisons[0].comparator.evaluated_value == "__main__"
+    )
+
+
+def assigned_in(statement: cst.CSTNode) -> set[str]:
+    """Names a statement binds by assignment, at any depth except inside nested defs/classes."""
+    finder = _Assigned()
+    statement.visit(finder)
+    return finder.names
+
+
+class _Assigned(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self.names.update(target_names(node.target))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self.names.update(target_names(node.target))
+
+    def visit_For(self, node: cst.For) -> None:
+        self.names.update(target_names(node.target))
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self.names.update(target_names(node.asname.name))
+
+
+def first_statement_index(body: Sequence[cst.BaseStatement]) -> int:
+    """Index after a leading docstring and ``from __future__`` imports."""
+    index = 0
+    while index < len(body) and (is_docstring(body[index]) if index == 0 else False):
+        index += 1
+    while index < len(body) and _is_future_import(body[index]):
+        index += 1
+    return index
+
+
+def _is_future_import(statement: cst.BaseStatement) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and isinstance(statement.body[0], cst.ImportFrom)
+        and dotted(statement.body[0].module) == "__future__"
+    )
+
+
+def parses_arguments(statement: cst.BaseStatement) -> bool:
+    """``args = parser.parse_args()`` / ``args, _ = parse_known_args()`` / ``opt = parse_args()``."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    for small in statement.body:
+        if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call):
+            name = dotted(small.value.func) or ""
+            if name.rsplit(".", 1)[-1] in {"parse_args", "parse_known_args", "parse_args_into_dataclasses"}:
+                return True
+    return False
