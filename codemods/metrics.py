@@ -295,9 +295,17 @@ class _UseCollector(cst.CSTVisitor):
         self.interesting = interesting
         self.uses: list[cst.BaseExpression] = []
         self._consumed: set[int] = set()
+        self._methods: set[int] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        # output.argmax(...): a method of a tensor, so the whole tensor is what is read
+        if isinstance(node.func, cst.Attribute):
+            self._methods.add(id(node.func))
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if isinstance(node.value, cst.Name) and node.value.value in self.interesting:
+            if id(node) in self._methods:
+                return
             self._consumed.add(id(node.value))
             self._record(node)
 

@@ -1,0 +1,222 @@
+"""metrics (ACC113): per-sample outputs and targets gathered right after the forward."""
+
+from __future__ import annotations
+
+import pytest
+
+from codemods.metrics import MetricsCodemod
+from tests.test_codemods_issue5_support import apply, assert_rewrites, code, make_facts
+
+CASES = [
+    pytest.param(
+        """
+        def test(model, test_loader, accelerator):
+            model.eval()
+            correct = 0
+            with torch.no_grad():
+                for data, target in test_loader:
+                    output = model(data)
+                    test_loss += F.nll_loss(output, target, reduction="sum").item()
+                    pred = output.argmax(dim=1, keepdim=True)
+                    correct += pred.eq(target.view_as(pred)).sum().item()
+            test_loss /= len(test_loader.dataset)
+        """,
+        """
+        def test(model, test_loader, accelerator):
+            model.eval()
+            correct = 0
+            with torch.no_grad():
+                for data, target in test_loader:
+                    output = model(data)
+                    output, target = accelerator.gather_for_metrics((output, target))
+                    test_loss += F.nll_loss(output, target, reduction="sum").item()
+                    pred = output.argmax(dim=1, keepdim=True)
+                    correct += pred.eq(target.view_as(pred)).sum().item()
+            test_loss /= len(test_loader.dataset)
+        """,
+        id="mnist-style-sum-and-count",
+    ),
+    pytest.param(
+        """
+        def evaluate(accelerator):
+            model.eval()
+            for batch in tqdm(test_loader):
+                with torch.no_grad():
+                    outputs = model(**batch)
+                predictions = outputs.logits.argmax(dim=1)
+                all_predictions += predictions.cpu().tolist()
+                all_labels += batch["labels"].cpu().tolist()
+        """,
+        """
+        def evaluate(accelerator):
+            model.eval()
+            for batch in tqdm(test_loader):
+                with torch.no_grad():
+                    outputs = model(**batch)
+                    logits, labels = accelerator.gather_for_metrics((outputs.logits, batch["labels"]))
+                predictions = logits.argmax(dim=1)
+                all_predictions += predictions.cpu().tolist()
+                all_labels += labels.cpu().tolist()
+        """,
+        id="hf-style-logits-and-label-key",
+    ),
+    pytest.param(
+        """
+        def evaluate(accelerator, metric):
+            model.eval()
+            for step, batch in enumerate(test_loader):
+                with torch.inference_mode():
+                    outputs = model(batch["x"])
+                metric.add_batch(predictions=outputs.argmax(-1), references=batch["y"])
+        """,
+        """
+        def evaluate(accelerator, metric):
+            model.eval()
+            for step, batch in enumerate(test_loader):
+                with torch.inference_mode():
+                    outputs = model(batch["x"])
+                    outputs, y = accelerator.gather_for_metrics((outputs, batch["y"]))
+                metric.add_batch(predictions=outputs.argmax(-1), references=y)
+        """,
+        id="metric-add-batch-enumerate",
+    ),
+    pytest.param(
+        """
+        def test(epoch, accelerator):
+            model.eval()
+            with torch.no_grad():
+                for i, (data, _) in enumerate(test_loader):
+                    recon, mu, logvar = model(data)
+                    test_loss += loss_function(recon, data, mu, logvar).item()
+                    if i == 0:
+                        grid = torch.cat([data[:8], recon.view(args.batch_size, 1, 28, 28)[:8]])
+        """,
+        """
+        def test(epoch, accelerator):
+            model.eval()
+            with torch.no_grad():
+                for i, (data, _) in enumerate(test_loader):
+                    recon, mu, logvar = model(data)
+                    recon, data, mu, logvar = accelerator.gather_for_metrics((recon, data, mu, logvar))
+                    test_loss += loss_function(recon, data, mu, logvar).item()
+                    if i == 0:
+                        grid = torch.cat([data[:8], recon.view(-1, 1, 28, 28)[:8]])
+        """,
+        id="vae-tuple-output-and-batch-sized-view",
+    ),
+]
+
+
+@pytest.mark.parametrize("before, after", CASES)
+def test_gathers_after_the_forward(before: str, after: str) -> None:
+    facts = make_facts(batch_size_expr="args.batch_size")
+    changes = assert_rewrites(MetricsCodemod(), before, after, facts)
+    assert [c.code for c in changes if c.fixed] == ["ACC113"]
+
+
+NOT_EVALUATION = [
+    pytest.param(
+        """
+        def train(accelerator):
+            model.train()
+            for data, target in train_loader:
+                output = model(data)
+                loss = F.nll_loss(output, target)
+                accelerator.backward(loss)
+        """,
+        id="training-loop",
+    ),
+    pytest.param(
+        """
+        def test(accelerator):
+            model.eval()
+            for data, target in test_loader:
+                output = model(data)
+                output, target = accelerator.gather_for_metrics((output, target))
+                correct += output.argmax(1).eq(target).sum().item()
+        """,
+        id="already-gathered",
+    ),
+    pytest.param(
+        """
+        def test(accelerator):
+            for data, target in some_list:
+                with torch.no_grad():
+                    output = model(data)
+                correct += output.argmax(1).eq(target).sum().item()
+        """,
+        id="not-a-loader",
+    ),
+]
+
+
+@pytest.mark.parametrize("source", NOT_EVALUATION)
+def test_leaves_other_loops_alone(source: str) -> None:
+    output, changes = apply(MetricsCodemod(), code(source), make_facts())
+    assert output == code(source)
+    assert changes == []
+
+
+REPORTED = [
+    pytest.param(
+        """
+        def test(accelerator):
+            model.eval()
+            for x, y in test_loader:
+                total += (model(x).argmax(1) == y).sum().item()
+        """,
+        "nested in a larger expression",
+        id="forward-inside-reduction",
+    ),
+    pytest.param(
+        """
+        def test(accelerator):
+            model.eval()
+            for batch in test_loader:
+                with torch.no_grad():
+                    outputs = model(**batch)
+                eval_loss += outputs.loss.item()
+                preds += outputs.logits.argmax(-1).tolist()
+        """,
+        "outputs.loss is one value per batch",
+        id="batch-mean-loss",
+    ),
+    pytest.param(
+        """
+        def test():
+            model.eval()
+            with torch.no_grad():
+                for data, target in test_loader:
+                    output = model(data)
+                    correct += output.argmax(1).eq(target).sum().item()
+        """,
+        "accelerator is not reachable",
+        id="no-accelerator-here",
+    ),
+]
+
+
+@pytest.mark.parametrize("source, message", REPORTED)
+def test_reports_what_it_cannot_gather(source: str, message: str) -> None:
+    _, changes = apply(MetricsCodemod(), code(source), make_facts())
+    warnings = [c for c in changes if not c.fixed]
+    assert [c.code for c in warnings] == ["ACC913"]
+    assert message in warnings[0].message
+    assert warnings[0].line > 1  # points into the loop, not at the top of the file
+
+
+def test_fresh_names_do_not_shadow_the_script() -> None:
+    source = code(
+        """
+        def test(accelerator):
+            logits = None
+            model.eval()
+            for batch in test_loader:
+                with torch.no_grad():
+                    outputs = model(**batch)
+                preds += outputs.logits.argmax(-1).tolist()
+        """
+    )
+    output, _ = apply(MetricsCodemod(), source, make_facts())
+    assert "gathered_logits = accelerator.gather_for_metrics(outputs.logits)" in output
+    assert "preds += gathered_logits.argmax(-1).tolist()" in output
