@@ -391,6 +391,9 @@ class _Conclusions:
             return isinstance(text, str) and (text.startswith("cuda") or text == "mps")
         if isinstance(value, cst.IfExp):
             return self._is_device(value.body, scope) or self._is_device(value.orelse, scope)
+        if isinstance(value, cst.Attribute) and isinstance(value.value, cst.Call):
+            # torch.accelerator.current_accelerator().type
+            return self._is_device(value.value, scope)
         if isinstance(value, cst.Call):
             return self.r.names.qualified_name(value.func, scope, strict=False) in DEVICE_CALLS
         return dotted(value) == f"{self.facts.existing_accelerator or 'accelerator'}.device"
@@ -605,6 +608,8 @@ class _Conclusions:
             facts.distributed_sites.setdefault(feature, self.site(call.node))
         for call in self.r.calls:
             func = call.node.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "cpu" and dotted(func.value) in facts.models:
+                facts.cpu_models.add(dotted(func.value))  # type: ignore[arg-type]
             if (
                 isinstance(func, cst.Attribute)
                 and func.attr.value == "step"

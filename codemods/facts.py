@@ -105,6 +105,9 @@ class ScriptFacts:
     prepared: set[str] = field(default_factory=set)
     #: Models that are moved to the device but not trained (no optimizer gets their parameters).
     frozen_models: set[str] = field(default_factory=set)
+    #: Models the script moves back to the CPU (``model.eval().cpu()``): their later moves to the
+    #: device must stay.
+    cpu_models: set[str] = field(default_factory=set)
     #: Names of tensors ``.backward()`` is called on (``loss``, ``errD_real``).
     loss_names: set[str] = field(default_factory=set)
     #: Names bound by the loop targets of loops over loaders, plus names derived from them by

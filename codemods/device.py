@@ -1,0 +1,318 @@
+"""ACC102 device: the accelerator picks the device; moves that ``prepare`` makes redundant go.
+
+The device variable (``torch.device("cuda" if ... else "cpu")``, ``"cuda:0"``,
+``torch.accelerator.current_accelerator()``) becomes ``accelerator.device``, which is this process's
+own GPU. ``.to(device)`` / ``.cuda()`` on prepared models and on batches from prepared loaders are
+removed (``prepare`` places them); other ``.cuda()`` calls become ``.to(accelerator.device)``;
+``.to(dtype)``, ``.float()``, ``.cpu()`` and moves of tensors the script creates itself stay (they now
+go to ``accelerator.device``). ``torch.cuda.set_device`` is removed. A block left empty goes too:
+``if args.cuda: model.cuda()`` disappears as a whole.
+
+Before::
+
+    device = torch.device("cuda" if use_cuda else "cpu")
+    model = Net().to(device)
+    for data, target in train_loader:
+        data, target = data.to(device), target.to(device)
+        noise = torch.randn(len(data), 16).cuda()
+
+After::
+
+    device = accelerator.device
+    model = Net()
+    for data, target in train_loader:
+        noise = torch.randn(len(data), 16).to(accelerator.device)
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.backward import UNREACHABLE
+from codemods.base import Change, Codemod, Options
+from codemods.edits import CodemodTransformer, dotted, expression, root_name, target_names
+from codemods.facts import ScriptFacts
+
+#: ``x.to(device, non_blocking=True)``: keywords that only make sense with a device.
+DEVICE_ONLY_KEYWORDS = {"device", "non_blocking", "copy"}
+
+
+class _Device(CodemodTransformer):
+    def __init__(self, facts: ScriptFacts, accelerator: str) -> None:
+        super().__init__(facts.names, facts.origins, accelerator=accelerator)  # type: ignore[arg-type]
+        self.facts = facts
+        self.device_expr = f"{accelerator}.device"
+        #: Names bound by comprehensions over batch data (``v`` in ``{k: v.to(d) for k, v in batch.items()}``).
+        self.comprehension_batches: list[set[str]] = []
+        #: Targets of the assignment being visited (``model`` in ``model = Net().to(device)``).
+        self.assign_targets: list[set[str]] = []
+        self.stripped_here = False
+
+    # -- what is what ---------------------------------------------------------------------------
+
+    def is_device(self, node: cst.BaseExpression) -> bool:
+        name = dotted(node)
+        if name is not None:
+            return name in self.facts.device_names or name == self.device_expr
+        if isinstance(node, cst.SimpleString):
+            value = node.evaluated_value
+            return isinstance(value, str) and value.startswith("cuda")
+        if isinstance(node, cst.Call):
+            return self.qualified_name(node.func) in {"torch.device", "torch.accelerator.current_accelerator"}
+        return False
+
+    def batch_names(self) -> set[str]:
+        names = set(self.facts.batch_names_by_function.get(self.function, ()))
+        for extra in self.comprehension_batches:
+            names |= extra
+        return names
+
+    def placed_by_prepare(self, receiver: cst.BaseExpression) -> bool:
+        """Whether ``receiver`` is a prepared model or batch data from a prepared loader."""
+        name = dotted(receiver)
+        models = self.facts.models - self.facts.cpu_models
+        if name is not None and name in models:
+            return True
+        if isinstance(receiver, cst.Call) and self.assign_targets and self.assign_targets[-1] & self.facts.models:
+            return name is None  # ``model = Net().to(device)``: the constructor's result
+        root = root_name(receiver)
+        return root is not None and root in self.batch_names() and not _calls_model(receiver, self.facts.models)
+
+    def accessible(self) -> bool:
+        return self.function in self.facts.accessible_functions
+
+    # -- comprehensions over batches ---------------------------------------------------------------
+
+    def _enter_comprehension(self, node: cst.BaseComp | cst.DictComp) -> None:
+        loop = node.for_in
+        root = root_name(loop.iter)
+        derived = set(target_names(loop.target)) if root in self.batch_names() else set()
+        self.comprehension_batches.append(derived)
+
+    def visit_DictComp(self, node: cst.DictComp) -> None:
+        self._enter_comprehension(node)
+
+    def leave_DictComp(self, original_node: cst.DictComp, updated_node: cst.DictComp) -> cst.BaseExpression:
+        self.comprehension_batches.pop()
+        return updated_node
+
+    def visit_GeneratorExp(self, node: cst.GeneratorExp) -> None:
+        self._enter_comprehension(node)
+
+    def leave_GeneratorExp(self, original_node: cst.GeneratorExp, updated_node: cst.GeneratorExp) -> cst.BaseExpression:
+        self.comprehension_batches.pop()
+        return updated_node
+
+    def visit_ListComp(self, node: cst.ListComp) -> None:
+        self._enter_comprehension(node)
+
+    def leave_ListComp(self, original_node: cst.ListComp, updated_node: cst.ListComp) -> cst.BaseExpression:
+        self.comprehension_batches.pop()
+        return updated_node
+
+    # -- moves ---------------------------------------------------------------------------------------
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        func = updated_node.func
+        if not isinstance(func, cst.Attribute):
+            return updated_node
+        if func.attr.value == "to":
+            return self._move(original_node, updated_node, func.value)
+        if func.attr.value == "cuda":
+            return self._cuda(original_node, updated_node, func.value)
+        return updated_node
+
+    def _move(self, original: cst.Call, call: cst.Call, receiver: cst.BaseExpression) -> cst.BaseExpression:
+        device_args = [arg for arg in call.args if self._is_device_arg(arg, call)]
+        if not device_args:
+            return call
+        if self.placed_by_prepare(receiver):
+            rest = [a for a in call.args if a not in device_args and not _device_only(a)]
+            self.report(Device.code, "move made by prepare removed", original)
+            self.stripped_here = True
+            if not rest:
+                return receiver
+            return call.with_changes(args=_without_trailing_comma(rest))
+        literal = [a for a in device_args if isinstance(a.value, cst.SimpleString)]
+        if literal and self.accessible():
+            self.report(Device.code, "device string → accelerator.device", original)
+            replacement = expression(self.device_expr)
+            return call.with_changes(
+                args=[a.with_changes(value=replacement) if a in literal else a for a in call.args]
+            )
+        return call
+
+    def _is_device_arg(self, arg: cst.Arg, call: cst.Call) -> bool:
+        if arg.keyword is not None:
+            return arg.keyword.value == "device" and self.is_device(arg.value)
+        return arg is call.args[0] and not arg.star and self.is_device(arg.value)
+
+    def _cuda(self, original: cst.Call, call: cst.Call, receiver: cst.BaseExpression) -> cst.BaseExpression:
+        if self.qualified_name(receiver) is not None:
+            return call  # torch.cuda(...)-style module attribute, not a tensor's .cuda()
+        if self.placed_by_prepare(receiver):
+            self.report(Device.code, ".cuda() made redundant by prepare removed", original)
+            self.stripped_here = True
+            return receiver
+        if not self.accessible():
+            self.report(UNREACHABLE, ".cuda() where no accelerator is reachable: left as it was",
+                        original, fixed=False)
+            return call
+        self.report(Device.code, ".cuda() → .to(accelerator.device)", original)
+        return call.with_changes(
+            func=call.func.with_changes(attr=cst.Name("to")),  # type: ignore[attr-defined]
+            args=[cst.Arg(expression(self.device_expr))],
+        )
+
+    # -- statements --------------------------------------------------------------------------------
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self.stripped_here = False
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self.assign_targets.append({n for t in node.targets for n in target_names(t.target)})
+
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign):  # type: ignore[no-untyped-def]
+        targets = self.assign_targets.pop()
+        if targets and targets <= self.facts.device_names and self._selects_device(original_node.value):
+            if not self.accessible():
+                return updated_node
+            self.report(Device.code, f"device selection → {self.device_expr}", original_node)
+            return updated_node.with_changes(value=expression(self.device_expr))
+        if self.stripped_here and _is_identity(updated_node):
+            return cst.RemoveFromParent()
+        return updated_node
+
+    def _selects_device(self, value: cst.BaseExpression) -> bool:
+        return dotted(value) != self.device_expr
+
+    def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr):  # type: ignore[no-untyped-def]
+        value = original_node.value
+        if isinstance(value, cst.Call) and self.qualified_name(value.func) == "torch.cuda.set_device":
+            self.report(Device.code, "torch.cuda.set_device removed (the accelerator picks the GPU)", value)
+            return cst.RemoveFromParent()
+        if self.stripped_here and isinstance(value, cst.Call) and dotted(updated_node.value) is not None:
+            return cst.RemoveFromParent()  # ``model.cuda()`` as a statement: nothing left to do
+        return updated_node
+
+    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine):  # type: ignore[no-untyped-def]
+        if not updated_node.body:
+            return cst.RemoveFromParent()
+        return updated_node
+
+    # -- blocks left empty ------------------------------------------------------------------------
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If):  # type: ignore[no-untyped-def]
+        if _has_statements(updated_node.body):
+            if isinstance(updated_node.orelse, cst.Else) and not _has_statements(updated_node.orelse.body):
+                return updated_node.with_changes(orelse=None)
+            return updated_node
+        orelse = updated_node.orelse
+        if orelse is None:
+            return cst.RemoveFromParent()
+        if isinstance(orelse, cst.Else) and _has_statements(orelse.body):
+            # ``if cuda: <nothing> else: x`` → ``if not cuda: x``
+            return updated_node.with_changes(
+                test=cst.UnaryOperation(cst.Not(), _parenthesized(updated_node.test)),
+                body=orelse.body, orelse=None,
+            )
+        return updated_node.with_changes(body=_with_pass(updated_node.body))
+
+    def leave_For(self, original_node: cst.For, updated_node: cst.For):  # type: ignore[no-untyped-def]
+        return updated_node if _has_statements(updated_node.body) else updated_node.with_changes(body=_with_pass(updated_node.body))
+
+    def leave_With(self, original_node: cst.With, updated_node: cst.With):  # type: ignore[no-untyped-def]
+        return updated_node if _has_statements(updated_node.body) else updated_node.with_changes(body=_with_pass(updated_node.body))
+
+    def leave_While(self, original_node: cst.While, updated_node: cst.While):  # type: ignore[no-untyped-def]
+        return updated_node if _has_statements(updated_node.body) else updated_node.with_changes(body=_with_pass(updated_node.body))
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):  # type: ignore[no-untyped-def]
+        updated = super().leave_FunctionDef(original_node, updated_node)
+        return updated if _has_statements(updated.body) else updated.with_changes(body=_with_pass(updated.body))
+
+
+def _calls_model(node: cst.BaseExpression, models: set[str]) -> bool:
+    """``model(x)`` anywhere in an attribute/call chain: the result is computed, not loaded."""
+    while True:
+        if isinstance(node, cst.Call):
+            if dotted(node.func) in models:
+                return True
+            node = node.func
+        elif isinstance(node, (cst.Attribute, cst.Subscript)):
+            node = node.value
+        else:
+            return False
+
+
+def _device_only(arg: cst.Arg) -> bool:
+    return arg.keyword is not None and arg.keyword.value in DEVICE_ONLY_KEYWORDS
+
+
+def _without_trailing_comma(args: list[cst.Arg]) -> list[cst.Arg]:
+    if args and args[-1].comma is not cst.MaybeSentinel.DEFAULT:
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return args
+
+
+def _is_identity(assign: cst.Assign) -> bool:
+    """``x = x``, ``a, b = a, b``, ``batch = {k: v for k, v in batch.items()}``,
+    ``batch = tuple(t for t in batch)``: statements that no longer do anything."""
+    if len(assign.targets) != 1:
+        return False
+    target, value = assign.targets[0].target, assign.value
+    written = cst.Module([]).code_for_node
+    if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)):
+        return [written(e.value) for e in target.elements] == [written(e.value) for e in value.elements]
+    target_code = written(target)
+    if written(value) == target_code:
+        return True
+    if isinstance(value, cst.Call) and dotted(value.func) in {"tuple", "list"} and len(value.args) == 1:
+        value = value.args[0].value
+    if isinstance(value, (cst.GeneratorExp, cst.ListComp)):
+        loop = value.for_in
+        return (
+            loop.inner_for_in is None and not loop.ifs
+            and written(loop.target) == written(value.elt)
+            and written(loop.iter) == target_code
+        )
+    if isinstance(value, cst.DictComp):
+        loop = value.for_in
+        return (
+            loop.inner_for_in is None and not loop.ifs
+            and written(loop.target).replace(" ", "") in {
+                f"{written(value.key)},{written(value.value)}", f"({written(value.key)},{written(value.value)})"
+            }
+            and written(loop.iter) in {f"{target_code}.items()"}
+        )
+    return False
+
+
+def _has_statements(block: cst.BaseSuite) -> bool:
+    if isinstance(block, cst.IndentedBlock):
+        return bool(block.body)
+    return bool(block.body)  # SimpleStatementSuite
+
+
+def _with_pass(block: cst.BaseSuite) -> cst.BaseSuite:
+    if isinstance(block, cst.IndentedBlock):
+        return block.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
+    return block.with_changes(body=[cst.Pass()])
+
+
+def _parenthesized(test: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(test, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+        return test
+    return test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+class Device(Codemod):
+    code = "ACC102"
+    name = "device"
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return bool(facts.device_names or facts.models or facts.batch_names) or "torch.cuda" in str(facts.imports)
+
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        transformer = _Device(facts, facts.existing_accelerator or facts.accelerator_name)
+        return module.visit(transformer), transformer.changes
