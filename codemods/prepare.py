@@ -1,0 +1,106 @@
+"""ACC103 prepare: pass models, optimizers, loaders and schedulers through ``accelerator.prepare``.
+
+One ``x, y, ... = accelerator.prepare(x, y, ...)`` goes right after the last of them is built and
+before the training starts: models are wrapped in DistributedDataParallel, loaders are sharded so
+each process sees its own part of the data, optimizers and schedulers learn about accumulation.
+Schedulers need care (Accelerate issues 2926 and 1398, transformers PR 24088):
+
+* one stepped every batch is built before ``prepare`` and prepared, so a length taken from
+  ``len(train_loader)`` and the steps it counts agree over the whole run;
+* one stepped once per epoch (``StepLR`` after each epoch) is *not* prepared: the prepared
+  scheduler would step ``num_processes`` times per call.
+
+Several models and optimizers (a GAN's generator and discriminator) go into the same call.
+
+Before::
+
+    model = Net()
+    optimizer = optim.Adadelta(model.parameters(), lr=args.lr)
+    scheduler = StepLR(optimizer, step_size=1)
+
+After::
+
+    model = Net()
+    optimizer = optim.Adadelta(model.parameters(), lr=args.lr)
+    model, optimizer, train_loader, test_loader = accelerator.prepare(
+        model, optimizer, train_loader, test_loader
+    )
+    scheduler = StepLR(optimizer, step_size=1)
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.base import Change, Codemod, Options
+from codemods.edits import HomeBlockTransformer, assigned_in, statement
+from codemods.facts import ScriptFacts
+
+#: Longest one-line prepare statement before the arguments go on their own line.
+LINE_LIMIT = 100
+
+
+def objects_to_prepare(facts: ScriptFacts) -> list[str]:
+    """In Accelerate's customary order: models, optimizers, train loaders, eval loaders, schedulers
+    (each group sorted by name here; the pass orders each group by creation)."""
+    groups = [
+        facts.models,
+        facts.optimizers,
+        facts.train_loaders,
+        facts.eval_loaders,
+        facts.schedulers - facts.per_epoch_schedulers,
+    ]
+    ordered: list[str] = []
+    for group in groups:
+        ordered.extend(sorted(name for name in group if name not in facts.prepared and name.isidentifier()))
+    return ordered
+
+
+def _group(facts: ScriptFacts, name: str) -> int:
+    roles = [facts.models, facts.optimizers, facts.train_loaders, facts.eval_loaders]
+    return next((index for index, role in enumerate(roles) if name in role), len(roles))
+
+
+def prepare_statement(accelerator: str, names: list[str], indent: str) -> cst.BaseStatement:
+    joined = ", ".join(names)
+    one_line = f"{joined} = {accelerator}.prepare({joined})"
+    if len(indent) + len(one_line) <= LINE_LIMIT:
+        return statement(one_line)
+    return statement(f"{joined} = {accelerator}.prepare(\n    {joined}\n)")
+
+
+class _Prepare(HomeBlockTransformer):
+    def __init__(self, facts: ScriptFacts, names: list[str], **kwargs: object) -> None:
+        super().__init__(facts, **kwargs)
+        self.wanted = names
+
+    def edit_home(self, body: list[cst.BaseStatement], anchor: cst.CSTNode) -> list[cst.BaseStatement]:
+        first_creation: dict[str, int] = {}
+        last_creation: dict[str, int] = {}
+        for index, node in enumerate(body):
+            for name in assigned_in(node) & set(self.wanted):
+                first_creation.setdefault(name, index)
+                last_creation[name] = index
+        # Only what this block builds: a loader only known as another function's parameter stays.
+        names = [name for name in self.wanted if name in last_creation]
+        group = {name: _group(self.facts, name) for name in names}
+        names.sort(key=lambda name: (group[name], first_creation[name]))
+        if not names:
+            return body
+        after = max(last_creation[name] for name in names)
+        indent = "    " * (len(self.scope) + (self.facts.home_kind != "module"))
+        self.report(Prepare.code, f"prepare {', '.join(names)} for distributed training", body[after])
+        return [*body[: after + 1], prepare_statement(self.accelerator, names, indent), *body[after + 1:]]
+
+
+class Prepare(Codemod):
+    code = "ACC103"
+    name = "prepare"
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return bool(objects_to_prepare(facts))
+
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        names = objects_to_prepare(facts)
+        transformer = _Prepare(facts, names, accelerator=facts.existing_accelerator or facts.accelerator_name)
+        return module.visit(transformer), transformer.changes
