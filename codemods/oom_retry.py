@@ -120,6 +120,16 @@ class _Region:
     start: int
     end: int
     prepare: int
+    #: A module-level script's trailing ``if __name__ == "__main__":`` block: its body (the
+    #: training loop) is retried too, and the block then only calls the retried function.
+    main_guard: cst.If | None = None
+
+    def moved(self) -> list[cst.BaseStatement]:
+        """The statements that go into the retried function, in order."""
+        guarded = list(self.main_guard.body.body) if self.main_guard is not None else []
+        if guarded and not guarded[0].leading_lines:
+            guarded[0] = guarded[0].with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+        return [*self.statements[self.start : self.end], *guarded]
 
 
 def _find_training_region(module: cst.Module, facts: ScriptFacts) -> _Region | None:
@@ -138,10 +148,11 @@ def _find_training_region(module: cst.Module, facts: ScriptFacts) -> _Region | N
         start = next(
             (i for i in range(created + 1, prepare + 1) if _builds_training_object(statements[i], facts)), prepare
         )
-        end = len(statements)
-        if function is None and end and _is_main_guard(statements[-1]):
-            end -= 1
-        return _Region(function, statements, start, end, prepare)
+        end, guard = len(statements), None
+        last = statements[-1]
+        if function is None and _is_main_guard(last) and isinstance(last.body, cst.IndentedBlock):
+            end, guard = end - 1, last
+        return _Region(function, statements, start, end, prepare, guard)
     return None
 
 
@@ -195,7 +206,7 @@ class _LoaderBatchSize(cst.CSTVisitor):
 
 
 def _wrap(region: _Region, batch_size: cst.BaseExpression, module: cst.Module, facts: ScriptFacts) -> list[cst.BaseStatement]:
-    moved = [s.visit(_BatchSizeReplacer(batch_size)) for s in region.statements[region.start : region.end]]
+    moved = [s.visit(_BatchSizeReplacer(batch_size)) for s in region.moved()]
     acc = accelerator_name(facts)
     preamble: list[cst.BaseStatement] = []
     outer = _outer_names(region, module)
@@ -218,10 +229,12 @@ def _wrap(region: _Region, batch_size: cst.BaseExpression, module: cst.Module, f
         leading_lines=_blank_lines(1 if region.function is not None else 2),
     )
     call = f"return {INNER_NAME}()" if region.function is not None and _returns(moved) else f"{INNER_NAME}()"
-    call_line = cst.parse_statement(call).with_changes(
-        leading_lines=_blank_lines(1 if region.function is not None else 2)
-    )
-    return [inner, call_line]
+    call_line = cst.parse_statement(call)
+    if region.main_guard is not None:
+        guard = region.main_guard
+        return [inner, guard.with_changes(body=guard.body.with_changes(body=[call_line]))]
+    blank = _blank_lines(1 if region.function is not None else 2)
+    return [inner, call_line.with_changes(leading_lines=blank)]
 
 
 def _blank_lines(count: int) -> list[cst.EmptyLine]:
@@ -229,10 +242,14 @@ def _blank_lines(count: int) -> list[cst.EmptyLine]:
 
 
 def _flush_blank_lines(statement: cst.BaseStatement) -> cst.BaseStatement:
-    """Blank lines above a statement that moves one level in stay empty (no trailing spaces)."""
-    lines = [
-        line.with_changes(indent=False) if line.comment is None else line for line in statement.leading_lines
-    ]
+    """Blank lines above a statement that moves one level in stay empty (no trailing spaces),
+    and at most one in a row, as inside any function body."""
+    lines: list[cst.EmptyLine] = []
+    for line in statement.leading_lines:
+        if line.comment is not None:
+            lines.append(line)
+        elif not lines or lines[-1].comment is not None:
+            lines.append(line.with_changes(indent=False))
     return statement.with_changes(leading_lines=lines)
 
 
@@ -263,15 +280,15 @@ class _BatchSizeReplacer(cst.CSTTransformer):
 def _outer_names(region: _Region, module: cst.Module) -> set[str]:
     """Names the moved code assigns that code outside it binds or reads: they must keep living in
     the enclosing function (``nonlocal``) or the module (``global``)."""
-    moved = region.statements[region.start : region.end]
-    assigned = _assigned_names(moved)
+    assigned = _assigned_names(region.moved())
     before = region.statements[: region.start]
     if region.function is not None:
         params = region.function.params
         outside = {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
         outside |= _assigned_names(before)
     else:
-        outside = _assigned_names(before) | _read_names([*before, *region.statements[region.end :]])
+        after = [] if region.main_guard is not None else region.statements[region.end :]
+        outside = _assigned_names(before) | _read_names([*before, *after])
     return assigned & outside
 
 
@@ -361,7 +378,8 @@ class _ReturnFinder(cst.CSTVisitor):
 
 def _replace_region(module: cst.Module, region: _Region, wrapped: list[cst.BaseStatement]) -> cst.Module:
     statements = region.statements
-    new_statements = [*statements[: region.start], *wrapped, *statements[region.end :]]
+    rest = [] if region.main_guard is not None else statements[region.end :]
+    new_statements = [*statements[: region.start], *wrapped, *rest]
     if region.function is None:
         return module.with_changes(body=new_statements)
     new_function = region.function.with_changes(body=region.function.body.with_changes(body=new_statements))
@@ -397,10 +415,10 @@ def _imports_accelerator(statement: cst.SimpleStatementLine) -> bool:
 def _uses_outside(module: cst.Module, region: _Region, batch_size: cst.BaseExpression) -> list[cst.CSTNode]:
     """Reads of the batch-size expression in code that is not moved into the retried function
     (other functions of the module), which keep seeing the starting value."""
-    moved_ids = {id(s) for s in region.statements[region.start : region.end]}
+    moved_ids = {id(s) for s in region.moved()}
     finder = _ExpressionSites(batch_size)
     for statement in module.body:
-        if statement is region.function:
+        if statement is region.function or statement is region.main_guard:
             continue
         if id(statement) in moved_ids or not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             continue

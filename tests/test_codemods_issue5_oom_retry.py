@@ -1,0 +1,247 @@
+"""oom_retry (ACC117): the training code retried by ``find_executable_batch_size``."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from codemods.base import Options
+from codemods.oom_retry import OomRetryCodemod
+from tests.test_codemods_issue5_support import apply, assert_rewrites, code, make_facts
+
+RETRY = Options(oom_retry=True)
+
+FUNCTION_SCRIPT = """
+from torch.utils.data import DataLoader
+from runtime import Accelerator
+
+
+def main():
+    args = parser.parse_args()
+    accelerator = Accelerator()
+    train_set = make_data()
+    best = 0.0
+
+    # data
+    train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True)
+    model = VAE()
+    optimizer = torch.optim.Adam(model.parameters())
+    model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+    for data, _ in train_loader:
+        recon = model(data)
+        grid = recon.view(args.batch_size, 1, 28, 28)
+        best = max(best, grid.mean().item())
+    return best
+"""
+
+FUNCTION_SCRIPT_RETRIED = """
+from torch.utils.data import DataLoader
+from runtime import Accelerator
+from runtime import find_executable_batch_size
+
+
+def main():
+    args = parser.parse_args()
+    accelerator = Accelerator()
+    train_set = make_data()
+    best = 0.0
+
+    @find_executable_batch_size(starting_batch_size=args.batch_size)
+    def inner_training_loop(batch_size):
+        nonlocal best
+        accelerator.free_memory()
+        accelerator.print(f"Training with batch size {batch_size}")
+        # data
+        train_loader = DataLoader(train_set, batch_size=batch_size, shuffle=True)
+        model = VAE()
+        optimizer = torch.optim.Adam(model.parameters())
+        model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+        for data, _ in train_loader:
+            recon = model(data)
+            grid = recon.view(batch_size, 1, 28, 28)
+            best = max(best, grid.mean().item())
+        return best
+
+    return inner_training_loop()
+"""
+
+MODULE_SCRIPT = """
+import torch
+from torch.utils.data import DataLoader
+from accelerate import Accelerator
+
+BATCH = 32
+args = parser.parse_args()
+accelerator = Accelerator()
+losses = []
+train_loader = DataLoader(dataset, batch_size=BATCH)
+model = Net()
+model, train_loader = accelerator.prepare(model, train_loader)
+
+
+def train(epoch):
+    for x in train_loader:
+        losses.append(model(x).sum().item())
+
+
+def report():
+    print(len(losses), model.training)
+
+
+if __name__ == "__main__":
+    for epoch in range(2):
+        train(epoch)
+"""
+
+MODULE_SCRIPT_RETRIED = """
+import torch
+from torch.utils.data import DataLoader
+from accelerate import Accelerator
+from accelerate import find_executable_batch_size
+
+BATCH = 32
+args = parser.parse_args()
+accelerator = Accelerator()
+losses = []
+
+
+@find_executable_batch_size(starting_batch_size=BATCH)
+def inner_training_loop(batch_size):
+    accelerator.free_memory()
+    accelerator.print(f"Training with batch size {batch_size}")
+    train_loader = DataLoader(dataset, batch_size=batch_size)
+    model = Net()
+    model, train_loader = accelerator.prepare(model, train_loader)
+
+    def train(epoch):
+        for x in train_loader:
+            losses.append(model(x).sum().item())
+
+    def report():
+        print(len(losses), model.training)
+
+    for epoch in range(2):
+        train(epoch)
+
+
+if __name__ == "__main__":
+    inner_training_loop()
+"""
+
+
+@pytest.mark.parametrize(
+    "before, after, options, batch_size_expr",
+    [
+        pytest.param(FUNCTION_SCRIPT, FUNCTION_SCRIPT_RETRIED, RETRY, "args.batch_size", id="main-function"),
+        pytest.param(
+            MODULE_SCRIPT, MODULE_SCRIPT_RETRIED, Options(oom_retry=True, target="accelerate"), None,
+            id="module-level-with-main-guard",
+        ),
+    ],
+)
+def test_training_code_is_retried(before: str, after: str, options: Options, batch_size_expr: str | None) -> None:
+    facts = make_facts(train_loaders={"train_loader"}, batch_size_expr=batch_size_expr)
+    changes = assert_rewrites(OomRetryCodemod(), before, after, facts, options)
+    assert [(c.code, c.fixed) for c in changes] == [("ACC117", True)]
+
+
+def test_off_unless_asked_for() -> None:
+    assert not OomRetryCodemod().applies(make_facts(), Options())
+    assert OomRetryCodemod().applies(make_facts(), RETRY)
+
+
+def test_batch_size_used_by_other_functions_is_reported() -> None:
+    source = code(
+        FUNCTION_SCRIPT
+        + """
+
+def show(recon, args):
+    return recon.view(args.batch_size, 1, 28, 28)
+"""
+    )
+    _, changes = apply(OomRetryCodemod(), source, make_facts(batch_size_expr="args.batch_size"), RETRY)
+    warnings = [(c.code, c.line) for c in changes if not c.fixed]
+    assert warnings == [("ACC917", len(source.splitlines()))]
+
+
+def test_without_prepare_nothing_is_retried() -> None:
+    source = code(
+        """
+        def main():
+            accelerator = Accelerator()
+            train_loader = DataLoader(data, batch_size=64)
+            if args.fast:
+                model, train_loader = accelerator.prepare(model, train_loader)
+        """
+    )
+    output, changes = apply(OomRetryCodemod(), source, make_facts(), RETRY)
+    assert output == source
+    assert [(c.code, c.fixed) for c in changes] == [("ACC917", False)]
+
+
+RUNNABLE = """
+class FakeAccelerator:
+    def __init__(self):
+        self.log = []
+
+    def free_memory(self):
+        self.log.append("free")
+
+    def print(self, *values):
+        self.log.append(" ".join(str(v) for v in values))
+
+    def prepare(self, *objects):
+        return objects
+
+
+def main(batch_size_arg, fits):
+    accelerator = FakeAccelerator()
+    seen = []
+    loader = list(range(batch_size_arg))
+    model = "model"
+    model, loader = accelerator.prepare(model, loader)
+    if batch_size_arg > fits:
+        raise MemoryError("CUDA out of memory.")
+    seen.append(batch_size_arg)
+    return seen, accelerator.log
+"""
+
+
+def halving_batch_size_finder(starting_batch_size):
+    """A stand-in for the runtime's decorator: halve on MemoryError (the retry policy is the
+    runtime's business; here only the rewritten script's side is checked)."""
+
+    def decorate(function):
+        def run():
+            size = starting_batch_size
+            while True:
+                try:
+                    return function(size)
+                except MemoryError:
+                    size //= 2
+
+        return run
+
+    return decorate
+
+
+def test_retried_code_runs_and_retries_with_smaller_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Execute the rewritten function: each attempt frees memory, says its batch size, and the
+    batch-size expression inside follows the retried value."""
+    facts = make_facts(train_loaders={"loader"}, eval_loaders=set(), batch_size_expr="batch_size_arg")
+    output, _ = apply(OomRetryCodemod(), code(RUNNABLE), facts, RETRY)
+    assert "from runtime import find_executable_batch_size" in output
+    monkeypatch.setitem(
+        sys.modules, "runtime", types.SimpleNamespace(find_executable_batch_size=halving_batch_size_finder)
+    )
+    namespace: dict[str, object] = {}
+    exec(compile(output, "<converted>", "exec"), namespace)  # noqa: S102 - our own generated code
+    seen, log = namespace["main"](64, 16)  # type: ignore[operator]
+    assert seen == [16]
+    assert log == [
+        "free", "Training with batch size 64",
+        "free", "Training with batch size 32",
+        "free", "Training with batch size 16",
+    ]
