@@ -102,10 +102,13 @@ class CodemodTransformer(cst.CSTTransformer):
         return self.origins.site(node) or Site(1, 0, 1, 0)
 
     def report(self, code: str, message: str, node: cst.CSTNode, *, fixed: bool = True) -> None:
+        """Record a change at ``node``'s original position; a compound statement (a ``def``, a
+        loop) is reported at its first line only, not over its whole body."""
         site = self.site(node)
-        self.changes.append(
-            Change(code, message, site.line, site.column, site.end_line, site.end_column, fixed)
-        )
+        end_line, end_column = site.end_line, site.end_column
+        if isinstance(node, cst.BaseCompoundStatement) and end_line != site.line:
+            end_line, end_column = site.line, site.column
+        self.changes.append(Change(code, message, site.line, site.column, end_line, end_column, fixed))
 
 
 # -- original positions -----------------------------------------------------------------------

@@ -1,0 +1,196 @@
+"""ACC104 helpers: functions that now use the accelerator receive it as a parameter.
+
+Earlier passes write ``accelerator.backward(loss)``, ``accelerator.print(...)`` ... inside helper
+functions such as ``train(args, model, device, train_loader, optimizer, epoch)``, where no
+``accelerator`` exists. As a person would, this pass adds an ``accelerator`` parameter (after the
+parameters without defaults) and passes it at every call site in the file — and to the callers of
+those functions in turn, up to the function that creates the accelerator. A call from code that has
+no accelerator (module level, a class method) is reported instead.
+
+Before::
+
+    def train(args, model, train_loader, optimizer, epoch):
+        accelerator.backward(loss)
+
+    train(args, model, train_loader, optimizer, epoch)
+
+After::
+
+    def train(args, model, train_loader, optimizer, epoch, accelerator):
+        accelerator.backward(loss)
+
+    train(args, model, train_loader, optimizer, epoch, accelerator)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from codemods.backward import UNREACHABLE
+from codemods.base import Change, Codemod, Options
+from codemods.edits import CodemodTransformer, assigned_in
+from codemods.facts import ScriptFacts
+
+
+@dataclass
+class _Function:
+    params: tuple[str, ...]
+    #: Where the accelerator parameter goes among the positional parameters (None: keyword-only).
+    new_index: int | None
+    uses_accelerator: bool = False
+    binds_accelerator: bool = False
+    #: Module-level functions called by plain name.
+    calls: set[str] = field(default_factory=set)
+
+
+class _Survey(cst.CSTVisitor):
+    """Which module-level functions read ``accelerator`` and whom they call."""
+
+    def __init__(self, accelerator: str) -> None:
+        super().__init__()
+        self.accelerator = accelerator
+        self.functions: dict[str, _Function] = {}
+        self.depth = 0
+        self.current: _Function | None = None
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.depth += 1
+        if self.depth == 1:
+            params = node.params
+            every = [*params.posonly_params, *params.params, *params.kwonly_params]
+            names = tuple(param.name.value for param in every)
+            self.current = _Function(names, parameter_index(params), binds_accelerator=self.accelerator in names
+                                     or self.accelerator in assigned_in(node.body))
+            self.functions[node.name.value] = self.current
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.depth -= 1
+        if self.depth == 0:
+            self.current = None
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return self.depth > 0  # methods get no parameter added; module-level classes are skipped
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if self.current is not None and node.value == self.accelerator:
+            self.current.uses_accelerator = True
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.current is not None and isinstance(node.func, cst.Name):
+            self.current.calls.add(node.func.value)
+
+
+def needing_parameter(functions: dict[str, _Function], home: str | None) -> set[str]:
+    """Functions that read the accelerator without binding it, and their callers (transitively),
+    except the function that creates it."""
+    needs = {
+        name for name, info in functions.items()
+        if name != home and info.uses_accelerator and not info.binds_accelerator
+    }
+    changed = True
+    while changed:
+        changed = False
+        for name, info in functions.items():
+            if name not in needs and name != home and not info.binds_accelerator and info.calls & needs:
+                needs.add(name)
+                changed = True
+    return needs
+
+
+class _PassAccelerator(CodemodTransformer):
+    def __init__(self, facts: ScriptFacts, needs: set[str], functions: dict[str, _Function], accelerator: str) -> None:
+        super().__init__(facts.names, facts.origins, accelerator=accelerator)  # type: ignore[arg-type]
+        self.needs = needs
+        self.functions = functions
+        self.facts = facts
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):  # type: ignore[no-untyped-def]
+        updated = super().leave_FunctionDef(original_node, updated_node)
+        if self.scope or original_node.name.value not in self.needs:
+            return updated
+        self.report(Helpers.code, f"{original_node.name.value}() receives the accelerator as a parameter",
+                    original_node)
+        return updated.with_changes(params=with_parameter(updated.params, self.accelerator))
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        func = original_node.func
+        if not isinstance(func, cst.Name) or func.value not in self.needs:
+            return updated_node
+        if self.names.resolve(func.value, self.scope) is not None:
+            return updated_node
+        caller = self.scope[0] if self.scope else None
+        reachable = caller in self.functions and (
+            caller in self.needs or caller == self.facts.main_function or self.functions[caller].binds_accelerator
+        )
+        if not reachable:
+            self.report(UNREACHABLE, f"{func.value}() needs the accelerator, but this caller has none",
+                        original_node, fixed=False)
+            return updated_node
+        return with_argument(updated_node, self.functions[func.value].new_index, self.accelerator)
+
+
+def parameter_index(params: cst.Parameters) -> int | None:
+    """Where the new parameter goes among the positional ones (None: keyword-only)."""
+    plain = list(params.params)
+    index = next((i for i, param in enumerate(plain) if param.default is not None), len(plain))
+    if index < len(plain) or not isinstance(params.star_arg, cst.MaybeSentinel):
+        return None  # among defaulted parameters or after *args only a keyword-only one fits
+    return len(params.posonly_params) + index
+
+
+def with_parameter(params: cst.Parameters, name: str) -> cst.Parameters:
+    """Add ``name`` after the positional parameters that have no default, else keyword-only."""
+    if parameter_index(params) is None:
+        kwonly = [*params.kwonly_params, cst.Param(cst.Name(name))]
+        if isinstance(params.star_arg, cst.MaybeSentinel):
+            return params.with_changes(star_arg=cst.ParamStar(), kwonly_params=kwonly)
+        return params.with_changes(kwonly_params=kwonly)
+    return params.with_changes(params=[*params.params, cst.Param(cst.Name(name))])
+
+
+def with_argument(call: cst.Call, index: int | None, name: str) -> cst.Call:
+    """Pass ``name`` positionally where the new parameter sits, or by keyword when the call's
+    positional arguments do not line up with the parameters exactly."""
+    args = list(call.args)
+    leading = 0
+    while leading < len(args) and args[leading].keyword is None and not args[leading].star:
+        leading += 1
+    all_positional = sum(1 for arg in args if arg.keyword is None)
+    if index is not None and leading == all_positional == index:
+        args.insert(leading, cst.Arg(cst.Name(name)))
+    else:
+        args.append(cst.Arg(
+            cst.Name(name), keyword=cst.Name(name),
+            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+        ))
+    return call.with_changes(args=_fix_commas(args))
+
+
+def _fix_commas(args: list[cst.Arg]) -> list[cst.Arg]:
+    """Every argument but the last gets a comma; the last keeps a trailing comma if it had one."""
+    fixed = []
+    for position, arg in enumerate(args):
+        if position < len(args) - 1 and isinstance(arg.comma, cst.MaybeSentinel):
+            arg = arg.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        fixed.append(arg)
+    return fixed
+
+
+class Helpers(Codemod):
+    code = "ACC104"
+    name = "helpers"
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return facts.home_kind == "function" and len(facts.accessible_functions) > 1
+
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        accelerator = facts.existing_accelerator or facts.accelerator_name
+        survey = _Survey(accelerator)
+        module.visit(survey)
+        needs = needing_parameter(survey.functions, facts.main_function)
+        if not needs:
+            return module, []
+        transformer = _PassAccelerator(facts, needs, survey.functions, accelerator)
+        return module.visit(transformer), transformer.changes
