@@ -76,7 +76,9 @@ def convert_source(source: bytes, options: Options, *, path: str) -> Conversion:
     output = outcome.module.bytes
     if output != source:
         verify_stable(output, options, path)
-    changes = tuple(change for change in outcome.changes if options.enabled(change.code))
+    # Warnings of switched-off codes are dropped; a rewrite that was made is always reported,
+    # whatever the flags said, so that no change to the file goes unmentioned.
+    changes = tuple(change for change in outcome.changes if change.fixed or options.enabled(change.code))
     return Conversion(path, source, output, changes, module.encoding)
 
 

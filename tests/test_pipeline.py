@@ -84,15 +84,17 @@ def test_unchanged_output_skips_the_second_conversion(monkeypatch: pytest.Monkey
     assert len(calls) == 1
 
 
-def test_changes_of_switched_off_codes_are_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_warnings_of_switched_off_codes_are_dropped_but_rewrites_never(monkeypatch: pytest.MonkeyPatch) -> None:
     def reports(module: cst.Module, options: Options) -> ConversionOutcome:
         return ConversionOutcome(module, [Change("ACC901", "w", 1, 0, 1, 1, False),
-                                          Change("ACC910", "w", 2, 0, 2, 1, False)])
+                                          Change("ACC910", "w", 2, 0, 2, 1, False),
+                                          Change("ACC915", "w", 3, 0, 3, 1, True)])
 
     monkeypatch.setattr(codemods, "convert_module", reports, raising=False)
     conversion = convert_source(b"import torch\n", Options(ignore=("ACC91",)), path="x.py")
-    assert [change.code for change in conversion.changes] == ["ACC901"]
-    assert conversion.warnings == conversion.changes and conversion.rewrites == ()
+    assert [change.code for change in conversion.changes] == ["ACC901", "ACC915"]
+    assert [change.code for change in conversion.warnings] == ["ACC901"]
+    assert [change.code for change in conversion.rewrites] == ["ACC915"]
 
 
 @pytest.mark.parametrize("source, position, words", [
