@@ -1,0 +1,322 @@
+"""How much does ``runtime.Accelerator`` add to every training step?
+
+The same model, data and optimizer are trained by
+
+1. a plain single-process PyTorch loop (1 process only),
+2. a hand-written ``DistributedDataParallel`` loop with ``DistributedSampler`` (2+ processes),
+3. ``runtime.Accelerator``,
+4. Hugging Face Accelerate,
+
+interleaved in rounds inside one launch (the variants share the process group, the data and the
+machine's state at that moment), and the median per-step time of each is reported together with
+the ratios the README quotes: (3)/(1) on one process, (3)/(2) on several, and (3)/(4) everywhere.
+Each round is one full epoch over a fixed synthetic dataset, so every variant runs the same
+number of steps per round and every prepared loader finishes its epoch cleanly.
+
+Data loading throughput is measured the same way: a prepared loader against the plain
+``DataLoader`` it came from (same workers), batches per second.
+
+Usage::
+
+    python benchmarks/runtime_overhead.py                  # CPU: 1 and 2 processes (Gloo)
+    python benchmarks/runtime_overhead.py --gpu            # one process on a CUDA GPU
+    python benchmarks/runtime_overhead.py --quick          # smoke run, tiny sizes
+
+Sizes: the MLP is 512→1024→1024→10 with batch 256 everywhere. The transformer is 6 layers, width
+512, sequence 256, batch 32 on a GPU; on CPU a full step of that takes seconds per step on two
+cores, so CPU mode uses sequence 64 and batch 8 (same layers and width).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+
+# --------------------------------------------------------------------------------------------
+# Worker side: runs inside each process of a launch.
+# --------------------------------------------------------------------------------------------
+
+def build_model(kind: str, width: int):
+    import torch
+    from torch import nn
+
+    if kind == "mlp":
+        return nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+
+    class TinyTransformer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            layer = nn.TransformerEncoderLayer(width, nhead=8, dim_feedforward=4 * width, dropout=0.0, batch_first=True)
+            self.encoder = nn.TransformerEncoder(layer, num_layers=6, enable_nested_tensor=False)
+            self.head = nn.Linear(width, 10)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.encoder(x).mean(dim=1))
+
+    return TinyTransformer()
+
+
+def build_data(kind: str, batch: int, seq: int, width: int, steps: int, world: int):
+    """A dataset of exactly ``steps`` global batches, so each round is one whole epoch."""
+    import torch
+    from torch.utils.data import TensorDataset
+
+    generator = torch.Generator().manual_seed(0)
+    n = steps * batch * world
+    if kind == "mlp":
+        inputs = torch.randn(n, 512, generator=generator)
+    else:
+        inputs = torch.randn(n, seq, width, generator=generator)
+    targets = torch.randint(0, 10, (n,), generator=generator)
+    return TensorDataset(inputs, targets)
+
+
+def make_variants(args, device, world: int, rank: int) -> dict[str, Callable[[], float]]:
+    """Each variant: a closure that trains one epoch and returns its seconds per step."""
+    import torch
+    from torch.nn import functional as F
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+    dtype = torch.bfloat16 if args.precision == "bf16" else None
+    dataset = build_data(args.model, args.batch, args.seq, args.width, args.steps, world)
+
+    def timed_epoch(loader, step_fn) -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        count = 0
+        for inputs, targets in loader:
+            step_fn(inputs, targets)
+            count += 1
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return (time.perf_counter() - start) / max(count, 1)
+
+    def autocast():
+        return torch.autocast(device.type, dtype=dtype) if dtype is not None else torch.autocast(device.type, enabled=False)
+
+    variants: dict[str, Callable[[], float]] = {}
+
+    if world == 1:
+        torch.manual_seed(0)
+        plain_model = build_model(args.model, args.width).to(device)
+        plain_opt = torch.optim.SGD(plain_model.parameters(), lr=1e-3)
+        plain_loader = DataLoader(dataset, batch_size=args.batch, shuffle=True)
+
+        def plain_step(x, y):
+            x, y = x.to(device), y.to(device)
+            with autocast():
+                loss = F.cross_entropy(plain_model(x).float(), y)
+            loss.backward()
+            plain_opt.step()
+            plain_opt.zero_grad(set_to_none=True)
+
+        variants["plain"] = lambda: timed_epoch(plain_loader, plain_step)
+    else:
+        from torch.nn.parallel import DistributedDataParallel
+
+        torch.manual_seed(0)
+        ddp_model = DistributedDataParallel(build_model(args.model, args.width).to(device),
+                                            device_ids=[device.index] if device.type == "cuda" else None)
+        ddp_opt = torch.optim.SGD(ddp_model.parameters(), lr=1e-3)
+        sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True)
+        ddp_loader = DataLoader(dataset, batch_size=args.batch, sampler=sampler)
+        epoch = [0]
+
+        def ddp_step(x, y):
+            x, y = x.to(device), y.to(device)
+            with autocast():
+                loss = F.cross_entropy(ddp_model(x).float(), y)
+            loss.backward()
+            ddp_opt.step()
+            ddp_opt.zero_grad(set_to_none=True)
+
+        def ddp_epoch() -> float:
+            sampler.set_epoch(epoch[0])
+            epoch[0] += 1
+            return timed_epoch(ddp_loader, ddp_step)
+
+        variants["ddp"] = ddp_epoch
+
+    def accelerator_variant(accelerator):
+        torch.manual_seed(0)
+        model = build_model(args.model, args.width)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        loader = DataLoader(dataset, batch_size=args.batch, shuffle=True)
+        model, opt, loader = accelerator.prepare(model, opt, loader)
+
+        def step(x, y):
+            loss = F.cross_entropy(model(x), y)
+            accelerator.backward(loss)
+            opt.step()
+            opt.zero_grad()
+
+        return lambda: timed_epoch(loader, step)
+
+    import runtime
+
+    precision = "no" if args.precision == "fp32" else args.precision
+    variants["runtime"] = accelerator_variant(runtime.Accelerator(mixed_precision=precision))
+    if not args.skip_accelerate:
+        import accelerate
+
+        variants["accelerate"] = accelerator_variant(
+            accelerate.Accelerator(mixed_precision=precision, cpu=device.type == "cpu"))
+    return variants
+
+
+def loader_throughput(args, world: int, rank: int) -> dict[str, float]:
+    """Batches per second through a plain DataLoader and through the same loader prepared."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    import runtime
+
+    dataset = build_data("mlp", args.batch, args.seq, args.width, args.steps * 4, world)
+    plain = DataLoader(dataset, batch_size=args.batch, shuffle=True, num_workers=0)
+    prepared = runtime.Accelerator().prepare(DataLoader(dataset, batch_size=args.batch, shuffle=True, num_workers=0))
+
+    def rate(loader) -> float:
+        start = time.perf_counter()
+        count = sum(1 for _ in loader)
+        return count / (time.perf_counter() - start)
+
+    samples: dict[str, list[float]] = {"plain_loader": [], "prepared_loader": []}
+    for _ in range(args.rounds):
+        samples["plain_loader"].append(rate(plain))
+        samples["prepared_loader"].append(rate(prepared))
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def worker(args) -> None:
+    import torch
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    import runtime
+
+    state_device = runtime.Accelerator().device  # initialises the process group under torchrun
+    device = torch.device(state_device)
+    variants = make_variants(args, device, world, rank)
+    names = list(variants)
+    for name in names:  # warm-up epoch for each
+        variants[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for round_index in range(args.rounds):
+        # Rotate the order so no variant always runs first (caches, clocks).
+        order = names[round_index % len(names):] + names[:round_index % len(names)]
+        for name in order:
+            times[name].append(variants[name]())
+    result = {"model": args.model, "precision": args.precision, "world": world,
+              "step_seconds": {name: statistics.median(values) for name, values in times.items()}}
+    if args.model == "mlp" and args.precision == "fp32":
+        result["loader_batches_per_second"] = loader_throughput(args, world, rank)
+    if rank == 0:
+        print("RESULT " + json.dumps(result), flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Driver side: launches workers and prints the table.
+# --------------------------------------------------------------------------------------------
+
+def launch(worker_args: list[str], nproc: int) -> list[dict]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // nproc)))
+    env["ACCELERATE_USE_CPU"] = "1" if "--gpu" not in worker_args else env.get("ACCELERATE_USE_CPU", "")
+    if nproc == 1:
+        cmd = [sys.executable, __file__, "--worker", *worker_args]
+    else:
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(nproc),
+               "--master_addr", "127.0.0.1", "--master_port", str(port), __file__, "--worker", *worker_args]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"worker failed ({' '.join(cmd)}):\n{proc.stdout}\n{proc.stderr}")
+    return [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.3f}" if a and b else "—"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--model", default="mlp", choices=["mlp", "transformer"])
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--gpu", action="store_true", help="one process on a CUDA GPU")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one round: a smoke run")
+    parser.add_argument("--nproc", type=int, nargs="+", default=None)
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--steps", type=int, default=None, help="steps per epoch (one round)")
+    parser.add_argument("--batch", type=int, default=None)
+    parser.add_argument("--seq", type=int, default=None)
+    parser.add_argument("--width", type=int, default=512)
+    parser.add_argument("--skip-accelerate", action="store_true")
+    parser.add_argument("--models", nargs="+", default=["mlp", "transformer"], choices=["mlp", "transformer"])
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    args = parser.parse_args()
+
+    if args.worker:
+        worker(args)
+        return
+
+    nprocs = args.nproc or ([1] if args.gpu else [1, 2])
+    rounds = args.rounds or (1 if args.quick else 7)
+    rows = []
+    for model in args.models:
+        if model == "mlp":
+            batch, seq, steps = args.batch or 256, 0, args.steps or (2 if args.quick else 20)
+        else:
+            batch = args.batch or (32 if args.gpu else 8)
+            seq = args.seq or (256 if args.gpu else 64)
+            steps = args.steps or (2 if args.quick else (20 if args.gpu else 4))
+        for precision in args.precisions:
+            for nproc in nprocs:
+                worker_args = ["--model", model, "--precision", precision, "--rounds", str(rounds),
+                               "--steps", str(steps), "--batch", str(batch), "--seq", str(seq),
+                               "--width", str(args.width if not args.quick else 64)]
+                if args.gpu:
+                    worker_args.append("--gpu")
+                if args.skip_accelerate:
+                    worker_args.append("--skip-accelerate")
+                for result in launch(worker_args, nproc):
+                    rows.append(result)
+                    print(json.dumps(result), file=sys.stderr, flush=True)
+
+    print("| model | precision | processes | reference | reference s/step | runtime s/step | runtime / reference "
+          "| accelerate s/step | runtime / accelerate |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        times = row["step_seconds"]
+        reference = "plain" if row["world"] == 1 else "ddp"
+        print(f"| {row['model']} | {row['precision']} | {row['world']} | {reference} | {times[reference]:.5f} "
+              f"| {times['runtime']:.5f} | {ratio(times['runtime'], times[reference])} "
+              f"| {times.get('accelerate', 0):.5f} | {ratio(times['runtime'], times.get('accelerate'))} |")
+    for row in rows:
+        if "loader_batches_per_second" in row:
+            rates = row["loader_batches_per_second"]
+            print(f"\nData loading, {row['world']} process(es): prepared/plain throughput = "
+                  f"{ratio(rates['prepared_loader'], rates['plain_loader'])} "
+                  f"({rates['prepared_loader']:.0f} vs {rates['plain_loader']:.0f} batches/s)")
+
+
+if __name__ == "__main__":
+    main()
