@@ -600,6 +600,11 @@ class _Conclusions:
     def _features(self) -> None:
         facts = self.facts
         for call in self.r.calls:
+            qualified = self.r.names.qualified_name(call.node.func, call.scope)
+            if qualified is not None:
+                facts.called.add(qualified)
+            elif isinstance(call.node.func, cst.Name):
+                facts.called.add(call.node.func.value)
             qualified = self.qualified(call)
             feature = FEATURES.get(qualified or "")
             if feature is None:

@@ -121,6 +121,9 @@ class ScriptFacts:
     distributed_sites: dict[str, Site] = field(default_factory=dict)
     #: Where ``.backward()`` is called (a site, for the no-DataLoader report).
     backward_site: Site | None = None
+    #: Qualified names of every call to something imported (``torch.nn.utils.clip_grad_norm_``),
+    #: and the callee of every call written as a plain name (``print``): passes skip cheaply.
+    called: set[str] = field(default_factory=set)
     #: Name table of the module (qualified-name lookups per scope) and original positions; both
     #: are maintained by ``codemods.convert_module`` across passes.
     names: "NameTable | None" = None

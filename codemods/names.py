@@ -80,6 +80,17 @@ class NameTable:
                 return None
             key = key[:-1]
 
+    def is_bound(self, name: str, scope: ScopeKey) -> bool:
+        """Whether any scope visible from ``scope`` binds ``name`` (else it is a builtin)."""
+        key = scope
+        while True:
+            found = self.scopes.get(key)
+            if found is not None and (key == scope or found.kind != "class") and found.binds(name):
+                return True
+            if not key:
+                return False
+            key = key[:-1]
+
     def qualified_name(
         self, node: cst.BaseExpression, scope: ScopeKey = (), *, strict: bool = True
     ) -> str | None:

@@ -1,0 +1,104 @@
+"""ACC107 print-progress: print once, and show progress bars on one process per machine.
+
+Every process runs the whole script, so a plain ``print`` appears N times. ``accelerator.print``
+prints on the main process only. ``tqdm`` bars get ``disable=not accelerator.is_local_main_process``
+(merged with a ``disable=`` the script already passes). Only code that runs after the accelerator
+exists is changed: the creating function after its creation, and the functions it calls (which
+receive the accelerator, see ACC104). ``print`` inside a class's methods is left as it was.
+
+Before::
+
+    print(f"epoch {epoch}: loss {loss.item():.4f}")
+    for batch in tqdm(train_loader, desc="train"):
+
+After::
+
+    accelerator.print(f"epoch {epoch}: loss {loss.item():.4f}")
+    for batch in tqdm(train_loader, desc="train", disable=not accelerator.is_local_main_process):
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.base import Change, Codemod, Options
+from codemods.edits import CodemodTransformer, dotted, expression
+from codemods.facts import ScriptFacts
+
+PROGRESS_BARS = {
+    "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.rich.tqdm",
+    "tqdm.trange", "tqdm.auto.trange", "tqdm.notebook.trange",
+}
+
+
+class _Printing(CodemodTransformer):
+    def __init__(self, facts: ScriptFacts, accelerator: str) -> None:
+        super().__init__(facts.names, facts.origins, accelerator=accelerator)  # type: ignore[arg-type]
+        self.facts = facts
+        #: Blocks (function name or "<module>") where the accelerator has been created by now.
+        self.created: set[str] = set()
+
+    def accelerator_exists(self) -> bool:
+        """Module code and the creating function: only after the creation. Functions the creating
+        code calls: yes (they receive it, ACC104, or read the global). Class methods: no."""
+        if not self.scope:
+            return "<module>" in self.created
+        if self.scope[0] == self.facts.main_function:
+            return self.scope[0] in self.created
+        return self.scope[0] in self.facts.accessible_functions
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if (
+            any(dotted(target.target) == self.accelerator for target in node.targets)
+            and isinstance(node.value, cst.Call)
+            and (dotted(node.value.func) or "").endswith("Accelerator")
+        ):
+            self.created.add(self.function)
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        func = original_node.func
+        if isinstance(func, cst.Name) and func.value == "print" and not self.names.is_bound("print", self.scope):
+            if not self.accelerator_exists():
+                return updated_node
+            self.report(Printing.code, f"print → {self.accelerator}.print (main process only)", original_node)
+            return updated_node.with_changes(func=cst.Attribute(cst.Name(self.accelerator), cst.Name("print")))
+        if self.qualified_name(func) in PROGRESS_BARS and self.accelerator_exists():
+            return self._progress_bar(original_node, updated_node)
+        return updated_node
+
+    def _progress_bar(self, original: cst.Call, call: cst.Call) -> cst.Call:
+        only_local_main = f"not {self.accelerator}.is_local_main_process"
+        existing = next((arg for arg in call.args if arg.keyword is not None and arg.keyword.value == "disable"), None)
+        module = cst.Module([])
+        if existing is not None:
+            current = module.code_for_node(existing.value)
+            if f"{self.accelerator}.is_local_main_process" in current:
+                return call
+            merged = expression(f"{_grouped(existing.value, current)} or {only_local_main}")
+            self.report(Printing.code, "progress bar shown on the local main process only", original)
+            return call.with_changes(args=[arg.with_changes(value=merged) if arg is existing else arg for arg in call.args])
+        self.report(Printing.code, "progress bar shown on the local main process only", original)
+        args = list(call.args)
+        if args and isinstance(args[-1].comma, cst.MaybeSentinel):
+            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        new = cst.Arg(expression(only_local_main), keyword=cst.Name("disable"),
+                      equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+        return call.with_changes(args=[*args, new])
+
+
+def _grouped(node: cst.BaseExpression, code: str) -> str:
+    """Parenthesize an existing ``disable=`` value that is not a simple operand of ``or``."""
+    simple = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.UnaryOperation, cst.Comparison)
+    return code if isinstance(node, simple) else f"({code})"
+
+
+class Printing(Codemod):
+    code = "ACC107"
+    name = "print-progress"
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return "print" in facts.called or bool(facts.called & PROGRESS_BARS)
+
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        transformer = _Printing(facts, facts.existing_accelerator or facts.accelerator_name)
+        return module.visit(transformer), transformer.changes
