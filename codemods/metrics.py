@@ -132,6 +132,12 @@ class _EvalLoopRewriter(AcceleratorScope):
             return loop
         forward = _find_forward(body.body, self.facts)
         if forward is None:
+            hoisted = _hoist_forward(body.body, self.facts, _fresh_name("output", self._taken_names))
+            if hoisted is not None:
+                body = body.with_changes(body=hoisted)
+                loop = loop.with_changes(body=body)
+                forward = _find_forward(body.body, self.facts)
+        if forward is None:
             if _contains(loop, lambda n: _is_model_call(n, self.facts)):
                 self.report(
                     original, "ACC913",
@@ -257,6 +263,71 @@ def _find_forward(
             if found:
                 return found
     return None
+
+
+def _hoist_forward(statements, facts: ScriptFacts, name: str) -> list | None:
+    """``correct += (model(x).argmax(1) == y).sum().item()`` → ``output = model(x)`` on its own
+    line first, then the statement reads ``output``: the forward gets a name to gather. Only for
+    the first line holding exactly one forward, outside lambdas, comprehensions and conditional
+    expressions (where moving it would change what runs)."""
+    result = list(statements)
+    for index, statement in enumerate(result):
+        if isinstance(statement, cst.With) and isinstance(statement.body, cst.IndentedBlock):
+            inner = _hoist_forward(list(statement.body.body), facts, name)
+            if inner is not None:
+                result[index] = statement.with_changes(body=statement.body.with_changes(body=inner))
+                return result
+            continue
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        finder = _ForwardCalls(facts)
+        statement.visit(finder)
+        if not finder.calls:
+            continue
+        if len(finder.calls) != 1 or finder.guarded:
+            return None
+        call = finder.calls[0]
+        forward_line = cst.SimpleStatementLine(
+            body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=call)],
+            leading_lines=statement.leading_lines,
+        )
+        rewritten = statement.visit(_ReplaceNode(call, cst.Name(name))).with_changes(leading_lines=())
+        result[index : index + 1] = [forward_line, rewritten]
+        return result
+    return None
+
+
+class _ForwardCalls(cst.CSTVisitor):
+    """Model calls in one statement, and whether any sits where hoisting would change what runs."""
+
+    CONDITIONAL = (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.IfExp, cst.BooleanOperation)
+
+    def __init__(self, facts: ScriptFacts) -> None:
+        self.facts = facts
+        self.calls: list[cst.Call] = []
+        self.guarded = False
+        self._conditional_depth = 0
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, self.CONDITIONAL):
+            self._conditional_depth += 1
+        if _is_model_call(node, self.facts):
+            self.calls.append(node)
+            self.guarded = self.guarded or self._conditional_depth > 0
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        if isinstance(original_node, self.CONDITIONAL):
+            self._conditional_depth -= 1
+
+
+class _ReplaceNode(cst.CSTTransformer):
+    def __init__(self, target: cst.CSTNode, replacement: cst.CSTNode) -> None:
+        super().__init__()
+        self.target, self.replacement = target, replacement
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
+        return self.replacement if original_node is self.target else updated_node
 
 
 def _statements_after(statements, forward: cst.CSTNode) -> list[cst.CSTNode]:

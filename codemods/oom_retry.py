@@ -87,12 +87,12 @@ class OomRetryCodemod(Codemod):
                         "no accelerator.prepare(...) line at the top level of a function or the module: "
                         "nothing to retry", False)
             return module, pending.resolve(module)
-        batch_size = _batch_size_expression(region.statements[region.start:], facts)
+        batch_size = _batch_size_expression(module, region, facts)
         if batch_size is None:
-            pending.add(region.statements[region.prepare], "ACC917",
-                        "no DataLoader(batch_size=...) found to retry with a smaller batch size", False)
+            pending.add(region.function or region.statements[region.start], "ACC917",
+                        "no batch size found that the training code builds its loaders with", False)
             return module, pending.resolve(module)
-        moved = region.statements[region.start:]
+        moved = region.moved()
         if isinstance(batch_size, cst.Name) and batch_size.value != PARAMETER and binds_name(moved, batch_size.value):
             pending.add(region.statements[region.start], "ACC917",
                         f"{batch_size.value} is assigned inside the training code: retry by hand", False)
@@ -103,7 +103,7 @@ class OomRetryCodemod(Codemod):
         pending.add(region.statements[region.start], OomRetryCodemod.code,
                     f"training retried with a smaller batch size on out-of-memory (from {expression_code(batch_size)})",
                     True)
-        for site in _uses_outside(module, region, batch_size):
+        for site in [] if isinstance(batch_size, cst.Integer) else _uses_outside(module, region, batch_size):
             pending.add(site, "ACC917",
                         f"{expression_code(batch_size)} used outside the retried code: it keeps the starting value", False)
         return new_module, pending.resolve(module)
@@ -168,8 +168,8 @@ def _builds_training_object(statement: cst.BaseStatement, facts: ScriptFacts) ->
     names = facts.models | facts.optimizers | facts.schedulers | facts.loaders
     if any(binds_name([statement], name) for name in names if "." not in name):
         return True
-    batch = facts.batch_size_expr
-    return bool(batch) and _contains_expression(statement, cst.parse_expression(batch))
+    batch = cst.parse_expression(facts.batch_size_expr) if facts.batch_size_expr else None
+    return dotted_name(batch) is not None and _contains_expression(statement, batch)
 
 
 def _is_main_guard(statement: cst.BaseStatement) -> bool:
@@ -178,17 +178,62 @@ def _is_main_guard(statement: cst.BaseStatement) -> bool:
     return dotted_name(statement.test.left) == "__name__"
 
 
-def _batch_size_expression(statements: Sequence[cst.BaseStatement], facts: ScriptFacts) -> cst.BaseExpression | None:
-    if facts.batch_size_expr:
-        return cst.parse_expression(facts.batch_size_expr)
+def _batch_size_expression(module: cst.Module, region: _Region, facts: ScriptFacts) -> cst.BaseExpression | None:
+    """The expression the retried code builds its loaders with: the analysis's batch size when
+    the training code reads it, else the ``batch_size=`` of a DataLoader built there, else what
+    the training code passes for it to a loader-building helper (``build_loaders(args.bs)``)."""
+    moved = region.moved()
     finder = _LoaderBatchSize(facts)
-    for statement in statements:
+    for statement in moved:
+        statement.visit(finder)
+    candidates = [cst.parse_expression(facts.batch_size_expr)] if facts.batch_size_expr else []
+    candidates += [finder.found] if finder.found is not None else []
+    for candidate in candidates:
+        if isinstance(candidate, cst.Integer):
+            return candidate
+        if dotted_name(candidate) is None:
+            continue
+        if any(_contains_expression(statement, candidate) for statement in moved):
+            return candidate
+        if isinstance(candidate, cst.Name):
+            passed = _argument_for_parameter(module, moved, candidate.value)
+            if passed is not None:
+                return passed
+    return None
+
+
+def _argument_for_parameter(module: cst.Module, moved: Sequence[cst.CSTNode], parameter: str) -> cst.BaseExpression | None:
+    """What the moved code passes for ``parameter`` of a module-level function it calls."""
+    functions = {
+        s.name.value: [p.name.value for p in [*s.params.posonly_params, *s.params.params]]
+        for s in module.body
+        if isinstance(s, cst.FunctionDef)
+    }
+    finder = _CallArguments(functions, parameter)
+    for statement in moved:
         statement.visit(finder)
     return finder.found
 
 
+class _CallArguments(cst.CSTVisitor):
+    def __init__(self, functions: dict[str, list[str]], parameter: str) -> None:
+        self.functions = functions
+        self.parameter = parameter
+        self.found: cst.BaseExpression | None = None
+
+    def visit_Call(self, node: cst.Call) -> None:
+        params = self.functions.get(dotted_name(node.func) or "")
+        if self.found is not None or params is None or self.parameter not in params:
+            return
+        position = params.index(self.parameter)
+        for index, arg in enumerate(node.args):
+            keyword = arg.keyword.value if arg.keyword else None
+            if (keyword == self.parameter or (keyword is None and index == position)) and dotted_name(arg.value):
+                self.found = arg.value
+
+
 class _LoaderBatchSize(cst.CSTVisitor):
-    """The ``batch_size=`` of the first DataLoader built from a name (not a literal)."""
+    """The ``batch_size=`` of the first DataLoader (a name, or a literal)."""
 
     def __init__(self, facts: ScriptFacts) -> None:
         self.facts = facts
@@ -198,8 +243,9 @@ class _LoaderBatchSize(cst.CSTVisitor):
         if self.found is not None or qualified_name(node.func, self.facts.imports) not in DATA_LOADERS:
             return
         for arg in node.args:
-            if arg.keyword and arg.keyword.value == "batch_size" and dotted_name(arg.value):
-                self.found = arg.value
+            if arg.keyword and arg.keyword.value == "batch_size":
+                if dotted_name(arg.value) or isinstance(arg.value, cst.Integer):
+                    self.found = arg.value
 
 
 # ---- building the retried function -----------------------------------------------------------
@@ -261,15 +307,30 @@ def _without_leading_blanks(lines: Sequence[cst.EmptyLine]) -> list[cst.EmptyLin
 
 
 class _BatchSizeReplacer(cst.CSTTransformer):
+    """Every read of the batch-size expression → ``batch_size``. A literal (``64``) is only
+    replaced where it is a batch size: ``batch_size=64`` and ``{"batch_size": 64}``."""
+
     def __init__(self, batch_size: cst.BaseExpression) -> None:
         super().__init__()
         self.batch_size = batch_size
+        self.literal = isinstance(batch_size, cst.Integer)
 
     def leave_Name(self, original_node, updated_node):
-        return self._replace(updated_node)
+        return updated_node if self.literal else self._replace(updated_node)
 
     def leave_Attribute(self, original_node, updated_node):
-        return self._replace(updated_node)
+        return updated_node if self.literal else self._replace(updated_node)
+
+    def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
+        if self.literal and updated_node.keyword is not None and updated_node.keyword.value == "batch_size":
+            return updated_node.with_changes(value=self._replace(updated_node.value))
+        return updated_node
+
+    def leave_DictElement(self, original_node: cst.DictElement, updated_node: cst.DictElement) -> cst.DictElement:
+        key = updated_node.key
+        if self.literal and isinstance(key, cst.SimpleString) and key.evaluated_value == "batch_size":
+            return updated_node.with_changes(value=self._replace(updated_node.value))
+        return updated_node
 
     def _replace(self, node):
         if node.deep_equals(self.batch_size):

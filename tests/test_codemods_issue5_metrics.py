@@ -163,10 +163,10 @@ REPORTED = [
         def test(accelerator):
             model.eval()
             for x, y in test_loader:
-                total += (model(x).argmax(1) == y).sum().item()
+                total += sum(model(x).argmax(1) == y for x in x.split(2)).item()
         """,
         "nested in a larger expression",
-        id="forward-inside-reduction",
+        id="forward-inside-a-generator",
     ),
     pytest.param(
         """
@@ -220,3 +220,28 @@ def test_fresh_names_do_not_shadow_the_script() -> None:
     output, _ = apply(MetricsCodemod(), source, make_facts())
     assert "gathered_logits = accelerator.gather_for_metrics(outputs.logits)" in output
     assert "preds += gathered_logits.argmax(-1).tolist()" in output
+
+
+def test_forward_inside_a_reduction_gets_its_own_line() -> None:
+    before = """
+    def validate(model, test_loader, accelerator):
+        model.eval()
+        with torch.no_grad():
+            for x, y in test_loader:
+                # count the hits
+                correct += (model(x).argmax(1) == y).sum().item()
+        return correct
+    """
+    after = """
+    def validate(model, test_loader, accelerator):
+        model.eval()
+        with torch.no_grad():
+            for x, y in test_loader:
+                # count the hits
+                output = model(x)
+                output, y = accelerator.gather_for_metrics((output, y))
+                correct += (output.argmax(1) == y).sum().item()
+        return correct
+    """
+    changes = assert_rewrites(MetricsCodemod(), before, after, make_facts())
+    assert [c.code for c in changes] == ["ACC113"]
