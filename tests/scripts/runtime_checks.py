@@ -1,0 +1,313 @@
+"""Many runtime checks in one ``torchrun --nproc_per_node 2`` launch (launches are the slow part).
+
+Each check returns plain data; every rank prints one line ``RESULT <json>`` that
+tests/test_runtime_distributed.py parses and asserts on. Checks run in the same order on every
+rank because they call collectives.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import sys
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from runtime import Accelerator, DistributedDataParallelKwargs, GradScalerKwargs, set_seed
+from runtime.ddp import UnusedParametersError
+
+Pair = collections.namedtuple("Pair", ["first", "second"])
+
+
+def check_state() -> dict:
+    accelerator = Accelerator()
+    return {
+        "num_processes": accelerator.num_processes,
+        "process_index": accelerator.process_index,
+        "local_process_index": accelerator.local_process_index,
+        "device": str(accelerator.device),
+        "distributed_type": accelerator.distributed_type.value,
+        "backend": accelerator.state.backend,
+        "use_distributed": accelerator.use_distributed,
+        "is_main_process": accelerator.is_main_process,
+        "is_last_process": accelerator.is_last_process,
+        "recreated_same_rank": Accelerator().process_index == accelerator.process_index,
+    }
+
+
+def check_collectives(accelerator: Accelerator) -> dict:
+    rank = accelerator.process_index
+    nested = {"a": torch.tensor([rank]), "b": (torch.full((1, 2), rank), Pair(torch.tensor(rank), torch.ones(1)))}
+    gathered = accelerator.gather(nested)
+    base = torch.tensor([rank + 1.0, 10.0])
+    short = torch.arange(2 + rank)  # rank 0: [0, 1], rank 1: [0, 1, 2]
+    received = torch.tensor([rank * 7])
+    accelerator.broadcast({"x": received}, from_process=1)
+    try:
+        accelerator.gather({"a": torch.tensor([1]), "n": 3})
+        type_error = None
+    except TypeError as error:
+        type_error = str(error)
+    return {
+        "gather_a": gathered["a"].tolist(),
+        "gather_b0": gathered["b"][0].tolist(),
+        "gather_pair_is_namedtuple": type(gathered["b"][1]).__name__,
+        "gather_scalar": gathered["b"][1].first.tolist(),
+        "gather_object": accelerator.gather_object([f"r{rank}", rank]),
+        "reduce": {how: accelerator.reduce(base, how).tolist() for how in ("sum", "mean", "none", "max")},
+        "reduce_leaves_input": base.tolist(),
+        "pad": accelerator.pad_across_processes(short, pad_index=-1).tolist(),
+        "pad_first": accelerator.pad_across_processes(short, pad_index=-1, pad_first=True).tolist(),
+        "broadcast": received.tolist(),
+        "type_error": type_error,
+        "split": _split_checks(accelerator),
+    }
+
+
+def _split_checks(accelerator: Accelerator) -> dict:
+    out = {}
+    with accelerator.split_between_processes(list(range(5))) as share:
+        out["list"] = share
+    with accelerator.split_between_processes(list(range(5)), apply_padding=True) as share:
+        out["list_padded"] = share
+    with accelerator.split_between_processes({"k": torch.arange(4)}) as share:
+        out["dict"] = share["k"].tolist()
+    return out
+
+
+def check_gather_for_metrics(accelerator: Accelerator) -> dict:
+    """Every (length, batch size, split) case: gathered indices == range(length), each once."""
+    failures = []
+    cases = 0
+    for length in range(1, 12):
+        for batch_size in (1, 2, 3, 4):
+            for as_objects in (False, True):
+                cases += 1
+                loader = accelerator.prepare(DataLoader(torch.arange(length), batch_size=batch_size))
+                seen: list[int] = []
+                for batch in loader:
+                    if as_objects:
+                        seen += accelerator.gather_for_metrics(batch.tolist())
+                    else:
+                        seen += accelerator.gather_for_metrics(batch).tolist()
+                if seen != list(range(length)):
+                    failures.append([length, batch_size, as_objects, seen])
+    return {"cases": cases, "failures": failures}
+
+
+def _regression_data(count: int = 32) -> TensorDataset:
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(count, 3, generator=generator)
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5]]) + 0.3
+    return TensorDataset(x, y)
+
+
+def _fresh_model() -> torch.nn.Module:
+    set_seed(7)
+    return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+
+
+def _reference_params(global_batch: int, epochs: int = 2) -> list[torch.Tensor]:
+    """One process, no runtime at all: plain SGD on the global batches."""
+    model = _fresh_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    for _ in range(epochs):
+        for x, y in DataLoader(_regression_data(), batch_size=global_batch):
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+    return [param.detach().clone() for param in model.parameters()]
+
+
+def _max_difference(params: list[torch.Tensor], reference: list[torch.Tensor]) -> float:
+    return max(float((a.detach().cpu() - b).abs().max()) for a, b in zip(params, reference))
+
+
+def check_training_equivalence(batch_size: int = 4, accumulation: int = 1) -> dict:
+    """2 ranks x batch B (x accumulation steps) == 1 process with the whole global batch."""
+    accelerator = Accelerator(gradient_accumulation_steps=accumulation)
+    model = _fresh_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    loader = DataLoader(_regression_data(), batch_size=batch_size)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    syncs = []
+    for _ in range(2):
+        for x, y in loader:
+            with accelerator.accumulate(model):
+                accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                syncs.append(accelerator.sync_gradients)
+                optimizer.step()
+                optimizer.zero_grad()
+    global_batch = batch_size * accelerator.num_processes * accumulation
+    params = list(accelerator.unwrap_model(model).parameters())
+    return {
+        "max_diff": _max_difference(params, _reference_params(global_batch)),
+        "syncs": syncs,
+        "is_ddp": type(model).__name__,
+    }
+
+
+class HeadOnFirstToken(torch.nn.Module):
+    """The seed write-up's BERT shape: a pooler that exists but the head never uses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = torch.nn.Linear(3, 4)
+        self.pooler = torch.nn.Linear(4, 4)  # unused: the head reads the encoder output directly
+        self.head = torch.nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.encoder(x)))
+
+
+class ChangingGraph(torch.nn.Module):
+    """Uses ``extra`` on the first call only: no static graph can describe it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = torch.nn.Linear(3, 3)
+        self.extra = torch.nn.Linear(3, 3)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        hidden = self.body(x)
+        return (hidden + self.extra(hidden) if self.calls == 1 else hidden).sum(dim=1, keepdim=True)
+
+
+def check_unused_parameters() -> dict:
+    out = {}
+    for accumulation in (1, 2):
+        accelerator = Accelerator(gradient_accumulation_steps=accumulation)
+        set_seed(3)
+        model = HeadOnFirstToken()
+        pooler_before = model.pooler.weight.detach().clone()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = DataLoader(_regression_data(), batch_size=4)
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        for x, y in loader:
+            with accelerator.accumulate(model):
+                accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                optimizer.step()
+                optimizer.zero_grad()
+        inner = accelerator.unwrap_model(model)
+        encoder = accelerator.gather(inner.encoder.weight.detach().reshape(1, -1))
+        out[f"accumulation_{accumulation}"] = {
+            "ranks_agree": bool(torch.equal(encoder[0], encoder[1])),
+            "pooler_unchanged": bool(torch.equal(inner.pooler.weight.detach(), pooler_before)),
+            "trained": not torch.equal(inner.encoder.weight.detach(), _fresh_encoder_weight()),
+        }
+    out["explained_error"] = _changing_graph_error()
+    return out
+
+
+def _fresh_encoder_weight() -> torch.Tensor:
+    set_seed(3)
+    return HeadOnFirstToken().encoder.weight.detach()
+
+
+def _changing_graph_error() -> str | None:
+    accelerator = Accelerator()
+    model = accelerator.prepare(ChangingGraph())
+    try:
+        for _ in range(3):
+            accelerator.backward(model(torch.ones(2, 3)).sum())
+    except UnusedParametersError as error:
+        return str(error)
+    return None
+
+
+def check_user_ddp_kwargs() -> dict:
+    """A user's explicit find_unused_parameters wins over our static-graph default."""
+    handler = DistributedDataParallelKwargs(find_unused_parameters=True)
+    accelerator = Accelerator(kwargs_handlers=[handler])
+    model = accelerator.prepare(HeadOnFirstToken())
+    accelerator.backward(model(torch.ones(2, 3)).sum())
+    accelerator.backward(model(torch.ones(2, 3)).sum())
+    return {"static_graph": bool(model.static_graph), "find_unused": bool(model.find_unused_parameters)}
+
+
+def check_mixed_precision() -> dict:
+    out = {}
+    for precision in ("bf16", "fp16"):
+        # A small initial loss scale, so the first fp16 step does not overflow and get skipped.
+        accelerator = Accelerator(mixed_precision=precision, kwargs_handlers=[GradScalerKwargs(init_scale=256.0)])
+        set_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1))
+        inner_dtypes = []
+        model[0].register_forward_hook(lambda module, args, output: inner_dtypes.append(str(output.dtype)))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, optimizer = accelerator.prepare(model, optimizer)
+        output = model(torch.ones(2, 3))
+        accelerator.backward(output.sum())
+        norms = [float(accelerator.clip_grad_norm_(model.parameters(), 1.0)) for _ in range(2)]
+        optimizer.step()
+        optimizer.zero_grad()
+        out[precision] = {
+            "inner": inner_dtypes[0],
+            "output": str(output.dtype),
+            "scaler": accelerator.scaler is not None,
+            "clip_norms": norms,
+            "skipped_clean_step": accelerator.optimizer_step_was_skipped,
+            "nan_step": _nan_step(accelerator, model, optimizer) if precision == "fp16" else None,
+        }
+    return out
+
+
+def _nan_step(accelerator: Accelerator, model: torch.nn.Module, optimizer) -> dict:
+    """A NaN in one rank's loss: DDP averages it into every rank's gradients, the scaler skips."""
+    inner = accelerator.unwrap_model(model)
+    before = [param.detach().clone() for param in inner.parameters()]
+    poison = float("nan") if accelerator.process_index == 0 else 1.0
+    accelerator.backward(model(torch.ones(2, 3)).sum() * poison)
+    optimizer.step()
+    optimizer.zero_grad()
+    unchanged = all(torch.equal(a, b.detach()) for a, b in zip(before, inner.parameters()))
+    return {"skipped": accelerator.optimizer_step_was_skipped, "params_unchanged": unchanged}
+
+
+def check_helpers(accelerator: Accelerator, tmp_dir: str) -> dict:
+    import os
+
+    calls = []
+    accelerator.on_main_process(lambda: calls.append("main"))()
+    accelerator.on_last_process(lambda: calls.append("last"))()
+    accelerator.on_process(process_index=1)(lambda: calls.append("p1"))()
+    order = []
+    with accelerator.main_process_first():
+        order.append(os.path.exists(os.path.join(tmp_dir, "first.txt")))
+        if accelerator.is_main_process:
+            with open(os.path.join(tmp_dir, "first.txt"), "w") as handle:
+                handle.write("x")
+    target = os.path.join(tmp_dir, "saved.pt")
+    accelerator.save({"rank": accelerator.process_index}, target)
+    accelerator.wait_for_everyone()
+    accelerator.set_trigger() if accelerator.process_index == 1 else None
+    triggered = accelerator.check_trigger()
+    return {
+        "calls": calls,
+        "main_ran_first": order,
+        "saved": torch.load(target)["rank"],
+        "leftover_temp_files": [name for name in os.listdir(tmp_dir) if name.startswith(".tmp")],
+        "trigger": [triggered, accelerator.check_trigger()],
+    }
+
+
+def main() -> None:
+    tmp_dir = sys.argv[1]
+    result = {"state": check_state()}
+    accelerator = Accelerator()
+    result["collectives"] = check_collectives(accelerator)
+    result["gather_for_metrics"] = check_gather_for_metrics(accelerator)
+    result["helpers"] = check_helpers(accelerator, tmp_dir)
+    result["equivalence"] = check_training_equivalence()
+    result["equivalence_accumulation"] = check_training_equivalence(batch_size=2, accumulation=2)
+    result["mixed_precision"] = check_mixed_precision()
+    result["user_ddp_kwargs"] = check_user_ddp_kwargs()
+    result["unused"] = check_unused_parameters()  # last: its error case leaves DDP mid-iteration
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

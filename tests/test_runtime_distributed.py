@@ -1,0 +1,136 @@
+"""Two real ranks (plain ``torchrun --nproc_per_node 2`` on CPU, no extra env var): state, collectives,
+gather_for_metrics, training equivalence, accumulation, unused parameters, mixed precision.
+
+One launch of tests/scripts/runtime_checks.py serves every test here (launches cost seconds).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.launching import REPO_ROOT, torchrun
+
+SCRIPT = REPO_ROOT / "tests" / "scripts" / "runtime_checks.py"
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    run = torchrun(SCRIPT, str(tmp_path_factory.mktemp("checks")), nproc=2, timeout=240).check()
+    results = [json.loads(line[len("RESULT "):]) for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(results) == 2, run.stdout + run.stderr
+    return sorted(results, key=lambda result: result["state"]["process_index"])
+
+
+def test_plain_torchrun_on_cpu_gives_two_real_ranks(ranks: list[dict]) -> None:
+    for index, result in enumerate(ranks):
+        state = result["state"]
+        assert state["num_processes"] == 2
+        assert state["process_index"] == index == state["local_process_index"]
+        assert state["device"] == "cpu"
+        assert (state["distributed_type"], state["backend"], state["use_distributed"]) == ("MULTI_CPU", "gloo", True)
+        assert state["is_main_process"] == (index == 0)
+        assert state["is_last_process"] == (index == 1)
+        assert state["recreated_same_rank"]
+
+
+def test_collectives_on_nested_structures(ranks: list[dict]) -> None:
+    for result in ranks:
+        observed = result["collectives"]
+        assert observed["gather_a"] == [0, 1]
+        assert observed["gather_b0"] == [[0, 0], [1, 1]]
+        assert observed["gather_pair_is_namedtuple"] == "Pair"
+        assert observed["gather_scalar"] == [0, 1]  # 0-d tensors become one row each
+        assert observed["gather_object"] == ["r0", 0, "r1", 1]
+        assert observed["broadcast"] == [7]
+        assert "Unsupported types" in observed["type_error"]
+
+
+def test_reduce_matches_accelerates_observed_results(ranks: list[dict]) -> None:
+    # Reference §4 [verified]: ranks [1,10] and [2,10] -> sum [3,20], mean [1.5,10], none == sum, max [2,10].
+    for result in ranks:
+        assert result["collectives"]["reduce"] == {
+            "sum": [3.0, 20.0], "mean": [1.5, 10.0], "none": [3.0, 20.0], "max": [2.0, 10.0]}
+    assert [result["collectives"]["reduce_leaves_input"] for result in ranks] == [[1.0, 10.0], [2.0, 10.0]]
+
+
+def test_pad_across_processes(ranks: list[dict]) -> None:
+    first, second = (result["collectives"] for result in ranks)
+    assert (first["pad"], first["pad_first"]) == ([0, 1, -1], [-1, 0, 1])
+    assert (second["pad"], second["pad_first"]) == ([0, 1, 2], [0, 1, 2])
+
+
+def test_split_between_processes(ranks: list[dict]) -> None:
+    first, second = (result["collectives"]["split"] for result in ranks)
+    assert (first["list"], second["list"]) == ([0, 1, 2], [3, 4])
+    assert (first["list_padded"], second["list_padded"]) == ([0, 1, 2], [3, 4, 4])
+    assert (first["dict"], second["dict"]) == ([0, 1], [2, 3])
+
+
+def test_gather_for_metrics_returns_every_sample_once(ranks: list[dict]) -> None:
+    for result in ranks:
+        observed = result["gather_for_metrics"]
+        assert observed["cases"] == 88
+        assert observed["failures"] == []
+
+
+def test_process_helpers(ranks: list[dict]) -> None:
+    first, second = (result["helpers"] for result in ranks)
+    assert (first["calls"], second["calls"]) == (["main"], ["last", "p1"])
+    assert (first["main_ran_first"], second["main_ran_first"]) == ([False], [True])
+    assert first["saved"] == second["saved"] == 0  # only rank 0 wrote
+    assert first["leftover_temp_files"] == []
+    assert first["trigger"] == second["trigger"] == [True, False]
+
+
+def test_two_processes_batch_b_equal_one_process_batch_2b(ranks: list[dict]) -> None:
+    for result in ranks:
+        assert result["equivalence"]["is_ddp"] == "RuntimeDDP"
+        assert result["equivalence"]["max_diff"] < 1e-6
+
+
+def test_accumulation_equals_no_accumulation_over_same_global_batches(ranks: list[dict]) -> None:
+    for result in ranks:
+        observed = result["equivalence_accumulation"]
+        assert observed["max_diff"] < 1e-6
+        assert observed["syncs"] == [False, True] * 8
+
+
+def test_unused_parameters_train_without_a_flag(ranks: list[dict]) -> None:
+    for result in ranks:
+        for accumulation in ("accumulation_1", "accumulation_2"):
+            assert result["unused"][accumulation] == {"ranks_agree": True, "pooler_unchanged": True, "trained": True}
+
+
+def test_changing_unused_parameters_error_names_them_and_the_fix(ranks: list[dict]) -> None:
+    for result in ranks:
+        message = result["unused"]["explained_error"]
+        assert "extra.weight" in message and "extra.bias" in message
+        assert "find_unused_parameters=True" in message
+        assert "body.weight" not in message
+
+
+def test_user_ddp_kwargs_override_the_static_graph_default(ranks: list[dict]) -> None:
+    for result in ranks:
+        assert result["user_ddp_kwargs"] == {"static_graph": False, "find_unused": True}
+
+
+def test_bf16_inner_bf16_output_fp32(ranks: list[dict]) -> None:
+    bf16 = ranks[0]["mixed_precision"]["bf16"]
+    assert (bf16["inner"], bf16["output"], bf16["scaler"]) == ("torch.bfloat16", "torch.float32", False)
+
+
+def test_fp16_on_cpu_really_autocasts_and_scales(ranks: list[dict]) -> None:
+    for result in ranks:
+        fp16, bf16 = result["mixed_precision"]["fp16"], result["mixed_precision"]["bf16"]
+        assert (fp16["inner"], fp16["output"], fp16["scaler"]) == ("torch.float16", "torch.float32", True)
+        assert fp16["skipped_clean_step"] is False
+        # The norm is taken after unscaling (else it would be ~256x), and clipping twice is fine.
+        assert fp16["clip_norms"][0] == pytest.approx(bf16["clip_norms"][0], rel=0.05)
+        assert fp16["clip_norms"][1] <= 1.0 + 1e-3
+
+
+def test_fp16_nan_gradient_skips_the_step_and_reports_it(ranks: list[dict]) -> None:
+    for result in ranks:
+        assert result["mixed_precision"]["fp16"]["nan_step"] == {"skipped": True, "params_unchanged": True}
