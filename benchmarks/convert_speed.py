@@ -5,7 +5,8 @@ Measures, per file, (a) the floor: libcst parse + code generation, and (b) the f
 
 - the fixture training scripts (``fixtures/cases/*.py``),
 - the standard library's .py files outside its test suites, as they are (nearly all skip the
-  parse: they never mention torch) and *forced* through every pass (``import torch`` appended),
+  parse: they never mention torch), and a sample spread over sizes *forced* through every pass
+  (``import torch`` appended),
 
 then (c) a whole ``accel-convert --check`` process on a typical ~9 KB training script against
 (d) ``python -c "import libcst, click, rich"``, the start-up floor of any CLI built on them.
@@ -69,6 +70,15 @@ def stdlib_files() -> list[Path]:
         dirnames[:] = sorted(name for name in dirnames if name not in EXCLUDED_DIRS)
         found.extend(Path(folder) / name for name in filenames if name.endswith(".py"))
     return sorted(found)
+
+
+def spread_sample(files: list[Path], count: int) -> list[Path]:
+    """``count`` files at evenly spaced ranks of size (all of them when there are fewer)."""
+    by_size = sorted(files, key=lambda path: (path.stat().st_size, str(path)))
+    if len(by_size) <= count:
+        return by_size
+    step = len(by_size) / count
+    return [by_size[int(index * step)] for index in range(count)]
 
 
 def parses(source: bytes) -> bool:
@@ -192,6 +202,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds per measurement (best-of / median)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 files per corpus, 1 round")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--forced-sample", type=int, default=60,
+                        help="stdlib files (spread over sizes) forced through every pass; all of them "
+                             "would take the better part of an hour")
     args = parser.parse_args()
     rounds = 1 if args.quick else args.rounds
     limit = 2 if args.quick else None
@@ -207,8 +220,9 @@ def main() -> None:
     typical = fixtures[0] if args.quick else TYPICAL_SCRIPT
     results["typical_script"] = summarize(f"typical script {typical.name}", time_corpus(read_corpus([typical]), rounds))
     results["stdlib"] = summarize("stdlib as is", time_corpus(read_corpus(stdlib), rounds))
-    forced = read_corpus(stdlib, force_torch=True)
-    results["stdlib_forced"] = summarize("stdlib forced through every pass", time_corpus(forced, rounds))
+    forced = read_corpus(spread_sample(stdlib, args.forced_sample), force_torch=True)
+    results["stdlib_forced"] = summarize(
+        f"stdlib forced through every pass (sample of {len(forced)})", time_corpus(forced, rounds))
     largest = max(forced, key=lambda path: len(forced[path]))
     peak = peak_conversion_memory(forced[largest], str(largest))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
