@@ -48,6 +48,28 @@ def main(model, loader, optimizer):
 """
 
 
+#: A training function whose batch size comes from the command line: what --oom-retry wraps.
+WITH_BATCH_SIZE = b"""import argparse
+
+import torch
+from torch.utils.data import DataLoader
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch-size", type=int, default=64)
+    args = parser.parse_args()
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(torch.randn(256, 4), batch_size=args.batch_size)
+    for data in loader:
+        optimizer.zero_grad()
+        loss = model(data).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+"""
+
+
 def run(*args: str | Path, stdin: bytes | None = None) -> Result:
     """Invoke the command in-process with separate stdout and stderr."""
     return CliRunner().invoke(main, [str(arg) for arg in args], input=stdin, catch_exceptions=False)
@@ -197,6 +219,42 @@ def test_check_with_output_fails_when_output_is_missing_or_stale(script: Path, t
     stale = run("--check", script, "-o", out)
     assert stale.exit_code == 1
     assert f"{out}:1:1: stale-output stale: differs from converting {script}" in stale.stderr
+
+
+def test_oom_retry_and_target_flags_reach_the_codemods(tmp_path: Path) -> None:
+    path = tmp_path / "train.py"
+    path.write_bytes(WITH_BATCH_SIZE)
+    plain = run(path)
+    assert "find_executable_batch_size" not in plain.stdout and "from runtime import" in plain.stdout
+    retried = run("--oom-retry", "--target", "accelerate", path)
+    assert retried.exit_code == 0, retried.stderr
+    assert "@find_executable_batch_size(starting_batch_size=args.batch_size)" in retried.stdout
+    assert "from accelerate import" in retried.stdout and "from runtime import" not in retried.stdout
+    assert reports(retried.stderr, path, "ACC117")
+
+
+def test_version() -> None:
+    result = run("--version")
+    assert result.exit_code == 0 and "0.1.0" in result.stdout
+
+
+def test_internal_error_exits_123_and_writes_nothing(script: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A codemod whose result changes again on a second run must never reach the disk."""
+    import libcst as cst
+
+    import codemods
+    from codemods.base import ConversionOutcome
+
+    def unstable(module: cst.Module, options: object) -> ConversionOutcome:
+        return ConversionOutcome(module.with_changes(body=[*module.body, cst.parse_statement("x = 1")]))
+
+    monkeypatch.setattr(codemods, "convert_module", unstable)
+    out = tmp_path / "out.py"
+    result = run(script, "-o", out)
+    assert result.exit_code == 123
+    assert result.stderr.startswith(f"{script}:") and "internal error" in result.stderr
+    assert not out.exists()
 
 
 # -- stdin --------------------------------------------------------------------------------------------
