@@ -2,4 +2,4 @@
 
 from converter.cli import main
 
-main()
+main(prog_name="accel-convert")

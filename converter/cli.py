@@ -308,8 +308,17 @@ def list_codes(color: bool | None) -> None:
 def main(ctx: click.Context, **flags: Any) -> None:
     """Convert single-GPU PyTorch training scripts into multi-GPU, multi-node ones.
 
-    With one FILE and no -o, the converted script goes to stdout; findings and messages go to
-    stderr. Defaults for these flags come from [tool.accel-convert] in the nearest pyproject.toml.
+    \b
+    One FILE without -o: the converted script goes to stdout; findings and
+    messages go to stderr. Flags default to the [tool.accel-convert] table
+    of the nearest pyproject.toml above the first input.
+
+    \b
+    Examples:
+      accel-convert train.py -o train_ddp.py
+      accel-convert --diff train.py
+      accel-convert --check src/            (CI, pre-commit)
+      accel-convert --check train.py -o train_ddp.py   (is the committed copy stale?)
     """
     if flags["list_codes"]:
         list_codes(flags["color"])
