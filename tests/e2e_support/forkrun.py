@@ -1,0 +1,133 @@
+"""Run many one-process script runs cheaply: import torch once, then fork one child per run.
+
+A plain ``python script.py`` pays 1.5-5 s of imports (torch, accelerate) before the script does
+anything; the fixture scripts themselves need well under a second. This runner imports what the
+scripts import once, then forks a child per run, which starts with those modules already loaded
+and otherwise behaves like ``python script.py args`` in the given folder: ``__name__`` is
+``"__main__"``, ``sys.argv`` and ``sys.path[0]`` are the script's, stdout and stderr (file
+descriptors 1 and 2, so C-level output too) go to the child's own files.
+
+Usage: ``python forkrun.py JOBS.json`` where the file holds a list of jobs
+``{"script": path, "args": [...], "cwd": folder, "timeout": seconds}`` (optional
+``"sys_path"``: folders put after the script's own; ``"after_previous": true``: start only once
+every earlier job has finished, e.g. after a job that writes files the next ones read); prints one JSON list of
+results ``{"returncode", "stdout", "stderr"}`` in job order. A run past its timeout is killed and
+gets returncode -9. Two children run at a time (the machine has two cores).
+
+Forking is only safe because the parent never runs a torch operation: no intra-op thread pool
+exists yet when the children are created.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import os
+import runpy
+import signal
+import sys
+import tempfile
+import time
+import traceback
+
+PARALLEL_RUNS = 2
+
+
+def top_level_imports(script: str) -> set[str]:
+    """The first component of every absolute import in a script (``torch`` for ``torch.nn``)."""
+    with open(script, "rb") as handle:
+        tree = ast.parse(handle.read(), filename=script)
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def preload(scripts: list[str]) -> None:
+    """Import in the parent what the scripts will import, so each child gets it for free."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(scripts[0])) if scripts else ".")
+    for name in sorted({name for script in scripts for name in top_level_imports(script)}):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a module the child cannot import fails there, visibly
+            pass
+    sys.path.pop(0)
+
+
+def run_child(job: dict, out_path: str, err_path: str) -> None:
+    """In the forked child: become ``python script args`` in ``cwd`` and never return."""
+    code = 0
+    try:
+        out_fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        err_fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(out_fd, 1)
+        os.dup2(err_fd, 2)
+        script = os.path.abspath(job["script"])
+        os.chdir(job["cwd"])
+        sys.argv = [script, *job["args"]]
+        sys.path[0:0] = [os.path.dirname(script), *job.get("sys_path", [])]
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        if not isinstance(stop.code, int) and stop.code is not None:
+            print(stop.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - the child reports every failure as a traceback
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
+
+
+def read_text(path: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return handle.read()
+
+
+def run_jobs(jobs: list[dict], workdir: str) -> list[dict]:
+    """Fork the jobs, at most PARALLEL_RUNS at a time, and collect their outputs in order."""
+    results: list[dict | None] = [None] * len(jobs)
+    running: dict[int, tuple[int, float]] = {}  # pid -> (job index, deadline)
+    pending = list(range(len(jobs)))
+    paths = [(os.path.join(workdir, f"{i}.out"), os.path.join(workdir, f"{i}.err")) for i in range(len(jobs))]
+    while pending or running:
+        while pending and len(running) < PARALLEL_RUNS:
+            if jobs[pending[0]].get("after_previous") and running:
+                break
+            index = pending.pop(0)
+            pid = os.fork()
+            if pid == 0:
+                run_child(jobs[index], *paths[index])
+            running[pid] = (index, time.monotonic() + jobs[index].get("timeout", 60))
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            for child, (index, deadline) in list(running.items()):
+                if time.monotonic() > deadline:
+                    os.kill(child, signal.SIGKILL)
+            time.sleep(0.02)
+            continue
+        index, _ = running.pop(pid)
+        results[index] = {
+            "returncode": os.waitstatus_to_exitcode(status),
+            "stdout": read_text(paths[index][0]),
+            "stderr": read_text(paths[index][1]),
+        }
+    return results  # type: ignore[return-value]
+
+
+def main() -> None:
+    with open(sys.argv[1], encoding="utf-8") as handle:
+        jobs = json.load(handle)
+    preload([job["script"] for job in jobs])
+    with tempfile.TemporaryDirectory(prefix="forkrun-") as workdir:
+        results = run_jobs(jobs, workdir)
+    json.dump(results, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
