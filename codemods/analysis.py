@@ -130,6 +130,10 @@ class _Recorder(NameCollector):
         #: Module-level functions → parameter names.
         self.defs: dict[str, tuple[str, ...]] = {}
         self.no_grad_functions: set[str] = set()
+        #: Functions defined inside the ``if __name__ == "__main__":`` block.
+        self.guard_defs: set[str] = set()
+        #: (module-level function, returned expression).
+        self.returns: list[tuple[str, cst.BaseExpression]] = []
         self.main_guard_assigns: set[str] = set()
         self._loops: list[_Loop] = []
         self._ifs: list[_If] = []
@@ -162,6 +166,8 @@ class _Recorder(NameCollector):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         super().visit_FunctionDef(node)
         if len(self.scope) == 1:
+            if self._main_guard_depth:
+                self.guard_defs.add(node.name.value)
             params = node.params
             every = [*params.posonly_params, *params.params, *params.kwonly_params]
             self.defs[node.name.value] = tuple(param.name.value for param in every)
@@ -236,6 +242,10 @@ class _Recorder(NameCollector):
 
     def leave_For(self, original_node: cst.For) -> None:
         self._loops.pop()
+
+    def visit_Return(self, node: cst.Return) -> None:
+        if node.value is not None and len(self.scope) == 1:
+            self.returns.append((self.function, node.value))
 
     def visit_Break(self, node: cst.Break) -> None:
         self.breaks.append((node, tuple(self._loops), tuple(self._ifs), self.function))
@@ -335,8 +345,22 @@ class _Conclusions:
                 for loop in call.loops:
                     loop.calls.add(callee.value)
 
+    def _loader_factories(self) -> set[str]:
+        """Module-level functions that return DataLoaders (``return train_loader, test_loader``
+        or ``return DataLoader(...)``)."""
+        factories = set()
+        for function, value in self.r.returns:
+            elements = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
+            for element in elements:
+                if isinstance(element, cst.Call) and self.r.names.qualified_name(
+                    element.func, (function,), strict=False
+                ) in LOADER_CONSTRUCTORS:
+                    factories.add(function)
+        return factories
+
     def _constructors(self) -> None:
         facts = self.facts
+        factories = self._loader_factories()
         for assign in self.r.assigns:
             value = _peel_moves(assign.value)
             qualified = (
@@ -344,7 +368,9 @@ class _Conclusions:
                 if isinstance(value, cst.Call) else None
             )
             targets = set(assign.targets)
-            if qualified in LOADER_CONSTRUCTORS:
+            if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in factories:
+                facts.train_loaders.update(targets)
+            elif qualified in LOADER_CONSTRUCTORS:
                 facts.train_loaders.update(targets)  # sorted into train/eval by the loops below
                 self._batch_size(value, assign)
             elif qualified in ACCELERATOR_CONSTRUCTORS:
@@ -478,11 +504,16 @@ class _Conclusions:
         ]
         train: set[str] = set()
         evaluation: set[str] = set()
+        created_loaders |= {
+            name for name in facts.prepared - facts.models - facts.optimizers - facts.schedulers
+            if any(loop.iterated == name for loop in self.r.loops)
+        }
         for loop in self.r.loops:
             if loop.iterated is None:
                 continue
             origins = self._origins_of(loop.function, loop.iterated)
-            if not origins & created_loaders and loop.iterated not in created_loaders:
+            known = created_loaders | (facts.prepared - facts.models - facts.optimizers - facts.schedulers)
+            if not origins & known and loop.iterated not in known:
                 continue
             trains = loop.has_backward or bool(loop.calls & backward_functions)
             last_switch = max(
@@ -514,10 +545,13 @@ class _Conclusions:
     def _functions_with_backward(self) -> set[str]:
         facts = self.facts
         direct: set[str] = set()
+        accelerator = facts.existing_accelerator or facts.accelerator_name
         for call in self.r.calls:
             if _is_backward(call.node):
                 receiver = call.node.func.value  # type: ignore[attr-defined]
                 name = dotted(receiver)
+                if name == accelerator:  # accelerator.backward(loss): already converted
+                    name = dotted(call.node.args[0].value) if call.node.args else None
                 if name is not None:
                     facts.loss_names.add(name)
                 if facts.backward_site is None:
@@ -589,6 +623,9 @@ class _Conclusions:
             trained = facts.models | facts.optimizers | facts.loaders
             facts.home_kind = "main_guard" if trained & self.r.main_guard_assigns else "module"
         facts.accessible_functions = self._reachable({home})
+        if facts.home_kind == "main_guard":
+            # Defined inside the __main__ block (an LBFGS closure): they read the global accelerator.
+            facts.accessible_functions |= self._reachable(self.r.guard_defs)
 
     def _helpers(self) -> None:
         facts = self.facts

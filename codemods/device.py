@@ -202,7 +202,25 @@ class _Device(CodemodTransformer):
 
     # -- blocks left empty ------------------------------------------------------------------------
 
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):  # type: ignore[no-untyped-def]
+        """A block whose first statement was removed must not start with a blank line."""
+        body = updated_node.body
+        if not body or len(body) >= len(original_node.body) or not hasattr(body[0], "leading_lines"):
+            return updated_node
+        first = body[0]
+        if first.leading_lines and not any(line.comment for line in first.leading_lines):
+            removed_first = self.origins.site(original_node.body[0]) != self.origins.site(first)
+            if removed_first:
+                return updated_node.with_changes(body=[first.with_changes(leading_lines=()), *body[1:]])
+        return updated_node
+
     def leave_If(self, original_node: cst.If, updated_node: cst.If):  # type: ignore[no-untyped-def]
+        same = _same_branches(updated_node)
+        if same is not None:
+            # ``if available: device = A else: device = B`` now reads ``device = accelerator.device``
+            # in both branches: one statement says it.
+            first = same[0].with_changes(leading_lines=updated_node.leading_lines)
+            return cst.FlattenSentinel([first, *same[1:]])
         if _has_statements(updated_node.body):
             if isinstance(updated_node.orelse, cst.Else) and not _has_statements(updated_node.orelse.body):
                 return updated_node.with_changes(orelse=None)
@@ -230,6 +248,30 @@ class _Device(CodemodTransformer):
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):  # type: ignore[no-untyped-def]
         updated = super().leave_FunctionDef(original_node, updated_node)
         return updated if _has_statements(updated.body) else updated.with_changes(body=_with_pass(updated.body))
+
+
+def _same_branches(node: cst.If) -> list[cst.BaseStatement] | None:
+    """The statements of an if/else whose two branches are now the same code (None otherwise)."""
+    orelse = node.orelse
+    if not isinstance(orelse, cst.Else) or not isinstance(node.body, cst.IndentedBlock):
+        return None
+    if not isinstance(orelse.body, cst.IndentedBlock) or not node.body.body:
+        return None
+    code = cst.Module([]).code_for_node
+    body = [code(statement) for statement in node.body.body]
+    if body != [code(statement) for statement in orelse.body.body]:
+        return None
+    if not all(dotted(_assigned_value(statement)) is not None for statement in node.body.body):
+        return None  # only assignments of a name: never collapse branches doing work
+    return list(node.body.body)
+
+
+def _assigned_value(statement: cst.BaseStatement) -> cst.BaseExpression | None:
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        small = statement.body[0]
+        if isinstance(small, cst.Assign):
+            return small.value
+    return None
 
 
 def _calls_model(node: cst.BaseExpression, models: set[str]) -> bool:

@@ -1,0 +1,97 @@
+"""Golden files: every fixtures/cases/*.py converted (runtime target) equals fixtures/expected/<name>.py.
+
+Adding a case needs no test code: drop the input in fixtures/cases/, run
+``pytest tests/test_golden.py --force-regen``, review the new fixtures/expected/<name>.py as a
+person would review a hand conversion, and commit both.
+"""
+
+from __future__ import annotations
+
+import difflib
+from functools import cache
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from codemods import convert_module
+from codemods.base import Change, Options
+from tests.launching import REPO_ROOT
+
+CASES = sorted((REPO_ROOT / "fixtures" / "cases").glob("*.py"))
+EXPECTED = REPO_ROOT / "fixtures" / "expected"
+
+
+def convert(source: bytes, options: Options = Options()) -> tuple[bytes, list[Change]]:
+    """What the pipeline does around the codemods: files that never say torch are not parsed."""
+    if b"torch" not in source:
+        return source, []
+    outcome = convert_module(cst.parse_module(source), options)
+    return outcome.module.bytes, outcome.changes
+
+
+@cache
+def converted(case: Path) -> tuple[bytes, tuple[Change, ...]]:
+    output, changes = convert(case.read_bytes())
+    return output, tuple(changes)
+
+
+def case_id(case: Path) -> str:
+    return case.stem
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_conversion_matches_golden_file(case: Path, file_regression) -> None:
+    output, _ = converted(case)
+    file_regression.check(output, binary=True, fullpath=EXPECTED / case.name)
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_golden_output_converts_to_itself(case: Path) -> None:
+    output, _ = converted(case)
+    again, changes = convert(output)
+    assert again == output, "converting the converted script changed it"
+    assert [c for c in changes if c.fixed] == [], "a converted script still has automatic rewrites pending"
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if b"import torch" not in c.read_bytes()
+                                  and b"from torch" not in c.read_bytes()], ids=case_id)
+def test_scripts_without_torch_come_back_byte_for_byte(case: Path) -> None:
+    output, changes = converted(case)
+    assert output == case.read_bytes()
+    assert changes == ()
+
+
+def _differing_lines(first: bytes, second: bytes) -> list[str]:
+    diff = difflib.ndiff(first.decode("utf-8", "replace").splitlines(), second.decode("utf-8", "replace").splitlines())
+    return [line for line in diff if line[:2] in {"- ", "+ "}]
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_accelerate_target_differs_only_in_imports(case: Path) -> None:
+    runtime_output, _ = converted(case)
+    accelerate_output, _ = convert(case.read_bytes(), Options(target="accelerate"))
+    for line in _differing_lines(runtime_output, accelerate_output):
+        text = line[2:].strip()
+        package = "runtime" if line.startswith("- ") else "accelerate"
+        assert text.startswith(f"from {package} import "), line
+
+
+#: Text each automatic rewrite's position must point at in the *original* file.
+MARKERS = {"ACC105": ".backward(", "ACC106": "clip_grad_", "ACC107": ("print", "tqdm", "trange")}
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_changes_point_into_the_original_file(case: Path) -> None:
+    lines = case.read_bytes().decode("utf-8", "replace").splitlines()
+    _, changes = converted(case)
+    assert list(changes) == sorted(changes, key=lambda c: (c.line, c.column, c.code))
+    for change in changes:
+        assert 1 <= change.line <= max(len(lines), 1), change
+        marker = MARKERS.get(change.code)
+        if marker is None:
+            continue
+        span = "\n".join(lines[change.line - 1:change.end_line])
+        start = lines[change.line - 1][change.column:]
+        markers = marker if isinstance(marker, tuple) else (marker,)
+        assert any(m in span for m in markers) and start.strip(), (change, span)
