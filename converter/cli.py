@@ -201,10 +201,10 @@ def config_start(sources: Sequence[str], stdin_filename: str | None) -> Path:
 class Runner:
     """Carries out a Plan, file by file, reporting through a Reporter."""
 
-    def __init__(self, plan: Plan, reporter: Reporter, stdout_console: Any) -> None:
+    def __init__(self, plan: Plan, reporter: Reporter, color: bool | None) -> None:
         self.plan = plan
         self.reporter = reporter
-        self.stdout_console = stdout_console
+        self.color = color
 
     def run(self) -> int:
         for job in self.plan.jobs:
@@ -246,7 +246,7 @@ class Runner:
             self.deliver(job, conversion)
             self.reporter.file_done(job.shown_name, findings, changed=conversion.changed)
         if self.plan.diff and conversion.changed:
-            print_diff(self.stdout_console, unified_diff(conversion, str(job.target or job.shown_name)))
+            print_diff(unified_diff(conversion, str(job.target or job.shown_name)), self.color)
 
     def stale_finding(self, job: Job, conversion: Conversion) -> Finding | None:
         """``--check -o OUT``: a finding when OUT is missing or differs from the conversion now."""
@@ -343,7 +343,7 @@ def run_plan(plan: Plan, flags: dict[str, Any]) -> int:
         verbosity=int(flags["verbose"]) - int(flags["quiet"]),
         messages=messages, findings_stream=messages if stdout_busy else stdout_console,
     )
-    return Runner(plan, reporter, stdout_console).run()
+    return Runner(plan, reporter, color).run()
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m converter.cli`

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Literal
 
+import click
 from rich.console import Console
 from rich.text import Text
 
@@ -195,20 +196,19 @@ def unified_diff(conversion: "Conversion", new_name: str | None = None) -> list[
     ))
 
 
-def print_diff(console: Console, lines: Sequence[str]) -> None:
-    """Print a unified diff, coloured when the console colours."""
+#: Diff line prefix → colour (the first match wins; "+++"/"---" headers before "+"/"-").
+DIFF_COLOURS = (("+++", "bright_white"), ("---", "bright_white"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
+
+
+def print_diff(lines: Sequence[str], color: bool | None) -> None:
+    """Print a unified diff to stdout, coloured on a terminal (or when forced).
+
+    Written with click rather than rich: rich expands tabs, and a diff must keep the file's
+    characters exactly so that it still applies as a patch.
+    """
     for line in lines:
-        if line.startswith(("+++", "---")):
-            style = "bold"
-        elif line.startswith("@@"):
-            style = "cyan"
-        elif line.startswith("+"):
-            style = "green"
-        elif line.startswith("-"):
-            style = "red"
-        else:
-            style = ""
-        console.print(Text(line, style=style))
+        colour = next((fg for prefix, fg in DIFF_COLOURS if line.startswith(prefix)), None)
+        click.echo(click.style(line, fg=colour) if colour else line, color=color)
 
 
 def codes_listing(docs: Sequence["CodeDoc"], *, examples: bool) -> list[str]:

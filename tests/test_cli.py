@@ -156,7 +156,15 @@ def test_diff_prints_a_unified_diff_and_writes_nothing(script: Path, tmp_path: P
     assert snapshot(tmp_path) == before
     coloured = run("--diff", "--color", script)
     assert "\x1b[32m+        accelerator.backward(loss)" in coloured.stdout
+    assert "\x1b[31m-        loss.backward()" in coloured.stdout
     assert run("--diff", "--check", script).exit_code == 1
+
+
+def test_diff_keeps_tabs_and_non_ascii_text(tmp_path: Path) -> None:
+    path = tmp_path / "tabs.py"
+    path.write_bytes(TRAIN.replace(b"        loss.backward()", b"        tag = '\tcaf\xc3\xa9'\n        loss.backward()"))
+    result = run("--diff", path)
+    assert "         tag = '\tcafé'" in result.stdout
 
 
 def test_no_color_keeps_escape_codes_out_even_when_forced_elsewhere(script: Path) -> None:
