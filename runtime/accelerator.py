@@ -380,14 +380,17 @@ class Accelerator:
         loss.backward(**kwargs)
 
     def _advance_accumulation(self) -> None:
-        # A loader's last batch always syncs, so no partial gradient leaks into the next epoch.
+        # ``self.step`` counts batches since the last sync (Accelerate's counter, saved in
+        # checkpoints); a loader's last batch always syncs, so no partial gradient leaks into
+        # the next epoch.
         state = self.gradient_state
         if state.sync_with_dataloader and state.end_of_dataloader:
-            state.step = 0
+            self.step = 0
             state.sync_gradients = True
         else:
-            state.step += 1
-            state.sync_gradients = state.step % state.num_steps == 0
+            self.step += 1
+            state.sync_gradients = self.step % state.num_steps == 0
+        state.step = self.step
 
     @contextlib.contextmanager
     def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:

@@ -307,6 +307,7 @@ def main() -> None:
     result["user_ddp_kwargs"] = check_user_ddp_kwargs()
     result["unused"] = check_unused_parameters()  # last: its error case leaves DDP mid-iteration
     print("RESULT " + json.dumps(result), flush=True)
+    Accelerator().end_training()
 
 
 if __name__ == "__main__":
