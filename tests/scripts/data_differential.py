@@ -1,0 +1,141 @@
+"""One rank of the data-loading differential run: the same body under Accelerate or our runtime.
+
+    torchrun --nproc_per_node N data_differential.py {accelerate|runtime|direct} OUT_DIR
+
+Runs the whole grid (dataset length x batch size x split x even_batches x drop_last x shuffle,
+plus iterable datasets) in one launch, and writes what this rank observed to
+``OUT_DIR/rank<r>.json``: per config, ``len(loader)``, the batches of each epoch (two when
+shuffling), the
+``(end_of_dataloader, remainder)`` flags at each step and the ``gather_for_metrics`` output.
+
+``direct`` drives ``runtime.data.prepare_data_loader`` without the Accelerator (no
+gather_for_metrics), for when the Accelerator is unavailable.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+# Every residue of length mod (batch size x ranks) up to 5 x 3, tiny datasets (fewer samples than
+# one global batch), and two lengths that need several rounds.
+LENGTHS = [*range(16), 22, 25]
+BATCH_SIZES = range(1, 6)
+
+
+class Stream(IterableDataset):
+    """0..length-1 as an iterable dataset that knows its length."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __iter__(self):
+        return iter(range(self.length))
+
+    def __len__(self) -> int:
+        return self.length
+
+
+class DirectHarness:
+    """Our prepare_data_loader on the default process group, without an Accelerator."""
+
+    def __init__(self, split: bool, even: bool) -> None:
+        from runtime.data import prepare_data_loader
+        from runtime.gradient_state import GradientState
+
+        if not torch.distributed.is_initialized():
+            torch.distributed.init_process_group("gloo")
+        self.gradient_state = GradientState()
+        self._prepare = lambda loader: prepare_data_loader(
+            loader, device=None, num_processes=torch.distributed.get_world_size(),
+            process_index=torch.distributed.get_rank(), split_batches=split, even_batches=even,
+            gradient_state=self.gradient_state, rng_types=["generator"])
+
+    def prepare(self, loader: DataLoader) -> DataLoader:
+        return self._prepare(loader)
+
+    gather_for_metrics = None
+
+
+def make_harnesses(framework: str) -> dict[tuple[bool, bool], object]:
+    if framework == "direct":
+        return {(s, e): DirectHarness(s, e) for s, e in itertools.product([False, True], repeat=2)}
+    if framework == "accelerate":
+        from accelerate import Accelerator, DataLoaderConfiguration
+    else:
+        from runtime import Accelerator, DataLoaderConfiguration
+    return {
+        (split, even): Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(
+            split_batches=split, even_batches=even, dispatch_batches=False))
+        for split, even in itertools.product([False, True], repeat=2)
+    }
+
+
+def observe(harness, loader: DataLoader, gather: bool, epochs: int) -> dict:
+    """Prepare ``loader`` and record ``epochs`` epochs of what this rank sees."""
+    try:
+        prepared = harness.prepare(loader)
+    except ValueError as error:
+        return {"error": type(error).__name__}
+    record = {"len": _length(prepared), "epochs": [], "flags": [], "gathered": []}
+    state = harness.gradient_state
+    for _epoch in range(epochs):
+        batches, flags, gathered = [], [], []
+        for batch in prepared:
+            batches.append(batch.tolist())
+            flags.append([state.end_of_dataloader, state.remainder])
+            if gather and harness.gather_for_metrics is not None:
+                gathered.extend(harness.gather_for_metrics(batch).tolist())
+        record["epochs"].append(batches)
+        record["flags"].append(flags)
+        record["gathered"].append(gathered)
+    return record
+
+
+def _length(loader: DataLoader) -> int | None:
+    try:
+        return len(loader)
+    except TypeError:
+        return None
+
+
+def run_grid(harnesses) -> dict[str, dict]:
+    cases: dict[str, dict] = {}
+    for number, (length, size, split, even, drop_last, shuffle) in enumerate(itertools.product(
+            LENGTHS, BATCH_SIZES, [False, True], [False, True], [False, True], [False, True])):
+        key = f"map/L{length}/b{size}/split{int(split)}/even{int(even)}/drop{int(drop_last)}/shuffle{int(shuffle)}"
+        torch.manual_seed(1000 + number)  # the same seed on every rank, as set_seed would
+        try:
+            loader = DataLoader(list(range(length)), batch_size=size, shuffle=shuffle, drop_last=drop_last)
+        except ValueError as error:  # e.g. shuffling an empty dataset
+            cases[key] = {"error": type(error).__name__}
+            continue
+        # With uneven batches ranks may run different numbers of steps: a collective would hang.
+        # A second epoch only matters when it differs: reshuffled, RNG re-synchronised.
+        cases[key] = observe(harnesses[split, even], loader, gather=even, epochs=2 if shuffle else 1)
+    for length, size, split, drop_last in itertools.product(LENGTHS, BATCH_SIZES, [False, True], [False, True]):
+        key = f"iterable/L{length}/b{size}/split{int(split)}/drop{int(drop_last)}"
+        loader = DataLoader(Stream(length), batch_size=size, drop_last=drop_last)
+        cases[key] = observe(harnesses[split, True], loader, gather=True, epochs=2)
+    return cases
+
+
+def main() -> None:
+    framework, out_dir = sys.argv[1], Path(sys.argv[2])
+    harnesses = make_harnesses(framework)
+    cases = run_grid(harnesses)
+    rank = torch.distributed.get_rank()
+    world = torch.distributed.get_world_size()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"rank{rank}.json").write_text(json.dumps({"framework": framework, "world": world, "cases": cases}))
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
