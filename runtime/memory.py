@@ -1,0 +1,571 @@
+"""Out of memory: recognise the error, give the memory back, and retry at a smaller batch size.
+
+``find_executable_batch_size`` runs a training function with a batch size, and when the function
+runs out of memory it frees what it can and runs it again with a smaller batch size (half, unless a
+reducer says otherwise). Accelerate does that one process at a time. On several ranks that is not
+enough: the rank that ran out of memory leaves the training loop while its peers sit inside a
+collective (DDP's gradient all-reduce, a barrier) waiting for it, until the collective times out
+half an hour later. Even when nothing hangs, ranks can end up on different batch sizes.
+
+So here every attempt ends with a vote through the c10d store that already connects the ranks
+(torchrun's store, the one the default process group was built on):
+
+1. A rank that fails writes that to the store first, then lets go of its process group (abort and
+   destroy). For NCCL a small watcher thread on every rank waits on a store key that a failing
+   rank sets and aborts the local group, which is what releases a pending NCCL collective.
+2. Every rank posts its outcome for the attempt (finished, out of memory with the size it would
+   retry with, a failure caused by a peer, or an error of its own) and reads everyone else's.
+3. All ranks take the same decision from the same outcomes: done; retry with the smallest proposed
+   size (after re-creating the process group on a fresh store prefix, because the old one is
+   broken); or stop, when some rank failed for a reason that is not memory.
+
+Why a bound on collectives: a peer blocked in a Gloo collective only wakes up when the failing
+rank's sockets close or the collective times out. Aborting or destroying a Gloo group does not
+close its sockets in torch 2.x while anything still holds the group, and DDP's reducer does
+(through C++ autograd hooks that garbage collection cannot see). So during a decorated call the
+default group is rebuilt with a bounded collective timeout (``ACCEL_CONVERT_OOM_COLLECTIVE_TIMEOUT``
+seconds, 300 by default, never more than the group's own), and restored when the call succeeds:
+a peer waits at most that long before it joins the vote, instead of Gloo's 30 minutes.
+
+A single process needs none of that and simply retries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import functools
+import gc
+import inspect
+import itertools
+import json
+import os
+import sys
+import threading
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, TypeVar
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "OUT_OF_MEMORY_MESSAGES",
+    "find_executable_batch_size",
+    "free_memory",
+    "is_out_of_memory",
+    "release_memory",
+]
+
+#: Text that allocators put in their error when memory runs out. CUDA, ROCm and XPU say
+#: "<device> out of memory."; the others have their own wording.
+OUT_OF_MEMORY_MESSAGES: tuple[str, ...] = (
+    " out of memory.",
+    "DefaultCPUAllocator: can't allocate memory",
+    "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.",  # cuDNN's answer when a workspace does not fit
+    "MPS backend out of memory",
+    "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed",  # Habana HPU
+)
+
+# Default Gloo/NCCL timeout when the live group's own cannot be read (torch's default for Gloo).
+_FALLBACK_TIMEOUT = datetime.timedelta(minutes=30)
+#: Inside a decorated call, no collective waits longer than this (seconds; the environment
+#: variable overrides it). It is what bounds a Gloo peer's wait: see "Why a bound" below.
+COLLECTIVE_TIMEOUT_ENV = "ACCEL_CONVERT_OOM_COLLECTIVE_TIMEOUT"
+_DEFAULT_COLLECTIVE_TIMEOUT_S = 300.0
+_STORE_ROOT = "accel_convert/find_executable_batch_size"
+
+# Each decorated call gets its own store namespace. Ranks call decorated functions in the same
+# order (they run the same script), so the same counter value names the same call on every rank.
+_call_numbers = itertools.count()
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+# --------------------------------------------------------------------------------------------
+# Recognising the error and freeing memory
+# --------------------------------------------------------------------------------------------
+
+def is_out_of_memory(exception: BaseException) -> bool:
+    """Whether ``exception`` means "this batch did not fit": retrying smaller may succeed."""
+    if isinstance(exception, torch.OutOfMemoryError):
+        return True
+    if not isinstance(exception, RuntimeError):
+        return False
+    text = str(exception)
+    return any(message in text for message in OUT_OF_MEMORY_MESSAGES)
+
+
+def _empty_device_caches() -> None:
+    """Hand the caching allocators' unused blocks back to the device."""
+    # is_initialized(): emptying the cache must not create a CUDA context in a CPU run.
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    if hasattr(torch, "xpu") and torch.xpu.is_available():
+        torch.xpu.empty_cache()
+    if torch.backends.mps.is_available():
+        torch.mps.empty_cache()
+
+
+def free_memory() -> None:
+    """Collect garbage (reference cycles keep tensors alive) and empty the device caches."""
+    gc.collect()
+    _empty_device_caches()
+
+
+def release_memory(*objects: Any) -> list[None]:
+    """Drop the caller's big objects and free memory: ``model, optimizer = release_memory(model, optimizer)``.
+
+    A function cannot delete its caller's variables, so it returns one ``None`` per object for the
+    caller to assign back; once they are reassigned, nothing here keeps them alive either.
+    """
+    released: list[Any] = list(objects)
+    del objects
+    for index in range(len(released)):
+        released[index] = None
+    free_memory()
+    return released
+
+
+# --------------------------------------------------------------------------------------------
+# The batch size sequence
+# --------------------------------------------------------------------------------------------
+
+def halve(batch_size: int) -> int:
+    """The default reducer: 2048, 1024, 512, ... 1, 0 (as the seed write-up observed)."""
+    return batch_size // 2
+
+
+def _reduced(batch_size: int, reduce_batch_size_fn: Callable[..., int] | None) -> int:
+    """The next batch size after an out-of-memory error at ``batch_size``, checked.
+
+    Accelerate's reducers take no argument and keep their own state; a reducer that takes one
+    argument is given the batch size that failed, which needs no state at all.
+    """
+    if reduce_batch_size_fn is None:
+        smaller = halve(batch_size)
+    elif _accepts_one_argument(reduce_batch_size_fn):
+        smaller = reduce_batch_size_fn(batch_size)
+    else:
+        smaller = reduce_batch_size_fn()
+    if isinstance(smaller, bool) or not isinstance(smaller, int) or not 0 <= smaller < batch_size:
+        # Anything else would retry forever (or with a nonsense size).
+        raise ValueError(
+            f"reduce_batch_size_fn returned {smaller!r} after running out of memory at batch size "
+            f"{batch_size}; it must return a smaller int >= 0"
+        )
+    return smaller
+
+
+def _accepts_one_argument(function: Callable[..., Any]) -> bool:
+    try:
+        inspect.signature(function).bind(0)
+    except TypeError:
+        return False
+    except ValueError:  # no signature (some builtins): assume Accelerate's zero-argument form
+        return False
+    return True
+
+
+def _reject_positional_batch_size(function: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    """Accelerate's guard: the decorator supplies the batch size, so the caller must not."""
+    parameters = list(inspect.signature(function).parameters.values())
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
+        return
+    positional = [p for p in parameters
+                  if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    if len(args) + 1 <= len(positional):
+        return
+    name = getattr(function, "__name__", repr(function))
+    suggestion = ", ".join(f"{p.name}={value!r}" for p, value in zip(positional[1:], args[1:]))
+    raise TypeError(
+        f"Batch size was passed into `{name}` as the first argument when called. The decorator "
+        f"passes the batch size itself; call it without: `{name}({suggestion})`"
+    )
+
+
+def _without_locals(error: Exception) -> Exception:
+    """The same exception and traceback, minus the local variables its frames keep alive."""
+    traceback.clear_frames(error.__traceback__)
+    return error
+
+
+def _say(message: str) -> None:
+    """One line on stderr: a retry must not look like a frozen job."""
+    print(f"find_executable_batch_size: {message}", file=sys.stderr, flush=True)
+
+
+def _reached_zero(tried: list[int]) -> RuntimeError:
+    sizes = ", ".join(map(str, tried)) or "none"
+    return RuntimeError(f"No executable batch size found, reached zero. (Tried batch sizes: {sizes}.)")
+
+
+# --------------------------------------------------------------------------------------------
+# The decorator
+# --------------------------------------------------------------------------------------------
+
+def find_executable_batch_size(
+    function: F | None = None,
+    starting_batch_size: int = 128,
+    reduce_batch_size_fn: Callable[..., int] | None = None,
+) -> Any:
+    """Run ``function(batch_size, *args, **kwargs)``, retrying smaller after out-of-memory errors.
+
+    Use it bare (``@find_executable_batch_size``) or configured
+    (``@find_executable_batch_size(starting_batch_size=2048, reduce_batch_size_fn=...)``); the
+    reducer is honoured in both forms. The batch size is halved by default; a reducer may take no
+    argument (Accelerate's form) or the batch size that failed. The function must take
+    ``batch_size`` first and its caller must not pass it. The size reached is kept: a second call
+    starts from it.
+
+    With an initialised process group of several ranks, an out-of-memory error on any rank makes
+    every rank retry with the same (smallest proposed) size, and a non-memory error on any rank
+    stops every rank (see the module docstring). The process group must exist before the call and
+    is re-created between attempts, so build the model, optimizer and loaders inside ``function``
+    (and call ``accelerator.free_memory()`` first), as Accelerate's examples do.
+    """
+    if function is None:
+        return functools.partial(
+            find_executable_batch_size,
+            starting_batch_size=starting_batch_size,
+            reduce_batch_size_fn=reduce_batch_size_fn,
+        )
+
+    batch_size = starting_batch_size
+
+    @functools.wraps(function)
+    def run_until_it_fits(*args: Any, **kwargs: Any) -> Any:
+        nonlocal batch_size
+        _reject_positional_batch_size(function, args)
+        free_memory()
+        group = _LiveGroup.capture()
+        run = _AgreedRun(group, next(_call_numbers)) if group else None
+        attempt = run.attempt if run else _attempt_alone
+        tried: list[int] = []
+        with group.collectives_bounded(run.root) if group else contextlib.nullcontext():
+            while True:
+                if batch_size == 0:
+                    raise _reached_zero(tried)
+                tried.append(batch_size)
+                finished, value = attempt(function, batch_size, reduce_batch_size_fn, args, kwargs)
+                if finished:
+                    return value
+                batch_size = value
+
+    return run_until_it_fits
+
+
+def _attempt_alone(function: Callable[..., Any], batch_size: int,
+                   reduce_batch_size_fn: Callable[..., int] | None,
+                   args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bool, Any]:
+    """One try in a single process: ``(True, result)`` or ``(False, next batch size)``."""
+    try:
+        return True, function(batch_size, *args, **kwargs)
+    except Exception as error:  # noqa: BLE001 (anything but memory is re-raised below)
+        if not is_out_of_memory(error):
+            raise
+        smaller = _reduced(batch_size, reduce_batch_size_fn)
+    # Outside the except block: the exception's traceback (and the tensors its frames hold) is
+    # gone now, so collecting garbage can actually free them.
+    free_memory()
+    _say(f"out of memory at batch size {batch_size}; retrying with {smaller}")
+    return False, smaller
+
+
+# --------------------------------------------------------------------------------------------
+# Several ranks: the live process group and how to rebuild it
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class _LiveGroup:
+    """What it takes to rebuild the default process group after it has been aborted."""
+
+    backend: str
+    rank: int
+    world_size: int
+    #: The group's own collective timeout, as the script created it.
+    timeout: datetime.timedelta
+    device_id: torch.device | None
+    #: The store the ranks rendezvoused on (torchrun's), without the default group's prefix.
+    store: dist.Store
+
+    @classmethod
+    def capture(cls) -> "_LiveGroup | None":
+        """The default group's settings, or None when there is nothing to coordinate."""
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+            return None
+        group = dist.group.WORLD
+        return cls(
+            backend=dist.get_backend(),
+            rank=dist.get_rank(),
+            world_size=dist.get_world_size(),
+            timeout=_group_timeout(group),
+            device_id=getattr(group, "bound_device_id", None),
+            store=_rendezvous_store(),
+        )
+
+    #: The bounded timeout of the groups built during a decorated call.
+    collective_timeout: datetime.timedelta = _FALLBACK_TIMEOUT
+
+    @contextlib.contextmanager
+    def collectives_bounded(self, prefix: str) -> Iterator[None]:
+        """Run the decorated call on a group whose collectives wait at most the bound.
+
+        A Gloo group's timeout is fixed when it is built (``set_timeout`` does not reach the
+        connections already made), so the group is rebuilt with the bound, and rebuilt with the
+        original timeout when the call succeeds. After a failure the group stays as it is: the
+        ranks are not together any more to rebuild it.
+        """
+        self.collective_timeout = min(self.timeout, _collective_bound())
+        self.recreate(f"{prefix}/bounded_group", self.collective_timeout)
+        yield
+        self.recreate(f"{prefix}/restored_group", self.timeout)
+
+    def abort(self) -> None:
+        """Close this rank's connections now, so peers blocked in a collective with it fail fast."""
+        if dist.is_initialized():
+            dist.group.WORLD.abort()
+
+    def release(self) -> None:
+        """Destroy this rank's group so that its connections close and blocked peers fail fast."""
+        if dist.is_initialized():
+            dist.group.WORLD.abort()
+            dist.destroy_process_group()
+        gc.collect()
+
+    def recreate(self, prefix: str, timeout: datetime.timedelta) -> None:
+        """Destroy the (broken) default group and build a new one on a fresh store prefix.
+
+        The fresh prefix matters: the old group's rendezvous keys are still in the store, and a
+        new group reading them would try to connect to dead sockets.
+        """
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        options: dict[str, Any] = {}
+        if self.device_id is not None:
+            options["device_id"] = self.device_id
+        dist.init_process_group(
+            backend=self.backend, store=dist.PrefixStore(prefix, self.store), rank=self.rank,
+            world_size=self.world_size, timeout=timeout, **options,
+        )
+
+
+def _collective_bound() -> datetime.timedelta:
+    seconds = float(os.environ.get(COLLECTIVE_TIMEOUT_ENV, _DEFAULT_COLLECTIVE_TIMEOUT_S))
+    return datetime.timedelta(seconds=seconds)
+
+
+def _rendezvous_store() -> dist.Store:
+    """The store under the default process group (torchrun's TCPStore), shared by every rank.
+
+    torch.distributed has no public accessor for it; these two private names are the whole of
+    this module's reliance on torch internals.
+    """
+    store = dist.distributed_c10d._get_default_store()
+    return getattr(store, "_underlying_non_prefix_store", store)
+
+
+def _group_timeout(group: dist.ProcessGroup) -> datetime.timedelta:
+    """The collective timeout the group was created with, to give the rebuilt group the same."""
+    try:
+        backend = group._get_backend(torch.device("cuda" if dist.get_backend() == "nccl" else "cpu"))
+        return backend.options._timeout
+    except (AttributeError, RuntimeError):
+        return _FALLBACK_TIMEOUT
+
+
+# --------------------------------------------------------------------------------------------
+# Several ranks: outcomes and the decision every rank takes from them
+# --------------------------------------------------------------------------------------------
+
+FINISHED, OUT_OF_MEMORY, PEER_FAILED, ERROR = "finished", "out_of_memory", "peer_failed", "error"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one attempt ended on one rank."""
+
+    kind: str
+    #: For OUT_OF_MEMORY: the batch size this rank proposes to retry with.
+    next_batch_size: int | None = None
+    #: For ERROR: what went wrong, to name it on the other ranks.
+    detail: str = ""
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"kind": self.kind, "next": self.next_batch_size, "detail": self.detail}).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "Outcome":
+        fields = json.loads(data)
+        return cls(fields["kind"], fields["next"], fields["detail"])
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What every rank does after an attempt: ``done``, ``retry`` (with ``batch_size``) or ``stop``."""
+
+    action: str
+    batch_size: int | None = None
+    #: The ranks that ran out of memory (retry) or failed otherwise (stop).
+    ranks: tuple[int, ...] = ()
+    reason: str = ""
+
+
+def decide(outcomes: dict[int, Outcome]) -> Decision:
+    """The decision all ranks take from all ranks' outcomes (so they all take the same one).
+
+    An error that is not about memory beats everything: retrying would hide a real bug. Otherwise
+    any out-of-memory error means everyone retries, with the smallest size anyone proposed.
+    """
+    errors = {rank: o for rank, o in sorted(outcomes.items()) if o.kind == ERROR}
+    if errors:
+        reason = "; ".join(f"rank {rank}: {o.detail}" for rank, o in errors.items())
+        return Decision("stop", ranks=tuple(errors), reason=reason)
+    out_of_memory = {rank: o for rank, o in sorted(outcomes.items()) if o.kind == OUT_OF_MEMORY}
+    if out_of_memory:
+        smallest = min(o.next_batch_size for o in out_of_memory.values())  # type: ignore[type-var]
+        return Decision("retry", batch_size=smallest, ranks=tuple(out_of_memory))
+    if any(o.kind == PEER_FAILED for o in outcomes.values()):
+        # A rank saw its group break, yet nobody owns up: a peer died without a word.
+        return Decision("stop", reason="the process group broke but no rank reported an error")
+    return Decision("done")
+
+
+def _rank_list(ranks: tuple[int, ...]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+# --------------------------------------------------------------------------------------------
+# Several ranks: one decorated call, attempt after attempt
+# --------------------------------------------------------------------------------------------
+
+class _AgreedRun:
+    """The attempts of one decorated call on one rank, coordinated with the other ranks."""
+
+    def __init__(self, group: _LiveGroup, call_number: int) -> None:
+        self.group = group
+        restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        self.root = f"{_STORE_ROOT}/restart_{restart}/call_{call_number}"
+        self.attempt_number = 0
+
+    def attempt(self, function: Callable[..., Any], batch_size: int,
+                reduce_batch_size_fn: Callable[..., int] | None,
+                args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bool, Any]:
+        """One try on every rank: ``(True, result)``, ``(False, agreed next size)`` or an exception."""
+        keys = _AttemptKeys(f"{self.root}/attempt_{self.attempt_number}", self.group)
+        self.attempt_number += 1
+        own_error: Exception | None = None  # kept only when it is not about memory
+        result: Any = None
+        with _PeerFailureWatcher(keys, self.group):
+            try:
+                result = function(batch_size, *args, **kwargs)
+                outcome = Outcome(FINISHED)
+            except Exception as caught:  # noqa: BLE001 (classified, then re-raised or retried)
+                outcome = self._classify(caught, keys, batch_size, reduce_batch_size_fn)
+                if outcome.kind != PEER_FAILED:
+                    keys.announce_failure()  # before letting go of the group: peers look for it
+                if outcome.kind == ERROR:
+                    own_error = _without_locals(caught)
+        if outcome.kind != FINISHED:
+            # The exception and its traceback are gone (or emptied) by now, and with them the
+            # function's frames, whose DDP model holds the group: the group can really go now.
+            self.group.release()
+        keys.post(outcome)
+        if own_error is not None:
+            raise own_error
+        decision = decide(keys.gather_outcomes())
+        if decision.action == "done":
+            return True, result
+        if decision.action == "stop":
+            raise RuntimeError(
+                f"find_executable_batch_size: stopping on rank {self.group.rank} because {decision.reason}"
+            )
+        return False, self._retry(decision, batch_size, keys)
+
+    @staticmethod
+    def _classify(error: Exception, keys: "_AttemptKeys", batch_size: int,
+                  reduce_batch_size_fn: Callable[..., int] | None) -> Outcome:
+        if is_out_of_memory(error):
+            return Outcome(OUT_OF_MEMORY, next_batch_size=_reduced(batch_size, reduce_batch_size_fn))
+        if keys.peer_failed():
+            # Most likely our collective broke because the failing peer aborted its group.
+            return Outcome(PEER_FAILED)
+        return Outcome(ERROR, detail=f"{type(error).__name__}: {error}"[:500])
+
+    def _retry(self, decision: Decision, batch_size: int, keys: "_AttemptKeys") -> int:
+        assert decision.batch_size is not None
+        if self.group.rank == 0:
+            _say(f"out of memory at batch size {batch_size} on {_rank_list(decision.ranks)}; "
+                 f"retrying with {decision.batch_size}")
+        free_memory()
+        self.group.recreate(f"{keys.prefix}/next_group", self.group.collective_timeout)
+        return decision.batch_size
+
+
+class _AttemptKeys:
+    """The store keys of one attempt: who failed, who must wake up, and each rank's outcome."""
+
+    def __init__(self, prefix: str, group: _LiveGroup) -> None:
+        self.prefix = prefix
+        self.group = group
+        self.store = dist.PrefixStore(prefix, group.store)
+
+    def wake_key(self, rank: int) -> str:
+        return f"wake/{rank}"
+
+    def announce_failure(self) -> None:
+        # add() answers, so once it returns the store holds the key: a peer that checks after
+        # its collective breaks (because we abort right after this) is sure to see it.
+        self.store.add("failures", 1)
+        others = [r for r in range(self.group.world_size) if r != self.group.rank]
+        if others:
+            self.store.multi_set([self.wake_key(r) for r in others], [b"peer failed"] * len(others))
+
+    def peer_failed(self) -> bool:
+        return self.store.check(["failures"])
+
+    def post(self, outcome: Outcome) -> None:
+        self.store.set(f"outcome/{self.group.rank}", outcome.to_bytes())
+
+    def gather_outcomes(self) -> dict[int, Outcome]:
+        keys = [f"outcome/{rank}" for rank in range(self.group.world_size)]
+        self.store.wait(keys, self.group.timeout)
+        return {rank: Outcome.from_bytes(data) for rank, data in enumerate(self.store.multi_get(keys))}
+
+
+class _PeerFailureWatcher:
+    """While the function runs, abort this rank's group as soon as a peer announces a failure.
+
+    Gloo needs no help (a peer's abort closes the sockets we wait on), but an NCCL collective
+    waits on the GPU and only a local abort releases it. The thread blocks on its own store
+    connection (a store object must not be shared between threads) until a failing peer sets this
+    rank's wake key, or until the attempt ends and we set it ourselves.
+    """
+
+    def __init__(self, keys: _AttemptKeys, group: _LiveGroup) -> None:
+        self.keys = keys
+        self.group = group
+        self.finished = threading.Event()
+        self.thread = threading.Thread(target=self._watch, name="oom-peer-watcher", daemon=True)
+
+    def __enter__(self) -> "_PeerFailureWatcher":
+        self.store = dist.PrefixStore(self.keys.prefix, self.group.store.clone())
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.finished.set()
+        self.keys.store.set(self.keys.wake_key(self.group.rank), b"attempt over")
+        self.thread.join()
+
+    def _watch(self) -> None:
+        key = self.keys.wake_key(self.group.rank)
+        while True:
+            try:
+                self.store.wait([key], datetime.timedelta(seconds=60))
+                break
+            except dist.DistStoreError:  # timed out: keep waiting while the attempt runs
+                if self.finished.is_set():
+                    return
+        if not self.finished.is_set():
+            self.group.abort()
