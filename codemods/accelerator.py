@@ -124,5 +124,7 @@ class Accelerator(Codemod):
         transformer = _CreateAccelerator(facts, accelerator=facts.accelerator_name)
         converted = module.visit(transformer)
         if not imports_from(converted, options.accelerate_module, "Accelerator"):
-            converted = add_import(converted, import_statement(options))
+            with_import = add_import(converted, import_statement(options))
+            facts.origins.carry(converted, with_import)  # type: ignore[union-attr]
+            converted = with_import
         return converted, transformer.changes

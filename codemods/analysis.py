@@ -16,7 +16,6 @@ The same pass records the original position of every statement and call (``codem
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -92,9 +91,22 @@ class _Loop:
 
 
 @dataclass(eq=False)
+class _Frame:
+    """What an expression (an assignment's value, an ``if`` test) mentions."""
+
+    names: set[str] = field(default_factory=set)
+    #: Callees written as names or dotted paths (``model``, ``loss.item``); ``.item`` for any.
+    calls: set[str] = field(default_factory=set)
+    #: Receivers of ``.parameters()`` / ``.named_parameters()``.
+    parameter_receivers: set[str] = field(default_factory=set)
+
+
+@dataclass(eq=False)
 class _If:
     node: cst.If
-    names: set[str] = field(default_factory=set)
+    #: The innermost loop around the ``if`` (None outside loops).
+    loop: "_Loop | None"
+    test: _Frame = field(default_factory=_Frame)
     modulo: bool = False
 
 
@@ -110,11 +122,16 @@ class _Call:
 
 @dataclass
 class _Assign:
+    node: cst.Assign
     targets: tuple[str, ...]
     value: cst.BaseExpression
     function: str
-    names: set[str]
+    mentions: _Frame
     scope: ScopeKey
+
+    @property
+    def names(self) -> set[str]:
+        return self.mentions.names
 
 
 class _Recorder(NameCollector):
@@ -137,7 +154,7 @@ class _Recorder(NameCollector):
         self.main_guard_assigns: set[str] = set()
         self._loops: list[_Loop] = []
         self._ifs: list[_If] = []
-        self._name_frames: list[set[str]] = []
+        self._frames: list[_Frame] = []
         self._no_grad_depth = 0
         self._main_guard_depth = 0
         self._order = 0
@@ -152,14 +169,14 @@ class _Recorder(NameCollector):
         return super().on_visit(node)
 
     def visit_Name(self, node: cst.Name) -> None:
-        if self._name_frames:
-            self._name_frames[-1].add(node.value)
+        if self._frames:
+            self._frames[-1].names.add(node.value)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        if self._name_frames:
+        if self._frames:
             path = dotted(node)
             if path is not None:
-                self._name_frames[-1].add(path)
+                self._frames[-1].names.add(path)
 
     # -- functions ----------------------------------------------------------------------------
 
@@ -180,26 +197,26 @@ class _Recorder(NameCollector):
     # -- statements ---------------------------------------------------------------------------
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        self._name_frames.append(set())
+        self._frames.append(_Frame())
 
     def leave_Assign(self, original_node: cst.Assign) -> None:
-        names = self._name_frames.pop()
+        mentions = self._frames.pop()
         targets = tuple(name for target in original_node.targets for name in target_names(target.target))
-        self.assigns.append(_Assign(targets, original_node.value, self.function, names, self.scope))
+        self.assigns.append(_Assign(original_node, targets, original_node.value, self.function, mentions, self.scope))
         if self._main_guard_depth:
             self.main_guard_assigns.update(targets)
 
     def visit_If(self, node: cst.If) -> None:
-        record = _If(node)
+        record = _If(node, self._loops[-1] if self._loops else None)
         if is_main_guard(node) and not self.scope:
             self._main_guard_depth += 1
         self._ifs.append(record)
 
     def visit_If_test(self, node: cst.If) -> None:
-        self._name_frames.append(self._ifs[-1].names)
+        self._frames.append(self._ifs[-1].test)
 
     def leave_If_test(self, node: cst.If) -> None:
-        self._name_frames.pop()
+        self._frames.pop()
         self._ifs[-1].modulo = _has_modulo(node.test)
 
     def leave_If(self, original_node: cst.If) -> None:
@@ -251,6 +268,16 @@ class _Recorder(NameCollector):
         self.breaks.append((node, tuple(self._loops), tuple(self._ifs), self.function))
 
     def visit_Call(self, node: cst.Call) -> None:
+        if self._frames:
+            frame = self._frames[-1]
+            func = node.func
+            callee = dotted(func)
+            if callee is not None:
+                frame.calls.add(callee)
+            if isinstance(func, cst.Attribute):
+                frame.calls.add("." + func.attr.value)
+                if func.attr.value in {"parameters", "named_parameters"} and dotted(func.value) is not None:
+                    frame.parameter_receivers.add(dotted(func.value))  # type: ignore[arg-type]
         self._order += 1
         self.calls.append(
             _Call(node, self.scope, self.function, tuple(self._loops), tuple(self._ifs), self._order)
@@ -324,6 +351,7 @@ class _Conclusions:
         self._home()
         self._helpers()
         self._features()
+        self._assign_sites()
         self._breaks()
         return facts
 
@@ -432,7 +460,7 @@ class _Conclusions:
         facts = self.facts
         parameter_sources: dict[str, set[str]] = {}
         for assign in self.r.assigns:
-            roots = self._parameter_roots(assign.value)
+            roots = self._parameter_roots(assign.mentions.parameter_receivers)
             for target in assign.targets:
                 parameter_sources.setdefault(target, set()).update(roots)
             value = _peel_moves(assign.value)
@@ -458,12 +486,10 @@ class _Conclusions:
             if name not in facts.device_names and name not in facts.loaders and name[:1].islower()
         }
 
-    def _parameter_roots(self, value: cst.BaseExpression) -> set[str]:
-        """``model`` for ``model.parameters()`` / ``model.fc.named_parameters()`` inside ``value``."""
-        finder = _ParameterRoots()
-        value.visit(finder)
+    def _parameter_roots(self, receivers: set[str]) -> set[str]:
+        """``model`` for ``model.parameters()`` / ``model.fc.named_parameters()``."""
         roots = set()
-        for receiver in finder.receivers:
+        for receiver in receivers:
             parts = receiver.split(".")
             while len(parts) > 1 and ".".join(parts) not in self.assigned:
                 parts.pop()
@@ -634,14 +660,23 @@ class _Conclusions:
             if function != facts.main_function and set(params) & roles:
                 facts.helper_functions[function] = params
 
+    def _assign_sites(self) -> None:
+        for assign in self.r.assigns:
+            site = self.site(assign.node)
+            for target in assign.targets:
+                self.facts.assign_sites.setdefault(target, []).append(site)
+
     def _features(self) -> None:
         facts = self.facts
         for call in self.r.calls:
             qualified = self.r.names.qualified_name(call.node.func, call.scope)
-            if qualified is not None:
-                facts.called.add(qualified)
-            elif isinstance(call.node.func, cst.Name):
-                facts.called.add(call.node.func.value)
+            func = call.node.func
+            key = qualified or (func.value if isinstance(func, cst.Name) else None)
+            if key is not None:
+                facts.called.add(key)
+                facts.call_sites.setdefault(key, []).append(self.site(call.node))
+            if isinstance(func, cst.Attribute):
+                facts.call_sites.setdefault("." + func.attr.value, []).append(self.site(call.node))
             qualified = self.qualified(call)
             feature = FEATURES.get(qualified or "")
             if feature is None:
@@ -671,48 +706,16 @@ class _Conclusions:
             for assign in self.r.assigns:
                 if set(assign.targets) <= tainted:
                     continue
-                if assign.names & tainted or _calls_any(assign.value, model_calls):
+                if assign.names & tainted or assign.mentions.calls & model_calls:
                     tainted.update(assign.targets)
                     changed = True
         for node, loops, ifs, function in self.r.breaks:
             if not loops or function not in facts.accessible_functions:
                 continue
             innermost = loops[-1]
-            conditions = [branch for branch in ifs if _inside(branch.node, innermost.node)]
-            if any(branch.names & tainted or _mentions_item(branch.node.test) for branch in conditions):
+            conditions = [branch for branch in ifs if branch.loop is innermost]
+            if any(branch.test.names & tainted or ".item" in branch.test.calls for branch in conditions):
                 facts.rank_dependent_breaks.append(self.site(node))
-
-
-def _inside(inner: cst.CSTNode, outer: cst.For) -> bool:
-    """Whether the If ``inner`` is nested in the loop ``outer`` (by identity of its body)."""
-    finder = _Contains(inner)
-    outer.body.visit(finder)
-    return finder.found
-
-
-class _Contains(cst.CSTVisitor):
-    def __init__(self, needle: cst.CSTNode) -> None:
-        super().__init__()
-        self.needle = needle
-        self.found = False
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if node is self.needle:
-            self.found = True
-        return not self.found
-
-
-class _ParameterRoots(cst.CSTVisitor):
-    def __init__(self) -> None:
-        super().__init__()
-        self.receivers: set[str] = set()
-
-    def visit_Call(self, node: cst.Call) -> None:
-        func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value in {"parameters", "named_parameters"}:
-            name = dotted(func.value)
-            if name is not None:
-                self.receivers.add(name)
 
 
 def _peel_moves(value: cst.BaseExpression) -> cst.BaseExpression:
@@ -758,42 +761,6 @@ def _is_plain_access(value: cst.BaseExpression) -> bool:
     if isinstance(value, (cst.Tuple, cst.List)):
         return all(_is_plain_access(element.value) for element in value.elements)
     return False
-
-
-def _calls_any(value: cst.BaseExpression, callees: set[str]) -> bool:
-    if not callees:
-        return False
-    finder = _CallFinder(callees)
-    value.visit(finder)
-    return finder.found
-
-
-class _CallFinder(cst.CSTVisitor):
-    def __init__(self, callees: Iterable[str]) -> None:
-        super().__init__()
-        self.callees = set(callees)
-        self.found = False
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if dotted(node.func) in self.callees:
-            self.found = True
-
-
-def _mentions_item(node: cst.BaseExpression) -> bool:
-    """``loss.item() < 1e-3``: a Python number read from a tensor, different on every rank."""
-    finder = _ItemFinder()
-    node.visit(finder)
-    return finder.found
-
-
-class _ItemFinder(cst.CSTVisitor):
-    def __init__(self) -> None:
-        super().__init__()
-        self.found = False
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "item":
-            self.found = True
 
 
 def analyse(module: cst.Module, origins: OriginIndex | None = None) -> ScriptFacts:

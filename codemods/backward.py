@@ -45,7 +45,7 @@ def is_tensor_backward(node: cst.Call, accelerator: str) -> bool:
 
 class _Backward(CodemodTransformer):
     def __init__(self, facts: ScriptFacts, accessible: set[str], **kwargs: object) -> None:
-        super().__init__(facts.names, facts.origins, **kwargs)  # type: ignore[arg-type]
+        super().__init__(facts.names, facts.origins, lines=facts.call_sites.get(".backward", ()), **kwargs)  # type: ignore[arg-type]
         self.accessible = accessible
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:

@@ -36,7 +36,8 @@ CLIPPERS = {
 
 class _ClipGrad(CodemodTransformer):
     def __init__(self, facts: ScriptFacts, accelerator: str) -> None:
-        super().__init__(facts.names, facts.origins, accelerator=accelerator)  # type: ignore[arg-type]
+        sites = [site for name in CLIPPERS for site in facts.call_sites.get(name, ())]
+        super().__init__(facts.names, facts.origins, accelerator=accelerator, lines=sites)  # type: ignore[arg-type]
         self.facts = facts
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:

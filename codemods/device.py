@@ -39,7 +39,12 @@ DEVICE_ONLY_KEYWORDS = {"device", "non_blocking", "copy"}
 
 class _Device(CodemodTransformer):
     def __init__(self, facts: ScriptFacts, accelerator: str) -> None:
-        super().__init__(facts.names, facts.origins, accelerator=accelerator)  # type: ignore[arg-type]
+        sites = [
+            *facts.call_sites.get(".to", ()), *facts.call_sites.get(".cuda", ()),
+            *facts.call_sites.get("torch.cuda.set_device", ()),
+            *(site for name in facts.device_names for site in facts.assign_sites.get(name, ())),
+        ]
+        super().__init__(facts.names, facts.origins, accelerator=accelerator, lines=sites)  # type: ignore[arg-type]
         self.facts = facts
         self.device_expr = f"{accelerator}.device"
         #: Names bound by comprehensions over batch data (``v`` in ``{k: v.to(d) for k, v in batch.items()}``).

@@ -11,7 +11,8 @@ the node a pass received to the node it returned. A change is then reported at
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+from bisect import bisect_left
+from collections.abc import Iterable, Sequence
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -22,6 +23,12 @@ from codemods.names import NameTable, ScopeKey
 
 #: The node kinds whose original positions are recorded.
 POSITIONED = (cst.Call, cst.BaseSmallStatement, cst.BaseCompoundStatement)
+STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+
+
+def _any_between(sorted_lines: list[int], first: int, last: int) -> bool:
+    index = bisect_left(sorted_lines, first)
+    return index < len(sorted_lines) and sorted_lines[index] <= last
 
 
 class OriginIndex:
@@ -54,13 +61,31 @@ class CodemodTransformer(cst.CSTTransformer):
     """Base of the codemods' transformers: knows the enclosing scope (as the name table keys it),
     carries original positions forward, and collects :class:`Change` records."""
 
-    def __init__(self, names: NameTable, origins: OriginIndex, accelerator: str = "accelerator") -> None:
+    def __init__(
+        self,
+        names: NameTable,
+        origins: OriginIndex,
+        accelerator: str = "accelerator",
+        lines: Iterable[Site] | None = None,
+    ) -> None:
         super().__init__()
         self.names = names
         self.origins = origins
         self.accelerator = accelerator
         self.scope: ScopeKey = ()
         self.changes: list[Change] = []
+        #: Original lines this pass may change; statements that hold none of them are not walked
+        #: (None: walk everything). The walk is what a pass costs, so this keeps passes cheap.
+        self.lines = sorted({site.line for site in lines}) if lines is not None else None
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        descend = super().on_visit(node)
+        if self.lines is not None and descend and isinstance(node, STATEMENTS):
+            site = self.origins.site(node)
+            # A statement an earlier pass inserted has no site: it is small, walk it.
+            if site is not None and not _any_between(self.lines, site.line, site.end_line):
+                return False
+        return descend
 
     def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
         result = super().on_leave(original_node, updated_node)
@@ -333,6 +358,8 @@ class HomeBlockTransformer(CodemodTransformer):
     the body of ``facts.main_function``, of the ``if __name__ == "__main__":`` block, or the module."""
 
     def __init__(self, facts: ScriptFacts, **kwargs: object) -> None:
+        # Only the home block's own statement list is edited: nothing below needs a walk.
+        kwargs.setdefault("lines", ())
         super().__init__(facts.names, facts.origins, **kwargs)  # type: ignore[arg-type]
         self.facts = facts
 

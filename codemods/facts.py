@@ -124,6 +124,12 @@ class ScriptFacts:
     #: Qualified names of every call to something imported (``torch.nn.utils.clip_grad_norm_``),
     #: and the callee of every call written as a plain name (``print``): passes skip cheaply.
     called: set[str] = field(default_factory=set)
+    #: Where calls are, by callee: its qualified name (``torch.nn.utils.clip_grad_norm_``), its
+    #: plain name (``print``, ``train``) or ``.method`` (``.backward``, ``.to``): passes use the
+    #: lines to skip statements that hold nothing for them.
+    call_sites: dict[str, list[Site]] = field(default_factory=dict)
+    #: Where each name (or dotted path) is assigned.
+    assign_sites: dict[str, list[Site]] = field(default_factory=dict)
     #: Name table of the module (qualified-name lookups per scope) and original positions; both
     #: are maintained by ``codemods.convert_module`` across passes.
     names: "NameTable | None" = None

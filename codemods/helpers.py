@@ -48,15 +48,19 @@ class _Function:
 class _Survey(cst.CSTVisitor):
     """Which module-level functions read ``accelerator`` and whom they call."""
 
-    def __init__(self, accelerator: str) -> None:
+    def __init__(self, accelerator: str, candidates: set[str]) -> None:
         super().__init__()
         self.accelerator = accelerator
+        #: Only functions the earlier passes could have given an accelerator use are walked.
+        self.candidates = candidates
         self.functions: dict[str, _Function] = {}
         self.depth = 0
         self.current: _Function | None = None
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         self.depth += 1
+        if self.depth == 1 and node.name.value not in self.candidates:
+            return False
         if self.depth == 1:
             params = node.params
             every = [*params.posonly_params, *params.params, *params.kwonly_params]
@@ -64,6 +68,7 @@ class _Survey(cst.CSTVisitor):
             self.current = _Function(names, parameter_index(params), binds_accelerator=self.accelerator in names
                                      or self.accelerator in assigned_in(node.body))
             self.functions[node.name.value] = self.current
+        return True
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self.depth -= 1
@@ -101,7 +106,8 @@ def needing_parameter(functions: dict[str, _Function], home: str | None) -> set[
 
 class _PassAccelerator(CodemodTransformer):
     def __init__(self, facts: ScriptFacts, needs: set[str], functions: dict[str, _Function], accelerator: str) -> None:
-        super().__init__(facts.names, facts.origins, accelerator=accelerator)  # type: ignore[arg-type]
+        sites = [site for name in needs for site in facts.call_sites.get(name, ())]
+        super().__init__(facts.names, facts.origins, accelerator=accelerator, lines=sites)  # type: ignore[arg-type]
         self.needs = needs
         self.functions = functions
         self.facts = facts
@@ -187,7 +193,7 @@ class Helpers(Codemod):
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         accelerator = facts.existing_accelerator or facts.accelerator_name
-        survey = _Survey(accelerator)
+        survey = _Survey(accelerator, facts.accessible_functions)
         module.visit(survey)
         needs = needing_parameter(survey.functions, facts.main_function)
         if not needs:

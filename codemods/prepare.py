@@ -78,7 +78,7 @@ class _Prepare(HomeBlockTransformer):
         first_creation: dict[str, int] = {}
         last_creation: dict[str, int] = {}
         for index, node in enumerate(body):
-            for name in assigned_in(node) & set(self.wanted):
+            for name in self._assigned_by(node):
                 first_creation.setdefault(name, index)
                 last_creation[name] = index
         # Only what this block builds: a loader only known as another function's parameter stays.
@@ -91,6 +91,18 @@ class _Prepare(HomeBlockTransformer):
         indent = "    " * (len(self.scope) + (self.facts.home_kind != "module"))
         self.report(Prepare.code, f"prepare {', '.join(names)} for distributed training", body[after])
         return [*body[: after + 1], prepare_statement(self.accelerator, names, indent), *body[after + 1:]]
+
+
+    def _assigned_by(self, node: cst.BaseStatement) -> set[str]:
+        """The wanted names ``node`` assigns, from the analysis' assignment lines when the
+        statement is original (no walk), else by looking at it."""
+        site = self.origins.site(node)
+        if site is None:
+            return assigned_in(node) & set(self.wanted)
+        return {
+            name for name in self.wanted
+            if any(site.line <= where.line <= site.end_line for where in self.facts.assign_sites.get(name, ()))
+        }
 
 
 class Prepare(Codemod):

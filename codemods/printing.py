@@ -33,7 +33,8 @@ PROGRESS_BARS = {
 
 class _Printing(CodemodTransformer):
     def __init__(self, facts: ScriptFacts, accelerator: str) -> None:
-        super().__init__(facts.names, facts.origins, accelerator=accelerator)  # type: ignore[arg-type]
+        sites = [site for name in ("print", *PROGRESS_BARS) for site in facts.call_sites.get(name, ())]
+        super().__init__(facts.names, facts.origins, accelerator=accelerator, lines=sites)  # type: ignore[arg-type]
         self.facts = facts
         #: Blocks (function name or "<module>") where the accelerator has been created by now.
         self.created: set[str] = set()
