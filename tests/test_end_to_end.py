@@ -1,0 +1,266 @@
+"""End to end: convert each runnable fixture script, run original and converted, compare.
+
+A fixture ``fixtures/cases/<name>.py`` is runnable when a sidecar ``<name>.json`` sits next to it
+(fields in fixtures/README.md); adding one needs no test code. For each runnable case:
+
+* on one process, the converted script prints exactly what the original prints (the runtime is
+  the identity on one process), and writes the same result files;
+* on two processes (``torchrun --nproc_per_node 2``, Gloo on CPU), with the ``run_2proc``
+  arguments (usually ``--lr 0``, so the parameters never move and evaluation must give the
+  one-process numbers), it prints every line once -- the same lines as the original on one
+  process, numbers aside -- its evaluation totals equal the dataset size, and its metrics equal
+  the original's one-process metrics (integers exactly, other numbers to 1e-5 relative or one
+  unit of the last printed digit).
+
+Cost control (the whole file has a 200 s budget on two shared cores): conversions run in this
+process; all one-process runs go through one ``tests/e2e_support/forkrun.py`` launch that imports
+torch once and forks a child per run; only the two-process runs pay a ``torchrun`` launch each.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from codemods.base import Options
+from converter.pipeline import ConversionError, convert_source
+from tests.launching import REPO_ROOT, Run, python, torchrun
+
+CASES_DIR = REPO_ROOT / "fixtures" / "cases"
+SUPPORT_DIR = REPO_ROOT / "fixtures" / "support"
+FORKRUN = REPO_ROOT / "tests" / "e2e_support" / "forkrun.py"
+SIDE_CAR_FIELDS = {"run", "run_2proc", "metrics", "dataset_size", "compare_2proc", "compare_files",
+                   "oom_retry", "target"}
+#: Groups that count evaluated samples: they must equal the sidecar's ``dataset_size``.
+COUNT_GROUPS = ("total", "count")
+NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+@dataclass(frozen=True)
+class Case:
+    """A runnable fixture and what its sidecar asks for."""
+
+    name: str
+    script: Path
+    run: tuple[str, ...]
+    run_2proc: tuple[str, ...] | None
+    metrics: tuple[str, ...]
+    dataset_size: int | None
+    compare_2proc: tuple[str, ...] | None
+    compare_files: tuple[str, ...]
+    options: Options
+
+
+def load_case(sidecar: Path) -> Case:
+    """Read ``<name>.json``; an unknown field is a mistake in the fixture, not something to ignore."""
+    spec = json.loads(sidecar.read_text(encoding="utf-8"))
+    unknown = set(spec) - SIDE_CAR_FIELDS
+    if unknown:
+        raise ValueError(f"{sidecar}: unknown sidecar fields {sorted(unknown)}")
+    two = spec.get("run_2proc")
+    return Case(
+        name=sidecar.stem,
+        script=sidecar.with_suffix(".py"),
+        run=tuple(spec.get("run", [])),
+        run_2proc=tuple(two) if two is not None else None,
+        metrics=tuple(spec.get("metrics", [])),
+        dataset_size=spec.get("dataset_size"),
+        compare_2proc=tuple(spec["compare_2proc"]) if "compare_2proc" in spec else None,
+        compare_files=tuple(spec.get("compare_files", [])),
+        options=Options(target=spec.get("target", "runtime"), oom_retry=spec.get("oom_retry", False)),
+    )
+
+
+CASES = [load_case(path) for path in sorted(CASES_DIR.glob("*.json"))]
+TWO_PROCESS_CASES = [case for case in CASES if case.run_2proc is not None]
+
+
+def run_env() -> dict[str, str]:
+    """Runs import ``runtime`` from the repo and fixture helpers from fixtures/support, offline."""
+    return {
+        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(SUPPORT_DIR)]),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Output comparison helpers
+# --------------------------------------------------------------------------------------------
+
+
+def metric_rows(case: Case, stdout: str) -> list[dict[str, str]]:
+    """Every match of every metrics pattern, in pattern order then output order."""
+    return [match.groupdict() for pattern in case.metrics for match in re.finditer(pattern, stdout)]
+
+
+def line_shapes(stdout: str) -> list[str]:
+    """The printed lines with every number replaced by ``#``: what must be identical between
+    one and two processes even when training losses differ."""
+    return [NUMBER.sub("#", line) for line in stdout.splitlines()]
+
+
+def numbers_agree(expected: str, actual: str) -> bool:
+    """Integers exactly; decimals to 1e-5 relative or one unit of the last printed digit (two
+    processes sum in another order, which may flip the last rounded digit)."""
+    if "." not in expected and "e" not in expected.lower():
+        return expected == actual
+    decimals = len(expected.split(".")[1]) if "." in expected else 0
+    return math.isclose(float(expected), float(actual), rel_tol=1e-5, abs_tol=1.01 * 10.0 ** -decimals)
+
+
+def compare_metrics(case: Case, reference: str, candidate: str, groups: tuple[str, ...] | None) -> list[str]:
+    """Differences between the metric values of two outputs, as readable lines."""
+    expected, actual = metric_rows(case, reference), metric_rows(case, candidate)
+    if len(expected) != len(actual):
+        return [f"{len(expected)} metric lines expected, {len(actual)} found"]
+    problems = []
+    for row, (want, got) in enumerate(zip(expected, actual)):
+        for group, value in want.items():
+            if groups is not None and group not in groups:
+                continue
+            if not numbers_agree(value, got[group]):
+                problems.append(f"metric row {row}, {group}: expected {value}, got {got[group]}")
+    return problems
+
+
+def wrong_totals(case: Case, stdout: str) -> list[str]:
+    """Sample counts that differ from the dataset size (a rank counting only its shard, or padding
+    counted twice)."""
+    if case.dataset_size is None:
+        return []
+    return [
+        f"{group}={row[group]} but the evaluation set has {case.dataset_size} samples"
+        for row in metric_rows(case, stdout)
+        for group in COUNT_GROUPS
+        if row.get(group) is not None and int(row[group]) != case.dataset_size
+    ]
+
+
+def describe(run: Run) -> str:
+    return f"exit code {run.returncode}\n--- stdout ---\n{run.stdout}\n--- stderr (tail) ---\n{run.stderr[-4000:]}"
+
+
+# --------------------------------------------------------------------------------------------
+# Fixtures: convert everything once, run every one-process job in one forkrun launch
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path | ConversionError]:
+    """Each runnable case converted with its sidecar's options (the CLI's own code path)."""
+    folder = tmp_path_factory.mktemp("converted")
+    results: dict[str, Path | ConversionError] = {}
+    for case in CASES:
+        try:
+            conversion = convert_source(case.script.read_bytes(), case.options, path=str(case.script))
+        except ConversionError as error:
+            results[case.name] = error
+            continue
+        target = folder / case.script.name
+        target.write_bytes(conversion.output)
+        results[case.name] = target
+    return results
+
+
+def converted_script(converted: dict[str, Path | ConversionError], case: Case) -> Path:
+    result = converted[case.name]
+    if isinstance(result, ConversionError):
+        pytest.fail(f"conversion failed: {result}")
+    return result
+
+
+@dataclass
+class OneProcessRuns:
+    """Outputs of the one-process runs, keyed by (case name, variant), and the folders they ran in."""
+
+    runs: dict[tuple[str, str], Run]
+    folders: dict[tuple[str, str], Path]
+
+
+@pytest.fixture(scope="module")
+def one_process(converted, tmp_path_factory: pytest.TempPathFactory) -> OneProcessRuns:
+    """original(run), converted(run), and the two-process reference original(run_2proc)."""
+    root = tmp_path_factory.mktemp("one-process")
+    jobs, keys, folders = [], [], {}
+    for case in CASES:
+        variants = [("original", case.script, case.run)]
+        if isinstance(converted[case.name], Path):
+            variants.append(("converted", converted[case.name], case.run))
+        if case.run_2proc is not None:
+            variants.append(("reference_2proc", case.script, case.run_2proc))
+        for variant, script, args in variants:
+            folder = root / f"{case.name}-{variant}"
+            folder.mkdir()
+            folders[(case.name, variant)] = folder
+            keys.append((case.name, variant))
+            jobs.append({"script": str(script), "args": list(args), "cwd": str(folder),
+                         "sys_path": [str(SUPPORT_DIR)], "timeout": 90})
+    jobs_file = root / "jobs.json"
+    jobs_file.write_text(json.dumps(jobs), encoding="utf-8")
+    launch = python(FORKRUN, str(jobs_file), env=run_env(), timeout=600).check()
+    results = json.loads(launch.stdout)
+    runs = {key: Run(r["returncode"], r["stdout"], r["stderr"]) for key, r in zip(keys, results)}
+    return OneProcessRuns(runs, folders)
+
+
+def compare_files(case: Case, reference: Path, candidate: Path) -> list[str]:
+    problems = []
+    for name in case.compare_files:
+        want, got = reference / name, candidate / name
+        if not got.is_file():
+            problems.append(f"{name} was not written")
+        elif not want.is_file():
+            problems.append(f"{name} missing from the reference run")
+        elif want.read_bytes() != got.read_bytes():
+            problems.append(f"{name} differs:\n--- expected ---\n{want.read_text()}\n--- got ---\n{got.read_text()}")
+    return problems
+
+
+# --------------------------------------------------------------------------------------------
+# Tests
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_converted_script_prints_what_the_original_prints_on_one_process(case: Case, converted, one_process):
+    original = one_process.runs[(case.name, "original")]
+    assert original.returncode == 0, f"the ORIGINAL fixture failed; fix the fixture:\n{describe(original)}"
+    assert metric_rows(case, original.stdout), f"no metrics pattern matched the original's output:\n{original.stdout}"
+    assert not wrong_totals(case, original.stdout), "the fixture's dataset_size is wrong"
+
+    converted_script(converted, case)
+    result = one_process.runs[(case.name, "converted")]
+    assert result.returncode == 0, describe(result)
+    assert result.stdout == original.stdout
+    assert not compare_files(case, one_process.folders[(case.name, "original")],
+                             one_process.folders[(case.name, "converted")])
+
+
+@pytest.mark.parametrize("case", TWO_PROCESS_CASES, ids=lambda case: case.name)
+def test_converted_script_on_two_processes_prints_once_and_evaluates_every_sample(
+    case: Case, converted, one_process, tmp_path: Path
+):
+    reference = one_process.runs[(case.name, "reference_2proc")]
+    assert reference.returncode == 0, f"the ORIGINAL fixture failed; fix the fixture:\n{describe(reference)}"
+    script = converted_script(converted, case)
+
+    result = torchrun(script, *case.run_2proc, nproc=2, env=run_env(), cwd=tmp_path, timeout=150)
+    assert result.returncode == 0, describe(result)
+
+    # Printed once: the same lines, in the same order, as one process (numbers may differ).
+    assert line_shapes(result.stdout) == line_shapes(reference.stdout), (
+        f"two-process output is not the one-process output printed once\n--- one process ---\n"
+        f"{reference.stdout}\n--- two processes ---\n{result.stdout}"
+    )
+    # Every evaluation sample counted exactly once, and the one-process numbers.
+    assert metric_rows(case, result.stdout), "no metrics found in the two-process output"
+    assert wrong_totals(case, result.stdout) == []
+    assert compare_metrics(case, reference.stdout, result.stdout, case.compare_2proc) == []
+    assert compare_files(case, one_process.folders[(case.name, "reference_2proc")], tmp_path) == []
