@@ -264,3 +264,37 @@ def test_converted_script_on_two_processes_prints_once_and_evaluates_every_sampl
     assert wrong_totals(case, result.stdout) == []
     assert compare_metrics(case, reference.stdout, result.stdout, case.compare_2proc) == []
     assert compare_files(case, one_process.folders[(case.name, "reference_2proc")], tmp_path) == []
+
+
+# --------------------------------------------------------------------------------------------
+# The comparisons themselves must catch what they are for (no process launched)
+# --------------------------------------------------------------------------------------------
+
+SAMPLE_CASE = Case(
+    name="sample", script=CASES_DIR / "sample.py", run=(), run_2proc=(),
+    metrics=(r"loss (?P<loss>[0-9.]+), (?P<correct>\d+)/(?P<total>\d+)",), dataset_size=200,
+    compare_2proc=None, compare_files=(), options=Options(),
+)
+
+
+def test_a_line_printed_by_both_ranks_changes_the_line_shapes():
+    one = "epoch 0: train 0.51\nloss 0.250000, 150/200\n"
+    twice = "epoch 0: train 0.49\nloss 0.250000, 150/200\nloss 0.250000, 150/200\n"
+    assert line_shapes(one) == line_shapes("epoch 0: train 0.49\nloss 0.250001, 150/200\n")
+    assert line_shapes(one) != line_shapes(twice)
+
+
+def test_a_rank_counting_only_its_shard_is_reported():
+    assert wrong_totals(SAMPLE_CASE, "loss 0.25, 150/200\n") == []
+    assert wrong_totals(SAMPLE_CASE, "loss 0.25, 75/100\n") == ["total=100 but the evaluation set has 200 samples"]
+    # padding counted twice by a plain gather: 208 instead of 200
+    assert wrong_totals(SAMPLE_CASE, "loss 0.25, 150/208\n")
+
+
+def test_metric_values_compare_counts_exactly_and_decimals_to_the_printed_precision():
+    reference = "loss 0.250000, 150/200\n"
+    assert compare_metrics(SAMPLE_CASE, reference, "loss 0.250001, 150/200\n", None) == []
+    assert compare_metrics(SAMPLE_CASE, reference, "loss 0.250400, 150/200\n", None) != []
+    assert compare_metrics(SAMPLE_CASE, reference, "loss 0.250000, 151/200\n", None) != []
+    assert compare_metrics(SAMPLE_CASE, reference, "loss 0.250400, 150/200\n", ("correct", "total")) == []
+    assert compare_metrics(SAMPLE_CASE, reference, "", None) == ["1 metric lines expected, 0 found"]
