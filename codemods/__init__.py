@@ -20,13 +20,14 @@ DISTRIBUTED_FEATURES = {"DistributedDataParallel", "mp.spawn", "init_process_gro
 def convert_module(module: cst.Module, options: Options) -> ConversionOutcome:
     """Convert one parsed module; a module that does not import torch comes back as it was."""
     from codemods.analysis import analyse
-    from codemods.edits import OriginIndex, reanchor
+    from codemods.edits import OriginIndex, move_to_original, reanchor
     from codemods.registry import all_codemods
 
     facts = analyse(module, OriginIndex())
     if not facts.uses_torch:
         return ConversionOutcome(module)
     report_only = bool(facts.existing_features & DISTRIBUTED_FEATURES)
+    original_lines = module.code.splitlines()
     changes: list[Change] = []
     for codemod_class in all_codemods():
         codemod = codemod_class()
@@ -36,6 +37,8 @@ def convert_module(module: cst.Module, options: Options) -> ConversionOutcome:
             continue
         converted, found = codemod.transform(module, facts, options)
         if converted is not module and facts.origins.site(converted) is None:
+            # A pass that does not carry positions reported them in the tree it received.
+            found = [move_to_original(change, module, original_lines) for change in found]
             reanchor(module, converted, facts.origins)
         module = converted
         changes.extend(found)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 from bisect import bisect_left
+from dataclasses import replace
 from collections.abc import Iterable, Sequence
 
 import libcst as cst
@@ -471,3 +472,25 @@ def parses_arguments(statement: cst.BaseStatement) -> bool:
             if name.rsplit(".", 1)[-1] in {"parse_args", "parse_known_args", "parse_args_into_dataclasses"}:
                 return True
     return False
+
+
+def move_to_original(change: Change, received: cst.Module, original_lines: list[str]) -> Change:
+    """Translate a change positioned in ``received`` (a later tree) to the original file, by
+    matching lines: a line that survived unchanged keeps its column; a rewritten one maps to the
+    start of the original lines it replaced."""
+    mapping = _line_mapping(original_lines, received.code.splitlines())
+    line = mapping.get(change.line, change.line)
+    end_line = max(line, mapping.get(change.end_line, change.end_line))
+    return replace(change, line=line, end_line=end_line)
+
+
+def _line_mapping(original: list[str], current: list[str]) -> dict[int, int]:
+    from difflib import SequenceMatcher
+
+    mapping: dict[int, int] = {}
+    matcher = SequenceMatcher(None, original, current, autojunk=False)
+    for tag, first, last, start, stop in matcher.get_opcodes():
+        for offset, line in enumerate(range(start, stop)):
+            target = first + offset if tag == "equal" else min(first + offset, max(first, last - 1))
+            mapping[line + 1] = min(target, max(len(original) - 1, 0)) + 1
+    return mapping
