@@ -81,10 +81,12 @@ def spread_sample(files: list[Path], count: int) -> list[Path]:
     return [by_size[int(index * step)] for index in range(count)]
 
 
-def parses(source: bytes) -> bool:
+def libcst_handles(source: bytes) -> bool:
+    """Whether the floor itself works: a few stdlib files use syntax libcst does not know, and
+    pydoc_data/topics.py nests deeper than libcst's recursive code generation can go."""
     try:
-        cst.parse_module(source)
-    except Exception:  # noqa: BLE001 - a few stdlib files use syntax libcst does not know
+        cst.parse_module(source).bytes
+    except (Exception, RecursionError):  # noqa: BLE001
         return False
     return True
 
@@ -192,8 +194,10 @@ def read_corpus(paths: list[Path], *, force_torch: bool = False) -> dict[Path, b
         source = path.read_bytes()
         if force_torch:
             source = source.rstrip(b"\n") + b"\nimport torch\n"
-        if parses(source):
+        if libcst_handles(source):
             corpus[path] = source
+    if len(corpus) < len(paths):
+        print(f"  ({len(paths) - len(corpus)} of {len(paths)} files left out: libcst cannot parse or print them)")
     return corpus
 
 
