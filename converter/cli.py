@@ -212,6 +212,9 @@ class Runner:
                 self.run_job(job)
             except ConversionError as error:
                 self.reporter.error(error)
+            except Exception as error:  # noqa: BLE001 - our bug: report it, go on with the rest
+                self.reporter.error(ConversionError(
+                    job.shown_name, 1, 1, f"internal error: {type(error).__name__}: {error}"))
         self.reporter.finish()
         return self.exit_code()
 

@@ -73,7 +73,7 @@ def convert_source(source: bytes, options: Options, *, path: str) -> Conversion:
         return Conversion(path, source, source)
     module = parse(source, path)
     outcome = run_codemods(module, options, path)
-    output = outcome.module.bytes
+    output = generate(outcome.module, path)
     if output != source:
         verify_stable(output, options, path)
     # Warnings of switched-off codes are dropped; a rewrite that was made is always reported,
@@ -133,6 +133,15 @@ def run_codemods(module: cst.Module, options: Options, path: str) -> ConversionO
         ) from error
 
 
+def generate(module: cst.Module, path: str) -> bytes:
+    """The module's code in its own encoding. libcst prints recursively, so a very long chain
+    (``a + b + ... `` over thousands of terms) can exhaust the stack: one error line, not a crash."""
+    try:
+        return module.bytes
+    except RecursionError:
+        raise ConversionError(path, 1, 1, "internal error: the script nests too deeply to be printed") from None
+
+
 def verify_stable(output: bytes, options: Options, path: str) -> None:
     """The output must parse, and converting it again must change nothing."""
     try:
@@ -141,7 +150,7 @@ def verify_stable(output: bytes, options: Options, path: str) -> None:
         raise ConversionError(
             path, 1, 1, f"internal error: the converted script does not parse ({error}); nothing written"
         ) from error
-    again = run_codemods(reparsed, options, path).module.bytes
+    again = generate(run_codemods(reparsed, options, path).module, path)
     if again != output:
         line = first_differing_line(output, again)
         raise ConversionError(

@@ -265,6 +265,28 @@ def test_internal_error_exits_123_and_writes_nothing(script: Path, tmp_path: Pat
     assert not out.exists()
 
 
+def test_unexpected_exception_in_one_file_is_reported_and_the_rest_still_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import converter.cli
+
+    real_convert = converter.cli.convert_source
+
+    def explode_on_boom(source: bytes, options: object, *, path: str):
+        if path.endswith("boom.py"):
+            raise ValueError("unexpected")
+        return real_convert(source, options, path=path)
+
+    monkeypatch.setattr(converter.cli, "convert_source", explode_on_boom)
+    (tmp_path / "boom.py").write_bytes(TRAIN)
+    (tmp_path / "train.py").write_bytes(TRAIN)
+    result = run("--in-place", tmp_path / "boom.py", tmp_path / "train.py")
+    assert result.exit_code == 123
+    assert f"{tmp_path / 'boom.py'}:1:1: internal error: ValueError: unexpected" in result.stderr
+    assert (tmp_path / "boom.py").read_bytes() == TRAIN
+    assert b"accelerator.backward(loss)" in (tmp_path / "train.py").read_bytes()
+    assert "1 converted, 0 unchanged, 1 failed" in result.stderr
+
+
 # -- stdin --------------------------------------------------------------------------------------------
 
 

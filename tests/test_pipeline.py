@@ -171,3 +171,11 @@ def test_config_type_errors_name_the_key(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[tool.accel-convert]\nselect = "ACC1"\n')
     with pytest.raises(ConfigError, match="select must be a list of strings"):
         load_config(tmp_path)
+
+
+def test_too_deep_to_print_is_one_error_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    terms = " + ".join(f"x{index}" for index in range(1000))
+    source = f"import torch\nvalue = {terms}\n".encode()
+    monkeypatch.setattr(codemods, "convert_module", identity_codemod, raising=False)
+    with pytest.raises(ConversionError, match="nests too deeply"):
+        convert_source(source, OPTIONS, path="deep.py")
