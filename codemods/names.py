@@ -39,6 +39,8 @@ class Scope:
     shadowed: set[str] = field(default_factory=set)
     #: Names declared ``global`` / ``nonlocal`` here: they live in an outer scope.
     outer_names: set[str] = field(default_factory=set)
+    #: The ``global`` ones among them.
+    global_names: set[str] = field(default_factory=set)
 
     def bind_import(self, name: str, qualified: str) -> None:
         if name in self.outer_names:
@@ -143,8 +145,22 @@ class NameCollector(cst.CSTVisitor):
     def _current(self) -> Scope:
         return self.names.scopes[self.scope]
 
+    def _shadow(self, name: str) -> None:
+        """Bind ``name`` by something other than an import, where Python binds it: in the
+        current scope, in the module for a ``global``, in the enclosing function for a ``nonlocal``."""
+        scope = self._current()
+        if name in scope.global_names:
+            self.names.scopes[()].shadowed.add(name)
+        elif name in scope.outer_names:
+            key = self.scope[:-1]
+            while key and not self.names.scopes[key].binds(name):
+                key = key[:-1]
+            self.names.scopes[key].shadowed.add(name)
+        else:
+            scope.bind_other(name)
+
     def _enter(self, name: str, kind: ScopeKind) -> None:
-        self._current().bind_other(name)
+        self._shadow(name)
         self.scope = (*self.scope, name)
         self.names.scopes.setdefault(self.scope, Scope(kind))
 
@@ -164,7 +180,9 @@ class NameCollector(cst.CSTVisitor):
         self._leave()
 
     def visit_Global(self, node: cst.Global) -> None:
-        self._current().outer_names.update(item.name.value for item in node.names)
+        names = [item.name.value for item in node.names]
+        self._current().outer_names.update(names)
+        self._current().global_names.update(names)
 
     def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
         self._current().outer_names.update(item.name.value for item in node.names)
@@ -186,7 +204,7 @@ class NameCollector(cst.CSTVisitor):
             # Relative imports name the script's own package: not something we match.
             if not isinstance(node.names, cst.ImportStar):
                 for alias in node.names:
-                    self._current().bind_other(_alias_local_name(alias))
+                    self._shadow(_alias_local_name(alias))
             return
         if isinstance(node.names, cst.ImportStar):
             return
@@ -197,7 +215,7 @@ class NameCollector(cst.CSTVisitor):
     # -- other bindings shadow -----------------------------------------------------------------
 
     def visit_Param(self, node: cst.Param) -> None:
-        self._current().bind_other(node.name.value)
+        self._shadow(node.name.value)
 
     def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
         self._bind_target(node.target)
@@ -224,7 +242,7 @@ class NameCollector(cst.CSTVisitor):
 
     def _bind_target(self, target: cst.BaseExpression) -> None:
         if isinstance(target, cst.Name):
-            self._current().bind_other(target.value)
+            self._shadow(target.value)
         elif isinstance(target, (cst.Tuple, cst.List)):
             for element in target.elements:
                 self._bind_target(element.value)
