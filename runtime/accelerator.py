@@ -438,8 +438,10 @@ class Accelerator:
         """
         parameters = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
         if self.scaler is not None and not self.sync_gradients:
-            grads = [param.grad for param in parameters if param.grad is not None]
-            return torch.nn.utils.get_total_norm(grads, norm_type) / self.scaler.get_scale()
+            norms = [torch.linalg.vector_norm(param.grad.float(), norm_type)
+                     for param in parameters if param.grad is not None]
+            total = torch.linalg.vector_norm(torch.stack(norms), norm_type) if norms else torch.tensor(0.0)
+            return total / self.scaler.get_scale()
         self.unscale_gradients()
         return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
 
@@ -591,8 +593,12 @@ class Accelerator:
         if safe_serialization:
             raise ValueError("safe_serialization=True needs safetensors, which runtime does not use; "
                              "drop the argument (files are written with torch.save)")
-        if self.is_main_process:
+        if not self.is_main_process:
+            return
+        if isinstance(f, (str, os.PathLike)):
             atomic_torch_save(obj, f)
+        else:  # an open file object: the caller owns how it is written
+            torch.save(obj, f)
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Also save/load these objects (each needs ``state_dict`` and ``load_state_dict``) in save_state."""
