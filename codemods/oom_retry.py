@@ -42,7 +42,7 @@ After::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import libcst as cst
@@ -97,6 +97,7 @@ class OomRetryCodemod(Codemod):
             pending.add(region.statements[region.start], "ACC917",
                         f"{batch_size.value} is assigned inside the training code: retry by hand", False)
             return module, pending.resolve(module)
+        region.kept = _independent_definitions(region, batch_size)
         wrapped = _wrap(region, batch_size, module, facts)
         new_module = _replace_region(module, region, wrapped)
         new_module = _add_import(new_module, facts, options)
@@ -123,13 +124,40 @@ class _Region:
     #: A module-level script's trailing ``if __name__ == "__main__":`` block: its body (the
     #: training loop) is retried too, and the block then only calls the retried function.
     main_guard: cst.If | None = None
+    #: Module-level classes and functions inside the region that read nothing the training code
+    #: builds: they stay at module level, above the retried function.
+    kept: list[cst.BaseStatement] = field(default_factory=list)
 
     def moved(self) -> list[cst.BaseStatement]:
         """The statements that go into the retried function, in order."""
         guarded = list(self.main_guard.body.body) if self.main_guard is not None else []
         if guarded and not guarded[0].leading_lines:
             guarded[0] = guarded[0].with_changes(leading_lines=[cst.EmptyLine(indent=False)])
-        return [*self.statements[self.start : self.end], *guarded]
+        kept = {id(s) for s in self.kept}
+        return [s for s in self.statements[self.start : self.end] if id(s) not in kept] + guarded
+
+
+def _independent_definitions(region: _Region, batch_size: cst.BaseExpression) -> list[cst.BaseStatement]:
+    """Classes and functions of a module-level region that need nothing the training code
+    assigns (``class VAE(nn.Module)``, ``def loss_function(...)``): moving them would only
+    nest them deeper. Anything reading the batch size moves, so that it reads the retried one."""
+    if region.function is not None:
+        return []
+    definitions = [
+        s for s in region.statements[region.start : region.end] if isinstance(s, (cst.FunctionDef, cst.ClassDef))
+    ]
+    kept = list(definitions)
+    while True:
+        kept_ids = {id(s) for s in kept}
+        others = [s for s in region.moved() if id(s) not in kept_ids]
+        assigned = _assigned_names(others)
+        still = [
+            d for d in kept
+            if not (_read_names([d]) & assigned) and not _contains_expression(d, batch_size)
+        ]
+        if len(still) == len(kept):
+            return kept
+        kept = still
 
 
 def _find_training_region(module: cst.Module, facts: ScriptFacts) -> _Region | None:
@@ -440,7 +468,7 @@ class _ReturnFinder(cst.CSTVisitor):
 def _replace_region(module: cst.Module, region: _Region, wrapped: list[cst.BaseStatement]) -> cst.Module:
     statements = region.statements
     rest = [] if region.main_guard is not None else statements[region.end :]
-    new_statements = [*statements[: region.start], *wrapped, *rest]
+    new_statements = [*statements[: region.start], *region.kept, *wrapped, *rest]
     if region.function is None:
         return module.with_changes(body=new_statements)
     new_function = region.function.with_changes(body=region.function.body.with_changes(body=new_statements))
