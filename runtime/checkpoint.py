@@ -1,0 +1,408 @@
+"""Checkpoints: ``save_state`` writes everything training needs to continue exactly, ``load_state``
+puts it back.
+
+What "continue exactly" takes, beyond the weights: the optimizers' moments, the schedulers' step,
+the gradient scaler, every rank's random generators (Python, NumPy when the script loaded it,
+torch, CUDA; dropout draws from them), the generator each prepared loader shuffles with and its
+epoch counter (Accelerate saves neither, so a resumed run sees other batches), objects registered
+with ``register_for_checkpointing``, and the accumulation step. File names follow Accelerate's
+(``pytorch_model.bin``, ``optimizer.bin``, ``random_states_<rank>.pkl``, ...), all written with
+``torch.save`` and read back with ``weights_only=True``, which runs no pickled code.
+
+Resume at an epoch boundary: a loader's generator has already drawn the current epoch's order when
+a mid-epoch checkpoint is taken, so what it restores is the order of the *next* epoch.
+
+How a checkpoint is written so that a crash never leaves one that looks complete:
+
+1. the main process makes an empty staging folder next to the target (``.<name>.incomplete``);
+2. every rank writes its own files there (the main process also the shared ones), then all meet;
+3. the main process writes ``checkpoint.json`` last: the world size and each file's size and
+   SHA-256 digest; then it renames the staging folder to the target in one step.
+
+A folder without ``checkpoint.json`` is not a checkpoint. Loading checks the manifest first and
+refuses, with the file's name, a checkpoint from another world size, a missing file or one whose
+digest differs. The folders are assumed to be on a file system every rank sees, as in Accelerate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["CheckpointError", "MANIFEST", "latest_checkpoint", "load_state", "save_state"]
+
+MANIFEST = "checkpoint.json"
+FORMAT_VERSION = 1
+_AUTOMATIC_NAME = re.compile(r"^checkpoint_(\d+)$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded as it is; the message names the folder or file."""
+
+
+# --------------------------------------------------------------------------------------------
+# Names
+# --------------------------------------------------------------------------------------------
+
+def _indexed(stem: str, index: int, suffix: str) -> str:
+    """Accelerate's naming: the first object has no index (``optimizer.bin``), then ``_1``, ..."""
+    return f"{stem}{'' if index == 0 else f'_{index}'}{suffix}"
+
+
+def _rng_file(rank: int) -> str:
+    return f"random_states_{rank}.pkl"
+
+
+def _shared_files(accelerator: Any) -> dict[str, Any]:
+    """The files the main process writes, by name, with what goes in each."""
+    files: dict[str, Any] = {}
+    for index, model in enumerate(accelerator._models):
+        files[_indexed("pytorch_model", index, ".bin")] = _unwrapped(accelerator, model).state_dict()
+    for index, optimizer in enumerate(accelerator._optimizers):
+        files[_indexed("optimizer", index, ".bin")] = _inner(optimizer, "optimizer").state_dict()
+    for index, scheduler in enumerate(accelerator._schedulers):
+        files[_indexed("scheduler", index, ".bin")] = _inner(scheduler, "scheduler").state_dict()
+    if accelerator.scaler is not None:
+        files["scaler.pt"] = accelerator.scaler.state_dict()
+    for index, obj in enumerate(accelerator._custom_objects):
+        files[f"custom_checkpoint_{index}.pkl"] = obj.state_dict()
+    return files
+
+
+def _unwrapped(accelerator: Any, model: torch.nn.Module) -> torch.nn.Module:
+    # The registry holds unwrapped models already; unwrapping again costs nothing and keeps DDP's
+    # "module." prefix out of the file whatever was registered.
+    return accelerator.unwrap_model(model)
+
+
+def _inner(wrapper: Any, attribute: str) -> Any:
+    return getattr(wrapper, attribute, wrapper)
+
+
+# --------------------------------------------------------------------------------------------
+# Random states
+# --------------------------------------------------------------------------------------------
+
+def _rng_snapshot(accelerator: Any) -> dict[str, Any]:
+    """This rank's generators, as plain data and tensors (loadable with ``weights_only=True``)."""
+    loaders = list(accelerator._dataloaders)
+    snapshot: dict[str, Any] = {
+        "step": accelerator.step,
+        "python": random.getstate(),
+        "torch": torch.get_rng_state(),
+        "loader_generators": [_generator_state(loader) for loader in loaders],
+        "loader_iterations": [getattr(loader, "iteration", 0) for loader in loaders],
+    }
+    numpy_state = _numpy_rng_state()
+    if numpy_state is not None:
+        snapshot["numpy"] = numpy_state
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        snapshot["cuda"] = torch.cuda.get_rng_state_all()
+    return snapshot
+
+
+def _generator_state(loader: Any) -> torch.Tensor | None:
+    generator = getattr(loader, "synchronized_generator", None)
+    return None if generator is None else generator.get_state()
+
+
+def _loaded_numpy() -> Any | None:
+    """NumPy if the script has loaded it. The runtime never imports it: a process that has not
+    loaded NumPy has not drawn from its generator, so there is nothing to save."""
+    return sys.modules.get("numpy")
+
+
+def _numpy_rng_state() -> list[Any] | None:
+    numpy = _loaded_numpy()
+    if numpy is None:
+        return None
+    kind, keys, position, has_gauss, cached_gaussian = numpy.random.get_state()
+    # The key array becomes a list of ints: weights_only loading refuses NumPy arrays.
+    return [kind, [int(key) for key in keys], int(position), int(has_gauss), float(cached_gaussian)]
+
+
+def _restore_rng(snapshot: dict[str, Any], accelerator: Any, source: Path) -> None:
+    loaders = list(accelerator._dataloaders)
+    saved_generators = snapshot["loader_generators"]
+    if len(saved_generators) != len(loaders):
+        raise CheckpointError(
+            f"{source}: saved with {len(saved_generators)} prepared data loader(s), this run has {len(loaders)}"
+        )
+    random.setstate(_as_python_state(snapshot["python"]))
+    torch.set_rng_state(snapshot["torch"])
+    if "numpy" in snapshot:
+        _restore_numpy(snapshot["numpy"])
+    if "cuda" in snapshot and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(snapshot["cuda"])
+    for loader, state, iteration in zip(loaders, saved_generators, snapshot["loader_iterations"]):
+        if state is not None and getattr(loader, "synchronized_generator", None) is not None:
+            loader.synchronized_generator.set_state(state)
+        if hasattr(loader, "iteration"):
+            loader.iteration = iteration
+    accelerator.step = snapshot["step"]
+
+
+def _as_python_state(state: Any) -> tuple[Any, ...]:
+    version, internal, gauss = state  # random.setstate wants tuples, not lists
+    return version, tuple(internal), gauss
+
+
+def _restore_numpy(state: list[Any]) -> None:
+    numpy = _loaded_numpy()
+    if numpy is None:
+        return
+    kind, keys, position, has_gauss, cached_gaussian = state
+    numpy.random.set_state((kind, numpy.array(keys, dtype=numpy.uint32), position, has_gauss, cached_gaussian))
+
+
+# --------------------------------------------------------------------------------------------
+# Saving
+# --------------------------------------------------------------------------------------------
+
+def save_state(accelerator: Any, output_dir: str | os.PathLike | None = None,
+               safe_serialization: bool = True, **_ignored: Any) -> str:
+    """Write a complete checkpoint of the training state to ``output_dir`` and return its path.
+
+    With ``ProjectConfiguration(automatic_checkpoint_naming=True)`` the folder is
+    ``project_dir/checkpoints/checkpoint_<iteration>`` and only the newest ``total_limit`` are
+    kept (older ones are deleted after the new one is complete, never before). Every rank must
+    call it. ``safe_serialization`` is accepted for Accelerate's signature; files are always
+    written with ``torch.save`` (the runtime depends on nothing but torch).
+    """
+    config = accelerator.project_configuration
+    target = _save_target(accelerator, output_dir)
+    staging = target.parent / f".{target.name}.incomplete"
+    if accelerator.is_main_process:
+        shutil.rmtree(staging, ignore_errors=True)  # what a crashed save left behind
+        staging.mkdir(parents=True)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        for name, content in _shared_files(accelerator).items():
+            _write(staging / name, content)
+    _write(staging / _rng_file(accelerator.process_index), _rng_snapshot(accelerator))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        _write_manifest(staging, accelerator)
+        _publish(staging, target)
+        if config.automatic_checkpoint_naming and config.total_limit:
+            _keep_newest(target.parent, config.total_limit)
+    accelerator.wait_for_everyone()
+    if config.automatic_checkpoint_naming:
+        config.iteration += 1
+    return str(target)
+
+
+def _save_target(accelerator: Any, output_dir: str | os.PathLike | None) -> Path:
+    config = accelerator.project_configuration
+    if config.automatic_checkpoint_naming:
+        if config.project_dir is None:
+            raise ValueError("automatic_checkpoint_naming needs ProjectConfiguration(project_dir=...)")
+        target = Path(config.project_dir) / "checkpoints" / f"checkpoint_{config.iteration}"
+        if target.exists():
+            raise ValueError(f"checkpoint folder {target} already exists; set project_configuration.iteration "
+                             "to the number the next checkpoint should get")
+        return target
+    if output_dir is None:
+        raise ValueError("save_state needs output_dir (or ProjectConfiguration(automatic_checkpoint_naming=True))")
+    return Path(output_dir)
+
+
+def _write(path: Path, content: Any) -> None:
+    """``torch.save`` and make it durable: the manifest will vouch for these bytes."""
+    with open(path, "wb") as file:
+        torch.save(content, file)
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def _digest(path: Path) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as file:
+        for chunk in iter(lambda: file.read(1 << 20), b""):
+            sha.update(chunk)
+    return sha.hexdigest()
+
+
+def _write_manifest(staging: Path, accelerator: Any) -> None:
+    files = sorted(p.name for p in staging.iterdir() if p.is_file())
+    manifest = {
+        "format": FORMAT_VERSION,
+        "world_size": accelerator.num_processes,
+        "counts": _counts(accelerator),
+        "files": {name: {"bytes": (staging / name).stat().st_size, "sha256": _digest(staging / name)}
+                  for name in files},
+    }
+    _write_text_durably(staging / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
+
+
+def _counts(accelerator: Any) -> dict[str, int]:
+    return {
+        "models": len(accelerator._models), "optimizers": len(accelerator._optimizers),
+        "schedulers": len(accelerator._schedulers), "custom_objects": len(accelerator._custom_objects),
+        "scaler": int(accelerator.scaler is not None),
+    }
+
+
+def _write_text_durably(path: Path, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as file:
+        file.write(text)
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def _publish(staging: Path, target: Path) -> None:
+    """Make the complete staging folder the checkpoint, in one rename."""
+    replaced = target.parent / f".{target.name}.replaced"
+    if target.exists():
+        # Saving over an explicit folder again: move the old one aside first (a rename cannot
+        # replace a non-empty folder), delete it only once the new one is in place.
+        shutil.rmtree(replaced, ignore_errors=True)
+        target.rename(replaced)
+    staging.rename(target)
+    _sync_folder(target.parent)
+    shutil.rmtree(replaced, ignore_errors=True)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Persist the rename itself (POSIX only: Windows cannot open folders)."""
+    if os.name != "posix":
+        return
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _keep_newest(folder: Path, total_limit: int) -> None:
+    for old in _complete_checkpoints(folder)[:-total_limit]:
+        shutil.rmtree(old)
+
+
+def _complete_checkpoints(folder: Path) -> list[Path]:
+    """``checkpoint_<n>`` folders that hold a manifest, oldest first."""
+    if not folder.is_dir():
+        return []
+    numbered = [(int(match.group(1)), path) for path in folder.iterdir()
+                if (match := _AUTOMATIC_NAME.match(path.name)) and (path / MANIFEST).is_file()]
+    return [path for _, path in sorted(numbered)]
+
+
+def latest_checkpoint(project_dir: str | os.PathLike) -> Path | None:
+    """The newest complete automatically named checkpoint under ``project_dir``, if any."""
+    found = _complete_checkpoints(Path(project_dir) / "checkpoints")
+    return found[-1] if found else None
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------
+
+def load_state(accelerator: Any, input_dir: str | os.PathLike | None = None,
+               map_location: str | None = None, **load_model_kwargs: Any) -> None:
+    """Restore everything ``save_state`` wrote; every rank must call it.
+
+    ``input_dir=None`` with automatic checkpoint naming loads the newest complete checkpoint.
+    ``map_location`` is Accelerate's: ``None``/``"cpu"`` or ``"on_device"``. Extra keyword
+    arguments go to each model's ``load_state_dict`` (``strict=False``, say).
+    """
+    source = _load_source(accelerator, input_dir)
+    location = _map_location(accelerator, map_location)
+    manifest = _read_manifest(source, accelerator)
+    loader = _VerifiedLoader(source, manifest, location)
+    for index, model in enumerate(accelerator._models):
+        state = loader.load(_indexed("pytorch_model", index, ".bin"))
+        _unwrapped(accelerator, model).load_state_dict(state, **load_model_kwargs)
+    for index, optimizer in enumerate(accelerator._optimizers):
+        _inner(optimizer, "optimizer").load_state_dict(loader.load(_indexed("optimizer", index, ".bin")))
+    for index, scheduler in enumerate(accelerator._schedulers):
+        _inner(scheduler, "scheduler").load_state_dict(loader.load(_indexed("scheduler", index, ".bin")))
+    if accelerator.scaler is not None:
+        accelerator.scaler.load_state_dict(loader.load("scaler.pt"))
+    for index, obj in enumerate(accelerator._custom_objects):
+        obj.load_state_dict(loader.load(f"custom_checkpoint_{index}.pkl"))
+    rng_file = _rng_file(accelerator.process_index)
+    _restore_rng(loader.load(rng_file), accelerator, source / rng_file)
+    if accelerator.project_configuration.automatic_checkpoint_naming:
+        match = _AUTOMATIC_NAME.match(source.name)
+        if match:  # the next save must not collide with what we resumed from
+            accelerator.project_configuration.iteration = int(match.group(1)) + 1
+
+
+def _load_source(accelerator: Any, input_dir: str | os.PathLike | None) -> Path:
+    config = accelerator.project_configuration
+    if input_dir is not None:
+        source = Path(input_dir)
+        if not source.is_dir():
+            raise CheckpointError(f"{source}: no such checkpoint folder")
+        return source
+    if not config.automatic_checkpoint_naming or config.project_dir is None:
+        raise ValueError("load_state needs input_dir (or ProjectConfiguration(automatic_checkpoint_naming=True))")
+    latest = latest_checkpoint(config.project_dir)
+    if latest is None:
+        raise CheckpointError(f"{Path(config.project_dir) / 'checkpoints'}: no complete checkpoint to load")
+    return latest
+
+
+def _map_location(accelerator: Any, map_location: str | None) -> str | torch.device:
+    if map_location in (None, "cpu"):
+        # Optimizers move their state to their parameters' device when loading it.
+        return "cpu"
+    if map_location == "on_device":
+        return accelerator.device
+    raise TypeError(f"Unsupported map_location {map_location!r}: use None, 'cpu' or 'on_device'")
+
+
+def _read_manifest(source: Path, accelerator: Any) -> dict[str, Any]:
+    path = source / MANIFEST
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing, so {source} is not a complete checkpoint "
+                              "(it was never finished, or was not written by save_state)")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        files, world_size, counts = manifest["files"], manifest["world_size"], manifest["counts"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise CheckpointError(f"{path}: unreadable manifest ({error})") from None
+    if world_size != accelerator.num_processes:
+        raise CheckpointError(f"{path}: saved by {world_size} processes, this run has "
+                              f"{accelerator.num_processes}; resume with the same number of processes")
+    for kind, present in _counts(accelerator).items():
+        expected = counts.get(kind)
+        if present != expected:
+            raise CheckpointError(f"{path}: holds {expected} {kind.replace('_', ' ')}, this run prepared {present}")
+    if not isinstance(files, dict):
+        raise CheckpointError(f"{path}: unreadable manifest (no file list)")
+    return manifest
+
+
+class _VerifiedLoader:
+    """Reads checkpoint files only after checking them against the manifest."""
+
+    def __init__(self, source: Path, manifest: dict[str, Any], location: str | torch.device) -> None:
+        self.source = source
+        self.files: dict[str, dict[str, Any]] = manifest["files"]
+        self.location = location
+
+    def load(self, name: str) -> Any:
+        path = self.source / name
+        expected = self.files.get(name)
+        if expected is None:
+            raise CheckpointError(f"{path}: not listed in {self.source / MANIFEST}")
+        if not path.is_file():
+            raise CheckpointError(f"{path}: missing from the checkpoint")
+        if path.stat().st_size != expected["bytes"] or _digest(path) != expected["sha256"]:
+            raise CheckpointError(f"{path}: corrupt (its contents differ from what was saved)")
+        try:
+            return torch.load(path, map_location=self.location, weights_only=True)
+        except Exception as error:  # noqa: BLE001 (any unpickling failure gets the file's name)
+            raise CheckpointError(f"{path}: cannot be loaded with weights_only=True ({error})") from error
+

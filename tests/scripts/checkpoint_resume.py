@@ -1,0 +1,95 @@
+"""Train, checkpoint, keep training; or resume from the checkpoint: the two must agree exactly.
+
+``checkpoint_resume.py full CHECKPOINT OUT_DIR``: train one epoch, ``save_state(CHECKPOINT)``, train
+two more epochs. ``checkpoint_resume.py resume CHECKPOINT OUT_DIR``: build the same objects (from a
+*different* seed, so nothing matches by luck), ``load_state(CHECKPOINT)``, train the two epochs.
+Each rank writes OUT_DIR/<phase>_rank<r>.json: the sample indices of every batch after the
+checkpoint, random draws from Python and NumPy, and the final parameters. The model has dropout
+and the loader shuffles, so batches and parameters only agree if every RNG came back.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import numpy
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from runtime.accelerator import Accelerator
+
+SAMPLES, BATCH_SIZE, EPOCHS_AFTER = 64, 4, 2
+
+
+class StepCounter:
+    """A registered custom object: its state must come back too."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"steps": self.steps}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.steps = state["steps"]
+
+
+def build(seed: int):
+    torch.manual_seed(seed)
+    random.seed(seed)
+    numpy.random.seed(seed)
+    accelerator = Accelerator()
+    data = torch.Generator().manual_seed(0)
+    inputs = torch.randn(SAMPLES, 4, generator=data)
+    dataset = TensorDataset(inputs, inputs.sum(dim=1, keepdim=True), torch.arange(SAMPLES))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Dropout(0.3), torch.nn.ReLU(),
+                                torch.nn.Linear(16, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=5, gamma=0.5)
+    loader = DataLoader(dataset, batch_size=BATCH_SIZE, shuffle=True)
+    counter = StepCounter()
+    accelerator.register_for_checkpointing(counter)
+    model, optimizer, scheduler, loader = accelerator.prepare(model, optimizer, scheduler, loader)
+    return accelerator, model, optimizer, scheduler, loader, counter
+
+
+def train_epoch(accelerator, model, optimizer, scheduler, loader, counter) -> list[list[int]]:
+    batches = []
+    model.train()
+    for inputs, targets, indices in loader:
+        batches.append(indices.tolist())
+        loss = torch.nn.functional.mse_loss(model(inputs), targets)
+        optimizer.zero_grad()
+        accelerator.backward(loss)
+        optimizer.step()
+        scheduler.step()
+        counter.steps += 1
+    return batches
+
+
+def main() -> None:
+    phase, checkpoint, out_dir = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    objects = build(seed=0 if phase == "full" else 1234)
+    accelerator, model, optimizer, scheduler, loader, counter = objects
+    if phase == "full":
+        train_epoch(*objects)
+        accelerator.save_state(checkpoint)
+    else:
+        accelerator.load_state(checkpoint)
+    report = {"counter_at_start": counter.steps, "lr_at_start": scheduler.get_last_lr(), "epochs": []}
+    for _ in range(EPOCHS_AFTER):
+        batches = train_epoch(*objects)
+        report["epochs"].append({"batches": batches, "python": random.random(),
+                                 "numpy": float(numpy.random.rand())})
+    report["parameters"] = [p.detach().flatten().tolist()
+                            for p in accelerator.unwrap_model(model).parameters()]
+    report["counter"] = counter.steps
+    report["world_size"] = accelerator.num_processes
+    (out_dir / f"{phase}_rank{accelerator.process_index}.json").write_text(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

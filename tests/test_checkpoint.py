@@ -1,0 +1,245 @@
+"""save_state / load_state in one process: round trip, naming, atomic writes, refusing bad checkpoints."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from runtime import checkpoint
+from runtime.accelerator import Accelerator
+from runtime.checkpoint import MANIFEST, CheckpointError
+from runtime.handlers import ProjectConfiguration
+
+
+class Tally:
+    def __init__(self, value: object = 0) -> None:
+        self.value = value
+
+    def state_dict(self) -> dict:
+        return {"value": self.value}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.value = state["value"]
+
+
+class NotATensor:
+    """Something ``weights_only=True`` must refuse to unpickle."""
+
+
+def make_training(project_dir: Path | None = None, **config) -> dict:
+    accelerator = Accelerator(project_config=ProjectConfiguration(project_dir=str(project_dir) if project_dir else None,
+                                                                  **config))
+    model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    loader = torch.utils.data.DataLoader(torch.randn(12, 3), batch_size=4, shuffle=True)
+    tally = Tally()
+    accelerator.register_for_checkpointing(tally)
+    model, optimizer, scheduler, loader = accelerator.prepare(model, optimizer, scheduler, loader)
+    return dict(accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
+                loader=loader, tally=tally)
+
+
+def train(t: dict, epochs: int = 1) -> None:
+    for _ in range(epochs):
+        for batch in t["loader"]:
+            loss = t["model"](batch).pow(2).mean()
+            t["optimizer"].zero_grad()
+            t["accelerator"].backward(loss)
+            t["optimizer"].step()
+            t["scheduler"].step()
+            t["tally"].value += 1
+
+
+def snapshot(t: dict) -> dict:
+    return {
+        "parameters": [p.detach().clone() for p in t["model"].parameters()],
+        "adam": [s["exp_avg"].clone() for s in t["optimizer"].optimizer.state.values()],
+        "lr": t["scheduler"].get_last_lr(),
+        "tally": t["tally"].value,
+        "draws": (random.random(), torch.rand(3).tolist()),
+    }
+
+
+def assert_same(a: dict, b: dict) -> None:
+    assert all(torch.equal(x, y) for x, y in zip(a["parameters"], b["parameters"]))
+    assert all(torch.equal(x, y) for x, y in zip(a["adam"], b["adam"]))
+    assert (a["lr"], a["tally"], a["draws"]) == (b["lr"], b["tally"], b["draws"])
+
+
+def test_round_trip_restores_weights_optimizer_scheduler_custom_objects_and_rngs(tmp_path: Path) -> None:
+    t = make_training()
+    train(t)
+    t["accelerator"].save_state(tmp_path / "ckpt")
+    expected = snapshot(t)
+    train(t, epochs=2)  # move everything on, then come back
+    t["accelerator"].load_state(tmp_path / "ckpt")
+    assert_same(snapshot(t), expected)
+    saved_keys = torch.load(tmp_path / "ckpt" / "pytorch_model.bin", weights_only=True).keys()
+    assert sorted(saved_keys) == ["0.bias", "0.weight", "2.bias", "2.weight"]  # no "module." prefix
+
+
+def test_layout_and_manifest(tmp_path: Path) -> None:
+    t = make_training()
+    folder = Path(t["accelerator"].save_state(tmp_path / "ckpt"))
+    assert sorted(p.name for p in folder.iterdir()) == [
+        MANIFEST, "custom_checkpoint_0.pkl", "optimizer.bin", "pytorch_model.bin", "random_states_0.pkl",
+        "scheduler.bin",
+    ]
+    manifest = json.loads((folder / MANIFEST).read_text())
+    assert manifest["world_size"] == 1
+    assert sorted(manifest["files"]) == sorted(p.name for p in folder.iterdir() if p.name != MANIFEST)
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]  # no staging folder left behind
+
+
+def test_automatic_naming_keeps_the_newest_and_loads_the_latest(tmp_path: Path) -> None:
+    t = make_training(tmp_path, automatic_checkpoint_naming=True, total_limit=2)
+    saved = []
+    for _ in range(3):
+        train(t)
+        saved.append(t["accelerator"].save_state())
+    expected = snapshot(t)
+    assert [Path(p).name for p in saved] == ["checkpoint_0", "checkpoint_1", "checkpoint_2"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["checkpoint_1", "checkpoint_2"]
+    resumed = make_training(tmp_path, automatic_checkpoint_naming=True, total_limit=2)
+    resumed["accelerator"].load_state()
+    assert_same(snapshot(resumed), expected)
+    assert resumed["accelerator"].project_configuration.iteration == 3
+
+
+def test_automatic_naming_refuses_to_overwrite(tmp_path: Path) -> None:
+    t = make_training(tmp_path, automatic_checkpoint_naming=True)
+    t["accelerator"].save_state()
+    t["accelerator"].project_configuration.iteration = 0
+    with pytest.raises(ValueError, match="checkpoint_0 already exists"):
+        t["accelerator"].save_state()
+
+
+def test_saving_over_a_folder_replaces_it_whole(tmp_path: Path) -> None:
+    t = make_training()
+    t["accelerator"].save_state(tmp_path / "ckpt")
+    (tmp_path / "ckpt" / "stray.txt").write_text("from before")
+    train(t)
+    t["accelerator"].save_state(tmp_path / "ckpt")
+    expected = snapshot(t)
+    assert not (tmp_path / "ckpt" / "stray.txt").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]
+    train(t)
+    t["accelerator"].load_state(tmp_path / "ckpt")
+    assert_same(snapshot(t), expected)
+
+
+def crash_on_write(monkeypatch: pytest.MonkeyPatch, after: int) -> None:
+    """Make the (after+1)-th checkpoint file write fail, as a full disk or a killed process would."""
+    real_write = checkpoint._write
+    writes = []
+
+    def write(path: Path, content: object) -> None:
+        writes.append(path)
+        if len(writes) > after:
+            raise OSError(28, "No space left on device")
+        real_write(path, content)
+
+    monkeypatch.setattr(checkpoint, "_write", write)
+
+
+def test_a_crash_mid_save_leaves_no_checkpoint_that_looks_complete(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    t = make_training(tmp_path, automatic_checkpoint_naming=True)
+    t["accelerator"].save_state()
+    expected = snapshot(t)
+    train(t)
+    with monkeypatch.context() as patch:
+        crash_on_write(patch, after=2)
+        with pytest.raises(OSError, match="No space left"):
+            t["accelerator"].save_state()
+    checkpoints = tmp_path / "checkpoints"
+    assert not (checkpoints / "checkpoint_1").exists()
+    assert (checkpoints / ".checkpoint_1.incomplete").is_dir()  # the debris is clearly named
+    resumed = make_training(tmp_path, automatic_checkpoint_naming=True)
+    resumed["accelerator"].load_state()  # picks checkpoint_0, the last complete one
+    assert_same(snapshot(resumed), expected)
+    resumed["accelerator"].save_state()  # a later save clears the debris
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["checkpoint_0", "checkpoint_1"]
+
+
+def test_a_crash_while_replacing_a_folder_keeps_the_old_checkpoint(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    t = make_training()
+    t["accelerator"].save_state(tmp_path / "ckpt")
+    expected = snapshot(t)
+    train(t)
+    with monkeypatch.context() as patch:
+        crash_on_write(patch, after=0)
+        with pytest.raises(OSError):
+            t["accelerator"].save_state(tmp_path / "ckpt")
+    t["accelerator"].load_state(tmp_path / "ckpt")
+    assert_same(snapshot(t), expected)
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> Path:
+    t = make_training()
+    train(t)
+    return Path(t["accelerator"].save_state(tmp_path / "ckpt"))
+
+
+def test_missing_file_is_refused_by_name(saved: Path) -> None:
+    (saved / "optimizer.bin").unlink()
+    with pytest.raises(CheckpointError, match=r"optimizer\.bin: missing from the checkpoint"):
+        make_training()["accelerator"].load_state(saved)
+
+
+def test_corrupt_file_is_refused_by_name(saved: Path) -> None:
+    path = saved / "pytorch_model.bin"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"pytorch_model\.bin: corrupt"):
+        make_training()["accelerator"].load_state(saved)
+
+
+def test_folder_without_manifest_is_not_a_checkpoint(saved: Path) -> None:
+    (saved / MANIFEST).unlink()
+    with pytest.raises(CheckpointError, match=r"checkpoint\.json: missing, so .* is not a complete checkpoint"):
+        make_training()["accelerator"].load_state(saved)
+
+
+def test_other_world_size_is_refused(saved: Path) -> None:
+    manifest = json.loads((saved / MANIFEST).read_text())
+    manifest["world_size"] = 4
+    (saved / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="saved by 4 processes, this run has 1"):
+        make_training()["accelerator"].load_state(saved)
+
+
+def test_different_objects_are_refused(saved: Path) -> None:
+    accelerator = Accelerator()
+    accelerator.prepare(torch.nn.Linear(3, 1))
+    with pytest.raises(CheckpointError, match="holds 1 optimizers, this run prepared 0"):
+        accelerator.load_state(saved)
+
+
+def test_loading_runs_no_pickled_code(tmp_path: Path) -> None:
+    t = make_training()
+    t["tally"].value = NotATensor()
+    t["accelerator"].save_state(tmp_path / "ckpt")
+    with pytest.raises(CheckpointError, match=r"custom_checkpoint_0\.pkl: cannot be loaded with weights_only=True"):
+        make_training()["accelerator"].load_state(tmp_path / "ckpt")
+
+
+def test_argument_errors(tmp_path: Path) -> None:
+    accelerator = make_training()["accelerator"]
+    with pytest.raises(ValueError, match="save_state needs output_dir"):
+        accelerator.save_state()
+    with pytest.raises(ValueError, match="load_state needs input_dir"):
+        accelerator.load_state()
+    with pytest.raises(CheckpointError, match="no such checkpoint folder"):
+        accelerator.load_state(tmp_path / "nowhere")
+    accelerator.save_state(tmp_path / "ckpt")
+    with pytest.raises(TypeError, match="Unsupported map_location 'gpu'"):
+        accelerator.load_state(tmp_path / "ckpt", map_location="gpu")

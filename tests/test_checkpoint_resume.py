@@ -1,0 +1,71 @@
+"""Resume on 2 ranks: "train k, save, train m" and "load, train m" see the same batches and end on
+the same parameters, exactly (shuffled loader, dropout, AdamW, StepLR, a registered object).
+
+Two launches of tests/scripts/checkpoint_resume.py (one per phase), shared by every test here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from runtime.accelerator import Accelerator
+from runtime.checkpoint import MANIFEST, CheckpointError
+from tests.launching import torchrun
+
+SCRIPT = Path(__file__).parent / "scripts" / "checkpoint_resume.py"
+
+
+@pytest.fixture(scope="module")
+def phases(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    work = tmp_path_factory.mktemp("resume")
+    checkpoint = work / "ckpt"
+    for phase in ("full", "resume"):
+        torchrun(SCRIPT, phase, str(checkpoint), str(work), timeout=150).check()
+    reports = {(phase, rank): json.loads((work / f"{phase}_rank{rank}.json").read_text())
+               for phase in ("full", "resume") for rank in (0, 1)}
+    return {"reports": reports, "checkpoint": checkpoint}
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_resumed_run_sees_the_same_batches(phases, rank: int) -> None:
+    full, resumed = phases["reports"]["full", rank], phases["reports"]["resume", rank]
+    assert [e["batches"] for e in resumed["epochs"]] == [e["batches"] for e in full["epochs"]]
+    # The loader reshuffles every epoch (so the sampler's generator state mattered).
+    assert full["epochs"][0]["batches"] != full["epochs"][1]["batches"]
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_resumed_run_ends_on_identical_parameters_and_states(phases, rank: int) -> None:
+    full, resumed = phases["reports"]["full", rank], phases["reports"]["resume", rank]
+    assert resumed["parameters"] == full["parameters"]  # exact, not approximate
+    assert resumed["counter_at_start"] == full["counter_at_start"] == 8  # 64 samples / 2 ranks / 4
+    assert resumed["lr_at_start"] == full["lr_at_start"]
+    assert [(e["python"], e["numpy"]) for e in resumed["epochs"]] == \
+           [(e["python"], e["numpy"]) for e in full["epochs"]]
+
+
+def test_ranks_trained_on_different_samples(phases) -> None:
+    first = {i for batch in phases["reports"]["full", 0]["epochs"][0]["batches"] for i in batch}
+    second = {i for batch in phases["reports"]["full", 1]["epochs"][0]["batches"] for i in batch}
+    assert not first & second and len(first | second) == 64
+
+
+def test_checkpoint_holds_every_ranks_random_state_and_an_unprefixed_model(phases) -> None:
+    folder: Path = phases["checkpoint"]
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == [MANIFEST, "custom_checkpoint_0.pkl", "optimizer.bin", "pytorch_model.bin",
+                     "random_states_0.pkl", "random_states_1.pkl", "scheduler.bin"]
+    assert json.loads((folder / MANIFEST).read_text())["world_size"] == 2
+    state = torch.load(folder / "pytorch_model.bin", weights_only=True)
+    assert not any(key.startswith("module.") for key in state)
+
+
+def test_a_two_rank_checkpoint_is_refused_by_one_process(phases) -> None:
+    accelerator = Accelerator()
+    accelerator.prepare(torch.nn.Linear(4, 1))
+    with pytest.raises(CheckpointError, match=r"checkpoint\.json: saved by 2 processes, this run has 1"):
+        accelerator.load_state(phases["checkpoint"])
