@@ -405,8 +405,8 @@ class _Conclusions:
                 facts.existing_accelerator = assign.targets[0] if assign.targets else None
             elif qualified is not None and is_scheduler(qualified):
                 facts.schedulers.update(targets)
-            elif self._is_device(assign.value, assign.scope):
-                facts.device_names.update(targets)
+            elif self._is_device(assign.value, assign.scope) or dotted(assign.value) in facts.device_names:
+                facts.device_names.update(targets)  # ``DEV = device`` aliases it
             elif self._mentions_cuda_availability(assign):
                 facts.cuda_flags.update(targets)
             if _is_prepare(assign.value):
@@ -685,8 +685,10 @@ class _Conclusions:
             facts.distributed_sites.setdefault(feature, self.site(call.node))
         for call in self.r.calls:
             func = call.node.func
-            if isinstance(func, cst.Attribute) and func.attr.value == "cpu" and dotted(func.value) in facts.models:
-                facts.cpu_models.add(dotted(func.value))  # type: ignore[arg-type]
+            if isinstance(func, cst.Attribute) and func.attr.value == "cpu":
+                moved = dotted(_peel_modes(func.value))
+                if moved in facts.models:
+                    facts.cpu_models.add(moved)
             if (
                 isinstance(func, cst.Attribute)
                 and func.attr.value == "step"
@@ -725,6 +727,17 @@ def _peel_moves(value: cst.BaseExpression) -> cst.BaseExpression:
         and isinstance(value.func, cst.Attribute)
         and value.func.attr.value in {"to", "cuda", "train", "eval", "float", "half", "double", "cpu"}
         and isinstance(value.func.value, cst.Call)
+    ):
+        value = value.func.value
+    return value
+
+
+def _peel_modes(value: cst.BaseExpression) -> cst.BaseExpression:
+    """``model.eval()`` → ``model``: the module under calls that return it."""
+    while (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in {"eval", "train", "float", "half", "double", "requires_grad_"}
     ):
         value = value.func.value
     return value

@@ -189,7 +189,8 @@ class _Device(CodemodTransformer):
         return updated_node
 
     def _selects_device(self, value: cst.BaseExpression) -> bool:
-        return dotted(value) != self.device_expr
+        """A device expression, not a plain alias (``DEV = device`` stays)."""
+        return dotted(value) is None
 
     def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr):  # type: ignore[no-untyped-def]
         value = original_node.value
