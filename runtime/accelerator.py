@@ -117,7 +117,26 @@ def _mark_prepared(obj: Any) -> Any:
 class Accelerator:
     """Distributed training in a few calls: ``prepare`` the objects, ``backward`` the loss, and
     ``gather_for_metrics`` the predictions. Same constructor arguments as Accelerate's for
-    DDP/CPU training; anything this runtime cannot honour raises a ``ValueError``.
+    DDP/CPU training; anything this runtime cannot honour raises a ``ValueError`` (unknown
+    names a ``TypeError``).
+
+    Args:
+        device_placement: move prepared models and batches to ``accelerator.device``.
+        split_batches: cut each batch across ranks instead of giving each rank whole batches
+            (honoured here; Accelerate 1.x ignores this argument).
+        mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"``; None reads ``ACCELERATE_MIXED_PRECISION``.
+        gradient_accumulation_steps: batches per optimizer step under ``accumulate()``.
+        cpu: use the CPU (and Gloo) even when a GPU is present (also ``ACCELERATE_USE_CPU=1``).
+        dataloader_config: a :class:`DataLoaderConfiguration` (split/even batches, seedable sampler).
+        rng_types: RNGs made equal to rank 0's at each epoch start (default ``["generator"]``).
+        log_with: must be None: experiment trackers are not part of this runtime.
+        project_dir / project_config: where ``save_state`` puts checkpoints.
+        gradient_accumulation_plugin: alternative to ``gradient_accumulation_steps``.
+        step_scheduler_with_optimizer: advance prepared schedulers with optimizer steps
+            (``num_processes`` times each); False steps them once per call.
+        kwargs_handlers: at most one each of DistributedDataParallelKwargs, GradScalerKwargs,
+            InitProcessGroupKwargs, AutocastKwargs.
+        even_batches / dispatch_batches: pre-1.0 spellings of the DataLoaderConfiguration fields.
     """
 
     def __init__(

@@ -27,11 +27,23 @@ import torch.distributed as dist
 
 
 class DistributedType(str, Enum):
-    """How the processes are connected (a subset of Accelerate's enum, same string values)."""
+    """How the processes are connected (Accelerate's enum, same string values).
+
+    This runtime only ever reports ``NO``, ``MULTI_CPU`` or ``MULTI_GPU``; the other members exist
+    so that scripts comparing against them (``== DistributedType.DEEPSPEED``) run and get False.
+    """
 
     NO = "NO"
     MULTI_CPU = "MULTI_CPU"
     MULTI_GPU = "MULTI_GPU"
+    MULTI_NPU = "MULTI_NPU"
+    MULTI_MLU = "MULTI_MLU"
+    MULTI_XPU = "MULTI_XPU"
+    MULTI_HPU = "MULTI_HPU"
+    DEEPSPEED = "DEEPSPEED"
+    FSDP = "FSDP"
+    XLA = "XLA"
+    MEGATRON_LM = "MEGATRON_LM"
 
 
 @dataclass(frozen=True)
