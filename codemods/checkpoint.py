@@ -6,7 +6,8 @@ and custom methods (``model.decode(z)``, ``model.init_hidden(bs)``) are not on t
 This pass routes ``torch.save`` through ``accelerator.save`` (writes on the main process only) after a
 barrier, and takes state dicts, ``load_state_dict`` and custom attributes from
 ``accelerator.unwrap_model(model)``. nn.Module's own methods (``train``, ``eval``, ``parameters``,
-``zero_grad``, ``to``...) work on the wrapper and are left alone. Loading in the function that calls
+``zero_grad``, ``to``...) work on the wrapper and are left alone. In a script that saves, every
+``torch.load`` line waits for the other ranks first, so no rank reads a file still being written. Loading in the function that calls
 ``prepare`` is only rewritten after the ``prepare`` line: before it the model is not wrapped yet.
 
 Before::
@@ -335,6 +336,35 @@ class _CheckpointRewriter(AcceleratorScope):
         self._assigned_targets: set[int] = set()
         self._prepare_pending: list[bool] = [_has_prepare_call(module.body, facts)]
         self._saves_in_line = 0
+        self._saves_anything = _contains_call(module, facts, "torch.save") or _contains_accelerator_save(module, facts)
+
+    # Loading a file the main process may just have written waits for it first.
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
+        if not self._saves_anything or not self.accelerator_reachable():
+            return updated_node
+        body = self._wait_before_loads(list(updated_node.body))
+        return updated_node if body is None else updated_node.with_changes(body=body)
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        created = self._module_accelerator_index
+        if not self._saves_anything or created is None:
+            return updated_node
+        head, tail = list(updated_node.body[: created + 1]), list(updated_node.body[created + 1 :])
+        body = self._wait_before_loads(tail)
+        return updated_node if body is None else updated_node.with_changes(body=[*head, *body])
+
+    def _wait_before_loads(self, statements: list[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
+        result: list[cst.BaseStatement] = []
+        for statement in statements:
+            loads = isinstance(statement, cst.SimpleStatementLine) and _contains_call(statement, self.facts, "torch.load")
+            if loads and not (result and _is_barrier(result[-1], self.facts)):
+                result.append(cst.SimpleStatementLine(
+                    [cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))],
+                    leading_lines=statement.leading_lines,
+                ))
+                statement = statement.with_changes(leading_lines=())
+            result.append(statement)
+        return result if len(result) != len(statements) else None
 
     # Function frames: in the function that calls prepare, the model is wrapped only after it.
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -406,6 +436,35 @@ class _CheckpointRewriter(AcceleratorScope):
     @property
     def code(self) -> str:
         return CheckpointCodemod.code
+
+
+def _is_barrier(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and any(
+        is_accelerator_method(getattr(s, "value", None), facts, "wait_for_everyone") for s in statement.body
+    )
+
+
+def _contains_call(node: cst.CSTNode, facts: ScriptFacts, qualified: str) -> bool:
+    finder = _CallFinder(lambda call: qualified_name(call.func, facts.imports) == qualified)
+    node.visit(finder)
+    return finder.found
+
+
+def _contains_accelerator_save(node: cst.CSTNode, facts: ScriptFacts) -> bool:
+    finder = _CallFinder(lambda call: is_accelerator_method(call, facts, "save"))
+    node.visit(finder)
+    return finder.found
+
+
+class _CallFinder(cst.CSTVisitor):
+    def __init__(self, predicate) -> None:  # type: ignore[no-untyped-def]
+        self.predicate = predicate
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        if self.predicate(node):
+            self.found = True
+        return not self.found
 
 
 def _is_prepare(statement: cst.CSTNode, facts: ScriptFacts) -> bool:

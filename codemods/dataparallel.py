@@ -132,6 +132,30 @@ class _DataParallelRemover(AcceleratorScope):
             return cst.RemoveFromParent()
         return updated_node
 
+    def leave_IfExp(self, original_node: cst.IfExp, updated_node: cst.IfExp) -> cst.BaseExpression:
+        """``model.module if isinstance(model, nn.DataParallel) else model`` →
+        ``accelerator.unwrap_model(model)``: after prepare the wrapper is DDP, which the
+        isinstance test would not see."""
+        model = self._data_parallel_check(updated_node.test)
+        if model is None or not self.accelerator_reachable():
+            return updated_node
+        unwrapped = unwrap_model(self.facts, cst.Name(model))
+        branches = (updated_node.body, updated_node.orelse)
+        if any(b.deep_equals(unwrapped) for b in branches) and any(dotted_name(b) == model for b in branches):
+            self.report(original_node, DataParallelCodemod.code, f"unwrapping {model} → accelerator.unwrap_model({model})")
+            return unwrapped.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
+        return updated_node
+
+    def _data_parallel_check(self, test: cst.BaseExpression) -> str | None:
+        """The model name in ``isinstance(model, nn.DataParallel)`` (or a tuple of wrappers)."""
+        if not (isinstance(test, cst.Call) and dotted_name(test.func) == "isinstance" and len(test.args) == 2):
+            return None
+        kinds = test.args[1].value
+        elements = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+        names = {qualified_name(e, self.facts.imports) for e in elements}
+        model = dotted_name(test.args[0].value)
+        return model if model in self.facts.models and names & (DATA_PARALLEL | ALREADY_DISTRIBUTED) else None
+
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
         owner = dotted_name(updated_node.value)
         if updated_node.attr.value != "module" or owner not in self.facts.models:

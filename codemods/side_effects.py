@@ -6,6 +6,9 @@ are put under ``if accelerator.is_main_process:``. Creating an output folder is 
 way and followed by ``accelerator.wait_for_everyone()``, so that no rank writes into the folder
 before it exists. Where the accelerator is not reachable the write is reported (ACC916).
 
+Deleting waits for every rank first (``wait_for_everyone()`` before the guard): another rank
+may still be reading the file.
+
 Before::
 
     os.makedirs(args.out_dir, exist_ok=True)
@@ -41,13 +44,15 @@ from codemods.facts import ScriptFacts
 WRITING_FUNCTIONS = frozenset(
     {
         "torchvision.utils.save_image", "matplotlib.pyplot.savefig", "matplotlib.pyplot.imsave",
-        "os.remove", "os.unlink", "os.rename", "os.replace", "os.rmdir",
-        "shutil.rmtree", "shutil.copy", "shutil.copy2", "shutil.copyfile", "shutil.move",
+        "os.rename", "os.replace",
+        "shutil.copy", "shutil.copy2", "shutil.copyfile", "shutil.move",
         "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt",
     }
 )
 #: Functions that create folders: guarded, then every rank waits for them.
 FOLDER_FUNCTIONS = frozenset({"os.makedirs", "os.mkdir"})
+#: Functions that delete: every rank first finishes with the file, then the main process deletes.
+DELETING_FUNCTIONS = frozenset({"os.remove", "os.unlink", "os.rmdir", "shutil.rmtree"})
 #: Methods that write whatever object they are called on (figures, data frames, paths).
 WRITING_METHODS = frozenset({"savefig", "to_csv", "write_text", "write_bytes"})
 WRITE_MODES = ("w", "a", "x")
@@ -144,10 +149,13 @@ class _MainProcessGuard(AcceleratorScope):
                 self._original_of.get(id(statement), statement), SideEffectsCodemod.code,
                 "file write on the main process only", True,
             )
-        if _write_kind(run[0], self.facts) != "folder":
-            return [guard]
         barrier = cst.SimpleStatementLine([cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))])
-        return [guard, barrier]
+        kind = _write_kind(run[0], self.facts)
+        if kind == "folder":
+            return [guard, barrier]
+        if kind == "delete":
+            return [barrier.with_changes(leading_lines=leading), guard.with_changes(leading_lines=())]
+        return [guard]
 
     def _report_unreachable(self, statements: Sequence[cst.BaseStatement]) -> None:
         if self._guarded_depth:
@@ -174,7 +182,8 @@ def _first_statement_after_accelerator(statements: Sequence[cst.BaseStatement], 
 
 
 def _write_kind(statement: cst.BaseStatement, facts: ScriptFacts) -> str | None:
-    """``"folder"`` for folder creation, ``"write"`` for other writes, None for anything else."""
+    """``"folder"`` for folder creation, ``"delete"`` for deletions, ``"write"`` for other writes,
+    None for anything else."""
     if isinstance(statement, cst.With):
         return "write" if any(_opens_for_writing(i.item, facts) for i in statement.items) else None
     if not isinstance(statement, cst.SimpleStatementLine):
@@ -190,6 +199,8 @@ def _call_kind(small: cst.BaseSmallStatement, facts: ScriptFacts) -> str | None:
     name = qualified_name(call.func, facts.imports)
     if name in FOLDER_FUNCTIONS:
         return "folder"
+    if name in DELETING_FUNCTIONS:
+        return "delete"
     if name in WRITING_FUNCTIONS:
         return "write"
     if isinstance(call.func, cst.Attribute) and call.func.attr.value in WRITING_METHODS:

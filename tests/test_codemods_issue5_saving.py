@@ -60,6 +60,7 @@ CHECKPOINT_CASES = [
         """
         def main():
             accelerator = Accelerator()
+            accelerator.wait_for_everyone()
             model.load_state_dict(torch.load("init.pt"))
             model, optimizer = accelerator.prepare(model, optimizer)
             best_state = copy.deepcopy(accelerator.unwrap_model(model).state_dict())
@@ -67,7 +68,7 @@ CHECKPOINT_CASES = [
             accelerator.save({"model": accelerator.unwrap_model(model).state_dict(), "optimizer": optimizer.state_dict(), "epoch": 3}, path)
             accelerator.unwrap_model(model).load_state_dict(best_state)
         """,
-        id="checkpoint-dict-deepcopy-and-load-after-prepare-only",
+        id="checkpoint-dict-deepcopy-load-after-prepare-unwrapped-loads-wait",
     ),
     pytest.param(
         """
@@ -163,6 +164,21 @@ DATAPARALLEL_CASES = [
         """
         def main():
             accelerator = Accelerator()
+            net = model.module if isinstance(model, nn.DataParallel) else model
+            print(net.classifier.out_features)
+        """,
+        """
+        def main():
+            accelerator = Accelerator()
+            net = accelerator.unwrap_model(model)
+            print(net.classifier.out_features)
+        """,
+        id="isinstance-unwrap-idiom",
+    ),
+    pytest.param(
+        """
+        def main():
+            accelerator = Accelerator()
             if args.multi_gpu:
                 print("DataParallel on", torch.cuda.device_count(), "GPUs")
                 model = nn.DataParallel(model).to(device)
@@ -247,9 +263,11 @@ SIDE_EFFECT_CASES = [
                 words = f.read().split()
             if accelerator.is_main_process:
                 json.dump(history, open("history.json", mode="a"))
+            accelerator.wait_for_everyone()
+            if accelerator.is_main_process:
                 os.remove("tmp.pt")
         """,
-        id="writes-guarded-reads-not",
+        id="writes-guarded-reads-not-delete-waits",
     ),
     pytest.param(
         """
@@ -264,10 +282,11 @@ SIDE_EFFECT_CASES = [
         args = parser.parse_args()
         os.makedirs("early", exist_ok=True)
         accelerator = Accelerator()
+        accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             shutil.rmtree("old_run")
         """,
-        id="module-level-only-after-the-accelerator",
+        id="module-level-only-after-the-accelerator-delete-waits",
     ),
 ]
 
