@@ -1,15 +1,12 @@
 """One rank of the data-loading differential run: the same body under Accelerate or our runtime.
 
-    torchrun --nproc_per_node N data_differential.py {accelerate|runtime|direct} OUT_DIR
+    torchrun --nproc_per_node N data_differential.py {accelerate|runtime} OUT_DIR
 
 Runs the whole grid (dataset length x batch size x split x even_batches x drop_last x shuffle,
 plus iterable datasets) in one launch, and writes what this rank observed to
 ``OUT_DIR/rank<r>.json``: per config, ``len(loader)``, the batches of each epoch (two when
 shuffling), the
 ``(end_of_dataloader, remainder)`` flags at each step and the ``gather_for_metrics`` output.
-
-``direct`` drives ``runtime.data.prepare_data_loader`` without the Accelerator (no
-gather_for_metrics), for when the Accelerator is unavailable.
 """
 
 from __future__ import annotations
@@ -41,34 +38,16 @@ class Stream(IterableDataset):
         return self.length
 
 
-class DirectHarness:
-    """Our prepare_data_loader on the default process group, without an Accelerator."""
-
-    def __init__(self, split: bool, even: bool) -> None:
-        from runtime.data import prepare_data_loader
-        from runtime.gradient_state import GradientState
-
-        if not torch.distributed.is_initialized():
-            torch.distributed.init_process_group("gloo")
-        self.gradient_state = GradientState()
-        self._prepare = lambda loader: prepare_data_loader(
-            loader, device=None, num_processes=torch.distributed.get_world_size(),
-            process_index=torch.distributed.get_rank(), split_batches=split, even_batches=even,
-            gradient_state=self.gradient_state, rng_types=["generator"])
-
-    def prepare(self, loader: DataLoader) -> DataLoader:
-        return self._prepare(loader)
-
-    gather_for_metrics = None
-
-
-def make_harnesses(framework: str) -> dict[tuple[bool, bool], object]:
-    if framework == "direct":
-        return {(s, e): DirectHarness(s, e) for s, e in itertools.product([False, True], repeat=2)}
+def import_framework(framework: str):
     if framework == "accelerate":
         from accelerate import Accelerator, DataLoaderConfiguration
     else:
         from runtime import Accelerator, DataLoaderConfiguration
+    return Accelerator, DataLoaderConfiguration
+
+
+def make_harnesses(framework: str) -> dict[tuple[bool, bool], object]:
+    Accelerator, DataLoaderConfiguration = import_framework(framework)
     return {
         (split, even): Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(
             split_batches=split, even_batches=even, dispatch_batches=False))
@@ -89,7 +68,7 @@ def observe(harness, loader: DataLoader, gather: bool, epochs: int) -> dict:
         for batch in prepared:
             batches.append(batch.tolist())
             flags.append([state.end_of_dataloader, state.remainder])
-            if gather and harness.gather_for_metrics is not None:
+            if gather:
                 gathered.extend(harness.gather_for_metrics(batch).tolist())
         record["epochs"].append(batches)
         record["flags"].append(flags)
@@ -125,10 +104,42 @@ def run_grid(harnesses) -> dict[str, dict]:
     return cases
 
 
+def rng_synchronisation(framework: str) -> dict:
+    """Ranks whose global RNGs drifted apart agree again once a loader synchronising "torch" starts."""
+    Accelerator, _ = import_framework(framework)
+    accelerator = Accelerator(cpu=True, rng_types=["torch", "generator"])
+    torch.manual_seed(5)
+    loader = accelerator.prepare(DataLoader(list(range(12)), batch_size=2, shuffle=True))
+    torch.rand(torch.distributed.get_rank() + 1)  # e.g. dropout on differently sized batches
+    draws = []
+    for _epoch in range(2):
+        for batch in loader:
+            draws.append([batch.tolist(), torch.rand(2).tolist()])
+    return {"draws": draws}
+
+
+def skipping(framework: str) -> dict[str, dict]:
+    """``skip_first_batches`` on prepared loaders (resuming mid-epoch)."""
+    Accelerator, _ = import_framework(framework)
+    accelerator = Accelerator(cpu=True)
+    cases = {}
+    for length, size, skip, shuffle in itertools.product([7, 10, 16], [1, 2, 3], [0, 1, 2], [False, True]):
+        torch.manual_seed(length * 100 + size * 10 + skip)
+        prepared = accelerator.prepare(DataLoader(list(range(length)), batch_size=size, shuffle=shuffle))
+        if skip > len(prepared):  # Accelerate's len() then goes negative and fails
+            continue
+        skipped = accelerator.skip_first_batches(prepared, skip)
+        cases[f"skip/L{length}/b{size}/skip{skip}/shuffle{int(shuffle)}"] = {
+            "len": len(skipped), "epochs": [[batch.tolist() for batch in skipped]]}
+    return cases
+
+
 def main() -> None:
     framework, out_dir = sys.argv[1], Path(sys.argv[2])
     harnesses = make_harnesses(framework)
     cases = run_grid(harnesses)
+    cases["rng/torch"] = rng_synchronisation(framework)
+    cases.update(skipping(framework))
     rank = torch.distributed.get_rank()
     world = torch.distributed.get_world_size()
     out_dir.mkdir(parents=True, exist_ok=True)
