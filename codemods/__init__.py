@@ -42,6 +42,8 @@ def convert_module(module: cst.Module, options: Options) -> ConversionOutcome:
             reanchor(module, converted, facts.origins)
         module = converted
         changes.extend(found)
+        facts.changed_lines.update(line for change in found if change.fixed
+                                   for line in range(change.line, change.end_line + 1))
     changes.sort(key=lambda change: (change.line, change.column, change.code))
     return ConversionOutcome(module, changes)
 

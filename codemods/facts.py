@@ -130,6 +130,9 @@ class ScriptFacts:
     call_sites: dict[str, list[Site]] = field(default_factory=dict)
     #: Where each name (or dotted path) is assigned.
     assign_sites: dict[str, list[Site]] = field(default_factory=dict)
+    #: Original lines earlier passes changed (kept up to date by ``codemods.convert_module``):
+    #: a later pass that looks for what they wrote walks only those statements.
+    changed_lines: set[int] = field(default_factory=set)
     #: Name table of the module (qualified-name lookups per scope) and original positions; both
     #: are maintained by ``codemods.convert_module`` across passes.
     names: "NameTable | None" = None

@@ -30,7 +30,7 @@ import libcst as cst
 
 from codemods.backward import UNREACHABLE
 from codemods.base import Change, Codemod, Options
-from codemods.edits import CodemodTransformer, assigned_in
+from codemods.edits import CodemodTransformer
 from codemods.facts import ScriptFacts
 
 
@@ -46,16 +46,30 @@ class _Function:
 
 
 class _Survey(cst.CSTVisitor):
-    """Which module-level functions read ``accelerator`` and whom they call."""
+    """Which module-level functions read ``accelerator`` and whom they call.
 
-    def __init__(self, accelerator: str, candidates: set[str]) -> None:
+    Only what earlier passes wrote can hold a new use: statements they changed (their original
+    lines) or inserted (no original position). Other statements are not walked.
+    """
+
+    def __init__(self, accelerator: str, candidates: set[str], facts: ScriptFacts) -> None:
         super().__init__()
         self.accelerator = accelerator
         #: Only functions the earlier passes could have given an accelerator use are walked.
         self.candidates = candidates
+        self.origins = facts.origins
+        self.changed = facts.changed_lines
         self.functions: dict[str, _Function] = {}
         self.depth = 0
         self.current: _Function | None = None
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        descend = super().on_visit(node)
+        if descend and self.depth >= 1 and isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            site = self.origins.site(node) if self.origins is not None else None
+            if site is not None and not any(line in self.changed for line in range(site.line, site.end_line + 1)):
+                return False
+        return descend
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         self.depth += 1
@@ -65,8 +79,8 @@ class _Survey(cst.CSTVisitor):
             params = node.params
             every = [*params.posonly_params, *params.params, *params.kwonly_params]
             names = tuple(param.name.value for param in every)
-            self.current = _Function(names, parameter_index(params), binds_accelerator=self.accelerator in names
-                                     or self.accelerator in assigned_in(node.body))
+            # A helper that creates its own accelerator is a home of its own: not this pass's business.
+            self.current = _Function(names, parameter_index(params), binds_accelerator=self.accelerator in names)
             self.functions[node.name.value] = self.current
         return True
 
@@ -193,7 +207,7 @@ class Helpers(Codemod):
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         accelerator = facts.existing_accelerator or facts.accelerator_name
-        survey = _Survey(accelerator, facts.accessible_functions)
+        survey = _Survey(accelerator, facts.accessible_functions, facts)
         module.visit(survey)
         needs = needing_parameter(survey.functions, facts.main_function)
         if not needs:
