@@ -4,7 +4,9 @@ tests/scripts/runtime_trace.py records ``(sync_gradients, step, scheduler.last_e
 batch and the final parameters for several configurations (uneven tails that force a sync,
 split_batches, step_scheduler_with_optimizer=False, a OneCycleLR whose total_steps caps the
 extra steps). It runs under Accelerate (``ACCELERATE_USE_CPU=1``, Accelerate's way to get real
-CPU ranks) and under runtime, on 1 and on 2 processes; the traces must be equal.
+CPU ranks) and under runtime, on 1 and on 2 processes; the traces must be equal. The same runs
+also compare collectives (gather/reduce/pad on nested structures, gather_for_metrics with tensor
+and object data) between the two libraries.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def test_trace_matches_accelerate(processes: int) -> None:
     assert len(ours) == len(theirs) == processes
     for rank, (mine, reference) in enumerate(zip(ours, theirs)):
         assert mine.keys() == reference.keys()
+        assert mine.pop("collectives") == reference.pop("collectives"), rank
         for name in reference:
             assert mine[name]["len"] == reference[name]["len"], (rank, name)
             assert mine[name]["rows"] == reference[name]["rows"], (rank, name)

@@ -19,9 +19,10 @@ LIBRARY = sys.argv[1] if __name__ == "__main__" else "runtime"
 if LIBRARY == "accelerate":
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
-    from accelerate.utils import DataLoaderConfiguration, set_seed
+    from accelerate.utils import DataLoaderConfiguration, gather_object, set_seed
 else:
     from runtime import Accelerator, DataLoaderConfiguration, set_seed
+    from runtime.utils import gather_object
 
 #: name -> (dataset length, batch size, accumulation steps, split_batches, step_with_optimizer, schedule)
 CONFIGS = {
@@ -77,9 +78,34 @@ def trace(length: int, batch_size: int, accumulation: int, split_batches: bool,
     return {"rows": rows, "params": params, "len": len(loader)}
 
 
+def collectives() -> dict:
+    """The same collective calls under either library (nested structures, metrics, padding)."""
+    accelerator = fresh_accelerator(1, False, True)
+    rank = accelerator.process_index
+    nested = {"ids": torch.tensor([rank, rank + 10]), "pair": (torch.full((1, 2), float(rank)), torch.tensor(rank))}
+    gathered = accelerator.gather(nested)
+    values = torch.tensor([rank + 1.0, 10.0])
+    metrics = {}
+    for length, batch_size in ((9, 2), (7, 3), (8, 4), (5, 1)):
+        loader = accelerator.prepare(DataLoader(torch.arange(length), batch_size=batch_size))
+        metrics[f"{length}_{batch_size}"] = [accelerator.gather_for_metrics(batch).tolist() for batch in loader]
+        metrics[f"{length}_{batch_size}_objects"] = [
+            accelerator.gather_for_metrics(batch.tolist(), use_gather_object=True) for batch in loader]
+    return {
+        "gather": [gathered["ids"].tolist(), gathered["pair"][0].tolist(), gathered["pair"][1].tolist()],
+        "gather_object": gather_object([f"rank{rank}"]),
+        "reduce": [accelerator.reduce(values, how).tolist() for how in ("sum", "mean", "none", "max")],
+        "pad": accelerator.pad_across_processes(torch.arange(rank + 1), pad_index=-1).tolist(),
+        "pad_first": accelerator.pad_across_processes(torch.arange(rank + 1), pad_first=True).tolist(),
+        "metrics": metrics,
+    }
+
+
 def all_traces() -> dict:
-    """Every configuration's trace on this rank."""
-    return {name: trace(*config) for name, config in CONFIGS.items()}
+    """Every configuration's trace on this rank, and the collectives' results."""
+    results = {name: trace(*config) for name, config in CONFIGS.items()}
+    results["collectives"] = collectives()
+    return results
 
 
 def main() -> None:
