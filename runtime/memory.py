@@ -317,6 +317,7 @@ class _LiveGroup:
         ranks are not together any more to rebuild it.
         """
         self.collective_timeout = min(self.timeout, _collective_bound())
+        _settle_first_ddp_on_the_current_group()
         self.recreate(f"{prefix}/bounded_group", self.collective_timeout)
         yield
         self.recreate(f"{prefix}/restored_group", self.timeout)
@@ -348,6 +349,30 @@ class _LiveGroup:
             backend=self.backend, store=dist.PrefixStore(prefix, self.store), rank=self.rank,
             world_size=self.world_size, timeout=timeout, **options,
         )
+
+
+_ddp_settled = False
+
+
+def _settle_first_ddp_on_the_current_group() -> None:
+    """Build one throwaway DistributedDataParallel on the group the script made, once per process.
+
+    Observed with torch 2.13: the first DDP a process builds leaves about ten references to the
+    default group of that moment that nothing releases, so that group's Gloo sockets never close.
+    If that were one of our per-call groups, a failing rank could not let go of it and its peers
+    would wait out the collective bound (minutes) instead of about a second. Paying that one-time
+    cost on the script's own group, which stays in use anyway, keeps our groups releasable.
+    """
+    global _ddp_settled
+    if _ddp_settled:
+        return
+    from torch.nn.parallel import DistributedDataParallel  # only needed here, and only once
+
+    device = dist.group.WORLD.bound_device_id or (
+        torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu"))
+    DistributedDataParallel(torch.nn.Linear(1, 1, device=device),
+                            device_ids=[device] if device.type == "cuda" else None)
+    _ddp_settled = True
 
 
 def _collective_bound() -> datetime.timedelta:
