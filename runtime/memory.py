@@ -10,22 +10,27 @@ half an hour later. Even when nothing hangs, ranks can end up on different batch
 So here every attempt ends with a vote through the c10d store that already connects the ranks
 (torchrun's store, the one the default process group was built on):
 
-1. A rank that fails writes that to the store first, then lets go of its process group (abort and
-   destroy). For NCCL a small watcher thread on every rank waits on a store key that a failing
-   rank sets and aborts the local group, which is what releases a pending NCCL collective.
+1. A rank that fails writes that to the store first, then lets go of its process group (abort,
+   destroy, and drop every reference: the exception's frames are cleared). A Gloo group closes
+   its sockets when it is freed, so a peer blocked in a collective with it fails at once
+   ("connection closed by peer"). An NCCL collective waits on the GPU instead; there a small
+   watcher thread on every rank waits on a store key that a failing rank sets, and aborts the
+   local group, which releases the pending collective.
 2. Every rank posts its outcome for the attempt (finished, out of memory with the size it would
    retry with, a failure caused by a peer, or an error of its own) and reads everyone else's.
 3. All ranks take the same decision from the same outcomes: done; retry with the smallest proposed
    size (after re-creating the process group on a fresh store prefix, because the old one is
-   broken); or stop, when some rank failed for a reason that is not memory.
+   gone); or stop, when some rank failed for a reason that is not memory.
 
-Why a bound on collectives: a peer blocked in a Gloo collective only wakes up when the failing
-rank's sockets close or the collective times out. Aborting or destroying a Gloo group does not
-close its sockets in torch 2.x while anything still holds the group, and DDP's reducer does
-(through C++ autograd hooks that garbage collection cannot see). So during a decorated call the
-default group is rebuilt with a bounded collective timeout (``ACCEL_CONVERT_OOM_COLLECTIVE_TIMEOUT``
-seconds, 300 by default, never more than the group's own), and restored when the call succeeds:
-a peer waits at most that long before it joins the vote, instead of Gloo's 30 minutes.
+Why a bound on collectives as well: aborting a Gloo group does not close its sockets (torch 2.13);
+only freeing it does, and anything the script keeps outside the decorated function (a DDP model
+in a global, say) keeps the group alive. So during a decorated call the default group is rebuilt
+with a bounded collective timeout (``ACCEL_CONVERT_OOM_COLLECTIVE_TIMEOUT`` seconds, 300 by
+default, never more than the group's own), and restored when the call succeeds: at worst a peer
+waits that long before it joins the vote, instead of Gloo's 30 minutes. In the usual case
+(everything built inside the function) every rank trains again about a second after the error
+(benchmarks/oom_retry.py). Objects prepared before the call hold the replaced group: build the
+model, optimizer and loaders inside the decorated function, as Accelerate's examples do.
 
 A single process needs none of that and simply retries.
 """
