@@ -64,10 +64,34 @@ def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts, dim=0)
 
 
+def _leaf_shapes(data: Any, op_name: str) -> list[tuple[int, ...]]:
+    shapes: list[tuple[int, ...]] = []
+    apply_to_tensors(lambda tensor: shapes.append(tuple(tensor.shape)), data, op_name)
+    return shapes
+
+
+def check_same_shapes(data: Any, op_name: str = "gather") -> None:
+    """Raise on every rank if the ranks' tensors differ in shape.
+
+    Gloo's all_gather does not check: with a shorter tensor on one rank it returns garbage on the
+    others and crashes that rank. One small all_gather_object per call buys a clear error instead.
+    """
+    per_rank: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(per_rank, _leaf_shapes(data, op_name))
+    if any(shapes != per_rank[0] for shapes in per_rank):
+        listing = "; ".join(f"rank {rank}: {shapes}" for rank, shapes in enumerate(per_rank))
+        raise ValueError(
+            f"{op_name}: tensor shapes differ across ranks ({listing}); pad them first with "
+            "accelerator.pad_across_processes(...), or use gather_object"
+        )
+
+
 def gather(data: Any) -> Any:
-    """Concatenate every rank's tensors along dim 0, in rank order (shapes must match across ranks)."""
+    """Concatenate every rank's tensors along dim 0, in rank order (shapes must match across ranks;
+    a mismatch raises ``ValueError`` on every rank instead of returning garbage)."""
     if not is_distributed():
         return data
+    check_same_shapes(data, "gather")
     return apply_to_tensors(_gather_one, data, "gather")
 
 

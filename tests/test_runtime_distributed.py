@@ -45,6 +45,9 @@ def test_collectives_on_nested_structures(ranks: list[dict]) -> None:
         assert observed["gather_object"] == ["r0", 0, "r1", 1]
         assert observed["broadcast"] == [7]
         assert "Unsupported types" in observed["type_error"]
+        # Gloo would return garbage here; every rank gets the same clear error instead.
+        assert "rank 0: [(3,)]; rank 1: [(2,)]" in observed["shape_error"]
+        assert "pad_across_processes" in observed["shape_error"]
 
 
 def test_reduce_matches_accelerates_observed_results(ranks: list[dict]) -> None:

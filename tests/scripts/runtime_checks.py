@@ -49,7 +49,13 @@ def check_collectives(accelerator: Accelerator) -> dict:
         type_error = None
     except TypeError as error:
         type_error = str(error)
+    try:
+        accelerator.gather(torch.arange(3 - rank))
+        shape_error = None
+    except ValueError as error:
+        shape_error = str(error)
     return {
+        "shape_error": shape_error,
         "gather_a": gathered["a"].tolist(),
         "gather_b0": gathered["b"][0].tolist(),
         "gather_pair_is_namedtuple": type(gathered["b"][1]).__name__,
