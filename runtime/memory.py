@@ -244,10 +244,13 @@ def find_executable_batch_size(
         _reject_positional_batch_size(function, args)
         free_memory()
         group = _LiveGroup.capture()
-        run = _AgreedRun(group, next(_call_numbers)) if group else None
-        attempt = run.attempt if run else _attempt_alone
+        if group is None:
+            attempt, scope = _attempt_alone, contextlib.nullcontext()
+        else:
+            run = _AgreedRun(group, next(_call_numbers))
+            attempt, scope = run.attempt, group.collectives_bounded(run.root)
         tried: list[int] = []
-        with group.collectives_bounded(run.root) if group else contextlib.nullcontext():
+        with scope:
             while True:
                 if batch_size == 0:
                     raise _reached_zero(tried)
