@@ -243,3 +243,16 @@ def test_argument_errors(tmp_path: Path) -> None:
     accelerator.save_state(tmp_path / "ckpt")
     with pytest.raises(TypeError, match="Unsupported map_location 'gpu'"):
         accelerator.load_state(tmp_path / "ckpt", map_location="gpu")
+
+
+def test_gradient_scaler_state_comes_back(tmp_path: Path) -> None:
+    t = make_training()
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=1)
+    t["accelerator"].scaler = scaler
+    scaler.scale(torch.ones(()))  # a scaler holds its scale only once it has scaled something
+    t["accelerator"].save_state(tmp_path / "ckpt")
+    scaler.update(new_scale=8.0)
+    assert scaler.get_scale() == 8.0
+    t["accelerator"].load_state(tmp_path / "ckpt")
+    assert scaler.get_scale() == 1024.0
+    assert "scaler.pt" in json.loads((tmp_path / "ckpt" / MANIFEST).read_text())["files"]

@@ -7,7 +7,6 @@ the test instead of blocking it.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -16,14 +15,13 @@ import pytest
 from tests.launching import torchrun
 
 SCRIPT = Path(__file__).parent / "scripts" / "memory_oom_retry.py"
-RETRYING_SCENARIOS = ["forward", "backward", "both"]
-HAS_ACCELERATOR = importlib.util.find_spec("runtime.accelerator") is not None
+RETRYING_SCENARIOS = ["forward", "backward", "both", "accelerator"]
 
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[int, dict]]:
     out_dir = tmp_path_factory.mktemp("oom")
-    scenarios = RETRYING_SCENARIOS + (["accelerator"] if HAS_ACCELERATOR else []) + ["error"]
+    scenarios = RETRYING_SCENARIOS + ["error"]
     # A short collective bound keeps the test quick; the default (300 s) is for real jobs.
     run = torchrun(SCRIPT, str(out_dir), *scenarios, env={"ACCEL_CONVERT_OOM_COLLECTIVE_TIMEOUT": "3"},
                    timeout=150).check()
@@ -36,7 +34,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[int, dic
     return found
 
 
-@pytest.mark.parametrize("scenario", RETRYING_SCENARIOS + (["accelerator"] if HAS_ACCELERATOR else []))
+@pytest.mark.parametrize("scenario", RETRYING_SCENARIOS)
 def test_every_rank_retries_at_the_same_size_and_completes(reports, scenario: str) -> None:
     ranks = reports[scenario]
     assert sorted(ranks) == [0, 1]
@@ -65,7 +63,7 @@ def test_backward_failure_happened_while_the_peer_waited_in_the_all_reduce(repor
 def test_main_process_logs_each_retry_once(reports) -> None:
     stderr = reports["_stderr"][0]["text"]
     assert stderr.count("find_executable_batch_size: out of memory at batch size 32 on rank 1; "
-                        "retrying with 16") == (3 if HAS_ACCELERATOR else 2)
+                        "retrying with 16") == 3  # forward, backward, accelerator
     assert stderr.count("find_executable_batch_size: out of memory at batch size 32 on ranks 0, 1; "
                         "retrying with 16") == 1
 

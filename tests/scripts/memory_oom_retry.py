@@ -8,7 +8,7 @@ a row, each a separate decorated call, so the process group is also re-created s
   already waiting in DDP's gradient all-reduce;
 - ``both``: both ranks run out of memory together;
 - ``accelerator``: like ``forward``, but the training goes through ``Accelerator.prepare`` after
-  ``accelerator.free_memory()``, as in the seed write-up (only when runtime.accelerator exists);
+  ``accelerator.free_memory()``, as in the seed write-up;
 - ``error``: rank 1 raises a ValueError: both ranks must stop (and nobody hangs).
 
 A fake out-of-memory error fires while the batch size is above ``FITS`` and the step is 3, so
