@@ -36,7 +36,7 @@ CASES_DIR = REPO_ROOT / "fixtures" / "cases"
 SUPPORT_DIR = REPO_ROOT / "fixtures" / "support"
 FORKRUN = REPO_ROOT / "tests" / "e2e_support" / "forkrun.py"
 SIDE_CAR_FIELDS = {"run", "run_2proc", "metrics", "dataset_size", "compare_2proc", "compare_files",
-                   "oom_retry", "target"}
+                   "oom_retry", "target", "reported"}
 #: Groups that count evaluated samples: they must equal the sidecar's ``dataset_size``.
 COUNT_GROUPS = ("total", "count")
 NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
@@ -55,6 +55,12 @@ class Case:
     compare_2proc: tuple[str, ...] | None
     compare_files: tuple[str, ...]
     options: Options
+    #: ACC9xx codes the conversion must report (``"ACC903|ACC910"``: either one).
+    reported: tuple[str, ...] = ()
+
+    @property
+    def runnable(self) -> bool:
+        return bool(self.metrics)
 
 
 def load_case(sidecar: Path) -> Case:
@@ -74,11 +80,14 @@ def load_case(sidecar: Path) -> Case:
         compare_2proc=tuple(spec["compare_2proc"]) if "compare_2proc" in spec else None,
         compare_files=tuple(spec.get("compare_files", [])),
         options=Options(target=spec.get("target", "runtime"), oom_retry=spec.get("oom_retry", False)),
+        reported=tuple(spec.get("reported", [])),
     )
 
 
-CASES = [load_case(path) for path in sorted(CASES_DIR.glob("*.json"))]
+ALL_CASES = [load_case(path) for path in sorted(CASES_DIR.glob("*.json"))]
+CASES = [case for case in ALL_CASES if case.runnable]
 TWO_PROCESS_CASES = [case for case in CASES if case.run_2proc is not None]
+REPORTING_CASES = [case for case in ALL_CASES if case.reported]
 
 
 def run_env() -> dict[str, str]:
@@ -152,28 +161,37 @@ def describe(run: Run) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Converted:
+    """One conversion: the converted script (or why there is none) and the ACC9xx codes reported."""
+
+    script: Path | None
+    error: ConversionError | None = None
+    reported: frozenset[str] = frozenset()
+
+
 @pytest.fixture(scope="module")
-def converted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path | ConversionError]:
-    """Each runnable case converted with its sidecar's options (the CLI's own code path)."""
+def converted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Converted]:
+    """Each case converted with its sidecar's options (the CLI's own code path)."""
     folder = tmp_path_factory.mktemp("converted")
-    results: dict[str, Path | ConversionError] = {}
-    for case in CASES:
+    results: dict[str, Converted] = {}
+    for case in ALL_CASES:
         try:
             conversion = convert_source(case.script.read_bytes(), case.options, path=str(case.script))
         except ConversionError as error:
-            results[case.name] = error
+            results[case.name] = Converted(None, error)
             continue
         target = folder / case.script.name
         target.write_bytes(conversion.output)
-        results[case.name] = target
+        results[case.name] = Converted(target, reported=frozenset(c.code for c in conversion.warnings))
     return results
 
 
-def converted_script(converted: dict[str, Path | ConversionError], case: Case) -> Path:
+def converted_script(converted: dict[str, Converted], case: Case) -> Path:
     result = converted[case.name]
-    if isinstance(result, ConversionError):
-        pytest.fail(f"conversion failed: {result}")
-    return result
+    if result.script is None:
+        pytest.fail(f"conversion failed: {result.error}")
+    return result.script
 
 
 @dataclass
@@ -191,8 +209,8 @@ def one_process(converted, tmp_path_factory: pytest.TempPathFactory) -> OneProce
     jobs, keys, folders = [], [], {}
     for case in CASES:
         variants = [("original", case.script, case.run)]
-        if isinstance(converted[case.name], Path):
-            variants.append(("converted", converted[case.name], case.run))
+        if converted[case.name].script is not None:
+            variants.append(("converted", converted[case.name].script, case.run))
         if case.run_2proc is not None:
             variants.append(("reference_2proc", case.script, case.run_2proc))
         for variant, script, args in variants:
@@ -226,6 +244,14 @@ def compare_files(case: Case, reference: Path, candidate: Path) -> list[str]:
 # --------------------------------------------------------------------------------------------
 # Tests
 # --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", REPORTING_CASES, ids=lambda case: case.name)
+def test_conversion_reports_what_needs_a_person(case: Case, converted):
+    converted_script(converted, case)
+    reported = converted[case.name].reported
+    missing = [codes for codes in case.reported if not set(codes.split("|")) & reported]
+    assert missing == [], f"reported only {sorted(reported)}"
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
