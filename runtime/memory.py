@@ -331,12 +331,12 @@ class _LiveGroup:
         self.recreate(f"{prefix}/restored_group", self.timeout)
 
     def abort(self) -> None:
-        """Close this rank's connections now, so peers blocked in a collective with it fail fast."""
+        """Abort this rank's group: that releases its own pending NCCL collectives (Gloo ignores it)."""
         if dist.is_initialized():
             dist.group.WORLD.abort()
 
     def release(self) -> None:
-        """Destroy this rank's group so that its connections close and blocked peers fail fast."""
+        """Destroy this rank's group; once nothing holds it, its sockets close and peers fail fast."""
         if dist.is_initialized():
             dist.group.WORLD.abort()
             dist.destroy_process_group()
@@ -391,8 +391,8 @@ def _collective_bound() -> datetime.timedelta:
 def _rendezvous_store() -> dist.Store:
     """The store under the default process group (torchrun's TCPStore), shared by every rank.
 
-    torch.distributed has no public accessor for it; these two private names are the whole of
-    this module's reliance on torch internals.
+    torch.distributed has no public accessor for it. This and ``_group_timeout`` are the only
+    places that read torch internals.
     """
     store = dist.distributed_c10d._get_default_store()
     return getattr(store, "_underlying_non_prefix_store", store)
