@@ -225,9 +225,12 @@ def find_executable_batch_size(
 
     With an initialised process group of several ranks, an out-of-memory error on any rank makes
     every rank retry with the same (smallest proposed) size, and a non-memory error on any rank
-    stops every rank (see the module docstring). The process group must exist before the call and
-    is re-created between attempts, so build the model, optimizer and loaders inside ``function``
-    (and call ``accelerator.free_memory()`` first), as Accelerate's examples do.
+    stops every rank (see the module docstring). Every rank must make the call. The process group
+    must exist before it, and the call replaces it: once at the start (with bounded collectives),
+    between attempts, and once more on success (the script's own timeout again). So build the
+    model, optimizer and loaders inside ``function`` (and call ``accelerator.free_memory()``
+    first), as Accelerate's examples do, and do not keep using a DDP-wrapped model the function
+    returns (unwrap it: its group is gone).
     """
     if function is None:
         return functools.partial(
