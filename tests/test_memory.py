@@ -236,3 +236,40 @@ def test_a_broken_group_without_a_culprit_stops_everyone() -> None:
 def test_outcomes_travel_through_the_store_unchanged() -> None:
     outcome = Outcome(OUT_OF_MEMORY, 1024, "detail")
     assert Outcome.from_bytes(outcome.to_bytes()) == outcome
+
+
+# ---------------------------------------------------------------- against Hugging Face Accelerate
+
+ACCELERATE_EXAMPLES = [
+    torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+    RuntimeError("XPU out of memory. Tried to allocate 2.00 GiB"),
+    RuntimeError("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a "
+                 "non-contiguous input."),
+    RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you "
+                 "tried to allocate 8 bytes."),
+    RuntimeError("FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed"),
+    RuntimeError("Expected all tensors to be on the same device"),
+    ValueError("CUDA out of memory."),
+]
+
+
+@pytest.mark.parametrize("error", ACCELERATE_EXAMPLES, ids=lambda e: str(e)[:30])
+def test_recognises_whatever_accelerate_recognises(error: Exception) -> None:
+    from accelerate.utils.memory import should_reduce_batch_size
+
+    assert is_out_of_memory(error) == should_reduce_batch_size(error)
+
+
+def test_type_error_guard_says_what_accelerate_says() -> None:
+    from accelerate.utils import find_executable_batch_size as accelerate_decorator
+
+    def train(batch_size: int, model: str) -> None:
+        pass
+
+    messages = []
+    for decorator in (accelerate_decorator, find_executable_batch_size):
+        with pytest.raises(TypeError) as info:
+            decorator(train, starting_batch_size=8)(8, "model")
+        messages.append(str(info.value))
+    lead = "Batch size was passed into `train` as the first argument when called."
+    assert all(message.startswith(lead) for message in messages)
