@@ -84,10 +84,11 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         if hasattr(self.optimizer, "eval"):
             self.optimizer.eval()
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """Clear gradients, but only once the accumulated gradient has been used (sync steps)."""
+    def zero_grad(self, set_to_none: bool | None = None) -> None:
+        """Clear gradients (to None by default), but only once the accumulated gradient has been
+        used (sync steps)."""
         if self.gradient_state.sync_gradients:
-            self.optimizer.zero_grad(set_to_none=set_to_none)
+            self.optimizer.zero_grad(set_to_none=True if set_to_none is None else set_to_none)
 
     def unscale_gradients(self) -> None:
         """Divide the gradients by the loss scale, at most once per optimizer step."""
