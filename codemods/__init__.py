@@ -27,18 +27,25 @@ def convert_module(module: cst.Module, options: Options) -> ConversionOutcome:
     if not facts.uses_torch:
         return ConversionOutcome(module)
     report_only = bool(facts.existing_features & DISTRIBUTED_FEATURES)
-    original_lines = module.code.splitlines()
+    original = module
     changes: list[Change] = []
     for codemod_class in all_codemods():
         codemod = codemod_class()
         if report_only and not codemod.code.startswith("ACC9"):
             continue
-        if not _switched_on(codemod, options) or not codemod.applies(facts, options):
+        rewrites = options.enabled(codemod.code)
+        reports = any(options.enabled(code) for code in codemod.extra_codes)
+        if not (rewrites or reports) or not codemod.applies(facts, options):
             continue
         converted, found = codemod.transform(module, facts, options)
+        if not rewrites:
+            # Only its findings were asked for (--select ACC904): keep those, drop the rewrite.
+            converted, found = module, [change for change in found if change.code != codemod.code]
         if converted is not module and facts.origins.site(converted) is None:
             # A pass that does not carry positions reported them in the tree it received.
-            found = [move_to_original(change, module, original_lines) for change in found]
+            if found:
+                lines = original.code.splitlines()
+                found = [move_to_original(change, module, lines) for change in found]
             reanchor(module, converted, facts.origins)
         module = converted
         changes.extend(found)
@@ -47,7 +54,3 @@ def convert_module(module: cst.Module, options: Options) -> ConversionOutcome:
     changes.sort(key=lambda change: (change.line, change.column, change.code))
     return ConversionOutcome(module, changes)
 
-
-def _switched_on(codemod: Codemod, options: Options) -> bool:
-    """A pass runs when its own code or one of the codes it reports is selected."""
-    return any(options.enabled(code) for code in (codemod.code, *codemod.extra_codes))

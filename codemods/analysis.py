@@ -546,13 +546,14 @@ class _Conclusions:
                 (s for s in eval_switches if s[1] == loop.function and s[0] < loop.order), default=None
             )
             evaluates = loop.no_grad or (last_switch is not None and last_switch[2] == "eval")
+            # Whatever the loop does, prepare puts its batches on the device.
+            facts.batch_names_by_function.setdefault(loop.function, set()).update(loop.targets)
             if not trains and not evaluates:
                 continue
             kind = "train" if trains else "eval"
             record = LoopFacts(loop.function, loop.iterated, loop.targets, kind, self.site(loop.node))
             (facts.train_loops if trains else facts.eval_loops).append(record)
             (train if trains else evaluation).update(origins | {loop.iterated})
-            facts.batch_names_by_function.setdefault(loop.function, set()).update(loop.targets)
         # Loaders never looped over keep their name's hint.
         unknown = created_loaders - train - evaluation
         facts.train_loaders = (train | {n for n in unknown if "train" in n.lower()}) - (evaluation - train)

@@ -209,6 +209,9 @@ class Helpers(Codemod):
         accelerator = facts.existing_accelerator or facts.accelerator_name
         survey = _Survey(accelerator, facts.accessible_functions, facts)
         module.visit(survey)
+        for caller, callees in facts.call_graph.items():
+            if caller in survey.functions:  # calls in statements the survey did not walk
+                survey.functions[caller].calls |= callees
         needs = needing_parameter(survey.functions, facts.main_function)
         if not needs:
             return module, []

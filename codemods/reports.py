@@ -35,7 +35,13 @@ class NoDataLoader(Codemod):
     name = "no-dataloader"
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return facts.backward_site is not None and not facts.train_loops and not facts.train_loaders
+        return (
+            facts.backward_site is not None
+            and not facts.train_loops
+            and not facts.train_loaders
+            # A script that shards its own data: ACC903 says it all.
+            and not facts.existing_features & {"DistributedDataParallel", "mp.spawn", "init_process_group"}
+        )
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         assert facts.backward_site is not None

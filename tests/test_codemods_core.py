@@ -240,3 +240,200 @@ def test_hard_cases(body: str, expectations: list[str]) -> None:
 def convert_text(code: str) -> tuple[str, list]:
     outcome = convert_module(cst.parse_module(code), Options())
     return outcome.module.code, outcome.changes
+
+
+# -- smaller rewrites, one table per codemod ------------------------------------------------------
+
+LOOP = """\
+def main():
+    device = torch.device("cuda")
+    loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for {target} in loader:
+{body}
+"""
+
+
+def in_loop(body: str, target: str = "batch", prelude: str = "") -> str:
+    return prelude + LOOP.format(target=target, body=textwrap.indent(textwrap.dedent(body), " " * 8))
+
+
+REWRITES = {
+    "backward keyword kept": (in_loop("loss = model(batch[0]).sum()\nloss.backward(retain_graph=True)"),
+                              ["accelerator.backward(loss, retain_graph=True)"]),
+    "backward of any expression": (in_loop("model(batch[0]).sum().backward()"),
+                                   ["accelerator.backward(model(batch[0]).sum())"]),
+    "GradScaler left to the AMP pass": (in_loop("scaler.scale(model(batch[0]).sum()).backward()",
+                                                prelude="scaler = None\n"),
+                                        ["-accelerator.backward(scaler.scale(model(batch[0]).sum()))"]),
+    "torch.autograd.backward is a function": (in_loop("torch.autograd.backward(model(batch[0]).sum())"),
+                                              ["torch.autograd.backward(model(batch[0]).sum())"]),
+    "clip by full name": (in_loop("torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)"),
+                          ["accelerator.clip_grad_norm_(model.parameters(), 1.0)"]),
+    "clip through nn alias": (in_loop("nn.utils.clip_grad_value_(model.parameters(), 1.0)"),
+                              ["accelerator.clip_grad_value_(model.parameters(), 1.0)"]),
+    "clip imported under another name": (
+        in_loop("clip(model.parameters(), 1.0)", prelude="from torch.nn.utils import clip_grad_norm_ as clip\n"),
+        ["accelerator.clip_grad_norm_(model.parameters(), 1.0)"]),
+    "a local function named like the clipper is not it": (
+        in_loop("clip_grad_norm_(model.parameters(), 1.0)", prelude="def clip_grad_norm_(p, v):\n    pass\n"),
+        ["clip_grad_norm_(model.parameters(), 1.0)"]),
+    "dict batch moved by prepare": (in_loop("batch = {k: v.to(device) for k, v in batch.items()}\nmodel(**batch)"),
+                                    ["-batch = {k: v.to(device) for k, v in batch.items()}", "model(**batch)"]),
+    "tuple batch moved by prepare": (in_loop("batch = tuple(t.to(device) for t in batch)\nmodel(batch[0])"),
+                                     ["-batch = tuple(t.to(device) for t in batch)"]),
+    "subscripted batch keeps dtype": (in_loop('x = batch[0].to(device, torch.float16)\nmodel(x)'),
+                                      ["x = batch[0].to(torch.float16)"]),
+    "non_blocking goes with the device": (in_loop("x = batch[0].to(device, non_blocking=True)\nmodel(x)"),
+                                          ["x = batch[0]"]),
+    "created tensor .cuda() → accelerator.device": (in_loop("mask = torch.ones(3).cuda()\nmodel(batch[0])"),
+                                                    ["mask = torch.ones(3).to(accelerator.device)"]),
+    "set_device removed": (in_loop("model(batch[0])", prelude="").replace(
+        'device = torch.device("cuda")', 'torch.cuda.set_device(0)\n    device = torch.device("cuda")'),
+        ["-torch.cuda.set_device(0)", "device = accelerator.device"]),
+    "tqdm on the local main process": (in_loop("model(batch[0])", prelude="from tqdm import tqdm\n").replace(
+        "in loader:", "in tqdm(loader):"),
+        ["for batch in tqdm(loader, disable=not accelerator.is_local_main_process):"]),
+    "tqdm disable merged": (in_loop("model(batch[0])", prelude="from tqdm.auto import tqdm\n").replace(
+        "in loader:", "in tqdm(loader, disable=quiet):"),
+        ["for batch in tqdm(loader, disable=quiet or not accelerator.is_local_main_process):"]),
+    "print after the accelerator exists": (in_loop('print("step")'), ['accelerator.print("step")']),
+    "a print from rich is not the builtin": (in_loop('print("step")', prelude="from rich import print\n"),
+                                             ['print("step")']),
+}
+
+
+@pytest.mark.parametrize(("body", "expectations"), REWRITES.values(), ids=REWRITES.keys())
+def test_rewrites(body: str, expectations: list[str]) -> None:
+    test_hard_cases(body, expectations)
+
+
+HELPERS = {
+    "positional parameter and arguments": (
+        "def train(model, loader, optimizer):\n    for (x,) in loader:\n        model(x).sum().backward()\n",
+        "train(model, loader, optimizer)",
+        ["def train(model, loader, optimizer, accelerator):", "train(model, loader, optimizer, accelerator)"]),
+    "after defaulted parameters: keyword-only": (
+        "def train(model, loader, optimizer, log_every=10):\n    for (x,) in loader:\n        model(x).sum().backward()\n",
+        "train(model, loader, optimizer)",
+        ["def train(model, loader, optimizer, log_every=10, *, accelerator):",
+         "train(model, loader, optimizer, accelerator=accelerator)"]),
+    "keyword call": (
+        "def train(model, loader, optimizer):\n    for (x,) in loader:\n        model(x).sum().backward()\n",
+        "train(model=model, loader=loader, optimizer=optimizer)",
+        ["train(model=model, loader=loader, optimizer=optimizer, accelerator=accelerator)"]),
+    "through an intermediate function": (
+        "def step(model, x):\n    model(x).sum().backward()\n\n"
+        "def train(model, loader, optimizer):\n    for (x,) in loader:\n        step(model, x)\n",
+        "train(model, loader, optimizer)",
+        ["def step(model, x, accelerator):", "step(model, x, accelerator)",
+         "def train(model, loader, optimizer, accelerator):"]),
+}
+
+
+@pytest.mark.parametrize(("helper", "call", "expectations"), HELPERS.values(), ids=HELPERS.keys())
+def test_helper_functions_receive_the_accelerator(helper: str, call: str, expectations: list[str]) -> None:
+    body = helper + (
+        "\ndef main():\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)\n"
+        "    model = nn.Linear(4, 1)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        f"    {call}\n"
+    )
+    test_hard_cases(body, expectations)
+
+
+REPORTS = {
+    "loss threshold": ("if loss.item() < 1e-3:\n    break", "ACC902"),
+    "value derived from the model": ("acc = (model(batch[0]) > 0).float().mean()\nif acc > 0.9:\n    break", "ACC902"),
+    "command-line flag": ("if args.dry_run:\n    break", None),
+    "step counter": ("if step >= 3:\n    break", None),
+}
+
+
+@pytest.mark.parametrize(("snippet", "code"), REPORTS.values(), ids=REPORTS.keys())
+def test_rank_dependent_breaks_are_reported(snippet: str, code: str | None) -> None:
+    body = in_loop("loss = model(batch[0]).sum()\nloss.backward()\n" + snippet).replace(
+        "def main():", "def main(args, step=0):")
+    _, lines = convert(body)
+    assert ("#ACC902" in lines) == (code == "ACC902")
+    assert "break" in lines, "the loop is left as it was"
+
+
+def test_data_without_a_dataloader_is_reported_not_sharded() -> None:
+    body = (
+        "def main():\n    model = nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    data = torch.randn(8, 4)\n    for i in range(0, 8, 2):\n        loss = model(data[i:i + 2]).sum()\n"
+        "        loss.backward()\n        optimizer.step()\n"
+    )
+    code, lines = convert(body)
+    assert "#ACC901" in lines
+    assert "accelerator.backward(loss)" in lines
+    assert "model, optimizer = accelerator.prepare(model, optimizer)" in lines
+
+
+def test_existing_distributed_script_is_reported_and_left_alone() -> None:
+    body = (
+        "import torch.multiprocessing as mp\nimport torch.distributed as dist\n\n"
+        "def worker(rank):\n    dist.init_process_group('gloo', rank=rank, world_size=2)\n"
+        "    model = nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    model(torch.ones(4)).sum().backward()\n\n"
+        "if __name__ == '__main__':\n    mp.spawn(worker, nprocs=2)\n"
+    )
+    source = HEADER + body
+    outcome = convert_module(cst.parse_module(source), Options())
+    assert outcome.module.code == source
+    assert {change.code for change in outcome.changes} == {"ACC903"}
+    assert all(not change.fixed for change in outcome.changes)
+
+
+def test_module_without_torch_is_returned_untouched() -> None:
+    module = cst.parse_module("import numpy as np\nprint(np.ones(3))\n")
+    outcome = convert_module(module, Options())
+    assert outcome.module is module
+    assert outcome.changes == []
+
+
+@pytest.mark.parametrize(
+    ("options", "rewritten", "kept"),
+    [
+        (Options(select=("ACC105",)), "accelerator.backward(loss)", "print(loss)"),
+        (Options(ignore=("ACC105",)), "accelerator.print(loss)", "loss.backward()"),
+    ],
+)
+def test_select_and_ignore_switch_passes(options: Options, rewritten: str, kept: str) -> None:
+    code, _ = convert(in_loop("loss = model(batch[0]).sum()\nloss.backward()\nprint(loss)"), options)
+    lines = [line.strip() for line in code.splitlines()]
+    assert rewritten in lines and kept in lines
+
+
+PLACEMENT = {
+    "after argument parsing in main": (
+        "def main():\n    parser = argparse.ArgumentParser()\n    args = parser.parse_args()\n"
+        "    model = nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        ["args = parser.parse_args()", "accelerator = Accelerator()", "model = nn.Linear(4, 1)"]),
+    "top of main without parsing": (
+        'def main():\n    """Train."""\n    model = nn.Linear(4, 1)\n'
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        ['"""Train."""', "accelerator = Accelerator()", "model = nn.Linear(4, 1)"]),
+    "module-level script, not at import time": (
+        "class Net(nn.Module):\n    pass\n\nseed = 1\nmodel = nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        ["seed = 1", "accelerator = Accelerator()", "model = nn.Linear(4, 1)"]),
+    "inside the __main__ block": (
+        "if __name__ == '__main__':\n    args = argparse.ArgumentParser().parse_args()\n"
+        "    model = nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        ["args = argparse.ArgumentParser().parse_args()", "accelerator = Accelerator()", "model = nn.Linear(4, 1)"]),
+}
+
+
+@pytest.mark.parametrize(("body", "in_order"), PLACEMENT.values(), ids=PLACEMENT.keys())
+def test_accelerator_is_created_early_but_not_too_early(body: str, in_order: list[str]) -> None:
+    code, _ = convert(body)
+    lines = [line.strip() for line in code.splitlines()]
+    positions = [lines.index(line) for line in in_order]
+    assert positions == sorted(positions) and positions[1] == positions[0] + 1, code
+    assert "from runtime import Accelerator" in lines
+    accelerate, _ = convert(body, Options(target="accelerate"))
+    assert "from accelerate import Accelerator" in accelerate.splitlines()
