@@ -211,50 +211,62 @@ class Accelerator:
     # ------------------------------------------------------------------ where am I
     @property
     def device(self) -> torch.device:
+        """The device this process trains on (``cuda:LOCAL_RANK``, ``cuda``, ``mps`` or ``cpu``)."""
         return self.state.device
 
     @property
     def distributed_type(self) -> DistributedType:
+        """``NO`` (one process), ``MULTI_CPU`` (Gloo) or ``MULTI_GPU`` (NCCL)."""
         return self.state.distributed_type
 
     @property
     def num_processes(self) -> int:
+        """How many processes train together (the world size)."""
         return self.state.num_processes
 
     @property
     def process_index(self) -> int:
+        """This process's global rank, 0 .. num_processes - 1."""
         return self.state.process_index
 
     @property
     def local_process_index(self) -> int:
+        """This process's rank on its machine (``LOCAL_RANK``)."""
         return self.state.local_process_index
 
     @property
     def is_main_process(self) -> bool:
+        """True on global rank 0 (write files, print summaries here)."""
         return self.state.is_main_process
 
     @property
     def is_local_main_process(self) -> bool:
+        """True on each machine's local rank 0."""
         return self.state.is_local_main_process
 
     @property
     def is_last_process(self) -> bool:
+        """True on the last global rank."""
         return self.state.is_last_process
 
     @property
     def use_distributed(self) -> bool:
+        """True when more than one process trains together."""
         return self.state.use_distributed
 
     @property
     def mixed_precision(self) -> str:
+        """``"no"``, ``"fp16"`` or ``"bf16"``."""
         return self.state.mixed_precision
 
     @property
     def split_batches(self) -> bool:
+        """True when each batch is cut across ranks (see DataLoaderConfiguration)."""
         return self.dataloader_config.split_batches
 
     @property
     def even_batches(self) -> bool:
+        """True when the last round of batches is completed from the start (equal steps per rank)."""
         return self.dataloader_config.even_batches
 
     @even_batches.setter
@@ -263,10 +275,12 @@ class Accelerator:
 
     @property
     def project_dir(self) -> str | None:
+        """Base folder of checkpoints (``ProjectConfiguration.project_dir``)."""
         return self.project_configuration.project_dir
 
     @property
     def logging_dir(self) -> str | None:
+        """Logging folder (``ProjectConfiguration.logging_dir``)."""
         return self.project_configuration.logging_dir
 
     # ------------------------------------------------------------------ prepare
@@ -384,6 +398,7 @@ class Accelerator:
 
     @property
     def gradient_accumulation_steps(self) -> int:
+        """Batches per optimizer step under ``accumulate()`` (writable)."""
         return self.gradient_state.num_steps
 
     @gradient_accumulation_steps.setter
@@ -498,6 +513,7 @@ class Accelerator:
         return data
 
     def gather_object(self, obj: Any) -> Any:
+        """Every rank's picklable object in one list (list contributions flattened one level)."""
         return collectives.gather_object(obj)
 
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:

@@ -75,14 +75,17 @@ class ProcessState:
 
     @property
     def is_main_process(self) -> bool:
+        """True on global rank 0."""
         return self.process_index == 0
 
     @property
     def is_local_main_process(self) -> bool:
+        """True on each machine's local rank 0."""
         return self.local_process_index == 0
 
     @property
     def is_last_process(self) -> bool:
+        """True on the last global rank."""
         return self.process_index == self.num_processes - 1
 
 

@@ -67,12 +67,15 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.optimizer.defaults = defaults
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a parameter group to the wrapped optimizer."""
         self.optimizer.add_param_group(param_group)
 
     def state_dict(self) -> dict[str, Any]:
+        """The wrapped object's ``state_dict()``."""
         return self.optimizer.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load into the wrapped object."""
         self.optimizer.load_state_dict(state_dict)
 
     def train(self) -> None:
@@ -81,6 +84,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
             self.optimizer.train()
 
     def eval(self) -> None:
+        """Forwarded for optimizers with train/eval modes."""
         if hasattr(self.optimizer, "eval"):
             self.optimizer.eval()
 
@@ -170,18 +174,23 @@ class AcceleratedScheduler:
         return total_steps is not None and getattr(self.scheduler, "_step_count", 0) > total_steps
 
     def get_last_lr(self) -> list[float]:
+        """The wrapped scheduler's last learning rates."""
         return self.scheduler.get_last_lr()
 
     def state_dict(self) -> dict[str, Any]:
+        """The wrapped object's ``state_dict()``."""
         return self.scheduler.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load into the wrapped object."""
         self.scheduler.load_state_dict(state_dict)
 
     def get_lr(self) -> Any:
+        """The wrapped scheduler's ``get_lr()``."""
         return self.scheduler.get_lr()
 
     def print_lr(self, *args: Any, **kwargs: Any) -> Any:
+        """The wrapped scheduler's ``print_lr(...)``."""
         return self.scheduler.print_lr(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
