@@ -269,3 +269,22 @@ def test_single_process_collectives_are_the_identity() -> None:
     assert [accelerator.gather_for_metrics(batch).tolist() for batch in loader] == [[0, 1], [2, 3], [4]]
     with accelerator.split_between_processes([1, 2, 3]) as share:
         assert share == [1, 2, 3]
+
+
+def test_autocast_context_follows_mixed_precision() -> None:
+    a = torch.ones(2, 2)
+    with Accelerator(mixed_precision="bf16").autocast():
+        assert (a @ a).dtype == torch.bfloat16
+    with Accelerator().autocast():
+        assert (a @ a).dtype == torch.float32
+
+
+def test_skip_first_batches_and_free_memory() -> None:
+    accelerator = Accelerator()
+    loader = accelerator.prepare(DataLoader(torch.arange(10), batch_size=2))
+    resumed = accelerator.skip_first_batches(loader, 2)
+    assert [batch.tolist() for batch in resumed] == [[4, 5], [6, 7], [8, 9]]
+    model = accelerator.prepare(torch.nn.Linear(1, 1))
+    accelerator.step = 3
+    assert accelerator.free_memory(model) == [None]
+    assert (accelerator._models, accelerator._dataloaders, accelerator.step) == ([], [], 0)
