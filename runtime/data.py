@@ -227,13 +227,14 @@ class PreparedDataLoader(DataLoader):
     def _flag_last(self, batches: Iterator[Any]) -> Iterator[tuple[bool, Any]]:
         """Pair each batch with "is it the epoch's last?".
 
-        Map-style loaders know their length, so counting finds the last batch without reading
-        ahead: fetching a batch early would run ``__getitem__``/collate (and any RNG they draw)
-        before the training step that precedes it, changing a one-process run's numbers.
-        Iterable datasets may not know their length, so they are read one batch ahead.
+        A loader that knows its length finds the last batch by counting, without reading ahead:
+        fetching a batch early would run ``__getitem__``/collate (and any RNG they draw) before
+        the training step that precedes it, changing a one-process run's numbers. Iterable
+        datasets (whose ``len`` is only a hint) and samplers without ``len`` are read one batch
+        ahead instead.
         """
-        if not isinstance(self.dataset, IterableDataset):
-            expected = len(self)
+        expected = self._trusted_length()
+        if expected is not None:
             for count, batch in enumerate(batches, start=1):
                 yield count == expected, batch
             return
@@ -244,6 +245,14 @@ class PreparedDataLoader(DataLoader):
             previous, have_previous = batch, True
         if have_previous:
             yield True, previous
+
+    def _trusted_length(self) -> int | None:
+        if isinstance(self.dataset, IterableDataset):
+            return None
+        try:
+            return len(self)
+        except TypeError:  # a custom (batch) sampler without __len__
+            return None
 
 
 def _epoch_receivers(loader: DataLoader) -> list[Any]:

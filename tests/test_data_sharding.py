@@ -323,6 +323,24 @@ def test_end_of_dataloader_for_iterable_and_nested_loaders() -> None:
     assert not state.in_dataloader
 
 
+class UnsizedBatchSampler:
+    """A batch sampler that cannot tell its length (only ``__iter__``)."""
+
+    def __iter__(self):
+        return iter([[0, 1], [2, 3], [4]])
+
+
+@pytest.mark.parametrize(("num_processes", "expected"), [(1, [[0, 1], [2, 3], [4]]), (2, [[0, 1], [4]])])
+def test_last_batch_is_found_without_a_length(num_processes, expected) -> None:
+    state = GradientState()
+    prepared = prepare(DataLoader(list(range(5)), batch_sampler=UnsizedBatchSampler()), num_processes, 0,
+                       gradient_state=state)
+    with pytest.raises(TypeError):
+        len(prepared)
+    trace = [(batch.tolist(), state.end_of_dataloader, state.remainder) for batch in prepared]
+    assert trace == [(batch, index == len(expected) - 1, -1) for index, batch in enumerate(expected)]
+
+
 def test_leaving_a_loop_early_unregisters_the_loader() -> None:
     state = GradientState()
     prepared = prepare(DataLoader(list(range(8)), batch_size=2), 1, 0, gradient_state=state)
