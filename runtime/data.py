@@ -156,8 +156,9 @@ class PreparedDataLoader(DataLoader):
         self.iteration = iteration
         # Report the script's own batch size and drop_last, not the placeholders torch stores when
         # it is given a batch sampler. DataLoader forbids setting these after construction because
-        # its iterators read them; ours pass the real values in `loader_arguments` and only read
-        # the sharded sampler, so bypassing the guard changes nothing about iteration.
+        # its iterators could read stale values; but batching was fixed above (by the sharded batch
+        # sampler, or for iterable datasets by the batch sampler torch built from the per-rank
+        # size), so the attributes are only reported and bypassing the guard is safe.
         object.__setattr__(self, "batch_size", plan.batch_size)
         object.__setattr__(self, "drop_last", plan.drop_last)
 
@@ -198,8 +199,10 @@ class PreparedDataLoader(DataLoader):
 
     def __len__(self) -> int:
         if isinstance(self.dataset, IterableShard) and self.plan.rank_batch_size:
-            return max(len(self.dataset) // self.plan.rank_batch_size - self.plan.skip_batches, 0)
-        return super().__len__()
+            batches = len(self.dataset) // self.plan.rank_batch_size  # the shard holds whole batches
+        else:
+            batches = super().__len__()
+        return max(batches - self.plan.skip_batches, 0)
 
     def __iter__(self) -> Iterator[Any]:
         if self.plan.num_processes > 1:

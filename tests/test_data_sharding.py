@@ -429,6 +429,8 @@ def test_skip_first_batches_on_a_prepared_iterable_loader() -> None:
     assert as_lists(prepared) == [[0, 1], [4, 5], [8, 9]] and len(prepared) == 3
     skipped = skip_first_batches(prepared, 2)
     assert as_lists(skipped) == [[8, 9]] and len(skipped) == 1
+    alone = skip_first_batches(prepare(DataLoader(RangeStream(5), batch_size=2), 1, 0), 1)
+    assert as_lists(alone) == [[2, 3], [4]] and len(alone) == 2
 
 
 def test_skip_batch_sampler() -> None:
