@@ -72,19 +72,14 @@ def add_import(module: cst.Module, line: cst.SimpleStatementLine) -> cst.Module:
     last_import = None
     for position in range(index, len(body)):
         node = body[position]
-        if isinstance(node, cst.SimpleStatementLine) and all(
+        if not (isinstance(node, cst.SimpleStatementLine) and all(
             isinstance(small, (cst.Import, cst.ImportFrom)) for small in node.body
-        ):
-            last_import = position
-        elif last_import is not None or not _is_comment_only(node):
+        )):
             break
+        last_import = position
     insert_at = last_import + 1 if last_import is not None else index
     body.insert(insert_at, line)
     return module.with_changes(body=body)
-
-
-def _is_comment_only(node: cst.BaseStatement) -> bool:
-    return False
 
 
 class _CreateAccelerator(HomeBlockTransformer):

@@ -53,7 +53,7 @@ class _Backward(CodemodTransformer):
             return updated_node
         if self.qualified_name(original_node.func.value) is not None:  # type: ignore[attr-defined]
             return updated_node  # torch.autograd.backward and the like: a function, not a tensor
-        if self.function not in self.accessible or len(self.scope) > 1 and self.function != "<module>" and self._in_class():
+        if self.function not in self.accessible:  # a class method, or code no accelerator reaches
             self.report(UNREACHABLE, "backward() where no accelerator is reachable: left as it was",
                         original_node, fixed=False)
             return updated_node
@@ -63,9 +63,6 @@ class _Backward(CodemodTransformer):
             func=cst.Attribute(cst.Name(self.accelerator), cst.Name("backward")),
             args=[cst.Arg(receiver), *updated_node.args],
         )
-
-    def _in_class(self) -> bool:
-        return False
 
 
 class Backward(Codemod):
