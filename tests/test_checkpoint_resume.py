@@ -1,7 +1,8 @@
 """Resume on 2 ranks: "train k, save, train m" and "load, train m" see the same batches and end on
 the same parameters, exactly (shuffled loader, dropout, AdamW, StepLR, a registered object).
 
-Two launches of tests/scripts/checkpoint_resume.py (one per phase), shared by every test here.
+Two launches of tests/scripts/checkpoint_resume.py (one per phase), shared by every test here,
+and two more of the same script under Hugging Face Accelerate for the comparison the README makes.
 """
 
 from __future__ import annotations
@@ -25,9 +26,19 @@ def phases(tmp_path_factory: pytest.TempPathFactory) -> dict:
     checkpoint = work / "ckpt"
     for phase in ("full", "resume"):
         torchrun(SCRIPT, phase, str(checkpoint), str(work), timeout=150).check()
-    reports = {(phase, rank): json.loads((work / f"{phase}_rank{rank}.json").read_text())
+    reports = {(phase, rank): json.loads((work / f"runtime_{phase}_rank{rank}.json").read_text())
                for phase in ("full", "resume") for rank in (0, 1)}
     return {"reports": reports, "checkpoint": checkpoint}
+
+
+@pytest.fixture(scope="module")
+def accelerate_phases(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    work = tmp_path_factory.mktemp("resume_accelerate")
+    for phase in ("full", "resume"):
+        torchrun(SCRIPT, phase, str(work / "ckpt"), str(work), "accelerate",
+                 env={"ACCELERATE_USE_CPU": "1"}, timeout=150).check()
+    return {(phase, rank): json.loads((work / f"accelerate_{phase}_rank{rank}.json").read_text())
+            for phase in ("full", "resume") for rank in (0, 1)}
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -69,3 +80,15 @@ def test_a_two_rank_checkpoint_is_refused_by_one_process(phases) -> None:
     accelerator.prepare(torch.nn.Linear(4, 1))
     with pytest.raises(CheckpointError, match=r"checkpoint\.json: saved by 2 processes, this run has 1"):
         accelerator.load_state(phases["checkpoint"])
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_accelerate_resumes_with_other_batches_where_runtime_is_exact(phases, accelerate_phases, rank: int) -> None:
+    """Accelerate 1.15 does not save the loaders' shuffling generator: its resumed run draws
+    another order, and so ends on other parameters. The same script on runtime is exact."""
+    full, resumed = accelerate_phases["full", rank], accelerate_phases["resume", rank]
+    assert resumed["counter_at_start"] == full["counter_at_start"] == 8  # the checkpoint itself loaded
+    assert [e["batches"] for e in resumed["epochs"]] != [e["batches"] for e in full["epochs"]]
+    assert resumed["parameters"] != full["parameters"]
+    ours = phases["reports"]
+    assert ours["resume", rank]["parameters"] == ours["full", rank]["parameters"]

@@ -1,9 +1,9 @@
 """Train, checkpoint, keep training; or resume from the checkpoint: the two must agree exactly.
 
-``checkpoint_resume.py full CHECKPOINT OUT_DIR``: train one epoch, ``save_state(CHECKPOINT)``, train
+``checkpoint_resume.py full CHECKPOINT OUT_DIR [runtime|accelerate]``: train one epoch, ``save_state(CHECKPOINT)``, train
 two more epochs. ``checkpoint_resume.py resume CHECKPOINT OUT_DIR``: build the same objects (from a
 *different* seed, so nothing matches by luck), ``load_state(CHECKPOINT)``, train the two epochs.
-Each rank writes OUT_DIR/<phase>_rank<r>.json: the sample indices of every batch after the
+Each rank writes OUT_DIR/<target>_<phase>_rank<r>.json: the sample indices of every batch after the
 checkpoint, random draws from Python and NumPy, and the final parameters. The model has dropout
 and the loader shuffles, so batches and parameters only agree if every RNG came back.
 """
@@ -18,8 +18,6 @@ from pathlib import Path
 import numpy
 import torch
 from torch.utils.data import DataLoader, TensorDataset
-
-from runtime.accelerator import Accelerator
 
 SAMPLES, BATCH_SIZE, EPOCHS_AFTER = 64, 4, 2
 
@@ -37,11 +35,19 @@ class StepCounter:
         self.steps = state["steps"]
 
 
-def build(seed: int):
+def make_accelerator(target: str):
+    if target == "accelerate":  # the same script under Hugging Face Accelerate, for comparison
+        from accelerate import Accelerator
+    else:
+        from runtime.accelerator import Accelerator
+    return Accelerator()
+
+
+def build(seed: int, target: str):
     torch.manual_seed(seed)
     random.seed(seed)
     numpy.random.seed(seed)
-    accelerator = Accelerator()
+    accelerator = make_accelerator(target)
     data = torch.Generator().manual_seed(0)
     inputs = torch.randn(SAMPLES, 4, generator=data)
     dataset = TensorDataset(inputs, inputs.sum(dim=1, keepdim=True), torch.arange(SAMPLES))
@@ -72,7 +78,8 @@ def train_epoch(accelerator, model, optimizer, scheduler, loader, counter) -> li
 
 def main() -> None:
     phase, checkpoint, out_dir = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-    objects = build(seed=0 if phase == "full" else 1234)
+    target = sys.argv[4] if len(sys.argv) > 4 else "runtime"
+    objects = build(seed=0 if phase == "full" else 1234, target=target)
     accelerator, model, optimizer, scheduler, loader, counter = objects
     if phase == "full":
         train_epoch(*objects)
@@ -88,7 +95,7 @@ def main() -> None:
                             for p in accelerator.unwrap_model(model).parameters()]
     report["counter"] = counter.steps
     report["world_size"] = accelerator.num_processes
-    (out_dir / f"{phase}_rank{accelerator.process_index}.json").write_text(json.dumps(report))
+    (out_dir / f"{target}_{phase}_rank{accelerator.process_index}.json").write_text(json.dumps(report))
 
 
 if __name__ == "__main__":
