@@ -1,8 +1,10 @@
 """Train, checkpoint, keep training; or resume from the checkpoint: the two must agree exactly.
 
-``checkpoint_resume.py full CHECKPOINT OUT_DIR [runtime|accelerate]``: train one epoch, ``save_state(CHECKPOINT)``, train
-two more epochs. ``checkpoint_resume.py resume CHECKPOINT OUT_DIR``: build the same objects (from a
-*different* seed, so nothing matches by luck), ``load_state(CHECKPOINT)``, train the two epochs.
+``checkpoint_resume.py full CHECKPOINT OUT_DIR [TARGET]``: train one epoch,
+``save_state(CHECKPOINT)``, train two more epochs. ``checkpoint_resume.py resume CHECKPOINT OUT_DIR
+[TARGET]``: build the same objects (from a *different* seed, so nothing matches by luck),
+``load_state(CHECKPOINT)``, train the two epochs. TARGET is ``runtime`` (default) or
+``accelerate`` (the same script under Hugging Face Accelerate, for comparison).
 Each rank writes OUT_DIR/<target>_<phase>_rank<r>.json: the sample indices of every batch after the
 checkpoint, random draws from Python and NumPy, and the final parameters. The model has dropout
 and the loader shuffles, so batches and parameters only agree if every RNG came back.
