@@ -13,6 +13,9 @@ then (c) a whole ``accel-convert --check`` process on a typical ~9 KB training s
 
 Targets (issue 6): b/a ≤ 3 for typical training scripts; c ≤ 1.5 × d.
 
+To show where the time goes, b is also timed without its verification step (parse, codemods
+once, print), reported as "codemods once".
+
 Method: a and b are timed back to back for each file, alternating which goes first from round to
 round, and each file keeps its best time over the rounds (best-of-N filters out the other
 processes sharing the machine). Process timings alternate c and d and keep the median.
@@ -42,7 +45,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from codemods.base import Options  # noqa: E402
-from converter.pipeline import convert_source  # noqa: E402
+import codemods  # noqa: E402
+from converter.pipeline import convert_source, mentions_torch  # noqa: E402
 
 FIXTURES = REPO_ROOT / "fixtures" / "cases"
 TYPICAL_SCRIPT = REPO_ROOT / "benchmarks" / "data" / "typical_train.py"
@@ -57,10 +61,15 @@ class FileTiming:
     size: int
     floor: float = float("inf")  # (a) best parse + codegen, seconds
     full: float = float("inf")  # (b) best full conversion, seconds
+    once: float = float("inf")  # (b) without verification: parse, codemods once, codegen
 
     @property
     def ratio(self) -> float:
         return self.full / self.floor
+
+    @property
+    def once_ratio(self) -> float:
+        return self.once / self.floor
 
 
 def stdlib_files() -> list[Path]:
@@ -101,6 +110,12 @@ def full(source: bytes, path: str) -> None:
     convert_source(source, OPTIONS, path=path)
 
 
+def once(source: bytes, path: str) -> None:
+    """(b) minus the verification: where the codemods' own cost shows."""
+    if mentions_torch(source):
+        codemods.convert_module(cst.parse_module(source), OPTIONS).module.bytes
+
+
 def seconds(work: Callable[[bytes, str], None], source: bytes, path: str) -> float:
     start = time.perf_counter()
     work(source, path)
@@ -113,7 +128,7 @@ def time_corpus(corpus: dict[Path, bytes], rounds: int) -> list[FileTiming]:
     for round_number in range(rounds):
         for path, source in corpus.items():
             timing = timings[path]
-            order = [(floor, "floor"), (full, "full")]
+            order = [(floor, "floor"), (full, "full"), (once, "once")]
             for work, field in order if round_number % 2 == 0 else reversed(order):
                 elapsed = seconds(work, source, str(path))
                 setattr(timing, field, min(getattr(timing, field), elapsed))
@@ -128,6 +143,7 @@ def percentile(values: list[float], fraction: float) -> float:
 
 def summarize(name: str, timings: list[FileTiming]) -> dict[str, float]:
     ratios = [timing.ratio for timing in timings]
+    once_ratios = [timing.once_ratio for timing in timings]
     total_full = sum(timing.full for timing in timings)
     summary = {
         "files": len(timings),
@@ -135,13 +151,15 @@ def summarize(name: str, timings: list[FileTiming]) -> dict[str, float]:
         "ratio_median": statistics.median(ratios),
         "ratio_p90": percentile(ratios, 0.9),
         "ratio_max": max(ratios),
+        "once_ratio_median": statistics.median(once_ratios),
         "files_per_second": len(timings) / total_full,
         "floor_seconds": sum(timing.floor for timing in timings),
         "full_seconds": total_full,
     }
     print(f"{name}: {summary['files']} files, {summary['megabytes']:.2f} MB: "
           f"b/a median {summary['ratio_median']:.2f}, p90 {summary['ratio_p90']:.2f}, "
-          f"max {summary['ratio_max']:.2f}; {summary['files_per_second']:.1f} files/s "
+          f"max {summary['ratio_max']:.2f} (codemods once, no verification: median "
+          f"{summary['once_ratio_median']:.2f}); {summary['files_per_second']:.1f} files/s "
           f"(a total {summary['floor_seconds']:.2f} s, b total {summary['full_seconds']:.2f} s)")
     return summary
 
