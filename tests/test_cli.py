@@ -382,6 +382,20 @@ def test_several_inputs_need_somewhere_to_go(script: Path, tmp_path: Path) -> No
     assert run(script, other, "--check").exit_code == 1
 
 
+def test_conflicting_outputs_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+    first, second = tmp_path / "a" / "train.py", tmp_path / "b" / "train.py"
+    for path in (first, second):
+        path.parent.mkdir()
+        path.write_bytes(TRAIN)
+    before = snapshot(tmp_path)
+    clash = run(first, second, "-o", tmp_path / "out")
+    assert clash.exit_code == 2 and "would both be written to" in clash.stderr
+    assert run(first, "--in-place", "-o", tmp_path / "elsewhere.py").exit_code == 2
+    assert run(first, "--in-place", "--check").exit_code == 2
+    assert run(first, "--in-place", "--diff").exit_code == 2
+    assert snapshot(tmp_path) == before
+
+
 # -- output formats ----------------------------------------------------------------------------------
 
 
