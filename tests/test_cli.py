@@ -167,7 +167,7 @@ def test_diff_keeps_tabs_and_non_ascii_text(tmp_path: Path) -> None:
     assert "         tag = '\tcafé'" in result.stdout
 
 
-def test_no_color_keeps_escape_codes_out_even_when_forced_elsewhere(script: Path) -> None:
+def test_color_flags_force_colour_off_and_on(script: Path) -> None:
     result = run("--no-color", "--check", script)
     assert "\x1b[" not in result.stderr
     assert "\x1b[" in run("--color", "--check", script).stderr
