@@ -15,7 +15,7 @@ import pytest
 from tests.launching import torchrun
 
 SCRIPT = Path(__file__).parent / "scripts" / "memory_oom_retry.py"
-RETRYING_SCENARIOS = ["forward", "backward", "both", "accelerator"]
+RETRYING_SCENARIOS = ["forward", "backward", "both", "accelerator", "held"]
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_backward_failure_happened_while_the_peer_waited_in_the_all_reduce(repor
 def test_main_process_logs_each_retry_once(reports) -> None:
     stderr = reports["_stderr"][0]["text"]
     assert stderr.count("find_executable_batch_size: out of memory at batch size 32 on rank 1; "
-                        "retrying with 16") == 3  # forward, backward, accelerator
+                        "retrying with 16") == 4  # forward, backward, accelerator, held
     assert stderr.count("find_executable_batch_size: out of memory at batch size 32 on ranks 0, 1; "
                         "retrying with 16") == 1
 

@@ -9,6 +9,9 @@ a row, each a separate decorated call, so the process group is also re-created s
 - ``both``: both ranks run out of memory together;
 - ``accelerator``: like ``forward``, but the training goes through ``Accelerator.prepare`` after
   ``accelerator.free_memory()``, as in the seed write-up;
+- ``held``: like ``forward``, but the script keeps every DDP model in a global list, so the failing
+  rank cannot free its process group (nor close its sockets): the peer is released by the bounded
+  collective timeout instead, and the retry must still agree;
 - ``error``: rank 1 raises a ValueError: both ranks must stop (and nobody hangs).
 
 A fake out-of-memory error fires while the batch size is above ``FITS`` and the step is 3, so
@@ -33,6 +36,7 @@ STARTING_BATCH_SIZE = 32
 FITS = 16 # largest batch size that does not "run out of memory"
 FAILING_STEP = 3
 SAMPLES = 256
+KEPT_MODELS: list = []  # the "held" scenario's references from outside the decorated function
 
 
 def fake_oom() -> torch.OutOfMemoryError:
@@ -76,7 +80,8 @@ def dataset() -> TensorDataset:
 
 
 def should_fail(scenario: str, rank: int, batch_size: int, step: int) -> bool:
-    failing_ranks = {"forward": {1}, "backward": {1}, "both": {0, 1}, "accelerator": {1}}.get(scenario, set())
+    failing_ranks = {"forward": {1}, "backward": {1}, "both": {0, 1}, "accelerator": {1},
+                     "held": {1}}.get(scenario, set())
     return rank in failing_ranks and batch_size > FITS and step == FAILING_STEP
 
 
@@ -110,6 +115,8 @@ def train_with_ddp(scenario: str, log: dict):
         torch.manual_seed(1)
         net = Net()
         model = DistributedDataParallel(net)
+        if scenario == "held":
+            KEPT_MODELS.append(model)
         record_allreduce_launches(model, log)
         sampler = DistributedSampler(dataset(), shuffle=True, seed=0)
         loader = DataLoader(dataset(), batch_size=batch_size, sampler=sampler)
@@ -117,7 +124,7 @@ def train_with_ddp(scenario: str, log: dict):
         for step, (x, y) in enumerate(loader):
             log["step"] = step
             failing = should_fail(scenario, rank, batch_size, step)
-            if failing and scenario in ("forward", "both"):
+            if failing and scenario in ("forward", "both", "held"):
                 raise fake_oom()
             if scenario == "error" and rank == 1 and step == FAILING_STEP:
                 raise ValueError("a bug that is not about memory")
