@@ -144,6 +144,17 @@ def test_torch_rng_is_synchronised_at_each_epoch_like_accelerate(observed, nproc
 
 
 @pytest.mark.parametrize("nproc", NPROCS)
+def test_differently_seeded_generators_are_synchronised_like_accelerate(observed, nproc: int) -> None:
+    theirs = [ranks["rng/generator"]["epochs"] for ranks in observed[nproc]["accelerate"]]
+    ours = [ranks["rng/generator"]["epochs"] for ranks in observed[nproc]["runtime"]]
+    assert ours == theirs
+    for epoch in range(2):  # one shared permutation, dealt out: every sample exactly once
+        seen = sorted(index for rank in ours for batch in rank[epoch] for index in batch)
+        assert seen == list(range(24)), epoch
+    assert ours[0][0] != ours[0][1]
+
+
+@pytest.mark.parametrize("nproc", NPROCS)
 def test_skip_first_batches_matches_accelerate(observed, nproc: int) -> None:
     compared = 0
     for key, _, theirs, ours in _cases(observed, nproc, "skip"):

@@ -120,6 +120,15 @@ def rng_synchronisation(framework: str) -> dict:
     return {"draws": draws}
 
 
+def generator_synchronisation(framework: str) -> dict:
+    """Ranks whose shuffling generators were seeded differently still deal out one permutation."""
+    Accelerator, _ = import_framework(framework)
+    accelerator = Accelerator(cpu=True)
+    generator = torch.Generator().manual_seed(100 + torch.distributed.get_rank())
+    loader = accelerator.prepare(DataLoader(list(range(24)), batch_size=2, shuffle=True, generator=generator))
+    return {"epochs": [[batch.tolist() for batch in loader] for _epoch in range(2)]}
+
+
 def skipping(framework: str) -> dict[str, dict]:
     """``skip_first_batches`` on prepared loaders (resuming mid-epoch)."""
     Accelerator, _ = import_framework(framework)
@@ -141,6 +150,7 @@ def main() -> None:
     harnesses = make_harnesses(framework)
     cases = run_grid(harnesses)
     cases["rng/torch"] = rng_synchronisation(framework)
+    cases["rng/generator"] = generator_synchronisation(framework)
     cases.update(skipping(framework))
     rank = torch.distributed.get_rank()
     world = torch.distributed.get_world_size()
