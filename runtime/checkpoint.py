@@ -234,6 +234,11 @@ def _digest(path: Path) -> str:
 
 def _write_manifest(staging: Path, accelerator: Any) -> None:
     files = sorted(p.name for p in staging.iterdir() if p.is_file())
+    for rank in range(accelerator.num_processes):
+        if _rng_file(rank) not in files:
+            # Every rank wrote its file before the barrier; not seeing one means another disk.
+            raise CheckpointError(f"{staging / _rng_file(rank)}: rank {rank} wrote it but the main process cannot "
+                                  "see it; save_state needs a folder that every rank shares")
     manifest = {
         "format": FORMAT_VERSION,
         "world_size": accelerator.num_processes,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -256,3 +257,15 @@ def test_gradient_scaler_state_comes_back(tmp_path: Path) -> None:
     t["accelerator"].load_state(tmp_path / "ckpt")
     assert scaler.get_scale() == 1024.0
     assert "scaler.pt" in json.loads((tmp_path / "ckpt" / MANIFEST).read_text())["files"]
+
+
+def test_a_rank_file_the_main_process_cannot_see_is_an_error(tmp_path: Path) -> None:
+    """What a folder that is not shared looks like to the main process: rank 1's file is absent."""
+    staging = tmp_path / ".ckpt.incomplete"
+    staging.mkdir()
+    (staging / "random_states_0.pkl").write_bytes(b"rank 0")
+    two_ranks = SimpleNamespace(num_processes=2, _models=[], _optimizers=[], _schedulers=[],
+                                _custom_objects=[], scaler=None)
+    with pytest.raises(CheckpointError, match=r"random_states_1\.pkl: rank 1 wrote it but the main process"):
+        checkpoint._write_manifest(staging, two_ranks)
+    assert not (staging / MANIFEST).exists()
