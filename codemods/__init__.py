@@ -17,13 +17,19 @@ __all__ = ["convert_module", "Change", "Codemod", "ConversionOutcome", "Options"
 DISTRIBUTED_FEATURES = {"DistributedDataParallel", "mp.spawn", "init_process_group"}
 
 
-def convert_module(module: cst.Module, options: Options) -> ConversionOutcome:
-    """Convert one parsed module; a module that does not import torch comes back as it was."""
+def convert_module(
+    module: cst.Module, options: Options, source: str | bytes | None = None
+) -> ConversionOutcome:
+    """Convert one parsed module; a module that does not import torch comes back as it was.
+
+    ``source`` (optional) is the text or bytes ``module`` was parsed from: passing it saves
+    generating the code once more to find original positions.
+    """
     from codemods.analysis import analyse
     from codemods.edits import OriginIndex, move_to_original, reanchor
     from codemods.registry import all_codemods
 
-    facts = analyse(module, OriginIndex())
+    facts = analyse(module, OriginIndex(), source)
     if not facts.uses_torch:
         return ConversionOutcome(module)
     report_only = bool(facts.existing_features & DISTRIBUTED_FEATURES)

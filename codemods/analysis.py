@@ -777,12 +777,15 @@ def _is_plain_access(value: cst.BaseExpression) -> bool:
     return False
 
 
-def analyse(module: cst.Module, origins: OriginIndex | None = None) -> ScriptFacts:
-    """Facts about ``module`` (one visitor pass), with original positions recorded in ``origins``."""
+def analyse(
+    module: cst.Module, origins: OriginIndex | None = None, source: str | bytes | None = None
+) -> ScriptFacts:
+    """Facts about ``module`` (one visitor pass), with original positions recorded in ``origins``;
+    ``source``, if given, is what the module was parsed from."""
     recorder = _Recorder()
     module.visit(recorder)
     origins = origins if origins is not None else OriginIndex()
-    original_sites(module, recorder.in_order, origins)
+    original_sites(module, recorder.in_order, origins, source)
     # The module itself: a pass that carries positions carries this one too (see convert_module).
     origins.record(module, Site(1, 0, 1, 0))
     return _Conclusions(recorder, origins).run()

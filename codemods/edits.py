@@ -140,13 +140,15 @@ class CodemodTransformer(cst.CSTTransformer):
 # -- original positions -----------------------------------------------------------------------
 
 
-def _ast_sites(source: str) -> tuple[list[tuple[Site, ast.AST]], list[tuple[Site, ast.AST]]] | None:
+def _ast_sites(
+    source: str | bytes, encoding: str = "utf-8"
+) -> tuple[list[tuple[Site, ast.AST]], list[tuple[Site, ast.AST]]] | None:
     """Statements and calls of ``source`` with positions, each list in source order."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return None
-    lines = source.splitlines()
+    lines = _Lines(source, encoding)
     statements: list[tuple[Site, ast.AST]] = []
     calls: list[tuple[Site, ast.AST]] = []
     for node in ast.walk(tree):
@@ -160,15 +162,33 @@ def _ast_sites(source: str) -> tuple[list[tuple[Site, ast.AST]], list[tuple[Site
     return statements, calls
 
 
-def _site_of(node: ast.AST, lines: list[str]) -> Site:
+class _Lines:
+    """The source's lines as text, decoded only when asked for (non-ASCII columns are rare)."""
+
+    def __init__(self, source: str | bytes, encoding: str) -> None:
+        self.lines = source.splitlines()
+        self.encoding = encoding
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def __getitem__(self, index: int) -> str:
+        line = self.lines[index]
+        return line.decode(self.encoding, errors="replace") if isinstance(line, bytes) else line
+
+
+def _site_of(node: ast.AST, lines: "_Lines") -> Site:
     """libcst counts columns in characters, ast in UTF-8 bytes: convert on non-ASCII lines."""
     line, end_line = node.lineno, node.end_lineno or node.lineno
     return Site(line, _char_column(lines, line, node.col_offset), end_line,
                 _char_column(lines, end_line, node.end_col_offset or 0))
 
 
-def _char_column(lines: list[str], line: int, byte_column: int) -> int:
-    text = lines[line - 1] if 0 < line <= len(lines) else ""
+def _char_column(lines: "_Lines", line: int, byte_column: int) -> int:
+    raw = lines.lines[line - 1] if 0 < line <= len(lines) else ""
+    if raw.isascii():
+        return byte_column
+    text = lines[line - 1]
     if text.isascii():
         return byte_column
     return len(text.encode("utf-8")[:byte_column].decode("utf-8", errors="ignore"))
@@ -185,14 +205,21 @@ def _same_callee(cst_call: cst.Call, ast_call: ast.AST) -> bool:
     return not isinstance(target, (ast.Name, ast.Attribute))
 
 
-def original_sites(module: cst.Module, in_order: Sequence[cst.CSTNode], origins: OriginIndex) -> None:
+def original_sites(
+    module: cst.Module,
+    in_order: Sequence[cst.CSTNode],
+    origins: OriginIndex,
+    source: str | bytes | None = None,
+) -> None:
     """Record the original position of every statement and call of ``module``.
 
     ``in_order`` holds the module's statements and calls in pre-order, as the analysis visits them.
+    ``source`` is the text or bytes the module was parsed from, when the caller has it (saves
+    generating the code again).
     Positions come from CPython's ``ast`` (a C parser: far cheaper than libcst's PositionProvider),
     matched by order; if the two trees disagree anywhere, PositionProvider decides instead.
     """
-    found = _ast_sites(module.code)
+    found = _ast_sites(source if source is not None else module.code, module.encoding)
     if found is not None and _match_by_order(in_order, *found, origins):
         return
     positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)

@@ -437,3 +437,18 @@ def test_accelerator_is_created_early_but_not_too_early(body: str, in_order: lis
     assert "from runtime import Accelerator" in lines
     accelerate, _ = convert(body, Options(target="accelerate"))
     assert "from accelerate import Accelerator" in accelerate.splitlines()
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "latin-1"])
+def test_positions_count_characters_like_libcst(encoding: str) -> None:
+    """ast counts UTF-8 bytes, libcst characters: a non-ASCII line must not shift columns, whether
+    the caller passes the source bytes or not."""
+    text = f"# -*- coding: {encoding} -*-\n" + HEADER + textwrap.dedent(in_loop(
+        'loss = model(batch[0]).sum(); note = "café"; loss.backward()'))
+    source = text.encode(encoding)
+    module = cst.parse_module(source)
+    expected_column = text.splitlines()[-1].index("loss.backward()")
+    for given in (None, source):
+        changes = convert_module(module, Options(), source=given).changes
+        backward = [c for c in changes if c.code == "ACC105"]
+        assert [(c.line, c.column) for c in backward] == [(len(text.splitlines()), expected_column)]
