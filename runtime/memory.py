@@ -572,10 +572,11 @@ class _AttemptKeys:
 class _PeerFailureWatcher:
     """While the function runs, abort this rank's group as soon as a peer announces a failure.
 
-    Gloo needs no help (a peer's abort closes the sockets we wait on), but an NCCL collective
-    waits on the GPU and only a local abort releases it. The thread blocks on its own store
-    connection (a store object must not be shared between threads) until a failing peer sets this
-    rank's wake key, or until the attempt ends and we set it ourselves.
+    Gloo needs no help (the failing peer's freed group closes the sockets we wait on; aborting a
+    Gloo group is harmless), but an NCCL collective waits on the GPU and only a local abort
+    releases it. The thread blocks on its own store connection (a store object must not be shared
+    between threads) until a failing peer sets this rank's wake key, or until the attempt ends and
+    we set it ourselves. A store that cannot open a second connection gets no watcher.
     """
 
     def __init__(self, keys: _AttemptKeys, group: _LiveGroup) -> None:
@@ -585,14 +586,18 @@ class _PeerFailureWatcher:
         self.thread = threading.Thread(target=self._watch, name="oom-peer-watcher", daemon=True)
 
     def __enter__(self) -> "_PeerFailureWatcher":
-        self.store = dist.PrefixStore(self.keys.prefix, self.group.store.clone())
+        try:
+            self.store = dist.PrefixStore(self.keys.prefix, self.group.store.clone())
+        except (RuntimeError, NotImplementedError):  # e.g. a FileStore: fine for Gloo
+            return self
         self.thread.start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.finished.set()
-        self.keys.store.set(self.keys.wake_key(self.group.rank), b"attempt over")
-        self.thread.join()
+        if self.thread.is_alive():
+            self.keys.store.set(self.keys.wake_key(self.group.rank), b"attempt over")
+            self.thread.join()
 
     def _watch(self) -> None:
         key = self.keys.wake_key(self.group.rank)
