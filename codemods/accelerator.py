@@ -111,9 +111,7 @@ class Accelerator(Codemod):
     name = "accelerator"
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return facts.existing_accelerator is None and bool(
-            facts.trained_objects or facts.loss_names or facts.device_names
-        )
+        return facts.existing_accelerator is None and facts.has_accelerator
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         transformer = _CreateAccelerator(facts, accelerator=facts.accelerator_name)

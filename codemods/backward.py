@@ -71,7 +71,7 @@ class Backward(Codemod):
     extra_codes = {UNREACHABLE: "no-accelerator-access: a call that needs the accelerator where none is reachable (a class method, code run before it exists)"}
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return bool(facts.loss_names) or facts.backward_site is not None
+        return facts.has_accelerator and facts.backward_site is not None
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         accelerator = facts.existing_accelerator or facts.accelerator_name

@@ -57,7 +57,7 @@ class ClipGrad(Codemod):
     name = "clip-grad"
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return bool(facts.called & CLIPPERS.keys())
+        return facts.has_accelerator and bool(facts.called & CLIPPERS.keys())
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         transformer = _ClipGrad(facts, facts.existing_accelerator or facts.accelerator_name)

@@ -359,7 +359,9 @@ class Device(Codemod):
     name = "device"
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return bool(facts.device_names or facts.models or facts.batch_names) or "torch.cuda" in str(facts.imports)
+        return facts.has_accelerator and bool(
+            facts.device_names or facts.models or facts.batch_names or facts.call_sites.get(".cuda")
+        )
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         transformer = _Device(facts, facts.existing_accelerator or facts.accelerator_name)

@@ -149,6 +149,13 @@ class ScriptFacts:
         return self.origins.site(node) if self.origins is not None else None
 
     @property
+    def has_accelerator(self) -> bool:
+        """Whether the converted script has an accelerator: it had one, or it trains something
+        (ACC101 creates one). A module that only defines models or helpers gets none, and no
+        pass may then write ``accelerator.`` into it."""
+        return self.existing_accelerator is not None or bool(self.trained_objects or self.loss_names)
+
+    @property
     def trained_objects(self) -> set[str]:
         return self.models | self.optimizers | self.loaders | self.schedulers
 

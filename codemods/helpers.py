@@ -203,7 +203,7 @@ class Helpers(Codemod):
     name = "helpers"
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return facts.home_kind == "function" and len(facts.accessible_functions) > 1
+        return facts.has_accelerator and facts.home_kind == "function" and len(facts.accessible_functions) > 1
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         accelerator = facts.existing_accelerator or facts.accelerator_name

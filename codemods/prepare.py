@@ -110,7 +110,7 @@ class Prepare(Codemod):
     name = "prepare"
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return bool(objects_to_prepare(facts))
+        return facts.has_accelerator and bool(objects_to_prepare(facts))
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         names = objects_to_prepare(facts)

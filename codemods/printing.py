@@ -98,7 +98,7 @@ class Printing(Codemod):
     name = "print-progress"
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return "print" in facts.called or bool(facts.called & PROGRESS_BARS)
+        return facts.has_accelerator and ("print" in facts.called or bool(facts.called & PROGRESS_BARS))
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         transformer = _Printing(facts, facts.existing_accelerator or facts.accelerator_name)

@@ -452,3 +452,22 @@ def test_positions_count_characters_like_libcst(encoding: str) -> None:
         changes = convert_module(module, Options(), source=given).changes
         backward = [c for c in changes if c.code == "ACC105"]
         assert [(c.line, c.column) for c in backward] == [(len(text.splitlines()), expected_column)]
+
+
+def test_a_module_that_trains_nothing_gets_no_accelerator() -> None:
+    """A models/utilities module imported by the training script (and by DataLoader workers):
+    creating an accelerator there would run at import time."""
+    source = HEADER + textwrap.dedent('''\
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+        class Net(nn.Module):
+            def forward(self, x):
+                print(x.shape)
+                return x.cuda()
+
+        def describe(model):
+            print(model)
+        ''')
+    outcome = convert_module(cst.parse_module(source), Options())
+    assert outcome.module.code == source
+    assert [change for change in outcome.changes if change.fixed] == []
