@@ -248,6 +248,7 @@ def find_executable_batch_size(
         free_memory()
         group = _LiveGroup.capture()
         if group is None:
+            _warn_if_ranks_cannot_agree()
             attempt, scope = _attempt_alone, contextlib.nullcontext()
         else:
             run = _AgreedRun(group, next(_call_numbers))
@@ -264,6 +265,13 @@ def find_executable_batch_size(
                 batch_size = value
 
     return run_until_it_fits
+
+
+def _warn_if_ranks_cannot_agree() -> None:
+    """Launched on several ranks but no process group yet: each rank would retry on its own."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        _say("WORLD_SIZE > 1 but the process group is not initialised, so ranks cannot agree on "
+             "retries; create the Accelerator (or init_process_group) before calling the decorated function")
 
 
 def _attempt_alone(function: Callable[..., Any], batch_size: int,

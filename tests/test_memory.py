@@ -273,3 +273,11 @@ def test_type_error_guard_says_what_accelerate_says() -> None:
         messages.append(str(info.value))
     lead = "Batch size was passed into `train` as the first argument when called."
     assert all(message.startswith(lead) for message in messages)
+
+
+def test_launched_on_several_ranks_without_a_group_says_ranks_cannot_agree(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert find_executable_batch_size(fails_above(8, []), starting_batch_size=16)() == 8
+    first_line = capsys.readouterr().err.splitlines()[0]
+    assert first_line.startswith("find_executable_batch_size: WORLD_SIZE > 1 but the process group is not initialised")
