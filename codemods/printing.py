@@ -34,6 +34,8 @@ PROGRESS_BARS = {
 class _Printing(CodemodTransformer):
     def __init__(self, facts: ScriptFacts, accelerator: str) -> None:
         sites = [site for name in ("print", *PROGRESS_BARS) for site in facts.call_sites.get(name, ())]
+        # The line creating an accelerator the script already had: prints after it are converted.
+        sites += facts.assign_sites.get(accelerator, []) if facts.existing_accelerator else []
         super().__init__(facts.names, facts.origins, accelerator=accelerator, lines=sites)  # type: ignore[arg-type]
         self.facts = facts
         #: Blocks (function name or "<module>") where the accelerator has been created by now.

@@ -489,3 +489,19 @@ def test_positions_of_a_later_tree_are_moved_back_to_the_original_lines() -> Non
     assert move_to_original(at(8), received, lines).line == 6  # unchanged line: exact
     assert move_to_original(at(7), received, lines).line == 5  # rewritten line: its original
     assert move_to_original(at(6), received, lines).line == 4
+
+
+def test_a_script_with_an_accelerator_gets_only_what_is_missing() -> None:
+    body = (
+        "from accelerate import Accelerator\n\n"
+        "def main():\n    print('starting')\n    acc = Accelerator()\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)\n"
+        "    model = nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    model, optimizer, loader = acc.prepare(model, optimizer, loader)\n"
+        "    for (x,) in loader:\n        acc.backward(model(x).sum())\n        print('step')\n"
+    )
+    code, lines = convert(body)
+    assert "print('starting')" in lines  # before the accelerator exists
+    assert "acc.print('step')" in lines
+    assert "from runtime import Accelerator" not in lines and lines.count("acc = Accelerator()") == 1
+    assert not any(line.startswith("#ACC10") and line != "#ACC107" for line in lines)
