@@ -8,6 +8,10 @@ time from that raise until the last rank has finished its first step at batch si
 through the store, releasing and rebuilding the process group, and re-creating the model, optimizer
 and loader (the decorated function starts over, as in Accelerate).
 
+With ``--hold-models`` the script keeps every DDP model referenced from outside the function, so
+the failing rank cannot free its process group: its peer is then released by the collective bound
+(``--bound``), which is the worst case.
+
 For comparison, Accelerate's decorator has no cross-rank step: rank 0 would stay in the all-reduce
 until Gloo's timeout (30 minutes by default) and then fail.
 """
@@ -27,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def worker(out_dir: str, repeats: int) -> None:
+def worker(out_dir: str, repeats: int, hold_models: bool) -> None:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -64,6 +68,7 @@ def worker(out_dir: str, repeats: int) -> None:
     inputs = torch.randn(256, 8, generator=torch.Generator().manual_seed(0))
     dataset = torch.utils.data.TensorDataset(inputs, inputs.sum(1, keepdim=True))
     results = []
+    kept = []  # --hold-models: references from outside the decorated function
     for where in ["forward", "backward"] * repeats:
         marks: dict[str, float] = {}
 
@@ -71,6 +76,8 @@ def worker(out_dir: str, repeats: int) -> None:
         def train(batch_size: int) -> None:
             net = Net()
             model = DistributedDataParallel(net)
+            if hold_models:
+                kept.append(model)
             optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
             sampler = torch.utils.data.DistributedSampler(dataset, shuffle=True, seed=0)
             loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=sampler)
@@ -93,7 +100,7 @@ def worker(out_dir: str, repeats: int) -> None:
     dist.destroy_process_group()
 
 
-def launch(repeats: int, bound_s: int) -> dict[str, list[float]]:
+def launch(repeats: int, bound_s: int, hold_models: bool) -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory() as out_dir:
         env = dict(os.environ, OMP_NUM_THREADS="1", TORCH_CPP_LOG_LEVEL="ERROR",
                    ACCEL_CONVERT_OOM_COLLECTIVE_TIMEOUT=str(bound_s))
@@ -101,7 +108,7 @@ def launch(repeats: int, bound_s: int) -> dict[str, list[float]]:
         subprocess.run(
             [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
              "127.0.0.1", "--master_port", str(_free_port()), __file__, "--worker", out_dir,
-             "--repeats", str(repeats)],
+             "--repeats", str(repeats), *(["--hold-models"] if hold_models else [])],
             env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900,
         )
         ranks = [json.loads(Path(out_dir, f"rank{r}.json").read_text()) for r in (0, 1)]
@@ -124,14 +131,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--bound", type=int, default=300, help="collective bound in seconds (the default)")
+    parser.add_argument("--hold-models", action="store_true",
+                        help="keep every DDP model referenced from outside (the bound then frees the peer)")
     parser.add_argument("--worker", metavar="OUT_DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker, args.repeats)
+        worker(args.worker, args.repeats, args.hold_models)
         return
     started = time.time()
-    seconds = launch(args.repeats, args.bound)
-    print(f"find_executable_batch_size, 2 ranks (Gloo, CPU), collective bound {args.bound} s, "
+    seconds = launch(args.repeats, args.bound, args.hold_models)
+    held = ", models held outside the call" if args.hold_models else ""
+    print(f"find_executable_batch_size, 2 ranks (Gloo, CPU), collective bound {args.bound} s{held}, "
           f"{args.repeats} runs per case ({time.time() - started:.0f} s in all):")
     for where, values in seconds.items():
         print(f"  OOM in rank 1's {where:<8} pass -> every rank training at the smaller size: "
