@@ -75,20 +75,28 @@ class _EvalLoopRewriter(AcceleratorScope):
         super().__init__(facts)
         self._no_grad_depth = 0
         self._eval_mode: list[bool] = [False]
-        self._taken_names: set[str] = set()
+        #: Names a new variable must not take: those of the module-level function being walked
+        #: (nested functions share their enclosing function's set), or the whole module's for
+        #: module-level code.
+        self._taken_by_scope: list[set[str]] = []
+
+    @property
+    def _taken_names(self) -> set[str]:
+        return self._taken_by_scope[-1]
 
     def visit_Module(self, node: cst.Module) -> None:
         super().visit_Module(node)
-        collector = _NameCollector()
-        node.visit(collector)
-        self._taken_names = collector.names
+        self._taken_by_scope.append(_names_in(node))
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         super().visit_FunctionDef(node)
         self._eval_mode.append(False)
+        top_level = len(self._taken_by_scope) == 1
+        self._taken_by_scope.append(_names_in(node) if top_level else self._taken_names)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):
         self._eval_mode.pop()
+        self._taken_by_scope.pop()
         return super().leave_FunctionDef(original_node, updated_node)
 
     def visit_With(self, node: cst.With) -> None:
@@ -154,7 +162,7 @@ class _EvalLoopRewriter(AcceleratorScope):
             )
         if not plan.gathered:
             return loop
-        self._taken_names |= set(plan.new_names)
+        self._taken_names.update(plan.new_names)
         gather_line = _gather_statement(plan, self.facts)
         new_body = _insert_after(body.body, statement, gather_line, plan, self.facts)
         gathered = ", ".join(expression_code(e) for e in plan.gathered)
@@ -228,6 +236,12 @@ class _Finder(cst.CSTVisitor):
             self.found = True
             return False
         return True
+
+
+def _names_in(node: cst.CSTNode) -> set[str]:
+    collector = _NameCollector()
+    node.visit(collector)
+    return collector.names
 
 
 class _NameCollector(cst.CSTVisitor):
