@@ -55,7 +55,7 @@ class AccumulateCodemod(Codemod):
     code = "ACC112"
     name = "accumulate"
     extra_codes = {
-        "ACC912": "gradient accumulation the converter could not recognise safely (convert by hand)",
+        "ACC912": "accumulate-manual: gradient accumulation the converter could not recognise safely (convert by hand)",
     }
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

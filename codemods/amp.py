@@ -58,7 +58,7 @@ class AmpCodemod(Codemod):
     code = "ACC111"
     name = "amp"
     extra_codes = {
-        "ACC911": "mixed precision set up in a way the converter cannot carry over (check by hand)",
+        "ACC911": "amp-manual: mixed precision set up in a way the converter cannot carry over (check by hand)",
     }
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

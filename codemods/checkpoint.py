@@ -316,7 +316,7 @@ class CheckpointCodemod(Codemod):
     code = "ACC114"
     name = "checkpoint"
     extra_codes = {
-        "ACC914": "torch.save or a model's own method where the accelerator is not reachable: runs on every rank",
+        "ACC914": "checkpoint-unreachable: torch.save or a model's own method where the accelerator is not reachable: runs on every rank",
     }
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

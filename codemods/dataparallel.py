@@ -52,7 +52,7 @@ class DataParallelCodemod(Codemod):
     code = "ACC110"
     name = "dataparallel"
     extra_codes = {
-        "ACC910": "the script already distributes itself (DDP, mp.spawn, DistributedSampler): left as it is",
+        "ACC910": "already-distributed: the script already distributes itself (DDP, mp.spawn, DistributedSampler): left as it is",
     }
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

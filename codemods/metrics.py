@@ -56,7 +56,7 @@ class MetricsCodemod(Codemod):
     code = "ACC113"
     name = "metrics"
     extra_codes = {
-        "ACC913": "evaluation reduces before anything can be gathered per sample (check the metric by hand)",
+        "ACC913": "metrics-manual: evaluation reduces before anything can be gathered per sample (check the metric by hand)",
     }
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

@@ -69,7 +69,7 @@ class OomRetryCodemod(Codemod):
     code = "ACC117"
     name = "oom-retry"
     extra_codes = {
-        "ACC917": "out-of-memory retry not added, or a batch-size use it cannot reach (check by hand)",
+        "ACC917": "oom-retry-manual: out-of-memory retry not added, or a batch-size use it cannot reach (check by hand)",
     }
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

@@ -1,4 +1,4 @@
-"""ACC116 side_effects: file writes outside the accelerator run on the main process only.
+"""ACC116 side-effects: file writes outside the accelerator run on the main process only.
 
 Every rank runs the whole script, so ``save_image``, ``plt.savefig``, ``os.remove`` and result files
 opened for writing would be written N times, at once, into the same paths. Runs of such statements
@@ -62,7 +62,7 @@ class SideEffectsCodemod(Codemod):
     code = "ACC116"
     name = "side-effects"
     extra_codes = {
-        "ACC916": "a file write where the accelerator is not reachable: every rank writes it",
+        "ACC916": "side-effect-unreachable: a file write where the accelerator is not reachable: every rank writes it",
     }
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
