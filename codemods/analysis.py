@@ -331,6 +331,8 @@ class _Conclusions:
         self.arguments: dict[tuple[str, str], set[tuple[str, str]]] = {}
         #: Where the first optimizer is built: the function the accelerator goes into.
         self.optimizer_home: str | None = None
+        #: Loops over loaders, with the names the loader goes by at its call sites.
+        self.loader_loops: list[tuple[_Loop, set[str]]] = []
 
     def qualified(self, call: _Call) -> str | None:
         return self.r.names.qualified_name(call.node.func, call.scope, strict=False)
@@ -349,6 +351,7 @@ class _Conclusions:
         self._loops()
         self._schedulers()
         self._home()
+        self._batch_names()
         self._helpers()
         self._features()
         self._assign_sites()
@@ -546,8 +549,7 @@ class _Conclusions:
                 (s for s in eval_switches if s[1] == loop.function and s[0] < loop.order), default=None
             )
             evaluates = loop.no_grad or (last_switch is not None and last_switch[2] == "eval")
-            # Whatever the loop does, prepare puts its batches on the device.
-            facts.batch_names_by_function.setdefault(loop.function, set()).update(loop.targets)
+            self.loader_loops.append((loop, origins | {loop.iterated}))
             if not trains and not evaluates:
                 continue
             kind = "train" if trains else "eval"
@@ -558,11 +560,19 @@ class _Conclusions:
         unknown = created_loaders - train - evaluation
         facts.train_loaders = (train | {n for n in unknown if "train" in n.lower()}) - (evaluation - train)
         facts.eval_loaders = (evaluation | {n for n in unknown if "train" not in n.lower()}) - facts.train_loaders
-        self._batch_names()
 
     def _batch_names(self) -> None:
-        """Loop targets, and names taken out of them without a call (``x = batch["input"]``)."""
+        """Targets of loops over loaders that will be prepared (whatever the loop does, prepare
+        puts their batches on the device), and names taken out of them without a call
+        (``x = batch["input"]``). A loader the home block does not build is not prepared, so
+        its batches still need their moves."""
+        home = self.facts.main_function or MODULE
+        built_at_home = {name for assign in self.r.assigns if assign.function == home for name in assign.targets}
+        prepared = built_at_home | self.facts.prepared
         by_function = self.facts.batch_names_by_function
+        for loop, loaders in self.loader_loops:
+            if loaders & prepared:
+                by_function.setdefault(loop.function, set()).update(loop.targets)
         for assign in self.r.assigns:
             names = by_function.get(assign.function)
             if names and _is_plain_access(assign.value) and assign.names & names:

@@ -505,3 +505,19 @@ def test_a_script_with_an_accelerator_gets_only_what_is_missing() -> None:
     assert "acc.print('step')" in lines
     assert "from runtime import Accelerator" not in lines and lines.count("acc = Accelerator()") == 1
     assert not any(line.startswith("#ACC10") and line != "#ACC107" for line in lines)
+
+
+def test_batches_of_a_loader_that_is_not_prepared_keep_their_moves() -> None:
+    body = (
+        "def evaluate(model, device):\n"
+        "    extra = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)\n"
+        "    for (x,) in extra:\n        x = x.to(device)\n        model(x)\n\n"
+        "def main():\n    device = torch.device('cuda')\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)\n"
+        "    model = nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for (x,) in loader:\n        x = x.to(device)\n        model(x).sum().backward()\n"
+        "    evaluate(model, device)\n"
+    )
+    code, lines = convert(body, Options(select=("ACC10",)))  # the issue-4 passes on their own
+    assert lines.count("x = x.to(device)") == 1, code  # kept in evaluate, removed in main
+    assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)" in lines
