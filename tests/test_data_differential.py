@@ -93,8 +93,9 @@ def test_every_sample_is_seen_and_gathered_exactly_once(observed, nproc: int) ->
             continue
         for epoch in range(len(ours[0]["epochs"])):
             gathered = ours[0]["gathered"][epoch]
-            assert sorted(gathered) == list(range(case["L"])), (key, epoch)
-            assert all(rank["gathered"][epoch] == gathered for rank in ours), key
+            if not case["shuffle"]:  # (shuffled runs do not gather: see the script)
+                assert gathered == list(range(case["L"])), (key, epoch)
+                assert all(rank["gathered"][epoch] == gathered for rank in ours), key
             seen = {index for rank in ours for batch in rank["epochs"][epoch] for index in batch}
             assert seen == set(range(case["L"])), key
         if case["shuffle"] and case["L"] > 3:
@@ -116,12 +117,12 @@ def test_iterable_datasets_match_accelerate_and_gather_the_real_stream(observed,
             if not case["split"]:
                 assert got["len"] == expected["len"], where
             steps = len(got["epochs"][0])
-            ends = [[end for end, _ in epoch] for epoch in got["flags"]]
-            assert ends == [[False] * (steps - 1) + [True]] * 2 if steps else [[], []], where
+            ends = [end for end, _ in got["flags"][0]]
+            assert ends == ([False] * (steps - 1) + [True] if steps else []), where
             remainders = {remainder for epoch in got["flags"] for _, remainder in epoch}
             assert remainders <= {-1 if case["drop"] else tail}, where
             kept = full_rounds * total if case["drop"] else case["L"]
-            assert got["gathered"] == [list(range(kept))] * 2, where
+            assert got["gathered"] == [list(range(kept))], where
 
 
 @pytest.mark.parametrize("nproc", NPROCS)
