@@ -25,6 +25,9 @@ from codemods.base import Change, Codemod, Options
 from codemods.edits import CodemodTransformer, dotted, expression
 from codemods.facts import ScriptFacts
 
+#: Longest line a rewritten progress-bar call may leave on one line.
+LINE_LIMIT = 100
+
 PROGRESS_BARS = {
     "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.rich.tqdm",
     "tqdm.trange", "tqdm.auto.trange", "tqdm.notebook.trange",
@@ -83,10 +86,20 @@ class _Printing(CodemodTransformer):
         self.report(Printing.code, "progress bar shown on the local main process only", original)
         args = list(call.args)
         if args and isinstance(args[-1].comma, cst.MaybeSentinel):
-            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=self._space_before_new_argument(original)))
         new = cst.Arg(expression(only_local_main), keyword=cst.Name("disable"),
                       equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
         return call.with_changes(args=[*args, new])
+
+    def _space_before_new_argument(self, original: cst.Call) -> cst.BaseParenthesizableWhitespace:
+        """A space, or — when the one-line call would grow past LINE_LIMIT — a line break that
+        aligns the new argument under the first one, as a person would wrap it."""
+        site = self.site(original)
+        added = len(f", disable=not {self.accelerator}.is_local_main_process") + 3  # and ``)):``
+        if site.line != site.end_line or site.end_column + added <= LINE_LIMIT:
+            return cst.SimpleWhitespace(" ")
+        opening = site.column + len(cst.Module([]).code_for_node(original.func)) + 1
+        return cst.ParenthesizedWhitespace(indent=False, last_line=cst.SimpleWhitespace(" " * opening))
 
 
 def _grouped(node: cst.BaseExpression, code: str) -> str:
