@@ -29,7 +29,7 @@ from __future__ import annotations
 import copy
 import inspect
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -76,7 +76,13 @@ def send_to_device(obj: Any, device: torch.device | str | None, non_blocking: bo
         except TypeError:  # a `.to` that knows no `non_blocking`
             return obj.to(device)
     if isinstance(obj, Mapping):
-        return type(obj)({key: send_to_device(value, device, non_blocking) for key, value in obj.items()})
+        moved = {key: send_to_device(value, device, non_blocking) for key, value in obj.items()}
+        if isinstance(obj, MutableMapping):
+            # A shallow copy keeps the mapping's type and extras (a defaultdict's factory, say).
+            clone = copy.copy(obj)
+            clone.update(moved)
+            return clone
+        return type(obj)(moved)
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple: fields are positional
         return type(obj)(*(send_to_device(item, device, non_blocking) for item in obj))
     if isinstance(obj, (list, tuple)):

@@ -574,6 +574,13 @@ def test_send_to_device_walks_nested_structures() -> None:
     assert moved["enc"].tensor.device == meta and moved["tuple"][0].device == meta
     assert batch["pair"].inputs.device.type == "cpu"  # the input is not modified
     assert send_to_device(batch, None) is batch
+    from collections import OrderedDict, defaultdict
+
+    counts = defaultdict(list, {"x": torch.ones(1)})
+    moved = send_to_device(counts, meta)
+    assert type(moved) is defaultdict and moved.default_factory is list and moved["x"].device == meta
+    assert counts["x"].device.type == "cpu"
+    assert type(send_to_device(OrderedDict(a=torch.ones(1)), meta)) is OrderedDict
 
 
 def test_send_to_device_moves_batch_encodings() -> None:
