@@ -22,6 +22,17 @@ A tour of what ``prepare_data_loader`` does to a loader, in the order things hap
 On one process nothing is sharded, no generator is created, no RNG is drawn and no batch is read
 ahead: the prepared loader yields exactly what the original yields and consumes the global RNG
 exactly as it did, so a converted script run on one process reproduces the original's numbers.
+
+Where we deliberately differ from Accelerate 1.15 (everything else is checked against it):
+
+* iterable datasets are sharded, never dispatched (see 1.);
+* ``len()`` is always the number of batches the rank really gets (Accelerate over-counts a split,
+  uneven last batch, and a split iterable dataset), and an iterable shard's ``remainder`` counts
+  the real stream rather than the padded one, so ``gather_for_metrics`` drops its duplicates;
+* a loop left early (``break``) unregisters the loader from the ``GradientState``;
+* ``skip_first_batches`` keeps the loader's ``remainder``;
+* on one process, epochs are announced to samplers only by an explicit ``set_epoch`` (as the
+  original loader would), and a shuffling sampler gets no generator of ours.
 """
 
 from __future__ import annotations
