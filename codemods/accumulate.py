@@ -59,7 +59,7 @@ class AccumulateCodemod(Codemod):
     }
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return bool(facts.train_loaders or facts.loaders) and bool(facts.optimizers)
+        return "manual_accumulation" in facts.existing_features
 
     def transform(
         self, module: cst.Module, facts: ScriptFacts, options: Options

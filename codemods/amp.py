@@ -62,10 +62,7 @@ class AmpCodemod(Codemod):
     }
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return facts.uses_torch and any(
-            name in GRAD_SCALERS or name in AUTOCASTS or name in ("torch.cuda.amp", "torch.amp", "torch")
-            for name in facts.imports.values()
-        )
+        return bool(facts.existing_features & {"GradScaler", "autocast"})
 
     def transform(
         self, module: cst.Module, facts: ScriptFacts, options: Options

@@ -92,6 +92,27 @@ def is_accelerator_method(node: cst.CSTNode, facts: ScriptFacts, *methods: str) 
     )
 
 
+def assigns_at_top(statements: Sequence[cst.CSTNode], name: str) -> bool:
+    """Whether one of these statements itself (not a nested block) is ``name = ...``: the
+    accelerator is created at the top level of its body, and looking no deeper keeps the scope
+    bookkeeping from walking every function twice."""
+    for statement in statements:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                targets = small.targets if isinstance(small, cst.Assign) else []
+                if any(_target_binds(t.target, name) for t in targets):
+                    return True
+    return False
+
+
+def _target_binds(target: cst.BaseExpression, name: str) -> bool:
+    if isinstance(target, cst.Name):
+        return target.value == name
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return any(_target_binds(e.value, name) for e in target.elements)
+    return False
+
+
 def binds_name(statements: Sequence[cst.CSTNode], name: str) -> bool:
     """Whether any of these statements (not looking into nested functions) assigns ``name``."""
     finder = _BindingFinder(name)
@@ -187,6 +208,21 @@ def _positioned(node: cst.CSTNode) -> cst.CSTNode:
 POSITIONED = (cst.Call, cst.BaseSmallStatement, cst.BaseCompoundStatement)
 
 
+def _concrete_subclasses(bases: tuple[type, ...]) -> frozenset[type]:
+    found: set[type] = set()
+    pending = list(bases)
+    while pending:
+        kind = pending.pop()
+        found.add(kind)
+        pending.extend(kind.__subclasses__())
+    return frozenset(found)
+
+
+#: The same as a set of exact types: a set lookup per node instead of abstract isinstance checks
+#: (the passes visit every node, and this runs twice for each).
+POSITIONED_TYPES = _concrete_subclasses(POSITIONED)
+
+
 class Issue5Transformer(cst.CSTTransformer):
     """Base of the issue-5 transformers: reports changes, anchored at the enclosing statement,
     and carries original positions from each node it replaces to the node that replaces it (so
@@ -197,26 +233,28 @@ class Issue5Transformer(cst.CSTTransformer):
         self.facts = facts
         self.pending = PendingChanges(facts)
         self._anchors: list[cst.CSTNode] = []
+        self._origins = getattr(facts, "origins", None)
 
     def report(self, node: cst.CSTNode, code: str, message: str, fixed: bool = True) -> None:
         self.pending.add(node, code, message, fixed, self._anchors[-1] if self._anchors else None)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, POSITIONED):
+        if type(node) in POSITIONED_TYPES:
             self._anchors.append(node)
         return super().on_visit(node)
 
     def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
-        if isinstance(original_node, POSITIONED) and self._anchors and self._anchors[-1] is original_node:
+        positioned = type(original_node) in POSITIONED_TYPES
+        if positioned and self._anchors and self._anchors[-1] is original_node:
             self._anchors.pop()
         result = super().on_leave(original_node, updated_node)
-        origins = getattr(self.facts, "origins", None)
-        if origins is not None:
+        # Only statements and calls have recorded positions: nothing else needs carrying.
+        if positioned and self._origins is not None and result is not original_node:
             if isinstance(result, cst.FlattenSentinel):
                 for node in result.nodes:
-                    origins.carry(original_node, node)
-            elif isinstance(result, cst.CSTNode) and result is not original_node:
-                origins.carry(original_node, result)
+                    self._origins.carry(original_node, node)
+            elif isinstance(result, cst.CSTNode):
+                self._origins.carry(original_node, result)
         return result
 
 
@@ -241,7 +279,7 @@ class AcceleratorScope(Issue5Transformer):
     def visit_Module(self, node: cst.Module) -> None:
         self._module_statement_ids = {id(statement) for statement in node.body}
         for index, statement in enumerate(node.body):
-            if binds_name([statement], self.acc):
+            if assigns_at_top([statement], self.acc):
                 self._module_accelerator_index = index
                 break
 
@@ -253,7 +291,7 @@ class AcceleratorScope(Issue5Transformer):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         params = node.params
         names = {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
-        self._frames.append(self.acc in names or binds_name(_body_statements(node), self.acc))
+        self._frames.append(self.acc in names or assigns_at_top(_body_statements(node), self.acc))
         self._function_names.append(node.name.value)
 
     def leave_FunctionDef(
@@ -327,6 +365,8 @@ class CheckpointCodemod(Codemod):
     ) -> tuple[cst.Module, list[Change]]:
         rewriter = _CheckpointRewriter(facts, module)
         new_module = module.visit(rewriter)
+        if rewriter.saves and rewriter.loads:
+            new_module = new_module.visit(_WaitBeforeLoads(facts))
         return new_module, rewriter.pending.resolve(module)
 
 
@@ -336,35 +376,13 @@ class _CheckpointRewriter(AcceleratorScope):
         self._assigned_targets: set[int] = set()
         self._prepare_pending: list[bool] = [_has_prepare_call(module.body, facts)]
         self._saves_in_line = 0
-        self._saves_anything = _contains_call(module, facts, "torch.save") or _contains_accelerator_save(module, facts)
+        #: Whether the script saves and loads: then loads wait for the save (a second, small pass).
+        self.saves = False
+        self.loads = False
 
-    # Loading a file the main process may just have written waits for it first.
-    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
-        if not self._saves_anything or not self.accelerator_reachable():
-            return updated_node
-        body = self._wait_before_loads(list(updated_node.body))
-        return updated_node if body is None else updated_node.with_changes(body=body)
-
-    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        created = self._module_accelerator_index
-        if not self._saves_anything or created is None:
-            return updated_node
-        head, tail = list(updated_node.body[: created + 1]), list(updated_node.body[created + 1 :])
-        body = self._wait_before_loads(tail)
-        return updated_node if body is None else updated_node.with_changes(body=[*head, *body])
-
-    def _wait_before_loads(self, statements: list[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
-        result: list[cst.BaseStatement] = []
-        for statement in statements:
-            loads = isinstance(statement, cst.SimpleStatementLine) and _contains_call(statement, self.facts, "torch.load")
-            if loads and not (result and _is_barrier(result[-1], self.facts)):
-                result.append(cst.SimpleStatementLine(
-                    [cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))],
-                    leading_lines=statement.leading_lines,
-                ))
-                statement = statement.with_changes(leading_lines=())
-            result.append(statement)
-        return result if len(result) != len(statements) else None
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        # Model classes use ``self``; only a trainer class holding ``self.model`` needs a look.
+        return any(name.startswith("self.") for name in self.facts.models)
 
     # Function frames: in the function that calls prepare, the model is wrapped only after it.
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -398,7 +416,10 @@ class _CheckpointRewriter(AcceleratorScope):
         return cst.FlattenSentinel([barrier, updated_node.with_changes(leading_lines=())])
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        if qualified_name(updated_node.func, self.facts.imports) != "torch.save":
+        callee = qualified_name(updated_node.func, self.facts.imports)
+        self.loads = self.loads or callee == "torch.load"
+        self.saves = self.saves or is_accelerator_method(updated_node, self.facts, "save")
+        if callee != "torch.save":
             return updated_node
         if not self.accelerator_reachable():
             self.report(
@@ -410,6 +431,7 @@ class _CheckpointRewriter(AcceleratorScope):
         if args and args[0].keyword is None and dotted_name(args[0].value) in self.facts.models:
             args[0] = args[0].with_changes(value=unwrap_model(self.facts, args[0].value))
         self._saves_in_line += 1
+        self.saves = True
         self.report(original_node, self.code, "torch.save → accelerator.save (main process only)", True)
         return accelerator_call(self.facts, "save", *args)
 
@@ -438,6 +460,39 @@ class _CheckpointRewriter(AcceleratorScope):
         return CheckpointCodemod.code
 
 
+class _WaitBeforeLoads(AcceleratorScope):
+    """In a script that saves, every ``torch.load`` line first waits for the other ranks: the
+    main process may just have written the file."""
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
+        if not self.accelerator_reachable():
+            return updated_node
+        body = self._wait_before_loads(list(updated_node.body))
+        return updated_node if body is None else updated_node.with_changes(body=body)
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        created = self._module_accelerator_index
+        if created is None:
+            return updated_node
+        head, tail = list(updated_node.body[: created + 1]), list(updated_node.body[created + 1 :])
+        body = self._wait_before_loads(tail)
+        return updated_node if body is None else updated_node.with_changes(body=[*head, *body])
+
+    def _wait_before_loads(self, statements: list[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
+        result: list[cst.BaseStatement] = []
+        for statement in statements:
+            loads = isinstance(statement, cst.SimpleStatementLine) and _contains_call(statement, self.facts, "torch.load")
+            if loads and not (result and _is_barrier(result[-1], self.facts)):
+                result.append(cst.SimpleStatementLine(
+                    [cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))],
+                    leading_lines=statement.leading_lines,
+                ))
+                statement = statement.with_changes(leading_lines=())
+            result.append(statement)
+        return result if len(result) != len(statements) else None
+
+
+
 def _is_barrier(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:
     return isinstance(statement, cst.SimpleStatementLine) and any(
         is_accelerator_method(getattr(s, "value", None), facts, "wait_for_everyone") for s in statement.body
@@ -446,12 +501,6 @@ def _is_barrier(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:
 
 def _contains_call(node: cst.CSTNode, facts: ScriptFacts, qualified: str) -> bool:
     finder = _CallFinder(lambda call: qualified_name(call.func, facts.imports) == qualified)
-    node.visit(finder)
-    return finder.found
-
-
-def _contains_accelerator_save(node: cst.CSTNode, facts: ScriptFacts) -> bool:
-    finder = _CallFinder(lambda call: is_accelerator_method(call, facts, "save"))
     node.visit(finder)
     return finder.found
 
@@ -473,21 +522,9 @@ def _is_prepare(statement: cst.CSTNode, facts: ScriptFacts) -> bool:
 
 
 def _has_prepare_call(statements: Sequence[cst.CSTNode], facts: ScriptFacts) -> bool:
-    """Whether these statements (top level of one body, or nested blocks) call accelerator.prepare."""
-    finder = _PrepareFinder(facts)
-    for statement in statements:
-        statement.visit(finder)
-    return finder.found
-
-
-class _PrepareFinder(cst.CSTVisitor):
-    def __init__(self, facts: ScriptFacts) -> None:
-        self.facts = facts
-        self.found = False
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if is_accelerator_method(node, self.facts, "prepare"):
-            self.found = True
+    """Whether one of these statements is the ``... = accelerator.prepare(...)`` line (the prepare
+    pass puts it at the top level of the body that builds the training objects)."""
+    return any(
+        isinstance(statement, cst.SimpleStatementLine) and any(_is_prepare(s, facts) for s in statement.body)
+        for statement in statements
+    )

@@ -48,6 +48,12 @@ ALREADY_DISTRIBUTED = frozenset(
 )
 
 
+#: What the analysis reports (``ScriptFacts.existing_features``) when there is something to do here.
+PARALLEL_FEATURES = frozenset(
+    {"DataParallel", "DistributedDataParallel", "mp.spawn", "DistributedSampler", "init_process_group"}
+)
+
+
 class DataParallelCodemod(Codemod):
     code = "ACC110"
     name = "dataparallel"
@@ -56,7 +62,7 @@ class DataParallelCodemod(Codemod):
     }
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return facts.uses_torch
+        return bool(facts.existing_features & PARALLEL_FEATURES)
 
     def transform(
         self, module: cst.Module, facts: ScriptFacts, options: Options

@@ -169,6 +169,13 @@ class _Device(CodemodTransformer):
             args=[cst.Arg(expression(self.device_expr))],
         )
 
+    def leave_IfExp(self, original_node: cst.IfExp, updated_node: cst.IfExp) -> cst.BaseExpression:
+        """``model.cuda() if use_cuda else model`` became ``model if use_cuda else model``."""
+        code = cst.Module([]).code_for_node
+        if self.stripped_here and code(updated_node.body) == code(updated_node.orelse):
+            return updated_node.body.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
+        return updated_node
+
     # -- statements --------------------------------------------------------------------------------
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:

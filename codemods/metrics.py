@@ -60,7 +60,7 @@ class MetricsCodemod(Codemod):
     }
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return bool(facts.loaders and facts.models)
+        return bool(facts.eval_loops and facts.models)
 
     def transform(
         self, module: cst.Module, facts: ScriptFacts, options: Options
@@ -78,21 +78,22 @@ class _EvalLoopRewriter(AcceleratorScope):
         #: Names a new variable must not take: those of the module-level function being walked
         #: (nested functions share their enclosing function's set), or the whole module's for
         #: module-level code.
-        self._taken_by_scope: list[set[str]] = []
+        #: Collected only when a new name is needed: most files never need one.
+        self._taken_by_scope: list[_LazyNames] = []
 
     @property
     def _taken_names(self) -> set[str]:
-        return self._taken_by_scope[-1]
+        return self._taken_by_scope[-1].names
 
     def visit_Module(self, node: cst.Module) -> None:
         super().visit_Module(node)
-        self._taken_by_scope.append(_names_in(node))
+        self._taken_by_scope.append(_LazyNames(node))
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         super().visit_FunctionDef(node)
         self._eval_mode.append(False)
         top_level = len(self._taken_by_scope) == 1
-        self._taken_by_scope.append(_names_in(node) if top_level else self._taken_names)
+        self._taken_by_scope.append(_LazyNames(node) if top_level else self._taken_by_scope[-1])
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):
         self._eval_mode.pop()
@@ -108,12 +109,19 @@ class _EvalLoopRewriter(AcceleratorScope):
             self._no_grad_depth -= 1
         return updated_node
 
-    def visit_Call(self, node: cst.Call) -> None:
-        # model.eval() switches the rest of the function to evaluation, model.train() back.
-        func = node.func
-        if isinstance(func, cst.Attribute) and dotted_name(func.value) in self.facts.models:
-            if func.attr.value in ("eval", "train"):
-                self._eval_mode[-1] = func.attr.value == "eval"
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        # model.eval() switches the rest of the function to evaluation, model.train() back. Loops
+        # are compound statements, so the walk need not go into a simple line's expressions.
+        for small in node.body:
+            call = small.value if isinstance(small, cst.Expr) else None
+            func = call.func if isinstance(call, cst.Call) else None
+            if isinstance(func, cst.Attribute) and dotted_name(func.value) in self.facts.models:
+                if func.attr.value in ("eval", "train"):
+                    self._eval_mode[-1] = func.attr.value == "eval"
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
 
     def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.BaseStatement:
         loop = _loop_over_loader(original_node, self.facts)
@@ -140,7 +148,7 @@ class _EvalLoopRewriter(AcceleratorScope):
             return loop
         forward = _find_forward(body.body, self.facts)
         if forward is None:
-            hoisted = _hoist_forward(body.body, self.facts, _fresh_name("output", self._taken_names))
+            hoisted = _hoist_forward(body.body, self.facts, lambda: _fresh_name("output", self._taken_names))
             if hoisted is not None:
                 body = body.with_changes(body=hoisted)
                 loop = loop.with_changes(body=body)
@@ -154,7 +162,7 @@ class _EvalLoopRewriter(AcceleratorScope):
                 )
             return loop
         statement, outputs = forward
-        plan = _plan_gather(outputs, targets, _statements_after(body.body, statement), self._taken_names)
+        plan = _plan_gather(outputs, targets, _statements_after(body.body, statement), lambda: self._taken_names)
         for scalar in plan.batch_scalars:
             self.report(
                 original, "ACC913",
@@ -238,6 +246,20 @@ class _Finder(cst.CSTVisitor):
         return True
 
 
+class _LazyNames:
+    """The variable names used in a node, collected on first use."""
+
+    def __init__(self, node: cst.CSTNode) -> None:
+        self._node = node
+        self._names: set[str] | None = None
+
+    @property
+    def names(self) -> set[str]:
+        if self._names is None:
+            self._names = _names_in(self._node)
+        return self._names
+
+
 def _names_in(node: cst.CSTNode) -> set[str]:
     collector = _NameCollector()
     node.visit(collector)
@@ -279,7 +301,7 @@ def _find_forward(
     return None
 
 
-def _hoist_forward(statements, facts: ScriptFacts, name: str) -> list | None:
+def _hoist_forward(statements, facts: ScriptFacts, new_name) -> list | None:  # type: ignore[no-untyped-def]
     """``correct += (model(x).argmax(1) == y).sum().item()`` → ``output = model(x)`` on its own
     line first, then the statement reads ``output``: the forward gets a name to gather. Only for
     the first line holding exactly one forward, outside lambdas, comprehensions and conditional
@@ -287,7 +309,7 @@ def _hoist_forward(statements, facts: ScriptFacts, name: str) -> list | None:
     result = list(statements)
     for index, statement in enumerate(result):
         if isinstance(statement, cst.With) and isinstance(statement.body, cst.IndentedBlock):
-            inner = _hoist_forward(list(statement.body.body), facts, name)
+            inner = _hoist_forward(list(statement.body.body), facts, new_name)
             if inner is not None:
                 result[index] = statement.with_changes(body=statement.body.with_changes(body=inner))
                 return result
@@ -301,6 +323,7 @@ def _hoist_forward(statements, facts: ScriptFacts, name: str) -> list | None:
         if len(finder.calls) != 1 or finder.guarded:
             return None
         call = finder.calls[0]
+        name = new_name()
         forward_line = cst.SimpleStatementLine(
             body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=call)],
             leading_lines=statement.leading_lines,
@@ -419,7 +442,7 @@ def _constant_index(node: cst.Subscript) -> bool:
     return isinstance(node.slice[0].slice.value, (cst.SimpleString, cst.Integer))
 
 
-def _plan_gather(outputs, targets, after, taken: set[str]) -> _GatherPlan:
+def _plan_gather(outputs, targets, after, taken) -> _GatherPlan:  # type: ignore[no-untyped-def]
     collector = _UseCollector(set(outputs) | set(targets))
     for statement in after:
         statement.visit(collector)
@@ -436,7 +459,7 @@ def _plan_gather(outputs, targets, after, taken: set[str]) -> _GatherPlan:
         if isinstance(use, cst.Attribute) and use.attr.value in BATCH_SCALAR_ATTRIBUTES:
             plan.batch_scalars.append(expression_code(use))
             continue
-        name = _fresh_name(_suggested_name(use), taken | set(plan.names))
+        name = _fresh_name(_suggested_name(use), taken() | set(plan.names))
         plan.gathered.append(use)
         plan.names.append(name)
         plan.new_names.append(name)

@@ -82,6 +82,13 @@ class _MainProcessGuard(AcceleratorScope):
         self._guarded_depth = 0
         self._original_of: dict[int, cst.CSTNode] = {}
 
+    # Writes are whole statements: the walk never needs to go into expressions or model classes.
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
     def visit_If(self, node: cst.If) -> None:
         if _is_main_process_test(node.test, self.facts):
             self._guarded_depth += 1
