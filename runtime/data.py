@@ -237,8 +237,10 @@ class PreparedDataLoader(DataLoader):
             self.iteration += 1
         finally:
             # Also when the loop is left early: a loader abandoned mid-epoch must not stay
-            # "active" and confuse a later gather_for_metrics or accumulate().
-            state.end_loader(self)
+            # "active" and confuse a later gather_for_metrics or accumulate(). (The check guards
+            # against an abandoned iterator collected late, while another loader is running.)
+            if self in state.active_dataloaders:
+                state.end_loader(self)
 
     def _raw_batches(self) -> Iterator[Any]:
         batches = super().__iter__()
