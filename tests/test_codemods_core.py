@@ -285,6 +285,9 @@ REWRITES = {
                                      ["-batch = tuple(t.to(device) for t in batch)"]),
     "subscripted batch keeps dtype": (in_loop('x = batch[0].to(device, torch.float16)\nmodel(x)'),
                                       ["x = batch[0].to(torch.float16)"]),
+    "conditional move of the model": (in_loop("model(batch[0])").replace(
+        "optimizer = torch", "model = model.cuda() if torch.cuda.is_available() else model\n    optimizer = torch"),
+        ["-model = model.cuda() if torch.cuda.is_available() else model", "-model = model"]),
     "non_blocking goes with the device": (in_loop("x = batch[0].to(device, non_blocking=True)\nmodel(x)"),
                                           ["x = batch[0]"]),
     "created tensor .cuda() → accelerator.device": (in_loop("mask = torch.ones(3).cuda()\nmodel(batch[0])"),
