@@ -22,7 +22,7 @@ import libcst as cst
 
 from codemods.edits import POSITIONED, OriginIndex, dotted, is_main_guard, original_sites, target_names
 from codemods.facts import LoopFacts, ScriptFacts, Site
-from codemods.names import NameCollector, ScopeKey
+from codemods.names import NameCollector, NameTable, ScopeKey
 
 MODULE = "<module>"
 
@@ -34,7 +34,8 @@ ACCELERATOR_CONSTRUCTORS = {
 DEVICE_CALLS = {"torch.device", "torch.accelerator.current_accelerator"}
 NO_GRAD_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
                     "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode"}
-PROGRESS_WRAPPERS = {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.rich.tqdm"}
+PROGRESS_WRAPPERS = {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.rich.tqdm",
+                     "tqdm.trange", "tqdm.auto.trange"}
 FEATURES = {
     "torch.nn.DataParallel": "DataParallel",
     "torch.nn.parallel.DataParallel": "DataParallel",
@@ -250,7 +251,7 @@ class _Recorder(NameCollector):
         super().visit_For(node)
         self._order += 1
         loop = _Loop(
-            node, self.function, _iterated(node.iter), _loop_targets(node),
+            node, self.function, _iterated(node.iter, self.names, self.scope), _loop_targets(node, self.names, self.scope),
             no_grad=self._no_grad_depth > 0 or self.function in self.no_grad_functions,
             order=self._order,
         )
@@ -294,21 +295,31 @@ def _has_modulo(node: cst.BaseExpression) -> bool:
     return False
 
 
-def _iterated(expr: cst.BaseExpression) -> str | None:
-    """The iterable of ``for ... in enumerate(tqdm(loader))``: ``loader``."""
-    while isinstance(expr, cst.Call) and expr.args and dotted(expr.func) in {
-        "enumerate", "tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "iter", "trange",
-    }:
+#: Builtins that wrap an iterable without changing what it yields (the first argument).
+ITERABLE_WRAPPERS = {"enumerate", "iter"}
+
+
+def _iterated(expr: cst.BaseExpression, names: NameTable, scope: ScopeKey) -> str | None:
+    """The iterable of ``for ... in enumerate(tqdm(loader))``: ``loader``. Wrappers are matched
+    by qualified name (tqdm) or as unshadowed builtins (enumerate)."""
+    while isinstance(expr, cst.Call) and expr.args:
+        func = expr.func
+        builtin = isinstance(func, cst.Name) and func.value in ITERABLE_WRAPPERS and not names.is_bound(
+            func.value, scope
+        )
+        if not builtin and names.qualified_name(func, scope, strict=False) not in PROGRESS_WRAPPERS:
+            break
         expr = expr.args[0].value
     return dotted(expr)
 
 
-def _loop_targets(node: cst.For) -> tuple[str, ...]:
+def _loop_targets(node: cst.For, names: NameTable, scope: ScopeKey) -> tuple[str, ...]:
     """Names bound per batch; the counter of ``enumerate`` is not batch data."""
     target = node.target
     if (
         isinstance(node.iter, cst.Call)
         and dotted(node.iter.func) == "enumerate"
+        and not names.is_bound("enumerate", scope)
         and isinstance(target, cst.Tuple)
         and len(target.elements) == 2
     ):
