@@ -1,0 +1,156 @@
+"""The c3_ fixture scripts through the whole conversion: each issue-5 pass does its part in the
+order the registry runs them, after the core passes, and a second conversion changes nothing.
+
+(The golden files pin the full text; these tests say which lines matter and why.)
+"""
+
+from __future__ import annotations
+
+import json
+
+import libcst as cst
+import pytest
+
+from codemods import convert_module
+from codemods.analysis import analyse
+from codemods.base import Options
+from codemods.edits import OriginIndex
+from codemods.registry import all_codemods
+from tests.launching import REPO_ROOT
+
+CASES = REPO_ROOT / "fixtures" / "cases"
+
+#: fixture → lines the converted script must contain (stripped), and codes it must report.
+EXPECTED: dict[str, tuple[list[str], set[str]]] = {
+    "c3_vae_function_oom": (
+        [
+            "@find_executable_batch_size(starting_batch_size=args.batch_size)",
+            "accelerator.free_memory()",
+            "grid = recon.view(batch_size, 1, 28, 28)",
+            "recon, images, mu, logvar = accelerator.gather_for_metrics((recon, images, mu, logvar))",
+            "samples = accelerator.unwrap_model(model).decode(z).cpu()",
+            "inner_training_loop()",
+        ],
+        {"ACC113", "ACC114", "ACC117"},
+    ),
+    "c3_amp_flag_clip": (
+        [
+            'accelerator = Accelerator(mixed_precision="fp16" if args.amp else "no")',
+            "accelerator.backward(loss)",
+            "accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)",
+            "optimizer.step()",
+            "logits = model(x)",
+        ],
+        {"ACC111", "ACC113"},
+    ),
+    "c3_accumulate_scheduler": (
+        [
+            "accelerator = Accelerator(gradient_accumulation_steps=args.gradient_accumulation_steps)",
+            "with accelerator.accumulate(model):",
+            "if accelerator.sync_gradients:",
+            'logits, labels = accelerator.gather_for_metrics((outputs["logits"], batch["labels"]))',
+            "correct += (predictions == labels).sum().item()",
+        ],
+        {"ACC112", "ACC113"},
+    ),
+    "c3_dataparallel_module": (
+        [
+            "net = accelerator.unwrap_model(model)",
+            "out, y = accelerator.gather_for_metrics((out, y))",
+            "accelerator.save(net.state_dict(), path)",
+            "os.remove(path)",
+        ],
+        {"ACC110", "ACC113", "ACC114", "ACC116"},
+    ),
+    "c3_checkpoint_best": (
+        [
+            "best_mse, best_state = mse, copy.deepcopy(accelerator.unwrap_model(model).state_dict())",
+            "accelerator.unwrap_model(model).load_state_dict(best_state)",
+            "accelerator.save(accelerator.unwrap_model(model), args.output)",
+            'accelerator.print("parameters:", accelerator.unwrap_model(model).num_parameters())',
+        ],
+        {"ACC113", "ACC114"},
+    ),
+    "c3_results_files": (
+        [
+            "os.makedirs(args.run_dir, exist_ok=True)",
+            "logits = accelerator.gather_for_metrics(logits)",
+            'with open(log_file, "a") as f:',
+        ],
+        {"ACC113", "ACC116"},
+    ),
+    "c3_metric_add_batch": (
+        [
+            'logits, labels = accelerator.gather_for_metrics((outputs["logits"], batch["labels"]))',
+            "metric.add_batch(predictions=logits.argmax(dim=-1), references=labels)",
+        ],
+        {"ACC113"},
+    ),
+    "c3_rnn_hidden": (
+        [
+            "accelerator.unwrap_model(model).rnn.flatten_parameters()",
+            "hidden = accelerator.unwrap_model(model).init_hidden(tokens.size(0))",
+            "logits, labels = accelerator.gather_for_metrics((logits, labels))",
+        ],
+        {"ACC113", "ACC114"},
+    ),
+    "c3_oom_module_level": (
+        [
+            "def inner_training_loop(batch_size):",
+            "noise = 0.3 * torch.randn(batch_size, 24, device=device)",
+            "restored, signal = accelerator.gather_for_metrics((restored, signal))",
+        ],
+        {"ACC113", "ACC117"},
+    ),
+    "c3_eval_sum_tqdm": (
+        ["output, target = accelerator.gather_for_metrics((output, target))"],
+        {"ACC113"},
+    ),
+}
+
+
+def convert(name: str) -> tuple[str, set[str], Options]:
+    config = json.loads((CASES / f"{name}.json").read_text())
+    options = Options(oom_retry=config.get("oom_retry", False))
+    outcome = convert_module(cst.parse_module((CASES / f"{name}.py").read_text()), options)
+    return outcome.module.code, {c.code for c in outcome.changes}, options
+
+
+def test_every_c3_fixture_has_expectations() -> None:
+    assert sorted(p.stem for p in CASES.glob("c3_*.py")) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_c3_fixture_conversion(name: str) -> None:
+    lines, codes = EXPECTED[name]
+    output, reported, options = convert(name)
+    stripped = {line.strip() for line in output.splitlines()}
+    missing = [line for line in lines if line not in stripped]
+    assert not missing, f"{name}: missing {missing}\n{output}"
+    assert codes <= reported
+    assert not {c for c in reported if c.startswith("ACC9") and c[3:5] == "91"}, reported
+    again = convert_module(cst.parse_module(output), options)
+    assert again.module.code == output
+    assert not [c for c in again.changes if c.fixed]
+
+
+ISSUE5_PASSES = {
+    cls.name: cls for cls in all_codemods() if cls.code[3:5] == "11"
+}
+
+
+@pytest.mark.parametrize(
+    "name, running",
+    [
+        ("c3_eval_sum_tqdm", {"metrics", "checkpoint", "side-effects"}),
+        ("c3_amp_flag_clip", {"amp", "metrics", "checkpoint", "side-effects"}),
+        ("c3_accumulate_scheduler", {"accumulate", "metrics", "checkpoint", "side-effects"}),
+        ("c3_dataparallel_module", {"dataparallel", "metrics", "checkpoint", "side-effects"}),
+    ],
+)
+def test_passes_run_only_where_the_analysis_sees_their_pattern(name: str, running: set[str]) -> None:
+    """The cheap ``applies`` test keeps passes with nothing to do from walking the tree."""
+    module = cst.parse_module((CASES / f"{name}.py").read_text())
+    facts = analyse(module, OriginIndex())
+    applying = {n for n, cls in ISSUE5_PASSES.items() if cls().applies(facts, Options())}
+    assert applying == running
