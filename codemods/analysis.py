@@ -470,8 +470,38 @@ class _Conclusions:
         """``use_cuda = not args.no_cuda and torch.cuda.is_available()``."""
         return any(name.endswith("cuda.is_available") for name in assign.names)
 
+    def _optimizer_factories(self) -> dict[str, cst.Call]:
+        """Module-level functions that return a new optimizer → the constructor call they return."""
+        factories = {}
+        for function, value in self.r.returns:
+            value = _peel_moves(value)
+            if isinstance(value, cst.Call):
+                qualified = self.r.names.qualified_name(value.func, (function,), strict=False)
+                if qualified is not None and is_optimizer(qualified):
+                    factories[function] = value
+        return factories
+
+    def _factory_roots(self, call: cst.Call, factory: str, returned: cst.Call) -> set[str]:
+        """``make_optimizer(net)`` whose factory returns ``SGD(model.parameters())``: ``net``."""
+        finder = _ParameterReceivers()
+        returned.visit(finder)
+        params = self.r.defs.get(factory, ())
+        passed = {
+            (arg.keyword.value if arg.keyword is not None else params[index] if index < len(params) else ""):
+            dotted(arg.value)
+            for index, arg in enumerate(call.args) if not arg.star
+        }
+        roots = set()
+        for receiver in finder.receivers:
+            head, _, rest = receiver.partition(".")
+            argument = passed.get(head)
+            if argument is not None:
+                roots.add(argument)  # the model itself, also for ``model.fc.parameters()``
+        return roots
+
     def _optimizers_and_models(self) -> None:
         facts = self.facts
+        factories = self._optimizer_factories()
         parameter_sources: dict[str, set[str]] = {}
         for assign in self.r.assigns:
             roots = self._parameter_roots(assign.mentions.parameter_receivers)
@@ -480,9 +510,12 @@ class _Conclusions:
             value = _peel_moves(assign.value)
             if not isinstance(value, cst.Call):
                 continue
-            qualified = self.r.names.qualified_name(value.func, assign.scope, strict=False)
-            if qualified is None or not is_optimizer(qualified):
-                continue
+            if isinstance(value.func, cst.Name) and value.func.value in factories:
+                roots = self._factory_roots(value, value.func.value, factories[value.func.value])
+            else:
+                qualified = self.r.names.qualified_name(value.func, assign.scope, strict=False)
+                if qualified is None or not is_optimizer(qualified):
+                    continue
             facts.optimizers.update(assign.targets)
             if self.optimizer_home is None:
                 self.optimizer_home = assign.function
@@ -740,6 +773,21 @@ class _Conclusions:
             conditions = [branch for branch in ifs if branch.loop is innermost]
             if any(branch.test.names & tainted or ".item" in branch.test.calls for branch in conditions):
                 facts.rank_dependent_breaks.append(self.site(node))
+
+
+class _ParameterReceivers(cst.CSTVisitor):
+    """Receivers of ``.parameters()`` / ``.named_parameters()`` in a small subtree."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.receivers: set[str] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in {"parameters", "named_parameters"}:
+            receiver = dotted(func.value)
+            if receiver is not None:
+                self.receivers.add(receiver)
 
 
 def _peel_moves(value: cst.BaseExpression) -> cst.BaseExpression:

@@ -524,3 +524,14 @@ def test_batches_of_a_loader_that_is_not_prepared_keep_their_moves() -> None:
     code, lines = convert(body, Options(select=("ACC10",)))  # the issue-4 passes on their own
     assert lines.count("x = x.to(device)") == 1, code  # kept in evaluate, removed in main
     assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)" in lines
+
+
+def test_optimizer_built_by_a_factory_function() -> None:
+    body = (
+        "def make_optimizer(model, lr):\n    return torch.optim.SGD(model.parameters(), lr=lr)\n\n"
+        "def main():\n    loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)\n"
+        "    net = nn.Linear(4, 1)\n    opt = make_optimizer(net, 0.1)\n"
+        "    for (x,) in loader:\n        net(x).sum().backward()\n        opt.step()\n"
+    )
+    _, lines = convert(body)
+    assert "net, opt, loader = accelerator.prepare(net, opt, loader)" in lines
