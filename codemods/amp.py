@@ -125,7 +125,7 @@ class _AmpSurvey(cst.CSTVisitor):
             self._note_switch(value)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if qualified_name(node.func, self.facts.imports) in AUTOCASTS:
+        if qualified_name(node.func, self.facts.imports) in AUTOCASTS and not _disables(node):
             self.autocasts.append(node)
             self._note_switch(node)
             for arg in node.args:
@@ -484,7 +484,21 @@ class _AmpRemover(Issue5Transformer):
 
 
 def _is_autocast(node: cst.BaseExpression, facts: ScriptFacts) -> bool:
-    return isinstance(node, cst.Call) and qualified_name(node.func, facts.imports) in AUTOCASTS
+    """An autocast context that switches mixed precision on (``enabled=False`` blocks, which
+    carve a full-precision region out of an autocast one, stay as they are)."""
+    return (
+        isinstance(node, cst.Call)
+        and qualified_name(node.func, facts.imports) in AUTOCASTS
+        and not _disables(node)
+    )
+
+
+def _disables(call: cst.Call) -> bool:
+    return any(
+        arg.keyword is not None and arg.keyword.value == "enabled"
+        and isinstance(arg.value, cst.Name) and arg.value.value == "False"
+        for arg in call.args
+    )
 
 
 def _mentions_amp(node: cst.CSTNode, facts: ScriptFacts, scalers: set[str]) -> bool:

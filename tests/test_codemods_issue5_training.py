@@ -103,6 +103,28 @@ AMP_CASES = [
         """,
         id="bf16-switch-and-shared-with",
     ),
+    pytest.param(
+        """
+        def main(args):
+            accelerator = Accelerator()
+            for x in train_loader:
+                with torch.autocast("cuda"):
+                    h = model(x)
+                    with torch.autocast("cuda", enabled=False):
+                        norm = h.float().pow(2).sum()
+                accelerator.backward(norm)
+        """,
+        """
+        def main(args):
+            accelerator = Accelerator(mixed_precision="fp16")
+            for x in train_loader:
+                h = model(x)
+                with torch.autocast("cuda", enabled=False):
+                    norm = h.float().pow(2).sum()
+                accelerator.backward(norm)
+        """,
+        id="full-precision-island-kept",
+    ),
 ]
 
 
