@@ -79,7 +79,7 @@ class OomRetryCodemod(Codemod):
         self, module: cst.Module, facts: ScriptFacts, options: Options
     ) -> tuple[cst.Module, list[Change]]:
         pending = PendingChanges(facts)
-        if _mentions_name(module, DECORATOR):
+        if _already_retried(module, facts):
             return module, []
         region = _find_training_region(module, facts)
         if region is None:
@@ -533,5 +533,15 @@ def _contains_expression(node: cst.CSTNode, expression: cst.BaseExpression) -> b
     return bool(finder.sites)
 
 
-def _mentions_name(module: cst.Module, name: str) -> bool:
-    return name in _read_names([module])
+def _already_retried(module: cst.Module, facts: ScriptFacts) -> bool:
+    """The script imports the decorator already (converted before, or written by hand)."""
+    if any(name.rsplit(".", 1)[-1] == DECORATOR for name in facts.imports.values()):
+        return True
+    return any(
+        isinstance(small, cst.ImportFrom)
+        and not isinstance(small.names, cst.ImportStar)
+        and any(dotted_name(alias.name) == DECORATOR for alias in small.names)
+        for statement in module.body
+        if isinstance(statement, cst.SimpleStatementLine)
+        for small in statement.body
+    )
