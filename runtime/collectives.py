@@ -11,6 +11,7 @@ unchanged under plain ``python``.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any, Callable
 
@@ -64,31 +65,58 @@ def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts, dim=0)
 
 
-def _leaf_shapes(data: Any, op_name: str) -> list[tuple[int, ...]]:
-    shapes: list[tuple[int, ...]] = []
-    apply_to_tensors(lambda tensor: shapes.append(tuple(tensor.shape)), data, op_name)
-    return shapes
+def _leaf_layout(data: Any, op_name: str) -> list[tuple[tuple[int, ...], str]]:
+    """Shape and dtype of every tensor in ``data``, in walking order."""
+    layout: list[tuple[tuple[int, ...], str]] = []
+    apply_to_tensors(lambda tensor: layout.append((tuple(tensor.shape), str(tensor.dtype))), data, op_name)
+    return layout
+
+
+def _collective_device() -> torch.device:
+    # NCCL only moves GPU tensors; every other backend takes CPU ones.
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _layout_fingerprint(layout: list[tuple[tuple[int, ...], str]]) -> torch.Tensor:
+    """Two int64s that differ, short of a 64-bit hash collision, when two layouts differ: the
+    number of tensors and a digest of every shape and dtype."""
+    digest = hashlib.blake2b(repr(layout).encode(), digest_size=8).digest()
+    return torch.tensor([len(layout), int.from_bytes(digest, "little", signed=True)], dtype=torch.int64)
 
 
 def check_same_shapes(data: Any, op_name: str = "gather") -> None:
-    """Raise on every rank if the ranks' tensors differ in shape.
+    """Raise on every rank if the ranks' tensors differ in shape or dtype.
 
     Gloo's all_gather does not check: with a shorter tensor on one rank it returns garbage on the
-    others and crashes that rank. One small all_gather_object per call buys a clear error instead.
+    others and crashes that rank. The check costs one all_gather of two int64s per call, however
+    many tensors ``data`` holds (a fingerprint of all their shapes and dtypes); only when the
+    fingerprints differ are the full layouts exchanged, to name them in the error.
     """
+    layout = _leaf_layout(data, op_name)
+    mine = _layout_fingerprint(layout).to(_collective_device())
+    fingerprints = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(fingerprints, mine)
+    if all(torch.equal(fingerprint, mine) for fingerprint in fingerprints):
+        return
+    # Every rank saw the same fingerprints, so every rank takes this branch and the collective below.
     per_rank: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(per_rank, _leaf_shapes(data, op_name))
-    if any(shapes != per_rank[0] for shapes in per_rank):
-        listing = "; ".join(f"rank {rank}: {shapes}" for rank, shapes in enumerate(per_rank))
-        raise ValueError(
-            f"{op_name}: tensor shapes differ across ranks ({listing}); pad them first with "
-            "accelerator.pad_across_processes(...), or use gather_object"
-        )
+    dist.all_gather_object(per_rank, layout)
+    shapes = [[shape for shape, _ in ranks_layout] for ranks_layout in per_rank]
+    if all(rank_shapes == shapes[0] for rank_shapes in shapes):
+        what, listing = "dtypes", [[dtype for _, dtype in ranks_layout] for ranks_layout in per_rank]
+        remedy = "cast them to one dtype first"
+    else:
+        what, listing = "shapes", shapes
+        remedy = "pad them first with accelerator.pad_across_processes(...)"
+    ranks = "; ".join(f"rank {rank}: {entry}" for rank, entry in enumerate(listing))
+    raise ValueError(f"{op_name}: tensor {what} differ across ranks ({ranks}); {remedy}, or use gather_object")
 
 
 def gather(data: Any) -> Any:
-    """Concatenate every rank's tensors along dim 0, in rank order (shapes must match across ranks;
-    a mismatch raises ``ValueError`` on every rank instead of returning garbage)."""
+    """Concatenate every rank's tensors along dim 0, in rank order (shapes and dtypes must match
+    across ranks; a mismatch raises ``ValueError`` on every rank instead of returning garbage)."""
     if not is_distributed():
         return data
     check_same_shapes(data, "gather")

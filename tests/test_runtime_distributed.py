@@ -48,6 +48,10 @@ def test_collectives_on_nested_structures(ranks: list[dict]) -> None:
         # Gloo would return garbage here; every rank gets the same clear error instead.
         assert "rank 0: [(3,)]; rank 1: [(2,)]" in observed["shape_error"]
         assert "pad_across_processes" in observed["shape_error"]
+        assert "rank 0: [(2,), (2, 1)]; rank 1: [(2,), (2, 2)]" in observed["nested_shape_error"]
+        assert "dtypes differ" in observed["dtype_error"]
+        assert "rank 0: ['torch.int64']; rank 1: ['torch.float32']" in observed["dtype_error"]
+        assert observed["gather_after_errors"] == [0, 1]  # the ranks are still in step
 
 
 def test_reduce_matches_accelerates_observed_results(ranks: list[dict]) -> None:

@@ -49,13 +49,12 @@ def check_collectives(accelerator: Accelerator) -> dict:
         type_error = None
     except TypeError as error:
         type_error = str(error)
-    try:
-        accelerator.gather(torch.arange(3 - rank))
-        shape_error = None
-    except ValueError as error:
-        shape_error = str(error)
     return {
-        "shape_error": shape_error,
+        "shape_error": _gather_error(accelerator, torch.arange(3 - rank)),
+        # One fingerprint covers the whole structure: a difference in its second tensor is caught.
+        "nested_shape_error": _gather_error(accelerator, {"same": torch.ones(2), "other": torch.ones(2, 1 + rank)}),
+        "dtype_error": _gather_error(accelerator, torch.ones(2, dtype=torch.float32 if rank else torch.int64)),
+        "gather_after_errors": accelerator.gather(torch.tensor([rank])).tolist(),
         "gather_a": gathered["a"].tolist(),
         "gather_b0": gathered["b"][0].tolist(),
         "gather_pair_is_namedtuple": type(gathered["b"][1]).__name__,
@@ -69,6 +68,14 @@ def check_collectives(accelerator: Accelerator) -> dict:
         "type_error": type_error,
         "split": _split_checks(accelerator),
     }
+
+
+def _gather_error(accelerator: Accelerator, data: object) -> str | None:
+    try:
+        accelerator.gather(data)
+    except ValueError as error:
+        return str(error)
+    return None
 
 
 def _split_checks(accelerator: Accelerator) -> dict:
