@@ -287,6 +287,20 @@ def test_unexpected_exception_in_one_file_is_reported_and_the_rest_still_run(
     assert "1 converted, 0 unchanged, 1 failed" in result.stderr
 
 
+def test_check_against_an_output_folder_names_only_the_stale_file(tmp_path: Path) -> None:
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.mkdir()
+    (src / "a.py").write_bytes(TRAIN)
+    (src / "b.py").write_bytes(TRAIN)
+    assert run(src, "-o", out).exit_code == 0
+    assert run("--check", src, "-o", out).exit_code == 0
+    (src / "b.py").write_bytes(TRAIN + b"print('done')\n")
+    stale = run("--check", src, "-o", out)
+    assert stale.exit_code == 1
+    assert f"{out / 'b.py'}:1:1: stale-output" in stale.stderr and str(out / "a.py") not in stale.stderr
+    assert "1 would be converted, 1 unchanged, 0 failed" in stale.stderr
+
+
 # -- stdin --------------------------------------------------------------------------------------------
 
 
