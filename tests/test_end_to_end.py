@@ -1,7 +1,8 @@
 """End to end: convert each runnable fixture script, run original and converted, compare.
 
-A fixture ``fixtures/cases/<name>.py`` is runnable when a sidecar ``<name>.json`` sits next to it
-(fields in fixtures/README.md); adding one needs no test code. For each runnable case:
+A fixture ``fixtures/cases/<name>.py`` with a sidecar ``<name>.json`` is checked here (fields in
+fixtures/README.md); adding one needs no test code. Its conversion must report the ``ACC9xx``
+codes listed under ``reported``. A case whose sidecar names ``metrics`` is runnable:
 
 * on one process, the converted script prints exactly what the original prints (the runtime is
   the identity on one process), and writes the same result files;
@@ -51,7 +52,7 @@ NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 @dataclass(frozen=True)
 class Case:
-    """A runnable fixture and what its sidecar asks for."""
+    """A fixture and what its sidecar asks for."""
 
     name: str
     script: Path
