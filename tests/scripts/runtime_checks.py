@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import json
+from pathlib import Path
 import sys
 
 import torch
@@ -319,7 +320,9 @@ def main() -> None:
     result["mixed_precision"] = check_mixed_precision()
     result["user_ddp_kwargs"] = check_user_ddp_kwargs()
     result["unused"] = check_unused_parameters()  # last: its error case leaves DDP mid-iteration
-    print("RESULT " + json.dumps(result), flush=True)
+    # One file per rank: long lines the ranks print at once can interleave on a shared stdout.
+    rank = result["state"]["process_index"]
+    Path(tmp_dir, f"result_rank{rank}.json").write_text(json.dumps(result))
     Accelerator().end_training()
 
 
