@@ -9,8 +9,15 @@ with ``register_for_checkpointing``, and the accumulation step. File names follo
 (``pytorch_model.bin``, ``optimizer.bin``, ``random_states_<rank>.pkl``, ...), all written with
 ``torch.save`` and read back with ``weights_only=True``, which runs no pickled code.
 
-Resume at an epoch boundary: a loader's generator has already drawn the current epoch's order when
-a mid-epoch checkpoint is taken, so what it restores is the order of the *next* epoch.
+Resuming mid-epoch: a loader's generator has already drawn the current epoch's order when a
+mid-epoch checkpoint is taken, so the checkpoint holds the state the generator had when that epoch
+began (``epoch_start_generator_state``), the global RNG state it began with (the loader's
+iterator drew its base seed from it) and the epoch counter of that epoch. After ``load_state``,
+``skip_first_batches(loader, k)`` then draws the same order and base seed again, leaves out the
+``k`` batches already trained on, and every other draw continues from the checkpoint's states:
+the rest of the epoch is exactly what an uninterrupted run would have seen. (On one process the
+loader's own sampler shuffles from the global RNG, so this holds with several processes only.)
+Between epochs the generator's current state is saved, so the next epoch gets its own order.
 
 How a checkpoint is written so that a crash never leaves one that looks complete:
 
@@ -101,6 +108,8 @@ def _rng_snapshot(accelerator: Any) -> dict[str, Any]:
         "torch": torch.get_rng_state(),
         "loader_generators": [_generator_state(loader) for loader in loaders],
         "loader_iterations": [getattr(loader, "iteration", 0) for loader in loaders],
+        # Set only for loaders caught mid-epoch (see "Resuming mid-epoch" above).
+        "loader_epoch_start_rng": [getattr(loader, "epoch_start_rng_state", None) for loader in loaders],
     }
     numpy_state = _numpy_rng_state()
     if numpy_state is not None:
@@ -111,8 +120,12 @@ def _rng_snapshot(accelerator: Any) -> dict[str, Any]:
 
 
 def _generator_state(loader: Any) -> torch.Tensor | None:
+    """The state to restore: the one the epoch in progress started from, else the current one."""
     generator = getattr(loader, "synchronized_generator", None)
-    return None if generator is None else generator.get_state()
+    if generator is None:
+        return None
+    epoch_start = getattr(loader, "epoch_start_generator_state", None)
+    return generator.get_state() if epoch_start is None else epoch_start
 
 
 def _loaded_numpy() -> Any | None:
@@ -143,11 +156,10 @@ def _restore_rng(snapshot: dict[str, Any], accelerator: Any, source: Path) -> No
         _restore_numpy(snapshot["numpy"])
     if "cuda" in snapshot and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(snapshot["cuda"])
-    for loader, state, iteration in zip(loaders, saved_generators, snapshot["loader_iterations"]):
-        if state is not None and getattr(loader, "synchronized_generator", None) is not None:
-            loader.synchronized_generator.set_state(state)
-        if hasattr(loader, "iteration"):
-            loader.iteration = iteration
+    epoch_start_rng = snapshot.get("loader_epoch_start_rng", [None] * len(loaders))
+    for loader, state, iteration, start_rng in zip(loaders, saved_generators, snapshot["loader_iterations"],
+                                                    epoch_start_rng):
+        loader.restore_progress(iteration, state, start_rng)
     accelerator.step = snapshot["step"]
 
 

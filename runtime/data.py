@@ -30,7 +30,10 @@ Where we deliberately differ from Accelerate 1.15 (everything else is checked ag
   uneven last batch, and a split iterable dataset), and an iterable shard's ``remainder`` counts
   the real stream rather than the padded one, so ``gather_for_metrics`` drops its duplicates;
 * a loop left early (``break``) unregisters the loader from the ``GradientState``;
-* ``skip_first_batches`` keeps the loader's ``remainder``;
+* ``skip_first_batches`` keeps the loader's ``remainder``, and its copy shares the original's
+  epoch counter (finishing the resumed epoch moves the original on to the next one);
+* a checkpoint saves the generator state of the epoch in progress (see ``epoch_start_generator_state``),
+  so ``load_state`` + ``skip_first_batches`` resumes mid-epoch on the very batches it left;
 * on one process, epochs are announced to samplers only by an explicit ``set_epoch`` (as the
   original loader would), and a shuffling sampler gets no generator of ours.
 """
@@ -41,7 +44,7 @@ import copy
 import inspect
 import itertools
 from collections.abc import Iterator, Mapping, MutableMapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -138,6 +141,31 @@ def _checked_rng_types(rng_types: list[str] | None) -> list[str]:
 # ------------------------------------------------------------------------------------------------
 # The prepared loader
 # ------------------------------------------------------------------------------------------------
+@dataclass
+class EpochProgress:
+    """Where a loader is in its epochs, shared with its ``skip_first_batches`` copies.
+
+    A copy made to resume mid-epoch walks the rest of the original's epoch, so when it finishes,
+    the original's next epoch must be the following one, and a checkpoint taken while the copy
+    runs must see the epoch the copy is in.
+
+    The epoch-start states are what a mid-epoch checkpoint needs to replay the epoch: by then the
+    generator has drawn the epoch's order and torch's global RNG the iterator's base seed (for
+    worker seeding; drawn from it when the loader has no generator of its own). They are kept
+    with several processes only: one process records nothing, as it changes nothing.
+    """
+
+    #: Completed epochs; the epoch number handed to samplers at the start of the next one.
+    iteration: int = 0
+    #: The synchronized generator's state when the epoch in progress began, ``None`` between epochs.
+    start_generator_state: torch.Tensor | None = None
+    #: Torch's global RNG state when the epoch in progress began, ``None`` between epochs.
+    start_rng_state: torch.Tensor | None = None
+    #: Set by a mid-epoch restore: the global RNG state the replayed epoch's iterator draws its
+    #: base seed from (the checkpoint's own global state then carries on for dropout and the like).
+    replay_rng_state: torch.Tensor | None = None
+
+
 @dataclass(frozen=True)
 class LoaderPlan:
     """Everything a prepared loader needs besides its dataset and sampler (shared by its copies)."""
@@ -157,6 +185,8 @@ class LoaderPlan:
     rank_batch_size: int | None = None
     #: Batches an iterable loader still reads but does not yield (``skip_first_batches``).
     skip_batches: int = 0
+    #: Shared by every copy of the plan, so a loader and its skipping copies count epochs together.
+    progress: EpochProgress = field(default_factory=EpochProgress)
 
 
 class PreparedDataLoader(DataLoader):
@@ -169,7 +199,6 @@ class PreparedDataLoader(DataLoader):
     def __init__(self, dataset: Any, plan: LoaderPlan, *, iteration: int = 0, **loader_arguments: Any) -> None:
         super().__init__(dataset, **loader_arguments)
         self.plan = plan
-        #: Completed epochs; the epoch number handed to samplers at the start of the next one.
         self.iteration = iteration
         # Report the script's own batch size and drop_last, not the placeholders torch stores when
         # it is given a batch sampler. DataLoader forbids setting these after construction because
@@ -187,6 +216,27 @@ class PreparedDataLoader(DataLoader):
     @property
     def synchronized_generator(self) -> torch.Generator | None:
         return self.plan.synchronized_generator
+
+    @property
+    def iteration(self) -> int:
+        """Completed epochs; the epoch number handed to samplers at the start of the next one."""
+        return self.plan.progress.iteration
+
+    @iteration.setter
+    def iteration(self, value: int) -> None:
+        self.plan.progress.iteration = value
+
+    @property
+    def epoch_start_generator_state(self) -> torch.Tensor | None:
+        """The synchronized generator's state when the epoch in progress began (``None`` between
+        epochs): what a mid-epoch checkpoint saves, to replay this epoch's order on resume."""
+        return self.plan.progress.start_generator_state
+
+    @property
+    def epoch_start_rng_state(self) -> torch.Tensor | None:
+        """Torch's global RNG state when the epoch in progress began (``None`` between epochs and
+        on one process): a mid-epoch checkpoint saves it to replay the iterator's base seed."""
+        return self.plan.progress.start_rng_state
 
     @property
     def rng_types(self) -> list[str]:
@@ -214,6 +264,19 @@ class PreparedDataLoader(DataLoader):
         self.iteration = epoch
         _propagate_epoch(self, epoch)
 
+    def restore_progress(self, iteration: int, generator_state: torch.Tensor | None,
+                         epoch_start_rng_state: torch.Tensor | None = None) -> None:
+        """Put the loader where a checkpoint left it: ``iteration`` completed epochs, the generator
+        ready to draw the order of the epoch the checkpoint was taken in (or after), and, for a
+        mid-epoch checkpoint, the global RNG state that epoch's iterator drew its base seed from."""
+        self.iteration = iteration
+        if generator_state is not None and self.synchronized_generator is not None:
+            self.synchronized_generator.set_state(generator_state)
+        progress = self.plan.progress
+        # Whatever epoch was in progress here before is not the one that will be replayed.
+        progress.start_generator_state = progress.start_rng_state = None
+        progress.replay_rng_state = epoch_start_rng_state
+
     def __len__(self) -> int:
         if isinstance(self.dataset, IterableShard) and self.plan.rank_batch_size:
             batches = len(self.dataset) // self.plan.rank_batch_size  # the shard holds whole batches
@@ -223,9 +286,10 @@ class PreparedDataLoader(DataLoader):
 
     def __iter__(self) -> Iterator[Any]:
         if self.plan.num_processes > 1:
-            synchronize_rng_states(list(self.plan.rng_types), self.plan.synchronized_generator)
+            synchronize_rng_states(self._rng_types_to_synchronize(), self.plan.synchronized_generator)
             # Samplers like DistributedSampler reshuffle per epoch: tell them which one this is.
             self.set_epoch(self.iteration)
+            self._record_epoch_start()
         state = self.plan.gradient_state
         state.begin_loader(self, self.remainder)
         try:
@@ -235,6 +299,7 @@ class PreparedDataLoader(DataLoader):
                     state.mark_last_batch()
                 yield batch
             self.iteration += 1
+            self.plan.progress.start_generator_state = self.plan.progress.start_rng_state = None
         finally:
             # Also when the loop is left early: a loader abandoned mid-epoch must not stay
             # "active" and confuse a later gather_for_metrics or accumulate(). (The check guards
@@ -242,8 +307,40 @@ class PreparedDataLoader(DataLoader):
             if self in state.active_dataloaders:
                 state.end_loader(self)
 
+    def _rng_types_to_synchronize(self) -> list[str]:
+        if self.plan.progress.replay_rng_state is None:
+            return list(self.plan.rng_types)
+        # Replaying an epoch from a mid-epoch checkpoint: the ranks' global RNGs were synced at
+        # that epoch's start and then drew apart (dropout); each rank's came back from the
+        # checkpoint as it was, so syncing them again now would change the ranks' next draws.
+        return [kind for kind in self.plan.rng_types if kind == "generator"]
+
+    def _record_epoch_start(self) -> None:
+        # After the ranks agreed on the generator, before the sampler and the iterator's base seed
+        # draw from it or from the global RNG. Reading a state draws nothing.
+        progress = self.plan.progress
+        generator = self.plan.synchronized_generator
+        progress.start_generator_state = None if generator is None else generator.get_state()
+        replaying = progress.replay_rng_state
+        progress.start_rng_state = torch.get_rng_state() if replaying is None else replaying
+
+    def _new_iterator(self) -> Iterator[Any]:
+        """torch's iterator for this epoch (creating it draws the workers' base seed)."""
+        replay, self.plan.progress.replay_rng_state = self.plan.progress.replay_rng_state, None
+        if replay is None:
+            return super().__iter__()
+        # The interrupted run drew the base seed at the epoch's start, before its checkpoint: draw
+        # it again from that state, then go back to the checkpoint's, which the rest of the epoch
+        # (dropout, augmentation) continues from.
+        resumed = torch.get_rng_state()
+        torch.set_rng_state(replay)
+        try:
+            return super().__iter__()
+        finally:
+            torch.set_rng_state(resumed)
+
     def _raw_batches(self) -> Iterator[Any]:
-        batches = super().__iter__()
+        batches = self._new_iterator()
         return itertools.islice(batches, self.plan.skip_batches, None) if self.plan.skip_batches else batches
 
     def _flag_last(self, batches: Iterator[Any]) -> Iterator[tuple[bool, Any]]:
@@ -443,8 +540,8 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
     """A new loader that starts ``num_batches`` (per-rank) batches into the epoch.
 
     For resuming mid-epoch from a checkpoint. A prepared loader's copy keeps its device, RNG
-    synchronisation, generator, epoch counter (``iteration``) and ``remainder``; a plain loader
-    gives a plain loader.
+    synchronisation, generator and ``remainder``, and shares its epoch counter (``iteration``) and
+    epoch-start generator state; a plain loader gives a plain loader.
     """
     if num_batches < 0:
         raise ValueError(f"cannot skip a negative number of batches ({num_batches})")
@@ -468,4 +565,4 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
 
 
 __all__ = ["prepare_data_loader", "skip_first_batches", "send_to_device", "synchronize_rng_states",
-           "PreparedDataLoader", "LoaderPlan", "SUPPORTED_RNG_TYPES"]
+           "PreparedDataLoader", "LoaderPlan", "EpochProgress", "SUPPORTED_RNG_TYPES"]

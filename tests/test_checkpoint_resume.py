@@ -3,6 +3,8 @@ the same parameters, exactly (shuffled loader, dropout, AdamW, StepLR, a registe
 
 Two launches of tests/scripts/checkpoint_resume.py (one per phase), shared by every test here,
 and two more of the same script under Hugging Face Accelerate for the comparison the README makes.
+The "resume" launch also resumes from a checkpoint taken mid-epoch (``load_state`` +
+``skip_first_batches``), on the same objects after its own run.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 from runtime.accelerator import Accelerator
 from runtime.checkpoint import MANIFEST, CheckpointError
 from tests.launching import torchrun
+from tests.scripts.checkpoint_resume import MID_STEP
 
 SCRIPT = Path(__file__).parent / "scripts" / "checkpoint_resume.py"
 
@@ -57,6 +60,24 @@ def test_resumed_run_ends_on_identical_parameters_and_states(phases, rank: int) 
     assert resumed["lr_at_start"] == full["lr_at_start"]
     assert [(e["python"], e["numpy"]) for e in resumed["epochs"]] == \
            [(e["python"], e["numpy"]) for e in full["epochs"]]
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_mid_epoch_resume_sees_the_rest_of_that_epoch_then_the_same_next_epoch(phases, rank: int) -> None:
+    """A checkpoint taken MID_STEP batches into an epoch, then Accelerate's resume recipe
+    (load_state, skip_first_batches): exactly the batches, draws and parameters of the
+    uninterrupted run. Before the epoch-start generator state was saved, the skipped loader
+    shuffled with the *next* epoch's order."""
+    full, mid = phases["reports"]["full", rank], phases["reports"]["resume", rank]["mid_epoch"]
+    interrupted = full["epochs"][0]["batches"]
+    assert mid["counter_at_start"] == full["counter_at_start"] + MID_STEP
+    assert mid["epochs"][0]["batches"] == interrupted[MID_STEP:] and len(interrupted) > MID_STEP
+    assert mid["epochs"][1]["batches"] == full["epochs"][1]["batches"]
+    assert [(e["python"], e["numpy"]) for e in mid["epochs"]] == [(e["python"], e["numpy"]) for e in full["epochs"]]
+    assert mid["parameters"] == full["parameters"]  # exact
+    # The skipped copy finished the epoch for the loader it came from.
+    assert mid["loader_iteration"] == full["loader_iteration"] == 3
+    assert mid["counter"] == full["counter"]
 
 
 def test_ranks_trained_on_different_samples(phases) -> None:

@@ -424,6 +424,42 @@ def test_skip_first_batches_on_a_prepared_loader_keeps_its_state() -> None:
     assert as_lists(plain) == [[6, 7], [0, 1]]
 
 
+def test_a_mid_epoch_restore_replays_the_rest_of_that_epoch() -> None:
+    """What a checkpoint saves mid-epoch (the generator state when the epoch began) and
+    ``skip_first_batches`` give back exactly the batches the interrupted epoch had left."""
+    torch.set_rng_state(SEEDED_RNG_STATE)
+    prepared = prepare(DataLoader(list(range(12)), batch_size=2, shuffle=True), 2, 0)
+    generator = prepared.synchronized_generator
+    assert prepared.epoch_start_generator_state is None
+    epoch_start_rng = torch.get_rng_state()  # after prepare's one draw (the generator's seed)
+    batches = iter(prepared)
+    next(batches), next(batches)
+    start = prepared.epoch_start_generator_state
+    assert start is not None and not torch.equal(start, generator.get_state())  # the order is drawn
+    # The iterator drew its base seed from the global RNG: the state before that draw is kept.
+    assert torch.equal(prepared.epoch_start_rng_state, epoch_start_rng)
+    rest = [batch.tolist() for batch in batches]
+    assert prepared.epoch_start_generator_state is None and prepared.iteration == 1
+    after_epoch = generator.get_state()
+    torch.rand(3)  # training draws (dropout) after the checkpoint's moment
+    mid_epoch_rng = torch.get_rng_state()
+    prepared.restore_progress(0, start, epoch_start_rng)  # what load_state does with that checkpoint
+    resumed = skip_first_batches(prepared, 2)
+    assert as_lists(resumed) == rest and len(rest) == 1
+    assert torch.equal(generator.get_state(), after_epoch)  # the next epoch's order is the same too
+    # The base seed was drawn again from the epoch's start, not from the resumed run's RNG.
+    assert torch.equal(torch.get_rng_state(), mid_epoch_rng)
+    assert prepared.iteration == 1  # the copy finished the epoch for the original
+
+
+def test_one_process_records_no_generator_state() -> None:
+    prepared = prepare(DataLoader(list(range(12)), batch_size=2, shuffle=True), 1, 0)
+    batches = iter(prepared)
+    next(batches)
+    assert prepared.epoch_start_generator_state is None and prepared.synchronized_generator is None
+    assert prepared.epoch_start_rng_state is None
+
+
 def test_skip_first_batches_on_a_prepared_iterable_loader() -> None:
     prepared = prepare(DataLoader(RangeStream(10), batch_size=2), 2, 0)
     assert as_lists(prepared) == [[0, 1], [4, 5], [8, 9]] and len(prepared) == 3

@@ -1,10 +1,14 @@
 """Train, checkpoint, keep training; or resume from the checkpoint: the two must agree exactly.
 
 ``checkpoint_resume.py full CHECKPOINT OUT_DIR [TARGET]``: train one epoch,
-``save_state(CHECKPOINT)``, train two more epochs. ``checkpoint_resume.py resume CHECKPOINT OUT_DIR
-[TARGET]``: build the same objects (from a *different* seed, so nothing matches by luck),
-``load_state(CHECKPOINT)``, train the two epochs. TARGET is ``runtime`` (default) or
-``accelerate`` (the same script under Hugging Face Accelerate, for comparison).
+``save_state(CHECKPOINT)``, train two more epochs; with the runtime, also ``save_state``
+(CHECKPOINT_mid) after MID_STEP steps of the first of them. ``checkpoint_resume.py resume CHECKPOINT
+OUT_DIR [TARGET]``: build the same objects (from a *different* seed, so nothing matches by luck),
+``load_state(CHECKPOINT)``, train the two epochs; with the runtime, then resume mid-epoch the way
+Accelerate documents it: ``load_state(CHECKPOINT_mid)``, train the rest of that epoch on
+``skip_first_batches(loader, MID_STEP)``, then one more epoch on the loader itself (report key
+"mid_epoch"). TARGET is ``runtime`` (default) or ``accelerate`` (the same script under Hugging
+Face Accelerate, for comparison).
 Each rank writes OUT_DIR/<target>_<phase>_rank<r>.json: the sample indices of every batch after the
 checkpoint, random draws from Python and NumPy, and the final parameters. The model has dropout
 and the loader shuffles, so batches and parameters only agree if every RNG came back.
@@ -22,6 +26,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 SAMPLES, BATCH_SIZE, EPOCHS_AFTER = 64, 4, 2
+MID_STEP = 3  # steps into the first epoch after CHECKPOINT at which CHECKPOINT_mid is saved
 
 
 class StepCounter:
@@ -64,7 +69,7 @@ def build(seed: int, target: str):
     return accelerator, model, optimizer, scheduler, loader, counter
 
 
-def train_epoch(accelerator, model, optimizer, scheduler, loader, counter) -> list[list[int]]:
+def train_epoch(accelerator, model, optimizer, scheduler, loader, counter, after_step=None) -> list[list[int]]:
     batches = []
     model.train()
     for inputs, targets, indices in loader:
@@ -75,7 +80,30 @@ def train_epoch(accelerator, model, optimizer, scheduler, loader, counter) -> li
         optimizer.step()
         scheduler.step()
         counter.steps += 1
+        if after_step is not None:
+            after_step(len(batches))
     return batches
+
+
+def epoch_report(batches: list[list[int]]) -> dict:
+    return {"batches": batches, "python": random.random(), "numpy": float(numpy.random.rand())}
+
+
+def final_state(accelerator, model, counter, loader) -> dict:
+    return {"parameters": [p.detach().flatten().tolist() for p in accelerator.unwrap_model(model).parameters()],
+            "counter": counter.steps, "loader_iteration": loader.iteration}
+
+
+def resume_mid_epoch(checkpoint: str, objects) -> dict:
+    """Accelerate's documented recipe: load, skip the batches already trained on, carry on."""
+    accelerator, model, optimizer, scheduler, loader, counter = objects
+    accelerator.load_state(checkpoint)
+    report = {"counter_at_start": counter.steps}
+    rest = train_epoch(accelerator, model, optimizer, scheduler,
+                       accelerator.skip_first_batches(loader, MID_STEP), counter)
+    report["epochs"] = [epoch_report(rest), epoch_report(train_epoch(*objects))]
+    report.update(final_state(accelerator, model, counter, loader))
+    return report
 
 
 def main() -> None:
@@ -83,20 +111,25 @@ def main() -> None:
     target = sys.argv[4] if len(sys.argv) > 4 else "runtime"
     objects = build(seed=0 if phase == "full" else 1234, target=target)
     accelerator, model, optimizer, scheduler, loader, counter = objects
+    mid_checkpoint = f"{checkpoint}_mid"
+
+    def save_mid_epoch(step: int) -> None:
+        if step == MID_STEP and target == "runtime":
+            accelerator.save_state(mid_checkpoint)
+
     if phase == "full":
         train_epoch(*objects)
         accelerator.save_state(checkpoint)
     else:
         accelerator.load_state(checkpoint)
     report = {"counter_at_start": counter.steps, "lr_at_start": scheduler.get_last_lr(), "epochs": []}
-    for _ in range(EPOCHS_AFTER):
-        batches = train_epoch(*objects)
-        report["epochs"].append({"batches": batches, "python": random.random(),
-                                 "numpy": float(numpy.random.rand())})
-    report["parameters"] = [p.detach().flatten().tolist()
-                            for p in accelerator.unwrap_model(model).parameters()]
-    report["counter"] = counter.steps
+    for epoch in range(EPOCHS_AFTER):
+        batches = train_epoch(*objects, after_step=save_mid_epoch if phase == "full" and epoch == 0 else None)
+        report["epochs"].append(epoch_report(batches))
+    report.update(final_state(accelerator, model, counter, loader))
     report["world_size"] = accelerator.num_processes
+    if phase == "resume" and target == "runtime":
+        report["mid_epoch"] = resume_mid_epoch(mid_checkpoint, objects)
     (out_dir / f"{target}_{phase}_rank{accelerator.process_index}.json").write_text(json.dumps(report))
 
 
