@@ -34,6 +34,7 @@ def convert_module(
         return ConversionOutcome(module)
     report_only = bool(facts.existing_features & DISTRIBUTED_FEATURES)
     original = module
+    original_lines: list[str] | None = None
     changes: list[Change] = []
     for codemod_class in all_codemods():
         codemod = codemod_class()
@@ -50,8 +51,9 @@ def convert_module(
         if converted is not module and facts.origins.site(converted) is None:
             # A pass that does not carry positions reported them in the tree it received.
             if found:
-                lines = original.code.splitlines()
-                found = [move_to_original(change, module, lines) for change in found]
+                if original_lines is None:
+                    original_lines = _original_lines(original, source)
+                found = [move_to_original(change, module, original_lines) for change in found]
             reanchor(module, converted, facts.origins)
         module = converted
         changes.extend(found)
@@ -60,3 +62,13 @@ def convert_module(
     changes.sort(key=lambda change: (change.line, change.column, change.code))
     return ConversionOutcome(module, changes)
 
+
+
+def _original_lines(module: cst.Module, source: str | bytes | None) -> list[str]:
+    """The original file's lines, from its source when the caller passed it (printing the tree
+    again costs a third of a parse)."""
+    if source is None:
+        return module.code.splitlines()
+    if isinstance(source, bytes):
+        return source.decode(module.encoding).lstrip("\ufeff").splitlines()
+    return source.splitlines()

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import ast
 from bisect import bisect_left
-from dataclasses import replace
+from dataclasses import fields, replace
+from functools import cache
 from collections.abc import Iterable, Sequence
 
 import libcst as cst
@@ -340,23 +341,48 @@ def is_docstring(statement: cst.BaseStatement) -> bool:
 def reanchor(old: cst.CSTNode, new: cst.CSTNode, origins: OriginIndex) -> None:
     """Carry original positions from ``old`` to ``new`` by walking both trees side by side.
 
-    The fallback for a pass that is not a :class:`CodemodTransformer`: where a child list changed
-    length (statements inserted or removed), children are aligned by their code, and unmatched
-    stretches of equal length pair up in order.
+    The fallback for a pass that is not a :class:`CodemodTransformer`. Children are paired field
+    by field (read straight off the dataclass: ``CSTNode.children`` runs a visitor per node, which
+    made this walk cost three parses); where a list of children changed length (statements
+    inserted or removed) they are aligned by a cheap key, and unmatched stretches of equal length
+    pair up in order. Leaves that can hold no statement or call are not entered.
     """
     stack = [(old, new)]
     while stack:
         before, after = stack.pop()
-        if before is after:
+        if before is after or isinstance(before, _NO_POSITIONS_INSIDE):
             continue
         origins.carry(before, after)
-        old_children, new_children = before.children, after.children
-        pairs = (
-            zip(old_children, new_children)
-            if len(old_children) == len(new_children)
-            else _align(old_children, new_children)
-        )
-        stack.extend((a, b) for a, b in pairs if type(a) is type(b))
+        for name in _child_fields(type(before)):
+            old_value, new_value = getattr(before, name), getattr(after, name)
+            if isinstance(old_value, cst.CSTNode):
+                if type(old_value) is type(new_value):
+                    stack.append((old_value, new_value))
+            elif isinstance(old_value, Sequence) and not isinstance(old_value, str):
+                if not isinstance(new_value, Sequence) or isinstance(new_value, str):
+                    continue
+                pairs = (
+                    zip(old_value, new_value)
+                    if len(old_value) == len(new_value)
+                    else _align(old_value, new_value)
+                )
+                stack.extend((a, b) for a, b in pairs if type(a) is type(b) and isinstance(a, cst.CSTNode))
+
+
+#: Nodes without statements or calls inside: nothing below them has a recorded position.
+_NO_POSITIONS_INSIDE = (
+    cst.Name, cst.BaseNumber, cst.SimpleString, cst.BaseParenthesizableWhitespace,
+    cst.TrailingWhitespace, cst.EmptyLine, cst.Newline, cst.Comment, cst.LeftParen, cst.RightParen,
+    cst.LeftSquareBracket, cst.RightSquareBracket, cst.LeftCurlyBrace, cst.RightCurlyBrace,
+    cst.Comma, cst.Dot, cst.Colon, cst.Semicolon, cst.AssignEqual, cst.BaseBinaryOp,
+    cst.BaseBooleanOp, cst.BaseCompOp, cst.BaseUnaryOp, cst.BaseAugOp, cst.ImportStar,
+)
+
+
+@cache
+def _child_fields(node_type: type) -> tuple[str, ...]:
+    """The dataclass fields of a node type (children live in fields, in source order)."""
+    return tuple(field.name for field in fields(node_type))
 
 
 def _align(
@@ -364,18 +390,40 @@ def _align(
 ) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
     from difflib import SequenceMatcher
 
-    module = cst.Module([])
-    codes_old = [module.code_for_node(node) for node in old]
-    codes_new = [module.code_for_node(node) for node in new]
+    printer = cst.Module([])
+    keys_old = [_alignment_key(node, printer) for node in old]
+    keys_new = [_alignment_key(node, printer) for node in new]
     pairs: list[tuple[cst.CSTNode, cst.CSTNode]] = []
     previous_old = previous_new = 0
-    for block in SequenceMatcher(None, codes_old, codes_new, autojunk=False).get_matching_blocks():
+    for block in SequenceMatcher(None, keys_old, keys_new, autojunk=False).get_matching_blocks():
         gap_old, gap_new = block.a - previous_old, block.b - previous_new
         if gap_old == gap_new:
             pairs.extend(zip(old[previous_old:block.a], new[previous_new:block.b]))
         pairs.extend(zip(old[block.a:block.a + block.size], new[block.b:block.b + block.size]))
         previous_old, previous_new = block.a + block.size, block.b + block.size
     return pairs
+
+
+def _alignment_key(node: cst.CSTNode, printer: cst.Module) -> tuple[str, str]:
+    """What identifies a child in its list: small nodes by their code; a compound statement by
+    its header (its name, test or iterable), so that printing a whole function body is never
+    needed and a body the pass edited still lines up with the one it came from."""
+    header: cst.CSTNode | None = None
+    if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        return type(node).__name__, node.name.value
+    if isinstance(node, (cst.If, cst.While)):
+        header = node.test
+    elif isinstance(node, cst.For):
+        header = node.iter
+    elif isinstance(node, cst.With):
+        header = node.items[0] if node.items else None
+    elif isinstance(node, cst.Match):
+        header = node.subject
+    elif isinstance(node, cst.BaseCompoundStatement):
+        return type(node).__name__, ""
+    else:
+        return type(node).__name__, printer.code_for_node(node)
+    return type(node).__name__, printer.code_for_node(header) if header is not None else ""
 
 
 # -- the home block: where the training objects are built ---------------------------------------

@@ -72,7 +72,7 @@ def convert_source(source: bytes, options: Options, *, path: str) -> Conversion:
     if not mentions_torch(source):
         return Conversion(path, source, source)
     module = parse(source, path)
-    outcome = run_codemods(module, options, path)
+    outcome = run_codemods(module, options, path, source)
     output = generate(outcome.module, path)
     if output != source:
         verify_stable(output, options, path)
@@ -123,10 +123,14 @@ def byte_position(source: bytes, offset: int) -> tuple[int, int]:
     return source.count(b"\n", 0, offset) + 1, offset - line_start + 1
 
 
-def run_codemods(module: cst.Module, options: Options, path: str) -> ConversionOutcome:
-    """Run the codemods; a crash inside one is our bug, reported as an internal error."""
+def run_codemods(
+    module: cst.Module, options: Options, path: str, source: bytes | None = None
+) -> ConversionOutcome:
+    """Run the codemods; a crash inside one is our bug, reported as an internal error.
+    ``source`` is what ``module`` was parsed from: the analysis reads positions from it instead
+    of printing the tree once more."""
     try:
-        return codemods.convert_module(module, options)
+        return codemods.convert_module(module, options, source)
     except Exception as error:  # noqa: BLE001 - any codemod crash becomes one error line, exit 123
         raise ConversionError(
             path, 1, 1, f"internal error: conversion failed ({type(error).__name__}: {error})"
@@ -150,7 +154,7 @@ def verify_stable(output: bytes, options: Options, path: str) -> None:
         raise ConversionError(
             path, 1, 1, f"internal error: the converted script does not parse ({error}); nothing written"
         ) from error
-    again = generate(run_codemods(reparsed, options, path).module, path)
+    again = generate(run_codemods(reparsed, options, path, output).module, path)
     if again != output:
         line = first_differing_line(output, again)
         raise ConversionError(

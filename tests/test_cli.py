@@ -254,7 +254,7 @@ def test_internal_error_exits_123_and_writes_nothing(script: Path, tmp_path: Pat
     import codemods
     from codemods.base import ConversionOutcome
 
-    def unstable(module: cst.Module, options: object) -> ConversionOutcome:
+    def unstable(module: cst.Module, options: object, source: object = None) -> ConversionOutcome:
         return ConversionOutcome(module.with_changes(body=[*module.body, cst.parse_statement("x = 1")]))
 
     monkeypatch.setattr(codemods, "convert_module", unstable)

@@ -21,14 +21,14 @@ OPTIONS = Options()
 
 def appending_codemod(suffix: str):
     """A codemod that appends a statement every time it runs: never stable."""
-    def convert(module: cst.Module, options: Options) -> ConversionOutcome:
+    def convert(module: cst.Module, options: Options, source: bytes | None = None) -> ConversionOutcome:
         extra = cst.parse_statement(suffix)
         return ConversionOutcome(module.with_changes(body=[*module.body, extra]),
                                  [Change("ACC105", "appended", 1, 0, 1, 1, True)])
     return convert
 
 
-def identity_codemod(module: cst.Module, options: Options) -> ConversionOutcome:
+def identity_codemod(module: cst.Module, options: Options, source: bytes | None = None) -> ConversionOutcome:
     return ConversionOutcome(module, [])
 
 
@@ -55,14 +55,14 @@ def test_output_that_does_not_parse_is_an_internal_error(monkeypatch: pytest.Mon
     class Broken:
         bytes = b"import torch\ndef (:\n"
 
-    monkeypatch.setattr(codemods, "convert_module", lambda module, options: ConversionOutcome(Broken(), []),
+    monkeypatch.setattr(codemods, "convert_module", lambda module, options, source=None: ConversionOutcome(Broken(), []),
                         raising=False)
     with pytest.raises(ConversionError, match="does not parse"):
         convert_source(b"import torch\n", OPTIONS, path="train.py")
 
 
 def test_codemod_crash_is_an_internal_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    def crash(module: cst.Module, options: Options) -> ConversionOutcome:
+    def crash(module: cst.Module, options: Options, source: bytes | None = None) -> ConversionOutcome:
         raise KeyError("model")
 
     monkeypatch.setattr(codemods, "convert_module", crash, raising=False)
@@ -73,7 +73,7 @@ def test_codemod_crash_is_an_internal_error(monkeypatch: pytest.MonkeyPatch) -> 
 def test_unchanged_output_skips_the_second_conversion(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
 
-    def counting(module: cst.Module, options: Options) -> ConversionOutcome:
+    def counting(module: cst.Module, options: Options, source: bytes | None = None) -> ConversionOutcome:
         calls.append(module)
         return identity_codemod(module, options)
 
@@ -85,7 +85,7 @@ def test_unchanged_output_skips_the_second_conversion(monkeypatch: pytest.Monkey
 
 
 def test_warnings_of_switched_off_codes_are_dropped_but_rewrites_never(monkeypatch: pytest.MonkeyPatch) -> None:
-    def reports(module: cst.Module, options: Options) -> ConversionOutcome:
+    def reports(module: cst.Module, options: Options, source: bytes | None = None) -> ConversionOutcome:
         return ConversionOutcome(module, [Change("ACC901", "w", 1, 0, 1, 1, False),
                                           Change("ACC910", "w", 2, 0, 2, 1, False),
                                           Change("ACC915", "w", 3, 0, 3, 1, True)])
