@@ -48,6 +48,12 @@ def convert_module(
         if not rewrites:
             # Only its findings were asked for (--select ACC904): keep those, drop the rewrite.
             converted, found = module, [change for change in found if change.code != codemod.code]
+        if not any(change.fixed for change in found):
+            # Every rewrite is reported, so a pass that reports none changed nothing: keep the
+            # tree it received (libcst rebuilds every node it walks; carrying positions over
+            # that copy would cost more than the pass). This also makes "every change to the
+            # file is reported" hold by construction.
+            converted = module
         if converted is not module and facts.origins.site(converted) is None:
             # A pass that does not carry positions reported them in the tree it received.
             if found:

@@ -154,7 +154,11 @@ def verify_stable(output: bytes, options: Options, path: str) -> None:
         raise ConversionError(
             path, 1, 1, f"internal error: the converted script does not parse ({error}); nothing written"
         ) from error
-    again = generate(run_codemods(reparsed, options, path, output).module, path)
+    converted = run_codemods(reparsed, options, path, output).module
+    if converted is reparsed:
+        # No pass changed the tree: it prints back to ``output`` (libcst round-trips exactly).
+        return
+    again = generate(converted, path)
     if again != output:
         line = first_differing_line(output, again)
         raise ConversionError(
