@@ -54,12 +54,13 @@ def convert_module(
             # that copy would cost more than the pass). This also makes "every change to the
             # file is reported" hold by construction.
             converted = module
+        if found and codemod.positions_in_received_tree:
+            if original_lines is None:
+                original_lines = _original_lines(original, source)
+            found = [move_to_original(change, module, original_lines) for change in found]
         if converted is not module and facts.origins.site(converted) is None:
-            # A pass that does not carry positions reported them in the tree it received.
-            if found:
-                if original_lines is None:
-                    original_lines = _original_lines(original, source)
-                found = [move_to_original(change, module, original_lines) for change in found]
+            # The pass did not carry positions (at least not to the module): the later passes
+            # need them.
             reanchor(module, converted, facts.origins)
         module = converted
         changes.extend(found)

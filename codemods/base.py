@@ -81,6 +81,11 @@ class Codemod:
     name: ClassVar[str]
     #: Further codes this module may report (usually ``ACC9xx`` warnings), code → one-line summary.
     extra_codes: ClassVar[dict[str, str]] = {}
+    #: False (the rule): changes are reported at original sites, looked up in ``facts.origins``.
+    #: True: at positions in the tree the pass received (PositionProvider), which
+    #: ``convert_module`` maps back to the original file by matching lines (inexact where lines
+    #: were rewritten, and it prints the tree once more).
+    positions_in_received_tree: ClassVar[bool] = False
 
     def applies(self, facts: "ScriptFacts", options: Options) -> bool:
         """Cheap test run before ``transform``: False skips the pass (no tree walk at all)."""
