@@ -63,6 +63,8 @@ def main() -> None:
             mine = statistics.median(times[name, "runtime"])
             other = statistics.median(times[name, "accelerate"])
             print(f"  {name:15s} runtime {mine:.3f}  accelerate {other:.3f}  ratio {mine / other:.2f}")
+    dist.barrier()
+    dist.destroy_process_group()  # leave no rank behind at exit
 
 
 if __name__ == "__main__":

@@ -32,8 +32,9 @@ Where we deliberately differ from Accelerate 1.15 (everything else is checked ag
 * a loop left early (``break``) unregisters the loader from the ``GradientState``;
 * ``skip_first_batches`` keeps the loader's ``remainder``, and its copy shares the original's
   epoch counter (finishing the resumed epoch moves the original on to the next one);
-* a checkpoint saves the generator state of the epoch in progress (see ``epoch_start_generator_state``),
-  so ``load_state`` + ``skip_first_batches`` resumes mid-epoch on the very batches it left;
+* with several processes, a checkpoint saves the generator and global RNG states the epoch in
+  progress began with (``epoch_start_generator_state``, ``epoch_start_rng_state``), so
+  ``load_state`` + ``skip_first_batches`` resumes mid-epoch on the very batches it left;
 * on one process, epochs are announced to samplers only by an explicit ``set_epoch`` (as the
   original loader would), and a shuffling sampler gets no generator of ours.
 """
