@@ -399,8 +399,23 @@ class _CheckpointRewriter(AcceleratorScope):
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         self._assigned_targets.add(id(node.target))
 
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
         self._saves_in_line = 0
+        # ``parser.add_argument("--lr", type=float, default=0.1)``-style lines (most of a script's
+        # top) hold nothing this pass rewrites: no need to walk their expressions.
+        return not all(self._plain_call(small) for small in node.body)
+
+    def _plain_call(self, small: cst.BaseSmallStatement) -> bool:
+        """A call of a non-model, non-torch function on literals and bare names only."""
+        call = small.value if isinstance(small, cst.Expr) else None
+        if not isinstance(call, cst.Call):
+            return False
+        callee = dotted_name(call.func)
+        if callee is None or callee.split(".")[0] in self.facts.models | {"torch", "self"}:
+            return False
+        if qualified_name(call.func, self.facts.imports) in ("torch.save", "torch.load"):
+            return False
+        return all(isinstance(arg.value, _PLAIN_VALUES) for arg in call.args)
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
@@ -458,6 +473,10 @@ class _CheckpointRewriter(AcceleratorScope):
     @property
     def code(self) -> str:
         return CheckpointCodemod.code
+
+
+#: Argument values that never hold a model attribute or a save/load call.
+_PLAIN_VALUES = (cst.SimpleString, cst.ConcatenatedString, cst.Integer, cst.Float, cst.Name)
 
 
 class _WaitBeforeLoads(AcceleratorScope):
