@@ -42,6 +42,13 @@ def test_collectives_on_nested_structures(ranks: list[dict]) -> None:
         assert observed["gather_pair_is_namedtuple"] == "Pair"
         assert observed["gather_scalar"] == [0, 1]  # 0-d tensors become one row each
         assert observed["gather_object"] == ["r0", 0, "r1", 1]
+        # Small structures travel as one buffer of bytes: every dtype and shape must come back.
+        assert observed["gather_mixed"] == {
+            "flags": ["torch.bool", [4], [True, True, False, True]],
+            "half": ["torch.float16", [2, 2], [[0.5, 0.5], [1.5, 1.5]]],
+            "empty": ["torch.float32", [0, 3], []],
+            "grad": ["torch.float32", [2], [0.0, 1.0]],
+        }
         assert observed["broadcast"] == [7]
         assert "Unsupported types" in observed["type_error"]
         # Gloo would return garbage here; every rank gets the same clear error instead.
