@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import weakref
 from typing import Any, Iterator
 
 import torch
@@ -79,11 +80,29 @@ def explain_unfinished_reduction(ddp: DistributedDataParallel, error: RuntimeErr
     )
 
 
+#: Every wrapper this process made, so that the exit handler can let go of their process group.
+_live_wrappers: "weakref.WeakSet[DistributedDataParallel]" = weakref.WeakSet()
+
+
+def release_process_group_references() -> None:
+    """Drop the C++ reducer and logger of every live wrapper: they hold the process group.
+
+    A script's model often lives in a module global until the interpreter tears everything down;
+    a Gloo group still referenced then is destroyed in arbitrary order with its worker threads
+    and the process dies with "terminate called without an active exception". The wrappers are
+    unusable afterwards, which is fine: this only runs at exit.
+    """
+    for wrapper in list(_live_wrappers):
+        for attribute in ("reducer", "logger"):
+            wrapper.__dict__.pop(attribute, None)
+
+
 class RuntimeDDP(DistributedDataParallel):
     """DistributedDataParallel that records its static graph on a synced step and explains
     unused-parameter failures (it is a plain DDP for ``isinstance`` and ``.module``)."""
 
     def __init__(self, module: torch.nn.Module, **kwargs: Any) -> None:
+        _live_wrappers.add(self)
         super().__init__(module, **kwargs)
         self._graph_recorded = not kwargs.get("static_graph", False)
 

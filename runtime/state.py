@@ -17,6 +17,8 @@ OOM retries, so every collective asks ``torch.distributed`` for the current defa
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 from dataclasses import dataclass
 from enum import Enum
@@ -141,6 +143,18 @@ def ensure_process_group(backend: str, init_kwargs: dict[str, Any]) -> None:
         return
     kwargs = {key: value for key, value in init_kwargs.items() if key != "backend"}
     dist.init_process_group(backend=wanted or backend, **kwargs)
+    atexit.register(leave_process_group_at_exit)
+
+
+def leave_process_group_at_exit() -> None:
+    """Destroy the group we created before the interpreter tears down (no barrier: a rank that
+    crashed must not make the others wait). See :func:`runtime.ddp.release_process_group_references`."""
+    from runtime.ddp import release_process_group_references
+
+    release_process_group_references()
+    gc.collect()
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def pick_device(distributed: bool, local_rank: int, cpu: bool) -> torch.device:
