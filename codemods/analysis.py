@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from codemods.walk import concrete_subclasses, walk
 from codemods.edits import POSITIONED, OriginIndex, dotted, is_main_guard, original_sites, target_names
 from codemods.facts import LoopFacts, ScriptFacts, Site
 from codemods.names import NameCollector, NameTable, ScopeKey
 
 MODULE = "<module>"
+_POSITIONED_TYPES = concrete_subclasses(*POSITIONED)
 
 LOADER_CONSTRUCTORS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
 ACCELERATOR_CONSTRUCTORS = {
@@ -165,7 +167,7 @@ class _Recorder(NameCollector):
         return self.scope[0] if self.scope else MODULE
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, POSITIONED):
+        if type(node) in _POSITIONED_TYPES:
             self.in_order.append(node)
         return super().on_visit(node)
 
@@ -852,7 +854,7 @@ def analyse(
     """Facts about ``module`` (one visitor pass), with original positions recorded in ``origins``;
     ``source``, if given, is what the module was parsed from."""
     recorder = _Recorder()
-    module.visit(recorder)
+    walk(module, recorder)
     origins = origins if origins is not None else OriginIndex()
     original_sites(module, recorder.in_order, origins, source)
     # The module itself: a pass that carries positions carries this one too (see convert_module).

@@ -52,6 +52,11 @@ class OriginIndex:
         entry = self._sites.get(id(node))
         return entry[0] if entry is not None and entry[1] is node else None
 
+    def carried(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` itself (not a statement line's first statement) has a site."""
+        entry = self._sites.get(id(node))
+        return entry is not None and entry[1] is node
+
     def carry(self, original: cst.CSTNode, updated: cst.CSTNode) -> None:
         """The node a pass returned stands where ``original`` stood."""
         entry = self._sites.get(id(original))
@@ -351,6 +356,9 @@ def reanchor(old: cst.CSTNode, new: cst.CSTNode, origins: OriginIndex) -> None:
     while stack:
         before, after = stack.pop()
         if before is after or isinstance(before, _NO_POSITIONS_INSIDE):
+            continue
+        if origins.carried(after):
+            # The pass carried this statement or call itself, and with it everything it walked.
             continue
         origins.carry(before, after)
         for name in _child_fields(type(before)):

@@ -32,6 +32,7 @@ from codemods.backward import UNREACHABLE
 from codemods.base import Change, Codemod, Options
 from codemods.edits import CodemodTransformer
 from codemods.facts import ScriptFacts
+from codemods.walk import walk
 
 
 @dataclass
@@ -208,7 +209,7 @@ class Helpers(Codemod):
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         accelerator = facts.existing_accelerator or facts.accelerator_name
         survey = _Survey(accelerator, facts.accessible_functions, facts)
-        module.visit(survey)
+        walk(module, survey)
         for caller, callees in facts.call_graph.items():
             if caller in survey.functions:  # calls in statements the survey did not walk
                 survey.functions[caller].calls |= callees

@@ -1,0 +1,115 @@
+"""A read-only walk over a libcst tree that calls a ``CSTVisitor``'s methods as ``node.visit`` does.
+
+Why not ``node.visit(visitor)``: libcst rebuilds every node it walks, even for a visitor that
+cannot change anything (each ``_visit_and_replace_children`` constructs and validates a copy), and
+calls two attribute hooks per field through string-built ``getattr``. For the analysis, which
+walks the whole module, that machinery cost as much as parsing the file. This walk reads the
+children straight off the nodes' fields, in the order libcst visits them (so in source order, which
+the analysis relies on), and looks the per-field hooks up once per visitor class and node type.
+
+Only for visitors (``on_visit``/``on_leave`` and ``visit_<Node>``/``leave_<Node>`` methods,
+including ``visit_<Node>_<field>`` hooks); transformers still go through libcst.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import libcst as cst
+
+#: (field name, field visit hook name or None, field leave hook name or None) per field.
+_FieldPlan = tuple[tuple[str, "str | None", "str | None"], ...]
+
+
+def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
+    """Visit ``node`` and everything below it with ``visitor``, without copying the tree."""
+    if visitor.on_visit(node):
+        plan = _plans.get((type(visitor), type(node)))
+        if plan is None:
+            plan = _plans[type(visitor), type(node)] = _make_plan(type(visitor), node)
+        for name, visit_hook, leave_hook in plan:
+            if visit_hook is not None:
+                getattr(visitor, visit_hook)(node)
+            value = getattr(node, name)
+            kind = type(value)
+            if kind in NODE_TYPES:
+                walk(value, visitor)
+            elif kind is tuple or kind is list:
+                for child in value:
+                    if type(child) in NODE_TYPES:
+                        walk(child, visitor)
+            if leave_hook is not None:
+                getattr(visitor, leave_hook)(node)
+    visitor.on_leave(node)
+
+
+def concrete_subclasses(*bases: type) -> frozenset[type]:
+    """Every class deriving from ``bases`` (``bases`` included): a set lookup on ``type(node)``
+    is several times cheaper than ``isinstance`` against libcst's abstract base classes."""
+    found: set[type] = set()
+    pending = list(bases)
+    while pending:
+        kind = pending.pop()
+        if kind not in found:
+            found.add(kind)
+            pending.extend(kind.__subclasses__())
+    return frozenset(found)
+
+
+NODE_TYPES = concrete_subclasses(cst.CSTNode)
+
+_plans: dict[tuple[type, type], _FieldPlan] = {}
+
+
+def _make_plan(visitor_type: type, node: cst.CSTNode) -> _FieldPlan:
+    if (
+        visitor_type.on_visit_attribute is not cst.CSTVisitor.on_visit_attribute
+        or visitor_type.on_leave_attribute is not cst.CSTVisitor.on_leave_attribute
+    ):
+        raise TypeError(f"{visitor_type.__name__} overrides the attribute hooks: use node.visit")
+    kind = type(node).__name__
+    plan = []
+    for name in _child_fields(node):
+        visit_hook, leave_hook = f"visit_{kind}_{name}", f"leave_{kind}_{name}"
+        plan.append((
+            name,
+            visit_hook if hasattr(visitor_type, visit_hook) else None,
+            leave_hook if hasattr(visitor_type, leave_hook) else None,
+        ))
+    return tuple(plan)
+
+
+_child_field_order: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(node: cst.CSTNode) -> tuple[str, ...]:
+    """The fields libcst visits for ``node``'s class, in its order: learned from the first node of
+    the class seen (the order is fixed per class)."""
+    order = _child_field_order.get(type(node))
+    if order is None:
+        recorder = _FieldOrder(node)
+        node._visit_and_replace_children(recorder)  # noqa: SLF001 - the order lives only there
+        # A field libcst skips when it is None (an f-string's format spec) is missed when the
+        # first node seen has none; such fields come last in source order, so they go last.
+        missing = [field.name for field in fields(node) if field.name not in recorder.fields]
+        order = _child_field_order[type(node)] = (*recorder.fields, *missing)
+    return order
+
+
+class _FieldOrder(cst.CSTVisitor):
+    """Records which fields of one node libcst visits, in order, without descending."""
+
+    def __init__(self, node: cst.CSTNode) -> None:
+        super().__init__()
+        self.node = node
+        self.fields: list[str] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return False
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        if node is self.node:
+            self.fields.append(attribute)
+
+    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        pass

@@ -1,0 +1,92 @@
+"""codemods.walk.walk must call a visitor exactly as libcst's ``node.visit`` does (same nodes, same
+order, same per-field hooks, same pruning), only without rebuilding the tree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+import codemods.walk as walk_module
+from codemods.walk import walk
+
+CASES = sorted((Path(__file__).resolve().parent.parent / "fixtures" / "cases").glob("*.py"))
+
+SNIPPET = '''
+@decorator(arg)
+def f(x: int = g(), *, y=lambda: h()) -> "T":
+    if x > 1 and k(x):
+        return [m(i) for i in range(x) if n(i)]
+    elif x:
+        print(f"{x}", f"{x!r:>{width()}}")
+    else:
+        with open(p) as fh, lock():
+            pass
+    return a if b(c) else d(e)
+class C(Base, metaclass=M):
+    async def run(self):
+        async for item in stream():
+            await item
+from . import (x as y, z)
+match cmd:
+    case Point(x=0, y=yy) if yy > q():
+        pass
+'''
+
+
+class _Log(cst.CSTVisitor):
+    """Logs every callback; prunes below every ``Lambda`` and every ``if`` test to check that
+    returning False from a visit method is honoured."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[tuple[str, str, int]] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.log.append(("visit", type(node).__name__, id(node)))
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.log.append(("leave", type(original_node).__name__, id(original_node)))
+        super().on_leave(original_node)
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_If_test(self, node: cst.If) -> None:
+        self.log.append(("visit_If_test", "If", id(node)))
+
+    def leave_If_test(self, node: cst.If) -> None:
+        self.log.append(("leave_If_test", "If", id(node)))
+
+    def visit_Call_args(self, node: cst.Call) -> None:
+        self.log.append(("visit_Call_args", "Call", id(node)))
+
+
+@pytest.mark.parametrize("source", [SNIPPET, *(path.read_text(encoding="utf-8") for path in CASES)],
+                         ids=["snippet", *(path.stem for path in CASES)])
+def test_walk_calls_the_visitor_like_libcst(source: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Fresh caches: what the walk learns from one file must not hide a mistake on another.
+    monkeypatch.setattr(walk_module, "_plans", {})
+    monkeypatch.setattr(walk_module, "_child_field_order", {})
+    module = cst.parse_module(source)
+    by_libcst, by_walk = _Log(), _Log()
+    module.visit(by_libcst)
+    walk(module, by_walk)
+    assert by_walk.log == by_libcst.log
+    if source is SNIPPET:  # the snippet exercises the field hooks and the pruning
+        kinds = {entry[0] for entry in by_walk.log}
+        assert {"visit_If_test", "leave_If_test", "visit_Call_args"} <= kinds
+        inside_lambda = module.body[0].params.kwonly_params[0].default.body  # h()
+        assert isinstance(inside_lambda, cst.Call)
+        assert ("visit", "Call", id(inside_lambda)) not in by_walk.log
+
+
+def test_a_visitor_that_overrides_the_attribute_hooks_is_refused() -> None:
+    class Custom(cst.CSTVisitor):
+        def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+            pass
+
+    with pytest.raises(TypeError, match="attribute hooks"):
+        walk(cst.parse_module("x = 1\n"), Custom())
