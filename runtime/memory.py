@@ -389,8 +389,11 @@ def _settle_first_ddp_on_the_current_group() -> None:
 
     device = dist.group.WORLD.bound_device_id or (
         torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu"))
-    DistributedDataParallel(torch.nn.Linear(1, 1, device=device),
-                            device_ids=[device] if device.type == "cuda" else None)
+    # Forked RNG: initialising the throwaway layer must not consume the script's random stream,
+    # or models built inside the retried function would start differently than on one process.
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        DistributedDataParallel(torch.nn.Linear(1, 1, device=device),
+                                device_ids=[device] if device.type == "cuda" else None)
     _ddp_settled = True
 
 
