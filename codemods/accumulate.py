@@ -46,6 +46,7 @@ from codemods.checkpoint import (
     is_accelerator_method,
 )
 from codemods.facts import ScriptFacts
+from codemods.walk import walk
 
 #: Calls that only make sense on a sync step and that the prepared objects skip by themselves.
 STEP_METHODS = frozenset({"step", "zero_grad"})
@@ -243,7 +244,7 @@ def _replace_guard(statements: list, guard: cst.If, facts: ScriptFacts) -> list:
 
 def _models_called(node: cst.CSTNode, facts: ScriptFacts) -> list[str]:
     finder = _ModelCalls(facts)
-    node.visit(finder)
+    walk(node, finder)
     return finder.models
 
 

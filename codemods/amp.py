@@ -46,6 +46,7 @@ from codemods.checkpoint import (
     qualified_name,
 )
 from codemods.facts import ScriptFacts
+from codemods.walk import walk
 
 GRAD_SCALERS = frozenset({"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.GradScaler", "torch.cpu.amp.GradScaler"})
 AUTOCASTS = frozenset({"torch.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast", "torch.cpu.amp.autocast"})
@@ -68,7 +69,7 @@ class AmpCodemod(Codemod):
         self, module: cst.Module, facts: ScriptFacts, options: Options
     ) -> tuple[cst.Module, list[Change]]:
         survey = _AmpSurvey(facts)
-        module.visit(survey)
+        walk(module, survey)
         pending = PendingChanges(facts)
         if not survey.scalers and not survey.autocasts:
             return module, []
@@ -142,7 +143,7 @@ class _AmpSurvey(cst.CSTVisitor):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         checker = _ScalerUseChecker(self.scalers, self.functions)
-        original_node.visit(checker)
+        walk(original_node, checker)
         self.other_scaler_uses = checker.other_uses
 
 
@@ -316,7 +317,7 @@ def expression_available(expression: cst.BaseExpression, creation: AcceleratorCr
     """Whether every name the expression reads is bound before the accelerator is created
     (a parameter, an earlier statement of the same body, or module-level code/imports)."""
     reader = _NameReader()
-    expression.visit(reader)
+    walk(expression, reader)
     for name in reader.names:
         if name in creation.parameters or name in ("True", "False", "None"):
             continue
@@ -363,11 +364,21 @@ def set_accelerator_argument(
     return module.visit(_AcceleratorArgument(facts, keyword, value))
 
 
-class _AcceleratorArgument(cst.CSTTransformer):
+class _AcceleratorArgument(Issue5Transformer):
+    """Adds the keyword; an Issue5Transformer so that the positions of the statements it walks
+    are carried (without, every later pass lost them, or the pipeline re-derived them by
+    walking the whole tree again)."""
+
     def __init__(self, facts: ScriptFacts, keyword: str, value: cst.BaseExpression) -> None:
-        super().__init__()
-        self.facts, self.keyword, self.value = facts, keyword, value
+        super().__init__(facts)
+        self.keyword, self.value = keyword, value
         self.done = False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        # The call is a whole statement's value: no need to enter statement lines or expressions.
+        if self.done or isinstance(node, (cst.SimpleStatementLine, cst.BaseExpression)):
+            return False
+        return super().on_visit(node)
 
     def leave_SimpleStatementLine(self, original_node, updated_node):
         call = _accelerator_call_of(updated_node, self.facts)
@@ -503,7 +514,7 @@ def _disables(call: cst.Call) -> bool:
 
 def _mentions_amp(node: cst.CSTNode, facts: ScriptFacts, scalers: set[str]) -> bool:
     finder = _AmpMention(facts, scalers)
-    node.visit(finder)
+    walk(node, finder)
     return finder.found
 
 

@@ -34,6 +34,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemods.base import Change, Codemod, Options
 from codemods.facts import ScriptFacts, Site
+from codemods.walk import walk
 
 # --------------------------------------------------------------------------------------------
 # Shared helpers of the issue-5 codemods
@@ -117,7 +118,7 @@ def binds_name(statements: Sequence[cst.CSTNode], name: str) -> bool:
     """Whether any of these statements (not looking into nested functions) assigns ``name``."""
     finder = _BindingFinder(name)
     for statement in statements:
-        statement.visit(finder)
+        walk(statement, finder)
         if finder.found:
             return True
     return False
@@ -520,7 +521,7 @@ def _is_barrier(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:
 
 def _contains_call(node: cst.CSTNode, facts: ScriptFacts, qualified: str) -> bool:
     finder = _CallFinder(lambda call: qualified_name(call.func, facts.imports) == qualified)
-    node.visit(finder)
+    walk(node, finder)
     return finder.found
 
 

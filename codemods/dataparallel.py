@@ -31,6 +31,7 @@ from codemods.checkpoint import (
     unwrap_model,
 )
 from codemods.facts import ScriptFacts
+from codemods.walk import walk
 
 DATA_PARALLEL = frozenset(
     {"torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel"}
@@ -68,7 +69,7 @@ class DataParallelCodemod(Codemod):
         self, module: cst.Module, facts: ScriptFacts, options: Options
     ) -> tuple[cst.Module, list[Change]]:
         distributed = _DistributedFinder(facts)
-        module.visit(distributed)
+        walk(module, distributed)
         if distributed.sites:
             pending = PendingChanges(facts)
             for node, what in distributed.sites:

@@ -42,6 +42,7 @@ from codemods.checkpoint import (
     qualified_name,
 )
 from codemods.facts import ScriptFacts
+from codemods.walk import walk
 
 NO_GRAD_CONTEXTS = frozenset(
     {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"}
@@ -228,7 +229,7 @@ def _is_model_call(node: cst.CSTNode, facts: ScriptFacts) -> bool:
 
 def _contains(node: cst.CSTNode, predicate) -> bool:
     finder = _Finder(predicate)
-    node.visit(finder)
+    walk(node, finder)
     return finder.found
 
 
@@ -262,7 +263,7 @@ class _LazyNames:
 
 def _names_in(node: cst.CSTNode) -> set[str]:
     collector = _NameCollector()
-    node.visit(collector)
+    walk(node, collector)
     return collector.names
 
 
@@ -317,7 +318,7 @@ def _hoist_forward(statements, facts: ScriptFacts, new_name) -> list | None:  # 
         if not isinstance(statement, cst.SimpleStatementLine):
             continue
         finder = _ForwardCalls(facts)
-        statement.visit(finder)
+        walk(statement, finder)
         if not finder.calls:
             continue
         if len(finder.calls) != 1 or finder.guarded:
@@ -445,7 +446,7 @@ def _constant_index(node: cst.Subscript) -> bool:
 def _plan_gather(outputs, targets, after, taken) -> _GatherPlan:  # type: ignore[no-untyped-def]
     collector = _UseCollector(set(outputs) | set(targets))
     for statement in after:
-        statement.visit(collector)
+        walk(statement, collector)
     plan = _GatherPlan()
     whole = {u.value for u in collector.uses if isinstance(u, cst.Name)}
     for use in collector.uses:

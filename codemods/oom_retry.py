@@ -58,6 +58,7 @@ from codemods.checkpoint import (
     qualified_name,
 )
 from codemods.facts import ScriptFacts
+from codemods.walk import walk
 
 DECORATOR = "find_executable_batch_size"
 INNER_NAME = "inner_training_loop"
@@ -213,7 +214,7 @@ def _batch_size_expression(module: cst.Module, region: _Region, facts: ScriptFac
     moved = region.moved()
     finder = _LoaderBatchSize(facts)
     for statement in moved:
-        statement.visit(finder)
+        walk(statement, finder)
     candidates = [cst.parse_expression(facts.batch_size_expr)] if facts.batch_size_expr else []
     candidates += [finder.found] if finder.found is not None else []
     for candidate in candidates:
@@ -239,7 +240,7 @@ def _argument_for_parameter(module: cst.Module, moved: Sequence[cst.CSTNode], pa
     }
     finder = _CallArguments(functions, parameter)
     for statement in moved:
-        statement.visit(finder)
+        walk(statement, finder)
     return finder.found
 
 
@@ -384,7 +385,7 @@ def _outer_names(region: _Region, module: cst.Module) -> set[str]:
 def _assigned_names(statements: Sequence[cst.CSTNode]) -> set[str]:
     collector = _Assigned()
     for statement in statements:
-        statement.visit(collector)
+        walk(statement, collector)
     return collector.names
 
 
@@ -428,7 +429,7 @@ class _Assigned(cst.CSTVisitor):
 def _read_names(statements: Sequence[cst.CSTNode]) -> set[str]:
     reader = _Reader()
     for statement in statements:
-        statement.visit(reader)
+        walk(statement, reader)
     return reader.names
 
 
@@ -447,7 +448,7 @@ class _Reader(cst.CSTVisitor):
 def _returns(statements: Sequence[cst.CSTNode]) -> bool:
     finder = _ReturnFinder()
     for statement in statements:
-        statement.visit(finder)
+        walk(statement, finder)
     return finder.found
 
 
@@ -511,7 +512,7 @@ def _uses_outside(module: cst.Module, region: _Region, batch_size: cst.BaseExpre
             continue
         if id(statement) in moved_ids or not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             continue
-        statement.visit(finder)
+        walk(statement, finder)
     return finder.sites
 
 
@@ -529,7 +530,7 @@ class _ExpressionSites(cst.CSTVisitor):
 
 def _contains_expression(node: cst.CSTNode, expression: cst.BaseExpression) -> bool:
     finder = _ExpressionSites(expression)
-    node.visit(finder)
+    walk(node, finder)
     return bool(finder.sites)
 
 
