@@ -697,6 +697,12 @@ class _Conclusions:
         if home is None and facts.train_loops:
             home = facts.train_loops[0].function
         if home is None:
+            # No optimizer, loader or training loop to go by (hand-written SGD over tensors): the
+            # block that binds the device builds the training objects. For a module-level script
+            # that is the module, so the accelerator lands after its argument parsing and the
+            # module's own prints can reach it, not in the function holding the backward.
+            home = next((a.function for a in self.r.assigns if set(a.targets) & facts.device_names), None)
+        if home is None:
             home = next((call.function for call in self.r.calls if _is_backward(call.node)), MODULE)
         if home != MODULE:
             facts.main_function = home

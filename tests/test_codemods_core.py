@@ -428,6 +428,15 @@ PLACEMENT = {
         "if __name__ == '__main__':\n    args = argparse.ArgumentParser().parse_args()\n"
         "    model = nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
         ["args = argparse.ArgumentParser().parse_args()", "accelerator = Accelerator()", "model = nn.Linear(4, 1)"]),
+    # No optimizer, no loader: the backward sits in train(), but the module builds the objects
+    # and prints, so the accelerator goes after the module's argument parsing, not into train().
+    "module-level script with hand-written SGD": (
+        "args = argparse.ArgumentParser().parse_args()\ndevice = torch.device('cpu')\n"
+        "model = nn.Linear(4, 1).to(device)\n\ndef train():\n    loss = model(torch.ones(4)).sum()\n"
+        "    loss.backward()\n    for p in model.parameters():\n        p.data.add_(p.grad, alpha=-0.1)\n\n"
+        "for epoch in range(2):\n    train()\n    print(epoch)\n",
+        ["args = argparse.ArgumentParser().parse_args()", "accelerator = Accelerator()",
+         "device = accelerator.device", "accelerator.backward(loss)", "accelerator.print(epoch)"]),
 }
 
 
