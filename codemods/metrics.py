@@ -403,6 +403,9 @@ class _UseCollector(cst.CSTVisitor):
     def __init__(self, interesting: set[str]) -> None:
         self.interesting = interesting
         self.uses: list[cst.BaseExpression] = []
+        #: Names read as ``name.item()``: one-element tensors, so one value per batch (a gathered
+        #: copy would hold N values and ``.item()`` would fail).
+        self.item_names: set[str] = set()
         self._consumed: set[int] = set()
         self._methods: set[int] = set()
 
@@ -410,6 +413,9 @@ class _UseCollector(cst.CSTVisitor):
         # output.argmax(...): a method of a tensor, so the whole tensor is what is read
         if isinstance(node.func, cst.Attribute):
             self._methods.add(id(node.func))
+            owner = node.func.value
+            if node.func.attr.value == "item" and isinstance(owner, cst.Name) and owner.value in self.interesting:
+                self.item_names.add(owner.value)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if isinstance(node.value, cst.Name) and node.value.value in self.interesting:
@@ -450,6 +456,9 @@ def _plan_gather(outputs, targets, after, taken) -> _GatherPlan:  # type: ignore
     plan = _GatherPlan()
     whole = {u.value for u in collector.uses if isinstance(u, cst.Name)}
     for use in collector.uses:
+        if isinstance(use, cst.Name) and use.value in outputs and _is_batch_scalar(use.value, collector):
+            plan.batch_scalars.append(use.value)
+            continue
         if isinstance(use, cst.Name):
             plan.gathered.append(use)
             plan.names.append(use.value)
@@ -465,6 +474,12 @@ def _plan_gather(outputs, targets, after, taken) -> _GatherPlan:  # type: ignore
         plan.names.append(name)
         plan.new_names.append(name)
     return plan
+
+
+def _is_batch_scalar(output: str, collector: _UseCollector) -> bool:
+    """A forward output that is one number per batch: ``loss, logits = model(**batch)``'s
+    ``loss``, or any output the loop reads with ``.item()``."""
+    return output in BATCH_SCALAR_ATTRIBUTES or output in collector.item_names
 
 
 def _suggested_name(use: cst.BaseExpression) -> str:

@@ -196,6 +196,48 @@ REPORTED = [
 ]
 
 
+def test_a_batch_scalar_among_the_outputs_is_reported_not_gathered() -> None:
+    """``loss, logits = model(**batch)``: gathering the batch-mean ``loss`` would give N values
+    and break its ``.item()``; the per-sample outputs are still gathered."""
+    before = """
+        def evaluate(accelerator):
+            model.eval()
+            for batch in test_loader:
+                with torch.no_grad():
+                    loss, logits = model(**batch)
+                n_correct += (logits.argmax(-1) == batch["labels"]).sum().item()
+                loss_sum += loss.item()
+                err_sum += err.item()
+    """
+    after = before.replace(
+        "loss, logits = model(**batch)\n",
+        "loss, logits = model(**batch)\n"
+        "                    logits, labels = accelerator.gather_for_metrics((logits, batch[\"labels\"]))\n",
+    ).replace('== batch["labels"]', "== labels")
+    changes = assert_rewrites(MetricsCodemod(), before, after, make_facts())
+    assert sorted((c.code, c.fixed) for c in changes) == [("ACC113", True), ("ACC913", False)]
+    assert "loss is one value per batch" in next(c.message for c in changes if not c.fixed)
+
+
+def test_an_output_read_with_item_is_a_batch_scalar() -> None:
+    before = """
+        def evaluate(accelerator):
+            model.eval()
+            for x, y in test_loader:
+                with torch.no_grad():
+                    mean_error, preds = model(x)
+                total += (preds == y).sum().item()
+                error_sum += mean_error.item()
+    """
+    after = before.replace(
+        "mean_error, preds = model(x)\n",
+        "mean_error, preds = model(x)\n"
+        "                    preds, y = accelerator.gather_for_metrics((preds, y))\n",
+    )
+    changes = assert_rewrites(MetricsCodemod(), before, after, make_facts())
+    assert ["mean_error is one value per batch" in c.message for c in changes if not c.fixed] == [True]
+
+
 @pytest.mark.parametrize("source, message", REPORTED)
 def test_reports_what_it_cannot_gather(source: str, message: str) -> None:
     _, changes = apply(MetricsCodemod(), code(source), make_facts())
