@@ -407,6 +407,13 @@ class _AmpRemover(Issue5Transformer):
         self.flag = _common_flag(survey.flags)
         self.functions = survey.functions
 
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        # Only lines that name a scaler or build one (or an autocast) change: a read-only look
+        # spares the rebuilding walk of every other line.
+        finder = _ScalerMention(self.facts, self.scalers)
+        walk(node, finder)
+        return finder.found
+
     def leave_Parameters(self, original_node: cst.Parameters, updated_node: cst.Parameters) -> cst.Parameters:
         dropped = [p for p in updated_node.params if p.name.value in self.scalers]
         if not dropped:
@@ -492,6 +499,23 @@ class _AmpRemover(Issue5Transformer):
             leading_lines=[*updated_node.leading_lines, *statements[0].leading_lines]
         )
         return cst.FlattenSentinel(statements)
+
+
+class _ScalerMention(cst.CSTVisitor):
+    """Whether a statement names one of the scalers or calls a GradScaler or autocast."""
+
+    def __init__(self, facts: ScriptFacts, scalers: set[str]) -> None:
+        super().__init__()
+        self.facts, self.scalers, self.found = facts, scalers, False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.found = self.found or node.value in self.scalers
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self.found = self.found or dotted_name(node) in self.scalers
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.found = self.found or qualified_name(node.func, self.facts.imports) in GRAD_SCALERS | AUTOCASTS
 
 
 def _is_autocast(node: cst.BaseExpression, facts: ScriptFacts) -> bool:

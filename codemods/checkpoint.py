@@ -404,7 +404,13 @@ class _CheckpointRewriter(AcceleratorScope):
         self._saves_in_line = 0
         # ``parser.add_argument("--lr", type=float, default=0.1)``-style lines (most of a script's
         # top) hold nothing this pass rewrites: no need to walk their expressions.
-        return not all(self._plain_call(small) for small in node.body)
+        if all(self._plain_call(small) for small in node.body):
+            return False
+        # Most lines hold no model attribute and no save/load: a read-only look is far cheaper
+        # than the transformer's walk, which rebuilds every node it enters.
+        finder = _CheckpointInterest(self.facts)
+        walk(node, finder)
+        return finder.found
 
     def _plain_call(self, small: cst.BaseSmallStatement) -> bool:
         """A call of a non-model, non-torch function on literals and bare names only."""
@@ -474,6 +480,28 @@ class _CheckpointRewriter(AcceleratorScope):
     @property
     def code(self) -> str:
         return CheckpointCodemod.code
+
+
+class _CheckpointInterest(cst.CSTVisitor):
+    """Whether a statement holds anything :class:`_CheckpointRewriter` reacts to: an attribute of
+    a model, a ``torch.save``/``torch.load`` call or an ``accelerator.save``."""
+
+    def __init__(self, facts: ScriptFacts) -> None:
+        super().__init__()
+        self.facts = facts
+        self.found = False
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        if dotted_name(node.value) in self.facts.models:
+            self.found = True
+        return not self.found
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        if qualified_name(node.func, self.facts.imports) in ("torch.save", "torch.load") or (
+            is_accelerator_method(node, self.facts, "save")
+        ):
+            self.found = True
+        return not self.found
 
 
 #: Argument values that never hold a model attribute or a save/load call.

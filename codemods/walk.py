@@ -18,16 +18,26 @@ from dataclasses import fields
 import libcst as cst
 
 #: (field name, field visit hook name or None, field leave hook name or None) per field.
-_FieldPlan = tuple[tuple[str, "str | None", "str | None"], ...]
+_Fields = tuple[tuple[str, "str | None", "str | None"], ...]
+#: How to enter and leave one node type with one visitor class: the class's own
+#: ``visit_<Node>``/``leave_<Node>`` functions (None: it has none), or :data:`_DISPATCH` when the
+#: visitor overrides ``on_visit``/``on_leave`` and must be called through them.
+_Plan = tuple[object, object, _Fields]
+_DISPATCH = object()
 
 
 def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     """Visit ``node`` and everything below it with ``visitor``, without copying the tree."""
-    if visitor.on_visit(node):
-        plan = _plans.get((type(visitor), type(node)))
-        if plan is None:
-            plan = _plans[type(visitor), type(node)] = _make_plan(type(visitor), node)
-        for name, visit_hook, leave_hook in plan:
+    plan = _plans.get((type(visitor), type(node)))
+    if plan is None:
+        plan = _plans[type(visitor), type(node)] = _make_plan(type(visitor), node)
+    enter, leave, fields = plan
+    if enter is _DISPATCH:
+        descend = visitor.on_visit(node)
+    else:
+        descend = enter is None or enter(visitor, node) is not False  # type: ignore[operator]
+    if descend:
+        for name, visit_hook, leave_hook in fields:
             if visit_hook is not None:
                 getattr(visitor, visit_hook)(node)
             value = getattr(node, name)
@@ -40,7 +50,10 @@ def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
                         walk(child, visitor)
             if leave_hook is not None:
                 getattr(visitor, leave_hook)(node)
-    visitor.on_leave(node)
+    if leave is _DISPATCH:
+        visitor.on_leave(node)
+    elif leave is not None:
+        leave(visitor, node)  # type: ignore[operator]
 
 
 def concrete_subclasses(*bases: type) -> frozenset[type]:
@@ -58,10 +71,10 @@ def concrete_subclasses(*bases: type) -> frozenset[type]:
 
 NODE_TYPES = concrete_subclasses(cst.CSTNode)
 
-_plans: dict[tuple[type, type], _FieldPlan] = {}
+_plans: dict[tuple[type, type], _Plan] = {}
 
 
-def _make_plan(visitor_type: type, node: cst.CSTNode) -> _FieldPlan:
+def _make_plan(visitor_type: type, node: cst.CSTNode) -> _Plan:
     if (
         visitor_type.on_visit_attribute is not cst.CSTVisitor.on_visit_attribute
         or visitor_type.on_leave_attribute is not cst.CSTVisitor.on_leave_attribute
@@ -76,7 +89,13 @@ def _make_plan(visitor_type: type, node: cst.CSTNode) -> _FieldPlan:
             visit_hook if hasattr(visitor_type, visit_hook) else None,
             leave_hook if hasattr(visitor_type, leave_hook) else None,
         ))
-    return tuple(plan)
+    enter: object = _DISPATCH
+    if visitor_type.on_visit is cst.CSTVisitor.on_visit:
+        enter = getattr(visitor_type, f"visit_{kind}", None)
+    leave: object = _DISPATCH
+    if visitor_type.on_leave is cst.CSTVisitor.on_leave:
+        leave = getattr(visitor_type, f"leave_{kind}", None)
+    return enter, leave, tuple(plan)
 
 
 _child_field_order: dict[type, tuple[str, ...]] = {}

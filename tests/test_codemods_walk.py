@@ -83,6 +83,41 @@ def test_walk_calls_the_visitor_like_libcst(source: str, monkeypatch: pytest.Mon
         assert ("visit", "Call", id(inside_lambda)) not in by_walk.log
 
 
+class _Hooks(cst.CSTVisitor):
+    """A visitor with only per-type methods (the walk calls them directly, not via on_visit)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[tuple[str, int]] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.log.append(("visit_Call", id(node)))
+
+    def leave_Call(self, original_node: cst.Call) -> None:
+        self.log.append(("leave_Call", id(original_node)))
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.log.append(("visit_Name", id(node)))
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self.log.append(("visit_FunctionDef", id(node)))
+        return node.name.value != "f"  # prune f's body
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.log.append(("leave_FunctionDef", id(original_node)))
+
+
+def test_walk_calls_per_type_methods_like_libcst(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(walk_module, "_plans", {})
+    module = cst.parse_module(SNIPPET)
+    by_libcst, by_walk = _Hooks(), _Hooks()
+    module.visit(by_libcst)
+    walk(module, by_walk)
+    assert by_walk.log == by_libcst.log
+    assert ("leave_FunctionDef", id(module.body[0])) in by_walk.log
+    assert ("visit_Name", id(module.body[0].name)) not in by_walk.log  # pruned with f
+
+
 def test_a_visitor_that_overrides_the_attribute_hooks_is_refused() -> None:
     class Custom(cst.CSTVisitor):
         def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
