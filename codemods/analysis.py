@@ -392,15 +392,26 @@ class _Conclusions:
     def _loader_factories(self) -> set[str]:
         """Module-level functions that return DataLoaders (``return train_loader, test_loader``
         or ``return DataLoader(...)``)."""
+        built_in = {  # (function, name) for every ``name = DataLoader(...)``
+            (assign.function, target)
+            for assign in self.r.assigns
+            if self._constructs_loader(_peel_moves(assign.value), assign.scope)
+            for target in assign.targets
+        }
         factories = set()
         for function, value in self.r.returns:
             elements = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
             for element in elements:
-                if isinstance(element, cst.Call) and self.r.names.qualified_name(
-                    element.func, (function,), strict=False
-                ) in LOADER_CONSTRUCTORS:
+                if self._constructs_loader(element, (function,)) or (
+                    isinstance(element, cst.Name) and (function, element.value) in built_in
+                ):
                     factories.add(function)
         return factories
+
+    def _constructs_loader(self, value: cst.BaseExpression, scope: ScopeKey) -> bool:
+        return isinstance(value, cst.Call) and self.r.names.qualified_name(
+            value.func, scope, strict=False
+        ) in LOADER_CONSTRUCTORS
 
     def _constructors(self) -> None:
         facts = self.facts

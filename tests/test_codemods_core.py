@@ -544,3 +544,26 @@ def test_optimizer_built_by_a_factory_function() -> None:
     )
     _, lines = convert(body)
     assert "net, opt, loader = accelerator.prepare(net, opt, loader)" in lines
+
+
+@pytest.mark.parametrize(
+    "factory_return",
+    [
+        "return DataLoader(data, batch_size=2, shuffle=True), DataLoader(data, batch_size=2)",
+        "train_dl = DataLoader(data, batch_size=2, shuffle=True)\n    valid_dl = DataLoader(data, batch_size=2)\n"
+        "    return train_dl, valid_dl",
+    ],
+    ids=["returns-constructors", "returns-names-bound-to-loaders"],
+)
+def test_loaders_built_by_a_factory_function_are_prepared(factory_return: str) -> None:
+    """``tr, te = build_loaders(...)`` (the side_effects fixture): the names at the call site are
+    loaders, whatever the factory calls them inside."""
+    body = (
+        "def build_loaders():\n    data = TensorDataset(torch.randn(8, 4), torch.zeros(8))\n"
+        f"    {factory_return}\n\n"
+        "def main():\n    tr, te = build_loaders()\n    net = nn.Linear(4, 1)\n"
+        "    opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "    for x, y in tr:\n        net(x).sum().backward()\n        opt.step()\n"
+    )
+    _, lines = convert(body)
+    assert "net, opt, tr, te = accelerator.prepare(net, opt, tr, te)" in lines
