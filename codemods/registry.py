@@ -70,8 +70,10 @@ def all_codemods() -> list[type[Codemod]]:
 
 
 def _codemod_classes(module: object) -> list[type[Codemod]]:
-    """The Codemod subclasses defined in ``module`` itself, in source order."""
-    classes = [
+    """The Codemod subclasses defined in ``module`` itself, in source order: a module's
+    namespace keeps its names in the order the ``class`` statements ran. (Asking ``inspect`` for
+    their lines compiled every codemod module again: a fifth of a second on each CLI run.)"""
+    return [
         value
         for value in vars(module).values()
         if inspect.isclass(value)
@@ -80,7 +82,6 @@ def _codemod_classes(module: object) -> list[type[Codemod]]:
         and value.__module__ == getattr(module, "__name__", None)
         and "code" in vars(value)
     ]
-    return sorted(classes, key=lambda cls: inspect.getsourcelines(cls)[1])
 
 
 _HEADLINE = re.compile(r"^(ACC\d{3})\s+([\w-]+)[^:]*:\s*(.+)$", re.DOTALL)
