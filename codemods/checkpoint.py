@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemods.base import Change, Codemod, Options
 from codemods.facts import ScriptFacts, Site
@@ -186,9 +187,6 @@ class PendingChanges:
         origins = getattr(self.facts, "origins", None)
         if origins is not None:
             return origins.site
-        # Imported here: libcst.metadata costs a tenth of the CLI's start-up, for a rare fallback.
-        from libcst.metadata import MetadataWrapper, PositionProvider
-
         positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
 
         def from_positions(node: cst.CSTNode) -> Site | None:

@@ -17,6 +17,7 @@ from functools import cache
 from collections.abc import Iterable, Sequence
 
 import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemods.base import Change
 from codemods.facts import ScriptFacts, Site
@@ -227,9 +228,6 @@ def original_sites(
     found = _ast_sites(source if source is not None else module.code, module.encoding)
     if found is not None and _match_by_order(in_order, *found, origins):
         return
-    # Imported here: libcst.metadata costs a tenth of the CLI's start-up, for a rare fallback.
-    from libcst.metadata import MetadataWrapper, PositionProvider
-
     positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     for node in in_order:
         where = positions[node]
