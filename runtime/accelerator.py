@@ -505,6 +505,8 @@ class Accelerator:
         loader's last batch, only the first ``remainder`` gathered rows are real, the rest are dropped.
         Non-tensor data goes through ``gather_object``.
         """
+        if not self.use_distributed:
+            return input_data  # one process: nothing was padded, so nothing to drop (and 0-d stays 0-d)
         as_objects = use_gather_object or not collectives.contains_only_tensors(input_data)
         data = collectives.gather_object(input_data) if as_objects else collectives.gather(input_data)
         state = self.gradient_state

@@ -267,6 +267,10 @@ def test_single_process_collectives_are_the_identity() -> None:
     assert torch.equal(reduced, torch.ones(2))
     loader = accelerator.prepare(DataLoader(torch.arange(5), batch_size=2))
     assert [accelerator.gather_for_metrics(batch).tolist() for batch in loader] == [[0, 1], [2, 3], [4]]
+    # A batch-mean scalar next to per-sample tensors comes back as it went in, even on the last batch.
+    gathered = [accelerator.gather_for_metrics((batch, batch.float().mean())) for batch in loader]
+    assert [(rows.tolist(), mean.dim(), mean.item()) for rows, mean in gathered] == [
+        ([0, 1], 0, 0.5), ([2, 3], 0, 2.5), ([4], 0, 4.0)]
     with accelerator.split_between_processes([1, 2, 3]) as share:
         assert share == [1, 2, 3]
 
