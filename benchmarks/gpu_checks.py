@@ -1,0 +1,125 @@
+"""The checks that need a CUDA GPU, in one prepared run (CI has no GPU; run this when one is lent).
+
+    torchrun --nproc_per_node 1 benchmarks/gpu_checks.py      # NCCL, CUDA OOM retry, fp16/bf16
+    python benchmarks/runtime_overhead.py --gpu                # the GPU rows of the Performance table
+
+Each check prints one ``CHECK name: ok|FAILED detail`` line and the script exits 1 if any failed:
+
+- ``nccl``: under torchrun the runtime picks NCCL and ``cuda:LOCAL_RANK``; gather and reduce work.
+- ``cuda_oom_retry``: ``find_executable_batch_size`` meets a *real* CUDA out-of-memory error
+  (a batch that cannot fit in the GPU's memory), frees the cache and settles on a smaller size.
+- ``fp16_grad_scaler``: ``mixed_precision="fp16"`` autocasts the forward to fp16, returns fp32
+  outputs, uses a CUDA GradScaler, and an inf gradient skips the step and says so.
+- ``bf16``: inner activations in bf16, outputs in fp32, no scaler.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from runtime import Accelerator, find_executable_batch_size  # noqa: E402
+
+
+def check_nccl() -> str:
+    accelerator = Accelerator()
+    assert accelerator.device.type == "cuda", accelerator.device
+    assert torch.distributed.get_backend() == "nccl", torch.distributed.get_backend()
+    value = torch.tensor([accelerator.process_index + 1.0], device=accelerator.device)
+    gathered = accelerator.gather(value)
+    summed = accelerator.reduce(value, "sum")
+    assert gathered.numel() == accelerator.num_processes and summed.item() == gathered.sum().item()
+    return f"device {accelerator.device}, {accelerator.num_processes} rank(s), gather {gathered.tolist()}"
+
+
+def check_cuda_oom_retry() -> str:
+    accelerator = Accelerator()
+    free_bytes, _ = torch.cuda.mem_get_info()
+    # Rows of 256 MiB each: the starting size needs several times the free memory.
+    row_elements = 64 * 1024 * 1024
+    start = 1
+    while start * row_elements * 4 < 4 * free_bytes:
+        start *= 2
+    tried: list[int] = []
+
+    @find_executable_batch_size(starting_batch_size=start)
+    def allocate(batch_size: int) -> int:
+        accelerator.free_memory()
+        tried.append(batch_size)
+        block = torch.empty(batch_size, row_elements, device=accelerator.device)
+        block.fill_(1.0)
+        return batch_size
+
+    settled = allocate()
+    assert tried[0] == start and settled < start and len(tried) >= 2, tried
+    return f"free {free_bytes / 2**30:.1f} GiB; tried {tried}, settled on {settled}"
+
+
+def check_fp16_grad_scaler() -> str:
+    accelerator = Accelerator(mixed_precision="fp16")
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
+    seen: list[torch.dtype] = []
+    model[0].register_forward_hook(lambda module, args, output: seen.append(output.dtype))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    assert accelerator.scaler is not None and "cuda" in str(getattr(accelerator.scaler, "_device", "cuda"))
+    inputs = torch.randn(8, 64, device=accelerator.device)
+    output = model(inputs)
+    assert seen[-1] == torch.float16 and output.dtype == torch.float32, (seen, output.dtype)
+    accelerator.backward(output.float().pow(2).mean())
+    optimizer.step()
+    optimizer.zero_grad()
+    clean_step_skipped = accelerator.optimizer_step_was_skipped
+    before = [p.detach().clone() for p in model.parameters()]
+    accelerator.backward(model(inputs).sum() * float("inf"))
+    optimizer.step()
+    optimizer.zero_grad()
+    after = list(model.parameters())
+    assert accelerator.optimizer_step_was_skipped and not clean_step_skipped
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+    return "fp16 inner activations, fp32 output; inf step skipped and reported, parameters unchanged"
+
+
+def check_bf16() -> str:
+    accelerator = Accelerator(mixed_precision="bf16")
+    model = nn.Sequential(nn.Linear(32, 32), nn.Linear(32, 2))
+    seen: list[torch.dtype] = []
+    model[0].register_forward_hook(lambda module, args, output: seen.append(output.dtype))
+    model = accelerator.prepare(model)
+    output = model(torch.randn(4, 32, device=accelerator.device))
+    assert seen[-1] == torch.bfloat16 and output.dtype == torch.float32 and accelerator.scaler is None
+    return "bf16 inner activations, fp32 output, no scaler"
+
+
+CHECKS: dict[str, Callable[[], str]] = {
+    "nccl": check_nccl,
+    "cuda_oom_retry": check_cuda_oom_retry,
+    "fp16_grad_scaler": check_fp16_grad_scaler,
+    "bf16": check_bf16,
+}
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        print("no CUDA device: these checks need a GPU", file=sys.stderr)
+        return 2
+    failed = 0
+    for name, check in CHECKS.items():
+        try:
+            print(f"CHECK {name}: ok {check()}", flush=True)
+        except Exception as error:  # report every check, then fail at the end
+            failed += 1
+            print(f"CHECK {name}: FAILED {error!r}", flush=True)
+            traceback.print_exc()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
