@@ -33,6 +33,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemods.base import Change, Codemod, Options
+from codemods.edits import is_main_guard
 from codemods.facts import ScriptFacts, Site
 from codemods.walk import walk
 
@@ -276,6 +277,12 @@ class AcceleratorScope(Issue5Transformer):
         self._module_statement_ids: set[int] = set()
         self._module_index = -1
         self._module_accelerator_index: int | None = None
+        #: The ``if __name__ == "__main__":`` block that creates the accelerator (a script whose
+        #: training lives in that block), its statements, and which one creates it.
+        self._guard_at: int | None = None
+        self._guard_statement_ids: set[int] = set()
+        self._guard_accelerator_index: int | None = None
+        self._guard_index = -1
 
     def visit_Module(self, node: cst.Module) -> None:
         self._module_statement_ids = {id(statement) for statement in node.body}
@@ -283,10 +290,18 @@ class AcceleratorScope(Issue5Transformer):
             if assigns_at_top([statement], self.acc):
                 self._module_accelerator_index = index
                 break
+            if is_main_guard(statement) and isinstance(statement.body, cst.IndentedBlock):
+                guarded = statement.body.body
+                created = next((i for i, line in enumerate(guarded) if assigns_at_top([line], self.acc)), None)
+                if created is not None:
+                    self._guard_at, self._guard_accelerator_index = index, created
+                    self._guard_statement_ids = {id(line) for line in guarded}
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if id(node) in self._module_statement_ids:
             self._module_index += 1
+        elif id(node) in self._guard_statement_ids:
+            self._guard_index += 1
         return super().on_visit(node)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -311,10 +326,19 @@ class AcceleratorScope(Issue5Transformer):
         reachable_functions = getattr(self.facts, "accessible_functions", set())
         if self._function_names and self._function_names[0] in reachable_functions:
             return True
+        if self._in_guard_after_accelerator():
+            return True
         at_module = self._module_accelerator_index
         if at_module is None:
             return False
         return bool(self._frames) or self._module_index > at_module
+
+    def _in_guard_after_accelerator(self) -> bool:
+        """Inside the ``__main__`` block, after the statement that creates the accelerator
+        (functions defined there are covered by ``accessible_functions``)."""
+        if self._guard_accelerator_index is None or self._function_names:
+            return False
+        return self._module_index == self._guard_at and self._guard_index > self._guard_accelerator_index
 
 
 def _body_statements(node: cst.FunctionDef) -> Sequence[cst.CSTNode]:

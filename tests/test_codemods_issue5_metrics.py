@@ -238,6 +238,31 @@ def test_an_output_read_with_item_is_a_batch_scalar() -> None:
     assert ["mean_error is one value per batch" in c.message for c in changes if not c.fixed] == [True]
 
 
+def test_the_main_block_reaches_the_accelerator_it_creates() -> None:
+    """A script trained inside ``if __name__ == "__main__":`` (the LBFGS fixture): its evaluation
+    loop runs after the block creates the accelerator, so it is gathered; a loop above the
+    creation is not."""
+    before = """
+        if __name__ == "__main__":
+            with torch.no_grad():
+                for x, y in test_loader:
+                    first = model(x)
+                    total += first.sum().item()
+            accelerator = Accelerator()
+            with torch.no_grad():
+                for x, y in test_loader:
+                    prediction = model(x)
+                    sse += ((prediction - y) ** 2).sum().item()
+    """
+    after = before.replace(
+        "prediction = model(x)\n",
+        "prediction = model(x)\n"
+        "                    prediction, y = accelerator.gather_for_metrics((prediction, y))\n",
+    )
+    changes = assert_rewrites(MetricsCodemod(), before, after, make_facts())
+    assert sorted((c.code, c.fixed, c.line) for c in changes) == [("ACC113", True, 8), ("ACC913", False, 3)]
+
+
 @pytest.mark.parametrize("source, message", REPORTED)
 def test_reports_what_it_cannot_gather(source: str, message: str) -> None:
     _, changes = apply(MetricsCodemod(), code(source), make_facts())
