@@ -97,6 +97,12 @@ class _DataParallelRemover(AcceleratorScope):
         self._emptied_blocks: set[int] = set()
         self._removing_line = False
 
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        # A read-only look first: rebuilding every line is most of what this pass would cost.
+        finder = _DataParallelMention(self.facts)
+        walk(node, finder)
+        return finder.found
+
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if qualified_name(updated_node.func, self.facts.imports) not in DATA_PARALLEL:
             return updated_node
@@ -171,6 +177,24 @@ class _DataParallelRemover(AcceleratorScope):
             return updated_node
         self.report(original_node, DataParallelCodemod.code, f"{owner}.module → accelerator.unwrap_model({owner})", True)
         return unwrap_model(self.facts, updated_node.value)
+
+
+class _DataParallelMention(cst.CSTVisitor):
+    """Whether a statement line holds what :class:`_DataParallelRemover` rewrites: a
+    DataParallel call, ``model.module``, or a conditional expression (the isinstance unwrap)."""
+
+    def __init__(self, facts: ScriptFacts) -> None:
+        super().__init__()
+        self.facts, self.found = facts, False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.found = self.found or qualified_name(node.func, self.facts.imports) in DATA_PARALLEL
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self.found = self.found or (node.attr.value == "module" and dotted_name(node.value) in self.facts.models)
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        self.found = True
 
 
 def _wrapped_module(call: cst.Call) -> cst.BaseExpression | None:
