@@ -86,16 +86,23 @@ def _make_plan(visitor_type: type, node: cst.CSTNode) -> _Plan:
         visit_hook, leave_hook = f"visit_{kind}_{name}", f"leave_{kind}_{name}"
         plan.append((
             name,
-            visit_hook if hasattr(visitor_type, visit_hook) else None,
-            leave_hook if hasattr(visitor_type, leave_hook) else None,
+            visit_hook if _own_method(visitor_type, visit_hook) else None,
+            leave_hook if _own_method(visitor_type, leave_hook) else None,
         ))
     enter: object = _DISPATCH
     if visitor_type.on_visit is cst.CSTVisitor.on_visit:
-        enter = getattr(visitor_type, f"visit_{kind}", None)
+        enter = _own_method(visitor_type, f"visit_{kind}")
     leave: object = _DISPATCH
     if visitor_type.on_leave is cst.CSTVisitor.on_leave:
-        leave = getattr(visitor_type, f"leave_{kind}", None)
+        leave = _own_method(visitor_type, f"leave_{kind}")
     return enter, leave, tuple(plan)
+
+
+def _own_method(visitor_type: type, name: str) -> object:
+    """The visitor's method ``name``, or None where it is only libcst's empty stub (CSTVisitor
+    declares a no-op for every node and field: calling them was half of a walk's time)."""
+    method = getattr(visitor_type, name, None)
+    return None if method is None or method is getattr(cst.CSTVisitor, name, None) else method
 
 
 _child_field_order: dict[type, tuple[str, ...]] = {}
