@@ -9,8 +9,9 @@ under ``torch.no_grad()``/``inference_mode()`` or after ``model.eval()``, with n
 
 Model outputs read through attributes (``outputs.logits``) or batches read by key
 (``batch["labels"]``) are gathered as those expressions into new names that the rest of the loop
-uses. A batch-mean ``outputs.loss`` cannot be gathered per sample and is reported (ACC913 as a
-warning), as is a forward nested inside a larger expression.
+uses. A batch-mean ``outputs.loss`` (or a ``loss`` among the forward's outputs, or any output the
+loop reads with ``.item()``: one value per batch) cannot be gathered per sample and is reported
+(ACC913 as a warning), as is a forward nested inside a larger expression.
 
 Before::
 
