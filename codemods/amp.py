@@ -41,12 +41,11 @@ from codemods.checkpoint import (
     accelerator_name,
     binds_name,
     dotted_name,
-    expression_code,
     is_accelerator_method,
     qualified_name,
 )
 from codemods.facts import ScriptFacts
-from codemods.walk import walk
+from codemods.walk import variables_read, walk
 
 GRAD_SCALERS = frozenset({"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.GradScaler", "torch.cpu.amp.GradScaler"})
 AUTOCASTS = frozenset({"torch.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast", "torch.cpu.amp.autocast"})
@@ -316,9 +315,7 @@ def _accelerator_call_of(statement: cst.CSTNode, facts: ScriptFacts) -> cst.Call
 def expression_available(expression: cst.BaseExpression, creation: AcceleratorCreation) -> bool:
     """Whether every name the expression reads is bound before the accelerator is created
     (a parameter, an earlier statement of the same body, or module-level code/imports)."""
-    reader = _NameReader()
-    walk(expression, reader)
-    for name in reader.names:
+    for name in variables_read(expression):
         if name in creation.parameters or name in ("True", "False", "None"):
             continue
         if binds_name(creation.statements_before, name) or _module_binds(creation.module_statements, name):
@@ -340,17 +337,6 @@ def _module_binds(statements: Sequence[cst.CSTNode], name: str) -> bool:
                             return True
     return binds_name(statements, name)
 
-
-class _NameReader(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.names: set[str] = set()
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.names.add(node.value)
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)
-        return False
 
     def visit_Arg(self, node: cst.Arg) -> bool:
         node.value.visit(self)

@@ -43,7 +43,7 @@ from codemods.checkpoint import (
     qualified_name,
 )
 from codemods.facts import ScriptFacts
-from codemods.walk import walk
+from codemods.walk import variables_read, walk
 
 NO_GRAD_CONTEXTS = frozenset(
     {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"}
@@ -258,28 +258,10 @@ class _LazyNames:
     @property
     def names(self) -> set[str]:
         if self._names is None:
-            self._names = _names_in(self._node)
+            self._names = variables_read(self._node)
         return self._names
 
 
-def _names_in(node: cst.CSTNode) -> set[str]:
-    collector = _NameCollector()
-    walk(node, collector)
-    return collector.names
-
-
-class _NameCollector(cst.CSTVisitor):
-    """Every variable name the module uses (attribute names after a dot are not variables)."""
-
-    def __init__(self) -> None:
-        self.names: set[str] = set()
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.names.add(node.value)
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)
-        return False
 
 
 # ---- the forward and what follows it ------------------------------------------------------

@@ -58,7 +58,7 @@ from codemods.checkpoint import (
     qualified_name,
 )
 from codemods.facts import ScriptFacts
-from codemods.walk import walk
+from codemods.walk import variables_read, walk
 
 DECORATOR = "find_executable_batch_size"
 INNER_NAME = "inner_training_loop"
@@ -154,7 +154,7 @@ def _independent_definitions(region: _Region, batch_size: cst.BaseExpression) ->
         assigned = _assigned_names(others)
         still = [
             d for d in kept
-            if not (_read_names([d]) & assigned) and not _contains_expression(d, batch_size)
+            if not (variables_read(d) & assigned) and not _contains_expression(d, batch_size)
         ]
         if len(still) == len(kept):
             return kept
@@ -378,7 +378,7 @@ def _outer_names(region: _Region, module: cst.Module) -> set[str]:
         outside |= _assigned_names(before)
     else:
         after = [] if region.main_guard is not None else region.statements[region.end :]
-        outside = _assigned_names(before) | _read_names([*before, *after])
+        outside = _assigned_names(before) | variables_read(*before, *after)
     return assigned & outside
 
 
@@ -426,23 +426,6 @@ class _Assigned(cst.CSTVisitor):
             self._add(target.value)
 
 
-def _read_names(statements: Sequence[cst.CSTNode]) -> set[str]:
-    reader = _Reader()
-    for statement in statements:
-        walk(statement, reader)
-    return reader.names
-
-
-class _Reader(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.names: set[str] = set()
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.names.add(node.value)
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)
-        return False
 
 
 def _returns(statements: Sequence[cst.CSTNode]) -> bool:

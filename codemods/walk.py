@@ -139,3 +139,24 @@ class _FieldOrder(cst.CSTVisitor):
 
     def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
         pass
+
+
+def variables_read(*nodes: cst.CSTNode) -> set[str]:
+    """Every variable name used inside ``nodes`` (an attribute name after a dot is not a variable:
+    ``args.batch_size`` reads ``args``)."""
+    reader = _VariableReader()
+    for node in nodes:
+        walk(node, reader)
+    return reader.names
+
+
+class _VariableReader(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)
+        return False
