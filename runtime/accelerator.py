@@ -408,7 +408,8 @@ class Accelerator:
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """``loss.backward()``, divided by the accumulation steps (always, as Accelerate) and scaled
         by the GradScaler under fp16."""
-        loss = loss / self.gradient_accumulation_steps
+        if self.gradient_accumulation_steps != 1:  # x / 1 == x exactly: spare the autograd node
+            loss = loss / self.gradient_accumulation_steps
         if self.scaler is not None:
             loss = self.scaler.scale(loss)
         loss.backward(**kwargs)

@@ -85,6 +85,10 @@ def send_to_device(obj: Any, device: torch.device | str | None, non_blocking: bo
     """
     if device is None:
         return obj
+    if isinstance(obj, torch.Tensor):  # the common leaf: skip the generic checks below
+        return obj.to(device, non_blocking=non_blocking)
+    if type(obj) in (list, tuple):  # the common container (a namedtuple's type is a subclass)
+        return type(obj)([send_to_device(item, device, non_blocking) for item in obj])
     if callable(getattr(obj, "to", None)) and not isinstance(obj, type):
         try:
             return obj.to(device, non_blocking=non_blocking)
