@@ -18,6 +18,7 @@ OOM retries, so every collective asks ``torch.distributed`` for the current defa
 from __future__ import annotations
 
 import atexit
+import datetime
 import gc
 import os
 from dataclasses import dataclass
@@ -146,6 +147,10 @@ def ensure_process_group(backend: str, init_kwargs: dict[str, Any]) -> None:
     atexit.register(leave_process_group_at_exit)
 
 
+#: How long a rank waits for the others at exit before leaving anyway.
+EXIT_BARRIER_SECONDS = 10.0
+
+
 def leave_process_group_at_exit() -> None:
     """Destroy the group we created before the interpreter tears down (no barrier: a rank that
     crashed must not make the others wait). See :func:`runtime.ddp.release_process_group_references`."""
@@ -153,8 +158,17 @@ def leave_process_group_at_exit() -> None:
 
     release_process_group_references()
     gc.collect()
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    if not dist.is_initialized():
+        return
+    if dist.get_backend() == "gloo":
+        # Let every rank arrive before any closes its sockets: a peer that tears down while this
+        # rank's Gloo threads still talk to it is the other way to die with "terminate called".
+        # Bounded, so a rank that crashed costs the others seconds, not a hang.
+        try:
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=EXIT_BARRIER_SECONDS))
+        except RuntimeError:
+            pass
+    dist.destroy_process_group()
 
 
 def pick_device(distributed: bool, local_rank: int, cpu: bool) -> torch.device:
