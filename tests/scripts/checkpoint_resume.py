@@ -16,6 +16,7 @@ and the loader shuffles, so batches and parameters only agree if every RNG came 
 
 from __future__ import annotations
 
+import gc
 import json
 import random
 import sys
@@ -106,7 +107,7 @@ def resume_mid_epoch(checkpoint: str, objects) -> dict:
     return report
 
 
-def main() -> None:
+def run() -> None:
     phase, checkpoint, out_dir = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     target = sys.argv[4] if len(sys.argv) > 4 else "runtime"
     objects = build(seed=0 if phase == "full" else 1234, target=target)
@@ -131,6 +132,17 @@ def main() -> None:
     if phase == "resume" and target == "runtime":
         report["mid_epoch"] = resume_mid_epoch(mid_checkpoint, objects)
     (out_dir / f"{target}_{phase}_rank{accelerator.process_index}.json").write_text(json.dumps(report))
+
+
+
+def main() -> None:
+    run()
+    # Accelerate leaves its group to interpreter teardown, where DDP wrappers still alive in
+    # reference cycles make Gloo abort now and then ("terminate called..."): collect, then leave.
+    gc.collect()
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

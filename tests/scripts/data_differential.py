@@ -11,6 +11,7 @@ shuffling), the
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import sys
@@ -160,6 +161,7 @@ def main() -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"rank{rank}.json").write_text(json.dumps({"framework": framework, "world": world, "cases": cases}))
     torch.distributed.barrier()
+    gc.collect()  # DDP/loader cycles must not outlive the group (Gloo teardown abort)
     torch.distributed.destroy_process_group()
 
 
