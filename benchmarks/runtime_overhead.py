@@ -13,8 +13,9 @@ the ratios the README quotes: (3)/(1) on one process, (3)/(2) on several, and (3
 Each round is one full epoch over a fixed synthetic dataset, so every variant runs the same
 number of steps per round and every prepared loader finishes its epoch cleanly.
 
-Data loading throughput is measured the same way: a prepared loader against the plain
-``DataLoader`` it came from (same workers), batches per second.
+Data loading throughput is measured the same way, batches per second with the same workers: a
+prepared loader against what a hand-written script iterates (the plain ``DataLoader`` on one
+process; ``DataLoader`` + ``DistributedSampler`` on several, so both yield one rank's share).
 
 Usage::
 
@@ -178,14 +179,20 @@ def make_variants(args, device, world: int, rank: int) -> dict[str, Callable[[],
 
 
 def loader_throughput(args, world: int, rank: int) -> dict[str, float]:
-    """Batches per second through a plain DataLoader and through the same loader prepared."""
-    import torch
+    """Batches per second through the loader a hand-written script would use (a plain shuffled
+    DataLoader on one process, DataLoader + DistributedSampler on several) and through a plain
+    shuffled DataLoader prepared by the runtime: both yield this rank's share of the epoch."""
     from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
 
     import runtime
 
     dataset = build_data("mlp", args.batch, args.seq, args.width, args.steps * 4, world)
-    plain = DataLoader(dataset, batch_size=args.batch, shuffle=True, num_workers=0)
+    if world == 1:
+        plain = DataLoader(dataset, batch_size=args.batch, shuffle=True, num_workers=0)
+    else:
+        plain = DataLoader(dataset, batch_size=args.batch, num_workers=0,
+                           sampler=DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True))
     prepared = runtime.Accelerator().prepare(DataLoader(dataset, batch_size=args.batch, shuffle=True, num_workers=0))
 
     def rate(loader) -> float:
