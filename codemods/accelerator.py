@@ -9,7 +9,7 @@ the first training object, not among its imports. A script that already creates 
 
 Before::
 
-    import torch
+    import argparse
 
     def main():
         args = parser.parse_args()
@@ -17,7 +17,7 @@ Before::
 
 After::
 
-    import torch
+    import argparse
     from runtime import Accelerator
 
     def main():
