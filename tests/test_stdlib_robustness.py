@@ -7,32 +7,19 @@ The sample is deterministic (evenly spread over file sizes), so a failure always
 
 from __future__ import annotations
 
-import os
-import sysconfig
 from pathlib import Path
 
 import libcst as cst
 import pytest
 
 import codemods
+from benchmarks.convert_speed import STDLIB, stdlib_files  # the same corpus the benchmark runs in full
 from codemods.base import Options
 from converter.pipeline import convert_source
 
-STDLIB = Path(sysconfig.get_paths()["stdlib"])
-#: Test suites hold deliberately broken files; site-packages is not the standard library.
-EXCLUDED_DIRS = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
 SAMPLE_SIZE = 40
 #: Above this the sample would spend the test budget on a handful of huge files.
 MAX_BYTES = 40_000
-
-
-def stdlib_files() -> list[Path]:
-    """Every .py file of the standard library outside test suites, sorted by path."""
-    found = []
-    for folder, dirnames, filenames in os.walk(STDLIB):
-        dirnames[:] = sorted(name for name in dirnames if name not in EXCLUDED_DIRS)
-        found.extend(Path(folder) / name for name in filenames if name.endswith(".py"))
-    return sorted(found)
 
 
 def spread_sample(files: list[Path], count: int) -> list[Path]:
