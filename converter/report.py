@@ -120,14 +120,16 @@ class Reporter:
         elif self.output_format == "text" and self.verbosity >= 0:
             self.messages.print(self.text_line(finding))
 
+    def severity(self, finding: Finding) -> str:
+        """``warning`` for ACC9xx, ``error`` for what ``--check`` fails on, ``notice`` for a
+        rewrite that was made."""
+        if finding.is_warning:
+            return "warning"
+        return "error" if self.check or not finding.fixed else "notice"
+
     def text_line(self, finding: Finding) -> Text:
         """``path:line:col: CODE message``, the form editors and CI logs turn into links."""
-        if finding.is_warning:
-            style = "yellow"
-        elif self.check or not finding.fixed:
-            style = "red"
-        else:
-            style = "green"
+        style = {"warning": "yellow", "error": "red", "notice": "green"}[self.severity(finding)]
         line = Text()
         line.append(f"{finding.filename}:{finding.line}:{finding.column}:", style="bold")
         line.append(" ")
@@ -136,14 +138,8 @@ class Reporter:
         return line
 
     def github_line(self, finding: Finding) -> str:
-        """A GitHub Actions annotation: warnings for ACC9xx, errors for what ``--check`` fails on,
-        notices for rewrites that were made."""
-        if finding.is_warning:
-            level = "warning"
-        elif self.check or not finding.fixed:
-            level = "error"
-        else:
-            level = "notice"
+        """A GitHub Actions annotation at the finding's :meth:`severity` level."""
+        level = self.severity(finding)
         properties = ",".join([
             f"file={escape_github(finding.filename, is_property=True)}",
             f"line={finding.line}", f"col={finding.column}",
