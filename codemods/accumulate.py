@@ -37,15 +37,15 @@ import libcst as cst
 
 from codemods.amp import expression_available, find_accelerator_creation, set_accelerator_argument
 from codemods.base import Change, Codemod, Options
-from codemods.checkpoint import (
+from codemods.edits import dotted
+from codemods.facts import ScriptFacts
+from codemods.rewriting import (
     Issue5Transformer,
     PendingChanges,
     accelerator_call,
     accelerator_name,
-    dotted_name,
     is_accelerator_method,
 )
-from codemods.facts import ScriptFacts
 from codemods.walk import walk
 
 #: Calls that only make sense on a sync step and that the prepared objects skip by themselves.
@@ -180,7 +180,7 @@ def _step_call(statement: cst.CSTNode, facts: ScriptFacts) -> bool:
     """``optimizer.step()`` / ``scheduler.step()`` / ``optimizer.zero_grad()`` / ``model.zero_grad()``."""
     if _call_method(statement) not in STEP_METHODS:
         return False
-    owner = dotted_name(statement.value.func.value)
+    owner = dotted(statement.value.func.value)
     return owner in facts.optimizers | facts.schedulers | facts.models
 
 
@@ -254,6 +254,6 @@ class _ModelCalls(cst.CSTVisitor):
         self.models: list[str] = []
 
     def visit_Call(self, node: cst.Call) -> None:
-        name = dotted_name(node.func)
+        name = dotted(node.func)
         if name in self.facts.models and name not in self.models:
             self.models.append(name)

@@ -34,17 +34,17 @@ from typing import Sequence
 import libcst as cst
 
 from codemods.base import Change, Codemod, Options
-from codemods.checkpoint import (
+from codemods.edits import dotted
+from codemods.facts import ScriptFacts
+from codemods.rewriting import (
     Issue5Transformer,
     PendingChanges,
     accelerator_call,
     accelerator_name,
     binds_name,
-    dotted_name,
     is_accelerator_method,
     qualified_name,
 )
-from codemods.facts import ScriptFacts
 from codemods.walk import variables_read, walk
 
 GRAD_SCALERS = frozenset({"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.GradScaler", "torch.cpu.amp.GradScaler"})
@@ -118,7 +118,7 @@ class _AmpSurvey(cst.CSTVisitor):
         value = node.value
         if isinstance(value, cst.Call) and qualified_name(value.func, self.facts.imports) in GRAD_SCALERS:
             for target in node.targets:
-                name = dotted_name(target.target)
+                name = dotted(target.target)
                 if name:
                     self.scalers.add(name)
             self.scaler_lines.append(node)
@@ -129,7 +129,7 @@ class _AmpSurvey(cst.CSTVisitor):
             self.autocasts.append(node)
             self._note_switch(node)
             for arg in node.args:
-                if arg.keyword and arg.keyword.value == "dtype" and dotted_name(arg.value) in (
+                if arg.keyword and arg.keyword.value == "dtype" and dotted(arg.value) in (
                     "torch.bfloat16", "bfloat16",
                 ):
                     self.bf16 = True
@@ -163,7 +163,7 @@ class _ScalerUseChecker(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if isinstance(func, cst.Attribute) and dotted_name(func.value) in self.scalers:
+        if isinstance(func, cst.Attribute) and dotted(func.value) in self.scalers:
             if func.attr.value in SCALER_METHODS:
                 self._fine.add(id(func.value))
         for arg in passed_through(node, self.scalers, self.functions):
@@ -174,7 +174,7 @@ class _ScalerUseChecker(cst.CSTVisitor):
             self.other_uses.append(node)
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
-        if dotted_name(node) in self.scalers and id(node) not in self._fine:
+        if dotted(node) in self.scalers and id(node) not in self._fine:
             self.other_uses.append(node)
             return False
         if id(node) in self._fine:
@@ -194,13 +194,13 @@ def module_functions(module: cst.Module) -> dict[str, list[str]]:
 def passed_through(call: cst.Call, names: set[str], functions: dict[str, list[str]]) -> list[cst.Arg]:
     """Arguments that hand one of ``names`` to a function of this file under the same parameter
     name (``train(..., scaler)`` into ``def train(..., scaler)``): both can go together."""
-    callee = dotted_name(call.func)
+    callee = dotted(call.func)
     params = functions.get(callee or "")
     if params is None:
         return []
     found = []
     for index, arg in enumerate(call.args):
-        name = dotted_name(arg.value) if isinstance(arg.value, cst.Name) else None
+        name = dotted(arg.value) if isinstance(arg.value, cst.Name) else None
         if name not in names:
             continue
         if arg.keyword is not None:
@@ -256,7 +256,7 @@ def _value_assigned_later(flag: cst.BaseExpression, creation: AcceleratorCreatio
         for small in statement.body
         if isinstance(small, cst.Assign)
         and len(small.targets) == 1
-        and dotted_name(small.targets[0].target) == flag.value
+        and dotted(small.targets[0].target) == flag.value
     ]
     return values[0] if len(values) == 1 else None
 
@@ -306,10 +306,10 @@ def _accelerator_call_of(statement: cst.CSTNode, facts: ScriptFacts) -> cst.Call
     assign = statement.body[0]
     if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call):
         return None
-    if dotted_name(assign.targets[0].target) != accelerator_name(facts):
+    if dotted(assign.targets[0].target) != accelerator_name(facts):
         return None
     callee = qualified_name(assign.value.func, facts.imports)
-    return assign.value if callee in ACCELERATORS or dotted_name(assign.value.func) == "Accelerator" else None
+    return assign.value if callee in ACCELERATORS or dotted(assign.value.func) == "Accelerator" else None
 
 
 def expression_available(expression: cst.BaseExpression, creation: AcceleratorCreation) -> bool:
@@ -333,7 +333,7 @@ def _module_binds(statements: Sequence[cst.CSTNode], name: str) -> bool:
                 if isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar):
                     for alias in small.names:
                         bound = alias.asname.name if alias.asname else alias.name
-                        if dotted_name(bound) and dotted_name(bound).split(".")[0] == name:
+                        if dotted(bound) and dotted(bound).split(".")[0] == name:
                             return True
     return binds_name(statements, name)
 
@@ -408,7 +408,7 @@ class _AmpRemover(Issue5Transformer):
 
     def _scaler_method(self, node: cst.CSTNode) -> tuple[str, cst.Call] | None:
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-            if dotted_name(node.func.value) in self.scalers:
+            if dotted(node.func.value) in self.scalers:
                 return node.func.attr.value, node
         return None
 
@@ -498,7 +498,7 @@ class _ScalerMention(cst.CSTVisitor):
         self.found = self.found or node.value in self.scalers
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        self.found = self.found or dotted_name(node) in self.scalers
+        self.found = self.found or dotted(node) in self.scalers
 
     def visit_Call(self, node: cst.Call) -> None:
         self.found = self.found or qualified_name(node.func, self.facts.imports) in GRAD_SCALERS | AUTOCASTS
@@ -535,7 +535,7 @@ class _AmpMention(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         if _is_autocast(node, self.facts):
             self.found = True
-        if isinstance(node.func, cst.Attribute) and dotted_name(node.func.value) in self.scalers:
+        if isinstance(node.func, cst.Attribute) and dotted(node.func.value) in self.scalers:
             self.found = True
 
 

@@ -22,15 +22,15 @@ from __future__ import annotations
 import libcst as cst
 
 from codemods.base import Change, Codemod, Options
-from codemods.checkpoint import (
+from codemods.edits import dotted
+from codemods.facts import ScriptFacts
+from codemods.rewriting import (
     AcceleratorScope,
     PendingChanges,
     accelerator_name,
-    dotted_name,
     qualified_name,
     unwrap_model,
 )
-from codemods.facts import ScriptFacts
 from codemods.walk import walk
 
 DATA_PARALLEL = frozenset(
@@ -126,9 +126,9 @@ class _DataParallelRemover(AcceleratorScope):
         """``model = model`` (or ``model = model.cuda()``: prepare moves the model) after the unwrap."""
         if not isinstance(statement, cst.Assign) or len(statement.targets) != 1:
             return False
-        target = dotted_name(statement.targets[0].target)
+        target = dotted(statement.targets[0].target)
         value = _strip_device_moves(statement.value, self.facts)
-        return target is not None and dotted_name(value) == target
+        return target is not None and dotted(value) == target
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
         if original_node.body and not updated_node.body:
@@ -154,23 +154,23 @@ class _DataParallelRemover(AcceleratorScope):
             return updated_node
         unwrapped = unwrap_model(self.facts, cst.Name(model))
         branches = (updated_node.body, updated_node.orelse)
-        if any(b.deep_equals(unwrapped) for b in branches) and any(dotted_name(b) == model for b in branches):
+        if any(b.deep_equals(unwrapped) for b in branches) and any(dotted(b) == model for b in branches):
             self.report(original_node, DataParallelCodemod.code, f"unwrapping {model} → accelerator.unwrap_model({model})")
             return unwrapped.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
         return updated_node
 
     def _data_parallel_check(self, test: cst.BaseExpression) -> str | None:
         """The model name in ``isinstance(model, nn.DataParallel)`` (or a tuple of wrappers)."""
-        if not (isinstance(test, cst.Call) and dotted_name(test.func) == "isinstance" and len(test.args) == 2):
+        if not (isinstance(test, cst.Call) and dotted(test.func) == "isinstance" and len(test.args) == 2):
             return None
         kinds = test.args[1].value
         elements = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
         names = {qualified_name(e, self.facts.imports) for e in elements}
-        model = dotted_name(test.args[0].value)
+        model = dotted(test.args[0].value)
         return model if model in self.facts.models and names & (DATA_PARALLEL | ALREADY_DISTRIBUTED) else None
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
-        owner = dotted_name(updated_node.value)
+        owner = dotted(updated_node.value)
         if updated_node.attr.value != "module" or owner not in self.facts.models:
             return updated_node
         if not self.accelerator_reachable():
@@ -191,7 +191,7 @@ class _DataParallelMention(cst.CSTVisitor):
         self.found = self.found or qualified_name(node.func, self.facts.imports) in DATA_PARALLEL
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        self.found = self.found or (node.attr.value == "module" and dotted_name(node.value) in self.facts.models)
+        self.found = self.found or (node.attr.value == "module" and dotted(node.value) in self.facts.models)
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
         self.found = True
@@ -218,5 +218,5 @@ def _strip_device_moves(value: cst.BaseExpression, facts: ScriptFacts) -> cst.Ba
 
 
 def _is_device(node: cst.BaseExpression, facts: ScriptFacts) -> bool:
-    name = dotted_name(node)
+    name = dotted(node)
     return name in facts.device_names or name == f"{accelerator_name(facts)}.device"

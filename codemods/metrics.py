@@ -34,15 +34,15 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from codemods.base import Change, Codemod, Options
-from codemods.checkpoint import (
+from codemods.edits import dotted
+from codemods.facts import ScriptFacts
+from codemods.rewriting import (
     AcceleratorScope,
     accelerator_call,
-    dotted_name,
     expression_code,
     is_accelerator_method,
     qualified_name,
 )
-from codemods.facts import ScriptFacts
 from codemods.walk import variables_read, walk
 
 NO_GRAD_CONTEXTS = frozenset(
@@ -117,7 +117,7 @@ class _EvalLoopRewriter(AcceleratorScope):
         for small in node.body:
             call = small.value if isinstance(small, cst.Expr) else None
             func = call.func if isinstance(call, cst.Call) else None
-            if isinstance(func, cst.Attribute) and dotted_name(func.value) in self.facts.models:
+            if isinstance(func, cst.Attribute) and dotted(func.value) in self.facts.models:
                 if func.attr.value in ("eval", "train"):
                     self._eval_mode[-1] = func.attr.value == "eval"
         return False
@@ -191,7 +191,7 @@ def _loop_over_loader(node: cst.For, facts: ScriptFacts) -> tuple[str, ...] | No
         func = qualified_name(iterable.func, facts.imports) or ""
         enumerated = enumerated or func == "enumerate"
         iterable = iterable.args[0].value
-    if dotted_name(iterable) not in facts.loaders:
+    if dotted(iterable) not in facts.loaders:
         return None
     if enumerated and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
         target = target.elements[1].value
@@ -225,7 +225,7 @@ def _is_gather(node: cst.CSTNode, facts: ScriptFacts) -> bool:
 
 
 def _is_model_call(node: cst.CSTNode, facts: ScriptFacts) -> bool:
-    return isinstance(node, cst.Call) and dotted_name(node.func) in facts.models
+    return isinstance(node, cst.Call) and dotted(node.func) in facts.models
 
 
 def _contains(node: cst.CSTNode, predicate) -> bool:
@@ -522,9 +522,9 @@ class _ExpressionReplacer(cst.CSTTransformer):
             self.batch_size_expr
             and isinstance(func, cst.Attribute)
             and func.attr.value in RESHAPE_METHODS
-            and dotted_name(func.value) in self.gathered_names
+            and dotted(func.value) in self.gathered_names
             and len(updated_node.args) > 1
-            and dotted_name(updated_node.args[0].value) == self.batch_size_expr
+            and dotted(updated_node.args[0].value) == self.batch_size_expr
         ):
             return updated_node
         first = updated_node.args[0].with_changes(value=cst.UnaryOperation(cst.Minus(), cst.Integer("1")))

@@ -48,16 +48,16 @@ from typing import Sequence
 import libcst as cst
 
 from codemods.base import Change, Codemod, Options
-from codemods.checkpoint import (
+from codemods.edits import dotted
+from codemods.facts import ScriptFacts
+from codemods.rewriting import (
     PendingChanges,
     accelerator_name,
     binds_name,
-    dotted_name,
     expression_code,
     is_accelerator_method,
     qualified_name,
 )
-from codemods.facts import ScriptFacts
 from codemods.walk import variables_read, walk
 
 DECORATOR = "find_executable_batch_size"
@@ -198,13 +198,13 @@ def _builds_training_object(statement: cst.BaseStatement, facts: ScriptFacts) ->
     if any(binds_name([statement], name) for name in names if "." not in name):
         return True
     batch = cst.parse_expression(facts.batch_size_expr) if facts.batch_size_expr else None
-    return dotted_name(batch) is not None and _contains_expression(statement, batch)
+    return dotted(batch) is not None and _contains_expression(statement, batch)
 
 
 def _is_main_guard(statement: cst.BaseStatement) -> bool:
     if not isinstance(statement, cst.If) or not isinstance(statement.test, cst.Comparison):
         return False
-    return dotted_name(statement.test.left) == "__name__"
+    return dotted(statement.test.left) == "__name__"
 
 
 def _batch_size_expression(module: cst.Module, region: _Region, facts: ScriptFacts) -> cst.BaseExpression | None:
@@ -220,7 +220,7 @@ def _batch_size_expression(module: cst.Module, region: _Region, facts: ScriptFac
     for candidate in candidates:
         if isinstance(candidate, cst.Integer):
             return candidate
-        if dotted_name(candidate) is None:
+        if dotted(candidate) is None:
             continue
         if any(_contains_expression(statement, candidate) for statement in moved):
             return candidate
@@ -251,13 +251,13 @@ class _CallArguments(cst.CSTVisitor):
         self.found: cst.BaseExpression | None = None
 
     def visit_Call(self, node: cst.Call) -> None:
-        params = self.functions.get(dotted_name(node.func) or "")
+        params = self.functions.get(dotted(node.func) or "")
         if self.found is not None or params is None or self.parameter not in params:
             return
         position = params.index(self.parameter)
         for index, arg in enumerate(node.args):
             keyword = arg.keyword.value if arg.keyword else None
-            if (keyword == self.parameter or (keyword is None and index == position)) and dotted_name(arg.value):
+            if (keyword == self.parameter or (keyword is None and index == position)) and dotted(arg.value):
                 self.found = arg.value
 
 
@@ -273,7 +273,7 @@ class _LoaderBatchSize(cst.CSTVisitor):
             return
         for arg in node.args:
             if arg.keyword and arg.keyword.value == "batch_size":
-                if dotted_name(arg.value) or isinstance(arg.value, cst.Integer):
+                if dotted(arg.value) or isinstance(arg.value, cst.Integer):
                     self.found = arg.value
 
 
@@ -477,7 +477,7 @@ def _add_import(module: cst.Module, facts: ScriptFacts, options: Options) -> cst
 def _imports_accelerator(statement: cst.SimpleStatementLine) -> bool:
     for small in statement.body:
         if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
-            if any(dotted_name(alias.name) == "Accelerator" for alias in small.names):
+            if any(dotted(alias.name) == "Accelerator" for alias in small.names):
                 return True
     return False
 
@@ -524,7 +524,7 @@ def _already_retried(module: cst.Module, facts: ScriptFacts) -> bool:
     return any(
         isinstance(small, cst.ImportFrom)
         and not isinstance(small.names, cst.ImportStar)
-        and any(dotted_name(alias.name) == DECORATOR for alias in small.names)
+        and any(dotted(alias.name) == DECORATOR for alias in small.names)
         for statement in module.body
         if isinstance(statement, cst.SimpleStatementLine)
         for small in statement.body

@@ -30,15 +30,15 @@ from typing import Sequence
 import libcst as cst
 
 from codemods.base import Change, Codemod, Options
-from codemods.checkpoint import (
+from codemods.edits import dotted
+from codemods.facts import ScriptFacts
+from codemods.rewriting import (
     AcceleratorScope,
     accelerator_call,
     accelerator_name,
     binds_name,
-    dotted_name,
     qualified_name,
 )
-from codemods.facts import ScriptFacts
 
 #: Functions that write to or change the file system.
 WRITING_FUNCTIONS = frozenset(
@@ -176,7 +176,7 @@ class _MainProcessGuard(AcceleratorScope):
 
 
 def _is_main_process_test(test: cst.BaseExpression, facts: ScriptFacts) -> bool:
-    name = dotted_name(test)
+    name = dotted(test)
     acc = accelerator_name(facts)
     return name in (f"{acc}.is_main_process", f"{acc}.is_local_main_process")
 
