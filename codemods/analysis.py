@@ -140,9 +140,12 @@ class _Assign:
 class _Recorder(NameCollector):
     """Walks the module once and writes down what the conclusions need."""
 
+    #: Statements and calls, in pre-order: ``walk`` appends them to ``collected``.
+    collected_types = _POSITIONED_TYPES
+
     def __init__(self) -> None:
         super().__init__()
-        self.in_order: list[cst.CSTNode] = []
+        self.collected: list[cst.CSTNode] = []
         self.calls: list[_Call] = []
         self.assigns: list[_Assign] = []
         self.loops: list[_Loop] = []
@@ -165,11 +168,6 @@ class _Recorder(NameCollector):
     @property
     def function(self) -> str:
         return self.scope[0] if self.scope else MODULE
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if type(node) in _POSITIONED_TYPES:
-            self.in_order.append(node)
-        return super().on_visit(node)
 
     def visit_Name(self, node: cst.Name) -> None:
         if self._frames:
@@ -873,7 +871,7 @@ def analyse(
     recorder = _Recorder()
     walk(module, recorder)
     origins = origins if origins is not None else OriginIndex()
-    original_sites(module, recorder.in_order, origins, source)
+    original_sites(module, recorder.collected, origins, source)
     # The module itself: a pass that carries positions carries this one too (see convert_module).
     origins.record(module, Site(1, 0, 1, 0))
     return _Conclusions(recorder, origins).run()

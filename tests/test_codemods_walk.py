@@ -1,5 +1,6 @@
 """codemods.walk.walk must call a visitor exactly as libcst's ``node.visit`` does (same nodes, same
-order, same per-field hooks, same pruning), only without rebuilding the tree."""
+order, same per-field hooks, same pruning), only without rebuilding the tree and without entering
+whitespace and token nodes (``walk.TRIVIA``) unless the visitor asks for one of their types."""
 
 from __future__ import annotations
 
@@ -74,13 +75,79 @@ def test_walk_calls_the_visitor_like_libcst(source: str, monkeypatch: pytest.Mon
     by_libcst, by_walk = _Log(), _Log()
     module.visit(by_libcst)
     walk(module, by_walk)
-    assert by_walk.log == by_libcst.log
+    assert by_walk.log == _without_trivia(module, by_libcst.log)
+    assert len(by_walk.log) < len(by_libcst.log)  # the trivia were really skipped
     if source is SNIPPET:  # the snippet exercises the field hooks and the pruning
         kinds = {entry[0] for entry in by_walk.log}
         assert {"visit_If_test", "leave_If_test", "visit_Call_args"} <= kinds
         inside_lambda = module.body[0].params.kwonly_params[0].default.body  # h()
         assert isinstance(inside_lambda, cst.Call)
         assert ("visit", "Call", id(inside_lambda)) not in by_walk.log
+
+
+def _without_trivia(module: cst.Module, log: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+    """libcst's log less every callback on a trivia node or on anything below one."""
+    below_trivia: set[int] = set()
+
+    class Mark(cst.CSTVisitor):
+        depth = 0
+
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if self.depth or type(node) in walk_module.TRIVIA:
+                below_trivia.add(id(node))
+                self.depth += 1
+            return True
+
+        def on_leave(self, original_node: cst.CSTNode) -> None:
+            if id(original_node) in below_trivia:
+                self.depth -= 1
+
+    module.visit(Mark())
+    return [entry for entry in log if entry[0] not in ("visit", "leave") or entry[2] not in below_trivia]
+
+
+class _Comments(cst.CSTVisitor):
+    """Asks for one trivia type: the walk must then enter trivia for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.comments: list[str] = []
+
+    def visit_Comment(self, node: cst.Comment) -> None:
+        self.comments.append(node.value)
+
+
+def test_a_visitor_with_a_method_for_a_trivia_type_gets_those_nodes() -> None:
+    module = cst.parse_module("x = f(1,  # one\n      2)  # two\n# three\ny = 1\n")
+    by_libcst, by_walk = _Comments(), _Comments()
+    module.visit(by_libcst)
+    walk(module, by_walk)
+    assert by_walk.comments == by_libcst.comments == ["# one", "# two", "# three"]
+
+
+class _Statements(cst.CSTVisitor):
+    collected_types = frozenset({cst.SimpleStatementLine, cst.Call})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.collected: list[cst.CSTNode] = []
+
+
+def test_collected_types_are_appended_in_visiting_order() -> None:
+    module = cst.parse_module(SNIPPET)
+    expected: list[cst.CSTNode] = []
+
+    class Everything(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if type(node) in _Statements.collected_types:
+                expected.append(node)
+            return True
+
+    module.visit(Everything())
+    collector = _Statements()
+    walk(module, collector)
+    assert [id(node) for node in collector.collected] == [id(node) for node in expected]
+    assert len(expected) > 10
 
 
 class _Hooks(cst.CSTVisitor):
