@@ -45,7 +45,7 @@ from codemods.rewriting import (
     is_accelerator_method,
     qualified_name,
 )
-from codemods.walk import variables_read, walk
+from codemods.walk import identifiers, variables_read, walk
 
 GRAD_SCALERS = frozenset({"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.GradScaler", "torch.cpu.amp.GradScaler"})
 AUTOCASTS = frozenset({"torch.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast", "torch.cpu.amp.autocast"})
@@ -81,10 +81,20 @@ class AmpCodemod(Codemod):
             for node in survey.scaler_lines + survey.autocasts:
                 pending.add(node, "ACC911", "no Accelerator(...) to give mixed_precision to", False)
             return module, pending.resolve(module)
-        rewriter = _AmpRemover(facts, survey, pending)
+        rewriter = _AmpRemover(facts, survey, pending, _amp_lines(facts, survey))
         new_module = module.visit(rewriter)
         new_module = set_accelerator_argument(new_module, facts, "mixed_precision", precision)
         return new_module, pending.resolve(module)
+
+
+def _amp_lines(facts: ScriptFacts, survey: "_AmpSurvey") -> set[int]:
+    """The lines the rewrite may touch: those naming a scaler, GradScaler or autocast (by any
+    alias), or the script's AMP switch (an ``if args.amp:`` whose branches become the same)."""
+    words = {qualified.rpartition(".")[2] for qualified in GRAD_SCALERS | AUTOCASTS}
+    words |= {local for local, qualified in facts.imports.items() if qualified in GRAD_SCALERS | AUTOCASTS}
+    words |= {part for scaler in survey.scalers for part in scaler.split(".")}
+    words |= identifiers(*survey.flags)
+    return facts.lines_mentioning(words)
 
 
 # ---- survey: which names are scalers, where autocast is, which flag switches AMP ------------
@@ -347,7 +357,11 @@ def set_accelerator_argument(
     module: cst.Module, facts: ScriptFacts, keyword: str, value: cst.BaseExpression
 ) -> cst.Module:
     """Give the ``Accelerator(...)`` call ``keyword=value`` unless it already has that keyword."""
-    return module.visit(_AcceleratorArgument(facts, keyword, value))
+    # The call is where the script wrote one, or where the accelerator pass put it (a changed line).
+    words = {"Accelerator", accelerator_name(facts)}
+    words |= {local for local, qualified in facts.imports.items() if qualified in ACCELERATORS}
+    lines = facts.lines_mentioning(words) | facts.changed_lines
+    return module.visit(_AcceleratorArgument(facts, keyword, value, lines))
 
 
 class _AcceleratorArgument(Issue5Transformer):
@@ -355,8 +369,8 @@ class _AcceleratorArgument(Issue5Transformer):
     are carried (without, every later pass lost them, or the pipeline re-derived them by
     walking the whole tree again)."""
 
-    def __init__(self, facts: ScriptFacts, keyword: str, value: cst.BaseExpression) -> None:
-        super().__init__(facts)
+    def __init__(self, facts: ScriptFacts, keyword: str, value: cst.BaseExpression, lines: set[int]) -> None:
+        super().__init__(facts, lines)
         self.keyword, self.value = keyword, value
         self.done = False
 
@@ -386,8 +400,8 @@ class _AcceleratorArgument(Issue5Transformer):
 
 
 class _AmpRemover(Issue5Transformer):
-    def __init__(self, facts: ScriptFacts, survey: _AmpSurvey, pending: PendingChanges) -> None:
-        super().__init__(facts)
+    def __init__(self, facts: ScriptFacts, survey: _AmpSurvey, pending: PendingChanges, lines: set[int]) -> None:
+        super().__init__(facts, lines)
         self.scalers = survey.scalers
         self.pending = pending
         self.flag = _common_flag(survey.flags)

@@ -20,13 +20,12 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from codemods.walk import concrete_subclasses, walk
-from codemods.edits import POSITIONED, OriginIndex, dotted, is_main_guard, original_sites, target_names
+from codemods.walk import walk
+from codemods.edits import POSITIONED_TYPES, OriginIndex, dotted, is_main_guard, original_sites, target_names
 from codemods.facts import LoopFacts, ScriptFacts, Site
 from codemods.names import NameCollector, NameTable, ScopeKey
 
 MODULE = "<module>"
-_POSITIONED_TYPES = concrete_subclasses(*POSITIONED)
 
 LOADER_CONSTRUCTORS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
 ACCELERATOR_CONSTRUCTORS = {
@@ -141,11 +140,14 @@ class _Recorder(NameCollector):
     """Walks the module once and writes down what the conclusions need."""
 
     #: Statements and calls, in pre-order: ``walk`` appends them to ``collected``.
-    collected_types = _POSITIONED_TYPES
+    collected_types = POSITIONED_TYPES
 
     def __init__(self) -> None:
         super().__init__()
         self.collected: list[cst.CSTNode] = []
+        #: Every identifier (a name, or an attribute's name after the dot) → the index in
+        #: ``collected`` of the statement or call it was last inside: enough to find its line.
+        self.words: dict[str, list[int]] = {}
         self.calls: list[_Call] = []
         self.assigns: list[_Assign] = []
         self.loops: list[_Loop] = []
@@ -170,10 +172,12 @@ class _Recorder(NameCollector):
         return self.scope[0] if self.scope else MODULE
 
     def visit_Name(self, node: cst.Name) -> None:
+        self.words.setdefault(node.value, []).append(len(self.collected) - 1)
         if self._frames:
             self._frames[-1].names.add(node.value)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
+        self.words.setdefault(node.attr.value, []).append(len(self.collected) - 1)
         if self._frames:
             path = dotted(node)
             if path is not None:
@@ -351,10 +355,19 @@ class _Conclusions:
     def site(self, node: cst.CSTNode) -> Site:
         return self.origins.site(node) or Site(1, 0, 1, 0)
 
+    def _word_lines(self) -> None:
+        """``facts.word_lines``: the line of the statement or call each identifier was met in.
+        In pre-order, the last statement or call entered before a name lies inside the innermost
+        statement holding the name, so its first line is inside that statement's lines."""
+        collected = self.r.collected
+        for word, indices in self.r.words.items():
+            self.facts.word_lines[word] = sorted({self.site(collected[index]).line for index in indices})
+
     def run(self) -> ScriptFacts:
         facts = self.facts
         facts.imports = self.r.names.imported_names()
         facts.uses_torch = self.r.names.any_import_of("torch")
+        self._word_lines()
         self._call_graph()
         self._constructors()
         self._optimizers_and_models()

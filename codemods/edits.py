@@ -22,15 +22,30 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from codemods.base import Change
 from codemods.facts import ScriptFacts, Site
 from codemods.names import NameTable, ScopeKey
+from codemods.walk import concrete_subclasses
 
 #: The node kinds whose original positions are recorded.
 POSITIONED = (cst.Call, cst.BaseSmallStatement, cst.BaseCompoundStatement)
+#: The same as a set of exact types: a set lookup per node is several times cheaper than an
+#: ``isinstance`` against libcst's abstract classes, and the passes ask it for every node.
+POSITIONED_TYPES = concrete_subclasses(*POSITIONED)
 STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 
 
 def _any_between(sorted_lines: list[int], first: int, last: int) -> bool:
     index = bisect_left(sorted_lines, first)
     return index < len(sorted_lines) and sorted_lines[index] <= last
+
+
+def skips_statement(node: cst.CSTNode, sorted_lines: list[int] | None, origins: "OriginIndex | None") -> bool:
+    """Whether a pass that may change only ``sorted_lines`` (original lines; None: any) can leave
+    ``node`` unwalked: a statement whose original lines hold none of them. The walk is what a pass
+    costs (libcst rebuilds every node a transformer enters), so skipping is what keeps passes
+    cheap. A statement an earlier pass inserted has no site: it is small, walk it."""
+    if sorted_lines is None or origins is None or not isinstance(node, STATEMENTS):
+        return False
+    site = origins.site(node)
+    return site is not None and not _any_between(sorted_lines, site.line, site.end_line)
 
 
 class OriginIndex:
@@ -87,12 +102,7 @@ class CodemodTransformer(cst.CSTTransformer):
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         descend = super().on_visit(node)
-        if self.lines is not None and descend and isinstance(node, STATEMENTS):
-            site = self.origins.site(node)
-            # A statement an earlier pass inserted has no site: it is small, walk it.
-            if site is not None and not _any_between(self.lines, site.line, site.end_line):
-                return False
-        return descend
+        return descend and not skips_statement(node, self.lines, self.origins)
 
     def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
         result = super().on_leave(original_node, updated_node)

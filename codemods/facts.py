@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     import libcst as cst
 
     from codemods.edits import OriginIndex
@@ -130,6 +132,10 @@ class ScriptFacts:
     call_sites: dict[str, list[Site]] = field(default_factory=dict)
     #: Where each name (or dotted path) is assigned.
     assign_sites: dict[str, list[Site]] = field(default_factory=dict)
+    #: Every identifier (``scaler``, ``autocast``, the ``save`` of ``torch.save``) → original lines
+    #: of statements that mention it (the first line of a multi-line statement): a pass that
+    #: reacts only to some names walks only the statements holding them (``lines_mentioning``).
+    word_lines: dict[str, list[int]] = field(default_factory=dict)
     #: Original lines earlier passes changed (kept up to date by ``codemods.convert_module``):
     #: a later pass that looks for what they wrote walks only those statements.
     changed_lines: set[int] = field(default_factory=set)
@@ -141,6 +147,10 @@ class ScriptFacts:
     def qualified_name(self, node: "cst.BaseExpression", scope: tuple[str, ...] = ()) -> str | None:
         """Qualified name of a Name/Attribute chain used in ``scope`` (see ``codemods.names``)."""
         return self.names.qualified_name(node, scope) if self.names is not None else None
+
+    def lines_mentioning(self, words: "Iterable[str]") -> set[int]:
+        """Original lines of the statements that mention any of ``words``."""
+        return {line for word in words for line in self.word_lines.get(word, ())}
 
     def original_site(self, node: "cst.CSTNode") -> Site | None:
         """Original position of a statement or call of the tree a pass received (None for nodes

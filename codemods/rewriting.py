@@ -5,13 +5,13 @@ building accelerator calls, and reporting rewrites at their original positions.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemods.base import Change
-from codemods.edits import dotted, is_main_guard
+from codemods.edits import POSITIONED_TYPES, dotted, is_main_guard, skips_statement
 from codemods.facts import ScriptFacts, Site
 from codemods.walk import walk
 
@@ -171,23 +171,6 @@ def _positioned(node: cst.CSTNode) -> cst.CSTNode:
     return node
 
 
-#: The node kinds the analysis records original positions for.
-POSITIONED = (cst.Call, cst.BaseSmallStatement, cst.BaseCompoundStatement)
-
-
-def _concrete_subclasses(bases: tuple[type, ...]) -> frozenset[type]:
-    found: set[type] = set()
-    pending = list(bases)
-    while pending:
-        kind = pending.pop()
-        found.add(kind)
-        pending.extend(kind.__subclasses__())
-    return frozenset(found)
-
-
-#: The same as a set of exact types: a set lookup per node instead of abstract isinstance checks
-#: (the passes visit every node, and this runs twice for each).
-POSITIONED_TYPES = _concrete_subclasses(POSITIONED)
 
 
 class Issue5Transformer(cst.CSTTransformer):
@@ -195,12 +178,15 @@ class Issue5Transformer(cst.CSTTransformer):
     and carries original positions from each node it replaces to the node that replaces it (so
     that later passes still report in terms of the file the user wrote)."""
 
-    def __init__(self, facts: ScriptFacts) -> None:
+    def __init__(self, facts: ScriptFacts, lines: Iterable[int] | None = None) -> None:
         super().__init__()
         self.facts = facts
         self.pending = PendingChanges(facts)
         self._anchors: list[cst.CSTNode] = []
         self._origins = getattr(facts, "origins", None)
+        #: Original lines this pass may change (None: any): statements holding none are not
+        #: walked (``codemods.edits.skips_statement``).
+        self.lines = sorted(lines) if lines is not None else None
 
     def report(self, node: cst.CSTNode, code: str, message: str, fixed: bool = True) -> None:
         self.pending.add(node, code, message, fixed, self._anchors[-1] if self._anchors else None)
@@ -208,7 +194,8 @@ class Issue5Transformer(cst.CSTTransformer):
     def on_visit(self, node: cst.CSTNode) -> bool:
         if type(node) in POSITIONED_TYPES:
             self._anchors.append(node)
-        return super().on_visit(node)
+        descend = super().on_visit(node)
+        return descend and not skips_statement(node, self.lines, self._origins)
 
     def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
         positioned = type(original_node) in POSITIONED_TYPES

@@ -197,3 +197,23 @@ class _VariableReader(cst.CSTVisitor):
     def visit_Attribute(self, node: cst.Attribute) -> bool:
         node.value.visit(self)
         return False
+
+
+def identifiers(*nodes: cst.CSTNode) -> set[str]:
+    """Every name inside ``nodes`` and every attribute name after a dot (``args.amp`` gives
+    ``args`` and ``amp``): the words ``ScriptFacts.lines_mentioning`` looks up."""
+    reader = _IdentifierReader()
+    for node in nodes:
+        walk(node, reader)
+    return reader.words
+
+
+class _IdentifierReader(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.words: set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.words.add(node.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self.words.add(node.attr.value)
