@@ -32,6 +32,8 @@ from codemods.base import Change, Codemod, Options
 from codemods.edits import dotted
 from codemods.facts import ScriptFacts
 from codemods.rewriting import (
+    callee_words,
+    name_words,
     AcceleratorScope,
     body_statements,
     accelerator_call,
@@ -73,16 +75,19 @@ class CheckpointCodemod(Codemod):
     def transform(
         self, module: cst.Module, facts: ScriptFacts, options: Options
     ) -> tuple[cst.Module, list[Change]]:
-        rewriter = _CheckpointRewriter(facts, module)
+        # Lines naming a model (its attributes are unwrapped) or saving/loading.
+        words = name_words(facts.models) | callee_words(facts, ("torch.save", "torch.load"))
+        rewriter = _CheckpointRewriter(facts, module, facts.lines_mentioning(words))
         new_module = module.visit(rewriter)
         if rewriter.saves and rewriter.loads:
-            new_module = new_module.visit(_WaitBeforeLoads(facts))
+            loads = facts.lines_mentioning(callee_words(facts, ("torch.load",)))
+            new_module = new_module.visit(_WaitBeforeLoads(facts, loads))
         return new_module, rewriter.pending.resolve(module)
 
 
 class _CheckpointRewriter(AcceleratorScope):
-    def __init__(self, facts: ScriptFacts, module: cst.Module) -> None:
-        super().__init__(facts)
+    def __init__(self, facts: ScriptFacts, module: cst.Module, lines: set[int]) -> None:
+        super().__init__(facts, lines)
         self._assigned_targets: set[int] = set()
         self._prepare_pending: list[bool] = [_has_prepare_call(module.body, facts)]
         self._saves_in_line = 0

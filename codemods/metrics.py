@@ -37,6 +37,7 @@ from codemods.base import Change, Codemod, Options
 from codemods.edits import dotted
 from codemods.facts import ScriptFacts
 from codemods.rewriting import (
+    name_words,
     AcceleratorScope,
     accelerator_call,
     expression_code,
@@ -67,14 +68,15 @@ class MetricsCodemod(Codemod):
     def transform(
         self, module: cst.Module, facts: ScriptFacts, options: Options
     ) -> tuple[cst.Module, list[Change]]:
-        rewriter = _EvalLoopRewriter(facts)
+        # Only loops over a loader change: their headers name it.
+        rewriter = _EvalLoopRewriter(facts, facts.lines_mentioning(name_words(facts.loaders)))
         new_module = module.visit(rewriter)
         return new_module, rewriter.pending.resolve(module)
 
 
 class _EvalLoopRewriter(AcceleratorScope):
-    def __init__(self, facts: ScriptFacts) -> None:
-        super().__init__(facts)
+    def __init__(self, facts: ScriptFacts, lines: set[int]) -> None:
+        super().__init__(facts, lines)
         self._no_grad_depth = 0
         self._eval_mode: list[bool] = [False]
         #: Names a new variable must not take: those of the module-level function being walked

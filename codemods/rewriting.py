@@ -17,6 +17,21 @@ from codemods.walk import walk
 
 
 
+def callee_words(facts: ScriptFacts, qualified_names: Iterable[str]) -> set[str]:
+    """The identifiers a call to one of ``qualified_names`` must contain, however it is written:
+    the last part (``save`` of ``torch.save``, ``np.save``) or a local alias
+    (``from torch import save as save_to``): for ``ScriptFacts.lines_mentioning``."""
+    wanted = set(qualified_names)
+    words = {qualified.rpartition(".")[2] for qualified in wanted}
+    return words | {local for local, qualified in facts.imports.items() if qualified in wanted}
+
+
+def name_words(names: Iterable[str]) -> set[str]:
+    """The identifier every mention of a (dotted) name contains: its last part (``model`` of
+    ``self.model``)."""
+    return {name.rpartition(".")[2] for name in names}
+
+
 def qualified_name(node: cst.CSTNode, imports: dict[str, str]) -> str | None:
     """The qualified name of a Name/Attribute chain, resolving its first part through the imports.
 
@@ -221,8 +236,8 @@ class AcceleratorScope(Issue5Transformer):
     assignment.
     """
 
-    def __init__(self, facts: ScriptFacts) -> None:
-        super().__init__(facts)
+    def __init__(self, facts: ScriptFacts, lines: Iterable[int] | None = None) -> None:
+        super().__init__(facts, lines)
         self.acc = accelerator_name(facts)
         self._frames: list[bool] = []
         self._function_names: list[str] = []

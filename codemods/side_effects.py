@@ -33,6 +33,7 @@ from codemods.base import Change, Codemod, Options
 from codemods.edits import dotted
 from codemods.facts import ScriptFacts
 from codemods.rewriting import (
+    callee_words,
     AcceleratorScope,
     accelerator_call,
     accelerator_name,
@@ -71,14 +72,16 @@ class SideEffectsCodemod(Codemod):
     def transform(
         self, module: cst.Module, facts: ScriptFacts, options: Options
     ) -> tuple[cst.Module, list[Change]]:
-        rewriter = _MainProcessGuard(facts)
+        callees = WRITING_FUNCTIONS | FOLDER_FUNCTIONS | DELETING_FUNCTIONS | {"open"}
+        words = callee_words(facts, callees) | WRITING_METHODS
+        rewriter = _MainProcessGuard(facts, facts.lines_mentioning(words))
         new_module = module.visit(rewriter)
         return new_module, rewriter.pending.resolve(module)
 
 
 class _MainProcessGuard(AcceleratorScope):
-    def __init__(self, facts: ScriptFacts) -> None:
-        super().__init__(facts)
+    def __init__(self, facts: ScriptFacts, lines: set[int]) -> None:
+        super().__init__(facts, lines)
         self._guarded_depth = 0
         self._original_of: dict[int, cst.CSTNode] = {}
 
