@@ -12,7 +12,6 @@ long flag names (``oom-retry``; ``oom_retry`` is accepted too)::
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +59,8 @@ def find_pyproject(start: Path) -> tuple[Path, dict[str, Any]] | None:
 
 def read_toml(path: Path) -> dict[str, Any]:
     """Parse a TOML file, turning every failure into one ConfigError line."""
+    import tomllib  # only once a pyproject.toml is found: its import compiles a dozen patterns
+
     try:
         with path.open("rb") as handle:
             return tomllib.load(handle)

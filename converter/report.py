@@ -12,19 +12,22 @@ codemods record libcst's 0-based columns, converted here.
 
 from __future__ import annotations
 
-import difflib
+import builtins
 import json
+import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Literal
 
 import click
-from rich.console import Console
-from rich.text import Text
 
 from codemods.base import Change
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
+
     from codemods.registry import CodeDoc
 
     from converter.pipeline import Conversion, ConversionError
@@ -68,12 +71,81 @@ def stale_output_finding(output_name: str, source_name: str, *, missing: bool) -
     return Finding(STALE_OUTPUT, message, output_name, 1, 1, 1, 1, False)
 
 
-def make_console(stream: IO[str], color: bool | None) -> Console:
+#: A piece of a printed line: its text and a rich style (None: unstyled).
+Piece = tuple[str, "str | None"]
+
+
+def make_console(stream: IO[str], color: bool | None) -> "Console":
     """A rich console that never wraps or guesses highlights; colour on a terminal unless forced."""
+    from rich.console import Console
+
     return Console(
         file=stream, force_terminal=color, no_color=color is False, highlight=False,
         soft_wrap=True, markup=False, emoji=False,
     )
+
+
+def rich_would_style(stream: IO[str], color: bool | None) -> bool:
+    """Whether a :func:`make_console` console on ``stream`` could write anything but the plain
+    text: rich's own terminal detection, erring towards yes wherever it has a special case
+    (Windows consoles, notebooks, the ``FORCE_COLOR``/``TTY_COMPATIBLE`` variables)."""
+    if color is not None:
+        return color
+    if sys.platform == "win32" or hasattr(builtins, "get_ipython"):
+        return True
+    if "FORCE_COLOR" in os.environ or "TTY_COMPATIBLE" in os.environ:
+        return True
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty is not None and isatty())
+    except ValueError:  # a closed stream: rich treats it as no terminal too
+        return False
+
+
+def is_plain(text: str) -> bool:
+    """Text that rich prints unchanged when it does not style: no tab (expanded to columns), no
+    control character (some stripped) and nothing else unprintable; newlines are fine."""
+    return all(line.isprintable() for line in text.split("\n"))
+
+
+class Output:
+    """One stream the CLI prints whole lines to, through rich only when rich is needed.
+
+    Why not always rich: importing ``rich.console`` is about a tenth of a ``--check`` run's
+    start-up, and on a pipe or CI log (no colour) rich writes the text as it is. So rich is
+    imported on the first line that could come out differently: styled output, or text with a
+    tab or a control character (rich expands or strips those). The bytes are the same either way.
+    """
+
+    def __init__(self, stream: IO[str], color: bool | None) -> None:
+        self.stream = stream
+        self.color = color
+        self.styled = rich_would_style(stream, color)
+        self._console: "Console | None" = None
+
+    def print(self, *pieces: Piece) -> None:
+        """Print one line made of ``pieces`` (and a newline)."""
+        if not self.styled and all(is_plain(text) for text, _ in pieces):
+            self.stream.write("".join(text for text, _ in pieces) + "\n")
+            self.stream.flush()
+            return
+        if self._console is None:
+            self._console = make_console(self.stream, self.color)
+        self._console.print(rich_text(pieces))
+
+
+def rich_text(pieces: Sequence[Piece]) -> "Text":
+    """The pieces as one rich Text, each with its style (a single piece styles the whole Text,
+    as a ``Text(line, style=...)`` does)."""
+    from rich.text import Text
+
+    if len(pieces) == 1:
+        (piece, style), = pieces
+        return Text(piece, style=style or "")
+    text = Text()
+    for piece, style in pieces:
+        text.append(piece, style=style)
+    return text
 
 
 def escape_github(value: str, *, is_property: bool = False) -> str:
@@ -88,7 +160,7 @@ class Reporter:
     """Collects and prints findings in the chosen format; counts files for the summary line."""
 
     def __init__(self, *, output_format: OutputFormat, check: bool, verbosity: int,
-                 messages: Console, findings_stream: Console) -> None:
+                 messages: Output, findings_stream: Output) -> None:
         self.output_format = output_format
         self.check = check
         self.verbosity = verbosity
@@ -110,15 +182,15 @@ class Reporter:
             self.finding(finding)
         if self.verbosity > 0 and self.output_format == "text":
             status = ("would be converted" if self.check else "converted") if changed else "unchanged"
-            self.messages.print(Text(f"{shown_name}: {status}", style="dim"))
+            self.messages.print((f"{shown_name}: {status}", "dim"))
 
     def finding(self, finding: Finding) -> None:
         """Print (text, github) or keep (json) one finding."""
         self.collected.append(finding)
         if self.output_format == "github":
-            self.findings_stream.print(Text(self.github_line(finding)))
+            self.findings_stream.print((self.github_line(finding), None))
         elif self.output_format == "text" and self.verbosity >= 0:
-            self.messages.print(self.text_line(finding))
+            self.messages.print(*self.text_line(finding))
 
     def severity(self, finding: Finding) -> str:
         """``warning`` for ACC9xx, ``error`` for what ``--check`` fails on, ``notice`` for a
@@ -127,15 +199,13 @@ class Reporter:
             return "warning"
         return "error" if self.check or not finding.fixed else "notice"
 
-    def text_line(self, finding: Finding) -> Text:
+    def text_line(self, finding: Finding) -> tuple[Piece, ...]:
         """``path:line:col: CODE message``, the form editors and CI logs turn into links."""
         style = {"warning": "yellow", "error": "red", "notice": "green"}[self.severity(finding)]
-        line = Text()
-        line.append(f"{finding.filename}:{finding.line}:{finding.column}:", style="bold")
-        line.append(" ")
-        line.append(finding.code, style=style)
-        line.append(f" {finding.message}")
-        return line
+        return (
+            (f"{finding.filename}:{finding.line}:{finding.column}:", "bold"), (" ", None),
+            (finding.code, style), (f" {finding.message}", None),
+        )
 
     def github_line(self, finding: Finding) -> str:
         """A GitHub Actions annotation at the finding's :meth:`severity` level."""
@@ -151,11 +221,11 @@ class Reporter:
     def error(self, error: "ConversionError") -> None:
         """A file that failed: one line on stderr (and an annotation for GitHub)."""
         self.failed += 1
-        self.messages.print(Text(str(error), style="red"))
+        self.messages.print((str(error), "red"))
         if self.output_format == "github":
-            self.findings_stream.print(Text(
+            self.findings_stream.print((
                 f"::error file={escape_github(error.path, is_property=True)},line={error.line},"
-                f"col={error.column}::{escape_github(error.message)}"
+                f"col={error.column}::{escape_github(error.message)}", None,
             ))
 
     # -- at the end ---------------------------------------------------------------------------
@@ -163,9 +233,9 @@ class Reporter:
     def finish(self) -> None:
         """Print the JSON array (json) and the summary line (unless quiet)."""
         if self.output_format == "json":
-            self.findings_stream.print(Text(json.dumps([vars(f) for f in self.collected], indent=2)))
+            self.findings_stream.print((json.dumps([vars(f) for f in self.collected], indent=2), None))
         if self.verbosity >= 0:
-            self.messages.print(Text(self.summary_line(), style="bold"))
+            self.messages.print((self.summary_line(), "bold"))
 
     def summary_line(self) -> str:
         """``3 converted, 1 unchanged, 1 failed`` (``would be converted`` under --check), plus the
@@ -184,6 +254,8 @@ class Reporter:
 
 def unified_diff(conversion: "Conversion", new_name: str | None = None) -> list[str]:
     """The diff from the original to the converted script, lines without their line ends."""
+    import difflib  # only --diff needs it
+
     old = conversion.source.decode(conversion.encoding, errors="replace").splitlines()
     new = conversion.output.decode(conversion.encoding, errors="replace").splitlines()
     return list(difflib.unified_diff(
