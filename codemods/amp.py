@@ -349,7 +349,7 @@ def _module_binds(statements: Sequence[cst.CSTNode], name: str) -> bool:
 
 
     def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)
+        walk(node.value, self)
         return False
 
 

@@ -508,7 +508,7 @@ class _Conclusions:
     def _factory_roots(self, call: cst.Call, factory: str, returned: cst.Call) -> set[str]:
         """``make_optimizer(net)`` whose factory returns ``SGD(model.parameters())``: ``net``."""
         finder = _ParameterReceivers()
-        returned.visit(finder)
+        walk(returned, finder)
         params = self.r.defs.get(factory, ())
         passed = {
             (arg.keyword.value if arg.keyword is not None else params[index] if index < len(params) else ""):

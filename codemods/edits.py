@@ -22,7 +22,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from codemods.base import Change
 from codemods.facts import ScriptFacts, Site
 from codemods.names import NameTable, ScopeKey
-from codemods.walk import concrete_subclasses
+from codemods.walk import concrete_subclasses, walk
 
 #: The node kinds whose original positions are recorded.
 POSITIONED = (cst.Call, cst.BaseSmallStatement, cst.BaseCompoundStatement)
@@ -30,6 +30,7 @@ POSITIONED = (cst.Call, cst.BaseSmallStatement, cst.BaseCompoundStatement)
 #: ``isinstance`` against libcst's abstract classes, and the passes ask it for every node.
 POSITIONED_TYPES = concrete_subclasses(*POSITIONED)
 STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+STATEMENT_TYPES = concrete_subclasses(*STATEMENTS)
 
 
 def _any_between(sorted_lines: list[int], first: int, last: int) -> bool:
@@ -42,7 +43,7 @@ def skips_statement(node: cst.CSTNode, sorted_lines: list[int] | None, origins: 
     ``node`` unwalked: a statement whose original lines hold none of them. The walk is what a pass
     costs (libcst rebuilds every node a transformer enters), so skipping is what keeps passes
     cheap. A statement an earlier pass inserted has no site: it is small, walk it."""
-    if sorted_lines is None or origins is None or not isinstance(node, STATEMENTS):
+    if sorted_lines is None or origins is None or type(node) not in STATEMENT_TYPES:
         return False
     site = origins.site(node)
     return site is not None and not _any_between(sorted_lines, site.line, site.end_line)
@@ -106,6 +107,8 @@ class CodemodTransformer(cst.CSTTransformer):
 
     def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
         result = super().on_leave(original_node, updated_node)
+        if type(original_node) not in POSITIONED_TYPES:
+            return result  # only statements and calls have positions to carry
         if isinstance(result, cst.CSTNode):
             if result is not original_node:
                 self.origins.carry(original_node, result)
@@ -311,7 +314,7 @@ def method_call(node: cst.CSTNode, *names: str) -> bool:
 def names_in(node: cst.CSTNode) -> set[str]:
     """Every Name value inside ``node`` (a small subtree: used on conditions and arguments)."""
     collector = _NameGatherer()
-    node.visit(collector)
+    walk(node, collector)
     return collector.found
 
 
@@ -508,7 +511,7 @@ def is_main_guard(node: cst.CSTNode) -> bool:
 def assigned_in(statement: cst.CSTNode) -> set[str]:
     """Names a statement binds by assignment, at any depth except inside nested defs/classes."""
     finder = _Assigned()
-    statement.visit(finder)
+    walk(statement, finder)
     return finder.names
 
 

@@ -25,6 +25,8 @@ from typing import Literal
 
 import libcst as cst
 
+from codemods.walk import walk
+
 #: Enclosing ``def``/``class`` names, outermost first; ``()`` is the module.
 ScopeKey = tuple[str, ...]
 ScopeKind = Literal["module", "class", "function"]
@@ -259,5 +261,5 @@ def _alias_local_name(alias: cst.ImportAlias) -> str:
 def collect_names(module: cst.Module) -> NameTable:
     """The name table of a module (one visitor pass, no metadata)."""
     collector = NameCollector()
-    module.visit(collector)
+    walk(module, collector)
     return collector.names
