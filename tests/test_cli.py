@@ -6,15 +6,20 @@ installed console script for real.
 
 from __future__ import annotations
 
+import gc
+import io
 import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
 
+from converter import report
 from converter.cli import main
+from converter.report import Output, Piece, make_console, rich_text
 
 TRAIN = b"""import torch
 from torch.utils.data import DataLoader
@@ -543,3 +548,89 @@ def test_crlf_and_latin_1_are_kept_where_a_rewrite_happens(tmp_path: Path) -> No
     assert b"accelerator.backward(loss)" in converted
     assert b"name = '\xe9'\r\n" in converted
     assert converted.count(b"\n") == converted.count(b"\r\n")
+
+
+# -- output without rich, and the collector during a run ------------------------------------------
+
+#: Lines as the reporter builds them: pieces of text with a rich style or None.
+PLAIN_LINES = [
+    (("train.py:4:5:", "bold"), (" ", None), ("ACC101", "red"), (" create the accelerator → Accelerator()", None)),
+    (("名前 ünï.py: unchanged", "dim"),),
+    (("x" * 5000, None),),
+    (("  leading and trailing spaces  ", "bold"),),
+    (("", None),),
+    ((json.dumps([{"code": "ACC105", "line": 7}, {"message": "a\tb\u0007"}], indent=2), None),),
+    (("first line\n\nthird line", "red"),),
+    (("combining e\u0301, emoji 🎉, wide ＡＢ", "yellow"),),
+]
+
+#: Text rich changes when it prints it (tabs expanded, some control characters dropped).
+RICH_CHANGES = [
+    (("tab\tname.py:1:1:", "bold"), (" ACC101", "red")),
+    (("carriage\rreturn and bell\a", None),),
+    (("escape \x1b[31m kept", None),),
+]
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def rich_prints(pieces: tuple[Piece, ...], stream: io.StringIO) -> str:
+    make_console(stream, None).print(rich_text(pieces))
+    return stream.getvalue()
+
+
+def test_plain_output_is_byte_for_byte_what_rich_prints(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
+    for pieces in PLAIN_LINES:
+        expected = rich_prints(pieces, io.StringIO())
+        with monkeypatch.context() as no_rich:
+            no_rich.setattr(report, "make_console", None)  # calling it would fail the test
+            plain = io.StringIO()
+            Output(plain, None).print(*pieces)
+            forced_off = Terminal()
+            Output(forced_off, False).print(*pieces)
+        assert plain.getvalue() == expected
+        assert forced_off.getvalue() == rich_prints(pieces, io.StringIO())
+    for pieces in RICH_CHANGES:
+        stream = io.StringIO()
+        Output(stream, None).print(*pieces)
+        assert stream.getvalue() == rich_prints(pieces, io.StringIO())
+    assert "\t" not in rich_prints(RICH_CHANGES[0], io.StringIO()), "rich expands tabs: the fallback matters"
+
+
+def test_output_styles_wherever_rich_would(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
+    line = (("train.py:4:5:", "bold"), (" ", None), ("ACC101", "red"))
+    terminal = Terminal()
+    Output(terminal, None).print(*line)
+    assert "\x1b[1m" in terminal.getvalue() and "\x1b[31m" in terminal.getvalue()
+    forced = io.StringIO()
+    Output(forced, True).print(*line)
+    assert "\x1b[31m" in forced.getvalue()
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    from_env = io.StringIO()
+    Output(from_env, None).print(*line)
+    assert from_env.getvalue() == rich_prints(line, io.StringIO()) and "\x1b[" in from_env.getvalue()
+
+
+def test_objects_from_start_up_are_frozen_only_while_files_convert(script: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import converter.cli
+
+    frozen_during: list[int] = []
+    real_convert = converter.cli.convert_source
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        frozen_during.append(gc.get_freeze_count())
+        return real_convert(*args, **kwargs)
+
+    monkeypatch.setattr(converter.cli, "convert_source", recording)
+    assert gc.get_freeze_count() == 0
+    assert run("--check", script).exit_code == 1
+    assert frozen_during and frozen_during[0] > 1000, frozen_during
+    assert gc.get_freeze_count() == 0, "the caller's objects must be collectable again"

@@ -6,7 +6,9 @@ Two real processes (each costs an interpreter start): a conversion from stdin to
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -57,3 +59,54 @@ def test_pre_commit_hook_definition_runs_the_check() -> None:
     lines = {line.strip(" -") for line in text.splitlines() if not line.lstrip().startswith("#")}
     assert {"id: accel-convert-check", "entry: accel-convert --check", "language: python",
             "types: [python]"} <= lines
+
+
+#: Runs the command three times in one interpreter and reports what each run had imported.
+IMPORT_PROBE = """
+import json, sys
+from converter.cli import main
+
+def run(*args):
+    try:
+        main(list(args), prog_name="accel-convert")
+    except SystemExit as exit:
+        return exit.code
+
+def loaded():
+    return sorted(name for name in ("rich", "rich.console", "rich.text", "tomllib", "torch")
+                  if name in sys.modules)
+
+report = {"clean": run("--check", "clean.py"), "after_clean": loaded()}
+report["train"] = run("--check", "train.py")
+report["after_train"] = loaded()
+report["json"] = run("--check", "--output-format", "json", "train.py")
+report["after_json"] = loaded()
+report["coloured"] = run("--check", "--color", "train.py")
+report["after_coloured"] = loaded()
+sys.__stdout__.write("\\nPROBE " + json.dumps(report) + "\\n")
+"""
+
+
+def test_check_on_a_pipe_never_imports_rich_console(tmp_path: Path) -> None:
+    """Start-up: plain ``--check`` text (and JSON) on a pipe is written without rich, and no
+    pyproject.toml means no TOML parser; ``--color`` still goes through rich."""
+    (tmp_path / "clean.py").write_bytes(b"import os\nprint(os.getcwd())\n")
+    (tmp_path / "train.py").write_bytes(SCRIPT)
+    assert not any((folder / "pyproject.toml").exists() for folder in (tmp_path, *tmp_path.parents))
+    env = base_env()
+    env.pop("FORCE_COLOR", None)
+    env.pop("TTY_COMPATIBLE", None)
+    result = subprocess.run([sys.executable, "-c", IMPORT_PROBE], capture_output=True, cwd=tmp_path, env=env,
+                            timeout=120, check=False)
+    assert result.returncode == 0, result.stderr.decode()
+    stdout = result.stdout.decode()
+    report = json.loads(stdout.rsplit("PROBE ", 1)[1])
+    assert (report["clean"], report["train"], report["json"], report["coloured"]) == (0, 1, 1, 1)
+    assert report["after_clean"] == report["after_train"] == report["after_json"] == [], report
+    assert "rich.console" in report["after_coloured"], report
+    assert '"code": "ACC105"' in stdout
+    stderr = result.stderr.decode()
+    assert "0 would be converted, 1 unchanged, 0 failed\n" in stderr
+    backward_line = SCRIPT.splitlines().index(b"        loss.backward()") + 1
+    assert f"train.py:{backward_line}:9: ACC105 X.backward() → accelerator.backward(X)\n" in stderr
+    assert "\x1b[31mACC105\x1b[0m" in stderr
