@@ -359,9 +359,9 @@ class _Conclusions:
         """``facts.word_lines``: the line of the statement or call each identifier was met in.
         In pre-order, the last statement or call entered before a name lies inside the innermost
         statement holding the name, so its first line is inside that statement's lines."""
-        collected = self.r.collected
+        line_of = [self.site(node).line for node in self.r.collected]
         for word, indices in self.r.words.items():
-            self.facts.word_lines[word] = sorted({self.site(collected[index]).line for index in indices})
+            self.facts.word_lines[word] = sorted({line_of[index] for index in indices})
 
     def run(self) -> ScriptFacts:
         facts = self.facts

@@ -198,7 +198,8 @@ class _CheckpointRewriter(AcceleratorScope):
 
 class _CheckpointInterest(cst.CSTVisitor):
     """Whether a statement holds anything :class:`_CheckpointRewriter` reacts to: an attribute of
-    a model, a ``torch.save``/``torch.load`` call or an ``accelerator.save``."""
+    a model that is not nn.Module's own, a ``torch.save``/``torch.load`` call or an
+    ``accelerator.save``."""
 
     def __init__(self, facts: ScriptFacts) -> None:
         super().__init__()
@@ -206,7 +207,8 @@ class _CheckpointInterest(cst.CSTVisitor):
         self.found = False
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
-        if dotted(node.value) in self.facts.models:
+        # ``model.train()``, ``model.parameters()``: the wrapper has those, nothing to unwrap.
+        if node.attr.value not in MODULE_OWN_ATTRIBUTES and dotted(node.value) in self.facts.models:
             self.found = True
         return not self.found
 

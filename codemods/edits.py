@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from bisect import bisect_left
 from dataclasses import fields, replace
-from functools import cache
+from functools import cache, lru_cache
 from collections.abc import Iterable, Sequence
 
 import libcst as cst
@@ -159,22 +159,49 @@ class CodemodTransformer(cst.CSTTransformer):
 # -- original positions -----------------------------------------------------------------------
 
 
+@lru_cache(maxsize=2)
+def python_ast(source: str | bytes) -> ast.Module | None:
+    """CPython's tree of ``source``; None where CPython cannot parse it. Cached: the pipeline
+    checks that a converted script parses, then the analysis of the verification run reads
+    positions from the same tree."""
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError):  # ValueError: a null byte
+        return None
+
+
+#: Node types under which no statement or call can be: the search below does not enter them.
+_AST_LEAVES = frozenset({
+    ast.Name, ast.Constant, ast.Load, ast.Store, ast.Del,
+    *ast.operator.__subclasses__(), *ast.cmpop.__subclasses__(),
+    *ast.unaryop.__subclasses__(), *ast.boolop.__subclasses__(),
+})
+
+
 def _ast_sites(
     source: str | bytes, encoding: str = "utf-8"
 ) -> tuple[list[tuple[Site, ast.AST]], list[tuple[Site, ast.AST]]] | None:
     """Statements and calls of ``source`` with positions, each list in source order."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    tree = python_ast(source)
+    if tree is None:
         return None
     lines = _Lines(source, encoding)
     statements: list[tuple[Site, ast.AST]] = []
     calls: list[tuple[Site, ast.AST]] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.stmt):
-            statements.append((_site_of(node, lines), node))
-        elif isinstance(node, ast.Call):
+    pending: list[ast.AST] = [tree]
+    while pending:
+        node = pending.pop()
+        kind = type(node)
+        if kind is ast.Call:
             calls.append((_site_of(node, lines), node))
+        elif isinstance(node, ast.stmt):
+            statements.append((_site_of(node, lines), node))
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if type(value) is list:
+                pending.extend(child for child in value if isinstance(child, ast.AST) and type(child) not in _AST_LEAVES)
+            elif isinstance(value, ast.AST) and type(value) not in _AST_LEAVES:
+                pending.append(value)
     order = lambda item: (item[0].line, item[0].column, -item[0].end_line, -item[0].end_column)  # noqa: E731
     statements.sort(key=order)
     calls.sort(key=order)

@@ -19,6 +19,7 @@ import libcst as cst
 
 import codemods
 from codemods.base import Change, ConversionOutcome, Options
+from codemods.edits import python_ast
 
 
 class ConversionError(Exception):
@@ -158,7 +159,7 @@ def verify_stable(converted: cst.Module, output: bytes, options: Options, path: 
     matches on. (The golden tests convert every expected output read back from disk, so a pass
     building a tree that no parse would produce is still caught there.)
     """
-    if not _compiles(output, path) and (_compiles(source, path) or not _libcst_parses(output)):
+    if python_ast(output) is None and (python_ast(source) is not None or not _libcst_parses(output)):
         raise ConversionError(
             path, 1, 1, "internal error: the converted script does not parse; nothing written"
         )
@@ -173,14 +174,6 @@ def verify_stable(converted: cst.Module, output: bytes, options: Options, path: 
             path, line, 1,
             "internal error: converting the result again changes it (unstable rewrite); nothing written",
         )
-
-
-def _compiles(code: bytes, path: str) -> bool:
-    try:
-        compile(code, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
-    except (SyntaxError, ValueError):  # ValueError: a null byte
-        return False
-    return True
 
 
 def _libcst_parses(code: bytes) -> bool:
