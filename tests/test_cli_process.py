@@ -63,7 +63,7 @@ def test_pre_commit_hook_definition_runs_the_check() -> None:
 
 #: Runs the command three times in one interpreter and reports what each run had imported.
 IMPORT_PROBE = """
-import json, sys
+import atexit, gc, json, sys
 from converter.cli import main
 
 def run(*args):
@@ -83,13 +83,20 @@ report["json"] = run("--check", "--output-format", "json", "train.py")
 report["after_json"] = loaded()
 report["coloured"] = run("--check", "--color", "train.py")
 report["after_coloured"] = loaded()
+report["frozen_after_in_process_runs"] = gc.get_freeze_count()
 sys.__stdout__.write("\\nPROBE " + json.dumps(report) + "\\n")
+# Last, as the console script runs it: the process's own command line, then the end.
+sys.argv = ["accel-convert", "--check", "-q", "clean.py"]
+atexit.register(lambda: sys.__stdout__.write(f"\\nFROZEN AT EXIT {gc.get_freeze_count()}\\n"))
+main(prog_name="accel-convert")
 """
 
 
 def test_check_on_a_pipe_never_imports_rich_console(tmp_path: Path) -> None:
     """Start-up: plain ``--check`` text (and JSON) on a pipe is written without rich, and no
-    pyproject.toml means no TOML parser; ``--color`` still goes through rich."""
+    pyproject.toml means no TOML parser; ``--color`` still goes through rich. A run on the
+    process's own command line ends with everything frozen out of the interpreter's final
+    collection; in-process runs leave the collector as they found it."""
     (tmp_path / "clean.py").write_bytes(b"import os\nprint(os.getcwd())\n")
     (tmp_path / "train.py").write_bytes(SCRIPT)
     assert not any((folder / "pyproject.toml").exists() for folder in (tmp_path, *tmp_path.parents))
@@ -100,10 +107,12 @@ def test_check_on_a_pipe_never_imports_rich_console(tmp_path: Path) -> None:
                             timeout=120, check=False)
     assert result.returncode == 0, result.stderr.decode()
     stdout = result.stdout.decode()
-    report = json.loads(stdout.rsplit("PROBE ", 1)[1])
+    report = json.loads(stdout.rsplit("PROBE ", 1)[1].splitlines()[0])
     assert (report["clean"], report["train"], report["json"], report["coloured"]) == (0, 1, 1, 1)
     assert report["after_clean"] == report["after_train"] == report["after_json"] == [], report
     assert "rich.console" in report["after_coloured"], report
+    assert report["frozen_after_in_process_runs"] == 0
+    assert int(stdout.rsplit("FROZEN AT EXIT ", 1)[1]) > 10_000, "the final collection would walk every module"
     assert '"code": "ACC105"' in stdout
     stderr = result.stderr.decode()
     assert "0 would be converted, 1 unchanged, 0 failed\n" in stderr
