@@ -29,6 +29,9 @@ POSITIONED = (cst.Call, cst.BaseSmallStatement, cst.BaseCompoundStatement)
 #: The same as a set of exact types: a set lookup per node is several times cheaper than an
 #: ``isinstance`` against libcst's abstract classes, and the passes ask it for every node.
 POSITIONED_TYPES = concrete_subclasses(*POSITIONED)
+#: What a pass carries positions over to the nodes it returns: those, and the module (whose
+#: carried record tells ``codemods.convert_module`` that the pass carried them).
+CARRIED_TYPES = POSITIONED_TYPES | {cst.Module}
 STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 STATEMENT_TYPES = concrete_subclasses(*STATEMENTS)
 
@@ -107,8 +110,8 @@ class CodemodTransformer(cst.CSTTransformer):
 
     def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
         result = super().on_leave(original_node, updated_node)
-        if type(original_node) not in POSITIONED_TYPES:
-            return result  # only statements and calls have positions to carry
+        if type(original_node) not in CARRIED_TYPES:
+            return result  # only statements, calls and the module have positions to carry
         if isinstance(result, cst.CSTNode):
             if result is not original_node:
                 self.origins.carry(original_node, result)

@@ -11,7 +11,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemods.base import Change
-from codemods.edits import POSITIONED_TYPES, dotted, is_main_guard, skips_statement
+from codemods.edits import CARRIED_TYPES, POSITIONED_TYPES, dotted, is_main_guard, skips_statement
 from codemods.facts import ScriptFacts, Site
 from codemods.walk import walk
 
@@ -217,8 +217,8 @@ class Issue5Transformer(cst.CSTTransformer):
         if positioned and self._anchors and self._anchors[-1] is original_node:
             self._anchors.pop()
         result = super().on_leave(original_node, updated_node)
-        # Only statements and calls have recorded positions: nothing else needs carrying.
-        if positioned and self._origins is not None and result is not original_node:
+        # Only statements, calls and the module have recorded positions: nothing else needs carrying.
+        if type(original_node) in CARRIED_TYPES and self._origins is not None and result is not original_node:
             if isinstance(result, cst.FlattenSentinel):
                 for node in result.nodes:
                     self._origins.carry(original_node, node)
