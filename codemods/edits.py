@@ -22,7 +22,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from codemods.base import Change
 from codemods.facts import ScriptFacts, Site
 from codemods.names import NameTable, ScopeKey
-from codemods.walk import concrete_subclasses, walk
+from codemods.walk import TRIVIA, concrete_subclasses, walk
 
 #: The node kinds whose original positions are recorded.
 POSITIONED = (cst.Call, cst.BaseSmallStatement, cst.BaseCompoundStatement)
@@ -105,6 +105,8 @@ class CodemodTransformer(cst.CSTTransformer):
         self.lines = sorted({site.line for site in lines}) if lines is not None else None
 
     def on_visit(self, node: cst.CSTNode) -> bool:
+        if type(node) in TRIVIA:
+            return False  # whitespace and tokens: nothing to rewrite, rebuilding them is waste
         descend = super().on_visit(node)
         return descend and not skips_statement(node, self.lines, self.origins)
 

@@ -13,7 +13,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from codemods.base import Change
 from codemods.edits import CARRIED_TYPES, POSITIONED_TYPES, dotted, is_main_guard, skips_statement
 from codemods.facts import ScriptFacts, Site
-from codemods.walk import walk
+from codemods.walk import TRIVIA, walk
 
 
 
@@ -207,6 +207,8 @@ class Issue5Transformer(cst.CSTTransformer):
         self.pending.add(node, code, message, fixed, self._anchors[-1] if self._anchors else None)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
+        if type(node) in TRIVIA:
+            return False  # whitespace and tokens: nothing to rewrite, rebuilding them is waste
         if type(node) in POSITIONED_TYPES:
             self._anchors.append(node)
         descend = super().on_visit(node)
