@@ -67,7 +67,8 @@ class AccumulateCodemod(Codemod):
     ) -> tuple[cst.Module, list[Change]]:
         pending = PendingChanges(facts)
         creation = find_accelerator_creation(module, facts)
-        rewriter = _AccumulationRewriter(facts, pending)
+        # The loops to rewrite step the optimizer under a modulo guard: they hold a ``.step``.
+        rewriter = _AccumulationRewriter(facts, pending, facts.lines_mentioning({"step"}))
         new_module = module.visit(rewriter)
         if not rewriter.steps:
             return module, pending.resolve(module)
@@ -82,8 +83,8 @@ class AccumulateCodemod(Codemod):
 
 
 class _AccumulationRewriter(Issue5Transformer):
-    def __init__(self, facts: ScriptFacts, pending: PendingChanges) -> None:
-        super().__init__(facts)
+    def __init__(self, facts: ScriptFacts, pending: PendingChanges, lines: set[int]) -> None:
+        super().__init__(facts, lines)
         self.pending = pending
         self.steps: list[cst.BaseExpression] = []
         self.loops: list[cst.CSTNode] = []

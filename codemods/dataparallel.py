@@ -25,6 +25,7 @@ from codemods.base import Change, Codemod, Options
 from codemods.edits import dotted
 from codemods.facts import ScriptFacts
 from codemods.rewriting import (
+    callee_words,
     AcceleratorScope,
     PendingChanges,
     accelerator_name,
@@ -75,7 +76,9 @@ class DataParallelCodemod(Codemod):
             for node, what in distributed.sites:
                 pending.add(node, "ACC910", f"{what} already distributes the script: converted by hand only", False)
             return module, pending.resolve(module)
-        rewriter = _DataParallelRemover(facts)
+        # What changes: DataParallel(...) calls, ``model.module`` and isinstance unwraps naming a wrapper.
+        words = callee_words(facts, DATA_PARALLEL | ALREADY_DISTRIBUTED) | {"module"}
+        rewriter = _DataParallelRemover(facts, facts.lines_mentioning(words))
         new_module = module.visit(rewriter)
         return new_module, rewriter.pending.resolve(module)
 
@@ -92,8 +95,8 @@ class _DistributedFinder(cst.CSTVisitor):
 
 
 class _DataParallelRemover(AcceleratorScope):
-    def __init__(self, facts: ScriptFacts) -> None:
-        super().__init__(facts)
+    def __init__(self, facts: ScriptFacts, lines: set[int]) -> None:
+        super().__init__(facts, lines)
         self._emptied_blocks: set[int] = set()
         self._removing_line = False
 
