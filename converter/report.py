@@ -126,9 +126,12 @@ class Output:
     def print(self, *pieces: Piece) -> None:
         """Print one line made of ``pieces`` (and a newline)."""
         if not self.styled and all(is_plain(text) for text, _ in pieces):
-            self.stream.write("".join(text for text, _ in pieces) + "\n")
-            self.stream.flush()
-            return
+            try:
+                self.stream.write("".join(text for text, _ in pieces) + "\n")
+                self.stream.flush()
+                return
+            except (BrokenPipeError, UnicodeEncodeError):
+                pass  # rich has its own answer to both (exit 1 quietly; a hint on the encoding)
         if self._console is None:
             self._console = make_console(self.stream, self.color)
         self._console.print(rich_text(pieces))

@@ -634,3 +634,24 @@ def test_objects_from_start_up_are_frozen_only_while_files_convert(script: Path,
     assert run("--check", script).exit_code == 1
     assert frozen_during and frozen_during[0] > 1000, frozen_during
     assert gc.get_freeze_count() == 0, "the caller's objects must be collectable again"
+
+
+def test_write_failures_get_rich_s_own_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A closed pipe and an unencodable character end as they did when rich wrote every line."""
+    ascii_stream = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+    with pytest.raises(UnicodeEncodeError, match="PYTHONIOENCODING=utf-8"):
+        Output(ascii_stream, False).print(("ünï.py:1:1:", "bold"))
+
+    class ClosedPipe(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    handed_over: list[str] = []
+
+    class Console:
+        def print(self, text: Any) -> None:
+            handed_over.append(text.plain)
+
+    monkeypatch.setattr(report, "make_console", lambda stream, color: Console())
+    Output(ClosedPipe(), None).print(("train.py:4:5:", "bold"), (" ACC101", "red"))
+    assert handed_over == ["train.py:4:5: ACC101"]
