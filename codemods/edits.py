@@ -190,26 +190,31 @@ def _ast_sites(
     tree = python_ast(source)
     if tree is None:
         return None
-    lines = _Lines(source, encoding)
-    statements: list[tuple[Site, ast.AST]] = []
-    calls: list[tuple[Site, ast.AST]] = []
+    statement_nodes: list[ast.AST] = []
+    call_nodes: list[ast.AST] = []
     pending: list[ast.AST] = [tree]
     while pending:
         node = pending.pop()
-        kind = type(node)
-        if kind is ast.Call:
-            calls.append((_site_of(node, lines), node))
+        if type(node) is ast.Call:
+            call_nodes.append(node)
         elif isinstance(node, ast.stmt):
-            statements.append((_site_of(node, lines), node))
+            statement_nodes.append(node)
         for name in node._fields:
             value = getattr(node, name, None)
             if type(value) is list:
                 pending.extend(child for child in value if isinstance(child, ast.AST) and type(child) not in _AST_LEAVES)
             elif isinstance(value, ast.AST) and type(value) not in _AST_LEAVES:
                 pending.append(value)
+    if source.isascii():
+        # Byte and character columns agree: no line needs decoding.
+        site_of = lambda node: Site(node.lineno, node.col_offset, node.end_lineno or node.lineno,  # noqa: E731
+                                    node.end_col_offset or 0)
+    else:
+        lines = _Lines(source, encoding)
+        site_of = lambda node: _site_of(node, lines)  # noqa: E731
     order = lambda item: (item[0].line, item[0].column, -item[0].end_line, -item[0].end_column)  # noqa: E731
-    statements.sort(key=order)
-    calls.sort(key=order)
+    statements = sorted(((site_of(node), node) for node in statement_nodes), key=order)
+    calls = sorted(((site_of(node), node) for node in call_nodes), key=order)
     return statements, calls
 
 
