@@ -1,0 +1,72 @@
+"""Passes walk only the statements that can hold what they rewrite (``ScriptFacts.word_lines`` and
+``codemods.edits.skips_statement``). That is a speed-up only: converting with every statement
+walked must give the same output and the same reports, for every fixture and option set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+import codemods.edits
+import codemods.rewriting
+from codemods.analysis import analyse
+from codemods.base import Options
+from converter.pipeline import convert_source
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = sorted((ROOT / "fixtures" / "cases").glob("*.py")) + [ROOT / "benchmarks" / "data" / "typical_train.py"]
+OPTION_SETS = {"runtime": Options(), "oom-retry": Options(oom_retry=True), "accelerate": Options(target="accelerate")}
+
+
+def test_word_lines_give_the_first_line_of_the_statement_naming_each_identifier() -> None:
+    source = (
+        "import torch\n"                          # 1
+        "@torch.no_grad()\n"                      # 2
+        "def evaluate(model,\n"                   # 3
+        "             loader):\n"                 # 4
+        "    for batch in loader:\n"              # 5
+        "        out = model(\n"                  # 6
+        "            batch,\n"                    # 7
+        "            scale=args.scale)\n"         # 8
+        "    return out\n"                        # 9
+    )
+    facts = analyse(cst.parse_module(source), None, source)
+    assert facts.word_lines["torch"] == [1, 2]
+    assert facts.word_lines["no_grad"] == [2]
+    assert facts.word_lines["evaluate"] == [2]  # a decorated def starts at its decorator
+    assert facts.word_lines["loader"] == [2, 5]  # a parameter belongs to the def
+    assert facts.word_lines["batch"] == [5, 6]  # the loop header; the call starting on line 6
+    assert facts.word_lines["scale"] == [6]  # an attribute name, inside a multi-line call
+    assert facts.word_lines["out"] == [6, 9]
+    assert facts.lines_mentioning({"scale", "out"}) == {6, 9}
+    assert facts.lines_mentioning({"nothing"}) == set()
+
+
+@pytest.fixture
+def every_statement_walked(monkeypatch: pytest.MonkeyPatch) -> None:
+    never = lambda node, lines, origins: False  # noqa: E731
+    monkeypatch.setattr(codemods.edits, "skips_statement", never)
+    monkeypatch.setattr(codemods.rewriting, "skips_statement", never)
+
+
+def _convert(script: Path, options: Options) -> tuple[bytes, list[tuple[object, ...]]]:
+    conversion = convert_source(script.read_bytes(), options, path=str(script))
+    return conversion.output, [
+        (c.code, c.line, c.column, c.end_line, c.end_column, c.message, c.fixed) for c in conversion.changes
+    ]
+
+
+@pytest.mark.parametrize("options_name", sorted(OPTION_SETS))
+def test_targeted_walks_convert_exactly_like_full_walks(options_name: str, request: pytest.FixtureRequest) -> None:
+    options = OPTION_SETS[options_name]
+    targeted = {script.name: _convert(script, options) for script in SCRIPTS}
+    request.getfixturevalue("every_statement_walked")
+    assert codemods.rewriting.skips_statement(cst.parse_statement("x = 1"), [], None) is False
+    full = {script.name: _convert(script, options) for script in SCRIPTS}
+    for name in targeted:
+        assert targeted[name] == full[name], name
+    # The comparison means something: the scripts were really rewritten and reported.
+    assert sum(output != (ROOT / "fixtures" / "cases" / name).read_bytes()
+               for name, (output, _) in targeted.items() if name != "typical_train.py") > 20
