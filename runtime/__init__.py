@@ -40,17 +40,14 @@ __all__ = [
     "skip_first_batches",
 ]
 
-_LAZY = {
-    "find_executable_batch_size": "runtime.memory",
-    "release_memory": "runtime.memory",
-    "skip_first_batches": "runtime.data",
-}
+#: Loaded on first use (these modules are large and not every script needs them), through
+#: ``runtime.utils``, which knows where each one lives.
+_FROM_UTILS = frozenset({"find_executable_batch_size", "release_memory", "skip_first_batches"})
 
 
 def __getattr__(name: str) -> Any:
-    # Loaded on first use: these modules are large and not every script needs them.
-    if name in _LAZY:
-        import importlib
+    if name in _FROM_UTILS:
+        from runtime import utils
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        return getattr(utils, name)
     raise AttributeError(f"module 'runtime' has no attribute {name!r}")
