@@ -17,10 +17,14 @@ To show where the time goes, b is also timed without its verification step (pars
 once, print), reported as "codemods once".
 
 Method: a and b are timed back to back for each file, alternating which goes first from round to
-round, and each file keeps its best time over the rounds (best-of-N filters out the other
-processes sharing the machine). Process timings alternate c and d and keep the median.
+round, and each file keeps its best time over the rounds. Both are this process's CPU time
+(``time.process_time``): the work is single-threaded, so on an idle machine that is the wall time,
+and on a shared one it is not inflated by the other processes (best-of-N filters the rest).
+Process timings (wall time: start-up is what they measure) alternate c and d and keep the median.
+With ``--torchfix PATH`` the same run also times ``PATH <typical script>`` (torchfix 0.7, a
+libcst-based PyTorch linter: install it in a separate environment, it pins an older libcst).
 
-Usage: ``python benchmarks/convert_speed.py [--rounds N] [--quick] [--json OUT]``.
+Usage: ``python benchmarks/convert_speed.py [--rounds N] [--quick] [--json OUT] [--torchfix PATH]``.
 """
 
 from __future__ import annotations
@@ -117,9 +121,9 @@ def once(source: bytes, path: str) -> None:
 
 
 def seconds(work: Callable[[bytes, str], None], source: bytes, path: str) -> float:
-    start = time.perf_counter()
+    start = time.process_time()
     work(source, path)
-    return time.perf_counter() - start
+    return time.process_time() - start
 
 
 def time_corpus(corpus: dict[Path, bytes], rounds: int) -> list[FileTiming]:
@@ -189,20 +193,31 @@ def process_seconds(command: list[str]) -> float:
     return time.perf_counter() - start
 
 
-def time_processes(script: Path, rounds: int) -> dict[str, float]:
-    """(c) the whole check process against (d) importing what it is built on; medians."""
-    check = cli_command(script)
-    imports = [sys.executable, "-c", "import libcst, click, rich"]
-    check_times, import_times = [], []
+def time_processes(script: Path, rounds: int, torchfix: Path | None = None) -> dict[str, float]:
+    """(c) the whole check process against (d) importing what it is built on, and optionally
+    torchfix linting the same script; medians of interleaved runs."""
+    commands = {
+        "check": cli_command(script),
+        "imports": [sys.executable, "-c", "import libcst, click, rich"],
+    }
+    if torchfix is not None:
+        commands["torchfix"] = [str(torchfix), str(script)]
+    times: dict[str, list[float]] = {name: [] for name in commands}
     for round_number in range(rounds):
-        pair = [(check, check_times), (imports, import_times)]
-        for command, sink in pair if round_number % 2 == 0 else reversed(pair):
-            sink.append(process_seconds(command))
-    c, d = statistics.median(check_times), statistics.median(import_times)
+        names = list(commands) if round_number % 2 == 0 else list(reversed(commands))
+        for name in names:
+            times[name].append(process_seconds(commands[name]))
+    c, d = statistics.median(times["check"]), statistics.median(times["imports"])
     print(f"process: accel-convert --check {script.name} ({script.stat().st_size / 1000:.1f} KB) "
           f"c = {c * 1000:.0f} ms, import libcst, click, rich d = {d * 1000:.0f} ms: c/d {c / d:.2f} "
           f"(median of {rounds})")
-    return {"check_ms": c * 1000, "imports_ms": d * 1000, "ratio": c / d}
+    result = {"check_ms": c * 1000, "imports_ms": d * 1000, "ratio": c / d}
+    if torchfix is not None:
+        linted = statistics.median(times["torchfix"])
+        print(f"process: torchfix {script.name} {linted * 1000:.0f} ms: accel-convert --check takes "
+              f"{c / linted:.2f} of its time")
+        result["torchfix_ms"] = linted * 1000
+    return result
 
 
 def read_corpus(paths: list[Path], *, force_torch: bool = False) -> dict[Path, bytes]:
@@ -224,6 +239,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds per measurement (best-of / median)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 files per corpus, 1 round")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--torchfix", type=Path, help="a torchfix executable to time on the typical script too")
     parser.add_argument("--forced-sample", type=int, default=60,
                         help="stdlib files (spread over sizes) forced through every pass; all of them "
                              "would take the better part of an hour")
@@ -251,7 +267,7 @@ def main() -> None:
     print(f"memory: converting the largest file ({largest.name}, {len(forced[largest]) / 1000:.0f} KB) "
           f"peaks at {peak:.1f} MB of Python heap; whole benchmark process peak RSS {rss:.0f} MB")
     results["memory"] = {"largest_file": str(largest), "peak_heap_mb": peak, "process_peak_rss_mb": rss}
-    results["process"] = time_processes(typical, 1 if args.quick else max(rounds, 5))
+    results["process"] = time_processes(typical, 1 if args.quick else max(rounds, 5), args.torchfix)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))
 
