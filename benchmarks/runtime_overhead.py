@@ -22,6 +22,7 @@ Usage::
     python benchmarks/runtime_overhead.py                  # CPU: 1 and 2 processes (Gloo)
     python benchmarks/runtime_overhead.py --gpu            # one process on a CUDA GPU
     python benchmarks/runtime_overhead.py --quick          # smoke run, tiny sizes
+    python benchmarks/runtime_overhead.py --loader-only    # data-loading throughput only (seconds)
 
 Sizes: the MLP is 512→1024→1024→10 with batch 256 everywhere. The transformer is 6 layers, width
 512, sequence 256, batch 32 on a GPU; on CPU a full step of that takes seconds per step on two
@@ -181,7 +182,16 @@ def make_variants(args, device, world: int, rank: int) -> dict[str, Callable[[],
 def loader_throughput(args, world: int, rank: int) -> dict[str, float]:
     """Batches per second through the loader a hand-written script would use (a plain shuffled
     DataLoader on one process, DataLoader + DistributedSampler on several) and through a plain
-    shuffled DataLoader prepared by the runtime: both yield this rank's share of the epoch."""
+    shuffled DataLoader prepared by the runtime: both yield this rank's share of the epoch.
+
+    With several processes every timed epoch starts from a barrier. The prepared loader agrees on
+    its shuffling generator with a broadcast at each epoch start, which waits for the slowest
+    rank; without the barrier, rank 0's timer for it would also hold however far the other rank
+    had fallen behind in the unsynchronised plain epoch before (in training, the per-step
+    all-reduce keeps ranks in step, so that lag never builds up). The order of the two loaders
+    alternates between rounds, and each gets one untimed warm-up epoch.
+    """
+    import torch.distributed as dist
     from torch.utils.data import DataLoader
     from torch.utils.data.distributed import DistributedSampler
 
@@ -194,16 +204,23 @@ def loader_throughput(args, world: int, rank: int) -> dict[str, float]:
         plain = DataLoader(dataset, batch_size=args.batch, num_workers=0,
                            sampler=DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True))
     prepared = runtime.Accelerator().prepare(DataLoader(dataset, batch_size=args.batch, shuffle=True, num_workers=0))
+    aligned = world > 1 and dist.is_initialized()
 
     def rate(loader) -> float:
+        if aligned:
+            dist.barrier()  # outside the timer: start both ranks together (see above)
         start = time.perf_counter()
         count = sum(1 for _ in loader)
         return count / (time.perf_counter() - start)
 
-    samples: dict[str, list[float]] = {"plain_loader": [], "prepared_loader": []}
-    for _ in range(args.rounds):
-        samples["plain_loader"].append(rate(plain))
-        samples["prepared_loader"].append(rate(prepared))
+    loaders = {"plain_loader": plain, "prepared_loader": prepared}
+    for loader in loaders.values():
+        rate(loader)
+    samples: dict[str, list[float]] = {name: [] for name in loaders}
+    for round_index in range(args.rounds):
+        order = list(loaders) if round_index % 2 == 0 else list(reversed(loaders))
+        for name in order:
+            samples[name].append(rate(loaders[name]))
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
@@ -216,6 +233,12 @@ def worker(args) -> None:
 
     state_device = runtime.Accelerator().device  # initialises the process group under torchrun
     device = torch.device(state_device)
+    if args.loader_only:
+        result = {"model": args.model, "precision": args.precision, "world": world, "step_seconds": {},
+                  "loader_batches_per_second": loader_throughput(args, world, rank)}
+        if rank == 0:
+            print("RESULT " + json.dumps(result), flush=True)
+        return
     variants = make_variants(args, device, world, rank)
     names = list(variants)
     for name in names:  # warm-up epoch for each
@@ -277,6 +300,8 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=None)
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--skip-accelerate", action="store_true")
+    parser.add_argument("--loader-only", action="store_true",
+                        help="only the data-loading throughput (MLP data, fp32): no training variants")
     parser.add_argument("--models", nargs="+", default=["mlp", "transformer"], choices=["mlp", "transformer"])
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     args = parser.parse_args()
@@ -288,14 +313,15 @@ def main() -> None:
     nprocs = args.nproc or ([1] if args.gpu else [1, 2])
     rounds = args.rounds or (1 if args.quick else 7)
     rows = []
-    for model in args.models:
+    models, precisions = (["mlp"], ["fp32"]) if args.loader_only else (args.models, args.precisions)
+    for model in models:
         if model == "mlp":
             batch, seq, steps = args.batch or 256, 0, args.steps or (2 if args.quick else 20)
         else:
             batch = args.batch or (32 if args.gpu else 8)
             seq = args.seq or (256 if args.gpu else 64)
             steps = args.steps or (2 if args.quick else (20 if args.gpu else 4))
-        for precision in args.precisions:
+        for precision in precisions:
             for nproc in nprocs:
                 worker_args = ["--model", model, "--precision", precision, "--rounds", str(rounds),
                                "--steps", str(steps), "--batch", str(batch), "--seq", str(seq),
@@ -304,10 +330,25 @@ def main() -> None:
                     worker_args.append("--gpu")
                 if args.skip_accelerate:
                     worker_args.append("--skip-accelerate")
+                if args.loader_only:
+                    worker_args.append("--loader-only")
                 for result in launch(worker_args, nproc):
                     rows.append(result)
                     print(json.dumps(result), file=sys.stderr, flush=True)
 
+    print_step_table([row for row in rows if row["step_seconds"]])
+    for row in rows:
+        if "loader_batches_per_second" in row:
+            rates = row["loader_batches_per_second"]
+            print(f"\nData loading, {row['world']} process(es): prepared/plain throughput = "
+                  f"{ratio(rates['prepared_loader'], rates['plain_loader'])} "
+                  f"({rates['prepared_loader']:.0f} vs {rates['plain_loader']:.0f} batches/s)")
+
+
+def print_step_table(rows: list[dict]) -> None:
+    """The per-step table the README quotes (nothing when only the loaders were measured)."""
+    if not rows:
+        return
     print("| model | precision | processes | reference | reference s/step | runtime s/step | runtime / reference "
           "| accelerate s/step | runtime / accelerate |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -317,12 +358,6 @@ def main() -> None:
         print(f"| {row['model']} | {row['precision']} | {row['world']} | {reference} | {times[reference]:.5f} "
               f"| {times['runtime']:.5f} | {ratio(times['runtime'], times[reference])} "
               f"| {times.get('accelerate', 0):.5f} | {ratio(times['runtime'], times.get('accelerate'))} |")
-    for row in rows:
-        if "loader_batches_per_second" in row:
-            rates = row["loader_batches_per_second"]
-            print(f"\nData loading, {row['world']} process(es): prepared/plain throughput = "
-                  f"{ratio(rates['prepared_loader'], rates['plain_loader'])} "
-                  f"({rates['prepared_loader']:.0f} vs {rates['plain_loader']:.0f} batches/s)")
 
 
 if __name__ == "__main__":

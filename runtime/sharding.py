@@ -109,11 +109,12 @@ class ShardedBatchSampler(BatchSampler):
         first: Batch = []
         last: Batch = []
         for position, batch in enumerate(self._source_batches()):
+            batch = list(batch)  # a batch sampler may hand out tuples, or reuse one list
             if position == 0:
-                first = list(batch)
+                first = batch
             if len(batch) == self.batch_size:
-                yield list(batch)[mine]
-            last = list(batch)
+                yield batch[mine]
+            last = batch
         if self.drop_last or not first or len(last) == self.batch_size:
             return
         if not self.even_batches:
