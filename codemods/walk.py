@@ -30,19 +30,27 @@ import libcst as cst
 _Fields = tuple[tuple[str, "str | None", "str | None"], ...]
 #: How to enter and leave one node type with one visitor class: the class's own
 #: ``visit_<Node>``/``leave_<Node>`` functions (None: it has none), or :data:`_DISPATCH` when the
-#: visitor overrides ``on_visit``/``on_leave`` and must be called through them; then the
-#: node types to descend into, and whether to append the node to ``visitor.collected``.
-_Plan = tuple[object, object, _Fields, frozenset[type], bool]
+#: visitor overrides ``on_visit``/``on_leave`` and must be called through them; then the fields, and
+#: whether to append the node to ``visitor.collected``.
+_Plan = tuple[object, object, _Fields, bool]
 _DISPATCH = object()
 
 
 def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     """Visit ``node`` and everything below it (but :data:`TRIVIA`) with ``visitor``, without
     copying the tree."""
-    plan = _plans.get((type(visitor), type(node)))
+    visitor_type = type(visitor)
+    plans = _plans.get(visitor_type)
+    if plans is None:
+        plans = _plans[visitor_type] = {}
+    _walk(node, visitor, plans, _node_types_walked(visitor_type))
+
+
+def _walk(node: cst.CSTNode, visitor: cst.CSTVisitor, plans: dict[type, _Plan], walked: frozenset[type]) -> None:
+    plan = plans.get(type(node))
     if plan is None:
-        plan = _plans[type(visitor), type(node)] = _make_plan(type(visitor), node)
-    enter, leave, fields, walked, collect = plan
+        plan = plans[type(node)] = _make_plan(type(visitor), node)
+    enter, leave, fields, collect = plan
     if collect:
         visitor.collected.append(node)  # type: ignore[attr-defined]
     if enter is _DISPATCH:
@@ -56,11 +64,11 @@ def walk(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
             value = getattr(node, name)
             kind = type(value)
             if kind in walked:
-                walk(value, visitor)
+                _walk(value, visitor, plans, walked)
             elif kind is tuple or kind is list:
                 for child in value:
                     if type(child) in walked:
-                        walk(child, visitor)
+                        _walk(child, visitor, plans, walked)
             if leave_hook is not None:
                 getattr(visitor, leave_hook)(node)
     if leave is _DISPATCH:
@@ -94,7 +102,8 @@ TRIVIA = concrete_subclasses(
 )
 _SUBSTANCE = NODE_TYPES - TRIVIA
 
-_plans: dict[tuple[type, type], _Plan] = {}
+#: Visitor class → node class → plan.
+_plans: dict[type, dict[type, _Plan]] = {}
 _walked_types: dict[type, frozenset[type]] = {}
 
 
@@ -120,7 +129,7 @@ def _make_plan(visitor_type: type, node: cst.CSTNode) -> _Plan:
     if visitor_type.on_leave is cst.CSTVisitor.on_leave:
         leave = _own_method(visitor_type, f"leave_{kind}")
     collect = type(node) in getattr(visitor_type, "collected_types", ())
-    return enter, leave, tuple(plan), _node_types_walked(visitor_type), collect
+    return enter, leave, tuple(plan), collect
 
 
 def _node_types_walked(visitor_type: type) -> frozenset[type]:
