@@ -117,7 +117,7 @@ def full(source: bytes, path: str) -> None:
 def once(source: bytes, path: str) -> None:
     """(b) minus the verification: where the codemods' own cost shows."""
     if mentions_torch(source):
-        codemods.convert_module(cst.parse_module(source), OPTIONS).module.bytes
+        codemods.convert_module(cst.parse_module(source), OPTIONS, source).module.bytes
 
 
 def seconds(work: Callable[[bytes, str], None], source: bytes, path: str) -> float:
