@@ -68,7 +68,7 @@ class CommandWithCodes(click.Command):
             return super().main(args, *rest, **options)
         finally:
             # The interpreter's last act is a full collection over every object still alive
-            # (some 40 ms with libcst's modules loaded) to free memory the OS takes back anyway;
+            # (about 20 ms with libcst's modules loaded) to free memory the OS takes back anyway;
             # frozen objects are skipped.
             gc.freeze()
 
