@@ -20,7 +20,8 @@ Method: a and b are timed back to back for each file, alternating which goes fir
 round, and each file keeps its best time over the rounds. Both are this process's CPU time
 (``time.process_time``): the work is single-threaded, so on an idle machine that is the wall time,
 and on a shared one it is not inflated by the other processes (best-of-N filters the rest).
-Process timings (wall time: start-up is what they measure) alternate c and d and keep the median.
+Process timings (wall time: start-up is what they measure) alternate c and d after one untimed
+warm-up each, with compiled bytecode as an installed package has it, and keep the median.
 With ``--torchfix PATH`` the same run also times ``PATH <typical script>`` (torchfix 0.7, a
 libcst-based PyTorch linter: install it in a separate environment, it pins an older libcst).
 
@@ -37,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -186,10 +188,15 @@ def cli_command(script: Path) -> list[str]:
     return [sys.executable, "-m", "converter", "--check", "-q", str(script)]
 
 
-def process_seconds(command: list[str]) -> float:
+def process_seconds(command: list[str], bytecode_folder: str) -> float:
+    """Wall time of one process. Both commands run with compiled bytecode, as an installed package
+    has it (pip compiles on install): it is written to ``bytecode_folder`` even where the
+    environment says not to write any (PYTHONDONTWRITEBYTECODE), so that c does not pay for
+    compiling our sources on every run while d's libraries come compiled."""
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONPYCACHEPREFIX": bytecode_folder}
+    environment.pop("PYTHONDONTWRITEBYTECODE", None)
     start = time.perf_counter()
-    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
-                   env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, env=environment)
     return time.perf_counter() - start
 
 
@@ -203,10 +210,13 @@ def time_processes(script: Path, rounds: int, torchfix: Path | None = None) -> d
     if torchfix is not None:
         commands["torchfix"] = [str(torchfix), str(script)]
     times: dict[str, list[float]] = {name: [] for name in commands}
-    for round_number in range(rounds):
-        names = list(commands) if round_number % 2 == 0 else list(reversed(commands))
-        for name in names:
-            times[name].append(process_seconds(commands[name]))
+    with tempfile.TemporaryDirectory() as bytecode_folder:
+        for command in commands.values():  # untimed: compiles, and warms the file cache
+            process_seconds(command, bytecode_folder)
+        for round_number in range(rounds):
+            names = list(commands) if round_number % 2 == 0 else list(reversed(commands))
+            for name in names:
+                times[name].append(process_seconds(commands[name], bytecode_folder))
     c, d = statistics.median(times["check"]), statistics.median(times["imports"])
     print(f"process: accel-convert --check {script.name} ({script.stat().st_size / 1000:.1f} KB) "
           f"c = {c * 1000:.0f} ms, import libcst, click, rich d = {d * 1000:.0f} ms: c/d {c / d:.2f} "
