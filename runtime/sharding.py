@@ -178,13 +178,13 @@ class ShardedBatchSampler(BatchSampler):
 
 
 # ------------------------------------------------------------------------------------------------
-# Fast index streams
+# Fast batch streams
 # ------------------------------------------------------------------------------------------------
 # Every rank reads the *whole* epoch's batches to keep its own, so with n ranks it pulls n times
-# the indices it keeps. torch's RandomSampler hands them out one at a time from a Python generator
-# (tens of nanoseconds each, the main cost of a sharded epoch besides the data itself). For the
-# samplers whose draws we know, the streams below make the very same random draws, at the very
-# same moments, but hand out the indices from plain lists at C speed.
+# the batches it keeps. Through torch's BatchSampler and RandomSampler each index comes out of a
+# Python generator on its own (tens of nanoseconds each, the main cost of a sharded epoch besides
+# the data itself). For the samplers whose draws we know, the streams below make the very same
+# random draws, at the very same moments, but cut the batches out of the drawn lists by slicing.
 
 def random_draws(sampler: RandomSampler) -> Iterator[list[int]]:
     """The index lists ``sampler`` draws, one per random draw, each drawn only when asked for.
@@ -213,24 +213,51 @@ def random_draws(sampler: RandomSampler) -> Iterator[list[int]]:
     yield torch.randperm(size, generator=generator)[:rest].tolist()
 
 
-def fast_indices(sampler: Any) -> Iterator[int] | None:
-    """An index stream equal to ``iter(sampler)`` that hands out indices at C speed, or ``None``
-    when ``sampler`` is not one whose draws we know (exactly torch's ``RandomSampler``; a
-    subclass may draw differently)."""
-    if type(sampler) is RandomSampler and len(sampler.data_source) > 0:
-        return itertools.chain.from_iterable(random_draws(sampler))
+def sliced_batches(blocks: Iterator[list[int]], batch_size: int, drop_last: bool) -> Iterator[Batch]:
+    """What torch's ``BatchSampler`` cuts from the chained ``blocks``, cut by slicing.
+
+    BatchSampler asks its sampler for a batch's indices one by one, and for one more than there
+    are when the epoch ends; so a block is drawn here exactly when an index asked for lies
+    beyond the blocks drawn so far, which keeps the moment of every draw BatchSampler's own.
+    """
+    drawn: list[int] = []
+    start = 0  # where the next batch begins in ``drawn``
+    more = True
+    while True:
+        end = start + batch_size
+        while more and len(drawn) < end:
+            block = next(blocks, None)
+            if block is None:
+                more = False
+            else:
+                drawn += block
+        batch = drawn[start:end]
+        if not batch or (drop_last and len(batch) < batch_size):
+            return
+        yield batch
+        start = end
+        if 2 * start > len(drawn):  # forget what was handed out, in amortised linear time
+            del drawn[:start]
+            start = 0
+
+
+def _index_blocks(sampler: Any) -> Iterator[list[int]] | None:
+    """The index lists of a sampler whose draws we know (exactly torch's ``RandomSampler``, not a
+    subclass that may draw differently, or our seedable one); ``None`` for any other."""
+    if type(sampler) is RandomSampler:
+        return random_draws(sampler)
+    if type(sampler) is SeedableRandomSampler:
+        return sampler.seeded_draws()
     return None
 
 
 def source_batches(batch_sampler: Iterable[Batch]) -> Iterator[Batch]:
-    """``iter(batch_sampler)``, through a fast index stream when it is torch's own BatchSampler
-    over a sampler :func:`fast_indices` knows (torch's BatchSampler then cuts the fast stream, so
-    the batches and the moments of every draw stay its own)."""
+    """``iter(batch_sampler)``: the same batches and the same draws at the same moments, sliced
+    from the drawn lists when it is torch's own BatchSampler over a sampler whose draws we know."""
     if type(batch_sampler) is BatchSampler:
-        indices = fast_indices(batch_sampler.sampler)
-        if indices is not None:
-            # An iterator is its own iterable: BatchSampler only ever calls iter() on its sampler.
-            return iter(BatchSampler(indices, batch_sampler.batch_size, batch_sampler.drop_last))  # type: ignore[arg-type]
+        blocks = _index_blocks(batch_sampler.sampler)
+        if blocks is not None:
+            return sliced_batches(blocks, batch_sampler.batch_size, batch_sampler.drop_last)
     return iter(batch_sampler)
 
 
@@ -342,10 +369,12 @@ class SeedableRandomSampler(RandomSampler):
                    num_samples=sampler._num_samples, generator=sampler.generator, data_seed=data_seed)
 
     def __iter__(self) -> Iterator[int]:
-        # Chained lists rather than ``yield from``: a C-speed index stream (see fast_indices).
-        return itertools.chain.from_iterable(self._seeded_draws())
+        # Chained lists rather than ``yield from``: the indices come out at C speed.
+        return itertools.chain.from_iterable(self.seeded_draws())
 
-    def _seeded_draws(self) -> Iterator[list[int]]:
+    def seeded_draws(self) -> Iterator[list[int]]:
+        """This epoch's index lists (see :func:`random_draws`); the epoch advances once they
+        are used up."""
         if self.generator is None:
             self.generator = torch.Generator()
         self.generator.manual_seed(self.initial_seed + self.epoch)
@@ -364,5 +393,5 @@ def _call_set_epoch(target: Any, epoch: int) -> None:
 
 __all__ = [
     "ShardedBatchSampler", "SkipBatchSampler", "IterableShard", "SeedableRandomSampler",
-    "check_split_batch_size", "fast_indices", "random_draws", "source_batches",
+    "check_split_batch_size", "random_draws", "sliced_batches", "source_batches",
 ]

@@ -1,10 +1,10 @@
-"""The fast index streams of runtime.sharding draw exactly what torch's samplers draw, when they do.
+"""The fast batch streams of runtime.sharding draw exactly what torch's samplers draw, when they do.
 
 A sharded epoch reads every rank's batches, so ``ShardedBatchSampler`` replaces torch's
-``RandomSampler`` generator (one Python resume per index) by lists drawn the same way. These tests
-step the fast and the general path side by side, one index or batch at a time, and compare the
-values *and* every RNG state after each step: the order, the moment of each draw, and what an
-early ``break`` leaves behind must all be the same.
+``BatchSampler`` over ``RandomSampler`` (one Python generator step per index) by slices of lists
+drawn the same way. These tests step the fast and the general path side by side, one index or
+batch at a time, and compare the values *and* every RNG state after each step: the order, the
+moment of each draw, and what an early ``break`` leaves behind must all be the same.
 """
 
 from __future__ import annotations
@@ -15,11 +15,33 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
-from runtime.sharding import SeedableRandomSampler, ShardedBatchSampler, fast_indices, source_batches
+from runtime.sharding import (
+    SeedableRandomSampler,
+    ShardedBatchSampler,
+    random_draws,
+    sliced_batches,
+    source_batches,
+)
 
 
 class SubclassedRandomSampler(RandomSampler):
     """Draws like RandomSampler but is not exactly it, so it takes the general path."""
+
+
+class YieldingSeedableSampler(SeedableRandomSampler):
+    """The seedable sampler as a plain generator over RandomSampler (how it was first written):
+    the reference for the fast one, and a subclass, so it takes the general path."""
+
+    def __iter__(self):
+        if self.generator is None:
+            self.generator = torch.Generator()
+        self.generator.manual_seed(self.initial_seed + self.epoch)
+        yield from RandomSampler.__iter__(self)
+        self.epoch += 1
+
+
+def chained_draws(sampler):
+    return itertools.chain.from_iterable(random_draws(sampler))
 
 
 def _generator(seed: int = 7) -> torch.Generator:
@@ -55,7 +77,7 @@ SAMPLER_CASES = [
 
 @pytest.mark.parametrize("own_generator", [True, False])
 @pytest.mark.parametrize(("length", "replacement", "num_samples"), SAMPLER_CASES)
-def test_fast_indices_draw_like_random_sampler_at_every_step(length, replacement, num_samples,
+def test_random_draws_draw_like_random_sampler_at_every_step(length, replacement, num_samples,
                                                               own_generator) -> None:
     def run(stream_of):
         torch.manual_seed(3)
@@ -65,14 +87,20 @@ def test_fast_indices_draw_like_random_sampler_at_every_step(length, replacement
         return _steps_with_states(stream_of(sampler), generator)
 
     expected = run(iter)
-    ours = run(fast_indices)
+    ours = run(chained_draws)
     _assert_same_steps(expected, ours, (length, replacement, num_samples, own_generator))
 
 
-def test_fast_indices_only_for_exactly_random_sampler() -> None:
-    assert fast_indices(RandomSampler(range(4))) is not None
-    assert fast_indices(SubclassedRandomSampler(range(4))) is None
-    assert fast_indices(SequentialSampler(range(4))) is None
+def test_only_known_samplers_are_sliced() -> None:
+    def sliced(sampler) -> bool:
+        stream = source_batches(BatchSampler(sampler, 2, False))
+        return getattr(stream, "__name__", None) == sliced_batches.__name__
+
+    assert sliced(RandomSampler(range(4)))
+    assert sliced(SeedableRandomSampler(range(4), data_seed=1))
+    assert not sliced(SubclassedRandomSampler(range(4)))
+    assert not sliced(YieldingSeedableSampler(range(4), data_seed=1))
+    assert not sliced(SequentialSampler(range(4)))
 
 
 @pytest.mark.parametrize("drop_last", [False, True])
@@ -99,28 +127,50 @@ SHARD_GRID = list(itertools.product(
 ))
 
 
-def _sharded_steps(sampler_class, case, rank, limit=None):
+def _sharded_steps(sampler_class, case, rank, limit=None, replacement=False):
     length, size, nproc, split, even, drop_last = case
     generator = _generator(length * 31 + size)
-    base = BatchSampler(sampler_class(range(length), generator=generator), size, drop_last)
+    sampler = sampler_class(range(length), replacement=replacement, generator=generator)
+    base = BatchSampler(sampler, size, drop_last)
     sharded = ShardedBatchSampler(base, nproc, rank, split_batches=split, even_batches=even)
     return _steps_with_states(iter(sharded), generator, limit)
 
 
 def test_sharded_fast_and_general_paths_agree_on_a_grid() -> None:
-    """Per-rank batches and generator states, whole epochs and epochs left after one batch."""
+    """Per-rank batches and generator states, whole epochs and epochs left after one batch, with
+    and without replacement."""
     checked = 0
     for case in SHARD_GRID:
         length, size, nproc, split, *_ = case
         if split and size % nproc:
             continue
-        for rank in range(nproc):
-            for limit in (None, 1):
-                general = _sharded_steps(SubclassedRandomSampler, case, rank, limit)
-                fast = _sharded_steps(RandomSampler, case, rank, limit)
-                _assert_same_steps(general, fast, (case, rank, limit))
-                checked += 1
-    assert checked > 300
+        for rank, limit, replacement in itertools.product(range(nproc), (None, 1), (False, True)):
+            general = _sharded_steps(SubclassedRandomSampler, case, rank, limit, replacement)
+            fast = _sharded_steps(RandomSampler, case, rank, limit, replacement)
+            _assert_same_steps(general, fast, (case, rank, limit, replacement))
+            checked += 1
+    assert checked > 600
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize(("length", "batch_size", "num_samples"), [(6, 4, None), (6, 3, 14), (5, 5, None)])
+def test_seedable_sampler_batches_draws_and_epochs_match_the_generator_version(length, batch_size, num_samples,
+                                                                               drop_last) -> None:
+    def run(sampler_class, batches_of, limit=None):
+        sampler = sampler_class(range(length), num_samples=num_samples, data_seed=5)
+        steps = []
+        for _ in range(2):  # the second epoch reseeds from the advanced epoch counter
+            iterator = batches_of(BatchSampler(sampler, batch_size, drop_last))
+            for batch in itertools.islice(iterator, limit):
+                steps.append((batch, sampler.generator.get_state(), sampler.epoch))
+            steps.append(("end", sampler.generator.get_state(), sampler.epoch))
+        return steps
+
+    for limit in (None, 1):
+        expected = run(YieldingSeedableSampler, iter, limit)
+        for ours in (run(SeedableRandomSampler, iter, limit), run(SeedableRandomSampler, source_batches, limit)):
+            assert [(b, e) for b, _, e in ours] == [(b, e) for b, _, e in expected], limit
+            assert all(torch.equal(a, b) for (_, a, _), (_, b, _) in zip(ours, expected)), limit
 
 
 def test_seedable_sampler_epochs_advance_only_when_exhausted() -> None:
