@@ -18,7 +18,7 @@ batches under either library:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -90,9 +90,9 @@ class ShardedBatchSampler(BatchSampler):
         return 1 if 0 < last_batch < self.batch_size and last_batch <= slice_start else 0
 
     # -- iteration ---------------------------------------------------------------------------
-    def _source_batches(self) -> Iterator[Batch]:
-        """The wrapped sampler's batches, through the fast index stream when there is one."""
-        return source_batches(self.batch_sampler)
+    def _source_batches(self, wanted: Callable[[int], bool] | None = None) -> Iterator[Any]:
+        """The wrapped sampler's batches as new lists (see :func:`source_batches`)."""
+        return source_batches(self.batch_sampler, wanted)
 
     def __iter__(self) -> Iterator[Batch]:
         if self.split_batches:
@@ -109,7 +109,6 @@ class ShardedBatchSampler(BatchSampler):
         first: Batch = []
         last: Batch = []
         for position, batch in enumerate(self._source_batches()):
-            batch = list(batch)  # a batch sampler may hand out tuples, or reuse one list
             if position == 0:
                 first = batch
             if len(batch) == self.batch_size:
@@ -131,8 +130,9 @@ class ShardedBatchSampler(BatchSampler):
         mine: Batch | None = None
         last: Batch = []
         position = -1
-        for position, batch in enumerate(self._source_batches()):
-            batch = list(batch)
+        # Only this rank's batches and the opening ones are read; of the others, only the size
+        # matters (a short one is always read: it may be topped up below).
+        for position, batch in enumerate(self._source_batches(lambda position: position < n or position % n == rank)):
             if not self.drop_last and position < n:
                 opening.append(batch)
             if position % n == rank:
@@ -213,28 +213,46 @@ def random_draws(sampler: RandomSampler) -> Iterator[list[int]]:
     yield torch.randperm(size, generator=generator)[:rest].tolist()
 
 
-def sliced_batches(blocks: Iterator[list[int]], batch_size: int, drop_last: bool) -> Iterator[Batch]:
+class UnreadBatch:
+    """A full batch that nobody here reads (another rank's): only its size is known."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def sliced_batches(blocks: Iterator[list[int]], batch_size: int, drop_last: bool,
+                   wanted: Callable[[int], bool] | None = None) -> Iterator[Batch | UnreadBatch]:
     """What torch's ``BatchSampler`` cuts from the chained ``blocks``, cut by slicing.
 
     BatchSampler asks its sampler for a batch's indices one by one, and for one more than there
     are when the epoch ends; so a block is drawn here exactly when an index asked for lies
     beyond the blocks drawn so far, which keeps the moment of every draw BatchSampler's own.
+    A full batch at a position ``wanted`` rejects is not copied out: an :class:`UnreadBatch`
+    stands in for it.
     """
     drawn: list[int] = []
     start = 0  # where the next batch begins in ``drawn``
     more = True
-    while True:
+    for position in itertools.count():
         end = start + batch_size
         while more and len(drawn) < end:
             block = next(blocks, None)
             if block is None:
                 more = False
+            elif start == len(drawn):  # all handed out: take the new block as it is, uncopied
+                drawn, start, end = block, 0, batch_size
             else:
                 drawn += block
-        batch = drawn[start:end]
-        if not batch or (drop_last and len(batch) < batch_size):
+        size = min(end, len(drawn)) - start
+        if size == 0 or (drop_last and size < batch_size):
             return
-        yield batch
+        read = size < batch_size or wanted is None or wanted(position)
+        yield drawn[start:end] if read else UnreadBatch(size)
         start = end
         if 2 * start > len(drawn):  # forget what was handed out, in amortised linear time
             del drawn[:start]
@@ -251,14 +269,20 @@ def _index_blocks(sampler: Any) -> Iterator[list[int]] | None:
     return None
 
 
-def source_batches(batch_sampler: Iterable[Batch]) -> Iterator[Batch]:
-    """``iter(batch_sampler)``: the same batches and the same draws at the same moments, sliced
-    from the drawn lists when it is torch's own BatchSampler over a sampler whose draws we know."""
+def source_batches(batch_sampler: Iterable[Batch],
+                   wanted: Callable[[int], bool] | None = None) -> Iterator[Batch | UnreadBatch]:
+    """``batch_sampler``'s batches, each a new list, with its draws made at the same moments.
+
+    When it is torch's own BatchSampler over a sampler whose draws we know, the batches are
+    sliced from the drawn lists, and full batches at positions ``wanted`` rejects are not read
+    at all (see :func:`sliced_batches`). Any other batch sampler is iterated as it is, each batch
+    copied: it may hand out tuples, or refill one list.
+    """
     if type(batch_sampler) is BatchSampler:
         blocks = _index_blocks(batch_sampler.sampler)
         if blocks is not None:
-            return sliced_batches(blocks, batch_sampler.batch_size, batch_sampler.drop_last)
-    return iter(batch_sampler)
+            return sliced_batches(blocks, batch_sampler.batch_size, batch_sampler.drop_last, wanted)
+    return map(list, batch_sampler)
 
 
 def _sampler_size(batch_sampler: Any) -> int | None:
@@ -393,5 +417,5 @@ def _call_set_epoch(target: Any, epoch: int) -> None:
 
 __all__ = [
     "ShardedBatchSampler", "SkipBatchSampler", "IterableShard", "SeedableRandomSampler",
-    "check_split_batch_size", "random_draws", "sliced_batches", "source_batches",
+    "check_split_batch_size", "random_draws", "sliced_batches", "source_batches", "UnreadBatch",
 ]

@@ -18,6 +18,7 @@ from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 from runtime.sharding import (
     SeedableRandomSampler,
     ShardedBatchSampler,
+    UnreadBatch,
     random_draws,
     sliced_batches,
     source_batches,
@@ -181,3 +182,22 @@ def test_seedable_sampler_epochs_advance_only_when_exhausted() -> None:
     second = list(sampler)
     assert sampler.epoch == 2
     assert second == torch.randperm(6, generator=_generator(12)).tolist()
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("length", [12, 13])
+def test_unwanted_full_batches_are_not_read_but_keep_their_size_and_draws(length, drop_last) -> None:
+    def run(wanted):
+        generator = _generator()
+        blocks = random_draws(RandomSampler(range(length), generator=generator))
+        return _steps_with_states(sliced_batches(blocks, 4, drop_last, wanted), generator)
+
+    everything = run(None)
+    odd_only = run(lambda position: position % 2 == 1)
+    assert len(odd_only) == len(everything)
+    for position, ((read, read_state), (got, got_state)) in enumerate(zip(everything, odd_only)):
+        assert torch.equal(got_state, read_state)
+        if position % 2 == 1 or len(read) < 4 or read == "exhausted":
+            assert got == read  # wanted, short (the tail may be topped up) or the end
+        else:
+            assert isinstance(got, UnreadBatch) and len(got) == len(read) == 4
