@@ -180,11 +180,13 @@ class ShardedBatchSampler(BatchSampler):
 # ------------------------------------------------------------------------------------------------
 # Fast batch streams
 # ------------------------------------------------------------------------------------------------
-# Every rank reads the *whole* epoch's batches to keep its own, so with n ranks it pulls n times
+# Every rank walks the *whole* epoch's batches to keep its own, so with n ranks it pulls n times
 # the batches it keeps. Through torch's BatchSampler and RandomSampler each index comes out of a
-# Python generator on its own (tens of nanoseconds each, the main cost of a sharded epoch besides
-# the data itself). For the samplers whose draws we know, the streams below make the very same
-# random draws, at the very same moments, but cut the batches out of the drawn lists by slicing.
+# Python generator on its own and every batch is a new list: on 2 ranks about 30 us per kept
+# batch, against 9 us for DistributedSampler, and more once the data loading has evicted those
+# lists from the caches. For the samplers whose draws we know, the streams below make the very
+# same random draws at the very same moments, but slice this rank's batches out of the drawn
+# lists and only count the others'.
 
 def random_draws(sampler: RandomSampler) -> Iterator[list[int]]:
     """The index lists ``sampler`` draws, one per random draw, each drawn only when asked for.
