@@ -15,7 +15,8 @@ number of steps per round and every prepared loader finishes its epoch cleanly.
 
 Data loading throughput is measured the same way, batches per second with the same workers: a
 prepared loader against what a hand-written script iterates (the plain ``DataLoader`` on one
-process; ``DataLoader`` + ``DistributedSampler`` on several, so both yield one rank's share).
+process; ``DataLoader`` + ``DistributedSampler`` on several, so both yield one rank's share),
+each timed epoch starting from a barrier (see ``loader_throughput``).
 
 Usage::
 
