@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from codemods.walk import walk
-from codemods.edits import POSITIONED_TYPES, OriginIndex, dotted, is_main_guard, original_sites, target_names
+from codemods.edits import (
+    POSITIONED_TYPES, OriginIndex, dotted, handler_sites, is_main_guard, original_sites, target_names,
+)
 from codemods.facts import LoopFacts, ScriptFacts, Site
 from codemods.names import NameCollector, NameTable, ScopeKey
 
@@ -887,4 +889,8 @@ def analyse(
     original_sites(module, recorder.collected, origins, source)
     # The module itself: a pass that carries positions carries this one too (see convert_module).
     origins.record(module, Site(1, 0, 1, 0))
-    return _Conclusions(recorder, origins).run()
+    facts = _Conclusions(recorder, origins).run()
+    if "KeyboardInterrupt" in recorder.words:
+        facts.interrupt_handlers = handler_sites(
+            source if source is not None else module.code, module.encoding, "KeyboardInterrupt")
+    return facts

@@ -218,6 +218,29 @@ def _ast_sites(
     return statements, calls
 
 
+def handler_sites(source: str | bytes, encoding: str, exception: str) -> list[Site]:
+    """Where the ``except`` clauses that name ``exception`` (alone or in a tuple) start, in source
+    order (the ``except`` keyword: libcst records no position for a handler)."""
+    tree = python_ast(source)
+    if tree is None:
+        return []
+    lines = _Lines(source, encoding)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ExceptHandler) and _names(node.type, exception):
+            start = _site_of(node, lines)
+            found.append(Site(start.line, start.column, start.line, start.column + len("except")))
+    return sorted(found, key=lambda site: (site.line, site.column))
+
+
+def _names(expression: ast.expr | None, name: str) -> bool:
+    if isinstance(expression, ast.Tuple):
+        return any(_names(element, name) for element in expression.elts)
+    return (isinstance(expression, ast.Name) and expression.id == name) or (
+        isinstance(expression, ast.Attribute) and expression.attr == name
+    )
+
+
 class _Lines:
     """The source's lines as text, decoded only when asked for (non-ASCII columns are rare)."""
 

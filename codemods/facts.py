@@ -119,6 +119,8 @@ class ScriptFacts:
     batch_names_by_function: dict[str, set[str]] = field(default_factory=dict)
     #: ``break`` sites whose condition depends on per-rank values (``if loss < 1e-3: break``).
     rank_dependent_breaks: list[Site] = field(default_factory=list)
+    #: ``except KeyboardInterrupt:`` clauses (the ``except`` keyword of each).
+    interrupt_handlers: list[Site] = field(default_factory=list)
     #: Sites of existing distributed set-up (DDP, mp.spawn, init_process_group), by feature.
     distributed_sites: dict[str, Site] = field(default_factory=dict)
     #: Where ``.backward()`` is called (a site, for the no-DataLoader report).

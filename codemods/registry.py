@@ -38,6 +38,7 @@ CODEMOD_MODULES: tuple[str, ...] = (
     "oom_retry",
     "helpers",
     "reports",
+    "interrupts",
 )
 
 

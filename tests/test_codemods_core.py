@@ -364,6 +364,34 @@ def test_rank_dependent_breaks_are_reported(snippet: str, code: str | None) -> N
     assert "break" in lines, "the loop is left as it was"
 
 
+INTERRUPTS = {
+    "alone": ("except KeyboardInterrupt:", 1),
+    "in a tuple, twice": ("except (SystemExit, KeyboardInterrupt):\n    pass\nexcept KeyboardInterrupt as stop:", 2),
+    "other exceptions": ("except (ValueError, RuntimeError):", 0),
+}
+
+
+@pytest.mark.parametrize(("handler", "count"), INTERRUPTS.values(), ids=INTERRUPTS.keys())
+def test_keyboard_interrupt_handlers_are_reported_where_they_start(handler: str, count: int) -> None:
+    training = "loss = model(batch[0]).sum()\nloss.backward()\noptimizer.step()"
+    body = in_loop(training).replace("    for batch in loader:", "    try:\n     for batch in loader:")
+    body += textwrap.indent(handler + "\n    pass\n", "    ")
+    source = HEADER + textwrap.dedent(body)
+    outcome = convert_module(cst.parse_module(source), Options(), source)
+    reports = [change for change in outcome.changes if change.code == "ACC918"]
+    lines = source.splitlines()
+    assert len(reports) == count
+    for report in reports:
+        assert lines[report.line - 1][report.column:].startswith("except") and not report.fixed
+    assert "accelerator.backward(loss)" in outcome.module.code  # the script is still converted
+
+
+def test_keyboard_interrupt_in_a_script_that_trains_nothing_is_not_reported() -> None:
+    source = HEADER + "try:\n    x = torch.zeros(3)\nexcept KeyboardInterrupt:\n    pass\n"
+    outcome = convert_module(cst.parse_module(source), Options(), source)
+    assert outcome.changes == []
+
+
 def test_data_without_a_dataloader_is_reported_not_sharded() -> None:
     body = (
         "def main():\n    model = nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"

@@ -1,0 +1,50 @@
+"""ACC918 keyboard-interrupt: an ``except KeyboardInterrupt`` runs on every process, each at its own point of the step.
+
+Under ``torchrun`` a Ctrl-C reaches every process, and each is somewhere else: one inside the
+gradient all-reduce, another still in its forward. Whatever the handler (or the code after the
+``try``) does with the other processes — ``accelerator.save`` behind ``wait_for_everyone()``, an
+evaluation that gathers, another training step — waits for processes that are waiting for
+something else, and the job hangs instead of stopping. Keep the handler to work of this process
+alone (a per-rank file, a message), or let the interrupt end the run.
+
+Before::
+
+    try:
+        for epoch in range(args.epochs):
+            train_one_epoch(model, train_loader, optimizer)
+    except KeyboardInterrupt:
+        pass
+    evaluate(model, test_loader)
+
+After::
+
+    try:
+        for epoch in range(args.epochs):
+            train_one_epoch(model, train_loader, optimizer)
+    except KeyboardInterrupt:  # ACC918: each process stopped at another point of the step
+        pass
+    evaluate(model, test_loader)
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.base import Change, Codemod, Options
+from codemods.facts import ScriptFacts
+
+
+class KeyboardInterruptHandler(Codemod):
+    code = "ACC918"
+    name = "keyboard-interrupt"
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return bool(facts.interrupt_handlers) and facts.has_accelerator
+
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        message = ("except KeyboardInterrupt runs on every process, each at another point of the step: "
+                   "anything in it or after it that needs the other processes can hang")
+        return module, [
+            Change(self.code, message, site.line, site.column, site.end_line, site.end_column, fixed=False)
+            for site in facts.interrupt_handlers
+        ]
