@@ -212,39 +212,32 @@ class _FieldOrder(cst.CSTVisitor):
 def variables_read(*nodes: cst.CSTNode) -> set[str]:
     """Every variable name used inside ``nodes`` (an attribute name after a dot is not a variable:
     ``args.batch_size`` reads ``args``)."""
-    reader = _VariableReader()
+    return _names_in(nodes, attribute_names=False)
+
+
+def identifiers(*nodes: cst.CSTNode) -> set[str]:
+    """Every name inside ``nodes``, attribute names after a dot included (``args.amp`` gives
+    ``args`` and ``amp``): the words ``ScriptFacts.lines_mentioning`` looks up."""
+    return _names_in(nodes, attribute_names=True)
+
+
+def _names_in(nodes: tuple[cst.CSTNode, ...], *, attribute_names: bool) -> set[str]:
+    reader = _NameReader(attribute_names)
     for node in nodes:
         walk(node, reader)
     return reader.names
 
 
-class _VariableReader(cst.CSTVisitor):
-    def __init__(self) -> None:
+class _NameReader(cst.CSTVisitor):
+    def __init__(self, attribute_names: bool) -> None:
         self.names: set[str] = set()
+        self.attribute_names = attribute_names
 
     def visit_Name(self, node: cst.Name) -> None:
         self.names.add(node.value)
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
+        if self.attribute_names:
+            return True
         walk(node.value, self)
         return False
-
-
-def identifiers(*nodes: cst.CSTNode) -> set[str]:
-    """Every name inside ``nodes`` and every attribute name after a dot (``args.amp`` gives
-    ``args`` and ``amp``): the words ``ScriptFacts.lines_mentioning`` looks up."""
-    reader = _IdentifierReader()
-    for node in nodes:
-        walk(node, reader)
-    return reader.words
-
-
-class _IdentifierReader(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.words: set[str] = set()
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.words.add(node.value)
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        self.words.add(node.attr.value)
