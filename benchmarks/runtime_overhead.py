@@ -10,6 +10,8 @@ The same model, data and optimizer are trained by
 interleaved in rounds inside one launch (the variants share the process group, the data and the
 machine's state at that moment), and the median per-step time of each is reported together with
 the ratios the README quotes: (3)/(1) on one process, (3)/(2) on several, and (3)/(4) everywhere.
+A ratio is the median of the per-round ratios (the variants of a round run back to back, so slow
+drifts of a shared machine cancel), with a distribution-free 95% interval for that median.
 Each round is one full epoch over a fixed synthetic dataset, so every variant runs the same
 number of steps per round and every prepared loader finishes its epoch cleanly.
 
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -251,7 +254,8 @@ def worker(args) -> None:
         for name in order:
             times[name].append(variants[name]())
     result = {"model": args.model, "precision": args.precision, "world": world,
-              "step_seconds": {name: statistics.median(values) for name, values in times.items()}}
+              "step_seconds": {name: statistics.median(values) for name, values in times.items()},
+              "round_seconds": times}
     if args.model == "mlp" and args.precision == "fp32":
         result["loader_batches_per_second"] = loader_throughput(args, world, rank)
     if rank == 0:
@@ -285,6 +289,34 @@ def launch(worker_args: list[str], nproc: int) -> list[dict]:
 
 def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.3f}" if a and b else "—"
+
+
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free interval for the median: the order statistics x(k) and x(n+1-k) with
+    the largest k for which the chance that fewer than k values fall below the median (a
+    Binomial(n, 1/2) tail) stays within (1 - confidence) / 2. Needs 6 or more values at 95%."""
+    ordered = sorted(values)
+    n = len(ordered)
+    tail, k = 0.0, 0
+    while True:
+        tail += math.comb(n, k) / 2 ** n  # P(exactly k values below the median)
+        if tail > (1 - confidence) / 2:
+            break
+        k += 1
+    if k == 0:
+        return ordered[0], ordered[-1]
+    return ordered[k - 1], ordered[n - k]
+
+
+def paired_ratio(row: dict, numerator: str, denominator: str) -> str:
+    """Median of the per-round ratios (the variants of one round ran back to back, so the
+    machine's slow drifts cancel) with its 95% interval."""
+    rounds = row.get("round_seconds", {})
+    if numerator not in rounds or denominator not in rounds:
+        return "—"
+    ratios = [a / b for a, b in zip(rounds[numerator], rounds[denominator])]
+    low, high = median_interval(ratios)
+    return f"{statistics.median(ratios):.3f} [{low:.3f}, {high:.3f}]"
 
 
 def main() -> None:
@@ -351,14 +383,14 @@ def print_step_table(rows: list[dict]) -> None:
     if not rows:
         return
     print("| model | precision | processes | reference | reference s/step | runtime s/step | runtime / reference "
-          "| accelerate s/step | runtime / accelerate |")
+          "(per-round median [95% interval]) | accelerate s/step | runtime / accelerate (per-round) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         times = row["step_seconds"]
         reference = "plain" if row["world"] == 1 else "ddp"
         print(f"| {row['model']} | {row['precision']} | {row['world']} | {reference} | {times[reference]:.5f} "
-              f"| {times['runtime']:.5f} | {ratio(times['runtime'], times[reference])} "
-              f"| {times.get('accelerate', 0):.5f} | {ratio(times['runtime'], times.get('accelerate'))} |")
+              f"| {times['runtime']:.5f} | {paired_ratio(row, 'runtime', reference)} "
+              f"| {times.get('accelerate', 0):.5f} | {paired_ratio(row, 'runtime', 'accelerate')} |")
 
 
 if __name__ == "__main__":
