@@ -22,5 +22,23 @@ def test_runtime_overhead_quick_run_prints_every_ratio() -> None:
     assert [row.split("|")[3].strip() for row in rows] == ["1", "2"], run.stdout
     for row in rows:
         ratios = [cell.strip() for cell in row.split("|")[7:10:2]]
-        assert all(re.fullmatch(r"\d+\.\d{3}", value) for value in ratios), row
+        # median of the per-round ratios [95% interval of that median]
+        for value in ratios:
+            match = re.fullmatch(r"(\d+\.\d{3}) \[(\d+\.\d{3}), (\d+\.\d{3})\]", value)
+            assert match, row
+            low, median, high = float(match[2]), float(match[1]), float(match[3])
+            assert low <= median <= high, row
     assert re.search(r"prepared/plain throughput = \d+\.\d{3}", run.stdout), run.stdout
+
+
+def test_the_median_interval_is_the_binomial_order_statistics() -> None:
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    try:
+        from runtime_overhead import median_interval
+    finally:
+        sys.path.remove(str(REPO_ROOT / "benchmarks"))
+    # n = 15: P(Binomial(15, 1/2) <= 3) = 576/32768 ≈ 1.8% per side, <= 4 would be 5.9%: x(4), x(12).
+    assert median_interval([float(v) for v in range(15, 0, -1)]) == (4.0, 12.0)
+    # n = 7: even x(1), x(7) covers the median only 98.4% of the time; no narrower 95% interval.
+    assert median_interval([3.0, 1.0, 2.0, 7.0, 5.0, 6.0, 4.0]) == (1.0, 7.0)
+    assert median_interval([2.0, 2.0]) == (2.0, 2.0)
