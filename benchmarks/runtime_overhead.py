@@ -3,7 +3,8 @@
 The same model, data and optimizer are trained by
 
 1. a plain single-process PyTorch loop (1 process only),
-2. a hand-written ``DistributedDataParallel`` loop with ``DistributedSampler`` (2+ processes),
+2. a hand-written ``DistributedDataParallel`` loop with ``DistributedSampler`` (2+ processes; also
+   with ``static_graph=True``, the runtime's default, to tell that choice's cost from the runtime's),
 3. ``runtime.Accelerator``,
 4. Hugging Face Accelerate,
 
@@ -155,6 +156,30 @@ def make_variants(args, device, world: int, rank: int) -> dict[str, Callable[[],
             return timed_epoch(ddp_loader, ddp_step)
 
         variants["ddp"] = ddp_epoch
+
+        # The same hand-written loop with DDP's static_graph=True, which runtime.Accelerator sets by
+        # default (what lets unused parameters work with no flag): splits the gap to (3) into
+        # what that choice costs and what the runtime's own code costs.
+        torch.manual_seed(0)
+        static_model = DistributedDataParallel(build_model(args.model, args.width).to(device), static_graph=True,
+                                               device_ids=[device.index] if device.type == "cuda" else None)
+        static_opt = torch.optim.SGD(static_model.parameters(), lr=1e-3)
+        static_sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True)
+        static_loader = DataLoader(dataset, batch_size=args.batch, sampler=static_sampler)
+
+        def static_step(x, y):
+            x, y = x.to(device), y.to(device)
+            with autocast():
+                loss = F.cross_entropy(static_model(x).float(), y)
+            loss.backward()
+            static_opt.step()
+            static_opt.zero_grad(set_to_none=True)
+
+        def static_epoch() -> float:
+            static_sampler.set_epoch(epoch[0])
+            return timed_epoch(static_loader, static_step)
+
+        variants["ddp_static_graph"] = static_epoch
 
     def accelerator_variant(accelerator):
         torch.manual_seed(0)
@@ -370,6 +395,11 @@ def main() -> None:
                     print(json.dumps(result), file=sys.stderr, flush=True)
 
     print_step_table([row for row in rows if row["step_seconds"]])
+    for row in rows:
+        if "ddp_static_graph" in row.get("round_seconds", {}):
+            print(f"\n{row['model']} {row['precision']}, {row['world']} processes: DDP with static_graph=True / DDP = "
+                  f"{paired_ratio(row, 'ddp_static_graph', 'ddp')}; runtime / DDP with static_graph=True = "
+                  f"{paired_ratio(row, 'runtime', 'ddp_static_graph')}")
     for row in rows:
         if "loader_batches_per_second" in row:
             rates = row["loader_batches_per_second"]
