@@ -161,7 +161,8 @@ def verify_stable(converted: cst.Module, output: bytes, options: Options, path: 
     """
     if python_ast(output) is None and (python_ast(source) is not None or not _libcst_parses(output)):
         raise ConversionError(
-            path, 1, 1, "internal error: the converted script does not parse; nothing written"
+            path, 1, 1,
+            f"internal error: the converted script does not parse ({_syntax_problem(output)}); nothing written",
         )
     again_module = run_codemods(converted, options, path, output).module
     if again_module is converted:
@@ -174,6 +175,17 @@ def verify_stable(converted: cst.Module, output: bytes, options: Options, path: 
             path, line, 1,
             "internal error: converting the result again changes it (unstable rewrite); nothing written",
         )
+
+
+def _syntax_problem(code: bytes) -> str:
+    """CPython's complaint about ``code``, with its line in the converted script."""
+    try:
+        compile(code, "<converted>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as error:
+        return f"line {error.lineno}: {error.msg}"
+    except ValueError as error:  # a null byte
+        return str(error)
+    return "libcst cannot read it"
 
 
 def _libcst_parses(code: bytes) -> bool:
