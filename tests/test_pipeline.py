@@ -179,3 +179,21 @@ def test_too_deep_to_print_is_one_error_not_a_crash(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(codemods, "convert_module", identity_codemod, raising=False)
     with pytest.raises(ConversionError, match="nests too deeply"):
         convert_source(source, OPTIONS, path="deep.py")
+
+
+def test_syntax_newer_than_the_interpreter_still_converts_and_verifies() -> None:
+    """A PEP 695 alias libcst reads but CPython 3.11 does not: positions and the verification's
+    parse check fall back to libcst instead of calling the output broken."""
+    source = (
+        b"import torch\n"
+        b"type Pair = tuple[int, int]\n"
+        b"model = torch.nn.Linear(2, 1)\n"
+        b"optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        b"loss = model(torch.ones(2)).sum()\n"
+        b"loss.backward()\n"
+    )
+    conversion = convert_source(source, OPTIONS, path="new.py")
+    assert b"accelerator.backward(loss)" in conversion.output
+    assert b"type Pair = tuple[int, int]" in conversion.output
+    backward = [change for change in conversion.changes if change.code == "ACC105"]
+    assert [(change.line, change.column) for change in backward] == [(6, 0)]
