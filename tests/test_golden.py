@@ -1,4 +1,5 @@
-"""Golden files: every fixtures/cases/*.py converted (runtime target) equals fixtures/expected/<name>.py.
+"""Golden files: every fixtures/cases/*.py converted equals fixtures/expected/<name>.py, with the
+options its sidecar names (``oom_retry``, ``target``; see fixtures/README.md), else the defaults.
 
 Adding a case needs no test code: drop the input in fixtures/cases/, run
 ``pytest tests/test_golden.py --force-regen``, review the new fixtures/expected/<name>.py as a
@@ -8,6 +9,7 @@ person would review a hand conversion, and commit both.
 from __future__ import annotations
 
 import difflib
+import json
 from functools import cache
 from pathlib import Path
 
@@ -30,9 +32,17 @@ def convert(source: bytes, options: Options = Options()) -> tuple[bytes, list[Ch
     return outcome.module.bytes, outcome.changes
 
 
+def options_for(case: Path, **overrides: object) -> Options:
+    """The options the case's sidecar asks for (``fixtures/cases/<name>.json``)."""
+    sidecar = case.with_suffix(".json")
+    spec = json.loads(sidecar.read_text()) if sidecar.exists() else {}
+    chosen = {"oom_retry": spec.get("oom_retry", False), "target": spec.get("target", "runtime"), **overrides}
+    return Options(**chosen)  # type: ignore[arg-type]
+
+
 @cache
 def converted(case: Path) -> tuple[bytes, tuple[Change, ...]]:
-    output, changes = convert(case.read_bytes())
+    output, changes = convert(case.read_bytes(), options_for(case))
     return output, tuple(changes)
 
 
@@ -49,7 +59,7 @@ def test_conversion_matches_golden_file(case: Path, file_regression) -> None:
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_golden_output_converts_to_itself(case: Path) -> None:
     output, _ = converted(case)
-    again, changes = convert(output)
+    again, changes = convert(output, options_for(case))
     assert again == output, "converting the converted script changed it"
     assert [c for c in changes if c.fixed] == [], "a converted script still has automatic rewrites pending"
 
@@ -69,8 +79,8 @@ def _differing_lines(first: bytes, second: bytes) -> list[str]:
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_accelerate_target_differs_only_in_imports(case: Path) -> None:
-    runtime_output, _ = converted(case)
-    accelerate_output, _ = convert(case.read_bytes(), Options(target="accelerate"))
+    runtime_output, _ = convert(case.read_bytes(), options_for(case, target="runtime"))
+    accelerate_output, _ = convert(case.read_bytes(), options_for(case, target="accelerate"))
     for line in _differing_lines(runtime_output, accelerate_output):
         text = line[2:].strip()
         package = "runtime" if line.startswith("- ") else "accelerate"
