@@ -147,8 +147,9 @@ class _Recorder(NameCollector):
     def __init__(self) -> None:
         super().__init__()
         self.collected: list[cst.CSTNode] = []
-        #: Every identifier (a name, or an attribute's name after the dot) → the index in
-        #: ``collected`` of the statement or call it was last inside: enough to find its line.
+        #: Every identifier (a name, or an attribute's name after the dot) and every dotted path
+        #: (``model.state_dict``) → the index in ``collected`` of the statement or call it was last
+        #: inside: enough to find its line.
         self.words: dict[str, list[int]] = {}
         self.calls: list[_Call] = []
         self.assigns: list[_Assign] = []
@@ -179,10 +180,11 @@ class _Recorder(NameCollector):
             self._frames[-1].names.add(node.value)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        self.words.setdefault(node.attr.value, []).append(len(self.collected) - 1)
-        if self._frames:
-            path = dotted(node)
-            if path is not None:
+        # The attribute's own name is a Name node below: visit_Name indexes it.
+        path = dotted(node)
+        if path is not None:
+            self.words.setdefault(path, []).append(len(self.collected) - 1)
+            if self._frames:
                 self._frames[-1].names.add(path)
 
     # -- functions ----------------------------------------------------------------------------

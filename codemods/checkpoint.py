@@ -33,7 +33,6 @@ from codemods.edits import dotted
 from codemods.facts import ScriptFacts
 from codemods.rewriting import (
     callee_words,
-    name_words,
     AcceleratorScope,
     body_statements,
     accelerator_call,
@@ -75,8 +74,11 @@ class CheckpointCodemod(Codemod):
     def transform(
         self, module: cst.Module, facts: ScriptFacts, options: Options
     ) -> tuple[cst.Module, list[Change]]:
-        # Lines naming a model (its attributes are unwrapped) or saving/loading.
-        words = name_words(facts.models) | callee_words(facts, ("torch.save", "torch.load"))
+        # Lines reading a model attribute nn.Module does not have (unwrapped), or saving/loading.
+        words = callee_words(facts, ("torch.save", "torch.load")) | {
+            path for path in facts.word_lines
+            if path.rpartition(".")[0] in facts.models and path.rpartition(".")[2] not in MODULE_OWN_ATTRIBUTES
+        }
         rewriter = _CheckpointRewriter(facts, module, facts.lines_mentioning(words))
         new_module = module.visit(rewriter)
         if rewriter.saves and rewriter.loads:

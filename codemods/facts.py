@@ -134,9 +134,10 @@ class ScriptFacts:
     call_sites: dict[str, list[Site]] = field(default_factory=dict)
     #: Where each name (or dotted path) is assigned.
     assign_sites: dict[str, list[Site]] = field(default_factory=dict)
-    #: Every identifier (``scaler``, ``autocast``, the ``save`` of ``torch.save``) → original lines
-    #: of statements that mention it (the first line of a multi-line statement): a pass that
-    #: reacts only to some names walks only the statements holding them (``lines_mentioning``).
+    #: Every identifier (``scaler``, ``autocast``, the ``save`` of ``torch.save``) and every dotted
+    #: path (``model.state_dict``, ``torch.save``) → original lines of statements that mention it
+    #: (the first line of a multi-line statement): a pass that reacts only to some names walks only
+    #: the statements holding them (``lines_mentioning``).
     word_lines: dict[str, list[int]] = field(default_factory=dict)
     #: Original lines earlier passes changed (kept up to date by ``codemods.convert_module``):
     #: a later pass that looks for what they wrote walks only those statements.
