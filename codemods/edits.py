@@ -226,7 +226,14 @@ def handler_sites(source: str | bytes, encoding: str, exception: str) -> list[Si
         return []
     lines = _Lines(source, encoding)
     found = []
-    for node in ast.walk(tree):
+    # Handlers hang in statement lists only: follow those, not every expression.
+    pending: list[ast.AST] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            block = getattr(node, name, None)
+            if type(block) is list:
+                pending.extend(block)
         if isinstance(node, ast.ExceptHandler) and _names(node.type, exception):
             start = _site_of(node, lines)
             found.append(Site(start.line, start.column, start.line, start.column + len("except")))
