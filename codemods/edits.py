@@ -83,9 +83,40 @@ class OriginIndex:
             self._sites[id(updated)] = (entry[0], updated)
 
 
-class CodemodTransformer(cst.CSTTransformer):
-    """Base of the codemods' transformers: knows the enclosing scope (as the name table keys it),
-    carries original positions forward, and collects :class:`Change` records."""
+class TargetedTransformer(cst.CSTTransformer):
+    """What every pass's transformer shares: it walks only the statements holding one of
+    ``lines`` (original line numbers; None: all), never enters whitespace or tokens (libcst rebuilds
+    every node a transformer enters, so the walk is what a pass costs), and carries the original
+    position of each statement, call and the module to the node that replaces it (so that later
+    passes still report in terms of the file the user wrote). Without ``origins`` (a pass run on
+    its own, in unit tests) it walks everything and carries nothing."""
+
+    def __init__(self, origins: OriginIndex | None, lines: Iterable[int] | None = None) -> None:
+        super().__init__()
+        self.origins = origins
+        self.lines = sorted(set(lines)) if lines is not None else None
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if type(node) in TRIVIA:
+            return False
+        descend = super().on_visit(node)
+        return descend and not skips_statement(node, self.lines, self.origins)
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
+        result = super().on_leave(original_node, updated_node)
+        if self.origins is None or type(original_node) not in CARRIED_TYPES or result is original_node:
+            return result
+        if isinstance(result, cst.FlattenSentinel):
+            for node in result.nodes:
+                self.origins.carry(original_node, node)
+        elif isinstance(result, cst.CSTNode):
+            self.origins.carry(original_node, result)
+        return result
+
+
+class CodemodTransformer(TargetedTransformer):
+    """Base of the ACC10x passes' transformers: knows the enclosing scope (as the name table keys
+    it) and collects :class:`Change` records; ``lines`` are the sites it may change."""
 
     def __init__(
         self,
@@ -94,33 +125,11 @@ class CodemodTransformer(cst.CSTTransformer):
         accelerator: str = "accelerator",
         lines: Iterable[Site] | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(origins, {site.line for site in lines} if lines is not None else None)
         self.names = names
-        self.origins = origins
         self.accelerator = accelerator
         self.scope: ScopeKey = ()
         self.changes: list[Change] = []
-        #: Original lines this pass may change; statements that hold none of them are not walked
-        #: (None: walk everything). The walk is what a pass costs, so this keeps passes cheap.
-        self.lines = sorted({site.line for site in lines}) if lines is not None else None
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if type(node) in TRIVIA:
-            return False  # whitespace and tokens: nothing to rewrite, rebuilding them is waste
-        descend = super().on_visit(node)
-        return descend and not skips_statement(node, self.lines, self.origins)
-
-    def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
-        result = super().on_leave(original_node, updated_node)
-        if type(original_node) not in CARRIED_TYPES:
-            return result  # only statements, calls and the module have positions to carry
-        if isinstance(result, cst.CSTNode):
-            if result is not original_node:
-                self.origins.carry(original_node, result)
-        elif isinstance(result, cst.FlattenSentinel):
-            for node in result.nodes:
-                self.origins.carry(original_node, node)
-        return result
 
     # Scope bookkeeping, matching codemods.names.NameCollector.
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool | None:

@@ -11,9 +11,9 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemods.base import Change
-from codemods.edits import CARRIED_TYPES, POSITIONED_TYPES, dotted, is_main_guard, skips_statement
+from codemods.edits import POSITIONED_TYPES, TargetedTransformer, dotted, is_main_guard
 from codemods.facts import ScriptFacts, Site
-from codemods.walk import TRIVIA, walk
+from codemods.walk import walk
 
 
 
@@ -188,45 +188,28 @@ def _positioned(node: cst.CSTNode) -> cst.CSTNode:
 
 
 
-class Issue5Transformer(cst.CSTTransformer):
-    """Base of the issue-5 transformers: reports changes, anchored at the enclosing statement,
-    and carries original positions from each node it replaces to the node that replaces it (so
-    that later passes still report in terms of the file the user wrote)."""
+class Issue5Transformer(TargetedTransformer):
+    """Base of the issue-5 transformers: reports changes through :class:`PendingChanges`, each
+    anchored at the enclosing statement (for nodes without a recorded position of their own)."""
 
     def __init__(self, facts: ScriptFacts, lines: Iterable[int] | None = None) -> None:
-        super().__init__()
+        super().__init__(getattr(facts, "origins", None), lines)
         self.facts = facts
         self.pending = PendingChanges(facts)
         self._anchors: list[cst.CSTNode] = []
-        self._origins = getattr(facts, "origins", None)
-        #: Original lines this pass may change (None: any): statements holding none are not
-        #: walked (``codemods.edits.skips_statement``).
-        self.lines = sorted(lines) if lines is not None else None
 
     def report(self, node: cst.CSTNode, code: str, message: str, fixed: bool = True) -> None:
         self.pending.add(node, code, message, fixed, self._anchors[-1] if self._anchors else None)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        if type(node) in TRIVIA:
-            return False  # whitespace and tokens: nothing to rewrite, rebuilding them is waste
         if type(node) in POSITIONED_TYPES:
             self._anchors.append(node)
-        descend = super().on_visit(node)
-        return descend and not skips_statement(node, self.lines, self._origins)
+        return super().on_visit(node)
 
     def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
-        positioned = type(original_node) in POSITIONED_TYPES
-        if positioned and self._anchors and self._anchors[-1] is original_node:
+        if type(original_node) in POSITIONED_TYPES and self._anchors and self._anchors[-1] is original_node:
             self._anchors.pop()
-        result = super().on_leave(original_node, updated_node)
-        # Only statements, calls and the module have recorded positions: nothing else needs carrying.
-        if type(original_node) in CARRIED_TYPES and self._origins is not None and result is not original_node:
-            if isinstance(result, cst.FlattenSentinel):
-                for node in result.nodes:
-                    self._origins.carry(original_node, node)
-            elif isinstance(result, cst.CSTNode):
-                self._origins.carry(original_node, result)
-        return result
+        return super().on_leave(original_node, updated_node)
 
 
 class AcceleratorScope(Issue5Transformer):

@@ -10,7 +10,6 @@ import libcst as cst
 import pytest
 
 import codemods.edits
-import codemods.rewriting
 from codemods.analysis import analyse
 from codemods.base import Options
 from converter.pipeline import convert_source
@@ -48,7 +47,6 @@ def test_word_lines_give_the_first_line_of_the_statement_naming_each_identifier(
 def every_statement_walked(monkeypatch: pytest.MonkeyPatch) -> None:
     never = lambda node, lines, origins: False  # noqa: E731
     monkeypatch.setattr(codemods.edits, "skips_statement", never)
-    monkeypatch.setattr(codemods.rewriting, "skips_statement", never)
 
 
 def _convert(script: Path, options: Options) -> tuple[bytes, list[tuple[object, ...]]]:
@@ -63,7 +61,7 @@ def test_targeted_walks_convert_exactly_like_full_walks(options_name: str, reque
     options = OPTION_SETS[options_name]
     targeted = {script.name: _convert(script, options) for script in SCRIPTS}
     request.getfixturevalue("every_statement_walked")
-    assert codemods.rewriting.skips_statement(cst.parse_statement("x = 1"), [], None) is False
+    assert codemods.edits.skips_statement(cst.parse_statement("x = 1"), [], None) is False
     full = {script.name: _convert(script, options) for script in SCRIPTS}
     for name in targeted:
         assert targeted[name] == full[name], name
