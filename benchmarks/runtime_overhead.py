@@ -134,52 +134,36 @@ def make_variants(args, device, world: int, rank: int) -> dict[str, Callable[[],
     else:
         from torch.nn.parallel import DistributedDataParallel
 
-        torch.manual_seed(0)
-        ddp_model = DistributedDataParallel(build_model(args.model, args.width).to(device),
-                                            device_ids=[device.index] if device.type == "cuda" else None)
-        ddp_opt = torch.optim.SGD(ddp_model.parameters(), lr=1e-3)
-        sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True)
-        ddp_loader = DataLoader(dataset, batch_size=args.batch, sampler=sampler)
-        epoch = [0]
+        def ddp_variant(static_graph: bool) -> Callable[[], float]:
+            """The hand-written loop: DDP, DistributedSampler re-seeded every epoch."""
+            torch.manual_seed(0)
+            ddp_model = DistributedDataParallel(build_model(args.model, args.width).to(device), static_graph=static_graph,
+                                                device_ids=[device.index] if device.type == "cuda" else None)
+            ddp_opt = torch.optim.SGD(ddp_model.parameters(), lr=1e-3)
+            sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True)
+            ddp_loader = DataLoader(dataset, batch_size=args.batch, sampler=sampler)
+            epoch = [0]
 
-        def ddp_step(x, y):
-            x, y = x.to(device), y.to(device)
-            with autocast():
-                loss = F.cross_entropy(ddp_model(x).float(), y)
-            loss.backward()
-            ddp_opt.step()
-            ddp_opt.zero_grad(set_to_none=True)
+            def ddp_step(x, y):
+                x, y = x.to(device), y.to(device)
+                with autocast():
+                    loss = F.cross_entropy(ddp_model(x).float(), y)
+                loss.backward()
+                ddp_opt.step()
+                ddp_opt.zero_grad(set_to_none=True)
 
-        def ddp_epoch() -> float:
-            sampler.set_epoch(epoch[0])
-            epoch[0] += 1
-            return timed_epoch(ddp_loader, ddp_step)
+            def ddp_epoch() -> float:
+                sampler.set_epoch(epoch[0])
+                epoch[0] += 1
+                return timed_epoch(ddp_loader, ddp_step)
 
-        variants["ddp"] = ddp_epoch
+            return ddp_epoch
 
-        # The same hand-written loop with DDP's static_graph=True, which runtime.Accelerator sets by
-        # default (what lets unused parameters work with no flag): splits the gap to (3) into
-        # what that choice costs and what the runtime's own code costs.
-        torch.manual_seed(0)
-        static_model = DistributedDataParallel(build_model(args.model, args.width).to(device), static_graph=True,
-                                               device_ids=[device.index] if device.type == "cuda" else None)
-        static_opt = torch.optim.SGD(static_model.parameters(), lr=1e-3)
-        static_sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True)
-        static_loader = DataLoader(dataset, batch_size=args.batch, sampler=static_sampler)
-
-        def static_step(x, y):
-            x, y = x.to(device), y.to(device)
-            with autocast():
-                loss = F.cross_entropy(static_model(x).float(), y)
-            loss.backward()
-            static_opt.step()
-            static_opt.zero_grad(set_to_none=True)
-
-        def static_epoch() -> float:
-            static_sampler.set_epoch(epoch[0])
-            return timed_epoch(static_loader, static_step)
-
-        variants["ddp_static_graph"] = static_epoch
+        variants["ddp"] = ddp_variant(static_graph=False)
+        # The same loop with DDP's static_graph=True, which runtime.Accelerator sets by default
+        # (what lets unused parameters work with no flag): splits the gap to (3) into what that
+        # choice costs and what the runtime's own code costs.
+        variants["ddp_static_graph"] = ddp_variant(static_graph=True)
 
     def accelerator_variant(accelerator):
         torch.manual_seed(0)
