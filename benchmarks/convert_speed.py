@@ -277,7 +277,8 @@ def main() -> None:
     print(f"memory: converting the largest file ({largest.name}, {len(forced[largest]) / 1000:.0f} KB) "
           f"peaks at {peak:.1f} MB of Python heap; whole benchmark process peak RSS {rss:.0f} MB")
     results["memory"] = {"largest_file": str(largest), "peak_heap_mb": peak, "process_peak_rss_mb": rss}
-    results["process"] = time_processes(typical, 1 if args.quick else max(rounds, 5), args.torchfix)
+    # Process times move with the machine's state more than in-process ones: more rounds.
+    results["process"] = time_processes(typical, 1 if args.quick else max(rounds, 15), args.torchfix)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))
 
