@@ -11,10 +11,12 @@ the node a pass received to the node it returned. A change is then reported at
 from __future__ import annotations
 
 import ast
+import re
 from bisect import bisect_left
 from dataclasses import fields, replace
 from functools import cache, lru_cache
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -95,15 +97,21 @@ class TargetedTransformer(cst.CSTTransformer):
         super().__init__()
         self.origins = origins
         self.lines = sorted(set(lines)) if lines is not None else None
+        self._hooks = _transformer_hooks(type(self))
 
+    # libcst's on_visit/on_leave look ``visit_<Node>``/``leave_<Node>`` up by a built name for
+    # every node, and find one of its thousand no-op stubs for most: the pass's own hooks are
+    # looked up once per node type instead, and only they are called.
     def on_visit(self, node: cst.CSTNode) -> bool:
         if type(node) in TRIVIA:
             return False
-        descend = super().on_visit(node)
+        visit = self._hooks_of(type(node))[0]
+        descend = visit is None or visit(self, node) is not False
         return descend and not skips_statement(node, self.lines, self.origins)
 
     def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
-        result = super().on_leave(original_node, updated_node)
+        leave = self._hooks_of(type(original_node))[1]
+        result = updated_node if leave is None else leave(self, original_node, updated_node)
         if self.origins is None or type(original_node) not in CARRIED_TYPES or result is original_node:
             return result
         if isinstance(result, cst.FlattenSentinel):
@@ -112,6 +120,46 @@ class TargetedTransformer(cst.CSTTransformer):
         elif isinstance(result, cst.CSTNode):
             self.origins.carry(original_node, result)
         return result
+
+
+    def _hooks_of(self, node_type: type) -> tuple[Callable[..., Any] | None, Callable[..., Any] | None]:
+        hooks = self._hooks.get(node_type)
+        if hooks is None:
+            hooks = self._hooks[node_type] = (
+                _own_transformer_method(type(self), f"visit_{node_type.__name__}"),
+                _own_transformer_method(type(self), f"leave_{node_type.__name__}"),
+            )
+        return hooks
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        pass  # no pass has per-field hooks (``_transformer_hooks`` refuses them)
+
+    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        pass
+
+
+#: Transformer class → node class → (its own visit hook, its own leave hook), None where only
+#: libcst's no-op stub exists.
+_HOOKS: dict[type, dict[type, tuple[Callable[..., Any] | None, Callable[..., Any] | None]]] = {}
+_FIELD_HOOK = re.compile(r"(visit|leave)_[A-Z]\w*_[a-z]\w*$")
+
+
+def _transformer_hooks(transformer_type: type) -> dict[type, tuple[Callable[..., Any] | None, Callable[..., Any] | None]]:
+    hooks = _HOOKS.get(transformer_type)
+    if hooks is None:
+        field_hooks = [name for klass in transformer_type.__mro__ if not klass.__module__.startswith("libcst")
+                       for name in vars(klass) if _FIELD_HOOK.match(name)]
+        if field_hooks:
+            raise TypeError(f"{transformer_type.__name__} has per-field hooks ({', '.join(field_hooks)}), "
+                            "which TargetedTransformer does not call")
+        hooks = _HOOKS[transformer_type] = {}
+    return hooks
+
+
+def _own_transformer_method(transformer_type: type, name: str) -> Callable[..., Any] | None:
+    """The class's method ``name``, or None where it is only libcst's no-op stub."""
+    method = getattr(transformer_type, name, None)
+    return None if method is None or method is getattr(cst.CSTTransformer, name, None) else method
 
 
 class CodemodTransformer(TargetedTransformer):

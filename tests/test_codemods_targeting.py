@@ -68,3 +68,29 @@ def test_targeted_walks_convert_exactly_like_full_walks(options_name: str, reque
     # The comparison means something: the scripts were really rewritten and reported.
     assert sum(output != (ROOT / "fixtures" / "cases" / name).read_bytes()
                for name, (output, _) in targeted.items() if name != "typical_train.py") > 20
+
+
+def test_a_transformer_calls_its_own_hooks_and_refuses_per_field_hooks() -> None:
+    class Renamer(codemods.edits.TargetedTransformer):
+        def __init__(self) -> None:
+            super().__init__(None)
+            self.visited: list[str] = []
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            self.visited.append(node.name.value)
+            return node.name.value != "skipped"  # its body is not entered
+
+        def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
+            return updated_node.with_changes(value="y") if updated_node.value == "x" else updated_node
+
+    module = cst.parse_module("def kept():\n    x = 1\ndef skipped():\n    x = 2\nx = 3  # x\n")
+    renamer = Renamer()
+    assert module.visit(renamer).code == "def kept():\n    y = 1\ndef skipped():\n    x = 2\ny = 3  # x\n"
+    assert renamer.visited == ["kept", "skipped"]
+
+    class FieldHook(codemods.edits.TargetedTransformer):
+        def visit_If_test(self, node: cst.If) -> None:
+            pass
+
+    with pytest.raises(TypeError, match="per-field hooks"):
+        FieldHook(None)
