@@ -24,7 +24,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from codemods.base import Change
 from codemods.facts import ScriptFacts, Site
 from codemods.names import NameTable, ScopeKey
-from codemods.walk import TRIVIA, concrete_subclasses, walk
+from codemods.walk import TRIVIA, concrete_subclasses, own_hooks, walk
 
 #: The node kinds whose original positions are recorded.
 POSITIONED = (cst.Call, cst.BaseSmallStatement, cst.BaseCompoundStatement)
@@ -126,8 +126,8 @@ class TargetedTransformer(cst.CSTTransformer):
         hooks = self._hooks.get(node_type)
         if hooks is None:
             hooks = self._hooks[node_type] = (
-                _own_transformer_method(type(self), f"visit_{node_type.__name__}"),
-                _own_transformer_method(type(self), f"leave_{node_type.__name__}"),
+                own_hooks(type(self)).get(f"visit_{node_type.__name__}"),  # type: ignore[arg-type]
+                own_hooks(type(self)).get(f"leave_{node_type.__name__}"),  # type: ignore[arg-type]
             )
         return hooks
 
@@ -147,19 +147,12 @@ _FIELD_HOOK = re.compile(r"(visit|leave)_[A-Z]\w*_[a-z]\w*$")
 def _transformer_hooks(transformer_type: type) -> dict[type, tuple[Callable[..., Any] | None, Callable[..., Any] | None]]:
     hooks = _HOOKS.get(transformer_type)
     if hooks is None:
-        field_hooks = [name for klass in transformer_type.__mro__ if not klass.__module__.startswith("libcst")
-                       for name in vars(klass) if _FIELD_HOOK.match(name)]
+        field_hooks = sorted(name for name in own_hooks(transformer_type) if _FIELD_HOOK.match(name))
         if field_hooks:
             raise TypeError(f"{transformer_type.__name__} has per-field hooks ({', '.join(field_hooks)}), "
                             "which TargetedTransformer does not call")
         hooks = _HOOKS[transformer_type] = {}
     return hooks
-
-
-def _own_transformer_method(transformer_type: type, name: str) -> Callable[..., Any] | None:
-    """The class's method ``name``, or None where it is only libcst's no-op stub."""
-    method = getattr(transformer_type, name, None)
-    return None if method is None or method is getattr(cst.CSTTransformer, name, None) else method
 
 
 class CodemodTransformer(TargetedTransformer):
@@ -492,7 +485,7 @@ def reanchor(old: cst.CSTNode, new: cst.CSTNode, origins: OriginIndex) -> None:
     stack = [(old, new)]
     while stack:
         before, after = stack.pop()
-        if before is after or isinstance(before, _NO_POSITIONS_INSIDE):
+        if before is after or type(before) in _NO_POSITIONS_INSIDE:
             continue
         if origins.carried(after):
             # The pass carried this statement or call itself, and with it everything it walked.
@@ -515,13 +508,7 @@ def reanchor(old: cst.CSTNode, new: cst.CSTNode, origins: OriginIndex) -> None:
 
 
 #: Nodes without statements or calls inside: nothing below them has a recorded position.
-_NO_POSITIONS_INSIDE = (
-    cst.Name, cst.BaseNumber, cst.SimpleString, cst.BaseParenthesizableWhitespace,
-    cst.TrailingWhitespace, cst.EmptyLine, cst.Newline, cst.Comment, cst.LeftParen, cst.RightParen,
-    cst.LeftSquareBracket, cst.RightSquareBracket, cst.LeftCurlyBrace, cst.RightCurlyBrace,
-    cst.Comma, cst.Dot, cst.Colon, cst.Semicolon, cst.AssignEqual, cst.BaseBinaryOp,
-    cst.BaseBooleanOp, cst.BaseCompOp, cst.BaseUnaryOp, cst.BaseAugOp, cst.ImportStar,
-)
+_NO_POSITIONS_INSIDE = TRIVIA | concrete_subclasses(cst.Name, cst.BaseNumber, cst.SimpleString)
 
 
 @cache

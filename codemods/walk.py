@@ -147,30 +147,26 @@ def _node_types_walked(visitor_type: type) -> frozenset[type]:
 def _own_method(visitor_type: type, name: str) -> object:
     """The visitor's method ``name``, or None where it is only libcst's empty stub (CSTVisitor
     declares a no-op for every node and field: calling them was half of a walk's time)."""
-    return _own_methods(visitor_type).get(name)
+    return own_hooks(visitor_type).get(name)
 
 
-_LIBCST_VISITOR_CLASSES = frozenset(cst.CSTVisitor.__mro__)
-_own_methods_by_type: dict[type, dict[str, object]] = {}
+_own_hooks_by_type: dict[type, dict[str, object]] = {}
 
 
-def _own_methods(visitor_type: type) -> dict[str, object]:
-    """The visitor's ``visit_``/``leave_`` methods that are not libcst's stubs, by name. Read
-    once per class from the dictionaries of its own classes: asking ``getattr`` name by name
-    searched CSTVisitor's thousand stubs for every hook a plan might use."""
-    methods = _own_methods_by_type.get(visitor_type)
-    if methods is None:
+def own_hooks(visitor_type: type) -> dict[str, object]:
+    """A visitor's or transformer's own ``visit_``/``leave_`` methods, by name: read once per
+    class from the dictionaries of its classes outside libcst (libcst's own classes hold only the
+    no-op stubs it declares for every node and field; asking ``getattr`` name by name found one
+    of those for almost every hook a plan might use)."""
+    hooks = _own_hooks_by_type.get(visitor_type)
+    if hooks is None:
         names = {
             name
-            for klass in visitor_type.__mro__ if klass not in _LIBCST_VISITOR_CLASSES
+            for klass in visitor_type.__mro__ if not klass.__module__.startswith("libcst")
             for name in vars(klass) if name.startswith(("visit_", "leave_"))
         }
-        methods = {
-            name: method for name in names
-            if (method := getattr(visitor_type, name)) is not getattr(cst.CSTVisitor, name, None)
-        }
-        _own_methods_by_type[visitor_type] = methods
-    return methods
+        hooks = _own_hooks_by_type[visitor_type] = {name: getattr(visitor_type, name) for name in names}
+    return hooks
 
 
 _child_field_order: dict[type, tuple[str, ...]] = {}
