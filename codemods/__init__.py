@@ -1,20 +1,22 @@
 """The rewrites that make a single-GPU PyTorch script distributed, and the one entry point.
 
-``convert_module`` analyses the module once (:mod:`codemods.analysis`), then runs every codemod of
-:mod:`codemods.registry` in its fixed order, each reading the same facts. Changes are reported at
-their positions in the original file, sorted by line.
+``convert_module`` analyses the module once (:mod:`codemods.engine.analysis`), then runs every
+rule of :mod:`codemods.engine.registry` in its fixed order, each reading the same facts and
+returning the tree it made and what it changed. Changes are reported at their positions in the
+original file, sorted by line.
+
+Layout: ``engine/`` is the machinery every rule shares (facts, names, positions, transformers,
+the registry); ``rules/`` holds one module per rule, each importing the engine only.
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
-from codemods.base import Change, Codemod, ConversionOutcome, Options
+from codemods.engine.model import Change, ConversionOutcome, Options
+from codemods.engine.rule import Rule
 
-__all__ = ["convert_module", "Change", "Codemod", "ConversionOutcome", "Options"]
-
-#: Set-ups that already distribute the work: the script is reported, never rewritten.
-DISTRIBUTED_FEATURES = {"DistributedDataParallel", "mp.spawn", "init_process_group"}
+__all__ = ["convert_module", "Change", "Rule", "ConversionOutcome", "Options"]
 
 
 def convert_module(
@@ -25,41 +27,37 @@ def convert_module(
     ``source`` (optional) is the text or bytes ``module`` was parsed from: passing it saves
     generating the code once more to find original positions.
     """
-    from codemods.analysis import analyse
-    from codemods.edits import OriginIndex, move_to_original, reanchor
-    from codemods.registry import all_codemods
+    from codemods.engine.analysis import analyse
+    from codemods.engine.positions import reanchor
+    from codemods.engine.registry import all_rules
+    from codemods.engine.torch_names import SELF_DISTRIBUTING
 
-    facts = analyse(module, OriginIndex(), source)
+    facts = analyse(module, source)
     if not facts.uses_torch:
         return ConversionOutcome(module)
-    report_only = bool(facts.existing_features & DISTRIBUTED_FEATURES)
-    original = module
-    original_lines: list[str] | None = None
+    # A script that distributes itself is only reported on, never rewritten.
+    report_only = bool(facts.existing_features & SELF_DISTRIBUTING)
     changes: list[Change] = []
-    for codemod_class in all_codemods():
-        codemod = codemod_class()
-        if report_only and not codemod.code.startswith("ACC9"):
+    for rule_class in all_rules():
+        rule = rule_class()
+        if report_only and not rule.code.startswith("ACC9"):
             continue
-        rewrites = options.enabled(codemod.code)
-        reports = any(options.enabled(code) for code in codemod.extra_codes)
-        if not (rewrites or reports) or not codemod.applies(facts, options):
+        rewrites = options.enabled(rule.code)
+        reports = any(options.enabled(code) for code in rule.extra_codes)
+        if not (rewrites or reports) or not rule.applies(facts, options):
             continue
-        converted, found = codemod.transform(module, facts, options)
+        converted, found = rule.transform(module, facts, options)
         if not rewrites:
             # Only its findings were asked for (--select ACC904): keep those, drop the rewrite.
-            converted, found = module, [change for change in found if change.code != codemod.code]
+            converted, found = module, [change for change in found if change.code != rule.code]
         if not any(change.fixed for change in found):
-            # Every rewrite is reported, so a pass that reports none changed nothing: keep the
+            # Every rewrite is reported, so a rule that reports none changed nothing: keep the
             # tree it received (libcst rebuilds every node it walks; carrying positions over
-            # that copy would cost more than the pass). This also makes "every change to the
+            # that copy would cost more than the rule). This also makes "every change to the
             # file is reported" hold by construction.
             converted = module
-        if found and codemod.positions_in_received_tree:
-            if original_lines is None:
-                original_lines = _original_lines(original, source)
-            found = [move_to_original(change, module, original_lines) for change in found]
         if converted is not module and facts.origins.site(converted) is None:
-            # The pass did not carry positions (at least not to the module): the later passes
+            # The rule did not carry positions (at least not to the module): the later rules
             # need them.
             reanchor(module, converted, facts.origins)
         module = converted
@@ -68,14 +66,3 @@ def convert_module(
                                    for line in range(change.line, change.end_line + 1))
     changes.sort(key=lambda change: (change.line, change.column, change.code))
     return ConversionOutcome(module, changes)
-
-
-
-def _original_lines(module: cst.Module, source: str | bytes | None) -> list[str]:
-    """The original file's lines, from its source when the caller passed it (printing the tree
-    again costs a third of a parse)."""
-    if source is None:
-        return module.code.splitlines()
-    if isinstance(source, bytes):
-        return source.decode(module.encoding).lstrip("\ufeff").splitlines()
-    return source.splitlines()

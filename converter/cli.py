@@ -19,7 +19,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from codemods.base import Options
+from codemods import Options
 from converter.config import ConfigError, load_config
 from converter.files import discover, same_file, write_if_different
 from converter.pipeline import Conversion, ConversionError, convert_source

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 import codemods
-from codemods.base import Change, ConversionOutcome, Options
-from codemods.edits import python_ast
+from codemods import Change, ConversionOutcome, Options
+from codemods.engine.positions import python_ast
 
 
 class ConversionError(Exception):

@@ -22,7 +22,7 @@ from typing import IO, TYPE_CHECKING, Literal
 
 import click
 
-from codemods.base import Change
+from codemods import Change
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -28,23 +28,24 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.backward import UNREACHABLE
-from codemods.base import Change, Codemod, Options
-from codemods.edits import CodemodTransformer, dotted, expression, root_name, target_names
-from codemods.facts import ScriptFacts
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import NO_ACCELERATOR_ACCESS, Rule
+from codemods.engine.syntax import dotted, expression, root_name, target_names
+from codemods.engine.transformers import RuleTransformer, lines_of
+from codemods.engine.facts import ScriptFacts
 
 #: ``x.to(device, non_blocking=True)``: keywords that only make sense with a device.
 DEVICE_ONLY_KEYWORDS = {"device", "non_blocking", "copy"}
 
 
-class _Device(CodemodTransformer):
+class _Device(RuleTransformer):
     def __init__(self, facts: ScriptFacts, accelerator: str) -> None:
         sites = [
             *facts.call_sites.get(".to", ()), *facts.call_sites.get(".cuda", ()),
             *facts.call_sites.get("torch.cuda.set_device", ()),
             *(site for name in facts.device_names for site in facts.assign_sites.get(name, ())),
         ]
-        super().__init__(facts.names, facts.origins, accelerator=accelerator, lines=sites)  # type: ignore[arg-type]
+        super().__init__(facts, lines_of(sites))
         self.facts = facts
         self.device_expr = f"{accelerator}.device"
         #: Names bound by comprehensions over batch data (``v`` in ``{k: v.to(d) for k, v in batch.items()}``).
@@ -133,14 +134,14 @@ class _Device(CodemodTransformer):
             return call
         if self.placed_by_prepare(receiver):
             rest = [a for a in call.args if a not in device_args and not _device_only(a)]
-            self.report(Device.code, "move made by prepare removed", original)
+            self.report(original, Device.code, "move made by prepare removed", header_only=True)
             self.stripped_here = True
             if not rest:
                 return receiver
             return call.with_changes(args=_without_trailing_comma(rest))
         literal = [a for a in device_args if isinstance(a.value, cst.SimpleString)]
         if literal and self.accessible():
-            self.report(Device.code, "device string → accelerator.device", original)
+            self.report(original, Device.code, "device string → accelerator.device", header_only=True)
             replacement = expression(self.device_expr)
             return call.with_changes(
                 args=[a.with_changes(value=replacement) if a in literal else a for a in call.args]
@@ -156,14 +157,13 @@ class _Device(CodemodTransformer):
         if self.qualified_name(receiver) is not None:
             return call  # torch.cuda(...)-style module attribute, not a tensor's .cuda()
         if self.placed_by_prepare(receiver):
-            self.report(Device.code, ".cuda() made redundant by prepare removed", original)
+            self.report(original, Device.code, ".cuda() made redundant by prepare removed", header_only=True)
             self.stripped_here = True
             return receiver
         if not self.accessible():
-            self.report(UNREACHABLE, ".cuda() where no accelerator is reachable: left as it was",
-                        original, fixed=False)
+            self.report(original, NO_ACCELERATOR_ACCESS, ".cuda() where no accelerator is reachable: left as it was", False, header_only=True)
             return call
-        self.report(Device.code, ".cuda() → .to(accelerator.device)", original)
+        self.report(original, Device.code, ".cuda() → .to(accelerator.device)", header_only=True)
         return call.with_changes(
             func=call.func.with_changes(attr=cst.Name("to")),  # type: ignore[attr-defined]
             args=[cst.Arg(expression(self.device_expr))],
@@ -189,7 +189,7 @@ class _Device(CodemodTransformer):
         if targets and targets <= self.facts.device_names and self._selects_device(original_node.value):
             if not self.accessible():
                 return updated_node
-            self.report(Device.code, f"device selection → {self.device_expr}", original_node)
+            self.report(original_node, Device.code, f"device selection → {self.device_expr}", header_only=True)
             return updated_node.with_changes(value=expression(self.device_expr))
         if self.stripped_here and _is_identity(updated_node):
             return cst.RemoveFromParent()
@@ -202,7 +202,7 @@ class _Device(CodemodTransformer):
     def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr):  # type: ignore[no-untyped-def]
         value = original_node.value
         if isinstance(value, cst.Call) and self.qualified_name(value.func) == "torch.cuda.set_device":
-            self.report(Device.code, "torch.cuda.set_device removed (the accelerator picks the GPU)", value)
+            self.report(value, Device.code, "torch.cuda.set_device removed (the accelerator picks the GPU)", header_only=True)
             return cst.RemoveFromParent()
         if self.stripped_here and isinstance(value, cst.Call) and dotted(updated_node.value) is not None:
             return cst.RemoveFromParent()  # ``model.cuda()`` as a statement: nothing left to do
@@ -259,7 +259,7 @@ class _Device(CodemodTransformer):
         return updated_node if _has_statements(updated_node.body) else updated_node.with_changes(body=_with_pass(updated_node.body))
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):  # type: ignore[no-untyped-def]
-        updated = super().leave_FunctionDef(original_node, updated_node)
+        updated = updated_node
         return updated if _has_statements(updated.body) else updated.with_changes(body=_with_pass(updated.body))
 
 
@@ -361,7 +361,7 @@ def _parenthesized(test: cst.BaseExpression) -> cst.BaseExpression:
     return test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
-class Device(Codemod):
+class Device(Rule):
     code = "ACC102"
     name = "device"
 
@@ -372,4 +372,4 @@ class Device(Codemod):
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         transformer = _Device(facts, facts.existing_accelerator or facts.accelerator_name)
-        return module.visit(transformer), transformer.changes
+        return module.visit(transformer), transformer.changes(module)

@@ -32,9 +32,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.base import Change, Codemod, Options
-from codemods.edits import HomeBlockTransformer, assigned_in, statement
-from codemods.facts import ScriptFacts
+from codemods.engine.model import Change, Options
+
+from codemods.engine.rule import Rule
+from codemods.engine.syntax import assigned_in, statement
+from codemods.engine.transformers import HomeBlockTransformer
+from codemods.engine.facts import ScriptFacts
 
 #: Longest one-line prepare statement before the arguments go on their own line.
 LINE_LIMIT = 100
@@ -70,8 +73,8 @@ def prepare_statement(accelerator: str, names: list[str], indent: str) -> cst.Ba
 
 
 class _Prepare(HomeBlockTransformer):
-    def __init__(self, facts: ScriptFacts, names: list[str], **kwargs: object) -> None:
-        super().__init__(facts, **kwargs)
+    def __init__(self, facts: ScriptFacts, names: list[str]) -> None:
+        super().__init__(facts)
         self.wanted = names
 
     def edit_home(self, body: list[cst.BaseStatement], anchor: cst.CSTNode) -> list[cst.BaseStatement]:
@@ -88,8 +91,8 @@ class _Prepare(HomeBlockTransformer):
         if not names:
             return body
         after = max(last_creation[name] for name in names)
-        indent = "    " * (len(self.scope) + (self.facts.home_kind != "module"))
-        self.report(Prepare.code, f"prepare {', '.join(names)} for distributed training", body[after])
+        indent = "" if self.facts.home_kind == "module" else "    "
+        self.report(body[after], Prepare.code, f"prepare {', '.join(names)} for distributed training", header_only=True)
         return [*body[: after + 1], prepare_statement(self.accelerator, names, indent), *body[after + 1:]]
 
 
@@ -105,7 +108,7 @@ class _Prepare(HomeBlockTransformer):
         }
 
 
-class Prepare(Codemod):
+class Prepare(Rule):
     code = "ACC103"
     name = "prepare"
 
@@ -114,5 +117,5 @@ class Prepare(Codemod):
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         names = objects_to_prepare(facts)
-        transformer = _Prepare(facts, names, accelerator=facts.existing_accelerator or facts.accelerator_name)
-        return module.visit(transformer), transformer.changes
+        transformer = _Prepare(facts, names)
+        return module.visit(transformer), transformer.changes(module)

@@ -29,17 +29,14 @@ from typing import Sequence
 
 import libcst as cst
 
-from codemods.base import Change, Codemod, Options
-from codemods.edits import dotted
-from codemods.facts import ScriptFacts
-from codemods.rewriting import (
-    callee_words,
-    AcceleratorScope,
-    accelerator_call,
-    accelerator_name,
-    binds_name,
-    qualified_name,
-)
+from codemods.engine.model import Change, Options
+
+from codemods.engine.rule import Rule
+from codemods.engine.syntax import dotted
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.accelerator_code import accelerator_call, accelerator_name, callee_words
+from codemods.engine.syntax import binds_name
+from codemods.engine.transformers import AcceleratorScope
 
 #: Functions that write to or change the file system.
 WRITING_FUNCTIONS = frozenset(
@@ -59,7 +56,7 @@ WRITING_METHODS = frozenset({"savefig", "to_csv", "write_text", "write_bytes"})
 WRITE_MODES = ("w", "a", "x")
 
 
-class SideEffectsCodemod(Codemod):
+class SideEffectsCodemod(Rule):
     code = "ACC116"
     name = "side-effects"
     extra_codes = {
@@ -76,7 +73,7 @@ class SideEffectsCodemod(Codemod):
         words = callee_words(facts, callees) | WRITING_METHODS
         rewriter = _MainProcessGuard(facts, facts.lines_mentioning(words))
         new_module = module.visit(rewriter)
-        return new_module, rewriter.pending.resolve(module)
+        return new_module, rewriter.changes(module)
 
 
 class _MainProcessGuard(AcceleratorScope):
@@ -155,7 +152,7 @@ class _MainProcessGuard(AcceleratorScope):
             leading_lines=leading,
         )
         for statement in run:
-            self.pending.add(
+            self.findings.add(
                 self._original_of.get(id(statement), statement), SideEffectsCodemod.code,
                 "file write on the main process only", True,
             )
@@ -172,7 +169,7 @@ class _MainProcessGuard(AcceleratorScope):
             return
         for statement in statements:
             if _write_kind(statement, self.facts) is not None:
-                self.pending.add(
+                self.findings.add(
                     self._original_of.get(id(statement), statement), "ACC916",
                     "file write where the accelerator is not reachable: every rank runs it", False,
                 )
@@ -206,7 +203,7 @@ def _call_kind(small: cst.BaseSmallStatement, facts: ScriptFacts) -> str | None:
     if not isinstance(small, cst.Expr) or not isinstance(small.value, cst.Call):
         return None
     call = small.value
-    name = qualified_name(call.func, facts.imports)
+    name = facts.callee_name(call.func)
     if name in FOLDER_FUNCTIONS:
         return "folder"
     if name in DELETING_FUNCTIONS:
@@ -221,7 +218,7 @@ def _call_kind(small: cst.BaseSmallStatement, facts: ScriptFacts) -> str | None:
 
 
 def _opens_for_writing(node: cst.BaseExpression, facts: ScriptFacts) -> bool:
-    if not isinstance(node, cst.Call) or qualified_name(node.func, facts.imports) != "open":
+    if not isinstance(node, cst.Call) or facts.callee_name(node.func) != "open":
         return False
     mode = None
     if len(node.args) > 1 and node.args[1].keyword is None:

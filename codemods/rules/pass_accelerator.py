@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from codemods.backward import UNREACHABLE
-from codemods.base import Change, Codemod, Options
-from codemods.edits import CodemodTransformer
-from codemods.facts import ScriptFacts
-from codemods.walk import walk
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import NO_ACCELERATOR_ACCESS, Rule
+from codemods.engine.transformers import RuleTransformer, lines_of
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.walk import walk
 
 
 @dataclass
@@ -119,35 +119,34 @@ def needing_parameter(functions: dict[str, _Function], home: str | None) -> set[
     return needs
 
 
-class _PassAccelerator(CodemodTransformer):
+class _PassAccelerator(RuleTransformer):
     def __init__(self, facts: ScriptFacts, needs: set[str], functions: dict[str, _Function], accelerator: str) -> None:
         sites = [site for name in needs for site in facts.call_sites.get(name, ())]
-        super().__init__(facts.names, facts.origins, accelerator=accelerator, lines=sites)  # type: ignore[arg-type]
+        super().__init__(facts, lines_of(sites))
         self.needs = needs
         self.functions = functions
         self.facts = facts
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):  # type: ignore[no-untyped-def]
-        updated = super().leave_FunctionDef(original_node, updated_node)
-        if self.scope or original_node.name.value not in self.needs:
+        updated = updated_node
+        # Module-level functions only (the scope still holds the function being left).
+        if len(self.scope) > 1 or original_node.name.value not in self.needs:
             return updated
-        self.report(Helpers.code, f"{original_node.name.value}() receives the accelerator as a parameter",
-                    original_node)
+        self.report(original_node, Helpers.code, f"{original_node.name.value}() receives the accelerator as a parameter", header_only=True)
         return updated.with_changes(params=with_parameter(updated.params, self.accelerator))
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         func = original_node.func
         if not isinstance(func, cst.Name) or func.value not in self.needs:
             return updated_node
-        if self.names.resolve(func.value, self.scope) is not None:
+        if self.facts.names.resolve(func.value, self.scope) is not None:
             return updated_node
         caller = self.scope[0] if self.scope else None
         reachable = caller in self.functions and (
             caller in self.needs or caller == self.facts.main_function or self.functions[caller].binds_accelerator
         )
         if not reachable:
-            self.report(UNREACHABLE, f"{func.value}() needs the accelerator, but this caller has none",
-                        original_node, fixed=False)
+            self.report(original_node, NO_ACCELERATOR_ACCESS, f"{func.value}() needs the accelerator, but this caller has none", False, header_only=True)
             return updated_node
         return with_argument(updated_node, self.functions[func.value].new_index, self.accelerator)
 
@@ -199,7 +198,7 @@ def _fix_commas(args: list[cst.Arg]) -> list[cst.Arg]:
     return fixed
 
 
-class Helpers(Codemod):
+class Helpers(Rule):
     code = "ACC104"
     name = "helpers"
 
@@ -217,4 +216,4 @@ class Helpers(Codemod):
         if not needs:
             return module, []
         transformer = _PassAccelerator(facts, needs, survey.functions, accelerator)
-        return module.visit(transformer), transformer.changes
+        return module.visit(transformer), transformer.changes(module)

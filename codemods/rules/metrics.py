@@ -33,29 +33,24 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from codemods.base import Change, Codemod, Options
-from codemods.edits import dotted
-from codemods.facts import ScriptFacts
-from codemods.rewriting import (
-    name_words,
-    AcceleratorScope,
-    accelerator_call,
-    expression_code,
-    is_accelerator_method,
-    qualified_name,
-)
-from codemods.walk import variables_read, walk
+from codemods.engine.model import Change, Options
 
-NO_GRAD_CONTEXTS = frozenset(
-    {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"}
-)
+from codemods.engine.rule import Rule
+from codemods.engine.syntax import dotted
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.accelerator_code import accelerator_call, is_accelerator_method, name_words
+from codemods.engine.syntax import expression_code
+from codemods.engine.transformers import AcceleratorScope
+from codemods.engine.walk import variables_read, walk
+from codemods.engine.torch_names import NO_GRAD_CONTEXTS
+
 #: Attributes of model outputs that are one number per batch, not one row per sample.
 BATCH_SCALAR_ATTRIBUTES = frozenset({"loss", "aux_loss"})
 #: Methods whose first argument is a batch dimension the gather multiplies by N.
 RESHAPE_METHODS = frozenset({"view", "reshape"})
 
 
-class MetricsCodemod(Codemod):
+class MetricsCodemod(Rule):
     code = "ACC113"
     name = "metrics"
     extra_codes = {
@@ -71,7 +66,7 @@ class MetricsCodemod(Codemod):
         # Only loops over a loader change: their headers name it.
         rewriter = _EvalLoopRewriter(facts, facts.lines_mentioning(name_words(facts.loaders)))
         new_module = module.visit(rewriter)
-        return new_module, rewriter.pending.resolve(module)
+        return new_module, rewriter.changes(module)
 
 
 class _EvalLoopRewriter(AcceleratorScope):
@@ -190,7 +185,7 @@ def _loop_over_loader(node: cst.For, facts: ScriptFacts) -> tuple[str, ...] | No
     iterable, target = node.iter, node.target
     enumerated = False
     while isinstance(iterable, cst.Call) and iterable.args:
-        func = qualified_name(iterable.func, facts.imports) or ""
+        func = facts.callee_name(iterable.func) or ""
         enumerated = enumerated or func == "enumerate"
         iterable = iterable.args[0].value
     if dotted(iterable) not in facts.loaders:
@@ -211,7 +206,7 @@ def _bound_names(target: cst.BaseExpression) -> list[str]:
 def _is_no_grad(node: cst.With, facts: ScriptFacts) -> bool:
     for item in node.items:
         call = item.item
-        if isinstance(call, cst.Call) and qualified_name(call.func, facts.imports) in NO_GRAD_CONTEXTS:
+        if isinstance(call, cst.Call) and facts.callee_name(call.func) in NO_GRAD_CONTEXTS:
             return True
     return False
 

@@ -47,26 +47,23 @@ from typing import Sequence
 
 import libcst as cst
 
-from codemods.base import Change, Codemod, Options
-from codemods.edits import dotted
-from codemods.facts import ScriptFacts
-from codemods.rewriting import (
-    PendingChanges,
-    accelerator_name,
-    binds_name,
-    expression_code,
-    is_accelerator_method,
-    qualified_name,
-)
-from codemods.walk import variables_read, walk
+from codemods.engine.model import Change, Options
+
+from codemods.engine.rule import Rule
+from codemods.engine.syntax import dotted
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.accelerator_code import accelerator_name, is_accelerator_method
+from codemods.engine.syntax import binds_name, expression_code
+from codemods.engine.findings import Findings
+from codemods.engine.walk import variables_read, walk
+from codemods.engine.torch_names import DATA_LOADERS
 
 DECORATOR = "find_executable_batch_size"
 INNER_NAME = "inner_training_loop"
 PARAMETER = "batch_size"
-DATA_LOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 
 
-class OomRetryCodemod(Codemod):
+class OomRetryCodemod(Rule):
     code = "ACC117"
     name = "oom-retry"
     extra_codes = {
@@ -79,7 +76,7 @@ class OomRetryCodemod(Codemod):
     def transform(
         self, module: cst.Module, facts: ScriptFacts, options: Options
     ) -> tuple[cst.Module, list[Change]]:
-        pending = PendingChanges(facts)
+        pending = Findings(facts)
         if _already_retried(module, facts):
             return module, []
         region = _find_training_region(module, facts)
@@ -269,7 +266,7 @@ class _LoaderBatchSize(cst.CSTVisitor):
         self.found: cst.BaseExpression | None = None
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.found is not None or qualified_name(node.func, self.facts.imports) not in DATA_LOADERS:
+        if self.found is not None or self.facts.callee_name(node.func) not in DATA_LOADERS:
             return
         for arg in node.args:
             if arg.keyword and arg.keyword.value == "batch_size":

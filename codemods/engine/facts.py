@@ -1,6 +1,6 @@
 """What the analysis learns about a script, once, before any rewrite runs.
 
-``codemods/analysis.py`` fills a :class:`ScriptFacts` in one read-only pass over the parsed module;
+:mod:`codemods.engine.analysis` fills a :class:`ScriptFacts` in one read-only pass over the parsed module;
 every codemod reads it. Facts are *names* (``"model"``, ``"args.batch_size"``, ``"main"``) and
 qualified names (``"torch.nn.utils.clip_grad_norm_"``), never libcst nodes: each pass works on a
 new tree, so node identities do not survive from one pass to the next.
@@ -19,23 +19,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from codemods.engine.model import Site
+from codemods.engine.positions import OriginIndex
+from codemods.engine.syntax import dotted
+
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     import libcst as cst
 
-    from codemods.edits import OriginIndex
-    from codemods.names import NameTable
+    from codemods.engine.names import NameTable
 
 
-@dataclass(frozen=True)
-class Site:
-    """A position in the original file (1-based line, 0-based column)."""
+@dataclass
+class RunContext:
+    """The only state that changes while the rules run, one per conversion: original positions
+    carried from tree to tree, and the original lines earlier rules changed (a later rule that
+    looks for what they wrote walks only those statements)."""
 
-    line: int
-    column: int
-    end_line: int
-    end_column: int
+    origins: OriginIndex = field(default_factory=OriginIndex)
+    changed_lines: set[int] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -93,8 +96,6 @@ class ScriptFacts:
     #: "mp.spawn", "DistributedSampler", "GradScaler", "autocast", "manual_accumulation".
     existing_features: set[str] = field(default_factory=set)
 
-    # -- added by the analysis (C2); the fields above are the original contract ------------------
-
     #: Where the training objects are built: in ``main_function``, in the ``if __name__ ==
     #: "__main__":`` block, or in plain module-level code.
     home_kind: Literal["function", "main_guard", "module"] = "module"
@@ -139,17 +140,29 @@ class ScriptFacts:
     #: (the first line of a multi-line statement): a pass that reacts only to some names walks only
     #: the statements holding them (``lines_mentioning``).
     word_lines: dict[str, list[int]] = field(default_factory=dict)
-    #: Original lines earlier passes changed (kept up to date by ``codemods.convert_module``):
-    #: a later pass that looks for what they wrote walks only those statements.
-    changed_lines: set[int] = field(default_factory=set)
-    #: Name table of the module (qualified-name lookups per scope) and original positions; both
-    #: are maintained by ``codemods.convert_module`` across passes.
+    #: Name table of the module (qualified-name lookups per scope).
     names: "NameTable | None" = None
-    origins: "OriginIndex | None" = None
+    #: What changes while the rules run (kept up to date by ``codemods.convert_module``).
+    context: RunContext = field(default_factory=RunContext)
+
+    @property
+    def origins(self) -> OriginIndex:
+        return self.context.origins
+
+    @property
+    def changed_lines(self) -> set[int]:
+        return self.context.changed_lines
 
     def qualified_name(self, node: "cst.BaseExpression", scope: tuple[str, ...] = ()) -> str | None:
-        """Qualified name of a Name/Attribute chain used in ``scope`` (see ``codemods.names``)."""
+        """Qualified name of a Name/Attribute chain used in ``scope`` (see
+        :mod:`codemods.engine.names`); None for anything not rooted in an import."""
         return self.names.qualified_name(node, scope) if self.names is not None else None
+
+    def callee_name(self, node: "cst.BaseExpression", scope: tuple[str, ...] = ()) -> str | None:
+        """What a call's function is, for matching against tables of names: its qualified name
+        when rooted in an import (``torch.save``), else the name as written (``open``,
+        ``writer.add_scalar``)."""
+        return self.qualified_name(node, scope) or dotted(node)
 
     def lines_mentioning(self, words: "Iterable[str]") -> set[int]:
         """Original lines of the statements that mention any of ``words``."""
@@ -158,8 +171,8 @@ class ScriptFacts:
     def original_site(self, node: "cst.CSTNode") -> Site | None:
         """Original position of a statement or call of the tree a pass received (None for nodes
         an earlier pass created). Passes keep it valid by subclassing
-        ``codemods.edits.CodemodTransformer`` (or calling ``origins.carry``)."""
-        return self.origins.site(node) if self.origins is not None else None
+        ``codemods.engine.transformers.RuleTransformer`` (or calling ``origins.carry``)."""
+        return self.origins.site(node)
 
     @property
     def has_accelerator(self) -> bool:

@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.base import Change, Codemod, Options
-from codemods.facts import ScriptFacts
+from codemods.engine.model import Change, Options
+
+from codemods.engine.rule import Rule
+from codemods.engine.facts import ScriptFacts
 
 
-class KeyboardInterruptHandler(Codemod):
+class KeyboardInterruptHandler(Rule):
     code = "ACC918"
     name = "keyboard-interrupt"
 

@@ -28,19 +28,15 @@ from typing import Sequence
 
 import libcst as cst
 
-from codemods.base import Change, Codemod, Options
-from codemods.edits import dotted
-from codemods.facts import ScriptFacts
-from codemods.rewriting import (
-    callee_words,
-    AcceleratorScope,
-    body_statements,
-    accelerator_call,
-    is_accelerator_method,
-    qualified_name,
-    unwrap_model,
-)
-from codemods.walk import walk
+from codemods.engine.model import Change, Options
+
+from codemods.engine.rule import Rule
+from codemods.engine.syntax import dotted
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.accelerator_code import accelerator_call, callee_words, is_accelerator_method, unwrap_model
+from codemods.engine.syntax import body_statements
+from codemods.engine.transformers import AcceleratorScope
+from codemods.engine.walk import walk
 
 # --------------------------------------------------------------------------------------------
 # The checkpoint pass
@@ -61,7 +57,7 @@ MODULE_OWN_ATTRIBUTES = frozenset(
 )
 
 
-class CheckpointCodemod(Codemod):
+class CheckpointCodemod(Rule):
     code = "ACC114"
     name = "checkpoint"
     extra_codes = {
@@ -84,7 +80,7 @@ class CheckpointCodemod(Codemod):
         if rewriter.saves and rewriter.loads:
             loads = facts.lines_mentioning(callee_words(facts, ("torch.load",)))
             new_module = new_module.visit(_WaitBeforeLoads(facts, loads))
-        return new_module, rewriter.pending.resolve(module)
+        return new_module, rewriter.changes(module)
 
 
 class _CheckpointRewriter(AcceleratorScope):
@@ -136,7 +132,7 @@ class _CheckpointRewriter(AcceleratorScope):
         callee = dotted(call.func)
         if callee is None or callee.split(".")[0] in self.facts.models | {"torch", "self"}:
             return False
-        if qualified_name(call.func, self.facts.imports) in ("torch.save", "torch.load"):
+        if self.facts.callee_name(call.func) in ("torch.save", "torch.load"):
             return False
         return all(isinstance(arg.value, _PLAIN_VALUES) for arg in call.args)
 
@@ -154,7 +150,7 @@ class _CheckpointRewriter(AcceleratorScope):
         return cst.FlattenSentinel([barrier, updated_node.with_changes(leading_lines=())])
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        callee = qualified_name(updated_node.func, self.facts.imports)
+        callee = self.facts.callee_name(updated_node.func)
         self.loads = self.loads or callee == "torch.load"
         self.saves = self.saves or is_accelerator_method(updated_node, self.facts, "save")
         if callee != "torch.save":
@@ -215,7 +211,7 @@ class _CheckpointInterest(cst.CSTVisitor):
         return not self.found
 
     def visit_Call(self, node: cst.Call) -> bool:
-        if qualified_name(node.func, self.facts.imports) in ("torch.save", "torch.load") or (
+        if self.facts.callee_name(node.func) in ("torch.save", "torch.load") or (
             is_accelerator_method(node, self.facts, "save")
         ):
             self.found = True
@@ -272,7 +268,7 @@ def _is_barrier(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:
 
 
 def _contains_call(node: cst.CSTNode, facts: ScriptFacts, qualified: str) -> bool:
-    finder = _CallFinder(lambda call: qualified_name(call.func, facts.imports) == qualified)
+    finder = _CallFinder(lambda call: facts.callee_name(call.func) == qualified)
     walk(node, finder)
     return finder.found
 

@@ -1,12 +1,13 @@
-"""The codemods, in the order they run, and the documentation generated from their docstrings.
+"""The rules, in the order they run, and the documentation generated from them.
 
-The order is fixed (DESIGN.md): each pass may rely on what the previous ones wrote — the device
-pass on the accelerator existing, prepare on the moves being gone, the AMP pass on
-``accelerator.backward``... ``helpers`` runs last: it gives every module-level function that now
-uses the accelerator an ``accelerator`` parameter, whichever pass introduced the use.
+The order is fixed: each rule may rely on what the previous ones wrote — the device rule on the
+accelerator existing, prepare on the moves being gone, the AMP rule on ``accelerator.backward``...
+``pass_accelerator`` runs after every rewrite: it gives every module-level function that now uses
+the accelerator an ``accelerator`` parameter, whichever rule introduced the use.
 
-Modules are looked up by name, and a name whose module does not exist yet is skipped, so passes
-can be added one at a time.
+Adding a rule: write ``codemods/rules/<name>.py`` (one :class:`~codemods.engine.rule.Rule`
+subclass, its docstring and examples), add ``<name>`` to :data:`RULE_MODULES` at its place in
+the order, and add its fixture(s). A name without a module is an error, never skipped.
 """
 
 from __future__ import annotations
@@ -17,17 +18,17 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from codemods.base import Codemod
+from codemods.engine.rule import Rule
 
-#: Module names under ``codemods/``, in run order.
-CODEMOD_MODULES: tuple[str, ...] = (
+#: Module names under ``codemods/rules/``, in run order.
+RULE_MODULES: tuple[str, ...] = (
     "accelerator",
     "dataparallel",
     "device",
     "prepare",
     "backward",
     "clip_grad",
-    # Before amp/accumulate (DESIGN.md has it after): printing does not interact with them, and
+    # Before amp/accumulate: printing does not interact with them, and
     # running it on trees whose positions are all still carried keeps its reports exact.
     "printing",
     "amp",
@@ -36,9 +37,11 @@ CODEMOD_MODULES: tuple[str, ...] = (
     "checkpoint",
     "side_effects",
     "oom_retry",
-    "helpers",
-    "reports",
-    "interrupts",
+    "pass_accelerator",
+    "no_dataloader",
+    "rank_dependent_break",
+    "already_distributed",
+    "keyboard_interrupt",
 )
 
 
@@ -56,30 +59,26 @@ class CodeDoc:
 
 
 @cache
-def all_codemods() -> list[type[Codemod]]:
-    """Every codemod class, in run order (modules not written yet are skipped)."""
-    found: list[type[Codemod]] = []
-    for name in CODEMOD_MODULES:
-        try:
-            module = importlib.import_module(f"codemods.{name}")
-        except ModuleNotFoundError as error:
-            if error.name != f"codemods.{name}":
-                raise  # the module exists but one of its own imports is missing: a real bug
-            continue
-        found.extend(_codemod_classes(module))
+def all_rules() -> list[type[Rule]]:
+    """Every rule class, in run order; a module listed but missing is an error."""
+    found: list[type[Rule]] = []
+    for name in RULE_MODULES:
+        module = importlib.import_module(f"codemods.rules.{name}")
+        rules = _rule_classes(module)
+        if len(rules) != 1:
+            raise TypeError(f"codemods/rules/{name}.py must define exactly one Rule, found {len(rules)}")
+        found.extend(rules)
     return found
 
 
-def _codemod_classes(module: object) -> list[type[Codemod]]:
-    """The Codemod subclasses defined in ``module`` itself, in source order: a module's
-    namespace keeps its names in the order the ``class`` statements ran. (Asking ``inspect`` for
-    their lines compiled every codemod module again: a fifth of a second on each CLI run.)"""
+def _rule_classes(module: object) -> list[type[Rule]]:
+    """The Rule subclasses defined in ``module`` itself."""
     return [
         value
         for value in vars(module).values()
         if inspect.isclass(value)
-        and issubclass(value, Codemod)
-        and value is not Codemod
+        and issubclass(value, Rule)
+        and value is not Rule
         and value.__module__ == getattr(module, "__name__", None)
         and "code" in vars(value)
     ]
@@ -116,14 +115,14 @@ def parse_docstring(doc: str) -> tuple[str, str, str, str, str]:
 def code_docs() -> list[CodeDoc]:
     """Documentation for every code, automatic rewrites and reports, sorted by code."""
     docs: dict[str, CodeDoc] = {}
-    for codemod in all_codemods():
-        source = inspect.getdoc(inspect.getmodule(codemod)) or ""
+    for rule in all_rules():
+        source = inspect.getdoc(inspect.getmodule(rule)) or ""
         code, name, summary, before, after = parse_docstring(source)
-        if code != codemod.code:
+        if code != rule.code:
             # A module may hold its doc for the module's main code; a class may document its own.
-            code, name, summary, before, after = parse_docstring(inspect.getdoc(codemod) or "")
+            code, name, summary, before, after = parse_docstring(inspect.getdoc(rule) or "")
         docs[code] = CodeDoc(code, name, summary, before, after, fixed=code.startswith("ACC1"))
-        for extra, text in codemod.extra_codes.items():
+        for extra, text in rule.extra_codes.items():
             extra_doc = _extra_doc(extra, text)
             docs.setdefault(extra, extra_doc)
     return [docs[code] for code in sorted(docs)]

@@ -4,7 +4,7 @@
 replaces DataParallel's threads, so the wrapping line goes (an ``if`` left empty by it goes too).
 ``model.module`` reads the wrapped network: after the conversion that is
 ``accelerator.unwrap_model(model)``. Scripts that already run their own DistributedDataParallel,
-``mp.spawn`` or ``DistributedSampler`` are reported (ACC910) and left as they are.
+``mp.spawn`` or ``DistributedSampler`` are reported (ACC903) and left as they are.
 
 Before::
 
@@ -21,33 +21,16 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.base import Change, Codemod, Options
-from codemods.edits import dotted
-from codemods.facts import ScriptFacts
-from codemods.rewriting import (
-    callee_words,
-    AcceleratorScope,
-    PendingChanges,
-    accelerator_name,
-    qualified_name,
-    unwrap_model,
-)
-from codemods.walk import walk
+from codemods.engine.model import Change, Options
 
-DATA_PARALLEL = frozenset(
-    {"torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel"}
-)
-#: Hand-written distribution the converter must not stack another one on.
-ALREADY_DISTRIBUTED = frozenset(
-    {
-        "torch.nn.parallel.DistributedDataParallel",
-        "torch.nn.parallel.distributed.DistributedDataParallel",
-        "torch.multiprocessing.spawn",
-        "torch.utils.data.DistributedSampler",
-        "torch.utils.data.distributed.DistributedSampler",
-        "torch.nn.parallel.data_parallel",
-    }
-)
+from codemods.engine.rule import Rule
+from codemods.engine.syntax import dotted
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.accelerator_code import accelerator_name, callee_words, unwrap_model
+from codemods.engine.transformers import AcceleratorScope
+from codemods.engine.walk import walk
+from codemods.engine.torch_names import DATA_PARALLEL, HAND_DISTRIBUTION
+
 
 
 #: What the analysis reports (``ScriptFacts.existing_features``) when there is something to do here.
@@ -56,12 +39,9 @@ PARALLEL_FEATURES = frozenset(
 )
 
 
-class DataParallelCodemod(Codemod):
+class DataParallelCodemod(Rule):
     code = "ACC110"
     name = "dataparallel"
-    extra_codes = {
-        "ACC910": "already-distributed: the script already distributes itself (DDP, mp.spawn, DistributedSampler): left as it is",
-    }
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return bool(facts.existing_features & PARALLEL_FEATURES)
@@ -69,29 +49,13 @@ class DataParallelCodemod(Codemod):
     def transform(
         self, module: cst.Module, facts: ScriptFacts, options: Options
     ) -> tuple[cst.Module, list[Change]]:
-        distributed = _DistributedFinder(facts)
-        walk(module, distributed)
-        if distributed.sites:
-            pending = PendingChanges(facts)
-            for node, what in distributed.sites:
-                pending.add(node, "ACC910", f"{what} already distributes the script: converted by hand only", False)
-            return module, pending.resolve(module)
+        if any(qualified in facts.called for qualified in HAND_DISTRIBUTION):
+            return module, []  # distributed by hand: ACC903 reports it, nothing here is touched
         # What changes: DataParallel(...) calls, ``model.module`` and isinstance unwraps naming a wrapper.
-        words = callee_words(facts, DATA_PARALLEL | ALREADY_DISTRIBUTED) | {"module"}
+        words = callee_words(facts, DATA_PARALLEL | HAND_DISTRIBUTION) | {"module"}
         rewriter = _DataParallelRemover(facts, facts.lines_mentioning(words))
         new_module = module.visit(rewriter)
-        return new_module, rewriter.pending.resolve(module)
-
-
-class _DistributedFinder(cst.CSTVisitor):
-    def __init__(self, facts: ScriptFacts) -> None:
-        self.facts = facts
-        self.sites: list[tuple[cst.CSTNode, str]] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        name = qualified_name(node.func, self.facts.imports)
-        if name in ALREADY_DISTRIBUTED:
-            self.sites.append((node, name.rsplit(".", 1)[-1]))
+        return new_module, rewriter.changes(module)
 
 
 class _DataParallelRemover(AcceleratorScope):
@@ -107,12 +71,12 @@ class _DataParallelRemover(AcceleratorScope):
         return finder.found
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        if qualified_name(updated_node.func, self.facts.imports) not in DATA_PARALLEL:
+        if self.facts.callee_name(updated_node.func) not in DATA_PARALLEL:
             return updated_node
         wrapped = _wrapped_module(updated_node)
         if wrapped is None:
             return updated_node
-        self.pending.add(original_node, DataParallelCodemod.code, "nn.DataParallel removed: prepare wraps the model in DDP", True)
+        self.findings.add(original_node, DataParallelCodemod.code, "nn.DataParallel removed: prepare wraps the model in DDP", True)
         return wrapped
 
     def leave_SimpleStatementLine(
@@ -168,9 +132,9 @@ class _DataParallelRemover(AcceleratorScope):
             return None
         kinds = test.args[1].value
         elements = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
-        names = {qualified_name(e, self.facts.imports) for e in elements}
+        names = {self.facts.callee_name(e) for e in elements}
         model = dotted(test.args[0].value)
-        return model if model in self.facts.models and names & (DATA_PARALLEL | ALREADY_DISTRIBUTED) else None
+        return model if model in self.facts.models and names & (DATA_PARALLEL | HAND_DISTRIBUTION) else None
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
         owner = dotted(updated_node.value)
@@ -191,7 +155,7 @@ class _DataParallelMention(cst.CSTVisitor):
         self.facts, self.found = facts, False
 
     def visit_Call(self, node: cst.Call) -> None:
-        self.found = self.found or qualified_name(node.func, self.facts.imports) in DATA_PARALLEL
+        self.found = self.found or self.facts.callee_name(node.func) in DATA_PARALLEL
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self.found = self.found or (node.attr.value == "module" and dotted(node.value) in self.facts.models)

@@ -21,25 +21,25 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.base import Change, Codemod, Options
-from codemods.edits import CodemodTransformer, dotted, expression
-from codemods.facts import ScriptFacts
+from codemods.engine.model import Change, Options
+
+from codemods.engine.rule import Rule
+from codemods.engine.syntax import dotted, expression
+from codemods.engine.transformers import RuleTransformer, lines_of
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.torch_names import PROGRESS_BARS
 
 #: Longest line a rewritten progress-bar call may leave on one line.
 LINE_LIMIT = 100
 
-PROGRESS_BARS = {
-    "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.rich.tqdm",
-    "tqdm.trange", "tqdm.auto.trange", "tqdm.notebook.trange",
-}
 
 
-class _Printing(CodemodTransformer):
+class _Printing(RuleTransformer):
     def __init__(self, facts: ScriptFacts, accelerator: str) -> None:
         sites = [site for name in ("print", *PROGRESS_BARS) for site in facts.call_sites.get(name, ())]
         # The line creating an accelerator the script already had: prints after it are converted.
         sites += facts.assign_sites.get(accelerator, []) if facts.existing_accelerator else []
-        super().__init__(facts.names, facts.origins, accelerator=accelerator, lines=sites)  # type: ignore[arg-type]
+        super().__init__(facts, lines_of(sites))
         self.facts = facts
         #: Blocks (function name or "<module>") where the accelerator has been created by now.
         self.created: set[str] = set()
@@ -63,10 +63,10 @@ class _Printing(CodemodTransformer):
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         func = original_node.func
-        if isinstance(func, cst.Name) and func.value == "print" and not self.names.is_bound("print", self.scope):
+        if isinstance(func, cst.Name) and func.value == "print" and not self.facts.names.is_bound("print", self.scope):
             if not self.accelerator_exists():
                 return updated_node
-            self.report(Printing.code, f"print → {self.accelerator}.print (main process only)", original_node)
+            self.report(original_node, Printing.code, f"print → {self.accelerator}.print (main process only)", header_only=True)
             return updated_node.with_changes(func=cst.Attribute(cst.Name(self.accelerator), cst.Name("print")))
         if self.qualified_name(func) in PROGRESS_BARS and self.accelerator_exists():
             return self._progress_bar(original_node, updated_node)
@@ -81,9 +81,9 @@ class _Printing(CodemodTransformer):
             if f"{self.accelerator}.is_local_main_process" in current:
                 return call
             merged = expression(f"{_grouped(existing.value, current)} or {only_local_main}")
-            self.report(Printing.code, "progress bar shown on the local main process only", original)
+            self.report(original, Printing.code, "progress bar shown on the local main process only", header_only=True)
             return call.with_changes(args=[arg.with_changes(value=merged) if arg is existing else arg for arg in call.args])
-        self.report(Printing.code, "progress bar shown on the local main process only", original)
+        self.report(original, Printing.code, "progress bar shown on the local main process only", header_only=True)
         args = list(call.args)
         if args and isinstance(args[-1].comma, cst.MaybeSentinel):
             args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=self._space_before_new_argument(original)))
@@ -108,7 +108,7 @@ def _grouped(node: cst.BaseExpression, code: str) -> str:
     return code if isinstance(node, simple) else f"({code})"
 
 
-class Printing(Codemod):
+class Printing(Rule):
     code = "ACC107"
     name = "print-progress"
 
@@ -117,4 +117,4 @@ class Printing(Codemod):
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         transformer = _Printing(facts, facts.existing_accelerator or facts.accelerator_name)
-        return module.visit(transformer), transformer.changes
+        return module.visit(transformer), transformer.changes(module)

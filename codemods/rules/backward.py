@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.base import Change, Codemod, Options
-from codemods.edits import CodemodTransformer, dotted
-from codemods.facts import ScriptFacts
+from codemods.engine.model import Change, Options
 
-#: Reported when a ``.backward()`` call sits where no accelerator can be reached.
-UNREACHABLE = "ACC904"
+from codemods.engine.rule import NO_ACCELERATOR_ACCESS, NO_ACCELERATOR_ACCESS_DOC, Rule
+from codemods.engine.syntax import dotted
+from codemods.engine.transformers import RuleTransformer, lines_of
+from codemods.engine.facts import ScriptFacts
+
 
 
 def is_tensor_backward(node: cst.Call, accelerator: str) -> bool:
@@ -43,9 +44,9 @@ def is_tensor_backward(node: cst.Call, accelerator: str) -> bool:
     )
 
 
-class _Backward(CodemodTransformer):
-    def __init__(self, facts: ScriptFacts, accessible: set[str], **kwargs: object) -> None:
-        super().__init__(facts.names, facts.origins, lines=facts.call_sites.get(".backward", ()), **kwargs)  # type: ignore[arg-type]
+class _Backward(RuleTransformer):
+    def __init__(self, facts: ScriptFacts, accessible: set[str]) -> None:
+        super().__init__(facts, lines_of(facts.call_sites.get(".backward", ())))
         self.accessible = accessible
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
@@ -54,26 +55,24 @@ class _Backward(CodemodTransformer):
         if self.qualified_name(original_node.func.value) is not None:  # type: ignore[attr-defined]
             return updated_node  # torch.autograd.backward and the like: a function, not a tensor
         if self.function not in self.accessible:  # a class method, or code no accelerator reaches
-            self.report(UNREACHABLE, "backward() where no accelerator is reachable: left as it was",
-                        original_node, fixed=False)
+            self.report(original_node, NO_ACCELERATOR_ACCESS, "backward() where no accelerator is reachable: left as it was", False, header_only=True)
             return updated_node
         receiver = updated_node.func.value  # type: ignore[attr-defined]
-        self.report(Backward.code, "X.backward() → accelerator.backward(X)", original_node)
+        self.report(original_node, Backward.code, "X.backward() → accelerator.backward(X)", header_only=True)
         return updated_node.with_changes(
             func=cst.Attribute(cst.Name(self.accelerator), cst.Name("backward")),
             args=[cst.Arg(receiver), *updated_node.args],
         )
 
 
-class Backward(Codemod):
+class Backward(Rule):
     code = "ACC105"
     name = "backward"
-    extra_codes = {UNREACHABLE: "no-accelerator-access: a call that needs the accelerator where none is reachable (a class method, code run before it exists)"}
+    extra_codes = {NO_ACCELERATOR_ACCESS: NO_ACCELERATOR_ACCESS_DOC}
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return facts.has_accelerator and facts.backward_site is not None
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        accelerator = facts.existing_accelerator or facts.accelerator_name
-        transformer = _Backward(facts, facts.accessible_functions, accelerator=accelerator)
-        return module.visit(transformer), transformer.changes
+        transformer = _Backward(facts, facts.accessible_functions)
+        return module.visit(transformer), transformer.changes(module)

@@ -20,62 +20,21 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from codemods.walk import walk
-from codemods.edits import (
-    POSITIONED_TYPES, OriginIndex, dotted, handler_sites, is_main_guard, original_sites, target_names,
-)
-from codemods.facts import LoopFacts, ScriptFacts, Site
-from codemods.names import NameCollector, NameTable, ScopeKey
+from codemods.engine.walk import walk
+from codemods.engine.positions import OriginIndex, POSITIONED_TYPES, handler_sites, original_sites
+from codemods.engine.syntax import dotted, is_main_guard, target_names
+from codemods.engine.facts import LoopFacts, RunContext, ScriptFacts
+from codemods.engine.findings import FILE_START
+from codemods.engine.model import Site
+from codemods.engine.names import NameCollector, NameTable, ScopeKey
+from codemods.engine.torch_names import ACCELERATORS, DATA_LOADERS, DEVICE_CALLS, FEATURES, NO_GRAD_CONTEXTS, PROGRESS_BARS, is_optimizer, is_scheduler
 
 MODULE = "<module>"
 
-LOADER_CONSTRUCTORS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
-ACCELERATOR_CONSTRUCTORS = {
-    "accelerate.Accelerator", "accelerate.accelerator.Accelerator",
-    "runtime.Accelerator", "runtime.accelerator.Accelerator",
-}
-DEVICE_CALLS = {"torch.device", "torch.accelerator.current_accelerator"}
-NO_GRAD_CONTEXTS = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
-                    "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode"}
-PROGRESS_WRAPPERS = {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.rich.tqdm",
-                     "tqdm.trange", "tqdm.auto.trange"}
-FEATURES = {
-    "torch.nn.DataParallel": "DataParallel",
-    "torch.nn.parallel.DataParallel": "DataParallel",
-    "torch.nn.parallel.data_parallel": "DataParallel",
-    "torch.nn.parallel.DistributedDataParallel": "DistributedDataParallel",
-    "torch.nn.parallel.distributed.DistributedDataParallel": "DistributedDataParallel",
-    "torch.multiprocessing.spawn": "mp.spawn",
-    "torch.distributed.init_process_group": "init_process_group",
-    "torch.utils.data.DistributedSampler": "DistributedSampler",
-    "torch.utils.data.distributed.DistributedSampler": "DistributedSampler",
-    "torch.cuda.amp.GradScaler": "GradScaler",
-    "torch.amp.GradScaler": "GradScaler",
-    "torch.GradScaler": "GradScaler",
-    "torch.cuda.amp.autocast": "autocast",
-    "torch.amp.autocast": "autocast",
-    "torch.autocast": "autocast",
-    "torch.cpu.amp.autocast": "autocast",
-}
 
 
-def is_optimizer(qualified: str) -> bool:
-    """``torch.optim.SGD``, ``transformers.AdamW``, ``bitsandbytes.optim.Adam8bit``..."""
-    head, _, last = qualified.rpartition(".")
-    if not last[:1].isupper() or "lr_scheduler" in head:
-        return False
-    return head in {"torch.optim", "transformers", "transformers.optimization"} or head.startswith(
-        ("torch.optim.", "bitsandbytes.optim")
-    )
 
 
-def is_scheduler(qualified: str) -> bool:
-    head, _, last = qualified.rpartition(".")
-    if head.startswith("torch.optim.lr_scheduler"):
-        return last[:1].isupper()
-    return head in {"transformers", "transformers.optimization"} and last.startswith("get_") and (
-        "schedule" in last
-    )
 
 
 # -- raw observations ------------------------------------------------------------------------
@@ -315,7 +274,7 @@ def _iterated(expr: cst.BaseExpression, names: NameTable, scope: ScopeKey) -> st
         builtin = isinstance(func, cst.Name) and func.value in ITERABLE_WRAPPERS and not names.is_bound(
             func.value, scope
         )
-        if not builtin and names.qualified_name(func, scope, strict=False) not in PROGRESS_WRAPPERS:
+        if not builtin and names.qualified_name(func, scope, strict=False) not in PROGRESS_BARS:
             break
         expr = expr.args[0].value
     return dotted(expr)
@@ -344,7 +303,7 @@ class _Conclusions:
     def __init__(self, recorder: _Recorder, origins: OriginIndex) -> None:
         self.r = recorder
         self.origins = origins
-        self.facts = ScriptFacts(names=recorder.names, origins=origins)
+        self.facts = ScriptFacts(names=recorder.names, context=RunContext(origins))
         self.assigned = {name for assign in recorder.assigns for name in assign.targets}
         #: (function, parameter) → (calling function, argument name) at each call site.
         self.arguments: dict[tuple[str, str], set[tuple[str, str]]] = {}
@@ -357,7 +316,7 @@ class _Conclusions:
         return self.r.names.qualified_name(call.node.func, call.scope, strict=False)
 
     def site(self, node: cst.CSTNode) -> Site:
-        return self.origins.site(node) or Site(1, 0, 1, 0)
+        return self.origins.site(node) or FILE_START
 
     def _word_lines(self) -> None:
         """``facts.word_lines``: the line of the statement or call each identifier was met in.
@@ -426,7 +385,7 @@ class _Conclusions:
     def _constructs_loader(self, value: cst.BaseExpression, scope: ScopeKey) -> bool:
         return isinstance(value, cst.Call) and self.r.names.qualified_name(
             value.func, scope, strict=False
-        ) in LOADER_CONSTRUCTORS
+        ) in DATA_LOADERS
 
     def _constructors(self) -> None:
         facts = self.facts
@@ -440,10 +399,10 @@ class _Conclusions:
             targets = set(assign.targets)
             if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in factories:
                 facts.train_loaders.update(targets)
-            elif qualified in LOADER_CONSTRUCTORS:
+            elif qualified in DATA_LOADERS:
                 facts.train_loaders.update(targets)  # sorted into train/eval by the loops below
                 self._batch_size(value, assign)
-            elif qualified in ACCELERATOR_CONSTRUCTORS:
+            elif qualified in ACCELERATORS:
                 facts.existing_accelerator = assign.targets[0] if assign.targets else None
             elif qualified is not None and is_scheduler(qualified):
                 facts.schedulers.update(targets)
@@ -880,17 +839,15 @@ def _is_plain_access(value: cst.BaseExpression) -> bool:
     return False
 
 
-def analyse(
-    module: cst.Module, origins: OriginIndex | None = None, source: str | bytes | None = None
-) -> ScriptFacts:
-    """Facts about ``module`` (one visitor pass), with original positions recorded in ``origins``;
-    ``source``, if given, is what the module was parsed from."""
+def analyse(module: cst.Module, source: str | bytes | None = None) -> ScriptFacts:
+    """Facts about ``module`` (one visitor pass), with the original position of every statement
+    and call recorded; ``source``, if given, is what the module was parsed from."""
     recorder = _Recorder()
     walk(module, recorder)
-    origins = origins if origins is not None else OriginIndex()
+    origins = OriginIndex()
     original_sites(module, recorder.collected, origins, source)
     # The module itself: a pass that carries positions carries this one too (see convert_module).
-    origins.record(module, Site(1, 0, 1, 0))
+    origins.record(module, FILE_START)
     facts = _Conclusions(recorder, origins).run()
     if "KeyboardInterrupt" in recorder.words:
         facts.interrupt_handlers = handler_sites(

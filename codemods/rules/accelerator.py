@@ -30,15 +30,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.base import Change, Codemod, Options
-from codemods.edits import (
-    HomeBlockTransformer,
-    assigned_in,
-    first_statement_index,
-    parses_arguments,
-    statement,
-)
-from codemods.facts import ScriptFacts
+from codemods.engine.model import Change, Options
+
+from codemods.engine.rule import Rule
+from codemods.engine.syntax import assigned_in, first_statement_index, parses_arguments, statement
+from codemods.engine.transformers import HomeBlockTransformer
+from codemods.engine.facts import ScriptFacts
 
 
 def import_statement(options: Options, name: str = "Accelerator") -> cst.SimpleStatementLine:
@@ -87,8 +84,7 @@ class _CreateAccelerator(HomeBlockTransformer):
         index = creation_index(body, self.facts, at_top=self.facts.home_kind == "function")
         anchor_node = body[index] if index < len(body) else anchor
         created = statement(f"{self.accelerator} = Accelerator()")
-        self.report(Accelerator.code, f"create the accelerator: {self.accelerator} = Accelerator()",
-                    anchor_node if index < len(body) else anchor)
+        self.report(anchor_node if index < len(body) else anchor, Accelerator.code, f"create the accelerator: {self.accelerator} = Accelerator()", header_only=True)
         return [*body[:index], created, *body[index:]]
 
 
@@ -106,7 +102,7 @@ def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top:
     return start if at_top else first_use
 
 
-class Accelerator(Codemod):
+class Accelerator(Rule):
     code = "ACC101"
     name = "accelerator"
 
@@ -114,10 +110,10 @@ class Accelerator(Codemod):
         return facts.existing_accelerator is None and facts.has_accelerator
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        transformer = _CreateAccelerator(facts, accelerator=facts.accelerator_name)
+        transformer = _CreateAccelerator(facts)
         converted = module.visit(transformer)
         if not imports_from(converted, options.accelerate_module, "Accelerator"):
             with_import = add_import(converted, import_statement(options))
             facts.origins.carry(converted, with_import)  # type: ignore[union-attr]
             converted = with_import
-        return converted, transformer.changes
+        return converted, transformer.changes(module)

@@ -18,26 +18,18 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.backward import UNREACHABLE
-from codemods.base import Change, Codemod, Options
-from codemods.edits import CodemodTransformer
-from codemods.facts import ScriptFacts
-
-#: Qualified name → the accelerator's method.
-CLIPPERS = {
-    "torch.nn.utils.clip_grad_norm_": "clip_grad_norm_",
-    "torch.nn.utils.clip_grad_norm": "clip_grad_norm_",
-    "torch.nn.utils.clip_grad.clip_grad_norm_": "clip_grad_norm_",
-    "torch.nn.utils.clip_grad.clip_grad_norm": "clip_grad_norm_",
-    "torch.nn.utils.clip_grad_value_": "clip_grad_value_",
-    "torch.nn.utils.clip_grad.clip_grad_value_": "clip_grad_value_",
-}
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import NO_ACCELERATOR_ACCESS, Rule
+from codemods.engine.transformers import RuleTransformer, lines_of
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.torch_names import CLIPPERS
 
 
-class _ClipGrad(CodemodTransformer):
+
+class _ClipGrad(RuleTransformer):
     def __init__(self, facts: ScriptFacts, accelerator: str) -> None:
         sites = [site for name in CLIPPERS for site in facts.call_sites.get(name, ())]
-        super().__init__(facts.names, facts.origins, accelerator=accelerator, lines=sites)  # type: ignore[arg-type]
+        super().__init__(facts, lines_of(sites))
         self.facts = facts
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
@@ -45,14 +37,13 @@ class _ClipGrad(CodemodTransformer):
         if method is None:
             return updated_node
         if self.function not in self.facts.accessible_functions:
-            self.report(UNREACHABLE, f"{method} where no accelerator is reachable: left as it was",
-                        original_node, fixed=False)
+            self.report(original_node, NO_ACCELERATOR_ACCESS, f"{method} where no accelerator is reachable: left as it was", False, header_only=True)
             return updated_node
-        self.report(ClipGrad.code, f"gradient clipping → {self.accelerator}.{method}", original_node)
+        self.report(original_node, ClipGrad.code, f"gradient clipping → {self.accelerator}.{method}", header_only=True)
         return updated_node.with_changes(func=cst.Attribute(cst.Name(self.accelerator), cst.Name(method)))
 
 
-class ClipGrad(Codemod):
+class ClipGrad(Rule):
     code = "ACC106"
     name = "clip-grad"
 
@@ -61,4 +52,4 @@ class ClipGrad(Codemod):
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         transformer = _ClipGrad(facts, facts.existing_accelerator or facts.accelerator_name)
-        return module.visit(transformer), transformer.changes
+        return module.visit(transformer), transformer.changes(module)

@@ -28,33 +28,27 @@ After::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import libcst as cst
 
-from codemods.base import Change, Codemod, Options
-from codemods.edits import dotted
-from codemods.facts import ScriptFacts
-from codemods.rewriting import (
-    Issue5Transformer,
-    PendingChanges,
-    accelerator_call,
-    accelerator_name,
-    binds_name,
-    is_accelerator_method,
-    qualified_name,
-)
-from codemods.walk import identifiers, variables_read, walk
+from codemods.engine.model import Change, Options
 
-GRAD_SCALERS = frozenset({"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.GradScaler", "torch.cpu.amp.GradScaler"})
-AUTOCASTS = frozenset({"torch.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast", "torch.cpu.amp.autocast"})
-ACCELERATORS = frozenset({"runtime.Accelerator", "accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
+from codemods.engine.rule import Rule
+from codemods.engine.syntax import dotted
+from codemods.engine.accelerator_creation import AcceleratorCreation, expression_available, find_accelerator_creation, set_accelerator_argument
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.accelerator_code import accelerator_call, is_accelerator_method
+from codemods.engine.findings import Findings
+from codemods.engine.transformers import RuleTransformer
+from codemods.engine.walk import identifiers, walk
+from codemods.engine.torch_names import AUTOCASTS, GRAD_SCALERS
+
 #: The scaler's methods this pass knows how to replace; any other use keeps the script as it is.
 SCALER_METHODS = frozenset({"scale", "step", "update", "unscale_"})
 
 
-class AmpCodemod(Codemod):
+class AmpCodemod(Rule):
     code = "ACC111"
     name = "amp"
     extra_codes = {
@@ -69,7 +63,7 @@ class AmpCodemod(Codemod):
     ) -> tuple[cst.Module, list[Change]]:
         survey = _AmpSurvey(facts)
         walk(module, survey)
-        pending = PendingChanges(facts)
+        pending = Findings(facts)
         if not survey.scalers and not survey.autocasts:
             return module, []
         if survey.other_scaler_uses:
@@ -126,7 +120,7 @@ class _AmpSurvey(cst.CSTVisitor):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         value = node.value
-        if isinstance(value, cst.Call) and qualified_name(value.func, self.facts.imports) in GRAD_SCALERS:
+        if isinstance(value, cst.Call) and self.facts.callee_name(value.func) in GRAD_SCALERS:
             for target in node.targets:
                 name = dotted(target.target)
                 if name:
@@ -135,7 +129,7 @@ class _AmpSurvey(cst.CSTVisitor):
             self._note_switch(value)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if qualified_name(node.func, self.facts.imports) in AUTOCASTS and not _disables(node):
+        if self.facts.callee_name(node.func) in AUTOCASTS and not _disables(node):
             self.autocasts.append(node)
             self._note_switch(node)
             for arg in node.args:
@@ -278,132 +272,30 @@ def _common_flag(flags: Sequence[cst.BaseExpression]) -> cst.BaseExpression | No
     return first if all(f.deep_equals(first) for f in flags) else None
 
 
-@dataclass
-class AcceleratorCreation:
-    """Where ``accelerator = Accelerator(...)`` is: the statements that run before it in its body,
-    and the parameters of the function holding it."""
-
-    statements_before: list[cst.CSTNode]
-    parameters: set[str]
-    module_statements: list[cst.CSTNode]
-    statements_after: list[cst.CSTNode]
 
 
-def find_accelerator_creation(module: cst.Module, facts: ScriptFacts) -> AcceleratorCreation | None:
-    """The statement creating the accelerator, searched at module level and in module-level functions."""
-    for index, statement in enumerate(module.body):
-        if _creates_accelerator(statement, facts):
-            return AcceleratorCreation(list(module.body[:index]), set(), [], list(module.body[index + 1 :]))
-        if isinstance(statement, cst.FunctionDef) and isinstance(statement.body, cst.IndentedBlock):
-            body = list(statement.body.body)
-            for inner_index, inner in enumerate(body):
-                if _creates_accelerator(inner, facts):
-                    params = statement.params
-                    names = {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
-                    return AcceleratorCreation(
-                        body[:inner_index], names, list(module.body[:index]), body[inner_index + 1 :]
-                    )
-    return None
 
 
-def _creates_accelerator(statement: cst.CSTNode, facts: ScriptFacts) -> bool:
-    return _accelerator_call_of(statement, facts) is not None
 
 
-def _accelerator_call_of(statement: cst.CSTNode, facts: ScriptFacts) -> cst.Call | None:
-    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-        return None
-    assign = statement.body[0]
-    if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call):
-        return None
-    if dotted(assign.targets[0].target) != accelerator_name(facts):
-        return None
-    callee = qualified_name(assign.value.func, facts.imports)
-    return assign.value if callee in ACCELERATORS or dotted(assign.value.func) == "Accelerator" else None
 
 
-def expression_available(expression: cst.BaseExpression, creation: AcceleratorCreation) -> bool:
-    """Whether every name the expression reads is bound before the accelerator is created
-    (a parameter, an earlier statement of the same body, or module-level code/imports)."""
-    for name in variables_read(expression):
-        if name in creation.parameters or name in ("True", "False", "None"):
-            continue
-        if binds_name(creation.statements_before, name) or _module_binds(creation.module_statements, name):
-            continue
-        return False
-    return True
 
 
-def _module_binds(statements: Sequence[cst.CSTNode], name: str) -> bool:
-    for statement in statements:
-        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) and statement.name.value == name:
-            return True
-        if isinstance(statement, cst.SimpleStatementLine):
-            for small in statement.body:
-                if isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar):
-                    for alias in small.names:
-                        bound = alias.asname.name if alias.asname else alias.name
-                        if dotted(bound) and dotted(bound).split(".")[0] == name:
-                            return True
-    return binds_name(statements, name)
 
 
-    def visit_Arg(self, node: cst.Arg) -> bool:
-        walk(node.value, self)
-        return False
 
 
-def set_accelerator_argument(
-    module: cst.Module, facts: ScriptFacts, keyword: str, value: cst.BaseExpression
-) -> cst.Module:
-    """Give the ``Accelerator(...)`` call ``keyword=value`` unless it already has that keyword."""
-    # The call is where the script wrote one, or where the accelerator pass put it (a changed line).
-    words = {"Accelerator", accelerator_name(facts)}
-    words |= {local for local, qualified in facts.imports.items() if qualified in ACCELERATORS}
-    lines = facts.lines_mentioning(words) | facts.changed_lines
-    return module.visit(_AcceleratorArgument(facts, keyword, value, lines))
-
-
-class _AcceleratorArgument(Issue5Transformer):
-    """Adds the keyword; an Issue5Transformer so that the positions of the statements it walks
-    are carried (without, every later pass lost them, or the pipeline re-derived them by
-    walking the whole tree again)."""
-
-    def __init__(self, facts: ScriptFacts, keyword: str, value: cst.BaseExpression, lines: set[int]) -> None:
-        super().__init__(facts, lines)
-        self.keyword, self.value = keyword, value
-        self.done = False
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        # The call is a whole statement's value: no need to enter statement lines or expressions.
-        if self.done or isinstance(node, (cst.SimpleStatementLine, cst.BaseExpression)):
-            return False
-        return super().on_visit(node)
-
-    def leave_SimpleStatementLine(self, original_node, updated_node):
-        call = _accelerator_call_of(updated_node, self.facts)
-        if call is None or self.done:
-            return updated_node
-        self.done = True
-        if any(a.keyword and a.keyword.value == self.keyword for a in call.args):
-            return updated_node
-        args = list(call.args)
-        if args:
-            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        args.append(cst.Arg(self.value, keyword=cst.Name(self.keyword), equal=cst.AssignEqual(
-            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))))
-        assign = updated_node.body[0].with_changes(value=call.with_changes(args=args))
-        return updated_node.with_changes(body=[assign])
 
 
 # ---- the rewrite --------------------------------------------------------------------------------
 
 
-class _AmpRemover(Issue5Transformer):
-    def __init__(self, facts: ScriptFacts, survey: _AmpSurvey, pending: PendingChanges, lines: set[int]) -> None:
+class _AmpRemover(RuleTransformer):
+    def __init__(self, facts: ScriptFacts, survey: _AmpSurvey, pending: Findings, lines: set[int]) -> None:
         super().__init__(facts, lines)
         self.scalers = survey.scalers
-        self.pending = pending
+        self.findings = pending
         self.flag = _common_flag(survey.flags)
         self.functions = survey.functions
 
@@ -454,7 +346,7 @@ class _AmpRemover(Issue5Transformer):
         kept = [s for s in updated_node.body if not self._removable(s)]
         if len(kept) == len(updated_node.body):
             return updated_node
-        self.pending.add(original_node, AmpCodemod.code, "GradScaler bookkeeping removed: the accelerator scales", True)
+        self.findings.add(original_node, AmpCodemod.code, "GradScaler bookkeeping removed: the accelerator scales", True)
         if not kept:
             return cst.RemoveFromParent()
         return updated_node.with_changes(body=kept)
@@ -464,14 +356,14 @@ class _AmpRemover(Issue5Transformer):
             method = self._scaler_method(statement.value)
             return method is not None and method[0] in ("update", "unscale_")
         if isinstance(statement, cst.Assign) and isinstance(statement.value, cst.Call):
-            return qualified_name(statement.value.func, self.facts.imports) in GRAD_SCALERS
+            return self.facts.callee_name(statement.value.func) in GRAD_SCALERS
         return False
 
     def leave_With(self, original_node: cst.With, updated_node: cst.With):
         items = [i for i in updated_node.items if not _is_autocast(i.item, self.facts)]
         if len(items) == len(updated_node.items):
             return updated_node
-        self.pending.add(original_node, AmpCodemod.code, "autocast block dissolved: the prepared model autocasts", True)
+        self.findings.add(original_node, AmpCodemod.code, "autocast block dissolved: the prepared model autocasts", True)
         if items:
             items[-1] = items[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
             return updated_node.with_changes(items=items)
@@ -493,7 +385,7 @@ class _AmpRemover(Issue5Transformer):
                 return updated_node
         if not isinstance(orelse.body, cst.IndentedBlock) or not _same_statements(updated_node.body.body, orelse.body.body):
             return updated_node
-        self.pending.add(original_node, AmpCodemod.code, "AMP and plain branches are the same now: one kept", True)
+        self.findings.add(original_node, AmpCodemod.code, "AMP and plain branches are the same now: one kept", True)
         statements = list(updated_node.body.body)
         statements[0] = statements[0].with_changes(
             leading_lines=[*updated_node.leading_lines, *statements[0].leading_lines]
@@ -515,7 +407,7 @@ class _ScalerMention(cst.CSTVisitor):
         self.found = self.found or dotted(node) in self.scalers
 
     def visit_Call(self, node: cst.Call) -> None:
-        self.found = self.found or qualified_name(node.func, self.facts.imports) in GRAD_SCALERS | AUTOCASTS
+        self.found = self.found or self.facts.callee_name(node.func) in GRAD_SCALERS | AUTOCASTS
 
 
 def _is_autocast(node: cst.BaseExpression, facts: ScriptFacts) -> bool:
@@ -523,7 +415,7 @@ def _is_autocast(node: cst.BaseExpression, facts: ScriptFacts) -> bool:
     carve a full-precision region out of an autocast one, stay as they are)."""
     return (
         isinstance(node, cst.Call)
-        and qualified_name(node.func, facts.imports) in AUTOCASTS
+        and facts.callee_name(node.func) in AUTOCASTS
         and not _disables(node)
     )
 

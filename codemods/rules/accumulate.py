@@ -35,24 +35,21 @@ from typing import Sequence
 
 import libcst as cst
 
-from codemods.amp import expression_available, find_accelerator_creation, set_accelerator_argument
-from codemods.base import Change, Codemod, Options
-from codemods.edits import dotted
-from codemods.facts import ScriptFacts
-from codemods.rewriting import (
-    Issue5Transformer,
-    PendingChanges,
-    accelerator_call,
-    accelerator_name,
-    is_accelerator_method,
-)
-from codemods.walk import walk
+from codemods.engine.accelerator_creation import expression_available, find_accelerator_creation, set_accelerator_argument
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import Rule
+from codemods.engine.syntax import dotted
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.accelerator_code import accelerator_call, accelerator_name, is_accelerator_method
+from codemods.engine.findings import Findings
+from codemods.engine.transformers import RuleTransformer
+from codemods.engine.walk import walk
 
 #: Calls that only make sense on a sync step and that the prepared objects skip by themselves.
 STEP_METHODS = frozenset({"step", "zero_grad"})
 
 
-class AccumulateCodemod(Codemod):
+class AccumulateCodemod(Rule):
     code = "ACC112"
     name = "accumulate"
     extra_codes = {
@@ -65,7 +62,7 @@ class AccumulateCodemod(Codemod):
     def transform(
         self, module: cst.Module, facts: ScriptFacts, options: Options
     ) -> tuple[cst.Module, list[Change]]:
-        pending = PendingChanges(facts)
+        pending = Findings(facts)
         creation = find_accelerator_creation(module, facts)
         # The loops to rewrite step the optimizer under a modulo guard: they hold a ``.step``.
         rewriter = _AccumulationRewriter(facts, pending, facts.lines_mentioning({"step"}))
@@ -82,10 +79,10 @@ class AccumulateCodemod(Codemod):
         return new_module, pending.resolve(module)
 
 
-class _AccumulationRewriter(Issue5Transformer):
-    def __init__(self, facts: ScriptFacts, pending: PendingChanges, lines: set[int]) -> None:
+class _AccumulationRewriter(RuleTransformer):
+    def __init__(self, facts: ScriptFacts, pending: Findings, lines: set[int]) -> None:
         super().__init__(facts, lines)
-        self.pending = pending
+        self.findings = pending
         self.steps: list[cst.BaseExpression] = []
         self.loops: list[cst.CSTNode] = []
 
@@ -99,7 +96,7 @@ class _AccumulationRewriter(Issue5Transformer):
         if_node, k = guard
         new_statements = _without_division(body.body, k)
         if new_statements is None:
-            self.pending.add(
+            self.findings.add(
                 original_node, "ACC912",
                 "steps every k batches but the loss division by k was not found: convert by hand", False,
             )
@@ -114,7 +111,7 @@ class _AccumulationRewriter(Issue5Transformer):
         )
         self.steps.append(k)
         self.loops.append(original_node)
-        self.pending.add(original_node, AccumulateCodemod.code, "manual accumulation → accelerator.accumulate", True)
+        self.findings.add(original_node, AccumulateCodemod.code, "manual accumulation → accelerator.accumulate", True)
         return updated_node.with_changes(body=body.with_changes(body=[context]))
 
 

@@ -1,0 +1,73 @@
+"""Writing and finding accelerator code: the name converted code uses for the accelerator, calls
+on it, the statement that creates it, and which identifiers a call must contain (for the passes'
+statement targeting).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import libcst as cst
+
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.syntax import dotted
+
+
+
+def callee_words(facts: ScriptFacts, qualified_names: Iterable[str]) -> set[str]:
+    """The identifiers a call to one of ``qualified_names`` must contain, however it is written:
+    the last part (``save`` of ``torch.save``, ``np.save``) or a local alias
+    (``from torch import save as save_to``): for ``ScriptFacts.lines_mentioning``."""
+    wanted = set(qualified_names)
+    words = {qualified.rpartition(".")[2] for qualified in wanted}
+    return words | {local for local, qualified in facts.imports.items() if qualified in wanted}
+
+
+def name_words(names: Iterable[str]) -> set[str]:
+    """The identifier every mention of a (dotted) name contains: its last part (``model`` of
+    ``self.model``)."""
+    return {name.rpartition(".")[2] for name in names}
+
+
+def accelerator_name(facts: ScriptFacts) -> str:
+    """The variable converted code uses for the accelerator."""
+    return facts.existing_accelerator or facts.accelerator_name
+
+
+def accelerator_call(facts: ScriptFacts, method: str, *args: cst.BaseExpression | cst.Arg) -> cst.Call:
+    """``accelerator.<method>(args...)``."""
+    return cst.Call(
+        func=cst.Attribute(value=cst.Name(accelerator_name(facts)), attr=cst.Name(method)),
+        args=[a if isinstance(a, cst.Arg) else cst.Arg(a) for a in args],
+    )
+
+
+def unwrap_model(facts: ScriptFacts, model: cst.BaseExpression) -> cst.Call:
+    """``accelerator.unwrap_model(model)``."""
+    return accelerator_call(facts, "unwrap_model", model)
+
+
+def is_accelerator_method(node: cst.CSTNode, facts: ScriptFacts, *methods: str) -> bool:
+    """Whether ``node`` is a call ``accelerator.<one of methods>(...)``."""
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and dotted(node.func.value) == accelerator_name(facts)
+        and node.func.attr.value in methods
+    )
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+

@@ -1,0 +1,136 @@
+"""The statement that creates the accelerator: finding it, and giving it an argument
+(``mixed_precision=...``, ``gradient_accumulation_steps=...``) that a rule carries over from the
+script's own set-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import libcst as cst
+
+from codemods.engine.accelerator_code import accelerator_name
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.syntax import binds_name, dotted
+from codemods.engine.torch_names import ACCELERATORS
+from codemods.engine.transformers import RuleTransformer
+from codemods.engine.walk import variables_read, walk
+
+
+@dataclass
+class AcceleratorCreation:
+    """Where ``accelerator = Accelerator(...)`` is: the statements that run before it in its body,
+    and the parameters of the function holding it."""
+
+    statements_before: list[cst.CSTNode]
+    parameters: set[str]
+    module_statements: list[cst.CSTNode]
+    statements_after: list[cst.CSTNode]
+
+
+def find_accelerator_creation(module: cst.Module, facts: ScriptFacts) -> AcceleratorCreation | None:
+    """The statement creating the accelerator, searched at module level and in module-level functions."""
+    for index, statement in enumerate(module.body):
+        if _creates_accelerator(statement, facts):
+            return AcceleratorCreation(list(module.body[:index]), set(), [], list(module.body[index + 1 :]))
+        if isinstance(statement, cst.FunctionDef) and isinstance(statement.body, cst.IndentedBlock):
+            body = list(statement.body.body)
+            for inner_index, inner in enumerate(body):
+                if _creates_accelerator(inner, facts):
+                    params = statement.params
+                    names = {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
+                    return AcceleratorCreation(
+                        body[:inner_index], names, list(module.body[:index]), body[inner_index + 1 :]
+                    )
+    return None
+
+
+def _creates_accelerator(statement: cst.CSTNode, facts: ScriptFacts) -> bool:
+    return _accelerator_call_of(statement, facts) is not None
+
+
+def _accelerator_call_of(statement: cst.CSTNode, facts: ScriptFacts) -> cst.Call | None:
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    assign = statement.body[0]
+    if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call):
+        return None
+    if dotted(assign.targets[0].target) != accelerator_name(facts):
+        return None
+    callee = facts.callee_name(assign.value.func)
+    return assign.value if callee in ACCELERATORS or dotted(assign.value.func) == "Accelerator" else None
+
+
+def expression_available(expression: cst.BaseExpression, creation: AcceleratorCreation) -> bool:
+    """Whether every name the expression reads is bound before the accelerator is created
+    (a parameter, an earlier statement of the same body, or module-level code/imports)."""
+    for name in variables_read(expression):
+        if name in creation.parameters or name in ("True", "False", "None"):
+            continue
+        if binds_name(creation.statements_before, name) or _module_binds(creation.module_statements, name):
+            continue
+        return False
+    return True
+
+
+def _module_binds(statements: Sequence[cst.CSTNode], name: str) -> bool:
+    for statement in statements:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) and statement.name.value == name:
+            return True
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar):
+                    for alias in small.names:
+                        bound = alias.asname.name if alias.asname else alias.name
+                        if dotted(bound) and dotted(bound).split(".")[0] == name:
+                            return True
+    return binds_name(statements, name)
+
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        walk(node.value, self)
+        return False
+
+
+def set_accelerator_argument(
+    module: cst.Module, facts: ScriptFacts, keyword: str, value: cst.BaseExpression
+) -> cst.Module:
+    """Give the ``Accelerator(...)`` call ``keyword=value`` unless it already has that keyword."""
+    # The call is where the script wrote one, or where the accelerator pass put it (a changed line).
+    words = {"Accelerator", accelerator_name(facts)}
+    words |= {local for local, qualified in facts.imports.items() if qualified in ACCELERATORS}
+    lines = facts.lines_mentioning(words) | facts.changed_lines
+    return module.visit(_AcceleratorArgument(facts, keyword, value, lines))
+
+
+class _AcceleratorArgument(RuleTransformer):
+    """Adds the keyword; an RuleTransformer so that the positions of the statements it walks
+    are carried (without, every later pass lost them, or the pipeline re-derived them by
+    walking the whole tree again)."""
+
+    def __init__(self, facts: ScriptFacts, keyword: str, value: cst.BaseExpression, lines: set[int]) -> None:
+        super().__init__(facts, lines)
+        self.keyword, self.value = keyword, value
+        self.done = False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        # The call is a whole statement's value: no need to enter statement lines or expressions.
+        if self.done or isinstance(node, (cst.SimpleStatementLine, cst.BaseExpression)):
+            return False
+        return super().on_visit(node)
+
+    def leave_SimpleStatementLine(self, original_node, updated_node):
+        call = _accelerator_call_of(updated_node, self.facts)
+        if call is None or self.done:
+            return updated_node
+        self.done = True
+        if any(a.keyword and a.keyword.value == self.keyword for a in call.args):
+            return updated_node
+        args = list(call.args)
+        if args:
+            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        args.append(cst.Arg(self.value, keyword=cst.Name(self.keyword), equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))))
+        assign = updated_node.body[0].with_changes(value=call.with_changes(args=args))
+        return updated_node.with_changes(body=[assign])

@@ -1,0 +1,71 @@
+"""The values a conversion trades in: positions, changes, options, outcomes.
+
+This module imports nothing of the converter's, so every other module may import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+Target = Literal["runtime", "accelerate"]
+
+
+@dataclass(frozen=True)
+class Site:
+    """A position in the original file (1-based line, 0-based column)."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+
+
+@dataclass(frozen=True)
+class Change:
+    """One rewrite made (``fixed=True``, codes ``ACC1xx``) or one spot left for a person
+    (``fixed=False``, codes ``ACC9xx``), at its position in the *original* file (1-based line,
+    0-based column, as libcst's PositionProvider counts)."""
+
+    code: str
+    message: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    fixed: bool
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the user asked for; the CLI builds it from flags and ``[tool.accel-convert]``."""
+
+    target: Target = "runtime"
+    oom_retry: bool = False
+    #: Code prefixes to run only (empty: all) and to skip, as ruff's --select/--ignore.
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+
+    def enabled(self, code: str) -> bool:
+        """Whether a code is switched on; the longest matching prefix wins, as in ruff."""
+        best_select = max((len(p) for p in self.select if code.startswith(p)), default=-1)
+        best_ignore = max((len(p) for p in self.ignore if code.startswith(p)), default=-1)
+        if self.select and best_select < 0:
+            return False
+        return best_select >= best_ignore
+
+    @property
+    def accelerate_module(self) -> str:
+        """The package converted scripts import the Accelerator from."""
+        return "runtime" if self.target == "runtime" else "accelerate"
+
+
+@dataclass
+class ConversionOutcome:
+    """What converting one module produced."""
+
+    module: "cst.Module"
+    changes: list[Change] = field(default_factory=list)

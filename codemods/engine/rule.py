@@ -1,0 +1,69 @@
+"""What a rule is: a code, a name, a cheap test, a transform, and its documented examples.
+
+A rule is one module in ``codemods/rules/`` holding one :class:`Rule` subclass; it imports the
+engine only, never another rule. Its module docstring is its documentation::
+
+    ACC105 backward: route every ``X.backward(...)`` through the accelerator.
+
+    Why it matters, in a paragraph or two.
+
+and its :attr:`Rule.examples` are executable: each is a small script converted by the real
+pipeline in ``tests/codemods/test_rule_examples.py``, and ``--list-codes``, ``--explain`` and
+the README are generated from them, so documentation and behaviour cannot drift apart.
+
+Rules never print: ``transform`` returns the new tree and a list of :class:`Change`; only the CLI
+talks to the terminal. Facts shared between rules are names (see
+:mod:`codemods.engine.facts`), never node identities, because each rule works on a new tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import libcst as cst
+
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.model import Change, Options
+
+#: Reported by every rule that meets a call needing the accelerator where none is reachable.
+NO_ACCELERATOR_ACCESS = "ACC904"
+NO_ACCELERATOR_ACCESS_DOC = (
+    "no-accelerator-access: a call that needs the accelerator where none is reachable "
+    "(a class method, code run before it exists)"
+)
+
+
+@dataclass(frozen=True)
+class Example:
+    """A script before conversion and what converting it gives: the converted script (for an
+    automatic rewrite) or the exact message reported (for a report). Options: ``oom_retry``."""
+
+    before: str
+    after: str = ""
+    message: str = ""
+    oom_retry: bool = False
+
+
+class Rule:
+    """Base class of the rules. Subclasses set the class attributes and implement ``transform``."""
+
+    #: The code of the automatic rewrite (``ACC1xx``) or of the report (``ACC9xx``).
+    code: ClassVar[str]
+    #: A short kebab-case name, e.g. ``"backward"``.
+    name: ClassVar[str]
+    #: Further codes this module may report (usually ``ACC9xx`` warnings), code → one-line summary.
+    extra_codes: ClassVar[dict[str, str]] = {}
+    #: Small scripts showing the rule at work (see :class:`Example`).
+    examples: ClassVar[tuple[Example, ...]] = ()
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        """Cheap test run before ``transform``: False skips the pass (no tree walk at all)."""
+        return True
+
+    def transform(
+        self, module: cst.Module, facts: ScriptFacts, options: Options
+    ) -> tuple[cst.Module, list[Change]]:
+        raise NotImplementedError
+
+

@@ -1,0 +1,240 @@
+"""Small readers and builders of libcst nodes that every part of the converter shares.
+
+Everything here looks at one node (or a short list of statements) and never at the whole tree:
+what a dotted name is, which names a statement binds, whether an ``if`` is the ``__main__``
+guard. Whole-tree questions belong to the analysis (:mod:`codemods.engine.analysis`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import libcst as cst
+
+from codemods.engine.walk import walk
+
+
+def dotted(node: cst.CSTNode | None) -> str | None:
+    """``self.model`` for Name/Attribute chains, None for anything else."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr.value}" if base is not None else None
+    return None
+
+
+def root_name(node: cst.BaseExpression) -> str | None:
+    """The Name at the root of an attribute/subscript/call chain: ``batch`` for ``batch["x"].to(d)``."""
+    while True:
+        if isinstance(node, cst.Name):
+            return node.value
+        if isinstance(node, cst.Attribute):
+            node = node.value
+        elif isinstance(node, cst.Subscript):
+            node = node.value
+        elif isinstance(node, cst.Call):
+            node = node.func
+        else:
+            return None
+
+
+def expression(code: str) -> cst.BaseExpression:
+    return cst.parse_expression(code)
+
+
+def statement(code: str) -> cst.BaseStatement:
+    return cst.parse_statement(code)
+
+
+def method_call(node: cst.CSTNode, *names: str) -> bool:
+    """``node`` is a call ``<something>.<one of names>(...)``."""
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in names
+    )
+
+
+def names_in(node: cst.CSTNode) -> set[str]:
+    """Every Name value inside ``node`` (a small subtree: used on conditions and arguments)."""
+    collector = _NameGatherer()
+    walk(node, collector)
+    return collector.found
+
+
+class _NameGatherer(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.found.add(node.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        path = dotted(node)
+        if path is not None:
+            self.found.add(path)
+
+
+def target_names(target: cst.BaseExpression) -> tuple[str, ...]:
+    """Names bound by an assignment or loop target, in order."""
+    if isinstance(target, cst.Name):
+        return (target.value,)
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return tuple(name for element in target.elements for name in target_names(element.value))
+    if isinstance(target, cst.StarredElement):
+        return target_names(target.value)
+    path = dotted(target)
+    return (path,) if path is not None else ()
+
+
+def is_docstring(statement: cst.BaseStatement) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+def is_main_guard(node: cst.CSTNode) -> bool:
+    """``if __name__ == "__main__":``."""
+    if not isinstance(node, cst.If) or not isinstance(node.test, cst.Comparison):
+        return False
+    test = node.test
+    return (
+        isinstance(test.left, cst.Name)
+        and test.left.value == "__name__"
+        and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].comparator, cst.SimpleString)
+        and test.comparisons[0].comparator.evaluated_value == "__main__"
+    )
+
+
+def assigned_in(statement: cst.CSTNode) -> set[str]:
+    """Names a statement binds by assignment, at any depth except inside nested defs/classes."""
+    finder = _Assigned()
+    walk(statement, finder)
+    return finder.names
+
+
+class _Assigned(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self.names.update(target_names(node.target))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self.names.update(target_names(node.target))
+
+    def visit_For(self, node: cst.For) -> None:
+        self.names.update(target_names(node.target))
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self.names.update(target_names(node.asname.name))
+
+
+def first_statement_index(body: Sequence[cst.BaseStatement]) -> int:
+    """Index after a leading docstring and ``from __future__`` imports."""
+    index = 0
+    while index < len(body) and (is_docstring(body[index]) if index == 0 else False):
+        index += 1
+    while index < len(body) and _is_future_import(body[index]):
+        index += 1
+    return index
+
+
+def _is_future_import(statement: cst.BaseStatement) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and isinstance(statement.body[0], cst.ImportFrom)
+        and dotted(statement.body[0].module) == "__future__"
+    )
+
+
+def parses_arguments(statement: cst.BaseStatement) -> bool:
+    """``args = parser.parse_args()`` / ``args, _ = parse_known_args()`` / ``opt = parse_args()``."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    for small in statement.body:
+        if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call):
+            name = dotted(small.value.func) or ""
+            if name.rsplit(".", 1)[-1] in {"parse_args", "parse_known_args", "parse_args_into_dataclasses"}:
+                return True
+    return False
+
+
+def assigns_at_top(statements: Sequence[cst.CSTNode], name: str) -> bool:
+    """Whether one of these statements itself (not a nested block) is ``name = ...``: the
+    accelerator is created at the top level of its body, and looking no deeper keeps the scope
+    bookkeeping from walking every function twice."""
+    for statement in statements:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                targets = small.targets if isinstance(small, cst.Assign) else []
+                if any(_target_binds(t.target, name) for t in targets):
+                    return True
+    return False
+
+
+def _target_binds(target: cst.BaseExpression, name: str) -> bool:
+    if isinstance(target, cst.Name):
+        return target.value == name
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return any(_target_binds(e.value, name) for e in target.elements)
+    return False
+
+
+def binds_name(statements: Sequence[cst.CSTNode], name: str) -> bool:
+    """Whether any of these statements (not looking into nested functions) assigns ``name``."""
+    finder = _BindingFinder(name)
+    for statement in statements:
+        walk(statement, finder)
+        if finder.found:
+            return True
+    return False
+
+
+class _BindingFinder(cst.CSTVisitor):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.found = False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._check_target(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._check_target(node.target)
+
+    def _check_target(self, target: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Name) and target.value == self.name:
+            self.found = True
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._check_target(element.value)
+
+
+def body_statements(node: cst.FunctionDef) -> Sequence[cst.CSTNode]:
+    body = node.body
+    return body.body if isinstance(body, cst.IndentedBlock) else [body]
+
+
+def expression_code(node: cst.CSTNode) -> str:
+    """Source text of an expression, for messages and for comparing two expressions."""
+    return cst.Module(body=[]).code_for_node(node)

@@ -1,0 +1,91 @@
+"""Every table of library names the converter recognises, in one place.
+
+Rules and the analysis match calls by qualified name (``torch.cuda.amp.GradScaler`` however the
+script imported it), against the tables below. Each table has exactly one definition, here
+(``tests/codemods/test_torch_names.py`` checks that no other module defines one), so a name added
+for one rule is seen by the analysis that decides whether the rule runs.
+"""
+
+from __future__ import annotations
+
+DATA_LOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
+ACCELERATORS = frozenset({
+    "accelerate.Accelerator", "accelerate.accelerator.Accelerator",
+    "runtime.Accelerator", "runtime.accelerator.Accelerator",
+})
+DEVICE_CALLS = frozenset({"torch.device", "torch.accelerator.current_accelerator"})
+NO_GRAD_CONTEXTS = frozenset({
+    "torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
+    "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode",
+})
+PROGRESS_BARS = frozenset({
+    "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.rich.tqdm",
+    "tqdm.trange", "tqdm.auto.trange", "tqdm.notebook.trange",
+})
+GRAD_SCALERS = frozenset({"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.GradScaler", "torch.cpu.amp.GradScaler"})
+AUTOCASTS = frozenset({"torch.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast", "torch.cpu.amp.autocast"})
+#: Qualified name of a clipping function → the accelerator's method that replaces it.
+CLIPPERS = {
+    "torch.nn.utils.clip_grad_norm_": "clip_grad_norm_",
+    "torch.nn.utils.clip_grad_norm": "clip_grad_norm_",
+    "torch.nn.utils.clip_grad.clip_grad_norm_": "clip_grad_norm_",
+    "torch.nn.utils.clip_grad.clip_grad_norm": "clip_grad_norm_",
+    "torch.nn.utils.clip_grad_value_": "clip_grad_value_",
+    "torch.nn.utils.clip_grad.clip_grad_value_": "clip_grad_value_",
+}
+
+DATA_PARALLEL = frozenset(
+    {"torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel"}
+)
+#: ``nn.parallel.data_parallel(module, inputs)``: DataParallel as a function call.
+DATA_PARALLEL_FUNCTIONS = frozenset({"torch.nn.parallel.data_parallel"})
+DISTRIBUTED_DATA_PARALLEL = frozenset(
+    {"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"}
+)
+PROCESS_SPAWNERS = frozenset({"torch.multiprocessing.spawn"})
+PROCESS_GROUP_STARTS = frozenset({"torch.distributed.init_process_group"})
+DISTRIBUTED_SAMPLERS = frozenset(
+    {"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"}
+)
+
+
+def _feature(name: str, *tables: frozenset[str]) -> dict[str, str]:
+    return {qualified: name for table in tables for qualified in table}
+
+
+#: Qualified name → the feature it shows the script already has (``ScriptFacts.existing_features``).
+FEATURES: dict[str, str] = {
+    **_feature("DataParallel", frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel"}),
+               DATA_PARALLEL_FUNCTIONS),
+    **_feature("DistributedDataParallel", DISTRIBUTED_DATA_PARALLEL),
+    **_feature("mp.spawn", PROCESS_SPAWNERS),
+    **_feature("init_process_group", PROCESS_GROUP_STARTS),
+    **_feature("DistributedSampler", DISTRIBUTED_SAMPLERS),
+    **_feature("GradScaler", GRAD_SCALERS),
+    **_feature("autocast", AUTOCASTS),
+}
+#: Features of a script that distributes itself: it is reported (ACC903), never rewritten.
+SELF_DISTRIBUTING = frozenset({"DistributedDataParallel", "mp.spawn", "init_process_group"})
+
+
+def is_optimizer(qualified: str) -> bool:
+    """``torch.optim.SGD``, ``transformers.AdamW``, ``bitsandbytes.optim.Adam8bit``..."""
+    head, _, last = qualified.rpartition(".")
+    if not last[:1].isupper() or "lr_scheduler" in head:
+        return False
+    return head in {"torch.optim", "transformers", "transformers.optimization"} or head.startswith(
+        ("torch.optim.", "bitsandbytes.optim")
+    )
+
+
+def is_scheduler(qualified: str) -> bool:
+    head, _, last = qualified.rpartition(".")
+    if head.startswith("torch.optim.lr_scheduler"):
+        return last[:1].isupper()
+    return head in {"transformers", "transformers.optimization"} and last.startswith("get_") and (
+        "schedule" in last
+    )
+#: Calls that distribute the work by hand; the converter leaves them and reports them (ACC903).
+HAND_DISTRIBUTION = (
+    DISTRIBUTED_DATA_PARALLEL | PROCESS_SPAWNERS | PROCESS_GROUP_STARTS | DISTRIBUTED_SAMPLERS | DATA_PARALLEL_FUNCTIONS
+)

@@ -1,0 +1,291 @@
+"""The transformers every rule's rewrite is built on, and the one way a rule reports a change.
+
+* :class:`TargetedTransformer` is the machinery: it walks only the statements that can hold what a
+  rule rewrites, never enters whitespace or tokens, and carries original positions from each node
+  it received to the node it returns (see :mod:`codemods.engine.positions`).
+* :class:`RuleTransformer` is what a rule subclasses: it knows the enclosing ``def``/``class``
+  scope (for qualified names), the statement it is in (for positions), and collects
+  :class:`Findings`.
+* :class:`AcceleratorScope` adds "can code here use the accelerator variable?";
+  :class:`HomeBlockTransformer` edits the block that builds the training objects.
+
+:class:`Findings` is how a change is reported, inside a transformer or outside one: at the
+node's original position, or at the statement holding it when the node has none of its own.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import libcst as cst
+
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.findings import FILE_START, Findings
+from codemods.engine.model import Change, Site
+from codemods.engine.positions import CARRIED_TYPES, OriginIndex, POSITIONED_TYPES, skips_statement
+from codemods.engine.syntax import assigns_at_top, body_statements, is_main_guard
+from codemods.engine.walk import TRIVIA, own_hooks
+from codemods.engine.accelerator_code import accelerator_name
+
+
+class TargetedTransformer(cst.CSTTransformer):
+    """What every pass's transformer shares: it walks only the statements holding one of
+    ``lines`` (original line numbers; None: all), never enters whitespace or tokens (libcst rebuilds
+    every node a transformer enters, so the walk is what a pass costs), and carries the original
+    position of each statement, call and the module to the node that replaces it (so that later
+    passes still report in terms of the file the user wrote). Without ``origins`` (a pass run on
+    its own, in unit tests) it walks everything and carries nothing."""
+
+    def __init__(self, origins: OriginIndex | None, lines: Iterable[int] | None = None) -> None:
+        super().__init__()
+        self.origins = origins
+        self.lines = sorted(set(lines)) if lines is not None else None
+        self._hooks = _transformer_hooks(type(self))
+
+    # libcst's on_visit/on_leave look ``visit_<Node>``/``leave_<Node>`` up by a built name for
+    # every node, and find one of its thousand no-op stubs for most: the pass's own hooks are
+    # looked up once per node type instead, and only they are called.
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if type(node) in TRIVIA:
+            return False
+        visit = self._hooks_of(type(node))[0]
+        descend = visit is None or visit(self, node) is not False
+        return descend and not skips_statement(node, self.lines, self.origins)
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
+        leave = self._hooks_of(type(original_node))[1]
+        result = updated_node if leave is None else leave(self, original_node, updated_node)
+        if self.origins is None or type(original_node) not in CARRIED_TYPES or result is original_node:
+            return result
+        if isinstance(result, cst.FlattenSentinel):
+            for node in result.nodes:
+                self.origins.carry(original_node, node)
+        elif isinstance(result, cst.CSTNode):
+            self.origins.carry(original_node, result)
+        return result
+
+
+    def _hooks_of(self, node_type: type) -> tuple[Callable[..., Any] | None, Callable[..., Any] | None]:
+        hooks = self._hooks.get(node_type)
+        if hooks is None:
+            hooks = self._hooks[node_type] = (
+                own_hooks(type(self)).get(f"visit_{node_type.__name__}"),  # type: ignore[arg-type]
+                own_hooks(type(self)).get(f"leave_{node_type.__name__}"),  # type: ignore[arg-type]
+            )
+        return hooks
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        pass  # no pass has per-field hooks (``_transformer_hooks`` refuses them)
+
+    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        pass
+
+
+#: Transformer class → node class → (its own visit hook, its own leave hook), None where only
+#: libcst's no-op stub exists.
+_HOOKS: dict[type, dict[type, tuple[Callable[..., Any] | None, Callable[..., Any] | None]]] = {}
+
+
+_FIELD_HOOK = re.compile(r"(visit|leave)_[A-Z]\w*_[a-z]\w*$")
+
+
+def _transformer_hooks(transformer_type: type) -> dict[type, tuple[Callable[..., Any] | None, Callable[..., Any] | None]]:
+    hooks = _HOOKS.get(transformer_type)
+    if hooks is None:
+        field_hooks = sorted(name for name in own_hooks(transformer_type) if _FIELD_HOOK.match(name))
+        if field_hooks:
+            raise TypeError(f"{transformer_type.__name__} has per-field hooks ({', '.join(field_hooks)}), "
+                            "which TargetedTransformer does not call")
+        hooks = _HOOKS[transformer_type] = {}
+    return hooks
+
+
+
+
+
+
+def lines_of(sites: Iterable[Site]) -> set[int]:
+    """The first lines of ``sites``: what a rule that may change only those calls walks."""
+    return {site.line for site in sites}
+
+
+class RuleTransformer(TargetedTransformer):
+    """Base of every rule's transformer: the enclosing scope, the enclosing positioned node, and
+    :class:`Findings`. ``lines`` are the original lines it may change (None: any)."""
+
+    def __init__(self, facts: ScriptFacts, lines: Iterable[int] | None = None) -> None:
+        super().__init__(facts.origins, lines)
+        self.facts = facts
+        self.findings = Findings(facts)
+        #: The variable converted code uses for the accelerator.
+        self.accelerator = accelerator_name(facts)
+        #: Enclosing ``def``/``class`` names, as the name table keys scopes.
+        self.scope: tuple[str, ...] = ()
+        self._anchors: list[cst.CSTNode] = []
+
+    def report(
+        self, node: cst.CSTNode, code: str, message: str, fixed: bool = True, *, header_only: bool = False
+    ) -> None:
+        """Record a change at ``node`` (or, when it has no position, the statement holding it);
+        ``header_only``: see :meth:`Findings.add`."""
+        anchor = self._anchors[-1] if self._anchors else None
+        self.findings.add(node, code, message, fixed, anchor, header_only=header_only)
+
+    def changes(self, module: cst.Module) -> list[Change]:
+        """Everything reported, positioned (``module`` is the tree the walk received)."""
+        return self.findings.resolve(module)
+
+    def site(self, node: cst.CSTNode) -> Site:
+        """The original position of ``node`` (a node of the tree this rule received)."""
+        return self.facts.origins.site(node) or FILE_START
+
+    @property
+    def function(self) -> str:
+        """The enclosing module-level function's name, ``"<module>"`` outside any function."""
+        return self.scope[0] if self.scope else "<module>"
+
+    def qualified_name(self, node: cst.BaseExpression) -> str | None:
+        return self.facts.qualified_name(node, self.scope)
+
+    # The scope and the anchor are kept here rather than in visit_/leave_ hooks, so a rule's own
+    # hooks (which may stop the descent into a class) can never unbalance them.
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        kind = type(node)
+        if kind is cst.FunctionDef or kind is cst.ClassDef:
+            self.scope = (*self.scope, node.name.value)  # type: ignore[attr-defined]
+        if kind in POSITIONED_TYPES:
+            self._anchors.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
+        result = super().on_leave(original_node, updated_node)
+        kind = type(original_node)
+        if kind in POSITIONED_TYPES and self._anchors and self._anchors[-1] is original_node:
+            self._anchors.pop()
+        if kind is cst.FunctionDef or kind is cst.ClassDef:
+            self.scope = self.scope[:-1]
+        return result
+
+
+class AcceleratorScope(RuleTransformer):
+    """A transformer that knows, at every node, whether the accelerator variable is reachable.
+
+    It is reachable inside a function that takes it as a parameter or assigns it, inside functions
+    nested in such a function, in every function when module-level code assigns it (functions run
+    when called, after the module-level setup), and in module-level statements after that
+    assignment.
+    """
+
+    def __init__(self, facts: ScriptFacts, lines: Iterable[int] | None = None) -> None:
+        super().__init__(facts, lines)
+        self.acc = accelerator_name(facts)
+        self._frames: list[bool] = []
+        self._function_names: list[str] = []
+        self._module_statement_ids: set[int] = set()
+        self._module_index = -1
+        self._module_accelerator_index: int | None = None
+        #: The ``if __name__ == "__main__":`` block that creates the accelerator (a script whose
+        #: training lives in that block), its statements, and which one creates it.
+        self._guard_at: int | None = None
+        self._guard_statement_ids: set[int] = set()
+        self._guard_accelerator_index: int | None = None
+        self._guard_index = -1
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._module_statement_ids = {id(statement) for statement in node.body}
+        for index, statement in enumerate(node.body):
+            if assigns_at_top([statement], self.acc):
+                self._module_accelerator_index = index
+                break
+            if is_main_guard(statement) and isinstance(statement.body, cst.IndentedBlock):
+                guarded = statement.body.body
+                created = next((i for i, line in enumerate(guarded) if assigns_at_top([line], self.acc)), None)
+                if created is not None:
+                    self._guard_at, self._guard_accelerator_index = index, created
+                    self._guard_statement_ids = {id(line) for line in guarded}
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if id(node) in self._module_statement_ids:
+            self._module_index += 1
+        elif id(node) in self._guard_statement_ids:
+            self._guard_index += 1
+        return super().on_visit(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        params = node.params
+        names = {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
+        self._frames.append(self.acc in names or assigns_at_top(body_statements(node), self.acc))
+        self._function_names.append(node.name.value)
+
+    def leave_FunctionDef(
+        self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel:
+        self._frames.pop()
+        self._function_names.pop()
+        return updated_node
+
+    def accelerator_reachable(self) -> bool:
+        """Whether code at the node being visited can use the accelerator variable."""
+        if any(self._frames):
+            return True
+        # The helpers pass (it runs last) hands the accelerator to every module-level function the
+        # training code calls, once that function uses it.
+        reachable_functions = getattr(self.facts, "accessible_functions", set())
+        if self._function_names and self._function_names[0] in reachable_functions:
+            return True
+        if self._in_guard_after_accelerator():
+            return True
+        at_module = self._module_accelerator_index
+        if at_module is None:
+            return False
+        return bool(self._frames) or self._module_index > at_module
+
+    def _in_guard_after_accelerator(self) -> bool:
+        """Inside the ``__main__`` block, after the statement that creates the accelerator
+        (functions defined there are covered by ``accessible_functions``)."""
+        if self._guard_accelerator_index is None or self._function_names:
+            return False
+        return self._module_index == self._guard_at and self._guard_index > self._guard_accelerator_index
+
+
+class HomeBlockTransformer(RuleTransformer):
+    """Calls :meth:`edit_home` with the statements of the block that builds the training objects:
+    the body of ``facts.main_function``, of the ``if __name__ == "__main__":`` block, or the module."""
+
+    def __init__(self, facts: ScriptFacts) -> None:
+        # Only the home block's own statement list is edited: nothing below needs a walk.
+        super().__init__(facts, lines=())
+
+    def edit_home(self, body: list[cst.BaseStatement], anchor: cst.CSTNode) -> list[cst.BaseStatement]:
+        """Return the new statements; ``anchor`` is the original node owning them (for reports)."""
+        raise NotImplementedError
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):  # type: ignore[no-untyped-def]
+        updated = updated_node
+        if (
+            self.facts.home_kind == "function"
+            and len(self.scope) == 1  # the scope still holds the function being left
+            and original_node.name.value == self.facts.main_function
+            and isinstance(updated.body, cst.IndentedBlock)
+        ):
+            body = self.edit_home(list(updated.body.body), original_node)
+            return updated.with_changes(body=updated.body.with_changes(body=body))
+        return updated
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If):  # type: ignore[no-untyped-def]
+        if (
+            self.facts.home_kind == "main_guard"
+            and not self.scope
+            and is_main_guard(original_node)
+            and isinstance(updated_node.body, cst.IndentedBlock)
+        ):
+            body = self.edit_home(list(updated_node.body.body), original_node)
+            return updated_node.with_changes(body=updated_node.body.with_changes(body=body))
+        return updated_node
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module):  # type: ignore[no-untyped-def]
+        if self.facts.home_kind == "module":
+            return updated_node.with_changes(body=self.edit_home(list(updated_node.body), original_node))
+        return updated_node

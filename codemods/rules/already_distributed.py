@@ -1,0 +1,37 @@
+"""ACC903 already-distributed: the script already distributes itself; that part is left as it is.
+
+A script that starts its own processes (``mp.spawn``), initialises a process group or wraps its
+model in ``DistributedDataParallel`` has made every decision the converter would make, in its own
+way: mixing the two would start processes twice or wrap the model twice, so nothing in it is
+rewritten. A ``DistributedSampler`` or a functional ``nn.parallel.data_parallel`` call shards the
+data or the batch by hand: the rest of the script is converted, but that code is left for a person
+(``prepare`` would shard the data a second time). Every such call is reported.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.findings import report_at
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import Rule
+from codemods.engine.torch_names import FEATURES, HAND_DISTRIBUTION, SELF_DISTRIBUTING
+
+
+class AlreadyDistributed(Rule):
+    code = "ACC903"
+    name = "already-distributed"
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return any(qualified in facts.called for qualified in HAND_DISTRIBUTION)
+
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        whole_script = bool(facts.existing_features & SELF_DISTRIBUTING)
+        outcome = "nothing converted" if whole_script else "left as it is, the rest converted"
+        changes = [
+            report_at(site, self.code, f"{FEATURES[qualified]} already distributes this script: {outcome}")
+            for qualified in sorted(HAND_DISTRIBUTION)
+            for site in facts.call_sites.get(qualified, ())
+        ]
+        return module, sorted(changes, key=lambda change: (change.line, change.column))

@@ -1,0 +1,51 @@
+"""ACC901 no-dataloader: training data that does not come from a DataLoader is not sharded.
+
+``prepare`` shards DataLoaders; data fed by hand (``get_batch(source, i)``, whole graphs,
+``next(iter(loader))`` once, a gym environment) reaches every process in full, so each one trains
+on the same samples. The converter cannot know how to split it: it says so at the ``backward``
+call and leaves the data path as it was.
+
+Before::
+
+    for i in range(0, train_data.size(0) - 1, args.bptt):
+        data, targets = get_batch(train_data, i)
+        loss.backward()
+
+After::
+
+    for i in range(0, train_data.size(0) - 1, args.bptt):
+        data, targets = get_batch(train_data, i)
+        accelerator.backward(loss)  # ACC901: every process sees the same data
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.engine.model import Change, Options
+
+from codemods.engine.rule import Rule
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.findings import report_at
+from codemods.engine.torch_names import SELF_DISTRIBUTING
+
+
+MESSAGE = "training data does not come from a DataLoader: it is not sharded across processes"
+
+
+class NoDataLoader(Rule):
+    code = "ACC901"
+    name = "no-dataloader"
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return (
+            facts.backward_site is not None
+            and not facts.train_loops
+            and not facts.train_loaders
+            # A script that shards its own data: ACC903 says it all.
+            and not facts.existing_features & SELF_DISTRIBUTING
+        )
+
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        assert facts.backward_site is not None
+        return module, [report_at(facts.backward_site, self.code, MESSAGE)]

@@ -1,0 +1,41 @@
+"""ACC902 rank-dependent-break: a loop that stops on a per-process value can hang the others.
+
+``if loss < 1e-3: break`` is decided by each process on its own batch; one process leaves the
+loop while the others wait for it in the next gradient all-reduce, forever. Make the decision
+the same everywhere (reduce the value first, e.g. ``accelerator.reduce(loss, "mean")``), or set
+a flag with ``accelerator.set_trigger()`` and test ``accelerator.check_trigger()``.
+
+Before::
+
+    if loss.item() < 1e-3:
+        break
+
+After::
+
+    if loss.item() < 1e-3:  # ACC902: decided per process
+        break
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.findings import report_at
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import Rule
+
+MESSAGE = "break decided by a per-process value: other processes would wait forever"
+
+
+class RankDependentBreak(Rule):
+    code = "ACC902"
+    name = "rank-dependent-break"
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return bool(facts.rank_dependent_breaks)
+
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        return module, [report_at(site, self.code, MESSAGE) for site in facts.rank_dependent_breaks]
+
+
