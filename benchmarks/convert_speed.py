@@ -50,7 +50,7 @@ import libcst as cst
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from codemods.base import Options  # noqa: E402
+from codemods.engine.model import Options  # noqa: E402
 import codemods  # noqa: E402
 from converter.pipeline import convert_source, mentions_torch  # noqa: E402
 

@@ -51,7 +51,7 @@ class UsageProblem(Exception):
 
 def code_docs() -> list[Any]:
     """The codemods' self-documentation; imported late so plain runs never pay for it."""
-    from codemods.registry import code_docs as registry_code_docs
+    from codemods.engine.registry import code_docs as registry_code_docs
 
     return registry_code_docs()
 

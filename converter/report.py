@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
 
-    from codemods.registry import CodeDoc
+    from codemods.engine.registry import CodeDoc
 
     from converter.pipeline import Conversion, ConversionError
 

@@ -257,7 +257,7 @@ def test_internal_error_exits_123_and_writes_nothing(script: Path, tmp_path: Pat
     import libcst as cst
 
     import codemods
-    from codemods.base import ConversionOutcome
+    from codemods.engine.model import ConversionOutcome
 
     def unstable(module: cst.Module, options: object, source: object = None) -> ConversionOutcome:
         return ConversionOutcome(module.with_changes(body=[*module.body, cst.parse_statement("x = 1")]))
@@ -451,7 +451,7 @@ def test_quiet_and_verbose(script: Path) -> None:
 
 
 def test_list_codes_shows_every_code_with_examples() -> None:
-    from codemods.registry import code_docs
+    from codemods.engine.registry import code_docs
 
     result = run("--list-codes")
     assert result.exit_code == 0
@@ -463,7 +463,7 @@ def test_list_codes_shows_every_code_with_examples() -> None:
 
 
 def test_help_documents_exit_codes_and_generated_code_list() -> None:
-    from codemods.registry import code_docs
+    from codemods.engine.registry import code_docs
 
     result = run("--help")
     assert result.exit_code == 0

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from codemods.base import Options
+from codemods.engine.model import Options
 from converter.pipeline import ConversionError, convert_source
 from tests.launching import REPO_ROOT, Run, python, torchrun
 
@@ -63,7 +63,7 @@ class Case:
     compare_2proc: tuple[str, ...] | None
     compare_files: tuple[str, ...]
     options: Options
-    #: ACC9xx codes the conversion must report (``"ACC903|ACC910"``: either one).
+    #: ACC9xx codes the conversion must report (``"ACC901|ACC903"``: either one).
     reported: tuple[str, ...] = ()
     #: Regular expressions for whole lines the converted script adds on purpose.
     added_lines: tuple[str, ...] = ()

@@ -17,7 +17,7 @@ import libcst as cst
 import pytest
 
 from codemods import convert_module
-from codemods.base import Change, Options
+from codemods.engine.model import Change, Options
 from tests.launching import REPO_ROOT
 
 CASES = sorted((REPO_ROOT / "fixtures" / "cases").glob("*.py"))

@@ -11,7 +11,7 @@ import pytest
 
 import codemods
 import converter.pipeline as pipeline
-from codemods.base import Change, ConversionOutcome, Options
+from codemods.engine.model import Change, ConversionOutcome, Options
 from converter.config import ConfigError, load_config
 from converter.files import atomic_write, discover, write_if_different
 from converter.pipeline import ConversionError, convert_source, first_differing_line
@@ -87,7 +87,7 @@ def test_unchanged_output_skips_the_second_conversion(monkeypatch: pytest.Monkey
 def test_warnings_of_switched_off_codes_are_dropped_but_rewrites_never(monkeypatch: pytest.MonkeyPatch) -> None:
     def reports(module: cst.Module, options: Options, source: bytes | None = None) -> ConversionOutcome:
         return ConversionOutcome(module, [Change("ACC901", "w", 1, 0, 1, 1, False),
-                                          Change("ACC910", "w", 2, 0, 2, 1, False),
+                                          Change("ACC903", "w", 2, 0, 2, 1, False),
                                           Change("ACC915", "w", 3, 0, 3, 1, True)])
 
     monkeypatch.setattr(codemods, "convert_module", reports, raising=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from converter.docs import README, codes_table, with_table
-from codemods.registry import code_docs
+from codemods.engine.registry import code_docs
 
 
 def test_readme_codes_table_is_generated_from_the_docstrings() -> None:

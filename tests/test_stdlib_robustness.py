@@ -14,7 +14,7 @@ import pytest
 
 import codemods
 from benchmarks.convert_speed import STDLIB, stdlib_files  # the same corpus the benchmark runs in full
-from codemods.base import Options
+from codemods.engine.model import Options
 from converter.pipeline import convert_source
 
 SAMPLE_SIZE = 40

@@ -156,7 +156,12 @@ class ScriptFacts:
     def qualified_name(self, node: "cst.BaseExpression", scope: tuple[str, ...] = ()) -> str | None:
         """Qualified name of a Name/Attribute chain used in ``scope`` (see
         :mod:`codemods.engine.names`); None for anything not rooted in an import."""
-        return self.names.qualified_name(node, scope) if self.names is not None else None
+        if self.names is not None:
+            return self.names.qualified_name(node, scope)
+        # Facts built by hand (rule unit tests) have only the module's imports.
+        head, _, rest = (dotted(node) or "").partition(".")
+        resolved = self.imports.get(head)
+        return None if resolved is None else f"{resolved}.{rest}" if rest else resolved
 
     def callee_name(self, node: "cst.BaseExpression", scope: tuple[str, ...] = ()) -> str | None:
         """What a call's function is, for matching against tables of names: its qualified name

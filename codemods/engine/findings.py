@@ -70,7 +70,7 @@ class Findings:
 
     def _site_lookup(self, module: cst.Module):  # type: ignore[no-untyped-def]
         origins = self.facts.origins
-        if origins is not None:
+        if origins:
             return origins.site
         positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
 

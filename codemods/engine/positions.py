@@ -61,6 +61,9 @@ class OriginIndex:
     def __init__(self) -> None:
         self._sites: dict[int, tuple[Site, cst.CSTNode]] = {}
 
+    def __len__(self) -> int:
+        return len(self._sites)
+
     def record(self, node: cst.CSTNode, site: Site) -> None:
         self._sites[id(node)] = (site, node)
 

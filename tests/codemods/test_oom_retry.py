@@ -7,9 +7,9 @@ import types
 
 import pytest
 
-from codemods.base import Options
-from codemods.oom_retry import OomRetryCodemod
-from tests.test_codemods_issue5_support import apply, assert_rewrites, code, make_facts
+from codemods.engine.model import Options
+from codemods.rules.oom_retry import OomRetryCodemod
+from tests.codemods.support import apply, assert_rewrites, code, make_facts
 
 RETRY = Options(oom_retry=True)
 

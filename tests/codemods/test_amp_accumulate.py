@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from codemods.accumulate import AccumulateCodemod
-from codemods.amp import AmpCodemod
-from tests.test_codemods_issue5_support import apply, assert_rewrites, code, make_facts
+from codemods.rules.accumulate import AccumulateCodemod
+from codemods.rules.amp import AmpCodemod
+from tests.codemods.support import apply, assert_rewrites, code, make_facts
 
 AMP_CASES = [
     pytest.param(

@@ -6,34 +6,35 @@ import re
 
 import pytest
 
-from codemods import registry
-from codemods.registry import CODEMOD_MODULES, all_codemods, code_docs, parse_docstring
+from codemods.engine import registry
+from codemods.engine.registry import code_docs, parse_docstring
+from codemods.engine.registry import RULE_MODULES, all_rules
 
 DESIGN_ORDER = ["accelerator", "device", "prepare", "backward", "clip_grad", "amp", "accumulate",
                 "metrics", "checkpoint", "oom_retry"]
 
 
 def test_run_order_follows_design() -> None:
-    modules = [cls.__module__.rsplit(".", 1)[1] for cls in all_codemods()]
+    modules = [cls.__module__.rsplit(".", 1)[1] for cls in all_rules()]
     present = [name for name in DESIGN_ORDER if name in modules]
     assert {"accelerator", "device", "prepare", "backward", "clip_grad"} <= set(present)
     assert [modules.index(name) for name in present] == sorted(modules.index(name) for name in present)
-    assert modules.index("helpers") > max(modules.index(name) for name in present), (
+    assert modules.index("pass_accelerator") > max(modules.index(name) for name in present), (
         "helpers must see every accelerator use the other passes wrote"
     )
 
 
-def test_modules_not_written_yet_are_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(registry, "CODEMOD_MODULES", ("backward", "not_written_yet", "clip_grad"))
-    found = registry.all_codemods.__wrapped__()
-    assert [cls.code for cls in found] == ["ACC105", "ACC106"]
+def test_a_listed_module_that_does_not_exist_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "RULE_MODULES", ("backward", "bakward", "clip_grad"))
+    with pytest.raises(ModuleNotFoundError, match="bakward"):
+        registry.all_rules.__wrapped__()
 
 
 def test_every_code_is_documented_once() -> None:
     docs = code_docs()
     codes = [doc.code for doc in docs]
     assert codes == sorted(set(codes))
-    expected = {cls.code for cls in all_codemods()} | {code for cls in all_codemods() for code in cls.extra_codes}
+    expected = {cls.code for cls in all_rules()} | {code for cls in all_rules() for code in cls.extra_codes}
     assert set(codes) == expected
     for doc in docs:
         assert re.fullmatch(r"ACC[19]\d\d", doc.code)
@@ -70,6 +71,6 @@ def test_a_docstring_without_headline_is_an_error() -> None:
         parse_docstring("Just prose.")
 
 
-def test_registry_lists_the_issue5_passes_by_name() -> None:
+def test_registry_lists_the_rewrite_rules_by_name() -> None:
     for name in ("dataparallel", "amp", "accumulate", "metrics", "checkpoint", "side_effects", "oom_retry"):
-        assert name in CODEMOD_MODULES
+        assert name in RULE_MODULES

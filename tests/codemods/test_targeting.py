@@ -1,5 +1,5 @@
 """Passes walk only the statements that can hold what they rewrite (``ScriptFacts.word_lines`` and
-``codemods.edits.skips_statement``). That is a speed-up only: converting with every statement
+``codemods.engine.transformers.skips_statement``). That is a speed-up only: converting with every statement
 walked must give the same output and the same reports, for every fixture and option set."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-import codemods.edits
-from codemods.analysis import analyse
-from codemods.base import Options
+import codemods.engine.transformers
+from codemods.engine.analysis import analyse
+from codemods.engine.model import Options
 from converter.pipeline import convert_source
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted((ROOT / "fixtures" / "cases").glob("*.py")) + [ROOT / "benchmarks" / "data" / "typical_train.py"]
 OPTION_SETS = {"runtime": Options(), "oom-retry": Options(oom_retry=True), "accelerate": Options(target="accelerate")}
 
@@ -31,7 +31,7 @@ def test_word_lines_give_the_first_line_of_the_statement_naming_each_identifier(
         "            scale=args.scale)\n"         # 8
         "    return out\n"                        # 9
     )
-    facts = analyse(cst.parse_module(source), None, source)
+    facts = analyse(cst.parse_module(source), source)
     assert facts.word_lines["torch"] == [1, 2]
     assert facts.word_lines["no_grad"] == [2]
     assert facts.word_lines["evaluate"] == [2]  # a decorated def starts at its decorator
@@ -46,7 +46,7 @@ def test_word_lines_give_the_first_line_of_the_statement_naming_each_identifier(
 @pytest.fixture
 def every_statement_walked(monkeypatch: pytest.MonkeyPatch) -> None:
     never = lambda node, lines, origins: False  # noqa: E731
-    monkeypatch.setattr(codemods.edits, "skips_statement", never)
+    monkeypatch.setattr(codemods.engine.transformers, "skips_statement", never)
 
 
 def _convert(script: Path, options: Options) -> tuple[bytes, list[tuple[object, ...]]]:
@@ -61,7 +61,7 @@ def test_targeted_walks_convert_exactly_like_full_walks(options_name: str, reque
     options = OPTION_SETS[options_name]
     targeted = {script.name: _convert(script, options) for script in SCRIPTS}
     request.getfixturevalue("every_statement_walked")
-    assert codemods.edits.skips_statement(cst.parse_statement("x = 1"), [], None) is False
+    assert codemods.engine.transformers.skips_statement(cst.parse_statement("x = 1"), [], None) is False
     full = {script.name: _convert(script, options) for script in SCRIPTS}
     for name in targeted:
         assert targeted[name] == full[name], name
@@ -71,7 +71,7 @@ def test_targeted_walks_convert_exactly_like_full_walks(options_name: str, reque
 
 
 def test_a_transformer_calls_its_own_hooks_and_refuses_per_field_hooks() -> None:
-    class Renamer(codemods.edits.TargetedTransformer):
+    class Renamer(codemods.engine.transformers.TargetedTransformer):
         def __init__(self) -> None:
             super().__init__(None)
             self.visited: list[str] = []
@@ -88,7 +88,7 @@ def test_a_transformer_calls_its_own_hooks_and_refuses_per_field_hooks() -> None
     assert module.visit(renamer).code == "def kept():\n    y = 1\ndef skipped():\n    x = 2\ny = 3  # x\n"
     assert renamer.visited == ["kept", "skipped"]
 
-    class FieldHook(codemods.edits.TargetedTransformer):
+    class FieldHook(codemods.engine.transformers.TargetedTransformer):
         def visit_If_test(self, node: cst.If) -> None:
             pass
 

@@ -3,12 +3,15 @@ wrapper and the file system."""
 
 from __future__ import annotations
 
+import libcst as cst
 import pytest
 
-from codemods.checkpoint import CheckpointCodemod
-from codemods.dataparallel import DataParallelCodemod
-from codemods.side_effects import SideEffectsCodemod
-from tests.test_codemods_issue5_support import apply, assert_rewrites, code, make_facts
+from codemods import Options, convert_module
+
+from codemods.rules.checkpoint import CheckpointCodemod
+from codemods.rules.dataparallel import DataParallelCodemod
+from codemods.rules.side_effects import SideEffectsCodemod
+from tests.codemods.support import apply, assert_rewrites, code, make_facts
 
 CHECKPOINT_CASES = [
     pytest.param(
@@ -205,6 +208,10 @@ def test_dataparallel(before: str, after: str) -> None:
 def test_existing_ddp_is_reported_and_untouched() -> None:
     source = code(
         """
+        import torch.multiprocessing as mp
+        from torch import nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
         def worker(rank, world_size):
             model = DDP(Net().to(rank), device_ids=[rank])
             model = nn.DataParallel(model)
@@ -212,9 +219,33 @@ def test_existing_ddp_is_reported_and_untouched() -> None:
         mp.spawn(worker, args=(2,), nprocs=2)
         """
     )
-    output, changes = apply(DataParallelCodemod(), source, make_facts())
-    assert output == source
-    assert [(c.code, c.line, c.fixed) for c in changes] == [("ACC910", 2, False), ("ACC910", 5, False)]
+    outcome = convert_module(cst.parse_module(source), Options())
+    assert outcome.module.code == source
+    assert [(c.code, c.line, c.fixed) for c in outcome.changes] == [("ACC903", 6, False), ("ACC903", 9, False)]
+    assert all(c.message.endswith("nothing converted") for c in outcome.changes)
+
+
+def test_a_distributed_sampler_is_reported_and_the_rest_converted() -> None:
+    source = code(
+        """
+        import torch
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        def main():
+            model = torch.nn.Linear(2, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = DataLoader(data, sampler=DistributedSampler(data))
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+        """
+    )
+    outcome = convert_module(cst.parse_module(source), Options())
+    reported = [(c.code, c.line, c.message) for c in outcome.changes if not c.fixed]
+    assert reported == [("ACC903", 7, "DistributedSampler already distributes this script: left as it is, the rest converted")]
+    assert "accelerator.backward(loss)" in outcome.module.code
+    assert "DistributedSampler(data)" in outcome.module.code
 
 
 SIDE_EFFECT_CASES = [

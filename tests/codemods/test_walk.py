@@ -9,10 +9,10 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-import codemods.walk as walk_module
-from codemods.walk import walk
+import codemods.engine.walk as walk_module
+from codemods.engine.walk import walk
 
-CASES = sorted((Path(__file__).resolve().parent.parent / "fixtures" / "cases").glob("*.py"))
+CASES = sorted((Path(__file__).resolve().parents[2] / "fixtures" / "cases").glob("*.py"))
 
 SNIPPET = '''
 @decorator(arg)

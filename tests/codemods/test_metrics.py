@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from codemods.metrics import MetricsCodemod
-from tests.test_codemods_issue5_support import apply, assert_rewrites, code, make_facts
+from codemods.rules.metrics import MetricsCodemod
+from tests.codemods.support import apply, assert_rewrites, code, make_facts
 
 CASES = [
     pytest.param(

@@ -1,4 +1,4 @@
-"""Shared helpers of the issue-5 codemod tests (not a test module itself: no test functions)."""
+"""Shared helpers of the rule tests (not a test module itself: no test functions)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import textwrap
 
 import libcst as cst
 
-from codemods.base import Change, Codemod, Options
-from codemods.facts import ScriptFacts
+from codemods.engine.model import Change, Options
+
+from codemods.engine.rule import Rule
+from codemods.engine.facts import ScriptFacts
 
 #: The imports the snippets use, as the analysis would resolve them.
 IMPORTS = {
@@ -51,7 +53,7 @@ def code(text: str) -> str:
 
 
 def apply(
-    codemod: Codemod, source: str, facts: ScriptFacts, options: Options | None = None
+    codemod: Rule, source: str, facts: ScriptFacts, options: Options | None = None
 ) -> tuple[str, list[Change]]:
     """Run one codemod on source text; the output must parse again."""
     module, changes = codemod.transform(cst.parse_module(source), facts, options or Options())
@@ -60,7 +62,7 @@ def apply(
 
 
 def assert_rewrites(
-    codemod: Codemod, before: str, after: str, facts: ScriptFacts, options: Options | None = None
+    codemod: Rule, before: str, after: str, facts: ScriptFacts, options: Options | None = None
 ) -> list[Change]:
     """The codemod turns ``before`` into exactly ``after``, and leaves ``after`` as it is."""
     output, changes = apply(codemod, code(before), facts, options)
