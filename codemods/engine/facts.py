@@ -180,6 +180,27 @@ class ScriptFacts:
         return self.origins.site(node)
 
     @property
+    def home_function(self) -> str:
+        """The function building the training objects, ``"<module>"`` for code outside any."""
+        return self.main_function if self.home_kind == "function" and self.main_function else "<module>"
+
+    def training_start_line(self) -> int | None:
+        """The first original line of the home block that loops over a loader, or calls a
+        function that (directly or through its own calls) does. ``prepare`` goes before it; a
+        model bound again after it (rebuilt and reloaded for inference) is another object."""
+        loops = [*self.train_loops, *self.eval_loops]
+        looping = {loop.function for loop in loops}
+        while True:
+            callers = {caller for caller, callees in self.call_graph.items() if callees & looping}
+            if callers <= looping:
+                break
+            looping |= callers
+        home = self.home_function
+        lines = [loop.site.line for loop in loops if loop.function == home]
+        lines += [site.line for name in looping for site in self.call_sites.get(name, ())]
+        return min(lines, default=None)
+
+    @property
     def has_accelerator(self) -> bool:
         """Whether the converted script has an accelerator: it had one, or it trains something
         (ACC101 creates one). A module that only defines models or helpers gets none, and no

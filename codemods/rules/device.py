@@ -76,6 +76,8 @@ class _Device(RuleTransformer):
     def placed_by_prepare(self, receiver: cst.BaseExpression) -> bool:
         """Whether ``receiver`` is a prepared model or batch data from a prepared loader."""
         name = dotted(receiver)
+        if self._rebuilt_model(receiver, name):
+            return False  # a model built again after training is not the prepared one
         models = self.facts.models - self.facts.cpu_models
         if name is not None and name in models:
             return True
@@ -83,6 +85,21 @@ class _Device(RuleTransformer):
             return name is None  # ``model = Net().to(device)``: the constructor's result
         root = root_name(receiver)
         return root is not None and root in self.batch_names() and not _calls_model(receiver, self.facts.models)
+
+    def _rebuilt_model(self, receiver: cst.BaseExpression, name: str | None) -> bool:
+        """A model built (again) in the home block after training started: ``model =
+        Net().to(device)``, or a move of a model name bound again after that point."""
+        start = self.facts.training_start_line()
+        if start is None or self.function != self.facts.home_function or not self._anchors:
+            return False
+        site = self.facts.origins.site(self._anchors[-1])
+        if site is None or site.line <= start:
+            return False
+        if isinstance(receiver, cst.Call) and self.assign_targets:
+            return bool(self.assign_targets[-1] & self.facts.models)
+        return name in self.facts.models and any(
+            start < where.line <= site.line for where in self.facts.assign_sites.get(name, ())
+        )
 
     def accessible(self) -> bool:
         return self.function in self.facts.accessible_functions

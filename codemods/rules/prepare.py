@@ -78,10 +78,17 @@ class _Prepare(HomeBlockTransformer):
         self.wanted = names
 
     def edit_home(self, body: list[cst.BaseStatement], anchor: cst.CSTNode) -> list[cst.BaseStatement]:
+        # ``prepare`` goes before the first loop over the data (or the first call reaching one):
+        # a name bound again after it (a model rebuilt and reloaded for inference) is another
+        # object, which training never used.
+        loop_index = self._first_loop_index(body)
         first_creation: dict[str, int] = {}
         last_creation: dict[str, int] = {}
-        for index, node in enumerate(body):
+        for index, node in enumerate(body[:loop_index]):
             for name in self._assigned_by(node):
+                if name not in first_creation and not _bound_on_every_path(node, name):
+                    # First bound only under a flag: a prepare after it could meet an unbound name.
+                    continue
                 first_creation.setdefault(name, index)
                 last_creation[name] = index
         # Only what this block builds: a loader only known as another function's parameter stays.
@@ -95,6 +102,16 @@ class _Prepare(HomeBlockTransformer):
         self.report(body[after], Prepare.code, f"prepare {', '.join(names)} for distributed training", header_only=True)
         return [*body[: after + 1], prepare_statement(self.accelerator, names, indent), *body[after + 1:]]
 
+
+    def _first_loop_index(self, body: list[cst.BaseStatement]) -> int:
+        """Index of the first statement of ``body`` that loops over a loader, or calls a function
+        that (directly or through its own calls) does; ``len(body)`` when none does."""
+        start = self.facts.training_start_line()
+        for index, node in enumerate(body):
+            site = self.origins.site(node)
+            if start is not None and site is not None and site.line <= start <= site.end_line:
+                return index
+        return len(body)
 
     def _assigned_by(self, node: cst.BaseStatement) -> set[str]:
         """The wanted names ``node`` assigns, from the analysis' assignment lines when the
@@ -119,3 +136,16 @@ class Prepare(Rule):
         names = objects_to_prepare(facts)
         transformer = _Prepare(facts, names)
         return module.visit(transformer), transformer.changes(module)
+
+
+def _bound_on_every_path(node: cst.BaseStatement, name: str) -> bool:
+    """Whether ``name`` is bound after ``node`` runs, whichever way it goes: always for a plain
+    statement; for an ``if``, only when every branch, down to a final ``else``, binds it."""
+    if isinstance(node, cst.If):
+        if name not in assigned_in(node.body):
+            return False
+        orelse = node.orelse
+        if isinstance(orelse, cst.If):
+            return _bound_on_every_path(orelse, name)
+        return orelse is not None and name in assigned_in(orelse.body)
+    return not isinstance(node, (cst.Try, cst.For, cst.While, cst.With)) or isinstance(node, cst.With)
