@@ -87,7 +87,7 @@ def test_unchanged_output_skips_the_second_conversion(monkeypatch: pytest.Monkey
 def test_warnings_of_switched_off_codes_are_dropped_but_rewrites_never(monkeypatch: pytest.MonkeyPatch) -> None:
     def reports(module: cst.Module, options: Options, source: bytes | None = None) -> ConversionOutcome:
         return ConversionOutcome(module, [Change("ACC901", "w", 1, 0, 1, 1, False),
-                                          Change("ACC903", "w", 2, 0, 2, 1, False),
+                                          Change("ACC912", "w", 2, 0, 2, 1, False),
                                           Change("ACC915", "w", 3, 0, 3, 1, True)])
 
     monkeypatch.setattr(codemods, "convert_module", reports, raising=False)

@@ -25,7 +25,7 @@ from codemods.engine.facts import ScriptFacts
 from codemods.engine.findings import FILE_START, Findings
 from codemods.engine.model import Change, Site
 from codemods.engine.positions import CARRIED_TYPES, OriginIndex, POSITIONED_TYPES, skips_statement
-from codemods.engine.syntax import assigns_at_top, body_statements, is_main_guard
+from codemods.engine.syntax import assigns_at_top, body_statements, dotted, is_main_guard
 from codemods.engine.walk import TRIVIA, own_hooks
 from codemods.engine.accelerator_code import accelerator_name
 
@@ -136,6 +136,33 @@ class RuleTransformer(TargetedTransformer):
     def changes(self, module: cst.Module) -> list[Change]:
         """Everything reported, positioned (``module`` is the tree the walk received)."""
         return self.findings.resolve(module)
+
+    def every_rank_reaches_here(self) -> bool:
+        """Whether every process runs the statement being visited the same number of times, as
+        far as the structure of the enclosing function shows: a collective (a barrier) may only be
+        inserted where this holds. Not inside ``try`` (an exception on one rank skips the rest),
+        ``while``, an ``if`` whose test calls something (``os.path.isdir``) or names a rank, or a
+        ``for`` over anything but ``range``/``enumerate``/a loader."""
+        for node in reversed(self._anchors):
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                return True
+            if isinstance(node, (cst.Try, cst.TryStar, cst.While, cst.Match)):
+                return False
+            if isinstance(node, cst.If) and not _rank_independent_test(node.test):
+                return False
+            if isinstance(node, cst.For) and not self._same_length_everywhere(node.iter):
+                return False
+        return True
+
+    def _same_length_everywhere(self, iterable: cst.BaseExpression) -> bool:
+        if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name):
+            if iterable.func.value == "range":
+                return True
+            if iterable.func.value in ("enumerate", "tqdm", "zip") and iterable.args:
+                return all(self._same_length_everywhere(arg.value) for arg in iterable.args)
+            return False
+        name = dotted(iterable)
+        return name is not None and name in self.facts.loaders
 
     def site(self, node: cst.CSTNode) -> Site:
         """The original position of ``node`` (a node of the tree this rule received)."""
@@ -289,3 +316,24 @@ class HomeBlockTransformer(RuleTransformer):
         if self.facts.home_kind == "module":
             return updated_node.with_changes(body=self.edit_home(list(updated_node.body), original_node))
         return updated_node
+
+
+#: Names whose value differs from process to process.
+_RANK_NAMES = frozenset({"rank", "local_rank", "process_index", "local_process_index",
+                         "is_main_process", "is_local_main_process", "is_last_process"})
+
+
+def _rank_independent_test(test: cst.BaseExpression) -> bool:
+    """An ``if`` test that reads only plain values (flags, epoch numbers, metrics): no call, whose
+    answer could depend on the file system or the process, and no rank."""
+    pending: list[cst.CSTNode] = [test]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.Call):
+            return False
+        if isinstance(node, cst.Name) and node.value in _RANK_NAMES:
+            return False
+        if isinstance(node, cst.Attribute) and node.attr.value in _RANK_NAMES:
+            return False
+        pending.extend(node.children)
+    return True

@@ -141,7 +141,7 @@ class _CheckpointRewriter(AcceleratorScope):
     ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
         if self._prepare_pending[-1] and any(_is_prepare(s, self.facts) for s in original_node.body):
             self._prepare_pending[-1] = False
-        if not self._saves_in_line:
+        if not self._saves_in_line or not self.every_rank_reaches_here():
             return updated_node
         barrier = cst.SimpleStatementLine(
             body=[cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))],
@@ -233,7 +233,7 @@ class _WaitBeforeLoads(AcceleratorScope):
         return descend and not isinstance(node, (cst.SimpleStatementLine, cst.BaseExpression))
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
-        if not self.accelerator_reachable():
+        if not self.accelerator_reachable() or not self.every_rank_reaches_here():
             return updated_node
         body = self._wait_before_loads(list(updated_node.body))
         return updated_node if body is None else updated_node.with_changes(body=body)

@@ -120,7 +120,9 @@ class _MainProcessGuard(AcceleratorScope):
         return updated_node if new_tail is None else updated_node.with_changes(body=[*head, *new_tail])
 
     def _guard_runs(self, statements: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
-        """Group consecutive writing statements under one main-process guard; None if none."""
+        """Group consecutive writing statements under one main-process guard; None if none.
+        Folder creation and deletion need a barrier too: where not every rank would reach it,
+        they are left to run on every rank, and reported."""
         result: list[cst.BaseStatement] = []
         run: list[cst.BaseStatement] = []
         changed = False
@@ -131,8 +133,21 @@ class _MainProcessGuard(AcceleratorScope):
             result.extend(self._guarded(run))
             run.clear()
 
+        barrier_safe = self.every_rank_reaches_here()
+        enclosing = next((node for node in reversed(self._anchors) if isinstance(node, cst.BaseCompoundStatement)), None)
+        # A block whose whole statement is a write is guarded one level up, where it stands.
+        whole_statement_guarded = enclosing is not None and _write_kind(enclosing, self.facts) is not None
         for statement in statements:
             kind = _write_kind(statement, self.facts)
+            if kind in ("folder", "delete") and not barrier_safe:
+                if whole_statement_guarded:
+                    return None
+                self.findings.add(
+                    self._original_of.get(id(statement), statement), "ACC916",
+                    "folder creation or deletion where not every rank would reach a barrier: left on every rank",
+                    False,
+                )
+                kind = None
             if kind is None or (run and _write_kind(run[-1], self.facts) != kind):
                 flush()
             if kind is None:
@@ -193,6 +208,16 @@ def _write_kind(statement: cst.BaseStatement, facts: ScriptFacts) -> str | None:
     None for anything else."""
     if isinstance(statement, cst.With):
         return "write" if any(_opens_for_writing(i.item, facts) for i in statement.items) else None
+    if isinstance(statement, (cst.If, cst.For, cst.Try)) and isinstance(statement.body, cst.IndentedBlock):
+        # ``if not os.path.isdir(d): os.makedirs(d)``, ``try: os.makedirs(d) except OSError:
+        # pass``, ``for f in glob(...): os.remove(f)``: the whole statement is the write, so the
+        # guard (and the barrier) go around it, where every rank reaches them.
+        if getattr(statement, "orelse", None) is not None or getattr(statement, "finalbody", None) is not None:
+            return None
+        if isinstance(statement, cst.If) and _is_main_process_test(statement.test, facts):
+            return None  # already guarded
+        inner = {_write_kind(child, facts) for child in statement.body.body}
+        return inner.pop() if len(inner) == 1 and None not in inner else None
     if not isinstance(statement, cst.SimpleStatementLine):
         return None
     kinds = {_call_kind(small, facts) for small in statement.body}
