@@ -33,7 +33,8 @@ import libcst as cst
 from codemods.engine.model import Change, Options
 
 from codemods.engine.rule import Rule
-from codemods.engine.syntax import assigned_in, first_statement_index, parses_arguments, statement
+from codemods.engine.syntax import assigned_in, dotted, first_statement_index, parses_arguments, statement, target_names
+from codemods.engine.walk import walk
 from codemods.engine.transformers import HomeBlockTransformer
 from codemods.engine.facts import ScriptFacts
 
@@ -80,11 +81,16 @@ def add_import(module: cst.Module, line: cst.SimpleStatementLine) -> cst.Module:
 
 
 class _CreateAccelerator(HomeBlockTransformer):
+    def __init__(self, facts: ScriptFacts, cpu_flag: str | None) -> None:
+        super().__init__(facts)
+        self.cpu_flag = cpu_flag
+
     def edit_home(self, body: list[cst.BaseStatement], anchor: cst.CSTNode) -> list[cst.BaseStatement]:
         index = creation_index(body, self.facts, at_top=self.facts.home_kind == "function")
         anchor_node = body[index] if index < len(body) else anchor
-        created = statement(f"{self.accelerator} = Accelerator()")
-        self.report(anchor_node if index < len(body) else anchor, Accelerator.code, f"create the accelerator: {self.accelerator} = Accelerator()", header_only=True)
+        arguments = f"cpu={self.cpu_flag}" if self.cpu_flag else ""
+        created = statement(f"{self.accelerator} = Accelerator({arguments})")
+        self.report(anchor_node if index < len(body) else anchor, Accelerator.code, f"create the accelerator: {self.accelerator} = Accelerator({arguments})", header_only=True)
         return [*body[:index], created, *body[index:]]
 
 
@@ -110,10 +116,98 @@ class Accelerator(Rule):
         return facts.existing_accelerator is None and facts.has_accelerator
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        transformer = _CreateAccelerator(facts)
+        transformer = _CreateAccelerator(facts, cpu_flag(module, facts))
         converted = module.visit(transformer)
         if not imports_from(converted, options.accelerate_module, "Accelerator"):
             with_import = add_import(converted, import_statement(options))
             facts.origins.carry(converted, with_import)  # type: ignore[union-attr]
             converted = with_import
         return converted, transformer.changes(module)
+
+
+#: Words that make a command-line flag a "use the GPU" switch (``--no-cuda``, ``--accel``).
+_GPU_WORDS = ("cuda", "gpu", "accel")
+
+
+def cpu_flag(module: cst.Module, facts: ScriptFacts) -> str | None:
+    """The ``cpu=`` argument that keeps the script's own switch between GPU and CPU.
+
+    ``use_cuda = not args.no_cuda and torch.cuda.is_available()`` gives ``args.no_cuda``;
+    ``device = "cuda" if args.accel and ... else "cpu"`` gives ``not args.accel``. Without it a
+    script that trains on the CPU unless asked would take the GPU after the conversion.
+    """
+    finder = _DeviceSwitches(facts)
+    walk(module, finder)
+    if not finder.arguments:
+        return None
+    terms = []
+    for flag, negated in dict.fromkeys(finder.terms):
+        root = flag.partition(".")[0]
+        # Only a flag the parser defines: one the script sets itself (``args.cuda = not
+        # args.no_cuda and ...``) does not exist yet where the accelerator is created.
+        name = flag.rpartition(".")[2]
+        if root in finder.arguments and name in finder.options and any(word in name for word in _GPU_WORDS):
+            terms.append(flag if negated else f"not {flag}")
+    return " or ".join(dict.fromkeys(terms)) or None
+
+
+class _DeviceSwitches(cst.CSTVisitor):
+    """Reads the flags (``args.no_cuda``, negated or not) that the device choice tests."""
+
+    def __init__(self, facts: ScriptFacts) -> None:
+        super().__init__()
+        self.facts = facts
+        self.arguments: set[str] = set()
+        #: (flag, whether it appears under ``not``) in the device decisions, in source order.
+        self.terms: list[tuple[str, bool]] = []
+        #: Attribute names the argument parser defines (``no_cuda`` for ``--no-cuda``).
+        self.options: set[str] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument":
+            dest = next((arg.value for arg in node.args if arg.keyword and arg.keyword.value == "dest"), None)
+            names = [dest] if dest is not None else [arg.value for arg in node.args if arg.keyword is None]
+            for value in names:
+                if isinstance(value, cst.SimpleString) and isinstance(value.evaluated_value, str):
+                    text = value.evaluated_value
+                    if dest is not None or text.startswith("--"):
+                        self.options.add(text.lstrip("-").replace("-", "_"))
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        targets = {name for target in node.targets for name in target_names(target.target)}
+        if isinstance(node.value, cst.Call) and (dotted(node.value.func) or "").rpartition(".")[2] in (
+            "parse_args", "parse_known_args"
+        ):
+            self.arguments |= {name.partition(".")[0] for name in targets}
+        if targets & (self.facts.device_names | self.facts.cuda_flags):
+            self._read(node.value, negated=False)
+
+    def visit_If(self, node: cst.If) -> None:
+        # ``if args.cuda: model.cuda()``: the test is the switch.
+        moves = _CudaCalls()
+        walk(node.body, moves)
+        if moves.found:
+            self._read(node.test, negated=False)
+
+    def _read(self, node: cst.CSTNode, negated: bool) -> None:
+        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
+            self._read(node.expression, not negated)
+        elif isinstance(node, cst.Attribute) and dotted(node) is not None:
+            self.terms.append((dotted(node), negated))  # type: ignore[arg-type]
+        elif isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And):
+            self._read(node.left, negated)
+            self._read(node.right, negated)
+        elif isinstance(node, cst.IfExp):
+            self._read(node.test, negated)
+        elif isinstance(node, cst.Call):
+            for arg in node.args:  # torch.device("cuda" if args.cuda else "cpu")
+                self._read(arg.value, negated)
+
+
+class _CudaCalls(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.found = self.found or (isinstance(node.func, cst.Attribute) and node.func.attr.value == "cuda")

@@ -45,7 +45,9 @@ class _Device(RuleTransformer):
             *facts.call_sites.get("torch.cuda.set_device", ()),
             *(site for name in facts.device_names for site in facts.assign_sites.get(name, ())),
         ]
-        super().__init__(facts, lines_of(sites))
+        # Statements comparing the device with a string (``if device == "cuda":``).
+        compared = facts.lines_mentioning(facts.device_names)
+        super().__init__(facts, lines_of(sites) | compared)
         self.facts = facts
         self.device_expr = f"{accelerator}.device"
         #: Names bound by comprehensions over batch data (``v`` in ``{k: v.to(d) for k, v in batch.items()}``).
@@ -53,6 +55,8 @@ class _Device(RuleTransformer):
         #: Targets of the assignment being visited (``model`` in ``model = Net().to(device)``).
         self.assign_targets: list[set[str]] = []
         self.stripped_here = False
+        #: ``elif`` nodes (an ``If`` in another's ``orelse``), by identity.
+        self._elifs: set[int] = set()
 
     # -- what is what ---------------------------------------------------------------------------
 
@@ -244,7 +248,33 @@ class _Device(RuleTransformer):
                 return updated_node.with_changes(body=[first.with_changes(leading_lines=()), *body[1:]])
         return updated_node
 
+    def leave_Comparison(self, original_node: cst.Comparison, updated_node: cst.Comparison) -> cst.BaseExpression:
+        """``device == "cuda"`` compared a string; ``accelerator.device`` is a ``torch.device``,
+        which never equals a string: compare its type."""
+        name = dotted(updated_node.left)
+        if (
+            name in self.facts.device_names
+            and len(updated_node.comparisons) == 1
+            and isinstance(updated_node.comparisons[0].operator, (cst.Equal, cst.NotEqual))
+            and isinstance(updated_node.comparisons[0].comparator, cst.SimpleString)
+            and str(updated_node.comparisons[0].comparator.evaluated_value) in ("cuda", "cpu", "mps")
+            and self.accessible()
+        ):
+            self.report(original_node, Device.code, f"{name} == ... compares the device's type", header_only=True)
+            return updated_node.with_changes(left=cst.Attribute(updated_node.left, cst.Name("type")))
+        return updated_node
+
+    def visit_If(self, node: cst.If) -> None:
+        if isinstance(node.orelse, cst.If):
+            self._elifs.add(id(node.orelse))
+
     def leave_If(self, original_node: cst.If, updated_node: cst.If):  # type: ignore[no-untyped-def]
+        if id(original_node) in self._elifs:
+            # An ``elif`` stands where only an ``If`` may stand: the ``if`` that owns it decides
+            # (``_same_branches`` reads the whole chain); an emptied branch gets ``pass``.
+            if _has_statements(updated_node.body):
+                return updated_node
+            return updated_node.with_changes(body=_with_pass(updated_node.body))
         same = _same_branches(updated_node)
         if same is not None:
             # ``if available: device = A else: device = B`` now reads ``device = accelerator.device``
@@ -281,15 +311,23 @@ class _Device(RuleTransformer):
 
 
 def _same_branches(node: cst.If) -> list[cst.BaseStatement] | None:
-    """The statements of an if/else whose two branches are now the same code (None otherwise)."""
+    """The statements of an if/elif/else whose branches are now all the same code (None
+    otherwise): ``if cuda: device = A elif mps: device = B else: device = C`` after each became
+    ``device = accelerator.device``."""
+    blocks: list[cst.BaseSuite] = [node.body]
     orelse = node.orelse
-    if not isinstance(orelse, cst.Else) or not isinstance(node.body, cst.IndentedBlock):
+    while isinstance(orelse, cst.If):
+        blocks.append(orelse.body)
+        orelse = orelse.orelse
+    if not isinstance(orelse, cst.Else):
         return None
-    if not isinstance(orelse.body, cst.IndentedBlock) or not node.body.body:
+    blocks.append(orelse.body)
+    if not all(isinstance(block, cst.IndentedBlock) and block.body for block in blocks):
         return None
+    assert isinstance(node.body, cst.IndentedBlock)
     code = cst.Module([]).code_for_node
     body = [code(statement) for statement in node.body.body]
-    if body != [code(statement) for statement in orelse.body.body]:
+    if any(body != [code(statement) for statement in block.body] for block in blocks[1:]):  # type: ignore[attr-defined]
         return None
     if not all(dotted(_assigned_value(statement)) is not None for statement in node.body.body):
         return None  # only assignments of a name: never collapse branches doing work
