@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -104,6 +105,19 @@ def _check_log_with(log_with: Any) -> None:
             f"log_with={log_with!r}: experiment trackers are not supported by runtime; "
             "log from `if accelerator.is_main_process:` with the tracker's own API"
         )
+
+
+@dataclass(frozen=True)
+class PreparedObjects:
+    """What an Accelerator has prepared or registered, in preparation order (what ``save_state``
+    writes and ``load_state`` restores, one file per object)."""
+
+    models: tuple[torch.nn.Module, ...]
+    optimizers: tuple[AcceleratedOptimizer, ...]
+    schedulers: tuple[AcceleratedScheduler, ...]
+    dataloaders: tuple[DataLoader, ...]
+    #: Objects passed to ``register_for_checkpointing``.
+    custom_objects: tuple[Any, ...]
 
 
 def _mark_prepared(obj: Any) -> Any:
@@ -637,6 +651,11 @@ class Accelerator:
             atomic_torch_save(obj, f)
         else:  # an open file object: the caller owns how it is written
             torch.save(obj, f)
+
+    def prepared_objects(self) -> PreparedObjects:
+        """The models, optimizers, schedulers and loaders prepared so far, and the registered objects."""
+        return PreparedObjects(tuple(self._models), tuple(self._optimizers), tuple(self._schedulers),
+                               tuple(self._dataloaders), tuple(self._custom_objects))
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Also save/load these objects (each needs ``state_dict`` and ``load_state_dict``) in save_state."""
