@@ -231,6 +231,12 @@ class AcceleratorState:
         # shared dict directly: Accelerator properties come through here on every training step.
         if name.startswith("__"):
             raise AttributeError(name)
+        if not self._shared_state:
+            # Accelerate's message: an Accelerator created before _reset_state() holds a dead state.
+            raise AttributeError(
+                f"`AcceleratorState` object has no attribute `{name}`. This happens if "
+                "`AcceleratorState._reset_state()` was called and an `Accelerator` or `PartialState` "
+                "was not reinitialized.")
         shared = PartialState._shared_state
         if name in shared:
             return shared[name]
