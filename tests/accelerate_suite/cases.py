@@ -12,6 +12,7 @@ only) and ``test_split_between_processes_dataset`` (needs Hugging Face ``dataset
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 from typing import Any
@@ -68,7 +69,7 @@ def runners(script: str, module: Any) -> list[tuple[str, Callable[[], Any]]]:
     m = module
     if script == "test_ops":
         state = m.PartialState()
-        return [(name, (lambda fn=getattr(m, f"test_{name}"): fn(state))) for name in CASES[script]]
+        return [(name, functools.partial(getattr(m, f"test_{name}"), state)) for name in CASES[script]]
     if script == "test_script":
         m.Accelerator()  # main() creates one first
         calls: dict[str, Callable[[], Any]] = {
@@ -101,7 +102,12 @@ def runners(script: str, module: Any) -> list[tuple[str, Callable[[], Any]]]:
 
 def _data_loop_runners(m: Any) -> list[tuple[str, Callable[[], Any]]]:
     import torch
-    from torch.utils.data import BatchSampler, DataLoader, RandomSampler, default_collate
+    from torch.utils.data import (
+        BatchSampler,
+        DataLoader,
+        RandomSampler,
+        default_collate,
+    )
 
     accelerator = m.create_accelerator()
     torch.manual_seed(accelerator.process_index)

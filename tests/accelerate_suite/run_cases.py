@@ -28,9 +28,9 @@ from pathlib import Path
 _REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(_REPO)]
 
-import torch.distributed as dist  # noqa: E402
+import torch.distributed as dist
 
-from tests.accelerate_suite import cases, shim  # noqa: E402
+from tests.accelerate_suite import cases, shim
 
 TIMEOUT = datetime.timedelta(seconds=float(os.environ.get("SUITE_COLLECTIVE_TIMEOUT", "30")))
 
@@ -78,7 +78,7 @@ def main() -> None:
         if run is not None:
             try:
                 run()
-            except BaseException as caught:  # noqa: BLE001 (a case's failure is its outcome)
+            except BaseException as caught:
                 if isinstance(caught, KeyboardInterrupt):
                     raise
                 error = _describe(caught)

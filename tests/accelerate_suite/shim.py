@@ -28,7 +28,7 @@ def accelerate_root() -> str:
     spec = importlib.machinery.PathFinder.find_spec("accelerate")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("the accelerate package is not installed")
-    return list(spec.submodule_search_locations)[0]
+    return next(iter(spec.submodule_search_locations))
 
 
 # -- the few test helpers written on Accelerate's API, rewritten on runtime's -------------------
