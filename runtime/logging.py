@@ -60,6 +60,7 @@ class MultiProcessAdapter(logging.LoggerAdapter):
         if key in _warned:
             return
         _warned.add(key)
+        kwargs.setdefault("stacklevel", 3)  # one frame more than warning(): point at our caller
         self.warning(*args, **kwargs)
 
 
