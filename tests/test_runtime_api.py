@@ -233,12 +233,13 @@ def test_synchronize_rng_states_is_a_no_op_alone_and_checks_its_names() -> None:
 
 def test_profile_uses_the_handler_from_kwargs_handlers(tmp_path: Path) -> None:
     seen = []
-    handler = ProfileKwargs(schedule_option={"wait": 0, "warmup": 0, "active": 1, "repeat": 1}, on_trace_ready=seen.append,
+    handler = ProfileKwargs(schedule_option={"wait": 0, "warmup": 1, "active": 1, "repeat": 1}, on_trace_ready=seen.append,
                             output_trace_dir=str(tmp_path))
     accelerator = Accelerator(kwargs_handlers=[handler])
     with accelerator.profile() as profiler:
-        torch.ones(4) + 1
-        profiler.step()
+        for _ in range(3):  # warm-up, active (the trace is ready), then nothing: one cycle
+            torch.ones(4) + 1
+            profiler.step()
     assert len(seen) == 1 and (tmp_path / "profile_0.json").exists()
     with pytest.raises(ValueError, match="unknown profiler activity 'tpu'"):
         ProfileKwargs(activities=["tpu"]).build()
