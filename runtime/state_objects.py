@@ -28,54 +28,17 @@ from runtime.state import DistributedType, ProcessState, detect_state, env_flag
 _PROCESS_FACTS = ("distributed_type", "num_processes", "process_index", "local_process_index", "device", "backend")
 
 
-class PartialState:
-    """This process's place in the job: rank, world size, device, backend (shared by all instances).
+class _ProcessView:
+    """What both state objects answer: the process facts (held by each class's shared dict), the
+    facts derived from them, and process control."""
 
-    ``PartialState(cpu=True)`` or with ``init_process_group`` keyword arguments only matters on the
-    first call, which joins the process group when launched with several ranks.
-    """
-
-    _shared_state: ClassVar[dict[str, Any]] = {}
-    # The facts, held in the shared dict (declared for type checkers).
+    # The facts, held in the shared dict of the concrete class (declared for type checkers).
     distributed_type: DistributedType
     num_processes: int
     process_index: int
     local_process_index: int
     device: torch.device
     backend: str | None
-    #: Debug mode: collectives check the ranks' shapes first (ACCELERATE_DEBUG_MODE).
-    debug: bool
-
-    def __init__(self, cpu: bool = False, **kwargs: Any) -> None:
-        self.__dict__ = self._shared_state
-        if not self.initialized:
-            self._adopt(detect_state(cpu=cpu, init_kwargs=kwargs))
-            self.debug = env_flag("ACCELERATE_DEBUG_MODE")
-
-    def _adopt(self, facts: ProcessState) -> None:
-        for name in _PROCESS_FACTS:
-            setattr(self, name, getattr(facts, name))
-
-    @classmethod
-    def _refresh(cls, facts: ProcessState) -> PartialState:
-        """Take freshly detected facts (each new ``Accelerator`` detects them; a debug flag set
-        earlier stays)."""
-        state = cls.__new__(cls)
-        state.__dict__ = cls._shared_state
-        state._adopt(facts)
-        if "debug" not in cls._shared_state:
-            state.debug = env_flag("ACCELERATE_DEBUG_MODE")
-        return state
-
-    @staticmethod
-    def _reset_state() -> None:
-        """Forget the shared state (tests): the next ``PartialState()`` detects everything again."""
-        PartialState._shared_state.clear()
-
-    @property
-    def initialized(self) -> bool:
-        """Whether the shared state has been set up in this process."""
-        return "device" in self._shared_state
 
     # -- derived facts ------------------------------------------------------------------------
     @property
@@ -173,26 +136,77 @@ class PartialState:
         if dist.is_initialized():
             dist.destroy_process_group(group)
 
-    def __repr__(self) -> str:
+    def _describe(self) -> str:
         backend = f"  Backend: {self.backend}" if self.backend else ""
         return (f"Distributed environment: {self.distributed_type}{backend}\n"
                 f"Num processes: {self.num_processes}\nProcess index: {self.process_index}\n"
                 f"Local process index: {self.local_process_index}\nDevice: {self.device}\n")
 
 
-class AcceleratorState:
-    """``PartialState``'s facts plus the training configuration (mixed precision), shared by all
-    instances; ``accelerator.state`` is one.
+class PartialState(_ProcessView):
+    """This process's place in the job: rank, world size, device, backend (shared by all instances).
 
-    ``distributed_type`` is this object's own (scripts and tests may overwrite it); every other
-    process fact is read from the shared :class:`PartialState`. The last ``Accelerator`` created
-    sets ``mixed_precision`` here (Accelerate refuses a second, different one instead); each
-    ``Accelerator`` keeps computing with its own.
+    ``PartialState(cpu=True)`` or with ``init_process_group`` keyword arguments only matters on the
+    first call, which joins the process group when launched with several ranks.
     """
 
     _shared_state: ClassVar[dict[str, Any]] = {}
-    distributed_type: DistributedType
+    #: Debug mode: collectives check the ranks' shapes first (ACCELERATE_DEBUG_MODE).
+    debug: bool
+
+    def __init__(self, cpu: bool = False, **kwargs: Any) -> None:
+        self.__dict__ = self._shared_state
+        if not self.initialized:
+            self._adopt(detect_state(cpu=cpu, init_kwargs=kwargs))
+            self.debug = env_flag("ACCELERATE_DEBUG_MODE")
+
+    def _adopt(self, facts: ProcessState) -> None:
+        for name in _PROCESS_FACTS:
+            setattr(self, name, getattr(facts, name))
+
+    @classmethod
+    def _refresh(cls, facts: ProcessState) -> PartialState:
+        """Take freshly detected facts (each new ``Accelerator`` detects them; a debug flag set
+        earlier stays)."""
+        state = cls.__new__(cls)
+        state.__dict__ = cls._shared_state
+        state._adopt(facts)
+        if "debug" not in cls._shared_state:
+            state.debug = env_flag("ACCELERATE_DEBUG_MODE")
+        return state
+
+    @staticmethod
+    def _reset_state() -> None:
+        """Forget the shared state (tests): the next ``PartialState()`` detects everything again."""
+        PartialState._shared_state.clear()
+
+    @property
+    def initialized(self) -> bool:
+        """Whether the shared state has been set up in this process."""
+        return "device" in self._shared_state
+
+    def __repr__(self) -> str:
+        return self._describe()
+
+
+class AcceleratorState(_ProcessView):
+    """``PartialState``'s facts plus the training configuration (mixed precision), shared by all
+    instances; ``accelerator.state`` is one.
+
+    The facts are copied from the shared :class:`PartialState` (as Accelerate does), so a script
+    may overwrite ``distributed_type`` here without touching ``PartialState()``; ``debug`` is
+    ``PartialState``'s. The last ``Accelerator`` created sets ``mixed_precision`` here (Accelerate
+    refuses a second, different one instead); each ``Accelerator`` keeps computing with its own.
+    The engines runtime does not provide read as None, for libraries that check them.
+    """
+
+    _shared_state: ClassVar[dict[str, Any]] = {}
     mixed_precision: str
+    deepspeed_plugin: Any = None
+    fsdp_plugin: Any = None
+    megatron_lm_plugin: Any = None
+    torch_tp_plugin: Any = None
+    dynamo_plugin: Any = None
 
     def __init__(self, mixed_precision: str | None = None, cpu: bool = False, **kwargs: Any) -> None:
         self.__dict__ = self._shared_state
@@ -200,7 +214,7 @@ class AcceleratorState:
         if not self.initialized:
             from runtime.precision import resolve_mixed_precision
 
-            self.distributed_type = partial.distributed_type
+            self.__dict__.update({name: partial.__dict__[name] for name in _PROCESS_FACTS})
             self.mixed_precision = resolve_mixed_precision(None)
         if mixed_precision is not None:
             self.mixed_precision = mixed_precision
@@ -210,8 +224,7 @@ class AcceleratorState:
         """The shared state as a new ``Accelerator`` found the process (facts just detected)."""
         PartialState._refresh(facts)
         cls._shared_state.clear()
-        state = cls(mixed_precision=facts.mixed_precision)
-        return state
+        return cls(mixed_precision=facts.mixed_precision)
 
     @staticmethod
     def _reset_state(reset_partial_state: bool = False) -> None:
@@ -225,31 +238,27 @@ class AcceleratorState:
         """Whether the shared state has been set up in this process."""
         return "mixed_precision" in self._shared_state
 
+    @property
+    def debug(self) -> bool:
+        """Debug mode (``PartialState``'s flag: the collectives read it there)."""
+        return bool(PartialState._shared_state.get("debug", False))
+
+    @debug.setter
+    def debug(self, value: bool) -> None:
+        PartialState._shared_state["debug"] = value
+
     def __getattr__(self, name: str) -> Any:
-        # Only reached for names this object does not hold: the process facts and PartialState's
-        # helpers (is_main_process, wait_for_everyone, split_between_processes, ...). Read from the
-        # shared dict directly: Accelerator properties come through here on every training step.
-        if name.startswith("__"):
-            raise AttributeError(name)
-        if not self._shared_state:
+        # Only reached for names the shared state does not hold.
+        if not name.startswith("__") and not self._shared_state:
             # Accelerate's message: an Accelerator created before _reset_state() holds a dead state.
             raise AttributeError(
                 f"`AcceleratorState` object has no attribute `{name}`. This happens if "
                 "`AcceleratorState._reset_state()` was called and an `Accelerator` or `PartialState` "
                 "was not reinitialized.")
-        shared = PartialState._shared_state
-        if name in shared:
-            return shared[name]
-        attribute = getattr(PartialState, name)
-        if isinstance(attribute, property):
-            # A derived fact reads distributed_type: use ours (which a script may have overwritten).
-            return attribute.fget(self)  # type: ignore[misc]
-        partial = PartialState.__new__(PartialState)
-        partial.__dict__ = shared
-        return getattr(partial, name)
+        raise AttributeError(f"'AcceleratorState' object has no attribute {name!r}")
 
     def __repr__(self) -> str:
-        return f"{PartialState()!r}Mixed precision type: {self.mixed_precision}\n"
+        return f"{self._describe()}Mixed precision type: {self.mixed_precision}\n"
 
 
 __all__ = ["AcceleratorState", "PartialState"]
