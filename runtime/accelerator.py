@@ -23,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import warnings
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -30,8 +32,9 @@ import torch.distributed as dist
 from torch.nn.parallel import DataParallel, DistributedDataParallel
 from torch.utils.data import DataLoader
 
-from runtime import collectives, precision
-from runtime.ddp import register_comm_hook, wrap_in_ddp
+from runtime import collectives, operations, precision
+from runtime.comm_hooks import register_comm_hook
+from runtime.ddp import wrap_in_ddp
 from runtime.gradient_state import GradientState
 from runtime.handlers import (
     SUPPORTED_KWARGS_HANDLERS,
@@ -44,7 +47,9 @@ from runtime.handlers import (
     KwargsHandler,
     ProjectConfiguration,
 )
-from runtime.state import DistributedType, ProcessState, detect_state
+from runtime.profiling import ProfileKwargs, profile_block
+from runtime.state import DistributedType, detect_state
+from runtime.state_objects import AcceleratorState
 from runtime.wrappers import AcceleratedOptimizer, AcceleratedScheduler
 
 _NOT_SET: Any = object()
@@ -56,12 +61,16 @@ _UNSUPPORTED_ENGINES = (
 )
 
 
+#: Handler classes ``kwargs_handlers=[...]`` accepts.
+_ACCEPTED_HANDLERS = (*SUPPORTED_KWARGS_HANDLERS, ProfileKwargs)
+
+
 def _collect_handlers(kwargs_handlers: Sequence[KwargsHandler] | None) -> dict[type, KwargsHandler]:
     """One handler per class, each of a kind we support."""
     found: dict[type, KwargsHandler] = {}
     for handler in kwargs_handlers or []:
-        if not isinstance(handler, SUPPORTED_KWARGS_HANDLERS):
-            names = ", ".join(cls.__name__ for cls in SUPPORTED_KWARGS_HANDLERS)
+        if not isinstance(handler, _ACCEPTED_HANDLERS):
+            names = ", ".join(cls.__name__ for cls in _ACCEPTED_HANDLERS)
             raise ValueError(f"kwargs_handlers: {handler!r} is not supported by runtime (supported: {names})")
         if type(handler) in found:
             raise ValueError(f"kwargs_handlers: you can only pass one {type(handler).__name__}")
@@ -104,6 +113,19 @@ def _check_log_with(log_with: Any) -> None:
             f"log_with={log_with!r}: experiment trackers are not supported by runtime; "
             "log from `if accelerator.is_main_process:` with the tracker's own API"
         )
+
+
+@dataclass(frozen=True)
+class PreparedObjects:
+    """What an Accelerator has prepared or registered, in preparation order (what ``save_state``
+    writes and ``load_state`` restores, one file per object)."""
+
+    models: tuple[torch.nn.Module, ...]
+    optimizers: tuple[AcceleratedOptimizer, ...]
+    schedulers: tuple[AcceleratedScheduler, ...]
+    dataloaders: tuple[DataLoader, ...]
+    #: Objects passed to ``register_for_checkpointing``.
+    custom_objects: tuple[Any, ...]
 
 
 def _mark_prepared(obj: Any) -> Any:
@@ -166,6 +188,7 @@ class Accelerator:
         self.scaler_handler = handlers.get(GradScalerKwargs)
         self.init_handler = handlers.get(InitProcessGroupKwargs)
         self.autocast_handler = handlers.get(AutocastKwargs)
+        self.profile_handler = handlers.get(ProfileKwargs)
         self.dataloader_config = _data_config(dataloader_config, split_batches, even_batches, dispatch_batches)
         self.project_configuration = project_config or ProjectConfiguration(project_dir=project_dir)
         if project_dir is not None and project_config is not None:
@@ -173,7 +196,11 @@ class Accelerator:
 
         mixed = precision.resolve_mixed_precision(mixed_precision)
         init_kwargs = self.init_handler.to_kwargs() if self.init_handler else {}
-        self.state: ProcessState = detect_state(cpu=cpu, init_kwargs=init_kwargs, mixed_precision=mixed)
+        # The process-wide state (AcceleratorState()/PartialState() elsewhere see the same facts);
+        # this Accelerator computes with its own mixed precision whatever a later one sets there.
+        self.state = AcceleratorState._for_accelerator(
+            detect_state(cpu=cpu, init_kwargs=init_kwargs, mixed_precision=mixed))
+        self._mixed_precision = mixed
         precision.check_device_supports(mixed, self.state.device)
         scaler_kwargs = self.scaler_handler.to_kwargs() if self.scaler_handler else {}
         self.scaler = precision.make_grad_scaler(mixed, self.state.device, scaler_kwargs)
@@ -183,6 +210,9 @@ class Accelerator:
         self.gradient_state = GradientState(num_steps=plugin.num_steps,
                                             sync_with_dataloader=plugin.sync_with_dataloader,
                                             sync_each_batch=plugin.sync_each_batch)
+        from runtime.data_loader import adopt_gradient_state
+
+        adopt_gradient_state(self.gradient_state)  # loaders from the functional prepare_data_loader report here
 
         self.device_placement = device_placement
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
@@ -257,7 +287,18 @@ class Accelerator:
     @property
     def mixed_precision(self) -> str:
         """``"no"``, ``"fp16"`` or ``"bf16"``."""
-        return self.state.mixed_precision
+        return self._mixed_precision
+
+    @property
+    def multi_device(self) -> bool:
+        """True when several processes train together through DDP (on GPUs or CPUs)."""
+        return self.use_distributed and self.distributed_type in (DistributedType.MULTI_GPU, DistributedType.MULTI_CPU)
+
+    @property
+    def non_blocking(self) -> bool:
+        """Whether prepared loaders move batches with ``non_blocking=True`` (DataLoaderConfiguration);
+        it only overlaps the copy with compute for pinned memory (``DataLoader(pin_memory=True)``)."""
+        return self.dataloader_config.non_blocking
 
     @property
     def split_batches(self) -> bool:
@@ -334,7 +375,9 @@ class Accelerator:
         if wants_ddp and any(param.requires_grad for param in model.parameters()):
             user_kwargs = self.ddp_handler.to_kwargs() if self.ddp_handler else {}
             model = wrap_in_ddp(model, self.device, user_kwargs)
-            register_comm_hook(model, user_kwargs)
+            handler = self.ddp_handler if isinstance(self.ddp_handler, DistributedDataParallelKwargs) \
+                else DistributedDataParallelKwargs()
+            register_comm_hook(model, handler.comm_hook, handler.comm_wrapper, handler.comm_state_option)
         return _mark_prepared(model)
 
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer,
@@ -449,6 +492,73 @@ class Accelerator:
         else:
             yield
 
+    @contextlib.contextmanager
+    def trigger_sync_in_backward(self, model: torch.nn.Module) -> Iterator[None]:
+        """Make the next ``backward`` all-reduce ``model``'s gradients even though its forward ran
+        inside ``no_sync()`` (several forwards, then several backwards, syncing on the last)."""
+        if not (self.use_distributed and isinstance(model, DistributedDataParallel)):
+            yield
+            return
+        saved = model.require_backward_grad_sync, model.require_forward_param_sync
+        model.require_backward_grad_sync = model.require_forward_param_sync = True
+        # The reducer was told "no sync" at forward time; prepare it for a reducing backward now.
+        model.reducer.prepare_for_backward([])
+        try:
+            yield
+        finally:
+            model.require_backward_grad_sync, model.require_forward_param_sync = saved
+
+    @contextlib.contextmanager
+    def join_uneven_inputs(self, joinables: list[Any], even_batches: bool | None = None) -> Iterator[None]:
+        """Train on loaders whose ranks get different numbers of batches (torch's ``Join``): a
+        rank that runs out shadows the others' collectives until all are done.
+
+        ``even_batches`` overrides the prepared map-style loaders' setting inside the block
+        (``False`` is what makes their lengths uneven); Join is only enabled when batches are
+        uneven. Unlike Accelerate, this also works on several CPU processes (Gloo).
+        """
+        if not self.multi_device:
+            if self.distributed_type != DistributedType.NO:
+                warnings.warn("Joining uneven inputs is only supported for multi-GPU/multi-CPU DDP training "
+                              f"(here: {getattr(self.distributed_type, 'value', self.distributed_type)}); "
+                              "join_uneven_inputs has no effect")
+            yield
+            return
+        from torch.distributed.algorithms.join import Join
+
+        overridden: list[tuple[Any, bool]] = []
+        if even_batches is not None:
+            saw_iterable = False
+            for loader in self._dataloaders:
+                sampler: Any = getattr(loader, "batch_sampler", None)
+                if not hasattr(sampler, "even_batches"):
+                    saw_iterable = True
+                    continue
+                overridden.append((sampler, sampler.even_batches))
+                sampler.even_batches = even_batches
+            if saw_iterable:
+                warnings.warn("Overriding even_batches is only supported for map-style datasets, yet some "
+                              "dataloaders given were iterable")
+        else:
+            even_batches = self.even_batches
+        try:
+            with Join(joinables, enable=not even_batches, throw_on_early_termination=False):
+                yield
+        finally:
+            for sampler, value in overridden:
+                sampler.even_batches = value
+
+    @contextlib.contextmanager
+    def profile(self, profile_handler: ProfileKwargs | None = None) -> Iterator[torch.profiler.profile]:
+        """Profile the block with torch.profiler (``ProfileKwargs`` from the argument, else from
+        ``kwargs_handlers``, else defaults); with ``output_trace_dir``, each rank writes
+        ``profile_{rank}.json``."""
+        handler = profile_handler or self.profile_handler
+        if not isinstance(handler, ProfileKwargs):
+            handler = ProfileKwargs()
+        with profile_block(handler, self.process_index, self.wait_for_everyone) as profiler:
+            yield profiler
+
     @property
     def optimizer_step_was_skipped(self) -> bool:
         """True if a GradScaler skipped the last step of any prepared optimizer (inf/NaN gradients)."""
@@ -497,7 +607,7 @@ class Accelerator:
     # ------------------------------------------------------------------ collectives
     def gather(self, tensor: Any) -> Any:
         """Concatenate every rank's tensors (nested structures too) along dim 0, in rank order."""
-        return collectives.gather(tensor)
+        return operations.gather(tensor)
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
         """Gather predictions/labels for metrics: every sample exactly once.
@@ -521,15 +631,15 @@ class Accelerator:
 
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
         """All-reduce copies: ``"sum"`` (also ``"none"``, as Accelerate), ``"mean"`` or ``"max"``."""
-        return collectives.reduce(tensor, reduction, scale)
+        return operations.reduce(tensor, reduction, scale)
 
     def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: Any = 0, pad_first: bool = False) -> Any:
         """Pad along ``dim`` to the largest size on any rank (so the tensors can be gathered)."""
-        return collectives.pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
+        return operations.pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
 
     def broadcast(self, tensor: Any, from_process: int = 0) -> Any:
         """Every rank gets ``from_process``'s tensors (in place)."""
-        return collectives.broadcast(tensor, from_process)
+        return operations.broadcast(tensor, from_process)
 
     def set_trigger(self) -> None:
         """Raise a flag on this rank; ``check_trigger`` then returns True on every rank."""
@@ -595,6 +705,12 @@ class Accelerator:
             return functools.partial(self.on_process, process_index=process_index)
         return self._only_if(self.process_index == process_index, function)
 
+    def on_local_process(self, function: Callable[..., Any] | None = None, local_process_index: int = 0) -> Any:
+        """Decorator: the function runs on local process ``local_process_index`` of each machine only."""
+        if function is None:
+            return functools.partial(self.on_local_process, local_process_index=local_process_index)
+        return self._only_if(self.local_process_index == local_process_index, function)
+
     @contextlib.contextmanager
     def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
         """This rank's contiguous share of a list/tuple/tensor/dict (the first ranks get one extra)."""
@@ -637,6 +753,11 @@ class Accelerator:
             atomic_torch_save(obj, f)
         else:  # an open file object: the caller owns how it is written
             torch.save(obj, f)
+
+    def prepared_objects(self) -> PreparedObjects:
+        """The models, optimizers, schedulers and loaders prepared so far, and the registered objects."""
+        return PreparedObjects(tuple(self._models), tuple(self._optimizers), tuple(self._schedulers),
+                               tuple(self._dataloaders), tuple(self._custom_objects))
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Also save/load these objects (each needs ``state_dict`` and ``load_state_dict``) in save_state."""
@@ -685,6 +806,7 @@ class Accelerator:
 
     def __repr__(self) -> str:
         state = self.state
-        return (f"Accelerator(distributed_type={state.distributed_type.value}, num_processes={state.num_processes}, "
+        kind = getattr(state.distributed_type, "value", state.distributed_type)
+        return (f"Accelerator(distributed_type={kind}, num_processes={state.num_processes}, "
                 f"process_index={state.process_index}, device={state.device}, "
-                f"mixed_precision={state.mixed_precision})")
+                f"mixed_precision={self.mixed_precision})")

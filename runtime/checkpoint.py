@@ -72,15 +72,16 @@ def _rng_file(rank: int) -> str:
 def _shared_files(accelerator: Any) -> dict[str, Any]:
     """The files the main process writes, by name, with what goes in each."""
     files: dict[str, Any] = {}
-    for index, model in enumerate(accelerator._models):
+    prepared = accelerator.prepared_objects()
+    for index, model in enumerate(prepared.models):
         files[_indexed("pytorch_model", index, ".bin")] = _unwrapped(accelerator, model).state_dict()
-    for index, optimizer in enumerate(accelerator._optimizers):
+    for index, optimizer in enumerate(prepared.optimizers):
         files[_indexed("optimizer", index, ".bin")] = _inner(optimizer, "optimizer").state_dict()
-    for index, scheduler in enumerate(accelerator._schedulers):
+    for index, scheduler in enumerate(prepared.schedulers):
         files[_indexed("scheduler", index, ".bin")] = _inner(scheduler, "scheduler").state_dict()
     if accelerator.scaler is not None:
         files["scaler.pt"] = accelerator.scaler.state_dict()
-    for index, obj in enumerate(accelerator._custom_objects):
+    for index, obj in enumerate(prepared.custom_objects):
         files[f"custom_checkpoint_{index}.pkl"] = obj.state_dict()
     return files
 
@@ -101,7 +102,7 @@ def _inner(wrapper: Any, attribute: str) -> Any:
 
 def _rng_snapshot(accelerator: Any) -> dict[str, Any]:
     """This rank's generators, as plain data and tensors (loadable with ``weights_only=True``)."""
-    loaders = list(accelerator._dataloaders)
+    loaders = list(accelerator.prepared_objects().dataloaders)
     snapshot: dict[str, Any] = {
         "step": accelerator.step,
         "python": random.getstate(),
@@ -144,7 +145,7 @@ def _numpy_rng_state() -> list[Any] | None:
 
 
 def _restore_rng(snapshot: dict[str, Any], accelerator: Any, source: Path) -> None:
-    loaders = list(accelerator._dataloaders)
+    loaders = list(accelerator.prepared_objects().dataloaders)
     saved_generators = snapshot["loader_generators"]
     if len(saved_generators) != len(loaders):
         raise CheckpointError(
@@ -262,9 +263,10 @@ def _write_manifest(staging: Path, accelerator: Any) -> None:
 
 
 def _counts(accelerator: Any) -> dict[str, int]:
+    prepared = accelerator.prepared_objects()
     return {
-        "models": len(accelerator._models), "optimizers": len(accelerator._optimizers),
-        "schedulers": len(accelerator._schedulers), "custom_objects": len(accelerator._custom_objects),
+        "models": len(prepared.models), "optimizers": len(prepared.optimizers),
+        "schedulers": len(prepared.schedulers), "custom_objects": len(prepared.custom_objects),
         "scaler": int(accelerator.scaler is not None),
     }
 
@@ -336,16 +338,17 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike | None = None,
     location = _map_location(accelerator, map_location)
     manifest = _read_manifest(source, accelerator)
     loader = _VerifiedLoader(source, manifest, location)
-    for index, model in enumerate(accelerator._models):
+    prepared = accelerator.prepared_objects()
+    for index, model in enumerate(prepared.models):
         state = loader.load(_indexed("pytorch_model", index, ".bin"))
         _unwrapped(accelerator, model).load_state_dict(state, **load_model_kwargs)
-    for index, optimizer in enumerate(accelerator._optimizers):
+    for index, optimizer in enumerate(prepared.optimizers):
         _inner(optimizer, "optimizer").load_state_dict(loader.load(_indexed("optimizer", index, ".bin")))
-    for index, scheduler in enumerate(accelerator._schedulers):
+    for index, scheduler in enumerate(prepared.schedulers):
         _inner(scheduler, "scheduler").load_state_dict(loader.load(_indexed("scheduler", index, ".bin")))
     if accelerator.scaler is not None:
         accelerator.scaler.load_state_dict(loader.load("scaler.pt"))
-    for index, obj in enumerate(accelerator._custom_objects):
+    for index, obj in enumerate(prepared.custom_objects):
         obj.load_state_dict(loader.load(f"custom_checkpoint_{index}.pkl"))
     rng_file = _rng_file(accelerator.process_index)
     _restore_rng(loader.load(rng_file), accelerator, source / rng_file)

@@ -9,6 +9,10 @@ Three features read the same few facts, so they live in one small object that th
   the last global batch holds (``remainder``).
 - ``accumulate()`` forces a gradient sync on a loader's last batch, even mid-accumulation.
 - the optimizer and scheduler wrappers only step when ``sync_gradients`` is True.
+
+Unlike Accelerate's process-wide ``GradientState``, each ``Accelerator`` owns its own: a second
+``Accelerator`` (or a test) starts from a clean state instead of inheriting a half-finished
+accumulation.
 """
 
 from __future__ import annotations
@@ -36,6 +40,11 @@ class GradientState:
     sync_with_dataloader: bool = True
     #: Reduce gradients on every batch even while accumulating (GradientAccumulationPlugin option).
     sync_each_batch: bool = False
+
+    @classmethod
+    def _reset_state(cls) -> None:
+        """Accelerate's test hook, which forgets its process-wide GradientState. Here each
+        ``Accelerator`` owns a fresh one, so there is nothing shared to forget."""
 
     @property
     def active_dataloader(self) -> Any | None:

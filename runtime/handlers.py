@@ -11,6 +11,8 @@ from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Any
 
+from runtime.comm_hooks import DDPCommunicationHookType
+
 
 class KwargsHandler:
     """Base of the ``kwargs_handlers=[...]`` dataclasses: one per class, forwards non-default fields."""
@@ -40,8 +42,9 @@ class DistributedDataParallelKwargs(KwargsHandler):
     check_reduction: bool = False
     gradient_as_bucket_view: bool = False
     static_graph: bool = False
-    comm_hook: str = "no"
-    comm_wrapper: str = "no"
+    #: See :mod:`runtime.comm_hooks` (fp16/bf16 compression, PowerSGD).
+    comm_hook: DDPCommunicationHookType | str = DDPCommunicationHookType.NO
+    comm_wrapper: DDPCommunicationHookType | str = DDPCommunicationHookType.NO
     comm_state_option: dict = field(default_factory=dict)
 
 

@@ -41,12 +41,15 @@ class DistributedType(str, Enum):
     MULTI_GPU = "MULTI_GPU"
     MULTI_NPU = "MULTI_NPU"
     MULTI_MLU = "MULTI_MLU"
+    MULTI_SDAA = "MULTI_SDAA"
+    MULTI_MUSA = "MULTI_MUSA"
     MULTI_XPU = "MULTI_XPU"
-    MULTI_HPU = "MULTI_HPU"
     DEEPSPEED = "DEEPSPEED"
     FSDP = "FSDP"
     XLA = "XLA"
     MEGATRON_LM = "MEGATRON_LM"
+    MULTI_HPU = "MULTI_HPU"
+    MULTI_NEURON = "MULTI_NEURON"
 
 
 @dataclass(frozen=True)
@@ -212,8 +215,3 @@ def detect_state(cpu: bool = False, init_kwargs: dict[str, Any] | None = None,
         backend=backend,
         mixed_precision=mixed_precision,
     )
-
-
-def PartialState(cpu: bool = False, **init_kwargs: Any) -> ProcessState:  # noqa: N802 (Accelerate's name)
-    """Accelerate's ``PartialState()``: the process facts without an ``Accelerator``."""
-    return detect_state(cpu=cpu, init_kwargs=init_kwargs)

@@ -30,13 +30,20 @@ _LAZY = {
     "release_memory": "runtime.memory",
     "skip_first_batches": "runtime.data",
     "send_to_device": "runtime.data",
-    "gather": "runtime.collectives",
-    "gather_object": "runtime.collectives",
-    "broadcast": "runtime.collectives",
-    "broadcast_object_list": "runtime.collectives",
-    "reduce": "runtime.collectives",
-    "pad_across_processes": "runtime.collectives",
+    # The collectives, with debug mode's shape checks (runtime.operations wraps runtime.collectives).
+    "gather": "runtime.operations",
+    "gather_object": "runtime.operations",
+    "broadcast": "runtime.operations",
+    "broadcast_object_list": "runtime.operations",
+    "reduce": "runtime.operations",
+    "pad_across_processes": "runtime.operations",
+    "copy_tensor_to_devices": "runtime.operations",
+    "DistributedOperationException": "runtime.operations",
     "DistributedType": "runtime.state",
+    "DDPCommunicationHookType": "runtime.comm_hooks",
+    "ProfileKwargs": "runtime.profiling",
+    "get_logger": "runtime.logging",
+    "prepare_data_loader": "runtime.data_loader",
 }
 
 
@@ -46,6 +53,15 @@ def __getattr__(name: str) -> Any:
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'runtime.utils' has no attribute {name!r}")
+
+
+def synchronize_rng_states(rng_types: list[str], generator: torch.Generator | None = None) -> None:
+    """Make the listed RNGs (``"torch"``, ``"cuda"``, ``"generator"`` with ``generator``) equal to
+    rank 0's on every rank; a no-op on one process."""
+    from runtime.data import _checked_rng_types
+    from runtime.data import synchronize_rng_states as synchronize
+
+    synchronize(_checked_rng_types(rng_types), generator)
 
 
 def set_seed(seed: int, device_specific: bool = False, deterministic: bool = False) -> None:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from runtime import checkpoint
-from runtime.accelerator import Accelerator
+from runtime.accelerator import Accelerator, PreparedObjects
 from runtime.checkpoint import MANIFEST, CheckpointError
 from runtime.handlers import ProjectConfiguration
 
@@ -264,8 +264,8 @@ def test_a_rank_file_the_main_process_cannot_see_is_an_error(tmp_path: Path) -> 
     staging = tmp_path / ".ckpt.incomplete"
     staging.mkdir()
     (staging / "random_states_0.pkl").write_bytes(b"rank 0")
-    two_ranks = SimpleNamespace(num_processes=2, _models=[], _optimizers=[], _schedulers=[],
-                                _custom_objects=[], scaler=None)
+    nothing_prepared = PreparedObjects((), (), (), (), ())
+    two_ranks = SimpleNamespace(num_processes=2, prepared_objects=lambda: nothing_prepared, scaler=None)
     with pytest.raises(CheckpointError, match=r"random_states_1\.pkl: rank 1 wrote it but the main process"):
         checkpoint._write_manifest(staging, two_ranks)
     assert not (staging / MANIFEST).exists()

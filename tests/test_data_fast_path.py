@@ -1,4 +1,4 @@
-"""The fast batch streams of runtime.sharding draw exactly what torch's samplers draw, when they do.
+"""The fast batch streams of runtime.sharding_fast draw exactly what torch's samplers draw, when they do.
 
 A sharded epoch reads every rank's batches, so ``ShardedBatchSampler`` replaces torch's
 ``BatchSampler`` over ``RandomSampler`` (one Python generator step per index) by slices of lists
@@ -15,9 +15,8 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
-from runtime.sharding import (
-    SeedableRandomSampler,
-    ShardedBatchSampler,
+from runtime.sharding import SeedableRandomSampler, ShardedBatchSampler
+from runtime.sharding_fast import (
     UnreadBatch,
     random_draws,
     sliced_batches,

@@ -9,11 +9,15 @@ import pytest
 import torch
 
 from runtime import memory
-from runtime.memory import (
-    ERROR, FINISHED, OUT_OF_MEMORY, PEER_FAILED, Outcome, decide, find_executable_batch_size,
-    is_out_of_memory, release_memory,
+from runtime.memory import find_executable_batch_size, is_out_of_memory, release_memory
+from runtime.oom_agreement import (
+    ERROR,
+    FINISHED,
+    OUT_OF_MEMORY,
+    PEER_FAILED,
+    Outcome,
+    decide,
 )
-
 
 NEEDS_REAL_GARBAGE_COLLECTION = {"test_release_memory_returns_one_none_per_object_and_collects_cycles"}
 

@@ -1,0 +1,107 @@
+"""Accelerate's own distributed test scripts, run case by case under Accelerate and under runtime.
+
+The scripts ship inside the installed ``accelerate`` package (``test_utils/scripts/``). Each is
+launched on 2 CPU processes once per target (8 launches in all, shared by every case of the
+script): under the real package, and under runtime through an import shim that maps
+``accelerate``'s public imports to runtime (tests/accelerate_suite/shim.py). Every case must pass
+under runtime, except
+
+* the deliberate differences below, where runtime must fail with the documented error (the
+  README's runtime section lists them), and
+* the ``no_sync`` cases, which fail until DDP's static graph stops ignoring ``no_sync`` on its
+  first iteration (marked ``xfail(strict=True)``: they turn into failures once fixed, so the mark
+  goes with the fix).
+
+Accelerate's outcome is checked against the table in the README too: the cases that fail under
+Accelerate on CPU are exactly ``FAILS_UNDER_ACCELERATE_ON_CPU`` (so a newer Accelerate that fixes
+or breaks one makes the table's claim stale, and this test says so).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.accelerate_suite.cases import CASES, SCRIPTS
+from tests.accelerate_suite.outcomes import launch
+
+_DISPATCH = ("runtime never dispatches batches (every rank reads its own shard)",
+             "dispatch_batches=True) is not supported by runtime")
+_STATEFUL = ("runtime has no stateful data loader (resume with skip_first_batches)",
+             "use_stateful_dataloader=True) is not supported by runtime")
+
+#: (script, case) -> (why runtime differs, text its error must contain).
+DELIBERATE_DIFFERENCES: dict[tuple[str, str], tuple[str, str]] = {
+    ("test_script", "central_dl_preparation_check"): _DISPATCH,
+    **{("test_sync", case): _DISPATCH for case in CASES["test_sync"] if "dispatch=True" in case},
+    ("test_distributed_data_loop", "stateful_dataloader"): _STATEFUL,
+    ("test_distributed_data_loop", "stateful_dataloader_save_state"): _STATEFUL,
+}
+
+_NO_SYNC = ("no_sync is ignored until DDP's static graph has recorded one synced step, so the first "
+            "accumulation step all-reduces; the fix belongs to runtime/ddp.py (DDP wrapping)")
+WAITING_FOR_NO_SYNC_FIX = {
+    ("test_sync", "distributed_sync"),
+    *{("test_sync", case) for case in CASES["test_sync"]
+      if "dispatch=False,sync_each_batch=False" in case},
+}
+
+
+#: Cases Accelerate 1.15 fails on 2 CPU processes, and why (runtime passes the first five).
+FAILS_UNDER_ACCELERATE_ON_CPU = {
+    ("test_distributed_data_loop", "can_join_uneven_inputs"): "no Join on MULTI_CPU: the longer rank's "
+    "all-reduce waits for a peer that is done, until Gloo's timeout",
+    ("test_distributed_data_loop", "join_can_override_even_batches"): "no Join on MULTI_CPU, so no override",
+    ("test_distributed_data_loop", "join_can_override_for_mixed_type_dataloaders"): "no Join on MULTI_CPU",
+    ("test_distributed_data_loop", "join_raises_warning_for_iterable_when_overriding_even_batches"):
+        "no Join on MULTI_CPU: the multi-GPU warning comes instead",
+    ("test_distributed_data_loop", "pickle_accelerator"): "the Accelerator holds a weakref",
+    ("test_distributed_data_loop", "stateful_dataloader"): "torchdata is not installed",
+    ("test_distributed_data_loop", "stateful_dataloader_save_state"): "torchdata is not installed",
+}
+
+
+@pytest.fixture(scope="module")
+def outcome(tmp_path_factory: pytest.TempPathFactory):
+    """``outcome(target, script)``: the script's case outcomes, launched once per module."""
+    cache: dict[tuple[str, str], dict[str, dict]] = {}
+    root: Path = tmp_path_factory.mktemp("accelerate_suite")
+
+    def get(target: str, script: str) -> dict[str, dict]:
+        if (target, script) not in cache:
+            cache[(target, script)] = launch(target, script, root / f"{target}-{script}")
+        return cache[(target, script)]
+
+    return get
+
+
+def _params() -> list:
+    params = []
+    for script in SCRIPTS:
+        for case in CASES[script]:
+            marks = [pytest.mark.xfail(strict=True, reason=_NO_SYNC)] if (script, case) in WAITING_FOR_NO_SYNC_FIX else []
+            params.append(pytest.param(script, case, marks=marks, id=f"{script}::{case}"))
+    return params
+
+
+def _errors(result: dict) -> str:
+    return "\n".join(f"--- rank {rank} ---\n{text}" for rank, text in result["errors"].items())
+
+
+@pytest.mark.parametrize(("script", "case"), _params())
+def test_case_passes_under_runtime_or_differs_as_documented(outcome, script: str, case: str) -> None:
+    ours = outcome("runtime", script)[case]
+    theirs = outcome("accelerate", script)[case]
+    expected_under_accelerate = (script, case) not in FAILS_UNDER_ACCELERATE_ON_CPU
+    assert theirs["passed"] == expected_under_accelerate, (
+        f"under Accelerate this case now {'passes' if theirs['passed'] else 'fails'}: update "
+        f"FAILS_UNDER_ACCELERATE_ON_CPU and the README's table\n{_errors(theirs)}")
+    difference = DELIBERATE_DIFFERENCES.get((script, case))
+    if difference is not None:
+        reason, message = difference
+        assert not ours["passed"], f"listed as a deliberate difference ({reason}) but passes under runtime"
+        assert ours["errors"] and all(message in text for text in ours["errors"].values()), _errors(ours)
+        return
+    assert ours["passed"], (f"fails under runtime (under Accelerate: "
+                            f"{'passes' if theirs['passed'] else 'fails too'}):\n{_errors(ours)}")
