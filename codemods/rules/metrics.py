@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from collections.abc import Sequence
+
 import libcst as cst
 
 from codemods.engine.model import Change, Options
@@ -39,7 +41,7 @@ from codemods.engine.rule import Rule
 from codemods.engine.syntax import dotted
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.accelerator_code import accelerator_call, is_accelerator_method, name_words
-from codemods.engine.syntax import expression_code
+from codemods.engine.syntax import expression_code, root_name
 from codemods.engine.transformers import AcceleratorScope
 from codemods.engine.walk import variables_read, walk
 from codemods.engine.torch_names import NO_GRAD_CONTEXTS
@@ -79,6 +81,8 @@ class _EvalLoopRewriter(AcceleratorScope):
         #: module-level code.
         #: Collected only when a new name is needed: most files never need one.
         self._taken_by_scope: list[_LazyNames] = []
+        #: Loaders whose evaluation loops got a gather, per enclosing function (innermost last).
+        self._gathered_loaders: list[set[str]] = [set()]
 
     @property
     def _taken_names(self) -> set[str]:
@@ -93,10 +97,12 @@ class _EvalLoopRewriter(AcceleratorScope):
         self._eval_mode.append(False)
         top_level = len(self._taken_by_scope) == 1
         self._taken_by_scope.append(_LazyNames(node) if top_level else self._taken_by_scope[-1])
+        self._gathered_loaders.append(set())
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):
         self._eval_mode.pop()
         self._taken_by_scope.pop()
+        self._report_per_batch_means(original_node, self._gathered_loaders.pop())
         return super().leave_FunctionDef(original_node, updated_node)
 
     def visit_With(self, node: cst.With) -> None:
@@ -136,6 +142,21 @@ class _EvalLoopRewriter(AcceleratorScope):
             return updated_node
         return self._gather_in_loop(original_node, updated_node, loop)
 
+    def _report_per_batch_means(self, function: cst.FunctionDef, loaders: set[str]) -> None:
+        """``total_psnr / len(test_loader)`` averages one value per batch; after the gather each
+        value covers a batch of every process, so the mean no longer weighs batches as the
+        original did. Reported: sum per-sample values and divide by the sample count instead."""
+        if not loaders:
+            return
+        finder = _DivisionsByLength(loaders)
+        walk(function, finder)
+        for node, statement in finder.found:
+            self.findings.add(
+                node, "ACC913",
+                "a mean over batches (divided by len(loader)): each gathered value now covers one batch per "
+                "process; sum per-sample values and divide by the number of samples", False, statement,
+            )
+
     def _is_evaluation(self, node: cst.For) -> bool:
         return self._no_grad_depth > 0 or self._eval_mode[-1] or _contains(
             node, lambda n: isinstance(n, cst.With) and _is_no_grad(n, self.facts)
@@ -161,6 +182,9 @@ class _EvalLoopRewriter(AcceleratorScope):
                 )
             return loop
         statement, outputs = forward
+        # ``input, target = batch[0], batch[1]``: names unpacked from the batch are per-sample
+        # too, and what the outputs are compared with must be gathered with them.
+        targets = (*targets, *_unpacked_from(body.body, statement, targets))
         plan = _plan_gather(outputs, targets, _statements_after(body.body, statement), lambda: self._taken_names)
         for scalar in plan.batch_scalars:
             self.report(
@@ -174,6 +198,10 @@ class _EvalLoopRewriter(AcceleratorScope):
         new_body = _insert_after(body.body, statement, gather_line, plan, self.facts)
         gathered = ", ".join(expression_code(e) for e in plan.gathered)
         self.report(original, MetricsCodemod.code, f"gather_for_metrics({gathered}) after the forward", True)
+        loader = original.iter
+        while isinstance(loader, cst.Call) and loader.args:
+            loader = loader.args[0].value
+        self._gathered_loaders[-1].add(dotted(loader) or "")
         return loop.with_changes(body=body.with_changes(body=new_body))
 
 
@@ -549,3 +577,51 @@ def _insert_after(statements, forward, gather_line, plan: _GatherPlan, facts: Sc
         return result
 
     return rewrite(list(statements))
+
+
+def _unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode, batch: tuple[str, ...]) -> list[str]:
+    """Names assigned, before the forward, from expressions rooted in the batch names
+    (``target = batch[1]``, ``x, y = batch``, ``labels = batch["labels"].to(device)``)."""
+    found: list[str] = []
+    for statement in statements:
+        if statement is forward or _contains(statement, lambda node: node is forward):
+            break
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+                continue
+            target, value = small.targets[0].target, small.value
+            pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]]
+            if isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple) and len(target.elements) == len(value.elements):
+                pairs = [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
+            else:
+                pairs = [(target, value)]
+            for bound, source in pairs:
+                if root_name(source) in batch or root_name(source) in found:
+                    found.extend(name for name in _bound_names(bound) if name not in batch)
+    return found
+
+
+class _DivisionsByLength(cst.CSTVisitor):
+    """``x / len(loader)`` for one of ``loaders``."""
+
+    def __init__(self, loaders: set[str]) -> None:
+        super().__init__()
+        self.loaders = loaders
+        self.found: list[tuple[cst.BinaryOperation, cst.SimpleStatementLine | None]] = []
+        self._line: cst.SimpleStatementLine | None = None
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self._line = node
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        right = node.right
+        if (
+            isinstance(node.operator, cst.Divide)
+            and isinstance(right, cst.Call)
+            and dotted(right.func) == "len"
+            and len(right.args) == 1
+            and dotted(right.args[0].value) in self.loaders
+        ):
+            self.found.append((node, self._line))
