@@ -689,6 +689,17 @@ class _Conclusions:
             home = next((a.function for a in self.r.assigns if set(a.targets) & facts.device_names), None)
         if home is None:
             home = next((call.function for call in self.r.calls if _is_backward(call.node)), MODULE)
+        if home != MODULE and home not in self.r.defs:
+            # The training objects live in a class (``self.model`` in ``Trainer.__init__``): its
+            # methods cannot see an accelerator variable, so the accelerator goes where the class
+            # is used, and the methods' calls are reported (ACC904) rather than rewritten.
+            facts.training_classes.add(home)
+            home = next(
+                (call.function for call in self.r.calls
+                 if isinstance(call.node.func, cst.Name) and call.node.func.value == home
+                 and (call.function in self.r.defs or call.function == MODULE)),
+                MODULE,
+            )
         if home != MODULE:
             facts.main_function = home
             facts.home_kind = "function"

@@ -173,6 +173,8 @@ class _CheckpointRewriter(AcceleratorScope):
         owner = dotted(updated_node.value)
         if owner not in self.facts.models or updated_node.attr.value in MODULE_OWN_ATTRIBUTES:
             return updated_node
+        if not owner.isidentifier() and owner not in self.facts.prepared:
+            return updated_node  # a model held in an attribute is never prepared: nothing to unwrap
         if id(original_node) in self._assigned_targets or self._prepare_pending[-1]:
             return updated_node
         attribute = updated_node.attr.value
