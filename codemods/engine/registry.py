@@ -36,6 +36,7 @@ RULE_MODULES: tuple[str, ...] = (
     "metrics",
     "checkpoint",
     "side_effects",
+    "downloads",
     "oom_retry",
     "pass_accelerator",
     "no_dataloader",

@@ -1,0 +1,105 @@
+"""ACC115 downloads: datasets downloaded and extracted by the main process first, then read by all.
+
+``datasets.MNIST(root, download=True)`` checks a folder and, when the files are missing, downloads
+and extracts them. Run by every process at once, they all find the folder empty and write the same
+files over each other (a truncated archive, a half-extracted folder another rank already reads).
+Under ``with accelerator.main_process_first():`` the main process downloads while the others wait
+at a barrier, then they read what it wrote. The barrier is only added where every process reaches
+it (not inside ``try``, a rank-dependent ``if``, or a loop over something other than a range or a
+loader).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import libcst as cst
+
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import Rule
+from codemods.engine.transformers import AcceleratorScope
+
+
+class Downloads(Rule):
+    code = "ACC115"
+    name = "downloads"
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return facts.has_accelerator and "download" in facts.word_lines
+
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        rewriter = _MainProcessFirst(facts, facts.lines_mentioning({"download"}))
+        return module.visit(rewriter), rewriter.changes(module)
+
+
+class _MainProcessFirst(AcceleratorScope):
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False  # a dataset class's own download(): its callers decide
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        return False
+
+    def visit_With(self, node: cst.With) -> bool:
+        # Already under main_process_first (a converted script): nothing to add inside.
+        return not any(
+            isinstance(item.item, cst.Call)
+            and isinstance(item.item.func, cst.Attribute)
+            and item.item.func.attr.value == "main_process_first"
+            for item in node.items
+        )
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):  # type: ignore[no-untyped-def]
+        body = self._wrap_downloads(updated_node.body, original_node.body)
+        return updated_node if body is None else updated_node.with_changes(body=body)
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        body = self._wrap_downloads(updated_node.body, original_node.body)
+        return updated_node if body is None else updated_node.with_changes(body=body)
+
+    def _wrap_downloads(
+        self, statements: Sequence[cst.BaseStatement], originals: Sequence[cst.BaseStatement]
+    ) -> list[cst.BaseStatement] | None:
+        """Consecutive statements that download go under one ``main_process_first()``."""
+        if not self.accelerator_reachable() or not self.every_rank_reaches_here():
+            return None
+        if len(statements) != len(originals):
+            return None  # an earlier rule changed this block's shape: leave it
+        result: list[cst.BaseStatement] = []
+        run: list[cst.BaseStatement] = []
+        changed = False
+
+        def flush() -> None:
+            nonlocal changed
+            if run:
+                leading = run[0].leading_lines  # type: ignore[attr-defined]
+                block = cst.IndentedBlock(body=[run[0].with_changes(leading_lines=()), *run[1:]])
+                call = cst.Call(cst.Attribute(cst.Name(self.accelerator), cst.Name("main_process_first")))
+                result.append(cst.With(items=[cst.WithItem(call)], body=block, leading_lines=leading))
+                changed = True
+                run.clear()
+
+        for statement, original in zip(statements, originals):
+            if isinstance(statement, cst.SimpleStatementLine) and _downloads(statement):
+                run.append(statement)
+                self.report(original, Downloads.code, "dataset download on the main process first, then the others")
+            else:
+                flush()
+                result.append(statement)
+        flush()
+        return result if changed else None
+
+
+def _downloads(statement: cst.SimpleStatementLine) -> bool:
+    """A statement calling something with ``download=True``."""
+    pending: list[cst.CSTNode] = list(statement.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.Call) and any(
+            arg.keyword is not None and arg.keyword.value == "download"
+            and not (isinstance(arg.value, cst.Name) and arg.value.value == "False")
+            for arg in node.args
+        ):
+            return True
+        pending.extend(node.children)
+    return False

@@ -1,0 +1,64 @@
+"""ACC115: dataset downloads run on the main process first, where every rank reaches the barrier."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+
+from codemods import Options, convert_module
+
+HEADER = """\
+import torch
+from torch.utils.data import DataLoader
+from torchvision import datasets
+
+
+def main():
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+{body}
+    loader = DataLoader(train_set, batch_size=8)
+    for x, y in loader:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def convert(body: str) -> tuple[str, list[str]]:
+    source = HEADER.format(body=textwrap.indent(textwrap.dedent(body), "    "))
+    outcome = convert_module(cst.parse_module(source), Options())
+    again = convert_module(outcome.module, Options())
+    assert again.module.code == outcome.module.code, "not idempotent"
+    return outcome.module.code, [change.code for change in outcome.changes]
+
+
+def test_consecutive_downloads_go_under_one_main_process_first() -> None:
+    code, codes = convert("""
+        train_set = datasets.MNIST("data", train=True, download=True)
+        test_set = datasets.MNIST("data", train=False, download=True)
+    """)
+    assert (
+        "    with accelerator.main_process_first():\n"
+        '        train_set = datasets.MNIST("data", train=True, download=True)\n'
+        '        test_set = datasets.MNIST("data", train=False, download=True)\n'
+    ) in code
+    assert codes.count("ACC115") == 2
+
+
+def test_no_barrier_where_a_rank_could_skip_it() -> None:
+    code, codes = convert("""
+        try:
+            train_set = datasets.MNIST("data", train=True, download=True)
+        except OSError:
+            train_set = None
+    """)
+    assert "main_process_first" not in code and "ACC115" not in codes
+
+
+def test_download_false_is_left_alone() -> None:
+    code, codes = convert("""
+        train_set = datasets.MNIST("data", train=True, download=False)
+    """)
+    assert "main_process_first" not in code and "ACC115" not in codes
