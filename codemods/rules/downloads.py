@@ -7,6 +7,15 @@ Under ``with accelerator.main_process_first():`` the main process downloads whil
 at a barrier, then they read what it wrote. The barrier is only added where every process reaches
 it (not inside ``try``, a rank-dependent ``if``, or a loop over something other than a range or a
 loader).
+
+Before::
+
+    train_set = datasets.MNIST("data", train=True, download=True)
+
+After::
+
+    with accelerator.main_process_first():
+        train_set = datasets.MNIST("data", train=True, download=True)
 """
 
 from __future__ import annotations
