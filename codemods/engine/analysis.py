@@ -27,7 +27,7 @@ from codemods.engine.facts import LoopFacts, RunContext, ScriptFacts
 from codemods.engine.findings import FILE_START
 from codemods.engine.model import Site
 from codemods.engine.names import NameCollector, NameTable, ScopeKey
-from codemods.engine.torch_names import ACCELERATORS, DATA_LOADERS, DEVICE_CALLS, FEATURES, NO_GRAD_CONTEXTS, PROGRESS_BARS, is_optimizer, is_scheduler
+from codemods.engine.torch_names import PER_PROCESS_PATHS, ACCELERATORS, DATA_LOADERS, DEVICE_CALLS, FEATURES, NO_GRAD_CONTEXTS, PROGRESS_BARS, is_optimizer, is_scheduler
 
 MODULE = "<module>"
 
@@ -119,6 +119,8 @@ class _Recorder(NameCollector):
         self.no_grad_functions: set[str] = set()
         #: Functions defined inside the ``if __name__ == "__main__":`` block.
         self.guard_defs: set[str] = set()
+        #: ``with`` items, for the names they bind (``as workdir``).
+        self.with_items: list[cst.WithItem] = []
         #: (module-level function, returned expression).
         self.returns: list[tuple[str, cst.BaseExpression]] = []
         self.main_guard_assigns: set[str] = set()
@@ -145,6 +147,10 @@ class _Recorder(NameCollector):
             self.words.setdefault(path, []).append(len(self.collected) - 1)
             if self._frames:
                 self._frames[-1].names.add(path)
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self.with_items.append(node)
 
     # -- functions ----------------------------------------------------------------------------
 
@@ -343,7 +349,29 @@ class _Conclusions:
         self._features()
         self._assign_sites()
         self._breaks()
+        self._per_process_paths()
         return facts
+
+    def _per_process_paths(self) -> None:
+        """Names bound to a folder or file only this process has (``tempfile.mkdtemp()``), and
+        names built from them (``os.path.join(workdir, "last.pt")``)."""
+        found = self.facts.per_process_paths
+        for _ in range(2):  # a path built from a path built from the folder
+            for assign in self.r.assigns:
+                value = assign.value
+                creates = isinstance(value, cst.Call) and (
+                    self.r.names.qualified_name(value.func, assign.scope) in PER_PROCESS_PATHS
+                )
+                builds_path = isinstance(value, (cst.BinaryOperation, cst.FormattedString)) or (
+                    isinstance(value, cst.Call) and (dotted(value.func) or "").endswith("join")
+                )
+                if creates or (builds_path and assign.names & found):
+                    found.update(assign.targets)
+        for item in self.r.with_items:
+            call = item.item
+            if isinstance(call, cst.Call) and self.r.names.qualified_name(call.func) in PER_PROCESS_PATHS:
+                if item.asname is not None:
+                    found.update(target_names(item.asname.name))
 
     def _call_graph(self) -> None:
         for call in self.r.calls:

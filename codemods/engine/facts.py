@@ -102,6 +102,9 @@ class ScriptFacts:
     #: Module-level functions from which the accelerator is reachable once converted: the home
     #: function and everything it calls (transitively, by plain name); "<module>" for module code.
     accessible_functions: set[str] = field(default_factory=set)
+    #: Names of folders and files only one process has (``workdir = tempfile.mkdtemp()`` and
+    #: paths built from it): writes there are not moved to the main process.
+    per_process_paths: set[str] = field(default_factory=set)
     #: Classes that hold the training objects in attributes (a ``Trainer``): their methods
     #: cannot reach the accelerator variable.
     training_classes: set[str] = field(default_factory=set)

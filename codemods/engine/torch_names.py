@@ -89,3 +89,8 @@ def is_scheduler(qualified: str) -> bool:
 HAND_DISTRIBUTION = (
     DISTRIBUTED_DATA_PARALLEL | PROCESS_SPAWNERS | PROCESS_GROUP_STARTS | DISTRIBUTED_SAMPLERS | DATA_PARALLEL_FUNCTIONS
 )
+
+#: Calls that make a folder or file private to the calling process (a new name each call).
+PER_PROCESS_PATHS = frozenset({
+    "tempfile.mkdtemp", "tempfile.mkstemp", "tempfile.TemporaryDirectory", "tempfile.NamedTemporaryFile",
+})

@@ -31,7 +31,7 @@ import libcst as cst
 from codemods.engine.model import Change, Options
 
 from codemods.engine.rule import Rule
-from codemods.engine.syntax import dotted
+from codemods.engine.syntax import names_in, dotted
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.accelerator_code import accelerator_call, callee_words, is_accelerator_method, unwrap_model
 from codemods.engine.syntax import body_statements
@@ -155,6 +155,8 @@ class _CheckpointRewriter(AcceleratorScope):
         self.saves = self.saves or is_accelerator_method(updated_node, self.facts, "save")
         if callee != "torch.save":
             return updated_node
+        if names_in(original_node) & self.facts.per_process_paths:
+            return updated_node  # a file of this process alone (a tempfile folder): each rank writes its own
         if not self.accelerator_reachable():
             self.report(
                 original_node, "ACC914",

@@ -32,7 +32,7 @@ import libcst as cst
 from codemods.engine.model import Change, Options
 
 from codemods.engine.rule import Rule
-from codemods.engine.syntax import dotted
+from codemods.engine.syntax import names_in, dotted
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.accelerator_code import accelerator_call, accelerator_name, callee_words
 from codemods.engine.syntax import binds_name
@@ -207,6 +207,8 @@ def _write_kind(statement: cst.BaseStatement, facts: ScriptFacts) -> str | None:
     """``"folder"`` for folder creation, ``"delete"`` for deletions, ``"write"`` for other writes,
     None for anything else."""
     if isinstance(statement, cst.With):
+        if any(names_in(item.item) & facts.per_process_paths for item in statement.items):
+            return None
         return "write" if any(_opens_for_writing(i.item, facts) for i in statement.items) else None
     if isinstance(statement, (cst.If, cst.For, cst.Try)) and isinstance(statement.body, cst.IndentedBlock):
         # ``if not os.path.isdir(d): os.makedirs(d)``, ``try: os.makedirs(d) except OSError:
@@ -228,6 +230,8 @@ def _call_kind(small: cst.BaseSmallStatement, facts: ScriptFacts) -> str | None:
     if not isinstance(small, cst.Expr) or not isinstance(small.value, cst.Call):
         return None
     call = small.value
+    if names_in(call) & facts.per_process_paths:
+        return None  # a folder or file of this process alone: every rank handles its own
     name = facts.callee_name(call.func)
     if name in FOLDER_FUNCTIONS:
         return "folder"
