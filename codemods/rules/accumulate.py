@@ -9,24 +9,6 @@ under the context; the ``% k`` test goes when it only guarded optimizer/schedule
 becomes ``if accelerator.sync_gradients:`` when it also guards other work (logging, counters).
 Recognised only when the division and the test use the same ``k`` and ``k`` exists where the
 accelerator is created; anything else that looks like accumulation is reported (ACC912).
-
-Before::
-
-    for i, (data, target) in enumerate(train_loader):
-        loss = criterion(model(data), target) / args.accum_steps
-        accelerator.backward(loss)
-        if (i + 1) % args.accum_steps == 0:
-            optimizer.step()
-            optimizer.zero_grad()
-
-After::
-
-    for i, (data, target) in enumerate(train_loader):
-        with accelerator.accumulate(model):
-            loss = criterion(model(data), target)
-            accelerator.backward(loss)
-            optimizer.step()
-            optimizer.zero_grad()
 """
 
 from __future__ import annotations
@@ -37,7 +19,7 @@ import libcst as cst
 
 from codemods.engine.accelerator_creation import expression_available, find_accelerator_creation, set_accelerator_argument
 from codemods.engine.model import Change, Options
-from codemods.engine.rule import Rule
+from codemods.engine.rule import Example, Rule
 from codemods.engine.syntax import dotted
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.accelerator_code import accelerator_call, accelerator_name, is_accelerator_method
@@ -55,6 +37,95 @@ class AccumulateCodemod(Rule):
     extra_codes = {
         "ACC912": "accumulate-manual: gradient accumulation the converter could not recognise safely (convert by hand)",
     }
+    examples = (
+        Example(
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--accum-steps", type=int, default=4)
+                    args = parser.parse_args()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for i, (data, target) in enumerate(loader):
+                        loss = nn.functional.mse_loss(model(data), target) / args.accum_steps
+                        loss.backward()
+                        if (i + 1) % args.accum_steps == 0:
+                            optimizer.step()
+                            optimizer.zero_grad()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from runtime import Accelerator
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--accum-steps", type=int, default=4)
+                    args = parser.parse_args()
+                    accelerator = Accelerator(gradient_accumulation_steps=args.accum_steps)
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for i, (data, target) in enumerate(loader):
+                        with accelerator.accumulate(model):
+                            loss = nn.functional.mse_loss(model(data), target)
+                            accelerator.backward(loss)
+                            optimizer.step()
+                            optimizer.zero_grad()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
+            code="ACC912",
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--accum-steps", type=int, default=4)
+                    args = parser.parse_args()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for i, (data, target) in enumerate(loader):
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        if (i + 1) % args.accum_steps == 0:
+                            optimizer.step()
+                            optimizer.zero_grad()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="steps every k batches but the loss division by k was not found: convert by hand",
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return "manual_accumulation" in facts.existing_features

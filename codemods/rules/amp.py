@@ -8,22 +8,6 @@ blocks are dissolved into their body. An ``if use_amp: ... else: ...`` whose two
 same collapses into one. The script's own switch is kept: ``GradScaler(enabled=args.amp)`` or
 ``if args.amp:`` give ``mixed_precision="fp16" if args.amp else "no"``. A scaler used in any other
 way (saved in a checkpoint, its scale read) is reported (ACC911) and nothing is changed.
-
-Before::
-
-    scaler = torch.cuda.amp.GradScaler(enabled=args.amp)
-    with torch.autocast(device_type="cuda", dtype=torch.float16, enabled=args.amp):
-        loss = criterion(model(data), target)
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-
-After::
-
-    accelerator = Accelerator(mixed_precision="fp16" if args.amp else "no")
-    loss = criterion(model(data), target)
-    accelerator.backward(loss)
-    optimizer.step()
 """
 
 from __future__ import annotations
@@ -34,7 +18,7 @@ import libcst as cst
 
 from codemods.engine.model import Change, Options
 
-from codemods.engine.rule import Rule
+from codemods.engine.rule import Example, Rule
 from codemods.engine.syntax import dotted
 from codemods.engine.accelerator_creation import AcceleratorCreation, expression_available, find_accelerator_creation, set_accelerator_argument
 from codemods.engine.facts import ScriptFacts
@@ -54,6 +38,94 @@ class AmpCodemod(Rule):
     extra_codes = {
         "ACC911": "amp-manual: mixed precision set up in a way the converter cannot carry over (check by hand)",
     }
+    examples = (
+        Example(
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--amp", action="store_true")
+                    args = parser.parse_args()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    scaler = torch.cuda.amp.GradScaler(enabled=args.amp)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        with torch.autocast(device_type="cuda", dtype=torch.float16, enabled=args.amp):
+                            loss = nn.functional.mse_loss(model(data), target)
+                        scaler.scale(loss).backward()
+                        scaler.step(optimizer)
+                        scaler.update()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from runtime import Accelerator
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--amp", action="store_true")
+                    args = parser.parse_args()
+                    accelerator = Accelerator(mixed_precision="fp16" if args.amp else "no")
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
+            code="ACC911",
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    scaler = torch.cuda.amp.GradScaler()
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        with torch.autocast(device_type="cuda", dtype=torch.float16):
+                            loss = nn.functional.mse_loss(model(data), target)
+                        scaler.scale(loss).backward()
+                        scaler.step(optimizer)
+                        scaler.update()
+                    torch.save(scaler.state_dict(), "scaler.pt")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="the GradScaler is used beyond scale/step/update: convert by hand",
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return bool(facts.existing_features & {"GradScaler", "autocast"})

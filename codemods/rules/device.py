@@ -7,21 +7,6 @@ removed (``prepare`` places them); other ``.cuda()`` calls become ``.to(accelera
 ``.to(dtype)``, ``.float()``, ``.cpu()`` and moves of tensors the script creates itself stay (they now
 go to ``accelerator.device``). ``torch.cuda.set_device`` is removed. A block left empty goes too:
 ``if args.cuda: model.cuda()`` disappears as a whole.
-
-Before::
-
-    device = torch.device("cuda" if use_cuda else "cpu")
-    model = Net().to(device)
-    for data, target in train_loader:
-        data, target = data.to(device), target.to(device)
-        noise = torch.randn(len(data), 16).cuda()
-
-After::
-
-    device = accelerator.device
-    model = Net()
-    for data, target in train_loader:
-        noise = torch.randn(len(data), 16).to(accelerator.device)
 """
 
 from __future__ import annotations
@@ -29,7 +14,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemods.engine.model import Change, Options
-from codemods.engine.rule import NO_ACCELERATOR_ACCESS, Rule
+from codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
 from codemods.engine.syntax import dotted, expression, root_name, target_names
 from codemods.engine.transformers import RuleTransformer, lines_of
 from codemods.engine.facts import ScriptFacts
@@ -364,6 +349,58 @@ def _parenthesized(test: cst.BaseExpression) -> cst.BaseExpression:
 class Device(Rule):
     code = "ACC102"
     name = "device"
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1).to(device)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        data, target = data.to(device), target.to(device)
+                        noise = torch.randn(len(data), 8).cuda()
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data + noise), target)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from runtime import Accelerator
+
+
+                def main():
+                    accelerator = Accelerator()
+                    device = accelerator.device
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        noise = torch.randn(len(data), 8).to(accelerator.device)
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data + noise), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return facts.has_accelerator and bool(

@@ -12,19 +12,6 @@ Model outputs read through attributes (``outputs.logits``) or batches read by ke
 uses. A batch-mean ``outputs.loss`` (or a ``loss`` among the forward's outputs, or any output the
 loop reads with ``.item()``: one value per batch) cannot be gathered per sample and is reported
 (ACC913 as a warning), as is a forward nested inside a larger expression.
-
-Before::
-
-    for data, target in test_loader:
-        output = model(data)
-        correct += output.argmax(dim=1).eq(target).sum().item()
-
-After::
-
-    for data, target in test_loader:
-        output = model(data)
-        output, target = accelerator.gather_for_metrics((output, target))
-        correct += output.argmax(dim=1).eq(target).sum().item()
 """
 
 from __future__ import annotations
@@ -35,7 +22,7 @@ import libcst as cst
 
 from codemods.engine.model import Change, Options
 
-from codemods.engine.rule import Rule
+from codemods.engine.rule import Example, Rule
 from codemods.engine.syntax import dotted
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.accelerator_code import accelerator_call, is_accelerator_method, name_words
@@ -56,6 +43,118 @@ class MetricsCodemod(Rule):
     extra_codes = {
         "ACC913": "metrics-manual: evaluation reduces before anything can be gathered per sample (check the metric by hand)",
     }
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    train_set = TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,)))
+                    test_set = TensorDataset(torch.randn(20, 8), torch.randint(0, 3, (20,)))
+                    train_loader = DataLoader(train_set, batch_size=8)
+                    test_loader = DataLoader(test_set, batch_size=8)
+                    model = nn.Linear(8, 3)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in train_loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.cross_entropy(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                    model.eval()
+                    correct = 0
+                    with torch.no_grad():
+                        for data, target in test_loader:
+                            output = model(data)
+                            correct += output.argmax(dim=1).eq(target).sum().item()
+                    print(f"accuracy {correct}/{len(test_loader.dataset)}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from runtime import Accelerator
+
+
+                def main():
+                    accelerator = Accelerator()
+                    train_set = TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,)))
+                    test_set = TensorDataset(torch.randn(20, 8), torch.randint(0, 3, (20,)))
+                    train_loader = DataLoader(train_set, batch_size=8)
+                    test_loader = DataLoader(test_set, batch_size=8)
+                    model = nn.Linear(8, 3)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, train_loader, test_loader = accelerator.prepare(
+                        model, optimizer, train_loader, test_loader
+                    )
+                    for data, target in train_loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.cross_entropy(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                    model.eval()
+                    correct = 0
+                    with torch.no_grad():
+                        for data, target in test_loader:
+                            output = model(data)
+                            output, target = accelerator.gather_for_metrics((output, target))
+                            correct += output.argmax(dim=1).eq(target).sum().item()
+                    accelerator.print(f"accuracy {correct}/{len(test_loader.dataset)}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
+            code="ACC913",
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Regressor(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.linear = nn.Linear(8, 1)
+
+                    def forward(self, x, y):
+                        prediction = self.linear(x)
+                        return nn.functional.mse_loss(prediction, y), prediction
+
+
+                def main():
+                    train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    test_loader = DataLoader(TensorDataset(torch.randn(20, 8), torch.randn(20, 1)), batch_size=8)
+                    model = Regressor()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for x, y in train_loader:
+                        optimizer.zero_grad()
+                        loss, _ = model(x, y)
+                        loss.backward()
+                        optimizer.step()
+                    model.eval()
+                    total_loss = 0.0
+                    with torch.no_grad():
+                        for x, y in test_loader:
+                            loss, prediction = model(x, y)
+                            total_loss += loss.item()
+                    print(f"eval loss {total_loss / len(test_loader):.4f}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="loss is one value per batch and process: it cannot be gathered per sample",
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return bool(facts.eval_loops and facts.models)

@@ -11,33 +11,6 @@ everywhere inside, ``view(args.batch_size, ...)`` included. Module-level scripts
 training code wrapped the same way, with ``global`` for the names other code reads. Uses of the
 batch-size expression outside the retried code (helper functions) still see the starting value
 and are reported (ACC917).
-
-Before::
-
-    def main():
-        args = parser.parse_args()
-        accelerator = Accelerator()
-        train_loader = DataLoader(train_set, batch_size=args.batch_size)
-        model = Net()
-        model, train_loader = accelerator.prepare(model, train_loader)
-        train(model, train_loader)
-
-After::
-
-    def main():
-        args = parser.parse_args()
-        accelerator = Accelerator()
-
-        @find_executable_batch_size(starting_batch_size=args.batch_size)
-        def inner_training_loop(batch_size):
-            accelerator.free_memory()
-            accelerator.print(f"Training with batch size {batch_size}")
-            train_loader = DataLoader(train_set, batch_size=batch_size)
-            model = Net()
-            model, train_loader = accelerator.prepare(model, train_loader)
-            train(model, train_loader)
-
-        inner_training_loop()
 """
 
 from __future__ import annotations
@@ -49,7 +22,7 @@ import libcst as cst
 
 from codemods.engine.model import Change, Options
 
-from codemods.engine.rule import Rule
+from codemods.engine.rule import Example, Rule
 from codemods.engine.syntax import dotted
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.accelerator_code import accelerator_name, is_accelerator_method
@@ -69,6 +42,111 @@ class OomRetryCodemod(Rule):
     extra_codes = {
         "ACC917": "oom-retry-manual: out-of-memory retry not added, or a batch-size use it cannot reach (check by hand)",
     }
+    examples = (
+        Example(
+            oom_retry=True,
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--batch-size", type=int, default=64)
+                    args = parser.parse_args()
+                    dataset = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+                    loader = DataLoader(dataset, batch_size=args.batch_size)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from runtime import Accelerator
+                from runtime import find_executable_batch_size
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--batch-size", type=int, default=64)
+                    args = parser.parse_args()
+                    accelerator = Accelerator()
+                    dataset = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+
+                    @find_executable_batch_size(starting_batch_size=args.batch_size)
+                    def inner_training_loop(batch_size):
+                        accelerator.free_memory()
+                        accelerator.print(f"Training with batch size {batch_size}")
+                        loader = DataLoader(dataset, batch_size=batch_size)
+                        model = nn.Linear(8, 1)
+                        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            accelerator.backward(loss)
+                            optimizer.step()
+
+                    inner_training_loop()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
+            code="ACC917",
+            oom_retry=True,
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def show(output, args):
+                    print(output.view(args.batch_size, -1)[0])
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--batch-size", type=int, default=64)
+                    args = parser.parse_args()
+                    dataset = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+                    loader = DataLoader(dataset, batch_size=args.batch_size, drop_last=True)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        output = model(data)
+                        loss = nn.functional.mse_loss(output, target)
+                        loss.backward()
+                        optimizer.step()
+                    show(output, args)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="args.batch_size used outside the retried code: it keeps the starting value",
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return options.oom_retry and facts.uses_torch
