@@ -13,7 +13,6 @@ from codemods.engine.facts import ScriptFacts
 from codemods.engine.syntax import dotted
 
 
-
 def callee_words(facts: ScriptFacts, qualified_names: Iterable[str]) -> set[str]:
     """The identifiers a call to one of ``qualified_names`` must contain, however it is written:
     the last part (``save`` of ``torch.save``, ``np.save``) or a local alias

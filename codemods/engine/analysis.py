@@ -20,14 +20,23 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from codemods.engine.walk import walk
-from codemods.engine.positions import OriginIndex, POSITIONED_TYPES, handler_sites, original_sites
-from codemods.engine.syntax import dotted, is_main_guard, target_names
 from codemods.engine.facts import LoopFacts, RunContext, ScriptFacts
 from codemods.engine.findings import FILE_START
 from codemods.engine.model import Site
 from codemods.engine.names import NameCollector, NameTable, ScopeKey
-from codemods.engine.torch_names import ACCELERATORS, DATA_LOADERS, DEVICE_CALLS, FEATURES, NO_GRAD_CONTEXTS, PROGRESS_BARS, is_optimizer, is_scheduler
+from codemods.engine.positions import POSITIONED_TYPES, OriginIndex, handler_sites, original_sites
+from codemods.engine.syntax import dotted, is_main_guard, target_names
+from codemods.engine.torch_names import (
+    ACCELERATORS,
+    DATA_LOADERS,
+    DEVICE_CALLS,
+    FEATURES,
+    NO_GRAD_CONTEXTS,
+    PROGRESS_BARS,
+    is_optimizer,
+    is_scheduler,
+)
+from codemods.engine.walk import walk
 
 MODULE = "<module>"
 
@@ -68,7 +77,7 @@ class _Frame:
 class _If:
     node: cst.If
     #: The innermost loop around the ``if`` (None outside loops).
-    loop: "_Loop | None"
+    loop: _Loop | None
     test: _Frame = field(default_factory=_Frame)
     modulo: bool = False
 

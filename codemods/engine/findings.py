@@ -17,7 +17,6 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Site
 
-
 #: Where a change without any recorded position is reported: the top of the file.
 FILE_START = Site(1, 0, 1, 0)
 

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import ast
 from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import fields
 from functools import cache, lru_cache
-from collections.abc import Sequence
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemods.engine.model import Site
 from codemods.engine.walk import TRIVIA, concrete_subclasses
-
 
 #: The node kinds whose original positions are recorded.
 POSITIONED = (cst.Call, cst.BaseSmallStatement, cst.BaseCompoundStatement)
@@ -40,7 +39,7 @@ def _any_between(sorted_lines: list[int], first: int, last: int) -> bool:
     return index < len(sorted_lines) and sorted_lines[index] <= last
 
 
-def skips_statement(node: cst.CSTNode, sorted_lines: list[int] | None, origins: "OriginIndex | None") -> bool:
+def skips_statement(node: cst.CSTNode, sorted_lines: list[int] | None, origins: OriginIndex | None) -> bool:
     """Whether a pass that may change only ``sorted_lines`` (original lines; None: any) can leave
     ``node`` unwalked: a statement whose original lines hold none of them. The walk is what a pass
     costs (libcst rebuilds every node a transformer enters), so skipping is what keeps passes
@@ -195,14 +194,14 @@ class _Lines:
         return line.decode(self.encoding, errors="replace") if isinstance(line, bytes) else line
 
 
-def _site_of(node: ast.AST, lines: "_Lines") -> Site:
+def _site_of(node: ast.AST, lines: _Lines) -> Site:
     """libcst counts columns in characters, ast in UTF-8 bytes: convert on non-ASCII lines."""
     line, end_line = node.lineno, node.end_lineno or node.lineno
     return Site(line, _char_column(lines, line, node.col_offset), end_line,
                 _char_column(lines, end_line, node.end_col_offset or 0))
 
 
-def _char_column(lines: "_Lines", line: int, byte_column: int) -> int:
+def _char_column(lines: _Lines, line: int, byte_column: int) -> int:
     raw = lines.lines[line - 1] if 0 < line <= len(lines) else ""
     if raw.isascii():
         return byte_column

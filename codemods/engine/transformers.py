@@ -21,13 +21,13 @@ from typing import Any
 
 import libcst as cst
 
+from codemods.engine.accelerator_code import accelerator_name
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.findings import FILE_START, Findings
 from codemods.engine.model import Change, Site
-from codemods.engine.positions import CARRIED_TYPES, OriginIndex, POSITIONED_TYPES, skips_statement
+from codemods.engine.positions import CARRIED_TYPES, POSITIONED_TYPES, OriginIndex, skips_statement
 from codemods.engine.syntax import assigns_at_top, body_statements, is_main_guard
 from codemods.engine.walk import TRIVIA, own_hooks
-from codemods.engine.accelerator_code import accelerator_name
 
 
 class TargetedTransformer(cst.CSTTransformer):

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Options
-
 from codemods.engine.rule import Example, Rule
 from codemods.engine.syntax import assigned_in, first_statement_index, parses_arguments, statement
 from codemods.engine.transformers import HomeBlockTransformer
-from codemods.engine.facts import ScriptFacts
 
 
 def import_statement(options: Options, name: str = "Accelerator") -> cst.SimpleStatementLine:

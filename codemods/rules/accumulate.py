@@ -13,17 +13,21 @@ accelerator is created; anything else that looks like accumulation is reported (
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import libcst as cst
 
-from codemods.engine.accelerator_creation import expression_available, find_accelerator_creation, set_accelerator_argument
+from codemods.engine.accelerator_code import accelerator_call, accelerator_name, is_accelerator_method
+from codemods.engine.accelerator_creation import (
+    expression_available,
+    find_accelerator_creation,
+    set_accelerator_argument,
+)
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.findings import Findings
 from codemods.engine.model import Change, Options
 from codemods.engine.rule import Example, Rule
 from codemods.engine.syntax import dotted
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.accelerator_code import accelerator_call, accelerator_name, is_accelerator_method
-from codemods.engine.findings import Findings
 from codemods.engine.transformers import RuleTransformer
 from codemods.engine.walk import walk
 

@@ -12,21 +12,25 @@ way (saved in a checkpoint, its scale read) is reported (ACC911) and nothing is 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import libcst as cst
 
+from codemods.engine.accelerator_code import accelerator_call, is_accelerator_method
+from codemods.engine.accelerator_creation import (
+    AcceleratorCreation,
+    expression_available,
+    find_accelerator_creation,
+    set_accelerator_argument,
+)
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.findings import Findings
 from codemods.engine.model import Change, Options
-
 from codemods.engine.rule import Example, Rule
 from codemods.engine.syntax import dotted
-from codemods.engine.accelerator_creation import AcceleratorCreation, expression_available, find_accelerator_creation, set_accelerator_argument
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.accelerator_code import accelerator_call, is_accelerator_method
-from codemods.engine.findings import Findings
+from codemods.engine.torch_names import AUTOCASTS, GRAD_SCALERS
 from codemods.engine.transformers import RuleTransformer
 from codemods.engine.walk import identifiers, walk
-from codemods.engine.torch_names import AUTOCASTS, GRAD_SCALERS
 
 #: The scaler's methods this pass knows how to replace; any other use keeps the script as it is.
 SCALER_METHODS = frozenset({"scale", "step", "update", "unscale_"})
@@ -153,7 +157,7 @@ class AmpCodemod(Rule):
         return new_module, pending.resolve(module)
 
 
-def _amp_lines(facts: ScriptFacts, survey: "_AmpSurvey") -> set[int]:
+def _amp_lines(facts: ScriptFacts, survey: _AmpSurvey) -> set[int]:
     """The lines the rewrite may touch: those naming a scaler, GradScaler or autocast (by any
     alias), or the script's AMP switch (an ``if args.amp:`` whose branches become the same)."""
     words = {qualified.rpartition(".")[2] for qualified in GRAD_SCALERS | AUTOCASTS}

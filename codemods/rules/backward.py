@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Options
-
 from codemods.engine.rule import NO_ACCELERATOR_ACCESS, NO_ACCELERATOR_ACCESS_DOC, Example, Rule
 from codemods.engine.syntax import dotted
 from codemods.engine.transformers import RuleTransformer, lines_of
-from codemods.engine.facts import ScriptFacts
-
 
 
 def is_tensor_backward(node: cst.Call, accelerator: str) -> bool:

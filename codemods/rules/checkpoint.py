@@ -13,17 +13,15 @@ barrier, and takes state dicts, ``load_state_dict`` and custom attributes from
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import libcst as cst
 
-from codemods.engine.model import Change, Options
-
-from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import dotted
-from codemods.engine.facts import ScriptFacts
 from codemods.engine.accelerator_code import accelerator_call, callee_words, is_accelerator_method, unwrap_model
-from codemods.engine.syntax import body_statements
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import Example, Rule
+from codemods.engine.syntax import body_statements, dotted
 from codemods.engine.transformers import AcceleratorScope
 from codemods.engine.walk import walk
 

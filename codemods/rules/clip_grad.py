@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Options
 from codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
-from codemods.engine.transformers import RuleTransformer, lines_of
-from codemods.engine.facts import ScriptFacts
 from codemods.engine.torch_names import CLIPPERS
-
+from codemods.engine.transformers import RuleTransformer, lines_of
 
 
 class _ClipGrad(RuleTransformer):

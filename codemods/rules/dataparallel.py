@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemods.engine.accelerator_code import accelerator_name, callee_words, unwrap_model
+from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Options
-
 from codemods.engine.rule import Example, Rule
 from codemods.engine.syntax import dotted
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.accelerator_code import accelerator_name, callee_words, unwrap_model
+from codemods.engine.torch_names import DATA_PARALLEL, HAND_DISTRIBUTION
 from codemods.engine.transformers import AcceleratorScope
 from codemods.engine.walk import walk
-from codemods.engine.torch_names import DATA_PARALLEL, HAND_DISTRIBUTION
-
-
 
 #: What the analysis reports (``ScriptFacts.existing_features``) when there is something to do here.
 PARALLEL_FEATURES = frozenset(

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Options
 from codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
 from codemods.engine.syntax import dotted, expression, root_name, target_names
 from codemods.engine.transformers import RuleTransformer, lines_of
-from codemods.engine.facts import ScriptFacts
 
 #: ``x.to(device, non_blocking=True)``: keywords that only make sense with a device.
 DEVICE_ONLY_KEYWORDS = {"device", "non_blocking", "copy"}

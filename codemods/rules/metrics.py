@@ -20,16 +20,14 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from codemods.engine.model import Change, Options
-
-from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import dotted
-from codemods.engine.facts import ScriptFacts
 from codemods.engine.accelerator_code import accelerator_call, is_accelerator_method, name_words
-from codemods.engine.syntax import expression_code
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import Example, Rule
+from codemods.engine.syntax import dotted, expression_code
+from codemods.engine.torch_names import NO_GRAD_CONTEXTS
 from codemods.engine.transformers import AcceleratorScope
 from codemods.engine.walk import variables_read, walk
-from codemods.engine.torch_names import NO_GRAD_CONTEXTS
 
 #: Attributes of model outputs that are one number per batch, not one row per sample.
 BATCH_SCALAR_ATTRIBUTES = frozenset({"loss", "aux_loss"})

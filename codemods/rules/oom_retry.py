@@ -15,21 +15,19 @@ and are reported (ACC917).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import libcst as cst
 
-from codemods.engine.model import Change, Options
-
-from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import dotted
-from codemods.engine.facts import ScriptFacts
 from codemods.engine.accelerator_code import accelerator_name, is_accelerator_method
-from codemods.engine.syntax import binds_name, expression_code
+from codemods.engine.facts import ScriptFacts
 from codemods.engine.findings import Findings
-from codemods.engine.walk import variables_read, walk
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import Example, Rule
+from codemods.engine.syntax import binds_name, dotted, expression_code
 from codemods.engine.torch_names import DATA_LOADERS
+from codemods.engine.walk import variables_read, walk
 
 DECORATOR = "find_executable_batch_size"
 INNER_NAME = "inner_training_loop"

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Options
 from codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
 from codemods.engine.transformers import RuleTransformer, lines_of
-from codemods.engine.facts import ScriptFacts
 from codemods.engine.walk import walk
 
 

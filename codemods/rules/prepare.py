@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Options
-
 from codemods.engine.rule import Example, Rule
 from codemods.engine.syntax import assigned_in, statement
 from codemods.engine.transformers import HomeBlockTransformer
-from codemods.engine.facts import ScriptFacts
 
 #: Longest one-line prepare statement before the arguments go on their own line.
 LINE_LIMIT = 100

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Options
-
 from codemods.engine.rule import Example, Rule
 from codemods.engine.syntax import dotted, expression
-from codemods.engine.transformers import RuleTransformer, lines_of
-from codemods.engine.facts import ScriptFacts
 from codemods.engine.torch_names import PROGRESS_BARS
+from codemods.engine.transformers import RuleTransformer, lines_of
 
 #: Longest line a rewritten progress-bar call may leave on one line.
 LINE_LIMIT = 100

@@ -12,17 +12,15 @@ may still be reading the file.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import libcst as cst
 
-from codemods.engine.model import Change, Options
-
-from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import dotted
-from codemods.engine.facts import ScriptFacts
 from codemods.engine.accelerator_code import accelerator_call, accelerator_name, callee_words
-from codemods.engine.syntax import binds_name
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import Example, Rule
+from codemods.engine.syntax import binds_name, dotted
 from codemods.engine.transformers import AcceleratorScope
 
 #: Functions that write to or change the file system.

@@ -6,10 +6,9 @@ import textwrap
 
 import libcst as cst
 
-from codemods.engine.model import Change, Options
-
-from codemods.engine.rule import Rule
 from codemods.engine.facts import ScriptFacts
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import Rule
 
 #: The imports the snippets use, as the analysis would resolve them.
 IMPORTS = {

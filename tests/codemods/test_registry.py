@@ -7,8 +7,7 @@ import re
 import pytest
 
 from codemods.engine import registry
-from codemods.engine.registry import code_docs, parse_headline
-from codemods.engine.registry import RULE_MODULES, all_rules
+from codemods.engine.registry import RULE_MODULES, all_rules, code_docs, parse_headline
 
 DESIGN_ORDER = ["accelerator", "device", "prepare", "backward", "clip_grad", "amp", "accumulate",
                 "metrics", "checkpoint", "oom_retry"]

@@ -7,7 +7,6 @@ import libcst as cst
 import pytest
 
 from codemods import Options, convert_module
-
 from codemods.rules.checkpoint import CheckpointCodemod
 from codemods.rules.dataparallel import DataParallelCodemod
 from codemods.rules.side_effects import SideEffectsCodemod
