@@ -46,7 +46,7 @@ def unwrap_model(facts: ScriptFacts, model: cst.BaseExpression) -> cst.Call:
     return accelerator_call(facts, "unwrap_model", model)
 
 
-def is_accelerator_method(node: cst.CSTNode, facts: ScriptFacts, *methods: str) -> bool:
+def is_accelerator_method(node: cst.CSTNode | None, facts: ScriptFacts, *methods: str) -> bool:
     """Whether ``node`` is a call ``accelerator.<one of methods>(...)``."""
     return (
         isinstance(node, cst.Call)

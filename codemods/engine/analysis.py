@@ -17,6 +17,7 @@ The same pass records the original position of every statement and call (``codem
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import libcst as cst
 
@@ -408,7 +409,7 @@ class _Conclusions:
             targets = set(assign.targets)
             if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in factories:
                 facts.train_loaders.update(targets)
-            elif qualified in DATA_LOADERS:
+            elif qualified in DATA_LOADERS and isinstance(value, cst.Call):  # qualified: value is a call
                 facts.train_loaders.update(targets)  # sorted into train/eval by the loops below
                 self._batch_size(value, assign)
             elif qualified in ACCELERATORS:
@@ -592,7 +593,7 @@ class _Conclusions:
             self.loader_loops.append((loop, origins | {loop.iterated}))
             if not trains and not evaluates:
                 continue
-            kind = "train" if trains else "eval"
+            kind: Literal["train", "eval"] = "train" if trains else "eval"
             record = LoopFacts(loop.function, loop.iterated, loop.targets, kind, self.site(loop.node))
             (facts.train_loops if trains else facts.eval_loops).append(record)
             (train if trains else evaluation).update(origins | {loop.iterated})

@@ -153,6 +153,13 @@ class ScriptFacts:
     def changed_lines(self) -> set[int]:
         return self.context.changed_lines
 
+    @property
+    def name_table(self) -> NameTable:
+        """The scoped name table: the analysis always builds one (facts built by hand may not)."""
+        if self.names is None:
+            raise ValueError("these facts have no name table: build them with the analysis")
+        return self.names
+
     def qualified_name(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
         """Qualified name of a Name/Attribute chain used in ``scope`` (see
         :mod:`codemods.engine.names`); None for anything not rooted in an import."""

@@ -116,13 +116,13 @@ _AST_LEAVES = frozenset({
 
 def _ast_sites(
     source: str | bytes, encoding: str = "utf-8"
-) -> tuple[list[tuple[Site, ast.AST]], list[tuple[Site, ast.AST]]] | None:
+) -> tuple[list[tuple[Site, ast.stmt]], list[tuple[Site, ast.Call]]] | None:
     """Statements and calls of ``source`` with positions, each list in source order."""
     tree = python_ast(source)
     if tree is None:
         return None
-    statement_nodes: list[ast.AST] = []
-    call_nodes: list[ast.AST] = []
+    statement_nodes: list[ast.stmt] = []
+    call_nodes: list[ast.Call] = []
     pending: list[ast.AST] = [tree]
     while pending:
         node = pending.pop()
@@ -194,7 +194,11 @@ class _Lines:
         return line.decode(self.encoding, errors="replace") if isinstance(line, bytes) else line
 
 
-def _site_of(node: ast.AST, lines: _Lines) -> Site:
+#: The ast nodes that carry positions (``lineno``, ``col_offset``...).
+Positioned = ast.stmt | ast.expr | ast.excepthandler
+
+
+def _site_of(node: Positioned, lines: _Lines) -> Site:
     """libcst counts columns in characters, ast in UTF-8 bytes: convert on non-ASCII lines."""
     line, end_line = node.lineno, node.end_lineno or node.lineno
     return Site(line, _char_column(lines, line, node.col_offset), end_line,
@@ -247,8 +251,8 @@ def original_sites(
 
 def _match_by_order(
     in_order: Sequence[cst.CSTNode],
-    statements: list[tuple[Site, ast.AST]],
-    calls: list[tuple[Site, ast.AST]],
+    statements: list[tuple[Site, ast.stmt]],
+    calls: list[tuple[Site, ast.Call]],
     origins: OriginIndex,
 ) -> bool:
     cst_calls = [node for node in in_order if isinstance(node, cst.Call)]
@@ -259,8 +263,8 @@ def _match_by_order(
         return False
     for node, (site, _) in zip(cst_calls, calls):
         origins.record(node, site)
-    for node, (site, _) in zip(cst_statements, statements):
-        origins.record(node, site)
+    for statement, (site, _) in zip(cst_statements, statements):
+        origins.record(statement, site)
     return True
 
 

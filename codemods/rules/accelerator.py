@@ -152,6 +152,6 @@ class Accelerator(Rule):
         converted = module.visit(transformer)
         if not imports_from(converted, options.accelerate_module, "Accelerator"):
             with_import = add_import(converted, import_statement(options))
-            facts.origins.carry(converted, with_import)  # type: ignore[union-attr]
+            facts.origins.carry(converted, with_import)
             converted = with_import
         return converted, transformer.changes(module)

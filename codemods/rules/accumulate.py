@@ -14,6 +14,7 @@ accelerator is created; anything else that looks like accumulation is reported (
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import libcst as cst
 
@@ -27,7 +28,7 @@ from codemods.engine.facts import ScriptFacts
 from codemods.engine.findings import Findings
 from codemods.engine.model import Change, Options
 from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import dotted
+from codemods.engine.syntax import as_statements, dotted
 from codemods.engine.transformers import RuleTransformer
 from codemods.engine.walk import walk
 
@@ -230,9 +231,9 @@ def _calls_step(block: cst.BaseSuite, facts: ScriptFacts) -> bool:
     )
 
 
-def _small_statements(block: cst.BaseSuite) -> list[cst.BaseSmallStatement]:
+def _small_statements(block: cst.BaseSuite) -> list[cst.CSTNode]:
     lines = block.body if isinstance(block, cst.IndentedBlock) else [block]
-    found = []
+    found: list[cst.CSTNode] = []
     for line in lines:
         if isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
             found.extend(line.body)
@@ -253,7 +254,8 @@ def _step_call(statement: cst.CSTNode, facts: ScriptFacts) -> bool:
     """``optimizer.step()`` / ``scheduler.step()`` / ``optimizer.zero_grad()`` / ``model.zero_grad()``."""
     if _call_method(statement) not in STEP_METHODS:
         return False
-    owner = dotted(statement.value.func.value)
+    call = cast(cst.Call, cast(cst.Expr, statement).value)  # _call_method found ``owner.method()`` there
+    owner = dotted(cast(cst.Attribute, call.func).value)
     return owner in facts.optimizers | facts.schedulers | facts.models
 
 
@@ -306,7 +308,7 @@ def _replace_guard(statements: list, guard: cst.If, facts: ScriptFacts) -> list:
             continue
         smalls = _small_statements(statement.body)
         if all(_step_call(s, facts) for s in smalls) and isinstance(statement.body, cst.IndentedBlock):
-            inner = list(statement.body.body)
+            inner = as_statements(statement.body.body)
             inner[0] = inner[0].with_changes(leading_lines=[*statement.leading_lines, *inner[0].leading_lines])
             result.extend(inner)
         else:

@@ -13,6 +13,7 @@ way (saved in a checkpoint, its scale read) is reported (ACC911) and nothing is 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import libcst as cst
 
@@ -27,7 +28,7 @@ from codemods.engine.facts import ScriptFacts
 from codemods.engine.findings import Findings
 from codemods.engine.model import Change, Options
 from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import dotted
+from codemods.engine.syntax import Statement, as_statement, as_statements, dotted
 from codemods.engine.torch_names import AUTOCASTS, GRAD_SCALERS
 from codemods.engine.transformers import RuleTransformer
 from codemods.engine.walk import identifiers, walk
@@ -444,7 +445,10 @@ class _AmpRemover(RuleTransformer):
             items[-1] = items[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
             return updated_node.with_changes(items=items)
         body = updated_node.body
-        statements = list(body.body) if isinstance(body, cst.IndentedBlock) else [cst.SimpleStatementLine(body.body)]
+        statements: list[Statement] = (
+            as_statements(body.body) if isinstance(body, cst.IndentedBlock)
+            else [cst.SimpleStatementLine(cast(cst.SimpleStatementSuite, body).body)]  # BaseSuite's other kind
+        )
         if statements:
             statements[0] = statements[0].with_changes(
                 leading_lines=[*updated_node.leading_lines, *statements[0].leading_lines]
@@ -462,7 +466,7 @@ class _AmpRemover(RuleTransformer):
         if not isinstance(orelse.body, cst.IndentedBlock) or not _same_statements(updated_node.body.body, orelse.body.body):
             return updated_node
         self.findings.add(original_node, AmpCodemod.code, "AMP and plain branches are the same now: one kept", True)
-        statements = list(updated_node.body.body)
+        statements = as_statements(updated_node.body.body)
         statements[0] = statements[0].with_changes(
             leading_lines=[*updated_node.leading_lines, *statements[0].leading_lines]
         )
@@ -531,4 +535,4 @@ def _same_statements(first: Sequence[cst.BaseStatement], second: Sequence[cst.Ba
 
 
 def _statement_code(statement: cst.BaseStatement) -> str:
-    return cst.Module(body=[statement.with_changes(leading_lines=())]).code
+    return cst.Module(body=[as_statement(statement).with_changes(leading_lines=())]).code

@@ -21,7 +21,7 @@ from codemods.engine.accelerator_code import accelerator_call, callee_words, is_
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Options
 from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import body_statements, dotted
+from codemods.engine.syntax import as_statement, body_statements, dotted
 from codemods.engine.transformers import AcceleratorScope
 from codemods.engine.walk import walk
 
@@ -341,14 +341,14 @@ class _WaitBeforeLoads(AcceleratorScope):
         body = self._wait_before_loads(tail)
         return updated_node if body is None else updated_node.with_changes(body=[*head, *body])
 
-    def _wait_before_loads(self, statements: list[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
+    def _wait_before_loads(self, statements: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
         result: list[cst.BaseStatement] = []
         for statement in statements:
             loads = isinstance(statement, cst.SimpleStatementLine) and _contains_call(statement, self.facts, "torch.load")
             if loads and not (result and _is_barrier(result[-1], self.facts)):
                 result.append(cst.SimpleStatementLine(
                     [cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))],
-                    leading_lines=statement.leading_lines,
+                    leading_lines=as_statement(statement).leading_lines,
                 ))
                 statement = statement.with_changes(leading_lines=())
             result.append(statement)
@@ -369,7 +369,7 @@ def _contains_call(node: cst.CSTNode, facts: ScriptFacts, qualified: str) -> boo
 
 
 class _CallFinder(cst.CSTVisitor):
-    def __init__(self, predicate) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, predicate) -> None:
         self.predicate = predicate
         self.found = False
 

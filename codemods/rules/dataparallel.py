@@ -143,7 +143,8 @@ class _DataParallelRemover(AcceleratorScope):
             return emptied
         return updated_node
 
-    def leave_Else(self, original_node: cst.Else, updated_node: cst.Else) -> cst.Else | cst.RemovalSentinel:
+    # libcst removes an optional field's node (If.orelse) on RemoveFromParent; its typed stub says Else only.
+    def leave_Else(self, original_node: cst.Else, updated_node: cst.Else) -> cst.Else | cst.RemovalSentinel:  # type: ignore[override]
         return cst.RemoveFromParent() if id(updated_node.body) in self._emptied_blocks else updated_node
 
     def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.BaseStatement | cst.RemovalSentinel:
@@ -213,11 +214,12 @@ def _wrapped_module(call: cst.Call) -> cst.BaseExpression | None:
 def _strip_device_moves(value: cst.BaseExpression, facts: ScriptFacts) -> cst.BaseExpression:
     """``x.cuda()`` / ``x.to(device)`` → ``x``: moves that prepare makes redundant for a model."""
     while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
-        method = value.func.attr.value
+        func = value.func
+        method = func.attr.value
         if method == "cuda":
-            value = value.func.value
+            value = func.value
         elif method == "to" and len(value.args) == 1 and _is_device(value.args[0].value, facts):
-            value = value.func.value
+            value = func.value
         else:
             break
     return value

@@ -150,7 +150,7 @@ class _Device(RuleTransformer):
             return call
         self.report(original, Device.code, ".cuda() → .to(accelerator.device)", header_only=True)
         return call.with_changes(
-            func=call.func.with_changes(attr=cst.Name("to")),  # type: ignore[attr-defined]
+            func=call.func.with_changes(attr=cst.Name("to")),
             args=[cst.Arg(expression(self.device_expr))],
         )
 
@@ -169,7 +169,7 @@ class _Device(RuleTransformer):
     def visit_Assign(self, node: cst.Assign) -> None:
         self.assign_targets.append({n for t in node.targets for n in target_names(t.target)})
 
-    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign):  # type: ignore[no-untyped-def]
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign):
         targets = self.assign_targets.pop()
         if targets and targets <= self.facts.device_names and self._selects_device(original_node.value):
             if not self.accessible():
@@ -184,7 +184,7 @@ class _Device(RuleTransformer):
         """A device expression, not a plain alias (``DEV = device`` stays)."""
         return dotted(value) is None
 
-    def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr):  # type: ignore[no-untyped-def]
+    def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr):
         value = original_node.value
         if isinstance(value, cst.Call) and self.qualified_name(value.func) == "torch.cuda.set_device":
             self.report(value, Device.code, "torch.cuda.set_device removed (the accelerator picks the GPU)", header_only=True)
@@ -193,14 +193,14 @@ class _Device(RuleTransformer):
             return cst.RemoveFromParent()  # ``model.cuda()`` as a statement: nothing left to do
         return updated_node
 
-    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine):  # type: ignore[no-untyped-def]
+    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine):
         if not updated_node.body:
             return cst.RemoveFromParent()
         return updated_node
 
     # -- blocks left empty ------------------------------------------------------------------------
 
-    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):  # type: ignore[no-untyped-def]
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
         """A block whose first statement was removed must not start with a blank line."""
         body = updated_node.body
         if not body or len(body) >= len(original_node.body) or not hasattr(body[0], "leading_lines"):
@@ -212,7 +212,7 @@ class _Device(RuleTransformer):
                 return updated_node.with_changes(body=[first.with_changes(leading_lines=()), *body[1:]])
         return updated_node
 
-    def leave_If(self, original_node: cst.If, updated_node: cst.If):  # type: ignore[no-untyped-def]
+    def leave_If(self, original_node: cst.If, updated_node: cst.If):
         same = _same_branches(updated_node)
         if same is not None:
             # ``if available: device = A else: device = B`` now reads ``device = accelerator.device``
@@ -234,16 +234,16 @@ class _Device(RuleTransformer):
             )
         return updated_node.with_changes(body=_with_pass(updated_node.body))
 
-    def leave_For(self, original_node: cst.For, updated_node: cst.For):  # type: ignore[no-untyped-def]
+    def leave_For(self, original_node: cst.For, updated_node: cst.For):
         return updated_node if _has_statements(updated_node.body) else updated_node.with_changes(body=_with_pass(updated_node.body))
 
-    def leave_With(self, original_node: cst.With, updated_node: cst.With):  # type: ignore[no-untyped-def]
+    def leave_With(self, original_node: cst.With, updated_node: cst.With):
         return updated_node if _has_statements(updated_node.body) else updated_node.with_changes(body=_with_pass(updated_node.body))
 
-    def leave_While(self, original_node: cst.While, updated_node: cst.While):  # type: ignore[no-untyped-def]
+    def leave_While(self, original_node: cst.While, updated_node: cst.While):
         return updated_node if _has_statements(updated_node.body) else updated_node.with_changes(body=_with_pass(updated_node.body))
 
-    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):  # type: ignore[no-untyped-def]
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):
         updated = updated_node
         return updated if _has_statements(updated.body) else updated.with_changes(body=_with_pass(updated.body))
 

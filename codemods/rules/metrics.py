@@ -16,7 +16,9 @@ loop reads with ``.item()``: one value per batch) cannot be gathered per sample 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeGuard, cast
 
 import libcst as cst
 
@@ -279,7 +281,8 @@ class _EvalLoopRewriter(AcceleratorScope):
 
 def _loop_over_loader(node: cst.For, facts: ScriptFacts) -> tuple[str, ...] | None:
     """The per-sample names a loop over a loader binds (``enumerate``'s index left out), or None."""
-    iterable, target = node.iter, node.target
+    iterable = node.iter
+    target: cst.BaseExpression = node.target
     enumerated = False
     while isinstance(iterable, cst.Call) and iterable.args:
         func = facts.callee_name(iterable.func) or ""
@@ -318,7 +321,7 @@ def _is_gather(node: cst.CSTNode, facts: ScriptFacts) -> bool:
     return is_accelerator_method(node, facts, "gather_for_metrics", "gather", "reduce", "gather_object")
 
 
-def _is_model_call(node: cst.CSTNode, facts: ScriptFacts) -> bool:
+def _is_model_call(node: cst.CSTNode, facts: ScriptFacts) -> TypeGuard[cst.Call]:
     return isinstance(node, cst.Call) and dotted(node.func) in facts.models
 
 
@@ -362,7 +365,7 @@ class _LazyNames:
 
 
 def _find_forward(
-    statements: list[cst.BaseStatement], facts: ScriptFacts
+    statements: Sequence[cst.BaseStatement], facts: ScriptFacts
 ) -> tuple[cst.SimpleStatementLine, tuple[str, ...]] | None:
     """The first ``outputs = model(...)`` line of the loop body (also inside ``with`` blocks)."""
     for statement in statements:
@@ -379,7 +382,7 @@ def _find_forward(
     return None
 
 
-def _hoist_forward(statements, facts: ScriptFacts, new_name) -> list | None:  # type: ignore[no-untyped-def]
+def _hoist_forward(statements, facts: ScriptFacts, new_name) -> list | None:
     """``correct += (model(x).argmax(1) == y).sum().item()`` → ``output = model(x)`` on its own
     line first, then the statement reads ``output``: the forward gets a name to gather. Only for
     the first line holding exactly one forward, outside lambdas, comprehensions and conditional
@@ -406,7 +409,10 @@ def _hoist_forward(statements, facts: ScriptFacts, new_name) -> list | None:  # 
             body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=call)],
             leading_lines=statement.leading_lines,
         )
-        rewritten = statement.visit(_ReplaceNode(call, cst.Name(name))).with_changes(leading_lines=())
+        # Replacing one expression leaves the line a line.
+        rewritten = cast(cst.SimpleStatementLine, statement.visit(_ReplaceNode(call, cst.Name(name)))).with_changes(
+            leading_lines=()
+        )
         result[index : index + 1] = [forward_line, rewritten]
         return result
     return None
@@ -441,7 +447,7 @@ class _ReplaceNode(cst.CSTTransformer):
         super().__init__()
         self.target, self.replacement = target, replacement
 
-    def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
+    def on_leave(self, original_node, updated_node):
         return self.replacement if original_node is self.target else updated_node
 
 
@@ -479,7 +485,7 @@ class _UseCollector(cst.CSTVisitor):
 
     def __init__(self, interesting: set[str]) -> None:
         self.interesting = interesting
-        self.uses: list[cst.BaseExpression] = []
+        self.uses: list[cst.Name | cst.Attribute | cst.Subscript] = []
         #: Names read as ``name.item()``: one-element tensors, so one value per batch (a gathered
         #: copy would hold N values and ``.item()`` would fail).
         self.item_names: set[str] = set()
@@ -515,7 +521,7 @@ class _UseCollector(cst.CSTVisitor):
         if node.keyword is not None:
             self._consumed.add(id(node.keyword))
 
-    def _record(self, node: cst.BaseExpression) -> None:
+    def _record(self, node: cst.Name | cst.Attribute | cst.Subscript) -> None:
         if not any(node.deep_equals(seen) for seen in self.uses):
             self.uses.append(node)
 
@@ -526,7 +532,7 @@ def _constant_index(node: cst.Subscript) -> bool:
     return isinstance(node.slice[0].slice.value, (cst.SimpleString, cst.Integer))
 
 
-def _plan_gather(outputs, targets, after, taken) -> _GatherPlan:  # type: ignore[no-untyped-def]
+def _plan_gather(outputs, targets, after, taken) -> _GatherPlan:
     collector = _UseCollector(set(outputs) | set(targets))
     for statement in after:
         walk(statement, collector)
@@ -540,7 +546,7 @@ def _plan_gather(outputs, targets, after, taken) -> _GatherPlan:  # type: ignore
             plan.gathered.append(use)
             plan.names.append(use.value)
             continue
-        owner = use.value.value
+        owner = cast(cst.Name, use.value).value  # _UseCollector records name.attr and name[constant] only
         if owner in whole:
             continue  # the whole object is gathered already
         if isinstance(use, cst.Attribute) and use.attr.value in BATCH_SCALAR_ATTRIBUTES:
@@ -562,10 +568,13 @@ def _is_batch_scalar(output: str, collector: _UseCollector) -> bool:
 def _suggested_name(use: cst.BaseExpression) -> str:
     if isinstance(use, cst.Attribute):
         return use.attr.value
-    index = use.slice[0].slice.value
-    if isinstance(index, cst.SimpleString) and index.evaluated_value.isidentifier():
-        return index.evaluated_value
-    return f"{use.value.value}_{expression_code(index)}"
+    # Else ``name[constant]``, the only subscript _UseCollector records (see _constant_index).
+    subscript = cast(cst.Subscript, use)
+    index = cast(cst.Index, subscript.slice[0].slice).value
+    key = index.evaluated_value if isinstance(index, cst.SimpleString) else None
+    if isinstance(key, str) and key.isidentifier():
+        return key
+    return f"{cast(cst.Name, subscript.value).value}_{expression_code(index)}"
 
 
 def _fresh_name(name: str, taken: set[str]) -> str:
@@ -578,7 +587,7 @@ def _fresh_name(name: str, taken: set[str]) -> str:
 def _gather_statement(plan: _GatherPlan, facts: ScriptFacts) -> cst.SimpleStatementLine:
     if len(plan.gathered) == 1:
         argument: cst.BaseExpression = plan.gathered[0]
-        target: cst.BaseExpression = cst.Name(plan.names[0])
+        target: cst.BaseAssignTargetExpression = cst.Name(plan.names[0])
     else:
         argument = cst.Tuple([cst.Element(e) for e in plan.gathered])
         target = cst.Tuple([cst.Element(cst.Name(n)) for n in plan.names], lpar=[], rpar=[])

@@ -113,7 +113,7 @@ class _PassAccelerator(RuleTransformer):
         self.functions = functions
         self.facts = facts
 
-    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):  # type: ignore[no-untyped-def]
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):
         updated = updated_node
         # Module-level functions only (the scope still holds the function being left).
         if len(self.scope) > 1 or original_node.name.value not in self.needs:
@@ -125,7 +125,7 @@ class _PassAccelerator(RuleTransformer):
         func = original_node.func
         if not isinstance(func, cst.Name) or func.value not in self.needs:
             return updated_node
-        if self.facts.names.resolve(func.value, self.scope) is not None:
+        if self.facts.name_table.resolve(func.value, self.scope) is not None:
             return updated_node
         caller = self.scope[0] if self.scope else None
         reachable = caller in self.functions and (

@@ -52,7 +52,7 @@ class _Printing(RuleTransformer):
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         func = original_node.func
-        if isinstance(func, cst.Name) and func.value == "print" and not self.facts.names.is_bound("print", self.scope):
+        if isinstance(func, cst.Name) and func.value == "print" and not self.facts.name_table.is_bound("print", self.scope):
             if not self.accelerator_exists():
                 return updated_node
             self.report(original_node, Printing.code, f"print → {self.accelerator}.print (main process only)", header_only=True)

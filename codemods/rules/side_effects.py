@@ -20,7 +20,7 @@ from codemods.engine.accelerator_code import accelerator_call, accelerator_name,
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Options
 from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import binds_name, dotted
+from codemods.engine.syntax import as_statement, binds_name, dotted
 from codemods.engine.transformers import AcceleratorScope
 
 #: Functions that write to or change the file system.
@@ -224,7 +224,7 @@ class _MainProcessGuard(AcceleratorScope):
         return result if changed else None
 
     def _guarded(self, run: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
-        leading = run[0].leading_lines
+        leading = as_statement(run[0]).leading_lines
         body = [run[0].with_changes(leading_lines=()), *run[1:]]
         guard = cst.If(
             test=cst.Attribute(value=cst.Name(self.acc), attr=cst.Name("is_main_process")),
