@@ -137,6 +137,6 @@ def test_batches_of_a_loader_that_is_not_prepared_keep_their_moves() -> None:
         "    for (x,) in loader:\n        x = x.to(device)\n        model(x).sum().backward()\n"
         "    evaluate(model, device)\n"
     )
-    code, lines = convert(body, Options(select=("ACC10",)))  # the issue-4 passes on their own
+    code, lines = convert(body, Options(select=("ACC10",)))  # the ACC10x rules on their own
     assert lines.count("x = x.to(device)") == 1, code  # kept in evaluate, removed in main
     assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)" in lines
