@@ -283,15 +283,19 @@ def print_diff(lines: Sequence[str], color: bool | None) -> None:
 
 
 def codes_listing(docs: Sequence["CodeDoc"], *, examples: bool) -> list[str]:
-    """The list of codes, generated from the codemods' own docstrings (never written twice)."""
+    """The list of codes, generated from the rules' docstrings and examples (never written twice):
+    for each example its script before, and the converted script or the message reported."""
     lines: list[str] = []
     for doc in docs:
         kind = "rewrite" if doc.fixed else "report"
         lines.append(f"{doc.code}  {doc.name} ({kind}): {doc.summary}")
         if examples:
-            for title, code in (("Before", doc.before), ("After", doc.after)):
-                if code:
-                    lines.append(f"    {title}:")
-                    lines.extend(f"        {row}" if row else "" for row in code.splitlines())
+            for example in doc.examples:
+                for title, code in (("Before", example.before), ("After", example.after)):
+                    if code:
+                        lines.append(f"    {title}:")
+                        lines.extend(f"        {row}" if row else "" for row in code.splitlines())
+                if example.message:
+                    lines.append(f"    Reported: {doc.code} {example.message}")
             lines.append("")
     return lines

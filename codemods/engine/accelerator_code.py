@@ -13,7 +13,6 @@ from codemods.engine.facts import ScriptFacts
 from codemods.engine.syntax import dotted
 
 
-
 def callee_words(facts: ScriptFacts, qualified_names: Iterable[str]) -> set[str]:
     """The identifiers a call to one of ``qualified_names`` must contain, however it is written:
     the last part (``save`` of ``torch.save``, ``np.save``) or a local alias
@@ -47,7 +46,7 @@ def unwrap_model(facts: ScriptFacts, model: cst.BaseExpression) -> cst.Call:
     return accelerator_call(facts, "unwrap_model", model)
 
 
-def is_accelerator_method(node: cst.CSTNode, facts: ScriptFacts, *methods: str) -> bool:
+def is_accelerator_method(node: cst.CSTNode | None, facts: ScriptFacts, *methods: str) -> bool:
     """Whether ``node`` is a call ``accelerator.<one of methods>(...)``."""
     return (
         isinstance(node, cst.Call)

@@ -23,10 +23,10 @@ class AcceleratorCreation:
     """Where ``accelerator = Accelerator(...)`` is: the statements that run before it in its body,
     and the parameters of the function holding it."""
 
-    statements_before: list[cst.CSTNode]
+    statements_before: list[cst.BaseStatement]
     parameters: set[str]
-    module_statements: list[cst.CSTNode]
-    statements_after: list[cst.CSTNode]
+    module_statements: list[cst.BaseStatement]
+    statements_after: list[cst.BaseStatement]
 
 
 def find_accelerator_creation(module: cst.Module, facts: ScriptFacts) -> AcceleratorCreation | None:
@@ -82,8 +82,8 @@ def _module_binds(statements: Sequence[cst.CSTNode], name: str) -> bool:
             for small in statement.body:
                 if isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar):
                     for alias in small.names:
-                        bound = alias.asname.name if alias.asname else alias.name
-                        if dotted(bound) and dotted(bound).split(".")[0] == name:
+                        bound = dotted(alias.asname.name if alias.asname else alias.name)
+                        if bound and bound.split(".")[0] == name:
                             return True
     return binds_name(statements, name)
 

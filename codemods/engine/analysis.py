@@ -17,17 +17,28 @@ The same pass records the original position of every statement and call (``codem
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import libcst as cst
 
-from codemods.engine.walk import walk
-from codemods.engine.positions import OriginIndex, POSITIONED_TYPES, handler_sites, original_sites
-from codemods.engine.syntax import dotted, is_main_guard, target_names
 from codemods.engine.facts import LoopFacts, RunContext, ScriptFacts
 from codemods.engine.findings import FILE_START
 from codemods.engine.model import Site
 from codemods.engine.names import NameCollector, NameTable, ScopeKey
-from codemods.engine.torch_names import PER_PROCESS_PATHS, ACCELERATORS, DATA_LOADERS, DEVICE_CALLS, FEATURES, NO_GRAD_CONTEXTS, PROGRESS_BARS, is_optimizer, is_scheduler
+from codemods.engine.positions import POSITIONED_TYPES, OriginIndex, handler_sites, original_sites
+from codemods.engine.syntax import dotted, is_main_guard, target_names
+from codemods.engine.torch_names import (
+    ACCELERATORS,
+    DATA_LOADERS,
+    DEVICE_CALLS,
+    FEATURES,
+    NO_GRAD_CONTEXTS,
+    PER_PROCESS_PATHS,
+    PROGRESS_BARS,
+    is_optimizer,
+    is_scheduler,
+)
+from codemods.engine.walk import walk
 
 MODULE = "<module>"
 
@@ -68,7 +79,7 @@ class _Frame:
 class _If:
     node: cst.If
     #: The innermost loop around the ``if`` (None outside loops).
-    loop: "_Loop | None"
+    loop: _Loop | None
     test: _Frame = field(default_factory=_Frame)
     modulo: bool = False
 
@@ -427,7 +438,7 @@ class _Conclusions:
             targets = set(assign.targets)
             if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in factories:
                 facts.train_loaders.update(targets)
-            elif qualified in DATA_LOADERS:
+            elif qualified in DATA_LOADERS and isinstance(value, cst.Call):  # qualified: value is a call
                 facts.train_loaders.update(targets)  # sorted into train/eval by the loops below
                 self._batch_size(value, assign)
             elif qualified in ACCELERATORS:
@@ -611,7 +622,7 @@ class _Conclusions:
             self.loader_loops.append((loop, origins | {loop.iterated}))
             if not trains and not evaluates:
                 continue
-            kind = "train" if trains else "eval"
+            kind: Literal["train", "eval"] = "train" if trains else "eval"
             record = LoopFacts(loop.function, loop.iterated, loop.targets, kind, self.site(loop.node))
             (facts.train_loops if trains else facts.eval_loops).append(record)
             (train if trains else evaluation).update(origins | {loop.iterated})

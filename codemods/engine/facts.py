@@ -147,7 +147,7 @@ class ScriptFacts:
     #: the statements holding them (``lines_mentioning``).
     word_lines: dict[str, list[int]] = field(default_factory=dict)
     #: Name table of the module (qualified-name lookups per scope).
-    names: "NameTable | None" = None
+    names: NameTable | None = None
     #: What changes while the rules run (kept up to date by ``codemods.convert_module``).
     context: RunContext = field(default_factory=RunContext)
 
@@ -159,7 +159,14 @@ class ScriptFacts:
     def changed_lines(self) -> set[int]:
         return self.context.changed_lines
 
-    def qualified_name(self, node: "cst.BaseExpression", scope: tuple[str, ...] = ()) -> str | None:
+    @property
+    def name_table(self) -> NameTable:
+        """The scoped name table: the analysis always builds one (facts built by hand may not)."""
+        if self.names is None:
+            raise ValueError("these facts have no name table: build them with the analysis")
+        return self.names
+
+    def qualified_name(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
         """Qualified name of a Name/Attribute chain used in ``scope`` (see
         :mod:`codemods.engine.names`); None for anything not rooted in an import."""
         if self.names is not None:
@@ -169,17 +176,17 @@ class ScriptFacts:
         resolved = self.imports.get(head)
         return None if resolved is None else f"{resolved}.{rest}" if rest else resolved
 
-    def callee_name(self, node: "cst.BaseExpression", scope: tuple[str, ...] = ()) -> str | None:
+    def callee_name(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
         """What a call's function is, for matching against tables of names: its qualified name
         when rooted in an import (``torch.save``), else the name as written (``open``,
         ``writer.add_scalar``)."""
         return self.qualified_name(node, scope) or dotted(node)
 
-    def lines_mentioning(self, words: "Iterable[str]") -> set[int]:
+    def lines_mentioning(self, words: Iterable[str]) -> set[int]:
         """Original lines of the statements that mention any of ``words``."""
         return {line for word in words for line in self.word_lines.get(word, ())}
 
-    def original_site(self, node: "cst.CSTNode") -> Site | None:
+    def original_site(self, node: cst.CSTNode) -> Site | None:
         """Original position of a statement or call of the tree a pass received (None for nodes
         an earlier pass created). Passes keep it valid by subclassing
         ``codemods.engine.transformers.RuleTransformer`` (or calling ``origins.carry``)."""

@@ -11,12 +11,13 @@ Reports decided by the analysis alone (``ACC9xx`` at a recorded :class:`Site`) u
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Site
-
 
 #: Where a change without any recorded position is reported: the top of the file.
 FILE_START = Site(1, 0, 1, 0)
@@ -68,7 +69,7 @@ class Findings:
             changes.append(report_at(site, code, message, fixed))
         return changes
 
-    def _site_lookup(self, module: cst.Module):  # type: ignore[no-untyped-def]
+    def _site_lookup(self, module: cst.Module) -> Callable[[cst.CSTNode], Site | None]:
         origins = self.facts.origins
         if origins:
             return origins.site

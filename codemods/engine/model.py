@@ -67,5 +67,5 @@ class Options:
 class ConversionOutcome:
     """What converting one module produced."""
 
-    module: "cst.Module"
+    module: cst.Module
     changes: list[Change] = field(default_factory=list)

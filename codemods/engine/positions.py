@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import ast
 from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import fields
 from functools import cache, lru_cache
-from collections.abc import Sequence
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from codemods.engine.model import Site
 from codemods.engine.walk import TRIVIA, concrete_subclasses
-
 
 #: The node kinds whose original positions are recorded.
 POSITIONED = (cst.Call, cst.BaseSmallStatement, cst.BaseCompoundStatement)
@@ -40,7 +39,7 @@ def _any_between(sorted_lines: list[int], first: int, last: int) -> bool:
     return index < len(sorted_lines) and sorted_lines[index] <= last
 
 
-def skips_statement(node: cst.CSTNode, sorted_lines: list[int] | None, origins: "OriginIndex | None") -> bool:
+def skips_statement(node: cst.CSTNode, sorted_lines: list[int] | None, origins: OriginIndex | None) -> bool:
     """Whether a pass that may change only ``sorted_lines`` (original lines; None: any) can leave
     ``node`` unwalked: a statement whose original lines hold none of them. The walk is what a pass
     costs (libcst rebuilds every node a transformer enters), so skipping is what keeps passes
@@ -117,13 +116,13 @@ _AST_LEAVES = frozenset({
 
 def _ast_sites(
     source: str | bytes, encoding: str = "utf-8"
-) -> tuple[list[tuple[Site, ast.AST]], list[tuple[Site, ast.AST]]] | None:
+) -> tuple[list[tuple[Site, ast.stmt]], list[tuple[Site, ast.Call]]] | None:
     """Statements and calls of ``source`` with positions, each list in source order."""
     tree = python_ast(source)
     if tree is None:
         return None
-    statement_nodes: list[ast.AST] = []
-    call_nodes: list[ast.AST] = []
+    statement_nodes: list[ast.stmt] = []
+    call_nodes: list[ast.Call] = []
     pending: list[ast.AST] = [tree]
     while pending:
         node = pending.pop()
@@ -195,14 +194,18 @@ class _Lines:
         return line.decode(self.encoding, errors="replace") if isinstance(line, bytes) else line
 
 
-def _site_of(node: ast.AST, lines: "_Lines") -> Site:
+#: The ast nodes that carry positions (``lineno``, ``col_offset``...).
+Positioned = ast.stmt | ast.expr | ast.excepthandler
+
+
+def _site_of(node: Positioned, lines: _Lines) -> Site:
     """libcst counts columns in characters, ast in UTF-8 bytes: convert on non-ASCII lines."""
     line, end_line = node.lineno, node.end_lineno or node.lineno
     return Site(line, _char_column(lines, line, node.col_offset), end_line,
                 _char_column(lines, end_line, node.end_col_offset or 0))
 
 
-def _char_column(lines: "_Lines", line: int, byte_column: int) -> int:
+def _char_column(lines: _Lines, line: int, byte_column: int) -> int:
     raw = lines.lines[line - 1] if 0 < line <= len(lines) else ""
     if raw.isascii():
         return byte_column
@@ -248,8 +251,8 @@ def original_sites(
 
 def _match_by_order(
     in_order: Sequence[cst.CSTNode],
-    statements: list[tuple[Site, ast.AST]],
-    calls: list[tuple[Site, ast.AST]],
+    statements: list[tuple[Site, ast.stmt]],
+    calls: list[tuple[Site, ast.Call]],
     origins: OriginIndex,
 ) -> bool:
     cst_calls = [node for node in in_order if isinstance(node, cst.Call)]
@@ -260,8 +263,8 @@ def _match_by_order(
         return False
     for node, (site, _) in zip(cst_calls, calls):
         origins.record(node, site)
-    for node, (site, _) in zip(cst_statements, statements):
-        origins.record(node, site)
+    for statement, (site, _) in zip(cst_statements, statements):
+        origins.record(statement, site)
     return True
 
 

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from codemods.engine.rule import Rule
+from codemods.engine.rule import Example, Rule
 
 #: Module names under ``codemods/rules/``, in run order.
 RULE_MODULES: tuple[str, ...] = (
@@ -53,10 +53,25 @@ class CodeDoc:
     code: str
     name: str
     summary: str
-    before: str
-    after: str
     #: True for automatic rewrites (ACC1xx), False for findings left to a person (ACC9xx).
     fixed: bool
+    #: The rule's examples shown under this code (see :class:`~codemods.engine.rule.Example`).
+    examples: tuple[Example, ...] = ()
+
+    @property
+    def before(self) -> str:
+        """The first example's script before conversion ("" when the code has no example)."""
+        return self.examples[0].before if self.examples else ""
+
+    @property
+    def after(self) -> str:
+        """The first example's converted script ("" for a report)."""
+        return self.examples[0].after if self.examples else ""
+
+    @property
+    def message(self) -> str:
+        """The first example's reported message ("" for an automatic rewrite)."""
+        return self.examples[0].message if self.examples else ""
 
 
 @cache
@@ -86,55 +101,44 @@ def _rule_classes(module: object) -> list[type[Rule]]:
 
 
 _HEADLINE = re.compile(r"^(ACC\d{3})\s+([\w-]+)[^:]*:\s*(.+)$", re.DOTALL)
-_EXAMPLE = re.compile(r"^(Before|After)::\s*$")
 
 
-def parse_docstring(doc: str) -> tuple[str, str, str, str, str]:
-    """(code, name, summary, before, after) from a docstring in the format ``codemods/base.py``
-    describes: a headline ``ACC105 backward: summary``, then ``Before::`` and ``After::`` blocks."""
+def parse_headline(doc: str) -> tuple[str, str, str]:
+    """(code, name, summary) from a rule module's docstring, whose first paragraph (it may wrap)
+    is ``ACC105 backward: summary``."""
     lines = inspect.cleandoc(doc).splitlines()
-    # The headline is the first paragraph, which may wrap.
     headline_end = lines.index("") if "" in lines else len(lines)
     match = _HEADLINE.match(" ".join(lines[:headline_end]))
     if match is None:
-        raise ValueError(f"codemod docstring must start with 'ACCnnn name: summary', got {lines[:1]}")
-    examples = {"Before": "", "After": ""}
-    current: str | None = None
-    block: list[str] = []
-    for line in lines[headline_end:] + ["<end>::"]:
-        heading = _EXAMPLE.match(line)
-        if heading or line == "<end>::" or (current and line and not line.startswith(" ")):
-            if current is not None:
-                examples[current] = inspect.cleandoc("\n".join(block))
-            current, block = (heading.group(1), []) if heading else (None, [])
-        elif current is not None:
-            block.append(line)
+        raise ValueError(f"rule docstring must start with 'ACCnnn name: summary', got {lines[:1]}")
     code, name, summary = match.groups()
-    return code, name, summary.strip(), examples["Before"], examples["After"]
+    return code, name, " ".join(summary.split())
+
+
+def example_code(rule: type[Rule], example: Example) -> str:
+    """The code an example shows: its own ``code``, else the rule's."""
+    return example.code or rule.code
 
 
 def code_docs() -> list[CodeDoc]:
-    """Documentation for every code, automatic rewrites and reports, sorted by code."""
+    """Documentation for every code, automatic rewrites and reports, sorted by code: the headline
+    of each rule module's docstring, the ``name: summary`` of its extra codes, and the rule's
+    examples under the code each one shows."""
     docs: dict[str, CodeDoc] = {}
     for rule in all_rules():
-        source = inspect.getdoc(inspect.getmodule(rule)) or ""
-        code, name, summary, before, after = parse_docstring(source)
+        code, name, summary = parse_headline(inspect.getdoc(inspect.getmodule(rule)) or "")
         if code != rule.code:
-            # A module may hold its doc for the module's main code; a class may document its own.
-            code, name, summary, before, after = parse_docstring(inspect.getdoc(rule) or "")
-        docs[code] = CodeDoc(code, name, summary, before, after, fixed=code.startswith("ACC1"))
+            raise ValueError(f"{rule.__module__}: the docstring documents {code}, the rule is {rule.code}")
+        docs[code] = CodeDoc(code, name, summary, code.startswith("ACC1"), _examples_of(rule, code))
         for extra, text in rule.extra_codes.items():
-            extra_doc = _extra_doc(extra, text)
-            docs.setdefault(extra, extra_doc)
+            name, _, summary = text.partition(":")
+            if not re.fullmatch(r"[a-z0-9-]+", name.strip()) or not summary.strip():
+                raise ValueError(f"{rule.__module__}: extra code {extra} must be documented as 'name: summary'")
+            docs.setdefault(
+                extra, CodeDoc(extra, name.strip(), summary.strip(), extra.startswith("ACC1"), _examples_of(rule, extra))
+            )
     return [docs[code] for code in sorted(docs)]
 
 
-def _extra_doc(code: str, text: str) -> CodeDoc:
-    """An extra code's doc: ``"name: summary"`` or a full docstring-format text."""
-    if text.lstrip().startswith(code):
-        parsed = parse_docstring(text)
-        return CodeDoc(*parsed, fixed=code.startswith("ACC1"))
-    name, _, summary = text.partition(":")
-    if not summary or not re.fullmatch(r"[a-z0-9_-]+", name.strip()):
-        name, summary = code.lower(), text
-    return CodeDoc(code, name.strip(), summary.strip(), "", "", fixed=code.startswith("ACC1"))
+def _examples_of(rule: type[Rule], code: str) -> tuple[Example, ...]:
+    return tuple(example for example in rule.examples if example_code(rule, example) == code)

@@ -8,8 +8,9 @@ engine only, never another rule. Its module docstring is its documentation::
     Why it matters, in a paragraph or two.
 
 and its :attr:`Rule.examples` are executable: each is a small script converted by the real
-pipeline in ``tests/codemods/test_rule_examples.py``, and ``--list-codes``, ``--explain`` and
-the README are generated from them, so documentation and behaviour cannot drift apart.
+pipeline in ``tests/codemods/test_rule_examples.py``, and ``--list-codes`` shows them (the
+README's table of codes comes from the headlines), so documentation and behaviour cannot drift
+apart.
 
 Rules never print: ``transform`` returns the new tree and a list of :class:`Change`; only the CLI
 talks to the terminal. Facts shared between rules are names (see
@@ -18,6 +19,7 @@ talks to the terminal. Facts shared between rules are names (see
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -36,13 +38,29 @@ NO_ACCELERATOR_ACCESS_DOC = (
 
 @dataclass(frozen=True)
 class Example:
-    """A script before conversion and what converting it gives: the converted script (for an
-    automatic rewrite) or the exact message reported (for a report). Options: ``oom_retry``."""
+    """A complete script before conversion and what converting it gives: the whole converted
+    script (for an automatic rewrite), or the exact message reported while the reported spot is
+    left as it was (for a report). ``code`` is the code shown, when it is not the rule's own (one
+    of its ``extra_codes``); ``oom_retry`` converts with ``--oom-retry``.
+
+    Scripts may be written indented, as they sit in the rule's class body: the common indentation
+    and the first newline are removed, so ``before`` and ``after`` are exactly the files' text.
+    """
 
     before: str
     after: str = ""
     message: str = ""
     oom_retry: bool = False
+    code: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "before", _script(self.before))
+        object.__setattr__(self, "after", _script(self.after))
+
+
+def _script(text: str) -> str:
+    """A script written indented in a class body, as file text."""
+    return textwrap.dedent(text).lstrip("\n")
 
 
 class Rule:

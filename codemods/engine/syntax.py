@@ -8,10 +8,24 @@ guard. Whole-tree questions belong to the analysis (:mod:`codemods.engine.analys
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import libcst as cst
 
 from codemods.engine.walk import walk
+
+#: libcst's two kinds of statement; both carry ``leading_lines``, which BaseStatement does not declare.
+Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
+
+
+def as_statement(node: cst.BaseStatement) -> Statement:
+    """``node`` typed as what it is: BaseStatement has exactly these two subclasses."""
+    return cast(Statement, node)
+
+
+def as_statements(nodes: Sequence[cst.BaseStatement]) -> list[Statement]:
+    """A new list of ``nodes``, typed as :func:`as_statement` says."""
+    return cast(list[Statement], list(nodes))
 
 
 def dotted(node: cst.CSTNode | None) -> str | None:

@@ -17,17 +17,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import libcst as cst
 
+from codemods.engine.accelerator_code import accelerator_name
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.findings import FILE_START, Findings
 from codemods.engine.model import Change, Site
-from codemods.engine.positions import CARRIED_TYPES, OriginIndex, POSITIONED_TYPES, skips_statement
+from codemods.engine.positions import CARRIED_TYPES, POSITIONED_TYPES, OriginIndex, skips_statement
 from codemods.engine.syntax import assigns_at_top, body_statements, dotted, is_main_guard
 from codemods.engine.walk import TRIVIA, own_hooks
-from codemods.engine.accelerator_code import accelerator_name
+
+NodeT = TypeVar("NodeT", bound=cst.CSTNode)
 
 
 class TargetedTransformer(cst.CSTTransformer):
@@ -54,7 +56,9 @@ class TargetedTransformer(cst.CSTTransformer):
         descend = visit is None or visit(self, node) is not False
         return descend and not skips_statement(node, self.lines, self.origins)
 
-    def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
+    def on_leave(
+        self, original_node: NodeT, updated_node: NodeT
+    ) -> NodeT | cst.RemovalSentinel | cst.FlattenSentinel[NodeT]:
         leave = self._hooks_of(type(original_node))[1]
         result = updated_node if leave is None else leave(self, original_node, updated_node)
         if self.origins is None or type(original_node) not in CARRIED_TYPES or result is original_node:
@@ -71,8 +75,8 @@ class TargetedTransformer(cst.CSTTransformer):
         hooks = self._hooks.get(node_type)
         if hooks is None:
             hooks = self._hooks[node_type] = (
-                own_hooks(type(self)).get(f"visit_{node_type.__name__}"),  # type: ignore[arg-type]
-                own_hooks(type(self)).get(f"leave_{node_type.__name__}"),  # type: ignore[arg-type]
+                own_hooks(type(self)).get(f"visit_{node_type.__name__}"),
+                own_hooks(type(self)).get(f"leave_{node_type.__name__}"),
             )
         return hooks
 
@@ -114,6 +118,9 @@ def lines_of(sites: Iterable[Site]) -> set[int]:
 class RuleTransformer(TargetedTransformer):
     """Base of every rule's transformer: the enclosing scope, the enclosing positioned node, and
     :class:`Findings`. ``lines`` are the original lines it may change (None: any)."""
+
+    #: Always the run's index (``facts.origins``), never None as in a bare TargetedTransformer.
+    origins: OriginIndex
 
     def __init__(self, facts: ScriptFacts, lines: Iterable[int] | None = None) -> None:
         super().__init__(facts.origins, lines)
@@ -186,7 +193,9 @@ class RuleTransformer(TargetedTransformer):
             self._anchors.append(node)
         return super().on_visit(node)
 
-    def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
+    def on_leave(
+        self, original_node: NodeT, updated_node: NodeT
+    ) -> NodeT | cst.RemovalSentinel | cst.FlattenSentinel[NodeT]:
         result = super().on_leave(original_node, updated_node)
         kind = type(original_node)
         if kind in POSITIONED_TYPES and self._anchors and self._anchors[-1] is original_node:
@@ -259,7 +268,7 @@ class AcceleratorScope(RuleTransformer):
             return True
         # The helpers pass (it runs last) hands the accelerator to every module-level function the
         # training code calls, once that function uses it.
-        reachable_functions = getattr(self.facts, "accessible_functions", set())
+        reachable_functions = self.facts.accessible_functions
         if self._function_names and self._function_names[0] in reachable_functions:
             return True
         if self._in_guard_after_accelerator():
@@ -289,7 +298,7 @@ class HomeBlockTransformer(RuleTransformer):
         """Return the new statements; ``anchor`` is the original node owning them (for reports)."""
         raise NotImplementedError
 
-    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):  # type: ignore[no-untyped-def]
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
         updated = updated_node
         if (
             self.facts.home_kind == "function"
@@ -301,7 +310,7 @@ class HomeBlockTransformer(RuleTransformer):
             return updated.with_changes(body=updated.body.with_changes(body=body))
         return updated
 
-    def leave_If(self, original_node: cst.If, updated_node: cst.If):  # type: ignore[no-untyped-def]
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
         if (
             self.facts.home_kind == "main_guard"
             and not self.scope
@@ -312,7 +321,7 @@ class HomeBlockTransformer(RuleTransformer):
             return updated_node.with_changes(body=updated_node.body.with_changes(body=body))
         return updated_node
 
-    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module):  # type: ignore[no-untyped-def]
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if self.facts.home_kind == "module":
             return updated_node.with_changes(body=self.edit_home(list(updated_node.body), original_node))
         return updated_node

@@ -22,7 +22,9 @@ its ``collected`` list: cheaper than overriding ``on_visit``, which costs a disp
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields
+from typing import Any
 
 import libcst as cst
 
@@ -107,7 +109,7 @@ _plans: dict[type, dict[type, _Plan]] = {}
 _walked_types: dict[type, frozenset[type]] = {}
 
 
-def _make_plan(visitor_type: type, node: cst.CSTNode) -> _Plan:
+def _make_plan(visitor_type: type[cst.CSTVisitor], node: cst.CSTNode) -> _Plan:
     if (
         visitor_type.on_visit_attribute is not cst.CSTVisitor.on_visit_attribute
         or visitor_type.on_leave_attribute is not cst.CSTVisitor.on_leave_attribute
@@ -144,16 +146,16 @@ def _node_types_walked(visitor_type: type) -> frozenset[type]:
     return walked
 
 
-def _own_method(visitor_type: type, name: str) -> object:
+def _own_method(visitor_type: type, name: str) -> Callable[..., Any] | None:
     """The visitor's method ``name``, or None where it is only libcst's empty stub (CSTVisitor
     declares a no-op for every node and field: calling them was half of a walk's time)."""
     return own_hooks(visitor_type).get(name)
 
 
-_own_hooks_by_type: dict[type, dict[str, object]] = {}
+_own_hooks_by_type: dict[type, dict[str, Callable[..., Any]]] = {}
 
 
-def own_hooks(visitor_type: type) -> dict[str, object]:
+def own_hooks(visitor_type: type) -> dict[str, Callable[..., Any]]:
     """A visitor's or transformer's own ``visit_``/``leave_`` methods, by name: read once per
     class from the dictionaries of its classes outside libcst (libcst's own classes hold only the
     no-op stubs it declares for every node and field; asking ``getattr`` name by name found one

@@ -6,37 +6,18 @@ command line is parsed, when that happens there), or — for scripts without suc
 argument parsing in the ``__main__`` block or module. Never at import time of a module that
 DataLoader workers re-import: a module-level script without a ``__main__`` guard gets it just before
 the first training object, not among its imports. A script that already creates one is left alone.
-
-Before::
-
-    import argparse
-
-    def main():
-        args = parser.parse_args()
-        device = torch.device("cuda")
-
-After::
-
-    import argparse
-    from runtime import Accelerator
-
-    def main():
-        args = parser.parse_args()
-        accelerator = Accelerator()
-        device = torch.device("cuda")
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
-from codemods.engine.model import Change, Options
-
-from codemods.engine.rule import Rule
-from codemods.engine.syntax import assigned_in, dotted, first_statement_index, parses_arguments, statement, target_names
-from codemods.engine.walk import walk
-from codemods.engine.transformers import HomeBlockTransformer
 from codemods.engine.facts import ScriptFacts
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import Example, Rule
+from codemods.engine.syntax import assigned_in, dotted, first_statement_index, parses_arguments, statement, target_names
+from codemods.engine.transformers import HomeBlockTransformer
+from codemods.engine.walk import walk
 
 
 def import_statement(options: Options, name: str = "Accelerator") -> cst.SimpleStatementLine:
@@ -111,6 +92,63 @@ def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top:
 class Accelerator(Rule):
     code = "ACC101"
     name = "accelerator"
+    examples = (
+        Example(
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--lr", type=float, default=0.1)
+                    args = parser.parse_args()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from runtime import Accelerator
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--lr", type=float, default=0.1)
+                    args = parser.parse_args()
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return facts.existing_accelerator is None and facts.has_accelerator
@@ -120,7 +158,7 @@ class Accelerator(Rule):
         converted = module.visit(transformer)
         if not imports_from(converted, options.accelerate_module, "Accelerator"):
             with_import = add_import(converted, import_statement(options))
-            facts.origins.carry(converted, with_import)  # type: ignore[union-attr]
+            facts.origins.carry(converted, with_import)
             converted = with_import
         return converted, transformer.changes(module)
 

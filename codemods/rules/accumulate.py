@@ -9,39 +9,26 @@ under the context; the ``% k`` test goes when it only guarded optimizer/schedule
 becomes ``if accelerator.sync_gradients:`` when it also guards other work (logging, counters).
 Recognised only when the division and the test use the same ``k`` and ``k`` exists where the
 accelerator is created; anything else that looks like accumulation is reported (ACC912).
-
-Before::
-
-    for i, (data, target) in enumerate(train_loader):
-        loss = criterion(model(data), target) / args.accum_steps
-        accelerator.backward(loss)
-        if (i + 1) % args.accum_steps == 0:
-            optimizer.step()
-            optimizer.zero_grad()
-
-After::
-
-    for i, (data, target) in enumerate(train_loader):
-        with accelerator.accumulate(model):
-            loss = criterion(model(data), target)
-            accelerator.backward(loss)
-            optimizer.step()
-            optimizer.zero_grad()
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
+from typing import cast
 
 import libcst as cst
 
-from codemods.engine.accelerator_creation import expression_available, find_accelerator_creation, set_accelerator_argument
-from codemods.engine.model import Change, Options
-from codemods.engine.rule import Rule
-from codemods.engine.syntax import dotted
-from codemods.engine.facts import ScriptFacts
 from codemods.engine.accelerator_code import accelerator_call, accelerator_name, is_accelerator_method
+from codemods.engine.accelerator_creation import (
+    expression_available,
+    find_accelerator_creation,
+    set_accelerator_argument,
+)
+from codemods.engine.facts import ScriptFacts
 from codemods.engine.findings import Findings
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import Example, Rule
+from codemods.engine.syntax import as_statements, dotted
 from codemods.engine.transformers import RuleTransformer
 from codemods.engine.walk import walk
 
@@ -55,6 +42,95 @@ class AccumulateCodemod(Rule):
     extra_codes = {
         "ACC912": "accumulate-manual: gradient accumulation the converter could not recognise safely (convert by hand)",
     }
+    examples = (
+        Example(
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--accum-steps", type=int, default=4)
+                    args = parser.parse_args()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for i, (data, target) in enumerate(loader):
+                        loss = nn.functional.mse_loss(model(data), target) / args.accum_steps
+                        loss.backward()
+                        if (i + 1) % args.accum_steps == 0:
+                            optimizer.step()
+                            optimizer.zero_grad()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from runtime import Accelerator
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--accum-steps", type=int, default=4)
+                    args = parser.parse_args()
+                    accelerator = Accelerator(gradient_accumulation_steps=args.accum_steps)
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for i, (data, target) in enumerate(loader):
+                        with accelerator.accumulate(model):
+                            loss = nn.functional.mse_loss(model(data), target)
+                            accelerator.backward(loss)
+                            optimizer.step()
+                            optimizer.zero_grad()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
+            code="ACC912",
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--accum-steps", type=int, default=4)
+                    args = parser.parse_args()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for i, (data, target) in enumerate(loader):
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        if (i + 1) % args.accum_steps == 0:
+                            optimizer.step()
+                            optimizer.zero_grad()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="steps every k batches but the loss division by k was not found: convert by hand",
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return "manual_accumulation" in facts.existing_features
@@ -155,9 +231,9 @@ def _calls_step(block: cst.BaseSuite, facts: ScriptFacts) -> bool:
     )
 
 
-def _small_statements(block: cst.BaseSuite) -> list[cst.BaseSmallStatement]:
+def _small_statements(block: cst.BaseSuite) -> list[cst.CSTNode]:
     lines = block.body if isinstance(block, cst.IndentedBlock) else [block]
-    found = []
+    found: list[cst.CSTNode] = []
     for line in lines:
         if isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
             found.extend(line.body)
@@ -178,7 +254,8 @@ def _step_call(statement: cst.CSTNode, facts: ScriptFacts) -> bool:
     """``optimizer.step()`` / ``scheduler.step()`` / ``optimizer.zero_grad()`` / ``model.zero_grad()``."""
     if _call_method(statement) not in STEP_METHODS:
         return False
-    owner = dotted(statement.value.func.value)
+    call = cast(cst.Call, cast(cst.Expr, statement).value)  # _call_method found ``owner.method()`` there
+    owner = dotted(cast(cst.Attribute, call.func).value)
     return owner in facts.optimizers | facts.schedulers | facts.models
 
 
@@ -231,7 +308,7 @@ def _replace_guard(statements: list, guard: cst.If, facts: ScriptFacts) -> list:
             continue
         smalls = _small_statements(statement.body)
         if all(_step_call(s, facts) for s in smalls) and isinstance(statement.body, cst.IndentedBlock):
-            inner = list(statement.body.body)
+            inner = as_statements(statement.body.body)
             inner[0] = inner[0].with_changes(leading_lines=[*statement.leading_lines, *inner[0].leading_lines])
             result.extend(inner)
         else:

@@ -15,13 +15,63 @@ import libcst as cst
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.findings import report_at
 from codemods.engine.model import Change, Options
-from codemods.engine.rule import Rule
+from codemods.engine.rule import Example, Rule
 from codemods.engine.torch_names import FEATURES, HAND_DISTRIBUTION, SELF_DISTRIBUTING
 
 
 class AlreadyDistributed(Rule):
     code = "ACC903"
     name = "already-distributed"
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.distributed as dist
+                import torch.multiprocessing as mp
+                import torch.nn as nn
+                from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+                def worker(rank, world_size):
+                    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+                    model = DDP(nn.Linear(8, 1))
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    loss = model(torch.randn(4, 8)).sum()
+                    loss.backward()
+                    optimizer.step()
+
+
+                if __name__ == "__main__":
+                    mp.spawn(worker, args=(2,), nprocs=2)
+            """,
+            message="init_process_group already distributes this script: nothing converted",
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from torch.utils.data.distributed import DistributedSampler
+
+
+                def main():
+                    dataset = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+                    loader = DataLoader(dataset, batch_size=8, sampler=DistributedSampler(dataset))
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="DistributedSampler already distributes this script: left as it is, the rest converted",
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return any(qualified in facts.called for qualified in HAND_DISTRIBUTION)

@@ -8,41 +8,30 @@ blocks are dissolved into their body. An ``if use_amp: ... else: ...`` whose two
 same collapses into one. The script's own switch is kept: ``GradScaler(enabled=args.amp)`` or
 ``if args.amp:`` give ``mixed_precision="fp16" if args.amp else "no"``. A scaler used in any other
 way (saved in a checkpoint, its scale read) is reported (ACC911) and nothing is changed.
-
-Before::
-
-    scaler = torch.cuda.amp.GradScaler(enabled=args.amp)
-    with torch.autocast(device_type="cuda", dtype=torch.float16, enabled=args.amp):
-        loss = criterion(model(data), target)
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-
-After::
-
-    accelerator = Accelerator(mixed_precision="fp16" if args.amp else "no")
-    loss = criterion(model(data), target)
-    accelerator.backward(loss)
-    optimizer.step()
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
+from typing import cast
 
 import libcst as cst
 
-from codemods.engine.model import Change, Options
-
-from codemods.engine.rule import Rule
-from codemods.engine.syntax import dotted
-from codemods.engine.accelerator_creation import AcceleratorCreation, expression_available, find_accelerator_creation, set_accelerator_argument
-from codemods.engine.facts import ScriptFacts
 from codemods.engine.accelerator_code import accelerator_call, is_accelerator_method
+from codemods.engine.accelerator_creation import (
+    AcceleratorCreation,
+    expression_available,
+    find_accelerator_creation,
+    set_accelerator_argument,
+)
+from codemods.engine.facts import ScriptFacts
 from codemods.engine.findings import Findings
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import Example, Rule
+from codemods.engine.syntax import Statement, as_statement, as_statements, dotted
+from codemods.engine.torch_names import AUTOCASTS, GRAD_SCALERS
 from codemods.engine.transformers import RuleTransformer
 from codemods.engine.walk import identifiers, walk
-from codemods.engine.torch_names import AUTOCASTS, GRAD_SCALERS
 
 #: The scaler's methods this pass knows how to replace; any other use keeps the script as it is.
 SCALER_METHODS = frozenset({"scale", "step", "update", "unscale_"})
@@ -54,6 +43,94 @@ class AmpCodemod(Rule):
     extra_codes = {
         "ACC911": "amp-manual: mixed precision set up in a way the converter cannot carry over (check by hand)",
     }
+    examples = (
+        Example(
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--amp", action="store_true")
+                    args = parser.parse_args()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    scaler = torch.cuda.amp.GradScaler(enabled=args.amp)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        with torch.autocast(device_type="cuda", dtype=torch.float16, enabled=args.amp):
+                            loss = nn.functional.mse_loss(model(data), target)
+                        scaler.scale(loss).backward()
+                        scaler.step(optimizer)
+                        scaler.update()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from runtime import Accelerator
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--amp", action="store_true")
+                    args = parser.parse_args()
+                    accelerator = Accelerator(mixed_precision="fp16" if args.amp else "no")
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
+            code="ACC911",
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    scaler = torch.cuda.amp.GradScaler()
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        with torch.autocast(device_type="cuda", dtype=torch.float16):
+                            loss = nn.functional.mse_loss(model(data), target)
+                        scaler.scale(loss).backward()
+                        scaler.step(optimizer)
+                        scaler.update()
+                    torch.save(scaler.state_dict(), "scaler.pt")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="the GradScaler is used beyond scale/step/update: convert by hand",
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return bool(facts.existing_features & {"GradScaler", "autocast"})
@@ -81,7 +158,7 @@ class AmpCodemod(Rule):
         return new_module, pending.resolve(module)
 
 
-def _amp_lines(facts: ScriptFacts, survey: "_AmpSurvey") -> set[int]:
+def _amp_lines(facts: ScriptFacts, survey: _AmpSurvey) -> set[int]:
     """The lines the rewrite may touch: those naming a scaler, GradScaler or autocast (by any
     alias), or the script's AMP switch (an ``if args.amp:`` whose branches become the same)."""
     words = {qualified.rpartition(".")[2] for qualified in GRAD_SCALERS | AUTOCASTS}
@@ -368,7 +445,10 @@ class _AmpRemover(RuleTransformer):
             items[-1] = items[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
             return updated_node.with_changes(items=items)
         body = updated_node.body
-        statements = list(body.body) if isinstance(body, cst.IndentedBlock) else [cst.SimpleStatementLine(body.body)]
+        statements: list[Statement] = (
+            as_statements(body.body) if isinstance(body, cst.IndentedBlock)
+            else [cst.SimpleStatementLine(cast(cst.SimpleStatementSuite, body).body)]  # BaseSuite's other kind
+        )
         if statements:
             statements[0] = statements[0].with_changes(
                 leading_lines=[*updated_node.leading_lines, *statements[0].leading_lines]
@@ -386,7 +466,7 @@ class _AmpRemover(RuleTransformer):
         if not isinstance(orelse.body, cst.IndentedBlock) or not _same_statements(updated_node.body.body, orelse.body.body):
             return updated_node
         self.findings.add(original_node, AmpCodemod.code, "AMP and plain branches are the same now: one kept", True)
-        statements = list(updated_node.body.body)
+        statements = as_statements(updated_node.body.body)
         statements[0] = statements[0].with_changes(
             leading_lines=[*updated_node.leading_lines, *statements[0].leading_lines]
         )
@@ -455,4 +535,4 @@ def _same_statements(first: Sequence[cst.BaseStatement], second: Sequence[cst.Ba
 
 
 def _statement_code(statement: cst.BaseStatement) -> str:
-    return cst.Module(body=[statement.with_changes(leading_lines=())]).code
+    return cst.Module(body=[as_statement(statement).with_changes(leading_lines=())]).code

@@ -5,27 +5,17 @@ DistributedDataParallel synchronise gradients; calling ``loss.backward()`` direc
 that. Any tensor expression and any keyword arguments are kept (``errD_real``, LBFGS closures,
 ``retain_graph=True``). ``scaler.scale(loss).backward()`` is left to the AMP pass, which replaces the
 scaler as a whole.
-
-Before::
-
-    loss.backward(retain_graph=True)
-
-After::
-
-    accelerator.backward(loss, retain_graph=True)
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
+from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Options
-
-from codemods.engine.rule import NO_ACCELERATOR_ACCESS, NO_ACCELERATOR_ACCESS_DOC, Rule
+from codemods.engine.rule import NO_ACCELERATOR_ACCESS, NO_ACCELERATOR_ACCESS_DOC, Example, Rule
 from codemods.engine.syntax import dotted
 from codemods.engine.transformers import RuleTransformer, lines_of
-from codemods.engine.facts import ScriptFacts
-
 
 
 def is_tensor_backward(node: cst.Call, accelerator: str) -> bool:
@@ -69,6 +59,89 @@ class Backward(Rule):
     code = "ACC105"
     name = "backward"
     extra_codes = {NO_ACCELERATOR_ACCESS: NO_ACCELERATOR_ACCESS_DOC}
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        output = model(data)
+                        nn.functional.mse_loss(output, target).backward(retain_graph=True)
+                        output.abs().mean().backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from runtime import Accelerator
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        output = model(data)
+                        accelerator.backward(nn.functional.mse_loss(output, target), retain_graph=True)
+                        accelerator.backward(output.abs().mean())
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
+            code="ACC904",
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Trainer:
+                    def __init__(self, model, optimizer):
+                        self.model = model
+                        self.optimizer = optimizer
+
+                    def step(self, data, target):
+                        self.optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(self.model(data), target)
+                        loss.backward()
+                        self.optimizer.step()
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    trainer = Trainer(model, optimizer)
+                    for data, target in loader:
+                        trainer.step(data, target)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="backward() where no accelerator is reachable: left as it was",
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return facts.has_accelerator and facts.backward_site is not None

@@ -9,32 +9,19 @@ barrier, and takes state dicts, ``load_state_dict`` and custom attributes from
 ``zero_grad``, ``to``...) work on the wrapper and are left alone. In a script that saves, every
 ``torch.load`` line waits for the other ranks first, so no rank reads a file still being written. Loading in the function that calls
 ``prepare`` is only rewritten after the ``prepare`` line: before it the model is not wrapped yet.
-
-Before::
-
-    torch.save(model.state_dict(), "mnist_cnn.pt")
-    sample = model.decode(z)
-
-After::
-
-    accelerator.wait_for_everyone()
-    accelerator.save(accelerator.unwrap_model(model).state_dict(), "mnist_cnn.pt")
-    sample = accelerator.unwrap_model(model).decode(z)
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import libcst as cst
 
-from codemods.engine.model import Change, Options
-
-from codemods.engine.rule import Rule
-from codemods.engine.syntax import names_in, dotted
-from codemods.engine.facts import ScriptFacts
 from codemods.engine.accelerator_code import accelerator_call, callee_words, is_accelerator_method, unwrap_model
-from codemods.engine.syntax import body_statements
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import Example, Rule
+from codemods.engine.syntax import as_statement, body_statements, dotted, names_in
 from codemods.engine.transformers import AcceleratorScope
 from codemods.engine.walk import walk
 
@@ -63,6 +50,114 @@ class CheckpointCodemod(Rule):
     extra_codes = {
         "ACC914": "checkpoint-unreachable: torch.save or a model's own method where the accelerator is not reachable: runs on every rank",
     }
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class AutoEncoder(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.encoder = nn.Linear(8, 2)
+                        self.decoder = nn.Linear(2, 8)
+
+                    def decode(self, z):
+                        return self.decoder(z)
+
+                    def forward(self, x):
+                        return self.decode(self.encoder(x))
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=8)
+                    model = AutoEncoder()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for (data,) in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), data)
+                        loss.backward()
+                        optimizer.step()
+                    torch.save(model.state_dict(), "autoencoder.pt")
+                    sample = model.decode(torch.randn(4, 2))
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from runtime import Accelerator
+
+
+                class AutoEncoder(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.encoder = nn.Linear(8, 2)
+                        self.decoder = nn.Linear(2, 8)
+
+                    def decode(self, z):
+                        return self.decoder(z)
+
+                    def forward(self, x):
+                        return self.decode(self.encoder(x))
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=8)
+                    model = AutoEncoder()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for (data,) in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), data)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                    accelerator.wait_for_everyone()
+                    accelerator.save(accelerator.unwrap_model(model).state_dict(), "autoencoder.pt")
+                    sample = accelerator.unwrap_model(model).decode(torch.randn(4, 2))
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
+            code="ACC914",
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def save_checkpoint(state, filename):
+                    torch.save(state, filename)
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                    return model
+
+
+                if __name__ == "__main__":
+                    model = main()
+                    save_checkpoint(model.state_dict(), "model.pt")
+            """,
+            message="torch.save where the accelerator is not reachable: every rank writes this file",
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return facts.uses_torch and bool(facts.models or "torch" in facts.imports.values())
@@ -250,14 +345,14 @@ class _WaitBeforeLoads(AcceleratorScope):
         body = self._wait_before_loads(tail)
         return updated_node if body is None else updated_node.with_changes(body=[*head, *body])
 
-    def _wait_before_loads(self, statements: list[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
+    def _wait_before_loads(self, statements: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
         result: list[cst.BaseStatement] = []
         for statement in statements:
             loads = isinstance(statement, cst.SimpleStatementLine) and _contains_call(statement, self.facts, "torch.load")
             if loads and not (result and _is_barrier(result[-1], self.facts)):
                 result.append(cst.SimpleStatementLine(
                     [cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))],
-                    leading_lines=statement.leading_lines,
+                    leading_lines=as_statement(statement).leading_lines,
                 ))
                 statement = statement.with_changes(leading_lines=())
             result.append(statement)
@@ -278,7 +373,7 @@ def _contains_call(node: cst.CSTNode, facts: ScriptFacts, qualified: str) -> boo
 
 
 class _CallFinder(cst.CSTVisitor):
-    def __init__(self, predicate) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, predicate) -> None:
         self.predicate = predicate
         self.found = False
 

@@ -4,26 +4,17 @@
 accumulation, clips the accumulated gradients. Calls are matched by qualified name, so
 ``torch.nn.utils.clip_grad_norm_``, ``nn.utils.clip_grad_norm_``, a ``from torch.nn.utils import
 clip_grad_norm_`` and any alias of them are all found; ``clip_grad_value_`` likewise.
-
-Before::
-
-    nn.utils.clip_grad_norm_(model.parameters(), args.clip)
-
-After::
-
-    accelerator.clip_grad_norm_(model.parameters(), args.clip)
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
-from codemods.engine.model import Change, Options
-from codemods.engine.rule import NO_ACCELERATOR_ACCESS, Rule
-from codemods.engine.transformers import RuleTransformer, lines_of
 from codemods.engine.facts import ScriptFacts
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
 from codemods.engine.torch_names import CLIPPERS
-
+from codemods.engine.transformers import RuleTransformer, lines_of
 
 
 class _ClipGrad(RuleTransformer):
@@ -46,6 +37,55 @@ class _ClipGrad(RuleTransformer):
 class ClipGrad(Rule):
     code = "ACC106"
     name = "clip-grad"
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from runtime import Accelerator
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        accelerator.clip_grad_norm_(model.parameters(), 1.0)
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return facts.has_accelerator and bool(facts.called & CLIPPERS.keys())

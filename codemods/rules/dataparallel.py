@@ -5,33 +5,20 @@ replaces DataParallel's threads, so the wrapping line goes (an ``if`` left empty
 ``model.module`` reads the wrapped network: after the conversion that is
 ``accelerator.unwrap_model(model)``. Scripts that already run their own DistributedDataParallel,
 ``mp.spawn`` or ``DistributedSampler`` are reported (ACC903) and left as they are.
-
-Before::
-
-    if torch.cuda.device_count() > 1:
-        model = nn.DataParallel(model)
-    torch.save(model.module.state_dict(), "model.pt")
-
-After::
-
-    torch.save(accelerator.unwrap_model(model).state_dict(), "model.pt")
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
-from codemods.engine.model import Change, Options
-
-from codemods.engine.rule import Rule
-from codemods.engine.syntax import dotted
-from codemods.engine.facts import ScriptFacts
 from codemods.engine.accelerator_code import accelerator_name, callee_words, unwrap_model
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import Example, Rule
+from codemods.engine.syntax import dotted
+from codemods.engine.torch_names import DATA_PARALLEL, HAND_DISTRIBUTION
 from codemods.engine.transformers import AcceleratorScope
 from codemods.engine.walk import walk
-from codemods.engine.torch_names import DATA_PARALLEL, HAND_DISTRIBUTION
-
-
 
 #: What the analysis reports (``ScriptFacts.existing_features``) when there is something to do here.
 PARALLEL_FEATURES = frozenset(
@@ -42,6 +29,58 @@ PARALLEL_FEATURES = frozenset(
 class DataParallelCodemod(Rule):
     code = "ACC110"
     name = "dataparallel"
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    if torch.cuda.device_count() > 1:
+                        model = nn.DataParallel(model)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                    torch.save(model.module.state_dict(), "model.pt")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from runtime import Accelerator
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                    accelerator.wait_for_everyone()
+                    accelerator.save(accelerator.unwrap_model(model).state_dict(), "model.pt")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return bool(facts.existing_features & PARALLEL_FEATURES)
@@ -104,7 +143,8 @@ class _DataParallelRemover(AcceleratorScope):
             return emptied
         return updated_node
 
-    def leave_Else(self, original_node: cst.Else, updated_node: cst.Else) -> cst.Else | cst.RemovalSentinel:
+    # libcst removes an optional field's node (If.orelse) on RemoveFromParent; its typed stub says Else only.
+    def leave_Else(self, original_node: cst.Else, updated_node: cst.Else) -> cst.Else | cst.RemovalSentinel:  # type: ignore[override]
         return cst.RemoveFromParent() if id(updated_node.body) in self._emptied_blocks else updated_node
 
     def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.BaseStatement | cst.RemovalSentinel:
@@ -174,11 +214,12 @@ def _wrapped_module(call: cst.Call) -> cst.BaseExpression | None:
 def _strip_device_moves(value: cst.BaseExpression, facts: ScriptFacts) -> cst.BaseExpression:
     """``x.cuda()`` / ``x.to(device)`` → ``x``: moves that prepare makes redundant for a model."""
     while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
-        method = value.func.attr.value
+        func = value.func
+        method = func.attr.value
         if method == "cuda":
-            value = value.func.value
+            value = func.value
         elif method == "to" and len(value.args) == 1 and _is_device(value.args[0].value, facts):
-            value = value.func.value
+            value = func.value
         else:
             break
     return value

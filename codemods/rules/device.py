@@ -7,32 +7,17 @@ removed (``prepare`` places them); other ``.cuda()`` calls become ``.to(accelera
 ``.to(dtype)``, ``.float()``, ``.cpu()`` and moves of tensors the script creates itself stay (they now
 go to ``accelerator.device``). ``torch.cuda.set_device`` is removed. A block left empty goes too:
 ``if args.cuda: model.cuda()`` disappears as a whole.
-
-Before::
-
-    device = torch.device("cuda" if use_cuda else "cpu")
-    model = Net().to(device)
-    for data, target in train_loader:
-        data, target = data.to(device), target.to(device)
-        noise = torch.randn(len(data), 16).cuda()
-
-After::
-
-    device = accelerator.device
-    model = Net()
-    for data, target in train_loader:
-        noise = torch.randn(len(data), 16).to(accelerator.device)
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
+from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Options
-from codemods.engine.rule import NO_ACCELERATOR_ACCESS, Rule
+from codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
 from codemods.engine.syntax import dotted, expression, root_name, target_names
 from codemods.engine.transformers import RuleTransformer, lines_of
-from codemods.engine.facts import ScriptFacts
 
 #: ``x.to(device, non_blocking=True)``: keywords that only make sense with a device.
 DEVICE_ONLY_KEYWORDS = {"device", "non_blocking", "copy"}
@@ -186,7 +171,7 @@ class _Device(RuleTransformer):
             return call
         self.report(original, Device.code, ".cuda() → .to(accelerator.device)", header_only=True)
         return call.with_changes(
-            func=call.func.with_changes(attr=cst.Name("to")),  # type: ignore[attr-defined]
+            func=call.func.with_changes(attr=cst.Name("to")),
             args=[cst.Arg(expression(self.device_expr))],
         )
 
@@ -205,7 +190,7 @@ class _Device(RuleTransformer):
     def visit_Assign(self, node: cst.Assign) -> None:
         self.assign_targets.append({n for t in node.targets for n in target_names(t.target)})
 
-    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign):  # type: ignore[no-untyped-def]
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign):
         targets = self.assign_targets.pop()
         if targets and targets <= self.facts.device_names and self._selects_device(original_node.value):
             if not self.accessible():
@@ -220,7 +205,7 @@ class _Device(RuleTransformer):
         """A device expression, not a plain alias (``DEV = device`` stays)."""
         return dotted(value) is None
 
-    def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr):  # type: ignore[no-untyped-def]
+    def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr):
         value = original_node.value
         if isinstance(value, cst.Call) and self.qualified_name(value.func) == "torch.cuda.set_device":
             self.report(value, Device.code, "torch.cuda.set_device removed (the accelerator picks the GPU)", header_only=True)
@@ -229,14 +214,14 @@ class _Device(RuleTransformer):
             return cst.RemoveFromParent()  # ``model.cuda()`` as a statement: nothing left to do
         return updated_node
 
-    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine):  # type: ignore[no-untyped-def]
+    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine):
         if not updated_node.body:
             return cst.RemoveFromParent()
         return updated_node
 
     # -- blocks left empty ------------------------------------------------------------------------
 
-    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):  # type: ignore[no-untyped-def]
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
         """A block whose first statement was removed must not start with a blank line."""
         body = updated_node.body
         if not body or len(body) >= len(original_node.body) or not hasattr(body[0], "leading_lines"):
@@ -268,7 +253,7 @@ class _Device(RuleTransformer):
         if isinstance(node.orelse, cst.If):
             self._elifs.add(id(node.orelse))
 
-    def leave_If(self, original_node: cst.If, updated_node: cst.If):  # type: ignore[no-untyped-def]
+    def leave_If(self, original_node: cst.If, updated_node: cst.If):
         if id(original_node) in self._elifs:
             # An ``elif`` stands where only an ``If`` may stand: the ``if`` that owns it decides
             # (``_same_branches`` reads the whole chain); an emptied branch gets ``pass``.
@@ -296,16 +281,16 @@ class _Device(RuleTransformer):
             )
         return updated_node.with_changes(body=_with_pass(updated_node.body))
 
-    def leave_For(self, original_node: cst.For, updated_node: cst.For):  # type: ignore[no-untyped-def]
+    def leave_For(self, original_node: cst.For, updated_node: cst.For):
         return updated_node if _has_statements(updated_node.body) else updated_node.with_changes(body=_with_pass(updated_node.body))
 
-    def leave_With(self, original_node: cst.With, updated_node: cst.With):  # type: ignore[no-untyped-def]
+    def leave_With(self, original_node: cst.With, updated_node: cst.With):
         return updated_node if _has_statements(updated_node.body) else updated_node.with_changes(body=_with_pass(updated_node.body))
 
-    def leave_While(self, original_node: cst.While, updated_node: cst.While):  # type: ignore[no-untyped-def]
+    def leave_While(self, original_node: cst.While, updated_node: cst.While):
         return updated_node if _has_statements(updated_node.body) else updated_node.with_changes(body=_with_pass(updated_node.body))
 
-    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):  # type: ignore[no-untyped-def]
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):
         updated = updated_node
         return updated if _has_statements(updated.body) else updated.with_changes(body=_with_pass(updated.body))
 
@@ -327,7 +312,7 @@ def _same_branches(node: cst.If) -> list[cst.BaseStatement] | None:
     assert isinstance(node.body, cst.IndentedBlock)
     code = cst.Module([]).code_for_node
     body = [code(statement) for statement in node.body.body]
-    if any(body != [code(statement) for statement in block.body] for block in blocks[1:]):  # type: ignore[attr-defined]
+    if any(body != [code(statement) for statement in block.body] for block in blocks[1:]):
         return None
     if not all(dotted(_assigned_value(statement)) is not None for statement in node.body.body):
         return None  # only assignments of a name: never collapse branches doing work
@@ -419,6 +404,58 @@ def _parenthesized(test: cst.BaseExpression) -> cst.BaseExpression:
 class Device(Rule):
     code = "ACC102"
     name = "device"
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1).to(device)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        data, target = data.to(device), target.to(device)
+                        noise = torch.randn(len(data), 8).cuda()
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data + noise), target)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from runtime import Accelerator
+
+
+                def main():
+                    accelerator = Accelerator()
+                    device = accelerator.device
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        noise = torch.randn(len(data), 8).to(accelerator.device)
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data + noise), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return facts.has_accelerator and bool(

@@ -7,15 +7,6 @@ Under ``with accelerator.main_process_first():`` the main process downloads whil
 at a barrier, then they read what it wrote. The barrier is only added where every process reaches
 it (not inside ``try``, a rank-dependent ``if``, or a loop over something other than a range or a
 loader).
-
-Before::
-
-    train_set = datasets.MNIST("data", train=True, download=True)
-
-After::
-
-    with accelerator.main_process_first():
-        train_set = datasets.MNIST("data", train=True, download=True)
 """
 
 from __future__ import annotations
@@ -26,13 +17,63 @@ import libcst as cst
 
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Options
-from codemods.engine.rule import Rule
+from codemods.engine.rule import Example, Rule
 from codemods.engine.transformers import AcceleratorScope
 
 
 class Downloads(Rule):
     code = "ACC115"
     name = "downloads"
+    examples = (
+        Example(
+            before="""
+                import torch
+                from torch.utils.data import DataLoader
+                from torchvision import datasets, transforms
+
+
+                def main():
+                    train_set = datasets.MNIST("data", train=True, download=True, transform=transforms.ToTensor())
+                    loader = DataLoader(train_set, batch_size=64, shuffle=True)
+                    model = torch.nn.Linear(784, 10)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for images, labels in loader:
+                        optimizer.zero_grad()
+                        loss = torch.nn.functional.cross_entropy(model(images.flatten(1)), labels)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                from torch.utils.data import DataLoader
+                from torchvision import datasets, transforms
+                from runtime import Accelerator
+
+
+                def main():
+                    accelerator = Accelerator()
+                    with accelerator.main_process_first():
+                        train_set = datasets.MNIST("data", train=True, download=True, transform=transforms.ToTensor())
+                    loader = DataLoader(train_set, batch_size=64, shuffle=True)
+                    model = torch.nn.Linear(784, 10)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for images, labels in loader:
+                        optimizer.zero_grad()
+                        loss = torch.nn.functional.cross_entropy(model(images.flatten(1)), labels)
+                        accelerator.backward(loss)
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return facts.has_accelerator and "download" in facts.word_lines
@@ -58,7 +99,7 @@ class _MainProcessFirst(AcceleratorScope):
             for item in node.items
         )
 
-    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):  # type: ignore[no-untyped-def]
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
         body = self._wrap_downloads(updated_node.body, original_node.body)
         return updated_node if body is None else updated_node.with_changes(body=body)
 

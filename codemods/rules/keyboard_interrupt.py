@@ -6,39 +6,53 @@ gradient all-reduce, another still in its forward. Whatever the handler (or the 
 evaluation that gathers, another training step — waits for processes that are waiting for
 something else, and the job hangs instead of stopping. Keep the handler to work of this process
 alone (a per-rank file, a message), or let the interrupt end the run.
-
-Before::
-
-    try:
-        for epoch in range(args.epochs):
-            train_one_epoch(model, train_loader, optimizer)
-    except KeyboardInterrupt:
-        pass
-    evaluate(model, test_loader)
-
-After::
-
-    try:
-        for epoch in range(args.epochs):
-            train_one_epoch(model, train_loader, optimizer)
-    except KeyboardInterrupt:  # ACC918: each process stopped at another point of the step
-        pass
-    evaluate(model, test_loader)
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
-from codemods.engine.model import Change, Options
-
-from codemods.engine.rule import Rule
 from codemods.engine.facts import ScriptFacts
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import Example, Rule
 
 
 class KeyboardInterruptHandler(Rule):
     code = "ACC918"
     name = "keyboard-interrupt"
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    try:
+                        for epoch in range(100):
+                            for data, target in loader:
+                                optimizer.zero_grad()
+                                loss = nn.functional.mse_loss(model(data), target)
+                                loss.backward()
+                                optimizer.step()
+                    except KeyboardInterrupt:
+                        print("interrupted")
+                    torch.save(model.state_dict(), "model.pt")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message=(
+                "except KeyboardInterrupt runs on every process, each at another point of the "
+                "step: anything in it or after it that needs the other processes can hang"
+            ),
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return bool(facts.interrupt_handlers) and facts.has_accelerator

@@ -12,39 +12,24 @@ Model outputs read through attributes (``outputs.logits``) or batches read by ke
 uses. A batch-mean ``outputs.loss`` (or a ``loss`` among the forward's outputs, or any output the
 loop reads with ``.item()``: one value per batch) cannot be gathered per sample and is reported
 (ACC913 as a warning), as is a forward nested inside a larger expression.
-
-Before::
-
-    for data, target in test_loader:
-        output = model(data)
-        correct += output.argmax(dim=1).eq(target).sum().item()
-
-After::
-
-    for data, target in test_loader:
-        output = model(data)
-        output, target = accelerator.gather_for_metrics((output, target))
-        correct += output.argmax(dim=1).eq(target).sum().item()
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TypeGuard, cast
 
 import libcst as cst
 
-from codemods.engine.model import Change, Options
-
-from codemods.engine.rule import Rule
-from codemods.engine.syntax import dotted
-from codemods.engine.facts import ScriptFacts
 from codemods.engine.accelerator_code import accelerator_call, is_accelerator_method, name_words
-from codemods.engine.syntax import expression_code, root_name
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import Example, Rule
+from codemods.engine.syntax import dotted, expression_code, root_name
+from codemods.engine.torch_names import NO_GRAD_CONTEXTS
 from codemods.engine.transformers import AcceleratorScope
 from codemods.engine.walk import variables_read, walk
-from codemods.engine.torch_names import NO_GRAD_CONTEXTS
 
 #: Attributes of model outputs that are one number per batch, not one row per sample.
 BATCH_SCALAR_ATTRIBUTES = frozenset({"loss", "aux_loss"})
@@ -58,6 +43,118 @@ class MetricsCodemod(Rule):
     extra_codes = {
         "ACC913": "metrics-manual: evaluation reduces before anything can be gathered per sample (check the metric by hand)",
     }
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    train_set = TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,)))
+                    test_set = TensorDataset(torch.randn(20, 8), torch.randint(0, 3, (20,)))
+                    train_loader = DataLoader(train_set, batch_size=8)
+                    test_loader = DataLoader(test_set, batch_size=8)
+                    model = nn.Linear(8, 3)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in train_loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.cross_entropy(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                    model.eval()
+                    correct = 0
+                    with torch.no_grad():
+                        for data, target in test_loader:
+                            output = model(data)
+                            correct += output.argmax(dim=1).eq(target).sum().item()
+                    print(f"accuracy {correct}/{len(test_loader.dataset)}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from runtime import Accelerator
+
+
+                def main():
+                    accelerator = Accelerator()
+                    train_set = TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,)))
+                    test_set = TensorDataset(torch.randn(20, 8), torch.randint(0, 3, (20,)))
+                    train_loader = DataLoader(train_set, batch_size=8)
+                    test_loader = DataLoader(test_set, batch_size=8)
+                    model = nn.Linear(8, 3)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, train_loader, test_loader = accelerator.prepare(
+                        model, optimizer, train_loader, test_loader
+                    )
+                    for data, target in train_loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.cross_entropy(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                    model.eval()
+                    correct = 0
+                    with torch.no_grad():
+                        for data, target in test_loader:
+                            output = model(data)
+                            output, target = accelerator.gather_for_metrics((output, target))
+                            correct += output.argmax(dim=1).eq(target).sum().item()
+                    accelerator.print(f"accuracy {correct}/{len(test_loader.dataset)}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
+            code="ACC913",
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Regressor(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.linear = nn.Linear(8, 1)
+
+                    def forward(self, x, y):
+                        prediction = self.linear(x)
+                        return nn.functional.mse_loss(prediction, y), prediction
+
+
+                def main():
+                    train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    test_loader = DataLoader(TensorDataset(torch.randn(20, 8), torch.randn(20, 1)), batch_size=8)
+                    model = Regressor()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for x, y in train_loader:
+                        optimizer.zero_grad()
+                        loss, _ = model(x, y)
+                        loss.backward()
+                        optimizer.step()
+                    model.eval()
+                    total_loss = 0.0
+                    with torch.no_grad():
+                        for x, y in test_loader:
+                            loss, prediction = model(x, y)
+                            total_loss += loss.item()
+                    print(f"eval loss {total_loss / len(test_loader):.4f}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="loss is one value per batch and process: it cannot be gathered per sample",
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return bool(facts.eval_loops and facts.models)
@@ -210,7 +307,8 @@ class _EvalLoopRewriter(AcceleratorScope):
 
 def _loop_over_loader(node: cst.For, facts: ScriptFacts) -> tuple[str, ...] | None:
     """The per-sample names a loop over a loader binds (``enumerate``'s index left out), or None."""
-    iterable, target = node.iter, node.target
+    iterable = node.iter
+    target: cst.BaseExpression = node.target
     enumerated = False
     while isinstance(iterable, cst.Call) and iterable.args:
         func = facts.callee_name(iterable.func) or ""
@@ -249,7 +347,7 @@ def _is_gather(node: cst.CSTNode, facts: ScriptFacts) -> bool:
     return is_accelerator_method(node, facts, "gather_for_metrics", "gather", "reduce", "gather_object")
 
 
-def _is_model_call(node: cst.CSTNode, facts: ScriptFacts) -> bool:
+def _is_model_call(node: cst.CSTNode, facts: ScriptFacts) -> TypeGuard[cst.Call]:
     return isinstance(node, cst.Call) and dotted(node.func) in facts.models
 
 
@@ -293,7 +391,7 @@ class _LazyNames:
 
 
 def _find_forward(
-    statements: list[cst.BaseStatement], facts: ScriptFacts
+    statements: Sequence[cst.BaseStatement], facts: ScriptFacts
 ) -> tuple[cst.SimpleStatementLine, tuple[str, ...]] | None:
     """The first ``outputs = model(...)`` line of the loop body (also inside ``with`` blocks)."""
     for statement in statements:
@@ -310,7 +408,7 @@ def _find_forward(
     return None
 
 
-def _hoist_forward(statements, facts: ScriptFacts, new_name) -> list | None:  # type: ignore[no-untyped-def]
+def _hoist_forward(statements, facts: ScriptFacts, new_name) -> list | None:
     """``correct += (model(x).argmax(1) == y).sum().item()`` → ``output = model(x)`` on its own
     line first, then the statement reads ``output``: the forward gets a name to gather. Only for
     the first line holding exactly one forward, outside lambdas, comprehensions and conditional
@@ -337,7 +435,10 @@ def _hoist_forward(statements, facts: ScriptFacts, new_name) -> list | None:  # 
             body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=call)],
             leading_lines=statement.leading_lines,
         )
-        rewritten = statement.visit(_ReplaceNode(call, cst.Name(name))).with_changes(leading_lines=())
+        # Replacing one expression leaves the line a line.
+        rewritten = cast(cst.SimpleStatementLine, statement.visit(_ReplaceNode(call, cst.Name(name)))).with_changes(
+            leading_lines=()
+        )
         result[index : index + 1] = [forward_line, rewritten]
         return result
     return None
@@ -372,7 +473,7 @@ class _ReplaceNode(cst.CSTTransformer):
         super().__init__()
         self.target, self.replacement = target, replacement
 
-    def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def]
+    def on_leave(self, original_node, updated_node):
         return self.replacement if original_node is self.target else updated_node
 
 
@@ -410,7 +511,7 @@ class _UseCollector(cst.CSTVisitor):
 
     def __init__(self, interesting: set[str]) -> None:
         self.interesting = interesting
-        self.uses: list[cst.BaseExpression] = []
+        self.uses: list[cst.Name | cst.Attribute | cst.Subscript] = []
         #: Names read as ``name.item()``: one-element tensors, so one value per batch (a gathered
         #: copy would hold N values and ``.item()`` would fail).
         self.item_names: set[str] = set()
@@ -446,7 +547,7 @@ class _UseCollector(cst.CSTVisitor):
         if node.keyword is not None:
             self._consumed.add(id(node.keyword))
 
-    def _record(self, node: cst.BaseExpression) -> None:
+    def _record(self, node: cst.Name | cst.Attribute | cst.Subscript) -> None:
         if not any(node.deep_equals(seen) for seen in self.uses):
             self.uses.append(node)
 
@@ -457,7 +558,7 @@ def _constant_index(node: cst.Subscript) -> bool:
     return isinstance(node.slice[0].slice.value, (cst.SimpleString, cst.Integer))
 
 
-def _plan_gather(outputs, targets, after, taken) -> _GatherPlan:  # type: ignore[no-untyped-def]
+def _plan_gather(outputs, targets, after, taken) -> _GatherPlan:
     collector = _UseCollector(set(outputs) | set(targets))
     for statement in after:
         walk(statement, collector)
@@ -471,7 +572,7 @@ def _plan_gather(outputs, targets, after, taken) -> _GatherPlan:  # type: ignore
             plan.gathered.append(use)
             plan.names.append(use.value)
             continue
-        owner = use.value.value
+        owner = cast(cst.Name, use.value).value  # _UseCollector records name.attr and name[constant] only
         if owner in whole:
             continue  # the whole object is gathered already
         if isinstance(use, cst.Attribute) and use.attr.value in BATCH_SCALAR_ATTRIBUTES:
@@ -493,10 +594,13 @@ def _is_batch_scalar(output: str, collector: _UseCollector) -> bool:
 def _suggested_name(use: cst.BaseExpression) -> str:
     if isinstance(use, cst.Attribute):
         return use.attr.value
-    index = use.slice[0].slice.value
-    if isinstance(index, cst.SimpleString) and index.evaluated_value.isidentifier():
-        return index.evaluated_value
-    return f"{use.value.value}_{expression_code(index)}"
+    # Else ``name[constant]``, the only subscript _UseCollector records (see _constant_index).
+    subscript = cast(cst.Subscript, use)
+    index = cast(cst.Index, subscript.slice[0].slice).value
+    key = index.evaluated_value if isinstance(index, cst.SimpleString) else None
+    if isinstance(key, str) and key.isidentifier():
+        return key
+    return f"{cast(cst.Name, subscript.value).value}_{expression_code(index)}"
 
 
 def _fresh_name(name: str, taken: set[str]) -> str:
@@ -509,7 +613,7 @@ def _fresh_name(name: str, taken: set[str]) -> str:
 def _gather_statement(plan: _GatherPlan, facts: ScriptFacts) -> cst.SimpleStatementLine:
     if len(plan.gathered) == 1:
         argument: cst.BaseExpression = plan.gathered[0]
-        target: cst.BaseExpression = cst.Name(plan.names[0])
+        target: cst.BaseAssignTargetExpression = cst.Name(plan.names[0])
     else:
         argument = cst.Tuple([cst.Element(e) for e in plan.gathered])
         target = cst.Tuple([cst.Element(cst.Name(n)) for n in plan.names], lpar=[], rpar=[])

@@ -4,31 +4,17 @@
 ``next(iter(loader))`` once, a gym environment) reaches every process in full, so each one trains
 on the same samples. The converter cannot know how to split it: it says so at the ``backward``
 call and leaves the data path as it was.
-
-Before::
-
-    for i in range(0, train_data.size(0) - 1, args.bptt):
-        data, targets = get_batch(train_data, i)
-        loss.backward()
-
-After::
-
-    for i in range(0, train_data.size(0) - 1, args.bptt):
-        data, targets = get_batch(train_data, i)
-        accelerator.backward(loss)  # ACC901: every process sees the same data
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
-from codemods.engine.model import Change, Options
-
-from codemods.engine.rule import Rule
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.findings import report_at
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import Example, Rule
 from codemods.engine.torch_names import SELF_DISTRIBUTING
-
 
 MESSAGE = "training data does not come from a DataLoader: it is not sharded across processes"
 
@@ -36,6 +22,35 @@ MESSAGE = "training data does not come from a DataLoader: it is not sharded acro
 class NoDataLoader(Rule):
     code = "ACC901"
     name = "no-dataloader"
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+
+
+                def get_batch(source, i):
+                    return source[i:i + 8, :-1], source[i:i + 8, -1:]
+
+
+                def main():
+                    train_data = torch.randn(64, 9)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for i in range(0, train_data.size(0), 8):
+                        data, targets = get_batch(train_data, i)
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), targets)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="training data does not come from a DataLoader: it is not sharded across processes",
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return (

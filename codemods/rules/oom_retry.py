@@ -11,52 +11,24 @@ everywhere inside, ``view(args.batch_size, ...)`` included. Module-level scripts
 training code wrapped the same way, with ``global`` for the names other code reads. Uses of the
 batch-size expression outside the retried code (helper functions) still see the starting value
 and are reported (ACC917).
-
-Before::
-
-    def main():
-        args = parser.parse_args()
-        accelerator = Accelerator()
-        train_loader = DataLoader(train_set, batch_size=args.batch_size)
-        model = Net()
-        model, train_loader = accelerator.prepare(model, train_loader)
-        train(model, train_loader)
-
-After::
-
-    def main():
-        args = parser.parse_args()
-        accelerator = Accelerator()
-
-        @find_executable_batch_size(starting_batch_size=args.batch_size)
-        def inner_training_loop(batch_size):
-            accelerator.free_memory()
-            accelerator.print(f"Training with batch size {batch_size}")
-            train_loader = DataLoader(train_set, batch_size=batch_size)
-            model = Net()
-            model, train_loader = accelerator.prepare(model, train_loader)
-            train(model, train_loader)
-
-        inner_training_loop()
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TypeGuard, cast
 
 import libcst as cst
 
-from codemods.engine.model import Change, Options
-
-from codemods.engine.rule import Rule
-from codemods.engine.syntax import dotted
-from codemods.engine.facts import ScriptFacts
 from codemods.engine.accelerator_code import accelerator_name, is_accelerator_method
-from codemods.engine.syntax import binds_name, expression_code
+from codemods.engine.facts import ScriptFacts
 from codemods.engine.findings import Findings
-from codemods.engine.walk import variables_read, walk
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import Example, Rule
+from codemods.engine.syntax import Statement, as_statement, as_statements, binds_name, dotted, expression_code
 from codemods.engine.torch_names import DATA_LOADERS
+from codemods.engine.walk import variables_read, walk
 
 DECORATOR = "find_executable_batch_size"
 INNER_NAME = "inner_training_loop"
@@ -69,6 +41,111 @@ class OomRetryCodemod(Rule):
     extra_codes = {
         "ACC917": "oom-retry-manual: out-of-memory retry not added, or a batch-size use it cannot reach (check by hand)",
     }
+    examples = (
+        Example(
+            oom_retry=True,
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--batch-size", type=int, default=64)
+                    args = parser.parse_args()
+                    dataset = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+                    loader = DataLoader(dataset, batch_size=args.batch_size)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from runtime import Accelerator
+                from runtime import find_executable_batch_size
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--batch-size", type=int, default=64)
+                    args = parser.parse_args()
+                    accelerator = Accelerator()
+                    dataset = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+
+                    @find_executable_batch_size(starting_batch_size=args.batch_size)
+                    def inner_training_loop(batch_size):
+                        accelerator.free_memory()
+                        accelerator.print(f"Training with batch size {batch_size}")
+                        loader = DataLoader(dataset, batch_size=batch_size)
+                        model = nn.Linear(8, 1)
+                        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            accelerator.backward(loss)
+                            optimizer.step()
+
+                    inner_training_loop()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
+            code="ACC917",
+            oom_retry=True,
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def show(output, args):
+                    print(output.view(args.batch_size, -1)[0])
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--batch-size", type=int, default=64)
+                    args = parser.parse_args()
+                    dataset = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+                    loader = DataLoader(dataset, batch_size=args.batch_size, drop_last=True)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        output = model(data)
+                        loss = nn.functional.mse_loss(output, target)
+                        loss.backward()
+                        optimizer.step()
+                    show(output, args)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="args.batch_size used outside the retried code: it keeps the starting value",
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return options.oom_retry and facts.uses_torch
@@ -128,7 +205,8 @@ class _Region:
 
     def moved(self) -> list[cst.BaseStatement]:
         """The statements that go into the retried function, in order."""
-        guarded = list(self.main_guard.body.body) if self.main_guard is not None else []
+        # _find_training_region takes a guard only with an indented body.
+        guarded = as_statements(cast(cst.IndentedBlock, self.main_guard.body).body) if self.main_guard is not None else []
         if guarded and not guarded[0].leading_lines:
             guarded[0] = guarded[0].with_changes(leading_lines=[cst.EmptyLine(indent=False)])
         kept = {id(s) for s in self.kept}
@@ -141,7 +219,7 @@ def _independent_definitions(region: _Region, batch_size: cst.BaseExpression) ->
     nest them deeper. Anything reading the batch size moves, so that it reads the retried one."""
     if region.function is not None:
         return []
-    definitions = [
+    definitions: list[cst.BaseStatement] = [
         s for s in region.statements[region.start : region.end] if isinstance(s, (cst.FunctionDef, cst.ClassDef))
     ]
     kept = list(definitions)
@@ -195,10 +273,10 @@ def _builds_training_object(statement: cst.BaseStatement, facts: ScriptFacts) ->
     if any(binds_name([statement], name) for name in names if "." not in name):
         return True
     batch = cst.parse_expression(facts.batch_size_expr) if facts.batch_size_expr else None
-    return dotted(batch) is not None and _contains_expression(statement, batch)
+    return batch is not None and dotted(batch) is not None and _contains_expression(statement, batch)
 
 
-def _is_main_guard(statement: cst.BaseStatement) -> bool:
+def _is_main_guard(statement: cst.BaseStatement) -> TypeGuard[cst.If]:
     if not isinstance(statement, cst.If) or not isinstance(statement.test, cst.Comparison):
         return False
     return dotted(statement.test.left) == "__name__"
@@ -278,7 +356,8 @@ class _LoaderBatchSize(cst.CSTVisitor):
 
 
 def _wrap(region: _Region, batch_size: cst.BaseExpression, module: cst.Module, facts: ScriptFacts) -> list[cst.BaseStatement]:
-    moved = [s.visit(_BatchSizeReplacer(batch_size)) for s in region.moved()]
+    # The replacer rewrites expressions only: each statement comes back a statement.
+    moved = [cast(cst.BaseStatement, s.visit(_BatchSizeReplacer(batch_size))) for s in region.moved()]
     acc = accelerator_name(facts)
     preamble: list[cst.BaseStatement] = []
     outer = _outer_names(region, module)
@@ -289,18 +368,18 @@ def _wrap(region: _Region, batch_size: cst.BaseExpression, module: cst.Module, f
         cst.parse_statement(f"{acc}.free_memory()"),
         cst.parse_statement(f'{acc}.print(f"Training with batch size {{{PARAMETER}}}")'),
     ]
-    moved = [_flush_blank_lines(s) for s in moved]
-    moved[0] = moved[0].with_changes(leading_lines=_without_leading_blanks(moved[0].leading_lines))
+    flushed = [_flush_blank_lines(s) for s in moved]
+    flushed[0] = flushed[0].with_changes(leading_lines=_without_leading_blanks(flushed[0].leading_lines))
     inner = cst.FunctionDef(
         name=cst.Name(INNER_NAME),
         params=cst.Parameters(params=[cst.Param(cst.Name(PARAMETER))]),
-        body=cst.IndentedBlock(body=[*preamble, *moved]),
+        body=cst.IndentedBlock(body=[*preamble, *flushed]),
         decorators=[cst.Decorator(cst.parse_expression(
             f"{DECORATOR}(starting_batch_size={expression_code(batch_size)})"
         ))],
         leading_lines=_blank_lines(1 if region.function is not None else 2),
     )
-    call = f"return {INNER_NAME}()" if region.function is not None and _returns(moved) else f"{INNER_NAME}()"
+    call = f"return {INNER_NAME}()" if region.function is not None and _returns(flushed) else f"{INNER_NAME}()"
     call_line = cst.parse_statement(call)
     if region.main_guard is not None:
         guard = region.main_guard
@@ -313,16 +392,16 @@ def _blank_lines(count: int) -> list[cst.EmptyLine]:
     return [cst.EmptyLine(indent=False) for _ in range(count)]
 
 
-def _flush_blank_lines(statement: cst.BaseStatement) -> cst.BaseStatement:
+def _flush_blank_lines(statement: cst.BaseStatement) -> Statement:
     """Blank lines above a statement that moves one level in stay empty (no trailing spaces),
     and at most one in a row, as inside any function body."""
     lines: list[cst.EmptyLine] = []
-    for line in statement.leading_lines:
+    for line in as_statement(statement).leading_lines:
         if line.comment is not None:
             lines.append(line)
         elif not lines or lines[-1].comment is not None:
             lines.append(line.with_changes(indent=False))
-    return statement.with_changes(leading_lines=lines)
+    return as_statement(statement).with_changes(leading_lines=lines)
 
 
 def _without_leading_blanks(lines: Sequence[cst.EmptyLine]) -> list[cst.EmptyLine]:
@@ -465,7 +544,7 @@ def _add_import(module: cst.Module, facts: ScriptFacts, options: Options) -> cst
         if isinstance(statement, cst.SimpleStatementLine)
         and any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body)
     ]
-    after_accelerator = [i for i in imports if _imports_accelerator(body[i])]
+    after_accelerator = [i for i in imports if _imports_accelerator(cast(cst.SimpleStatementLine, body[i]))]  # as filtered
     position = (after_accelerator or imports or [-1])[-1] + 1
     body.insert(position, line)
     return module.with_changes(body=body)

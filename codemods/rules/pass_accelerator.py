@@ -6,20 +6,6 @@ functions such as ``train(args, model, device, train_loader, optimizer, epoch)``
 parameters without defaults) and passes it at every call site in the file — and to the callers of
 those functions in turn, up to the function that creates the accelerator. A call from code that has
 no accelerator (module level, a class method) is reported instead.
-
-Before::
-
-    def train(args, model, train_loader, optimizer, epoch):
-        accelerator.backward(loss)
-
-    train(args, model, train_loader, optimizer, epoch)
-
-After::
-
-    def train(args, model, train_loader, optimizer, epoch, accelerator):
-        accelerator.backward(loss)
-
-    train(args, model, train_loader, optimizer, epoch, accelerator)
 """
 
 from __future__ import annotations
@@ -28,10 +14,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from codemods.engine.model import Change, Options
-from codemods.engine.rule import NO_ACCELERATOR_ACCESS, Rule
-from codemods.engine.transformers import RuleTransformer, lines_of
 from codemods.engine.facts import ScriptFacts
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
+from codemods.engine.transformers import RuleTransformer, lines_of
 from codemods.engine.walk import walk
 
 
@@ -127,7 +113,7 @@ class _PassAccelerator(RuleTransformer):
         self.functions = functions
         self.facts = facts
 
-    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):  # type: ignore[no-untyped-def]
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):
         updated = updated_node
         # Module-level functions only (the scope still holds the function being left).
         if len(self.scope) > 1 or original_node.name.value not in self.needs:
@@ -139,7 +125,7 @@ class _PassAccelerator(RuleTransformer):
         func = original_node.func
         if not isinstance(func, cst.Name) or func.value not in self.needs:
             return updated_node
-        if self.facts.names.resolve(func.value, self.scope) is not None:
+        if self.facts.name_table.resolve(func.value, self.scope) is not None:
             return updated_node
         caller = self.scope[0] if self.scope else None
         reachable = caller in self.functions and (
@@ -201,6 +187,63 @@ def _fix_commas(args: list[cst.Arg]) -> list[cst.Arg]:
 class Helpers(Rule):
     code = "ACC104"
     name = "helpers"
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def train(model, loader, optimizer):
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for epoch in range(3):
+                        train(model, loader, optimizer)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from runtime import Accelerator
+
+
+                def train(model, loader, optimizer, accelerator):
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for epoch in range(3):
+                        train(model, loader, optimizer, accelerator)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return facts.has_accelerator and facts.home_kind == "function" and len(facts.accessible_functions) > 1

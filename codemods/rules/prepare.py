@@ -11,33 +11,17 @@ Schedulers need care (Accelerate issues 2926 and 1398, transformers PR 24088):
   scheduler would step ``num_processes`` times per call.
 
 Several models and optimizers (a GAN's generator and discriminator) go into the same call.
-
-Before::
-
-    model = Net()
-    optimizer = optim.Adadelta(model.parameters(), lr=args.lr)
-    scheduler = StepLR(optimizer, step_size=1)
-
-After::
-
-    model = Net()
-    optimizer = optim.Adadelta(model.parameters(), lr=args.lr)
-    model, optimizer, train_loader, test_loader = accelerator.prepare(
-        model, optimizer, train_loader, test_loader
-    )
-    scheduler = StepLR(optimizer, step_size=1)
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
+from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Options
-
-from codemods.engine.rule import Rule
+from codemods.engine.rule import Example, Rule
 from codemods.engine.syntax import assigned_in, statement
 from codemods.engine.transformers import HomeBlockTransformer
-from codemods.engine.facts import ScriptFacts
 
 #: Longest one-line prepare statement before the arguments go on their own line.
 LINE_LIMIT = 100
@@ -128,6 +112,61 @@ class _Prepare(HomeBlockTransformer):
 class Prepare(Rule):
     code = "ACC103"
     name = "prepare"
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.optim.lr_scheduler import StepLR
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    scheduler = StepLR(optimizer, step_size=1)
+                    for epoch in range(3):
+                        for data, target in train_loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            loss.backward()
+                            optimizer.step()
+                        scheduler.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from torch.optim.lr_scheduler import StepLR
+                from torch.utils.data import DataLoader, TensorDataset
+                from runtime import Accelerator
+
+
+                def main():
+                    accelerator = Accelerator()
+                    train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+                    scheduler = StepLR(optimizer, step_size=1)
+                    for epoch in range(3):
+                        for data, target in train_loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            accelerator.backward(loss)
+                            optimizer.step()
+                        scheduler.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return facts.has_accelerator and bool(objects_to_prepare(facts))

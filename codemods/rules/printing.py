@@ -5,29 +5,18 @@ prints on the main process only. ``tqdm`` bars get ``disable=not accelerator.is_
 (merged with a ``disable=`` the script already passes). Only code that runs after the accelerator
 exists is changed: the creating function after its creation, and the functions it calls (which
 receive the accelerator, see ACC104). ``print`` inside a class's methods is left as it was.
-
-Before::
-
-    print(f"epoch {epoch}: loss {loss.item():.4f}")
-    for batch in tqdm(train_loader, desc="train"):
-
-After::
-
-    accelerator.print(f"epoch {epoch}: loss {loss.item():.4f}")
-    for batch in tqdm(train_loader, desc="train", disable=not accelerator.is_local_main_process):
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
-from codemods.engine.model import Change, Options
-
-from codemods.engine.rule import Rule
-from codemods.engine.syntax import dotted, expression
-from codemods.engine.transformers import RuleTransformer, lines_of
 from codemods.engine.facts import ScriptFacts
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import Example, Rule
+from codemods.engine.syntax import dotted, expression
 from codemods.engine.torch_names import PROGRESS_BARS
+from codemods.engine.transformers import RuleTransformer, lines_of
 
 #: Longest line a rewritten progress-bar call may leave on one line.
 LINE_LIMIT = 100
@@ -63,7 +52,7 @@ class _Printing(RuleTransformer):
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         func = original_node.func
-        if isinstance(func, cst.Name) and func.value == "print" and not self.facts.names.is_bound("print", self.scope):
+        if isinstance(func, cst.Name) and func.value == "print" and not self.facts.name_table.is_bound("print", self.scope):
             if not self.accelerator_exists():
                 return updated_node
             self.report(original_node, Printing.code, f"print → {self.accelerator}.print (main process only)", header_only=True)
@@ -111,6 +100,60 @@ def _grouped(node: cst.BaseExpression, code: str) -> str:
 class Printing(Rule):
     code = "ACC107"
     name = "print-progress"
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from tqdm import tqdm
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for epoch in range(3):
+                        for data, target in tqdm(loader, desc="train"):
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            loss.backward()
+                            optimizer.step()
+                        print(f"epoch {epoch}: loss {loss.item():.4f}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from tqdm import tqdm
+                from runtime import Accelerator
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for epoch in range(3):
+                        for data, target in tqdm(loader, desc="train",
+                                                 disable=not accelerator.is_local_main_process):
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            accelerator.backward(loss)
+                            optimizer.step()
+                        accelerator.print(f"epoch {epoch}: loss {loss.item():.4f}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return facts.has_accelerator and ("print" in facts.called or bool(facts.called & PROGRESS_BARS))

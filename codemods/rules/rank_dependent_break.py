@@ -4,16 +4,6 @@
 loop while the others wait for it in the next gradient all-reduce, forever. Make the decision
 the same everywhere (reduce the value first, e.g. ``accelerator.reduce(loss, "mean")``), or set
 a flag with ``accelerator.set_trigger()`` and test ``accelerator.check_trigger()``.
-
-Before::
-
-    if loss.item() < 1e-3:
-        break
-
-After::
-
-    if loss.item() < 1e-3:  # ACC902: decided per process
-        break
 """
 
 from __future__ import annotations
@@ -23,7 +13,7 @@ import libcst as cst
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.findings import report_at
 from codemods.engine.model import Change, Options
-from codemods.engine.rule import Rule
+from codemods.engine.rule import Example, Rule
 
 MESSAGE = "break decided by a per-process value: other processes would wait forever"
 
@@ -31,6 +21,33 @@ MESSAGE = "break decided by a per-process value: other processes would wait fore
 class RankDependentBreak(Rule):
     code = "ACC902"
     name = "rank-dependent-break"
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                        if loss.item() < 1e-3:
+                            break
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="break decided by a per-process value: other processes would wait forever",
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return bool(facts.rank_dependent_breaks)

@@ -8,34 +8,19 @@ before it exists. Where the accelerator is not reachable the write is reported (
 
 Deleting waits for every rank first (``wait_for_everyone()`` before the guard): another rank
 may still be reading the file.
-
-Before::
-
-    os.makedirs(args.out_dir, exist_ok=True)
-    save_image(sample, f"{args.out_dir}/sample_{epoch}.png")
-
-After::
-
-    if accelerator.is_main_process:
-        os.makedirs(args.out_dir, exist_ok=True)
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        save_image(sample, f"{args.out_dir}/sample_{epoch}.png")
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import libcst as cst
 
-from codemods.engine.model import Change, Options
-
-from codemods.engine.rule import Rule
-from codemods.engine.syntax import names_in, dotted
-from codemods.engine.facts import ScriptFacts
 from codemods.engine.accelerator_code import accelerator_call, accelerator_name, callee_words
-from codemods.engine.syntax import binds_name
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import Example, Rule
+from codemods.engine.syntax import as_statement, binds_name, dotted, names_in
 from codemods.engine.transformers import AcceleratorScope
 
 #: Functions that write to or change the file system.
@@ -62,6 +47,101 @@ class SideEffectsCodemod(Rule):
     extra_codes = {
         "ACC916": "side-effect-unreachable: a file write where the accelerator is not reachable: every rank writes it",
     }
+    examples = (
+        Example(
+            before=r"""
+                import os
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for epoch in range(3):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            loss.backward()
+                            optimizer.step()
+                        os.makedirs("results", exist_ok=True)
+                        with open(f"results/epoch_{epoch}.txt", "w") as f:
+                            f.write(f"{loss.item():.4f}\n")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after=r"""
+                import os
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from runtime import Accelerator
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for epoch in range(3):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            accelerator.backward(loss)
+                            optimizer.step()
+                        if accelerator.is_main_process:
+                            os.makedirs("results", exist_ok=True)
+                        accelerator.wait_for_everyone()
+                        if accelerator.is_main_process:
+                            with open(f"results/epoch_{epoch}.txt", "w") as f:
+                                f.write(f"{loss.item():.4f}\n")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
+            code="ACC916",
+            before="""
+                import matplotlib.pyplot as plt
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def plot(losses, path):
+                    plt.plot(losses)
+                    plt.savefig(path)
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    losses = []
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                        losses.append(loss.item())
+                    return losses
+
+
+                if __name__ == "__main__":
+                    plot(main(), "losses.png")
+            """,
+            message="file write where the accelerator is not reachable: every rank runs it",
+        ),
+    )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return facts.uses_torch
@@ -159,7 +239,7 @@ class _MainProcessGuard(AcceleratorScope):
         return result if changed else None
 
     def _guarded(self, run: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
-        leading = run[0].leading_lines
+        leading = as_statement(run[0]).leading_lines
         body = [run[0].with_changes(leading_lines=()), *run[1:]]
         guard = cst.If(
             test=cst.Attribute(value=cst.Name(self.acc), attr=cst.Name("is_main_process")),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from codemods.rules.metrics import MetricsCodemod
-from tests.codemods.support import apply, assert_rewrites, code, make_facts
+from tests.codemods.support import apply, assert_rewrites, code
 
 CASES = [
     pytest.param(
@@ -109,8 +109,7 @@ CASES = [
 
 @pytest.mark.parametrize("before, after", CASES)
 def test_gathers_after_the_forward(before: str, after: str) -> None:
-    facts = make_facts(batch_size_expr="args.batch_size")
-    changes = assert_rewrites(MetricsCodemod(), before, after, facts)
+    changes = assert_rewrites(MetricsCodemod(), before, after)
     assert [c.code for c in changes if c.fixed] == ["ACC113"]
 
 
@@ -152,7 +151,7 @@ NOT_EVALUATION = [
 
 @pytest.mark.parametrize("source", NOT_EVALUATION)
 def test_leaves_other_loops_alone(source: str) -> None:
-    output, changes = apply(MetricsCodemod(), code(source), make_facts())
+    output, changes = apply(MetricsCodemod(), code(source))
     assert output == code(source)
     assert changes == []
 
@@ -214,7 +213,7 @@ def test_a_batch_scalar_among_the_outputs_is_reported_not_gathered() -> None:
         "loss, logits = model(**batch)\n"
         "                    logits, labels = accelerator.gather_for_metrics((logits, batch[\"labels\"]))\n",
     ).replace('== batch["labels"]', "== labels")
-    changes = assert_rewrites(MetricsCodemod(), before, after, make_facts())
+    changes = assert_rewrites(MetricsCodemod(), before, after)
     assert sorted((c.code, c.fixed) for c in changes) == [("ACC113", True), ("ACC913", False)]
     assert "loss is one value per batch" in next(c.message for c in changes if not c.fixed)
 
@@ -234,7 +233,7 @@ def test_an_output_read_with_item_is_a_batch_scalar() -> None:
         "mean_error, preds = model(x)\n"
         "                    preds, y = accelerator.gather_for_metrics((preds, y))\n",
     )
-    changes = assert_rewrites(MetricsCodemod(), before, after, make_facts())
+    changes = assert_rewrites(MetricsCodemod(), before, after)
     assert ["mean_error is one value per batch" in c.message for c in changes if not c.fixed] == [True]
 
 
@@ -259,13 +258,13 @@ def test_the_main_block_reaches_the_accelerator_it_creates() -> None:
         "prediction = model(x)\n"
         "                    prediction, y = accelerator.gather_for_metrics((prediction, y))\n",
     )
-    changes = assert_rewrites(MetricsCodemod(), before, after, make_facts())
+    changes = assert_rewrites(MetricsCodemod(), before, after)
     assert sorted((c.code, c.fixed, c.line) for c in changes) == [("ACC113", True, 8), ("ACC913", False, 3)]
 
 
 @pytest.mark.parametrize("source, message", REPORTED)
 def test_reports_what_it_cannot_gather(source: str, message: str) -> None:
-    _, changes = apply(MetricsCodemod(), code(source), make_facts())
+    _, changes = apply(MetricsCodemod(), code(source))
     warnings = [c for c in changes if not c.fixed]
     assert [c.code for c in warnings] == ["ACC913"]
     assert message in warnings[0].message
@@ -284,7 +283,7 @@ def test_fresh_names_do_not_shadow_the_script() -> None:
                 preds += outputs.logits.argmax(-1).tolist()
         """
     )
-    output, _ = apply(MetricsCodemod(), source, make_facts())
+    output, _ = apply(MetricsCodemod(), source)
     assert "gathered_logits = accelerator.gather_for_metrics(outputs.logits)" in output
     assert "preds += gathered_logits.argmax(-1).tolist()" in output
 
@@ -310,5 +309,5 @@ def test_forward_inside_a_reduction_gets_its_own_line() -> None:
                 correct += (output.argmax(1) == y).sum().item()
         return correct
     """
-    changes = assert_rewrites(MetricsCodemod(), before, after, make_facts())
+    changes = assert_rewrites(MetricsCodemod(), before, after)
     assert [c.code for c in changes] == ["ACC113"]

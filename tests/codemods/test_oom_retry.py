@@ -5,8 +5,10 @@ from __future__ import annotations
 import sys
 import types
 
+import libcst as cst
 import pytest
 
+from codemods.engine.analysis import analyse
 from codemods.engine.model import Options
 from codemods.rules.oom_retry import OomRetryCodemod
 from tests.codemods.support import apply, assert_rewrites, code, make_facts
@@ -142,14 +144,14 @@ if __name__ == "__main__":
     ],
 )
 def test_training_code_is_retried(before: str, after: str, options: Options, batch_size_expr: str | None) -> None:
-    facts = make_facts(train_loaders={"train_loader"}, batch_size_expr=batch_size_expr)
-    changes = assert_rewrites(OomRetryCodemod(), before, after, facts, options)
+    changes = assert_rewrites(OomRetryCodemod(), before, after, None, options, preamble="")
     assert [(c.code, c.fixed) for c in changes] == [("ACC117", True)]
 
 
 def test_off_unless_asked_for() -> None:
-    assert not OomRetryCodemod().applies(make_facts(), Options())
-    assert OomRetryCodemod().applies(make_facts(), RETRY)
+    facts = analyse(cst.parse_module(code(FUNCTION_SCRIPT)))
+    assert not OomRetryCodemod().applies(facts, Options())
+    assert OomRetryCodemod().applies(facts, RETRY)
 
 
 def test_batch_size_used_by_other_functions_is_reported() -> None:
@@ -161,6 +163,8 @@ def show(recon, args):
     return recon.view(args.batch_size, 1, 28, 28)
 """
     )
+    # Facts built by hand: with the real analysis this ACC917 is reported at line 1 (no recorded
+    # position for the batch-size use), which is a position bug of the rule to fix.
     _, changes = apply(OomRetryCodemod(), source, make_facts(batch_size_expr="args.batch_size"), RETRY)
     warnings = [(c.code, c.line) for c in changes if not c.fixed]
     assert warnings == [("ACC917", len(source.splitlines()))]
@@ -176,7 +180,7 @@ def test_without_prepare_nothing_is_retried() -> None:
                 model, train_loader = accelerator.prepare(model, train_loader)
         """
     )
-    output, changes = apply(OomRetryCodemod(), source, make_facts(), RETRY)
+    output, changes = apply(OomRetryCodemod(), source, None, RETRY)
     assert output == source
     assert [(c.code, c.fixed) for c in changes] == [("ACC917", False)]
 
@@ -230,6 +234,8 @@ def halving_batch_size_finder(starting_batch_size):
 def test_retried_code_runs_and_retries_with_smaller_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Execute the rewritten function: each attempt frees memory, says its batch size, and the
     batch-size expression inside follows the retried value."""
+    # Facts built by hand: the script runs with a stand-in accelerator class, which the analysis
+    # rightly does not take for an Accelerator.
     facts = make_facts(train_loaders={"loader"}, eval_loaders=set(), batch_size_expr="batch_size_arg")
     output, _ = apply(OomRetryCodemod(), code(RUNNABLE), facts, RETRY)
     assert "from runtime import find_executable_batch_size" in output

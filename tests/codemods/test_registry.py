@@ -1,4 +1,4 @@
-"""The registry: run order, tolerance of passes not written yet, docs generated from docstrings."""
+"""The registry: run order, a missing rule module is an error, docs generated from docstrings and examples."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import re
 import pytest
 
 from codemods.engine import registry
-from codemods.engine.registry import code_docs, parse_docstring
-from codemods.engine.registry import RULE_MODULES, all_rules
+from codemods.engine.registry import RULE_MODULES, all_rules, code_docs, parse_headline
 
 DESIGN_ORDER = ["accelerator", "device", "prepare", "backward", "clip_grad", "amp", "accumulate",
                 "metrics", "checkpoint", "oom_retry"]
@@ -40,37 +39,34 @@ def test_every_code_is_documented_once() -> None:
         assert re.fullmatch(r"ACC[19]\d\d", doc.code)
         assert doc.fixed == doc.code.startswith("ACC1")
         assert doc.name and doc.summary
+        assert doc.examples, f"{doc.code} has no example"
         if doc.fixed:
             assert doc.before and doc.after and doc.before != doc.after, doc.code
+        else:
+            assert doc.before and doc.message and not doc.after, doc.code
 
 
-def test_docstring_format_is_parsed() -> None:
+def test_headline_is_parsed() -> None:
     doc = '''ACC199 example-rule (only sometimes): the summary
     that wraps onto a second line.
 
     Some prose.
-
-    Before::
-
-        loss.backward()
-
-    After::
-
-        accelerator.backward(loss)
-
-    Trailing prose.
     '''
-    code, name, summary, before, after = parse_docstring(doc)
-    assert (code, name) == ("ACC199", "example-rule")
-    assert summary == "the summary that wraps onto a second line."
-    assert (before, after) == ("loss.backward()", "accelerator.backward(loss)")
+    assert parse_headline(doc) == ("ACC199", "example-rule", "the summary that wraps onto a second line.")
 
 
 def test_a_docstring_without_headline_is_an_error() -> None:
     with pytest.raises(ValueError, match="ACCnnn"):
-        parse_docstring("Just prose.")
+        parse_headline("Just prose.")
 
 
 def test_registry_lists_the_rewrite_rules_by_name() -> None:
     for name in ("dataparallel", "amp", "accumulate", "metrics", "checkpoint", "side_effects", "oom_retry"):
         assert name in RULE_MODULES
+
+
+def test_every_code_is_distinct() -> None:
+    """A rule's code and every extra code, over all rules: one meaning per code."""
+    codes = [code for rule in all_rules() for code in (rule.code, *rule.extra_codes)]
+    assert len(codes) == len(set(codes)), sorted(code for code in set(codes) if codes.count(code) > 1)
+    assert all(re.fullmatch(r"ACC[19]\d\d", code) for code in codes), codes

@@ -1,12 +1,11 @@
-"""amp (ACC111) and accumulate (ACC112): the training step after the core passes."""
+"""amp (ACC111): hand-written mixed precision goes to the accelerator."""
 
 from __future__ import annotations
 
 import pytest
 
-from codemods.rules.accumulate import AccumulateCodemod
 from codemods.rules.amp import AmpCodemod
-from tests.codemods.support import apply, assert_rewrites, code, make_facts
+from tests.codemods.support import apply, assert_rewrites, code, convert, make_facts
 
 AMP_CASES = [
     pytest.param(
@@ -130,11 +129,13 @@ AMP_CASES = [
 
 @pytest.mark.parametrize("before, after", AMP_CASES)
 def test_amp(before: str, after: str) -> None:
-    changes = assert_rewrites(AmpCodemod(), before, after, make_facts())
+    changes = assert_rewrites(AmpCodemod(), before, after)
     assert changes and all(c.code == "ACC111" and c.fixed for c in changes)
 
 
 def test_amp_leaves_a_scaler_it_cannot_replace() -> None:
+    # Facts built by hand: with the real analysis this ACC911 is reported at line 1 (the scaler
+    # use has no recorded position and no anchor), which is a position bug of the rule to fix.
     source = code(
         """
         def main():
@@ -149,108 +150,24 @@ def test_amp_leaves_a_scaler_it_cannot_replace() -> None:
     assert [(c.code, c.line, c.fixed) for c in changes] == [("ACC911", 5, False)]
 
 
-ACCUMULATE_CASES = [
-    pytest.param(
-        """
+def test_a_cpu_grad_scaler_alone_is_replaced() -> None:
+    """``torch.cpu.amp.GradScaler`` with no autocast in sight: the analysis must know the scaler
+    (one table of scaler names, engine/torch_names.py) or the AMP rule never runs on it and
+    ``scaler.scale(loss).backward()`` stays, unreported."""
+    body = """\
         def main():
-            args = parser.parse_args()
-            accelerator = Accelerator()
-            for i, (data, target) in enumerate(train_loader):
-                output = model(data)
-                loss = F.nll_loss(output, target)
-                loss = loss / args.accum_steps
-                accelerator.backward(loss)
-                if (i + 1) % args.accum_steps == 0:
-                    optimizer.step()
-                    optimizer.zero_grad()
-        """,
+            loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)
+            model = nn.Linear(4, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            scaler = torch.cpu.amp.GradScaler()
+            for (x,) in loader:
+                loss = model(x).sum()
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
         """
-        def main():
-            args = parser.parse_args()
-            accelerator = Accelerator(gradient_accumulation_steps=args.accum_steps)
-            for i, (data, target) in enumerate(train_loader):
-                with accelerator.accumulate(model):
-                    output = model(data)
-                    loss = F.nll_loss(output, target)
-                    accelerator.backward(loss)
-                    optimizer.step()
-                    optimizer.zero_grad()
-        """,
-        id="divide-then-step-every-k",
-    ),
-    pytest.param(
-        """
-        ACCUM = 4
-        accelerator = Accelerator()
-        for step, batch in enumerate(train_loader):
-            loss = model(**batch).loss
-            loss /= ACCUM
-            accelerator.backward(loss)
-            if (step + 1) % ACCUM == 0 or step == len(train_loader) - 1:
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad()
-                completed_steps += 1
-        """,
-        """
-        ACCUM = 4
-        accelerator = Accelerator(gradient_accumulation_steps=ACCUM)
-        for step, batch in enumerate(train_loader):
-            with accelerator.accumulate(model):
-                loss = model(**batch).loss
-                accelerator.backward(loss)
-                if accelerator.sync_gradients:
-                    optimizer.step()
-                    scheduler.step()
-                    optimizer.zero_grad()
-                    completed_steps += 1
-        """,
-        id="module-level-guard-also-counts",
-    ),
-]
-
-
-@pytest.mark.parametrize("before, after", ACCUMULATE_CASES)
-def test_accumulate(before: str, after: str) -> None:
-    changes = assert_rewrites(AccumulateCodemod(), before, after, make_facts())
-    assert [c.code for c in changes] == ["ACC112"]
-
-
-@pytest.mark.parametrize(
-    "source",
-    [
-        pytest.param(
-            """
-            def main():
-                accelerator = Accelerator()
-                accum = compute_accumulation()
-                for i, (data, target) in enumerate(train_loader):
-                    loss = model(data, target) / accum
-                    accelerator.backward(loss)
-                    if (i + 1) % accum == 0:
-                        optimizer.step()
-                        optimizer.zero_grad()
-            """,
-            id="k-computed-after-the-accelerator",
-        ),
-        pytest.param(
-            """
-            def main():
-                accelerator = Accelerator()
-                for i, (data, target) in enumerate(train_loader):
-                    loss = model(data, target)
-                    accelerator.backward(loss)
-                    if (i + 1) % args.accum == 0:
-                        optimizer.step()
-                        optimizer.zero_grad()
-            """,
-            id="no-loss-division",
-        ),
-    ],
-)
-def test_accumulate_reports_what_it_cannot_recognise(source: str) -> None:
-    output, changes = apply(AccumulateCodemod(), code(source), make_facts())
-    assert output == code(source)
-    assert [(c.code, c.fixed) for c in changes] == [("ACC912", False)]
-    loop_line = next(i for i, line in enumerate(code(source).splitlines(), 1) if line.lstrip().startswith("for "))
-    assert changes[0].line == loop_line
+    code, lines = convert(body)
+    assert "scaler" not in code, code
+    assert "accelerator.backward(loss)" in lines and "optimizer.step()" in lines
+    assert 'accelerator = Accelerator(mixed_precision="fp16")' in lines
+    assert "#ACC111" in lines

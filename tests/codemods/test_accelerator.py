@@ -1,0 +1,107 @@
+"""accelerator (ACC101): one accelerator, created early but never at import time; and what
+convert_module does around the rules (scripts without torch, --select/--ignore)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from codemods import convert_module
+from codemods.engine.model import Options
+from tests.codemods.support import HEADER, convert, in_loop
+
+PLACEMENT = {
+    "after argument parsing in main": (
+        "def main():\n    parser = argparse.ArgumentParser()\n    args = parser.parse_args()\n"
+        "    model = nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        ["args = parser.parse_args()", "accelerator = Accelerator()", "model = nn.Linear(4, 1)"]),
+    "top of main without parsing": (
+        'def main():\n    """Train."""\n    model = nn.Linear(4, 1)\n'
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        ['"""Train."""', "accelerator = Accelerator()", "model = nn.Linear(4, 1)"]),
+    "module-level script, not at import time": (
+        "class Net(nn.Module):\n    pass\n\nseed = 1\nmodel = nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        ["seed = 1", "accelerator = Accelerator()", "model = nn.Linear(4, 1)"]),
+    "inside the __main__ block": (
+        "if __name__ == '__main__':\n    args = argparse.ArgumentParser().parse_args()\n"
+        "    model = nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        ["args = argparse.ArgumentParser().parse_args()", "accelerator = Accelerator()", "model = nn.Linear(4, 1)"]),
+    # No optimizer, no loader: the backward sits in train(), but the module builds the objects
+    # and prints, so the accelerator goes after the module's argument parsing, not into train().
+    "module-level script with hand-written SGD": (
+        "args = argparse.ArgumentParser().parse_args()\ndevice = torch.device('cpu')\n"
+        "model = nn.Linear(4, 1).to(device)\n\ndef train():\n    loss = model(torch.ones(4)).sum()\n"
+        "    loss.backward()\n    for p in model.parameters():\n        p.data.add_(p.grad, alpha=-0.1)\n\n"
+        "for epoch in range(2):\n    train()\n    print(epoch)\n",
+        ["args = argparse.ArgumentParser().parse_args()", "accelerator = Accelerator()",
+         "device = accelerator.device", "accelerator.backward(loss)", "accelerator.print(epoch)"]),
+}
+
+
+@pytest.mark.parametrize(("body", "in_order"), PLACEMENT.values(), ids=PLACEMENT.keys())
+def test_accelerator_is_created_early_but_not_too_early(body: str, in_order: list[str]) -> None:
+    code, _ = convert(body)
+    lines = [line.strip() for line in code.splitlines()]
+    positions = [lines.index(line) for line in in_order]
+    assert positions == sorted(positions) and positions[1] == positions[0] + 1, code
+    assert "from runtime import Accelerator" in lines
+    accelerate, _ = convert(body, Options(target="accelerate"))
+    assert "from accelerate import Accelerator" in accelerate.splitlines()
+
+
+def test_a_module_that_trains_nothing_gets_no_accelerator() -> None:
+    """A models/utilities module imported by the training script (and by DataLoader workers):
+    creating an accelerator there would run at import time."""
+    source = HEADER + textwrap.dedent('''\
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+        class Net(nn.Module):
+            def forward(self, x):
+                print(x.shape)
+                return x.cuda()
+
+        def describe(model):
+            print(model)
+        ''')
+    outcome = convert_module(cst.parse_module(source), Options())
+    assert outcome.module.code == source
+    assert [change for change in outcome.changes if change.fixed] == []
+
+
+def test_a_script_with_an_accelerator_gets_only_what_is_missing() -> None:
+    body = (
+        "from accelerate import Accelerator\n\n"
+        "def main():\n    print('starting')\n    acc = Accelerator()\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)\n"
+        "    model = nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    model, optimizer, loader = acc.prepare(model, optimizer, loader)\n"
+        "    for (x,) in loader:\n        acc.backward(model(x).sum())\n        print('step')\n"
+    )
+    code, lines = convert(body)
+    assert "print('starting')" in lines  # before the accelerator exists
+    assert "acc.print('step')" in lines
+    assert "from runtime import Accelerator" not in lines and lines.count("acc = Accelerator()") == 1
+    assert not any(line.startswith("#ACC10") and line != "#ACC107" for line in lines)
+
+
+def test_module_without_torch_is_returned_untouched() -> None:
+    module = cst.parse_module("import numpy as np\nprint(np.ones(3))\n")
+    outcome = convert_module(module, Options())
+    assert outcome.module is module
+    assert outcome.changes == []
+
+
+@pytest.mark.parametrize(
+    ("options", "rewritten", "kept"),
+    [
+        (Options(select=("ACC105",)), "accelerator.backward(loss)", "print(loss)"),
+        (Options(ignore=("ACC105",)), "accelerator.print(loss)", "loss.backward()"),
+    ],
+)
+def test_select_and_ignore_switch_passes(options: Options, rewritten: str, kept: str) -> None:
+    code, _ = convert(in_loop("loss = model(batch[0]).sum()\nloss.backward()\nprint(loss)"), options)
+    lines = [line.strip() for line in code.splitlines()]
+    assert rewritten in lines and kept in lines

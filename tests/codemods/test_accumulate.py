@@ -1,0 +1,114 @@
+"""accumulate (ACC112): manual gradient accumulation → accelerator.accumulate."""
+
+from __future__ import annotations
+
+import pytest
+
+from codemods.rules.accumulate import AccumulateCodemod
+from tests.codemods.support import apply, assert_rewrites, code
+
+ACCUMULATE_CASES = [
+    pytest.param(
+        """
+        def main():
+            args = parser.parse_args()
+            accelerator = Accelerator()
+            for i, (data, target) in enumerate(train_loader):
+                output = model(data)
+                loss = F.nll_loss(output, target)
+                loss = loss / args.accum_steps
+                accelerator.backward(loss)
+                if (i + 1) % args.accum_steps == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+        """,
+        """
+        def main():
+            args = parser.parse_args()
+            accelerator = Accelerator(gradient_accumulation_steps=args.accum_steps)
+            for i, (data, target) in enumerate(train_loader):
+                with accelerator.accumulate(model):
+                    output = model(data)
+                    loss = F.nll_loss(output, target)
+                    accelerator.backward(loss)
+                    optimizer.step()
+                    optimizer.zero_grad()
+        """,
+        id="divide-then-step-every-k",
+    ),
+    pytest.param(
+        """
+        ACCUM = 4
+        accelerator = Accelerator()
+        for step, batch in enumerate(train_loader):
+            loss = model(**batch).loss
+            loss /= ACCUM
+            accelerator.backward(loss)
+            if (step + 1) % ACCUM == 0 or step == len(train_loader) - 1:
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad()
+                completed_steps += 1
+        """,
+        """
+        ACCUM = 4
+        accelerator = Accelerator(gradient_accumulation_steps=ACCUM)
+        for step, batch in enumerate(train_loader):
+            with accelerator.accumulate(model):
+                loss = model(**batch).loss
+                accelerator.backward(loss)
+                if accelerator.sync_gradients:
+                    optimizer.step()
+                    scheduler.step()
+                    optimizer.zero_grad()
+                    completed_steps += 1
+        """,
+        id="module-level-guard-also-counts",
+    ),
+]
+
+
+@pytest.mark.parametrize("before, after", ACCUMULATE_CASES)
+def test_accumulate(before: str, after: str) -> None:
+    changes = assert_rewrites(AccumulateCodemod(), before, after)
+    assert [c.code for c in changes] == ["ACC112"]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        pytest.param(
+            """
+            def main():
+                accelerator = Accelerator()
+                accum = compute_accumulation()
+                for i, (data, target) in enumerate(train_loader):
+                    loss = model(data, target) / accum
+                    accelerator.backward(loss)
+                    if (i + 1) % accum == 0:
+                        optimizer.step()
+                        optimizer.zero_grad()
+            """,
+            id="k-computed-after-the-accelerator",
+        ),
+        pytest.param(
+            """
+            def main():
+                accelerator = Accelerator()
+                for i, (data, target) in enumerate(train_loader):
+                    loss = model(data, target)
+                    accelerator.backward(loss)
+                    if (i + 1) % args.accum == 0:
+                        optimizer.step()
+                        optimizer.zero_grad()
+            """,
+            id="no-loss-division",
+        ),
+    ],
+)
+def test_accumulate_reports_what_it_cannot_recognise(source: str) -> None:
+    output, changes = apply(AccumulateCodemod(), code(source))
+    assert output == code(source)
+    assert [(c.code, c.fixed) for c in changes] == [("ACC912", False)]
+    loop_line = next(i for i, line in enumerate(code(source).splitlines(), 1) if line.lstrip().startswith("for "))
+    assert changes[0].line == loop_line

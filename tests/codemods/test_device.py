@@ -1,0 +1,142 @@
+"""device (ACC102): the accelerator picks the device; moves that prepare makes redundant go
+(the hard cases of shared/reference/conversion-cases.md 1 and 16, then one rewrite per row)."""
+
+from __future__ import annotations
+
+import pytest
+
+from codemods.engine.model import Options
+from tests.codemods.support import check_expectations, convert, in_loop
+
+MOVES = """\
+def batchify(data, bsz, device):
+    return data.view(bsz, -1).t().contiguous().to(device)
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cuda", action="store_true")
+    args = parser.parse_args()
+    device = torch.device("cuda" if args.cuda else "cpu")
+    DEV = device
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8)), batch_size=2)
+    model = nn.Linear(4, 1)
+    if args.cuda:
+        model.cuda()
+    transformer = nn.Linear(4, 4).to(device)
+    optimizer = torch.optim.SGD(list(model.parameters()) + list(transformer.parameters()), lr=0.1)
+    style = torch.ones(1, 4).to(device)
+    for images, labels in loader:
+        images = images.to(device=device, dtype=torch.float32)
+        labels = labels.to(DEV).float()
+        idx = labels.type(torch.long).to(DEV)
+        noise = torch.randn(2, 4, 1, 1, device=device)
+        fill = torch.full((2,), 0.5, dtype=images.dtype, device=device)
+        styled = style.repeat(2, 1).to(device)
+        out = model(images.to(device))
+        seq = out.double()
+        loss = (out - labels).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        kept = out.cpu()
+    transformer.eval().cpu()
+    transformer.to(device).train()
+"""
+
+
+FROZEN_HELPER = """\
+class Vgg16(nn.Module):
+    def __init__(self, requires_grad=False):
+        super().__init__()
+        self.features = nn.Linear(4, 4)
+
+def main():
+    device = torch.device("cuda")
+    loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)
+    model = nn.Linear(4, 4).to(device)
+    vgg = Vgg16(requires_grad=False).to(device)
+    critic = Vgg16(requires_grad=False).cuda()
+    optimizer = torch.optim.Adam(model.parameters())
+    for (x,) in loader:
+        x = x.to(device)
+        loss = (vgg.features(model(x)) - critic.features(x)).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+CASES = {
+    # Hard case 1: only moves made redundant by prepare go.
+    "1 moves": (MOVES, [
+        "device = accelerator.device",
+        "DEV = device",
+        "return data.view(bsz, -1).t().contiguous().to(device)",
+        "images = images.to(dtype=torch.float32)",
+        "labels = labels.float()",
+        "idx = labels.type(torch.long)",
+        "noise = torch.randn(2, 4, 1, 1, device=device)",
+        "fill = torch.full((2,), 0.5, dtype=images.dtype, device=device)",
+        "styled = style.repeat(2, 1).to(device)",
+        "out = model(images)",
+        "seq = out.double()",
+        "kept = out.cpu()",
+        "transformer = nn.Linear(4, 4)",
+        "transformer.eval().cpu()",
+        "transformer.to(device).train()",
+        "-if args.cuda:",
+        "-model.cuda()",
+    ]),
+    # Hard case 16: frozen helper models keep their move, to the accelerator's device.
+    "16 frozen helper": (FROZEN_HELPER, [
+        "vgg = Vgg16(requires_grad=False).to(device)",
+        "critic = Vgg16(requires_grad=False).to(accelerator.device)",
+        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)",
+        "model = nn.Linear(4, 4)",
+        "-x = x.to(device)",
+    ]),
+}
+
+
+@pytest.mark.parametrize(("body", "expectations"), CASES.values(), ids=CASES.keys())
+def test_hard_cases(body: str, expectations: list[str]) -> None:
+    check_expectations(body, expectations)
+
+
+REWRITES = {
+    "dict batch moved by prepare": (in_loop("batch = {k: v.to(device) for k, v in batch.items()}\nmodel(**batch)"),
+                                    ["-batch = {k: v.to(device) for k, v in batch.items()}", "model(**batch)"]),
+    "tuple batch moved by prepare": (in_loop("batch = tuple(t.to(device) for t in batch)\nmodel(batch[0])"),
+                                     ["-batch = tuple(t.to(device) for t in batch)"]),
+    "subscripted batch keeps dtype": (in_loop('x = batch[0].to(device, torch.float16)\nmodel(x)'),
+                                      ["x = batch[0].to(torch.float16)"]),
+    "conditional move of the model": (in_loop("model(batch[0])").replace(
+        "optimizer = torch", "model = model.cuda() if torch.cuda.is_available() else model\n    optimizer = torch"),
+        ["-model = model.cuda() if torch.cuda.is_available() else model", "-model = model"]),
+    "non_blocking goes with the device": (in_loop("x = batch[0].to(device, non_blocking=True)\nmodel(x)"),
+                                          ["x = batch[0]"]),
+    "created tensor .cuda() → accelerator.device": (in_loop("mask = torch.ones(3).cuda()\nmodel(batch[0])"),
+                                                    ["mask = torch.ones(3).to(accelerator.device)"]),
+    "set_device removed": (in_loop("model(batch[0])", prelude="").replace(
+        'device = torch.device("cuda")', 'torch.cuda.set_device(0)\n    device = torch.device("cuda")'),
+        ["-torch.cuda.set_device(0)", "device = accelerator.device"]),
+}
+
+
+@pytest.mark.parametrize(("body", "expectations"), REWRITES.values(), ids=REWRITES.keys())
+def test_rewrites(body: str, expectations: list[str]) -> None:
+    check_expectations(body, expectations)
+
+
+def test_batches_of_a_loader_that_is_not_prepared_keep_their_moves() -> None:
+    body = (
+        "def evaluate(model, device):\n"
+        "    extra = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)\n"
+        "    for (x,) in extra:\n        x = x.to(device)\n        model(x)\n\n"
+        "def main():\n    device = torch.device('cuda')\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)\n"
+        "    model = nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for (x,) in loader:\n        x = x.to(device)\n        model(x).sum().backward()\n"
+        "    evaluate(model, device)\n"
+    )
+    code, lines = convert(body, Options(select=("ACC10",)))  # the ACC10x rules on their own
+    assert lines.count("x = x.to(device)") == 1, code  # kept in evaluate, removed in main
+    assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)" in lines

@@ -1,0 +1,161 @@
+"""prepare (ACC103): models, optimizers, loaders and schedulers through accelerator.prepare (hard
+cases 4, 5, 11 and 14 of shared/reference/conversion-cases.md, and objects built by factories)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.codemods.support import check_expectations, convert
+
+SCHEDULERS = """\
+from torch.optim.lr_scheduler import StepLR, OneCycleLR
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    per_epoch = StepLR(optimizer, step_size=1)
+    per_batch = OneCycleLR(optimizer, max_lr=0.1, steps_per_epoch=len(loader), epochs=2)
+    for epoch in range(2):
+        for (x,) in loader:
+            model(x).sum().backward()
+            optimizer.step()
+            per_batch.step()
+        per_epoch.step()
+"""
+
+
+SIZED_FROM_LOADER = """\
+from transformers import get_linear_schedule_with_warmup
+
+def main():
+    train_loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    total_steps = 3 * len(train_loader)
+    scheduler = get_linear_schedule_with_warmup(optimizer, 0, total_steps)
+    for epoch in range(3):
+        for (x,) in train_loader:
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+"""
+
+
+GAN = """\
+def main():
+    dataloader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)
+    device = torch.device("cuda:0")
+    netG = nn.Linear(2, 4).to(device)
+    netD = nn.Linear(4, 1).to(device)
+    optimizerD = torch.optim.Adam(netD.parameters())
+    optimizerG = torch.optim.Adam(netG.parameters())
+    for (real,) in dataloader:
+        real = real.to(device)
+        noise = torch.randn(2, 2, device=device)
+        errD_real = netD(real).mean()
+        errD_real.backward()
+        fake = netG(noise)
+        errD_fake = netD(fake.detach()).mean()
+        errD_fake.backward(retain_graph=True)
+        optimizerD.step()
+        errG = -netD(fake).mean()
+        errG.backward()
+        optimizerG.step()
+"""
+
+
+TRICKY_NAMES = """\
+import torch.optim as optim
+
+class Tagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def train(self, mode=True):
+        print("switching mode")
+        return super().train(mode)
+
+    def forward(self, x):
+        return self.fc(x)
+
+def main():
+    env = Environment()
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8).long()), batch_size=2)
+    model = Tagger()
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    for input, target in loader:
+        state = env.step(1)
+        loss = nn.functional.cross_entropy(model(input), target); loss.backward(); opt.step()
+"""
+
+
+CASES = {
+    # Hard case 4: a per-epoch StepLR is not prepared; a per-batch scheduler is.
+    "4 per-epoch scheduler": (SCHEDULERS, [
+        "model, optimizer, loader, per_batch = accelerator.prepare(model, optimizer, loader, per_batch)",
+        "per_epoch.step()",
+    ]),
+    # Hard case 5: a scheduler sized from len(loader) is built before prepare and prepared.
+    "5 sized from loader": (SIZED_FROM_LOADER, [
+        "model, optimizer, train_loader, scheduler = accelerator.prepare(",
+        "total_steps = 3 * len(train_loader)",
+    ]),
+    # Hard case 11: both models, both optimizers and the loader in one prepare; every backward.
+    "11 gan": (GAN, [
+        "netG, netD, optimizerD, optimizerG, dataloader = accelerator.prepare(",
+        "accelerator.backward(errD_real)",
+        "accelerator.backward(errD_fake, retain_graph=True)",
+        "accelerator.backward(errG)",
+        "noise = torch.randn(2, 2, device=device)",
+        "-real = real.to(device)",
+    ]),
+    # Hard case 14: names that fool pattern matching.
+    "14 tricky names": (TRICKY_NAMES, [
+        "model, opt, loader = accelerator.prepare(model, opt, loader)",
+        "state = env.step(1)",
+        "loss = nn.functional.cross_entropy(model(input), target); accelerator.backward(loss); opt.step()",
+        'print("switching mode")',
+    ]),
+}
+
+
+@pytest.mark.parametrize(("body", "expectations"), CASES.values(), ids=CASES.keys())
+def test_hard_cases(body: str, expectations: list[str]) -> None:
+    check_expectations(body, expectations)
+
+
+def test_optimizer_built_by_a_factory_function() -> None:
+    body = (
+        "def make_optimizer(model, lr):\n    return torch.optim.SGD(model.parameters(), lr=lr)\n\n"
+        "def main():\n    loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)\n"
+        "    net = nn.Linear(4, 1)\n    opt = make_optimizer(net, 0.1)\n"
+        "    for (x,) in loader:\n        net(x).sum().backward()\n        opt.step()\n"
+    )
+    _, lines = convert(body)
+    assert "net, opt, loader = accelerator.prepare(net, opt, loader)" in lines
+
+
+@pytest.mark.parametrize(
+    "factory_return",
+    [
+        "return DataLoader(data, batch_size=2, shuffle=True), DataLoader(data, batch_size=2)",
+        "train_dl = DataLoader(data, batch_size=2, shuffle=True)\n    valid_dl = DataLoader(data, batch_size=2)\n"
+        "    return train_dl, valid_dl",
+    ],
+    ids=["returns-constructors", "returns-names-bound-to-loaders"],
+)
+def test_loaders_built_by_a_factory_function_are_prepared(factory_return: str) -> None:
+    """``tr, te = build_loaders(...)`` (the side_effects fixture): the names at the call site are
+    loaders, whatever the factory calls them inside."""
+    body = (
+        "def build_loaders():\n    data = TensorDataset(torch.randn(8, 4), torch.zeros(8))\n"
+        f"    {factory_return}\n\n"
+        "def main():\n    tr, te = build_loaders()\n    net = nn.Linear(4, 1)\n"
+        "    opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "    for x, y in tr:\n        net(x).sum().backward()\n        opt.step()\n"
+    )
+    _, lines = convert(body)
+    assert "net, opt, tr, te = accelerator.prepare(net, opt, tr, te)" in lines

@@ -1,0 +1,127 @@
+"""The reports (ACC901 no-dataloader, ACC902 rank-dependent-break, ACC903 already-distributed,
+ACC918 keyboard-interrupt): the spot is reported and left as it was; the rest is converted."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from codemods import convert_module
+from codemods.engine.model import Options
+from tests.codemods.support import HEADER, code, convert, in_loop
+
+REPORTS = {
+    "loss threshold": ("if loss.item() < 1e-3:\n    break", "ACC902"),
+    "value derived from the model": ("acc = (model(batch[0]) > 0).float().mean()\nif acc > 0.9:\n    break", "ACC902"),
+    "command-line flag": ("if args.dry_run:\n    break", None),
+    "step counter": ("if step >= 3:\n    break", None),
+}
+
+
+@pytest.mark.parametrize(("snippet", "code"), REPORTS.values(), ids=REPORTS.keys())
+def test_rank_dependent_breaks_are_reported(snippet: str, code: str | None) -> None:
+    body = in_loop("loss = model(batch[0]).sum()\nloss.backward()\n" + snippet).replace(
+        "def main():", "def main(args, step=0):")
+    _, lines = convert(body)
+    assert ("#ACC902" in lines) == (code == "ACC902")
+    assert "break" in lines, "the loop is left as it was"
+
+
+INTERRUPTS = {
+    "alone": ("except KeyboardInterrupt:", 1),
+    "in a tuple, twice": ("except (SystemExit, KeyboardInterrupt):\n    pass\nexcept KeyboardInterrupt as stop:", 2),
+    "other exceptions": ("except (ValueError, RuntimeError):", 0),
+}
+
+
+@pytest.mark.parametrize(("handler", "count"), INTERRUPTS.values(), ids=INTERRUPTS.keys())
+def test_keyboard_interrupt_handlers_are_reported_where_they_start(handler: str, count: int) -> None:
+    training = "loss = model(batch[0]).sum()\nloss.backward()\noptimizer.step()"
+    body = in_loop(training).replace("    for batch in loader:", "    try:\n     for batch in loader:")
+    body += textwrap.indent(handler + "\n    pass\n", "    ")
+    source = HEADER + textwrap.dedent(body)
+    outcome = convert_module(cst.parse_module(source), Options(), source)
+    reports = [change for change in outcome.changes if change.code == "ACC918"]
+    lines = source.splitlines()
+    assert len(reports) == count
+    for report in reports:
+        assert lines[report.line - 1][report.column:].startswith("except") and not report.fixed
+    assert "accelerator.backward(loss)" in outcome.module.code  # the script is still converted
+
+
+def test_keyboard_interrupt_in_a_script_that_trains_nothing_is_not_reported() -> None:
+    source = HEADER + "try:\n    x = torch.zeros(3)\nexcept KeyboardInterrupt:\n    pass\n"
+    outcome = convert_module(cst.parse_module(source), Options(), source)
+    assert outcome.changes == []
+
+
+def test_data_without_a_dataloader_is_reported_not_sharded() -> None:
+    body = (
+        "def main():\n    model = nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    data = torch.randn(8, 4)\n    for i in range(0, 8, 2):\n        loss = model(data[i:i + 2]).sum()\n"
+        "        loss.backward()\n        optimizer.step()\n"
+    )
+    code, lines = convert(body)
+    assert "#ACC901" in lines
+    assert "accelerator.backward(loss)" in lines
+    assert "model, optimizer = accelerator.prepare(model, optimizer)" in lines
+
+
+def test_existing_distributed_script_is_reported_and_left_alone() -> None:
+    body = (
+        "import torch.multiprocessing as mp\nimport torch.distributed as dist\n\n"
+        "def worker(rank):\n    dist.init_process_group('gloo', rank=rank, world_size=2)\n"
+        "    model = nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    model(torch.ones(4)).sum().backward()\n\n"
+        "if __name__ == '__main__':\n    mp.spawn(worker, nprocs=2)\n"
+    )
+    source = HEADER + body
+    outcome = convert_module(cst.parse_module(source), Options())
+    assert outcome.module.code == source
+    assert {change.code for change in outcome.changes} == {"ACC903"}
+    assert all(not change.fixed for change in outcome.changes)
+
+
+def test_existing_ddp_is_reported_and_untouched() -> None:
+    source = code(
+        """
+        import torch.multiprocessing as mp
+        from torch import nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        def worker(rank, world_size):
+            model = DDP(Net().to(rank), device_ids=[rank])
+            model = nn.DataParallel(model)
+
+        mp.spawn(worker, args=(2,), nprocs=2)
+        """
+    )
+    outcome = convert_module(cst.parse_module(source), Options())
+    assert outcome.module.code == source
+    assert [(c.code, c.line, c.fixed) for c in outcome.changes] == [("ACC903", 6, False), ("ACC903", 9, False)]
+    assert all(c.message.endswith("nothing converted") for c in outcome.changes)
+
+
+def test_a_distributed_sampler_is_reported_and_the_rest_converted() -> None:
+    source = code(
+        """
+        import torch
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        def main():
+            model = torch.nn.Linear(2, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = DataLoader(data, sampler=DistributedSampler(data))
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+        """
+    )
+    outcome = convert_module(cst.parse_module(source), Options())
+    reported = [(c.code, c.line, c.message) for c in outcome.changes if not c.fixed]
+    assert reported == [("ACC903", 7, "DistributedSampler already distributes this script: left as it is, the rest converted")]
+    assert "accelerator.backward(loss)" in outcome.module.code
+    assert "DistributedSampler(data)" in outcome.module.code

@@ -1,0 +1,57 @@
+"""Every rule's documented examples, run through the real pipeline.
+
+``--list-codes`` shows these examples, so they must be what the converter does: an automatic
+rewrite's ``after`` is exactly the converted ``before``; a report's ``message`` is exactly what
+the converter reports, and the report writes nothing (switched off with ``--ignore``, the
+converted script is the same). Converting the result again changes nothing (the pipeline's own
+stability check, made here on the documented text).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from codemods.engine.model import Options
+from codemods.engine.registry import all_rules, example_code
+from codemods.engine.rule import Example, Rule
+from converter.pipeline import Conversion, convert_source
+
+EXAMPLES = [
+    pytest.param(rule, example, id=f"{example_code(rule, example)}-{rule.name}-{index}")
+    for rule in all_rules()
+    for index, example in enumerate(rule.examples)
+]
+
+
+def convert(script: str, example: Example, ignore: tuple[str, ...] = ()) -> Conversion:
+    options = Options(oom_retry=example.oom_retry, ignore=ignore)
+    return convert_source(script.encode(), options, path="example.py")
+
+
+@pytest.mark.parametrize(("rule", "example"), EXAMPLES)
+def test_example_is_what_the_converter_does(rule: type[Rule], example: Example) -> None:
+    code = example_code(rule, example)
+    conversion = convert(example.before, example)
+    output = conversion.output.decode()
+    if code.startswith("ACC9"):
+        assert example.message and not example.after, "a report's example gives its message, not a script"
+        spots = [change for change in conversion.warnings if change.code == code and change.message == example.message]
+        reported = sorted({change.message for change in conversion.warnings if change.code == code})
+        assert spots, f"{code} {example.message!r} not reported; reported: {reported}"
+        assert convert(output, example).output == conversion.output, "the converted script changes again"
+        # The report writes nothing: switched off (--ignore), the converted script is the same.
+        ignored = convert(example.before, example, ignore=(code,))
+        assert ignored.output == conversion.output
+        assert not [change for change in ignored.changes if change.code == code]
+    else:
+        assert not example.message, "an automatic rewrite's example gives the converted script"
+        assert output == example.after
+        assert any(change.code == code and change.fixed for change in conversion.changes), f"{code} not reported"
+        again = convert(example.after, example)
+        assert again.output == conversion.output and not again.rewrites, "the converted script changes again"
+
+
+@pytest.mark.parametrize("rule", all_rules(), ids=lambda rule: rule.name)
+def test_every_rule_shows_its_own_code_and_each_extra_code(rule: type[Rule]) -> None:
+    shown = {example_code(rule, example) for example in rule.examples}
+    assert shown == {rule.code, *rule.extra_codes}
