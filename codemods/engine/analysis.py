@@ -636,8 +636,8 @@ class _Conclusions:
         puts their batches on the device), and names taken out of them without a call
         (``x = batch["input"]``). A loader the home block does not build is not prepared, so
         its batches still need their moves."""
-        home = self.facts.main_function or MODULE
-        built_at_home = {name for assign in self.r.assigns if assign.function == home for name in assign.targets}
+        homes = {self.facts.main_function or MODULE, self.facts.creating_function}
+        built_at_home = {name for assign in self.r.assigns if assign.function in homes for name in assign.targets}
         prepared = built_at_home | self.facts.prepared
         by_function = self.facts.batch_names_by_function
         for loop, loaders in self.loader_loops:
@@ -697,6 +697,27 @@ class _Conclusions:
                 per_batch.add(name)
         facts.per_epoch_schedulers = stepped - per_batch
 
+    def _creating_function(self, home: str) -> str:
+        """Where the accelerator is created: the home function, unless another function calls it
+        more than once or in a loop (one trial per width, one run per seed), then that caller
+        (and so on up): an accelerator must be created once per process."""
+        seen = {home}
+        while True:
+            calls = [
+                call for call in self.r.calls
+                if isinstance(call.node.func, cst.Name) and call.node.func.value == home
+                and call.function != home
+            ]
+            callers = {call.function for call in calls}
+            repeated = len(calls) > 1 or any(call.loops for call in calls)
+            if len(callers) != 1 or not repeated:
+                return home
+            caller = callers.pop()
+            if caller not in self.r.defs or caller in seen:
+                return home
+            seen.add(caller)
+            home = caller
+
     def _reachable(self, functions: set[str]) -> set[str]:
         """``functions`` and every module-level function they call, transitively."""
         reachable = set(functions)
@@ -746,6 +767,9 @@ class _Conclusions:
             facts.main_function = None
             trained = facts.models | facts.optimizers | facts.loaders
             facts.home_kind = "main_guard" if trained & self.r.main_guard_assigns else "module"
+        if home != MODULE:
+            facts.creating_function = self._creating_function(home)
+            home = facts.creating_function
         facts.accessible_functions = self._reachable({home})
         if facts.home_kind == "main_guard":
             # Defined inside the __main__ block (an LBFGS closure): they read the global accelerator.

@@ -96,6 +96,9 @@ class ScriptFacts:
     #: "mp.spawn", "DistributedSampler", "GradScaler", "autocast", "manual_accumulation".
     existing_features: set[str] = field(default_factory=set)
 
+    #: Where the accelerator is created, when not in ``main_function`` (which another function
+    #: calls repeatedly): it creates it once and passes it down (ACC104).
+    creating_function: str | None = None
     #: Where the training objects are built: in ``main_function``, in the ``if __name__ ==
     #: "__main__":`` block, or in plain module-level code.
     home_kind: Literal["function", "main_guard", "module"] = "module"
@@ -201,6 +204,11 @@ class ScriptFacts:
         """The first original line of the home block that loops over a loader, or calls a
         function that (directly or through its own calls) does. ``prepare`` goes before it; a
         model bound again after it (rebuilt and reloaded for inference) is another object."""
+        return min(self.training_lines(), default=None)
+
+    def training_lines(self) -> list[int]:
+        """Lines of the home block's loops over loaders, and of every call of a function that
+        (directly or through its own calls) loops over one."""
         loops = [*self.train_loops, *self.eval_loops]
         looping = {loop.function for loop in loops}
         while True:
@@ -211,7 +219,7 @@ class ScriptFacts:
         home = self.home_function
         lines = [loop.site.line for loop in loops if loop.function == home]
         lines += [site.line for name in looping for site in self.call_sites.get(name, ())]
-        return min(lines, default=None)
+        return lines
 
     @property
     def has_accelerator(self) -> bool:

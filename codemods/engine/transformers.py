@@ -294,6 +294,11 @@ class HomeBlockTransformer(RuleTransformer):
         # Only the home block's own statement list is edited: nothing below needs a walk.
         super().__init__(facts, lines=())
 
+    #: The functions whose bodies are edited (the accelerator rule: the creating function).
+    @property
+    def home_names(self) -> set[str | None]:
+        return {self.facts.main_function}
+
     def edit_home(self, body: list[cst.BaseStatement], anchor: cst.CSTNode) -> list[cst.BaseStatement]:
         """Return the new statements; ``anchor`` is the original node owning them (for reports)."""
         raise NotImplementedError
@@ -303,7 +308,7 @@ class HomeBlockTransformer(RuleTransformer):
         if (
             self.facts.home_kind == "function"
             and len(self.scope) == 1  # the scope still holds the function being left
-            and original_node.name.value == self.facts.main_function
+            and original_node.name.value in self.home_names
             and isinstance(updated.body, cst.IndentedBlock)
         ):
             body = self.edit_home(list(updated.body.body), original_node)

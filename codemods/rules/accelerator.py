@@ -66,6 +66,10 @@ class _CreateAccelerator(HomeBlockTransformer):
         super().__init__(facts)
         self.cpu_flag = cpu_flag
 
+    @property
+    def home_names(self) -> set[str | None]:
+        return {self.facts.creating_function or self.facts.main_function}
+
     def edit_home(self, body: list[cst.BaseStatement], anchor: cst.CSTNode) -> list[cst.BaseStatement]:
         index = creation_index(body, self.facts, at_top=self.facts.home_kind == "function")
         anchor_node = body[index] if index < len(body) else anchor

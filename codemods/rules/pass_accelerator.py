@@ -129,7 +129,9 @@ class _PassAccelerator(RuleTransformer):
             return updated_node
         caller = self.scope[0] if self.scope else None
         reachable = caller in self.functions and (
-            caller in self.needs or caller == self.facts.main_function or self.functions[caller].binds_accelerator
+            caller in self.needs
+            or caller == (self.facts.creating_function or self.facts.main_function)
+            or self.functions[caller].binds_accelerator
         )
         if not reachable:
             self.report(original_node, NO_ACCELERATOR_ACCESS, f"{func.value}() needs the accelerator, but this caller has none", False, header_only=True)
@@ -255,7 +257,7 @@ class Helpers(Rule):
         for caller, callees in facts.call_graph.items():
             if caller in survey.functions:  # calls in statements the survey did not walk
                 survey.functions[caller].calls |= callees
-        needs = needing_parameter(survey.functions, facts.main_function)
+        needs = needing_parameter(survey.functions, facts.creating_function or facts.main_function)
         if not needs:
             return module, []
         transformer = _PassAccelerator(facts, needs, survey.functions, accelerator)

@@ -61,6 +61,12 @@ class _Prepare(HomeBlockTransformer):
         super().__init__(facts)
         self.wanted = names
 
+    @property
+    def home_names(self) -> set[str | None]:
+        # Objects the creating function builds and passes down (loaders for every trial) are
+        # prepared there, once.
+        return {self.facts.main_function, self.facts.creating_function}
+
     def edit_home(self, body: list[cst.BaseStatement], anchor: cst.CSTNode) -> list[cst.BaseStatement]:
         # ``prepare`` goes before the first loop over the data (or the first call reaching one):
         # a name bound again after it (a model rebuilt and reloaded for inference) is another
@@ -90,10 +96,10 @@ class _Prepare(HomeBlockTransformer):
     def _first_loop_index(self, body: list[cst.BaseStatement]) -> int:
         """Index of the first statement of ``body`` that loops over a loader, or calls a function
         that (directly or through its own calls) does; ``len(body)`` when none does."""
-        start = self.facts.training_start_line()
+        lines = self.facts.training_lines()
         for index, node in enumerate(body):
             site = self.origins.site(node)
-            if start is not None and site is not None and site.line <= start <= site.end_line:
+            if site is not None and any(site.line <= line <= site.end_line for line in lines):
                 return index
         return len(body)
 

@@ -38,7 +38,7 @@ class _Printing(RuleTransformer):
         code calls: yes (they receive it, ACC104, or read the global). Class methods: no."""
         if not self.scope:
             return "<module>" in self.created
-        if self.scope[0] == self.facts.main_function:
+        if self.scope[0] == (self.facts.creating_function or self.facts.main_function):
             return self.scope[0] in self.created
         return self.scope[0] in self.facts.accessible_functions
 
