@@ -229,6 +229,10 @@ class _EvalLoopRewriter(AcceleratorScope):
         loop = _loop_over_loader(original_node, self.facts)
         if loop is None or not self._is_evaluation(original_node):
             return updated_node
+        if not set(loop) & self.facts.batch_names_by_function.get(self.function, set()):
+            # A loader built where nothing prepares it (a local of an evaluation helper): every
+            # rank sees every sample, and gathering would count each one N times.
+            return updated_node
         if _contains(original_node, lambda n: _is_backward(n, self.facts) or _is_gather(n, self.facts)):
             return updated_node
         if not self.accelerator_reachable():

@@ -106,6 +106,8 @@ class _Prepare(HomeBlockTransformer):
     def _assigned_by(self, node: cst.BaseStatement) -> set[str]:
         """The wanted names ``node`` assigns, from the analysis' assignment lines when the
         statement is original (no walk), else by looking at it."""
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            return set()  # names a def binds inside are its own locals, not this block's
         site = self.origins.site(node)
         if site is None:
             return assigned_in(node) & set(self.wanted)
