@@ -91,24 +91,26 @@ def _seed_numpy_if_present(seed: int) -> None:
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
-    """``torch.save`` to a temporary file in the target's folder, then rename over the target.
+    """``torch.save`` into a temporary folder beside the target, then rename over the target.
 
     A crash mid-write leaves the previous file (or none), never a truncated one: ``os.replace``
-    within one folder is atomic.
+    within one file system is atomic. The temporary file has the target's own name, because
+    ``torch.save`` names the records inside the archive after the file: the bytes are exactly
+    those ``torch.save(obj, path)`` writes.
     """
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    workdir = tempfile.mkdtemp(dir=folder, prefix=".tmp-")
+    temporary = os.path.join(workdir, os.path.basename(path))
     try:
-        with os.fdopen(handle, "wb") as stream:
-            torch.save(obj, stream)
-            stream.flush()
-            os.fsync(stream.fileno())
+        torch.save(obj, temporary)
+        with open(temporary, "rb") as written:
+            os.fsync(written.fileno())
         os.replace(temporary, path)
-    except BaseException:
+    finally:
         if os.path.exists(temporary):
             os.remove(temporary)
-        raise
+        os.rmdir(workdir)
 
 
 def _share_bounds(length: int, num_processes: int, process_index: int) -> tuple[int, int]:

@@ -353,6 +353,7 @@ class _Conclusions:
         self._optimizers_and_models()
         self._flow_into_parameters()
         self._loops()
+        self._models_trained_by_hand()
         self._schedulers()
         self._home()
         self._batch_names()
@@ -558,6 +559,23 @@ class _Conclusions:
             name for name in moved - facts.models
             if name not in facts.device_names and name not in facts.loaders and name[:1].islower()
         }
+
+    def _models_trained_by_hand(self) -> None:
+        """Without an optimizer (``for p in model.parameters(): p.data.add_(...)`` after
+        ``model.zero_grad()``), the model is what a training loop reads parameters of or zeroes
+        the gradients of."""
+        facts = self.facts
+        if facts.optimizers:
+            return
+        for call in self.r.calls:
+            func = call.node.func
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value in ("parameters", "zero_grad")
+                and isinstance(func.value, cst.Name)
+                and any(loop.has_backward for loop in call.loops)
+            ):
+                facts.models.add(func.value.value)
 
     def _parameter_roots(self, receivers: set[str]) -> set[str]:
         """``model`` for ``model.parameters()`` / ``model.fc.named_parameters()``."""

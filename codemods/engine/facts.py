@@ -195,6 +195,20 @@ class ScriptFacts:
         ``codemods.engine.transformers.RuleTransformer`` (or calling ``origins.carry``)."""
         return self.origins.site(node)
 
+    def opens_for_writing(self, node: cst.BaseExpression) -> bool:
+        """``open(path, "w")`` (or ``"a"``, ``"x"``, any binary variant)."""
+        import libcst as cst
+
+        if not isinstance(node, cst.Call) or self.callee_name(node.func) != "open":
+            return False
+        mode = None
+        if len(node.args) > 1 and node.args[1].keyword is None:
+            mode = node.args[1].value
+        for arg in node.args:
+            if arg.keyword and arg.keyword.value == "mode":
+                mode = arg.value
+        return isinstance(mode, cst.SimpleString) and any(m in str(mode.evaluated_value) for m in "wax")
+
     @property
     def home_function(self) -> str:
         """The function building the training objects, ``"<module>"`` for code outside any."""

@@ -236,13 +236,21 @@ class _CheckpointRewriter(AcceleratorScope):
     ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
         if self._prepare_pending[-1] and any(_is_prepare(s, self.facts) for s in original_node.body):
             self._prepare_pending[-1] = False
-        if not self._saves_in_line or not self.every_rank_reaches_here():
+        if not self._saves_in_line or not self.every_rank_reaches_here() or self._inside_file_written():
             return updated_node
         barrier = cst.SimpleStatementLine(
             body=[cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))],
             leading_lines=updated_node.leading_lines,
         )
         return cst.FlattenSentinel([barrier, updated_node.with_changes(leading_lines=())])
+
+    def _inside_file_written(self) -> bool:
+        """Inside ``with open(path, "wb") as f:``: the side-effects rule moves that whole block to
+        the main process, so a barrier in it would be reached by the main process alone."""
+        return any(
+            isinstance(node, cst.With) and any(self.facts.opens_for_writing(item.item) for item in node.items)
+            for node in self._anchors
+        )
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         callee = self.facts.callee_name(updated_node.func)

@@ -229,7 +229,7 @@ class _EvalLoopRewriter(AcceleratorScope):
         loop = _loop_over_loader(original_node, self.facts)
         if loop is None or not self._is_evaluation(original_node):
             return updated_node
-        if not set(loop) & self.facts.batch_names_by_function.get(self.function, set()):
+        if self._over_unprepared_loader(original_node, loop):
             # A loader built where nothing prepares it (a local of an evaluation helper): every
             # rank sees every sample, and gathering would count each one N times.
             return updated_node
@@ -242,6 +242,15 @@ class _EvalLoopRewriter(AcceleratorScope):
             )
             return updated_node
         return self._gather_in_loop(original_node, updated_node, loop)
+
+    def _over_unprepared_loader(self, node: cst.For, targets: tuple[str, ...]) -> bool:
+        """The analysis saw this loop over a loader and found that nothing prepares it."""
+        known = [
+            loop for loop in (*self.facts.eval_loops, *self.facts.train_loops)
+            if loop.function == self.function and loop.site == self.facts.origins.site(node)
+        ]
+        prepared_batches = self.facts.batch_names_by_function.get(self.function, set())
+        return bool(known) and not set(targets) & prepared_batches
 
     def _report_per_batch_means(self, function: cst.FunctionDef, loaders: set[str]) -> None:
         """``total_psnr / len(test_loader)`` averages one value per batch; after the gather each

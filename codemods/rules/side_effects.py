@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from codemods.engine.accelerator_code import accelerator_call, accelerator_name, callee_words
+from codemods.engine.accelerator_code import accelerator_call, accelerator_name, callee_words, is_accelerator_method
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Options
 from codemods.engine.rule import Example, Rule
@@ -38,7 +38,6 @@ FOLDER_FUNCTIONS = frozenset({"os.makedirs", "os.mkdir"})
 DELETING_FUNCTIONS = frozenset({"os.remove", "os.unlink", "os.rmdir", "shutil.rmtree"})
 #: Methods that write whatever object they are called on (figures, data frames, paths).
 WRITING_METHODS = frozenset({"savefig", "to_csv", "write_text", "write_bytes"})
-WRITE_MODES = ("w", "a", "x")
 
 
 class SideEffectsCodemod(Rule):
@@ -102,6 +101,7 @@ class SideEffectsCodemod(Rule):
                         if accelerator.is_main_process:
                             with open(f"results/epoch_{epoch}.txt", "w") as f:
                                 f.write(f"{loss.item():.4f}\n")
+                        accelerator.wait_for_everyone()
 
 
                 if __name__ == "__main__":
@@ -210,7 +210,12 @@ class _MainProcessGuard(AcceleratorScope):
         def flush() -> None:
             if not run:
                 return
-            result.extend(self._guarded(run))
+            guarded = self._guarded(run)
+            if result and guarded and _is_barrier(result[-1], self.facts) and _is_barrier(guarded[0], self.facts):
+                # A deletion right after a write: the write's barrier serves both.
+                guarded[1] = guarded[1].with_changes(leading_lines=guarded[0].leading_lines)  # type: ignore[attr-defined]
+                guarded = guarded[1:]
+            result.extend(guarded)
             run.clear()
 
         barrier_safe = self.every_rank_reaches_here()
@@ -257,6 +262,10 @@ class _MainProcessGuard(AcceleratorScope):
             return [guard, barrier]
         if kind == "delete":
             return [barrier.with_changes(leading_lines=leading), guard.with_changes(leading_lines=())]
+        if self.every_rank_reaches_here():
+            # Other ranks may read the file next (a vocabulary the tokenizer loads): they wait
+            # until the main process has written it.
+            return [guard, barrier]
         return [guard]
 
     def _report_unreachable(self, statements: Sequence[cst.BaseStatement]) -> None:
@@ -289,7 +298,7 @@ def _write_kind(statement: cst.BaseStatement, facts: ScriptFacts) -> str | None:
     if isinstance(statement, cst.With):
         if any(names_in(item.item) & facts.per_process_paths for item in statement.items):
             return None
-        return "write" if any(_opens_for_writing(i.item, facts) for i in statement.items) else None
+        return "write" if any(facts.opens_for_writing(i.item) for i in statement.items) else None
     if isinstance(statement, (cst.If, cst.For, cst.Try)) and isinstance(statement.body, cst.IndentedBlock):
         # ``if not os.path.isdir(d): os.makedirs(d)``, ``try: os.makedirs(d) except OSError:
         # pass``, ``for f in glob(...): os.remove(f)``: the whole statement is the write, so the
@@ -321,18 +330,17 @@ def _call_kind(small: cst.BaseSmallStatement, facts: ScriptFacts) -> str | None:
         return "write"
     if isinstance(call.func, cst.Attribute) and call.func.attr.value in WRITING_METHODS:
         return "write"
-    if any(_opens_for_writing(arg.value, facts) for arg in call.args):
+    if any(facts.opens_for_writing(arg.value) for arg in call.args):
         return "write"  # json.dump(results, open("results.json", "w"))
     return None
 
 
-def _opens_for_writing(node: cst.BaseExpression, facts: ScriptFacts) -> bool:
-    if not isinstance(node, cst.Call) or facts.callee_name(node.func) != "open":
-        return False
-    mode = None
-    if len(node.args) > 1 and node.args[1].keyword is None:
-        mode = node.args[1].value
-    for arg in node.args:
-        if arg.keyword and arg.keyword.value == "mode":
-            mode = arg.value
-    return isinstance(mode, cst.SimpleString) and any(m in mode.evaluated_value for m in WRITE_MODES)
+
+def _is_barrier(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:
+    """``accelerator.wait_for_everyone()`` on a line of its own."""
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and is_accelerator_method(statement.body[0].value, facts, "wait_for_everyone")
+    )

@@ -29,6 +29,7 @@ SIDE_EFFECT_CASES = [
                 if accelerator.is_main_process:
                     save_image(sample, f"{args.out_dir}/sample_{epoch}.png")
                     plt.savefig("loss.png")
+                accelerator.wait_for_everyone()
         """,
         id="folder-then-images",
     ),
@@ -49,6 +50,7 @@ SIDE_EFFECT_CASES = [
             if accelerator.is_main_process:
                 with open("results.json", "w") as f:
                     json.dump(results, f)
+            accelerator.wait_for_everyone()
             with open("vocab.txt") as f:
                 words = f.read().split()
             if accelerator.is_main_process:
