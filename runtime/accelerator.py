@@ -604,9 +604,10 @@ class Accelerator:
 
     def end_training(self) -> None:
         """Leave the process group (call once, at the very end of the script)."""
+        from runtime.state import shut_down_process_group
+
         self.wait_for_everyone()
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        shut_down_process_group()
 
     # ------------------------------------------------------------------ models and files
     def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,
