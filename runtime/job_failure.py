@@ -47,9 +47,9 @@ _DEFAULT_FAILURE_EXIT_SECONDS = 5.0
 PEER_FAILED_EXIT_CODE = 1
 
 _FAILED_RANK = "failed_rank"
-_WAKE_EXIT = b"exit"
-_WAKE_PEER = b"peer failed"
-_WAKE_SELF = b"failed here"
+_WAKE_EXIT = "exit"
+_WAKE_PEER = "peer failed"
+_WAKE_SELF = "failed here"
 
 
 def failure_exit_seconds() -> float:
@@ -104,7 +104,7 @@ class _FailureWatch:
         except RuntimeError:
             pass
         try:
-            watcher_store = dist.PrefixStore(self.prefix, store.clone())
+            watcher_store = dist.PrefixStore(self.prefix, store.clone())  # type: ignore[attr-defined]
         except (RuntimeError, NotImplementedError, AttributeError):
             return
         self.thread = threading.Thread(target=self._watch, args=(watcher_store,),
@@ -152,7 +152,8 @@ class _FailureWatch:
         try:
             others = [rank for rank in range(self.world_size) if rank != self.rank]
             if others:
-                self.store.multi_set([self._wake_key(rank) for rank in others], [_WAKE_PEER] * len(others))
+                wake_keys = [self._wake_key(rank) for rank in others]
+                self.store.multi_set(wake_keys, [_WAKE_PEER] * len(others))  # type: ignore[attr-defined]
             self.store.set(self._wake_key(self.rank), _WAKE_SELF)
         except RuntimeError:
             pass
@@ -186,7 +187,7 @@ class _FailureWatch:
         while True:
             try:
                 store.wait([key], datetime.timedelta(seconds=60))
-                reason = store.get(key)
+                reason = store.get(key).decode()
                 break
             except dist.DistStoreError:  # timed out: keep watching while the process lives
                 if self.exited.is_set():

@@ -180,7 +180,7 @@ def leave_process_group_at_exit() -> None:
 GLOO_SETTLE_SECONDS = 0.05
 
 
-def shut_down_process_group() -> None:
+def shut_down_process_group(release_models: bool = True) -> None:
     """Destroy the default group in an order that cannot deadlock (``end_training``, exit, OOM retry).
 
     The deadlock: a Gloo worker thread frees a finished work item (a barrier keeps earlier
@@ -194,10 +194,14 @@ def shut_down_process_group() -> None:
     group dies in ``destroy_process_group`` below and not at some later moment; (3) before that,
     the main thread sleeps briefly without the GIL, so a worker still freeing a work item of the
     script's own collectives can finish.
+
+    ``release_models=False`` (the OOM retry's rebuild, where models prepared outside the retried
+    function must stay usable objects) skips step (2).
     """
     from runtime.ddp import release_process_group_references
 
-    release_process_group_references()
+    if release_models:
+        release_process_group_references()
     gc.collect()
     if not dist.is_initialized():
         return

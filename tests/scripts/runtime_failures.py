@@ -40,7 +40,7 @@ def mark_fault() -> None:
 class Payload:
     """Unpickling this writes a marker file: it must never happen."""
 
-    def __reduce__(self):  # noqa: D105
+    def __reduce__(self) -> tuple:
         return (Path.write_text, (OUT / "payload_ran", "yes"))
 
 
