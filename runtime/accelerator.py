@@ -545,9 +545,15 @@ class Accelerator:
 
     # ------------------------------------------------------------------ process control
     def wait_for_everyone(self) -> None:
-        """Barrier: every rank waits here until all have arrived (no-op on one process)."""
+        """Barrier: every rank waits here until all have arrived (no-op on one process).
+
+        Past ``ACCEL_CONVERT_BARRIER_TIMEOUT`` seconds (30) every rank prints which ranks are
+        missing and where each rank is, and raises ``BarrierTimeoutError`` (runtime.job_failure).
+        """
         if self.use_distributed:
-            dist.barrier()
+            from runtime.job_failure import monitored_barrier
+
+            monitored_barrier()
 
     @contextlib.contextmanager
     def _first(self, is_first: bool) -> Iterator[None]:

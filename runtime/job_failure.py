@@ -37,8 +37,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-__all__ = ["FAILURE_EXIT_SECONDS_ENV", "failure_exit_seconds", "failure_seen", "stop_watching",
-           "watch_for_failures"]
+__all__ = ["BARRIER_TIMEOUT_ENV", "FAILURE_EXIT_SECONDS_ENV", "BarrierTimeoutError", "barrier_timeout_seconds",
+           "failure_exit_seconds", "failure_seen", "monitored_barrier", "stop_watching", "watch_for_failures"]
 
 #: Seconds a rank is given to exit by itself once the job has failed (default 5).
 FAILURE_EXIT_SECONDS_ENV = "ACCEL_CONVERT_FAILURE_EXIT_SECONDS"
@@ -47,6 +47,9 @@ _DEFAULT_FAILURE_EXIT_SECONDS = 5.0
 PEER_FAILED_EXIT_CODE = 1
 
 _FAILED_RANK = "failed_rank"
+_WHERE_REQUEST = "where_request"
+#: How often the watcher looks for a peer's "where are you?" (one store round trip each time).
+_WATCH_POLL_SECONDS = 1.0
 _WAKE_EXIT = "exit"
 _WAKE_PEER = "peer failed"
 _WAKE_SELF = "failed here"
@@ -95,6 +98,8 @@ class _FailureWatch:
         self.exited = threading.Event()
         self.peer_failure: int | None = None
         self.thread: threading.Thread | None = None
+        self.answered_request = ""
+        self.barrier_generation = 0
         self._announce_lock = threading.Lock()
         self._announced = False
         try:
@@ -182,16 +187,33 @@ class _FailureWatch:
         self.thread.join(timeout=failure_exit_seconds())
 
     # ------------------------------------------------------------------ watcher thread
+    def _answer_where_requests(self, store: dist.Store) -> None:
+        """A peer's barrier timed out without this rank: say where this rank's main thread is."""
+        if not store.check([_WHERE_REQUEST]):
+            return
+        request = store.get(_WHERE_REQUEST).decode()
+        if request == self.answered_request:
+            return
+        self.answered_request = request
+        generation, waiting_ranks, waiting_at = request.split("|", 2)
+        if str(self.rank) in waiting_ranks.split(","):
+            return  # this rank is one of those waiting: its barrier reports for it
+        where = main_thread_location()
+        store.set(f"where/{generation}/{self.rank}", where)
+        _say(self.rank, f"rank(s) {waiting_ranks} wait for this rank in wait_for_everyone at {waiting_at}; "
+                        f"this rank is at {where}")
+
     def _watch(self, store: dist.Store) -> None:
         key = self._wake_key(self.rank)
         while True:
             try:
-                store.wait([key], datetime.timedelta(seconds=60))
+                store.wait([key], datetime.timedelta(seconds=_WATCH_POLL_SECONDS))
                 reason = store.get(key).decode()
                 break
             except dist.DistStoreError:  # timed out: keep watching while the process lives
                 if self.exited.is_set():
                     return
+                self._answer_where_requests(store)
             except RuntimeError:  # the store's host is gone: nothing more can be learnt
                 return
         if reason == _WAKE_EXIT:
@@ -303,3 +325,104 @@ def stop_watching() -> None:
     """Called by the exit handler once the group is gone: end the watcher thread."""
     if _watch is not None:
         _watch.stop()
+
+
+# ------------------------------------------------------------------------------------------------
+# Barriers that say who is missing
+# ------------------------------------------------------------------------------------------------
+
+#: Seconds ``wait_for_everyone`` waits for the other ranks before it reports who is missing (30).
+BARRIER_TIMEOUT_ENV = "ACCEL_CONVERT_BARRIER_TIMEOUT"
+_DEFAULT_BARRIER_TIMEOUT_S = 30.0
+#: Seconds a timed-out barrier waits for the missing ranks to say where they are.
+_WHERE_ANSWER_SECONDS = 3.0 * _WATCH_POLL_SECONDS
+
+
+class BarrierTimeoutError(RuntimeError):
+    """Some ranks never reached a ``wait_for_everyone``: the message says which, and where each rank is."""
+
+
+def barrier_timeout_seconds() -> float:
+    """How long ``wait_for_everyone`` waits before it gives up and names the missing ranks."""
+    try:
+        return max(0.1, float(os.environ.get(BARRIER_TIMEOUT_ENV, _DEFAULT_BARRIER_TIMEOUT_S)))
+    except ValueError:
+        return _DEFAULT_BARRIER_TIMEOUT_S
+
+
+def _internal_folders() -> tuple[str, ...]:
+    import sysconfig
+
+    import torch
+
+    folders = [os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(torch.__file__)),
+               sysconfig.get_paths()["stdlib"]]
+    return tuple(os.path.join(folder, "") for folder in folders)
+
+
+def _user_location(frame: Any) -> str:
+    """``file:line`` of the innermost frame that is the script's (not the runtime's, torch's, stdlib's)."""
+    internal = _internal_folders()
+    innermost = frame
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not filename.startswith(internal) and not filename.startswith("<"):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return f"{innermost.f_code.co_filename}:{innermost.f_lineno}" if innermost is not None else "unknown"
+
+
+def main_thread_location() -> str:
+    """Where the main thread is now (the script's innermost frame), seen from another thread."""
+    frame = sys._current_frames().get(threading.main_thread().ident or -1)
+    return _user_location(frame) if frame is not None else "unknown"
+
+
+def monitored_barrier() -> None:
+    """A barrier through the rendezvous store that, after :func:`barrier_timeout_seconds`, prints
+    on every rank which ranks are missing and the ``file:line`` where each rank is, then raises
+    :class:`BarrierTimeoutError` (instead of waiting out the backend's 30-minute timeout).
+
+    Ranks inside the barrier published where they called it; a missing rank's watcher thread
+    answers with its main thread's position. Without a watcher (no store connection of our own)
+    this is ``torch.distributed.barrier()``.
+    """
+    watch = _watch
+    if watch is None or watch.thread is None:
+        dist.barrier()
+        return
+    watch.barrier_generation += 1
+    generation = watch.barrier_generation
+    where = _user_location(sys._getframe(1))
+    store = watch.store
+    prefix = f"barrier/{generation}"
+    store.set(f"{prefix}/rank/{watch.rank}", where)
+    if store.add(f"{prefix}/count", 1) == watch.world_size:
+        store.set(f"{prefix}/done", "1")
+    timeout = barrier_timeout_seconds()
+    try:
+        store.wait([f"{prefix}/done"], datetime.timedelta(seconds=timeout))
+        return
+    except dist.DistStoreError:
+        pass
+    arrived = {rank: store.get(f"{prefix}/rank/{rank}").decode() for rank in range(watch.world_size)
+               if store.check([f"{prefix}/rank/{rank}"])}
+    missing = [rank for rank in range(watch.world_size) if rank not in arrived]
+    if not missing:  # everyone arrived just now
+        return
+    waiting = ",".join(map(str, sorted(arrived)))
+    store.compare_set(_WHERE_REQUEST, "", f"{generation}|{waiting}|{where}")
+    answers = {}
+    for rank in missing:
+        try:
+            store.wait([f"where/{generation}/{rank}"], datetime.timedelta(seconds=_WHERE_ANSWER_SECONDS))
+            answers[rank] = store.get(f"where/{generation}/{rank}").decode()
+        except dist.DistStoreError:
+            answers[rank] = "unknown (it did not answer)"
+    places = [f"rank {rank} waits in wait_for_everyone at {place}" for rank, place in sorted(arrived.items())]
+    places += [f"rank {rank} is at {answers[rank]}" for rank in missing]
+    message = (f"wait_for_everyone at {where} waited {timeout:g}s: rank(s) {', '.join(map(str, missing))} "
+               f"never arrived; {'; '.join(places)} (a barrier in a branch that some ranks skip? "
+               f"{BARRIER_TIMEOUT_ENV} sets the wait)")
+    _say(watch.rank, message)  # every waiting rank says it; only the first to fail shows a traceback
+    raise BarrierTimeoutError(message)
