@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import random
 from pathlib import Path
 from types import SimpleNamespace
@@ -201,6 +202,14 @@ def test_corrupt_file_is_refused_by_name(saved: Path) -> None:
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match=r"pytorch_model\.bin: corrupt"):
+        make_training()["accelerator"].load_state(saved)
+
+
+@pytest.mark.parametrize("name", ["pytorch_model.bin", "optimizer.bin", "random_states_0.pkl"])
+def test_truncated_file_is_refused_by_name(saved: Path, name: str) -> None:
+    path = saved / name
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match=rf"{re.escape(name)}: corrupt"):
         make_training()["accelerator"].load_state(saved)
 
 

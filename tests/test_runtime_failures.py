@@ -8,12 +8,15 @@ appears once, and rank 0 says in one line which rank failed.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import time
 from pathlib import Path
 
 import pytest
 
+from runtime.checkpoint import MANIFEST, latest_checkpoint
 from tests.launching import REPO_ROOT, Run, torchrun
 
 SCRIPT = REPO_ROOT / "tests" / "scripts" / "runtime_failures.py"
@@ -77,3 +80,19 @@ def test_a_rank_killed_mid_training_is_named_by_the_other(tmp_path: Path) -> Non
     assert run.returncode != 0, text
     assert elapsed < FAILURE_BOUND_S, f"ended {elapsed:.1f}s after the kill\n{text}"
     assert "[rank 0] stopping: rank 1 died without an error" in text, text
+
+
+def test_a_rank_killed_during_save_state_leaves_the_previous_checkpoint_whole(tmp_path: Path) -> None:
+    run, elapsed = launch("kill_during_save", tmp_path)
+    text = output(run)
+    assert run.returncode != 0, text
+    assert elapsed < FAILURE_BOUND_S, f"ended {elapsed:.1f}s after the kill\n{text}"
+    checkpoints = tmp_path / "project" / "checkpoints"
+    # The interrupted save never became a checkpoint; the previous one is the latest, and whole.
+    assert not (checkpoints / "checkpoint_1").exists()
+    assert latest_checkpoint(tmp_path / "project") == checkpoints / "checkpoint_0"
+    manifest = json.loads((checkpoints / "checkpoint_0" / MANIFEST).read_text())
+    assert manifest["world_size"] == 2 and "random_states_1.pkl" in manifest["files"]
+    for name, expected in manifest["files"].items():
+        data = (checkpoints / "checkpoint_0" / name).read_bytes()
+        assert (len(data), hashlib.sha256(data).hexdigest()) == (expected["bytes"], expected["sha256"]), name

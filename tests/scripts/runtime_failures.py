@@ -9,7 +9,9 @@
   every rank loads it;
 - ``forged_rng``: as above, but ``random_states_1.pkl`` is replaced by a pickle that runs code
   when unpickled, and the manifest is rewritten to vouch for it: only rank 1 reads that file;
-- ``kill_during``: rank 1 kills itself with SIGKILL at the fourth batch.
+- ``kill_during``: rank 1 kills itself with SIGKILL at the fourth batch;
+- ``kill_during_save``: a first checkpoint is saved (automatic naming), then rank 1 kills itself
+  with SIGKILL in the middle of the second ``save_state``, while writing its own file.
 
 Just before the fault, the faulting rank writes the time to OUT_DIR/fault_time.
 """
@@ -51,6 +53,24 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=4, shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    if MODE == "kill_during_save":
+        from runtime import ProjectConfiguration
+
+        accelerator.project_configuration = ProjectConfiguration(project_dir=str(OUT / "project"),
+                                                                 automatic_checkpoint_naming=True)
+        accelerator.save_state()  # checkpoint_0: complete
+        if rank == 1:
+            import runtime.checkpoint as checkpoint_module
+
+            write = checkpoint_module._write
+
+            def write_then_die(path: Path, content: object) -> None:
+                write(path, content)
+                mark_fault()
+                os.kill(os.getpid(), signal.SIGKILL)
+
+            checkpoint_module._write = write_then_die
+        accelerator.save_state()  # checkpoint_1: rank 1 dies half way
     if MODE in ("corrupt_rng", "forged_rng"):
         checkpoint = OUT / "checkpoint"
         accelerator.save_state(str(checkpoint))
