@@ -31,6 +31,7 @@ import os
 import socket
 import sys
 import threading
+import time
 import traceback
 from types import TracebackType
 from typing import Any
@@ -262,11 +263,20 @@ def _looks_like_a_lost_peer(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and any(word in str(error) for word in _LOST_PEER_WORDS)
 
 
+#: Linux's per-task flag for a process that has begun to exit (``PF_EXITING``, include/linux/sched.h).
+_PF_EXITING = 0x4
+
+
 def _process_alive(pid: int) -> bool:
-    """False when ``pid`` is gone or a zombie (dead, not yet reaped by its launcher)."""
+    """False when ``pid`` is gone, a zombie (dead, not yet reaped by its launcher) or exiting.
+
+    Exiting matters: a killed process closes its sockets before it becomes a zombie, so a peer
+    that sees the connection drop can look at it in between.
+    """
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return fields[0] not in ("Z", "X") and not int(fields[6]) & _PF_EXITING
     except FileNotFoundError:
         return False
     except OSError:  # no /proc (macOS): ask the kernel, which cannot tell zombies apart
@@ -277,6 +287,16 @@ def _process_alive(pid: int) -> bool:
         except PermissionError:
             return True
         return True
+
+
+def _vanished_peers_soon(watch: _FailureWatch, within: float = 0.5) -> list[int]:
+    """The peers that died, looking again for a moment: the kernel may not have caught up yet."""
+    deadline = time.monotonic() + within
+    while True:
+        vanished = watch.vanished_peers()
+        if vanished or time.monotonic() > deadline:
+            return vanished
+        time.sleep(0.01)
 
 
 def _one_line(text: str, limit: int = 160) -> str:
@@ -302,7 +322,7 @@ def _report_and_record(kind: type[BaseException], error: BaseException, trace: T
         # A consequence of the peer's failure, as a rule: one line, not a second traceback.
         watch.announce(f"stopping: rank {first} failed first (here: {summary})")
         return
-    vanished = watch.vanished_peers() if _looks_like_a_lost_peer(error) else []
+    vanished = _vanished_peers_soon(watch) if _looks_like_a_lost_peer(error) else []
     if vanished:
         # A peer died without a word (SIGKILL, the OOM killer): our error is only its echo.
         ranks = ", ".join(map(str, vanished))
