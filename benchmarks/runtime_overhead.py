@@ -27,6 +27,9 @@ Usage::
     python benchmarks/runtime_overhead.py --gpu            # one process on a CUDA GPU
     python benchmarks/runtime_overhead.py --quick          # smoke run, tiny sizes
     python benchmarks/runtime_overhead.py --loader-only    # data-loading throughput only (seconds)
+    python benchmarks/runtime_overhead.py --accumulation 4 --nproc 2 --models mlp --precisions fp32
+        # gradient accumulation over 4 micro-steps: DDP with no_sync on the 3 that do not step,
+        # runtime and Accelerate with accumulate(); times are per micro-step
 
 Sizes: the MLP is 512→1024→1024→10 with batch 256 everywhere. The transformer is 6 layers, width
 512, sequence 256, batch 32 on a GPU; on CPU a full step of that takes seconds per step on two
@@ -36,6 +39,7 @@ cores, so CPU mode uses sequence 64 and batch 8 (same layers and width).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -144,13 +148,20 @@ def make_variants(args, device, world: int, rank: int) -> dict[str, Callable[[],
             ddp_loader = DataLoader(dataset, batch_size=args.batch, sampler=sampler)
             epoch = [0]
 
+            micro_steps = [0]
+
             def ddp_step(x, y):
                 x, y = x.to(device), y.to(device)
-                with autocast():
-                    loss = F.cross_entropy(ddp_model(x).float(), y)
-                loss.backward()
-                ddp_opt.step()
-                ddp_opt.zero_grad(set_to_none=True)
+                micro_steps[0] += 1
+                syncs = micro_steps[0] % args.accumulation == 0
+                # The hand-written accumulation loop: no all-reduce on the micro-steps that do not step.
+                with contextlib.nullcontext() if syncs else ddp_model.no_sync():
+                    with autocast():
+                        loss = F.cross_entropy(ddp_model(x).float(), y)
+                    (loss / args.accumulation if args.accumulation > 1 else loss).backward()
+                if syncs:
+                    ddp_opt.step()
+                    ddp_opt.zero_grad(set_to_none=True)
 
             def ddp_epoch() -> float:
                 sampler.set_epoch(epoch[0])
@@ -163,7 +174,8 @@ def make_variants(args, device, world: int, rank: int) -> dict[str, Callable[[],
         # The same loop with DDP's static_graph=True, which runtime.Accelerator sets by default
         # (what lets unused parameters work with no flag): splits the gap to (3) into what that
         # choice costs and what the runtime's own code costs.
-        variants["ddp_static_graph"] = ddp_variant(static_graph=True)
+        if args.accumulation == 1:  # torch asserts when a static graph's first iteration is in no_sync
+            variants["ddp_static_graph"] = ddp_variant(static_graph=True)
 
     def accelerator_variant(accelerator):
         torch.manual_seed(0)
@@ -173,22 +185,26 @@ def make_variants(args, device, world: int, rank: int) -> dict[str, Callable[[],
         model, opt, loader = accelerator.prepare(model, opt, loader)
 
         def step(x, y):
-            loss = F.cross_entropy(model(x), y)
-            accelerator.backward(loss)
-            opt.step()
-            opt.zero_grad()
+            with accelerator.accumulate(model) if args.accumulation > 1 else contextlib.nullcontext():
+                loss = F.cross_entropy(model(x), y)
+                accelerator.backward(loss)
+                opt.step()
+                opt.zero_grad()
 
         return lambda: timed_epoch(loader, step)
 
     import runtime
 
     precision = "no" if args.precision == "fp32" else args.precision
-    variants["runtime"] = accelerator_variant(runtime.Accelerator(mixed_precision=precision))
+    steps = args.accumulation
+    variants["runtime"] = accelerator_variant(runtime.Accelerator(mixed_precision=precision,
+                                                                  gradient_accumulation_steps=steps))
     if not args.skip_accelerate:
         import accelerate
 
         variants["accelerate"] = accelerator_variant(
-            accelerate.Accelerator(mixed_precision=precision, cpu=device.type == "cpu"))
+            accelerate.Accelerator(mixed_precision=precision, cpu=device.type == "cpu",
+                                   gradient_accumulation_steps=steps))
     return variants
 
 
@@ -262,7 +278,7 @@ def worker(args) -> None:
         order = names[round_index % len(names):] + names[:round_index % len(names)]
         for name in order:
             times[name].append(variants[name]())
-    result = {"model": args.model, "precision": args.precision, "world": world,
+    result = {"model": args.model, "precision": args.precision, "world": world, "accumulation": args.accumulation,
               "step_seconds": {name: statistics.median(values) for name, values in times.items()},
               "round_seconds": times}
     if args.model == "mlp" and args.precision == "fp32":
@@ -342,6 +358,8 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=None)
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--skip-accelerate", action="store_true")
+    parser.add_argument("--accumulation", type=int, default=1,
+                        help="micro-steps per optimizer step (DDP: no_sync; runtime/Accelerate: accumulate())")
     parser.add_argument("--loader-only", action="store_true",
                         help="only the data-loading throughput (MLP data, fp32): no training variants")
     parser.add_argument("--models", nargs="+", default=["mlp", "transformer"], choices=["mlp", "transformer"])
@@ -372,6 +390,8 @@ def main() -> None:
                     worker_args.append("--gpu")
                 if args.skip_accelerate:
                     worker_args.append("--skip-accelerate")
+                if args.accumulation > 1:
+                    worker_args += ["--accumulation", str(args.accumulation)]
                 if args.loader_only:
                     worker_args.append("--loader-only")
                 for result in launch(worker_args, nproc):
@@ -396,13 +416,14 @@ def print_step_table(rows: list[dict]) -> None:
     """The per-step table the README quotes (nothing when only the loaders were measured)."""
     if not rows:
         return
-    print("| model | precision | processes | reference | reference s/step | runtime s/step | runtime / reference "
+    print("| model | precision | processes (accumulation) | reference | reference s/step | runtime s/step | runtime / reference "
           "(per-round median [95% interval]) | accelerate s/step | runtime / accelerate (per-round) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         times = row["step_seconds"]
         reference = "plain" if row["world"] == 1 else "ddp"
-        print(f"| {row['model']} | {row['precision']} | {row['world']} | {reference} | {times[reference]:.5f} "
+        steps = row.get("accumulation", 1)
+        print(f"| {row['model']} | {row['precision']} | {row['world']}{f' (k={steps})' if steps > 1 else ''} | {reference} | {times[reference]:.5f} "
               f"| {times['runtime']:.5f} | {paired_ratio(row, 'runtime', reference)} "
               f"| {times.get('accelerate', 0):.5f} | {paired_ratio(row, 'runtime', 'accelerate')} |")
 

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DataParallel, DistributedDataParallel
 from torch.utils.data import DataLoader
 
@@ -655,9 +654,15 @@ class Accelerator:
 
     # ------------------------------------------------------------------ process control
     def wait_for_everyone(self) -> None:
-        """Barrier: every rank waits here until all have arrived (no-op on one process)."""
+        """Barrier: every rank waits here until all have arrived (no-op on one process).
+
+        Past ``ACCEL_CONVERT_BARRIER_TIMEOUT`` seconds (30) every rank prints which ranks are
+        missing and where each rank is, and raises ``BarrierTimeoutError`` (runtime.job_failure).
+        """
         if self.use_distributed:
-            dist.barrier()
+            from runtime.job_failure import monitored_barrier
+
+            monitored_barrier()
 
     @contextlib.contextmanager
     def _first(self, is_first: bool) -> Iterator[None]:
@@ -720,9 +725,10 @@ class Accelerator:
 
     def end_training(self) -> None:
         """Leave the process group (call once, at the very end of the script)."""
+        from runtime.state import shut_down_process_group
+
         self.wait_for_everyone()
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        shut_down_process_group()
 
     # ------------------------------------------------------------------ models and files
     def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,

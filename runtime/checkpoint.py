@@ -56,6 +56,18 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be loaded as it is; the message names the folder or file."""
 
 
+class CheckpointRefusedByPeer(CheckpointError):
+    """Another rank refused its part of the checkpoint; this rank refuses the whole with it.
+
+    ``peer_rank`` tells the failure handling (:mod:`runtime.job_failure`) that this error only
+    echoes the other rank's, whose own message says what is wrong.
+    """
+
+    def __init__(self, message: str, peer_rank: int) -> None:
+        super().__init__(message)
+        self.peer_rank = peer_rank
+
+
 # --------------------------------------------------------------------------------------------
 # Names
 # --------------------------------------------------------------------------------------------
@@ -333,11 +345,20 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike | None = None,
     ``input_dir=None`` with automatic checkpoint naming loads the newest complete checkpoint.
     ``map_location`` is Accelerate's: ``None``/``"cpu"`` or ``"on_device"``. Extra keyword
     arguments go to each model's ``load_state_dict`` (``strict=False``, say).
+
+    Every rank reaches the same verdict before any rank changes anything: each one checks every
+    file of the checkpoint against the manifest (every rank's random-state file too, not only its
+    own), and the one file that differs per rank, this rank's random states, is unpickled first
+    and the ranks agree that all of them loaded. A checkpoint refused on one rank is refused on
+    all, with the file's name, instead of leaving the others waiting in their next collective.
     """
     source = _load_source(accelerator, input_dir)
     location = _map_location(accelerator, map_location)
     manifest = _read_manifest(source, accelerator)
     loader = _VerifiedLoader(source, manifest, location)
+    loader.verify(_files_to_load(accelerator))
+    rng_file = _rng_file(accelerator.process_index)
+    snapshot = _load_on_every_rank(loader, rng_file, accelerator)
     prepared = accelerator.prepared_objects()
     for index, model in enumerate(prepared.models):
         state = loader.load(_indexed("pytorch_model", index, ".bin"))
@@ -350,12 +371,59 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike | None = None,
         accelerator.scaler.load_state_dict(loader.load("scaler.pt"))
     for index, obj in enumerate(prepared.custom_objects):
         obj.load_state_dict(loader.load(f"custom_checkpoint_{index}.pkl"))
-    rng_file = _rng_file(accelerator.process_index)
-    _restore_rng(loader.load(rng_file), accelerator, source / rng_file)
+    _restore_rng(snapshot, accelerator, source / rng_file)
     if accelerator.project_configuration.automatic_checkpoint_naming:
         match = _AUTOMATIC_NAME.match(source.name)
         if match:  # the next save must not collide with what we resumed from
             accelerator.project_configuration.iteration = int(match.group(1)) + 1
+
+
+def _files_to_load(accelerator: Any) -> list[str]:
+    """Every file any rank of this run reads: the shared ones and each rank's random states."""
+    return [*_shared_files_names(accelerator), *(_rng_file(rank) for rank in range(accelerator.num_processes))]
+
+
+def _shared_files_names(accelerator: Any) -> list[str]:
+    prepared = accelerator.prepared_objects()
+    names = [_indexed("pytorch_model", index, ".bin") for index in range(len(prepared.models))]
+    names += [_indexed("optimizer", index, ".bin") for index in range(len(prepared.optimizers))]
+    names += [_indexed("scheduler", index, ".bin") for index in range(len(prepared.schedulers))]
+    if accelerator.scaler is not None:
+        names.append("scaler.pt")
+    names += [f"custom_checkpoint_{index}.pkl" for index in range(len(prepared.custom_objects))]
+    return names
+
+
+def _load_on_every_rank(loader: _VerifiedLoader, name: str, accelerator: Any) -> Any:
+    """Load this rank's own file, then agree with the other ranks that all of theirs loaded."""
+    from runtime.collectives import is_distributed, reduce
+
+    failure: CheckpointError | None = None
+    content: Any = None
+    try:
+        content = loader.load(name)
+    except CheckpointError as error:
+        failure = error
+    if is_distributed():
+        refused = torch.zeros(accelerator.num_processes, dtype=torch.int64)
+        refused[accelerator.process_index] = int(failure is not None)
+        refused = reduce(refused.to(_agreement_device()), "sum").cpu()
+        ranks = [rank for rank, flag in enumerate(refused.tolist()) if flag]
+        if ranks and failure is None:
+            names = ", ".join(str(loader.source / _rng_file(rank)) for rank in ranks)
+            raise CheckpointRefusedByPeer(f"{names}: refused by rank(s) {', '.join(map(str, ranks))} "
+                                          "(see that rank's message); nothing was loaded", ranks[0])
+    if failure is not None:
+        raise failure
+    return content
+
+
+def _agreement_device() -> torch.device:
+    import torch.distributed as dist
+
+    if dist.get_backend() == "nccl":  # NCCL only moves GPU tensors
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def _load_source(accelerator: Any, input_dir: str | os.PathLike | None) -> Path:
@@ -392,6 +460,8 @@ def _read_manifest(source: Path, accelerator: Any) -> dict[str, Any]:
         files, world_size, counts = manifest["files"], manifest["world_size"], manifest["counts"]
     except (ValueError, KeyError, TypeError) as error:
         raise CheckpointError(f"{path}: unreadable manifest ({error})") from None
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+        raise CheckpointError(f"{path}: malformed manifest (world_size is {world_size!r}, not a number of processes)")
     if world_size != accelerator.num_processes:
         raise CheckpointError(f"{path}: saved by {world_size} processes, this run has "
                               f"{accelerator.num_processes}; resume with the same number of processes")
@@ -411,18 +481,31 @@ class _VerifiedLoader:
         self.source = source
         self.files: dict[str, dict[str, Any]] = manifest["files"]
         self.location = location
+        self.verified: set[str] = set()
+
+    def verify(self, names: list[str]) -> None:
+        """Check each file's presence, size and digest (each is hashed once per load)."""
+        for name in names:
+            path = self.source / name
+            expected = self.files.get(name)
+            if expected is None:
+                raise CheckpointError(f"{path}: not listed in {self.source / MANIFEST}")
+            if not path.is_file():
+                raise CheckpointError(f"{path}: missing from the checkpoint")
+            try:
+                size, digest = expected["bytes"], expected["sha256"]
+            except (KeyError, TypeError):
+                raise CheckpointError(f"{self.source / MANIFEST}: malformed manifest (no size and digest for "
+                                      f"{name})") from None
+            if path.stat().st_size != size or _digest(path) != digest:
+                raise CheckpointError(f"{path}: corrupt (its contents differ from what was saved)")
+            self.verified.add(name)
 
     def load(self, name: str) -> Any:
+        if name not in self.verified:
+            self.verify([name])
         path = self.source / name
-        expected = self.files.get(name)
-        if expected is None:
-            raise CheckpointError(f"{path}: not listed in {self.source / MANIFEST}")
-        if not path.is_file():
-            raise CheckpointError(f"{path}: missing from the checkpoint")
-        if path.stat().st_size != expected["bytes"] or _digest(path) != expected["sha256"]:
-            raise CheckpointError(f"{path}: corrupt (its contents differ from what was saved)")
         try:
             return torch.load(path, map_location=self.location, weights_only=True)
         except Exception as error:  # noqa: BLE001 (any unpickling failure gets the file's name)
             raise CheckpointError(f"{path}: cannot be loaded with weights_only=True ({error})") from error
-

@@ -15,11 +15,29 @@ unchanged under plain ``python``.
 from __future__ import annotations
 
 import hashlib
+from collections import deque
 from collections.abc import Mapping
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
+
+#: The tensors of the last few collectives issued from here, still referenced (see below).
+_RECENT_COLLECTIVE_TENSORS: deque[tuple[torch.Tensor, ...]] = deque(maxlen=8)
+
+
+def keep_for_teardown(*tensors: torch.Tensor) -> None:
+    """Keep a collective's Python tensors referenced after the call returns.
+
+    A Gloo work item outlives the call that waited for it: its worker thread frees it a moment
+    later, and a barrier issued meanwhile keeps it until the barrier itself is freed. If Python
+    has let go of the tensors by then, freeing them takes the GIL, and a main thread that is
+    destroying the group at that moment (holding the GIL, joining that worker) deadlocks the
+    process at exit. Tensors still referenced here are freed without the GIL. Only the last few
+    collectives' tensors are kept: small metric payloads as a rule, and the oldest go as new ones
+    arrive.
+    """
+    _RECENT_COLLECTIVE_TENSORS.append(tensors)
 
 
 def is_distributed() -> bool:
@@ -65,6 +83,7 @@ def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
     tensor = tensor.reshape(1) if tensor.ndim == 0 else tensor.contiguous()
     parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
     dist.all_gather(parts, tensor)
+    keep_for_teardown(tensor, *parts)
     return torch.cat(parts, dim=0)
 
 
@@ -86,6 +105,7 @@ def _gather_packed(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     payload = torch.cat([row.reshape(-1).view(torch.uint8) for row in rows])
     parts = [torch.empty_like(payload) for _ in range(dist.get_world_size())]
     dist.all_gather(parts, payload)
+    keep_for_teardown(payload, *parts)
     gathered, offset = [], 0
     for row in rows:
         end = offset + row.numel() * row.element_size()
@@ -128,6 +148,7 @@ def check_same_shapes(data: Any, op_name: str = "gather") -> None:
     mine = _layout_fingerprint(layout).to(_collective_device())
     fingerprints = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(fingerprints, mine)
+    keep_for_teardown(mine, *fingerprints)
     if all(torch.equal(fingerprint, mine) for fingerprint in fingerprints):
         return
     # Every rank saw the same fingerprints, so every rank takes this branch and the collective below.
@@ -177,6 +198,7 @@ def broadcast(data: Any, from_process: int = 0) -> Any:
 
     def _broadcast_one(tensor: torch.Tensor) -> torch.Tensor:
         dist.broadcast(tensor, src=from_process)
+        keep_for_teardown(tensor)
         return tensor
 
     return apply_to_tensors(_broadcast_one, data, "broadcast")
@@ -199,6 +221,7 @@ def reduce(data: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
             return result
         op = dist.ReduceOp.MAX if reduction == "max" else dist.ReduceOp.SUM
         dist.all_reduce(result, op=op)
+        keep_for_teardown(result)
         if reduction == "mean":
             result /= dist.get_world_size()
         if scale != 1.0:

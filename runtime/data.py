@@ -52,6 +52,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
+from runtime.collectives import keep_for_teardown
 from runtime.gradient_state import GradientState
 from runtime.sharding import (
     IterableShard,
@@ -119,6 +120,7 @@ def _broadcast_from_rank0(state: torch.Tensor) -> torch.Tensor:
         dist.broadcast(on_gpu, src=0)
         return on_gpu.cpu()
     dist.broadcast(state, src=0)
+    keep_for_teardown(state)  # see runtime.collectives.keep_for_teardown
     return state
 
 

@@ -11,20 +11,25 @@ the reduction never finishes, and the next forward fails with DDP's bare "Expect
 finished reduction in the prior iteration". Accelerate leaves the user to discover
 ``find_unused_parameters=True``, which walks the autograd graph after *every* forward.
 
-Our choice: when the script sets neither ``find_unused_parameters`` nor ``static_graph``, wrap
-with ``static_graph=True``. A static graph lets DDP learn, during the first iteration, which
-parameters are used and in which order gradients arrive; from the second iteration on, unused
-parameters are marked ready up front and buckets are rebuilt in arrival order, so it handles
-unused parameters without any per-step graph walk (benchmarks/ddp_unused_params.py measures the
-per-step cost against plain DDP on a model that uses all its parameters). Two consequences:
+Our choice, when the script sets neither ``find_unused_parameters`` nor ``static_graph``: plain
+DDP, and on the first forward that builds a graph the runtime walks that graph once to see which
+parameters it reaches (before backward, so nothing has been reduced yet). The ranks agree with
+one one-int all-reduce. If every rank uses every parameter, nothing changes: plain DDP, no
+per-step graph walk, and ``no_sync`` really skips the all-reduce. If some parameter is unused,
+the reducer is rebuilt right there with ``find_unused_parameters=True`` and the forward's output
+is prepared for it, before the backward that needs it: unused parameters need no flag, and
+``no_sync`` still skips the all-reduce. (The former default, ``static_graph=True``, all-reduced
+on the first micro-step of every accumulation whatever ``no_sync`` said, and cannot follow a
+graph that changes.)
 
-- The first iteration must synchronise: DDP cannot record its graph inside ``no_sync()``
-  (torch hits an internal assert). :class:`RuntimeDDP` therefore ignores ``no_sync`` until one
-  synced forward has run; averaging is linear, so syncing that step early gives the same
-  accumulated gradient.
-- A model whose set of used parameters *changes* between iterations cannot use a static graph.
-  That still fails, but with an error that names the parameters and the fix
-  (``DistributedDataParallelKwargs(find_unused_parameters=True)``).
+A model that uses every parameter in its first iteration and leaves some unused later still
+fails, as with plain DDP, but with an error that names the parameters and the fix
+(``DistributedDataParallelKwargs(find_unused_parameters=True)``).
+
+A script that asks for ``static_graph=True`` itself gets it; DDP cannot record its graph inside
+``no_sync()`` (torch hits an internal assert), so :class:`RuntimeDDP` ignores ``no_sync`` until
+one synced forward has run; averaging is linear, so syncing that step early gives the same
+accumulated gradient.
 """
 
 from __future__ import annotations
@@ -46,12 +51,44 @@ class UnusedParametersError(RuntimeError):
 
 
 def ddp_options(user_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The handler's DDP kwargs, with ``static_graph=True`` unless the user chose how to handle
-    unused parameters themselves."""
-    options = {key: value for key, value in user_kwargs.items() if not key.startswith("comm_")}
-    if "find_unused_parameters" not in options and "static_graph" not in options:
-        options["static_graph"] = True
-    return options
+    """The handler's DDP kwargs (the ``comm_*`` fields are applied after wrapping)."""
+    return {key: value for key, value in user_kwargs.items() if not key.startswith("comm_")}
+
+
+def runtime_chooses_strategy(user_kwargs: dict[str, Any]) -> bool:
+    """True when the script set neither ``find_unused_parameters`` nor ``static_graph``."""
+    return "find_unused_parameters" not in user_kwargs and "static_graph" not in user_kwargs
+
+
+def parameters_reached(outputs: Any) -> set[int]:
+    """``id()`` of every leaf tensor the autograd graph behind ``outputs`` accumulates into."""
+    roots = [tensor.grad_fn for tensor in _tensors_in(outputs) if tensor.grad_fn is not None]
+    seen: set[Any] = set()
+    reached: set[int] = set()
+    while roots:
+        node = roots.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        variable = getattr(node, "variable", None)  # AccumulateGrad: the parameter it feeds
+        if variable is not None:
+            reached.add(id(variable))
+        roots.extend(next_node for next_node, _ in node.next_functions if next_node is not None)
+    return reached
+
+
+def _tensors_in(outputs: Any) -> Iterator[torch.Tensor]:
+    if isinstance(outputs, torch.Tensor):
+        yield outputs
+    elif isinstance(outputs, dict):
+        for value in outputs.values():
+            yield from _tensors_in(value)
+    elif isinstance(outputs, (list, tuple)):
+        for value in outputs:
+            yield from _tensors_in(value)
+    elif hasattr(outputs, "__dataclass_fields__") or hasattr(outputs, "to_tuple"):  # ModelOutput-like
+        for value in vars(outputs).values():
+            yield from _tensors_in(value)
 
 
 def unused_parameter_names(ddp: DistributedDataParallel, message: str) -> list[str]:
@@ -98,13 +135,17 @@ def release_process_group_references() -> None:
 
 
 class RuntimeDDP(DistributedDataParallel):
-    """DistributedDataParallel that records its static graph on a synced step and explains
-    unused-parameter failures (it is a plain DDP for ``isinstance`` and ``.module``)."""
+    """DistributedDataParallel that picks its unused-parameter strategy after the first iteration
+    (when the script left it to us) and explains unused-parameter failures (it is a plain DDP for
+    ``isinstance`` and ``.module``)."""
 
-    def __init__(self, module: torch.nn.Module, **kwargs: Any) -> None:
+    def __init__(self, module: torch.nn.Module, choose_strategy: bool = False, **kwargs: Any) -> None:
         _live_wrappers.add(self)
         super().__init__(module, **kwargs)
         self._graph_recorded = not kwargs.get("static_graph", False)
+        self._ddp_kwargs = dict(kwargs)
+        self._runtime_comm_hooks: list[tuple[Any, Any]] = []
+        self._strategy_chosen = not choose_strategy
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         try:
@@ -113,13 +154,59 @@ class RuntimeDDP(DistributedDataParallel):
             if _UNFINISHED_REDUCTION in str(error):
                 raise explain_unfinished_reduction(self, error) from error
             raise
-        if torch.is_grad_enabled() and self.require_backward_grad_sync:
-            self._graph_recorded = True
+        if torch.is_grad_enabled():
+            if self.require_backward_grad_sync:
+                self._graph_recorded = True
+            if not self._strategy_chosen:
+                outputs = self._choose_strategy(outputs)
         return outputs
+
+    def _choose_strategy(self, outputs: Any) -> Any:
+        """After the first forward with a graph: keep plain DDP if every rank's graph reaches every
+        parameter, else switch to ``find_unused_parameters=True`` before this forward's backward."""
+        import torch.distributed as dist
+
+        self._strategy_chosen = True
+        reached = parameters_reached(outputs)
+        all_used = all(id(param) in reached for param in self.module.parameters() if param.requires_grad)
+        flag = torch.tensor([int(all_used)], dtype=torch.int64)
+        if self.device_ids:
+            flag = flag.to(torch.device("cuda", self.device_ids[0]))
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.process_group)
+        if int(flag.item()) == 1:
+            return outputs
+        self._rebuild(find_unused_parameters=True)
+        # What DDP's forward would have done with this reducer: count the iteration, then let the
+        # reducer find this graph's unused parameters and route the outputs through DDP's sink.
+        if not self._lazy_init_ran:
+            self._lazy_init()
+        if self.require_backward_grad_sync:
+            self.reducer.prepare_for_forward()
+        return self._post_forward(outputs)
+
+    def _rebuild(self, **changes: Any) -> None:
+        """Replace the reducer by one built with ``changes`` (same module, parameters, comm hooks)."""
+        # init_sync=False: the weights are equal on every rank already, and this forward's graph
+        # holds them (an in-place broadcast now would break its backward).
+        options = {**self._ddp_kwargs, **changes, "process_group": self.process_group, "init_sync": False}
+        fresh = DistributedDataParallel(self.module, **options)
+        keep = {"_modules", "_parameters", "_buffers", "training", "require_backward_grad_sync",
+                "require_forward_param_sync"}
+        for name, value in vars(fresh).items():
+            if name not in keep and not name.endswith("_hooks") and "hooks_" not in name:
+                self.__dict__[name] = value
+        self._ddp_kwargs = {**self._ddp_kwargs, **changes}
+        for state, hook in self._runtime_comm_hooks:
+            super().register_comm_hook(state, hook)
+
+    def register_comm_hook(self, state: object, hook: Any) -> None:
+        """DDP's ``register_comm_hook``, remembered so that a rebuilt reducer gets it too."""
+        self._runtime_comm_hooks.append((state, hook))
+        super().register_comm_hook(state, hook)
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
-        """DDP's ``no_sync``, except before the static graph's first (recording) iteration."""
+        """DDP's ``no_sync``, except before a static graph's first (recording) iteration."""
         if not self._graph_recorded:
             yield
             return
@@ -133,7 +220,7 @@ def wrap_in_ddp(model: torch.nn.Module, device: torch.device, user_kwargs: dict[
     if device.type == "cuda":
         options.setdefault("device_ids", [device.index])
         options.setdefault("output_device", device.index)
-    return RuntimeDDP(model, **options)
+    return RuntimeDDP(model, choose_strategy=runtime_chooses_strategy(user_kwargs), **options)
 
 
 def register_comm_hook(ddp: DistributedDataParallel, user_kwargs: dict[str, Any]) -> None:

@@ -1,7 +1,11 @@
 """Configuration objects that scripts pass to ``Accelerator(...)``, with Accelerate's names and defaults.
 
-Each ``*Kwargs`` handler forwards only the fields the user changed (:meth:`KwargsHandler.to_kwargs`),
-so torch's own defaults stay in charge of everything the script did not mention.
+Each ``*Kwargs`` handler forwards the fields the user set (:meth:`KwargsHandler.to_kwargs`):
+every field passed to the constructor or assigned afterwards, even at its default value, plus
+any field whose value differs from the default. Fields the script never mentioned stay out, so
+torch's defaults (and the runtime's own, such as DDP's static graph) apply to those only.
+Accelerate instead forwards only values that differ from the defaults, which silently drops an
+explicit ``DistributedDataParallelKwargs(static_graph=False)``.
 """
 
 from __future__ import annotations
@@ -9,21 +13,41 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
+
+_Handler = TypeVar("_Handler", bound="KwargsHandler")
 
 from runtime.comm_hooks import DDPCommunicationHookType
 
 
 class KwargsHandler:
-    """Base of the ``kwargs_handlers=[...]`` dataclasses: one per class, forwards non-default fields."""
+    """Base of the ``kwargs_handlers=[...]`` dataclasses: one per class, forwards the fields set."""
+
+    def __new__(cls: type[_Handler], *args: Any, **kwargs: Any) -> _Handler:  # noqa: PYI019 (Self is 3.11+)
+        handler = super().__new__(cls)
+        # The dataclass __init__ assigns every field once; what the caller passed is known only here.
+        positional = [f.name for f in fields(cls)][: len(args)]  # type: ignore[arg-type]
+        object.__setattr__(handler, "_explicit_fields", {*positional, *kwargs})
+        return handler
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # A field assigned a second time was set by the script after construction.
+        if name in self.__dict__:
+            self.__dict__.setdefault("_explicit_fields", set()).add(name)
+        super().__setattr__(name, value)
+
+    def explicit_fields(self) -> set[str]:
+        """The fields the script set, in the constructor or later, whatever their value."""
+        return set(self.__dict__.get("_explicit_fields", ()))
 
     def to_kwargs(self) -> dict[str, Any]:
-        """The fields whose value differs from the dataclass default, as keyword arguments."""
+        """The fields the script set explicitly, and those whose value differs from the default."""
         default = self.__class__()
+        explicit = self.explicit_fields()
         return {
             f.name: getattr(self, f.name)
             for f in fields(self)  # type: ignore[arg-type]
-            if getattr(self, f.name) != getattr(default, f.name)
+            if f.name in explicit or getattr(self, f.name) != getattr(default, f.name)
         }
 
 
@@ -31,8 +55,9 @@ class KwargsHandler:
 class DistributedDataParallelKwargs(KwargsHandler):
     """Keyword arguments for :class:`torch.nn.parallel.DistributedDataParallel`.
 
-    If neither ``find_unused_parameters`` nor ``static_graph`` is set, the runtime picks
-    ``static_graph=True`` (see :mod:`runtime.ddp` for why).
+    Every field the script sets reaches DDP, also at its default value
+    (``static_graph=False``, say). If neither ``find_unused_parameters`` nor ``static_graph`` is
+    set, the runtime chooses how to handle unused parameters (see :mod:`runtime.ddp`).
     """
 
     dim: int = 0
@@ -61,11 +86,23 @@ class GradScalerKwargs(KwargsHandler):
 
 @dataclass
 class InitProcessGroupKwargs(KwargsHandler):
-    """Keyword arguments for :func:`torch.distributed.init_process_group` (backend, timeout...)."""
+    """Keyword arguments for :func:`torch.distributed.init_process_group` (backend, timeout...).
+
+    ``backend="nccl"`` is the default and stays a default even when written out, as in
+    Accelerate: the runtime then picks NCCL with GPUs and Gloo without, so a GPU script's handler
+    still runs on a CPU machine. Any other backend is forwarded.
+    """
 
     backend: str | None = "nccl"
     init_method: str | None = None
     timeout: timedelta | None = None
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """As for every handler, except that ``backend="nccl"`` counts as not set (see above)."""
+        kwargs = super().to_kwargs()
+        if kwargs.get("backend") == "nccl":
+            del kwargs["backend"]
+        return kwargs
 
 
 @dataclass

@@ -26,6 +26,7 @@ from typing import Any, Callable, TypeVar
 import torch
 import torch.distributed as dist
 
+
 __all__ = [
     "OUT_OF_MEMORY_MESSAGES",
     "find_executable_batch_size",

@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.distributed as dist
 
+from runtime.state import shut_down_process_group
 from runtime.memory import (
     _reduced,
     _say,
@@ -133,7 +134,7 @@ class _LiveGroup:
         """Destroy this rank's group; once nothing holds it, its sockets close and peers fail fast."""
         if dist.is_initialized():
             dist.group.WORLD.abort()
-            dist.destroy_process_group()
+            shut_down_process_group(release_models=False)
         gc.collect()
 
     def recreate(self, prefix: str, timeout: datetime.timedelta) -> None:
@@ -142,8 +143,7 @@ class _LiveGroup:
         The fresh prefix matters: the old group's rendezvous keys are still in the store, and a
         new group reading them would try to connect to dead sockets.
         """
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        shut_down_process_group(release_models=False)
         options: dict[str, Any] = {}
         if self.device_id is not None:
             options["device_id"] = self.device_id

@@ -21,12 +21,15 @@ import atexit
 import datetime
 import gc
 import os
+import time
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from runtime.job_failure import failure_seen, stop_watching, watch_for_failures
 
 
 class DistributedType(str, Enum):
@@ -148,6 +151,7 @@ def ensure_process_group(backend: str, init_kwargs: dict[str, Any]) -> None:
     kwargs = {key: value for key, value in init_kwargs.items() if key != "backend"}
     dist.init_process_group(backend=wanted or backend, **kwargs)
     atexit.register(leave_process_group_at_exit)
+    watch_for_failures()
 
 
 #: How long a rank waits for the others at exit before leaving anyway.
@@ -155,22 +159,57 @@ EXIT_BARRIER_SECONDS = 10.0
 
 
 def leave_process_group_at_exit() -> None:
-    """Destroy the group we created before the interpreter tears down (no barrier: a rank that
-    crashed must not make the others wait). See :func:`runtime.ddp.release_process_group_references`."""
+    """Destroy the group we created before the interpreter tears down.
+
+    After a clean run every rank meets in a bounded barrier first; after a failure (this rank's
+    uncaught exception, or a peer's, see :mod:`runtime.job_failure`) nobody waits: the failing
+    rank must exit at once so that the launcher stops the others.
+    """
+    try:
+        if dist.is_initialized() and dist.get_backend() == "gloo" and not failure_seen():
+            # Let every rank arrive before any closes its sockets: a peer that tears down while
+            # this rank's Gloo threads still talk to it is the other way to die with "terminate
+            # called". Bounded, so a rank that crashed costs the others seconds, not a hang.
+            try:
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=EXIT_BARRIER_SECONDS))
+            except RuntimeError:
+                pass
+        shut_down_process_group()
+    finally:
+        stop_watching()
+
+
+#: Seconds the main thread lets go of the interpreter before destroying a Gloo group (see below).
+GLOO_SETTLE_SECONDS = 0.05
+
+
+def shut_down_process_group(release_models: bool = True) -> None:
+    """Destroy the default group in an order that cannot deadlock (``end_training``, exit, OOM retry).
+
+    The deadlock: a Gloo worker thread frees a finished work item (a barrier keeps earlier
+    all-gathers alive until it is freed itself) whose tensors were created in Python; freeing such
+    a tensor takes the GIL. If the main thread is then inside ``~ProcessGroupGloo``, joining that
+    very worker while holding the GIL, neither moves. ``~ProcessGroupGloo`` runs wherever the last
+    reference goes: a DDP reducer freed when the training function returns, or
+    ``destroy_process_group``. So: (1) the runtime's own collectives keep their Python tensors
+    referenced past any work item (:func:`runtime.collectives.keep_for_teardown`), so freeing
+    those never needs the GIL; (2) every DDP reducer lets go of the group here, first, so that the
+    group dies in ``destroy_process_group`` below and not at some later moment; (3) before that,
+    the main thread sleeps briefly without the GIL, so a worker still freeing a work item of the
+    script's own collectives can finish.
+
+    ``release_models=False`` (the OOM retry's rebuild, where models prepared outside the retried
+    function must stay usable objects) skips step (2).
+    """
     from runtime.ddp import release_process_group_references
 
-    release_process_group_references()
+    if release_models:
+        release_process_group_references()
     gc.collect()
     if not dist.is_initialized():
         return
     if dist.get_backend() == "gloo":
-        # Let every rank arrive before any closes its sockets: a peer that tears down while this
-        # rank's Gloo threads still talk to it is the other way to die with "terminate called".
-        # Bounded, so a rank that crashed costs the others seconds, not a hang.
-        try:
-            dist.monitored_barrier(timeout=datetime.timedelta(seconds=EXIT_BARRIER_SECONDS))
-        except RuntimeError:
-            pass
+        time.sleep(GLOO_SETTLE_SECONDS)
     dist.destroy_process_group()
 
 

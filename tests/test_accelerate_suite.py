@@ -4,13 +4,8 @@ The scripts ship inside the installed ``accelerate`` package (``test_utils/scrip
 launched on 2 CPU processes once per target (8 launches in all, shared by every case of the
 script): under the real package, and under runtime through an import shim that maps
 ``accelerate``'s public imports to runtime (tests/accelerate_suite/shim.py). Every case must pass
-under runtime, except
-
-* the deliberate differences below, where runtime must fail with the documented error (the
-  README's runtime section lists them), and
-* the ``no_sync`` cases, which fail until DDP's static graph stops ignoring ``no_sync`` on its
-  first iteration (marked ``xfail(strict=True)``: they turn into failures once fixed, so the mark
-  goes with the fix).
+under runtime, except the deliberate differences below, where runtime must fail with the
+documented error (the README's runtime section lists them).
 
 Accelerate's outcome is checked against the table in the README too: the cases that fail under
 Accelerate on CPU are exactly ``FAILS_UNDER_ACCELERATE_ON_CPU`` (so a newer Accelerate that fixes
@@ -38,15 +33,6 @@ DELIBERATE_DIFFERENCES: dict[tuple[str, str], tuple[str, str]] = {
     ("test_distributed_data_loop", "stateful_dataloader"): _STATEFUL,
     ("test_distributed_data_loop", "stateful_dataloader_save_state"): _STATEFUL,
 }
-
-_NO_SYNC = ("no_sync is ignored until DDP's static graph has recorded one synced step, so the first "
-            "accumulation step all-reduces; the fix belongs to runtime/ddp.py (DDP wrapping)")
-WAITING_FOR_NO_SYNC_FIX = {
-    ("test_sync", "distributed_sync"),
-    *{("test_sync", case) for case in CASES["test_sync"]
-      if "dispatch=False,sync_each_batch=False" in case},
-}
-
 
 #: Cases Accelerate 1.15 fails on 2 CPU processes, and why (runtime passes the first five).
 FAILS_UNDER_ACCELERATE_ON_CPU = {
@@ -80,8 +66,7 @@ def _params() -> list:
     params = []
     for script in SCRIPTS:
         for case in CASES[script]:
-            marks = [pytest.mark.xfail(strict=True, reason=_NO_SYNC)] if (script, case) in WAITING_FOR_NO_SYNC_FIX else []
-            params.append(pytest.param(script, case, marks=marks, id=f"{script}::{case}"))
+            params.append(pytest.param(script, case, id=f"{script}::{case}"))
     return params
 
 

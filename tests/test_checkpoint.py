@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import random
 from pathlib import Path
 from types import SimpleNamespace
@@ -204,6 +205,14 @@ def test_corrupt_file_is_refused_by_name(saved: Path) -> None:
         make_training()["accelerator"].load_state(saved)
 
 
+@pytest.mark.parametrize("name", ["pytorch_model.bin", "optimizer.bin", "random_states_0.pkl"])
+def test_truncated_file_is_refused_by_name(saved: Path, name: str) -> None:
+    path = saved / name
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match=rf"{re.escape(name)}: corrupt"):
+        make_training()["accelerator"].load_state(saved)
+
+
 def test_folder_without_manifest_is_not_a_checkpoint(saved: Path) -> None:
     (saved / MANIFEST).unlink()
     with pytest.raises(CheckpointError, match=r"checkpoint\.json: missing, so .* is not a complete checkpoint"):
@@ -216,6 +225,37 @@ def test_other_world_size_is_refused(saved: Path) -> None:
     (saved / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(CheckpointError, match="saved by 4 processes, this run has 1"):
         make_training()["accelerator"].load_state(saved)
+
+
+@pytest.mark.parametrize("world_size", ["2", None, 1.0, True, 0, [1]])
+def test_malformed_world_size_is_called_a_malformed_manifest(saved: Path, world_size: object) -> None:
+    manifest = json.loads((saved / MANIFEST).read_text())
+    manifest["world_size"] = world_size
+    (saved / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match=r"checkpoint\.json: malformed manifest \(world_size is "):
+        make_training()["accelerator"].load_state(saved)
+
+
+def test_a_file_without_size_and_digest_is_called_a_malformed_manifest(saved: Path) -> None:
+    manifest = json.loads((saved / MANIFEST).read_text())
+    manifest["files"]["pytorch_model.bin"] = {"bytes": 1}
+    (saved / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match=r"malformed manifest \(no size and digest for pytorch_model\.bin\)"):
+        make_training()["accelerator"].load_state(saved)
+
+
+def test_a_corrupt_file_is_refused_before_anything_is_restored(saved: Path) -> None:
+    # Every file is checked before any is applied: a bad random-state file must not leave the
+    # model already overwritten with the checkpoint's weights.
+    t = make_training()
+    before = [param.detach().clone() for param in t["model"].parameters()]
+    rng_file = saved / "random_states_0.pkl"
+    data = bytearray(rng_file.read_bytes())
+    data[-3] ^= 0xFF
+    rng_file.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"random_states_0\.pkl: corrupt"):
+        t["accelerator"].load_state(saved)
+    assert all(torch.equal(a, b) for a, b in zip(before, t["model"].parameters()))
 
 
 def test_different_objects_are_refused(saved: Path) -> None:

@@ -124,6 +124,21 @@ def test_changing_unused_parameters_error_names_them_and_the_fix(ranks: list[dic
         assert "body.weight" not in message
 
 
+def test_accumulate_really_skips_the_all_reduce(ranks: list[dict]) -> None:
+    """Exactly one all-reduce round per optimizer step under accumulate(4), with or without unused
+    parameters: non-sync micro-steps communicate nothing and keep their own gradients."""
+    for result in ranks:
+        for name, expected_strategy in (("all_used", False), ("unused", True)):
+            observed = result["no_sync"][name]
+            sync_steps = [index for index, sync in enumerate(observed["syncs"]) if sync]
+            assert len(sync_steps) == len(observed["syncs"]) // 4 >= 2
+            # One bucket per backward for these small models: one all-reduce per sync step.
+            assert observed["reduced_at"] == sync_steps, (name, observed)
+            assert observed["local_grads_differ"] == [not sync for sync in observed["syncs"]], (name, observed)
+            # Plain DDP after the first step when every parameter is used; find_unused otherwise.
+            assert (observed["find_unused"], observed["static_graph"]) == (expected_strategy, False), name
+
+
 def test_user_ddp_kwargs_override_the_static_graph_default(ranks: list[dict]) -> None:
     for result in ranks:
         assert result["user_ddp_kwargs"] == {"static_graph": False, "find_unused": True}

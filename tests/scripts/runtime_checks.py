@@ -235,6 +235,62 @@ def _changing_graph_error() -> str | None:
     return None
 
 
+class AllUsed(torch.nn.Module):
+    """Every parameter takes part in the loss: the runtime should end up with plain DDP."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = torch.nn.Linear(3, 4)
+        self.head = torch.nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.encoder(x)))
+
+
+def check_no_sync_communication(accumulation: int = 4) -> dict:
+    """Count DDP's all-reduces per micro-step under ``accumulate(k)``, for a model that uses all its
+    parameters and one that leaves some unused: only the sync steps may communicate; inside
+    no_sync the ranks' gradients stay their own (they differ, the data does)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    out = {}
+    for name, build in (("all_used", AllUsed), ("unused", HeadOnFirstToken)):
+        accelerator = Accelerator(gradient_accumulation_steps=accumulation)
+        set_seed(5)
+        model = build()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        # Each rank gets different samples, so local gradients differ unless they were averaged.
+        loader = DataLoader(_regression_data(), batch_size=2)
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        micro_step = {"index": -1}
+        reduced_at: list[int] = []
+
+        # No annotations: DDP checks them, and this module's are strings (postponed evaluation).
+        def counting_hook(state, bucket):  # noqa: ANN001, ANN202
+            reduced_at.append(micro_step["index"])
+            return default_hooks.allreduce_hook(None, bucket)
+
+        model.register_comm_hook(None, counting_hook)
+        syncs, local_grads_differ = [], []
+        for index, (x, y) in enumerate(loader):
+            micro_step["index"] = index
+            with accelerator.accumulate(model):
+                accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                syncs.append(accelerator.sync_gradients)
+                grads = accelerator.gather(accelerator.unwrap_model(model).head.weight.grad.reshape(1, -1))
+                local_grads_differ.append(not torch.allclose(grads[0], grads[1]))
+                optimizer.step()
+                optimizer.zero_grad()
+        out[name] = {
+            "syncs": syncs,
+            "reduced_at": reduced_at,
+            "local_grads_differ": local_grads_differ,
+            "find_unused": bool(model.find_unused_parameters),
+            "static_graph": bool(model.static_graph),
+        }
+    return out
+
+
 def check_user_ddp_kwargs() -> dict:
     """A user's explicit find_unused_parameters wins over our static-graph default."""
     handler = DistributedDataParallelKwargs(find_unused_parameters=True)
@@ -322,6 +378,7 @@ def main() -> None:
     result["equivalence_accumulation"] = check_training_equivalence(batch_size=2, accumulation=2)
     result["mixed_precision"] = check_mixed_precision()
     result["user_ddp_kwargs"] = check_user_ddp_kwargs()
+    result["no_sync"] = check_no_sync_communication()
     result["unused"] = check_unused_parameters()  # last: its error case leaves DDP mid-iteration
     # One file per rank: long lines the ranks print at once can interleave on a shared stdout.
     rank = result["state"]["process_index"]
