@@ -166,7 +166,11 @@ def test_distributed_type_compares_with_strings_and_accelerates_enum() -> None:
 
 def test_comm_hook_names_and_handler_defaults() -> None:
     assert DDPCommunicationHookType.FP16 == "fp16" and str(DDPCommunicationHookType.POWER_SGD) == "power_sgd"
-    assert DistributedDataParallelKwargs(comm_hook=DDPCommunicationHookType.NO).to_kwargs() == {}
+    # A field the script sets is kept even at its default value (it reaches DDP's wrapping).
+    assert DistributedDataParallelKwargs().to_kwargs() == {}
+    assert DistributedDataParallelKwargs(comm_hook=DDPCommunicationHookType.NO).to_kwargs() == {
+        "comm_hook": DDPCommunicationHookType.NO
+    }
     assert DistributedDataParallelKwargs(comm_hook="fp16").to_kwargs() == {"comm_hook": "fp16"}
 
     class Recorder:

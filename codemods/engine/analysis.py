@@ -321,6 +321,8 @@ class _Conclusions:
         self.r = recorder
         self.origins = origins
         self.facts = ScriptFacts(names=recorder.names, context=RunContext(origins))
+        #: Module-level functions that run a backward, directly or through their calls.
+        self.backward_functions: set[str] = set()
         self.assigned = {name for assign in recorder.assigns for name in assign.targets}
         #: (function, parameter) → (calling function, argument name) at each call site.
         self.arguments: dict[tuple[str, str], set[tuple[str, str]]] = {}
@@ -612,6 +614,7 @@ class _Conclusions:
         facts = self.facts
         created_loaders = set(facts.train_loaders)
         backward_functions = self._functions_with_backward()
+        self.backward_functions = backward_functions
         eval_switches = [
             (call.order, call.function, call.node.func.attr.value)
             for call in self.r.calls
@@ -855,6 +858,10 @@ class _Conclusions:
             if not loops or function not in facts.accessible_functions:
                 continue
             innermost = loops[-1]
+            if not (innermost.has_backward or innermost.calls & self.backward_functions):
+                # The loop it leaves holds no gradient all-reduce (an episode of an RL loop): a
+                # rank leaving it early only waits at the next one, where all ranks meet.
+                continue
             conditions = [branch for branch in ifs if branch.loop is innermost]
             if any(branch.test.names & tainted or ".item" in branch.test.calls for branch in conditions):
                 facts.rank_dependent_breaks.append(self.site(node))

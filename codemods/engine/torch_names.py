@@ -43,6 +43,8 @@ DISTRIBUTED_DATA_PARALLEL = frozenset(
     {"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"}
 )
 PROCESS_SPAWNERS = frozenset({"torch.multiprocessing.spawn"})
+#: ``mp.Process(target=train)`` (Hogwild: workers sharing one model in memory).
+WORKER_PROCESSES = frozenset({"torch.multiprocessing.Process", "multiprocessing.Process"})
 PROCESS_GROUP_STARTS = frozenset({"torch.distributed.init_process_group"})
 DISTRIBUTED_SAMPLERS = frozenset(
     {"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"}
@@ -59,13 +61,14 @@ FEATURES: dict[str, str] = {
                DATA_PARALLEL_FUNCTIONS),
     **_feature("DistributedDataParallel", DISTRIBUTED_DATA_PARALLEL),
     **_feature("mp.spawn", PROCESS_SPAWNERS),
+    **_feature("mp.Process", WORKER_PROCESSES),
     **_feature("init_process_group", PROCESS_GROUP_STARTS),
     **_feature("DistributedSampler", DISTRIBUTED_SAMPLERS),
     **_feature("GradScaler", GRAD_SCALERS),
     **_feature("autocast", AUTOCASTS),
 }
 #: Features of a script that distributes itself: it is reported (ACC903), never rewritten.
-SELF_DISTRIBUTING = frozenset({"DistributedDataParallel", "mp.spawn", "init_process_group"})
+SELF_DISTRIBUTING = frozenset({"DistributedDataParallel", "mp.spawn", "mp.Process", "init_process_group"})
 
 
 def is_optimizer(qualified: str) -> bool:
@@ -87,7 +90,8 @@ def is_scheduler(qualified: str) -> bool:
     )
 #: Calls that distribute the work by hand; the converter leaves them and reports them (ACC903).
 HAND_DISTRIBUTION = (
-    DISTRIBUTED_DATA_PARALLEL | PROCESS_SPAWNERS | PROCESS_GROUP_STARTS | DISTRIBUTED_SAMPLERS | DATA_PARALLEL_FUNCTIONS
+    DISTRIBUTED_DATA_PARALLEL | PROCESS_SPAWNERS | WORKER_PROCESSES | PROCESS_GROUP_STARTS | DISTRIBUTED_SAMPLERS
+    | DATA_PARALLEL_FUNCTIONS
 )
 
 #: Calls that make a folder or file private to the calling process (a new name each call).

@@ -244,13 +244,19 @@ class _EvalLoopRewriter(AcceleratorScope):
         return self._gather_in_loop(original_node, updated_node, loop)
 
     def _over_unprepared_loader(self, node: cst.For, targets: tuple[str, ...]) -> bool:
-        """The analysis saw this loop over a loader and found that nothing prepares it."""
-        known = [
-            loop for loop in (*self.facts.eval_loops, *self.facts.train_loops)
-            if loop.function == self.function and loop.site == self.facts.origins.site(node)
-        ]
-        prepared_batches = self.facts.batch_names_by_function.get(self.function, set())
-        return bool(known) and not set(targets) & prepared_batches
+        """The loop's loader is built by the function holding the loop, and that function is not
+        where the training objects are built and prepared (an evaluation helper's own loader)."""
+        function = next((n for n in reversed(self._anchors) if isinstance(n, cst.FunctionDef)), None)
+        if function is None or function.name.value in (self.facts.main_function, self.facts.creating_function):
+            return False
+        where = self.facts.origins.site(function)
+        loader = node.iter
+        while isinstance(loader, cst.Call) and loader.args:
+            loader = loader.args[0].value
+        name = dotted(loader)
+        return where is not None and name is not None and any(
+            where.line <= site.line <= where.end_line for site in self.facts.assign_sites.get(name, ())
+        )
 
     def _report_per_batch_means(self, function: cst.FunctionDef, loaders: set[str]) -> None:
         """``total_psnr / len(test_loader)`` averages one value per batch; after the gather each
