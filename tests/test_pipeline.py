@@ -173,14 +173,6 @@ def test_config_type_errors_name_the_key(tmp_path: Path) -> None:
         load_config(tmp_path)
 
 
-def test_too_deep_to_print_is_one_error_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
-    terms = " + ".join(f"x{index}" for index in range(1000))
-    source = f"import torch\nvalue = {terms}\n".encode()
-    monkeypatch.setattr(codemods, "convert_module", identity_codemod, raising=False)
-    with pytest.raises(ConversionError, match="nests too deeply"):
-        convert_source(source, OPTIONS, path="deep.py")
-
-
 def test_syntax_newer_than_the_interpreter_still_converts_and_verifies() -> None:
     """A PEP 695 alias libcst reads but CPython 3.11 does not: positions and the verification's
     parse check fall back to libcst instead of calling the output broken."""
