@@ -371,7 +371,12 @@ def verify_stable(output: bytes, options: Options, path: str, source: bytes) -> 
         raise ConversionError(
             path, 1, 1, f"internal error: the converted script does not parse ({error.message}); nothing written",
         ) from None
-    again = codec.generate(run_codemods(module, options, path, output).module)
+    again_module = run_codemods(module, options, path, output).module
+    if again_module is module:
+        # No pass changed the tree read from ``output``: it prints back to ``output`` (libcst's
+        # round trip, with the Codec's repairs where libcst's printer loses bytes).
+        return
+    again = codec.generate(again_module)
     if again != output:
         line = first_differing_line(output, again)
         raise ConversionError(
