@@ -12,6 +12,7 @@ long flag names (``oom-retry``; ``oom_retry`` is accepted too)::
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,7 +60,11 @@ def find_pyproject(start: Path) -> tuple[Path, dict[str, Any]] | None:
 
 def read_toml(path: Path) -> dict[str, Any]:
     """Parse a TOML file, turning every failure into one ConfigError line."""
-    import tomllib  # only once a pyproject.toml is found: its import compiles a dozen patterns
+    # Imported only once a pyproject.toml is found: the import compiles a dozen patterns.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Python 3.10: the same parser, published as tomli (a dependency there)
+        import tomli as tomllib
 
     try:
         with path.open("rb") as handle:

@@ -151,7 +151,7 @@ def test_discover_dedupes_and_keeps_roots(tmp_path: Path) -> None:
     (tmp_path / "a.py").write_text("")
     (tmp_path / ".b.py").write_text("")
     found = discover([tmp_path, tmp_path / "a.py"])
-    assert found == [(tmp_path / "a.py", tmp_path)]
+    assert found == [(tmp_path / "a.py", tmp_path, None)]
 
 
 # -- config --------------------------------------------------------------------------------------------
