@@ -12,6 +12,7 @@ long flag names (``oom-retry``; ``oom_retry`` is accepted too)::
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +47,7 @@ class Config:
 def find_pyproject(start: Path) -> tuple[Path, dict[str, Any]] | None:
     """The nearest pyproject.toml at or above ``start`` holding a ``[tool.accel-convert]`` table,
     with that table."""
-    folder = start.resolve()
+    folder = Path(os.path.realpath(start))  # realpath: a symbolic link loop does not raise
     if not folder.is_dir():
         folder = folder.parent
     for candidate_dir in (folder, *folder.parents):
