@@ -86,9 +86,8 @@ def convert_source(source: bytes, options: Options, *, path: str) -> Conversion:
         return Conversion(path, source, source)
     with quiet_compiler_warnings():
         judge_with_cpython(source, path)
-        module, codec = parse(source, path)
         try:
-            return convert_parsed(module, codec, source, options, path)
+            return convert_parsed(source, options, path)
         except RecursionError:
             pass
         # Valid code nested deeper than the default recursion limit lets libcst walk (a chain
@@ -100,7 +99,7 @@ def convert_source(source: bytes, options: Options, *, path: str) -> Conversion:
             path, 1, 1,
             f"syntax error: {NESTED_TOO_DEEPLY} ({depth} levels; at most {MAX_CONVERTED_DEPTH} are converted)",
         )
-    return on_deep_stack(lambda: convert_parsed(module, codec, source, options, path), path)
+    return on_deep_stack(lambda: convert_parsed(source, options, path), path)
 
 
 #: Deeper expressions are refused: libcst's parser takes time and memory that grow with the
@@ -108,16 +107,25 @@ def convert_source(source: bytes, options: Options, *, path: str) -> Conversion:
 MAX_CONVERTED_DEPTH = 1200
 
 
-def convert_parsed(module: cst.Module, codec: "Codec", source: bytes, options: Options, path: str) -> Conversion:
-    """Codemods, printing and verification of a parsed module."""
+def convert_parsed(source: bytes, options: Options, path: str) -> Conversion:
+    """Parse, codemods, printing and verification.
+
+    The trees are let go of as soon as the output is printed: the verification parses the
+    output afresh, and two libcst trees of a large file alive at once would double the peak
+    memory (some 500 bytes per byte of a long list literal each).
+    """
     with quiet_compiler_warnings():
+        module, codec = parse(source, path)
         outcome = run_codemods(module, options, path, source)
+        del module
         output = codec.generate(outcome.module)
+        found = outcome.changes
+        del outcome
         if output != source:
             verify_stable(output, options, path, source)
     # Warnings of switched-off codes are dropped; a rewrite that was made is always reported,
     # whatever the flags said, so that no change to the file goes unmentioned.
-    changes = tuple(change for change in outcome.changes if change.fixed or options.enabled(change.code))
+    changes = tuple(change for change in found if change.fixed or options.enabled(change.code))
     return Conversion(path, source, output, changes, codec.encoding)
 
 
@@ -171,8 +179,12 @@ def judge_with_cpython(source: bytes, path: str) -> None:
         # CPython's parser and AST builder give up at a few thousand levels, with an empty
         # MemoryError or a RecursionError.
         raise ConversionError(path, 1, 1, f"syntax error: {NESTED_TOO_DEEPLY}") from None
-    except ValueError:  # Python 3.11: "source code string cannot contain null bytes"
-        raise null_byte_error(source, path) from None
+    except UnicodeDecodeError:
+        return  # the parse reports the undecodable byte with its position
+    except ValueError as error:  # Python 3.11: "source code string cannot contain null bytes"
+        if b"\x00" in source:
+            raise null_byte_error(source, path) from None
+        raise ConversionError(path, 1, 1, f"syntax error: {one_line(str(error))}") from None
     except SyntaxError as error:
         if "null byte" in str(error.msg):
             raise null_byte_error(source, path) from None
