@@ -45,8 +45,8 @@ EXIT_CODES = [
     ("0", "success; with --check, every script is ready (or its -o output up to date)"),
     ("1", "--check found pending rewrites or a missing/stale -o output; with --strict, also ACC9xx warnings"),
     ("2", "usage error: bad flag or config, missing file, -o equal to the input without --in-place"),
-    ("123", "a file could not be converted: syntax error, undecodable bytes, nesting too deep, symbolic link "
-            "loop, read-only file under --in-place, internal failure"),
+    ("123", ("a file could not be converted: syntax error, undecodable bytes, nesting too deep, symbolic link "
+             "loop, read-only file under --in-place, internal failure")),
     ("130", "interrupted (Ctrl-C); 143: terminated (SIGTERM); no file is left half-written"),
     ("141", "stdout or stderr was closed (| head): the run stops quietly"),
 ]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.launching import REPO_ROOT, base_env
+from tests.launching import base_env
 
 TRAIN = b"""import torch
 
@@ -142,7 +142,7 @@ def test_a_signal_mid_write_leaves_no_temporary_file(tmp_path: Path, sent: signa
             time.sleep(0.05)
         assert [path.name for path in (tmp_path / "out").iterdir() if path.name.endswith(".tmp")], "no temp file"
         child.send_signal(sent)
-        stdout, stderr = child.communicate(timeout=60)
+        _, stderr = child.communicate(timeout=60)
     finally:
         if child.poll() is None:
             child.kill()
@@ -224,8 +224,8 @@ def test_diffs_apply_with_git_apply_and_patch(tmp_path: Path) -> None:
     applied = subprocess.run(["git", "apply", "changes.diff"], capture_output=True, text=True, cwd=tmp_path,
                              timeout=60, check=False)
     assert applied.returncode == 0, applied.stderr
-    for name in DIFF_CASES:
-        expected = subprocess.run([sys.executable, "-m", "converter", "-", "-q"], input=DIFF_CASES[name],
+    for name, source in DIFF_CASES.items():
+        expected = subprocess.run([sys.executable, "-m", "converter", "-", "-q"], input=source,
                                   capture_output=True, cwd=tmp_path, env=base_env(), timeout=120, check=True).stdout
         assert (tmp_path / name).read_bytes() == expected, name
 

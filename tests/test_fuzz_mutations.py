@@ -35,7 +35,7 @@ INSERTS = [
     b"(", b")", b"[", b"]", b"{", b"}", b":", b",", b"=", b"\\", b"'", b'"', b'"""', b"#", b"\t", b" ",
     b"\x00", b"\xef\xbb\xbf", b"\r", b"\r\n", b"\xff", b"\xe9", b"\x0c", b"lambda: ", b"not ", b"await ",
     b"yield ", b"**", b"@", b"->", b"return ", b"async ", b"del ", b"global torch\n", b"\n    ", b"\ndef f(:\n",
-    b"(" * 250, b"-" * 600 + b"x", b"x" + b"[0]" * 300, b"a" + " + a".encode() * 700,
+    b"(" * 250, b"-" * 600 + b"x", b"x" + b"[0]" * 300, b"a" + b" + a" * 700,
     b"loss.backward()\n", b"import torch\n", b"model.cuda()\n", b"torch.cuda.amp.GradScaler()",
 ]
 
