@@ -29,6 +29,7 @@ import libcst as cst
 import codemods
 from codemods.base import Change, ConversionOutcome, Options
 from codemods.edits import python_ast
+from converter.data_literals import elide_data_literals
 
 
 class ConversionError(Exception):
@@ -86,6 +87,21 @@ def convert_source(source: bytes, options: Options, *, path: str) -> Conversion:
         return Conversion(path, source, source)
     with quiet_compiler_warnings():
         judge_with_cpython(source, path)
+        elided = elide_data_literals(source, python_ast(source))
+    if elided is not None:
+        # CPython's tree of the whole file is the largest thing left: let it go now.
+        python_ast.cache_clear()
+        # Large constant-only literals stay out of libcst's tree (see converter.data_literals).
+        conversion = convert_guarded(elided.source, options, path)
+        output = elided.restore(conversion.output)
+        if output is not None:
+            return Conversion(path, source, output, conversion.changes, conversion.encoding)
+    return convert_guarded(source, options, path)
+
+
+def convert_guarded(source: bytes, options: Options, path: str) -> Conversion:
+    """:func:`convert_parsed`, retried on a deep stack where the default one is too shallow."""
+    with quiet_compiler_warnings():
         try:
             return convert_parsed(source, options, path)
         except RecursionError:
