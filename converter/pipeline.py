@@ -36,6 +36,7 @@ class ConversionError(Exception):
     """A file that could not be converted, with the position to show the user."""
 
     def __init__(self, path: str, line: int, column: int, message: str) -> None:
+        message = one_line(message)  # one line per failed file, whatever a parser's message holds
         super().__init__(f"{path}:{line}:{column}: {message}")
         self.path = path
         #: 1-based line and column, as editors and compilers print them.
