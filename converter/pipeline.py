@@ -107,6 +107,8 @@ def convert_guarded(source: bytes, options: Options, path: str) -> Conversion:
             return convert_parsed(source, options, path)
         except RecursionError:
             pass
+        except MemoryError:
+            raise ConversionError(path, 1, 1, "not enough memory to convert this file") from None
         # Valid code nested deeper than the default recursion limit lets libcst walk (a chain
         # of a few hundred ``+``): once more, on a thread with a stack big enough for it, unless
         # it is so deep that libcst's parser alone would take seconds and gigabytes.
