@@ -262,8 +262,9 @@ def on_deep_stack(convert: Callable[[], Conversion], path: str) -> Conversion:
     return result[0]
 
 
-#: What the deep-stack retry allows: some 50 frames per nesting level over CPython's own
-#: limit of about 3,000 levels, in a stack that holds them with room to spare.
+#: What the deep-stack retry allows: room for well over 100 Python frames per nesting level up
+#: to MAX_CONVERTED_DEPTH, in a stack that holds them with room to spare (measured: every kind
+#: of chain 1,150 deep converts, at most 540 MB resident; the stack is reserved, not touched).
 DEEP_RECURSION_LIMIT = 150_000
 DEEP_STACK_BYTES = 1024 * 1024 * 1024
 
