@@ -9,7 +9,10 @@ rest still run.
 from __future__ import annotations
 
 import gc
+import os
+import signal
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,8 +24,8 @@ from click.core import ParameterSource
 
 from codemods import Options
 from converter.config import ConfigError, load_config
-from converter.files import discover, same_file, write_if_different
-from converter.pipeline import Conversion, ConversionError, convert_source
+from converter.files import ReadOnlyFile, discover, same_file, write_if_different
+from converter.pipeline import Conversion, ConversionError, convert_source, one_line
 from converter.report import (
     Finding,
     Output,
@@ -31,15 +34,21 @@ from converter.report import (
     print_diff,
     stale_output_finding,
     unified_diff,
+    wants_colour,
 )
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 123
+#: 128 + the signal's number, as shells report a command ended by that signal.
+EXIT_INTERRUPTED, EXIT_OUTPUT_CLOSED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGPIPE, 128 + signal.SIGTERM
 
 EXIT_CODES = [
     ("0", "success; with --check, every script is ready (or its -o output up to date)"),
     ("1", "--check found pending rewrites or a missing/stale -o output; with --strict, also ACC9xx warnings"),
     ("2", "usage error: bad flag or config, missing file, -o equal to the input without --in-place"),
-    ("123", "a file could not be converted: syntax error, undecodable bytes, internal failure"),
+    ("123", ("a file could not be converted: syntax error, undecodable bytes, nesting too deep, symbolic link "
+             "loop, read-only file under --in-place, internal failure")),
+    ("130", "interrupted (Ctrl-C); 143: terminated (SIGTERM); no file is left half-written"),
+    ("141", "stdout or stderr was closed (| head): the run stops quietly"),
 ]
 
 STDIN = "-"
@@ -47,6 +56,15 @@ STDIN = "-"
 
 class UsageProblem(Exception):
     """A reason to refuse the whole run before anything is converted (exit 2)."""
+
+
+class OutputClosed(Exception):
+    """The reader of stdout or stderr went away (``accel-convert --diff | head``)."""
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived. A BaseException, like KeyboardInterrupt, so that no ``except Exception``
+    swallows it and every ``finally`` (the temporary file of a write in progress) runs."""
 
 
 def code_docs() -> list[Any]:
@@ -87,6 +105,10 @@ class Job:
     source: Path | None  # None: stdin
     shown_name: str
     target: Path | None
+    #: Why the file cannot be read (a symbolic link loop), found while discovering it.
+    problem: str | None = None
+    #: Named on the command line (not found in a folder): a problem is then an error.
+    named: bool = True
 
 
 @dataclass(frozen=True)
@@ -145,7 +167,7 @@ def plan_file_jobs(sources: Sequence[str], output: Path | None, in_place: bool) 
     """Check the inputs exist and decide every output path, refusing clashes up front."""
     paths = [Path(source) for source in sources]
     for path in paths:
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():  # a link loop is reported per file
             raise UsageProblem(f"{path}: no such file or directory")
     several = several_inputs(sources)
     if output is not None and several and output.exists() and not output.is_dir():
@@ -153,16 +175,16 @@ def plan_file_jobs(sources: Sequence[str], output: Path | None, in_place: bool) 
     into_folder = output is not None and (several or output.is_dir())
     jobs: list[Job] = []
     claimed: dict[Path, Path] = {}
-    for file, root in discover(paths):
+    for file, root, problem in discover(paths):
         target = file if in_place and output is None else None
         if output is not None:
             target = output_target(file, root, output, into_folder)
             if same_file(target, file) and not in_place:
                 raise UsageProblem(f"{file}: -o {target} is the input itself; add --in-place to overwrite it")
-            previous = claimed.setdefault(target.resolve(), file)
+            previous = claimed.setdefault(Path(os.path.realpath(target)), file)
             if previous != file:
                 raise UsageProblem(f"-o {output}: {previous} and {file} would both be written to {target}")
-        jobs.append(Job(file, str(file), target))
+        jobs.append(Job(file, str(file), target, problem, named=file == root))
     return jobs
 
 
@@ -216,21 +238,28 @@ def config_start(sources: Sequence[str], stdin_filename: str | None) -> Path:
 class Runner:
     """Carries out a Plan, file by file, reporting through a Reporter."""
 
-    def __init__(self, plan: Plan, reporter: Reporter, color: bool | None) -> None:
+    def __init__(self, plan: Plan, reporter: Reporter, color: bool) -> None:
         self.plan = plan
         self.reporter = reporter
         self.color = color
 
     def run(self) -> int:
-        for job in self.plan.jobs:
-            try:
-                self.run_job(job)
-            except ConversionError as error:
-                self.reporter.error(error)
-            except Exception as error:  # noqa: BLE001 - our bug: report it, go on with the rest
-                self.reporter.error(ConversionError(
-                    job.shown_name, 1, 1, f"internal error: {type(error).__name__}: {error}"))
-        self.reporter.finish()
+        """Every job, then the summary. A closed stdout or stderr (``| head``) ends the run:
+        :class:`OutputClosed` is raised for the command to exit quietly."""
+        try:
+            for job in self.plan.jobs:
+                try:
+                    self.run_job(job)
+                except ConversionError as error:
+                    self.reporter.error(error)
+                except BrokenPipeError:
+                    raise
+                except Exception as error:  # noqa: BLE001 - our bug: report it, go on with the rest
+                    self.reporter.error(ConversionError(
+                        job.shown_name, 1, 1, f"internal error: {type(error).__name__}: {one_line(str(error))}"))
+            self.reporter.finish()
+        except BrokenPipeError:
+            raise OutputClosed() from None
         return self.exit_code()
 
     def exit_code(self) -> int:
@@ -250,6 +279,11 @@ class Runner:
             raise ConversionError(job.shown_name, 1, 1, f"cannot read: {error.strerror}") from None
 
     def run_job(self, job: Job) -> None:
+        if job.problem is not None:
+            if not job.named:
+                self.reporter.skipped(job.shown_name, job.problem)
+                return
+            raise ConversionError(job.shown_name, 1, 1, f"cannot read: {job.problem}")
         conversion = convert_source(self.read(job), self.plan.options, path=job.shown_name)
         findings = [Finding.from_change(job.shown_name, change) for change in conversion.changes]
         warnings = [finding for finding in findings if finding.is_warning]
@@ -286,8 +320,13 @@ class Runner:
             return
         if job.target == job.source and not conversion.changed:
             return
+        in_place = job.target == job.source
         try:
-            write_if_different(job.target, conversion.output, mode_like=job.source)
+            write_if_different(job.target, conversion.output, mode_like=job.source, refuse_read_only=in_place)
+        except ReadOnlyFile:
+            raise ConversionError(
+                job.shown_name, 1, 1, "cannot rewrite: the file is read-only (make it writable to convert it in place)",
+            ) from None
         except OSError as error:
             raise ConversionError(job.shown_name, 1, 1, f"cannot write {job.target}: {error.strerror}") from None
 
@@ -338,16 +377,72 @@ def main(ctx: click.Context, **flags: Any) -> None:
       accel-convert --check src/            (CI, pre-commit)
       accel-convert --check train.py -o train_ddp.py   (is the committed copy stale?)
     """
-    if flags["list_codes"]:
-        list_codes(flags["color"])
-        ctx.exit(EXIT_OK)
+    with sigterm_raises():
+        ctx.exit(run_command(ctx, flags))
+
+
+def run_command(ctx: click.Context, flags: dict[str, Any]) -> int:
+    """The whole command; returns its exit code. Ctrl-C and SIGTERM end it with their own codes
+    (click's default would be exit 1, the code ``--check`` uses for pending rewrites) after the
+    write in progress has removed its temporary file."""
     try:
-        apply_config(ctx, flags, config_start(flags["sources"], flags["stdin_filename"]))
-        plan = build_plan(ctx, flags)
-    except UsageProblem as problem:
-        click.echo(f"accel-convert: error: {problem}", err=True)
-        ctx.exit(EXIT_USAGE)
-    ctx.exit(run_plan(plan, flags))
+        if flags["list_codes"]:
+            list_codes(flags["color"])
+            return EXIT_OK
+        try:
+            apply_config(ctx, flags, config_start(flags["sources"], flags["stdin_filename"]))
+            plan = build_plan(ctx, flags)
+        except UsageProblem as problem:
+            click.echo(f"accel-convert: error: {problem}", err=True)
+            return EXIT_USAGE
+        return run_plan(plan, flags)
+    except KeyboardInterrupt:
+        return stopped("interrupted", EXIT_INTERRUPTED)
+    except Terminated:
+        return stopped("terminated", EXIT_TERMINATED)
+    except (OutputClosed, BrokenPipeError):
+        silence_closed_streams()
+        return EXIT_OUTPUT_CLOSED
+
+
+def stopped(how: str, code: int) -> int:
+    """One line saying the run was stopped; the exit code for it."""
+    try:
+        click.echo(f"accel-convert: {how}; files already written are complete, no file is half-written", err=True)
+    except OSError:
+        pass
+    return code
+
+
+def silence_closed_streams() -> None:
+    """Point stdout and stderr at /dev/null: the interpreter flushes them at exit, and a flush
+    into a closed pipe prints 'Exception ignored ... BrokenPipeError'."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):  # not a real file (a test's capture): nothing to flush there
+            pass
+    os.close(devnull)
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """While the command runs, SIGTERM raises :class:`Terminated` (as SIGINT raises
+    KeyboardInterrupt), so that a write in progress deletes its temporary file. SIGKILL cannot
+    be caught: a ``.NAME.XXXX.tmp`` file may then remain beside the target."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set signal handlers
+        return
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run_plan(plan: Plan, flags: dict[str, Any]) -> int:
@@ -361,7 +456,7 @@ def run_plan(plan: Plan, flags: dict[str, Any]) -> int:
         messages=messages, findings_stream=messages if stdout_busy else Output(sys.stdout, color),
     )
     with start_up_objects_left_out_of_collections():
-        return Runner(plan, reporter, color).run()
+        return Runner(plan, reporter, wants_colour(sys.stdout, color)).run()
 
 
 @contextmanager

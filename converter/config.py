@@ -12,6 +12,8 @@ long flag names (``oom-retry``; ``oom_retry`` is accepted too)::
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +47,7 @@ class Config:
 def find_pyproject(start: Path) -> tuple[Path, dict[str, Any]] | None:
     """The nearest pyproject.toml at or above ``start`` holding a ``[tool.accel-convert]`` table,
     with that table."""
-    folder = start.resolve()
+    folder = Path(os.path.realpath(start))  # realpath: a symbolic link loop does not raise
     if not folder.is_dir():
         folder = folder.parent
     for candidate_dir in (folder, *folder.parents):
@@ -59,7 +61,11 @@ def find_pyproject(start: Path) -> tuple[Path, dict[str, Any]] | None:
 
 def read_toml(path: Path) -> dict[str, Any]:
     """Parse a TOML file, turning every failure into one ConfigError line."""
-    import tomllib  # only once a pyproject.toml is found: its import compiles a dozen patterns
+    # Imported only once a pyproject.toml is found: the import compiles a dozen patterns.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Python 3.10: the same parser, published as tomli (a dependency there)
+        import tomli as tomllib
 
     try:
         with path.open("rb") as handle:

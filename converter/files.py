@@ -2,11 +2,16 @@
 
 Discovery follows black and ruff: a file named on the command line is always taken, a folder is
 searched for ``*.py`` files, skipping hidden folders, virtual environments and ``__pycache__``
-(converting a venv's site-packages is never what the user meant).
+(converting a venv's site-packages is never what the user meant). A link that cannot be followed
+(a loop, a dangling link) is reported as a problem with that one path, never a crash of the run.
+
+Writing follows editors and black: a symbolic link is written through (the file it points to
+gets the new text, the link stays a link), and a read-only file is refused, not replaced.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -39,21 +44,37 @@ def python_files_under(root: Path) -> Iterator[Path]:
                 yield here / name
 
 
-def discover(sources: Iterable[Path]) -> list[tuple[Path, Path]]:
-    """Expand files and folders into ``(file, root)`` pairs, each file once.
+def unfollowable_link(path: Path) -> str | None:
+    """Why ``path``, a symbolic link, cannot be followed (None when it can, or is no link)."""
+    try:
+        path.stat()
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return "symbolic link loop"
+        if path.is_symlink():
+            return "symbolic link to a missing file"
+        return error.strerror or str(error)
+    return None
+
+
+def discover(sources: Iterable[Path]) -> list[tuple[Path, Path, str | None]]:
+    """Expand files and folders into ``(file, root, problem)`` triples, each file once.
 
     ``root`` is the argument the file came from (the folder, or the file itself); ``-o DIR`` uses
-    it to mirror a folder's layout inside DIR.
+    it to mirror a folder's layout inside DIR. ``problem`` says why a file cannot be read (a
+    symbolic link loop), so that the run reports it in one line and goes on with the rest.
     """
-    seen: set[Path] = set()
-    found: list[tuple[Path, Path]] = []
+    seen: set[str] = set()
+    found: list[tuple[Path, Path, str | None]] = []
     for source in sources:
         files = python_files_under(source) if source.is_dir() else [source]
         for file in files:
-            key = file.resolve()
+            problem = unfollowable_link(file)
+            # realpath, unlike Path.resolve, never raises on a loop.
+            key = os.path.realpath(file)
             if key not in seen:
                 seen.add(key)
-                found.append((file, source))
+                found.append((file, source, problem))
     return found
 
 
@@ -62,7 +83,22 @@ def same_file(first: Path, second: Path) -> bool:
     try:
         return first.samefile(second)
     except OSError:
-        return first.resolve() == second.resolve()
+        return os.path.realpath(first) == os.path.realpath(second)
+
+
+def is_read_only(path: Path) -> bool:
+    """Whether ``path`` exists and must not be rewritten: no write permission for us, or (as
+    root, whom permissions do not stop) no write bit for anyone, the mark of a file someone made
+    read-only on purpose."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return not os.access(path, os.W_OK) or not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
+
+
+class ReadOnlyFile(OSError):
+    """A target that is read-only: refused rather than replaced behind its owner's back."""
 
 
 def permission_bits(target: Path, mode_like: Path | None) -> int:
@@ -77,13 +113,20 @@ def permission_bits(target: Path, mode_like: Path | None) -> int:
     return 0o666 & ~umask
 
 
-def atomic_write(target: Path, data: bytes, *, mode_like: Path | None = None) -> None:
+def atomic_write(target: Path, data: bytes, *, mode_like: Path | None = None, refuse_read_only: bool = False) -> None:
     """Write ``data`` to ``target`` so that readers see the old file or the new one, never a mix.
 
     The bytes go to a temporary file in the target's own folder (``os.replace`` is atomic only
     within one filesystem), which then replaces the target. The new file gets the permission bits
     of ``mode_like`` (the script it was converted from), so an executable script stays executable.
+    A symbolic link is written through: the file it points to is replaced, the link kept. Missing
+    folders above the target are created. With ``refuse_read_only`` (rewriting a file in place),
+    a read-only target raises :class:`ReadOnlyFile`.
     """
+    if target.is_symlink():
+        target = Path(os.path.realpath(target))
+    if refuse_read_only and is_read_only(target):
+        raise ReadOnlyFile(errno.EACCES, "the file is read-only", str(target))
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, temp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
@@ -99,7 +142,9 @@ def atomic_write(target: Path, data: bytes, *, mode_like: Path | None = None) ->
         raise
 
 
-def write_if_different(target: Path, data: bytes, *, mode_like: Path | None = None) -> bool:
+def write_if_different(
+    target: Path, data: bytes, *, mode_like: Path | None = None, refuse_read_only: bool = False
+) -> bool:
     """Atomically write ``data`` unless ``target`` already holds exactly it; True if written.
 
     Leaving an up-to-date file alone keeps its modification time, so build tools that watch it
@@ -107,5 +152,5 @@ def write_if_different(target: Path, data: bytes, *, mode_like: Path | None = No
     """
     if target.is_file() and target.read_bytes() == data:
         return False
-    atomic_write(target, data, mode_like=mode_like)
+    atomic_write(target, data, mode_like=mode_like, refuse_read_only=refuse_read_only)
     return True

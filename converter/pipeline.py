@@ -4,15 +4,24 @@ Working on bytes end to end is what keeps a file's encoding (a ``# -*- coding: l
 cookie, a UTF-8 BOM), its newlines (CRLF) and its comments: libcst decodes and re-encodes with
 what it found, and a file with nothing to convert comes back byte for byte.
 
-Verification follows black: the output must parse, and converting it again must change nothing.
-A result that fails either check is never written; it is an internal error naming the file.
-Both checks are made without a second libcst parse (see :func:`verify_stable`), which would cost
-as much as the whole rest of the conversion of a typical script.
+CPython's own parser is the judge of what is Python (:func:`judge_with_cpython`): bytes it
+refuses (a null byte, a stray BOM, nesting past its limits) are refused here too, never written.
+
+Verification follows black: the output must parse, and converting the printed output again must
+change nothing. A result that fails either check is never written; it is an internal error
+naming the file.
 """
 
 from __future__ import annotations
 
 import ast
+import io
+import sys
+import threading
+import tokenize
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -20,12 +29,14 @@ import libcst as cst
 import codemods
 from codemods import Change, ConversionOutcome, Options
 from codemods.engine.positions import python_ast
+from converter.data_literals import elide_data_literals
 
 
 class ConversionError(Exception):
     """A file that could not be converted, with the position to show the user."""
 
     def __init__(self, path: str, line: int, column: int, message: str) -> None:
+        message = one_line(message)  # one line per failed file, whatever a parser's message holds
         super().__init__(f"{path}:{line}:{column}: {message}")
         self.path = path
         #: 1-based line and column, as editors and compilers print them.
@@ -69,27 +80,238 @@ def mentions_torch(source: bytes) -> bool:
 def convert_source(source: bytes, options: Options, *, path: str) -> Conversion:
     """Convert one script's bytes; ``path`` is only used in messages.
 
-    Raises :class:`ConversionError` for a syntax error, undecodable bytes, a codemod failure, or
-    an output that does not parse or is not stable under a second conversion.
+    Raises :class:`ConversionError` for a syntax error, undecodable bytes, nesting deeper than
+    the parser takes, a codemod failure, or an output that does not parse or is not stable under
+    a second conversion.
     """
     if not mentions_torch(source):
         return Conversion(path, source, source)
-    module = parse(source, path)
-    outcome = run_codemods(module, options, path, source)
-    output = generate(outcome.module, path)
-    if output != source:
-        verify_stable(outcome.module, output, options, path, source)
+    with quiet_compiler_warnings():
+        judge_with_cpython(source, path)
+        elided = elide_data_literals(source, python_ast(source))
+    if elided is not None:
+        # CPython's tree of the whole file is the largest thing left: let it go now.
+        python_ast.cache_clear()
+        # Large constant-only literals stay out of libcst's tree (see converter.data_literals).
+        conversion = convert_guarded(elided.source, options, path)
+        output = elided.restore(conversion.output)
+        if output is not None:
+            return Conversion(path, source, output, conversion.changes, conversion.encoding)
+    return convert_guarded(source, options, path)
+
+
+def convert_guarded(source: bytes, options: Options, path: str) -> Conversion:
+    """:func:`convert_parsed`, retried on a deep stack where the default one is too shallow."""
+    with quiet_compiler_warnings():
+        try:
+            return convert_parsed(source, options, path)
+        except RecursionError:
+            pass
+        except MemoryError:
+            raise ConversionError(path, 1, 1, "not enough memory to convert this file") from None
+        # Valid code nested deeper than the default recursion limit lets libcst walk (a chain
+        # of a few hundred ``+``): once more, on a thread with a stack big enough for it, unless
+        # it is so deep that libcst's parser alone would take seconds and gigabytes.
+        depth = nesting_depth(python_ast(source))
+    if depth > MAX_CONVERTED_DEPTH:
+        raise ConversionError(
+            path, 1, 1,
+            f"syntax error: {NESTED_TOO_DEEPLY} ({depth} levels; at most {MAX_CONVERTED_DEPTH} are converted)",
+        )
+    return on_deep_stack(lambda: convert_parsed(source, options, path), path)
+
+
+#: Deeper expressions are refused: libcst's parser takes time and memory that grow with the
+#: square of the depth (a 2,500-deep lambda chain: 3.6 s and 1.2 GB to parse).
+MAX_CONVERTED_DEPTH = 1200
+
+
+def convert_parsed(source: bytes, options: Options, path: str) -> Conversion:
+    """Parse, codemods, printing and verification.
+
+    The trees are let go of as soon as the output is printed: the verification parses the
+    output afresh, and two libcst trees of a large file alive at once would double the peak
+    memory (some 500 bytes per byte of a long list literal each).
+    """
+    with quiet_compiler_warnings():
+        module, codec = parse(source, path)
+        outcome = run_codemods(module, options, path, source)
+        del module
+        output = codec.generate(outcome.module)
+        found = outcome.changes
+        del outcome
+        if output != source:
+            verify_stable(output, options, path, source)
     # Warnings of switched-off codes are dropped; a rewrite that was made is always reported,
     # whatever the flags said, so that no change to the file goes unmentioned.
-    changes = tuple(change for change in outcome.changes if change.fixed or options.enabled(change.code))
-    return Conversion(path, source, output, changes, module.encoding)
+    changes = tuple(change for change in found if change.fixed or options.enabled(change.code))
+    return Conversion(path, source, output, changes, codec.encoding)
 
 
-def parse(source: bytes, path: str) -> cst.Module:
-    """Parse with libcst, reporting failures as one positioned ConversionError."""
+def nesting_depth(tree: ast.AST | None) -> int:
+    """How deep CPython's tree of the script goes (0 when CPython could not read it), walked
+    without recursion: only scripts too deep for recursion get here."""
+    if tree is None:
+        return 0
+    deepest = 0
+    pending: list[tuple[ast.AST, int]] = [(tree, 0)]
+    while pending:
+        node, depth = pending.pop()
+        deepest = max(deepest, depth)
+        pending.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
+@contextmanager
+def quiet_compiler_warnings() -> Iterator[None]:
+    """CPython's parser warns about the *user's* code (``SyntaxWarning: invalid escape
+    sequence``); that is not ours to print, and under ``-W error`` it would even turn valid code
+    into a SyntaxError."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+#: CPython messages that refuse the bytes themselves, whatever the Python version: libcst reads
+#: some of these files (it drops a doubled BOM, keeps a null byte in a comment), and what it
+#: would write could not run.
+REFUSALS_BY_ANY_PYTHON = ("null byte", "invalid non-printable character")
+#: CPython's refusals for depth: libcst's native parser crashes (segmentation fault) on some.
+REFUSALS_FOR_DEPTH = ("too many nested parentheses", "too many levels of indentation", "too complex", "too deeply nested")
+
+NESTED_TOO_DEEPLY = "nested too deeply for the parser"
+
+
+def judge_with_cpython(source: bytes, path: str) -> None:
+    """CPython's own parser decides what is Python: what it refuses for the bytes themselves
+    (a null byte, a stray BOM) or for depth is refused here with its message, before libcst
+    (whose native parser crashes on a few thousand nested brackets) ever sees it.
+
+    Other syntax errors are left to libcst: it reads syntax newer than this interpreter, and
+    reports a plain syntax error with CPython's wording anyway (:func:`syntax_error`).
+    """
     try:
-        return cst.parse_module(source)
+        if python_ast(source) is not None:  # cached: the analysis reads positions from it
+            return
+        compile(source, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except (RecursionError, MemoryError):
+        # CPython's parser and AST builder give up at a few thousand levels, with an empty
+        # MemoryError or a RecursionError.
+        raise ConversionError(path, 1, 1, f"syntax error: {NESTED_TOO_DEEPLY}") from None
+    except UnicodeDecodeError:
+        return  # the parse reports the undecodable byte with its position
+    except ValueError as error:  # Python 3.11: "source code string cannot contain null bytes"
+        if b"\x00" in source:
+            raise null_byte_error(source, path) from None
+        raise ConversionError(path, 1, 1, f"syntax error: {one_line(str(error))}") from None
+    except SyntaxError as error:
+        if "null byte" in str(error.msg):
+            raise null_byte_error(source, path) from None
+        message = one_line(error.msg)
+        if any(words in message for words in REFUSALS_FOR_DEPTH):
+            message = f"{message} ({NESTED_TOO_DEEPLY})"
+        elif not any(words in message for words in REFUSALS_BY_ANY_PYTHON):
+            return
+        raise ConversionError(path, error.lineno or 1, error.offset or 1, f"syntax error: {message}") from None
+
+
+def null_byte_error(source: bytes, path: str) -> ConversionError:
+    line, column = byte_position(source, source.index(b"\x00"))
+    return ConversionError(path, line, column, "syntax error: source contains a null byte")
+
+
+def one_line(message: str) -> str:
+    """A message as one line: the CLI prints one line per failed file."""
+    return " ".join(str(message).split())
+
+
+def on_deep_stack(convert: Callable[[], Conversion], path: str) -> Conversion:
+    """Run ``convert`` on a thread with a large stack and a raised recursion limit.
+
+    Why a thread: the main thread's C stack is fixed (8 MB) and a raised recursion limit on it
+    would turn a RecursionError into a segmentation fault; a thread's stack is chosen when it
+    starts. Only files that failed at the default limit come here.
+    """
+    result: list[Conversion] = []
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        previous_limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(previous_limit, DEEP_RECURSION_LIMIT))
+        try:
+            result.append(convert())
+        except BaseException as error:  # noqa: BLE001 - handed to the calling thread
+            failure.append(error)
+        finally:
+            sys.setrecursionlimit(previous_limit)
+
+    try:
+        previous_size = threading.stack_size(DEEP_STACK_BYTES)
+    except (ValueError, RuntimeError):  # a platform that cannot size thread stacks
+        raise ConversionError(path, 1, 1, f"syntax error: {NESTED_TOO_DEEPLY}") from None
+    try:
+        thread = threading.Thread(target=target, name="accel-convert-deep", daemon=True)
+        thread.start()
+    finally:
+        threading.stack_size(previous_size)
+    thread.join()
+    if failure:
+        if isinstance(failure[0], (RecursionError, MemoryError)):
+            raise ConversionError(path, 1, 1, f"syntax error: {NESTED_TOO_DEEPLY}")
+        raise failure[0]
+    return result[0]
+
+
+#: What the deep-stack retry allows: room for well over 100 Python frames per nesting level up
+#: to MAX_CONVERTED_DEPTH, in a stack that holds them with room to spare (measured: every kind
+#: of chain 1,150 deep converts, at most 540 MB resident; the stack is reserved, not touched).
+DEEP_RECURSION_LIMIT = 150_000
+DEEP_STACK_BYTES = 1024 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Codec:
+    """How a parsed module is printed back to exactly the bytes it came from.
+
+    ``escaped``: the file holds bytes its encoding cannot decode where CPython ignores them (a
+    comment); they travel through libcst as private-use characters and come back as the same
+    bytes. ``lone_cr_tail``: the file ends in a lone ``\\r``, which libcst's printer drops.
+    """
+
+    encoding: str
+    escaped: bool = False
+    lone_cr_tail: bool = False
+
+    def generate(self, module: cst.Module) -> bytes:
+        """The module's code in its own encoding, byte for byte as parsed where unchanged."""
+        if self.escaped:
+            output = module.code.translate(FROM_PRIVATE_USE).encode(self.encoding, "surrogateescape")
+        else:
+            output = module.bytes
+        if self.lone_cr_tail:
+            output += b"\r"
+        return output
+
+
+#: Undecodable bytes 0x80–0xFF ↔ private-use characters U+F780–U+F7FF (via the surrogates
+#: ``surrogateescape`` gives them, which libcst's native parser cannot take).
+TO_PRIVATE_USE = {0xDC00 + byte: 0xF700 + byte for byte in range(0x80, 0x100)}
+FROM_PRIVATE_USE = {0xF700 + byte: 0xDC00 + byte for byte in range(0x80, 0x100)}
+
+
+def ends_in_lone_cr(source: bytes) -> bool:
+    return source.endswith(b"\r")
+
+
+def parse(source: bytes, path: str) -> tuple[cst.Module, Codec]:
+    """Parse with libcst, reporting failures as one positioned ConversionError."""
+    lone_cr_tail = ends_in_lone_cr(source)
+    try:
+        module = cst.parse_module(source)
     except UnicodeDecodeError as error:
+        escaped = parse_escaped(source, lone_cr_tail)
+        if escaped is not None:
+            return escaped
         line, column = byte_position(source, error.start)
         raise ConversionError(
             path, line, column,
@@ -100,7 +322,25 @@ def parse(source: bytes, path: str) -> cst.Module:
         raise syntax_error(source, path, error) from None
     except SyntaxError as error:
         # libcst raises a plain SyntaxError for an unknown coding cookie.
-        raise ConversionError(path, error.lineno or 1, 1, f"syntax error: {error.msg}") from None
+        raise ConversionError(path, error.lineno or 1, 1, f"syntax error: {one_line(error.msg)}") from None
+    return module, Codec(module.encoding, lone_cr_tail=lone_cr_tail)
+
+
+def parse_escaped(source: bytes, lone_cr_tail: bool) -> tuple[cst.Module, Codec] | None:
+    """Parse a file with bytes its encoding cannot decode, where CPython accepts it (py_compile
+    takes a non-UTF-8 byte in a comment); None where CPython refuses it too."""
+    if python_ast(source) is None:
+        return None
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+    text = source.decode(encoding, "surrogateescape")
+    if any(0xF780 <= ord(character) <= 0xF7FF for character in text):
+        return None  # the private-use characters are taken: no safe round trip
+    try:
+        module = cst.parse_module(text.translate(TO_PRIVATE_USE))
+    except Exception:  # noqa: BLE001 - no parse this way either: report the decode error
+        return None
+    # The printed text is encoded by the Codec: the BOM comes back through ``utf-8-sig``.
+    return module, Codec(encoding, escaped=True, lone_cr_tail=lone_cr_tail)
 
 
 def syntax_error(source: bytes, path: str, error: cst.ParserSyntaxError) -> ConversionError:
@@ -108,16 +348,17 @@ def syntax_error(source: bytes, path: str, error: cst.ParserSyntaxError) -> Conv
     back to libcst's when CPython accepts the code (syntax newer than libcst's grammar)."""
     if b"\x00" in source:
         # Both parsers put a null byte at line 1; point at the byte itself.
-        line, column = byte_position(source, source.index(b"\x00"))
-        return ConversionError(path, line, column, "syntax error: source contains a null byte")
+        return null_byte_error(source, path)
     try:
         compile(source, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
     except SyntaxError as python_error:
         return ConversionError(
             path, python_error.lineno or error.editor_line, python_error.offset or 1,
-            f"syntax error: {python_error.msg}",
+            f"syntax error: {one_line(python_error.msg)}",
         )
-    return ConversionError(path, error.editor_line, error.editor_column, f"syntax error: {error.message}")
+    except (ValueError, RecursionError, MemoryError):
+        pass
+    return ConversionError(path, error.editor_line, error.editor_column, f"syntax error: {one_line(error.message)}")
 
 
 def byte_position(source: bytes, offset: int) -> tuple[int, int]:
@@ -129,46 +370,45 @@ def byte_position(source: bytes, offset: int) -> tuple[int, int]:
 def run_codemods(
     module: cst.Module, options: Options, path: str, source: bytes | None = None
 ) -> ConversionOutcome:
-    """Run the codemods; a crash inside one is our bug, reported as an internal error.
+    """Run the codemods; a crash inside one is our bug, reported as an internal error (a
+    RecursionError is left to :func:`convert_source`, which retries on a deeper stack).
     ``source`` is what ``module`` was parsed from: the analysis reads positions from it instead
     of printing the tree once more."""
     try:
         return codemods.convert_module(module, options, source)
+    except (RecursionError, MemoryError):
+        raise
     except Exception as error:  # noqa: BLE001 - any codemod crash becomes one error line, exit 123
         raise ConversionError(
-            path, 1, 1, f"internal error: conversion failed ({type(error).__name__}: {error})"
+            path, 1, 1, f"internal error: conversion failed ({type(error).__name__}: {one_line(str(error))})"
         ) from error
 
 
-def generate(module: cst.Module, path: str) -> bytes:
-    """The module's code in its own encoding. libcst prints recursively, so a very long chain
-    (``a + b + ... `` over thousands of terms) can exhaust the stack: one error line, not a crash."""
-    try:
-        return module.bytes
-    except RecursionError:
-        raise ConversionError(path, 1, 1, "internal error: the script nests too deeply to be printed") from None
+def verify_stable(output: bytes, options: Options, path: str, source: bytes) -> None:
+    """The output must parse, and converting the printed output again must change nothing.
 
-
-def verify_stable(converted: cst.Module, output: bytes, options: Options, path: str, source: bytes) -> None:
-    """The output must parse, and converting it again must change nothing.
-
-    ``output`` is ``converted`` printed. The parse check uses CPython's own parser, a twentieth of
-    libcst's parse (libcst's only where this Python cannot read the *input* either: syntax newer
-    than the interpreter). The second conversion runs on ``converted`` itself, which is the tree a
-    libcst parse of ``output`` gives up to which node owns which whitespace — nothing a codemod
-    matches on. (The golden tests convert every expected output read back from disk, so a pass
-    building a tree that no parse would produce is still caught there.)
+    The check runs on the bytes that would be written, parsed afresh, as a user's second run
+    would: a difference that only printing shows (a line ending libcst drops) is caught too.
+    CPython's parser judges first (a twentieth of libcst's parse); where this Python cannot read
+    the *input* either (syntax newer than the interpreter), libcst's parse alone decides.
     """
-    if python_ast(output) is None and (python_ast(source) is not None or not _libcst_parses(output)):
+    if python_ast(output) is None and python_ast(source) is not None:
         raise ConversionError(
             path, 1, 1,
             f"internal error: the converted script does not parse ({_syntax_problem(output)}); nothing written",
         )
-    again_module = run_codemods(converted, options, path, output).module
-    if again_module is converted:
-        # No pass changed the tree: it prints back to ``output``.
+    try:
+        module, codec = parse(output, path)
+    except ConversionError as error:
+        raise ConversionError(
+            path, 1, 1, f"internal error: the converted script does not parse ({error.message}); nothing written",
+        ) from None
+    again_module = run_codemods(module, options, path, output).module
+    if again_module is module:
+        # No pass changed the tree read from ``output``: it prints back to ``output`` (libcst's
+        # round trip, with the Codec's repairs where libcst's printer loses bytes).
         return
-    again = generate(again_module, path)
+    again = codec.generate(again_module)
     if again != output:
         line = first_differing_line(output, again)
         raise ConversionError(
@@ -186,14 +426,6 @@ def _syntax_problem(code: bytes) -> str:
     except ValueError as error:  # a null byte
         return str(error)
     return "libcst cannot read it"
-
-
-def _libcst_parses(code: bytes) -> bool:
-    try:
-        cst.parse_module(code)
-    except Exception:  # noqa: BLE001 - any failure means the code does not parse
-        return False
-    return True
 
 
 def first_differing_line(first: bytes, second: bytes) -> int:

@@ -15,9 +15,10 @@ from __future__ import annotations
 import builtins
 import json
 import os
-import sys
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
 
 import click
@@ -75,30 +76,32 @@ def stale_output_finding(output_name: str, source_name: str, *, missing: bool) -
 Piece = tuple[str, "str | None"]
 
 
-def make_console(stream: IO[str], color: bool | None) -> "Console":
-    """A rich console that never wraps or guesses highlights; colour on a terminal unless forced."""
+def make_console(stream: IO[str], color: bool) -> "Console":
+    """A rich console that never wraps or guesses highlights, styled exactly when ``color``."""
     from rich.console import Console
 
     return Console(
-        file=stream, force_terminal=color, no_color=color is False, highlight=False,
+        file=stream, force_terminal=color, no_color=not color, highlight=False,
         soft_wrap=True, markup=False, emoji=False,
     )
 
 
-def rich_would_style(stream: IO[str], color: bool | None) -> bool:
-    """Whether a :func:`make_console` console on ``stream`` could write anything but the plain
-    text: rich's own terminal detection, erring towards yes wherever it has a special case
-    (Windows consoles, notebooks, the ``FORCE_COLOR``/``TTY_COMPATIBLE`` variables)."""
-    if color is not None:
-        return color
-    if sys.platform == "win32" or hasattr(builtins, "get_ipython"):
+def wants_colour(stream: IO[str], flag: bool | None) -> bool:
+    """The one decision on colour, for findings (rich) and diffs (click) alike: ``--color`` /
+    ``--no-color`` first, then the ``NO_COLOR`` and ``FORCE_COLOR`` conventions (a non-empty
+    value counts; NO_COLOR wins when both are set), then whether ``stream`` is a terminal."""
+    if flag is not None:
+        return flag
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
         return True
-    if "FORCE_COLOR" in os.environ or "TTY_COMPATIBLE" in os.environ:
-        return True
+    if hasattr(builtins, "get_ipython"):
+        return True  # a notebook: rich renders styles as HTML there
     isatty = getattr(stream, "isatty", None)
     try:
         return bool(isatty is not None and isatty())
-    except ValueError:  # a closed stream: rich treats it as no terminal too
+    except ValueError:  # a closed stream: no terminal
         return False
 
 
@@ -119,8 +122,8 @@ class Output:
 
     def __init__(self, stream: IO[str], color: bool | None) -> None:
         self.stream = stream
-        self.color = color
-        self.styled = rich_would_style(stream, color)
+        self.color = wants_colour(stream, color)
+        self.styled = self.color
         self._console: "Console | None" = None
 
     def print(self, *pieces: Piece) -> None:
@@ -130,8 +133,8 @@ class Output:
                 self.stream.write("".join(text for text, _ in pieces) + "\n")
                 self.stream.flush()
                 return
-            except (BrokenPipeError, UnicodeEncodeError):
-                pass  # rich has its own answer to both (exit 1 quietly; a hint on the encoding)
+            except UnicodeEncodeError:
+                pass  # rich has its own answer (a hint on the encoding); a BrokenPipeError ends the run
         if self._console is None:
             self._console = make_console(self.stream, self.color)
         self._console.print(rich_text(pieces))
@@ -170,7 +173,7 @@ class Reporter:
         self.messages = messages
         self.findings_stream = findings_stream
         self.collected: list[Finding] = []
-        self.converted = self.unchanged = self.failed = 0
+        self.converted = self.unchanged = self.failed = self.skipped_count = 0
 
     # -- per file -----------------------------------------------------------------------------
 
@@ -221,6 +224,13 @@ class Reporter:
         ])
         return f"::{level} {properties}::{escape_github(f'{finding.code} {finding.message}')}"
 
+    def skipped(self, shown_name: str, reason: str) -> None:
+        """A file found in a folder that cannot be read (a symbolic link loop): one line, and
+        the run goes on, as black and ruff do."""
+        self.skipped_count += 1
+        if self.verbosity >= 0:
+            self.messages.print((f"{shown_name}: skipped: {reason}", "yellow"))
+
     def error(self, error: "ConversionError") -> None:
         """A file that failed: one line on stderr (and an annotation for GitHub)."""
         self.failed += 1
@@ -245,6 +255,8 @@ class Reporter:
         number of warnings left for a person."""
         verb = "would be converted" if self.check else "converted"
         line = f"{self.converted} {verb}, {self.unchanged} unchanged, {self.failed} failed"
+        if self.skipped_count:
+            line += f", {self.skipped_count} skipped"
         warnings = self.warning_count
         if warnings:
             line += f" ({warnings} warnings need a person)" if warnings > 1 else " (1 warning needs a person)"
@@ -255,31 +267,67 @@ class Reporter:
         return sum(1 for finding in self.collected if finding.is_warning)
 
 
+#: A Python source line with its ending: CPython ends lines at LF, CRLF and a lone CR only (not
+#: at the form feeds and Unicode separators ``str.splitlines`` also splits on).
+SOURCE_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+NO_NEWLINE_AT_END = "\\ No newline at end of file\n"
+
+
+def source_lines(text: str) -> list[str]:
+    """``text`` split into lines that keep their own endings."""
+    return SOURCE_LINE.findall(text)
+
+
+def diff_path(name: str) -> str:
+    """A path as a diff header names it: relative to the working folder where it lies inside it
+    (what ``git apply`` run there expects), else without its leading ``/`` as git writes one."""
+    path = Path(name)
+    if path.is_absolute():
+        try:
+            return path.relative_to(Path.cwd()).as_posix()
+        except ValueError:
+            return path.as_posix().lstrip("/")
+    return path.as_posix()
+
+
 def unified_diff(conversion: "Conversion", new_name: str | None = None) -> list[str]:
-    """The diff from the original to the converted script, lines without their line ends."""
+    """The diff from the original to the converted script, as ``git diff`` writes it: headers
+    ``a/PATH`` and ``b/PATH`` (``git apply`` and ``patch -p1`` strip the first component), each
+    line with its own ending (CRLF stays CRLF), and git's marker after a last line without one."""
     import difflib  # only --diff needs it
 
-    old = conversion.source.decode(conversion.encoding, errors="replace").splitlines()
-    new = conversion.output.decode(conversion.encoding, errors="replace").splitlines()
-    return list(difflib.unified_diff(
-        old, new, fromfile=f"{conversion.path} (original)",
-        tofile=f"{new_name or conversion.path} (converted)", lineterm="",
-    ))
+    old = source_lines(conversion.source.decode(conversion.encoding, errors="replace"))
+    new = source_lines(conversion.output.decode(conversion.encoding, errors="replace"))
+    lines: list[str] = []
+    diff = difflib.unified_diff(old, new, fromfile=f"a/{diff_path(conversion.path)}",
+                                tofile=f"b/{diff_path(new_name or conversion.path)}", lineterm="")
+    for number, line in enumerate(diff):
+        # The two file headers come first; a content line starts with " ", "-" or "+".
+        if number < 2 or line.startswith("@@"):
+            lines.append(line + "\n")
+        elif line.endswith(("\n", "\r")):
+            lines.append(line)
+        else:
+            lines.extend((line + "\n", NO_NEWLINE_AT_END))
+    return lines
 
 
 #: Diff line prefix → colour (the first match wins; "+++"/"---" headers before "+"/"-").
 DIFF_COLOURS = (("+++", "bright_white"), ("---", "bright_white"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
 
 
-def print_diff(lines: Sequence[str], color: bool | None) -> None:
-    """Print a unified diff to stdout, coloured on a terminal (or when forced).
+def print_diff(lines: Sequence[str], color: bool) -> None:
+    """Print a unified diff to stdout, coloured when ``color`` (see :func:`wants_colour`).
 
     Written with click rather than rich: rich expands tabs, and a diff must keep the file's
-    characters exactly so that it still applies as a patch.
+    characters (and line endings) exactly so that it still applies as a patch.
     """
     for line in lines:
-        colour = next((fg for prefix, fg in DIFF_COLOURS if line.startswith(prefix)), None)
-        click.echo(click.style(line, fg=colour) if colour else line, color=color)
+        body = line.rstrip("\r\n")
+        ending = line[len(body):]
+        colour = next((fg for prefix, fg in DIFF_COLOURS if body.startswith(prefix)), None)
+        click.echo((click.style(body, fg=colour) if colour else body) + ending, color=color, nl=False)
 
 
 def codes_listing(docs: Sequence["CodeDoc"], *, examples: bool) -> list[str]:

@@ -1,4 +1,4 @@
-"""codemods.walk.walk must call a visitor exactly as libcst's ``node.visit`` does (same nodes, same
+"""codemods.engine.walk.walk must call a visitor exactly as libcst's ``node.visit`` does (same nodes, same
 order, same per-field hooks, same pruning), only without rebuilding the tree and without entering
 whitespace and token nodes (``walk.TRIVIA``) unless the visitor asks for one of their types."""
 
