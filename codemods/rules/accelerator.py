@@ -84,8 +84,13 @@ def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top:
     training object; a function with no argument parsing gets it at its top."""
     start = first_statement_index(body)
     users = facts.device_names | facts.cuda_flags | facts.trained_objects
+    # A statement holding a backward needs the accelerator too (a module-level script with no
+    # training object the analysis could name must not get it after its first use).
+    backward_lines = [site.line for site in facts.call_sites.get(".backward", ())]
     first_use = next(
-        (i for i in range(start, len(body)) if assigned_in(body[i]) & users), len(body)
+        (i for i in range(start, len(body))
+         if assigned_in(body[i]) & users or _holds_any_line(body[i], backward_lines, facts)),
+        len(body),
     )
     parsed = [i + 1 for i in range(start, first_use) if parses_arguments(body[i])]
     if parsed:
@@ -253,3 +258,8 @@ class _CudaCalls(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         self.found = self.found or (isinstance(node.func, cst.Attribute) and node.func.attr.value == "cuda")
+
+
+def _holds_any_line(statement: cst.BaseStatement, lines: list[int], facts: ScriptFacts) -> bool:
+    site = facts.origins.site(statement)
+    return site is not None and any(site.line <= line <= site.end_line for line in lines)

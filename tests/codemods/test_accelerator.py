@@ -105,3 +105,11 @@ def test_select_and_ignore_switch_passes(options: Options, rewritten: str, kept:
     code, _ = convert(in_loop("loss = model(batch[0]).sum()\nloss.backward()\nprint(loss)"), options)
     lines = [line.strip() for line in code.splitlines()]
     assert rewritten in lines and kept in lines
+
+
+def test_a_module_level_script_gets_the_accelerator_before_its_first_backward() -> None:
+    from codemods import Options, convert_module
+
+    source = "import torch\nx = 1\nloss.backward()\nprint(x)\n"
+    code = convert_module(cst.parse_module(source), Options()).module.code
+    assert code.index("accelerator = Accelerator()") < code.index("accelerator.backward(loss)")
