@@ -41,6 +41,7 @@ RULE_MODULES: tuple[str, ...] = (
     "pass_accelerator",
     "no_dataloader",
     "rank_dependent_break",
+    "rank_local_average",
     "already_distributed",
     "keyboard_interrupt",
 )

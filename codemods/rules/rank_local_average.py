@@ -1,0 +1,95 @@
+"""ACC919 rank-local-average: a training loss summed over this process's batches only.
+
+``running_loss += loss.item()`` inside the training loop adds up the losses of the batches this
+process trained on: after the conversion that is one shard of the epoch. Printed or logged as the
+epoch's loss (``running_loss / len(train_loader)``), it is the main process's share, not the
+epoch's: the number differs from the one-process run. Reduce it across processes first
+(``accelerator.reduce(torch.tensor(running_loss, device=accelerator.device), "sum")``, with the
+batch count reduced the same way), or say in the log that it is one process's value.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import Example, Rule
+from codemods.engine.syntax import names_in
+from codemods.engine.transformers import RuleTransformer
+
+MESSAGE = "a loss summed over this process's batches only: reduce it across processes before reporting it"
+
+
+class RankLocalAverage(Rule):
+    code = "ACC919"
+    name = "rank-local-average"
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    running = 0.0
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                        running += loss.item()
+                    print(f"train loss {running / len(loader):.4f}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message=MESSAGE,
+        ),
+    )
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return bool(facts.train_loops and facts.loss_names)
+
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        lines = {loop.site.line for loop in facts.train_loops}
+        finder = _LossSums(facts, facts.lines_mentioning(facts.loss_names) | lines)
+        module.visit(finder)
+        return module, finder.changes(module)
+
+
+class _LossSums(RuleTransformer):
+    """``total += loss.item()`` (or ``+= loss``) inside a loop over a prepared training loader."""
+
+    def __init__(self, facts: ScriptFacts, lines: set[int]) -> None:
+        super().__init__(facts, lines)
+        self._training_loops = 0
+
+    def visit_For(self, node: cst.For) -> None:
+        if self._is_training_loop(node):
+            self._training_loops += 1
+
+    def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.For:
+        if self._is_training_loop(original_node):
+            self._training_loops -= 1
+        return updated_node
+
+    def _is_training_loop(self, node: cst.For) -> bool:
+        site = self.facts.origins.site(node)
+        batches = self.facts.batch_names_by_function.get(self.function, set())
+        return site is not None and any(
+            loop.site.line == site.line and set(loop.targets) & batches for loop in self.facts.train_loops
+        )
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if (
+            self._training_loops
+            and isinstance(node.operator, cst.AddAssign)
+            and names_in(node.value) & self.facts.loss_names
+        ):
+            self.report(node, RankLocalAverage.code, MESSAGE, False)
