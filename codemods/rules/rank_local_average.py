@@ -64,7 +64,8 @@ class RankLocalAverage(Rule):
 
 
 class _LossSums(RuleTransformer):
-    """``total += loss.item()`` (or ``+= loss``) inside a loop over a prepared training loader."""
+    """``total += loss.item()`` (or ``+= loss``, ``losses.append(loss)``) inside a loop over a
+    prepared training loader."""
 
     def __init__(self, facts: ScriptFacts, lines: set[int]) -> None:
         super().__init__(facts, lines)
@@ -85,6 +86,16 @@ class _LossSums(RuleTransformer):
         return site is not None and any(
             loop.site.line == site.line and set(loop.targets) & batches for loop in self.facts.train_loops
         )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        # ``train_losses.append(loss)``, averaged after the loop.
+        if (
+            self._training_loops
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "append"
+            and any(names_in(arg.value) & self.facts.loss_names for arg in node.args)
+        ):
+            self.report(node, RankLocalAverage.code, MESSAGE, False)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         if (
