@@ -72,11 +72,7 @@ peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"seconds": seconds, "peak_kb": peak, "start_kb": baseline, "changed": changed}))
 """
 
-HEADER = (
-    "import torch\n"
-    "model = torch.nn.Linear(4, 2)\n"
-    "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-)
+HEADER = "import torch\nmodel = torch.nn.Linear(4, 2)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
 FOOTER = (
     "for value in DATA:\n"
     "    optimizer.zero_grad()\n"
@@ -102,7 +98,7 @@ def module_script(size: int) -> bytes:
     """About ``size`` bytes of ordinary training code: the typical script's top-level functions
     and classes repeated, each copy renamed so that no definition shadows another."""
     typical = TYPICAL.read_text()
-    body = typical[typical.index("import argparse"):]
+    body = typical[typical.index("import argparse") :]
     copies = [body]
     length = len(body)
     copy = 1
@@ -118,8 +114,14 @@ SHAPES = {"list": list_script, "module": module_script}
 
 
 def measure(path: Path, mode: str) -> dict[str, float]:
-    child = subprocess.run([sys.executable, "-c", CHILD, str(path), mode], capture_output=True, text=True,
-                           cwd=REPO_ROOT, timeout=1200, check=False)
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, str(path), mode],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=1200,
+        check=False,
+    )
     if child.returncode != 0:
         raise RuntimeError(f"{path} ({mode}) failed: {child.stderr[-2000:]}")
     return json.loads(child.stdout.strip().splitlines()[-1])
@@ -144,24 +146,33 @@ def main() -> None:
                 converted = measure(path, "convert")
                 floor = measure(path, "floor")
                 row = {
-                    "bytes": len(source), "convert_s": converted["seconds"], "floor_s": floor["seconds"],
-                    "convert_peak_mb": converted["peak_kb"] / 1024, "floor_peak_mb": floor["peak_kb"] / 1024,
+                    "bytes": len(source),
+                    "convert_s": converted["seconds"],
+                    "floor_s": floor["seconds"],
+                    "convert_peak_mb": converted["peak_kb"] / 1024,
+                    "floor_peak_mb": floor["peak_kb"] / 1024,
                     "start_mb": converted["start_kb"] / 1024,
                 }
                 rows.append(row)
-                print(f"  {len(source) / 1000:7.0f} KB | {row['convert_s']:8.2f} | {row['floor_s']:8.2f} | "
-                      f"{row['convert_s'] / row['floor_s']:5.2f} | {row['convert_peak_mb']:8.0f} | "
-                      f"{row['floor_peak_mb']:8.0f}", flush=True)
+                print(
+                    f"  {len(source) / 1000:7.0f} KB | {row['convert_s']:8.2f} | {row['floor_s']:8.2f} | "
+                    f"{row['convert_s'] / row['floor_s']:5.2f} | {row['convert_peak_mb']:8.0f} | "
+                    f"{row['floor_peak_mb']:8.0f}",
+                    flush=True,
+                )
             first, last = rows[0], rows[-1]
             scale = last["bytes"] / first["bytes"]
             time_growth = (last["convert_s"] / first["convert_s"]) / scale
-            memory_growth = ((last["convert_peak_mb"] - last["start_mb"]) /
-                             max(first["convert_peak_mb"] - first["start_mb"], 1.0)) / scale
-            print(f"  growth per byte, {first['bytes'] / 1000:.0f} KB → {last['bytes'] / 1000:.0f} KB "
-                  f"(1.00 = linear): time {time_growth:.2f}, memory above start-up {memory_growth:.2f}; "
-                  f"memory at {last['bytes'] / 1000:.0f} KB: "
-                  f"{(last['convert_peak_mb'] - last['start_mb']) * 2 ** 20 / last['bytes']:.0f} bytes of memory "
-                  "per byte of input")
+            memory_growth = (
+                (last["convert_peak_mb"] - last["start_mb"]) / max(first["convert_peak_mb"] - first["start_mb"], 1.0)
+            ) / scale
+            print(
+                f"  growth per byte, {first['bytes'] / 1000:.0f} KB → {last['bytes'] / 1000:.0f} KB "
+                f"(1.00 = linear): time {time_growth:.2f}, memory above start-up {memory_growth:.2f}; "
+                f"memory at {last['bytes'] / 1000:.0f} KB: "
+                f"{(last['convert_peak_mb'] - last['start_mb']) * 2**20 / last['bytes']:.0f} bytes of memory "
+                "per byte of input"
+            )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

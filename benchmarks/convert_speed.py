@@ -50,8 +50,8 @@ import libcst as cst
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from codemods.engine.model import Options  # noqa: E402
 import codemods  # noqa: E402
+from codemods.engine.model import Options  # noqa: E402
 from converter.pipeline import convert_source, mentions_torch  # noqa: E402
 
 FIXTURES = REPO_ROOT / "fixtures" / "cases"
@@ -162,11 +162,13 @@ def summarize(name: str, timings: list[FileTiming]) -> dict[str, float]:
         "floor_seconds": sum(timing.floor for timing in timings),
         "full_seconds": total_full,
     }
-    print(f"{name}: {summary['files']} files, {summary['megabytes']:.2f} MB: "
-          f"b/a median {summary['ratio_median']:.2f}, p90 {summary['ratio_p90']:.2f}, "
-          f"max {summary['ratio_max']:.2f} (codemods once, no verification: median "
-          f"{summary['once_ratio_median']:.2f}); {summary['files_per_second']:.1f} files/s "
-          f"(a total {summary['floor_seconds']:.2f} s, b total {summary['full_seconds']:.2f} s)")
+    print(
+        f"{name}: {summary['files']} files, {summary['megabytes']:.2f} MB: "
+        f"b/a median {summary['ratio_median']:.2f}, p90 {summary['ratio_p90']:.2f}, "
+        f"max {summary['ratio_max']:.2f} (codemods once, no verification: median "
+        f"{summary['once_ratio_median']:.2f}); {summary['files_per_second']:.1f} files/s "
+        f"(a total {summary['floor_seconds']:.2f} s, b total {summary['full_seconds']:.2f} s)"
+    )
     return summary
 
 
@@ -218,14 +220,18 @@ def time_processes(script: Path, rounds: int, torchfix: Path | None = None) -> d
             for name in names:
                 times[name].append(process_seconds(commands[name], bytecode_folder))
     c, d = statistics.median(times["check"]), statistics.median(times["imports"])
-    print(f"process: accel-convert --check {script.name} ({script.stat().st_size / 1000:.1f} KB) "
-          f"c = {c * 1000:.0f} ms, import libcst, click, rich d = {d * 1000:.0f} ms: c/d {c / d:.2f} "
-          f"(median of {rounds})")
+    print(
+        f"process: accel-convert --check {script.name} ({script.stat().st_size / 1000:.1f} KB) "
+        f"c = {c * 1000:.0f} ms, import libcst, click, rich d = {d * 1000:.0f} ms: c/d {c / d:.2f} "
+        f"(median of {rounds})"
+    )
     result = {"check_ms": c * 1000, "imports_ms": d * 1000, "ratio": c / d}
     if torchfix is not None:
         linted = statistics.median(times["torchfix"])
-        print(f"process: torchfix {script.name} {linted * 1000:.0f} ms: accel-convert --check takes "
-              f"{c / linted:.2f} of its time")
+        print(
+            f"process: torchfix {script.name} {linted * 1000:.0f} ms: accel-convert --check takes "
+            f"{c / linted:.2f} of its time"
+        )
         result["torchfix_ms"] = linted * 1000
     return result
 
@@ -250,9 +256,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 files per corpus, 1 round")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--torchfix", type=Path, help="a torchfix executable to time on the typical script too")
-    parser.add_argument("--forced-sample", type=int, default=60,
-                        help="stdlib files (spread over sizes) forced through every pass; all of them "
-                             "would take the better part of an hour")
+    parser.add_argument(
+        "--forced-sample",
+        type=int,
+        default=60,
+        help="stdlib files (spread over sizes) forced through every pass; all of them "
+        "would take the better part of an hour",
+    )
     args = parser.parse_args()
     rounds = 1 if args.quick else args.rounds
     limit = 2 if args.quick else None
@@ -270,12 +280,15 @@ def main() -> None:
     results["stdlib"] = summarize("stdlib as is", time_corpus(read_corpus(stdlib), rounds))
     forced = read_corpus(spread_sample(stdlib, args.forced_sample), force_torch=True)
     results["stdlib_forced"] = summarize(
-        f"stdlib forced through every pass (sample of {len(forced)})", time_corpus(forced, rounds))
+        f"stdlib forced through every pass (sample of {len(forced)})", time_corpus(forced, rounds)
+    )
     largest = max(forced, key=lambda path: len(forced[path]))
     peak = peak_conversion_memory(forced[largest], str(largest))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"memory: converting the largest file ({largest.name}, {len(forced[largest]) / 1000:.0f} KB) "
-          f"peaks at {peak:.1f} MB of Python heap; whole benchmark process peak RSS {rss:.0f} MB")
+    print(
+        f"memory: converting the largest file ({largest.name}, {len(forced[largest]) / 1000:.0f} KB) "
+        f"peaks at {peak:.1f} MB of Python heap; whole benchmark process peak RSS {rss:.0f} MB"
+    )
     results["memory"] = {"largest_file": str(largest), "peak_heap_mb": peak, "process_peak_rss_mb": rss}
     # Process times move with the machine's state more than in-process ones: more rounds.
     results["process"] = time_processes(typical, 1 if args.quick else max(rounds, 15), args.torchfix)

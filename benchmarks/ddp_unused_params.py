@@ -56,8 +56,10 @@ def worker(rank: int, world_size: int, port: int, args: argparse.Namespace) -> N
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
-    models = {name: wrap_in_ddp(make_model(args.hidden, args.layers), torch.device("cpu"), options)
-              for name, options in MODES.items()}
+    models = {
+        name: wrap_in_ddp(make_model(args.hidden, args.layers), torch.device("cpu"), options)
+        for name, options in MODES.items()
+    }
     for model in models.values():
         time_steps(model, 5, args.hidden)  # warm-up: first iterations record graphs, rebuild buckets
     samples: dict[str, list[float]] = {name: [] for name in MODES}
@@ -67,12 +69,16 @@ def worker(rank: int, world_size: int, port: int, args: argparse.Namespace) -> N
     if rank == 0:
         baseline = statistics.median(samples["plain DDP"])
         fastest_baseline = min(samples["plain DDP"])
-        print(f"{args.layers} x Linear({args.hidden}) all parameters used, 2 ranks (gloo, 1 thread each), "
-              f"{args.steps} steps per mode")
+        print(
+            f"{args.layers} x Linear({args.hidden}) all parameters used, 2 ranks (gloo, 1 thread each), "
+            f"{args.steps} steps per mode"
+        )
         for name, timings in samples.items():
             median, fastest = statistics.median(timings), min(timings)
-            print(f"{name:32s} median {median * 1e3:6.2f} ms (x{median / baseline:5.3f})   "
-                  f"fastest {fastest * 1e3:6.2f} ms (x{fastest / fastest_baseline:5.3f})")
+            print(
+                f"{name:32s} median {median * 1e3:6.2f} ms (x{median / baseline:5.3f})   "
+                f"fastest {fastest * 1e3:6.2f} ms (x{fastest / fastest_baseline:5.3f})"
+            )
     dist.destroy_process_group()
 
 

@@ -102,14 +102,36 @@ def worker(out_dir: str, repeats: int, hold_models: bool) -> None:
 
 def launch(repeats: int, bound_s: int, hold_models: bool) -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory() as out_dir:
-        env = dict(os.environ, OMP_NUM_THREADS="1", TORCH_CPP_LOG_LEVEL="ERROR",
-                   ACCEL_CONVERT_OOM_COLLECTIVE_TIMEOUT=str(bound_s))
+        env = dict(
+            os.environ,
+            OMP_NUM_THREADS="1",
+            TORCH_CPP_LOG_LEVEL="ERROR",
+            ACCEL_CONVERT_OOM_COLLECTIVE_TIMEOUT=str(bound_s),
+        )
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
         subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
-             "127.0.0.1", "--master_port", str(_free_port()), __file__, "--worker", out_dir,
-             "--repeats", str(repeats), *(["--hold-models"] if hold_models else [])],
-            env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900,
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nproc_per_node",
+                "2",
+                "--master_addr",
+                "127.0.0.1",
+                "--master_port",
+                str(_free_port()),
+                __file__,
+                "--worker",
+                out_dir,
+                "--repeats",
+                str(repeats),
+                *(["--hold-models"] if hold_models else []),
+            ],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=900,
         )
         ranks = [json.loads(Path(out_dir, f"rank{r}.json").read_text()) for r in (0, 1)]
     seconds: dict[str, list[float]] = {"forward": [], "backward": []}
@@ -131,8 +153,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--bound", type=int, default=300, help="collective bound in seconds (the default)")
-    parser.add_argument("--hold-models", action="store_true",
-                        help="keep every DDP model referenced from outside (the bound then frees the peer)")
+    parser.add_argument(
+        "--hold-models",
+        action="store_true",
+        help="keep every DDP model referenced from outside (the bound then frees the peer)",
+    )
     parser.add_argument("--worker", metavar="OUT_DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -141,11 +166,15 @@ def main() -> None:
     started = time.time()
     seconds = launch(args.repeats, args.bound, args.hold_models)
     held = ", models held outside the call" if args.hold_models else ""
-    print(f"find_executable_batch_size, 2 ranks (Gloo, CPU), collective bound {args.bound} s{held}, "
-          f"{args.repeats} runs per case ({time.time() - started:.0f} s in all):")
+    print(
+        f"find_executable_batch_size, 2 ranks (Gloo, CPU), collective bound {args.bound} s{held}, "
+        f"{args.repeats} runs per case ({time.time() - started:.0f} s in all):"
+    )
     for where, values in seconds.items():
-        print(f"  OOM in rank 1's {where:<8} pass -> every rank training at the smaller size: "
-              f"median {statistics.median(values):.2f} s, max {max(values):.2f} s")
+        print(
+            f"  OOM in rank 1's {where:<8} pass -> every rank training at the smaller size: "
+            f"median {statistics.median(values):.2f} s, max {max(values):.2f} s"
+        )
 
 
 if __name__ == "__main__":

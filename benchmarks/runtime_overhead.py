@@ -47,8 +47,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
@@ -57,6 +57,7 @@ sys.path.insert(0, str(REPO_ROOT))
 # --------------------------------------------------------------------------------------------
 # Worker side: runs inside each process of a launch.
 # --------------------------------------------------------------------------------------------
+
 
 def build_model(kind: str, width: int):
     import torch
@@ -116,7 +117,11 @@ def make_variants(args, device, world: int, rank: int) -> dict[str, Callable[[],
         return (time.perf_counter() - start) / max(count, 1)
 
     def autocast():
-        return torch.autocast(device.type, dtype=dtype) if dtype is not None else torch.autocast(device.type, enabled=False)
+        return (
+            torch.autocast(device.type, dtype=dtype)
+            if dtype is not None
+            else torch.autocast(device.type, enabled=False)
+        )
 
     variants: dict[str, Callable[[], float]] = {}
 
@@ -141,8 +146,11 @@ def make_variants(args, device, world: int, rank: int) -> dict[str, Callable[[],
         def ddp_variant(static_graph: bool) -> Callable[[], float]:
             """The hand-written loop: DDP, DistributedSampler re-seeded every epoch."""
             torch.manual_seed(0)
-            ddp_model = DistributedDataParallel(build_model(args.model, args.width).to(device), static_graph=static_graph,
-                                                device_ids=[device.index] if device.type == "cuda" else None)
+            ddp_model = DistributedDataParallel(
+                build_model(args.model, args.width).to(device),
+                static_graph=static_graph,
+                device_ids=[device.index] if device.type == "cuda" else None,
+            )
             ddp_opt = torch.optim.SGD(ddp_model.parameters(), lr=1e-3)
             sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True)
             ddp_loader = DataLoader(dataset, batch_size=args.batch, sampler=sampler)
@@ -197,14 +205,17 @@ def make_variants(args, device, world: int, rank: int) -> dict[str, Callable[[],
 
     precision = "no" if args.precision == "fp32" else args.precision
     steps = args.accumulation
-    variants["runtime"] = accelerator_variant(runtime.Accelerator(mixed_precision=precision,
-                                                                  gradient_accumulation_steps=steps))
+    variants["runtime"] = accelerator_variant(
+        runtime.Accelerator(mixed_precision=precision, gradient_accumulation_steps=steps)
+    )
     if not args.skip_accelerate:
         import accelerate
 
         variants["accelerate"] = accelerator_variant(
-            accelerate.Accelerator(mixed_precision=precision, cpu=device.type == "cpu",
-                                   gradient_accumulation_steps=steps))
+            accelerate.Accelerator(
+                mixed_precision=precision, cpu=device.type == "cpu", gradient_accumulation_steps=steps
+            )
+        )
     return variants
 
 
@@ -230,8 +241,12 @@ def loader_throughput(args, world: int, rank: int) -> dict[str, float]:
     if world == 1:
         plain = DataLoader(dataset, batch_size=args.batch, shuffle=True, num_workers=0)
     else:
-        plain = DataLoader(dataset, batch_size=args.batch, num_workers=0,
-                           sampler=DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True))
+        plain = DataLoader(
+            dataset,
+            batch_size=args.batch,
+            num_workers=0,
+            sampler=DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True),
+        )
     prepared = runtime.Accelerator().prepare(DataLoader(dataset, batch_size=args.batch, shuffle=True, num_workers=0))
     aligned = world > 1 and dist.is_initialized()
 
@@ -263,8 +278,13 @@ def worker(args) -> None:
     state_device = runtime.Accelerator().device  # initialises the process group under torchrun
     device = torch.device(state_device)
     if args.loader_only:
-        result = {"model": args.model, "precision": args.precision, "world": world, "step_seconds": {},
-                  "loader_batches_per_second": loader_throughput(args, world, rank)}
+        result = {
+            "model": args.model,
+            "precision": args.precision,
+            "world": world,
+            "step_seconds": {},
+            "loader_batches_per_second": loader_throughput(args, world, rank),
+        }
         if rank == 0:
             print("RESULT " + json.dumps(result), flush=True)
         return
@@ -275,12 +295,17 @@ def worker(args) -> None:
     times: dict[str, list[float]] = {name: [] for name in names}
     for round_index in range(args.rounds):
         # Rotate the order so no variant always runs first (caches, clocks).
-        order = names[round_index % len(names):] + names[:round_index % len(names)]
+        order = names[round_index % len(names) :] + names[: round_index % len(names)]
         for name in order:
             times[name].append(variants[name]())
-    result = {"model": args.model, "precision": args.precision, "world": world, "accumulation": args.accumulation,
-              "step_seconds": {name: statistics.median(values) for name, values in times.items()},
-              "round_seconds": times}
+    result = {
+        "model": args.model,
+        "precision": args.precision,
+        "world": world,
+        "accumulation": args.accumulation,
+        "step_seconds": {name: statistics.median(values) for name, values in times.items()},
+        "round_seconds": times,
+    }
     if args.model == "mlp" and args.precision == "fp32":
         result["loader_batches_per_second"] = loader_throughput(args, world, rank)
     if rank == 0:
@@ -290,6 +315,7 @@ def worker(args) -> None:
 # --------------------------------------------------------------------------------------------
 # Driver side: launches workers and prints the table.
 # --------------------------------------------------------------------------------------------
+
 
 def launch(worker_args: list[str], nproc: int) -> list[dict]:
     env = dict(os.environ)
@@ -304,12 +330,26 @@ def launch(worker_args: list[str], nproc: int) -> list[dict]:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(nproc),
-               "--master_addr", "127.0.0.1", "--master_port", str(port), __file__, "--worker", *worker_args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "1",
+            "--nproc_per_node",
+            str(nproc),
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(port),
+            __file__,
+            "--worker",
+            *worker_args,
+        ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"worker failed ({' '.join(cmd)}):\n{proc.stdout}\n{proc.stderr}")
-    return [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    return [json.loads(line[len("RESULT ") :]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
 
 
 def ratio(a: float | None, b: float | None) -> str:
@@ -324,7 +364,7 @@ def median_interval(values: list[float], confidence: float = 0.95) -> tuple[floa
     n = len(ordered)
     tail, k = 0.0, 0
     while True:
-        tail += math.comb(n, k) / 2 ** n  # P(exactly k values below the median)
+        tail += math.comb(n, k) / 2**n  # P(exactly k values below the median)
         if tail > (1 - confidence) / 2:
             break
         k += 1
@@ -358,10 +398,17 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=None)
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--skip-accelerate", action="store_true")
-    parser.add_argument("--accumulation", type=int, default=1,
-                        help="micro-steps per optimizer step (DDP: no_sync; runtime/Accelerate: accumulate())")
-    parser.add_argument("--loader-only", action="store_true",
-                        help="only the data-loading throughput (MLP data, fp32): no training variants")
+    parser.add_argument(
+        "--accumulation",
+        type=int,
+        default=1,
+        help="micro-steps per optimizer step (DDP: no_sync; runtime/Accelerate: accumulate())",
+    )
+    parser.add_argument(
+        "--loader-only",
+        action="store_true",
+        help="only the data-loading throughput (MLP data, fp32): no training variants",
+    )
     parser.add_argument("--models", nargs="+", default=["mlp", "transformer"], choices=["mlp", "transformer"])
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     args = parser.parse_args()
@@ -383,9 +430,22 @@ def main() -> None:
             steps = args.steps or (2 if args.quick else (20 if args.gpu else 4))
         for precision in precisions:
             for nproc in nprocs:
-                worker_args = ["--model", model, "--precision", precision, "--rounds", str(rounds),
-                               "--steps", str(steps), "--batch", str(batch), "--seq", str(seq),
-                               "--width", str(args.width if not args.quick else 64)]
+                worker_args = [
+                    "--model",
+                    model,
+                    "--precision",
+                    precision,
+                    "--rounds",
+                    str(rounds),
+                    "--steps",
+                    str(steps),
+                    "--batch",
+                    str(batch),
+                    "--seq",
+                    str(seq),
+                    "--width",
+                    str(args.width if not args.quick else 64),
+                ]
                 if args.gpu:
                     worker_args.append("--gpu")
                 if args.skip_accelerate:
@@ -401,31 +461,39 @@ def main() -> None:
     print_step_table([row for row in rows if row["step_seconds"]])
     for row in rows:
         if "ddp_static_graph" in row.get("round_seconds", {}):
-            print(f"\n{row['model']} {row['precision']}, {row['world']} processes: DDP with static_graph=True / DDP = "
-                  f"{paired_ratio(row, 'ddp_static_graph', 'ddp')}; runtime / DDP with static_graph=True = "
-                  f"{paired_ratio(row, 'runtime', 'ddp_static_graph')}")
+            print(
+                f"\n{row['model']} {row['precision']}, {row['world']} processes: DDP with static_graph=True / DDP = "
+                f"{paired_ratio(row, 'ddp_static_graph', 'ddp')}; runtime / DDP with static_graph=True = "
+                f"{paired_ratio(row, 'runtime', 'ddp_static_graph')}"
+            )
     for row in rows:
         if "loader_batches_per_second" in row:
             rates = row["loader_batches_per_second"]
-            print(f"\nData loading, {row['world']} process(es): prepared/plain throughput = "
-                  f"{ratio(rates['prepared_loader'], rates['plain_loader'])} "
-                  f"({rates['prepared_loader']:.0f} vs {rates['plain_loader']:.0f} batches/s)")
+            print(
+                f"\nData loading, {row['world']} process(es): prepared/plain throughput = "
+                f"{ratio(rates['prepared_loader'], rates['plain_loader'])} "
+                f"({rates['prepared_loader']:.0f} vs {rates['plain_loader']:.0f} batches/s)"
+            )
 
 
 def print_step_table(rows: list[dict]) -> None:
     """The per-step table the README quotes (nothing when only the loaders were measured)."""
     if not rows:
         return
-    print("| model | precision | processes (accumulation) | reference | reference s/step | runtime s/step | runtime / reference "
-          "(per-round median [95% interval]) | accelerate s/step | runtime / accelerate (per-round) |")
+    print(
+        "| model | precision | processes (accumulation) | reference | reference s/step | runtime s/step | runtime / reference "
+        "(per-round median [95% interval]) | accelerate s/step | runtime / accelerate (per-round) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         times = row["step_seconds"]
         reference = "plain" if row["world"] == 1 else "ddp"
         steps = row.get("accumulation", 1)
-        print(f"| {row['model']} | {row['precision']} | {row['world']}{f' (k={steps})' if steps > 1 else ''} | {reference} | {times[reference]:.5f} "
-              f"| {times['runtime']:.5f} | {paired_ratio(row, 'runtime', reference)} "
-              f"| {times.get('accelerate', 0):.5f} | {paired_ratio(row, 'runtime', 'accelerate')} |")
+        print(
+            f"| {row['model']} | {row['precision']} | {row['world']}{f' (k={steps})' if steps > 1 else ''} | {reference} | {times[reference]:.5f} "
+            f"| {times['runtime']:.5f} | {paired_ratio(row, 'runtime', reference)} "
+            f"| {times.get('accelerate', 0):.5f} | {paired_ratio(row, 'runtime', 'accelerate')} |"
+        )
 
 
 if __name__ == "__main__":

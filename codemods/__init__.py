@@ -19,9 +19,7 @@ from codemods.engine.rule import Rule
 __all__ = ["convert_module", "Change", "Rule", "ConversionOutcome", "Options"]
 
 
-def convert_module(
-    module: cst.Module, options: Options, source: str | bytes | None = None
-) -> ConversionOutcome:
+def convert_module(module: cst.Module, options: Options, source: str | bytes | None = None) -> ConversionOutcome:
     """Convert one parsed module; a module that does not import torch comes back as it was.
 
     ``source`` (optional) is the text or bytes ``module`` was parsed from: passing it saves
@@ -62,7 +60,8 @@ def convert_module(
             reanchor(module, converted, facts.origins)
         module = converted
         changes.extend(found)
-        facts.changed_lines.update(line for change in found if change.fixed
-                                   for line in range(change.line, change.end_line + 1))
+        facts.changed_lines.update(
+            line for change in found if change.fixed for line in range(change.line, change.end_line + 1)
+        )
     changes.sort(key=lambda change: (change.line, change.column, change.code))
     return ConversionOutcome(module, changes)

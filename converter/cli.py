@@ -45,8 +45,13 @@ EXIT_CODES = [
     ("0", "success; with --check, every script is ready (or its -o output up to date)"),
     ("1", "--check found pending rewrites or a missing/stale -o output; with --strict, also ACC9xx warnings"),
     ("2", "usage error: bad flag or config, missing file, -o equal to the input without --in-place"),
-    ("123", ("a file could not be converted: syntax error, undecodable bytes, nesting too deep, symbolic link "
-             "loop, read-only file under --in-place, internal failure")),
+    (
+        "123",
+        (
+            "a file could not be converted: syntax error, undecodable bytes, nesting too deep, symbolic link "
+            "loop, read-only file under --in-place, internal failure"
+        ),
+    ),
     ("130", "interrupted (Ctrl-C); 143: terminated (SIGTERM); no file is left half-written"),
     ("141", "stdout or stderr was closed (| head): the run stops quietly"),
 ]
@@ -197,8 +202,10 @@ def build_plan(ctx: click.Context, flags: dict[str, Any]) -> Plan:
         raise UsageProblem("no input: pass files, folders, or - to read stdin")
     if in_place and (check or diff):
         raise UsageProblem("--in-place writes files, --check and --diff write nothing: choose one")
-    if in_place and output is not None and not all(
-        Path(source).exists() and same_file(output, Path(source)) for source in sources
+    if (
+        in_place
+        and output is not None
+        and not all(Path(source).exists() and same_file(output, Path(source)) for source in sources)
     ):
         raise UsageProblem("use either --in-place or -o OUT, not both")
     if STDIN in sources:
@@ -209,8 +216,10 @@ def build_plan(ctx: click.Context, flags: dict[str, Any]) -> Plan:
     if several_inputs(sources) and not (writes_files or check or diff):
         raise UsageProblem("several inputs need --in-place, -o DIR, --check or --diff (stdout takes one script)")
     options = Options(
-        target=flags["target"], oom_retry=flags["oom_retry"],
-        select=split_codes(flags["select"]), ignore=split_codes(flags["ignore"]),
+        target=flags["target"],
+        oom_retry=flags["oom_retry"],
+        select=split_codes(flags["select"]),
+        ignore=split_codes(flags["ignore"]),
     )
     check_code_prefixes(options.select, "--select")
     check_code_prefixes(options.ignore, "--ignore")
@@ -218,8 +227,7 @@ def build_plan(ctx: click.Context, flags: dict[str, Any]) -> Plan:
     return Plan(jobs, options, check, diff, flags["strict"], to_stdout)
 
 
-def plan_stdin_job(sources: Sequence[str], stdin_filename: str | None, output: Path | None,
-                   in_place: bool) -> Job:
+def plan_stdin_job(sources: Sequence[str], stdin_filename: str | None, output: Path | None, in_place: bool) -> Job:
     """``-`` reads stdin; it cannot be mixed with files or rewritten in place."""
     if len(sources) > 1:
         raise UsageProblem("- (stdin) cannot be combined with other inputs")
@@ -255,8 +263,11 @@ class Runner:
                 except BrokenPipeError:
                     raise
                 except Exception as error:  # noqa: BLE001 - our bug: report it, go on with the rest
-                    self.reporter.error(ConversionError(
-                        job.shown_name, 1, 1, f"internal error: {type(error).__name__}: {one_line(str(error))}"))
+                    self.reporter.error(
+                        ConversionError(
+                            job.shown_name, 1, 1, f"internal error: {type(error).__name__}: {one_line(str(error))}"
+                        )
+                    )
             self.reporter.finish()
         except BrokenPipeError:
             raise OutputClosed() from None
@@ -292,8 +303,9 @@ class Runner:
             self.reporter.file_done(job.shown_name, warnings + ([stale] if stale else []), changed=stale is not None)
             return
         if self.plan.check:
-            self.reporter.file_done(job.shown_name, findings if conversion.changed else warnings,
-                                    changed=conversion.changed)
+            self.reporter.file_done(
+                job.shown_name, findings if conversion.changed else warnings, changed=conversion.changed
+            )
         else:
             self.deliver(job, conversion)
             self.reporter.file_done(job.shown_name, findings, changed=conversion.changed)
@@ -325,7 +337,10 @@ class Runner:
             write_if_different(job.target, conversion.output, mode_like=job.source, refuse_read_only=in_place)
         except ReadOnlyFile:
             raise ConversionError(
-                job.shown_name, 1, 1, "cannot rewrite: the file is read-only (make it writable to convert it in place)",
+                job.shown_name,
+                1,
+                1,
+                "cannot rewrite: the file is read-only (make it writable to convert it in place)",
             ) from None
         except OSError as error:
             raise ConversionError(job.shown_name, 1, 1, f"cannot write {job.target}: {error.strerror}") from None
@@ -340,21 +355,42 @@ def list_codes(color: bool | None) -> None:
 
 @click.command(cls=CommandWithCodes, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("sources", nargs=-1, metavar="[FILES|DIRS|-]...")
-@click.option("-o", "--output", type=click.Path(path_type=Path), metavar="OUT",
-              help="Write the converted script to OUT (a directory when there are several inputs).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    metavar="OUT",
+    help="Write the converted script to OUT (a directory when there are several inputs).",
+)
 @click.option("-i", "--in-place", is_flag=True, help="Rewrite the input files themselves.")
 @click.option("--diff", is_flag=True, help="Print a unified diff to stdout; write nothing.")
-@click.option("--check", is_flag=True,
-              help="Write nothing; exit 1 when a script would change (with -o: when OUT is missing or stale).")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Write nothing; exit 1 when a script would change (with -o: when OUT is missing or stale).",
+)
 @click.option("--strict", is_flag=True, default=False, help="ACC9xx warnings also make the exit code 1.")
-@click.option("--target", type=click.Choice(["runtime", "accelerate"]), default="runtime", show_default=True,
-              help="Package the converted script imports the Accelerator from.")
-@click.option("--oom-retry/--no-oom-retry", default=False,
-              help="Wrap training in find_executable_batch_size (halve the batch size on out-of-memory).")
+@click.option(
+    "--target",
+    type=click.Choice(["runtime", "accelerate"]),
+    default="runtime",
+    show_default=True,
+    help="Package the converted script imports the Accelerator from.",
+)
+@click.option(
+    "--oom-retry/--no-oom-retry",
+    default=False,
+    help="Wrap training in find_executable_batch_size (halve the batch size on out-of-memory).",
+)
 @click.option("--select", multiple=True, metavar="CODES", help="Run only these code prefixes (comma-separated).")
 @click.option("--ignore", multiple=True, metavar="CODES", help="Skip these code prefixes (comma-separated).")
-@click.option("--output-format", type=click.Choice(["text", "json", "github"]), default="text",
-              show_default=True, help="How findings are printed (json/github go to stdout when it is free).")
+@click.option(
+    "--output-format",
+    type=click.Choice(["text", "json", "github"]),
+    default="text",
+    show_default=True,
+    help="How findings are printed (json/github go to stdout when it is free).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors (and json/github findings).")
 @click.option("-v", "--verbose", is_flag=True, help="Also name every file and its status.")
 @click.option("--color/--no-color", default=None, help="Force colour on or off (default: only on a terminal).")
@@ -451,9 +487,11 @@ def run_plan(plan: Plan, flags: dict[str, Any]) -> int:
     messages = Output(sys.stderr, color)
     stdout_busy = plan.to_stdout or plan.diff
     reporter = Reporter(
-        output_format=flags["output_format"], check=plan.check,
+        output_format=flags["output_format"],
+        check=plan.check,
         verbosity=int(flags["verbose"]) - int(flags["quiet"]),
-        messages=messages, findings_stream=messages if stdout_busy else Output(sys.stdout, color),
+        messages=messages,
+        findings_stream=messages if stdout_busy else Output(sys.stdout, color),
     )
     with start_up_objects_left_out_of_collections():
         return Runner(plan, reporter, wants_colour(sys.stdout, color)).run()

@@ -85,12 +85,12 @@ def validated(path: Path, table: dict[str, Any]) -> dict[str, Any]:
             known = ", ".join(sorted(SETTINGS))
             raise ConfigError(f"{path}: [tool.{TABLE}] unknown key {raw_key!r} (known: {known})")
         expected, choices = SETTINGS[key]
-        if not isinstance(value, expected) or (expected is list and not all(isinstance(v, str) for v in value)):
+        if not isinstance(value, expected) or (isinstance(value, list) and not all(isinstance(v, str) for v in value)):
             wanted = "a list of strings" if expected is list else f"a {expected.__name__}"
             raise ConfigError(f"{path}: [tool.{TABLE}] {raw_key} must be {wanted}, got {value!r}")
         if choices and value not in choices:
             raise ConfigError(f"{path}: [tool.{TABLE}] {raw_key} must be one of {', '.join(choices)}, got {value!r}")
-        values[key.replace("-", "_")] = tuple(value) if expected is list else value
+        values[key.replace("-", "_")] = tuple(value) if isinstance(value, list) else value
     return values
 
 

@@ -115,7 +115,9 @@ def convert_guarded(source: bytes, options: Options, path: str) -> Conversion:
         depth = nesting_depth(python_ast(source))
     if depth > MAX_CONVERTED_DEPTH:
         raise ConversionError(
-            path, 1, 1,
+            path,
+            1,
+            1,
             f"syntax error: {NESTED_TOO_DEEPLY} ({depth} levels; at most {MAX_CONVERTED_DEPTH} are converted)",
         )
     return on_deep_stack(lambda: convert_parsed(source, options, path), path)
@@ -177,7 +179,12 @@ def quiet_compiler_warnings() -> Iterator[None]:
 #: would write could not run.
 REFUSALS_BY_ANY_PYTHON = ("null byte", "invalid non-printable character")
 #: CPython's refusals for depth: libcst's native parser crashes (segmentation fault) on some.
-REFUSALS_FOR_DEPTH = ("too many nested parentheses", "too many levels of indentation", "too complex", "too deeply nested")
+REFUSALS_FOR_DEPTH = (
+    "too many nested parentheses",
+    "too many levels of indentation",
+    "too complex",
+    "too deeply nested",
+)
 
 NESTED_TOO_DEEPLY = "nested too deeply for the parser"
 
@@ -314,7 +321,9 @@ def parse(source: bytes, path: str) -> tuple[cst.Module, Codec]:
             return escaped
         line, column = byte_position(source, error.start)
         raise ConversionError(
-            path, line, column,
+            path,
+            line,
+            column,
             f"cannot decode byte 0x{source[error.start]:02x} as {error.encoding} "
             "(declare the file's encoding with a '# -*- coding: ... -*-' comment)",
         ) from None
@@ -353,7 +362,9 @@ def syntax_error(source: bytes, path: str, error: cst.ParserSyntaxError) -> Conv
         compile(source, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
     except SyntaxError as python_error:
         return ConversionError(
-            path, python_error.lineno or error.editor_line, python_error.offset or 1,
+            path,
+            python_error.lineno or error.editor_line,
+            python_error.offset or 1,
             f"syntax error: {one_line(python_error.msg)}",
         )
     except (ValueError, RecursionError, MemoryError):
@@ -367,9 +378,7 @@ def byte_position(source: bytes, offset: int) -> tuple[int, int]:
     return source.count(b"\n", 0, offset) + 1, offset - line_start + 1
 
 
-def run_codemods(
-    module: cst.Module, options: Options, path: str, source: bytes | None = None
-) -> ConversionOutcome:
+def run_codemods(module: cst.Module, options: Options, path: str, source: bytes | None = None) -> ConversionOutcome:
     """Run the codemods; a crash inside one is our bug, reported as an internal error (a
     RecursionError is left to :func:`convert_source`, which retries on a deeper stack).
     ``source`` is what ``module`` was parsed from: the analysis reads positions from it instead
@@ -394,14 +403,19 @@ def verify_stable(output: bytes, options: Options, path: str, source: bytes) -> 
     """
     if python_ast(output) is None and python_ast(source) is not None:
         raise ConversionError(
-            path, 1, 1,
+            path,
+            1,
+            1,
             f"internal error: the converted script does not parse ({_syntax_problem(output)}); nothing written",
         )
     try:
         module, codec = parse(output, path)
     except ConversionError as error:
         raise ConversionError(
-            path, 1, 1, f"internal error: the converted script does not parse ({error.message}); nothing written",
+            path,
+            1,
+            1,
+            f"internal error: the converted script does not parse ({error.message}); nothing written",
         ) from None
     again_module = run_codemods(module, options, path, output).module
     if again_module is module:
@@ -412,7 +426,9 @@ def verify_stable(output: bytes, options: Options, path: str, source: bytes) -> 
     if again != output:
         line = first_differing_line(output, again)
         raise ConversionError(
-            path, line, 1,
+            path,
+            line,
+            1,
             "internal error: converting the result again changes it (unstable rewrite); nothing written",
         )
 

@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from rich.text import Text
 
     from codemods.engine.registry import CodeDoc
-
     from converter.pipeline import Conversion, ConversionError
 
 OutputFormat = Literal["text", "json", "github"]
@@ -53,10 +52,16 @@ class Finding:
     fixed: bool
 
     @classmethod
-    def from_change(cls, filename: str, change: Change) -> "Finding":
+    def from_change(cls, filename: str, change: Change) -> Finding:
         return cls(
-            change.code, change.message, filename, change.line, change.column + 1,
-            change.end_line, change.end_column + 1, change.fixed,
+            change.code,
+            change.message,
+            filename,
+            change.line,
+            change.column + 1,
+            change.end_line,
+            change.end_column + 1,
+            change.fixed,
         )
 
     @property
@@ -76,13 +81,18 @@ def stale_output_finding(output_name: str, source_name: str, *, missing: bool) -
 Piece = tuple[str, "str | None"]
 
 
-def make_console(stream: IO[str], color: bool) -> "Console":
+def make_console(stream: IO[str], color: bool) -> Console:
     """A rich console that never wraps or guesses highlights, styled exactly when ``color``."""
     from rich.console import Console
 
     return Console(
-        file=stream, force_terminal=color, no_color=not color, highlight=False,
-        soft_wrap=True, markup=False, emoji=False,
+        file=stream,
+        force_terminal=color,
+        no_color=not color,
+        highlight=False,
+        soft_wrap=True,
+        markup=False,
+        emoji=False,
     )
 
 
@@ -124,7 +134,7 @@ class Output:
         self.stream = stream
         self.color = wants_colour(stream, color)
         self.styled = self.color
-        self._console: "Console | None" = None
+        self._console: Console | None = None
 
     def print(self, *pieces: Piece) -> None:
         """Print one line made of ``pieces`` (and a newline)."""
@@ -140,13 +150,13 @@ class Output:
         self._console.print(rich_text(pieces))
 
 
-def rich_text(pieces: Sequence[Piece]) -> "Text":
+def rich_text(pieces: Sequence[Piece]) -> Text:
     """The pieces as one rich Text, each with its style (a single piece styles the whole Text,
     as a ``Text(line, style=...)`` does)."""
     from rich.text import Text
 
     if len(pieces) == 1:
-        (piece, style), = pieces
+        ((piece, style),) = pieces
         return Text(piece, style=style or "")
     text = Text()
     for piece, style in pieces:
@@ -165,8 +175,9 @@ def escape_github(value: str, *, is_property: bool = False) -> str:
 class Reporter:
     """Collects and prints findings in the chosen format; counts files for the summary line."""
 
-    def __init__(self, *, output_format: OutputFormat, check: bool, verbosity: int,
-                 messages: Output, findings_stream: Output) -> None:
+    def __init__(
+        self, *, output_format: OutputFormat, check: bool, verbosity: int, messages: Output, findings_stream: Output
+    ) -> None:
         self.output_format = output_format
         self.check = check
         self.verbosity = verbosity
@@ -209,19 +220,25 @@ class Reporter:
         """``path:line:col: CODE message``, the form editors and CI logs turn into links."""
         style = {"warning": "yellow", "error": "red", "notice": "green"}[self.severity(finding)]
         return (
-            (f"{finding.filename}:{finding.line}:{finding.column}:", "bold"), (" ", None),
-            (finding.code, style), (f" {finding.message}", None),
+            (f"{finding.filename}:{finding.line}:{finding.column}:", "bold"),
+            (" ", None),
+            (finding.code, style),
+            (f" {finding.message}", None),
         )
 
     def github_line(self, finding: Finding) -> str:
         """A GitHub Actions annotation at the finding's :meth:`severity` level."""
         level = self.severity(finding)
-        properties = ",".join([
-            f"file={escape_github(finding.filename, is_property=True)}",
-            f"line={finding.line}", f"col={finding.column}",
-            f"endLine={finding.end_line}", f"endColumn={finding.end_column}",
-            f"title={finding.code}",
-        ])
+        properties = ",".join(
+            [
+                f"file={escape_github(finding.filename, is_property=True)}",
+                f"line={finding.line}",
+                f"col={finding.column}",
+                f"endLine={finding.end_line}",
+                f"endColumn={finding.end_column}",
+                f"title={finding.code}",
+            ]
+        )
         return f"::{level} {properties}::{escape_github(f'{finding.code} {finding.message}')}"
 
     def skipped(self, shown_name: str, reason: str) -> None:
@@ -231,15 +248,18 @@ class Reporter:
         if self.verbosity >= 0:
             self.messages.print((f"{shown_name}: skipped: {reason}", "yellow"))
 
-    def error(self, error: "ConversionError") -> None:
+    def error(self, error: ConversionError) -> None:
         """A file that failed: one line on stderr (and an annotation for GitHub)."""
         self.failed += 1
         self.messages.print((str(error), "red"))
         if self.output_format == "github":
-            self.findings_stream.print((
-                f"::error file={escape_github(error.path, is_property=True)},line={error.line},"
-                f"col={error.column}::{escape_github(error.message)}", None,
-            ))
+            self.findings_stream.print(
+                (
+                    f"::error file={escape_github(error.path, is_property=True)},line={error.line},"
+                    f"col={error.column}::{escape_github(error.message)}",
+                    None,
+                )
+            )
 
     # -- at the end ---------------------------------------------------------------------------
 
@@ -291,7 +311,7 @@ def diff_path(name: str) -> str:
     return path.as_posix()
 
 
-def unified_diff(conversion: "Conversion", new_name: str | None = None) -> list[str]:
+def unified_diff(conversion: Conversion, new_name: str | None = None) -> list[str]:
     """The diff from the original to the converted script, as ``git diff`` writes it: headers
     ``a/PATH`` and ``b/PATH`` (``git apply`` and ``patch -p1`` strip the first component), each
     line with its own ending (CRLF stays CRLF), and git's marker after a last line without one."""
@@ -300,8 +320,13 @@ def unified_diff(conversion: "Conversion", new_name: str | None = None) -> list[
     old = source_lines(conversion.source.decode(conversion.encoding, errors="replace"))
     new = source_lines(conversion.output.decode(conversion.encoding, errors="replace"))
     lines: list[str] = []
-    diff = difflib.unified_diff(old, new, fromfile=f"a/{diff_path(conversion.path)}",
-                                tofile=f"b/{diff_path(new_name or conversion.path)}", lineterm="")
+    diff = difflib.unified_diff(
+        old,
+        new,
+        fromfile=f"a/{diff_path(conversion.path)}",
+        tofile=f"b/{diff_path(new_name or conversion.path)}",
+        lineterm="",
+    )
     for number, line in enumerate(diff):
         # The two file headers come first; a content line starts with " ", "-" or "+".
         if number < 2 or line.startswith("@@"):
@@ -325,12 +350,12 @@ def print_diff(lines: Sequence[str], color: bool) -> None:
     """
     for line in lines:
         body = line.rstrip("\r\n")
-        ending = line[len(body):]
+        ending = line[len(body) :]
         colour = next((fg for prefix, fg in DIFF_COLOURS if body.startswith(prefix)), None)
         click.echo((click.style(body, fg=colour) if colour else body) + ending, color=color, nl=False)
 
 
-def codes_listing(docs: Sequence["CodeDoc"], *, examples: bool) -> list[str]:
+def codes_listing(docs: Sequence[CodeDoc], *, examples: bool) -> list[str]:
     """The list of codes, generated from the rules' docstrings and examples (never written twice):
     for each example its script before, and the converted script or the message reported."""
     lines: list[str] = []

@@ -53,8 +53,9 @@ __all__ = [
 
 #: Loaded on first use (these modules are large and not every script needs them), through
 #: ``runtime.utils``, which knows where each one lives.
-_FROM_UTILS = frozenset({"find_executable_batch_size", "release_memory", "skip_first_batches",
-                         "get_logger", "prepare_data_loader"})
+_FROM_UTILS = frozenset(
+    {"find_executable_batch_size", "release_memory", "skip_first_batches", "get_logger", "prepare_data_loader"}
+)
 
 
 def __getattr__(name: str) -> Any:

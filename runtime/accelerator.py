@@ -24,8 +24,9 @@ import contextlib
 import functools
 import os
 import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 from torch.nn.parallel import DataParallel, DistributedDataParallel
@@ -55,8 +56,13 @@ _NOT_SET: Any = object()
 
 #: Accelerate constructor arguments for engines this runtime does not provide.
 _UNSUPPORTED_ENGINES = (
-    "deepspeed_plugin", "fsdp_plugin", "torch_tp_plugin", "megatron_lm_plugin",
-    "dynamo_plugin", "deepspeed_plugins", "parallelism_config",
+    "deepspeed_plugin",
+    "fsdp_plugin",
+    "torch_tp_plugin",
+    "megatron_lm_plugin",
+    "dynamo_plugin",
+    "deepspeed_plugins",
+    "parallelism_config",
 )
 
 
@@ -91,18 +97,26 @@ def _accumulation_plugin(steps: int, plugin: GradientAccumulationPlugin | None) 
     return GradientAccumulationPlugin(num_steps=steps)
 
 
-def _data_config(config: DataLoaderConfiguration | None, split_batches: Any, even_batches: Any,
-                 dispatch_batches: Any) -> DataLoaderConfiguration:
+def _data_config(
+    config: DataLoaderConfiguration | None, split_batches: Any, even_batches: Any, dispatch_batches: Any
+) -> DataLoaderConfiguration:
     """Merge the legacy ``split_batches=``/``even_batches=`` arguments into one configuration.
 
     Accelerate ignores ``Accelerator(split_batches=True)`` since 1.0; we honour it.
     """
-    legacy = {name: value for name, value in
-              (("split_batches", split_batches), ("even_batches", even_batches),
-               ("dispatch_batches", dispatch_batches)) if value is not _NOT_SET}
+    legacy = {
+        name: value
+        for name, value in (
+            ("split_batches", split_batches),
+            ("even_batches", even_batches),
+            ("dispatch_batches", dispatch_batches),
+        )
+        if value is not _NOT_SET
+    }
     if config is not None and legacy:
-        raise ValueError(f"pass {', '.join(legacy)} inside dataloader_config=DataLoaderConfiguration(...), "
-                         "not next to it")
+        raise ValueError(
+            f"pass {', '.join(legacy)} inside dataloader_config=DataLoaderConfiguration(...), not next to it"
+        )
     return config if config is not None else DataLoaderConfiguration(**legacy)
 
 
@@ -198,7 +212,8 @@ class Accelerator:
         # The process-wide state (AcceleratorState()/PartialState() elsewhere see the same facts);
         # this Accelerator computes with its own mixed precision whatever a later one sets there.
         self.state = AcceleratorState._for_accelerator(
-            detect_state(cpu=cpu, init_kwargs=init_kwargs, mixed_precision=mixed))
+            detect_state(cpu=cpu, init_kwargs=init_kwargs, mixed_precision=mixed)
+        )
         self._mixed_precision = mixed
         precision.check_device_supports(mixed, self.state.device)
         scaler_kwargs = self.scaler_handler.to_kwargs() if self.scaler_handler else {}
@@ -206,9 +221,11 @@ class Accelerator:
         self.native_amp = mixed != "no"
 
         plugin = _accumulation_plugin(gradient_accumulation_steps, gradient_accumulation_plugin)
-        self.gradient_state = GradientState(num_steps=plugin.num_steps,
-                                            sync_with_dataloader=plugin.sync_with_dataloader,
-                                            sync_each_batch=plugin.sync_each_batch)
+        self.gradient_state = GradientState(
+            num_steps=plugin.num_steps,
+            sync_with_dataloader=plugin.sync_with_dataloader,
+            sync_each_batch=plugin.sync_each_batch,
+        )
         from runtime.data_loader import adopt_gradient_state
 
         adopt_gradient_state(self.gradient_state)  # loaders from the functional prepare_data_loader report here
@@ -227,8 +244,10 @@ class Accelerator:
     @staticmethod
     def _reject_unsupported(unsupported: dict[str, Any], dynamo_backend: str | None) -> None:
         if dynamo_backend not in (None, "no", "NO"):
-            raise ValueError(f"dynamo_backend={dynamo_backend!r} is not supported by runtime; "
-                             "call torch.compile on the model yourself")
+            raise ValueError(
+                f"dynamo_backend={dynamo_backend!r} is not supported by runtime; "
+                "call torch.compile on the model yourself"
+            )
         engines = {name: value for name, value in unsupported.items() if name in _UNSUPPORTED_ENGINES}
         for name, value in engines.items():
             if value is not None:
@@ -335,10 +354,10 @@ class Accelerator:
             device_placement = [None] * len(args)
         elif len(device_placement) != len(args):
             raise ValueError(f"device_placement has {len(device_placement)} entries for {len(args)} objects")
-        first = [self._prepare_one(obj, placement, schedulers=False)
-                 for obj, placement in zip(args, device_placement)]
-        result = tuple(self._prepare_one(obj, placement, schedulers=True)
-                       for obj, placement in zip(first, device_placement))
+        first = [self._prepare_one(obj, placement, schedulers=False) for obj, placement in zip(args, device_placement)]
+        result = tuple(
+            self._prepare_one(obj, placement, schedulers=True) for obj, placement in zip(first, device_placement)
+        )
         return result[0] if len(result) == 1 else result
 
     def _prepare_one(self, obj: Any, placement: bool | None, *, schedulers: bool) -> Any:
@@ -356,8 +375,9 @@ class Accelerator:
             return self.prepare_optimizer(obj, device_placement=placement)
         return obj
 
-    def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
-                      evaluation_mode: bool = False) -> torch.nn.Module:
+    def prepare_model(
+        self, model: torch.nn.Module, device_placement: bool | None = None, evaluation_mode: bool = False
+    ) -> torch.nn.Module:
         """Autocast the forward (mixed precision), move to the device, wrap in DDP when distributed.
 
         ``evaluation_mode=True`` skips DDP (inference needs no gradient reduction).
@@ -374,13 +394,17 @@ class Accelerator:
         if wants_ddp and any(param.requires_grad for param in model.parameters()):
             user_kwargs = self.ddp_handler.to_kwargs() if self.ddp_handler else {}
             model = wrap_in_ddp(model, self.device, user_kwargs)
-            handler = self.ddp_handler if isinstance(self.ddp_handler, DistributedDataParallelKwargs) \
+            handler = (
+                self.ddp_handler
+                if isinstance(self.ddp_handler, DistributedDataParallelKwargs)
                 else DistributedDataParallelKwargs()
+            )
             register_comm_hook(model, handler.comm_hook, handler.comm_wrapper, handler.comm_state_option)
         return _mark_prepared(model)
 
-    def prepare_optimizer(self, optimizer: torch.optim.Optimizer,
-                          device_placement: bool | None = None) -> AcceleratedOptimizer:
+    def prepare_optimizer(
+        self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None
+    ) -> AcceleratedOptimizer:
         """Wrap so that ``step``/``zero_grad`` act only on sync steps (and go through the GradScaler)."""
         if getattr(optimizer, "_is_accelerate_prepared", False):
             return optimizer  # type: ignore[return-value]
@@ -396,14 +420,19 @@ class Accelerator:
         inner = getattr(scheduler, "optimizer", None)
         mine = [opt for opt in self._optimizers if inner is opt or inner is opt.optimizer]
         wrapped = AcceleratedScheduler(
-            scheduler, mine or list(self._optimizers), self.gradient_state, self.num_processes,
-            step_with_optimizer=self.step_scheduler_with_optimizer, split_batches=self.split_batches,
+            scheduler,
+            mine or list(self._optimizers),
+            self.gradient_state,
+            self.num_processes,
+            step_with_optimizer=self.step_scheduler_with_optimizer,
+            split_batches=self.split_batches,
         )
         self._schedulers.append(wrapped)
         return _mark_prepared(wrapped)
 
-    def prepare_data_loader(self, data_loader: DataLoader, device_placement: bool | None = None,
-                            slice_fn_for_dispatch: Any = None) -> DataLoader:
+    def prepare_data_loader(
+        self, data_loader: DataLoader, device_placement: bool | None = None, slice_fn_for_dispatch: Any = None
+    ) -> DataLoader:
         """Shard the loader: this rank's batches, moved to the device, end-of-epoch bookkeeping."""
         from runtime.data import prepare_data_loader
 
@@ -412,11 +441,16 @@ class Accelerator:
         placement = self.device_placement if device_placement is None else device_placement
         config = self.dataloader_config
         prepared = prepare_data_loader(
-            data_loader, device=self.device if placement else None,
-            num_processes=self.num_processes, process_index=self.process_index,
-            split_batches=config.split_batches, even_batches=config.even_batches,
-            gradient_state=self.gradient_state, rng_types=list(self.rng_types),
-            non_blocking=config.non_blocking, use_seedable_sampler=config.use_seedable_sampler,
+            data_loader,
+            device=self.device if placement else None,
+            num_processes=self.num_processes,
+            process_index=self.process_index,
+            split_batches=config.split_batches,
+            even_batches=config.even_batches,
+            gradient_state=self.gradient_state,
+            rng_types=list(self.rng_types),
+            non_blocking=config.non_blocking,
+            use_seedable_sampler=config.use_seedable_sampler,
             data_seed=config.data_seed,
         )
         self._dataloaders.append(prepared)
@@ -474,8 +508,7 @@ class Accelerator:
         """One batch of gradient accumulation: sets ``sync_gradients`` and, on non-sync steps,
         skips DDP's all-reduce for ``models`` (their gradients just add up locally)."""
         self._advance_accumulation()
-        skip_reduce = not self.sync_gradients and not (
-            self.use_distributed and self.gradient_state.sync_each_batch)
+        skip_reduce = not self.sync_gradients and not (self.use_distributed and self.gradient_state.sync_each_batch)
         with contextlib.ExitStack() as stack:
             if skip_reduce:
                 for model in models:
@@ -518,9 +551,12 @@ class Accelerator:
         """
         if not self.multi_device:
             if self.distributed_type != DistributedType.NO:
-                warnings.warn("Joining uneven inputs is only supported for multi-GPU/multi-CPU DDP training "
-                              f"(here: {getattr(self.distributed_type, 'value', self.distributed_type)}); "
-                              "join_uneven_inputs has no effect")
+                warnings.warn(
+                    "Joining uneven inputs is only supported for multi-GPU/multi-CPU DDP training "
+                    f"(here: {getattr(self.distributed_type, 'value', self.distributed_type)}); "
+                    "join_uneven_inputs has no effect",
+                    stacklevel=2,
+                )
             yield
             return
         from torch.distributed.algorithms.join import Join
@@ -536,8 +572,11 @@ class Accelerator:
                 overridden.append((sampler, sampler.even_batches))
                 sampler.even_batches = even_batches
             if saw_iterable:
-                warnings.warn("Overriding even_batches is only supported for map-style datasets, yet some "
-                              "dataloaders given were iterable")
+                warnings.warn(
+                    "Overriding even_batches is only supported for map-style datasets, yet some "
+                    "dataloaders given were iterable",
+                    stacklevel=2,
+                )
         else:
             even_batches = self.even_batches
         try:
@@ -582,8 +621,11 @@ class Accelerator:
         """
         parameters = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
         if self.scaler is not None and not self.sync_gradients:
-            norms = [torch.linalg.vector_norm(param.grad.float(), norm_type)
-                     for param in parameters if param.grad is not None]
+            norms = [
+                torch.linalg.vector_norm(param.grad.float(), norm_type)
+                for param in parameters
+                if param.grad is not None
+            ]
             total = torch.linalg.vector_norm(torch.stack(norms), norm_type) if norms else torch.tensor(0.0)
             return total / self.scaler.get_scale()
         self.unscale_gradients()
@@ -592,8 +634,10 @@ class Accelerator:
     def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
         """Unscale (fp16), then clamp every gradient to ``[-clip_value, clip_value]``."""
         if self.scaler is not None and not self.sync_gradients:
-            raise RuntimeError("clip_grad_value_ under fp16 is only meaningful on sync steps "
-                               "(check `accelerator.sync_gradients` first)")
+            raise RuntimeError(
+                "clip_grad_value_ under fp16 is only meaningful on sync steps "
+                "(check `accelerator.sync_gradients` first)"
+            )
         self.unscale_gradients()
         torch.nn.utils.clip_grad_value_(parameters, clip_value)
 
@@ -731,8 +775,9 @@ class Accelerator:
         shut_down_process_group()
 
     # ------------------------------------------------------------------ models and files
-    def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,
-                     keep_torch_compile: bool = True) -> torch.nn.Module:
+    def unwrap_model(
+        self, model: torch.nn.Module, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True
+    ) -> torch.nn.Module:
         """The user's model inside the DDP wrapper (``keep_fp32_wrapper=False`` also removes autocast)."""
         while isinstance(model, (DistributedDataParallel, DataParallel)):
             model = model.module
@@ -751,8 +796,10 @@ class Accelerator:
         from runtime.utils import atomic_torch_save
 
         if safe_serialization:
-            raise ValueError("safe_serialization=True needs safetensors, which runtime does not use; "
-                             "drop the argument (files are written with torch.save)")
+            raise ValueError(
+                "safe_serialization=True needs safetensors, which runtime does not use; "
+                "drop the argument (files are written with torch.save)"
+            )
         if not self.is_main_process:
             return
         if isinstance(f, (str, os.PathLike)):
@@ -762,17 +809,26 @@ class Accelerator:
 
     def prepared_objects(self) -> PreparedObjects:
         """The models, optimizers, schedulers and loaders prepared so far, and the registered objects."""
-        return PreparedObjects(tuple(self._models), tuple(self._optimizers), tuple(self._schedulers),
-                               tuple(self._dataloaders), tuple(self._custom_objects))
+        return PreparedObjects(
+            tuple(self._models),
+            tuple(self._optimizers),
+            tuple(self._schedulers),
+            tuple(self._dataloaders),
+            tuple(self._custom_objects),
+        )
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Also save/load these objects (each needs ``state_dict`` and ``load_state_dict``) in save_state."""
-        invalid = [f"- Item at index {index}, `{type(obj).__name__}`" for index, obj in enumerate(objects)
-                   if not (callable(getattr(obj, "state_dict", None))
-                           and callable(getattr(obj, "load_state_dict", None)))]
+        invalid = [
+            f"- Item at index {index}, `{type(obj).__name__}`"
+            for index, obj in enumerate(objects)
+            if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None)))
+        ]
         if invalid:
-            raise ValueError("All `objects` must include a `state_dict` and `load_state_dict` function to be "
-                             "stored. The following inputs are invalid:\n" + "\n".join(invalid))
+            raise ValueError(
+                "All `objects` must include a `state_dict` and `load_state_dict` function to be "
+                "stored. The following inputs are invalid:\n" + "\n".join(invalid)
+            )
         self._custom_objects.extend(objects)
 
     def save_state(self, output_dir: str | None = None, **kwargs: Any) -> str:
@@ -813,6 +869,8 @@ class Accelerator:
     def __repr__(self) -> str:
         state = self.state
         kind = getattr(state.distributed_type, "value", state.distributed_type)
-        return (f"Accelerator(distributed_type={kind}, num_processes={state.num_processes}, "
-                f"process_index={state.process_index}, device={state.device}, "
-                f"mixed_precision={self.mixed_precision})")
+        return (
+            f"Accelerator(distributed_type={kind}, num_processes={state.num_processes}, "
+            f"process_index={state.process_index}, device={state.device}, "
+            f"mixed_precision={self.mixed_precision})"
+        )

@@ -72,6 +72,7 @@ class CheckpointRefusedByPeer(CheckpointError):
 # Names
 # --------------------------------------------------------------------------------------------
 
+
 def _indexed(stem: str, index: int, suffix: str) -> str:
     """Accelerate's naming: the first object has no index (``optimizer.bin``), then ``_1``, ..."""
     return f"{stem}{'' if index == 0 else f'_{index}'}{suffix}"
@@ -111,6 +112,7 @@ def _inner(wrapper: Any, attribute: str) -> Any:
 # --------------------------------------------------------------------------------------------
 # Random states
 # --------------------------------------------------------------------------------------------
+
 
 def _rng_snapshot(accelerator: Any) -> dict[str, Any]:
     """This rank's generators, as plain data and tensors (loadable with ``weights_only=True``)."""
@@ -170,8 +172,9 @@ def _restore_rng(snapshot: dict[str, Any], accelerator: Any, source: Path) -> No
     if "cuda" in snapshot and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(snapshot["cuda"])
     epoch_start_rng = snapshot.get("loader_epoch_start_rng", [None] * len(loaders))
-    for loader, state, iteration, start_rng in zip(loaders, saved_generators, snapshot["loader_iterations"],
-                                                    epoch_start_rng):
+    for loader, state, iteration, start_rng in zip(
+        loaders, saved_generators, snapshot["loader_iterations"], epoch_start_rng
+    ):
         loader.restore_progress(iteration, state, start_rng)
     accelerator.step = snapshot["step"]
 
@@ -193,8 +196,10 @@ def _restore_numpy(state: list[Any]) -> None:
 # Saving
 # --------------------------------------------------------------------------------------------
 
-def save_state(accelerator: Any, output_dir: str | os.PathLike | None = None,
-               safe_serialization: bool = True, **_ignored: Any) -> str:
+
+def save_state(
+    accelerator: Any, output_dir: str | os.PathLike | None = None, safe_serialization: bool = True, **_ignored: Any
+) -> str:
     """Write a complete checkpoint of the training state to ``output_dir`` and return its path.
 
     With ``ProjectConfiguration(automatic_checkpoint_naming=True)`` the folder is
@@ -233,8 +238,10 @@ def _save_target(accelerator: Any, output_dir: str | os.PathLike | None) -> Path
             raise ValueError("automatic_checkpoint_naming needs ProjectConfiguration(project_dir=...)")
         target = Path(config.project_dir) / "checkpoints" / f"checkpoint_{config.iteration}"
         if target.exists():
-            raise ValueError(f"checkpoint folder {target} already exists; set project_configuration.iteration "
-                             "to the number the next checkpoint should get")
+            raise ValueError(
+                f"checkpoint folder {target} already exists; set project_configuration.iteration "
+                "to the number the next checkpoint should get"
+            )
         return target
     if output_dir is None:
         raise ValueError("save_state needs output_dir (or ProjectConfiguration(automatic_checkpoint_naming=True))")
@@ -262,14 +269,17 @@ def _write_manifest(staging: Path, accelerator: Any) -> None:
     for rank in range(accelerator.num_processes):
         if _rng_file(rank) not in files:
             # Every rank wrote its file before the barrier; not seeing one means another disk.
-            raise CheckpointError(f"{staging / _rng_file(rank)}: rank {rank} wrote it but the main process cannot "
-                                  "see it; save_state needs a folder that every rank shares")
+            raise CheckpointError(
+                f"{staging / _rng_file(rank)}: rank {rank} wrote it but the main process cannot "
+                "see it; save_state needs a folder that every rank shares"
+            )
     manifest = {
         "format": FORMAT_VERSION,
         "world_size": accelerator.num_processes,
         "counts": _counts(accelerator),
-        "files": {name: {"bytes": (staging / name).stat().st_size, "sha256": _digest(staging / name)}
-                  for name in files},
+        "files": {
+            name: {"bytes": (staging / name).stat().st_size, "sha256": _digest(staging / name)} for name in files
+        },
     }
     _write_text_durably(staging / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
 
@@ -277,8 +287,10 @@ def _write_manifest(staging: Path, accelerator: Any) -> None:
 def _counts(accelerator: Any) -> dict[str, int]:
     prepared = accelerator.prepared_objects()
     return {
-        "models": len(prepared.models), "optimizers": len(prepared.optimizers),
-        "schedulers": len(prepared.schedulers), "custom_objects": len(prepared.custom_objects),
+        "models": len(prepared.models),
+        "optimizers": len(prepared.optimizers),
+        "schedulers": len(prepared.schedulers),
+        "custom_objects": len(prepared.custom_objects),
         "scaler": int(accelerator.scaler is not None),
     }
 
@@ -323,8 +335,11 @@ def _complete_checkpoints(folder: Path) -> list[Path]:
     """``checkpoint_<n>`` folders that hold a manifest, oldest first."""
     if not folder.is_dir():
         return []
-    numbered = [(int(match.group(1)), path) for path in folder.iterdir()
-                if (match := _AUTOMATIC_NAME.match(path.name)) and (path / MANIFEST).is_file()]
+    numbered = [
+        (int(match.group(1)), path)
+        for path in folder.iterdir()
+        if (match := _AUTOMATIC_NAME.match(path.name)) and (path / MANIFEST).is_file()
+    ]
     return [path for _, path in sorted(numbered)]
 
 
@@ -338,8 +353,13 @@ def latest_checkpoint(project_dir: str | os.PathLike) -> Path | None:
 # Loading
 # --------------------------------------------------------------------------------------------
 
-def load_state(accelerator: Any, input_dir: str | os.PathLike | None = None,
-               map_location: str | None = None, **load_model_kwargs: Any) -> None:
+
+def load_state(
+    accelerator: Any,
+    input_dir: str | os.PathLike | None = None,
+    map_location: str | None = None,
+    **load_model_kwargs: Any,
+) -> None:
     """Restore everything ``save_state`` wrote; every rank must call it.
 
     ``input_dir=None`` with automatic checkpoint naming loads the newest complete checkpoint.
@@ -411,8 +431,11 @@ def _load_on_every_rank(loader: _VerifiedLoader, name: str, accelerator: Any) ->
         ranks = [rank for rank, flag in enumerate(refused.tolist()) if flag]
         if ranks and failure is None:
             names = ", ".join(str(loader.source / _rng_file(rank)) for rank in ranks)
-            raise CheckpointRefusedByPeer(f"{names}: refused by rank(s) {', '.join(map(str, ranks))} "
-                                          "(see that rank's message); nothing was loaded", ranks[0])
+            raise CheckpointRefusedByPeer(
+                f"{names}: refused by rank(s) {', '.join(map(str, ranks))} "
+                "(see that rank's message); nothing was loaded",
+                ranks[0],
+            )
     if failure is not None:
         raise failure
     return content
@@ -453,8 +476,10 @@ def _map_location(accelerator: Any, map_location: str | None) -> str | torch.dev
 def _read_manifest(source: Path, accelerator: Any) -> dict[str, Any]:
     path = source / MANIFEST
     if not path.is_file():
-        raise CheckpointError(f"{path}: missing, so {source} is not a complete checkpoint "
-                              "(it was never finished, or was not written by save_state)")
+        raise CheckpointError(
+            f"{path}: missing, so {source} is not a complete checkpoint "
+            "(it was never finished, or was not written by save_state)"
+        )
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
         files, world_size, counts = manifest["files"], manifest["world_size"], manifest["counts"]
@@ -463,8 +488,10 @@ def _read_manifest(source: Path, accelerator: Any) -> dict[str, Any]:
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
         raise CheckpointError(f"{path}: malformed manifest (world_size is {world_size!r}, not a number of processes)")
     if world_size != accelerator.num_processes:
-        raise CheckpointError(f"{path}: saved by {world_size} processes, this run has "
-                              f"{accelerator.num_processes}; resume with the same number of processes")
+        raise CheckpointError(
+            f"{path}: saved by {world_size} processes, this run has "
+            f"{accelerator.num_processes}; resume with the same number of processes"
+        )
     for kind, present in _counts(accelerator).items():
         expected = counts.get(kind)
         if present != expected:
@@ -495,8 +522,9 @@ class _VerifiedLoader:
             try:
                 size, digest = expected["bytes"], expected["sha256"]
             except (KeyError, TypeError):
-                raise CheckpointError(f"{self.source / MANIFEST}: malformed manifest (no size and digest for "
-                                      f"{name})") from None
+                raise CheckpointError(
+                    f"{self.source / MANIFEST}: malformed manifest (no size and digest for {name})"
+                ) from None
             if path.stat().st_size != size or _digest(path) != digest:
                 raise CheckpointError(f"{path}: corrupt (its contents differ from what was saved)")
             self.verified.add(name)

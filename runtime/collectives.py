@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import deque
-from collections.abc import Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -94,9 +94,12 @@ PACKED_GATHER_BYTES = 1 << 24
 
 
 def _packable(tensors: list[torch.Tensor]) -> bool:
-    return (len(tensors) > 1 and len({tensor.device for tensor in tensors}) == 1
-            and all(tensor.layout == torch.strided and not tensor.is_quantized for tensor in tensors)
-            and sum(tensor.numel() * tensor.element_size() for tensor in tensors) <= PACKED_GATHER_BYTES)
+    return (
+        len(tensors) > 1
+        and len({tensor.device for tensor in tensors}) == 1
+        and all(tensor.layout == torch.strided and not tensor.is_quantized for tensor in tensors)
+        and sum(tensor.numel() * tensor.element_size() for tensor in tensors) <= PACKED_GATHER_BYTES
+    )
 
 
 def _gather_packed(tensors: list[torch.Tensor]) -> list[torch.Tensor]:

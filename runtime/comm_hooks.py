@@ -68,8 +68,9 @@ def _torch_wrapper(wrapper: DDPCommunicationHookType) -> Callable[..., Any]:
     return default_hooks.bf16_compress_wrapper
 
 
-def register_comm_hook(ddp: Any, comm_hook: Any = "no", comm_wrapper: Any = "no",
-                       comm_state_option: dict[str, Any] | None = None) -> DDPCommunicationHookType:
+def register_comm_hook(
+    ddp: Any, comm_hook: Any = "no", comm_wrapper: Any = "no", comm_state_option: dict[str, Any] | None = None
+) -> DDPCommunicationHookType:
     """Register the chosen hook on a ``DistributedDataParallel`` model; returns the hook type.
 
     Unknown names, a wrapper without a hook, or state options for a hook that takes none raise
@@ -83,8 +84,10 @@ def register_comm_hook(ddp: Any, comm_hook: Any = "no", comm_wrapper: Any = "no"
             raise ValueError("DistributedDataParallelKwargs: comm_wrapper and comm_state_option need a comm_hook")
         return hook
     if options and hook not in _POWER_SGD_HOOKS:
-        raise ValueError(f"DistributedDataParallelKwargs(comm_state_option=...) only applies to PowerSGD hooks, "
-                         f"not comm_hook={hook.value!r}")
+        raise ValueError(
+            f"DistributedDataParallelKwargs(comm_state_option=...) only applies to PowerSGD hooks, "
+            f"not comm_hook={hook.value!r}"
+        )
     state: Any = None
     if hook in _POWER_SGD_HOOKS:
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook

@@ -271,8 +271,9 @@ class PreparedDataLoader(DataLoader):
         self.iteration = epoch
         _propagate_epoch(self, epoch)
 
-    def restore_progress(self, iteration: int, generator_state: torch.Tensor | None,
-                         epoch_start_rng_state: torch.Tensor | None = None) -> None:
+    def restore_progress(
+        self, iteration: int, generator_state: torch.Tensor | None, epoch_start_rng_state: torch.Tensor | None = None
+    ) -> None:
         """Put the loader where a checkpoint left it: ``iteration`` completed epochs, the generator
         ready to draw the order of the epoch the checkpoint was taken in (or after), and, for a
         mid-epoch checkpoint, the global RNG state that epoch's iterator drew its base seed from."""
@@ -446,9 +447,16 @@ def _seed_shuffling_sampler(sampler: Any) -> torch.Generator | None:
     return sampler.generator
 
 
-def _prepare_map_style(dataloader: DataLoader, plan: LoaderPlan, *, process_index: int,
-                       split_batches: bool, even_batches: bool, use_seedable_sampler: bool,
-                       data_seed: int | None) -> PreparedDataLoader:
+def _prepare_map_style(
+    dataloader: DataLoader,
+    plan: LoaderPlan,
+    *,
+    process_index: int,
+    split_batches: bool,
+    even_batches: bool,
+    use_seedable_sampler: bool,
+    data_seed: int | None,
+) -> PreparedDataLoader:
     batch_sampler = _batch_sampler_of(dataloader)
     sampler = getattr(batch_sampler, "sampler", None)
     generator = None
@@ -457,8 +465,9 @@ def _prepare_map_style(dataloader: DataLoader, plan: LoaderPlan, *, process_inde
     elif plan.num_processes > 1:
         generator = _seed_shuffling_sampler(sampler)
     if plan.num_processes > 1:
-        batch_sampler = ShardedBatchSampler(batch_sampler, plan.num_processes, process_index,
-                                            split_batches=split_batches, even_batches=even_batches)
+        batch_sampler = ShardedBatchSampler(
+            batch_sampler, plan.num_processes, process_index, split_batches=split_batches, even_batches=even_batches
+        )
     return _build(dataloader, dataloader.dataset, _with_generator(plan, generator), batch_sampler)
 
 
@@ -468,37 +477,56 @@ def _with_generator(plan: LoaderPlan, generator: torch.Generator | None) -> Load
     return replace(plan, synchronized_generator=generator, rng_types=rng_types)
 
 
-def _build(original: DataLoader, dataset: Any, plan: LoaderPlan, batch_sampler: Any, *,
-           iteration: int = 0) -> PreparedDataLoader:
+def _build(
+    original: DataLoader, dataset: Any, plan: LoaderPlan, batch_sampler: Any, *, iteration: int = 0
+) -> PreparedDataLoader:
     arguments = _carried_arguments(original)
     if isinstance(original.sampler, BatchSampler):  # the script passed a batch sampler as `sampler`
-        return PreparedDataLoader(dataset, plan, iteration=iteration, sampler=batch_sampler,
-                                  batch_size=None, **arguments)
+        return PreparedDataLoader(
+            dataset, plan, iteration=iteration, sampler=batch_sampler, batch_size=None, **arguments
+        )
     return PreparedDataLoader(dataset, plan, iteration=iteration, batch_sampler=batch_sampler, **arguments)
 
 
-def _prepare_iterable(dataloader: DataLoader, plan: LoaderPlan, *, process_index: int,
-                      split_batches: bool) -> PreparedDataLoader:
+def _prepare_iterable(
+    dataloader: DataLoader, plan: LoaderPlan, *, process_index: int, split_batches: bool
+) -> PreparedDataLoader:
     dataset, batch_size = dataloader.dataset, dataloader.batch_size
     generator = None
     if plan.num_processes > 1:
         if batch_size is None:
-            raise ValueError("an iterable dataset can only be sharded by a loader with a batch_size; "
-                             "got batch_size=None")
+            raise ValueError(
+                "an iterable dataset can only be sharded by a loader with a batch_size; got batch_size=None"
+            )
         generator = getattr(dataset, "generator", None)
-        dataset = IterableShard(dataset, batch_size, dataloader.drop_last, plan.num_processes,
-                                process_index, split_batches=split_batches)
+        dataset = IterableShard(
+            dataset, batch_size, dataloader.drop_last, plan.num_processes, process_index, split_batches=split_batches
+        )
         batch_size = dataset.rank_batch_size
         plan = replace(plan, rank_batch_size=batch_size)
-    return PreparedDataLoader(dataset, _with_generator(plan, generator), batch_size=batch_size,
-                              drop_last=dataloader.drop_last, **_carried_arguments(dataloader))
+    return PreparedDataLoader(
+        dataset,
+        _with_generator(plan, generator),
+        batch_size=batch_size,
+        drop_last=dataloader.drop_last,
+        **_carried_arguments(dataloader),
+    )
 
 
-def prepare_data_loader(dataloader: DataLoader, *, device: torch.device | None, num_processes: int,
-                        process_index: int, split_batches: bool, even_batches: bool,
-                        gradient_state: GradientState, rng_types: list[str] | None,
-                        non_blocking: bool = False, use_seedable_sampler: bool = False,
-                        data_seed: int | None = None) -> PreparedDataLoader:
+def prepare_data_loader(
+    dataloader: DataLoader,
+    *,
+    device: torch.device | None,
+    num_processes: int,
+    process_index: int,
+    split_batches: bool,
+    even_batches: bool,
+    gradient_state: GradientState,
+    rng_types: list[str] | None,
+    non_blocking: bool = False,
+    use_seedable_sampler: bool = False,
+    data_seed: int | None = None,
+) -> PreparedDataLoader:
     """The loader rank ``process_index`` of ``num_processes`` iterates in place of ``dataloader``.
 
     ``split_batches``: cut each original batch across ranks (the global batch is the script's
@@ -513,17 +541,27 @@ def prepare_data_loader(dataloader: DataLoader, *, device: torch.device | None, 
     if split_batches and num_processes > 1:
         check_split_batch_size(batch_size, num_processes)
     plan = LoaderPlan(
-        device=device, non_blocking=non_blocking, gradient_state=gradient_state,
-        rng_types=tuple(_checked_rng_types(rng_types)), synchronized_generator=None,
-        num_processes=num_processes, batch_size=dataloader.batch_size,
+        device=device,
+        non_blocking=non_blocking,
+        gradient_state=gradient_state,
+        rng_types=tuple(_checked_rng_types(rng_types)),
+        synchronized_generator=None,
+        num_processes=num_processes,
+        batch_size=dataloader.batch_size,
         drop_last=bool(dataloader.drop_last or getattr(dataloader.batch_sampler, "drop_last", False)),
         total_batch_size=None if batch_size is None else batch_size * (1 if split_batches else num_processes),
     )
     if isinstance(dataloader.dataset, IterableDataset):
         return _prepare_iterable(dataloader, plan, process_index=process_index, split_batches=split_batches)
-    return _prepare_map_style(dataloader, plan, process_index=process_index, split_batches=split_batches,
-                              even_batches=even_batches, use_seedable_sampler=use_seedable_sampler,
-                              data_seed=data_seed)
+    return _prepare_map_style(
+        dataloader,
+        plan,
+        process_index=process_index,
+        split_batches=split_batches,
+        even_batches=even_batches,
+        use_seedable_sampler=use_seedable_sampler,
+        data_seed=data_seed,
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -557,19 +595,33 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
     if isinstance(dataloader, PreparedDataLoader):
         if isinstance(dataset, IterableDataset):
             plan = replace(dataloader.plan, skip_batches=dataloader.plan.skip_batches + num_batches)
-            return PreparedDataLoader(dataset, plan, iteration=dataloader.iteration,
-                                      batch_size=dataloader.plan.rank_batch_size or dataloader.batch_size,
-                                      drop_last=dataloader.drop_last, **arguments)
+            return PreparedDataLoader(
+                dataset,
+                plan,
+                iteration=dataloader.iteration,
+                batch_size=dataloader.plan.rank_batch_size or dataloader.batch_size,
+                drop_last=dataloader.drop_last,
+                **arguments,
+            )
         skipping = SkipBatchSampler(_batch_sampler_of(dataloader), num_batches)
         return _build(dataloader, dataset, dataloader.plan, skipping, iteration=dataloader.iteration)
     if isinstance(dataset, IterableDataset):
-        return _SkippingDataLoader(dataset, num_batches, batch_size=dataloader.batch_size,
-                                   drop_last=dataloader.drop_last, **arguments)
+        return _SkippingDataLoader(
+            dataset, num_batches, batch_size=dataloader.batch_size, drop_last=dataloader.drop_last, **arguments
+        )
     skipping = SkipBatchSampler(_batch_sampler_of(dataloader), num_batches)
     if isinstance(dataloader.sampler, BatchSampler):
         return DataLoader(dataset, sampler=skipping, batch_size=None, **arguments)
     return DataLoader(dataset, batch_sampler=skipping, **arguments)
 
 
-__all__ = ["prepare_data_loader", "skip_first_batches", "send_to_device", "synchronize_rng_states",
-           "PreparedDataLoader", "LoaderPlan", "EpochProgress", "SUPPORTED_RNG_TYPES"]
+__all__ = [
+    "prepare_data_loader",
+    "skip_first_batches",
+    "send_to_device",
+    "synchronize_rng_states",
+    "PreparedDataLoader",
+    "LoaderPlan",
+    "EpochProgress",
+    "SUPPORTED_RNG_TYPES",
+]

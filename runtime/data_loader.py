@@ -64,11 +64,15 @@ def prepare_data_loader(
     and a device mesh raise (every rank reads its own shard, as with ``Accelerator.prepare``).
     """
     if dispatch_batches:
-        raise ValueError("prepare_data_loader(dispatch_batches=True) is not supported by runtime: every rank "
-                         "reads its own shard; drop the argument")
+        raise ValueError(
+            "prepare_data_loader(dispatch_batches=True) is not supported by runtime: every rank "
+            "reads its own shard; drop the argument"
+        )
     if use_stateful_dataloader:
-        raise ValueError("prepare_data_loader(use_stateful_dataloader=True) is not supported by runtime; "
-                         "resume mid-epoch with skip_first_batches(...)")
+        raise ValueError(
+            "prepare_data_loader(use_stateful_dataloader=True) is not supported by runtime; "
+            "resume mid-epoch with skip_first_batches(...)"
+        )
     if torch_device_mesh is not None:
         raise ValueError("prepare_data_loader(torch_device_mesh=...) is not supported by runtime (DDP only)")
     if num_processes is None or process_index is None or (put_on_device and device is None):
@@ -79,14 +83,28 @@ def prepare_data_loader(
         process_index = state.process_index if process_index is None else process_index
         device = state.device if device is None else device
     return _prepare_sharded(
-        dataloader, device=torch.device(device) if put_on_device and device is not None else None,
-        num_processes=num_processes, process_index=process_index, split_batches=split_batches,
-        even_batches=even_batches, gradient_state=current_gradient_state(), rng_types=rng_types,
-        non_blocking=non_blocking, use_seedable_sampler=use_seedable_sampler, data_seed=data_seed,
+        dataloader,
+        device=torch.device(device) if put_on_device and device is not None else None,
+        num_processes=num_processes,
+        process_index=process_index,
+        split_batches=split_batches,
+        even_batches=even_batches,
+        gradient_state=current_gradient_state(),
+        rng_types=rng_types,
+        non_blocking=non_blocking,
+        use_seedable_sampler=use_seedable_sampler,
+        data_seed=data_seed,
     )
 
 
 __all__ = [
-    "IterableShard", "PreparedDataLoader", "SeedableRandomSampler", "ShardedBatchSampler", "SkipBatchSampler",
-    "adopt_gradient_state", "current_gradient_state", "prepare_data_loader", "skip_first_batches",
+    "IterableShard",
+    "PreparedDataLoader",
+    "SeedableRandomSampler",
+    "ShardedBatchSampler",
+    "SkipBatchSampler",
+    "adopt_gradient_state",
+    "current_gradient_state",
+    "prepare_data_loader",
+    "skip_first_batches",
 ]

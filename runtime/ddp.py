@@ -37,7 +37,8 @@ from __future__ import annotations
 import contextlib
 import re
 import weakref
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -118,7 +119,7 @@ def explain_unfinished_reduction(ddp: DistributedDataParallel, error: RuntimeErr
 
 
 #: Every wrapper this process made, so that the exit handler can let go of their process group.
-_live_wrappers: "weakref.WeakSet[DistributedDataParallel]" = weakref.WeakSet()
+_live_wrappers: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
 
 
 def release_process_group_references() -> None:
@@ -190,8 +191,14 @@ class RuntimeDDP(DistributedDataParallel):
         # holds them (an in-place broadcast now would break its backward).
         options = {**self._ddp_kwargs, **changes, "process_group": self.process_group, "init_sync": False}
         fresh = DistributedDataParallel(self.module, **options)
-        keep = {"_modules", "_parameters", "_buffers", "training", "require_backward_grad_sync",
-                "require_forward_param_sync"}
+        keep = {
+            "_modules",
+            "_parameters",
+            "_buffers",
+            "training",
+            "require_backward_grad_sync",
+            "require_forward_param_sync",
+        }
         for name, value in vars(fresh).items():
             if name not in keep and not name.endswith("_hooks") and "hooks_" not in name:
                 self.__dict__[name] = value

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Any, TypeVar
 
-_Handler = TypeVar("_Handler", bound="KwargsHandler")
-
 from runtime.comm_hooks import DDPCommunicationHookType
+
+_Handler = TypeVar("_Handler", bound="KwargsHandler")
 
 
 class KwargsHandler:

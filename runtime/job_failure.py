@@ -38,8 +38,17 @@ from typing import Any
 
 import torch.distributed as dist
 
-__all__ = ["BARRIER_TIMEOUT_ENV", "FAILURE_EXIT_SECONDS_ENV", "BarrierTimeoutError", "barrier_timeout_seconds",
-           "failure_exit_seconds", "failure_seen", "monitored_barrier", "stop_watching", "watch_for_failures"]
+__all__ = [
+    "BARRIER_TIMEOUT_ENV",
+    "FAILURE_EXIT_SECONDS_ENV",
+    "BarrierTimeoutError",
+    "barrier_timeout_seconds",
+    "failure_exit_seconds",
+    "failure_seen",
+    "monitored_barrier",
+    "stop_watching",
+    "watch_for_failures",
+]
 
 #: Seconds a rank is given to exit by itself once the job has failed (default 5).
 FAILURE_EXIT_SECONDS_ENV = "ACCEL_CONVERT_FAILURE_EXIT_SECONDS"
@@ -113,8 +122,9 @@ class _FailureWatch:
             watcher_store = dist.PrefixStore(self.prefix, store.clone())  # type: ignore[attr-defined]
         except (RuntimeError, NotImplementedError, AttributeError):
             return
-        self.thread = threading.Thread(target=self._watch, args=(watcher_store,),
-                                       name="accel-convert-failure-watcher", daemon=True)
+        self.thread = threading.Thread(
+            target=self._watch, args=(watcher_store,), name="accel-convert-failure-watcher", daemon=True
+        )
         self.thread.start()
 
     def _wake_key(self, rank: int) -> str:
@@ -201,8 +211,10 @@ class _FailureWatch:
             return  # this rank is one of those waiting: its barrier reports for it
         where = main_thread_location()
         store.set(f"where/{generation}/{self.rank}", where)
-        _say(self.rank, f"rank(s) {waiting_ranks} wait for this rank in wait_for_everyone at {waiting_at}; "
-                        f"this rank is at {where}")
+        _say(
+            self.rank,
+            f"rank(s) {waiting_ranks} wait for this rank in wait_for_everyone at {waiting_at}; this rank is at {where}",
+        )
 
     def _watch(self, store: dist.Store) -> None:
         key = self._wake_key(self.rank)
@@ -255,8 +267,7 @@ def watch_for_failures() -> None:
 
 
 #: How a collective reports that the process at the other end went away (Gloo's wording).
-_LOST_PEER_WORDS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Read error",
-                    "Write error")
+_LOST_PEER_WORDS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Read error", "Write error")
 
 
 def _looks_like_a_lost_peer(error: BaseException) -> bool:
@@ -326,8 +337,7 @@ def _report_and_record(kind: type[BaseException], error: BaseException, trace: T
     if vanished:
         # A peer died without a word (SIGKILL, the OOM killer): our error is only its echo.
         ranks = ", ".join(map(str, vanished))
-        watch.announce(f"stopping: rank {ranks} died without an error (killed by a signal?) "
-                       f"(here: {summary})")
+        watch.announce(f"stopping: rank {ranks} died without an error (killed by a signal?) (here: {summary})")
     else:
         (_previous_excepthook or sys.__excepthook__)(kind, error, trace)
     watch.wake_everyone()
@@ -375,8 +385,11 @@ def _internal_folders() -> tuple[str, ...]:
 
     import torch
 
-    folders = [os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(torch.__file__)),
-               sysconfig.get_paths()["stdlib"]]
+    folders = [
+        os.path.dirname(os.path.abspath(__file__)),
+        os.path.dirname(os.path.abspath(torch.__file__)),
+        sysconfig.get_paths()["stdlib"],
+    ]
     return tuple(os.path.join(folder, "") for folder in folders)
 
 
@@ -425,8 +438,11 @@ def monitored_barrier() -> None:
         return
     except dist.DistStoreError:
         pass
-    arrived = {rank: store.get(f"{prefix}/rank/{rank}").decode() for rank in range(watch.world_size)
-               if store.check([f"{prefix}/rank/{rank}"])}
+    arrived = {
+        rank: store.get(f"{prefix}/rank/{rank}").decode()
+        for rank in range(watch.world_size)
+        if store.check([f"{prefix}/rank/{rank}"])
+    }
     missing = [rank for rank in range(watch.world_size) if rank not in arrived]
     if not missing:  # everyone arrived just now
         return
@@ -441,8 +457,10 @@ def monitored_barrier() -> None:
             answers[rank] = "unknown (it did not answer)"
     places = [f"rank {rank} waits in wait_for_everyone at {place}" for rank, place in sorted(arrived.items())]
     places += [f"rank {rank} is at {answers[rank]}" for rank in missing]
-    message = (f"wait_for_everyone at {where} waited {timeout:g}s: rank(s) {', '.join(map(str, missing))} "
-               f"never arrived; {'; '.join(places)} (a barrier in a branch that some ranks skip? "
-               f"{BARRIER_TIMEOUT_ENV} sets the wait)")
+    message = (
+        f"wait_for_everyone at {where} waited {timeout:g}s: rank(s) {', '.join(map(str, missing))} "
+        f"never arrived; {'; '.join(places)} (a barrier in a branch that some ranks skip? "
+        f"{BARRIER_TIMEOUT_ENV} sets the wait)"
+    )
     _say(watch.rank, message)  # every waiting rank says it; only the first to fail shows a traceback
     raise BarrierTimeoutError(message)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -26,8 +26,7 @@ def default_nproc_per_node() -> tuple[int, str | None]:
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if gpus:
         return gpus, None
-    return 1, ("accel-launch: no GPU found, starting 1 process; pass --nproc-per-node N "
-               "for N CPU workers (Gloo)")
+    return 1, ("accel-launch: no GPU found, starting 1 process; pass --nproc-per-node N for N CPU workers (Gloo)")
 
 
 def environment_report() -> str:

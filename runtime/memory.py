@@ -21,11 +21,11 @@ import inspect
 import os
 import sys
 import traceback
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
-
 
 __all__ = [
     "OUT_OF_MEMORY_MESSAGES",
@@ -51,6 +51,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 # --------------------------------------------------------------------------------------------
 # Recognising the error and freeing memory
 # --------------------------------------------------------------------------------------------
+
 
 def is_out_of_memory(exception: BaseException) -> bool:
     """Whether ``exception`` means "this batch did not fit": retrying smaller may succeed."""
@@ -97,6 +98,7 @@ def release_memory(*objects: Any) -> list[None]:
 # The batch size sequence
 # --------------------------------------------------------------------------------------------
 
+
 def halve(batch_size: int) -> int:
     """The default reducer: 2048, 1024, 512, ... 1, 0 (as the seed write-up observed)."""
     return batch_size // 2
@@ -138,8 +140,9 @@ def _reject_positional_batch_size(function: Callable[..., Any], args: tuple[Any,
     parameters = list(inspect.signature(function).parameters.values())
     if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
         return
-    positional = [p for p in parameters
-                  if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    positional = [
+        p for p in parameters if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
     if len(args) + 1 <= len(positional):
         return
     name = getattr(function, "__name__", repr(function))
@@ -169,6 +172,7 @@ def _reached_zero(tried: list[int]) -> RuntimeError:
 # --------------------------------------------------------------------------------------------
 # The decorator
 # --------------------------------------------------------------------------------------------
+
 
 def find_executable_batch_size(
     function: F | None = None,
@@ -241,13 +245,19 @@ def start_agreed_run() -> tuple[Callable[..., tuple[bool, Any]], contextlib.Abst
 def _warn_if_ranks_cannot_agree() -> None:
     """Launched on several ranks but no process group yet: each rank would retry on its own."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        _say("WORLD_SIZE > 1 but the process group is not initialised, so ranks cannot agree on "
-             "retries; create the Accelerator (or init_process_group) before calling the decorated function")
+        _say(
+            "WORLD_SIZE > 1 but the process group is not initialised, so ranks cannot agree on "
+            "retries; create the Accelerator (or init_process_group) before calling the decorated function"
+        )
 
 
-def _attempt_alone(function: Callable[..., Any], batch_size: int,
-                   reduce_batch_size_fn: Callable[..., int] | None,
-                   args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bool, Any]:
+def _attempt_alone(
+    function: Callable[..., Any],
+    batch_size: int,
+    reduce_batch_size_fn: Callable[..., int] | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> tuple[bool, Any]:
     """One try in a single process: ``(True, result)`` or ``(False, next batch size)``."""
     try:
         return True, function(batch_size, *args, **kwargs)

@@ -37,13 +37,13 @@ import itertools
 import json
 import os
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from runtime.state import shut_down_process_group
 from runtime.memory import (
     _reduced,
     _say,
@@ -51,6 +51,7 @@ from runtime.memory import (
     free_memory,
     is_out_of_memory,
 )
+from runtime.state import shut_down_process_group
 
 # Default Gloo/NCCL timeout when the live group's own cannot be read (torch's default for Gloo).
 _FALLBACK_TIMEOUT = datetime.timedelta(minutes=30)
@@ -79,6 +80,7 @@ def start_run() -> tuple[Callable[..., tuple[bool, Any]], contextlib.AbstractCon
 # Several ranks: the live process group and how to rebuild it
 # --------------------------------------------------------------------------------------------
 
+
 @dataclass
 class _LiveGroup:
     """What it takes to rebuild the default process group after it has been aborted."""
@@ -93,7 +95,7 @@ class _LiveGroup:
     store: dist.Store
 
     @classmethod
-    def capture(cls) -> "_LiveGroup | None":
+    def capture(cls) -> _LiveGroup | None:
         """The default group's settings, or None when there is nothing to coordinate."""
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
             return None
@@ -148,8 +150,12 @@ class _LiveGroup:
         if self.device_id is not None:
             options["device_id"] = self.device_id
         dist.init_process_group(
-            backend=self.backend, store=dist.PrefixStore(prefix, self.store), rank=self.rank,
-            world_size=self.world_size, timeout=timeout, **options,
+            backend=self.backend,
+            store=dist.PrefixStore(prefix, self.store),
+            rank=self.rank,
+            world_size=self.world_size,
+            timeout=timeout,
+            **options,
         )
 
 
@@ -173,12 +179,14 @@ def _settle_first_ddp_on_the_current_group() -> None:
     )
 
     device = dist.group.WORLD.bound_device_id or (
-        torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu"))
+        torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    )
     # Forked RNG: initialising the throwaway layer must not consume the script's random stream,
     # or models built inside the retried function would start differently than on one process.
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        DistributedDataParallel(torch.nn.Linear(1, 1, device=device),
-                                device_ids=[device] if device.type == "cuda" else None)
+        DistributedDataParallel(
+            torch.nn.Linear(1, 1, device=device), device_ids=[device] if device.type == "cuda" else None
+        )
     _ddp_settled = True
 
 
@@ -227,7 +235,7 @@ class Outcome:
         return json.dumps({"kind": self.kind, "next": self.next_batch_size, "detail": self.detail}).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "Outcome":
+    def from_bytes(cls, data: bytes) -> Outcome:
         fields = json.loads(data)
         return cls(fields["kind"], fields["next"], fields["detail"])
 
@@ -271,6 +279,7 @@ def _rank_list(ranks: tuple[int, ...]) -> str:
 # Several ranks: one decorated call, attempt after attempt
 # --------------------------------------------------------------------------------------------
 
+
 class _AgreedRun:
     """The attempts of one decorated call on one rank, coordinated with the other ranks."""
 
@@ -280,9 +289,14 @@ class _AgreedRun:
         self.root = f"{_STORE_ROOT}/restart_{restart}/call_{call_number}"
         self.attempt_number = 0
 
-    def attempt(self, function: Callable[..., Any], batch_size: int,
-                reduce_batch_size_fn: Callable[..., int] | None,
-                args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bool, Any]:
+    def attempt(
+        self,
+        function: Callable[..., Any],
+        batch_size: int,
+        reduce_batch_size_fn: Callable[..., int] | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> tuple[bool, Any]:
         """One try on every rank: ``(True, result)``, ``(False, agreed next size)`` or an exception."""
         keys = _AttemptKeys(f"{self.root}/attempt_{self.attempt_number}", self.group)
         self.attempt_number += 1
@@ -315,8 +329,9 @@ class _AgreedRun:
         return False, self._retry(decision, batch_size, keys)
 
     @staticmethod
-    def _classify(error: Exception, keys: "_AttemptKeys", batch_size: int,
-                  reduce_batch_size_fn: Callable[..., int] | None) -> Outcome:
+    def _classify(
+        error: Exception, keys: _AttemptKeys, batch_size: int, reduce_batch_size_fn: Callable[..., int] | None
+    ) -> Outcome:
         if is_out_of_memory(error):
             return Outcome(OUT_OF_MEMORY, next_batch_size=_reduced(batch_size, reduce_batch_size_fn))
         if keys.peer_failed():
@@ -324,11 +339,13 @@ class _AgreedRun:
             return Outcome(PEER_FAILED)
         return Outcome(ERROR, detail=f"{type(error).__name__}: {error}"[:500])
 
-    def _retry(self, decision: Decision, batch_size: int, keys: "_AttemptKeys") -> int:
+    def _retry(self, decision: Decision, batch_size: int, keys: _AttemptKeys) -> int:
         assert decision.batch_size is not None
         if self.group.rank == 0:
-            _say(f"out of memory at batch size {batch_size} on {_rank_list(decision.ranks)}; "
-                 f"retrying with {decision.batch_size}")
+            _say(
+                f"out of memory at batch size {batch_size} on {_rank_list(decision.ranks)}; "
+                f"retrying with {decision.batch_size}"
+            )
         free_memory()
         self.group.recreate(f"{keys.prefix}/next_group", self.group.collective_timeout)
         return decision.batch_size
@@ -381,7 +398,7 @@ class _PeerFailureWatcher:
         self.finished = threading.Event()
         self.thread = threading.Thread(target=self._watch, name="oom-peer-watcher", daemon=True)
 
-    def __enter__(self) -> "_PeerFailureWatcher":
+    def __enter__(self) -> _PeerFailureWatcher:
         try:
             self.store = dist.PrefixStore(self.keys.prefix, self.group.store.clone())
         except (RuntimeError, NotImplementedError):  # e.g. a FileStore: fine for Gloo

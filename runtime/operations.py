@@ -116,6 +116,14 @@ def copy_tensor_to_devices(tensor: torch.Tensor | None = None) -> torch.Tensor:
 
 
 __all__ = [
-    "DistributedOperationException", "broadcast", "broadcast_object_list", "copy_tensor_to_devices",
-    "debug_mode", "gather", "gather_object", "pad_across_processes", "reduce", "verify_shapes",
+    "DistributedOperationException",
+    "broadcast",
+    "broadcast_object_list",
+    "copy_tensor_to_devices",
+    "debug_mode",
+    "gather",
+    "gather_object",
+    "pad_across_processes",
+    "reduce",
+    "verify_shapes",
 ]

@@ -18,8 +18,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import Mapping
-from typing import Any, Callable, ContextManager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 
@@ -49,8 +50,9 @@ def check_device_supports(mixed_precision: str, device: torch.device) -> None:
         raise ValueError(f"mixed_precision='bf16' is not supported by this GPU ({device})")
 
 
-def autocast_context(device: torch.device, mixed_precision: str,
-                     autocast_kwargs: dict[str, Any] | None = None) -> ContextManager:
+def autocast_context(
+    device: torch.device, mixed_precision: str, autocast_kwargs: dict[str, Any] | None = None
+) -> AbstractContextManager:
     """``torch.autocast`` for the precision, or a do-nothing context for ``"no"``."""
     if mixed_precision == "no":
         return contextlib.nullcontext()
@@ -77,7 +79,7 @@ class AutocastForward:
     ``__wrapped__`` points at the original so ``unwrap_model(keep_fp32_wrapper=False)`` can undo it.
     """
 
-    def __init__(self, forward: Callable[..., Any], make_context: Callable[[], ContextManager]) -> None:
+    def __init__(self, forward: Callable[..., Any], make_context: Callable[[], AbstractContextManager]) -> None:
         self.__wrapped__ = forward
         self.make_context = make_context
         functools.update_wrapper(self, forward)
@@ -88,7 +90,7 @@ class AutocastForward:
         return outputs_to_fp32(outputs)
 
 
-def patch_forward(model: torch.nn.Module, make_context: Callable[[], ContextManager]) -> None:
+def patch_forward(model: torch.nn.Module, make_context: Callable[[], AbstractContextManager]) -> None:
     """Replace ``model.forward`` (on the instance) by its autocast version, once."""
     if isinstance(model.__dict__.get("forward"), AutocastForward):
         return
@@ -107,8 +109,9 @@ def remove_forward_patch(model: torch.nn.Module) -> None:
             model.forward = original
 
 
-def make_grad_scaler(mixed_precision: str, device: torch.device,
-                     scaler_kwargs: dict[str, Any] | None = None) -> torch.amp.GradScaler | None:
+def make_grad_scaler(
+    mixed_precision: str, device: torch.device, scaler_kwargs: dict[str, Any] | None = None
+) -> torch.amp.GradScaler | None:
     """A GradScaler for fp16 on the device's type; None for bf16 and full precision."""
     if mixed_precision != "fp16":
         return None

@@ -53,15 +53,21 @@ class ProfileKwargs(KwargsHandler):
         activities = None if self.activities is None else [self._activity(name) for name in self.activities]
         schedule = None if self.schedule_option is None else torch.profiler.schedule(**self.schedule_option)
         return torch.profiler.profile(
-            activities=activities, schedule=schedule, on_trace_ready=self.on_trace_ready,
-            record_shapes=self.record_shapes, profile_memory=self.profile_memory, with_stack=self.with_stack,
-            with_flops=self.with_flops, with_modules=self.with_modules,
+            activities=activities,
+            schedule=schedule,
+            on_trace_ready=self.on_trace_ready,
+            record_shapes=self.record_shapes,
+            profile_memory=self.profile_memory,
+            with_stack=self.with_stack,
+            with_flops=self.with_flops,
+            with_modules=self.with_modules,
         )
 
 
 @contextlib.contextmanager
-def profile_block(handler: ProfileKwargs, process_index: int,
-                  wait_for_everyone: Callable[[], None]) -> Iterator[torch.profiler.profile]:
+def profile_block(
+    handler: ProfileKwargs, process_index: int, wait_for_everyone: Callable[[], None]
+) -> Iterator[torch.profiler.profile]:
     """Profile the block; then write this rank's trace if ``output_trace_dir`` is set and wait
     for the other ranks (so the folder is complete when any rank goes on)."""
     with handler.build() as profiler:
@@ -69,8 +75,9 @@ def profile_block(handler: ProfileKwargs, process_index: int,
     if handler.output_trace_dir is None:
         return
     os.makedirs(handler.output_trace_dir, exist_ok=True)
-    profiler.export_chrome_trace(os.path.join(handler.output_trace_dir,
-                                              PROFILE_FILE_PATTERN.format(suffix=process_index)))
+    profiler.export_chrome_trace(
+        os.path.join(handler.output_trace_dir, PROFILE_FILE_PATTERN.format(suffix=process_index))
+    )
     wait_for_everyone()
 
 

@@ -53,8 +53,14 @@ class ShardedBatchSampler(BatchSampler):
 
     # BatchSampler.__init__ is deliberately not called: it would demand a sampler and a batch size,
     # and this class only re-deals the batches of an existing batch sampler.
-    def __init__(self, batch_sampler: Iterable[Batch], num_processes: int, process_index: int,
-                 split_batches: bool = False, even_batches: bool = True) -> None:
+    def __init__(
+        self,
+        batch_sampler: Iterable[Batch],
+        num_processes: int,
+        process_index: int,
+        split_batches: bool = False,
+        even_batches: bool = True,
+    ) -> None:
         if not 0 <= process_index < num_processes:
             raise ValueError(f"process_index {process_index} is outside 0..{num_processes - 1}")
         self.batch_sampler = batch_sampler
@@ -217,8 +223,15 @@ class IterableShard(IterableDataset):
     itself when the stream never filled one), so every rank ends on a full batch.
     """
 
-    def __init__(self, dataset: Iterable[Any], batch_size: int, drop_last: bool, num_processes: int,
-                 process_index: int, split_batches: bool = False) -> None:
+    def __init__(
+        self,
+        dataset: Iterable[Any],
+        batch_size: int,
+        drop_last: bool,
+        num_processes: int,
+        process_index: int,
+        split_batches: bool = False,
+    ) -> None:
         if split_batches:
             check_split_batch_size(batch_size, num_processes)
         self.dataset = dataset
@@ -276,18 +289,29 @@ class SeedableRandomSampler(RandomSampler):
     resumes. Each full pass advances the epoch by one.
     """
 
-    def __init__(self, data_source: Sequence[Any], *, replacement: bool = False,
-                 num_samples: int | None = None, generator: torch.Generator | None = None,
-                 data_seed: int | None = None) -> None:
+    def __init__(
+        self,
+        data_source: Sequence[Any],
+        *,
+        replacement: bool = False,
+        num_samples: int | None = None,
+        generator: torch.Generator | None = None,
+        data_seed: int | None = None,
+    ) -> None:
         super().__init__(data_source, replacement=replacement, num_samples=num_samples, generator=generator)
         self.initial_seed = data_seed if data_seed is not None else torch.initial_seed()
         self.epoch = 0
 
     @classmethod
-    def replacing(cls, sampler: RandomSampler, data_seed: int | None) -> "SeedableRandomSampler":
+    def replacing(cls, sampler: RandomSampler, data_seed: int | None) -> SeedableRandomSampler:
         """A seedable twin of ``sampler`` (same data, replacement and sample count)."""
-        return cls(sampler.data_source, replacement=sampler.replacement,  # type: ignore[arg-type]
-                   num_samples=sampler._num_samples, generator=sampler.generator, data_seed=data_seed)
+        return cls(
+            sampler.data_source,
+            replacement=sampler.replacement,  # type: ignore[arg-type]
+            num_samples=sampler._num_samples,
+            generator=sampler.generator,
+            data_seed=data_seed,
+        )
 
     def __iter__(self) -> Iterator[int]:
         # Chained lists rather than ``yield from``: the indices come out at C speed.
@@ -318,6 +342,9 @@ def _call_set_epoch(target: Any, epoch: int) -> None:
 
 
 __all__ = [
-    "ShardedBatchSampler", "SkipBatchSampler", "IterableShard", "SeedableRandomSampler",
+    "ShardedBatchSampler",
+    "SkipBatchSampler",
+    "IterableShard",
+    "SeedableRandomSampler",
     "check_split_batch_size",
 ]

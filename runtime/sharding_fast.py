@@ -28,6 +28,7 @@ _REPLACEMENT_BLOCK = 32
 # same random draws at the very same moments, but slice this rank's batches out of the drawn
 # lists and only count the others'.
 
+
 def random_draws(sampler: RandomSampler) -> Iterator[list[int]]:
     """The index lists ``sampler`` draws, one per random draw, each drawn only when asked for.
 
@@ -67,8 +68,9 @@ class UnreadBatch:
         return self.size
 
 
-def sliced_batches(blocks: Iterator[list[int]], batch_size: int, drop_last: bool,
-                   wanted: Callable[[int], bool] | None = None) -> Iterator[Batch | UnreadBatch]:
+def sliced_batches(
+    blocks: Iterator[list[int]], batch_size: int, drop_last: bool, wanted: Callable[[int], bool] | None = None
+) -> Iterator[Batch | UnreadBatch]:
     """What torch's ``BatchSampler`` cuts from the chained ``blocks``, cut by slicing.
 
     BatchSampler asks its sampler for a batch's indices one by one, and for one more than there
@@ -118,8 +120,9 @@ def _index_blocks(sampler: Any) -> Iterator[list[int]] | None:
     return None if draws is None else draws(sampler)
 
 
-def source_batches(batch_sampler: Iterable[Batch],
-                   wanted: Callable[[int], bool] | None = None) -> Iterator[Batch | UnreadBatch]:
+def source_batches(
+    batch_sampler: Iterable[Batch], wanted: Callable[[int], bool] | None = None
+) -> Iterator[Batch | UnreadBatch]:
     """``batch_sampler``'s batches, each a new list, with its draws made at the same moments.
 
     When it is torch's own BatchSampler over a sampler whose draws we know, the batches are

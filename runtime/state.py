@@ -226,8 +226,9 @@ def pick_device(distributed: bool, local_rank: int, cpu: bool) -> torch.device:
     return torch.device("cpu")
 
 
-def detect_state(cpu: bool = False, init_kwargs: dict[str, Any] | None = None,
-                 mixed_precision: str = "no") -> ProcessState:
+def detect_state(
+    cpu: bool = False, init_kwargs: dict[str, Any] | None = None, mixed_precision: str = "no"
+) -> ProcessState:
     """Read the environment, join the process group if launched with several ranks, pick the device.
 
     Safe to call many times: the group is created once and reused (or re-created if someone

@@ -138,9 +138,11 @@ class _ProcessView:
 
     def _describe(self) -> str:
         backend = f"  Backend: {self.backend}" if self.backend else ""
-        return (f"Distributed environment: {self.distributed_type}{backend}\n"
-                f"Num processes: {self.num_processes}\nProcess index: {self.process_index}\n"
-                f"Local process index: {self.local_process_index}\nDevice: {self.device}\n")
+        return (
+            f"Distributed environment: {self.distributed_type}{backend}\n"
+            f"Num processes: {self.num_processes}\nProcess index: {self.process_index}\n"
+            f"Local process index: {self.local_process_index}\nDevice: {self.device}\n"
+        )
 
 
 class PartialState(_ProcessView):
@@ -254,7 +256,8 @@ class AcceleratorState(_ProcessView):
             raise AttributeError(
                 f"`AcceleratorState` object has no attribute `{name}`. This happens if "
                 "`AcceleratorState._reset_state()` was called and an `Accelerator` or `PartialState` "
-                "was not reinitialized.")
+                "was not reinitialized."
+            )
         raise AttributeError(f"'AcceleratorState' object has no attribute {name!r}")
 
     def __repr__(self) -> str:

@@ -137,8 +137,9 @@ def split_for_process(inputs: Any, num_processes: int, process_index: int, apply
         lengths = {len(value) for value in inputs.values()}
         if len(lengths) > 1:
             raise ValueError("split_between_processes: all values of the dict must have the same length")
-        return {key: split_for_process(value, num_processes, process_index, apply_padding)
-                for key, value in inputs.items()}
+        return {
+            key: split_for_process(value, num_processes, process_index, apply_padding) for key, value in inputs.items()
+        }
     start, end = _share_bounds(len(inputs), num_processes, process_index)
     share = inputs[start:end]
     if apply_padding and len(inputs):

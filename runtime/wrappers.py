@@ -14,7 +14,8 @@ each optimizer step therefore advances the scheduler ``num_processes`` times (on
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -28,8 +29,13 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
     ``state`` and ``defaults`` are the wrapped optimizer's own objects. ``.optimizer`` is the inner one.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, gradient_state: GradientState,
-                 scaler: torch.amp.GradScaler | None = None, move_state: bool = False) -> None:
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_state: GradientState,
+        scaler: torch.amp.GradScaler | None = None,
+        move_state: bool = False,
+    ) -> None:
         # Optimizer.__init__ is deliberately not called: this object owns no parameters itself.
         self.optimizer = optimizer
         self.gradient_state = gradient_state
@@ -145,8 +151,15 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 class AcceleratedScheduler:
     """Wraps an LR scheduler: advances only after a real optimizer step, ``num_processes`` times."""
 
-    def __init__(self, scheduler: Any, optimizers: list[AcceleratedOptimizer], gradient_state: GradientState,
-                 num_processes: int, step_with_optimizer: bool = True, split_batches: bool = False) -> None:
+    def __init__(
+        self,
+        scheduler: Any,
+        optimizers: list[AcceleratedOptimizer],
+        gradient_state: GradientState,
+        num_processes: int,
+        step_with_optimizer: bool = True,
+        split_batches: bool = False,
+    ) -> None:
         self.scheduler = scheduler
         self.optimizers = optimizers
         self.gradient_state = gradient_state

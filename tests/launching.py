@@ -31,7 +31,7 @@ class Run:
     stdout: str
     stderr: str
 
-    def check(self) -> "Run":
+    def check(self) -> Run:
         if self.returncode != 0:
             raise AssertionError(
                 f"run failed with exit code {self.returncode}\n--- stdout ---\n{self.stdout}"
@@ -54,12 +54,18 @@ def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def run_command(cmd: list[str], *, env: dict[str, str] | None = None, cwd: Path | str | None = None,
-                timeout: float = 180.0) -> Run:
+def run_command(
+    cmd: list[str], *, env: dict[str, str] | None = None, cwd: Path | str | None = None, timeout: float = 180.0
+) -> Run:
     """Run ``cmd`` in its own process group; on timeout kill the whole group and fail."""
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=base_env(env), cwd=cwd, start_new_session=True,
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=base_env(env),
+        cwd=cwd,
+        start_new_session=True,
     )
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -69,25 +75,45 @@ def run_command(cmd: list[str], *, env: dict[str, str] | None = None, cwd: Path 
         raise AssertionError(
             f"{' '.join(map(str, cmd))} ran past {timeout}s and was killed\n--- stdout ---\n{out}"
             f"\n--- stderr ---\n{err}"
-        )
+        ) from None
     return Run(proc.returncode, out, err)
 
 
-def torchrun(script: Path | str, *args: str, nproc: int = 2, env: dict[str, str] | None = None,
-             cwd: Path | str | None = None, timeout: float = 180.0,
-             extra_launcher_args: list[str] | None = None) -> Run:
+def torchrun(
+    script: Path | str,
+    *args: str,
+    nproc: int = 2,
+    env: dict[str, str] | None = None,
+    cwd: Path | str | None = None,
+    timeout: float = 180.0,
+    extra_launcher_args: list[str] | None = None,
+) -> Run:
     """``torchrun --nproc_per_node N script args`` on this machine, on a fresh free port."""
     cmd = [
-        sys.executable, "-m", "torch.distributed.run",
-        "--nnodes", "1", "--nproc_per_node", str(nproc),
-        "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--nproc_per_node",
+        str(nproc),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
         *(extra_launcher_args or []),
-        str(script), *args,
+        str(script),
+        *args,
     ]
     return run_command(cmd, env=env, cwd=cwd, timeout=timeout)
 
 
-def python(script: Path | str, *args: str, env: dict[str, str] | None = None,
-           cwd: Path | str | None = None, timeout: float = 180.0) -> Run:
+def python(
+    script: Path | str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | str | None = None,
+    timeout: float = 180.0,
+) -> Run:
     """A plain one-process ``python script args`` run."""
     return run_command([sys.executable, str(script), *args], env=env, cwd=cwd, timeout=timeout)

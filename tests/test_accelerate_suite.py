@@ -21,10 +21,14 @@ import pytest
 from tests.accelerate_suite.cases import CASES, SCRIPTS
 from tests.accelerate_suite.outcomes import launch
 
-_DISPATCH = ("runtime never dispatches batches (every rank reads its own shard)",
-             "dispatch_batches=True) is not supported by runtime")
-_STATEFUL = ("runtime has no stateful data loader (resume with skip_first_batches)",
-             "use_stateful_dataloader=True) is not supported by runtime")
+_DISPATCH = (
+    "runtime never dispatches batches (every rank reads its own shard)",
+    "dispatch_batches=True) is not supported by runtime",
+)
+_STATEFUL = (
+    "runtime has no stateful data loader (resume with skip_first_batches)",
+    "use_stateful_dataloader=True) is not supported by runtime",
+)
 
 #: (script, case) -> (why runtime differs, text its error must contain).
 DELIBERATE_DIFFERENCES: dict[tuple[str, str], tuple[str, str]] = {
@@ -40,8 +44,10 @@ FAILS_UNDER_ACCELERATE_ON_CPU = {
     "all-reduce waits for a peer that is done, until Gloo's timeout",
     ("test_distributed_data_loop", "join_can_override_even_batches"): "no Join on MULTI_CPU, so no override",
     ("test_distributed_data_loop", "join_can_override_for_mixed_type_dataloaders"): "no Join on MULTI_CPU",
-    ("test_distributed_data_loop", "join_raises_warning_for_iterable_when_overriding_even_batches"):
-        "no Join on MULTI_CPU: the multi-GPU warning comes instead",
+    (
+        "test_distributed_data_loop",
+        "join_raises_warning_for_iterable_when_overriding_even_batches",
+    ): "no Join on MULTI_CPU: the multi-GPU warning comes instead",
     ("test_distributed_data_loop", "pickle_accelerator"): "the Accelerator holds a weakref",
     ("test_distributed_data_loop", "stateful_dataloader"): "torchdata is not installed",
     ("test_distributed_data_loop", "stateful_dataloader_save_state"): "torchdata is not installed",
@@ -81,12 +87,14 @@ def test_case_passes_under_runtime_or_differs_as_documented(outcome, script: str
     expected_under_accelerate = (script, case) not in FAILS_UNDER_ACCELERATE_ON_CPU
     assert theirs["passed"] == expected_under_accelerate, (
         f"under Accelerate this case now {'passes' if theirs['passed'] else 'fails'}: update "
-        f"FAILS_UNDER_ACCELERATE_ON_CPU and the README's table\n{_errors(theirs)}")
+        f"FAILS_UNDER_ACCELERATE_ON_CPU and the README's table\n{_errors(theirs)}"
+    )
     difference = DELIBERATE_DIFFERENCES.get((script, case))
     if difference is not None:
         reason, message = difference
         assert not ours["passed"], f"listed as a deliberate difference ({reason}) but passes under runtime"
         assert ours["errors"] and all(message in text for text in ours["errors"].values()), _errors(ours)
         return
-    assert ours["passed"], (f"fails under runtime (under Accelerate: "
-                            f"{'passes' if theirs['passed'] else 'fails too'}):\n{_errors(ours)}")
+    assert ours["passed"], (
+        f"fails under runtime (under Accelerate: {'passes' if theirs['passed'] else 'fails too'}):\n{_errors(ours)}"
+    )

@@ -14,8 +14,18 @@ from tests.launching import REPO_ROOT, run_command
 
 def test_runtime_overhead_quick_run_prints_every_ratio() -> None:
     run = run_command(
-        [sys.executable, str(REPO_ROOT / "benchmarks" / "runtime_overhead.py"), "--quick",
-         "--nproc", "1", "2", "--models", "mlp", "--precisions", "fp32"],
+        [
+            sys.executable,
+            str(REPO_ROOT / "benchmarks" / "runtime_overhead.py"),
+            "--quick",
+            "--nproc",
+            "1",
+            "2",
+            "--models",
+            "mlp",
+            "--precisions",
+            "fp32",
+        ],
         timeout=240,
     ).check()
     rows = [line for line in run.stdout.splitlines() if line.startswith("| mlp | fp32 |")]

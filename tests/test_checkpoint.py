@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import re
 import random
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -33,8 +33,9 @@ class NotATensor:
 
 
 def make_training(project_dir: Path | None = None, **config) -> dict:
-    accelerator = Accelerator(project_config=ProjectConfiguration(project_dir=str(project_dir) if project_dir else None,
-                                                                  **config))
+    accelerator = Accelerator(
+        project_config=ProjectConfiguration(project_dir=str(project_dir) if project_dir else None, **config)
+    )
     model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 1))
     optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
@@ -42,8 +43,9 @@ def make_training(project_dir: Path | None = None, **config) -> dict:
     tally = Tally()
     accelerator.register_for_checkpointing(tally)
     model, optimizer, scheduler, loader = accelerator.prepare(model, optimizer, scheduler, loader)
-    return dict(accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler,
-                loader=loader, tally=tally)
+    return dict(
+        accelerator=accelerator, model=model, optimizer=optimizer, scheduler=scheduler, loader=loader, tally=tally
+    )
 
 
 def train(t: dict, epochs: int = 1) -> None:
@@ -89,7 +91,11 @@ def test_layout_and_manifest(tmp_path: Path) -> None:
     t = make_training()
     folder = Path(t["accelerator"].save_state(tmp_path / "ckpt"))
     assert sorted(p.name for p in folder.iterdir()) == [
-        MANIFEST, "custom_checkpoint_0.pkl", "optimizer.bin", "pytorch_model.bin", "random_states_0.pkl",
+        MANIFEST,
+        "custom_checkpoint_0.pkl",
+        "optimizer.bin",
+        "pytorch_model.bin",
+        "random_states_0.pkl",
         "scheduler.bin",
     ]
     manifest = json.loads((folder / MANIFEST).read_text())
@@ -149,8 +155,9 @@ def crash_on_write(monkeypatch: pytest.MonkeyPatch, after: int) -> None:
     monkeypatch.setattr(checkpoint, "_write", write)
 
 
-def test_a_crash_mid_save_leaves_no_checkpoint_that_looks_complete(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_crash_mid_save_leaves_no_checkpoint_that_looks_complete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     t = make_training(tmp_path, automatic_checkpoint_naming=True)
     t["accelerator"].save_state()
     expected = snapshot(t)
@@ -169,8 +176,9 @@ def test_a_crash_mid_save_leaves_no_checkpoint_that_looks_complete(tmp_path: Pat
     assert sorted(p.name for p in checkpoints.iterdir()) == ["checkpoint_0", "checkpoint_1"]
 
 
-def test_a_crash_while_replacing_a_folder_keeps_the_old_checkpoint(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_crash_while_replacing_a_folder_keeps_the_old_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     t = make_training()
     t["accelerator"].save_state(tmp_path / "ckpt")
     expected = snapshot(t)

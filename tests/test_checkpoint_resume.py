@@ -29,8 +29,11 @@ def phases(tmp_path_factory: pytest.TempPathFactory) -> dict:
     checkpoint = work / "ckpt"
     for phase in ("full", "resume"):
         torchrun(SCRIPT, phase, str(checkpoint), str(work), timeout=150).check()
-    reports = {(phase, rank): json.loads((work / f"runtime_{phase}_rank{rank}.json").read_text())
-               for phase in ("full", "resume") for rank in (0, 1)}
+    reports = {
+        (phase, rank): json.loads((work / f"runtime_{phase}_rank{rank}.json").read_text())
+        for phase in ("full", "resume")
+        for rank in (0, 1)
+    }
     return {"reports": reports, "checkpoint": checkpoint}
 
 
@@ -38,10 +41,14 @@ def phases(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def accelerate_phases(tmp_path_factory: pytest.TempPathFactory) -> dict:
     work = tmp_path_factory.mktemp("resume_accelerate")
     for phase in ("full", "resume"):
-        torchrun(SCRIPT, phase, str(work / "ckpt"), str(work), "accelerate",
-                 env={"ACCELERATE_USE_CPU": "1"}, timeout=150).check()
-    return {(phase, rank): json.loads((work / f"accelerate_{phase}_rank{rank}.json").read_text())
-            for phase in ("full", "resume") for rank in (0, 1)}
+        torchrun(
+            SCRIPT, phase, str(work / "ckpt"), str(work), "accelerate", env={"ACCELERATE_USE_CPU": "1"}, timeout=150
+        ).check()
+    return {
+        (phase, rank): json.loads((work / f"accelerate_{phase}_rank{rank}.json").read_text())
+        for phase in ("full", "resume")
+        for rank in (0, 1)
+    }
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -58,8 +65,7 @@ def test_resumed_run_ends_on_identical_parameters_and_states(phases, rank: int) 
     assert resumed["parameters"] == full["parameters"]  # exact, not approximate
     assert resumed["counter_at_start"] == full["counter_at_start"] == 8  # 64 samples / 2 ranks / 4
     assert resumed["lr_at_start"] == full["lr_at_start"]
-    assert [(e["python"], e["numpy"]) for e in resumed["epochs"]] == \
-           [(e["python"], e["numpy"]) for e in full["epochs"]]
+    assert [(e["python"], e["numpy"]) for e in resumed["epochs"]] == [(e["python"], e["numpy"]) for e in full["epochs"]]
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -89,8 +95,15 @@ def test_ranks_trained_on_different_samples(phases) -> None:
 def test_checkpoint_holds_every_ranks_random_state_and_an_unprefixed_model(phases) -> None:
     folder: Path = phases["checkpoint"]
     names = sorted(p.name for p in folder.iterdir())
-    assert names == [MANIFEST, "custom_checkpoint_0.pkl", "optimizer.bin", "pytorch_model.bin",
-                     "random_states_0.pkl", "random_states_1.pkl", "scheduler.bin"]
+    assert names == [
+        MANIFEST,
+        "custom_checkpoint_0.pkl",
+        "optimizer.bin",
+        "pytorch_model.bin",
+        "random_states_0.pkl",
+        "random_states_1.pkl",
+        "scheduler.bin",
+    ]
     assert json.loads((folder / MANIFEST).read_text())["world_size"] == 2
     state = torch.load(folder / "pytorch_model.bin", weights_only=True)
     assert not any(key.startswith("module.") for key in state)

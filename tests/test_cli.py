@@ -19,7 +19,7 @@ from click.testing import CliRunner, Result
 
 from converter import report
 from converter.cli import main
-from converter.report import Output, Piece, make_console, rich_text
+from converter.report import Output, Piece, rich_text
 
 TRAIN = b"""import torch
 from torch.utils.data import DataLoader
@@ -84,7 +84,8 @@ def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
     """Every file below ``folder`` with its bytes and modification time (ns)."""
     return {
         str(path.relative_to(folder)): (path.read_bytes(), path.stat().st_mtime_ns)
-        for path in sorted(folder.rglob("*")) if path.is_file()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
     }
 
 
@@ -167,7 +168,9 @@ def test_diff_prints_a_unified_diff_and_writes_nothing(script: Path, tmp_path: P
 
 def test_diff_keeps_tabs_and_non_ascii_text(tmp_path: Path) -> None:
     path = tmp_path / "tabs.py"
-    path.write_bytes(TRAIN.replace(b"        loss.backward()", b"        tag = '\tcaf\xc3\xa9'\n        loss.backward()"))
+    path.write_bytes(
+        TRAIN.replace(b"        loss.backward()", b"        tag = '\tcaf\xc3\xa9'\n        loss.backward()")
+    )
     result = run("--diff", path)
     assert "         tag = '\tcafé'" in result.stdout
 
@@ -251,8 +254,9 @@ def test_version() -> None:
     assert result.exit_code == 0 and "0.1.0" in result.stdout
 
 
-def test_internal_error_exits_123_and_writes_nothing(script: Path, tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_internal_error_exits_123_and_writes_nothing(
+    script: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A codemod whose result changes again on a second run must never reach the disk."""
     import libcst as cst
 
@@ -271,7 +275,8 @@ def test_internal_error_exits_123_and_writes_nothing(script: Path, tmp_path: Pat
 
 
 def test_unexpected_exception_in_one_file_is_reported_and_the_rest_still_run(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import converter.cli
 
     real_convert = converter.cli.convert_source
@@ -379,8 +384,7 @@ def test_one_failure_does_not_stop_the_rest(tmp_path: Path) -> None:
 
 def test_folder_discovery_skips_hidden_venv_and_cache_and_mirrors_layout(tmp_path: Path) -> None:
     src = tmp_path / "src"
-    for relative in ["pkg/train.py", ".hidden/x.py", "venv_any_name/lib/y.py", "__pycache__/z.py",
-                     "pkg/notes.txt"]:
+    for relative in ["pkg/train.py", ".hidden/x.py", "venv_any_name/lib/y.py", "__pycache__/z.py", "pkg/notes.txt"]:
         (src / relative).parent.mkdir(parents=True, exist_ok=True)
         (src / relative).write_bytes(TRAIN)
     (src / "venv_any_name" / "pyvenv.cfg").write_text("home = /usr\n")
@@ -422,8 +426,10 @@ def test_json_has_one_object_per_finding_on_free_stdout(script: Path) -> None:
     result = run("--check", "--output-format", "json", script)
     assert result.exit_code == 1
     findings = json.loads(result.stdout)
-    assert all(set(finding) == {"code", "message", "filename", "line", "column", "end_line", "end_column", "fixed"}
-               for finding in findings)
+    assert all(
+        set(finding) == {"code", "message", "filename", "line", "column", "end_line", "end_column", "fixed"}
+        for finding in findings
+    )
     backward = [finding for finding in findings if finding["code"] == "ACC105"]
     assert [(f["filename"], f["line"], f["column"], f["fixed"]) for f in backward] == [(str(script), 10, 9, True)]
     assert "accelerator.backward" in backward[0]["message"]
@@ -516,19 +522,23 @@ def test_bad_config_is_a_usage_error_naming_the_file(script: Path, tmp_path: Pat
     assert f"{pyproject}: [tool.accel-convert] unknown key 'traget'" in result.stderr
     pyproject.write_text('[tool.accel-convert]\ntarget = "tpu"\n')
     assert run(script).exit_code == 2
-    pyproject.write_text('[tool.accel-convert\n')
+    pyproject.write_text("[tool.accel-convert\n")
     assert "invalid TOML" in run(script).stderr
 
 
 # -- encodings and newlines ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("source", [
-    b"# -*- coding: latin-1 -*-\nimport torch\nname = '\xe9t\xe9'\r\nx = torch.zeros(1)\n",
-    b"import torch\r\n\r\nx = torch.zeros(1)  # caf\xc3\xa9\r\n",
-    b"\xef\xbb\xbfimport torch\nx = torch.zeros(1)\n",
-    b"# coding: latin-1\r\nname = '\xe9'\r\n",
-], ids=["latin-1", "crlf", "bom", "latin-1-crlf-no-torch"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        b"# -*- coding: latin-1 -*-\nimport torch\nname = '\xe9t\xe9'\r\nx = torch.zeros(1)\n",
+        b"import torch\r\n\r\nx = torch.zeros(1)  # caf\xc3\xa9\r\n",
+        b"\xef\xbb\xbfimport torch\nx = torch.zeros(1)\n",
+        b"# coding: latin-1\r\nname = '\xe9'\r\n",
+    ],
+    ids=["latin-1", "crlf", "bom", "latin-1-crlf-no-torch"],
+)
 def test_files_with_nothing_to_convert_survive_byte_for_byte(tmp_path: Path, source: bytes) -> None:
     path = tmp_path / "script.py"
     path.write_bytes(source)
@@ -621,8 +631,9 @@ def test_output_styles_wherever_rich_would(monkeypatch: pytest.MonkeyPatch) -> N
     assert from_env.getvalue() == rich_prints(line, io.StringIO()) and "\x1b[" in from_env.getvalue()
 
 
-def test_objects_from_start_up_are_frozen_only_while_files_convert(script: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_objects_from_start_up_are_frozen_only_while_files_convert(
+    script: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import converter.cli
 
     frozen_during: list[int] = []

@@ -33,8 +33,9 @@ def console_script() -> str:
 
 
 def accel_convert(*args: str, stdin: bytes | None = None, cwd: Path) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([console_script(), *args], input=stdin, capture_output=True, cwd=cwd,
-                          env=base_env(), timeout=120, check=False)
+    return subprocess.run(
+        [console_script(), *args], input=stdin, capture_output=True, cwd=cwd, env=base_env(), timeout=120, check=False
+    )
 
 
 def test_console_script_converts_stdin_then_checks_both_files(tmp_path: Path) -> None:
@@ -57,8 +58,7 @@ def test_console_script_converts_stdin_then_checks_both_files(tmp_path: Path) ->
 def test_pre_commit_hook_definition_runs_the_check() -> None:
     text = (REPO_ROOT / ".pre-commit-hooks.yaml").read_text()
     lines = {line.strip(" -") for line in text.splitlines() if not line.lstrip().startswith("#")}
-    assert {"id: accel-convert-check", "entry: accel-convert --check", "language: python",
-            "types: [python]"} <= lines
+    assert {"id: accel-convert-check", "entry: accel-convert --check", "language: python", "types: [python]"} <= lines
 
 
 #: Runs the command three times in one interpreter and reports what each run had imported.
@@ -103,8 +103,9 @@ def test_check_on_a_pipe_never_imports_rich_console(tmp_path: Path) -> None:
     env = base_env()
     env.pop("FORCE_COLOR", None)
     env.pop("TTY_COMPATIBLE", None)
-    result = subprocess.run([sys.executable, "-c", IMPORT_PROBE], capture_output=True, cwd=tmp_path, env=env,
-                            timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", IMPORT_PROBE], capture_output=True, cwd=tmp_path, env=env, timeout=120, check=False
+    )
     assert result.returncode == 0, result.stderr.decode()
     stdout = result.stdout.decode()
     report = json.loads(stdout.rsplit("PROBE ", 1)[1].splitlines()[0])

@@ -33,15 +33,25 @@ def train(model, loader, optimizer):
 """
 
 
-def accel_convert(*args: str | Path, cwd: Path, env: dict[str, str] | None = None,
-                  python: str = sys.executable, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([python, "-m", "converter", *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                          env=base_env(env), timeout=timeout, check=False)
+def accel_convert(
+    *args: str | Path, cwd: Path, env: dict[str, str] | None = None, python: str = sys.executable, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [python, "-m", "converter", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=base_env(env),
+        timeout=timeout,
+        check=False,
+    )
 
 
 def error_lines(stderr: str) -> list[str]:
     """stderr without the summary line."""
-    return [line for line in stderr.splitlines() if not line.split(",")[0].endswith(("converted", "would be converted"))]
+    return [
+        line for line in stderr.splitlines() if not line.split(",")[0].endswith(("converted", "would be converted"))
+    ]
 
 
 # -- symbolic links and permissions ------------------------------------------------------------
@@ -60,7 +70,8 @@ def test_symlink_loops_are_one_line_each_and_the_run_goes_on(tmp_path: Path) -> 
     assert "Traceback" not in in_folder.stderr
     lines = in_folder.stderr.splitlines()
     assert [line for line in lines if "loop" in line] == [
-        "src/loop1.py: skipped: symbolic link loop", "src/loop2.py: skipped: symbolic link loop",
+        "src/loop1.py: skipped: symbolic link loop",
+        "src/loop2.py: skipped: symbolic link loop",
     ]
     assert any(line.startswith("src/a.py:") for line in lines)
     assert lines[-1].startswith("1 would be converted, 0 unchanged, 0 failed, 2 skipped")
@@ -124,17 +135,23 @@ main(sys.argv[2:], prog_name="accel-convert")
 """
 
 
-@pytest.mark.parametrize("sent, code, word", [(signal.SIGINT, 130, "interrupted"),
-                                               (signal.SIGTERM, 143, "terminated")])
-def test_a_signal_mid_write_leaves_no_temporary_file(tmp_path: Path, sent: signal.Signals, code: int,
-                                                     word: str) -> None:
+@pytest.mark.parametrize("sent, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_a_signal_mid_write_leaves_no_temporary_file(
+    tmp_path: Path, sent: signal.Signals, code: int, word: str
+) -> None:
     sources = tmp_path / "src"
     sources.mkdir()
     for index in range(3):
         (sources / f"train{index}.py").write_bytes(TRAIN)
     marker = tmp_path / "writing"
-    child = subprocess.Popen([sys.executable, "-c", SLOW_WRITES, str(marker), "src", "-o", "out"], cwd=tmp_path,
-                             env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", SLOW_WRITES, str(marker), "src", "-o", "out"],
+        cwd=tmp_path,
+        env=base_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not marker.exists():
@@ -162,7 +179,12 @@ def test_a_closed_pipe_ends_the_run_quietly(tmp_path: Path) -> None:
         (sources / f"train{index:02}.py").write_bytes(TRAIN)
     pipeline = subprocess.run(
         ["bash", "-c", f"set -o pipefail; {sys.executable} -m converter --diff src 2>errors.txt | head -1"],
-        cwd=tmp_path, env=base_env(), capture_output=True, text=True, timeout=300, check=False,
+        cwd=tmp_path,
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert pipeline.stdout == "--- a/src/train00.py\n"
     assert pipeline.returncode == 141, pipeline.stderr
@@ -183,14 +205,18 @@ def test_compiler_warnings_about_the_users_code_stay_quiet(tmp_path: Path) -> No
         assert "Warning" not in result.stderr and "syntax error" not in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize("env, flag, coloured", [
-    ({"FORCE_COLOR": "1"}, None, True),
-    ({"FORCE_COLOR": "1", "NO_COLOR": "1"}, None, False),
-    ({"FORCE_COLOR": "1"}, "--no-color", False),
-    ({"NO_COLOR": "1"}, "--color", True),
-])
-def test_colour_is_one_decision_for_findings_and_diffs(tmp_path: Path, env: dict[str, str], flag: str | None,
-                                                       coloured: bool) -> None:
+@pytest.mark.parametrize(
+    "env, flag, coloured",
+    [
+        ({"FORCE_COLOR": "1"}, None, True),
+        ({"FORCE_COLOR": "1", "NO_COLOR": "1"}, None, False),
+        ({"FORCE_COLOR": "1"}, "--no-color", False),
+        ({"NO_COLOR": "1"}, "--color", True),
+    ],
+)
+def test_colour_is_one_decision_for_findings_and_diffs(
+    tmp_path: Path, env: dict[str, str], flag: str | None, coloured: bool
+) -> None:
     (tmp_path / "train.py").write_bytes(TRAIN)
     base = {"NO_COLOR": "", "FORCE_COLOR": ""}
     result = accel_convert("--diff", "train.py", *([flag] if flag else []), cwd=tmp_path, env={**base, **env})
@@ -211,22 +237,48 @@ DIFF_CASES = {
 def test_diffs_apply_with_git_apply_and_patch(tmp_path: Path) -> None:
     for name, source in DIFF_CASES.items():
         (tmp_path / name).write_bytes(source)
-    diff = subprocess.run([sys.executable, "-m", "converter", "--diff", *DIFF_CASES], capture_output=True,
-                          cwd=tmp_path, env=base_env(), timeout=120, check=False)
+    diff = subprocess.run(
+        [sys.executable, "-m", "converter", "--diff", *DIFF_CASES],
+        capture_output=True,
+        cwd=tmp_path,
+        env=base_env(),
+        timeout=120,
+        check=False,
+    )
     assert diff.returncode == 0, diff.stderr.decode()
     (tmp_path / "changes.diff").write_bytes(diff.stdout)
-    git = subprocess.run(["git", "apply", "--check", "-v", "changes.diff"], capture_output=True, text=True,
-                         cwd=tmp_path, timeout=60, check=False)
+    git = subprocess.run(
+        ["git", "apply", "--check", "-v", "changes.diff"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
     assert git.returncode == 0, git.stderr
-    patch = subprocess.run(["patch", "-p1", "--dry-run", "-i", "changes.diff"], capture_output=True, text=True,
-                           cwd=tmp_path, timeout=60, check=False)
+    patch = subprocess.run(
+        ["patch", "-p1", "--dry-run", "-i", "changes.diff"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
     assert patch.returncode == 0, patch.stdout + patch.stderr
-    applied = subprocess.run(["git", "apply", "changes.diff"], capture_output=True, text=True, cwd=tmp_path,
-                             timeout=60, check=False)
+    applied = subprocess.run(
+        ["git", "apply", "changes.diff"], capture_output=True, text=True, cwd=tmp_path, timeout=60, check=False
+    )
     assert applied.returncode == 0, applied.stderr
     for name, source in DIFF_CASES.items():
-        expected = subprocess.run([sys.executable, "-m", "converter", "-", "-q"], input=source,
-                                  capture_output=True, cwd=tmp_path, env=base_env(), timeout=120, check=True).stdout
+        expected = subprocess.run(
+            [sys.executable, "-m", "converter", "-", "-q"],
+            input=source,
+            capture_output=True,
+            cwd=tmp_path,
+            env=base_env(),
+            timeout=120,
+            check=True,
+        ).stdout
         assert (tmp_path / name).read_bytes() == expected, name
 
 
@@ -238,8 +290,12 @@ def python310() -> str | None:
     candidate = os.environ.get("ACCEL_CONVERT_PYTHON310") or shutil.which("python3.10")
     if candidate is None:
         return None
-    probe = subprocess.run([candidate, "-c", "import sys, libcst, click, rich, tomli; assert sys.version_info[:2] == (3, 10)"],
-                           capture_output=True, timeout=60, check=False)
+    probe = subprocess.run(
+        [candidate, "-c", "import sys, libcst, click, rich, tomli; assert sys.version_info[:2] == (3, 10)"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
     return candidate if probe.returncode == 0 else None
 
 

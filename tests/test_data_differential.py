@@ -40,8 +40,7 @@ def observed(tmp_path_factory) -> dict[int, dict[str, list[dict]]]:
     """{nproc: {"accelerate": [rank cases...], "runtime": [rank cases...]}}, 4 launches in all."""
     root = tmp_path_factory.mktemp("data_differential")
     return {
-        nproc: {fw: _launch(fw, nproc, root / f"{fw}{nproc}") for fw in ("accelerate", "runtime")}
-        for nproc in NPROCS
+        nproc: {fw: _launch(fw, nproc, root / f"{fw}{nproc}") for fw in ("accelerate", "runtime")} for nproc in NPROCS
     }
 
 
@@ -61,8 +60,9 @@ def _cases(observed, nproc: int, kind: str):
 
 def _is_known_len_difference(case: dict, nproc: int, rank: int) -> bool:
     size = case["b"]
-    return bool(case["split"] and not case["even"] and not case["drop"]
-                and 0 < case["L"] % size <= rank * (size // nproc))
+    return bool(
+        case["split"] and not case["even"] and not case["drop"] and 0 < case["L"] % size <= rank * (size // nproc)
+    )
 
 
 @pytest.mark.parametrize("nproc", NPROCS)

@@ -51,6 +51,7 @@ def _generator(seed: int = 7) -> torch.Generator:
 def _steps_with_states(iterator, generator: torch.Generator | None, limit: int | None = None):
     """Each item of ``iterator`` with the RNG state right after it was produced (the sampler's
     generator, or the global RNG when it has none), then the state after exhaustion."""
+
     def state() -> torch.Tensor:
         return torch.get_rng_state() if generator is None else generator.get_state()
 
@@ -69,21 +70,29 @@ def _assert_same_steps(expected, ours, case) -> None:
 
 SAMPLER_CASES = [
     # (dataset length, replacement, num_samples)
-    (1, False, None), (5, False, None), (5, False, 3), (5, False, 5), (5, False, 12), (5, False, 15),
-    (40, False, 7), (5, True, None), (5, True, 31), (5, True, 32), (5, True, 33), (50, True, 70),
+    (1, False, None),
+    (5, False, None),
+    (5, False, 3),
+    (5, False, 5),
+    (5, False, 12),
+    (5, False, 15),
+    (40, False, 7),
+    (5, True, None),
+    (5, True, 31),
+    (5, True, 32),
+    (5, True, 33),
+    (50, True, 70),
     (50, True, 64),
 ]
 
 
 @pytest.mark.parametrize("own_generator", [True, False])
 @pytest.mark.parametrize(("length", "replacement", "num_samples"), SAMPLER_CASES)
-def test_random_draws_draw_like_random_sampler_at_every_step(length, replacement, num_samples,
-                                                              own_generator) -> None:
+def test_random_draws_draw_like_random_sampler_at_every_step(length, replacement, num_samples, own_generator) -> None:
     def run(stream_of):
         torch.manual_seed(3)
         generator = _generator() if own_generator else None
-        sampler = RandomSampler(range(length), replacement=replacement, num_samples=num_samples,
-                                generator=generator)
+        sampler = RandomSampler(range(length), replacement=replacement, num_samples=num_samples, generator=generator)
         return _steps_with_states(stream_of(sampler), generator)
 
     expected = run(iter)
@@ -104,27 +113,31 @@ def test_only_known_samplers_are_sliced() -> None:
 
 
 @pytest.mark.parametrize("drop_last", [False, True])
-@pytest.mark.parametrize(("length", "batch_size", "replacement"),
-                         [(10, 3, False), (12, 3, False), (12, 5, True), (2, 3, False), (64, 32, True)])
-def test_source_batches_match_torch_batch_sampler_at_every_batch(length, batch_size, replacement,
-                                                                 drop_last) -> None:
+@pytest.mark.parametrize(
+    ("length", "batch_size", "replacement"),
+    [(10, 3, False), (12, 3, False), (12, 5, True), (2, 3, False), (64, 32, True)],
+)
+def test_source_batches_match_torch_batch_sampler_at_every_batch(length, batch_size, replacement, drop_last) -> None:
     def run(batches_of):
         generator = _generator()
-        sampler = BatchSampler(RandomSampler(range(length), replacement=replacement, generator=generator),
-                               batch_size, drop_last)
+        sampler = BatchSampler(
+            RandomSampler(range(length), replacement=replacement, generator=generator), batch_size, drop_last
+        )
         return _steps_with_states(batches_of(sampler), generator)
 
     _assert_same_steps(run(iter), run(source_batches), (length, batch_size, replacement, drop_last))
 
 
-SHARD_GRID = list(itertools.product(
-    [1, 7, 12, 13, 20],  # dataset length
-    [1, 2, 4],           # batch size
-    [2, 3],              # processes
-    [False, True],       # split batches
-    [True, False],       # even batches
-    [False, True],       # drop_last
-))
+SHARD_GRID = list(
+    itertools.product(
+        [1, 7, 12, 13, 20],  # dataset length
+        [1, 2, 4],  # batch size
+        [2, 3],  # processes
+        [False, True],  # split batches
+        [True, False],  # even batches
+        [False, True],  # drop_last
+    )
+)
 
 
 def _sharded_steps(sampler_class, case, rank, limit=None, replacement=False):
@@ -154,8 +167,9 @@ def test_sharded_fast_and_general_paths_agree_on_a_grid() -> None:
 
 @pytest.mark.parametrize("drop_last", [False, True])
 @pytest.mark.parametrize(("length", "batch_size", "num_samples"), [(6, 4, None), (6, 3, 14), (5, 5, None)])
-def test_seedable_sampler_batches_draws_and_epochs_match_the_generator_version(length, batch_size, num_samples,
-                                                                               drop_last) -> None:
+def test_seedable_sampler_batches_draws_and_epochs_match_the_generator_version(
+    length, batch_size, num_samples, drop_last
+) -> None:
     def run(sampler_class, batches_of, limit=None):
         sampler = sampler_class(range(length), num_samples=num_samples, data_seed=5)
         steps = []

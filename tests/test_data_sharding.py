@@ -30,8 +30,7 @@ def shards(sampler, num_processes: int = 2, **options) -> list[list[list[int]]]:
 
 
 def prepare(loader: DataLoader, num_processes: int = 1, process_index: int = 0, **options) -> PreparedDataLoader:
-    settings = dict(device=None, split_batches=False, even_batches=True, gradient_state=GradientState(),
-                    rng_types=None)
+    settings = dict(device=None, split_batches=False, even_batches=True, gradient_state=GradientState(), rng_types=None)
     settings.update(options)
     return prepare_data_loader(loader, num_processes=num_processes, process_index=process_index, **settings)
 
@@ -45,15 +44,35 @@ def as_lists(loader) -> list[list[int]]:
 # ------------------------------------------------------------------------------------------------
 WHOLE_BATCH_TABLE = [
     # (length, batch size, drop_last, rank 0, rank 1)
-    (24, 3, False, [[0, 1, 2], [6, 7, 8], [12, 13, 14], [18, 19, 20]],
-     [[3, 4, 5], [9, 10, 11], [15, 16, 17], [21, 22, 23]]),
-    (21, 3, False, [[0, 1, 2], [6, 7, 8], [12, 13, 14], [18, 19, 20]],
-     [[3, 4, 5], [9, 10, 11], [15, 16, 17], [0, 1, 2]]),
+    (
+        24,
+        3,
+        False,
+        [[0, 1, 2], [6, 7, 8], [12, 13, 14], [18, 19, 20]],
+        [[3, 4, 5], [9, 10, 11], [15, 16, 17], [21, 22, 23]],
+    ),
+    (
+        21,
+        3,
+        False,
+        [[0, 1, 2], [6, 7, 8], [12, 13, 14], [18, 19, 20]],
+        [[3, 4, 5], [9, 10, 11], [15, 16, 17], [0, 1, 2]],
+    ),
     (21, 3, True, [[0, 1, 2], [6, 7, 8], [12, 13, 14]], [[3, 4, 5], [9, 10, 11], [15, 16, 17]]),
-    (22, 3, False, [[0, 1, 2], [6, 7, 8], [12, 13, 14], [18, 19, 20]],
-     [[3, 4, 5], [9, 10, 11], [15, 16, 17], [21, 0, 1]]),
-    (20, 3, False, [[0, 1, 2], [6, 7, 8], [12, 13, 14], [18, 19, 0]],
-     [[3, 4, 5], [9, 10, 11], [15, 16, 17], [1, 2, 3]]),
+    (
+        22,
+        3,
+        False,
+        [[0, 1, 2], [6, 7, 8], [12, 13, 14], [18, 19, 20]],
+        [[3, 4, 5], [9, 10, 11], [15, 16, 17], [21, 0, 1]],
+    ),
+    (
+        20,
+        3,
+        False,
+        [[0, 1, 2], [6, 7, 8], [12, 13, 14], [18, 19, 0]],
+        [[3, 4, 5], [9, 10, 11], [15, 16, 17], [1, 2, 3]],
+    ),
     (2, 3, False, [[0, 1, 0]], [[1, 0, 1]]),
     (2, 3, True, [], []),
     (9, 2, False, [[0, 1], [4, 5], [8, 0]], [[2, 3], [6, 7], [1, 2]]),
@@ -69,12 +88,27 @@ def test_whole_batches_reference_table(length, batch_size, drop_last, rank0, ran
 
 
 SPLIT_TABLE = [
-    (24, 4, False, [[0, 1], [4, 5], [8, 9], [12, 13], [16, 17], [20, 21]],
-     [[2, 3], [6, 7], [10, 11], [14, 15], [18, 19], [22, 23]]),
-    (22, 4, False, [[0, 1], [4, 5], [8, 9], [12, 13], [16, 17], [20, 21]],
-     [[2, 3], [6, 7], [10, 11], [14, 15], [18, 19], [0, 1]]),
-    (21, 4, False, [[0, 1], [4, 5], [8, 9], [12, 13], [16, 17], [20, 0]],
-     [[2, 3], [6, 7], [10, 11], [14, 15], [18, 19], [1, 2]]),
+    (
+        24,
+        4,
+        False,
+        [[0, 1], [4, 5], [8, 9], [12, 13], [16, 17], [20, 21]],
+        [[2, 3], [6, 7], [10, 11], [14, 15], [18, 19], [22, 23]],
+    ),
+    (
+        22,
+        4,
+        False,
+        [[0, 1], [4, 5], [8, 9], [12, 13], [16, 17], [20, 21]],
+        [[2, 3], [6, 7], [10, 11], [14, 15], [18, 19], [0, 1]],
+    ),
+    (
+        21,
+        4,
+        False,
+        [[0, 1], [4, 5], [8, 9], [12, 13], [16, 17], [20, 0]],
+        [[2, 3], [6, 7], [10, 11], [14, 15], [18, 19], [1, 2]],
+    ),
     (21, 4, True, [[0, 1], [4, 5], [8, 9], [12, 13], [16, 17]], [[2, 3], [6, 7], [10, 11], [14, 15], [18, 19]]),
     (2, 4, False, [[0, 1]], [[0, 1]]),
     (2, 4, True, [], []),
@@ -99,7 +133,9 @@ def test_uneven_batches_reference_table(length, batch_size, drop_last, rank0, ra
     sampler = batch_sampler(length, batch_size, drop_last)
     assert shards(sampler, even_batches=False) == [rank0, rank1]
     assert [len(ShardedBatchSampler(sampler, 2, rank, even_batches=False)) for rank in (0, 1)] == [
-        len(rank0), len(rank1)]
+        len(rank0),
+        len(rank1),
+    ]
 
 
 def test_uneven_split_counts_only_real_slices() -> None:
@@ -153,7 +189,7 @@ def test_iterable_shard_interleaves_global_batches() -> None:
     assert rank0 == [0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19]
     assert rank1 == [4, 5, 6, 7, 12, 13, 14, 15, 0, 1, 2, 3]
     # Read back in rank order, the shards reproduce the stream, cycled to whole global batches.
-    interleaved = [x for i in range(0, 12, 4) for x in rank0[i:i + 4] + rank1[i:i + 4]]
+    interleaved = [x for i in range(0, 12, 4) for x in rank0[i : i + 4] + rank1[i : i + 4]]
     assert interleaved == (stream + stream)[:24]
     assert list(IterableShard(stream, 4, True, 2, 1)) == [4, 5, 6, 7, 12, 13, 14, 15]
     assert list(IterableShard(stream, 4, False, 2, 1, split_batches=True)) == [2, 3, 6, 7, 10, 11, 14, 15, 18, 19]
@@ -180,9 +216,11 @@ def test_batch_sampler_shard_grid_matches_accelerate() -> None:
         base = batch_sampler(length, size, drop_last)
         for rank in range(nproc):
             expected, expected_len = _accelerate_or_error(
-                lambda: BatchSamplerShard(base, nproc, rank, split_batches=split, even_batches=even))
+                lambda: BatchSamplerShard(base, nproc, rank, split_batches=split, even_batches=even)
+            )
             ours, ours_len = _accelerate_or_error(
-                lambda: ShardedBatchSampler(base, nproc, rank, split_batches=split, even_batches=even))
+                lambda: ShardedBatchSampler(base, nproc, rank, split_batches=split, even_batches=even)
+            )
             case = (length, size, nproc, rank, split, even, drop_last)
             if ours != expected:
                 mismatches.append((case, expected, ours))
@@ -212,8 +250,9 @@ def test_iterable_shard_grid_matches_accelerate() -> None:
 
 
 def _accelerate_loader(loader, nproc, rank, split, even):
-    return accelerate_prepare_data_loader(loader, None, nproc, rank, split_batches=split, even_batches=even,
-                                          put_on_device=False)
+    return accelerate_prepare_data_loader(
+        loader, None, nproc, rank, split_batches=split, even_batches=even, put_on_device=False
+    )
 
 
 # torch.manual_seed also seeds every lazily-initialised device backend, which costs milliseconds;
@@ -239,10 +278,15 @@ def test_prepared_loader_grid_matches_accelerate() -> None:
         for rank in range(nproc):
             case = (length, size, nproc, rank, split, even, drop_last)
             expected, expected_rng = _epochs_and_rng(
-                lambda dl: _accelerate_loader(dl, nproc, rank, split, even), length, size, shuffle, drop_last)
+                lambda dl: _accelerate_loader(dl, nproc, rank, split, even), length, size, shuffle, drop_last
+            )
             ours, ours_rng = _epochs_and_rng(
                 lambda dl: prepare(dl, nproc, rank, split_batches=split, even_batches=even),
-                length, size, shuffle, drop_last)
+                length,
+                size,
+                shuffle,
+                drop_last,
+            )
             assert ours == expected, case
             assert torch.equal(ours_rng, expected_rng), case
 
@@ -296,8 +340,10 @@ def test_unknown_rng_type_is_an_error() -> None:
 
 
 def _trace(loader, state: GradientState):
-    return [(batch.tolist(), state.end_of_dataloader, state.remainder, state.active_dataloader is loader)
-            for batch in loader]
+    return [
+        (batch.tolist(), state.end_of_dataloader, state.remainder, state.active_dataloader is loader)
+        for batch in loader
+    ]
 
 
 def test_end_of_dataloader_only_on_last_batch_every_epoch() -> None:
@@ -333,8 +379,9 @@ class UnsizedBatchSampler:
 @pytest.mark.parametrize(("num_processes", "expected"), [(1, [[0, 1], [2, 3], [4]]), (2, [[0, 1], [4]])])
 def test_last_batch_is_found_without_a_length(num_processes, expected) -> None:
     state = GradientState()
-    prepared = prepare(DataLoader(list(range(5)), batch_sampler=UnsizedBatchSampler()), num_processes, 0,
-                       gradient_state=state)
+    prepared = prepare(
+        DataLoader(list(range(5)), batch_sampler=UnsizedBatchSampler()), num_processes, 0, gradient_state=state
+    )
     with pytest.raises(TypeError):
         len(prepared)
     trace = [(batch.tolist(), state.end_of_dataloader, state.remainder) for batch in prepared]
@@ -352,8 +399,12 @@ def test_leaving_a_loop_early_unregisters_the_loader() -> None:
 
 
 def test_batches_are_moved_to_the_device() -> None:
-    prepared = prepare(DataLoader([{"x": torch.ones(2), "label": i} for i in range(4)], batch_size=2), 2, 0,
-                       device=torch.device("meta"))
+    prepared = prepare(
+        DataLoader([{"x": torch.ones(2), "label": i} for i in range(4)], batch_size=2),
+        2,
+        0,
+        device=torch.device("meta"),
+    )
     batches = list(prepared)
     assert [batch["x"].device.type for batch in batches] == ["meta"]
     assert batches[0]["label"].device.type == "meta"
@@ -387,7 +438,8 @@ def test_one_process_prepared_loader_is_the_original_loader(num_workers: int) ->
     original_batches, original_rng = _training_like_run(lambda loader: loader, num_workers)
     state = GradientState()
     prepared_batches, prepared_rng = _training_like_run(
-        lambda loader: prepare(loader, 1, 0, gradient_state=state, rng_types=["torch", "generator"]), num_workers)
+        lambda loader: prepare(loader, 1, 0, gradient_state=state, rng_types=["torch", "generator"]), num_workers
+    )
     assert len(prepared_batches) == len(original_batches) == 12
     for ours, theirs in zip(prepared_batches, original_batches):
         assert torch.equal(ours, theirs)
@@ -409,8 +461,9 @@ def test_skip_first_batches_on_plain_loaders() -> None:
 
 def test_skip_first_batches_on_a_prepared_loader_keeps_its_state() -> None:
     state = GradientState()
-    prepared = prepare(DataLoader(list(range(10)), batch_size=2), 2, 1, gradient_state=state,
-                       device=torch.device("meta"))
+    prepared = prepare(
+        DataLoader(list(range(10)), batch_size=2), 2, 1, gradient_state=state, device=torch.device("meta")
+    )
     prepared.set_epoch(3)
     skipped = skip_first_batches(prepared, 1)
     assert isinstance(skipped, PreparedDataLoader)
@@ -562,8 +615,14 @@ def test_seedable_sampler_depends_on_seed_and_epoch_only() -> None:
     def orders(data_seed, noise_draws=0):
         torch.manual_seed(0)
         torch.rand(noise_draws)
-        loader = prepare(DataLoader(list(range(12)), batch_size=12, shuffle=True), 2, 0,
-                         use_seedable_sampler=True, data_seed=data_seed, split_batches=True)
+        loader = prepare(
+            DataLoader(list(range(12)), batch_size=12, shuffle=True),
+            2,
+            0,
+            use_seedable_sampler=True,
+            data_seed=data_seed,
+            split_batches=True,
+        )
         return [as_lists(loader) for _ in range(2)]
 
     first = orders(42)
@@ -601,8 +660,11 @@ class Movable:
 
 def test_send_to_device_walks_nested_structures() -> None:
     meta = torch.device("meta")
-    batch = {"pair": Pair(torch.ones(2), [torch.zeros(1), "text", 3]), "enc": Movable(torch.ones(1)),
-             "tuple": (torch.ones(1),)}
+    batch = {
+        "pair": Pair(torch.ones(2), [torch.zeros(1), "text", 3]),
+        "enc": Movable(torch.ones(1)),
+        "tuple": (torch.ones(1),),
+    }
     moved = send_to_device(batch, meta, non_blocking=True)
     assert isinstance(moved["pair"], Pair) and isinstance(moved["tuple"], tuple)
     assert moved["pair"].inputs.device == meta and moved["pair"].labels[0].device == meta

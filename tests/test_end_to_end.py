@@ -40,8 +40,18 @@ from tests.launching import REPO_ROOT, Run, python, torchrun
 CASES_DIR = REPO_ROOT / "fixtures" / "cases"
 SUPPORT_DIR = REPO_ROOT / "fixtures" / "support"
 FORKRUN = REPO_ROOT / "tests" / "e2e_support" / "forkrun.py"
-SIDE_CAR_FIELDS = {"run", "run_2proc", "metrics", "dataset_size", "compare_2proc", "compare_files",
-                   "oom_retry", "target", "reported", "added_lines"}
+SIDE_CAR_FIELDS = {
+    "run",
+    "run_2proc",
+    "metrics",
+    "dataset_size",
+    "compare_2proc",
+    "compare_files",
+    "oom_retry",
+    "target",
+    "reported",
+    "added_lines",
+}
 #: What ``--oom-retry`` conversions print at the start of each attempt (the seed write-up's reader
 #: wanted to see the batch size in use); lines the original cannot have printed.
 OOM_RETRY_ANNOUNCEMENT = r"Training with batch size \d+"
@@ -120,8 +130,11 @@ def without_added_lines(case: Case, stdout: str) -> str:
     if not case.added_lines:
         return stdout
     added = [re.compile(pattern) for pattern in case.added_lines]
-    kept = [line for line in stdout.splitlines(keepends=True)
-            if not any(pattern.fullmatch(line.rstrip("\r\n")) for pattern in added)]
+    kept = [
+        line
+        for line in stdout.splitlines(keepends=True)
+        if not any(pattern.fullmatch(line.rstrip("\r\n")) for pattern in added)
+    ]
     return "".join(kept)
 
 
@@ -146,7 +159,7 @@ def numbers_agree(expected: str, actual: str) -> bool:
     if "." not in expected and "e" not in expected.lower():
         return expected == actual
     decimals = len(expected.split(".")[1]) if "." in expected else 0
-    return math.isclose(float(expected), float(actual), rel_tol=1e-5, abs_tol=1.01 * 10.0 ** -decimals)
+    return math.isclose(float(expected), float(actual), rel_tol=1e-5, abs_tol=1.01 * 10.0**-decimals)
 
 
 def compare_metrics(case: Case, reference: str, candidate: str, groups: tuple[str, ...] | None) -> list[str]:
@@ -243,8 +256,15 @@ def one_process(converted, tmp_path_factory: pytest.TempPathFactory) -> OneProce
             folder.mkdir()
             folders[(case.name, variant)] = folder
             keys.append((case.name, variant))
-            jobs.append({"script": str(script), "args": list(args), "cwd": str(folder),
-                         "sys_path": [str(SUPPORT_DIR)], "timeout": 90})
+            jobs.append(
+                {
+                    "script": str(script),
+                    "args": list(args),
+                    "cwd": str(folder),
+                    "sys_path": [str(SUPPORT_DIR)],
+                    "timeout": 90,
+                }
+            )
     jobs_file = root / "jobs.json"
     jobs_file.write_text(json.dumps(jobs), encoding="utf-8")
     launch = python(FORKRUN, str(jobs_file), env=run_env(), timeout=600).check()
@@ -309,8 +329,9 @@ def test_converted_script_prints_what_the_original_prints_on_one_process(case: C
     result = one_process.runs[(case.name, "converted")]
     assert result.returncode == 0, describe(result)
     assert without_added_lines(case, result.stdout) == original.stdout
-    assert not compare_files(case, one_process.folders[(case.name, "original")],
-                             one_process.folders[(case.name, "converted")])
+    assert not compare_files(
+        case, one_process.folders[(case.name, "original")], one_process.folders[(case.name, "converted")]
+    )
 
 
 @pytest.mark.parametrize("case", TWO_PROCESS_CASES, ids=lambda case: case.name)
@@ -342,9 +363,15 @@ def test_converted_script_on_two_processes_prints_once_and_evaluates_every_sampl
 # --------------------------------------------------------------------------------------------
 
 SAMPLE_CASE = Case(
-    name="sample", script=CASES_DIR / "sample.py", run=(), run_2proc=(),
-    metrics=(r"loss (?P<loss>[0-9.]+), (?P<correct>\d+)/(?P<total>\d+)",), dataset_size=200,
-    compare_2proc=None, compare_files=(), options=Options(),
+    name="sample",
+    script=CASES_DIR / "sample.py",
+    run=(),
+    run_2proc=(),
+    metrics=(r"loss (?P<loss>[0-9.]+), (?P<correct>\d+)/(?P<total>\d+)",),
+    dataset_size=200,
+    compare_2proc=None,
+    compare_files=(),
+    options=Options(),
 )
 
 

@@ -32,11 +32,50 @@ CLI_SAMPLE = 24
 
 #: Pieces a mutation drops into a script.
 INSERTS = [
-    b"(", b")", b"[", b"]", b"{", b"}", b":", b",", b"=", b"\\", b"'", b'"', b'"""', b"#", b"\t", b" ",
-    b"\x00", b"\xef\xbb\xbf", b"\r", b"\r\n", b"\xff", b"\xe9", b"\x0c", b"lambda: ", b"not ", b"await ",
-    b"yield ", b"**", b"@", b"->", b"return ", b"async ", b"del ", b"global torch\n", b"\n    ", b"\ndef f(:\n",
-    b"(" * 250, b"-" * 600 + b"x", b"x" + b"[0]" * 300, b"a" + b" + a" * 700,
-    b"loss.backward()\n", b"import torch\n", b"model.cuda()\n", b"torch.cuda.amp.GradScaler()",
+    b"(",
+    b")",
+    b"[",
+    b"]",
+    b"{",
+    b"}",
+    b":",
+    b",",
+    b"=",
+    b"\\",
+    b"'",
+    b'"',
+    b'"""',
+    b"#",
+    b"\t",
+    b" ",
+    b"\x00",
+    b"\xef\xbb\xbf",
+    b"\r",
+    b"\r\n",
+    b"\xff",
+    b"\xe9",
+    b"\x0c",
+    b"lambda: ",
+    b"not ",
+    b"await ",
+    b"yield ",
+    b"**",
+    b"@",
+    b"->",
+    b"return ",
+    b"async ",
+    b"del ",
+    b"global torch\n",
+    b"\n    ",
+    b"\ndef f(:\n",
+    b"(" * 250,
+    b"-" * 600 + b"x",
+    b"x" + b"[0]" * 300,
+    b"a" + b" + a" * 700,
+    b"loss.backward()\n",
+    b"import torch\n",
+    b"model.cuda()\n",
+    b"torch.cuda.amp.GradScaler()",
 ]
 
 
@@ -65,20 +104,20 @@ def insert(source: bytes, rng: random.Random) -> bytes:
 
 def delete(source: bytes, rng: random.Random) -> bytes:
     at = _position(source, rng)
-    return source[:at] + source[at + rng.randint(1, 40):]
+    return source[:at] + source[at + rng.randint(1, 40) :]
 
 
 def flip(source: bytes, rng: random.Random) -> bytes:
     if not source:
         return source
     at = rng.randrange(len(source))
-    return source[:at] + bytes([source[at] ^ (1 << rng.randrange(8))]) + source[at + 1:]
+    return source[:at] + bytes([source[at] ^ (1 << rng.randrange(8))]) + source[at + 1 :]
 
 
 def duplicate_line(source: bytes, rng: random.Random) -> bytes:
     lines = _lines(source)
     at = rng.randrange(len(lines))
-    return b"".join(lines[:at + 1] + [lines[at]] + lines[at + 1:])
+    return b"".join(lines[: at + 1] + [lines[at]] + lines[at + 1 :])
 
 
 def swap_lines(source: bytes, rng: random.Random) -> bytes:
@@ -96,7 +135,7 @@ def reindent(source: bytes, rng: random.Random) -> bytes:
 
 
 def truncate(source: bytes, rng: random.Random) -> bytes:
-    return source[:_position(source, rng)]
+    return source[: _position(source, rng)]
 
 
 def line_endings(source: bytes, rng: random.Random) -> bytes:
@@ -110,8 +149,14 @@ def line_endings(source: bytes, rng: random.Random) -> bytes:
 
 
 EDITS: dict[str, Callable[[bytes, random.Random], bytes]] = {
-    "insert": insert, "delete": delete, "flip": flip, "duplicate_line": duplicate_line,
-    "swap_lines": swap_lines, "reindent": reindent, "truncate": truncate, "line_endings": line_endings,
+    "insert": insert,
+    "delete": delete,
+    "flip": flip,
+    "duplicate_line": duplicate_line,
+    "swap_lines": swap_lines,
+    "reindent": reindent,
+    "truncate": truncate,
+    "line_endings": line_endings,
 }
 
 
@@ -176,8 +221,15 @@ def test_a_sample_of_mutants_through_the_command(tmp_path: Path) -> None:
             convert_source(source, Options(), path=name)
         except ConversionError:
             expected_failures.add(name)
-    result = subprocess.run([sys.executable, "-m", "converter", "--check", *[name for name, _, _ in sample]],
-                            capture_output=True, text=True, cwd=tmp_path, env=base_env(), timeout=300, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "converter", "--check", *[name for name, _, _ in sample]],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=base_env(),
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == (123 if expected_failures else 1), result.stderr
     assert "Traceback" not in result.stderr
     *lines, summary = result.stderr.splitlines()
@@ -185,4 +237,6 @@ def test_a_sample_of_mutants_through_the_command(tmp_path: Path) -> None:
     assert all(FINDING_OR_ERROR.match(line) for line in error_lines), error_lines
     failed = Counter(FINDING_OR_ERROR.match(line)["path"] for line in error_lines)  # type: ignore[index]
     assert failed == Counter(expected_failures), "exactly one line per failed file"
-    assert summary.endswith(f"{len(expected_failures)} failed") or f"{len(expected_failures)} failed (" in summary, summary
+    assert summary.endswith(f"{len(expected_failures)} failed") or f"{len(expected_failures)} failed (" in summary, (
+        summary
+    )

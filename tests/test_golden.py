@@ -64,8 +64,11 @@ def test_golden_output_converts_to_itself(case: Path) -> None:
     assert [c for c in changes if c.fixed] == [], "a converted script still has automatic rewrites pending"
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if b"import torch" not in c.read_bytes()
-                                  and b"from torch" not in c.read_bytes()], ids=case_id)
+@pytest.mark.parametrize(
+    "case",
+    [c for c in CASES if b"import torch" not in c.read_bytes() and b"from torch" not in c.read_bytes()],
+    ids=case_id,
+)
 def test_scripts_without_torch_come_back_byte_for_byte(case: Path) -> None:
     output, changes = converted(case)
     assert output == case.read_bytes()
@@ -101,7 +104,7 @@ def test_changes_point_into_the_original_file(case: Path) -> None:
         marker = MARKERS.get(change.code)
         if marker is None:
             continue
-        span = "\n".join(lines[change.line - 1:change.end_line])
-        start = lines[change.line - 1][change.column:]
+        span = "\n".join(lines[change.line - 1 : change.end_line])
+        start = lines[change.line - 1][change.column :]
         markers = marker if isinstance(marker, tuple) else (marker,)
         assert any(m in span for m in markers) and start.strip(), (change, span)

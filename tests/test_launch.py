@@ -14,8 +14,9 @@ from runtime import launch
 from tests.launching import REPO_ROOT, Run, free_port, run_command
 
 
-def test_default_nproc_is_one_with_a_hint_on_cpu(capsys: pytest.CaptureFixture[str],
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_nproc_is_one_with_a_hint_on_cpu(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("PET_NPROC_PER_NODE", raising=False)
     monkeypatch.setattr(launch.torch.cuda, "is_available", lambda: False)
     assert launch.build_torchrun_args(["train.py", "--lr", "1"]) == ["--nproc-per-node", "1", "train.py", "--lr", "1"]
@@ -57,9 +58,24 @@ def test_two_nodes_on_localhost_gather_across_nodes() -> None:
     results: dict[int, Run] = {}
 
     def node(rank: int) -> None:
-        command = [sys.executable, "-m", "runtime.launch", "--nnodes", "2", "--node-rank", str(rank),
-                   "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-                   "--rdzv-id", run_id, str(REPO_ROOT / "tests" / "scripts" / "runtime_node_gather.py")]
+        command = [
+            sys.executable,
+            "-m",
+            "runtime.launch",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            str(rank),
+            "--nproc-per-node",
+            "1",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            endpoint,
+            "--rdzv-id",
+            run_id,
+            str(REPO_ROOT / "tests" / "scripts" / "runtime_node_gather.py"),
+        ]
         results[rank] = run_command(command, timeout=180)
 
     threads = [threading.Thread(target=node, args=(rank,)) for rank in (0, 1)]
@@ -71,7 +87,7 @@ def test_two_nodes_on_localhost_gather_across_nodes() -> None:
         run.check()
     lines = [line for run in results.values() for line in run.stdout.splitlines() if line.startswith("NODES ")]
     assert len(lines) == 1, [run.stdout for run in results.values()]
-    report = json.loads(lines[0][len("NODES "):])
+    report = json.loads(lines[0][len("NODES ") :])
     assert report["num_processes"] == 2
     assert report["distributed_type"] == "MULTI_CPU"
     assert report["gathered"] == [1, 11]

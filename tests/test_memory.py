@@ -95,7 +95,9 @@ def test_accelerate_style_reducer_is_honoured_in_the_configured_form() -> None:
 def test_reducer_may_take_the_failed_batch_size() -> None:
     tried: list[int] = []
     train = find_executable_batch_size(
-        fails_above(50, tried), starting_batch_size=100, reduce_batch_size_fn=lambda size: size - 25,
+        fails_above(50, tried),
+        starting_batch_size=100,
+        reduce_batch_size_fn=lambda size: size - 25,
     )
     assert train() == 50
     assert tried == [100, 75, 50]
@@ -104,7 +106,9 @@ def test_reducer_may_take_the_failed_batch_size() -> None:
 @pytest.mark.parametrize("bad_size", [100, -1, 2.5, None])
 def test_reducer_that_does_not_reduce_is_refused(bad_size: object) -> None:
     train = find_executable_batch_size(
-        fails_above(1, []), starting_batch_size=100, reduce_batch_size_fn=lambda: bad_size,
+        fails_above(1, []),
+        starting_batch_size=100,
+        reduce_batch_size_fn=lambda: bad_size,
     )
     with pytest.raises(ValueError, match="reduce_batch_size_fn returned .* at batch size 100"):
         train()
@@ -125,8 +129,7 @@ def test_batch_size_passed_positionally_is_a_type_error() -> None:
     assert calls == [(16, "model", "optimizer")]
 
 
-@pytest.mark.parametrize("error", [ValueError("bad label"), RuntimeError("shape mismatch"),
-                                   KeyError("out of memory.")])
+@pytest.mark.parametrize("error", [ValueError("bad label"), RuntimeError("shape mismatch"), KeyError("out of memory.")])
 def test_other_errors_propagate_at_once(error: Exception) -> None:
     tried: list[int] = []
 
@@ -149,14 +152,18 @@ def real_cpu_allocator_error() -> RuntimeError:
     raise AssertionError("allocating 4 EiB did not fail")
 
 
-@pytest.mark.parametrize("make_error", [
-    cuda_oom,
-    lambda: RuntimeError("CUDA out of memory. Tried to allocate 2.00 MiB"),
-    lambda: RuntimeError("HIP out of memory. Tried to allocate 2.00 MiB"),
-    real_cpu_allocator_error,
-    lambda: RuntimeError("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if ..."),
-    lambda: RuntimeError("MPS backend out of memory (MPS allocated: 1.2 GB, other allocations: 0 bytes)"),
-], ids=["torch.OutOfMemoryError", "cuda-text", "hip-text", "cpu-allocator", "cudnn", "mps"])
+@pytest.mark.parametrize(
+    "make_error",
+    [
+        cuda_oom,
+        lambda: RuntimeError("CUDA out of memory. Tried to allocate 2.00 MiB"),
+        lambda: RuntimeError("HIP out of memory. Tried to allocate 2.00 MiB"),
+        real_cpu_allocator_error,
+        lambda: RuntimeError("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if ..."),
+        lambda: RuntimeError("MPS backend out of memory (MPS allocated: 1.2 GB, other allocations: 0 bytes)"),
+    ],
+    ids=["torch.OutOfMemoryError", "cuda-text", "hip-text", "cpu-allocator", "cudnn", "mps"],
+)
 def test_each_out_of_memory_error_is_recognised_and_retried(make_error) -> None:
     error = make_error()
     assert is_out_of_memory(error)
@@ -173,8 +180,10 @@ def test_each_out_of_memory_error_is_recognised_and_retried(make_error) -> None:
     assert tried == [4, 2]
 
 
-@pytest.mark.parametrize("error", [RuntimeError("Expected all tensors to be on the same device"),
-                                   ValueError("CUDA out of memory."), MemoryError()])
+@pytest.mark.parametrize(
+    "error",
+    [RuntimeError("Expected all tensors to be on the same device"), ValueError("CUDA out of memory."), MemoryError()],
+)
 def test_look_alikes_are_not_out_of_memory(error: Exception) -> None:
     assert not is_out_of_memory(error)
 
@@ -217,13 +226,15 @@ def test_out_of_memory_between_retries_frees_memory(monkeypatch: pytest.MonkeyPa
 
 # ---------------------------------------------------------------- the vote of several ranks
 
+
 def test_everyone_finished_means_done() -> None:
     assert decide({0: Outcome(FINISHED), 1: Outcome(FINISHED)}).action == "done"
 
 
 def test_one_rank_out_of_memory_makes_everyone_retry_with_the_smallest_size() -> None:
-    decision = decide({0: Outcome(PEER_FAILED), 1: Outcome(OUT_OF_MEMORY, 512),
-                       2: Outcome(OUT_OF_MEMORY, 256), 3: Outcome(FINISHED)})
+    decision = decide(
+        {0: Outcome(PEER_FAILED), 1: Outcome(OUT_OF_MEMORY, 512), 2: Outcome(OUT_OF_MEMORY, 256), 3: Outcome(FINISHED)}
+    )
     assert (decision.action, decision.batch_size, decision.ranks) == ("retry", 256, (1, 2))
 
 
@@ -247,10 +258,12 @@ def test_outcomes_travel_through_the_store_unchanged() -> None:
 ACCELERATE_EXAMPLES = [
     torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
     RuntimeError("XPU out of memory. Tried to allocate 2.00 GiB"),
-    RuntimeError("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a "
-                 "non-contiguous input."),
-    RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you "
-                 "tried to allocate 8 bytes."),
+    RuntimeError(
+        "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a non-contiguous input."
+    ),
+    RuntimeError(
+        "[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 bytes."
+    ),
     RuntimeError("FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed"),
     RuntimeError("Expected all tensors to be on the same device"),
     ValueError("CUDA out of memory."),
@@ -280,7 +293,8 @@ def test_type_error_guard_says_what_accelerate_says() -> None:
 
 
 def test_launched_on_several_ranks_without_a_group_says_ranks_cannot_agree(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert find_executable_batch_size(fails_above(8, []), starting_batch_size=16)() == 8
     first_line = capsys.readouterr().err.splitlines()[0]

@@ -23,8 +23,9 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[int, dic
     out_dir = tmp_path_factory.mktemp("oom")
     scenarios = RETRYING_SCENARIOS + ["error"]
     # A short collective bound keeps the test quick; the default (300 s) is for real jobs.
-    run = torchrun(SCRIPT, str(out_dir), *scenarios, env={"ACCEL_CONVERT_OOM_COLLECTIVE_TIMEOUT": "3"},
-                   timeout=150).check()
+    run = torchrun(
+        SCRIPT, str(out_dir), *scenarios, env={"ACCEL_CONVERT_OOM_COLLECTIVE_TIMEOUT": "3"}, timeout=150
+    ).check()
     found: dict[str, dict[int, dict]] = {}
     for rank in (0, 1):
         for line in (out_dir / f"rank{rank}.jsonl").read_text(encoding="utf-8").splitlines():
@@ -62,10 +63,12 @@ def test_backward_failure_happened_while_the_peer_waited_in_the_all_reduce(repor
 
 def test_main_process_logs_each_retry_once(reports) -> None:
     stderr = reports["_stderr"][0]["text"]
-    assert stderr.count("find_executable_batch_size: out of memory at batch size 32 on rank 1; "
-                        "retrying with 16") == 4  # forward, backward, accelerator, held
-    assert stderr.count("find_executable_batch_size: out of memory at batch size 32 on ranks 0, 1; "
-                        "retrying with 16") == 1
+    assert (
+        stderr.count("find_executable_batch_size: out of memory at batch size 32 on rank 1; retrying with 16") == 4
+    )  # forward, backward, accelerator, held
+    assert (
+        stderr.count("find_executable_batch_size: out of memory at batch size 32 on ranks 0, 1; retrying with 16") == 1
+    )
 
 
 def test_an_error_that_is_not_memory_stops_every_rank(reports) -> None:

@@ -21,10 +21,13 @@ OPTIONS = Options()
 
 def appending_codemod(suffix: str):
     """A codemod that appends a statement every time it runs: never stable."""
+
     def convert(module: cst.Module, options: Options, source: bytes | None = None) -> ConversionOutcome:
         extra = cst.parse_statement(suffix)
-        return ConversionOutcome(module.with_changes(body=[*module.body, extra]),
-                                 [Change("ACC105", "appended", 1, 0, 1, 1, True)])
+        return ConversionOutcome(
+            module.with_changes(body=[*module.body, extra]), [Change("ACC105", "appended", 1, 0, 1, 1, True)]
+        )
+
     return convert
 
 
@@ -55,8 +58,9 @@ def test_output_that_does_not_parse_is_an_internal_error(monkeypatch: pytest.Mon
     class Broken:
         bytes = b"import torch\ndef (:\n"
 
-    monkeypatch.setattr(codemods, "convert_module", lambda module, options, source=None: ConversionOutcome(Broken(), []),
-                        raising=False)
+    monkeypatch.setattr(
+        codemods, "convert_module", lambda module, options, source=None: ConversionOutcome(Broken(), []), raising=False
+    )
     with pytest.raises(ConversionError, match=r"does not parse \(line 2: invalid syntax\); nothing written"):
         convert_source(b"import torch\n", OPTIONS, path="train.py")
 
@@ -86,9 +90,14 @@ def test_unchanged_output_skips_the_second_conversion(monkeypatch: pytest.Monkey
 
 def test_warnings_of_switched_off_codes_are_dropped_but_rewrites_never(monkeypatch: pytest.MonkeyPatch) -> None:
     def reports(module: cst.Module, options: Options, source: bytes | None = None) -> ConversionOutcome:
-        return ConversionOutcome(module, [Change("ACC901", "w", 1, 0, 1, 1, False),
-                                          Change("ACC912", "w", 2, 0, 2, 1, False),
-                                          Change("ACC915", "w", 3, 0, 3, 1, True)])
+        return ConversionOutcome(
+            module,
+            [
+                Change("ACC901", "w", 1, 0, 1, 1, False),
+                Change("ACC912", "w", 2, 0, 2, 1, False),
+                Change("ACC915", "w", 3, 0, 3, 1, True),
+            ],
+        )
 
     monkeypatch.setattr(codemods, "convert_module", reports, raising=False)
     conversion = convert_source(b"import torch\n", Options(ignore=("ACC91",)), path="x.py")
@@ -97,13 +106,16 @@ def test_warnings_of_switched_off_codes_are_dropped_but_rewrites_never(monkeypat
     assert [change.code for change in conversion.rewrites] == ["ACC915"]
 
 
-@pytest.mark.parametrize("source, position, words", [
-    (b"import torch\nx = (1,\n", (2, 5), "never closed"),
-    (b"import torch\nif x\n    pass\n", (2, 5), "expected ':'"),
-    (b"import torch\nx = 1\x00\n", (2, 6), "null byte"),
-    (b"# coding: no-such-codec\nimport torch\n", (1, 1), "unknown encoding"),
-    (b"import torch\n\n\nx = '\xff'\n", (4, 6), "cannot decode byte 0xff as utf-8"),
-])
+@pytest.mark.parametrize(
+    "source, position, words",
+    [
+        (b"import torch\nx = (1,\n", (2, 5), "never closed"),
+        (b"import torch\nif x\n    pass\n", (2, 5), "expected ':'"),
+        (b"import torch\nx = 1\x00\n", (2, 6), "null byte"),
+        (b"# coding: no-such-codec\nimport torch\n", (1, 1), "unknown encoding"),
+        (b"import torch\n\n\nx = '\xff'\n", (4, 6), "cannot decode byte 0xff as utf-8"),
+    ],
+)
 def test_bad_input_becomes_one_positioned_error(source: bytes, position: tuple[int, int], words: str) -> None:
     with pytest.raises(ConversionError) as caught:
         convert_source(source, OPTIONS, path="bad.py")
@@ -161,7 +173,7 @@ def test_nearest_pyproject_with_our_table_wins(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[tool.accel-convert]\ntarget = "accelerate"\noom_retry = true\n')
     inner = tmp_path / "pkg"
     inner.mkdir()
-    (inner / "pyproject.toml").write_text('[tool.black]\nline-length = 100\n')
+    (inner / "pyproject.toml").write_text("[tool.black]\nline-length = 100\n")
     config = load_config(inner / "train.py")
     assert config.path == tmp_path / "pyproject.toml"
     assert config.values == {"target": "accelerate", "oom_retry": True}

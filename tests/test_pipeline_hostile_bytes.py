@@ -49,8 +49,13 @@ def test_a_file_ending_in_a_lone_cr_keeps_it_when_nothing_changes() -> None:
 
 
 def test_mixed_line_endings_come_back_byte_for_byte() -> None:
-    lines = [b"import torch\r\n", b"model = torch.nn.Linear(2, 1)\n", b"x = 1\r", b"loss = model(x).sum()\r\n",
-             b"loss.backward()\r"]
+    lines = [
+        b"import torch\r\n",
+        b"model = torch.nn.Linear(2, 1)\n",
+        b"x = 1\r",
+        b"loss = model(x).sum()\r\n",
+        b"loss.backward()\r",
+    ]
     source = b"".join(lines)
     first, second = converted_twice(source)
     assert first == second
@@ -61,12 +66,15 @@ def test_mixed_line_endings_come_back_byte_for_byte() -> None:
     assert convert_source(unchanged, OPTIONS, path="x.py").output == unchanged
 
 
-@pytest.mark.parametrize("source, position, words", [
-    (b"import torch\n# a \x00 comment\nx = 1\n", (2, 5), "null byte"),
-    (b'import torch\n"""doc \x00 string"""\n', (2, 8), "null byte"),
-    (b"\xef\xbb\xbf\xef\xbb\xbfimport torch\n", (1, 1), "U+FEFF"),
-    (b"import torch\nx = 1\n\xef\xbb\xbfy = 2\n", (3, 1), "U+FEFF"),
-])
+@pytest.mark.parametrize(
+    "source, position, words",
+    [
+        (b"import torch\n# a \x00 comment\nx = 1\n", (2, 5), "null byte"),
+        (b'import torch\n"""doc \x00 string"""\n', (2, 8), "null byte"),
+        (b"\xef\xbb\xbf\xef\xbb\xbfimport torch\n", (1, 1), "U+FEFF"),
+        (b"import torch\nx = 1\n\xef\xbb\xbfy = 2\n", (3, 1), "U+FEFF"),
+    ],
+)
 def test_bytes_cpython_refuses_are_refused(source: bytes, position: tuple[int, int], words: str) -> None:
     with pytest.raises((ValueError, SyntaxError)):
         compile(source, "x.py", "exec", dont_inherit=True)
@@ -85,7 +93,10 @@ def test_a_bom_inside_a_comment_or_string_is_kept() -> None:
 
 @pytest.mark.parametrize("cookie", [b"# -*- coding: utf-8 -*-\n", b"", b"\xef\xbb\xbf"], ids=["cookie", "none", "bom"])
 def test_an_undecodable_byte_in_a_comment_is_accepted_as_py_compile_does(cookie: bytes) -> None:
-    source = cookie + b"import torch\n# caf\xe9 au lait\nmodel = torch.nn.Linear(2, 1)\nloss = model(x).sum()\nloss.backward()\n"
+    source = (
+        cookie
+        + b"import torch\n# caf\xe9 au lait\nmodel = torch.nn.Linear(2, 1)\nloss = model(x).sum()\nloss.backward()\n"
+    )
     compile(source, "x.py", "exec", dont_inherit=True)  # CPython takes it: so must we
     first, second = converted_twice(source)
     assert b"# caf\xe9 au lait\n" in first and b"accelerator.backward(loss)" in first
@@ -110,8 +121,10 @@ def chain(kind: str, terms: int) -> bytes:
     return b"import torch\nvalue = " + expressions[kind].encode() + b"\nloss.backward()\n"
 
 
-@pytest.mark.parametrize("kind, terms", [("plus", 1000), ("subscript", 600), ("unary", 1000),
-                                         ("attribute", 800), ("lambda", 700), ("call", 500)])
+@pytest.mark.parametrize(
+    "kind, terms",
+    [("plus", 1000), ("subscript", 600), ("unary", 1000), ("attribute", 800), ("lambda", 700), ("call", 500)],
+)
 def test_long_chains_convert(kind: str, terms: int) -> None:
     """Deeper than the default recursion limit lets libcst walk: converted on a deeper stack."""
     first, second = converted_twice(chain(kind, terms))
@@ -149,8 +162,14 @@ except ConversionError as error:
 @pytest.mark.parametrize("depth", [1500, 3000, 100_000])
 def test_thousands_of_nested_brackets_are_one_error_not_a_crash(depth: int) -> None:
     """libcst's native parser dies of a segmentation fault on these: a separate process."""
-    probe = subprocess.run([sys.executable, "-c", NESTING_PROBE, str(depth)], capture_output=True,
-                           env=base_env(), cwd=REPO_ROOT, timeout=120, check=False)
+    probe = subprocess.run(
+        [sys.executable, "-c", NESTING_PROBE, str(depth)],
+        capture_output=True,
+        env=base_env(),
+        cwd=REPO_ROOT,
+        timeout=120,
+        check=False,
+    )
     assert probe.returncode == 0, probe.stderr.decode()[-2000:]
     assert probe.stdout.decode().strip() == (
         "deep.py:2:205: syntax error: too many nested parentheses (nested too deeply for the parser)"

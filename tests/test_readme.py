@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from converter.docs import README, codes_table, with_table
 from codemods.engine.registry import code_docs
+from converter.docs import README, codes_table, with_table
 
 
 def test_readme_codes_table_is_generated_from_the_docstrings() -> None:

@@ -21,7 +21,7 @@ from tests.launching import REPO_ROOT, python, torchrun
 SCRIPT = REPO_ROOT / "tests" / "scripts" / "runtime_trace.py"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def run_trace(library: str, processes: int) -> list[dict]:
     """Per-rank results; runtime on one process runs right here (no launch needed)."""
     if library == "runtime" and processes == 1:
@@ -36,7 +36,7 @@ def run_trace(library: str, processes: int) -> list[dict]:
     run.check()
     lines = [line for line in run.stdout.splitlines() if line.startswith("TRACE ")]
     assert len(lines) == 1, run.stdout + run.stderr
-    per_rank = json.loads(lines[0][len("TRACE "):])
+    per_rank = json.loads(lines[0][len("TRACE ") :])
     assert len(per_rank) == processes
     return per_rank
 

@@ -134,7 +134,11 @@ def test_accelerator_state_is_the_accelerators_and_survives_pickling() -> None:
     assert AcceleratorState().mixed_precision == "bf16" and "Mixed precision type: bf16" in repr(AcceleratorState())
     assert AcceleratorState().process_index == accelerator.process_index == 0
     later = Accelerator()
-    assert (accelerator.mixed_precision, later.mixed_precision, AcceleratorState().mixed_precision) == ("bf16", "no", "no")
+    assert (accelerator.mixed_precision, later.mixed_precision, AcceleratorState().mixed_precision) == (
+        "bf16",
+        "no",
+        "no",
+    )
     accelerator.state.distributed_type = DistributedType.FSDP
     assert accelerator.distributed_type == "FSDP" and AcceleratorState().distributed_type == DistributedType.FSDP
     restored = pickle.loads(pickle.dumps(later))
@@ -238,8 +242,11 @@ def test_synchronize_rng_states_is_a_no_op_alone_and_checks_its_names() -> None:
 
 def test_profile_uses_the_handler_from_kwargs_handlers(tmp_path: Path) -> None:
     seen = []
-    handler = ProfileKwargs(schedule_option={"wait": 0, "warmup": 1, "active": 1, "repeat": 1}, on_trace_ready=seen.append,
-                            output_trace_dir=str(tmp_path))
+    handler = ProfileKwargs(
+        schedule_option={"wait": 0, "warmup": 1, "active": 1, "repeat": 1},
+        on_trace_ready=seen.append,
+        output_trace_dir=str(tmp_path),
+    )
     accelerator = Accelerator(kwargs_handlers=[handler])
     with accelerator.profile() as profiler:
         for _ in range(3):  # warm-up, active (the trace is ready), then nothing: one cycle

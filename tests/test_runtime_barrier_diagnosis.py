@@ -23,19 +23,23 @@ def line_of(marker: str) -> str:
 
 
 def test_a_barrier_only_rank_0_reaches_names_rank_1_and_both_lines(tmp_path: Path) -> None:
-    run = torchrun(SCRIPT, str(tmp_path), nproc=2, timeout=120,
-                   env={"ACCEL_CONVERT_BARRIER_TIMEOUT": str(BARRIER_TIMEOUT_S)})
+    run = torchrun(
+        SCRIPT, str(tmp_path), nproc=2, timeout=120, env={"ACCEL_CONVERT_BARRIER_TIMEOUT": str(BARRIER_TIMEOUT_S)}
+    )
     elapsed = time.time() - float((tmp_path / "start").read_text())
     text = run.stdout + run.stderr
     assert run.returncode != 0 and "passed" not in run.stdout, text
     assert elapsed < END_BOUND_S, f"ended {elapsed:.1f}s after the ranks parted\n{text}"
     rank0_line, rank1_line = line_of("# RANK0_BARRIER"), line_of("# RANK1_COLLECTIVE")
     # Rank 0 (waiting) names the missing rank and both places...
-    assert (f"[rank 0] wait_for_everyone at {rank0_line} waited 5s: rank(s) 1 never arrived; "
-            f"rank 0 waits in wait_for_everyone at {rank0_line}; rank 1 is at {rank1_line}") in text, text
+    assert (
+        f"[rank 0] wait_for_everyone at {rank0_line} waited 5s: rank(s) 1 never arrived; "
+        f"rank 0 waits in wait_for_everyone at {rank0_line}; rank 1 is at {rank1_line}"
+    ) in text, text
     # ...and rank 1 (missing) says who waits for it, where, and where it is itself.
-    assert (f"[rank 1] rank(s) 0 wait for this rank in wait_for_everyone at {rank0_line}; "
-            f"this rank is at {rank1_line}") in text, text
+    assert (
+        f"[rank 1] rank(s) 0 wait for this rank in wait_for_everyone at {rank0_line}; this rank is at {rank1_line}"
+    ) in text, text
     assert "BarrierTimeoutError" in text, text
     # A rank in the barrier does not answer for itself.
     assert "[rank 0] rank(s) 0 wait for this rank" not in text, text

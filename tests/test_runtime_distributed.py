@@ -64,7 +64,11 @@ def test_reduce_matches_accelerates_observed_results(ranks: list[dict]) -> None:
     # Reference §4 [verified]: ranks [1,10] and [2,10] -> sum [3,20], mean [1.5,10], none == sum, max [2,10].
     for result in ranks:
         assert result["collectives"]["reduce"] == {
-            "sum": [3.0, 20.0], "mean": [1.5, 10.0], "none": [3.0, 20.0], "max": [2.0, 10.0]}
+            "sum": [3.0, 20.0],
+            "mean": [1.5, 10.0],
+            "none": [3.0, 20.0],
+            "max": [2.0, 10.0],
+        }
     assert [result["collectives"]["reduce_leaves_input"] for result in ranks] == [[1.0, 10.0], [2.0, 10.0]]
 
 

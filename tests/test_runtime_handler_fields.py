@@ -62,8 +62,7 @@ DDP_FIELDS = [
 
 
 @pytest.mark.parametrize(("name", "value", "read"), DDP_FIELDS)
-def test_each_ddp_field_set_by_the_script_reaches_ddp(one_rank_group: None, name: str, value: Any,
-                                                      read: Any) -> None:
+def test_each_ddp_field_set_by_the_script_reaches_ddp(one_rank_group: None, name: str, value: Any, read: Any) -> None:
     assert read(wrapped(DistributedDataParallelKwargs(**{name: value}))) == value
     assigned = DistributedDataParallelKwargs()
     setattr(assigned, name, value)  # set after construction: just as explicit
@@ -83,18 +82,23 @@ def test_fields_never_set_are_not_forwarded() -> None:
     assert InitProcessGroupKwargs().to_kwargs() == {}
 
 
-@pytest.mark.parametrize(("handler", "expected"), [
-    (GradScalerKwargs(init_scale=65536.0), {"init_scale": 65536.0}),
-    (GradScalerKwargs(65536.0, 2.0), {"init_scale": 65536.0, "growth_factor": 2.0}),
-    (GradScalerKwargs(growth_interval=10), {"growth_interval": 10}),
-    (AutocastKwargs(enabled=True), {"enabled": True}),
-    (AutocastKwargs(cache_enabled=False), {"cache_enabled": False}),
-    (InitProcessGroupKwargs(timeout=None), {"timeout": None}),
-    (InitProcessGroupKwargs(backend="gloo"), {"backend": "gloo"}),
-    # "nccl" is the default backend, picked only where GPUs are (Accelerate's rule, documented).
-    (InitProcessGroupKwargs(backend="nccl", timeout=datetime.timedelta(seconds=9)),
-     {"timeout": datetime.timedelta(seconds=9)}),
-])
+@pytest.mark.parametrize(
+    ("handler", "expected"),
+    [
+        (GradScalerKwargs(init_scale=65536.0), {"init_scale": 65536.0}),
+        (GradScalerKwargs(65536.0, 2.0), {"init_scale": 65536.0, "growth_factor": 2.0}),
+        (GradScalerKwargs(growth_interval=10), {"growth_interval": 10}),
+        (AutocastKwargs(enabled=True), {"enabled": True}),
+        (AutocastKwargs(cache_enabled=False), {"cache_enabled": False}),
+        (InitProcessGroupKwargs(timeout=None), {"timeout": None}),
+        (InitProcessGroupKwargs(backend="gloo"), {"backend": "gloo"}),
+        # "nccl" is the default backend, picked only where GPUs are (Accelerate's rule, documented).
+        (
+            InitProcessGroupKwargs(backend="nccl", timeout=datetime.timedelta(seconds=9)),
+            {"timeout": datetime.timedelta(seconds=9)},
+        ),
+    ],
+)
 def test_other_handlers_forward_what_was_set(handler: Any, expected: dict[str, Any]) -> None:
     assert handler.to_kwargs() == expected
 

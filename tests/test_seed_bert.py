@@ -80,7 +80,8 @@ def seed_runs(tmp_path_factory: pytest.TempPathFactory) -> SeedRuns:
     converted = root / "train_with_accelerate.py"
     conversion = run_command(
         [sys.executable, "-m", "converter", str(SCRIPT), "--oom-retry", "-o", str(converted)],
-        cwd=REPO_ROOT, timeout=120,
+        cwd=REPO_ROOT,
+        timeout=120,
     )
     assert conversion.returncode == 0, describe(conversion)
 
@@ -89,18 +90,28 @@ def seed_runs(tmp_path_factory: pytest.TempPathFactory) -> SeedRuns:
         # One process with the simulation at 1200 rows: the original at batch 1024 fits; the
         # converted script starts at 2048, is refused, and retries at 1024.
         {"script": str(SUPPORT_DIR / "emotion" / "synthetic.py"), "args": [str(model_dir)], "cwd": str(root)},
-        {"script": str(SCRIPT), "args": ["--model_name", str(model_dir), "--batch_size", "1024"],
-         "cwd": str(root), "after_previous": True, "timeout": 120},
-        {"script": str(converted), "args": ["--model_name", str(model_dir), "--batch_size", "2048"],
-         "cwd": str(root), "timeout": 120},
+        {
+            "script": str(SCRIPT),
+            "args": ["--model_name", str(model_dir), "--batch_size", "1024"],
+            "cwd": str(root),
+            "after_previous": True,
+            "timeout": 120,
+        },
+        {
+            "script": str(converted),
+            "args": ["--model_name", str(model_dir), "--batch_size", "2048"],
+            "cwd": str(root),
+            "timeout": 120,
+        },
     ]
     for job in jobs:
         job["sys_path"] = [str(SUPPORT_DIR)]
     jobs_file = root / "jobs.json"
     jobs_file.write_text(json.dumps(jobs), encoding="utf-8")
     launch = python(FORKRUN, str(jobs_file), env=env(max_rows=1200), timeout=300).check()
-    written, original, converted_one = (Run(r["returncode"], r["stdout"], r["stderr"])
-                                        for r in json.loads(launch.stdout))
+    written, original, converted_one = (
+        Run(r["returncode"], r["stdout"], r["stderr"]) for r in json.loads(launch.stdout)
+    )
     assert written.returncode == 0, describe(written)
     return SeedRuns(converted, model_dir, original, converted_one)
 
@@ -127,8 +138,15 @@ def test_converted_script_on_one_process_retries_once_and_matches_the_original(s
 def test_two_processes_retry_2048_1024_512_and_score_like_one_process(seed_runs: SeedRuns, tmp_path: Path):
     assert seed_runs.original.returncode == 0, describe(seed_runs.original)
     run = torchrun(
-        seed_runs.converted, "--model_name", str(seed_runs.model_dir), "--batch_size", "2048",
-        nproc=2, env=env(max_rows=600), cwd=tmp_path, timeout=240,
+        seed_runs.converted,
+        "--model_name",
+        str(seed_runs.model_dir),
+        "--batch_size",
+        "2048",
+        nproc=2,
+        env=env(max_rows=600),
+        cwd=tmp_path,
+        timeout=240,
     )
     assert UNUSED_PARAMETERS_ERROR not in run.stderr, "DDP's unused-parameter error (BERT's pooler)"
     assert run.returncode == 0, describe(run)

@@ -5,6 +5,7 @@ a Dataset, a model, AMP with a GradScaler, gradient clipping, a warm-up schedule
 an evaluation loop with accuracy, checkpoints and periodic logging -- the things real training
 scripts are made of.
 """
+
 import argparse
 import math
 import os
@@ -177,17 +178,19 @@ def main():
 
     train_set = SyntheticTextDataset(args.train_samples, args.seq_len, args.vocab_size, args.num_classes, 1)
     eval_set = SyntheticTextDataset(args.eval_samples, args.seq_len, args.vocab_size, args.num_classes, 2)
-    train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, num_workers=2,
-                              pin_memory=True, drop_last=True)
+    train_loader = DataLoader(
+        train_set, batch_size=args.batch_size, shuffle=True, num_workers=2, pin_memory=True, drop_last=True
+    )
     eval_loader = DataLoader(eval_set, batch_size=args.batch_size * 2, shuffle=False, num_workers=2)
 
     model = TextClassifier(args.vocab_size, args.num_classes).to(device)
     no_decay = ("bias", "norm")
     groups = [
-        {"params": [p for n, p in model.named_parameters() if not any(k in n for k in no_decay)],
-         "weight_decay": args.weight_decay},
-        {"params": [p for n, p in model.named_parameters() if any(k in n for k in no_decay)],
-         "weight_decay": 0.0},
+        {
+            "params": [p for n, p in model.named_parameters() if not any(k in n for k in no_decay)],
+            "weight_decay": args.weight_decay,
+        },
+        {"params": [p for n, p in model.named_parameters() if any(k in n for k in no_decay)], "weight_decay": 0.0},
     ]
     optimizer = torch.optim.AdamW(groups, lr=args.lr)
     total_steps = args.epochs * len(train_loader)

@@ -54,19 +54,3 @@ def is_accelerator_method(node: cst.CSTNode | None, facts: ScriptFacts, *methods
         and dotted(node.func.value) == accelerator_name(facts)
         and node.func.attr.value in methods
     )
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-

@@ -87,7 +87,6 @@ def _module_binds(statements: Sequence[cst.CSTNode], name: str) -> bool:
                             return True
     return binds_name(statements, name)
 
-
     def visit_Arg(self, node: cst.Arg) -> bool:
         walk(node.value, self)
         return False
@@ -130,7 +129,14 @@ class _AcceleratorArgument(RuleTransformer):
         args = list(call.args)
         if args:
             args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        args.append(cst.Arg(self.value, keyword=cst.Name(self.keyword), equal=cst.AssignEqual(
-            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))))
+        args.append(
+            cst.Arg(
+                self.value,
+                keyword=cst.Name(self.keyword),
+                equal=cst.AssignEqual(
+                    whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+                ),
+            )
+        )
         assign = updated_node.body[0].with_changes(value=call.with_changes(args=args))
         return updated_node.with_changes(body=[assign])

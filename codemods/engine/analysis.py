@@ -43,11 +43,6 @@ from codemods.engine.walk import walk
 MODULE = "<module>"
 
 
-
-
-
-
-
 # -- raw observations ------------------------------------------------------------------------
 
 
@@ -235,7 +230,10 @@ class _Recorder(NameCollector):
         super().visit_For(node)
         self._order += 1
         loop = _Loop(
-            node, self.function, _iterated(node.iter, self.names, self.scope), _loop_targets(node, self.names, self.scope),
+            node,
+            self.function,
+            _iterated(node.iter, self.names, self.scope),
+            _loop_targets(node, self.names, self.scope),
             no_grad=self._no_grad_depth > 0 or self.function in self.no_grad_functions,
             order=self._order,
         )
@@ -264,9 +262,7 @@ class _Recorder(NameCollector):
                 if func.attr.value in {"parameters", "named_parameters"} and dotted(func.value) is not None:
                     frame.parameter_receivers.add(dotted(func.value))  # type: ignore[arg-type]
         self._order += 1
-        self.calls.append(
-            _Call(node, self.scope, self.function, tuple(self._loops), tuple(self._ifs), self._order)
-        )
+        self.calls.append(_Call(node, self.scope, self.function, tuple(self._loops), tuple(self._ifs), self._order))
 
 
 def _has_modulo(node: cst.BaseExpression) -> bool:
@@ -288,8 +284,8 @@ def _iterated(expr: cst.BaseExpression, names: NameTable, scope: ScopeKey) -> st
     by qualified name (tqdm) or as unshadowed builtins (enumerate)."""
     while isinstance(expr, cst.Call) and expr.args:
         func = expr.func
-        builtin = isinstance(func, cst.Name) and func.value in ITERABLE_WRAPPERS and not names.is_bound(
-            func.value, scope
+        builtin = (
+            isinstance(func, cst.Name) and func.value in ITERABLE_WRAPPERS and not names.is_bound(func.value, scope)
         )
         if not builtin and names.qualified_name(func, scope, strict=False) not in PROGRESS_BARS:
             break
@@ -397,8 +393,10 @@ class _Conclusions:
                     name = dotted(arg.value)
                     if name is None or arg.star:
                         continue
-                    param = arg.keyword.value if arg.keyword is not None else (
-                        params[index] if index < len(params) else None
+                    param = (
+                        arg.keyword.value
+                        if arg.keyword is not None
+                        else (params[index] if index < len(params) else None)
                     )
                     if param is not None:
                         self.arguments.setdefault((callee.value, param), set()).add((call.function, name))
@@ -425,9 +423,9 @@ class _Conclusions:
         return factories
 
     def _constructs_loader(self, value: cst.BaseExpression, scope: ScopeKey) -> bool:
-        return isinstance(value, cst.Call) and self.r.names.qualified_name(
-            value.func, scope, strict=False
-        ) in DATA_LOADERS
+        return (
+            isinstance(value, cst.Call) and self.r.names.qualified_name(value.func, scope, strict=False) in DATA_LOADERS
+        )
 
     def _constructors(self) -> None:
         facts = self.facts
@@ -436,7 +434,8 @@ class _Conclusions:
             value = _peel_moves(assign.value)
             qualified = (
                 self.r.names.qualified_name(value.func, assign.scope, strict=False)
-                if isinstance(value, cst.Call) else None
+                if isinstance(value, cst.Call)
+                else None
             )
             targets = set(assign.targets)
             if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in factories:
@@ -459,8 +458,10 @@ class _Conclusions:
         if self.facts.batch_size_expr is not None and not any("train" in t for t in assign.targets):
             return
         for index, arg in enumerate(call.args):
-            if arg.keyword is not None and arg.keyword.value == "batch_size" or (
-                arg.keyword is None and not arg.star and index == 1
+            if (
+                arg.keyword is not None
+                and arg.keyword.value == "batch_size"
+                or (arg.keyword is None and not arg.star and index == 1)
             ):
                 self.facts.batch_size_expr = cst.Module([]).code_for_node(arg.value)
                 return
@@ -516,9 +517,11 @@ class _Conclusions:
         walk(returned, finder)
         params = self.r.defs.get(factory, ())
         passed = {
-            (arg.keyword.value if arg.keyword is not None else params[index] if index < len(params) else ""):
-            dotted(arg.value)
-            for index, arg in enumerate(call.args) if not arg.star
+            (arg.keyword.value if arg.keyword is not None else params[index] if index < len(params) else ""): dotted(
+                arg.value
+            )
+            for index, arg in enumerate(call.args)
+            if not arg.star
         }
         roots = set()
         for receiver in finder.receivers:
@@ -551,14 +554,10 @@ class _Conclusions:
             for name in assign.names:
                 roots |= parameter_sources.get(name, set())
             facts.models.update(roots)
-        moved = {
-            target
-            for assign in self.r.assigns
-            if _moves_to_device(assign.value)
-            for target in assign.targets
-        }
+        moved = {target for assign in self.r.assigns if _moves_to_device(assign.value) for target in assign.targets}
         facts.frozen_models = {
-            name for name in moved - facts.models
+            name
+            for name in moved - facts.models
             if name not in facts.device_names and name not in facts.loaders and name[:1].islower()
         }
 
@@ -602,9 +601,15 @@ class _Conclusions:
     def _flow_into_parameters(self) -> None:
         """A parameter that receives a model is a model too (file-wide name sets)."""
         facts = self.facts
-        roles = [facts.models, facts.optimizers, facts.train_loaders, facts.schedulers, facts.device_names,
-                 facts.cuda_flags]
-        for (function, param) in self.arguments:
+        roles = [
+            facts.models,
+            facts.optimizers,
+            facts.train_loaders,
+            facts.schedulers,
+            facts.device_names,
+            facts.cuda_flags,
+        ]
+        for function, param in self.arguments:
             origins = self._origins_of(function, param)
             for role in roles:
                 if origins & role:
@@ -625,7 +630,8 @@ class _Conclusions:
         train: set[str] = set()
         evaluation: set[str] = set()
         created_loaders |= {
-            name for name in facts.prepared - facts.models - facts.optimizers - facts.schedulers
+            name
+            for name in facts.prepared - facts.models - facts.optimizers - facts.schedulers
             if any(loop.iterated == name for loop in self.r.loops)
         }
         for loop in self.r.loops:
@@ -636,9 +642,7 @@ class _Conclusions:
             if not origins & known and loop.iterated not in known:
                 continue
             trains = loop.has_backward or bool(loop.calls & backward_functions)
-            last_switch = max(
-                (s for s in eval_switches if s[1] == loop.function and s[0] < loop.order), default=None
-            )
+            last_switch = max((s for s in eval_switches if s[1] == loop.function and s[0] < loop.order), default=None)
             evaluates = loop.no_grad or (last_switch is not None and last_switch[2] == "eval")
             self.loader_loops.append((loop, origins | {loop.iterated}))
             if not trains and not evaluates:
@@ -725,9 +729,9 @@ class _Conclusions:
         seen = {home}
         while True:
             calls = [
-                call for call in self.r.calls
-                if isinstance(call.node.func, cst.Name) and call.node.func.value == home
-                and call.function != home
+                call
+                for call in self.r.calls
+                if isinstance(call.node.func, cst.Name) and call.node.func.value == home and call.function != home
             ]
             callers = {call.function for call in calls}
             repeated = len(calls) > 1 or any(call.loops for call in calls)
@@ -776,9 +780,13 @@ class _Conclusions:
             # is used, and the methods' calls are reported (ACC904) rather than rewritten.
             facts.training_classes.add(home)
             home = next(
-                (call.function for call in self.r.calls
-                 if isinstance(call.node.func, cst.Name) and call.node.func.value == home
-                 and (call.function in self.r.defs or call.function == MODULE)),
+                (
+                    call.function
+                    for call in self.r.calls
+                    if isinstance(call.node.func, cst.Name)
+                    and call.node.func.value == home
+                    and (call.function in self.r.defs or call.function == MODULE)
+                ),
                 MODULE,
             )
         if home != MODULE:
@@ -922,8 +930,8 @@ def _is_prepare(value: cst.BaseExpression) -> bool:
     return (
         isinstance(value, cst.Call)
         and isinstance(value.func, cst.Attribute)
-        and value.func.attr.value in {"prepare", "prepare_model", "prepare_optimizer",
-                                      "prepare_data_loader", "prepare_scheduler"}
+        and value.func.attr.value
+        in {"prepare", "prepare_model", "prepare_optimizer", "prepare_data_loader", "prepare_scheduler"}
     )
 
 
@@ -950,5 +958,6 @@ def analyse(module: cst.Module, source: str | bytes | None = None) -> ScriptFact
     facts = _Conclusions(recorder, origins).run()
     if "KeyboardInterrupt" in recorder.words:
         facts.interrupt_handlers = handler_sites(
-            source if source is not None else module.code, module.encoding, "KeyboardInterrupt")
+            source if source is not None else module.code, module.encoding, "KeyboardInterrupt"
+        )
     return facts

@@ -31,6 +31,7 @@ from codemods.engine.walk import walk
 ScopeKey = tuple[str, ...]
 ScopeKind = Literal["module", "class", "function"]
 
+
 @dataclass
 class Scope:
     """The names one scope binds: imports (name → qualified name) and names bound otherwise."""
@@ -95,9 +96,7 @@ class NameTable:
                 return False
             key = key[:-1]
 
-    def qualified_name(
-        self, node: cst.BaseExpression, scope: ScopeKey = (), *, strict: bool = True
-    ) -> str | None:
+    def qualified_name(self, node: cst.BaseExpression, scope: ScopeKey = (), *, strict: bool = True) -> str | None:
         """``nn.utils.clip_grad_norm_`` → ``torch.nn.utils.clip_grad_norm_`` when ``nn`` is
         ``torch.nn`` in ``scope``; None for anything not rooted in an import."""
         parts: list[str] = []

@@ -84,14 +84,6 @@ class OriginIndex:
             self._sites[id(updated)] = (entry[0], updated)
 
 
-
-
-
-
-
-
-
-
 # -- original positions -----------------------------------------------------------------------
 
 
@@ -107,11 +99,19 @@ def python_ast(source: str | bytes) -> ast.Module | None:
 
 
 #: Node types under which no statement or call can be: the search below does not enter them.
-_AST_LEAVES = frozenset({
-    ast.Name, ast.Constant, ast.Load, ast.Store, ast.Del,
-    *ast.operator.__subclasses__(), *ast.cmpop.__subclasses__(),
-    *ast.unaryop.__subclasses__(), *ast.boolop.__subclasses__(),
-})
+_AST_LEAVES = frozenset(
+    {
+        ast.Name,
+        ast.Constant,
+        ast.Load,
+        ast.Store,
+        ast.Del,
+        *ast.operator.__subclasses__(),
+        *ast.cmpop.__subclasses__(),
+        *ast.unaryop.__subclasses__(),
+        *ast.boolop.__subclasses__(),
+    }
+)
 
 
 def _ast_sites(
@@ -133,13 +133,19 @@ def _ast_sites(
         for name in node._fields:
             value = getattr(node, name, None)
             if type(value) is list:
-                pending.extend(child for child in value if isinstance(child, ast.AST) and type(child) not in _AST_LEAVES)
+                pending.extend(
+                    child for child in value if isinstance(child, ast.AST) and type(child) not in _AST_LEAVES
+                )
             elif isinstance(value, ast.AST) and type(value) not in _AST_LEAVES:
                 pending.append(value)
     if source.isascii():
         # Byte and character columns agree: no line needs decoding.
-        site_of = lambda node: Site(node.lineno, node.col_offset, node.end_lineno or node.lineno,  # noqa: E731
-                                    node.end_col_offset or 0)
+        site_of = lambda node: Site(  # noqa: E731
+            node.lineno,
+            node.col_offset,
+            node.end_lineno or node.lineno,
+            node.end_col_offset or 0,
+        )
     else:
         lines = _Lines(source, encoding)
         site_of = lambda node: _site_of(node, lines)  # noqa: E731
@@ -201,8 +207,12 @@ Positioned = ast.stmt | ast.expr | ast.excepthandler
 def _site_of(node: Positioned, lines: _Lines) -> Site:
     """libcst counts columns in characters, ast in UTF-8 bytes: convert on non-ASCII lines."""
     line, end_line = node.lineno, node.end_lineno or node.lineno
-    return Site(line, _char_column(lines, line, node.col_offset), end_line,
-                _char_column(lines, end_line, node.end_col_offset or 0))
+    return Site(
+        line,
+        _char_column(lines, line, node.col_offset),
+        end_line,
+        _char_column(lines, end_line, node.end_col_offset or 0),
+    )
 
 
 def _char_column(lines: _Lines, line: int, byte_column: int) -> int:
@@ -271,24 +281,6 @@ def _match_by_order(
 # -- small builders and readers -----------------------------------------------------------------
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 # -- passes that do not carry positions ---------------------------------------------------------
 
 
@@ -318,11 +310,7 @@ def reanchor(old: cst.CSTNode, new: cst.CSTNode, origins: OriginIndex) -> None:
             elif isinstance(old_value, Sequence) and not isinstance(old_value, str):
                 if not isinstance(new_value, Sequence) or isinstance(new_value, str):
                     continue
-                pairs = (
-                    zip(old_value, new_value)
-                    if len(old_value) == len(new_value)
-                    else _align(old_value, new_value)
-                )
+                pairs = zip(old_value, new_value) if len(old_value) == len(new_value) else _align(old_value, new_value)
                 stack.extend((a, b) for a, b in pairs if type(a) is type(b) and isinstance(a, cst.CSTNode))
 
 
@@ -336,9 +324,7 @@ def _child_fields(node_type: type) -> tuple[str, ...]:
     return tuple(field.name for field in fields(node_type))
 
 
-def _align(
-    old: Sequence[cst.CSTNode], new: Sequence[cst.CSTNode]
-) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
+def _align(old: Sequence[cst.CSTNode], new: Sequence[cst.CSTNode]) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
     from difflib import SequenceMatcher
 
     printer = cst.Module([])
@@ -349,8 +335,8 @@ def _align(
     for block in SequenceMatcher(None, keys_old, keys_new, autojunk=False).get_matching_blocks():
         gap_old, gap_new = block.a - previous_old, block.b - previous_new
         if gap_old == gap_new:
-            pairs.extend(zip(old[previous_old:block.a], new[previous_new:block.b]))
-        pairs.extend(zip(old[block.a:block.a + block.size], new[block.b:block.b + block.size]))
+            pairs.extend(zip(old[previous_old : block.a], new[previous_new : block.b]))
+        pairs.extend(zip(old[block.a : block.a + block.size], new[block.b : block.b + block.size]))
         previous_old, previous_new = block.a + block.size, block.b + block.size
     return pairs
 
@@ -378,22 +364,3 @@ def _alignment_key(node: cst.CSTNode, printer: cst.Module) -> tuple[str, str]:
 
 
 # -- the home block: where the training objects are built ---------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-

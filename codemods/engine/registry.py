@@ -136,7 +136,8 @@ def code_docs() -> list[CodeDoc]:
             if not re.fullmatch(r"[a-z0-9-]+", name.strip()) or not summary.strip():
                 raise ValueError(f"{rule.__module__}: extra code {extra} must be documented as 'name: summary'")
             docs.setdefault(
-                extra, CodeDoc(extra, name.strip(), summary.strip(), extra.startswith("ACC1"), _examples_of(rule, extra))
+                extra,
+                CodeDoc(extra, name.strip(), summary.strip(), extra.startswith("ACC1"), _examples_of(rule, extra)),
             )
     return [docs[code] for code in sorted(docs)]
 

@@ -79,9 +79,5 @@ class Rule:
         """Cheap test run before ``transform``: False skips the pass (no tree walk at all)."""
         return True
 
-    def transform(
-        self, module: cst.Module, facts: ScriptFacts, options: Options
-    ) -> tuple[cst.Module, list[Change]]:
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         raise NotImplementedError
-
-

@@ -63,11 +63,7 @@ def statement(code: str) -> cst.BaseStatement:
 
 def method_call(node: cst.CSTNode, *names: str) -> bool:
     """``node`` is a call ``<something>.<one of names>(...)``."""
-    return (
-        isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Attribute)
-        and node.func.attr.value in names
-    )
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in names
 
 
 def names_in(node: cst.CSTNode) -> set[str]:

@@ -9,20 +9,39 @@ for one rule is seen by the analysis that decides whether the rule runs.
 from __future__ import annotations
 
 DATA_LOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
-ACCELERATORS = frozenset({
-    "accelerate.Accelerator", "accelerate.accelerator.Accelerator",
-    "runtime.Accelerator", "runtime.accelerator.Accelerator",
-})
+ACCELERATORS = frozenset(
+    {
+        "accelerate.Accelerator",
+        "accelerate.accelerator.Accelerator",
+        "runtime.Accelerator",
+        "runtime.accelerator.Accelerator",
+    }
+)
 DEVICE_CALLS = frozenset({"torch.device", "torch.accelerator.current_accelerator"})
-NO_GRAD_CONTEXTS = frozenset({
-    "torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
-    "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode",
-})
-PROGRESS_BARS = frozenset({
-    "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.rich.tqdm",
-    "tqdm.trange", "tqdm.auto.trange", "tqdm.notebook.trange",
-})
-GRAD_SCALERS = frozenset({"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.GradScaler", "torch.cpu.amp.GradScaler"})
+NO_GRAD_CONTEXTS = frozenset(
+    {
+        "torch.no_grad",
+        "torch.inference_mode",
+        "torch.autograd.no_grad",
+        "torch.autograd.grad_mode.no_grad",
+        "torch.autograd.grad_mode.inference_mode",
+    }
+)
+PROGRESS_BARS = frozenset(
+    {
+        "tqdm.tqdm",
+        "tqdm.auto.tqdm",
+        "tqdm.notebook.tqdm",
+        "tqdm.std.tqdm",
+        "tqdm.rich.tqdm",
+        "tqdm.trange",
+        "tqdm.auto.trange",
+        "tqdm.notebook.trange",
+    }
+)
+GRAD_SCALERS = frozenset(
+    {"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.GradScaler", "torch.cpu.amp.GradScaler"}
+)
 AUTOCASTS = frozenset({"torch.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast", "torch.cpu.amp.autocast"})
 #: Qualified name of a clipping function → the accelerator's method that replaces it.
 CLIPPERS = {
@@ -57,8 +76,9 @@ def _feature(name: str, *tables: frozenset[str]) -> dict[str, str]:
 
 #: Qualified name → the feature it shows the script already has (``ScriptFacts.existing_features``).
 FEATURES: dict[str, str] = {
-    **_feature("DataParallel", frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel"}),
-               DATA_PARALLEL_FUNCTIONS),
+    **_feature(
+        "DataParallel", frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel"}), DATA_PARALLEL_FUNCTIONS
+    ),
     **_feature("DistributedDataParallel", DISTRIBUTED_DATA_PARALLEL),
     **_feature("mp.spawn", PROCESS_SPAWNERS),
     **_feature("mp.Process", WORKER_PROCESSES),
@@ -85,16 +105,25 @@ def is_scheduler(qualified: str) -> bool:
     head, _, last = qualified.rpartition(".")
     if head.startswith("torch.optim.lr_scheduler"):
         return last[:1].isupper()
-    return head in {"transformers", "transformers.optimization"} and last.startswith("get_") and (
-        "schedule" in last
-    )
+    return head in {"transformers", "transformers.optimization"} and last.startswith("get_") and ("schedule" in last)
+
+
 #: Calls that distribute the work by hand; the converter leaves them and reports them (ACC903).
 HAND_DISTRIBUTION = (
-    DISTRIBUTED_DATA_PARALLEL | PROCESS_SPAWNERS | WORKER_PROCESSES | PROCESS_GROUP_STARTS | DISTRIBUTED_SAMPLERS
+    DISTRIBUTED_DATA_PARALLEL
+    | PROCESS_SPAWNERS
+    | WORKER_PROCESSES
+    | PROCESS_GROUP_STARTS
+    | DISTRIBUTED_SAMPLERS
     | DATA_PARALLEL_FUNCTIONS
 )
 
 #: Calls that make a folder or file private to the calling process (a new name each call).
-PER_PROCESS_PATHS = frozenset({
-    "tempfile.mkdtemp", "tempfile.mkstemp", "tempfile.TemporaryDirectory", "tempfile.NamedTemporaryFile",
-})
+PER_PROCESS_PATHS = frozenset(
+    {
+        "tempfile.mkdtemp",
+        "tempfile.mkstemp",
+        "tempfile.TemporaryDirectory",
+        "tempfile.NamedTemporaryFile",
+    }
+)

@@ -70,7 +70,6 @@ class TargetedTransformer(cst.CSTTransformer):
             self.origins.carry(original_node, result)
         return result
 
-
     def _hooks_of(self, node_type: type) -> tuple[Callable[..., Any] | None, Callable[..., Any] | None]:
         hooks = self._hooks.get(node_type)
         if hooks is None:
@@ -95,19 +94,19 @@ _HOOKS: dict[type, dict[type, tuple[Callable[..., Any] | None, Callable[..., Any
 _FIELD_HOOK = re.compile(r"(visit|leave)_[A-Z]\w*_[a-z]\w*$")
 
 
-def _transformer_hooks(transformer_type: type) -> dict[type, tuple[Callable[..., Any] | None, Callable[..., Any] | None]]:
+def _transformer_hooks(
+    transformer_type: type,
+) -> dict[type, tuple[Callable[..., Any] | None, Callable[..., Any] | None]]:
     hooks = _HOOKS.get(transformer_type)
     if hooks is None:
         field_hooks = sorted(name for name in own_hooks(transformer_type) if _FIELD_HOOK.match(name))
         if field_hooks:
-            raise TypeError(f"{transformer_type.__name__} has per-field hooks ({', '.join(field_hooks)}), "
-                            "which TargetedTransformer does not call")
+            raise TypeError(
+                f"{transformer_type.__name__} has per-field hooks ({', '.join(field_hooks)}), "
+                "which TargetedTransformer does not call"
+            )
         hooks = _HOOKS[transformer_type] = {}
     return hooks
-
-
-
-
 
 
 def lines_of(sites: Iterable[Site]) -> set[int]:
@@ -333,8 +332,17 @@ class HomeBlockTransformer(RuleTransformer):
 
 
 #: Names whose value differs from process to process.
-_RANK_NAMES = frozenset({"rank", "local_rank", "process_index", "local_process_index",
-                         "is_main_process", "is_local_main_process", "is_last_process"})
+_RANK_NAMES = frozenset(
+    {
+        "rank",
+        "local_rank",
+        "process_index",
+        "local_process_index",
+        "is_main_process",
+        "is_local_main_process",
+        "is_last_process",
+    }
+)
 
 
 def _rank_independent_test(test: cst.BaseExpression) -> bool:

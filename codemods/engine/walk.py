@@ -96,11 +96,29 @@ NODE_TYPES = concrete_subclasses(cst.CSTNode)
 
 #: Node types that only carry layout or a fixed token: what the walk skips (see the module doc).
 TRIVIA = concrete_subclasses(
-    cst.BaseParenthesizableWhitespace, cst.EmptyLine, cst.TrailingWhitespace, cst.Newline, cst.Comment,
-    cst.Comma, cst.Dot, cst.Colon, cst.Semicolon, cst.AssignEqual, cst.ImportStar,
-    cst.LeftParen, cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket,
-    cst.LeftCurlyBrace, cst.RightCurlyBrace, cst.Asynchronous,
-    cst.BaseBinaryOp, cst.BaseBooleanOp, cst.BaseCompOp, cst.BaseUnaryOp, cst.BaseAugOp,
+    cst.BaseParenthesizableWhitespace,
+    cst.EmptyLine,
+    cst.TrailingWhitespace,
+    cst.Newline,
+    cst.Comment,
+    cst.Comma,
+    cst.Dot,
+    cst.Colon,
+    cst.Semicolon,
+    cst.AssignEqual,
+    cst.ImportStar,
+    cst.LeftParen,
+    cst.RightParen,
+    cst.LeftSquareBracket,
+    cst.RightSquareBracket,
+    cst.LeftCurlyBrace,
+    cst.RightCurlyBrace,
+    cst.Asynchronous,
+    cst.BaseBinaryOp,
+    cst.BaseBooleanOp,
+    cst.BaseCompOp,
+    cst.BaseUnaryOp,
+    cst.BaseAugOp,
 )
 _SUBSTANCE = NODE_TYPES - TRIVIA
 
@@ -119,11 +137,13 @@ def _make_plan(visitor_type: type[cst.CSTVisitor], node: cst.CSTNode) -> _Plan:
     plan = []
     for name in _child_fields(node):
         visit_hook, leave_hook = f"visit_{kind}_{name}", f"leave_{kind}_{name}"
-        plan.append((
-            name,
-            visit_hook if _own_method(visitor_type, visit_hook) else None,
-            leave_hook if _own_method(visitor_type, leave_hook) else None,
-        ))
+        plan.append(
+            (
+                name,
+                visit_hook if _own_method(visitor_type, visit_hook) else None,
+                leave_hook if _own_method(visitor_type, leave_hook) else None,
+            )
+        )
     enter: object = _DISPATCH
     if visitor_type.on_visit is cst.CSTVisitor.on_visit:
         enter = _own_method(visitor_type, f"visit_{kind}")
@@ -140,7 +160,8 @@ def _node_types_walked(visitor_type: type) -> frozenset[type]:
     if walked is None:
         wants_trivia = any(
             _own_method(visitor_type, f"{hook}_{trivia.__name__}") is not None
-            for trivia in TRIVIA for hook in ("visit", "leave")
+            for trivia in TRIVIA
+            for hook in ("visit", "leave")
         )
         walked = _walked_types[visitor_type] = NODE_TYPES if wants_trivia else _SUBSTANCE
     return walked
@@ -164,8 +185,10 @@ def own_hooks(visitor_type: type) -> dict[str, Callable[..., Any]]:
     if hooks is None:
         names = {
             name
-            for klass in visitor_type.__mro__ if not klass.__module__.startswith("libcst")
-            for name in vars(klass) if name.startswith(("visit_", "leave_"))
+            for klass in visitor_type.__mro__
+            if not klass.__module__.startswith("libcst")
+            for name in vars(klass)
+            if name.startswith(("visit_", "leave_"))
         }
         hooks = _own_hooks_by_type[visitor_type] = {name: getattr(visitor_type, name) for name in names}
     return hooks

@@ -51,9 +51,10 @@ def add_import(module: cst.Module, line: cst.SimpleStatementLine) -> cst.Module:
     last_import = None
     for position in range(index, len(body)):
         node = body[position]
-        if not (isinstance(node, cst.SimpleStatementLine) and all(
-            isinstance(small, (cst.Import, cst.ImportFrom)) for small in node.body
-        )):
+        if not (
+            isinstance(node, cst.SimpleStatementLine)
+            and all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in node.body)
+        ):
             break
         last_import = position
     insert_at = last_import + 1 if last_import is not None else index
@@ -75,7 +76,12 @@ class _CreateAccelerator(HomeBlockTransformer):
         anchor_node = body[index] if index < len(body) else anchor
         arguments = f"cpu={self.cpu_flag}" if self.cpu_flag else ""
         created = statement(f"{self.accelerator} = Accelerator({arguments})")
-        self.report(anchor_node if index < len(body) else anchor, Accelerator.code, f"create the accelerator: {self.accelerator} = Accelerator({arguments})", header_only=True)
+        self.report(
+            anchor_node if index < len(body) else anchor,
+            Accelerator.code,
+            f"create the accelerator: {self.accelerator} = Accelerator({arguments})",
+            header_only=True,
+        )
         return [*body[:index], created, *body[index:]]
 
 
@@ -88,8 +94,11 @@ def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top:
     # training object the analysis could name must not get it after its first use).
     backward_lines = [site.line for site in facts.call_sites.get(".backward", ())]
     first_use = next(
-        (i for i in range(start, len(body))
-         if assigned_in(body[i]) & users or _holds_any_line(body[i], backward_lines, facts)),
+        (
+            i
+            for i in range(start, len(body))
+            if assigned_in(body[i]) & users or _holds_any_line(body[i], backward_lines, facts)
+        ),
         len(body),
     )
     parsed = [i + 1 for i in range(start, first_use) if parses_arguments(body[i])]
@@ -223,7 +232,8 @@ class _DeviceSwitches(cst.CSTVisitor):
     def visit_Assign(self, node: cst.Assign) -> None:
         targets = {name for target in node.targets for name in target_names(target.target)}
         if isinstance(node.value, cst.Call) and (dotted(node.value.func) or "").rpartition(".")[2] in (
-            "parse_args", "parse_known_args"
+            "parse_args",
+            "parse_known_args",
         ):
             self.arguments |= {name.partition(".")[0] for name in targets}
         if targets & (self.facts.device_names | self.facts.cuda_flags):

@@ -135,9 +135,7 @@ class AccumulateCodemod(Rule):
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return "manual_accumulation" in facts.existing_features
 
-    def transform(
-        self, module: cst.Module, facts: ScriptFacts, options: Options
-    ) -> tuple[cst.Module, list[Change]]:
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         pending = Findings(facts)
         creation = find_accelerator_creation(module, facts)
         # The loops to rewrite step the optimizer under a modulo guard: they hold a ``.step``.
@@ -146,7 +144,11 @@ class AccumulateCodemod(Rule):
         if not rewriter.steps:
             return module, pending.resolve(module)
         k = rewriter.steps[0]
-        if creation is None or not all(k.deep_equals(s) for s in rewriter.steps) or not expression_available(k, creation):
+        if (
+            creation is None
+            or not all(k.deep_equals(s) for s in rewriter.steps)
+            or not expression_available(k, creation)
+        ):
             pending.drop(AccumulateCodemod.code)
             for loop in rewriter.loops:
                 pending.add(loop, "ACC912", "accumulation steps not available where the Accelerator is created", False)
@@ -173,8 +175,10 @@ class _AccumulationRewriter(RuleTransformer):
         new_statements = _without_division(body.body, k)
         if new_statements is None:
             self.findings.add(
-                original_node, "ACC912",
-                "steps every k batches but the loss division by k was not found: convert by hand", False,
+                original_node,
+                "ACC912",
+                "steps every k batches but the loss division by k was not found: convert by hand",
+                False,
             )
             return updated_node
         new_statements = _replace_guard(new_statements, if_node, self.facts)
@@ -225,10 +229,7 @@ def _modulo_divisor(test: cst.BaseExpression) -> cst.BaseExpression | None:
 
 
 def _calls_step(block: cst.BaseSuite, facts: ScriptFacts) -> bool:
-    return any(
-        _step_call(small, facts) and _call_method(small) == "step"
-        for small in _small_statements(block)
-    )
+    return any(_step_call(small, facts) and _call_method(small) == "step" for small in _small_statements(block))
 
 
 def _small_statements(block: cst.BaseSuite) -> list[cst.CSTNode]:
@@ -280,7 +281,11 @@ class _DivisionRemover(cst.CSTTransformer):
     def leave_SimpleStatementLine(self, original_node, updated_node):
         kept = []
         for small in updated_node.body:
-            if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.DivideAssign) and self._is_k(small.value):
+            if (
+                isinstance(small, cst.AugAssign)
+                and isinstance(small.operator, cst.DivideAssign)
+                and self._is_k(small.value)
+            ):
                 self.removed = True
                 continue
             if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.value, cst.Name):
@@ -295,7 +300,11 @@ class _DivisionRemover(cst.CSTTransformer):
         if isinstance(updated_node.operator, cst.Divide) and self._is_k(updated_node.right):
             self.removed = True
             left = updated_node.left
-            return left.with_changes(lpar=updated_node.lpar or [], rpar=updated_node.rpar or []) if updated_node.lpar else left
+            return (
+                left.with_changes(lpar=updated_node.lpar or [], rpar=updated_node.rpar or [])
+                if updated_node.lpar
+                else left
+            )
         return updated_node
 
 

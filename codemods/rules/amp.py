@@ -135,9 +135,7 @@ class AmpCodemod(Rule):
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return bool(facts.existing_features & {"GradScaler", "autocast"})
 
-    def transform(
-        self, module: cst.Module, facts: ScriptFacts, options: Options
-    ) -> tuple[cst.Module, list[Change]]:
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         survey = _AmpSurvey(facts)
         walk(module, survey)
         pending = Findings(facts)
@@ -210,8 +208,14 @@ class _AmpSurvey(cst.CSTVisitor):
             self.autocasts.append(node)
             self._note_switch(node)
             for arg in node.args:
-                if arg.keyword and arg.keyword.value == "dtype" and dotted(arg.value) in (
-                    "torch.bfloat16", "bfloat16",
+                if (
+                    arg.keyword
+                    and arg.keyword.value == "dtype"
+                    and dotted(arg.value)
+                    in (
+                        "torch.bfloat16",
+                        "bfloat16",
+                    )
                 ):
                     self.bf16 = True
 
@@ -335,9 +339,7 @@ def _value_assigned_later(flag: cst.BaseExpression, creation: AcceleratorCreatio
         for statement in creation.statements_after
         if isinstance(statement, cst.SimpleStatementLine)
         for small in statement.body
-        if isinstance(small, cst.Assign)
-        and len(small.targets) == 1
-        and dotted(small.targets[0].target) == flag.value
+        if isinstance(small, cst.Assign) and len(small.targets) == 1 and dotted(small.targets[0].target) == flag.value
     ]
     return values[0] if len(values) == 1 else None
 
@@ -347,22 +349,6 @@ def _common_flag(flags: Sequence[cst.BaseExpression]) -> cst.BaseExpression | No
         return None
     first = flags[0]
     return first if all(f.deep_equals(first) for f in flags) else None
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # ---- the rewrite --------------------------------------------------------------------------------
@@ -423,7 +409,9 @@ class _AmpRemover(RuleTransformer):
         kept = [s for s in updated_node.body if not self._removable(s)]
         if len(kept) == len(updated_node.body):
             return updated_node
-        self.findings.add(original_node, AmpCodemod.code, "GradScaler bookkeeping removed: the accelerator scales", True)
+        self.findings.add(
+            original_node, AmpCodemod.code, "GradScaler bookkeeping removed: the accelerator scales", True
+        )
         if not kept:
             return cst.RemoveFromParent()
         return updated_node.with_changes(body=kept)
@@ -440,13 +428,16 @@ class _AmpRemover(RuleTransformer):
         items = [i for i in updated_node.items if not _is_autocast(i.item, self.facts)]
         if len(items) == len(updated_node.items):
             return updated_node
-        self.findings.add(original_node, AmpCodemod.code, "autocast block dissolved: the prepared model autocasts", True)
+        self.findings.add(
+            original_node, AmpCodemod.code, "autocast block dissolved: the prepared model autocasts", True
+        )
         if items:
             items[-1] = items[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
             return updated_node.with_changes(items=items)
         body = updated_node.body
         statements: list[Statement] = (
-            as_statements(body.body) if isinstance(body, cst.IndentedBlock)
+            as_statements(body.body)
+            if isinstance(body, cst.IndentedBlock)
             else [cst.SimpleStatementLine(cast(cst.SimpleStatementSuite, body).body)]  # BaseSuite's other kind
         )
         if statements:
@@ -463,7 +454,9 @@ class _AmpRemover(RuleTransformer):
         if self.flag is None or not updated_node.test.deep_equals(self.flag):
             if not _mentions_amp(original_node, self.facts, self.scalers):
                 return updated_node
-        if not isinstance(orelse.body, cst.IndentedBlock) or not _same_statements(updated_node.body.body, orelse.body.body):
+        if not isinstance(orelse.body, cst.IndentedBlock) or not _same_statements(
+            updated_node.body.body, orelse.body.body
+        ):
             return updated_node
         self.findings.add(original_node, AmpCodemod.code, "AMP and plain branches are the same now: one kept", True)
         statements = as_statements(updated_node.body.body)
@@ -493,17 +486,15 @@ class _ScalerMention(cst.CSTVisitor):
 def _is_autocast(node: cst.BaseExpression, facts: ScriptFacts) -> bool:
     """An autocast context that switches mixed precision on (``enabled=False`` blocks, which
     carve a full-precision region out of an autocast one, stay as they are)."""
-    return (
-        isinstance(node, cst.Call)
-        and facts.callee_name(node.func) in AUTOCASTS
-        and not _disables(node)
-    )
+    return isinstance(node, cst.Call) and facts.callee_name(node.func) in AUTOCASTS and not _disables(node)
 
 
 def _disables(call: cst.Call) -> bool:
     return any(
-        arg.keyword is not None and arg.keyword.value == "enabled"
-        and isinstance(arg.value, cst.Name) and arg.value.value == "False"
+        arg.keyword is not None
+        and arg.keyword.value == "enabled"
+        and isinstance(arg.value, cst.Name)
+        and arg.value.value == "False"
         for arg in call.args
     )
 
@@ -529,9 +520,7 @@ def _same_statements(first: Sequence[cst.BaseStatement], second: Sequence[cst.Ba
     """Same code, line by line, ignoring blank lines and comments above each statement."""
     if len(first) != len(second):
         return False
-    return all(
-        _statement_code(a) == _statement_code(b) for a, b in zip(first, second)
-    )
+    return all(_statement_code(a) == _statement_code(b) for a, b in zip(first, second))
 
 
 def _statement_code(statement: cst.BaseStatement) -> str:

@@ -45,7 +45,13 @@ class _Backward(RuleTransformer):
         if self.qualified_name(original_node.func.value) is not None:  # type: ignore[attr-defined]
             return updated_node  # torch.autograd.backward and the like: a function, not a tensor
         if self.function not in self.accessible:  # a class method, or code no accelerator reaches
-            self.report(original_node, NO_ACCELERATOR_ACCESS, "backward() where no accelerator is reachable: left as it was", False, header_only=True)
+            self.report(
+                original_node,
+                NO_ACCELERATOR_ACCESS,
+                "backward() where no accelerator is reachable: left as it was",
+                False,
+                header_only=True,
+            )
             return updated_node
         receiver = updated_node.func.value  # type: ignore[attr-defined]
         self.report(original_node, Backward.code, "X.backward() → accelerator.backward(X)", header_only=True)

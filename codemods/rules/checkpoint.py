@@ -33,13 +33,43 @@ from codemods.engine.walk import walk
 #: has its own), so calls to them stay as written.
 MODULE_OWN_ATTRIBUTES = frozenset(
     {
-        "train", "eval", "parameters", "named_parameters", "zero_grad", "to", "cuda", "cpu",
-        "modules", "named_modules", "children", "named_children", "apply", "buffers",
-        "named_buffers", "requires_grad_", "half", "float", "double", "bfloat16", "type",
-        "training", "forward", "register_forward_hook", "register_forward_pre_hook",
-        "register_full_backward_hook", "register_backward_hook", "register_buffer",
-        "register_parameter", "add_module", "get_submodule", "get_parameter", "get_buffer",
-        "share_memory", "no_sync", "module", "__class__",
+        "train",
+        "eval",
+        "parameters",
+        "named_parameters",
+        "zero_grad",
+        "to",
+        "cuda",
+        "cpu",
+        "modules",
+        "named_modules",
+        "children",
+        "named_children",
+        "apply",
+        "buffers",
+        "named_buffers",
+        "requires_grad_",
+        "half",
+        "float",
+        "double",
+        "bfloat16",
+        "type",
+        "training",
+        "forward",
+        "register_forward_hook",
+        "register_forward_pre_hook",
+        "register_full_backward_hook",
+        "register_backward_hook",
+        "register_buffer",
+        "register_parameter",
+        "add_module",
+        "get_submodule",
+        "get_parameter",
+        "get_buffer",
+        "share_memory",
+        "no_sync",
+        "module",
+        "__class__",
     }
 )
 
@@ -162,12 +192,11 @@ class CheckpointCodemod(Rule):
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return facts.uses_torch and bool(facts.models or "torch" in facts.imports.values())
 
-    def transform(
-        self, module: cst.Module, facts: ScriptFacts, options: Options
-    ) -> tuple[cst.Module, list[Change]]:
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         # Lines reading a model attribute nn.Module does not have (unwrapped), or saving/loading.
         words = callee_words(facts, ("torch.save", "torch.load")) | {
-            path for path in facts.word_lines
+            path
+            for path in facts.word_lines
             if path.rpartition(".")[0] in facts.models and path.rpartition(".")[2] not in MODULE_OWN_ATTRIBUTES
         }
         rewriter = _CheckpointRewriter(facts, module, facts.lines_mentioning(words))
@@ -262,8 +291,10 @@ class _CheckpointRewriter(AcceleratorScope):
             return updated_node  # a file of this process alone (a tempfile folder): each rank writes its own
         if not self.accelerator_reachable():
             self.report(
-                original_node, "ACC914",
-                "torch.save where the accelerator is not reachable: every rank writes this file", False,
+                original_node,
+                "ACC914",
+                "torch.save where the accelerator is not reachable: every rank writes this file",
+                False,
             )
             return updated_node
         args = list(updated_node.args)
@@ -285,14 +316,18 @@ class _CheckpointRewriter(AcceleratorScope):
         attribute = updated_node.attr.value
         if not self.accelerator_reachable():
             self.report(
-                original_node, "ACC914",
+                original_node,
+                "ACC914",
                 f"{owner}.{attribute} after prepare needs accelerator.unwrap_model({owner}), "
-                "but the accelerator is not reachable here", False,
+                "but the accelerator is not reachable here",
+                False,
             )
             return updated_node
         self.report(
-            original_node, self.code,
-            f"{owner}.{attribute} → accelerator.unwrap_model({owner}).{attribute}", True,
+            original_node,
+            self.code,
+            f"{owner}.{attribute} → accelerator.unwrap_model({owner}).{attribute}",
+            True,
         )
         return updated_node.with_changes(value=unwrap_model(self.facts, updated_node.value))
 
@@ -356,16 +391,19 @@ class _WaitBeforeLoads(AcceleratorScope):
     def _wait_before_loads(self, statements: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
         result: list[cst.BaseStatement] = []
         for statement in statements:
-            loads = isinstance(statement, cst.SimpleStatementLine) and _contains_call(statement, self.facts, "torch.load")
+            loads = isinstance(statement, cst.SimpleStatementLine) and _contains_call(
+                statement, self.facts, "torch.load"
+            )
             if loads and not (result and _is_barrier(result[-1], self.facts)):
-                result.append(cst.SimpleStatementLine(
-                    [cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))],
-                    leading_lines=as_statement(statement).leading_lines,
-                ))
+                result.append(
+                    cst.SimpleStatementLine(
+                        [cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))],
+                        leading_lines=as_statement(statement).leading_lines,
+                    )
+                )
                 statement = statement.with_changes(leading_lines=())
             result.append(statement)
         return result if len(result) != len(statements) else None
-
 
 
 def _is_barrier(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:

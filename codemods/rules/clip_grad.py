@@ -28,7 +28,13 @@ class _ClipGrad(RuleTransformer):
         if method is None:
             return updated_node
         if self.function not in self.facts.accessible_functions:
-            self.report(original_node, NO_ACCELERATOR_ACCESS, f"{method} where no accelerator is reachable: left as it was", False, header_only=True)
+            self.report(
+                original_node,
+                NO_ACCELERATOR_ACCESS,
+                f"{method} where no accelerator is reachable: left as it was",
+                False,
+                header_only=True,
+            )
             return updated_node
         self.report(original_node, ClipGrad.code, f"gradient clipping → {self.accelerator}.{method}", header_only=True)
         return updated_node.with_changes(func=cst.Attribute(cst.Name(self.accelerator), cst.Name(method)))

@@ -85,9 +85,7 @@ class DataParallelCodemod(Rule):
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return bool(facts.existing_features & PARALLEL_FEATURES)
 
-    def transform(
-        self, module: cst.Module, facts: ScriptFacts, options: Options
-    ) -> tuple[cst.Module, list[Change]]:
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         if any(qualified in facts.called for qualified in HAND_DISTRIBUTION):
             return module, []  # distributed by hand: ACC903 reports it, nothing here is touched
         # What changes: DataParallel(...) calls, ``model.module`` and isinstance unwraps naming a wrapper.
@@ -115,7 +113,9 @@ class _DataParallelRemover(AcceleratorScope):
         wrapped = _wrapped_module(updated_node)
         if wrapped is None:
             return updated_node
-        self.findings.add(original_node, DataParallelCodemod.code, "nn.DataParallel removed: prepare wraps the model in DDP", True)
+        self.findings.add(
+            original_node, DataParallelCodemod.code, "nn.DataParallel removed: prepare wraps the model in DDP", True
+        )
         return wrapped
 
     def leave_SimpleStatementLine(
@@ -162,7 +162,9 @@ class _DataParallelRemover(AcceleratorScope):
         unwrapped = unwrap_model(self.facts, cst.Name(model))
         branches = (updated_node.body, updated_node.orelse)
         if any(b.deep_equals(unwrapped) for b in branches) and any(dotted(b) == model for b in branches):
-            self.report(original_node, DataParallelCodemod.code, f"unwrapping {model} → accelerator.unwrap_model({model})")
+            self.report(
+                original_node, DataParallelCodemod.code, f"unwrapping {model} → accelerator.unwrap_model({model})"
+            )
             return unwrapped.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
         return updated_node
 
@@ -182,7 +184,9 @@ class _DataParallelRemover(AcceleratorScope):
             return updated_node
         if not self.accelerator_reachable():
             return updated_node
-        self.report(original_node, DataParallelCodemod.code, f"{owner}.module → accelerator.unwrap_model({owner})", True)
+        self.report(
+            original_node, DataParallelCodemod.code, f"{owner}.module → accelerator.unwrap_model({owner})", True
+        )
         return unwrap_model(self.facts, updated_node.value)
 
 

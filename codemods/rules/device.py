@@ -26,7 +26,8 @@ DEVICE_ONLY_KEYWORDS = {"device", "non_blocking", "copy"}
 class _Device(RuleTransformer):
     def __init__(self, facts: ScriptFacts, accelerator: str) -> None:
         sites = [
-            *facts.call_sites.get(".to", ()), *facts.call_sites.get(".cuda", ()),
+            *facts.call_sites.get(".to", ()),
+            *facts.call_sites.get(".cuda", ()),
             *facts.call_sites.get("torch.cuda.set_device", ()),
             *(site for name in facts.device_names for site in facts.assign_sites.get(name, ())),
         ]
@@ -149,9 +150,7 @@ class _Device(RuleTransformer):
         if literal and self.accessible():
             self.report(original, Device.code, "device string → accelerator.device", header_only=True)
             replacement = expression(self.device_expr)
-            return call.with_changes(
-                args=[a.with_changes(value=replacement) if a in literal else a for a in call.args]
-            )
+            return call.with_changes(args=[a.with_changes(value=replacement) if a in literal else a for a in call.args])
         return call
 
     def _is_device_arg(self, arg: cst.Arg, call: cst.Call) -> bool:
@@ -167,7 +166,13 @@ class _Device(RuleTransformer):
             self.stripped_here = True
             return receiver
         if not self.accessible():
-            self.report(original, NO_ACCELERATOR_ACCESS, ".cuda() where no accelerator is reachable: left as it was", False, header_only=True)
+            self.report(
+                original,
+                NO_ACCELERATOR_ACCESS,
+                ".cuda() where no accelerator is reachable: left as it was",
+                False,
+                header_only=True,
+            )
             return call
         self.report(original, Device.code, ".cuda() → .to(accelerator.device)", header_only=True)
         return call.with_changes(
@@ -208,7 +213,9 @@ class _Device(RuleTransformer):
     def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr):
         value = original_node.value
         if isinstance(value, cst.Call) and self.qualified_name(value.func) == "torch.cuda.set_device":
-            self.report(value, Device.code, "torch.cuda.set_device removed (the accelerator picks the GPU)", header_only=True)
+            self.report(
+                value, Device.code, "torch.cuda.set_device removed (the accelerator picks the GPU)", header_only=True
+            )
             return cst.RemoveFromParent()
         if self.stripped_here and isinstance(value, cst.Call) and dotted(updated_node.value) is not None:
             return cst.RemoveFromParent()  # ``model.cuda()`` as a statement: nothing left to do
@@ -277,18 +284,31 @@ class _Device(RuleTransformer):
             # ``if cuda: <nothing> else: x`` → ``if not cuda: x``
             return updated_node.with_changes(
                 test=cst.UnaryOperation(cst.Not(), _parenthesized(updated_node.test)),
-                body=orelse.body, orelse=None,
+                body=orelse.body,
+                orelse=None,
             )
         return updated_node.with_changes(body=_with_pass(updated_node.body))
 
     def leave_For(self, original_node: cst.For, updated_node: cst.For):
-        return updated_node if _has_statements(updated_node.body) else updated_node.with_changes(body=_with_pass(updated_node.body))
+        return (
+            updated_node
+            if _has_statements(updated_node.body)
+            else updated_node.with_changes(body=_with_pass(updated_node.body))
+        )
 
     def leave_With(self, original_node: cst.With, updated_node: cst.With):
-        return updated_node if _has_statements(updated_node.body) else updated_node.with_changes(body=_with_pass(updated_node.body))
+        return (
+            updated_node
+            if _has_statements(updated_node.body)
+            else updated_node.with_changes(body=_with_pass(updated_node.body))
+        )
 
     def leave_While(self, original_node: cst.While, updated_node: cst.While):
-        return updated_node if _has_statements(updated_node.body) else updated_node.with_changes(body=_with_pass(updated_node.body))
+        return (
+            updated_node
+            if _has_statements(updated_node.body)
+            else updated_node.with_changes(body=_with_pass(updated_node.body))
+        )
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):
         updated = updated_node
@@ -367,17 +387,18 @@ def _is_identity(assign: cst.Assign) -> bool:
     if isinstance(value, (cst.GeneratorExp, cst.ListComp)):
         loop = value.for_in
         return (
-            loop.inner_for_in is None and not loop.ifs
+            loop.inner_for_in is None
+            and not loop.ifs
             and written(loop.target) == written(value.elt)
             and written(loop.iter) == target_code
         )
     if isinstance(value, cst.DictComp):
         loop = value.for_in
         return (
-            loop.inner_for_in is None and not loop.ifs
-            and written(loop.target).replace(" ", "") in {
-                f"{written(value.key)},{written(value.value)}", f"({written(value.key)},{written(value.value)})"
-            }
+            loop.inner_for_in is None
+            and not loop.ifs
+            and written(loop.target).replace(" ", "")
+            in {f"{written(value.key)},{written(value.value)}", f"({written(value.key)},{written(value.value)})"}
             and written(loop.iter) in {f"{target_code}.items()"}
         )
     return False

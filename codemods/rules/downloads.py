@@ -146,7 +146,8 @@ def _downloads(statement: cst.SimpleStatementLine) -> bool:
     while pending:
         node = pending.pop()
         if isinstance(node, cst.Call) and any(
-            arg.keyword is not None and arg.keyword.value == "download"
+            arg.keyword is not None
+            and arg.keyword.value == "download"
             and not (isinstance(arg.value, cst.Name) and arg.value.value == "False")
             for arg in node.args
         ):

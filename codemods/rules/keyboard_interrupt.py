@@ -58,8 +58,10 @@ class KeyboardInterruptHandler(Rule):
         return bool(facts.interrupt_handlers) and facts.has_accelerator
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        message = ("except KeyboardInterrupt runs on every process, each at another point of the step: "
-                   "anything in it or after it that needs the other processes can hang")
+        message = (
+            "except KeyboardInterrupt runs on every process, each at another point of the step: "
+            "anything in it or after it that needs the other processes can hang"
+        )
         return module, [
             Change(self.code, message, site.line, site.column, site.end_line, site.end_column, fixed=False)
             for site in facts.interrupt_handlers

@@ -159,9 +159,7 @@ class MetricsCodemod(Rule):
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return bool(facts.eval_loops and facts.models)
 
-    def transform(
-        self, module: cst.Module, facts: ScriptFacts, options: Options
-    ) -> tuple[cst.Module, list[Change]]:
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         # Only loops over a loader change: their headers name it.
         rewriter = _EvalLoopRewriter(facts, facts.lines_mentioning(name_words(facts.loaders)))
         new_module = module.visit(rewriter)
@@ -237,8 +235,10 @@ class _EvalLoopRewriter(AcceleratorScope):
             return updated_node
         if not self.accelerator_reachable():
             self.report(
-                original_node, "ACC913",
-                "evaluation loop where the accelerator is not reachable: metrics cover this rank only", False,
+                original_node,
+                "ACC913",
+                "evaluation loop where the accelerator is not reachable: metrics cover this rank only",
+                False,
             )
             return updated_node
         return self._gather_in_loop(original_node, updated_node, loop)
@@ -254,8 +254,10 @@ class _EvalLoopRewriter(AcceleratorScope):
         while isinstance(loader, cst.Call) and loader.args:
             loader = loader.args[0].value
         name = dotted(loader)
-        return where is not None and name is not None and any(
-            where.line <= site.line <= where.end_line for site in self.facts.assign_sites.get(name, ())
+        return (
+            where is not None
+            and name is not None
+            and any(where.line <= site.line <= where.end_line for site in self.facts.assign_sites.get(name, ()))
         )
 
     def _report_per_batch_means(self, function: cst.FunctionDef, loaders: set[str]) -> None:
@@ -268,14 +270,19 @@ class _EvalLoopRewriter(AcceleratorScope):
         walk(function, finder)
         for node, statement in finder.found:
             self.findings.add(
-                node, "ACC913",
+                node,
+                "ACC913",
                 "a mean over batches (divided by len(loader)): each gathered value now covers one batch per "
-                "process; sum per-sample values and divide by the number of samples", False, statement,
+                "process; sum per-sample values and divide by the number of samples",
+                False,
+                statement,
             )
 
     def _is_evaluation(self, node: cst.For) -> bool:
-        return self._no_grad_depth > 0 or self._eval_mode[-1] or _contains(
-            node, lambda n: isinstance(n, cst.With) and _is_no_grad(n, self.facts)
+        return (
+            self._no_grad_depth > 0
+            or self._eval_mode[-1]
+            or _contains(node, lambda n: isinstance(n, cst.With) and _is_no_grad(n, self.facts))
         )
 
     def _gather_in_loop(self, original: cst.For, loop: cst.For, targets: tuple[str, ...]) -> cst.For:
@@ -292,9 +299,11 @@ class _EvalLoopRewriter(AcceleratorScope):
         if forward is None:
             if _contains(loop, lambda n: _is_model_call(n, self.facts)):
                 self.report(
-                    original, "ACC913",
+                    original,
+                    "ACC913",
                     "the forward is nested in a larger expression: assign its output to a name, "
-                    "then gather it with accelerator.gather_for_metrics", False,
+                    "then gather it with accelerator.gather_for_metrics",
+                    False,
                 )
             return loop
         statement, outputs = forward
@@ -304,8 +313,10 @@ class _EvalLoopRewriter(AcceleratorScope):
         plan = _plan_gather(outputs, targets, _statements_after(body.body, statement), lambda: self._taken_names)
         for scalar in plan.batch_scalars:
             self.report(
-                original, "ACC913",
-                f"{scalar} is one value per batch and process: it cannot be gathered per sample", False,
+                original,
+                "ACC913",
+                f"{scalar} is one value per batch and process: it cannot be gathered per sample",
+                False,
             )
         if not plan.gathered:
             return loop
@@ -404,8 +415,6 @@ class _LazyNames:
         return self._names
 
 
-
-
 # ---- the forward and what follows it ------------------------------------------------------
 
 
@@ -466,7 +475,15 @@ def _hoist_forward(statements, facts: ScriptFacts, new_name) -> list | None:
 class _ForwardCalls(cst.CSTVisitor):
     """Model calls in one statement, and whether any sits where hoisting would change what runs."""
 
-    CONDITIONAL = (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.IfExp, cst.BooleanOperation)
+    CONDITIONAL = (
+        cst.Lambda,
+        cst.ListComp,
+        cst.SetComp,
+        cst.DictComp,
+        cst.GeneratorExp,
+        cst.IfExp,
+        cst.BooleanOperation,
+    )
 
     def __init__(self, facts: ScriptFacts) -> None:
         self.facts = facts
@@ -716,7 +733,11 @@ def _unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode
                 continue
             target, value = small.targets[0].target, small.value
             pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]]
-            if isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple) and len(target.elements) == len(value.elements):
+            if (
+                isinstance(target, cst.Tuple)
+                and isinstance(value, cst.Tuple)
+                and len(target.elements) == len(value.elements)
+            ):
                 pairs = [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
             else:
                 pairs = [(target, value)]

@@ -150,38 +150,54 @@ class OomRetryCodemod(Rule):
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return options.oom_retry and facts.uses_torch
 
-    def transform(
-        self, module: cst.Module, facts: ScriptFacts, options: Options
-    ) -> tuple[cst.Module, list[Change]]:
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         pending = Findings(facts)
         if _already_retried(module, facts):
             return module, []
         region = _find_training_region(module, facts)
         if region is None:
-            pending.add(module.body[0] if module.body else module, "ACC917",
-                        "no accelerator.prepare(...) line at the top level of a function or the module: "
-                        "nothing to retry", False)
+            pending.add(
+                module.body[0] if module.body else module,
+                "ACC917",
+                "no accelerator.prepare(...) line at the top level of a function or the module: nothing to retry",
+                False,
+            )
             return module, pending.resolve(module)
         batch_size = _batch_size_expression(module, region, facts)
         if batch_size is None:
-            pending.add(region.function or region.statements[region.start], "ACC917",
-                        "no batch size found that the training code builds its loaders with", False)
+            pending.add(
+                region.function or region.statements[region.start],
+                "ACC917",
+                "no batch size found that the training code builds its loaders with",
+                False,
+            )
             return module, pending.resolve(module)
         moved = region.moved()
         if isinstance(batch_size, cst.Name) and batch_size.value != PARAMETER and binds_name(moved, batch_size.value):
-            pending.add(region.statements[region.start], "ACC917",
-                        f"{batch_size.value} is assigned inside the training code: retry by hand", False)
+            pending.add(
+                region.statements[region.start],
+                "ACC917",
+                f"{batch_size.value} is assigned inside the training code: retry by hand",
+                False,
+            )
             return module, pending.resolve(module)
         region.kept = _independent_definitions(region, batch_size)
         wrapped = _wrap(region, batch_size, module, facts)
         new_module = _replace_region(module, region, wrapped)
         new_module = _add_import(new_module, facts, options)
-        pending.add(region.statements[region.start], OomRetryCodemod.code,
-                    f"training retried with a smaller batch size on out-of-memory (from {expression_code(batch_size)})",
-                    True)
+        pending.add(
+            region.statements[region.start],
+            OomRetryCodemod.code,
+            f"training retried with a smaller batch size on out-of-memory (from {expression_code(batch_size)})",
+            True,
+        )
         for site in [] if isinstance(batch_size, cst.Integer) else _uses_outside(module, region, batch_size):
-            pending.add(site, "ACC917",
-                        f"{expression_code(batch_size)} used outside the retried code: it keeps the starting value", False)
+            pending.add(
+                site,
+                "ACC917",
+                f"{expression_code(batch_size)} used outside the retried code: it keeps the starting value",
+                False,
+            )
         return new_module, pending.resolve(module)
 
 
@@ -206,7 +222,9 @@ class _Region:
     def moved(self) -> list[cst.BaseStatement]:
         """The statements that go into the retried function, in order."""
         # _find_training_region takes a guard only with an indented body.
-        guarded = as_statements(cast(cst.IndentedBlock, self.main_guard.body).body) if self.main_guard is not None else []
+        guarded = (
+            as_statements(cast(cst.IndentedBlock, self.main_guard.body).body) if self.main_guard is not None else []
+        )
         if guarded and not guarded[0].leading_lines:
             guarded[0] = guarded[0].with_changes(leading_lines=[cst.EmptyLine(indent=False)])
         kept = {id(s) for s in self.kept}
@@ -227,10 +245,7 @@ def _independent_definitions(region: _Region, batch_size: cst.BaseExpression) ->
         kept_ids = {id(s) for s in kept}
         others = [s for s in region.moved() if id(s) not in kept_ids]
         assigned = _assigned_names(others)
-        still = [
-            d for d in kept
-            if not (variables_read(d) & assigned) and not _contains_expression(d, batch_size)
-        ]
+        still = [d for d in kept if not (variables_read(d) & assigned) and not _contains_expression(d, batch_size)]
         if len(still) == len(kept):
             return kept
         kept = still
@@ -239,7 +254,8 @@ def _independent_definitions(region: _Region, batch_size: cst.BaseExpression) ->
 def _find_training_region(module: cst.Module, facts: ScriptFacts) -> _Region | None:
     candidates: list[tuple[cst.FunctionDef | None, list[cst.BaseStatement]]] = [(None, list(module.body))]
     candidates += [
-        (s, list(s.body.body)) for s in module.body
+        (s, list(s.body.body))
+        for s in module.body
         if isinstance(s, cst.FunctionDef) and isinstance(s.body, cst.IndentedBlock)
     ]
     for function, statements in candidates:
@@ -263,9 +279,7 @@ def _find_training_region(module: cst.Module, facts: ScriptFacts) -> _Region | N
 def _is_prepare_line(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:
     if not isinstance(statement, cst.SimpleStatementLine):
         return False
-    return any(
-        is_accelerator_method(getattr(small, "value", None), facts, "prepare") for small in statement.body
-    )
+    return any(is_accelerator_method(getattr(small, "value", None), facts, "prepare") for small in statement.body)
 
 
 def _builds_training_object(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:
@@ -306,7 +320,9 @@ def _batch_size_expression(module: cst.Module, region: _Region, facts: ScriptFac
     return None
 
 
-def _argument_for_parameter(module: cst.Module, moved: Sequence[cst.CSTNode], parameter: str) -> cst.BaseExpression | None:
+def _argument_for_parameter(
+    module: cst.Module, moved: Sequence[cst.CSTNode], parameter: str
+) -> cst.BaseExpression | None:
     """What the moved code passes for ``parameter`` of a module-level function it calls."""
     functions = {
         s.name.value: [p.name.value for p in [*s.params.posonly_params, *s.params.params]]
@@ -355,7 +371,9 @@ class _LoaderBatchSize(cst.CSTVisitor):
 # ---- building the retried function -----------------------------------------------------------
 
 
-def _wrap(region: _Region, batch_size: cst.BaseExpression, module: cst.Module, facts: ScriptFacts) -> list[cst.BaseStatement]:
+def _wrap(
+    region: _Region, batch_size: cst.BaseExpression, module: cst.Module, facts: ScriptFacts
+) -> list[cst.BaseStatement]:
     # The replacer rewrites expressions only: each statement comes back a statement.
     moved = [cast(cst.BaseStatement, s.visit(_BatchSizeReplacer(batch_size))) for s in region.moved()]
     acc = accelerator_name(facts)
@@ -374,9 +392,9 @@ def _wrap(region: _Region, batch_size: cst.BaseExpression, module: cst.Module, f
         name=cst.Name(INNER_NAME),
         params=cst.Parameters(params=[cst.Param(cst.Name(PARAMETER))]),
         body=cst.IndentedBlock(body=[*preamble, *flushed]),
-        decorators=[cst.Decorator(cst.parse_expression(
-            f"{DECORATOR}(starting_batch_size={expression_code(batch_size)})"
-        ))],
+        decorators=[
+            cst.Decorator(cst.parse_expression(f"{DECORATOR}(starting_batch_size={expression_code(batch_size)})"))
+        ],
         leading_lines=_blank_lines(1 if region.function is not None else 2),
     )
     call = f"return {INNER_NAME}()" if region.function is not None and _returns(flushed) else f"{INNER_NAME}()"
@@ -502,8 +520,6 @@ class _Assigned(cst.CSTVisitor):
             self._add(target.value)
 
 
-
-
 def _returns(statements: Sequence[cst.CSTNode]) -> bool:
     finder = _ReturnFinder()
     for statement in statements:
@@ -540,11 +556,14 @@ def _add_import(module: cst.Module, facts: ScriptFacts, options: Options) -> cst
     line = cst.parse_statement(f"from {options.accelerate_module} import {DECORATOR}")
     body = list(module.body)
     imports = [
-        index for index, statement in enumerate(body)
+        index
+        for index, statement in enumerate(body)
         if isinstance(statement, cst.SimpleStatementLine)
         and any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body)
     ]
-    after_accelerator = [i for i in imports if _imports_accelerator(cast(cst.SimpleStatementLine, body[i]))]  # as filtered
+    after_accelerator = [
+        i for i in imports if _imports_accelerator(cast(cst.SimpleStatementLine, body[i]))
+    ]  # as filtered
     position = (after_accelerator or imports or [-1])[-1] + 1
     body.insert(position, line)
     return module.with_changes(body=body)

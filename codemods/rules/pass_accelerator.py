@@ -92,7 +92,8 @@ def needing_parameter(functions: dict[str, _Function], home: str | None) -> set[
     """Functions that read the accelerator without binding it, and their callers (transitively),
     except the function that creates it."""
     needs = {
-        name for name, info in functions.items()
+        name
+        for name, info in functions.items()
         if name != home and info.uses_accelerator and not info.binds_accelerator
     }
     changed = True
@@ -118,7 +119,12 @@ class _PassAccelerator(RuleTransformer):
         # Module-level functions only (the scope still holds the function being left).
         if len(self.scope) > 1 or original_node.name.value not in self.needs:
             return updated
-        self.report(original_node, Helpers.code, f"{original_node.name.value}() receives the accelerator as a parameter", header_only=True)
+        self.report(
+            original_node,
+            Helpers.code,
+            f"{original_node.name.value}() receives the accelerator as a parameter",
+            header_only=True,
+        )
         return updated.with_changes(params=with_parameter(updated.params, self.accelerator))
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
@@ -134,7 +140,13 @@ class _PassAccelerator(RuleTransformer):
             or self.functions[caller].binds_accelerator
         )
         if not reachable:
-            self.report(original_node, NO_ACCELERATOR_ACCESS, f"{func.value}() needs the accelerator, but this caller has none", False, header_only=True)
+            self.report(
+                original_node,
+                NO_ACCELERATOR_ACCESS,
+                f"{func.value}() needs the accelerator, but this caller has none",
+                False,
+                header_only=True,
+            )
             return updated_node
         return with_argument(updated_node, self.functions[func.value].new_index, self.accelerator)
 
@@ -169,10 +181,13 @@ def with_argument(call: cst.Call, index: int | None, name: str) -> cst.Call:
     if index is not None and leading == all_positional == index:
         args.insert(leading, cst.Arg(cst.Name(name)))
     else:
-        args.append(cst.Arg(
-            cst.Name(name), keyword=cst.Name(name),
-            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-        ))
+        args.append(
+            cst.Arg(
+                cst.Name(name),
+                keyword=cst.Name(name),
+                equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+            )
+        )
     return call.with_changes(args=_fix_commas(args))
 
 

@@ -90,8 +90,7 @@ class _Prepare(HomeBlockTransformer):
         after = max(last_creation[name] for name in names)
         indent = "" if self.facts.home_kind == "module" else "    "
         self.report(body[after], Prepare.code, f"prepare {', '.join(names)} for distributed training", header_only=True)
-        return [*body[: after + 1], prepare_statement(self.accelerator, names, indent), *body[after + 1:]]
-
+        return [*body[: after + 1], prepare_statement(self.accelerator, names, indent), *body[after + 1 :]]
 
     def _first_loop_index(self, body: list[cst.BaseStatement]) -> int:
         """Index of the first statement of ``body`` that loops over a loader, or calls a function
@@ -112,7 +111,8 @@ class _Prepare(HomeBlockTransformer):
         if site is None:
             return assigned_in(node) & set(self.wanted)
         return {
-            name for name in self.wanted
+            name
+            for name in self.wanted
             if any(site.line <= where.line <= site.end_line for where in self.facts.assign_sites.get(name, ()))
         }
 

@@ -22,7 +22,6 @@ from codemods.engine.transformers import RuleTransformer, lines_of
 LINE_LIMIT = 100
 
 
-
 class _Printing(RuleTransformer):
     def __init__(self, facts: ScriptFacts, accelerator: str) -> None:
         sites = [site for name in ("print", *PROGRESS_BARS) for site in facts.call_sites.get(name, ())]
@@ -52,10 +51,16 @@ class _Printing(RuleTransformer):
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         func = original_node.func
-        if isinstance(func, cst.Name) and func.value == "print" and not self.facts.name_table.is_bound("print", self.scope):
+        if (
+            isinstance(func, cst.Name)
+            and func.value == "print"
+            and not self.facts.name_table.is_bound("print", self.scope)
+        ):
             if not self.accelerator_exists():
                 return updated_node
-            self.report(original_node, Printing.code, f"print → {self.accelerator}.print (main process only)", header_only=True)
+            self.report(
+                original_node, Printing.code, f"print → {self.accelerator}.print (main process only)", header_only=True
+            )
             return updated_node.with_changes(func=cst.Attribute(cst.Name(self.accelerator), cst.Name("print")))
         if self.qualified_name(func) in PROGRESS_BARS and self.accelerator_exists():
             return self._progress_bar(original_node, updated_node)
@@ -71,13 +76,20 @@ class _Printing(RuleTransformer):
                 return call
             merged = expression(f"{_grouped(existing.value, current)} or {only_local_main}")
             self.report(original, Printing.code, "progress bar shown on the local main process only", header_only=True)
-            return call.with_changes(args=[arg.with_changes(value=merged) if arg is existing else arg for arg in call.args])
+            return call.with_changes(
+                args=[arg.with_changes(value=merged) if arg is existing else arg for arg in call.args]
+            )
         self.report(original, Printing.code, "progress bar shown on the local main process only", header_only=True)
         args = list(call.args)
         if args and isinstance(args[-1].comma, cst.MaybeSentinel):
-            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=self._space_before_new_argument(original)))
-        new = cst.Arg(expression(only_local_main), keyword=cst.Name("disable"),
-                      equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+            args[-1] = args[-1].with_changes(
+                comma=cst.Comma(whitespace_after=self._space_before_new_argument(original))
+            )
+        new = cst.Arg(
+            expression(only_local_main),
+            keyword=cst.Name("disable"),
+            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+        )
         return call.with_changes(args=[*args, new])
 
     def _space_before_new_argument(self, original: cst.Call) -> cst.BaseParenthesizableWhitespace:

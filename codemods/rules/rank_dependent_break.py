@@ -54,5 +54,3 @@ class RankDependentBreak(Rule):
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         return module, [report_at(site, self.code, MESSAGE) for site in facts.rank_dependent_breaks]
-
-

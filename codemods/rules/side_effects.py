@@ -26,10 +26,19 @@ from codemods.engine.transformers import AcceleratorScope
 #: Functions that write to or change the file system.
 WRITING_FUNCTIONS = frozenset(
     {
-        "torchvision.utils.save_image", "matplotlib.pyplot.savefig", "matplotlib.pyplot.imsave",
-        "os.rename", "os.replace",
-        "shutil.copy", "shutil.copy2", "shutil.copyfile", "shutil.move",
-        "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt",
+        "torchvision.utils.save_image",
+        "matplotlib.pyplot.savefig",
+        "matplotlib.pyplot.imsave",
+        "os.rename",
+        "os.replace",
+        "shutil.copy",
+        "shutil.copy2",
+        "shutil.copyfile",
+        "shutil.move",
+        "numpy.save",
+        "numpy.savez",
+        "numpy.savez_compressed",
+        "numpy.savetxt",
     }
 )
 #: Functions that create folders: guarded, then every rank waits for them.
@@ -146,9 +155,7 @@ class SideEffectsCodemod(Rule):
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return facts.uses_torch
 
-    def transform(
-        self, module: cst.Module, facts: ScriptFacts, options: Options
-    ) -> tuple[cst.Module, list[Change]]:
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         callees = WRITING_FUNCTIONS | FOLDER_FUNCTIONS | DELETING_FUNCTIONS | {"open"}
         words = callee_words(facts, callees) | WRITING_METHODS
         rewriter = _MainProcessGuard(facts, facts.lines_mentioning(words))
@@ -219,7 +226,9 @@ class _MainProcessGuard(AcceleratorScope):
             run.clear()
 
         barrier_safe = self.every_rank_reaches_here()
-        enclosing = next((node for node in reversed(self._anchors) if isinstance(node, cst.BaseCompoundStatement)), None)
+        enclosing = next(
+            (node for node in reversed(self._anchors) if isinstance(node, cst.BaseCompoundStatement)), None
+        )
         # A block whose whole statement is a write is guarded one level up, where it stands.
         whole_statement_guarded = enclosing is not None and _write_kind(enclosing, self.facts) is not None
         for statement in statements:
@@ -228,7 +237,8 @@ class _MainProcessGuard(AcceleratorScope):
                 if whole_statement_guarded:
                     return None
                 self.findings.add(
-                    self._original_of.get(id(statement), statement), "ACC916",
+                    self._original_of.get(id(statement), statement),
+                    "ACC916",
                     "folder creation or deletion where not every rank would reach a barrier: left on every rank",
                     False,
                 )
@@ -253,8 +263,10 @@ class _MainProcessGuard(AcceleratorScope):
         )
         for statement in run:
             self.findings.add(
-                self._original_of.get(id(statement), statement), SideEffectsCodemod.code,
-                "file write on the main process only", True,
+                self._original_of.get(id(statement), statement),
+                SideEffectsCodemod.code,
+                "file write on the main process only",
+                True,
             )
         barrier = cst.SimpleStatementLine([cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))])
         kind = _write_kind(run[0], self.facts)
@@ -274,8 +286,10 @@ class _MainProcessGuard(AcceleratorScope):
         for statement in statements:
             if _write_kind(statement, self.facts) is not None:
                 self.findings.add(
-                    self._original_of.get(id(statement), statement), "ACC916",
-                    "file write where the accelerator is not reachable: every rank runs it", False,
+                    self._original_of.get(id(statement), statement),
+                    "ACC916",
+                    "file write where the accelerator is not reachable: every rank runs it",
+                    False,
                 )
 
 
@@ -333,7 +347,6 @@ def _call_kind(small: cst.BaseSmallStatement, facts: ScriptFacts) -> str | None:
     if any(facts.opens_for_writing(arg.value) for arg in call.args):
         return "write"  # json.dump(results, open("results.json", "w"))
     return None
-
 
 
 def _is_barrier(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:

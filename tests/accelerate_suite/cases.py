@@ -33,34 +33,63 @@ def _accumulation_cases() -> list[str]:
 
 CASES: dict[str, list[str]] = {
     "test_ops": [
-        "gather", "gather_object", "gather_non_contiguous", "broadcast", "pad_across_processes",
-        "reduce_sum", "reduce_mean", "reduce_max", "op_checker", "copy_tensor_to_devices",
+        "gather",
+        "gather_object",
+        "gather_non_contiguous",
+        "broadcast",
+        "pad_across_processes",
+        "reduce_sum",
+        "reduce_mean",
+        "reduce_max",
+        "op_checker",
+        "copy_tensor_to_devices",
     ],
     "test_script": [
-        "init_state_check", "process_execution_check", "split_between_processes_list",
-        "split_between_processes_nested_dict", "split_between_processes_tensor",
-        "split_between_processes_evenly", "rng_sync_check", "dl_preparation_check",
-        "central_dl_preparation_check", "custom_sampler_check", "check_seedable_sampler",
-        "check_seedable_sampler_with_data_seed", "check_seedable_sampler_in_batch_sampler_shard",
-        "training_check[seedable=False]", "training_check[seedable=True]", "trigger",
+        "init_state_check",
+        "process_execution_check",
+        "split_between_processes_list",
+        "split_between_processes_nested_dict",
+        "split_between_processes_tensor",
+        "split_between_processes_evenly",
+        "rng_sync_check",
+        "dl_preparation_check",
+        "central_dl_preparation_check",
+        "custom_sampler_check",
+        "check_seedable_sampler",
+        "check_seedable_sampler_with_data_seed",
+        "check_seedable_sampler_in_batch_sampler_shard",
+        "training_check[seedable=False]",
+        "training_check[seedable=True]",
+        "trigger",
         "reinstantiated_state",
     ],
     "test_sync": [
-        "dataloader_break", "distributed_sync", "distributed_sync_multiple_fwd", *_accumulation_cases(),
+        "dataloader_break",
+        "distributed_sync",
+        "distributed_sync_multiple_fwd",
+        *_accumulation_cases(),
     ],
     "test_distributed_data_loop": [
-        "default_ensures_even_batch_sizes", "can_disable_even_batches", "can_join_uneven_inputs",
-        "join_can_override_even_batches", "join_can_override_for_mixed_type_dataloaders",
+        "default_ensures_even_batch_sizes",
+        "can_disable_even_batches",
+        "can_join_uneven_inputs",
+        "join_can_override_even_batches",
+        "join_can_override_for_mixed_type_dataloaders",
         "join_raises_warning_for_iterable_when_overriding_even_batches",
-        "join_raises_warning_for_non_ddp_distributed", "pickle_accelerator",
-        "data_loader[shuffle=False]", "data_loader[shuffle=True]", "data_loader[batch_sampler]",
-        "data_loader[sampler_is_batch_sampler]", "stateful_dataloader", "stateful_dataloader_save_state",
+        "join_raises_warning_for_non_ddp_distributed",
+        "pickle_accelerator",
+        "data_loader[shuffle=False]",
+        "data_loader[shuffle=True]",
+        "data_loader[batch_sampler]",
+        "data_loader[sampler_is_batch_sampler]",
+        "stateful_dataloader",
+        "stateful_dataloader_save_state",
     ],
 }
 
 
 def _flags(name: str) -> dict[str, bool]:
-    inside = name[name.index("[") + 1:-1]
+    inside = name[name.index("[") + 1 : -1]
     return {key: value == "True" for key, value in (part.split("=") for part in inside.split(","))}
 
 
@@ -91,8 +120,11 @@ def runners(script: str, module: Any) -> list[tuple[str, Callable[[], Any]]]:
         ]
         for name in CASES[script][3:]:
             flags = _flags(name)
-            function = m.test_gradient_accumulation if name.startswith("gradient_accumulation[") \
+            function = (
+                m.test_gradient_accumulation
+                if name.startswith("gradient_accumulation[")
                 else m.test_gradient_accumulation_with_opt_and_scheduler
+            )
             out.append((name, lambda fn=function, f=flags: fn(f["split"], f["dispatch"], f["sync_each_batch"])))
         return out
     if script == "test_distributed_data_loop":
@@ -125,15 +157,17 @@ def _data_loop_runners(m: Any) -> list[tuple[str, Callable[[], Any]]]:
             dataset = m.DummyDataset()
             workers = m.NUM_WORKERS
             if kind in ("shuffle=False", "shuffle=True"):
-                built = DataLoader(dataset, shuffle=kind == "shuffle=True", batch_size=m.BATCH_SIZE,
-                                   num_workers=workers)
+                built = DataLoader(
+                    dataset, shuffle=kind == "shuffle=True", batch_size=m.BATCH_SIZE, num_workers=workers
+                )
             elif kind == "batch_sampler":
                 sampler = BatchSampler(RandomSampler(dataset), batch_size=m.BATCH_SIZE, drop_last=False)
                 built = DataLoader(dataset, batch_sampler=sampler, num_workers=workers)
             else:
                 sampler = BatchSampler(RandomSampler(dataset), batch_size=m.BATCH_SIZE, drop_last=False)
-                built = DataLoader(dataset, sampler=sampler, batch_size=None, collate_fn=default_collate,
-                                   num_workers=workers)
+                built = DataLoader(
+                    dataset, sampler=sampler, batch_size=None, collate_fn=default_collate, num_workers=workers
+                )
             m.test_data_loader(built, accelerator)
 
         return run

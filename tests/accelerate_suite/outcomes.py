@@ -29,8 +29,10 @@ def launch(target: str, script: str, workdir: Path) -> dict[str, dict]:
     env = {"ACCELERATE_USE_CPU": "1"} if target == "accelerate" else None
     run = torchrun(DRIVER, target, script, str(out), env=env, cwd=workdir, timeout=LAUNCH_TIMEOUT)
     results = json.loads(out.read_text()) if out.exists() else {}
-    missing = {"passed": False, "errors": {"launch": f"not reached (exit {run.returncode}):\n"
-                                                     f"{run.stdout[-2000:]}\n{run.stderr[-2000:]}"}}
+    missing = {
+        "passed": False,
+        "errors": {"launch": f"not reached (exit {run.returncode}):\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}"},
+    }
     return {case: results.get(case, missing) for case in CASES[script]}
 
 
@@ -46,7 +48,8 @@ def table(outcomes: dict[tuple[str, str], dict[str, dict]]) -> str:
 
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as folder:
-        found = {(target, script): launch(target, script, Path(folder) / script)
-                 for script in SCRIPTS for target in TARGETS}
+        found = {
+            (target, script): launch(target, script, Path(folder) / script) for script in SCRIPTS for target in TARGETS
+        }
     print(table(found))
     sys.exit(0)

@@ -38,8 +38,13 @@ TIMEOUT = datetime.timedelta(seconds=float(os.environ.get("SUITE_COLLECTIVE_TIME
 def _join_group(store: dist.Store, generation: int, rank: int, world_size: int) -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
-    dist.init_process_group("gloo", store=dist.PrefixStore(f"suite/group_{generation}", store),
-                            rank=rank, world_size=world_size, timeout=TIMEOUT)
+    dist.init_process_group(
+        "gloo",
+        store=dist.PrefixStore(f"suite/group_{generation}", store),
+        rank=rank,
+        world_size=world_size,
+        timeout=TIMEOUT,
+    )
 
 
 def _load_script(script: str):
@@ -61,8 +66,13 @@ def main() -> None:
     if target == "runtime":
         shim.install()
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
-                          is_master=False, timeout=datetime.timedelta(seconds=300))
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world_size,
+        is_master=False,
+        timeout=datetime.timedelta(seconds=300),
+    )
     generation = 0
     _join_group(store, generation, rank, world_size)
     results: dict[str, dict] = {}

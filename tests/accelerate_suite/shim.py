@@ -113,7 +113,9 @@ _SOURCES: dict[str, list[Any]] = {
         {"are_the_same_tensors": are_the_same_tensors},
         lambda: vars(importlib.import_module("accelerate.test_utils.training")),
     ],
-    "accelerate.test_utils.testing": [{"assert_exception": assert_exception, "are_the_same_tensors": are_the_same_tensors}],
+    "accelerate.test_utils.testing": [
+        {"assert_exception": assert_exception, "are_the_same_tensors": are_the_same_tensors}
+    ],
 }
 _PACKAGES = {"accelerate", "accelerate.utils", "accelerate.test_utils"}
 

@@ -112,7 +112,7 @@ def apply(
     assert output.startswith(preamble), "the rule changed the preamble"
     shift = preamble.count("\n")
     moved = [replace(c, line=c.line - shift, end_line=c.end_line - shift) for c in changes]
-    return output[len(preamble):], moved
+    return output[len(preamble) :], moved
 
 
 def assert_rewrites(

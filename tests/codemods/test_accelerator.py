@@ -16,19 +16,23 @@ PLACEMENT = {
     "after argument parsing in main": (
         "def main():\n    parser = argparse.ArgumentParser()\n    args = parser.parse_args()\n"
         "    model = nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
-        ["args = parser.parse_args()", "accelerator = Accelerator()", "model = nn.Linear(4, 1)"]),
+        ["args = parser.parse_args()", "accelerator = Accelerator()", "model = nn.Linear(4, 1)"],
+    ),
     "top of main without parsing": (
         'def main():\n    """Train."""\n    model = nn.Linear(4, 1)\n'
         "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
-        ['"""Train."""', "accelerator = Accelerator()", "model = nn.Linear(4, 1)"]),
+        ['"""Train."""', "accelerator = Accelerator()", "model = nn.Linear(4, 1)"],
+    ),
     "module-level script, not at import time": (
         "class Net(nn.Module):\n    pass\n\nseed = 1\nmodel = nn.Linear(4, 1)\n"
         "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
-        ["seed = 1", "accelerator = Accelerator()", "model = nn.Linear(4, 1)"]),
+        ["seed = 1", "accelerator = Accelerator()", "model = nn.Linear(4, 1)"],
+    ),
     "inside the __main__ block": (
         "if __name__ == '__main__':\n    args = argparse.ArgumentParser().parse_args()\n"
         "    model = nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
-        ["args = argparse.ArgumentParser().parse_args()", "accelerator = Accelerator()", "model = nn.Linear(4, 1)"]),
+        ["args = argparse.ArgumentParser().parse_args()", "accelerator = Accelerator()", "model = nn.Linear(4, 1)"],
+    ),
     # No optimizer, no loader: the backward sits in train(), but the module builds the objects
     # and prints, so the accelerator goes after the module's argument parsing, not into train().
     "module-level script with hand-written SGD": (
@@ -36,8 +40,14 @@ PLACEMENT = {
         "model = nn.Linear(4, 1).to(device)\n\ndef train():\n    loss = model(torch.ones(4)).sum()\n"
         "    loss.backward()\n    for p in model.parameters():\n        p.data.add_(p.grad, alpha=-0.1)\n\n"
         "for epoch in range(2):\n    train()\n    print(epoch)\n",
-        ["args = argparse.ArgumentParser().parse_args()", "accelerator = Accelerator()",
-         "device = accelerator.device", "accelerator.backward(loss)", "accelerator.print(epoch)"]),
+        [
+            "args = argparse.ArgumentParser().parse_args()",
+            "accelerator = Accelerator()",
+            "device = accelerator.device",
+            "accelerator.backward(loss)",
+            "accelerator.print(epoch)",
+        ],
+    ),
 }
 
 
@@ -55,7 +65,7 @@ def test_accelerator_is_created_early_but_not_too_early(body: str, in_order: lis
 def test_a_module_that_trains_nothing_gets_no_accelerator() -> None:
     """A models/utilities module imported by the training script (and by DataLoader workers):
     creating an accelerator there would run at import time."""
-    source = HEADER + textwrap.dedent('''\
+    source = HEADER + textwrap.dedent("""\
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
         class Net(nn.Module):
@@ -65,7 +75,7 @@ def test_a_module_that_trains_nothing_gets_no_accelerator() -> None:
 
         def describe(model):
             print(model)
-        ''')
+        """)
     outcome = convert_module(cst.parse_module(source), Options())
     assert outcome.module.code == source
     assert [change for change in outcome.changes if change.fixed] == []

@@ -66,33 +66,39 @@ def main():
 
 CASES = {
     # Hard case 1: only moves made redundant by prepare go.
-    "1 moves": (MOVES, [
-        "device = accelerator.device",
-        "DEV = device",
-        "return data.view(bsz, -1).t().contiguous().to(device)",
-        "images = images.to(dtype=torch.float32)",
-        "labels = labels.float()",
-        "idx = labels.type(torch.long)",
-        "noise = torch.randn(2, 4, 1, 1, device=device)",
-        "fill = torch.full((2,), 0.5, dtype=images.dtype, device=device)",
-        "styled = style.repeat(2, 1).to(device)",
-        "out = model(images)",
-        "seq = out.double()",
-        "kept = out.cpu()",
-        "transformer = nn.Linear(4, 4)",
-        "transformer.eval().cpu()",
-        "transformer.to(device).train()",
-        "-if args.cuda:",
-        "-model.cuda()",
-    ]),
+    "1 moves": (
+        MOVES,
+        [
+            "device = accelerator.device",
+            "DEV = device",
+            "return data.view(bsz, -1).t().contiguous().to(device)",
+            "images = images.to(dtype=torch.float32)",
+            "labels = labels.float()",
+            "idx = labels.type(torch.long)",
+            "noise = torch.randn(2, 4, 1, 1, device=device)",
+            "fill = torch.full((2,), 0.5, dtype=images.dtype, device=device)",
+            "styled = style.repeat(2, 1).to(device)",
+            "out = model(images)",
+            "seq = out.double()",
+            "kept = out.cpu()",
+            "transformer = nn.Linear(4, 4)",
+            "transformer.eval().cpu()",
+            "transformer.to(device).train()",
+            "-if args.cuda:",
+            "-model.cuda()",
+        ],
+    ),
     # Hard case 16: frozen helper models keep their move, to the accelerator's device.
-    "16 frozen helper": (FROZEN_HELPER, [
-        "vgg = Vgg16(requires_grad=False).to(device)",
-        "critic = Vgg16(requires_grad=False).to(accelerator.device)",
-        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)",
-        "model = nn.Linear(4, 4)",
-        "-x = x.to(device)",
-    ]),
+    "16 frozen helper": (
+        FROZEN_HELPER,
+        [
+            "vgg = Vgg16(requires_grad=False).to(device)",
+            "critic = Vgg16(requires_grad=False).to(accelerator.device)",
+            "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)",
+            "model = nn.Linear(4, 4)",
+            "-x = x.to(device)",
+        ],
+    ),
 }
 
 
@@ -102,22 +108,38 @@ def test_hard_cases(body: str, expectations: list[str]) -> None:
 
 
 REWRITES = {
-    "dict batch moved by prepare": (in_loop("batch = {k: v.to(device) for k, v in batch.items()}\nmodel(**batch)"),
-                                    ["-batch = {k: v.to(device) for k, v in batch.items()}", "model(**batch)"]),
-    "tuple batch moved by prepare": (in_loop("batch = tuple(t.to(device) for t in batch)\nmodel(batch[0])"),
-                                     ["-batch = tuple(t.to(device) for t in batch)"]),
-    "subscripted batch keeps dtype": (in_loop('x = batch[0].to(device, torch.float16)\nmodel(x)'),
-                                      ["x = batch[0].to(torch.float16)"]),
-    "conditional move of the model": (in_loop("model(batch[0])").replace(
-        "optimizer = torch", "model = model.cuda() if torch.cuda.is_available() else model\n    optimizer = torch"),
-        ["-model = model.cuda() if torch.cuda.is_available() else model", "-model = model"]),
-    "non_blocking goes with the device": (in_loop("x = batch[0].to(device, non_blocking=True)\nmodel(x)"),
-                                          ["x = batch[0]"]),
-    "created tensor .cuda() → accelerator.device": (in_loop("mask = torch.ones(3).cuda()\nmodel(batch[0])"),
-                                                    ["mask = torch.ones(3).to(accelerator.device)"]),
-    "set_device removed": (in_loop("model(batch[0])", prelude="").replace(
-        'device = torch.device("cuda")', 'torch.cuda.set_device(0)\n    device = torch.device("cuda")'),
-        ["-torch.cuda.set_device(0)", "device = accelerator.device"]),
+    "dict batch moved by prepare": (
+        in_loop("batch = {k: v.to(device) for k, v in batch.items()}\nmodel(**batch)"),
+        ["-batch = {k: v.to(device) for k, v in batch.items()}", "model(**batch)"],
+    ),
+    "tuple batch moved by prepare": (
+        in_loop("batch = tuple(t.to(device) for t in batch)\nmodel(batch[0])"),
+        ["-batch = tuple(t.to(device) for t in batch)"],
+    ),
+    "subscripted batch keeps dtype": (
+        in_loop("x = batch[0].to(device, torch.float16)\nmodel(x)"),
+        ["x = batch[0].to(torch.float16)"],
+    ),
+    "conditional move of the model": (
+        in_loop("model(batch[0])").replace(
+            "optimizer = torch", "model = model.cuda() if torch.cuda.is_available() else model\n    optimizer = torch"
+        ),
+        ["-model = model.cuda() if torch.cuda.is_available() else model", "-model = model"],
+    ),
+    "non_blocking goes with the device": (
+        in_loop("x = batch[0].to(device, non_blocking=True)\nmodel(x)"),
+        ["x = batch[0]"],
+    ),
+    "created tensor .cuda() → accelerator.device": (
+        in_loop("mask = torch.ones(3).cuda()\nmodel(batch[0])"),
+        ["mask = torch.ones(3).to(accelerator.device)"],
+    ),
+    "set_device removed": (
+        in_loop("model(batch[0])", prelude="").replace(
+            'device = torch.device("cuda")', 'torch.cuda.set_device(0)\n    device = torch.device("cuda")'
+        ),
+        ["-torch.cuda.set_device(0)", "device = accelerator.device"],
+    ),
 }
 
 

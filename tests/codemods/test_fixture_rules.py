@@ -129,9 +129,7 @@ def test_fixture_conversion_rewrites_the_lines_that_matter(name: str) -> None:
     assert not [c for c in again.changes if c.fixed]
 
 
-ISSUE5_PASSES = {
-    cls.name: cls for cls in all_rules() if cls.code[3:5] == "11"
-}
+ISSUE5_PASSES = {cls.name: cls for cls in all_rules() if cls.code[3:5] == "11"}
 
 
 @pytest.mark.parametrize(

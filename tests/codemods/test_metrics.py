@@ -211,7 +211,7 @@ def test_a_batch_scalar_among_the_outputs_is_reported_not_gathered() -> None:
     after = before.replace(
         "loss, logits = model(**batch)\n",
         "loss, logits = model(**batch)\n"
-        "                    logits, labels = accelerator.gather_for_metrics((logits, batch[\"labels\"]))\n",
+        '                    logits, labels = accelerator.gather_for_metrics((logits, batch["labels"]))\n',
     ).replace('== batch["labels"]', "== labels")
     changes = assert_rewrites(MetricsCodemod(), before, after)
     assert sorted((c.code, c.fixed) for c in changes) == [("ACC113", True), ("ACC913", False)]
@@ -230,8 +230,7 @@ def test_an_output_read_with_item_is_a_batch_scalar() -> None:
     """
     after = before.replace(
         "mean_error, preds = model(x)\n",
-        "mean_error, preds = model(x)\n"
-        "                    preds, y = accelerator.gather_for_metrics((preds, y))\n",
+        "mean_error, preds = model(x)\n                    preds, y = accelerator.gather_for_metrics((preds, y))\n",
     )
     changes = assert_rewrites(MetricsCodemod(), before, after)
     assert ["mean_error is one value per batch" in c.message for c in changes if not c.fixed] == [True]
@@ -255,8 +254,7 @@ def test_the_main_block_reaches_the_accelerator_it_creates() -> None:
     """
     after = before.replace(
         "prediction = model(x)\n",
-        "prediction = model(x)\n"
-        "                    prediction, y = accelerator.gather_for_metrics((prediction, y))\n",
+        "prediction = model(x)\n                    prediction, y = accelerator.gather_for_metrics((prediction, y))\n",
     )
     changes = assert_rewrites(MetricsCodemod(), before, after)
     assert sorted((c.code, c.fixed, c.line) for c in changes) == [("ACC113", True, 8), ("ACC913", False, 3)]

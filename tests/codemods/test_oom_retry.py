@@ -138,7 +138,10 @@ if __name__ == "__main__":
     [
         pytest.param(FUNCTION_SCRIPT, FUNCTION_SCRIPT_RETRIED, RETRY, "args.batch_size", id="main-function"),
         pytest.param(
-            MODULE_SCRIPT, MODULE_SCRIPT_RETRIED, Options(oom_retry=True, target="accelerate"), None,
+            MODULE_SCRIPT,
+            MODULE_SCRIPT_RETRIED,
+            Options(oom_retry=True, target="accelerate"),
+            None,
             id="module-level-with-main-guard",
         ),
     ],
@@ -247,7 +250,10 @@ def test_retried_code_runs_and_retries_with_smaller_sizes(monkeypatch: pytest.Mo
     seen, log = namespace["main"](64, 16)  # type: ignore[operator]
     assert seen == [16]
     assert log == [
-        "free", "Training with batch size 64",
-        "free", "Training with batch size 32",
-        "free", "Training with batch size 16",
+        "free",
+        "Training with batch size 64",
+        "free",
+        "Training with batch size 32",
+        "free",
+        "Training with batch size 16",
     ]

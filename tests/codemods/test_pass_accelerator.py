@@ -10,22 +10,31 @@ HELPERS = {
     "positional parameter and arguments": (
         "def train(model, loader, optimizer):\n    for (x,) in loader:\n        model(x).sum().backward()\n",
         "train(model, loader, optimizer)",
-        ["def train(model, loader, optimizer, accelerator):", "train(model, loader, optimizer, accelerator)"]),
+        ["def train(model, loader, optimizer, accelerator):", "train(model, loader, optimizer, accelerator)"],
+    ),
     "after defaulted parameters: keyword-only": (
         "def train(model, loader, optimizer, log_every=10):\n    for (x,) in loader:\n        model(x).sum().backward()\n",
         "train(model, loader, optimizer)",
-        ["def train(model, loader, optimizer, log_every=10, *, accelerator):",
-         "train(model, loader, optimizer, accelerator=accelerator)"]),
+        [
+            "def train(model, loader, optimizer, log_every=10, *, accelerator):",
+            "train(model, loader, optimizer, accelerator=accelerator)",
+        ],
+    ),
     "keyword call": (
         "def train(model, loader, optimizer):\n    for (x,) in loader:\n        model(x).sum().backward()\n",
         "train(model=model, loader=loader, optimizer=optimizer)",
-        ["train(model=model, loader=loader, optimizer=optimizer, accelerator=accelerator)"]),
+        ["train(model=model, loader=loader, optimizer=optimizer, accelerator=accelerator)"],
+    ),
     "through an intermediate function": (
         "def step(model, x):\n    model(x).sum().backward()\n\n"
         "def train(model, loader, optimizer):\n    for (x,) in loader:\n        step(model, x)\n",
         "train(model, loader, optimizer)",
-        ["def step(model, x, accelerator):", "step(model, x, accelerator)",
-         "def train(model, loader, optimizer, accelerator):"]),
+        [
+            "def step(model, x, accelerator):",
+            "step(model, x, accelerator)",
+            "def train(model, loader, optimizer, accelerator):",
+        ],
+    ),
 }
 
 

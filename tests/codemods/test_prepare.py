@@ -94,31 +94,43 @@ def main():
 
 CASES = {
     # Hard case 4: a per-epoch StepLR is not prepared; a per-batch scheduler is.
-    "4 per-epoch scheduler": (SCHEDULERS, [
-        "model, optimizer, loader, per_batch = accelerator.prepare(model, optimizer, loader, per_batch)",
-        "per_epoch.step()",
-    ]),
+    "4 per-epoch scheduler": (
+        SCHEDULERS,
+        [
+            "model, optimizer, loader, per_batch = accelerator.prepare(model, optimizer, loader, per_batch)",
+            "per_epoch.step()",
+        ],
+    ),
     # Hard case 5: a scheduler sized from len(loader) is built before prepare and prepared.
-    "5 sized from loader": (SIZED_FROM_LOADER, [
-        "model, optimizer, train_loader, scheduler = accelerator.prepare(",
-        "total_steps = 3 * len(train_loader)",
-    ]),
+    "5 sized from loader": (
+        SIZED_FROM_LOADER,
+        [
+            "model, optimizer, train_loader, scheduler = accelerator.prepare(",
+            "total_steps = 3 * len(train_loader)",
+        ],
+    ),
     # Hard case 11: both models, both optimizers and the loader in one prepare; every backward.
-    "11 gan": (GAN, [
-        "netG, netD, optimizerD, optimizerG, dataloader = accelerator.prepare(",
-        "accelerator.backward(errD_real)",
-        "accelerator.backward(errD_fake, retain_graph=True)",
-        "accelerator.backward(errG)",
-        "noise = torch.randn(2, 2, device=device)",
-        "-real = real.to(device)",
-    ]),
+    "11 gan": (
+        GAN,
+        [
+            "netG, netD, optimizerD, optimizerG, dataloader = accelerator.prepare(",
+            "accelerator.backward(errD_real)",
+            "accelerator.backward(errD_fake, retain_graph=True)",
+            "accelerator.backward(errG)",
+            "noise = torch.randn(2, 2, device=device)",
+            "-real = real.to(device)",
+        ],
+    ),
     # Hard case 14: names that fool pattern matching.
-    "14 tricky names": (TRICKY_NAMES, [
-        "model, opt, loader = accelerator.prepare(model, opt, loader)",
-        "state = env.step(1)",
-        "loss = nn.functional.cross_entropy(model(input), target); accelerator.backward(loss); opt.step()",
-        'print("switching mode")',
-    ]),
+    "14 tricky names": (
+        TRICKY_NAMES,
+        [
+            "model, opt, loader = accelerator.prepare(model, opt, loader)",
+            "state = env.step(1)",
+            "loss = nn.functional.cross_entropy(model(input), target); accelerator.backward(loss); opt.step()",
+            'print("switching mode")',
+        ],
+    ),
 }
 
 

@@ -9,8 +9,18 @@ import pytest
 from codemods.engine import registry
 from codemods.engine.registry import RULE_MODULES, all_rules, code_docs, parse_headline
 
-DESIGN_ORDER = ["accelerator", "device", "prepare", "backward", "clip_grad", "amp", "accumulate",
-                "metrics", "checkpoint", "oom_retry"]
+DESIGN_ORDER = [
+    "accelerator",
+    "device",
+    "prepare",
+    "backward",
+    "clip_grad",
+    "amp",
+    "accumulate",
+    "metrics",
+    "checkpoint",
+    "oom_retry",
+]
 
 
 def test_run_order_follows_design() -> None:
@@ -47,11 +57,11 @@ def test_every_code_is_documented_once() -> None:
 
 
 def test_headline_is_parsed() -> None:
-    doc = '''ACC199 example-rule (only sometimes): the summary
+    doc = """ACC199 example-rule (only sometimes): the summary
     that wraps onto a second line.
 
     Some prose.
-    '''
+    """
     assert parse_headline(doc) == ("ACC199", "example-rule", "the summary that wraps onto a second line.")
 
 

@@ -23,7 +23,8 @@ REPORTS = {
 @pytest.mark.parametrize(("snippet", "code"), REPORTS.values(), ids=REPORTS.keys())
 def test_rank_dependent_breaks_are_reported(snippet: str, code: str | None) -> None:
     body = in_loop("loss = model(batch[0]).sum()\nloss.backward()\n" + snippet).replace(
-        "def main():", "def main(args, step=0):")
+        "def main():", "def main(args, step=0):"
+    )
     _, lines = convert(body)
     assert ("#ACC902" in lines) == (code == "ACC902")
     assert "break" in lines, "the loop is left as it was"
@@ -47,7 +48,7 @@ def test_keyboard_interrupt_handlers_are_reported_where_they_start(handler: str,
     lines = source.splitlines()
     assert len(reports) == count
     for report in reports:
-        assert lines[report.line - 1][report.column:].startswith("except") and not report.fixed
+        assert lines[report.line - 1][report.column :].startswith("except") and not report.fixed
     assert "accelerator.backward(loss)" in outcome.module.code  # the script is still converted
 
 
@@ -122,6 +123,8 @@ def test_a_distributed_sampler_is_reported_and_the_rest_converted() -> None:
     )
     outcome = convert_module(cst.parse_module(source), Options())
     reported = [(c.code, c.line, c.message) for c in outcome.changes if not c.fixed]
-    assert reported == [("ACC903", 7, "DistributedSampler already distributes this script: left as it is, the rest converted")]
+    assert reported == [
+        ("ACC903", 7, "DistributedSampler already distributes this script: left as it is, the rest converted")
+    ]
     assert "accelerator.backward(loss)" in outcome.module.code
     assert "DistributedSampler(data)" in outcome.module.code

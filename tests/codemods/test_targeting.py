@@ -21,15 +21,15 @@ OPTION_SETS = {"runtime": Options(), "oom-retry": Options(oom_retry=True), "acce
 
 def test_word_lines_give_the_first_line_of_the_statement_naming_each_identifier() -> None:
     source = (
-        "import torch\n"                          # 1
-        "@torch.no_grad()\n"                      # 2
-        "def evaluate(model,\n"                   # 3
-        "             loader):\n"                 # 4
-        "    for batch in loader:\n"              # 5
-        "        out = model(\n"                  # 6
-        "            batch,\n"                    # 7
-        "            scale=args.scale)\n"         # 8
-        "    return out\n"                        # 9
+        "import torch\n"  # 1
+        "@torch.no_grad()\n"  # 2
+        "def evaluate(model,\n"  # 3
+        "             loader):\n"  # 4
+        "    for batch in loader:\n"  # 5
+        "        out = model(\n"  # 6
+        "            batch,\n"  # 7
+        "            scale=args.scale)\n"  # 8
+        "    return out\n"  # 9
     )
     facts = analyse(cst.parse_module(source), source)
     assert facts.word_lines["torch"] == [1, 2]
@@ -66,8 +66,14 @@ def test_targeted_walks_convert_exactly_like_full_walks(options_name: str, reque
     for name in targeted:
         assert targeted[name] == full[name], name
     # The comparison means something: the scripts were really rewritten and reported.
-    assert sum(output != (ROOT / "fixtures" / "cases" / name).read_bytes()
-               for name, (output, _) in targeted.items() if name != "typical_train.py") > 20
+    assert (
+        sum(
+            output != (ROOT / "fixtures" / "cases" / name).read_bytes()
+            for name, (output, _) in targeted.items()
+            if name != "typical_train.py"
+        )
+        > 20
+    )
 
 
 def test_a_transformer_calls_its_own_hooks_and_refuses_per_field_hooks() -> None:

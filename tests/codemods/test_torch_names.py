@@ -36,9 +36,7 @@ def qualified_names(node: ast.AST) -> list[str]:
     return [
         element.value
         for element in elements
-        if isinstance(element, ast.Constant)
-        and isinstance(element.value, str)
-        and element.value.startswith(LIBRARIES)
+        if isinstance(element, ast.Constant) and isinstance(element.value, str) and element.value.startswith(LIBRARIES)
     ]
 
 

@@ -14,7 +14,7 @@ from codemods.engine.walk import walk
 
 CASES = sorted((Path(__file__).resolve().parents[2] / "fixtures" / "cases").glob("*.py"))
 
-SNIPPET = '''
+SNIPPET = """
 @decorator(arg)
 def f(x: int = g(), *, y=lambda: h()) -> "T":
     if x > 1 and k(x):
@@ -33,7 +33,7 @@ from . import (x as y, z)
 match cmd:
     case Point(x=0, y=yy) if yy > q():
         pass
-'''
+"""
 
 
 class _Log(cst.CSTVisitor):
@@ -65,8 +65,11 @@ class _Log(cst.CSTVisitor):
         self.log.append(("visit_Call_args", "Call", id(node)))
 
 
-@pytest.mark.parametrize("source", [SNIPPET, *(path.read_text(encoding="utf-8") for path in CASES)],
-                         ids=["snippet", *(path.stem for path in CASES)])
+@pytest.mark.parametrize(
+    "source",
+    [SNIPPET, *(path.read_text(encoding="utf-8") for path in CASES)],
+    ids=["snippet", *(path.stem for path in CASES)],
+)
 def test_walk_calls_the_visitor_like_libcst(source: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Fresh caches: what the walk learns from one file must not hide a mistake on another.
     monkeypatch.setattr(walk_module, "_plans", {})

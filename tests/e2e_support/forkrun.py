@@ -106,7 +106,7 @@ def run_jobs(jobs: list[dict], workdir: str) -> list[dict]:
             running[pid] = (index, time.monotonic() + jobs[index].get("timeout", 60))
         pid, status = os.waitpid(-1, os.WNOHANG)
         if pid == 0:
-            for child, (index, deadline) in list(running.items()):
+            for child, (_job, deadline) in list(running.items()):
                 if time.monotonic() > deadline:
                     os.kill(child, signal.SIGKILL)
             time.sleep(0.02)

@@ -59,8 +59,7 @@ def build(seed: int, target: str):
     data = torch.Generator().manual_seed(0)
     inputs = torch.randn(SAMPLES, 4, generator=data)
     dataset = TensorDataset(inputs, inputs.sum(dim=1, keepdim=True), torch.arange(SAMPLES))
-    model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Dropout(0.3), torch.nn.ReLU(),
-                                torch.nn.Linear(16, 1))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Dropout(0.3), torch.nn.ReLU(), torch.nn.Linear(16, 1))
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=5, gamma=0.5)
     loader = DataLoader(dataset, batch_size=BATCH_SIZE, shuffle=True)
@@ -91,8 +90,11 @@ def epoch_report(batches: list[list[int]]) -> dict:
 
 
 def final_state(accelerator, model, counter, loader) -> dict:
-    return {"parameters": [p.detach().flatten().tolist() for p in accelerator.unwrap_model(model).parameters()],
-            "counter": counter.steps, "loader_iteration": loader.iteration}
+    return {
+        "parameters": [p.detach().flatten().tolist() for p in accelerator.unwrap_model(model).parameters()],
+        "counter": counter.steps,
+        "loader_iteration": loader.iteration,
+    }
 
 
 def resume_mid_epoch(checkpoint: str, objects) -> dict:
@@ -100,8 +102,9 @@ def resume_mid_epoch(checkpoint: str, objects) -> dict:
     accelerator, model, optimizer, scheduler, loader, counter = objects
     accelerator.load_state(checkpoint)
     report = {"counter_at_start": counter.steps}
-    rest = train_epoch(accelerator, model, optimizer, scheduler,
-                       accelerator.skip_first_batches(loader, MID_STEP), counter)
+    rest = train_epoch(
+        accelerator, model, optimizer, scheduler, accelerator.skip_first_batches(loader, MID_STEP), counter
+    )
     report["epochs"] = [epoch_report(rest), epoch_report(train_epoch(*objects))]
     report.update(final_state(accelerator, model, counter, loader))
     return report
@@ -132,7 +135,6 @@ def run() -> None:
     if phase == "resume" and target == "runtime":
         report["mid_epoch"] = resume_mid_epoch(mid_checkpoint, objects)
     (out_dir / f"{target}_{phase}_rank{accelerator.process_index}.json").write_text(json.dumps(report))
-
 
 
 def main() -> None:

@@ -50,8 +50,10 @@ def import_framework(framework: str):
 def make_harnesses(framework: str) -> dict[tuple[bool, bool], object]:
     Accelerator, DataLoaderConfiguration = import_framework(framework)
     return {
-        (split, even): Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(
-            split_batches=split, even_batches=even, dispatch_batches=False))
+        (split, even): Accelerator(
+            cpu=True,
+            dataloader_config=DataLoaderConfiguration(split_batches=split, even_batches=even, dispatch_batches=False),
+        )
         for split, even in itertools.product([False, True], repeat=2)
     }
 
@@ -86,8 +88,9 @@ def _length(loader: DataLoader) -> int | None:
 
 def run_grid(harnesses) -> dict[str, dict]:
     cases: dict[str, dict] = {}
-    for number, (length, size, split, even, drop_last, shuffle) in enumerate(itertools.product(
-            LENGTHS, BATCH_SIZES, [False, True], [False, True], [False, True], [False, True])):
+    for number, (length, size, split, even, drop_last, shuffle) in enumerate(
+        itertools.product(LENGTHS, BATCH_SIZES, [False, True], [False, True], [False, True], [False, True])
+    ):
         key = f"map/L{length}/b{size}/split{int(split)}/even{int(even)}/drop{int(drop_last)}/shuffle{int(shuffle)}"
         # The same seed on every rank, as set_seed would. (Seeding the CPU generator directly:
         # torch.manual_seed also visits every device backend, which costs milliseconds each time.)
@@ -101,8 +104,7 @@ def run_grid(harnesses) -> dict[str, dict]:
         # numbers of steps and a collective would hang. Its truncation depends on the layout, not
         # on the order, so the unshuffled runs cover it (collectives are the grid's main cost).
         # A second epoch only matters when it differs: reshuffled, RNG re-synchronised.
-        cases[key] = observe(harnesses[split, even], loader, gather=even and not shuffle,
-                             epochs=2 if shuffle else 1)
+        cases[key] = observe(harnesses[split, even], loader, gather=even and not shuffle, epochs=2 if shuffle else 1)
     for length, size, split, drop_last in itertools.product(LENGTHS, BATCH_SIZES, [False, True], [False, True]):
         key = f"iterable/L{length}/b{size}/split{int(split)}/drop{int(drop_last)}"
         loader = DataLoader(Stream(length), batch_size=size, drop_last=drop_last)
@@ -145,7 +147,9 @@ def skipping(framework: str) -> dict[str, dict]:
             continue
         skipped = accelerator.skip_first_batches(prepared, skip)
         cases[f"skip/L{length}/b{size}/skip{skip}/shuffle{int(shuffle)}"] = {
-            "len": len(skipped), "epochs": [[batch.tolist() for batch in skipped]]}
+            "len": len(skipped),
+            "epochs": [[batch.tolist() for batch in skipped]],
+        }
     return cases
 
 

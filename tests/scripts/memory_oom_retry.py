@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from runtime.memory import find_executable_batch_size
 
 STARTING_BATCH_SIZE = 32
-FITS = 16 # largest batch size that does not "run out of memory"
+FITS = 16  # largest batch size that does not "run out of memory"
 FAILING_STEP = 3
 SAMPLES = 256
 KEPT_MODELS: list = []  # the "held" scenario's references from outside the decorated function
@@ -80,8 +80,9 @@ def dataset() -> TensorDataset:
 
 
 def should_fail(scenario: str, rank: int, batch_size: int, step: int) -> bool:
-    failing_ranks = {"forward": {1}, "backward": {1}, "both": {0, 1}, "accelerator": {1},
-                     "held": {1}}.get(scenario, set())
+    failing_ranks = {"forward": {1}, "backward": {1}, "both": {0, 1}, "accelerator": {1}, "held": {1}}.get(
+        scenario, set()
+    )
     return rank in failing_ranks and batch_size > FITS and step == FAILING_STEP
 
 
@@ -169,8 +170,14 @@ def train_with_accelerator(log: dict):
 
 
 def play(scenario: str) -> dict:
-    log: dict = {"scenario": scenario, "attempts": [], "step": None,
-                 "allreduce_started_steps": [], "allreduce_finished_steps": [], "allreduce_failed_steps": []}
+    log: dict = {
+        "scenario": scenario,
+        "attempts": [],
+        "step": None,
+        "allreduce_started_steps": [],
+        "allreduce_finished_steps": [],
+        "allreduce_failed_steps": [],
+    }
     try:
         if scenario == "accelerator":
             final_batch_size, parameter_sum = train_with_accelerator(log)

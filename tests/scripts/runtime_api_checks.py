@@ -52,12 +52,17 @@ def check_comm_hooks(rank: int) -> dict:
     reference = gradient(torch.nn.parallel.DistributedDataParallel(Scaled()), rank)
     found = {}
     for hook, wrapper, options in [
-        ("no", "no", {}), (DDPCommunicationHookType.FP16, "no", {}),
-        ("power_sgd", "no", {"matrix_approximation_rank": 2}), ("power_sgd", "fp16", {}),
+        ("no", "no", {}),
+        (DDPCommunicationHookType.FP16, "no", {}),
+        ("power_sgd", "no", {"matrix_approximation_rank": 2}),
+        ("power_sgd", "fp16", {}),
         ("batched_power_sgd", "no", {}),
     ]:
-        accelerator = Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(
-            comm_hook=hook, comm_wrapper=wrapper, comm_state_option=options)])
+        accelerator = Accelerator(
+            kwargs_handlers=[
+                DistributedDataParallelKwargs(comm_hook=hook, comm_wrapper=wrapper, comm_state_option=options)
+            ]
+        )
         model = accelerator.prepare(Scaled())
         grad = gradient(model, rank)
         found[f"{hook}+{wrapper}"] = {
@@ -79,9 +84,11 @@ def check_fp16_hook_is_really_used(rank: int) -> dict:
     accelerator = Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(comm_hook="fp16")])
     model = accelerator.prepare(Scaled())
     grad = gradient(model, rank)
-    return {"representable_in_fp16": bool(torch.equal(grad, grad.half().float())),
-            "hook": model._get_ddp_logging_data().get("comm_hook"),
-            "expected_hook": default_hooks.fp16_compress_hook.__qualname__}
+    return {
+        "representable_in_fp16": bool(torch.equal(grad, grad.half().float())),
+        "hook": model._get_ddp_logging_data().get("comm_hook"),
+        "expected_hook": default_hooks.fp16_compress_hook.__qualname__,
+    }
 
 
 def check_logging(out_dir: Path, rank: int) -> dict:
@@ -101,8 +108,11 @@ def check_debug_mode(rank: int) -> dict:
     state = PartialState()
     found = {"debug_from_env": state.debug}
     mismatched = torch.ones(2, 3) if rank == 0 else torch.ones(3, 3)
-    for name, call in [("gather", lambda: gather(mismatched)), ("reduce", lambda: reduce(mismatched)),
-                       ("pad", lambda: pad_across_processes(torch.ones(2) if rank == 0 else torch.ones(2, 2)))]:
+    for name, call in [
+        ("gather", lambda: gather(mismatched)),
+        ("reduce", lambda: reduce(mismatched)),
+        ("pad", lambda: pad_across_processes(torch.ones(2) if rank == 0 else torch.ones(2, 2))),
+    ]:
         try:
             call()
             found[name] = None
@@ -121,13 +131,16 @@ def check_rng_sync(rank: int) -> dict:
 
 
 def check_profile(out_dir: Path) -> dict:
-    accelerator = Accelerator(kwargs_handlers=[ProfileKwargs(output_trace_dir=str(out_dir / "traces"),
-                                                             record_shapes=True)])
+    accelerator = Accelerator(
+        kwargs_handlers=[ProfileKwargs(output_trace_dir=str(out_dir / "traces"), record_shapes=True)]
+    )
     with accelerator.profile() as profiler:
         torch.ones(32, 32) @ torch.ones(32, 32)
     names = {event.key for event in profiler.key_averages()}
-    return {"saw_matmul": any("mm" in name for name in names),
-            "traces": sorted(path.name for path in (out_dir / "traces").iterdir())}
+    return {
+        "saw_matmul": any("mm" in name for name in names),
+        "traces": sorted(path.name for path in (out_dir / "traces").iterdir()),
+    }
 
 
 def check_uneven_join(rank: int) -> dict:
@@ -148,10 +161,12 @@ def check_uneven_join(rank: int) -> dict:
 def check_state_objects() -> dict:
     accelerator = Accelerator()
     state = AcceleratorState()
-    return {"same_facts": [state.process_index, state.num_processes, str(state.device)]
-            == [accelerator.process_index, accelerator.num_processes, str(accelerator.device)],
-            "distributed_type": str(PartialState().distributed_type.value),
-            "local_process_ran": accelerator.on_local_process(lambda: True, local_process_index=1)()}
+    return {
+        "same_facts": [state.process_index, state.num_processes, str(state.device)]
+        == [accelerator.process_index, accelerator.num_processes, str(accelerator.device)],
+        "distributed_type": str(PartialState().distributed_type.value),
+        "local_process_ran": accelerator.on_local_process(lambda: True, local_process_index=1)(),
+    }
 
 
 def main() -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import collections
 import json
-from pathlib import Path
 import sys
+from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -50,8 +50,14 @@ def check_collectives(accelerator: Accelerator) -> dict:
         type_error = None
     except TypeError as error:
         type_error = str(error)
-    mixed = accelerator.gather({"flags": torch.tensor([rank == 0, True]), "half": torch.full((1, 2), rank + 0.5).half(),
-                                "empty": torch.ones(0, 3), "grad": torch.ones(1, requires_grad=True) * rank})
+    mixed = accelerator.gather(
+        {
+            "flags": torch.tensor([rank == 0, True]),
+            "half": torch.full((1, 2), rank + 0.5).half(),
+            "empty": torch.ones(0, 3),
+            "grad": torch.ones(1, requires_grad=True) * rank,
+        }
+    )
     return {
         "gather_mixed": {key: [str(value.dtype), list(value.shape), value.tolist()] for key, value in mixed.items()},
         "shape_error": _gather_error(accelerator, torch.arange(3 - rank)),

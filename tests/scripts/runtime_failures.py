@@ -56,8 +56,9 @@ def main() -> None:
     if MODE == "kill_during_save":
         from runtime import ProjectConfiguration
 
-        accelerator.project_configuration = ProjectConfiguration(project_dir=str(OUT / "project"),
-                                                                 automatic_checkpoint_naming=True)
+        accelerator.project_configuration = ProjectConfiguration(
+            project_dir=str(OUT / "project"), automatic_checkpoint_naming=True
+        )
         accelerator.save_state()  # checkpoint_0: complete
         if rank == 1:
             import runtime.checkpoint as checkpoint_module
@@ -83,14 +84,16 @@ def main() -> None:
             else:
                 target.write_bytes(pickle.dumps(Payload()))
                 manifest = json.loads((checkpoint / "checkpoint.json").read_text())
-                manifest["files"][target.name] = {"bytes": target.stat().st_size,
-                                                  "sha256": hashlib.sha256(target.read_bytes()).hexdigest()}
+                manifest["files"][target.name] = {
+                    "bytes": target.stat().st_size,
+                    "sha256": hashlib.sha256(target.read_bytes()).hexdigest(),
+                }
                 (checkpoint / "checkpoint.json").write_text(json.dumps(manifest))
             mark_fault()
         accelerator.wait_for_everyone()
         accelerator.load_state(str(checkpoint))
         print(f"rank {rank}: loaded", flush=True)
-    for epoch in range(3):
+    for _epoch in range(3):
         if MODE == "raise_before" and rank == 1:
             mark_fault()
             raise ValueError("deliberate failure before the epoch")

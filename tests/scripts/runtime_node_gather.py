@@ -13,10 +13,16 @@ accelerator = Accelerator()
 gathered = accelerator.gather(torch.tensor([accelerator.process_index * 10 + 1]))
 hosts = accelerator.gather_object([os.environ.get("GROUP_RANK", "?")])
 if accelerator.is_main_process:
-    print("NODES " + json.dumps({
-        "num_processes": accelerator.num_processes,
-        "distributed_type": accelerator.distributed_type.value,
-        "gathered": gathered.tolist(),
-        "node_ranks": hosts,
-    }), flush=True)
+    print(
+        "NODES "
+        + json.dumps(
+            {
+                "num_processes": accelerator.num_processes,
+                "distributed_type": accelerator.distributed_type.value,
+                "gathered": gathered.tolist(),
+                "node_ranks": hosts,
+            }
+        ),
+        flush=True,
+    )
 accelerator.end_training()

@@ -53,8 +53,9 @@ def make_scheduler(optimizer: torch.optim.Optimizer, kind: str):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / 50)
 
 
-def trace(length: int, batch_size: int, accumulation: int, split_batches: bool,
-          step_with_optimizer: bool, schedule: str) -> dict:
+def trace(
+    length: int, batch_size: int, accumulation: int, split_batches: bool, step_with_optimizer: bool, schedule: str
+) -> dict:
     accelerator = fresh_accelerator(accumulation, split_batches, step_with_optimizer)
     set_seed(0)
     model = torch.nn.Linear(2, 1)
@@ -72,10 +73,18 @@ def trace(length: int, batch_size: int, accumulation: int, split_batches: bool,
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad()
-            rows.append([accelerator.sync_gradients, accelerator.step, scheduler.scheduler.last_epoch,
-                         round(scheduler.get_last_lr()[0], 8)])
-    params = [round(value, 6) for value in torch.cat(
-        [p.detach().flatten() for p in accelerator.unwrap_model(model).parameters()]).tolist()]
+            rows.append(
+                [
+                    accelerator.sync_gradients,
+                    accelerator.step,
+                    scheduler.scheduler.last_epoch,
+                    round(scheduler.get_last_lr()[0], 8),
+                ]
+            )
+    params = [
+        round(value, 6)
+        for value in torch.cat([p.detach().flatten() for p in accelerator.unwrap_model(model).parameters()]).tolist()
+    ]
     return {"rows": rows, "params": params, "len": len(loader)}
 
 
@@ -91,7 +100,8 @@ def collectives() -> dict:
         loader = accelerator.prepare(DataLoader(torch.arange(length), batch_size=batch_size))
         metrics[f"{length}_{batch_size}"] = [accelerator.gather_for_metrics(batch).tolist() for batch in loader]
         metrics[f"{length}_{batch_size}_objects"] = [
-            accelerator.gather_for_metrics(batch.tolist(), use_gather_object=True) for batch in loader]
+            accelerator.gather_for_metrics(batch.tolist(), use_gather_object=True) for batch in loader
+        ]
     return {
         "gather": [gathered["ids"].tolist(), gathered["pair"][0].tolist(), gathered["pair"][1].tolist()],
         "gather_object": gather_object([f"rank{rank}"]),
