@@ -21,10 +21,9 @@ Deliberate differences from Accelerate are listed in the docstrings where they h
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +48,7 @@ from runtime.handlers import (
 )
 from runtime.profiling import ProfileKwargs, profile_block
 from runtime.state import DistributedType, detect_state
-from runtime.state_objects import AcceleratorState
+from runtime.state_objects import AcceleratorState, ProcessGuards
 from runtime.wrappers import AcceleratedOptimizer, AcceleratedScheduler
 
 _NOT_SET: Any = object()
@@ -149,7 +148,7 @@ def _mark_prepared(obj: Any) -> Any:
     return obj
 
 
-class Accelerator:
+class Accelerator(ProcessGuards):
     """Distributed training in a few calls: ``prepare`` the objects, ``backward`` the loss, and
     ``gather_for_metrics`` the predictions. Same constructor arguments as Accelerate's for
     DDP/CPU training; anything this runtime cannot honour raises a ``ValueError`` (unknown
@@ -723,42 +722,6 @@ class Accelerator:
     def local_main_process_first(self) -> contextlib.AbstractContextManager:
         """Like ``main_process_first``, per machine."""
         return self._first(self.is_local_main_process)
-
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` once per machine (on the local main process)."""
-        if self.is_local_main_process:
-            print(*args, **kwargs)
-
-    def _only_if(self, runs_here: bool, function: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(function)
-        def guarded(*args: Any, **kwargs: Any) -> Any:
-            return function(*args, **kwargs) if runs_here else None
-
-        return guarded
-
-    def on_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        """Decorator: the function runs on the main process only."""
-        return self._only_if(self.is_main_process, function)
-
-    def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        """Decorator: the function runs on each machine's main process only."""
-        return self._only_if(self.is_local_main_process, function)
-
-    def on_last_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        """Decorator: the function runs on the last process only."""
-        return self._only_if(self.is_last_process, function)
-
-    def on_process(self, function: Callable[..., Any] | None = None, process_index: int = 0) -> Any:
-        """Decorator: the function runs on process ``process_index`` only."""
-        if function is None:
-            return functools.partial(self.on_process, process_index=process_index)
-        return self._only_if(self.process_index == process_index, function)
-
-    def on_local_process(self, function: Callable[..., Any] | None = None, local_process_index: int = 0) -> Any:
-        """Decorator: the function runs on local process ``local_process_index`` of each machine only."""
-        if function is None:
-            return functools.partial(self.on_local_process, local_process_index=local_process_index)
-        return self._only_if(self.local_process_index == local_process_index, function)
 
     @contextlib.contextmanager
     def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:

@@ -28,7 +28,54 @@ from runtime.state import DistributedType, ProcessState, detect_state, env_flag
 _PROCESS_FACTS = ("distributed_type", "num_processes", "process_index", "local_process_index", "device", "backend")
 
 
-class _ProcessView:
+class ProcessGuards:
+    """Running code on some processes only: what the Accelerator and the state objects share.
+    Subclasses provide the process facts (``process_index``, ``is_main_process``...)."""
+
+    process_index: int
+    local_process_index: int
+    is_main_process: bool
+    is_local_main_process: bool
+    is_last_process: bool
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on each machine's main process only."""
+        if self.is_local_main_process:
+            print(*args, **kwargs)
+
+    def _only_if(self, runs_here: bool, function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            return function(*args, **kwargs) if runs_here else None
+
+        return guarded
+
+    def on_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorator: the function runs on the main process only."""
+        return self._only_if(self.is_main_process, function)
+
+    def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorator: the function runs on each machine's main process only."""
+        return self._only_if(self.is_local_main_process, function)
+
+    def on_last_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorator: the function runs on the last process only."""
+        return self._only_if(self.is_last_process, function)
+
+    def on_process(self, function: Callable[..., Any] | None = None, process_index: int = 0) -> Any:
+        """Decorator: the function runs on process ``process_index`` only."""
+        if function is None:
+            return functools.partial(self.on_process, process_index=process_index)
+        return self._only_if(self.process_index == process_index, function)
+
+    def on_local_process(self, function: Callable[..., Any] | None = None, local_process_index: int = 0) -> Any:
+        """Decorator: the function runs on local process ``local_process_index`` of each machine only."""
+        if function is None:
+            return functools.partial(self.on_local_process, local_process_index=local_process_index)
+        return self._only_if(self.local_process_index == local_process_index, function)
+
+
+class _ProcessView(ProcessGuards):
     """What both state objects answer: the process facts (held by each class's shared dict), the
     facts derived from them, and process control."""
 
@@ -94,42 +141,6 @@ class _ProcessView:
         from runtime.utils import split_for_process
 
         yield split_for_process(inputs, self.num_processes, self.process_index, apply_padding)
-
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` on each machine's main process only."""
-        if self.is_local_main_process:
-            print(*args, **kwargs)
-
-    def _only_if(self, runs_here: bool, function: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(function)
-        def guarded(*args: Any, **kwargs: Any) -> Any:
-            return function(*args, **kwargs) if runs_here else None
-
-        return guarded
-
-    def on_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        """Decorator: the function runs on the main process only."""
-        return self._only_if(self.is_main_process, function)
-
-    def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        """Decorator: the function runs on each machine's main process only."""
-        return self._only_if(self.is_local_main_process, function)
-
-    def on_last_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        """Decorator: the function runs on the last process only."""
-        return self._only_if(self.is_last_process, function)
-
-    def on_process(self, function: Callable[..., Any] | None = None, process_index: int = 0) -> Any:
-        """Decorator: the function runs on process ``process_index`` only."""
-        if function is None:
-            return functools.partial(self.on_process, process_index=process_index)
-        return self._only_if(self.process_index == process_index, function)
-
-    def on_local_process(self, function: Callable[..., Any] | None = None, local_process_index: int = 0) -> Any:
-        """Decorator: the function runs on local process ``local_process_index`` of each machine only."""
-        if function is None:
-            return functools.partial(self.on_local_process, local_process_index=local_process_index)
-        return self._only_if(self.local_process_index == local_process_index, function)
 
     def destroy_process_group(self, group: Any = None) -> None:
         """Leave the process group (``group`` defaults to the default one)."""
