@@ -10,7 +10,10 @@ from collections.abc import Iterable
 import libcst as cst
 
 from codemods.engine.facts import ScriptFacts
-from codemods.engine.syntax import dotted
+from codemods.engine.syntax import names_variable, statement
+
+#: Longest one-line prepare statement before the arguments go on their own line.
+PREPARE_LINE_LIMIT = 100
 
 
 def callee_words(facts: ScriptFacts, qualified_names: Iterable[str]) -> set[str]:
@@ -51,6 +54,16 @@ def is_accelerator_method(node: cst.CSTNode | None, facts: ScriptFacts, *methods
     return (
         isinstance(node, cst.Call)
         and isinstance(node.func, cst.Attribute)
-        and dotted(node.func.value) == accelerator_name(facts)
+        and names_variable(node.func.value, accelerator_name(facts))
         and node.func.attr.value in methods
     )
+
+
+def prepare_statement(accelerator: str, names: list[str], indent: str) -> cst.BaseStatement:
+    """``a, b = accelerator.prepare(a, b)``, its arguments on their own line when too long;
+    ``indent`` is where the statement goes, ``accelerator`` how the code there reaches it."""
+    joined = ", ".join(names)
+    one_line = f"{joined} = {accelerator}.prepare({joined})"
+    if len(indent) + len(one_line) <= PREPARE_LINE_LIMIT:
+        return statement(one_line)
+    return statement(f"{joined} = {accelerator}.prepare(\n    {joined}\n)")

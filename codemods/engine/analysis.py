@@ -26,7 +26,7 @@ from codemods.engine.findings import FILE_START
 from codemods.engine.model import Site
 from codemods.engine.names import NameCollector, NameTable, ScopeKey
 from codemods.engine.positions import POSITIONED_TYPES, OriginIndex, handler_sites, original_sites
-from codemods.engine.syntax import dotted, is_main_guard, target_names
+from codemods.engine.syntax import dotted, instance_parameter, is_main_guard, names_variable, target_names
 from codemods.engine.torch_names import (
     ACCELERATORS,
     DATA_LOADERS,
@@ -57,6 +57,10 @@ class _Loop:
     order: int
     has_backward: bool = False
     calls: set[str] = field(default_factory=set)
+    #: Methods of the enclosing class called on ``self`` in the loop (``self._run_batch(...)``).
+    method_calls: set[str] = field(default_factory=set)
+    #: The method holding the loop, for a loop in a module-level class.
+    method: str | None = None
 
 
 @dataclass(eq=False)
@@ -87,6 +91,7 @@ class _Call:
     loops: tuple[_Loop, ...]
     ifs: tuple[_If, ...]
     order: int
+    in_main_guard: bool = False
 
 
 @dataclass
@@ -101,6 +106,19 @@ class _Assign:
     @property
     def names(self) -> set[str]:
         return self.mentions.names
+
+
+@dataclass
+class _Class:
+    """A module-level class: what converting training code held in it needs to know."""
+
+    node: cst.ClassDef
+    #: ``__init__``'s parameters after ``self`` (None: the class defines no ``__init__``).
+    init_params: tuple[str, ...] | None = None
+    #: Method → the name of its instance parameter (``self``); static and class methods have none.
+    self_names: dict[str, str | None] = field(default_factory=dict)
+    #: Method → methods of the class it calls on its instance (``self.build_model()``).
+    method_calls: dict[str, set[str]] = field(default_factory=dict)
 
 
 class _Recorder(NameCollector):
@@ -130,6 +148,8 @@ class _Recorder(NameCollector):
         #: (module-level function, returned expression).
         self.returns: list[tuple[str, cst.BaseExpression]] = []
         self.main_guard_assigns: set[str] = set()
+        #: Module-level classes by name.
+        self.classes: dict[str, _Class] = {}
         self._loops: list[_Loop] = []
         self._ifs: list[_If] = []
         self._frames: list[_Frame] = []
@@ -160,8 +180,15 @@ class _Recorder(NameCollector):
 
     # -- functions ----------------------------------------------------------------------------
 
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        if not self.scope:
+            self.classes[node.name.value] = _Class(node)
+        super().visit_ClassDef(node)
+
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         super().visit_FunctionDef(node)
+        if len(self.scope) == 2 and self.scope[0] in self.classes:
+            self._method(self.classes[self.scope[0]], node)
         if len(self.scope) == 1:
             if self._main_guard_depth:
                 self.guard_defs.add(node.name.value)
@@ -173,6 +200,25 @@ class _Recorder(NameCollector):
             callee = expr.func if isinstance(expr, cst.Call) else expr
             if self.names.qualified_name(callee, self.scope[:-1], strict=False) in NO_GRAD_CONTEXTS:
                 self.no_grad_functions.add(self.function)
+
+    def _method(self, owner: _Class, node: cst.FunctionDef) -> None:
+        params = [*node.params.posonly_params, *node.params.params]
+        instance = instance_parameter(node)
+        owner.self_names[node.name.value] = instance
+        owner.method_calls.setdefault(node.name.value, set())
+        if node.name.value == "__init__" and instance is not None:
+            rest = [*params[1:], *node.params.kwonly_params]
+            owner.init_params = tuple(param.name.value for param in rest)
+
+    def instance_method_called(self, node: cst.Call) -> str | None:
+        """``build_model`` for ``self.build_model()`` inside a method of a module-level class."""
+        func = node.func
+        if len(self.scope) < 2 or self.scope[0] not in self.classes or not isinstance(func, cst.Attribute):
+            return None
+        instance = self.classes[self.scope[0]].self_names.get(self.scope[1])
+        if instance is None or not isinstance(func.value, cst.Name) or func.value.value != instance:
+            return None
+        return func.attr.value
 
     # -- statements ---------------------------------------------------------------------------
 
@@ -237,6 +283,8 @@ class _Recorder(NameCollector):
             no_grad=self._no_grad_depth > 0 or self.function in self.no_grad_functions,
             order=self._order,
         )
+        if len(self.scope) >= 2 and self.scope[0] in self.classes:
+            loop.method = self.scope[1]
         self.loops.append(loop)
         self._loops.append(loop)
 
@@ -261,8 +309,23 @@ class _Recorder(NameCollector):
                 frame.calls.add("." + func.attr.value)
                 if func.attr.value in {"parameters", "named_parameters"} and dotted(func.value) is not None:
                     frame.parameter_receivers.add(dotted(func.value))  # type: ignore[arg-type]
+        method = self.instance_method_called(node)
+        if method is not None:
+            self.classes[self.scope[0]].method_calls[self.scope[1]].add(method)
+            for loop in self._loops:
+                loop.method_calls.add(method)
         self._order += 1
-        self.calls.append(_Call(node, self.scope, self.function, tuple(self._loops), tuple(self._ifs), self._order))
+        self.calls.append(
+            _Call(
+                node,
+                self.scope,
+                self.function,
+                tuple(self._loops),
+                tuple(self._ifs),
+                self._order,
+                in_main_guard=self._main_guard_depth > 0,
+            )
+        )
 
 
 def _has_modulo(node: cst.BaseExpression) -> bool:
@@ -326,6 +389,10 @@ class _Conclusions:
         self.optimizer_home: str | None = None
         #: Loops over loaders, with the names the loader goes by at its call sites.
         self.loader_loops: list[tuple[_Loop, set[str]]] = []
+        #: Module-level class → the calls constructing it (``Trainer(...)``).
+        self.constructions: dict[str, list[_Call]] = {}
+        #: (class, method) pairs that run a backward, directly or through the methods they call.
+        self.backward_methods: set[tuple[str, str]] = set()
 
     def qualified(self, call: _Call) -> str | None:
         return self.r.names.qualified_name(call.node.func, call.scope, strict=False)
@@ -402,6 +469,40 @@ class _Conclusions:
                         self.arguments.setdefault((callee.value, param), set()).add((call.function, name))
                 for loop in call.loops:
                     loop.calls.add(callee.value)
+            elif isinstance(callee, cst.Name) and callee.value in self.r.classes:
+                self._construction(call, self.r.classes[callee.value])
+        self._attribute_aliases()
+
+    def _construction(self, call: _Call, owner: _Class) -> None:
+        """``Trainer(model, train_data, ...)``: each argument flows into ``__init__``'s parameter
+        (keyed by the class name, which is the analysis' "function" for all its methods)."""
+        name = owner.node.name.value
+        local = self.r.names.scopes.get(call.scope) if call.scope else None
+        if local is not None and local.binds(name):
+            return  # a local of the same name
+        self.constructions.setdefault(name, []).append(call)
+        params = owner.init_params or ()
+        for index, arg in enumerate(call.node.args):
+            value = dotted(arg.value)
+            if value is None or arg.star:
+                continue
+            param = arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
+            if param is not None:
+                self.arguments.setdefault((name, param), set()).add((call.function, value))
+
+    def _attribute_aliases(self) -> None:
+        """``self.model = model.to(device)`` in a class: the attribute is what the name holds
+        (recorded like an argument flowing into a parameter, so roles and origins follow it)."""
+        for assign in self.r.assigns:
+            owner = self.r.classes.get(assign.function)
+            if owner is None or len(assign.targets) != 1 or len(assign.scope) < 2:
+                continue
+            instance = owner.self_names.get(assign.scope[1])
+            target = assign.targets[0]
+            source = dotted(_peel_device_moves(assign.value))
+            if instance is None or not target.startswith(instance + ".") or source is None or source == target:
+                continue
+            self.arguments.setdefault((assign.function, target), set()).add((assign.function, source))
 
     def _loader_factories(self) -> set[str]:
         """Module-level functions that return DataLoaders (``return train_loader, test_loader``
@@ -488,7 +589,12 @@ class _Conclusions:
             text = value.evaluated_value
             return isinstance(text, str) and (text.startswith("cuda") or text == "mps")
         if isinstance(value, cst.IfExp):
-            return self._is_device(value.body, scope) or self._is_device(value.orelse, scope)
+            if self._is_device(value.body, scope) or self._is_device(value.orelse, scope):
+                return True
+            # ``0 if torch.cuda.is_available() else "cpu"``: a GPU index or the CPU.
+            return _is_cpu_string(value.orelse) and any(
+                (dotted(node.func) or "").endswith("cuda.is_available") for node in _calls_in(value.test)
+            )
         if isinstance(value, cst.Attribute) and isinstance(value.value, cst.Call):
             # torch.accelerator.current_accelerator().type
             return self._is_device(value.value, scope)
@@ -641,7 +747,11 @@ class _Conclusions:
             known = created_loaders | (facts.prepared - facts.models - facts.optimizers - facts.schedulers)
             if not origins & known and loop.iterated not in known:
                 continue
-            trains = loop.has_backward or bool(loop.calls & backward_functions)
+            trains = (
+                loop.has_backward
+                or bool(loop.calls & backward_functions)
+                or any((loop.function, method) in self.backward_methods for method in loop.method_calls)
+            )
             last_switch = max((s for s in eval_switches if s[1] == loop.function and s[0] < loop.order), default=None)
             evaluates = loop.no_grad or (last_switch is not None and last_switch[2] == "eval")
             self.loader_loops.append((loop, origins | {loop.iterated}))
@@ -664,6 +774,7 @@ class _Conclusions:
         homes = {self.facts.main_function or MODULE, self.facts.creating_function}
         built_at_home = {name for assign in self.r.assigns if assign.function in homes for name in assign.targets}
         prepared = built_at_home | self.facts.prepared
+        prepared |= {name for names in self.facts.class_prepare.values() for name in names}
         by_function = self.facts.batch_names_by_function
         for loop, loaders in self.loader_loops:
             if loaders & prepared:
@@ -682,15 +793,28 @@ class _Conclusions:
             if _is_backward(call.node):
                 receiver = call.node.func.value  # type: ignore[attr-defined]
                 name = dotted(receiver)
-                if name == accelerator:  # accelerator.backward(loss): already converted
+                if names_variable(receiver, accelerator):  # accelerator.backward(loss): already converted
                     name = dotted(call.node.args[0].value) if call.node.args else None
                 if name is not None:
                     facts.loss_names.add(name)
                 if facts.backward_site is None:
                     facts.backward_site = self.site(call.node)
                 direct.add(call.function)
+                if call.function in self.r.classes and len(call.scope) >= 2:
+                    self.backward_methods.add((call.function, call.scope[1]))
                 for loop in call.loops:
                     loop.has_backward = True
+        # Methods that call a method with backward (``self._run_batch(...)``) train too.
+        changed = True
+        while changed:
+            changed = False
+            for owner_name, owner in self.r.classes.items():
+                for method, callees in owner.method_calls.items():
+                    if (owner_name, method) not in self.backward_methods and any(
+                        (owner_name, callee) in self.backward_methods for callee in callees
+                    ):
+                        self.backward_methods.add((owner_name, method))
+                        changed = True
         # Functions that call a function with backward train too.
         found = set(direct)
         changed = True
@@ -759,9 +883,75 @@ class _Conclusions:
         names = self._origins_of(loop.function, loop.iterated) | {loop.iterated}
         return bool(names & self.facts.loaders)
 
+    def _training_classes(self) -> list[str]:
+        """Module-level classes whose methods hold the training code (a ``Trainer`` with
+        ``_run_batch``/``train``, a ``Solver``) and can be given the accelerator: they have an
+        ``__init__`` to receive it, every method that trains or loops over a loader has an instance
+        to keep it on, and this module constructs them by name. In order of first construction."""
+        found = []
+        for name, owner in self.r.classes.items():
+            methods = {method for owner_name, method in self.backward_methods if owner_name == name}
+            methods |= {loop.method for loop, _ in self.loader_loops if loop.function == name and loop.method}
+            if not methods or owner.init_params is None or name not in self.constructions:
+                continue
+            if any(owner.self_names.get(method) is None for method in methods):
+                continue
+            found.append(name)
+        return sorted(found, key=lambda name: self.constructions[name][0].order)
+
+    def _class_prepare(self, name: str) -> None:
+        """The training objects a class builds itself (``self.model = Net()``, ``self.loader =
+        DataLoader(...)``): prepared in its ``__init__``. Attributes holding an object the caller
+        passed in are prepared where the caller built it."""
+        facts = self.facts
+        instance = self.r.classes[name].self_names.get("__init__")
+        roles = facts.models | facts.optimizers | facts.loaders | (facts.schedulers - facts.per_epoch_schedulers)
+        facts.prepared_attributes |= {
+            role for role in roles if role.startswith(f"{instance}.") and role.count(".") == 1
+        }
+        built_here = {target for assign in self.r.assigns if assign.function == name for target in assign.targets}
+        groups = [
+            facts.models,
+            facts.optimizers,
+            facts.train_loaders,
+            facts.eval_loaders,
+            facts.schedulers - facts.per_epoch_schedulers,
+        ]
+        attributes: list[str] = []
+        for group in groups:
+            for attribute in sorted(group):
+                if (
+                    attribute.startswith(f"{instance}.")
+                    and attribute.count(".") == 1
+                    and attribute in built_here
+                    and attribute not in facts.prepared
+                    and self._origins_of(name, attribute) <= built_here
+                    and attribute not in attributes
+                ):
+                    attributes.append(attribute)
+        if attributes:
+            facts.class_prepare[name] = tuple(attributes)
+
     def _home(self) -> None:
         facts = self.facts
-        home = self.optimizer_home
+        classes = self._training_classes()
+        if classes:
+            # Training lives in classes: the accelerator is created where the first of them is
+            # constructed, and each reaches its methods as ``self.accelerator``.
+            facts.training_classes.update(classes)
+            for name in classes:
+                self._class_prepare(name)
+            first = self.constructions[classes[0]][0]
+            home: str | None = first.function if first.function in self.r.defs else MODULE
+            constructed_in_guard = home == MODULE and first.in_main_guard
+            builder = self.optimizer_home
+            if builder in self.r.defs and home != builder and home in self._reachable({builder}):
+                # Built in ``main`` and handed to a helper that constructs the class: ``main``
+                # prepares them and creates the accelerator (the helper receives it, ACC104).
+                home, constructed_in_guard = builder, False
+        else:
+            home = self.optimizer_home
+            constructed_in_guard = False
         if home is None:
             home = next((a.function for a in self.r.assigns if set(a.targets) & facts.loaders), None)
         if home is None and facts.train_loops:
@@ -775,10 +965,9 @@ class _Conclusions:
         if home is None:
             home = next((call.function for call in self.r.calls if _is_backward(call.node)), MODULE)
         if home != MODULE and home not in self.r.defs:
-            # The training objects live in a class (``self.model`` in ``Trainer.__init__``): its
-            # methods cannot see an accelerator variable, so the accelerator goes where the class
-            # is used, and the methods' calls are reported (ACC904) rather than rewritten.
-            facts.training_classes.add(home)
+            # The training objects live in a class that cannot be given the accelerator (no
+            # ``__init__``, never constructed here): the accelerator goes where the class is used,
+            # and the methods' calls are reported (ACC904) rather than rewritten.
             home = next(
                 (
                     call.function
@@ -795,11 +984,12 @@ class _Conclusions:
         else:
             facts.main_function = None
             trained = facts.models | facts.optimizers | facts.loaders
-            facts.home_kind = "main_guard" if trained & self.r.main_guard_assigns else "module"
+            in_guard = constructed_in_guard or bool(trained & self.r.main_guard_assigns)
+            facts.home_kind = "main_guard" if in_guard else "module"
         if home != MODULE:
             facts.creating_function = self._creating_function(home)
             home = facts.creating_function
-        facts.accessible_functions = self._reachable({home})
+        facts.accessible_functions = self._reachable({home} | facts.training_classes)
         if facts.home_kind == "main_guard":
             # Defined inside the __main__ block (an LBFGS closure): they read the global accelerator.
             facts.accessible_functions |= self._reachable(self.r.guard_defs)
@@ -897,6 +1087,32 @@ def _peel_moves(value: cst.BaseExpression) -> cst.BaseExpression:
         and isinstance(value.func, cst.Attribute)
         and value.func.attr.value in {"to", "cuda", "train", "eval", "float", "half", "double", "cpu"}
         and isinstance(value.func.value, cst.Call)
+    ):
+        value = value.func.value
+    return value
+
+
+def _is_cpu_string(value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.SimpleString) and value.evaluated_value == "cpu"
+
+
+def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
+    """Every call inside a (small) expression."""
+    found, pending = [], [node]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, cst.Call):
+            found.append(current)
+        pending.extend(current.children)
+    return found
+
+
+def _peel_device_moves(value: cst.BaseExpression) -> cst.BaseExpression:
+    """``model.to(device)`` / ``model.cuda()`` → ``model``."""
+    while (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in {"to", "cuda"}
     ):
         value = value.func.value
     return value

@@ -108,9 +108,16 @@ class ScriptFacts:
     #: Names of folders and files only one process has (``workdir = tempfile.mkdtemp()`` and
     #: paths built from it): writes there are not moved to the main process.
     per_process_paths: set[str] = field(default_factory=set)
-    #: Classes that hold the training objects in attributes (a ``Trainer``): their methods
-    #: cannot reach the accelerator variable.
+    #: Module-level classes holding the training code (a ``Trainer``, a ``Solver``): they receive
+    #: the accelerator in ``__init__`` and their methods use it as ``self.accelerator`` (ACC108).
+    #: Their names count as functions in ``accessible_functions`` and ``batch_names_by_function``.
     training_classes: set[str] = field(default_factory=set)
+    #: Attributes of training classes holding prepared objects: those the class prepares and
+    #: those holding what the caller prepared and passed in (``self.model = model``).
+    prepared_attributes: set[str] = field(default_factory=set)
+    #: Training class → the attributes it builds itself (``self.model``, ``self.train_loader``),
+    #: prepared at the end of its ``__init__``, in Accelerate's customary order.
+    class_prepare: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: Module-level function → module-level functions it calls by plain name.
     call_graph: dict[str, set[str]] = field(default_factory=dict)
     #: Names already passed through ``accelerator.prepare(...)``.
@@ -245,6 +252,11 @@ class ScriptFacts:
     @property
     def trained_objects(self) -> set[str]:
         return self.models | self.optimizers | self.loaders | self.schedulers
+
+    def is_prepared(self, name: str) -> bool:
+        """Whether the converted script holds ``name`` prepared: it was prepared already, or is a
+        training class's attribute (prepared in the class or by its caller)."""
+        return name in self.prepared or name in self.prepared_attributes
 
     def is_model(self, name: str) -> bool:
         return name in self.models

@@ -38,6 +38,9 @@ RULE_MODULES: tuple[str, ...] = (
     "side_effects",
     "downloads",
     "oom_retry",
+    # After every rewrite of the methods, before pass_accelerator (which hands the accelerator on
+    # to the functions that now construct the class with it).
+    "training_class",
     "pass_accelerator",
     "no_dataloader",
     "rank_dependent_break",

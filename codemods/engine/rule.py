@@ -32,7 +32,7 @@ from codemods.engine.model import Change, Options
 NO_ACCELERATOR_ACCESS = "ACC904"
 NO_ACCELERATOR_ACCESS_DOC = (
     "no-accelerator-access: a call that needs the accelerator where none is reachable "
-    "(a class method, code run before it exists)"
+    "(a static method, a class the file never constructs, code run before it exists)"
 )
 
 

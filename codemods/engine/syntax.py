@@ -99,6 +99,23 @@ def target_names(target: cst.BaseExpression) -> tuple[str, ...]:
     return (path,) if path is not None else ()
 
 
+def instance_parameter(method: cst.FunctionDef) -> str | None:
+    """The instance parameter of a method (``self``); None for static and class methods."""
+    decorators = {dotted(decorator.decorator) for decorator in method.decorators}
+    params = [*method.params.posonly_params, *method.params.params]
+    if not params or decorators & {"staticmethod", "classmethod"}:
+        return None
+    return params[0].name.value
+
+
+def names_variable(node: cst.CSTNode, name: str) -> bool:
+    """``name`` itself, or the attribute of that name on a variable (``self.accelerator``, as a
+    training class holds the accelerator)."""
+    if isinstance(node, cst.Name):
+        return node.value == name
+    return isinstance(node, cst.Attribute) and node.attr.value == name and isinstance(node.value, cst.Name)
+
+
 def is_docstring(statement: cst.BaseStatement) -> bool:
     return (
         isinstance(statement, cst.SimpleStatementLine)

@@ -26,7 +26,7 @@ from codemods.engine.facts import ScriptFacts
 from codemods.engine.findings import FILE_START, Findings
 from codemods.engine.model import Change, Site
 from codemods.engine.positions import CARRIED_TYPES, POSITIONED_TYPES, OriginIndex, skips_statement
-from codemods.engine.syntax import assigns_at_top, body_statements, dotted, is_main_guard
+from codemods.engine.syntax import assigns_at_top, body_statements, dotted, instance_parameter, is_main_guard
 from codemods.engine.walk import TRIVIA, own_hooks
 
 NodeT = TypeVar("NodeT", bound=cst.CSTNode)
@@ -130,6 +130,9 @@ class RuleTransformer(TargetedTransformer):
         #: Enclosing ``def``/``class`` names, as the name table keys scopes.
         self.scope: tuple[str, ...] = ()
         self._anchors: list[cst.CSTNode] = []
+        #: Inside a method of a training class: the method's instance parameter (``self``), None
+        #: in a static or class method.
+        self.instance: str | None = None
 
     def report(
         self, node: cst.CSTNode, code: str, message: str, fixed: bool = True, *, header_only: bool = False
@@ -174,10 +177,21 @@ class RuleTransformer(TargetedTransformer):
         """The original position of ``node`` (a node of the tree this rule received)."""
         return self.facts.origins.site(node) or FILE_START
 
+    def in_training_class(self) -> bool:
+        """Whether the walk is inside a training class (one that receives the accelerator)."""
+        return bool(self.scope) and self.scope[0] in self.facts.training_classes
+
     @property
     def function(self) -> str:
-        """The enclosing module-level function's name, ``"<module>"`` outside any function."""
-        return self.scope[0] if self.scope else "<module>"
+        """The enclosing module-level function's name, ``"<module>"`` outside any function. In a
+        class, the class name (the analysis treats a class's methods as one unit), except in a
+        training class's static methods and class body, which have no ``self.accelerator``:
+        ``"Class.method"``, which no fact names."""
+        if not self.scope:
+            return "<module>"
+        if self.scope[0] in self.facts.training_classes and self.instance is None:
+            return ".".join(self.scope[:2])
+        return self.scope[0]
 
     def qualified_name(self, node: cst.BaseExpression) -> str | None:
         return self.facts.qualified_name(node, self.scope)
@@ -188,6 +202,8 @@ class RuleTransformer(TargetedTransformer):
         kind = type(node)
         if kind is cst.FunctionDef or kind is cst.ClassDef:
             self.scope = (*self.scope, node.name.value)  # type: ignore[attr-defined]
+            if kind is cst.FunctionDef and len(self.scope) == 2 and self.scope[0] in self.facts.training_classes:
+                self.instance = instance_parameter(node)  # type: ignore[arg-type]
         if kind in POSITIONED_TYPES:
             self._anchors.append(node)
         return super().on_visit(node)
@@ -200,6 +216,8 @@ class RuleTransformer(TargetedTransformer):
         if kind in POSITIONED_TYPES and self._anchors and self._anchors[-1] is original_node:
             self._anchors.pop()
         if kind is cst.FunctionDef or kind is cst.ClassDef:
+            if len(self.scope) == 2:
+                self.instance = None
             self.scope = self.scope[:-1]
         return result
 
@@ -265,6 +283,9 @@ class AcceleratorScope(RuleTransformer):
         """Whether code at the node being visited can use the accelerator variable."""
         if any(self._frames):
             return True
+        if self.in_training_class():
+            # A training class's methods reach it as ``self.accelerator`` (ACC108).
+            return self.instance is not None
         # The helpers pass (it runs last) hands the accelerator to every module-level function the
         # training code calls, once that function uses it.
         reachable_functions = self.facts.accessible_functions

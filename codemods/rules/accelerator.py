@@ -13,6 +13,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemods.engine.facts import ScriptFacts
+from codemods.engine.imports import add_import, imports_from
 from codemods.engine.model import Change, Options
 from codemods.engine.rule import Example, Rule
 from codemods.engine.syntax import assigned_in, dotted, first_statement_index, parses_arguments, statement, target_names
@@ -25,41 +26,6 @@ def import_statement(options: Options, name: str = "Accelerator") -> cst.SimpleS
     built = statement(f"from {options.accelerate_module} import {name}")
     assert isinstance(built, cst.SimpleStatementLine)
     return built
-
-
-def imports_from(module: cst.Module, package: str, name: str) -> bool:
-    """Whether the module already has ``from <package> import <name>`` at its top level."""
-    for line in module.body:
-        if not isinstance(line, cst.SimpleStatementLine):
-            continue
-        for small in line.body:
-            if (
-                isinstance(small, cst.ImportFrom)
-                and isinstance(small.module, cst.Name)
-                and small.module.value == package
-                and not isinstance(small.names, cst.ImportStar)
-                and any(alias.evaluated_name == name for alias in small.names)
-            ):
-                return True
-    return False
-
-
-def add_import(module: cst.Module, line: cst.SimpleStatementLine) -> cst.Module:
-    """Insert ``line`` after the module's leading block of imports (docstring, __future__ first)."""
-    body = list(module.body)
-    index = first_statement_index(body)
-    last_import = None
-    for position in range(index, len(body)):
-        node = body[position]
-        if not (
-            isinstance(node, cst.SimpleStatementLine)
-            and all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in node.body)
-        ):
-            break
-        last_import = position
-    insert_at = last_import + 1 if last_import is not None else index
-    body.insert(insert_at, line)
-    return module.with_changes(body=body)
 
 
 class _CreateAccelerator(HomeBlockTransformer):

@@ -14,7 +14,7 @@ import libcst as cst
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Options
 from codemods.engine.rule import NO_ACCELERATOR_ACCESS, NO_ACCELERATOR_ACCESS_DOC, Example, Rule
-from codemods.engine.syntax import dotted
+from codemods.engine.syntax import names_variable
 from codemods.engine.transformers import RuleTransformer, lines_of
 
 
@@ -24,7 +24,7 @@ def is_tensor_backward(node: cst.Call, accelerator: str) -> bool:
     if not (isinstance(func, cst.Attribute) and func.attr.value == "backward"):
         return False
     receiver = func.value
-    if dotted(receiver) == accelerator:
+    if names_variable(receiver, accelerator):
         return False
     # scaler.scale(loss).backward(): the AMP pass owns it.
     return not (
@@ -121,25 +121,21 @@ class Backward(Rule):
                 from torch.utils.data import DataLoader, TensorDataset
 
 
-                class Trainer:
-                    def __init__(self, model, optimizer):
-                        self.model = model
-                        self.optimizer = optimizer
-
-                    def step(self, data, target):
-                        self.optimizer.zero_grad()
-                        loss = nn.functional.mse_loss(self.model(data), target)
+                class Steps:
+                    @staticmethod
+                    def step(model, optimizer, data, target):
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
                         loss.backward()
-                        self.optimizer.step()
+                        optimizer.step()
 
 
                 def main():
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
                     model = nn.Linear(8, 1)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-                    trainer = Trainer(model, optimizer)
                     for data, target in loader:
-                        trainer.step(data, target)
+                        Steps.step(model, optimizer, data, target)
 
 
                 if __name__ == "__main__":

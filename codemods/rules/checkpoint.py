@@ -219,7 +219,7 @@ class _CheckpointRewriter(AcceleratorScope):
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         # Model classes use ``self``; only a trainer class holding ``self.model`` needs a look.
-        return any(name.startswith("self.") for name in self.facts.models)
+        return self.in_training_class()
 
     # Function frames: in the function that calls prepare, the model is wrapped only after it.
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -309,8 +309,8 @@ class _CheckpointRewriter(AcceleratorScope):
         owner = dotted(updated_node.value)
         if owner not in self.facts.models or updated_node.attr.value in MODULE_OWN_ATTRIBUTES:
             return updated_node
-        if not owner.isidentifier() and owner not in self.facts.prepared:
-            return updated_node  # a model held in an attribute is never prepared: nothing to unwrap
+        if not owner.isidentifier() and not self.facts.is_prepared(owner):
+            return updated_node  # a model held in another attribute is not prepared: nothing to unwrap
         if id(original_node) in self._assigned_targets or self._prepare_pending[-1]:
             return updated_node
         attribute = updated_node.attr.value

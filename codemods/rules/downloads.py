@@ -85,7 +85,8 @@ class Downloads(Rule):
 
 class _MainProcessFirst(AcceleratorScope):
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False  # a dataset class's own download(): its callers decide
+        # A dataset class's own download(): its callers decide. A trainer building its data does.
+        return self.in_training_class()
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
         return False

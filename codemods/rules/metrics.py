@@ -221,7 +221,7 @@ class _EvalLoopRewriter(AcceleratorScope):
         return False
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
+        return self.in_training_class()
 
     def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.BaseStatement:
         loop = _loop_over_loader(original_node, self.facts)

@@ -17,6 +17,7 @@ import libcst as cst
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Options
 from codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
+from codemods.engine.signatures import parameter_index, with_argument, with_parameter
 from codemods.engine.transformers import RuleTransformer, lines_of
 from codemods.engine.walk import walk
 
@@ -134,6 +135,12 @@ class _PassAccelerator(RuleTransformer):
         if self.facts.name_table.resolve(func.value, self.scope) is not None:
             return updated_node
         caller = self.scope[0] if self.scope else None
+        if self.in_training_class() and self.instance is not None:
+            # A training class's method hands on its own ``self.accelerator`` (ACC108).
+            instance_accelerator = cst.Attribute(cst.Name(self.instance), cst.Name(self.accelerator))
+            return with_argument(
+                updated_node, self.functions[func.value].new_index, self.accelerator, instance_accelerator
+            )
         reachable = caller in self.functions and (
             caller in self.needs
             or caller == (self.facts.creating_function or self.facts.main_function)
@@ -149,56 +156,6 @@ class _PassAccelerator(RuleTransformer):
             )
             return updated_node
         return with_argument(updated_node, self.functions[func.value].new_index, self.accelerator)
-
-
-def parameter_index(params: cst.Parameters) -> int | None:
-    """Where the new parameter goes among the positional ones (None: keyword-only)."""
-    plain = list(params.params)
-    index = next((i for i, param in enumerate(plain) if param.default is not None), len(plain))
-    if index < len(plain) or not isinstance(params.star_arg, cst.MaybeSentinel):
-        return None  # among defaulted parameters or after *args only a keyword-only one fits
-    return len(params.posonly_params) + index
-
-
-def with_parameter(params: cst.Parameters, name: str) -> cst.Parameters:
-    """Add ``name`` after the positional parameters that have no default, else keyword-only."""
-    if parameter_index(params) is None:
-        kwonly = [*params.kwonly_params, cst.Param(cst.Name(name))]
-        if isinstance(params.star_arg, cst.MaybeSentinel):
-            return params.with_changes(star_arg=cst.ParamStar(), kwonly_params=kwonly)
-        return params.with_changes(kwonly_params=kwonly)
-    return params.with_changes(params=[*params.params, cst.Param(cst.Name(name))])
-
-
-def with_argument(call: cst.Call, index: int | None, name: str) -> cst.Call:
-    """Pass ``name`` positionally where the new parameter sits, or by keyword when the call's
-    positional arguments do not line up with the parameters exactly."""
-    args = list(call.args)
-    leading = 0
-    while leading < len(args) and args[leading].keyword is None and not args[leading].star:
-        leading += 1
-    all_positional = sum(1 for arg in args if arg.keyword is None)
-    if index is not None and leading == all_positional == index:
-        args.insert(leading, cst.Arg(cst.Name(name)))
-    else:
-        args.append(
-            cst.Arg(
-                cst.Name(name),
-                keyword=cst.Name(name),
-                equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-            )
-        )
-    return call.with_changes(args=_fix_commas(args))
-
-
-def _fix_commas(args: list[cst.Arg]) -> list[cst.Arg]:
-    """Every argument but the last gets a comma; the last keeps a trailing comma if it had one."""
-    fixed = []
-    for position, arg in enumerate(args):
-        if position < len(args) - 1 and isinstance(arg.comma, cst.MaybeSentinel):
-            arg = arg.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        fixed.append(arg)
-    return fixed
 
 
 class Helpers(Rule):

@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemods.engine.accelerator_code import prepare_statement
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Options
 from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import assigned_in, statement
+from codemods.engine.syntax import assigned_in
 from codemods.engine.transformers import HomeBlockTransformer
-
-#: Longest one-line prepare statement before the arguments go on their own line.
-LINE_LIMIT = 100
 
 
 def objects_to_prepare(facts: ScriptFacts) -> list[str]:
@@ -46,14 +44,6 @@ def objects_to_prepare(facts: ScriptFacts) -> list[str]:
 def _group(facts: ScriptFacts, name: str) -> int:
     roles = [facts.models, facts.optimizers, facts.train_loaders, facts.eval_loaders]
     return next((index for index, role in enumerate(roles) if name in role), len(roles))
-
-
-def prepare_statement(accelerator: str, names: list[str], indent: str) -> cst.BaseStatement:
-    joined = ", ".join(names)
-    one_line = f"{joined} = {accelerator}.prepare({joined})"
-    if len(indent) + len(one_line) <= LINE_LIMIT:
-        return statement(one_line)
-    return statement(f"{joined} = {accelerator}.prepare(\n    {joined}\n)")
 
 
 class _Prepare(HomeBlockTransformer):

@@ -9,12 +9,15 @@ receive the accelerator, see ACC104). ``print`` inside a class's methods is left
 
 from __future__ import annotations
 
+from typing import cast
+
 import libcst as cst
 
 from codemods.engine.facts import ScriptFacts
+from codemods.engine.imports import add_import, imports_module
 from codemods.engine.model import Change, Options
 from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import dotted, expression
+from codemods.engine.syntax import dotted, expression, statement
 from codemods.engine.torch_names import PROGRESS_BARS
 from codemods.engine.transformers import RuleTransformer, lines_of
 
@@ -31,15 +34,18 @@ class _Printing(RuleTransformer):
         self.facts = facts
         #: Blocks (function name or "<module>") where the accelerator has been created by now.
         self.created: set[str] = set()
+        #: Module-level prints kept to the first process by ``RANK`` (they need ``import os``).
+        self.guarded_prints = 0
 
     def accelerator_exists(self) -> bool:
         """Module code and the creating function: only after the creation. Functions the creating
-        code calls: yes (they receive it, ACC104, or read the global). Class methods: no."""
+        code calls: yes (they receive it, ACC104, or read the global). Methods: only those of a
+        training class that have an instance (ACC108)."""
         if not self.scope:
             return "<module>" in self.created
         if self.scope[0] == (self.facts.creating_function or self.facts.main_function):
             return self.scope[0] in self.created
-        return self.scope[0] in self.facts.accessible_functions
+        return self.function in self.facts.accessible_functions
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if (
@@ -48,6 +54,43 @@ class _Printing(RuleTransformer):
             and (dotted(node.value.func) or "").endswith("Accelerator")
         ):
             self.created.add(self.function)
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.BaseStatement:
+        """A module-level ``print(...)`` that runs before the accelerator exists (``print(config)``
+        in the ``__main__`` block before ``main(config)`` creates it) runs on every process: it
+        is kept to the first one by the launcher's ``RANK`` (no process group needed yet)."""
+        if self.scope or "<module>" in self.created or not self._is_plain_print(updated_node):
+            return updated_node
+        if any(isinstance(node, cst.If) and _tests_rank(node.test) for node in self._anchors):
+            return updated_node  # already printed by one process only
+        if self.facts.name_table.scopes[()].binds("os") and self.facts.imports.get("os") != "os":
+            return updated_node  # ``os`` is something else here
+        self.report(
+            original_node,
+            Printing.code,
+            "print before the accelerator exists → first process only (launcher's RANK)",
+            header_only=True,
+        )
+        self.guarded_prints += 1
+        guarded = cst.If(
+            test=expression('int(os.environ.get("RANK", "0")) == 0'),
+            body=cst.IndentedBlock([updated_node.with_changes(leading_lines=())]),
+            leading_lines=updated_node.leading_lines,
+        )
+        return guarded
+
+    def _is_plain_print(self, line: cst.SimpleStatementLine) -> bool:
+        if len(line.body) != 1 or not isinstance(line.body[0], cst.Expr):
+            return False
+        call = line.body[0].value
+        return (
+            isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Name)
+            and call.func.value == "print"
+            and not self.facts.name_table.is_bound("print", self.scope)
+        )
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         func = original_node.func
@@ -101,6 +144,12 @@ class _Printing(RuleTransformer):
             return cst.SimpleWhitespace(" ")
         opening = site.column + len(cst.Module([]).code_for_node(original.func)) + 1
         return cst.ParenthesizedWhitespace(indent=False, last_line=cst.SimpleWhitespace(" " * opening))
+
+
+def _tests_rank(test: cst.BaseExpression) -> bool:
+    """An ``if`` test that picks processes: it reads ``RANK``/``LOCAL_RANK`` or a main-process flag."""
+    code = cst.Module([]).code_for_node(test)
+    return any(word in code for word in ("RANK", "rank", "main_process"))
 
 
 def _grouped(node: cst.BaseExpression, code: str) -> str:
@@ -172,4 +221,7 @@ class Printing(Rule):
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         transformer = _Printing(facts, facts.existing_accelerator or facts.accelerator_name)
-        return module.visit(transformer), transformer.changes(module)
+        converted = module.visit(transformer)
+        if transformer.guarded_prints and not imports_module(converted, "os"):
+            converted = add_import(converted, cast(cst.SimpleStatementLine, statement("import os")))
+        return converted, transformer.changes(module)

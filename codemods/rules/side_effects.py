@@ -174,7 +174,7 @@ class _MainProcessGuard(AcceleratorScope):
         return False
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
+        return self.in_training_class()
 
     def visit_If(self, node: cst.If) -> None:
         if _is_main_process_test(node.test, self.facts):

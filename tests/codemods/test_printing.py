@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import libcst as cst
 import pytest
 
 from tests.codemods.support import check_expectations, in_loop
@@ -28,3 +29,37 @@ REWRITES = {
 @pytest.mark.parametrize(("body", "expectations"), REWRITES.values(), ids=REWRITES.keys())
 def test_rewrites(body: str, expectations: list[str]) -> None:
     check_expectations(body, expectations)
+
+
+GUARD_PRINT_SCRIPT = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main(epochs):
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for data, target in loader:
+        nn.functional.mse_loss(model(data), target).backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    print("config:", 3)
+    main(3)
+    print("done")
+"""
+
+
+def test_a_print_before_the_function_creating_the_accelerator_runs_on_the_first_process_only() -> None:
+    from codemods import convert_module
+    from codemods.engine.model import Options
+
+    once = convert_module(cst.parse_module(GUARD_PRINT_SCRIPT), Options()).module.code
+    guard = '    if int(os.environ.get("RANK", "0")) == 0:\n'
+    assert f'{guard}        print("config:", 3)\n    main(3)\n{guard}        print("done")\n' in once
+    assert once.splitlines()[0] == "import os" or "\nimport os\n" in once
+    # Converting again leaves the guarded prints (and everything else) alone.
+    assert convert_module(cst.parse_module(once), Options()).module.code == once

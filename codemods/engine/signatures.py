@@ -1,0 +1,79 @@
+"""Adding a parameter to a function and the matching argument to its calls (the accelerator,
+handed to the helpers and classes that now use it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import libcst as cst
+
+
+def parameter_index(params: cst.Parameters) -> int | None:
+    """Where the new parameter goes among the positional ones (None: keyword-only)."""
+    plain = list(params.params)
+    index = next((i for i, param in enumerate(plain) if param.default is not None), len(plain))
+    if index < len(plain) or not isinstance(params.star_arg, cst.MaybeSentinel):
+        return None  # among defaulted parameters or after *args only a keyword-only one fits
+    return len(params.posonly_params) + index
+
+
+def with_parameter(params: cst.Parameters, name: str) -> cst.Parameters:
+    """Add ``name`` after the positional parameters that have no default, else keyword-only."""
+    if parameter_index(params) is None:
+        kwonly = [*params.kwonly_params, cst.Param(cst.Name(name))]
+        if isinstance(params.star_arg, cst.MaybeSentinel):
+            return params.with_changes(star_arg=cst.ParamStar(), kwonly_params=kwonly)
+        return params.with_changes(kwonly_params=kwonly)
+    new = cst.Param(cst.Name(name))
+    last_group = (
+        isinstance(params.star_arg, cst.MaybeSentinel) and not params.kwonly_params and params.star_kwarg is None
+    )
+    if last_group and params.params:
+        return params.with_changes(params=_appended(list(params.params), new))
+    return params.with_changes(params=[*params.params, new])
+
+
+def _appended(items: list[Any], new: Any) -> list[Any]:
+    """``items`` (the parameters or arguments of a call, the last ones of their list) with
+    ``new`` after them, in their layout: one per line with a trailing comma stays so."""
+    last = items[-1]
+    comma = last.comma
+    if isinstance(comma, cst.Comma) and isinstance(comma.whitespace_after, cst.ParenthesizedWhitespace):
+        before = items[-2].comma if len(items) > 1 and isinstance(items[-2].comma, cst.Comma) else comma
+        return [*items[:-1], last.with_changes(comma=before), new.with_changes(comma=comma)]
+    return [*items, new]
+
+
+def with_argument(call: cst.Call, index: int | None, name: str, value: cst.BaseExpression | None = None) -> cst.Call:
+    """Pass ``value`` (default: the variable ``name``) for the new parameter ``name``:
+    positionally where it sits, or by keyword when the call's positional arguments do not line up
+    with the parameters exactly."""
+    value = cst.Name(name) if value is None else value
+    args = list(call.args)
+    leading = 0
+    while leading < len(args) and args[leading].keyword is None and not args[leading].star:
+        leading += 1
+    all_positional = sum(1 for arg in args if arg.keyword is None)
+    if index is not None and leading == all_positional == index:
+        if leading == len(args) and args:
+            args = _appended(args, cst.Arg(value))
+        else:
+            args.insert(leading, cst.Arg(value))
+    else:
+        keyword = cst.Arg(
+            value,
+            keyword=cst.Name(name),
+            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+        )
+        args = _appended(args, keyword) if args else [keyword]
+    return call.with_changes(args=_fix_commas(args))
+
+
+def _fix_commas(args: list[cst.Arg]) -> list[cst.Arg]:
+    """Every argument but the last gets a comma; the last keeps a trailing comma if it had one."""
+    fixed = []
+    for position, arg in enumerate(args):
+        if position < len(args) - 1 and isinstance(arg.comma, cst.MaybeSentinel):
+            arg = arg.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        fixed.append(arg)
+    return fixed

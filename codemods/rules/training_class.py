@@ -1,0 +1,424 @@
+"""ACC108 training-class: a class holding the training code receives the accelerator.
+
+Many scripts keep their training code in a class — a ``Trainer`` holding ``self.model``,
+``self.optimizer`` and ``self.train_data`` with ``_run_batch``/``_run_epoch``/``train`` methods,
+or a research repo's ``Solver`` that builds its networks and loaders in ``__init__``. The earlier
+rules rewrite the methods as they rewrite functions (``accelerator.backward(loss)``,
+``accelerator.print``, the gather in ``evaluate``); this rule makes that ``accelerator`` exist:
+
+* ``__init__`` gets an ``accelerator`` parameter and keeps it as ``self.accelerator``, and the
+  methods use ``self.accelerator``;
+* every construction of the class passes the accelerator (created where the class is first
+  constructed; helpers in between receive it through ACC104);
+* what the class builds itself (``self.model = Net()``, ``self.loader = DataLoader(...)``) is
+  prepared at the end of ``__init__`` (after the statement that builds the last of them, directly
+  or through a ``self.build_model()`` call); what the caller builds and passes in is prepared by
+  the caller, before the construction.
+
+A construction where no accelerator is reachable is reported (ACC904); a training object the
+class builds outside ``__init__`` (in ``train()`` itself) is reported (ACC920), to be prepared by
+hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from codemods.engine.accelerator_code import prepare_statement
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.model import Change, Options
+from codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
+from codemods.engine.signatures import parameter_index, with_argument, with_parameter
+from codemods.engine.syntax import (
+    assigned_in,
+    assigns_at_top,
+    body_statements,
+    dotted,
+    first_statement_index,
+    instance_parameter,
+    statement,
+)
+from codemods.engine.transformers import RuleTransformer
+from codemods.engine.walk import walk
+
+BUILT_OUTSIDE_INIT = "ACC920"
+
+
+@dataclass
+class _ClassPlan:
+    """What one training class needs, found before the rewrite."""
+
+    #: Its methods (or an earlier rule's rewrite of them) use the accelerator.
+    uses_accelerator: bool = False
+    #: ``__init__``'s positional index for the new parameter, counting ``self`` (None: keyword).
+    init_index: int | None = None
+    #: Method → the instance attributes it binds, and the methods it calls on its instance.
+    binds: dict[str, set[str]] = field(default_factory=dict)
+    calls: dict[str, set[str]] = field(default_factory=dict)
+
+
+class _AcceleratorUses(cst.CSTVisitor):
+    """Whether a method reads the accelerator variable (not as an attribute name or keyword)."""
+
+    def __init__(self, accelerator: str) -> None:
+        super().__init__()
+        self.accelerator = accelerator
+        self.found = False
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        walk(node.value, self)
+        return False  # the name after the dot is not a use
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        walk(node.value, self)
+        return False  # nor is a keyword
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == self.accelerator:
+            self.found = True
+
+
+class _InstanceCalls(cst.CSTVisitor):
+    """Methods a method calls on its instance (``self.build_model()``)."""
+
+    def __init__(self, instance: str) -> None:
+        super().__init__()
+        self.instance = instance
+        self.called: set[str] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == self.instance:
+            self.called.add(func.attr.value)
+
+
+def _plan(node: cst.ClassDef, accelerator: str, facts: ScriptFacts) -> _ClassPlan:
+    plan = _ClassPlan(uses_accelerator=bool(facts.class_prepare.get(node.name.value)))
+    for method in _methods(node):
+        instance = instance_parameter(method)
+        if instance is None:
+            continue
+        if method.name.value == "__init__":
+            index = parameter_index(method.params)
+            plan.init_index = index
+        uses = _AcceleratorUses(accelerator)
+        walk(method.body, uses)
+        if uses.found and not _binds(method, accelerator):
+            plan.uses_accelerator = True
+        if dotted_use(method, f"{instance}.{accelerator}"):
+            plan.uses_accelerator = True
+        calls = _InstanceCalls(instance)
+        walk(method.body, calls)
+        plan.calls[method.name.value] = calls.called
+        plan.binds[method.name.value] = {
+            name for line in body_statements(method) for name in assigned_in(line) if name.startswith(f"{instance}.")
+        }
+    return plan
+
+
+def dotted_use(method: cst.FunctionDef, path: str) -> bool:
+    """Whether ``path`` (``self.accelerator``) appears in the method."""
+    finder = _DottedFinder(path)
+    walk(method.body, finder)
+    return finder.found
+
+
+class _DottedFinder(cst.CSTVisitor):
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = path
+        self.found = False
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if dotted(node) == self.path:
+            self.found = True
+
+
+def _methods(node: cst.ClassDef) -> list[cst.FunctionDef]:
+    body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
+    return [statement for statement in body if isinstance(statement, cst.FunctionDef)]
+
+
+def _binds(method: cst.FunctionDef, name: str) -> bool:
+    params = method.params
+    every = [*params.posonly_params, *params.params, *params.kwonly_params]
+    return any(param.name.value == name for param in every) or assigns_at_top(body_statements(method), name)
+
+
+class _GiveAccelerator(RuleTransformer):
+    def __init__(self, facts: ScriptFacts, plans: dict[str, _ClassPlan]) -> None:
+        super().__init__(facts)
+        self.plans = plans
+        #: The method being walked binds the accelerator name itself (a parameter, a local).
+        self._local_binding = False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if len(self.scope) == 2 and self.scope[0] in self.plans:
+            self._local_binding = _binds(node, self.accelerator)
+
+    def _instance_accelerator(self) -> cst.Attribute | None:
+        """``self.accelerator`` where a rewritten method should read it, else None."""
+        if len(self.scope) < 2 or self.scope[0] not in self.plans or self.instance is None or self._local_binding:
+            return None
+        return cst.Attribute(cst.Name(self.instance), cst.Name(self.accelerator))
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        value = updated_node.value
+        replacement = self._instance_accelerator()
+        if replacement is not None and isinstance(value, cst.Name) and value.value == self.accelerator:
+            return updated_node.with_changes(value=replacement)
+        return updated_node
+
+    def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
+        value = updated_node.value
+        replacement = self._instance_accelerator()
+        if replacement is not None and isinstance(value, cst.Name) and value.value == self.accelerator:
+            return updated_node.with_changes(value=replacement)
+        return updated_node
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        func = original_node.func
+        if not isinstance(func, cst.Name) or func.value not in self.plans:
+            return updated_node
+        plan = self.plans[func.value]
+        local = self.facts.name_table.scopes.get(tuple(self.scope)) if self.scope else None
+        if local is not None and local.binds(func.value):
+            return updated_node  # a local of the same name
+        if any(
+            (arg.keyword is not None and arg.keyword.value == self.accelerator)
+            or dotted(arg.value) in (self.accelerator, f"{self.instance}.{self.accelerator}")
+            for arg in updated_node.args
+        ):
+            return updated_node  # already passed (a converted script converted again)
+        if self.in_training_class():
+            value: cst.BaseExpression | None = self._instance_accelerator()
+        else:
+            value = cst.Name(self.accelerator) if self.function in self.facts.accessible_functions else None
+        if value is None:
+            self.report(
+                original_node,
+                NO_ACCELERATOR_ACCESS,
+                f"{func.value}() needs the accelerator, but this caller has none",
+                False,
+                header_only=True,
+            )
+            return updated_node
+        self.report(original_node, TrainingClass.code, f"{func.value}(...) receives the accelerator", header_only=True)
+        index = None if plan.init_index is None else plan.init_index - 1
+        return with_argument(updated_node, index, self.accelerator, value)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef, updated_node: cst.ClassDef) -> cst.ClassDef:
+        name = original_node.name.value
+        if len(self.scope) != 1 or name not in self.plans or not isinstance(updated_node.body, cst.IndentedBlock):
+            return updated_node
+        body = list(updated_node.body.body)
+        for index, method in enumerate(body):
+            if isinstance(method, cst.FunctionDef) and method.name.value == "__init__":
+                body[index] = self._receive(name, method, original_node)
+        return updated_node.with_changes(body=updated_node.body.with_changes(body=body))
+
+    def _receive(self, name: str, init: cst.FunctionDef, anchor: cst.CSTNode) -> cst.FunctionDef:
+        """``__init__(..., accelerator)`` keeping ``self.accelerator``, and the prepare of what
+        the class builds itself."""
+        instance = instance_parameter(init)
+        if instance is None or not isinstance(init.body, cst.IndentedBlock) or _binds(init, self.accelerator):
+            return init
+        acc = self.accelerator
+        statements = list(init.body.body)
+        self.report(anchor, TrainingClass.code, f"{name} keeps the accelerator as {instance}.{acc}", header_only=True)
+        prepared = self.facts.class_prepare.get(name, ())
+        if prepared:
+            statements = self._with_prepare(name, instance, statements, prepared, anchor)
+        start = first_statement_index(statements)
+        statements.insert(start, statement(f"{instance}.{acc} = {acc}"))
+        return init.with_changes(params=with_parameter(init.params, acc), body=init.body.with_changes(body=statements))
+
+    def _with_prepare(
+        self,
+        name: str,
+        instance: str,
+        statements: list[cst.BaseStatement],
+        attributes: tuple[str, ...],
+        anchor: cst.CSTNode,
+    ) -> list[cst.BaseStatement]:
+        plan = self.plans[name]
+        last = -1
+        bound: set[str] = set()
+        for index, line in enumerate(statements):
+            here = {name for name in assigned_in(line) if name in attributes}
+            for called in _called_methods(line, instance):
+                here |= _bound_through(called, plan) & set(attributes)
+            if here:
+                last = index
+                bound |= here
+        ready = [attribute for attribute in attributes if attribute in bound]
+        for attribute in attributes:
+            if attribute not in bound:
+                self.report(
+                    anchor,
+                    BUILT_OUTSIDE_INIT,
+                    f"{attribute} is built outside {name}.__init__: pass it through "
+                    f"{instance}.{self.accelerator}.prepare(...) where it is built",
+                    False,
+                    header_only=True,
+                )
+        if not ready:
+            return statements
+        joined = ", ".join(ready)
+        self.report(anchor, TrainingClass.code, f"{name} prepares {joined}", header_only=True)
+        prepare = prepare_statement(f"{instance}.{self.accelerator}", ready, " " * 8)
+        return [*statements[: last + 1], prepare, *statements[last + 1 :]]
+
+
+def _called_methods(line: cst.BaseStatement, instance: str) -> set[str]:
+    calls = _InstanceCalls(instance)
+    walk(line, calls)
+    return calls.called
+
+
+def _bound_through(method: str, plan: _ClassPlan) -> set[str]:
+    """Attributes ``method`` binds, directly or through the methods it calls on its instance."""
+    bound: set[str] = set()
+    seen: set[str] = set()
+    pending = [method]
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        bound |= plan.binds.get(current, set())
+        pending.extend(plan.calls.get(current, ()))
+    return bound
+
+
+class TrainingClass(Rule):
+    code = "ACC108"
+    name = "training-class"
+    extra_codes = {
+        BUILT_OUTSIDE_INIT: "built-outside-init: a training object a class builds outside __init__ "
+        "(prepare it by hand where it is built)",
+    }
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Trainer:
+                    def __init__(self, model, loader, optimizer):
+                        self.model = model
+                        self.loader = loader
+                        self.optimizer = optimizer
+
+                    def train_epoch(self):
+                        for data, target in self.loader:
+                            self.optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(self.model(data), target)
+                            loss.backward()
+                            self.optimizer.step()
+                        print("epoch done")
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    trainer = Trainer(model, loader, optimizer)
+                    for epoch in range(3):
+                        trainer.train_epoch()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from runtime import Accelerator
+
+
+                class Trainer:
+                    def __init__(self, model, loader, optimizer, accelerator):
+                        self.accelerator = accelerator
+                        self.model = model
+                        self.loader = loader
+                        self.optimizer = optimizer
+
+                    def train_epoch(self):
+                        for data, target in self.loader:
+                            self.optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(self.model(data), target)
+                            self.accelerator.backward(loss)
+                            self.optimizer.step()
+                        self.accelerator.print("epoch done")
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    trainer = Trainer(model, loader, optimizer, accelerator)
+                    for epoch in range(3):
+                        trainer.train_epoch()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
+            code=BUILT_OUTSIDE_INIT,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Solver:
+                    def __init__(self, lr):
+                        self.lr = lr
+                        self.loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+
+                    def train(self):
+                        self.net = nn.Linear(8, 1)
+                        self.opt = torch.optim.SGD(self.net.parameters(), lr=self.lr)
+                        for data, target in self.loader:
+                            self.opt.zero_grad()
+                            nn.functional.mse_loss(self.net(data), target).backward()
+                            self.opt.step()
+
+
+                def main():
+                    Solver(0.1).train()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="self.net is built outside Solver.__init__: pass it through self.accelerator.prepare(...) "
+            "where it is built",
+        ),
+    )
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return facts.has_accelerator and bool(facts.training_classes)
+
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        accelerator = facts.existing_accelerator or facts.accelerator_name
+        plans = {
+            node.name.value: _plan(node, accelerator, facts)
+            for node in module.body
+            if isinstance(node, cst.ClassDef) and node.name.value in facts.training_classes
+        }
+        plans = {name: plan for name, plan in plans.items() if plan.uses_accelerator}
+        if not plans:
+            return module, []
+        transformer = _GiveAccelerator(facts, plans)
+        return module.visit(transformer), transformer.changes(module)

@@ -1,0 +1,237 @@
+"""training-class (ACC108): training code held in a class receives the accelerator.
+
+Each case is a whole script (the class, the code constructing it) converted by the real pipeline;
+the assertions name the lines a person converting it by hand would write, and check that no method
+is left reading an ``accelerator`` variable it cannot see.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+import libcst as cst
+import pytest
+
+from codemods import convert_module
+from codemods.engine.model import Change, Options
+
+IMPORTS = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+"""
+
+#: A Trainer that receives what its caller built, the shape of the usual DDP tutorials.
+TRAINER = """\
+class Trainer:
+    def __init__(
+        self,
+        model,
+        train_data,
+        optimizer,
+        save_every,
+    ):
+        self.model = model.to("cuda")
+        self.train_data = train_data
+        self.optimizer = optimizer
+        self.save_every = save_every
+
+    def _run_batch(self, source, targets):
+        self.optimizer.zero_grad()
+        loss = F.mse_loss(self.model(source), targets)
+        loss.backward()
+        self.optimizer.step()
+
+    def train(self, epochs):
+        for epoch in range(epochs):
+            for source, targets in self.train_data:
+                self._run_batch(source.to("cuda"), targets.to("cuda"))
+            print(f"epoch {epoch}")
+            torch.save(self.model.state_dict(), "last.pt")
+
+    @staticmethod
+    def describe():
+        print("a trainer")
+
+
+def main():
+    data = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    trainer = Trainer(model, data, optimizer, 1)
+    trainer.train(2)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+#: A Solver that builds its networks and loaders itself, in methods __init__ calls.
+SOLVER = """\
+class Solver:
+    def __init__(self, config, log_step=10):
+        self.lr = config.lr
+        self.log_step = log_step
+        self.build_data()
+        self.build_model()
+        self.ready = True
+
+    def build_data(self):
+        self.loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+
+    def build_model(self):
+        self.net = nn.Linear(4, 1)
+        self.opt = torch.optim.Adam(self.net.parameters(), self.lr)
+
+    def train(self):
+        for x, y in self.loader:
+            self.opt.zero_grad()
+            F.mse_loss(self.net(x), y).backward()
+            self.opt.step()
+        print("done")
+
+
+def main(config):
+    solver = Solver(config)
+    solver.train()
+"""
+
+
+def convert(body: str) -> tuple[str, list[Change]]:
+    source = IMPORTS + body
+    outcome = convert_module(cst.parse_module(source), Options())
+    return outcome.module.code, outcome.changes
+
+
+def method_source(code: str, class_name: str, method: str) -> str:
+    tree = ast.parse(code)
+    owner = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == class_name)
+    found = next(node for node in owner.body if isinstance(node, ast.FunctionDef) and node.name == method)
+    return textwrap.dedent(ast.get_source_segment(code, found) or "")
+
+
+def free_accelerator_reads(code: str, class_name: str) -> list[str]:
+    """Methods of the class that read a bare ``accelerator`` they neither take nor assign."""
+    tree = ast.parse(code)
+    owner = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == class_name)
+    found = []
+    for method in owner.body:
+        if not isinstance(method, ast.FunctionDef):
+            continue
+        bound = {arg.arg for arg in method.args.args + method.args.kwonlyargs}
+        reads = {n.id for n in ast.walk(method) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        if "accelerator" in reads and "accelerator" not in bound:
+            found.append(method.name)
+    return found
+
+
+def test_a_trainer_given_its_objects_receives_the_accelerator_and_its_methods_use_it() -> None:
+    code, changes = convert(TRAINER)
+    init = method_source(code, "Trainer", "__init__")
+    # The new parameter keeps the signature's one-per-line layout and trailing comma.
+    assert "        save_every,\n        accelerator,\n    ):" in init
+    assert init.index("self.accelerator = accelerator") < init.index("self.model = model")
+    assert "self.model = model\n" in init  # the move is prepare's job now
+    run_batch = method_source(code, "Trainer", "_run_batch")
+    assert "self.accelerator.backward(loss)" in run_batch
+    train = method_source(code, "Trainer", "train")
+    assert "self._run_batch(source, targets)" in train
+    assert 'self.accelerator.print(f"epoch {epoch}")' in train
+    assert 'self.accelerator.save(self.accelerator.unwrap_model(self.model).state_dict(), "last.pt")' in train
+    # The caller prepares what it built, before handing it over, and passes the accelerator.
+    lines = code.splitlines()
+    prepare = lines.index("    model, optimizer, data = accelerator.prepare(model, optimizer, data)")
+    construction = lines.index("    trainer = Trainer(model, data, optimizer, 1, accelerator)")
+    assert lines.index("    accelerator = Accelerator()") < prepare < construction
+    assert free_accelerator_reads(code, "Trainer") == []
+    assert {change.code for change in changes} >= {"ACC101", "ACC103", "ACC105", "ACC107", "ACC108", "ACC114"}
+
+
+def test_a_static_method_has_no_instance_to_reach_the_accelerator_through() -> None:
+    code, _ = convert(TRAINER)
+    assert 'print("a trainer")' in method_source(code, "Trainer", "describe")
+
+
+def test_a_class_building_its_own_objects_prepares_them_after_the_last_one_is_built() -> None:
+    code, changes = convert(SOLVER)
+    init = method_source(code, "Solver", "__init__")
+    # A parameter with a default before it: the accelerator comes keyword-only.
+    assert "def __init__(self, config, log_step=10, *, accelerator):" in init
+    prepare = "self.net, self.opt, self.loader = self.accelerator.prepare(self.net, self.opt, self.loader)"
+    assert prepare in init
+    body = [line.strip() for line in init.splitlines()]
+    assert body.index(prepare) == body.index("self.build_model()") + 1
+    assert body.index("self.accelerator = accelerator") == 1
+    assert "self.accelerator.backward(F.mse_loss(self.net(x), y))" in method_source(code, "Solver", "train")
+    assert "    solver = Solver(config, accelerator=accelerator)" in code.splitlines()
+    assert free_accelerator_reads(code, "Solver") == []
+    assert "ACC920" not in {change.code for change in changes}
+
+
+def test_a_training_object_built_outside_init_is_reported_not_prepared() -> None:
+    late = SOLVER.replace("        self.build_model()\n", "").replace(
+        "    def train(self):\n", "    def train(self):\n        self.build_model()\n"
+    )
+    code, changes = convert(late)
+    reported = [change for change in changes if change.code == "ACC920"]
+    assert sorted(change.message.split()[0] for change in reported) == ["self.net", "self.opt"]
+    assert "self.loader = self.accelerator.prepare(self.loader)" in method_source(code, "Solver", "__init__")
+
+
+def test_a_class_constructed_in_a_helper_gets_the_accelerator_through_the_helper() -> None:
+    helper = TRAINER.replace(
+        "    trainer = Trainer(model, data, optimizer, 1)\n    trainer.train(2)\n",
+        "    fit(model, data, optimizer)\n\n\ndef fit(model, data, optimizer):\n"
+        "    trainer = Trainer(model, data, optimizer, 1)\n    trainer.train(2)\n",
+    )
+    code, _ = convert(helper)
+    assert "def fit(model, data, optimizer, accelerator):" in code
+    assert "    fit(model, data, optimizer, accelerator)" in code
+    assert "    trainer = Trainer(model, data, optimizer, 1, accelerator)" in code
+
+
+def test_converting_a_converted_training_class_again_changes_nothing() -> None:
+    for body in (TRAINER, SOLVER):
+        once, _ = convert(body)
+        twice = convert_module(cst.parse_module(once), Options()).module.code
+        assert twice == once
+
+
+@pytest.mark.parametrize("shape", ["no __init__", "never constructed here"])
+def test_a_class_that_cannot_receive_the_accelerator_is_reported_and_left(shape: str) -> None:
+    body = TRAINER
+    if shape == "no __init__":
+        body = body.replace("    def __init__(", "    def setup(").replace(
+            "trainer = Trainer(model, data, optimizer, 1)",
+            "trainer = Trainer()\n    trainer.setup(model, data, optimizer, 1)",
+        )
+    else:
+        body = body.replace("    trainer = Trainer(model, data, optimizer, 1)\n", "    trainer = make_trainer()\n")
+    code, changes = convert(body)
+    assert "        loss.backward()" in code
+    assert "ACC904" in {change.code for change in changes}
+    assert "self.accelerator" not in code
+
+
+def test_a_helper_a_method_calls_receives_the_instances_accelerator() -> None:
+    body = TRAINER.replace(
+        '            print(f"epoch {epoch}")\n',
+        '            print(f"epoch {epoch}")\n            evaluate(self.model, self.train_data)\n',
+    ).replace(
+        "def main():\n",
+        "def evaluate(model, loader):\n"
+        "    correct = 0\n"
+        "    model.eval()\n"
+        "    with torch.no_grad():\n"
+        "        for x, y in loader:\n"
+        "            correct += (model(x) - y).abs().lt(0.5).sum().item()\n"
+        "    print(correct)\n\n\n"
+        "def main():\n",
+    )
+    code, _ = convert(body)
+    assert "def evaluate(model, loader, accelerator):" in code
+    assert "evaluate(self.model, self.train_data, self.accelerator)" in method_source(code, "Trainer", "train")
+    assert "accelerator.gather_for_metrics" in code[code.index("def evaluate") :]
