@@ -720,6 +720,13 @@ class _Conclusions:
             for role in roles:
                 if origins & role:
                     role.add(param)
+        # And back: a class that builds the optimizer from ``self.model.parameters()`` trains the
+        # model its caller passed in (``Trainer(args, model, ...)``), which the caller prepares.
+        for function, param in self.arguments:
+            if function in self.r.classes and param in facts.models:
+                handed_in = {name for name in self._origins_of(function, param) if name != param}
+                facts.models |= handed_in
+                facts.frozen_models -= handed_in
 
     def _loops(self) -> None:
         facts = self.facts

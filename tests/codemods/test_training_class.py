@@ -235,3 +235,19 @@ def test_a_helper_a_method_calls_receives_the_instances_accelerator() -> None:
     assert "def evaluate(model, loader, accelerator):" in code
     assert "evaluate(self.model, self.train_data, self.accelerator)" in method_source(code, "Trainer", "train")
     assert "accelerator.gather_for_metrics" in code[code.index("def evaluate") :]
+
+
+def test_a_class_constructed_by_module_level_code_gets_the_module_accelerator() -> None:
+    body = TRAINER.split("def main():")[0] + (
+        "data = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)\n"
+        "model = nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "trainer = Trainer(model, data, optimizer, 1)\n"
+        "trainer.train(2)\n"
+    )
+    code, _ = convert(body)
+    lines = code.splitlines()
+    created = lines.index("accelerator = Accelerator()")
+    prepared = lines.index("model, optimizer, data = accelerator.prepare(model, optimizer, data)")
+    assert created < prepared < lines.index("trainer = Trainer(model, data, optimizer, 1, accelerator)")
+    assert free_accelerator_reads(code, "Trainer") == []
