@@ -4,10 +4,9 @@
   rule rewrites, never enters whitespace or tokens, and carries original positions from each node
   it received to the node it returns (see :mod:`codemods.engine.positions`).
 * :class:`RuleTransformer` is what a rule subclasses: it knows the enclosing ``def``/``class``
-  scope (for qualified names), the statement it is in (for positions), and collects
-  :class:`Findings`.
-* :class:`AcceleratorScope` adds "can code here use the accelerator variable?";
-  :class:`HomeBlockTransformer` edits the block that builds the training objects.
+  scope (for qualified names), the statement it is in (for positions), whether code there can read
+  the accelerator (``accelerator_reachable``, the one answer), and collects :class:`Findings`.
+* :class:`HomeBlockTransformer` edits the block that builds the training objects.
 
 :class:`Findings` is how a change is reported, inside a transformer or outside one: at the
 node's original position, or at the statement holding it when the node has none of its own.
@@ -16,7 +15,7 @@ node's original position, or at the statement holding it when the node has none 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import libcst as cst
@@ -133,6 +132,9 @@ class RuleTransformer(TargetedTransformer):
         #: Inside a method of a training class: the method's instance parameter (``self``), None
         #: in a static or class method.
         self.instance: str | None = None
+        #: The module and each enclosing function, innermost last: where in its body the walk is,
+        #: and from where in it the accelerator variable can be read (see ``accelerator_reachable``).
+        self._blocks: list[_Block] = []
 
     def report(
         self, node: cst.CSTNode, code: str, message: str, fixed: bool = True, *, header_only: bool = False
@@ -177,6 +179,28 @@ class RuleTransformer(TargetedTransformer):
         """The original position of ``node`` (a node of the tree this rule received)."""
         return self.facts.origins.site(node) or FILE_START
 
+    def accelerator_reachable(self) -> bool:
+        """Whether code at the node being visited can read the accelerator: in a training class's
+        method through ``self.accelerator``; in a function that takes it as a parameter, or after
+        the statement of its body that creates it (and in functions defined in such a function);
+        in module-level functions the training code calls (the helpers rule, ACC104, hands it to
+        them); in module-level code, and in the ``__main__`` block, after the statement creating it.
+        The one answer every rule uses."""
+        if self.in_training_class():
+            return self.instance is not None
+        if self._blocks:
+            known = self._blocks[-1].reaches_here()
+            if known is not None:
+                return known
+            if any(block.parameter or block.created_at is not None for block in self._blocks[:-1]):
+                return True  # a function defined in one that has it: it runs when called
+        return len(self.scope) > 0 and self.scope[0] in self.facts.accessible_functions
+
+    def module_creation_index(self) -> int | None:
+        """Index of the module-level statement creating the accelerator (while the module's
+        statements are walked or left), None when module-level code does not create it."""
+        return self._blocks[0].created_at if self._blocks and self._blocks[0].module else None
+
     def in_training_class(self) -> bool:
         """Whether the walk is inside a training class (one that receives the accelerator)."""
         return bool(self.scope) and self.scope[0] in self.facts.training_classes
@@ -200,10 +224,16 @@ class RuleTransformer(TargetedTransformer):
     # hooks (which may stop the descent into a class) can never unbalance them.
     def on_visit(self, node: cst.CSTNode) -> bool:
         kind = type(node)
-        if kind is cst.FunctionDef or kind is cst.ClassDef:
+        if self._blocks:
+            self._blocks[-1].entering(node)
+        if kind is cst.Module:
+            self._blocks.append(_Block.of_module(node, self.accelerator))  # type: ignore[arg-type]
+        elif kind is cst.FunctionDef or kind is cst.ClassDef:
             self.scope = (*self.scope, node.name.value)  # type: ignore[attr-defined]
-            if kind is cst.FunctionDef and len(self.scope) == 2 and self.scope[0] in self.facts.training_classes:
-                self.instance = instance_parameter(node)  # type: ignore[arg-type]
+            if kind is cst.FunctionDef:
+                self._blocks.append(_Block.of_function(node, self.accelerator))  # type: ignore[arg-type]
+                if len(self.scope) == 2 and self.scope[0] in self.facts.training_classes:
+                    self.instance = instance_parameter(node)  # type: ignore[arg-type]
         if kind in POSITIONED_TYPES:
             self._anchors.append(node)
         return super().on_visit(node)
@@ -219,91 +249,69 @@ class RuleTransformer(TargetedTransformer):
             if len(self.scope) == 2:
                 self.instance = None
             self.scope = self.scope[:-1]
+        if kind is cst.FunctionDef or kind is cst.Module:
+            self._blocks.pop()
         return result
 
 
-class AcceleratorScope(RuleTransformer):
-    """A transformer that knows, at every node, whether the accelerator variable is reachable.
+class _Block:
+    """The module or a function being walked: which of its top-level statements the walk is in,
+    and which one creates the accelerator (or whether it arrives as a parameter). The ``__main__``
+    block counts as module code: a creation inside it is found there too."""
 
-    It is reachable inside a function that takes it as a parameter or assigns it, inside functions
-    nested in such a function, in every function when module-level code assigns it (functions run
-    when called, after the module-level setup), and in module-level statements after that
-    assignment.
-    """
+    def __init__(self, statements: Sequence[cst.CSTNode], accelerator: str, parameter: bool, module: bool) -> None:
+        self.parameter = parameter
+        self.module = module
+        self.position = {id(statement): index for index, statement in enumerate(statements)}
+        self.current = -1
+        self.created_at = next(
+            (index for index, statement in enumerate(statements) if assigns_at_top([statement], accelerator)), None
+        )
+        #: The ``__main__`` block: its statements, and which of them creates the accelerator.
+        self.guard_position: dict[int, int] = {}
+        self.guard_current = -1
+        self.guard_at: int | None = None
+        self.guard_created_at: int | None = None
+        if module and self.created_at is None:
+            for index, statement in enumerate(statements):
+                if is_main_guard(statement) and isinstance(statement.body, cst.IndentedBlock):  # type: ignore[attr-defined]
+                    guarded = statement.body.body  # type: ignore[attr-defined]
+                    created = next((i for i, line in enumerate(guarded) if assigns_at_top([line], accelerator)), None)
+                    if created is not None:
+                        self.guard_at, self.guard_created_at = index, created
+                        self.guard_position = {id(line): i for i, line in enumerate(guarded)}
+                        break
 
-    def __init__(self, facts: ScriptFacts, lines: Iterable[int] | None = None) -> None:
-        super().__init__(facts, lines)
-        self.acc = accelerator_name(facts)
-        self._frames: list[bool] = []
-        self._function_names: list[str] = []
-        self._module_statement_ids: set[int] = set()
-        self._module_index = -1
-        self._module_accelerator_index: int | None = None
-        #: The ``if __name__ == "__main__":`` block that creates the accelerator (a script whose
-        #: training lives in that block), its statements, and which one creates it.
-        self._guard_at: int | None = None
-        self._guard_statement_ids: set[int] = set()
-        self._guard_accelerator_index: int | None = None
-        self._guard_index = -1
+    @classmethod
+    def of_module(cls, node: cst.Module, accelerator: str) -> _Block:
+        return cls(node.body, accelerator, parameter=False, module=True)
 
-    def visit_Module(self, node: cst.Module) -> None:
-        self._module_statement_ids = {id(statement) for statement in node.body}
-        for index, statement in enumerate(node.body):
-            if assigns_at_top([statement], self.acc):
-                self._module_accelerator_index = index
-                break
-            if is_main_guard(statement) and isinstance(statement.body, cst.IndentedBlock):
-                guarded = statement.body.body
-                created = next((i for i, line in enumerate(guarded) if assigns_at_top([line], self.acc)), None)
-                if created is not None:
-                    self._guard_at, self._guard_accelerator_index = index, created
-                    self._guard_statement_ids = {id(line) for line in guarded}
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if id(node) in self._module_statement_ids:
-            self._module_index += 1
-        elif id(node) in self._guard_statement_ids:
-            self._guard_index += 1
-        return super().on_visit(node)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+    @classmethod
+    def of_function(cls, node: cst.FunctionDef, accelerator: str) -> _Block:
         params = node.params
         names = {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
-        self._frames.append(self.acc in names or assigns_at_top(body_statements(node), self.acc))
-        self._function_names.append(node.name.value)
+        return cls(body_statements(node), accelerator, parameter=accelerator in names, module=False)
 
-    def leave_FunctionDef(
-        self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
-    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel:
-        self._frames.pop()
-        self._function_names.pop()
-        return updated_node
+    def entering(self, node: cst.CSTNode) -> None:
+        index = self.position.get(id(node))
+        if index is not None:
+            self.current = index
+        elif self.guard_position and self.current == self.guard_at:
+            guarded = self.guard_position.get(id(node))
+            if guarded is not None:
+                self.guard_current = guarded
 
-    def accelerator_reachable(self) -> bool:
-        """Whether code at the node being visited can use the accelerator variable."""
-        if any(self._frames):
+    def reaches_here(self) -> bool | None:
+        """Whether the accelerator is readable at the walk's position in this (innermost) block:
+        from the start when it is a parameter, after the statement creating it when the block
+        creates it (or its ``__main__`` block does), None when the block says nothing."""
+        if self.parameter:
             return True
-        if self.in_training_class():
-            # A training class's methods reach it as ``self.accelerator`` (ACC108).
-            return self.instance is not None
-        # The helpers pass (it runs last) hands the accelerator to every module-level function the
-        # training code calls, once that function uses it.
-        reachable_functions = self.facts.accessible_functions
-        if self._function_names and self._function_names[0] in reachable_functions:
-            return True
-        if self._in_guard_after_accelerator():
-            return True
-        at_module = self._module_accelerator_index
-        if at_module is None:
-            return False
-        return bool(self._frames) or self._module_index > at_module
-
-    def _in_guard_after_accelerator(self) -> bool:
-        """Inside the ``__main__`` block, after the statement that creates the accelerator
-        (functions defined there are covered by ``accessible_functions``)."""
-        if self._guard_accelerator_index is None or self._function_names:
-            return False
-        return self._module_index == self._guard_at and self._guard_index > self._guard_accelerator_index
+        if self.created_at is not None:
+            return self.current > self.created_at
+        if self.guard_created_at is not None and self.current == self.guard_at:
+            return self.guard_current > self.guard_created_at
+        return None
 
 
 class HomeBlockTransformer(RuleTransformer):

@@ -44,7 +44,7 @@ class _Backward(RuleTransformer):
             return updated_node
         if self.qualified_name(original_node.func.value) is not None:  # type: ignore[attr-defined]
             return updated_node  # torch.autograd.backward and the like: a function, not a tensor
-        if self.function not in self.accessible:  # a class method, or code no accelerator reaches
+        if not self.accelerator_reachable():
             self.report(
                 original_node,
                 NO_ACCELERATOR_ACCESS,

@@ -22,7 +22,7 @@ from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Options
 from codemods.engine.rule import Example, Rule
 from codemods.engine.syntax import as_statement, body_statements, dotted, names_in
-from codemods.engine.transformers import AcceleratorScope
+from codemods.engine.transformers import RuleTransformer
 from codemods.engine.walk import walk
 
 # --------------------------------------------------------------------------------------------
@@ -207,7 +207,7 @@ class CheckpointCodemod(Rule):
         return new_module, rewriter.changes(module)
 
 
-class _CheckpointRewriter(AcceleratorScope):
+class _CheckpointRewriter(RuleTransformer):
     def __init__(self, facts: ScriptFacts, module: cst.Module, lines: set[int]) -> None:
         super().__init__(facts, lines)
         self._assigned_targets: set[int] = set()
@@ -364,7 +364,7 @@ class _CheckpointInterest(cst.CSTVisitor):
 _PLAIN_VALUES = (cst.SimpleString, cst.ConcatenatedString, cst.Integer, cst.Float, cst.Name)
 
 
-class _WaitBeforeLoads(AcceleratorScope):
+class _WaitBeforeLoads(RuleTransformer):
     """In a script that saves, every ``torch.load`` line first waits for the other ranks: the
     main process may just have written the file."""
 
@@ -381,7 +381,7 @@ class _WaitBeforeLoads(AcceleratorScope):
         return updated_node if body is None else updated_node.with_changes(body=body)
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        created = self._module_accelerator_index
+        created = self.module_creation_index()
         if created is None:
             return updated_node
         head, tail = list(updated_node.body[: created + 1]), list(updated_node.body[created + 1 :])

@@ -27,7 +27,7 @@ class _ClipGrad(RuleTransformer):
         method = CLIPPERS.get(self.qualified_name(original_node.func) or "")
         if method is None:
             return updated_node
-        if self.function not in self.facts.accessible_functions:
+        if not self.accelerator_reachable():
             self.report(
                 original_node,
                 NO_ACCELERATOR_ACCESS,

@@ -17,7 +17,7 @@ from codemods.engine.model import Change, Options
 from codemods.engine.rule import Example, Rule
 from codemods.engine.syntax import dotted
 from codemods.engine.torch_names import DATA_PARALLEL, HAND_DISTRIBUTION
-from codemods.engine.transformers import AcceleratorScope
+from codemods.engine.transformers import RuleTransformer
 from codemods.engine.walk import walk
 
 #: What the analysis reports (``ScriptFacts.existing_features``) when there is something to do here.
@@ -95,7 +95,7 @@ class DataParallelCodemod(Rule):
         return new_module, rewriter.changes(module)
 
 
-class _DataParallelRemover(AcceleratorScope):
+class _DataParallelRemover(RuleTransformer):
     def __init__(self, facts: ScriptFacts, lines: set[int]) -> None:
         super().__init__(facts, lines)
         self._emptied_blocks: set[int] = set()

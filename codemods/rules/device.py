@@ -91,9 +91,6 @@ class _Device(RuleTransformer):
             start < where.line <= site.line for where in self.facts.assign_sites.get(name, ())
         )
 
-    def accessible(self) -> bool:
-        return self.function in self.facts.accessible_functions
-
     # -- comprehensions over batches ---------------------------------------------------------------
 
     def _enter_comprehension(self, node: cst.BaseComp | cst.DictComp) -> None:
@@ -147,7 +144,7 @@ class _Device(RuleTransformer):
                 return receiver
             return call.with_changes(args=_without_trailing_comma(rest))
         literal = [a for a in device_args if isinstance(a.value, cst.SimpleString)]
-        if literal and self.accessible():
+        if literal and self.accelerator_reachable():
             self.report(original, Device.code, "device string → accelerator.device", header_only=True)
             replacement = expression(self.device_expr)
             return call.with_changes(args=[a.with_changes(value=replacement) if a in literal else a for a in call.args])
@@ -165,7 +162,7 @@ class _Device(RuleTransformer):
             self.report(original, Device.code, ".cuda() made redundant by prepare removed", header_only=True)
             self.stripped_here = True
             return receiver
-        if not self.accessible():
+        if not self.accelerator_reachable():
             self.report(
                 original,
                 NO_ACCELERATOR_ACCESS,
@@ -198,7 +195,7 @@ class _Device(RuleTransformer):
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign):
         targets = self.assign_targets.pop()
         if targets and targets <= self.facts.device_names and self._selects_device(original_node.value):
-            if not self.accessible():
+            if not self.accelerator_reachable():
                 return updated_node
             self.report(original_node, Device.code, f"device selection → {self.device_expr}", header_only=True)
             return updated_node.with_changes(value=expression(self.device_expr))
@@ -250,7 +247,7 @@ class _Device(RuleTransformer):
             and isinstance(updated_node.comparisons[0].operator, (cst.Equal, cst.NotEqual))
             and isinstance(updated_node.comparisons[0].comparator, cst.SimpleString)
             and str(updated_node.comparisons[0].comparator.evaluated_value) in ("cuda", "cpu", "mps")
-            and self.accessible()
+            and self.accelerator_reachable()
         ):
             self.report(original_node, Device.code, f"{name} == ... compares the device's type", header_only=True)
             return updated_node.with_changes(left=cst.Attribute(updated_node.left, cst.Name("type")))

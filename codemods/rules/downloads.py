@@ -18,7 +18,7 @@ import libcst as cst
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Options
 from codemods.engine.rule import Example, Rule
-from codemods.engine.transformers import AcceleratorScope
+from codemods.engine.transformers import RuleTransformer
 
 
 class Downloads(Rule):
@@ -83,7 +83,7 @@ class Downloads(Rule):
         return module.visit(rewriter), rewriter.changes(module)
 
 
-class _MainProcessFirst(AcceleratorScope):
+class _MainProcessFirst(RuleTransformer):
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         # A dataset class's own download(): its callers decide. A trainer building its data does.
         return self.in_training_class()

@@ -28,7 +28,7 @@ from codemods.engine.model import Change, Options
 from codemods.engine.rule import Example, Rule
 from codemods.engine.syntax import dotted, expression_code, root_name
 from codemods.engine.torch_names import NO_GRAD_CONTEXTS
-from codemods.engine.transformers import AcceleratorScope
+from codemods.engine.transformers import RuleTransformer
 from codemods.engine.walk import variables_read, walk
 
 #: Attributes of model outputs that are one number per batch, not one row per sample.
@@ -166,7 +166,7 @@ class MetricsCodemod(Rule):
         return new_module, rewriter.changes(module)
 
 
-class _EvalLoopRewriter(AcceleratorScope):
+class _EvalLoopRewriter(RuleTransformer):
     def __init__(self, facts: ScriptFacts, lines: set[int]) -> None:
         super().__init__(facts, lines)
         self._no_grad_depth = 0

@@ -17,7 +17,7 @@ from codemods.engine.facts import ScriptFacts
 from codemods.engine.imports import add_import, imports_module
 from codemods.engine.model import Change, Options
 from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import dotted, expression, statement
+from codemods.engine.syntax import expression, statement
 from codemods.engine.torch_names import PROGRESS_BARS
 from codemods.engine.transformers import RuleTransformer, lines_of
 
@@ -28,32 +28,10 @@ LINE_LIMIT = 100
 class _Printing(RuleTransformer):
     def __init__(self, facts: ScriptFacts, accelerator: str) -> None:
         sites = [site for name in ("print", *PROGRESS_BARS) for site in facts.call_sites.get(name, ())]
-        # The line creating an accelerator the script already had: prints after it are converted.
-        sites += facts.assign_sites.get(accelerator, []) if facts.existing_accelerator else []
         super().__init__(facts, lines_of(sites))
         self.facts = facts
-        #: Blocks (function name or "<module>") where the accelerator has been created by now.
-        self.created: set[str] = set()
         #: Module-level prints kept to the first process by ``RANK`` (they need ``import os``).
         self.guarded_prints = 0
-
-    def accelerator_exists(self) -> bool:
-        """Module code and the creating function: only after the creation. Functions the creating
-        code calls: yes (they receive it, ACC104, or read the global). Methods: only those of a
-        training class that have an instance (ACC108)."""
-        if not self.scope:
-            return "<module>" in self.created
-        if self.scope[0] == (self.facts.creating_function or self.facts.main_function):
-            return self.scope[0] in self.created
-        return self.function in self.facts.accessible_functions
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if (
-            any(dotted(target.target) == self.accelerator for target in node.targets)
-            and isinstance(node.value, cst.Call)
-            and (dotted(node.value.func) or "").endswith("Accelerator")
-        ):
-            self.created.add(self.function)
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
@@ -61,7 +39,7 @@ class _Printing(RuleTransformer):
         """A module-level ``print(...)`` that runs before the accelerator exists (``print(config)``
         in the ``__main__`` block before ``main(config)`` creates it) runs on every process: it
         is kept to the first one by the launcher's ``RANK`` (no process group needed yet)."""
-        if self.scope or "<module>" in self.created or not self._is_plain_print(updated_node):
+        if self.scope or self.accelerator_reachable() or not self._is_plain_print(updated_node):
             return updated_node
         if any(isinstance(node, cst.If) and _tests_rank(node.test) for node in self._anchors):
             return updated_node  # already printed by one process only
@@ -99,13 +77,13 @@ class _Printing(RuleTransformer):
             and func.value == "print"
             and not self.facts.name_table.is_bound("print", self.scope)
         ):
-            if not self.accelerator_exists():
+            if not self.accelerator_reachable():
                 return updated_node
             self.report(
                 original_node, Printing.code, f"print → {self.accelerator}.print (main process only)", header_only=True
             )
             return updated_node.with_changes(func=cst.Attribute(cst.Name(self.accelerator), cst.Name("print")))
-        if self.qualified_name(func) in PROGRESS_BARS and self.accelerator_exists():
+        if self.qualified_name(func) in PROGRESS_BARS and self.accelerator_reachable():
             return self._progress_bar(original_node, updated_node)
         return updated_node
 

@@ -21,7 +21,7 @@ from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Options
 from codemods.engine.rule import Example, Rule
 from codemods.engine.syntax import as_statement, binds_name, dotted, names_in
-from codemods.engine.transformers import AcceleratorScope
+from codemods.engine.transformers import RuleTransformer
 
 #: Functions that write to or change the file system.
 WRITING_FUNCTIONS = frozenset(
@@ -163,7 +163,7 @@ class SideEffectsCodemod(Rule):
         return new_module, rewriter.changes(module)
 
 
-class _MainProcessGuard(AcceleratorScope):
+class _MainProcessGuard(RuleTransformer):
     def __init__(self, facts: ScriptFacts, lines: set[int]) -> None:
         super().__init__(facts, lines)
         self._guarded_depth = 0
@@ -199,7 +199,7 @@ class _MainProcessGuard(AcceleratorScope):
         return updated_node if new_body is None else updated_node.with_changes(body=new_body)
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        start = _first_statement_after_accelerator(updated_node.body, self.acc)
+        start = _first_statement_after_accelerator(updated_node.body, self.accelerator)
         if start is None:
             return updated_node
         head, tail = list(updated_node.body[:start]), list(updated_node.body[start:])
@@ -257,7 +257,7 @@ class _MainProcessGuard(AcceleratorScope):
         leading = as_statement(run[0]).leading_lines
         body = [run[0].with_changes(leading_lines=()), *run[1:]]
         guard = cst.If(
-            test=cst.Attribute(value=cst.Name(self.acc), attr=cst.Name("is_main_process")),
+            test=cst.Attribute(value=cst.Name(self.accelerator), attr=cst.Name("is_main_process")),
             body=cst.IndentedBlock(body=body),
             leading_lines=leading,
         )
