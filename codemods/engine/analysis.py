@@ -26,7 +26,7 @@ from codemods.engine.findings import FILE_START
 from codemods.engine.model import Site
 from codemods.engine.names import NameCollector, NameTable, ScopeKey
 from codemods.engine.positions import POSITIONED_TYPES, OriginIndex, handler_sites, original_sites
-from codemods.engine.syntax import dotted, instance_parameter, is_main_guard, names_variable, target_names
+from codemods.engine.syntax import calls_in, dotted, instance_parameter, is_main_guard, names_variable, target_names
 from codemods.engine.torch_names import (
     ACCELERATORS,
     DATA_LOADERS,
@@ -593,7 +593,7 @@ class _Conclusions:
                 return True
             # ``0 if torch.cuda.is_available() else "cpu"``: a GPU index or the CPU.
             return _is_cpu_string(value.orelse) and any(
-                (dotted(node.func) or "").endswith("cuda.is_available") for node in _calls_in(value.test)
+                (dotted(node.func) or "").endswith("cuda.is_available") for node in calls_in(value.test)
             )
         if isinstance(value, cst.Attribute) and isinstance(value.value, cst.Call):
             # torch.accelerator.current_accelerator().type
@@ -939,6 +939,19 @@ class _Conclusions:
         if attributes:
             facts.class_prepare[name] = tuple(attributes)
 
+    def _class_methods(self, name: str) -> None:
+        """Per method of a training class: the instance attributes it assigns and the methods it
+        calls on its instance (where ``__init__`` builds what it prepares)."""
+        owner = self.r.classes[name]
+        binds = self.facts.method_binds[name] = {method: set() for method in owner.self_names}
+        self.facts.method_calls[name] = {method: set(calls) for method, calls in owner.method_calls.items()}
+        for assign in self.r.assigns:
+            if assign.function != name or len(assign.scope) < 2 or assign.scope[1] not in binds:
+                continue
+            instance = owner.self_names.get(assign.scope[1])
+            if instance is not None:
+                binds[assign.scope[1]].update(t for t in assign.targets if t.startswith(f"{instance}."))
+
     def _home(self) -> None:
         facts = self.facts
         classes = self._training_classes()
@@ -948,6 +961,7 @@ class _Conclusions:
             facts.training_classes.update(classes)
             for name in classes:
                 self._class_prepare(name)
+                self._class_methods(name)
             first = self.constructions[classes[0]][0]
             home: str | None = first.function if first.function in self.r.defs else MODULE
             constructed_in_guard = home == MODULE and first.in_main_guard
@@ -1101,17 +1115,6 @@ def _peel_moves(value: cst.BaseExpression) -> cst.BaseExpression:
 
 def _is_cpu_string(value: cst.BaseExpression) -> bool:
     return isinstance(value, cst.SimpleString) and value.evaluated_value == "cpu"
-
-
-def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
-    """Every call inside a (small) expression."""
-    found, pending = [], [node]
-    while pending:
-        current = pending.pop()
-        if isinstance(current, cst.Call):
-            found.append(current)
-        pending.extend(current.children)
-    return found
 
 
 def _peel_device_moves(value: cst.BaseExpression) -> cst.BaseExpression:

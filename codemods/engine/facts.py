@@ -115,6 +115,10 @@ class ScriptFacts:
     #: Attributes of training classes holding prepared objects: those the class prepares and
     #: those holding what the caller prepared and passed in (``self.model = model``).
     prepared_attributes: set[str] = field(default_factory=set)
+    #: Training class → method → the instance attributes it assigns (``self.net``) and the
+    #: methods it calls on its instance (``build_model``).
+    method_binds: dict[str, dict[str, set[str]]] = field(default_factory=dict)
+    method_calls: dict[str, dict[str, set[str]]] = field(default_factory=dict)
     #: Training class → the attributes it builds itself (``self.model``, ``self.train_loader``),
     #: prepared at the end of its ``__init__``, in Accelerate's customary order.
     class_prepare: dict[str, tuple[str, ...]] = field(default_factory=dict)

@@ -108,6 +108,17 @@ def instance_parameter(method: cst.FunctionDef) -> str | None:
     return params[0].name.value
 
 
+def calls_in(node: cst.CSTNode) -> list[cst.Call]:
+    """Every call inside a (small) expression."""
+    found, pending = [], [node]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, cst.Call):
+            found.append(current)
+        pending.extend(current.children)
+    return found
+
+
 def names_variable(node: cst.CSTNode, name: str) -> bool:
     """``name`` itself, or the attribute of that name on a variable (``self.accelerator``, as a
     training class holds the accelerator)."""

@@ -35,6 +35,7 @@ from codemods.engine.syntax import (
     assigned_in,
     assigns_at_top,
     body_statements,
+    calls_in,
     dotted,
     first_statement_index,
     instance_parameter,
@@ -60,14 +61,19 @@ class _ClassPlan:
 
 
 class _AcceleratorUses(cst.CSTVisitor):
-    """Whether a method reads the accelerator variable (not as an attribute name or keyword)."""
+    """Whether a method reads the accelerator variable (an earlier rule's rewrite: not as an
+    attribute name or keyword) or already reads it from its instance (``self.accelerator``)."""
 
-    def __init__(self, accelerator: str) -> None:
+    def __init__(self, accelerator: str, instance_attribute: str) -> None:
         super().__init__()
         self.accelerator = accelerator
-        self.found = False
+        self.path = instance_attribute
+        self.variable = False
+        self.instance_attribute = False
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
+        if dotted(node) == self.path:
+            self.instance_attribute = True
         walk(node.value, self)
         return False  # the name after the dot is not a use
 
@@ -77,25 +83,16 @@ class _AcceleratorUses(cst.CSTVisitor):
 
     def visit_Name(self, node: cst.Name) -> None:
         if node.value == self.accelerator:
-            self.found = True
-
-
-class _InstanceCalls(cst.CSTVisitor):
-    """Methods a method calls on its instance (``self.build_model()``)."""
-
-    def __init__(self, instance: str) -> None:
-        super().__init__()
-        self.instance = instance
-        self.called: set[str] = set()
-
-    def visit_Call(self, node: cst.Call) -> None:
-        func = node.func
-        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == self.instance:
-            self.called.add(func.attr.value)
+            self.variable = True
 
 
 def _plan(node: cst.ClassDef, accelerator: str, facts: ScriptFacts) -> _ClassPlan:
-    plan = _ClassPlan(uses_accelerator=bool(facts.class_prepare.get(node.name.value)))
+    name = node.name.value
+    plan = _ClassPlan(
+        uses_accelerator=bool(facts.class_prepare.get(name)),
+        binds=facts.method_binds.get(name, {}),
+        calls=facts.method_calls.get(name, {}),
+    )
     for method in _methods(node):
         instance = instance_parameter(method)
         if instance is None:
@@ -103,37 +100,11 @@ def _plan(node: cst.ClassDef, accelerator: str, facts: ScriptFacts) -> _ClassPla
         if method.name.value == "__init__":
             index = parameter_index(method.params)
             plan.init_index = index
-        uses = _AcceleratorUses(accelerator)
+        uses = _AcceleratorUses(accelerator, f"{instance}.{accelerator}")
         walk(method.body, uses)
-        if uses.found and not _binds(method, accelerator):
+        if uses.instance_attribute or (uses.variable and not _binds(method, accelerator)):
             plan.uses_accelerator = True
-        if dotted_use(method, f"{instance}.{accelerator}"):
-            plan.uses_accelerator = True
-        calls = _InstanceCalls(instance)
-        walk(method.body, calls)
-        plan.calls[method.name.value] = calls.called
-        plan.binds[method.name.value] = {
-            name for line in body_statements(method) for name in assigned_in(line) if name.startswith(f"{instance}.")
-        }
     return plan
-
-
-def dotted_use(method: cst.FunctionDef, path: str) -> bool:
-    """Whether ``path`` (``self.accelerator``) appears in the method."""
-    finder = _DottedFinder(path)
-    walk(method.body, finder)
-    return finder.found
-
-
-class _DottedFinder(cst.CSTVisitor):
-    def __init__(self, path: str) -> None:
-        super().__init__()
-        self.path = path
-        self.found = False
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        if dotted(node) == self.path:
-            self.found = True
 
 
 def _methods(node: cst.ClassDef) -> list[cst.FunctionDef]:
@@ -248,7 +219,7 @@ class _GiveAccelerator(RuleTransformer):
         bound: set[str] = set()
         for index, line in enumerate(statements):
             here = {name for name in assigned_in(line) if name in attributes}
-            for called in _called_methods(line, instance):
+            for called in _called_methods(line, instance, plan):
                 here |= _bound_through(called, plan) & set(attributes)
             if here:
                 last = index
@@ -272,10 +243,19 @@ class _GiveAccelerator(RuleTransformer):
         return [*statements[: last + 1], prepare, *statements[last + 1 :]]
 
 
-def _called_methods(line: cst.BaseStatement, instance: str) -> set[str]:
-    calls = _InstanceCalls(instance)
-    walk(line, calls)
-    return calls.called
+def _called_methods(line: cst.BaseStatement, instance: str, plan: _ClassPlan) -> set[str]:
+    """The class's methods ``line`` calls on its instance (``self.build_model()``)."""
+    found = set()
+    for call in calls_in(line):
+        func = call.func
+        if (
+            isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and func.value.value == instance
+            and func.attr.value in plan.binds
+        ):
+            found.add(func.attr.value)
+    return found
 
 
 def _bound_through(method: str, plan: _ClassPlan) -> set[str]:
