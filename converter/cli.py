@@ -432,14 +432,16 @@ class Runner:
             shown = str(file.path)
             findings = [Finding.from_change(shown, change) for change in conversion.changes]
             warnings = [finding for finding in findings if finding.is_warning]
+            changed = conversion.changed
             if self.plan.check and target is not None:
                 stale = self.stale_finding(Job(file.path, shown, target), conversion)
-                self.reporter.file_done(shown, warnings + ([stale] if stale else []), changed=stale is not None)
+                changed = stale is not None
+                self.reporter.file_done(shown, warnings + ([stale] if stale else []), changed=changed)
             elif self.plan.check:
-                self.reporter.file_done(shown, findings if conversion.changed else warnings, changed=conversion.changed)
+                self.reporter.file_done(shown, findings if changed else warnings, changed=changed)
             else:
-                self.reporter.file_done(shown, findings, changed=conversion.changed)
-            if index and conversion.changed:
+                self.reporter.file_done(shown, findings, changed=changed)
+            if index and changed:
                 self.reporter.local_modules += 1
             if self.plan.diff and conversion.changed:
                 print_diff(unified_diff(conversion, str(target or shown)), self.color)

@@ -243,7 +243,10 @@ class ScriptFacts:
     def has_accelerator(self) -> bool:
         """Whether the converted script has an accelerator: it had one, or it trains something
         (ACC101 creates one). A module that only defines models or helpers gets none, and no
-        pass may then write ``accelerator.`` into it."""
+        pass may then write ``accelerator.`` into it. A library of a program has the entry
+        script's, in the functions it reaches."""
+        if self.home_kind == "library" and self.accessible_functions:
+            return True  # a module of a program whose functions the entry's accelerator reaches
         return self.existing_accelerator is not None or bool(self.trained_objects or self.loss_names)
 
     @property
