@@ -25,7 +25,14 @@ from click.core import ParameterSource
 from codemods import Options
 from converter.config import ConfigError, load_config
 from converter.files import ReadOnlyFile, discover, same_file, write_if_different, write_set
-from converter.pipeline import Conversion, ConversionError, convert_source, mentions_torch, one_line
+from converter.pipeline import (
+    Conversion,
+    ConversionError,
+    convert_source,
+    mentions_torch,
+    one_line,
+    quiet_compiler_warnings,
+)
 from converter.project import ProgramFile, convert_program_files, folder_entries, program_files
 from converter.report import (
     Finding,
@@ -224,8 +231,9 @@ def plan_programs(discovered: Sequence[tuple[Path, Path, str | None]]) -> dict[s
     no other input imports."""
     readable = [file for file, _, problem in discovered if problem is None]
     programs: dict[str, tuple[ProgramFile, ...]] = {}
-    for entry in folder_entries(readable):
-        files = program_files(entry)
+    with quiet_compiler_warnings():  # the user's code is parsed: its warnings are not ours to show
+        entries = {entry: program_files(entry) for entry in folder_entries(readable)}
+    for entry, files in entries.items():
         if len(files) > 1 and any(_mentions_torch(file.path) for file in files[1:]):
             programs[os.path.realpath(entry)] = tuple(files)
     return programs

@@ -35,6 +35,7 @@ from codemods.engine.analysis import analyse
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import ConversionOutcome, Options
 from codemods.engine.names import NameCollector
+from codemods.engine.positions import python_ast
 from codemods.engine.program_seeds import ROLES, ProgramSeeds, program_callee
 from codemods.engine.syntax import dotted
 from codemods.engine.torch_names import DATA_LOADERS
@@ -90,9 +91,8 @@ def local_imports(source: str | bytes, name: str, is_package: bool) -> set[str]:
     """Absolute module names a module's imports could refer to (``engine``, ``mylib.utils``,
     relative ones resolved against ``name``): the caller keeps those that are files of the program.
     ``from pkg import x`` yields both ``pkg`` and ``pkg.x`` (``x`` may be a submodule)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    tree = python_ast(source)
+    if tree is None:
         return set()
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -186,9 +186,8 @@ class _Shape(cst.CSTVisitor):
 
 
 def _extents(source: str | bytes | None, module: cst.Module) -> dict[str, tuple[int, int]]:
-    try:
-        tree = ast.parse(source if source is not None else module.code)
-    except (SyntaxError, ValueError):
+    tree = python_ast(source if source is not None else module.code)
+    if tree is None:
         return {}
     return {
         node.name: (min([node.lineno, *(d.lineno for d in node.decorator_list)]), node.end_lineno or node.lineno)
