@@ -209,9 +209,7 @@ def plan_file_jobs(
         if os.path.realpath(file) in covered and not program:
             continue  # a local module of an entry script: converted with it
         if program:
-            jobs.append(
-                plan_program_job(file, root, program, output, in_place, into_folder, writes_set, claimed)
-            )
+            jobs.append(plan_program_job(file, root, program, output, in_place, into_folder, writes_set, claimed))
             continue
         target = file if in_place and output is None else None
         if output is not None:
@@ -304,7 +302,11 @@ def build_plan(ctx: click.Context, flags: dict[str, Any]) -> Plan:
         jobs = [plan_stdin_job(sources, flags["stdin_filename"], output, in_place)]
     else:
         jobs = plan_file_jobs(
-            sources, output, in_place, output_is_folder=output_is_folder, writes_set=in_place or output is not None or check or diff
+            sources,
+            output,
+            in_place,
+            output_is_folder=output_is_folder,
+            writes_set=in_place or output is not None or check or diff,
         )
     writes_files = in_place or output is not None
     if several_inputs(sources) and not (writes_files or check or diff):
@@ -470,10 +472,15 @@ class Runner:
             write_set(writes)
         except ReadOnlyFile as error:
             raise ConversionError(
-                str(error.filename), 1, 1, "cannot rewrite: the file is read-only (make it writable to convert it in place)"
+                str(error.filename),
+                1,
+                1,
+                "cannot rewrite: the file is read-only (make it writable to convert it in place)",
             ) from None
         except OSError as error:
-            raise ConversionError(str(error.filename or pending[0][0].path), 1, 1, f"cannot write: {error.strerror}") from None
+            raise ConversionError(
+                str(error.filename or pending[0][0].path), 1, 1, f"cannot write: {error.strerror}"
+            ) from None
 
     def run_job(self, job: Job) -> None:
         if job.program:

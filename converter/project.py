@@ -165,7 +165,9 @@ def _convert(files: Sequence[ProgramFile], modules: Sequence[cst.Module], source
     return [outcomes[file.module] for file in files]
 
 
-def _verify_stable(files: Sequence[ProgramFile], printed: Sequence[bytes], sources: Sequence[bytes], options: Options) -> None:
+def _verify_stable(
+    files: Sequence[ProgramFile], printed: Sequence[bytes], sources: Sequence[bytes], options: Options
+) -> None:
     """Every output parses, and converting the converted program again changes nothing (the
     program's own idempotence: a library alone would be converted differently)."""
     modules = []
@@ -174,12 +176,17 @@ def _verify_stable(files: Sequence[ProgramFile], printed: Sequence[bytes], sourc
             modules.append(parse(output, str(file.path))[0])
             continue
         if python_ast(output) is None and python_ast(source) is not None:
-            raise ConversionError(str(file.path), 1, 1, "internal error: the converted script does not parse; nothing written")
+            raise ConversionError(
+                str(file.path), 1, 1, "internal error: the converted script does not parse; nothing written"
+            )
         try:
             modules.append(parse(output, str(file.path))[0])
         except ConversionError as error:
             raise ConversionError(
-                str(file.path), 1, 1, f"internal error: the converted script does not parse ({error.message}); nothing written"
+                str(file.path),
+                1,
+                1,
+                f"internal error: the converted script does not parse ({error.message}); nothing written",
             ) from None
     again = _convert(files, modules, printed, options)
     for file, module, outcome, output in zip(files, modules, again, printed):

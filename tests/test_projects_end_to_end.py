@@ -126,7 +126,10 @@ def one_process(converted, tmp_path_factory: pytest.TempPathFactory) -> OneProce
     root = tmp_path_factory.mktemp("projects-one-process")
     jobs, keys, folders = [], [], {}
     for project in PROJECTS:
-        variants = [("original", project.folder, project.case.run), ("converted", converted[project.name].folder, project.case.run)]
+        variants = [
+            ("original", project.folder, project.case.run),
+            ("converted", converted[project.name].folder, project.case.run),
+        ]
         if project.case.run_2proc is not None:
             variants.append(("reference_2proc", project.folder, project.case.run_2proc))
         for variant, folder, args in variants:
@@ -180,6 +183,9 @@ def test_converted_set_is_the_reviewed_golden_set(project: Project, converted):
     assert sorted(got) == sorted(python_files(project.folder)) == sorted(want)
     different = [name for name in want if got[name] != want[name]]
     assert different == [], f"converted files differ from fixtures/expected_projects/{project.name}/: {different}"
+    # The golden set is stable: converting it again as a program changes nothing.
+    again = CliRunner().invoke(accel_convert, [str(EXPECTED_DIR / project.name), "--check"])
+    assert again.exit_code == 0, again.output
     # One accelerator, created in the entry script only.
     creations = {name: text.count(b"Accelerator()") for name, text in got.items()}
     assert creations == {name: int(name == project.entry) for name in got}

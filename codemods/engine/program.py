@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
@@ -163,7 +164,9 @@ class _Shape(cst.CSTVisitor):
         for alias in node.names:
             full = dotted(alias.name) or ""
             parts = full.split(".")
-            self.shape.imports.update(p for p in (".".join(parts[: i + 1]) for i in range(len(parts))) if p in self.program)
+            self.shape.imports.update(
+                p for p in (".".join(parts[: i + 1]) for i in range(len(parts))) if p in self.program
+            )
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         module = dotted(node.module) if node.module is not None else None
@@ -232,7 +235,7 @@ def _function_at(shape: _ModuleShape, line: int) -> str:
     return next((name for name, extent in shape.extents.items() if _within(extent, line)), "<module>")
 
 
-def _closure(functions: set[str], call_graph: dict[str, set[str]], known: set[str]) -> set[str]:
+def _closure(functions: set[str], call_graph: dict[str, set[str]], known: AbstractSet[str]) -> set[str]:
     """``functions`` and every function whose calls reach one of them or one of ``known``."""
     found = set(functions)
     changed = True
@@ -317,9 +320,7 @@ class Program:
         prepared: dict[str, set[str]] = {name: set() for name in self.modules}
         prepared_in = {
             name: (
-                _prepared_by_entry(facts[name], self.shapes[name])
-                if name == self.entry
-                else set(facts[name].prepared)
+                _prepared_by_entry(facts[name], self.shapes[name]) if name == self.entry else set(facts[name].prepared)
             )
             for name in self.modules
         }

@@ -154,7 +154,9 @@ def library_home(conclusions: _Conclusions, seeds: ProgramSeeds) -> None:
     facts.accessible_functions = conclusions._reachable(set(seeds.accelerator_reaches))
 
 
-def imported_accelerator_call(facts: ScriptFacts, func: cst.BaseExpression, scope: ScopeKey) -> tuple[str, int | None] | None:
+def imported_accelerator_call(
+    facts: ScriptFacts, func: cst.BaseExpression, scope: ScopeKey
+) -> tuple[str, int | None] | None:
     """For a call of an imported program function that takes the accelerator once converted:
     its qualified name and where the accelerator goes (None: by keyword); else None."""
     seeds = facts.program

@@ -136,7 +136,9 @@ class _PassAccelerator(RuleTransformer):
         if imported is not None:
             passed = self._pass(original_node, updated_node, imported[0], imported[1])
             if passed is not updated_node:  # every change is reported: this one is in another module's terms
-                self.report(original_node, Helpers.code, f"the accelerator is passed to {imported[0]}()", header_only=True)
+                self.report(
+                    original_node, Helpers.code, f"the accelerator is passed to {imported[0]}()", header_only=True
+                )
             return passed
         if not isinstance(func, cst.Name) or func.value not in self.needs:
             return updated_node
