@@ -33,7 +33,7 @@ from converter.pipeline import (
     one_line,
     quiet_compiler_warnings,
 )
-from converter.project import ProgramFile, convert_program_files, folder_entries, program_files
+from converter.project import ProgramFile, convert_program_files, folder_entries
 from converter.report import (
     Finding,
     Output,
@@ -230,7 +230,7 @@ def plan_programs(discovered: Sequence[tuple[Path, Path, str | None]]) -> dict[s
     readable = [file for file, _, problem in discovered if problem is None]
     programs: dict[str, tuple[ProgramFile, ...]] = {}
     with quiet_compiler_warnings():  # the user's code is parsed: its warnings are not ours to show
-        entries = {entry: program_files(entry) for entry in folder_entries(readable)}
+        entries = folder_entries(readable)
     for entry, files in entries.items():
         if len(files) > 1 and any(_mentions_torch(file.path) for file in files[1:]):
             programs[os.path.realpath(entry)] = tuple(files)

@@ -16,8 +16,10 @@ differ, the library cannot serve both and the programs are reported, not guessed
 from __future__ import annotations
 
 import ast
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import libcst as cst
@@ -64,6 +66,28 @@ def module_file(name: str, root: Path) -> Path | None:
     return None
 
 
+@lru_cache(maxsize=256)
+def importable_names(root: Path) -> frozenset[bytes]:
+    """Names of the modules and packages directly in ``root`` (``engine``, ``mylib``)."""
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return frozenset()
+    names = set()
+    for entry in entries:
+        if entry.name.endswith(".py"):
+            names.add(entry.name[:-3].encode())
+        elif entry.is_dir() and not entry.name.startswith("."):
+            names.add(entry.name.encode())
+    return frozenset(names)
+
+
+def may_import_locally(source: bytes, root: Path) -> bool:
+    """A cheap test before parsing: the file mentions one of the entry folder's modules (or
+    imports relatively). Most files of a folder of independent scripts do not."""
+    return b"from ." in source or any(name in source for name in importable_names(root))
+
+
 def program_files(entry: Path) -> list[ProgramFile]:
     """The entry script and every local module it imports, transitively (the entry first, the
     rest sorted by path). Files that cannot be read are left to the conversion to report."""
@@ -76,6 +100,8 @@ def program_files(entry: Path) -> list[ProgramFile]:
         try:
             source = current.path.read_bytes()
         except OSError:
+            continue
+        if not may_import_locally(source, root):
             continue
         for name in sorted(local_imports(source, current.module, current.is_package)):
             path = module_file(name, root)
@@ -92,6 +118,8 @@ def program_files(entry: Path) -> list[ProgramFile]:
 
 def has_main_block(source: bytes) -> bool:
     """Whether a script has an ``if __name__ == "__main__":`` block at its top level."""
+    if b"__main__" not in source:
+        return False
     tree = python_ast(source)
     if tree is None:
         return False
@@ -105,20 +133,21 @@ def has_main_block(source: bytes) -> bool:
     return False
 
 
-def folder_entries(files: Sequence[Path]) -> list[Path]:
-    """The entry scripts among a folder's files: those with a ``__main__`` block, or that no
-    other file of the set imports (as a local module of its own folder)."""
-    imported: set[Path] = set()
+def folder_entries(files: Sequence[Path]) -> dict[Path, list[ProgramFile]]:
+    """The entry scripts among a folder's files (those with a ``__main__`` block, or that no
+    other file of the set imports as a local module of its own folder), each with its program."""
+    programs = {file: program_files(file) for file in files}
+    imported = {other.path.resolve() for program in programs.values() for other in program[1:]}
+    entries = {}
     for file in files:
-        imported |= {other.path.resolve() for other in program_files(file)[1:]}
-    entries = []
-    for file in files:
-        try:
-            main_block = has_main_block(file.read_bytes())
-        except OSError:
-            main_block = False
-        if main_block or file.resolve() not in imported:
-            entries.append(file)
+        if file.resolve() in imported:
+            try:
+                main_block = has_main_block(file.read_bytes())
+            except OSError:
+                main_block = False
+            if not main_block:
+                continue
+        entries[file] = programs[file]
     return entries
 
 
