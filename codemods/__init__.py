@@ -35,7 +35,9 @@ def convert_module(
     from codemods.engine.torch_names import SELF_DISTRIBUTING
 
     facts = analyse(module, source, seeds)
-    if not facts.uses_torch:
+    # A library of a program whose functions the accelerator reaches (a ``log`` helper that
+    # prints) has something to convert even without importing torch.
+    if not facts.uses_torch and not (facts.home_kind == "library" and facts.accessible_functions):
         return ConversionOutcome(module)
     # A script that distributes itself is only reported on, never rewritten.
     report_only = bool(facts.existing_features & SELF_DISTRIBUTING)
