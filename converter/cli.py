@@ -52,12 +52,17 @@ EXIT_INTERRUPTED, EXIT_OUTPUT_CLOSED, EXIT_TERMINATED = 128 + signal.SIGINT, 128
 EXIT_CODES = [
     ("0", "success; with --check, every script is ready (or its -o output up to date)"),
     ("1", "--check found pending rewrites or a missing/stale -o output; with --strict, also ACC9xx warnings"),
-    ("2", "usage error: bad flag or config, missing file, -o equal to the input without --in-place"),
+    (
+        "2",
+        "usage error: bad flag or config, missing file, -o equal to the input without --in-place, a script whose "
+        "local modules are converted with it sent to stdout or to one file",
+    ),
     (
         "123",
         (
             "a file could not be converted: syntax error, undecodable bytes, nesting too deep, symbolic link "
-            "loop, read-only file under --in-place, internal failure"
+            "loop, read-only file under --in-place, a local module two entry scripts need converted differently, "
+            "internal failure (a program of several modules is then written not at all)"
         ),
     ),
     ("130", "interrupted (Ctrl-C); 143: terminated (SIGTERM); no file is left half-written"),
