@@ -14,24 +14,30 @@ from __future__ import annotations
 import libcst as cst
 
 from codemods.engine.model import Change, ConversionOutcome, Options
+from codemods.engine.program_seeds import ProgramSeeds
 from codemods.engine.rule import Rule
 
 __all__ = ["convert_module", "Change", "Rule", "ConversionOutcome", "Options"]
 
 
-def convert_module(module: cst.Module, options: Options, source: str | bytes | None = None) -> ConversionOutcome:
+def convert_module(
+    module: cst.Module, options: Options, source: str | bytes | None = None, seeds: ProgramSeeds | None = None
+) -> ConversionOutcome:
     """Convert one parsed module; a module that does not import torch comes back as it was.
 
     ``source`` (optional) is the text or bytes ``module`` was parsed from: passing it saves
-    generating the code once more to find original positions.
+    generating the code once more to find original positions. ``seeds``: what the other modules
+    of its program say (see :mod:`codemods.engine.program`); None converts it alone.
     """
     from codemods.engine.analysis import analyse
     from codemods.engine.positions import reanchor
     from codemods.engine.registry import all_rules
     from codemods.engine.torch_names import SELF_DISTRIBUTING
 
-    facts = analyse(module, source)
-    if not facts.uses_torch:
+    facts = analyse(module, source, seeds)
+    # A library of a program whose functions the accelerator reaches (a ``log`` helper that
+    # prints) has something to convert even without importing torch.
+    if not facts.uses_torch and not (facts.home_kind == "library" and facts.accessible_functions):
         return ConversionOutcome(module)
     # A script that distributes itself is only reported on, never rewritten.
     report_only = bool(facts.existing_features & SELF_DISTRIBUTING)

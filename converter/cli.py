@@ -24,8 +24,16 @@ from click.core import ParameterSource
 
 from codemods import Options
 from converter.config import ConfigError, load_config
-from converter.files import ReadOnlyFile, discover, same_file, write_if_different
-from converter.pipeline import Conversion, ConversionError, convert_source, one_line
+from converter.files import ReadOnlyFile, discover, same_file, write_if_different, write_set
+from converter.pipeline import (
+    Conversion,
+    ConversionError,
+    convert_source,
+    mentions_torch,
+    one_line,
+    quiet_compiler_warnings,
+)
+from converter.project import ProgramFile, convert_program_files, folder_entries
 from converter.report import (
     Finding,
     Output,
@@ -44,12 +52,17 @@ EXIT_INTERRUPTED, EXIT_OUTPUT_CLOSED, EXIT_TERMINATED = 128 + signal.SIGINT, 128
 EXIT_CODES = [
     ("0", "success; with --check, every script is ready (or its -o output up to date)"),
     ("1", "--check found pending rewrites or a missing/stale -o output; with --strict, also ACC9xx warnings"),
-    ("2", "usage error: bad flag or config, missing file, -o equal to the input without --in-place"),
+    (
+        "2",
+        "usage error: bad flag or config, missing file, -o equal to the input without --in-place, a script whose "
+        "local modules are converted with it sent to stdout or to one file",
+    ),
     (
         "123",
         (
             "a file could not be converted: syntax error, undecodable bytes, nesting too deep, symbolic link "
-            "loop, read-only file under --in-place, internal failure"
+            "loop, read-only file under --in-place, a local module two entry scripts need converted differently, "
+            "internal failure (a program of several modules is then written not at all)"
         ),
     ),
     ("130", "interrupted (Ctrl-C); 143: terminated (SIGTERM); no file is left half-written"),
@@ -114,6 +127,10 @@ class Job:
     problem: str | None = None
     #: Named on the command line (not found in a folder): a problem is then an error.
     named: bool = True
+    #: An entry script converted with the local modules it imports (see converter.project): every
+    #: file of the program (the entry first) and where each one's result goes.
+    program: tuple[ProgramFile, ...] = ()
+    program_targets: tuple[Path | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -168,8 +185,17 @@ def several_inputs(sources: Sequence[str]) -> bool:
     return sources != (STDIN,) and (len(sources) > 1 or any(Path(source).is_dir() for source in sources))
 
 
-def plan_file_jobs(sources: Sequence[str], output: Path | None, in_place: bool) -> list[Job]:
-    """Check the inputs exist and decide every output path, refusing clashes up front."""
+def plan_file_jobs(
+    sources: Sequence[str],
+    output: Path | None,
+    in_place: bool,
+    *,
+    output_is_folder: bool = False,
+    writes_set: bool = True,
+) -> list[Job]:
+    """Check the inputs exist and decide every output path, refusing clashes up front.
+    ``output_is_folder``: ``-o`` was written ending in ``/``; ``writes_set``: the run may write
+    or show several files (not a single script on stdout)."""
     paths = [Path(source) for source in sources]
     for path in paths:
         if not path.exists() and not path.is_symlink():  # a link loop is reported per file
@@ -177,10 +203,19 @@ def plan_file_jobs(sources: Sequence[str], output: Path | None, in_place: bool) 
     several = several_inputs(sources)
     if output is not None and several and output.exists() and not output.is_dir():
         raise UsageProblem(f"-o {output}: with several inputs, -o must be a directory")
-    into_folder = output is not None and (several or output.is_dir())
+    into_folder = output is not None and (several or output.is_dir() or output_is_folder)
+    discovered = discover(paths)
+    programs = plan_programs(discovered)
+    covered = {os.path.realpath(file.path) for files in programs.values() for file in files[1:]}
     jobs: list[Job] = []
     claimed: dict[Path, Path] = {}
-    for file, root, problem in discover(paths):
+    for file, root, problem in discovered:
+        program = programs.get(os.path.realpath(file), ())
+        if os.path.realpath(file) in covered and not program:
+            continue  # a local module of an entry script: converted with it
+        if program:
+            jobs.append(plan_program_job(file, root, program, output, in_place, into_folder, writes_set, claimed))
+            continue
         target = file if in_place and output is None else None
         if output is not None:
             target = output_target(file, root, output, into_folder)
@@ -193,10 +228,70 @@ def plan_file_jobs(sources: Sequence[str], output: Path | None, in_place: bool) 
     return jobs
 
 
+def plan_programs(discovered: Sequence[tuple[Path, Path, str | None]]) -> dict[str, tuple[ProgramFile, ...]]:
+    """Entry scripts (by real path) that import local modules using torch → their program's
+    files (the entry first). Entries: files named or found that have a ``__main__`` block or that
+    no other input imports."""
+    readable = [file for file, _, problem in discovered if problem is None]
+    programs: dict[str, tuple[ProgramFile, ...]] = {}
+    with quiet_compiler_warnings():  # the user's code is parsed: its warnings are not ours to show
+        entries = folder_entries(readable)
+    for entry, files in entries.items():
+        if len(files) > 1 and any(_mentions_torch(file.path) for file in files[1:]):
+            programs[os.path.realpath(entry)] = tuple(files)
+    return programs
+
+
+def _mentions_torch(path: Path) -> bool:
+    try:
+        return mentions_torch(path.read_bytes())
+    except OSError:
+        return True  # unreadable: the conversion reports it
+
+
+def plan_program_job(
+    entry: Path,
+    root: Path,
+    program: tuple[ProgramFile, ...],
+    output: Path | None,
+    in_place: bool,
+    into_folder: bool,
+    writes_set: bool,
+    claimed: dict[Path, Path],
+) -> Job:
+    """An entry script with its local modules: every file's target decided now."""
+    names = ", ".join(str(file.path.relative_to(entry.parent)) for file in program[1:])
+    if not writes_set:
+        raise UsageProblem(
+            f"{entry} imports local modules converted with it ({names}): write the set with -o DIR/ "
+            "or --in-place, or look at it with --diff or --check"
+        )
+    if output is not None and not into_folder:
+        raise UsageProblem(
+            f"{entry} imports local modules converted with it ({names}): -o must be a folder (end it with /)"
+        )
+    targets: list[Path | None] = []
+    for file in program:
+        target: Path | None = file.path if in_place and output is None else None
+        if output is not None:
+            base = root if root.is_dir() and file.path.resolve().is_relative_to(root.resolve()) else entry.parent
+            target = output / file.path.relative_to(base)
+            if same_file(target, file.path) and not in_place:
+                raise UsageProblem(f"{file.path}: -o {target} is the input itself; add --in-place to overwrite it")
+            previous = claimed.setdefault(Path(os.path.realpath(target)), file.path)
+            if previous != file.path:
+                raise UsageProblem(f"-o {output}: {previous} and {file.path} would both be written to {target}")
+        targets.append(target)
+    return Job(entry, str(entry), targets[0], named=entry == root, program=program, program_targets=tuple(targets))
+
+
 def build_plan(ctx: click.Context, flags: dict[str, Any]) -> Plan:
     """Turn flags (already merged with config) into a Plan, or raise UsageProblem."""
     sources: tuple[str, ...] = flags["sources"]
-    output: Path | None = flags["output"]
+    raw_output: str | Path | None = flags["output"]
+    output: Path | None = Path(raw_output) if raw_output is not None else None
+    # ``-o out/``: a folder even when it does not exist yet (Path drops the slash).
+    output_is_folder = isinstance(raw_output, str) and raw_output.endswith(("/", os.sep))
     check, diff, in_place = flags["check"], flags["diff"], flags["in_place"]
     if not sources:
         raise UsageProblem("no input: pass files, folders, or - to read stdin")
@@ -211,7 +306,13 @@ def build_plan(ctx: click.Context, flags: dict[str, Any]) -> Plan:
     if STDIN in sources:
         jobs = [plan_stdin_job(sources, flags["stdin_filename"], output, in_place)]
     else:
-        jobs = plan_file_jobs(sources, output, in_place)
+        jobs = plan_file_jobs(
+            sources,
+            output,
+            in_place,
+            output_is_folder=output_is_folder,
+            writes_set=in_place or output is not None or check or diff,
+        )
     writes_files = in_place or output is not None
     if several_inputs(sources) and not (writes_files or check or diff):
         raise UsageProblem("several inputs need --in-place, -o DIR, --check or --diff (stdout takes one script)")
@@ -250,11 +351,16 @@ class Runner:
         self.plan = plan
         self.reporter = reporter
         self.color = color
+        #: Program jobs (by entry) → their conversions, or why they cannot be written.
+        self.programs: dict[str, list[Conversion] | ConversionError] = {}
+        #: Library files already delivered by an earlier program (a library two entries share).
+        self.delivered: set[str] = set()
 
     def run(self) -> int:
         """Every job, then the summary. A closed stdout or stderr (``| head``) ends the run:
         :class:`OutputClosed` is raised for the command to exit quietly."""
         try:
+            self.convert_programs()
             for job in self.plan.jobs:
                 try:
                     self.run_job(job)
@@ -289,7 +395,102 @@ class Runner:
         except OSError as error:
             raise ConversionError(job.shown_name, 1, 1, f"cannot read: {error.strerror}") from None
 
+    def convert_programs(self) -> None:
+        """Convert every program before anything is written: a library two entry scripts import
+        must come out the same from both, or neither program is written (it is reported)."""
+        outputs: dict[str, tuple[bytes, str]] = {}
+        for job in self.plan.jobs:
+            if not job.program:
+                continue
+            try:
+                sources = [self.read_program_file(file.path) for file in job.program]
+                conversions = convert_program_files(job.program, sources, self.plan.options)
+            except ConversionError as error:
+                self.programs[job.shown_name] = error
+                continue
+            self.programs[job.shown_name] = conversions
+            for file, conversion in zip(job.program[1:], conversions[1:]):
+                key = os.path.realpath(file.path)
+                earlier = outputs.setdefault(key, (conversion.output, job.shown_name))
+                if earlier[0] != conversion.output:
+                    clash = ConversionError(
+                        str(file.path),
+                        1,
+                        1,
+                        f"imported by {earlier[1]} and by {job.shown_name}, which need different conversions "
+                        "of it: neither program is written (convert them separately)",
+                    )
+                    self.programs[job.shown_name] = clash
+                    self.programs[earlier[1]] = clash
+
+    def read_program_file(self, path: Path) -> bytes:
+        try:
+            return path.read_bytes()
+        except OSError as error:
+            raise ConversionError(str(path), 1, 1, f"cannot read: {error.strerror}") from None
+
+    def run_program_job(self, job: Job) -> None:
+        """An entry script and its local modules: reported file by file, written as a set."""
+        result = self.programs[job.shown_name]
+        if isinstance(result, ConversionError):
+            raise result
+        pending: list[tuple[ProgramFile, Path | None, Conversion]] = []
+        for file, target, conversion in zip(job.program, job.program_targets, result):
+            key = os.path.realpath(file.path)
+            if key in self.delivered:
+                continue
+            self.delivered.add(key)
+            pending.append((file, target, conversion))
+        if not (self.plan.check or self.plan.diff):
+            self.deliver_set(pending)
+        for index, (file, target, conversion) in enumerate(pending):
+            shown = str(file.path)
+            findings = [Finding.from_change(shown, change) for change in conversion.changes]
+            warnings = [finding for finding in findings if finding.is_warning]
+            changed = conversion.changed
+            if self.plan.check and target is not None:
+                stale = self.stale_finding(Job(file.path, shown, target), conversion)
+                changed = stale is not None
+                self.reporter.file_done(shown, warnings + ([stale] if stale else []), changed=changed)
+            elif self.plan.check:
+                self.reporter.file_done(shown, findings if changed else warnings, changed=changed)
+            else:
+                self.reporter.file_done(shown, findings, changed=changed)
+            if index and changed:
+                self.reporter.local_modules += 1
+            if self.plan.diff and conversion.changed:
+                print_diff(unified_diff(conversion, str(target or shown)), self.color)
+
+    def deliver_set(self, pending: list[tuple[ProgramFile, Path | None, Conversion]]) -> None:
+        """Write every file of a program or none: each goes to a temporary file beside its target
+        first, and only once all are written do they replace their targets. With ``-o``, files
+        the conversion leaves unchanged are copied too, so that the output folder runs."""
+        writes = []
+        for file, target, conversion in pending:
+            if target is None:
+                continue
+            in_place = same_file(target, file.path) if target.exists() else False
+            if in_place and not conversion.changed:
+                continue
+            writes.append((target, conversion.output, file.path, in_place))
+        try:
+            write_set(writes)
+        except ReadOnlyFile as error:
+            raise ConversionError(
+                str(error.filename),
+                1,
+                1,
+                "cannot rewrite: the file is read-only (make it writable to convert it in place)",
+            ) from None
+        except OSError as error:
+            raise ConversionError(
+                str(error.filename or pending[0][0].path), 1, 1, f"cannot write: {error.strerror}"
+            ) from None
+
     def run_job(self, job: Job) -> None:
+        if job.program:
+            self.run_program_job(job)
+            return
         if job.problem is not None:
             if not job.named:
                 self.reporter.skipped(job.shown_name, job.problem)
@@ -358,9 +559,12 @@ def list_codes(color: bool | None) -> None:
 @click.option(
     "-o",
     "--output",
-    type=click.Path(path_type=Path),
+    type=click.Path(),
     metavar="OUT",
-    help="Write the converted script to OUT (a directory when there are several inputs).",
+    help=(
+        "Write the converted script to OUT (a directory when there are several inputs, or when OUT ends "
+        "with /: a script is written with the local modules it imports)."
+    ),
 )
 @click.option("-i", "--in-place", is_flag=True, help="Rewrite the input files themselves.")
 @click.option("--diff", is_flag=True, help="Print a unified diff to stdout; write nothing.")

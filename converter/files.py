@@ -154,3 +154,35 @@ def write_if_different(
         return False
     atomic_write(target, data, mode_like=mode_like, refuse_read_only=refuse_read_only)
     return True
+
+
+def write_set(writes: Iterable[tuple[Path, bytes, Path | None, bool]]) -> None:
+    """Write several files as one: ``(target, data, mode_like, refuse_read_only)`` each. Every
+    file goes to a temporary file beside its target first; only when all are written do they
+    replace their targets, so a failure (a read-only target, a full disk, Ctrl-C) leaves every
+    target as it was. Targets already holding their data are not touched."""
+    staged: list[tuple[str, Path]] = []
+    try:
+        for target, data, mode_like, refuse_read_only in writes:
+            if target.is_symlink():
+                target = Path(os.path.realpath(target))
+            if target.is_file() and target.read_bytes() == data:
+                continue
+            if refuse_read_only and is_read_only(target):
+                raise ReadOnlyFile(errno.EACCES, "the file is read-only", str(target))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            handle, temp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+            staged.append((temp_name, target))
+            with os.fdopen(handle, "wb") as temp:
+                temp.write(data)
+                temp.flush()
+                os.fsync(temp.fileno())
+            os.chmod(temp_name, permission_bits(target, mode_like))
+        while staged:
+            temp_name, target = staged[0]
+            os.replace(temp_name, target)
+            staged.pop(0)
+    except BaseException:
+        for temp_name, _ in staged:
+            Path(temp_name).unlink(missing_ok=True)
+        raise

@@ -185,6 +185,8 @@ class Reporter:
         self.findings_stream = findings_stream
         self.collected: list[Finding] = []
         self.converted = self.unchanged = self.failed = self.skipped_count = 0
+        #: Local modules converted with their entry script (counted in ``converted`` too).
+        self.local_modules = 0
 
     # -- per file -----------------------------------------------------------------------------
 
@@ -277,6 +279,9 @@ class Reporter:
         line = f"{self.converted} {verb}, {self.unchanged} unchanged, {self.failed} failed"
         if self.skipped_count:
             line += f", {self.skipped_count} skipped"
+        if self.local_modules:
+            modules = "module" if self.local_modules == 1 else "modules"
+            line += f" ({self.local_modules} local {modules} converted with {'its' if self.local_modules == 1 else 'their'} entry script)"
         warnings = self.warning_count
         if warnings:
             line += f" ({warnings} warnings need a person)" if warnings > 1 else " (1 warning needs a person)"

@@ -26,6 +26,13 @@ from codemods.engine.findings import FILE_START
 from codemods.engine.model import Site
 from codemods.engine.names import NameCollector, NameTable, ScopeKey
 from codemods.engine.positions import POSITIONED_TYPES, OriginIndex, handler_sites, original_sites
+from codemods.engine.program_seeds import (
+    ProgramSeeds,
+    library_home,
+    seed_imported_calls,
+    seed_loader_factories,
+    seed_parameter_roles,
+)
 from codemods.engine.syntax import calls_in, dotted, instance_parameter, is_main_guard, names_variable, target_names
 from codemods.engine.torch_names import (
     ACCELERATORS,
@@ -376,10 +383,12 @@ def _loop_targets(node: cst.For, names: NameTable, scope: ScopeKey) -> tuple[str
 class _Conclusions:
     """Draws ScriptFacts from a recorder's observations."""
 
-    def __init__(self, recorder: _Recorder, origins: OriginIndex) -> None:
+    def __init__(self, recorder: _Recorder, origins: OriginIndex, seeds: ProgramSeeds | None = None) -> None:
         self.r = recorder
         self.origins = origins
-        self.facts = ScriptFacts(names=recorder.names, context=RunContext(origins))
+        self.facts = ScriptFacts(names=recorder.names, context=RunContext(origins), program=seeds)
+        #: What the other modules of the program say (None: the script is converted alone).
+        self.seeds = seeds
         #: Module-level functions that run a backward, directly or through their calls.
         self.backward_functions: set[str] = set()
         self.assigned = {name for assign in recorder.assigns for name in assign.targets}
@@ -414,13 +423,23 @@ class _Conclusions:
         facts.uses_torch = self.r.names.any_import_of("torch")
         self._word_lines()
         self._call_graph()
+        seeds = self.seeds
+        if seeds is not None:
+            seed_imported_calls(self, seeds)
         self._constructors()
+        if seeds is not None:
+            seed_loader_factories(self, seeds)
         self._optimizers_and_models()
+        if seeds is not None:
+            seed_parameter_roles(self, seeds)
         self._flow_into_parameters()
         self._loops()
         self._models_trained_by_hand()
         self._schedulers()
-        self._home()
+        if seeds is not None and seeds.library:
+            library_home(self, seeds)
+        else:
+            self._home()
         self._batch_names()
         self._helpers()
         self._features()
@@ -1172,16 +1191,17 @@ def _is_plain_access(value: cst.BaseExpression) -> bool:
     return False
 
 
-def analyse(module: cst.Module, source: str | bytes | None = None) -> ScriptFacts:
+def analyse(module: cst.Module, source: str | bytes | None = None, seeds: ProgramSeeds | None = None) -> ScriptFacts:
     """Facts about ``module`` (one visitor pass), with the original position of every statement
-    and call recorded; ``source``, if given, is what the module was parsed from."""
+    and call recorded; ``source``, if given, is what the module was parsed from; ``seeds``, what
+    the other modules of its program say (:mod:`codemods.engine.program`; None: converted alone)."""
     recorder = _Recorder()
     walk(module, recorder)
     origins = OriginIndex()
     original_sites(module, recorder.collected, origins, source)
     # The module itself: a pass that carries positions carries this one too (see convert_module).
     origins.record(module, FILE_START)
-    facts = _Conclusions(recorder, origins).run()
+    facts = _Conclusions(recorder, origins, seeds).run()
     if "KeyboardInterrupt" in recorder.words:
         facts.interrupt_handlers = handler_sites(
             source if source is not None else module.code, module.encoding, "KeyboardInterrupt"

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import libcst as cst
 
     from codemods.engine.names import NameTable
+    from codemods.engine.program_seeds import ProgramSeeds
 
 
 @dataclass
@@ -100,8 +101,9 @@ class ScriptFacts:
     #: calls repeatedly): it creates it once and passes it down (ACC104).
     creating_function: str | None = None
     #: Where the training objects are built: in ``main_function``, in the ``if __name__ ==
-    #: "__main__":`` block, or in plain module-level code.
-    home_kind: Literal["function", "main_guard", "module"] = "module"
+    #: "__main__":`` block, or in plain module-level code; "library": a module of a program that
+    #: its entry script imports (nothing built here; the accelerator comes in as a parameter).
+    home_kind: Literal["function", "main_guard", "module", "library"] = "module"
     #: Module-level functions from which the accelerator is reachable once converted: the home
     #: function and everything it calls (transitively, by plain name); "<module>" for module code.
     accessible_functions: set[str] = field(default_factory=set)
@@ -162,6 +164,8 @@ class ScriptFacts:
     word_lines: dict[str, list[int]] = field(default_factory=dict)
     #: Name table of the module (qualified-name lookups per scope).
     names: NameTable | None = None
+    #: What the other modules of a program tell this one (None: a script converted alone).
+    program: ProgramSeeds | None = None
     #: What changes while the rules run (kept up to date by ``codemods.convert_module``).
     context: RunContext = field(default_factory=RunContext)
 
@@ -250,7 +254,10 @@ class ScriptFacts:
     def has_accelerator(self) -> bool:
         """Whether the converted script has an accelerator: it had one, or it trains something
         (ACC101 creates one). A module that only defines models or helpers gets none, and no
-        pass may then write ``accelerator.`` into it."""
+        pass may then write ``accelerator.`` into it. A library of a program has the entry
+        script's, in the functions it reaches."""
+        if self.home_kind == "library" and self.accessible_functions:
+            return True  # a module of a program whose functions the entry's accelerator reaches
         return self.existing_accelerator is not None or bool(self.trained_objects or self.loss_names)
 
     @property

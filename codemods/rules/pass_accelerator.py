@@ -16,6 +16,7 @@ import libcst as cst
 
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.model import Change, Options
+from codemods.engine.program_seeds import callers_of_imported_accelerator_users, imported_accelerator_call
 from codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
 from codemods.engine.signatures import parameter_index, with_argument, with_parameter
 from codemods.engine.transformers import RuleTransformer, lines_of
@@ -109,7 +110,8 @@ def needing_parameter(functions: dict[str, _Function], home: str | None) -> set[
 
 class _PassAccelerator(RuleTransformer):
     def __init__(self, facts: ScriptFacts, needs: set[str], functions: dict[str, _Function], accelerator: str) -> None:
-        sites = [site for name in needs for site in facts.call_sites.get(name, ())]
+        callees = needs | set(facts.program.accelerator_parameter_index() if facts.program else ())
+        sites = [site for name in callees for site in facts.call_sites.get(name, ())]
         super().__init__(facts, lines_of(sites))
         self.needs = needs
         self.functions = functions
@@ -130,17 +132,27 @@ class _PassAccelerator(RuleTransformer):
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         func = original_node.func
+        # A function of another module of the program that now takes the accelerator.
+        imported = imported_accelerator_call(self.facts, func, self.scope)
+        if imported is not None:
+            passed = self._pass(original_node, updated_node, imported[0], imported[1])
+            if passed is not updated_node:  # every change is reported: this one is in another module's terms
+                self.report(
+                    original_node, Helpers.code, f"the accelerator is passed to {imported[0]}()", header_only=True
+                )
+            return passed
         if not isinstance(func, cst.Name) or func.value not in self.needs:
             return updated_node
         if self.facts.name_table.resolve(func.value, self.scope) is not None:
             return updated_node
+        return self._pass(original_node, updated_node, func.value, self.functions[func.value].new_index)
+
+    def _pass(self, original_node: cst.Call, updated_node: cst.Call, callee: str, index: int | None) -> cst.Call:
         caller = self.scope[0] if self.scope else None
         if self.in_training_class() and self.instance is not None:
             # A training class's method hands on its own ``self.accelerator`` (ACC108).
             instance_accelerator = cst.Attribute(cst.Name(self.instance), cst.Name(self.accelerator))
-            return with_argument(
-                updated_node, self.functions[func.value].new_index, self.accelerator, instance_accelerator
-            )
+            return with_argument(updated_node, index, self.accelerator, instance_accelerator)
         reachable = caller in self.functions and (
             caller in self.needs
             or caller == (self.facts.creating_function or self.facts.main_function)
@@ -150,12 +162,12 @@ class _PassAccelerator(RuleTransformer):
             self.report(
                 original_node,
                 NO_ACCELERATOR_ACCESS,
-                f"{func.value}() needs the accelerator, but this caller has none",
+                f"{callee}() needs the accelerator, but this caller has none",
                 False,
                 header_only=True,
             )
             return updated_node
-        return with_argument(updated_node, self.functions[func.value].new_index, self.accelerator)
+        return with_argument(updated_node, index, self.accelerator)
 
 
 class Helpers(Rule):
@@ -220,7 +232,11 @@ class Helpers(Rule):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return facts.has_accelerator and facts.home_kind == "function" and len(facts.accessible_functions) > 1
+        if not facts.has_accelerator:
+            return False
+        if facts.home_kind == "library" or callers_of_imported_accelerator_users(facts):
+            return True  # a module of a program: the accelerator crosses module boundaries
+        return facts.home_kind == "function" and len(facts.accessible_functions) > 1
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         accelerator = facts.existing_accelerator or facts.accelerator_name
@@ -229,8 +245,11 @@ class Helpers(Rule):
         for caller, callees in facts.call_graph.items():
             if caller in survey.functions:  # calls in statements the survey did not walk
                 survey.functions[caller].calls |= callees
+        passes_on = callers_of_imported_accelerator_users(facts) & set(survey.functions)
+        for caller in passes_on:
+            survey.functions[caller].uses_accelerator = True
         needs = needing_parameter(survey.functions, facts.creating_function or facts.main_function)
-        if not needs:
+        if not needs and not passes_on:
             return module, []
         transformer = _PassAccelerator(facts, needs, survey.functions, accelerator)
         return module.visit(transformer), transformer.changes(module)

@@ -57,19 +57,27 @@ class RankLocalAverage(Rule):
         return bool(facts.train_loops and facts.loss_names)
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        lines = {loop.site.line for loop in facts.train_loops}
+        # Whole training loops: a sum may read the loss through another name
+        # (``loss_value = loss.item()`` ... ``running += loss_value * n``).
+        lines = {line for loop in facts.train_loops for line in range(loop.site.line, loop.site.end_line + 1)}
         finder = _LossSums(facts, facts.lines_mentioning(facts.loss_names) | lines)
         module.visit(finder)
         return module, finder.changes(module)
 
 
 class _LossSums(RuleTransformer):
-    """``total += loss.item()`` (or ``+= loss``, ``losses.append(loss)``) inside a loop over a
-    prepared training loader."""
+    """``total += loss.item()`` (or ``+= loss``, ``losses.append(loss)``, ``meter.update(loss.item(),
+    n)``, or a sum of a name bound from the loss) inside a loop over a prepared training loader."""
 
     def __init__(self, facts: ScriptFacts, lines: set[int]) -> None:
         super().__init__(facts, lines)
         self._training_loops = 0
+        #: The losses, and names a training loop binds from them (``loss_value = loss.item()``).
+        self._losses = set(facts.loss_names)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if self._training_loops and names_in(node.value) & self._losses:
+            self._losses.update(name for target in node.targets for name in names_in(target.target))
 
     def visit_For(self, node: cst.For) -> None:
         if self._is_training_loop(node):
@@ -89,18 +97,15 @@ class _LossSums(RuleTransformer):
 
     def visit_Call(self, node: cst.Call) -> None:
         # ``train_losses.append(loss)``, averaged after the loop.
+        # ``meter.update(loss.item(), n)``: an AverageMeter's running sum, the same thing.
         if (
             self._training_loops
             and isinstance(node.func, cst.Attribute)
-            and node.func.attr.value == "append"
-            and any(names_in(arg.value) & self.facts.loss_names for arg in node.args)
+            and node.func.attr.value in ("append", "update")
+            and any(names_in(arg.value) & self._losses for arg in node.args)
         ):
             self.report(node, RankLocalAverage.code, MESSAGE, False)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        if (
-            self._training_loops
-            and isinstance(node.operator, cst.AddAssign)
-            and names_in(node.value) & self.facts.loss_names
-        ):
+        if self._training_loops and isinstance(node.operator, cst.AddAssign) and names_in(node.value) & self._losses:
             self.report(node, RankLocalAverage.code, MESSAGE, False)

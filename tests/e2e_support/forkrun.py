@@ -47,10 +47,23 @@ def top_level_imports(script: str) -> set[str]:
     return names
 
 
+def is_local_module(name: str, scripts: list[str]) -> bool:
+    """Whether ``name`` is a module or package beside one of the scripts (``engine.py`` of a
+    project): each run must import its own copy (an original and a converted ``engine.py`` share
+    the name), so the parent never imports it."""
+    for script in scripts:
+        folder = os.path.dirname(os.path.abspath(script))
+        if os.path.exists(os.path.join(folder, name + ".py")) or os.path.isdir(os.path.join(folder, name)):
+            return True
+    return False
+
+
 def preload(scripts: list[str]) -> None:
     """Import in the parent what the scripts will import, so each child gets it for free."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(scripts[0])) if scripts else ".")
     for name in sorted({name for script in scripts for name in top_level_imports(script)}):
+        if is_local_module(name, scripts):
+            continue
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a module the child cannot import fails there, visibly

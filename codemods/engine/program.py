@@ -1,0 +1,423 @@
+"""Convert a program of several modules as one: the entry script and the local modules it imports.
+
+``train.py`` importing ``engine.py``/``data.py`` from its folder is one program: one accelerator,
+created once in the entry script and passed to what needs it. Converted file by file, each module
+would create its own accelerator (``engine.train_one_epoch`` one per call) and would not know that
+its ``data_loader`` parameter is a prepared loader whose evaluation must be gathered.
+
+This pass analyses every module, works out what crosses module boundaries (as names, see
+:mod:`codemods.engine.program_seeds`), then converts each module with those seeds, libraries
+first:
+
+* roles flow from call sites into the parameters of imported functions (``model``, ``optimizer``,
+  ``train_loader`` passed to ``engine.train_one_epoch(...)`` make its parameters a model, an
+  optimizer, a prepared loader there), and loaders returned by an imported factory
+  (``data.get_dataloaders(args)``) are loaders where they arrive (prepared there);
+* a library never creates an accelerator: the functions the accelerator reaches (called only from
+  code that holds it) get it as a parameter when a rewrite uses it, and the importing module passes
+  it at every call.
+
+The analysis runs a few rounds, because a fact learnt in one module feeds another (the entry knows
+``val_loader`` is a loader only once ``data.get_dataloaders`` is known to return loaders, and only
+then can ``engine.validate``'s parameter be one). Everything here is names: nodes of one round are
+never used in another.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field, replace
+
+import libcst as cst
+
+from codemods.engine.analysis import analyse
+from codemods.engine.facts import ScriptFacts
+from codemods.engine.model import ConversionOutcome, Options
+from codemods.engine.names import NameCollector
+from codemods.engine.positions import python_ast
+from codemods.engine.program_seeds import ROLES, ProgramSeeds, program_callee
+from codemods.engine.syntax import dotted
+from codemods.engine.torch_names import DATA_LOADERS
+
+#: Rounds of analysis at most: each round carries facts one module boundary further.
+MAX_ROUNDS = 6
+
+
+@dataclass
+class ProgramModule:
+    """One module of a program: its dotted name (``engine``, ``mylib.utils``; a package's
+    ``__init__.py`` is ``mylib``), its tree, and the text or bytes it was parsed from."""
+
+    name: str
+    module: cst.Module
+    source: str | bytes | None = None
+    is_package: bool = False
+    #: Filled by :func:`convert_program`.
+    calls: list[_CrossCall] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _CrossCall:
+    """A call from one module to a module-level function of another."""
+
+    caller_module: str
+    #: The calling module-level function ("<module>" outside any).
+    function: str
+    callee_module: str
+    callee: str
+    #: (parameter the argument fills, argument as written) for plain-name arguments.
+    arguments: tuple[tuple[str, str], ...]
+
+
+@dataclass
+class _ModuleShape:
+    """What one module looks like, read once (syntax only)."""
+
+    #: Module-level function → its parameter names, and which of them are positional.
+    params: dict[str, tuple[str, ...]]
+    positional: dict[str, tuple[str, ...]]
+    #: Module-level function → first and last line.
+    extents: dict[str, tuple[int, int]]
+    #: Module-level function → returned expressions' top-level elements (names or calls).
+    returns: dict[str, list[cst.BaseExpression]]
+    #: Binding → absolute qualified name, for relative imports (``from .utils import x``).
+    relative: dict[str, str]
+    #: Program modules this module imports.
+    imports: set[str]
+
+
+def local_imports(source: str | bytes, name: str, is_package: bool) -> set[str]:
+    """Absolute module names a module's imports could refer to (``engine``, ``mylib.utils``,
+    relative ones resolved against ``name``): the caller keeps those that are files of the program.
+    ``from pkg import x`` yields both ``pkg`` and ``pkg.x`` (``x`` may be a submodule)."""
+    tree = python_ast(source)
+    if tree is None:
+        return set()
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                found.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(node.module, node.level, name, is_package)
+            if base is None:
+                continue
+            if base:
+                parts = base.split(".")
+                found.update(".".join(parts[: i + 1]) for i in range(len(parts)))
+            found.update(f"{base}.{alias.name}" if base else alias.name for alias in node.names if alias.name != "*")
+    return found
+
+
+def _absolute(module: str | None, level: int, name: str, is_package: bool) -> str | None:
+    """The absolute module ``from <level dots><module> import`` names, inside module ``name``."""
+    if level == 0:
+        return module
+    package = name.split(".") if is_package else name.split(".")[:-1]
+    if level - 1 > len(package):
+        return None
+    base = package[: len(package) - (level - 1)]
+    return ".".join([*base, *([module] if module else [])])
+
+
+class _Shape(cst.CSTVisitor):
+    def __init__(self, name: str, is_package: bool, program: set[str]) -> None:
+        super().__init__()
+        self.name, self.is_package, self.program = name, is_package, program
+        self.depth = 0
+        self.current: str | None = None
+        self.shape = _ModuleShape({}, {}, {}, {}, {}, set())
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.depth += 1
+        if self.depth == 1:
+            params = node.params
+            self.current = node.name.value
+            every = [*params.posonly_params, *params.params, *params.kwonly_params]
+            self.shape.params[node.name.value] = tuple(p.name.value for p in every)
+            self.shape.positional[node.name.value] = tuple(
+                p.name.value for p in [*params.posonly_params, *params.params]
+            )
+            self.shape.returns.setdefault(node.name.value, [])
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.depth -= 1
+        if self.depth == 0:
+            self.current = None
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.depth += 1
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self.depth -= 1
+
+    def visit_Return(self, node: cst.Return) -> None:
+        if self.current is not None and self.depth == 1 and node.value is not None:
+            value = node.value
+            elements = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
+            self.shape.returns[self.current].extend(elements)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            full = dotted(alias.name) or ""
+            parts = full.split(".")
+            self.shape.imports.update(
+                p for p in (".".join(parts[: i + 1]) for i in range(len(parts))) if p in self.program
+            )
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        module = dotted(node.module) if node.module is not None else None
+        base = _absolute(module, len(node.relative), self.name, self.is_package)
+        if base is None:
+            return
+        if base in self.program:
+            self.shape.imports.add(base)
+        if isinstance(node.names, cst.ImportStar):
+            return
+        for alias in node.names:
+            imported = dotted(alias.name) or ""
+            full = f"{base}.{imported}" if base else imported
+            if full in self.program:
+                self.shape.imports.add(full)
+            if node.relative:
+                bound = alias.asname.name if alias.asname is not None else alias.name
+                if isinstance(bound, cst.Name):
+                    self.shape.relative[bound.value] = full
+
+
+def _extents(source: str | bytes | None, module: cst.Module) -> dict[str, tuple[int, int]]:
+    tree = python_ast(source if source is not None else module.code)
+    if tree is None:
+        return {}
+    return {
+        node.name: (min([node.lineno, *(d.lineno for d in node.decorator_list)]), node.end_lineno or node.lineno)
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+
+
+class _Calls(NameCollector):
+    """Calls of module-level functions of other program modules, with their arguments."""
+
+    def __init__(self, facts: ScriptFacts, name: str, functions: dict[str, dict[str, tuple[str, ...]]]) -> None:
+        super().__init__()
+        self.facts, self.name, self.functions = facts, name, functions
+        self.found: list[_CrossCall] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        callee = program_callee(self.facts, node.func, self.scope)
+        if callee is None:
+            return
+        module, _, function = callee.rpartition(".")
+        if module == self.name or function not in self.functions.get(module, {}):
+            return
+        params = self.functions[module][function]
+        arguments = []
+        for index, arg in enumerate(node.args):
+            value = dotted(arg.value)
+            if value is None or arg.star:
+                continue
+            param = arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
+            if param is not None:
+                arguments.append((param, value))
+        caller = self.scope[0] if self.scope else "<module>"
+        self.found.append(_CrossCall(self.name, caller, module, function, tuple(arguments)))
+
+
+def _within(extent: tuple[int, int] | None, line: int) -> bool:
+    return extent is not None and extent[0] <= line <= extent[1]
+
+
+def _function_at(shape: _ModuleShape, line: int) -> str:
+    return next((name for name, extent in shape.extents.items() if _within(extent, line)), "<module>")
+
+
+def _closure(functions: set[str], call_graph: dict[str, set[str]], known: AbstractSet[str]) -> set[str]:
+    """``functions`` and every function whose calls reach one of them or one of ``known``."""
+    found = set(functions)
+    changed = True
+    while changed:
+        changed = False
+        for caller, callees in call_graph.items():
+            if caller not in found and caller != "<module>" and callees & (found | known):
+                found.add(caller)
+                changed = True
+    return found
+
+
+def _prepared_by_entry(facts: ScriptFacts, shape: _ModuleShape) -> set[str]:
+    """Names the entry script's ``prepare`` will cover: the trained objects its home block binds
+    (a per-epoch scheduler is not prepared), and those it already prepares."""
+    wanted = facts.models | facts.optimizers | facts.loaders | (facts.schedulers - facts.per_epoch_schedulers)
+    home = facts.creating_function or facts.main_function if facts.home_kind == "function" else None
+    prepared = set(facts.prepared)
+    for name in wanted:
+        for site in facts.assign_sites.get(name, ()):
+            inside = _function_at(shape, site.line)
+            if (home is not None and inside in {home, facts.main_function}) or (home is None and inside == "<module>"):
+                prepared.add(name)
+    return prepared
+
+
+class Program:
+    """The modules of one program and the seeds each gets."""
+
+    def __init__(self, modules: Sequence[ProgramModule], entry: str) -> None:
+        self.modules = {module.name: module for module in modules}
+        self.entry = entry
+        names = set(self.modules)
+        self.shapes: dict[str, _ModuleShape] = {}
+        for module in modules:
+            visitor = _Shape(module.name, module.is_package, names)
+            module.module.visit(visitor)
+            visitor.shape.extents = _extents(module.source, module.module)
+            self.shapes[module.name] = visitor.shape
+
+    def order(self) -> list[str]:
+        """Modules in conversion order: every module after the modules it imports (the entry last)."""
+        ordered: list[str] = []
+        visiting: set[str] = set()
+
+        def visit(name: str) -> None:
+            if name in ordered or name in visiting:
+                return  # an import cycle: converted in the order met
+            visiting.add(name)
+            for imported in sorted(self.shapes[name].imports):
+                visit(imported)
+            visiting.discard(name)
+            ordered.append(name)
+
+        visit(self.entry)
+        for name in sorted(self.modules):
+            visit(name)
+        return ordered
+
+    def plan(self) -> dict[str, ProgramSeeds]:
+        """Seeds for every module, after the rounds of analysis that carry facts across."""
+        seeds = {
+            name: ProgramSeeds(library=name != self.entry, relative_imports=tuple(sorted(shape.relative.items())))
+            for name, shape in self.shapes.items()
+        }
+        for _ in range(MAX_ROUNDS):
+            facts = {name: analyse(m.module, m.source, seeds[name]) for name, m in self.modules.items()}
+            derived = self._derive(facts, seeds)
+            if derived == seeds:
+                break
+            seeds = derived
+        return seeds
+
+    def _derive(self, facts: dict[str, ScriptFacts], seeds: dict[str, ProgramSeeds]) -> dict[str, ProgramSeeds]:
+        functions = {name: shape.params for name, shape in self.shapes.items()}
+        calls: list[_CrossCall] = []
+        for name, module in self.modules.items():
+            finder = _Calls(facts[name], name, functions)
+            module.module.visit(finder)
+            calls.extend(finder.found)
+        roles: dict[str, dict[str, set[str]]] = {name: {} for name in self.modules}
+        prepared: dict[str, set[str]] = {name: set() for name in self.modules}
+        prepared_in = {
+            name: (
+                _prepared_by_entry(facts[name], self.shapes[name]) if name == self.entry else set(facts[name].prepared)
+            )
+            for name in self.modules
+        }
+        for call in calls:
+            caller = facts[call.caller_module]
+            for param, argument in call.arguments:
+                for role in (*ROLES, "eval_loaders"):
+                    held: set[str] = getattr(caller, role)
+                    target = "train_loaders" if role == "eval_loaders" else role
+                    for name in held:
+                        if name == argument:
+                            roles[call.callee_module].setdefault(target, set()).add(param)
+                        elif name.startswith(argument + "."):
+                            roles[call.callee_module].setdefault(target, set()).add(param + name[len(argument) :])
+                if argument in prepared_in[call.caller_module]:
+                    prepared[call.callee_module].add(param)
+        reaches = self._accelerator_reaches(calls, facts)
+        loader_factories, looping, backward = set(), set(), set()
+        for name, shape in self.shapes.items():
+            module_facts = facts[name]
+            for function, returned in shape.returns.items():
+                if any(self._returns_loader(module_facts, function, value) for value in returned):
+                    loader_factories.add(f"{name}.{function}")
+            loops = {loop.function for loop in [*module_facts.train_loops, *module_facts.eval_loops]}
+            for function in _closure(loops, module_facts.call_graph, seeds[name].looping_functions):
+                looping.add(f"{name}.{function}")
+            trains = {loop.function for loop in module_facts.train_loops}
+            trains |= {_function_at(shape, site.line) for site in module_facts.call_sites.get(".backward", ())}
+            for function in _closure(trains, module_facts.call_graph, seeds[name].backward_functions):
+                backward.add(f"{name}.{function}")
+        derived = {}
+        for name, old in seeds.items():
+            derived[name] = replace(
+                old,
+                parameter_roles=tuple(sorted((role, frozenset(names)) for role, names in roles[name].items())),
+                prepared=frozenset(prepared[name]),
+                accelerator_reaches=frozenset(reaches.get(name, set())),
+                loader_factories=frozenset(loader_factories),
+                looping_functions=frozenset(looping - {f"{name}.{f}" for f in self.shapes[name].params}),
+                backward_functions=frozenset(backward - {f"{name}.{f}" for f in self.shapes[name].params}),
+            )
+        return derived
+
+    def _returns_loader(self, facts: ScriptFacts, function: str, value: cst.BaseExpression) -> bool:
+        if isinstance(value, cst.Call):
+            return facts.qualified_name(value.func, (function,)) in DATA_LOADERS
+        return dotted(value) in facts.loaders
+
+    def _accelerator_reaches(self, calls: Iterable[_CrossCall], facts: dict[str, ScriptFacts]) -> dict[str, set[str]]:
+        """Library functions every one of whose callers in the program holds the accelerator (the
+        entry's functions it reaches, and library functions it reached in the previous round)."""
+        entry = facts[self.entry]
+        ok: dict[tuple[str, str], bool] = {}
+        for call in calls:
+            caller = facts[call.caller_module]
+            if call.caller_module == self.entry:
+                holds = entry.home_kind == "function" and call.function in entry.accessible_functions
+            else:
+                holds = call.function in caller.accessible_functions
+            key = (call.callee_module, call.callee)
+            ok[key] = ok.get(key, True) and holds
+        reaches: dict[str, set[str]] = {}
+        for (module, function), holds in ok.items():
+            if holds and module != self.entry:
+                reaches.setdefault(module, set()).add(function)
+        return reaches
+
+
+def accelerator_parameters(
+    name: str, before: _ModuleShape, after: cst.Module, accelerator: str = "accelerator"
+) -> dict[str, int | None]:
+    """Module-level functions that gained the accelerator parameter in the conversion →
+    its positional index (None: keyword-only), keyed by qualified name."""
+    visitor = _Shape(name, False, set())
+    after.visit(visitor)
+    found: dict[str, int | None] = {}
+    for function, params in visitor.shape.params.items():
+        if accelerator in params and accelerator not in before.params.get(function, ()):
+            positional = visitor.shape.positional[function]
+            found[f"{name}.{function}"] = positional.index(accelerator) if accelerator in positional else None
+    return found
+
+
+def convert_program(modules: Sequence[ProgramModule], entry: str, options: Options) -> dict[str, ConversionOutcome]:
+    """Convert every module of the program whose entry script is ``entry`` (a module name),
+    libraries first; the outcome of each, by module name."""
+    from codemods import convert_module
+
+    program = Program(modules, entry)
+    seeds = program.plan()
+    takes_accelerator: dict[str, int | None] = {}
+    outcomes: dict[str, ConversionOutcome] = {}
+    for name in program.order():
+        module = program.modules[name]
+        module_seeds = replace(seeds[name], accelerator_parameters=tuple(sorted(takes_accelerator.items())))
+        outcome = convert_module(module.module, options, module.source, module_seeds)
+        outcomes[name] = outcome
+        if outcome.module is not module.module:
+            takes_accelerator.update(accelerator_parameters(name, program.shapes[name], outcome.module))
+    return outcomes

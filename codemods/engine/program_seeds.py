@@ -1,0 +1,179 @@
+"""What the other modules of a program tell the analysis of one module (see
+:mod:`codemods.engine.program`).
+
+A script converted alone learns every role from its own code. A module of a program (the entry
+script, or ``engine.py`` that it imports) also gets *seeds*: facts about the names that cross
+module boundaries, carried as names like every other fact:
+
+* roles of parameters that callers in other modules fill (``model`` of
+  ``train_one_epoch(model, ...)`` is a model there, and arrives prepared);
+* imported functions, by absolute qualified name (``engine.train_one_epoch``), that return
+  loaders, loop over loaders, run a backward, or now take the accelerator as a parameter;
+* whether the module is a library: the entry script creates the one accelerator and passes it
+  down; a library never creates one.
+
+:func:`seed_imported_calls`, :func:`seed_loader_factories`, :func:`seed_parameter_roles` and
+:func:`library_home` are called by the analysis at the points where the seeds join its own
+observations. Without seeds (``None``) the analysis is the single-file one, unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from codemods.engine.syntax import dotted
+
+if TYPE_CHECKING:
+    from codemods.engine.analysis import _Conclusions
+    from codemods.engine.facts import ScriptFacts
+    from codemods.engine.names import ScopeKey
+
+#: The role sets a parameter can be seeded into: the ScriptFacts fields of the same name.
+ROLES = ("models", "optimizers", "train_loaders", "schedulers", "device_names", "cuda_flags")
+
+
+@dataclass(frozen=True)
+class ProgramSeeds:
+    """Names one module learns from the rest of its program (every field a plain name or a
+    qualified name, never a node)."""
+
+    #: The module is imported by the entry script: the accelerator comes in as a parameter.
+    library: bool = False
+    #: Role (a ScriptFacts field, see ROLES) → parameter names (file-wide, as facts are) that
+    #: callers in other modules fill with an object of that role.
+    parameter_roles: tuple[tuple[str, frozenset[str]], ...] = ()
+    #: Parameters that receive objects already passed through ``accelerator.prepare``.
+    prepared: frozenset[str] = frozenset()
+    #: Library only: its module-level functions called only from code that holds the accelerator.
+    accelerator_reaches: frozenset[str] = frozenset()
+    #: Imported functions (absolute qualified names) that return data loaders.
+    loader_factories: frozenset[str] = frozenset()
+    #: Imported functions that loop over a loader (directly or through their calls).
+    looping_functions: frozenset[str] = frozenset()
+    #: Imported functions that run a backward (directly or through their calls).
+    backward_functions: frozenset[str] = frozenset()
+    #: Imported functions that take the accelerator once converted → where the parameter sits
+    #: among the positional ones (None: keyword-only).
+    accelerator_parameters: tuple[tuple[str, int | None], ...] = ()
+    #: Names bound by relative imports (``from .utils import save``) → absolute qualified name.
+    relative_imports: tuple[tuple[str, str], ...] = ()
+
+    def roles(self) -> dict[str, frozenset[str]]:
+        return dict(self.parameter_roles)
+
+    def accelerator_parameter_index(self) -> dict[str, int | None]:
+        return dict(self.accelerator_parameters)
+
+    @property
+    def imported_functions(self) -> frozenset[str]:
+        """Every imported function the seeds say something about."""
+        return (
+            self.loader_factories
+            | self.looping_functions
+            | self.backward_functions
+            | {name for name, _ in self.accelerator_parameters}
+        )
+
+
+def program_callee(facts: ScriptFacts, func: cst.BaseExpression, scope: ScopeKey) -> str | None:
+    """The absolute qualified name of a call's function when it is imported (``engine.train``
+    for ``train`` after ``from engine import train``, or for ``engine.train`` after ``import
+    engine``; relative imports through the seeds); None otherwise."""
+    if facts.names is not None:
+        found = facts.names.qualified_name(func, scope, strict=True)
+        if found is not None:
+            return found
+    seeds = facts.program
+    if seeds is None or not seeds.relative_imports:
+        return None
+    head, _, rest = (dotted(func) or "").partition(".")
+    resolved = dict(seeds.relative_imports).get(head)
+    if resolved is None:
+        return None
+    return f"{resolved}.{rest}" if rest else resolved
+
+
+def _callee(conclusions: _Conclusions, func: cst.BaseExpression, scope: ScopeKey) -> str | None:
+    return program_callee(conclusions.facts, func, scope)
+
+
+def seed_imported_calls(conclusions: _Conclusions, seeds: ProgramSeeds) -> None:
+    """Calls of imported program functions join the call graph under their qualified name (so
+    a function calling ``engine.train`` loops over a loader, and its call starts the training);
+    a loop calling an imported function that runs a backward is a training loop."""
+    facts = conclusions.facts
+    known = seeds.imported_functions
+    if not known:
+        return
+    relative = dict(seeds.relative_imports)
+    for call in conclusions.r.calls:
+        callee = _callee(conclusions, call.node.func, call.scope)
+        if callee is None or callee not in known:
+            continue
+        facts.call_graph.setdefault(call.function, set()).add(callee)
+        head = (dotted(call.node.func) or "").partition(".")[0]
+        if head in relative:
+            # The analysis files calls under their qualified name only for absolute imports.
+            facts.call_sites.setdefault(callee, []).append(conclusions.site(call.node))
+        for loop in call.loops:
+            loop.calls.add(callee)
+            if callee in seeds.backward_functions:
+                loop.has_backward = True
+
+
+def seed_loader_factories(conclusions: _Conclusions, seeds: ProgramSeeds) -> None:
+    """``train_loader, val_loader = get_dataloaders(args)`` with ``get_dataloaders`` from another
+    module of the program returning loaders: both names are loaders, prepared where they arrive."""
+    if not seeds.loader_factories:
+        return
+    for assign in conclusions.r.assigns:
+        value = assign.value
+        if isinstance(value, cst.Call) and _callee(conclusions, value.func, assign.scope) in seeds.loader_factories:
+            conclusions.facts.train_loaders.update(assign.targets)
+
+
+def seed_parameter_roles(conclusions: _Conclusions, seeds: ProgramSeeds) -> None:
+    """Parameters filled by callers in other modules take the role of what they receive."""
+    facts = conclusions.facts
+    for role, names in seeds.parameter_roles:
+        getattr(facts, role).update(names)
+    facts.prepared.update(seeds.prepared)
+    facts.frozen_models -= facts.models
+
+
+def library_home(conclusions: _Conclusions, seeds: ProgramSeeds) -> None:
+    """A library builds nothing it trains and creates no accelerator: its functions that the
+    accelerator reaches (called only from code holding it) and what they call get it."""
+    facts = conclusions.facts
+    facts.home_kind = "library"
+    facts.main_function = None
+    facts.creating_function = None
+    facts.accessible_functions = conclusions._reachable(set(seeds.accelerator_reaches))
+
+
+def imported_accelerator_call(
+    facts: ScriptFacts, func: cst.BaseExpression, scope: ScopeKey
+) -> tuple[str, int | None] | None:
+    """For a call of an imported program function that takes the accelerator once converted:
+    its qualified name and where the accelerator goes (None: by keyword); else None."""
+    seeds = facts.program
+    if seeds is None or not seeds.accelerator_parameters:
+        return None
+    callee = program_callee(facts, func, scope)
+    if callee is None:
+        return None
+    index = seeds.accelerator_parameter_index()
+    return (callee, index[callee]) if callee in index else None
+
+
+def callers_of_imported_accelerator_users(facts: ScriptFacts) -> set[str]:
+    """Functions of this module that call an imported function which takes the accelerator:
+    they use it too (and need it passed in unless they create it)."""
+    seeds = facts.program
+    if seeds is None or not seeds.accelerator_parameters:
+        return set()
+    takers = set(seeds.accelerator_parameter_index())
+    return {caller for caller, callees in facts.call_graph.items() if callees & takers}

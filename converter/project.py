@@ -1,0 +1,231 @@
+"""Programs of several modules: find the local modules an entry script imports, and convert the
+set as one program (:mod:`codemods.engine.program`).
+
+An entry script's local modules are the ``.py`` files (and packages) of its own folder that it
+imports, transitively: ``python train.py`` puts that folder first on ``sys.path``, so ``import
+engine`` and ``from data import get_dataloaders`` load ``engine.py`` and ``data.py`` from there,
+and ``from mylib.utils import save`` loads ``mylib/utils.py`` (and ``mylib/__init__.py``).
+Relative imports inside a package resolve against the package.
+
+A folder holds programs too: its entry scripts are the files with an ``if __name__ ==
+"__main__":`` block or that no other file of the folder imports; the other files are their
+libraries. A library two entries import is converted once for each; when the two conversions
+differ, the library cannot serve both and the programs are reported, not guessed.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import libcst as cst
+
+from codemods import Options
+from codemods.engine.positions import python_ast
+from codemods.engine.program import ProgramModule, convert_program, local_imports
+from converter.pipeline import (
+    Codec,
+    Conversion,
+    ConversionError,
+    first_differing_line,
+    judge_with_cpython,
+    one_line,
+    parse,
+    quiet_compiler_warnings,
+)
+
+
+@dataclass(frozen=True)
+class ProgramFile:
+    """One file of a program: where it is, and the module name the entry script imports it by."""
+
+    path: Path
+    module: str
+    is_package: bool = False
+
+
+def module_name(path: Path, root: Path) -> tuple[str, bool]:
+    """``mylib/utils.py`` under ``root`` → (``mylib.utils``, False); ``mylib/__init__.py`` →
+    (``mylib``, True)."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        return ".".join(parts[:-1]), True
+    return ".".join(parts), False
+
+
+def module_file(name: str, root: Path) -> Path | None:
+    """The file ``import name`` loads from ``root`` (a module or a package), if there is one."""
+    base = root.joinpath(*name.split("."))
+    for candidate in (base.with_name(base.name + ".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@lru_cache(maxsize=256)
+def importable_names(root: Path) -> frozenset[bytes]:
+    """Names of the modules and packages directly in ``root`` (``engine``, ``mylib``)."""
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return frozenset()
+    names = set()
+    for entry in entries:
+        if entry.name.endswith(".py"):
+            names.add(entry.name[:-3].encode())
+        elif entry.is_dir() and not entry.name.startswith("."):
+            names.add(entry.name.encode())
+    return frozenset(names)
+
+
+def may_import_locally(source: bytes, root: Path) -> bool:
+    """A cheap test before parsing: the file mentions one of the entry folder's modules (or
+    imports relatively). Most files of a folder of independent scripts do not."""
+    return b"from ." in source or any(name in source for name in importable_names(root))
+
+
+def program_files(entry: Path) -> list[ProgramFile]:
+    """The entry script and every local module it imports, transitively (the entry first, the
+    rest sorted by path). Files that cannot be read are left to the conversion to report."""
+    root = entry.parent
+    entry_name = entry.stem
+    found: dict[Path, ProgramFile] = {entry.resolve(): ProgramFile(entry, entry_name)}
+    pending = [found[entry.resolve()]]
+    while pending:
+        current = pending.pop()
+        try:
+            source = current.path.read_bytes()
+        except OSError:
+            continue
+        if not may_import_locally(source, root):
+            continue
+        for name in sorted(local_imports(source, current.module, current.is_package)):
+            path = module_file(name, root)
+            if path is None or path.resolve() in found:
+                continue
+            module, is_package = module_name(path, root)
+            if module == entry_name:
+                continue
+            found[path.resolve()] = ProgramFile(path, module, is_package)
+            pending.append(found[path.resolve()])
+    entry_file = found.pop(entry.resolve())
+    return [entry_file, *sorted(found.values(), key=lambda file: str(file.path))]
+
+
+def has_main_block(source: bytes) -> bool:
+    """Whether a script has an ``if __name__ == "__main__":`` block at its top level."""
+    if b"__main__" not in source:
+        return False
+    tree = python_ast(source)
+    if tree is None:
+        return False
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare):
+            names = [node.test.left, *node.test.comparators]
+            if any(isinstance(n, ast.Name) and n.id == "__name__" for n in names) and any(
+                isinstance(n, ast.Constant) and n.value == "__main__" for n in names
+            ):
+                return True
+    return False
+
+
+def folder_entries(files: Sequence[Path]) -> dict[Path, list[ProgramFile]]:
+    """The entry scripts among a folder's files (those with a ``__main__`` block, or that no
+    other file of the set imports as a local module of its own folder), each with its program."""
+    programs = {file: program_files(file) for file in files}
+    imported = {other.path.resolve() for program in programs.values() for other in program[1:]}
+    entries = {}
+    for file in files:
+        if file.resolve() in imported:
+            try:
+                main_block = has_main_block(file.read_bytes())
+            except OSError:
+                main_block = False
+            if not main_block:
+                continue
+        entries[file] = programs[file]
+    return entries
+
+
+def convert_program_files(files: Sequence[ProgramFile], sources: Sequence[bytes], options: Options) -> list[Conversion]:
+    """Convert the files of one program (``files[0]`` is the entry) together; one Conversion per
+    file, in the same order. Raises ConversionError naming the file at fault (a syntax error),
+    or the entry script (an internal failure): then nothing of the program may be written."""
+    with quiet_compiler_warnings():
+        parsed: list[tuple[cst.Module, Codec]] = []
+        for file, source in zip(files, sources):
+            judge_with_cpython(source, str(file.path))
+            parsed.append(parse(source, str(file.path)))
+        outputs = _convert(files, [module for module, _ in parsed], sources, options)
+        printed = [codec.generate(outcome.module) for (_, codec), outcome in zip(parsed, outputs)]
+        _verify_stable(files, printed, sources, options)
+    return [
+        Conversion(
+            str(file.path),
+            source,
+            output,
+            tuple(change for change in outcome.changes if change.fixed or options.enabled(change.code)),
+            codec.encoding,
+        )
+        for file, source, output, outcome, (_, codec) in zip(files, sources, printed, outputs, parsed)
+    ]
+
+
+def _convert(files: Sequence[ProgramFile], modules: Sequence[cst.Module], sources: Sequence[bytes], options: Options):
+    program = [
+        ProgramModule(file.module, module, source, file.is_package)
+        for file, module, source in zip(files, modules, sources)
+    ]
+    try:
+        outcomes = convert_program(program, files[0].module, options)
+    except (RecursionError, MemoryError):
+        raise ConversionError(str(files[0].path), 1, 1, "internal error: the program is too deep to convert") from None
+    except Exception as error:  # noqa: BLE001 - any codemod crash becomes one error line, exit 123
+        raise ConversionError(
+            str(files[0].path),
+            1,
+            1,
+            f"internal error: conversion of the program failed ({type(error).__name__}: {one_line(str(error))})",
+        ) from error
+    return [outcomes[file.module] for file in files]
+
+
+def _verify_stable(
+    files: Sequence[ProgramFile], printed: Sequence[bytes], sources: Sequence[bytes], options: Options
+) -> None:
+    """Every output parses, and converting the converted program again changes nothing (the
+    program's own idempotence: a library alone would be converted differently)."""
+    modules = []
+    for file, output, source in zip(files, printed, sources):
+        if output == source:
+            modules.append(parse(output, str(file.path))[0])
+            continue
+        if python_ast(output) is None and python_ast(source) is not None:
+            raise ConversionError(
+                str(file.path), 1, 1, "internal error: the converted script does not parse; nothing written"
+            )
+        try:
+            modules.append(parse(output, str(file.path))[0])
+        except ConversionError as error:
+            raise ConversionError(
+                str(file.path),
+                1,
+                1,
+                f"internal error: the converted script does not parse ({error.message}); nothing written",
+            ) from None
+    again = _convert(files, modules, printed, options)
+    for file, module, outcome, output in zip(files, modules, again, printed):
+        if outcome.module is module:
+            continue
+        regenerated = outcome.module.bytes
+        if regenerated != output:
+            raise ConversionError(
+                str(file.path),
+                first_differing_line(output, regenerated),
+                1,
+                "internal error: converting the result again changes it (unstable rewrite); nothing written",
+            )

@@ -1,0 +1,178 @@
+"""The CLI on programs of several modules: an entry script and the local modules it imports are
+converted, checked, diffed and written as one set (no process is launched: in-process CLI runs)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from converter.cli import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from converter.cli import main as accel_convert
+
+ENGINE = """\
+import torch
+
+
+def train_epoch(model, loader, optimizer):
+    model.train()
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+    print("epoch done")
+"""
+
+MODEL = """\
+import torch.nn as nn
+
+
+def build():
+    return nn.Linear(4, 1)
+"""
+
+TRAIN = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import engine
+from model import build
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+    model = build()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        engine.train_epoch(model, loader, optimizer)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def make_project(folder: Path, **files: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    contents = {"train.py": TRAIN, "engine.py": ENGINE, "model.py": MODEL}
+    contents.update({f"{name}.py": text for name, text in files.items()})
+    for name, text in contents.items():
+        (folder / name).write_text(textwrap.dedent(text), encoding="utf-8")
+    return folder
+
+
+def run(*args: str):
+    return CliRunner().invoke(accel_convert, list(args))
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_script_with_local_modules_is_written_with_them_into_a_folder(tmp_path: Path):
+    project = make_project(tmp_path / "project")
+    out = tmp_path / "out"
+    result = run(str(project / "train.py"), "-o", f"{out}/")
+    assert result.exit_code == EXIT_OK, result.output
+    assert sorted(snapshot(out)) == ["engine.py", "model.py", "train.py"]
+    engine = (out / "engine.py").read_text()
+    train = (out / "train.py").read_text()
+    assert "def train_epoch(model, loader, optimizer, accelerator):" in engine
+    assert "accelerator.backward(loss)" in engine and "accelerator.print(" in engine
+    assert "Accelerator()" not in engine  # only the entry creates one
+    assert train.count("accelerator = Accelerator()") == 1
+    assert "engine.train_epoch(model, loader, optimizer, accelerator)" in train
+    assert (out / "model.py").read_bytes() == (project / "model.py").read_bytes()  # copied: out/ runs
+    assert "1 local module converted with its entry script" in result.output.splitlines()[-1]
+    # The set is stable: converting it again changes nothing.
+    again = run(str(out / "train.py"), "--check")
+    assert again.exit_code == EXIT_OK, again.output
+
+
+def test_a_project_folder_converts_its_entry_script_with_its_libraries(tmp_path: Path):
+    project = make_project(tmp_path / "project")
+    out = tmp_path / "out"
+    result = run(str(project), "-o", str(out))
+    assert result.exit_code == EXIT_OK, result.output
+    assert "Accelerator()" not in (out / "engine.py").read_text()
+    assert "accelerator.backward(loss)" in (out / "engine.py").read_text()
+    assert run(str(project), "--check", "-o", str(out)).exit_code == EXIT_OK
+    (out / "engine.py").write_text("stale\n")
+    stale = run(str(project), "--check", "-o", str(out))
+    assert stale.exit_code == EXIT_FINDINGS and "engine.py" in stale.output
+
+
+def test_in_place_converts_the_local_modules_too_and_says_so(tmp_path: Path):
+    project = make_project(tmp_path / "project")
+    model_before = (project / "model.py").read_bytes()
+    result = run("--in-place", str(project / "train.py"))
+    assert result.exit_code == EXIT_OK, result.output
+    assert "accelerator.backward(loss)" in (project / "engine.py").read_text()
+    assert (project / "model.py").read_bytes() == model_before
+    assert "2 converted" in result.output and "1 local module converted with its entry script" in result.output
+
+
+def test_check_and_diff_cover_every_file_of_the_set_and_write_nothing(tmp_path: Path):
+    project = make_project(tmp_path / "project")
+    before = snapshot(project)
+    check = run("--check", str(project / "train.py"))
+    assert check.exit_code == EXIT_FINDINGS
+    assert "engine.py" in check.output and "train.py" in check.output
+    diff = run("--diff", str(project / "train.py"))
+    assert diff.exit_code == EXIT_OK
+    headers = [line for line in diff.output.splitlines() if line.startswith("+++ ")]
+    assert [header.rsplit("/", 1)[-1] for header in headers] == ["train.py", "engine.py"]  # each file named
+    assert snapshot(project) == before
+
+
+def test_a_set_cannot_go_to_stdout_or_to_one_file(tmp_path: Path):
+    project = make_project(tmp_path / "project")
+    to_stdout = run(str(project / "train.py"))
+    assert to_stdout.exit_code == EXIT_USAGE
+    assert "engine.py" in to_stdout.output and "-o DIR/" in to_stdout.output
+    one_file = run(str(project / "train.py"), "-o", str(tmp_path / "converted.py"))
+    assert one_file.exit_code == EXIT_USAGE and "must be a folder" in one_file.output
+    assert not (tmp_path / "converted.py").exists()
+
+
+def test_a_script_whose_local_modules_do_not_use_torch_converts_alone(tmp_path: Path):
+    plain = "def train_epoch(*args):\n    return None\n\n\ndef build():\n    return None\n"
+    project = make_project(tmp_path / "project", engine=plain, model=plain)
+    result = run(str(project / "train.py"))
+    assert result.exit_code == EXIT_OK
+    assert "Accelerator()" in result.output  # the script itself, on stdout as before
+
+
+def test_a_broken_module_fails_the_set_and_writes_nothing(tmp_path: Path):
+    project = make_project(tmp_path / "project", engine=ENGINE + "def broken(:\n")
+    out = tmp_path / "out"
+    result = run(str(project / "train.py"), "-o", f"{out}/")
+    assert result.exit_code == EXIT_FAILED
+    assert "engine.py" in result.output and "syntax error" in result.output
+    assert not out.exists() or snapshot(out) == {}
+
+
+def test_a_library_two_entries_need_converted_differently_is_reported_not_guessed(tmp_path: Path):
+    project = make_project(
+        tmp_path / "project",
+        evaluate="""\
+        import torch
+
+        import engine
+
+
+        def main():
+            engine.train_epoch(torch.nn.Linear(4, 1), [], None)
+
+
+        if __name__ == "__main__":
+            main()
+        """,
+    )
+    out = tmp_path / "out"
+    result = run(str(project), "-o", str(out))
+    assert result.exit_code == EXIT_FAILED
+    assert "engine.py" in result.output and "need different conversions" in result.output
+    assert not (out / "engine.py").exists() and not (out / "train.py").exists()

@@ -1,0 +1,271 @@
+"""End to end on programs of several modules: ``fixtures/projects/<name>/`` with a ``project.json``.
+
+Each project is converted as a folder with the CLI (``accel-convert PROJECT/ -o OUT/``), which
+finds the entry script and converts it with the local modules it imports as one program. Then,
+as for the sidecar cases of ``tests/test_end_to_end.py`` (fields in ``fixtures/README.md``, plus
+``entry``, the script to run):
+
+* the converted set equals the reviewed golden set ``fixtures/expected_projects/<name>/``, file
+  for file (unchanged modules are copied, so the output folder runs);
+* on one process the converted entry prints exactly what the original prints and writes the same
+  ``compare_files``;
+* on two processes (``torchrun``, Gloo on CPU, ``run_2proc`` arguments) it exits 0 within its
+  time, prints every line once, counts each evaluation sample once (``dataset_size``) and gives
+  the original's one-process metrics; a hang fails with every rank's stack.
+
+Cost: every one-process run shares one ``forkrun`` launch; the two-process runs are one
+``torchrun`` launch per project, two at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from codemods.engine.model import Options
+from converter.cli import main as accel_convert
+from tests.e2e_support.stacks import torchrun_with_stacks
+from tests.launching import REPO_ROOT, Run, python
+from tests.test_end_to_end import (
+    SIDE_CAR_FIELDS,
+    Case,
+    compare_files,
+    compare_metrics,
+    describe,
+    line_shapes,
+    metric_rows,
+    run_env,
+    wrong_totals,
+)
+
+PROJECTS_DIR = REPO_ROOT / "fixtures" / "projects"
+EXPECTED_DIR = REPO_ROOT / "fixtures" / "expected_projects"
+FORKRUN = REPO_ROOT / "tests" / "e2e_support" / "forkrun.py"
+#: Seconds a two-process run may take before it counts as hung (a run takes 5-10 s here).
+TWO_PROCESS_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class Project:
+    folder: Path
+    entry: str
+    case: Case
+
+    @property
+    def name(self) -> str:
+        return self.folder.name
+
+
+def load_project(folder: Path) -> Project:
+    spec = json.loads((folder / "project.json").read_text(encoding="utf-8"))
+    unknown = set(spec) - SIDE_CAR_FIELDS - {"entry"}
+    if unknown:
+        raise ValueError(f"{folder}/project.json: unknown fields {sorted(unknown)}")
+    two = spec.get("run_2proc")
+    case = Case(
+        name=folder.name,
+        script=folder / spec["entry"],
+        run=tuple(spec.get("run", [])),
+        run_2proc=tuple(two) if two is not None else None,
+        metrics=tuple(spec.get("metrics", [])),
+        dataset_size=spec.get("dataset_size"),
+        compare_2proc=tuple(spec["compare_2proc"]) if "compare_2proc" in spec else None,
+        compare_files=tuple(spec.get("compare_files", [])),
+        options=Options(target=spec.get("target", "runtime")),
+        reported=tuple(spec.get("reported", [])),
+    )
+    return Project(folder, spec["entry"], case)
+
+
+PROJECTS = [load_project(path.parent) for path in sorted(PROJECTS_DIR.glob("*/project.json"))]
+
+
+def python_files(folder: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(folder)): path.read_bytes()
+        for path in sorted(folder.rglob("*.py"))
+        if "__pycache__" not in path.parts
+    }
+
+
+@dataclass(frozen=True)
+class Converted:
+    folder: Path
+    exit_code: int
+    messages: str
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Converted]:
+    """Each project folder converted by the CLI into a folder of its own."""
+    root = tmp_path_factory.mktemp("converted-projects")
+    results = {}
+    for project in PROJECTS:
+        out = root / project.name
+        result = CliRunner().invoke(accel_convert, [str(project.folder), "-o", f"{out}/", "--target", "runtime"])
+        results[project.name] = Converted(out, result.exit_code, result.output)
+    return results
+
+
+@dataclass
+class OneProcessRuns:
+    runs: dict[tuple[str, str], Run]
+    folders: dict[tuple[str, str], Path]
+
+
+@pytest.fixture(scope="module")
+def one_process(converted, tmp_path_factory: pytest.TempPathFactory) -> OneProcessRuns:
+    """original(run), converted(run) and the two-process reference original(run_2proc), in one
+    forkrun launch (local modules are never preloaded: each run imports its own copies)."""
+    root = tmp_path_factory.mktemp("projects-one-process")
+    jobs, keys, folders = [], [], {}
+    for project in PROJECTS:
+        variants = [
+            ("original", project.folder, project.case.run),
+            ("converted", converted[project.name].folder, project.case.run),
+        ]
+        if project.case.run_2proc is not None:
+            variants.append(("reference_2proc", project.folder, project.case.run_2proc))
+        for variant, folder, args in variants:
+            cwd = root / f"{project.name}-{variant}"
+            cwd.mkdir()
+            folders[(project.name, variant)] = cwd
+            keys.append((project.name, variant))
+            jobs.append({"script": str(folder / project.entry), "args": list(args), "cwd": str(cwd), "timeout": 90})
+    jobs_file = root / "jobs.json"
+    jobs_file.write_text(json.dumps(jobs), encoding="utf-8")
+    launch = python(FORKRUN, str(jobs_file), env=run_env(), timeout=400).check()
+    runs = {key: Run(r["returncode"], r["stdout"], r["stderr"]) for key, r in zip(keys, json.loads(launch.stdout))}
+    return OneProcessRuns(runs, folders)
+
+
+@pytest.fixture(scope="module")
+def two_processes(converted, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Run, bool, Path]]:
+    """Each project's converted entry under ``torchrun --nproc_per_node 2``: (run, hung, folder)."""
+    root = tmp_path_factory.mktemp("projects-two-processes")
+
+    def launch(project: Project) -> tuple[Run, bool, Path]:
+        cwd = root / project.name
+        cwd.mkdir()
+        script = converted[project.name].folder / project.entry
+        run, hung = torchrun_with_stacks(
+            script, *project.case.run_2proc, env=run_env(), cwd=cwd, timeout=TWO_PROCESS_TIMEOUT_S
+        )
+        return run, hung, cwd
+
+    runnable = [project for project in PROJECTS if project.case.run_2proc is not None]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(launch, runnable))
+    return {project.name: result for project, result in zip(runnable, results)}
+
+
+def test_every_project_has_a_golden_set_and_runs_on_two_processes():
+    assert {project.name for project in PROJECTS} >= {"two_module", "three_module", "package_layout"}
+    for project in PROJECTS:
+        assert project.case.metrics and project.case.run_2proc is not None and project.case.dataset_size
+        assert (EXPECTED_DIR / project.name).is_dir(), f"no golden set for {project.name}"
+
+
+@pytest.mark.parametrize("project", PROJECTS, ids=lambda project: project.name)
+def test_converted_set_is_the_reviewed_golden_set(project: Project, converted):
+    result = converted[project.name]
+    assert result.exit_code == 0, result.messages
+    assert "local module" in result.messages.splitlines()[-1], "the summary names the converted local modules"
+    got = python_files(result.folder)
+    want = python_files(EXPECTED_DIR / project.name)
+    # Every file of the project is in the set (unchanged modules copied, so the folder runs).
+    assert sorted(got) == sorted(python_files(project.folder)) == sorted(want)
+    different = [name for name in want if got[name] != want[name]]
+    assert different == [], f"converted files differ from fixtures/expected_projects/{project.name}/: {different}"
+    # What is left to a person is reported (``reported`` in project.json).
+    missing = [
+        codes for codes in project.case.reported if not any(code in result.messages for code in codes.split("|"))
+    ]
+    assert missing == [], result.messages
+    # The golden set is stable: converting it again as a program changes nothing.
+    again = CliRunner().invoke(accel_convert, [str(EXPECTED_DIR / project.name), "--check"])
+    assert again.exit_code == 0, again.output
+    # One accelerator, created in the entry script only.
+    creations = {name: text.count(b"Accelerator()") for name, text in got.items()}
+    assert creations == {name: int(name == project.entry) for name in got}
+
+
+@pytest.mark.parametrize("project", PROJECTS, ids=lambda project: project.name)
+def test_converted_project_prints_what_the_original_prints_on_one_process(project: Project, converted, one_process):
+    case = project.case
+    original = one_process.runs[(project.name, "original")]
+    assert original.returncode == 0, f"the ORIGINAL project failed; fix the fixture:\n{describe(original)}"
+    assert metric_rows(case, original.stdout), f"no metrics pattern matched the original's output:\n{original.stdout}"
+    assert not wrong_totals(case, original.stdout), "the project's dataset_size is wrong"
+    result = one_process.runs[(project.name, "converted")]
+    assert result.returncode == 0, describe(result)
+    assert result.stdout == original.stdout
+    assert not compare_files(
+        case, one_process.folders[(project.name, "original")], one_process.folders[(project.name, "converted")]
+    )
+
+
+@pytest.mark.parametrize("project", PROJECTS, ids=lambda project: project.name)
+def test_converted_project_on_two_processes_prints_once_and_evaluates_every_sample(
+    project: Project, converted, one_process, two_processes
+):
+    case = project.case
+    reference = one_process.runs[(project.name, "reference_2proc")]
+    assert reference.returncode == 0, f"the ORIGINAL project failed; fix the fixture:\n{describe(reference)}"
+    result, hung, folder = two_processes[project.name]
+    assert not hung, f"two-process run hung:\n{describe(result)}"
+    assert result.returncode == 0, describe(result)
+    assert line_shapes(result.stdout) == line_shapes(reference.stdout), (
+        f"two-process output is not the one-process output printed once\n--- one process ---\n"
+        f"{reference.stdout}\n--- two processes ---\n{result.stdout}"
+    )
+    assert metric_rows(case, result.stdout), "no metrics found in the two-process output"
+    assert wrong_totals(case, result.stdout) == []
+    assert compare_metrics(case, reference.stdout, result.stdout, case.compare_2proc) == []
+    assert compare_files(case, one_process.folders[(project.name, "reference_2proc")], folder) == []
+
+
+def test_local_modules_are_never_preloaded_by_forkrun(tmp_path: Path):
+    """Two projects with an ``engine.py`` each: every run must import its own (else a converted
+    entry would run the original engine, or the other way round)."""
+    jobs = []
+    for tag in ("first", "second"):
+        folder = tmp_path / tag
+        folder.mkdir()
+        (folder / "engine.py").write_text(f"NAME = {tag!r}\n", encoding="utf-8")
+        (folder / "main.py").write_text("import engine\nprint(engine.NAME)\n", encoding="utf-8")
+        jobs.append({"script": str(folder / "main.py"), "args": [], "cwd": str(folder), "timeout": 30})
+    jobs_file = tmp_path / "jobs.json"
+    jobs_file.write_text(json.dumps(jobs), encoding="utf-8")
+    results = json.loads(python(FORKRUN, str(jobs_file), timeout=60).check().stdout)
+    assert [r["stdout"] for r in results] == ["first\n", "second\n"]
+
+
+def test_a_hung_launch_fails_with_every_ranks_stack(tmp_path: Path):
+    """The hang detector itself: rank 0 waits in a barrier rank 1 never reaches."""
+    script = tmp_path / "hang.py"
+    script.write_text(
+        "import time\nimport torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "if dist.get_rank() == 0:\n    dist.barrier()\nelse:\n    time.sleep(600)\n",
+        encoding="utf-8",
+    )
+    run, hung = torchrun_with_stacks(script, cwd=tmp_path, timeout=12)
+    assert hung and run.returncode != 0
+    assert f'File "{script}", line 5' in run.stderr  # rank 0, in the barrier
+    assert f'File "{script}", line 7' in run.stderr  # rank 1, asleep
+    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and _runs(pid, str(script))]
+
+
+def _runs(pid: str, script: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return script.encode() in handle.read()
+    except OSError:
+        return False
