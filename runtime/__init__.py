@@ -44,6 +44,7 @@ __all__ = [
     "ProjectConfiguration",
     "find_executable_batch_size",
     "get_logger",
+    "notebook_launcher",
     "prepare_data_loader",
     "release_memory",
     "set_seed",
@@ -59,6 +60,10 @@ _FROM_UTILS = frozenset(
 
 
 def __getattr__(name: str) -> Any:
+    if name == "notebook_launcher":  # only notebooks need it: torch.multiprocessing stays unloaded
+        from runtime.notebook import notebook_launcher
+
+        return notebook_launcher
     if name in _FROM_UTILS:
         from runtime import utils
 
