@@ -347,7 +347,16 @@ def convert_notebook(source: bytes, options: Options, *, path: str) -> Conversio
 def split_converted(module: str, marker: str, pieces: list[Piece], path: str) -> list[str]:
     """The converted module cut back into cells, refusing a cut that is not exact."""
     if marker_cells(module, marker) != [piece.cell for piece in pieces[1:]]:
-        raise _moved(path, "code moved across the notebook's cells")
+        # Only a rewrite that wraps statements into a new function does this: --oom-retry on
+        # training written at the top level of several cells. A notebook keeps its cells.
+        raise ConversionError(
+            path,
+            1,
+            1,
+            "cannot convert: the conversion would move code across cells (--oom-retry wraps training "
+            "written at the top level of several cells into one function); put the training in a function "
+            "in one cell, or convert without --oom-retry; nothing written",
+        )
     codes = split_module(module, marker)
     if join_pieces([replace(piece, code=code) for piece, code in zip(pieces, codes)], marker) != module:
         raise _moved(path, "the converted cells do not join back into the converted program")

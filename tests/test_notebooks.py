@@ -148,6 +148,17 @@ def test_syntax_error_names_the_cell() -> None:
     assert "syntax error" in error.value.message
 
 
+def test_a_rewrite_that_would_move_code_across_cells_is_refused() -> None:
+    source = notebook_bytes(
+        "import torch\nmodel = torch.nn.Linear(2, 1).cuda()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)",
+        "loader = torch.utils.data.DataLoader(torch.randn(8, 2), batch_size=2)",
+        "for x in loader:\n    loss = model(x.cuda()).sum()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()",
+    )
+    assert convert_notebook(source, Options(), path="nb.ipynb").changed  # across cells: prepare in cell 2
+    with pytest.raises(ConversionError, match="move code across cells"):
+        convert_notebook(source, Options(oom_retry=True), path="nb.ipynb")
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
