@@ -493,14 +493,13 @@ def apply_settings(line: CommandLine, settings: Mapping[str, Any], environ: Muta
 
 def launch(line: CommandLine) -> None:
     """Read the saved settings, fill in the process count, hand everything to torchrun."""
-    problem = torch_importable()
-    if problem is not None:
+    path, settings = saved_settings(line)  # a wrong file is reported before torch loads
+    if torch_importable() is not None:
         fail(NO_TORCH, EXIT_NO_TORCH)
     # With torch at hand, its own parser says which options take no value.
     switches = torchrun_switches()
     if switches != TORCHRUN_SWITCHES:
         line = _resplit(line, switches)
-    path, settings = saved_settings(line)
     added = apply_settings(line, settings, os.environ)
     if added:
         print(f"accel-launch: from {path}: {' '.join(added)}", file=sys.stderr)
