@@ -258,6 +258,9 @@ def read_notebook(source: bytes, path: str) -> Any:
         raise ConversionError(path, error.lineno, error.colno, f"not a notebook: invalid JSON ({error.msg})") from None
     if not isinstance(data, dict) or not isinstance(data.get("cells", data.get("worksheets")), list):
         raise ConversionError(path, 1, 1, "not a notebook: no list of cells")
+    for number, cell in enumerate(data.get("cells", []), start=1):
+        if not isinstance(cell, dict):
+            raise ConversionError(path, 1, 1, f"not a notebook: cell {number} is not a JSON object")
     if data.get("nbformat") != 4:
         raise ConversionError(
             path,

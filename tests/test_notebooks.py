@@ -140,6 +140,17 @@ def test_cells_are_one_program_and_everything_else_is_kept() -> None:
     assert again.output == conversion.output
 
 
+def test_an_older_notebook_without_cell_ids_gets_none_added() -> None:
+    data = json.loads(notebook_bytes(*TRAINING_CELLS))
+    data["nbformat_minor"] = 4
+    for cell in data["cells"]:
+        del cell["id"]
+    source = json.dumps(data, indent=1).encode()
+    converted = json.loads(convert_notebook(source, Options(), path="nb.ipynb").output)
+    assert "accelerator.backward(loss)" in "".join(converted["cells"][2]["source"])
+    assert "id" not in converted["cells"][0] and converted["nbformat_minor"] == 4
+
+
 def test_syntax_error_names_the_cell() -> None:
     source = notebook_bytes("import torch", "x = (1,\n  2", "y = 3")
     with pytest.raises(ConversionError) as error:
@@ -148,13 +159,20 @@ def test_syntax_error_names_the_cell() -> None:
     assert "syntax error" in error.value.message
 
 
+#: Training written at the top level of three cells.
+TRAINING_CELLS = (
+    "import torch\nmodel = torch.nn.Linear(2, 1).cuda()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)",
+    "loader = torch.utils.data.DataLoader(torch.randn(8, 2), batch_size=2)",
+    "for x in loader:\n    loss = model(x.cuda()).sum()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()",
+)
+
+
 def test_a_rewrite_that_would_move_code_across_cells_is_refused() -> None:
-    source = notebook_bytes(
-        "import torch\nmodel = torch.nn.Linear(2, 1).cuda()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)",
-        "loader = torch.utils.data.DataLoader(torch.randn(8, 2), batch_size=2)",
-        "for x in loader:\n    loss = model(x.cuda()).sum()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()",
-    )
-    assert convert_notebook(source, Options(), path="nb.ipynb").changed  # across cells: prepare in cell 2
+    source = notebook_bytes(*TRAINING_CELLS)
+    cells = code_sources(convert_notebook(source, Options(), path="nb.ipynb").output)
+    # One program across cells: prepared after the loader (cell 2), before the loop (cell 3).
+    assert "model, opt, loader = accelerator.prepare(model, opt, loader)" in cells[1]
+    assert "accelerator = Accelerator()" in cells[0] and "accelerator.backward(loss)" in cells[2]
     with pytest.raises(ConversionError, match="move code across cells"):
         convert_notebook(source, Options(oom_retry=True), path="nb.ipynb")
 
@@ -165,6 +183,7 @@ def test_a_rewrite_that_would_move_code_across_cells_is_refused() -> None:
         (b"{not json", "not a notebook: invalid JSON"),
         (b'{"cells": [], "nbformat": 3}', "notebook format 3"),
         (b"[1, 2]", "not a notebook"),
+        (b'{"cells": ["x = 1"], "nbformat": 4}', "not a notebook: cell 1 is not a JSON object"),
     ],
 )
 def test_what_is_not_a_notebook_is_one_error_line(data: bytes, message: str) -> None:
@@ -197,6 +216,15 @@ def test_cli_diff_check_and_output(tmp_path: Path) -> None:
     assert notebook.read_bytes() == FIXTURE.read_bytes()  # the input is untouched
     assert cli("--check", "train.ipynb", "-o", "train_ddp.ipynb", cwd=tmp_path).returncode == 0
     assert cli("--check", "train_ddp.ipynb", cwd=tmp_path).returncode == 0  # converted: nothing left
+
+    piped = subprocess.run(
+        [sys.executable, "-m", "converter", "-", "--stdin-filename", "train.ipynb"],
+        input=FIXTURE.read_bytes(),
+        capture_output=True,
+        env=base_env(),
+        timeout=120,
+    )
+    assert piped.returncode == 0 and piped.stdout == output  # stdin to stdout, by the name given
 
 
 # -- notebook_launcher (in this process: the refusals happen before anything starts) -------------
