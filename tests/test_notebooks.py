@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import nbformat
 import pytest
 
 from codemods import Options
@@ -22,8 +23,6 @@ from converter.notebooks import (
 )
 from converter.pipeline import ConversionError
 from tests.launching import REPO_ROOT, base_env, free_port
-
-nbformat = pytest.importorskip("nbformat")
 
 FIXTURE = REPO_ROOT / "fixtures" / "notebooks" / "train_regression.ipynb"
 KERNEL_TIMEOUT_S = 240
@@ -267,7 +266,8 @@ def test_launcher_checks_its_arguments() -> None:
 
 def run_in_kernel(notebook: Any, cwd: Path, env: dict[str, str] | None = None) -> Any:
     """Execute every cell in a fresh Python kernel that imports this checkout."""
-    nbclient = pytest.importorskip("nbclient")
+    import nbclient  # the test extra installs it, with ipykernel for the kernel
+
     client = nbclient.NotebookClient(
         notebook, timeout=KERNEL_TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}
     )
@@ -279,7 +279,6 @@ def launched_in_kernel(
 ) -> tuple[dict[str, Any], str]:
     """Convert the fixture through the CLI for ``target``, add a cell launching ``train`` on 2
     CPU processes, run the notebook in a kernel; rank 0's report and the launch cell's output."""
-    pytest.importorskip("ipykernel")
     converted = tmp_path / "converted.ipynb"
     result = cli(str(FIXTURE), "--target", target, "-o", str(converted))
     assert result.returncode == 0, result.stderr
@@ -330,7 +329,6 @@ def single_process_weights(batch_size: int) -> list[float]:
 
 
 def test_converted_for_accelerate_trains_on_two_processes_from_a_kernel(tmp_path: Path) -> None:
-    pytest.importorskip("accelerate")  # the test extra installs it
     report, output = launched_in_kernel(
         tmp_path,
         "accelerate",
