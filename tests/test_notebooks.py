@@ -284,7 +284,8 @@ def launched_in_kernel(
     assert result.returncode == 0, result.stderr
     notebook = nbformat.reads(converted.read_text(encoding="utf-8"), as_version=4)
     notebook.cells = [cell for cell in notebook.cells if cell.source != "train?"]  # a pager, not output
-    notebook.cells.append(nbformat.v4.new_code_cell(launch_cell.format(out=str(tmp_path), port=free_port())))
+    launch_code = launch_cell.format(out=str(tmp_path), port=free_port(), other_port=free_port())
+    notebook.cells.append(nbformat.v4.new_code_cell(launch_code))
     executed = run_in_kernel(notebook, tmp_path, env)
     launch_output = "".join(output.get("text", "") for output in executed.cells[-1].outputs)
     report = json.loads((tmp_path / "rank0.json").read_text())
@@ -292,13 +293,32 @@ def launched_in_kernel(
     return report, launch_output
 
 
+#: Launches a function whose rank 1 raises while rank 0 waits for it (in the same kernel run).
+FAILING_LAUNCH = """
+
+def failing():
+    accelerator = Accelerator()
+    if accelerator.process_index == 1:
+        raise ValueError("rank 1 fails on purpose")
+    accelerator.wait_for_everyone()
+
+try:
+    notebook_launcher(failing, num_processes=2, use_port={other_port})
+except RuntimeError as error:
+    print("failed launch raised with the worker's error:", "ValueError: rank 1 fails on purpose" in str(error))
+"""
+
+
 def test_converted_notebook_trains_on_two_processes_from_a_kernel(tmp_path: Path) -> None:
     report, output = launched_in_kernel(
         tmp_path,
         "runtime",
-        "from runtime import notebook_launcher\nnotebook_launcher(train, args=({out!r},), num_processes=2, use_port={port})",
+        "from runtime import notebook_launcher\nnotebook_launcher(train, args=({out!r},), num_processes=2, use_port={port})"
+        + FAILING_LAUNCH,
     )
     assert "Launching training on 2 CPUs." in output
+    # A worker that raises: the other is stopped, the cell gets its traceback.
+    assert "failed launch raised with the worker's error: True" in output
     assert "rank 0: seen 96 samples" in output  # 64 samples x 3 epochs, half on each of 2 ranks
     assert report["world"] == 2 and report["seen"] == 96
     # The same training in this process, on one process with the whole data set and twice the
