@@ -33,14 +33,18 @@ def is_skipped_dir(folder: Path) -> bool:
     return folder.name.startswith(".") or folder.name in SKIPPED_DIR_NAMES or is_virtual_env(folder)
 
 
+#: What folder discovery converts: scripts and Jupyter notebooks.
+CONVERTED_SUFFIXES = (".py", ".ipynb")
+
+
 def python_files_under(root: Path) -> Iterator[Path]:
-    """Every ``*.py`` file below ``root``, in a stable (sorted) order."""
+    """Every ``*.py`` script and ``*.ipynb`` notebook below ``root``, in a stable (sorted) order."""
     for current, dirnames, filenames in os.walk(root):
         here = Path(current)
         # Pruning ``dirnames`` in place is how os.walk is told not to descend.
         dirnames[:] = sorted(name for name in dirnames if not is_skipped_dir(here / name))
         for name in sorted(filenames):
-            if name.endswith(".py") and not name.startswith("."):
+            if name.endswith(CONVERTED_SUFFIXES) and not name.startswith("."):
                 yield here / name
 
 

@@ -78,6 +78,16 @@ def mentions_torch(source: bytes) -> bool:
 
 
 def convert_source(source: bytes, options: Options, *, path: str) -> Conversion:
+    """Convert one file's bytes: a Jupyter notebook (``.ipynb``, see converter.notebooks) or a
+    script (:func:`convert_script`)."""
+    if path.lower().endswith(".ipynb"):
+        from converter.notebooks import convert_notebook  # nbformat is loaded for notebooks only
+
+        return convert_notebook(source, options, path=path)
+    return convert_script(source, options, path=path)
+
+
+def convert_script(source: bytes, options: Options, *, path: str) -> Conversion:
     """Convert one script's bytes; ``path`` is only used in messages.
 
     Raises :class:`ConversionError` for a syntax error, undecodable bytes, nesting deeper than

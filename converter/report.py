@@ -53,6 +53,9 @@ class Finding:
 
     @classmethod
     def from_change(cls, filename: str, change: Change) -> Finding:
+        cell = getattr(change, "cell", None)  # a notebook's: ``path:cell N:line:col``, as ruff shows them
+        if cell:
+            filename = f"{filename}:cell {cell}"
         return cls(
             change.code,
             change.message,
@@ -322,6 +325,9 @@ def unified_diff(conversion: Conversion, new_name: str | None = None) -> list[st
     line with its own ending (CRLF stays CRLF), and git's marker after a last line without one."""
     import difflib  # only --diff needs it
 
+    cell_diffs = getattr(conversion, "cell_diffs", None)
+    if cell_diffs is not None:  # a notebook: one diff per changed code cell (converter.notebooks)
+        return cell_diffs(new_name)
     old = source_lines(conversion.source.decode(conversion.encoding, errors="replace"))
     new = source_lines(conversion.output.decode(conversion.encoding, errors="replace"))
     lines: list[str] = []

@@ -8,24 +8,64 @@ original script).
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from runtime.accelerator import Accelerator
-from runtime.comm_hooks import DDPCommunicationHookType
-from runtime.gradient_state import GradientState
-from runtime.handlers import (
-    AutocastKwargs,
-    DataLoaderConfiguration,
-    DistributedDataParallelKwargs,
-    GradientAccumulationPlugin,
-    GradScalerKwargs,
-    InitProcessGroupKwargs,
-    ProjectConfiguration,
-)
-from runtime.profiling import ProfileKwargs
-from runtime.state import DistributedType
-from runtime.state_objects import AcceleratorState, PartialState
-from runtime.utils import set_seed, synchronize_rng_states
+if TYPE_CHECKING:  # what type checkers and editors see; at run time each name loads on first use
+    from runtime.accelerator import Accelerator
+    from runtime.comm_hooks import DDPCommunicationHookType
+    from runtime.gradient_state import GradientState
+    from runtime.handlers import (
+        AutocastKwargs,
+        DataLoaderConfiguration,
+        DistributedDataParallelKwargs,
+        GradientAccumulationPlugin,
+        GradScalerKwargs,
+        InitProcessGroupKwargs,
+        ProjectConfiguration,
+    )
+    from runtime.notebook import notebook_launcher
+    from runtime.profiling import ProfileKwargs
+    from runtime.state import DistributedType
+    from runtime.state_objects import AcceleratorState, PartialState
+    from runtime.utils import (
+        find_executable_batch_size,
+        get_logger,
+        prepare_data_loader,
+        release_memory,
+        set_seed,
+        skip_first_batches,
+        synchronize_rng_states,
+    )
+
+#: Where each exported name lives. Nothing is imported by ``import runtime`` itself: torch is
+#: loaded by the first name a script takes, so ``accel-launch`` (in this package) starts without
+#: it (``--version``, ``--help``, ``config``, and a one-line answer where torch is missing), and
+#: ``runtime.utils`` knows where its lazily loaded helpers live.
+_EXPORTS = {
+    "Accelerator": "runtime.accelerator",
+    "DDPCommunicationHookType": "runtime.comm_hooks",
+    "GradientState": "runtime.gradient_state",
+    "AutocastKwargs": "runtime.handlers",
+    "DataLoaderConfiguration": "runtime.handlers",
+    "DistributedDataParallelKwargs": "runtime.handlers",
+    "GradientAccumulationPlugin": "runtime.handlers",
+    "GradScalerKwargs": "runtime.handlers",
+    "InitProcessGroupKwargs": "runtime.handlers",
+    "ProjectConfiguration": "runtime.handlers",
+    "notebook_launcher": "runtime.notebook",
+    "ProfileKwargs": "runtime.profiling",
+    "DistributedType": "runtime.state",
+    "AcceleratorState": "runtime.state_objects",
+    "PartialState": "runtime.state_objects",
+    "find_executable_batch_size": "runtime.utils",
+    "get_logger": "runtime.utils",
+    "prepare_data_loader": "runtime.utils",
+    "release_memory": "runtime.utils",
+    "set_seed": "runtime.utils",
+    "skip_first_batches": "runtime.utils",
+    "synchronize_rng_states": "runtime.utils",
+}
 
 __all__ = [
     "Accelerator",
@@ -44,6 +84,7 @@ __all__ = [
     "ProjectConfiguration",
     "find_executable_batch_size",
     "get_logger",
+    "notebook_launcher",
     "prepare_data_loader",
     "release_memory",
     "set_seed",
@@ -51,16 +92,19 @@ __all__ = [
     "synchronize_rng_states",
 ]
 
-#: Loaded on first use (these modules are large and not every script needs them), through
-#: ``runtime.utils``, which knows where each one lives.
-_FROM_UTILS = frozenset(
-    {"find_executable_batch_size", "release_memory", "skip_first_batches", "get_logger", "prepare_data_loader"}
-)
-
 
 def __getattr__(name: str) -> Any:
-    if name in _FROM_UTILS:
-        from runtime import utils
-
-        return getattr(utils, name)
-    raise AttributeError(f"module 'runtime' has no attribute {name!r}")
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'runtime' has no attribute {name!r}")
+    try:
+        value = getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as error:
+        if error.name != "torch":
+            raise
+        raise ModuleNotFoundError(
+            f"runtime.{name} needs torch, which is not installed here: pip install 'accel-convert[runtime]'",
+            name="torch",
+        ) from error
+    globals()[name] = value  # the next access is a plain attribute
+    return value

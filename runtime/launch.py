@@ -1,65 +1,447 @@
-"""``accel-launch``: torchrun with a sensible default process count, plus ``--env`` for bug reports.
+"""``accel-launch``: torchrun, with defaults for training converted scripts and a saved configuration.
 
-Every flag is ``torch.distributed.run``'s own (``--nnodes``, ``--node-rank``, ``--rdzv-endpoint``,
-``--rdzv-backend``, ``--master-addr``...), so multi-node launching is torchrun's. Only two things
-differ:
+Every torchrun flag (``--nnodes``, ``--node-rank``, ``--rdzv-endpoint``, ``--master-addr``...) is
+passed through untouched, so launching, multi-node included, is torchrun's. What accel-launch adds:
 
-- ``--nproc-per-node`` defaults to the number of GPUs, or to 1 on a CPU-only machine (with a hint
-  that more CPU workers can be asked for); torchrun's own default is always 1.
-- ``accel-launch --env`` prints versions, devices and distributed backends instead of launching.
+- ``--nproc-per-node`` defaults to the number of GPUs (1, with a hint, on a CPU-only machine);
+  torchrun's own default is always 1.
+- ``accel-launch config`` saves launch settings (processes per machine, machines, master address
+  and port, mixed precision...) in a small TOML file the launcher reads, so they are not retyped.
+  Precedence, highest first: the command line, environment variables (torchrun's ``PET_*``,
+  ``ACCELERATE_*``), the saved file, the defaults.
+- ``--mixed-precision`` and ``--cpu``, handed to the workers as Accelerate's launcher hands them
+  (``ACCELERATE_MIXED_PRECISION``, ``ACCELERATE_USE_CPU``).
+- ``--env`` (a report for bug reports) and ``--version``, which work without torch.
+
+accel-launch's own options go before the script, with torchrun's: what follows the script is
+the script's (an RL script's ``--env CartPole-v1`` stays its own).
+
+torch is imported only to launch (and for the report's torch lines): on a machine without it, a
+launch says in one line which extra to install.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
+import re
+import shutil
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, NoReturn
 
-import torch
+EXIT_OK, EXIT_USAGE, EXIT_NO_TORCH = 0, 2, 3
+RUNTIME_EXTRA = "pip install 'accel-convert[runtime]'"
+NO_TORCH = f"torch is not installed here; install the runtime extra on this machine: {RUNTIME_EXTRA}"
 
-_NPROC_ENV = "PET_NPROC_PER_NODE"  # torchrun reads its flags' defaults from PET_* variables
+#: torchrun reads its flags' defaults from ``PET_<FLAG>`` environment variables.
+_PET = "PET_"
+CONFIG_ENV = "ACCEL_LAUNCH_CONFIG"
+
+#: torchrun's options that take no value (the rest take one): how the script is told apart from
+#: a flag's value without importing torch. At launch time torch's own parser adds any newer ones.
+TORCHRUN_SWITCHES = frozenset(
+    {
+        "-h",
+        "--help",
+        "--standalone",
+        "-m",
+        "--module",
+        "--no-python",
+        "--no_python",
+        "--run-path",
+        "--run_path",
+        "--virtual-local-rank",
+        "--virtual_local_rank",
+    }
+)
+
+USAGE = """\
+usage: accel-launch [accel-launch options] [torchrun options] SCRIPT [SCRIPT ARGS...]
+       accel-launch config [--no-input] [--show] [--config-file PATH] [setting options]
+       accel-launch --env | --version | --help"""
+
+HELP = f"""\
+{USAGE}
+
+torchrun (torch.distributed.run) for training converted scripts: every torchrun option below
+passes through untouched; accel-launch adds defaults, a saved configuration and reports.
+
+Added by accel-launch (before SCRIPT; what follows SCRIPT is the script's own):
+  --nproc-per-node N     defaults to the number of GPUs (1 on a CPU-only machine), not torchrun's 1
+  --config-file PATH     launch settings to read (default: ${CONFIG_ENV}, else
+                         ~/.cache/accel-convert/launch.toml when it exists)
+  --mixed-precision {{no,fp16,bf16}}
+                         what Accelerator() uses in the workers when the script does not say
+  --cpu                  train on CPU processes (Gloo) even where there are GPUs
+  --env                  print versions, devices, backends, launch variables and the saved
+                         configuration (for bug reports), then exit; works without torch
+  --version              print accel-launch's version, then exit
+  config                 save launch settings: accel-launch config --help
+
+Precedence, highest first: the command line, environment variables (PET_*, ACCELERATE_*),
+the saved configuration, the defaults.
+
+Exit codes: 0 success; a failed run ends with torchrun's code (1: a worker failed);
+2: usage error (bad option, bad configuration file); 3: torch is not installed."""
+
+
+# -- the saved configuration ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One saved launch setting: its key in the file, the question ``config`` asks, and how it
+    reaches the launch (a torchrun flag, or an environment variable for the workers)."""
+
+    key: str
+    question: str
+    default: str
+    check: Callable[[str], Any]
+    flag: str | None = None
+    env: str | None = None
+    #: Asked by ``accel-launch config`` (the others are set through their options only).
+    asked: bool = True
+
+
+def _positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise ValueError("must be at least 1")
+    return number
+
+
+def _non_negative_int(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise ValueError("must be 0 or more")
+    return number
+
+
+def _nproc(value: str) -> int | str:
+    return value if value in ("gpu", "cpu", "auto") else _positive_int(value)
+
+
+def _nnodes(value: str) -> str:
+    if not re.fullmatch(r"[1-9]\d*(:[1-9]\d*)?", value):
+        raise ValueError("a number of machines, or MIN:MAX")
+    return value
+
+
+def _port(value: str) -> int:
+    number = int(value)
+    if not 1 <= number <= 65535:
+        raise ValueError("a TCP port, 1 to 65535")
+    return number
+
+
+def _precision(value: str) -> str:
+    if value not in ("no", "fp16", "bf16"):
+        raise ValueError("one of no, fp16, bf16")
+    return value
+
+
+def _boolean(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("yes", "y", "true", "1", "on"):
+        return True
+    if lowered in ("no", "n", "false", "0", "off"):
+        return False
+    raise ValueError("yes or no")
+
+
+def _text(value: str) -> str:
+    if not value or any(character.isspace() for character in value):
+        raise ValueError("a value without spaces")
+    return value
+
+
+SETTINGS = (
+    Setting("nproc_per_node", "Processes per machine (a number, or gpu/cpu/auto)", "", _nproc, "--nproc-per-node"),
+    Setting("nnodes", "Machines (a number, or MIN:MAX for an elastic job)", "1", _nnodes, "--nnodes"),
+    Setting("node_rank", "This machine's rank (0 on the master)", "0", _non_negative_int, "--node-rank"),
+    Setting("master_addr", "Master address (rank 0's machine)", "127.0.0.1", _text, "--master-addr"),
+    Setting("master_port", "Master port", "29500", _port, "--master-port"),
+    Setting("mixed_precision", "Mixed precision (no, fp16, bf16)", "no", _precision, env="ACCELERATE_MIXED_PRECISION"),
+    Setting(
+        "cpu", "Train on CPU processes even where there are GPUs (yes/no)", "no", _boolean, env="ACCELERATE_USE_CPU"
+    ),
+    Setting("rdzv_backend", "Rendezvous backend", "", _text, "--rdzv-backend", asked=False),
+    Setting("rdzv_endpoint", "Rendezvous endpoint (HOST:PORT)", "", _text, "--rdzv-endpoint", asked=False),
+    Setting("max_restarts", "Restarts after a worker failure", "", _non_negative_int, "--max-restarts", asked=False),
+)
+SETTINGS_BY_KEY = {setting.key: setting for setting in SETTINGS}
+
+
+class LaunchError(Exception):
+    """A reason to refuse the command in one line (exit 2)."""
+
+
+def default_config_path() -> Path:
+    """``$ACCEL_LAUNCH_CONFIG``, else ``launch.toml`` in accel-convert's cache folder."""
+    if os.environ.get(CONFIG_ENV):
+        return Path(os.environ[CONFIG_ENV])
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "accel-convert" / "launch.toml"
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The settings saved in ``path``, checked; an unreadable or wrong file is a LaunchError."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise LaunchError(f"{path}: cannot read the launch configuration ({error.strerror})") from None
+    try:
+        raw = parse_toml(text)
+    except ValueError as error:
+        raise LaunchError(f"{path}: not a valid launch configuration ({error})") from None
+    settings: dict[str, Any] = {}
+    for key, value in raw.items():
+        setting = SETTINGS_BY_KEY.get(key)
+        if setting is None:
+            raise LaunchError(f"{path}: unknown setting {key!r} (known: {', '.join(SETTINGS_BY_KEY)})")
+        shown = ("yes" if value else "no") if isinstance(value, bool) else str(value)
+        try:
+            settings[key] = setting.check(shown)
+        except ValueError as error:
+            raise LaunchError(f"{path}: {key} = {value!r}: {error}") from None
+    return settings
+
+
+def parse_toml(text: str) -> dict[str, Any]:
+    """The file's top-level ``key = value`` pairs: ``tomllib`` where the standard library has it
+    (3.11+), else the subset ``accel-launch config`` writes (numbers, strings, booleans, comments)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        return parse_flat_toml(text)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(str(error)) from None
+
+
+FLAT_TOML_LINE = re.compile(r"\s*([A-Za-z0-9_-]+)\s*=\s*(\"(?:[^\"\\]|\\.)*\"|true|false|[+-]?\d+(?:\.\d+)?)\s*(#.*)?")
+
+
+def parse_flat_toml(text: str) -> dict[str, Any]:
+    """The flat TOML ``accel-launch config`` writes, read with the standard library alone."""
+    import json
+
+    values: dict[str, Any] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        match = FLAT_TOML_LINE.fullmatch(line)
+        if match is None:
+            raise ValueError(f"line {number}: expected key = value")
+        values[match.group(1)] = json.loads(match.group(2))
+    return values
+
+
+def config_text(settings: Mapping[str, Any]) -> str:
+    """The settings as the small TOML file ``accel-launch config`` writes."""
+    import json
+
+    lines = [
+        "# accel-launch's saved launch settings, written by `accel-launch config`.",
+        "# Options on the command line, then environment variables, override them.",
+    ]
+    for setting in SETTINGS:
+        if setting.key in settings:
+            value = settings[setting.key]
+            shown = ("true" if value else "false") if isinstance(value, bool) else json.dumps(value)
+            lines.append(f"{setting.key} = {shown}")
+    return "\n".join(lines) + "\n"
+
+
+def write_config(path: Path, settings: Mapping[str, Any]) -> None:
+    """Write the file whole or not at all (a temporary file in the same folder, then a rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(config_text(settings))
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def config_command(argv: Sequence[str]) -> int:
+    """``accel-launch config``: ask for each setting (the saved value, else the default, on Enter),
+    or with ``--no-input`` take the options given and keep the rest; write the file."""
+    parser = argparse.ArgumentParser(
+        prog="accel-launch config",
+        description="Save launch settings that accel-launch reads, so torchrun options are not retyped. "
+        "Without --no-input, asks for each setting not given as an option (Enter keeps the value shown).",
+    )
+    parser.add_argument(
+        "--config-file", type=Path, help=f"where to write (default: ${CONFIG_ENV}, else {default_config_path()})"
+    )
+    parser.add_argument(
+        "--no-input", action="store_true", help="ask nothing: the options given, the rest as saved or default"
+    )
+    parser.add_argument("--show", action="store_true", help="print the saved settings and where they are, then exit")
+    for setting in SETTINGS:
+        parser.add_argument(
+            f"--{setting.key.replace('_', '-')}", dest=setting.key, metavar="VALUE", help=setting.question
+        )
+    options = parser.parse_args(list(argv))
+    path = options.config_file or default_config_path()
+    saved = read_config(path) if path.is_file() else {}
+    if options.show:
+        print(f"# {path}" + ("" if saved else " (no saved settings)"))
+        if saved:
+            print(config_text(saved), end="")
+        return EXIT_OK
+    settings: dict[str, Any] = dict(saved)
+    for setting in SETTINGS:
+        given = getattr(options, setting.key)
+        if given is not None:
+            try:
+                settings[setting.key] = setting.check(given)
+            except ValueError as error:
+                raise LaunchError(f"--{setting.key.replace('_', '-')} {given}: {error}") from None
+        elif setting.asked and not options.no_input:
+            answer = ask(setting, saved.get(setting.key))
+            if answer is not None:
+                settings[setting.key] = answer
+    write_config(path, settings)
+    print(f"accel-launch: launch settings written to {path}")
+    return EXIT_OK
+
+
+def ask(setting: Setting, saved: Any) -> Any:
+    """One question on stdin; Enter (or the end of input) keeps the value shown; a wrong answer
+    is explained and asked again."""
+    if saved is None:
+        shown = setting.default
+    else:
+        shown = ("yes" if saved else "no") if isinstance(saved, bool) else str(saved)
+    while True:
+        print(f"{setting.question} [{shown or 'not set'}]: ", end="", flush=True)
+        line = sys.stdin.readline()
+        if not line:
+            print()
+        answer = line.strip() or shown
+        if not answer:
+            return None
+        try:
+            return setting.check(answer)
+        except ValueError as error:
+            print(f"  {answer!r}: {error}")
+            if not line:
+                raise LaunchError(f"{setting.key}: {answer!r} is not valid and the input ended") from None
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+@dataclass
+class CommandLine:
+    """The launcher's part of the command line, split from the script's."""
+
+    torchrun: list[str] = field(default_factory=list)  # torchrun's options, ours removed
+    script: list[str] = field(default_factory=list)  # the script (or module) and its arguments
+    env: bool = False
+    version: bool = False
+    help: bool = False
+    cpu: bool = False
+    config_file: Path | None = None
+    mixed_precision: str | None = None
+
+
+def torchrun_switches() -> frozenset[str]:
+    """Options of this torch's torchrun that take no value (newer torches may add some)."""
+    from torch.distributed.run import get_args_parser
+
+    found = {option for action in get_args_parser()._actions if action.nargs == 0 for option in action.option_strings}
+    return TORCHRUN_SWITCHES | found
+
+
+def split_command_line(argv: Sequence[str], switches: frozenset[str] = TORCHRUN_SWITCHES) -> CommandLine:
+    """Take accel-launch's options out of the part before the script; keep torchrun's in order."""
+    line = CommandLine()
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        name, has_value, value = token.partition("=")
+        if not token.startswith("-") or token == "-":
+            line.script = list(argv[index:])
+            break
+        if token in ("--env", "--version"):
+            setattr(line, token[2:], True)
+        elif token in ("-h", "--help"):
+            line.help = True
+        elif token == "--cpu":
+            line.cpu = True
+        elif name in ("--config-file", "--mixed-precision"):
+            if not has_value:
+                index += 1
+                if index >= len(argv):
+                    raise LaunchError(f"{name} needs a value")
+                value = argv[index]
+            if name == "--config-file":
+                line.config_file = Path(value)
+            else:
+                try:
+                    line.mixed_precision = _precision(value)
+                except ValueError as error:
+                    raise LaunchError(f"--mixed-precision {value}: {error}") from None
+        else:
+            line.torchrun.append(token)
+            if not has_value and not is_switch(name, switches) and index + 1 < len(argv):
+                index += 1
+                line.torchrun.append(argv[index])
+        index += 1
+    return line
+
+
+def is_switch(option: str, switches: frozenset[str]) -> bool:
+    """Whether a torchrun option takes no value. ``-r3`` carries its value; an abbreviation
+    (argparse takes ``--stand`` for ``--standalone``) is the switch it starts."""
+    if option in switches:
+        return True
+    if not option.startswith("--"):
+        return len(option) > 2  # a short option with its value attached
+    return any(switch.startswith(option) for switch in switches if switch.startswith("--"))
+
+
+def torch_importable() -> str | None:
+    """None when torch imports; else why not."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as error:
+        return str(error) or type(error).__name__
+    except OSError as error:  # a broken install: a shared library that does not load
+        return f"{type(error).__name__}: {error}"
+    return None
 
 
 def default_nproc_per_node() -> tuple[int, str | None]:
     """One worker per GPU; on a CPU-only machine one worker and a hint about ``--nproc-per-node``."""
+    import torch
+
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if gpus:
         return gpus, None
     return 1, ("accel-launch: no GPU found, starting 1 process; pass --nproc-per-node N for N CPU workers (Gloo)")
 
 
-def environment_report() -> str:
-    """Versions, devices and backends: what a bug report needs."""
-    import torch.distributed as dist
-
-    lines = [
-        f"Python: {platform.python_version()} ({sys.executable})",
-        f"Platform: {platform.platform()}",
-        f"torch: {torch.__version__}",
-        f"CUDA available: {torch.cuda.is_available()} (torch built with CUDA {torch.version.cuda})",
-        f"GPU count: {torch.cuda.device_count() if torch.cuda.is_available() else 0}",
-    ]
-    if torch.cuda.is_available():
-        lines += [f"GPU {index}: {torch.cuda.get_device_name(index)}" for index in range(torch.cuda.device_count())]
-    lines += [
-        f"MPS available: {torch.backends.mps.is_available()}",
-        f"CPU count: {os.cpu_count()}",
-        f"Distributed available: {dist.is_available()}",
-        f"Backends: gloo={dist.is_gloo_available()} nccl={dist.is_nccl_available()} mpi={dist.is_mpi_available()}",
-    ]
-    return "\n".join(lines)
-
-
 def _user_chose_nproc(argv: Sequence[str]) -> bool:
-    # Only the launcher's own flags count: those before the script (the first non-flag argument
-    # is the script, but flag values such as "--nnodes 2" are not flags either, so parse).
+    # Only the launcher's own flags count, parsed as torchrun parses them (values and all).
     from torch.distributed.run import get_args_parser
 
     parser = get_args_parser()
     parser.set_defaults(nproc_per_node=None)
     args = parser.parse_args(list(argv))
-    return args.nproc_per_node is not None or _NPROC_ENV in os.environ
+    return args.nproc_per_node is not None or f"{_PET}NPROC_PER_NODE" in os.environ
 
 
 def build_torchrun_args(argv: Sequence[str]) -> list[str]:
@@ -73,15 +455,222 @@ def build_torchrun_args(argv: Sequence[str]) -> list[str]:
     return ["--nproc-per-node", str(count), *argv]
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Console entry point ``accel-launch [--env] [torchrun flags] script.py [script args]``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["--env"]:
-        print(environment_report())
-        return
+def saved_settings(line: CommandLine) -> tuple[Path | None, dict[str, Any]]:
+    """The configuration this launch reads: ``--config-file`` (which must exist), else
+    ``$ACCEL_LAUNCH_CONFIG`` (which must exist), else the default file when there is one."""
+    if line.config_file is not None or os.environ.get(CONFIG_ENV):
+        path = line.config_file or default_config_path()
+        if not path.is_file():
+            raise LaunchError(f"{path}: no such launch configuration (write one with: accel-launch config)")
+        return path, read_config(path)
+    path = default_config_path()
+    return (path, read_config(path)) if path.is_file() else (None, {})
+
+
+def apply_settings(line: CommandLine, settings: Mapping[str, Any], environ: MutableMapping[str, str]) -> list[str]:
+    """The torchrun options the saved settings add in front of the user's (argparse keeps the last
+    value given, so the command line wins); environment variables already set win over the file
+    too. The workers' variables (mixed precision, CPU) are set in ``environ``."""
+    added: list[str] = []
+    for setting in SETTINGS:
+        if setting.key not in settings:
+            continue
+        value = settings[setting.key]
+        if setting.flag is not None and f"{_PET}{setting.key.upper()}" not in environ:
+            added += [setting.flag, str(value)]
+        elif setting.env is not None and setting.env not in environ:
+            if setting.key == "cpu":
+                if value:
+                    environ[setting.env] = "1"
+            else:
+                environ[setting.env] = str(value)
+    if line.mixed_precision is not None:
+        environ["ACCELERATE_MIXED_PRECISION"] = line.mixed_precision
+    if line.cpu:
+        environ["ACCELERATE_USE_CPU"] = "1"
+    return added
+
+
+def launch(line: CommandLine) -> None:
+    """Read the saved settings, fill in the process count, hand everything to torchrun."""
+    path, settings = saved_settings(line)  # a wrong file is reported before torch loads
+    if torch_importable() is not None:
+        fail(NO_TORCH, EXIT_NO_TORCH)
+    # With torch at hand, its own parser says which options take no value.
+    switches = torchrun_switches()
+    if switches != TORCHRUN_SWITCHES:
+        line = _resplit(line, switches)
+    added = apply_settings(line, settings, os.environ)
+    if added:
+        print(f"accel-launch: from {path}: {' '.join(added)}", file=sys.stderr)
     from torch.distributed.run import main as torchrun_main
 
-    torchrun_main(build_torchrun_args(argv))
+    torchrun_main(build_torchrun_args([*added, *line.torchrun, *line.script]))
+
+
+def _resplit(line: CommandLine, switches: frozenset[str]) -> CommandLine:
+    again = split_command_line([*line.torchrun, *line.script], switches)
+    again.cpu, again.config_file, again.mixed_precision = line.cpu, line.config_file, line.mixed_precision
+    return again
+
+
+# -- reports -------------------------------------------------------------------------------------
+
+
+def package_version(name: str) -> str | None:
+    """An installed distribution's version, read from its metadata (nothing is imported)."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def version_line() -> str:
+    return f"accel-launch (accel-convert) {package_version('accel-convert') or 'unknown: not installed'}"
+
+
+#: Always shown in the report, set or not.
+CORE_VARIABLES = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "OMP_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+)
+#: Also shown when set: what changes how a launch rendezvous, communicates or trains.
+VARIABLE_PREFIXES = (
+    "MASTER_",
+    "NCCL_",
+    "TORCH_NCCL_",
+    "GLOO_",
+    "TORCHELASTIC_",
+    "PET_",
+    "ACCELERATE_",
+    "TORCH_DISTRIBUTED_",
+)
+OTHER_VARIABLES = ("LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MKL_NUM_THREADS", "TORCH_CPP_LOG_LEVEL", CONFIG_ENV)
+
+
+def launch_variables(environ: Mapping[str, str]) -> list[str]:
+    names = set(CORE_VARIABLES) | {
+        name for name in environ if name.startswith(VARIABLE_PREFIXES) or name in OTHER_VARIABLES
+    }
+    return [f"  {name}={environ[name]}" if name in environ else f"  {name}: not set" for name in sorted(names)]
+
+
+def torch_report() -> list[str]:
+    """The torch, device and backend lines (torch is importable here)."""
+    import torch
+    import torch.distributed as dist
+
+    cuda = torch.cuda.is_available()
+    lines = [
+        f"torch: {torch.__version__}",
+        f"CUDA available: {cuda} (torch built with CUDA {torch.version.cuda})",
+        f"cuDNN: {torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else 'not available'}",
+    ]
+    nccl = "not available"
+    if cuda and dist.is_available() and dist.is_nccl_available():
+        nccl = ".".join(str(part) for part in torch.cuda.nccl.version())
+    lines.append(f"NCCL: {nccl}")
+    count = torch.cuda.device_count() if cuda else 0
+    lines.append(f"GPU count: {count}")
+    for index in range(count):
+        properties = torch.cuda.get_device_properties(index)
+        lines.append(f"GPU {index}: {properties.name}, {properties.total_memory / 2**30:.1f} GiB")
+    lines += [
+        f"MPS available: {torch.backends.mps.is_available()}",
+        f"Distributed available: {dist.is_available()}",
+        f"Backends: gloo={dist.is_gloo_available()} nccl={dist.is_nccl_available()} mpi={dist.is_mpi_available()}",
+    ]
+    return lines
+
+
+def memory_gib() -> str:
+    try:
+        return f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.1f} GiB"
+    except (ValueError, OSError, AttributeError):  # not a POSIX system
+        return "unknown"
+
+
+def environment_report(environ: Mapping[str, str] | None = None) -> str:
+    """Versions, devices, backends, launch variables and saved settings: what a bug report needs."""
+    environ = os.environ if environ is None else environ
+    lines = [
+        version_line(),
+        f"Accelerate: {package_version('accelerate') or 'not installed'}",
+        f"Python: {platform.python_version()} ({sys.executable})",
+        f"Platform: {platform.platform()}",
+        f"accel-launch: {shutil.which('accel-launch') or 'not on PATH'}",
+        f"numpy: {package_version('numpy') or 'not installed'}",
+        f"CPU count: {os.cpu_count()}",
+        f"System memory: {memory_gib()}",
+    ]
+    problem = torch_importable()
+    if problem is None:
+        lines += torch_report()
+    else:
+        lines.append(f"torch: not installed ({problem}); {RUNTIME_EXTRA}")
+    path = default_config_path()
+    if path.is_file():
+        try:
+            settings = read_config(path)
+            shown = ", ".join(f"{key}={value}" for key, value in settings.items()) or "empty"
+        except LaunchError as error:
+            shown = f"unreadable: {error}"
+        lines.append(f"Saved launch settings: {path}: {shown}")
+    else:
+        lines.append(f"Saved launch settings: none ({path} does not exist)")
+    lines.append("Launch variables:")
+    lines += launch_variables(environ)
+    return "\n".join(lines)
+
+
+def help_text() -> str:
+    """Ours, then torchrun's own options (or where to get them)."""
+    if torch_importable() is not None:
+        return f"{HELP}\n\ntorchrun's options are listed here once torch is installed: {RUNTIME_EXTRA}"
+    from torch.distributed.run import get_args_parser
+
+    parser = get_args_parser()
+    parser.prog = "accel-launch"
+    return f"{HELP}\n\ntorchrun's options (all passed through):\n\n{parser.format_help()}"
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    print(f"accel-launch: error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console entry point: ``accel-launch [options] SCRIPT [ARGS]``, ``accel-launch config``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv[:1] == ["config"]:
+            raise SystemExit(config_command(argv[1:]))
+        line = split_command_line(argv)
+        if line.help:
+            print(help_text())
+        elif line.version:
+            print(version_line())
+        elif line.env:
+            print(environment_report())
+        elif not line.script:
+            fail("no script to launch (accel-launch --help lists the options)")
+        else:
+            launch(line)
+    except LaunchError as error:
+        fail(str(error))
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+    except BrokenPipeError:
+        # The reader went away (``accel-launch --help | head``): stop quietly, as the shell's
+        # own commands do; stdout is pointed at /dev/null so the exit's flush cannot fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise SystemExit(141) from None
 
 
 if __name__ == "__main__":

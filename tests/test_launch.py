@@ -1,5 +1,6 @@
-"""accel-launch: torchrun's flags pass through, the process count defaults sensibly, --env reports,
-and a two-node launch (two launchers on 127.0.0.1, c10d rendezvous) gathers across both nodes."""
+"""accel-launch: torchrun's flags pass through, the process count defaults sensibly, and a two-node
+launch (two launchers on 127.0.0.1, c10d rendezvous) gathers across both nodes. Its own options,
+reports and saved configuration: tests/test_launch_options.py."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import threading
 import uuid
 
 import pytest
+import torch
 
 from runtime import launch
 from tests.launching import REPO_ROOT, Run, free_port, run_command
@@ -18,7 +20,7 @@ def test_default_nproc_is_one_with_a_hint_on_cpu(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("PET_NPROC_PER_NODE", raising=False)
-    monkeypatch.setattr(launch.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert launch.build_torchrun_args(["train.py", "--lr", "1"]) == ["--nproc-per-node", "1", "train.py", "--lr", "1"]
     hint = capsys.readouterr().err
     assert "no GPU" in hint and "--nproc-per-node" in hint and hint.count("\n") == 1
@@ -26,8 +28,8 @@ def test_default_nproc_is_one_with_a_hint_on_cpu(
 
 def test_default_nproc_is_the_gpu_count(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PET_NPROC_PER_NODE", raising=False)
-    monkeypatch.setattr(launch.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(launch.torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     assert launch.build_torchrun_args(["train.py"])[:2] == ["--nproc-per-node", "4"]
 
 
@@ -40,16 +42,9 @@ def test_user_nproc_passes_through_untouched(flags: list[str], monkeypatch: pyte
 
 def test_script_arguments_are_not_mistaken_for_launcher_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PET_NPROC_PER_NODE", raising=False)
-    monkeypatch.setattr(launch.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     argv = ["train.py", "--nproc-per-node", "8"]  # the script's own option, after the script
     assert launch.build_torchrun_args(argv) == ["--nproc-per-node", "1", *argv]
-
-
-def test_env_reports_versions_devices_and_backends(capsys: pytest.CaptureFixture[str]) -> None:
-    launch.main(["--env"])
-    report = capsys.readouterr().out
-    assert f"torch: {launch.torch.__version__}" in report
-    assert "GPU count:" in report and "Backends: gloo=True" in report
 
 
 def test_two_nodes_on_localhost_gather_across_nodes() -> None:

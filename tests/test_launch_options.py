@@ -1,0 +1,244 @@
+"""accel-launch's own options, in real subprocesses: --help (ours, then torchrun's), --version,
+--env anywhere before the script, one line instead of a traceback without torch, and the saved
+launch configuration (``accel-launch config``, read by the launcher, overridden by the command
+line)."""
+
+from __future__ import annotations
+
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from runtime import launch
+from tests.launching import REPO_ROOT, Run, free_port, run_command
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, installed as tomli
+    import tomli as tomllib
+
+#: A worker that reports what the launcher handed it (stdlib only: no torch import per rank).
+REPORTING_WORKER = """\
+import os
+names = ("RANK", "WORLD_SIZE", "MASTER_PORT", "ACCELERATE_MIXED_PRECISION", "ACCELERATE_USE_CPU")
+print("WORKER " + " ".join(f"{name}={os.environ.get(name, '-')}" for name in names), flush=True)
+"""
+
+#: Makes ``import torch`` fail in the process, as on a machine without torch.
+NO_TORCH_SITECUSTOMIZE = """\
+import sys
+
+class _NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, _NoTorch())
+"""
+
+
+def accel_launch(*args: str, env: dict[str, str] | None = None, stdin: str | None = None, timeout: float = 120) -> Run:
+    """``python -m runtime.launch ARGS`` (what the ``accel-launch`` entry point runs)."""
+    command = [sys.executable, "-m", "runtime.launch", *args]
+    if stdin is None:
+        return run_command(command, env=env, timeout=timeout)
+    import subprocess
+
+    from tests.launching import base_env
+
+    result = subprocess.run(command, input=stdin, capture_output=True, text=True, env=base_env(env), timeout=timeout)
+    return Run(result.returncode, result.stdout, result.stderr)
+
+
+@pytest.fixture
+def isolated(tmp_path: Path) -> dict[str, str]:
+    """An environment whose default configuration lives in ``tmp_path`` (never the user's)."""
+    return {"XDG_CACHE_HOME": str(tmp_path / "cache"), "HOME": str(tmp_path), "ACCEL_LAUNCH_CONFIG": ""}
+
+
+def test_help_shows_what_accel_launch_adds_then_torchruns_options(isolated: dict[str, str]) -> None:
+    run = accel_launch("--help", env=isolated).check()
+    ours = run.stdout.index("Added by accel-launch")
+    assert ours < run.stdout.index("torchrun's options") < run.stdout.index("--rdzv-endpoint")
+    for option in ("--config-file", "--mixed-precision", "--cpu", "--env", "--version", "config", "Exit codes"):
+        assert option in run.stdout[ours : run.stdout.index("torchrun's options")]
+
+
+def test_version_is_the_installed_distributions(isolated: dict[str, str]) -> None:
+    run = accel_launch("--version", env=isolated).check()
+    assert run.stdout == f"accel-launch (accel-convert) {metadata.version('accel-convert')}\n"
+
+
+def test_env_anywhere_before_the_script_reports_versions_and_launch_variables(isolated: dict[str, str]) -> None:
+    variables = {**isolated, "MASTER_ADDR": "10.1.2.3", "NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "3"}
+    run = accel_launch("--nproc-per-node", "2", "--env", "--nnodes", "1", env=variables).check()
+    import torch
+
+    report = run.stdout
+    accelerate = metadata.version("accelerate") if _installed("accelerate") else "not installed"
+    for line in (
+        f"accel-launch (accel-convert) {metadata.version('accel-convert')}",
+        f"Accelerate: {accelerate}",
+        f"torch: {torch.__version__}",
+        f"CUDA available: {torch.cuda.is_available()}",
+        "NCCL: ",
+        "Backends: gloo=True",
+        "  MASTER_ADDR=10.1.2.3",
+        "  NCCL_DEBUG=INFO",
+        "  OMP_NUM_THREADS=3",
+        "  MASTER_PORT: not set",
+        "  WORLD_SIZE: not set",
+        "Saved launch settings: none",
+    ):
+        assert line in report, line
+
+
+def _installed(name: str) -> bool:
+    try:
+        metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def test_without_torch_one_line_names_the_extra(tmp_path: Path, isolated: dict[str, str]) -> None:
+    (tmp_path / "sitecustomize.py").write_text(NO_TORCH_SITECUSTOMIZE)
+    env = {**isolated, "PYTHONPATH": f"{tmp_path}:{REPO_ROOT}"}
+    script = tmp_path / "train.py"
+    script.write_text("print('never run')\n")
+
+    launched = accel_launch(str(script), env=env)
+    assert launched.returncode == 3
+    assert launched.stderr == (
+        "accel-launch: error: torch is not installed here; install the runtime extra on this machine: "
+        "pip install 'accel-convert[runtime]'\n"
+    )
+    assert "never run" not in launched.stdout
+
+    report = accel_launch("--env", env=env).check()
+    assert "torch: not installed (No module named 'torch'); pip install 'accel-convert[runtime]'" in report.stdout
+    assert "Launch variables:" in report.stdout and "Traceback" not in report.stderr
+
+    helped = accel_launch("--help", env=env).check()
+    assert "Added by accel-launch" in helped.stdout
+    assert helped.stdout.rstrip().endswith("once torch is installed: pip install 'accel-convert[runtime]'")
+    assert accel_launch("--version", env=env).check().stdout.startswith("accel-launch (accel-convert) ")
+    # A converted script run there: the import names the extra too.
+    imported = run_command([sys.executable, "-c", "from runtime import Accelerator"], env=env)
+    assert imported.returncode == 1
+    assert imported.stderr.strip().splitlines()[-1] == (
+        "ModuleNotFoundError: runtime.Accelerator needs torch, which is not installed here: "
+        "pip install 'accel-convert[runtime]'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "torchrun", "script"),
+    [
+        (["--env", "train.py", "--env", "CartPole"], [], ["train.py", "--env", "CartPole"]),
+        (["--nnodes", "2", "--standalone", "train.py", "-h"], ["--nnodes", "2", "--standalone"], ["train.py", "-h"]),
+        (["-r3", "--stand", "-m", "pkg.train", "--lr=1"], ["-r3", "--stand", "-m"], ["pkg.train", "--lr=1"]),
+        (["--config-file=c.toml", "--mixed-precision", "bf16", "--cpu", "t.py"], [], ["t.py"]),
+        (["--master-port", "--weird", "t.py"], ["--master-port", "--weird"], ["t.py"]),
+    ],
+)
+def test_own_options_come_out_of_the_launchers_part_only(
+    argv: list[str], torchrun: list[str], script: list[str]
+) -> None:
+    line = launch.split_command_line(argv)
+    assert (line.torchrun, line.script) == (torchrun, script)
+
+
+def test_config_answers_are_saved_and_shown(tmp_path: Path, isolated: dict[str, str]) -> None:
+    port = free_port()
+    # Processes, machines, rank, address, port, precision, cpu; "zero" is refused and asked again.
+    answers = f"zero\n2\n\n\n\n{port}\nbf16\n\n"
+    written = accel_launch("config", env=isolated, stdin=answers).check()
+    path = tmp_path / "cache" / "accel-convert" / "launch.toml"
+    assert f"launch settings written to {path}" in written.stdout
+    assert "'zero': invalid literal" in written.stdout  # the wrong answer explained
+    assert "Master port [29500]: " in written.stdout  # each question shows its default
+    saved = tomllib.loads(path.read_text())
+    assert saved == {
+        "nproc_per_node": 2,
+        "nnodes": "1",
+        "node_rank": 0,
+        "master_addr": "127.0.0.1",
+        "master_port": port,
+        "mixed_precision": "bf16",
+        "cpu": False,
+    }
+    # The standard-library reader (Python 3.10 has no tomllib) reads what config writes the same.
+    assert launch.parse_flat_toml(path.read_text()) == saved
+
+    # Without questions: the options given change, the rest stay as saved.
+    accel_launch("config", "--no-input", "--nproc-per-node", "3", "--cpu", "yes", env=isolated).check()
+    shown = accel_launch("config", "--show", env=isolated).check().stdout
+    assert shown.startswith(f"# {path}\n")
+    assert "nproc_per_node = 3\n" in shown and f"master_port = {port}\n" in shown and "cpu = true\n" in shown
+
+    refused = accel_launch("config", "--no-input", "--master-port", "70000", env=isolated)
+    assert refused.returncode == 2
+    assert refused.stderr == "accel-launch: error: --master-port 70000: a TCP port, 1 to 65535\n"
+
+
+def test_bad_or_missing_configuration_is_one_error_line(tmp_path: Path, isolated: dict[str, str]) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("nproc = 2\n")
+    script = str(tmp_path / "train.py")
+    run = accel_launch("--config-file", str(bad), script, env=isolated)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1
+    assert f"{bad}: unknown setting 'nproc'" in run.stderr
+    missing = accel_launch(script, env={**isolated, "ACCEL_LAUNCH_CONFIG": str(tmp_path / "none.toml")})
+    assert missing.returncode == 2 and "no such launch configuration" in missing.stderr
+
+
+def test_launch_reads_the_saved_settings_and_the_command_line_wins(tmp_path: Path, isolated: dict[str, str]) -> None:
+    port = free_port()
+    config = tmp_path / "team.toml"
+    accel_launch(
+        "config",
+        "--no-input",
+        "--config-file",
+        str(config),
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(port),
+        "--mixed-precision",
+        "bf16",
+        env=isolated,
+    ).check()
+    worker = tmp_path / "worker.py"
+    worker.write_text(REPORTING_WORKER)
+
+    from_file = accel_launch(str(worker), env={**isolated, "ACCEL_LAUNCH_CONFIG": str(config)}, timeout=180).check()
+    lines = sorted(line for line in from_file.stdout.splitlines() if line.startswith("WORKER "))
+    assert lines == [
+        f"WORKER RANK={rank} WORLD_SIZE=2 MASTER_PORT={port} ACCELERATE_MIXED_PRECISION=bf16 ACCELERATE_USE_CPU=-"
+        for rank in (0, 1)
+    ]
+    assert f"accel-launch: from {config}: --nproc-per-node 2 --master-port {port}" in from_file.stderr
+
+    other_port = free_port()
+    overridden = accel_launch(
+        "--config-file",
+        str(config),
+        "--nproc-per-node",
+        "1",
+        "--master-port",
+        str(other_port),
+        "--mixed-precision",
+        "fp16",
+        "--cpu",
+        str(worker),
+        env=isolated,
+        timeout=180,
+    ).check()
+    lines = [line for line in overridden.stdout.splitlines() if line.startswith("WORKER ")]
+    assert lines == [
+        f"WORKER RANK=0 WORLD_SIZE=1 MASTER_PORT={other_port} ACCELERATE_MIXED_PRECISION=fp16 ACCELERATE_USE_CPU=1"
+    ]
