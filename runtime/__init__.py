@@ -12,6 +12,7 @@ from typing import Any
 
 from runtime.accelerator import Accelerator
 from runtime.comm_hooks import DDPCommunicationHookType
+from runtime.fsdp import FullyShardedDataParallelPlugin
 from runtime.gradient_state import GradientState
 from runtime.handlers import (
     AutocastKwargs,
@@ -35,6 +36,7 @@ __all__ = [
     "DataLoaderConfiguration",
     "DistributedDataParallelKwargs",
     "DistributedType",
+    "FullyShardedDataParallelPlugin",
     "GradScalerKwargs",
     "GradientAccumulationPlugin",
     "GradientState",
