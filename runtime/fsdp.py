@@ -182,6 +182,8 @@ class FullyShardedDataParallelPlugin:
         if self.reshard_after_forward is None and self.sharding_strategy is not None:
             return self._reshard_from_strategy(self.sharding_strategy)
         value = self.reshard_after_forward
+        if value is None and _env("RESHARD_AFTER_FORWARD") is None and _env("SHARDING_STRATEGY") is not None:
+            return self._reshard_from_strategy(_env("SHARDING_STRATEGY"))
         if value is None:
             value = _env("RESHARD_AFTER_FORWARD") or True
         if isinstance(value, int):  # bool is an int: True/False, or the size of a smaller shard group

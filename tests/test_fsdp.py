@@ -9,13 +9,14 @@ save_model), one on 1 rank loads the 2-rank sharded checkpoint. The plugin's con
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from runtime.fsdp import FullyShardedDataParallelPlugin, ParameterSwaps, _units_bottom_up, unit_selector
-from tests.launching import torchrun
+from tests.launching import free_port, run_command, torchrun
 
 SCRIPT = Path(__file__).parent / "scripts" / "fsdp_checks.py"
 STEPS = 20
@@ -25,7 +26,12 @@ STEPS = 20
 def launched(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("fsdp")
     torchrun(SCRIPT, "train", str(out), timeout=300).check()
-    torchrun(SCRIPT, "reshard", str(out), nproc=1, timeout=150).check()
+    # The second launch goes through accel-launch: its --fsdp options configure the plugin.
+    accel_launch = [sys.executable, "-m", "runtime.launch", "--nnodes", "1", "--nproc-per-node", "1"]
+    rendezvous = ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
+    fsdp_options = ["--fsdp", "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP", "--fsdp_reshard_after_forward", "false",
+                    "--fsdp-transformer-layer-cls-to-wrap", "TransformerEncoderLayer", "--fsdp_activation_checkpointing", "true"]
+    run_command([*accel_launch, *rendezvous, *fsdp_options, str(SCRIPT), "reshard", str(out)], timeout=150).check()
     return {
         "out": out,
         "train": [json.loads((out / f"train_rank{rank}.json").read_text()) for rank in (0, 1)],
@@ -92,6 +98,8 @@ def test_checkpoint_layout_is_one_dcp_shard_per_rank_or_one_gathered_file(launch
 def test_sharded_checkpoint_loads_onto_another_world_size(launched) -> None:
     out, report = launched["out"], launched["reshard"]
     assert report["num_processes"] == 1
+    assert report["distributed_type"] == "FSDP"
+    assert report["plugin"] == ["transformer_based_wrap", ["TransformerEncoderLayer"], True, False]  # from accel-launch
     saved = torch.load(out / "reference.pt", weights_only=True)
     loaded = torch.load(out / "reshard.pt", weights_only=True)
     assert saved["model"].keys() == loaded["model"].keys()
@@ -206,3 +214,21 @@ def test_fsdp_plugin_is_a_constructor_argument_of_the_accelerator() -> None:
     assert not accelerator.is_fsdp2  # one process without a launcher: nothing to shard across
     with pytest.raises(TypeError, match="FullyShardedDataParallelPlugin"):
         Accelerator(fsdp_plugin={"auto_wrap_policy": "no_wrap"})
+
+
+def test_accel_launch_turns_fsdp_options_into_the_variables_accelerate_uses() -> None:
+    from runtime.launch import split_fsdp_options
+
+    argv = ["--nproc-per-node", "2", "--fsdp", "--fsdp_state_dict_type=FULL_STATE_DICT", "train.py", "--fsdp", "1"]
+    variables, rest = split_fsdp_options(argv)
+    assert variables == {"ACCELERATE_USE_FSDP": "true", "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT"}
+    assert rest == ["--nproc-per-node", "2", "train.py", "--fsdp", "1"]  # the script keeps its own --fsdp
+    assert split_fsdp_options(["train.py", "--fsdp"]) == ({}, ["train.py", "--fsdp"])
+
+
+def test_accel_launch_refuses_a_bad_fsdp_option_in_one_line() -> None:
+    run = run_command([sys.executable, "-m", "runtime.launch", "--fsdp_auto_wrap_policy", "weird", "x.py"], timeout=60)
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [
+        "accel-launch: error: auto_wrap_policy 'weird': use one of transformer_based_wrap, size_based_wrap, no_wrap"
+    ]

@@ -8,7 +8,8 @@ policy; save_state / load_state in both state-dict forms, resumed in fresh objec
 Rank r writes OUT_DIR/train_rank<r>.json; rank 0 also OUT_DIR/reference.pt (the full model and
 optimizer state at the sharded checkpoint).
 
-``fsdp_checks.py reshard OUT_DIR`` (any other number of ranks): load that 2-rank sharded
+``accel-launch --fsdp ... fsdp_checks.py reshard OUT_DIR`` (any other number of ranks, the
+plugin from the launcher's options): load that 2-rank sharded
 checkpoint, report the full states it gives (OUT_DIR/reshard.pt, rank 0) and what loading a
 copy with a corrupted shard file raised (OUT_DIR/reshard_rank<r>.json).
 """
@@ -209,9 +210,10 @@ def train_phase(out: Path) -> None:
 
 
 def reshard_phase(out: Path) -> None:
-    """Load the 2-rank sharded checkpoint on this launch's number of ranks."""
-    plugin = plugin_for("transformer")
-    accelerator, model, optimizer = build("transformer", plugin, seed=7)
+    """Load the 2-rank sharded checkpoint on this launch's number of ranks. Started by
+    ``accel-launch --fsdp ...``: the plugin comes from the launcher's FSDP_* variables."""
+    accelerator, model, optimizer = build("transformer", None, seed=7)
+    plugin = accelerator.fsdp_plugin
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         accelerator.load_state(str(out / "checkpoint_sharded_state_dict"))
@@ -240,6 +242,9 @@ def reshard_phase(out: Path) -> None:
         "warnings": [str(w.message) for w in caught],
         "refusal": refusal,
         "num_processes": accelerator.num_processes,
+        "distributed_type": accelerator.distributed_type.value,
+        "plugin": None if plugin is None else [plugin.auto_wrap_policy, plugin.transformer_cls_names_to_wrap,
+                                               plugin.activation_checkpointing, plugin.reshard_after_forward],
         "local_numel": sum(p.to_local().numel() for p in model.parameters()),
     }
     (out / f"reshard_rank{accelerator.process_index}.json").write_text(json.dumps(report))
