@@ -671,9 +671,9 @@ class Accelerator(ProcessGuards):
             total = torch.linalg.vector_norm(torch.stack(norms), norm_type) if norms else torch.tensor(0.0)
             return total / self.scaler.get_scale()
         self.unscale_gradients()
-        # Sharded gradients are DTensors: torch reduces their norms across ranks; the result
-        # is returned as an ordinary tensor, equal on every rank.
-        return fsdp.as_plain_tensor(torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type))
+        # Sharded gradients are DTensors: their norms are reduced across ranks (runtime.fsdp); the
+        # result is returned as an ordinary tensor, equal on every rank.
+        return fsdp.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
 
     def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
         """Unscale (fp16), then clamp every gradient to ``[-clip_value, clip_value]``."""

@@ -432,6 +432,32 @@ def as_plain_tensor(value: torch.Tensor) -> torch.Tensor:
     return value.full_tensor() if isinstance(value, DTensor) else value
 
 
+def clip_grad_norm_(parameters: list[torch.Tensor], max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` that also takes sharded and unsharded gradients mixed
+    (a model with ``ignored_modules``), returning the total norm as an ordinary tensor.
+
+    Sharded gradients are DTensors: their norm is reduced across ranks. torch refuses lists that
+    mix them with plain tensors, so each kind gets its own norm, the two are combined (the
+    p-norm of the parts' p-norms is the p-norm of the whole), and both kinds are scaled alike.
+    """
+    from torch.distributed.tensor import DTensor
+
+    with_grads = [param for param in parameters if param.grad is not None]
+    sharded = [param for param in with_grads if isinstance(param.grad, DTensor)]
+    plain = [param for param in with_grads if not isinstance(param.grad, DTensor)]
+    if not (sharded and plain):
+        return as_plain_tensor(torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type))
+    parts = [
+        as_plain_tensor(torch.nn.utils.get_total_norm([p.grad for p in group], norm_type)) for group in (sharded, plain)
+    ]
+    total = torch.nn.utils.get_total_norm(parts, norm_type)
+    scale = min(1.0, max_norm / (float(total) + 1e-6))
+    if scale < 1.0:
+        for param in with_grads:
+            param.grad.mul_(scale)
+    return total
+
+
 # --------------------------------------------------------------------------------------------
 # Optimizers built on the parameters the model had before sharding
 # --------------------------------------------------------------------------------------------
