@@ -90,7 +90,9 @@ def worker(rank: int, world_size: int, port: int, args: argparse.Namespace) -> N
         mib = 1 << 20
         print(f"{args.layers} x Linear({args.hidden}) + head, AdamW, {world_size} ranks; bytes on rank 0")
         for part in ("parameters", "gradients", "optimizer", "total"):
-            print(f"{part:12s} DDP {ddp[part] / mib:9.2f} MiB   FSDP {fsdp[part] / mib:9.2f} MiB   ratio {fsdp[part] / ddp[part]:.3f}")
+            print(
+                f"{part:12s} DDP {ddp[part] / mib:9.2f} MiB   FSDP {fsdp[part] / mib:9.2f} MiB   ratio {fsdp[part] / ddp[part]:.3f}"
+            )
         peak = fsdp["total"] + fsdp["transient"]
         print(f"FSDP + one gathered unit and its gradient: {peak / mib:.2f} MiB (ratio {peak / ddp['total']:.3f})")
         if "cuda_peak" in ddp:

@@ -252,7 +252,7 @@ class Accelerator(ProcessGuards):
         but models are prepared as without it.
         """
         if plugin is not None and not isinstance(plugin, FullyShardedDataParallelPlugin):
-            raise TypeError(f"fsdp_plugin must be a FullyShardedDataParallelPlugin, got {type(plugin).__name__}")
+            raise ValueError(f"fsdp_plugin must be a FullyShardedDataParallelPlugin, got {type(plugin).__name__}")
         self.fsdp_plugin = plugin
         self._parameter_swaps = fsdp.ParameterSwaps()
         if plugin is not None and self.state.distributed_type != DistributedType.NO:
@@ -806,7 +806,10 @@ class Accelerator(ProcessGuards):
         return (self.unwrap_model(model) if unwrap else model).state_dict()
 
     def save_model(
-        self, model: torch.nn.Module, save_directory: str | os.PathLike, max_shard_size: Any = "10GB",
+        self,
+        model: torch.nn.Module,
+        save_directory: str | os.PathLike,
+        max_shard_size: Any = "10GB",
         safe_serialization: bool = True,
     ) -> None:
         """Write the model's full state dict to ``save_directory/pytorch_model.bin`` from the main

@@ -492,7 +492,9 @@ def _sharded_files_names(accelerator: Any, manifest: dict[str, Any]) -> list[str
             else:
                 folder = kind(index, False) + "/"
                 names.append(folder + ".metadata")
-                names += [name for name in manifest["files"] if name.startswith(folder) and name != folder + ".metadata"]
+                names += [
+                    name for name in manifest["files"] if name.startswith(folder) and name != folder + ".metadata"
+                ]
     return names
 
 

@@ -246,10 +246,14 @@ class FullyShardedDataParallelPlugin:
         for name, is_set in refused.items():
             if is_set:
                 raise ValueError(f"FullyShardedDataParallelPlugin({name}): not supported by runtime's FSDP2")
-        for name, config in (("state_dict_config", self.state_dict_config),
-                             ("optim_state_dict_config", self.optim_state_dict_config)):
+        for name, config in (
+            ("state_dict_config", self.state_dict_config),
+            ("optim_state_dict_config", self.optim_state_dict_config),
+        ):
             # A full state dict is always gathered to rank 0 and moved to the CPU here.
-            if config is not None and not (getattr(config, "offload_to_cpu", True) and getattr(config, "rank0_only", True)):
+            if config is not None and not (
+                getattr(config, "offload_to_cpu", True) and getattr(config, "rank0_only", True)
+            ):
                 raise ValueError(f"{name}: runtime gathers full state dicts on rank 0 in CPU memory only")
 
 
@@ -272,7 +276,9 @@ def _classes_named(model: torch.nn.Module, names: Iterable[str]) -> tuple[type, 
     return tuple(by_name[name] for name in names)
 
 
-def unit_selector(plugin: FullyShardedDataParallelPlugin, model: torch.nn.Module) -> Callable[[torch.nn.Module, int], bool] | None:
+def unit_selector(
+    plugin: FullyShardedDataParallelPlugin, model: torch.nn.Module
+) -> Callable[[torch.nn.Module, int], bool] | None:
     """``selects(module, unwrapped_numel)``: should this module become its own sharded unit?
 
     ``unwrapped_numel`` counts the module's parameters that no unit below it holds yet.
@@ -296,7 +302,9 @@ def unit_selector(plugin: FullyShardedDataParallelPlugin, model: torch.nn.Module
     return lambda module, numel: bool(policy(module=module, recurse=False, nonwrapped_numel=numel))
 
 
-def _units_bottom_up(model: torch.nn.Module, selects: Callable[[torch.nn.Module, int], bool] | None) -> list[torch.nn.Module]:
+def _units_bottom_up(
+    model: torch.nn.Module, selects: Callable[[torch.nn.Module, int], bool] | None
+) -> list[torch.nn.Module]:
     """Modules (root excluded) the policy makes units, each listed after every unit inside it."""
     if selects is None:
         return []
@@ -337,7 +345,9 @@ def _mixed_precision_policy(plugin: FullyShardedDataParallelPlugin, mixed_precis
     return MixedPrecisionPolicy(param_dtype=_LOW_PRECISION[name], reduce_dtype=torch.float32)
 
 
-def _ignored_parameters(plugin: FullyShardedDataParallelPlugin, model: torch.nn.Module) -> set[torch.nn.Parameter] | None:
+def _ignored_parameters(
+    plugin: FullyShardedDataParallelPlugin, model: torch.nn.Module
+) -> set[torch.nn.Parameter] | None:
     ignored = plugin.ignored_modules
     if ignored is None:
         return None
@@ -349,7 +359,9 @@ def _ignored_parameters(plugin: FullyShardedDataParallelPlugin, model: torch.nn.
     return {param for module in modules for param in module.parameters()}
 
 
-def fully_shard_options(plugin: FullyShardedDataParallelPlugin, mixed_precision: str, model: torch.nn.Module) -> dict[str, Any]:
+def fully_shard_options(
+    plugin: FullyShardedDataParallelPlugin, mixed_precision: str, model: torch.nn.Module
+) -> dict[str, Any]:
     """The keyword arguments every ``fully_shard`` call gets."""
     from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy
 
@@ -373,7 +385,9 @@ def checkpoint_activations(module: torch.nn.Module, offload: bool = False) -> No
 
     def forward(*args: Any, **kwargs: Any) -> Any:
         saved_on_host = (
-            torch.autograd.graph.save_on_cpu(pin_memory=torch.cuda.is_available()) if offload else contextlib.nullcontext()
+            torch.autograd.graph.save_on_cpu(pin_memory=torch.cuda.is_available())
+            if offload
+            else contextlib.nullcontext()
         )
         with saved_on_host:
             return torch.utils.checkpoint.checkpoint(inner, *args, use_reentrant=False, **kwargs)
@@ -388,7 +402,9 @@ def is_sharded(model: Any) -> bool:
     return isinstance(model, FSDPModule)
 
 
-def shard_model(model: torch.nn.Module, plugin: FullyShardedDataParallelPlugin, mixed_precision: str) -> torch.nn.Module:
+def shard_model(
+    model: torch.nn.Module, plugin: FullyShardedDataParallelPlugin, mixed_precision: str
+) -> torch.nn.Module:
     """Shard ``model`` in place across the default process group and return it.
 
     The units the policy selects are sharded first (innermost first), then the root. The model

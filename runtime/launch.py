@@ -116,7 +116,11 @@ def split_fsdp_options(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
     parsed = torchrun_parser.parse_args(argv)
     script_at = len(argv) - len(parsed.training_script_args) - 1
     ours, rest = _fsdp_parser().parse_known_args(argv[:script_at])
-    chosen = {FSDP_OPTIONS[name]: str(value) for name, value in vars(ours).items() if name in FSDP_OPTIONS and value is not None}
+    chosen = {
+        FSDP_OPTIONS[name]: str(value)
+        for name, value in vars(ours).items()
+        if name in FSDP_OPTIONS and value is not None
+    }
     if not (ours.fsdp or chosen):
         return {}, argv
     return {"ACCELERATE_USE_FSDP": "true", **chosen}, [*rest, *argv[script_at:]]

@@ -29,8 +29,17 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> dict:
     # The second launch goes through accel-launch: its --fsdp options configure the plugin.
     accel_launch = [sys.executable, "-m", "runtime.launch", "--nnodes", "1", "--nproc-per-node", "1"]
     rendezvous = ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
-    fsdp_options = ["--fsdp", "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP", "--fsdp_reshard_after_forward", "false",
-                    "--fsdp-transformer-layer-cls-to-wrap", "TransformerEncoderLayer", "--fsdp_activation_checkpointing", "true"]
+    fsdp_options = [
+        "--fsdp",
+        "--fsdp_auto_wrap_policy",
+        "TRANSFORMER_BASED_WRAP",
+        "--fsdp_reshard_after_forward",
+        "false",
+        "--fsdp-transformer-layer-cls-to-wrap",
+        "TransformerEncoderLayer",
+        "--fsdp_activation_checkpointing",
+        "true",
+    ]
     run_command([*accel_launch, *rendezvous, *fsdp_options, str(SCRIPT), "reshard", str(out)], timeout=150).check()
     return {
         "out": out,
@@ -169,9 +178,13 @@ def _model() -> torch.nn.Module:
 
 def test_transformer_policy_makes_each_named_layer_a_unit() -> None:
     model = _model()
-    plugin = FullyShardedDataParallelPlugin(auto_wrap_policy="transformer_based_wrap", transformer_cls_names_to_wrap="_Block")
+    plugin = FullyShardedDataParallelPlugin(
+        auto_wrap_policy="transformer_based_wrap", transformer_cls_names_to_wrap="_Block"
+    )
     assert _units_bottom_up(model, unit_selector(plugin, model)) == [model[1], model[0]]
-    missing = FullyShardedDataParallelPlugin(auto_wrap_policy="transformer_based_wrap", transformer_cls_names_to_wrap="Nope")
+    missing = FullyShardedDataParallelPlugin(
+        auto_wrap_policy="transformer_based_wrap", transformer_cls_names_to_wrap="Nope"
+    )
     with pytest.raises(ValueError, match="no layer class Nope"):
         unit_selector(missing, model)
 
@@ -212,7 +225,7 @@ def test_fsdp_plugin_is_a_constructor_argument_of_the_accelerator() -> None:
     accelerator = Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin())
     assert accelerator.fsdp_plugin is not None
     assert not accelerator.is_fsdp2  # one process without a launcher: nothing to shard across
-    with pytest.raises(TypeError, match="FullyShardedDataParallelPlugin"):
+    with pytest.raises(ValueError, match="FullyShardedDataParallelPlugin"):
         Accelerator(fsdp_plugin={"auto_wrap_policy": "no_wrap"})
 
 

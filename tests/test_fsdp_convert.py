@@ -58,7 +58,7 @@ def test_without_the_flag_nothing_mentions_fsdp(tmp_path: Path) -> None:
 
 
 def test_pyproject_key_turns_it_on_and_the_flag_off_again(tmp_path: Path) -> None:
-    (tmp_path / "pyproject.toml").write_text('[tool.accel-convert]\nfsdp = true\n')
+    (tmp_path / "pyproject.toml").write_text("[tool.accel-convert]\nfsdp = true\n")
     assert PLUGIN in convert(tmp_path)
     assert "FullyShardedDataParallelPlugin" not in convert(tmp_path, "--no-fsdp")
 

@@ -81,7 +81,10 @@ class _CreateAccelerator(HomeBlockTransformer):
         index = creation_index(body, self.facts, at_top=self.facts.home_kind == "function")
         anchor_node = body[index] if index < len(body) else anchor
         arguments = ", ".join(
-            [*([f"cpu={self.cpu_flag}"] if self.cpu_flag else []), *([f"fsdp_plugin={FSDP_PLUGIN}"] if self.fsdp else [])]
+            [
+                *([f"cpu={self.cpu_flag}"] if self.cpu_flag else []),
+                *([f"fsdp_plugin={FSDP_PLUGIN}"] if self.fsdp else []),
+            ]
         )
         created = statement(f"{self.accelerator} = Accelerator({arguments})")
         self.report(

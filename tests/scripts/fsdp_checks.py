@@ -191,7 +191,9 @@ def save_model(out: Path) -> dict[str, Any]:
     report: dict[str, Any] = {"state_keys": sorted(state)}
     if accelerator.is_main_process:
         written = torch.load(out / "saved_model" / "pytorch_model.bin", weights_only=True)
-        report["file_matches"] = written.keys() == state.keys() and all(torch.equal(written[k], state[k]) for k in state)
+        report["file_matches"] = written.keys() == state.keys() and all(
+            torch.equal(written[k], state[k]) for k in state
+        )
         plain = mlp()
         plain.load_state_dict(written)  # loads into the unsharded model class: full shapes
         report["loads_into_plain_model"] = True
@@ -243,8 +245,14 @@ def reshard_phase(out: Path) -> None:
         "refusal": refusal,
         "num_processes": accelerator.num_processes,
         "distributed_type": accelerator.distributed_type.value,
-        "plugin": None if plugin is None else [plugin.auto_wrap_policy, plugin.transformer_cls_names_to_wrap,
-                                               plugin.activation_checkpointing, plugin.reshard_after_forward],
+        "plugin": None
+        if plugin is None
+        else [
+            plugin.auto_wrap_policy,
+            plugin.transformer_cls_names_to_wrap,
+            plugin.activation_checkpointing,
+            plugin.reshard_after_forward,
+        ],
         "local_numel": sum(p.to_local().numel() for p in model.parameters()),
     }
     (out / f"reshard_rank{accelerator.process_index}.json").write_text(json.dumps(report))
