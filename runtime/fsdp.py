@@ -482,13 +482,14 @@ def clip_grad_norm_(parameters: list[torch.Tensor], max_norm: float, norm_type: 
 class ParameterSwaps:
     """Which sharded parameter replaced which original one, for optimizers built before ``prepare``.
 
-    The originals are held weakly (the sharded model no longer needs their full-size storage, and
-    an optimizer that held them lets go once re-pointed); each entry checks identity, so an
-    address reused by a later object is never mistaken for a swapped parameter.
+    Both sides are held weakly: the sharded model no longer needs the originals' full-size
+    storage (an optimizer that held them lets go once re-pointed), and a model freed later must
+    not be kept alive by this record. Each entry checks identity, so an address reused by a later
+    object is never mistaken for a swapped parameter.
     """
 
     def __init__(self) -> None:
-        self._swaps: dict[int, tuple[weakref.ref[torch.Tensor], torch.nn.Parameter]] = {}
+        self._swaps: dict[int, tuple[weakref.ref[torch.Tensor], weakref.ref[torch.Tensor]]] = {}
 
     @staticmethod
     def names_of(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
@@ -500,11 +501,12 @@ class ParameterSwaps:
         after = dict(model.named_parameters(remove_duplicate=False))
         for name, original in before.items():
             if name in after and after[name] is not original:
-                self._swaps[id(original)] = (weakref.ref(original), after[name])
+                self._swaps[id(original)] = (weakref.ref(original), weakref.ref(after[name]))
 
     def _replacement(self, param: torch.Tensor) -> torch.Tensor:
         entry = self._swaps.get(id(param))
-        return entry[1] if entry is not None and entry[0]() is param else param
+        replacement = entry[1]() if entry is not None and entry[0]() is param else None
+        return param if replacement is None else replacement
 
     def repoint(self, optimizer: torch.optim.Optimizer) -> None:
         """Make ``optimizer`` update the sharded parameters instead of the originals."""

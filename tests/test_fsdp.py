@@ -64,6 +64,9 @@ def test_fsdp_follows_the_ddp_loss_trajectory_over_20_steps(launched, kind: str)
     assert sum(shards) == fsdp["global_numel"]  # every element on exactly one rank
     assert max(shards) < 0.55 * fsdp["global_numel"]  # about half each (rows split unevenly)
     assert fsdp["optimizer_params_are_dtensors"]
+    if kind == "mlp":  # accumulation over 2 batches: every other step skips the reduce-scatter
+        assert fsdp["grads_set_on_non_sync_steps"] == [False] * (STEPS // 2)
+        assert ddp["grads_set_on_non_sync_steps"] == [True] * (STEPS // 2)
 
 
 def test_both_ranks_report_the_same_trajectory(launched) -> None:

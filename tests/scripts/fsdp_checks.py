@@ -103,17 +103,22 @@ def build(kind: str, plugin: FullyShardedDataParallelPlugin | None, seed: int = 
 
 def train(kind: str, accelerator: Accelerator, model, optimizer, steps: range) -> dict[str, list[float]]:
     """Train on ``steps``; the mean loss over ranks and the clipped gradient norm per step."""
-    losses, norms = [], []
+    losses, norms, reduced_early = [], [], []
     for step in steps:
         with accelerator.accumulate(model):
             loss = loss_of(kind, model, *batch(kind, step, accelerator.process_index))
             accelerator.backward(loss)
+            if not accelerator.sync_gradients:
+                # FSDP without sync keeps the micro-step's gradient unsharded inside FSDP, so the
+                # parameters' (sharded) .grad stays unset until the reducing backward; DDP's local
+                # gradients are always in .grad.
+                reduced_early.append(any(param.grad is not None for param in model.parameters()))
             if accelerator.sync_gradients:
                 norms.append(float(accelerator.clip_grad_norm_(model.parameters(), 1.0)))
             optimizer.step()
             optimizer.zero_grad()
         losses.append(float(accelerator.reduce(loss.detach(), "mean")))
-    return {"losses": losses, "grad_norms": norms}
+    return {"losses": losses, "grad_norms": norms, "grads_set_on_non_sync_steps": reduced_early}
 
 
 def trajectories() -> dict[str, Any]:
