@@ -432,7 +432,7 @@ class Accelerator(ProcessGuards):
         parameters are re-pointed to the shards (those prepared later are, in prepare_optimizer)."""
         assert self.fsdp_plugin is not None
         before = self._parameter_swaps.names_of(model)
-        fsdp.shard_model(model, self.fsdp_plugin, self.mixed_precision)
+        fsdp.shard_model(model, self.fsdp_plugin, self.mixed_precision, self.device)
         self._parameter_swaps.record(before, model)
         for optimizer in self._optimizers:
             self._parameter_swaps.repoint(optimizer.optimizer)

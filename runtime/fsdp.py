@@ -402,8 +402,18 @@ def is_sharded(model: Any) -> bool:
     return isinstance(model, FSDPModule)
 
 
+def device_mesh(device: torch.device) -> Any:
+    """All ranks of the default group, on ``device``'s type. torch's own default follows the
+    machine (CUDA whenever present), which would be wrong for ``Accelerator(cpu=True)`` on a GPU
+    machine (a Gloo group and CPU tensors)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(device.type, (dist.get_world_size(),))
+
+
 def shard_model(
-    model: torch.nn.Module, plugin: FullyShardedDataParallelPlugin, mixed_precision: str
+    model: torch.nn.Module, plugin: FullyShardedDataParallelPlugin, mixed_precision: str, device: torch.device
 ) -> torch.nn.Module:
     """Shard ``model`` in place across the default process group and return it.
 
@@ -415,7 +425,7 @@ def shard_model(
 
     if is_sharded(model):
         return model
-    options = fully_shard_options(plugin, mixed_precision, model)
+    options = {**fully_shard_options(plugin, mixed_precision, model), "mesh": device_mesh(device)}
     units = _units_bottom_up(model, unit_selector(plugin, model))
     if plugin.activation_checkpointing:
         if not units:
