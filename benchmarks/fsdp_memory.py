@@ -13,11 +13,20 @@ unit. On a GPU the allocator's peak (``torch.cuda.max_memory_allocated``) over t
 too; on the CPU there is no allocator peak to read, so only the tensor count is reported.
 
 Expected: FSDP/DDP about 1/N for the persistent state (each rank keeps 1/N of every tensor).
+
+    python benchmarks/fsdp_memory.py --gpu-cap [--layers 8] [--hidden 8192]
+
+One GPU, one rank: caps the process at half of what the unsharded training state needs
+(``torch.cuda.set_per_process_memory_fraction``), then trains the same model without a plugin
+(expected: out of memory) and with FSDP units per layer and ``cpu_offload=True`` (shards and
+optimizer state in host memory, one layer gathered on the GPU at a time; expected: trains, with
+``max_memory_allocated`` under the cap). Prepared for a lent GPU; not run yet.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import socket
 from typing import Any
@@ -102,15 +111,60 @@ def worker(rank: int, world_size: int, port: int, args: argparse.Namespace) -> N
     shut_down_process_group()
 
 
+def gpu_cap_worker(rank: int, world_size: int, port: int, args: argparse.Namespace) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    from runtime import Accelerator, FullyShardedDataParallelPlugin
+    from runtime.state import shut_down_process_group
+    from runtime.state_objects import AcceleratorState
+
+    parameters = args.layers * (args.hidden * args.hidden + args.hidden) + args.hidden + 1
+    needed = 16 * parameters  # fp32 weights, gradients and AdamW's two moments
+    cap = needed // 2
+    torch.cuda.set_per_process_memory_fraction(cap / torch.cuda.get_device_properties(0).total_memory)
+    mib = 1 << 20
+    print(f"{parameters / 1e9:.2f}B parameters need {needed / mib:.0f} MiB to train unsharded; cap {cap / mib:.0f} MiB")
+    for name, plugin in (
+        ("unsharded", None),
+        (
+            "FSDP + cpu_offload",
+            FullyShardedDataParallelPlugin(
+                auto_wrap_policy="size_based_wrap", min_num_params=args.hidden * args.hidden, cpu_offload=True
+            ),
+        ),
+    ):
+        AcceleratorState._reset_state()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        try:
+            accelerator = Accelerator(fsdp_plugin=plugin)
+            model = make_model(args.layers, args.hidden)
+            model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters()))
+            batch = torch.randn(4, args.hidden, device=accelerator.device)
+            for _ in range(2):
+                accelerator.backward(model(batch).square().mean())
+                optimizer.step()
+                optimizer.zero_grad()
+            print(f"{name:20s} trained; peak {torch.cuda.max_memory_allocated() / mib:.0f} MiB")
+        except torch.OutOfMemoryError:
+            print(f"{name:20s} out of memory (peak {torch.cuda.max_memory_allocated() / mib:.0f} MiB)")
+        accelerator = model = optimizer = None  # free the attempt before the next one
+        gc.collect()
+    shut_down_process_group()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--gpu-cap", action="store_true", help="the one-GPU memory-cap check (see above)")
     args = parser.parse_args()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    if args.gpu_cap:
+        mp.spawn(gpu_cap_worker, args=(1, port, args), nprocs=1, join=True)
+        return
     mp.spawn(worker, args=(args.nproc, port, args), nprocs=args.nproc, join=True)
 
 
