@@ -124,9 +124,12 @@ class FullyShardedDataParallelPlugin:
         activation_checkpointing: recompute each unit's activations in backward; env
             ``FSDP_ACTIVATION_CHECKPOINTING`` (``..._OFFLOAD``: keep the saved inputs in host memory).
 
-    ``state_dict_config``/``optim_state_dict_config``, ``use_orig_params``, ``sync_module_states``,
-    ``limit_all_gathers`` and ``backward_prefetch`` are accepted where their value is what FSDP2
-    does anyway; ``param_init_fn``, ``forward_prefetch`` and ``cpu_ram_efficient_loading`` raise.
+    Accepted without effect, as FSDP2 needs no setting for them: ``use_orig_params`` (FSDP2 always
+    trains the original parameters), ``sync_module_states``, ``limit_all_gathers``,
+    ``backward_prefetch`` (FSDP2 prefetches the next unit in backward by itself).
+    ``state_dict_config``/``optim_state_dict_config`` are accepted when they ask for what runtime
+    does (full state dicts gathered on rank 0, in CPU memory). ``param_init_fn``,
+    ``forward_prefetch`` and ``cpu_ram_efficient_loading`` raise.
     """
 
     fsdp_version: int | None = None
@@ -241,7 +244,6 @@ class FullyShardedDataParallelPlugin:
             "param_init_fn": self.param_init_fn is not None,
             "forward_prefetch": bool(self.forward_prefetch),
             "cpu_ram_efficient_loading": bool(self.cpu_ram_efficient_loading),
-            "use_orig_params=False": self.use_orig_params is False and self.fsdp_version == 2,
         }
         for name, is_set in refused.items():
             if is_set:
