@@ -319,6 +319,7 @@ def build_plan(ctx: click.Context, flags: dict[str, Any]) -> Plan:
     options = Options(
         target=flags["target"],
         oom_retry=flags["oom_retry"],
+        fsdp=flags["fsdp"],
         select=split_codes(flags["select"]),
         ignore=split_codes(flags["ignore"]),
     )
@@ -585,6 +586,11 @@ def list_codes(color: bool | None) -> None:
     "--oom-retry/--no-oom-retry",
     default=False,
     help="Wrap training in find_executable_batch_size (halve the batch size on out-of-memory).",
+)
+@click.option(
+    "--fsdp/--no-fsdp",
+    default=False,
+    help="Shard models with FSDP2: Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2)).",
 )
 @click.option("--select", multiple=True, metavar="CODES", help="Run only these code prefixes (comma-separated).")
 @click.option("--ignore", multiple=True, metavar="CODES", help="Skip these code prefixes (comma-separated).")

@@ -24,6 +24,7 @@ TABLE = "accel-convert"
 SETTINGS: dict[str, tuple[type, tuple[str, ...]]] = {
     "target": (str, ("runtime", "accelerate")),
     "oom-retry": (bool, ()),
+    "fsdp": (bool, ()),
     "select": (list, ()),
     "ignore": (list, ()),
     "strict": (bool, ()),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # what type checkers and editors see; at run time each name loads on first use
     from runtime.accelerator import Accelerator
     from runtime.comm_hooks import DDPCommunicationHookType
+    from runtime.fsdp import FullyShardedDataParallelPlugin
     from runtime.gradient_state import GradientState
     from runtime.handlers import (
         AutocastKwargs,
@@ -45,6 +46,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each name l
 _EXPORTS = {
     "Accelerator": "runtime.accelerator",
     "DDPCommunicationHookType": "runtime.comm_hooks",
+    "FullyShardedDataParallelPlugin": "runtime.fsdp",
     "GradientState": "runtime.gradient_state",
     "AutocastKwargs": "runtime.handlers",
     "DataLoaderConfiguration": "runtime.handlers",
@@ -75,6 +77,7 @@ __all__ = [
     "DataLoaderConfiguration",
     "DistributedDataParallelKwargs",
     "DistributedType",
+    "FullyShardedDataParallelPlugin",
     "GradScalerKwargs",
     "GradientAccumulationPlugin",
     "GradientState",

@@ -31,9 +31,10 @@ import torch
 from torch.nn.parallel import DataParallel, DistributedDataParallel
 from torch.utils.data import DataLoader
 
-from runtime import collectives, operations, precision
+from runtime import collectives, fsdp, operations, precision
 from runtime.comm_hooks import register_comm_hook
 from runtime.ddp import wrap_in_ddp
+from runtime.fsdp import FullyShardedDataParallelPlugin
 from runtime.gradient_state import GradientState
 from runtime.handlers import (
     SUPPORTED_KWARGS_HANDLERS,
@@ -56,7 +57,6 @@ _NOT_SET: Any = object()
 #: Accelerate constructor arguments for engines this runtime does not provide.
 _UNSUPPORTED_ENGINES = (
     "deepspeed_plugin",
-    "fsdp_plugin",
     "torch_tp_plugin",
     "megatron_lm_plugin",
     "dynamo_plugin",
@@ -170,6 +170,9 @@ class Accelerator(ProcessGuards):
             (``num_processes`` times each); False steps them once per call.
         kwargs_handlers: at most one each of DistributedDataParallelKwargs, GradScalerKwargs,
             InitProcessGroupKwargs, AutocastKwargs.
+        fsdp_plugin: a :class:`~runtime.fsdp.FullyShardedDataParallelPlugin`: shard models with
+            FSDP2 instead of replicating them with DDP (also ``ACCELERATE_USE_FSDP=true``, which
+            ``accel-launch --fsdp`` sets). Applies when launched (torchrun), on any number of ranks.
         even_batches / dispatch_batches: pre-1.0 spellings of the DataLoaderConfiguration fields.
     """
 
@@ -191,6 +194,7 @@ class Accelerator(ProcessGuards):
         dynamo_backend: str | None = None,
         even_batches: bool = _NOT_SET,
         dispatch_batches: bool | None = _NOT_SET,
+        fsdp_plugin: FullyShardedDataParallelPlugin | None = None,
         **unsupported: Any,
     ) -> None:
         self._reject_unsupported(unsupported, dynamo_backend)
@@ -214,6 +218,7 @@ class Accelerator(ProcessGuards):
             detect_state(cpu=cpu, init_kwargs=init_kwargs, mixed_precision=mixed)
         )
         self._mixed_precision = mixed
+        self._use_fsdp(fsdp_plugin if fsdp_plugin is not None else fsdp.plugin_from_environment())
         precision.check_device_supports(mixed, self.state.device)
         scaler_kwargs = self.scaler_handler.to_kwargs() if self.scaler_handler else {}
         self.scaler = precision.make_grad_scaler(mixed, self.state.device, scaler_kwargs)
@@ -239,6 +244,25 @@ class Accelerator(ProcessGuards):
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[DataLoader] = []
         self._custom_objects: list[Any] = []
+
+    def _use_fsdp(self, plugin: FullyShardedDataParallelPlugin | None) -> None:
+        """Remember the FSDP plugin; under a launcher, report ``DistributedType.FSDP`` as Accelerate.
+
+        On one process without a launcher there is nothing to shard across: the plugin is kept
+        but models are prepared as without it.
+        """
+        if plugin is not None and not isinstance(plugin, FullyShardedDataParallelPlugin):
+            raise ValueError(f"fsdp_plugin must be a FullyShardedDataParallelPlugin, got {type(plugin).__name__}")
+        self.fsdp_plugin = plugin
+        self._parameter_swaps = fsdp.ParameterSwaps()
+        if plugin is not None and self.state.distributed_type != DistributedType.NO:
+            self.state.distributed_type = DistributedType.FSDP
+            self.state.fsdp_plugin = plugin
+
+    @property
+    def is_fsdp2(self) -> bool:
+        """True when prepared models are sharded with FSDP2."""
+        return self.state.distributed_type == DistributedType.FSDP
 
     @staticmethod
     def _reject_unsupported(unsupported: dict[str, Any], dynamo_backend: str | None) -> None:
@@ -387,6 +411,8 @@ class Accelerator(ProcessGuards):
         self._models.append(model)
         if self.native_amp:
             precision.patch_forward(model, self.autocast)
+        if self.is_fsdp2 and not evaluation_mode:
+            return _mark_prepared(self._shard(model))
         if placement:
             model.to(self.device)
         wants_ddp = self.use_distributed and not evaluation_mode
@@ -401,12 +427,25 @@ class Accelerator(ProcessGuards):
             register_comm_hook(model, handler.comm_hook, handler.comm_wrapper, handler.comm_state_option)
         return _mark_prepared(model)
 
+    def _shard(self, model: torch.nn.Module) -> torch.nn.Module:
+        """FSDP2 instead of DDP (runtime.fsdp); optimizers already prepared on the original
+        parameters are re-pointed to the shards (those prepared later are, in prepare_optimizer)."""
+        assert self.fsdp_plugin is not None
+        before = self._parameter_swaps.names_of(model)
+        fsdp.shard_model(model, self.fsdp_plugin, self.mixed_precision, self.device)
+        self._parameter_swaps.record(before, model)
+        for optimizer in self._optimizers:
+            self._parameter_swaps.repoint(optimizer.optimizer)
+        return model
+
     def prepare_optimizer(
         self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None
     ) -> AcceleratedOptimizer:
         """Wrap so that ``step``/``zero_grad`` act only on sync steps (and go through the GradScaler)."""
         if getattr(optimizer, "_is_accelerate_prepared", False):
             return optimizer  # type: ignore[return-value]
+        if self.is_fsdp2:  # built on parameters a sharded model replaced: update the shards instead
+            self._parameter_swaps.repoint(optimizer)
         placement = self.device_placement if device_placement is None else device_placement
         wrapped = AcceleratedOptimizer(optimizer, self.gradient_state, self.scaler, move_state=placement)
         self._optimizers.append(wrapped)
@@ -516,8 +555,12 @@ class Accelerator(ProcessGuards):
 
     @contextlib.contextmanager
     def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
-        """DDP's ``no_sync`` for a prepared model when distributed; nothing otherwise."""
-        if self.use_distributed and isinstance(model, DistributedDataParallel):
+        """DDP's ``no_sync`` for a prepared model when distributed (FSDP: no reduce-scatter);
+        nothing otherwise."""
+        if fsdp.is_sharded(model):
+            with fsdp.gradient_sync_paused(model):
+                yield
+        elif self.use_distributed and isinstance(model, DistributedDataParallel):
             with model.no_sync():
                 yield
         else:
@@ -628,7 +671,9 @@ class Accelerator(ProcessGuards):
             total = torch.linalg.vector_norm(torch.stack(norms), norm_type) if norms else torch.tensor(0.0)
             return total / self.scaler.get_scale()
         self.unscale_gradients()
-        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+        # Sharded gradients are DTensors: their norms are reduced across ranks (runtime.fsdp); the
+        # result is returned as an ordinary tensor, equal on every rank.
+        return fsdp.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
 
     def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
         """Unscale (fp16), then clamp every gradient to ``[-clip_value, clip_value]``."""
@@ -751,8 +796,35 @@ class Accelerator(ProcessGuards):
         return model
 
     def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
-        """The model's state dict without DDP's ``module.`` prefix."""
+        """The model's state dict without DDP's ``module.`` prefix.
+
+        A sharded (FSDP) model's is gathered whole onto rank 0, in CPU memory; other ranks get an
+        empty dict. Every rank must call it then.
+        """
+        if fsdp.is_sharded(model):
+            return fsdp.full_state_dict(model)
         return (self.unwrap_model(model) if unwrap else model).state_dict()
+
+    def save_model(
+        self,
+        model: torch.nn.Module,
+        save_directory: str | os.PathLike,
+        max_shard_size: Any = "10GB",
+        safe_serialization: bool = True,
+    ) -> None:
+        """Write the model's full state dict to ``save_directory/pytorch_model.bin`` from the main
+        process, atomically; every rank must call it (an FSDP model is gathered first).
+
+        ``max_shard_size`` and ``safe_serialization`` are accepted for Accelerate's signature: the
+        weights go to one ``torch.save`` file (runtime depends on nothing but torch).
+        """
+        state = self.get_state_dict(model)
+        if self.is_main_process:
+            os.makedirs(save_directory, exist_ok=True)
+            from runtime.utils import atomic_torch_save
+
+            atomic_torch_save(state, os.path.join(save_directory, "pytorch_model.bin"))
+        self.wait_for_everyone()
 
     def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
         """``torch.save`` on the main process only, atomically (temp file + rename: never half-written)."""

@@ -29,6 +29,15 @@ How a checkpoint is written so that a crash never leaves one that looks complete
 A folder without ``checkpoint.json`` is not a checkpoint. Loading checks the manifest first and
 refuses, with the file's name, a checkpoint from another world size, a missing file or one whose
 digest differs. The folders are assumed to be on a file system every rank sees, as in Accelerate.
+
+Sharded (FSDP) models and their optimizers are the exception to "the main process writes the
+shared files": every rank takes part (:mod:`runtime.fsdp`). With ``SHARDED_STATE_DICT`` each
+becomes a ``torch.distributed.checkpoint`` folder inside the staging folder (one shard file per
+rank, listed in the manifest like any other file, so the same atomicity and digest checks hold);
+with ``FULL_STATE_DICT`` they are gathered and rank 0 writes them as single files. Either form
+loads onto another number of ranks: when every prepared model is sharded, a checkpoint from
+another world size is accepted, and only the per-rank random states and loader positions (which
+have no counterpart on another number of ranks) are left as they are, with a warning.
 """
 
 from __future__ import annotations
@@ -40,10 +49,13 @@ import random
 import re
 import shutil
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from runtime import fsdp
 
 __all__ = ["CheckpointError", "MANIFEST", "latest_checkpoint", "load_state", "save_state"]
 
@@ -86,10 +98,13 @@ def _shared_files(accelerator: Any) -> dict[str, Any]:
     """The files the main process writes, by name, with what goes in each."""
     files: dict[str, Any] = {}
     prepared = accelerator.prepared_objects()
+    sharded_models, sharded_optimizers = _sharded_parts(accelerator)
     for index, model in enumerate(prepared.models):
-        files[_indexed("pytorch_model", index, ".bin")] = _unwrapped(accelerator, model).state_dict()
+        if index not in sharded_models:
+            files[_indexed("pytorch_model", index, ".bin")] = _unwrapped(accelerator, model).state_dict()
     for index, optimizer in enumerate(prepared.optimizers):
-        files[_indexed("optimizer", index, ".bin")] = _inner(optimizer, "optimizer").state_dict()
+        if index not in sharded_optimizers:
+            files[_indexed("optimizer", index, ".bin")] = _inner(optimizer, "optimizer").state_dict()
     for index, scheduler in enumerate(prepared.schedulers):
         files[_indexed("scheduler", index, ".bin")] = _inner(scheduler, "scheduler").state_dict()
     if accelerator.scaler is not None:
@@ -97,6 +112,40 @@ def _shared_files(accelerator: Any) -> dict[str, Any]:
     for index, obj in enumerate(prepared.custom_objects):
         files[f"custom_checkpoint_{index}.pkl"] = obj.state_dict()
     return files
+
+
+def _sharded_parts(
+    accelerator: Any,
+) -> tuple[dict[int, torch.nn.Module], dict[int, tuple[torch.optim.Optimizer, torch.nn.Module]]]:
+    """The prepared models FSDP shards, and the optimizers that update them (with their model),
+    by preparation index."""
+    prepared = accelerator.prepared_objects()
+    models = {index: model for index, model in enumerate(prepared.models) if fsdp.is_sharded(model)}
+    optimizers = {}
+    for index, optimizer in enumerate(prepared.optimizers):
+        owner = fsdp.owning_model(_inner(optimizer, "optimizer"), models.values())
+        if owner is not None:
+            optimizers[index] = (_inner(optimizer, "optimizer"), owner)
+    return models, optimizers
+
+
+def _full_state_dicts(accelerator: Any) -> bool:
+    plugin = getattr(accelerator, "fsdp_plugin", None)
+    return plugin is not None and plugin.state_dict_type == "FULL_STATE_DICT"
+
+
+def _write_sharded_parts(accelerator: Any, staging: Path) -> dict[str, Any]:
+    """Every rank: write the sharded models and optimizers (see the module doc); returns the
+    gathered full state dicts rank 0 must write, if that is the configured form."""
+    models, optimizers = _sharded_parts(accelerator)
+    if not models:
+        return {}
+    return fsdp.write_model_and_optimizers(
+        staging,
+        list(models.items()),
+        [(index, optimizer, model) for index, (optimizer, model) in optimizers.items()],
+        full=_full_state_dicts(accelerator),
+    )
 
 
 def _unwrapped(accelerator: Any, model: torch.nn.Module) -> torch.nn.Module:
@@ -215,8 +264,9 @@ def save_state(
         shutil.rmtree(staging, ignore_errors=True)  # what a crashed save left behind
         staging.mkdir(parents=True)
     accelerator.wait_for_everyone()
+    gathered = _write_sharded_parts(accelerator, staging)
     if accelerator.is_main_process:
-        for name, content in _shared_files(accelerator).items():
+        for name, content in {**_shared_files(accelerator), **gathered}.items():
             _write(staging / name, content)
     _write(staging / _rng_file(accelerator.process_index), _rng_snapshot(accelerator))
     accelerator.wait_for_everyone()
@@ -265,7 +315,8 @@ def _digest(path: Path) -> str:
 
 
 def _write_manifest(staging: Path, accelerator: Any) -> None:
-    files = sorted(p.name for p in staging.iterdir() if p.is_file())
+    # Relative paths: sharded models are folders of shard files (see the module doc).
+    files = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
     for rank in range(accelerator.num_processes):
         if _rng_file(rank) not in files:
             # Every rank wrote its file before the barrier; not seeing one means another disk.
@@ -375,38 +426,97 @@ def load_state(
     source = _load_source(accelerator, input_dir)
     location = _map_location(accelerator, map_location)
     manifest = _read_manifest(source, accelerator)
+    same_world = manifest["world_size"] == accelerator.num_processes
     loader = _VerifiedLoader(source, manifest, location)
-    loader.verify(_files_to_load(accelerator))
+    loader.verify(_files_to_load(accelerator, manifest, same_world))
     rng_file = _rng_file(accelerator.process_index)
-    snapshot = _load_on_every_rank(loader, rng_file, accelerator)
+    snapshot = _load_on_every_rank(loader, rng_file, accelerator) if same_world else None
     prepared = accelerator.prepared_objects()
+    sharded_models, sharded_optimizers = _sharded_parts(accelerator)
     for index, model in enumerate(prepared.models):
-        state = loader.load(_indexed("pytorch_model", index, ".bin"))
-        _unwrapped(accelerator, model).load_state_dict(state, **load_model_kwargs)
+        if index not in sharded_models:
+            state = loader.load(_indexed("pytorch_model", index, ".bin"))
+            _unwrapped(accelerator, model).load_state_dict(state, **load_model_kwargs)
+    _load_sharded_parts(accelerator, loader, load_model_kwargs)
     for index, optimizer in enumerate(prepared.optimizers):
-        _inner(optimizer, "optimizer").load_state_dict(loader.load(_indexed("optimizer", index, ".bin")))
+        if index not in sharded_optimizers:
+            _inner(optimizer, "optimizer").load_state_dict(loader.load(_indexed("optimizer", index, ".bin")))
     for index, scheduler in enumerate(prepared.schedulers):
         _inner(scheduler, "scheduler").load_state_dict(loader.load(_indexed("scheduler", index, ".bin")))
     if accelerator.scaler is not None:
         accelerator.scaler.load_state_dict(loader.load("scaler.pt"))
     for index, obj in enumerate(prepared.custom_objects):
         obj.load_state_dict(loader.load(f"custom_checkpoint_{index}.pkl"))
-    _restore_rng(snapshot, accelerator, source / rng_file)
+    if snapshot is not None:
+        _restore_rng(snapshot, accelerator, source / rng_file)
+    elif accelerator.is_main_process:
+        warnings.warn(
+            f"{source}: saved by {manifest['world_size']} processes, loaded by {accelerator.num_processes}: "
+            "models, optimizers and schedulers were restored, the per-rank random states and data "
+            "loader positions were not",
+            stacklevel=3,
+        )
     if accelerator.project_configuration.automatic_checkpoint_naming:
         match = _AUTOMATIC_NAME.match(source.name)
         if match:  # the next save must not collide with what we resumed from
             accelerator.project_configuration.iteration = int(match.group(1)) + 1
 
 
-def _files_to_load(accelerator: Any) -> list[str]:
-    """Every file any rank of this run reads: the shared ones and each rank's random states."""
-    return [*_shared_files_names(accelerator), *(_rng_file(rank) for rank in range(accelerator.num_processes))]
+def _files_to_load(accelerator: Any, manifest: dict[str, Any], same_world: bool) -> list[str]:
+    """Every file any rank of this run reads: the shared ones, the sharded models' and each
+    rank's random states (only read when the world size is the one that saved them)."""
+    ranks = range(accelerator.num_processes) if same_world else range(0)
+    return [
+        *_shared_files_names(accelerator),
+        *_sharded_files_names(accelerator, manifest),
+        *(_rng_file(rank) for rank in ranks),
+    ]
+
+
+def _saved_full(manifest: dict[str, Any], index: int) -> bool:
+    """Whether sharded model ``index`` was saved gathered (a file) or sharded (a DCP folder)."""
+    return fsdp.model_entry(index, True) in manifest["files"]
+
+
+def _sharded_files_names(accelerator: Any, manifest: dict[str, Any]) -> list[str]:
+    """The full-state files, or each DCP folder's metadata and every shard file listed under it."""
+    models, optimizers = _sharded_parts(accelerator)
+    if not models:
+        return []
+    full = _saved_full(manifest, min(models))  # one form for all: the plugin's state_dict_type
+    names = []
+    for kind, indices in ((fsdp.model_entry, models), (fsdp.optimizer_entry, optimizers)):
+        for index in indices:
+            if full:
+                names.append(kind(index, True))
+            else:
+                folder = kind(index, False) + "/"
+                names.append(folder + ".metadata")
+                names += [
+                    name for name in manifest["files"] if name.startswith(folder) and name != folder + ".metadata"
+                ]
+    return names
+
+
+def _load_sharded_parts(accelerator: Any, loader: _VerifiedLoader, load_model_kwargs: dict[str, Any]) -> None:
+    models, optimizers = _sharded_parts(accelerator)
+    if not models:
+        return
+    fsdp.load_model_and_optimizers(
+        loader.source,
+        list(models.items()),
+        [(index, optimizer, model) for index, (optimizer, model) in optimizers.items()],
+        full=_saved_full({"files": loader.files}, min(models)),
+        read_file=loader.load,
+        strict=load_model_kwargs.get("strict", True),
+    )
 
 
 def _shared_files_names(accelerator: Any) -> list[str]:
     prepared = accelerator.prepared_objects()
-    names = [_indexed("pytorch_model", index, ".bin") for index in range(len(prepared.models))]
-    names += [_indexed("optimizer", index, ".bin") for index in range(len(prepared.optimizers))]
+    sharded_models, sharded_optimizers = _sharded_parts(accelerator)
+    names = [_indexed("pytorch_model", i, ".bin") for i in range(len(prepared.models)) if i not in sharded_models]
+    names += [_indexed("optimizer", i, ".bin") for i in range(len(prepared.optimizers)) if i not in sharded_optimizers]
     names += [_indexed("scheduler", index, ".bin") for index in range(len(prepared.schedulers))]
     if accelerator.scaler is not None:
         names.append("scaler.pt")
@@ -473,6 +583,14 @@ def _map_location(accelerator: Any, map_location: str | None) -> str | torch.dev
     raise TypeError(f"Unsupported map_location {map_location!r}: use None, 'cpu' or 'on_device'")
 
 
+def _reshardable(accelerator: Any) -> bool:
+    """True when every prepared model and optimizer is sharded: their checkpoints load onto any
+    number of ranks (see the module doc)."""
+    prepared = accelerator.prepared_objects()
+    models, optimizers = _sharded_parts(accelerator)
+    return bool(models) and len(models) == len(prepared.models) and len(optimizers) == len(prepared.optimizers)
+
+
 def _read_manifest(source: Path, accelerator: Any) -> dict[str, Any]:
     path = source / MANIFEST
     if not path.is_file():
@@ -487,7 +605,7 @@ def _read_manifest(source: Path, accelerator: Any) -> dict[str, Any]:
         raise CheckpointError(f"{path}: unreadable manifest ({error})") from None
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
         raise CheckpointError(f"{path}: malformed manifest (world_size is {world_size!r}, not a number of processes)")
-    if world_size != accelerator.num_processes:
+    if world_size != accelerator.num_processes and not _reshardable(accelerator):
         raise CheckpointError(
             f"{path}: saved by {world_size} processes, this run has "
             f"{accelerator.num_processes}; resume with the same number of processes"

@@ -12,6 +12,11 @@ passed through untouched, so launching, multi-node included, is torchrun's. What
 - ``--mixed-precision`` and ``--cpu``, handed to the workers as Accelerate's launcher hands them
   (``ACCELERATE_MIXED_PRECISION``, ``ACCELERATE_USE_CPU``).
 - ``--env`` (a report for bug reports) and ``--version``, which work without torch.
+- ``--fsdp`` (Accelerate: ``--use_fsdp``) and the ``--fsdp_*`` options (any of them also turns
+  FSDP on) train every ``Accelerator()`` of the script with FSDP2 instead of DDP, as Accelerate's
+  launcher does: they become ``ACCELERATE_USE_FSDP``/``FSDP_*`` variables that
+  :class:`runtime.fsdp.FullyShardedDataParallelPlugin` reads; a bad value stops the launch with
+  one line (exit code 2) before any worker starts.
 
 accel-launch's own options go before the script, with torchrun's: what follows the script is
 the script's (an RL script's ``--env CartPole-v1`` stays its own).
@@ -79,6 +84,12 @@ Added by accel-launch (before SCRIPT; what follows SCRIPT is the script's own):
   --mixed-precision {{no,fp16,bf16}}
                          what Accelerator() uses in the workers when the script does not say
   --cpu                  train on CPU processes (Gloo) even where there are GPUs
+  --fsdp                 shard the model with FSDP2 instead of DDP (also: --use_fsdp); the
+                         --fsdp_<option> VALUE options set its fields (any of them turns it on):
+                         version, sharding_strategy, reshard_after_forward, auto_wrap_policy,
+                         transformer_layer_cls_to_wrap, min_num_params, offload_params,
+                         state_dict_type, activation_checkpointing,
+                         activation_checkpointing_offload
   --env                  print versions, devices, backends, launch variables and the saved
                          configuration (for bug reports), then exit; works without torch
   --version              print accel-launch's version, then exit
@@ -355,6 +366,8 @@ class CommandLine:
     cpu: bool = False
     config_file: Path | None = None
     mixed_precision: str | None = None
+    #: What ``--fsdp`` and the ``--fsdp_*`` options ask for, as the workers' environment.
+    fsdp: dict[str, str] = field(default_factory=dict)
 
 
 def torchrun_switches() -> frozenset[str]:
@@ -381,6 +394,16 @@ def split_command_line(argv: Sequence[str], switches: frozenset[str] = TORCHRUN_
             line.help = True
         elif token == "--cpu":
             line.cpu = True
+        elif token in ("--fsdp", "--use_fsdp", "--use-fsdp"):
+            line.fsdp["ACCELERATE_USE_FSDP"] = "true"
+        elif fsdp_option(name) is not None:
+            if not has_value:
+                index += 1
+                if index >= len(argv):
+                    raise LaunchError(f"{name} needs a value")
+                value = argv[index]
+            line.fsdp["ACCELERATE_USE_FSDP"] = "true"
+            line.fsdp[FSDP_OPTIONS[fsdp_option(name) or ""]] = value
         elif name in ("--config-file", "--mixed-precision"):
             if not has_value:
                 index += 1
@@ -401,6 +424,46 @@ def split_command_line(argv: Sequence[str], switches: frozenset[str] = TORCHRUN_
                 line.torchrun.append(argv[index])
         index += 1
     return line
+
+
+#: ``--fsdp_<option>`` -> the variable Accelerate's launcher exports for it.
+FSDP_OPTIONS = {
+    "version": "FSDP_VERSION",
+    "sharding_strategy": "FSDP_SHARDING_STRATEGY",
+    "reshard_after_forward": "FSDP_RESHARD_AFTER_FORWARD",
+    "auto_wrap_policy": "FSDP_AUTO_WRAP_POLICY",
+    "transformer_layer_cls_to_wrap": "FSDP_TRANSFORMER_CLS_TO_WRAP",
+    "min_num_params": "FSDP_MIN_NUM_PARAMS",
+    "offload_params": "FSDP_OFFLOAD_PARAMS",
+    "state_dict_type": "FSDP_STATE_DICT_TYPE",
+    "activation_checkpointing": "FSDP_ACTIVATION_CHECKPOINTING",
+    "activation_checkpointing_offload": "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD",
+}
+
+
+def fsdp_option(name: str) -> str | None:
+    """``reshard_after_forward`` for ``--fsdp_reshard_after_forward`` or
+    ``--fsdp-reshard-after-forward``; None for anything else."""
+    for prefix in ("--fsdp_", "--fsdp-"):
+        if name.startswith(prefix):
+            option = name[len(prefix) :].replace("-", "_")
+            return option if option in FSDP_OPTIONS else None
+    return None
+
+
+def check_fsdp_environment(variables: dict[str, str]) -> None:
+    """Build the plugin the workers will build, here, so a bad value fails once and early."""
+    from runtime.fsdp import FullyShardedDataParallelPlugin
+
+    saved = dict(os.environ)
+    os.environ.update(variables)
+    try:
+        FullyShardedDataParallelPlugin()
+    except ValueError as error:
+        raise LaunchError(str(error)) from None
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def is_switch(option: str, switches: frozenset[str]) -> bool:
@@ -503,6 +566,9 @@ def launch(line: CommandLine) -> None:
     added = apply_settings(line, settings, os.environ)
     if added:
         print(f"accel-launch: from {path}: {' '.join(added)}", file=sys.stderr)
+    if line.fsdp:
+        check_fsdp_environment(line.fsdp)
+        os.environ.update(line.fsdp)  # the workers inherit them
     from torch.distributed.run import main as torchrun_main
 
     torchrun_main(build_torchrun_args([*added, *line.torchrun, *line.script]))

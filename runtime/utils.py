@@ -42,6 +42,7 @@ _LAZY = {
     "DistributedType": "runtime.state",
     "DDPCommunicationHookType": "runtime.comm_hooks",
     "ProfileKwargs": "runtime.profiling",
+    "FullyShardedDataParallelPlugin": "runtime.fsdp",
     "get_logger": "runtime.logging",
     "prepare_data_loader": "runtime.data_loader",
 }

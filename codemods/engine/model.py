@@ -45,6 +45,8 @@ class Options:
 
     target: Target = "runtime"
     oom_retry: bool = False
+    #: Shard models with FSDP2: the created Accelerator gets ``fsdp_plugin=...``.
+    fsdp: bool = False
     #: Code prefixes to run only (empty: all) and to skip, as ruff's --select/--ignore.
     select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()

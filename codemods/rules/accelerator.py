@@ -28,10 +28,16 @@ def import_statement(options: Options, name: str = "Accelerator") -> cst.SimpleS
     return built
 
 
+#: What ``--fsdp`` passes (the same for both targets: Accelerate's plugin defaults to FSDP1, the
+#: runtime runs FSDP2 either way); the wrap policy and the rest come from the launcher's FSDP_*.
+FSDP_PLUGIN = "FullyShardedDataParallelPlugin(fsdp_version=2)"
+
+
 class _CreateAccelerator(HomeBlockTransformer):
-    def __init__(self, facts: ScriptFacts, cpu_flag: str | None) -> None:
+    def __init__(self, facts: ScriptFacts, cpu_flag: str | None, fsdp: bool = False) -> None:
         super().__init__(facts)
         self.cpu_flag = cpu_flag
+        self.fsdp = fsdp
 
     @property
     def home_names(self) -> set[str | None]:
@@ -40,7 +46,12 @@ class _CreateAccelerator(HomeBlockTransformer):
     def edit_home(self, body: list[cst.BaseStatement], anchor: cst.CSTNode) -> list[cst.BaseStatement]:
         index = creation_index(body, self.facts, at_top=self.facts.home_kind == "function")
         anchor_node = body[index] if index < len(body) else anchor
-        arguments = f"cpu={self.cpu_flag}" if self.cpu_flag else ""
+        arguments = ", ".join(
+            [
+                *([f"cpu={self.cpu_flag}"] if self.cpu_flag else []),
+                *([f"fsdp_plugin={FSDP_PLUGIN}"] if self.fsdp else []),
+            ]
+        )
         created = statement(f"{self.accelerator} = Accelerator({arguments})")
         self.report(
             anchor_node if index < len(body) else anchor,
@@ -139,12 +150,14 @@ class Accelerator(Rule):
         return facts.existing_accelerator is None and facts.has_accelerator and facts.home_kind != "library"
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        transformer = _CreateAccelerator(facts, cpu_flag(module, facts))
+        transformer = _CreateAccelerator(facts, cpu_flag(module, facts), fsdp=options.fsdp)
         converted = module.visit(transformer)
-        if not imports_from(converted, options.accelerate_module, "Accelerator"):
-            with_import = add_import(converted, import_statement(options))
-            facts.origins.carry(converted, with_import)
-            converted = with_import
+        names = ["Accelerator", *(["FullyShardedDataParallelPlugin"] if options.fsdp else [])]
+        for name in names:
+            if not imports_from(converted, options.accelerate_module, name):
+                with_import = add_import(converted, import_statement(options, name))
+                facts.origins.carry(converted, with_import)
+                converted = with_import
         return converted, transformer.changes(module)
 
 
