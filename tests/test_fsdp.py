@@ -233,13 +233,18 @@ def test_fsdp_plugin_is_a_constructor_argument_of_the_accelerator() -> None:
 
 
 def test_accel_launch_turns_fsdp_options_into_the_variables_accelerate_uses() -> None:
-    from runtime.launch import split_fsdp_options
+    from runtime.launch import split_command_line
 
     argv = ["--nproc-per-node", "2", "--fsdp", "--fsdp_state_dict_type=FULL_STATE_DICT", "train.py", "--fsdp", "1"]
-    variables, rest = split_fsdp_options(argv)
-    assert variables == {"ACCELERATE_USE_FSDP": "true", "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT"}
-    assert rest == ["--nproc-per-node", "2", "train.py", "--fsdp", "1"]  # the script keeps its own --fsdp
-    assert split_fsdp_options(["train.py", "--fsdp"]) == ({}, ["train.py", "--fsdp"])
+    line = split_command_line(argv)
+    assert line.fsdp == {"ACCELERATE_USE_FSDP": "true", "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT"}
+    assert line.torchrun == ["--nproc-per-node", "2"]
+    assert line.script == ["train.py", "--fsdp", "1"]  # the script keeps its own --fsdp
+    assert split_command_line(["--fsdp-min-num-params", "100", "x.py"]).fsdp == {
+        "ACCELERATE_USE_FSDP": "true",
+        "FSDP_MIN_NUM_PARAMS": "100",
+    }
+    assert split_command_line(["train.py", "--fsdp"]).fsdp == {}
 
 
 def test_accel_launch_refuses_a_bad_fsdp_option_in_one_line() -> None:
