@@ -936,15 +936,8 @@ class _Conclusions:
             role for role in roles if role.startswith(f"{instance}.") and role.count(".") == 1
         }
         built_here = {target for assign in self.r.assigns if assign.function == name for target in assign.targets}
-        groups = [
-            facts.models,
-            facts.optimizers,
-            facts.train_loaders,
-            facts.eval_loaders,
-            facts.schedulers - facts.per_epoch_schedulers,
-        ]
         attributes: list[str] = []
-        for group in groups:
+        for group in facts.preparation_groups():
             for attribute in sorted(group):
                 if (
                     attribute.startswith(f"{instance}.")

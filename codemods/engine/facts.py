@@ -264,6 +264,18 @@ class ScriptFacts:
     def trained_objects(self) -> set[str]:
         return self.models | self.optimizers | self.loaders | self.schedulers
 
+    def preparation_groups(self) -> list[set[str]]:
+        """What ``prepare`` takes, by role, in Accelerate's customary order: models, optimizers,
+        train loaders, eval loaders, schedulers stepped per batch (one stepped per epoch is not
+        prepared: the prepared scheduler would step once per process)."""
+        return [
+            self.models,
+            self.optimizers,
+            self.train_loaders,
+            self.eval_loaders,
+            self.schedulers - self.per_epoch_schedulers,
+        ]
+
     def is_prepared(self, name: str) -> bool:
         """Whether the converted script holds ``name`` prepared: it was prepared already, or is a
         training class's attribute (prepared in the class or by its caller)."""

@@ -28,22 +28,15 @@ from codemods.engine.transformers import HomeBlockTransformer
 def objects_to_prepare(facts: ScriptFacts) -> list[str]:
     """In Accelerate's customary order: models, optimizers, train loaders, eval loaders, schedulers
     (each group sorted by name here; the pass orders each group by creation)."""
-    groups = [
-        facts.models,
-        facts.optimizers,
-        facts.train_loaders,
-        facts.eval_loaders,
-        facts.schedulers - facts.per_epoch_schedulers,
-    ]
     ordered: list[str] = []
-    for group in groups:
+    for group in facts.preparation_groups():
         ordered.extend(sorted(name for name in group if name not in facts.prepared and name.isidentifier()))
     return ordered
 
 
 def _group(facts: ScriptFacts, name: str) -> int:
-    roles = [facts.models, facts.optimizers, facts.train_loaders, facts.eval_loaders]
-    return next((index for index, role in enumerate(roles) if name in role), len(roles))
+    groups = facts.preparation_groups()
+    return next((index for index, group in enumerate(groups) if name in group), len(groups))
 
 
 class _Prepare(HomeBlockTransformer):

@@ -23,6 +23,7 @@ hand.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import libcst as cst
 
@@ -45,6 +46,8 @@ from codemods.engine.transformers import RuleTransformer
 from codemods.engine.walk import walk
 
 BUILT_OUTSIDE_INIT = "ACC920"
+
+NodeWithValue = TypeVar("NodeWithValue", cst.Attribute, cst.Arg)
 
 
 @dataclass
@@ -135,19 +138,21 @@ class _GiveAccelerator(RuleTransformer):
             return None
         return cst.Attribute(cst.Name(self.instance), cst.Name(self.accelerator))
 
+    # The accelerator variable is read as the receiver of a call (``accelerator.backward``) or
+    # passed on (``helper(model, accelerator)``): those are the two places earlier rules write it.
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
-        value = updated_node.value
-        replacement = self._instance_accelerator()
-        if replacement is not None and isinstance(value, cst.Name) and value.value == self.accelerator:
-            return updated_node.with_changes(value=replacement)
-        return updated_node
+        return self._read_from_instance(updated_node)
 
     def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
-        value = updated_node.value
+        return self._read_from_instance(updated_node)
+
+    def _read_from_instance(self, node: NodeWithValue) -> NodeWithValue:
+        """``node`` with its ``value`` read from the instance when it is the accelerator variable."""
         replacement = self._instance_accelerator()
+        value = node.value
         if replacement is not None and isinstance(value, cst.Name) and value.value == self.accelerator:
-            return updated_node.with_changes(value=replacement)
-        return updated_node
+            return node.with_changes(value=replacement)
+        return node
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         func = original_node.func
