@@ -268,6 +268,22 @@ def loader_throughput(args, world: int, rank: int) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
+def watcher_cpu_seconds() -> float | None:
+    """CPU time (user + system) the runtime's failure watcher thread has used, from
+    /proc/self/task/<tid>/stat; None without one (one process) or without /proc."""
+    import threading
+
+    watcher = next((t for t in threading.enumerate() if t.name == "accel-convert-failure-watcher"), None)
+    if watcher is None or watcher.native_id is None:
+        return None
+    try:
+        fields = Path(f"/proc/self/task/{watcher.native_id}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks  # utime, stime (fields 14 and 15 of stat)
+
+
 def worker(args) -> None:
     import torch
 
@@ -293,15 +309,22 @@ def worker(args) -> None:
     for name in names:  # warm-up epoch for each
         variants[name]()
     times: dict[str, list[float]] = {name: [] for name in names}
+    watcher_before, started = watcher_cpu_seconds(), time.perf_counter()
     for round_index in range(args.rounds):
         # Rotate the order so no variant always runs first (caches, clocks).
         order = names[round_index % len(names) :] + names[: round_index % len(names)]
         for name in order:
             times[name].append(variants[name]())
+    watcher_after, elapsed = watcher_cpu_seconds(), time.perf_counter() - started
     result = {
         "model": args.model,
         "precision": args.precision,
         "world": world,
+        # CPU seconds the failure watcher thread (runtime.job_failure) used per second of the
+        # timed rounds, on rank 0: what it can take from the training step at most.
+        "watcher_cpu_per_second": (
+            None if watcher_before is None or watcher_after is None else (watcher_after - watcher_before) / elapsed
+        ),
         "accumulation": args.accumulation,
         "step_seconds": {name: statistics.median(values) for name, values in times.items()},
         "round_seconds": times,
@@ -465,6 +488,12 @@ def main() -> None:
                 f"\n{row['model']} {row['precision']}, {row['world']} processes: DDP with static_graph=True / DDP = "
                 f"{paired_ratio(row, 'ddp_static_graph', 'ddp')}; runtime / DDP with static_graph=True = "
                 f"{paired_ratio(row, 'runtime', 'ddp_static_graph')}"
+            )
+    for row in rows:
+        if row.get("watcher_cpu_per_second") is not None:
+            print(
+                f"\n{row['model']} {row['precision']}, {row['world']} processes: the failure watcher thread used "
+                f"{row['watcher_cpu_per_second']:.2e} CPU seconds per second of training (rank 0)"
             )
     for row in rows:
         if "loader_batches_per_second" in row:
