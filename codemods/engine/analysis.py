@@ -438,6 +438,7 @@ class _Conclusions:
         self._schedulers()
         if seeds is not None and seeds.library:
             library_home(self, seeds)
+            self._library_training_classes()
         else:
             self._home()
         self._batch_names()
@@ -918,12 +919,16 @@ class _Conclusions:
         for name, owner in self.r.classes.items():
             methods = {method for owner_name, method in self.backward_methods if owner_name == name}
             methods |= {loop.method for loop, _ in self.loader_loops if loop.function == name and loop.method}
-            if not methods or owner.init_params is None or name not in self.constructions:
+            constructed = name in self.constructions or (
+                # A library's class constructed by code of the program that holds the accelerator.
+                self.seeds is not None and self.seeds.library and name in self.seeds.accelerator_reaches
+            )
+            if not methods or owner.init_params is None or not constructed:
                 continue
             if any(owner.self_names.get(method) is None for method in methods):
                 continue
             found.append(name)
-        return sorted(found, key=lambda name: self.constructions[name][0].order)
+        return sorted(found, key=lambda name: self.constructions[name][0].order if name in self.constructions else 0)
 
     def _class_prepare(self, name: str) -> None:
         """The training objects a class builds itself (``self.model = Net()``, ``self.loader =
@@ -950,6 +955,17 @@ class _Conclusions:
                     attributes.append(attribute)
         if attributes:
             facts.class_prepare[name] = tuple(attributes)
+
+    def _library_training_classes(self) -> None:
+        """A library's training classes (constructed by the entry script, which passes the
+        accelerator to their ``__init__``): their methods reach it as ``self.accelerator``."""
+        facts = self.facts
+        classes = self._training_classes()
+        facts.training_classes.update(classes)
+        for name in classes:
+            self._class_prepare(name)
+            self._class_methods(name)
+        facts.accessible_functions |= self._reachable(set(classes))
 
     def _class_methods(self, name: str) -> None:
         """Per method of a training class: the instance attributes it assigns and the methods it

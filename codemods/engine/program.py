@@ -86,6 +86,9 @@ class _ModuleShape:
     relative: dict[str, str]
     #: Program modules this module imports.
     imports: set[str]
+    #: Module-level classes with an ``__init__`` (listed in ``params`` by their constructor's
+    #: parameters, ``self`` left out).
+    classes: set[str] = field(default_factory=set)
 
 
 def local_imports(source: str | bytes, name: str, is_package: bool) -> set[str]:
@@ -149,6 +152,24 @@ class _Shape(cst.CSTVisitor):
             self.current = None
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        if self.depth == 0:
+            # Constructing a class calls its ``__init__``: arguments fill its parameters (after
+            # ``self``) as a function call's do, and a training class gains the accelerator there.
+            init = next(
+                (
+                    line
+                    for line in (node.body.body if isinstance(node.body, cst.IndentedBlock) else ())
+                    if isinstance(line, cst.FunctionDef) and line.name.value == "__init__"
+                ),
+                None,
+            )
+            if init is not None:
+                params = init.params
+                every = [*params.posonly_params, *params.params, *params.kwonly_params][1:]
+                positional = [*params.posonly_params, *params.params][1:]
+                self.shape.params[node.name.value] = tuple(p.name.value for p in every)
+                self.shape.positional[node.name.value] = tuple(p.name.value for p in positional)
+                self.shape.classes.add(node.name.value)
         self.depth += 1
 
     def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
@@ -377,7 +398,9 @@ class Program:
         for call in calls:
             caller = facts[call.caller_module]
             if call.caller_module == self.entry:
-                holds = entry.home_kind == "function" and call.function in entry.accessible_functions
+                # Module-level code holds it too where the entry creates it there (a script
+                # without functions, or its ``__main__`` block).
+                holds = call.function in entry.accessible_functions
             else:
                 holds = call.function in caller.accessible_functions
             key = (call.callee_module, call.callee)

@@ -149,6 +149,8 @@ class _PassAccelerator(RuleTransformer):
 
     def _pass(self, original_node: cst.Call, updated_node: cst.Call, callee: str, index: int | None) -> cst.Call:
         caller = self.scope[0] if self.scope else None
+        if caller is None and self.accelerator_reachable():
+            return with_argument(updated_node, index, self.accelerator)  # module code after the creation
         if self.in_training_class() and self.instance is not None:
             # A training class's method hands on its own ``self.accelerator`` (ACC108).
             instance_accelerator = cst.Attribute(cst.Name(self.instance), cst.Name(self.accelerator))
@@ -249,7 +251,9 @@ class Helpers(Rule):
         for caller in passes_on:
             survey.functions[caller].uses_accelerator = True
         needs = needing_parameter(survey.functions, facts.creating_function or facts.main_function)
-        if not needs and not passes_on:
+        # Module-level code of an entry script holds the accelerator after creating it.
+        from_module = "<module>" in callers_of_imported_accelerator_users(facts)
+        if not needs and not passes_on and not from_module:
             return module, []
         transformer = _PassAccelerator(facts, needs, survey.functions, accelerator)
         return module.visit(transformer), transformer.changes(module)

@@ -149,3 +149,53 @@ def test_seeds_are_names_and_converge():
     assert seeds["engine"].accelerator_reaches == {"train_one_epoch", "evaluate"}
     assert not seeds["train"].library and seeds["engine"].library
     assert program.order()[-1] == "train"
+
+
+EVALUATOR = """\
+import torch
+
+
+class Evaluator:
+    def __init__(self, model, loader, device):
+        self.model = model
+        self.loader = loader
+        self.device = device
+
+    def run(self):
+        self.model.eval()
+        total = 0
+        with torch.no_grad():
+            for x, y in self.loader:
+                out = self.model(x.to(self.device))
+                total += (out - y).abs().lt(1).sum().item()
+        print("within 1:", total)
+"""
+
+MODULE_LEVEL_ENTRY = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import engine
+from evaluation import Evaluator
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+val = DataLoader(TensorDataset(torch.randn(40, 4), torch.randn(40, 1)), batch_size=8)
+model = torch.nn.Linear(4, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    engine.train_one_epoch(model, loader, optimizer, device)
+Evaluator(model, val, device).run()
+"""
+
+
+def test_module_level_code_passes_the_accelerator_and_a_library_class_keeps_it() -> None:
+    code = converted("train", train=MODULE_LEVEL_ENTRY, engine=ENGINE, evaluation=EVALUATOR)
+    train, evaluation = code["train"], code["evaluation"]
+    assert "    engine.train_one_epoch(model, loader, optimizer, device, accelerator)" in train
+    assert "Evaluator(model, val, device, accelerator).run()" in train
+    assert "    def __init__(self, model, loader, device, accelerator):" in evaluation
+    assert "        self.accelerator = accelerator" in evaluation
+    # The loader it evaluates is prepared (sharded) by the entry: its outputs are gathered.
+    assert "out, y = self.accelerator.gather_for_metrics((out, y))" in evaluation
+    assert '        self.accelerator.print("within 1:", total)' in evaluation
