@@ -50,7 +50,7 @@ def accel_convert(
 def error_lines(stderr: str) -> list[str]:
     """stderr without the summary line."""
     return [
-        line for line in stderr.splitlines() if not line.split(",")[0].endswith(("converted", "would be converted"))
+        line for line in stderr.splitlines() if not line.split(",")[0].endswith(("converted", "would convert"))
     ]
 
 
@@ -74,7 +74,7 @@ def test_symlink_loops_are_one_line_each_and_the_run_goes_on(tmp_path: Path) -> 
         "src/loop2.py: skipped: symbolic link loop",
     ]
     assert any(line.startswith("src/a.py:") for line in lines)
-    assert lines[-1].startswith("1 would be converted, 0 unchanged, 0 failed, 2 skipped")
+    assert lines[-1].startswith("1 would convert, 0 unchanged, 0 failed, 2 skipped")
 
     named = accel_convert("--check", "self.py", "src/a.py", cwd=tmp_path)
     assert named.returncode == 123, named.stderr
