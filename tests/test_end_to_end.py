@@ -14,15 +14,17 @@ codes listed under ``reported``. A case whose sidecar names ``metrics`` is runna
   unit of the last printed digit).
 
 Cost control: conversions run in this process; all one-process runs go through one
-``tests/e2e_support/forkrun.py`` launch that imports torch once and forks a child per run; only
-the two-process runs pay a ``torchrun`` launch each, two launches at a time (a launch spends much
-of its time importing and waiting for rendezvous, so two overlap well on two cores).
+``tests/e2e_support/forkrun.py`` launch that imports torch once and forks a child per run, and
+all two-process runs through one ``torchrun --nproc_per_node 2 tests/e2e_support/rankrun.py``
+launch whose two workers import torch once and fork, per run, the two ranks of that run (each
+run rendezvouses on a port of its own). A ``torchrun`` launch per script cost ~10 s, nearly all of
+it starting interpreters and importing torch.
 
 Robustness on a busy machine: every run has its own timeout (:data:`ONE_PROCESS_TIMEOUT`,
 :data:`TWO_PROCESS_TIMEOUT`), never one cap shared by many scripts, and a run that fails or hangs
-fails only its own test: the shared launches record each run's outcome and never raise. A hung
-run's failure shows every process's stacks (forkrun's watchdog for one process; SIGABRT to the
-torchrun group, answered by faulthandler, for two).
+fails only its own test: the shared launches record each run's outcome as it ends and never
+raise. A hung run's failure shows the stacks of every process of that run (each forked run's own
+faulthandler watchdog, on every rank).
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ import math
 import os
 import re
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,7 @@ from tests.launching import REPO_ROOT, Run, python, torchrun
 CASES_DIR = REPO_ROOT / "fixtures" / "cases"
 SUPPORT_DIR = REPO_ROOT / "fixtures" / "support"
 FORKRUN = REPO_ROOT / "tests" / "e2e_support" / "forkrun.py"
+RANKRUN = REPO_ROOT / "tests" / "e2e_support" / "rankrun.py"
 SIDE_CAR_FIELDS = {
     "run",
     "run_2proc",
@@ -62,10 +64,13 @@ SIDE_CAR_FIELDS = {
 OOM_RETRY_ANNOUNCEMENT = r"Training with batch size \d+"
 #: Groups that count evaluated samples: they must equal the sidecar's ``dataset_size``.
 COUNT_GROUPS = ("total", "count")
-#: Per-run limits, far above what a run needs on a quiet machine (well under 5 s for one process,
-#: 10-25 s for a torchrun launch) so that a machine loaded several times over still passes.
+#: Per-run limits, far above what a run needs on a quiet machine (well under 5 s, on one process
+#: or two) so that a machine loaded several times over still passes.
 ONE_PROCESS_TIMEOUT = 120.0
-TWO_PROCESS_TIMEOUT = 300.0
+TWO_PROCESS_TIMEOUT = 180.0
+#: What a shared launch may take besides its runs: starting, importing torch and the scripts'
+#: libraries, torchrun's rendezvous (a few seconds quiet; far more on a loaded machine).
+LAUNCH_OVERHEAD = 180.0
 NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -302,43 +307,67 @@ def one_process(converted, tmp_path_factory: pytest.TempPathFactory) -> OneProce
     jobs_file.write_text(json.dumps(jobs), encoding="utf-8")
     # forkrun enforces each run's own timeout; this limit only catches forkrun itself stuck, and
     # is never reached first: every run at its full timeout, two at a time, plus start-up.
-    backstop = 120.0 + len(jobs) * (ONE_PROCESS_TIMEOUT + 10.0) / 2
+    backstop = LAUNCH_OVERHEAD + len(jobs) * (ONE_PROCESS_TIMEOUT + 10.0) / 2
     launch = python(FORKRUN, str(jobs_file), env=run_env(), timeout=backstop, raise_on_timeout=False)
     results = forkrun_results(launch.stdout)
     runs = {key: results[index] for index, key in enumerate(keys) if index in results}
     return OneProcessRuns(runs, folders, launch)
 
 
+def rank_results(results: Path, index: int, launch: Run) -> Run:
+    """One run's outcome on both ranks as one Run: the first failing rank's exit code, rank 0's
+    output then rank 1's (a line printed by both ranks shows up twice, as under torchrun)."""
+    ranks = []
+    for rank in range(2):
+        path = results / f"{index}.rank{rank}.json"
+        if not path.is_file():
+            return Run(-1, "", f"the shared launch ended before rank {rank} finished this run:\n{describe(launch)}")
+        ranks.append(json.loads(path.read_text(encoding="utf-8")))
+    failing = [result["returncode"] for result in ranks if result["returncode"] != 0]
+    stderr = "".join(
+        f"--- rank {rank} stderr{' (ran past its timeout)' if result['timed_out'] else ''} ---\n{result['stderr']}"
+        for rank, result in enumerate(ranks)
+    )
+    return Run(failing[0] if failing else 0, "".join(result["stdout"] for result in ranks), stderr)
+
+
 @pytest.fixture(scope="module")
 def two_processes(converted, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Run, Path]]:
-    """Each two-process case's converted script under ``torchrun --nproc_per_node 2``, with the
-    folder it ran in; launched two at a time, each with its own timeout. A launch that fails or
-    hangs is recorded as that case's outcome, never raised."""
+    """Each two-process case's converted script on two ranks, with the folder it ran in: all of
+    them in one ``torchrun --nproc_per_node 2`` launch of rankrun.py, each run with its own
+    timeout; a run that fails or hangs is that case's outcome, never raised."""
     root = tmp_path_factory.mktemp("two-processes")
-
-    def launch(case: Case) -> tuple[Run, Path]:
+    results_dir = root / "results"
+    results_dir.mkdir()
+    jobs, indexes, outcomes = [], {}, {}
+    for case in TWO_PROCESS_CASES:
         folder = root / case.name
         folder.mkdir()
         script = converted[case.name].script
         if script is None:
-            return Run(-1, "", f"conversion failed: {converted[case.name].error}"), folder
-        try:
-            run = torchrun(
-                script,
-                *case.run_2proc,
-                nproc=2,
-                env=run_env(),
-                cwd=folder,
-                timeout=TWO_PROCESS_TIMEOUT,
-                raise_on_timeout=False,
-            )
-        except Exception as error:  # noqa: BLE001 - this case's test reports it; the others run
-            run = Run(-1, "", f"launch failed: {type(error).__name__}: {error}")
-        return run, folder
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(launch, TWO_PROCESS_CASES))
-    return {case.name: result for case, result in zip(TWO_PROCESS_CASES, results)}
+            outcomes[case.name] = (Run(-1, "", f"conversion failed: {converted[case.name].error}"), folder)
+            continue
+        indexes[case.name] = len(jobs)
+        jobs.append(
+            {
+                "script": str(script),
+                "args": list(case.run_2proc or ()),
+                "cwd": str(folder),
+                "sys_path": [str(SUPPORT_DIR)],
+                "timeout": TWO_PROCESS_TIMEOUT,
+            }
+        )
+    jobs_file = root / "jobs.json"
+    jobs_file.write_text(json.dumps(jobs), encoding="utf-8")
+    # Each run's timeout is enforced on both ranks by rankrun; this limit only catches the
+    # launch itself stuck, and is never reached first.
+    backstop = LAUNCH_OVERHEAD + len(jobs) * (TWO_PROCESS_TIMEOUT + 10.0)
+    launch = torchrun(
+        RANKRUN, str(jobs_file), str(results_dir), nproc=2, env=run_env(), timeout=backstop, raise_on_timeout=False
+    )
+    for name, index in indexes.items():
+        outcomes[name] = (rank_results(results_dir, index, launch), root / name)
+    return outcomes
 
 
 def compare_files(case: Case, reference: Path, candidate: Path) -> list[str]:
