@@ -463,8 +463,10 @@ def explain(code: str, color: bool | None) -> None:
     default="text",
     show_default=True,
     help=(
-        "How findings are printed. json: one array of objects (code, message, filename, line, column, "
-        "end_line, end_column, fixed) at the end; sarif: a SARIF 2.1.0 log; github: workflow annotations. "
+        "How findings are printed. json: one JSON array at the end ([] when none), an object per finding "
+        "with exactly the fields code, message, filename, line, column, end_line, end_column (1-based) and "
+        "fixed (true: an automatic rewrite); files that fail are reported on stderr only. sarif: one "
+        "SARIF 2.1.0 log (rules, results, failed files as notifications). github: workflow annotations. "
         "json/sarif/github go to stdout when it carries no script or diff."
     ),
 )

@@ -537,3 +537,28 @@ def test_forkrun_reports_each_run_on_its_own_and_a_hung_one_with_its_stack(tmp_p
     assert results[0].returncode != 0
     assert "in wait_forever_in_this_process" in results[0].stderr
     assert "ran past" in results[0].stderr
+
+
+def test_rankrun_times_out_a_hung_run_on_every_rank_with_stacks_and_runs_the_next(tmp_path: Path):
+    hang = tmp_path / "hang.py"
+    hang.write_text(HANGING_SCRIPT, encoding="utf-8")
+    quick = tmp_path / "quick.py"
+    quick.write_text("import os\nprint('rank', os.environ['RANK'], 'port', os.environ['MASTER_PORT'])\n")
+    jobs = [
+        {"script": str(hang), "args": [], "cwd": str(tmp_path), "timeout": 4},
+        {"script": str(quick), "args": [], "cwd": str(tmp_path), "timeout": 60},
+    ]
+    (tmp_path / "jobs.json").write_text(json.dumps(jobs), encoding="utf-8")
+    results = tmp_path / "results"
+    results.mkdir()
+    launch = torchrun(RANKRUN, str(tmp_path / "jobs.json"), str(results), nproc=2, timeout=120)
+    assert launch.returncode == 0, describe(launch)
+    hung = rank_results(results, 0, launch)
+    assert hung.returncode != 0
+    assert hung.stderr.count("(ran past its timeout)") == 2
+    assert hung.stderr.count("in wait_forever_in_this_process") == 2, hung.stderr
+    after = rank_results(results, 1, launch)
+    assert after.returncode == 0, after.stderr
+    rank0, rank1 = after.stdout.splitlines()
+    assert rank0.startswith("rank 0 port ") and rank1.startswith("rank 1 port ")
+    assert rank0.split()[-1] == rank1.split()[-1], "both ranks of a run meet on one port"
