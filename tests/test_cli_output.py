@@ -123,6 +123,11 @@ def test_warnings_come_first_and_warnings_only_shows_nothing_else(project: Path)
     as_json = accel_convert("--check", "--warnings-only", "--output-format", "json", ".", cwd=project)
     assert {finding["code"][:4] for finding in json.loads(as_json.stdout)} == {"ACC9"}
 
+    # --select ACC9 runs only the checks for a person: nothing to rewrite, the check passes.
+    selected = accel_convert("--check", "--select", "ACC9", "mixed.py", cwd=project)
+    assert selected.returncode == 0
+    assert [match["code"] for match in findings_of(selected.stderr)] == warnings
+
 
 def test_statistics_count_every_finding_per_code(project: Path) -> None:
     listed = accel_convert("--check", ".", cwd=project)
