@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +24,16 @@ from click.core import ParameterSource
 
 from codemods import Options
 from converter.config import ConfigError, load_config
-from converter.files import ReadOnlyFile, discover, same_file, write_if_different, write_set
+from converter.files import (
+    DEFAULT_EXCLUDE,
+    Exclusions,
+    Patterns,
+    ReadOnlyFile,
+    discover,
+    same_file,
+    write_if_different,
+    write_set,
+)
 from converter.pipeline import (
     Conversion,
     ConversionError,
@@ -37,8 +46,11 @@ from converter.project import ProgramFile, convert_program_files, folder_entries
 from converter.report import (
     Finding,
     Output,
+    ProgressBar,
     Reporter,
+    code_rationales,
     codes_listing,
+    explain_lines,
     print_diff,
     stale_output_finding,
     unified_diff,
@@ -70,6 +82,9 @@ EXIT_CODES = [
 ]
 
 STDIN = "-"
+#: A progress bar is shown (on a terminal) from this many files on: below it the run is over
+#: before a bar would be read.
+PROGRESS_MIN_FILES = 6
 
 
 class UsageProblem(Exception):
@@ -143,11 +158,18 @@ class Plan:
     diff: bool
     strict: bool
     to_stdout: bool
+    #: Nothing is written anywhere (``--check``, ``--diff``): the report says "would convert".
+    writes: bool = True
 
 
 def split_codes(values: Sequence[str]) -> tuple[str, ...]:
     """``--select ACC1,ACC9 --select ACC105`` → ``("ACC1", "ACC9", "ACC105")``."""
-    return tuple(code.strip().upper() for value in values for code in value.split(",") if code.strip())
+    return tuple(code.upper() for code in split_list(values))
+
+
+def split_list(values: Sequence[str]) -> tuple[str, ...]:
+    """Repeated and comma-separated values, one list: ``("a,b", "c")`` → ``("a", "b", "c")``."""
+    return tuple(item.strip() for value in values for item in value.split(",") if item.strip())
 
 
 def check_code_prefixes(prefixes: Sequence[str], flag: str) -> None:
@@ -161,15 +183,36 @@ def check_code_prefixes(prefixes: Sequence[str], flag: str) -> None:
             raise UsageProblem(f"{flag} {prefix}: matches no code (see accel-convert --list-codes)")
 
 
-def apply_config(ctx: click.Context, flags: dict[str, Any], start: Path) -> None:
-    """Fill every flag the user did not give from ``[tool.accel-convert]``."""
+#: Settings a config file adds to the command line's instead of giving a default for it.
+CONFIG_EXTENDS = ("extend_exclude",)
+
+
+def apply_config(ctx: click.Context, flags: dict[str, Any], start: Path) -> Exclusions:
+    """Fill every flag the user did not give from ``[tool.accel-convert]``; return what folder
+    searches exclude (patterns from the config are relative to its folder)."""
     try:
         config = load_config(start)
     except ConfigError as error:
         raise UsageProblem(str(error)) from None
+    from_config: dict[str, Any] = {}
     for name, value in config.values.items():
-        if ctx.get_parameter_source(name) in (ParameterSource.DEFAULT, None):
-            flags[name] = value
+        if name in CONFIG_EXTENDS or ctx.get_parameter_source(name) in (ParameterSource.DEFAULT, None):
+            from_config[name] = value
+            if name not in CONFIG_EXTENDS:
+                flags[name] = value
+    config_dir = config.path.parent if config.path is not None else Path.cwd()
+    cwd = Path.cwd()
+    if "exclude" in from_config:
+        patterns = [Patterns.of(config_dir, split_list(from_config["exclude"]))]
+    elif flags["exclude"]:
+        patterns = [Patterns.of(cwd, split_list(flags["exclude"]))]
+    else:
+        patterns = [Patterns.of(cwd, DEFAULT_EXCLUDE)]
+    if from_config.get("extend_exclude"):
+        patterns.append(Patterns.of(config_dir, split_list(from_config["extend_exclude"])))
+    if flags["extend_exclude"]:
+        patterns.append(Patterns.of(cwd, split_list(flags["extend_exclude"])))
+    return Exclusions(tuple(patterns), ignore_files=flags["respect_gitignore"])
 
 
 def output_target(file: Path, root: Path, output: Path, into_folder: bool) -> Path:
@@ -189,6 +232,7 @@ def plan_file_jobs(
     sources: Sequence[str],
     output: Path | None,
     in_place: bool,
+    exclusions: Exclusions | None = None,
     *,
     output_is_folder: bool = False,
     writes_set: bool = True,
@@ -204,7 +248,7 @@ def plan_file_jobs(
     if output is not None and several and output.exists() and not output.is_dir():
         raise UsageProblem(f"-o {output}: with several inputs, -o must be a directory")
     into_folder = output is not None and (several or output.is_dir() or output_is_folder)
-    discovered = discover(paths)
+    discovered = discover(paths, exclusions)
     programs = plan_programs(discovered)
     covered = {os.path.realpath(file.path) for files in programs.values() for file in files[1:]}
     jobs: list[Job] = []
@@ -285,7 +329,7 @@ def plan_program_job(
     return Job(entry, str(entry), targets[0], named=entry == root, program=program, program_targets=tuple(targets))
 
 
-def build_plan(ctx: click.Context, flags: dict[str, Any]) -> Plan:
+def build_plan(ctx: click.Context, flags: dict[str, Any], exclusions: Exclusions | None = None) -> Plan:
     """Turn flags (already merged with config) into a Plan, or raise UsageProblem."""
     sources: tuple[str, ...] = flags["sources"]
     raw_output: str | Path | None = flags["output"]
@@ -310,6 +354,7 @@ def build_plan(ctx: click.Context, flags: dict[str, Any]) -> Plan:
             sources,
             output,
             in_place,
+            exclusions,
             output_is_folder=output_is_folder,
             writes_set=in_place or output is not None or check or diff,
         )
@@ -326,7 +371,7 @@ def build_plan(ctx: click.Context, flags: dict[str, Any]) -> Plan:
     check_code_prefixes(options.select, "--select")
     check_code_prefixes(options.ignore, "--ignore")
     to_stdout = not (writes_files or check or diff)
-    return Plan(jobs, options, check, diff, flags["strict"], to_stdout)
+    return Plan(jobs, options, check, diff, flags["strict"], to_stdout, writes=not (check or diff))
 
 
 def plan_stdin_job(sources: Sequence[str], stdin_filename: str | None, output: Path | None, in_place: bool) -> Job:
@@ -348,7 +393,7 @@ def config_start(sources: Sequence[str], stdin_filename: str | None) -> Path:
 class Runner:
     """Carries out a Plan, file by file, reporting through a Reporter."""
 
-    def __init__(self, plan: Plan, reporter: Reporter, color: bool) -> None:
+    def __init__(self, plan: Plan, reporter: Reporter, color: bool, progress: bool = False) -> None:
         self.plan = plan
         self.reporter = reporter
         self.color = color
@@ -356,29 +401,39 @@ class Runner:
         self.programs: dict[str, list[Conversion] | ConversionError] = {}
         #: Library files already delivered by an earlier program (a library two entries share).
         self.delivered: set[str] = set()
+        self.progress = progress
 
     def run(self) -> int:
         """Every job, then the summary. A closed stdout or stderr (``| head``) ends the run:
         :class:`OutputClosed` is raised for the command to exit quietly."""
         try:
             self.convert_programs()
-            for job in self.plan.jobs:
-                try:
-                    self.run_job(job)
-                except ConversionError as error:
-                    self.reporter.error(error)
-                except BrokenPipeError:
-                    raise
-                except Exception as error:  # noqa: BLE001 - our bug: report it, go on with the rest
-                    self.reporter.error(
-                        ConversionError(
-                            job.shown_name, 1, 1, f"internal error: {type(error).__name__}: {one_line(str(error))}"
-                        )
-                    )
+            if self.progress:
+                with ProgressBar(self.reporter.messages, len(self.plan.jobs)).running() as bar:
+                    self.run_jobs(bar.advance)
+            else:
+                self.run_jobs(lambda: None)
             self.reporter.finish()
         except BrokenPipeError:
             raise OutputClosed() from None
         return self.exit_code()
+
+    def run_jobs(self, advance: Callable[[], None]) -> None:
+        """Every job in turn; one that fails is reported and the rest still run."""
+        for job in self.plan.jobs:
+            try:
+                self.run_job(job)
+            except ConversionError as error:
+                self.reporter.error(error)
+            except BrokenPipeError:
+                raise
+            except Exception as error:  # noqa: BLE001 - our bug: report it, go on with the rest
+                self.reporter.error(
+                    ConversionError(
+                        job.shown_name, 1, 1, f"internal error: {type(error).__name__}: {one_line(str(error))}"
+                    )
+                )
+            advance()
 
     def exit_code(self) -> int:
         if self.reporter.failed:
@@ -555,6 +610,17 @@ def list_codes(color: bool | None) -> None:
         output.print((line, None))
 
 
+def explain(code: str, color: bool | None) -> None:
+    """``--explain CODE``: the code's why and examples, generated from its rule."""
+    docs = {doc.code: doc for doc in code_docs()}
+    doc = docs.get(code.strip().upper())
+    if doc is None:
+        raise UsageProblem(f"--explain {code}: no such code (see accel-convert --list-codes)")
+    output = Output(sys.stdout, color)
+    for line in explain_lines(doc, code_rationales().get(doc.code)):
+        output.print((line, None))
+
+
 @click.command(cls=CommandWithCodes, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("sources", nargs=-1, metavar="[FILES|DIRS|-]...")
 @click.option(
@@ -595,17 +661,46 @@ def list_codes(color: bool | None) -> None:
 @click.option("--select", multiple=True, metavar="CODES", help="Run only these code prefixes (comma-separated).")
 @click.option("--ignore", multiple=True, metavar="CODES", help="Skip these code prefixes (comma-separated).")
 @click.option(
+    "--exclude",
+    multiple=True,
+    metavar="PATTERNS",
+    help=(
+        "Gitignore-style patterns (comma-separated) of files and folders not searched in folders; "
+        "replaces the default list (build/, dist/, venv/, caches; see README)."
+    ),
+)
+@click.option("--extend-exclude", multiple=True, metavar="PATTERNS", help="Patterns excluded besides the default list.")
+@click.option(
+    "--respect-gitignore/--no-respect-gitignore",
+    default=True,
+    show_default=True,
+    help="Skip what .gitignore and .ignore files ignore when searching folders.",
+)
+@click.option(
     "--output-format",
-    type=click.Choice(["text", "json", "github"]),
+    type=click.Choice(["text", "json", "github", "sarif"]),
     default="text",
     show_default=True,
-    help="How findings are printed (json/github go to stdout when it is free).",
+    help=(
+        "How findings are printed. json: one JSON array at the end ([] when none), an object per finding "
+        "with exactly the fields code, message, filename, line, column, end_line, end_column (1-based) and "
+        "fixed (true: an automatic rewrite); files that fail are reported on stderr only. sarif: one "
+        "SARIF 2.1.0 log (rules, results, failed files as notifications). github: workflow annotations. "
+        "json/sarif/github go to stdout when it carries no script or diff."
+    ),
 )
-@click.option("-q", "--quiet", is_flag=True, help="Print only errors (and json/github findings).")
+@click.option("--statistics", is_flag=True, help="Count findings per code at the end (instead of a line per finding).")
+@click.option(
+    "--warnings-only", is_flag=True, help="Show only what needs a person (ACC9xx), not the automatic rewrites."
+)
+@click.option(
+    "-q", "--quiet", is_flag=True, help="Print only errors, files failing --check, and json/sarif/github findings."
+)
 @click.option("-v", "--verbose", is_flag=True, help="Also name every file and its status.")
 @click.option("--color/--no-color", default=None, help="Force colour on or off (default: only on a terminal).")
 @click.option("--stdin-filename", metavar="NAME", help="Name for stdin in messages and config lookup.")
 @click.option("--list-codes", is_flag=True, help="List every code with a before/after example, then exit.")
+@click.option("--explain", metavar="CODE", help="Explain one code: why the rule exists, before and after; then exit.")
 @click.version_option(package_name="accel-convert")
 @click.pass_context
 def main(ctx: click.Context, **flags: Any) -> None:
@@ -636,8 +731,11 @@ def run_command(ctx: click.Context, flags: dict[str, Any]) -> int:
             list_codes(flags["color"])
             return EXIT_OK
         try:
-            apply_config(ctx, flags, config_start(flags["sources"], flags["stdin_filename"]))
-            plan = build_plan(ctx, flags)
+            if flags["explain"] is not None:
+                explain(flags["explain"], flags["color"])
+                return EXIT_OK
+            exclusions = apply_config(ctx, flags, config_start(flags["sources"], flags["stdin_filename"]))
+            plan = build_plan(ctx, flags, exclusions)
         except UsageProblem as problem:
             click.echo(f"accel-convert: error: {problem}", err=True)
             return EXIT_USAGE
@@ -696,15 +794,35 @@ def run_plan(plan: Plan, flags: dict[str, Any]) -> int:
     color = flags["color"]
     messages = Output(sys.stderr, color)
     stdout_busy = plan.to_stdout or plan.diff
+    verbosity = int(flags["verbose"]) - int(flags["quiet"])
     reporter = Reporter(
         output_format=flags["output_format"],
         check=plan.check,
-        verbosity=int(flags["verbose"]) - int(flags["quiet"]),
+        verbosity=verbosity,
         messages=messages,
         findings_stream=messages if stdout_busy else Output(sys.stdout, color),
+        writes=plan.writes,
+        warnings_only=flags["warnings_only"],
+        statistics=flags["statistics"],
+    )
+    # A bar only where a person watches stderr, only for text (machine formats and diffs may
+    # share the terminal through stdout), and only for runs long enough to wonder about.
+    progress = (
+        flags["output_format"] == "text"
+        and verbosity >= 0
+        and not stdout_busy
+        and len(plan.jobs) >= PROGRESS_MIN_FILES
+        and is_terminal(sys.stderr)
     )
     with start_up_objects_left_out_of_collections():
-        return Runner(plan, reporter, wants_colour(sys.stdout, color)).run()
+        return Runner(plan, reporter, wants_colour(sys.stdout, color), progress).run()
+
+
+def is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty (a test's capture) or a closed stream
+        return False
 
 
 @contextmanager

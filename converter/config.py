@@ -8,6 +8,10 @@ long flag names (``oom-retry``; ``oom_retry`` is accepted too)::
     target = "accelerate"
     oom-retry = true
     ignore = ["ACC9"]
+    extend-exclude = ["legacy/", "*_old.py"]
+
+``exclude`` and ``extend-exclude`` patterns are relative to the folder of the pyproject.toml
+that sets them (those given on the command line: to the current folder).
 """
 
 from __future__ import annotations
@@ -28,8 +32,11 @@ SETTINGS: dict[str, tuple[type, tuple[str, ...]]] = {
     "select": (list, ()),
     "ignore": (list, ()),
     "strict": (bool, ()),
-    "output-format": (str, ("text", "json", "github")),
+    "output-format": (str, ("text", "json", "github", "sarif")),
     "color": (bool, ()),
+    "exclude": (list, ()),
+    "extend-exclude": (list, ()),
+    "respect-gitignore": (bool, ()),
 }
 
 

@@ -1,9 +1,21 @@
 """Finding the scripts to convert and writing results without ever leaving a half-written file.
 
 Discovery follows black and ruff: a file named on the command line is always taken, a folder is
-searched for ``*.py`` files, skipping hidden folders, virtual environments and ``__pycache__``
-(converting a venv's site-packages is never what the user meant). A link that cannot be followed
-(a loop, a dangling link) is reported as a problem with that one path, never a crash of the run.
+searched for ``*.py`` files, skipping
+
+* hidden folders, virtual environments (whatever their name) and the folders in
+  :data:`DEFAULT_EXCLUDE` (caches, build output, ``site-packages``): converting a venv's packages
+  or a build copy is never what the user meant;
+* what ``.gitignore`` and ``.ignore`` files say, in the searched folder, below it, and above it up
+  to the repository's root (git's rules: the deepest file with a matching pattern decides, ``!``
+  re-includes);
+* what ``--exclude`` / ``--extend-exclude`` (and their ``[tool.accel-convert]`` keys) say:
+  gitignore-style patterns; ``--exclude`` replaces :data:`DEFAULT_EXCLUDE`, ``--extend-exclude``
+  adds to it.
+
+Pattern matching is pathspec's implementation of git's own rules, not globbing written here. A
+link that cannot be followed (a loop, a dangling link) is reported as a problem with that one
+path, never a crash of the run.
 
 Writing follows editors and black: a symbolic link is written through (the file it points to
 gets the new text, the link stays a link), and a read-only file is refused, not replaced.
@@ -15,11 +27,111 @@ import errno
 import os
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-#: Folder names never searched, whatever they contain.
-SKIPPED_DIR_NAMES = frozenset({"__pycache__", "node_modules", "site-packages"})
+if TYPE_CHECKING:
+    from pathspec import GitIgnoreSpec
+
+#: Folders (gitignore patterns) not searched unless ``--exclude`` replaces the list: caches,
+#: build output and installed packages, as black and ruff skip them. Hidden folders and virtual
+#: environments are skipped whatever this says.
+DEFAULT_EXCLUDE: tuple[str, ...] = (
+    "__pycache__/",
+    "__pypackages__/",
+    "_build/",
+    "buck-out/",
+    "build/",
+    "dist/",
+    "node_modules/",
+    "site-packages/",
+    "venv/",
+    "*.egg-info/",
+)
+#: Files read in every searched folder (and its parents up to the repository root).
+IGNORE_FILES = (".gitignore", ".ignore")
+
+
+@dataclass(frozen=True)
+class Patterns:
+    """Gitignore-style patterns and the folder they are relative to (a pattern with a slash,
+    like ``src/legacy``, is anchored there; one without matches at any depth)."""
+
+    base: Path
+    lines: tuple[str, ...]
+
+    @classmethod
+    def of(cls, base: Path, lines: Sequence[str]) -> Patterns:
+        return cls(Path(os.path.abspath(base)), tuple(lines))
+
+    @cached_property
+    def spec(self) -> GitIgnoreSpec:
+        # Compiled (and pathspec imported) on the first folder searched: a run over named files
+        # never pays for it.
+        from pathspec import GitIgnoreSpec
+
+        return GitIgnoreSpec.from_lines(self.lines)
+
+    def decides(self, path: Path, is_dir: bool) -> bool | None:
+        """True: ignored; False: re-included by a ``!`` pattern; None: no pattern matches."""
+        absolute = Path(os.path.abspath(path))
+        try:
+            relative = absolute.relative_to(self.base).as_posix()
+        except ValueError:
+            # Outside the patterns' folder: only patterns that match at any depth (no slash but a
+            # trailing one, like ``build/`` or ``*_old.py``) can match, and do on the whole path.
+            relative = absolute.as_posix().lstrip("/")
+        return self.spec.check_file(relative + "/" if is_dir else relative).include
+
+
+@dataclass(frozen=True)
+class Exclusions:
+    """What folder searches leave out besides hidden folders and virtual environments."""
+
+    #: ``--exclude`` / ``--extend-exclude`` patterns (and the defaults), by the folder they are
+    #: relative to.
+    patterns: tuple[Patterns, ...] = field(default_factory=lambda: (Patterns.of(Path.cwd(), DEFAULT_EXCLUDE),))
+    #: Read ``.gitignore`` and ``.ignore`` files.
+    ignore_files: bool = True
+
+    def excludes(self, path: Path, is_dir: bool) -> bool:
+        return any(patterns.decides(path, is_dir) for patterns in self.patterns)
+
+
+def read_ignore_file(folder: Path) -> Patterns | None:
+    """The patterns of ``folder``'s ``.gitignore`` and ``.ignore`` together (None: neither)."""
+    lines: list[str] = []
+    for name in IGNORE_FILES:
+        try:
+            lines += (folder / name).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:  # absent (the usual case) or unreadable: nothing to respect
+            continue
+    return Patterns.of(folder, lines) if lines else None
+
+
+def ignore_files_above(folder: Path) -> list[Patterns]:
+    """Ignore files in the folders above ``folder``, up to the repository's root (the folder
+    holding ``.git``), nearest last; none when ``folder`` is not in a repository."""
+    found: list[Patterns] = []
+    for parent in Path(os.path.abspath(folder)).parents:
+        patterns = read_ignore_file(parent)
+        if patterns is not None:
+            found.append(patterns)
+        if (parent / ".git").exists():
+            return found[::-1]
+    return []
+
+
+def ignored_by_files(path: Path, is_dir: bool, stack: Sequence[Patterns]) -> bool:
+    """Git's rule: the deepest ignore file with a pattern matching ``path`` decides."""
+    for patterns in reversed(stack):
+        decision = patterns.decides(path, is_dir)
+        if decision is not None:
+            return decision
+    return False
 
 
 def is_virtual_env(folder: Path) -> bool:
@@ -28,24 +140,47 @@ def is_virtual_env(folder: Path) -> bool:
     return (folder / "pyvenv.cfg").is_file() or (folder / "conda-meta").is_dir()
 
 
-def is_skipped_dir(folder: Path) -> bool:
-    """Whether folder discovery should not descend into ``folder``."""
-    return folder.name.startswith(".") or folder.name in SKIPPED_DIR_NAMES or is_virtual_env(folder)
+def is_skipped_dir(folder: Path, exclusions: Exclusions | None = None) -> bool:
+    """Whether folder discovery should not descend into ``folder`` (ignore files aside)."""
+    return (
+        folder.name.startswith(".")
+        or is_virtual_env(folder)
+        or (exclusions or Exclusions()).excludes(folder, is_dir=True)
+    )
 
 
 #: What folder discovery converts: scripts and Jupyter notebooks.
 CONVERTED_SUFFIXES = (".py", ".ipynb")
 
 
-def python_files_under(root: Path) -> Iterator[Path]:
-    """Every ``*.py`` script and ``*.ipynb`` notebook below ``root``, in a stable (sorted) order."""
+def python_files_under(root: Path, exclusions: Exclusions | None = None) -> Iterator[Path]:
+    """Every ``*.py`` script and ``*.ipynb`` notebook below ``root`` that is not excluded, in a
+    stable (sorted) order."""
+    exclusions = exclusions or Exclusions()
+    above = ignore_files_above(root) if exclusions.ignore_files else []
+    # Ignore files in effect per folder walked (each folder's own after its parents').
+    stacks: dict[str, list[Patterns]] = {}
     for current, dirnames, filenames in os.walk(root):
         here = Path(current)
+        parent_stack = stacks.get(os.path.dirname(current), above) if current != str(root) else above
+        own = read_ignore_file(here) if exclusions.ignore_files else None
+        stack = [*parent_stack, own] if own is not None else parent_stack
+        stacks[current] = stack
         # Pruning ``dirnames`` in place is how os.walk is told not to descend.
-        dirnames[:] = sorted(name for name in dirnames if not is_skipped_dir(here / name))
+        dirnames[:] = sorted(
+            name
+            for name in dirnames
+            if not is_skipped_dir(here / name, exclusions) and not ignored_by_files(here / name, True, stack)
+        )
         for name in sorted(filenames):
-            if name.endswith(CONVERTED_SUFFIXES) and not name.startswith("."):
-                yield here / name
+            path = here / name
+            if (
+                name.endswith(CONVERTED_SUFFIXES)
+                and not name.startswith(".")
+                and not exclusions.excludes(path, is_dir=False)
+                and not ignored_by_files(path, False, stack)
+            ):
+                yield path
 
 
 def unfollowable_link(path: Path) -> str | None:
@@ -61,17 +196,18 @@ def unfollowable_link(path: Path) -> str | None:
     return None
 
 
-def discover(sources: Iterable[Path]) -> list[tuple[Path, Path, str | None]]:
+def discover(sources: Iterable[Path], exclusions: Exclusions | None = None) -> list[tuple[Path, Path, str | None]]:
     """Expand files and folders into ``(file, root, problem)`` triples, each file once.
 
     ``root`` is the argument the file came from (the folder, or the file itself); ``-o DIR`` uses
     it to mirror a folder's layout inside DIR. ``problem`` says why a file cannot be read (a
-    symbolic link loop), so that the run reports it in one line and goes on with the rest.
+    symbolic link loop), so that the run reports it in one line and goes on with the rest. A
+    file named in ``sources`` is always taken, excluded or not (as black and ruff do).
     """
     seen: set[str] = set()
     found: list[tuple[Path, Path, str | None]] = []
     for source in sources:
-        files = python_files_under(source) if source.is_dir() else [source]
+        files = python_files_under(source, exclusions) if source.is_dir() else [source]
         for file in files:
             problem = unfollowable_link(file)
             # realpath, unlike Path.resolve, never raises on a loop.

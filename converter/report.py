@@ -1,10 +1,10 @@
-"""Everything the CLI shows: findings (text, JSON, GitHub annotations), diffs, the summary line,
-and the list of codes.
+"""Everything the CLI shows: findings (text, JSON, SARIF, GitHub annotations), diffs, the
+summary line, statistics, a progress bar, and the documentation of codes.
 
 Streams: the converted script and diffs own stdout. Human-readable text always goes to stderr.
-Machine-readable findings (``json``, ``github``) go to stdout when it carries nothing else, so
-``accel-convert --check --output-format json src/ > findings.json`` works, and to stderr when
-stdout carries a script or a diff.
+Machine-readable findings (``json``, ``sarif``, ``github``) go to stdout when it carries nothing
+else, so ``accel-convert --check --output-format json src/ > findings.json`` works, and to
+stderr when stdout carries a script or a diff.
 
 Positions are shown 1-based (line and column), as editors, compilers and GitHub count them;
 codemods record libcst's 0-based columns, converted here.
@@ -13,10 +13,14 @@ codemods record libcst's 0-based columns, converted here.
 from __future__ import annotations
 
 import builtins
+import inspect
 import json
 import os
 import re
-from collections.abc import Sequence
+import urllib.parse
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
@@ -27,12 +31,13 @@ from codemods import Change
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.progress import Progress
     from rich.text import Text
 
     from codemods.engine.registry import CodeDoc
     from converter.pipeline import Conversion, ConversionError
 
-OutputFormat = Literal["text", "json", "github"]
+OutputFormat = Literal["text", "json", "github", "sarif"]
 
 #: Code used for a ``-o`` output that is missing or no longer matches its source (``--check``).
 STALE_OUTPUT = "stale-output"
@@ -71,6 +76,19 @@ class Finding:
     def is_warning(self) -> bool:
         """ACC9xx: left for a person."""
         return not self.fixed and self.code != STALE_OUTPUT
+
+    def as_json(self) -> dict[str, object]:
+        """The finding as ``--output-format json`` prints it (fields documented in the README)."""
+        return {
+            "code": self.code,
+            "message": self.message,
+            "filename": self.filename,
+            "line": self.line,
+            "column": self.column,
+            "end_line": self.end_line,
+            "end_column": self.end_column,
+            "fixed": self.fixed,
+        }
 
 
 def stale_output_finding(output_name: str, source_name: str, *, missing: bool) -> Finding:
@@ -152,6 +170,17 @@ class Output:
             self._console = make_console(self.stream, self.color)
         self._console.print(rich_text(pieces))
 
+    @contextmanager
+    def above(self, console: Console) -> Iterator[None]:
+        """While a progress bar is live on this stream, print through its console, which puts
+        each line above the bar instead of through it."""
+        saved = self._console, self.styled
+        self._console, self.styled = console, True
+        try:
+            yield
+        finally:
+            self._console, self.styled = saved
+
 
 def rich_text(pieces: Sequence[Piece]) -> Text:
     """The pieces as one rich Text, each with its style (a single piece styles the whole Text,
@@ -176,17 +205,39 @@ def escape_github(value: str, *, is_property: bool = False) -> str:
 
 
 class Reporter:
-    """Collects and prints findings in the chosen format; counts files for the summary line."""
+    """Collects and prints findings in the chosen format; counts files for the summary line.
+
+    ``writes``: whether the run writes its results (a file, ``-o``, stdout); under ``--check``
+    and ``--diff`` nothing is written, and every line says "would convert", never "converted".
+    ``warnings_only``: show only what needs a person (ACC9xx, a stale ``-o`` output), not the
+    rewrites. ``statistics``: in text format, a count per code at the end instead of a line per
+    finding. In text format, a file's warnings come before its rewrites.
+    """
 
     def __init__(
-        self, *, output_format: OutputFormat, check: bool, verbosity: int, messages: Output, findings_stream: Output
+        self,
+        *,
+        output_format: OutputFormat,
+        check: bool,
+        verbosity: int,
+        messages: Output,
+        findings_stream: Output,
+        writes: bool | None = None,
+        warnings_only: bool = False,
+        statistics: bool = False,
     ) -> None:
         self.output_format = output_format
         self.check = check
+        self.writes = not check if writes is None else writes
         self.verbosity = verbosity
         self.messages = messages
         self.findings_stream = findings_stream
+        self.warnings_only = warnings_only
+        self.statistics = statistics
+        #: Every finding, shown or not (the exit code and the counts use them all).
         self.collected: list[Finding] = []
+        #: Files that failed, for the machine-readable formats that report them (SARIF).
+        self.errors: list[ConversionError] = []
         self.converted = self.unchanged = self.failed = self.skipped_count = 0
         #: Local modules converted with their entry script (counted in ``converted`` too).
         self.local_modules = 0
@@ -194,24 +245,37 @@ class Reporter:
     # -- per file -----------------------------------------------------------------------------
 
     def file_done(self, shown_name: str, findings: Sequence[Finding], *, changed: bool) -> None:
-        """Report one file: its findings, and a status line when verbose. ``changed``: the file
-        (or its ``-o`` output) was or would be rewritten."""
+        """Report one file: its findings, and a status line when verbose (or, under ``--check``,
+        when quiet: the files that fail the check are always named). ``changed``: the file (or
+        its ``-o`` output) was or would be rewritten."""
         if changed:
             self.converted += 1
         else:
             self.unchanged += 1
-        for finding in findings:
+        # Warnings first: what needs a person is not buried among a file's rewrites.
+        for finding in sorted(findings, key=lambda finding: not finding.is_warning):
             self.finding(finding)
-        if self.verbosity > 0 and self.output_format == "text":
-            status = ("would be converted" if self.check else "converted") if changed else "unchanged"
-            self.messages.print((f"{shown_name}: {status}", "dim"))
+        if self.output_format != "text":
+            return
+        if self.verbosity > 0 or (self.verbosity < 0 and self.check and changed):
+            status = (self.converted_word if changed else "unchanged") if self.verbosity > 0 else "would convert"
+            self.messages.print((f"{shown_name}: {status}", "dim" if self.verbosity > 0 else None))
+
+    @property
+    def converted_word(self) -> str:
+        return "converted" if self.writes else "would convert"
+
+    def shown(self, finding: Finding) -> bool:
+        return not (self.warnings_only and finding.fixed)
 
     def finding(self, finding: Finding) -> None:
-        """Print (text, github) or keep (json) one finding."""
+        """Print (text, github) or keep (json, sarif, statistics) one finding."""
         self.collected.append(finding)
+        if not self.shown(finding):
+            return
         if self.output_format == "github":
             self.findings_stream.print((self.github_line(finding), None))
-        elif self.output_format == "text" and self.verbosity >= 0:
+        elif self.output_format == "text" and self.verbosity >= 0 and not self.statistics:
             self.messages.print(*self.text_line(finding))
 
     def severity(self, finding: Finding) -> str:
@@ -256,6 +320,7 @@ class Reporter:
     def error(self, error: ConversionError) -> None:
         """A file that failed: one line on stderr (and an annotation for GitHub)."""
         self.failed += 1
+        self.errors.append(error)
         self.messages.print((str(error), "red"))
         if self.output_format == "github":
             self.findings_stream.print(
@@ -269,17 +334,24 @@ class Reporter:
     # -- at the end ---------------------------------------------------------------------------
 
     def finish(self) -> None:
-        """Print the JSON array (json) and the summary line (unless quiet)."""
+        """Print the JSON array (json) or SARIF log (sarif), the statistics (``--statistics``)
+        and the summary line (unless quiet)."""
+        shown = [finding for finding in self.collected if self.shown(finding)]
         if self.output_format == "json":
-            self.findings_stream.print((json.dumps([vars(f) for f in self.collected], indent=2), None))
+            self.findings_stream.print((json.dumps([finding.as_json() for finding in shown], indent=2), None))
+        elif self.output_format == "sarif":
+            log = sarif_log(shown, self.errors)
+            self.findings_stream.print((json.dumps(log, indent=2), None))
+        if self.statistics:
+            for line in statistics_lines(shown):
+                self.messages.print((line, None))
         if self.verbosity >= 0:
             self.messages.print((self.summary_line(), "bold"))
 
     def summary_line(self) -> str:
-        """``3 converted, 1 unchanged, 1 failed`` (``would be converted`` under --check), plus the
-        number of warnings left for a person."""
-        verb = "would be converted" if self.check else "converted"
-        line = f"{self.converted} {verb}, {self.unchanged} unchanged, {self.failed} failed"
+        """``3 converted, 1 unchanged, 1 failed`` (``would convert`` when nothing is written:
+        --check, --diff), plus the number of warnings left for a person."""
+        line = f"{self.converted} {self.converted_word}, {self.unchanged} unchanged, {self.failed} failed"
         if self.skipped_count:
             line += f", {self.skipped_count} skipped"
         if self.local_modules:
@@ -293,6 +365,235 @@ class Reporter:
     @property
     def warning_count(self) -> int:
         return sum(1 for finding in self.collected if finding.is_warning)
+
+
+def statistics_lines(findings: Sequence[Finding]) -> list[str]:
+    """``--statistics``: one line per code, most frequent first (ties by code), as ruff prints
+    them: the count, the code, whether it is an automatic rewrite, the code's name."""
+    counts = Counter(finding.code for finding in findings)
+    names = {doc.code: doc.name for doc in registry_docs()}
+    fixed = {finding.code: finding.fixed for finding in findings}
+    width = max((len(str(count)) for count in counts.values()), default=1)
+    return [
+        f"{count:>{width}}  {code:<7} {'[rewrite]' if fixed[code] else '[person] '} {names.get(code, code)}"
+        for code, count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    ]
+
+
+class ProgressBar:
+    """A transient bar on stderr counting files, for runs long enough to wonder about; findings
+    and messages printed meanwhile appear above it. Only on a terminal: the caller decides."""
+
+    def __init__(self, messages: Output, total: int) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.messages = messages
+        self.progress: Progress = Progress(
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=make_console(messages.stream, messages.color),
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        self.task = self.progress.add_task("converting", total=total)
+
+    @contextmanager
+    def running(self) -> Iterator[ProgressBar]:
+        with self.progress, self.messages.above(self.progress.console):
+            yield self
+
+    def advance(self) -> None:
+        self.progress.advance(self.task)
+
+
+# --------------------------------------------------------------------------------------------
+# Documentation of codes: --list-codes, --explain, SARIF rules (all from the rules themselves)
+# --------------------------------------------------------------------------------------------
+
+
+def registry_docs() -> list[CodeDoc]:
+    """The codemods' self-documentation; imported late so plain runs never pay for it."""
+    from codemods.engine.registry import code_docs
+
+    return code_docs()
+
+
+def code_rationales() -> dict[str, tuple[str, str]]:
+    """Code → (the code of the rule that reports it, the why: the rule module's docstring after
+    its headline). A rule's extra codes share its docstring."""
+    from codemods.engine.registry import all_rules
+
+    rationales: dict[str, tuple[str, str]] = {}
+    for rule in all_rules():
+        doc = inspect.cleandoc(inspect.getdoc(inspect.getmodule(rule)) or "")
+        _, _, body = doc.partition("\n\n")
+        for code in (rule.code, *rule.extra_codes):
+            rationales[code] = (rule.code, body.strip())
+    return rationales
+
+
+def explain_lines(doc: CodeDoc, rationale: tuple[str, str] | None) -> list[str]:
+    """``--explain CODE``: the code's headline, why the rule exists (its module's docstring) and
+    its examples, before and after."""
+    kind = "automatic rewrite" if doc.fixed else "reported, left for a person"
+    lines = [f"{doc.code} {doc.name} ({kind})", "", plain_prose(doc.summary)]
+    if rationale is not None:
+        owner, why = rationale
+        if why:
+            lines.append("")
+            if owner != doc.code:
+                lines.append(f"Reported by the {owner} rule:")
+            lines.extend(plain_prose(why).splitlines())
+    if doc.examples:
+        lines.append("")
+        lines.extend(example_lines(doc))
+    return lines
+
+
+def plain_prose(text: str) -> str:
+    """Docstring prose for a terminal: reStructuredText's ````code```` shown as Markdown's `code`."""
+    return text.replace("``", "`")
+
+
+def example_lines(doc: CodeDoc) -> list[str]:
+    """A code's examples: each script before, and the converted script or the message reported."""
+    lines: list[str] = []
+    for example in doc.examples:
+        for title, code in (("Before", example.before), ("After", example.after)):
+            if code:
+                lines.append(f"    {title}:")
+                lines.extend(f"        {row}" if row else "" for row in code.splitlines())
+        if example.message:
+            lines.append(f"    Reported: {doc.code} {example.message}")
+    return lines
+
+
+# --------------------------------------------------------------------------------------------
+# SARIF 2.1.0 (code-scanning tools: GitHub code scanning, VS Code's SARIF viewer, ...)
+# --------------------------------------------------------------------------------------------
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+#: What the stale-output finding of ``--check -o`` is, as a SARIF rule.
+STALE_OUTPUT_RULE = ("converted copy missing or out of date", "the -o output differs from converting its source now")
+
+
+def sarif_level(finding: Finding) -> str:
+    """``warning`` for ACC9xx, ``note`` for an ACC1xx rewrite, ``error`` for a stale ``-o``
+    output under ``--check`` (what fails the check)."""
+    if finding.code == STALE_OUTPUT:
+        return "error"
+    return "note" if finding.fixed else "warning"
+
+
+def sarif_uri(filename: str) -> str:
+    """A file's path as a SARIF artifact URI: relative paths stay relative (to the folder the
+    command ran in), absolute ones become ``file://`` URIs; characters a URI cannot hold are
+    percent-encoded."""
+    path = Path(filename)
+    if path.is_absolute():
+        return path.as_uri()
+    return urllib.parse.quote(path.as_posix())
+
+
+def sarif_region(line: int, column: int, end_line: int, end_column: int) -> dict[str, int]:
+    return {"startLine": line, "startColumn": column, "endLine": end_line, "endColumn": end_column}
+
+
+def sarif_rules(docs: Sequence[CodeDoc], rationales: dict[str, tuple[str, str]]) -> list[dict[str, object]]:
+    """``tool.driver.rules``: every code of the registry (and the stale-output check)."""
+    rules: list[dict[str, object]] = []
+    for doc in docs:
+        why = rationales.get(doc.code, ("", ""))[1]
+        rules.append(
+            {
+                "id": doc.code,
+                "name": doc.name,
+                "shortDescription": {"text": doc.summary},
+                "fullDescription": {"text": " ".join(why.split()) or doc.summary},
+                "help": {"text": "\n".join(explain_lines(doc, rationales.get(doc.code)))},
+                "defaultConfiguration": {"level": "note" if doc.fixed else "warning"},
+                "properties": {"kind": "rewrite" if doc.fixed else "report"},
+            }
+        )
+    name, summary = STALE_OUTPUT_RULE
+    rules.append(
+        {
+            "id": STALE_OUTPUT,
+            "name": STALE_OUTPUT,
+            "shortDescription": {"text": name},
+            "fullDescription": {"text": summary},
+            "defaultConfiguration": {"level": "error"},
+        }
+    )
+    return rules
+
+
+def sarif_log(findings: Sequence[Finding], errors: Sequence[ConversionError]) -> dict[str, object]:
+    """One SARIF 2.1.0 log with one run: the tool and its rules, a result per finding, and the
+    files that could not be converted as error notifications of the invocation."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        tool_version = version("accel-convert")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        tool_version = "0+unknown"
+    rules = sarif_rules(registry_docs(), code_rationales())
+    index = {rule["id"]: number for number, rule in enumerate(rules)}
+    results = [
+        {
+            "ruleId": finding.code,
+            "ruleIndex": index[finding.code],
+            "level": sarif_level(finding),
+            "message": {"text": finding.message},
+            "locations": [
+                {
+                    "physicalLocation": {
+                        "artifactLocation": {"uri": sarif_uri(finding.filename)},
+                        "region": sarif_region(finding.line, finding.column, finding.end_line, finding.end_column),
+                    }
+                }
+            ],
+        }
+        for finding in findings
+        if finding.code in index
+    ]
+    notifications = [
+        {
+            "level": "error",
+            "message": {"text": error.message},
+            "locations": [
+                {
+                    "physicalLocation": {
+                        "artifactLocation": {"uri": sarif_uri(error.path)},
+                        "region": {"startLine": max(error.line, 1), "startColumn": max(error.column, 1)},
+                    }
+                }
+            ],
+        }
+        for error in errors
+    ]
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "accel-convert",
+                        "version": tool_version,
+                        "rules": rules,
+                    }
+                },
+                "invocations": [
+                    {"executionSuccessful": not errors, "toolExecutionNotifications": notifications},
+                ],
+                "results": results,
+            }
+        ],
+    }
 
 
 #: A Python source line with its ending: CPython ends lines at LF, CRLF and a lone CR only (not
@@ -374,12 +675,6 @@ def codes_listing(docs: Sequence[CodeDoc], *, examples: bool) -> list[str]:
         kind = "rewrite" if doc.fixed else "report"
         lines.append(f"{doc.code}  {doc.name} ({kind}): {doc.summary}")
         if examples:
-            for example in doc.examples:
-                for title, code in (("Before", example.before), ("After", example.after)):
-                    if code:
-                        lines.append(f"    {title}:")
-                        lines.extend(f"        {row}" if row else "" for row in code.splitlines())
-                if example.message:
-                    lines.append(f"    Reported: {doc.code} {example.message}")
+            lines.extend(example_lines(doc))
             lines.append("")
     return lines

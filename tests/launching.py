@@ -2,12 +2,15 @@
 
 Every test that needs several ranks goes through :func:`torchrun` so that ports never collide
 (each launch gets a free port), a hung run is killed with its whole process group (no stray
-workers outlive a test), and failures show every rank's output.
+workers outlive a test), and failures show every rank's output. A run past its timeout first
+has every Python process of its group write all its threads' stacks to stderr (faulthandler,
+enabled in every child, answers SIGABRT that way), so a hang says where each rank was waiting.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -16,6 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+#: How long the processes of a timed-out run get to write their stacks before they are killed.
+STACK_DUMP_SECONDS = 3.0
+
+# A timed-out run is ended with SIGABRT (see above); its processes must not write core files (a
+# torch process's core is hundreds of megabytes). Children inherit the limit.
+resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
 
 
 def free_port() -> int:
@@ -48,6 +58,8 @@ def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    # Only fatal signals make faulthandler print; the harness sends SIGABRT to a hung run.
+    env.setdefault("PYTHONFAULTHANDLER", "1")
     env.pop("ACCELERATE_USE_CPU", None)
     if extra:
         env.update(extra)
@@ -55,9 +67,17 @@ def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def run_command(
-    cmd: list[str], *, env: dict[str, str] | None = None, cwd: Path | str | None = None, timeout: float = 180.0
+    cmd: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | str | None = None,
+    timeout: float = 180.0,
+    raise_on_timeout: bool = True,
 ) -> Run:
-    """Run ``cmd`` in its own process group; on timeout kill the whole group and fail."""
+    """Run ``cmd`` in its own process group. On timeout every process of the group writes its
+    stacks to stderr, then the group is killed, and the run fails (AssertionError), or, with
+    ``raise_on_timeout=False``, is returned with returncode -9 and what it wrote (a caller
+    running many cases fails only the case that hung)."""
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
@@ -70,13 +90,32 @@ def run_command(
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        raise AssertionError(
-            f"{' '.join(map(str, cmd))} ran past {timeout}s and was killed\n--- stdout ---\n{out}"
-            f"\n--- stderr ---\n{err}"
-        ) from None
+        out, err = stop_group_with_stacks(proc)
+        message = f"{' '.join(map(str, cmd))} ran past {timeout}s and was killed (stacks of its processes above)"
+        if raise_on_timeout:
+            raise AssertionError(f"{message}\n--- stdout ---\n{out}\n--- stderr ---\n{err}") from None
+        return Run(-signal.SIGKILL, out, f"{err}\n{message}")
     return Run(proc.returncode, out, err)
+
+
+def stop_group_with_stacks(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """SIGABRT to the whole group (each Python process prints its stacks, then ends), then
+    SIGKILL to whatever is left; the output written until then."""
+    signal_group(proc, signal.SIGABRT)
+    try:
+        return proc.communicate(timeout=STACK_DUMP_SECONDS)
+    except subprocess.TimeoutExpired:  # a process that could not print: killed (output kept)
+        signal_group(proc, signal.SIGKILL)
+        return proc.communicate()
+    finally:
+        signal_group(proc, signal.SIGKILL)  # a process that left the run's pipes still goes
+
+
+def signal_group(proc: subprocess.Popen[str], signum: int) -> None:
+    try:
+        os.killpg(proc.pid, signum)
+    except ProcessLookupError:  # the group has ended already
+        pass
 
 
 def torchrun(
@@ -87,6 +126,7 @@ def torchrun(
     cwd: Path | str | None = None,
     timeout: float = 180.0,
     extra_launcher_args: list[str] | None = None,
+    raise_on_timeout: bool = True,
 ) -> Run:
     """``torchrun --nproc_per_node N script args`` on this machine, on a fresh free port."""
     cmd = [
@@ -105,7 +145,7 @@ def torchrun(
         str(script),
         *args,
     ]
-    return run_command(cmd, env=env, cwd=cwd, timeout=timeout)
+    return run_command(cmd, env=env, cwd=cwd, timeout=timeout, raise_on_timeout=raise_on_timeout)
 
 
 def python(
@@ -114,6 +154,9 @@ def python(
     env: dict[str, str] | None = None,
     cwd: Path | str | None = None,
     timeout: float = 180.0,
+    raise_on_timeout: bool = True,
 ) -> Run:
     """A plain one-process ``python script args`` run."""
-    return run_command([sys.executable, str(script), *args], env=env, cwd=cwd, timeout=timeout)
+    return run_command(
+        [sys.executable, str(script), *args], env=env, cwd=cwd, timeout=timeout, raise_on_timeout=raise_on_timeout
+    )

@@ -189,7 +189,7 @@ def test_check_lists_pending_rewrites_and_exits_1(script: Path, tmp_path: Path) 
     result = run("--check", script)
     assert result.exit_code == 1
     assert f"{script}:10:9: ACC105 " in result.stderr
-    assert "1 would be converted, 0 unchanged, 0 failed" in result.stderr
+    assert "1 would convert, 0 unchanged, 0 failed" in result.stderr
     assert result.stdout == ""
     assert snapshot(tmp_path) == before
 
@@ -200,7 +200,7 @@ def test_check_passes_on_a_converted_script(script: Path, tmp_path: Path) -> Non
     result = run("--check", converted)
     assert result.exit_code == 0, result.stderr
     assert "ACC105" not in result.stderr
-    assert "0 would be converted, 1 unchanged, 0 failed" in result.stderr
+    assert "0 would convert, 1 unchanged, 0 failed" in result.stderr
 
 
 def reports(stderr: str, path: Path, code: str) -> bool:
@@ -308,7 +308,7 @@ def test_check_against_an_output_folder_names_only_the_stale_file(tmp_path: Path
     stale = run("--check", src, "-o", out)
     assert stale.exit_code == 1
     assert f"{out / 'b.py'}:1:1: stale-output" in stale.stderr and str(out / "a.py") not in stale.stderr
-    assert "1 would be converted, 1 unchanged, 0 failed" in stale.stderr
+    assert "1 would convert, 1 unchanged, 0 failed" in stale.stderr
 
 
 # -- stdin --------------------------------------------------------------------------------------------
@@ -446,11 +446,16 @@ def test_github_annotations(script: Path, tmp_path: Path) -> None:
     assert not any(line.startswith("::") and "ddp.py" in line and "::error" in line for line in lines)
 
 
-def test_quiet_and_verbose(script: Path) -> None:
-    quiet = run("-q", "--check", script)
-    assert quiet.exit_code == 1 and quiet.stderr == ""
-    verbose = run("-v", "--check", script)
-    assert f"{script}: would be converted" in verbose.stderr
+def test_quiet_and_verbose(script: Path, tmp_path: Path) -> None:
+    # Quiet: no findings, no summary, but the file failing --check is named (as black does).
+    ready = tmp_path / "ready.py"
+    ready.write_bytes(NOT_TORCH)
+    quiet = run("-q", "--check", script, ready)
+    assert quiet.exit_code == 1 and quiet.stderr == f"{script}: would convert\n"
+    assert run("-q", "--check", ready).stderr == ""
+    assert run("-q", "-o", tmp_path / "out.py", script).stderr == ""
+    verbose = run("-v", "--check", script, ready)
+    assert f"{script}: would convert" in verbose.stderr and f"{ready}: unchanged" in verbose.stderr
 
 
 # -- codes: --list-codes, --help, --select/--ignore ---------------------------------------------------

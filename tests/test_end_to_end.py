@@ -13,11 +13,18 @@ codes listed under ``reported``. A case whose sidecar names ``metrics`` is runna
   the original's one-process metrics (integers exactly, other numbers to 1e-5 relative or one
   unit of the last printed digit).
 
-Cost control (the whole file has a 200 s budget on two shared cores): conversions run in this
-process; all one-process runs go through one ``tests/e2e_support/forkrun.py`` launch that imports
-torch once and forks a child per run; only the two-process runs pay a ``torchrun`` launch each,
-two launches at a time (a launch spends much of its time importing and waiting for rendezvous,
-so two overlap well on two cores).
+Cost control: conversions run in this process; all one-process runs go through one
+``tests/e2e_support/forkrun.py`` launch that imports torch once and forks a child per run, and
+all two-process runs through one ``torchrun --nproc_per_node 2 tests/e2e_support/rankrun.py``
+launch whose two workers import torch once and fork, per run, the two ranks of that run (each
+run rendezvouses on a port of its own). A ``torchrun`` launch per script cost ~10 s, nearly all of
+it starting interpreters and importing torch.
+
+Robustness on a busy machine: every run has its own timeout (:data:`ONE_PROCESS_TIMEOUT`,
+:data:`TWO_PROCESS_TIMEOUT`), never one cap shared by many scripts, and a run that fails or hangs
+fails only its own test: the shared launches record each run's outcome as it ends and never
+raise. A hung run's failure shows the stacks of every process of that run (each forked run's own
+faulthandler watchdog, on every rank).
 """
 
 from __future__ import annotations
@@ -27,7 +34,6 @@ import math
 import os
 import re
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +46,7 @@ from tests.launching import REPO_ROOT, Run, python, torchrun
 CASES_DIR = REPO_ROOT / "fixtures" / "cases"
 SUPPORT_DIR = REPO_ROOT / "fixtures" / "support"
 FORKRUN = REPO_ROOT / "tests" / "e2e_support" / "forkrun.py"
+RANKRUN = REPO_ROOT / "tests" / "e2e_support" / "rankrun.py"
 SIDE_CAR_FIELDS = {
     "run",
     "run_2proc",
@@ -57,6 +64,13 @@ SIDE_CAR_FIELDS = {
 OOM_RETRY_ANNOUNCEMENT = r"Training with batch size \d+"
 #: Groups that count evaluated samples: they must equal the sidecar's ``dataset_size``.
 COUNT_GROUPS = ("total", "count")
+#: Per-run limits, far above what a run needs on a quiet machine (well under 5 s, on one process
+#: or two) so that a machine loaded several times over still passes.
+ONE_PROCESS_TIMEOUT = 120.0
+TWO_PROCESS_TIMEOUT = 180.0
+#: What a shared launch may take besides its runs: starting, importing torch and the scripts'
+#: libraries, torchrun's rendezvous (a few seconds quiet; far more on a loaded machine).
+LAUNCH_OVERHEAD = 180.0
 NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -234,10 +248,34 @@ def converted_script(converted: dict[str, Converted], case: Case) -> Path:
 
 @dataclass
 class OneProcessRuns:
-    """Outputs of the one-process runs, keyed by (case name, variant), and the folders they ran in."""
+    """Outputs of the one-process runs, keyed by (case name, variant), and the folders they ran
+    in. A run with no outcome (forkrun itself died) has none in ``runs``; ``launch`` tells why."""
 
     runs: dict[tuple[str, str], Run]
     folders: dict[tuple[str, str], Path]
+    launch: Run
+
+    def get(self, case: Case, variant: str) -> Run:
+        """The run's outcome; a missing one fails only the test that asks for it."""
+        run = self.runs.get((case.name, variant))
+        if run is None:
+            pytest.fail(f"forkrun ended before the {variant} run of {case.name}:\n{describe(self.launch)}")
+        return run
+
+
+def forkrun_results(stdout: str) -> dict[int, Run]:
+    """forkrun's one-line-per-finished-job results (lines that are not results are ignored: a
+    preloaded module may print)."""
+    results: dict[int, Run] = {}
+    for line in stdout.splitlines():
+        try:
+            result = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(result, dict) and "index" in result:
+            note = f"\n(ran past its {ONE_PROCESS_TIMEOUT:.0f} s timeout)" if result["timed_out"] else ""
+            results[result["index"]] = Run(result["returncode"], result["stdout"], result["stderr"] + note)
+    return results
 
 
 @pytest.fixture(scope="module")
@@ -262,34 +300,74 @@ def one_process(converted, tmp_path_factory: pytest.TempPathFactory) -> OneProce
                     "args": list(args),
                     "cwd": str(folder),
                     "sys_path": [str(SUPPORT_DIR)],
-                    "timeout": 90,
+                    "timeout": ONE_PROCESS_TIMEOUT,
                 }
             )
     jobs_file = root / "jobs.json"
     jobs_file.write_text(json.dumps(jobs), encoding="utf-8")
-    launch = python(FORKRUN, str(jobs_file), env=run_env(), timeout=600).check()
-    results = json.loads(launch.stdout)
-    runs = {key: Run(r["returncode"], r["stdout"], r["stderr"]) for key, r in zip(keys, results)}
-    return OneProcessRuns(runs, folders)
+    # forkrun enforces each run's own timeout; this limit only catches forkrun itself stuck, and
+    # is never reached first: every run at its full timeout, two at a time, plus start-up.
+    backstop = LAUNCH_OVERHEAD + len(jobs) * (ONE_PROCESS_TIMEOUT + 10.0) / 2
+    launch = python(FORKRUN, str(jobs_file), env=run_env(), timeout=backstop, raise_on_timeout=False)
+    results = forkrun_results(launch.stdout)
+    runs = {key: results[index] for index, key in enumerate(keys) if index in results}
+    return OneProcessRuns(runs, folders, launch)
+
+
+def rank_results(results: Path, index: int, launch: Run) -> Run:
+    """One run's outcome on both ranks as one Run: the first failing rank's exit code, rank 0's
+    output then rank 1's (a line printed by both ranks shows up twice, as under torchrun)."""
+    ranks = []
+    for rank in range(2):
+        path = results / f"{index}.rank{rank}.json"
+        if not path.is_file():
+            return Run(-1, "", f"the shared launch ended before rank {rank} finished this run:\n{describe(launch)}")
+        ranks.append(json.loads(path.read_text(encoding="utf-8")))
+    failing = [result["returncode"] for result in ranks if result["returncode"] != 0]
+    stderr = "".join(
+        f"--- rank {rank} stderr{' (ran past its timeout)' if result['timed_out'] else ''} ---\n{result['stderr']}"
+        for rank, result in enumerate(ranks)
+    )
+    return Run(failing[0] if failing else 0, "".join(result["stdout"] for result in ranks), stderr)
 
 
 @pytest.fixture(scope="module")
 def two_processes(converted, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Run, Path]]:
-    """Each two-process case's converted script under ``torchrun --nproc_per_node 2``, with the
-    folder it ran in; launched two at a time."""
+    """Each two-process case's converted script on two ranks, with the folder it ran in: all of
+    them in one ``torchrun --nproc_per_node 2`` launch of rankrun.py, each run with its own
+    timeout; a run that fails or hangs is that case's outcome, never raised."""
     root = tmp_path_factory.mktemp("two-processes")
-
-    def launch(case: Case) -> tuple[Run, Path]:
+    results_dir = root / "results"
+    results_dir.mkdir()
+    jobs, indexes, outcomes = [], {}, {}
+    for case in TWO_PROCESS_CASES:
         folder = root / case.name
         folder.mkdir()
         script = converted[case.name].script
         if script is None:
-            return Run(-1, "", f"conversion failed: {converted[case.name].error}"), folder
-        return torchrun(script, *case.run_2proc, nproc=2, env=run_env(), cwd=folder, timeout=150), folder
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(launch, TWO_PROCESS_CASES))
-    return {case.name: result for case, result in zip(TWO_PROCESS_CASES, results)}
+            outcomes[case.name] = (Run(-1, "", f"conversion failed: {converted[case.name].error}"), folder)
+            continue
+        indexes[case.name] = len(jobs)
+        jobs.append(
+            {
+                "script": str(script),
+                "args": list(case.run_2proc or ()),
+                "cwd": str(folder),
+                "sys_path": [str(SUPPORT_DIR)],
+                "timeout": TWO_PROCESS_TIMEOUT,
+            }
+        )
+    jobs_file = root / "jobs.json"
+    jobs_file.write_text(json.dumps(jobs), encoding="utf-8")
+    # Each run's timeout is enforced on both ranks by rankrun; this limit only catches the
+    # launch itself stuck, and is never reached first.
+    backstop = LAUNCH_OVERHEAD + len(jobs) * (TWO_PROCESS_TIMEOUT + 10.0)
+    launch = torchrun(
+        RANKRUN, str(jobs_file), str(results_dir), nproc=2, env=run_env(), timeout=backstop, raise_on_timeout=False
+    )
+    for name, index in indexes.items():
+        outcomes[name] = (rank_results(results_dir, index, launch), root / name)
+    return outcomes
 
 
 def compare_files(case: Case, reference: Path, candidate: Path) -> list[str]:
@@ -320,13 +398,13 @@ def test_conversion_reports_what_needs_a_person(case: Case, converted):
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
 def test_converted_script_prints_what_the_original_prints_on_one_process(case: Case, converted, one_process):
-    original = one_process.runs[(case.name, "original")]
+    original = one_process.get(case, "original")
     assert original.returncode == 0, f"the ORIGINAL fixture failed; fix the fixture:\n{describe(original)}"
     assert metric_rows(case, original.stdout), f"no metrics pattern matched the original's output:\n{original.stdout}"
     assert not wrong_totals(case, original.stdout), "the fixture's dataset_size is wrong"
 
     converted_script(converted, case)
-    result = one_process.runs[(case.name, "converted")]
+    result = one_process.get(case, "converted")
     assert result.returncode == 0, describe(result)
     assert without_added_lines(case, result.stdout) == original.stdout
     assert not compare_files(
@@ -338,7 +416,7 @@ def test_converted_script_prints_what_the_original_prints_on_one_process(case: C
 def test_converted_script_on_two_processes_prints_once_and_evaluates_every_sample(
     case: Case, converted, one_process, two_processes
 ):
-    reference = one_process.runs[(case.name, "reference_2proc")]
+    reference = one_process.get(case, "reference_2proc")
     assert reference.returncode == 0, f"the ORIGINAL fixture failed; fix the fixture:\n{describe(reference)}"
     converted_script(converted, case)
 
@@ -411,3 +489,76 @@ def test_metric_values_compare_counts_exactly_and_decimals_to_the_printed_precis
     assert compare_metrics(SAMPLE_CASE, reference, "loss 0.250000, 151/200\n", None) != []
     assert compare_metrics(SAMPLE_CASE, reference, "loss 0.250400, 150/200\n", ("correct", "total")) == []
     assert compare_metrics(SAMPLE_CASE, reference, "", None) == ["1 metric lines expected, 0 found"]
+
+
+# --------------------------------------------------------------------------------------------
+# A hang fails its own run, and shows where every process was (a few seconds, no torch)
+# --------------------------------------------------------------------------------------------
+
+HANGING_SCRIPT = """\
+import subprocess, sys, time
+
+
+def wait_forever_in_this_process():
+    time.sleep(600)
+
+
+if sys.argv[1:] == ["spawn"]:  # a second process in the same group, as torchrun starts ranks
+    subprocess.Popen([sys.executable, __file__])
+print("started", flush=True)
+wait_forever_in_this_process()
+"""
+
+
+def test_a_hung_launch_shows_every_process_stack_and_fails_alone(tmp_path: Path):
+    script = tmp_path / "hang.py"
+    script.write_text(HANGING_SCRIPT, encoding="utf-8")
+    run = python(script, "spawn", timeout=6, raise_on_timeout=False)
+    assert run.returncode == -9
+    assert "ran past 6s" in run.stderr
+    # Both processes (the launcher's and the one it started) say where they were waiting.
+    assert run.stderr.count("in wait_forever_in_this_process") == 2, run.stderr
+    assert run.stdout.startswith("started")
+
+
+def test_forkrun_reports_each_run_on_its_own_and_a_hung_one_with_its_stack(tmp_path: Path):
+    script = tmp_path / "hang.py"
+    script.write_text(HANGING_SCRIPT, encoding="utf-8")
+    quick = tmp_path / "quick.py"
+    quick.write_text("import sys\nprint('done', sys.argv[1:])\n", encoding="utf-8")
+    jobs = [
+        {"script": str(script), "args": [], "cwd": str(tmp_path), "timeout": 3},
+        {"script": str(quick), "args": ["x"], "cwd": str(tmp_path), "timeout": 60},
+    ]
+    (tmp_path / "jobs.json").write_text(json.dumps(jobs), encoding="utf-8")
+    launch = python(FORKRUN, str(tmp_path / "jobs.json"), timeout=60)
+    results = forkrun_results(launch.stdout)
+    assert results[1].returncode == 0 and results[1].stdout == "done ['x']\n"
+    assert results[0].returncode != 0
+    assert "in wait_forever_in_this_process" in results[0].stderr
+    assert "ran past" in results[0].stderr
+
+
+def test_rankrun_times_out_a_hung_run_on_every_rank_with_stacks_and_runs_the_next(tmp_path: Path):
+    hang = tmp_path / "hang.py"
+    hang.write_text(HANGING_SCRIPT, encoding="utf-8")
+    quick = tmp_path / "quick.py"
+    quick.write_text("import os\nprint('rank', os.environ['RANK'], 'port', os.environ['MASTER_PORT'])\n")
+    jobs = [
+        {"script": str(hang), "args": [], "cwd": str(tmp_path), "timeout": 4},
+        {"script": str(quick), "args": [], "cwd": str(tmp_path), "timeout": 60},
+    ]
+    (tmp_path / "jobs.json").write_text(json.dumps(jobs), encoding="utf-8")
+    results = tmp_path / "results"
+    results.mkdir()
+    launch = torchrun(RANKRUN, str(tmp_path / "jobs.json"), str(results), nproc=2, timeout=120)
+    assert launch.returncode == 0, describe(launch)
+    hung = rank_results(results, 0, launch)
+    assert hung.returncode != 0
+    assert hung.stderr.count("(ran past its timeout)") == 2
+    assert hung.stderr.count("in wait_forever_in_this_process") == 2, hung.stderr
+    after = rank_results(results, 1, launch)
+    assert after.returncode == 0, after.stderr
+    rank0, rank1 = after.stdout.splitlines()
+    assert rank0.startswith("rank 0 port ") and rank1.startswith("rank 1 port ")
+    assert rank0.split()[-1] == rank1.split()[-1], "both ranks of a run meet on one port"

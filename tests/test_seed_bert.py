@@ -109,8 +109,10 @@ def seed_runs(tmp_path_factory: pytest.TempPathFactory) -> SeedRuns:
     jobs_file = root / "jobs.json"
     jobs_file.write_text(json.dumps(jobs), encoding="utf-8")
     launch = python(FORKRUN, str(jobs_file), env=env(max_rows=1200), timeout=300).check()
+    # forkrun reports each run as it ends, one JSON object per line, in any order.
+    results = {result["index"]: result for result in map(json.loads, launch.stdout.splitlines())}
     written, original, converted_one = (
-        Run(r["returncode"], r["stdout"], r["stderr"]) for r in json.loads(launch.stdout)
+        Run(results[index]["returncode"], results[index]["stdout"], results[index]["stderr"]) for index in range(3)
     )
     assert written.returncode == 0, describe(written)
     return SeedRuns(converted, model_dir, original, converted_one)

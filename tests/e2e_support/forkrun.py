@@ -10,9 +10,16 @@ descriptors 1 and 2, so C-level output too) go to the child's own files.
 Usage: ``python forkrun.py JOBS.json`` where the file holds a list of jobs
 ``{"script": path, "args": [...], "cwd": folder, "timeout": seconds}`` (optional
 ``"sys_path"``: folders put after the script's own; ``"after_previous": true``: start only once
-every earlier job has finished, e.g. after a job that writes files the next ones read); prints one JSON list of
-results ``{"returncode", "stdout", "stderr"}`` in job order. A run past its timeout is killed and
-gets returncode -9. Two children run at a time (the machine has two cores).
+every earlier job has finished, e.g. after a job that writes files the next ones read). Each job
+is reported as soon as it ends, one JSON object per stdout line:
+``{"index", "returncode", "stdout", "stderr", "seconds", "timed_out"}``, so that a caller that
+stops waiting still has every result finished so far. Two children run at a time (the machine has
+two cores).
+
+Every job has its own timeout, and a run past it is not silently killed: the child's own
+faulthandler watchdog writes every thread's stack to its stderr and ends it (returncode 1,
+``timed_out`` true), so the failing test shows where the script hung. Should the child be stuck
+where even that cannot run, the parent kills it a few seconds later (returncode -9).
 
 Forking is only safe because the parent never runs a torch operation: no intra-op thread pool
 exists yet when the children are created.
@@ -21,6 +28,7 @@ exists yet when the children are created.
 from __future__ import annotations
 
 import ast
+import faulthandler
 import importlib
 import json
 import os
@@ -32,6 +40,9 @@ import time
 import traceback
 
 PARALLEL_RUNS = 2
+#: How long after a job's own timeout (when its watchdog should have dumped its stacks and ended
+#: it) the parent kills it.
+KILL_GRACE_SECONDS = 10.0
 
 
 def top_level_imports(script: str) -> set[str]:
@@ -79,6 +90,8 @@ def run_child(job: dict, out_path: str, err_path: str) -> None:
         err_fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         os.dup2(out_fd, 1)
         os.dup2(err_fd, 2)
+        # The watchdog is a C thread: it dumps the stacks even when Python code never yields.
+        faulthandler.dump_traceback_later(job.get("timeout", 60), exit=True, file=sys.stderr)
         script = os.path.abspath(job["script"])
         os.chdir(job["cwd"])
         sys.argv = [script, *job["args"]]
@@ -102,10 +115,15 @@ def read_text(path: str) -> str:
         return handle.read()
 
 
-def run_jobs(jobs: list[dict], workdir: str) -> list[dict]:
-    """Fork the jobs, at most PARALLEL_RUNS at a time, and collect their outputs in order."""
-    results: list[dict | None] = [None] * len(jobs)
-    running: dict[int, tuple[int, float]] = {}  # pid -> (job index, deadline)
+def report(result: dict) -> None:
+    """One finished job, as one line, at once (the caller reads results as they come)."""
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+def run_jobs(jobs: list[dict], workdir: str) -> None:
+    """Fork the jobs, at most PARALLEL_RUNS at a time, and report each as it ends."""
+    running: dict[int, tuple[int, float]] = {}  # pid -> (job index, start time)
     pending = list(range(len(jobs)))
     paths = [(os.path.join(workdir, f"{i}.out"), os.path.join(workdir, f"{i}.err")) for i in range(len(jobs))]
     while pending or running:
@@ -116,21 +134,26 @@ def run_jobs(jobs: list[dict], workdir: str) -> list[dict]:
             pid = os.fork()
             if pid == 0:
                 run_child(jobs[index], *paths[index])
-            running[pid] = (index, time.monotonic() + jobs[index].get("timeout", 60))
+            running[pid] = (index, time.monotonic())
         pid, status = os.waitpid(-1, os.WNOHANG)
         if pid == 0:
-            for child, (_job, deadline) in list(running.items()):
-                if time.monotonic() > deadline:
+            for child, (job, started) in list(running.items()):
+                if time.monotonic() - started > jobs[job].get("timeout", 60) + KILL_GRACE_SECONDS:
                     os.kill(child, signal.SIGKILL)
             time.sleep(0.02)
             continue
-        index, _ = running.pop(pid)
-        results[index] = {
-            "returncode": os.waitstatus_to_exitcode(status),
-            "stdout": read_text(paths[index][0]),
-            "stderr": read_text(paths[index][1]),
-        }
-    return results  # type: ignore[return-value]
+        index, started = running.pop(pid)
+        seconds = time.monotonic() - started
+        report(
+            {
+                "index": index,
+                "returncode": os.waitstatus_to_exitcode(status),
+                "stdout": read_text(paths[index][0]),
+                "stderr": read_text(paths[index][1]),
+                "seconds": round(seconds, 3),
+                "timed_out": seconds >= jobs[index].get("timeout", 60),
+            }
+        )
 
 
 def main() -> None:
@@ -138,8 +161,7 @@ def main() -> None:
         jobs = json.load(handle)
     preload([job["script"] for job in jobs])
     with tempfile.TemporaryDirectory(prefix="forkrun-") as workdir:
-        results = run_jobs(jobs, workdir)
-    json.dump(results, sys.stdout)
+        run_jobs(jobs, workdir)
 
 
 if __name__ == "__main__":
