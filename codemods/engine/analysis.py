@@ -694,12 +694,22 @@ class _Conclusions:
         facts = self.facts
         if facts.optimizers:
             return
+        # ``optimizer.zero_grad()`` ... ``optimizer.step()`` in a helper that receives the
+        # optimizer: what steps is an optimizer, not a model trained by hand.
+        stepped = {
+            func.value.value
+            for call in self.r.calls
+            if isinstance(func := call.node.func, cst.Attribute)
+            and func.attr.value == "step"
+            and isinstance(func.value, cst.Name)
+        }
         for call in self.r.calls:
             func = call.node.func
             if (
                 isinstance(func, cst.Attribute)
                 and func.attr.value in ("parameters", "zero_grad")
                 and isinstance(func.value, cst.Name)
+                and func.value.value not in stepped
                 and any(loop.has_backward for loop in call.loops)
             ):
                 facts.models.add(func.value.value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import libcst as cst
 import pytest
 
 from codemods.rules.checkpoint import CheckpointCodemod
@@ -124,3 +125,19 @@ def test_checkpoint_uses_accessible_functions_from_the_analysis() -> None:
     )
     output, _ = apply(CheckpointCodemod(), source)
     assert "return accelerator.unwrap_model(model).decode(z)" in output
+
+
+def test_an_optimizer_received_as_a_parameter_is_not_taken_for_a_model() -> None:
+    """A helper module's ``train(model, loader, optimizer)`` with no optimizer constructor in the
+    file: ``optimizer.zero_grad()``/``optimizer.step()`` name an optimizer, never a model to unwrap."""
+    from codemods import convert_module
+    from codemods.engine.model import Options
+
+    source = (
+        "import torch\n\n\ndef train(model, loader, optimizer):\n    for data, target in loader:\n"
+        "        optimizer.zero_grad()\n        loss = torch.nn.functional.cross_entropy(model(data), target)\n"
+        "        loss.backward()\n        optimizer.step()\n"
+    )
+    code = convert_module(cst.parse_module(source), Options()).module.code
+    assert "        optimizer.step()\n" in code
+    assert "unwrap_model(optimizer)" not in code
