@@ -41,6 +41,7 @@ import pytest
 
 from codemods.engine.model import Options
 from converter.pipeline import ConversionError, convert_source
+from tests.e2e_support.results import forkrun_results
 from tests.launching import REPO_ROOT, Run, python, torchrun
 
 CASES_DIR = REPO_ROOT / "fixtures" / "cases"
@@ -263,21 +264,6 @@ class OneProcessRuns:
         return run
 
 
-def forkrun_results(stdout: str) -> dict[int, Run]:
-    """forkrun's one-line-per-finished-job results (lines that are not results are ignored: a
-    preloaded module may print)."""
-    results: dict[int, Run] = {}
-    for line in stdout.splitlines():
-        try:
-            result = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(result, dict) and "index" in result:
-            note = f"\n(ran past its {ONE_PROCESS_TIMEOUT:.0f} s timeout)" if result["timed_out"] else ""
-            results[result["index"]] = Run(result["returncode"], result["stdout"], result["stderr"] + note)
-    return results
-
-
 @pytest.fixture(scope="module")
 def one_process(converted, tmp_path_factory: pytest.TempPathFactory) -> OneProcessRuns:
     """original(run), converted(run), and the two-process reference original(run_2proc)."""
@@ -309,7 +295,7 @@ def one_process(converted, tmp_path_factory: pytest.TempPathFactory) -> OneProce
     # is never reached first: every run at its full timeout, two at a time, plus start-up.
     backstop = LAUNCH_OVERHEAD + len(jobs) * (ONE_PROCESS_TIMEOUT + 10.0) / 2
     launch = python(FORKRUN, str(jobs_file), env=run_env(), timeout=backstop, raise_on_timeout=False)
-    results = forkrun_results(launch.stdout)
+    results = forkrun_results(launch.stdout, ONE_PROCESS_TIMEOUT)
     runs = {key: results[index] for index, key in enumerate(keys) if index in results}
     return OneProcessRuns(runs, folders, launch)
 
@@ -532,7 +518,7 @@ def test_forkrun_reports_each_run_on_its_own_and_a_hung_one_with_its_stack(tmp_p
     ]
     (tmp_path / "jobs.json").write_text(json.dumps(jobs), encoding="utf-8")
     launch = python(FORKRUN, str(tmp_path / "jobs.json"), timeout=60)
-    results = forkrun_results(launch.stdout)
+    results = forkrun_results(launch.stdout, ONE_PROCESS_TIMEOUT)
     assert results[1].returncode == 0 and results[1].stdout == "done ['x']\n"
     assert results[0].returncode != 0
     assert "in wait_forever_in_this_process" in results[0].stderr

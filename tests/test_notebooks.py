@@ -205,7 +205,7 @@ def test_cli_diff_check_and_output(tmp_path: Path) -> None:
 
     check = cli("--check", ".", cwd=tmp_path)  # folder discovery finds the notebook too
     assert check.returncode == 1
-    assert "train.ipynb:cell 6:" in check.stderr and "1 would be converted, 1 unchanged" in check.stderr
+    assert "train.ipynb:cell 6:" in check.stderr and "1 would convert, 1 unchanged" in check.stderr
 
     written = cli("train.ipynb", "-o", "train_ddp.ipynb", cwd=tmp_path)
     assert written.returncode == 0, written.stderr

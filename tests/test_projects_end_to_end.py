@@ -30,6 +30,7 @@ from click.testing import CliRunner
 
 from codemods.engine.model import Options
 from converter.cli import main as accel_convert
+from tests.e2e_support.results import forkrun_results
 from tests.e2e_support.stacks import torchrun_with_stacks
 from tests.launching import REPO_ROOT, Run, python
 from tests.test_end_to_end import (
@@ -141,7 +142,8 @@ def one_process(converted, tmp_path_factory: pytest.TempPathFactory) -> OneProce
     jobs_file = root / "jobs.json"
     jobs_file.write_text(json.dumps(jobs), encoding="utf-8")
     launch = python(FORKRUN, str(jobs_file), env=run_env(), timeout=400).check()
-    runs = {key: Run(r["returncode"], r["stdout"], r["stderr"]) for key, r in zip(keys, json.loads(launch.stdout))}
+    results = forkrun_results(launch.stdout, 90)
+    runs = {key: results[index] for index, key in enumerate(keys) if index in results}
     return OneProcessRuns(runs, folders)
 
 
@@ -243,8 +245,8 @@ def test_local_modules_are_never_preloaded_by_forkrun(tmp_path: Path):
         jobs.append({"script": str(folder / "main.py"), "args": [], "cwd": str(folder), "timeout": 30})
     jobs_file = tmp_path / "jobs.json"
     jobs_file.write_text(json.dumps(jobs), encoding="utf-8")
-    results = json.loads(python(FORKRUN, str(jobs_file), timeout=60).check().stdout)
-    assert [r["stdout"] for r in results] == ["first\n", "second\n"]
+    results = forkrun_results(python(FORKRUN, str(jobs_file), timeout=60).check().stdout, 30)
+    assert [results[index].stdout for index in sorted(results)] == ["first\n", "second\n"]
 
 
 def test_a_hung_launch_fails_with_every_ranks_stack(tmp_path: Path):

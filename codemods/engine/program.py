@@ -400,7 +400,7 @@ class Program:
             if call.caller_module == self.entry:
                 # Module-level code holds it too where the entry creates it there (a script
                 # without functions, or its ``__main__`` block).
-                holds = call.function in entry.accessible_functions
+                holds = entry.has_accelerator and call.function in entry.accessible_functions
             else:
                 holds = call.function in caller.accessible_functions
             key = (call.callee_module, call.callee)
