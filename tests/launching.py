@@ -99,16 +99,52 @@ def run_command(
 
 
 def stop_group_with_stacks(proc: subprocess.Popen[str]) -> tuple[str, str]:
-    """SIGABRT to the whole group (each Python process prints its stacks, then ends), then
-    SIGKILL to whatever is left; the output written until then."""
+    """SIGABRT to the whole group and every descendant (each Python process prints its stacks,
+    then ends), then SIGKILL to whatever is left; the output written until then. Descendants
+    count because torchrun starts each rank in a session of its own, outside the group."""
     signal_group(proc, signal.SIGABRT)
+    signal_each(descendants(proc.pid), signal.SIGABRT)
     try:
         return proc.communicate(timeout=STACK_DUMP_SECONDS)
     except subprocess.TimeoutExpired:  # a process that could not print: killed (output kept)
         signal_group(proc, signal.SIGKILL)
+        signal_each(descendants(proc.pid), signal.SIGKILL)
         return proc.communicate()
     finally:
         signal_group(proc, signal.SIGKILL)  # a process that left the run's pipes still goes
+        signal_each(descendants(proc.pid), signal.SIGKILL)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (read from /proc), children before grandchildren."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        # ``pid (command) state ppid ...``: the command may hold spaces and parentheses.
+        fields = stat[stat.rfind(")") + 2 :].split()
+        parents[int(entry)] = int(fields[1])
+    found: list[int] = []
+    pending = [pid]
+    while pending:
+        current = pending.pop(0)
+        children = [child for child, parent in parents.items() if parent == current]
+        found.extend(children)
+        pending.extend(children)
+    return found
+
+
+def signal_each(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def signal_group(proc: subprocess.Popen[str], signum: int) -> None:

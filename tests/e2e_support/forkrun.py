@@ -92,15 +92,7 @@ def run_child(job: dict, out_path: str, err_path: str) -> None:
         os.dup2(err_fd, 2)
         # The watchdog is a C thread: it dumps the stacks even when Python code never yields.
         faulthandler.dump_traceback_later(job.get("timeout", 60), exit=True, file=sys.stderr)
-        script = os.path.abspath(job["script"])
-        os.chdir(job["cwd"])
-        sys.argv = [script, *job["args"]]
-        sys.path[0:0] = [os.path.dirname(script), *job.get("sys_path", [])]
-        runpy.run_path(script, run_name="__main__")
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-        if not isinstance(stop.code, int) and stop.code is not None:
-            print(stop.code, file=sys.stderr)
+        code = run_as_main(job)
     except BaseException:  # noqa: BLE001 - the child reports every failure as a traceback
         traceback.print_exc()
         code = 1
@@ -108,6 +100,25 @@ def run_child(job: dict, out_path: str, err_path: str) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
     os._exit(code)
+
+
+def run_as_main(job: dict) -> int:
+    """``python script args`` in ``cwd``, in this process: the exit code it ends with (a
+    traceback on stderr and 1 for an exception, as the interpreter would)."""
+    try:
+        script = os.path.abspath(job["script"])
+        os.chdir(job["cwd"])
+        sys.argv = [script, *job["args"]]
+        sys.path[0:0] = [os.path.dirname(script), *job.get("sys_path", [])]
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as stop:
+        if not isinstance(stop.code, int) and stop.code is not None:
+            print(stop.code, file=sys.stderr)
+        return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:  # noqa: BLE001 - reported as the interpreter reports it
+        traceback.print_exc()
+        return 1
+    return 0
 
 
 def read_text(path: str) -> str:

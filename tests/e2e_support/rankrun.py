@@ -29,7 +29,6 @@ import atexit
 import faulthandler
 import json
 import os
-import runpy
 import signal
 import socket
 import sys
@@ -38,7 +37,7 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from forkrun import KILL_GRACE_SECONDS, preload, read_text  # noqa: E402 - the folder is put on sys.path first
+from forkrun import KILL_GRACE_SECONDS, preload, read_text, run_as_main  # noqa: E402 - the folder is put on sys.path first
 
 #: How often rank 1 looks for the port rank 0 chose for the next job.
 PORT_POLL_SECONDS = 0.02
@@ -82,15 +81,7 @@ def run_child(job: dict, port: int, out_path: str, err_path: str) -> None:
         # This job's rank 0 hosts its own store on MASTER_PORT (torchrun's agent store serves
         # the launch as a whole, and a second group on it would read the first one's keys).
         os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "False"
-        script = os.path.abspath(job["script"])
-        os.chdir(job["cwd"])
-        sys.argv = [script, *job["args"]]
-        sys.path[0:0] = [os.path.dirname(script), *job.get("sys_path", [])]
-        runpy.run_path(script, run_name="__main__")
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-        if not isinstance(stop.code, int) and stop.code is not None:
-            print(stop.code, file=sys.stderr)
+        code = run_as_main(job)
     except BaseException:  # noqa: BLE001 - the child reports every failure as a traceback
         traceback.print_exc()
         code = 1
