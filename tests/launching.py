@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 #: How long the processes of a timed-out run get to write their stacks before they are killed.
 STACK_DUMP_SECONDS = 3.0
+#: Pause between two processes' stack dumps (they write to the same stderr).
+DUMP_STAGGER_SECONDS = 0.3
 
 # A timed-out run is ended with SIGABRT (see above); its processes must not write core files (a
 # torch process's core is hundreds of megabytes). Children inherit the limit.
@@ -102,8 +105,11 @@ def stop_group_with_stacks(proc: subprocess.Popen[str]) -> tuple[str, str]:
     """SIGABRT to the whole group and every descendant (each Python process prints its stacks,
     then ends), then SIGKILL to whatever is left; the output written until then. Descendants
     count because torchrun starts each rank in a session of its own, outside the group."""
+    # One process at a time, the ranks first: their dumps share one stderr and would interleave.
+    for pid in reversed(descendants(proc.pid)):
+        signal_each([pid], signal.SIGABRT)
+        time.sleep(DUMP_STAGGER_SECONDS)
     signal_group(proc, signal.SIGABRT)
-    signal_each(descendants(proc.pid), signal.SIGABRT)
     try:
         return proc.communicate(timeout=STACK_DUMP_SECONDS)
     except subprocess.TimeoutExpired:  # a process that could not print: killed (output kept)
