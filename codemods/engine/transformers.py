@@ -201,6 +201,12 @@ class RuleTransformer(TargetedTransformer):
         statements are walked or left), None when module-level code does not create it."""
         return self._blocks[0].created_at if self._blocks and self._blocks[0].module else None
 
+    def instance_accelerator(self) -> cst.Attribute | None:
+        """``self.accelerator`` in a training class's method (ACC108); None elsewhere."""
+        if not self.in_training_class() or self.instance is None:
+            return None
+        return cst.Attribute(cst.Name(self.instance), cst.Name(self.accelerator))
+
     def in_training_class(self) -> bool:
         """Whether the walk is inside a training class (one that receives the accelerator)."""
         return bool(self.scope) and self.scope[0] in self.facts.training_classes

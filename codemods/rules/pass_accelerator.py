@@ -151,9 +151,9 @@ class _PassAccelerator(RuleTransformer):
         caller = self.scope[0] if self.scope else None
         if caller is None and self.accelerator_reachable():
             return with_argument(updated_node, index, self.accelerator)  # module code after the creation
-        if self.in_training_class() and self.instance is not None:
+        instance_accelerator = self.instance_accelerator()
+        if instance_accelerator is not None:
             # A training class's method hands on its own ``self.accelerator`` (ACC108).
-            instance_accelerator = cst.Attribute(cst.Name(self.instance), cst.Name(self.accelerator))
             return with_argument(updated_node, index, self.accelerator, instance_accelerator)
         reachable = caller in self.functions and (
             caller in self.needs

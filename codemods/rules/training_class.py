@@ -134,9 +134,9 @@ class _GiveAccelerator(RuleTransformer):
 
     def _instance_accelerator(self) -> cst.Attribute | None:
         """``self.accelerator`` where a rewritten method should read it, else None."""
-        if len(self.scope) < 2 or self.scope[0] not in self.plans or self.instance is None or self._local_binding:
+        if len(self.scope) < 2 or self.scope[0] not in self.plans or self._local_binding:
             return None
-        return cst.Attribute(cst.Name(self.instance), cst.Name(self.accelerator))
+        return self.instance_accelerator()
 
     # The accelerator variable is read as the receiver of a call (``accelerator.backward``) or
     # passed on (``helper(model, accelerator)``): those are the two places earlier rules write it.
