@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.engine.model import Change, ConversionOutcome, Options
-from codemods.engine.program_seeds import ProgramSeeds
-from codemods.engine.rule import Rule
+from accel_convert.codemods.engine.model import Change, ConversionOutcome, Options
+from accel_convert.codemods.engine.program_seeds import ProgramSeeds
+from accel_convert.codemods.engine.rule import Rule
 
 __all__ = ["convert_module", "Change", "Rule", "ConversionOutcome", "Options"]
 
@@ -29,10 +29,10 @@ def convert_module(
     generating the code once more to find original positions. ``seeds``: what the other modules
     of its program say (see :mod:`codemods.engine.program`); None converts it alone.
     """
-    from codemods.engine.analysis import analyse
-    from codemods.engine.positions import reanchor
-    from codemods.engine.registry import all_rules
-    from codemods.engine.torch_names import SELF_DISTRIBUTING
+    from accel_convert.codemods.engine.analysis import analyse
+    from accel_convert.codemods.engine.positions import reanchor
+    from accel_convert.codemods.engine.registry import all_rules
+    from accel_convert.codemods.engine.torch_names import SELF_DISTRIBUTING
 
     facts = analyse(module, source, seeds)
     # A library of a program whose functions the accelerator reaches (a ``log`` helper that

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from runtime.handlers import (  # noqa: F401 (re-exported, as accelerate.utils does)
+from accel_convert.runtime.handlers import (  # noqa: F401 (re-exported, as accelerate.utils does)
     AutocastKwargs,
     DataLoaderConfiguration,
     DistributedDataParallelKwargs,
@@ -26,25 +26,25 @@ from runtime.handlers import (  # noqa: F401 (re-exported, as accelerate.utils d
 
 #: name -> module, imported on first access.
 _LAZY = {
-    "find_executable_batch_size": "runtime.memory",
-    "release_memory": "runtime.memory",
-    "skip_first_batches": "runtime.data",
-    "send_to_device": "runtime.data",
+    "find_executable_batch_size": ".memory",
+    "release_memory": ".memory",
+    "skip_first_batches": ".data",
+    "send_to_device": ".data",
     # The collectives, with debug mode's shape checks (runtime.operations wraps runtime.collectives).
-    "gather": "runtime.operations",
-    "gather_object": "runtime.operations",
-    "broadcast": "runtime.operations",
-    "broadcast_object_list": "runtime.operations",
-    "reduce": "runtime.operations",
-    "pad_across_processes": "runtime.operations",
-    "copy_tensor_to_devices": "runtime.operations",
-    "DistributedOperationException": "runtime.operations",
-    "DistributedType": "runtime.state",
-    "DDPCommunicationHookType": "runtime.comm_hooks",
-    "ProfileKwargs": "runtime.profiling",
-    "FullyShardedDataParallelPlugin": "runtime.fsdp",
-    "get_logger": "runtime.logging",
-    "prepare_data_loader": "runtime.data_loader",
+    "gather": ".operations",
+    "gather_object": ".operations",
+    "broadcast": ".operations",
+    "broadcast_object_list": ".operations",
+    "reduce": ".operations",
+    "pad_across_processes": ".operations",
+    "copy_tensor_to_devices": ".operations",
+    "DistributedOperationException": ".operations",
+    "DistributedType": ".state",
+    "DDPCommunicationHookType": ".comm_hooks",
+    "ProfileKwargs": ".profiling",
+    "FullyShardedDataParallelPlugin": ".fsdp",
+    "get_logger": ".logging",
+    "prepare_data_loader": ".data_loader",
 }
 
 
@@ -52,15 +52,15 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'runtime.utils' has no attribute {name!r}")
+        return getattr(importlib.import_module(_LAZY[name], __package__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def synchronize_rng_states(rng_types: list[str], generator: torch.Generator | None = None) -> None:
     """Make the listed RNGs (``"torch"``, ``"cuda"``, ``"generator"`` with ``generator``) equal to
     rank 0's on every rank; a no-op on one process."""
-    from runtime.data import _checked_rng_types
-    from runtime.data import synchronize_rng_states as synchronize
+    from accel_convert.runtime.data import _checked_rng_types
+    from accel_convert.runtime.data import synchronize_rng_states as synchronize
 
     synchronize(_checked_rng_types(rng_types), generator)
 

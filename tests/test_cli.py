@@ -17,16 +17,16 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from converter import report
-from converter.cli import main
-from converter.report import Output, Piece, rich_text
+from accel_convert.converter import report
+from accel_convert.converter.cli import main
+from accel_convert.converter.report import Output, Piece, rich_text
 
 TRAIN = b"""import torch
 from torch.utils.data import DataLoader
 
 
-def train(model, loader, optimizer):
-    model.train()
+def train(model, loader):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for data, target in loader:
         optimizer.zero_grad()
         loss = torch.nn.functional.mse_loss(model(data), target)
@@ -241,11 +241,11 @@ def test_oom_retry_and_target_flags_reach_the_codemods(tmp_path: Path) -> None:
     path = tmp_path / "train.py"
     path.write_bytes(WITH_BATCH_SIZE)
     plain = run(path)
-    assert "find_executable_batch_size" not in plain.stdout and "from runtime import" in plain.stdout
+    assert "find_executable_batch_size" not in plain.stdout and "from accel_convert.runtime import" in plain.stdout
     retried = run("--oom-retry", "--target", "accelerate", path)
     assert retried.exit_code == 0, retried.stderr
     assert "@find_executable_batch_size(starting_batch_size=args.batch_size)" in retried.stdout
-    assert "from accelerate import" in retried.stdout and "from runtime import" not in retried.stdout
+    assert "from accelerate import" in retried.stdout and "from accel_convert.runtime import" not in retried.stdout
     assert reports(retried.stderr, path, "ACC117")
 
 
@@ -260,8 +260,8 @@ def test_internal_error_exits_123_and_writes_nothing(
     """A codemod whose result changes again on a second run must never reach the disk."""
     import libcst as cst
 
-    import codemods
-    from codemods.engine.model import ConversionOutcome
+    from accel_convert import codemods
+    from accel_convert.codemods.engine.model import ConversionOutcome
 
     def unstable(module: cst.Module, options: object, source: object = None) -> ConversionOutcome:
         return ConversionOutcome(module.with_changes(body=[*module.body, cst.parse_statement("x = 1")]))
@@ -277,16 +277,16 @@ def test_internal_error_exits_123_and_writes_nothing(
 def test_unexpected_exception_in_one_file_is_reported_and_the_rest_still_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import converter.cli
+    from accel_convert.converter import cli as cli_module
 
-    real_convert = converter.cli.convert_source
+    real_convert = cli_module.convert_source
 
     def explode_on_boom(source: bytes, options: object, *, path: str):
         if path.endswith("boom.py"):
             raise ValueError("unexpected")
         return real_convert(source, options, path=path)
 
-    monkeypatch.setattr(converter.cli, "convert_source", explode_on_boom)
+    monkeypatch.setattr(cli_module, "convert_source", explode_on_boom)
     (tmp_path / "boom.py").write_bytes(TRAIN)
     (tmp_path / "train.py").write_bytes(TRAIN)
     result = run("--in-place", tmp_path / "boom.py", tmp_path / "train.py")
@@ -462,7 +462,7 @@ def test_quiet_and_verbose(script: Path, tmp_path: Path) -> None:
 
 
 def test_list_codes_shows_every_code_with_examples() -> None:
-    from codemods.engine.registry import code_docs
+    from accel_convert.codemods.engine.registry import code_docs
 
     result = run("--list-codes")
     assert result.exit_code == 0
@@ -474,7 +474,7 @@ def test_list_codes_shows_every_code_with_examples() -> None:
 
 
 def test_help_documents_exit_codes_and_generated_code_list() -> None:
-    from codemods.engine.registry import code_docs
+    from accel_convert.codemods.engine.registry import code_docs
 
     result = run("--help")
     assert result.exit_code == 0
@@ -509,7 +509,7 @@ def test_config_from_pyproject_found_by_walking_up_and_flags_override(tmp_path: 
     assert "from accelerate import Accelerator" in from_config.stdout
     assert '"code": "ACC105"' in from_config.stderr, "json findings go to stderr when stdout carries the script"
     overridden = run("--target", "runtime", "--output-format", "text", path)
-    assert "from runtime import Accelerator" in overridden.stdout
+    assert "from accel_convert.runtime import Accelerator" in overridden.stdout
     assert f"{path}:10:9: ACC105" in overridden.stderr
 
 
@@ -639,16 +639,16 @@ def test_output_styles_wherever_rich_would(monkeypatch: pytest.MonkeyPatch) -> N
 def test_objects_from_start_up_are_frozen_only_while_files_convert(
     script: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import converter.cli
+    from accel_convert.converter import cli as cli_module
 
     frozen_during: list[int] = []
-    real_convert = converter.cli.convert_source
+    real_convert = cli_module.convert_source
 
     def recording(*args: Any, **kwargs: Any) -> Any:
         frozen_during.append(gc.get_freeze_count())
         return real_convert(*args, **kwargs)
 
-    monkeypatch.setattr(converter.cli, "convert_source", recording)
+    monkeypatch.setattr(cli_module, "convert_source", recording)
     assert gc.get_freeze_count() == 0
     assert run("--check", script).exit_code == 1
     assert frozen_during and frozen_during[0] > 1000, frozen_during

@@ -17,7 +17,8 @@ from tests.launching import REPO_ROOT, base_env
 SCRIPT = b"""import torch
 
 
-def train(model, loader, optimizer):
+def train(model, loader):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for data, target in loader:
         optimizer.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(data), target)
@@ -64,7 +65,7 @@ def test_pre_commit_hook_definition_runs_the_check() -> None:
 #: Runs the command three times in one interpreter and reports what each run had imported.
 IMPORT_PROBE = """
 import atexit, gc, json, sys
-from converter.cli import main
+from accel_convert.converter.cli import main
 
 def run(*args):
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from converter.cli import main
+from accel_convert.converter.cli import main
 
 TRAIN = """import torch
 from torch.utils.data import DataLoader
@@ -44,7 +44,8 @@ def convert(folder: Path, *flags: str) -> str:
 @pytest.mark.parametrize("target", ["runtime", "accelerate"])
 def test_fsdp_flag_writes_the_plugin_into_the_created_accelerator(tmp_path: Path, target: str) -> None:
     converted = convert(tmp_path, "--fsdp", "--target", target)
-    assert f"from {target} import Accelerator\nfrom {target} import FullyShardedDataParallelPlugin\n" in converted
+    package = {"runtime": "accel_convert.runtime", "accelerate": "accelerate"}[target]
+    assert f"from {package} import Accelerator\nfrom {package} import FullyShardedDataParallelPlugin\n" in converted
     assert f"accelerator = {PLUGIN}" in converted
     compile(converted, "train.py", "exec")
     # Converting the output again changes nothing.
@@ -70,7 +71,7 @@ def test_pyproject_key_must_be_a_boolean(tmp_path: Path) -> None:
     assert result.exit_code != 0 and "fsdp must be" in result.stderr
 
 
-@pytest.mark.parametrize("package", ["runtime", "accelerate"])
+@pytest.mark.parametrize("package", ["accel_convert.runtime", "accelerate"])
 def test_the_emitted_plugin_constructs_in_both_packages(package: str) -> None:
     import importlib
 

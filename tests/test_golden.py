@@ -16,8 +16,8 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from codemods import convert_module
-from codemods.engine.model import Change, Options
+from accel_convert.codemods import convert_module
+from accel_convert.codemods.engine.model import Change, Options
 from tests.launching import REPO_ROOT
 
 CASES = sorted((REPO_ROOT / "fixtures" / "cases").glob("*.py"))
@@ -86,7 +86,7 @@ def test_accelerate_target_differs_only_in_imports(case: Path) -> None:
     accelerate_output, _ = convert(case.read_bytes(), options_for(case, target="accelerate"))
     for line in _differing_lines(runtime_output, accelerate_output):
         text = line[2:].strip()
-        package = "runtime" if line.startswith("- ") else "accelerate"
+        package = "accel_convert.runtime" if line.startswith("- ") else "accelerate"
         assert text.startswith(f"from {package} import "), line
 
 

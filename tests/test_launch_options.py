@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime import launch
+from accel_convert.runtime import launch
 from tests.launching import REPO_ROOT, Run, free_port, run_command
 
 try:
@@ -41,8 +41,8 @@ sys.meta_path.insert(0, _NoTorch())
 
 
 def accel_launch(*args: str, env: dict[str, str] | None = None, stdin: str | None = None, timeout: float = 120) -> Run:
-    """``python -m runtime.launch ARGS`` (what the ``accel-launch`` entry point runs)."""
-    command = [sys.executable, "-m", "runtime.launch", *args]
+    """``python -m accel_convert.runtime.launch ARGS`` (what the ``accel-launch`` entry point runs)."""
+    command = [sys.executable, "-m", "accel_convert.runtime.launch", *args]
     if stdin is None:
         return run_command(command, env=env, timeout=timeout)
     import subprocess
@@ -127,10 +127,10 @@ def test_without_torch_one_line_names_the_extra(tmp_path: Path, isolated: dict[s
     assert helped.stdout.rstrip().endswith("once torch is installed: pip install 'accel-convert[runtime]'")
     assert accel_launch("--version", env=env).check().stdout.startswith("accel-launch (accel-convert) ")
     # A converted script run there: the import names the extra too.
-    imported = run_command([sys.executable, "-c", "from runtime import Accelerator"], env=env)
+    imported = run_command([sys.executable, "-c", "from accel_convert.runtime import Accelerator"], env=env)
     assert imported.returncode == 1
     assert imported.stderr.strip().splitlines()[-1] == (
-        "ModuleNotFoundError: runtime.Accelerator needs torch, which is not installed here: "
+        "ModuleNotFoundError: accel_convert.runtime.Accelerator needs torch, which is not installed here: "
         "pip install 'accel-convert[runtime]'"
     )
 

@@ -21,20 +21,27 @@ from typing import Literal
 
 import libcst as cst
 
-from codemods.engine.facts import LoopFacts, RunContext, ScriptFacts
-from codemods.engine.findings import FILE_START
-from codemods.engine.model import Site
-from codemods.engine.names import NameCollector, NameTable, ScopeKey
-from codemods.engine.positions import POSITIONED_TYPES, OriginIndex, handler_sites, original_sites
-from codemods.engine.program_seeds import (
+from accel_convert.codemods.engine.facts import LoopFacts, RunContext, ScriptFacts
+from accel_convert.codemods.engine.findings import FILE_START
+from accel_convert.codemods.engine.model import Site
+from accel_convert.codemods.engine.names import NameCollector, NameTable, ScopeKey
+from accel_convert.codemods.engine.positions import POSITIONED_TYPES, OriginIndex, handler_sites, original_sites
+from accel_convert.codemods.engine.program_seeds import (
     ProgramSeeds,
     library_home,
     seed_imported_calls,
     seed_loader_factories,
     seed_parameter_roles,
 )
-from codemods.engine.syntax import calls_in, dotted, instance_parameter, is_main_guard, names_variable, target_names
-from codemods.engine.torch_names import (
+from accel_convert.codemods.engine.syntax import (
+    calls_in,
+    dotted,
+    instance_parameter,
+    is_main_guard,
+    names_variable,
+    target_names,
+)
+from accel_convert.codemods.engine.torch_names import (
     ACCELERATORS,
     DATA_LOADERS,
     DEVICE_CALLS,
@@ -45,7 +52,7 @@ from codemods.engine.torch_names import (
     is_optimizer,
     is_scheduler,
 )
-from codemods.engine.walk import walk
+from accel_convert.codemods.engine.walk import walk
 
 MODULE = "<module>"
 
@@ -1008,6 +1015,14 @@ class _Conclusions:
                 # Built in ``main`` and handed to a helper that constructs the class: ``main``
                 # prepares them and creates the accelerator (the helper receives it, ACC104).
                 home, constructed_in_guard = builder, False
+        elif self._trains_only_what_it_receives():
+            # A module of training functions converted alone: its callers build and prepare the
+            # model and optimizer, so no accelerator is created here (each function would create
+            # its own, and train unprepared objects); what needs one is reported (ACC904).
+            facts.home_kind = "library"
+            facts.main_function = facts.creating_function = None
+            facts.accessible_functions = set()
+            return
         else:
             home = self.optimizer_home
             constructed_in_guard = False
@@ -1052,6 +1067,24 @@ class _Conclusions:
         if facts.home_kind == "main_guard":
             # Defined inside the __main__ block (an LBFGS closure): they read the global accelerator.
             facts.accessible_functions |= self._reachable(self.r.guard_defs)
+
+    def _trains_only_what_it_receives(self) -> bool:
+        """Whether the file is a library of training functions converted on its own: every
+        ``backward()`` is in a module-level function with parameters (what it trains comes from
+        its caller), the file constructs no optimizer and no DataLoader, and no module-level code
+        calls its functions (run as a script, it would train nothing)."""
+        if self.seeds is not None or self.optimizer_home is not None:
+            return False
+        backward_functions = {call.function for call in self.r.calls if _is_backward(call.node)}
+        if not backward_functions or any(not self.r.defs.get(function) for function in backward_functions):
+            return False
+        for call in self.r.calls:
+            if self.qualified(call) in DATA_LOADERS:
+                return False
+            func = call.node.func
+            if call.function == MODULE and isinstance(func, cst.Name) and func.value in self.r.defs:
+                return False
+        return True
 
     def _helpers(self) -> None:
         facts = self.facts

@@ -19,17 +19,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from codemods.engine.model import Site
-from codemods.engine.positions import OriginIndex
-from codemods.engine.syntax import dotted
+from accel_convert.codemods.engine.model import Site
+from accel_convert.codemods.engine.positions import OriginIndex
+from accel_convert.codemods.engine.syntax import dotted
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     import libcst as cst
 
-    from codemods.engine.names import NameTable
-    from codemods.engine.program_seeds import ProgramSeeds
+    from accel_convert.codemods.engine.names import NameTable
+    from accel_convert.codemods.engine.program_seeds import ProgramSeeds
 
 
 @dataclass
@@ -102,7 +102,8 @@ class ScriptFacts:
     creating_function: str | None = None
     #: Where the training objects are built: in ``main_function``, in the ``if __name__ ==
     #: "__main__":`` block, or in plain module-level code; "library": a module of a program that
-    #: its entry script imports (nothing built here; the accelerator comes in as a parameter).
+    #: its entry script imports (nothing built here; the accelerator comes in as a parameter), or a
+    #: module of training functions converted without the script calling them (nothing reaches one).
     home_kind: Literal["function", "main_guard", "module", "library"] = "module"
     #: Module-level functions from which the accelerator is reachable once converted: the home
     #: function and everything it calls (transitively, by plain name); "<module>" for module code.
@@ -223,6 +224,12 @@ class ScriptFacts:
             if arg.keyword and arg.keyword.value == "mode":
                 mode = arg.value
         return isinstance(mode, cst.SimpleString) and any(m in str(mode.evaluated_value) for m in "wax")
+
+    @property
+    def library_converted_alone(self) -> bool:
+        """A module of training functions converted without the script that calls them: its
+        callers build and prepare what it trains, so nothing here can hold the accelerator."""
+        return self.home_kind == "library" and self.program is None
 
     @property
     def home_function(self) -> str:

@@ -1,11 +1,12 @@
-"""Adding an import a rewrite needs (``from runtime import Accelerator``, ``import os``) after the
+"""Adding an import a rewrite needs (``from accel_convert.runtime import Accelerator``, ``import os``) after the
 module's own imports."""
 
 from __future__ import annotations
 
 import libcst as cst
+from libcst.helpers import get_full_name_for_node
 
-from codemods.engine.syntax import first_statement_index
+from accel_convert.codemods.engine.syntax import first_statement_index
 
 
 def imports_from(module: cst.Module, package: str, name: str) -> bool:
@@ -16,8 +17,8 @@ def imports_from(module: cst.Module, package: str, name: str) -> bool:
         for small in line.body:
             if (
                 isinstance(small, cst.ImportFrom)
-                and isinstance(small.module, cst.Name)
-                and small.module.value == package
+                and small.module is not None
+                and get_full_name_for_node(small.module) == package
                 and not isinstance(small.names, cst.ImportStar)
                 and any(alias.evaluated_name == name for alias in small.names)
             ):

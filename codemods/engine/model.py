@@ -62,7 +62,7 @@ class Options:
     @property
     def accelerate_module(self) -> str:
         """The package converted scripts import the Accelerator from."""
-        return "runtime" if self.target == "runtime" else "accelerate"
+        return "accel_convert.runtime" if self.target == "runtime" else "accelerate"
 
 
 @dataclass

@@ -25,14 +25,15 @@ from typing import ClassVar
 
 import libcst as cst
 
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
 
 #: Reported by every rule that meets a call needing the accelerator where none is reachable.
 NO_ACCELERATOR_ACCESS = "ACC904"
 NO_ACCELERATOR_ACCESS_DOC = (
     "no-accelerator-access: a call that needs the accelerator where none is reachable "
-    "(a static method, a class the file never constructs, code run before it exists)"
+    "(a static method, a class the file never constructs, code run before it exists, a module of "
+    "training functions converted without the script that calls them)"
 )
 
 

@@ -12,17 +12,24 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.imports import add_import, imports_from
-from codemods.engine.model import Change, Options
-from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import assigned_in, dotted, first_statement_index, parses_arguments, statement, target_names
-from codemods.engine.transformers import HomeBlockTransformer
-from codemods.engine.walk import walk
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.imports import add_import, imports_from
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.syntax import (
+    assigned_in,
+    dotted,
+    first_statement_index,
+    parses_arguments,
+    statement,
+    target_names,
+)
+from accel_convert.codemods.engine.transformers import HomeBlockTransformer
+from accel_convert.codemods.engine.walk import walk
 
 
 def import_statement(options: Options, name: str = "Accelerator") -> cst.SimpleStatementLine:
-    """``from runtime import Accelerator`` (or ``from accelerate import ...`` for that target)."""
+    """``from accel_convert.runtime import Accelerator`` (or ``from accelerate import ...`` for that target)."""
     built = statement(f"from {options.accelerate_module} import {name}")
     assert isinstance(built, cst.SimpleStatementLine)
     return built
@@ -120,7 +127,7 @@ class Accelerator(Rule):
                 import torch
                 import torch.nn as nn
                 from torch.utils.data import DataLoader, TensorDataset
-                from runtime import Accelerator
+                from accel_convert.runtime import Accelerator
 
 
                 def main():

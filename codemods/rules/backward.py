@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.model import Change, Options
-from codemods.engine.rule import NO_ACCELERATOR_ACCESS, NO_ACCELERATOR_ACCESS_DOC, Example, Rule
-from codemods.engine.syntax import names_variable
-from codemods.engine.transformers import RuleTransformer, lines_of
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, NO_ACCELERATOR_ACCESS_DOC, Example, Rule
+from accel_convert.codemods.engine.syntax import names_variable
+from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
 
 def is_tensor_backward(node: cst.Call, accelerator: str) -> bool:
@@ -34,6 +34,13 @@ def is_tensor_backward(node: cst.Call, accelerator: str) -> bool:
     )
 
 
+UNREACHABLE_MESSAGE = "backward() where no accelerator is reachable: left as it was"
+LIBRARY_MESSAGE = (
+    "backward() on what the caller passes in, and this file builds nothing to prepare: convert the "
+    "script that calls it (its local imports are converted with it); left as it was"
+)
+
+
 class _Backward(RuleTransformer):
     def __init__(self, facts: ScriptFacts, accessible: set[str]) -> None:
         super().__init__(facts, lines_of(facts.call_sites.get(".backward", ())))
@@ -45,13 +52,8 @@ class _Backward(RuleTransformer):
         if self.qualified_name(original_node.func.value) is not None:  # type: ignore[attr-defined]
             return updated_node  # torch.autograd.backward and the like: a function, not a tensor
         if not self.accelerator_reachable():
-            self.report(
-                original_node,
-                NO_ACCELERATOR_ACCESS,
-                "backward() where no accelerator is reachable: left as it was",
-                False,
-                header_only=True,
-            )
+            message = LIBRARY_MESSAGE if self.facts.library_converted_alone else UNREACHABLE_MESSAGE
+            self.report(original_node, NO_ACCELERATOR_ACCESS, message, False, header_only=True)
             return updated_node
         receiver = updated_node.func.value  # type: ignore[attr-defined]
         self.report(original_node, Backward.code, "X.backward() → accelerator.backward(X)", header_only=True)
@@ -92,7 +94,7 @@ class Backward(Rule):
                 import torch
                 import torch.nn as nn
                 from torch.utils.data import DataLoader, TensorDataset
-                from runtime import Accelerator
+                from accel_convert.runtime import Accelerator
 
 
                 def main():
@@ -141,7 +143,23 @@ class Backward(Rule):
                 if __name__ == "__main__":
                     main()
             """,
-            message="backward() where no accelerator is reachable: left as it was",
+            message=UNREACHABLE_MESSAGE,
+        ),
+        Example(
+            code="ACC904",
+            before="""
+                import torch.nn as nn
+
+
+                def train_one_epoch(model, loader, optimizer):
+                    model.train()
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+            """,
+            message=LIBRARY_MESSAGE,
         ),
     )
 

@@ -36,8 +36,8 @@ def are_the_same_tensors(tensor: Any) -> bool:
     """True when every rank holds a tensor equal to this rank's."""
     import torch
 
-    from runtime.operations import gather
-    from runtime.state_objects import PartialState
+    from accel_convert.runtime.operations import gather
+    from accel_convert.runtime.state_objects import PartialState
 
     mine = tensor[None].clone().to(PartialState().device)
     return all(torch.equal(other.cpu(), mine[0].cpu()) for other in gather(mine))
@@ -100,15 +100,15 @@ def _training_helpers() -> types.ModuleType:
 #: accelerate module -> where its names come from, in order (runtime module names, or callables
 #: giving a namespace). Packages are the modules that have submodules here.
 _SOURCES: dict[str, list[Any]] = {
-    "accelerate": ["runtime"],
-    "accelerate.accelerator": ["runtime.accelerator", "runtime"],
-    "accelerate.state": ["runtime.state_objects", "runtime.gradient_state"],
-    "accelerate.data_loader": ["runtime.data_loader"],
-    "accelerate.logging": ["runtime.logging"],
-    "accelerate.utils": ["runtime.utils", "runtime", _PROBES],
-    "accelerate.utils.dataclasses": ["runtime.utils", "runtime"],
-    "accelerate.utils.operations": ["runtime.operations"],
-    "accelerate.utils.random": ["runtime.utils"],
+    "accelerate": ["accel_convert.runtime"],
+    "accelerate.accelerator": ["accel_convert.runtime.accelerator", "accel_convert.runtime"],
+    "accelerate.state": ["accel_convert.runtime.state_objects", "accel_convert.runtime.gradient_state"],
+    "accelerate.data_loader": ["accel_convert.runtime.data_loader"],
+    "accelerate.logging": ["accel_convert.runtime.logging"],
+    "accelerate.utils": ["accel_convert.runtime.utils", "accel_convert.runtime", _PROBES],
+    "accelerate.utils.dataclasses": ["accel_convert.runtime.utils", "accel_convert.runtime"],
+    "accelerate.utils.operations": ["accel_convert.runtime.operations"],
+    "accelerate.utils.random": ["accel_convert.runtime.utils"],
     "accelerate.test_utils": [
         {"are_the_same_tensors": are_the_same_tensors},
         lambda: vars(importlib.import_module("accelerate.test_utils.training")),

@@ -8,8 +8,8 @@ import textwrap
 import libcst as cst
 import pytest
 
-from codemods import convert_module
-from codemods.engine.model import Options
+from accel_convert.codemods import convert_module
+from accel_convert.codemods.engine.model import Options
 from tests.codemods.support import HEADER, convert, in_loop
 
 PLACEMENT = {
@@ -57,7 +57,7 @@ def test_accelerator_is_created_early_but_not_too_early(body: str, in_order: lis
     lines = [line.strip() for line in code.splitlines()]
     positions = [lines.index(line) for line in in_order]
     assert positions == sorted(positions) and positions[1] == positions[0] + 1, code
-    assert "from runtime import Accelerator" in lines
+    assert "from accel_convert.runtime import Accelerator" in lines
     accelerate, _ = convert(body, Options(target="accelerate"))
     assert "from accelerate import Accelerator" in accelerate.splitlines()
 
@@ -93,7 +93,7 @@ def test_a_script_with_an_accelerator_gets_only_what_is_missing() -> None:
     code, lines = convert(body)
     assert "print('starting')" in lines  # before the accelerator exists
     assert "acc.print('step')" in lines
-    assert "from runtime import Accelerator" not in lines and lines.count("acc = Accelerator()") == 1
+    assert "from accel_convert.runtime import Accelerator" not in lines and lines.count("acc = Accelerator()") == 1
     assert not any(line.startswith("#ACC10") and line != "#ACC107" for line in lines)
 
 
@@ -118,7 +118,7 @@ def test_select_and_ignore_switch_passes(options: Options, rewritten: str, kept:
 
 
 def test_a_module_level_script_gets_the_accelerator_before_its_first_backward() -> None:
-    from codemods import Options, convert_module
+    from accel_convert.codemods import Options, convert_module
 
     source = "import torch\nx = 1\nloss.backward()\nprint(x)\n"
     code = convert_module(cst.parse_module(source), Options()).module.code

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from codemods.rules.amp import AmpCodemod
+from accel_convert.codemods.rules.amp import AmpCodemod
 from tests.codemods.support import apply, assert_rewrites, code, convert, make_facts
 
 AMP_CASES = [

@@ -7,8 +7,8 @@ import textwrap
 import libcst as cst
 import pytest
 
-from codemods import convert_module
-from codemods.engine.model import Options
+from accel_convert.codemods import convert_module
+from accel_convert.codemods.engine.model import Options
 from tests.codemods.support import HEADER, check_expectations, in_loop
 
 REWRITES = {
@@ -68,3 +68,43 @@ def test_positions_count_characters_like_libcst(encoding: str) -> None:
         changes = convert_module(module, Options(), source=given).changes
         backward = [c for c in changes if c.code == "ACC105"]
         assert [(c.line, c.column) for c in backward] == [(len(text.splitlines()), expected_column)]
+
+
+#: A module of training functions as projects split them out (``engine.py``): what it trains comes
+#: from the caller, which this file does not show.
+TRAINING_FUNCTIONS = """\
+import torch
+from torch import nn
+
+
+def train_one_epoch(model, loader, optimizer, device):
+    model.train()
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+    print("epoch done")
+"""
+
+
+def test_a_module_of_training_functions_converted_alone_is_reported_not_given_an_accelerator() -> None:
+    outcome = convert_module(cst.parse_module(TRAINING_FUNCTIONS), Options())
+    # An accelerator created inside the function would be one per call, with nothing prepared:
+    # the objects would train unsynchronised on every rank.
+    assert outcome.module.code == TRAINING_FUNCTIONS
+    codes = [(change.code, change.line) for change in outcome.changes]
+    assert codes == [("ACC904", 11)]
+    assert "convert the script that calls it" in outcome.changes[0].message
+
+
+def test_a_function_building_what_it_trains_is_converted_even_without_an_entry_point() -> None:
+    source = TRAINING_FUNCTIONS.replace(
+        "def train_one_epoch(model, loader, optimizer, device):\n",
+        "def train_one_epoch(model, loader, device):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+    )
+    outcome = convert_module(cst.parse_module(source), Options())
+    assert "    accelerator = Accelerator()\n" in outcome.module.code
+    assert "accelerator.backward(loss)" in outcome.module.code
+    assert "ACC904" not in {change.code for change in outcome.changes}

@@ -1,5 +1,5 @@
 """Passes walk only the statements that can hold what they rewrite (``ScriptFacts.word_lines`` and
-``codemods.engine.transformers.skips_statement``). That is a speed-up only: converting with every statement
+``transformers.skips_statement``). That is a speed-up only: converting with every statement
 walked must give the same output and the same reports, for every fixture and option set."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-import codemods.engine.transformers
-from codemods.engine.analysis import analyse
-from codemods.engine.model import Options
-from converter.pipeline import convert_source
+from accel_convert.codemods.engine import transformers
+from accel_convert.codemods.engine.analysis import analyse
+from accel_convert.codemods.engine.model import Options
+from accel_convert.converter.pipeline import convert_source
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted((ROOT / "fixtures" / "cases").glob("*.py")) + [ROOT / "benchmarks" / "data" / "typical_train.py"]
@@ -46,7 +46,7 @@ def test_word_lines_give_the_first_line_of_the_statement_naming_each_identifier(
 @pytest.fixture
 def every_statement_walked(monkeypatch: pytest.MonkeyPatch) -> None:
     never = lambda node, lines, origins: False  # noqa: E731
-    monkeypatch.setattr(codemods.engine.transformers, "skips_statement", never)
+    monkeypatch.setattr(transformers, "skips_statement", never)
 
 
 def _convert(script: Path, options: Options) -> tuple[bytes, list[tuple[object, ...]]]:
@@ -61,7 +61,7 @@ def test_targeted_walks_convert_exactly_like_full_walks(options_name: str, reque
     options = OPTION_SETS[options_name]
     targeted = {script.name: _convert(script, options) for script in SCRIPTS}
     request.getfixturevalue("every_statement_walked")
-    assert codemods.engine.transformers.skips_statement(cst.parse_statement("x = 1"), [], None) is False
+    assert transformers.skips_statement(cst.parse_statement("x = 1"), [], None) is False
     full = {script.name: _convert(script, options) for script in SCRIPTS}
     for name in targeted:
         assert targeted[name] == full[name], name
@@ -77,7 +77,7 @@ def test_targeted_walks_convert_exactly_like_full_walks(options_name: str, reque
 
 
 def test_a_transformer_calls_its_own_hooks_and_refuses_per_field_hooks() -> None:
-    class Renamer(codemods.engine.transformers.TargetedTransformer):
+    class Renamer(transformers.TargetedTransformer):
         def __init__(self) -> None:
             super().__init__(None)
             self.visited: list[str] = []
@@ -94,7 +94,7 @@ def test_a_transformer_calls_its_own_hooks_and_refuses_per_field_hooks() -> None
     assert module.visit(renamer).code == "def kept():\n    y = 1\ndef skipped():\n    x = 2\ny = 3  # x\n"
     assert renamer.visited == ["kept", "skipped"]
 
-    class FieldHook(codemods.engine.transformers.TargetedTransformer):
+    class FieldHook(transformers.TargetedTransformer):
         def visit_If_test(self, node: cst.If) -> None:
             pass
 

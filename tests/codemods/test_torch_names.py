@@ -18,7 +18,7 @@ from tests.launching import REPO_ROOT
 
 CODEMODS = REPO_ROOT / "codemods"
 OWNER = CODEMODS / "engine" / "torch_names.py"
-LIBRARIES = ("torch.", "tqdm.", "accelerate.", "runtime.")
+LIBRARIES = ("torch.", "tqdm.", "accelerate.", "accel_convert.runtime.")
 MODULES = sorted(path for path in CODEMODS.rglob("*.py") if path != OWNER)
 
 
