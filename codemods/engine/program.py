@@ -89,6 +89,11 @@ class _ModuleShape:
     #: Module-level classes with an ``__init__`` (listed in ``params`` by their constructor's
     #: parameters, ``self`` left out).
     classes: set[str] = field(default_factory=set)
+    #: Module-level ``from <program module> import name [as bound]``: bound → qualified name of
+    #: what it names there (a package's ``__init__`` re-exporting ``from .engine import train``).
+    reexports: dict[str, str] = field(default_factory=dict)
+    #: Program modules this module star-imports (``from .engine import *``).
+    star_imports: list[str] = field(default_factory=list)
 
 
 def local_imports(source: str | bytes, name: str, is_package: bool) -> set[str]:
@@ -197,16 +202,21 @@ class _Shape(cst.CSTVisitor):
         if base in self.program:
             self.shape.imports.add(base)
         if isinstance(node.names, cst.ImportStar):
+            if base in self.program and self.depth == 0:
+                self.shape.star_imports.append(base)
             return
         for alias in node.names:
             imported = dotted(alias.name) or ""
             full = f"{base}.{imported}" if base else imported
             if full in self.program:
                 self.shape.imports.add(full)
+            bound = alias.asname.name if alias.asname is not None else alias.name
+            if not isinstance(bound, cst.Name):
+                continue
             if node.relative:
-                bound = alias.asname.name if alias.asname is not None else alias.name
-                if isinstance(bound, cst.Name):
-                    self.shape.relative[bound.value] = full
+                self.shape.relative[bound.value] = full
+            if base in self.program and self.depth == 0:
+                self.shape.reexports[bound.value] = full
 
 
 def _extents(source: str | bytes | None, module: cst.Module) -> dict[str, tuple[int, int]]:
@@ -246,6 +256,15 @@ class _Calls(NameCollector):
                 arguments.append((param, value))
         caller = self.scope[0] if self.scope else "<module>"
         self.found.append(_CrossCall(self.name, caller, module, function, tuple(arguments)))
+
+
+def _follow(name: str, aliases: dict[str, str]) -> str:
+    """Where a chain of re-exports ends (a cycle ends where it would repeat)."""
+    seen = {name}
+    while name in aliases and aliases[name] not in seen:
+        name = aliases[name]
+        seen.add(name)
+    return name
 
 
 def _within(extent: tuple[int, int] | None, line: int) -> bool:
@@ -297,6 +316,40 @@ class Program:
             visitor.shape.extents = _extents(module.source, module.module)
             self.shapes[module.name] = visitor.shape
 
+    def aliases(self) -> dict[str, str]:
+        """Qualified names under which a program function is also reachable → where it is defined:
+        ``mylib.train`` → ``mylib.engine.train`` when ``mylib/__init__.py`` re-exports it (by name or
+        with ``*``), followed through chains of re-exports."""
+        found: dict[str, str] = {}
+        for name, shape in self.shapes.items():
+            for bound, target in shape.reexports.items():
+                if f"{name}.{bound}" != target:
+                    found[f"{name}.{bound}"] = target
+            for source in shape.star_imports:
+                for public in self._public_names(source, set()):
+                    found.setdefault(f"{name}.{public}", f"{source}.{public}")
+        return {alias: _follow(alias, found) for alias in found}
+
+    def star_bindings(self, name: str) -> dict[str, str]:
+        """Names a module's ``from <program module> import *`` binds → their qualified names."""
+        return {
+            public: f"{source}.{public}"
+            for source in self.shapes[name].star_imports
+            for public in self._public_names(source, set())
+        }
+
+    def _public_names(self, module: str, seen: set[str]) -> set[str]:
+        """What ``from <module> import *`` binds of interest: its public functions and classes,
+        and what it re-exports itself."""
+        if module in seen or module not in self.shapes:
+            return set()
+        seen.add(module)
+        shape = self.shapes[module]
+        names = {n for n in [*shape.params, *shape.reexports] if not n.startswith("_")}
+        for source in shape.star_imports:
+            names |= self._public_names(source, seen)
+        return names
+
     def order(self) -> list[str]:
         """Modules in conversion order: every module after the modules it imports (the entry last)."""
         ordered: list[str] = []
@@ -318,8 +371,14 @@ class Program:
 
     def plan(self) -> dict[str, ProgramSeeds]:
         """Seeds for every module, after the rounds of analysis that carry facts across."""
+        aliases = tuple(sorted(self.aliases().items()))
         seeds = {
-            name: ProgramSeeds(library=name != self.entry, relative_imports=tuple(sorted(shape.relative.items())))
+            name: ProgramSeeds(
+                library=name != self.entry,
+                relative_imports=tuple(sorted(shape.relative.items())),
+                star_imports=tuple(sorted(self.star_bindings(name).items())),
+                aliases=aliases,
+            )
             for name, shape in self.shapes.items()
         }
         for _ in range(MAX_ROUNDS):

@@ -60,6 +60,11 @@ class ProgramSeeds:
     accelerator_parameters: tuple[tuple[str, int | None], ...] = ()
     #: Names bound by relative imports (``from .utils import save``) → absolute qualified name.
     relative_imports: tuple[tuple[str, str], ...] = ()
+    #: Names a ``from <program module> import *`` binds → absolute qualified name.
+    star_imports: tuple[tuple[str, str], ...] = ()
+    #: Program-wide: a qualified name a function is re-exported under → where it is defined
+    #: (``mylib.train`` → ``mylib.engine.train``).
+    aliases: tuple[tuple[str, str], ...] = ()
 
     def roles(self) -> dict[str, frozenset[str]]:
         return dict(self.parameter_roles)
@@ -82,18 +87,19 @@ def program_callee(facts: ScriptFacts, func: cst.BaseExpression, scope: ScopeKey
     """The absolute qualified name of a call's function when it is imported (``engine.train``
     for ``train`` after ``from engine import train``, or for ``engine.train`` after ``import
     engine``; relative imports through the seeds); None otherwise."""
-    if facts.names is not None:
-        found = facts.names.qualified_name(func, scope, strict=True)
-        if found is not None:
-            return found
     seeds = facts.program
-    if seeds is None or not seeds.relative_imports:
-        return None
-    head, _, rest = (dotted(func) or "").partition(".")
-    resolved = dict(seeds.relative_imports).get(head)
-    if resolved is None:
-        return None
-    return f"{resolved}.{rest}" if rest else resolved
+    found = facts.names.qualified_name(func, scope, strict=True) if facts.names is not None else None
+    if found is None and seeds is not None:
+        head, _, rest = (dotted(func) or "").partition(".")
+        resolved = dict(seeds.relative_imports).get(head)
+        if resolved is None and facts.names is not None and not facts.names.is_bound(head, scope):
+            # Only where nothing in the module binds the name after the star import did.
+            resolved = dict(seeds.star_imports).get(head)
+        if resolved is not None:
+            found = f"{resolved}.{rest}" if rest else resolved
+    if found is None or seeds is None or not seeds.aliases:
+        return found
+    return dict(seeds.aliases).get(found, found)
 
 
 def _callee(conclusions: _Conclusions, func: cst.BaseExpression, scope: ScopeKey) -> str | None:
@@ -108,15 +114,14 @@ def seed_imported_calls(conclusions: _Conclusions, seeds: ProgramSeeds) -> None:
     known = seeds.imported_functions
     if not known:
         return
-    relative = dict(seeds.relative_imports)
     for call in conclusions.r.calls:
         callee = _callee(conclusions, call.node.func, call.scope)
         if callee is None or callee not in known:
             continue
         facts.call_graph.setdefault(call.function, set()).add(callee)
-        head = (dotted(call.node.func) or "").partition(".")[0]
-        if head in relative:
-            # The analysis files calls under their qualified name only for absolute imports.
+        if callee != conclusions.r.names.qualified_name(call.node.func, call.scope):
+            # The analysis files calls under the name their import gives; reached through a
+            # relative or star import, or a re-export, they are filed under the definition too.
             facts.call_sites.setdefault(callee, []).append(conclusions.site(call.node))
         for loop in call.loops:
             loop.calls.add(callee)

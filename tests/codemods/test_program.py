@@ -128,6 +128,32 @@ def test_relative_imports_in_a_package_resolve():
     assert local_imports("from .utils import log\n", "mylib.engine", False) >= {"mylib.utils", "mylib.utils.log"}
 
 
+def test_functions_re_exported_by_a_package_init_are_followed_to_their_module():
+    init = "from .engine import evaluate, train_one_epoch\nfrom .data import *\n"
+    entry = TRAIN.replace(
+        "import engine\nfrom data import get_loaders\n", "import mylib as lib\nfrom mylib import get_loaders\n"
+    )
+    entry = entry.replace("engine.", "lib.")
+    code = converted("train", train=entry, mylib__init=init, mylib__engine=ENGINE, mylib__data=DATA)
+    assert "def train_one_epoch(model, loader, optimizer, device, accelerator):" in code["mylib.engine"]
+    assert "accelerator.gather_for_metrics" in code["mylib.engine"]  # evaluation over a prepared loader
+    assert "lib.train_one_epoch(model, train_loader, optimizer, device, accelerator)" in code["train"]
+    # get_loaders, re-exported with ``*``, returns loaders: the entry prepares them.
+    assert "model, optimizer, train_loader, test_loader = accelerator.prepare(" in code["train"]
+
+
+def test_star_imports_of_program_modules_bind_their_public_functions():
+    entry = TRAIN.replace("import engine\n", "from engine import *\n").replace("engine.", "")
+    code = converted("train", train=entry, engine=ENGINE, data=DATA)
+    assert "def evaluate(model, loader, accelerator):" in code["engine"]
+    assert "evaluate(model, test_loader, accelerator)" in code["train"]
+    # A function of the entry's own shadows the star-imported one: not the library's any more.
+    shadowed = entry.replace("def main():", "def evaluate(model, loader):\n    pass\n\n\ndef main():")
+    code = converted("train", train=shadowed, engine=ENGINE, data=DATA)
+    assert "evaluate(model, test_loader)\n" in code["train"]
+    assert "def evaluate(model, loader):" in code["engine"]
+
+
 def test_the_converted_program_converts_to_itself():
     first = converted("train", train=TRAIN, engine=ENGINE, data=DATA)
     outcomes = convert_program(modules(**first), "train", Options())
