@@ -55,6 +55,7 @@ SIDE_CAR_FIELDS = {
     "dataset_size",
     "compare_2proc",
     "compare_files",
+    "written_once",
     "oom_retry",
     "target",
     "reported",
@@ -88,6 +89,9 @@ class Case:
     compare_2proc: tuple[str, ...] | None
     compare_files: tuple[str, ...]
     options: Options
+    #: Glob patterns (relative to the run's folder) of files every run writes once, however many
+    #: processes run it (a TensorBoard event file): as many matches as the original's run.
+    written_once: tuple[str, ...] = ()
     #: ACC9xx codes the conversion must report (``"ACC901|ACC903"``: either one).
     reported: tuple[str, ...] = ()
     #: Regular expressions for whole lines the converted script adds on purpose.
@@ -114,6 +118,7 @@ def load_case(sidecar: Path) -> Case:
         dataset_size=spec.get("dataset_size"),
         compare_2proc=tuple(spec["compare_2proc"]) if "compare_2proc" in spec else None,
         compare_files=tuple(spec.get("compare_files", [])),
+        written_once=tuple(spec.get("written_once", [])),
         options=Options(target=spec.get("target", "runtime"), oom_retry=spec.get("oom_retry", False)),
         reported=tuple(spec.get("reported", [])),
         added_lines=tuple(spec.get("added_lines", [OOM_RETRY_ANNOUNCEMENT] if spec.get("oom_retry") else [])),
@@ -369,6 +374,11 @@ def compare_files(case: Case, reference: Path, candidate: Path) -> list[str]:
     return problems
 
 
+def written_counts(case: Case, folder: Path) -> dict[str, int]:
+    """How many files match each ``written_once`` pattern in a run's folder."""
+    return {pattern: len(list(folder.glob(pattern))) for pattern in case.written_once}
+
+
 # --------------------------------------------------------------------------------------------
 # Tests
 # --------------------------------------------------------------------------------------------
@@ -396,6 +406,9 @@ def test_converted_script_prints_what_the_original_prints_on_one_process(case: C
     assert not compare_files(
         case, one_process.folders[(case.name, "original")], one_process.folders[(case.name, "converted")]
     )
+    written = written_counts(case, one_process.folders[(case.name, "original")])
+    assert all(written.values()), f"the ORIGINAL fixture wrote none of {written}; fix the fixture"
+    assert written_counts(case, one_process.folders[(case.name, "converted")]) == written
 
 
 @pytest.mark.parametrize("case", TWO_PROCESS_CASES, ids=lambda case: case.name)
@@ -420,6 +433,8 @@ def test_converted_script_on_two_processes_prints_once_and_evaluates_every_sampl
     assert wrong_totals(case, stdout) == []
     assert compare_metrics(case, reference.stdout, stdout, case.compare_2proc) == []
     assert compare_files(case, one_process.folders[(case.name, "reference_2proc")], folder) == []
+    # Written once, not once per process.
+    assert written_counts(case, folder) == written_counts(case, one_process.folders[(case.name, "reference_2proc")])
 
 
 # --------------------------------------------------------------------------------------------

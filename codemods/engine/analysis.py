@@ -49,6 +49,7 @@ from accel_convert.codemods.engine.torch_names import (
     NO_GRAD_CONTEXTS,
     PER_PROCESS_PATHS,
     PROGRESS_BARS,
+    TRACKER_CONSTRUCTORS,
     is_optimizer,
     is_scheduler,
 )
@@ -437,6 +438,7 @@ class _Conclusions:
         if seeds is not None:
             seed_loader_factories(self, seeds)
         self._optimizers_and_models()
+        self._trackers()
         if seeds is not None:
             seed_parameter_roles(self, seeds)
         self._flow_into_parameters()
@@ -455,6 +457,14 @@ class _Conclusions:
         self._breaks()
         self._per_process_paths()
         return facts
+
+    def _trackers(self) -> None:
+        for assign in self.r.assigns:
+            value = assign.value
+            if isinstance(value, cst.Call) and (
+                self.r.names.qualified_name(value.func, assign.scope) in TRACKER_CONSTRUCTORS
+            ):
+                self.facts.trackers.update(assign.targets)
 
     def _per_process_paths(self) -> None:
         """Names bound to a folder or file only this process has (``tempfile.mkdtemp()``), and
@@ -751,6 +761,7 @@ class _Conclusions:
             facts.schedulers,
             facts.device_names,
             facts.cuda_flags,
+            facts.trackers,
         ]
         for function, param in self.arguments:
             origins = self._origins_of(function, param)

@@ -111,6 +111,9 @@ class ScriptFacts:
     #: Names of folders and files only one process has (``workdir = tempfile.mkdtemp()`` and
     #: paths built from it): writes there are not moved to the main process.
     per_process_paths: set[str] = field(default_factory=set)
+    #: Names bound to an experiment tracker (``writer = SummaryWriter(...)``, ``run =
+    #: wandb.init(...)``, and the parameters they are passed to): its calls log from one process.
+    trackers: set[str] = field(default_factory=set)
     #: Module-level classes holding the training code (a ``Trainer``, a ``Solver``): they receive
     #: the accelerator in ``__init__`` and their methods use it as ``self.accelerator`` (ACC108).
     #: Their names count as functions in ``accessible_functions`` and ``batch_names_by_function``.

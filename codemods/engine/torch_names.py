@@ -119,6 +119,41 @@ HAND_DISTRIBUTION = (
 )
 
 #: Calls that make a folder or file private to the calling process (a new name each call).
+#: Experiment trackers' module-level calls: each would start a run, log or upload once per rank.
+TRACKER_FUNCTIONS = frozenset(
+    {
+        "wandb.init",
+        "wandb.log",
+        "wandb.finish",
+        "wandb.watch",
+        "wandb.save",
+        "wandb.alert",
+        "wandb.log_artifact",
+        "wandb.define_metric",
+        "mlflow.set_experiment",
+        "mlflow.log_metric",
+        "mlflow.log_metrics",
+        "mlflow.log_param",
+        "mlflow.log_params",
+        "mlflow.log_artifact",
+        "mlflow.log_artifacts",
+        "mlflow.log_dict",
+        "mlflow.log_figure",
+        "mlflow.set_tag",
+        "mlflow.set_tags",
+        "mlflow.end_run",
+        "mlflow.pytorch.log_model",
+    }
+)
+#: Calls returning a tracker object whose methods log (``writer.add_scalar``, ``run.log``).
+TRACKER_CONSTRUCTORS = frozenset(
+    {
+        "torch.utils.tensorboard.SummaryWriter",
+        "torch.utils.tensorboard.writer.SummaryWriter",
+        "tensorboardX.SummaryWriter",
+        "wandb.init",
+    }
+)
 PER_PROCESS_PATHS = frozenset(
     {
         "tempfile.mkdtemp",

@@ -1,8 +1,11 @@
-"""ACC116 side-effects: file writes outside the accelerator run on the main process only.
+"""ACC116 side-effects: file writes and experiment tracking outside the accelerator run on the main process only.
 
 Every rank runs the whole script, so ``save_image``, ``plt.savefig``, ``os.remove`` and result files
-opened for writing would be written N times, at once, into the same paths. Runs of such statements
-are put under ``if accelerator.is_main_process:``. Creating an output folder is guarded the same
+opened for writing would be written N times, at once, into the same paths, and every rank would
+start its own TensorBoard writer or W&B/MLflow run and log its own numbers into it. Runs of such
+statements are put under ``if accelerator.is_main_process:``; a tracker object is created on the
+main process only (``writer = SummaryWriter(...) if accelerator.is_main_process else None``, so
+that passing it on still works everywhere) and its logging calls are guarded. Creating an output folder is guarded the same
 way and followed by ``accelerator.wait_for_everyone()``, so that no rank writes into the folder
 before it exists. Where the accelerator is not reachable the write is reported (ACC916).
 
@@ -21,11 +24,13 @@ from accel_convert.codemods.engine.accelerator_code import (
     accelerator_name,
     callee_words,
     is_accelerator_method,
+    name_words,
 )
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import as_statement, binds_name, dotted, names_in
+from accel_convert.codemods.engine.torch_names import TRACKER_CONSTRUCTORS, TRACKER_FUNCTIONS
 from accel_convert.codemods.engine.transformers import RuleTransformer
 
 #: Functions that write to or change the file system.
@@ -58,7 +63,10 @@ class SideEffectsCodemod(Rule):
     code = "ACC116"
     name = "side-effects"
     extra_codes = {
-        "ACC916": "side-effect-unreachable: a file write where the accelerator is not reachable: every rank writes it",
+        "ACC916": (
+            "side-effect-unreachable: a file write or tracker call where the accelerator is not "
+            "reachable: every rank runs it"
+        ),
     }
     examples = (
         Example(
@@ -123,6 +131,61 @@ class SideEffectsCodemod(Rule):
             """,
         ),
         Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from torch.utils.tensorboard import SummaryWriter
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    writer = SummaryWriter("runs/exp")
+                    for step, (data, target) in enumerate(loader):
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                        writer.add_scalar("train/loss", loss.item(), step)
+                    writer.close()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from torch.utils.tensorboard import SummaryWriter
+                from accel_convert.runtime import Accelerator
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    writer = SummaryWriter("runs/exp") if accelerator.is_main_process else None
+                    for step, (data, target) in enumerate(loader):
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                        if accelerator.is_main_process:
+                            writer.add_scalar("train/loss", loss.item(), step)
+                    if accelerator.is_main_process:
+                        writer.close()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
             code="ACC916",
             before="""
                 import matplotlib.pyplot as plt
@@ -161,8 +224,8 @@ class SideEffectsCodemod(Rule):
         return facts.uses_torch
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        callees = WRITING_FUNCTIONS | FOLDER_FUNCTIONS | DELETING_FUNCTIONS | {"open"}
-        words = callee_words(facts, callees) | WRITING_METHODS
+        callees = WRITING_FUNCTIONS | FOLDER_FUNCTIONS | DELETING_FUNCTIONS | TRACKER_FUNCTIONS | TRACKER_CONSTRUCTORS
+        words = callee_words(facts, callees | {"open"}) | WRITING_METHODS | name_words(facts.trackers)
         rewriter = _MainProcessGuard(facts, facts.lines_mentioning(words))
         new_module = module.visit(rewriter)
         return new_module, rewriter.changes(module)
@@ -237,6 +300,12 @@ class _MainProcessGuard(RuleTransformer):
         # A block whose whole statement is a write is guarded one level up, where it stands.
         whole_statement_guarded = enclosing is not None and _write_kind(enclosing, self.facts) is not None
         for statement in statements:
+            created = self._tracker_created_on_main_process(statement)
+            if created is not None:
+                flush()
+                result.append(created)
+                changed = True
+                continue
             kind = _write_kind(statement, self.facts)
             if kind in ("folder", "delete") and not barrier_safe:
                 if whole_statement_guarded:
@@ -258,23 +327,38 @@ class _MainProcessGuard(RuleTransformer):
         flush()
         return result if changed else None
 
+    def _main_process(self) -> cst.Attribute:
+        return cst.Attribute(value=cst.Name(self.accelerator), attr=cst.Name("is_main_process"))
+
+    def _tracker_created_on_main_process(self, statement: cst.BaseStatement) -> cst.BaseStatement | None:
+        """``writer = SummaryWriter(...)`` → ``... if accelerator.is_main_process else None``."""
+        if _tracker_creation(statement, self.facts) is None:
+            return None
+        assert isinstance(statement, cst.SimpleStatementLine)
+        assign = statement.body[0]
+        assert isinstance(assign, cst.Assign)
+        self.findings.add(
+            self._original_of.get(id(statement), statement),
+            SideEffectsCodemod.code,
+            "tracker created on the main process only (None on the others)",
+            True,
+        )
+        value = cst.IfExp(test=self._main_process(), body=assign.value, orelse=cst.Name("None"))
+        return statement.with_changes(body=[assign.with_changes(value=value)])
+
     def _guarded(self, run: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
         leading = as_statement(run[0]).leading_lines
         body = [run[0].with_changes(leading_lines=()), *run[1:]]
-        guard = cst.If(
-            test=cst.Attribute(value=cst.Name(self.accelerator), attr=cst.Name("is_main_process")),
-            body=cst.IndentedBlock(body=body),
-            leading_lines=leading,
+        guard = cst.If(test=self._main_process(), body=cst.IndentedBlock(body=body), leading_lines=leading)
+        kind = _write_kind(run[0], self.facts)
+        message = (
+            "experiment tracking on the main process only" if kind == "track" else "file write on the main process only"
         )
         for statement in run:
-            self.findings.add(
-                self._original_of.get(id(statement), statement),
-                SideEffectsCodemod.code,
-                "file write on the main process only",
-                True,
-            )
+            self.findings.add(self._original_of.get(id(statement), statement), SideEffectsCodemod.code, message, True)
+        if kind == "track":
+            return [guard]  # nothing reads what a tracker logs: no rank waits for it
         barrier = cst.SimpleStatementLine([cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))])
-        kind = _write_kind(run[0], self.facts)
         if kind == "folder":
             return [guard, barrier]
         if kind == "delete":
@@ -289,13 +373,16 @@ class _MainProcessGuard(RuleTransformer):
         if self._guarded_depth:
             return
         for statement in statements:
-            if _write_kind(statement, self.facts) is not None:
-                self.findings.add(
-                    self._original_of.get(id(statement), statement),
-                    "ACC916",
-                    "file write where the accelerator is not reachable: every rank runs it",
-                    False,
-                )
+            kind = _write_kind(statement, self.facts)
+            if kind is None and _tracker_creation(statement, self.facts) is not None:
+                message = "tracker created where the accelerator is not reachable: every rank starts one"
+            elif kind == "track":
+                message = "experiment tracking where the accelerator is not reachable: every rank logs it"
+            elif kind is not None:
+                message = "file write where the accelerator is not reachable: every rank runs it"
+            else:
+                continue
+            self.findings.add(self._original_of.get(id(statement), statement), "ACC916", message, False)
 
 
 def _is_main_process_test(test: cst.BaseExpression, facts: ScriptFacts) -> bool:
@@ -312,8 +399,8 @@ def _first_statement_after_accelerator(statements: Sequence[cst.BaseStatement], 
 
 
 def _write_kind(statement: cst.BaseStatement, facts: ScriptFacts) -> str | None:
-    """``"folder"`` for folder creation, ``"delete"`` for deletions, ``"write"`` for other writes,
-    None for anything else."""
+    """``"folder"`` for folder creation, ``"delete"`` for deletions, ``"track"`` for experiment
+    tracking, ``"write"`` for other writes, None for anything else."""
     if isinstance(statement, cst.With):
         if any(names_in(item.item) & facts.per_process_paths for item in statement.items):
             return None
@@ -334,13 +421,27 @@ def _write_kind(statement: cst.BaseStatement, facts: ScriptFacts) -> str | None:
     return kinds.pop() if len(kinds) == 1 else None
 
 
+def _tracker_creation(statement: cst.BaseStatement, facts: ScriptFacts) -> cst.Call | None:
+    """The call of ``writer = SummaryWriter(...)`` / ``run = wandb.init(...)``, else None."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    assign = statement.body[0]
+    if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call):
+        return None
+    return assign.value if facts.callee_name(assign.value.func) in TRACKER_CONSTRUCTORS else None
+
+
 def _call_kind(small: cst.BaseSmallStatement, facts: ScriptFacts) -> str | None:
     if not isinstance(small, cst.Expr) or not isinstance(small.value, cst.Call):
         return None
     call = small.value
+    name = facts.callee_name(call.func)
+    if name in TRACKER_FUNCTIONS or (
+        isinstance(call.func, cst.Attribute) and dotted(call.func.value) in facts.trackers
+    ):
+        return "track"
     if names_in(call) & facts.per_process_paths:
         return None  # a folder or file of this process alone: every rank handles its own
-    name = facts.callee_name(call.func)
     if name in FOLDER_FUNCTIONS:
         return "folder"
     if name in DELETING_FUNCTIONS:

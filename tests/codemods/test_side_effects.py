@@ -100,3 +100,100 @@ def test_side_effects_without_the_accelerator_are_reported() -> None:
     output, changes = apply(SideEffectsCodemod(), source)
     assert output == source
     assert [(c.code, c.line, c.fixed) for c in changes] == [("ACC916", 3, False)]
+
+
+TRACKER_CASES = [
+    pytest.param(
+        """
+        import wandb
+
+
+        def main():
+            accelerator = Accelerator()
+            wandb.init(project="demo")
+            for epoch in range(3):
+                wandb.log({"epoch": epoch})
+            wandb.finish()
+        """,
+        """
+        import wandb
+
+
+        def main():
+            accelerator = Accelerator()
+            if accelerator.is_main_process:
+                wandb.init(project="demo")
+            for epoch in range(3):
+                if accelerator.is_main_process:
+                    wandb.log({"epoch": epoch})
+            if accelerator.is_main_process:
+                wandb.finish()
+        """,
+        id="wandb-module-calls",
+    ),
+    pytest.param(
+        """
+        import mlflow
+        import wandb as wb
+        from torch.utils.tensorboard import SummaryWriter
+
+
+        def main():
+            accelerator = Accelerator()
+            run = wb.init(project="demo")
+            tb = SummaryWriter("runs")
+            for step in range(3):
+                run.log({"step": step})
+                mlflow.log_metric("step", step)
+                tb.add_scalar("step", step)
+            tb.close()
+        """,
+        """
+        import mlflow
+        import wandb as wb
+        from torch.utils.tensorboard import SummaryWriter
+
+
+        def main():
+            accelerator = Accelerator()
+            run = wb.init(project="demo") if accelerator.is_main_process else None
+            tb = SummaryWriter("runs") if accelerator.is_main_process else None
+            for step in range(3):
+                if accelerator.is_main_process:
+                    run.log({"step": step})
+                    mlflow.log_metric("step", step)
+                    tb.add_scalar("step", step)
+            if accelerator.is_main_process:
+                tb.close()
+        """,
+        id="tracker-objects-created-on-main-and-passed-on",
+    ),
+]
+
+
+@pytest.mark.parametrize("before, after", TRACKER_CASES)
+def test_experiment_tracking_runs_on_the_main_process(before: str, after: str) -> None:
+    changes = assert_rewrites(SideEffectsCodemod(), before, after)
+    assert all(c.code == "ACC116" for c in changes)
+    messages = {c.message for c in changes}
+    assert messages <= {
+        "experiment tracking on the main process only",
+        "tracker created on the main process only (None on the others)",
+    }
+    assert "experiment tracking on the main process only" in messages
+
+
+def test_tracking_where_the_accelerator_is_not_reachable_is_reported() -> None:
+    source = code(
+        """
+        import wandb
+
+
+        def report(history):
+            wandb.log({"loss": history[-1]})
+        """
+    )
+    output, changes = apply(SideEffectsCodemod(), source)
+    assert output == source
+    assert [(c.code, c.fixed) for c in changes] == [("ACC916", False)]
+    assert "every rank logs it" in changes[0].message
