@@ -46,6 +46,7 @@ from accel_convert.codemods.engine.torch_names import (
     DATA_LOADERS,
     DEVICE_CALLS,
     FEATURES,
+    MODEL_COPIES,
     NO_GRAD_CONTEXTS,
     PER_PROCESS_PATHS,
     PROGRESS_BARS,
@@ -1127,6 +1128,7 @@ class _Conclusions:
                 continue
             facts.existing_features.add(feature)
             facts.distributed_sites.setdefault(feature, self.site(call.node))
+        self._copied_models()
         for call in self.r.calls:
             func = call.node.func
             if isinstance(func, cst.Attribute) and func.attr.value == "cpu":
@@ -1141,6 +1143,38 @@ class _Conclusions:
                 and any(loop.has_backward for loop in call.loops)
             ):
                 facts.existing_features.add("manual_accumulation")
+
+    def _copied_models(self) -> None:
+        """Models passed to a call that copies them (``copy.deepcopy``, ``AveragedModel``, timm's
+        EMA, or a class of the file whose ``__init__`` deep-copies that parameter)."""
+        facts = self.facts
+        copying_classes = self._classes_copying_a_parameter()
+        for call in self.r.calls:
+            qualified = self.qualified(call)
+            func = call.node.func
+            local = func.value if isinstance(func, cst.Name) else None
+            if qualified not in MODEL_COPIES and local not in copying_classes:
+                continue
+            facts.model_copiers.add(dotted(func) or "")
+            for arg in call.node.args:
+                value = arg.value
+                if isinstance(value, cst.Call) and (dotted(value.func) or "").endswith(".unwrap_model") and value.args:
+                    value = value.args[0].value  # converted already: a copy of the unwrapped model
+                if isinstance(value, cst.Name) and value.value in facts.models:
+                    facts.copied_models.add(value.value)
+
+    def _classes_copying_a_parameter(self) -> set[str]:
+        """Classes of the file whose ``__init__`` passes one of its parameters to ``copy.deepcopy``
+        (a hand-written ``ModelEMA(model)``)."""
+        found = set()
+        for call in self.r.calls:
+            if len(call.scope) != 2 or call.scope[1] != "__init__" or self.qualified(call) not in MODEL_COPIES:
+                continue
+            owner = self.r.classes.get(call.scope[0])
+            params = set(owner.init_params or ()) if owner is not None else set()
+            if any(dotted(arg.value) in params for arg in call.node.args):
+                found.add(call.scope[0])
+        return found
 
     def _breaks(self) -> None:
         facts = self.facts

@@ -137,6 +137,13 @@ class ScriptFacts:
     #: Models the script moves back to the CPU (``model.eval().cpu()``): their later moves to the
     #: device must stay.
     cpu_models: set[str] = field(default_factory=set)
+    #: Models handed whole to a call whose result is kept under another name (``ema =
+    #: copy.deepcopy(model)``, ``swa = AveragedModel(model)``): the copy lands where the model is
+    #: then, so the model's own move to the device must stay.
+    copied_models: set[str] = field(default_factory=set)
+    #: Local names of calls that copy a model (``copy.deepcopy``, ``deepcopy``, ``AveragedModel``,
+    #: a class of the file deep-copying what it is given): after prepare, they get the unwrapped one.
+    model_copiers: set[str] = field(default_factory=set)
     #: Names of tensors ``.backward()`` is called on (``loss``, ``errD_real``).
     loss_names: set[str] = field(default_factory=set)
     #: Names bound by the loop targets of loops over loaders, plus names derived from them by

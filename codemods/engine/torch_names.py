@@ -119,6 +119,20 @@ HAND_DISTRIBUTION = (
 )
 
 #: Calls that make a folder or file private to the calling process (a new name each call).
+#: Calls that copy the model they are given (exponential moving averages, weight averaging):
+#: the copy lives where the model was at that moment.
+MODEL_COPIES = frozenset(
+    {
+        "copy.deepcopy",
+        "torch.optim.swa_utils.AveragedModel",
+        "timm.utils.ModelEma",
+        "timm.utils.ModelEmaV2",
+        "timm.utils.ModelEmaV3",
+        "timm.utils.model_ema.ModelEma",
+        "timm.utils.model_ema.ModelEmaV2",
+        "timm.utils.model_ema.ModelEmaV3",
+    }
+)
 #: Experiment trackers' module-level calls: each would start a run, log or upload once per rank.
 TRACKER_FUNCTIONS = frozenset(
     {

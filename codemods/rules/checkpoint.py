@@ -9,6 +9,8 @@ barrier, and takes state dicts, ``load_state_dict`` and custom attributes from
 ``zero_grad``, ``to``...) work on the wrapper and are left alone. In a script that saves, every
 ``torch.load`` line waits for the other ranks first, so no rank reads a file still being written. Loading in the function that calls
 ``prepare`` is only rewritten after the ``prepare`` line: before it the model is not wrapped yet.
+A copy of the model made after ``prepare`` (``ema = copy.deepcopy(model)``, ``AveragedModel(model)``)
+copies the unwrapped model, so the copy and its checkpoints keep the original's keys.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from accel_convert.codemods.engine.accelerator_code import (
     accelerator_call,
     callee_words,
     is_accelerator_method,
+    name_words,
     unwrap_model,
 )
 from accel_convert.codemods.engine.facts import ScriptFacts
@@ -199,11 +202,15 @@ class CheckpointCodemod(Rule):
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         # Lines reading a model attribute nn.Module does not have (unwrapped), or saving/loading.
-        words = callee_words(facts, ("torch.save", "torch.load")) | {
-            path
-            for path in facts.word_lines
-            if path.rpartition(".")[0] in facts.models and path.rpartition(".")[2] not in MODULE_OWN_ATTRIBUTES
-        }
+        words = (
+            callee_words(facts, ("torch.save", "torch.load"))
+            | name_words(facts.model_copiers)
+            | {
+                path
+                for path in facts.word_lines
+                if path.rpartition(".")[0] in facts.models and path.rpartition(".")[2] not in MODULE_OWN_ATTRIBUTES
+            }
+        )
         rewriter = _CheckpointRewriter(facts, module, facts.lines_mentioning(words))
         new_module = module.visit(rewriter)
         if rewriter.saves and rewriter.loads:
@@ -287,6 +294,8 @@ class _CheckpointRewriter(RuleTransformer):
         )
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if dotted(updated_node.func) in self.facts.model_copiers:
+            return self._copy_of_unwrapped(original_node, updated_node)
         callee = self.facts.callee_name(updated_node.func)
         self.loads = self.loads or callee == "torch.load"
         self.saves = self.saves or is_accelerator_method(updated_node, self.facts, "save")
@@ -309,6 +318,17 @@ class _CheckpointRewriter(RuleTransformer):
         self.saves = True
         self.report(original_node, self.code, "torch.save → accelerator.save (main process only)", True)
         return accelerator_call(self.facts, "save", *args)
+
+    def _copy_of_unwrapped(self, original: cst.Call, call: cst.Call) -> cst.Call:
+        """``copy.deepcopy(model)`` after prepare → ``copy.deepcopy(accelerator.unwrap_model(model))``:
+        a copy of the wrapper would carry DDP's ``module.`` prefix into its state dict."""
+        args = list(call.args)
+        model = dotted(args[0].value) if args and args[0].keyword is None else None
+        if model not in self.facts.models or self._prepare_pending[-1] or not self.accelerator_reachable():
+            return call
+        self.report(original, self.code, f"copy of {model} → copy of accelerator.unwrap_model({model})", True)
+        args[0] = args[0].with_changes(value=unwrap_model(self.facts, args[0].value))
+        return call.with_changes(args=args)
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
         owner = dotted(updated_node.value)
@@ -358,8 +378,10 @@ class _CheckpointInterest(cst.CSTVisitor):
         return not self.found
 
     def visit_Call(self, node: cst.Call) -> bool:
-        if self.facts.callee_name(node.func) in ("torch.save", "torch.load") or (
-            is_accelerator_method(node, self.facts, "save")
+        if (
+            self.facts.callee_name(node.func) in ("torch.save", "torch.load")
+            or is_accelerator_method(node, self.facts, "save")
+            or dotted(node.func) in self.facts.model_copiers
         ):
             self.found = True
         return not self.found

@@ -68,10 +68,12 @@ class _Device(RuleTransformer):
         name = dotted(receiver)
         if self._rebuilt_model(receiver, name):
             return False  # a model built again after training is not the prepared one
-        models = self.facts.models - self.facts.cpu_models
+        models = self.facts.models - self.facts.cpu_models - self.facts.copied_models
         if name is not None and name in models:
             return True
-        if isinstance(receiver, cst.Call) and self.assign_targets and self.assign_targets[-1] & self.facts.models:
+        # A copy (an EMA) made before prepare() must find the model on the device already.
+        built = self.facts.models - self.facts.copied_models
+        if isinstance(receiver, cst.Call) and self.assign_targets and self.assign_targets[-1] & built:
             return name is None  # ``model = Net().to(device)``: the constructor's result
         root = root_name(receiver)
         return root is not None and root in self.batch_names() and not _calls_model(receiver, self.facts.models)

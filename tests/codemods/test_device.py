@@ -162,3 +162,73 @@ def test_batches_of_a_loader_that_is_not_prepared_keep_their_moves() -> None:
     code, lines = convert(body, Options(select=("ACC10",)))  # the ACC10x rules on their own
     assert lines.count("x = x.to(device)") == 1, code  # kept in evaluate, removed in main
     assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)" in lines
+
+
+EMA_TRAINING = """\
+import copy
+
+{imports}
+
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8, 1)), batch_size=2)
+    model = nn.Linear(4, 1).to(device)
+    {copy}
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        {update}
+"""
+
+HAND_WRITTEN_EMA = """\
+class ModelEMA:
+    def __init__(self, model, decay=0.99):
+        self.ema = copy.deepcopy(model).eval()
+        self.decay = decay
+"""
+
+
+@pytest.mark.parametrize(
+    "imports, copy, update",
+    [
+        ("", "ema = copy.deepcopy(model)", "ema.load_state_dict(model.state_dict())"),
+        (
+            "from torch.optim.swa_utils import AveragedModel",
+            "swa = AveragedModel(model)",
+            "swa.update_parameters(model)",
+        ),
+        ("from timm.utils import ModelEmaV2", "ema = ModelEmaV2(model, decay=0.99)", "ema.update(model)"),
+        (HAND_WRITTEN_EMA, "ema = ModelEMA(model)", "ema.decay = 0.99"),
+    ],
+    ids=["deepcopy", "AveragedModel", "timm-ema", "hand-written-ema-class"],
+)
+def test_a_model_copied_before_prepare_keeps_its_move_so_the_copy_is_on_the_device(imports, copy, update) -> None:
+    # prepare() would move the model after the copy was made: the copy (updated from the model's
+    # parameters every step) would stay on the CPU while the model trains on the GPU.
+    body = EMA_TRAINING.format(imports=imports, copy=copy, update=update)
+    check_expectations(body, ["model = nn.Linear(4, 1).to(device)", "-x, y = x.to(device), y.to(device)"])
+
+
+def test_a_model_passed_to_an_ordinary_call_still_loses_its_move() -> None:
+    body = EMA_TRAINING.format(imports="", copy="n_params = sum(p.numel() for p in model.parameters())", update="")
+    check_expectations(body, ["model = nn.Linear(4, 1)", "-model = nn.Linear(4, 1).to(device)"])
+
+
+def test_a_copy_made_after_prepare_copies_the_unwrapped_model() -> None:
+    # prepare() lands after the optimizer, so the copy sees the DDP wrapper: copying it would put
+    # DDP's ``module.`` prefix into the EMA's checkpoints.
+    body = EMA_TRAINING.format(imports="", copy="", update="").replace(
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    ema = copy.deepcopy(model)\n",
+    )
+    check_expectations(
+        body,
+        [
+            "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)",
+            "ema = copy.deepcopy(accelerator.unwrap_model(model))",
+            "#ACC114",
+        ],
+    )
