@@ -49,14 +49,17 @@ WRITING_FUNCTIONS = frozenset(
         "numpy.savez",
         "numpy.savez_compressed",
         "numpy.savetxt",
+        "torch.onnx.export",
+        "torch.jit.save",
     }
 )
 #: Functions that create folders: guarded, then every rank waits for them.
 FOLDER_FUNCTIONS = frozenset({"os.makedirs", "os.mkdir"})
 #: Functions that delete: every rank first finishes with the file, then the main process deletes.
 DELETING_FUNCTIONS = frozenset({"os.remove", "os.unlink", "os.rmdir", "shutil.rmtree"})
-#: Methods that write whatever object they are called on (figures, data frames, paths).
-WRITING_METHODS = frozenset({"savefig", "to_csv", "write_text", "write_bytes"})
+#: Methods that write whatever object they are called on (figures, data frames, paths, Hugging
+#: Face models, tokenizers and configs).
+WRITING_METHODS = frozenset({"savefig", "to_csv", "write_text", "write_bytes", "save_pretrained"})
 
 
 class SideEffectsCodemod(Rule):

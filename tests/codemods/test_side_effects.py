@@ -82,6 +82,30 @@ SIDE_EFFECT_CASES = [
     ),
 ]
 
+SIDE_EFFECT_CASES.append(
+    pytest.param(
+        """
+        def main():
+            accelerator = Accelerator()
+            for epoch in range(2):
+                model.train()
+            tokenizer.save_pretrained("out")
+            torch.onnx.export(model, torch.randn(1, 2), "model.onnx")
+        """,
+        """
+        def main():
+            accelerator = Accelerator()
+            for epoch in range(2):
+                model.train()
+            if accelerator.is_main_process:
+                tokenizer.save_pretrained("out")
+                torch.onnx.export(model, torch.randn(1, 2), "model.onnx")
+            accelerator.wait_for_everyone()
+        """,
+        id="hugging-face-save-pretrained-and-onnx-export",
+    )
+)
+
 
 @pytest.mark.parametrize("before, after", SIDE_EFFECT_CASES)
 def test_side_effects(before: str, after: str) -> None:
