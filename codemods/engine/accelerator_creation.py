@@ -32,12 +32,12 @@ class AcceleratorCreation:
 def find_accelerator_creation(module: cst.Module, facts: ScriptFacts) -> AcceleratorCreation | None:
     """The statement creating the accelerator, searched at module level and in module-level functions."""
     for index, statement in enumerate(module.body):
-        if _creates_accelerator(statement, facts):
+        if creates_accelerator(statement, facts):
             return AcceleratorCreation(list(module.body[:index]), set(), [], list(module.body[index + 1 :]))
         if isinstance(statement, cst.FunctionDef) and isinstance(statement.body, cst.IndentedBlock):
             body = list(statement.body.body)
             for inner_index, inner in enumerate(body):
-                if _creates_accelerator(inner, facts):
+                if creates_accelerator(inner, facts):
                     params = statement.params
                     names = {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
                     return AcceleratorCreation(
@@ -46,7 +46,8 @@ def find_accelerator_creation(module: cst.Module, facts: ScriptFacts) -> Acceler
     return None
 
 
-def _creates_accelerator(statement: cst.CSTNode, facts: ScriptFacts) -> bool:
+def creates_accelerator(statement: cst.CSTNode, facts: ScriptFacts) -> bool:
+    """``accelerator = Accelerator(...)`` on a line of its own."""
     return _accelerator_call_of(statement, facts) is not None
 
 

@@ -13,10 +13,21 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accel_convert.codemods.engine.accelerator_code import accelerator_name
+from accel_convert.codemods.engine.accelerator_creation import creates_accelerator
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
-from accel_convert.codemods.engine.syntax import dotted, expression, root_name, target_names
+from accel_convert.codemods.engine.syntax import (
+    as_statement,
+    binds_name,
+    body_statements,
+    dotted,
+    expression,
+    root_name,
+    target_names,
+)
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
 #: ``x.to(device, non_blocking=True)``: keywords that only make sense with a device.
@@ -484,4 +495,68 @@ class Device(Rule):
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         transformer = _Device(facts, facts.existing_accelerator or facts.accelerator_name)
-        return module.visit(transformer), transformer.changes(module)
+        converted = module.visit(transformer)
+        converted, rebound = _rebind_module_device(module, converted, facts)
+        return converted, transformer.changes(module) + rebound
+
+
+def _rebind_module_device(
+    original: cst.Module, converted: cst.Module, facts: ScriptFacts
+) -> tuple[cst.Module, list[Change]]:
+    """A module-level ``device = torch.device("cuda" ...)`` read by the model's code and helpers,
+    with the accelerator created in ``main()``: that device is GPU 0 on every rank. The function
+    creating the accelerator rebinds the global (``global device`` / ``device =
+    accelerator.device``), so everything run after it uses this rank's device."""
+    home = facts.creating_function if facts.home_kind == "function" else None
+    if home is None:
+        return converted, []
+    selections = {}
+    for statement in original.body:
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            continue
+        assign = statement.body[0]
+        if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and dotted(assign.value) is None:
+            name = dotted(assign.targets[0].target)
+            if name in facts.device_names and name not in selections:
+                selections[name] = statement
+    body = list(converted.body)
+    index = next((i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef) and s.name.value == home), None)
+    if not selections or index is None:
+        return converted, []
+    function = body[index]
+    assert isinstance(function, cst.FunctionDef)
+    statements = list(body_statements(function))
+    params = function.params
+    local = {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
+    names = [name for name in selections if name not in local and not binds_name(statements, name)]
+    created = next((i for i, s in enumerate(statements) if creates_accelerator(s, facts)), None)
+    if not names or created is None or not isinstance(function.body, cst.IndentedBlock):
+        return converted, []
+    accelerator = accelerator_name(facts)
+    rebinds = [cst.parse_statement(f"{name} = {accelerator}.device") for name in names]
+    statements[created + 1 : created + 1] = rebinds
+    docstring = 1 if statements and _is_docstring(statements[0]) else 0
+    first = statements[docstring]
+    declaration = cst.SimpleStatementLine(
+        [cst.Global([cst.NameItem(cst.Name(name)) for name in names])], leading_lines=as_statement(first).leading_lines
+    )
+    statements[docstring] = as_statement(first).with_changes(leading_lines=())
+    statements.insert(docstring, declaration)
+    body[index] = function.with_changes(body=function.body.with_changes(body=statements))
+    changes = []
+    for name in names:
+        site = facts.origins.site(selections[name])
+        if site is not None:
+            message = (
+                f"module-level {name} → {accelerator}.device once {home}() creates the accelerator (global {name})"
+            )
+            changes.append(report_at(site, Device.code, message, fixed=True))
+    return converted.with_changes(body=body), changes
+
+
+def _is_docstring(statement: cst.BaseStatement) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )

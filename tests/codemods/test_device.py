@@ -232,3 +232,51 @@ def test_a_copy_made_after_prepare_copies_the_unwrapped_model() -> None:
             "#ACC114",
         ],
     )
+
+
+GLOBAL_DEVICE = """\
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.fc(x) + torch.zeros(1, device=device)
+
+
+def main():
+    \"\"\"Train.\"\"\"
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8, 1)), batch_size=2)
+    model = Net().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_module_level_device_is_rebound_to_this_ranks_device_where_the_accelerator_is_created() -> None:
+    # Left alone, the global stays "cuda" (GPU 0) on every rank, and the model's forward would
+    # build its tensors on GPU 0 while rank 1's model lives on GPU 1.
+    code, lines = convert(GLOBAL_DEVICE)
+    main = code[code.index("def main():") :]
+    assert main.startswith('def main():\n    """Train."""\n    global device\n')
+    assert "    accelerator = Accelerator()\n    device = accelerator.device\n" in main
+    assert 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")' in lines  # import time
+    check_expectations(GLOBAL_DEVICE, ["global device", "#ACC102"])
+
+
+def test_a_function_with_its_own_device_gets_no_global() -> None:
+    own = GLOBAL_DEVICE.replace('    """Train."""\n', '    """Train."""\n    device = torch.device("cpu")\n')
+    code, lines = convert(own)
+    assert "global device" not in lines
+    check_expectations(own, ["device = accelerator.device", "-global device"])
