@@ -119,6 +119,26 @@ HAND_DISTRIBUTION = (
 )
 
 #: Calls that make a folder or file private to the calling process (a new name each call).
+#: Functions that write to or change the file system.
+WRITING_FUNCTIONS = frozenset(
+    {
+        "torchvision.utils.save_image",
+        "matplotlib.pyplot.savefig",
+        "matplotlib.pyplot.imsave",
+        "os.rename",
+        "os.replace",
+        "shutil.copy",
+        "shutil.copy2",
+        "shutil.copyfile",
+        "shutil.move",
+        "numpy.save",
+        "numpy.savez",
+        "numpy.savez_compressed",
+        "numpy.savetxt",
+        "torch.onnx.export",
+        "torch.jit.save",
+    }
+)
 #: Calls that copy the model they are given (exponential moving averages, weight averaging):
 #: the copy lives where the model was at that moment.
 MODEL_COPIES = frozenset(

@@ -22,7 +22,6 @@ from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, R
 from accel_convert.codemods.engine.syntax import (
     as_statement,
     binds_name,
-    body_statements,
     dotted,
     expression,
     root_name,
@@ -525,12 +524,14 @@ def _rebind_module_device(
         return converted, []
     function = body[index]
     assert isinstance(function, cst.FunctionDef)
-    statements = list(body_statements(function))
+    if not isinstance(function.body, cst.IndentedBlock):
+        return converted, []
+    statements: list[cst.BaseStatement] = list(function.body.body)
     params = function.params
     local = {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
     names = [name for name in selections if name not in local and not binds_name(statements, name)]
     created = next((i for i, s in enumerate(statements) if creates_accelerator(s, facts)), None)
-    if not names or created is None or not isinstance(function.body, cst.IndentedBlock):
+    if not names or created is None:
         return converted, []
     accelerator = accelerator_name(facts)
     rebinds = [cst.parse_statement(f"{name} = {accelerator}.device") for name in names]

@@ -30,29 +30,9 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import as_statement, binds_name, dotted, names_in
-from accel_convert.codemods.engine.torch_names import TRACKER_CONSTRUCTORS, TRACKER_FUNCTIONS
+from accel_convert.codemods.engine.torch_names import TRACKER_CONSTRUCTORS, TRACKER_FUNCTIONS, WRITING_FUNCTIONS
 from accel_convert.codemods.engine.transformers import RuleTransformer
 
-#: Functions that write to or change the file system.
-WRITING_FUNCTIONS = frozenset(
-    {
-        "torchvision.utils.save_image",
-        "matplotlib.pyplot.savefig",
-        "matplotlib.pyplot.imsave",
-        "os.rename",
-        "os.replace",
-        "shutil.copy",
-        "shutil.copy2",
-        "shutil.copyfile",
-        "shutil.move",
-        "numpy.save",
-        "numpy.savez",
-        "numpy.savez_compressed",
-        "numpy.savetxt",
-        "torch.onnx.export",
-        "torch.jit.save",
-    }
-)
 #: Functions that create folders: guarded, then every rank waits for them.
 FOLDER_FUNCTIONS = frozenset({"os.makedirs", "os.mkdir"})
 #: Functions that delete: every rank first finishes with the file, then the main process deletes.
