@@ -467,7 +467,8 @@ def example_lines(doc: CodeDoc) -> list[str]:
                 lines.append(f"    {title}:")
                 lines.extend(f"        {row}" if row else "" for row in code.splitlines())
         if example.message:
-            lines.append(f"    Reported: {doc.code} {example.message}")
+            flag = f" (with --target {example.target})" if example.target != "runtime" else ""
+            lines.append(f"    Reported{flag}: {doc.code} {example.message}")
     return lines
 
 

@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader
 
 from accel_convert.runtime import collectives, fsdp, operations, precision
 from accel_convert.runtime.comm_hooks import register_comm_hook
-from accel_convert.runtime.ddp import wrap_in_ddp
+from accel_convert.runtime.ddp import as_forward, wrap_in_ddp
 from accel_convert.runtime.fsdp import FullyShardedDataParallelPlugin
 from accel_convert.runtime.gradient_state import GradientState
 from accel_convert.runtime.handlers import (
@@ -783,6 +783,12 @@ class Accelerator(ProcessGuards):
         shut_down_process_group()
 
     # ------------------------------------------------------------------ models and files
+    def as_forward(self, model: torch.nn.Module) -> Any:
+        """Call a custom method of a prepared model so that DDP averages its gradients:
+        ``accelerator.as_forward(model).compute_loss(batch)`` runs ``compute_loss`` as the
+        wrapper's forward (see :mod:`accel_convert.runtime.ddp`). Not part of Accelerate's API."""
+        return as_forward(model)
+
     def unwrap_model(
         self, model: torch.nn.Module, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True
     ) -> torch.nn.Module:

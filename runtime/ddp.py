@@ -241,3 +241,43 @@ def register_comm_hook(ddp: DistributedDataParallel, user_kwargs: dict[str, Any]
     if hook_name not in hooks:
         raise ValueError(f"DistributedDataParallelKwargs(comm_hook={hook_name!r}) is not supported; use fp16 or bf16")
     ddp.register_comm_hook(state=None, hook=hooks[hook_name])
+
+
+class _MethodsAsForward:
+    """``accelerator.as_forward(model).compute_loss(batch)``: each method of the wrapped module
+    runs as the wrapper's forward, so DDP prepares the reducer and averages its gradients.
+
+    DDP averages gradients only for graphs built inside its own ``forward``: a loss computed by a
+    custom method (``model.module.compute_loss(batch)`` calling ``self(x)`` inside) leaves every
+    rank with its own gradients and the copies drift apart without an error. Here the module's
+    ``forward`` is swapped, for one call, for a function that restores the real ``forward`` (which
+    the method may call as ``self(x)``) and then runs the method.
+    """
+
+    def __init__(self, wrapper: DistributedDataParallel) -> None:
+        self._wrapper = wrapper
+
+    def __getattr__(self, name: str) -> Any:
+        wrapper = self._wrapper
+        module = wrapper.module
+        method = getattr(module, name)
+        if not callable(method):
+            return method
+
+        def through_forward(*args: Any, **kwargs: Any) -> Any:
+            def run_once(*inner_args: Any, **inner_kwargs: Any) -> Any:
+                del module.forward  # the class's own forward again, for ``self(x)`` inside
+                return method(*inner_args, **inner_kwargs)
+
+            module.forward = run_once
+            try:
+                return wrapper(*args, **kwargs)
+            finally:
+                module.__dict__.pop("forward", None)
+
+        return through_forward
+
+
+def as_forward(model: torch.nn.Module) -> Any:
+    """``model`` itself unless DDP wraps it; then an object whose methods run as its forward."""
+    return _MethodsAsForward(model) if isinstance(model, DistributedDataParallel) else model

@@ -59,6 +59,22 @@ def test_state_objects_agree_with_the_accelerator(ranks: list[dict]) -> None:
     assert [r["state_objects"]["local_process_ran"] for r in ranks] == [None, True]
 
 
+def test_a_method_run_as_forward_averages_gradients_and_the_unwrapped_one_does_not(ranks: list[dict]) -> None:
+    # Each rank's input is raised to a different power, so its own gradient differs.
+    through, unwrapped = ([r["as_forward"][route] for r in ranks] for route in ("as_forward", "unwrapped"))
+    assert through[0] == pytest.approx(through[1], rel=1e-6)
+    assert unwrapped[0] != pytest.approx(unwrapped[1], rel=1e-3)
+    # The average of the two ranks' own gradients.
+    assert through[0] == pytest.approx((unwrapped[0] + unwrapped[1]) / 2, rel=1e-5)
+    for result in ranks:
+        assert result["as_forward"]["as_forward_forward_after"] == result["as_forward"]["unwrapped_forward_after"]
+
+
+def test_as_forward_is_the_model_itself_on_one_process() -> None:
+    model = torch.nn.Linear(2, 1)
+    assert Accelerator().as_forward(model) is model
+
+
 def test_debug_mode_names_each_ranks_shapes(ranks: list[dict]) -> None:
     for result in ranks:
         debug = result["debug"]

@@ -1129,6 +1129,7 @@ class _Conclusions:
             facts.existing_features.add(feature)
             facts.distributed_sites.setdefault(feature, self.site(call.node))
         self._copied_models()
+        self._training_method_calls()
         for call in self.r.calls:
             func = call.node.func
             if isinstance(func, cst.Attribute) and func.attr.value == "cpu":
@@ -1162,6 +1163,41 @@ class _Conclusions:
                     value = value.args[0].value  # converted already: a copy of the unwrapped model
                 if isinstance(value, cst.Name) and value.value in facts.models:
                     facts.copied_models.add(value.value)
+
+    def _training_method_calls(self) -> None:
+        running = self._methods_running_the_model()
+        for call in self.r.calls:
+            func = call.node.func
+            if not isinstance(func, cst.Attribute) or func.attr.value not in running:
+                continue
+            owner = dotted(func.value)
+            if owner in self.facts.models and any(loop.has_backward for loop in call.loops):
+                self.facts.training_method_calls.add(f"{owner}.{func.attr.value}")
+
+    def _methods_running_the_model(self) -> set[str]:
+        """Methods of the file's classes (other than ``forward`` and dunders) that call the instance
+        (``self(x)``, ``self.forward(x)``) or a submodule it holds (``self.encoder(x)``)."""
+        held: dict[str, set[str]] = {}
+        for assign in self.r.assigns:
+            if len(assign.scope) == 2 and assign.scope[0] in self.r.classes and isinstance(assign.value, cst.Call):
+                instance = self.r.classes[assign.scope[0]].self_names.get(assign.scope[1])
+                prefix = f"{instance}."
+                held.setdefault(assign.scope[0], set()).update(
+                    target[len(prefix) :] for target in assign.targets if instance and target.startswith(prefix)
+                )
+        found = set()
+        for call in self.r.calls:
+            if len(call.scope) != 2 or call.scope[0] not in self.r.classes:
+                continue
+            owner, method = call.scope
+            instance = self.r.classes[owner].self_names.get(method)
+            if instance is None or method == "forward" or method.startswith("__"):
+                continue
+            callee = dotted(call.node.func) or ""
+            head, _, attribute = callee.partition(".")
+            if head == instance and (attribute in ("", "forward") or attribute in held.get(owner, set())):
+                found.add(method)
+        return found
 
     def _classes_copying_a_parameter(self) -> set[str]:
         """Classes of the file whose ``__init__`` passes one of its parameters to ``copy.deepcopy``

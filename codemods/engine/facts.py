@@ -144,6 +144,10 @@ class ScriptFacts:
     #: Local names of calls that copy a model (``copy.deepcopy``, ``deepcopy``, ``AveragedModel``,
     #: a class of the file deep-copying what it is given): after prepare, they get the unwrapped one.
     model_copiers: set[str] = field(default_factory=set)
+    #: ``model.compute_loss``-style calls in training loops of a model method that runs the model
+    #: itself (``self(x)``, ``self.forward``, a submodule): DDP averages gradients only for what
+    #: runs inside its forward.
+    training_method_calls: set[str] = field(default_factory=set)
     #: Names of tensors ``.backward()`` is called on (``loss``, ``errD_real``).
     loss_names: set[str] = field(default_factory=set)
     #: Names bound by the loop targets of loops over loaders, plus names derived from them by

@@ -42,7 +42,8 @@ class Example:
     """A complete script before conversion and what converting it gives: the whole converted
     script (for an automatic rewrite), or the exact message reported while the reported spot is
     left as it was (for a report). ``code`` is the code shown, when it is not the rule's own (one
-    of its ``extra_codes``); ``oom_retry`` converts with ``--oom-retry``.
+    of its ``extra_codes``); ``oom_retry`` converts with ``--oom-retry``, ``target`` with
+    ``--target``.
 
     Scripts may be written indented, as they sit in the rule's class body: the common indentation
     and the first newline are removed, so ``before`` and ``after`` are exactly the files' text.
@@ -53,6 +54,7 @@ class Example:
     message: str = ""
     oom_retry: bool = False
     code: str = ""
+    target: str = "runtime"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "before", _script(self.before))

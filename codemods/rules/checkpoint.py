@@ -11,6 +11,13 @@ barrier, and takes state dicts, ``load_state_dict`` and custom attributes from
 ``prepare`` is only rewritten after the ``prepare`` line: before it the model is not wrapped yet.
 A copy of the model made after ``prepare`` (``ema = copy.deepcopy(model)``, ``AveragedModel(model)``)
 copies the unwrapped model, so the copy and its checkpoints keep the original's keys.
+
+A custom method that computes the loss by running the model (``loss = model.compute_loss(batch)``,
+calling ``self(x)`` inside) must not go through ``unwrap_model`` in training: DDP averages
+gradients only for what runs inside its forward, so the ranks' copies would drift apart without an
+error. With the runtime it becomes ``accelerator.as_forward(model).compute_loss(batch)`` (the method
+runs as the wrapper's forward); Accelerate has no such call, so with ``--target accelerate`` it is
+reported (ACC921).
 """
 
 from __future__ import annotations
@@ -87,6 +94,10 @@ class CheckpointCodemod(Rule):
     name = "checkpoint"
     extra_codes = {
         "ACC914": "checkpoint-unreachable: torch.save or a model's own method where the accelerator is not reachable: runs on every rank",
+        "ACC921": (
+            "method-outside-forward: a model method that runs the model computes the training loss; "
+            "under Accelerate's DDP its gradients are not averaged (call the model, or use the runtime)"
+        ),
     }
     examples = (
         Example(
@@ -195,6 +206,45 @@ class CheckpointCodemod(Rule):
             """,
             message="torch.save where the accelerator is not reachable: every rank writes this file",
         ),
+        Example(
+            code="ACC921",
+            target="accelerate",
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Regressor(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.net = nn.Linear(8, 1)
+
+                    def forward(self, x):
+                        return self.net(x)
+
+                    def compute_loss(self, data, target):
+                        return nn.functional.mse_loss(self(data), target)
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = Regressor()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        model.compute_loss(data, target).backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message=(
+                "model.compute_loss runs the model outside forward(): DDP will not average its gradients; "
+                "compute the loss from model(...) or convert with --target runtime"
+            ),
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
@@ -211,7 +261,7 @@ class CheckpointCodemod(Rule):
                 if path.rpartition(".")[0] in facts.models and path.rpartition(".")[2] not in MODULE_OWN_ATTRIBUTES
             }
         )
-        rewriter = _CheckpointRewriter(facts, module, facts.lines_mentioning(words))
+        rewriter = _CheckpointRewriter(facts, module, facts.lines_mentioning(words), options.target == "runtime")
         new_module = module.visit(rewriter)
         if rewriter.saves and rewriter.loads:
             loads = facts.lines_mentioning(callee_words(facts, ("torch.load",)))
@@ -220,8 +270,10 @@ class CheckpointCodemod(Rule):
 
 
 class _CheckpointRewriter(RuleTransformer):
-    def __init__(self, facts: ScriptFacts, module: cst.Module, lines: set[int]) -> None:
+    def __init__(self, facts: ScriptFacts, module: cst.Module, lines: set[int], runtime: bool = True) -> None:
         super().__init__(facts, lines)
+        #: The runtime's ``accelerator.as_forward`` exists (not Accelerate's API).
+        self.runtime = runtime
         self._assigned_targets: set[int] = set()
         self._prepare_pending: list[bool] = [_has_prepare_call(module.body, facts)]
         self._saves_in_line = 0
@@ -348,6 +400,18 @@ class _CheckpointRewriter(RuleTransformer):
                 False,
             )
             return updated_node
+        if f"{owner}.{attribute}" in self.facts.training_method_calls:
+            if self.runtime:
+                message = f"{owner}.{attribute} runs the model: accelerator.as_forward({owner}).{attribute}, so DDP averages its gradients"
+                self.report(original_node, self.code, message, True)
+                return updated_node.with_changes(value=accelerator_call(self.facts, "as_forward", updated_node.value))
+            self.report(
+                original_node,
+                "ACC921",
+                f"{owner}.{attribute} runs the model outside forward(): DDP will not average its gradients; "
+                f"compute the loss from {owner}(...) or convert with --target runtime",
+                False,
+            )
         self.report(
             original_node,
             self.code,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
+from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.rules.checkpoint import CheckpointCodemod
-from tests.codemods.support import apply, assert_rewrites, code
+from tests.codemods.support import apply, assert_rewrites, code, convert, convert_text
 
 CHECKPOINT_CASES = [
     pytest.param(
@@ -141,3 +142,48 @@ def test_an_optimizer_received_as_a_parameter_is_not_taken_for_a_model() -> None
     code = convert_module(cst.parse_module(source), Options()).module.code
     assert "        optimizer.step()\n" in code
     assert "unwrap_model(optimizer)" not in code
+
+
+LOSS_METHOD = """\
+class Regressor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.net(x)
+
+    def compute_loss(self, batch):
+        x, y = batch
+        return nn.functional.mse_loss(self(x), y)
+
+    def describe(self):
+        return "regressor"
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8, 1)), batch_size=2)
+    model = Regressor()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for batch in loader:
+        loss = model.compute_loss(batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    print(model.describe())
+"""
+
+
+def test_a_loss_method_running_the_model_goes_through_the_wrapper_with_the_runtime() -> None:
+    code, lines = convert(LOSS_METHOD)
+    assert "loss = accelerator.as_forward(model).compute_loss(batch)" in lines
+    # A method that does not run the model is called on the unwrapped model, as before.
+    assert "accelerator.print(accelerator.unwrap_model(model).describe())" in lines
+    again, _ = convert_text(code)
+    assert again == code
+
+
+def test_a_loss_method_running_the_model_is_reported_for_accelerate() -> None:
+    code, lines = convert(LOSS_METHOD, Options(target="accelerate"))
+    assert "loss = accelerator.unwrap_model(model).compute_loss(batch)" in lines
+    assert "#ACC921" in lines and "as_forward" not in code

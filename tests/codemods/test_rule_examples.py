@@ -24,7 +24,7 @@ EXAMPLES = [
 
 
 def convert(script: str, example: Example, ignore: tuple[str, ...] = ()) -> Conversion:
-    options = Options(oom_retry=example.oom_retry, ignore=ignore)
+    options = Options(oom_retry=example.oom_retry, target=example.target, ignore=ignore)
     return convert_source(script.encode(), options, path="example.py")
 
 

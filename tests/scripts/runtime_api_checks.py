@@ -158,6 +158,29 @@ def check_uneven_join(rank: int) -> dict:
     return {"steps": steps, "weight_grad": model.module.weight.grad.item()}
 
 
+class WithLossMethod(Scaled):
+    """A loss computed by a method that calls the model itself (``self(x, rank)``)."""
+
+    def compute_loss(self, x: torch.Tensor, rank: int) -> torch.Tensor:
+        return self(x, rank).mean()
+
+
+def check_methods_as_forward(rank: int) -> dict:
+    """One step through ``accelerator.as_forward(model).compute_loss``, one through the unwrapped
+    model's method: only the first averages the ranks' (different) gradients."""
+    accelerator = Accelerator()
+    x = torch.randn(16, 8, generator=torch.Generator().manual_seed(7))
+    grads = {}
+    for route in ("as_forward", "unwrapped"):
+        model = accelerator.prepare(WithLossMethod())
+        caller = accelerator.as_forward(model) if route == "as_forward" else accelerator.unwrap_model(model)
+        caller.compute_loss(x, rank).backward()
+        grads[route] = accelerator.unwrap_model(model).p.grad.sum().item()
+        # The model's own forward still runs normally afterwards (the swap was for one call).
+        grads[f"{route}_forward_after"] = float(model(x, rank).sum().item())
+    return grads
+
+
 def check_state_objects() -> dict:
     accelerator = Accelerator()
     state = AcceleratorState()
@@ -182,6 +205,7 @@ def main() -> None:
         "rng": check_rng_sync(rank),
         "profile": check_profile(out_dir),
         "join": check_uneven_join(rank),
+        "as_forward": check_methods_as_forward(rank),
     }
     (out_dir / f"result_rank{rank}.json").write_text(json.dumps(result))
 
