@@ -68,12 +68,45 @@ class _Prepare(HomeBlockTransformer):
         names = [name for name in self.wanted if name in last_creation]
         group = {name: _group(self.facts, name) for name in names}
         names.sort(key=lambda name: (group[name], first_creation[name]))
+        indent = "" if self.facts.home_kind == "module" else "    "
+        # Loaders (re)built inside the training loop (a batch size growing per epoch): each is
+        # prepared where it is built, or its batches would stay whole and on the CPU.
+        rebuilt = {
+            name for name in self.wanted if name in self.facts.loaders and self._built_in(body[loop_index:], name)
+        }
+        tail = self._prepare_where_built(body[loop_index:], rebuilt, indent + "    ") if rebuilt else body[loop_index:]
+        body = [*body[:loop_index], *tail]
         if not names:
             return body
         after = max(last_creation[name] for name in names)
-        indent = "" if self.facts.home_kind == "module" else "    "
         self.report(body[after], Prepare.code, f"prepare {', '.join(names)} for distributed training", header_only=True)
         return [*body[: after + 1], prepare_statement(self.accelerator, names, indent), *body[after + 1 :]]
+
+    def _built_in(self, statements: list[cst.BaseStatement], name: str) -> bool:
+        return any(name in self._assigned_by(node) for node in statements)
+
+    def _prepare_where_built(
+        self, statements: list[cst.BaseStatement], names: set[str], indent: str
+    ) -> list[cst.BaseStatement]:
+        """``statements`` with ``loader = accelerator.prepare(loader)`` after each line binding
+        one of ``names``, looking into loops, branches and ``with`` blocks."""
+        result: list[cst.BaseStatement] = []
+        for node in statements:
+            if isinstance(node, cst.SimpleStatementLine):
+                result.append(node)
+                for name in sorted(self._assigned_by(node) & names):
+                    self.report(node, Prepare.code, f"prepare {name} where the loop builds it", header_only=True)
+                    result.append(prepare_statement(self.accelerator, [name], indent))
+                continue
+            if isinstance(node, (cst.For, cst.While, cst.With, cst.If)) and isinstance(node.body, cst.IndentedBlock):
+                inner = self._prepare_where_built(list(node.body.body), names, indent + "    ")
+                node = node.with_changes(body=node.body.with_changes(body=inner))
+                orelse = getattr(node, "orelse", None)
+                if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock):
+                    inner = self._prepare_where_built(list(orelse.body.body), names, indent + "    ")
+                    node = node.with_changes(orelse=orelse.with_changes(body=orelse.body.with_changes(body=inner)))
+            result.append(node)
+        return result
 
     def _first_loop_index(self, body: list[cst.BaseStatement]) -> int:
         """Index of the first statement of ``body`` that loops over a loader, or calls a function

@@ -171,3 +171,42 @@ def test_loaders_built_by_a_factory_function_are_prepared(factory_return: str) -
     )
     _, lines = convert(body)
     assert "net, opt, tr, te = accelerator.prepare(net, opt, tr, te)" in lines
+
+
+LOADER_PER_EPOCH = """\
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    val_data = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+    model = nn.Linear(4, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        loader = DataLoader(data, batch_size=8 * (epoch + 1), shuffle=True)
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        if epoch % 2 == 0:
+            val_loader = DataLoader(val_data, batch_size=4)
+            with torch.no_grad():
+                total = sum(nn.functional.mse_loss(model(x.to(device)), y.to(device)).item() for x, y in val_loader)
+"""
+
+
+def test_a_loader_built_inside_the_training_loop_is_prepared_where_it_is_built() -> None:
+    # Left unprepared, its batches would stay whole on every rank and, with the batch moves
+    # gone, on the CPU while the model is on the GPU.
+    check_expectations(
+        LOADER_PER_EPOCH,
+        [
+            "model, optimizer = accelerator.prepare(model, optimizer)",
+            "loader = accelerator.prepare(loader)",
+            "val_loader = accelerator.prepare(val_loader)",
+            "-x, y = x.to(device), y.to(device)",
+        ],
+    )
+    code, _ = convert(LOADER_PER_EPOCH)
+    built = code.index("        loader = DataLoader(data")
+    assert code.index("        loader = accelerator.prepare(loader)\n") > built
+    assert "            val_loader = accelerator.prepare(val_loader)\n" in code  # inside the if
