@@ -36,9 +36,11 @@ from codemods.engine.program_seeds import (
 from codemods.engine.syntax import calls_in, dotted, instance_parameter, is_main_guard, names_variable, target_names
 from codemods.engine.torch_names import (
     ACCELERATORS,
+    AUTOCASTS,
     DATA_LOADERS,
     DEVICE_CALLS,
     FEATURES,
+    GRAD_SCALERS,
     NO_GRAD_CONTEXTS,
     PER_PROCESS_PATHS,
     PROGRESS_BARS,
@@ -444,6 +446,7 @@ class _Conclusions:
         self._batch_names()
         self._helpers()
         self._features()
+        self._mixed_precision()
         self._assign_sites()
         self._breaks()
         self._per_process_paths()
@@ -1059,6 +1062,30 @@ class _Conclusions:
         for function, params in self.r.defs.items():
             if function != facts.main_function and set(params) & roles:
                 facts.helper_functions[function] = params
+
+    def _mixed_precision(self) -> None:
+        """``grad_scalers`` and ``amp_lines``: what the AMP rule would otherwise survey the whole
+        module for. Callees are matched as the rule matches them (``facts.callee_name``)."""
+        facts = self.facts
+        lines: set[int] | None = set()
+        for call in self.r.calls:
+            if facts.callee_name(call.node.func) not in GRAD_SCALERS | AUTOCASTS:
+                continue
+            site = self.origins.site(call.node)
+            if site is None:
+                lines = None
+            elif lines is not None:
+                lines.add(site.line)
+        for assign in self.r.assigns:
+            value = assign.value
+            if isinstance(value, cst.Call) and facts.callee_name(value.func) in GRAD_SCALERS:
+                for target in assign.node.targets:
+                    name = dotted(target.target)
+                    if name:
+                        facts.grad_scalers.add(name)
+        if lines is not None:
+            lines |= facts.lines_mentioning({part for name in facts.grad_scalers for part in name.split(".")})
+        facts.amp_lines = lines
 
     def _assign_sites(self) -> None:
         for assign in self.r.assigns:

@@ -27,6 +27,7 @@ from codemods.engine.accelerator_creation import (
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.findings import Findings
 from codemods.engine.model import Change, Options
+from codemods.engine.positions import skips_statement
 from codemods.engine.rule import Example, Rule
 from codemods.engine.syntax import Statement, as_statement, as_statements, dotted
 from codemods.engine.torch_names import AUTOCASTS, GRAD_SCALERS
@@ -169,16 +170,45 @@ def _amp_lines(facts: ScriptFacts, survey: _AmpSurvey) -> set[int]:
 # ---- survey: which names are scalers, where autocast is, which flag switches AMP ------------
 
 
-class _AmpSurvey(cst.CSTVisitor):
-    """One read-only walk: the scaler variables, the autocast calls and the script's AMP switch."""
+def _machinery_lines(facts: ScriptFacts, scalers: set[str]) -> list[int] | None:
+    """The original lines of the simple statements that can hold AMP machinery in the tree this
+    rule received: where the analysis found a GradScaler or autocast call or a scaler's name
+    (``facts.amp_lines``), where ``scalers`` are named, and what earlier rules changed (a
+    statement they inserted has no original line and is always read). None: read everything."""
+    if facts.amp_lines is None:
+        return None
+    named = facts.lines_mentioning({part for scaler in scalers for part in scaler.split(".")})
+    return sorted(facts.amp_lines | named | facts.changed_lines)
 
-    def __init__(self, facts: ScriptFacts) -> None:
+
+class _StatementsAtLines(cst.CSTVisitor):
+    """A read-only look that enters only the simple statements holding one of ``lines``
+    (:func:`_machinery_lines`): the analysis already found every GradScaler, autocast and scaler
+    name of the script, so the other statements hold nothing for this rule. Compound statements
+    are always entered: their headers (an ``if`` test, a ``with`` item, a decorator) are read as a
+    whole walk would."""
+
+    def __init__(self, facts: ScriptFacts, lines: list[int] | None) -> None:
         super().__init__()
         self.facts = facts
+        self._lines = lines
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        return not skips_statement(node, self._lines, self.facts.origins)
+
+
+class _AmpSurvey(_StatementsAtLines):
+    """The scaler variables, the autocast calls and the script's AMP switch, in the statements
+    the analysis pointed at."""
+
+    def __init__(self, facts: ScriptFacts) -> None:
+        super().__init__(facts, _machinery_lines(facts, facts.grad_scalers))
         self.scalers: set[str] = set()
         self.scaler_lines: list[cst.CSTNode] = []
         self.autocasts: list[cst.Call] = []
         self.other_scaler_uses: list[cst.CSTNode] = []
+        #: What the scaler-use check read (see :func:`_machinery_lines`): all the rewrite may change.
+        self.machinery_lines: list[int] | None = None
         #: ``enabled=`` expressions and ``if`` tests around AMP code: the script's switch.
         self.flags: list[cst.BaseExpression] = []
         self.bf16 = False
@@ -226,15 +256,18 @@ class _AmpSurvey(cst.CSTVisitor):
         self.flags.extend(self._tests[-1:])
 
     def leave_Module(self, original_node: cst.Module) -> None:
-        checker = _ScalerUseChecker(self.scalers, self.functions)
+        checker = _ScalerUseChecker(self.facts, self.scalers, self.functions)
+        self.machinery_lines = checker.lines
         walk(original_node, checker)
         self.other_scaler_uses = checker.other_uses
 
 
-class _ScalerUseChecker(cst.CSTVisitor):
+class _ScalerUseChecker(_StatementsAtLines):
     """Finds uses of a scaler other than ``scaler.<known method>(...)`` and its own assignment."""
 
-    def __init__(self, scalers: set[str], functions: dict[str, list[str]]) -> None:
+    def __init__(self, facts: ScriptFacts, scalers: set[str], functions: dict[str, list[str]]) -> None:
+        self.lines = _machinery_lines(facts, scalers)
+        super().__init__(facts, self.lines)
         self.scalers = scalers
         self.functions = functions
         self.other_uses: list[cst.CSTNode] = []
@@ -361,10 +394,14 @@ class _AmpRemover(RuleTransformer):
         self.findings = pending
         self.flag = _common_flag(survey.flags)
         self.functions = survey.functions
+        self.machinery_lines = survey.machinery_lines
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
         # Only lines that name a scaler or build one (or an autocast) change: a read-only look
-        # spares the rebuilding walk of every other line.
+        # spares the rebuilding walk of every other line, and lines the survey did not read
+        # (no AMP machinery there) need not even that look.
+        if skips_statement(node, self.machinery_lines, self.origins):
+            return False
         finder = _ScalerMention(self.facts, self.scalers)
         walk(node, finder)
         return finder.found
@@ -467,7 +504,8 @@ class _AmpRemover(RuleTransformer):
 
 
 class _ScalerMention(cst.CSTVisitor):
-    """Whether a statement names one of the scalers or calls a GradScaler or autocast."""
+    """Whether a statement names one of the scalers or calls a GradScaler or autocast. Local:
+    it reads the one statement the rewrite is about to enter, in the tree this rule received."""
 
     def __init__(self, facts: ScriptFacts, scalers: set[str]) -> None:
         super().__init__()
@@ -506,6 +544,9 @@ def _mentions_amp(node: cst.CSTNode, facts: ScriptFacts, scalers: set[str]) -> b
 
 
 class _AmpMention(cst.CSTVisitor):
+    """Whether an ``if`` being rewritten holds autocast or scaler calls. Local: it reads only
+    that statement (as this rule received it)."""
+
     def __init__(self, facts: ScriptFacts, scalers: set[str]) -> None:
         self.facts, self.scalers, self.found = facts, scalers, False
 

@@ -10,6 +10,7 @@ import libcst as cst
 import pytest
 
 import codemods.engine.transformers
+import codemods.rules.amp
 from codemods.engine.analysis import analyse
 from codemods.engine.model import Options
 from converter.pipeline import convert_source
@@ -47,6 +48,7 @@ def test_word_lines_give_the_first_line_of_the_statement_naming_each_identifier(
 def every_statement_walked(monkeypatch: pytest.MonkeyPatch) -> None:
     never = lambda node, lines, origins: False  # noqa: E731
     monkeypatch.setattr(codemods.engine.transformers, "skips_statement", never)
+    monkeypatch.setattr(codemods.rules.amp, "skips_statement", never)
 
 
 def _convert(script: Path, options: Options) -> tuple[bytes, list[tuple[object, ...]]]:
