@@ -26,7 +26,15 @@ from codemods.engine.facts import ScriptFacts
 from codemods.engine.findings import Findings
 from codemods.engine.model import Change, Options
 from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import Statement, as_statement, as_statements, binds_name, dotted, expression_code
+from codemods.engine.syntax import (
+    Statement,
+    as_statement,
+    as_statements,
+    binds_name,
+    dotted,
+    expression_code,
+    names_bound,
+)
 from codemods.engine.torch_names import DATA_LOADERS
 from codemods.engine.walk import variables_read, walk
 
@@ -244,7 +252,7 @@ def _independent_definitions(region: _Region, batch_size: cst.BaseExpression) ->
     while True:
         kept_ids = {id(s) for s in kept}
         others = [s for s in region.moved() if id(s) not in kept_ids]
-        assigned = _assigned_names(others)
+        assigned = names_bound(others)
         still = [d for d in kept if not (variables_read(d) & assigned) and not _contains_expression(d, batch_size)]
         if len(still) == len(kept):
             return kept
@@ -464,60 +472,16 @@ class _BatchSizeReplacer(cst.CSTTransformer):
 def _outer_names(region: _Region, module: cst.Module) -> set[str]:
     """Names the moved code assigns that code outside it binds or reads: they must keep living in
     the enclosing function (``nonlocal``) or the module (``global``)."""
-    assigned = _assigned_names(region.moved())
+    assigned = names_bound(region.moved())
     before = region.statements[: region.start]
     if region.function is not None:
         params = region.function.params
         outside = {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
-        outside |= _assigned_names(before)
+        outside |= names_bound(before)
     else:
         after = [] if region.main_guard is not None else region.statements[region.end :]
-        outside = _assigned_names(before) | variables_read(*before, *after)
+        outside = names_bound(before) | variables_read(*before, *after)
     return assigned & outside
-
-
-def _assigned_names(statements: Sequence[cst.CSTNode]) -> set[str]:
-    collector = _Assigned()
-    for statement in statements:
-        walk(statement, collector)
-    return collector.names
-
-
-class _Assigned(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.names: set[str] = set()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        self.names.add(node.name.value)
-        return False
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        self.names.add(node.name.value)
-        return False
-
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        self._add(node.target)
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self._add(node.target)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        self._add(node.target)
-
-    def visit_For(self, node: cst.For) -> None:
-        self._add(node.target)
-
-    def visit_AsName(self, node: cst.AsName) -> None:
-        self._add(node.name)
-
-    def _add(self, target: cst.CSTNode) -> None:
-        if isinstance(target, cst.Name):
-            self.names.add(target.value)
-        elif isinstance(target, (cst.Tuple, cst.List)):
-            for element in target.elements:
-                self._add(element.value)
-        elif isinstance(target, cst.StarredElement):
-            self._add(target.value)
 
 
 def _returns(statements: Sequence[cst.CSTNode]) -> bool:
