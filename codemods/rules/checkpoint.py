@@ -339,7 +339,8 @@ class _CheckpointRewriter(RuleTransformer):
 class _CheckpointInterest(cst.CSTVisitor):
     """Whether a statement holds anything :class:`_CheckpointRewriter` reacts to: an attribute of
     a model that is not nn.Module's own, a ``torch.save``/``torch.load`` call or an
-    ``accelerator.save``."""
+    ``accelerator.save``. Local: it reads the one statement the rewrite is about to enter (in
+    the tree earlier rules made), to spare the rebuilding walk of statements with nothing to do."""
 
     def __init__(self, facts: ScriptFacts) -> None:
         super().__init__()
@@ -419,6 +420,9 @@ def _contains_call(node: cst.CSTNode, facts: ScriptFacts, qualified: str) -> boo
 
 
 class _CallFinder(cst.CSTVisitor):
+    """Whether a call matching ``predicate`` is in one statement. Local: it reads statements of
+    a block this rule is rewriting, in the tree its first rewrite returned."""
+
     def __init__(self, predicate) -> None:
         self.predicate = predicate
         self.found = False

@@ -192,7 +192,9 @@ class _DataParallelRemover(RuleTransformer):
 
 class _DataParallelMention(cst.CSTVisitor):
     """Whether a statement line holds what :class:`_DataParallelRemover` rewrites: a
-    DataParallel call, ``model.module``, or a conditional expression (the isinstance unwrap)."""
+    DataParallel call, ``model.module``, or a conditional expression (the isinstance unwrap).
+    Local: it reads the one statement the rewrite is about to enter, to spare the rebuilding
+    walk of statements with nothing to do."""
 
     def __init__(self, facts: ScriptFacts) -> None:
         super().__init__()

@@ -388,6 +388,9 @@ def _contains(node: cst.CSTNode, predicate) -> bool:
 
 
 class _Finder(cst.CSTVisitor):
+    """Whether a node matching ``predicate`` is inside one loop or statement. Local: it reads
+    the loop the rewrite is deciding on, as earlier rules left it."""
+
     def __init__(self, predicate) -> None:
         self.predicate = predicate
         self.found = False
@@ -473,7 +476,8 @@ def _hoist_forward(statements, facts: ScriptFacts, new_name) -> list | None:
 
 
 class _ForwardCalls(cst.CSTVisitor):
-    """Model calls in one statement, and whether any sits where hoisting would change what runs."""
+    """Model calls in one statement, and whether any sits where hoisting would change what runs.
+    Local: it reads a statement of the evaluation loop being rewritten."""
 
     CONDITIONAL = (
         cst.Lambda,
@@ -543,7 +547,7 @@ class _GatherPlan:
 
 class _UseCollector(cst.CSTVisitor):
     """How the statements after the forward read the outputs and the batch: whole names,
-    ``name.attr`` or ``name[constant]``."""
+    ``name.attr`` or ``name[constant]``. Local: it reads the evaluation loop being rewritten."""
 
     def __init__(self, interesting: set[str]) -> None:
         self.interesting = interesting
@@ -748,7 +752,8 @@ def _unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode
 
 
 class _DivisionsByLength(cst.CSTVisitor):
-    """``x / len(loader)`` for one of ``loaders``."""
+    """``x / len(loader)`` for one of ``loaders``. Local: it reads only the function whose
+    evaluation loops this rule just gathered, for the loaders it gathered over."""
 
     def __init__(self, loaders: set[str]) -> None:
         super().__init__()

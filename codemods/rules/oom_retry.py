@@ -344,6 +344,9 @@ def _argument_for_parameter(
 
 
 class _CallArguments(cst.CSTVisitor):
+    """What the code moved into the retried function passes for one parameter. Local: it reads
+    only that code, as earlier rules left it."""
+
     def __init__(self, functions: dict[str, list[str]], parameter: str) -> None:
         self.functions = functions
         self.parameter = parameter
@@ -361,7 +364,8 @@ class _CallArguments(cst.CSTVisitor):
 
 
 class _LoaderBatchSize(cst.CSTVisitor):
-    """The ``batch_size=`` of the first DataLoader (a name, or a literal)."""
+    """The ``batch_size=`` of the first DataLoader (a name, or a literal). Local: it reads only
+    the code moved into the retried function."""
 
     def __init__(self, facts: ScriptFacts) -> None:
         self.facts = facts
@@ -492,6 +496,9 @@ def _returns(statements: Sequence[cst.CSTNode]) -> bool:
 
 
 class _ReturnFinder(cst.CSTVisitor):
+    """Whether statements return (not counting nested defs). Local: it reads only the code to
+    be moved into the retried function."""
+
     def __init__(self) -> None:
         self.found = False
 
@@ -559,6 +566,10 @@ def _uses_outside(module: cst.Module, region: _Region, batch_size: cst.BaseExpre
 
 
 class _ExpressionSites(cst.CSTVisitor):
+    """Where an expression (the batch size) is read. Local: the expression is only known once
+    this rule has chosen it, and it reads the tree as earlier rules left it (only with
+    ``--oom-retry``, on the functions the retried code does not hold)."""
+
     def __init__(self, expression: cst.BaseExpression) -> None:
         self.expression = expression
         self.sites: list[cst.CSTNode] = []

@@ -38,7 +38,8 @@ class _Survey(cst.CSTVisitor):
     """Which module-level functions read ``accelerator`` and whom they call.
 
     Only what earlier passes wrote can hold a new use: statements they changed (their original
-    lines) or inserted (no original position). Other statements are not walked.
+    lines) or inserted (no original position). Other statements are not walked. Not an analysis
+    fact: the uses it looks for are what the earlier rules of this run wrote.
     """
 
     def __init__(self, accelerator: str, candidates: set[str], facts: ScriptFacts) -> None:
