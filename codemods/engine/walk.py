@@ -79,6 +79,19 @@ def _walk(node: cst.CSTNode, visitor: cst.CSTVisitor, plans: dict[type, _Plan], 
         leave(visitor, node)  # type: ignore[operator]
 
 
+def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The children of ``node`` that libcst visits, in its order, but :data:`TRIVIA`."""
+    found = []
+    for name in _child_fields(node):
+        value = getattr(node, name)
+        kind = type(value)
+        if kind in _SUBSTANCE:
+            found.append(value)
+        elif kind is tuple or kind is list:
+            found.extend(child for child in value if type(child) in _SUBSTANCE)
+    return found
+
+
 def concrete_subclasses(*bases: type) -> frozenset[type]:
     """Every class deriving from ``bases`` (``bases`` included): a set lookup on ``type(node)``
     is several times cheaper than ``isinstance`` against libcst's abstract base classes."""

@@ -369,10 +369,10 @@ class _WaitBeforeLoads(RuleTransformer):
     """In a script that saves, every ``torch.load`` line first waits for the other ranks: the
     main process may just have written the file."""
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
+    def entering_node(self, node: cst.CSTNode) -> bool:
         # Only statement lists change: statement lines and expressions need no walk (rebuilding
         # them cost more than the rest of the checkpoint pass).
-        descend = super().on_visit(node)
+        descend = super().entering_node(node)
         return descend and not isinstance(node, (cst.SimpleStatementLine, cst.BaseExpression))
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):

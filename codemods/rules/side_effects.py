@@ -185,8 +185,8 @@ class _MainProcessGuard(RuleTransformer):
             self._guarded_depth -= 1
         return updated_node
 
-    def on_leave(self, original_node, updated_node):
-        result = super().on_leave(original_node, updated_node)
+    def leaving_node(self, original_node, updated_node):
+        result = super().leaving_node(original_node, updated_node)
         if isinstance(result, cst.CSTNode):
             self._original_of[id(result)] = original_node
         return result
