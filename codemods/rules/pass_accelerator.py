@@ -53,13 +53,38 @@ class _Survey(cst.CSTVisitor):
         self.depth = 0
         self.current: _Function | None = None
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        descend = super().on_visit(node)
-        if descend and self.depth >= 1 and isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-            site = self.origins.site(node) if self.origins is not None else None
-            if site is not None and not any(line in self.changed for line in range(site.line, site.end_line + 1)):
-                return False
-        return descend
+    def _unchanged(self, node: cst.CSTNode) -> bool:
+        """A statement inside a function that no earlier pass changed: nothing new to read."""
+        if self.depth < 1:
+            return False
+        site = self.origins.site(node) if self.origins is not None else None
+        return site is not None and not any(line in self.changed for line in range(site.line, site.end_line + 1))
+
+    # Every kind of statement: the unchanged ones are not entered (hooks rather than an
+    # ``on_visit`` override, which would be called for every node).
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        return not self._unchanged(node)
+
+    def visit_If(self, node: cst.If) -> bool:
+        return not self._unchanged(node)
+
+    def visit_For(self, node: cst.For) -> bool:
+        return not self._unchanged(node)
+
+    def visit_While(self, node: cst.While) -> bool:
+        return not self._unchanged(node)
+
+    def visit_With(self, node: cst.With) -> bool:
+        return not self._unchanged(node)
+
+    def visit_Try(self, node: cst.Try) -> bool:
+        return not self._unchanged(node)
+
+    def visit_TryStar(self, node: cst.TryStar) -> bool:
+        return not self._unchanged(node)
+
+    def visit_Match(self, node: cst.Match) -> bool:
+        return not self._unchanged(node)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         self.depth += 1
@@ -72,7 +97,7 @@ class _Survey(cst.CSTVisitor):
             # A helper that creates its own accelerator is a home of its own: not this pass's business.
             self.current = _Function(names, parameter_index(params), binds_accelerator=self.accelerator in names)
             self.functions[node.name.value] = self.current
-        return True
+        return not self._unchanged(node)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self.depth -= 1
@@ -80,7 +105,8 @@ class _Survey(cst.CSTVisitor):
             self.current = None
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return self.depth > 0  # methods get no parameter added; module-level classes are skipped
+        # Methods get no parameter added; module-level classes are skipped.
+        return self.depth > 0 and not self._unchanged(node)
 
     def visit_Name(self, node: cst.Name) -> None:
         if self.current is not None and node.value == self.accelerator:
