@@ -182,19 +182,48 @@ def _machinery_lines(facts: ScriptFacts, scalers: set[str]) -> list[int] | None:
 
 
 class _StatementsAtLines(cst.CSTVisitor):
-    """A read-only look that enters only the simple statements holding one of ``lines``
+    """A read-only look that enters only the statements holding one of ``lines``
     (:func:`_machinery_lines`): the analysis already found every GradScaler, autocast and scaler
-    name of the script, so the other statements hold nothing for this rule. Compound statements
-    are always entered: their headers (an ``if`` test, a ``with`` item, a decorator) are read as a
-    whole walk would."""
+    name of the script, so the other statements hold nothing for this rule."""
 
     def __init__(self, facts: ScriptFacts, lines: list[int] | None) -> None:
         super().__init__()
         self.facts = facts
         self._lines = lines
 
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+    def _enters(self, node: cst.CSTNode) -> bool:
         return not skips_statement(node, self._lines, self.facts.origins)
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        return self._enters(node)
+
+    def visit_If(self, node: cst.If) -> bool:
+        return self._enters(node)
+
+    def visit_For(self, node: cst.For) -> bool:
+        return self._enters(node)
+
+    def visit_While(self, node: cst.While) -> bool:
+        return self._enters(node)
+
+    def visit_With(self, node: cst.With) -> bool:
+        return self._enters(node)
+
+    def visit_Try(self, node: cst.Try) -> bool:
+        return self._enters(node)
+
+    def visit_TryStar(self, node: cst.TryStar) -> bool:
+        return self._enters(node)
+
+    def visit_Match(self, node: cst.Match) -> bool:
+        return self._enters(node)
+
+    # A decorated definition's original lines start at ``def``/``class``, below its decorators.
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return bool(node.decorators) or self._enters(node)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return bool(node.decorators) or self._enters(node)
 
 
 class _AmpSurvey(_StatementsAtLines):
@@ -217,8 +246,9 @@ class _AmpSurvey(_StatementsAtLines):
     def visit_Module(self, node: cst.Module) -> None:
         self.functions = module_functions(node)
 
-    def visit_If(self, node: cst.If) -> None:
-        self._tests.append(node.test)
+    def visit_If(self, node: cst.If) -> bool:
+        self._tests.append(node.test)  # popped by leave_If, entered or not
+        return super().visit_If(node)
 
     def leave_If(self, original_node: cst.If) -> None:
         self._tests.pop()

@@ -219,3 +219,32 @@ def test_a_scaler_used_far_from_its_training_loop_is_still_reported() -> None:
     code, lines = convert(body)
     assert "scaler.scale(loss)" in code and 'torch.autocast("cuda")' in code
     assert "#ACC911" in lines
+
+
+def test_an_autocast_decorator_is_read_where_its_method_is_not() -> None:
+    """The rule reads only statements holding AMP machinery; a decorator lies above its
+    ``def``'s lines, so decorated definitions are always entered (here it decides bf16)."""
+    body = """\
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 1)
+
+            @torch.autocast("cuda", dtype=torch.bfloat16)
+            def forward(self, x):
+                return self.fc(x)
+
+
+        def main():
+            loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)
+            model = Net()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            scaler = torch.cuda.amp.GradScaler()
+            for (x,) in loader:
+                loss = model(x).sum()
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+        """
+    code, lines = convert(body)
+    assert 'accelerator = Accelerator(mixed_precision="bf16")' in lines, code
