@@ -71,7 +71,12 @@ class TargetedTransformer(cst.CSTTransformer):
         results: dict[int, list[Any]] = {}
         changed = False
         for child in child_nodes(node):
-            result = child.visit(self)
+            # What ``child.visit(self)`` does, without its frame and its check of the result
+            # (a result that is not a node reaches libcst's check when the parent is rebuilt).
+            if self.on_visit(child):
+                result = self.on_leave(child, child._visit_and_replace_children(self))
+            else:
+                result = self.on_leave(child, child)
             results.setdefault(id(child), []).append(result)
             changed = changed or result is not child
         if not changed:
@@ -140,8 +145,16 @@ class TargetedTransformer(cst.CSTTransformer):
 def _wants_trivia(transformer_type: type) -> bool:
     """Whether a transformer has a hook for a whitespace or token type, which the walk that
     skips them would never call: such a transformer is walked by libcst."""
-    hooks = own_hooks(transformer_type)
-    return any(f"{hook}_{trivia.__name__}" in hooks for trivia in TRIVIA for hook in ("visit", "leave"))
+    wants = _WANTS_TRIVIA.get(transformer_type)
+    if wants is None:
+        hooks = own_hooks(transformer_type)
+        wants = _WANTS_TRIVIA[transformer_type] = any(
+            f"{hook}_{trivia.__name__}" in hooks for trivia in TRIVIA for hook in ("visit", "leave")
+        )
+    return wants
+
+
+_WANTS_TRIVIA: dict[type, bool] = {}
 
 
 #: Transformer class → node class → (its own visit hook, its own leave hook), None where only
