@@ -310,7 +310,7 @@ def _write_kind(statement: cst.BaseStatement, facts: ScriptFacts) -> str | None:
     """``"folder"`` for folder creation, ``"delete"`` for deletions, ``"write"`` for other writes,
     None for anything else."""
     if isinstance(statement, cst.With):
-        if any(names_in(item.item) & facts.per_process_paths for item in statement.items):
+        if facts.per_process_paths and any(names_in(item.item) & facts.per_process_paths for item in statement.items):
             return None
         return "write" if any(facts.opens_for_writing(i.item) for i in statement.items) else None
     if isinstance(statement, (cst.If, cst.For, cst.Try)) and isinstance(statement.body, cst.IndentedBlock):
@@ -333,7 +333,7 @@ def _call_kind(small: cst.BaseSmallStatement, facts: ScriptFacts) -> str | None:
     if not isinstance(small, cst.Expr) or not isinstance(small.value, cst.Call):
         return None
     call = small.value
-    if names_in(call) & facts.per_process_paths:
+    if facts.per_process_paths and names_in(call) & facts.per_process_paths:
         return None  # a folder or file of this process alone: every rank handles its own
     name = facts.callee_name(call.func)
     if name in FOLDER_FUNCTIONS:
