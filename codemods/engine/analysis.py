@@ -354,6 +354,10 @@ class _Recorder(NameCollector):
         )
 
 
+#: The last names of the GradScalers and autocasts (``GradScaler``, ``autocast``).
+_AMP_FINAL_NAMES = frozenset(name.rpartition(".")[2] for name in GRAD_SCALERS | AUTOCASTS)
+
+
 def _read_switch(node: cst.CSTNode, negated: bool, found: list[tuple[str, bool]]) -> None:
     """The flags (``args.no_cuda``) a device decision tests, and whether each is under ``not``."""
     if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
@@ -1132,9 +1136,18 @@ class _Conclusions:
         module for. Callees are matched as the rule matches them (``facts.callee_name``)."""
         facts = self.facts
         lines: set[int] | None = set()
+        scaler_calls: set[int] = set()
         for call in self.r.calls:
-            if facts.callee_name(call.node.func) not in GRAD_SCALERS | AUTOCASTS:
+            func = call.node.func
+            # A name written ``x.attr`` resolves to a name ending in ``.attr``: most calls are
+            # ruled out without resolving them.
+            if isinstance(func, cst.Attribute) and func.attr.value not in _AMP_FINAL_NAMES:
                 continue
+            callee = facts.callee_name(func)
+            if callee not in GRAD_SCALERS and callee not in AUTOCASTS:
+                continue
+            if callee in GRAD_SCALERS:
+                scaler_calls.add(id(call.node))
             site = self.origins.site(call.node)
             if site is None:
                 lines = None
@@ -1142,7 +1155,7 @@ class _Conclusions:
                 lines.add(site.line)
         for assign in self.r.assigns:
             value = assign.value
-            if isinstance(value, cst.Call) and facts.callee_name(value.func) in GRAD_SCALERS:
+            if isinstance(value, cst.Call) and id(value) in scaler_calls:
                 for target in assign.node.targets:
                     name = dotted(target.target)
                     if name:
@@ -1168,7 +1181,8 @@ class _Conclusions:
                 facts.call_sites.setdefault(key, []).append(self.site(call.node))
             if isinstance(func, cst.Attribute):
                 facts.call_sites.setdefault("." + func.attr.value, []).append(self.site(call.node))
-            qualified = self.qualified(call)
+            if qualified is None:  # a strict answer is also the lenient one
+                qualified = self.qualified(call)
             feature = FEATURES.get(qualified or "")
             if feature is None:
                 continue
