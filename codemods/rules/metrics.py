@@ -320,7 +320,8 @@ class _EvalLoopRewriter(RuleTransformer):
             )
         if not plan.gathered:
             return loop
-        self._taken_names.update(plan.new_names)
+        if plan.new_names:  # the taken names are collected only when a new one is needed
+            self._taken_names.update(plan.new_names)
         gather_line = _gather_statement(plan, self.facts)
         new_body = _insert_after(body.body, statement, gather_line, plan, self.facts)
         gathered = ", ".join(expression_code(e) for e in plan.gathered)
