@@ -24,7 +24,7 @@ from codemods.engine.accelerator_code import accelerator_name
 from codemods.engine.facts import ScriptFacts
 from codemods.engine.findings import FILE_START, Findings
 from codemods.engine.model import Change, Site
-from codemods.engine.positions import CARRIED_TYPES, POSITIONED_TYPES, OriginIndex, skips_statement
+from codemods.engine.positions import CARRIED_TYPES, POSITIONED_TYPES, STATEMENT_TYPES, OriginIndex, skips_statement
 from codemods.engine.syntax import assigns_at_top, body_statements, dotted, instance_parameter, is_main_guard
 from codemods.engine.walk import TRIVIA, child_nodes, own_hooks
 
@@ -68,7 +68,7 @@ class TargetedTransformer(cst.CSTTransformer):
             return False
         if self._libcst_walk:
             return True  # a pass with hooks for whitespace or tokens: libcst walks everything
-        results: dict[int, list[Any]] = {}
+        done: list[tuple[cst.CSTNode, Any]] = []
         changed = False
         for child in child_nodes(node):
             # What ``child.visit(self)`` does, without its frame and its check of the result
@@ -77,10 +77,14 @@ class TargetedTransformer(cst.CSTTransformer):
                 result = self.on_leave(child, child._visit_and_replace_children(self))
             else:
                 result = self.on_leave(child, child)
-            results.setdefault(id(child), []).append(result)
-            changed = changed or result is not child
+            done.append((child, result))
+            if result is not child:
+                changed = True
         if not changed:
             return False  # libcst leaves the node as it is: on_leave(node, node)
+        results: dict[int, list[Any]] = {}
+        for child, result in done:
+            results.setdefault(id(child), []).append(result)
         self._replay = (node, results)
         return True
 
@@ -103,9 +107,12 @@ class TargetedTransformer(cst.CSTTransformer):
         ``lines``)."""
         if type(node) in TRIVIA:
             return False
-        visit = self._hooks_of(type(node))[0]
-        descend = visit is None or visit(self, node) is not False
-        return descend and not self.skips(node)
+        kind = type(node)
+        visit = self._hooks_of(kind)[0]
+        if visit is not None and visit(self, node) is False:
+            return False
+        # Only statements can be skipped (``skips_statement`` says no to anything else).
+        return kind not in STATEMENT_TYPES or not skips_statement(node, self.lines, self.origins)
 
     def skips(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` is a statement holding none of ``lines``: not walked."""
@@ -302,7 +309,7 @@ class RuleTransformer(TargetedTransformer):
     # hooks (which may stop the descent into a class) can never unbalance them.
     def entering_node(self, node: cst.CSTNode) -> bool:
         kind = type(node)
-        if self._blocks:
+        if self._blocks and kind in _BLOCK_ITEM_TYPES:
             self._blocks[-1].entering(node)
         if kind is cst.Module:
             self._blocks.append(_Block.of_module(node, self.accelerator))  # type: ignore[arg-type]
@@ -330,6 +337,10 @@ class RuleTransformer(TargetedTransformer):
         if kind is cst.FunctionDef or kind is cst.Module:
             self._blocks.pop()
         return result
+
+
+#: What a block's statement list holds: statements, or a ``def f(): ...`` one-line suite.
+_BLOCK_ITEM_TYPES = STATEMENT_TYPES | {cst.SimpleStatementSuite}
 
 
 class _Block:
