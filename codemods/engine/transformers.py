@@ -41,8 +41,8 @@ class TargetedTransformer(cst.CSTTransformer):
 
     Why it walks the children itself: libcst rebuilds (constructs and validates a copy of) every
     node a transformer enters, and visits every whitespace and token node, although a pass
-    changes a handful of nodes. Here a node's children are transformed one by one (through
-    ``node.visit``, so the hooks run exactly as libcst calls them); a node none of whose children
+    changes a handful of nodes. Here a node's children are transformed one by one (the steps of
+    libcst's ``node.visit``, so the hooks run exactly as libcst calls them); a node none of whose children
     changed is kept as it is, and a node with a changed child is rebuilt by libcst's own
     ``_visit_and_replace_children``, replaying the children's results (so removals and
     ``FlattenSentinel`` are handled as libcst does). A rule's ``leave_`` hook therefore receives
@@ -105,9 +105,9 @@ class TargetedTransformer(cst.CSTTransformer):
     def entering_node(self, node: cst.CSTNode) -> bool:
         """Whether to walk below ``node`` (its ``visit_`` hook said so and it may hold one of
         ``lines``)."""
-        if type(node) in TRIVIA:
-            return False
         kind = type(node)
+        if kind in TRIVIA:
+            return False
         visit = self._hooks_of(kind)[0]
         if visit is not None and visit(self, node) is False:
             return False
