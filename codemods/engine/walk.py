@@ -243,6 +243,46 @@ class _FieldOrder(cst.CSTVisitor):
         pass
 
 
+class StatementFilter(cst.CSTVisitor):
+    """A read-only visitor (for :func:`walk`) that enters only the statements
+    :meth:`enters_statement` accepts: one hook per kind of statement, so the walk calls nothing
+    for the other nodes (an ``on_visit`` override would be called for every node). Subclasses
+    with their own hook for a statement kind call ``super()``'s."""
+
+    def enters_statement(self, node: cst.CSTNode) -> bool:
+        return True
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        return self.enters_statement(node)
+
+    def visit_If(self, node: cst.If) -> bool:
+        return self.enters_statement(node)
+
+    def visit_For(self, node: cst.For) -> bool:
+        return self.enters_statement(node)
+
+    def visit_While(self, node: cst.While) -> bool:
+        return self.enters_statement(node)
+
+    def visit_With(self, node: cst.With) -> bool:
+        return self.enters_statement(node)
+
+    def visit_Try(self, node: cst.Try) -> bool:
+        return self.enters_statement(node)
+
+    def visit_TryStar(self, node: cst.TryStar) -> bool:
+        return self.enters_statement(node)
+
+    def visit_Match(self, node: cst.Match) -> bool:
+        return self.enters_statement(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return self.enters_statement(node)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return self.enters_statement(node)
+
+
 def variables_read(*nodes: cst.CSTNode) -> set[str]:
     """Every variable name used inside ``nodes`` (an attribute name after a dot is not a variable:
     ``args.batch_size`` reads ``args``)."""

@@ -32,7 +32,7 @@ from codemods.engine.rule import Example, Rule
 from codemods.engine.syntax import Statement, as_statement, as_statements, dotted
 from codemods.engine.torch_names import AUTOCASTS, GRAD_SCALERS
 from codemods.engine.transformers import RuleTransformer
-from codemods.engine.walk import identifiers, walk
+from codemods.engine.walk import StatementFilter, identifiers, walk
 
 #: The scaler's methods this pass knows how to replace; any other use keeps the script as it is.
 SCALER_METHODS = frozenset({"scale", "step", "update", "unscale_"})
@@ -181,7 +181,7 @@ def _machinery_lines(facts: ScriptFacts, scalers: set[str]) -> list[int] | None:
     return sorted(facts.amp_lines | named | facts.changed_lines)
 
 
-class _StatementsAtLines(cst.CSTVisitor):
+class _StatementsAtLines(StatementFilter):
     """A read-only look that enters only the statements holding one of ``lines``
     (:func:`_machinery_lines`): the analysis already found every GradScaler, autocast and scaler
     name of the script, so the other statements hold nothing for this rule."""
@@ -191,39 +191,11 @@ class _StatementsAtLines(cst.CSTVisitor):
         self.facts = facts
         self._lines = lines
 
-    def _enters(self, node: cst.CSTNode) -> bool:
+    def enters_statement(self, node: cst.CSTNode) -> bool:
+        # A decorated definition's original lines start at ``def``/``class``, below its decorators.
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node.decorators:
+            return True
         return not skips_statement(node, self._lines, self.facts.origins)
-
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
-        return self._enters(node)
-
-    def visit_If(self, node: cst.If) -> bool:
-        return self._enters(node)
-
-    def visit_For(self, node: cst.For) -> bool:
-        return self._enters(node)
-
-    def visit_While(self, node: cst.While) -> bool:
-        return self._enters(node)
-
-    def visit_With(self, node: cst.With) -> bool:
-        return self._enters(node)
-
-    def visit_Try(self, node: cst.Try) -> bool:
-        return self._enters(node)
-
-    def visit_TryStar(self, node: cst.TryStar) -> bool:
-        return self._enters(node)
-
-    def visit_Match(self, node: cst.Match) -> bool:
-        return self._enters(node)
-
-    # A decorated definition's original lines start at ``def``/``class``, below its decorators.
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return bool(node.decorators) or self._enters(node)
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return bool(node.decorators) or self._enters(node)
 
 
 class _AmpSurvey(_StatementsAtLines):

@@ -20,7 +20,7 @@ from codemods.engine.program_seeds import callers_of_imported_accelerator_users,
 from codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
 from codemods.engine.signatures import parameter_index, with_argument, with_parameter
 from codemods.engine.transformers import RuleTransformer, lines_of
-from codemods.engine.walk import walk
+from codemods.engine.walk import StatementFilter, walk
 
 
 @dataclass
@@ -34,7 +34,7 @@ class _Function:
     calls: set[str] = field(default_factory=set)
 
 
-class _Survey(cst.CSTVisitor):
+class _Survey(StatementFilter):
     """Which module-level functions read ``accelerator`` and whom they call.
 
     Only what earlier passes wrote can hold a new use: statements they changed (their original
@@ -53,38 +53,12 @@ class _Survey(cst.CSTVisitor):
         self.depth = 0
         self.current: _Function | None = None
 
-    def _unchanged(self, node: cst.CSTNode) -> bool:
-        """A statement inside a function that no earlier pass changed: nothing new to read."""
+    def enters_statement(self, node: cst.CSTNode) -> bool:
+        """Not a statement inside a function that no earlier pass changed: nothing new there."""
         if self.depth < 1:
-            return False
+            return True
         site = self.origins.site(node) if self.origins is not None else None
-        return site is not None and not any(line in self.changed for line in range(site.line, site.end_line + 1))
-
-    # Every kind of statement: the unchanged ones are not entered (hooks rather than an
-    # ``on_visit`` override, which would be called for every node).
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
-        return not self._unchanged(node)
-
-    def visit_If(self, node: cst.If) -> bool:
-        return not self._unchanged(node)
-
-    def visit_For(self, node: cst.For) -> bool:
-        return not self._unchanged(node)
-
-    def visit_While(self, node: cst.While) -> bool:
-        return not self._unchanged(node)
-
-    def visit_With(self, node: cst.With) -> bool:
-        return not self._unchanged(node)
-
-    def visit_Try(self, node: cst.Try) -> bool:
-        return not self._unchanged(node)
-
-    def visit_TryStar(self, node: cst.TryStar) -> bool:
-        return not self._unchanged(node)
-
-    def visit_Match(self, node: cst.Match) -> bool:
-        return not self._unchanged(node)
+        return site is None or any(line in self.changed for line in range(site.line, site.end_line + 1))
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         self.depth += 1
@@ -97,7 +71,7 @@ class _Survey(cst.CSTVisitor):
             # A helper that creates its own accelerator is a home of its own: not this pass's business.
             self.current = _Function(names, parameter_index(params), binds_accelerator=self.accelerator in names)
             self.functions[node.name.value] = self.current
-        return not self._unchanged(node)
+        return self.enters_statement(node)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self.depth -= 1
@@ -106,7 +80,7 @@ class _Survey(cst.CSTVisitor):
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         # Methods get no parameter added; module-level classes are skipped.
-        return self.depth > 0 and not self._unchanged(node)
+        return self.depth > 0 and self.enters_statement(node)
 
     def visit_Name(self, node: cst.Name) -> None:
         if self.current is not None and node.value == self.accelerator:
