@@ -58,8 +58,8 @@ import json, resource, sys, time
 path, mode = sys.argv[1], sys.argv[2]
 source = open(path, "rb").read()
 import libcst
-from codemods import Options
-from converter.pipeline import convert_source
+from accel_convert.codemods import Options
+from accel_convert.converter.pipeline import convert_source
 baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.process_time()
 if mode == "convert":

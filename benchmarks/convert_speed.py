@@ -50,9 +50,9 @@ import libcst as cst
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-import codemods  # noqa: E402
-from codemods.engine.model import Options  # noqa: E402
-from converter.pipeline import convert_source, mentions_torch  # noqa: E402
+from accel_convert import codemods  # noqa: E402
+from accel_convert.codemods.engine.model import Options  # noqa: E402
+from accel_convert.converter.pipeline import convert_source, mentions_torch  # noqa: E402
 
 FIXTURES = REPO_ROOT / "fixtures" / "cases"
 TYPICAL_SCRIPT = REPO_ROOT / "benchmarks" / "data" / "typical_train.py"
@@ -183,11 +183,11 @@ def peak_conversion_memory(source: bytes, path: str) -> float:
 
 
 def cli_command(script: Path) -> list[str]:
-    """The installed console script when there is one (what users run), else ``-m converter``."""
+    """The installed console script when there is one (what users run), else ``-m accel_convert.converter``."""
     console_script = Path(sysconfig.get_path("scripts")) / "accel-convert"
     if console_script.is_file():
         return [str(console_script), "--check", "-q", str(script)]
-    return [sys.executable, "-m", "converter", "--check", "-q", str(script)]
+    return [sys.executable, "-m", "accel_convert.converter", "--check", "-q", str(script)]
 
 
 def process_seconds(command: list[str], bytecode_folder: str) -> float:

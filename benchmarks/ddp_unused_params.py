@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from runtime.ddp import wrap_in_ddp
+from accel_convert.runtime.ddp import wrap_in_ddp
 
 #: The handler kwargs each mode starts from ({} is a script that sets nothing: the runtime's default).
 MODES = {

@@ -57,8 +57,8 @@ def make_model(layers: int, hidden: int) -> torch.nn.Module:
 
 
 def measure(engine: str, args: argparse.Namespace) -> dict[str, Any]:
-    from runtime import Accelerator, FullyShardedDataParallelPlugin
-    from runtime.state_objects import AcceleratorState
+    from accel_convert.runtime import Accelerator, FullyShardedDataParallelPlugin
+    from accel_convert.runtime.state_objects import AcceleratorState
 
     AcceleratorState._reset_state()
     plugin = (
@@ -106,16 +106,16 @@ def worker(rank: int, world_size: int, port: int, args: argparse.Namespace) -> N
         print(f"FSDP + one gathered unit and its gradient: {peak / mib:.2f} MiB (ratio {peak / ddp['total']:.3f})")
         if "cuda_peak" in ddp:
             print(f"CUDA allocator peak  DDP {ddp['cuda_peak'] / mib:.2f} MiB   FSDP {fsdp['cuda_peak'] / mib:.2f} MiB")
-    from runtime.state import shut_down_process_group
+    from accel_convert.runtime.state import shut_down_process_group
 
     shut_down_process_group()
 
 
 def gpu_cap_worker(rank: int, world_size: int, port: int, args: argparse.Namespace) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
-    from runtime import Accelerator, FullyShardedDataParallelPlugin
-    from runtime.state import shut_down_process_group
-    from runtime.state_objects import AcceleratorState
+    from accel_convert.runtime import Accelerator, FullyShardedDataParallelPlugin
+    from accel_convert.runtime.state import shut_down_process_group
+    from accel_convert.runtime.state_objects import AcceleratorState
 
     parameters = args.layers * (args.hidden * args.hidden + args.hidden) + args.hidden + 1
     needed = 16 * parameters  # fp32 weights, gradients and AdamW's two moments

@@ -48,7 +48,7 @@ def main() -> None:
     import accelerate  # creates the process group both sides use
 
     theirs = accelerate.Accelerator(cpu=True)
-    from runtime.accelerator import Accelerator
+    from accel_convert.runtime.accelerator import Accelerator
 
     ours = Accelerator(cpu=True)
     payloads = _payloads(ours.process_index)

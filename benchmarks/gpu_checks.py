@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from runtime import Accelerator, find_executable_batch_size  # noqa: E402
+from accel_convert.runtime import Accelerator, find_executable_batch_size  # noqa: E402
 
 
 def check_nccl() -> str:

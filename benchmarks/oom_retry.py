@@ -37,7 +37,7 @@ def worker(out_dir: str, repeats: int, hold_models: bool) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     sys.path.insert(0, str(REPO))
-    from runtime.memory import find_executable_batch_size
+    from accel_convert.runtime.memory import find_executable_batch_size
 
     class FailInBackward(torch.autograd.Function):
         @staticmethod

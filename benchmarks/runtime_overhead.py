@@ -201,7 +201,7 @@ def make_variants(args, device, world: int, rank: int) -> dict[str, Callable[[],
 
         return lambda: timed_epoch(loader, step)
 
-    import runtime
+    from accel_convert import runtime
 
     precision = "no" if args.precision == "fp32" else args.precision
     steps = args.accumulation
@@ -235,7 +235,7 @@ def loader_throughput(args, world: int, rank: int) -> dict[str, float]:
     from torch.utils.data import DataLoader
     from torch.utils.data.distributed import DistributedSampler
 
-    import runtime
+    from accel_convert import runtime
 
     dataset = build_data("mlp", args.batch, args.seq, args.width, args.steps * 4, world)
     if world == 1:
@@ -289,7 +289,7 @@ def worker(args) -> None:
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
-    import runtime
+    from accel_convert import runtime
 
     state_device = runtime.Accelerator().device  # initialises the process group under torchrun
     device = torch.device(state_device)

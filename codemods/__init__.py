@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.engine.model import Change, ConversionOutcome, Options
-from codemods.engine.program_seeds import ProgramSeeds
-from codemods.engine.rule import Rule
+from accel_convert.codemods.engine.model import Change, ConversionOutcome, Options
+from accel_convert.codemods.engine.program_seeds import ProgramSeeds
+from accel_convert.codemods.engine.rule import Rule
 
 __all__ = ["convert_module", "Change", "Rule", "ConversionOutcome", "Options"]
 
@@ -37,10 +37,10 @@ def convert_module(
     output again changes nothing): the rules that cannot change it are not run — those that only
     report, and those whose rewrite is switched off — so the reports are incomplete.
     """
-    from codemods.engine.analysis import analyse
-    from codemods.engine.positions import reanchor
-    from codemods.engine.registry import all_rules
-    from codemods.engine.torch_names import SELF_DISTRIBUTING
+    from accel_convert.codemods.engine.analysis import analyse
+    from accel_convert.codemods.engine.positions import reanchor
+    from accel_convert.codemods.engine.registry import all_rules
+    from accel_convert.codemods.engine.torch_names import SELF_DISTRIBUTING
 
     facts = analyse(module, source, seeds)
     # A library of a program whose functions the accelerator reaches (a ``log`` helper that

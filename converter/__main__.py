@@ -1,5 +1,5 @@
-"""``python -m converter`` runs the ``accel-convert`` command."""
+"""``python -m accel_convert.converter`` runs the ``accel-convert`` command."""
 
-from converter.cli import main
+from accel_convert.converter.cli import main
 
 main(prog_name="accel-convert")

@@ -22,9 +22,9 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from codemods import Options
-from converter.config import ConfigError, load_config
-from converter.files import (
+from accel_convert.codemods import Options
+from accel_convert.converter.config import ConfigError, load_config
+from accel_convert.converter.files import (
     DEFAULT_EXCLUDE,
     Exclusions,
     Patterns,
@@ -34,7 +34,7 @@ from converter.files import (
     write_if_different,
     write_set,
 )
-from converter.pipeline import (
+from accel_convert.converter.pipeline import (
     Conversion,
     ConversionError,
     convert_source,
@@ -42,8 +42,8 @@ from converter.pipeline import (
     one_line,
     quiet_compiler_warnings,
 )
-from converter.project import ProgramFile, convert_program_files, folder_entries
-from converter.report import (
+from accel_convert.converter.project import ProgramFile, convert_program_files, folder_entries
+from accel_convert.converter.report import (
     Finding,
     Output,
     ProgressBar,
@@ -102,7 +102,7 @@ class Terminated(BaseException):
 
 def code_docs() -> list[Any]:
     """The codemods' self-documentation; imported late so plain runs never pay for it."""
-    from codemods.engine.registry import code_docs as registry_code_docs
+    from accel_convert.codemods.engine.registry import code_docs as registry_code_docs
 
     return registry_code_docs()
 
@@ -112,7 +112,7 @@ class CommandWithCodes(click.Command):
 
     def main(self, args: Sequence[str] | None = None, *rest: Any, **options: Any) -> Any:
         """Run the command; ``args`` None means the process's own command line (the console
-        script, ``python -m converter``), and then the process ends with the command."""
+        script, ``python -m accel_convert.converter``), and then the process ends with the command."""
         if args is not None:
             return super().main(args, *rest, **options)
         try:
@@ -842,5 +842,5 @@ def start_up_objects_left_out_of_collections() -> Iterator[None]:
         gc.unfreeze()
 
 
-if __name__ == "__main__":  # pragma: no cover - `python -m converter.cli`
+if __name__ == "__main__":  # pragma: no cover - `python -m accel_convert.converter.cli`
     sys.exit(main())

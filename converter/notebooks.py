@@ -28,8 +28,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from codemods import Change, Options
-from converter.pipeline import Conversion, ConversionError, convert_script
+from accel_convert.codemods import Change, Options
+from accel_convert.converter.pipeline import Conversion, ConversionError, convert_script
 
 NOTEBOOK_SUFFIX = ".ipynb"
 
@@ -55,7 +55,7 @@ class NotebookConversion(Conversion):
 
     def cell_diffs(self, new_name: str | None = None) -> list[str]:
         """One unified diff per changed code cell, headed ``a/PATH:cell N`` and ``b/PATH:cell N``."""
-        from converter.report import unified_diff
+        from accel_convert.converter.report import unified_diff
 
         lines: list[str] = []
         for cell in self.cells:

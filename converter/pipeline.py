@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-import codemods
-from codemods import Change, ConversionOutcome, Options
-from codemods.engine.positions import python_ast
-from converter.data_literals import elide_data_literals
+from accel_convert import codemods
+from accel_convert.codemods import Change, ConversionOutcome, Options
+from accel_convert.codemods.engine.positions import python_ast
+from accel_convert.converter.data_literals import elide_data_literals
 
 
 class ConversionError(Exception):
@@ -81,7 +81,7 @@ def convert_source(source: bytes, options: Options, *, path: str) -> Conversion:
     """Convert one file's bytes: a Jupyter notebook (``.ipynb``, see converter.notebooks) or a
     script (:func:`convert_script`)."""
     if path.lower().endswith(".ipynb"):
-        from converter.notebooks import convert_notebook  # nbformat is loaded for notebooks only
+        from accel_convert.converter.notebooks import convert_notebook  # nbformat is loaded for notebooks only
 
         return convert_notebook(source, options, path=path)
     return convert_script(source, options, path=path)

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import libcst as cst
 
-from codemods import Options
-from codemods.engine.positions import python_ast
-from codemods.engine.program import ProgramModule, convert_program, local_imports
-from converter.pipeline import (
+from accel_convert.codemods import Options
+from accel_convert.codemods.engine.positions import python_ast
+from accel_convert.codemods.engine.program import ProgramModule, convert_program, local_imports
+from accel_convert.converter.pipeline import (
     Codec,
     Conversion,
     ConversionError,

@@ -27,15 +27,15 @@ from typing import IO, TYPE_CHECKING, Literal
 
 import click
 
-from codemods import Change
+from accel_convert.codemods import Change
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress
     from rich.text import Text
 
-    from codemods.engine.registry import CodeDoc
-    from converter.pipeline import Conversion, ConversionError
+    from accel_convert.codemods.engine.registry import CodeDoc
+    from accel_convert.converter.pipeline import Conversion, ConversionError
 
 OutputFormat = Literal["text", "json", "github", "sarif"]
 
@@ -416,7 +416,7 @@ class ProgressBar:
 
 def registry_docs() -> list[CodeDoc]:
     """The codemods' self-documentation; imported late so plain runs never pay for it."""
-    from codemods.engine.registry import code_docs
+    from accel_convert.codemods.engine.registry import code_docs
 
     return code_docs()
 
@@ -424,7 +424,7 @@ def registry_docs() -> list[CodeDoc]:
 def code_rationales() -> dict[str, tuple[str, str]]:
     """Code → (the code of the rule that reports it, the why: the rule module's docstring after
     its headline). A rule's extra codes share its docstring."""
-    from codemods.engine.registry import all_rules
+    from accel_convert.codemods.engine.registry import all_rules
 
     rationales: dict[str, tuple[str, str]] = {}
     for rule in all_rules():

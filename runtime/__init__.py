@@ -12,11 +12,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time each name loads on first use
-    from runtime.accelerator import Accelerator
-    from runtime.comm_hooks import DDPCommunicationHookType
-    from runtime.fsdp import FullyShardedDataParallelPlugin
-    from runtime.gradient_state import GradientState
-    from runtime.handlers import (
+    from accel_convert.runtime.accelerator import Accelerator
+    from accel_convert.runtime.comm_hooks import DDPCommunicationHookType
+    from accel_convert.runtime.fsdp import FullyShardedDataParallelPlugin
+    from accel_convert.runtime.gradient_state import GradientState
+    from accel_convert.runtime.handlers import (
         AutocastKwargs,
         DataLoaderConfiguration,
         DistributedDataParallelKwargs,
@@ -25,11 +25,11 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each name l
         InitProcessGroupKwargs,
         ProjectConfiguration,
     )
-    from runtime.notebook import notebook_launcher
-    from runtime.profiling import ProfileKwargs
-    from runtime.state import DistributedType
-    from runtime.state_objects import AcceleratorState, PartialState
-    from runtime.utils import (
+    from accel_convert.runtime.notebook import notebook_launcher
+    from accel_convert.runtime.profiling import ProfileKwargs
+    from accel_convert.runtime.state import DistributedType
+    from accel_convert.runtime.state_objects import AcceleratorState, PartialState
+    from accel_convert.runtime.utils import (
         find_executable_batch_size,
         get_logger,
         prepare_data_loader,

@@ -31,12 +31,12 @@ import torch
 from torch.nn.parallel import DataParallel, DistributedDataParallel
 from torch.utils.data import DataLoader
 
-from runtime import collectives, fsdp, operations, precision
-from runtime.comm_hooks import register_comm_hook
-from runtime.ddp import wrap_in_ddp
-from runtime.fsdp import FullyShardedDataParallelPlugin
-from runtime.gradient_state import GradientState
-from runtime.handlers import (
+from accel_convert.runtime import collectives, fsdp, operations, precision
+from accel_convert.runtime.comm_hooks import register_comm_hook
+from accel_convert.runtime.ddp import wrap_in_ddp
+from accel_convert.runtime.fsdp import FullyShardedDataParallelPlugin
+from accel_convert.runtime.gradient_state import GradientState
+from accel_convert.runtime.handlers import (
     SUPPORTED_KWARGS_HANDLERS,
     AutocastKwargs,
     DataLoaderConfiguration,
@@ -47,10 +47,10 @@ from runtime.handlers import (
     KwargsHandler,
     ProjectConfiguration,
 )
-from runtime.profiling import ProfileKwargs, profile_block
-from runtime.state import DistributedType, detect_state
-from runtime.state_objects import AcceleratorState, ProcessGuards
-from runtime.wrappers import AcceleratedOptimizer, AcceleratedScheduler
+from accel_convert.runtime.profiling import ProfileKwargs, profile_block
+from accel_convert.runtime.state import DistributedType, detect_state
+from accel_convert.runtime.state_objects import AcceleratorState, ProcessGuards
+from accel_convert.runtime.wrappers import AcceleratedOptimizer, AcceleratedScheduler
 
 _NOT_SET: Any = object()
 
@@ -230,7 +230,7 @@ class Accelerator(ProcessGuards):
             sync_with_dataloader=plugin.sync_with_dataloader,
             sync_each_batch=plugin.sync_each_batch,
         )
-        from runtime.data_loader import adopt_gradient_state
+        from accel_convert.runtime.data_loader import adopt_gradient_state
 
         adopt_gradient_state(self.gradient_state)  # loaders from the functional prepare_data_loader report here
 
@@ -472,7 +472,7 @@ class Accelerator(ProcessGuards):
         self, data_loader: DataLoader, device_placement: bool | None = None, slice_fn_for_dispatch: Any = None
     ) -> DataLoader:
         """Shard the loader: this rank's batches, moved to the device, end-of-epoch bookkeeping."""
-        from runtime.data import prepare_data_loader
+        from accel_convert.runtime.data import prepare_data_loader
 
         if getattr(data_loader, "_is_accelerate_prepared", False):
             return data_loader
@@ -496,7 +496,7 @@ class Accelerator(ProcessGuards):
 
     def skip_first_batches(self, dataloader: DataLoader, num_batches: int = 0) -> DataLoader:
         """A loader that resumes mid-epoch: the first ``num_batches`` (per-rank) batches are skipped."""
-        from runtime.data import skip_first_batches
+        from accel_convert.runtime.data import skip_first_batches
 
         return skip_first_batches(dataloader, num_batches)
 
@@ -748,7 +748,7 @@ class Accelerator(ProcessGuards):
         missing and where each rank is, and raises ``BarrierTimeoutError`` (runtime.job_failure).
         """
         if self.use_distributed:
-            from runtime.job_failure import monitored_barrier
+            from accel_convert.runtime.job_failure import monitored_barrier
 
             monitored_barrier()
 
@@ -771,13 +771,13 @@ class Accelerator(ProcessGuards):
     @contextlib.contextmanager
     def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
         """This rank's contiguous share of a list/tuple/tensor/dict (the first ranks get one extra)."""
-        from runtime.utils import split_for_process
+        from accel_convert.runtime.utils import split_for_process
 
         yield split_for_process(inputs, self.num_processes, self.process_index, apply_padding)
 
     def end_training(self) -> None:
         """Leave the process group (call once, at the very end of the script)."""
-        from runtime.state import shut_down_process_group
+        from accel_convert.runtime.state import shut_down_process_group
 
         self.wait_for_everyone()
         shut_down_process_group()
@@ -821,14 +821,14 @@ class Accelerator(ProcessGuards):
         state = self.get_state_dict(model)
         if self.is_main_process:
             os.makedirs(save_directory, exist_ok=True)
-            from runtime.utils import atomic_torch_save
+            from accel_convert.runtime.utils import atomic_torch_save
 
             atomic_torch_save(state, os.path.join(save_directory, "pytorch_model.bin"))
         self.wait_for_everyone()
 
     def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
         """``torch.save`` on the main process only, atomically (temp file + rename: never half-written)."""
-        from runtime.utils import atomic_torch_save
+        from accel_convert.runtime.utils import atomic_torch_save
 
         if safe_serialization:
             raise ValueError(
@@ -868,19 +868,19 @@ class Accelerator(ProcessGuards):
 
     def save_state(self, output_dir: str | None = None, **kwargs: Any) -> str:
         """Save models, optimizers, schedulers, scaler, RNG states and registered objects (see runtime.checkpoint)."""
-        from runtime.checkpoint import save_state
+        from accel_convert.runtime.checkpoint import save_state
 
         return save_state(self, output_dir, **kwargs)
 
     def load_state(self, input_dir: str | None = None, **kwargs: Any) -> None:
         """Restore what ``save_state`` wrote (see runtime.checkpoint)."""
-        from runtime.checkpoint import load_state
+        from accel_convert.runtime.checkpoint import load_state
 
         load_state(self, input_dir, **kwargs)
 
     def free_memory(self, *objects: Any) -> list[Any]:
         """Forget every prepared object (and release ``objects``); returns Nones to reassign."""
-        from runtime.memory import release_memory
+        from accel_convert.runtime.memory import release_memory
 
         released = release_memory(*objects)
         self._models.clear()

@@ -55,7 +55,7 @@ from typing import Any
 
 import torch
 
-from runtime import fsdp
+from accel_convert.runtime import fsdp
 
 __all__ = ["CheckpointError", "MANIFEST", "latest_checkpoint", "load_state", "save_state"]
 
@@ -526,7 +526,7 @@ def _shared_files_names(accelerator: Any) -> list[str]:
 
 def _load_on_every_rank(loader: _VerifiedLoader, name: str, accelerator: Any) -> Any:
     """Load this rank's own file, then agree with the other ranks that all of theirs loaded."""
-    from runtime.collectives import is_distributed, reduce
+    from accel_convert.runtime.collectives import is_distributed, reduce
 
     failure: CheckpointError | None = None
     content: Any = None

@@ -52,9 +52,9 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
-from runtime.collectives import keep_for_teardown
-from runtime.gradient_state import GradientState
-from runtime.sharding import (
+from accel_convert.runtime.collectives import keep_for_teardown
+from accel_convert.runtime.gradient_state import GradientState
+from accel_convert.runtime.sharding import (
     IterableShard,
     SeedableRandomSampler,
     ShardedBatchSampler,

@@ -15,10 +15,10 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from runtime.data import PreparedDataLoader, skip_first_batches
-from runtime.data import prepare_data_loader as _prepare_sharded
-from runtime.gradient_state import GradientState
-from runtime.sharding import (
+from accel_convert.runtime.data import PreparedDataLoader, skip_first_batches
+from accel_convert.runtime.data import prepare_data_loader as _prepare_sharded
+from accel_convert.runtime.gradient_state import GradientState
+from accel_convert.runtime.sharding import (
     IterableShard,
     SeedableRandomSampler,
     ShardedBatchSampler,
@@ -76,7 +76,7 @@ def prepare_data_loader(
     if torch_device_mesh is not None:
         raise ValueError("prepare_data_loader(torch_device_mesh=...) is not supported by runtime (DDP only)")
     if num_processes is None or process_index is None or (put_on_device and device is None):
-        from runtime.state_objects import PartialState
+        from accel_convert.runtime.state_objects import PartialState
 
         state = PartialState()
         num_processes = state.num_processes if num_processes is None else num_processes

@@ -52,7 +52,7 @@ from typing import Any
 
 import torch
 
-from runtime.state import env_flag
+from accel_convert.runtime.state import env_flag
 
 __all__ = [
     "FullyShardedDataParallelPlugin",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from runtime.comm_hooks import DDPCommunicationHookType
+from accel_convert.runtime.comm_hooks import DDPCommunicationHookType
 
 _Handler = TypeVar("_Handler", bound="KwargsHandler")
 

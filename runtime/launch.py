@@ -453,7 +453,7 @@ def fsdp_option(name: str) -> str | None:
 
 def check_fsdp_environment(variables: dict[str, str]) -> None:
     """Build the plugin the workers will build, here, so a bad value fails once and early."""
-    from runtime.fsdp import FullyShardedDataParallelPlugin
+    from accel_convert.runtime.fsdp import FullyShardedDataParallelPlugin
 
     saved = dict(os.environ)
     os.environ.update(variables)

@@ -20,7 +20,7 @@ class MultiProcessAdapter(logging.LoggerAdapter):
 
     @staticmethod
     def _should_log(main_process_only: bool) -> bool:
-        from runtime.state_objects import PartialState
+        from accel_convert.runtime.state_objects import PartialState
 
         if not main_process_only:
             return True
@@ -38,7 +38,7 @@ class MultiProcessAdapter(logging.LoggerAdapter):
         if not self.isEnabledFor(level):
             return
         if in_order:
-            from runtime.state_objects import PartialState
+            from accel_convert.runtime.state_objects import PartialState
 
             state = PartialState()
             for rank in range(state.num_processes):

@@ -237,7 +237,7 @@ def start_agreed_run() -> tuple[Callable[..., tuple[bool, Any]], contextlib.Abst
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return None
     # Imported here: only runs with several ranks need the protocol.
-    from runtime.oom_agreement import start_run
+    from accel_convert.runtime.oom_agreement import start_run
 
     return start_run()
 

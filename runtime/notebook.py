@@ -65,7 +65,7 @@ def notebook_launcher(
     A worker that raises ends the launch: the others are stopped and a ``RuntimeError`` carrying
     the worker's traceback is raised here.
     """
-    from runtime.precision import resolve_mixed_precision
+    from accel_convert.runtime.precision import resolve_mixed_precision
 
     mixed_precision = resolve_mixed_precision(mixed_precision)
     if num_nodes < 1 or not 0 <= node_rank < num_nodes:
@@ -114,7 +114,7 @@ def refuse_unforkable_state() -> None:
     """Raise before forking when the kernel holds what a forked worker cannot use."""
     if torch.cuda.is_initialized():
         raise RuntimeError(CUDA_ALREADY_INITIALISED)
-    from runtime.state_objects import AcceleratorState, PartialState
+    from accel_convert.runtime.state_objects import AcceleratorState, PartialState
 
     if PartialState._shared_state or AcceleratorState._shared_state:
         raise RuntimeError(ACCELERATOR_ALREADY_CREATED)

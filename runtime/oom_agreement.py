@@ -44,14 +44,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from runtime.memory import (
+from accel_convert.runtime.memory import (
     _reduced,
     _say,
     _without_locals,
     free_memory,
     is_out_of_memory,
 )
-from runtime.state import shut_down_process_group
+from accel_convert.runtime.state import shut_down_process_group
 
 # Default Gloo/NCCL timeout when the live group's own cannot be read (torch's default for Gloo).
 _FALLBACK_TIMEOUT = datetime.timedelta(minutes=30)

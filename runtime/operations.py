@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from runtime import collectives
+from accel_convert.runtime import collectives
 
 
 class DistributedOperationException(Exception):
@@ -24,7 +24,7 @@ class DistributedOperationException(Exception):
 
 def debug_mode() -> bool:
     """Whether the shape checks are on (the shared ``PartialState().debug`` flag)."""
-    from runtime.state_objects import PartialState
+    from accel_convert.runtime.state_objects import PartialState
 
     return bool(PartialState._shared_state.get("debug", False))
 
@@ -96,7 +96,7 @@ def pad_across_processes(tensor: Any, dim: int = 0, pad_index: Any = 0, pad_firs
 def copy_tensor_to_devices(tensor: torch.Tensor | None = None) -> torch.Tensor:
     """The main process's ``tensor`` on every rank (the others pass None): shape and dtype travel
     first, then the values."""
-    from runtime.state_objects import PartialState
+    from accel_convert.runtime.state_objects import PartialState
 
     state = PartialState()
     if not collectives.is_distributed():

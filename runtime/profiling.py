@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from runtime.handlers import KwargsHandler
+from accel_convert.runtime.handlers import KwargsHandler
 
 #: The trace file of rank ``{suffix}`` (Accelerate's name).
 PROFILE_FILE_PATTERN = "profile_{suffix}.json"

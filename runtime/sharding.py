@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, IterableDataset, RandomSampler
 
-from runtime.sharding_fast import (
+from accel_convert.runtime.sharding_fast import (
     Batch,
     random_draws,
     register_known_draws,

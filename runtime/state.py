@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from runtime.job_failure import failure_seen, stop_watching, watch_for_failures
+from accel_convert.runtime.job_failure import failure_seen, stop_watching, watch_for_failures
 
 
 class DistributedType(str, Enum):
@@ -201,7 +201,7 @@ def shut_down_process_group(release_models: bool = True) -> None:
     ``release_models=False`` (the OOM retry's rebuild, where models prepared outside the retried
     function must stay usable objects) skips step (2).
     """
-    from runtime.ddp import release_process_group_references
+    from accel_convert.runtime.ddp import release_process_group_references
 
     if release_models:
         release_process_group_references()

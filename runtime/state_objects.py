@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import torch
 import torch.distributed as dist
 
-from runtime.state import DistributedType, ProcessState, detect_state, env_flag
+from accel_convert.runtime.state import DistributedType, ProcessState, detect_state, env_flag
 
 #: What ``PartialState`` copies from the detected :class:`~runtime.state.ProcessState`.
 _PROCESS_FACTS = ("distributed_type", "num_processes", "process_index", "local_process_index", "device", "backend")
@@ -138,7 +138,7 @@ class _ProcessView(ProcessGuards):
     @contextlib.contextmanager
     def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
         """This rank's contiguous share of a list/tuple/tensor/dict (the first ranks get one extra)."""
-        from runtime.utils import split_for_process
+        from accel_convert.runtime.utils import split_for_process
 
         yield split_for_process(inputs, self.num_processes, self.process_index, apply_padding)
 
@@ -225,7 +225,7 @@ class AcceleratorState(_ProcessView):
         self.__dict__ = self._shared_state
         partial = PartialState(cpu, **kwargs)
         if not self.initialized:
-            from runtime.precision import resolve_mixed_precision
+            from accel_convert.runtime.precision import resolve_mixed_precision
 
             self.__dict__.update({name: partial.__dict__[name] for name in _PROCESS_FACTS})
             self.mixed_precision = resolve_mixed_precision(None)

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from runtime.handlers import (  # noqa: F401 (re-exported, as accelerate.utils does)
+from accel_convert.runtime.handlers import (  # noqa: F401 (re-exported, as accelerate.utils does)
     AutocastKwargs,
     DataLoaderConfiguration,
     DistributedDataParallelKwargs,
@@ -59,8 +59,8 @@ def __getattr__(name: str) -> Any:
 def synchronize_rng_states(rng_types: list[str], generator: torch.Generator | None = None) -> None:
     """Make the listed RNGs (``"torch"``, ``"cuda"``, ``"generator"`` with ``generator``) equal to
     rank 0's on every rank; a no-op on one process."""
-    from runtime.data import _checked_rng_types
-    from runtime.data import synchronize_rng_states as synchronize
+    from accel_convert.runtime.data import _checked_rng_types
+    from accel_convert.runtime.data import synchronize_rng_states as synchronize
 
     synchronize(_checked_rng_types(rng_types), generator)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from runtime.gradient_state import GradientState
+from accel_convert.runtime.gradient_state import GradientState
 
 
 class AcceleratedOptimizer(torch.optim.Optimizer):

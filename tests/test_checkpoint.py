@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from runtime import checkpoint
-from runtime.accelerator import Accelerator, PreparedObjects
-from runtime.checkpoint import MANIFEST, CheckpointError
-from runtime.handlers import ProjectConfiguration
+from accel_convert.runtime import checkpoint
+from accel_convert.runtime.accelerator import Accelerator, PreparedObjects
+from accel_convert.runtime.checkpoint import MANIFEST, CheckpointError
+from accel_convert.runtime.handlers import ProjectConfiguration
 
 
 class Tally:

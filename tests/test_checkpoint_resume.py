@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from runtime.accelerator import Accelerator
-from runtime.checkpoint import MANIFEST, CheckpointError
+from accel_convert.runtime.accelerator import Accelerator
+from accel_convert.runtime.checkpoint import MANIFEST, CheckpointError
 from tests.launching import torchrun
 from tests.scripts.checkpoint_resume import MID_STEP
 

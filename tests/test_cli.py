@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from converter import report
-from converter.cli import main
-from converter.report import Output, Piece, rich_text
+from accel_convert.converter import report
+from accel_convert.converter.cli import main
+from accel_convert.converter.report import Output, Piece, rich_text
 
 TRAIN = b"""import torch
 from torch.utils.data import DataLoader
@@ -260,8 +260,8 @@ def test_internal_error_exits_123_and_writes_nothing(
     """A codemod whose result changes again on a second run must never reach the disk."""
     import libcst as cst
 
-    import codemods
-    from codemods.engine.model import ConversionOutcome
+    from accel_convert import codemods
+    from accel_convert.codemods.engine.model import ConversionOutcome
 
     def unstable(
         module: cst.Module, options: object, source: object = None, *, tree_only: bool = False
@@ -279,8 +279,8 @@ def test_internal_error_exits_123_and_writes_nothing(
 def test_unexpected_exception_in_one_file_is_reported_and_the_rest_still_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import converter.cli
-
+    from accel_convert import converter
+    import accel_convert.converter.cli  # noqa: F401  (binds converter.cli)
     real_convert = converter.cli.convert_source
 
     def explode_on_boom(source: bytes, options: object, *, path: str):
@@ -464,7 +464,7 @@ def test_quiet_and_verbose(script: Path, tmp_path: Path) -> None:
 
 
 def test_list_codes_shows_every_code_with_examples() -> None:
-    from codemods.engine.registry import code_docs
+    from accel_convert.codemods.engine.registry import code_docs
 
     result = run("--list-codes")
     assert result.exit_code == 0
@@ -476,7 +476,7 @@ def test_list_codes_shows_every_code_with_examples() -> None:
 
 
 def test_help_documents_exit_codes_and_generated_code_list() -> None:
-    from codemods.engine.registry import code_docs
+    from accel_convert.codemods.engine.registry import code_docs
 
     result = run("--help")
     assert result.exit_code == 0
@@ -641,8 +641,8 @@ def test_output_styles_wherever_rich_would(monkeypatch: pytest.MonkeyPatch) -> N
 def test_objects_from_start_up_are_frozen_only_while_files_convert(
     script: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import converter.cli
-
+    from accel_convert import converter
+    import accel_convert.converter.cli  # noqa: F401  (binds converter.cli)
     frozen_during: list[int] = []
     real_convert = converter.cli.convert_source
 

@@ -3,7 +3,7 @@
 and build folders skipped by default, ``--exclude`` / ``--extend-exclude`` on the command line and
 in ``[tool.accel-convert]``, and a file named on the command line always taken.
 
-Each test runs ``python -m converter --check -v`` in a real subprocess and reads the files it
+Each test runs ``python -m accel_convert.converter --check -v`` in a real subprocess and reads the files it
 names (``PATH: unchanged``), so what is checked is what the command really visits.
 """
 
@@ -22,7 +22,7 @@ PLAIN = b"import os\n"
 def visited(*args: str | Path, cwd: Path) -> list[str]:
     """The files the command visited, as it names them, sorted."""
     result = subprocess.run(
-        [sys.executable, "-m", "converter", "--check", "-v", *map(str, args)],
+        [sys.executable, "-m", "accel_convert.converter", "--check", "-v", *map(str, args)],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -135,7 +135,7 @@ def test_config_patterns_are_relative_to_their_pyproject_and_extend_the_command_
 def test_a_bad_exclude_setting_is_one_usage_error(tmp_path: Path) -> None:
     make_tree(tmp_path, ["train.py"], {"pyproject.toml": '[tool.accel-convert]\nexclude = "build/"\n'})
     result = subprocess.run(
-        [sys.executable, "-m", "converter", "--check", "."],
+        [sys.executable, "-m", "accel_convert.converter", "--check", "."],
         capture_output=True,
         text=True,
         cwd=tmp_path,

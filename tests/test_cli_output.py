@@ -3,7 +3,7 @@ written, ``--statistics``, warnings first and ``--warnings-only``, ``-q`` naming
 fail ``--check``, the progress bar (on a terminal only), ``--explain``, ``--output-format json``
 exactly as documented, and ``--output-format sarif`` checked against SARIF 2.1.0's rules.
 
-Every test runs ``python -m converter`` in a real subprocess (a terminal for the progress bar is a
+Every test runs ``python -m accel_convert.converter`` in a real subprocess (a terminal for the progress bar is a
 real pseudo-terminal), and each launch is used for as many assertions as it can carry.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from codemods.engine.registry import code_docs
+from accel_convert.codemods.engine.registry import code_docs
 from tests.launching import REPO_ROOT, base_env
 
 #: A script with rewrites and a finding left for a person (ACC901: no DataLoader to shard),
@@ -64,7 +64,7 @@ def accel_convert(*args: str | Path, cwd: Path, env: dict[str, str] | None = Non
     for name in ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE"):
         run_env.pop(name, None)
     return subprocess.run(
-        [sys.executable, "-m", "converter", *map(str, args)],
+        [sys.executable, "-m", "accel_convert.converter", *map(str, args)],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -166,7 +166,7 @@ def run_on_terminal(args: list[str], cwd: Path) -> tuple[int, str]:
     for name in ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE"):
         env.pop(name, None)
     process = subprocess.Popen(
-        [sys.executable, "-m", "converter", *args],
+        [sys.executable, "-m", "accel_convert.converter", *args],
         stdout=subprocess.PIPE,
         stderr=follower,
         stdin=subprocess.DEVNULL,

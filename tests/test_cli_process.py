@@ -64,7 +64,7 @@ def test_pre_commit_hook_definition_runs_the_check() -> None:
 #: Runs the command three times in one interpreter and reports what each run had imported.
 IMPORT_PROBE = """
 import atexit, gc, json, sys
-from converter.cli import main
+from accel_convert.converter.cli import main
 
 def run(*args):
     try:

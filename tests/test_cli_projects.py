@@ -8,8 +8,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from converter.cli import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
-from converter.cli import main as accel_convert
+from accel_convert.converter.cli import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from accel_convert.converter.cli import main as accel_convert
 
 ENGINE = """\
 import torch

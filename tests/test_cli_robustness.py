@@ -2,7 +2,7 @@
 read-only files, signals mid-write, closed pipes, colour variables, patches that must apply, and
 warnings CPython raises about the user's code.
 
-Every test runs ``python -m converter`` in a real subprocess: exit codes, signals and pipes are
+Every test runs ``python -m accel_convert.converter`` in a real subprocess: exit codes, signals and pipes are
 process-level behaviour that an in-process runner cannot show.
 """
 
@@ -37,7 +37,7 @@ def accel_convert(
     *args: str | Path, cwd: Path, env: dict[str, str] | None = None, python: str = sys.executable, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [python, "-m", "converter", *map(str, args)],
+        [python, "-m", "accel_convert.converter", *map(str, args)],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -128,7 +128,7 @@ def slow_fsync(fd):
     marker.touch()
     time.sleep(60)
 os.fsync = slow_fsync
-from converter.cli import main
+from accel_convert.converter.cli import main
 main(sys.argv[2:], prog_name="accel-convert")
 """
 
@@ -176,7 +176,7 @@ def test_a_closed_pipe_ends_the_run_quietly(tmp_path: Path) -> None:
     for index in range(60):
         (sources / f"train{index:02}.py").write_bytes(TRAIN)
     pipeline = subprocess.run(
-        ["bash", "-c", f"set -o pipefail; {sys.executable} -m converter --diff src 2>errors.txt | head -1"],
+        ["bash", "-c", f"set -o pipefail; {sys.executable} -m accel_convert.converter --diff src 2>errors.txt | head -1"],
         cwd=tmp_path,
         env=base_env(),
         capture_output=True,
@@ -236,7 +236,7 @@ def test_diffs_apply_with_git_apply_and_patch(tmp_path: Path) -> None:
     for name, source in DIFF_CASES.items():
         (tmp_path / name).write_bytes(source)
     diff = subprocess.run(
-        [sys.executable, "-m", "converter", "--diff", *DIFF_CASES],
+        [sys.executable, "-m", "accel_convert.converter", "--diff", *DIFF_CASES],
         capture_output=True,
         cwd=tmp_path,
         env=base_env(),
@@ -269,7 +269,7 @@ def test_diffs_apply_with_git_apply_and_patch(tmp_path: Path) -> None:
     assert applied.returncode == 0, applied.stderr
     for name, source in DIFF_CASES.items():
         expected = subprocess.run(
-            [sys.executable, "-m", "converter", "-", "-q"],
+            [sys.executable, "-m", "accel_convert.converter", "-", "-q"],
             input=source,
             capture_output=True,
             cwd=tmp_path,

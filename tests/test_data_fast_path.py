@@ -15,8 +15,8 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
-from runtime.sharding import SeedableRandomSampler, ShardedBatchSampler
-from runtime.sharding_fast import (
+from accel_convert.runtime.sharding import SeedableRandomSampler, ShardedBatchSampler
+from accel_convert.runtime.sharding_fast import (
     UnreadBatch,
     random_draws,
     sliced_batches,

@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from codemods import Options
-from codemods.engine.positions import python_ast
-from converter import pipeline
-from converter.data_literals import MIN_FILE_BYTES, elide_data_literals
-from converter.pipeline import convert_source
+from accel_convert.codemods import Options
+from accel_convert.codemods.engine.positions import python_ast
+from accel_convert.converter import pipeline
+from accel_convert.converter.data_literals import MIN_FILE_BYTES, elide_data_literals
+from accel_convert.converter.pipeline import convert_source
 
 
 def numbers(count: int, rng: random.Random) -> str:

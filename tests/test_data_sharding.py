@@ -16,9 +16,9 @@ from accelerate.data_loader import BatchSamplerShard, IterableDatasetShard
 from accelerate.data_loader import prepare_data_loader as accelerate_prepare_data_loader
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, SequentialSampler
 
-from runtime.data import PreparedDataLoader, prepare_data_loader, send_to_device, skip_first_batches
-from runtime.gradient_state import GradientState
-from runtime.sharding import IterableShard, SeedableRandomSampler, ShardedBatchSampler, SkipBatchSampler
+from accel_convert.runtime.data import PreparedDataLoader, prepare_data_loader, send_to_device, skip_first_batches
+from accel_convert.runtime.gradient_state import GradientState
+from accel_convert.runtime.sharding import IterableShard, SeedableRandomSampler, ShardedBatchSampler, SkipBatchSampler
 
 
 def batch_sampler(length: int, batch_size: int, drop_last: bool = False) -> BatchSampler:

@@ -39,8 +39,8 @@ from pathlib import Path
 
 import pytest
 
-from codemods.engine.model import Options
-from converter.pipeline import ConversionError, convert_source
+from accel_convert.codemods.engine.model import Options
+from accel_convert.converter.pipeline import ConversionError, convert_source
 from tests.e2e_support.results import forkrun_results
 from tests.launching import REPO_ROOT, Run, python, torchrun
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from runtime.fsdp import FullyShardedDataParallelPlugin, ParameterSwaps, _units_bottom_up, unit_selector
+from accel_convert.runtime.fsdp import FullyShardedDataParallelPlugin, ParameterSwaps, _units_bottom_up, unit_selector
 from tests.launching import free_port, run_command, torchrun
 
 SCRIPT = Path(__file__).parent / "scripts" / "fsdp_checks.py"
@@ -27,7 +27,7 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("fsdp")
     torchrun(SCRIPT, "train", str(out), timeout=300).check()
     # The second launch goes through accel-launch: its --fsdp options configure the plugin.
-    accel_launch = [sys.executable, "-m", "runtime.launch", "--nnodes", "1", "--nproc-per-node", "1"]
+    accel_launch = [sys.executable, "-m", "accel_convert.runtime.launch", "--nnodes", "1", "--nproc-per-node", "1"]
     rendezvous = ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
     fsdp_options = [
         "--fsdp",
@@ -223,7 +223,7 @@ def test_parameter_swaps_repoint_only_the_very_same_parameters() -> None:
 
 
 def test_fsdp_plugin_is_a_constructor_argument_of_the_accelerator() -> None:
-    from runtime import Accelerator
+    from accel_convert.runtime import Accelerator
 
     accelerator = Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin())
     assert accelerator.fsdp_plugin is not None
@@ -233,7 +233,7 @@ def test_fsdp_plugin_is_a_constructor_argument_of_the_accelerator() -> None:
 
 
 def test_accel_launch_turns_fsdp_options_into_the_variables_accelerate_uses() -> None:
-    from runtime.launch import split_command_line
+    from accel_convert.runtime.launch import split_command_line
 
     argv = ["--nproc-per-node", "2", "--fsdp", "--fsdp_state_dict_type=FULL_STATE_DICT", "train.py", "--fsdp", "1"]
     line = split_command_line(argv)
@@ -248,7 +248,7 @@ def test_accel_launch_turns_fsdp_options_into_the_variables_accelerate_uses() ->
 
 
 def test_accel_launch_refuses_a_bad_fsdp_option_in_one_line() -> None:
-    run = run_command([sys.executable, "-m", "runtime.launch", "--fsdp_auto_wrap_policy", "weird", "x.py"], timeout=60)
+    run = run_command([sys.executable, "-m", "accel_convert.runtime.launch", "--fsdp_auto_wrap_policy", "weird", "x.py"], timeout=60)
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == [
         "accel-launch: error: auto_wrap_policy 'weird': use one of transformer_based_wrap, size_based_wrap, no_wrap"

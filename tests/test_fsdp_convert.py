@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from converter.cli import main
+from accel_convert.converter.cli import main
 
 TRAIN = """import torch
 from torch.utils.data import DataLoader

@@ -21,8 +21,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from codemods import Options
-from converter.pipeline import ConversionError, convert_source
+from accel_convert.codemods import Options
+from accel_convert.converter.pipeline import ConversionError, convert_source
 from tests.launching import REPO_ROOT, base_env
 
 FIXTURES = sorted((REPO_ROOT / "fixtures" / "cases").glob("*.py"))
@@ -222,7 +222,7 @@ def test_a_sample_of_mutants_through_the_command(tmp_path: Path) -> None:
         except ConversionError:
             expected_failures.add(name)
     result = subprocess.run(
-        [sys.executable, "-m", "converter", "--check", *[name for name, _, _ in sample]],
+        [sys.executable, "-m", "accel_convert.converter", "--check", *[name for name, _, _ in sample]],
         capture_output=True,
         text=True,
         cwd=tmp_path,

@@ -16,8 +16,8 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from codemods import convert_module
-from codemods.engine.model import Change, Options
+from accel_convert.codemods import convert_module
+from accel_convert.codemods.engine.model import Change, Options
 from tests.launching import REPO_ROOT
 
 CASES = sorted((REPO_ROOT / "fixtures" / "cases").glob("*.py"))

@@ -12,7 +12,7 @@ import uuid
 import pytest
 import torch
 
-from runtime import launch
+from accel_convert.runtime import launch
 from tests.launching import REPO_ROOT, Run, free_port, run_command
 
 
@@ -56,7 +56,7 @@ def test_two_nodes_on_localhost_gather_across_nodes() -> None:
         command = [
             sys.executable,
             "-m",
-            "runtime.launch",
+            "accel_convert.runtime.launch",
             "--nnodes",
             "2",
             "--node-rank",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime import launch
+from accel_convert.runtime import launch
 from tests.launching import REPO_ROOT, Run, free_port, run_command
 
 try:
@@ -41,8 +41,8 @@ sys.meta_path.insert(0, _NoTorch())
 
 
 def accel_launch(*args: str, env: dict[str, str] | None = None, stdin: str | None = None, timeout: float = 120) -> Run:
-    """``python -m runtime.launch ARGS`` (what the ``accel-launch`` entry point runs)."""
-    command = [sys.executable, "-m", "runtime.launch", *args]
+    """``python -m accel_convert.runtime.launch ARGS`` (what the ``accel-launch`` entry point runs)."""
+    command = [sys.executable, "-m", "accel_convert.runtime.launch", *args]
     if stdin is None:
         return run_command(command, env=env, timeout=timeout)
     import subprocess

@@ -8,9 +8,9 @@ import weakref
 import pytest
 import torch
 
-from runtime import memory
-from runtime.memory import find_executable_batch_size, is_out_of_memory, release_memory
-from runtime.oom_agreement import (
+from accel_convert.runtime import memory
+from accel_convert.runtime.memory import find_executable_batch_size, is_out_of_memory, release_memory
+from accel_convert.runtime.oom_agreement import (
     ERROR,
     FINISHED,
     OUT_OF_MEMORY,

@@ -12,8 +12,8 @@ from typing import Any
 import nbformat
 import pytest
 
-from codemods import Options
-from converter.notebooks import (
+from accel_convert.codemods import Options
+from accel_convert.converter.notebooks import (
     Masks,
     Piece,
     convert_notebook,
@@ -21,7 +21,7 @@ from converter.notebooks import (
     join_pieces,
     split_module,
 )
-from converter.pipeline import ConversionError
+from accel_convert.converter.pipeline import ConversionError
 from tests.launching import REPO_ROOT, base_env, free_port
 
 FIXTURE = REPO_ROOT / "fixtures" / "notebooks" / "train_regression.ipynb"
@@ -30,7 +30,7 @@ KERNEL_TIMEOUT_S = 240
 
 def cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "converter", *args],
+        [sys.executable, "-m", "accel_convert.converter", *args],
         capture_output=True,
         text=True,
         env=base_env(),
@@ -217,7 +217,7 @@ def test_cli_diff_check_and_output(tmp_path: Path) -> None:
     assert cli("--check", "train_ddp.ipynb", cwd=tmp_path).returncode == 0  # converted: nothing left
 
     piped = subprocess.run(
-        [sys.executable, "-m", "converter", "-", "--stdin-filename", "train.ipynb"],
+        [sys.executable, "-m", "accel_convert.converter", "-", "--stdin-filename", "train.ipynb"],
         input=FIXTURE.read_bytes(),
         capture_output=True,
         env=base_env(),
@@ -232,7 +232,7 @@ def test_cli_diff_check_and_output(tmp_path: Path) -> None:
 def test_launcher_refuses_when_cuda_is_already_initialised(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from runtime import notebook_launcher
+    from accel_convert.runtime import notebook_launcher
 
     started: list[int] = []
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
@@ -242,7 +242,7 @@ def test_launcher_refuses_when_cuda_is_already_initialised(monkeypatch: pytest.M
 
 
 def test_launcher_refuses_an_accelerator_made_in_the_notebook() -> None:
-    from runtime import PartialState, notebook_launcher
+    from accel_convert.runtime import PartialState, notebook_launcher
 
     PartialState()
     try:
@@ -253,7 +253,7 @@ def test_launcher_refuses_an_accelerator_made_in_the_notebook() -> None:
 
 
 def test_launcher_checks_its_arguments() -> None:
-    from runtime import notebook_launcher
+    from accel_convert.runtime import notebook_launcher
 
     with pytest.raises(ValueError, match="mixed_precision"):
         notebook_launcher(print, num_processes=2, mixed_precision="fp12")

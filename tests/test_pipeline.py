@@ -9,12 +9,12 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-import codemods
-import converter.pipeline as pipeline
-from codemods.engine.model import Change, ConversionOutcome, Options
-from converter.config import ConfigError, load_config
-from converter.files import atomic_write, discover, write_if_different
-from converter.pipeline import ConversionError, convert_source, first_differing_line
+from accel_convert import codemods
+import accel_convert.converter.pipeline as pipeline
+from accel_convert.codemods.engine.model import Change, ConversionOutcome, Options
+from accel_convert.converter.config import ConfigError, load_config
+from accel_convert.converter.files import atomic_write, discover, write_if_different
+from accel_convert.converter.pipeline import ConversionError, convert_source, first_differing_line
 
 OPTIONS = Options()
 

@@ -14,8 +14,8 @@ import warnings
 
 import pytest
 
-from codemods import Options
-from converter.pipeline import ConversionError, convert_source
+from accel_convert.codemods import Options
+from accel_convert.converter.pipeline import ConversionError, convert_source
 from tests.launching import REPO_ROOT, base_env
 
 OPTIONS = Options()
@@ -148,8 +148,8 @@ def test_a_syntax_warning_in_the_users_code_is_not_ours_to_print() -> None:
 
 NESTING_PROBE = """
 import sys
-from codemods import Options
-from converter.pipeline import ConversionError, convert_source
+from accel_convert.codemods import Options
+from accel_convert.converter.pipeline import ConversionError, convert_source
 depth = int(sys.argv[1])
 source = b"import torch\\nx = " + b"[" * depth + b"]" * depth + b"\\n"
 try:

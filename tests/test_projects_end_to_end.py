@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from codemods.engine.model import Options
-from converter.cli import main as accel_convert
+from accel_convert.codemods.engine.model import Options
+from accel_convert.converter.cli import main as accel_convert
 from tests.e2e_support.results import forkrun_results
 from tests.e2e_support.stacks import torchrun_with_stacks
 from tests.launching import REPO_ROOT, Run, python

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import re
 
-from codemods.engine.registry import code_docs
-from converter.docs import README, codes_table, with_table
+from accel_convert.codemods.engine.registry import code_docs
+from accel_convert.converter.docs import README, codes_table, with_table
 
 
 def test_readme_codes_table_is_generated_from_the_docstrings() -> None:
     current = README.read_text(encoding="utf-8")
-    assert with_table(current, codes_table(code_docs())) == current, "run `python -m converter.docs`"
+    assert with_table(current, codes_table(code_docs())) == current, "run `python -m accel_convert.converter.docs`"
 
 
 def test_every_code_appears_once_in_the_readme() -> None:

@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from runtime import (
+from accel_convert.runtime import (
     Accelerator,
     AcceleratorState,
     DataLoaderConfiguration,
@@ -31,7 +31,7 @@ from runtime import (
     prepare_data_loader,
     synchronize_rng_states,
 )
-from runtime.comm_hooks import register_comm_hook
+from accel_convert.runtime.comm_hooks import register_comm_hook
 from tests.launching import REPO_ROOT, torchrun
 
 SCRIPT = REPO_ROOT / "tests" / "scripts" / "runtime_api_checks.py"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.checkpoint import MANIFEST, latest_checkpoint
+from accel_convert.runtime.checkpoint import MANIFEST, latest_checkpoint
 from tests.launching import REPO_ROOT, Run, torchrun
 
 SCRIPT = REPO_ROOT / "tests" / "scripts" / "runtime_failures.py"

@@ -18,8 +18,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from runtime.ddp import wrap_in_ddp
-from runtime.handlers import (
+from accel_convert.runtime.ddp import wrap_in_ddp
+from accel_convert.runtime.handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
     GradScalerKwargs,

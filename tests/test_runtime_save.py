@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from runtime.utils import atomic_torch_save
+from accel_convert.runtime.utils import atomic_torch_save
 
 
 def test_atomic_save_writes_the_bytes_torch_save_writes(tmp_path: Path) -> None:

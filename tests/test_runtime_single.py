@@ -10,9 +10,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-import runtime
-import runtime.utils
-from runtime import (
+from accel_convert import runtime
+from accel_convert import runtime
+import accel_convert.runtime.utils  # noqa: F401  (binds runtime.utils)
+from accel_convert.runtime import (
     Accelerator,
     DataLoaderConfiguration,
     DistributedDataParallelKwargs,
@@ -20,8 +21,8 @@ from runtime import (
     GradScalerKwargs,
     set_seed,
 )
-from runtime.gradient_state import GradientState
-from runtime.wrappers import AcceleratedOptimizer, AcceleratedScheduler
+from accel_convert.runtime.gradient_state import GradientState
+from accel_convert.runtime.wrappers import AcceleratedOptimizer, AcceleratedScheduler
 
 
 @pytest.fixture(autouse=True)
@@ -138,7 +139,7 @@ def test_handlers_forward_only_changed_fields() -> None:
 
 
 def test_runtime_utils_reexports() -> None:
-    from runtime.memory import find_executable_batch_size, release_memory
+    from accel_convert.runtime.memory import find_executable_batch_size, release_memory
 
     assert runtime.utils.find_executable_batch_size is find_executable_batch_size
     assert runtime.find_executable_batch_size is find_executable_batch_size

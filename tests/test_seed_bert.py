@@ -79,7 +79,7 @@ def seed_runs(tmp_path_factory: pytest.TempPathFactory) -> SeedRuns:
     root = tmp_path_factory.mktemp("seed-bert")
     converted = root / "train_with_accelerate.py"
     conversion = run_command(
-        [sys.executable, "-m", "converter", str(SCRIPT), "--oom-retry", "-o", str(converted)],
+        [sys.executable, "-m", "accel_convert.converter", str(SCRIPT), "--oom-retry", "-o", str(converted)],
         cwd=REPO_ROOT,
         timeout=120,
     )

@@ -12,10 +12,10 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-import codemods
+from accel_convert import codemods
 from benchmarks.convert_speed import STDLIB, stdlib_files  # the same corpus the benchmark runs in full
-from codemods.engine.model import Options
-from converter.pipeline import convert_source
+from accel_convert.codemods.engine.model import Options
+from accel_convert.converter.pipeline import convert_source
 
 SAMPLE_SIZE = 40
 #: Above this the sample would spend the test budget on a handful of huge files.

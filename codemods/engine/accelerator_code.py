@@ -9,8 +9,8 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.syntax import names_variable, statement
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.syntax import names_variable, statement
 
 #: Longest one-line prepare statement before the arguments go on their own line.
 PREPARE_LINE_LIMIT = 100

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from codemods.engine.accelerator_code import accelerator_name
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.syntax import binds_name, dotted
-from codemods.engine.torch_names import ACCELERATORS
-from codemods.engine.transformers import RuleTransformer
-from codemods.engine.walk import variables_read, walk
+from accel_convert.codemods.engine.accelerator_code import accelerator_name
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.syntax import binds_name, dotted
+from accel_convert.codemods.engine.torch_names import ACCELERATORS
+from accel_convert.codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.engine.walk import variables_read, walk
 
 
 @dataclass

@@ -21,20 +21,20 @@ from typing import Literal
 
 import libcst as cst
 
-from codemods.engine.facts import LoopFacts, RunContext, ScriptFacts
-from codemods.engine.findings import FILE_START
-from codemods.engine.model import Site
-from codemods.engine.names import NameCollector, NameTable, ScopeKey
-from codemods.engine.positions import POSITIONED_TYPES, OriginIndex, handler_sites, original_sites
-from codemods.engine.program_seeds import (
+from accel_convert.codemods.engine.facts import LoopFacts, RunContext, ScriptFacts
+from accel_convert.codemods.engine.findings import FILE_START
+from accel_convert.codemods.engine.model import Site
+from accel_convert.codemods.engine.names import NameCollector, NameTable, ScopeKey
+from accel_convert.codemods.engine.positions import POSITIONED_TYPES, OriginIndex, handler_sites, original_sites
+from accel_convert.codemods.engine.program_seeds import (
     ProgramSeeds,
     library_home,
     seed_imported_calls,
     seed_loader_factories,
     seed_parameter_roles,
 )
-from codemods.engine.syntax import calls_in, dotted, instance_parameter, is_main_guard, names_variable, target_names
-from codemods.engine.torch_names import (
+from accel_convert.codemods.engine.syntax import calls_in, dotted, instance_parameter, is_main_guard, names_variable, target_names
+from accel_convert.codemods.engine.torch_names import (
     ACCELERATORS,
     AUTOCASTS,
     DATA_LOADERS,
@@ -47,7 +47,7 @@ from codemods.engine.torch_names import (
     is_optimizer,
     is_scheduler,
 )
-from codemods.engine.walk import walk
+from accel_convert.codemods.engine.walk import walk
 
 MODULE = "<module>"
 

@@ -19,17 +19,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from codemods.engine.model import Site
-from codemods.engine.positions import OriginIndex
-from codemods.engine.syntax import dotted
+from accel_convert.codemods.engine.model import Site
+from accel_convert.codemods.engine.positions import OriginIndex
+from accel_convert.codemods.engine.syntax import dotted
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     import libcst as cst
 
-    from codemods.engine.names import NameTable
-    from codemods.engine.program_seeds import ProgramSeeds
+    from accel_convert.codemods.engine.names import NameTable
+    from accel_convert.codemods.engine.program_seeds import ProgramSeeds
 
 
 @dataclass

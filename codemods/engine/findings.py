@@ -16,8 +16,8 @@ from collections.abc import Callable
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.model import Change, Site
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Site
 
 #: Where a change without any recorded position is reported: the top of the file.
 FILE_START = Site(1, 0, 1, 0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.engine.syntax import first_statement_index
+from accel_convert.codemods.engine.syntax import first_statement_index
 
 
 def imports_from(module: cst.Module, package: str, name: str) -> bool:

@@ -25,7 +25,7 @@ from typing import Literal
 
 import libcst as cst
 
-from codemods.engine.walk import walk
+from accel_convert.codemods.engine.walk import walk
 
 #: Enclosing ``def``/``class`` names, outermost first; ``()`` is the module.
 ScopeKey = tuple[str, ...]

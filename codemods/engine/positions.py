@@ -19,8 +19,8 @@ from functools import cache, lru_cache
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from codemods.engine.model import Site
-from codemods.engine.walk import TRIVIA, concrete_subclasses
+from accel_convert.codemods.engine.model import Site
+from accel_convert.codemods.engine.walk import TRIVIA, concrete_subclasses
 
 #: The node kinds whose original positions are recorded.
 POSITIONED = (cst.Call, cst.BaseSmallStatement, cst.BaseCompoundStatement)

@@ -32,14 +32,14 @@ from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
-from codemods.engine.analysis import analyse
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.model import ConversionOutcome, Options
-from codemods.engine.names import NameCollector
-from codemods.engine.positions import python_ast
-from codemods.engine.program_seeds import ROLES, ProgramSeeds, program_callee
-from codemods.engine.syntax import dotted
-from codemods.engine.torch_names import DATA_LOADERS
+from accel_convert.codemods.engine.analysis import analyse
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import ConversionOutcome, Options
+from accel_convert.codemods.engine.names import NameCollector
+from accel_convert.codemods.engine.positions import python_ast
+from accel_convert.codemods.engine.program_seeds import ROLES, ProgramSeeds, program_callee
+from accel_convert.codemods.engine.syntax import dotted
+from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 
 #: Rounds of analysis at most: each round carries facts one module boundary further.
 MAX_ROUNDS = 6
@@ -430,7 +430,7 @@ def accelerator_parameters(
 def convert_program(modules: Sequence[ProgramModule], entry: str, options: Options) -> dict[str, ConversionOutcome]:
     """Convert every module of the program whose entry script is ``entry`` (a module name),
     libraries first; the outcome of each, by module name."""
-    from codemods import convert_module
+    from accel_convert.codemods import convert_module
 
     program = Program(modules, entry)
     seeds = program.plan()

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from codemods.engine.syntax import dotted
+from accel_convert.codemods.engine.syntax import dotted
 
 if TYPE_CHECKING:
-    from codemods.engine.analysis import _Conclusions
-    from codemods.engine.facts import ScriptFacts
-    from codemods.engine.names import ScopeKey
+    from accel_convert.codemods.engine.analysis import _Conclusions
+    from accel_convert.codemods.engine.facts import ScriptFacts
+    from accel_convert.codemods.engine.names import ScopeKey
 
 #: The role sets a parameter can be seeded into: the ScriptFacts fields of the same name.
 ROLES = ("models", "optimizers", "train_loaders", "schedulers", "device_names", "cuda_flags")

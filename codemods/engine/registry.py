@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.rule import Example, Rule
 
 #: Module names under ``codemods/rules/``, in run order.
 RULE_MODULES: tuple[str, ...] = (

@@ -25,8 +25,8 @@ from typing import ClassVar
 
 import libcst as cst
 
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
 
 #: Reported by every rule that meets a call needing the accelerator where none is reachable.
 NO_ACCELERATOR_ACCESS = "ACC904"

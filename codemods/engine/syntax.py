@@ -12,7 +12,7 @@ from typing import cast
 
 import libcst as cst
 
-from codemods.engine.walk import walk
+from accel_convert.codemods.engine.walk import walk
 
 #: libcst's two kinds of statement; both carry ``leading_lines``, which BaseStatement does not declare.
 Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement

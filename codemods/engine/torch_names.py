@@ -13,8 +13,8 @@ ACCELERATORS = frozenset(
     {
         "accelerate.Accelerator",
         "accelerate.accelerator.Accelerator",
-        "runtime.Accelerator",
-        "runtime.accelerator.Accelerator",
+        "accel_convert.runtime.Accelerator",
+        "accel_convert.runtime.accelerator.Accelerator",
     }
 )
 DEVICE_CALLS = frozenset({"torch.device", "torch.accelerator.current_accelerator"})

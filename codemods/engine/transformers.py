@@ -20,13 +20,13 @@ from typing import Any, TypeVar
 
 import libcst as cst
 
-from codemods.engine.accelerator_code import accelerator_name
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.findings import FILE_START, Findings
-from codemods.engine.model import Change, Site
-from codemods.engine.positions import CARRIED_TYPES, POSITIONED_TYPES, STATEMENT_TYPES, OriginIndex, skips_statement
-from codemods.engine.syntax import assigns_at_top, body_statements, dotted, instance_parameter, is_main_guard
-from codemods.engine.walk import TRIVIA, child_nodes, own_hooks
+from accel_convert.codemods.engine.accelerator_code import accelerator_name
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.findings import FILE_START, Findings
+from accel_convert.codemods.engine.model import Change, Site
+from accel_convert.codemods.engine.positions import CARRIED_TYPES, POSITIONED_TYPES, STATEMENT_TYPES, OriginIndex, skips_statement
+from accel_convert.codemods.engine.syntax import assigns_at_top, body_statements, dotted, instance_parameter, is_main_guard
+from accel_convert.codemods.engine.walk import TRIVIA, child_nodes, own_hooks
 
 NodeT = TypeVar("NodeT", bound=cst.CSTNode)
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.imports import add_import, imports_from
-from codemods.engine.model import Change, Options
-from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import assigned_in, first_statement_index, parses_arguments, statement
-from codemods.engine.transformers import HomeBlockTransformer
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.imports import add_import, imports_from
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.syntax import assigned_in, first_statement_index, parses_arguments, statement
+from accel_convert.codemods.engine.transformers import HomeBlockTransformer
 
 
 def import_statement(options: Options, name: str = "Accelerator") -> cst.SimpleStatementLine:
@@ -119,7 +119,7 @@ class Accelerator(Rule):
                 import torch
                 import torch.nn as nn
                 from torch.utils.data import DataLoader, TensorDataset
-                from runtime import Accelerator
+                from accel_convert.runtime import Accelerator
 
 
                 def main():

@@ -18,19 +18,19 @@ from typing import cast
 
 import libcst as cst
 
-from codemods.engine.accelerator_code import accelerator_call, accelerator_name, is_accelerator_method
-from codemods.engine.accelerator_creation import (
+from accel_convert.codemods.engine.accelerator_code import accelerator_call, accelerator_name, is_accelerator_method
+from accel_convert.codemods.engine.accelerator_creation import (
     expression_available,
     find_accelerator_creation,
     set_accelerator_argument,
 )
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.findings import Findings
-from codemods.engine.model import Change, Options
-from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import as_statements, dotted
-from codemods.engine.transformers import RuleTransformer
-from codemods.engine.walk import walk
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.findings import Findings
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.syntax import as_statements, dotted
+from accel_convert.codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.engine.walk import walk
 
 #: Calls that only make sense on a sync step and that the prepared objects skip by themselves.
 STEP_METHODS = frozenset({"step", "zero_grad"})
@@ -76,7 +76,7 @@ class AccumulateCodemod(Rule):
                 import torch
                 import torch.nn as nn
                 from torch.utils.data import DataLoader, TensorDataset
-                from runtime import Accelerator
+                from accel_convert.runtime import Accelerator
 
 
                 def main():

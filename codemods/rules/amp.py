@@ -17,22 +17,22 @@ from typing import cast
 
 import libcst as cst
 
-from codemods.engine.accelerator_code import accelerator_call, is_accelerator_method
-from codemods.engine.accelerator_creation import (
+from accel_convert.codemods.engine.accelerator_code import accelerator_call, is_accelerator_method
+from accel_convert.codemods.engine.accelerator_creation import (
     AcceleratorCreation,
     expression_available,
     find_accelerator_creation,
     set_accelerator_argument,
 )
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.findings import Findings
-from codemods.engine.model import Change, Options
-from codemods.engine.positions import skips_statement
-from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import Statement, as_statement, as_statements, dotted
-from codemods.engine.torch_names import AUTOCASTS, GRAD_SCALERS
-from codemods.engine.transformers import RuleTransformer
-from codemods.engine.walk import StatementFilter, identifiers, walk
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.findings import Findings
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.positions import skips_statement
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.syntax import Statement, as_statement, as_statements, dotted
+from accel_convert.codemods.engine.torch_names import AUTOCASTS, GRAD_SCALERS
+from accel_convert.codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.engine.walk import StatementFilter, identifiers, walk
 
 #: The scaler's methods this pass knows how to replace; any other use keeps the script as it is.
 SCALER_METHODS = frozenset({"scale", "step", "update", "unscale_"})
@@ -80,7 +80,7 @@ class AmpCodemod(Rule):
                 import torch
                 import torch.nn as nn
                 from torch.utils.data import DataLoader, TensorDataset
-                from runtime import Accelerator
+                from accel_convert.runtime import Accelerator
 
 
                 def main():

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.model import Change, Options
-from codemods.engine.rule import NO_ACCELERATOR_ACCESS, NO_ACCELERATOR_ACCESS_DOC, Example, Rule
-from codemods.engine.syntax import names_variable
-from codemods.engine.transformers import RuleTransformer, lines_of
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, NO_ACCELERATOR_ACCESS_DOC, Example, Rule
+from accel_convert.codemods.engine.syntax import names_variable
+from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
 
 def is_tensor_backward(node: cst.Call, accelerator: str) -> bool:
@@ -92,7 +92,7 @@ class Backward(Rule):
                 import torch
                 import torch.nn as nn
                 from torch.utils.data import DataLoader, TensorDataset
-                from runtime import Accelerator
+                from accel_convert.runtime import Accelerator
 
 
                 def main():

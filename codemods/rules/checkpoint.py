@@ -17,13 +17,13 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from codemods.engine.accelerator_code import accelerator_call, callee_words, is_accelerator_method, unwrap_model
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.model import Change, Options
-from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import as_statement, body_statements, dotted, names_in
-from codemods.engine.transformers import RuleTransformer
-from codemods.engine.walk import walk
+from accel_convert.codemods.engine.accelerator_code import accelerator_call, callee_words, is_accelerator_method, unwrap_model
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.syntax import as_statement, body_statements, dotted, names_in
+from accel_convert.codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.engine.walk import walk
 
 # --------------------------------------------------------------------------------------------
 # The checkpoint pass
@@ -121,7 +121,7 @@ class CheckpointCodemod(Rule):
                 import torch
                 import torch.nn as nn
                 from torch.utils.data import DataLoader, TensorDataset
-                from runtime import Accelerator
+                from accel_convert.runtime import Accelerator
 
 
                 class AutoEncoder(nn.Module):

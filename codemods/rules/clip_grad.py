@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.model import Change, Options
-from codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
-from codemods.engine.torch_names import CLIPPERS
-from codemods.engine.transformers import RuleTransformer, lines_of
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
+from accel_convert.codemods.engine.torch_names import CLIPPERS
+from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
 
 class _ClipGrad(RuleTransformer):
@@ -70,7 +70,7 @@ class ClipGrad(Rule):
                 import torch
                 import torch.nn as nn
                 from torch.utils.data import DataLoader, TensorDataset
-                from runtime import Accelerator
+                from accel_convert.runtime import Accelerator
 
 
                 def main():

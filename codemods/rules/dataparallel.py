@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.engine.accelerator_code import accelerator_name, callee_words, unwrap_model
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.model import Change, Options
-from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import dotted
-from codemods.engine.torch_names import DATA_PARALLEL, HAND_DISTRIBUTION
-from codemods.engine.transformers import RuleTransformer
-from codemods.engine.walk import walk
+from accel_convert.codemods.engine.accelerator_code import accelerator_name, callee_words, unwrap_model
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.syntax import dotted
+from accel_convert.codemods.engine.torch_names import DATA_PARALLEL, HAND_DISTRIBUTION
+from accel_convert.codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.engine.walk import walk
 
 #: What the analysis reports (``ScriptFacts.existing_features``) when there is something to do here.
 PARALLEL_FEATURES = frozenset(
@@ -58,7 +58,7 @@ class DataParallelCodemod(Rule):
                 import torch
                 import torch.nn as nn
                 from torch.utils.data import DataLoader, TensorDataset
-                from runtime import Accelerator
+                from accel_convert.runtime import Accelerator
 
 
                 def main():

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.model import Change, Options
-from codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
-from codemods.engine.syntax import dotted, expression, root_name, target_names
-from codemods.engine.transformers import RuleTransformer, lines_of
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
+from accel_convert.codemods.engine.syntax import dotted, expression, root_name, target_names
+from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
 #: ``x.to(device, non_blocking=True)``: keywords that only make sense with a device.
 DEVICE_ONLY_KEYWORDS = {"device", "non_blocking", "copy"}
@@ -451,7 +451,7 @@ class Device(Rule):
                 import torch
                 import torch.nn as nn
                 from torch.utils.data import DataLoader, TensorDataset
-                from runtime import Accelerator
+                from accel_convert.runtime import Accelerator
 
 
                 def main():

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.model import Change, Options
-from codemods.engine.rule import Example, Rule
-from codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.transformers import RuleTransformer
 
 
 class Downloads(Rule):
@@ -51,7 +51,7 @@ class Downloads(Rule):
                 import torch
                 from torch.utils.data import DataLoader
                 from torchvision import datasets, transforms
-                from runtime import Accelerator
+                from accel_convert.runtime import Accelerator
 
 
                 def main():

@@ -22,14 +22,14 @@ from typing import TypeGuard, cast
 
 import libcst as cst
 
-from codemods.engine.accelerator_code import accelerator_call, is_accelerator_method, name_words
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.model import Change, Options
-from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import dotted, expression_code, root_name
-from codemods.engine.torch_names import NO_GRAD_CONTEXTS
-from codemods.engine.transformers import RuleTransformer
-from codemods.engine.walk import variables_read, walk
+from accel_convert.codemods.engine.accelerator_code import accelerator_call, is_accelerator_method, name_words
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.syntax import dotted, expression_code, root_name
+from accel_convert.codemods.engine.torch_names import NO_GRAD_CONTEXTS
+from accel_convert.codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.engine.walk import variables_read, walk
 
 #: Attributes of model outputs that are one number per batch, not one row per sample.
 BATCH_SCALAR_ATTRIBUTES = frozenset({"loss", "aux_loss"})
@@ -79,7 +79,7 @@ class MetricsCodemod(Rule):
                 import torch
                 import torch.nn as nn
                 from torch.utils.data import DataLoader, TensorDataset
-                from runtime import Accelerator
+                from accel_convert.runtime import Accelerator
 
 
                 def main():

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.findings import report_at
-from codemods.engine.model import Change, Options
-from codemods.engine.rule import Example, Rule
-from codemods.engine.torch_names import SELF_DISTRIBUTING
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.findings import report_at
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.torch_names import SELF_DISTRIBUTING
 
 MESSAGE = "training data does not come from a DataLoader: it is not sharded across processes"
 

@@ -21,12 +21,12 @@ from typing import TypeGuard, cast
 
 import libcst as cst
 
-from codemods.engine.accelerator_code import accelerator_name, is_accelerator_method
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.findings import Findings
-from codemods.engine.model import Change, Options
-from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import (
+from accel_convert.codemods.engine.accelerator_code import accelerator_name, is_accelerator_method
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.findings import Findings
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.syntax import (
     Statement,
     as_statement,
     as_statements,
@@ -35,8 +35,8 @@ from codemods.engine.syntax import (
     expression_code,
     names_bound,
 )
-from codemods.engine.torch_names import DATA_LOADERS
-from codemods.engine.walk import variables_read, walk
+from accel_convert.codemods.engine.torch_names import DATA_LOADERS
+from accel_convert.codemods.engine.walk import variables_read, walk
 
 DECORATOR = "find_executable_batch_size"
 INNER_NAME = "inner_training_loop"
@@ -84,8 +84,8 @@ class OomRetryCodemod(Rule):
                 import torch
                 import torch.nn as nn
                 from torch.utils.data import DataLoader, TensorDataset
-                from runtime import Accelerator
-                from runtime import find_executable_batch_size
+                from accel_convert.runtime import Accelerator
+                from accel_convert.runtime import find_executable_batch_size
 
 
                 def main():

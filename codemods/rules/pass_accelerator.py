@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.model import Change, Options
-from codemods.engine.program_seeds import callers_of_imported_accelerator_users, imported_accelerator_call
-from codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
-from codemods.engine.signatures import parameter_index, with_argument, with_parameter
-from codemods.engine.transformers import RuleTransformer, lines_of
-from codemods.engine.walk import StatementFilter, walk
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.program_seeds import callers_of_imported_accelerator_users, imported_accelerator_call
+from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
+from accel_convert.codemods.engine.signatures import parameter_index, with_argument, with_parameter
+from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
+from accel_convert.codemods.engine.walk import StatementFilter, walk
 
 
 @dataclass
@@ -207,7 +207,7 @@ class Helpers(Rule):
                 import torch
                 import torch.nn as nn
                 from torch.utils.data import DataLoader, TensorDataset
-                from runtime import Accelerator
+                from accel_convert.runtime import Accelerator
 
 
                 def train(model, loader, optimizer, accelerator):

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.engine.accelerator_code import prepare_statement
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.model import Change, Options
-from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import assigned_in
-from codemods.engine.transformers import HomeBlockTransformer
+from accel_convert.codemods.engine.accelerator_code import prepare_statement
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.syntax import assigned_in
+from accel_convert.codemods.engine.transformers import HomeBlockTransformer
 
 
 def objects_to_prepare(facts: ScriptFacts) -> list[str]:
@@ -134,7 +134,7 @@ class Prepare(Rule):
                 import torch.nn as nn
                 from torch.optim.lr_scheduler import StepLR
                 from torch.utils.data import DataLoader, TensorDataset
-                from runtime import Accelerator
+                from accel_convert.runtime import Accelerator
 
 
                 def main():

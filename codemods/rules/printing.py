@@ -13,13 +13,13 @@ from typing import cast
 
 import libcst as cst
 
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.imports import add_import, imports_module
-from codemods.engine.model import Change, Options
-from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import expression, statement
-from codemods.engine.torch_names import PROGRESS_BARS
-from codemods.engine.transformers import RuleTransformer, lines_of
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.imports import add_import, imports_module
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.syntax import expression, statement
+from accel_convert.codemods.engine.torch_names import PROGRESS_BARS
+from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
 #: Longest line a rewritten progress-bar call may leave on one line.
 LINE_LIMIT = 100
@@ -169,7 +169,7 @@ class Printing(Rule):
                 import torch.nn as nn
                 from torch.utils.data import DataLoader, TensorDataset
                 from tqdm import tqdm
-                from runtime import Accelerator
+                from accel_convert.runtime import Accelerator
 
 
                 def main():

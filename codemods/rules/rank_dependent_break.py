@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.findings import report_at
-from codemods.engine.model import Change, Options
-from codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.findings import report_at
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import Example, Rule
 
 MESSAGE = "break decided by a per-process value: other processes would wait forever"
 

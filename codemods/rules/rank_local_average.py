@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.model import Change, Options
-from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import names_in
-from codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.syntax import names_in
+from accel_convert.codemods.engine.transformers import RuleTransformer
 
 MESSAGE = "a loss summed over this process's batches only: reduce it across processes before reporting it"
 

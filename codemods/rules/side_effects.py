@@ -16,12 +16,12 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from codemods.engine.accelerator_code import accelerator_call, accelerator_name, callee_words, is_accelerator_method
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.model import Change, Options
-from codemods.engine.rule import Example, Rule
-from codemods.engine.syntax import as_statement, binds_name, dotted, names_in
-from codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.engine.accelerator_code import accelerator_call, accelerator_name, callee_words, is_accelerator_method
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.syntax import as_statement, binds_name, dotted, names_in
+from accel_convert.codemods.engine.transformers import RuleTransformer
 
 #: Functions that write to or change the file system.
 WRITING_FUNCTIONS = frozenset(
@@ -89,7 +89,7 @@ class SideEffectsCodemod(Rule):
                 import torch
                 import torch.nn as nn
                 from torch.utils.data import DataLoader, TensorDataset
-                from runtime import Accelerator
+                from accel_convert.runtime import Accelerator
 
 
                 def main():

@@ -27,12 +27,12 @@ from typing import TypeVar
 
 import libcst as cst
 
-from codemods.engine.accelerator_code import prepare_statement
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.model import Change, Options
-from codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
-from codemods.engine.signatures import parameter_index, with_argument, with_parameter
-from codemods.engine.syntax import (
+from accel_convert.codemods.engine.accelerator_code import prepare_statement
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
+from accel_convert.codemods.engine.signatures import parameter_index, with_argument, with_parameter
+from accel_convert.codemods.engine.syntax import (
     assigned_in,
     assigns_at_top,
     body_statements,
@@ -42,8 +42,8 @@ from codemods.engine.syntax import (
     instance_parameter,
     statement,
 )
-from codemods.engine.transformers import RuleTransformer
-from codemods.engine.walk import walk
+from accel_convert.codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.engine.walk import walk
 
 BUILT_OUTSIDE_INIT = "ACC920"
 
@@ -324,7 +324,7 @@ class TrainingClass(Rule):
                 import torch
                 import torch.nn as nn
                 from torch.utils.data import DataLoader, TensorDataset
-                from runtime import Accelerator
+                from accel_convert.runtime import Accelerator
 
 
                 class Trainer:

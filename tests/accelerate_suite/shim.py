@@ -36,8 +36,8 @@ def are_the_same_tensors(tensor: Any) -> bool:
     """True when every rank holds a tensor equal to this rank's."""
     import torch
 
-    from runtime.operations import gather
-    from runtime.state_objects import PartialState
+    from accel_convert.runtime.operations import gather
+    from accel_convert.runtime.state_objects import PartialState
 
     mine = tensor[None].clone().to(PartialState().device)
     return all(torch.equal(other.cpu(), mine[0].cpu()) for other in gather(mine))

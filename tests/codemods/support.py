@@ -13,10 +13,10 @@ from dataclasses import replace
 
 import libcst as cst
 
-from codemods import convert_module
-from codemods.engine.facts import ScriptFacts
-from codemods.engine.model import Change, Options
-from codemods.engine.rule import Rule
+from accel_convert.codemods import convert_module
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import Rule
 
 #: The imports the snippets use, as the analysis would resolve them.
 IMPORTS = {
@@ -30,7 +30,7 @@ IMPORTS = {
     "plt": "matplotlib.pyplot",
     "save_image": "torchvision.utils.save_image",
     "DataLoader": "torch.utils.data.DataLoader",
-    "Accelerator": "runtime.Accelerator",
+    "Accelerator": "accel_convert.runtime.Accelerator",
     "DDP": "torch.nn.parallel.DistributedDataParallel",
     "mp": "torch.multiprocessing",
     "GradScaler": "torch.cuda.amp.GradScaler",
@@ -54,7 +54,7 @@ from torch.cuda.amp import GradScaler, autocast
 from torch.utils.data import DataLoader
 from torchvision.utils import save_image
 
-from runtime import Accelerator
+from accel_convert.runtime import Accelerator
 
 args = parser.parse_args()
 train_loader = DataLoader(list(range(8)), batch_size=args.batch_size)
@@ -102,7 +102,7 @@ def apply(
         module, changes = codemod.transform(cst.parse_module(source), facts, options or Options())
         cst.parse_module(module.code)
         return module.code, changes
-    from codemods.engine.analysis import analyse
+    from accel_convert.codemods.engine.analysis import analyse
 
     whole = preamble + source
     parsed = cst.parse_module(whole)  # the analysis records positions by node: the same tree

@@ -8,10 +8,10 @@ import textwrap
 import libcst as cst
 import pytest
 
-from codemods import convert_module
-from codemods.engine.analysis import analyse
-from codemods.engine.model import Options
-from codemods.rules.accelerator import cpu_flag
+from accel_convert.codemods import convert_module
+from accel_convert.codemods.engine.analysis import analyse
+from accel_convert.codemods.engine.model import Options
+from accel_convert.codemods.rules.accelerator import cpu_flag
 from tests.codemods.support import HEADER, convert, in_loop
 
 PLACEMENT = {
@@ -120,7 +120,7 @@ def test_select_and_ignore_switch_passes(options: Options, rewritten: str, kept:
 
 
 def test_a_module_level_script_gets_the_accelerator_before_its_first_backward() -> None:
-    from codemods import Options, convert_module
+    from accel_convert.codemods import Options, convert_module
 
     source = "import torch\nx = 1\nloss.backward()\nprint(x)\n"
     code = convert_module(cst.parse_module(source), Options()).module.code

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from codemods.rules.accumulate import AccumulateCodemod
+from accel_convert.codemods.rules.accumulate import AccumulateCodemod
 from tests.codemods.support import apply, assert_rewrites, code
 
 ACCUMULATE_CASES = [

@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from codemods.engine.analysis import analyse
-from codemods.rules.amp import AmpCodemod
+from accel_convert.codemods.engine.analysis import analyse
+from accel_convert.codemods.rules.amp import AmpCodemod
 from tests.codemods.support import apply, assert_rewrites, code, convert, make_facts
 
 AMP_CASES = [

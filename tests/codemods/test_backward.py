@@ -7,8 +7,8 @@ import textwrap
 import libcst as cst
 import pytest
 
-from codemods import convert_module
-from codemods.engine.model import Options
+from accel_convert.codemods import convert_module
+from accel_convert.codemods.engine.model import Options
 from tests.codemods.support import HEADER, check_expectations, in_loop
 
 REWRITES = {

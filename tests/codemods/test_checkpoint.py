@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from codemods.rules.checkpoint import CheckpointCodemod
+from accel_convert.codemods.rules.checkpoint import CheckpointCodemod
 from tests.codemods.support import apply, assert_rewrites, code
 
 CHECKPOINT_CASES = [
@@ -130,8 +130,8 @@ def test_checkpoint_uses_accessible_functions_from_the_analysis() -> None:
 def test_an_optimizer_received_as_a_parameter_is_not_taken_for_a_model() -> None:
     """A helper module's ``train(model, loader, optimizer)`` with no optimizer constructor in the
     file: ``optimizer.zero_grad()``/``optimizer.step()`` name an optimizer, never a model to unwrap."""
-    from codemods import convert_module
-    from codemods.engine.model import Options
+    from accel_convert.codemods import convert_module
+    from accel_convert.codemods.engine.model import Options
 
     source = (
         "import torch\n\n\ndef train(model, loader, optimizer):\n    for data, target in loader:\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from codemods.engine.model import Options
+from accel_convert.codemods.engine.model import Options
 from tests.codemods.support import check_expectations, convert, in_loop
 
 MOVES = """\

@@ -6,7 +6,7 @@ import textwrap
 
 import libcst as cst
 
-from codemods import Options, convert_module
+from accel_convert.codemods import Options, convert_module
 
 HEADER = """\
 import torch

@@ -11,10 +11,10 @@ import json
 import libcst as cst
 import pytest
 
-from codemods import convert_module
-from codemods.engine.analysis import analyse
-from codemods.engine.model import Options
-from codemods.engine.registry import all_rules
+from accel_convert.codemods import convert_module
+from accel_convert.codemods.engine.analysis import analyse
+from accel_convert.codemods.engine.model import Options
+from accel_convert.codemods.engine.registry import all_rules
 from tests.launching import REPO_ROOT
 
 CASES = REPO_ROOT / "fixtures" / "cases"

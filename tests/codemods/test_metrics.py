@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from codemods.rules.metrics import MetricsCodemod
+from accel_convert.codemods.rules.metrics import MetricsCodemod
 from tests.codemods.support import apply, assert_rewrites, code
 
 CASES = [

@@ -14,8 +14,8 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, QualifiedNameProvider, QualifiedNameSource
 
-from codemods.engine.names import NameTable, ScopeKey, collect_names
-from codemods.engine.syntax import dotted
+from accel_convert.codemods.engine.names import NameTable, ScopeKey, collect_names
+from accel_convert.codemods.engine.syntax import dotted
 from tests.launching import REPO_ROOT
 
 FIXTURES = sorted(p for p in (REPO_ROOT / "fixtures" / "cases").glob("*.py") if b"torch" in p.read_bytes())

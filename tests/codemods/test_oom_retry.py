@@ -8,16 +8,16 @@ import types
 import libcst as cst
 import pytest
 
-from codemods.engine.analysis import analyse
-from codemods.engine.model import Options
-from codemods.rules.oom_retry import OomRetryCodemod
+from accel_convert.codemods.engine.analysis import analyse
+from accel_convert.codemods.engine.model import Options
+from accel_convert.codemods.rules.oom_retry import OomRetryCodemod
 from tests.codemods.support import apply, assert_rewrites, code, make_facts
 
 RETRY = Options(oom_retry=True)
 
 FUNCTION_SCRIPT = """
 from torch.utils.data import DataLoader
-from runtime import Accelerator
+from accel_convert.runtime import Accelerator
 
 
 def main():
@@ -40,8 +40,8 @@ def main():
 
 FUNCTION_SCRIPT_RETRIED = """
 from torch.utils.data import DataLoader
-from runtime import Accelerator
-from runtime import find_executable_batch_size
+from accel_convert.runtime import Accelerator
+from accel_convert.runtime import find_executable_batch_size
 
 
 def main():
@@ -243,7 +243,7 @@ def test_retried_code_runs_and_retries_with_smaller_sizes(monkeypatch: pytest.Mo
     output, _ = apply(OomRetryCodemod(), code(RUNNABLE), facts, RETRY)
     assert "from runtime import find_executable_batch_size" in output
     monkeypatch.setitem(
-        sys.modules, "runtime", types.SimpleNamespace(find_executable_batch_size=halving_batch_size_finder)
+        sys.modules, "accel_convert.runtime", types.SimpleNamespace(find_executable_batch_size=halving_batch_size_finder)
     )
     namespace: dict[str, object] = {}
     exec(compile(output, "<converted>", "exec"), namespace)  # noqa: S102 - our own generated code

@@ -54,8 +54,8 @@ if __name__ == "__main__":
 
 
 def test_a_print_before_the_function_creating_the_accelerator_runs_on_the_first_process_only() -> None:
-    from codemods import convert_module
-    from codemods.engine.model import Options
+    from accel_convert.codemods import convert_module
+    from accel_convert.codemods.engine.model import Options
 
     once = convert_module(cst.parse_module(GUARD_PRINT_SCRIPT), Options()).module.code
     guard = '    if int(os.environ.get("RANK", "0")) == 0:\n'

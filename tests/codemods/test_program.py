@@ -6,8 +6,8 @@ import textwrap
 
 import libcst as cst
 
-from codemods.engine.model import Options
-from codemods.engine.program import Program, ProgramModule, convert_program, local_imports
+from accel_convert.codemods.engine.model import Options
+from accel_convert.codemods.engine.program import Program, ProgramModule, convert_program, local_imports
 
 ENGINE = """\
 import torch

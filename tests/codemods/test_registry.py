@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from codemods.engine import registry
-from codemods.engine.registry import RULE_MODULES, all_rules, code_docs, parse_headline
+from accel_convert.codemods.engine import registry
+from accel_convert.codemods.engine.registry import RULE_MODULES, all_rules, code_docs, parse_headline
 
 DESIGN_ORDER = [
     "accelerator",

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from codemods.engine.model import Options
-from codemods.engine.registry import all_rules, example_code
-from codemods.engine.rule import Example, Rule
-from converter.pipeline import Conversion, convert_source
+from accel_convert.codemods.engine.model import Options
+from accel_convert.codemods.engine.registry import all_rules, example_code
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.converter.pipeline import Conversion, convert_source
 
 EXAMPLES = [
     pytest.param(rule, example, id=f"{example_code(rule, example)}-{rule.name}-{index}")

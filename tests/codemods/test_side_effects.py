@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from codemods.rules.side_effects import SideEffectsCodemod
+from accel_convert.codemods.rules.side_effects import SideEffectsCodemod
 from tests.codemods.support import apply, assert_rewrites, code
 
 SIDE_EFFECT_CASES = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from codemods.engine.syntax import assigned_in, names_bound
+from accel_convert.codemods.engine.syntax import assigned_in, names_bound
 
 CODE = """\
 def run(x):

@@ -9,11 +9,14 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-import codemods.engine.transformers
-import codemods.rules.amp
-from codemods.engine.analysis import analyse
-from codemods.engine.model import Options
-from converter.pipeline import convert_source
+from accel_convert import codemods
+
+import accel_convert.codemods.engine.transformers  # noqa: F401  (binds codemods.engine.transformers)
+from accel_convert import codemods
+import accel_convert.codemods.rules.amp  # noqa: F401  (binds codemods.rules.amp)
+from accel_convert.codemods.engine.analysis import analyse
+from accel_convert.codemods.engine.model import Options
+from accel_convert.converter.pipeline import convert_source
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted((ROOT / "fixtures" / "cases").glob("*.py")) + [ROOT / "benchmarks" / "data" / "typical_train.py"]

@@ -13,8 +13,8 @@ import textwrap
 import libcst as cst
 import pytest
 
-from codemods import convert_module
-from codemods.engine.model import Change, Options
+from accel_convert.codemods import convert_module
+from accel_convert.codemods.engine.model import Change, Options
 
 IMPORTS = """\
 import torch

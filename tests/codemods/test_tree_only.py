@@ -8,8 +8,8 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from codemods import convert_module
-from codemods.engine.model import Options
+from accel_convert.codemods import convert_module
+from accel_convert.codemods.engine.model import Options
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted((ROOT / "fixtures" / "cases").glob("*.py"))

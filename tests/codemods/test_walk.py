@@ -9,8 +9,8 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-import codemods.engine.walk as walk_module
-from codemods.engine.walk import StatementFilter, walk
+import accel_convert.codemods.engine.walk as walk_module
+from accel_convert.codemods.engine.walk import StatementFilter, walk
 
 CASES = sorted((Path(__file__).resolve().parents[2] / "fixtures" / "cases").glob("*.py"))
 

@@ -47,7 +47,7 @@ def make_accelerator(target: str):
     if target == "accelerate":  # the same script under Hugging Face Accelerate, for comparison
         from accelerate import Accelerator
     else:
-        from runtime.accelerator import Accelerator
+        from accel_convert.runtime.accelerator import Accelerator
     return Accelerator()
 
 

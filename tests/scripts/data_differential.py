@@ -43,7 +43,7 @@ def import_framework(framework: str):
     if framework == "accelerate":
         from accelerate import Accelerator, DataLoaderConfiguration
     else:
-        from runtime import Accelerator, DataLoaderConfiguration
+        from accel_convert.runtime import Accelerator, DataLoaderConfiguration
     return Accelerator, DataLoaderConfiguration
 
 

@@ -26,9 +26,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from runtime import Accelerator, FullyShardedDataParallelPlugin
-from runtime.checkpoint import CheckpointError
-from runtime.state_objects import AcceleratorState
+from accel_convert.runtime import Accelerator, FullyShardedDataParallelPlugin
+from accel_convert.runtime.checkpoint import CheckpointError
+from accel_convert.runtime.state_objects import AcceleratorState
 
 STEPS, RESUME_AT = 20, 10
 BATCH, FEATURES, VOCAB, SEQUENCE = 8, 16, 32, 12

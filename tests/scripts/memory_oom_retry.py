@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from runtime.memory import find_executable_batch_size
+from accel_convert.runtime.memory import find_executable_batch_size
 
 STARTING_BATCH_SIZE = 32
 FITS = 16  # largest batch size that does not "run out of memory"
@@ -141,7 +141,7 @@ def train_with_ddp(scenario: str, log: dict):
 
 
 def train_with_accelerator(log: dict):
-    from runtime.accelerator import Accelerator
+    from accel_convert.runtime.accelerator import Accelerator
 
     accelerator = Accelerator()
     rank = accelerator.process_index

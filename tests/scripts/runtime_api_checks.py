@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-from runtime import (
+from accel_convert.runtime import (
     Accelerator,
     AcceleratorState,
     DDPCommunicationHookType,
@@ -24,8 +24,8 @@ from runtime import (
     ProfileKwargs,
     get_logger,
 )
-from runtime.operations import DistributedOperationException
-from runtime.utils import gather, pad_across_processes, reduce, synchronize_rng_states
+from accel_convert.runtime.operations import DistributedOperationException
+from accel_convert.runtime.utils import gather, pad_across_processes, reduce, synchronize_rng_states
 
 
 class Scaled(torch.nn.Module):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from runtime import Accelerator
+from accel_convert.runtime import Accelerator
 
 accelerator = Accelerator(cpu=True)
 accelerator.wait_for_everyone()  # a good one first: barriers that meet still pass

@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from runtime import Accelerator, DistributedDataParallelKwargs, GradScalerKwargs, set_seed
-from runtime.ddp import UnusedParametersError
+from accel_convert.runtime import Accelerator, DistributedDataParallelKwargs, GradScalerKwargs, set_seed
+from accel_convert.runtime.ddp import UnusedParametersError
 
 Pair = collections.namedtuple("Pair", ["first", "second"])
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from runtime import Accelerator
+from accel_convert.runtime import Accelerator
 
 
 def train(out_dir: Path) -> int:

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from runtime import Accelerator
+from accel_convert.runtime import Accelerator
 
 MODE, OUT = sys.argv[1], Path(sys.argv[2])
 
@@ -54,15 +54,14 @@ def main() -> None:
     loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=4, shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     if MODE == "kill_during_save":
-        from runtime import ProjectConfiguration
+        from accel_convert.runtime import ProjectConfiguration
 
         accelerator.project_configuration = ProjectConfiguration(
             project_dir=str(OUT / "project"), automatic_checkpoint_naming=True
         )
         accelerator.save_state()  # checkpoint_0: complete
         if rank == 1:
-            import runtime.checkpoint as checkpoint_module
-
+            import accel_convert.runtime.checkpoint as checkpoint_module
             write = checkpoint_module._write
 
             def write_then_die(path: Path, content: object) -> None:

@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from runtime import Accelerator
+from accel_convert.runtime import Accelerator
 
 accelerator = Accelerator()
 gathered = accelerator.gather(torch.tensor([accelerator.process_index * 10 + 1]))

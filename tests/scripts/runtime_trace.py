@@ -22,8 +22,8 @@ if LIBRARY == "accelerate":
     from accelerate.state import AcceleratorState, GradientState
     from accelerate.utils import DataLoaderConfiguration, gather_object, set_seed
 else:
-    from runtime import Accelerator, DataLoaderConfiguration, set_seed
-    from runtime.utils import gather_object
+    from accel_convert.runtime import Accelerator, DataLoaderConfiguration, set_seed
+    from accel_convert.runtime.utils import gather_object
 
 #: name -> (dataset length, batch size, accumulation steps, split_batches, step_with_optimizer, schedule)
 CONFIGS = {
