@@ -198,8 +198,14 @@ def process_seconds(command: list[str], bytecode_folder: str) -> float:
     environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONPYCACHEPREFIX": bytecode_folder}
     environment.pop("PYTHONDONTWRITEBYTECODE", None)
     start = time.perf_counter()
-    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, env=environment)
-    return time.perf_counter() - start
+    finished = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False, env=environment)
+    elapsed = time.perf_counter() - start
+    # 0: nothing to convert, 1: --check found something to convert; anything else is a failure
+    # (an internal error, an installed accel-convert that is not this tree): no timing of it.
+    if finished.returncode not in (0, 1):
+        last = finished.stderr.decode(errors="replace").strip().splitlines()[-1:]
+        raise SystemExit(f"{' '.join(command)} failed (exit {finished.returncode}): {' '.join(last)}")
+    return elapsed
 
 
 def time_processes(script: Path, rounds: int, torchfix: Path | None = None) -> dict[str, float]:

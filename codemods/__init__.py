@@ -21,13 +21,21 @@ __all__ = ["convert_module", "Change", "Rule", "ConversionOutcome", "Options"]
 
 
 def convert_module(
-    module: cst.Module, options: Options, source: str | bytes | None = None, seeds: ProgramSeeds | None = None
+    module: cst.Module,
+    options: Options,
+    source: str | bytes | None = None,
+    seeds: ProgramSeeds | None = None,
+    *,
+    tree_only: bool = False,
 ) -> ConversionOutcome:
     """Convert one parsed module; a module that does not import torch comes back as it was.
 
     ``source`` (optional) is the text or bytes ``module`` was parsed from: passing it saves
     generating the code once more to find original positions. ``seeds``: what the other modules
     of its program say (see :mod:`codemods.engine.program`); None converts it alone.
+    ``tree_only``: only the converted tree is wanted (the pipeline's check that converting the
+    output again changes nothing): the rules that cannot change it are not run — those that only
+    report, and those whose rewrite is switched off — so the reports are incomplete.
     """
     from accel_convert.codemods.engine.analysis import analyse
     from accel_convert.codemods.engine.positions import reanchor
@@ -48,13 +56,16 @@ def convert_module(
             continue
         rewrites = options.enabled(rule.code)
         reports = any(options.enabled(code) for code in rule.extra_codes)
+        reports_only = rule.reports_only()
+        if tree_only and (reports_only or not rewrites):
+            continue  # the tree it returns would be dropped below
         if not (rewrites or reports) or not rule.applies(facts, options):
             continue
         converted, found = rule.transform(module, facts, options)
         if not rewrites:
             # Only its findings were asked for (--select ACC904): keep those, drop the rewrite.
             converted, found = module, [change for change in found if change.code != rule.code]
-        if not any(change.fixed for change in found):
+        if reports_only or not any(change.fixed for change in found):
             # Every rewrite is reported, so a rule that reports none changed nothing: keep the
             # tree it received (libcst rebuilds every node it walks; carrying positions over
             # that copy would cost more than the rule). This also makes "every change to the

@@ -388,13 +388,15 @@ def byte_position(source: bytes, offset: int) -> tuple[int, int]:
     return source.count(b"\n", 0, offset) + 1, offset - line_start + 1
 
 
-def run_codemods(module: cst.Module, options: Options, path: str, source: bytes | None = None) -> ConversionOutcome:
+def run_codemods(
+    module: cst.Module, options: Options, path: str, source: bytes | None = None, *, tree_only: bool = False
+) -> ConversionOutcome:
     """Run the codemods; a crash inside one is our bug, reported as an internal error (a
     RecursionError is left to :func:`convert_source`, which retries on a deeper stack).
     ``source`` is what ``module`` was parsed from: the analysis reads positions from it instead
-    of printing the tree once more."""
+    of printing the tree once more. ``tree_only``: see ``codemods.convert_module``."""
     try:
-        return codemods.convert_module(module, options, source)
+        return codemods.convert_module(module, options, source, tree_only=tree_only)
     except (RecursionError, MemoryError):
         raise
     except Exception as error:  # noqa: BLE001 - any codemod crash becomes one error line, exit 123
@@ -427,7 +429,8 @@ def verify_stable(output: bytes, options: Options, path: str, source: bytes) -> 
             1,
             f"internal error: the converted script does not parse ({error.message}); nothing written",
         ) from None
-    again_module = run_codemods(module, options, path, output).module
+    # Only the tree matters here: the rules that can only report cannot change it.
+    again_module = run_codemods(module, options, path, output, tree_only=True).module
     if again_module is module:
         # No pass changed the tree read from ``output``: it prints back to ``output`` (libcst's
         # round trip, with the Codec's repairs where libcst's printer loses bytes).

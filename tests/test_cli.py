@@ -263,7 +263,9 @@ def test_internal_error_exits_123_and_writes_nothing(
     from accel_convert import codemods
     from accel_convert.codemods.engine.model import ConversionOutcome
 
-    def unstable(module: cst.Module, options: object, source: object = None) -> ConversionOutcome:
+    def unstable(
+        module: cst.Module, options: object, source: object = None, *, tree_only: bool = False
+    ) -> ConversionOutcome:
         return ConversionOutcome(module.with_changes(body=[*module.body, cst.parse_statement("x = 1")]))
 
     monkeypatch.setattr(codemods, "convert_module", unstable)

@@ -22,7 +22,9 @@ OPTIONS = Options()
 def appending_codemod(suffix: str):
     """A codemod that appends a statement every time it runs: never stable."""
 
-    def convert(module: cst.Module, options: Options, source: bytes | None = None) -> ConversionOutcome:
+    def convert(
+        module: cst.Module, options: Options, source: bytes | None = None, *, tree_only: bool = False
+    ) -> ConversionOutcome:
         extra = cst.parse_statement(suffix)
         return ConversionOutcome(
             module.with_changes(body=[*module.body, extra]), [Change("ACC105", "appended", 1, 0, 1, 1, True)]
@@ -59,14 +61,19 @@ def test_output_that_does_not_parse_is_an_internal_error(monkeypatch: pytest.Mon
         bytes = b"import torch\ndef (:\n"
 
     monkeypatch.setattr(
-        codemods, "convert_module", lambda module, options, source=None: ConversionOutcome(Broken(), []), raising=False
+        codemods,
+        "convert_module",
+        lambda module, options, source=None, tree_only=False: ConversionOutcome(Broken(), []),
+        raising=False,
     )
     with pytest.raises(ConversionError, match=r"does not parse \(line 2: invalid syntax\); nothing written"):
         convert_source(b"import torch\n", OPTIONS, path="train.py")
 
 
 def test_codemod_crash_is_an_internal_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    def crash(module: cst.Module, options: Options, source: bytes | None = None) -> ConversionOutcome:
+    def crash(
+        module: cst.Module, options: Options, source: bytes | None = None, *, tree_only: bool = False
+    ) -> ConversionOutcome:
         raise KeyError("model")
 
     monkeypatch.setattr(codemods, "convert_module", crash, raising=False)
@@ -77,7 +84,9 @@ def test_codemod_crash_is_an_internal_error(monkeypatch: pytest.MonkeyPatch) -> 
 def test_unchanged_output_skips_the_second_conversion(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
 
-    def counting(module: cst.Module, options: Options, source: bytes | None = None) -> ConversionOutcome:
+    def counting(
+        module: cst.Module, options: Options, source: bytes | None = None, *, tree_only: bool = False
+    ) -> ConversionOutcome:
         calls.append(module)
         return identity_codemod(module, options)
 
@@ -89,7 +98,9 @@ def test_unchanged_output_skips_the_second_conversion(monkeypatch: pytest.Monkey
 
 
 def test_warnings_of_switched_off_codes_are_dropped_but_rewrites_never(monkeypatch: pytest.MonkeyPatch) -> None:
-    def reports(module: cst.Module, options: Options, source: bytes | None = None) -> ConversionOutcome:
+    def reports(
+        module: cst.Module, options: Options, source: bytes | None = None, *, tree_only: bool = False
+    ) -> ConversionOutcome:
         return ConversionOutcome(
             module,
             [

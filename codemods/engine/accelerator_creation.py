@@ -114,11 +114,11 @@ class _AcceleratorArgument(RuleTransformer):
         self.keyword, self.value = keyword, value
         self.done = False
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
+    def entering_node(self, node: cst.CSTNode) -> bool:
         # The call is a whole statement's value: no need to enter statement lines or expressions.
         if self.done or isinstance(node, (cst.SimpleStatementLine, cst.BaseExpression)):
             return False
-        return super().on_visit(node)
+        return super().entering_node(node)
 
     def leave_SimpleStatementLine(self, original_node, updated_node):
         call = _accelerator_call_of(updated_node, self.facts)

@@ -43,9 +43,11 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.engine.torch_names import (
     ACCELERATORS,
+    AUTOCASTS,
     DATA_LOADERS,
     DEVICE_CALLS,
     FEATURES,
+    GRAD_SCALERS,
     MODEL_COPIES,
     NO_GRAD_CONTEXTS,
     PER_PROCESS_PATHS,
@@ -97,6 +99,8 @@ class _If:
     loop: _Loop | None
     test: _Frame = field(default_factory=_Frame)
     modulo: bool = False
+    #: Its body (not its ``else``) calls ``.cuda()`` somewhere: its test is a device switch.
+    body_moves_to_cuda: bool = False
 
 
 @dataclass
@@ -166,6 +170,10 @@ class _Recorder(NameCollector):
         self.main_guard_assigns: set[str] = set()
         #: Module-level classes by name.
         self.classes: dict[str, _Class] = {}
+        #: Every assignment and ``if``, in source order (where device switches are read).
+        self.assigns_and_ifs: list[_Assign | _If] = []
+        #: The ``if`` statements whose body the walk is in.
+        self._if_bodies: list[_If] = []
         self._loops: list[_Loop] = []
         self._ifs: list[_If] = []
         self._frames: list[_Frame] = []
@@ -245,6 +253,7 @@ class _Recorder(NameCollector):
         mentions = self._frames.pop()
         targets = tuple(name for target in original_node.targets for name in target_names(target.target))
         self.assigns.append(_Assign(original_node, targets, original_node.value, self.function, mentions, self.scope))
+        self.assigns_and_ifs.append(self.assigns[-1])
         if self._main_guard_depth:
             self.main_guard_assigns.update(targets)
 
@@ -253,6 +262,13 @@ class _Recorder(NameCollector):
         if is_main_guard(node) and not self.scope:
             self._main_guard_depth += 1
         self._ifs.append(record)
+        self.assigns_and_ifs.append(record)
+
+    def visit_If_body(self, node: cst.If) -> None:
+        self._if_bodies.append(self._ifs[-1])
+
+    def leave_If_body(self, node: cst.If) -> None:
+        self._if_bodies.pop()
 
     def visit_If_test(self, node: cst.If) -> None:
         self._frames.append(self._ifs[-1].test)
@@ -315,6 +331,9 @@ class _Recorder(NameCollector):
         self.breaks.append((node, tuple(self._loops), tuple(self._ifs), self.function))
 
     def visit_Call(self, node: cst.Call) -> None:
+        if self._if_bodies and isinstance(node.func, cst.Attribute) and node.func.attr.value == "cuda":
+            for record in self._if_bodies:
+                record.body_moves_to_cuda = True
         if self._frames:
             frame = self._frames[-1]
             func = node.func
@@ -342,6 +361,26 @@ class _Recorder(NameCollector):
                 in_main_guard=self._main_guard_depth > 0,
             )
         )
+
+
+#: The last names of the GradScalers and autocasts (``GradScaler``, ``autocast``).
+_AMP_FINAL_NAMES = frozenset(name.rpartition(".")[2] for name in GRAD_SCALERS | AUTOCASTS)
+
+
+def _read_switch(node: cst.CSTNode, negated: bool, found: list[tuple[str, bool]]) -> None:
+    """The flags (``args.no_cuda``) a device decision tests, and whether each is under ``not``."""
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
+        _read_switch(node.expression, not negated, found)
+    elif isinstance(node, cst.Attribute) and dotted(node) is not None:
+        found.append((dotted(node), negated))  # type: ignore[arg-type]
+    elif isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And):
+        _read_switch(node.left, negated, found)
+        _read_switch(node.right, negated, found)
+    elif isinstance(node, cst.IfExp):
+        _read_switch(node.test, negated, found)
+    elif isinstance(node, cst.Call):
+        for arg in node.args:  # torch.device("cuda" if args.cuda else "cpu")
+            _read_switch(arg.value, negated, found)
 
 
 def _has_modulo(node: cst.BaseExpression) -> bool:
@@ -454,9 +493,11 @@ class _Conclusions:
         self._batch_names()
         self._helpers()
         self._features()
+        self._mixed_precision()
         self._assign_sites()
         self._breaks()
         self._per_process_paths()
+        self._device_switches()
         return facts
 
     def _trackers(self) -> None:
@@ -466,6 +507,36 @@ class _Conclusions:
                 self.r.names.qualified_name(value.func, assign.scope) in TRACKER_CONSTRUCTORS
             ):
                 self.facts.trackers.update(assign.targets)
+
+    def _device_switches(self) -> None:
+        """``parser_options``, ``parsed_arguments`` and ``device_switches``: the flags the
+        device choice tests (``use_cuda = not args.no_cuda and ...``, ``if args.cuda:
+        model.cuda()``), in source order, and what the argument parser defines."""
+        facts = self.facts
+        for call in self.r.calls:
+            node = call.node
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument":
+                dest = next((arg.value for arg in node.args if arg.keyword and arg.keyword.value == "dest"), None)
+                names = [dest] if dest is not None else [arg.value for arg in node.args if arg.keyword is None]
+                for value in names:
+                    if isinstance(value, cst.SimpleString) and isinstance(value.evaluated_value, str):
+                        text = value.evaluated_value
+                        if dest is not None or text.startswith("--"):
+                            facts.parser_options.add(text.lstrip("-").replace("-", "_"))
+        device = facts.device_names | facts.cuda_flags
+        for record in self.r.assigns_and_ifs:
+            if isinstance(record, _If):
+                if record.body_moves_to_cuda:
+                    _read_switch(record.node.test, False, facts.device_switches)
+                continue
+            value = record.value
+            if isinstance(value, cst.Call) and (dotted(value.func) or "").rpartition(".")[2] in (
+                "parse_args",
+                "parse_known_args",
+            ):
+                facts.parsed_arguments |= {name.partition(".")[0] for name in record.targets}
+            if set(record.targets) & device:
+                _read_switch(value, False, facts.device_switches)
 
     def _per_process_paths(self) -> None:
         """Names bound to a folder or file only this process has (``tempfile.mkdtemp()``), and
@@ -1105,6 +1176,39 @@ class _Conclusions:
             if function != facts.main_function and set(params) & roles:
                 facts.helper_functions[function] = params
 
+    def _mixed_precision(self) -> None:
+        """``grad_scalers`` and ``amp_lines``: what the AMP rule would otherwise survey the whole
+        module for. Callees are matched as the rule matches them (``facts.callee_name``)."""
+        facts = self.facts
+        lines: set[int] | None = set()
+        scaler_calls: set[int] = set()
+        for call in self.r.calls:
+            func = call.node.func
+            # A name written ``x.attr`` resolves to a name ending in ``.attr``: most calls are
+            # ruled out without resolving them.
+            if isinstance(func, cst.Attribute) and func.attr.value not in _AMP_FINAL_NAMES:
+                continue
+            callee = facts.callee_name(func)
+            if callee not in GRAD_SCALERS and callee not in AUTOCASTS:
+                continue
+            if callee in GRAD_SCALERS:
+                scaler_calls.add(id(call.node))
+            site = self.origins.site(call.node)
+            if site is None:
+                lines = None
+            elif lines is not None:
+                lines.add(site.line)
+        for assign in self.r.assigns:
+            value = assign.value
+            if isinstance(value, cst.Call) and id(value) in scaler_calls:
+                for target in assign.node.targets:
+                    name = dotted(target.target)
+                    if name:
+                        facts.grad_scalers.add(name)
+        if lines is not None:
+            lines |= facts.lines_mentioning({part for name in facts.grad_scalers for part in name.split(".")})
+        facts.amp_lines = lines
+
     def _assign_sites(self) -> None:
         for assign in self.r.assigns:
             site = self.site(assign.node)
@@ -1122,7 +1226,8 @@ class _Conclusions:
                 facts.call_sites.setdefault(key, []).append(self.site(call.node))
             if isinstance(func, cst.Attribute):
                 facts.call_sites.setdefault("." + func.attr.value, []).append(self.site(call.node))
-            qualified = self.qualified(call)
+            if qualified is None:  # a strict answer is also the lenient one
+                qualified = self.qualified(call)
             feature = FEATURES.get(qualified or "")
             if feature is None:
                 continue

@@ -159,6 +159,21 @@ class ScriptFacts:
     rank_dependent_breaks: list[Site] = field(default_factory=list)
     #: ``except KeyboardInterrupt:`` clauses (the ``except`` keyword of each).
     interrupt_handlers: list[Site] = field(default_factory=list)
+    #: Attribute names the argument parser defines (``no_cuda`` for ``--no-cuda``, a ``dest=``).
+    parser_options: set[str] = field(default_factory=set)
+    #: Names bound to what ``parse_args()`` / ``parse_known_args()`` return (``args``).
+    parsed_arguments: set[str] = field(default_factory=set)
+    #: The flags the device choice tests, in source order, and whether each is under ``not``:
+    #: ``use_cuda = not args.no_cuda and ...`` gives ``("args.no_cuda", True)``; ``if args.cuda:
+    #: model.cuda()`` gives ``("args.cuda", False)``.
+    device_switches: list[tuple[str, bool]] = field(default_factory=list)
+    #: Names bound to a ``GradScaler(...)`` (``scaler``, ``self.scaler``), matched by qualified
+    #: name as the AMP rule matches calls (module scope).
+    grad_scalers: set[str] = field(default_factory=set)
+    #: Original lines where mixed-precision machinery may be: calls to a GradScaler or an autocast
+    #: and statements naming a scaler (None: a call without an original position, so look
+    #: everywhere). The AMP rule reads only the simple statements holding these lines.
+    amp_lines: set[int] | None = field(default_factory=set)
     #: Sites of existing distributed set-up (DDP, mp.spawn, init_process_group), by feature.
     distributed_sites: dict[str, Site] = field(default_factory=dict)
     #: Where ``.backward()`` is called (a site, for the no-DataLoader report).

@@ -78,6 +78,12 @@ class Rule:
     #: Small scripts showing the rule at work (see :class:`Example`).
     examples: ClassVar[tuple[Example, ...]] = ()
 
+    @classmethod
+    def reports_only(cls) -> bool:
+        """A rule whose codes are all reports (``ACC9xx``): it never changes the script
+        (``codemods.convert_module`` keeps the tree it received, whatever it returns)."""
+        return not any(code.startswith("ACC1") for code in (cls.code, *cls.extra_codes))
+
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         """Cheap test run before ``transform``: False skips the pass (no tree walk at all)."""
         return True

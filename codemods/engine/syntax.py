@@ -151,35 +151,67 @@ def is_main_guard(node: cst.CSTNode) -> bool:
 
 
 def assigned_in(statement: cst.CSTNode) -> set[str]:
-    """Names a statement binds by assignment, at any depth except inside nested defs/classes."""
-    finder = _Assigned()
+    """Names (and attribute paths, ``self.model``) a statement binds by assignment, as a loop
+    target or with ``with ... as``, at any depth except inside nested defs/classes."""
+    finder = _Bindings(every_binding=False)
     walk(statement, finder)
     return finder.names
 
 
-class _Assigned(cst.CSTVisitor):
-    def __init__(self) -> None:
+def names_bound(statements: Sequence[cst.CSTNode]) -> set[str]:
+    """Every plain name these statements bind, not looking into nested defs/classes: what
+    :func:`assigned_in` finds but attribute paths, and augmented assignments, every ``as``
+    (``import``, ``except``, ``with``) and the names of the defs and classes themselves."""
+    finder = _Bindings(every_binding=True)
+    for statement in statements:
+        walk(statement, finder)
+    return finder.names
+
+
+class _Bindings(cst.CSTVisitor):
+    """The one "names bound by a statement" reader (see :func:`assigned_in`, :func:`names_bound`)."""
+
+    def __init__(self, *, every_binding: bool) -> None:
         super().__init__()
+        self.every_binding = every_binding
         self.names: set[str] = set()
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        if self.every_binding:
+            self.names.add(node.name.value)
         return False
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        if self.every_binding:
+            self.names.add(node.name.value)
         return False
 
     def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        self.names.update(target_names(node.target))
+        self._add(node.target)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        self.names.update(target_names(node.target))
+        self._add(node.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if self.every_binding:
+            self._add(node.target)
 
     def visit_For(self, node: cst.For) -> None:
-        self.names.update(target_names(node.target))
+        self._add(node.target)
 
     def visit_WithItem(self, node: cst.WithItem) -> None:
-        if node.asname is not None:
-            self.names.update(target_names(node.asname.name))
+        if node.asname is not None and not self.every_binding:  # every ``as``: visit_AsName
+            self._add(node.asname.name)
+
+    def visit_AsName(self, node: cst.AsName) -> None:
+        if self.every_binding:
+            self._add(node.name)
+
+    def _add(self, target: cst.BaseExpression) -> None:
+        names = target_names(target)
+        if self.every_binding:
+            names = tuple(name for name in names if "." not in name)  # plain names only
+        self.names.update(names)
 
 
 def first_statement_index(body: Sequence[cst.BaseStatement]) -> int:

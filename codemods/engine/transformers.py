@@ -24,7 +24,13 @@ from accel_convert.codemods.engine.accelerator_code import accelerator_name
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import FILE_START, Findings
 from accel_convert.codemods.engine.model import Change, Site
-from accel_convert.codemods.engine.positions import CARRIED_TYPES, POSITIONED_TYPES, OriginIndex, skips_statement
+from accel_convert.codemods.engine.positions import (
+    CARRIED_TYPES,
+    POSITIONED_TYPES,
+    STATEMENT_TYPES,
+    OriginIndex,
+    skips_statement,
+)
 from accel_convert.codemods.engine.syntax import (
     assigns_at_top,
     body_statements,
@@ -32,38 +38,102 @@ from accel_convert.codemods.engine.syntax import (
     instance_parameter,
     is_main_guard,
 )
-from accel_convert.codemods.engine.walk import TRIVIA, own_hooks
+from accel_convert.codemods.engine.walk import TRIVIA, child_nodes, own_hooks
 
 NodeT = TypeVar("NodeT", bound=cst.CSTNode)
 
 
 class TargetedTransformer(cst.CSTTransformer):
     """What every pass's transformer shares: it walks only the statements holding one of
-    ``lines`` (original line numbers; None: all), never enters whitespace or tokens (libcst rebuilds
-    every node a transformer enters, so the walk is what a pass costs), and carries the original
-    position of each statement, call and the module to the node that replaces it (so that later
-    passes still report in terms of the file the user wrote). Without ``origins`` (a pass run on
-    its own, in unit tests) it walks everything and carries nothing."""
+    ``lines`` (original line numbers; None: all), never enters whitespace or tokens, rebuilds
+    only the nodes whose children changed, and carries the original position of each statement,
+    call and the module to the node that replaces it (so that later passes still report in terms
+    of the file the user wrote). Without ``origins`` (a pass run on its own, in unit tests) it
+    walks everything and carries nothing.
+
+    Why it walks the children itself: libcst rebuilds (constructs and validates a copy of) every
+    node a transformer enters, and visits every whitespace and token node, although a pass
+    changes a handful of nodes. Here a node's children are transformed one by one (the steps of
+    libcst's ``node.visit``, so the hooks run exactly as libcst calls them); a node none of whose children
+    changed is kept as it is, and a node with a changed child is rebuilt by libcst's own
+    ``_visit_and_replace_children``, replaying the children's results (so removals and
+    ``FlattenSentinel`` are handled as libcst does). A rule's ``leave_`` hook therefore receives
+    ``updated_node is original_node`` when nothing below changed, also for a node it entered.
+
+    Subclasses refine :meth:`entering_node` and :meth:`leaving_node` (not ``on_visit`` and
+    ``on_leave``, which drive the walk)."""
 
     def __init__(self, origins: OriginIndex | None, lines: Iterable[int] | None = None) -> None:
         super().__init__()
         self.origins = origins
         self.lines = sorted(set(lines)) if lines is not None else None
         self._hooks = _transformer_hooks(type(self))
+        #: While libcst rebuilds a node whose children changed: the node, and each child's result
+        #: by the child's identity (a list: one object may stand at two places).
+        self._replay: tuple[cst.CSTNode, dict[int, list[Any]]] | None = None
+        self._libcst_walk = _wants_trivia(type(self))
 
-    # libcst's on_visit/on_leave look ``visit_<Node>``/``leave_<Node>`` up by a built name for
-    # every node, and find one of its thousand no-op stubs for most: the pass's own hooks are
-    # looked up once per node type instead, and only they are called.
     def on_visit(self, node: cst.CSTNode) -> bool:
-        if type(node) in TRIVIA:
+        if self._replay is not None:
+            return False  # a child of the node being rebuilt: its result is ready
+        if not self.entering_node(node):
             return False
-        visit = self._hooks_of(type(node))[0]
-        descend = visit is None or visit(self, node) is not False
-        return descend and not skips_statement(node, self.lines, self.origins)
+        if self._libcst_walk:
+            return True  # a pass with hooks for whitespace or tokens: libcst walks everything
+        done: list[tuple[cst.CSTNode, Any]] = []
+        changed = False
+        for child in child_nodes(node):
+            # What ``child.visit(self)`` does, without its frame and its check of the result
+            # (a result that is not a node reaches libcst's check when the parent is rebuilt).
+            if self.on_visit(child):
+                result = self.on_leave(child, child._visit_and_replace_children(self))
+            else:
+                result = self.on_leave(child, child)
+            done.append((child, result))
+            if result is not child:
+                changed = True
+        if not changed:
+            return False  # libcst leaves the node as it is: on_leave(node, node)
+        results: dict[int, list[Any]] = {}
+        for child, result in done:
+            results.setdefault(id(child), []).append(result)
+        self._replay = (node, results)
+        return True
 
     def on_leave(
         self, original_node: NodeT, updated_node: NodeT
     ) -> NodeT | cst.RemovalSentinel | cst.FlattenSentinel[NodeT]:
+        if self._replay is not None:
+            parent, results = self._replay
+            if original_node is not parent:
+                done = results.get(id(original_node))
+                return done.pop(0) if done else updated_node
+            self._replay = None
+        return self.leaving_node(original_node, updated_node)
+
+    # libcst's on_visit/on_leave look ``visit_<Node>``/``leave_<Node>`` up by a built name for
+    # every node, and find one of its thousand no-op stubs for most: the pass's own hooks are
+    # looked up once per node type instead, and only they are called.
+    def entering_node(self, node: cst.CSTNode) -> bool:
+        """Whether to walk below ``node`` (its ``visit_`` hook said so and it may hold one of
+        ``lines``)."""
+        kind = type(node)
+        if kind in TRIVIA:
+            return False
+        visit = self._hooks_of(kind)[0]
+        if visit is not None and visit(self, node) is False:
+            return False
+        # Only statements can be skipped (``skips_statement`` says no to anything else).
+        return kind not in STATEMENT_TYPES or not skips_statement(node, self.lines, self.origins)
+
+    def skips(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` is a statement holding none of ``lines``: not walked."""
+        return skips_statement(node, self.lines, self.origins)
+
+    def leaving_node(
+        self, original_node: NodeT, updated_node: NodeT
+    ) -> NodeT | cst.RemovalSentinel | cst.FlattenSentinel[NodeT]:
+        """The node's ``leave_`` hook, and its original position carried to what it returned."""
         leave = self._hooks_of(type(original_node))[1]
         result = updated_node if leave is None else leave(self, original_node, updated_node)
         if self.origins is None or type(original_node) not in CARRIED_TYPES or result is original_node:
@@ -89,6 +159,21 @@ class TargetedTransformer(cst.CSTTransformer):
 
     def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
         pass
+
+
+def _wants_trivia(transformer_type: type) -> bool:
+    """Whether a transformer has a hook for a whitespace or token type, which the walk that
+    skips them would never call: such a transformer is walked by libcst."""
+    wants = _WANTS_TRIVIA.get(transformer_type)
+    if wants is None:
+        hooks = own_hooks(transformer_type)
+        wants = _WANTS_TRIVIA[transformer_type] = any(
+            f"{hook}_{trivia.__name__}" in hooks for trivia in TRIVIA for hook in ("visit", "leave")
+        )
+    return wants
+
+
+_WANTS_TRIVIA: dict[type, bool] = {}
 
 
 #: Transformer class → node class → (its own visit hook, its own leave hook), None where only
@@ -234,9 +319,9 @@ class RuleTransformer(TargetedTransformer):
 
     # The scope and the anchor are kept here rather than in visit_/leave_ hooks, so a rule's own
     # hooks (which may stop the descent into a class) can never unbalance them.
-    def on_visit(self, node: cst.CSTNode) -> bool:
+    def entering_node(self, node: cst.CSTNode) -> bool:
         kind = type(node)
-        if self._blocks:
+        if self._blocks and kind in _BLOCK_ITEM_TYPES:
             self._blocks[-1].entering(node)
         if kind is cst.Module:
             self._blocks.append(_Block.of_module(node, self.accelerator))  # type: ignore[arg-type]
@@ -248,12 +333,12 @@ class RuleTransformer(TargetedTransformer):
                     self.instance = instance_parameter(node)  # type: ignore[arg-type]
         if kind in POSITIONED_TYPES:
             self._anchors.append(node)
-        return super().on_visit(node)
+        return super().entering_node(node)
 
-    def on_leave(
+    def leaving_node(
         self, original_node: NodeT, updated_node: NodeT
     ) -> NodeT | cst.RemovalSentinel | cst.FlattenSentinel[NodeT]:
-        result = super().on_leave(original_node, updated_node)
+        result = super().leaving_node(original_node, updated_node)
         kind = type(original_node)
         if kind in POSITIONED_TYPES and self._anchors and self._anchors[-1] is original_node:
             self._anchors.pop()
@@ -264,6 +349,10 @@ class RuleTransformer(TargetedTransformer):
         if kind is cst.FunctionDef or kind is cst.Module:
             self._blocks.pop()
         return result
+
+
+#: What a block's statement list holds: statements, or a ``def f(): ...`` one-line suite.
+_BLOCK_ITEM_TYPES = STATEMENT_TYPES | {cst.SimpleStatementSuite}
 
 
 class _Block:

@@ -79,6 +79,19 @@ def _walk(node: cst.CSTNode, visitor: cst.CSTVisitor, plans: dict[type, _Plan], 
         leave(visitor, node)  # type: ignore[operator]
 
 
+def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The children of ``node`` that libcst visits, in its order, but :data:`TRIVIA`."""
+    found = []
+    for name in _child_fields(node):
+        value = getattr(node, name)
+        kind = type(value)
+        if kind in _SUBSTANCE:
+            found.append(value)
+        elif kind is tuple or kind is list:
+            found.extend(child for child in value if type(child) in _SUBSTANCE)
+    return found
+
+
 def concrete_subclasses(*bases: type) -> frozenset[type]:
     """Every class deriving from ``bases`` (``bases`` included): a set lookup on ``type(node)``
     is several times cheaper than ``isinstance`` against libcst's abstract base classes."""
@@ -228,6 +241,46 @@ class _FieldOrder(cst.CSTVisitor):
 
     def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
         pass
+
+
+class StatementFilter(cst.CSTVisitor):
+    """A read-only visitor (for :func:`walk`) that enters only the statements
+    :meth:`enters_statement` accepts: one hook per kind of statement, so the walk calls nothing
+    for the other nodes (an ``on_visit`` override would be called for every node). Subclasses
+    with their own hook for a statement kind call ``super()``'s."""
+
+    def enters_statement(self, node: cst.CSTNode) -> bool:
+        return True
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        return self.enters_statement(node)
+
+    def visit_If(self, node: cst.If) -> bool:
+        return self.enters_statement(node)
+
+    def visit_For(self, node: cst.For) -> bool:
+        return self.enters_statement(node)
+
+    def visit_While(self, node: cst.While) -> bool:
+        return self.enters_statement(node)
+
+    def visit_With(self, node: cst.With) -> bool:
+        return self.enters_statement(node)
+
+    def visit_Try(self, node: cst.Try) -> bool:
+        return self.enters_statement(node)
+
+    def visit_TryStar(self, node: cst.TryStar) -> bool:
+        return self.enters_statement(node)
+
+    def visit_Match(self, node: cst.Match) -> bool:
+        return self.enters_statement(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return self.enters_statement(node)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return self.enters_statement(node)
 
 
 def variables_read(*nodes: cst.CSTNode) -> set[str]:

@@ -18,14 +18,11 @@ from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
     assigned_in,
-    dotted,
     first_statement_index,
     parses_arguments,
     statement,
-    target_names,
 )
 from accel_convert.codemods.engine.transformers import HomeBlockTransformer
-from accel_convert.codemods.engine.walk import walk
 
 
 def import_statement(options: Options, name: str = "Accelerator") -> cst.SimpleStatementLine:
@@ -157,7 +154,7 @@ class Accelerator(Rule):
         return facts.existing_accelerator is None and facts.has_accelerator and facts.home_kind != "library"
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        transformer = _CreateAccelerator(facts, cpu_flag(module, facts), fsdp=options.fsdp)
+        transformer = _CreateAccelerator(facts, cpu_flag(facts), fsdp=options.fsdp)
         converted = module.visit(transformer)
         names = ["Accelerator", *(["FullyShardedDataParallelPlugin"] if options.fsdp else [])]
         for name in names:
@@ -172,89 +169,25 @@ class Accelerator(Rule):
 _GPU_WORDS = ("cuda", "gpu", "accel")
 
 
-def cpu_flag(module: cst.Module, facts: ScriptFacts) -> str | None:
+def cpu_flag(facts: ScriptFacts) -> str | None:
     """The ``cpu=`` argument that keeps the script's own switch between GPU and CPU.
 
     ``use_cuda = not args.no_cuda and torch.cuda.is_available()`` gives ``args.no_cuda``;
     ``device = "cuda" if args.accel and ... else "cpu"`` gives ``not args.accel``. Without it a
-    script that trains on the CPU unless asked would take the GPU after the conversion.
+    script that trains on the CPU unless asked would take the GPU after the conversion. The
+    analysis read the switches and the parser's options (``facts.device_switches``).
     """
-    finder = _DeviceSwitches(facts)
-    walk(module, finder)
-    if not finder.arguments:
+    if not facts.parsed_arguments:
         return None
     terms = []
-    for flag, negated in dict.fromkeys(finder.terms):
+    for flag, negated in dict.fromkeys(facts.device_switches):
         root = flag.partition(".")[0]
         # Only a flag the parser defines: one the script sets itself (``args.cuda = not
         # args.no_cuda and ...``) does not exist yet where the accelerator is created.
         name = flag.rpartition(".")[2]
-        if root in finder.arguments and name in finder.options and any(word in name for word in _GPU_WORDS):
+        if root in facts.parsed_arguments and name in facts.parser_options and any(word in name for word in _GPU_WORDS):
             terms.append(flag if negated else f"not {flag}")
     return " or ".join(dict.fromkeys(terms)) or None
-
-
-class _DeviceSwitches(cst.CSTVisitor):
-    """Reads the flags (``args.no_cuda``, negated or not) that the device choice tests."""
-
-    def __init__(self, facts: ScriptFacts) -> None:
-        super().__init__()
-        self.facts = facts
-        self.arguments: set[str] = set()
-        #: (flag, whether it appears under ``not``) in the device decisions, in source order.
-        self.terms: list[tuple[str, bool]] = []
-        #: Attribute names the argument parser defines (``no_cuda`` for ``--no-cuda``).
-        self.options: set[str] = set()
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument":
-            dest = next((arg.value for arg in node.args if arg.keyword and arg.keyword.value == "dest"), None)
-            names = [dest] if dest is not None else [arg.value for arg in node.args if arg.keyword is None]
-            for value in names:
-                if isinstance(value, cst.SimpleString) and isinstance(value.evaluated_value, str):
-                    text = value.evaluated_value
-                    if dest is not None or text.startswith("--"):
-                        self.options.add(text.lstrip("-").replace("-", "_"))
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        targets = {name for target in node.targets for name in target_names(target.target)}
-        if isinstance(node.value, cst.Call) and (dotted(node.value.func) or "").rpartition(".")[2] in (
-            "parse_args",
-            "parse_known_args",
-        ):
-            self.arguments |= {name.partition(".")[0] for name in targets}
-        if targets & (self.facts.device_names | self.facts.cuda_flags):
-            self._read(node.value, negated=False)
-
-    def visit_If(self, node: cst.If) -> None:
-        # ``if args.cuda: model.cuda()``: the test is the switch.
-        moves = _CudaCalls()
-        walk(node.body, moves)
-        if moves.found:
-            self._read(node.test, negated=False)
-
-    def _read(self, node: cst.CSTNode, negated: bool) -> None:
-        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
-            self._read(node.expression, not negated)
-        elif isinstance(node, cst.Attribute) and dotted(node) is not None:
-            self.terms.append((dotted(node), negated))  # type: ignore[arg-type]
-        elif isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And):
-            self._read(node.left, negated)
-            self._read(node.right, negated)
-        elif isinstance(node, cst.IfExp):
-            self._read(node.test, negated)
-        elif isinstance(node, cst.Call):
-            for arg in node.args:  # torch.device("cuda" if args.cuda else "cpu")
-                self._read(arg.value, negated)
-
-
-class _CudaCalls(cst.CSTVisitor):
-    def __init__(self) -> None:
-        super().__init__()
-        self.found = False
-
-    def visit_Call(self, node: cst.Call) -> None:
-        self.found = self.found or (isinstance(node.func, cst.Attribute) and node.func.attr.value == "cuda")
 
 
 def _holds_any_line(statement: cst.BaseStatement, lines: list[int], facts: ScriptFacts) -> bool:

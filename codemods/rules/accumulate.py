@@ -333,6 +333,8 @@ def _models_called(node: cst.CSTNode, facts: ScriptFacts) -> list[str]:
 
 
 class _ModelCalls(cst.CSTVisitor):
+    """The models called in one statement. Local: it reads the training loop being rewritten."""
+
     def __init__(self, facts: ScriptFacts) -> None:
         self.facts = facts
         self.models: list[str] = []

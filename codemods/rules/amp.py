@@ -27,11 +27,12 @@ from accel_convert.codemods.engine.accelerator_creation import (
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import Findings
 from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.positions import skips_statement
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import Statement, as_statement, as_statements, dotted
 from accel_convert.codemods.engine.torch_names import AUTOCASTS, GRAD_SCALERS
 from accel_convert.codemods.engine.transformers import RuleTransformer
-from accel_convert.codemods.engine.walk import identifiers, walk
+from accel_convert.codemods.engine.walk import StatementFilter, identifiers, walk
 
 #: The scaler's methods this pass knows how to replace; any other use keeps the script as it is.
 SCALER_METHODS = frozenset({"scale", "step", "update", "unscale_"})
@@ -169,16 +170,46 @@ def _amp_lines(facts: ScriptFacts, survey: _AmpSurvey) -> set[int]:
 # ---- survey: which names are scalers, where autocast is, which flag switches AMP ------------
 
 
-class _AmpSurvey(cst.CSTVisitor):
-    """One read-only walk: the scaler variables, the autocast calls and the script's AMP switch."""
+def _machinery_lines(facts: ScriptFacts, scalers: set[str]) -> list[int] | None:
+    """The original lines of the simple statements that can hold AMP machinery in the tree this
+    rule received: where the analysis found a GradScaler or autocast call or a scaler's name
+    (``facts.amp_lines``), where ``scalers`` are named, and what earlier rules changed (a
+    statement they inserted has no original line and is always read). None: read everything."""
+    if facts.amp_lines is None:
+        return None
+    named = facts.lines_mentioning({part for scaler in scalers for part in scaler.split(".")})
+    return sorted(facts.amp_lines | named | facts.changed_lines)
 
-    def __init__(self, facts: ScriptFacts) -> None:
+
+class _StatementsAtLines(StatementFilter):
+    """A read-only look that enters only the statements holding one of ``lines``
+    (:func:`_machinery_lines`): the analysis already found every GradScaler, autocast and scaler
+    name of the script, so the other statements hold nothing for this rule."""
+
+    def __init__(self, facts: ScriptFacts, lines: list[int] | None) -> None:
         super().__init__()
         self.facts = facts
+        self._lines = lines
+
+    def enters_statement(self, node: cst.CSTNode) -> bool:
+        # A decorated definition's original lines start at ``def``/``class``, below its decorators.
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node.decorators:
+            return True
+        return not skips_statement(node, self._lines, self.facts.origins)
+
+
+class _AmpSurvey(_StatementsAtLines):
+    """The scaler variables, the autocast calls and the script's AMP switch, in the statements
+    the analysis pointed at."""
+
+    def __init__(self, facts: ScriptFacts) -> None:
+        super().__init__(facts, _machinery_lines(facts, facts.grad_scalers))
         self.scalers: set[str] = set()
         self.scaler_lines: list[cst.CSTNode] = []
         self.autocasts: list[cst.Call] = []
         self.other_scaler_uses: list[cst.CSTNode] = []
+        #: What the scaler-use check read (see :func:`_machinery_lines`): all the rewrite may change.
+        self.machinery_lines: list[int] | None = None
         #: ``enabled=`` expressions and ``if`` tests around AMP code: the script's switch.
         self.flags: list[cst.BaseExpression] = []
         self.bf16 = False
@@ -187,8 +218,9 @@ class _AmpSurvey(cst.CSTVisitor):
     def visit_Module(self, node: cst.Module) -> None:
         self.functions = module_functions(node)
 
-    def visit_If(self, node: cst.If) -> None:
-        self._tests.append(node.test)
+    def visit_If(self, node: cst.If) -> bool:
+        self._tests.append(node.test)  # popped by leave_If, entered or not
+        return super().visit_If(node)
 
     def leave_If(self, original_node: cst.If) -> None:
         self._tests.pop()
@@ -226,15 +258,18 @@ class _AmpSurvey(cst.CSTVisitor):
         self.flags.extend(self._tests[-1:])
 
     def leave_Module(self, original_node: cst.Module) -> None:
-        checker = _ScalerUseChecker(self.scalers, self.functions)
+        checker = _ScalerUseChecker(self.facts, self.scalers, self.functions)
+        self.machinery_lines = checker.lines
         walk(original_node, checker)
         self.other_scaler_uses = checker.other_uses
 
 
-class _ScalerUseChecker(cst.CSTVisitor):
+class _ScalerUseChecker(_StatementsAtLines):
     """Finds uses of a scaler other than ``scaler.<known method>(...)`` and its own assignment."""
 
-    def __init__(self, scalers: set[str], functions: dict[str, list[str]]) -> None:
+    def __init__(self, facts: ScriptFacts, scalers: set[str], functions: dict[str, list[str]]) -> None:
+        self.lines = _machinery_lines(facts, scalers)
+        super().__init__(facts, self.lines)
         self.scalers = scalers
         self.functions = functions
         self.other_uses: list[cst.CSTNode] = []
@@ -361,10 +396,14 @@ class _AmpRemover(RuleTransformer):
         self.findings = pending
         self.flag = _common_flag(survey.flags)
         self.functions = survey.functions
+        self.machinery_lines = survey.machinery_lines
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
         # Only lines that name a scaler or build one (or an autocast) change: a read-only look
-        # spares the rebuilding walk of every other line.
+        # spares the rebuilding walk of every other line, and lines the survey did not read
+        # (no AMP machinery there) need not even that look.
+        if skips_statement(node, self.machinery_lines, self.origins):
+            return False
         finder = _ScalerMention(self.facts, self.scalers)
         walk(node, finder)
         return finder.found
@@ -467,7 +506,8 @@ class _AmpRemover(RuleTransformer):
 
 
 class _ScalerMention(cst.CSTVisitor):
-    """Whether a statement names one of the scalers or calls a GradScaler or autocast."""
+    """Whether a statement names one of the scalers or calls a GradScaler or autocast. Local:
+    it reads the one statement the rewrite is about to enter, in the tree this rule received."""
 
     def __init__(self, facts: ScriptFacts, scalers: set[str]) -> None:
         super().__init__()
@@ -506,6 +546,9 @@ def _mentions_amp(node: cst.CSTNode, facts: ScriptFacts, scalers: set[str]) -> b
 
 
 class _AmpMention(cst.CSTVisitor):
+    """Whether an ``if`` being rewritten holds autocast or scaler calls. Local: it reads only
+    that statement (as this rule received it)."""
+
     def __init__(self, facts: ScriptFacts, scalers: set[str]) -> None:
         self.facts, self.scalers, self.found = facts, scalers, False
 

@@ -428,7 +428,8 @@ class _CheckpointRewriter(RuleTransformer):
 class _CheckpointInterest(cst.CSTVisitor):
     """Whether a statement holds anything :class:`_CheckpointRewriter` reacts to: an attribute of
     a model that is not nn.Module's own, a ``torch.save``/``torch.load`` call or an
-    ``accelerator.save``."""
+    ``accelerator.save``. Local: it reads the one statement the rewrite is about to enter (in
+    the tree earlier rules made), to spare the rebuilding walk of statements with nothing to do."""
 
     def __init__(self, facts: ScriptFacts) -> None:
         super().__init__()
@@ -459,10 +460,10 @@ class _WaitBeforeLoads(RuleTransformer):
     """In a script that saves, every ``torch.load`` line first waits for the other ranks: the
     main process may just have written the file."""
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
+    def entering_node(self, node: cst.CSTNode) -> bool:
         # Only statement lists change: statement lines and expressions need no walk (rebuilding
         # them cost more than the rest of the checkpoint pass).
-        descend = super().on_visit(node)
+        descend = super().entering_node(node)
         return descend and not isinstance(node, (cst.SimpleStatementLine, cst.BaseExpression))
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
@@ -510,6 +511,9 @@ def _contains_call(node: cst.CSTNode, facts: ScriptFacts, qualified: str) -> boo
 
 
 class _CallFinder(cst.CSTVisitor):
+    """Whether a call matching ``predicate`` is in one statement. Local: it reads statements of
+    a block this rule is rewriting, in the tree its first rewrite returned."""
+
     def __init__(self, predicate) -> None:
         self.predicate = predicate
         self.found = False

@@ -100,11 +100,15 @@ class _DataParallelRemover(RuleTransformer):
         super().__init__(facts, lines)
         self._emptied_blocks: set[int] = set()
         self._removing_line = False
+        #: Statement lines the walk enters (by identity): only those can lose a ``model = model``.
+        self._entered_lines: set[int] = set()
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
         # A read-only look first: rebuilding every line is most of what this pass would cost.
         finder = _DataParallelMention(self.facts)
         walk(node, finder)
+        if finder.found and not self.skips(node):
+            self._entered_lines.add(id(node))
         return finder.found
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
@@ -121,7 +125,7 @@ class _DataParallelRemover(RuleTransformer):
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.BaseStatement | cst.RemovalSentinel:
-        if updated_node is original_node:
+        if id(original_node) not in self._entered_lines:
             return updated_node
         body = [s for s in updated_node.body if not self._assigns_to_itself(s)]
         if not body:
@@ -192,7 +196,9 @@ class _DataParallelRemover(RuleTransformer):
 
 class _DataParallelMention(cst.CSTVisitor):
     """Whether a statement line holds what :class:`_DataParallelRemover` rewrites: a
-    DataParallel call, ``model.module``, or a conditional expression (the isinstance unwrap)."""
+    DataParallel call, ``model.module``, or a conditional expression (the isinstance unwrap).
+    Local: it reads the one statement the rewrite is about to enter, to spare the rebuilding
+    walk of statements with nothing to do."""
 
     def __init__(self, facts: ScriptFacts) -> None:
         super().__init__()

@@ -231,7 +231,7 @@ class _EvalLoopRewriter(RuleTransformer):
             # A loader built where nothing prepares it (a local of an evaluation helper): every
             # rank sees every sample, and gathering would count each one N times.
             return updated_node
-        if _contains(original_node, lambda n: _is_backward(n, self.facts) or _is_gather(n, self.facts)):
+        if _contains(original_node, lambda n: _is_backward(n, self.facts) or _is_gather(n, self.facts), cst.Call):
             return updated_node
         if not self.accelerator_reachable():
             self.report(
@@ -282,7 +282,7 @@ class _EvalLoopRewriter(RuleTransformer):
         return (
             self._no_grad_depth > 0
             or self._eval_mode[-1]
-            or _contains(node, lambda n: isinstance(n, cst.With) and _is_no_grad(n, self.facts))
+            or _contains(node, lambda n: _is_no_grad(n, self.facts), cst.With)
         )
 
     def _gather_in_loop(self, original: cst.For, loop: cst.For, targets: tuple[str, ...]) -> cst.For:
@@ -297,7 +297,7 @@ class _EvalLoopRewriter(RuleTransformer):
                 loop = loop.with_changes(body=body)
                 forward = _find_forward(body.body, self.facts)
         if forward is None:
-            if _contains(loop, lambda n: _is_model_call(n, self.facts)):
+            if _contains(loop, lambda n: _is_model_call(n, self.facts), cst.Call):
                 self.report(
                     original,
                     "ACC913",
@@ -320,7 +320,8 @@ class _EvalLoopRewriter(RuleTransformer):
             )
         if not plan.gathered:
             return loop
-        self._taken_names.update(plan.new_names)
+        if plan.new_names:  # the taken names are collected only when a new one is needed
+            self._taken_names.update(plan.new_names)
         gather_line = _gather_statement(plan, self.facts)
         new_body = _insert_after(body.body, statement, gather_line, plan, self.facts)
         gathered = ", ".join(expression_code(e) for e in plan.gathered)
@@ -381,13 +382,45 @@ def _is_model_call(node: cst.CSTNode, facts: ScriptFacts) -> TypeGuard[cst.Call]
     return isinstance(node, cst.Call) and dotted(node.func) in facts.models
 
 
-def _contains(node: cst.CSTNode, predicate) -> bool:
-    finder = _Finder(predicate)
+def _contains(node: cst.CSTNode, predicate, kind: type[cst.CSTNode] | None = None) -> bool:
+    """Whether a node inside ``node`` (or ``node``) satisfies ``predicate``; ``kind``: only
+    nodes of that type can (a walk that calls the predicate on those alone)."""
+    finder = _Finder(predicate) if kind is None else _FINDERS[kind](predicate)
     walk(node, finder)
     return finder.found
 
 
+class _KindFinder(cst.CSTVisitor):
+    """Whether a node of one kind matching ``predicate`` is inside one loop or statement (see
+    :class:`_Finder`): a ``visit_`` hook for that kind only, never a call per node."""
+
+    def __init__(self, predicate) -> None:
+        self.predicate = predicate
+        self.found = False
+
+    def _check(self, node: cst.CSTNode) -> bool:
+        if not self.found and self.predicate(node):
+            self.found = True
+        return not self.found
+
+
+class _CallFinder(_KindFinder):
+    def visit_Call(self, node: cst.Call) -> bool:
+        return self._check(node)
+
+
+class _WithFinder(_KindFinder):
+    def visit_With(self, node: cst.With) -> bool:
+        return self._check(node)
+
+
+_FINDERS: dict[type[cst.CSTNode], type[_KindFinder]] = {cst.Call: _CallFinder, cst.With: _WithFinder}
+
+
 class _Finder(cst.CSTVisitor):
+    """Whether a node matching ``predicate`` is inside one loop or statement. Local: it reads
+    the loop the rewrite is deciding on, as earlier rules left it."""
+
     def __init__(self, predicate) -> None:
         self.predicate = predicate
         self.found = False
@@ -473,7 +506,8 @@ def _hoist_forward(statements, facts: ScriptFacts, new_name) -> list | None:
 
 
 class _ForwardCalls(cst.CSTVisitor):
-    """Model calls in one statement, and whether any sits where hoisting would change what runs."""
+    """Model calls in one statement, and whether any sits where hoisting would change what runs.
+    Local: it reads a statement of the evaluation loop being rewritten."""
 
     CONDITIONAL = (
         cst.Lambda,
@@ -543,7 +577,7 @@ class _GatherPlan:
 
 class _UseCollector(cst.CSTVisitor):
     """How the statements after the forward read the outputs and the batch: whole names,
-    ``name.attr`` or ``name[constant]``."""
+    ``name.attr`` or ``name[constant]``. Local: it reads the evaluation loop being rewritten."""
 
     def __init__(self, interesting: set[str]) -> None:
         self.interesting = interesting
@@ -748,7 +782,8 @@ def _unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode
 
 
 class _DivisionsByLength(cst.CSTVisitor):
-    """``x / len(loader)`` for one of ``loaders``."""
+    """``x / len(loader)`` for one of ``loaders``. Local: it reads only the function whose
+    evaluation loops this rule just gathered, for the loaders it gathered over."""
 
     def __init__(self, loaders: set[str]) -> None:
         super().__init__()

@@ -33,6 +33,7 @@ from accel_convert.codemods.engine.syntax import (
     binds_name,
     dotted,
     expression_code,
+    names_bound,
 )
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 from accel_convert.codemods.engine.walk import variables_read, walk
@@ -251,7 +252,7 @@ def _independent_definitions(region: _Region, batch_size: cst.BaseExpression) ->
     while True:
         kept_ids = {id(s) for s in kept}
         others = [s for s in region.moved() if id(s) not in kept_ids]
-        assigned = _assigned_names(others)
+        assigned = names_bound(others)
         still = [d for d in kept if not (variables_read(d) & assigned) and not _contains_expression(d, batch_size)]
         if len(still) == len(kept):
             return kept
@@ -343,6 +344,9 @@ def _argument_for_parameter(
 
 
 class _CallArguments(cst.CSTVisitor):
+    """What the code moved into the retried function passes for one parameter. Local: it reads
+    only that code, as earlier rules left it."""
+
     def __init__(self, functions: dict[str, list[str]], parameter: str) -> None:
         self.functions = functions
         self.parameter = parameter
@@ -360,7 +364,8 @@ class _CallArguments(cst.CSTVisitor):
 
 
 class _LoaderBatchSize(cst.CSTVisitor):
-    """The ``batch_size=`` of the first DataLoader (a name, or a literal)."""
+    """The ``batch_size=`` of the first DataLoader (a name, or a literal). Local: it reads only
+    the code moved into the retried function."""
 
     def __init__(self, facts: ScriptFacts) -> None:
         self.facts = facts
@@ -471,60 +476,16 @@ class _BatchSizeReplacer(cst.CSTTransformer):
 def _outer_names(region: _Region, module: cst.Module) -> set[str]:
     """Names the moved code assigns that code outside it binds or reads: they must keep living in
     the enclosing function (``nonlocal``) or the module (``global``)."""
-    assigned = _assigned_names(region.moved())
+    assigned = names_bound(region.moved())
     before = region.statements[: region.start]
     if region.function is not None:
         params = region.function.params
         outside = {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
-        outside |= _assigned_names(before)
+        outside |= names_bound(before)
     else:
         after = [] if region.main_guard is not None else region.statements[region.end :]
-        outside = _assigned_names(before) | variables_read(*before, *after)
+        outside = names_bound(before) | variables_read(*before, *after)
     return assigned & outside
-
-
-def _assigned_names(statements: Sequence[cst.CSTNode]) -> set[str]:
-    collector = _Assigned()
-    for statement in statements:
-        walk(statement, collector)
-    return collector.names
-
-
-class _Assigned(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.names: set[str] = set()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        self.names.add(node.name.value)
-        return False
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        self.names.add(node.name.value)
-        return False
-
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        self._add(node.target)
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self._add(node.target)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        self._add(node.target)
-
-    def visit_For(self, node: cst.For) -> None:
-        self._add(node.target)
-
-    def visit_AsName(self, node: cst.AsName) -> None:
-        self._add(node.name)
-
-    def _add(self, target: cst.CSTNode) -> None:
-        if isinstance(target, cst.Name):
-            self.names.add(target.value)
-        elif isinstance(target, (cst.Tuple, cst.List)):
-            for element in target.elements:
-                self._add(element.value)
-        elif isinstance(target, cst.StarredElement):
-            self._add(target.value)
 
 
 def _returns(statements: Sequence[cst.CSTNode]) -> bool:
@@ -535,6 +496,9 @@ def _returns(statements: Sequence[cst.CSTNode]) -> bool:
 
 
 class _ReturnFinder(cst.CSTVisitor):
+    """Whether statements return (not counting nested defs). Local: it reads only the code to
+    be moved into the retried function."""
+
     def __init__(self) -> None:
         self.found = False
 
@@ -602,6 +566,10 @@ def _uses_outside(module: cst.Module, region: _Region, batch_size: cst.BaseExpre
 
 
 class _ExpressionSites(cst.CSTVisitor):
+    """Where an expression (the batch size) is read. Local: the expression is only known once
+    this rule has chosen it, and it reads the tree as earlier rules left it (only with
+    ``--oom-retry``, on the functions the retried code does not hold)."""
+
     def __init__(self, expression: cst.BaseExpression) -> None:
         self.expression = expression
         self.sites: list[cst.CSTNode] = []

@@ -20,7 +20,7 @@ from accel_convert.codemods.engine.program_seeds import callers_of_imported_acce
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
 from accel_convert.codemods.engine.signatures import parameter_index, with_argument, with_parameter
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
-from accel_convert.codemods.engine.walk import walk
+from accel_convert.codemods.engine.walk import StatementFilter, walk
 
 
 @dataclass
@@ -34,11 +34,12 @@ class _Function:
     calls: set[str] = field(default_factory=set)
 
 
-class _Survey(cst.CSTVisitor):
+class _Survey(StatementFilter):
     """Which module-level functions read ``accelerator`` and whom they call.
 
     Only what earlier passes wrote can hold a new use: statements they changed (their original
-    lines) or inserted (no original position). Other statements are not walked.
+    lines) or inserted (no original position). Other statements are not walked. Not an analysis
+    fact: the uses it looks for are what the earlier rules of this run wrote.
     """
 
     def __init__(self, accelerator: str, candidates: set[str], facts: ScriptFacts) -> None:
@@ -52,13 +53,12 @@ class _Survey(cst.CSTVisitor):
         self.depth = 0
         self.current: _Function | None = None
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        descend = super().on_visit(node)
-        if descend and self.depth >= 1 and isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-            site = self.origins.site(node) if self.origins is not None else None
-            if site is not None and not any(line in self.changed for line in range(site.line, site.end_line + 1)):
-                return False
-        return descend
+    def enters_statement(self, node: cst.CSTNode) -> bool:
+        """Not a statement inside a function that no earlier pass changed: nothing new there."""
+        if self.depth < 1:
+            return True
+        site = self.origins.site(node) if self.origins is not None else None
+        return site is None or any(line in self.changed for line in range(site.line, site.end_line + 1))
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         self.depth += 1
@@ -71,7 +71,7 @@ class _Survey(cst.CSTVisitor):
             # A helper that creates its own accelerator is a home of its own: not this pass's business.
             self.current = _Function(names, parameter_index(params), binds_accelerator=self.accelerator in names)
             self.functions[node.name.value] = self.current
-        return True
+        return self.enters_statement(node)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self.depth -= 1
@@ -79,7 +79,8 @@ class _Survey(cst.CSTVisitor):
             self.current = None
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return self.depth > 0  # methods get no parameter added; module-level classes are skipped
+        # Methods get no parameter added; module-level classes are skipped.
+        return self.depth > 0 and self.enters_statement(node)
 
     def visit_Name(self, node: cst.Name) -> None:
         if self.current is not None and node.value == self.accelerator:

@@ -236,8 +236,8 @@ class _MainProcessGuard(RuleTransformer):
             self._guarded_depth -= 1
         return updated_node
 
-    def on_leave(self, original_node, updated_node):
-        result = super().on_leave(original_node, updated_node)
+    def leaving_node(self, original_node, updated_node):
+        result = super().leaving_node(original_node, updated_node)
         if isinstance(result, cst.CSTNode):
             self._original_of[id(result)] = original_node
         return result
@@ -385,7 +385,7 @@ def _write_kind(statement: cst.BaseStatement, facts: ScriptFacts) -> str | None:
     """``"folder"`` for folder creation, ``"delete"`` for deletions, ``"track"`` for experiment
     tracking, ``"write"`` for other writes, None for anything else."""
     if isinstance(statement, cst.With):
-        if any(names_in(item.item) & facts.per_process_paths for item in statement.items):
+        if facts.per_process_paths and any(names_in(item.item) & facts.per_process_paths for item in statement.items):
             return None
         return "write" if any(facts.opens_for_writing(i.item) for i in statement.items) else None
     if isinstance(statement, (cst.If, cst.For, cst.Try)) and isinstance(statement.body, cst.IndentedBlock):
@@ -423,7 +423,7 @@ def _call_kind(small: cst.BaseSmallStatement, facts: ScriptFacts) -> str | None:
         isinstance(call.func, cst.Attribute) and dotted(call.func.value) in facts.trackers
     ):
         return "track"
-    if names_in(call) & facts.per_process_paths:
+    if facts.per_process_paths and names_in(call) & facts.per_process_paths:
         return None  # a folder or file of this process alone: every rank handles its own
     if name in FOLDER_FUNCTIONS:
         return "folder"

@@ -9,7 +9,9 @@ import libcst as cst
 import pytest
 
 from accel_convert.codemods import convert_module
+from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.engine.model import Options
+from accel_convert.codemods.rules.accelerator import cpu_flag
 from tests.codemods.support import HEADER, convert, in_loop
 
 PLACEMENT = {
@@ -123,3 +125,27 @@ def test_a_module_level_script_gets_the_accelerator_before_its_first_backward() 
     source = "import torch\nx = 1\nloss.backward()\nprint(x)\n"
     code = convert_module(cst.parse_module(source), Options()).module.code
     assert code.index("accelerator = Accelerator()") < code.index("accelerator.backward(loss)")
+
+
+def test_the_analysis_reads_the_device_switches_in_source_order() -> None:
+    """What ``cpu=`` is built from: flags tested by device decisions (an ``if`` whose body, not
+    its ``else``, moves something with ``.cuda()``), and the options the parser defines."""
+    source = (
+        "import argparse\n"
+        "import torch\n"
+        "parser = argparse.ArgumentParser()\n"
+        'parser.add_argument("--no-cuda", action="store_true")\n'
+        'parser.add_argument("--gpu", dest="use_gpu", action="store_true")\n'
+        "args = parser.parse_args()\n"
+        "model = torch.nn.Linear(2, 2)\n"
+        "if args.use_gpu:\n"
+        "    pass\n"
+        "elif args.other:\n"
+        "    model.cuda()\n"
+        "use_cuda = not args.no_cuda and torch.cuda.is_available()\n"
+    )
+    facts = analyse(cst.parse_module(source), source)
+    assert facts.parser_options == {"no_cuda", "use_gpu"}
+    assert facts.parsed_arguments == {"args"}
+    assert facts.device_switches == [("args.other", False), ("args.no_cuda", True)]
+    assert cpu_flag(facts) == "args.no_cuda"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import libcst as cst
 import pytest
 
+from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.rules.amp import AmpCodemod
 from tests.codemods.support import apply, assert_rewrites, code, convert, make_facts
 
@@ -171,3 +173,78 @@ def test_a_cpu_grad_scaler_alone_is_replaced() -> None:
     assert "accelerator.backward(loss)" in lines and "optimizer.step()" in lines
     assert 'accelerator = Accelerator(mixed_precision="fp16")' in lines
     assert "#ACC111" in lines
+
+
+def test_the_analysis_points_the_amp_rule_at_every_scaler_and_autocast() -> None:
+    """The rule reads only the statements the analysis found AMP machinery in (``amp_lines``):
+    GradScaler and autocast calls by any alias, a decorator included, and every statement
+    naming a scaler."""
+    source = (
+        "import torch\n"  # 1
+        "from torch.cuda.amp import GradScaler as GS\n"  # 2
+        "class Net(torch.nn.Module):\n"  # 3
+        "    @torch.autocast('cuda')\n"  # 4
+        "    def forward(self, x):\n"  # 5
+        "        return x\n"  # 6
+        "def main(model):\n"  # 7
+        "    x = 1\n"  # 8
+        "    self.scaler = GS()\n"  # 9
+        "    keep = {\n"  # 10
+        "        's': self.scaler.state_dict()}\n"  # 11
+    )
+    facts = analyse(cst.parse_module(source), source)
+    assert facts.grad_scalers == {"self.scaler"}
+    # Line 11: the call naming the scaler starts there, inside the statement of lines 10-11.
+    assert facts.amp_lines == {4, 9, 11}
+
+
+def test_a_scaler_used_far_from_its_training_loop_is_still_reported() -> None:
+    body = """\
+        def main():
+            loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)
+            model = nn.Linear(4, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            scaler = torch.cuda.amp.GradScaler()
+            for (x,) in loader:
+                with torch.autocast("cuda"):
+                    loss = model(x).sum()
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            for epoch in range(2):
+                if epoch:
+                    state = {"epoch": epoch,
+                             "scale": scaler.get_scale()}
+        """
+    code, lines = convert(body)
+    assert "scaler.scale(loss)" in code and 'torch.autocast("cuda")' in code
+    assert "#ACC911" in lines
+
+
+def test_an_autocast_decorator_is_read_where_its_method_is_not() -> None:
+    """The rule reads only statements holding AMP machinery; a decorator lies above its
+    ``def``'s lines, so decorated definitions are always entered (here it decides bf16)."""
+    body = """\
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 1)
+
+            @torch.autocast("cuda", dtype=torch.bfloat16)
+            def forward(self, x):
+                return self.fc(x)
+
+
+        def main():
+            loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)
+            model = Net()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            scaler = torch.cuda.amp.GradScaler()
+            for (x,) in loader:
+                loss = model(x).sum()
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+        """
+    code, lines = convert(body)
+    assert 'accelerator = Accelerator(mixed_precision="bf16")' in lines, code

@@ -80,3 +80,13 @@ def test_every_code_is_distinct() -> None:
     codes = [code for rule in all_rules() for code in (rule.code, *rule.extra_codes)]
     assert len(codes) == len(set(codes)), sorted(code for code in set(codes) if codes.count(code) > 1)
     assert all(re.fullmatch(r"ACC[19]\d\d", code) for code in codes), codes
+
+
+def test_only_a_rules_own_code_can_be_a_rewrite() -> None:
+    """``convert_module(..., tree_only=True)`` skips the rules that cannot change the tree: those
+    whose codes are all reports, and those whose own rewrite is switched off. The second holds
+    only because every extra code is a report."""
+    for rule in all_rules():
+        assert all(code.startswith("ACC9") for code in rule.extra_codes), rule
+        assert rule.reports_only() == rule.code.startswith("ACC9"), rule
+    assert any(rule.reports_only() for rule in all_rules())

@@ -12,6 +12,7 @@ import pytest
 from accel_convert.codemods.engine import transformers
 from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.engine.model import Options
+from accel_convert.codemods.rules import amp
 from accel_convert.converter.pipeline import convert_source
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,6 +48,7 @@ def test_word_lines_give_the_first_line_of_the_statement_naming_each_identifier(
 def every_statement_walked(monkeypatch: pytest.MonkeyPatch) -> None:
     never = lambda node, lines, origins: False  # noqa: E731
     monkeypatch.setattr(transformers, "skips_statement", never)
+    monkeypatch.setattr(amp, "skips_statement", never)
 
 
 def _convert(script: Path, options: Options) -> tuple[bytes, list[tuple[object, ...]]]:
@@ -100,3 +102,71 @@ def test_a_transformer_calls_its_own_hooks_and_refuses_per_field_hooks() -> None
 
     with pytest.raises(TypeError, match="per-field hooks"):
         FieldHook(None)
+
+
+def test_a_transformer_rebuilds_only_the_nodes_whose_children_changed() -> None:
+    class Renamer(transformers.TargetedTransformer):
+        def __init__(self) -> None:
+            super().__init__(None)
+            self.left: list[tuple[str, bool]] = []
+
+        def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
+            return updated_node.with_changes(value="y") if updated_node.value == "x" else updated_node
+
+        def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
+            self.left.append((original_node.name.value, updated_node is original_node))
+            return updated_node
+
+    module = cst.parse_module("def untouched(a, b):\n    return a + b\n\n\ndef renamed():\n    x = 1\n")
+    converted = module.visit(Renamer())
+    assert converted.code == "def untouched(a, b):\n    return a + b\n\n\ndef renamed():\n    y = 1\n"
+    assert converted.body[0] is module.body[0]  # kept as it was, not a rebuilt copy
+    assert converted.body[1] is not module.body[1]
+    renamer = Renamer()
+    module.visit(renamer)
+    assert renamer.left == [("untouched", True), ("renamed", False)]
+
+
+def test_removals_and_flattening_are_applied_as_libcst_applies_them() -> None:
+    class Editor(transformers.TargetedTransformer):
+        def __init__(self) -> None:
+            super().__init__(None)
+
+        def leave_SimpleStatementLine(
+            self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+        ):
+            code = cst.Module(body=[original_node]).code
+            if code == "x = 1\n":
+                return cst.RemoveFromParent()
+            if code == "y = 2\n":
+                return cst.FlattenSentinel([updated_node, cst.parse_statement("z = 3")])
+            return updated_node
+
+        def leave_Else(self, original_node: cst.Else, updated_node: cst.Else):
+            return cst.RemoveFromParent()  # an optional field: libcst sets it to None
+
+        def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg):
+            return (
+                cst.RemoveFromParent()
+                if cst.Module(body=[]).code_for_node(original_node.value) == "2"
+                else updated_node
+            )
+
+    source = "if a:\n    x = 1\n    y = 2\nelse:\n    w = 0\nf(1, 2)\n"
+    assert cst.parse_module(source).visit(Editor()).code == "if a:\n    y = 2\n    z = 3\nf(1, )\n"
+
+
+def test_a_transformer_with_hooks_for_tokens_is_walked_by_libcst() -> None:
+    class CommaCounter(transformers.TargetedTransformer):
+        def __init__(self) -> None:
+            super().__init__(None)
+            self.commas = 0
+
+        def leave_Comma(self, original_node: cst.Comma, updated_node: cst.Comma) -> cst.Comma:
+            self.commas += 1
+            return updated_node
+
+    counter = CommaCounter()
+    module = cst.parse_module("f(a, b, c)\n")
+    assert module.visit(counter).code == "f(a, b, c)\n"
+    assert counter.commas == 2

@@ -10,7 +10,7 @@ import libcst as cst
 import pytest
 
 import accel_convert.codemods.engine.walk as walk_module
-from accel_convert.codemods.engine.walk import walk
+from accel_convert.codemods.engine.walk import StatementFilter, walk
 
 CASES = sorted((Path(__file__).resolve().parents[2] / "fixtures" / "cases").glob("*.py"))
 
@@ -195,3 +195,21 @@ def test_a_visitor_that_overrides_the_attribute_hooks_is_refused() -> None:
 
     with pytest.raises(TypeError, match="attribute hooks"):
         walk(cst.parse_module("x = 1\n"), Custom())
+
+
+def test_a_statement_filter_enters_only_the_statements_it_accepts() -> None:
+    class NamesOutsideLoops(StatementFilter):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names: list[str] = []
+
+        def enters_statement(self, node: cst.CSTNode) -> bool:
+            return not isinstance(node, (cst.For, cst.While))
+
+        def visit_Name(self, node: cst.Name) -> None:
+            self.names.append(node.value)
+
+    module = cst.parse_module("a = 1\nfor b in c:\n    d = 2\nif e:\n    while f:\n        g()\n    h = 3\n")
+    finder = NamesOutsideLoops()
+    walk(module, finder)
+    assert finder.names == ["a", "e", "h"]

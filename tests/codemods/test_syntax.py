@@ -1,0 +1,40 @@
+"""The one reader of the names a statement binds (``engine/syntax.py``), in its two modes."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accel_convert.codemods.engine.syntax import assigned_in, names_bound
+
+CODE = """\
+def run(x):
+    a, *b = x
+    self.net = x
+    c: int = 1
+    d += 1
+    for e, f in x:
+        pass
+    with open(x) as g, open(x):
+        import os as h
+    try:
+        pass
+    except OSError as i:
+        pass
+    def helper():
+        inner = 1
+    class Local:
+        field = 1
+"""
+
+
+def test_assigned_in_reads_assignments_loops_and_withs_with_attribute_paths() -> None:
+    function = cst.parse_statement(CODE)
+    assert isinstance(function, cst.FunctionDef)
+    assert assigned_in(function.body) == {"a", "b", "self.net", "c", "e", "f", "g"}
+
+
+def test_names_bound_reads_every_plain_binding_and_the_nested_definitions_names() -> None:
+    function = cst.parse_statement(CODE)
+    assert isinstance(function, cst.FunctionDef)
+    statements = list(function.body.body)
+    assert names_bound(statements) == {"a", "b", "c", "d", "e", "f", "g", "h", "i", "helper", "Local"}
