@@ -108,3 +108,12 @@ def test_the_wheel_installs_one_top_level_name_and_runs_without_the_source_tree(
     )
     run = run_command([sys.executable, "-c", probe], cwd=tmp_path, env=env, timeout=120).check()
     assert all(line.startswith(str(site)) for line in run.stdout.splitlines()), run.stdout
+    # A whole conversion from there: every rule module is found under the installed name.
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.replace("from runtime import warmup_factor\n", "").replace(" * warmup_factor(step)", ""))
+    converted = run_command(
+        [sys.executable, "-m", "accel_convert.converter", str(script), "--diff"], cwd=tmp_path, env=env, timeout=120
+    )
+    assert converted.returncode == 0, converted.stderr
+    assert "+from accel_convert.runtime import Accelerator" in converted.stdout
+    assert "1 would convert, 0 unchanged, 0 failed" in converted.stderr

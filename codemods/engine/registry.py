@@ -83,7 +83,7 @@ def all_rules() -> list[type[Rule]]:
     """Every rule class, in run order; a module listed but missing is an error."""
     found: list[type[Rule]] = []
     for name in RULE_MODULES:
-        module = importlib.import_module(f"codemods.rules.{name}")
+        module = importlib.import_module(f"accel_convert.codemods.rules.{name}")
         rules = _rule_classes(module)
         if len(rules) != 1:
             raise TypeError(f"codemods/rules/{name}.py must define exactly one Rule, found {len(rules)}")
