@@ -226,6 +226,8 @@ class RuleTransformer(TargetedTransformer):
         #: The module and each enclosing function, innermost last: where in its body the walk is,
         #: and from where in it the accelerator variable can be read (see ``accelerator_reachable``).
         self._blocks: list[_Block] = []
+        #: The module, functions and classes whose scope and block this walk pushed, innermost last.
+        self._entered: list[cst.CSTNode] = []
 
     def report(
         self, node: cst.CSTNode, code: str, message: str, fixed: bool = True, *, header_only: bool = False
@@ -323,6 +325,10 @@ class RuleTransformer(TargetedTransformer):
         kind = type(node)
         if self._blocks and kind in _BLOCK_ITEM_TYPES:
             self._blocks[-1].entering(node)
+        if kind is cst.Module or kind is cst.FunctionDef or kind is cst.ClassDef:
+            # What is pushed here is popped when this node is left, and only then (a subclass
+            # may decline to enter a node without calling this method).
+            self._entered.append(node)
         if kind is cst.Module:
             self._blocks.append(_Block.of_module(node, self.accelerator))  # type: ignore[arg-type]
         elif kind is cst.FunctionDef or kind is cst.ClassDef:
@@ -342,6 +348,9 @@ class RuleTransformer(TargetedTransformer):
         kind = type(original_node)
         if kind in POSITIONED_TYPES and self._anchors and self._anchors[-1] is original_node:
             self._anchors.pop()
+        if not self._entered or self._entered[-1] is not original_node:
+            return result
+        self._entered.pop()
         if kind is cst.FunctionDef or kind is cst.ClassDef:
             if len(self.scope) == 2:
                 self.instance = None

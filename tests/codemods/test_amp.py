@@ -6,6 +6,7 @@ import libcst as cst
 import pytest
 
 from accel_convert.codemods.engine.analysis import analyse
+from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.rules.amp import AmpCodemod
 from tests.codemods.support import apply, assert_rewrites, code, convert, make_facts
 
@@ -248,3 +249,17 @@ def test_an_autocast_decorator_is_read_where_its_method_is_not() -> None:
         """
     code, lines = convert(body)
     assert 'accelerator = Accelerator(mixed_precision="bf16")' in lines, code
+
+
+def test_an_autocast_decorated_forward_with_oom_retry_converts_and_converts_to_itself() -> None:
+    # The retried function the OOM rule creates is walked by a later pass that declines to enter
+    # it: the walk's scope must stay balanced (it once failed with "pop from empty list").
+    from pathlib import Path
+
+    from accel_convert.converter.pipeline import convert_source
+
+    source = (Path(__file__).parent / "data" / "amp_decorated_forward.py").read_bytes()
+    conversion = convert_source(source, Options(oom_retry=True), path="amp_decorated_forward.py")
+    output = conversion.output.decode()
+    assert "@find_executable_batch_size(starting_batch_size=8)" in output
+    assert 'Accelerator(mixed_precision="fp16"' in output
