@@ -23,6 +23,7 @@ from accel_convert.codemods.engine.syntax import (
     statement,
 )
 from accel_convert.codemods.engine.transformers import HomeBlockTransformer
+from accel_convert.codemods.engine.walk import variables_read
 
 
 def import_statement(options: Options, name: str = "Accelerator") -> cst.SimpleStatementLine:
@@ -49,6 +50,13 @@ class _CreateAccelerator(HomeBlockTransformer):
 
     def edit_home(self, body: list[cst.BaseStatement], anchor: cst.CSTNode) -> list[cst.BaseStatement]:
         index = creation_index(body, self.facts, at_top=self.facts.home_kind == "function")
+        if self.cpu_flag:
+            # ``cpu=args.no_cuda`` reads what argument parsing binds: never before it (a default
+            # device chosen before the parser runs would otherwise pull the creation up).
+            needed = variables_read(cst.parse_expression(self.cpu_flag))
+            bound = [i + 1 for i in range(index, len(body)) if assigned_in(body[i]) & needed]
+            if bound:
+                index = bound[0]
         anchor_node = body[index] if index < len(body) else anchor
         arguments = ", ".join(
             [

@@ -12,7 +12,7 @@ from accel_convert.codemods import convert_module
 from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.rules.accelerator import cpu_flag
-from tests.codemods.support import HEADER, convert, in_loop
+from tests.codemods.support import HEADER, check_expectations, convert, in_loop
 
 PLACEMENT = {
     "after argument parsing in main": (
@@ -149,3 +149,26 @@ def test_the_analysis_reads_the_device_switches_in_source_order() -> None:
     assert facts.parsed_arguments == {"args"}
     assert facts.device_switches == [("args.other", False), ("args.no_cuda", True)]
     assert cpu_flag(facts) == "args.no_cuda"
+
+
+def test_a_cpu_flag_from_the_parser_puts_the_creation_after_parsing_even_after_an_early_default_device() -> None:
+    # A default device chosen before the parser runs must not pull Accelerator(cpu=args.no_cuda)
+    # above ``args = parser.parse_args()`` (NameError on every run).
+    body = """\
+if __name__ == "__main__":
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--no-cuda", action="store_true", default=False)
+    args = parser.parse_args()
+    device = torch.device("cuda" if not args.no_cuda and torch.cuda.is_available() else "cpu")
+    x = torch.randn(16, 3).to(device)
+    model = nn.Linear(3, 1).to(device)
+    optimizer = torch.optim.Adam(model.parameters())
+    for step in range(3):
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), x.sum(1, keepdim=True)).backward()
+        optimizer.step()
+"""
+    code, lines = convert(body)
+    assert code.index("args = parser.parse_args()") < code.index("accelerator = Accelerator(cpu=args.no_cuda)")
+    check_expectations(body, ["accelerator = Accelerator(cpu=args.no_cuda)", "device = accelerator.device"])
