@@ -17,6 +17,7 @@ from accel_convert.codemods.engine.imports import add_import, imports_from
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
+    as_statement,
     assigned_in,
     first_statement_index,
     parses_arguments,
@@ -71,6 +72,19 @@ class _CreateAccelerator(HomeBlockTransformer):
             f"create the accelerator: {self.accelerator} = Accelerator({arguments})",
             header_only=True,
         )
+        after_definition = 0 < index < len(body) and isinstance(body[index - 1], (cst.FunctionDef, cst.ClassDef))
+        following = as_statement(body[index]) if after_definition else None
+        blank = 0
+        while following is not None and blank < len(following.leading_lines):
+            if following.leading_lines[blank].comment is not None:
+                break
+            blank += 1
+        if following is not None and blank:
+            # Right after a ``def``: the blank lines that separate it from the module's code go
+            # above the creation (a comment stays with the statement it describes).
+            created = created.with_changes(leading_lines=following.leading_lines[:blank])
+            rest = following.with_changes(leading_lines=following.leading_lines[blank:])
+            return [*body[:index], created, rest, *body[index + 1 :]]
         return [*body[:index], created, *body[index:]]
 
 
@@ -82,6 +96,11 @@ def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top:
     # A statement holding a backward needs the accelerator too (a module-level script with no
     # training object the analysis could name must not get it after its first use).
     backward_lines = [site.line for site in facts.call_sites.get(".backward", ())]
+    if facts.home_kind != "function":
+        # Module-level code: a call of one of the file's functions (``root = download()``) may
+        # reach code the other rules give the accelerator (a guarded write, a print).
+        called = facts.accessible_functions & set(facts.call_graph.get("<module>", ()))
+        backward_lines += [site.line for name in called for site in facts.call_sites.get(name, ())]
     first_use = next(
         (
             i

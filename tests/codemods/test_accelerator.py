@@ -172,3 +172,27 @@ if __name__ == "__main__":
     code, lines = convert(body)
     assert code.index("args = parser.parse_args()") < code.index("accelerator = Accelerator(cpu=args.no_cuda)")
     check_expectations(body, ["accelerator = Accelerator(cpu=args.no_cuda)", "device = accelerator.device"])
+
+
+def test_a_module_level_call_of_a_function_the_accelerator_reaches_comes_after_its_creation() -> None:
+    body = """\
+def download(dest):
+    os.makedirs(dest, exist_ok=True)
+    with open(os.path.join(dest, "data.txt"), "w") as f:
+        f.write("1 2 3")
+    return dest
+
+
+root = download("data")
+model = nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    optimizer.zero_grad()
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+"""
+    code, _ = convert("import os\n" + body)
+    # download() writes on the main process only now: it needs the accelerator at its first call.
+    assert "if accelerator.is_main_process:" in code
+    assert code.index("accelerator = Accelerator()") < code.index('root = download("data")')
+    assert "    return dest\n\n\naccelerator = Accelerator()\nroot = download" in code
