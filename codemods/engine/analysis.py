@@ -853,6 +853,7 @@ class _Conclusions:
         created_loaders = set(facts.train_loaders)
         backward_functions = self._functions_with_backward()
         self.backward_functions = backward_functions
+        self.facts.backward_functions = set(backward_functions)
         eval_switches = [
             (call.order, call.function, call.node.func.attr.value)
             for call in self.r.calls

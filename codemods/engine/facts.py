@@ -176,6 +176,8 @@ class ScriptFacts:
     amp_lines: set[int] | None = field(default_factory=set)
     #: Sites of existing distributed set-up (DDP, mp.spawn, init_process_group), by feature.
     distributed_sites: dict[str, Site] = field(default_factory=dict)
+    #: Module-level functions that run a backward, directly or through their calls.
+    backward_functions: set[str] = field(default_factory=set)
     #: Where ``.backward()`` is called (a site, for the no-DataLoader report).
     backward_site: Site | None = None
     #: Qualified names of every call to something imported (``torch.nn.utils.clip_grad_norm_``),
@@ -273,15 +275,17 @@ class ScriptFacts:
 
     def training_lines(self) -> list[int]:
         """Lines of the home block's loops over loaders, and of every call of a function that
-        (directly or through its own calls) loops over one."""
+        (directly or through its own calls) loops over one or runs a backward (training on
+        tensors sliced by hand, with no loader)."""
         loops = [*self.train_loops, *self.eval_loops]
-        looping = {loop.function for loop in loops}
+        home = self.home_function
+        trains = self.backward_functions & self.call_graph.get(home, set())
+        looping = {loop.function for loop in loops} | (trains - {home})
         while True:
             callers = {caller for caller, callees in self.call_graph.items() if callees & looping}
             if callers <= looping:
                 break
             looping |= callers
-        home = self.home_function
         lines = [loop.site.line for loop in loops if loop.function == home]
         lines += [site.line for name in looping for site in self.call_sites.get(name, ())]
         return lines

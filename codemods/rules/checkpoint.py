@@ -486,6 +486,11 @@ class _WaitBeforeLoads(RuleTransformer):
             loads = isinstance(statement, cst.SimpleStatementLine) and _contains_call(
                 statement, self.facts, "torch.load"
             )
+            opened = self._reading_from_opened_file(statement)
+            if opened is not None:
+                # ``with open(path, "rb") as f: model = torch.load(f)``: the file is opened before
+                # the load, so the ranks wait before the ``with`` (the barrier in it came too late).
+                statement, loads = opened, True
             if loads and not (result and _is_barrier(result[-1], self.facts)):
                 result.append(
                     cst.SimpleStatementLine(
@@ -496,6 +501,30 @@ class _WaitBeforeLoads(RuleTransformer):
                 statement = statement.with_changes(leading_lines=())
             result.append(statement)
         return result if len(result) != len(statements) else None
+
+    def _reading_from_opened_file(self, statement: cst.BaseStatement) -> cst.BaseStatement | None:
+        """A ``with open(...) as f:`` whose body loads with ``torch.load``, without the barrier
+        put in front of that load; None for anything else."""
+        if not isinstance(statement, cst.With) or not isinstance(statement.body, cst.IndentedBlock):
+            return None
+        if not any(isinstance(item.item, cst.Call) and dotted(item.item.func) == "open" for item in statement.items):
+            return None
+        inner = list(statement.body.body)
+        kept: list[cst.BaseStatement] = []
+        found = False
+        for index, line in enumerate(inner):
+            following = inner[index + 1] if index + 1 < len(inner) else None
+            if (
+                _is_barrier(line, self.facts)
+                and following is not None
+                and _contains_call(following, self.facts, "torch.load")
+            ):
+                found = True
+                continue
+            kept.append(line)
+        if not found and not any(_contains_call(line, self.facts, "torch.load") for line in inner):
+            return None
+        return statement.with_changes(body=statement.body.with_changes(body=kept))
 
 
 def _is_barrier(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:

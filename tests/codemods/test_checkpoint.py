@@ -187,3 +187,27 @@ def test_a_loss_method_running_the_model_is_reported_for_accelerate() -> None:
     code, lines = convert(LOSS_METHOD, Options(target="accelerate"))
     assert "loss = accelerator.unwrap_model(model).compute_loss(batch)" in lines
     assert "#ACC921" in lines and "as_forward" not in code
+
+
+def test_a_load_from_an_opened_file_waits_before_the_file_is_opened() -> None:
+    # The main process writes best.pt; the others must not open it before it exists.
+    body = """\
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8, 1)), batch_size=2)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    with open("best.pt", "wb") as f:
+        torch.save(model, f)
+    with open("best.pt", "rb") as f:
+        model = torch.load(f, weights_only=False)
+"""
+    code, _ = convert(body)
+    reading = code.index('    with open("best.pt", "rb") as f:\n')
+    assert code[:reading].endswith("    accelerator.wait_for_everyone()\n")
+    assert code.count("accelerator.wait_for_everyone()") == 2  # after the save, before the load
+    again, _ = convert_text(code)
+    assert again == code
