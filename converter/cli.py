@@ -249,7 +249,7 @@ def plan_file_jobs(
         raise UsageProblem(f"-o {output}: with several inputs, -o must be a directory")
     into_folder = output is not None and (several or output.is_dir() or output_is_folder)
     discovered = discover(paths, exclusions)
-    programs = plan_programs(discovered)
+    programs = plan_programs(discovered, every_local_module=into_folder)
     covered = {os.path.realpath(file.path) for files in programs.values() for file in files[1:]}
     jobs: list[Job] = []
     claimed: dict[Path, Path] = {}
@@ -272,16 +272,19 @@ def plan_file_jobs(
     return jobs
 
 
-def plan_programs(discovered: Sequence[tuple[Path, Path, str | None]]) -> dict[str, tuple[ProgramFile, ...]]:
+def plan_programs(
+    discovered: Sequence[tuple[Path, Path, str | None]], *, every_local_module: bool = False
+) -> dict[str, tuple[ProgramFile, ...]]:
     """Entry scripts (by real path) that import local modules using torch → their program's
     files (the entry first). Entries: files named or found that have a ``__main__`` block or that
-    no other input imports."""
+    no other input imports. ``every_local_module`` (output into a folder): modules without torch
+    count too, so the folder gets them and the converted entry can import them."""
     readable = [file for file, _, problem in discovered if problem is None]
     programs: dict[str, tuple[ProgramFile, ...]] = {}
     with quiet_compiler_warnings():  # the user's code is parsed: its warnings are not ours to show
         entries = folder_entries(readable)
     for entry, files in entries.items():
-        if len(files) > 1 and any(_mentions_torch(file.path) for file in files[1:]):
+        if len(files) > 1 and (every_local_module or any(_mentions_torch(file.path) for file in files[1:])):
             programs[os.path.realpath(entry)] = tuple(files)
     return programs
 

@@ -176,3 +176,16 @@ def test_a_library_two_entries_need_converted_differently_is_reported_not_guesse
     assert result.exit_code == EXIT_FAILED
     assert "engine.py" in result.output and "need different conversions" in result.output
     assert not (out / "engine.py").exists() and not (out / "train.py").exists()
+
+
+def test_into_a_folder_a_local_module_without_torch_is_written_too(tmp_path: Path):
+    # The converted entry still imports it: without it in out/, `python out/train.py` fails.
+    plain = "def build_loaders():\n    return None\n\n\ndef train_epoch(*args):\n    return None\n"
+    project = make_project(tmp_path / "project", engine=plain, model=plain)
+    out = tmp_path / "out"
+    result = run(str(project / "train.py"), "-o", f"{out}/")
+    assert result.exit_code == EXIT_OK, result.output
+    assert sorted(path.name for path in out.iterdir() if path.suffix == ".py") == sorted(
+        path.name for path in project.iterdir() if path.suffix == ".py"
+    )
+    assert (out / "engine.py").read_text() == plain
