@@ -89,6 +89,10 @@ MODULE_OWN_ATTRIBUTES = frozenset(
 )
 
 
+#: Calls that trace or export a model: they must see the model itself, not its DDP wrapper.
+EXPORTS = frozenset({"torch.onnx.export", "torch.jit.trace", "torch.jit.script"})
+
+
 class CheckpointCodemod(Rule):
     code = "ACC114"
     name = "checkpoint"
@@ -253,7 +257,7 @@ class CheckpointCodemod(Rule):
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         # Lines reading a model attribute nn.Module does not have (unwrapped), or saving/loading.
         words = (
-            callee_words(facts, ("torch.save", "torch.load"))
+            callee_words(facts, ("torch.save", "torch.load", *EXPORTS))
             | name_words(facts.model_copiers)
             | {
                 path
@@ -349,6 +353,8 @@ class _CheckpointRewriter(RuleTransformer):
         if dotted(updated_node.func) in self.facts.model_copiers:
             return self._copy_of_unwrapped(original_node, updated_node)
         callee = self.facts.callee_name(updated_node.func)
+        if callee in EXPORTS:
+            return self._export_of_unwrapped(original_node, updated_node, callee)
         self.loads = self.loads or callee == "torch.load"
         self.saves = self.saves or is_accelerator_method(updated_node, self.facts, "save")
         if callee != "torch.save":
@@ -370,6 +376,19 @@ class _CheckpointRewriter(RuleTransformer):
         self.saves = True
         self.report(original_node, self.code, "torch.save → accelerator.save (main process only)", True)
         return accelerator_call(self.facts, "save", *args)
+
+    def _export_of_unwrapped(self, original: cst.Call, call: cst.Call, callee: str) -> cst.Call:
+        """``torch.onnx.export(model, ...)`` after prepare exports the unwrapped model: tracing the
+        DDP wrapper on the main process alone runs a forward the other ranks never join."""
+        args = list(call.args)
+        model = dotted(args[0].value) if args and args[0].keyword is None else None
+        if model not in self.facts.models or self._prepare_pending[-1] or not self.accelerator_reachable():
+            return call
+        self.report(
+            original, self.code, f"{callee}({model}, ...) → {callee}(accelerator.unwrap_model({model}), ...)", True
+        )
+        args[0] = args[0].with_changes(value=unwrap_model(self.facts, args[0].value))
+        return call.with_changes(args=args)
 
     def _copy_of_unwrapped(self, original: cst.Call, call: cst.Call) -> cst.Call:
         """``copy.deepcopy(model)`` after prepare → ``copy.deepcopy(accelerator.unwrap_model(model))``:
@@ -444,7 +463,7 @@ class _CheckpointInterest(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> bool:
         if (
-            self.facts.callee_name(node.func) in ("torch.save", "torch.load")
+            self.facts.callee_name(node.func) in ("torch.save", "torch.load", *EXPORTS)
             or is_accelerator_method(node, self.facts, "save")
             or dotted(node.func) in self.facts.model_copiers
         ):

@@ -211,3 +211,24 @@ def main():
     assert code.count("accelerator.wait_for_everyone()") == 2  # after the save, before the load
     again, _ = convert_text(code)
     assert again == code
+
+
+def test_an_export_after_training_traces_the_unwrapped_model() -> None:
+    # On the main process alone, a forward through the DDP wrapper waits for the other ranks.
+    body = """\
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8, 1)), batch_size=2)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    torch.onnx.export(model, (torch.zeros(1, 4),), "model.onnx")
+    scripted = torch.jit.script(model)
+"""
+    code, lines = convert(body)
+    assert 'torch.onnx.export(accelerator.unwrap_model(model), (torch.zeros(1, 4),), "model.onnx")' in lines
+    assert "scripted = torch.jit.script(accelerator.unwrap_model(model))" in lines
+    again, _ = convert_text(code)
+    assert again == code
