@@ -769,12 +769,36 @@ class _Conclusions:
             for name in assign.names:
                 roots |= parameter_sources.get(name, set())
             facts.models.update(roots)
+        self._inline_optimizers()
         moved = {target for assign in self.r.assigns if _moves_to_device(assign.value) for target in assign.targets}
         facts.frozen_models = {
             name
             for name in moved - facts.models
             if name not in facts.device_names and name not in facts.loaders and name[:1].islower()
         }
+
+    def _inline_optimizers(self) -> None:
+        """``Trainer(model, ..., torch.optim.SGD(model.parameters(), lr=0.1))``: an optimizer built
+        as an argument and bound to no name. The model it takes the parameters of is trained all
+        the same, so it is prepared (DDP averages its gradients); the optimizer itself has no name
+        to prepare."""
+        assigned = {id(_peel_moves(assign.value)) for assign in self.r.assigns}
+        for call in self.r.calls:
+            if id(call.node) in assigned:
+                continue
+            qualified = self.qualified(call)
+            if qualified is None or not is_optimizer(qualified) or not call.node.args:
+                continue
+            source = call.node.args[0].value
+            if (
+                isinstance(source, cst.Call)
+                and isinstance(source.func, cst.Attribute)
+                and source.func.attr.value in ("parameters", "named_parameters")
+                and dotted(source.func.value) is not None
+            ):
+                self.facts.models.add(dotted(source.func.value))  # type: ignore[arg-type]
+                if self.optimizer_home is None:
+                    self.optimizer_home = call.function
 
     def _models_trained_by_hand(self) -> None:
         """Without an optimizer (``for p in model.parameters(): p.data.add_(...)`` after

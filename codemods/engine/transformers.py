@@ -247,12 +247,15 @@ class RuleTransformer(TargetedTransformer):
         inserted where this holds. Not inside ``try`` (an exception on one rank skips the rest),
         ``while``, an ``if`` whose test calls something (``os.path.isdir``) or names a rank, or a
         ``for`` over anything but ``range``/``enumerate``/a loader."""
+        enclosing = next((node for node in reversed(self._anchors) if isinstance(node, cst.FunctionDef)), None)
         for node in reversed(self._anchors):
             if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
                 return True
             if isinstance(node, (cst.Try, cst.TryStar, cst.While, cst.Match)):
                 return False
             if isinstance(node, cst.If) and not _rank_independent_test(node.test):
+                return False
+            if isinstance(node, cst.If) and enclosing is not None and _summed_per_rank(node.test, enclosing):
                 return False
             if isinstance(node, cst.For) and not self._same_length_everywhere(node.iter):
                 return False
@@ -482,6 +485,43 @@ _RANK_NAMES = frozenset(
         "is_last_process",
     }
 )
+
+
+def _summed_per_rank(test: cst.BaseExpression, function: cst.FunctionDef) -> bool:
+    """Whether the test reads a value the function adds up in a ``for`` loop that gathers and
+    reduces nothing (``val_loss += criterion(model(x), y).item()`` over this rank's shard): each
+    rank then has its own value, and a branch on it is not taken by every rank alike."""
+    read = {node.value for node in _nodes(test) if isinstance(node, cst.Name)}
+    if not read:
+        return False
+    for loop in (node for node in _nodes(function) if isinstance(node, cst.For)):
+        summed = {
+            name
+            for node in _nodes(loop.body)
+            if isinstance(node, cst.AugAssign)
+            for name in [dotted(node.target)]
+            if name is not None
+        }
+        if not summed & read:
+            continue
+        synchronised = any(
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value in ("gather_for_metrics", "gather", "reduce", "all_reduce")
+            for node in _nodes(loop.body)
+        )
+        if not synchronised:
+            return True
+    return False
+
+
+def _nodes(root: cst.CSTNode) -> list[cst.CSTNode]:
+    found, pending = [], [root]
+    while pending:
+        node = pending.pop()
+        found.append(node)
+        pending.extend(node.children)
+    return found
 
 
 def _rank_independent_test(test: cst.BaseExpression) -> bool:

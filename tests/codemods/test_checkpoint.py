@@ -232,3 +232,29 @@ def main():
     assert "scripted = torch.jit.script(accelerator.unwrap_model(model))" in lines
     again, _ = convert_text(code)
     assert again == code
+
+
+def test_no_barrier_in_a_branch_on_a_value_each_rank_sums_over_its_own_shard() -> None:
+    # ``val_loss`` adds up this rank's batches (nothing gathers it): ranks disagree on the branch,
+    # and a barrier there would wait for ranks that never come.
+    body = """\
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8, 1)), batch_size=2)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    best = float("inf")
+    for epoch in range(2):
+        val_loss = 0.0
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            val_loss += loss.item()
+        if val_loss < best:
+            best = val_loss
+            torch.save(model.state_dict(), "best.pt")
+"""
+    code, lines = convert(body)
+    assert 'accelerator.save(accelerator.unwrap_model(model).state_dict(), "best.pt")' in lines
+    assert "accelerator.wait_for_everyone()" not in lines

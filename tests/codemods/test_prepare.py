@@ -210,3 +210,24 @@ def test_a_loader_built_inside_the_training_loop_is_prepared_where_it_is_built()
     built = code.index("        loader = DataLoader(data")
     assert code.index("        loader = accelerator.prepare(loader)\n") > built
     assert "            val_loader = accelerator.prepare(val_loader)\n" in code  # inside the if
+
+
+def test_a_model_whose_optimizer_is_built_inline_as_an_argument_is_prepared() -> None:
+    body = """\
+class Fitter:
+    def __init__(self, model, loader, optimizer):
+        self.model, self.loader, self.optimizer = model, loader, optimizer
+
+    def fit(self):
+        for x, y in self.loader:
+            self.optimizer.zero_grad()
+            nn.functional.mse_loss(self.model(x), y).backward()
+            self.optimizer.step()
+
+
+loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8, 1)), batch_size=2)
+model = nn.Linear(4, 1)
+Fitter(model, loader, torch.optim.SGD(model.parameters(), lr=0.1)).fit()
+"""
+    # Unprepared, the model would train on every rank without DDP averaging its gradients.
+    check_expectations(body, ["model, loader = accelerator.prepare(model, loader)"])
