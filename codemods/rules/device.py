@@ -208,6 +208,17 @@ class _Device(RuleTransformer):
         targets = self.assign_targets.pop()
         if targets and targets <= self.facts.device_names and self._selects_device(original_node.value):
             if not self.accelerator_reachable():
+                if self.scope and self.scope[0] not in self.facts.training_classes and _names_cuda(original_node.value):
+                    # A model class picking "cuda" for itself: GPU 0 on every rank, while each
+                    # rank's copy of the model lives on its own GPU.
+                    self.report(
+                        original_node,
+                        NO_ACCELERATOR_ACCESS,
+                        f"device chosen inside {self.scope[0]}, which the accelerator does not reach: "
+                        "GPU 0 on every rank; use the input's or a parameter's device instead",
+                        False,
+                        header_only=True,
+                    )
                 return updated_node
             self.report(original_node, Device.code, f"device selection → {self.device_expr}", header_only=True)
             return updated_node.with_changes(value=expression(self.device_expr))
@@ -553,6 +564,17 @@ def _rebind_module_device(
             )
             changes.append(report_at(site, Device.code, message, fixed=True))
     return converted.with_changes(body=body), changes
+
+
+def _names_cuda(value: cst.BaseExpression) -> bool:
+    """Whether the expression mentions the string "cuda" ("cuda", "cuda:0", f"cuda:{i}" ...)."""
+    pending: list[cst.CSTNode] = [value]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.SimpleString) and "cuda" in node.value:
+            return True
+        pending.extend(node.children)
+    return False
 
 
 def _is_docstring(statement: cst.BaseStatement) -> bool:

@@ -280,3 +280,29 @@ def test_a_function_with_its_own_device_gets_no_global() -> None:
     code, lines = convert(own)
     assert "global device" not in lines
     check_expectations(own, ["device = accelerator.device", "-global device"])
+
+
+def test_a_model_class_choosing_cuda_for_itself_is_reported() -> None:
+    body = """\
+class Embed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.proj = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.proj(x.to(self.device))
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8, 1)), batch_size=2)
+    model = Embed()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+"""
+    code, lines = convert(body)
+    assert 'self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")' in lines  # left
+    assert "#ACC904" in lines
