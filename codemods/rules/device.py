@@ -84,9 +84,18 @@ class _Device(RuleTransformer):
         # A copy (an EMA) made before prepare() must find the model on the device already.
         built = self.facts.models - self.facts.copied_models
         if isinstance(receiver, cst.Call) and self.assign_targets and self.assign_targets[-1] & built:
-            return name is None  # ``model = Net().to(device)``: the constructor's result
+            # ``model = Net().to(device)``: the constructor's result, where the model is prepared
+            # (elsewhere, an ``inference()`` building a model of the same name keeps its move).
+            return name is None and self._prepares_here()
         root = root_name(receiver)
         return root is not None and root in self.batch_names() and not _calls_model(receiver, self.facts.models)
+
+    def _prepares_here(self) -> bool:
+        """Whether the models built in the function being walked are the ones ``prepare`` takes:
+        the home block, the function creating the accelerator, or a training class."""
+        if self.in_training_class() or self.facts.home_kind == "library":
+            return True
+        return self.function in {self.facts.home_function, self.facts.creating_function}
 
     def _rebuilt_model(self, receiver: cst.BaseExpression, name: str | None) -> bool:
         """A model built (again) in the home block after training started: ``model =

@@ -306,3 +306,33 @@ def main():
     code, lines = convert(body)
     assert 'self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")' in lines  # left
     assert "#ACC904" in lines
+
+
+def test_a_model_of_the_same_name_built_in_an_inference_function_keeps_its_move() -> None:
+    body = """\
+def train(device):
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8, 1)), batch_size=2)
+    model = nn.Linear(4, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
+        optimizer.step()
+
+
+def inference(device):
+    model = nn.Linear(4, 1).to(device)
+    return model(torch.ones(1, 4, device=device))
+
+
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    train(device)
+    inference(device)
+"""
+    code, lines = convert(body)
+    # Nothing prepares inference()'s model: without its move it stays on the CPU.
+    inference = code[code.index("def inference") :]
+    assert "    model = nn.Linear(4, 1).to(device)\n" in inference
+    train = code[code.index("def train") : code.index("def inference")]
+    assert "    model = nn.Linear(4, 1)\n" in train
