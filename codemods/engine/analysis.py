@@ -49,6 +49,7 @@ from accel_convert.codemods.engine.torch_names import (
     FEATURES,
     GRAD_SCALERS,
     MODEL_COPIES,
+    NETWORK_FETCHES,
     NO_GRAD_CONTEXTS,
     PER_PROCESS_PATHS,
     PROGRESS_BARS,
@@ -1259,6 +1260,7 @@ class _Conclusions:
             facts.existing_features.add(feature)
             facts.distributed_sites.setdefault(feature, self.site(call.node))
         self._copied_models()
+        self._download_functions()
         self._training_method_calls()
         for call in self.r.calls:
             func = call.node.func
@@ -1274,6 +1276,17 @@ class _Conclusions:
                 and any(loop.has_backward for loop in call.loops)
             ):
                 facts.existing_features.add("manual_accumulation")
+
+    def _download_functions(self) -> None:
+        found = {call.function for call in self.r.calls if self.qualified(call) in NETWORK_FETCHES}
+        found &= set(self.r.defs)
+        while True:
+            callers = {caller for caller, callees in self.facts.call_graph.items() if callees & found}
+            callers &= set(self.r.defs)
+            if callers <= found:
+                break
+            found |= callers
+        self.facts.download_functions = found - {self.facts.home_function, self.facts.creating_function or ""}
 
     def _copied_models(self) -> None:
         """Models passed to a call that copies them (``copy.deepcopy``, ``AveragedModel``, timm's

@@ -176,6 +176,9 @@ class ScriptFacts:
     amp_lines: set[int] | None = field(default_factory=set)
     #: Sites of existing distributed set-up (DDP, mp.spawn, init_process_group), by feature.
     distributed_sites: dict[str, Site] = field(default_factory=dict)
+    #: Module-level functions that fetch files over the network (``urlretrieve``, ``requests.get``),
+    #: directly or through their calls: a hand-written dataset download.
+    download_functions: set[str] = field(default_factory=set)
     #: Module-level functions that run a backward, directly or through their calls.
     backward_functions: set[str] = field(default_factory=set)
     #: Where ``.backward()`` is called (a site, for the no-DataLoader report).

@@ -139,6 +139,17 @@ WRITING_FUNCTIONS = frozenset(
         "torch.jit.save",
     }
 )
+#: Calls that fetch a file over the network: a function of the script making one is a download.
+NETWORK_FETCHES = frozenset(
+    {
+        "urllib.request.urlretrieve",
+        "urllib.request.urlopen",
+        "requests.get",
+        "torch.hub.download_url_to_file",
+        "wget.download",
+        "gdown.download",
+    }
+)
 #: Calls that copy the model they are given (exponential moving averages, weight averaging):
 #: the copy lives where the model was at that moment.
 MODEL_COPIES = frozenset(

@@ -3,6 +3,8 @@
 ``datasets.MNIST(root, download=True)`` checks a folder and, when the files are missing, downloads
 and extracts them. Run by every process at once, they all find the folder empty and write the same
 files over each other (a truncated archive, a half-extracted folder another rank already reads).
+The same goes for a call of the script's own download function (one that fetches with
+``urlretrieve``, ``requests.get`` ... and unpacks what it fetched).
 Under ``with accelerator.main_process_first():`` the main process downloads while the others wait
 at a barrier, then they read what it wrote. The barrier is only added where every process reaches
 it (not inside ``try``, a rank-dependent ``if``, or a loop over something other than a range or a
@@ -76,10 +78,10 @@ class Downloads(Rule):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return facts.has_accelerator and "download" in facts.word_lines
+        return facts.has_accelerator and ("download" in facts.word_lines or bool(facts.download_functions))
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        rewriter = _MainProcessFirst(facts, facts.lines_mentioning({"download"}))
+        rewriter = _MainProcessFirst(facts, facts.lines_mentioning({"download"} | facts.download_functions))
         return module.visit(rewriter), rewriter.changes(module)
 
 
@@ -131,7 +133,7 @@ class _MainProcessFirst(RuleTransformer):
                 run.clear()
 
         for statement, original in zip(statements, originals):
-            if isinstance(statement, cst.SimpleStatementLine) and _downloads(statement):
+            if isinstance(statement, cst.SimpleStatementLine) and _downloads(statement, self.facts):
                 run.append(statement)
                 self.report(original, Downloads.code, "dataset download on the main process first, then the others")
             else:
@@ -141,11 +143,18 @@ class _MainProcessFirst(RuleTransformer):
         return result if changed else None
 
 
-def _downloads(statement: cst.SimpleStatementLine) -> bool:
-    """A statement calling something with ``download=True``."""
+def _downloads(statement: cst.SimpleStatementLine, facts: ScriptFacts) -> bool:
+    """A statement calling something with ``download=True``, or a function of the script that
+    fetches files over the network (``root = download_dataset()``)."""
     pending: list[cst.CSTNode] = list(statement.body)
     while pending:
         node = pending.pop()
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Name)
+            and node.func.value in facts.download_functions
+        ):
+            return True
         if isinstance(node, cst.Call) and any(
             arg.keyword is not None
             and arg.keyword.value == "download"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import libcst as cst
 
@@ -62,3 +63,10 @@ def test_download_false_is_left_alone() -> None:
         train_set = datasets.MNIST("data", train=True, download=False)
     """)
     assert "main_process_first" not in code and "ACC115" not in codes
+
+
+def test_a_call_of_the_scripts_own_download_function_runs_on_the_main_process_first() -> None:
+    source = (Path(__file__).parent / "data" / "hand_written_download.py").read_text()
+    code = convert_module(cst.parse_module(source), Options(), source).module.code
+    # Every rank fetching and unpacking into the same folder races; the others must wait.
+    assert '    with accelerator.main_process_first():\n        root = fetch("data")\n' in code
