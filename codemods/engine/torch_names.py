@@ -150,6 +150,8 @@ NETWORK_FETCHES = frozenset(
         "gdown.download",
     }
 )
+#: Calls that trace or export a model: they must see the model itself, not its DDP wrapper.
+MODEL_EXPORTS = frozenset({"torch.onnx.export", "torch.jit.trace", "torch.jit.script"})
 #: Calls that copy the model they are given (exponential moving averages, weight averaging):
 #: the copy lives where the model was at that moment.
 MODEL_COPIES = frozenset(

@@ -37,6 +37,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import as_statement, body_statements, dotted, names_in
+from accel_convert.codemods.engine.torch_names import MODEL_EXPORTS
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
 
@@ -87,10 +88,6 @@ MODULE_OWN_ATTRIBUTES = frozenset(
         "__class__",
     }
 )
-
-
-#: Calls that trace or export a model: they must see the model itself, not its DDP wrapper.
-EXPORTS = frozenset({"torch.onnx.export", "torch.jit.trace", "torch.jit.script"})
 
 
 class CheckpointCodemod(Rule):
@@ -257,7 +254,7 @@ class CheckpointCodemod(Rule):
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         # Lines reading a model attribute nn.Module does not have (unwrapped), or saving/loading.
         words = (
-            callee_words(facts, ("torch.save", "torch.load", *EXPORTS))
+            callee_words(facts, ("torch.save", "torch.load", *MODEL_EXPORTS))
             | name_words(facts.model_copiers)
             | {
                 path
@@ -353,7 +350,7 @@ class _CheckpointRewriter(RuleTransformer):
         if dotted(updated_node.func) in self.facts.model_copiers:
             return self._copy_of_unwrapped(original_node, updated_node)
         callee = self.facts.callee_name(updated_node.func)
-        if callee in EXPORTS:
+        if callee in MODEL_EXPORTS:
             return self._export_of_unwrapped(original_node, updated_node, callee)
         self.loads = self.loads or callee == "torch.load"
         self.saves = self.saves or is_accelerator_method(updated_node, self.facts, "save")
@@ -463,7 +460,7 @@ class _CheckpointInterest(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> bool:
         if (
-            self.facts.callee_name(node.func) in ("torch.save", "torch.load", *EXPORTS)
+            self.facts.callee_name(node.func) in ("torch.save", "torch.load", *MODEL_EXPORTS)
             or is_accelerator_method(node, self.facts, "save")
             or dotted(node.func) in self.facts.model_copiers
         ):
