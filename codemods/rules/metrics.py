@@ -278,6 +278,25 @@ class _EvalLoopRewriter(RuleTransformer):
                 statement,
             )
 
+    def _report_summed_batch_means(self, loop: cst.For) -> None:
+        """``test_loss += criterion(outputs, targets).item()`` with a batch-mean criterion: after the
+        gather each term averages the batches of every process, so the sum has N times fewer
+        terms and the reported loss shrinks N times. Reported: sum per-sample losses instead."""
+        function = next((n for n in reversed(self._anchors) if isinstance(n, cst.FunctionDef)), None)
+        criteria = _batch_mean_criteria(function, self.facts) if function is not None else set()
+        for node in _walk_nodes(loop.body):
+            if not isinstance(node, cst.AugAssign) or not isinstance(node.operator, cst.AddAssign):
+                continue
+            calls = [n for n in _walk_nodes(node.value) if isinstance(n, cst.Call)]
+            if any(_is_batch_mean_loss(call, criteria, self.facts) for call in calls):
+                self.report(
+                    node,
+                    "ACC913",
+                    "a batch-mean loss added up per batch: after the gather each term covers one batch of "
+                    'every process, so the sum shrinks with the process count; use reduction="sum"',
+                    False,
+                )
+
     def _is_evaluation(self, node: cst.For) -> bool:
         return (
             self._no_grad_depth > 0
@@ -323,6 +342,7 @@ class _EvalLoopRewriter(RuleTransformer):
         if plan.new_names:  # the taken names are collected only when a new one is needed
             self._taken_names.update(plan.new_names)
         gather_line = _gather_statement(plan, self.facts)
+        self._report_summed_batch_means(original)
         new_body = _insert_after(body.body, statement, gather_line, plan, self.facts)
         gathered = ", ".join(expression_code(e) for e in plan.gathered)
         self.report(original, MetricsCodemod.code, f"gather_for_metrics({gathered}) after the forward", True)
@@ -804,3 +824,48 @@ class _DivisionsByLength(cst.CSTVisitor):
             and dotted(right.args[0].value) in self.loaders
         ):
             self.found.append((node, self._line))
+
+
+def _walk_nodes(root: cst.CSTNode) -> list[cst.CSTNode]:
+    found, pending = [], [root]
+    while pending:
+        node = pending.pop()
+        found.append(node)
+        pending.extend(node.children)
+    return found
+
+
+def _mean_reduced(call: cst.Call) -> bool:
+    """No ``reduction=`` (the mean), or ``reduction="mean"``."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "reduction":
+            return isinstance(arg.value, cst.SimpleString) and arg.value.evaluated_value == "mean"
+    return True
+
+
+def _batch_mean_criteria(function: cst.FunctionDef, facts: ScriptFacts) -> set[str]:
+    """Names the function binds to a ``torch.nn`` loss module that averages over the batch."""
+    found = set()
+    for node in _walk_nodes(function):
+        if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call) and len(node.targets) == 1:
+            qualified = facts.callee_name(node.value.func) or ""
+            if qualified.startswith("torch.nn.") and qualified.endswith("Loss") and _mean_reduced(node.value):
+                name = dotted(node.targets[0].target)
+                if name is not None:
+                    found.add(name)
+    return found
+
+
+def _is_batch_mean_loss(call: cst.Call, criteria: set[str], facts: ScriptFacts) -> bool:
+    if dotted(call.func) in criteria:
+        return True
+    qualified = facts.callee_name(call.func) or ""
+    name = qualified.rpartition(".")[2]
+    return (
+        qualified.startswith("torch.nn.functional.")
+        and (
+            name.endswith("_loss")
+            or name in ("cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div")
+        )
+        and _mean_reduced(call)
+    )

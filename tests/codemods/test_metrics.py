@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from accel_convert.codemods.rules.metrics import MetricsCodemod
-from tests.codemods.support import apply, assert_rewrites, code
+from tests.codemods.support import apply, assert_rewrites, code, convert
 
 CASES = [
     pytest.param(
@@ -309,3 +309,33 @@ def test_forward_inside_a_reduction_gets_its_own_line() -> None:
     """
     changes = assert_rewrites(MetricsCodemod(), before, after)
     assert [c.code for c in changes] == ["ACC113"]
+
+
+def test_a_batch_mean_loss_summed_over_batches_is_reported_after_the_gather() -> None:
+    body = """\
+def evaluate(model, loader):
+    criterion = nn.BCELoss()
+    model.eval()
+    total = 0.0
+    with torch.no_grad():
+        for x, y in loader:
+            outputs = model(x).squeeze()
+            total += criterion(outputs, y).item()
+            total += nn.functional.mse_loss(outputs, y, reduction="sum").item()
+    return total / len(loader.dataset)
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8)), batch_size=2)
+    model = nn.Sequential(nn.Linear(4, 1), nn.Sigmoid())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x).squeeze(), y).backward()
+        optimizer.step()
+    print(evaluate(model, loader))
+"""
+    code, lines = convert(body)
+    assert "output, y = accelerator.gather_for_metrics((output, y))" in lines
+    # One report: the mean-reduced criterion; the reduction="sum" one adds per-sample losses.
+    assert lines.count("#ACC913") == 1
