@@ -605,14 +605,23 @@ class _Conclusions:
         (recorded like an argument flowing into a parameter, so roles and origins follow it)."""
         for assign in self.r.assigns:
             owner = self.r.classes.get(assign.function)
-            if owner is None or len(assign.targets) != 1 or len(assign.scope) < 2:
+            if owner is None or len(assign.scope) < 2:
                 continue
             instance = owner.self_names.get(assign.scope[1])
-            target = assign.targets[0]
-            source = dotted(_peel_device_moves(assign.value))
-            if instance is None or not target.startswith(instance + ".") or source is None or source == target:
-                continue
-            self.arguments.setdefault((assign.function, target), set()).add((assign.function, source))
+            values: list[cst.BaseExpression] = [assign.value]
+            if len(assign.targets) != 1:
+                # ``self.model, self.loader = model, loader``: pairwise.
+                value = assign.value
+                if not isinstance(value, (cst.Tuple, cst.List)) or len(value.elements) != len(assign.targets):
+                    continue
+                if any(isinstance(element, cst.StarredElement) for element in value.elements):
+                    continue
+                values = [element.value for element in value.elements]
+            for target, value in zip(assign.targets, values):
+                source = dotted(_peel_device_moves(value))
+                if instance is None or not target.startswith(instance + ".") or source is None or source == target:
+                    continue
+                self.arguments.setdefault((assign.function, target), set()).add((assign.function, source))
 
     def _loader_factories(self) -> set[str]:
         """Module-level functions that return DataLoaders (``return train_loader, test_loader``

@@ -15,6 +15,7 @@ import pytest
 
 from accel_convert.codemods import convert_module
 from accel_convert.codemods.engine.model import Change, Options
+from tests.codemods.support import convert as convert_lines
 
 IMPORTS = """\
 import torch
@@ -251,3 +252,38 @@ def test_a_class_constructed_by_module_level_code_gets_the_module_accelerator() 
     prepared = lines.index("model, optimizer, data = accelerator.prepare(model, optimizer, data)")
     assert created < prepared < lines.index("trainer = Trainer(model, data, optimizer, 1, accelerator)")
     assert free_accelerator_reads(code, "Trainer") == []
+
+
+def test_attributes_assigned_together_from_a_tuple_keep_their_roles() -> None:
+    # ``self.model, self.val_loader = model, val_loader``: the evaluation over the prepared loader
+    # is gathered and the saved weights come from the unwrapped model, as with one line each.
+    body = """\
+class Trainer:
+    def __init__(self, model, train_loader, val_loader, optimizer):
+        self.model, self.optimizer = model, optimizer
+        self.train_loader, self.val_loader = train_loader, val_loader
+
+    def fit(self):
+        for x, y in self.train_loader:
+            self.optimizer.zero_grad()
+            nn.functional.mse_loss(self.model(x), y).backward()
+            self.optimizer.step()
+        self.model.eval()
+        total = 0.0
+        with torch.no_grad():
+            for x, y in self.val_loader:
+                total += nn.functional.mse_loss(self.model(x), y, reduction="sum").item()
+        torch.save(self.model.state_dict(), "last.pt")
+        return total
+
+
+def main():
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8, 1)), batch_size=2)
+    val_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8, 1)), batch_size=2)
+    print(Trainer(model, train_loader, val_loader, optimizer).fit())
+"""
+    code, lines = convert_lines(body)
+    assert "output, y = self.accelerator.gather_for_metrics((output, y))" in lines
+    assert 'self.accelerator.save(self.accelerator.unwrap_model(self.model).state_dict(), "last.pt")' in lines
