@@ -438,6 +438,7 @@ class _Conclusions:
         self.facts = ScriptFacts(names=recorder.names, context=RunContext(origins), program=seeds)
         #: What the other modules of the program say (None: the script is converted alone).
         self.seeds = seeds
+        self._qualified: dict[int, str | None] = {}
         #: Module-level functions that run a backward, directly or through their calls.
         self.backward_functions: set[str] = set()
         self.assigned = {name for assign in recorder.assigns for name in assign.targets}
@@ -453,7 +454,11 @@ class _Conclusions:
         self.backward_methods: set[tuple[str, str]] = set()
 
     def qualified(self, call: _Call) -> str | None:
-        return self.r.names.qualified_name(call.node.func, call.scope, strict=False)
+        """The call's qualified name, resolved once per call (several steps ask for every call)."""
+        key = id(call.node)
+        if key not in self._qualified:
+            self._qualified[key] = self.r.names.qualified_name(call.node.func, call.scope, strict=False)
+        return self._qualified[key]
 
     def site(self, node: cst.CSTNode) -> Site:
         return self.origins.site(node) or FILE_START

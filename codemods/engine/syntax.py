@@ -108,15 +108,19 @@ def instance_parameter(method: cst.FunctionDef) -> str | None:
     return params[0].name.value
 
 
-def calls_in(node: cst.CSTNode) -> list[cst.Call]:
-    """Every call inside a (small) expression."""
+def nodes_in(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """``node`` and every node inside it (a small subtree: an expression, a loop, a function)."""
     found, pending = [], [node]
     while pending:
         current = pending.pop()
-        if isinstance(current, cst.Call):
-            found.append(current)
+        found.append(current)
         pending.extend(current.children)
     return found
+
+
+def calls_in(node: cst.CSTNode) -> list[cst.Call]:
+    """Every call inside a (small) expression."""
+    return [current for current in nodes_in(node) if isinstance(current, cst.Call)]
 
 
 def names_variable(node: cst.CSTNode, name: str) -> bool:

@@ -34,9 +34,11 @@ from accel_convert.codemods.engine.positions import (
 from accel_convert.codemods.engine.syntax import (
     assigns_at_top,
     body_statements,
+    calls_in,
     dotted,
     instance_parameter,
     is_main_guard,
+    nodes_in,
 )
 from accel_convert.codemods.engine.walk import TRIVIA, child_nodes, own_hooks
 
@@ -491,13 +493,13 @@ def _summed_per_rank(test: cst.BaseExpression, function: cst.FunctionDef) -> boo
     """Whether the test reads a value the function adds up in a ``for`` loop that gathers and
     reduces nothing (``val_loss += criterion(model(x), y).item()`` over this rank's shard): each
     rank then has its own value, and a branch on it is not taken by every rank alike."""
-    read = {node.value for node in _nodes(test) if isinstance(node, cst.Name)}
+    read = {node.value for node in nodes_in(test) if isinstance(node, cst.Name)}
     if not read:
         return False
-    for loop in (node for node in _nodes(function) if isinstance(node, cst.For)):
+    for loop in (node for node in nodes_in(function) if isinstance(node, cst.For)):
         summed = {
             name
-            for node in _nodes(loop.body)
+            for node in nodes_in(loop.body)
             if isinstance(node, cst.AugAssign)
             for name in [dotted(node.target)]
             if name is not None
@@ -505,23 +507,13 @@ def _summed_per_rank(test: cst.BaseExpression, function: cst.FunctionDef) -> boo
         if not summed & read:
             continue
         synchronised = any(
-            isinstance(node, cst.Call)
-            and isinstance(node.func, cst.Attribute)
-            and node.func.attr.value in ("gather_for_metrics", "gather", "reduce", "all_reduce")
-            for node in _nodes(loop.body)
+            isinstance(call.func, cst.Attribute)
+            and call.func.attr.value in ("gather_for_metrics", "gather", "reduce", "all_reduce")
+            for call in calls_in(loop.body)
         )
         if not synchronised:
             return True
     return False
-
-
-def _nodes(root: cst.CSTNode) -> list[cst.CSTNode]:
-    found, pending = [], [root]
-    while pending:
-        node = pending.pop()
-        found.append(node)
-        pending.extend(node.children)
-    return found
 
 
 def _rank_independent_test(test: cst.BaseExpression) -> bool:

@@ -24,6 +24,8 @@ from accel_convert.codemods.engine.syntax import (
     binds_name,
     dotted,
     expression,
+    is_docstring,
+    nodes_in,
     root_name,
     target_names,
 )
@@ -556,7 +558,7 @@ def _rebind_module_device(
     accelerator = accelerator_name(facts)
     rebinds = [cst.parse_statement(f"{name} = {accelerator}.device") for name in names]
     statements[created + 1 : created + 1] = rebinds
-    docstring = 1 if statements and _is_docstring(statements[0]) else 0
+    docstring = 1 if statements and is_docstring(statements[0]) else 0
     first = statements[docstring]
     declaration = cst.SimpleStatementLine(
         [cst.Global([cst.NameItem(cst.Name(name)) for name in names])], leading_lines=as_statement(first).leading_lines
@@ -577,18 +579,4 @@ def _rebind_module_device(
 
 def _names_cuda(value: cst.BaseExpression) -> bool:
     """Whether the expression mentions the string "cuda" ("cuda", "cuda:0", f"cuda:{i}" ...)."""
-    pending: list[cst.CSTNode] = [value]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, cst.SimpleString) and "cuda" in node.value:
-            return True
-        pending.extend(node.children)
-    return False
-
-
-def _is_docstring(statement: cst.BaseStatement) -> bool:
-    return (
-        isinstance(statement, cst.SimpleStatementLine)
-        and isinstance(statement.body[0], cst.Expr)
-        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    )
+    return any(isinstance(node, cst.SimpleString) and "cuda" in node.value for node in nodes_in(value))

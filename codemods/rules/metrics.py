@@ -26,7 +26,7 @@ from accel_convert.codemods.engine.accelerator_code import accelerator_call, is_
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import dotted, expression_code, root_name
+from accel_convert.codemods.engine.syntax import calls_in, dotted, expression_code, nodes_in, root_name
 from accel_convert.codemods.engine.torch_names import NO_GRAD_CONTEXTS
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import variables_read, walk
@@ -284,11 +284,10 @@ class _EvalLoopRewriter(RuleTransformer):
         terms and the reported loss shrinks N times. Reported: sum per-sample losses instead."""
         function = next((n for n in reversed(self._anchors) if isinstance(n, cst.FunctionDef)), None)
         criteria = _batch_mean_criteria(function, self.facts) if function is not None else set()
-        for node in _walk_nodes(loop.body):
+        for node in nodes_in(loop.body):
             if not isinstance(node, cst.AugAssign) or not isinstance(node.operator, cst.AddAssign):
                 continue
-            calls = [n for n in _walk_nodes(node.value) if isinstance(n, cst.Call)]
-            if any(_is_batch_mean_loss(call, criteria, self.facts) for call in calls):
+            if any(_is_batch_mean_loss(call, criteria, self.facts) for call in calls_in(node.value)):
                 self.report(
                     node,
                     "ACC913",
@@ -826,15 +825,6 @@ class _DivisionsByLength(cst.CSTVisitor):
             self.found.append((node, self._line))
 
 
-def _walk_nodes(root: cst.CSTNode) -> list[cst.CSTNode]:
-    found, pending = [], [root]
-    while pending:
-        node = pending.pop()
-        found.append(node)
-        pending.extend(node.children)
-    return found
-
-
 def _mean_reduced(call: cst.Call) -> bool:
     """No ``reduction=`` (the mean), or ``reduction="mean"``."""
     for arg in call.args:
@@ -846,7 +836,7 @@ def _mean_reduced(call: cst.Call) -> bool:
 def _batch_mean_criteria(function: cst.FunctionDef, facts: ScriptFacts) -> set[str]:
     """Names the function binds to a ``torch.nn`` loss module that averages over the batch."""
     found = set()
-    for node in _walk_nodes(function):
+    for node in nodes_in(function):
         if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call) and len(node.targets) == 1:
             qualified = facts.callee_name(node.value.func) or ""
             if qualified.startswith("torch.nn.") and qualified.endswith("Loss") and _mean_reduced(node.value):
