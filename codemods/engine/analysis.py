@@ -21,7 +21,7 @@ from typing import Literal
 
 import libcst as cst
 
-from accel_convert.codemods.engine.facts import LoopFacts, RunContext, ScriptFacts
+from accel_convert.codemods.engine.facts import MODULE, LoopFacts, RunContext, ScriptFacts, callers_closure
 from accel_convert.codemods.engine.findings import FILE_START
 from accel_convert.codemods.engine.model import Site
 from accel_convert.codemods.engine.names import NameCollector, NameTable, ScopeKey
@@ -38,6 +38,7 @@ from accel_convert.codemods.engine.syntax import (
     dotted,
     instance_parameter,
     is_main_guard,
+    mean_reduced,
     names_variable,
     target_names,
 )
@@ -58,9 +59,6 @@ from accel_convert.codemods.engine.torch_names import (
     is_scheduler,
 )
 from accel_convert.codemods.engine.walk import walk
-
-MODULE = "<module>"
-
 
 # -- raw observations ------------------------------------------------------------------------
 
@@ -485,6 +483,7 @@ class _Conclusions:
             seed_loader_factories(self, seeds)
         self._optimizers_and_models()
         self._trackers()
+        self._batch_mean_losses()
         if seeds is not None:
             seed_parameter_roles(self, seeds)
         self._flow_into_parameters()
@@ -513,6 +512,15 @@ class _Conclusions:
                 self.r.names.qualified_name(value.func, assign.scope) in TRACKER_CONSTRUCTORS
             ):
                 self.facts.trackers.update(assign.targets)
+
+    def _batch_mean_losses(self) -> None:
+        for assign in self.r.assigns:
+            value = assign.value
+            if not isinstance(value, cst.Call) or len(assign.node.targets) != 1 or len(assign.targets) != 1:
+                continue
+            qualified = self.r.names.qualified_name(value.func, assign.scope) or ""
+            if qualified.startswith("torch.nn.") and qualified.endswith("Loss") and mean_reduced(value):
+                self.facts.batch_mean_losses.setdefault(assign.function, set()).update(assign.targets)
 
     def _device_switches(self) -> None:
         """``parser_options``, ``parsed_arguments`` and ``device_switches``: the flags the
@@ -983,15 +991,7 @@ class _Conclusions:
                         self.backward_methods.add((owner_name, method))
                         changed = True
         # Functions that call a function with backward train too.
-        found = set(direct)
-        changed = True
-        while changed:
-            changed = False
-            for caller, callees in facts.call_graph.items():
-                if caller not in found and callees & found and caller != MODULE:
-                    found.add(caller)
-                    changed = True
-        return found
+        return callers_closure(direct, facts.call_graph)
 
     def _schedulers(self) -> None:
         """A scheduler stepped inside a batch loop (or in a function called from one) steps per
@@ -1293,13 +1293,7 @@ class _Conclusions:
 
     def _download_functions(self) -> None:
         found = {call.function for call in self.r.calls if self.qualified(call) in NETWORK_FETCHES}
-        found &= set(self.r.defs)
-        while True:
-            callers = {caller for caller, callees in self.facts.call_graph.items() if callees & found}
-            callers &= set(self.r.defs)
-            if callers <= found:
-                break
-            found |= callers
+        found = callers_closure(found & set(self.r.defs), self.facts.call_graph, among=set(self.r.defs))
         self.facts.download_functions = found - {self.facts.home_function, self.facts.creating_function or ""}
 
     def _copied_models(self) -> None:

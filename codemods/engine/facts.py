@@ -24,12 +24,42 @@ from accel_convert.codemods.engine.positions import OriginIndex
 from accel_convert.codemods.engine.syntax import dotted
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
+    from collections.abc import Set as AbstractSet
 
     import libcst as cst
 
     from accel_convert.codemods.engine.names import NameTable
     from accel_convert.codemods.engine.program_seeds import ProgramSeeds
+
+
+#: How the call graph and the facts name module-level code (it calls, but is never called).
+MODULE = "<module>"
+
+
+def callers_closure(
+    functions: AbstractSet[str],
+    call_graph: Mapping[str, AbstractSet[str]],
+    *,
+    reaching: AbstractSet[str] = frozenset(),
+    among: AbstractSet[str] | None = None,
+) -> set[str]:
+    """``functions`` and every function that calls one of them or one of ``reaching``, directly
+    or through its own calls (``train`` calls ``train_one_epoch``, which runs the backward).
+    Module-level code is not a function and is never added; ``among``: only these may be."""
+    callers: dict[str, set[str]] = {}
+    for caller, callees in call_graph.items():
+        if caller != MODULE and (among is None or caller in among):
+            for callee in callees:
+                callers.setdefault(callee, set()).add(caller)
+    found = set(functions)
+    pending = [*found, *reaching]
+    while pending:
+        for caller in callers.get(pending.pop(), ()):
+            if caller not in found:
+                found.add(caller)
+                pending.append(caller)
+    return found
 
 
 @dataclass
@@ -114,6 +144,9 @@ class ScriptFacts:
     #: Names bound to an experiment tracker (``writer = SummaryWriter(...)``, ``run =
     #: wandb.init(...)``, and the parameters they are passed to): its calls log from one process.
     trackers: set[str] = field(default_factory=set)
+    #: Per module-level function (``"<module>"``, a class's name for its methods): the names bound
+    #: to a ``torch.nn`` loss module that averages over the batch (``criterion = nn.MSELoss()``).
+    batch_mean_losses: dict[str, set[str]] = field(default_factory=dict)
     #: Module-level classes holding the training code (a ``Trainer``, a ``Solver``): they receive
     #: the accelerator in ``__init__`` and their methods use it as ``self.accelerator`` (ACC108).
     #: Their names count as functions in ``accessible_functions`` and ``batch_names_by_function``.
@@ -283,12 +316,7 @@ class ScriptFacts:
         loops = [*self.train_loops, *self.eval_loops]
         home = self.home_function
         trains = self.backward_functions & self.call_graph.get(home, set())
-        looping = {loop.function for loop in loops} | (trains - {home})
-        while True:
-            callers = {caller for caller, callees in self.call_graph.items() if callees & looping}
-            if callers <= looping:
-                break
-            looping |= callers
+        looping = callers_closure({loop.function for loop in loops} | (trains - {home}), self.call_graph)
         lines = [loop.site.line for loop in loops if loop.function == home]
         lines += [site.line for name in looping for site in self.call_sites.get(name, ())]
         return lines

@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable, Sequence
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
 from accel_convert.codemods.engine.analysis import analyse
-from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.facts import ScriptFacts, callers_closure
 from accel_convert.codemods.engine.model import ConversionOutcome, Options
 from accel_convert.codemods.engine.names import NameCollector
 from accel_convert.codemods.engine.positions import python_ast
@@ -275,19 +274,6 @@ def _function_at(shape: _ModuleShape, line: int) -> str:
     return next((name for name, extent in shape.extents.items() if _within(extent, line)), "<module>")
 
 
-def _closure(functions: set[str], call_graph: dict[str, set[str]], known: AbstractSet[str]) -> set[str]:
-    """``functions`` and every function whose calls reach one of them or one of ``known``."""
-    found = set(functions)
-    changed = True
-    while changed:
-        changed = False
-        for caller, callees in call_graph.items():
-            if caller not in found and caller != "<module>" and callees & (found | known):
-                found.add(caller)
-                changed = True
-    return found
-
-
 def _prepared_by_entry(facts: ScriptFacts, shape: _ModuleShape) -> set[str]:
     """Names the entry script's ``prepare`` will cover: the trained objects its home block binds
     (a per-epoch scheduler is not prepared), and those it already prepares."""
@@ -425,11 +411,11 @@ class Program:
                 if any(self._returns_loader(module_facts, function, value) for value in returned):
                     loader_factories.add(f"{name}.{function}")
             loops = {loop.function for loop in [*module_facts.train_loops, *module_facts.eval_loops]}
-            for function in _closure(loops, module_facts.call_graph, seeds[name].looping_functions):
+            for function in callers_closure(loops, module_facts.call_graph, reaching=seeds[name].looping_functions):
                 looping.add(f"{name}.{function}")
             trains = {loop.function for loop in module_facts.train_loops}
             trains |= {_function_at(shape, site.line) for site in module_facts.call_sites.get(".backward", ())}
-            for function in _closure(trains, module_facts.call_graph, seeds[name].backward_functions):
+            for function in callers_closure(trains, module_facts.call_graph, reaching=seeds[name].backward_functions):
                 backward.add(f"{name}.{function}")
         derived = {}
         for name, old in seeds.items():

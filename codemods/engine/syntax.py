@@ -12,7 +12,7 @@ from typing import cast
 
 import libcst as cst
 
-from accel_convert.codemods.engine.walk import walk
+from accel_convert.codemods.engine.walk import child_nodes, walk
 
 #: libcst's two kinds of statement; both carry ``leading_lines``, which BaseStatement does not declare.
 Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
@@ -99,6 +99,14 @@ def target_names(target: cst.BaseExpression) -> tuple[str, ...]:
     return (path,) if path is not None else ()
 
 
+def mean_reduced(call: cst.Call) -> bool:
+    """A loss call or constructor without ``reduction=`` (the mean), or with ``reduction="mean"``."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "reduction":
+            return isinstance(arg.value, cst.SimpleString) and arg.value.evaluated_value == "mean"
+    return True
+
+
 def instance_parameter(method: cst.FunctionDef) -> str | None:
     """The instance parameter of a method (``self``); None for static and class methods."""
     decorators = {dotted(decorator.decorator) for decorator in method.decorators}
@@ -109,12 +117,14 @@ def instance_parameter(method: cst.FunctionDef) -> str | None:
 
 
 def nodes_in(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """``node`` and every node inside it (a small subtree: an expression, a loop, a function)."""
+    """``node`` and every node inside it (a small subtree: an expression, a loop, a function), but
+    layout and punctuation (:data:`walk.TRIVIA`): read off the fields, not libcst's ``children``,
+    which builds a visitor per node and is several times slower."""
     found, pending = [], [node]
     while pending:
         current = pending.pop()
         found.append(current)
-        pending.extend(current.children)
+        pending.extend(child_nodes(current))
     return found
 
 
@@ -256,52 +266,14 @@ def assigns_at_top(statements: Sequence[cst.CSTNode], name: str) -> bool:
         if isinstance(statement, cst.SimpleStatementLine):
             for small in statement.body:
                 targets = small.targets if isinstance(small, cst.Assign) else []
-                if any(_target_binds(t.target, name) for t in targets):
+                if any(name in target_names(t.target) for t in targets):
                     return True
     return False
 
 
-def _target_binds(target: cst.BaseExpression, name: str) -> bool:
-    if isinstance(target, cst.Name):
-        return target.value == name
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return any(_target_binds(e.value, name) for e in target.elements)
-    return False
-
-
 def binds_name(statements: Sequence[cst.CSTNode], name: str) -> bool:
-    """Whether any of these statements (not looking into nested functions) assigns ``name``."""
-    finder = _BindingFinder(name)
-    for statement in statements:
-        walk(statement, finder)
-        if finder.found:
-            return True
-    return False
-
-
-class _BindingFinder(cst.CSTVisitor):
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.found = False
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
-
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        self._check_target(node.target)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        self._check_target(node.target)
-
-    def _check_target(self, target: cst.BaseExpression) -> None:
-        if isinstance(target, cst.Name) and target.value == self.name:
-            self.found = True
-        elif isinstance(target, (cst.Tuple, cst.List)):
-            for element in target.elements:
-                self._check_target(element.value)
+    """Whether any of these statements (not looking into nested functions) binds ``name``."""
+    return any(name in assigned_in(statement) for statement in statements)
 
 
 def body_statements(node: cst.FunctionDef) -> Sequence[cst.CSTNode]:

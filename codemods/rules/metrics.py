@@ -26,7 +26,15 @@ from accel_convert.codemods.engine.accelerator_code import accelerator_call, is_
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import calls_in, dotted, expression_code, nodes_in, root_name
+from accel_convert.codemods.engine.syntax import (
+    calls_in,
+    dotted,
+    expression_code,
+    mean_reduced,
+    nodes_in,
+    root_name,
+    target_names,
+)
 from accel_convert.codemods.engine.torch_names import NO_GRAD_CONTEXTS
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import variables_read, walk
@@ -282,8 +290,7 @@ class _EvalLoopRewriter(RuleTransformer):
         """``test_loss += criterion(outputs, targets).item()`` with a batch-mean criterion: after the
         gather each term averages the batches of every process, so the sum has N times fewer
         terms and the reported loss shrinks N times. Reported: sum per-sample losses instead."""
-        function = next((n for n in reversed(self._anchors) if isinstance(n, cst.FunctionDef)), None)
-        criteria = _batch_mean_criteria(function, self.facts) if function is not None else set()
+        criteria = self.facts.batch_mean_losses.get(self.function, set())
         for node in nodes_in(loop.body):
             if not isinstance(node, cst.AugAssign) or not isinstance(node.operator, cst.AddAssign):
                 continue
@@ -372,11 +379,8 @@ def _loop_over_loader(node: cst.For, facts: ScriptFacts) -> tuple[str, ...] | No
 
 
 def _bound_names(target: cst.BaseExpression) -> list[str]:
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [name for element in target.elements for name in _bound_names(element.value)]
-    return []
+    """The plain names a target binds (not ``self.x`` or ``a[i]``)."""
+    return [name for name in target_names(target) if "." not in name]
 
 
 def _is_no_grad(node: cst.With, facts: ScriptFacts) -> bool:
@@ -825,27 +829,6 @@ class _DivisionsByLength(cst.CSTVisitor):
             self.found.append((node, self._line))
 
 
-def _mean_reduced(call: cst.Call) -> bool:
-    """No ``reduction=`` (the mean), or ``reduction="mean"``."""
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == "reduction":
-            return isinstance(arg.value, cst.SimpleString) and arg.value.evaluated_value == "mean"
-    return True
-
-
-def _batch_mean_criteria(function: cst.FunctionDef, facts: ScriptFacts) -> set[str]:
-    """Names the function binds to a ``torch.nn`` loss module that averages over the batch."""
-    found = set()
-    for node in nodes_in(function):
-        if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call) and len(node.targets) == 1:
-            qualified = facts.callee_name(node.value.func) or ""
-            if qualified.startswith("torch.nn.") and qualified.endswith("Loss") and _mean_reduced(node.value):
-                name = dotted(node.targets[0].target)
-                if name is not None:
-                    found.add(name)
-    return found
-
-
 def _is_batch_mean_loss(call: cst.Call, criteria: set[str], facts: ScriptFacts) -> bool:
     if dotted(call.func) in criteria:
         return True
@@ -857,5 +840,5 @@ def _is_batch_mean_loss(call: cst.Call, criteria: set[str], facts: ScriptFacts) 
             name.endswith("_loss")
             or name in ("cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div")
         )
-        and _mean_reduced(call)
+        and mean_reduced(call)
     )
