@@ -686,23 +686,44 @@ class _Conclusions:
                 facts.cuda_flags.update(targets)
             if _is_prepare(assign.value):
                 facts.prepared.update(targets)
+        if facts.batch_size_expr is None:
+            self._factory_batch_size()
 
     def _batch_size(self, call: cst.Call, assign: _Assign) -> None:
         if self.facts.batch_size_expr is not None and not any("train" in t for t in assign.targets):
             return
+        found = self._batch_size_argument(call)
+        if found is not None:
+            self.facts.batch_size_expr = found
+
+    def _batch_size_argument(self, call: cst.Call) -> str | None:
+        """The ``batch_size`` a DataLoader call passes (by keyword, second positional argument, or
+        in a ``**kwargs`` dict the script builds)."""
         for index, arg in enumerate(call.args):
             if (
                 arg.keyword is not None
                 and arg.keyword.value == "batch_size"
                 or (arg.keyword is None and not arg.star and index == 1)
             ):
-                self.facts.batch_size_expr = cst.Module([]).code_for_node(arg.value)
-                return
+                return cst.Module([]).code_for_node(arg.value)
             if arg.star == "**" and isinstance(arg.value, cst.Name):
                 found = self._dict_entry(arg.value.value, "batch_size")
                 if found is not None:
-                    self.facts.batch_size_expr = found
-                    return
+                    return found
+        return None
+
+    def _factory_batch_size(self) -> None:
+        """No loader built by assignment gave a batch size: the one a loader factory builds its
+        loader with (``return DataLoader(dataset, batch_size=batch_size)``), which is one of its
+        parameters the training code passes its batch size for."""
+        for function, value in self.r.returns:
+            elements = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
+            for element in elements:
+                if isinstance(element, cst.Call) and self._constructs_loader(element, (function,)):
+                    found = self._batch_size_argument(element)
+                    if found is not None:
+                        self.facts.batch_size_expr = found
+                        return
 
     def _dict_entry(self, name: str, key: str) -> str | None:
         for assign in self.r.assigns:

@@ -25,6 +25,7 @@ from accel_convert.codemods.engine.accelerator_code import accelerator_name, is_
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import Findings
 from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.positions import STATEMENT_TYPES
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
     Statement,
@@ -199,12 +200,13 @@ class OomRetryCodemod(Rule):
             f"training retried with a smaller batch size on out-of-memory (from {expression_code(batch_size)})",
             True,
         )
-        for site in [] if isinstance(batch_size, cst.Integer) else _uses_outside(module, region, batch_size):
+        for site, statement in [] if isinstance(batch_size, cst.Integer) else _uses_outside(module, region, batch_size):
             pending.add(
                 site,
                 "ACC917",
                 f"{expression_code(batch_size)} used outside the retried code: it keeps the starting value",
                 False,
+                statement,
             )
         return new_module, pending.resolve(module)
 
@@ -551,32 +553,66 @@ def _imports_accelerator(statement: cst.SimpleStatementLine) -> bool:
 # ---- reports and small helpers ------------------------------------------------------------------
 
 
-def _uses_outside(module: cst.Module, region: _Region, batch_size: cst.BaseExpression) -> list[cst.CSTNode]:
+def _uses_outside(
+    module: cst.Module, region: _Region, batch_size: cst.BaseExpression
+) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
     """Reads of the batch-size expression in code that is not moved into the retried function
-    (other functions of the module), which keep seeing the starting value."""
+    (other functions of the module), which keep seeing the starting value; each with the
+    statement holding it. A function with a variable of the same name of its own (a loader
+    factory's ``batch_size`` parameter) reads that variable, not the retried one."""
     moved_ids = {id(s) for s in region.moved()}
+    name = batch_size.value if isinstance(batch_size, cst.Name) else None
     finder = _ExpressionSites(batch_size)
     for statement in module.body:
         if statement is region.function or statement is region.main_guard:
             continue
         if id(statement) in moved_ids or not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             continue
-        walk(statement, finder)
+        functions = [statement] if isinstance(statement, cst.FunctionDef) else _methods(statement)
+        for function in functions:
+            if name is None or not _has_local(function, name):
+                walk(function, finder)
     return finder.sites
 
 
+def _methods(node: cst.ClassDef) -> list[cst.FunctionDef]:
+    body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
+    return [statement for statement in body if isinstance(statement, cst.FunctionDef)]
+
+
+def _has_local(function: cst.FunctionDef, name: str) -> bool:
+    """Whether ``name`` is a parameter of the function or a name its body binds."""
+    params = function.params
+    every = [*params.posonly_params, *params.params, *params.kwonly_params]
+    every += [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
+    if any(param.name.value == name for param in every):
+        return True
+    body = function.body.body if isinstance(function.body, cst.IndentedBlock) else [function.body]
+    return name in names_bound(body)
+
+
 class _ExpressionSites(cst.CSTVisitor):
-    """Where an expression (the batch size) is read. Local: the expression is only known once
-    this rule has chosen it, and it reads the tree as earlier rules left it (only with
-    ``--oom-retry``, on the functions the retried code does not hold)."""
+    """Where an expression (the batch size) is read, with the statement holding it. Local: the
+    expression is only known once this rule has chosen it, and it reads the tree as earlier
+    rules left it (only with ``--oom-retry``, on the functions the retried code does not hold)."""
 
     def __init__(self, expression: cst.BaseExpression) -> None:
         self.expression = expression
-        self.sites: list[cst.CSTNode] = []
+        self.sites: list[tuple[cst.CSTNode, cst.CSTNode]] = []
+        self._statement: cst.CSTNode | None = None
 
     def on_visit(self, node: cst.CSTNode) -> bool:
+        if type(node) in STATEMENT_TYPES:
+            self._statement = node
         if isinstance(node, cst.BaseExpression) and node.deep_equals(self.expression):
-            self.sites.append(node)
+            self.sites.append((node, self._statement or node))
+            return False
+        # Names that are not reads of a variable: ``args.batch_size``'s attribute, a keyword.
+        if isinstance(node, cst.Attribute):
+            walk(node.value, self)
+            return False
+        if isinstance(node, cst.Arg):
+            walk(node.value, self)
             return False
         return True
 

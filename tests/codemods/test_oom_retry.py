@@ -157,7 +157,7 @@ def test_off_unless_asked_for() -> None:
     assert OomRetryCodemod().applies(facts, RETRY)
 
 
-def test_batch_size_used_by_other_functions_is_reported() -> None:
+def test_batch_size_used_by_other_functions_is_reported_where_it_is_read() -> None:
     source = code(
         FUNCTION_SCRIPT
         + """
@@ -166,11 +166,42 @@ def show(recon, args):
     return recon.view(args.batch_size, 1, 28, 28)
 """
     )
-    # Facts built by hand: with the real analysis this ACC917 is reported at line 1 (no recorded
-    # position for the batch-size use), which is a position bug of the rule to fix.
-    _, changes = apply(OomRetryCodemod(), source, make_facts(batch_size_expr="args.batch_size"), RETRY)
+    _, changes = apply(OomRetryCodemod(), source, None, RETRY, preamble="")
     warnings = [(c.code, c.line) for c in changes if not c.fixed]
     assert warnings == [("ACC917", len(source.splitlines()))]
+
+
+LOADER_FACTORY_SCRIPT = """
+import torch
+from torch.utils.data import DataLoader
+from accel_convert.runtime import Accelerator
+
+
+def get_loaders(train_set, val_set, batch_size):
+    train_loader = DataLoader(train_set, batch_size=batch_size, shuffle=True)
+    return train_loader, DataLoader(val_set, batch_size=64)
+
+
+def main():
+    args = parser.parse_args()
+    accelerator = Accelerator()
+    train_loader, val_loader = get_loaders(make_data(), make_data(), args.batch_size)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer, train_loader, val_loader = accelerator.prepare(model, optimizer, train_loader, val_loader)
+    Trainer(model, optimizer, train_loader, val_loader).fit()
+"""
+
+
+def test_batch_size_a_loader_factory_takes_is_what_the_caller_passes() -> None:
+    # The factory's ``batch_size`` parameter names the batch size; the retry starts from what the
+    # training code passes for it (``args.batch_size``: the attribute's name is not the variable
+    # ``batch_size``, which does not exist in ``main``), and the factory's own parameter, which
+    # receives the retried value, is not a stale use.
+    output, changes = apply(OomRetryCodemod(), code(LOADER_FACTORY_SCRIPT), None, RETRY, preamble="")
+    assert "@find_executable_batch_size(starting_batch_size=args.batch_size)" in output
+    assert "get_loaders(make_data(), make_data(), batch_size)" in output
+    assert [(c.code, c.fixed) for c in changes] == [("ACC117", True)]
 
 
 def test_without_prepare_nothing_is_retried() -> None:
