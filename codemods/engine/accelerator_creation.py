@@ -12,7 +12,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_name
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.syntax import binds_name, dotted
+from accel_convert.codemods.engine.syntax import binds_name, dotted, parameter_names
 from accel_convert.codemods.engine.torch_names import ACCELERATORS
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import variables_read, walk
@@ -38,8 +38,7 @@ def find_accelerator_creation(module: cst.Module, facts: ScriptFacts) -> Acceler
             body = list(statement.body.body)
             for inner_index, inner in enumerate(body):
                 if creates_accelerator(inner, facts):
-                    params = statement.params
-                    names = {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
+                    names = set(parameter_names(statement))
                     return AcceleratorCreation(
                         body[:inner_index], names, list(module.body[:index]), body[inner_index + 1 :]
                     )

@@ -40,6 +40,7 @@ from accel_convert.codemods.engine.syntax import (
     is_main_guard,
     mean_reduced,
     names_variable,
+    parameter_names,
     target_names,
 )
 from accel_convert.codemods.engine.torch_names import (
@@ -215,9 +216,7 @@ class _Recorder(NameCollector):
         if len(self.scope) == 1:
             if self._main_guard_depth:
                 self.guard_defs.add(node.name.value)
-            params = node.params
-            every = [*params.posonly_params, *params.params, *params.kwonly_params]
-            self.defs[node.name.value] = tuple(param.name.value for param in every)
+            self.defs[node.name.value] = parameter_names(node)
         for decorator in node.decorators:
             expr = decorator.decorator
             callee = expr.func if isinstance(expr, cst.Call) else expr

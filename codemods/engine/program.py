@@ -37,7 +37,7 @@ from accel_convert.codemods.engine.model import ConversionOutcome, Options
 from accel_convert.codemods.engine.names import NameCollector
 from accel_convert.codemods.engine.positions import python_ast
 from accel_convert.codemods.engine.program_seeds import ROLES, ProgramSeeds, program_callee
-from accel_convert.codemods.engine.syntax import dotted
+from accel_convert.codemods.engine.syntax import dotted, parameter_names
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 
 #: Rounds of analysis at most: each round carries facts one module boundary further.
@@ -143,8 +143,7 @@ class _Shape(cst.CSTVisitor):
         if self.depth == 1:
             params = node.params
             self.current = node.name.value
-            every = [*params.posonly_params, *params.params, *params.kwonly_params]
-            self.shape.params[node.name.value] = tuple(p.name.value for p in every)
+            self.shape.params[node.name.value] = parameter_names(node)
             self.shape.positional[node.name.value] = tuple(
                 p.name.value for p in [*params.posonly_params, *params.params]
             )

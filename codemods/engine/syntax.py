@@ -107,6 +107,18 @@ def mean_reduced(call: cst.Call) -> bool:
     return True
 
 
+def parameter_names(function: cst.FunctionDef) -> tuple[str, ...]:
+    """The names of a function's parameters, in order (not ``*args``/``**kwargs``)."""
+    params = function.params
+    return tuple(param.name.value for param in [*params.posonly_params, *params.params, *params.kwonly_params])
+
+
+def class_methods(node: cst.ClassDef) -> list[cst.FunctionDef]:
+    """The functions defined directly in a class body."""
+    body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
+    return [statement for statement in body if isinstance(statement, cst.FunctionDef)]
+
+
 def instance_parameter(method: cst.FunctionDef) -> str | None:
     """The instance parameter of a method (``self``); None for static and class methods."""
     decorators = {dotted(decorator.decorator) for decorator in method.decorators}

@@ -39,6 +39,7 @@ from accel_convert.codemods.engine.syntax import (
     instance_parameter,
     is_main_guard,
     nodes_in,
+    parameter_names,
 )
 from accel_convert.codemods.engine.walk import TRIVIA, child_nodes, own_hooks
 
@@ -403,9 +404,7 @@ class _Block:
 
     @classmethod
     def of_function(cls, node: cst.FunctionDef, accelerator: str) -> _Block:
-        params = node.params
-        names = {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
-        return cls(body_statements(node), accelerator, parameter=accelerator in names, module=False)
+        return cls(body_statements(node), accelerator, parameter=accelerator in parameter_names(node), module=False)
 
     def entering(self, node: cst.CSTNode) -> None:
         index = self.position.get(id(node))

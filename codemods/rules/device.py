@@ -26,6 +26,7 @@ from accel_convert.codemods.engine.syntax import (
     expression,
     is_docstring,
     nodes_in,
+    parameter_names,
     root_name,
     target_names,
 )
@@ -549,8 +550,7 @@ def _rebind_module_device(
     if not isinstance(function.body, cst.IndentedBlock):
         return converted, []
     statements: list[cst.BaseStatement] = list(function.body.body)
-    params = function.params
-    local = {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
+    local = set(parameter_names(function))
     names = [name for name in selections if name not in local and not binds_name(statements, name)]
     created = next((i for i, s in enumerate(statements) if creates_accelerator(s, facts)), None)
     if not names or created is None:

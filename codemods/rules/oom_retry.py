@@ -32,9 +32,11 @@ from accel_convert.codemods.engine.syntax import (
     as_statement,
     as_statements,
     binds_name,
+    class_methods,
     dotted,
     expression_code,
     names_bound,
+    parameter_names,
 )
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 from accel_convert.codemods.engine.walk import variables_read, walk
@@ -481,8 +483,7 @@ def _outer_names(region: _Region, module: cst.Module) -> set[str]:
     assigned = names_bound(region.moved())
     before = region.statements[: region.start]
     if region.function is not None:
-        params = region.function.params
-        outside = {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
+        outside = set(parameter_names(region.function))
         outside |= names_bound(before)
     else:
         after = [] if region.main_guard is not None else region.statements[region.end :]
@@ -568,24 +569,18 @@ def _uses_outside(
             continue
         if id(statement) in moved_ids or not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             continue
-        functions = [statement] if isinstance(statement, cst.FunctionDef) else _methods(statement)
+        functions = [statement] if isinstance(statement, cst.FunctionDef) else class_methods(statement)
         for function in functions:
             if name is None or not _has_local(function, name):
                 walk(function, finder)
     return finder.sites
 
 
-def _methods(node: cst.ClassDef) -> list[cst.FunctionDef]:
-    body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
-    return [statement for statement in body if isinstance(statement, cst.FunctionDef)]
-
-
 def _has_local(function: cst.FunctionDef, name: str) -> bool:
     """Whether ``name`` is a parameter of the function or a name its body binds."""
     params = function.params
-    every = [*params.posonly_params, *params.params, *params.kwonly_params]
-    every += [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
-    if any(param.name.value == name for param in every):
+    stars = [param.name.value for param in (params.star_arg, params.star_kwarg) if isinstance(param, cst.Param)]
+    if name in parameter_names(function) or name in stars:
         return True
     body = function.body.body if isinstance(function.body, cst.IndentedBlock) else [function.body]
     return name in names_bound(body)

@@ -19,6 +19,7 @@ from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.program_seeds import callers_of_imported_accelerator_users, imported_accelerator_call
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
 from accel_convert.codemods.engine.signatures import parameter_index, with_argument, with_parameter
+from accel_convert.codemods.engine.syntax import parameter_names
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.engine.walk import StatementFilter, walk
 
@@ -66,8 +67,7 @@ class _Survey(StatementFilter):
             return False
         if self.depth == 1:
             params = node.params
-            every = [*params.posonly_params, *params.params, *params.kwonly_params]
-            names = tuple(param.name.value for param in every)
+            names = parameter_names(node)
             # A helper that creates its own accelerator is a home of its own: not this pass's business.
             self.current = _Function(names, parameter_index(params), binds_accelerator=self.accelerator in names)
             self.functions[node.name.value] = self.current

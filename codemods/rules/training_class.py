@@ -37,9 +37,11 @@ from accel_convert.codemods.engine.syntax import (
     assigns_at_top,
     body_statements,
     calls_in,
+    class_methods,
     dotted,
     first_statement_index,
     instance_parameter,
+    parameter_names,
     statement,
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer
@@ -96,7 +98,7 @@ def _plan(node: cst.ClassDef, accelerator: str, facts: ScriptFacts) -> _ClassPla
         binds=facts.method_binds.get(name, {}),
         calls=facts.method_calls.get(name, {}),
     )
-    for method in _methods(node):
+    for method in class_methods(node):
         instance = instance_parameter(method)
         if instance is None:
             continue
@@ -110,15 +112,8 @@ def _plan(node: cst.ClassDef, accelerator: str, facts: ScriptFacts) -> _ClassPla
     return plan
 
 
-def _methods(node: cst.ClassDef) -> list[cst.FunctionDef]:
-    body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
-    return [statement for statement in body if isinstance(statement, cst.FunctionDef)]
-
-
 def _binds(method: cst.FunctionDef, name: str) -> bool:
-    params = method.params
-    every = [*params.posonly_params, *params.params, *params.kwonly_params]
-    return any(param.name.value == name for param in every) or assigns_at_top(body_statements(method), name)
+    return name in parameter_names(method) or assigns_at_top(body_statements(method), name)
 
 
 class _GiveAccelerator(RuleTransformer):
