@@ -48,7 +48,8 @@ def convert_module(
     if not facts.uses_torch and not (facts.home_kind == "library" and facts.accessible_functions):
         return ConversionOutcome(module)
     # A script that distributes itself is only reported on, never rewritten.
-    report_only = bool(facts.existing_features & SELF_DISTRIBUTING)
+    # And so is one whose model trains itself (see ``ScriptFacts.self_training_models``).
+    report_only = bool(facts.existing_features & SELF_DISTRIBUTING) or bool(facts.self_training_models)
     changes: list[Change] = []
     for rule_class in all_rules():
         rule = rule_class()

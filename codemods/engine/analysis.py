@@ -1076,8 +1076,12 @@ class _Conclusions:
         ``__init__`` to receive it, every method that trains or loops over a loader has an instance
         to keep it on, and this module constructs them by name. In order of first construction."""
         found = []
+        models = self._model_classes()
         for name, owner in self.r.classes.items():
             methods = {method for owner_name, method in self.backward_methods if owner_name == name}
+            if methods and name in models and models[name] & set(self.constructions):
+                self.facts.self_training_models.add(name)
+                continue
             methods |= {loop.method for loop, _ in self.loader_loops if loop.function == name and loop.method}
             constructed = name in self.constructions or (
                 # A library's class constructed by code of the program that holds the accelerator.
@@ -1089,6 +1093,31 @@ class _Conclusions:
                 continue
             found.append(name)
         return sorted(found, key=lambda name: self.constructions[name][0].order if name in self.constructions else 0)
+
+    def _model_classes(self) -> dict[str, set[str]]:
+        """Module-level classes deriving from a ``torch.nn`` module (``nn.Module``, ``nn.Linear``)
+        or from another such class of the file, each with itself and the file's classes deriving
+        from it (constructing any of them builds its methods)."""
+        children: dict[str, set[str]] = {}
+        roots = []
+        for name, owner in self.r.classes.items():
+            for base in owner.node.bases:
+                qualified = self.r.names.qualified_name(base.value, (), strict=False) or dotted(base.value) or ""
+                children.setdefault(qualified, set()).add(name)
+                if qualified.startswith("torch.nn."):
+                    roots.append(name)
+
+        def family(name: str) -> set[str]:
+            found, pending = {name}, [name]
+            while pending:
+                for child in children.get(pending.pop(), ()):
+                    if child not in found:
+                        found.add(child)
+                        pending.append(child)
+            return found
+
+        models = set().union(*(family(root) for root in roots))
+        return {name: family(name) for name in models}
 
     def _class_prepare(self, name: str) -> None:
         """The training objects a class builds itself (``self.model = Net()``, ``self.loader =

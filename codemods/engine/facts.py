@@ -144,6 +144,11 @@ class ScriptFacts:
     #: Names bound to an experiment tracker (``writer = SummaryWriter(...)``, ``run =
     #: wandb.init(...)``, and the parameters they are passed to): its calls log from one process.
     trackers: set[str] = field(default_factory=set)
+    #: Module-level ``torch.nn.Module`` subclasses that train themselves: one of their own methods
+    #: runs a backward (``Layer.train`` stepping the layer's own optimizer, a ``fit`` method). DDP
+    #: averages gradients only for what runs through the prepared wrapper's forward, so a script
+    #: training this way is only reported (ACC924), never rewritten.
+    self_training_models: set[str] = field(default_factory=set)
     #: Per module-level function (``"<module>"``, a class's name for its methods): the names bound
     #: to a ``torch.nn`` loss module that averages over the batch (``criterion = nn.MSELoss()``).
     batch_mean_losses: dict[str, set[str]] = field(default_factory=dict)

@@ -46,6 +46,7 @@ RULE_MODULES: tuple[str, ...] = (
     "rank_dependent_break",
     "rank_local_average",
     "already_distributed",
+    "model_trains_itself",
     "keyboard_interrupt",
 )
 
