@@ -209,3 +209,24 @@ PER_PROCESS_PATHS = frozenset(
         "tempfile.NamedTemporaryFile",
     }
 )
+
+#: Layers that take and return ``(sequence, batch, ...)`` tensors unless built with
+#: ``batch_first=True`` (``nn.TransformerEncoder``/``Decoder`` follow the layer they stack).
+SEQUENCE_FIRST_LAYERS = frozenset(
+    {
+        "torch.nn.Transformer",
+        "torch.nn.TransformerEncoderLayer",
+        "torch.nn.TransformerDecoderLayer",
+        "torch.nn.LSTM",
+        "torch.nn.GRU",
+        "torch.nn.RNN",
+        "torch.nn.modules.transformer.Transformer",
+        "torch.nn.modules.transformer.TransformerEncoderLayer",
+        "torch.nn.modules.transformer.TransformerDecoderLayer",
+        "torch.nn.modules.rnn.LSTM",
+        "torch.nn.modules.rnn.GRU",
+        "torch.nn.modules.rnn.RNN",
+    }
+)
+#: ``pad_sequence`` stacks the sequences along dim 1 unless called with ``batch_first=True``.
+SEQUENCE_FIRST_PADDING = frozenset({"torch.nn.utils.rnn.pad_sequence"})

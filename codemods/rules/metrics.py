@@ -12,6 +12,12 @@ Model outputs read through attributes (``outputs.logits``) or batches read by ke
 uses. A batch-mean ``outputs.loss`` (or a ``loss`` among the forward's outputs, or any output the
 loop reads with ``.item()``: one value per batch) cannot be gathered per sample and is reported
 (ACC913 as a warning), as is a forward nested inside a larger expression.
+
+A sequence-first model (``nn.Transformer``, ``nn.LSTM``... without ``batch_first=True``) or batches
+padded sequence-first (``pad_sequence``) give ``(sequence, batch, ...)`` tensors: the gather would
+join sequence positions of different processes (or fail on different lengths). Those loops are
+reported (ACC922) and left as they are: the batch dimension and the padding to strip are the
+script's to say.
 """
 
 from __future__ import annotations
@@ -27,12 +33,18 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import calls_in, dotted, expression_code, nodes_in, root_name
-from accel_convert.codemods.engine.torch_names import NO_GRAD_CONTEXTS
+from accel_convert.codemods.engine.torch_names import (
+    NO_GRAD_CONTEXTS,
+    SEQUENCE_FIRST_LAYERS,
+    SEQUENCE_FIRST_PADDING,
+)
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import variables_read, walk
 
 #: Attributes of model outputs that are one number per batch, not one row per sample.
 BATCH_SCALAR_ATTRIBUTES = frozenset({"loss", "aux_loss"})
+#: Evaluation of a sequence-first model or of (sequence, batch) data: not gathered, reported.
+SEQUENCE_FIRST = "ACC922"
 #: Methods whose first argument is a batch dimension the gather multiplies by N.
 RESHAPE_METHODS = frozenset({"view", "reshape"})
 
@@ -42,6 +54,8 @@ class MetricsCodemod(Rule):
     name = "metrics"
     extra_codes = {
         "ACC913": "metrics-manual: evaluation reduces before anything can be gathered per sample (check the metric by hand)",
+        SEQUENCE_FIRST: "metrics-sequence-first: evaluation of a sequence-first model or (sequence, batch) data, "
+        "not gathered (gather along the batch dimension by hand)",
     }
     examples = (
         Example(
@@ -154,6 +168,53 @@ class MetricsCodemod(Rule):
             """,
             message="loss is one value per batch and process: it cannot be gathered per sample",
         ),
+        Example(
+            code=SEQUENCE_FIRST,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Tagger(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.lstm = nn.LSTM(8, 16)
+                        self.head = nn.Linear(16, 3)
+
+                    def forward(self, x):
+                        # the LSTM takes (sequence, batch, features); so does everything after it
+                        out, _ = self.lstm(x.transpose(0, 1))
+                        return self.head(out)
+
+
+                def main():
+                    train_loader = DataLoader(TensorDataset(torch.randn(64, 5, 8), torch.randint(0, 3, (64, 5))), batch_size=8)
+                    test_loader = DataLoader(TensorDataset(torch.randn(20, 5, 8), torch.randint(0, 3, (20, 5))), batch_size=8)
+                    model = Tagger()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for x, y in train_loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.cross_entropy(model(x).flatten(0, 1), y.t().flatten())
+                        loss.backward()
+                        optimizer.step()
+                    model.eval()
+                    correct = 0
+                    with torch.no_grad():
+                        for x, y in test_loader:
+                            output = model(x)
+                            correct += (output.argmax(-1) == y.t()).sum().item()
+                    print(f"accuracy {correct}/{5 * len(test_loader.dataset)}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="the model is sequence-first (nn.LSTM built without batch_first=True): its tensors are "
+            "(sequence, batch, ...) and gather_for_metrics joins along dim 0, mixing sequence positions across "
+            "processes; not gathered, so the metrics cover this process only (gather batch-first views by hand: "
+            "output.transpose(0, 1))",
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
@@ -161,14 +222,17 @@ class MetricsCodemod(Rule):
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         # Only loops over a loader change: their headers name it.
-        rewriter = _EvalLoopRewriter(facts, facts.lines_mentioning(name_words(facts.loaders)))
+        rewriter = _EvalLoopRewriter(
+            facts, facts.lines_mentioning(name_words(facts.loaders)), _sequence_first_layouts(module, facts)
+        )
         new_module = module.visit(rewriter)
         return new_module, rewriter.changes(module)
 
 
 class _EvalLoopRewriter(RuleTransformer):
-    def __init__(self, facts: ScriptFacts, lines: set[int]) -> None:
+    def __init__(self, facts: ScriptFacts, lines: set[int], layouts: _SequenceLayouts) -> None:
         super().__init__(facts, lines)
+        self._layouts = layouts
         self._no_grad_depth = 0
         self._eval_mode: list[bool] = [False]
         #: Names a new variable must not take: those of the module-level function being walked
@@ -233,6 +297,17 @@ class _EvalLoopRewriter(RuleTransformer):
             return updated_node
         if _contains(original_node, lambda n: _is_backward(n, self.facts) or _is_gather(n, self.facts), cst.Call):
             return updated_node
+        sequence_first = self._sequence_first_reason(original_node)
+        if sequence_first is not None:
+            self.report(
+                original_node,
+                SEQUENCE_FIRST,
+                f"{sequence_first}: its tensors are (sequence, batch, ...) and gather_for_metrics joins along "
+                "dim 0, mixing sequence positions across processes; not gathered, so the metrics cover "
+                "this process only (gather batch-first views by hand: output.transpose(0, 1))",
+                False,
+            )
+            return updated_node
         if not self.accelerator_reachable():
             self.report(
                 original_node,
@@ -242,6 +317,18 @@ class _EvalLoopRewriter(RuleTransformer):
             )
             return updated_node
         return self._gather_in_loop(original_node, updated_node, loop)
+
+    def _sequence_first_reason(self, loop: cst.For) -> str | None:
+        """Why the loop's tensors may be sequence-first: it calls a sequence-first model, or the
+        file pads its batches sequence-first. None: nothing says so."""
+        if self._layouts.padding is not None:
+            return self._layouts.padding
+        for call in calls_in(loop.body):
+            if _is_model_call(call, self.facts):
+                reason = self._layouts.models.get(dotted(call.func) or "")
+                if reason is not None:
+                    return reason
+        return None
 
     def _over_unprepared_loader(self, node: cst.For, targets: tuple[str, ...]) -> bool:
         """The loop's loader is built by the function holding the loop, and that function is not
@@ -350,6 +437,89 @@ class _EvalLoopRewriter(RuleTransformer):
             loader = loader.args[0].value
         self._gathered_loaders[-1].add(dotted(loader) or "")
         return loop.with_changes(body=body.with_changes(body=new_body))
+
+
+# ---- sequence-first layouts ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _SequenceLayouts:
+    """What says the evaluation tensors are ``(sequence, batch, ...)``: model names → why, and
+    the reason the file's batches are padded sequence-first (None: they are not)."""
+
+    models: dict[str, str] = field(default_factory=dict)
+    padding: str | None = None
+
+
+def _sequence_first_layouts(module: cst.Module, facts: ScriptFacts) -> _SequenceLayouts:
+    """Models built from a sequence-first layer (``nn.Transformer``, ``nn.LSTM``... without
+    ``batch_first=True``), directly or through a class of the file that builds one (or builds
+    such a class), and ``pad_sequence`` without ``batch_first=True``. Only a literal ``True``
+    counts as batch-first: a flag could be either."""
+    if not facts.called & (SEQUENCE_FIRST_LAYERS | SEQUENCE_FIRST_PADDING):
+        return _SequenceLayouts()
+    padding = None
+    layer_reasons: dict[int, str] = {}
+    for call in calls_in(module):
+        qualified = facts.qualified_name(call.func) or ""
+        if _batch_first(call):
+            continue
+        if qualified in SEQUENCE_FIRST_PADDING and padding is None:
+            padding = f"batches padded by {expression_code(call.func)}() without batch_first=True"
+        elif qualified in SEQUENCE_FIRST_LAYERS:
+            layer_reasons[id(call)] = f"{expression_code(call.func)} built without batch_first=True"
+    # A class is sequence-first when it builds such a layer or such a class of the file.
+    classes = {node.name.value: node for node in module.body if isinstance(node, cst.ClassDef)}
+    class_calls = {name: calls_in(node) for name, node in classes.items()}
+    class_reasons: dict[str, str] = {}
+    for name, calls in class_calls.items():
+        reason = next((layer_reasons[id(call)] for call in calls if id(call) in layer_reasons), None)
+        if reason is not None:
+            class_reasons[name] = f"the model is sequence-first ({reason})"
+    grew = True
+    while grew:
+        grew = False
+        for name, calls in class_calls.items():
+            if name in class_reasons:
+                continue
+            inner = next((dotted(call.func) for call in calls if dotted(call.func) in class_reasons), None)
+            if inner is not None:
+                class_reasons[name] = class_reasons[inner]
+                grew = True
+    models: dict[str, str] = {}
+    for node in nodes_in(module):
+        if not isinstance(node, cst.Assign) or len(node.targets) != 1:
+            continue
+        name = dotted(node.targets[0].target)
+        built = _constructor(node.value)
+        if name not in facts.models or built is None:
+            continue
+        if id(built) in layer_reasons:
+            models[name] = f"the model is sequence-first ({layer_reasons[id(built)]})"
+        elif dotted(built.func) in class_reasons:
+            models[name] = class_reasons[dotted(built.func) or ""]
+    return _SequenceLayouts(models, padding)
+
+
+def _batch_first(call: cst.Call) -> bool:
+    return any(
+        arg.keyword is not None
+        and arg.keyword.value == "batch_first"
+        and isinstance(arg.value, cst.Name)
+        and arg.value.value == "True"
+        for arg in call.args
+    )
+
+
+def _constructor(value: cst.BaseExpression) -> cst.Call | None:
+    """The call building what ``value`` holds, through moves (``Model(...).to(device)``)."""
+    while (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in ("to", "cuda", "cpu", "float", "double", "half", "train", "eval")
+    ):
+        value = value.func.value
+    return value if isinstance(value, cst.Call) else None
 
 
 # ---- recognising the loop -----------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from accel_convert.codemods.rules.metrics import MetricsCodemod
-from tests.codemods.support import apply, assert_rewrites, code, convert
+from tests.codemods.support import HEADER, apply, assert_rewrites, code, convert, convert_text
 
 CASES = [
     pytest.param(
@@ -339,3 +339,82 @@ def main():
     assert "output, y = accelerator.gather_for_metrics((output, y))" in lines
     # One report: the mean-reduced criterion; the reduction="sum" one adds per-sample losses.
     assert lines.count("#ACC913") == 1
+
+
+SEQUENCE_MODEL = """\
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = {layer}
+
+    def forward(self, x):
+        return self.rnn(x)[0]
+
+
+class Tagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = Encoder()
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.encoder(x))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    args = parser.parse_args()
+    loader = DataLoader(TensorDataset(torch.randn(8, 5, 4), torch.zeros(8, 5).long()), batch_size=2)
+    model = Tagger().to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
+        optimizer.step()
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for x, y in loader:
+            output = model(x)
+            correct += (output.argmax(-1) == y).sum().item()
+    print(correct)
+"""
+
+
+@pytest.mark.parametrize(
+    "layer, reason",
+    [
+        ("nn.LSTM(4, 8)", "nn.LSTM built without batch_first=True"),
+        ("nn.GRU(4, 8, batch_first=False)", "nn.GRU built without batch_first=True"),
+        ("nn.TransformerEncoder(nn.TransformerEncoderLayer(4, 2, 8), 1)", "nn.TransformerEncoderLayer built"),
+        ("nn.RNN(4, 8, batch_first=args.batch_first)", "nn.RNN built without batch_first=True"),
+    ],
+)
+def test_a_sequence_first_model_is_reported_not_gathered(layer: str, reason: str) -> None:
+    """The model builds (through a class of the file) a layer taking (sequence, batch, ...):
+    joining its outputs along dim 0 would mix sequence positions of different processes."""
+    output, changes = convert_text(HEADER + SEQUENCE_MODEL.format(layer=layer))
+    assert "gather_for_metrics" not in output
+    reported = [c.message for c in changes if c.code == "ACC922"]
+    assert len(reported) == 1 and reason in reported[0]
+    assert "ACC113" not in {c.code for c in changes}
+
+
+def test_a_batch_first_model_is_still_gathered() -> None:
+    code, lines = convert(SEQUENCE_MODEL.format(layer="nn.LSTM(4, 8, batch_first=True)"))
+    assert "output, y = accelerator.gather_for_metrics((output, y))" in lines
+    assert "#ACC922" not in lines
+
+
+def test_batches_padded_sequence_first_are_reported_not_gathered() -> None:
+    body = SEQUENCE_MODEL.format(layer="nn.LSTM(4, 8, batch_first=True)").replace(
+        "batch_size=2)", "batch_size=2, collate_fn=pad_collate)"
+    )
+    body = (
+        "from torch.nn.utils.rnn import pad_sequence\n\n\n"
+        "def pad_collate(items):\n"
+        "    return pad_sequence([x for x, _ in items]), pad_sequence([y for _, y in items])\n\n\n" + body
+    )
+    code, lines = convert(body)
+    assert "gather_for_metrics" not in code
+    assert lines.count("#ACC922") == 1
