@@ -7,6 +7,11 @@ removed (``prepare`` places them); other ``.cuda()`` calls become ``.to(accelera
 ``.to(dtype)``, ``.float()``, ``.cpu()`` and moves of tensors the script creates itself stay (they now
 go to ``accelerator.device``). ``torch.cuda.set_device`` is removed. A block left empty goes too:
 ``if args.cuda: model.cuda()`` disappears as a whole.
+
+A fixed GPU named elsewhere would be the same GPU on every rank: a ``device="cuda"`` keyword
+(``torch.zeros(3, device="cuda")``) and the index the script gave ``torch.cuda.set_device``
+(``device=args.gpu``, ``.to(args.gpu)``) become ``accelerator.device``; where no accelerator is
+reachable they are reported (ACC904).
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, R
 from accel_convert.codemods.engine.syntax import (
     as_statement,
     binds_name,
+    calls_in,
     dotted,
     expression,
+    expression_code,
     is_docstring,
     nodes_in,
     root_name,
@@ -36,7 +43,11 @@ DEVICE_ONLY_KEYWORDS = {"device", "non_blocking", "copy"}
 
 
 class _Device(RuleTransformer):
-    def __init__(self, facts: ScriptFacts, accelerator: str) -> None:
+    def __init__(self, facts: ScriptFacts, accelerator: str, gpu_indices: set[str] | None = None) -> None:
+        #: What the script gives ``torch.cuda.set_device`` (``args.gpu``): a GPU index, the same
+        #: one on every rank once the accelerator picks the GPU; a device given as that index
+        #: becomes the accelerator's.
+        self.gpu_indices = gpu_indices or set()
         sites = [
             *facts.call_sites.get(".to", ()),
             *facts.call_sites.get(".cuda", ()),
@@ -45,7 +56,9 @@ class _Device(RuleTransformer):
         ]
         # Statements comparing the device with a string (``if device == "cuda":``).
         compared = facts.lines_mentioning(facts.device_names)
-        super().__init__(facts, lines_of(sites) | compared)
+        # Calls given ``device=`` (a factory ``torch.zeros(3, device="cuda")``, an iterator).
+        keywords = facts.lines_mentioning({"device", *self.gpu_indices})
+        super().__init__(facts, lines_of(sites) | compared | keywords)
         self.facts = facts
         self.device_expr = f"{accelerator}.device"
         #: Names bound by comprehensions over batch data (``v`` in ``{k: v.to(d) for k, v in batch.items()}``).
@@ -61,7 +74,7 @@ class _Device(RuleTransformer):
     def is_device(self, node: cst.BaseExpression) -> bool:
         name = dotted(node)
         if name is not None:
-            return name in self.facts.device_names or name == self.device_expr
+            return name in self.facts.device_names or name == self.device_expr or name in self.gpu_indices
         if isinstance(node, cst.SimpleString):
             value = node.evaluated_value
             return isinstance(value, str) and value.startswith("cuda")
@@ -147,6 +160,8 @@ class _Device(RuleTransformer):
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         func = updated_node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "to"):
+            updated_node = self._device_keyword(original_node, updated_node)
         if not isinstance(func, cst.Attribute):
             return updated_node
         if func.attr.value == "to":
@@ -166,12 +181,46 @@ class _Device(RuleTransformer):
             if not rest:
                 return receiver
             return call.with_changes(args=_without_trailing_comma(rest))
+        # A fixed GPU: a device string, or the index given to torch.cuda.set_device.
         literal = [a for a in device_args if isinstance(a.value, cst.SimpleString)]
-        if literal and self.accelerator_reachable():
-            self.report(original, Device.code, "device string → accelerator.device", header_only=True)
+        indices = [a for a in device_args if dotted(a.value) in self.gpu_indices]
+        if (literal or indices) and self.accelerator_reachable():
+            if indices:
+                message = f"GPU index {expression_code(indices[0].value)} → {self.device_expr}"
+            else:
+                message = "device string → accelerator.device"
+            self.report(original, Device.code, message, header_only=True)
+            literal += indices
             replacement = expression(self.device_expr)
             return call.with_changes(args=[a.with_changes(value=replacement) if a in literal else a for a in call.args])
         return call
+
+    def _device_keyword(self, original: cst.Call, call: cst.Call) -> cst.Call:
+        """``torch.zeros(3, device="cuda")``, ``BucketIterator(..., device=args.gpu)``: a fixed
+        GPU (the first, or the index once given to ``torch.cuda.set_device``, which is gone), so
+        the same GPU on every rank; it becomes this process's ``accelerator.device``."""
+        fixed = [arg for arg in call.args if _names_device(arg) and self._fixed_gpu(arg.value)]
+        if not fixed:
+            return call
+        written = expression_code(fixed[0].value)
+        if not self.accelerator_reachable():
+            self.report(
+                original,
+                NO_ACCELERATOR_ACCESS,
+                f"device={written} where no accelerator is reachable: the same GPU on every rank",
+                False,
+                header_only=True,
+            )
+            return call
+        self.report(original, Device.code, f"device={written} → {self.device_expr}", header_only=True)
+        replacement = expression(self.device_expr)
+        return call.with_changes(args=[a.with_changes(value=replacement) if a in fixed else a for a in call.args])
+
+    def _fixed_gpu(self, value: cst.BaseExpression) -> bool:
+        if isinstance(value, cst.SimpleString):
+            written = value.evaluated_value
+            return isinstance(written, str) and written.startswith("cuda")
+        return dotted(value) in self.gpu_indices
 
     def _is_device_arg(self, arg: cst.Arg, call: cst.Call) -> bool:
         if arg.keyword is not None:
@@ -515,7 +564,7 @@ class Device(Rule):
         )
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        transformer = _Device(facts, facts.existing_accelerator or facts.accelerator_name)
+        transformer = _Device(facts, facts.existing_accelerator or facts.accelerator_name, _gpu_indices(module, facts))
         converted = module.visit(transformer)
         converted, rebound = _rebind_module_device(module, converted, facts)
         return converted, transformer.changes(module) + rebound
@@ -575,6 +624,24 @@ def _rebind_module_device(
             )
             changes.append(report_at(site, Device.code, message, fixed=True))
     return converted.with_changes(body=body), changes
+
+
+def _gpu_indices(module: cst.Module, facts: ScriptFacts) -> set[str]:
+    """What the script passes to ``torch.cuda.set_device`` (``args.gpu``, ``local_rank``), when a
+    name: elsewhere it names the same GPU, which the accelerator now picks per rank."""
+    if not facts.call_sites.get("torch.cuda.set_device"):
+        return set()
+    return {
+        name
+        for call in calls_in(module)
+        if call.args
+        and facts.qualified_name(call.func) == "torch.cuda.set_device"
+        and (name := dotted(call.args[0].value)) is not None
+    }
+
+
+def _names_device(arg: cst.Arg) -> bool:
+    return arg.keyword is not None and arg.keyword.value == "device"
 
 
 def _names_cuda(value: cst.BaseExpression) -> bool:
