@@ -418,3 +418,79 @@ def test_batches_padded_sequence_first_are_reported_not_gathered() -> None:
     code, lines = convert(body)
     assert "gather_for_metrics" not in code
     assert lines.count("#ACC922") == 1
+
+
+TORCHMETRICS = """\
+import torchmetrics
+from torchmetrics import MetricCollection
+from torchmetrics.wrappers import ClasswiseWrapper
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8).long()), batch_size=2)
+    model = nn.Linear(4, 3).to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    metric = {metric}
+    for x, y in loader:
+        optimizer.zero_grad()
+        output = model(x)
+        nn.functional.cross_entropy(output, y).backward()
+        optimizer.step()
+{in_training}
+    model.eval()
+    with torch.no_grad():
+        for x, y in loader:
+            output = model(x)
+            metric.update(output, y)
+            store.update(output, y)
+    print(metric.compute())
+"""
+
+
+def torchmetrics_case(metric: str, in_training: str = "") -> tuple[str, list]:
+    body = TORCHMETRICS.format(metric=metric, in_training=in_training)
+    return convert_text(HEADER + body)
+
+
+@pytest.mark.parametrize(
+    "metric, converted",
+    [
+        (
+            'torchmetrics.Accuracy(task="multiclass", num_classes=3)',
+            'torchmetrics.Accuracy(task="multiclass", num_classes=3, sync_on_compute=False)',
+        ),
+        ("torchmetrics.SumMetric().to(device)", "torchmetrics.SumMetric(sync_on_compute=False).to(device)"),
+        (
+            "MetricCollection([torchmetrics.MeanSquaredError(), torchmetrics.CatMetric()])",
+            "MetricCollection([torchmetrics.MeanSquaredError(sync_on_compute=False), "
+            "torchmetrics.CatMetric(sync_on_compute=False)])",
+        ),
+    ],
+)
+def test_a_torchmetrics_metric_fed_gathered_values_does_not_sync_again(metric: str, converted: str) -> None:
+    """After the gather each process's metric already holds every sample; torchmetrics'
+    compute() would add the processes' states up again (sums and counts N times)."""
+    output, changes = torchmetrics_case(metric)
+    assert "output, y = accelerator.gather_for_metrics((output, y))" in output
+    assert f"metric = {converted}" in output
+    assert any(c.code == "ACC113" and "sync_on_compute=False" in c.message for c in changes)
+    # ``store.update(...)`` gets gathered values too: it may be a metric built out of sight.
+    assert [c.message.split(".")[0] for c in changes if c.code == "ACC913"] == ["store"]
+
+
+@pytest.mark.parametrize(
+    "metric, in_training, why",
+    [
+        ("torchmetrics.SumMetric()", "        metric.update(output.detach(), y)", "also updated with this process"),
+        (
+            "ClasswiseWrapper(torchmetrics.Accuracy(task='multiclass', num_classes=3, average=None))",
+            "",
+            "may not take sync_on_compute",
+        ),
+    ],
+)
+def test_a_metric_that_cannot_be_told_not_to_sync_is_reported(metric: str, in_training: str, why: str) -> None:
+    output, changes = torchmetrics_case(metric, in_training)
+    assert "sync_on_compute" not in output
+    reported = [c.message for c in changes if c.code == "ACC913" and c.message.startswith("metric ")]
+    assert len(reported) == 1 and why in reported[0]
