@@ -11,7 +11,8 @@ go to ``accelerator.device``). ``torch.cuda.set_device`` is removed. A block lef
 A fixed GPU named elsewhere would be the same GPU on every rank: a ``device="cuda"`` keyword
 (``torch.zeros(3, device="cuda")``) and the index the script gave ``torch.cuda.set_device``
 (``device=args.gpu``, ``.to(args.gpu)``) become ``accelerator.device``; where no accelerator is
-reachable they are reported (ACC904).
+reachable they are reported (ACC904). That index passed on to another call (``Net(args.gpu)``,
+which may make a device of it) is reported (ACC924): what the callee does with it is not visible.
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
+#: The GPU index given to the removed ``torch.cuda.set_device`` passed on to a call.
+GPU_INDEX_PASSED_ON = "ACC924"
+#: Calls that only show or convert a value: the GPU index given to them names no device.
+SHOWING_CALLS = frozenset(
+    {"print", "str", "int", "repr", "info", "debug", "warning", "error", "log", "write", "set_description"}
+)
 #: ``x.to(device, non_blocking=True)``: keywords that only make sense with a device.
 DEVICE_ONLY_KEYWORDS = {"device", "non_blocking", "copy"}
 
@@ -160,8 +167,9 @@ class _Device(RuleTransformer):
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         func = updated_node.func
-        if not (isinstance(func, cst.Attribute) and func.attr.value == "to"):
+        if not (isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda")):
             updated_node = self._device_keyword(original_node, updated_node)
+            self._report_gpu_index_passed_on(original_node, updated_node)
         if not isinstance(func, cst.Attribute):
             return updated_node
         if func.attr.value == "to":
@@ -215,6 +223,27 @@ class _Device(RuleTransformer):
         self.report(original, Device.code, f"device={written} → {self.device_expr}", header_only=True)
         replacement = expression(self.device_expr)
         return call.with_changes(args=[a.with_changes(value=replacement) if a in fixed else a for a in call.args])
+
+    def _report_gpu_index_passed_on(self, original: cst.Call, call: cst.Call) -> None:
+        """``Seq2Seq(encoder, decoder, args.gpu)``: what the callee does with the index (a device
+        for its tensors?) is not visible here; left, and reported."""
+        callee = (dotted(call.func) or "").rpartition(".")[2]
+        if not self.gpu_indices or callee in SHOWING_CALLS or self.qualified_name(call.func) == "torch.cuda.set_device":
+            return
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value == "device":
+                continue  # rewritten (_device_keyword) or reported there
+            written = dotted(arg.value)
+            if written in self.gpu_indices:
+                self.report(
+                    original,
+                    GPU_INDEX_PASSED_ON,
+                    f"{written}, the GPU given to the removed torch.cuda.set_device, is passed on here: used "
+                    f"as a device it is the same GPU on every process (pass {self.device_expr} instead)",
+                    False,
+                    header_only=True,
+                )
+                return
 
     def _fixed_gpu(self, value: cst.BaseExpression) -> bool:
         if isinstance(value, cst.SimpleString):
@@ -505,6 +534,10 @@ def _parenthesized(test: cst.BaseExpression) -> cst.BaseExpression:
 class Device(Rule):
     code = "ACC102"
     name = "device"
+    extra_codes = {
+        GPU_INDEX_PASSED_ON: "gpu-index: the GPU index once given to torch.cuda.set_device, passed on "
+        "where it may name a device (the same GPU on every process)",
+    }
     examples = (
         Example(
             before="""
@@ -555,6 +588,48 @@ class Device(Rule):
                 if __name__ == "__main__":
                     main()
             """,
+        ),
+        Example(
+            code=GPU_INDEX_PASSED_ON,
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Denoiser(nn.Module):
+                    def __init__(self, gpu):
+                        super().__init__()
+                        self.gpu = gpu
+                        self.linear = nn.Linear(8, 8)
+
+                    def forward(self, x):
+                        return self.linear(x + torch.randn(x.shape, device=self.gpu))
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--gpu", type=int, default=0)
+                    args = parser.parse_args()
+                    torch.cuda.set_device(args.gpu)
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=8)
+                    model = Denoiser(args.gpu).cuda()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for (x,) in loader:
+                        x = x.cuda(args.gpu)
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(x), x)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="args.gpu, the GPU given to the removed torch.cuda.set_device, is passed on here: used as a "
+            "device it is the same GPU on every process (pass accelerator.device instead)",
         ),
     )
 

@@ -382,3 +382,12 @@ def test_a_fixed_device_keyword_where_no_accelerator_is_reachable_is_reported() 
     code, lines = convert(body)
     assert 'return x + torch.randn(1, device="cuda")' in lines
     assert "#ACC904" in lines
+
+
+def test_the_gpu_index_passed_on_to_a_call_is_reported_not_guessed() -> None:
+    """``Net(args.gpu)``: whether the callee makes a device of it is not visible; shown or
+    converted (``print``, ``str``), the index names no device."""
+    body = GPU_FLAG.replace("nn.Linear(4, 1).cuda(args.gpu)", "nn.Linear(4, 1).cuda(args.gpu)\n    net = Net(args.gpu)")
+    body = body.replace("    offset =", '    print(f"GPU {args.gpu}", str(args.gpu))\n    offset =')
+    code, lines = convert(body)
+    assert "net = Net(args.gpu)" in lines and lines.count("#ACC924") == 1
