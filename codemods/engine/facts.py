@@ -147,7 +147,7 @@ class ScriptFacts:
     #: Module-level ``torch.nn.Module`` subclasses that train themselves: one of their own methods
     #: runs a backward (``Layer.train`` stepping the layer's own optimizer, a ``fit`` method). DDP
     #: averages gradients only for what runs through the prepared wrapper's forward, so a script
-    #: training this way is only reported (ACC924), never rewritten.
+    #: training this way is only reported (ACC925), never rewritten.
     self_training_models: set[str] = field(default_factory=set)
     #: Per module-level function (``"<module>"``, a class's name for its methods): the names bound
     #: to a ``torch.nn`` loss module that averages over the batch (``criterion = nn.MSELoss()``).

@@ -43,6 +43,7 @@ RULE_MODULES: tuple[str, ...] = (
     "training_class",
     "pass_accelerator",
     "no_dataloader",
+    "unseeded_random",
     "rank_dependent_break",
     "rank_local_average",
     "already_distributed",

@@ -209,3 +209,46 @@ PER_PROCESS_PATHS = frozenset(
         "tempfile.NamedTemporaryFile",
     }
 )
+
+#: Layers that take and return ``(sequence, batch, ...)`` tensors unless built with
+#: ``batch_first=True`` (``nn.TransformerEncoder``/``Decoder`` follow the layer they stack).
+SEQUENCE_FIRST_LAYERS = frozenset(
+    {
+        "torch.nn.Transformer",
+        "torch.nn.TransformerEncoderLayer",
+        "torch.nn.TransformerDecoderLayer",
+        "torch.nn.LSTM",
+        "torch.nn.GRU",
+        "torch.nn.RNN",
+        "torch.nn.modules.transformer.Transformer",
+        "torch.nn.modules.transformer.TransformerEncoderLayer",
+        "torch.nn.modules.transformer.TransformerDecoderLayer",
+        "torch.nn.modules.rnn.LSTM",
+        "torch.nn.modules.rnn.GRU",
+        "torch.nn.modules.rnn.RNN",
+    }
+)
+#: ``pad_sequence`` stacks the sequences along dim 1 unless called with ``batch_first=True``.
+SEQUENCE_FIRST_PADDING = frozenset({"torch.nn.utils.rnn.pad_sequence"})
+
+#: Functions drawing random tensors from the global generator: run on every process without a
+#: seed, each process draws its own values.
+RANDOM_TENSOR_FUNCTIONS = frozenset(
+    {
+        "torch.randn",
+        "torch.rand",
+        "torch.randint",
+        "torch.randperm",
+        "torch.normal",
+        "torch.randn_like",
+        "torch.rand_like",
+        "torch.randint_like",
+        "torch.bernoulli",
+        "torch.multinomial",
+        "torch.poisson",
+    }
+)
+#: ``numpy.random`` names that are not draws (a seed, a generator or its state).
+NUMPY_RANDOM_NOT_DRAWS = frozenset(
+    {"numpy.random.seed", "numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.Generator"}
+)

@@ -200,7 +200,8 @@ def cpu_flag(facts: ScriptFacts) -> str | None:
     """The ``cpu=`` argument that keeps the script's own switch between GPU and CPU.
 
     ``use_cuda = not args.no_cuda and torch.cuda.is_available()`` gives ``args.no_cuda``;
-    ``device = "cuda" if args.accel and ... else "cpu"`` gives ``not args.accel``. Without it a
+    ``device = "cuda" if args.accel and ... else "cpu"`` gives ``not args.accel``;
+    ``torch.device(args.device)`` gives ``args.device == "cpu"``. Without it a
     script that trains on the CPU unless asked would take the GPU after the conversion. The
     analysis read the switches and the parser's options (``facts.device_switches``).
     """
@@ -212,8 +213,13 @@ def cpu_flag(facts: ScriptFacts) -> str | None:
         # Only a flag the parser defines: one the script sets itself (``args.cuda = not
         # args.no_cuda and ...``) does not exist yet where the accelerator is created.
         name = flag.rpartition(".")[2]
-        if root in facts.parsed_arguments and name in facts.parser_options and any(word in name for word in _GPU_WORDS):
+        if root not in facts.parsed_arguments or name not in facts.parser_options:
+            continue
+        if any(word in name for word in _GPU_WORDS):
             terms.append(flag if negated else f"not {flag}")
+        elif "device" in name and not negated:
+            # ``--device cpu`` read whole (``torch.device(args.device)``): a device string.
+            terms.append(f'{flag} == "cpu"')
     return " or ".join(dict.fromkeys(terms)) or None
 
 

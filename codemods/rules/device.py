@@ -7,6 +7,12 @@ removed (``prepare`` places them); other ``.cuda()`` calls become ``.to(accelera
 ``.to(dtype)``, ``.float()``, ``.cpu()`` and moves of tensors the script creates itself stay (they now
 go to ``accelerator.device``). ``torch.cuda.set_device`` is removed. A block left empty goes too:
 ``if args.cuda: model.cuda()`` disappears as a whole.
+
+A fixed GPU named elsewhere would be the same GPU on every rank: a ``device="cuda"`` keyword
+(``torch.zeros(3, device="cuda")``) and the index the script gave ``torch.cuda.set_device``
+(``device=args.gpu``, ``.to(args.gpu)``) become ``accelerator.device``; where no accelerator is
+reachable they are reported (ACC904). That index passed on to another call (``Net(args.gpu)``,
+which may make a device of it) is reported (ACC924): what the callee does with it is not visible.
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, R
 from accel_convert.codemods.engine.syntax import (
     as_statement,
     binds_name,
+    calls_in,
     dotted,
     expression,
+    expression_code,
     is_docstring,
     nodes_in,
     parameter_names,
@@ -32,12 +40,22 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
+#: The GPU index given to the removed ``torch.cuda.set_device`` passed on to a call.
+GPU_INDEX_PASSED_ON = "ACC924"
+#: Calls that only show or convert a value: the GPU index given to them names no device.
+SHOWING_CALLS = frozenset(
+    {"print", "str", "int", "repr", "info", "debug", "warning", "error", "log", "write", "set_description"}
+)
 #: ``x.to(device, non_blocking=True)``: keywords that only make sense with a device.
 DEVICE_ONLY_KEYWORDS = {"device", "non_blocking", "copy"}
 
 
 class _Device(RuleTransformer):
-    def __init__(self, facts: ScriptFacts, accelerator: str) -> None:
+    def __init__(self, facts: ScriptFacts, accelerator: str, gpu_indices: set[str] | None = None) -> None:
+        #: What the script gives ``torch.cuda.set_device`` (``args.gpu``): a GPU index, the same
+        #: one on every rank once the accelerator picks the GPU; a device given as that index
+        #: becomes the accelerator's.
+        self.gpu_indices = gpu_indices or set()
         sites = [
             *facts.call_sites.get(".to", ()),
             *facts.call_sites.get(".cuda", ()),
@@ -46,7 +64,9 @@ class _Device(RuleTransformer):
         ]
         # Statements comparing the device with a string (``if device == "cuda":``).
         compared = facts.lines_mentioning(facts.device_names)
-        super().__init__(facts, lines_of(sites) | compared)
+        # Calls given ``device=`` (a factory ``torch.zeros(3, device="cuda")``, an iterator).
+        keywords = facts.lines_mentioning({"device", *self.gpu_indices})
+        super().__init__(facts, lines_of(sites) | compared | keywords)
         self.facts = facts
         self.device_expr = f"{accelerator}.device"
         #: Names bound by comprehensions over batch data (``v`` in ``{k: v.to(d) for k, v in batch.items()}``).
@@ -62,7 +82,7 @@ class _Device(RuleTransformer):
     def is_device(self, node: cst.BaseExpression) -> bool:
         name = dotted(node)
         if name is not None:
-            return name in self.facts.device_names or name == self.device_expr
+            return name in self.facts.device_names or name == self.device_expr or name in self.gpu_indices
         if isinstance(node, cst.SimpleString):
             value = node.evaluated_value
             return isinstance(value, str) and value.startswith("cuda")
@@ -148,6 +168,9 @@ class _Device(RuleTransformer):
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         func = updated_node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda")):
+            updated_node = self._device_keyword(original_node, updated_node)
+            self._report_gpu_index_passed_on(original_node, updated_node)
         if not isinstance(func, cst.Attribute):
             return updated_node
         if func.attr.value == "to":
@@ -167,12 +190,67 @@ class _Device(RuleTransformer):
             if not rest:
                 return receiver
             return call.with_changes(args=_without_trailing_comma(rest))
+        # A fixed GPU: a device string, or the index given to torch.cuda.set_device.
         literal = [a for a in device_args if isinstance(a.value, cst.SimpleString)]
-        if literal and self.accelerator_reachable():
-            self.report(original, Device.code, "device string → accelerator.device", header_only=True)
+        indices = [a for a in device_args if dotted(a.value) in self.gpu_indices]
+        if (literal or indices) and self.accelerator_reachable():
+            if indices:
+                message = f"GPU index {expression_code(indices[0].value)} → {self.device_expr}"
+            else:
+                message = "device string → accelerator.device"
+            self.report(original, Device.code, message, header_only=True)
+            literal += indices
             replacement = expression(self.device_expr)
             return call.with_changes(args=[a.with_changes(value=replacement) if a in literal else a for a in call.args])
         return call
+
+    def _device_keyword(self, original: cst.Call, call: cst.Call) -> cst.Call:
+        """``torch.zeros(3, device="cuda")``, ``BucketIterator(..., device=args.gpu)``: a fixed
+        GPU (the first, or the index once given to ``torch.cuda.set_device``, which is gone), so
+        the same GPU on every rank; it becomes this process's ``accelerator.device``."""
+        fixed = [arg for arg in call.args if _names_device(arg) and self._fixed_gpu(arg.value)]
+        if not fixed:
+            return call
+        written = expression_code(fixed[0].value)
+        if not self.accelerator_reachable():
+            self.report(
+                original,
+                NO_ACCELERATOR_ACCESS,
+                f"device={written} where no accelerator is reachable: the same GPU on every rank",
+                False,
+                header_only=True,
+            )
+            return call
+        self.report(original, Device.code, f"device={written} → {self.device_expr}", header_only=True)
+        replacement = expression(self.device_expr)
+        return call.with_changes(args=[a.with_changes(value=replacement) if a in fixed else a for a in call.args])
+
+    def _report_gpu_index_passed_on(self, original: cst.Call, call: cst.Call) -> None:
+        """``Seq2Seq(encoder, decoder, args.gpu)``: what the callee does with the index (a device
+        for its tensors?) is not visible here; left, and reported."""
+        callee = (dotted(call.func) or "").rpartition(".")[2]
+        if not self.gpu_indices or callee in SHOWING_CALLS or self.qualified_name(call.func) == "torch.cuda.set_device":
+            return
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value == "device":
+                continue  # rewritten (_device_keyword) or reported there
+            written = dotted(arg.value)
+            if written in self.gpu_indices:
+                self.report(
+                    original,
+                    GPU_INDEX_PASSED_ON,
+                    f"{written}, the GPU given to the removed torch.cuda.set_device, is passed on here: used "
+                    f"as a device it is the same GPU on every process (pass {self.device_expr} instead)",
+                    False,
+                    header_only=True,
+                )
+                return
+
+    def _fixed_gpu(self, value: cst.BaseExpression) -> bool:
+        if isinstance(value, cst.SimpleString):
+            written = value.evaluated_value
+            return isinstance(written, str) and written.startswith("cuda")
+        return dotted(value) in self.gpu_indices
 
     def _is_device_arg(self, arg: cst.Arg, call: cst.Call) -> bool:
         if arg.keyword is not None:
@@ -457,6 +535,10 @@ def _parenthesized(test: cst.BaseExpression) -> cst.BaseExpression:
 class Device(Rule):
     code = "ACC102"
     name = "device"
+    extra_codes = {
+        GPU_INDEX_PASSED_ON: "gpu-index: the GPU index once given to torch.cuda.set_device, passed on "
+        "where it may name a device (the same GPU on every process)",
+    }
     examples = (
         Example(
             before="""
@@ -508,6 +590,48 @@ class Device(Rule):
                     main()
             """,
         ),
+        Example(
+            code=GPU_INDEX_PASSED_ON,
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Denoiser(nn.Module):
+                    def __init__(self, gpu):
+                        super().__init__()
+                        self.gpu = gpu
+                        self.linear = nn.Linear(8, 8)
+
+                    def forward(self, x):
+                        return self.linear(x + torch.randn(x.shape, device=self.gpu))
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--gpu", type=int, default=0)
+                    args = parser.parse_args()
+                    torch.cuda.set_device(args.gpu)
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=8)
+                    model = Denoiser(args.gpu).cuda()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for (x,) in loader:
+                        x = x.cuda(args.gpu)
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(x), x)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="args.gpu, the GPU given to the removed torch.cuda.set_device, is passed on here: used as a "
+            "device it is the same GPU on every process (pass accelerator.device instead)",
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
@@ -516,7 +640,7 @@ class Device(Rule):
         )
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        transformer = _Device(facts, facts.existing_accelerator or facts.accelerator_name)
+        transformer = _Device(facts, facts.existing_accelerator or facts.accelerator_name, _gpu_indices(module, facts))
         converted = module.visit(transformer)
         converted, rebound = _rebind_module_device(module, converted, facts)
         return converted, transformer.changes(module) + rebound
@@ -575,6 +699,24 @@ def _rebind_module_device(
             )
             changes.append(report_at(site, Device.code, message, fixed=True))
     return converted.with_changes(body=body), changes
+
+
+def _gpu_indices(module: cst.Module, facts: ScriptFacts) -> set[str]:
+    """What the script passes to ``torch.cuda.set_device`` (``args.gpu``, ``local_rank``), when a
+    name: elsewhere it names the same GPU, which the accelerator now picks per rank."""
+    if not facts.call_sites.get("torch.cuda.set_device"):
+        return set()
+    return {
+        name
+        for call in calls_in(module)
+        if call.args
+        and facts.qualified_name(call.func) == "torch.cuda.set_device"
+        and (name := dotted(call.args[0].value)) is not None
+    }
+
+
+def _names_device(arg: cst.Arg) -> bool:
+    return arg.keyword is not None and arg.keyword.value == "device"
 
 
 def _names_cuda(value: cst.BaseExpression) -> bool:

@@ -12,6 +12,20 @@ Model outputs read through attributes (``outputs.logits``) or batches read by ke
 uses. A batch-mean ``outputs.loss`` (or a ``loss`` among the forward's outputs, or any output the
 loop reads with ``.item()``: one value per batch) cannot be gathered per sample and is reported
 (ACC913 as a warning), as is a forward nested inside a larger expression.
+
+A torchmetrics metric updated with the gathered values (``metric.update(output, target)``) would
+sync across processes once more in ``compute()`` (its default ``sync_on_compute=True``): ratios
+come out right, but sums and counts (``SumMetric``, a confusion matrix, ``MeanSquaredError``'s
+sums) N times. Its constructor gets ``sync_on_compute=False``, when every update of it receives
+gathered values and the constructor is a torchmetrics metric (or a ``MetricCollection`` of them);
+otherwise (a wrapper, the file's own subclass, a metric also updated per process, an ``x.update``
+of gathered values whose ``x`` the rule cannot trace) it is reported (ACC913).
+
+A sequence-first model (``nn.Transformer``, ``nn.LSTM``... without ``batch_first=True``) or batches
+padded sequence-first (``pad_sequence``) give ``(sequence, batch, ...)`` tensors: the gather would
+join sequence positions of different processes (or fail on different lengths). Those loops are
+reported (ACC922) and left as they are: the batch dimension and the padding to strip are the
+script's to say.
 """
 
 from __future__ import annotations
@@ -24,23 +38,30 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_call, is_accelerator_method, name_words
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.model import Change, Options, Site
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
     calls_in,
     dotted,
     expression_code,
     mean_reduced,
+    names_in,
     nodes_in,
     root_name,
     target_names,
 )
-from accel_convert.codemods.engine.torch_names import NO_GRAD_CONTEXTS
+from accel_convert.codemods.engine.torch_names import (
+    NO_GRAD_CONTEXTS,
+    SEQUENCE_FIRST_LAYERS,
+    SEQUENCE_FIRST_PADDING,
+)
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import variables_read, walk
 
 #: Attributes of model outputs that are one number per batch, not one row per sample.
 BATCH_SCALAR_ATTRIBUTES = frozenset({"loss", "aux_loss"})
+#: Evaluation of a sequence-first model or of (sequence, batch) data: not gathered, reported.
+SEQUENCE_FIRST = "ACC922"
 #: Methods whose first argument is a batch dimension the gather multiplies by N.
 RESHAPE_METHODS = frozenset({"view", "reshape"})
 
@@ -50,6 +71,8 @@ class MetricsCodemod(Rule):
     name = "metrics"
     extra_codes = {
         "ACC913": "metrics-manual: evaluation reduces before anything can be gathered per sample (check the metric by hand)",
+        SEQUENCE_FIRST: "metrics-sequence-first: evaluation of a sequence-first model or (sequence, batch) data, "
+        "not gathered (gather along the batch dimension by hand)",
     }
     examples = (
         Example(
@@ -162,6 +185,53 @@ class MetricsCodemod(Rule):
             """,
             message="loss is one value per batch and process: it cannot be gathered per sample",
         ),
+        Example(
+            code=SEQUENCE_FIRST,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Tagger(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.lstm = nn.LSTM(8, 16)
+                        self.head = nn.Linear(16, 3)
+
+                    def forward(self, x):
+                        # the LSTM takes (sequence, batch, features); so does everything after it
+                        out, _ = self.lstm(x.transpose(0, 1))
+                        return self.head(out)
+
+
+                def main():
+                    train_loader = DataLoader(TensorDataset(torch.randn(64, 5, 8), torch.randint(0, 3, (64, 5))), batch_size=8)
+                    test_loader = DataLoader(TensorDataset(torch.randn(20, 5, 8), torch.randint(0, 3, (20, 5))), batch_size=8)
+                    model = Tagger()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for x, y in train_loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.cross_entropy(model(x).flatten(0, 1), y.t().flatten())
+                        loss.backward()
+                        optimizer.step()
+                    model.eval()
+                    correct = 0
+                    with torch.no_grad():
+                        for x, y in test_loader:
+                            output = model(x)
+                            correct += (output.argmax(-1) == y.t()).sum().item()
+                    print(f"accuracy {correct}/{5 * len(test_loader.dataset)}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="the model is sequence-first (nn.LSTM built without batch_first=True): its tensors are "
+            "(sequence, batch, ...) and gather_for_metrics joins along dim 0, mixing sequence positions across "
+            "processes; not gathered, so the metrics cover this process only (gather batch-first views by hand: "
+            "output.transpose(0, 1))",
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
@@ -169,14 +239,31 @@ class MetricsCodemod(Rule):
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         # Only loops over a loader change: their headers name it.
-        rewriter = _EvalLoopRewriter(facts, facts.lines_mentioning(name_words(facts.loaders)))
+        rewriter = _EvalLoopRewriter(
+            facts,
+            facts.lines_mentioning(name_words(facts.loaders)),
+            _sequence_first_layouts(module, facts),
+            _torchmetrics_in(module, facts),
+        )
         new_module = module.visit(rewriter)
-        return new_module, rewriter.changes(module)
+        synced = rewriter.metrics_fed_gathered_values()
+        if not synced:
+            return new_module, rewriter.changes(module)
+        adder = _SyncOnComputeOff(facts, synced)
+        return new_module.visit(adder), rewriter.changes(module) + adder.changes(new_module)
 
 
 class _EvalLoopRewriter(RuleTransformer):
-    def __init__(self, facts: ScriptFacts, lines: set[int]) -> None:
+    def __init__(
+        self, facts: ScriptFacts, lines: set[int], layouts: _SequenceLayouts, torchmetrics: _TorchMetrics
+    ) -> None:
         super().__init__(facts, lines)
+        self._layouts = layouts
+        self._torchmetrics = torchmetrics
+        #: torchmetrics metric → original positions of its updates with gathered values.
+        self._gathered_updates: dict[str, set[Site]] = {}
+        #: The first such update of each metric (where a report points).
+        self._first_update: dict[str, cst.Call] = {}
         self._no_grad_depth = 0
         self._eval_mode: list[bool] = [False]
         #: Names a new variable must not take: those of the module-level function being walked
@@ -241,6 +328,17 @@ class _EvalLoopRewriter(RuleTransformer):
             return updated_node
         if _contains(original_node, lambda n: _is_backward(n, self.facts) or _is_gather(n, self.facts), cst.Call):
             return updated_node
+        sequence_first = self._sequence_first_reason(original_node)
+        if sequence_first is not None:
+            self.report(
+                original_node,
+                SEQUENCE_FIRST,
+                f"{sequence_first}: its tensors are (sequence, batch, ...) and gather_for_metrics joins along "
+                "dim 0, mixing sequence positions across processes; not gathered, so the metrics cover "
+                "this process only (gather batch-first views by hand: output.transpose(0, 1))",
+                False,
+            )
+            return updated_node
         if not self.accelerator_reachable():
             self.report(
                 original_node,
@@ -250,6 +348,74 @@ class _EvalLoopRewriter(RuleTransformer):
             )
             return updated_node
         return self._gather_in_loop(original_node, updated_node, loop)
+
+    def _note_metric_updates(self, statements: list[cst.CSTNode], plan: _GatherPlan) -> None:
+        """torchmetrics metrics updated (``metric.update(preds, target)``, ``metric(preds,
+        target)``) after the gather: their states now hold every process's samples, and their
+        ``compute()`` would add the processes' states up once more. A ``.update(...)`` of
+        something else given gathered values, in a file using torchmetrics, is reported: it may be
+        a metric built where this rule cannot see."""
+        if not self._torchmetrics.imported:
+            return
+        read = {expression_code(e) for e in plan.gathered} | set(plan.names)
+        for statement in statements:
+            for call in calls_in(statement):
+                func = call.func
+                owner = func.value if isinstance(func, cst.Attribute) and func.attr.value in METRIC_UPDATES else func
+                name = dotted(owner)
+                if name is None:
+                    continue
+                if name in self._torchmetrics.constructors:
+                    site = self.facts.origins.site(call)
+                    if site is not None:
+                        self._gathered_updates.setdefault(name, set()).add(site)
+                        self._first_update.setdefault(name, call)
+                elif owner is not func and func.attr.value == "update" and _mentions(call, read):  # type: ignore[attr-defined]
+                    self.report(
+                        call,
+                        "ACC913",
+                        f"{name}.update(...) receives gathered values: if {name} is a torchmetrics metric, build it "
+                        "with sync_on_compute=False, or its compute() adds up every process's samples again",
+                        False,
+                    )
+
+    def metrics_fed_gathered_values(self) -> set[Site]:
+        """The original positions of the torchmetrics constructors to build with
+        ``sync_on_compute=False``: metrics every update of which receives gathered values. A
+        metric also updated elsewhere (per process), or one whose constructor cannot take the
+        keyword (a wrapper, the file's own subclass), is reported instead."""
+        sites: set[Site] = set()
+        for name, updates in self._gathered_updates.items():
+            constructors = self._torchmetrics.constructors[name]
+            if constructors and self._torchmetrics.uses.get(name, set()) <= updates:
+                sites.update(constructors)
+                continue
+            why = (
+                "it is also updated with this process's values only"
+                if constructors
+                else "its constructor may not take sync_on_compute"
+            )
+            self.findings.add(
+                self._first_update[name],
+                "ACC913",
+                f"{name} is updated with gathered values, and its compute() syncs across processes again "
+                f"(counting sums N times); not changed because {why}: build it with sync_on_compute=False "
+                "or update it with this process's values only",
+                False,
+            )
+        return sites
+
+    def _sequence_first_reason(self, loop: cst.For) -> str | None:
+        """Why the loop's tensors may be sequence-first: it calls a sequence-first model, or the
+        file pads its batches sequence-first. None: nothing says so."""
+        if self._layouts.padding is not None:
+            return self._layouts.padding
+        for call in calls_in(loop.body):
+            if _is_model_call(call, self.facts):
+                reason = self._layouts.models.get(dotted(call.func) or "")
+                if reason is not None:
+                    return reason
+        return None
 
     def _over_unprepared_loader(self, node: cst.For, targets: tuple[str, ...]) -> bool:
         """The loop's loader is built by the function holding the loop, and that function is not
@@ -349,6 +515,7 @@ class _EvalLoopRewriter(RuleTransformer):
             self._taken_names.update(plan.new_names)
         gather_line = _gather_statement(plan, self.facts)
         self._report_summed_batch_means(original)
+        self._note_metric_updates(_statements_after(body.body, statement), plan)
         new_body = _insert_after(body.body, statement, gather_line, plan, self.facts)
         gathered = ", ".join(expression_code(e) for e in plan.gathered)
         self.report(original, MetricsCodemod.code, f"gather_for_metrics({gathered}) after the forward", True)
@@ -357,6 +524,215 @@ class _EvalLoopRewriter(RuleTransformer):
             loader = loader.args[0].value
         self._gathered_loaders[-1].add(dotted(loader) or "")
         return loop.with_changes(body=body.with_changes(body=new_body))
+
+
+# ---- torchmetrics ---------------------------------------------------------------------------
+
+#: Methods of a torchmetrics metric that add a batch to its state.
+METRIC_UPDATES = frozenset({"update", "forward"})
+
+
+@dataclass(frozen=True)
+class _TorchMetrics:
+    """The torchmetrics metrics the file builds: name → original positions of the constructor
+    calls to give ``sync_on_compute=False`` (empty: none can be given it safely), and name →
+    original positions of every update of it in the file."""
+
+    imported: bool = False
+    constructors: dict[str, set[Site]] = field(default_factory=dict)
+    uses: dict[str, set[Site]] = field(default_factory=dict)
+
+
+def _torchmetrics_in(module: cst.Module, facts: ScriptFacts) -> _TorchMetrics:
+    """Names bound to torchmetrics metrics (``metric = torchmetrics.Accuracy(...).to(device)``,
+    a ``MetricCollection`` of such), and where each is updated. Wrappers (a metric given another
+    metric) and the file's own ``Metric`` subclasses are known but get no keyword: their
+    constructors may not accept it."""
+    if not any(qualified.partition(".")[0] == "torchmetrics" for qualified in facts.imports.values()):
+        return _TorchMetrics()
+    own_metrics = {
+        node.name.value
+        for node in module.body
+        if isinstance(node, cst.ClassDef) and any(_is_torchmetrics_class(base.value, facts) for base in node.bases)
+    }
+    constructors: dict[str, set[Site]] = {}
+    nodes = nodes_in(module)
+    for node in nodes:
+        if not isinstance(node, cst.Assign) or len(node.targets) != 1:
+            continue
+        name = dotted(node.targets[0].target)
+        built = _constructor(node.value)
+        if name is None or built is None:
+            continue
+        if dotted(built.func) in own_metrics:
+            constructors.setdefault(name, set())
+        elif _is_torchmetrics_class(built.func, facts):
+            sites = constructors.setdefault(name, set())
+            for call in _metrics_taking_the_keyword(built, facts):
+                site = facts.origins.site(call)
+                if site is None:
+                    constructors[name] = set()
+                    break
+                sites.add(site)
+    uses: dict[str, set[Site]] = {}
+    for node in nodes:
+        if not isinstance(node, cst.Call):
+            continue
+        func = node.func
+        owner = func.value if isinstance(func, cst.Attribute) and func.attr.value in METRIC_UPDATES else func
+        name = dotted(owner)
+        site = facts.origins.site(node)
+        if name in constructors and site is not None:
+            uses.setdefault(name, set()).add(site)
+    return _TorchMetrics(True, constructors, uses)
+
+
+def _is_torchmetrics_class(func: cst.BaseExpression, facts: ScriptFacts) -> bool:
+    qualified = facts.qualified_name(func) or ""
+    last = qualified.rpartition(".")[2]
+    return qualified.startswith("torchmetrics.") and ".functional" not in qualified and last[:1].isupper()
+
+
+def _metrics_taking_the_keyword(built: cst.Call, facts: ScriptFacts) -> list[cst.Call]:
+    """The constructor calls to give ``sync_on_compute=False``: the metric itself, or each metric
+    of a ``MetricCollection([...])``/``({...})``; none when a metric is given another metric (a
+    wrapper) or the collection holds anything but metric constructors."""
+    inner = [call for call in calls_in(built) if call is not built and _is_torchmetrics_class(call.func, facts)]
+    if (facts.qualified_name(built.func) or "").rpartition(".")[2] != "MetricCollection":
+        return [] if inner else [built]
+    if not built.args or not isinstance(built.args[0].value, (cst.List, cst.Tuple, cst.Dict)):
+        return []
+    collection = built.args[0].value
+    elements = (
+        [element.value for element in collection.elements if isinstance(element, cst.DictElement)]
+        if isinstance(collection, cst.Dict)
+        else [element.value for element in collection.elements]
+    )
+    metrics = [_constructor(element) for element in elements]
+    if len(metrics) != len(collection.elements) or not all(
+        call is not None
+        and _is_torchmetrics_class(call.func, facts)
+        and not any(c is not call and _is_torchmetrics_class(c.func, facts) for c in calls_in(call))
+        for call in metrics
+    ):
+        return []
+    return [call for call in metrics if call is not None]
+
+
+def _mentions(call: cst.Call, names: set[str]) -> bool:
+    return any(expression_code(arg.value) in names or names_in(arg.value) & names for arg in call.args)
+
+
+class _SyncOnComputeOff(RuleTransformer):
+    """Adds ``sync_on_compute=False`` to the torchmetrics constructors at ``sites`` (original
+    positions): the metric is updated with values gathered from every process already."""
+
+    def __init__(self, facts: ScriptFacts, sites: set[Site]) -> None:
+        super().__init__(facts, {site.line for site in sites})
+        self._sites = sites
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        site = self.facts.origins.site(original_node)
+        if site is None or site not in self._sites:
+            return updated_node
+        if any(arg.keyword is not None and arg.keyword.value == "sync_on_compute" for arg in updated_node.args):
+            return updated_node
+        keyword = cst.Arg(
+            value=cst.Name("False"),
+            keyword=cst.Name("sync_on_compute"),
+            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+        )
+        self.report(
+            original_node,
+            MetricsCodemod.code,
+            "sync_on_compute=False: the metric is updated with values gathered from every process; "
+            "syncing again in compute() would count them once per process",
+        )
+        return updated_node.with_changes(args=[*updated_node.args, keyword])
+
+
+# ---- sequence-first layouts ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _SequenceLayouts:
+    """What says the evaluation tensors are ``(sequence, batch, ...)``: model names → why, and
+    the reason the file's batches are padded sequence-first (None: they are not)."""
+
+    models: dict[str, str] = field(default_factory=dict)
+    padding: str | None = None
+
+
+def _sequence_first_layouts(module: cst.Module, facts: ScriptFacts) -> _SequenceLayouts:
+    """Models built from a sequence-first layer (``nn.Transformer``, ``nn.LSTM``... without
+    ``batch_first=True``), directly or through a class of the file that builds one (or builds
+    such a class), and ``pad_sequence`` without ``batch_first=True``. Only a literal ``True``
+    counts as batch-first: a flag could be either."""
+    if not facts.called & (SEQUENCE_FIRST_LAYERS | SEQUENCE_FIRST_PADDING):
+        return _SequenceLayouts()
+    padding = None
+    layer_reasons: dict[int, str] = {}
+    for call in calls_in(module):
+        qualified = facts.qualified_name(call.func) or ""
+        if _batch_first(call):
+            continue
+        if qualified in SEQUENCE_FIRST_PADDING and padding is None:
+            padding = f"batches padded by {expression_code(call.func)}() without batch_first=True"
+        elif qualified in SEQUENCE_FIRST_LAYERS:
+            layer_reasons[id(call)] = f"{expression_code(call.func)} built without batch_first=True"
+    # A class is sequence-first when it builds such a layer or such a class of the file.
+    classes = {node.name.value: node for node in module.body if isinstance(node, cst.ClassDef)}
+    class_calls = {name: calls_in(node) for name, node in classes.items()}
+    class_reasons: dict[str, str] = {}
+    for name, calls in class_calls.items():
+        reason = next((layer_reasons[id(call)] for call in calls if id(call) in layer_reasons), None)
+        if reason is not None:
+            class_reasons[name] = f"the model is sequence-first ({reason})"
+    grew = True
+    while grew:
+        grew = False
+        for name, calls in class_calls.items():
+            if name in class_reasons:
+                continue
+            inner = next((dotted(call.func) for call in calls if dotted(call.func) in class_reasons), None)
+            if inner is not None:
+                class_reasons[name] = class_reasons[inner]
+                grew = True
+    models: dict[str, str] = {}
+    for node in nodes_in(module):
+        if not isinstance(node, cst.Assign) or len(node.targets) != 1:
+            continue
+        model = dotted(node.targets[0].target)
+        built = _constructor(node.value)
+        if model is None or model not in facts.models or built is None:
+            continue
+        name = model
+        if id(built) in layer_reasons:
+            models[name] = f"the model is sequence-first ({layer_reasons[id(built)]})"
+        elif dotted(built.func) in class_reasons:
+            models[name] = class_reasons[dotted(built.func) or ""]
+    return _SequenceLayouts(models, padding)
+
+
+def _batch_first(call: cst.Call) -> bool:
+    return any(
+        arg.keyword is not None
+        and arg.keyword.value == "batch_first"
+        and isinstance(arg.value, cst.Name)
+        and arg.value.value == "True"
+        for arg in call.args
+    )
+
+
+def _constructor(value: cst.BaseExpression) -> cst.Call | None:
+    """The call building what ``value`` holds, through moves (``Model(...).to(device)``)."""
+    while (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in ("to", "cuda", "cpu", "float", "double", "half", "train", "eval")
+    ):
+        value = value.func.value
+    return value if isinstance(value, cst.Call) else None
 
 
 # ---- recognising the loop -----------------------------------------------------------------

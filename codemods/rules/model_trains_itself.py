@@ -1,4 +1,4 @@
-"""ACC924 model-trains-itself: a model class whose own method runs the backward; nothing converted.
+"""ACC925 model-trains-itself: a model class whose own method runs the backward; nothing converted.
 
 In forward-forward training each layer steps its own optimizer inside ``layer.train(...)``; a
 scikit-learn style ``Net.fit(loader)`` does the same for the whole model. DDP averages gradients
@@ -20,7 +20,7 @@ from accel_convert.codemods.engine.rule import Example, Rule
 
 
 class ModelTrainsItself(Rule):
-    code = "ACC924"
+    code = "ACC925"
     name = "model-trains-itself"
     examples = (
         Example(

@@ -11,6 +11,10 @@ before it exists. Where the accelerator is not reachable the write is reported (
 
 Deleting waits for every rank first (``wait_for_everyone()`` before the guard): another rank
 may still be reading the file.
+
+A folder created where no barrier can go is left on every rank and reported (ACC916), except in
+the script's own download function when every call of it runs under ``main_process_first``
+(ACC115): the main process creates it alone first, and the others find it.
 """
 
 from __future__ import annotations
@@ -29,10 +33,12 @@ from accel_convert.codemods.engine.accelerator_code import (
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import as_statement, binds_name, dotted, names_in
+from accel_convert.codemods.engine.syntax import as_statement, binds_name, calls_in, dotted, names_in
 from accel_convert.codemods.engine.torch_names import TRACKER_CONSTRUCTORS, TRACKER_FUNCTIONS, WRITING_FUNCTIONS
 from accel_convert.codemods.engine.transformers import RuleTransformer
 
+#: The report of a folder created or deleted where a barrier cannot go.
+UNGUARDED_FOLDER = "folder creation or deletion where not every rank would reach a barrier: left on every rank"
 #: Functions that create folders: guarded, then every rank waits for them.
 FOLDER_FUNCTIONS = frozenset({"os.makedirs", "os.mkdir"})
 #: Functions that delete: every rank first finishes with the file, then the main process deletes.
@@ -209,6 +215,10 @@ class SideEffectsCodemod(Rule):
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         callees = WRITING_FUNCTIONS | FOLDER_FUNCTIONS | DELETING_FUNCTIONS | TRACKER_FUNCTIONS | TRACKER_CONSTRUCTORS
         words = callee_words(facts, callees | {"open"}) | WRITING_METHODS | name_words(facts.trackers)
+        # Calls of the script's own download functions: where the downloads rule (ACC115) puts
+        # them under main_process_first, what their bodies leave on every rank is run first by
+        # the main process alone (see _MainProcessGuard._report_after_download_calls).
+        words |= facts.download_functions
         rewriter = _MainProcessGuard(facts, facts.lines_mentioning(words))
         new_module = module.visit(rewriter)
         return new_module, rewriter.changes(module)
@@ -219,6 +229,13 @@ class _MainProcessGuard(RuleTransformer):
         super().__init__(facts, lines)
         self._guarded_depth = 0
         self._original_of: dict[int, cst.CSTNode] = {}
+        #: Original positions of the calls of download functions that stand where the downloads
+        #: rule puts them under ``main_process_first`` (a statement every rank reaches, where the
+        #: accelerator is).
+        self._downloads_run_first: set[tuple[int, int]] = set()
+        #: Download function → the folder creations in it left on every rank (reported unless every
+        #: call of the function runs under ``main_process_first``).
+        self._in_download_functions: dict[str, list[cst.CSTNode]] = {}
 
     # Writes are whole statements: the walk never needs to go into expressions or model classes.
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
@@ -243,6 +260,8 @@ class _MainProcessGuard(RuleTransformer):
         return result
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
+        if self.accelerator_reachable() and self.every_rank_reaches_here() and not self._guarded_depth:
+            self._note_download_calls(updated_node.body)
         if self._guarded_depth or not self.accelerator_reachable():
             self._report_unreachable(updated_node.body)
             return updated_node
@@ -252,10 +271,40 @@ class _MainProcessGuard(RuleTransformer):
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         start = _first_statement_after_accelerator(updated_node.body, self.accelerator)
         if start is None:
+            self._report_after_download_calls()
             return updated_node
         head, tail = list(updated_node.body[:start]), list(updated_node.body[start:])
+        self._note_download_calls(tail)
+        self._report_after_download_calls()
         new_tail = self._guard_runs(tail)
         return updated_node if new_tail is None else updated_node.with_changes(body=[*head, *new_tail])
+
+    def _note_download_calls(self, statements: Sequence[cst.BaseStatement]) -> None:
+        """Record the calls of download functions in these statements (of a block every rank
+        reaches, where the accelerator is): the downloads rule puts each such line under
+        ``main_process_first``."""
+        if not self.facts.download_functions:
+            return
+        for statement in statements:
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            for call in calls_in(statement):
+                if isinstance(call.func, cst.Name) and call.func.value in self.facts.download_functions:
+                    site = self.facts.origins.site(call)
+                    if site is not None:
+                        self._downloads_run_first.add((site.line, site.column))
+
+    def _report_after_download_calls(self) -> None:
+        """A folder created inside the script's download function, where not every rank would
+        reach a barrier (``if not os.path.exists(path): os.makedirs(...)``): when every call of
+        the function runs under ``main_process_first``, the main process creates it alone first
+        and the others find it; otherwise it is reported as anywhere else."""
+        for function, statements in self._in_download_functions.items():
+            calls = {(site.line, site.column) for site in self.facts.call_sites.get(function, ())}
+            if calls and calls <= self._downloads_run_first:
+                continue
+            for statement in statements:
+                self.findings.add(statement, "ACC916", UNGUARDED_FOLDER, False)
 
     def _guard_runs(self, statements: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
         """Group consecutive writing statements under one main-process guard; None if none.
@@ -293,12 +342,11 @@ class _MainProcessGuard(RuleTransformer):
             if kind in ("folder", "delete") and not barrier_safe:
                 if whole_statement_guarded:
                     return None
-                self.findings.add(
-                    self._original_of.get(id(statement), statement),
-                    "ACC916",
-                    "folder creation or deletion where not every rank would reach a barrier: left on every rank",
-                    False,
-                )
+                original = self._original_of.get(id(statement), statement)
+                if kind == "folder" and self.scope and self.scope[0] in self.facts.download_functions:
+                    self._in_download_functions.setdefault(self.scope[0], []).append(original)
+                else:
+                    self.findings.add(original, "ACC916", UNGUARDED_FOLDER, False)
                 kind = None
             if kind is None or (run and _write_kind(run[-1], self.facts) != kind):
                 flush()

@@ -196,3 +196,23 @@ for step in range(3):
     assert "if accelerator.is_main_process:" in code
     assert code.index("accelerator = Accelerator()") < code.index('root = download("data")')
     assert "    return dest\n\n\naccelerator = Accelerator()\nroot = download" in code
+
+
+def test_a_device_flag_read_whole_keeps_the_cpu_choice() -> None:
+    """``--device cpu`` with ``device = torch.device(args.device)``: the accelerator must train
+    on the CPU when asked, as ``--no-cuda`` does."""
+    body = """\
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cuda", help="cuda or cpu")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=2)
+    model = nn.Linear(4, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
+        optimizer.step()
+"""
+    check_expectations(body, ['accelerator = Accelerator(cpu=args.device == "cpu")', "device = accelerator.device"])

@@ -336,3 +336,58 @@ def main():
     assert "    model = nn.Linear(4, 1).to(device)\n" in inference
     train = code[code.index("def train") : code.index("def inference")]
     assert "    model = nn.Linear(4, 1)\n" in train
+
+
+GPU_FLAG = """\
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--gpu", type=int, default=0)
+    args = parser.parse_args()
+    torch.cuda.set_device(args.gpu)
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=2)
+    model = nn.Linear(4, 1).cuda(args.gpu)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    offset = torch.zeros(1, device=args.gpu)
+    scale = torch.ones(1).to(args.gpu)
+    mask = torch.ones(1, device="cuda")
+    for x, y in loader:
+        x, y = x.cuda(args.gpu, non_blocking=True), y.cuda(args.gpu)
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x) * scale + offset * mask, y).backward()
+        optimizer.step()
+"""
+
+
+def test_the_gpu_index_given_to_set_device_becomes_this_ranks_device() -> None:
+    """``torch.cuda.set_device(args.gpu)`` goes, so ``args.gpu`` left as a device elsewhere
+    would put those tensors on the same GPU on every rank (and beside the rank's own model)."""
+    check_expectations(
+        GPU_FLAG,
+        [
+            "-torch.cuda.set_device(args.gpu)",
+            "offset = torch.zeros(1, device=accelerator.device)",
+            "scale = torch.ones(1).to(accelerator.device)",
+            "mask = torch.ones(1, device=accelerator.device)",
+            "model = nn.Linear(4, 1)",
+            "-x, y = x.cuda(args.gpu, non_blocking=True), y.cuda(args.gpu)",
+        ],
+    )
+
+
+def test_a_fixed_device_keyword_where_no_accelerator_is_reachable_is_reported() -> None:
+    body = (
+        GPU_FLAG
+        + '\n\nclass Noise(nn.Module):\n    def forward(self, x):\n        return x + torch.randn(1, device="cuda")\n'
+    )
+    code, lines = convert(body)
+    assert 'return x + torch.randn(1, device="cuda")' in lines
+    assert "#ACC904" in lines
+
+
+def test_the_gpu_index_passed_on_to_a_call_is_reported_not_guessed() -> None:
+    """``Net(args.gpu)``: whether the callee makes a device of it is not visible; shown or
+    converted (``print``, ``str``), the index names no device."""
+    body = GPU_FLAG.replace("nn.Linear(4, 1).cuda(args.gpu)", "nn.Linear(4, 1).cuda(args.gpu)\n    net = Net(args.gpu)")
+    body = body.replace("    offset =", '    print(f"GPU {args.gpu}", str(args.gpu))\n    offset =')
+    code, lines = convert(body)
+    assert "net = Net(args.gpu)" in lines and lines.count("#ACC924") == 1

@@ -70,3 +70,40 @@ def test_a_call_of_the_scripts_own_download_function_runs_on_the_main_process_fi
     code = convert_module(cst.parse_module(source), Options(), source).module.code
     # Every rank fetching and unpacking into the same folder races; the others must wait.
     assert '    with accelerator.main_process_first():\n        root = fetch("data")\n' in code
+
+
+FETCH = """\
+import os
+import urllib.request
+
+
+def fetch(root):
+    path = os.path.join(root, "train.pt")
+    if not os.path.exists(path):
+        os.makedirs(root, exist_ok=True)
+        urllib.request.urlretrieve("https://example.com/train.pt", path)
+    return path
+
+
+"""
+
+
+def test_a_folder_the_download_function_creates_under_main_process_first_is_not_reported() -> None:
+    """``os.makedirs`` under ``if not os.path.exists(...)`` in the script's own download
+    function: no barrier can go there, but the call runs under ``main_process_first``, so the
+    main process creates the folder alone first; reporting it would be noise."""
+    source = FETCH + HEADER.format(body='    train_set = torch.load(fetch("data"))')
+    outcome = convert_module(cst.parse_module(source), Options(), source)
+    codes = [change.code for change in outcome.changes]
+    assert '        train_set = torch.load(fetch("data"))' in outcome.module.code
+    assert "ACC115" in codes and "ACC916" not in codes
+
+
+def test_the_folder_is_still_reported_where_a_call_is_not_run_first_by_the_main_process() -> None:
+    body = (
+        '    train_set = torch.load(fetch("data"))\n    try:\n        fetch("extra")\n    except OSError:\n        pass'
+    )
+    source = FETCH + HEADER.format(body=body)
+    outcome = convert_module(cst.parse_module(source), Options(), source)
+    reported = [change for change in outcome.changes if change.code == "ACC916"]
+    assert [change.line for change in reported] == [8]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from accel_convert.codemods.rules.metrics import MetricsCodemod
-from tests.codemods.support import apply, assert_rewrites, code, convert
+from tests.codemods.support import HEADER, apply, assert_rewrites, code, convert, convert_text
 
 CASES = [
     pytest.param(
@@ -339,3 +339,158 @@ def main():
     assert "output, y = accelerator.gather_for_metrics((output, y))" in lines
     # One report: the mean-reduced criterion; the reduction="sum" one adds per-sample losses.
     assert lines.count("#ACC913") == 1
+
+
+SEQUENCE_MODEL = """\
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = {layer}
+
+    def forward(self, x):
+        return self.rnn(x)[0]
+
+
+class Tagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = Encoder()
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.encoder(x))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    args = parser.parse_args()
+    loader = DataLoader(TensorDataset(torch.randn(8, 5, 4), torch.zeros(8, 5).long()), batch_size=2)
+    model = Tagger().to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
+        optimizer.step()
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for x, y in loader:
+            output = model(x)
+            correct += (output.argmax(-1) == y).sum().item()
+    print(correct)
+"""
+
+
+@pytest.mark.parametrize(
+    "layer, reason",
+    [
+        ("nn.LSTM(4, 8)", "nn.LSTM built without batch_first=True"),
+        ("nn.GRU(4, 8, batch_first=False)", "nn.GRU built without batch_first=True"),
+        ("nn.TransformerEncoder(nn.TransformerEncoderLayer(4, 2, 8), 1)", "nn.TransformerEncoderLayer built"),
+        ("nn.RNN(4, 8, batch_first=args.batch_first)", "nn.RNN built without batch_first=True"),
+    ],
+)
+def test_a_sequence_first_model_is_reported_not_gathered(layer: str, reason: str) -> None:
+    """The model builds (through a class of the file) a layer taking (sequence, batch, ...):
+    joining its outputs along dim 0 would mix sequence positions of different processes."""
+    output, changes = convert_text(HEADER + SEQUENCE_MODEL.format(layer=layer))
+    assert "gather_for_metrics" not in output
+    reported = [c.message for c in changes if c.code == "ACC922"]
+    assert len(reported) == 1 and reason in reported[0]
+    assert "ACC113" not in {c.code for c in changes}
+
+
+def test_a_batch_first_model_is_still_gathered() -> None:
+    code, lines = convert(SEQUENCE_MODEL.format(layer="nn.LSTM(4, 8, batch_first=True)"))
+    assert "output, y = accelerator.gather_for_metrics((output, y))" in lines
+    assert "#ACC922" not in lines
+
+
+def test_batches_padded_sequence_first_are_reported_not_gathered() -> None:
+    body = SEQUENCE_MODEL.format(layer="nn.LSTM(4, 8, batch_first=True)").replace(
+        "batch_size=2)", "batch_size=2, collate_fn=pad_collate)"
+    )
+    body = (
+        "from torch.nn.utils.rnn import pad_sequence\n\n\n"
+        "def pad_collate(items):\n"
+        "    return pad_sequence([x for x, _ in items]), pad_sequence([y for _, y in items])\n\n\n" + body
+    )
+    code, lines = convert(body)
+    assert "gather_for_metrics" not in code
+    assert lines.count("#ACC922") == 1
+
+
+TORCHMETRICS = """\
+import torchmetrics
+from torchmetrics import MetricCollection
+from torchmetrics.wrappers import ClasswiseWrapper
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8).long()), batch_size=2)
+    model = nn.Linear(4, 3).to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    metric = {metric}
+    for x, y in loader:
+        optimizer.zero_grad()
+        output = model(x)
+        nn.functional.cross_entropy(output, y).backward()
+        optimizer.step()
+{in_training}
+    model.eval()
+    with torch.no_grad():
+        for x, y in loader:
+            output = model(x)
+            metric.update(output, y)
+            store.update(output, y)
+    print(metric.compute())
+"""
+
+
+def torchmetrics_case(metric: str, in_training: str = "") -> tuple[str, list]:
+    body = TORCHMETRICS.format(metric=metric, in_training=in_training)
+    return convert_text(HEADER + body)
+
+
+@pytest.mark.parametrize(
+    "metric, converted",
+    [
+        (
+            'torchmetrics.Accuracy(task="multiclass", num_classes=3)',
+            'torchmetrics.Accuracy(task="multiclass", num_classes=3, sync_on_compute=False)',
+        ),
+        ("torchmetrics.SumMetric().to(device)", "torchmetrics.SumMetric(sync_on_compute=False).to(device)"),
+        (
+            "MetricCollection([torchmetrics.MeanSquaredError(), torchmetrics.CatMetric()])",
+            "MetricCollection([torchmetrics.MeanSquaredError(sync_on_compute=False), "
+            "torchmetrics.CatMetric(sync_on_compute=False)])",
+        ),
+    ],
+)
+def test_a_torchmetrics_metric_fed_gathered_values_does_not_sync_again(metric: str, converted: str) -> None:
+    """After the gather each process's metric already holds every sample; torchmetrics'
+    compute() would add the processes' states up again (sums and counts N times)."""
+    output, changes = torchmetrics_case(metric)
+    assert "output, y = accelerator.gather_for_metrics((output, y))" in output
+    assert f"metric = {converted}" in output
+    assert any(c.code == "ACC113" and "sync_on_compute=False" in c.message for c in changes)
+    # ``store.update(...)`` gets gathered values too: it may be a metric built out of sight.
+    assert [c.message.split(".")[0] for c in changes if c.code == "ACC913"] == ["store"]
+
+
+@pytest.mark.parametrize(
+    "metric, in_training, why",
+    [
+        ("torchmetrics.SumMetric()", "        metric.update(output.detach(), y)", "also updated with this process"),
+        (
+            "ClasswiseWrapper(torchmetrics.Accuracy(task='multiclass', num_classes=3, average=None))",
+            "",
+            "may not take sync_on_compute",
+        ),
+    ],
+)
+def test_a_metric_that_cannot_be_told_not_to_sync_is_reported(metric: str, in_training: str, why: str) -> None:
+    output, changes = torchmetrics_case(metric, in_training)
+    assert "sync_on_compute" not in output
+    reported = [c.message for c in changes if c.code == "ACC913" and c.message.startswith("metric ")]
+    assert len(reported) == 1 and why in reported[0]

@@ -1,4 +1,4 @@
-"""model_trains_itself (ACC924): a model class whose own method runs the backward leaves the
+"""model_trains_itself (ACC925): a model class whose own method runs the backward leaves the
 script unconverted and is reported; models trained by their caller, and training classes that are
 not models, are converted as before."""
 
@@ -92,14 +92,14 @@ def test_a_model_fitting_itself_leaves_the_script_as_it_is(built: str) -> None:
     output, changes = run(source)
     assert output == source
     class_line = source.splitlines().index("class Regressor(nn.Module):") + 1
-    assert ("ACC924", class_line) in changes
+    assert ("ACC925", class_line) in changes
     assert all(code.startswith("ACC9") for code, _ in changes)
 
 
 def test_a_model_its_caller_trains_is_converted() -> None:
     output, changes = run(code(CALLER_TRAINS))
     assert "accelerator.backward(loss)" in output
-    assert "ACC924" not in {code for code, _ in changes}
+    assert "ACC925" not in {code for code, _ in changes}
 
 
 def test_a_model_class_never_constructed_here_does_not_stop_the_conversion() -> None:
@@ -109,4 +109,4 @@ def test_a_model_class_never_constructed_here_does_not_stop_the_conversion() -> 
     usual_training = "\n\n\ndef main():" + CALLER_TRAINS.split("\n\n\ndef main():")[1]
     output, changes = run(code(fit_class + usual_training.replace("Regressor()", "nn.Linear(8, 1)")))
     assert "accelerator.backward(loss)" in output
-    assert "ACC924" not in {code for code, _ in changes}
+    assert "ACC925" not in {code for code, _ in changes}

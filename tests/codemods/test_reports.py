@@ -128,3 +128,44 @@ def test_a_distributed_sampler_is_reported_and_the_rest_converted() -> None:
     ]
     assert "accelerator.backward(loss)" in outcome.module.code
     assert "DistributedSampler(data)" in outcome.module.code
+
+
+RANDOM_MODULE = """\
+import numpy as np
+{before}
+target = {draw}
+model = nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+if __name__ == "__main__":
+    extra = torch.rand(3)
+    for step in range(10):
+        x = torch.randn(8, 4)
+        optimizer.zero_grad()
+        ((model(x) - x @ target) ** 2).mean().backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("before", "draw", "reported"),
+    [
+        ("", "torch.randn(4, 1) * 5", ["target", "extra"]),
+        ("", "torch.from_numpy(np.random.randn(4, 1)).float()", ["target", "extra"]),
+        ("torch.manual_seed(0)", "torch.randn(4, 1)", []),
+        ("np.random.seed(0)", "torch.randn(4, 1)", []),
+        ("g = torch.Generator().manual_seed(1)", "torch.randn(4, 1, generator=g)", ["extra"]),
+        ("set_seed(42)", "torch.randn(4, 1)", []),
+        ("", "torch.ones(4, 1)", ["extra"]),
+    ],
+)
+def test_module_level_random_data_drawn_before_any_seed_is_reported(
+    before: str, draw: str, reported: list[str]
+) -> None:
+    """Every process draws its own ``target``: each would fit another function. Draws after a
+    seed, or from a seeded generator, are the same everywhere; the fresh batches drawn in the loop
+    (data per process, like a shard) are not module-level assignments."""
+    source = HEADER + RANDOM_MODULE.format(before=before, draw=draw)
+    outcome = convert_module(cst.parse_module(source), Options(), source)
+    found = [change.message.split(" ")[0] for change in outcome.changes if change.code == "ACC923"]
+    assert found == reported
+    assert f"target = {draw}" in outcome.module.code, "left as it was"

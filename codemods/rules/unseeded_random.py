@@ -1,0 +1,125 @@
+"""ACC923 unseeded-random-data: random data created at module level before any seed differs on every process.
+
+Every process runs the module, so ``W_target = torch.randn(4, 1)`` (the target a regression
+fits) or ``X = torch.randn(1000, 10)`` (a synthetic dataset) drawn before any seed holds
+different values on each rank: each one fits its own target or shards its own dataset, while DDP
+averages their gradients as if they trained one model on one task. Seeding first (accelerate's
+``set_seed(...)`` or ``torch.manual_seed(...)``, the same seed on every process) makes the draws
+equal. The converter cannot choose the seed for the script: it reports the assignment and leaves
+it as it is. Draws given their own ``generator=`` are left alone, as are draws after any call
+of a function whose name says seed (``torch.manual_seed``, ``set_seed``, ``np.random.seed``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import libcst as cst
+
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.findings import report_at
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.syntax import calls_in, expression_code, is_main_guard
+from accel_convert.codemods.engine.torch_names import NUMPY_RANDOM_NOT_DRAWS, RANDOM_TENSOR_FUNCTIONS
+
+
+class UnseededRandomData(Rule):
+    code = "ACC923"
+    name = "unseeded-random-data"
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.nn.functional as F
+
+                W_target = torch.randn(4, 1) * 5
+
+
+                def get_batch(batch_size=32):
+                    x = torch.randn(batch_size, 4)
+                    return x, x.mm(W_target)
+
+
+                fc = torch.nn.Linear(4, 1)
+                optimizer = torch.optim.SGD(fc.parameters(), lr=0.1)
+                for step in range(100):
+                    batch_x, batch_y = get_batch()
+                    optimizer.zero_grad()
+                    loss = F.smooth_l1_loss(fc(batch_x), batch_y)
+                    loss.backward()
+                    optimizer.step()
+            """,
+            message=(
+                "W_target is drawn at random on every process before any seed: each process gets its own "
+                "values (its own target or data); seed first, the same on every process "
+                "(accelerate's set_seed(...) or torch.manual_seed(...))"
+            ),
+        ),
+    )
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return facts.has_accelerator and any(_is_draw(qualified) for qualified in facts.called)
+
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        changes: list[Change] = []
+        _report_draws(module.body, facts, changes, seeded=False)
+        return module, changes
+
+
+def _report_draws(
+    statements: Sequence[cst.BaseStatement], facts: ScriptFacts, changes: list[Change], *, seeded: bool
+) -> bool:
+    """Report the module-level assignments (also in the ``__main__`` block) of random draws made
+    before any seeding call; returns whether a seed was met."""
+    for statement in statements:
+        if is_main_guard(statement):
+            assert isinstance(statement, cst.If)
+            seeded = _report_draws(statement.body.body, facts, changes, seeded=seeded)  # type: ignore[arg-type]
+            continue
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        calls = calls_in(statement)
+        if any(_seeds(call, facts) for call in calls):
+            seeded = True
+            continue
+        if seeded:
+            continue
+        for small in statement.body:
+            if not isinstance(small, (cst.Assign, cst.AnnAssign)) or small.value is None:
+                continue
+            if not any(_unseeded_draw(call, facts) for call in calls_in(small.value)):
+                continue
+            targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+            site = facts.origins.site(small) or facts.origins.site(statement)
+            if site is None:
+                continue
+            name = ", ".join(expression_code(target) for target in targets)
+            message = (
+                f"{name} is drawn at random on every process before any seed: each process gets its own "
+                "values (its own target or data); seed first, the same on every process "
+                "(accelerate's set_seed(...) or torch.manual_seed(...))"
+            )
+            changes.append(report_at(site, UnseededRandomData.code, message))
+    return seeded
+
+
+def _seeds(call: cst.Call, facts: ScriptFacts) -> bool:
+    """A call of a library function (``torch.manual_seed``, accelerate's ``set_seed``,
+    ``np.random.seed``) or of a plain-named function (the script's own ``set_seed(42)``) whose
+    name says seed; a generator's own ``g.manual_seed(1)`` seeds only that generator."""
+    name = facts.qualified_name(call.func) or (call.func.value if isinstance(call.func, cst.Name) else "")
+    return "seed" in name.rpartition(".")[2]
+
+
+def _is_draw(qualified: str) -> bool:
+    return qualified in RANDOM_TENSOR_FUNCTIONS or (
+        qualified.startswith("numpy.random.") and qualified not in NUMPY_RANDOM_NOT_DRAWS
+    )
+
+
+def _unseeded_draw(call: cst.Call, facts: ScriptFacts) -> bool:
+    """A draw from the global generator (not one given its own ``generator=``)."""
+    if any(arg.keyword is not None and arg.keyword.value == "generator" for arg in call.args):
+        return False
+    return _is_draw(facts.qualified_name(call.func) or "")
