@@ -477,6 +477,7 @@ class _Conclusions:
         seeds = self.seeds
         if seeds is not None:
             seed_imported_calls(self, seeds)
+        self._argument_parser()
         self._constructors()
         if seeds is not None:
             seed_loader_factories(self, seeds)
@@ -521,10 +522,9 @@ class _Conclusions:
             if qualified.startswith("torch.nn.") and qualified.endswith("Loss") and mean_reduced(value):
                 self.facts.batch_mean_losses.setdefault(assign.function, set()).update(assign.targets)
 
-    def _device_switches(self) -> None:
-        """``parser_options``, ``parsed_arguments`` and ``device_switches``: the flags the
-        device choice tests (``use_cuda = not args.no_cuda and ...``, ``if args.cuda:
-        model.cuda()``), in source order, and what the argument parser defines."""
+    def _argument_parser(self) -> None:
+        """``parser_options`` and ``parsed_arguments``: what the argument parser defines, and
+        the names its parse result is bound to."""
         facts = self.facts
         for call in self.r.calls:
             node = call.node
@@ -536,20 +536,26 @@ class _Conclusions:
                         text = value.evaluated_value
                         if dest is not None or text.startswith("--"):
                             facts.parser_options.add(text.lstrip("-").replace("-", "_"))
+        for assign in self.r.assigns:
+            value = assign.value
+            if isinstance(value, cst.Call) and (dotted(value.func) or "").rpartition(".")[2] in (
+                "parse_args",
+                "parse_known_args",
+            ):
+                facts.parsed_arguments |= {name.partition(".")[0] for name in assign.targets}
+
+    def _device_switches(self) -> None:
+        """``device_switches``: the flags the device choice tests (``use_cuda = not args.no_cuda
+        and ...``, ``if args.cuda: model.cuda()``), in source order."""
+        facts = self.facts
         device = facts.device_names | facts.cuda_flags
         for record in self.r.assigns_and_ifs:
             if isinstance(record, _If):
                 if record.body_moves_to_cuda:
                     _read_switch(record.node.test, False, facts.device_switches)
                 continue
-            value = record.value
-            if isinstance(value, cst.Call) and (dotted(value.func) or "").rpartition(".")[2] in (
-                "parse_args",
-                "parse_known_args",
-            ):
-                facts.parsed_arguments |= {name.partition(".")[0] for name in record.targets}
             if set(record.targets) & device:
-                _read_switch(value, False, facts.device_switches)
+                _read_switch(record.value, False, facts.device_switches)
 
     def _per_process_paths(self) -> None:
         """Names bound to a folder or file only this process has (``tempfile.mkdtemp()``), and
@@ -750,6 +756,10 @@ class _Conclusions:
         if isinstance(value, cst.Attribute) and isinstance(value.value, cst.Call):
             # torch.accelerator.current_accelerator().type
             return self._is_device(value.value, scope)
+        if isinstance(value, cst.Attribute) and dotted(value.value) in self.facts.parsed_arguments:
+            # ``device = args.device`` from ``--device cuda``: the device string itself.
+            option = value.attr.value
+            return option in self.facts.parser_options and (option == "device" or option.endswith("_device"))
         if isinstance(value, cst.Call):
             return self.r.names.qualified_name(value.func, scope, strict=False) in DEVICE_CALLS
         return dotted(value) == f"{self.facts.existing_accelerator or 'accelerator'}.device"

@@ -317,7 +317,10 @@ class _Device(RuleTransformer):
         return updated_node
 
     def _selects_device(self, value: cst.BaseExpression) -> bool:
-        """A device expression, not a plain alias (``DEV = device`` stays)."""
+        """A device expression, not a plain alias (``DEV = device`` stays); a command-line
+        option (``device = args.device``) is a selection."""
+        if isinstance(value, cst.Attribute) and dotted(value.value) in self.facts.parsed_arguments:
+            return True
         return dotted(value) is None
 
     def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr):

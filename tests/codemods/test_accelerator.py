@@ -216,3 +216,32 @@ def main():
         optimizer.step()
 """
     check_expectations(body, ['accelerator = Accelerator(cpu=args.device == "cpu")', "device = accelerator.device"])
+
+
+@pytest.mark.parametrize("option", ["device", "train_device"])
+def test_a_device_flag_copied_as_it_is_is_a_device_selection(option: str) -> None:
+    """``device = args.device`` (the string, no ``torch.device``): a device selection like any
+    other, not an alias to keep — kept, the model would go to "cuda", GPU 0, on every rank."""
+    flag = "--" + option.replace("_", "-")
+    body = f"""\
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("{flag}", default="cuda")
+    args = parser.parse_args()
+    device = args.{option}
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=2)
+    model = nn.Linear(4, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
+        optimizer.step()
+"""
+    check_expectations(
+        body,
+        [
+            f'accelerator = Accelerator(cpu=args.{option} == "cpu")',
+            "device = accelerator.device",
+            "model = nn.Linear(4, 1)",
+        ],
+    )
