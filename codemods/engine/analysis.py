@@ -561,6 +561,12 @@ class _Conclusions:
         """Names bound to a folder or file only this process has (``tempfile.mkdtemp()``), and
         names built from them (``os.path.join(workdir, "last.pt")``)."""
         found = self.facts.per_process_paths
+        # ``with tempfile.TemporaryDirectory() as workdir:`` first: paths are built from it.
+        for item in self.r.with_items:
+            call = item.item
+            if isinstance(call, cst.Call) and self.r.names.qualified_name(call.func) in PER_PROCESS_PATHS:
+                if item.asname is not None:
+                    found.update(target_names(item.asname.name))
         for _ in range(2):  # a path built from a path built from the folder
             for assign in self.r.assigns:
                 value = assign.value
@@ -572,11 +578,6 @@ class _Conclusions:
                 )
                 if creates or (builds_path and assign.names & found):
                     found.update(assign.targets)
-        for item in self.r.with_items:
-            call = item.item
-            if isinstance(call, cst.Call) and self.r.names.qualified_name(call.func) in PER_PROCESS_PATHS:
-                if item.asname is not None:
-                    found.update(target_names(item.asname.name))
 
     def _call_graph(self) -> None:
         for call in self.r.calls:

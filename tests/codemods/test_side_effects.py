@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import libcst as cst
 import pytest
 
+from accel_convert.codemods import convert_module
+from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.rules.side_effects import SideEffectsCodemod
 from tests.codemods.support import apply, assert_rewrites, code
 
@@ -221,3 +224,40 @@ def test_tracking_where_the_accelerator_is_not_reachable_is_reported() -> None:
     assert output == source
     assert [(c.code, c.fixed) for c in changes] == [("ACC916", False)]
     assert "every rank logs it" in changes[0].message
+
+
+TEMPORARY_DIRECTORY_SCRIPT = """
+import os
+import tempfile
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,))), batch_size=8)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with tempfile.TemporaryDirectory() as workdir:
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        p = os.path.join(workdir, "best.pt")
+        torch.save(model.state_dict(), {path})
+        model.load_state_dict(torch.load({path}))
+"""
+
+
+@pytest.mark.parametrize(
+    "path", ['os.path.join(workdir, "best.pt")', "p"], ids=["joined where it is written", "joined into a name first"]
+)
+def test_writes_into_a_temporary_directory_stay_on_every_rank(path: str) -> None:
+    # Each process has its own ``TemporaryDirectory``: a write guarded to the main process would
+    # leave the others nothing to read back (FileNotFoundError on rank 1).
+    source = code(TEMPORARY_DIRECTORY_SCRIPT.replace("{path}", path))
+    output = convert_module(cst.parse_module(source), Options(), source).module.code
+    assert f"torch.save(accelerator.unwrap_model(model).state_dict(), {path})" in output
+    assert "is_main_process" not in output
+    assert "wait_for_everyone" not in output
