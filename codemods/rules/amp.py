@@ -29,7 +29,7 @@ from accel_convert.codemods.engine.findings import Findings
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.positions import skips_statement
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import Statement, as_statement, as_statements, dotted
+from accel_convert.codemods.engine.syntax import Statement, as_statement, as_statements, dotted, expression_code
 from accel_convert.codemods.engine.torch_names import AUTOCASTS, GRAD_SCALERS
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import StatementFilter, identifiers, walk
@@ -146,12 +146,20 @@ class AmpCodemod(Rule):
             for node in survey.other_scaler_uses:
                 pending.add(node, "ACC911", "the GradScaler is used beyond scale/step/update: convert by hand", False)
             return module, pending.resolve(module)
-        precision = _precision_argument(survey, module, facts)
+        flags = _switch_flags(survey.flags, module)
+        if flags is None:
+            # ``GradScaler(enabled=args.amp)`` with ``autocast(enabled=args.fp16)``: which one
+            # decides is not ours to guess (fp16 would be switched on where the user said off).
+            switches = ", ".join(dict.fromkeys(expression_code(flag) for flag in survey.flags))
+            for node in survey.scaler_lines + survey.autocasts:
+                pending.add(node, "ACC911", f"AMP is switched by different flags ({switches}): convert by hand", False)
+            return module, pending.resolve(module)
+        precision = _precision_argument(survey, flags, module, facts)
         if precision is None:
             for node in survey.scaler_lines + survey.autocasts:
                 pending.add(node, "ACC911", "no Accelerator(...) to give mixed_precision to", False)
             return module, pending.resolve(module)
-        rewriter = _AmpRemover(facts, survey, pending, _amp_lines(facts, survey))
+        rewriter = _AmpRemover(facts, survey, flags, pending, _amp_lines(facts, survey))
         new_module = module.visit(rewriter)
         new_module = set_accelerator_argument(new_module, facts, "mixed_precision", precision)
         return new_module, pending.resolve(module)
@@ -347,21 +355,23 @@ def _is_true(node: cst.BaseExpression) -> bool:
 # ---- the Accelerator(...) call ----------------------------------------------------------------
 
 
-def _precision_argument(survey: _AmpSurvey, module: cst.Module, facts: ScriptFacts) -> cst.BaseExpression | None:
+def _precision_argument(
+    survey: _AmpSurvey, flags: Sequence[cst.BaseExpression], module: cst.Module, facts: ScriptFacts
+) -> cst.BaseExpression | None:
     """``"fp16"``/``"bf16"``, or ``"fp16" if <flag> else "no"`` when the script has its own switch
-    and that switch exists where the accelerator is created."""
+    (``flags``: its spellings) and one of them exists where the accelerator is created."""
     creation = find_accelerator_creation(module, facts)
     if creation is None:
         return None
     precision = cst.SimpleString('"bf16"' if survey.bf16 else '"fp16"')
-    flag = _common_flag(survey.flags)
-    if flag is None:
-        return precision
-    if not expression_available(flag, creation):
-        flag = _value_assigned_later(flag, creation)
-        if flag is None or not expression_available(flag, creation):
-            return precision
-    return cst.IfExp(test=flag, body=precision, orelse=cst.SimpleString('"no"'))
+    for flag in flags:
+        if not expression_available(flag, creation):
+            later = _value_assigned_later(flag, creation)
+            if later is None or not expression_available(later, creation):
+                continue
+            flag = later
+        return cst.IfExp(test=flag, body=precision, orelse=cst.SimpleString('"no"'))
+    return precision
 
 
 def _value_assigned_later(flag: cst.BaseExpression, creation: AcceleratorCreation) -> cst.BaseExpression | None:
@@ -379,22 +389,63 @@ def _value_assigned_later(flag: cst.BaseExpression, creation: AcceleratorCreatio
     return values[0] if len(values) == 1 else None
 
 
-def _common_flag(flags: Sequence[cst.BaseExpression]) -> cst.BaseExpression | None:
-    if not flags:
-        return None
-    first = flags[0]
-    return first if all(f.deep_equals(first) for f in flags) else None
+def _switch_flags(flags: Sequence[cst.BaseExpression], module: cst.Module) -> list[cst.BaseExpression] | None:
+    """The spellings of the script's one AMP switch (empty: AMP always on), or None when the
+    scaler and the autocasts are switched by different flags. ``use_amp = cfg["use_amp"]`` makes
+    ``use_amp`` and ``cfg["use_amp"]`` one switch."""
+    distinct: list[cst.BaseExpression] = []
+    for flag in flags:
+        if not any(flag.deep_equals(seen) for seen in distinct):
+            distinct.append(flag)
+    if len(distinct) <= 1:
+        return distinct
+    aliases = _single_assignments(module, {flag.value for flag in distinct if isinstance(flag, cst.Name)})
+
+    def meaning(flag: cst.BaseExpression) -> str:
+        value = aliases.get(flag.value) if isinstance(flag, cst.Name) else None
+        return expression_code(value if value is not None else flag)
+
+    return distinct if len({meaning(flag) for flag in distinct}) == 1 else None
+
+
+def _single_assignments(module: cst.Module, names: set[str]) -> dict[str, cst.BaseExpression]:
+    """Of ``names``, those the module assigns exactly once (``use_amp = args.amp``), with the value."""
+    finder = _Assignments(names)
+    walk(module, finder)
+    return {name: values[0] for name, values in finder.values.items() if len(values) == 1}
+
+
+class _Assignments(cst.CSTVisitor):
+    """Values assigned to some plain names. Local: needed only when a script spells its AMP
+    switch two ways, which the analysis cannot know before the survey above."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+        self.values: dict[str, list[cst.BaseExpression]] = {}
+
+    def visit_Assign(self, node: cst.Assign) -> bool:
+        for target in node.targets:
+            if isinstance(target.target, cst.Name) and target.target.value in self.names:
+                self.values.setdefault(target.target.value, []).append(node.value)
+        return False
 
 
 # ---- the rewrite --------------------------------------------------------------------------------
 
 
 class _AmpRemover(RuleTransformer):
-    def __init__(self, facts: ScriptFacts, survey: _AmpSurvey, pending: Findings, lines: set[int]) -> None:
+    def __init__(
+        self,
+        facts: ScriptFacts,
+        survey: _AmpSurvey,
+        flags: Sequence[cst.BaseExpression],
+        pending: Findings,
+        lines: set[int],
+    ) -> None:
         super().__init__(facts, lines)
         self.scalers = survey.scalers
         self.findings = pending
-        self.flag = _common_flag(survey.flags)
+        self.flags = flags
         self.functions = survey.functions
         self.machinery_lines = survey.machinery_lines
 
@@ -490,7 +541,7 @@ class _AmpRemover(RuleTransformer):
         orelse = updated_node.orelse
         if not isinstance(orelse, cst.Else) or not isinstance(updated_node.body, cst.IndentedBlock):
             return updated_node
-        if self.flag is None or not updated_node.test.deep_equals(self.flag):
+        if not any(updated_node.test.deep_equals(flag) for flag in self.flags):
             if not _mentions_amp(original_node, self.facts, self.scalers):
                 return updated_node
         if not isinstance(orelse.body, cst.IndentedBlock) or not _same_statements(

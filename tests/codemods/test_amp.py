@@ -8,7 +8,7 @@ import pytest
 from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.rules.amp import AmpCodemod
-from tests.codemods.support import apply, assert_rewrites, code, convert, make_facts
+from tests.codemods.support import apply, assert_rewrites, code, convert, convert_text, make_facts
 
 AMP_CASES = [
     pytest.param(
@@ -263,3 +263,41 @@ def test_an_autocast_decorated_forward_with_oom_retry_converts_and_converts_to_i
     output = conversion.output.decode()
     assert "@find_executable_batch_size(starting_batch_size=8)" in output
     assert 'Accelerator(mixed_precision="fp16"' in output
+
+
+SWITCHED_AMP = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+cfg = {{"use_amp": False, "fp16": True}}
+use_amp = cfg["use_amp"]
+model = nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,))), batch_size=8)
+scaler = torch.cuda.amp.GradScaler(enabled={scaler_flag})
+for x, y in loader:
+    with torch.autocast(device_type="cuda", dtype=torch.float16, enabled=use_amp):
+        loss = nn.functional.cross_entropy(model(x), y)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+"""
+
+
+def test_one_switch_spelled_two_ways_keeps_the_switch() -> None:
+    # ``use_amp = cfg["use_amp"]``: the scaler's ``cfg["use_amp"]`` and the autocast's ``use_amp``
+    # are one switch. Unconditional fp16 would turn AMP on where the user turned it off.
+    source = code(SWITCHED_AMP.format(scaler_flag='cfg["use_amp"]'))
+    output, _ = convert_text(source)
+    assert "GradScaler" not in output and "autocast" not in output
+    assert 'accelerator = Accelerator(mixed_precision="fp16" if cfg["use_amp"] else "no")' in output
+
+
+def test_two_different_switches_are_reported_and_left() -> None:
+    source = code(SWITCHED_AMP.format(scaler_flag='cfg["fp16"]'))
+    output, changes = apply(AmpCodemod(), source, None, None, preamble="")
+    assert output == source
+    assert {(change.code, change.fixed) for change in changes} == {("ACC911", False)}
+    assert 'different flags (cfg["fp16"], use_amp)' in changes[0].message
