@@ -39,6 +39,9 @@ PROGRESS_BARS = frozenset(
         "tqdm.notebook.trange",
     }
 )
+#: Writes to the console besides ``print``: a progress line written by hand, a message printed
+#: above tqdm's bars. Like ``print``, they run on the main process only.
+CONSOLE_WRITES = frozenset({"sys.stdout.write", *(f"{bar}.write" for bar in PROGRESS_BARS if "trange" not in bar)})
 GRAD_SCALERS = frozenset(
     {"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.GradScaler", "torch.cpu.amp.GradScaler"}
 )

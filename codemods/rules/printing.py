@@ -18,7 +18,7 @@ from accel_convert.codemods.engine.imports import add_import, imports_module
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import expression, statement
-from accel_convert.codemods.engine.torch_names import PROGRESS_BARS
+from accel_convert.codemods.engine.torch_names import CONSOLE_WRITES, PROGRESS_BARS
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
 #: Longest line a rewritten progress-bar call may leave on one line.
@@ -27,7 +27,7 @@ LINE_LIMIT = 100
 
 class _Printing(RuleTransformer):
     def __init__(self, facts: ScriptFacts, accelerator: str) -> None:
-        sites = [site for name in ("print", *PROGRESS_BARS) for site in facts.call_sites.get(name, ())]
+        sites = [site for name in ("print", *PROGRESS_BARS, *CONSOLE_WRITES) for site in facts.call_sites.get(name, ())]
         super().__init__(facts, lines_of(sites))
         self.facts = facts
         #: Module-level prints kept to the first process by ``RANK`` (they need ``import os``).
@@ -39,6 +39,8 @@ class _Printing(RuleTransformer):
         """A module-level ``print(...)`` that runs before the accelerator exists (``print(config)``
         in the ``__main__`` block before ``main(config)`` creates it) runs on every process: it
         is kept to the first one by the launcher's ``RANK`` (no process group needed yet)."""
+        if self._is_console_write(updated_node) and self.accelerator_reachable():
+            return self._on_main_process(original_node, updated_node)
         if self.scope or self.accelerator_reachable() or not self._is_plain_print(updated_node):
             return updated_node
         if any(isinstance(node, cst.If) and _tests_rank(node.test) for node in self._anchors):
@@ -58,6 +60,25 @@ class _Printing(RuleTransformer):
             leading_lines=updated_node.leading_lines,
         )
         return guarded
+
+    def _is_console_write(self, line: cst.SimpleStatementLine) -> bool:
+        """``sys.stdout.write(...)`` or ``tqdm.write(...)`` as a statement of its own."""
+        if len(line.body) != 1 or not isinstance(line.body[0], cst.Expr):
+            return False
+        call = line.body[0].value
+        return isinstance(call, cst.Call) and self.qualified_name(call.func) in CONSOLE_WRITES
+
+    def _on_main_process(self, original: cst.SimpleStatementLine, line: cst.SimpleStatementLine) -> cst.BaseStatement:
+        if any(isinstance(node, cst.If) and _tests_rank(node.test) for node in self._anchors):
+            return line  # already written by one process only
+        accelerator = self.instance_accelerator() or cst.Name(self.accelerator)
+        test = cst.Attribute(accelerator, cst.Name("is_main_process"))
+        self.report(original, Printing.code, "console write → main process only", header_only=True)
+        return cst.If(
+            test=test,
+            body=cst.IndentedBlock([line.with_changes(leading_lines=())]),
+            leading_lines=line.leading_lines,
+        )
 
     def _is_plain_print(self, line: cst.SimpleStatementLine) -> bool:
         if len(line.body) != 1 or not isinstance(line.body[0], cst.Expr):
@@ -195,7 +216,9 @@ class Printing(Rule):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return facts.has_accelerator and ("print" in facts.called or bool(facts.called & PROGRESS_BARS))
+        return facts.has_accelerator and (
+            "print" in facts.called or bool(facts.called & PROGRESS_BARS) or bool(facts.called & CONSOLE_WRITES)
+        )
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         transformer = _Printing(facts, facts.existing_accelerator or facts.accelerator_name)

@@ -19,6 +19,14 @@ REWRITES = {
         ["for batch in tqdm(loader, disable=quiet or not accelerator.is_local_main_process):"],
     ),
     "print after the accelerator exists": (in_loop('print("step")'), ['accelerator.print("step")']),
+    "a message above tqdm's bars": (
+        in_loop('tqdm.write(f"step {step}")', prelude="from tqdm import tqdm\n"),
+        ["if accelerator.is_main_process:", 'tqdm.write(f"step {step}")'],
+    ),
+    "a progress line written by hand": (
+        in_loop('sys.stdout.write("\\r%d" % step)\nsys.stdout.flush()', prelude="import sys\n"),
+        ["if accelerator.is_main_process:", 'sys.stdout.write("\\r%d" % step)'],
+    ),
     "a print from rich is not the builtin": (
         in_loop('print("step")', prelude="from rich import print\n"),
         ['print("step")'],
