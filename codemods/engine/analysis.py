@@ -101,6 +101,8 @@ class _If:
     modulo: bool = False
     #: Its body (not its ``else``) calls ``.cuda()`` somewhere: its test is a device switch.
     body_moves_to_cuda: bool = False
+    #: What its body (not its ``else``) assigns: a device chosen there makes its test a switch.
+    body_assigns: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -254,6 +256,8 @@ class _Recorder(NameCollector):
         self.assigns_and_ifs.append(self.assigns[-1])
         if self._main_guard_depth:
             self.main_guard_assigns.update(targets)
+        for record in self._if_bodies:
+            record.body_assigns.update(targets)
 
     def visit_If(self, node: cst.If) -> None:
         record = _If(node, self._loops[-1] if self._loops else None)
@@ -551,7 +555,8 @@ class _Conclusions:
         device = facts.device_names | facts.cuda_flags
         for record in self.r.assigns_and_ifs:
             if isinstance(record, _If):
-                if record.body_moves_to_cuda:
+                # ``if not args.disable_cuda and torch.cuda.is_available(): args.device = ...``
+                if record.body_moves_to_cuda or record.body_assigns & facts.device_names:
                     _read_switch(record.node.test, False, facts.device_switches)
                 continue
             if set(record.targets) & device:

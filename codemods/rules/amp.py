@@ -29,7 +29,14 @@ from accel_convert.codemods.engine.findings import Findings
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.positions import skips_statement
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import Statement, as_statement, as_statements, dotted, expression_code
+from accel_convert.codemods.engine.syntax import (
+    Statement,
+    as_statement,
+    as_statements,
+    dotted,
+    expression,
+    expression_code,
+)
 from accel_convert.codemods.engine.torch_names import AUTOCASTS, GRAD_SCALERS
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import StatementFilter, identifiers, walk
@@ -155,6 +162,13 @@ class AmpCodemod(Rule):
                 pending.add(node, "ACC911", f"AMP is switched by different flags ({switches}): convert by hand", False)
             return module, pending.resolve(module)
         precision = _precision_argument(survey, flags, module, facts)
+        if precision is None and flags and find_accelerator_creation(module, facts) is not None:
+            switches = ", ".join(dict.fromkeys(expression_code(flag) for flag in flags))
+            for node in survey.scaler_lines + survey.autocasts:
+                pending.add(
+                    node, "ACC911", f"AMP switch ({switches}) not readable where the accelerator is created", False
+                )
+            return module, pending.resolve(module)
         if precision is None:
             for node in survey.scaler_lines + survey.autocasts:
                 pending.add(node, "ACC911", "no Accelerator(...) to give mixed_precision to", False)
@@ -365,13 +379,57 @@ def _precision_argument(
         return None
     precision = cst.SimpleString('"bf16"' if survey.bf16 else '"fp16"')
     for flag in flags:
-        if not expression_available(flag, creation):
-            later = _value_assigned_later(flag, creation)
-            if later is None or not expression_available(later, creation):
-                continue
-            flag = later
-        return cst.IfExp(test=flag, body=precision, orelse=cst.SimpleString('"no"'))
+        for spelling in (flag, _outside_the_instance(flag)):
+            if spelling is not None and not expression_available(spelling, creation):
+                spelling = _value_assigned_later(spelling, creation)
+            if spelling is not None:
+                spelling = _readable_part(spelling, creation, facts)
+            if spelling is not None:
+                return cst.IfExp(test=spelling, body=precision, orelse=cst.SimpleString('"no"'))
+    if flags:
+        return None  # a switch, but none of it readable there: always-on fp16 would be wrong
     return precision
+
+
+def _readable_part(
+    flag: cst.BaseExpression, creation: AcceleratorCreation, facts: ScriptFacts
+) -> cst.BaseExpression | None:
+    """The switch as the accelerator's creation can read it. ``use_amp = args.amp and
+    device.type == "cuda"`` with the device chosen after the creation: the device test is
+    ``torch.cuda.is_available()`` (the device is CUDA exactly when that holds)."""
+    if expression_available(flag, creation):
+        return flag
+    if isinstance(flag, cst.BooleanOperation) and isinstance(flag.operator, cst.And):
+        left = _readable_part(flag.left, creation, facts)
+        right = _readable_part(flag.right, creation, facts)
+        if left is None or right is None:
+            return None
+        return flag.with_changes(left=left, right=right)
+    if (
+        isinstance(flag, cst.Comparison)
+        and len(flag.comparisons) == 1
+        and isinstance(flag.comparisons[0].operator, cst.Equal)
+        and isinstance(flag.left, cst.Attribute)
+        and flag.left.attr.value == "type"
+        and dotted(flag.left.value) in facts.device_names
+        and isinstance(flag.comparisons[0].comparator, cst.SimpleString)
+        and flag.comparisons[0].comparator.evaluated_value == "cuda"
+    ):
+        return expression("torch.cuda.is_available()")
+    return None
+
+
+def _outside_the_instance(flag: cst.BaseExpression) -> cst.BaseExpression | None:
+    """``args.amp`` for ``self.args.amp``: a training class keeps the options it was given
+    (``self.args = args``), and the accelerator is created where they were parsed."""
+    chain: list[str] = []
+    node = flag
+    while isinstance(node, cst.Attribute):
+        chain.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name) or node.value != "self" or len(chain) < 2:
+        return None
+    return expression(".".join(reversed(chain)))
 
 
 def _value_assigned_later(flag: cst.BaseExpression, creation: AcceleratorCreation) -> cst.BaseExpression | None:

@@ -245,3 +245,26 @@ def main():
             "model = nn.Linear(4, 1)",
         ],
     )
+
+
+def test_a_device_chosen_in_an_if_on_a_flag_keeps_the_cpu_choice() -> None:
+    """SimCLR's ``if not args.disable_cuda and torch.cuda.is_available(): args.device =
+    torch.device("cuda") else: ... "cpu"``: ``--disable-cuda`` must still mean the CPU."""
+    body = """\
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--disable-cuda", action="store_true")
+    args = parser.parse_args()
+    if not args.disable_cuda and torch.cuda.is_available():
+        args.device = torch.device("cuda")
+    else:
+        args.device = torch.device("cpu")
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=2)
+    model = nn.Linear(4, 1).to(args.device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x.to(args.device)), y.to(args.device)).backward()
+        optimizer.step()
+"""
+    check_expectations(body, ["accelerator = Accelerator(cpu=args.disable_cuda)", "args.device = accelerator.device"])

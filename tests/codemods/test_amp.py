@@ -301,3 +301,96 @@ def test_two_different_switches_are_reported_and_left() -> None:
     assert output == source
     assert {(change.code, change.fixed) for change in changes} == {("ACC911", False)}
     assert 'different flags (cfg["fp16"], use_amp)' in changes[0].message
+
+
+def test_a_switch_on_the_device_type_reads_cuda_availability_where_the_accelerator_is_created() -> None:
+    # ``use_amp = args.amp and device.type == "cuda"`` is set after the accelerator exists, and
+    # ``device`` only then: fp16 exactly when asked for and CUDA is there, never always.
+    source = code(
+        """
+        import argparse
+
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def main():
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--amp", action="store_true")
+            args = parser.parse_args()
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            use_amp = args.amp and device.type == "cuda"
+            model = nn.Linear(4, 2).to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,))), batch_size=8)
+            scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+            for x, y in loader:
+                x, y = x.to(device), y.to(device)
+                with torch.autocast(device_type="cuda", enabled=use_amp):
+                    loss = nn.functional.cross_entropy(model(x), y)
+                optimizer.zero_grad()
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+        """
+    )
+    output, _ = convert_text(source)
+    assert 'Accelerator(mixed_precision="fp16" if args.amp and torch.cuda.is_available() else "no")' in output
+
+
+TRAINER_AMP = """
+import argparse
+
+import torch
+import torch.nn as nn
+from torch.cuda.amp import GradScaler, autocast
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Trainer:
+    def __init__(self, model, optimizer, args):
+        self.model = model
+        self.optimizer = optimizer
+        self.args = args
+
+    def fit(self, loader):
+        scaler = GradScaler(enabled=self.args.{option})
+        for x, y in loader:
+            with autocast(enabled=self.args.{option}):
+                loss = nn.functional.cross_entropy(self.model(x), y)
+            self.optimizer.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(self.optimizer)
+            scaler.update()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    {define}
+    args = parser.parse_args()
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,))), batch_size=8)
+    Trainer(model, optimizer, args).fit(loader)
+"""
+
+
+def test_a_training_class_switch_is_read_from_the_options_it_was_given() -> None:
+    source = code(TRAINER_AMP.format(option="fp16", define='parser.add_argument("--fp16", action="store_true")'))
+    output, _ = convert_text(source)
+    assert 'Accelerator(mixed_precision="fp16" if args.fp16 else "no")' in output
+
+
+def test_a_switch_not_readable_where_the_accelerator_is_created_is_reported() -> None:
+    # ``self.opts.fp16``: nothing named ``opts`` where the accelerator is created. Always-on
+    # fp16 would be wrong when the switch is off: reported, the AMP code left.
+    source = code(
+        TRAINER_AMP.format(option="fp16", define='parser.add_argument("--fp16", action="store_true")')
+        .replace("self.args.fp16", "self.opts.fp16")
+        .replace("self.args = args", "self.opts = args")
+    )
+    output, changes = convert_text(source)
+    assert "GradScaler(enabled=self.opts.fp16)" in output
+    assert "mixed_precision" not in output
+    assert any(change.code == "ACC911" and "not readable" in change.message for change in changes)
