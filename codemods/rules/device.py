@@ -60,6 +60,8 @@ class _Device(RuleTransformer):
             *facts.call_sites.get(".to", ()),
             *facts.call_sites.get(".cuda", ()),
             *facts.call_sites.get("torch.cuda.set_device", ()),
+            *facts.call_sites.get("torch.cuda.device", ()),
+            *facts.call_sites.get("torch.set_default_device", ()),
             *(site for name in facts.device_names for site in facts.assign_sites.get(name, ())),
         ]
         # Statements comparing the device with a string (``if device == "cuda":``).
@@ -330,9 +332,76 @@ class _Device(RuleTransformer):
                 value, Device.code, "torch.cuda.set_device removed (the accelerator picks the GPU)", header_only=True
             )
             return cst.RemoveFromParent()
+        if (
+            isinstance(value, cst.Call)
+            and isinstance(updated_node.value, cst.Call)
+            and self.qualified_name(value.func) == "torch.set_default_device"
+            and value.args
+            and self._names_a_gpu(value.args[0].value)
+        ):
+            # ``torch.set_default_device("cuda")``: new tensors on GPU 0 on every rank.
+            if not self.accelerator_reachable():
+                self.report(
+                    value,
+                    NO_ACCELERATOR_ACCESS,
+                    "torch.set_default_device before the accelerator exists: GPU 0 on every rank; "
+                    f"call it with {self.device_expr} once the accelerator is created",
+                    False,
+                    header_only=True,
+                )
+                return updated_node
+            self.report(value, Device.code, f"default device → {self.device_expr}", header_only=True)
+            call = updated_node.value
+            first = call.args[0].with_changes(value=expression(self.device_expr))
+            return updated_node.with_changes(value=call.with_changes(args=[first, *call.args[1:]]))
         if self.stripped_here and isinstance(value, cst.Call) and dotted(updated_node.value) is not None:
             return cst.RemoveFromParent()  # ``model.cuda()`` as a statement: nothing left to do
         return updated_node
+
+    def _names_a_gpu(self, value: cst.BaseExpression) -> bool:
+        """``"cuda"``, ``"cuda:0"``, a device name or the index given to ``set_device``."""
+        if isinstance(value, cst.SimpleString):
+            text = value.evaluated_value
+            return isinstance(text, str) and text.startswith("cuda")
+        name = dotted(value)
+        return name is not None and (name in self.facts.device_names or name in self.gpu_indices)
+
+    def leave_With(
+        self, original_node: cst.With, updated_node: cst.With
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        """``with torch.cuda.device(args.gpu):`` makes that GPU current on every rank: the
+        accelerator already made each rank's own GPU current, so the ``with`` goes (its body
+        stays)."""
+        if not _has_statements(updated_node.body):
+            updated_node = updated_node.with_changes(body=_with_pass(updated_node.body))
+        kept = [
+            item
+            for item in updated_node.items
+            if not (
+                isinstance(item.item, cst.Call)
+                and self.qualified_name(item.item.func) == "torch.cuda.device"
+                and item.asname is None
+            )
+        ]
+        if len(kept) == len(updated_node.items):
+            return updated_node
+        self.report(
+            original_node,
+            Device.code,
+            "with torch.cuda.device(...) removed (the accelerator picks the GPU)",
+            header_only=True,
+        )
+        if kept:
+            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            return updated_node.with_changes(items=kept)
+        body = updated_node.body
+        if not isinstance(body, cst.IndentedBlock):
+            return updated_node.with_changes(items=[cst.WithItem(expression("contextlib.nullcontext()"))])
+        statements = list(body.body)
+        first = statements[0]
+        if isinstance(first, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            statements[0] = first.with_changes(leading_lines=[*updated_node.leading_lines, *first.leading_lines])
+        return cst.FlattenSentinel(statements)
 
     def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine):
         if not updated_node.body:
@@ -403,13 +472,6 @@ class _Device(RuleTransformer):
         return updated_node.with_changes(body=_with_pass(updated_node.body))
 
     def leave_For(self, original_node: cst.For, updated_node: cst.For):
-        return (
-            updated_node
-            if _has_statements(updated_node.body)
-            else updated_node.with_changes(body=_with_pass(updated_node.body))
-        )
-
-    def leave_With(self, original_node: cst.With, updated_node: cst.With):
         return (
             updated_node
             if _has_statements(updated_node.body)

@@ -391,3 +391,31 @@ def test_the_gpu_index_passed_on_to_a_call_is_reported_not_guessed() -> None:
     body = body.replace("    offset =", '    print(f"GPU {args.gpu}", str(args.gpu))\n    offset =')
     code, lines = convert(body)
     assert "net = Net(args.gpu)" in lines and lines.count("#ACC924") == 1
+
+
+GPU_CONTEXT = """\
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--gpu-index", type=int, default=0)
+    args = parser.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.set_default_device(device)
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=2)
+    model = nn.Linear(4, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    # the chosen GPU for everything below
+    with torch.cuda.device(args.gpu_index):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+"""
+
+
+def test_gpu_chosen_for_a_block_or_by_default_becomes_each_process_gpu() -> None:
+    # ``with torch.cuda.device(0)`` and ``set_default_device("cuda")`` put every rank on GPU 0.
+    code, lines = convert(GPU_CONTEXT)
+    assert "torch.cuda.device" not in code
+    assert "torch.set_default_device(accelerator.device)" in lines
+    assert "    # the chosen GPU for everything below\n    for x, y in loader:" in code
+    check_expectations(GPU_CONTEXT, ["-with torch.cuda.device(args.gpu_index):"])
