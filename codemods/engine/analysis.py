@@ -972,6 +972,19 @@ class _Conclusions:
             record = LoopFacts(loop.function, loop.iterated, loop.targets, kind, self.site(loop.node))
             (facts.train_loops if trains else facts.eval_loops).append(record)
             (train if trains else evaluation).update(origins | {loop.iterated})
+        # A loader read batch by batch with ``next(iter(loader))`` (or an iterator kept in a
+        # name) in a function that runs the backward trains.
+        for call in self.r.calls:
+            node = call.node
+            if (
+                isinstance(node.func, cst.Name)
+                and node.func.value == "iter"
+                and len(node.args) == 1
+                and call.function in backward_functions
+            ):
+                name = dotted(node.args[0].value)
+                if name is not None and name in created_loaders - evaluation:
+                    train.add(name)
         # Loaders never looped over keep their name's hint.
         unknown = created_loaders - train - evaluation
         facts.train_loaders = (train | {n for n in unknown if "train" in n.lower()}) - (evaluation - train)

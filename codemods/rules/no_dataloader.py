@@ -1,8 +1,8 @@
 """ACC901 no-dataloader: training data that does not come from a DataLoader is not sharded.
 
-``prepare`` shards DataLoaders; data fed by hand (``get_batch(source, i)``, whole graphs,
-``next(iter(loader))`` once, a gym environment) reaches every process in full, so each one trains
-on the same samples. The converter cannot know how to split it: it says so at the ``backward``
+``prepare`` shards DataLoaders (also when the training draws its batches with
+``next(iter(loader))``); data fed by hand (``get_batch(source, i)``, whole graphs, a gym
+environment) reaches every process in full, so each one trains on the same samples. The converter cannot know how to split it: it says so at the ``backward``
 call and leaves the data path as it was.
 """
 

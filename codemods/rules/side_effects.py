@@ -313,6 +313,8 @@ class _MainProcessGuard(RuleTransformer):
         result: list[cst.BaseStatement] = []
         run: list[cst.BaseStatement] = []
         changed = False
+        #: The barrier the last guarded run ended with (a statement after it may be a barrier too).
+        added_barrier: list[cst.BaseStatement] = []
 
         def flush() -> None:
             if not run:
@@ -323,6 +325,7 @@ class _MainProcessGuard(RuleTransformer):
                 guarded[1] = guarded[1].with_changes(leading_lines=guarded[0].leading_lines)  # type: ignore[attr-defined]
                 guarded = guarded[1:]
             result.extend(guarded)
+            added_barrier[:] = guarded[-1:] if guarded and _is_barrier(guarded[-1], self.facts) else []
             run.clear()
 
         barrier_safe = self.every_rank_reaches_here()
@@ -351,6 +354,8 @@ class _MainProcessGuard(RuleTransformer):
             if kind is None or (run and _write_kind(run[-1], self.facts) != kind):
                 flush()
             if kind is None:
+                if added_barrier and result and result[-1] is added_barrier[0] and _is_barrier(statement, self.facts):
+                    result.pop()  # the barrier already there (before a save) serves the write too
                 result.append(statement)
             else:
                 run.append(statement)

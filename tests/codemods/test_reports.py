@@ -169,3 +169,35 @@ def test_module_level_random_data_drawn_before_any_seed_is_reported(
     found = [change.message.split(" ")[0] for change in outcome.changes if change.code == "ACC923"]
     assert found == reported
     assert f"target = {draw}" in outcome.module.code, "left as it was"
+
+
+NEXT_BATCH = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    model = nn.Linear(4, 3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randint(0, 3, (64,))), batch_size=8)
+    batches = iter(loader)
+    for step in range(20):
+        try:
+            x, y = next(batches)
+        except StopIteration:
+            batches = iter(loader)
+            x, y = next(batches)
+        loss = nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_batches_drawn_with_next_from_a_loader_are_sharded_data() -> None:
+    # The loader is prepared, so ``next(iter(loader))`` yields this rank's shard: no ACC901.
+    source = code(NEXT_BATCH)
+    outcome = convert_module(cst.parse_module(source), Options(), source)
+    assert "optimizer, loader = accelerator.prepare(" in outcome.module.code
+    assert "ACC901" not in {change.code for change in outcome.changes}

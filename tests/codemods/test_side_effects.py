@@ -261,3 +261,33 @@ def test_writes_into_a_temporary_directory_stay_on_every_rank(path: str) -> None
     assert f"torch.save(accelerator.unwrap_model(model).state_dict(), {path})" in output
     assert "is_main_process" not in output
     assert "wait_for_everyone" not in output
+
+
+def test_a_folder_created_before_a_save_gets_one_barrier() -> None:
+    # The save waits for every rank (checkpoint rule); the folder's own barrier right before it
+    # would be a second one in a row.
+    source = code(
+        """
+        import os
+
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def main():
+            loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,))), batch_size=8)
+            model = nn.Linear(4, 2)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                optimizer.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                optimizer.step()
+            os.makedirs("checkpoint", exist_ok=True)
+            torch.save(model.state_dict(), "checkpoint/last.pt")
+        """
+    )
+    output = convert_module(cst.parse_module(source), Options(), source).module.code
+    assert output.count("accelerator.wait_for_everyone()") == 1
+    guard = output.index("if accelerator.is_main_process:\n        os.makedirs")
+    assert guard < output.index("accelerator.wait_for_everyone()") < output.index("accelerator.save(")
