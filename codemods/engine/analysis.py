@@ -1354,6 +1354,7 @@ class _Conclusions:
         self._copied_models()
         self._download_functions()
         self._training_method_calls()
+        backward_branches = {id(branch) for call in self.r.calls if _is_backward(call.node) for branch in call.ifs}
         for call in self.r.calls:
             func = call.node.func
             if isinstance(func, cst.Attribute) and func.attr.value == "cpu":
@@ -1364,10 +1365,13 @@ class _Conclusions:
                 isinstance(func, cst.Attribute)
                 and func.attr.value == "step"
                 and dotted(func.value) in facts.optimizers
-                and any(branch.modulo for branch in call.ifs)
                 and any(loop.has_backward for loop in call.loops)
             ):
-                facts.existing_features.add("manual_accumulation")
+                # Accumulation steps every k batches after a backward on every batch; a branch
+                # with a backward of its own trains something else every k batches (a GAN's
+                # generator every n_critic steps).
+                if any(branch.modulo and id(branch) not in backward_branches for branch in call.ifs):
+                    facts.existing_features.add("manual_accumulation")
 
     def _download_functions(self) -> None:
         found = {call.function for call in self.r.calls if self.qualified(call) in NETWORK_FETCHES}

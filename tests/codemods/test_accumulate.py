@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import libcst as cst
 import pytest
 
+from accel_convert.codemods import convert_module
+from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.rules.accumulate import AccumulateCodemod
 from tests.codemods.support import apply, assert_rewrites, code
 
@@ -112,3 +115,35 @@ def test_accumulate_reports_what_it_cannot_recognise(source: str) -> None:
     assert [(c.code, c.fixed) for c in changes] == [("ACC912", False)]
     loop_line = next(i for i, line in enumerate(code(source).splitlines(), 1) if line.lstrip().startswith("for "))
     assert changes[0].line == loop_line
+
+
+def test_a_generator_trained_every_n_critic_steps_is_not_accumulation() -> None:
+    # WGAN: the critic steps every batch, the generator every n_critic batches with a backward
+    # of its own inside that branch. Nothing accumulates: no rewrite, no ACC912.
+    source = code(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def main():
+            generator, critic = nn.Linear(2, 4), nn.Linear(4, 1)
+            optimizer_g = torch.optim.Adam(generator.parameters())
+            optimizer_d = torch.optim.Adam(critic.parameters())
+            loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8)
+            for i, (real,) in enumerate(loader):
+                optimizer_d.zero_grad()
+                d_loss = critic(generator(torch.randn(8, 2))).mean() - critic(real).mean()
+                d_loss.backward()
+                optimizer_d.step()
+                if i % 5 == 0:
+                    optimizer_g.zero_grad()
+                    g_loss = -critic(generator(torch.randn(8, 2))).mean()
+                    g_loss.backward()
+                    optimizer_g.step()
+        """
+    )
+    outcome = convert_module(cst.parse_module(source), Options(), source)
+    assert "accumulate" not in outcome.module.code
+    assert not {"ACC112", "ACC912"} & {change.code for change in outcome.changes}
