@@ -169,6 +169,8 @@ class _Recorder(NameCollector):
         self.with_items: list[cst.WithItem] = []
         #: (module-level function, returned expression).
         self.returns: list[tuple[str, cst.BaseExpression]] = []
+        #: ((class, method), returned expression) for methods of module-level classes.
+        self.method_returns: list[tuple[ScopeKey, cst.BaseExpression]] = []
         self.main_guard_assigns: set[str] = set()
         #: Module-level classes by name.
         self.classes: dict[str, _Class] = {}
@@ -328,6 +330,8 @@ class _Recorder(NameCollector):
     def visit_Return(self, node: cst.Return) -> None:
         if node.value is not None and len(self.scope) == 1:
             self.returns.append((self.function, node.value))
+        elif node.value is not None and len(self.scope) == 2 and self.scope[0] in self.classes:
+            self.method_returns.append((self.scope, node.value))
 
     def visit_Break(self, node: cst.Break) -> None:
         self.breaks.append((node, tuple(self._loops), tuple(self._ifs), self.function))
@@ -785,6 +789,25 @@ class _Conclusions:
                     factories[function] = value
         return factories
 
+    def _optimizer_methods(self) -> set[str]:
+        """Names of methods of the file's classes that return a new optimizer, built in the return
+        or bound to a local first (a model's ``configure_optimizers``, as in minGPT and nanoGPT)."""
+        found = set()
+        for scope, value in self.r.method_returns:
+            value = _peel_moves(value)
+            if isinstance(value, cst.Name):
+                bound = [
+                    assign.value
+                    for assign in self.r.assigns
+                    if assign.scope[:2] == scope and assign.targets == (value.value,)
+                ]
+                value = _peel_moves(bound[-1]) if len(bound) == 1 else value
+            if isinstance(value, cst.Call):
+                qualified = self.r.names.qualified_name(value.func, scope, strict=False)
+                if qualified is not None and is_optimizer(qualified):
+                    found.add(scope[1])
+        return found
+
     def _factory_roots(self, call: cst.Call, factory: str, returned: cst.Call) -> set[str]:
         """``make_optimizer(net)`` whose factory returns ``SGD(model.parameters())``: ``net``."""
         finder = _ParameterReceivers()
@@ -808,6 +831,7 @@ class _Conclusions:
     def _optimizers_and_models(self) -> None:
         facts = self.facts
         factories = self._optimizer_factories()
+        optimizer_methods = self._optimizer_methods()
         parameter_sources: dict[str, set[str]] = {}
         for assign in self.r.assigns:
             roots = self._parameter_roots(assign.mentions.parameter_receivers)
@@ -818,6 +842,10 @@ class _Conclusions:
                 continue
             if isinstance(value.func, cst.Name) and value.func.value in factories:
                 roots = self._factory_roots(value, value.func.value, factories[value.func.value])
+            elif isinstance(value.func, cst.Attribute) and value.func.attr.value in optimizer_methods:
+                # ``optimizer = model.configure_optimizers(config)``: the model's own parameters.
+                receiver = dotted(value.func.value)
+                roots = {receiver} if receiver is not None else set()
             else:
                 qualified = self.r.names.qualified_name(value.func, assign.scope, strict=False)
                 if qualified is None or not is_optimizer(qualified):
@@ -1158,21 +1186,69 @@ class _Conclusions:
         facts.prepared_attributes |= {
             role for role in roles if role.startswith(f"{instance}.") and role.count(".") == 1
         }
-        built_here = {target for assign in self.r.assigns if assign.function == name for target in assign.targets}
+        owner = self.r.classes[name]
+        received = {
+            target
+            for assign in self.r.assigns
+            if assign.function == name
+            for target in assign.targets
+            # ``self.model = model`` (a parameter), then ``self.model = self.model.to(device)``:
+            # what the caller passed in, which the caller prepares.
+            if dotted(_peel_moves(assign.value)) in {*(owner.init_params or ()), target}
+        }
+        built_here = {
+            target for assign in self.r.assigns if assign.function == name for target in assign.targets
+        } - received
+        method_prepared = self._method_prepare(name)
         attributes: list[str] = []
         for group in facts.preparation_groups():
             for attribute in sorted(group):
                 if (
-                    attribute.startswith(f"{instance}.")
+                    attribute not in method_prepared
+                    and attribute.startswith(f"{instance}.")
                     and attribute.count(".") == 1
                     and attribute in built_here
                     and attribute not in facts.prepared
-                    and self._origins_of(name, attribute) <= built_here
+                    # ``self.optimizer = None`` in ``__init__`` only makes room for it.
+                    and self._origins_of(name, attribute) - {"None"} <= built_here
                     and attribute not in attributes
                 ):
                     attributes.append(attribute)
         if attributes:
             facts.class_prepare[name] = tuple(attributes)
+
+    def _method_prepare(self, name: str) -> set[str]:
+        """``facts.method_prepare`` for one training class; the names it covers."""
+        facts = self.facts
+        owner = self.r.classes[name]
+        # ``__init__`` and the methods it calls (``self.build_model()``) build what is prepared
+        # at the end of ``__init__``.
+        from_init, pending = {"__init__"}, ["__init__"]
+        while pending:
+            for called in owner.method_calls.get(pending.pop(), ()):
+                if called not in from_init:
+                    from_init.add(called)
+                    pending.append(called)
+        covered: set[str] = set()
+        for assign in self.r.assigns:
+            if assign.function != name or len(assign.scope) != 2 or assign.scope[1] in from_init:
+                continue
+            method = assign.scope[1]
+            instance = owner.self_names.get(method)
+            value = _peel_moves(assign.value)
+            if instance is None or not isinstance(value, cst.Call) or _is_prepare(value) or not assign.targets:
+                continue
+            if not all(
+                target in facts.loaders | facts.optimizers
+                and target not in facts.prepared
+                and ("." not in target or target.startswith(f"{instance}.") and target.count(".") == 1)
+                for target in assign.targets
+            ):
+                continue
+            found = facts.method_prepare.setdefault(name, {}).setdefault(method, ())
+            facts.method_prepare[name][method] = (*found, *(t for t in assign.targets if t not in found))
+            covered.update(assign.targets)
+        return covered
 
     def _library_training_classes(self) -> None:
         """A library's training classes (constructed by the entry script, which passes the

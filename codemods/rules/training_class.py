@@ -94,7 +94,7 @@ class _AcceleratorUses(cst.CSTVisitor):
 def _plan(node: cst.ClassDef, accelerator: str, facts: ScriptFacts) -> _ClassPlan:
     name = node.name.value
     plan = _ClassPlan(
-        uses_accelerator=bool(facts.class_prepare.get(name)),
+        uses_accelerator=bool(facts.class_prepare.get(name) or facts.method_prepare.get(name)),
         binds=facts.method_binds.get(name, {}),
         calls=facts.method_calls.get(name, {}),
     )
@@ -126,6 +126,25 @@ class _GiveAccelerator(RuleTransformer):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if len(self.scope) == 2 and self.scope[0] in self.plans:
             self._local_binding = _binds(node, self.accelerator)
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        """``train_loader = DataLoader(...)`` in ``Trainer.run``: prepared right there."""
+        if len(self.scope) != 2 or len(updated_node.body) != 1 or not isinstance(updated_node.body[0], cst.Assign):
+            return updated_node
+        wanted = self.facts.method_prepare.get(self.scope[0], {}).get(self.scope[1], ())
+        assign = updated_node.body[0]
+        targets = [dotted(target.target) for target in assign.targets]
+        accelerator = self._instance_accelerator()
+        if not targets or not all(t in wanted for t in targets) or accelerator is None:
+            return updated_node
+        names = [t for t in targets if t is not None]
+        where = ".".join(self.scope)
+        self.report(original_node, TrainingClass.code, f"{where} prepares {', '.join(names)} where it is built")
+        indent = " " * 4 * (len(self._anchors))
+        prepare = prepare_statement(cst.Module([]).code_for_node(accelerator), names, indent)
+        return cst.FlattenSentinel([updated_node, prepare])
 
     def _instance_accelerator(self) -> cst.Attribute | None:
         """``self.accelerator`` where a rewritten method should read it, else None."""
@@ -218,6 +237,8 @@ class _GiveAccelerator(RuleTransformer):
         last = -1
         bound: set[str] = set()
         for index, line in enumerate(statements):
+            if _assigns_none(line):
+                continue  # ``self.optimizer = None``: a placeholder, built later elsewhere
             here = {name for name in assigned_in(line) if name in attributes}
             for called in _called_methods(line, instance, plan):
                 here |= _bound_through(called, plan) & set(attributes)
@@ -256,6 +277,16 @@ def _called_methods(line: cst.BaseStatement, instance: str, plan: _ClassPlan) ->
         ):
             found.add(func.attr.value)
     return found
+
+
+def _assigns_none(line: cst.BaseStatement) -> bool:
+    return (
+        isinstance(line, cst.SimpleStatementLine)
+        and len(line.body) == 1
+        and isinstance(line.body[0], cst.Assign)
+        and isinstance(line.body[0].value, cst.Name)
+        and line.body[0].value.value == "None"
+    )
 
 
 def _bound_through(method: str, plan: _ClassPlan) -> set[str]:

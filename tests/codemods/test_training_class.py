@@ -172,14 +172,68 @@ def test_a_class_building_its_own_objects_prepares_them_after_the_last_one_is_bu
     assert "ACC920" not in {change.code for change in changes}
 
 
-def test_a_training_object_built_outside_init_is_reported_not_prepared() -> None:
+def test_a_model_built_outside_init_is_reported_and_its_optimizer_prepared_where_built() -> None:
     late = SOLVER.replace("        self.build_model()\n", "").replace(
         "    def train(self):\n", "    def train(self):\n        self.build_model()\n"
     )
     code, changes = convert(late)
     reported = [change for change in changes if change.code == "ACC920"]
-    assert sorted(change.message.split()[0] for change in reported) == ["self.net", "self.opt"]
+    # A model is prepared with what trains it; an optimizer can be prepared on its own.
+    assert sorted(change.message.split()[0] for change in reported) == ["self.net"]
+    assert "self.opt = self.accelerator.prepare(self.opt)" in method_source(code, "Solver", "build_model")
     assert "self.loader = self.accelerator.prepare(self.loader)" in method_source(code, "Solver", "__init__")
+
+
+def test_loaders_and_optimizers_a_method_builds_are_prepared_where_they_are_built() -> None:
+    # minGPT's Trainer: the optimizer comes from the model's ``configure_optimizers`` and the
+    # loader is a local of ``run``; ``self.optimizer = None`` in ``__init__`` only makes room.
+    code, changes = convert(
+        """\
+class GPT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.head(x)
+
+    def configure_optimizers(self, config):
+        optimizer = torch.optim.AdamW(self.parameters(), lr=config.lr)
+        return optimizer
+
+
+class Trainer:
+    def __init__(self, config, model, train_dataset):
+        self.config = config
+        self.model = model
+        self.optimizer = None
+        self.train_dataset = train_dataset
+
+    def run(self):
+        model, config = self.model, self.config
+        self.optimizer = model.configure_optimizers(config)
+        train_loader = DataLoader(self.train_dataset, batch_size=config.batch_size, shuffle=True)
+        for x, y in train_loader:
+            loss = F.mse_loss(model(x), y)
+            model.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+
+
+def main(config):
+    model = GPT()
+    trainer = Trainer(config, model, TensorDataset(torch.randn(16, 4), torch.randn(16, 4)))
+    trainer.run()
+"""
+    )
+    run = method_source(code, "Trainer", "run")
+    assert "self.optimizer = self.accelerator.unwrap_model(model).configure_optimizers(config)" in run
+    assert "self.optimizer = self.accelerator.prepare(self.optimizer)" in run
+    assert "train_loader = self.accelerator.prepare(train_loader)" in run
+    assert "    model = accelerator.prepare(model)" in code.splitlines()
+    assert "self.accelerator.prepare" not in method_source(code, "Trainer", "__init__")
+    assert "ACC920" not in {change.code for change in changes}
+    assert free_accelerator_reads(code, "Trainer") == []
 
 
 def test_a_class_constructed_in_a_helper_gets_the_accelerator_through_the_helper() -> None:
