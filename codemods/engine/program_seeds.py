@@ -151,12 +151,17 @@ def seed_parameter_roles(conclusions: _Conclusions, seeds: ProgramSeeds) -> None
 
 def library_home(conclusions: _Conclusions, seeds: ProgramSeeds) -> None:
     """A library builds nothing it trains and creates no accelerator: its functions that the
-    accelerator reaches (called only from code holding it) and what they call get it."""
+    accelerator reaches (called only from code holding it) and what they call get it.
+
+    A class constructed there is not one of them: its methods have no parameter to receive the
+    accelerator (a ``MetricLogger`` whose ``log_every`` prints), so it reaches them only as
+    ``self.accelerator`` when the class turns out to be a training class (which then receives
+    it in ``__init__``, see ``_library_training_classes``)."""
     facts = conclusions.facts
     facts.home_kind = "library"
     facts.main_function = None
     facts.creating_function = None
-    facts.accessible_functions = conclusions._reachable(set(seeds.accelerator_reaches))
+    facts.accessible_functions = conclusions._reachable(set(seeds.accelerator_reaches) - set(conclusions.r.classes))
 
 
 def imported_accelerator_call(
