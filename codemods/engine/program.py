@@ -480,11 +480,16 @@ def convert_program(modules: Sequence[ProgramModule], entry: str, options: Optio
     seeds = program.plan()
     takes_accelerator: dict[str, int | None] = {}
     outcomes: dict[str, ConversionOutcome] = {}
+    saved = False
     for name in program.order():
         module = program.modules[name]
-        module_seeds = replace(seeds[name], accelerator_parameters=tuple(sorted(takes_accelerator.items())))
+        module_seeds = replace(
+            seeds[name], accelerator_parameters=tuple(sorted(takes_accelerator.items())), saved_elsewhere=saved
+        )
         outcome = convert_module(module.module, options, module.source, module_seeds)
         outcomes[name] = outcome
         if outcome.module is not module.module:
             takes_accelerator.update(accelerator_parameters(name, program.shapes[name], outcome.module))
+        # A checkpoint a library saves (``utils.save_checkpoint``) may be loaded by its importers.
+        saved = saved or "accelerator.save(" in outcome.module.code
     return outcomes

@@ -58,6 +58,9 @@ class ProgramSeeds:
     #: Imported functions that take the accelerator once converted → where the parameter sits
     #: among the positional ones (None: keyword-only).
     accelerator_parameters: tuple[tuple[str, int | None], ...] = ()
+    #: Another module of the program (converted before this one) saves with ``accelerator.save``:
+    #: this module's ``torch.load`` lines wait for every rank first, as in a script that saves.
+    saved_elsewhere: bool = False
     #: Names bound by relative imports (``from .utils import save``) → absolute qualified name.
     relative_imports: tuple[tuple[str, str], ...] = ()
     #: Names a ``from <program module> import *`` binds → absolute qualified name.

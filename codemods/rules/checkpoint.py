@@ -264,9 +264,12 @@ class CheckpointCodemod(Rule):
         )
         rewriter = _CheckpointRewriter(facts, module, facts.lines_mentioning(words), options.target == "runtime")
         new_module = module.visit(rewriter)
-        if rewriter.saves and rewriter.loads:
+        saved_elsewhere = facts.program is not None and facts.program.saved_elsewhere
+        if (rewriter.saves or saved_elsewhere) and rewriter.loads:
             loads = facts.lines_mentioning(callee_words(facts, ("torch.load",)))
-            new_module = new_module.visit(_WaitBeforeLoads(facts, loads))
+            waits = _WaitBeforeLoads(facts, loads, report=not rewriter.saves)
+            new_module = new_module.visit(waits)
+            return new_module, [*rewriter.changes(module), *waits.changes(module)]
         return new_module, rewriter.changes(module)
 
 
@@ -474,7 +477,12 @@ _PLAIN_VALUES = (cst.SimpleString, cst.ConcatenatedString, cst.Integer, cst.Floa
 
 class _WaitBeforeLoads(RuleTransformer):
     """In a script that saves, every ``torch.load`` line first waits for the other ranks: the
-    main process may just have written the file."""
+    main process may just have written the file. ``report``: each wait is reported (the save is
+    in another module of the program, so no report of this module announces it)."""
+
+    def __init__(self, facts: ScriptFacts, lines: set[int], report: bool = False) -> None:
+        super().__init__(facts, lines)
+        self.report_waits = report
 
     def entering_node(self, node: cst.CSTNode) -> bool:
         # Only statement lists change: statement lines and expressions need no walk (rebuilding
@@ -515,6 +523,12 @@ class _WaitBeforeLoads(RuleTransformer):
                     )
                 )
                 statement = statement.with_changes(leading_lines=())
+                if self.report_waits:
+                    self.report(
+                        statement,
+                        CheckpointCodemod.code,
+                        "every rank waits before torch.load: another module of the program saves the checkpoints",
+                    )
             result.append(statement)
         return result if len(result) != len(statements) else None
 
