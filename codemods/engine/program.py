@@ -256,6 +256,47 @@ class _Calls(NameCollector):
         self.found.append(_CrossCall(self.name, caller, module, function, tuple(arguments)))
 
 
+class _InstanceCalls(NameCollector):
+    """Instances of other program modules' classes (``stopper = pytorchtools.EarlyStopping(...)``)
+    and the plain names passed to them: to the constructor, to the instance itself
+    (``stopper(val_loss, model)``) or to one of its methods (``stopper.step(model)``).
+    Names are file-wide, as facts are."""
+
+    def __init__(self, facts: ScriptFacts, name: str, classes: dict[str, set[str]]) -> None:
+        super().__init__()
+        self.facts, self.name, self.classes = facts, name, classes
+        #: Instance name → (module, class).
+        self.instances: dict[str, tuple[str, str]] = {}
+        #: (module, class) → names passed to it, with the calling function.
+        self.passed: dict[tuple[str, str], set[tuple[str, str]]] = {}
+
+    def _program_class(self, func: cst.BaseExpression) -> tuple[str, str] | None:
+        callee = program_callee(self.facts, func, self.scope)
+        if callee is None:
+            return None
+        module, _, cls = callee.rpartition(".")
+        return (module, cls) if module != self.name and cls in self.classes.get(module, set()) else None
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if isinstance(node.value, cst.Call) and len(node.targets) == 1:
+            found = self._program_class(node.value.func)
+            target = dotted(node.targets[0].target)
+            if found is not None and target is not None:
+                self.instances[target] = found
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        found = self._program_class(func)
+        if found is None:
+            instance = dotted(func.value) if isinstance(func, cst.Attribute) else dotted(func)
+            found = self.instances.get(instance) if instance is not None else None
+        if found is None:
+            return
+        caller = self.scope[0] if self.scope else "<module>"
+        names = {(caller, value) for arg in node.args if not arg.star and (value := dotted(arg.value)) is not None}
+        self.passed.setdefault(found, set()).update(names)
+
+
 def _follow(name: str, aliases: dict[str, str]) -> str:
     """Where a chain of re-exports ends (a cycle ends where it would repeat)."""
     seen = {name}
@@ -402,6 +443,14 @@ class Program:
                             roles[call.callee_module].setdefault(target, set()).add(param + name[len(argument) :])
                 if argument in prepared_in[call.caller_module]:
                     prepared[call.callee_module].add(param)
+        given_models: dict[str, set[str]] = {}
+        classes = {name: shape.classes for name, shape in self.shapes.items()}
+        for name, module in self.modules.items():
+            instances = _InstanceCalls(facts[name], name, classes)
+            module.module.visit(instances)
+            for (callee_module, cls), passed in instances.passed.items():
+                if any(value in facts[name].models and value in prepared_in[name] for _, value in passed):
+                    given_models.setdefault(callee_module, set()).add(cls)
         reaches = self._accelerator_reaches(calls, facts)
         loader_factories, looping, backward = set(), set(), set()
         for name, shape in self.shapes.items():
@@ -423,6 +472,7 @@ class Program:
                 parameter_roles=tuple(sorted((role, frozenset(names)) for role, names in roles[name].items())),
                 prepared=frozenset(prepared[name]),
                 accelerator_reaches=frozenset(reaches.get(name, set())),
+                classes_given_models=frozenset(given_models.get(name, set())),
                 loader_factories=frozenset(loader_factories),
                 looping_functions=frozenset(looping - {f"{name}.{f}" for f in self.shapes[name].params}),
                 backward_functions=frozenset(backward - {f"{name}.{f}" for f in self.shapes[name].params}),

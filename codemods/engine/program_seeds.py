@@ -61,6 +61,10 @@ class ProgramSeeds:
     #: Another module of the program (converted before this one) saves with ``accelerator.save``:
     #: this module's ``torch.load`` lines wait for every rank first, as in a script that saves.
     saved_elsewhere: bool = False
+    #: This module's classes whose instances code elsewhere in the program hands a prepared model
+    #: (``early_stopping(val_loss, model)`` with ``early_stopping = EarlyStopping(...)``): what
+    #: their methods save of it is reported (ACC914), since no accelerator reaches them.
+    classes_given_models: frozenset[str] = frozenset()
     #: Names bound by relative imports (``from .utils import save``) → absolute qualified name.
     relative_imports: tuple[tuple[str, str], ...] = ()
     #: Names a ``from <program module> import *`` binds → absolute qualified name.

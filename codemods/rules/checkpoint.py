@@ -264,13 +264,19 @@ class CheckpointCodemod(Rule):
         )
         rewriter = _CheckpointRewriter(facts, module, facts.lines_mentioning(words), options.target == "runtime")
         new_module = module.visit(rewriter)
+        handed = _classes_given_models(module, facts)
+        reported: list[Change] = []
+        if handed:
+            saves = _SavesOfHandedModels(facts, facts.lines_mentioning(callee_words(facts, ("torch.save",))), handed)
+            module.visit(saves)
+            reported = saves.changes(module)
         saved_elsewhere = facts.program is not None and facts.program.saved_elsewhere
         if (rewriter.saves or saved_elsewhere) and rewriter.loads:
             loads = facts.lines_mentioning(callee_words(facts, ("torch.load",)))
             waits = _WaitBeforeLoads(facts, loads, report=not rewriter.saves)
             new_module = new_module.visit(waits)
-            return new_module, [*rewriter.changes(module), *waits.changes(module)]
-        return new_module, rewriter.changes(module)
+            return new_module, [*rewriter.changes(module), *waits.changes(module), *reported]
+        return new_module, [*rewriter.changes(module), *reported]
 
 
 class _CheckpointRewriter(RuleTransformer):
@@ -469,6 +475,73 @@ class _CheckpointInterest(cst.CSTVisitor):
         ):
             self.found = True
         return not self.found
+
+
+def _classes_given_models(module: cst.Module, facts: ScriptFacts) -> set[str]:
+    """Module-level classes, other than training classes, whose instances receive a model that
+    is prepared (``early_stopping(val_loss, model)`` with ``early_stopping = EarlyStopping(...)``,
+    Bjarten's early stopping): in this file, or, for a module of a program, in another module."""
+    seeded = set(facts.program.classes_given_models) if facts.program is not None else set()
+    classes = {line.name.value for line in module.body if isinstance(line, cst.ClassDef)}
+    finder = _HandedModels(facts, classes - facts.training_classes)
+    walk(module, finder)
+    return (seeded | finder.found) - facts.training_classes
+
+
+class _HandedModels(cst.CSTVisitor):
+    """Which of ``classes`` get a model of the file: as a constructor argument, or as an argument
+    of a call of an instance (names file-wide, as facts are). Local: reads the module once."""
+
+    def __init__(self, facts: ScriptFacts, classes: set[str]) -> None:
+        super().__init__()
+        self.facts, self.classes = facts, classes
+        self.instances: dict[str, str] = {}
+        self.found: set[str] = set()
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        value = node.value
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in self.classes:
+            for target in node.targets:
+                name = dotted(target.target)
+                if name is not None:
+                    self.instances[name] = value.func.value
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        owner = func.value if isinstance(func, cst.Attribute) else func
+        name = dotted(owner)
+        cls = (
+            func.value if isinstance(func, cst.Name) and func.value in self.classes else self.instances.get(name or "")
+        )
+        if cls is not None and any(dotted(arg.value) in self.facts.models for arg in node.args if not arg.star):
+            self.found.add(cls)
+
+
+class _SavesOfHandedModels(RuleTransformer):
+    """``torch.save`` in the methods of a class handed a prepared model (no accelerator reaches
+    them): every rank writes the file, with DDP's ``module.`` keys when it is the model's state.
+    Reported (ACC914), not rewritten."""
+
+    def __init__(self, facts: ScriptFacts, lines: set[int], classes: set[str]) -> None:
+        super().__init__(facts, lines)
+        self.classes = classes
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return len(self.scope) == 1 and node.name.value in self.classes
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return bool(self.scope) and self.scope[0] in self.classes
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if self.scope and self.scope[0] in self.classes and self.facts.callee_name(original_node.func) == "torch.save":
+            self.report(
+                original_node,
+                "ACC914",
+                f"torch.save in {self.scope[0]}, which is handed the prepared model: every rank writes this file, "
+                "with DDP's 'module.' keys (save accelerator.unwrap_model(model) on the main process)",
+                False,
+            )
+        return updated_node
 
 
 #: Argument values that never hold a model attribute or a save/load call.

@@ -225,3 +225,180 @@ def test_module_level_code_passes_the_accelerator_and_a_library_class_keeps_it()
     # The loader it evaluates is prepared (sharded) by the entry: its outputs are gathered.
     assert "out, y = self.accelerator.gather_for_metrics((out, y))" in evaluation
     assert '        self.accelerator.print("within 1:", total)' in evaluation
+
+
+LOGGER_UTILS = """\
+import torch
+
+
+class MetricLogger:
+    def __init__(self, delimiter="  "):
+        self.delimiter = delimiter
+
+    def log_every(self, iterable, print_freq, header=None):
+        for i, obj in enumerate(iterable):
+            yield obj
+            if i % print_freq == 0:
+                print(f"{header} [{i}/{len(iterable)}]")
+"""
+
+LOGGER_ENGINE = """\
+import torch
+
+import utils
+
+
+def train_one_epoch(model, loader, optimizer, epoch):
+    metric_logger = utils.MetricLogger()
+    for x, y in metric_logger.log_every(loader, 10, f"Epoch: [{epoch}]"):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    print("epoch done")
+"""
+
+LOGGER_TRAIN = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from engine import train_one_epoch
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        train_one_epoch(model, loader, optimizer, epoch)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_library_class_the_training_code_constructs_keeps_its_print() -> None:
+    # torchvision's detection utils: ``train_one_epoch`` (which gets the accelerator) constructs
+    # ``utils.MetricLogger()``; the logger's methods have no accelerator: print stays print.
+    code = converted("train", train=LOGGER_TRAIN, engine=LOGGER_ENGINE, utils=LOGGER_UTILS)
+    assert code["utils"] == LOGGER_UTILS
+    assert 'accelerator.print("epoch done")' in code["engine"]
+
+
+SAVING_UTILS = """\
+import torch
+
+
+def save_checkpoint(state, filename):
+    torch.save(state, filename)
+"""
+
+SAVING_TRAINER = """\
+import torch
+
+from utils import save_checkpoint
+
+
+class Trainer:
+    def __init__(self, *args, **kwargs):
+        self.model = kwargs["model"]
+        self.optimizer = kwargs["optimizer"]
+
+    def train(self, loader):
+        for x, y in loader:
+            self.optimizer.zero_grad()
+            torch.nn.functional.mse_loss(self.model(x), y).backward()
+            self.optimizer.step()
+        save_checkpoint({"state_dict": self.model.state_dict()}, "last.pt")
+"""
+
+SAVING_RUN = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from trainer import Trainer
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    Trainer(model=model, optimizer=optimizer).train(loader)
+    state = torch.load("last.pt")
+    print(sorted(state["state_dict"]))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_training_class_passes_its_accelerator_to_the_library_functions_that_take_it() -> None:
+    # sthalles/SimCLR: the library function gains the parameter, so every call of it must pass it.
+    code = converted("run", run=SAVING_RUN, trainer=SAVING_TRAINER, utils=SAVING_UTILS)
+    assert "def save_checkpoint(state, filename, accelerator):" in code["utils"]
+    trainer = code["trainer"]
+    assert (
+        'save_checkpoint({"state_dict": self.accelerator.unwrap_model(self.model).state_dict()}, '
+        '"last.pt", self.accelerator)'
+    ) in trainer
+    # The checkpoint the library writes on the main process is read after every rank waits.
+    run = code["run"].splitlines()
+    assert run[run.index('    state = torch.load("last.pt")') - 1] == "    accelerator.wait_for_everyone()"
+
+
+STOPPER = """\
+import numpy as np
+import torch
+
+
+class EarlyStopping:
+    def __init__(self, patience=7, path="checkpoint.pt"):
+        self.patience = patience
+        self.path = path
+        self.best = None
+        self.early_stop = False
+
+    def __call__(self, val_loss, model):
+        if self.best is None or val_loss < self.best:
+            self.best = val_loss
+            self.save_checkpoint(model)
+
+    def save_checkpoint(self, model):
+        torch.save(model.state_dict(), self.path)
+"""
+
+STOPPING_TRAIN = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from pytorchtools import EarlyStopping
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    early_stopping = EarlyStopping(patience=2)
+    for epoch in range(5):
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+        early_stopping(loss.item(), VALUE)
+    model.load_state_dict(torch.load("checkpoint.pt"))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_library_class_handed_the_prepared_model_reports_its_save() -> None:
+    # Bjarten's EarlyStopping saves ``model.state_dict()`` on every rank, with DDP's keys: it is
+    # reported where it saves, never left silently.
+    handed = reports("train", "ACC914", train=STOPPING_TRAIN.replace("VALUE", "model"), pytorchtools=STOPPER)
+    assert handed["pytorchtools"] == [18]
+    not_handed = reports("train", "ACC914", train=STOPPING_TRAIN.replace("VALUE", "loader"), pytorchtools=STOPPER)
+    assert not_handed["pytorchtools"] == []
