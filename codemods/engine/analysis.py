@@ -1094,6 +1094,21 @@ class _Conclusions:
                 self.facts.self_training_models.add(name)
                 continue
             methods |= {loop.method for loop, _ in self.loader_loops if loop.function == name and loop.method}
+            if (
+                not methods
+                and self.seeds is not None
+                and self.seeds.library
+                and name in self.seeds.classes_given_models
+            ):
+                # Handed the prepared model by the program (Bjarten's EarlyStopping): its methods
+                # that save need the accelerator (main process, unwrapped model).
+                methods = {
+                    call.scope[1]
+                    for call in self.r.calls
+                    if call.function == name
+                    and len(call.scope) >= 2
+                    and self.r.names.qualified_name(call.node.func, call.scope) == "torch.save"
+                }
             constructed = name in self.constructions or (
                 # A library's class constructed by code of the program that holds the accelerator.
                 self.seeds is not None and self.seeds.library and name in self.seeds.accelerator_reaches

@@ -93,6 +93,9 @@ class _ModuleShape:
     reexports: dict[str, str] = field(default_factory=dict)
     #: Program modules this module star-imports (``from .engine import *``).
     star_imports: list[str] = field(default_factory=list)
+    #: Module-level class → its methods → their parameters after the instance, and how many of
+    #: them are positional (``early_stopping(val_loss, model)`` fills ``__call__``'s).
+    methods: dict[str, dict[str, tuple[tuple[str, ...], int]]] = field(default_factory=dict)
 
 
 def local_imports(source: str | bytes, name: str, is_package: bool) -> set[str]:
@@ -166,6 +169,12 @@ class _Shape(cst.CSTVisitor):
                 ),
                 None,
             )
+            methods = self.shape.methods.setdefault(node.name.value, {})
+            for line in node.body.body if isinstance(node.body, cst.IndentedBlock) else ():
+                if isinstance(line, cst.FunctionDef):
+                    positional = [*line.params.posonly_params, *line.params.params][1:]
+                    every = [*positional, *line.params.kwonly_params]
+                    methods[line.name.value] = (tuple(p.name.value for p in every), len(positional))
             if init is not None:
                 params = init.params
                 every = [*params.posonly_params, *params.params, *params.kwonly_params][1:]
@@ -262,13 +271,16 @@ class _InstanceCalls(NameCollector):
     (``stopper(val_loss, model)``) or to one of its methods (``stopper.step(model)``).
     Names are file-wide, as facts are."""
 
-    def __init__(self, facts: ScriptFacts, name: str, classes: dict[str, set[str]]) -> None:
+    def __init__(self, facts: ScriptFacts, name: str, shapes: dict[str, _ModuleShape]) -> None:
         super().__init__()
-        self.facts, self.name, self.classes = facts, name, classes
+        self.facts, self.name, self.shapes = facts, name, shapes
+        self.classes = {module: shape.classes for module, shape in shapes.items()}
         #: Instance name → (module, class).
         self.instances: dict[str, tuple[str, str]] = {}
         #: (module, class) → names passed to it, with the calling function.
         self.passed: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        #: (module, parameter of one of its methods, name passed) for calls of an instance.
+        self.filled: set[tuple[str, str, str]] = set()
 
     def _program_class(self, func: cst.BaseExpression) -> tuple[str, str] | None:
         callee = program_callee(self.facts, func, self.scope)
@@ -295,6 +307,17 @@ class _InstanceCalls(NameCollector):
         caller = self.scope[0] if self.scope else "<module>"
         names = {(caller, value) for arg in node.args if not arg.star and (value := dotted(arg.value)) is not None}
         self.passed.setdefault(found, set()).update(names)
+        if self._program_class(func) is not None:
+            return  # the constructor: its arguments are followed as calls (``_Calls``)
+        method = func.attr.value if isinstance(func, cst.Attribute) else "__call__"
+        params, positional = self.shapes[found[0]].methods.get(found[1], {}).get(method, ((), 0))
+        for index, arg in enumerate(node.args):
+            value = dotted(arg.value)
+            if value is None or arg.star:
+                continue
+            param = arg.keyword.value if arg.keyword is not None else (params[index] if index < positional else None)
+            if param is not None and param in params:
+                self.filled.add((found[0], param, value))
 
 
 def _follow(name: str, aliases: dict[str, str]) -> str:
@@ -444,13 +467,20 @@ class Program:
                 if argument in prepared_in[call.caller_module]:
                     prepared[call.callee_module].add(param)
         given_models: dict[str, set[str]] = {}
-        classes = {name: shape.classes for name, shape in self.shapes.items()}
         for name, module in self.modules.items():
-            instances = _InstanceCalls(facts[name], name, classes)
+            instances = _InstanceCalls(facts[name], name, self.shapes)
             module.module.visit(instances)
             for (callee_module, cls), passed in instances.passed.items():
                 if any(value in facts[name].models and value in prepared_in[name] for _, value in passed):
                     given_models.setdefault(callee_module, set()).add(cls)
+            # ``early_stopping(val_loss, model)``: ``model`` of ``EarlyStopping.__call__`` is a
+            # (prepared) model there, as a function's parameter is.
+            for callee_module, param, value in instances.filled:
+                for role in ROLES:
+                    if value in getattr(facts[name], role):
+                        roles[callee_module].setdefault(role, set()).add(param)
+                if value in prepared_in[name]:
+                    prepared[callee_module].add(param)
         reaches = self._accelerator_reaches(calls, facts)
         loader_factories, looping, backward = set(), set(), set()
         for name, shape in self.shapes.items():

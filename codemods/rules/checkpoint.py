@@ -341,11 +341,21 @@ class _CheckpointRewriter(RuleTransformer):
             self._prepare_pending[-1] = False
         if not self._saves_in_line or not self.every_rank_reaches_here() or self._inside_file_written():
             return updated_node
+        if self._in_class_handed_the_model():
+            return updated_node
         barrier = cst.SimpleStatementLine(
             body=[cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))],
             leading_lines=updated_node.leading_lines,
         )
         return cst.FlattenSentinel([barrier, updated_node.with_changes(leading_lines=())])
+
+    def _in_class_handed_the_model(self) -> bool:
+        """In a library class that the program hands the prepared model (Bjarten's EarlyStopping,
+        whose ``save_checkpoint`` runs when this rank's validation loss improved): a barrier there
+        could be reached by some ranks only. ``accelerator.save`` needs none (it writes on the
+        main process, atomically); a load of the file elsewhere in the program waits first."""
+        seeds = self.facts.program
+        return seeds is not None and bool(self.scope) and self.scope[0] in seeds.classes_given_models
 
     def _inside_file_written(self) -> bool:
         """Inside ``with open(path, "wb") as f:``: the side-effects rule moves that whole block to

@@ -227,8 +227,17 @@ def test_module_level_code_passes_the_accelerator_and_a_library_class_keeps_it()
     assert '        self.accelerator.print("within 1:", total)' in evaluation
 
 
-LOGGER_UTILS = """\
+METER_UTILS = """\
 import torch
+
+
+class ProgressMeter:
+    def __init__(self, num_batches, prefix=""):
+        self.num_batches = num_batches
+        self.prefix = prefix
+
+    def display(self, batch):
+        print(f"{self.prefix}[{batch}/{self.num_batches}]")
 
 
 class MetricLogger:
@@ -242,26 +251,35 @@ class MetricLogger:
                 print(f"{header} [{i}/{len(iterable)}]")
 """
 
-LOGGER_ENGINE = """\
+METER_ENGINE = """\
 import torch
 
 import utils
 
 
 def train_one_epoch(model, loader, optimizer, epoch):
+    progress = utils.ProgressMeter(len(loader), prefix=f"Epoch: [{epoch}]")
+    for i, (x, y) in enumerate(loader):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        progress.display(i)
+    print("epoch done")
+
+
+def train_logged(model, loader, optimizer, epoch):
     metric_logger = utils.MetricLogger()
     for x, y in metric_logger.log_every(loader, 10, f"Epoch: [{epoch}]"):
         optimizer.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
         optimizer.step()
-    print("epoch done")
 """
 
-LOGGER_TRAIN = """\
+METER_TRAIN = """\
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from engine import train_one_epoch
+from engine import train_logged, train_one_epoch
 
 
 def main():
@@ -270,6 +288,7 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(2):
         train_one_epoch(model, loader, optimizer, epoch)
+        train_logged(model, loader, optimizer, epoch)
 
 
 if __name__ == "__main__":
@@ -277,12 +296,20 @@ if __name__ == "__main__":
 """
 
 
-def test_a_library_class_the_training_code_constructs_keeps_its_print() -> None:
-    # torchvision's detection utils: ``train_one_epoch`` (which gets the accelerator) constructs
-    # ``utils.MetricLogger()``; the logger's methods have no accelerator: print stays print.
-    code = converted("train", train=LOGGER_TRAIN, engine=LOGGER_ENGINE, utils=LOGGER_UTILS)
-    assert code["utils"] == LOGGER_UTILS
-    assert 'accelerator.print("epoch done")' in code["engine"]
+def test_library_classes_the_training_code_constructs_print_with_an_accelerator_or_as_before() -> None:
+    # pytorch/examples' ProgressMeter and torchvision's MetricLogger, constructed by functions that
+    # get the accelerator: never an ``accelerator.print`` where no accelerator is (NameError).
+    code = converted("train", train=METER_TRAIN, engine=METER_ENGINE, utils=METER_UTILS)
+    utils, engine = code["utils"], code["engine"]
+    # The meter is handed nothing of the training: its print stays as it was.
+    assert '        print(f"{self.prefix}[{batch}/{self.num_batches}]")' in utils
+    assert 'def __init__(self, num_batches, prefix=""):' in utils
+    # The logger loops over the prepared loader: it receives the accelerator and prints once.
+    assert '    def __init__(self, delimiter="  ", *, accelerator):' in utils
+    assert '                self.accelerator.print(f"{header} [{i}/{len(iterable)}]")' in utils
+    assert "metric_logger = utils.MetricLogger(accelerator=accelerator)" in engine
+    assert 'accelerator.print("epoch done")' in engine
+    assert not [line for line in utils.splitlines() if line.strip().startswith("accelerator.")]
 
 
 SAVING_UTILS = """\
@@ -395,10 +422,32 @@ if __name__ == "__main__":
 """
 
 
-def test_a_library_class_handed_the_prepared_model_reports_its_save() -> None:
-    # Bjarten's EarlyStopping saves ``model.state_dict()`` on every rank, with DDP's keys: it is
-    # reported where it saves, never left silently.
-    handed = reports("train", "ACC914", train=STOPPING_TRAIN.replace("VALUE", "model"), pytorchtools=STOPPER)
+def test_a_library_class_handed_the_prepared_model_saves_it_unwrapped_on_the_main_process() -> None:
+    # Bjarten's EarlyStopping saved ``model.state_dict()`` on every rank, with DDP's keys. Handed
+    # the prepared model, it receives the accelerator like a training class and saves once; no
+    # barrier in it (it saves when this rank's loss improved), the entry's load waits instead.
+    code = converted("train", train=STOPPING_TRAIN.replace("VALUE", "model"), pytorchtools=STOPPER)
+    stopper, train = code["pytorchtools"], code["train"]
+    assert '    def __init__(self, patience=7, path="checkpoint.pt", *, accelerator):' in stopper
+    assert "        self.accelerator.save(self.accelerator.unwrap_model(model).state_dict(), self.path)" in stopper
+    assert "wait_for_everyone" not in stopper
+    assert "early_stopping = EarlyStopping(patience=2, accelerator=accelerator)" in train
+    assert (
+        '    accelerator.wait_for_everyone()\n    accelerator.unwrap_model(model).load_state_dict(torch.load("checkpoint.pt"))'
+        in train
+    )
+    # Handed something else, it is left as it is.
+    other = converted("train", train=STOPPING_TRAIN.replace("VALUE", "loader"), pytorchtools=STOPPER)
+    assert other["pytorchtools"] == STOPPER
+
+
+def test_a_library_class_handed_the_prepared_model_where_no_accelerator_is_reports_its_save() -> None:
+    # Constructed by module-level code before the accelerator exists: it cannot receive it, and
+    # its save is reported, never left silently.
+    entry = (
+        STOPPING_TRAIN.replace("VALUE", "model")
+        .replace("    early_stopping = EarlyStopping(patience=2)\n", "")
+        .replace("def main():", "early_stopping = EarlyStopping(patience=2)\n\n\ndef main():")
+    )
+    handed = reports("train", "ACC914", train=entry, pytorchtools=STOPPER)
     assert handed["pytorchtools"] == [18]
-    not_handed = reports("train", "ACC914", train=STOPPING_TRAIN.replace("VALUE", "loader"), pytorchtools=STOPPER)
-    assert not_handed["pytorchtools"] == []
