@@ -646,7 +646,8 @@ class _Conclusions:
                     continue
                 values = [element.value for element in value.elements]
             for target, value in zip(assign.targets, values):
-                source = dotted(_peel_device_moves(value))
+                peeled = _peel_device_moves(value)
+                source = dotted(peeled) or _keyword_argument(peeled, owner, assign.scope[1])
                 if instance is None or not target.startswith(instance + ".") or source is None or source == target:
                     continue
                 self.arguments.setdefault((assign.function, target), set()).add((assign.function, source))
@@ -1140,6 +1141,21 @@ class _Conclusions:
                 self.facts.self_training_models.add(name)
                 continue
             methods |= {loop.method for loop, _ in self.loader_loops if loop.function == name and loop.method}
+            if (
+                not methods
+                and self.seeds is not None
+                and self.seeds.library
+                and name in self.seeds.classes_given_models
+            ):
+                # Handed the prepared model by the program (Bjarten's EarlyStopping): its methods
+                # that save need the accelerator (main process, unwrapped model).
+                methods = {
+                    call.scope[1]
+                    for call in self.r.calls
+                    if call.function == name
+                    and len(call.scope) >= 2
+                    and self.r.names.qualified_name(call.node.func, call.scope) == "torch.save"
+                }
             constructed = name in self.constructions or (
                 # A library's class constructed by code of the program that holds the accelerator.
                 self.seeds is not None and self.seeds.library and name in self.seeds.accelerator_reaches
@@ -1576,6 +1592,29 @@ def _peel_moves(value: cst.BaseExpression) -> cst.BaseExpression:
 
 def _is_cpu_string(value: cst.BaseExpression) -> bool:
     return isinstance(value, cst.SimpleString) and value.evaluated_value == "cpu"
+
+
+def _keyword_argument(value: cst.BaseExpression, owner: _Class, method: str) -> str | None:
+    """``model`` for ``kwargs['model']`` in a method taking ``**kwargs``: the argument passed as
+    ``model=...`` (sthalles/SimCLR's ``self.model = kwargs['model'].to(self.args.device)``)."""
+    if not isinstance(value, cst.Subscript) or not isinstance(value.value, cst.Name) or len(value.slice) != 1:
+        return None
+    index = value.slice[0].slice
+    if not isinstance(index, cst.Index) or not isinstance(index.value, cst.SimpleString):
+        return None
+    key = index.value.evaluated_value
+    node = next(
+        (
+            line
+            for line in (owner.node.body.body if isinstance(owner.node.body, cst.IndentedBlock) else ())
+            if isinstance(line, cst.FunctionDef) and line.name.value == method
+        ),
+        None,
+    )
+    star = node.params.star_kwarg if node is not None else None
+    if star is None or star.name.value != value.value.value or not isinstance(key, str) or not key.isidentifier():
+        return None
+    return key
 
 
 def _peel_device_moves(value: cst.BaseExpression) -> cst.BaseExpression:

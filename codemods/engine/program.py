@@ -93,6 +93,9 @@ class _ModuleShape:
     reexports: dict[str, str] = field(default_factory=dict)
     #: Program modules this module star-imports (``from .engine import *``).
     star_imports: list[str] = field(default_factory=list)
+    #: Module-level class → its methods → their parameters after the instance, and how many of
+    #: them are positional (``early_stopping(val_loss, model)`` fills ``__call__``'s).
+    methods: dict[str, dict[str, tuple[tuple[str, ...], int]]] = field(default_factory=dict)
 
 
 def local_imports(source: str | bytes, name: str, is_package: bool) -> set[str]:
@@ -166,6 +169,12 @@ class _Shape(cst.CSTVisitor):
                 ),
                 None,
             )
+            methods = self.shape.methods.setdefault(node.name.value, {})
+            for line in node.body.body if isinstance(node.body, cst.IndentedBlock) else ():
+                if isinstance(line, cst.FunctionDef):
+                    positional = [*line.params.posonly_params, *line.params.params][1:]
+                    every = [*positional, *line.params.kwonly_params]
+                    methods[line.name.value] = (tuple(p.name.value for p in every), len(positional))
             if init is not None:
                 params = init.params
                 every = [*params.posonly_params, *params.params, *params.kwonly_params][1:]
@@ -254,6 +263,61 @@ class _Calls(NameCollector):
                 arguments.append((param, value))
         caller = self.scope[0] if self.scope else "<module>"
         self.found.append(_CrossCall(self.name, caller, module, function, tuple(arguments)))
+
+
+class _InstanceCalls(NameCollector):
+    """Instances of other program modules' classes (``stopper = pytorchtools.EarlyStopping(...)``)
+    and the plain names passed to them: to the constructor, to the instance itself
+    (``stopper(val_loss, model)``) or to one of its methods (``stopper.step(model)``).
+    Names are file-wide, as facts are."""
+
+    def __init__(self, facts: ScriptFacts, name: str, shapes: dict[str, _ModuleShape]) -> None:
+        super().__init__()
+        self.facts, self.name, self.shapes = facts, name, shapes
+        self.classes = {module: shape.classes for module, shape in shapes.items()}
+        #: Instance name → (module, class).
+        self.instances: dict[str, tuple[str, str]] = {}
+        #: (module, class) → names passed to it, with the calling function.
+        self.passed: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        #: (module, parameter of one of its methods, name passed) for calls of an instance.
+        self.filled: set[tuple[str, str, str]] = set()
+
+    def _program_class(self, func: cst.BaseExpression) -> tuple[str, str] | None:
+        callee = program_callee(self.facts, func, self.scope)
+        if callee is None:
+            return None
+        module, _, cls = callee.rpartition(".")
+        return (module, cls) if module != self.name and cls in self.classes.get(module, set()) else None
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if isinstance(node.value, cst.Call) and len(node.targets) == 1:
+            found = self._program_class(node.value.func)
+            target = dotted(node.targets[0].target)
+            if found is not None and target is not None:
+                self.instances[target] = found
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        found = self._program_class(func)
+        if found is None:
+            instance = dotted(func.value) if isinstance(func, cst.Attribute) else dotted(func)
+            found = self.instances.get(instance) if instance is not None else None
+        if found is None:
+            return
+        caller = self.scope[0] if self.scope else "<module>"
+        names = {(caller, value) for arg in node.args if not arg.star and (value := dotted(arg.value)) is not None}
+        self.passed.setdefault(found, set()).update(names)
+        if self._program_class(func) is not None:
+            return  # the constructor: its arguments are followed as calls (``_Calls``)
+        method = func.attr.value if isinstance(func, cst.Attribute) else "__call__"
+        params, positional = self.shapes[found[0]].methods.get(found[1], {}).get(method, ((), 0))
+        for index, arg in enumerate(node.args):
+            value = dotted(arg.value)
+            if value is None or arg.star:
+                continue
+            param = arg.keyword.value if arg.keyword is not None else (params[index] if index < positional else None)
+            if param is not None and param in params:
+                self.filled.add((found[0], param, value))
 
 
 def _follow(name: str, aliases: dict[str, str]) -> str:
@@ -402,6 +466,21 @@ class Program:
                             roles[call.callee_module].setdefault(target, set()).add(param + name[len(argument) :])
                 if argument in prepared_in[call.caller_module]:
                     prepared[call.callee_module].add(param)
+        given_models: dict[str, set[str]] = {}
+        for name, module in self.modules.items():
+            instances = _InstanceCalls(facts[name], name, self.shapes)
+            module.module.visit(instances)
+            for (callee_module, cls), passed in instances.passed.items():
+                if any(value in facts[name].models and value in prepared_in[name] for _, value in passed):
+                    given_models.setdefault(callee_module, set()).add(cls)
+            # ``early_stopping(val_loss, model)``: ``model`` of ``EarlyStopping.__call__`` is a
+            # (prepared) model there, as a function's parameter is.
+            for callee_module, param, value in instances.filled:
+                for role in ROLES:
+                    if value in getattr(facts[name], role):
+                        roles[callee_module].setdefault(role, set()).add(param)
+                if value in prepared_in[name]:
+                    prepared[callee_module].add(param)
         reaches = self._accelerator_reaches(calls, facts)
         loader_factories, looping, backward = set(), set(), set()
         for name, shape in self.shapes.items():
@@ -423,6 +502,7 @@ class Program:
                 parameter_roles=tuple(sorted((role, frozenset(names)) for role, names in roles[name].items())),
                 prepared=frozenset(prepared[name]),
                 accelerator_reaches=frozenset(reaches.get(name, set())),
+                classes_given_models=frozenset(given_models.get(name, set())),
                 loader_factories=frozenset(loader_factories),
                 looping_functions=frozenset(looping - {f"{name}.{f}" for f in self.shapes[name].params}),
                 backward_functions=frozenset(backward - {f"{name}.{f}" for f in self.shapes[name].params}),
@@ -480,11 +560,16 @@ def convert_program(modules: Sequence[ProgramModule], entry: str, options: Optio
     seeds = program.plan()
     takes_accelerator: dict[str, int | None] = {}
     outcomes: dict[str, ConversionOutcome] = {}
+    saved = False
     for name in program.order():
         module = program.modules[name]
-        module_seeds = replace(seeds[name], accelerator_parameters=tuple(sorted(takes_accelerator.items())))
+        module_seeds = replace(
+            seeds[name], accelerator_parameters=tuple(sorted(takes_accelerator.items())), saved_elsewhere=saved
+        )
         outcome = convert_module(module.module, options, module.source, module_seeds)
         outcomes[name] = outcome
         if outcome.module is not module.module:
             takes_accelerator.update(accelerator_parameters(name, program.shapes[name], outcome.module))
+        # A checkpoint a library saves (``utils.save_checkpoint``) may be loaded by its importers.
+        saved = saved or "accelerator.save(" in outcome.module.code
     return outcomes

@@ -58,6 +58,13 @@ class ProgramSeeds:
     #: Imported functions that take the accelerator once converted → where the parameter sits
     #: among the positional ones (None: keyword-only).
     accelerator_parameters: tuple[tuple[str, int | None], ...] = ()
+    #: Another module of the program (converted before this one) saves with ``accelerator.save``:
+    #: this module's ``torch.load`` lines wait for every rank first, as in a script that saves.
+    saved_elsewhere: bool = False
+    #: This module's classes whose instances code elsewhere in the program hands a prepared model
+    #: (``early_stopping(val_loss, model)`` with ``early_stopping = EarlyStopping(...)``): what
+    #: their methods save of it is reported (ACC914), since no accelerator reaches them.
+    classes_given_models: frozenset[str] = frozenset()
     #: Names bound by relative imports (``from .utils import save``) → absolute qualified name.
     relative_imports: tuple[tuple[str, str], ...] = ()
     #: Names a ``from <program module> import *`` binds → absolute qualified name.
@@ -151,12 +158,17 @@ def seed_parameter_roles(conclusions: _Conclusions, seeds: ProgramSeeds) -> None
 
 def library_home(conclusions: _Conclusions, seeds: ProgramSeeds) -> None:
     """A library builds nothing it trains and creates no accelerator: its functions that the
-    accelerator reaches (called only from code holding it) and what they call get it."""
+    accelerator reaches (called only from code holding it) and what they call get it.
+
+    A class constructed there is not one of them: its methods have no parameter to receive the
+    accelerator (a ``MetricLogger`` whose ``log_every`` prints), so it reaches them only as
+    ``self.accelerator`` when the class turns out to be a training class (which then receives
+    it in ``__init__``, see ``_library_training_classes``)."""
     facts = conclusions.facts
     facts.home_kind = "library"
     facts.main_function = None
     facts.creating_function = None
-    facts.accessible_functions = conclusions._reachable(set(seeds.accelerator_reaches))
+    facts.accessible_functions = conclusions._reachable(set(seeds.accelerator_reaches) - set(conclusions.r.classes))
 
 
 def imported_accelerator_call(

@@ -264,10 +264,19 @@ class CheckpointCodemod(Rule):
         )
         rewriter = _CheckpointRewriter(facts, module, facts.lines_mentioning(words), options.target == "runtime")
         new_module = module.visit(rewriter)
-        if rewriter.saves and rewriter.loads:
+        handed = _classes_given_models(module, facts)
+        reported: list[Change] = []
+        if handed:
+            saves = _SavesOfHandedModels(facts, facts.lines_mentioning(callee_words(facts, ("torch.save",))), handed)
+            module.visit(saves)
+            reported = saves.changes(module)
+        saved_elsewhere = facts.program is not None and facts.program.saved_elsewhere
+        if (rewriter.saves or saved_elsewhere) and rewriter.loads:
             loads = facts.lines_mentioning(callee_words(facts, ("torch.load",)))
-            new_module = new_module.visit(_WaitBeforeLoads(facts, loads))
-        return new_module, rewriter.changes(module)
+            waits = _WaitBeforeLoads(facts, loads, report=not rewriter.saves)
+            new_module = new_module.visit(waits)
+            return new_module, [*rewriter.changes(module), *waits.changes(module), *reported]
+        return new_module, [*rewriter.changes(module), *reported]
 
 
 class _CheckpointRewriter(RuleTransformer):
@@ -332,11 +341,21 @@ class _CheckpointRewriter(RuleTransformer):
             self._prepare_pending[-1] = False
         if not self._saves_in_line or not self.every_rank_reaches_here() or self._inside_file_written():
             return updated_node
+        if self._in_class_handed_the_model():
+            return updated_node
         barrier = cst.SimpleStatementLine(
             body=[cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))],
             leading_lines=updated_node.leading_lines,
         )
         return cst.FlattenSentinel([barrier, updated_node.with_changes(leading_lines=())])
+
+    def _in_class_handed_the_model(self) -> bool:
+        """In a library class that the program hands the prepared model (Bjarten's EarlyStopping,
+        whose ``save_checkpoint`` runs when this rank's validation loss improved): a barrier there
+        could be reached by some ranks only. ``accelerator.save`` needs none (it writes on the
+        main process, atomically); a load of the file elsewhere in the program waits first."""
+        seeds = self.facts.program
+        return seeds is not None and bool(self.scope) and self.scope[0] in seeds.classes_given_models
 
     def _inside_file_written(self) -> bool:
         """Inside ``with open(path, "wb") as f:``: the side-effects rule moves that whole block to
@@ -468,13 +487,85 @@ class _CheckpointInterest(cst.CSTVisitor):
         return not self.found
 
 
+def _classes_given_models(module: cst.Module, facts: ScriptFacts) -> set[str]:
+    """Module-level classes, other than training classes, whose instances receive a model that
+    is prepared (``early_stopping(val_loss, model)`` with ``early_stopping = EarlyStopping(...)``,
+    Bjarten's early stopping): in this file, or, for a module of a program, in another module."""
+    seeded = set(facts.program.classes_given_models) if facts.program is not None else set()
+    classes = {line.name.value for line in module.body if isinstance(line, cst.ClassDef)}
+    finder = _HandedModels(facts, classes - facts.training_classes)
+    walk(module, finder)
+    return (seeded | finder.found) - facts.training_classes
+
+
+class _HandedModels(cst.CSTVisitor):
+    """Which of ``classes`` get a model of the file: as a constructor argument, or as an argument
+    of a call of an instance (names file-wide, as facts are). Local: reads the module once."""
+
+    def __init__(self, facts: ScriptFacts, classes: set[str]) -> None:
+        super().__init__()
+        self.facts, self.classes = facts, classes
+        self.instances: dict[str, str] = {}
+        self.found: set[str] = set()
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        value = node.value
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in self.classes:
+            for target in node.targets:
+                name = dotted(target.target)
+                if name is not None:
+                    self.instances[name] = value.func.value
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        owner = func.value if isinstance(func, cst.Attribute) else func
+        name = dotted(owner)
+        cls = (
+            func.value if isinstance(func, cst.Name) and func.value in self.classes else self.instances.get(name or "")
+        )
+        if cls is not None and any(dotted(arg.value) in self.facts.models for arg in node.args if not arg.star):
+            self.found.add(cls)
+
+
+class _SavesOfHandedModels(RuleTransformer):
+    """``torch.save`` in the methods of a class handed a prepared model (no accelerator reaches
+    them): every rank writes the file, with DDP's ``module.`` keys when it is the model's state.
+    Reported (ACC914), not rewritten."""
+
+    def __init__(self, facts: ScriptFacts, lines: set[int], classes: set[str]) -> None:
+        super().__init__(facts, lines)
+        self.classes = classes
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return len(self.scope) == 1 and node.name.value in self.classes
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return bool(self.scope) and self.scope[0] in self.classes
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if self.scope and self.scope[0] in self.classes and self.facts.callee_name(original_node.func) == "torch.save":
+            self.report(
+                original_node,
+                "ACC914",
+                f"torch.save in {self.scope[0]}, which is handed the prepared model: every rank writes this file, "
+                "with DDP's 'module.' keys (save accelerator.unwrap_model(model) on the main process)",
+                False,
+            )
+        return updated_node
+
+
 #: Argument values that never hold a model attribute or a save/load call.
 _PLAIN_VALUES = (cst.SimpleString, cst.ConcatenatedString, cst.Integer, cst.Float, cst.Name)
 
 
 class _WaitBeforeLoads(RuleTransformer):
     """In a script that saves, every ``torch.load`` line first waits for the other ranks: the
-    main process may just have written the file."""
+    main process may just have written the file. ``report``: each wait is reported (the save is
+    in another module of the program, so no report of this module announces it)."""
+
+    def __init__(self, facts: ScriptFacts, lines: set[int], report: bool = False) -> None:
+        super().__init__(facts, lines)
+        self.report_waits = report
 
     def entering_node(self, node: cst.CSTNode) -> bool:
         # Only statement lists change: statement lines and expressions need no walk (rebuilding
@@ -515,6 +606,12 @@ class _WaitBeforeLoads(RuleTransformer):
                     )
                 )
                 statement = statement.with_changes(leading_lines=())
+                if self.report_waits:
+                    self.report(
+                        statement,
+                        CheckpointCodemod.code,
+                        "every rank waits before torch.load: another module of the program saves the checkpoints",
+                    )
             result.append(statement)
         return result if len(result) != len(statements) else None
 

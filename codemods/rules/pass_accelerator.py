@@ -248,13 +248,15 @@ class Helpers(Rule):
         for caller, callees in facts.call_graph.items():
             if caller in survey.functions:  # calls in statements the survey did not walk
                 survey.functions[caller].calls |= callees
-        passes_on = callers_of_imported_accelerator_users(facts) & set(survey.functions)
-        for caller in passes_on:
+        # Every caller of an imported function that now takes the accelerator must pass it: a
+        # module-level function (given the parameter in turn), module-level code of an entry script
+        # after the creation, a training class's method (its ``self.accelerator``); any other
+        # caller is reported. Left alone, the call would fail with a missing argument.
+        callers = callers_of_imported_accelerator_users(facts)
+        for caller in callers & set(survey.functions):
             survey.functions[caller].uses_accelerator = True
         needs = needing_parameter(survey.functions, facts.creating_function or facts.main_function)
-        # Module-level code of an entry script holds the accelerator after creating it.
-        from_module = "<module>" in callers_of_imported_accelerator_users(facts)
-        if not needs and not passes_on and not from_module:
+        if not needs and not callers:
             return module, []
         transformer = _PassAccelerator(facts, needs, survey.functions, accelerator)
         return module.visit(transformer), transformer.changes(module)

@@ -5,6 +5,14 @@ prints on the main process only. ``tqdm`` bars get ``disable=not accelerator.is_
 (merged with a ``disable=`` the script already passes). Only code that runs after the accelerator
 exists is changed: the creating function after its creation, and the functions it calls (which
 receive the accelerator, see ACC104). ``print`` inside a class's methods is left as it was.
+
+Python's ``logging`` prints once per rank too (``logging.info``, ``logger.info`` of a module
+logger, each rank appending to the file of ``logging.basicConfig(filename=...)``). The level the
+script configures, ``logging.basicConfig(level=logging.INFO)`` (or ``DEBUG``), applies on the main
+process only: the others get ``WARNING``, so progress records are logged once while warnings and
+errors still come from every rank. Where no accelerator is reachable (``basicConfig`` at module
+level, before ``main`` creates it) the launcher's ``RANK`` tells the main process. A logger given
+its own level (``logger.setLevel(logging.INFO)``) keeps logging on every rank.
 """
 
 from __future__ import annotations
@@ -145,6 +153,70 @@ class _Printing(RuleTransformer):
         return cst.ParenthesizedWhitespace(indent=False, last_line=cst.SimpleWhitespace(" " * opening))
 
 
+#: ``logging`` levels below WARNING, as a script names them: their records are progress chatter.
+_CHATTY_LEVELS = {"logging.DEBUG": "DEBUG", "logging.INFO": "INFO"}
+#: The launcher's rank test, for code that runs where no accelerator is reachable.
+_LAUNCHER_MAIN_PROCESS = 'int(os.environ.get("RANK", "0")) == 0'
+
+
+class _LoggingLevel(RuleTransformer):
+    """``logging.basicConfig(..., level=logging.INFO)`` → ``level=logging.INFO if <main process>
+    else logging.WARNING``."""
+
+    def __init__(self, facts: ScriptFacts) -> None:
+        super().__init__(facts, lines_of(facts.call_sites.get("logging.basicConfig", ())))
+        #: Levels chosen by the launcher's ``RANK`` (they need ``import os``).
+        self.by_rank = 0
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if self.qualified_name(original_node.func) != "logging.basicConfig":
+            return updated_node
+        for index, arg in enumerate(updated_node.args):
+            if arg.keyword is None or arg.keyword.value != "level":
+                continue
+            quieter = self._warning_like(arg.value)
+            if quieter is None:
+                return updated_node
+            main = self._main_process()
+            if main is None:
+                return updated_node
+            value = cst.IfExp(test=main, body=arg.value, orelse=quieter)
+            self.report(
+                original_node,
+                Printing.code,
+                "logging at this level on the main process only (the others log warnings and errors)",
+                header_only=True,
+            )
+            args = list(updated_node.args)
+            args[index] = arg.with_changes(value=value)
+            return updated_node.with_changes(args=args)
+        return updated_node
+
+    def _warning_like(self, level: cst.BaseExpression) -> cst.BaseExpression | None:
+        """``WARNING`` written the way ``level`` is (``logging.WARNING``, ``"WARNING"``, ``30``);
+        None for a level that is not DEBUG or INFO (or not a plain one)."""
+        if isinstance(level, (cst.Attribute, cst.Name)) and self.qualified_name(level) in _CHATTY_LEVELS:
+            if isinstance(level, cst.Attribute):
+                return level.with_changes(attr=cst.Name("WARNING"))
+            return None  # ``from logging import INFO``: WARNING may not be imported
+        if isinstance(level, cst.SimpleString) and level.evaluated_value in ("DEBUG", "INFO"):
+            return cst.SimpleString(f"{level.prefix}{level.quote}WARNING{level.quote}")
+        if isinstance(level, cst.Integer) and level.evaluated_value in (10, 20):
+            return cst.Integer("30")
+        return None
+
+    def _main_process(self) -> cst.BaseExpression | None:
+        instance = self.instance_accelerator()
+        if instance is not None:
+            return cst.Attribute(instance, cst.Name("is_main_process"))
+        if self.accelerator_reachable():
+            return cst.Attribute(cst.Name(self.accelerator), cst.Name("is_main_process"))
+        if self.facts.name_table.scopes[()].binds("os") and self.facts.imports.get("os") != "os":
+            return None  # ``os`` is something else here
+        self.by_rank += 1
+        return expression(_LAUNCHER_MAIN_PROCESS)
+
+
 def _tests_rank(test: cst.BaseExpression) -> bool:
     """An ``if`` test that picks processes: it reads ``RANK``/``LOCAL_RANK`` or a main-process flag."""
     code = cst.Module([]).code_for_node(test)
@@ -216,13 +288,21 @@ class Printing(Rule):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return facts.has_accelerator and (
-            "print" in facts.called or bool(facts.called & PROGRESS_BARS) or bool(facts.called & CONSOLE_WRITES)
+        return facts.has_accelerator and bool(
+            facts.called & {"print", "logging.basicConfig", *PROGRESS_BARS, *CONSOLE_WRITES}
         )
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         transformer = _Printing(facts, facts.existing_accelerator or facts.accelerator_name)
         converted = module.visit(transformer)
-        if transformer.guarded_prints and not imports_module(converted, "os"):
+        changes = transformer.changes(module)
+        by_rank = transformer.guarded_prints
+        if "logging.basicConfig" in facts.call_sites:
+            levels = _LoggingLevel(facts)
+            walked = converted
+            converted = walked.visit(levels)
+            by_rank += levels.by_rank
+            changes = [*changes, *levels.changes(walked)]
+        if by_rank and not imports_module(converted, "os"):
             converted = add_import(converted, cast(cst.SimpleStatementLine, statement("import os")))
-        return converted, transformer.changes(module)
+        return converted, changes

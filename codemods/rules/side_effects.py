@@ -7,7 +7,9 @@ statements are put under ``if accelerator.is_main_process:``; a tracker object i
 main process only (``writer = SummaryWriter(...) if accelerator.is_main_process else None``, so
 that passing it on still works everywhere) and its logging calls are guarded. Creating an output folder is guarded the same
 way and followed by ``accelerator.wait_for_everyone()``, so that no rank writes into the folder
-before it exists. Where the accelerator is not reachable the write is reported (ACC916).
+before it exists. Where the accelerator is not reachable the write is reported (ACC916). A tracker
+whose attributes code on every rank reads (``os.path.join(writer.log_dir, "training.log")``) is
+created on every rank and reported (ACC916): None would fail there.
 
 Deleting waits for every rank first (``wait_for_everyone()`` before the guard): another rank
 may still be reading the file.
@@ -219,14 +221,16 @@ class SideEffectsCodemod(Rule):
         # them under main_process_first, what their bodies leave on every rank is run first by
         # the main process alone (see _MainProcessGuard._report_after_download_calls).
         words |= facts.download_functions
-        rewriter = _MainProcessGuard(facts, facts.lines_mentioning(words))
+        rewriter = _MainProcessGuard(facts, facts.lines_mentioning(words), _trackers_read(module, facts))
         new_module = module.visit(rewriter)
         return new_module, rewriter.changes(module)
 
 
 class _MainProcessGuard(RuleTransformer):
-    def __init__(self, facts: ScriptFacts, lines: set[int]) -> None:
+    def __init__(self, facts: ScriptFacts, lines: set[int], trackers_read: frozenset[str] = frozenset()) -> None:
         super().__init__(facts, lines)
+        #: Trackers whose attributes code outside their logging calls reads (``writer.log_dir``).
+        self._trackers_read = trackers_read
         self._guarded_depth = 0
         self._original_of: dict[int, cst.CSTNode] = {}
         #: Original positions of the calls of download functions that stand where the downloads
@@ -367,12 +371,29 @@ class _MainProcessGuard(RuleTransformer):
         return cst.Attribute(value=cst.Name(self.accelerator), attr=cst.Name("is_main_process"))
 
     def _tracker_created_on_main_process(self, statement: cst.BaseStatement) -> cst.BaseStatement | None:
-        """``writer = SummaryWriter(...)`` → ``... if accelerator.is_main_process else None``."""
+        """``writer = SummaryWriter(...)`` → ``... if accelerator.is_main_process else None``.
+
+        Not a tracker whose attributes every rank reads outside its logging calls
+        (``logging.basicConfig(filename=os.path.join(writer.log_dir, ...))``, a checkpoint path
+        built from it and handed to a function that waits for every rank): None there would fail
+        on the other ranks. It is created on every rank and reported; its logging calls are still
+        guarded, so the other ranks' event files stay empty."""
         if _tracker_creation(statement, self.facts) is None:
             return None
         assert isinstance(statement, cst.SimpleStatementLine)
         assign = statement.body[0]
         assert isinstance(assign, cst.Assign)
+        read = sorted(target for target in _assigned_names(assign) if target in self._trackers_read)
+        if read:
+            self.findings.add(
+                self._original_of.get(id(statement), statement),
+                "ACC916",
+                f"{read[0]}'s attributes ({read[0]}.log_dir ...) are read by code every rank runs: the tracker is "
+                "created on every rank (its logging calls on the main process only, the other ranks' files stay "
+                "empty)",
+                False,
+            )
+            return None
         self.findings.add(
             self._original_of.get(id(statement), statement),
             SideEffectsCodemod.code,
@@ -422,9 +443,13 @@ class _MainProcessGuard(RuleTransformer):
 
 
 def _is_main_process_test(test: cst.BaseExpression, facts: ScriptFacts) -> bool:
-    name = dotted(test)
+    name = dotted(test) or ""
     acc = accelerator_name(facts)
-    return name in (f"{acc}.is_main_process", f"{acc}.is_local_main_process")
+    # ``self.accelerator.is_main_process`` too: a training class's guard (ACC108).
+    return any(
+        name == guard or name.endswith(f".{guard}")
+        for guard in (f"{acc}.is_main_process", f"{acc}.is_local_main_process")
+    )
 
 
 def _first_statement_after_accelerator(statements: Sequence[cst.BaseStatement], acc: str) -> int | None:
@@ -455,6 +480,48 @@ def _write_kind(statement: cst.BaseStatement, facts: ScriptFacts) -> str | None:
         return None
     kinds = {_call_kind(small, facts) for small in statement.body}
     return kinds.pop() if len(kinds) == 1 else None
+
+
+def _assigned_names(assign: cst.Assign) -> set[str]:
+    return {name for target in assign.targets if (name := dotted(target.target)) is not None}
+
+
+class _TrackerReads(cst.CSTVisitor):
+    """Trackers whose attributes are read outside a call of one of their methods: ``writer.log_dir``
+    (not ``writer.add_scalar(...)``, nor ``writer.log_dir`` inside such a call)."""
+
+    def __init__(self, trackers: set[str]) -> None:
+        super().__init__()
+        self.trackers = trackers
+        self.read: set[str] = set()
+        self._in_logging_call = 0
+
+    def _tracker_method(self, node: cst.Call) -> bool:
+        return isinstance(node.func, cst.Attribute) and dotted(node.func.value) in self.trackers
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        if self._tracker_method(node):
+            self._in_logging_call += 1
+        return True
+
+    def leave_Call(self, original_node: cst.Call) -> None:
+        if self._tracker_method(original_node):
+            self._in_logging_call -= 1
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        owner = dotted(node.value)
+        if owner in self.trackers and not self._in_logging_call:
+            self.read.add(owner)
+        return True
+
+
+def _trackers_read(module: cst.Module, facts: ScriptFacts) -> frozenset[str]:
+    """Trackers of ``facts`` whose attributes the module reads outside their logging calls."""
+    if not facts.trackers:
+        return frozenset()
+    visitor = _TrackerReads(facts.trackers)
+    module.visit(visitor)
+    return frozenset(visitor.read)
 
 
 def _tracker_creation(statement: cst.BaseStatement, facts: ScriptFacts) -> cst.Call | None:

@@ -260,3 +260,41 @@ def main():
     code, lines = convert(body)
     assert 'accelerator.save(accelerator.unwrap_model(model).state_dict(), "best.pt")' in lines
     assert "accelerator.wait_for_everyone()" not in lines
+
+
+def test_a_class_of_the_file_handed_the_prepared_model_reports_its_save() -> None:
+    # Bjarten's EarlyStopping in the training script: no accelerator reaches its methods, so its
+    # ``torch.save(model.state_dict(), ...)`` is reported (every rank writes DDP's keys).
+    source = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class EarlyStopping:
+    def __init__(self, path="checkpoint.pt"):
+        self.path = path
+
+    def __call__(self, val_loss, model):
+        torch.save(model.state_dict(), self.path)
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    stopper = EarlyStopping()
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        stopper(loss.item(), model)
+
+
+if __name__ == "__main__":
+    main()
+"""
+    _, changes = convert_text(source)
+    assert [(change.line, change.fixed) for change in changes if change.code == "ACC914"] == [(10, False)]
+    _, unrelated = convert_text(source.replace("stopper(loss.item(), model)", "stopper(loss.item(), loader)"))
+    assert [change for change in unrelated if change.code == "ACC914"] == []

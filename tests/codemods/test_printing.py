@@ -71,3 +71,67 @@ def test_a_print_before_the_function_creating_the_accelerator_runs_on_the_first_
     assert once.splitlines()[0] == "import os" or "\nimport os\n" in once
     # Converting again leaves the guarded prints (and everything else) alone.
     assert convert_module(cst.parse_module(once), Options()).module.code == once
+
+
+LOGGING_SCRIPT = """\
+import logging
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+logger = logging.getLogger(__name__)
+
+
+def main(epochs):
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for data, target in loader:
+        nn.functional.mse_loss(model(data), target).backward()
+        optimizer.step()
+    logger.info("done")
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level="DEBUG")
+    main(3)
+"""
+
+
+def test_the_configured_logging_level_applies_on_the_main_process_only() -> None:
+    # U-Net, early stopping, SimCLR: ``logging.info`` / ``logger.info`` would log once per rank.
+    from accel_convert.codemods import convert_module
+    from accel_convert.codemods.engine.model import Options
+
+    once = convert_module(cst.parse_module(LOGGING_SCRIPT), Options()).module.code
+    assert (
+        'logging.basicConfig(level=logging.INFO if accelerator.is_main_process else logging.WARNING, format="%(levelname)s %(message)s")'
+        in once
+    )
+    # Before the accelerator exists, the launcher's RANK tells the main process.
+    assert 'logging.basicConfig(level="DEBUG" if int(os.environ.get("RANK", "0")) == 0 else "WARNING")' in once
+    assert "\nimport os\n" in once
+    assert convert_module(cst.parse_module(once), Options()).module.code == once
+    quiet = LOGGING_SCRIPT.replace('level="DEBUG"', "level=logging.ERROR")
+    assert "level=logging.ERROR)" in convert_module(cst.parse_module(quiet), Options()).module.code
+
+
+def test_the_rank_chosen_level_logs_info_once_and_warnings_everywhere() -> None:
+    # What the rewritten configuration does on each rank (the standard library's logging).
+    import subprocess
+    import sys
+
+    program = (
+        "import logging, os\n"
+        'logging.basicConfig(level=logging.INFO if int(os.environ.get("RANK", "0")) == 0 else logging.WARNING)\n'
+        'logging.getLogger("engine").info("progress")\n'
+        'logging.warning("careful")\n'
+    )
+    logged = {}
+    for rank in ("0", "1"):
+        env = {"PATH": "/usr/bin:/bin", "RANK": rank}
+        run = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=30)
+        logged[rank] = run.stderr.splitlines()
+    assert logged == {"0": ["INFO:engine:progress", "WARNING:root:careful"], "1": ["WARNING:root:careful"]}

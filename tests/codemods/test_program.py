@@ -225,3 +225,229 @@ def test_module_level_code_passes_the_accelerator_and_a_library_class_keeps_it()
     # The loader it evaluates is prepared (sharded) by the entry: its outputs are gathered.
     assert "out, y = self.accelerator.gather_for_metrics((out, y))" in evaluation
     assert '        self.accelerator.print("within 1:", total)' in evaluation
+
+
+METER_UTILS = """\
+import torch
+
+
+class ProgressMeter:
+    def __init__(self, num_batches, prefix=""):
+        self.num_batches = num_batches
+        self.prefix = prefix
+
+    def display(self, batch):
+        print(f"{self.prefix}[{batch}/{self.num_batches}]")
+
+
+class MetricLogger:
+    def __init__(self, delimiter="  "):
+        self.delimiter = delimiter
+
+    def log_every(self, iterable, print_freq, header=None):
+        for i, obj in enumerate(iterable):
+            yield obj
+            if i % print_freq == 0:
+                print(f"{header} [{i}/{len(iterable)}]")
+"""
+
+METER_ENGINE = """\
+import torch
+
+import utils
+
+
+def train_one_epoch(model, loader, optimizer, epoch):
+    progress = utils.ProgressMeter(len(loader), prefix=f"Epoch: [{epoch}]")
+    for i, (x, y) in enumerate(loader):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        progress.display(i)
+    print("epoch done")
+
+
+def train_logged(model, loader, optimizer, epoch):
+    metric_logger = utils.MetricLogger()
+    for x, y in metric_logger.log_every(loader, 10, f"Epoch: [{epoch}]"):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+"""
+
+METER_TRAIN = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from engine import train_logged, train_one_epoch
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        train_one_epoch(model, loader, optimizer, epoch)
+        train_logged(model, loader, optimizer, epoch)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_library_classes_the_training_code_constructs_print_with_an_accelerator_or_as_before() -> None:
+    # pytorch/examples' ProgressMeter and torchvision's MetricLogger, constructed by functions that
+    # get the accelerator: never an ``accelerator.print`` where no accelerator is (NameError).
+    code = converted("train", train=METER_TRAIN, engine=METER_ENGINE, utils=METER_UTILS)
+    utils, engine = code["utils"], code["engine"]
+    # The meter is handed nothing of the training: its print stays as it was.
+    assert '        print(f"{self.prefix}[{batch}/{self.num_batches}]")' in utils
+    assert 'def __init__(self, num_batches, prefix=""):' in utils
+    # The logger loops over the prepared loader: it receives the accelerator and prints once.
+    assert '    def __init__(self, delimiter="  ", *, accelerator):' in utils
+    assert '                self.accelerator.print(f"{header} [{i}/{len(iterable)}]")' in utils
+    assert "metric_logger = utils.MetricLogger(accelerator=accelerator)" in engine
+    assert 'accelerator.print("epoch done")' in engine
+    assert not [line for line in utils.splitlines() if line.strip().startswith("accelerator.")]
+
+
+SAVING_UTILS = """\
+import torch
+
+
+def save_checkpoint(state, filename):
+    torch.save(state, filename)
+"""
+
+SAVING_TRAINER = """\
+import torch
+
+from utils import save_checkpoint
+
+
+class Trainer:
+    def __init__(self, *args, **kwargs):
+        self.model = kwargs["model"]
+        self.optimizer = kwargs["optimizer"]
+
+    def train(self, loader):
+        for x, y in loader:
+            self.optimizer.zero_grad()
+            torch.nn.functional.mse_loss(self.model(x), y).backward()
+            self.optimizer.step()
+        save_checkpoint({"state_dict": self.model.state_dict()}, "last.pt")
+"""
+
+SAVING_RUN = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from trainer import Trainer
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    Trainer(model=model, optimizer=optimizer).train(loader)
+    state = torch.load("last.pt")
+    print(sorted(state["state_dict"]))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_training_class_passes_its_accelerator_to_the_library_functions_that_take_it() -> None:
+    # sthalles/SimCLR: the library function gains the parameter, so every call of it must pass it.
+    code = converted("run", run=SAVING_RUN, trainer=SAVING_TRAINER, utils=SAVING_UTILS)
+    assert "def save_checkpoint(state, filename, accelerator):" in code["utils"]
+    trainer = code["trainer"]
+    assert (
+        'save_checkpoint({"state_dict": self.accelerator.unwrap_model(self.model).state_dict()}, '
+        '"last.pt", self.accelerator)'
+    ) in trainer
+    # The checkpoint the library writes on the main process is read after every rank waits.
+    run = code["run"].splitlines()
+    assert run[run.index('    state = torch.load("last.pt")') - 1] == "    accelerator.wait_for_everyone()"
+
+
+STOPPER = """\
+import numpy as np
+import torch
+
+
+class EarlyStopping:
+    def __init__(self, patience=7, path="checkpoint.pt"):
+        self.patience = patience
+        self.path = path
+        self.best = None
+        self.early_stop = False
+
+    def __call__(self, val_loss, model):
+        if self.best is None or val_loss < self.best:
+            self.best = val_loss
+            self.save_checkpoint(model)
+
+    def save_checkpoint(self, model):
+        torch.save(model.state_dict(), self.path)
+"""
+
+STOPPING_TRAIN = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from pytorchtools import EarlyStopping
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    early_stopping = EarlyStopping(patience=2)
+    for epoch in range(5):
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+        early_stopping(loss.item(), VALUE)
+    model.load_state_dict(torch.load("checkpoint.pt"))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_library_class_handed_the_prepared_model_saves_it_unwrapped_on_the_main_process() -> None:
+    # Bjarten's EarlyStopping saved ``model.state_dict()`` on every rank, with DDP's keys. Handed
+    # the prepared model, it receives the accelerator like a training class and saves once; no
+    # barrier in it (it saves when this rank's loss improved), the entry's load waits instead.
+    code = converted("train", train=STOPPING_TRAIN.replace("VALUE", "model"), pytorchtools=STOPPER)
+    stopper, train = code["pytorchtools"], code["train"]
+    assert '    def __init__(self, patience=7, path="checkpoint.pt", *, accelerator):' in stopper
+    assert "        self.accelerator.save(self.accelerator.unwrap_model(model).state_dict(), self.path)" in stopper
+    assert "wait_for_everyone" not in stopper
+    assert "early_stopping = EarlyStopping(patience=2, accelerator=accelerator)" in train
+    assert (
+        '    accelerator.wait_for_everyone()\n    accelerator.unwrap_model(model).load_state_dict(torch.load("checkpoint.pt"))'
+        in train
+    )
+    # Handed something else, it is left as it is.
+    other = converted("train", train=STOPPING_TRAIN.replace("VALUE", "loader"), pytorchtools=STOPPER)
+    assert other["pytorchtools"] == STOPPER
+
+
+def test_a_library_class_handed_the_prepared_model_where_no_accelerator_is_reports_its_save() -> None:
+    # Constructed by module-level code before the accelerator exists: it cannot receive it, and
+    # its save is reported, never left silently.
+    entry = (
+        STOPPING_TRAIN.replace("VALUE", "model")
+        .replace("    early_stopping = EarlyStopping(patience=2)\n", "")
+        .replace("def main():", "early_stopping = EarlyStopping(patience=2)\n\n\ndef main():")
+    )
+    handed = reports("train", "ACC914", train=entry, pytorchtools=STOPPER)
+    assert handed["pytorchtools"] == [18]

@@ -16,6 +16,7 @@ import pytest
 from accel_convert.codemods import convert_module
 from accel_convert.codemods.engine.model import Change, Options
 from tests.codemods.support import convert as convert_lines
+from tests.codemods.support import convert_text
 
 IMPORTS = """\
 import torch
@@ -341,3 +342,50 @@ def main():
     code, lines = convert_lines(body)
     assert "output, y = self.accelerator.gather_for_metrics((output, y))" in lines
     assert 'self.accelerator.save(self.accelerator.unwrap_model(self.model).state_dict(), "last.pt")' in lines
+
+
+def test_simclr_shape_keyword_arguments_helper_saves_and_a_writer_whose_log_dir_every_rank_reads() -> None:
+    # sthalles/SimCLR: ``__init__(self, *args, **kwargs)`` takes ``kwargs['model']``; a helper saves
+    # a dict holding ``self.model.state_dict()`` into ``self.writer.log_dir``, which every rank
+    # reads (logging's file, the checkpoint path): the writer cannot be None on the other ranks.
+    body = """\
+import logging
+import os
+from torch.utils.tensorboard import SummaryWriter
+
+
+def save_checkpoint(state, filename):
+    torch.save(state, filename)
+
+
+class SimCLR:
+    def __init__(self, *args, **kwargs):
+        self.args = kwargs['args']
+        self.model = kwargs['model'].to(self.args.device)
+        self.optimizer = kwargs['optimizer']
+        self.writer = SummaryWriter(log_dir=self.args.log_dir)
+        logging.basicConfig(filename=os.path.join(self.writer.log_dir, 'training.log'))
+
+    def train(self, train_loader):
+        for x, y in train_loader:
+            self.optimizer.zero_grad()
+            loss = nn.functional.mse_loss(self.model(x), y)
+            loss.backward()
+            self.optimizer.step()
+            self.writer.add_scalar('loss', loss)
+        save_checkpoint({'state_dict': self.model.state_dict()}, os.path.join(self.writer.log_dir, 'last.pt'))
+
+
+def main(args):
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8, 1)), batch_size=2)
+    SimCLR(model=model, optimizer=optimizer, args=args).train(loader)
+"""
+    code, lines = convert_lines(body)
+    assert "self.writer = SummaryWriter(log_dir=self.args.log_dir)" in lines  # on every rank
+    assert "#ACC916" in lines
+    assert "if self.accelerator.is_main_process:" in lines  # its logging still on one process
+    assert "save_checkpoint({'state_dict': self.accelerator.unwrap_model(self.model).state_dict()}, " in code
+    assert "os.path.join(self.writer.log_dir, 'last.pt'), self.accelerator)" in code
+    assert convert_text(code)[0] == code  # converts to itself
