@@ -1135,6 +1135,7 @@ class _Conclusions:
         to keep it on, and this module constructs them by name. In order of first construction."""
         found = []
         models = self._model_classes()
+        self.facts.model_classes = set(models)
         for name, owner in self.r.classes.items():
             methods = {method for owner_name, method in self.backward_methods if owner_name == name}
             if methods and name in models and models[name] & set(self.constructions):

@@ -149,6 +149,8 @@ class ScriptFacts:
     #: averages gradients only for what runs through the prepared wrapper's forward, so a script
     #: training this way is only reported (ACC925), never rewritten.
     self_training_models: set[str] = field(default_factory=set)
+    #: Module-level classes deriving from a ``torch.nn`` module, directly or through the file's.
+    model_classes: set[str] = field(default_factory=set)
     #: Per module-level function (``"<module>"``, a class's name for its methods): the names bound
     #: to a ``torch.nn`` loss module that averages over the batch (``criterion = nn.MSELoss()``).
     batch_mean_losses: dict[str, set[str]] = field(default_factory=dict)

@@ -493,7 +493,11 @@ def _classes_given_models(module: cst.Module, facts: ScriptFacts) -> set[str]:
     Bjarten's early stopping): in this file, or, for a module of a program, in another module."""
     seeded = set(facts.program.classes_given_models) if facts.program is not None else set()
     classes = {line.name.value for line in module.body if isinstance(line, cst.ClassDef)}
-    finder = _HandedModels(facts, classes - facts.training_classes)
+    # A model class given a model is a composition (``Head(backbone)``), not a helper that saves it.
+    classes -= facts.training_classes | facts.model_classes
+    if not classes:
+        return seeded - facts.training_classes
+    finder = _HandedModels(facts, classes)
     walk(module, finder)
     return (seeded | finder.found) - facts.training_classes
 

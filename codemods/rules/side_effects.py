@@ -38,6 +38,7 @@ from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import as_statement, binds_name, calls_in, dotted, names_in
 from accel_convert.codemods.engine.torch_names import TRACKER_CONSTRUCTORS, TRACKER_FUNCTIONS, WRITING_FUNCTIONS
 from accel_convert.codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.engine.walk import walk
 
 #: The report of a folder created or deleted where a barrier cannot go.
 UNGUARDED_FOLDER = "folder creation or deletion where not every rank would reach a barrier: left on every rank"
@@ -520,7 +521,7 @@ def _trackers_read(module: cst.Module, facts: ScriptFacts) -> frozenset[str]:
     if not facts.trackers:
         return frozenset()
     visitor = _TrackerReads(facts.trackers)
-    module.visit(visitor)
+    walk(module, visitor)
     return frozenset(visitor.read)
 
 

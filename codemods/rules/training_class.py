@@ -44,7 +44,7 @@ from accel_convert.codemods.engine.syntax import (
     parameter_names,
     statement,
 )
-from accel_convert.codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.engine.walk import walk
 
 BUILT_OUTSIDE_INIT = "ACC920"
@@ -117,8 +117,8 @@ def _binds(method: cst.FunctionDef, name: str) -> bool:
 
 
 class _GiveAccelerator(RuleTransformer):
-    def __init__(self, facts: ScriptFacts, plans: dict[str, _ClassPlan]) -> None:
-        super().__init__(facts)
+    def __init__(self, facts: ScriptFacts, plans: dict[str, _ClassPlan], lines: set[int]) -> None:
+        super().__init__(facts, lines)
         self.plans = plans
         #: The method being walked binds the accelerator name itself (a parameter, a local).
         self._local_binding = False
@@ -431,5 +431,11 @@ class TrainingClass(Rule):
         plans = {name: plan for name, plan in plans.items() if plan.uses_accelerator}
         if not plans:
             return module, []
-        transformer = _GiveAccelerator(facts, plans)
+        # The classes themselves, and the lines constructing them.
+        lines = lines_of(site for name in plans for site in facts.call_sites.get(name, ()))
+        for node in module.body:
+            site = facts.origins.site(node) if isinstance(node, cst.ClassDef) and node.name.value in plans else None
+            if site is not None:
+                lines.update(range(site.line, site.end_line + 1))
+        transformer = _GiveAccelerator(facts, plans, lines)
         return module.visit(transformer), transformer.changes(module)
