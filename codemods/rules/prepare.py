@@ -50,6 +50,40 @@ class _Prepare(HomeBlockTransformer):
         # prepared there, once.
         return {self.facts.main_function, self.facts.creating_function}
 
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
+        updated = super().leave_FunctionDef(original_node, updated_node)
+        name = original_node.name.value
+        if (
+            len(self.scope) == 1
+            and name in self.facts.training_functions
+            and name not in self.home_names
+            and isinstance(updated.body, cst.IndentedBlock)
+        ):
+            body = self._edit_training_function(name, list(updated.body.body))
+            return updated.with_changes(body=updated.body.with_changes(body=body))
+        return updated
+
+    def _edit_training_function(self, function: str, body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+        """A function given the model by the home block (which prepares it) that builds the
+        optimizer itself: what it builds is prepared there, after the last of it is built and
+        before its first loop over the data (``optimizer = accelerator.prepare(optimizer)``)."""
+        loop_index = self._first_loop_index(body, function)
+        first_creation: dict[str, int] = {}
+        last_creation: dict[str, int] = {}
+        for index, node in enumerate(body[:loop_index]):
+            for name in self._assigned_by(node):
+                if name not in first_creation and not _bound_on_every_path(node, name):
+                    continue
+                first_creation.setdefault(name, index)
+                last_creation[name] = index
+        names = [name for name in self.wanted if name in last_creation and name not in self.facts.models]
+        if not names:
+            return body
+        names.sort(key=lambda name: (_group(self.facts, name), first_creation[name]))
+        after = max(last_creation[name] for name in names)
+        self.report(body[after], Prepare.code, f"prepare {', '.join(names)} for distributed training", header_only=True)
+        return [*body[: after + 1], prepare_statement(self.accelerator, names, "    "), *body[after + 1 :]]
+
     def edit_home(self, body: list[cst.BaseStatement], anchor: cst.CSTNode) -> list[cst.BaseStatement]:
         # ``prepare`` goes before the first loop over the data (or the first call reaching one):
         # a name bound again after it (a model rebuilt and reloaded for inference) is another
@@ -108,11 +142,14 @@ class _Prepare(HomeBlockTransformer):
             result.append(node)
         return result
 
-    def _first_loop_index(self, body: list[cst.BaseStatement]) -> int:
+    def _first_loop_index(self, body: list[cst.BaseStatement], block: str | None = None) -> int:
         """Index of the first statement of ``body`` that loops over a loader, or calls a function
-        that (directly or through its own calls) does; ``len(body)`` when none does."""
-        lines = self.facts.training_lines()
+        that (directly or through its own calls) does; ``len(body)`` when none does. ``block``:
+        the function ``body`` belongs to, when not the home block."""
+        lines = self.facts.training_lines(block)
         for index, node in enumerate(body):
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                continue  # the calls inside a definition run when it is called, not here
             site = self.origins.site(node)
             if site is not None and any(site.line <= line <= site.end_line for line in lines):
                 return index
