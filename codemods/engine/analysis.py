@@ -1230,6 +1230,7 @@ class _Conclusions:
                 # builds the model and loaders, so it creates the accelerator and prepares them;
                 # the functions building optimizers from what they receive prepare those there.
                 facts.training_functions = self._functions_training_what_they_receive()
+                self._unprepared_received_models()
                 home, constructed_in_guard = caller
         if home is None:
             home = next((a.function for a in self.r.assigns if set(a.targets) & facts.loaders), None)
@@ -1315,6 +1316,22 @@ class _Conclusions:
             if set(assign.targets) & self.facts.optimizers and assign.function in self.r.defs
         }
         return {function for function in builders if self._receives_its_models(function)}
+
+    def _unprepared_received_models(self) -> None:
+        """What the training functions are given at each call that is not known as a model
+        (``train(nn_light, ...)`` where the optimizer is built from the parameter ``model``):
+        nothing prepares it (ACC926)."""
+        facts = self.facts
+        for call in self.r.calls:
+            function = call.node.func.value if isinstance(call.node.func, cst.Name) else None
+            if function not in facts.training_functions:
+                continue
+            params = self.r.defs.get(function) or ()
+            for index, arg in enumerate(call.node.args):
+                param = arg.keyword.value if arg.keyword is not None else params[index] if index < len(params) else None
+                name = dotted(arg.value)
+                if param in facts.models and name is not None and name not in facts.models and not arg.star:
+                    facts.unprepared_received_models.append((name, function, self.site(call.node)))
 
     def _trains_only_what_it_receives(self) -> bool:
         """Whether the file is a library of training functions converted on its own: every

@@ -134,6 +134,10 @@ class ScriptFacts:
     #: themselves (``train(model, loader, epochs)``): the home block prepares the model and
     #: loaders, each of these prepares what it builds (the optimizer, its scheduler, loaders).
     training_functions: set[str] = field(default_factory=set)
+    #: Models handed to one of ``training_functions`` under a name the analysis does not know as
+    #: a model (``train(nn_light, ...)``, ``nn_light`` built after the training began): they are
+    #: not prepared, so their training is not distributed (ACC926): (name, function, call site).
+    unprepared_received_models: list[tuple[str, str, Site]] = field(default_factory=list)
     #: Where the training objects are built: in ``main_function``, in the ``if __name__ ==
     #: "__main__":`` block, or in plain module-level code; "library": a module of a program that
     #: its entry script imports (nothing built here; the accelerator comes in as a parameter), or a

@@ -19,6 +19,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import prepare_statement
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import assigned_in
@@ -170,9 +171,17 @@ class _Prepare(HomeBlockTransformer):
         }
 
 
+#: A model handed to a training function under a name the converter cannot prepare.
+UNPREPARED_MODEL = "ACC926"
+
+
 class Prepare(Rule):
     code = "ACC103"
     name = "prepare"
+    extra_codes = {
+        UNPREPARED_MODEL: "unprepared-model: a model handed to a function that trains it, built where "
+        "the converter does not prepare it: its training is not distributed (prepare it by hand)",
+    }
     examples = (
         Example(
             before="""
@@ -227,15 +236,49 @@ class Prepare(Rule):
                     main()
             """,
         ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def train(model, loader):
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        nn.functional.mse_loss(model(data), target).backward()
+                        optimizer.step()
+
+
+                torch.manual_seed(0)
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                teacher = nn.Linear(8, 1)
+                student = nn.Linear(8, 1)
+                train(student, loader)
+            """,
+            code=UNPREPARED_MODEL,
+            message="student is trained by train() but is not prepared: its gradients are not averaged across "
+            "processes (add student = accelerator.prepare(student) after it is built, before this call)",
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return facts.has_accelerator and bool(objects_to_prepare(facts))
+        return facts.has_accelerator and bool(objects_to_prepare(facts) or facts.unprepared_received_models)
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         names = objects_to_prepare(facts)
         transformer = _Prepare(facts, names)
-        return module.visit(transformer), transformer.changes(module)
+        reports = [
+            report_at(
+                site,
+                UNPREPARED_MODEL,
+                f"{name} is trained by {function}() but is not prepared: its gradients are not averaged "
+                f"across processes (add {name} = accelerator.prepare({name}) after it is built, before this call)",
+            )
+            for name, function, site in facts.unprepared_received_models
+        ]
+        return module.visit(transformer), [*transformer.changes(module), *reports]
 
 
 def _bound_on_every_path(node: cst.BaseStatement, name: str) -> bool:
