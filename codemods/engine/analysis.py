@@ -1054,9 +1054,12 @@ class _Conclusions:
             name = dotted(func.value)
             if name not in facts.schedulers:
                 continue
-            stepped.add(name)
+            # Stepped under a parameter's name (``scheduler.step()`` in ``train_model(...,
+            # scheduler, ...)``): what steps is the scheduler its callers pass in.
+            names = {name} | self._origins_of(call.function, name)
+            stepped |= names
             if any(loop in loader_loops for loop in call.loops) or call.function in per_batch_functions:
-                per_batch.add(name)
+                per_batch |= names
         facts.per_epoch_schedulers = stepped - per_batch
 
     def _creating_function(self, home: str) -> str:
