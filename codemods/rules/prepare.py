@@ -22,7 +22,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import assigned_in
+from accel_convert.codemods.engine.syntax import assigned_in, statement
 from accel_convert.codemods.engine.transformers import HomeBlockTransformer
 
 
@@ -110,12 +110,40 @@ class _Prepare(HomeBlockTransformer):
             name for name in self.wanted if name in self.facts.loaders and self._built_in(body[loop_index:], name)
         }
         tail = self._prepare_where_built(body[loop_index:], rebuilt, indent + "    ") if rebuilt else body[loop_index:]
+        if any(name in self.facts.loaders for name in names):
+            tail = self._move_rebuilt_models(tail)
         body = [*body[:loop_index], *tail]
         if not names:
             return body
         after = max(last_creation[name] for name in names)
         self.report(body[after], Prepare.code, f"prepare {', '.join(names)} for distributed training", header_only=True)
         return [*body[: after + 1], prepare_statement(self.accelerator, names, indent), *body[after + 1 :]]
+
+    def _move_rebuilt_models(self, statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+        """A model built again after training without a move (the CIFAR-10 tutorial's ``net =
+        Net()`` then ``net.load_state_dict(...)``) meets batches of the prepared loaders, which
+        are on the accelerator's device: ``net.to(accelerator.device)`` after it is built."""
+        result: list[cst.BaseStatement] = []
+        for node in statements:
+            result.append(node)
+            if not isinstance(node, cst.SimpleStatementLine) or len(node.body) != 1:
+                continue
+            assign = node.body[0]
+            if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+                continue
+            target = assign.targets[0].target
+            if not (isinstance(target, cst.Name) and target.value in self.facts.models):
+                continue
+            value = assign.value
+            if not isinstance(value, cst.Call) or _moves(value):
+                continue
+            self.report(
+                node,
+                Prepare.code,
+                f"{target.value} built again after training: moved to the device of the prepared batches",
+            )
+            result.append(statement(f"{target.value}.to({self.accelerator}.device)"))
+        return result
 
     def _built_in(self, statements: list[cst.BaseStatement], name: str) -> bool:
         return any(name in self._assigned_by(node) for node in statements)
@@ -292,3 +320,9 @@ def _bound_on_every_path(node: cst.BaseStatement, name: str) -> bool:
             return _bound_on_every_path(orelse, name)
         return orelse is not None and name in assigned_in(orelse.body)
     return not isinstance(node, (cst.Try, cst.For, cst.While, cst.With)) or isinstance(node, cst.With)
+
+
+def _moves(call: cst.Call) -> bool:
+    """``Net().to(device)``, ``Net().cuda()``: a construction that already places the model."""
+    func = call.func
+    return isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda", "cpu")

@@ -321,3 +321,24 @@ def test_only_the_loaders_a_factory_returns_in_a_tuple_are_loaders() -> None:
     )
     _, lines = convert(body)
     assert "net, opt, loader = accelerator.prepare(net, opt, loader)" in lines
+
+
+def test_a_model_rebuilt_after_training_is_moved_to_the_device_of_the_prepared_batches() -> None:
+    """The CIFAR-10 tutorial: ``net = Net()`` and ``load_state_dict`` after training, then
+    evaluated on the prepared test loader, whose batches are on the accelerator's device."""
+    body = (
+        "train_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=2)\n"
+        "test_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=2)\n"
+        "net = nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "for x, y in train_loader:\n    nn.functional.mse_loss(net(x), y).backward()\n    optimizer.step()\n"
+        "torch.save(net.state_dict(), 'net.pt')\n"
+        "net = nn.Linear(4, 1)\n"
+        "net.load_state_dict(torch.load('net.pt'))\n"
+        "with torch.no_grad():\n    for x, y in test_loader:\n        print(net(x).sum())\n"
+    )
+    _, lines = convert(body)
+    built = [index for index, line in enumerate(lines) if line == "net = nn.Linear(4, 1)"]
+    assert len(built) == 2
+    assert lines[built[1] + 1] == "net.to(accelerator.device)"  # the rebuilt one, right after it
+    assert lines.count("net.to(accelerator.device)") == 1  # the trained one is prepared
