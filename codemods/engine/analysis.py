@@ -652,24 +652,40 @@ class _Conclusions:
                     continue
                 self.arguments.setdefault((assign.function, target), set()).add((assign.function, source))
 
-    def _loader_factories(self) -> set[str]:
+    def _loader_factories(self) -> dict[str, set[int] | None]:
         """Module-level functions that return DataLoaders (``return train_loader, test_loader``
-        or ``return DataLoader(...)``)."""
+        or ``return DataLoader(...)``) → the positions of the loaders in the tuple they return
+        (``return n_words, train_loader``: ``{1}``; None: what they return is one loader)."""
         built_in = {  # (function, name) for every ``name = DataLoader(...)``
             (assign.function, target)
             for assign in self.r.assigns
             if self._constructs_loader(_peel_moves(assign.value), assign.scope)
             for target in assign.targets
         }
-        factories = set()
+        factories: dict[str, set[int] | None] = {}
         for function, value in self.r.returns:
+            is_tuple = isinstance(value, (cst.Tuple, cst.List))
             elements = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
-            for element in elements:
+            for index, element in enumerate(elements):
                 if self._constructs_loader(element, (function,)) or (
                     isinstance(element, cst.Name) and (function, element.value) in built_in
                 ):
-                    factories.add(function)
+                    positions = factories.get(function, set()) if function in factories else set()
+                    factories[function] = None if not is_tuple or positions is None else positions | {index}
         return factories
+
+    @staticmethod
+    def _loader_targets(assign: _Assign, positions: set[int] | None) -> set[str]:
+        """The names ``n_words, train_loader = get_data()`` binds to loaders: those at the
+        positions the factory returns loaders at (every name when unpacking differs)."""
+        targets = assign.node.targets
+        target = targets[0].target if len(targets) == 1 else None
+        if positions is None or not isinstance(target, (cst.Tuple, cst.List)):
+            return set(assign.targets)
+        names = [element.value for element in target.elements]
+        if not all(isinstance(name, cst.Name) for name in names):
+            return set(assign.targets)
+        return {name.value for index, name in enumerate(names) if index in positions}  # type: ignore[attr-defined]
 
     def _constructs_loader(self, value: cst.BaseExpression, scope: ScopeKey) -> bool:
         return (
@@ -688,7 +704,7 @@ class _Conclusions:
             )
             targets = set(assign.targets)
             if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in factories:
-                facts.train_loaders.update(targets)
+                facts.train_loaders.update(self._loader_targets(assign, factories[value.func.value]))
             elif qualified in DATA_LOADERS and isinstance(value, cst.Call):  # qualified: value is a call
                 facts.train_loaders.update(targets)  # sorted into train/eval by the loops below
                 self._batch_size(value, assign)
@@ -1024,7 +1040,7 @@ class _Conclusions:
         puts their batches on the device), and names taken out of them without a call
         (``x = batch["input"]``). A loader the home block does not build is not prepared, so
         its batches still need their moves."""
-        homes = {self.facts.main_function or MODULE, self.facts.creating_function}
+        homes = {self.facts.main_function or MODULE, self.facts.creating_function, *self.facts.training_functions}
         built_at_home = {name for assign in self.r.assigns if assign.function in homes for name in assign.targets}
         prepared = built_at_home | self.facts.prepared
         prepared |= {name for names in self.facts.class_prepare.values() for name in names}
@@ -1086,9 +1102,12 @@ class _Conclusions:
             name = dotted(func.value)
             if name not in facts.schedulers:
                 continue
-            stepped.add(name)
+            # Stepped under a parameter's name (``scheduler.step()`` in ``train_model(...,
+            # scheduler, ...)``): what steps is the scheduler its callers pass in.
+            names = {name} | self._origins_of(call.function, name)
+            stepped |= names
             if any(loop in loader_loops for loop in call.loops) or call.function in per_batch_functions:
-                per_batch.add(name)
+                per_batch |= names
         facts.per_epoch_schedulers = stepped - per_batch
 
     def _creating_function(self, home: str) -> str:
@@ -1320,6 +1339,14 @@ class _Conclusions:
         else:
             home = self.optimizer_home
             constructed_in_guard = False
+            caller = self._caller_building_the_model(home)
+            if caller is not None:
+                # ``train(model, loader, ...)`` builds only the optimizer: the code calling it
+                # builds the model and loaders, so it creates the accelerator and prepares them;
+                # the functions building optimizers from what they receive prepare those there.
+                facts.training_functions = self._functions_training_what_they_receive()
+                self._unprepared_received_models()
+                home, constructed_in_guard = caller
         if home is None:
             home = next((a.function for a in self.r.assigns if set(a.targets) & facts.loaders), None)
         if home is None and facts.train_loops:
@@ -1361,6 +1388,65 @@ class _Conclusions:
         if facts.home_kind == "main_guard":
             # Defined inside the __main__ block (an LBFGS closure): they read the global accelerator.
             facts.accessible_functions |= self._reachable(self.r.guard_defs)
+
+    def _receives_its_models(self, function: str) -> bool:
+        """Whether ``function`` builds an optimizer from models it receives as parameters and never
+        binds itself (``train(model, loader)`` with ``optimizer = SGD(model.parameters())``)."""
+        params = set(self.r.defs.get(function) or ())
+        bound = {name for assign in self.r.assigns if assign.function == function for name in assign.targets}
+        received = (params & self.facts.models) - bound
+        return bool(received) and not (self.facts.models & bound)
+
+    def _caller_building_the_model(self, function: str | None) -> tuple[str, bool] | None:
+        """The block calling ``function`` (module code, the ``__main__`` block, or another
+        function), when ``function`` trains models it receives and that block builds them: that
+        block is where the accelerator belongs. None when ``function`` builds its model itself,
+        or its calls come from several places."""
+        if function is None or function not in self.r.defs or not self._receives_its_models(function):
+            return None
+        calls = [
+            call
+            for call in self.r.calls
+            if isinstance(call.node.func, cst.Name) and call.node.func.value == function and call.function != function
+        ]
+        callers = {call.function for call in calls}
+        if len(callers) != 1:
+            return None
+        caller = callers.pop()
+        if caller != MODULE and caller not in self.r.defs:
+            return None  # a method of a class: the class would have to receive the accelerator
+        params = set(self.r.defs[function] or ()) & self.facts.models
+        built = {name for assign in self.r.assigns if assign.function == caller for name in assign.targets}
+        if not any(self._origins_of(function, param) & built for param in params):
+            return None
+        in_guard = caller == MODULE and all(call.in_main_guard for call in calls)
+        return caller, in_guard
+
+    def _functions_training_what_they_receive(self) -> set[str]:
+        """Module-level functions building an optimizer from models they receive: each prepares
+        what it builds itself (the optimizer, its scheduler, loaders), where it builds them."""
+        builders = {
+            assign.function
+            for assign in self.r.assigns
+            if set(assign.targets) & self.facts.optimizers and assign.function in self.r.defs
+        }
+        return {function for function in builders if self._receives_its_models(function)}
+
+    def _unprepared_received_models(self) -> None:
+        """What the training functions are given at each call that is not known as a model
+        (``train(nn_light, ...)`` where the optimizer is built from the parameter ``model``):
+        nothing prepares it (ACC926)."""
+        facts = self.facts
+        for call in self.r.calls:
+            function = call.node.func.value if isinstance(call.node.func, cst.Name) else None
+            if function not in facts.training_functions:
+                continue
+            params = self.r.defs.get(function) or ()
+            for index, arg in enumerate(call.node.args):
+                param = arg.keyword.value if arg.keyword is not None else params[index] if index < len(params) else None
+                name = dotted(arg.value)
+                if param in facts.models and name is not None and name not in facts.models and not arg.star:
+                    facts.unprepared_received_models.append((name, function, self.site(call.node)))
 
     def _trains_only_what_it_receives(self) -> bool:
         """Whether the file is a library of training functions converted on its own: every

@@ -130,6 +130,14 @@ class ScriptFacts:
     #: Where the accelerator is created, when not in ``main_function`` (which another function
     #: calls repeatedly): it creates it once and passes it down (ACC104).
     creating_function: str | None = None
+    #: Module-level functions that receive the model from the home block and build its optimizer
+    #: themselves (``train(model, loader, epochs)``): the home block prepares the model and
+    #: loaders, each of these prepares what it builds (the optimizer, its scheduler, loaders).
+    training_functions: set[str] = field(default_factory=set)
+    #: Models handed to one of ``training_functions`` under a name the analysis does not know as
+    #: a model (``train(nn_light, ...)``, ``nn_light`` built after the training began): they are
+    #: not prepared, so their training is not distributed (ACC926): (name, function, call site).
+    unprepared_received_models: list[tuple[str, str, Site]] = field(default_factory=list)
     #: Where the training objects are built: in ``main_function``, in the ``if __name__ ==
     #: "__main__":`` block, or in plain module-level code; "library": a module of a program that
     #: its entry script imports (nothing built here; the accelerator comes in as a parameter), or a
@@ -320,12 +328,12 @@ class ScriptFacts:
         model bound again after it (rebuilt and reloaded for inference) is another object."""
         return min(self.training_lines(), default=None)
 
-    def training_lines(self) -> list[int]:
+    def training_lines(self, block: str | None = None) -> list[int]:
         """Lines of the home block's loops over loaders, and of every call of a function that
         (directly or through its own calls) loops over one or runs a backward (training on
-        tensors sliced by hand, with no loader)."""
+        tensors sliced by hand, with no loader). ``block``: another function's, instead."""
         loops = [*self.train_loops, *self.eval_loops]
-        home = self.home_function
+        home = self.home_function if block is None else block
         trains = self.backward_functions & self.call_graph.get(home, set())
         looping = callers_closure({loop.function for loop in loops} | (trains - {home}), self.call_graph)
         lines = [loop.site.line for loop in loops if loop.function == home]

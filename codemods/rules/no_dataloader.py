@@ -14,7 +14,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.torch_names import SELF_DISTRIBUTING
+from accel_convert.codemods.engine.torch_names import DATA_LOADERS, SELF_DISTRIBUTING
 
 MESSAGE = "training data does not come from a DataLoader: it is not sharded across processes"
 
@@ -65,4 +65,48 @@ class NoDataLoader(Rule):
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         assert facts.backward_site is not None
+        held = _loader_dicts(module, facts)
+        if held:
+            # ``dataloaders = {x: DataLoader(...) for x in ["train", "val"]}`` (the transfer-learning
+            # tutorial): the data does come from DataLoaders, held in a dict nothing prepares.
+            name = held[0]
+            message = (
+                f"training data comes from the DataLoaders held in the dict {name}, which are not prepared: "
+                f"not sharded across processes (prepare each: {name} = {{k: accelerator.prepare(v) for k, v in "
+                f"{name}.items()}}, and gather what the evaluation counts)"
+            )
+            return module, [report_at(facts.backward_site, self.code, message)]
         return module, [report_at(facts.backward_site, self.code, MESSAGE)]
+
+
+def _loader_dicts(module: cst.Module, facts: ScriptFacts) -> list[str]:
+    """Names bound to a dict of DataLoaders (a dict comprehension or a literal), in file order."""
+
+    def is_loader(value: cst.BaseExpression) -> bool:
+        return isinstance(value, cst.Call) and facts.qualified_name(value.func) in DATA_LOADERS
+
+    found: list[str] = []
+    for assign in _assignments(module):
+        value = assign.value
+        holds = (isinstance(value, cst.DictComp) and is_loader(value.value)) or (
+            isinstance(value, cst.Dict)
+            and any(isinstance(e, cst.DictElement) and is_loader(e.value) for e in value.elements)
+        )
+        if holds and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
+            found.append(assign.targets[0].target.value)
+    return found
+
+
+def _assignments(node: cst.CSTNode) -> list[cst.Assign]:
+    """Every assignment statement in ``node``, functions and blocks included."""
+
+    class Collect(cst.CSTVisitor):
+        def __init__(self) -> None:
+            self.assigns: list[cst.Assign] = []
+
+        def visit_Assign(self, node: cst.Assign) -> None:
+            self.assigns.append(node)
+
+    collector = Collect()
+    node.visit(collector)
+    return collector.assigns

@@ -19,9 +19,10 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import prepare_statement
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import assigned_in
+from accel_convert.codemods.engine.syntax import assigned_in, statement
 from accel_convert.codemods.engine.transformers import HomeBlockTransformer
 
 
@@ -50,6 +51,40 @@ class _Prepare(HomeBlockTransformer):
         # prepared there, once.
         return {self.facts.main_function, self.facts.creating_function}
 
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
+        updated = super().leave_FunctionDef(original_node, updated_node)
+        name = original_node.name.value
+        if (
+            len(self.scope) == 1
+            and name in self.facts.training_functions
+            and name not in self.home_names
+            and isinstance(updated.body, cst.IndentedBlock)
+        ):
+            body = self._edit_training_function(name, list(updated.body.body))
+            return updated.with_changes(body=updated.body.with_changes(body=body))
+        return updated
+
+    def _edit_training_function(self, function: str, body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+        """A function given the model by the home block (which prepares it) that builds the
+        optimizer itself: what it builds is prepared there, after the last of it is built and
+        before its first loop over the data (``optimizer = accelerator.prepare(optimizer)``)."""
+        loop_index = self._first_loop_index(body, function)
+        first_creation: dict[str, int] = {}
+        last_creation: dict[str, int] = {}
+        for index, node in enumerate(body[:loop_index]):
+            for name in self._assigned_by(node):
+                if name not in first_creation and not _bound_on_every_path(node, name):
+                    continue
+                first_creation.setdefault(name, index)
+                last_creation[name] = index
+        names = [name for name in self.wanted if name in last_creation and name not in self.facts.models]
+        if not names:
+            return body
+        names.sort(key=lambda name: (_group(self.facts, name), first_creation[name]))
+        after = max(last_creation[name] for name in names)
+        self.report(body[after], Prepare.code, f"prepare {', '.join(names)} for distributed training", header_only=True)
+        return [*body[: after + 1], prepare_statement(self.accelerator, names, "    "), *body[after + 1 :]]
+
     def edit_home(self, body: list[cst.BaseStatement], anchor: cst.CSTNode) -> list[cst.BaseStatement]:
         # ``prepare`` goes before the first loop over the data (or the first call reaching one):
         # a name bound again after it (a model rebuilt and reloaded for inference) is another
@@ -75,12 +110,40 @@ class _Prepare(HomeBlockTransformer):
             name for name in self.wanted if name in self.facts.loaders and self._built_in(body[loop_index:], name)
         }
         tail = self._prepare_where_built(body[loop_index:], rebuilt, indent + "    ") if rebuilt else body[loop_index:]
+        if any(name in self.facts.loaders for name in names):
+            tail = self._move_rebuilt_models(tail)
         body = [*body[:loop_index], *tail]
         if not names:
             return body
         after = max(last_creation[name] for name in names)
         self.report(body[after], Prepare.code, f"prepare {', '.join(names)} for distributed training", header_only=True)
         return [*body[: after + 1], prepare_statement(self.accelerator, names, indent), *body[after + 1 :]]
+
+    def _move_rebuilt_models(self, statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+        """A model built again after training without a move (the CIFAR-10 tutorial's ``net =
+        Net()`` then ``net.load_state_dict(...)``) meets batches of the prepared loaders, which
+        are on the accelerator's device: ``net.to(accelerator.device)`` after it is built."""
+        result: list[cst.BaseStatement] = []
+        for node in statements:
+            result.append(node)
+            if not isinstance(node, cst.SimpleStatementLine) or len(node.body) != 1:
+                continue
+            assign = node.body[0]
+            if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+                continue
+            target = assign.targets[0].target
+            if not (isinstance(target, cst.Name) and target.value in self.facts.models):
+                continue
+            value = assign.value
+            if not isinstance(value, cst.Call) or _moves(value):
+                continue
+            self.report(
+                node,
+                Prepare.code,
+                f"{target.value} built again after training: moved to the device of the prepared batches",
+            )
+            result.append(statement(f"{target.value}.to({self.accelerator}.device)"))
+        return result
 
     def _built_in(self, statements: list[cst.BaseStatement], name: str) -> bool:
         return any(name in self._assigned_by(node) for node in statements)
@@ -108,11 +171,14 @@ class _Prepare(HomeBlockTransformer):
             result.append(node)
         return result
 
-    def _first_loop_index(self, body: list[cst.BaseStatement]) -> int:
+    def _first_loop_index(self, body: list[cst.BaseStatement], block: str | None = None) -> int:
         """Index of the first statement of ``body`` that loops over a loader, or calls a function
-        that (directly or through its own calls) does; ``len(body)`` when none does."""
-        lines = self.facts.training_lines()
+        that (directly or through its own calls) does; ``len(body)`` when none does. ``block``:
+        the function ``body`` belongs to, when not the home block."""
+        lines = self.facts.training_lines(block)
         for index, node in enumerate(body):
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                continue  # the calls inside a definition run when it is called, not here
             site = self.origins.site(node)
             if site is not None and any(site.line <= line <= site.end_line for line in lines):
                 return index
@@ -133,9 +199,17 @@ class _Prepare(HomeBlockTransformer):
         }
 
 
+#: A model handed to a training function under a name the converter cannot prepare.
+UNPREPARED_MODEL = "ACC926"
+
+
 class Prepare(Rule):
     code = "ACC103"
     name = "prepare"
+    extra_codes = {
+        UNPREPARED_MODEL: "unprepared-model: a model handed to a function that trains it, built where "
+        "the converter does not prepare it: its training is not distributed (prepare it by hand)",
+    }
     examples = (
         Example(
             before="""
@@ -190,15 +264,49 @@ class Prepare(Rule):
                     main()
             """,
         ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def train(model, loader):
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        nn.functional.mse_loss(model(data), target).backward()
+                        optimizer.step()
+
+
+                torch.manual_seed(0)
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                teacher = nn.Linear(8, 1)
+                student = nn.Linear(8, 1)
+                train(student, loader)
+            """,
+            code=UNPREPARED_MODEL,
+            message="student is trained by train() but is not prepared: its gradients are not averaged across "
+            "processes (add student = accelerator.prepare(student) after it is built, before this call)",
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return facts.has_accelerator and bool(objects_to_prepare(facts))
+        return facts.has_accelerator and bool(objects_to_prepare(facts) or facts.unprepared_received_models)
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         names = objects_to_prepare(facts)
         transformer = _Prepare(facts, names)
-        return module.visit(transformer), transformer.changes(module)
+        reports = [
+            report_at(
+                site,
+                UNPREPARED_MODEL,
+                f"{name} is trained by {function}() but is not prepared: its gradients are not averaged "
+                f"across processes (add {name} = accelerator.prepare({name}) after it is built, before this call)",
+            )
+            for name, function, site in facts.unprepared_received_models
+        ]
+        return module.visit(transformer), [*transformer.changes(module), *reports]
 
 
 def _bound_on_every_path(node: cst.BaseStatement, name: str) -> bool:
@@ -212,3 +320,9 @@ def _bound_on_every_path(node: cst.BaseStatement, name: str) -> bool:
             return _bound_on_every_path(orelse, name)
         return orelse is not None and name in assigned_in(orelse.body)
     return not isinstance(node, (cst.Try, cst.For, cst.While, cst.With)) or isinstance(node, cst.With)
+
+
+def _moves(call: cst.Call) -> bool:
+    """``Net().to(device)``, ``Net().cuda()``: a construction that already places the model."""
+    func = call.func
+    return isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda", "cpu")

@@ -231,3 +231,114 @@ Fitter(model, loader, torch.optim.SGD(model.parameters(), lr=0.1)).fit()
 """
     # Unprepared, the model would train on every rank without DDP averaging its gradients.
     check_expectations(body, ["model, loader = accelerator.prepare(model, loader)"])
+
+
+TRAIN_MODEL_FROM_MAIN_GUARD = """\
+def train_model(model, device, epochs, batch_size, learning_rate):
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    train_loader = DataLoader(data, batch_size=batch_size, shuffle=True)
+    optimizer = torch.optim.RMSprop(model.parameters(), lr=learning_rate)
+    for epoch in range(epochs):
+        for x, y in train_loader:
+            x, y = x.to(device), y.to(device)
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = nn.Linear(4, 1)
+    model.to(device=device)
+    train_model(model=model, device=device, epochs=2, batch_size=8, learning_rate=0.1)
+"""
+
+
+def test_a_training_function_given_the_model_by_the_main_block_prepares_only_what_it_builds() -> None:
+    """The U-Net shape: ``__main__`` builds the model and calls ``train_model(model=model, ...)``,
+    which builds the loader and the optimizer. The model is prepared where it is built (one
+    accelerator, there), the loader and optimizer inside the function, before its loop."""
+    check_expectations(
+        TRAIN_MODEL_FROM_MAIN_GUARD,
+        [
+            "model = accelerator.prepare(model)",
+            "optimizer, train_loader = accelerator.prepare(optimizer, train_loader)",
+            "-x, y = x.to(device), y.to(device)",
+        ],
+    )
+    code, _ = convert(TRAIN_MODEL_FROM_MAIN_GUARD)
+    assert code.count("Accelerator()") == 1
+    assert code.index("    accelerator = Accelerator()") > code.index('if __name__ == "__main__":')
+    assert "accelerator.prepare(model, optimizer" not in code  # the parameter is not prepared again
+
+
+def test_a_model_handed_to_the_training_function_under_another_name_is_reported() -> None:
+    """Knowledge distillation: ``train(nn_light, ...)`` after a first ``train(...)``; the
+    converter prepares neither, so it says so rather than train each rank on its own."""
+    body = TRAIN_MODEL_FROM_MAIN_GUARD + (
+        "    student = nn.Linear(4, 1)\n    train_model(student, device, epochs=2, batch_size=8, learning_rate=0.1)\n"
+    )
+    _, lines = convert(body)
+    assert "#ACC926" in lines
+    assert "student = accelerator.prepare(student)" not in lines
+
+
+def test_a_scheduler_stepped_per_epoch_under_a_parameter_name_is_not_prepared() -> None:
+    """The transfer-learning tutorial's ``train_model(model, criterion, optimizer, scheduler,
+    ...)``: ``scheduler.step()`` after the batch loop steps ``exp_lr_scheduler`` once per epoch;
+    prepared, it would step once per process."""
+    body = (
+        "def train_model(model, optimizer, scheduler, loader, num_epochs):\n"
+        "    for epoch in range(num_epochs):\n"
+        "        for x, y in loader:\n"
+        "            optimizer.zero_grad()\n"
+        "            nn.functional.mse_loss(model(x), y).backward()\n"
+        "            optimizer.step()\n"
+        "        scheduler.step()\n\n"
+        "def main():\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=2)\n"
+        "    net = nn.Linear(4, 1)\n"
+        "    optimizer_ft = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "    exp_lr_scheduler = torch.optim.lr_scheduler.StepLR(optimizer_ft, step_size=2)\n"
+        "    train_model(net, optimizer_ft, exp_lr_scheduler, loader, 4)\n"
+    )
+    _, lines = convert(body)
+    assert "net, optimizer_ft, loader = accelerator.prepare(net, optimizer_ft, loader)" in lines
+
+
+def test_only_the_loaders_a_factory_returns_in_a_tuple_are_loaders() -> None:
+    """``n_words, _, loader = get_dataloader(...)`` (the seq2seq tutorial): the vocabulary sizes
+    are not loaders, so they are not prepared."""
+    body = (
+        "def get_dataloader(batch_size):\n"
+        "    data = TensorDataset(torch.randn(8, 4), torch.randn(8, 1))\n"
+        "    return 4, 1, DataLoader(data, batch_size=batch_size)\n\n"
+        "def main():\n"
+        "    n_in, n_out, loader = get_dataloader(2)\n"
+        "    net = nn.Linear(n_in, n_out)\n"
+        "    opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "    for x, y in loader:\n        nn.functional.mse_loss(net(x), y).backward()\n        opt.step()\n"
+    )
+    _, lines = convert(body)
+    assert "net, opt, loader = accelerator.prepare(net, opt, loader)" in lines
+
+
+def test_a_model_rebuilt_after_training_is_moved_to_the_device_of_the_prepared_batches() -> None:
+    """The CIFAR-10 tutorial: ``net = Net()`` and ``load_state_dict`` after training, then
+    evaluated on the prepared test loader, whose batches are on the accelerator's device."""
+    body = (
+        "train_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=2)\n"
+        "test_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=2)\n"
+        "net = nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "for x, y in train_loader:\n    nn.functional.mse_loss(net(x), y).backward()\n    optimizer.step()\n"
+        "torch.save(net.state_dict(), 'net.pt')\n"
+        "net = nn.Linear(4, 1)\n"
+        "net.load_state_dict(torch.load('net.pt'))\n"
+        "with torch.no_grad():\n    for x, y in test_loader:\n        print(net(x).sum())\n"
+    )
+    _, lines = convert(body)
+    built = [index for index, line in enumerate(lines) if line == "net = nn.Linear(4, 1)"]
+    assert len(built) == 2
+    assert lines[built[1] + 1] == "net.to(accelerator.device)"  # the rebuilt one, right after it
+    assert lines.count("net.to(accelerator.device)") == 1  # the trained one is prepared

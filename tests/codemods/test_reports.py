@@ -70,6 +70,24 @@ def test_data_without_a_dataloader_is_reported_not_sharded() -> None:
     assert "model, optimizer = accelerator.prepare(model, optimizer)" in lines
 
 
+def test_a_dict_of_dataloaders_is_reported_as_such() -> None:
+    """The transfer-learning tutorial's ``dataloaders = {x: DataLoader(...) for x in ...}``: the
+    report names the dict and says how to prepare it, not "does not come from a DataLoader"."""
+    body = (
+        "def main():\n    datasets = {x: TensorDataset(torch.randn(8, 4)) for x in ['train', 'val']}\n"
+        "    dataloaders = {x: DataLoader(datasets[x], batch_size=2) for x in ['train', 'val']}\n"
+        "    model = nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for phase in ['train', 'val']:\n        for (x,) in dataloaders[phase]:\n"
+        "            loss = model(x).sum()\n            loss.backward()\n            optimizer.step()\n"
+    )
+    source = HEADER + body
+    outcome = convert_module(cst.parse_module(source), Options())
+    messages = [change.message for change in outcome.changes if change.code == "ACC901"]
+    assert len(messages) == 1
+    assert "DataLoaders held in the dict dataloaders" in messages[0]
+    assert "accelerator.prepare(v) for k, v in dataloaders.items()" in messages[0]
+
+
 def test_existing_distributed_script_is_reported_and_left_alone() -> None:
     body = (
         "import torch.multiprocessing as mp\nimport torch.distributed as dist\n\n"
