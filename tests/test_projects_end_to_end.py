@@ -207,7 +207,7 @@ def test_converted_set_is_the_reviewed_golden_set(project: Project, converted):
     again = CliRunner().invoke(accel_convert, [str(EXPECTED_DIR / project.name), "--check"])
     assert again.exit_code == 0, again.output
     # One accelerator, created in the entry script only.
-    creations = {name: text.count(b"Accelerator()") for name, text in got.items()}
+    creations = {name: text.count(b"Accelerator(") for name, text in got.items()}
     assert creations == {name: int(name == project.entry) for name in got}
 
 
