@@ -271,8 +271,9 @@ class _EvalLoopRewriter(RuleTransformer):
         #: module-level code.
         #: Collected only when a new name is needed: most files never need one.
         self._taken_by_scope: list[_LazyNames] = []
-        #: Loaders whose evaluation loops got a gather, per enclosing function (innermost last).
-        self._gathered_loaders: list[set[str]] = [set()]
+        #: Evaluation loops that got a gather, per enclosing function (innermost last; the first
+        #: entry is module-level code).
+        self._gathered_loops: list[list[_GatheredLoop]] = [[]]
 
     @property
     def _taken_names(self) -> set[str]:
@@ -287,13 +288,21 @@ class _EvalLoopRewriter(RuleTransformer):
         self._eval_mode.append(False)
         top_level = len(self._taken_by_scope) == 1
         self._taken_by_scope.append(_LazyNames(node) if top_level else self._taken_by_scope[-1])
-        self._gathered_loaders.append(set())
+        self._gathered_loops.append([])
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):
         self._eval_mode.pop()
         self._taken_by_scope.pop()
-        self._report_per_batch_means(original_node, self._gathered_loaders.pop())
+        self._report_per_batch_means([original_node], self._gathered_loops.pop())
         return super().leave_FunctionDef(original_node, updated_node)
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        # Module-level code (a notebook-style script): its own statements, not the functions'.
+        outside_definitions = [
+            statement for statement in original_node.body if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))
+        ]
+        self._report_per_batch_means(outside_definitions, self._gathered_loops[0])
+        return super().leave_Module(original_node, updated_node)
 
     def visit_With(self, node: cst.With) -> None:
         if _is_no_grad(node, self.facts):
@@ -434,33 +443,57 @@ class _EvalLoopRewriter(RuleTransformer):
             and any(where.line <= site.line <= where.end_line for site in self.facts.assign_sites.get(name, ()))
         )
 
-    def _report_per_batch_means(self, function: cst.FunctionDef, loaders: set[str]) -> None:
-        """``total_psnr / len(test_loader)`` averages one value per batch; after the gather each
-        value covers a batch of every process, so the mean no longer weighs batches as the
-        original did. Reported: sum per-sample values and divide by the sample count instead."""
-        if not loaders:
+    def _report_per_batch_means(self, scope: Sequence[cst.CSTNode], loops: list[_GatheredLoop]) -> None:
+        """A mean over batches where evaluation loops were gathered: a value divided by a count of
+        batches (``len(test_loader)``, ``num_val_batches = len(loader)``, ``batch_idx + 1``, a
+        ``steps += 1`` counter, ``len(losses)`` of a list appended once per batch) or ``np.mean``
+        of such a list. The original weighs each of its batches equally; after the gather each
+        per-batch value averages one batch of every process (the last ones ragged or missing),
+        so the mean weighs the samples otherwise and prints another number. The one-process
+        mean over batches cannot be rebuilt from gathered batches, so it is reported, not
+        rewritten: sum per-sample values and divide by the number of samples."""
+        if not loops:
             return
-        finder = _DivisionsByLength(loaders)
-        walk(function, finder)
-        for node, statement in finder.found:
+        finder = _MeansOverBatches(_batch_counts(loops, scope), self.facts)
+        for node in scope:
+            walk(node, finder)
+        for node, anchor, how in finder.found:
             self.findings.add(
                 node,
                 "ACC913",
-                "a mean over batches (divided by len(loader)): each gathered value now covers one batch per "
-                "process; sum per-sample values and divide by the number of samples",
+                f"a mean over batches ({how}): the original weighs each of its batches equally; after the "
+                "gather a per-batch value averages one batch of every process (the last ones ragged or "
+                "missing), one not gathered covers this process's batches only, so the mean differs from "
+                'the one-process number; sum per-sample values (reduction="sum", counts) and divide by the '
+                "number of samples",
                 False,
-                statement,
+                anchor,
             )
 
     def _report_summed_batch_means(self, loop: cst.For) -> None:
         """``test_loss += criterion(outputs, targets).item()`` with a batch-mean criterion: after the
         gather each term averages the batches of every process, so the sum has N times fewer
-        terms and the reported loss shrinks N times. Reported: sum per-sample losses instead."""
-        criteria = self.facts.batch_mean_losses.get(self.function, set())
-        for node in nodes_in(loop.body):
+        terms and the reported loss shrinks N times. Reported: sum per-sample losses instead. The
+        loss may be named first (``loss = criterion(outputs, targets)``, then ``+= loss.item()``)."""
+        # the function's own criteria, and the module's it reads as globals
+        criteria = self.facts.batch_mean_losses.get(self.function, set()) | self.facts.batch_mean_losses.get(
+            "<module>", set()
+        )
+        nodes = nodes_in(loop.body)
+        losses = {
+            node.targets[0].target.value
+            for node in nodes
+            if isinstance(node, cst.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0].target, cst.Name)
+            and any(_is_batch_mean_loss(call, criteria, self.facts) for call in calls_in(node.value))
+        }
+        for node in nodes:
             if not isinstance(node, cst.AugAssign) or not isinstance(node.operator, cst.AddAssign):
                 continue
-            if any(_is_batch_mean_loss(call, criteria, self.facts) for call in calls_in(node.value)):
+            if variables_read(node.value) & losses or any(
+                _is_batch_mean_loss(call, criteria, self.facts) for call in calls_in(node.value)
+            ):
                 self.report(
                     node,
                     "ACC913",
@@ -522,7 +555,7 @@ class _EvalLoopRewriter(RuleTransformer):
         loader = original.iter
         while isinstance(loader, cst.Call) and loader.args:
             loader = loader.args[0].value
-        self._gathered_loaders[-1].add(dotted(loader) or "")
+        self._gathered_loops[-1].append(_GatheredLoop(dotted(loader) or "", original))
         return loop.with_changes(body=body.with_changes(body=new_body))
 
 
@@ -996,6 +1029,9 @@ class _UseCollector(cst.CSTVisitor):
                 self.item_names.add(owner.value)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
+        # ``outputs.data``: the name after the dot is no variable, even where a batch is called
+        # ``data`` (gathering it would gather the whole input batch)
+        self._consumed.add(id(node.attr))
         if isinstance(node.value, cst.Name) and node.value.value in self.interesting:
             if id(node) in self._methods:
                 return
@@ -1180,29 +1216,169 @@ def _unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode
     return found
 
 
-class _DivisionsByLength(cst.CSTVisitor):
-    """``x / len(loader)`` for one of ``loaders``. Local: it reads only the function whose
-    evaluation loops this rule just gathered, for the loaders it gathered over."""
+@dataclass(frozen=True)
+class _GatheredLoop:
+    """An evaluation loop the rule gathered in: its loader and the original loop."""
 
-    def __init__(self, loaders: set[str]) -> None:
+    loader: str
+    loop: cst.For
+
+
+@dataclass
+class _BatchCounts:
+    """What counts the batches of gathered evaluation loops in one function (or in the
+    module-level code): the loaders (``len(loader)``), names holding a count of batches
+    (``num_val_batches = len(loader)``, an ``enumerate`` index, a ``steps += 1`` counter) and
+    lists appended once per batch (``losses.append(loss.item())``)."""
+
+    loaders: set[str] = field(default_factory=set)
+    names: set[str] = field(default_factory=set)
+    per_batch_lists: set[str] = field(default_factory=set)
+
+
+#: Functions that average a list (qualified names): given a list of per-batch values, a mean over batches.
+AVERAGING_FUNCTIONS = frozenset(
+    {"numpy.mean", "numpy.average", "numpy.nanmean", "statistics.mean", "statistics.fmean", "torch.mean"}
+)
+
+
+def _batch_counts(loops: list[_GatheredLoop], scope: Sequence[cst.CSTNode]) -> _BatchCounts:
+    counts = _BatchCounts(loaders={loop.loader for loop in loops})
+    for gathered in loops:
+        index = _enumerate_index(gathered.loop)
+        if index is not None:
+            counts.names.add(index)
+        for statement in _statements_once_per_batch(gathered.loop):
+            for small in statement.body:
+                if (
+                    isinstance(small, cst.AugAssign)
+                    and isinstance(small.operator, cst.AddAssign)
+                    and isinstance(small.target, cst.Name)
+                    and isinstance(small.value, cst.Integer)
+                    and small.value.value == "1"
+                ):
+                    counts.names.add(small.target.value)
+                call = small.value if isinstance(small, cst.Expr) else None
+                if (
+                    isinstance(call, cst.Call)
+                    and isinstance(call.func, cst.Attribute)
+                    and call.func.attr.value == "append"
+                    and isinstance(call.func.value, cst.Name)
+                ):
+                    counts.per_batch_lists.add(call.func.value.value)
+    # ``num_val_batches = len(dataloader)``: an alias of the count.
+    for node in scope:
+        for assign in nodes_in(node):
+            if (
+                isinstance(assign, cst.Assign)
+                and len(assign.targets) == 1
+                and isinstance(assign.targets[0].target, cst.Name)
+            ):
+                if any(_is_len_of(call, counts.loaders) for call in calls_in(assign.value)):
+                    counts.names.add(assign.targets[0].target.value)
+    return counts
+
+
+def _enumerate_index(loop: cst.For) -> str | None:
+    """``batch_idx`` of ``for batch_idx, (x, y) in enumerate(loader)``: it counts batches."""
+    iterable = loop.iter
+    while isinstance(iterable, cst.Call) and iterable.args:
+        if dotted(iterable.func) == "enumerate":
+            target = loop.target
+            if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+                first = target.elements[0].value
+                return first.value if isinstance(first, cst.Name) else None
+            return None
+        iterable = iterable.args[0].value
+    return None
+
+
+def _statements_once_per_batch(loop: cst.For) -> list[cst.SimpleStatementLine]:
+    """The simple statements of a loop body that run once per batch: inside ``with`` and ``if``
+    blocks, not inside nested loops (a ``for`` over the samples of the batch)."""
+    found: list[cst.SimpleStatementLine] = []
+    pending: list[cst.CSTNode] = [loop.body]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.SimpleStatementLine):
+            found.append(node)
+        elif isinstance(node, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+            pending.extend(node.body)
+        elif isinstance(node, (cst.With, cst.Else)):
+            pending.append(node.body)
+        elif isinstance(node, cst.If):
+            pending.append(node.body)
+            if node.orelse is not None:
+                pending.append(node.orelse)
+    return found
+
+
+def _is_len_of(call: cst.Call, names: set[str]) -> bool:
+    return dotted(call.func) == "len" and len(call.args) == 1 and dotted(call.args[0].value) in names
+
+
+class _MeansOverBatches(cst.CSTVisitor):
+    """Divisions by a count of batches and averages of per-batch lists, with the statement
+    holding each (where a report points). Local: it reads only the function (or module-level
+    code) whose evaluation loops this rule just gathered."""
+
+    def __init__(self, counts: _BatchCounts, facts: ScriptFacts) -> None:
         super().__init__()
-        self.loaders = loaders
-        self.found: list[tuple[cst.BinaryOperation, cst.SimpleStatementLine | None]] = []
-        self._line: cst.SimpleStatementLine | None = None
+        self.counts = counts
+        self.facts = facts
+        self.found: list[tuple[cst.CSTNode, cst.CSTNode | None, str]] = []
+        self._statements: list[cst.CSTNode] = []
 
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-        self._line = node
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            self._statements.append(node)
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
+            self._check_denominator(node, node.right)
+        elif isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.DivideAssign):
+            self._check_denominator(node, node.value)
+        elif isinstance(node, cst.Call):
+            averaged = self._averaged_list(node)
+            if averaged is not None:
+                self.found.append(
+                    (node, self._anchor(), f"{expression_code(node.func)} of {averaged}, one value per batch")
+                )
+        return True
 
-    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-        right = node.right
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        if self._statements and self._statements[-1] is original_node:
+            self._statements.pop()
+
+    def _anchor(self) -> cst.CSTNode | None:
+        return self._statements[-1] if self._statements else None
+
+    def _check_denominator(self, node: cst.CSTNode, denominator: cst.BaseExpression) -> None:
+        counts = self.counts
+        lengths = counts.loaders | counts.per_batch_lists
         if (
-            isinstance(node.operator, cst.Divide)
-            and isinstance(right, cst.Call)
-            and dotted(right.func) == "len"
-            and len(right.args) == 1
-            and dotted(right.args[0].value) in self.loaders
+            any(_is_len_of(call, lengths) for call in calls_in(denominator))
+            or variables_read(denominator) & counts.names
         ):
-            self.found.append((node, self._line))
+            self.found.append((node, self._anchor(), f"divided by {expression_code(denominator)}, a count of batches"))
+
+    def _averaged_list(self, call: cst.Call) -> str | None:
+        """The per-batch list ``np.mean(losses)``, ``torch.tensor(losses).mean()`` averages."""
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "mean" and not call.args:
+            inner = func.value
+            if (
+                isinstance(inner, cst.Call)
+                and inner.args
+                and dotted(inner.args[0].value) in self.counts.per_batch_lists
+            ):
+                return dotted(inner.args[0].value)
+            return None
+        if (self.facts.qualified_name(func) or "") not in AVERAGING_FUNCTIONS or not call.args:
+            return None
+        argument = call.args[0].value
+        if isinstance(argument, cst.Call) and argument.args:  # np.mean(np.array(losses))
+            argument = argument.args[0].value
+        name = dotted(argument)
+        return name if name in self.counts.per_batch_lists else None
 
 
 def _is_batch_mean_loss(call: cst.Call, criteria: set[str], facts: ScriptFacts) -> bool:
