@@ -51,6 +51,8 @@ from accel_convert.codemods.engine.syntax import (
     target_names,
 )
 from accel_convert.codemods.engine.torch_names import (
+    DATA_LOADERS,
+    ITERABLE_DATASETS,
     NO_GRAD_CONTEXTS,
     SEQUENCE_FIRST_LAYERS,
     SEQUENCE_FIRST_PADDING,
@@ -244,6 +246,7 @@ class MetricsCodemod(Rule):
             facts.lines_mentioning(name_words(facts.loaders)),
             _sequence_first_layouts(module, facts),
             _torchmetrics_in(module, facts),
+            _loaders_over_streams(module, facts),
         )
         new_module = module.visit(rewriter)
         synced = rewriter.metrics_fed_gathered_values()
@@ -255,11 +258,18 @@ class MetricsCodemod(Rule):
 
 class _EvalLoopRewriter(RuleTransformer):
     def __init__(
-        self, facts: ScriptFacts, lines: set[int], layouts: _SequenceLayouts, torchmetrics: _TorchMetrics
+        self,
+        facts: ScriptFacts,
+        lines: set[int],
+        layouts: _SequenceLayouts,
+        torchmetrics: _TorchMetrics,
+        streams: dict[str, str],
     ) -> None:
         super().__init__(facts, lines)
         self._layouts = layouts
         self._torchmetrics = torchmetrics
+        #: Loaders over an iterable dataset class of the file without ``__len__`` → that class.
+        self._streams = streams
         #: torchmetrics metric → original positions of its updates with gathered values.
         self._gathered_updates: dict[str, set[Site]] = {}
         #: The first such update of each metric (where a report points).
@@ -556,6 +566,17 @@ class _EvalLoopRewriter(RuleTransformer):
         while isinstance(loader, cst.Call) and loader.args:
             loader = loader.args[0].value
         self._gathered_loops[-1].append(_GatheredLoop(dotted(loader) or "", original))
+        stream = self._streams.get(dotted(loader) or "")
+        if stream is not None:
+            self.report(
+                original,
+                "ACC913",
+                f"{stream} is an IterableDataset without __len__: the last batches are padded with repeated "
+                "samples to a batch per process, and without a length gather_for_metrics cannot tell them "
+                f"from real ones, so the metrics count them too; give {stream} a __len__ (the number of "
+                "samples it yields) so the gather drops them, or drop them by hand",
+                False,
+            )
         return loop.with_changes(body=body.with_changes(body=new_body))
 
 
@@ -682,6 +703,84 @@ class _SyncOnComputeOff(RuleTransformer):
             "syncing again in compute() would count them once per process",
         )
         return updated_node.with_changes(args=[*updated_node.args, keyword])
+
+
+# ---- loaders over streams ------------------------------------------------------------------
+
+
+def _loaders_over_streams(module: cst.Module, facts: ScriptFacts) -> dict[str, str]:
+    """Loaders (names, and parameters of the file's functions called with them) over an
+    ``IterableDataset`` subclass of the file that has no ``__len__`` → that class's name.
+    File-wide names, as the analysis's roles are: a parameter given such a loader at any call
+    counts."""
+    classes = {node.name.value: node for node in module.body if isinstance(node, cst.ClassDef)}
+    streams: dict[str, bool] = {}  # class → it (or a base of the file) defines __len__
+    grew = True
+    while grew:
+        grew = False
+        for name, node in classes.items():
+            if name in streams:
+                continue
+            bases = [base.value for base in node.bases]
+            if any(facts.qualified_name(base) in ITERABLE_DATASETS for base in bases) or any(
+                dotted(base) in streams for base in bases
+            ):
+                own = (
+                    any(
+                        isinstance(item, cst.FunctionDef) and item.name.value == "__len__"
+                        for item in cast(cst.IndentedBlock, node.body).body
+                    )
+                    if isinstance(node.body, cst.IndentedBlock)
+                    else False
+                )
+                streams[name] = own or any(streams.get(dotted(base) or "", False) for base in bases)
+                grew = True
+    unsized = {name for name, sized in streams.items() if not sized}
+    if not unsized:
+        return {}
+    nodes = nodes_in(module)
+    datasets: dict[str, str] = {}
+    for node in nodes:
+        if isinstance(node, cst.Assign) and len(node.targets) == 1:
+            built = node.value
+            name = dotted(node.targets[0].target)
+            if name is not None and isinstance(built, cst.Call) and dotted(built.func) in unsized:
+                datasets[name] = dotted(built.func) or ""
+    loaders: dict[str, str] = {}
+    for node in nodes:
+        if not (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.value, cst.Call)):
+            continue
+        call, name = node.value, dotted(node.targets[0].target)
+        if name is None or facts.qualified_name(call.func) not in DATA_LOADERS:
+            continue
+        dataset = next((arg.value for arg in call.args if arg.keyword and arg.keyword.value == "dataset"), None)
+        if dataset is None and call.args and call.args[0].keyword is None:
+            dataset = call.args[0].value
+        if isinstance(dataset, cst.Call) and dotted(dataset.func) in unsized:
+            loaders[name] = dotted(dataset.func) or ""
+        elif dotted(dataset) in datasets:
+            loaders[name] = datasets[dotted(dataset) or ""]
+    # evaluate(model, test_loader, device): the helper's parameter is that loader.
+    functions = {node.name.value: node for node in module.body if isinstance(node, cst.FunctionDef)}
+    calls = [call for call in calls_in(module) if dotted(call.func) in functions]
+    grew = bool(loaders)
+    while grew:
+        grew = False
+        for call in calls:
+            parameters = functions[dotted(call.func) or ""].params
+            positional = [param.name.value for param in parameters.params]
+            for index, arg in enumerate(call.args):
+                stream = loaders.get(dotted(arg.value) or "")
+                if stream is None or arg.star:
+                    continue
+                if arg.keyword is not None:
+                    parameter: str | None = arg.keyword.value
+                else:
+                    parameter = positional[index] if index < len(positional) else None
+                if parameter is not None and parameter not in loaders:
+                    loaders[parameter] = stream
+                    grew = True
+    return loaders
 
 
 # ---- sequence-first layouts ----------------------------------------------------------------

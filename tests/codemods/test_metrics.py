@@ -652,3 +652,62 @@ def test_an_attribute_named_like_the_batch_is_not_gathered() -> None:
         "                    gathered_data, labels = accelerator.gather_for_metrics((outputs.data, labels))\n",
     ).replace("torch.max(outputs.data, 1)", "torch.max(gathered_data, 1)")
     assert_rewrites(MetricsCodemod(), before, after)
+
+
+STREAMED_EVALUATION = """\
+from torch.utils.data import IterableDataset
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        for i in range(8):
+            yield torch.randn(4), i % 3
+{length}
+
+class NamedStream(Stream):
+    pass
+
+
+def evaluate(model, loader):
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+    return correct
+
+
+def main():
+    train_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8).long()), batch_size=2)
+    test_set = {dataset}
+    test_loader = DataLoader(dataset=test_set, batch_size=2)
+    model = nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    print(evaluate(model, loader=test_loader))
+"""
+
+
+@pytest.mark.parametrize(
+    "dataset, length, reported",
+    [
+        pytest.param("Stream()", "", "Stream is an IterableDataset without __len__", id="stream"),
+        pytest.param("NamedStream()", "", "NamedStream is an IterableDataset without __len__", id="subclass"),
+        pytest.param("NamedStream()", "\n    def __len__(self):\n        return 8\n", None, id="sized-stream"),
+        pytest.param("TensorDataset(torch.randn(8, 4), torch.zeros(8).long())", "", None, id="map-style"),
+    ],
+)
+def test_evaluation_over_a_stream_without_length_is_reported(dataset: str, length: str, reported: str | None) -> None:
+    """A stream has no length: the runtime pads its last batches with repeated samples and
+    gather_for_metrics cannot drop them (no remainder to cut at). Still gathered, and reported
+    unless the dataset class (or a base of the file) says its length."""
+    output, changes = convert_text(HEADER + STREAMED_EVALUATION.format(dataset=dataset, length=length))
+    assert "output, y = accelerator.gather_for_metrics((output, y))" in output
+    messages = [c.message for c in changes if c.code == "ACC913"]
+    if reported is None:
+        assert messages == []
+    else:
+        assert len(messages) == 1 and reported in messages[0] and "give " in messages[0]
