@@ -13,6 +13,16 @@ uses. A batch-mean ``outputs.loss`` (or a ``loss`` among the forward's outputs, 
 loop reads with ``.item()``: one value per batch) cannot be gathered per sample and is reported
 (ACC913 as a warning), as is a forward nested inside a larger expression.
 
+A mean over batches (``/ len(loader)``, ``/ (batch_idx + 1)``, ``np.mean`` of a list appended once per
+batch, a ``steps += 1`` counter) is reported (ACC913): the original weighs each of its batches
+equally, while a gathered per-batch value averages one batch of every process (the last ones
+ragged or missing), so the mean changes; the one-process mean over batches cannot be rebuilt
+from gathered batches. Evaluation over an ``IterableDataset`` of the file without ``__len__`` is
+reported too: its last batches are padded and, without a length, the gather cannot drop the
+padding. Batches of per-sample lists (detection: ``collate_fn`` returning ``tuple(zip(*batch))``,
+outputs rebuilt per image) are gathered list by list with ``use_gather_object=True``; where only
+some of the values are known to be lists, the loop is reported instead.
+
 A torchmetrics metric updated with the gathered values (``metric.update(output, target)``) would
 sync across processes once more in ``compute()`` (its default ``sync_on_compute=True``): ratios
 come out right, but sums and counts (``SumMetric``, a confusion matrix, ``MeanSquaredError``'s
@@ -247,6 +257,7 @@ class MetricsCodemod(Rule):
             _sequence_first_layouts(module, facts),
             _torchmetrics_in(module, facts),
             _loaders_over_streams(module, facts),
+            _loaders_of_sample_lists(module, facts),
         )
         new_module = module.visit(rewriter)
         synced = rewriter.metrics_fed_gathered_values()
@@ -264,12 +275,15 @@ class _EvalLoopRewriter(RuleTransformer):
         layouts: _SequenceLayouts,
         torchmetrics: _TorchMetrics,
         streams: dict[str, str],
+        zipped_loaders: set[str],
     ) -> None:
         super().__init__(facts, lines)
         self._layouts = layouts
         self._torchmetrics = torchmetrics
         #: Loaders over an iterable dataset class of the file without ``__len__`` → that class.
         self._streams = streams
+        #: Loaders whose ``collate_fn`` returns ``tuple(zip(*batch))``: batches of per-sample lists.
+        self._zipped_loaders = zipped_loaders
         #: torchmetrics metric → original positions of its updates with gathered values.
         self._gathered_updates: dict[str, set[Site]] = {}
         #: The first such update of each metric (where a report points).
@@ -512,6 +526,34 @@ class _EvalLoopRewriter(RuleTransformer):
                     False,
                 )
 
+    def _per_sample_lists(
+        self, loop: cst.For, statements: Sequence[cst.BaseStatement], batch: tuple[str, ...]
+    ) -> set[str]:
+        """Names holding a list (or tuple) of per-sample objects, not a batch tensor: the batch
+        of a loader whose ``collate_fn`` returns ``tuple(zip(*batch))`` (torchvision's detection
+        references), and names the loop rebuilds item by item from themselves
+        (``outputs = [{k: v.to("cpu") for k, v in t.items()} for t in outputs]``)."""
+        found: set[str] = set()
+        loader = loop.iter
+        while isinstance(loader, cst.Call) and loader.args:
+            loader = loader.args[0].value
+        if dotted(loader) in self._zipped_loaders:
+            found.update(batch)
+        for node in nodes_in(cst.IndentedBlock(body=list(statements))):
+            if not (isinstance(node, cst.Assign) and len(node.targets) == 1):
+                continue
+            name = dotted(node.targets[0].target)
+            value = node.value
+            if isinstance(value, cst.Call) and dotted(value.func) in ("list", "tuple") and value.args:
+                value = value.args[0].value
+            if (
+                name is not None
+                and isinstance(value, (cst.ListComp, cst.GeneratorExp))
+                and dotted(value.for_in.iter) == name
+            ):
+                found.add(name)
+        return found
+
     def _is_evaluation(self, node: cst.For) -> bool:
         return (
             self._no_grad_depth > 0
@@ -554,9 +596,27 @@ class _EvalLoopRewriter(RuleTransformer):
             )
         if not plan.gathered:
             return loop
+        lists = self._per_sample_lists(original, body.body, targets)
+        listed = [name for expr, name in zip(plan.gathered, plan.names) if isinstance(expr, cst.Name) and name in lists]
+        if listed and len(listed) != len(plan.gathered):
+            # A tensor gather of a list of per-image dicts joins the i-th items of every process;
+            # which of the other values are lists is not known here.
+            self.report(
+                original,
+                "ACC913",
+                f"{', '.join(listed)}: a list of per-sample objects (detection-style batches); not gathered, "
+                "so the metrics cover this process only: gather each list on its own with "
+                "accelerator.gather_for_metrics(x, use_gather_object=True), tensors as they are",
+                False,
+            )
+            return loop
         if plan.new_names:  # the taken names are collected only when a new one is needed
             self._taken_names.update(plan.new_names)
-        gather_line = _gather_statement(plan, self.facts)
+        gather_line: list[cst.SimpleStatementLine] = (
+            [_gather_objects_statement(name, self.facts) for name in listed]
+            if listed
+            else [_gather_statement(plan, self.facts)]
+        )
         self._report_summed_batch_means(original)
         self._note_metric_updates(_statements_after(body.body, statement), plan)
         new_body = _insert_after(body.body, statement, gather_line, plan, self.facts)
@@ -713,27 +773,27 @@ def _loaders_over_streams(module: cst.Module, facts: ScriptFacts) -> dict[str, s
     ``IterableDataset`` subclass of the file that has no ``__len__`` → that class's name.
     File-wide names, as the analysis's roles are: a parameter given such a loader at any call
     counts."""
-    classes = {node.name.value: node for node in module.body if isinstance(node, cst.ClassDef)}
+    classes = {statement.name.value: statement for statement in module.body if isinstance(statement, cst.ClassDef)}
     streams: dict[str, bool] = {}  # class → it (or a base of the file) defines __len__
     grew = True
     while grew:
         grew = False
-        for name, node in classes.items():
-            if name in streams:
+        for class_name, definition in classes.items():
+            if class_name in streams:
                 continue
-            bases = [base.value for base in node.bases]
+            bases = [base.value for base in definition.bases]
             if any(facts.qualified_name(base) in ITERABLE_DATASETS for base in bases) or any(
                 dotted(base) in streams for base in bases
             ):
                 own = (
                     any(
                         isinstance(item, cst.FunctionDef) and item.name.value == "__len__"
-                        for item in cast(cst.IndentedBlock, node.body).body
+                        for item in definition.body.body
                     )
-                    if isinstance(node.body, cst.IndentedBlock)
+                    if isinstance(definition.body, cst.IndentedBlock)
                     else False
                 )
-                streams[name] = own or any(streams.get(dotted(base) or "", False) for base in bases)
+                streams[class_name] = own or any(streams.get(dotted(base) or "", False) for base in bases)
                 grew = True
     unsized = {name for name, sized in streams.items() if not sized}
     if not unsized:
@@ -760,7 +820,13 @@ def _loaders_over_streams(module: cst.Module, facts: ScriptFacts) -> dict[str, s
             loaders[name] = dotted(dataset.func) or ""
         elif dotted(dataset) in datasets:
             loaders[name] = datasets[dotted(dataset) or ""]
-    # evaluate(model, test_loader, device): the helper's parameter is that loader.
+    return _passed_to_parameters(module, loaders)
+
+
+def _passed_to_parameters(module: cst.Module, loaders: dict[str, str]) -> dict[str, str]:
+    """``loaders`` with the parameters of the file's functions called with one of them
+    (``evaluate(model, test_loader, device)``: the helper's ``loader`` is that loader)."""
+    loaders = dict(loaders)
     functions = {node.name.value: node for node in module.body if isinstance(node, cst.FunctionDef)}
     calls = [call for call in calls_in(module) if dotted(call.func) in functions]
     grew = bool(loaders)
@@ -781,6 +847,42 @@ def _loaders_over_streams(module: cst.Module, facts: ScriptFacts) -> dict[str, s
                     loaders[parameter] = stream
                     grew = True
     return loaders
+
+
+def _loaders_of_sample_lists(module: cst.Module, facts: ScriptFacts) -> set[str]:
+    """Loaders built with a ``collate_fn`` that returns ``tuple(zip(*batch))`` (a function of
+    the file or a lambda): each batch is a tuple of per-sample lists (images of different sizes,
+    target dicts), and with the parameters they are passed to."""
+    zipping = {
+        node.name.value
+        for node in module.body
+        if isinstance(node, cst.FunctionDef)
+        and any(isinstance(n, cst.Return) and n.value is not None and _zips_samples(n.value) for n in nodes_in(node))
+    }
+    loaders: dict[str, str] = {}
+    for node in nodes_in(module):
+        if not (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.value, cst.Call)):
+            continue
+        name = dotted(node.targets[0].target)
+        if name is None or facts.qualified_name(node.value.func) not in DATA_LOADERS:
+            continue
+        collate = next((a.value for a in node.value.args if a.keyword and a.keyword.value == "collate_fn"), None)
+        if dotted(collate) in zipping or (isinstance(collate, cst.Lambda) and _zips_samples(collate.body)):
+            loaders[name] = ""
+    return set(_passed_to_parameters(module, loaders)) if loaders else set()
+
+
+def _zips_samples(value: cst.BaseExpression) -> bool:
+    """``tuple(zip(*batch))`` or ``list(zip(*batch))``."""
+    if not (isinstance(value, cst.Call) and dotted(value.func) in ("tuple", "list") and len(value.args) == 1):
+        return False
+    inner = value.args[0].value
+    return (
+        isinstance(inner, cst.Call)
+        and dotted(inner.func) == "zip"
+        and len(inner.args) == 1
+        and inner.args[0].star == "*"
+    )
 
 
 # ---- sequence-first layouts ----------------------------------------------------------------
@@ -1225,6 +1327,19 @@ def _gather_statement(plan: _GatherPlan, facts: ScriptFacts) -> cst.SimpleStatem
     return cst.SimpleStatementLine(body=[cst.Assign(targets=[cst.AssignTarget(target)], value=call)])
 
 
+def _gather_objects_statement(name: str, facts: ScriptFacts) -> cst.SimpleStatementLine:
+    """``outputs = accelerator.gather_for_metrics(outputs, use_gather_object=True)``: every
+    process's list of per-sample objects joined into one list, the padding dropped."""
+    call = accelerator_call(facts, "gather_for_metrics", cst.Name(name))
+    keyword = cst.Arg(
+        value=cst.Name("True"),
+        keyword=cst.Name("use_gather_object"),
+        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+    )
+    call = call.with_changes(args=[*call.args, keyword])
+    return cst.SimpleStatementLine(body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=call)])
+
+
 class _ExpressionReplacer(cst.CSTTransformer):
     """After the gather: gathered expressions read through their new names, and
     ``x.view(<batch size>, ...)`` of gathered tensors becomes ``x.view(-1, ...)`` (the gathered
@@ -1264,7 +1379,7 @@ class _ExpressionReplacer(cst.CSTTransformer):
         return updated_node.with_changes(args=[first, *updated_node.args[1:]])
 
 
-def _insert_after(statements, forward, gather_line, plan: _GatherPlan, facts: ScriptFacts) -> list:
+def _insert_after(statements, forward, gather_lines: list, plan: _GatherPlan, facts: ScriptFacts) -> list:
     """The loop body with the gather line after the forward and later reads rewritten."""
     replacer = _ExpressionReplacer(plan, facts.batch_size_expr)
     state = {"inserted": False}
@@ -1275,7 +1390,7 @@ def _insert_after(statements, forward, gather_line, plan: _GatherPlan, facts: Sc
             if state["inserted"]:
                 result.append(statement.visit(replacer))
             elif statement is forward:
-                result.extend([statement, gather_line])
+                result.extend([statement, *gather_lines])
                 state["inserted"] = True
             elif isinstance(statement, cst.With) and isinstance(statement.body, cst.IndentedBlock):
                 inner = rewrite(list(statement.body.body))

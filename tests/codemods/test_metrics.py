@@ -711,3 +711,50 @@ def test_evaluation_over_a_stream_without_length_is_reported(dataset: str, lengt
         assert messages == []
     else:
         assert len(messages) == 1 and reported in messages[0] and "give " in messages[0]
+
+
+DETECTION_EVALUATION = """\
+def collate_fn(batch):
+    return tuple(zip(*batch))
+
+
+def evaluate(model, data_loader):
+    model.eval()
+    hits = 0
+    with torch.no_grad():
+        for images, targets in data_loader:
+            outputs = model(images)
+{rebuild}
+            for out, tgt in zip(outputs, targets):
+                hits += int(out["labels"][0] == tgt["labels"][0])
+    return hits
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8).long()), batch_size=2, collate_fn=collate_fn)
+    model = nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8).long()), batch_size=2):
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    print(evaluate(model, loader))
+"""
+
+
+def test_lists_of_per_image_objects_are_gathered_each_as_objects() -> None:
+    """Detection batches (``collate_fn`` zips the samples) and outputs rebuilt per image are
+    lists: gathered in one tuple, the object gather flattens them together (too many values to
+    unpack); each list is gathered on its own as objects."""
+    rebuild = '            outputs = [{k: v.to("cpu") for k, v in t.items()} for t in outputs]'
+    output, changes = convert_text(HEADER + DETECTION_EVALUATION.format(rebuild=rebuild))
+    assert "outputs = accelerator.gather_for_metrics(outputs, use_gather_object=True)" in output
+    assert "targets = accelerator.gather_for_metrics(targets, use_gather_object=True)" in output
+    assert "ACC913" not in {c.code for c in changes}
+
+
+def test_a_list_batch_with_outputs_of_unknown_kind_is_reported_not_gathered() -> None:
+    output, changes = convert_text(HEADER + DETECTION_EVALUATION.format(rebuild=""))
+    assert "gather_for_metrics" not in output
+    reported = [c.message for c in changes if c.code == "ACC913"]
+    assert len(reported) == 1 and "use_gather_object=True" in reported[0]
