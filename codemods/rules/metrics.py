@@ -515,6 +515,8 @@ class _EvalLoopRewriter(RuleTransformer):
         for node in nodes:
             if not isinstance(node, cst.AugAssign) or not isinstance(node.operator, cst.AddAssign):
                 continue
+            if _multiplied(node.value):
+                continue  # ``loss.item() * targets.size(0)``: weighed by the (gathered) batch size, a sum per sample
             if variables_read(node.value) & losses or any(
                 _is_batch_mean_loss(call, criteria, self.facts) for call in calls_in(node.value)
             ):
@@ -1593,6 +1595,12 @@ class _MeansOverBatches(cst.CSTVisitor):
             argument = argument.args[0].value
         name = dotted(argument)
         return name if name in self.counts.per_batch_lists else None
+
+
+def _multiplied(value: cst.BaseExpression) -> bool:
+    return any(
+        isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply) for node in nodes_in(value)
+    )
 
 
 def _is_batch_mean_loss(call: cst.Call, criteria: set[str], facts: ScriptFacts) -> bool:

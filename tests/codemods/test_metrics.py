@@ -615,6 +615,11 @@ def test_a_mean_over_gathered_batches_is_reported(evaluation: str, module_level:
             id="per-sample-count-over-the-dataset",
         ),
         pytest.param(
+            SUMMED_LOSS_LOOP.replace("loss.item()", "loss.item() * targets.size(0)")
+            + "    return test_loss / len(loader.dataset)",
+            id="batch-mean-loss-weighed-by-the-batch-size",
+        ),
+        pytest.param(
             """\
     preds = []
     with torch.no_grad():
