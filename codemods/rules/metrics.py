@@ -61,6 +61,7 @@ from accel_convert.codemods.engine.syntax import (
     target_names,
 )
 from accel_convert.codemods.engine.torch_names import (
+    AVERAGING_FUNCTIONS,
     DATA_LOADERS,
     ITERABLE_DATASETS,
     NO_GRAD_CONTEXTS,
@@ -1450,12 +1451,6 @@ class _BatchCounts:
     loaders: set[str] = field(default_factory=set)
     names: set[str] = field(default_factory=set)
     per_batch_lists: set[str] = field(default_factory=set)
-
-
-#: Functions that average a list (qualified names): given a list of per-batch values, a mean over batches.
-AVERAGING_FUNCTIONS = frozenset(
-    {"numpy.mean", "numpy.average", "numpy.nanmean", "statistics.mean", "statistics.fmean", "torch.mean"}
-)
 
 
 def _batch_counts(loops: list[_GatheredLoop], scope: Sequence[cst.CSTNode]) -> _BatchCounts:
