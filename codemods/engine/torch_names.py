@@ -9,6 +9,12 @@ for one rule is seen by the analysis that decides whether the rule runs.
 from __future__ import annotations
 
 DATA_LOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
+#: Functions that average a list: given a list of per-batch values, a mean over batches.
+AVERAGING_FUNCTIONS = frozenset(
+    {"numpy.mean", "numpy.average", "numpy.nanmean", "statistics.mean", "statistics.fmean", "torch.mean"}
+)
+#: Base classes of datasets read as a stream (no index, and a length only if the class gives one).
+ITERABLE_DATASETS = frozenset({"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"})
 ACCELERATORS = frozenset(
     {
         "accelerate.Accelerator",

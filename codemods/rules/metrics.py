@@ -13,6 +13,16 @@ uses. A batch-mean ``outputs.loss`` (or a ``loss`` among the forward's outputs, 
 loop reads with ``.item()``: one value per batch) cannot be gathered per sample and is reported
 (ACC913 as a warning), as is a forward nested inside a larger expression.
 
+A mean over batches (``/ len(loader)``, ``/ (batch_idx + 1)``, ``np.mean`` of a list appended once per
+batch, a ``steps += 1`` counter) is reported (ACC913): the original weighs each of its batches
+equally, while a gathered per-batch value averages one batch of every process (the last ones
+ragged or missing), so the mean changes; the one-process mean over batches cannot be rebuilt
+from gathered batches. Evaluation over an ``IterableDataset`` of the file without ``__len__`` is
+reported too: its last batches are padded and, without a length, the gather cannot drop the
+padding. Batches of per-sample lists (detection: ``collate_fn`` returning ``tuple(zip(*batch))``,
+outputs rebuilt per image) are gathered list by list with ``use_gather_object=True``; where only
+some of the values are known to be lists, the loop is reported instead.
+
 A torchmetrics metric updated with the gathered values (``metric.update(output, target)``) would
 sync across processes once more in ``compute()`` (its default ``sync_on_compute=True``): ratios
 come out right, but sums and counts (``SumMetric``, a confusion matrix, ``MeanSquaredError``'s
@@ -51,6 +61,9 @@ from accel_convert.codemods.engine.syntax import (
     target_names,
 )
 from accel_convert.codemods.engine.torch_names import (
+    AVERAGING_FUNCTIONS,
+    DATA_LOADERS,
+    ITERABLE_DATASETS,
     NO_GRAD_CONTEXTS,
     SEQUENCE_FIRST_LAYERS,
     SEQUENCE_FIRST_PADDING,
@@ -244,6 +257,8 @@ class MetricsCodemod(Rule):
             facts.lines_mentioning(name_words(facts.loaders)),
             _sequence_first_layouts(module, facts),
             _torchmetrics_in(module, facts),
+            _loaders_over_streams(module, facts),
+            _loaders_of_sample_lists(module, facts),
         )
         new_module = module.visit(rewriter)
         synced = rewriter.metrics_fed_gathered_values()
@@ -255,11 +270,21 @@ class MetricsCodemod(Rule):
 
 class _EvalLoopRewriter(RuleTransformer):
     def __init__(
-        self, facts: ScriptFacts, lines: set[int], layouts: _SequenceLayouts, torchmetrics: _TorchMetrics
+        self,
+        facts: ScriptFacts,
+        lines: set[int],
+        layouts: _SequenceLayouts,
+        torchmetrics: _TorchMetrics,
+        streams: dict[str, str],
+        zipped_loaders: set[str],
     ) -> None:
         super().__init__(facts, lines)
         self._layouts = layouts
         self._torchmetrics = torchmetrics
+        #: Loaders over an iterable dataset class of the file without ``__len__`` → that class.
+        self._streams = streams
+        #: Loaders whose ``collate_fn`` returns ``tuple(zip(*batch))``: batches of per-sample lists.
+        self._zipped_loaders = zipped_loaders
         #: torchmetrics metric → original positions of its updates with gathered values.
         self._gathered_updates: dict[str, set[Site]] = {}
         #: The first such update of each metric (where a report points).
@@ -271,8 +296,9 @@ class _EvalLoopRewriter(RuleTransformer):
         #: module-level code.
         #: Collected only when a new name is needed: most files never need one.
         self._taken_by_scope: list[_LazyNames] = []
-        #: Loaders whose evaluation loops got a gather, per enclosing function (innermost last).
-        self._gathered_loaders: list[set[str]] = [set()]
+        #: Evaluation loops that got a gather, per enclosing function (innermost last; the first
+        #: entry is module-level code).
+        self._gathered_loops: list[list[_GatheredLoop]] = [[]]
 
     @property
     def _taken_names(self) -> set[str]:
@@ -287,13 +313,21 @@ class _EvalLoopRewriter(RuleTransformer):
         self._eval_mode.append(False)
         top_level = len(self._taken_by_scope) == 1
         self._taken_by_scope.append(_LazyNames(node) if top_level else self._taken_by_scope[-1])
-        self._gathered_loaders.append(set())
+        self._gathered_loops.append([])
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):
         self._eval_mode.pop()
         self._taken_by_scope.pop()
-        self._report_per_batch_means(original_node, self._gathered_loaders.pop())
+        self._report_per_batch_means([original_node], self._gathered_loops.pop())
         return super().leave_FunctionDef(original_node, updated_node)
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        # Module-level code (a notebook-style script): its own statements, not the functions'.
+        outside_definitions = [
+            statement for statement in original_node.body if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))
+        ]
+        self._report_per_batch_means(outside_definitions, self._gathered_loops[0])
+        return super().leave_Module(original_node, updated_node)
 
     def visit_With(self, node: cst.With) -> None:
         if _is_no_grad(node, self.facts):
@@ -434,33 +468,59 @@ class _EvalLoopRewriter(RuleTransformer):
             and any(where.line <= site.line <= where.end_line for site in self.facts.assign_sites.get(name, ()))
         )
 
-    def _report_per_batch_means(self, function: cst.FunctionDef, loaders: set[str]) -> None:
-        """``total_psnr / len(test_loader)`` averages one value per batch; after the gather each
-        value covers a batch of every process, so the mean no longer weighs batches as the
-        original did. Reported: sum per-sample values and divide by the sample count instead."""
-        if not loaders:
+    def _report_per_batch_means(self, scope: Sequence[cst.CSTNode], loops: list[_GatheredLoop]) -> None:
+        """A mean over batches where evaluation loops were gathered: a value divided by a count of
+        batches (``len(test_loader)``, ``num_val_batches = len(loader)``, ``batch_idx + 1``, a
+        ``steps += 1`` counter, ``len(losses)`` of a list appended once per batch) or ``np.mean``
+        of such a list. The original weighs each of its batches equally; after the gather each
+        per-batch value averages one batch of every process (the last ones ragged or missing),
+        so the mean weighs the samples otherwise and prints another number. The one-process
+        mean over batches cannot be rebuilt from gathered batches, so it is reported, not
+        rewritten: sum per-sample values and divide by the number of samples."""
+        if not loops:
             return
-        finder = _DivisionsByLength(loaders)
-        walk(function, finder)
-        for node, statement in finder.found:
+        finder = _MeansOverBatches(_batch_counts(loops, scope), self.facts)
+        for node in scope:
+            walk(node, finder)
+        for node, anchor, how in finder.found:
             self.findings.add(
                 node,
                 "ACC913",
-                "a mean over batches (divided by len(loader)): each gathered value now covers one batch per "
-                "process; sum per-sample values and divide by the number of samples",
+                f"a mean over batches ({how}): the original weighs each of its batches equally; after the "
+                "gather a per-batch value averages one batch of every process (the last ones ragged or "
+                "missing), one not gathered covers this process's batches only, so the mean differs from "
+                'the one-process number; sum per-sample values (reduction="sum", counts) and divide by the '
+                "number of samples",
                 False,
-                statement,
+                anchor,
             )
 
     def _report_summed_batch_means(self, loop: cst.For) -> None:
         """``test_loss += criterion(outputs, targets).item()`` with a batch-mean criterion: after the
         gather each term averages the batches of every process, so the sum has N times fewer
-        terms and the reported loss shrinks N times. Reported: sum per-sample losses instead."""
-        criteria = self.facts.batch_mean_losses.get(self.function, set())
-        for node in nodes_in(loop.body):
+        terms and the reported loss shrinks N times. Reported: sum per-sample losses instead. The
+        loss may be named first (``loss = criterion(outputs, targets)``, then ``+= loss.item()``)."""
+        # the function's own criteria, and the module's it reads as globals
+        criteria = self.facts.batch_mean_losses.get(self.function, set()) | self.facts.batch_mean_losses.get(
+            "<module>", set()
+        )
+        nodes = nodes_in(loop.body)
+        losses = {
+            node.targets[0].target.value
+            for node in nodes
+            if isinstance(node, cst.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0].target, cst.Name)
+            and any(_is_batch_mean_loss(call, criteria, self.facts) for call in calls_in(node.value))
+        }
+        for node in nodes:
             if not isinstance(node, cst.AugAssign) or not isinstance(node.operator, cst.AddAssign):
                 continue
-            if any(_is_batch_mean_loss(call, criteria, self.facts) for call in calls_in(node.value)):
+            if _multiplied(node.value):
+                continue  # ``loss.item() * targets.size(0)``: weighed by the (gathered) batch size, a sum per sample
+            if variables_read(node.value) & losses or any(
+                _is_batch_mean_loss(call, criteria, self.facts) for call in calls_in(node.value)
+            ):
                 self.report(
                     node,
                     "ACC913",
@@ -468,6 +528,34 @@ class _EvalLoopRewriter(RuleTransformer):
                     'every process, so the sum shrinks with the process count; use reduction="sum"',
                     False,
                 )
+
+    def _per_sample_lists(
+        self, loop: cst.For, statements: Sequence[cst.BaseStatement], batch: tuple[str, ...]
+    ) -> set[str]:
+        """Names holding a list (or tuple) of per-sample objects, not a batch tensor: the batch
+        of a loader whose ``collate_fn`` returns ``tuple(zip(*batch))`` (torchvision's detection
+        references), and names the loop rebuilds item by item from themselves
+        (``outputs = [{k: v.to("cpu") for k, v in t.items()} for t in outputs]``)."""
+        found: set[str] = set()
+        loader = loop.iter
+        while isinstance(loader, cst.Call) and loader.args:
+            loader = loader.args[0].value
+        if dotted(loader) in self._zipped_loaders:
+            found.update(batch)
+        for node in nodes_in(cst.IndentedBlock(body=list(statements))):
+            if not (isinstance(node, cst.Assign) and len(node.targets) == 1):
+                continue
+            name = dotted(node.targets[0].target)
+            value = node.value
+            if isinstance(value, cst.Call) and dotted(value.func) in ("list", "tuple") and value.args:
+                value = value.args[0].value
+            if (
+                name is not None
+                and isinstance(value, (cst.ListComp, cst.GeneratorExp))
+                and dotted(value.for_in.iter) == name
+            ):
+                found.add(name)
+        return found
 
     def _is_evaluation(self, node: cst.For) -> bool:
         return (
@@ -511,9 +599,27 @@ class _EvalLoopRewriter(RuleTransformer):
             )
         if not plan.gathered:
             return loop
+        lists = self._per_sample_lists(original, body.body, targets)
+        listed = [name for expr, name in zip(plan.gathered, plan.names) if isinstance(expr, cst.Name) and name in lists]
+        if listed and len(listed) != len(plan.gathered):
+            # A tensor gather of a list of per-image dicts joins the i-th items of every process;
+            # which of the other values are lists is not known here.
+            self.report(
+                original,
+                "ACC913",
+                f"{', '.join(listed)}: a list of per-sample objects (detection-style batches); not gathered, "
+                "so the metrics cover this process only: gather each list on its own with "
+                "accelerator.gather_for_metrics(x, use_gather_object=True), tensors as they are",
+                False,
+            )
+            return loop
         if plan.new_names:  # the taken names are collected only when a new one is needed
             self._taken_names.update(plan.new_names)
-        gather_line = _gather_statement(plan, self.facts)
+        gather_line: list[cst.SimpleStatementLine] = (
+            [_gather_objects_statement(name, self.facts) for name in listed]
+            if listed
+            else [_gather_statement(plan, self.facts)]
+        )
         self._report_summed_batch_means(original)
         self._note_metric_updates(_statements_after(body.body, statement), plan)
         new_body = _insert_after(body.body, statement, gather_line, plan, self.facts)
@@ -522,7 +628,18 @@ class _EvalLoopRewriter(RuleTransformer):
         loader = original.iter
         while isinstance(loader, cst.Call) and loader.args:
             loader = loader.args[0].value
-        self._gathered_loaders[-1].add(dotted(loader) or "")
+        self._gathered_loops[-1].append(_GatheredLoop(dotted(loader) or "", original))
+        stream = self._streams.get(dotted(loader) or "")
+        if stream is not None:
+            self.report(
+                original,
+                "ACC913",
+                f"{stream} is an IterableDataset without __len__: the last batches are padded with repeated "
+                "samples to a batch per process, and without a length gather_for_metrics cannot tell them "
+                f"from real ones, so the metrics count them too; give {stream} a __len__ (the number of "
+                "samples it yields) so the gather drops them, or drop them by hand",
+                False,
+            )
         return loop.with_changes(body=body.with_changes(body=new_body))
 
 
@@ -649,6 +766,126 @@ class _SyncOnComputeOff(RuleTransformer):
             "syncing again in compute() would count them once per process",
         )
         return updated_node.with_changes(args=[*updated_node.args, keyword])
+
+
+# ---- loaders over streams ------------------------------------------------------------------
+
+
+def _loaders_over_streams(module: cst.Module, facts: ScriptFacts) -> dict[str, str]:
+    """Loaders (names, and parameters of the file's functions called with them) over an
+    ``IterableDataset`` subclass of the file that has no ``__len__`` → that class's name.
+    File-wide names, as the analysis's roles are: a parameter given such a loader at any call
+    counts."""
+    classes = {statement.name.value: statement for statement in module.body if isinstance(statement, cst.ClassDef)}
+    streams: dict[str, bool] = {}  # class → it (or a base of the file) defines __len__
+    grew = True
+    while grew:
+        grew = False
+        for class_name, definition in classes.items():
+            if class_name in streams:
+                continue
+            bases = [base.value for base in definition.bases]
+            if any(facts.qualified_name(base) in ITERABLE_DATASETS for base in bases) or any(
+                dotted(base) in streams for base in bases
+            ):
+                own = (
+                    any(
+                        isinstance(item, cst.FunctionDef) and item.name.value == "__len__"
+                        for item in definition.body.body
+                    )
+                    if isinstance(definition.body, cst.IndentedBlock)
+                    else False
+                )
+                streams[class_name] = own or any(streams.get(dotted(base) or "", False) for base in bases)
+                grew = True
+    unsized = {name for name, sized in streams.items() if not sized}
+    if not unsized:
+        return {}
+    nodes = nodes_in(module)
+    datasets: dict[str, str] = {}
+    for node in nodes:
+        if isinstance(node, cst.Assign) and len(node.targets) == 1:
+            built = node.value
+            name = dotted(node.targets[0].target)
+            if name is not None and isinstance(built, cst.Call) and dotted(built.func) in unsized:
+                datasets[name] = dotted(built.func) or ""
+    loaders: dict[str, str] = {}
+    for node in nodes:
+        if not (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.value, cst.Call)):
+            continue
+        call, name = node.value, dotted(node.targets[0].target)
+        if name is None or facts.qualified_name(call.func) not in DATA_LOADERS:
+            continue
+        dataset = next((arg.value for arg in call.args if arg.keyword and arg.keyword.value == "dataset"), None)
+        if dataset is None and call.args and call.args[0].keyword is None:
+            dataset = call.args[0].value
+        if isinstance(dataset, cst.Call) and dotted(dataset.func) in unsized:
+            loaders[name] = dotted(dataset.func) or ""
+        elif dotted(dataset) in datasets:
+            loaders[name] = datasets[dotted(dataset) or ""]
+    return _passed_to_parameters(module, loaders)
+
+
+def _passed_to_parameters(module: cst.Module, loaders: dict[str, str]) -> dict[str, str]:
+    """``loaders`` with the parameters of the file's functions called with one of them
+    (``evaluate(model, test_loader, device)``: the helper's ``loader`` is that loader)."""
+    loaders = dict(loaders)
+    functions = {node.name.value: node for node in module.body if isinstance(node, cst.FunctionDef)}
+    calls = [call for call in calls_in(module) if dotted(call.func) in functions]
+    grew = bool(loaders)
+    while grew:
+        grew = False
+        for call in calls:
+            parameters = functions[dotted(call.func) or ""].params
+            positional = [param.name.value for param in parameters.params]
+            for index, arg in enumerate(call.args):
+                stream = loaders.get(dotted(arg.value) or "")
+                if stream is None or arg.star:
+                    continue
+                if arg.keyword is not None:
+                    parameter: str | None = arg.keyword.value
+                else:
+                    parameter = positional[index] if index < len(positional) else None
+                if parameter is not None and parameter not in loaders:
+                    loaders[parameter] = stream
+                    grew = True
+    return loaders
+
+
+def _loaders_of_sample_lists(module: cst.Module, facts: ScriptFacts) -> set[str]:
+    """Loaders built with a ``collate_fn`` that returns ``tuple(zip(*batch))`` (a function of
+    the file or a lambda): each batch is a tuple of per-sample lists (images of different sizes,
+    target dicts), and with the parameters they are passed to."""
+    zipping = {
+        node.name.value
+        for node in module.body
+        if isinstance(node, cst.FunctionDef)
+        and any(isinstance(n, cst.Return) and n.value is not None and _zips_samples(n.value) for n in nodes_in(node))
+    }
+    loaders: dict[str, str] = {}
+    for node in nodes_in(module):
+        if not (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.value, cst.Call)):
+            continue
+        name = dotted(node.targets[0].target)
+        if name is None or facts.qualified_name(node.value.func) not in DATA_LOADERS:
+            continue
+        collate = next((a.value for a in node.value.args if a.keyword and a.keyword.value == "collate_fn"), None)
+        if dotted(collate) in zipping or (isinstance(collate, cst.Lambda) and _zips_samples(collate.body)):
+            loaders[name] = ""
+    return set(_passed_to_parameters(module, loaders)) if loaders else set()
+
+
+def _zips_samples(value: cst.BaseExpression) -> bool:
+    """``tuple(zip(*batch))`` or ``list(zip(*batch))``."""
+    if not (isinstance(value, cst.Call) and dotted(value.func) in ("tuple", "list") and len(value.args) == 1):
+        return False
+    inner = value.args[0].value
+    return (
+        isinstance(inner, cst.Call)
+        and dotted(inner.func) == "zip"
+        and len(inner.args) == 1
+        and inner.args[0].star == "*"
+    )
 
 
 # ---- sequence-first layouts ----------------------------------------------------------------
@@ -996,6 +1233,9 @@ class _UseCollector(cst.CSTVisitor):
                 self.item_names.add(owner.value)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
+        # ``outputs.data``: the name after the dot is no variable, even where a batch is called
+        # ``data`` (gathering it would gather the whole input batch)
+        self._consumed.add(id(node.attr))
         if isinstance(node.value, cst.Name) and node.value.value in self.interesting:
             if id(node) in self._methods:
                 return
@@ -1090,6 +1330,19 @@ def _gather_statement(plan: _GatherPlan, facts: ScriptFacts) -> cst.SimpleStatem
     return cst.SimpleStatementLine(body=[cst.Assign(targets=[cst.AssignTarget(target)], value=call)])
 
 
+def _gather_objects_statement(name: str, facts: ScriptFacts) -> cst.SimpleStatementLine:
+    """``outputs = accelerator.gather_for_metrics(outputs, use_gather_object=True)``: every
+    process's list of per-sample objects joined into one list, the padding dropped."""
+    call = accelerator_call(facts, "gather_for_metrics", cst.Name(name))
+    keyword = cst.Arg(
+        value=cst.Name("True"),
+        keyword=cst.Name("use_gather_object"),
+        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+    )
+    call = call.with_changes(args=[*call.args, keyword])
+    return cst.SimpleStatementLine(body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=call)])
+
+
 class _ExpressionReplacer(cst.CSTTransformer):
     """After the gather: gathered expressions read through their new names, and
     ``x.view(<batch size>, ...)`` of gathered tensors becomes ``x.view(-1, ...)`` (the gathered
@@ -1129,7 +1382,7 @@ class _ExpressionReplacer(cst.CSTTransformer):
         return updated_node.with_changes(args=[first, *updated_node.args[1:]])
 
 
-def _insert_after(statements, forward, gather_line, plan: _GatherPlan, facts: ScriptFacts) -> list:
+def _insert_after(statements, forward, gather_lines: list, plan: _GatherPlan, facts: ScriptFacts) -> list:
     """The loop body with the gather line after the forward and later reads rewritten."""
     replacer = _ExpressionReplacer(plan, facts.batch_size_expr)
     state = {"inserted": False}
@@ -1140,7 +1393,7 @@ def _insert_after(statements, forward, gather_line, plan: _GatherPlan, facts: Sc
             if state["inserted"]:
                 result.append(statement.visit(replacer))
             elif statement is forward:
-                result.extend([statement, gather_line])
+                result.extend([statement, *gather_lines])
                 state["inserted"] = True
             elif isinstance(statement, cst.With) and isinstance(statement.body, cst.IndentedBlock):
                 inner = rewrite(list(statement.body.body))
@@ -1180,29 +1433,169 @@ def _unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode
     return found
 
 
-class _DivisionsByLength(cst.CSTVisitor):
-    """``x / len(loader)`` for one of ``loaders``. Local: it reads only the function whose
-    evaluation loops this rule just gathered, for the loaders it gathered over."""
+@dataclass(frozen=True)
+class _GatheredLoop:
+    """An evaluation loop the rule gathered in: its loader and the original loop."""
 
-    def __init__(self, loaders: set[str]) -> None:
+    loader: str
+    loop: cst.For
+
+
+@dataclass
+class _BatchCounts:
+    """What counts the batches of gathered evaluation loops in one function (or in the
+    module-level code): the loaders (``len(loader)``), names holding a count of batches
+    (``num_val_batches = len(loader)``, an ``enumerate`` index, a ``steps += 1`` counter) and
+    lists appended once per batch (``losses.append(loss.item())``)."""
+
+    loaders: set[str] = field(default_factory=set)
+    names: set[str] = field(default_factory=set)
+    per_batch_lists: set[str] = field(default_factory=set)
+
+
+def _batch_counts(loops: list[_GatheredLoop], scope: Sequence[cst.CSTNode]) -> _BatchCounts:
+    counts = _BatchCounts(loaders={loop.loader for loop in loops})
+    for gathered in loops:
+        index = _enumerate_index(gathered.loop)
+        if index is not None:
+            counts.names.add(index)
+        for statement in _statements_once_per_batch(gathered.loop):
+            for small in statement.body:
+                if (
+                    isinstance(small, cst.AugAssign)
+                    and isinstance(small.operator, cst.AddAssign)
+                    and isinstance(small.target, cst.Name)
+                    and isinstance(small.value, cst.Integer)
+                    and small.value.value == "1"
+                ):
+                    counts.names.add(small.target.value)
+                call = small.value if isinstance(small, cst.Expr) else None
+                if (
+                    isinstance(call, cst.Call)
+                    and isinstance(call.func, cst.Attribute)
+                    and call.func.attr.value == "append"
+                    and isinstance(call.func.value, cst.Name)
+                ):
+                    counts.per_batch_lists.add(call.func.value.value)
+    # ``num_val_batches = len(dataloader)``: an alias of the count.
+    for node in scope:
+        for assign in nodes_in(node):
+            if (
+                isinstance(assign, cst.Assign)
+                and len(assign.targets) == 1
+                and isinstance(assign.targets[0].target, cst.Name)
+            ):
+                if any(_is_len_of(call, counts.loaders) for call in calls_in(assign.value)):
+                    counts.names.add(assign.targets[0].target.value)
+    return counts
+
+
+def _enumerate_index(loop: cst.For) -> str | None:
+    """``batch_idx`` of ``for batch_idx, (x, y) in enumerate(loader)``: it counts batches."""
+    iterable = loop.iter
+    while isinstance(iterable, cst.Call) and iterable.args:
+        if dotted(iterable.func) == "enumerate":
+            target = loop.target
+            if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+                first = target.elements[0].value
+                return first.value if isinstance(first, cst.Name) else None
+            return None
+        iterable = iterable.args[0].value
+    return None
+
+
+def _statements_once_per_batch(loop: cst.For) -> list[cst.SimpleStatementLine]:
+    """The simple statements of a loop body that run once per batch: inside ``with`` and ``if``
+    blocks, not inside nested loops (a ``for`` over the samples of the batch)."""
+    found: list[cst.SimpleStatementLine] = []
+    pending: list[cst.CSTNode] = [loop.body]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.SimpleStatementLine):
+            found.append(node)
+        elif isinstance(node, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+            pending.extend(node.body)
+        elif isinstance(node, (cst.With, cst.Else)):
+            pending.append(node.body)
+        elif isinstance(node, cst.If):
+            pending.append(node.body)
+            if node.orelse is not None:
+                pending.append(node.orelse)
+    return found
+
+
+def _is_len_of(call: cst.Call, names: set[str]) -> bool:
+    return dotted(call.func) == "len" and len(call.args) == 1 and dotted(call.args[0].value) in names
+
+
+class _MeansOverBatches(cst.CSTVisitor):
+    """Divisions by a count of batches and averages of per-batch lists, with the statement
+    holding each (where a report points). Local: it reads only the function (or module-level
+    code) whose evaluation loops this rule just gathered."""
+
+    def __init__(self, counts: _BatchCounts, facts: ScriptFacts) -> None:
         super().__init__()
-        self.loaders = loaders
-        self.found: list[tuple[cst.BinaryOperation, cst.SimpleStatementLine | None]] = []
-        self._line: cst.SimpleStatementLine | None = None
+        self.counts = counts
+        self.facts = facts
+        self.found: list[tuple[cst.CSTNode, cst.CSTNode | None, str]] = []
+        self._statements: list[cst.CSTNode] = []
 
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-        self._line = node
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            self._statements.append(node)
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
+            self._check_denominator(node, node.right)
+        elif isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.DivideAssign):
+            self._check_denominator(node, node.value)
+        elif isinstance(node, cst.Call):
+            averaged = self._averaged_list(node)
+            if averaged is not None:
+                self.found.append(
+                    (node, self._anchor(), f"{expression_code(node.func)} of {averaged}, one value per batch")
+                )
+        return True
 
-    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-        right = node.right
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        if self._statements and self._statements[-1] is original_node:
+            self._statements.pop()
+
+    def _anchor(self) -> cst.CSTNode | None:
+        return self._statements[-1] if self._statements else None
+
+    def _check_denominator(self, node: cst.CSTNode, denominator: cst.BaseExpression) -> None:
+        counts = self.counts
+        lengths = counts.loaders | counts.per_batch_lists
         if (
-            isinstance(node.operator, cst.Divide)
-            and isinstance(right, cst.Call)
-            and dotted(right.func) == "len"
-            and len(right.args) == 1
-            and dotted(right.args[0].value) in self.loaders
+            any(_is_len_of(call, lengths) for call in calls_in(denominator))
+            or variables_read(denominator) & counts.names
         ):
-            self.found.append((node, self._line))
+            self.found.append((node, self._anchor(), f"divided by {expression_code(denominator)}, a count of batches"))
+
+    def _averaged_list(self, call: cst.Call) -> str | None:
+        """The per-batch list ``np.mean(losses)``, ``torch.tensor(losses).mean()`` averages."""
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "mean" and not call.args:
+            inner = func.value
+            if (
+                isinstance(inner, cst.Call)
+                and inner.args
+                and dotted(inner.args[0].value) in self.counts.per_batch_lists
+            ):
+                return dotted(inner.args[0].value)
+            return None
+        if (self.facts.qualified_name(func) or "") not in AVERAGING_FUNCTIONS or not call.args:
+            return None
+        argument = call.args[0].value
+        if isinstance(argument, cst.Call) and argument.args:  # np.mean(np.array(losses))
+            argument = argument.args[0].value
+        name = dotted(argument)
+        return name if name in self.counts.per_batch_lists else None
+
+
+def _multiplied(value: cst.BaseExpression) -> bool:
+    return any(
+        isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply) for node in nodes_in(value)
+    )
 
 
 def _is_batch_mean_loss(call: cst.Call, criteria: set[str], facts: ScriptFacts) -> bool:

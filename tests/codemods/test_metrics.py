@@ -494,3 +494,272 @@ def test_a_metric_that_cannot_be_told_not_to_sync_is_reported(metric: str, in_tr
     assert "sync_on_compute" not in output
     reported = [c.message for c in changes if c.code == "ACC913" and c.message.startswith("metric ")]
     assert len(reported) == 1 and why in reported[0]
+
+
+# -- means over batches (ACC913) ----------------------------------------------------------------
+
+#: A whole script whose evaluation (``{evaluation}``, the body of ``evaluate``) runs over a
+#: prepared loader; ``{module_level}`` follows the training at module level.
+MEAN_OVER_BATCHES = """\
+import numpy as np
+
+criterion = nn.CrossEntropyLoss()
+
+
+def evaluate(model, loader):
+    model.eval()
+{evaluation}
+
+
+train_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8).long()), batch_size=2)
+test_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8).long()), batch_size=2)
+model = nn.Linear(4, 3)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in train_loader:
+    optimizer.zero_grad()
+    criterion(model(x), y).backward()
+    optimizer.step()
+print(evaluate(model, test_loader))
+{module_level}
+"""
+
+#: The loop ``evaluate`` runs in most cases below: the loss named first, then added up.
+SUMMED_LOSS_LOOP = """\
+    test_loss = 0
+    with torch.no_grad():
+        for batch_idx, (inputs, targets) in enumerate(loader):
+            outputs = model(inputs)
+            loss = criterion(outputs, targets)
+            test_loss += loss.item()
+"""
+
+
+@pytest.mark.parametrize(
+    "evaluation, module_level, expected",
+    [
+        pytest.param(
+            SUMMED_LOSS_LOOP + "    return test_loss / (batch_idx + 1)",
+            "",
+            ["a batch-mean loss added up per batch", "divided by (batch_idx + 1), a count of batches"],
+            id="kuangliu-enumerate-index",
+        ),
+        pytest.param(
+            "    num_val_batches = len(loader)\n" + SUMMED_LOSS_LOOP + "    return test_loss / max(num_val_batches, 1)",
+            "",
+            ["a batch-mean loss added up per batch", "divided by max(num_val_batches, 1), a count of batches"],
+            id="unet-alias-of-len-loader",
+        ),
+        pytest.param(
+            """\
+    accs = []
+    with torch.no_grad():
+        for inputs, targets in loader:
+            outputs = model(inputs)
+            accs.append((outputs.argmax(1) == targets).float().mean().item())
+    return np.mean(accs), sum(accs) / len(accs)""",
+            "",
+            ["np.mean of accs, one value per batch", "divided by len(accs), a count of batches"],
+            id="sentiment-np-mean-of-a-per-batch-list",
+        ),
+        pytest.param(
+            """\
+    steps = 0
+    total = 0.0
+    with torch.no_grad():
+        for inputs, targets in loader:
+            outputs = model(inputs)
+            total += (outputs.argmax(1) == targets).float().mean().item()
+            steps += 1
+    return total / steps""",
+            "",
+            ["divided by steps, a count of batches"],
+            id="hf-steps-counter",
+        ),
+        pytest.param(
+            "    return 0",
+            """\
+model.eval()
+total_accuracy = 0
+for inputs, targets in test_loader:
+    with torch.no_grad():
+        outputs = model(inputs)
+    total_accuracy += (outputs.argmax(1) == targets).float().mean().item()
+print(total_accuracy / len(test_loader))""",
+            ["divided by len(test_loader), a count of batches"],
+            id="bert-module-level",
+        ),
+    ],
+)
+def test_a_mean_over_gathered_batches_is_reported(evaluation: str, module_level: str, expected: list[str]) -> None:
+    """Each shape of a mean over batches found in published evaluation code: after the gather a
+    per-batch value averages one batch of every process, so the mean is not the one-process one."""
+    output, changes = convert_text(HEADER + MEAN_OVER_BATCHES.format(evaluation=evaluation, module_level=module_level))
+    assert "accelerator.gather_for_metrics(" in output
+    reported = [c.message for c in changes if c.code == "ACC913"]
+    assert len(reported) == len(expected), reported
+    for fragment in expected:
+        assert any(fragment in message for message in reported), (fragment, reported)
+
+
+@pytest.mark.parametrize(
+    "evaluation",
+    [
+        pytest.param(
+            """\
+    correct = 0
+    with torch.no_grad():
+        for inputs, targets in loader:
+            outputs = model(inputs)
+            correct += (outputs.argmax(1) == targets).sum().item()
+    return correct / len(loader.dataset)""",
+            id="per-sample-count-over-the-dataset",
+        ),
+        pytest.param(
+            SUMMED_LOSS_LOOP.replace("loss.item()", "loss.item() * targets.size(0)")
+            + "    return test_loss / len(loader.dataset)",
+            id="batch-mean-loss-weighed-by-the-batch-size",
+        ),
+        pytest.param(
+            """\
+    preds = []
+    with torch.no_grad():
+        for step, (inputs, targets) in enumerate(loader):
+            outputs = model(inputs)
+            for row in outputs:
+                preds.append(row.argmax().item())
+            print(step / 2)
+    return np.mean(preds)""",
+            id="per-sample-list-and-an-unrelated-division",
+        ),
+    ],
+)
+def test_per_sample_means_are_not_reported(evaluation: str) -> None:
+    output, changes = convert_text(HEADER + MEAN_OVER_BATCHES.format(evaluation=evaluation, module_level=""))
+    assert "accelerator.gather_for_metrics(" in output
+    assert [c.message for c in changes if c.code == "ACC913"] == []
+
+
+def test_an_attribute_named_like_the_batch_is_not_gathered() -> None:
+    """The PyTorch CIFAR-10 tutorial: ``for data in testloader`` then ``outputs.data``. The name
+    after the dot is no use of the batch ``data``: only the outputs and the labels are gathered."""
+    before = """
+        def test(accelerator):
+            with torch.no_grad():
+                for data in test_loader:
+                    images, labels = data
+                    outputs = model(images)
+                    _, predicted = torch.max(outputs.data, 1)
+                    correct += (predicted == labels).sum().item()
+    """
+    after = before.replace(
+        "outputs = model(images)\n",
+        "outputs = model(images)\n"
+        "                    gathered_data, labels = accelerator.gather_for_metrics((outputs.data, labels))\n",
+    ).replace("torch.max(outputs.data, 1)", "torch.max(gathered_data, 1)")
+    assert_rewrites(MetricsCodemod(), before, after)
+
+
+STREAMED_EVALUATION = """\
+from torch.utils.data import IterableDataset
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        for i in range(8):
+            yield torch.randn(4), i % 3
+{length}
+
+class NamedStream(Stream):
+    pass
+
+
+def evaluate(model, loader):
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+    return correct
+
+
+def main():
+    train_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8).long()), batch_size=2)
+    test_set = {dataset}
+    test_loader = DataLoader(dataset=test_set, batch_size=2)
+    model = nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    print(evaluate(model, loader=test_loader))
+"""
+
+
+@pytest.mark.parametrize(
+    "dataset, length, reported",
+    [
+        pytest.param("Stream()", "", "Stream is an IterableDataset without __len__", id="stream"),
+        pytest.param("NamedStream()", "", "NamedStream is an IterableDataset without __len__", id="subclass"),
+        pytest.param("NamedStream()", "\n    def __len__(self):\n        return 8\n", None, id="sized-stream"),
+        pytest.param("TensorDataset(torch.randn(8, 4), torch.zeros(8).long())", "", None, id="map-style"),
+    ],
+)
+def test_evaluation_over_a_stream_without_length_is_reported(dataset: str, length: str, reported: str | None) -> None:
+    """A stream has no length: the runtime pads its last batches with repeated samples and
+    gather_for_metrics cannot drop them (no remainder to cut at). Still gathered, and reported
+    unless the dataset class (or a base of the file) says its length."""
+    output, changes = convert_text(HEADER + STREAMED_EVALUATION.format(dataset=dataset, length=length))
+    assert "output, y = accelerator.gather_for_metrics((output, y))" in output
+    messages = [c.message for c in changes if c.code == "ACC913"]
+    if reported is None:
+        assert messages == []
+    else:
+        assert len(messages) == 1 and reported in messages[0] and "give " in messages[0]
+
+
+DETECTION_EVALUATION = """\
+def collate_fn(batch):
+    return tuple(zip(*batch))
+
+
+def evaluate(model, data_loader):
+    model.eval()
+    hits = 0
+    with torch.no_grad():
+        for images, targets in data_loader:
+            outputs = model(images)
+{rebuild}
+            for out, tgt in zip(outputs, targets):
+                hits += int(out["labels"][0] == tgt["labels"][0])
+    return hits
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8).long()), batch_size=2, collate_fn=collate_fn)
+    model = nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8).long()), batch_size=2):
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    print(evaluate(model, loader))
+"""
+
+
+def test_lists_of_per_image_objects_are_gathered_each_as_objects() -> None:
+    """Detection batches (``collate_fn`` zips the samples) and outputs rebuilt per image are
+    lists: gathered in one tuple, the object gather flattens them together (too many values to
+    unpack); each list is gathered on its own as objects."""
+    rebuild = '            outputs = [{k: v.to("cpu") for k, v in t.items()} for t in outputs]'
+    output, changes = convert_text(HEADER + DETECTION_EVALUATION.format(rebuild=rebuild))
+    assert "outputs = accelerator.gather_for_metrics(outputs, use_gather_object=True)" in output
+    assert "targets = accelerator.gather_for_metrics(targets, use_gather_object=True)" in output
+    assert "ACC913" not in {c.code for c in changes}
+
+
+def test_a_list_batch_with_outputs_of_unknown_kind_is_reported_not_gathered() -> None:
+    output, changes = convert_text(HEADER + DETECTION_EVALUATION.format(rebuild=""))
+    assert "gather_for_metrics" not in output
+    reported = [c.message for c in changes if c.code == "ACC913"]
+    assert len(reported) == 1 and "use_gather_object=True" in reported[0]
