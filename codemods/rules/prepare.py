@@ -22,7 +22,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import assigned_in, statement
+from accel_convert.codemods.engine.syntax import assigned_in, dotted, statement
 from accel_convert.codemods.engine.transformers import HomeBlockTransformer
 
 
@@ -135,7 +135,7 @@ class _Prepare(HomeBlockTransformer):
             if not (isinstance(target, cst.Name) and target.value in self.facts.models):
                 continue
             value = assign.value
-            if not isinstance(value, cst.Call) or _moves(value):
+            if not isinstance(value, cst.Call) or _moves(value) or not self._constructs_model(value):
                 continue
             self.report(
                 node,
@@ -144,6 +144,14 @@ class _Prepare(HomeBlockTransformer):
             )
             result.append(statement(f"{target.value}.to({self.accelerator}.device)"))
         return result
+
+    def _constructs_model(self, call: cst.Call) -> bool:
+        """``Net()`` (a model class of the file) or ``nn.Linear(...)``: not a function that hands
+        back the (prepared) model it trained, ``model = train_model(model, ...)``."""
+        if dotted(call.func) in self.facts.model_classes:
+            return True
+        qualified = self.facts.callee_name(call.func) or ""
+        return qualified.startswith("torch.nn.") and qualified.rpartition(".")[2][:1].isupper()
 
     def _built_in(self, statements: list[cst.BaseStatement], name: str) -> bool:
         return any(name in self._assigned_by(node) for node in statements)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.codemods.support import check_expectations, convert
+from tests.codemods.support import check_expectations, convert, convert_text
 
 SCHEDULERS = """\
 from torch.optim.lr_scheduler import StepLR, OneCycleLR
@@ -342,3 +342,21 @@ def test_a_model_rebuilt_after_training_is_moved_to_the_device_of_the_prepared_b
     assert len(built) == 2
     assert lines[built[1] + 1] == "net.to(accelerator.device)"  # the rebuilt one, right after it
     assert lines.count("net.to(accelerator.device)") == 1  # the trained one is prepared
+
+
+def test_a_model_handed_back_by_the_training_function_is_not_moved_again() -> None:
+    """``model = train_model(model, ...)`` returns the prepared model it trained: a move after it
+    would be one the next conversion removes (an unstable rewrite), and is not needed."""
+    body = (
+        "def train_model(model, loader, optimizer):\n"
+        "    for x, y in loader:\n        nn.functional.mse_loss(model(x), y).backward()\n        optimizer.step()\n"
+        "    return model\n\n\n"
+        "loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=2)\n"
+        "model = nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "model = train_model(model, loader, optimizer)\n"
+        "print(model(torch.randn(2, 4)).sum())\n"
+    )
+    code, lines = convert(body)
+    assert "model.to(accelerator.device)" not in lines
+    assert convert_text(code)[0] == code
