@@ -49,6 +49,7 @@ import libcst as cst
 from accel_convert.codemods.engine.accelerator_code import accelerator_call, is_accelerator_method, name_words
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options, Site
+from accel_convert.codemods.engine.positions import skips_statement
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
     calls_in,
@@ -69,7 +70,7 @@ from accel_convert.codemods.engine.torch_names import (
     SEQUENCE_FIRST_PADDING,
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer
-from accel_convert.codemods.engine.walk import variables_read, walk
+from accel_convert.codemods.engine.walk import StatementFilter, variables_read, walk
 
 #: Attributes of model outputs that are one number per batch, not one row per sample.
 BATCH_SCALAR_ATTRIBUTES = frozenset({"loss", "aux_loss"})
@@ -852,10 +853,29 @@ def _passed_to_parameters(module: cst.Module, loaders: dict[str, str]) -> dict[s
     return loaders
 
 
+class _CallsOnLines(StatementFilter):
+    """The calls of the statements holding one of ``lines`` (where the analysis saw the calls
+    asked for). Local: only the rule reading sequence-first layers needs these nodes."""
+
+    def __init__(self, lines: set[int], facts: ScriptFacts) -> None:
+        super().__init__()
+        self.lines = sorted(lines)
+        self.origins = facts.origins
+        self.calls: list[cst.Call] = []
+
+    def enters_statement(self, node: cst.CSTNode) -> bool:
+        return not skips_statement(node, self.lines, self.origins)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+
 def _loaders_of_sample_lists(module: cst.Module, facts: ScriptFacts) -> set[str]:
     """Loaders built with a ``collate_fn`` that returns ``tuple(zip(*batch))`` (a function of
     the file or a lambda): each batch is a tuple of per-sample lists (images of different sizes,
     target dicts), and with the parameters they are passed to."""
+    if "zip" not in facts.called:
+        return set()  # no ``tuple(zip(*batch))`` anywhere
     zipping = {
         node.name.value
         for node in module.body
@@ -909,14 +929,21 @@ def _sequence_first_layouts(module: cst.Module, facts: ScriptFacts) -> _Sequence
         return _SequenceLayouts()
     padding = None
     layer_reasons: dict[int, str] = {}
-    for call in calls_in(module):
+    wanted = facts.called & (SEQUENCE_FIRST_LAYERS | SEQUENCE_FIRST_PADDING)
+    finder = _CallsOnLines({site.line for name in wanted for site in facts.call_sites.get(name, ())}, facts)
+    walk(module, finder)
+    for call in finder.calls:
         qualified = facts.qualified_name(call.func) or ""
+        if qualified not in SEQUENCE_FIRST_PADDING and qualified not in SEQUENCE_FIRST_LAYERS:
+            continue
         if _batch_first(call):
             continue
         if qualified in SEQUENCE_FIRST_PADDING and padding is None:
             padding = f"batches padded by {expression_code(call.func)}() without batch_first=True"
         elif qualified in SEQUENCE_FIRST_LAYERS:
             layer_reasons[id(call)] = f"{expression_code(call.func)} built without batch_first=True"
+    if not layer_reasons:
+        return _SequenceLayouts({}, padding)  # every layer batch-first (a literal True)
     # A class is sequence-first when it builds such a layer or such a class of the file.
     classes = {node.name.value: node for node in module.body if isinstance(node, cst.ClassDef)}
     class_calls = {name: calls_in(node) for name, node in classes.items()}
