@@ -119,6 +119,17 @@ def class_methods(node: cst.ClassDef) -> list[cst.FunctionDef]:
     return [statement for statement in body if isinstance(statement, cst.FunctionDef)]
 
 
+def keyword_is(call: cst.Call, keyword: str, literal: str) -> bool:
+    """Whether the call passes ``keyword=<literal>`` (``batch_first=True``, ``enabled=False``)."""
+    return any(
+        arg.keyword is not None
+        and arg.keyword.value == keyword
+        and isinstance(arg.value, cst.Name)
+        and arg.value.value == literal
+        for arg in call.args
+    )
+
+
 def instance_parameter(method: cst.FunctionDef) -> str | None:
     """The instance parameter of a method (``self``); None for static and class methods."""
     decorators = {dotted(decorator.decorator) for decorator in method.decorators}

@@ -36,6 +36,7 @@ from accel_convert.codemods.engine.syntax import (
     dotted,
     expression,
     expression_code,
+    keyword_is,
 )
 from accel_convert.codemods.engine.torch_names import AUTOCASTS, GRAD_SCALERS
 from accel_convert.codemods.engine.transformers import RuleTransformer
@@ -639,13 +640,7 @@ def _is_autocast(node: cst.BaseExpression, facts: ScriptFacts) -> bool:
 
 
 def _disables(call: cst.Call) -> bool:
-    return any(
-        arg.keyword is not None
-        and arg.keyword.value == "enabled"
-        and isinstance(arg.value, cst.Name)
-        and arg.value.value == "False"
-        for arg in call.args
-    )
+    return keyword_is(call, "enabled", "False")
 
 
 def _mentions_amp(node: cst.CSTNode, facts: ScriptFacts, scalers: set[str]) -> bool:

@@ -55,6 +55,7 @@ from accel_convert.codemods.engine.syntax import (
     calls_in,
     dotted,
     expression_code,
+    keyword_is,
     mean_reduced,
     names_in,
     nodes_in,
@@ -979,13 +980,7 @@ def _sequence_first_layouts(module: cst.Module, facts: ScriptFacts) -> _Sequence
 
 
 def _batch_first(call: cst.Call) -> bool:
-    return any(
-        arg.keyword is not None
-        and arg.keyword.value == "batch_first"
-        and isinstance(arg.value, cst.Name)
-        and arg.value.value == "True"
-        for arg in call.args
-    )
+    return keyword_is(call, "batch_first", "True")
 
 
 def _constructor(value: cst.BaseExpression) -> cst.Call | None:

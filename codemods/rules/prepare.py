@@ -69,14 +69,7 @@ class _Prepare(HomeBlockTransformer):
         optimizer itself: what it builds is prepared there, after the last of it is built and
         before its first loop over the data (``optimizer = accelerator.prepare(optimizer)``)."""
         loop_index = self._first_loop_index(body, function)
-        first_creation: dict[str, int] = {}
-        last_creation: dict[str, int] = {}
-        for index, node in enumerate(body[:loop_index]):
-            for name in self._assigned_by(node):
-                if name not in first_creation and not _bound_on_every_path(node, name):
-                    continue
-                first_creation.setdefault(name, index)
-                last_creation[name] = index
+        first_creation, last_creation = self._creations(body[:loop_index])
         names = [name for name in self.wanted if name in last_creation and name not in self.facts.models]
         if not names:
             return body
@@ -90,15 +83,7 @@ class _Prepare(HomeBlockTransformer):
         # a name bound again after it (a model rebuilt and reloaded for inference) is another
         # object, which training never used.
         loop_index = self._first_loop_index(body)
-        first_creation: dict[str, int] = {}
-        last_creation: dict[str, int] = {}
-        for index, node in enumerate(body[:loop_index]):
-            for name in self._assigned_by(node):
-                if name not in first_creation and not _bound_on_every_path(node, name):
-                    # First bound only under a flag: a prepare after it could meet an unbound name.
-                    continue
-                first_creation.setdefault(name, index)
-                last_creation[name] = index
+        first_creation, last_creation = self._creations(body[:loop_index])
         # Only what this block builds: a loader only known as another function's parameter stays.
         names = [name for name in self.wanted if name in last_creation]
         group = {name: _group(self.facts, name) for name in names}
@@ -152,6 +137,19 @@ class _Prepare(HomeBlockTransformer):
             return True
         qualified = self.facts.callee_name(call.func) or ""
         return qualified.startswith("torch.nn.") and qualified.rpartition(".")[2][:1].isupper()
+
+    def _creations(self, statements: list[cst.BaseStatement]) -> tuple[dict[str, int], dict[str, int]]:
+        """Where each name is first and last bound among ``statements`` (indices)."""
+        first_creation: dict[str, int] = {}
+        last_creation: dict[str, int] = {}
+        for index, node in enumerate(statements):
+            for name in self._assigned_by(node):
+                if name not in first_creation and not _bound_on_every_path(node, name):
+                    # First bound only under a flag: a prepare after it could meet an unbound name.
+                    continue
+                first_creation.setdefault(name, index)
+                last_creation[name] = index
+        return first_creation, last_creation
 
     def _built_in(self, statements: list[cst.BaseStatement], name: str) -> bool:
         return any(name in self._assigned_by(node) for node in statements)
