@@ -207,9 +207,15 @@ def judge_with_cpython(source: bytes, path: str) -> None:
     Other syntax errors are left to libcst: it reads syntax newer than this interpreter, and
     reports a plain syntax error with CPython's wording anyway (:func:`syntax_error`).
     """
+    tree = python_ast(source)  # cached: the analysis reads positions from it
+    if tree is not None:
+        refusal = compile_error(tree)
+        if refusal is not None:
+            raise ConversionError(
+                path, refusal.lineno or 1, refusal.offset or 1, f"syntax error: {one_line(refusal.msg)}"
+            )
+        return
     try:
-        if python_ast(source) is not None:  # cached: the analysis reads positions from it
-            return
         compile(source, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
     except (RecursionError, MemoryError):
         # CPython's parser and AST builder give up at a few thousand levels, with an empty
@@ -230,6 +236,19 @@ def judge_with_cpython(source: bytes, path: str) -> None:
         elif not any(words in message for words in REFUSALS_BY_ANY_PYTHON):
             return
         raise ConversionError(path, error.lineno or 1, error.offset or 1, f"syntax error: {message}") from None
+
+
+def compile_error(tree: ast.Module) -> SyntaxError | None:
+    """What CPython refuses only when it compiles a tree it parsed: a duplicate argument
+    (``def f(a, a)``), ``return`` outside a function, ``nonlocal`` at module level... Such a
+    script cannot run, and a conversion of it could not either."""
+    try:
+        compile(tree, "<script>", "exec", dont_inherit=True)
+    except SyntaxError as error:
+        return error
+    except (ValueError, RecursionError, MemoryError):
+        return None  # depth and null bytes are judged elsewhere
+    return None
 
 
 def null_byte_error(source: bytes, path: str) -> ConversionError:
@@ -419,6 +438,15 @@ def verify_stable(output: bytes, options: Options, path: str, source: bytes) -> 
             1,
             1,
             f"internal error: the converted script does not parse ({_syntax_problem(output)}); nothing written",
+        )
+    converted_tree = python_ast(output)
+    refusal = compile_error(converted_tree) if converted_tree is not None else None
+    if refusal is not None:
+        raise ConversionError(
+            path,
+            refusal.lineno or 1,
+            1,
+            f"internal error: CPython cannot compile the converted script ({one_line(refusal.msg)}); nothing written",
         )
     try:
         module, codec = parse(output, path)

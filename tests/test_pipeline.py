@@ -212,3 +212,42 @@ def test_syntax_newer_than_the_interpreter_still_converts_and_verifies() -> None
     assert b"type Pair = tuple[int, int]" in conversion.output
     backward = [change for change in conversion.changes if change.code == "ACC105"]
     assert [(change.line, change.column) for change in backward] == [(6, 0)]
+
+
+@pytest.mark.parametrize(
+    ("code", "line", "message"),
+    [
+        (
+            "import torch\n\n\ndef step(model, batch, batch):\n    return model(batch)\n",
+            4,
+            "duplicate argument 'batch'",
+        ),
+        ("import torch\n\nreturn torch.zeros(1)\n", 3, "'return' outside function"),
+    ],
+    ids=["duplicate argument", "return outside a function"],
+)
+def test_a_script_cpython_parses_but_cannot_compile_is_refused_in_one_line(code: str, line: int, message: str) -> None:
+    # ``ast.parse`` accepts these; CPython refuses them when it compiles. A conversion of a
+    # script that cannot run would not run either (and its rewrite may not even be stable).
+    with pytest.raises(ConversionError) as raised:
+        convert_source(code.encode(), Options(), path="bad.py")
+    error = raised.value
+    assert error.line == line
+    assert error.message.startswith(f"syntax error: {message}")
+    assert "\n" not in str(error)
+
+
+def test_a_converted_script_cpython_cannot_compile_is_not_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A rewrite that added a second parameter of the same name would print code that parses
+    # and cannot run: refused as an internal error, nothing written.
+    original = pipeline.run_codemods
+
+    def duplicating(module, options, path, source=None, **kwargs):  # type: ignore[no-untyped-def]
+        outcome = original(module, options, path, source, **kwargs)
+        code = outcome.module.code.replace("def step(model, batch):", "def step(model, batch, batch):")
+        return ConversionOutcome(cst.parse_module(code), outcome.changes)
+
+    monkeypatch.setattr(pipeline, "run_codemods", duplicating)
+    with pytest.raises(ConversionError) as raised:
+        convert_source(b"import torch\n\n\ndef step(model, batch):\n    return model(batch)\n", Options(), path="ok.py")
+    assert "CPython cannot compile the converted script (duplicate argument 'batch'" in raised.value.message
