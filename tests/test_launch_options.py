@@ -20,10 +20,14 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, installed as tomli
     import tomli as tomllib
 
 #: A worker that reports what the launcher handed it (stdlib only: no torch import per rank).
+#: One write per line: ``print`` writes the text and the newline separately, and the two workers
+#: share one pipe, so their lines could interleave.
 REPORTING_WORKER = """\
 import os
+import sys
 names = ("RANK", "WORLD_SIZE", "MASTER_PORT", "ACCELERATE_MIXED_PRECISION", "ACCELERATE_USE_CPU")
-print("WORKER " + " ".join(f"{name}={os.environ.get(name, '-')}" for name in names), flush=True)
+sys.stdout.write("WORKER " + " ".join(f"{name}={os.environ.get(name, '-')}" for name in names) + "\\n")
+sys.stdout.flush()
 """
 
 #: Makes ``import torch`` fail in the process, as on a machine without torch.

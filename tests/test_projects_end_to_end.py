@@ -90,11 +90,13 @@ def load_project(folder: Path) -> Project:
 
 
 def without_per_rank_lines(project: Project, stdout: str) -> str:
-    patterns = [re.compile(pattern) for pattern in project.per_rank_lines]
-    kept = [
-        line for line in stdout.splitlines(keepends=True) if not any(p.fullmatch(line.rstrip("\n")) for p in patterns)
-    ]
-    return "".join(kept)
+    """``stdout`` without the messages every process prints on purpose. Two processes write to
+    one pipe, and ``print`` writes the text and its newline separately, so such a message can
+    land inside another process's line: each is cut out wherever it stands, then the lines left
+    empty go."""
+    for pattern in project.per_rank_lines:
+        stdout = re.sub(pattern, "", stdout)
+    return "".join(line for line in stdout.splitlines(keepends=True) if line.strip())
 
 
 PROJECTS = [load_project(path.parent) for path in sorted(PROJECTS_DIR.glob("*/project.json"))]
