@@ -16,6 +16,7 @@ The same pass records the original position of every statement and call (``codem
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -1109,6 +1110,8 @@ class _Conclusions:
             if any(loop in loader_loops for loop in call.loops) or call.function in per_batch_functions:
                 per_batch |= names
         facts.per_epoch_schedulers = stepped - per_batch
+        if self.seeds is not None:
+            facts.per_epoch_schedulers |= self.seeds.per_epoch_schedulers & facts.schedulers
 
     def _creating_function(self, home: str) -> str:
         """Where the accelerator is created: the home function, unless another function calls it
@@ -1295,7 +1298,53 @@ class _Conclusions:
         for name in classes:
             self._class_prepare(name)
             self._class_methods(name)
-        facts.accessible_functions |= self._reachable(set(classes))
+        bases = self._training_bases(classes)
+        facts.accessible_functions |= self._reachable(set(classes) | bases)
+
+    def _training_bases(self, classes: Sequence[str]) -> set[str]:
+        """The classes of this module that training classes derive from (``Trainer(BaseTrainer)``,
+        with ``BaseTrainer`` here or, in a program, named by the seeds), joined to the training
+        classes as :attr:`ScriptFacts.training_bases`: their methods (pytorch-template's
+        ``BaseTrainer.train`` printing and saving checkpoints) run on a subclass's instance, which
+        holds ``self.accelerator``. Only bases never constructed here whose every subclass here is
+        a training class or such a base: an instance without the accelerator would fail there."""
+        facts = self.facts
+        parents: dict[str, set[str]] = {
+            name: {written for base in owner.node.bases if (written := dotted(base.value)) in self.r.classes}
+            for name, owner in self.r.classes.items()
+        }
+        found = set(self.seeds.training_bases) & set(self.r.classes) if self.seeds is not None else set()
+        pending = [*classes, *found]
+        while pending:
+            for parent in parents.get(pending.pop(), ()):
+                if parent not in found and parent not in classes:
+                    found.add(parent)
+                    pending.append(parent)
+        found -= set(self.constructions) | facts.model_classes
+        unsafe: set[str] = {""}
+        while unsafe:
+            unsafe = {
+                base
+                for base in found
+                if any(
+                    base in bases and child not in found and child not in classes for child, bases in parents.items()
+                )
+            }
+            found -= unsafe
+        facts.training_bases |= found
+        facts.training_classes |= found
+        roles = facts.models | facts.optimizers | facts.loaders | facts.schedulers
+        for name in found:
+            self._class_methods(name)
+            # ``self.model = model`` with ``model`` prepared by whoever constructs the subclass.
+            facts.prepared_attributes |= {
+                target
+                for assign in self.r.assigns
+                if assign.function == name
+                for target in assign.targets
+                if target in roles and target.count(".") == 1 and dotted(_peel_moves(assign.value)) in facts.prepared
+            }
+        return found
 
     def _class_methods(self, name: str) -> None:
         """Per method of a training class: the instance attributes it assigns and the methods it
@@ -1320,6 +1369,7 @@ class _Conclusions:
             for name in classes:
                 self._class_prepare(name)
                 self._class_methods(name)
+            self._training_bases(classes)
             first = self.constructions[classes[0]][0]
             home: str | None = first.function if first.function in self.r.defs else MODULE
             constructed_in_guard = home == MODULE and first.in_main_guard

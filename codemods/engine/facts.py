@@ -166,6 +166,11 @@ class ScriptFacts:
     #: the accelerator in ``__init__`` and their methods use it as ``self.accelerator`` (ACC108).
     #: Their names count as functions in ``accessible_functions`` and ``batch_names_by_function``.
     training_classes: set[str] = field(default_factory=set)
+    #: The training classes above that are bases of other training classes (``BaseTrainer`` of
+    #: ``Trainer(BaseTrainer)``, here or in another module of the program), never constructed
+    #: themselves: their methods run on an instance of a subclass, which keeps ``self.accelerator``
+    #: before calling ``super().__init__``, so their ``__init__`` is not given it.
+    training_bases: set[str] = field(default_factory=set)
     #: Attributes of training classes holding prepared objects: those the class prepares and
     #: those holding what the caller prepared and passed in (``self.model = model``).
     prepared_attributes: set[str] = field(default_factory=set)

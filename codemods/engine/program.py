@@ -68,6 +68,8 @@ class _CrossCall:
     callee: str
     #: (parameter the argument fills, argument as written) for plain-name arguments.
     arguments: tuple[tuple[str, str], ...]
+    #: ``super().__init__(...)`` in a subclass: the base's ``__init__`` runs, nothing is built.
+    through_super: bool = False
 
 
 @dataclass
@@ -240,13 +242,25 @@ def _extents(source: str | bytes | None, module: cst.Module) -> dict[str, tuple[
 class _Calls(NameCollector):
     """Calls of module-level functions of other program modules, with their arguments."""
 
-    def __init__(self, facts: ScriptFacts, name: str, functions: dict[str, dict[str, tuple[str, ...]]]) -> None:
+    def __init__(
+        self,
+        facts: ScriptFacts,
+        name: str,
+        functions: dict[str, dict[str, tuple[str, ...]]],
+        bases: dict[str, tuple[str, str]],
+    ) -> None:
         super().__init__()
         self.facts, self.name, self.functions = facts, name, functions
+        #: This module's classes → the class of another program module they derive from.
+        self.bases = bases
         self.found: list[_CrossCall] = []
 
     def visit_Call(self, node: cst.Call) -> None:
-        callee = program_callee(self.facts, node.func, self.scope)
+        through_super = _calls_super_init(node) and bool(self.scope) and self.scope[0] in self.bases
+        if through_super:
+            callee: str | None = ".".join(self.bases[self.scope[0]])
+        else:
+            callee = program_callee(self.facts, node.func, self.scope)
         if callee is None:
             return
         module, _, function = callee.rpartition(".")
@@ -262,7 +276,18 @@ class _Calls(NameCollector):
             if param is not None:
                 arguments.append((param, value))
         caller = self.scope[0] if self.scope else "<module>"
-        self.found.append(_CrossCall(self.name, caller, module, function, tuple(arguments)))
+        self.found.append(_CrossCall(self.name, caller, module, function, tuple(arguments), through_super))
+
+
+def _calls_super_init(node: cst.Call) -> bool:
+    """``super().__init__(...)`` (or ``super(Trainer, self).__init__(...)``)."""
+    func = node.func
+    return (
+        isinstance(func, cst.Attribute)
+        and func.attr.value == "__init__"
+        and isinstance(func.value, cst.Call)
+        and dotted(func.value.func) == "super"
+    )
 
 
 class _InstanceCalls(NameCollector):
@@ -440,9 +465,17 @@ class Program:
 
     def _derive(self, facts: dict[str, ScriptFacts], seeds: dict[str, ProgramSeeds]) -> dict[str, ProgramSeeds]:
         functions = {name: shape.params for name, shape in self.shapes.items()}
+        parents = self._class_parents(facts)
         calls: list[_CrossCall] = []
         for name, module in self.modules.items():
-            finder = _Calls(facts[name], name, functions)
+            elsewhere = {
+                cls: base
+                for (owner, cls), found in parents.items()
+                if owner == name
+                for base in sorted(found)
+                if base[0] != name
+            }
+            finder = _Calls(facts[name], name, functions, elsewhere)
             module.module.visit(finder)
             calls.extend(finder.found)
         roles: dict[str, dict[str, set[str]]] = {name: {} for name in self.modules}
@@ -495,6 +528,24 @@ class Program:
             trains |= {_function_at(shape, site.line) for site in module_facts.call_sites.get(".backward", ())}
             for function in callers_closure(trains, module_facts.call_graph, reaching=seeds[name].backward_functions):
                 backward.add(f"{name}.{function}")
+        # A subclass's instance holds what its base class's ``__init__`` binds (``self.model``):
+        # roles of those attributes reach the subclass's module (pytorch-template's ``Trainer``
+        # evaluating ``self.model``, which ``BaseTrainer.__init__`` binds).
+        for (name, _), found in parents.items():
+            for owner, _ in found:
+                if owner == name:
+                    continue
+                for role in ROLES:
+                    inherited = {held for held in getattr(facts[owner], role) if held.startswith("self.")}
+                    if inherited:
+                        roles[name].setdefault(role, set()).update(inherited)
+        bases = self._training_bases(parents, facts, calls)
+        per_epoch: dict[str, set[str]] = {}
+        for call in calls:
+            stepped = facts[call.callee_module].per_epoch_schedulers
+            per_epoch.setdefault(call.caller_module, set()).update(
+                argument for param, argument in call.arguments if param in stepped
+            )
         derived = {}
         for name, old in seeds.items():
             derived[name] = replace(
@@ -506,8 +557,62 @@ class Program:
                 loader_factories=frozenset(loader_factories),
                 looping_functions=frozenset(looping - {f"{name}.{f}" for f in self.shapes[name].params}),
                 backward_functions=frozenset(backward - {f"{name}.{f}" for f in self.shapes[name].params}),
+                training_bases=frozenset(cls for module, cls in bases if module == name),
+                per_epoch_schedulers=frozenset(per_epoch.get(name, set())),
             )
         return derived
+
+    def _class_parents(self, facts: dict[str, ScriptFacts]) -> dict[tuple[str, str], set[tuple[str, str]]]:
+        """(module, class) of every module-level class → the program classes it derives from
+        (``Trainer(BaseTrainer)`` with ``from base import BaseTrainer`` → ``base.base_trainer``)."""
+        parents: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        for name, module in self.modules.items():
+            for node in module.module.body:
+                if not isinstance(node, cst.ClassDef):
+                    continue
+                found = parents.setdefault((name, node.name.value), set())
+                for base in node.bases:
+                    written = dotted(base.value)
+                    if written in self.shapes[name].methods:
+                        found.add((name, written))
+                        continue
+                    qualified = program_callee(facts[name], base.value, ())
+                    owner, _, cls = (qualified or "").rpartition(".")
+                    if owner in self.shapes and cls in self.shapes[owner].methods:
+                        found.add((owner, cls))
+        return parents
+
+    def _training_bases(
+        self,
+        parents: dict[tuple[str, str], set[tuple[str, str]]],
+        facts: dict[str, ScriptFacts],
+        calls: Iterable[_CrossCall],
+    ) -> set[tuple[str, str]]:
+        """(module, class) of the classes training classes derive from across the program:
+        those never constructed by another module and with no subclass in the program that is
+        neither a training class nor such a base (the module's own analysis checks its own
+        constructions). Their methods read the ``self.accelerator`` their subclasses keep."""
+        trainers = {(name, cls) for name, module_facts in facts.items() for cls in module_facts.training_classes} & set(
+            parents
+        )
+        concrete = {(name, cls) for name, cls in trainers if cls not in facts[name].training_bases}
+        candidates: set[tuple[str, str]] = set()
+        pending = list(concrete)
+        while pending:
+            for parent in parents.get(pending.pop(), ()):
+                if parent not in candidates and parent not in concrete:
+                    candidates.add(parent)
+                    pending.append(parent)
+        candidates -= {(call.callee_module, call.callee) for call in calls if not call.through_super}
+        unsafe: set[tuple[str, str]] = {("", "")}
+        while unsafe:
+            unsafe = {
+                base
+                for base in candidates
+                if any(base in bases and child not in candidates | concrete for child, bases in parents.items())
+            }
+            candidates -= unsafe
+        return candidates
 
     def _returns_loader(self, facts: ScriptFacts, function: str, value: cst.BaseExpression) -> bool:
         if isinstance(value, cst.Call):

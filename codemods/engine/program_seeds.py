@@ -65,6 +65,14 @@ class ProgramSeeds:
     #: (``early_stopping(val_loss, model)`` with ``early_stopping = EarlyStopping(...)``): what
     #: their methods save of it is reported (ACC914), since no accelerator reaches them.
     classes_given_models: frozenset[str] = frozenset()
+    #: This module's classes that training classes of other modules derive from (pytorch-template's
+    #: ``BaseTrainer`` in ``base/base_trainer.py``), never constructed anywhere in the program and
+    #: with no subclass that is not a training class: their methods read ``self.accelerator``.
+    training_bases: frozenset[str] = frozenset()
+    #: Names this module passes to a function or class of another module that steps them as a
+    #: scheduler once per epoch (``Trainer(..., lr_scheduler=lr_scheduler)`` whose epoch loop
+    #: calls ``self.lr_scheduler.step()``): not prepared, as in a single script.
+    per_epoch_schedulers: frozenset[str] = frozenset()
     #: Names bound by relative imports (``from .utils import save``) → absolute qualified name.
     relative_imports: tuple[tuple[str, str], ...] = ()
     #: Names a ``from <program module> import *`` binds → absolute qualified name.

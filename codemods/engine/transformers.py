@@ -260,6 +260,8 @@ class RuleTransformer(TargetedTransformer):
                 return False
             if isinstance(node, cst.If) and enclosing is not None and _summed_per_rank(node.test, enclosing):
                 return False
+            if isinstance(node, cst.If) and enclosing is not None and _tests_parameter(node.test, enclosing):
+                return False
             if isinstance(node, cst.For) and not self._same_length_everywhere(node.iter):
                 return False
         return True
@@ -512,6 +514,24 @@ def _summed_per_rank(test: cst.BaseExpression, function: cst.FunctionDef) -> boo
         )
         if not synchronised:
             return True
+    return False
+
+
+def _tests_parameter(test: cst.BaseExpression, function: cst.FunctionDef) -> bool:
+    """Whether the test reads a parameter of the function as a plain value (``if save_best:``,
+    ``if is_best and epoch > 5:``): a flag its callers compute, often from a metric each rank
+    has for its own shard (pytorch-template's ``_save_checkpoint(epoch, save_best=best)``), so
+    not known to be the same on every rank. An attribute of one (``args.save_model``) is an
+    option, read alike everywhere."""
+    params = set(parameter_names(function))
+    pending: list[cst.CSTNode] = [test]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.Name) and node.value in params:
+            return True
+        if isinstance(node, cst.Attribute):
+            continue  # ``args.save_model``, ``self.best``: not the parameter itself
+        pending.extend(child_nodes(node))
     return False
 
 

@@ -256,6 +256,7 @@ class CheckpointCodemod(Rule):
         words = (
             callee_words(facts, ("torch.save", "torch.load", *MODEL_EXPORTS))
             | name_words(facts.model_copiers)
+            | ({"type"} if "type" in facts.called else set())
             | {
                 path
                 for path in facts.word_lines
@@ -316,6 +317,8 @@ class _CheckpointRewriter(RuleTransformer):
         # top) hold nothing this pass rewrites: no need to walk their expressions.
         if all(self._plain_call(small) for small in node.body):
             return False
+        if any(isinstance(small, (cst.Import, cst.ImportFrom)) for small in node.body):
+            return False  # ``import model.model as module_arch`` names a module, not a model's attribute
         # Most lines hold no model attribute and no save/load: a read-only look is far cheaper
         # than the transformer's walk, which rebuilds every node it enters.
         finder = _CheckpointInterest(self.facts)
@@ -371,6 +374,8 @@ class _CheckpointRewriter(RuleTransformer):
         callee = self.facts.callee_name(updated_node.func)
         if callee in MODEL_EXPORTS:
             return self._export_of_unwrapped(original_node, updated_node, callee)
+        if _type_of_model(updated_node, self.facts):
+            return self._type_of_unwrapped(original_node, updated_node)
         self.loads = self.loads or callee == "torch.load"
         self.saves = self.saves or is_accelerator_method(updated_node, self.facts, "save")
         if callee != "torch.save":
@@ -405,6 +410,17 @@ class _CheckpointRewriter(RuleTransformer):
         )
         args[0] = args[0].with_changes(value=unwrap_model(self.facts, args[0].value))
         return call.with_changes(args=args)
+
+    def _type_of_unwrapped(self, original: cst.Call, call: cst.Call) -> cst.Call:
+        """``type(model).__name__`` after prepare names the user's class, not DDP's wrapper
+        (pytorch-template records it as the checkpoint's ``arch``)."""
+        model = dotted(call.args[0].value) or ""
+        if self._prepare_pending[-1] or not self.accelerator_reachable():
+            return call
+        if not model.isidentifier() and not self.facts.is_prepared(model):
+            return call  # a model held in another attribute is not prepared: nothing to unwrap
+        self.report(original, self.code, f"type({model}) → type(accelerator.unwrap_model({model}))", True)
+        return call.with_changes(args=[call.args[0].with_changes(value=unwrap_model(self.facts, call.args[0].value))])
 
     def _copy_of_unwrapped(self, original: cst.Call, call: cst.Call) -> cst.Call:
         """``copy.deepcopy(model)`` after prepare → ``copy.deepcopy(accelerator.unwrap_model(model))``:
@@ -482,9 +498,21 @@ class _CheckpointInterest(cst.CSTVisitor):
             self.facts.callee_name(node.func) in ("torch.save", "torch.load", *MODEL_EXPORTS)
             or is_accelerator_method(node, self.facts, "save")
             or dotted(node.func) in self.facts.model_copiers
+            or _type_of_model(node, self.facts)
         ):
             self.found = True
         return not self.found
+
+
+def _type_of_model(call: cst.Call, facts: ScriptFacts) -> bool:
+    """``type(model)`` (the builtin, one argument) of a model."""
+    return (
+        facts.callee_name(call.func) == "type"
+        and len(call.args) == 1
+        and call.args[0].keyword is None
+        and not call.args[0].star
+        and dotted(call.args[0].value) in facts.models
+    )
 
 
 def _classes_given_models(module: cst.Module, facts: ScriptFacts) -> set[str]:

@@ -35,7 +35,7 @@ from accel_convert.codemods.engine.accelerator_code import (
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import as_statement, binds_name, calls_in, dotted, names_in
+from accel_convert.codemods.engine.syntax import as_statement, binds_name, calls_in, dotted, keyword_is, names_in
 from accel_convert.codemods.engine.torch_names import TRACKER_CONSTRUCTORS, TRACKER_FUNCTIONS, WRITING_FUNCTIONS
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
@@ -436,6 +436,8 @@ class _MainProcessGuard(RuleTransformer):
                 message = "tracker created where the accelerator is not reachable: every rank starts one"
             elif kind == "track":
                 message = "experiment tracking where the accelerator is not reachable: every rank logs it"
+            elif kind == "folder" and any(keyword_is(call, "exist_ok", "True") for call in calls_in(statement)):
+                continue  # ``os.makedirs(d, exist_ok=True)`` on every rank: each finds or makes the folder
             elif kind is not None:
                 message = "file write where the accelerator is not reachable: every rank runs it"
             else:

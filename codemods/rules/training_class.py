@@ -63,6 +63,10 @@ class _ClassPlan:
     #: Method → the instance attributes it binds, and the methods it calls on its instance.
     binds: dict[str, set[str]] = field(default_factory=dict)
     calls: dict[str, set[str]] = field(default_factory=dict)
+    #: A training base (``BaseTrainer``): its subclasses receive the accelerator, it does not.
+    is_base: bool = False
+    #: The names its class statement derives from, as written.
+    bases: set[str] = field(default_factory=set)
 
 
 class _AcceleratorUses(cst.CSTVisitor):
@@ -97,6 +101,8 @@ def _plan(node: cst.ClassDef, accelerator: str, facts: ScriptFacts) -> _ClassPla
         uses_accelerator=bool(facts.class_prepare.get(name) or facts.method_prepare.get(name)),
         binds=facts.method_binds.get(name, {}),
         calls=facts.method_calls.get(name, {}),
+        is_base=name in facts.training_bases,
+        bases={base for base in (dotted(b.value) for b in node.bases) if base is not None},
     )
     for method in class_methods(node):
         instance = instance_parameter(method)
@@ -112,6 +118,18 @@ def _plan(node: cst.ClassDef, accelerator: str, facts: ScriptFacts) -> _ClassPla
     return plan
 
 
+def _ancestors(name: str, plans: dict[str, _ClassPlan]) -> set[str]:
+    """The classes with a plan that ``name`` derives from, directly or through others."""
+    found: set[str] = set()
+    pending = [name]
+    while pending:
+        for base in plans[pending.pop()].bases:
+            if base in plans and base not in found:
+                found.add(base)
+                pending.append(base)
+    return found
+
+
 def _binds(method: cst.FunctionDef, name: str) -> bool:
     return name in parameter_names(method) or assigns_at_top(body_statements(method), name)
 
@@ -122,6 +140,8 @@ class _GiveAccelerator(RuleTransformer):
         self.plans = plans
         #: The method being walked binds the accelerator name itself (a parameter, a local).
         self._local_binding = False
+        #: Classes whose methods now read the accelerator from their instance.
+        self._reading_instance: set[str] = set()
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if len(self.scope) == 2 and self.scope[0] in self.plans:
@@ -165,6 +185,7 @@ class _GiveAccelerator(RuleTransformer):
         replacement = self._instance_accelerator()
         value = node.value
         if replacement is not None and isinstance(value, cst.Name) and value.value == self.accelerator:
+            self._reading_instance.add(self.scope[0])
             return node.with_changes(value=replacement)
         return node
 
@@ -202,6 +223,18 @@ class _GiveAccelerator(RuleTransformer):
     def leave_ClassDef(self, original_node: cst.ClassDef, updated_node: cst.ClassDef) -> cst.ClassDef:
         name = original_node.name.value
         if len(self.scope) != 1 or name not in self.plans or not isinstance(updated_node.body, cst.IndentedBlock):
+            return updated_node
+        if self.plans[name].is_base:
+            # Its subclasses keep the accelerator on the instance; its own ``__init__`` stays.
+            if name not in self._reading_instance:
+                return updated_node
+            self.report(
+                original_node,
+                TrainingClass.code,
+                f"{name} is a base of training classes: its methods use {self.accelerator} as "
+                f"self.{self.accelerator}, kept by its subclasses",
+                header_only=True,
+            )
             return updated_node
         body = list(updated_node.body.body)
         for index, method in enumerate(body):
@@ -428,6 +461,12 @@ class TrainingClass(Rule):
             for node in module.body
             if isinstance(node, cst.ClassDef) and node.name.value in facts.training_classes
         }
+        for name, plan in plans.items():
+            # A class deriving from a training base whose methods use the accelerator needs it
+            # even when its own methods do not.
+            plan.uses_accelerator = plan.uses_accelerator or any(
+                plans[base].uses_accelerator for base in _ancestors(name, plans)
+            )
         plans = {name: plan for name, plan in plans.items() if plan.uses_accelerator}
         if not plans:
             return module, []

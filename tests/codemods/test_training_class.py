@@ -389,3 +389,85 @@ def main(args):
     assert "save_checkpoint({'state_dict': self.accelerator.unwrap_model(self.model).state_dict()}, " in code
     assert "os.path.join(self.writer.log_dir, 'last.pt'), self.accelerator)" in code
     assert convert_text(code)[0] == code  # converts to itself
+
+
+#: pytorch-template's shape: the epoch loop, the log and the checkpoints live in a base class.
+BASE_AND_TRAINER = """\
+class BaseTrainer:
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+
+    def train(self, epochs):
+        for epoch in range(epochs):
+            log = self._train_epoch(epoch)
+            print(log)
+            self._save_checkpoint(epoch, save_best=log["loss"] < 0.1)
+
+    def _save_checkpoint(self, epoch, save_best=False):
+        state = {"arch": type(self.model).__name__, "state_dict": self.model.state_dict()}
+        torch.save(state, f"checkpoint-{epoch}.pth")
+        if save_best:
+            torch.save(state, "model_best.pth")
+
+
+class Trainer(BaseTrainer):
+    def __init__(self, model, optimizer, data_loader):
+        super().__init__(model, optimizer)
+        self.data_loader = data_loader
+
+    def _train_epoch(self, epoch):
+        for data, target in self.data_loader:
+            self.optimizer.zero_grad()
+            loss = F.mse_loss(self.model(data), target)
+            loss.backward()
+            self.optimizer.step()
+        return {"loss": loss.item()}
+"""
+
+MAIN_BUILDING_A_TRAINER = """
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    Trainer(model, optimizer, loader).train(2)
+"""
+
+
+def test_a_base_class_of_a_trainer_uses_the_accelerator_its_subclass_keeps() -> None:
+    code, changes = convert(BASE_AND_TRAINER + MAIN_BUILDING_A_TRAINER)
+    base_init = method_source(code, "BaseTrainer", "__init__")
+    assert "accelerator" not in base_init  # the subclass keeps it before super().__init__
+    trainer_init = method_source(code, "Trainer", "__init__")
+    assert trainer_init.index("self.accelerator = accelerator") < trainer_init.index("super().__init__")
+    assert "self.accelerator.print(log)" in method_source(code, "BaseTrainer", "train")
+    save = method_source(code, "BaseTrainer", "_save_checkpoint")
+    assert "type(self.accelerator.unwrap_model(self.model)).__name__" in save
+    assert "self.accelerator.unwrap_model(self.model).state_dict()" in save
+    assert save.count("self.accelerator.save(") == 2
+    # ``save_best`` is computed by the caller from this rank's own loss: no barrier under it.
+    assert save.count("wait_for_everyone") == 1
+    assert save.index("wait_for_everyone") < save.index("if save_best:")
+    assert free_accelerator_reads(code, "BaseTrainer") == []
+    assert any(change.code == "ACC108" and "BaseTrainer is a base" in change.message for change in changes)
+    again, _ = convert_text(code)
+    assert again == code
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        # The base is constructed itself: that instance has no accelerator.
+        MAIN_BUILDING_A_TRAINER + "    BaseTrainer(model, optimizer)\n",
+        # Another subclass is not a training class: its instances have none either.
+        MAIN_BUILDING_A_TRAINER + "\n\nclass Exporter(BaseTrainer):\n    pass\n",
+    ],
+    ids=["base constructed", "subclass without the accelerator"],
+)
+def test_a_base_class_some_instance_has_no_accelerator_for_is_left_alone(extra: str) -> None:
+    code, _ = convert(BASE_AND_TRAINER + extra)
+    assert method_source(code, "BaseTrainer", "train") == method_source(
+        IMPORTS + BASE_AND_TRAINER, "BaseTrainer", "train"
+    )
+    assert free_accelerator_reads(code, "BaseTrainer") == []
