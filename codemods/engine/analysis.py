@@ -1158,6 +1158,7 @@ class _Conclusions:
         found = []
         models = self._model_classes()
         self.facts.model_classes = set(models)
+        trains_through_a_base = self._training_subclasses(models)
         for name, owner in self.r.classes.items():
             methods = {method for owner_name, method in self.backward_methods if owner_name == name}
             if methods and name in models and models[name] & set(self.constructions):
@@ -1183,12 +1184,36 @@ class _Conclusions:
                 # A library's class constructed by code of the program that holds the accelerator.
                 self.seeds is not None and self.seeds.library and name in self.seeds.accelerator_reaches
             )
-            if not methods or owner.init_params is None or not constructed:
+            inherited = name in trains_through_a_base
+            if not (methods or inherited) or owner.init_params is None or not constructed:
                 continue
             if any(owner.self_names.get(method) is None for method in methods):
                 continue
             found.append(name)
         return sorted(found, key=lambda name: self.constructions[name][0].order if name in self.constructions else 0)
+
+    def _local_parents(self) -> dict[str, set[str]]:
+        """Module-level class → the module-level classes of this file it names as its bases."""
+        return {
+            name: {written for base in owner.node.bases if (written := dotted(base.value)) in self.r.classes}
+            for name, owner in self.r.classes.items()
+        }
+
+    def _training_subclasses(self, models: dict[str, set[str]]) -> set[str]:
+        """Classes whose training code is inherited: they derive, here or through a class of
+        another module of the program (the seeds), from a class whose methods run a backward or
+        loop over a loader (a ``BaseTrainer`` holding the epoch loop, subclassed by a
+        ``RegressionTrainer`` that only defines the step)."""
+        training = {owner for owner, _ in self.backward_methods}
+        training |= {loop.function for loop, _ in self.loader_loops if loop.method}
+        found = set(self.seeds.training_base_subclasses) if self.seeds is not None else set()
+        parents = self._local_parents()
+        changed = True
+        while changed:
+            grown = {name for name, bases in parents.items() if bases & (training | found)} - found
+            found |= grown
+            changed = bool(grown)
+        return found - set(models)
 
     def _model_classes(self) -> dict[str, set[str]]:
         """Module-level classes deriving from a ``torch.nn`` module (``nn.Module``, ``nn.Linear``)
@@ -1309,10 +1334,7 @@ class _Conclusions:
         holds ``self.accelerator``. Only bases never constructed here whose every subclass here is
         a training class or such a base: an instance without the accelerator would fail there."""
         facts = self.facts
-        parents: dict[str, set[str]] = {
-            name: {written for base in owner.node.bases if (written := dotted(base.value)) in self.r.classes}
-            for name, owner in self.r.classes.items()
-        }
+        parents = self._local_parents()
         found = set(self.seeds.training_bases) & set(self.r.classes) if self.seeds is not None else set()
         pending = [*classes, *found]
         while pending:

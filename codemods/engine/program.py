@@ -540,6 +540,7 @@ class Program:
                     if inherited:
                         roles[name].setdefault(role, set()).update(inherited)
         bases = self._training_bases(parents, facts, calls)
+        inheriting = self._inheriting_training(parents, facts)
         per_epoch: dict[str, set[str]] = {}
         for call in calls:
             stepped = facts[call.callee_module].per_epoch_schedulers
@@ -558,6 +559,7 @@ class Program:
                 looping_functions=frozenset(looping - {f"{name}.{f}" for f in self.shapes[name].params}),
                 backward_functions=frozenset(backward - {f"{name}.{f}" for f in self.shapes[name].params}),
                 training_bases=frozenset(cls for module, cls in bases if module == name),
+                training_base_subclasses=frozenset(cls for module, cls in inheriting if module == name),
                 per_epoch_schedulers=frozenset(per_epoch.get(name, set())),
             )
         return derived
@@ -581,6 +583,31 @@ class Program:
                     if owner in self.shapes and cls in self.shapes[owner].methods:
                         found.add((owner, cls))
         return parents
+
+    def _inheriting_training(
+        self, parents: dict[tuple[str, str], set[tuple[str, str]]], facts: dict[str, ScriptFacts]
+    ) -> set[tuple[str, str]]:
+        """(module, class) of classes deriving, through at least one class of another module,
+        from a class whose methods run a backward or loop over a loader."""
+        training = {
+            (name, cls)
+            for name, module_facts in facts.items()
+            for cls in self.shapes[name].methods
+            if cls in module_facts.backward_functions
+            or any(loop.function == cls for loop in [*module_facts.train_loops, *module_facts.eval_loops])
+        }
+        found: set[tuple[str, str]] = set()
+        changed = True
+        while changed:
+            grown = {
+                child
+                for child, bases in parents.items()
+                if any(base in training | found and base[0] != child[0] for base in bases)
+                or any(base in found for base in bases)
+            } - found
+            found |= grown
+            changed = bool(grown)
+        return found
 
     def _training_bases(
         self,

@@ -69,6 +69,10 @@ class ProgramSeeds:
     #: ``BaseTrainer`` in ``base/base_trainer.py``), never constructed anywhere in the program and
     #: with no subclass that is not a training class: their methods read ``self.accelerator``.
     training_bases: frozenset[str] = frozenset()
+    #: This module's classes deriving from a class of another module whose methods train (run a
+    #: backward or loop over a loader): training classes even when their own methods only define
+    #: a step, and they keep the accelerator for the base's methods.
+    training_base_subclasses: frozenset[str] = frozenset()
     #: Names this module passes to a function or class of another module that steps them as a
     #: scheduler once per epoch (``Trainer(..., lr_scheduler=lr_scheduler)`` whose epoch loop
     #: calls ``self.lr_scheduler.step()``): not prepared, as in a single script.

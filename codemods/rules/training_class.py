@@ -97,8 +97,9 @@ class _AcceleratorUses(cst.CSTVisitor):
 
 def _plan(node: cst.ClassDef, accelerator: str, facts: ScriptFacts) -> _ClassPlan:
     name = node.name.value
+    inherits = facts.program is not None and name in facts.program.training_base_subclasses
     plan = _ClassPlan(
-        uses_accelerator=bool(facts.class_prepare.get(name) or facts.method_prepare.get(name)),
+        uses_accelerator=bool(facts.class_prepare.get(name) or facts.method_prepare.get(name) or inherits),
         binds=facts.method_binds.get(name, {}),
         calls=facts.method_calls.get(name, {}),
         is_base=name in facts.training_bases,

@@ -451,3 +451,69 @@ def test_a_library_class_handed_the_prepared_model_where_no_accelerator_is_repor
     )
     handed = reports("train", "ACC914", train=entry, pytorchtools=STOPPER)
     assert handed["pytorchtools"] == [18]
+
+
+BASE_TRAINER = """\
+import torch
+
+
+class BaseTrainer:
+    def __init__(self, model, optimizer, loader):
+        self.model = model
+        self.optimizer = optimizer
+        self.loader = loader
+
+    def train(self, epochs):
+        for epoch in range(epochs):
+            for x, y in self.loader:
+                self.optimizer.zero_grad()
+                self._step(x, y).backward()
+                self.optimizer.step()
+            print(f"epoch {epoch}")
+            torch.save(self.model.state_dict(), "last.pt")
+"""
+
+REGRESSION_TRAINER = """\
+import torch
+from base import BaseTrainer
+
+
+class RegressionTrainer(BaseTrainer):
+    def __init__(self, model, optimizer, loader):
+        super().__init__(model, optimizer, loader)
+
+    def _step(self, x, y):
+        return torch.nn.functional.mse_loss(self.model(x), y)
+"""
+
+TRAIN_WITH_A_TRAINER = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from trainer import RegressionTrainer
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    RegressionTrainer(model, optimizer, loader).train(2)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_base_class_in_another_module_uses_the_accelerator_its_subclass_keeps() -> None:
+    code = converted("train", train=TRAIN_WITH_A_TRAINER, trainer=REGRESSION_TRAINER, base=BASE_TRAINER)
+    # The subclass's own methods never use the accelerator; it keeps it for its base's.
+    assert "def __init__(self, model, optimizer, loader, accelerator):" in code["trainer"]
+    assert "self.accelerator = accelerator" in code["trainer"]
+    base = code["base"]
+    assert "def __init__(self, model, optimizer, loader):" in base
+    assert "self.accelerator.backward(self._step(x, y))" in base
+    assert 'self.accelerator.print(f"epoch {epoch}")' in base
+    # ``self.model`` is the prepared model super().__init__ receives: saved unwrapped.
+    assert 'self.accelerator.save(self.accelerator.unwrap_model(self.model).state_dict(), "last.pt")' in base
+    assert "RegressionTrainer(model, optimizer, loader, accelerator).train(2)" in code["train"]

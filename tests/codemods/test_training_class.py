@@ -471,3 +471,41 @@ def test_a_base_class_some_instance_has_no_accelerator_for_is_left_alone(extra: 
         IMPORTS + BASE_AND_TRAINER, "BaseTrainer", "train"
     )
     assert free_accelerator_reads(code, "BaseTrainer") == []
+
+
+def test_a_subclass_defining_only_the_step_of_its_base_s_loop_is_a_training_class() -> None:
+    base = """\
+class BaseTrainer:
+    def __init__(self, model, optimizer, loader):
+        self.model = model
+        self.optimizer = optimizer
+        self.loader = loader
+
+    def train(self):
+        for x, y in self.loader:
+            self.optimizer.zero_grad()
+            self.step(x, y).backward()
+            self.optimizer.step()
+        print("done")
+
+
+class RegressionTrainer(BaseTrainer):
+    def __init__(self, model, optimizer, loader):
+        super().__init__(model, optimizer, loader)
+
+    def step(self, x, y):
+        return F.mse_loss(self.model(x), y)
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    RegressionTrainer(model, optimizer, loader).train()
+"""
+    code, _ = convert(base)
+    assert "self.accelerator.backward(self.step(x, y))" in method_source(code, "BaseTrainer", "train")
+    assert 'self.accelerator.print("done")' in method_source(code, "BaseTrainer", "train")
+    assert "self.accelerator = accelerator" in method_source(code, "RegressionTrainer", "__init__")
+    assert "RegressionTrainer(model, optimizer, loader, accelerator).train()" in code
+    assert free_accelerator_reads(code, "BaseTrainer") == []
