@@ -1355,17 +1355,11 @@ class _Conclusions:
             found -= unsafe
         facts.training_bases |= found
         facts.training_classes |= found
-        roles = facts.models | facts.optimizers | facts.loaders | facts.schedulers
         for name in found:
+            # What it builds in ``__init__`` (an optimizer over ``self.model``) is prepared there:
+            # its subclass keeps the accelerator before calling ``super().__init__``.
+            self._class_prepare(name)
             self._class_methods(name)
-            # ``self.model = model`` with ``model`` prepared by whoever constructs the subclass.
-            facts.prepared_attributes |= {
-                target
-                for assign in self.r.assigns
-                if assign.function == name
-                for target in assign.targets
-                if target in roles and target.count(".") == 1 and dotted(_peel_moves(assign.value)) in facts.prepared
-            }
         return found
 
     def _class_methods(self, name: str) -> None:

@@ -225,8 +225,14 @@ class _GiveAccelerator(RuleTransformer):
         name = original_node.name.value
         if len(self.scope) != 1 or name not in self.plans or not isinstance(updated_node.body, cst.IndentedBlock):
             return updated_node
+        body = list(updated_node.body.body)
         if self.plans[name].is_base:
-            # Its subclasses keep the accelerator on the instance; its own ``__init__`` stays.
+            # Its subclasses keep the accelerator on the instance; its own ``__init__`` only
+            # prepares what it builds.
+            for index, method in enumerate(body):
+                if isinstance(method, cst.FunctionDef) and method.name.value == "__init__":
+                    body[index] = self._prepare_in_base(name, method, original_node)
+                    updated_node = updated_node.with_changes(body=updated_node.body.with_changes(body=body))
             if name not in self._reading_instance:
                 return updated_node
             self.report(
@@ -237,11 +243,20 @@ class _GiveAccelerator(RuleTransformer):
                 header_only=True,
             )
             return updated_node
-        body = list(updated_node.body.body)
         for index, method in enumerate(body):
             if isinstance(method, cst.FunctionDef) and method.name.value == "__init__":
                 body[index] = self._receive(name, method, original_node)
         return updated_node.with_changes(body=updated_node.body.with_changes(body=body))
+
+    def _prepare_in_base(self, name: str, init: cst.FunctionDef, anchor: cst.CSTNode) -> cst.FunctionDef:
+        """A training base's ``__init__`` with the prepare of what it builds (its subclass set
+        ``self.accelerator`` before calling it)."""
+        instance = instance_parameter(init)
+        prepared = self.facts.class_prepare.get(name, ())
+        if instance is None or not prepared or not isinstance(init.body, cst.IndentedBlock):
+            return init
+        statements = self._with_prepare(name, instance, list(init.body.body), prepared, anchor)
+        return init.with_changes(body=init.body.with_changes(body=statements))
 
     def _receive(self, name: str, init: cst.FunctionDef, anchor: cst.CSTNode) -> cst.FunctionDef:
         """``__init__(..., accelerator)`` keeping ``self.accelerator``, and the prepare of what

@@ -509,3 +509,42 @@ def main():
     assert "self.accelerator = accelerator" in method_source(code, "RegressionTrainer", "__init__")
     assert "RegressionTrainer(model, optimizer, loader, accelerator).train()" in code
     assert free_accelerator_reads(code, "BaseTrainer") == []
+
+
+def test_what_a_training_base_builds_in_its_init_is_prepared_there() -> None:
+    code, _ = convert(
+        """\
+class BaseTrainer:
+    def __init__(self, model, train_loader, lr):
+        self.model = model
+        self.train_loader = train_loader
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr)
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            for x, y in self.train_loader:
+                self.optimizer.zero_grad()
+                self.compute_loss(x, y).backward()
+                self.optimizer.step()
+
+
+class MSETrainer(BaseTrainer):
+    def __init__(self, model, train_loader, lr=0.1):
+        super().__init__(model, train_loader, lr)
+
+    def compute_loss(self, x, y):
+        return F.mse_loss(self.model(x), y)
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+    MSETrainer(nn.Linear(4, 1), loader).fit(2)
+"""
+    )
+    base_init = method_source(code, "BaseTrainer", "__init__")
+    assert base_init.endswith("self.optimizer = self.accelerator.prepare(self.optimizer)")
+    assert "def __init__(self, model, train_loader, lr):" in base_init  # not given the accelerator
+    trainer_init = method_source(code, "MSETrainer", "__init__")
+    assert trainer_init.index("self.accelerator = accelerator") < trainer_init.index("super().__init__")
+    again, _ = convert_text(code)
+    assert again == code
