@@ -620,6 +620,12 @@ class _Conclusions:
         if local is not None and local.binds(name):
             return  # a local of the same name
         self.constructions.setdefault(name, []).append(call)
+        initialiser = self._initialising_class(name)
+        if initialiser != name:
+            # ``MSETrainer(model, loader)`` with no ``__init__`` of its own runs its base's: the
+            # base is constructed there too, and the arguments fill the base's parameters.
+            self.constructions.setdefault(initialiser, []).append(call)
+            name, owner = initialiser, self.r.classes[initialiser]
         params = owner.init_params or ()
         for index, arg in enumerate(call.node.args):
             value = dotted(arg.value)
@@ -628,6 +634,20 @@ class _Conclusions:
             param = arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
             if param is not None:
                 self.arguments.setdefault((name, param), set()).add((call.function, value))
+
+    def _initialising_class(self, name: str) -> str:
+        """The class of this file whose ``__init__`` constructing ``name`` runs: ``name`` itself,
+        or, when it defines none, the first of its bases here that does (single inheritance only:
+        with several bases the method resolution order decides, and ``name`` is returned)."""
+        seen = {name}
+        current = name
+        while self.r.classes[current].init_params is None:
+            bases = [dotted(base.value) for base in self.r.classes[current].node.bases]
+            if len(bases) != 1 or bases[0] not in self.r.classes or bases[0] in seen:
+                return name
+            current = bases[0]
+            seen.add(current)
+        return current
 
     def _attribute_aliases(self) -> None:
         """``self.model = model.to(device)`` in a class: the attribute is what the name holds
@@ -1190,6 +1210,13 @@ class _Conclusions:
             if any(owner.self_names.get(method) is None for method in methods):
                 continue
             found.append(name)
+        # A subclass with no ``__init__`` of its own (``class MSETrainer(BaseTrainer)`` defining
+        # only ``compute_loss``) holds the accelerator its base's ``__init__`` keeps.
+        found += [
+            name
+            for name, owner in self.r.classes.items()
+            if owner.init_params is None and name in self.constructions and self._initialising_class(name) in found
+        ]
         return sorted(found, key=lambda name: self.constructions[name][0].order if name in self.constructions else 0)
 
     def _local_parents(self) -> dict[str, set[str]]:

@@ -548,3 +548,41 @@ def main():
     assert trainer_init.index("self.accelerator = accelerator") < trainer_init.index("super().__init__")
     again, _ = convert_text(code)
     assert again == code
+
+
+def test_a_subclass_without_init_passes_the_accelerator_to_the_base_init_it_runs() -> None:
+    code, _ = convert(
+        """\
+class BaseTrainer:
+    def __init__(self, model, train_loader, lr=0.1):
+        self.model = model
+        self.train_loader = train_loader
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr)
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            for x, y in self.train_loader:
+                self.optimizer.zero_grad()
+                self.compute_loss(x, y).backward()
+                self.optimizer.step()
+
+
+class MSETrainer(BaseTrainer):
+    def compute_loss(self, x, y):
+        return F.mse_loss(self.model(x), y)
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+    model = nn.Linear(4, 1)
+    MSETrainer(model, loader).fit(2)
+"""
+    )
+    base_init = method_source(code, "BaseTrainer", "__init__")
+    assert "def __init__(self, model, train_loader, lr=0.1, *, accelerator):" in base_init
+    assert base_init.endswith("self.optimizer = self.accelerator.prepare(self.optimizer)")
+    assert "model, loader = accelerator.prepare(model, loader)" in code
+    assert "MSETrainer(model, loader, accelerator=accelerator).fit(2)" in code
+    assert "self.accelerator.backward(self.compute_loss(x, y))" in code
+    again, _ = convert_text(code)
+    assert again == code
