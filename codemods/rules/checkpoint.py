@@ -352,6 +352,17 @@ class _CheckpointRewriter(RuleTransformer):
         )
         return cst.FlattenSentinel([barrier, updated_node.with_changes(leading_lines=())])
 
+    def leave_IndentedBlock(
+        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
+        body = _one_barrier_before_saves(updated_node.body, self.facts)
+        return updated_node if body is None else updated_node.with_changes(body=body)
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        result = super().leave_Module(original_node, updated_node)
+        body = _one_barrier_before_saves(result.body, self.facts)
+        return result if body is None else result.with_changes(body=body)
+
     def _in_class_handed_the_model(self) -> bool:
         """In a library class that the program hands the prepared model (Bjarten's EarlyStopping,
         whose ``save_checkpoint`` runs when this rank's validation loss improved): a barrier there
@@ -670,6 +681,36 @@ class _WaitBeforeLoads(RuleTransformer):
         if not found and not any(_contains_call(line, self.facts, "torch.load") for line in inner):
             return None
         return statement.with_changes(body=statement.body.with_changes(body=kept))
+
+
+def _one_barrier_before_saves(body: Sequence[cst.BaseStatement], facts: ScriptFacts) -> list[cst.BaseStatement] | None:
+    """Saves in a row wait once: ``wait_for_everyone(); save(a); wait_for_everyone(); save(b)``
+    keeps the first barrier only (nothing runs between the saves for a rank to finish); the
+    dropped barrier's leading lines (the save's comments) stay with the save. None: no change."""
+    kept: list[cst.BaseStatement] = []
+    carried: Sequence[cst.EmptyLine] | None = None
+    for line in body:
+        if carried is not None and isinstance(line, cst.SimpleStatementLine):
+            line = line.with_changes(leading_lines=[*carried, *line.leading_lines])
+        carried = None
+        if (
+            len(kept) >= 2
+            and isinstance(line, cst.SimpleStatementLine)
+            and _is_barrier(line, facts)
+            and _only_saves(kept[-1], facts)
+            and _is_barrier(kept[-2], facts)
+        ):
+            carried = line.leading_lines
+            continue
+        kept.append(line)
+    return None if len(kept) == len(body) else kept
+
+
+def _only_saves(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:
+    """A line of ``accelerator.save(...)`` calls only."""
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        is_accelerator_method(getattr(s, "value", None), facts, "save") for s in statement.body
+    )
 
 
 def _is_barrier(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:

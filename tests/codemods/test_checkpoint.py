@@ -298,3 +298,29 @@ if __name__ == "__main__":
     assert [(change.line, change.fixed) for change in changes if change.code == "ACC914"] == [(10, False)]
     _, unrelated = convert_text(source.replace("stopper(loss.item(), model)", "stopper(loss.item(), loader)"))
     assert [change for change in unrelated if change.code == "ACC914"] == []
+
+
+def test_saves_in_a_row_wait_once_and_keep_their_comments() -> None:
+    body = """\
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8, 1)), batch_size=2)
+    encoder = nn.Linear(4, 4)
+    decoder = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD([*encoder.parameters(), *decoder.parameters()], lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(decoder(encoder(x)), y).backward()
+            optimizer.step()
+        torch.save(decoder.state_dict(), "decoder.pt")
+        # the encoder too
+        torch.save(encoder.state_dict(), "encoder.pt")
+"""
+    code, lines = convert(body)
+    assert lines.count("accelerator.wait_for_everyone()") == 1
+    save_decoder = lines.index('accelerator.save(accelerator.unwrap_model(decoder).state_dict(), "decoder.pt")')
+    assert lines[save_decoder - 1] == "accelerator.wait_for_everyone()"
+    assert lines[save_decoder + 1 : save_decoder + 3] == [
+        "# the encoder too",
+        'accelerator.save(accelerator.unwrap_model(encoder).state_dict(), "encoder.pt")',
+    ]
