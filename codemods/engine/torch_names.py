@@ -33,6 +33,10 @@ NO_GRAD_CONTEXTS = frozenset(
         "torch.autograd.grad_mode.inference_mode",
     }
 )
+#: Methods that yield the batches of the loader given as their first argument, printing progress
+#: as they go: torchvision's reference scripts (and DETR, DeiT, MAE after them) loop over
+#: ``metric_logger.log_every(data_loader, print_freq, header)``.
+LOADER_PASS_THROUGH_METHODS = frozenset({"log_every"})
 PROGRESS_BARS = frozenset(
     {
         "tqdm.tqdm",

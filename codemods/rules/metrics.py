@@ -1261,6 +1261,10 @@ class _UseCollector(cst.CSTVisitor):
         if isinstance(node.value, cst.Name) and node.value.value in self.interesting:
             if id(node) in self._methods:
                 return
+            if node.attr.value == "shape":
+                # ``images.shape[0]`` counts samples: a torch.Size is no tensor to gather, so the
+                # tensor itself is gathered (its gathered shape counts every sample once).
+                return
             self._consumed.add(id(node.value))
             self._record(node)
 
