@@ -241,6 +241,18 @@ SEQUENCE_FIRST_LAYERS = frozenset(
         "torch.nn.modules.rnn.RNN",
     }
 )
+#: Recurrent layers: whatever ``batch_first`` says of their output, the hidden state they return
+#: second (``output, h_n = gru(x)``; ``output, (h_n, c_n) = lstm(x)``) is ``(layers, batch, hidden)``.
+RECURRENT_LAYERS = frozenset(
+    {
+        "torch.nn.LSTM",
+        "torch.nn.GRU",
+        "torch.nn.RNN",
+        "torch.nn.modules.rnn.LSTM",
+        "torch.nn.modules.rnn.GRU",
+        "torch.nn.modules.rnn.RNN",
+    }
+)
 #: ``pad_sequence`` stacks the sequences along dim 1 unless called with ``batch_first=True``.
 SEQUENCE_FIRST_PADDING = frozenset({"torch.nn.utils.rnn.pad_sequence"})
 
