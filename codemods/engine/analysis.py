@@ -1512,6 +1512,7 @@ class _Conclusions:
         (``train(nn_light, ...)`` where the optimizer is built from the parameter ``model``):
         nothing prepares it (ACC926)."""
         facts = self.facts
+        handed: list[tuple[str, str, _Call]] = []
         for call in self.r.calls:
             function = call.node.func.value if isinstance(call.node.func, cst.Name) else None
             if function not in facts.training_functions:
@@ -1521,7 +1522,34 @@ class _Conclusions:
                 param = arg.keyword.value if arg.keyword is not None else params[index] if index < len(params) else None
                 name = dotted(arg.value)
                 if param in facts.models and name is not None and name not in facts.models and not arg.star:
-                    facts.unprepared_received_models.append((name, function, self.site(call.node)))
+                    handed.append((name, function, call))
+        # Built once, by a model constructor, in the block handing it over (knowledge
+        # distillation's teacher, trained first, and student, built after the teacher's training
+        # began): prepared right where it is built.
+        where_built = {name for name, _, call in handed if self._built_once_as_model(name, call)}
+        where_built -= {name for name, _, call in handed if not self._built_once_as_model(name, call)}
+        facts.models |= where_built
+        facts.models_prepared_where_built |= where_built
+        facts.unprepared_received_models.extend(
+            (name, function, self.site(call.node)) for name, function, call in handed if name not in where_built
+        )
+
+    def _built_once_as_model(self, name: str, call: _Call) -> bool:
+        """Whether the block holding ``call`` binds ``name`` once, to a new model (``Net()``, a
+        model class of the file or a ``torch.nn`` layer, moved or not), before the call."""
+        if not name.isidentifier():
+            return False
+        assigns = [assign for assign in self.r.assigns if name in assign.targets and assign.function == call.function]
+        if len(assigns) != 1 or assigns[0].targets != (name,) or assigns[0].scope != call.scope:
+            return False
+        built = _peel_device_moves(assigns[0].value)
+        if not isinstance(built, cst.Call):
+            return False
+        qualified = self.r.names.qualified_name(built.func, assigns[0].scope, strict=False) or ""
+        constructs = dotted(built.func) in self.facts.model_classes or (
+            qualified.startswith("torch.nn.") and qualified.rpartition(".")[2][:1].isupper()
+        )
+        return constructs and self.site(assigns[0].node).line < self.site(call.node).line
 
     def _trains_only_what_it_receives(self) -> bool:
         """Whether the file is a library of training functions converted on its own: every

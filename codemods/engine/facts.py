@@ -138,6 +138,9 @@ class ScriptFacts:
     #: a model (``train(nn_light, ...)``, ``nn_light`` built after the training began): they are
     #: not prepared, so their training is not distributed (ACC926): (name, function, call site).
     unprepared_received_models: list[tuple[str, str, Site]] = field(default_factory=list)
+    #: Models handed to those functions that the block handing them builds once, with a model
+    #: constructor (``student = LightNN().to(device)``): prepared right after that line.
+    models_prepared_where_built: set[str] = field(default_factory=set)
     #: Where the training objects are built: in ``main_function``, in the ``if __name__ ==
     #: "__main__":`` block, or in plain module-level code; "library": a module of a program that
     #: its entry script imports (nothing built here; the accelerator comes in as a parameter), or a
