@@ -1038,11 +1038,11 @@ def _recurrent_hidden_outputs(module: cst.Module, facts: ScriptFacts) -> dict[st
     if not positions_by_class:
         return {}
     models: dict[str, frozenset[int]] = {}
-    for node in nodes_in(module):
-        if not isinstance(node, cst.Assign) or len(node.targets) != 1:
+    for found in nodes_in(module):
+        if not isinstance(found, cst.Assign) or len(found.targets) != 1:
             continue
-        model = dotted(node.targets[0].target)
-        built = _constructor(node.value)
+        model = dotted(found.targets[0].target)
+        built = _constructor(found.value)
         if model in facts.models and built is not None and dotted(built.func) in positions_by_class:
             models[model] = positions_by_class[dotted(built.func) or ""]
     return models
