@@ -582,9 +582,11 @@ class _Conclusions:
         parsed_in: dict[str, set[str]] = {}
         for assign in self.r.assigns:
             value = assign.value
-            if isinstance(value, cst.Call) and (dotted(value.func) or "").rpartition(".")[2] in (
-                "parse_args",
-                "parse_known_args",
+            # ``parser.parse_args()``, or torchvision's ``get_args_parser().parse_args()``.
+            if (
+                isinstance(value, cst.Call)
+                and isinstance(value.func, cst.Attribute)
+                and value.func.attr.value in ("parse_args", "parse_known_args")
             ):
                 facts.parsed_arguments |= {name.partition(".")[0] for name in assign.targets}
                 parsed_in.setdefault(assign.function, set()).update(assign.targets)
