@@ -94,17 +94,19 @@ class _Prepare(HomeBlockTransformer):
         rebuilt = {
             name for name in self.wanted if name in self.facts.loaders and self._built_in(body[loop_index:], name)
         }
-        # Models handed to a training function and built after the training began (a distilled
-        # student): each is prepared right where it is built, before it is handed over.
-        rebuilt |= {
-            name
-            for name in self.wanted
-            if name in self.facts.models_prepared_where_built and self._built_in(body[loop_index:], name)
-        }
+        # Models handed to a training function that the single prepare cannot take (a distilled
+        # student built after the training began, a model built under a flag): each is prepared
+        # right where it is built, before it is handed over. Inside a nested block, the insertion
+        # leaves the indices of the top-level statements above as they were.
+        where_built = {name for name in self.wanted if name in self.facts.models_prepared_where_built} - set(names)
+        rebuilt |= where_built
+        head = body[:loop_index]
+        if where_built:
+            head = self._prepare_where_built(head, where_built, indent + "    ")
         tail = self._prepare_where_built(body[loop_index:], rebuilt, indent + "    ") if rebuilt else body[loop_index:]
         if any(name in self.facts.loaders for name in names):
             tail = self._move_rebuilt_models(tail)
-        body = [*body[:loop_index], *tail]
+        body = [*head, *tail]
         if not names:
             return body
         after = max(last_creation[name] for name in names)

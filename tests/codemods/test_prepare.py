@@ -374,3 +374,16 @@ def test_a_model_handed_back_by_the_training_function_is_not_moved_again() -> No
     code, lines = convert(body)
     assert "model.to(accelerator.device)" not in lines
     assert convert_text(code)[0] == code
+
+
+def test_a_model_built_under_a_flag_and_handed_to_the_training_function_is_prepared_in_its_branch() -> None:
+    """A single prepare after the branch could meet an unbound name: the model is prepared inside
+    the branch that builds it (before, it was left unprepared)."""
+    body = TRAIN_MODEL_FROM_MAIN_GUARD + (
+        "    if device.type == 'cpu':\n"
+        "        student = nn.Linear(4, 1)\n"
+        "        train_model(student, device, epochs=2, batch_size=8, learning_rate=0.1)\n"
+    )
+    check_expectations(body, ["student = accelerator.prepare(student)"])
+    code, _ = convert(body)
+    assert "        student = nn.Linear(4, 1)\n        student = accelerator.prepare(student)\n" in code
