@@ -12,7 +12,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_name
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.syntax import binds_name, dotted, parameter_names
+from accel_convert.codemods.engine.syntax import binds_name, dotted, is_main_guard, parameter_names
 from accel_convert.codemods.engine.torch_names import ACCELERATORS
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import variables_read, walk
@@ -30,10 +30,19 @@ class AcceleratorCreation:
 
 
 def find_accelerator_creation(module: cst.Module, facts: ScriptFacts) -> AcceleratorCreation | None:
-    """The statement creating the accelerator, searched at module level and in module-level functions."""
+    """The statement creating the accelerator, searched at module level, in the
+    ``if __name__ == "__main__":`` block and in module-level functions."""
     for index, statement in enumerate(module.body):
         if creates_accelerator(statement, facts):
             return AcceleratorCreation(list(module.body[:index]), set(), [], list(module.body[index + 1 :]))
+        if is_main_guard(statement) and isinstance(statement.body, cst.IndentedBlock):
+            # The block runs at module level: what the module bound before it is readable too.
+            body = list(statement.body.body)
+            for inner_index, inner in enumerate(body):
+                if creates_accelerator(inner, facts):
+                    return AcceleratorCreation(
+                        body[:inner_index], set(), list(module.body[:index]), body[inner_index + 1 :]
+                    )
         if isinstance(statement, cst.FunctionDef) and isinstance(statement.body, cst.IndentedBlock):
             body = list(statement.body.body)
             for inner_index, inner in enumerate(body):

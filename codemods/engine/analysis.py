@@ -36,6 +36,7 @@ from accel_convert.codemods.engine.program_seeds import (
 )
 from accel_convert.codemods.engine.syntax import (
     calls_in,
+    class_methods,
     dotted,
     instance_parameter,
     is_main_guard,
@@ -51,6 +52,7 @@ from accel_convert.codemods.engine.torch_names import (
     DEVICE_CALLS,
     FEATURES,
     GRAD_SCALERS,
+    LOADER_PASS_THROUGH_METHODS,
     MODEL_COPIES,
     NETWORK_FETCHES,
     NO_GRAD_CONTEXTS,
@@ -400,19 +402,38 @@ def _has_modulo(node: cst.BaseExpression) -> bool:
     return False
 
 
+#: What a function that only builds a command-line parser and parses it calls.
+ARGUMENT_PARSER_CALLS = frozenset(
+    {
+        "ArgumentParser",
+        "add_argument",
+        "add_argument_group",
+        "add_mutually_exclusive_group",
+        "add_subparsers",
+        "add_parser",
+        "set_defaults",
+        "parse_args",
+        "parse_known_args",
+    }
+)
+
 #: Builtins that wrap an iterable without changing what it yields (the first argument).
 ITERABLE_WRAPPERS = {"enumerate", "iter"}
 
 
 def _iterated(expr: cst.BaseExpression, names: NameTable, scope: ScopeKey) -> str | None:
     """The iterable of ``for ... in enumerate(tqdm(loader))``: ``loader``. Wrappers are matched
-    by qualified name (tqdm) or as unshadowed builtins (enumerate)."""
+    by qualified name (tqdm), as unshadowed builtins (enumerate), or as a metric logger's
+    ``log_every(loader, print_freq, header)`` method."""
     while isinstance(expr, cst.Call) and expr.args:
         func = expr.func
         builtin = (
             isinstance(func, cst.Name) and func.value in ITERABLE_WRAPPERS and not names.is_bound(func.value, scope)
         )
-        if not builtin and names.qualified_name(func, scope, strict=False) not in PROGRESS_BARS:
+        logger = isinstance(func, cst.Attribute) and func.attr.value in LOADER_PASS_THROUGH_METHODS
+        if not builtin and not logger and names.qualified_name(func, scope, strict=False) not in PROGRESS_BARS:
+            break
+        if expr.args[0].keyword is not None or expr.args[0].star:
             break
         expr = expr.args[0].value
     return dotted(expr)
@@ -492,6 +513,8 @@ class _Conclusions:
             seed_loader_factories(self, seeds)
         self._optimizers_and_models()
         self._trackers()
+        if "getLogger" in self.r.words:
+            self._loggers()
         self._batch_mean_losses()
         if seeds is not None:
             seed_parameter_roles(self, seeds)
@@ -522,6 +545,18 @@ class _Conclusions:
             ):
                 self.facts.trackers.update(assign.targets)
 
+    def _loggers(self) -> None:
+        """``facts.loggers``: names every assignment of which is ``logging.getLogger(...)``."""
+        bound: dict[str, bool] = {}
+        for assign in self.r.assigns:
+            value = assign.value
+            is_logger = isinstance(value, cst.Call) and (
+                self.r.names.qualified_name(value.func, assign.scope) == "logging.getLogger"
+            )
+            for target in assign.targets:
+                bound[target] = bound.get(target, True) and is_logger
+        self.facts.loggers = {name for name, only_loggers in bound.items() if only_loggers}
+
     def _batch_mean_losses(self) -> None:
         for assign in self.r.assigns:
             value = assign.value
@@ -545,12 +580,35 @@ class _Conclusions:
                         text = value.evaluated_value
                         if dest is not None or text.startswith("--"):
                             facts.parser_options.add(text.lstrip("-").replace("-", "_"))
+        parsed_in: dict[str, set[str]] = {}
         for assign in self.r.assigns:
             value = assign.value
-            if isinstance(value, cst.Call) and (dotted(value.func) or "").rpartition(".")[2] in (
+            # ``parser.parse_args()``, or torchvision's ``get_args_parser().parse_args()``.
+            if (
+                isinstance(value, cst.Call)
+                and isinstance(value.func, cst.Attribute)
+                and value.func.attr.value in ("parse_args", "parse_known_args")
+            ):
+                facts.parsed_arguments |= {name.partition(".")[0] for name in assign.targets}
+                parsed_in.setdefault(assign.function, set()).update(assign.targets)
+        # ``def get_args(): ...; return parser.parse_args()`` (or ``args = ...; return args``):
+        # ``args = get_args()`` is argument parsing too.
+        for function, value in self.r.returns:
+            parses = isinstance(value, cst.Call) and (dotted(value.func) or "").rpartition(".")[2] in (
                 "parse_args",
                 "parse_known_args",
-            ):
+            )
+            if function != "<module>" and (parses or dotted(value) in parsed_in.get(function, ())):
+                facts.argument_parsing_functions.add(function)
+        # Only parsing: one that also prints or writes (``print(args)``) gets the accelerator.
+        facts.argument_parsing_functions -= {
+            call.function
+            for call in self.r.calls
+            if (dotted(call.node.func) or "").rpartition(".")[2] not in ARGUMENT_PARSER_CALLS
+        }
+        for assign in self.r.assigns:
+            value = assign.value
+            if isinstance(value, cst.Call) and dotted(value.func) in facts.argument_parsing_functions:
                 facts.parsed_arguments |= {name.partition(".")[0] for name in assign.targets}
 
     def _device_switches(self) -> None:
@@ -610,7 +668,26 @@ class _Conclusions:
                     loop.calls.add(callee.value)
             elif isinstance(callee, cst.Name) and callee.value in self.r.classes:
                 self._construction(call, self.r.classes[callee.value])
+            elif isinstance(callee, cst.Attribute) and callee.attr.value in LOADER_PASS_THROUGH_METHODS:
+                self._into_pass_through_method(call, callee.attr.value)
         self._attribute_aliases()
+
+    def _into_pass_through_method(self, call: _Call, method: str) -> None:
+        """``metric_logger.log_every(data_loader, ...)`` with the file's own ``MetricLogger``:
+        the loader flows into the method's first parameter (keyed by the class name, as for
+        ``__init__``), so the method's loop over it is a loop over the (prepared) loader."""
+        if not call.node.args or call.node.args[0].keyword is not None or call.node.args[0].star:
+            return
+        value = dotted(call.node.args[0].value)
+        if value is None:
+            return
+        for name, owner in self.r.classes.items():
+            definition = next((m for m in class_methods(owner.node) if m.name.value == method), None)
+            if definition is None or owner.self_names.get(method) is None:
+                continue
+            params = parameter_names(definition)
+            if len(params) >= 2:
+                self.arguments.setdefault((name, params[1]), set()).add((call.function, value))
 
     def _construction(self, call: _Call, owner: _Class) -> None:
         """``Trainer(model, train_data, ...)``: each argument flows into ``__init__``'s parameter
@@ -1530,6 +1607,7 @@ class _Conclusions:
         (``train(nn_light, ...)`` where the optimizer is built from the parameter ``model``):
         nothing prepares it (ACC926)."""
         facts = self.facts
+        handed: list[tuple[str, str, _Call]] = []
         for call in self.r.calls:
             function = call.node.func.value if isinstance(call.node.func, cst.Name) else None
             if function not in facts.training_functions:
@@ -1539,7 +1617,34 @@ class _Conclusions:
                 param = arg.keyword.value if arg.keyword is not None else params[index] if index < len(params) else None
                 name = dotted(arg.value)
                 if param in facts.models and name is not None and name not in facts.models and not arg.star:
-                    facts.unprepared_received_models.append((name, function, self.site(call.node)))
+                    handed.append((name, function, call))
+        # Built once, by a model constructor, in the block handing it over (knowledge
+        # distillation's teacher, trained first, and student, built after the teacher's training
+        # began): prepared right where it is built.
+        where_built = {name for name, _, call in handed if self._built_once_as_model(name, call)}
+        where_built -= {name for name, _, call in handed if not self._built_once_as_model(name, call)}
+        facts.models |= where_built
+        facts.models_prepared_where_built |= where_built
+        facts.unprepared_received_models.extend(
+            (name, function, self.site(call.node)) for name, function, call in handed if name not in where_built
+        )
+
+    def _built_once_as_model(self, name: str, call: _Call) -> bool:
+        """Whether the block holding ``call`` binds ``name`` once, to a new model (``Net()``, a
+        model class of the file or a ``torch.nn`` layer, moved or not), before the call."""
+        if not name.isidentifier():
+            return False
+        assigns = [assign for assign in self.r.assigns if name in assign.targets and assign.function == call.function]
+        if len(assigns) != 1 or assigns[0].targets != (name,) or assigns[0].scope != call.scope:
+            return False
+        built = _peel_device_moves(assigns[0].value)
+        if not isinstance(built, cst.Call):
+            return False
+        qualified = self.r.names.qualified_name(built.func, assigns[0].scope, strict=False) or ""
+        constructs = dotted(built.func) in self.facts.model_classes or (
+            qualified.startswith("torch.nn.") and qualified.rpartition(".")[2][:1].isupper()
+        )
+        return constructs and self.site(assigns[0].node).line < self.site(call.node).line
 
     def _trains_only_what_it_receives(self) -> bool:
         """Whether the file is a library of training functions converted on its own: every
@@ -1866,5 +1971,9 @@ def analyse(module: cst.Module, source: str | bytes | None = None, seeds: Progra
     if "KeyboardInterrupt" in recorder.words:
         facts.interrupt_handlers = handler_sites(
             source if source is not None else module.code, module.encoding, "KeyboardInterrupt"
+        )
+    if "OutOfMemoryError" in recorder.words:
+        facts.out_of_memory_handlers = handler_sites(
+            source if source is not None else module.code, module.encoding, "OutOfMemoryError"
         )
     return facts

@@ -138,6 +138,9 @@ class ScriptFacts:
     #: a model (``train(nn_light, ...)``, ``nn_light`` built after the training began): they are
     #: not prepared, so their training is not distributed (ACC926): (name, function, call site).
     unprepared_received_models: list[tuple[str, str, Site]] = field(default_factory=list)
+    #: Models handed to those functions that the block handing them builds once, with a model
+    #: constructor (``student = LightNN().to(device)``): prepared right after that line.
+    models_prepared_where_built: set[str] = field(default_factory=set)
     #: Where the training objects are built: in ``main_function``, in the ``if __name__ ==
     #: "__main__":`` block, or in plain module-level code; "library": a module of a program that
     #: its entry script imports (nothing built here; the accelerator comes in as a parameter), or a
@@ -216,10 +219,18 @@ class ScriptFacts:
     rank_dependent_breaks: list[Site] = field(default_factory=list)
     #: ``except KeyboardInterrupt:`` clauses (the ``except`` keyword of each).
     interrupt_handlers: list[Site] = field(default_factory=list)
+    #: Names bound only to ``logging.getLogger(...)``.
+    loggers: set[str] = field(default_factory=set)
+    #: ``except torch.cuda.OutOfMemoryError:`` clauses (the ``except`` keyword of each).
+    out_of_memory_handlers: list[Site] = field(default_factory=list)
     #: Attribute names the argument parser defines (``no_cuda`` for ``--no-cuda``, a ``dest=``).
     parser_options: set[str] = field(default_factory=set)
-    #: Names bound to what ``parse_args()`` / ``parse_known_args()`` return (``args``).
+    #: Names bound to what ``parse_args()`` / ``parse_known_args()`` return (``args``), directly
+    #: or through a function of the file that returns it (``args = get_args()``).
     parsed_arguments: set[str] = field(default_factory=set)
+    #: Module-level functions returning the parse result (``def get_args(): ... return
+    #: parser.parse_args()``): a call of one parses the command line.
+    argument_parsing_functions: set[str] = field(default_factory=set)
     #: The flags the device choice tests, in source order, and whether each is under ``not``:
     #: ``use_cuda = not args.no_cuda and ...`` gives ``("args.no_cuda", True)``; ``if args.cuda:
     #: model.cuda()`` gives ``("args.cuda", False)``.

@@ -49,6 +49,7 @@ RULE_MODULES: tuple[str, ...] = (
     "already_distributed",
     "model_trains_itself",
     "keyboard_interrupt",
+    "out_of_memory_handler",
 )
 
 

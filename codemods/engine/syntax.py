@@ -7,7 +7,7 @@ guard. Whole-tree questions belong to the analysis (:mod:`codemods.engine.analys
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import cast
 
 import libcst as cst
@@ -269,14 +269,18 @@ def _is_future_import(statement: cst.BaseStatement) -> bool:
     )
 
 
-def parses_arguments(statement: cst.BaseStatement) -> bool:
-    """``args = parser.parse_args()`` / ``args, _ = parse_known_args()`` / ``opt = parse_args()``."""
+def parses_arguments(statement: cst.BaseStatement, parsing_functions: Collection[str] = ()) -> bool:
+    """``args = parser.parse_args()`` / ``args, _ = parse_known_args()`` / ``opt = parse_args()``,
+    or ``args = get_args()`` where ``get_args`` is one of ``parsing_functions`` (functions of the
+    file returning the parse result)."""
     if not isinstance(statement, cst.SimpleStatementLine):
         return False
     for small in statement.body:
         if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call):
             name = dotted(small.value.func) or ""
             if name.rsplit(".", 1)[-1] in {"parse_args", "parse_known_args", "parse_args_into_dataclasses"}:
+                return True
+            if name in parsing_functions:
                 return True
     return False
 

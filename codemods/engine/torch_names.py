@@ -33,6 +33,10 @@ NO_GRAD_CONTEXTS = frozenset(
         "torch.autograd.grad_mode.inference_mode",
     }
 )
+#: Methods that yield the batches of the loader given as their first argument, printing progress
+#: as they go: torchvision's reference scripts (and DETR, DeiT, MAE after them) loop over
+#: ``metric_logger.log_every(data_loader, print_freq, header)``.
+LOADER_PASS_THROUGH_METHODS = frozenset({"log_every"})
 PROGRESS_BARS = frozenset(
     {
         "tqdm.tqdm",
@@ -232,6 +236,18 @@ SEQUENCE_FIRST_LAYERS = frozenset(
         "torch.nn.modules.transformer.Transformer",
         "torch.nn.modules.transformer.TransformerEncoderLayer",
         "torch.nn.modules.transformer.TransformerDecoderLayer",
+        "torch.nn.modules.rnn.LSTM",
+        "torch.nn.modules.rnn.GRU",
+        "torch.nn.modules.rnn.RNN",
+    }
+)
+#: Recurrent layers: whatever ``batch_first`` says of their output, the hidden state they return
+#: second (``output, h_n = gru(x)``; ``output, (h_n, c_n) = lstm(x)``) is ``(layers, batch, hidden)``.
+RECURRENT_LAYERS = frozenset(
+    {
+        "torch.nn.LSTM",
+        "torch.nn.GRU",
+        "torch.nn.RNN",
         "torch.nn.modules.rnn.LSTM",
         "torch.nn.modules.rnn.GRU",
         "torch.nn.modules.rnn.RNN",

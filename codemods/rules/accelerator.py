@@ -99,7 +99,10 @@ def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top:
     if facts.home_kind != "function":
         # Module-level code: a call of one of the file's functions (``root = download()``) may
         # reach code the other rules give the accelerator (a guarded write, a print).
-        called = facts.accessible_functions & set(facts.call_graph.get("<module>", ()))
+        # A function that only parses the command line (``args = get_args()``) reaches none.
+        called = (facts.accessible_functions - facts.argument_parsing_functions) & set(
+            facts.call_graph.get("<module>", ())
+        )
         backward_lines += [site.line for name in called for site in facts.call_sites.get(name, ())]
     first_use = next(
         (
@@ -109,7 +112,7 @@ def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top:
         ),
         len(body),
     )
-    parsed = [i + 1 for i in range(start, first_use) if parses_arguments(body[i])]
+    parsed = [i + 1 for i in range(start, first_use) if parses_arguments(body[i], facts.argument_parsing_functions)]
     if parsed:
         return parsed[-1]
     return start if at_top else first_use

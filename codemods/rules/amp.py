@@ -33,10 +33,13 @@ from accel_convert.codemods.engine.syntax import (
     Statement,
     as_statement,
     as_statements,
+    binds_name,
+    body_statements,
     dotted,
     expression,
     expression_code,
     keyword_is,
+    parameter_names,
 )
 from accel_convert.codemods.engine.torch_names import AUTOCASTS, GRAD_SCALERS
 from accel_convert.codemods.engine.transformers import RuleTransformer
@@ -380,7 +383,7 @@ def _precision_argument(
         return None
     precision = cst.SimpleString('"bf16"' if survey.bf16 else '"fp16"')
     for flag in flags:
-        for spelling in (flag, _outside_the_instance(flag)):
+        for spelling in (flag, _outside_the_instance(flag), _argument_from_callers(flag, module)):
             if spelling is not None and not expression_available(spelling, creation):
                 spelling = _value_assigned_later(spelling, creation)
             if spelling is not None:
@@ -431,6 +434,72 @@ def _outside_the_instance(flag: cst.BaseExpression) -> cst.BaseExpression | None
     if not isinstance(node, cst.Name) or node.value != "self" or len(chain) < 2:
         return None
     return expression(".".join(reversed(chain)))
+
+
+def _argument_from_callers(flag: cst.BaseExpression, module: cst.Module) -> cst.BaseExpression | None:
+    """For a switch that is a parameter of the script's functions (``def train_model(..., amp=False)``
+    holding ``GradScaler(enabled=amp)``), the one value its callers pass (``train_model(...,
+    amp=args.amp)``, twice on an out-of-memory retry): the switch as the code creating the
+    accelerator sees it. A call inside those functions passing the parameter on under its own name
+    (``evaluate(model, loader, device, amp)``) carries the same switch. None when the callers pass
+    different values, a call leaves it to its default or passes ``*args``/``**kwargs``, or a
+    function rebinds it: which precision the accelerator needs is then not one value."""
+    if not isinstance(flag, cst.Name):
+        return None
+    name = flag.value
+    functions = {
+        statement.name.value: statement
+        for statement in module.body
+        if isinstance(statement, cst.FunctionDef) and name in parameter_names(statement)
+    }
+    if not functions or any(binds_name(body_statements(function), name) for function in functions.values()):
+        return None
+    finder = _CallsOf(functions)
+    walk(module, finder)
+    values: dict[str, cst.BaseExpression] = {}
+    for caller, call in finder.calls:
+        value = _argument_for(call, functions[cast(cst.Name, call.func).value], name)
+        if value is None:
+            return None
+        if caller in functions and isinstance(value, cst.Name) and value.value == name:
+            continue  # handed on within the switch's own functions
+        values.setdefault(expression_code(value), value)
+    return next(iter(values.values())) if len(values) == 1 else None
+
+
+def _argument_for(call: cst.Call, function: cst.FunctionDef, parameter: str) -> cst.BaseExpression | None:
+    """What ``call`` passes for ``parameter`` of ``function`` (None: nothing, or not knowable)."""
+    if any(arg.star for arg in call.args):
+        return None
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == parameter:
+            return arg.value
+    positional = [param.name.value for param in [*function.params.posonly_params, *function.params.params]]
+    index = positional.index(parameter) if parameter in positional else None
+    plain = [arg for arg in call.args if arg.keyword is None]
+    return plain[index].value if index is not None and index < len(plain) else None
+
+
+class _CallsOf(cst.CSTVisitor):
+    """Calls of some module-level functions by their bare name, each with the module-level
+    function it lies in (None: module-level code or the ``__main__`` block). Local: read only
+    when an AMP switch is a function parameter."""
+
+    def __init__(self, functions: dict[str, cst.FunctionDef]) -> None:
+        super().__init__()
+        self.functions = functions
+        self.calls: list[tuple[str | None, cst.Call]] = []
+        self._enclosing: list[str] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._enclosing.append(node.name.value)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._enclosing.pop()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Name) and node.func.value in self.functions:
+            self.calls.append((self._enclosing[0] if self._enclosing else None, node))
 
 
 def _value_assigned_later(flag: cst.BaseExpression, creation: AcceleratorCreation) -> cst.BaseExpression | None:

@@ -335,7 +335,7 @@ class _CheckpointRewriter(RuleTransformer):
             return False
         if self.facts.callee_name(call.func) in ("torch.save", "torch.load"):
             return False
-        return all(isinstance(arg.value, _PLAIN_VALUES) for arg in call.args)
+        return all(_is_plain_value(arg.value) for arg in call.args)
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
@@ -598,7 +598,15 @@ class _SavesOfHandedModels(RuleTransformer):
 
 
 #: Argument values that never hold a model attribute or a save/load call.
-_PLAIN_VALUES = (cst.SimpleString, cst.ConcatenatedString, cst.Integer, cst.Float, cst.Name)
+_PLAIN_VALUES = (cst.SimpleString, cst.Integer, cst.Float, cst.Name)
+
+
+def _is_plain_value(value: cst.BaseExpression) -> bool:
+    """A literal or a bare name. Implicitly joined strings are plain only when no part is an
+    f-string: ``f"{model.n_channels} input channels\\n" f"..."`` reads a model attribute."""
+    if isinstance(value, cst.ConcatenatedString):
+        return _is_plain_value(value.left) and _is_plain_value(value.right)
+    return isinstance(value, _PLAIN_VALUES)
 
 
 class _WaitBeforeLoads(RuleTransformer):

@@ -41,7 +41,7 @@ script's to say.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeGuard, cast
 
 import libcst as cst
@@ -53,12 +53,14 @@ from accel_convert.codemods.engine.positions import skips_statement
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
     calls_in,
+    class_methods,
     dotted,
     expression_code,
     keyword_is,
     mean_reduced,
     names_in,
     nodes_in,
+    parameter_names,
     root_name,
     target_names,
 )
@@ -67,6 +69,7 @@ from accel_convert.codemods.engine.torch_names import (
     DATA_LOADERS,
     ITERABLE_DATASETS,
     NO_GRAD_CONTEXTS,
+    RECURRENT_LAYERS,
     SEQUENCE_FIRST_LAYERS,
     SEQUENCE_FIRST_PADDING,
 )
@@ -257,7 +260,7 @@ class MetricsCodemod(Rule):
         rewriter = _EvalLoopRewriter(
             facts,
             facts.lines_mentioning(name_words(facts.loaders)),
-            _sequence_first_layouts(module, facts),
+            replace(_sequence_first_layouts(module, facts), hidden_outputs=_recurrent_hidden_outputs(module, facts)),
             _torchmetrics_in(module, facts),
             _loaders_over_streams(module, facts),
             _loaders_of_sample_lists(module, facts),
@@ -384,6 +387,26 @@ class _EvalLoopRewriter(RuleTransformer):
             )
             return updated_node
         return self._gather_in_loop(original_node, updated_node, loop)
+
+    def _hidden_states_read(self, forward: cst.SimpleStatementLine, plan: _GatherPlan) -> list[str]:
+        """The names the forward binds to a recurrent hidden state (see
+        :func:`_recurrent_hidden_outputs`) that the gather would take, whole or in part."""
+        assign = forward.body[0]
+        if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call):
+            return []
+        positions = self._layouts.hidden_outputs.get(dotted(assign.value.func) or "")
+        if not positions:
+            return []
+        target = assign.targets[0].target
+        hidden: set[str] = set()
+        if isinstance(target, (cst.Tuple, cst.List)):
+            for index, element in enumerate(target.elements):
+                if index in positions:
+                    hidden.update(target_names(element.value))
+        elif -1 in positions:
+            hidden.update(target_names(target))
+        read = [root_name(expression) or "" for expression in plan.gathered]
+        return [name for name in dict.fromkeys(read) if name in hidden]
 
     def _note_metric_updates(self, statements: list[cst.CSTNode], plan: _GatherPlan) -> None:
         """torchmetrics metrics updated (``metric.update(preds, target)``, ``metric(preds,
@@ -592,6 +615,17 @@ class _EvalLoopRewriter(RuleTransformer):
         # too, and what the outputs are compared with must be gathered with them.
         targets = (*targets, *_unpacked_from(body.body, statement, targets))
         plan = _plan_gather(outputs, targets, _statements_after(body.body, statement), lambda: self._taken_names)
+        hidden = self._hidden_states_read(statement, plan)
+        if hidden:
+            self.report(
+                original,
+                SEQUENCE_FIRST,
+                f"{', '.join(hidden)}: a recurrent layer's hidden state, (layers, batch, hidden) even in a "
+                "batch-first model, and gather_for_metrics joins along dim 0, mixing layers across processes; "
+                "not gathered, so the metrics cover this process only (gather hidden.transpose(0, 1) by hand)",
+                False,
+            )
+            return loop
         for scalar in plan.batch_scalars:
             self.report(
                 original,
@@ -919,6 +953,9 @@ class _SequenceLayouts:
 
     models: dict[str, str] = field(default_factory=dict)
     padding: str | None = None
+    #: Model names → the positions of their forward's outputs that are a recurrent layer's hidden
+    #: state, ``(layers, batch, hidden)`` even in a batch-first model (-1: the one output).
+    hidden_outputs: dict[str, frozenset[int]] = field(default_factory=dict)
 
 
 def _sequence_first_layouts(module: cst.Module, facts: ScriptFacts) -> _SequenceLayouts:
@@ -977,6 +1014,89 @@ def _sequence_first_layouts(module: cst.Module, facts: ScriptFacts) -> _Sequence
         elif dotted(built.func) in class_reasons:
             models[name] = class_reasons[dotted(built.func) or ""]
     return _SequenceLayouts(models, padding)
+
+
+def _recurrent_hidden_outputs(module: cst.Module, facts: ScriptFacts) -> dict[str, frozenset[int]]:
+    """Models of the file's classes whose ``forward`` returns the hidden state of a recurrent
+    layer it holds (``_, hidden = self.gru(x)`` ... ``return self.fc(hidden[-1]), hidden``),
+    with the positions of those outputs: model name → positions (-1: the only output)."""
+    if not facts.called & RECURRENT_LAYERS:
+        return {}
+    positions_by_class: dict[str, frozenset[int]] = {}
+    for node in module.body:
+        if not isinstance(node, cst.ClassDef):
+            continue
+        methods = {method.name.value: method for method in class_methods(node)}
+        init, forward = methods.get("__init__"), methods.get("forward")
+        if init is None or forward is None or not parameter_names(init) or not parameter_names(forward):
+            continue
+        layers = _recurrent_attributes(init, facts)
+        if layers:
+            positions = _hidden_positions(forward, layers)
+            if positions:
+                positions_by_class[node.name.value] = positions
+    if not positions_by_class:
+        return {}
+    models: dict[str, frozenset[int]] = {}
+    for found in nodes_in(module):
+        if not isinstance(found, cst.Assign) or len(found.targets) != 1:
+            continue
+        model = dotted(found.targets[0].target)
+        built = _constructor(found.value)
+        if model in facts.models and built is not None and dotted(built.func) in positions_by_class:
+            models[model] = positions_by_class[dotted(built.func) or ""]
+    return models
+
+
+def _recurrent_attributes(init: cst.FunctionDef, facts: ScriptFacts) -> set[str]:
+    """``self.gru = nn.GRU(...)`` in ``__init__``: ``{"gru"}``."""
+    instance = parameter_names(init)[0]
+    found = set()
+    for node in nodes_in(init):
+        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.value, cst.Call):
+            target = node.targets[0].target
+            if (
+                isinstance(target, cst.Attribute)
+                and dotted(target.value) == instance
+                and facts.qualified_name(node.value.func) in RECURRENT_LAYERS
+            ):
+                found.add(target.attr.value)
+    return found
+
+
+def _hidden_positions(forward: cst.FunctionDef, layers: set[str]) -> frozenset[int]:
+    """The outputs of ``forward`` that return a hidden state of ``layers`` as it came (a name
+    bound to the layer's second output, or a tuple holding one)."""
+    instance = parameter_names(forward)[0]
+    hidden: set[str] = set()
+    returns: list[cst.BaseExpression] = []
+    for node in nodes_in(forward):
+        if isinstance(node, cst.Return) and node.value is not None:
+            returns.append(node.value)
+        if not (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.value, cst.Call)):
+            continue
+        func, target = node.value.func, node.targets[0].target
+        if (
+            isinstance(func, cst.Attribute)
+            and dotted(func.value) == instance
+            and func.attr.value in layers
+            and isinstance(target, (cst.Tuple, cst.List))
+            and len(target.elements) == 2
+        ):
+            hidden.update(target_names(target.elements[1].value))
+
+    def holds_hidden(value: cst.BaseExpression) -> bool:
+        if isinstance(value, cst.Name):
+            return value.value in hidden
+        return isinstance(value, cst.Tuple) and any(holds_hidden(element.value) for element in value.elements)
+
+    positions: set[int] = set()
+    for value in returns:
+        if isinstance(value, cst.Tuple):
+            positions.update(i for i, element in enumerate(value.elements) if holds_hidden(element.value))
+        elif holds_hidden(value):
+            positions.add(-1)
+    return frozenset(positions)
 
 
 def _batch_first(call: cst.Call) -> bool:
@@ -1260,6 +1380,10 @@ class _UseCollector(cst.CSTVisitor):
         self._consumed.add(id(node.attr))
         if isinstance(node.value, cst.Name) and node.value.value in self.interesting:
             if id(node) in self._methods:
+                return
+            if node.attr.value == "shape":
+                # ``images.shape[0]`` counts samples: a torch.Size is no tensor to gather, so the
+                # tensor itself is gathered (its gathered shape counts every sample once).
                 return
             self._consumed.add(id(node.value))
             self._record(node)

@@ -94,10 +94,19 @@ class _Prepare(HomeBlockTransformer):
         rebuilt = {
             name for name in self.wanted if name in self.facts.loaders and self._built_in(body[loop_index:], name)
         }
+        # Models handed to a training function that the single prepare cannot take (a distilled
+        # student built after the training began, a model built under a flag): each is prepared
+        # right where it is built, before it is handed over. Inside a nested block, the insertion
+        # leaves the indices of the top-level statements above as they were.
+        where_built = {name for name in self.wanted if name in self.facts.models_prepared_where_built} - set(names)
+        rebuilt |= where_built
+        head = body[:loop_index]
+        if where_built:
+            head = self._prepare_where_built(head, where_built, indent + "    ")
         tail = self._prepare_where_built(body[loop_index:], rebuilt, indent + "    ") if rebuilt else body[loop_index:]
         if any(name in self.facts.loaders for name in names):
             tail = self._move_rebuilt_models(tail)
-        body = [*body[:loop_index], *tail]
+        body = [*head, *tail]
         if not names:
             return body
         after = max(last_creation[name] for name in names)
@@ -119,6 +128,8 @@ class _Prepare(HomeBlockTransformer):
             target = assign.targets[0].target
             if not (isinstance(target, cst.Name) and target.value in self.facts.models):
                 continue
+            if target.value in self.facts.models_prepared_where_built:
+                continue  # prepared right after this line
             value = assign.value
             if not isinstance(value, cst.Call) or _moves(value) or not self._constructs_model(value):
                 continue
@@ -164,7 +175,8 @@ class _Prepare(HomeBlockTransformer):
             if isinstance(node, cst.SimpleStatementLine):
                 result.append(node)
                 for name in sorted(self._assigned_by(node) & names):
-                    self.report(node, Prepare.code, f"prepare {name} where the loop builds it", header_only=True)
+                    where = "it is built" if name in self.facts.models_prepared_where_built else "the loop builds it"
+                    self.report(node, Prepare.code, f"prepare {name} where {where}", header_only=True)
                     result.append(prepare_statement(self.accelerator, [name], indent))
                 continue
             if isinstance(node, (cst.For, cst.While, cst.With, cst.If)) and isinstance(node.body, cst.IndentedBlock):
@@ -214,7 +226,8 @@ class Prepare(Rule):
     name = "prepare"
     extra_codes = {
         UNPREPARED_MODEL: "unprepared-model: a model handed to a function that trains it, built where "
-        "the converter does not prepare it: its training is not distributed (prepare it by hand)",
+        "the converter does not prepare it (bound more than once, or not by a model constructor): its "
+        "training is not distributed (prepare it by hand)",
     }
     examples = (
         Example(
@@ -287,8 +300,9 @@ class Prepare(Rule):
 
                 torch.manual_seed(0)
                 loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
-                teacher = nn.Linear(8, 1)
                 student = nn.Linear(8, 1)
+                train(student, loader)
+                student = nn.Sequential(nn.Linear(8, 4), nn.ReLU(), nn.Linear(4, 1))
                 train(student, loader)
             """,
             code=UNPREPARED_MODEL,

@@ -10,9 +10,10 @@ Python's ``logging`` prints once per rank too (``logging.info``, ``logger.info``
 logger, each rank appending to the file of ``logging.basicConfig(filename=...)``). The level the
 script configures, ``logging.basicConfig(level=logging.INFO)`` (or ``DEBUG``), applies on the main
 process only: the others get ``WARNING``, so progress records are logged once while warnings and
-errors still come from every rank. Where no accelerator is reachable (``basicConfig`` at module
-level, before ``main`` creates it) the launcher's ``RANK`` tells the main process. A logger given
-its own level (``logger.setLevel(logging.INFO)``) keeps logging on every rank.
+errors still come from every rank; so does the level a logger is given
+(``logger.setLevel(logging.INFO)`` on ``logger = logging.getLogger(__name__)``). Where no
+accelerator is reachable (``basicConfig`` at module level, before ``main`` creates it) the
+launcher's ``RANK`` tells the main process. A level from a variable is left as it is.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.imports import add_import, imports_module
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import expression, statement
+from accel_convert.codemods.engine.syntax import dotted, expression, statement
 from accel_convert.codemods.engine.torch_names import CONSOLE_WRITES, PROGRESS_BARS
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
@@ -164,33 +165,50 @@ class _LoggingLevel(RuleTransformer):
     else logging.WARNING``."""
 
     def __init__(self, facts: ScriptFacts) -> None:
-        super().__init__(facts, lines_of(facts.call_sites.get("logging.basicConfig", ())))
+        sites = [*facts.call_sites.get("logging.basicConfig", ()), *facts.call_sites.get(".setLevel", ())]
+        super().__init__(facts, lines_of(sites))
         #: Levels chosen by the launcher's ``RANK`` (they need ``import os``).
         self.by_rank = 0
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        if self.qualified_name(original_node.func) != "logging.basicConfig":
+        index = self._level_argument(original_node)
+        if index is None:
             return updated_node
-        for index, arg in enumerate(updated_node.args):
-            if arg.keyword is None or arg.keyword.value != "level":
-                continue
-            quieter = self._warning_like(arg.value)
-            if quieter is None:
-                return updated_node
-            main = self._main_process()
-            if main is None:
-                return updated_node
-            value = cst.IfExp(test=main, body=arg.value, orelse=quieter)
-            self.report(
-                original_node,
-                Printing.code,
-                "logging at this level on the main process only (the others log warnings and errors)",
-                header_only=True,
+        arg = updated_node.args[index]
+        quieter = self._warning_like(arg.value)
+        if quieter is None:
+            return updated_node
+        main = self._main_process()
+        if main is None:
+            return updated_node
+        value = cst.IfExp(test=main, body=arg.value, orelse=quieter)
+        self.report(
+            original_node,
+            Printing.code,
+            "logging at this level on the main process only (the others log warnings and errors)",
+            header_only=True,
+        )
+        args = list(updated_node.args)
+        args[index] = arg.with_changes(value=value)
+        return updated_node.with_changes(args=args)
+
+    def _level_argument(self, call: cst.Call) -> int | None:
+        """Where the level is: ``level=`` of ``logging.basicConfig(...)``, or the one argument of
+        ``logger.setLevel(...)`` on a logger of ``logging.getLogger(...)`` (a name bound only to
+        one, or the call itself: ``logging.getLogger().setLevel(logging.INFO)``)."""
+        if self.qualified_name(call.func) == "logging.basicConfig":
+            return next(
+                (i for i, arg in enumerate(call.args) if arg.keyword is not None and arg.keyword.value == "level"),
+                None,
             )
-            args = list(updated_node.args)
-            args[index] = arg.with_changes(value=value)
-            return updated_node.with_changes(args=args)
-        return updated_node
+        func = call.func
+        if not isinstance(func, cst.Attribute) or func.attr.value != "setLevel" or len(call.args) != 1:
+            return None
+        owner = func.value
+        is_logger = (isinstance(owner, cst.Call) and self.qualified_name(owner.func) == "logging.getLogger") or dotted(
+            owner
+        ) in self.facts.loggers
+        return 0 if is_logger and not call.args[0].star else None
 
     def _warning_like(self, level: cst.BaseExpression) -> cst.BaseExpression | None:
         """``WARNING`` written the way ``level`` is (``logging.WARNING``, ``"WARNING"``, ``30``);
@@ -288,8 +306,9 @@ class Printing(Rule):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return facts.has_accelerator and bool(
-            facts.called & {"print", "logging.basicConfig", *PROGRESS_BARS, *CONSOLE_WRITES}
+        return facts.has_accelerator and (
+            bool(facts.called & {"print", "logging.basicConfig", *PROGRESS_BARS, *CONSOLE_WRITES})
+            or ".setLevel" in facts.call_sites
         )
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
@@ -297,7 +316,7 @@ class Printing(Rule):
         converted = module.visit(transformer)
         changes = transformer.changes(module)
         by_rank = transformer.guarded_prints
-        if "logging.basicConfig" in facts.call_sites:
+        if "logging.basicConfig" in facts.call_sites or (facts.loggers and ".setLevel" in facts.call_sites):
             levels = _LoggingLevel(facts)
             walked = converted
             converted = walked.visit(levels)

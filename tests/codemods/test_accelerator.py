@@ -268,3 +268,51 @@ def main():
         optimizer.step()
 """
     check_expectations(body, ["accelerator = Accelerator(cpu=args.disable_cuda)", "args.device = accelerator.device"])
+
+
+def test_the_accelerator_comes_after_a_function_that_parses_the_command_line() -> None:
+    """``args = get_args()`` (a function of the file returning ``parser.parse_args()``) is
+    argument parsing: the accelerator is created after it, so its arguments can read ``args``
+    (U-Net, the early-stopping tutorial). A function that also prints is not only parsing."""
+    body = (
+        "def get_args():\n"
+        "    parser = argparse.ArgumentParser()\n"
+        '    parser.add_argument("--no-cuda", action="store_true")\n'
+        "    return parser.parse_args()\n\n\n"
+        'if __name__ == "__main__":\n'
+        "    args = get_args()\n"
+        '    device = torch.device("cuda" if not args.no_cuda and torch.cuda.is_available() else "cpu")\n'
+        "    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=4)\n"
+        "    model = nn.Linear(4, 1).to(device)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for x, y in loader:\n"
+        "        nn.functional.mse_loss(model(x), y).backward()\n"
+        "        optimizer.step()\n"
+    )
+    code, lines = convert(body)
+    assert code.index("args = get_args()") < code.index("accelerator = Accelerator(cpu=args.no_cuda)")
+
+
+def test_a_device_flag_parsed_by_get_args_parser_is_carried_into_the_accelerator() -> None:
+    """torchvision's reference scripts: ``args = get_args_parser().parse_args()`` in the
+    ``__main__`` block, ``main(args)`` reads ``torch.device(args.device)``: ``--device cpu`` keeps
+    the run on the CPU (before, the parse through a call chain was not seen and the flag was lost)."""
+    body = (
+        "def get_args_parser():\n"
+        "    parser = argparse.ArgumentParser()\n"
+        '    parser.add_argument("--device", default="cuda")\n'
+        "    return parser\n\n\n"
+        "def main(args):\n"
+        "    device = torch.device(args.device)\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=4)\n"
+        "    model = nn.Linear(4, 1).to(device)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for x, y in loader:\n"
+        "        nn.functional.mse_loss(model(x), y).backward()\n"
+        "        optimizer.step()\n\n\n"
+        'if __name__ == "__main__":\n'
+        "    args = get_args_parser().parse_args()\n"
+        "    main(args)\n"
+    )
+    _, lines = convert(body)
+    assert 'accelerator = Accelerator(cpu=args.device == "cpu")' in lines

@@ -394,3 +394,61 @@ def test_a_switch_not_readable_where_the_accelerator_is_created_is_reported() ->
     assert "GradScaler(enabled=self.opts.fp16)" in output
     assert "mixed_precision" not in output
     assert any(change.code == "ACC911" and "not readable" in change.message for change in changes)
+
+
+UNET_AMP_SHAPE = """\
+def evaluate(net, loader, device, amp):
+    net.eval()
+    with torch.autocast(device.type, enabled=amp):
+        for x, y in loader:
+            out = net(x)
+
+
+def train_model(model, device, epochs=1, amp=False):
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+    optimizer = torch.optim.RMSprop(model.parameters(), lr=0.1)
+    grad_scaler = torch.cuda.amp.GradScaler(enabled=amp)
+    for epoch in range(epochs):
+        for x, y in loader:
+            with torch.autocast(device.type, enabled=amp):
+                loss = nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            grad_scaler.scale(loss).backward()
+            grad_scaler.step(optimizer)
+            grad_scaler.update()
+        evaluate(model, loader, device, amp)
+
+
+def get_args():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--amp", action="store_true")
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    args = get_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = nn.Linear(4, 1)
+    model.to(device=device)
+    try:
+        train_model(model=model, device=device, amp=args.amp)
+    except torch.cuda.OutOfMemoryError:
+        train_model(model=model, device=device, amp=args.amp)
+"""
+
+
+def test_a_switch_passed_as_a_parameter_is_read_from_what_every_caller_passes() -> None:
+    """The U-Net shape: ``GradScaler(enabled=amp)`` in ``train_model(..., amp=False)``, called
+    (twice) with ``amp=args.amp`` from the ``__main__`` block that creates the accelerator, and
+    handed on to ``evaluate(..., amp)``: the accelerator gets that switch (before: ACC911)."""
+    converted, lines = convert(UNET_AMP_SHAPE)
+    assert 'accelerator = Accelerator(mixed_precision="fp16" if args.amp else "no")' in lines
+    assert "GradScaler" not in converted and "autocast" not in converted
+    assert "#ACC911" not in lines
+    # Callers that disagree leave no single switch to carry over: reported, nothing removed.
+    disagreeing = UNET_AMP_SHAPE.replace(
+        "    except torch.cuda.OutOfMemoryError:\n        train_model(model=model, device=device, amp=args.amp)",
+        "    except torch.cuda.OutOfMemoryError:\n        train_model(model=model, device=device, amp=True)",
+    )
+    converted, lines = convert(disagreeing)
+    assert "#ACC911" in lines and "GradScaler(enabled=amp)" in converted

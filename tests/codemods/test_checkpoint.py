@@ -324,3 +324,32 @@ def main():
         "# the encoder too",
         'accelerator.save(accelerator.unwrap_model(encoder).state_dict(), "encoder.pt")',
     ]
+
+
+def test_a_model_attribute_in_implicitly_joined_f_strings_is_read_through_unwrap_model() -> None:
+    """U-Net's ``logging.info(f"..." f"{model.n_channels} input channels")`` after prepare: the
+    DDP wrapper has no ``n_channels`` (AttributeError on two processes). Joined strings were taken
+    for plain literals and the line skipped."""
+    body = (
+        "class UNet(nn.Module):\n"
+        "    def __init__(self, n_channels):\n"
+        "        super().__init__()\n"
+        "        self.n_channels = n_channels\n"
+        "        self.fc = nn.Linear(n_channels, 1)\n\n"
+        "    def forward(self, x):\n"
+        "        return self.fc(x)\n\n\n"
+        "def train(model, loader):\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for x, y in loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        nn.functional.mse_loss(model(x), y).backward()\n"
+        "        optimizer.step()\n\n\n"
+        'if __name__ == "__main__":\n'
+        "    loader = DataLoader(TensorDataset(torch.randn(8, 3), torch.randn(8, 1)), batch_size=4)\n"
+        "    model = UNet(n_channels=3)\n"
+        "    model = model.to('cpu')\n"
+        '    print("Network:\\n" f"\\t{model.n_channels} input channels")\n'
+        "    train(model, loader)\n"
+    )
+    _, lines = convert(body)
+    assert 'accelerator.print("Network:\\n" f"\\t{accelerator.unwrap_model(model).n_channels} input channels")' in lines

@@ -763,3 +763,115 @@ def test_a_list_batch_with_outputs_of_unknown_kind_is_reported_not_gathered() ->
     assert "gather_for_metrics" not in output
     reported = [c.message for c in changes if c.code == "ACC913"]
     assert len(reported) == 1 and "use_gather_object=True" in reported[0]
+
+
+METRIC_LOGGER_LOOPS = """\
+class MetricLogger:
+    def __init__(self, delimiter="\\t"):
+        self.delimiter = delimiter
+
+    def log_every(self, iterable, print_freq, header=None):
+        for i, obj in enumerate(iterable):
+            yield obj
+            if i % print_freq == 0:
+                print(header, i)
+
+
+def evaluate(model, data_loader, device):
+    model.eval()
+    metric_logger = MetricLogger(delimiter="  ")
+    correct = 0
+    seen = 0
+    with torch.inference_mode():
+        for image, target in metric_logger.log_every(data_loader, 10, "Test:"):
+            image, target = image.to(device), target.to(device)
+            output = model(image)
+            correct += (output.argmax(1) == target).sum().item()
+            seen += image.shape[0]
+    print(correct, seen)
+
+
+def main():
+    device = torch.device("cuda")
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,))), batch_size=4)
+    test_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,))), batch_size=4)
+    model = nn.Linear(4, 2).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    metric_logger = MetricLogger()
+    for i, (x, y) in enumerate(metric_logger.log_every(loader, 10, "Epoch")):
+        x, y = x.to(device), y.to(device)
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    evaluate(model, test_loader, device)
+"""
+
+
+def test_loops_over_a_metric_logger_run_over_the_prepared_loader() -> None:
+    """torchvision's reference scripts: ``metric_logger.log_every(data_loader, print_freq,
+    header)`` yields the loader's batches. Before, the training loop was taken for data without a
+    DataLoader (ACC901) and the evaluation was not gathered (each rank counted its own shard); the
+    logger receives the accelerator, so its progress prints once. ``image.shape[0]`` counts the
+    gathered images (a torch.Size is no tensor to gather)."""
+    converted, lines = convert(METRIC_LOGGER_LOOPS)
+    assert "#ACC901" not in lines
+    assert "output, target, image = accelerator.gather_for_metrics((output, target, image))" in lines
+    assert "self.accelerator.print(header, i)" in lines
+    assert 'metric_logger = MetricLogger(delimiter="  ", accelerator=accelerator)' in lines
+    assert "x, y = x.to(device), y.to(device)" not in lines
+
+
+RECURRENT_HIDDEN = """\
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(10, 8)
+        self.rnn = nn.{layer}(8, 8, num_layers=2, batch_first=True)
+        self.fc = nn.Linear(8, 2)
+
+    def forward(self, tokens):
+        out, {state} = self.rnn(self.embed(tokens))
+        return self.fc(out[:, -1]), {returned}
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randint(0, 10, (16, 5)), torch.randint(0, 2, (16,))), batch_size=4)
+    test_loader = DataLoader(TensorDataset(torch.randint(0, 10, (8, 5)), torch.randint(0, 2, (8,))), batch_size=4)
+    model = Encoder()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        logits, _ = model(x)
+        nn.functional.cross_entropy(logits, y).backward()
+        optimizer.step()
+    model.eval()
+    embeddings = []
+    correct = 0
+    with torch.no_grad():
+        for x, y in test_loader:
+            logits, {unpacked} = model(x)
+            correct += (logits.argmax(1) == y).sum().item()
+            embeddings.append({read})
+    print(correct, torch.cat(embeddings).shape)
+"""
+
+
+@pytest.mark.parametrize(
+    "layer, state, returned, unpacked, read",
+    [
+        ("GRU", "hidden", "hidden", "hidden", "hidden[-1]"),
+        ("LSTM", "(hidden, cell)", "(hidden, cell)", "(hidden, _)", "hidden[-1]"),
+    ],
+)
+def test_a_recurrent_hidden_state_read_by_the_evaluation_is_reported_not_gathered(
+    layer: str, state: str, returned: str, unpacked: str, read: str
+) -> None:
+    """``(layers, batch, hidden)`` even with ``batch_first=True``: gathered along dim 0 it mixed
+    layers across processes (128 of 200 embeddings on two processes). Reported (ACC922) and left."""
+    body = RECURRENT_HIDDEN.format(layer=layer, state=state, returned=returned, unpacked=unpacked, read=read)
+    converted, lines = convert(body)
+    assert "#ACC922" in lines
+    assert "gather_for_metrics" not in converted
+    # Not read by the evaluation (only the logits): the logits are gathered as usual.
+    unread = body.replace(f"            embeddings.append({read})\n", "")
+    converted, lines = convert(unread)
+    assert "#ACC922" not in lines
+    assert "logits, y = accelerator.gather_for_metrics((logits, y))" in lines

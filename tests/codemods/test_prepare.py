@@ -272,14 +272,28 @@ def test_a_training_function_given_the_model_by_the_main_block_prepares_only_wha
     assert "accelerator.prepare(model, optimizer" not in code  # the parameter is not prepared again
 
 
-def test_a_model_handed_to_the_training_function_under_another_name_is_reported() -> None:
-    """Knowledge distillation: ``train(nn_light, ...)`` after a first ``train(...)``; the
-    converter prepares neither, so it says so rather than train each rank on its own."""
+def test_a_model_built_after_the_training_began_is_prepared_where_it_is_built() -> None:
+    """Knowledge distillation: ``train_model(student, ...)`` after a first ``train_model(...)``,
+    with the student built between the two: it is prepared right after it is built (before,
+    nothing prepared it and each rank trained its own copy, reported as ACC926)."""
     body = TRAIN_MODEL_FROM_MAIN_GUARD + (
         "    student = nn.Linear(4, 1)\n    train_model(student, device, epochs=2, batch_size=8, learning_rate=0.1)\n"
     )
+    check_expectations(body, ["student = accelerator.prepare(student)", "model = accelerator.prepare(model)"])
+    code, lines = convert(body)
+    assert "#ACC926" not in lines
+    assert code.index("student = accelerator.prepare(student)") < code.index("train_model(student, device")
+
+
+def test_a_model_bound_twice_in_the_block_handing_it_over_is_reported() -> None:
+    """Two students under one name: which binding a single prepare would meet is not one object,
+    so neither is prepared and the conversion says so rather than guess."""
+    body = TRAIN_MODEL_FROM_MAIN_GUARD + (
+        "    student = nn.Linear(4, 1)\n    train_model(student, device, epochs=2, batch_size=8, learning_rate=0.1)\n"
+        "    student = nn.Linear(4, 1)\n    train_model(student, device, epochs=2, batch_size=8, learning_rate=0.1)\n"
+    )
     _, lines = convert(body)
-    assert "#ACC926" in lines
+    assert lines.count("#ACC926") == 2
     assert "student = accelerator.prepare(student)" not in lines
 
 
@@ -360,3 +374,16 @@ def test_a_model_handed_back_by_the_training_function_is_not_moved_again() -> No
     code, lines = convert(body)
     assert "model.to(accelerator.device)" not in lines
     assert convert_text(code)[0] == code
+
+
+def test_a_model_built_under_a_flag_and_handed_to_the_training_function_is_prepared_in_its_branch() -> None:
+    """A single prepare after the branch could meet an unbound name: the model is prepared inside
+    the branch that builds it (before, it was left unprepared)."""
+    body = TRAIN_MODEL_FROM_MAIN_GUARD + (
+        "    if device.type == 'cpu':\n"
+        "        student = nn.Linear(4, 1)\n"
+        "        train_model(student, device, epochs=2, batch_size=8, learning_rate=0.1)\n"
+    )
+    check_expectations(body, ["student = accelerator.prepare(student)"])
+    code, _ = convert(body)
+    assert "        student = nn.Linear(4, 1)\n        student = accelerator.prepare(student)\n" in code

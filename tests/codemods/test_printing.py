@@ -135,3 +135,30 @@ def test_the_rank_chosen_level_logs_info_once_and_warnings_everywhere() -> None:
         run = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=30)
         logged[rank] = run.stderr.splitlines()
     assert logged == {"0": ["INFO:engine:progress", "WARNING:root:careful"], "1": ["WARNING:root:careful"]}
+
+
+def test_a_logger_given_its_own_level_logs_it_on_the_main_process_only() -> None:
+    """``logger = logging.getLogger(__name__); logger.setLevel(logging.INFO)`` logged INFO on every
+    rank while ``basicConfig(level=...)`` was already per process: the same rule for both. A
+    level from a variable, or a ``setLevel`` of something that is not a logger, is left."""
+    from accel_convert.codemods import convert_module
+    from accel_convert.codemods.engine.model import Options
+
+    script = LOGGING_SCRIPT.replace(
+        "logger = logging.getLogger(__name__)\n",
+        "logger = logging.getLogger(__name__)\nlogger.setLevel(logging.INFO)\n",
+    ).replace(
+        '    logger.info("done")\n',
+        '    logger.info("done")\n    logging.getLogger("engine").setLevel(logging.DEBUG)\n'
+        "    model.setLevel(logging.INFO)\n    logger.setLevel(level)\n",
+    )
+    once = convert_module(cst.parse_module(script), Options()).module.code
+    # Module level runs before the accelerator exists: the launcher's RANK decides.
+    assert 'logger.setLevel(logging.INFO if int(os.environ.get("RANK", "0")) == 0 else logging.WARNING)' in once
+    assert (
+        'logging.getLogger("engine").setLevel(logging.DEBUG if accelerator.is_main_process else logging.WARNING)'
+        in once
+    )
+    assert "    logger.setLevel(level)\n" in once
+    assert "accelerator.unwrap_model(model).setLevel(logging.INFO)\n" in once  # a model method, not a logger
+    assert convert_module(cst.parse_module(once), Options()).module.code == once
