@@ -315,7 +315,14 @@ class _EvalLoopRewriter(RuleTransformer):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         super().visit_FunctionDef(node)
-        self._eval_mode.append(False)
+        # ``@torch.no_grad()`` (or ``@torch.inference_mode()``) on the function: its loops evaluate.
+        self._eval_mode.append(
+            any(
+                self.facts.callee_name(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)
+                in NO_GRAD_CONTEXTS
+                for d in node.decorators
+            )
+        )
         top_level = len(self._taken_by_scope) == 1
         self._taken_by_scope.append(_LazyNames(node) if top_level else self._taken_by_scope[-1])
         self._gathered_loops.append([])
@@ -607,6 +614,17 @@ class _EvalLoopRewriter(RuleTransformer):
                     "ACC913",
                     "the forward is nested in a larger expression: assign its output to a name, "
                     "then gather it with accelerator.gather_for_metrics",
+                    False,
+                )
+            elif any(isinstance(node, cst.AugAssign) for node in nodes_in(loop.body)):
+                # Models called under names the analysis does not hold (an ensemble's ``m(x)`` for
+                # ``m in models``): what it counts covers this process's shard of the loader.
+                self.report(
+                    original,
+                    "ACC913",
+                    "evaluation over a prepared loader with no forward of a known model (models from a "
+                    "list, an ensemble): not gathered, so the counts cover this process only; gather the "
+                    "predictions and targets with accelerator.gather_for_metrics((preds, targets))",
                     False,
                 )
             return loop

@@ -22,7 +22,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import assigned_in, dotted, statement
+from accel_convert.codemods.engine.syntax import assigned_in, dotted, parameter_names, statement
 from accel_convert.codemods.engine.transformers import HomeBlockTransformer
 
 
@@ -85,6 +85,11 @@ class _Prepare(HomeBlockTransformer):
         loop_index = self._first_loop_index(body)
         first_creation, last_creation = self._creations(body[:loop_index])
         # Only what this block builds: a loader only known as another function's parameter stays.
+        # But a model the home function receives and trains, which no other block builds (an
+        # ensemble's ``for m in models: train(m, loader)``), is prepared with what it builds.
+        for name in self._received_models(anchor, body):
+            first_creation.setdefault(name, -1)
+            last_creation.setdefault(name, -1)
         names = [name for name in self.wanted if name in last_creation]
         group = {name: _group(self.facts, name) for name in names}
         names.sort(key=lambda name: (group[name], first_creation[name]))
@@ -112,6 +117,23 @@ class _Prepare(HomeBlockTransformer):
         after = max(last_creation[name] for name in names)
         self.report(body[after], Prepare.code, f"prepare {', '.join(names)} for distributed training", header_only=True)
         return [*body[: after + 1], prepare_statement(self.accelerator, names, indent), *body[after + 1 :]]
+
+    def _received_models(self, anchor: cst.CSTNode, body: list[cst.BaseStatement]) -> list[str]:
+        """Parameters of the home function that are models it trains, bound nowhere in the file but
+        as its parameters: what its callers hand it is prepared by nobody else."""
+        if not isinstance(anchor, cst.FunctionDef):
+            return []
+        where = self.origins.site(anchor)
+        if where is None:
+            return []
+        bound = set().union(*(self._assigned_by(node) for node in body)) if body else set()
+        return [
+            name
+            for name in parameter_names(anchor)
+            if name in self.facts.models
+            and name not in bound
+            and not any(not where.line <= site.line <= where.end_line for site in self.facts.assign_sites.get(name, ()))
+        ]
 
     def _move_rebuilt_models(self, statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
         """A model built again after training without a move (the CIFAR-10 tutorial's ``net =

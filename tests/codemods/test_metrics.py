@@ -875,3 +875,42 @@ def test_a_recurrent_hidden_state_read_by_the_evaluation_is_reported_not_gathere
     converted, lines = convert(unread)
     assert "#ACC922" not in lines
     assert "logits, y = accelerator.gather_for_metrics((logits, y))" in lines
+
+
+def test_an_ensemble_evaluated_over_a_prepared_loader_is_reported_not_silently_per_rank() -> None:
+    # ``@torch.no_grad()`` makes it an evaluation; ``m(x)`` for ``m in models`` is no known model.
+    code, changes = convert_text(
+        """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train(model, loader):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+@torch.no_grad()
+def evaluate(models, loader):
+    correct = 0
+    for x, y in loader:
+        probs = torch.stack([m(x).softmax(-1) for m in models]).mean(0)
+        correct += (probs.argmax(-1) == y).sum().item()
+    print(correct)
+
+
+def main():
+    train_loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,))), batch_size=4)
+    test_loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,))), batch_size=4)
+    models = [nn.Linear(4, 2) for _ in range(3)]
+    for m in models:
+        train(m, train_loader)
+    evaluate(models, test_loader)
+"""
+    )
+    assert "gather_for_metrics" not in code
+    assert [change.line for change in changes if change.code == "ACC913"] == [17]

@@ -387,3 +387,31 @@ def test_a_model_built_under_a_flag_and_handed_to_the_training_function_is_prepa
     check_expectations(body, ["student = accelerator.prepare(student)"])
     code, _ = convert(body)
     assert "        student = nn.Linear(4, 1)\n        student = accelerator.prepare(student)\n" in code
+
+
+def test_a_home_function_given_the_models_it_trains_prepares_them_with_its_optimizer() -> None:
+    # An ensemble: ``train(m, loader)`` for each model of a list; no other block builds ``model``.
+    code, _ = convert_text(
+        """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train(model, loader):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+    models = [nn.Linear(4, 1) for _ in range(3)]
+    for m in models:
+        train(m, loader)
+"""
+    )
+    assert "    model, optimizer = accelerator.prepare(model, optimizer)\n    for x, y in loader:" in code
+    assert "    loader = accelerator.prepare(loader)\n" in code
