@@ -419,3 +419,34 @@ def test_gpu_chosen_for_a_block_or_by_default_becomes_each_process_gpu() -> None
     assert "torch.set_default_device(accelerator.device)" in lines
     assert "    # the chosen GPU for everything below\n    for x, y in loader:" in code
     check_expectations(GPU_CONTEXT, ["-with torch.cuda.device(args.gpu_index):"])
+
+
+TRY_GPU = """\
+def try_gpu(i=0):
+    if torch.cuda.device_count() >= i + 1:
+        return torch.device(f"cuda:{i}")
+    return torch.device("cpu")
+
+
+def train(net, loader, device):
+    net.to(device)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        nn.functional.mse_loss(net(x), y).backward()
+        optimizer.step()
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=2)
+    net = nn.Linear(4, 1)
+    train(net, loader, {device})
+"""
+
+
+@pytest.mark.parametrize("device", ["try_gpu()", 'torch.device("cuda" if torch.cuda.is_available() else "cpu")'])
+def test_a_device_picked_in_the_arguments_of_a_training_function_is_this_ranks(device: str) -> None:
+    """d2l's ``train_ch6(net, ..., try_gpu())``: ``cuda:0`` on every rank, where the function moves
+    the prepared model and the batches (it was left as it was)."""
+    check_expectations(TRY_GPU.replace("{device}", device), ["train(net, loader, accelerator.device, accelerator)"])
