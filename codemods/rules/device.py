@@ -812,7 +812,44 @@ def _rebind_module_device(
                 f"module-level {name} → {accelerator}.device once {home}() creates the accelerator (global {name})"
             )
             changes.append(report_at(site, Device.code, message, fixed=True))
+    changes.extend(_placed_at_import(original, set(names), selections, facts))
     return converted.with_changes(body=body), changes
+
+
+def _placed_at_import(
+    original: cst.Module, names: set[str], selections: dict[str, cst.SimpleStatementLine], facts: ScriptFacts
+) -> list[Change]:
+    """Module-level statements after the device selection that put tensors on that device
+    (a diffusion schedule's ``alpha_bar = torch.cumprod(alphas, 0).to(device)``): they run at
+    import, before the accelerator exists, so on GPU 0 on every rank, where the global is not yet
+    rebound; the other ranks' batches meet them on their own GPU. Reported (ACC904)."""
+    changes: list[Change] = []
+    selected = {id(statement) for statement in selections.values()}
+    seen = False
+    for statement in original.body:
+        if id(statement) in selected:
+            seen = True
+            continue
+        if not seen or not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        placed = [
+            name
+            for call in calls_in(statement)
+            for name in names
+            if any(dotted(arg.value) == name and _places_on(call, arg) for arg in call.args)
+        ]
+        site = facts.origins.site(statement)
+        if placed and site is not None:
+            changes.append(
+                report_at(
+                    site,
+                    NO_ACCELERATOR_ACCESS,
+                    f"tensor placed on module-level {placed[0]} at import, before the accelerator picks this "
+                    f"process's device: GPU 0 on every rank (move it after the accelerator is created, or to "
+                    f"the device of the batch that uses it)",
+                )
+            )
+    return changes
 
 
 def _gpu_indices(module: cst.Module, facts: ScriptFacts) -> set[str]:
@@ -859,3 +896,10 @@ def _device_functions(module: cst.Module) -> frozenset[str]:
         if values and len(devices) == len(values) and any(_names_cuda(value) for value in devices):
             found.add(statement.name.value)
     return frozenset(found)
+
+
+def _places_on(call: cst.Call, arg: cst.Arg) -> bool:
+    """Whether ``arg`` is where ``call`` puts a tensor: ``x.to(arg)`` or ``device=arg``."""
+    if arg.keyword is not None:
+        return arg.keyword.value == "device"
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "to"

@@ -275,6 +275,20 @@ def test_a_module_level_device_is_rebound_to_this_ranks_device_where_the_acceler
     check_expectations(GLOBAL_DEVICE, ["global device", "#ACC102"])
 
 
+def test_a_tensor_put_on_the_module_level_device_at_import_is_reported() -> None:
+    """A diffusion schedule built at import, ``alpha_bar = torch.cumprod(alphas, 0).to(device)``:
+    the global is rebound only when main() creates the accelerator, so the schedule stays on GPU 0
+    on every rank (silent before; a device mismatch on rank 1's GPU)."""
+    body = GLOBAL_DEVICE.replace(
+        "\n\nclass Net",
+        "\nbetas = torch.linspace(1e-4, 0.02, 10)\nalpha_bar = torch.cumprod(1 - betas, 0).to(device)\n\n\nclass Net",
+    )
+    _, lines = convert(body)
+    assert "#ACC904" in lines
+    _, plain = convert(GLOBAL_DEVICE)
+    assert "#ACC904" not in plain
+
+
 def test_a_function_with_its_own_device_gets_no_global() -> None:
     own = GLOBAL_DEVICE.replace('    """Train."""\n', '    """Train."""\n    device = torch.device("cpu")\n')
     code, lines = convert(own)
