@@ -298,10 +298,17 @@ class PreparedDataLoader(DataLoader):
             # Samplers like DistributedSampler reshuffle per epoch: tell them which one this is.
             self.set_epoch(self.iteration)
             self._record_epoch_start()
+        # torch's iterator is made now, as ``DataLoader.__iter__`` makes it: creating it draws the
+        # base seed from the global RNG, so two loaders zipped together (``zip(a, b)`` calls
+        # ``iter`` on both before the first batch) draw in the script's order (made at the first
+        # ``next``, a one-process run shuffled differently from the original).
+        return self._batches(self._raw_batches())
+
+    def _batches(self, raw: Iterator[Any]) -> Iterator[Any]:
         state = self.plan.gradient_state
         state.begin_loader(self, self.remainder)
         try:
-            for is_last, batch in self._flag_last(self._raw_batches()):
+            for is_last, batch in self._flag_last(raw):
                 batch = send_to_device(batch, self.plan.device, self.plan.non_blocking)
                 if is_last:
                     state.mark_last_batch()

@@ -118,6 +118,10 @@ def explain_unfinished_reduction(ddp: DistributedDataParallel, error: RuntimeErr
     )
 
 
+#: How many forwards before one backward the unused-parameter search covers together (a
+#: multi-task step calls the model once per task head).
+_PENDING_FORWARDS = 8
+
 #: Every wrapper this process made, so that the exit handler can let go of their process group.
 _live_wrappers: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
 
@@ -147,6 +151,13 @@ class RuntimeDDP(DistributedDataParallel):
         self._ddp_kwargs = dict(kwargs)
         self._runtime_comm_hooks: list[tuple[Any, Any]] = []
         self._strategy_chosen = not choose_strategy
+        #: The runtime switched to ``find_unused_parameters=True`` (the script did not ask for it).
+        self._chose_unused_search = False
+        #: Outputs of the synced forwards no backward has reached yet. Held strongly: a script
+        #: that reads ``criterion(model(x), y)`` keeps no reference to the output itself. At most
+        #: :data:`_PENDING_FORWARDS` forwards' worth, so forwards never followed by a backward
+        #: (evaluation with gradients on) cannot keep their graphs alive without bound.
+        self._pending_outputs: list[list[torch.Tensor]] = []
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         try:
@@ -160,7 +171,33 @@ class RuntimeDDP(DistributedDataParallel):
                 self._graph_recorded = True
             if not self._strategy_chosen:
                 outputs = self._choose_strategy(outputs)
+            elif self._chose_unused_search and self.require_backward_grad_sync:
+                self._prepare_for_every_pending_forward(outputs)
         return outputs
+
+    def _prepare_for_every_pending_forward(self, outputs: Any) -> None:
+        """Several forwards before one backward (a multi-task model called once per head, each call
+        leaving the other head unused): DDP's unused-parameter search prepares the reducer for the
+        last forward's graph only, so a parameter that graph leaves unused is marked ready, then
+        gets its gradient from an earlier forward ("Expected to mark a variable ready only once").
+        The reducer is prepared again for the union of the graphs, which plain DDP (what the script
+        asked for by asking nothing) would have reduced without complaint."""
+        earlier = [tensor for forward in self._pending_outputs for tensor in forward]
+        current = self._track_until_backward(outputs)
+        if earlier and current:
+            self.reducer.prepare_for_backward([*earlier, *current])
+
+    def _track_until_backward(self, outputs: Any) -> list[torch.Tensor]:
+        """Remember the tensors of ``outputs`` that carry a graph until a backward reaches one."""
+        tensors = [tensor for tensor in _tensors_in(outputs) if tensor.requires_grad and tensor.grad_fn is not None]
+        for tensor in tensors:
+            tensor.register_hook(self._backward_reached_an_output)
+        if tensors:
+            self._pending_outputs = [*self._pending_outputs[-(_PENDING_FORWARDS - 1) :], tensors]
+        return tensors
+
+    def _backward_reached_an_output(self, grad: torch.Tensor) -> None:
+        self._pending_outputs = []
 
     def _choose_strategy(self, outputs: Any) -> Any:
         """After the first forward with a graph: keep plain DDP if every rank's graph reaches every
@@ -177,13 +214,17 @@ class RuntimeDDP(DistributedDataParallel):
         if int(flag.item()) == 1:
             return outputs
         self._rebuild(find_unused_parameters=True)
+        self._chose_unused_search = True
         # What DDP's forward would have done with this reducer: count the iteration, then let the
         # reducer find this graph's unused parameters and route the outputs through DDP's sink.
         if not self._lazy_init_ran:
             self._lazy_init()
         if self.require_backward_grad_sync:
             self.reducer.prepare_for_forward()
-        return self._post_forward(outputs)
+        outputs = self._post_forward(outputs)
+        if self.require_backward_grad_sync:
+            self._track_until_backward(outputs)
+        return outputs
 
     def _rebuild(self, **changes: Any) -> None:
         """Replace the reducer by one built with ``changes`` (same module, parameters, comm hooks)."""

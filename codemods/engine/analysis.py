@@ -418,13 +418,14 @@ ARGUMENT_PARSER_CALLS = frozenset(
 )
 
 #: Builtins that wrap an iterable without changing what it yields (the first argument).
-ITERABLE_WRAPPERS = {"enumerate", "iter"}
+ITERABLE_WRAPPERS = {"enumerate", "iter", "zip"}
 
 
 def _iterated(expr: cst.BaseExpression, names: NameTable, scope: ScopeKey) -> str | None:
     """The iterable of ``for ... in enumerate(tqdm(loader))``: ``loader``. Wrappers are matched
-    by qualified name (tqdm), as unshadowed builtins (enumerate), or as a metric logger's
-    ``log_every(loader, print_freq, header)`` method."""
+    by qualified name (tqdm), as unshadowed builtins (enumerate; ``zip(cls_loader, reg_loader)``
+    of multi-task training gives its first loader, the others are prepared as loaders too), or as
+    a metric logger's ``log_every(loader, print_freq, header)`` method."""
     while isinstance(expr, cst.Call) and expr.args:
         func = expr.func
         builtin = (

@@ -154,8 +154,10 @@ class AmpCodemod(Rule):
         if not survey.scalers and not survey.autocasts:
             return module, []
         if survey.other_scaler_uses:
-            for node in survey.other_scaler_uses:
-                pending.add(node, "ACC911", "the GradScaler is used beyond scale/step/update: convert by hand", False)
+            for node, anchor in survey.other_scaler_uses:
+                pending.add(
+                    node, "ACC911", "the GradScaler is used beyond scale/step/update: convert by hand", False, anchor
+                )
             return module, pending.resolve(module)
         flags = _switch_flags(survey.flags, module)
         if flags is None:
@@ -233,7 +235,7 @@ class _AmpSurvey(_StatementsAtLines):
         self.scalers: set[str] = set()
         self.scaler_lines: list[cst.CSTNode] = []
         self.autocasts: list[cst.Call] = []
-        self.other_scaler_uses: list[cst.CSTNode] = []
+        self.other_scaler_uses: list[tuple[cst.CSTNode, cst.CSTNode | None]] = []
         #: What the scaler-use check read (see :func:`_machinery_lines`): all the rewrite may change.
         self.machinery_lines: list[int] | None = None
         #: ``enabled=`` expressions and ``if`` tests around AMP code: the script's switch.
@@ -298,8 +300,17 @@ class _ScalerUseChecker(_StatementsAtLines):
         super().__init__(facts, self.lines)
         self.scalers = scalers
         self.functions = functions
-        self.other_uses: list[cst.CSTNode] = []
+        #: Each other use, with the statement holding it (a name has no recorded position of its
+        #: own: the report goes to the statement's line).
+        self.other_uses: list[tuple[cst.CSTNode, cst.CSTNode | None]] = []
         self._fine: set[int] = set()
+        self._statement: cst.CSTNode | None = None
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        entered = super().visit_SimpleStatementLine(node)
+        if entered:
+            self._statement = node
+        return entered
 
     def visit_Param(self, node: cst.Param) -> None:
         self._fine.add(id(node.name))
@@ -317,11 +328,11 @@ class _ScalerUseChecker(_StatementsAtLines):
 
     def visit_Name(self, node: cst.Name) -> None:
         if node.value in self.scalers and id(node) not in self._fine:
-            self.other_uses.append(node)
+            self.other_uses.append((node, self._statement))
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
         if dotted(node) in self.scalers and id(node) not in self._fine:
-            self.other_uses.append(node)
+            self.other_uses.append((node, self._statement))
             return False
         if id(node) in self._fine:
             return False

@@ -51,11 +51,23 @@ DEVICE_ONLY_KEYWORDS = {"device", "non_blocking", "copy"}
 
 
 class _Device(RuleTransformer):
-    def __init__(self, facts: ScriptFacts, accelerator: str, gpu_indices: set[str] | None = None) -> None:
+    def __init__(
+        self,
+        facts: ScriptFacts,
+        accelerator: str,
+        gpu_indices: set[str] | None = None,
+        device_functions: frozenset[str] = frozenset(),
+        module_functions: frozenset[str] = frozenset(),
+    ) -> None:
         #: What the script gives ``torch.cuda.set_device`` (``args.gpu``): a GPU index, the same
         #: one on every rank once the accelerator picks the GPU; a device given as that index
         #: becomes the accelerator's.
         self.gpu_indices = gpu_indices or set()
+        #: The file's functions that pick a device (d2l's ``try_gpu()``: ``cuda:0`` on every rank).
+        self.device_functions = device_functions
+        #: The file's module-level functions: a device selected in their call's arguments
+        #: (``train_ch6(net, ..., try_gpu())``) is where they put the model and the batches.
+        self.module_functions = module_functions
         sites = [
             *facts.call_sites.get(".to", ()),
             *facts.call_sites.get(".cuda", ()),
@@ -67,7 +79,7 @@ class _Device(RuleTransformer):
         # Statements comparing the device with a string (``if device == "cuda":``).
         compared = facts.lines_mentioning(facts.device_names)
         # Calls given ``device=`` (a factory ``torch.zeros(3, device="cuda")``, an iterator).
-        keywords = facts.lines_mentioning({"device", *self.gpu_indices})
+        keywords = facts.lines_mentioning({"device", *self.gpu_indices, *device_functions})
         super().__init__(facts, lines_of(sites) | compared | keywords)
         self.facts = facts
         self.device_expr = f"{accelerator}.device"
@@ -170,6 +182,8 @@ class _Device(RuleTransformer):
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         func = updated_node.func
+        if isinstance(func, cst.Name) and func.value in self.module_functions:
+            updated_node = self._device_arguments(original_node, updated_node)
         if not (isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda")):
             updated_node = self._device_keyword(original_node, updated_node)
             self._report_gpu_index_passed_on(original_node, updated_node)
@@ -180,6 +194,34 @@ class _Device(RuleTransformer):
         if func.attr.value == "cuda":
             return self._cuda(original_node, updated_node, func.value)
         return updated_node
+
+    def _device_arguments(self, original: cst.Call, call: cst.Call) -> cst.Call:
+        """``train_ch6(net, train_iter, test_iter, num_epochs, lr, try_gpu())``: a device selected
+        right in the arguments of a function of the file (a call of its device function, or
+        ``torch.device("cuda" ...)``) is the same GPU on every rank; the function moves the model
+        and the batches there. It becomes this process's ``accelerator.device``."""
+        args = list(call.args)
+        for index, arg in enumerate(args):
+            value = arg.value
+            if not isinstance(value, cst.Call):
+                continue
+            picks = (isinstance(value.func, cst.Name) and value.func.value in self.device_functions) or (
+                self.qualified_name(value.func) == "torch.device" and _names_cuda(value)
+            )
+            if not picks:
+                continue
+            if not self.accelerator_reachable():
+                self.report(
+                    original,
+                    NO_ACCELERATOR_ACCESS,
+                    f"device {expression_code(value)} passed where the accelerator is not reachable: "
+                    "the same GPU on every rank",
+                    False,
+                )
+                continue
+            self.report(original, Device.code, f"device selection → {self.device_expr}")
+            args[index] = arg.with_changes(value=expression(self.device_expr))
+        return call.with_changes(args=args)
 
     def _move(self, original: cst.Call, call: cst.Call, receiver: cst.BaseExpression) -> cst.BaseExpression:
         device_args = [arg for arg in call.args if self._is_device_arg(arg, call)]
@@ -705,7 +747,14 @@ class Device(Rule):
         )
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        transformer = _Device(facts, facts.existing_accelerator or facts.accelerator_name, _gpu_indices(module, facts))
+        functions = frozenset(s.name.value for s in module.body if isinstance(s, cst.FunctionDef))
+        transformer = _Device(
+            facts,
+            facts.existing_accelerator or facts.accelerator_name,
+            _gpu_indices(module, facts),
+            _device_functions(module),
+            functions,
+        )
         converted = module.visit(transformer)
         converted, rebound = _rebind_module_device(module, converted, facts)
         return converted, transformer.changes(module) + rebound
@@ -763,7 +812,44 @@ def _rebind_module_device(
                 f"module-level {name} → {accelerator}.device once {home}() creates the accelerator (global {name})"
             )
             changes.append(report_at(site, Device.code, message, fixed=True))
+    changes.extend(_placed_at_import(original, set(names), selections, facts))
     return converted.with_changes(body=body), changes
+
+
+def _placed_at_import(
+    original: cst.Module, names: set[str], selections: dict[str, cst.SimpleStatementLine], facts: ScriptFacts
+) -> list[Change]:
+    """Module-level statements after the device selection that put tensors on that device
+    (a diffusion schedule's ``alpha_bar = torch.cumprod(alphas, 0).to(device)``): they run at
+    import, before the accelerator exists, so on GPU 0 on every rank, where the global is not yet
+    rebound; the other ranks' batches meet them on their own GPU. Reported (ACC904)."""
+    changes: list[Change] = []
+    selected = {id(statement) for statement in selections.values()}
+    seen = False
+    for statement in original.body:
+        if id(statement) in selected:
+            seen = True
+            continue
+        if not seen or not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        placed = [
+            name
+            for call in calls_in(statement)
+            for name in names
+            if any(dotted(arg.value) == name and _places_on(call, arg) for arg in call.args)
+        ]
+        site = facts.origins.site(statement)
+        if placed and site is not None:
+            changes.append(
+                report_at(
+                    site,
+                    NO_ACCELERATOR_ACCESS,
+                    f"tensor placed on module-level {placed[0]} at import, before the accelerator picks this "
+                    f"process's device: GPU 0 on every rank (move it after the accelerator is created, or to "
+                    f"the device of the batch that uses it)",
+                )
+            )
+    return changes
 
 
 def _gpu_indices(module: cst.Module, facts: ScriptFacts) -> set[str]:
@@ -786,4 +872,34 @@ def _names_device(arg: cst.Arg) -> bool:
 
 def _names_cuda(value: cst.BaseExpression) -> bool:
     """Whether the expression mentions the string "cuda" ("cuda", "cuda:0", f"cuda:{i}" ...)."""
-    return any(isinstance(node, cst.SimpleString) and "cuda" in node.value for node in nodes_in(value))
+    return any(
+        (isinstance(node, cst.SimpleString) and "cuda" in node.value)
+        or (isinstance(node, cst.FormattedStringText) and "cuda" in node.value)
+        for node in nodes_in(value)
+    )
+
+
+def _device_functions(module: cst.Module) -> frozenset[str]:
+    """Module-level functions of the file whose every ``return`` hands back ``torch.device(...)``
+    and one of which names a GPU (d2l's ``try_gpu(i=0)``: ``torch.device(f"cuda:{i}")`` or the
+    CPU)."""
+    found = set()
+    for statement in module.body:
+        if not isinstance(statement, cst.FunctionDef):
+            continue
+        values = [node.value for node in nodes_in(statement.body) if isinstance(node, cst.Return)]
+        devices = [
+            value
+            for value in values
+            if isinstance(value, cst.Call) and dotted(value.func) in ("torch.device", "device")
+        ]
+        if values and len(devices) == len(values) and any(_names_cuda(value) for value in devices):
+            found.add(statement.name.value)
+    return frozenset(found)
+
+
+def _places_on(call: cst.Call, arg: cst.Arg) -> bool:
+    """Whether ``arg`` is where ``call`` puts a tensor: ``x.to(arg)`` or ``device=arg``."""
+    if arg.keyword is not None:
+        return arg.keyword.value == "device"
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "to"

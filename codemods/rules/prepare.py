@@ -22,7 +22,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import assigned_in, dotted, parameter_names, statement
+from accel_convert.codemods.engine.syntax import assigned_in, dotted, is_main_guard, parameter_names, statement
 from accel_convert.codemods.engine.transformers import HomeBlockTransformer
 
 
@@ -44,6 +44,20 @@ class _Prepare(HomeBlockTransformer):
     def __init__(self, facts: ScriptFacts, names: list[str]) -> None:
         super().__init__(facts)
         self.wanted = names
+        #: Wanted names bound by plain module-level statements above the ``__main__`` block (d2l's
+        #: ``net = nn.Sequential(...)`` at the top, handed to ``train_ch6(net, ...)`` in the block).
+        self.built_above_guard: set[str] = set()
+        #: Every name a ``prepare`` statement of this pass received.
+        self.prepared_names: set[str] = set()
+
+    def visit_Module(self, node: cst.Module) -> bool:
+        if self.facts.home_kind == "main_guard":
+            for top in node.body:
+                if is_main_guard(top):
+                    break
+                if isinstance(top, cst.SimpleStatementLine):
+                    self.built_above_guard |= self._assigned_by(top)
+        return True
 
     @property
     def home_names(self) -> set[str | None]:
@@ -73,6 +87,7 @@ class _Prepare(HomeBlockTransformer):
         names = [name for name in self.wanted if name in last_creation and name not in self.facts.models]
         if not names:
             return body
+        self.prepared_names.update(names)
         names.sort(key=lambda name: (_group(self.facts, name), first_creation[name]))
         after = max(last_creation[name] for name in names)
         self.report(body[after], Prepare.code, f"prepare {', '.join(names)} for distributed training", header_only=True)
@@ -112,8 +127,19 @@ class _Prepare(HomeBlockTransformer):
         if any(name in self.facts.loaders for name in names):
             tail = self._move_rebuilt_models(tail)
         body = [*head, *tail]
+        # What the module builds above the ``__main__`` block and the block's training uses: the
+        # block runs at module level, so preparing it there rebinds the global every function reads.
+        above = [name for name in self.wanted if name in self.built_above_guard and name not in last_creation]
+        if above and self.facts.home_kind == "main_guard":
+            created = self._accelerator_index(body[:loop_index])
+            if created is not None:
+                for name in above:
+                    first_creation[name] = last_creation[name] = created
+                    group[name] = _group(self.facts, name)
+                names = sorted([*names, *above], key=lambda name: (group[name], first_creation[name]))
         if not names:
             return body
+        self.prepared_names.update(names)
         after = max(last_creation[name] for name in names)
         self.report(body[after], Prepare.code, f"prepare {', '.join(names)} for distributed training", header_only=True)
         return [*body[: after + 1], prepare_statement(self.accelerator, names, indent), *body[after + 1 :]]
@@ -134,6 +160,13 @@ class _Prepare(HomeBlockTransformer):
             and name not in bound
             and not any(not where.line <= site.line <= where.end_line for site in self.facts.assign_sites.get(name, ()))
         ]
+
+    def _accelerator_index(self, statements: list[cst.BaseStatement]) -> int | None:
+        """Index of the statement creating the accelerator among ``statements``, if one does."""
+        for index, node in enumerate(statements):
+            if isinstance(node, cst.SimpleStatementLine) and self.accelerator in assigned_in(node):
+                return index
+        return None
 
     def _move_rebuilt_models(self, statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
         """A model built again after training without a move (the CIFAR-10 tutorial's ``net =
@@ -199,6 +232,7 @@ class _Prepare(HomeBlockTransformer):
                 for name in sorted(self._assigned_by(node) & names):
                     where = "it is built" if name in self.facts.models_prepared_where_built else "the loop builds it"
                     self.report(node, Prepare.code, f"prepare {name} where {where}", header_only=True)
+                    self.prepared_names.add(name)
                     result.append(prepare_statement(self.accelerator, [name], indent))
                 continue
             if isinstance(node, (cst.For, cst.While, cst.With, cst.If)) and isinstance(node.body, cst.IndentedBlock):
@@ -348,7 +382,25 @@ class Prepare(Rule):
             )
             for name, function, site in facts.unprepared_received_models
         ]
-        return module.visit(transformer), [*transformer.changes(module), *reports]
+        new_module = module.visit(transformer)
+        # A model no block prepared (built where no prepare can follow it) trains undistributed:
+        # each process keeps its own weights, so say so rather than leave it silently.
+        reported = {name for name, _, _ in facts.unprepared_received_models}
+        for name in names:
+            if name in facts.models and name not in transformer.prepared_names and name not in reported:
+                sites = facts.assign_sites.get(name)
+                if not sites:
+                    continue
+                reports.append(
+                    report_at(
+                        sites[0],
+                        UNPREPARED_MODEL,
+                        f"{name} is trained but no prepare call can be placed for it here: its gradients are "
+                        f"not averaged across processes (add {name} = accelerator.prepare({name}) after it is "
+                        "built, once the accelerator exists)",
+                    )
+                )
+        return new_module, [*transformer.changes(module), *reports]
 
 
 def _bound_on_every_path(node: cst.BaseStatement, name: str) -> bool:

@@ -247,7 +247,14 @@ class _MainProcessGuard(RuleTransformer):
         return False
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return self.in_training_class()
+        # A helper class of the script (d2l's Animator, a CSV logger) may write files in its
+        # methods, on every rank: walked so that they are guarded or reported. Model classes write
+        # nothing worth a walk; a dataset's download writes are the downloads rule's (ACC115: its
+        # construction runs under ``main_process_first``).
+        if self.in_training_class():
+            return True
+        datasets = any((dotted(base.value) or "").endswith("Dataset") for base in node.bases)
+        return not datasets and node.name.value not in self.facts.model_classes
 
     def visit_If(self, node: cst.If) -> None:
         if _is_main_process_test(node.test, self.facts):

@@ -137,8 +137,7 @@ def test_amp(before: str, after: str) -> None:
 
 
 def test_amp_leaves_a_scaler_it_cannot_replace() -> None:
-    # Facts built by hand: with the real analysis this ACC911 is reported at line 1 (the scaler
-    # use has no recorded position and no anchor), which is a position bug of the rule to fix.
+    # Facts built by hand (no recorded positions): reported at the use's own position.
     source = code(
         """
         def main():
@@ -151,6 +150,33 @@ def test_amp_leaves_a_scaler_it_cannot_replace() -> None:
     output, changes = apply(AmpCodemod(), source, make_facts())
     assert output == source
     assert [(c.code, c.line, c.fixed) for c in changes] == [("ACC911", 5, False)]
+
+
+def test_a_scaler_saved_and_loaded_is_reported_at_each_use() -> None:
+    """A resume script's ``scaler.load_state_dict(...)`` and ``"scaler": scaler.state_dict()`` in the
+    checkpoint dict: each use is reported at its own statement (both were at line 1, the file's
+    top, as the analysis records no position for a bare name)."""
+    source = code(
+        """
+        import torch
+
+        def main(loader, model, optimizer, resume):
+            scaler = torch.cuda.amp.GradScaler()
+            if resume:
+                scaler.load_state_dict(torch.load(resume)["scaler"])
+            for x in loader:
+                with torch.autocast("cuda"):
+                    loss = model(x).sum()
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            torch.save({
+                "scaler": scaler.state_dict(),
+            }, "ckpt.pt")
+        """
+    )
+    _, changes = convert_text(source)
+    assert sorted((c.code, c.line) for c in changes if c.code == "ACC911") == [("ACC911", 6), ("ACC911", 13)]
 
 
 def test_a_cpu_grad_scaler_alone_is_replaced() -> None:

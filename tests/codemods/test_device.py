@@ -275,6 +275,20 @@ def test_a_module_level_device_is_rebound_to_this_ranks_device_where_the_acceler
     check_expectations(GLOBAL_DEVICE, ["global device", "#ACC102"])
 
 
+def test_a_tensor_put_on_the_module_level_device_at_import_is_reported() -> None:
+    """A diffusion schedule built at import, ``alpha_bar = torch.cumprod(alphas, 0).to(device)``:
+    the global is rebound only when main() creates the accelerator, so the schedule stays on GPU 0
+    on every rank (silent before; a device mismatch on rank 1's GPU)."""
+    body = GLOBAL_DEVICE.replace(
+        "\n\nclass Net",
+        "\nbetas = torch.linspace(1e-4, 0.02, 10)\nalpha_bar = torch.cumprod(1 - betas, 0).to(device)\n\n\nclass Net",
+    )
+    _, lines = convert(body)
+    assert "#ACC904" in lines
+    _, plain = convert(GLOBAL_DEVICE)
+    assert "#ACC904" not in plain
+
+
 def test_a_function_with_its_own_device_gets_no_global() -> None:
     own = GLOBAL_DEVICE.replace('    """Train."""\n', '    """Train."""\n    device = torch.device("cpu")\n')
     code, lines = convert(own)
@@ -419,3 +433,34 @@ def test_gpu_chosen_for_a_block_or_by_default_becomes_each_process_gpu() -> None
     assert "torch.set_default_device(accelerator.device)" in lines
     assert "    # the chosen GPU for everything below\n    for x, y in loader:" in code
     check_expectations(GPU_CONTEXT, ["-with torch.cuda.device(args.gpu_index):"])
+
+
+TRY_GPU = """\
+def try_gpu(i=0):
+    if torch.cuda.device_count() >= i + 1:
+        return torch.device(f"cuda:{i}")
+    return torch.device("cpu")
+
+
+def train(net, loader, device):
+    net.to(device)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        nn.functional.mse_loss(net(x), y).backward()
+        optimizer.step()
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=2)
+    net = nn.Linear(4, 1)
+    train(net, loader, {device})
+"""
+
+
+@pytest.mark.parametrize("device", ["try_gpu()", 'torch.device("cuda" if torch.cuda.is_available() else "cpu")'])
+def test_a_device_picked_in_the_arguments_of_a_training_function_is_this_ranks(device: str) -> None:
+    """d2l's ``train_ch6(net, ..., try_gpu())``: ``cuda:0`` on every rank, where the function moves
+    the prepared model and the batches (it was left as it was)."""
+    check_expectations(TRY_GPU.replace("{device}", device), ["train(net, loader, accelerator.device, accelerator)"])

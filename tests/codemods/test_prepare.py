@@ -297,6 +297,53 @@ def test_a_model_bound_twice_in_the_block_handing_it_over_is_reported() -> None:
     assert "student = accelerator.prepare(student)" not in lines
 
 
+MODEL_ABOVE_THE_MAIN_BLOCK = """\
+def train(net, loader, lr):
+    optimizer = torch.optim.SGD(net.parameters(), lr=lr)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(net(x), y).backward()
+        optimizer.step()
+
+
+net = nn.Linear(4, 1)
+
+if __name__ == "__main__":
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=2)
+    train(net, loader, 0.1)
+"""
+
+
+def test_a_model_built_above_the_main_block_is_prepared_in_it() -> None:
+    """d2l's shape: ``net = nn.Sequential(...)`` at module level, ``train_ch6(net, ...)`` called from
+    the ``__main__`` block. The block runs at module level, so the model is prepared there with
+    the loader (it was left out: every rank trained its own copy)."""
+    check_expectations(
+        MODEL_ABOVE_THE_MAIN_BLOCK,
+        ["net, loader = accelerator.prepare(net, loader)", "optimizer = accelerator.prepare(optimizer)"],
+    )
+
+
+def test_a_model_built_where_no_prepare_can_follow_it_is_reported() -> None:
+    """A module-level model trained by ``main()``: a prepare inside ``main`` would make ``net``
+    local to it, so nothing prepares it, and the conversion says so (it was silent)."""
+    body = (
+        "net = nn.Linear(4, 1)\n\n"
+        "def main():\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=2)\n"
+        "    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "    for x, y in loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        nn.functional.mse_loss(net(x), y).backward()\n"
+        "        optimizer.step()\n\n"
+        'if __name__ == "__main__":\n'
+        "    main()\n"
+    )
+    code, lines = convert(body)
+    assert "#ACC926" in lines
+    assert "accelerator.prepare(net" not in code
+
+
 def test_a_scheduler_stepped_per_epoch_under_a_parameter_name_is_not_prepared() -> None:
     """The transfer-learning tutorial's ``train_model(model, criterion, optimizer, scheduler,
     ...)``: ``scheduler.step()`` after the batch loop steps ``exp_lr_scheduler`` once per epoch;

@@ -70,6 +70,21 @@ def test_data_without_a_dataloader_is_reported_not_sharded() -> None:
     assert "model, optimizer = accelerator.prepare(model, optimizer)" in lines
 
 
+def test_two_loaders_zipped_in_the_training_loop_are_not_reported() -> None:
+    """Multi-task training over ``zip(cls_loader, reg_loader)``: both loaders are prepared, so the
+    data is sharded; "does not come from a DataLoader" (ACC901) was a false alarm."""
+    body = (
+        "def main():\n    a = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)\n"
+        "    b = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)\n"
+        "    model = nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for (x,), (z,) in zip(a, b):\n        loss = model(x).sum() + model(z).sum()\n"
+        "        loss.backward()\n        optimizer.step()\n"
+    )
+    code, lines = convert(body)
+    assert "#ACC901" not in lines
+    assert "model, optimizer, a, b = accelerator.prepare(model, optimizer, a, b)" in lines
+
+
 def test_a_dict_of_dataloaders_is_reported_as_such() -> None:
     """The transfer-learning tutorial's ``dataloaders = {x: DataLoader(...) for x in ...}``: the
     report names the dict and says how to prepare it, not "does not come from a DataLoader"."""

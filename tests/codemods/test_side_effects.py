@@ -129,6 +129,52 @@ def test_side_effects_without_the_accelerator_are_reported() -> None:
     assert [(c.code, c.line, c.fixed) for c in changes] == [("ACC916", 3, False)]
 
 
+ANIMATOR = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+
+class Animator:
+    def __init__(self, path):
+        self.path = path
+
+    def add(self, x, y):
+        with open(self.path, "a") as f:
+            f.write(f"{x} {y}")
+
+
+class CachedData(Dataset):
+    def __init__(self, path):
+        with open(path, "w") as f:
+            f.write("cache")
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=2)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    animator = Animator("animator.txt")
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+        animator.add(epoch, loss.item())
+"""
+
+
+def test_a_file_written_in_a_helper_class_method_is_reported() -> None:
+    """d2l's Animator appends to its file on every rank (twice the lines on 2 processes, not
+    reported before): the method cannot reach the accelerator, so the write is reported. A
+    dataset's own writes are left to the downloads rule (its construction runs first on the
+    main process)."""
+    outcome = convert_module(cst.parse_module(ANIMATOR), Options())
+    reports = [(c.code, c.line) for c in outcome.changes if c.code == "ACC916"]
+    assert reports == [("ACC916", 12)]
+
+
 TRACKER_CASES = [
     pytest.param(
         """
