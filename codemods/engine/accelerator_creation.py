@@ -83,6 +83,29 @@ def expression_available(expression: cst.BaseExpression, creation: AcceleratorCr
     return True
 
 
+def available_spelling(expression: cst.BaseExpression, creation: AcceleratorCreation) -> cst.BaseExpression | None:
+    """``expression`` when it can be read where the accelerator is created; for a name bound once,
+    after the creation, by a plain assignment of the same body (``accum = args.accum_steps``), that
+    value when it can be read there; else None."""
+    if expression_available(expression, creation):
+        return expression
+    if not isinstance(expression, cst.Name):
+        return None
+    values = [
+        small.value
+        for statement in creation.statements_after
+        if isinstance(statement, cst.SimpleStatementLine)
+        for small in statement.body
+        if isinstance(small, cst.Assign)
+        and len(small.targets) == 1
+        and isinstance(small.targets[0].target, cst.Name)
+        and small.targets[0].target.value == expression.value
+    ]
+    if len(values) != 1 or binds_name(creation.statements_before, expression.value):
+        return None
+    return values[0] if expression_available(values[0], creation) else None
+
+
 def _module_binds(statements: Sequence[cst.CSTNode], name: str) -> bool:
     for statement in statements:
         if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) and statement.name.value == name:

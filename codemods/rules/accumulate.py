@@ -20,7 +20,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_call, accelerator_name, is_accelerator_method
 from accel_convert.codemods.engine.accelerator_creation import (
-    expression_available,
+    available_spelling,
     find_accelerator_creation,
     set_accelerator_argument,
 )
@@ -144,16 +144,14 @@ class AccumulateCodemod(Rule):
         if not rewriter.steps:
             return module, pending.resolve(module)
         k = rewriter.steps[0]
-        if (
-            creation is None
-            or not all(k.deep_equals(s) for s in rewriter.steps)
-            or not expression_available(k, creation)
-        ):
+        # ``accum = args.accum_steps`` after the creation: the accelerator reads ``args.accum_steps``.
+        spelled = available_spelling(k, creation) if creation is not None else None
+        if spelled is None or not all(k.deep_equals(s) for s in rewriter.steps):
             pending.drop(AccumulateCodemod.code)
             for loop in rewriter.loops:
                 pending.add(loop, "ACC912", "accumulation steps not available where the Accelerator is created", False)
             return module, pending.resolve(module)
-        new_module = set_accelerator_argument(new_module, facts, "gradient_accumulation_steps", k)
+        new_module = set_accelerator_argument(new_module, facts, "gradient_accumulation_steps", spelled)
         return new_module, pending.resolve(module)
 
 

@@ -147,3 +147,35 @@ def test_a_generator_trained_every_n_critic_steps_is_not_accumulation() -> None:
     outcome = convert_module(cst.parse_module(source), Options(), source)
     assert "accumulate" not in outcome.module.code
     assert not {"ACC112", "ACC912"} & {change.code for change in outcome.changes}
+
+
+def test_steps_held_in_a_local_alias_are_read_from_what_it_copies() -> None:
+    # ``accum = args.accum_steps`` comes after the place the accelerator is created.
+    source = """\
+import argparse
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--accum-steps", type=int, default=4)
+    args = parser.parse_args()
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=2)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    accum = args.accum_steps
+    for i, (x, y) in enumerate(loader):
+        loss = nn.functional.mse_loss(model(x), y) / accum
+        loss.backward()
+        if (i + 1) % accum == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+"""
+    outcome = convert_module(cst.parse_module(source), Options())
+    converted = outcome.module.code
+    assert "accelerator = Accelerator(gradient_accumulation_steps=args.accum_steps)" in converted
+    assert "with accelerator.accumulate(model):" in converted
+    assert "/ accum" not in converted
+    assert not [change for change in outcome.changes if change.code == "ACC912"]
