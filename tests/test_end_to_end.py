@@ -41,13 +41,19 @@ import pytest
 
 from accel_convert.codemods.engine.model import Options
 from accel_convert.converter.pipeline import ConversionError, convert_source
-from tests.e2e_support.results import forkrun_results
+from tests.e2e_support.results import (
+    FORKRUN,
+    RANKRUN,
+    describe,
+    forkrun_jobs,
+    forkrun_results,
+    rank_results,
+    rankrun_jobs,
+)
 from tests.launching import REPO_ROOT, Run, python, torchrun
 
 CASES_DIR = REPO_ROOT / "fixtures" / "cases"
 SUPPORT_DIR = REPO_ROOT / "fixtures" / "support"
-FORKRUN = REPO_ROOT / "tests" / "e2e_support" / "forkrun.py"
-RANKRUN = REPO_ROOT / "tests" / "e2e_support" / "rankrun.py"
 SIDE_CAR_FIELDS = {
     "run",
     "run_2proc",
@@ -70,9 +76,6 @@ COUNT_GROUPS = ("total", "count")
 #: or two) so that a machine loaded several times over still passes.
 ONE_PROCESS_TIMEOUT = 120.0
 TWO_PROCESS_TIMEOUT = 180.0
-#: What a shared launch may take besides its runs: starting, importing torch and the scripts'
-#: libraries, torchrun's rendezvous (a few seconds quiet; far more on a loaded machine).
-LAUNCH_OVERHEAD = 180.0
 NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -210,10 +213,6 @@ def wrong_totals(case: Case, stdout: str) -> list[str]:
     ]
 
 
-def describe(run: Run) -> str:
-    return f"exit code {run.returncode}\n--- stdout ---\n{run.stdout}\n--- stderr (tail) ---\n{run.stderr[-4000:]}"
-
-
 # --------------------------------------------------------------------------------------------
 # Fixtures: convert everything once, run every one-process job in one forkrun launch
 # --------------------------------------------------------------------------------------------
@@ -291,35 +290,11 @@ def one_process(converted, tmp_path_factory: pytest.TempPathFactory) -> OneProce
                     "args": list(args),
                     "cwd": str(folder),
                     "sys_path": [str(SUPPORT_DIR)],
-                    "timeout": ONE_PROCESS_TIMEOUT,
                 }
             )
-    jobs_file = root / "jobs.json"
-    jobs_file.write_text(json.dumps(jobs), encoding="utf-8")
-    # forkrun enforces each run's own timeout; this limit only catches forkrun itself stuck, and
-    # is never reached first: every run at its full timeout, two at a time, plus start-up.
-    backstop = LAUNCH_OVERHEAD + len(jobs) * (ONE_PROCESS_TIMEOUT + 10.0) / 2
-    launch = python(FORKRUN, str(jobs_file), env=run_env(), timeout=backstop, raise_on_timeout=False)
-    results = forkrun_results(launch.stdout, ONE_PROCESS_TIMEOUT)
-    runs = {key: results[index] for index, key in enumerate(keys) if index in results}
+    results, launch = forkrun_jobs(jobs, root, run_env(), ONE_PROCESS_TIMEOUT)
+    runs = {key: run for key, run in zip(keys, results) if run is not None}
     return OneProcessRuns(runs, folders, launch)
-
-
-def rank_results(results: Path, index: int, launch: Run) -> Run:
-    """One run's outcome on both ranks as one Run: the first failing rank's exit code, rank 0's
-    output then rank 1's (a line printed by both ranks shows up twice, as under torchrun)."""
-    ranks = []
-    for rank in range(2):
-        path = results / f"{index}.rank{rank}.json"
-        if not path.is_file():
-            return Run(-1, "", f"the shared launch ended before rank {rank} finished this run:\n{describe(launch)}")
-        ranks.append(json.loads(path.read_text(encoding="utf-8")))
-    failing = [result["returncode"] for result in ranks if result["returncode"] != 0]
-    stderr = "".join(
-        f"--- rank {rank} stderr{' (ran past its timeout)' if result['timed_out'] else ''} ---\n{result['stderr']}"
-        for rank, result in enumerate(ranks)
-    )
-    return Run(failing[0] if failing else 0, "".join(result["stdout"] for result in ranks), stderr)
 
 
 @pytest.fixture(scope="module")
@@ -328,9 +303,7 @@ def two_processes(converted, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     them in one ``torchrun --nproc_per_node 2`` launch of rankrun.py, each run with its own
     timeout; a run that fails or hangs is that case's outcome, never raised."""
     root = tmp_path_factory.mktemp("two-processes")
-    results_dir = root / "results"
-    results_dir.mkdir()
-    jobs, indexes, outcomes = [], {}, {}
+    jobs, names, outcomes = [], [], {}
     for case in TWO_PROCESS_CASES:
         folder = root / case.name
         folder.mkdir()
@@ -338,26 +311,17 @@ def two_processes(converted, tmp_path_factory: pytest.TempPathFactory) -> dict[s
         if script is None:
             outcomes[case.name] = (Run(-1, "", f"conversion failed: {converted[case.name].error}"), folder)
             continue
-        indexes[case.name] = len(jobs)
+        names.append(case.name)
         jobs.append(
             {
                 "script": str(script),
                 "args": list(case.run_2proc or ()),
                 "cwd": str(folder),
                 "sys_path": [str(SUPPORT_DIR)],
-                "timeout": TWO_PROCESS_TIMEOUT,
             }
         )
-    jobs_file = root / "jobs.json"
-    jobs_file.write_text(json.dumps(jobs), encoding="utf-8")
-    # Each run's timeout is enforced on both ranks by rankrun; this limit only catches the
-    # launch itself stuck, and is never reached first.
-    backstop = LAUNCH_OVERHEAD + len(jobs) * (TWO_PROCESS_TIMEOUT + 10.0)
-    launch = torchrun(
-        RANKRUN, str(jobs_file), str(results_dir), nproc=2, env=run_env(), timeout=backstop, raise_on_timeout=False
-    )
-    for name, index in indexes.items():
-        outcomes[name] = (rank_results(results_dir, index, launch), root / name)
+    for name, run in zip(names, rankrun_jobs(jobs, root, run_env(), TWO_PROCESS_TIMEOUT)):
+        outcomes[name] = (run, root / name)
     return outcomes
 
 

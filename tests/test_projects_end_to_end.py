@@ -13,8 +13,10 @@ as for the sidecar cases of ``tests/test_end_to_end.py`` (fields in ``fixtures/R
   time, prints every line once, counts each evaluation sample once (``dataset_size``) and gives
   the original's one-process metrics; a hang fails with every rank's stack.
 
-Cost: every one-process run shares one ``forkrun`` launch; the two-process runs are one
-``torchrun`` launch per project, two at a time.
+Cost: every one-process run shares one ``forkrun`` launch, every two-process run one ``torchrun``
+launch of ``rankrun`` (tests/e2e_support/): each rank imports torch once and forks that rank of
+each project's run, which rendezvouses on a port of its own. Each run keeps its own timeout, and a
+run past it fails only its project's test, with every rank's stack.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from click.testing import CliRunner
 
 from accel_convert.codemods.engine.model import Options
 from accel_convert.converter.cli import main as accel_convert
-from tests.e2e_support.results import forkrun_results
+from tests.e2e_support.results import FORKRUN, RAN_PAST_TIMEOUT, forkrun_jobs, forkrun_results, rankrun_jobs
 from tests.e2e_support.stacks import torchrun_with_stacks
 from tests.launching import REPO_ROOT, Run, python
 from tests.test_end_to_end import (
@@ -48,8 +49,9 @@ from tests.test_end_to_end import (
 
 PROJECTS_DIR = REPO_ROOT / "fixtures" / "projects"
 EXPECTED_DIR = REPO_ROOT / "fixtures" / "expected_projects"
-FORKRUN = REPO_ROOT / "tests" / "e2e_support" / "forkrun.py"
-#: Seconds a two-process run may take before it counts as hung (a run takes 5-10 s here).
+#: Seconds a one-process run may take (a run takes a second or two on a quiet machine).
+ONE_PROCESS_TIMEOUT_S = 90
+#: Seconds a two-process run may take before it counts as hung (a run takes a few seconds here).
 TWO_PROCESS_TIMEOUT_S = 120
 
 
@@ -153,33 +155,30 @@ def one_process(converted, tmp_path_factory: pytest.TempPathFactory) -> OneProce
             cwd.mkdir()
             folders[(project.name, variant)] = cwd
             keys.append((project.name, variant))
-            jobs.append({"script": str(folder / project.entry), "args": list(args), "cwd": str(cwd), "timeout": 90})
-    jobs_file = root / "jobs.json"
-    jobs_file.write_text(json.dumps(jobs), encoding="utf-8")
-    launch = python(FORKRUN, str(jobs_file), env=run_env(), timeout=400).check()
-    results = forkrun_results(launch.stdout, 90)
-    runs = {key: results[index] for index, key in enumerate(keys) if index in results}
+            jobs.append({"script": str(folder / project.entry), "args": list(args), "cwd": str(cwd)})
+    results, launch = forkrun_jobs(jobs, root, run_env(), ONE_PROCESS_TIMEOUT_S)
+    missing = f"forkrun ended before this run:\n{describe(launch)}"
+    runs = {key: run if run is not None else Run(-1, "", missing) for key, run in zip(keys, results)}
     return OneProcessRuns(runs, folders)
 
 
 @pytest.fixture(scope="module")
 def two_processes(converted, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Run, bool, Path]]:
-    """Each project's converted entry under ``torchrun --nproc_per_node 2``: (run, hung, folder)."""
+    """Each project's converted entry on two ranks (run, hung, folder): every project in one
+    ``torchrun --nproc_per_node 2`` launch of rankrun, each run with its own timeout; a hung run
+    has both ranks' stacks in its stderr."""
     root = tmp_path_factory.mktemp("projects-two-processes")
-
-    def launch(project: Project) -> tuple[Run, bool, Path]:
+    runnable = [project for project in PROJECTS if project.case.run_2proc is not None]
+    jobs = []
+    for project in runnable:
         cwd = root / project.name
         cwd.mkdir()
         script = converted[project.name].folder / project.entry
-        run, hung = torchrun_with_stacks(
-            script, *project.case.run_2proc, env=run_env(), cwd=cwd, timeout=TWO_PROCESS_TIMEOUT_S
-        )
-        return run, hung, cwd
-
-    runnable = [project for project in PROJECTS if project.case.run_2proc is not None]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(launch, runnable))
-    return {project.name: result for project, result in zip(runnable, results)}
+        jobs.append({"script": str(script), "args": list(project.case.run_2proc or ()), "cwd": str(cwd)})
+    runs = rankrun_jobs(jobs, root, run_env(), TWO_PROCESS_TIMEOUT_S)
+    return {
+        project.name: (run, RAN_PAST_TIMEOUT in run.stderr, root / project.name) for project, run in zip(runnable, runs)
+    }
 
 
 def test_every_project_has_a_golden_set_and_runs_on_two_processes():

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import faulthandler
+import gc
 import importlib
 import json
 import os
@@ -45,17 +46,20 @@ PARALLEL_RUNS = 2
 KILL_GRACE_SECONDS = 10.0
 
 
-def top_level_imports(script: str) -> set[str]:
-    """The first component of every absolute import in a script (``torch`` for ``torch.nn``)."""
+def absolute_imports(script: str) -> dict[str, set[str]]:
+    """Every module a script imports by absolute name (``torch.nn`` for ``import torch.nn as
+    nn``), with the names it takes from it (``{"DataLoader"}`` for ``from torch.utils.data import
+    DataLoader``)."""
     with open(script, "rb") as handle:
         tree = ast.parse(handle.read(), filename=script)
-    names: set[str] = set()
+    modules: dict[str, set[str]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
+            for alias in node.names:
+                modules.setdefault(alias.name, set())
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
-    return names
+            modules.setdefault(node.module, set()).update(alias.name for alias in node.names if alias.name != "*")
+    return modules
 
 
 def is_local_module(name: str, scripts: list[str]) -> bool:
@@ -69,17 +73,39 @@ def is_local_module(name: str, scripts: list[str]) -> bool:
     return False
 
 
+#: Modules a package imports only on first use, preloaded with it: building the first optimizer
+#: imports ``torch._dynamo`` (and with it sympy), 1.5-2 s that every forked run would pay again.
+IMPORTED_ON_FIRST_USE = {"torch": ("torch._dynamo",)}
+
+
 def preload(scripts: list[str]) -> None:
-    """Import in the parent what the scripts will import, so each child gets it for free."""
+    """Import in the parent what the scripts will import, so each child gets it for free: each
+    module by its full name (``accel_convert.runtime``, not only ``accel_convert``), the names
+    taken from it (a lazy package such as transformers imports ``BertModel``'s module only when
+    the name is read), and what the package imports on first use. None of this starts a thread
+    (one thread per process is what makes forking safe; the scripts' runs start theirs)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(scripts[0])) if scripts else ".")
-    for name in sorted({name for script in scripts for name in top_level_imports(script)}):
-        if is_local_module(name, scripts):
+    wanted: dict[str, set[str]] = {}
+    for script in scripts:
+        for module, names in absolute_imports(script).items():
+            wanted.setdefault(module, set()).update(names)
+    for module in sorted(wanted):
+        top = module.split(".")[0]
+        if is_local_module(top, scripts):
             continue
         try:
-            importlib.import_module(name)
+            loaded = importlib.import_module(module)
+            for extra in IMPORTED_ON_FIRST_USE.get(top, ()):
+                importlib.import_module(extra)
+            for name in sorted(wanted[module]):
+                getattr(loaded, name, None)
         except Exception:  # noqa: BLE001 - a module the child cannot import fails there, visibly
             pass
     sys.path.pop(0)
+    # What is loaded now lives as long as the process: out of the collector's sight, a child's
+    # gc.collect() (the runtime collects before leaving its process group) skips those objects,
+    # and does not write to their pages, which the children would otherwise each copy.
+    gc.freeze()
 
 
 def run_child(job: dict, out_path: str, err_path: str) -> None:
