@@ -223,6 +223,8 @@ class RuleTransformer(TargetedTransformer):
         #: Enclosing ``def``/``class`` names, as the name table keys scopes.
         self.scope: tuple[str, ...] = ()
         self._anchors: list[cst.CSTNode] = []
+        #: Per function (by identity): the names it sums per rank (see ``_summed_per_rank``).
+        self._sums_per_rank: dict[int, frozenset[str]] = {}
         #: Inside a method of a training class: the method's instance parameter (``self``), None
         #: in a static or class method.
         self.instance: str | None = None
@@ -258,13 +260,22 @@ class RuleTransformer(TargetedTransformer):
                 return False
             if isinstance(node, cst.If) and not _rank_independent_test(node.test):
                 return False
-            if isinstance(node, cst.If) and enclosing is not None and _summed_per_rank(node.test, enclosing):
+            if isinstance(node, cst.If) and enclosing is not None and self._summed_per_rank(node.test, enclosing):
                 return False
             if isinstance(node, cst.If) and enclosing is not None and _tests_parameter(node.test, enclosing):
                 return False
             if isinstance(node, cst.For) and not self._same_length_everywhere(node.iter):
                 return False
         return True
+
+    def _summed_per_rank(self, test: cst.BaseExpression, function: cst.FunctionDef) -> bool:
+        """Whether the test reads a value the function adds up in a ``for`` loop that gathers and
+        reduces nothing (``val_loss += criterion(model(x), y).item()`` over this rank's shard):
+        each rank then has its own value, and a branch on it is not taken by every rank alike."""
+        summed = self._sums_per_rank.get(id(function))
+        if summed is None:
+            summed = self._sums_per_rank[id(function)] = _sums_per_rank(function)
+        return any(isinstance(node, cst.Name) and node.value in summed for node in nodes_in(test))
 
     def _same_length_everywhere(self, iterable: cst.BaseExpression) -> bool:
         if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name):
@@ -490,13 +501,9 @@ _RANK_NAMES = frozenset(
 )
 
 
-def _summed_per_rank(test: cst.BaseExpression, function: cst.FunctionDef) -> bool:
-    """Whether the test reads a value the function adds up in a ``for`` loop that gathers and
-    reduces nothing (``val_loss += criterion(model(x), y).item()`` over this rank's shard): each
-    rank then has its own value, and a branch on it is not taken by every rank alike."""
-    read = {node.value for node in nodes_in(test) if isinstance(node, cst.Name)}
-    if not read:
-        return False
+def _sums_per_rank(function: cst.FunctionDef) -> frozenset[str]:
+    """The names the function adds up in a ``for`` loop that gathers and reduces nothing."""
+    found: set[str] = set()
     for loop in (node for node in nodes_in(function) if isinstance(node, cst.For)):
         summed = {
             name
@@ -505,16 +512,13 @@ def _summed_per_rank(test: cst.BaseExpression, function: cst.FunctionDef) -> boo
             for name in [dotted(node.target)]
             if name is not None
         }
-        if not summed & read:
-            continue
-        synchronised = any(
+        if summed - found and not any(
             isinstance(call.func, cst.Attribute)
             and call.func.attr.value in ("gather_for_metrics", "gather", "reduce", "all_reduce")
             for call in calls_in(loop.body)
-        )
-        if not synchronised:
-            return True
-    return False
+        ):
+            found |= summed
+    return frozenset(found)
 
 
 def _tests_parameter(test: cst.BaseExpression, function: cst.FunctionDef) -> bool:

@@ -24,6 +24,7 @@ from accel_convert.codemods.engine.accelerator_creation import creates_accelerat
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.positions import skips_statement
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
 from accel_convert.codemods.engine.syntax import (
     as_statement,
@@ -752,7 +753,7 @@ class Device(Rule):
             facts,
             facts.existing_accelerator or facts.accelerator_name,
             _gpu_indices(module, facts),
-            _device_functions(module),
+            _device_functions(module, facts),
             functions,
         )
         converted = module.visit(transformer)
@@ -879,13 +880,19 @@ def _names_cuda(value: cst.BaseExpression) -> bool:
     )
 
 
-def _device_functions(module: cst.Module) -> frozenset[str]:
+def _device_functions(module: cst.Module, facts: ScriptFacts) -> frozenset[str]:
     """Module-level functions of the file whose every ``return`` hands back ``torch.device(...)``
     and one of which names a GPU (d2l's ``try_gpu(i=0)``: ``torch.device(f"cuda:{i}")`` or the
     CPU)."""
     found = set()
+    # Only functions that call ``torch.device`` can return one: the others are not walked.
+    device_lines = sorted(
+        {site.line for callee in ("torch.device", "device", ".device") for site in facts.call_sites.get(callee, ())}
+    )
+    if not device_lines:
+        return frozenset()
     for statement in module.body:
-        if not isinstance(statement, cst.FunctionDef):
+        if not isinstance(statement, cst.FunctionDef) or skips_statement(statement, device_lines, facts.origins):
             continue
         values = [node.value for node in nodes_in(statement.body) if isinstance(node, cst.Return)]
         devices = [
