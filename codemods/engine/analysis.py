@@ -162,6 +162,9 @@ class _Recorder(NameCollector):
         self.calls: list[_Call] = []
         self.assigns: list[_Assign] = []
         self.loops: list[_Loop] = []
+        #: Comprehensions' ``for`` clauses: (function, what they iterate, index in ``collected``
+        #: of the statement or call they are in, under ``no_grad``, order among loops).
+        self.comprehension_loops: list[tuple[str | None, str | None, int, bool, int]] = []
         self.breaks: list[tuple[cst.Break, tuple[_Loop, ...], tuple[_If, ...], str]] = []
         #: Module-level functions → parameter names.
         self.defs: dict[str, tuple[str, ...]] = {}
@@ -329,6 +332,12 @@ class _Recorder(NameCollector):
 
     def leave_For(self, original_node: cst.For) -> None:
         self._loops.pop()
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self._order += 1
+        iterated = _iterated(node.iter, self.names, self.scope)
+        no_grad = self._no_grad_depth > 0 or self.function in self.no_grad_functions
+        self.comprehension_loops.append((self.function, iterated, len(self.collected) - 1, no_grad, self._order))
 
     def visit_Return(self, node: cst.Return) -> None:
         if node.value is not None and len(self.scope) == 1:
@@ -1133,6 +1142,15 @@ class _Conclusions:
         unknown = created_loaders - train - evaluation
         facts.train_loaders = (train | {n for n in unknown if "train" in n.lower()}) - (evaluation - train)
         facts.eval_loaders = (evaluation | {n for n in unknown if "train" not in n.lower()}) - facts.train_loaders
+        # ``[loss_batch(model, xb, yb) for xb, yb in valid_dl]``: an evaluation written as a
+        # comprehension over a loader (outside training functions, under ``no_grad``, or after
+        # ``model.eval()``, as for loops).
+        for function, iterated, index, no_grad, order in self.r.comprehension_loops:
+            if iterated is None or not (self._origins_of(function, iterated) | {iterated}) & facts.loaders:
+                continue
+            last_switch = max((s for s in eval_switches if s[1] == function and s[0] < order), default=None)
+            if function not in backward_functions or no_grad or (last_switch is not None and last_switch[2] == "eval"):
+                facts.loader_comprehensions.append((iterated, self.site(self.r.collected[index])))
 
     def _batch_names(self) -> None:
         """Targets of loops over loaders that will be prepared (whatever the loop does, prepare

@@ -121,6 +121,9 @@ class ScriptFacts:
     helper_functions: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     train_loops: list[LoopFacts] = field(default_factory=list)
+    #: Comprehensions over a loader outside training functions (an evaluation written as
+    #: ``[step(batch) for batch in valid_dl]``): the loader and where.
+    loader_comprehensions: list[tuple[str, Site]] = field(default_factory=list)
     eval_loops: list[LoopFacts] = field(default_factory=list)
 
     #: Things already present that change what may be done: "DataParallel", "DistributedDataParallel",

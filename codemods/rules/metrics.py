@@ -48,6 +48,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_call, is_accelerator_method, name_words
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options, Site
 from accel_convert.codemods.engine.positions import skips_statement
 from accel_convert.codemods.engine.rule import Example, Rule
@@ -253,9 +254,22 @@ class MetricsCodemod(Rule):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return bool(facts.eval_loops and facts.models)
+        return bool((facts.eval_loops or facts.loader_comprehensions) and facts.models)
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        # An evaluation written as a comprehension cannot take a gather after its forward.
+        comprehensions = [
+            report_at(
+                site,
+                "ACC913",
+                f"evaluation in a comprehension over the prepared loader {loader}: not gathered, so what it "
+                "computes covers this process's shard only (write it as a for loop over the batches, which "
+                "the converter gathers, or gather the per-batch values with accelerator.gather_for_metrics)",
+            )
+            for loader, site in facts.loader_comprehensions
+        ]
+        if comprehensions and not facts.eval_loops:
+            return module, comprehensions  # no loop to gather: the rule ran for these reports
         # Only loops over a loader change: their headers name it.
         rewriter = _EvalLoopRewriter(
             facts,
@@ -268,9 +282,9 @@ class MetricsCodemod(Rule):
         new_module = module.visit(rewriter)
         synced = rewriter.metrics_fed_gathered_values()
         if not synced:
-            return new_module, rewriter.changes(module)
+            return new_module, rewriter.changes(module) + comprehensions
         adder = _SyncOnComputeOff(facts, synced)
-        return new_module.visit(adder), rewriter.changes(module) + adder.changes(new_module)
+        return new_module.visit(adder), rewriter.changes(module) + adder.changes(new_module) + comprehensions
 
 
 class _EvalLoopRewriter(RuleTransformer):

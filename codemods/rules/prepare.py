@@ -10,7 +10,9 @@ Schedulers need care (Accelerate issues 2926 and 1398, transformers PR 24088):
 * one stepped once per epoch (``StepLR`` after each epoch) is *not* prepared: the prepared
   scheduler would step ``num_processes`` times per call.
 
-Several models and optimizers (a GAN's generator and discriminator) go into the same call.
+Several models and optimizers (a GAN's generator and discriminator) go into the same call. A
+DataLoader wrapped in another class (``train_dl = DeviceDataLoader(train_dl, device)``) is
+prepared right before the wrap: ``prepare`` passes objects it does not know through unchanged.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import assigned_in, dotted, is_main_guard, parameter_names, statement
+from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 from accel_convert.codemods.engine.transformers import HomeBlockTransformer
 
 
@@ -121,6 +124,12 @@ class _Prepare(HomeBlockTransformer):
         where_built = {name for name in self.wanted if name in self.facts.models_prepared_where_built} - set(names)
         rebuilt |= where_built
         head = body[:loop_index]
+        # A loader wrapped in an object of another class (a ``DeviceDataLoader`` moving every
+        # batch): prepare passes such objects through, so the loader is prepared before the wrap.
+        before_wrap = self._prepare_before_wrapping(
+            head, [name for name in names if name in self.facts.loaders], indent
+        )
+        names = [name for name in names if name not in self.prepared_names]
         if where_built:
             head = self._prepare_where_built(head, where_built, indent + "    ")
         tail = self._prepare_where_built(body[loop_index:], rebuilt, indent + "    ") if rebuilt else body[loop_index:]
@@ -137,12 +146,61 @@ class _Prepare(HomeBlockTransformer):
                     first_creation[name] = last_creation[name] = created
                     group[name] = _group(self.facts, name)
                 names = sorted([*names, *above], key=lambda name: (group[name], first_creation[name]))
-        if not names:
-            return body
-        self.prepared_names.update(names)
-        after = max(last_creation[name] for name in names)
-        self.report(body[after], Prepare.code, f"prepare {', '.join(names)} for distributed training", header_only=True)
-        return [*body[: after + 1], prepare_statement(self.accelerator, names, indent), *body[after + 1 :]]
+        if names:
+            self.prepared_names.update(names)
+            after = max(last_creation[name] for name in names)
+            self.report(
+                body[after], Prepare.code, f"prepare {', '.join(names)} for distributed training", header_only=True
+            )
+            body = [*body[: after + 1], prepare_statement(self.accelerator, names, indent), *body[after + 1 :]]
+        if before_wrap:
+            body = [inserted for node in body for inserted in [*before_wrap.get(id(node), ()), node]]
+        return body
+
+    def _prepare_before_wrapping(
+        self, statements: list[cst.BaseStatement], loaders: list[str], indent: str
+    ) -> dict[int, list[cst.BaseStatement]]:
+        """``loader = accelerator.prepare(loader)`` statements to put right before the first
+        statement of ``statements`` that hands one of ``loaders`` to a wrapper class
+        (``train_dl = WrappedDataLoader(train_dl, preprocess)``), by that statement's identity;
+        the loaders so prepared join ``prepared_names``. The accelerator is created before the
+        first statement binding a loader (``accelerator.creation_index``), so before any wrap."""
+        created = self._accelerator_index(statements)
+        inserted: dict[int, list[cst.BaseStatement]] = {}
+        for index, node in enumerate(statements):
+            for loader, wrapper in self._wrappings(node, loaders):
+                if loader in self.prepared_names or (created is not None and created >= index):
+                    continue
+                self.prepared_names.add(loader)
+                self.report(
+                    node,
+                    Prepare.code,
+                    f"prepare {loader} before {wrapper} wraps it (prepare would pass the wrapper through unchanged)",
+                    header_only=True,
+                )
+                inserted.setdefault(id(node), []).append(prepare_statement(self.accelerator, [loader], indent))
+        return inserted
+
+    def _wrappings(self, node: cst.BaseStatement, loaders: list[str]) -> list[tuple[str, str]]:
+        """(loader, wrapper class) for each of ``loaders`` that ``node`` passes to a class that
+        is not a DataLoader: ``X = Wrapper(X, ...)`` or ``Y = Wrapper(X, ...)`` (a class name:
+        a capitalised last part)."""
+        if not (isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1):
+            return []
+        assign = node.body[0]
+        if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call):
+            return []
+        call = assign.value
+        wrapper = dotted(call.func)
+        if wrapper is None or not wrapper.rpartition(".")[2][:1].isupper():
+            return []
+        if self.facts.callee_name(call.func) in DATA_LOADERS:
+            return []
+        return [
+            (arg.value.value, wrapper)
+            for arg in call.args
+            if isinstance(arg.value, cst.Name) and arg.value.value in loaders
+        ]
 
     def _received_models(self, anchor: cst.CSTNode, body: list[cst.BaseStatement]) -> list[str]:
         """Parameters of the home function that are models it trains, bound nowhere in the file but

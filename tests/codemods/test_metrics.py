@@ -914,3 +914,44 @@ def main():
     )
     assert "gather_for_metrics" not in code
     assert [change.line for change in changes if change.code == "ACC913"] == [17]
+
+
+COMPREHENSION_EVALUATION = """\
+def loss_batch(model, xb, yb, opt=None):
+    loss = nn.functional.cross_entropy(model(xb), yb)
+    if opt is not None:
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return loss.item(), len(xb)
+
+
+def fit(epochs, model, opt, train_dl, valid_dl):
+    for epoch in range(epochs):
+        model.train()
+        losses = [loss_batch(model, xb, yb, opt) for xb, yb in train_dl]
+        model.eval()
+        with torch.no_grad():
+            losses, nums = zip(*[loss_batch(model, xb, yb) for xb, yb in valid_dl])
+        print(sum(l * n for l, n in zip(losses, nums)) / sum(nums))
+
+
+def main():
+    train_dl = DataLoader(TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,))), batch_size=2)
+    valid_dl = DataLoader(TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,))), batch_size=2)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    fit(2, model, opt, train_dl, valid_dl)
+"""
+
+
+def test_an_evaluation_in_a_comprehension_is_reported() -> None:
+    """A comprehension cannot take a gather after its forward: the one over the validation
+    loader (under no_grad, after model.eval()) is reported; the training one is not."""
+    _, changes = convert_text(HEADER + COMPREHENSION_EVALUATION)
+    reports = [change for change in changes if change.code == "ACC913"]
+    assert len(reports) == 1, reports
+    assert "valid_dl" in reports[0].message
+    assert reports[0].line == HEADER.count("\n") + COMPREHENSION_EVALUATION.splitlines().index(
+        "            losses, nums = zip(*[loss_batch(model, xb, yb) for xb, yb in valid_dl])"
+    ) + 1

@@ -462,3 +462,38 @@ def main():
     )
     assert "    model, optimizer = accelerator.prepare(model, optimizer)\n    for x, y in loader:" in code
     assert "    loader = accelerator.prepare(loader)\n" in code
+
+
+WRAPPED_LOADERS = """\
+class DeviceDataLoader:
+    def __init__(self, dl, device):
+        self.dl = dl
+        self.device = device
+
+    def __iter__(self):
+        for batch in self.dl:
+            yield [t.to(self.device) for t in batch]
+
+
+def main():
+    device = torch.device("cuda")
+    train_dl = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=2)
+    train_dl = DeviceDataLoader(train_dl, device)
+    valid_dl = DeviceDataLoader(DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1))), device)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in train_dl:
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+"""
+
+
+def test_a_loader_wrapped_in_another_class_is_prepared_before_the_wrap() -> None:
+    """prepare passes objects it does not know through: preparing the wrapper would leave the
+    data unsharded, so the DataLoader is prepared right before it is wrapped."""
+    code, lines = convert(WRAPPED_LOADERS)
+    wrap = lines.index("train_dl = DeviceDataLoader(train_dl, device)")
+    assert lines[wrap - 1] == "train_dl = accelerator.prepare(train_dl)"
+    assert "model, optimizer = accelerator.prepare(model, optimizer)" in lines
+    assert not any("prepare(" in line and "train_dl," in line for line in lines), code
+    assert convert_text(code)[0] == code
