@@ -25,6 +25,7 @@ RULE_MODULES: tuple[str, ...] = (
     "accelerator",
     "dataparallel",
     "device",
+    "batch_to_numpy",
     "prepare",
     "backward",
     "clip_grad",

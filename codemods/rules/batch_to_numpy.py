@@ -1,0 +1,123 @@
+"""ACC118 batch-to-numpy: a batch tensor read as a NumPy array is copied to the CPU first.
+
+A prepared loader puts every tensor of a batch on the accelerator's device, also those the
+original script left on the CPU: a script that moved only its inputs (``images.to(device)``) and
+read its labels with ``labels.numpy()`` for scikit-learn worked on one GPU, but after the
+conversion ``labels`` is a CUDA tensor and ``.numpy()`` raises ``TypeError``. ``labels.cpu()``
+first is a no-op on the CPU and the copy the original made implicitly on a GPU. Only names bound
+per batch by a loop over a prepared loader (and names taken out of them without a call) are
+rewritten; a chain that already goes through ``.cpu()`` or ``.to(...)`` is left alone.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
+
+#: Methods of a chain that already decide where the tensor is.
+_PLACING_METHODS = frozenset({"cpu", "to", "cuda"})
+
+
+class _CopyToCpu(RuleTransformer):
+    def __init__(self, facts: ScriptFacts) -> None:
+        super().__init__(facts, lines_of(facts.call_sites.get(".numpy", ())))
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        func = updated_node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "numpy") or updated_node.args:
+            return updated_node
+        batch = _batch_root(func.value)
+        if batch is None or batch not in self.facts.batch_names_by_function.get(self.function, ()):
+            return updated_node
+        self.report(
+            original_node,
+            BatchToNumpy.code,
+            f"{batch} comes from a prepared loader, on the accelerator's device: .cpu() before .numpy()",
+            header_only=True,
+        )
+        on_cpu = cst.Call(cst.Attribute(func.value, cst.Name("cpu")))
+        return updated_node.with_changes(func=func.with_changes(value=on_cpu))
+
+
+def _batch_root(receiver: cst.BaseExpression) -> str | None:
+    """The name at the root of ``labels``, ``labels.data``, ``batch["y"].detach()``; None when
+    the chain places the tensor itself (``.cpu()``, ``.to(...)``) or is not rooted in a name."""
+    node = receiver
+    while True:
+        if isinstance(node, cst.Name):
+            return node.value
+        if isinstance(node, cst.Call):
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value in _PLACING_METHODS:
+                return None
+            if not isinstance(node.func, cst.Attribute):
+                return None  # a function's result, not the batch itself
+            node = node.func.value
+        elif isinstance(node, cst.Attribute):
+            node = node.value
+        elif isinstance(node, cst.Subscript):
+            node = node.value
+        else:
+            return None
+
+
+class BatchToNumpy(Rule):
+    code = "ACC118"
+    name = "batch-to-numpy"
+    examples = (
+        Example(
+            before="""
+                import numpy as np
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                torch.manual_seed(0)
+                data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+                loader = DataLoader(data, batch_size=8)
+                model = nn.Linear(8, 2).to(device)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                seen = np.zeros(2, dtype=int)
+                for inputs, labels in loader:
+                    optimizer.zero_grad()
+                    logits = model(inputs.to(device))
+                    nn.functional.cross_entropy(logits, labels.to(device)).backward()
+                    optimizer.step()
+                    seen += np.bincount(labels.numpy(), minlength=2)
+            """,
+            after="""
+                import numpy as np
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from accel_convert.runtime import Accelerator
+                accelerator = Accelerator()
+
+                device = accelerator.device
+                torch.manual_seed(0)
+                data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+                loader = DataLoader(data, batch_size=8)
+                model = nn.Linear(8, 2)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                seen = np.zeros(2, dtype=int)
+                for inputs, labels in loader:
+                    optimizer.zero_grad()
+                    logits = model(inputs)
+                    accelerator.backward(nn.functional.cross_entropy(logits, labels))
+                    optimizer.step()
+                    seen += np.bincount(labels.cpu().numpy(), minlength=2)
+            """,
+        ),
+    )
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return facts.has_accelerator and bool(facts.batch_names) and ".numpy" in facts.call_sites
+
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        transformer = _CopyToCpu(facts)
+        return module.visit(transformer), transformer.changes(module)

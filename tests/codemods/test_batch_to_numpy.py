@@ -1,0 +1,56 @@
+"""batch-to-numpy (ACC118): batch tensors read with ``.numpy()`` are copied to the CPU first,
+since a prepared loader puts every batch tensor on the accelerator's device."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.codemods.support import convert
+
+LOOP = """\
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,))), batch_size=2)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    arr = torch.zeros(3)
+    for batch in loader:
+        inputs, labels = batch[0], batch[1]
+        logits = model(inputs)
+        nn.functional.cross_entropy(logits, labels).backward()
+        optimizer.step()
+        {read}
+"""
+
+
+@pytest.mark.parametrize(
+    ("read", "converted"),
+    [
+        ("y = labels.numpy()", "y = labels.cpu().numpy()"),
+        ("y = labels.data.numpy()", "y = labels.data.cpu().numpy()"),
+        ("y = labels.detach().numpy()", "y = labels.detach().cpu().numpy()"),
+        ("y = batch[1].numpy()", "y = batch[1].cpu().numpy()"),
+    ],
+    ids=["name", "data-attribute", "detached", "subscript-of-the-batch"],
+)
+def test_a_batch_tensor_read_as_numpy_is_copied_to_the_cpu(read: str, converted: str) -> None:
+    code, lines = convert(LOOP.replace("{read}", read))
+    assert converted in lines, code
+    assert "#ACC118" in lines
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        "y = labels.cpu().numpy()",
+        "y = labels.detach().cpu().numpy()",
+        "y = labels.to('cpu').numpy()",
+        "y = arr.numpy()",
+        "y = logits.detach().numpy()",
+        "y = torch.softmax(labels, 0).numpy()",
+    ],
+    ids=["already-on-the-cpu", "detached-on-the-cpu", "moved", "not-a-batch", "a-model-output", "a-function-result"],
+)
+def test_other_numpy_reads_are_left_alone(read: str) -> None:
+    code, lines = convert(LOOP.replace("{read}", read))
+    assert read in lines, code
+    assert "#ACC118" not in lines
