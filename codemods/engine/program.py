@@ -499,6 +499,14 @@ class Program:
                             roles[call.callee_module].setdefault(target, set()).add(param + name[len(argument) :])
                 if argument in prepared_in[call.caller_module]:
                     prepared[call.callee_module].add(param)
+        # ``Trainer(model, ...)``: a parameter the callee trains as a model makes the argument
+        # a model where it is built (the callee's module prepares none of what it is handed).
+        handed_over: dict[str, set[str]] = {}
+        for call in calls:
+            callee_facts = facts[call.callee_module]
+            for param, argument in call.arguments:
+                if param in callee_facts.models and param not in callee_facts.frozen_models:
+                    handed_over.setdefault(call.caller_module, set()).add(argument)
         given_models: dict[str, set[str]] = {}
         for name, module in self.modules.items():
             instances = _InstanceCalls(facts[name], name, self.shapes)
@@ -553,6 +561,7 @@ class Program:
                 old,
                 parameter_roles=tuple(sorted((role, frozenset(names)) for role, names in roles[name].items())),
                 prepared=frozenset(prepared[name]),
+                models_handed_over=frozenset(handed_over.get(name, set())),
                 accelerator_reaches=frozenset(reaches.get(name, set())),
                 classes_given_models=frozenset(given_models.get(name, set())),
                 loader_factories=frozenset(loader_factories),

@@ -47,6 +47,11 @@ class ProgramSeeds:
     parameter_roles: tuple[tuple[str, frozenset[str]], ...] = ()
     #: Parameters that receive objects already passed through ``accelerator.prepare``.
     prepared: frozenset[str] = frozenset()
+    #: Names this module passes to a parameter that holds a trained model in another module's
+    #: function or class (``Trainer(model, loaders, cfg)`` whose ``__init__`` builds the
+    #: optimizer over ``self.model``): models here too, so they are prepared where they are built,
+    #: as in a single script.
+    models_handed_over: frozenset[str] = frozenset()
     #: Library only: its module-level functions called only from code that holds the accelerator.
     accelerator_reaches: frozenset[str] = frozenset()
     #: Imported functions (absolute qualified names) that return data loaders.
@@ -164,6 +169,7 @@ def seed_parameter_roles(conclusions: _Conclusions, seeds: ProgramSeeds) -> None
     facts = conclusions.facts
     for role, names in seeds.parameter_roles:
         getattr(facts, role).update(names)
+    facts.models.update(seeds.models_handed_over)
     facts.prepared.update(seeds.prepared)
     facts.frozen_models -= facts.models
 

@@ -24,7 +24,14 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import assigned_in, dotted, is_main_guard, parameter_names, statement
+from accel_convert.codemods.engine.syntax import (
+    assigned_in,
+    class_methods,
+    dotted,
+    is_main_guard,
+    parameter_names,
+    statement,
+)
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 from accel_convert.codemods.engine.transformers import HomeBlockTransformer
 
@@ -52,8 +59,15 @@ class _Prepare(HomeBlockTransformer):
         self.built_above_guard: set[str] = set()
         #: Every name a ``prepare`` statement of this pass received.
         self.prepared_names: set[str] = set()
+        #: Module-level classes of the file that define ``__iter__`` (a loader wrapper).
+        self.iterable_classes: set[str] = set()
 
     def visit_Module(self, node: cst.Module) -> bool:
+        self.iterable_classes = {
+            top.name.value
+            for top in node.body
+            if isinstance(top, cst.ClassDef) and any(m.name.value == "__iter__" for m in class_methods(top))
+        }
         if self.facts.home_kind == "main_guard":
             for top in node.body:
                 if is_main_guard(top):
@@ -182,13 +196,14 @@ class _Prepare(HomeBlockTransformer):
         return inserted
 
     def _wrappings(self, node: cst.BaseStatement, loaders: list[str]) -> list[tuple[str, str]]:
-        """(loader, wrapper class) for each of ``loaders`` that ``node`` passes to a class that
-        is not a DataLoader: ``X = Wrapper(X, ...)`` or ``Y = Wrapper(X, ...)`` (a class name:
-        a capitalised last part)."""
+        """(loader, wrapper class) for each of ``loaders`` that ``node`` hands to a class that is
+        not a DataLoader and stands for it from then on: ``X = Wrapper(X, ...)`` (a class name,
+        capitalised), or ``Y = Wrapper(X, ...)`` with a ``Wrapper`` of this file that defines
+        ``__iter__``. A ``Trainer(model, optimizer, loader)`` only keeps the loader it is given."""
         if not (isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1):
             return []
         assign = node.body[0]
-        if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call):
+        if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call) or len(assign.targets) != 1:
             return []
         call = assign.value
         wrapper = dotted(call.func)
@@ -196,10 +211,13 @@ class _Prepare(HomeBlockTransformer):
             return []
         if self.facts.callee_name(call.func) in DATA_LOADERS:
             return []
+        target = dotted(assign.targets[0].target)
         return [
             (arg.value.value, wrapper)
             for arg in call.args
-            if isinstance(arg.value, cst.Name) and arg.value.value in loaders
+            if isinstance(arg.value, cst.Name)
+            and arg.value.value in loaders
+            and (arg.value.value == target or wrapper in self.iterable_classes)
         ]
 
     def _received_models(self, anchor: cst.CSTNode, body: list[cst.BaseStatement]) -> list[str]:

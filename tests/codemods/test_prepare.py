@@ -497,3 +497,19 @@ def test_a_loader_wrapped_in_another_class_is_prepared_before_the_wrap() -> None
     assert "model, optimizer = accelerator.prepare(model, optimizer)" in lines
     assert not any("prepare(" in line and "train_dl," in line for line in lines), code
     assert convert_text(code)[0] == code
+
+
+def test_a_loader_handed_to_an_iterable_class_of_the_file_is_prepared_before_it() -> None:
+    """``batches = DeviceDataLoader(train_dl, device)``: a class of the file with ``__iter__``
+    stands for the loader under another name; a ``Trainer(model, optimizer, loader)`` does not."""
+    body = WRAPPED_LOADERS.replace(
+        "    train_dl = DeviceDataLoader(train_dl, device)\n", "    batches = DeviceDataLoader(train_dl, device)\n"
+    ).replace("for x, y in train_dl:", "for x, y in batches:")
+    code, lines = convert(body)
+    wrap = lines.index("batches = DeviceDataLoader(train_dl, device)")
+    assert lines[wrap - 1] == "train_dl = accelerator.prepare(train_dl)", code
+    trainer = WRAPPED_LOADERS.replace("def main():", "class Trainer:\n    pass\n\n\ndef main():").replace(
+        "    train_dl = DeviceDataLoader(train_dl, device)\n", "    trainer = Trainer(model, train_dl)\n"
+    )
+    code, lines = convert(trainer)
+    assert "train_dl = accelerator.prepare(train_dl)" not in lines, code

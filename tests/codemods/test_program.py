@@ -517,3 +517,53 @@ def test_a_base_class_in_another_module_uses_the_accelerator_its_subclass_keeps(
     # ``self.model`` is the prepared model super().__init__ receives: saved unwrapped.
     assert 'self.accelerator.save(self.accelerator.unwrap_model(self.model).state_dict(), "last.pt")' in base
     assert "RegressionTrainer(model, optimizer, loader, accelerator).train(2)" in code["train"]
+
+
+TRAINER_BUILDS_OPTIMIZER = """\
+import torch
+
+
+class Trainer:
+    def __init__(self, model, loader, frozen_teacher, lr):
+        self.model = model
+        self.teacher = frozen_teacher.eval()
+        self.loader = loader
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr)
+
+    def fit(self):
+        for x, y in self.loader:
+            self.optimizer.zero_grad()
+            with torch.no_grad():
+                target = self.teacher(x)
+            loss = torch.nn.functional.mse_loss(self.model(x), target + y)
+            loss.backward()
+            self.optimizer.step()
+"""
+
+ENTRY_HANDS_MODEL_OVER = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from trainer import Trainer
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+    net = torch.nn.Linear(4, 1)
+    teacher = torch.nn.Linear(4, 1)
+    teacher.requires_grad_(False)
+    Trainer(net, loader, teacher, 0.1).fit()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_model_handed_to_a_class_of_another_module_that_trains_it_is_prepared_by_the_entry():
+    """The class builds the optimizer over ``self.model`` and leaves preparing what it is handed to
+    its caller: the entry, which only passes ``net`` on, must know it is a model (before, only
+    the loader was prepared and the model trained undistributed)."""
+    code = converted("main", main=ENTRY_HANDS_MODEL_OVER, trainer=TRAINER_BUILDS_OPTIMIZER)
+    assert "net, loader = accelerator.prepare(net, loader)" in code["main"], code["main"]
+    assert "self.optimizer = self.accelerator.prepare(self.optimizer)" in code["trainer"]
