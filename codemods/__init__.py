@@ -39,13 +39,19 @@ def convert_module(
     """
     from accel_convert.codemods.engine.analysis import analyse
     from accel_convert.codemods.engine.positions import reanchor
+    from accel_convert.codemods.engine.program_seeds import callers_of_imported_accelerator_users
     from accel_convert.codemods.engine.registry import all_rules
     from accel_convert.codemods.engine.torch_names import SELF_DISTRIBUTING
 
     facts = analyse(module, source, seeds)
     # A library of a program whose functions the accelerator reaches (a ``log`` helper that
-    # prints) has something to convert even without importing torch.
-    if not facts.uses_torch and not (facts.home_kind == "library" and facts.accessible_functions):
+    # prints) has something to convert even without importing torch; so has an entry script
+    # calling a function of its program that takes the accelerator (``fit(args, loaders)``).
+    if (
+        not facts.uses_torch
+        and not (facts.home_kind == "library" and facts.accessible_functions)
+        and not callers_of_imported_accelerator_users(facts)
+    ):
         return ConversionOutcome(module)
     # A script that distributes itself is only reported on, never rewritten.
     # And so is one whose model trains itself (see ``ScriptFacts.self_training_models``).

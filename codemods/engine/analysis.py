@@ -535,6 +535,7 @@ class _Conclusions:
         if seeds is not None and seeds.library:
             library_home(self, seeds)
             self._library_training_classes()
+            self._library_training_functions()
         else:
             self._home()
         self._batch_names()
@@ -1448,6 +1449,19 @@ class _Conclusions:
             self._class_methods(name)
         bases = self._training_bases(classes)
         facts.accessible_functions |= self._reachable(set(classes) | bases)
+
+    def _library_training_functions(self) -> None:
+        """A library's functions that the accelerator reaches and that build an optimizer (``fit(args,
+        train_loader, val_loader)`` building its model and optimizer, handed the prepared loaders):
+        each prepares what it builds, its model included, where it builds it; no other module
+        holds those names."""
+        facts = self.facts
+        builders = {
+            assign.function
+            for assign in self.r.assigns
+            if set(assign.targets) & facts.optimizers and assign.function in self.r.defs
+        }
+        facts.training_functions |= builders & facts.accessible_functions
 
     def _training_bases(self, classes: Sequence[str]) -> set[str]:
         """The classes of this module that training classes derive from (``Trainer(BaseTrainer)``,

@@ -37,7 +37,7 @@ from accel_convert.codemods.engine.model import ConversionOutcome, Options
 from accel_convert.codemods.engine.names import NameCollector
 from accel_convert.codemods.engine.positions import python_ast
 from accel_convert.codemods.engine.program_seeds import ROLES, ProgramSeeds, program_callee
-from accel_convert.codemods.engine.syntax import dotted, parameter_names
+from accel_convert.codemods.engine.syntax import dotted, nodes_in, parameter_names
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 
 #: Rounds of analysis at most: each round carries facts one module boundary further.
@@ -345,6 +345,25 @@ class _InstanceCalls(NameCollector):
                 self.filled.add((found[0], param, value))
 
 
+def _iterates_parameters(module: cst.Module, function: str) -> bool:
+    """Whether the module-level ``function`` loops over one of its parameters (``for x, y in
+    train_loader``, through ``enumerate``/``tqdm``/``zip``): data its caller hands it."""
+    definition = next(
+        (node for node in module.body if isinstance(node, cst.FunctionDef) and node.name.value == function), None
+    )
+    if definition is None:
+        return False
+    params = set(parameter_names(definition))
+    for node in nodes_in(definition.body):
+        if isinstance(node, (cst.For, cst.CompFor)):
+            iterable = node.iter
+            while isinstance(iterable, cst.Call) and iterable.args:
+                iterable = iterable.args[0].value
+            if dotted(iterable) in params:
+                return True
+    return False
+
+
 def _follow(name: str, aliases: dict[str, str]) -> str:
     """Where a chain of re-exports ends (a cycle ends where it would repeat)."""
     seen = {name}
@@ -382,6 +401,9 @@ class Program:
     def __init__(self, modules: Sequence[ProgramModule], entry: str) -> None:
         self.modules = {module.name: module for module in modules}
         self.entry = entry
+        #: The module that creates the accelerator: the entry script, or the module of the one
+        #: function a thin entry hands everything to (see :meth:`_home_module`).
+        self.home = entry
         names = set(self.modules)
         self.shapes: dict[str, _ModuleShape] = {}
         for module in modules:
@@ -455,6 +477,9 @@ class Program:
             )
             for name, shape in self.shapes.items()
         }
+        self.home = self._home_module(seeds)
+        if self.home != self.entry:
+            seeds = {name: replace(seed, library=name != self.home) for name, seed in seeds.items()}
         for _ in range(MAX_ROUNDS):
             facts = {name: analyse(m.module, m.source, seeds[name]) for name, m in self.modules.items()}
             derived = self._derive(facts, seeds)
@@ -462,6 +487,36 @@ class Program:
                 break
             seeds = derived
         return seeds
+
+    def _home_module(self, seeds: dict[str, ProgramSeeds]) -> str:
+        """The entry script, unless it builds nothing to train (no model, optimizer or loader,
+        no backward) and calls a function of exactly one other module that builds it all (none
+        of its parameters is a trained object) and trains (a thin ``main.py`` whose ``__main__`` block runs ``src.train.run(parse_args())``):
+        that module is then converted as a script whose home is that function, which creates
+        the accelerator, and the entry is left as it is (it has nothing to convert)."""
+        entry = self.modules[self.entry]
+        alone = replace(seeds[self.entry], library=False)
+        entry_facts = analyse(entry.module, entry.source, alone)
+        if entry_facts.trained_objects or entry_facts.call_sites.get(".backward"):
+            return self.entry
+        finder = _Calls(entry_facts, self.entry, {name: shape.params for name, shape in self.shapes.items()}, {})
+        entry.module.visit(finder)
+        homes = set()
+        for module, function in {(call.callee_module, call.callee) for call in finder.found}:
+            candidate = self.modules[module]
+            facts = analyse(candidate.module, candidate.source, replace(seeds[module], library=False))
+            handed_in = _iterates_parameters(candidate.module, function) or (
+                set(self.shapes[module].params.get(function, ())) & facts.trained_objects
+            )
+            if (
+                facts.trained_objects
+                and facts.backward_functions
+                and facts.home_kind == "function"
+                and function in {facts.main_function, facts.creating_function}
+                and not handed_in  # what the entry passes in would stay unprepared
+            ):
+                homes.add(module)
+        return homes.pop() if len(homes) == 1 else self.entry
 
     def _derive(self, facts: dict[str, ScriptFacts], seeds: dict[str, ProgramSeeds]) -> dict[str, ProgramSeeds]:
         functions = {name: shape.params for name, shape in self.shapes.items()}
@@ -482,7 +537,7 @@ class Program:
         prepared: dict[str, set[str]] = {name: set() for name in self.modules}
         prepared_in = {
             name: (
-                _prepared_by_entry(facts[name], self.shapes[name]) if name == self.entry else set(facts[name].prepared)
+                _prepared_by_entry(facts[name], self.shapes[name]) if name == self.home else set(facts[name].prepared)
             )
             for name in self.modules
         }
@@ -658,11 +713,11 @@ class Program:
     def _accelerator_reaches(self, calls: Iterable[_CrossCall], facts: dict[str, ScriptFacts]) -> dict[str, set[str]]:
         """Library functions every one of whose callers in the program holds the accelerator (the
         entry's functions it reaches, and library functions it reached in the previous round)."""
-        entry = facts[self.entry]
+        entry = facts[self.home]
         ok: dict[tuple[str, str], bool] = {}
         for call in calls:
             caller = facts[call.caller_module]
-            if call.caller_module == self.entry:
+            if call.caller_module == self.home:
                 # Module-level code holds it too where the entry creates it there (a script
                 # without functions, or its ``__main__`` block).
                 holds = entry.has_accelerator and call.function in entry.accessible_functions
@@ -672,7 +727,7 @@ class Program:
             ok[key] = ok.get(key, True) and holds
         reaches: dict[str, set[str]] = {}
         for (module, function), holds in ok.items():
-            if holds and module != self.entry:
+            if holds and module != self.home:
                 reaches.setdefault(module, set()).add(function)
         return reaches
 

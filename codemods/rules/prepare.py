@@ -97,11 +97,15 @@ class _Prepare(HomeBlockTransformer):
 
     def _edit_training_function(self, function: str, body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
         """A function given the model by the home block (which prepares it) that builds the
-        optimizer itself: what it builds is prepared there, after the last of it is built and
-        before its first loop over the data (``optimizer = accelerator.prepare(optimizer)``)."""
+        optimizer itself, or a library function building its model too: what it builds is
+        prepared there, after the last of it is built and before its first loop over the data
+        (``optimizer = accelerator.prepare(optimizer)``)."""
         loop_index = self._first_loop_index(body, function)
         first_creation, last_creation = self._creations(body[:loop_index])
-        names = [name for name in self.wanted if name in last_creation and name not in self.facts.models]
+        # A model it builds itself is its to prepare too in a library (the entry holds no name
+        # for it); in a script the home block prepares the models it hands over.
+        library = self.facts.home_kind == "library"
+        names = [name for name in self.wanted if name in last_creation and (library or name not in self.facts.models)]
         if not names:
             return body
         self.prepared_names.update(names)

@@ -567,3 +567,74 @@ def test_a_model_handed_to_a_class_of_another_module_that_trains_it_is_prepared_
     code = converted("main", main=ENTRY_HANDS_MODEL_OVER, trainer=TRAINER_BUILDS_OPTIMIZER)
     assert "net, loader = accelerator.prepare(net, loader)" in code["main"], code["main"]
     assert "self.optimizer = self.accelerator.prepare(self.optimizer)" in code["trainer"]
+
+
+LIBRARY_TRAIN = """\
+import torch
+
+
+def evaluate(model, loader):
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+    return correct
+
+
+def run(args):
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,))))
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    print(evaluate(model, loader))
+"""
+
+THIN_ENTRY = """\
+import argparse
+
+from lib import run
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lr", type=float, default=0.1)
+    run(parser.parse_args())
+"""
+
+
+def test_a_thin_entry_hands_over_to_the_function_that_builds_everything():
+    """The entry builds nothing to train: ``run`` creates the accelerator and prepares what it
+    builds, as in a single script; the entry stays as it is (before: nothing was converted but
+    a removed model move, and everything was reported)."""
+    code = converted("main", main=THIN_ENTRY, lib=LIBRARY_TRAIN)
+    assert code["main"] == THIN_ENTRY
+    assert "    accelerator = Accelerator()" in code["lib"]
+    assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)" in code["lib"]
+    assert "def evaluate(model, loader, accelerator):" in code["lib"]
+
+
+def test_a_library_function_building_its_model_prepares_it_with_its_optimizer():
+    """The entry builds the loader and passes it on; ``fit`` builds the model and its optimizer:
+    the entry (which imports no torch) creates the accelerator, prepares the loader and passes
+    both; ``fit`` prepares its model and optimizer (before: the entry was left unconverted, so
+    ``fit`` missed its accelerator argument, and the model was reported, its move removed)."""
+    built = LIBRARY_TRAIN.split("def run(args):\n")[1].splitlines()[0]
+    library = LIBRARY_TRAIN.replace(f"def run(args):\n{built}\n", "def fit(args, loader):\n")
+    entry = (
+        "import argparse\n\nfrom data import make_loader\nfrom lib import fit\n\n"
+        'if __name__ == "__main__":\n    parser = argparse.ArgumentParser()\n'
+        '    parser.add_argument("--lr", type=float, default=0.1)\n    loader = make_loader()\n'
+        "    fit(parser.parse_args(), loader)\n"
+    )
+    data = (
+        "import torch\n\n\ndef make_loader():\n    return torch.utils.data.DataLoader("
+        "torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,))))\n"
+    )
+    code = converted("main", main=entry, lib=library, data=data)
+    assert "accelerator = Accelerator()" in code["main"], code["main"]
+    assert "def fit(args, loader, accelerator):" in code["lib"]
+    assert "model, optimizer = accelerator.prepare(model, optimizer)" in code["lib"], code["lib"]
+    assert "Accelerator()" not in code["lib"]
