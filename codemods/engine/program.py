@@ -610,6 +610,8 @@ class Program:
             per_epoch.setdefault(call.caller_module, set()).update(
                 argument for param, argument in call.arguments if param in stepped
             )
+        # A checkpoint one module saves may be loaded by another, converted before or after it.
+        saving = {name for name, module_facts in facts.items() if module_facts.call_sites.get("torch.save")}
         derived = {}
         for name, old in seeds.items():
             derived[name] = replace(
@@ -625,6 +627,7 @@ class Program:
                 training_bases=frozenset(cls for module, cls in bases if module == name),
                 training_base_subclasses=frozenset(cls for module, cls in inheriting if module == name),
                 per_epoch_schedulers=frozenset(per_epoch.get(name, set())),
+                saved_elsewhere=bool(saving - {name}),
             )
         return derived
 
@@ -760,7 +763,9 @@ def convert_program(modules: Sequence[ProgramModule], entry: str, options: Optio
     for name in program.order():
         module = program.modules[name]
         module_seeds = replace(
-            seeds[name], accelerator_parameters=tuple(sorted(takes_accelerator.items())), saved_elsewhere=saved
+            seeds[name],
+            accelerator_parameters=tuple(sorted(takes_accelerator.items())),
+            saved_elsewhere=seeds[name].saved_elsewhere or saved,
         )
         outcome = convert_module(module.module, options, module.source, module_seeds)
         outcomes[name] = outcome

@@ -63,8 +63,9 @@ class ProgramSeeds:
     #: Imported functions that take the accelerator once converted → where the parameter sits
     #: among the positional ones (None: keyword-only).
     accelerator_parameters: tuple[tuple[str, int | None], ...] = ()
-    #: Another module of the program (converted before this one) saves with ``accelerator.save``:
-    #: this module's ``torch.load`` lines wait for every rank first, as in a script that saves.
+    #: Another module of the program saves (``torch.save``, or ``accelerator.save`` in a module
+    #: converted before this one): this module's ``torch.load`` lines wait for every rank first,
+    #: as in a script that saves.
     saved_elsewhere: bool = False
     #: This module's classes whose instances code elsewhere in the program hands a prepared model
     #: (``early_stopping(val_loss, model)`` with ``early_stopping = EarlyStopping(...)``): what

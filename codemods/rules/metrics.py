@@ -254,7 +254,7 @@ class MetricsCodemod(Rule):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return bool((facts.eval_loops or facts.loader_comprehensions) and facts.models)
+        return bool((facts.eval_loops or facts.loader_comprehensions) and _evaluated_models(facts))
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         # An evaluation written as a comprehension cannot take a gather after its forward.
@@ -370,7 +370,7 @@ class _EvalLoopRewriter(RuleTransformer):
         for small in node.body:
             call = small.value if isinstance(small, cst.Expr) else None
             func = call.func if isinstance(call, cst.Call) else None
-            if isinstance(func, cst.Attribute) and dotted(func.value) in self.facts.models:
+            if isinstance(func, cst.Attribute) and dotted(func.value) in _evaluated_models(self.facts):
                 if func.attr.value in ("eval", "train"):
                     self._eval_mode[-1] = func.attr.value == "eval"
         return False
@@ -1189,7 +1189,13 @@ def _is_gather(node: cst.CSTNode, facts: ScriptFacts) -> bool:
 
 
 def _is_model_call(node: cst.CSTNode, facts: ScriptFacts) -> TypeGuard[cst.Call]:
-    return isinstance(node, cst.Call) and dotted(node.func) in facts.models
+    return isinstance(node, cst.Call) and dotted(node.func) in _evaluated_models(facts)
+
+
+def _evaluated_models(facts: ScriptFacts) -> set[str]:
+    """The models whose forward an evaluation may run: the trained ones, and those only moved to
+    the device (a model rebuilt from a checkpoint to be tested, no optimizer built over it)."""
+    return facts.models | facts.frozen_models
 
 
 def _contains(node: cst.CSTNode, predicate, kind: type[cst.CSTNode] | None = None) -> bool:
