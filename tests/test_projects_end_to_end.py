@@ -195,8 +195,10 @@ def test_every_project_has_a_golden_set_and_runs_on_two_processes():
 def test_converted_set_is_the_reviewed_golden_set(project: Project, converted):
     result = converted[project.name]
     assert result.exit_code == 0, result.messages
-    assert "local module" in result.messages.splitlines()[-1], "the summary names the converted local modules"
     got = python_files(result.folder)
+    originals = python_files(project.folder)
+    if any(got[name] != originals[name] for name in got if name != project.entry):
+        assert "local module" in result.messages.splitlines()[-1], "the summary names the converted local modules"
     want = python_files(EXPECTED_DIR / project.name)
     # Every file of the project is in the set (unchanged modules copied, so the folder runs).
     assert sorted(got) == sorted(python_files(project.folder)) == sorted(want)

@@ -481,6 +481,8 @@ class _Conclusions:
         self.assigned = {name for assign in recorder.assigns for name in assign.targets}
         #: (function, parameter) → (calling function, argument name) at each call site.
         self.arguments: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        #: (function, name) → the file's classes the function binds the name to an instance of.
+        self._instances: dict[tuple[str, str], set[str]] | None = None
         #: Where the first optimizer is built: the function the accelerator goes into.
         self.optimizer_home: str | None = None
         #: Loops over loaders, with the names the loader goes by at its call sites.
@@ -681,7 +683,56 @@ class _Conclusions:
                 self._construction(call, self.r.classes[callee.value])
             elif isinstance(callee, cst.Attribute) and callee.attr.value in LOADER_PASS_THROUGH_METHODS:
                 self._into_pass_through_method(call, callee.attr.value)
+            elif isinstance(callee, cst.Attribute):
+                self._into_method(call, callee)
         self._attribute_aliases()
+
+    def _into_method(self, call: _Call, callee: cst.Attribute) -> None:
+        """``trainer.fit(train_loader, val_loader)``, ``Trainer(...).fit(...)`` or, in a method,
+        ``self.evaluate(val_loader)``: the arguments flow into the parameters of that method of
+        the file's class (keyed by the class name, as for ``__init__``), so its loop over
+        ``loader`` is a loop over the (prepared) validation loader."""
+        owner = self._instance_class(call, callee.value)
+        if owner is None:
+            return
+        definition = next(
+            (m for m in class_methods(self.r.classes[owner].node) if m.name.value == callee.attr.value), None
+        )
+        if definition is None or self.r.classes[owner].self_names.get(callee.attr.value) is None:
+            return
+        params = parameter_names(definition)[1:]
+        for index, arg in enumerate(call.node.args):
+            value = dotted(arg.value)
+            if value is None or arg.star:
+                continue
+            param = arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
+            if param is not None and param in params:
+                self.arguments.setdefault((owner, param), set()).add((call.function, value))
+
+    def _instance_class(self, call: _Call, receiver: cst.BaseExpression) -> str | None:
+        """The file's class ``receiver`` is an instance of: ``self`` in one of its methods, a
+        construction (``Trainer(...)``), or a name the same function binds to one."""
+        if isinstance(receiver, cst.Call):
+            built = dotted(receiver.func)
+            return built if built in self.r.classes else None
+        if not isinstance(receiver, cst.Name):
+            return None
+        scope = call.scope
+        if (
+            len(scope) >= 2
+            and scope[0] in self.r.classes
+            and self.r.classes[scope[0]].self_names.get(scope[1]) == receiver.value
+        ):
+            return scope[0]
+        if self._instances is None:
+            self._instances = {}
+            for assign in self.r.assigns:
+                value = assign.value
+                if isinstance(value, cst.Call) and dotted(value.func) in self.r.classes:
+                    for target in assign.targets:
+                        self._instances.setdefault((assign.function, target), set()).add(dotted(value.func) or "")
+        found = self._instances.get((call.function, receiver.value), set())
+        return next(iter(found)) if len(found) == 1 else None
 
     def _into_pass_through_method(self, call: _Call, method: str) -> None:
         """``metric_logger.log_every(data_loader, ...)`` with the file's own ``MetricLogger``:

@@ -267,8 +267,15 @@ class CheckpointCodemod(Rule):
         new_module = module.visit(rewriter)
         handed = _classes_given_models(module, facts)
         reported: list[Change] = []
-        if handed:
-            saves = _SavesOfHandedModels(facts, facts.lines_mentioning(callee_words(facts, ("torch.save",))), handed)
+        # Every other class the rewriter does not enter (a callback saving ``trainer.model``):
+        # its saves run on every rank of a distributed run too.
+        helpers = {line.name.value for line in module.body if isinstance(line, cst.ClassDef)}
+        helpers -= facts.training_classes | facts.model_classes | facts.training_bases
+        if not (facts.has_accelerator or facts.home_kind == "library"):
+            helpers = set()
+        if handed or helpers:
+            lines = facts.lines_mentioning(callee_words(facts, ("torch.save",)))
+            saves = _SavesInHelperClasses(facts, lines, handed, helpers - handed)
             module.visit(saves)
             reported = saves.changes(module)
         saved_elsewhere = facts.program is not None and facts.program.saved_elsewhere
@@ -570,14 +577,16 @@ class _HandedModels(cst.CSTVisitor):
             self.found.add(cls)
 
 
-class _SavesOfHandedModels(RuleTransformer):
-    """``torch.save`` in the methods of a class handed a prepared model (no accelerator reaches
-    them): every rank writes the file, with DDP's ``module.`` keys when it is the model's state.
-    Reported (ACC914), not rewritten."""
+class _SavesInHelperClasses(RuleTransformer):
+    """``torch.save`` in the methods of the file's other classes, which no accelerator reaches:
+    every rank writes the file. One handed the prepared model (``early_stopping(val_loss,
+    model)``) saves it with DDP's ``module.`` keys; another (a callback given the trainer, saving
+    ``trainer.model.state_dict()``) may too. Reported (ACC914), not rewritten."""
 
-    def __init__(self, facts: ScriptFacts, lines: set[int], classes: set[str]) -> None:
+    def __init__(self, facts: ScriptFacts, lines: set[int], handed: set[str], others: set[str]) -> None:
         super().__init__(facts, lines)
-        self.classes = classes
+        self.handed = handed
+        self.classes = handed | others
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         return len(self.scope) == 1 and node.name.value in self.classes
@@ -586,14 +595,22 @@ class _SavesOfHandedModels(RuleTransformer):
         return bool(self.scope) and self.scope[0] in self.classes
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        if self.scope and self.scope[0] in self.classes and self.facts.callee_name(original_node.func) == "torch.save":
-            self.report(
-                original_node,
-                "ACC914",
-                f"torch.save in {self.scope[0]}, which is handed the prepared model: every rank writes this file, "
-                "with DDP's 'module.' keys (save accelerator.unwrap_model(model) on the main process)",
-                False,
+        if not (self.scope and self.scope[0] in self.classes):
+            return updated_node
+        if self.facts.callee_name(original_node.func) != "torch.save":
+            return updated_node
+        if self.scope[0] in self.handed:
+            message = (
+                f"torch.save in {self.scope[0]}, which is handed the prepared model: every rank writes this "
+                "file, with DDP's 'module.' keys (save accelerator.unwrap_model(model) on the main process)"
             )
+        else:
+            message = (
+                f"torch.save in {self.scope[0]}, where the accelerator is not reachable: every rank writes this "
+                "file (a prepared model's state with DDP's 'module.' keys); save on the main process, from "
+                "accelerator.unwrap_model(model)"
+            )
+        self.report(original_node, "ACC914", message, False)
         return updated_node
 
 

@@ -638,3 +638,33 @@ def test_a_library_function_building_its_model_prepares_it_with_its_optimizer():
     assert "def fit(args, loader, accelerator):" in code["lib"]
     assert "model, optimizer = accelerator.prepare(model, optimizer)" in code["lib"], code["lib"]
     assert "Accelerator()" not in code["lib"]
+
+
+def test_loaders_reach_methods_through_method_calls_and_helper_class_saves_are_reported():
+    """``Trainer(...).fit(train_loader, val_loader)`` then ``self.evaluate(val_loader)``: the
+    method's ``loader`` is the prepared validation loader, so its evaluation is gathered; a
+    callback class saving ``trainer.model`` (no accelerator reaches it) is reported (ACC914)."""
+    entry = (
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\nfrom callbacks import Saver\n\n\n"
+        "class Trainer:\n    def __init__(self, model, optimizer, callbacks):\n        self.model = model\n"
+        "        self.optimizer = optimizer\n        self.callbacks = callbacks\n\n"
+        "    def fit(self, train_loader, val_loader):\n        for x, y in train_loader:\n"
+        "            self.optimizer.zero_grad()\n"
+        "            torch.nn.functional.cross_entropy(self.model(x), y).backward()\n"
+        "            self.optimizer.step()\n        correct = self.evaluate(val_loader)\n"
+        "        for cb in self.callbacks:\n            cb.on_epoch_end(self, correct)\n\n"
+        "    @torch.no_grad()\n    def evaluate(self, loader):\n        correct = 0\n        for x, y in loader:\n"
+        "            out = self.model(x)\n            correct += (out.argmax(1) == y).sum().item()\n"
+        "        return correct\n\n\ndef main():\n"
+        "    data = TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,)))\n"
+        "    train_loader = DataLoader(data, batch_size=2)\n    val_loader = DataLoader(data, batch_size=4)\n"
+        "    model = torch.nn.Linear(4, 2)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    Trainer(model, optimizer, [Saver()]).fit(train_loader, val_loader)\n"
+    )
+    callbacks = (
+        "import torch\n\n\nclass Saver:\n    def on_epoch_end(self, trainer, correct):\n"
+        '        torch.save(trainer.model.state_dict(), "best.pt")\n'
+    )
+    code = converted("main", main=entry, callbacks=callbacks)
+    assert "out, y = self.accelerator.gather_for_metrics((out, y))" in code["main"], code["main"]
+    assert reports("main", "ACC914", main=entry, callbacks=callbacks)["callbacks"] == [6]
