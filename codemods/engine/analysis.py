@@ -1283,6 +1283,10 @@ class _Conclusions:
                 self.seeds is not None and self.seeds.library and name in self.seeds.accelerator_reaches
             )
             inherited = name in trains_through_a_base
+            if owner.init_params is None and self.seeds is not None and name in self.seeds.inherited_accelerator:
+                # No ``__init__`` here: the base's in another module receives the accelerator.
+                found.append(name)
+                continue
             if not (methods or inherited) or owner.init_params is None or not constructed:
                 continue
             if any(owner.self_names.get(method) is None for method in methods):

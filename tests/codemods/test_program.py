@@ -517,3 +517,76 @@ def test_a_base_class_in_another_module_uses_the_accelerator_its_subclass_keeps(
     # ``self.model`` is the prepared model super().__init__ receives: saved unwrapped.
     assert 'self.accelerator.save(self.accelerator.unwrap_model(self.model).state_dict(), "last.pt")' in base
     assert "RegressionTrainer(model, optimizer, loader, accelerator).train(2)" in code["train"]
+
+
+INHERITING_TRAINER = """\
+import torch
+
+from base import BaseTrainer
+
+
+class ClassifierTrainer(BaseTrainer):
+    def evaluate(self):
+        correct = 0
+        with torch.no_grad():
+            for x, y in self.valid_loader:
+                correct += (self.model(x).argmax(dim=1) == y).sum().item()
+        return correct
+"""
+
+INITIALISING_BASE = """\
+import torch
+
+
+class BaseTrainer:
+    def __init__(self, model, optimizer, loader, valid_loader):
+        self.model, self.optimizer = model, optimizer
+        self.loader = loader
+        self.valid_loader = valid_loader
+
+    def train(self, epochs):
+        for epoch in range(epochs):
+            for x, y in self.loader:
+                self.optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(self.model(x), y).backward()
+                self.optimizer.step()
+            print(f"epoch {epoch} correct {self.evaluate()}")
+"""
+
+TRAIN_WITH_AN_INHERITING_TRAINER = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from trainer import ClassifierTrainer
+
+
+def main():
+    data = TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,)))
+    loader = DataLoader(data, batch_size=4)
+    valid_loader = DataLoader(data, batch_size=8)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    ClassifierTrainer(model, optimizer, loader, valid_loader).train(2)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_subclass_without_init_runs_and_passes_on_its_base_modules_init() -> None:
+    """``ClassifierTrainer`` defines no ``__init__``: constructing it runs ``base.BaseTrainer``'s,
+    which receives the prepared objects and the accelerator; the subclass's evaluation reads it as
+    ``self.accelerator``, which that ``__init__`` keeps."""
+    code = converted(
+        "train", train=TRAIN_WITH_AN_INHERITING_TRAINER, trainer=INHERITING_TRAINER, base=INITIALISING_BASE
+    )
+    base = code["base"]
+    assert "def __init__(self, model, optimizer, loader, valid_loader, accelerator):" in base
+    assert "self.accelerator = accelerator" in base
+    assert "self.accelerator.backward(torch.nn.functional.cross_entropy(self.model(x), y))" in base
+    assert 'self.accelerator.print(f"epoch {epoch} correct {self.evaluate()}")' in base
+    assert "def __init__" not in code["trainer"]
+    assert "self.accelerator.gather_for_metrics(" in code["trainer"]
+    assert "ClassifierTrainer(model, optimizer, loader, valid_loader, accelerator).train(2)" in code["train"]
+    assert "model, optimizer, loader, valid_loader = accelerator.prepare(" in code["train"]
