@@ -254,3 +254,29 @@ def test_batches_drawn_with_next_from_a_loader_are_sharded_data() -> None:
     outcome = convert_module(cst.parse_module(source), Options(), source)
     assert "optimizer, loader = accelerator.prepare(" in outcome.module.code
     assert "ACC901" not in {change.code for change in outcome.changes}
+
+
+TRAINING_COUNTS = {
+    "predictions equal to targets": ("correct += (out.argmax(1) == y).sum().item()", True),
+    "eq method": ("correct += out.argmax(1).eq(y).sum().item()", True),
+    "torch.sum of a comparison": ("correct += torch.sum(out.argmax(1) == y)", True),
+    # A count of samples alone says nothing about one process's predictions.
+    "samples only": ("total += y.size(0)", False),
+}
+
+
+@pytest.mark.parametrize(("count", "reported"), TRAINING_COUNTS.values(), ids=TRAINING_COUNTS.keys())
+def test_a_training_accuracy_counted_per_process_is_reported(count: str, reported: bool) -> None:
+    """No loss is summed: the report is the accuracy's alone (ACC919, with its own message)."""
+    body = in_loop(
+        "x, y = batch\nout = model(x)\nloss = nn.functional.cross_entropy(out, y)\nloss.backward()\n"
+        f"optimizer.step()\n{count}",
+        prelude="",
+    ).replace("def main():", "def main(correct=0, total=0):")
+    outcome = convert_module(cst.parse_module(HEADER + body), Options())
+    found = [change for change in outcome.changes if change.code == "ACC919"]
+    assert len(found) == int(reported)
+    if reported:
+        assert found[0].message.startswith("training predictions counted over this process's batches only")
+        assert not found[0].fixed
+        assert count in outcome.module.code, "left as it was"
