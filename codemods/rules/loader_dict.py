@@ -330,22 +330,30 @@ class _GatherSums(RuleTransformer):
 
     def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.For:
         loop = original_node
+        loader, batch = _loader_and_batch(loop)
         if not (
-            isinstance(loop.iter, cst.Subscript)
-            and isinstance(loop.iter.value, cst.Name)
+            isinstance(loader, cst.Subscript)
+            and isinstance(loader.value, cst.Name)
             and isinstance(updated_node.body, cst.IndentedBlock)
         ):
             return updated_node
-        name = loop.iter.value.value
+        name = loader.value.value
         # The dict itself, or a parameter its callers pass it to (``train_model(..., loaders)``).
         passed = self._arguments_for(name)
         held = [name] if passed is None else passed
         if not held or not all(dict_name in self.prepared for dict_name in held):
             return updated_node
-        if not any(isinstance(node, cst.AugAssign) for node in nodes_in(loop.body)):
+        inside = nodes_in(loop.body)
+        if any(_accumulates(node) for node in inside):
+            # ``meter.update(loss.item(), inputs.size(0))``, ``losses.append(...)``: per process.
+            self.report(
+                original_node, SUMS_NOT_GATHERED, NOT_GATHERED_MESSAGE.format(name=name), False, header_only=True
+            )
+            return updated_node
+        if not any(isinstance(node, cst.AugAssign) for node in inside):
             return updated_node  # nothing counted per process
         body = list(updated_node.body.body)
-        gathered = self._gathered_body(loop, body) if self.accelerator_reachable() else None
+        gathered = self._gathered_body(batch, body) if self.accelerator_reachable() and batch is not None else None
         if gathered is None:
             self.report(
                 original_node, SUMS_NOT_GATHERED, NOT_GATHERED_MESSAGE.format(name=name), False, header_only=True
@@ -364,17 +372,17 @@ class _GatherSums(RuleTransformer):
     # -- the analysis of one loop -------------------------------------------------------------
 
     def _gathered_body(
-        self, loop: cst.For, body: list[cst.BaseStatement]
+        self, batch: cst.BaseExpression, body: list[cst.BaseStatement]
     ) -> tuple[list[cst.BaseStatement], int] | None:
-        """The loop body with the gather inserted before its trailing sums, and the index of the
-        first sum in ``body``; None when unsafe."""
+        """The loop body with the gather inserted before its trailing sums (``batch``: the loop's
+        target for the batch), and the index of the first sum in ``body``; None when unsafe."""
         first_sum = len(body)
         while first_sum > 0 and _running_sum(body[first_sum - 1]) is not None:
             first_sum -= 1
         sums = [_running_sum(line) for line in body[first_sum:]]
         if not sums or any(isinstance(node, cst.AugAssign) for line in body[:first_sum] for node in nodes_in(line)):
             return None  # a sum elsewhere in the loop (inside an if, before the forward)
-        rows = set(target_names(loop.target))
+        rows = set(target_names(batch))
         if not rows or not all(name.isidentifier() for name in rows):
             return None
         losses: dict[str, cst.Call] = {}
@@ -582,6 +590,41 @@ class _GatherSums(RuleTransformer):
             anchor = counted_gathered[0] if counted_gathered else counting.used[-1] if counting.used else gathered[0]
             rewritten = cast(cst.BaseExpression, rewritten.visit(_Renamer({ROWS_PLACEHOLDER: anchor})))
         return rewritten
+
+
+#: Wrappers a loop may put around a loader (``enumerate`` adds an index before the batch).
+LOADER_WRAPPERS = frozenset({"tqdm", "enumerate", "iter"})
+#: Calls that keep a value per batch for later (an AverageMeter's ``update``, a list's ``append``).
+ACCUMULATING_METHODS = frozenset({"update", "append", "extend"})
+
+
+def _loader_and_batch(loop: cst.For) -> tuple[cst.BaseExpression, cst.BaseExpression | None]:
+    """What the loop iterates under ``tqdm(...)``/``enumerate(...)``, and its target for the batch
+    (None when an ``enumerate``'s target cannot be split into index and batch)."""
+    loader, batch = loop.iter, cast("cst.BaseExpression | None", loop.target)
+    while (
+        isinstance(loader, cst.Call)
+        and isinstance(loader.func, (cst.Name, cst.Attribute))
+        and (loader.func.value if isinstance(loader.func, cst.Name) else loader.func.attr.value) in LOADER_WRAPPERS
+        and loader.args
+    ):
+        if isinstance(loader.func, cst.Name) and loader.func.value == "enumerate":
+            if isinstance(batch, cst.Tuple) and len(batch.elements) == 2:
+                batch = batch.elements[1].value
+            else:
+                batch = None
+        loader = loader.args[0].value
+    return loader, batch
+
+
+def _accumulates(node: cst.CSTNode) -> bool:
+    """``meter.update(...)``/``values.append(...)`` with arguments: a value kept per batch."""
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in ACCUMULATING_METHODS
+        and bool(node.args)
+    )
 
 
 def _in_source_order(statements: Sequence[cst.CSTNode]) -> list[cst.CSTNode]:

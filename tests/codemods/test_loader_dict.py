@@ -119,3 +119,30 @@ def test_a_dict_bound_twice_is_left_to_the_report() -> None:
     assert "accelerator.prepare(loader)" not in outcome.module.code
     assert "gather_for_metrics" not in outcome.module.code
     assert "ACC901" in {change.code for change in outcome.changes}
+
+
+@pytest.mark.parametrize(
+    ("loop", "statistics"),
+    [
+        ("for inputs, labels in tqdm(dataloaders[phase]):", TUTORIAL_STATISTICS),
+        ("for step, (inputs, labels) in enumerate(dataloaders[phase]):", TUTORIAL_STATISTICS),
+    ],
+    ids=["tqdm", "enumerate"],
+)
+def test_a_wrapped_loop_over_the_dict_is_gathered_too(loop: str, statistics: str) -> None:
+    source = TEMPLATE.format(statistics=statistics, criterion="nn.CrossEntropyLoss()", loader="dataloaders")
+    source = source.replace("for inputs, labels in dataloaders[phase]:", loop)
+    source = "from tqdm import tqdm\n" + source
+    outcome = convert_module(cst.parse_module(source), Options())
+    lines = [line.strip() for line in outcome.module.code.splitlines()]
+    assert "running_corrects += torch.sum(gathered_preds == gathered_labels.data)" in lines
+    assert "ACC928" not in {change.code for change in outcome.changes}
+
+
+def test_a_meter_updated_per_batch_is_reported() -> None:
+    """``meter.update(loss.item(), inputs.size(0))`` keeps one process's values: not gathered."""
+    lines, changes = convert(
+        TUTORIAL_STATISTICS + "\n            meter.update(loss.item(), inputs.size(0))",
+    )
+    assert not any("gather_for_metrics" in line for line in lines)
+    assert [change.code for change in changes].count("ACC928") == 1
