@@ -29,6 +29,7 @@ from typing import cast
 
 import libcst as cst
 
+from accel_convert.codemods.engine.accelerator_code import is_accelerator_method
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
@@ -320,6 +321,8 @@ class _GatherSums(RuleTransformer):
         self.module = module
         self.prepared = prepared
         self._functions: list[cst.FunctionDef] = []
+        #: Names the tree binds from ``accelerator.prepare(...)`` (found when first needed).
+        self._prepared_here: set[str] | None = None
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._functions.append(node)
@@ -505,8 +508,22 @@ class _GatherSums(RuleTransformer):
     def _is_model(self, name: str) -> bool:
         passed = self._arguments_for(name)
         if passed is not None:
-            return bool(passed) and all(self.facts.is_model(argument) for argument in passed)
-        return name in self.facts.models
+            return bool(passed) and all(self._known_model(argument) for argument in passed)
+        return self._known_model(name)
+
+    def _known_model(self, name: str) -> bool:
+        """A model of the analysis, or a name the converted tree prepares that is no other
+        training object (the tutorial's ``model_conv``, known only by ``model_conv.fc``)."""
+        if name in self.facts.models:
+            return True
+        if self._prepared_here is None:
+            self._prepared_here = set()
+            for node in nodes_in(self.module):
+                if isinstance(node, cst.Assign) and is_accelerator_method(node.value, self.facts, "prepare"):
+                    for target in node.targets:
+                        self._prepared_here.update(target_names(target.target))
+        others = self.facts.optimizers | self.facts.loaders | self.facts.schedulers
+        return name in self._prepared_here and name not in others
 
     def _is_mean_loss_call(self, call: cst.Call, rows: set[str]) -> bool:
         """``criterion(outputs, labels)`` on two per-sample names, with a mean-reduced loss built
