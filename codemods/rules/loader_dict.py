@@ -34,31 +34,12 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import nodes_in, parameter_names, statement, target_names
-from accel_convert.codemods.engine.torch_names import DATA_LOADERS, SELF_DISTRIBUTING
+from accel_convert.codemods.engine.torch_names import DATA_LOADERS, MEAN_LOSSES, SELF_DISTRIBUTING
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import variables_read
 
 #: A loop over a prepared dict's loaders whose sums cannot be gathered per sample: reported.
 SUMS_NOT_GATHERED = "ACC928"
-#: Loss constructors and functions whose default reduction is the mean over the batch's rows.
-MEAN_LOSSES = frozenset(
-    {
-        "torch.nn.CrossEntropyLoss",
-        "torch.nn.NLLLoss",
-        "torch.nn.MSELoss",
-        "torch.nn.L1Loss",
-        "torch.nn.BCELoss",
-        "torch.nn.BCEWithLogitsLoss",
-        "torch.nn.SmoothL1Loss",
-        "torch.nn.HuberLoss",
-        "torch.nn.functional.cross_entropy",
-        "torch.nn.functional.nll_loss",
-        "torch.nn.functional.mse_loss",
-        "torch.nn.functional.l1_loss",
-        "torch.nn.functional.binary_cross_entropy",
-        "torch.nn.functional.binary_cross_entropy_with_logits",
-    }
-)
 #: Methods that move or cast a batch tensor and keep its rows.
 ROW_KEEPING_METHODS = frozenset({"to", "cuda", "cpu", "float", "long", "double", "half", "detach"})
 #: Longest one-line gather statement before its arguments go on their own line.
