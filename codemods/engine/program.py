@@ -265,6 +265,12 @@ class _Calls(NameCollector):
             callee: str | None = ".".join(self.bases[self.scope[0]])
         else:
             callee = program_callee(self.facts, node.func, self.scope)
+        if callee is None and isinstance(node.func, cst.Name):
+            # A class of this module without ``__init__`` whose base is another module's.
+            local = f"{self.name}.{node.func.value}"
+            scope = self.facts.name_table.scopes.get(tuple(self.scope)) if self.scope else None
+            shadowed = scope is not None and scope.binds(node.func.value)  # a local of that name
+            callee = local if local in self.initialisers and not shadowed else None
         if callee is None:
             return
         if not through_super and callee in self.initialisers:

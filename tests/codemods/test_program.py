@@ -590,3 +590,20 @@ def test_a_subclass_without_init_runs_and_passes_on_its_base_modules_init() -> N
     assert "self.accelerator.gather_for_metrics(" in code["trainer"]
     assert "ClassifierTrainer(model, optimizer, loader, valid_loader, accelerator).train(2)" in code["train"]
     assert "model, optimizer, loader, valid_loader = accelerator.prepare(" in code["train"]
+
+
+def test_a_subclass_of_the_entry_without_init_runs_its_base_modules_init() -> None:
+    """The same subclass defined in the entry script itself: its construction there fills the
+    base module's ``__init__``, which receives the accelerator (by keyword, from the entry's own
+    training-class rewrite)."""
+    subclass = INHERITING_TRAINER.split("\n\n\n", 1)[1]
+    entry = TRAIN_WITH_AN_INHERITING_TRAINER.replace(
+        "from trainer import ClassifierTrainer\n", "from base import BaseTrainer\n\n\n" + subclass
+    )
+    code = converted("train", train=entry, base=INITIALISING_BASE)
+    assert "def __init__(self, model, optimizer, loader, valid_loader, accelerator):" in code["base"]
+    assert "self.accelerator.backward(" in code["base"]
+    assert "self.accelerator.gather_for_metrics(" in code["train"]
+    assert (
+        "ClassifierTrainer(model, optimizer, loader, valid_loader, accelerator=accelerator).train(2)" in code["train"]
+    )
