@@ -568,12 +568,13 @@ class Program:
             per_epoch.setdefault(call.caller_module, set()).update(
                 argument for param, argument in call.arguments if param in stepped
             )
-        # A class with no ``__init__`` whose inherited one (another module's) keeps the accelerator:
-        # its instances hold ``self.accelerator`` for its own methods.
+        # A class with no ``__init__`` whose inherited one keeps the accelerator (a base in another
+        # module, or in its own when another module constructs it): its instances hold
+        # ``self.accelerator`` for its own methods.
         inherits_accelerator = {
             (module, cls)
             for (module, cls), (base_module, base) in self.initialiser_classes(parents).items()
-            if base_module != module and base in facts[base_module].training_classes
+            if base in facts[base_module].training_classes
         }
         derived = {}
         for name, old in seeds.items():

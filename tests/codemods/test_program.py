@@ -607,3 +607,14 @@ def test_a_subclass_of_the_entry_without_init_runs_its_base_modules_init() -> No
     assert (
         "ClassifierTrainer(model, optimizer, loader, valid_loader, accelerator=accelerator).train(2)" in code["train"]
     )
+
+
+def test_a_library_subclass_without_init_over_a_base_of_its_own_module_gathers_with_self_accelerator() -> None:
+    """Base and subclass in one library module, the subclass constructed by the entry only: the
+    base receives the accelerator and the subclass's evaluation reads ``self.accelerator``."""
+    subclass = INHERITING_TRAINER.split("\n\n\n", 1)[1]
+    library = INITIALISING_BASE + "\n\n" + subclass
+    code = converted("train", train=TRAIN_WITH_AN_INHERITING_TRAINER, trainer=library)
+    assert "def __init__(self, model, optimizer, loader, valid_loader, accelerator):" in code["trainer"]
+    assert "self.accelerator.gather_for_metrics(" in code["trainer"]
+    assert "ClassifierTrainer(model, optimizer, loader, valid_loader, accelerator).train(2)" in code["train"]
