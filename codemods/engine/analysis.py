@@ -164,7 +164,7 @@ class _Recorder(NameCollector):
         self.loops: list[_Loop] = []
         #: Comprehensions' ``for`` clauses: (function, what they iterate, index in ``collected``
         #: of the statement or call they are in, under ``no_grad``, order among loops).
-        self.comprehension_loops: list[tuple[str | None, str | None, int, bool, int]] = []
+        self.comprehension_loops: list[tuple[str, str | None, int, bool, int]] = []
         self.breaks: list[tuple[cst.Break, tuple[_Loop, ...], tuple[_If, ...], str]] = []
         #: Module-level functions → parameter names.
         self.defs: dict[str, tuple[str, ...]] = {}
@@ -1353,6 +1353,10 @@ class _Conclusions:
                 self.seeds is not None and self.seeds.library and name in self.seeds.accelerator_reaches
             )
             inherited = name in trains_through_a_base
+            if owner.init_params is None and self.seeds is not None and name in self.seeds.inherited_accelerator:
+                # No ``__init__`` here: the base's in another module receives the accelerator.
+                found.append(name)
+                continue
             if not (methods or inherited) or owner.init_params is None or not constructed:
                 continue
             if any(owner.self_names.get(method) is None for method in methods):

@@ -248,11 +248,15 @@ class _Calls(NameCollector):
         name: str,
         functions: dict[str, dict[str, tuple[str, ...]]],
         bases: dict[str, tuple[str, str]],
+        initialisers: dict[str, tuple[str, str]] | None = None,
     ) -> None:
         super().__init__()
         self.facts, self.name, self.functions = facts, name, functions
         #: This module's classes → the class of another program module they derive from.
         self.bases = bases
+        #: Program classes without an ``__init__`` (qualified) → the class whose ``__init__``
+        #: constructing them runs.
+        self.initialisers = initialisers or {}
         self.found: list[_CrossCall] = []
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -261,8 +265,18 @@ class _Calls(NameCollector):
             callee: str | None = ".".join(self.bases[self.scope[0]])
         else:
             callee = program_callee(self.facts, node.func, self.scope)
+        if callee is None and isinstance(node.func, cst.Name):
+            # A class of this module without ``__init__`` whose base is another module's.
+            local = f"{self.name}.{node.func.value}"
+            scope = self.facts.name_table.scopes.get(tuple(self.scope)) if self.scope else None
+            shadowed = scope is not None and scope.binds(node.func.value)  # a local of that name
+            callee = local if local in self.initialisers and not shadowed else None
         if callee is None:
             return
+        if not through_super and callee in self.initialisers:
+            # ``ClassifierTrainer(model, ...)`` with no ``__init__`` of its own runs its base's
+            # (in another module): the arguments fill the base's parameters, as if it were built.
+            callee = ".".join(self.initialisers[callee])
         module, _, function = callee.rpartition(".")
         if module == self.name or function not in self.functions.get(module, {}):
             return
@@ -411,6 +425,9 @@ class Program:
             module.module.visit(visitor)
             visitor.shape.extents = _extents(module.source, module.module)
             self.shapes[module.name] = visitor.shape
+        #: Classes without an ``__init__`` (qualified) → the class whose ``__init__`` builds them
+        #: (see :meth:`initialisers`), as the last round of :meth:`plan` found them.
+        self.inherited_inits: dict[str, tuple[str, str]] = {}
 
     def aliases(self) -> dict[str, str]:
         """Qualified names under which a program function is also reachable → where it is defined:
@@ -521,6 +538,7 @@ class Program:
     def _derive(self, facts: dict[str, ScriptFacts], seeds: dict[str, ProgramSeeds]) -> dict[str, ProgramSeeds]:
         functions = {name: shape.params for name, shape in self.shapes.items()}
         parents = self._class_parents(facts)
+        initialisers = self.inherited_inits = self.initialisers(parents)
         calls: list[_CrossCall] = []
         for name, module in self.modules.items():
             elsewhere = {
@@ -530,7 +548,7 @@ class Program:
                 for base in sorted(found)
                 if base[0] != name
             }
-            finder = _Calls(facts[name], name, functions, elsewhere)
+            finder = _Calls(facts[name], name, functions, elsewhere, initialisers)
             module.module.visit(finder)
             calls.extend(finder.found)
         roles: dict[str, dict[str, set[str]]] = {name: {} for name in self.modules}
@@ -598,10 +616,13 @@ class Program:
             for owner, _ in found:
                 if owner == name:
                     continue
-                for role in ROLES:
+                for role in (*ROLES, "eval_loaders"):
                     inherited = {held for held in getattr(facts[owner], role) if held.startswith("self.")}
                     if inherited:
-                        roles[name].setdefault(role, set()).update(inherited)
+                        target = "train_loaders" if role == "eval_loaders" else role
+                        roles[name].setdefault(target, set()).update(inherited)
+                # Prepared where the base's ``__init__`` received them (the entry prepared them).
+                prepared[name] |= {held for held in facts[owner].prepared_attributes if held.startswith("self.")}
         bases = self._training_bases(parents, facts, calls)
         inheriting = self._inheriting_training(parents, facts)
         per_epoch: dict[str, set[str]] = {}
@@ -612,6 +633,14 @@ class Program:
             )
         # A checkpoint one module saves may be loaded by another, converted before or after it.
         saving = {name for name, module_facts in facts.items() if module_facts.call_sites.get("torch.save")}
+        # A class with no ``__init__`` whose inherited one keeps the accelerator (a base in another
+        # module, or in its own when another module constructs it): its instances hold
+        # ``self.accelerator`` for its own methods.
+        inherits_accelerator = {
+            (module, cls)
+            for (module, cls), (base_module, base) in self.initialiser_classes(parents).items()
+            if base in facts[base_module].training_classes
+        }
         derived = {}
         for name, old in seeds.items():
             derived[name] = replace(
@@ -626,6 +655,7 @@ class Program:
                 backward_functions=frozenset(backward - {f"{name}.{f}" for f in self.shapes[name].params}),
                 training_bases=frozenset(cls for module, cls in bases if module == name),
                 training_base_subclasses=frozenset(cls for module, cls in inheriting if module == name),
+                inherited_accelerator=frozenset(cls for module, cls in inherits_accelerator if module == name),
                 per_epoch_schedulers=frozenset(per_epoch.get(name, set())),
                 saved_elsewhere=bool(saving - {name}),
             )
@@ -650,6 +680,34 @@ class Program:
                     if owner in self.shapes and cls in self.shapes[owner].methods:
                         found.add((owner, cls))
         return parents
+
+    def initialiser_classes(
+        self, parents: dict[tuple[str, str], set[tuple[str, str]]]
+    ) -> dict[tuple[str, str], tuple[str, str]]:
+        """(module, class) of each program class without an ``__init__`` of its own → the program
+        class whose ``__init__`` constructing it runs: the first up its chain of single bases that
+        defines one (several bases: the method resolution order decides, not followed)."""
+        found: dict[tuple[str, str], tuple[str, str]] = {}
+        for child in parents:
+            module, cls = child
+            if cls in self.shapes[module].classes:
+                continue
+            current, seen = child, {child}
+            while current[1] not in self.shapes[current[0]].classes:
+                bases = parents.get(current, set())
+                if len(bases) != 1:
+                    break
+                current = next(iter(bases))
+                if current in seen:
+                    break
+                seen.add(current)
+            else:
+                found[child] = current
+        return found
+
+    def initialisers(self, parents: dict[tuple[str, str], set[tuple[str, str]]]) -> dict[str, tuple[str, str]]:
+        """:meth:`initialiser_classes` keyed by qualified name (``trainers.ClassifierTrainer``)."""
+        return {f"{module}.{cls}": base for (module, cls), base in self.initialiser_classes(parents).items()}
 
     def _inheriting_training(
         self, parents: dict[tuple[str, str], set[tuple[str, str]]], facts: dict[str, ScriptFacts]
@@ -757,6 +815,7 @@ def convert_program(modules: Sequence[ProgramModule], entry: str, options: Optio
 
     program = Program(modules, entry)
     seeds = program.plan()
+    inherited_inits = program.inherited_inits
     takes_accelerator: dict[str, int | None] = {}
     outcomes: dict[str, ConversionOutcome] = {}
     saved = False
@@ -771,6 +830,11 @@ def convert_program(modules: Sequence[ProgramModule], entry: str, options: Optio
         outcomes[name] = outcome
         if outcome.module is not module.module:
             takes_accelerator.update(accelerator_parameters(name, program.shapes[name], outcome.module))
+        # Constructing a class without ``__init__`` passes the accelerator where its base's takes it.
+        for subclass, (base_module, base) in inherited_inits.items():
+            taken = f"{base_module}.{base}"
+            if taken in takes_accelerator:
+                takes_accelerator.setdefault(subclass, takes_accelerator[taken])
         # A checkpoint a library saves (``utils.save_checkpoint``) may be loaded by its importers.
         saved = saved or "accelerator.save(" in outcome.module.code
     return outcomes

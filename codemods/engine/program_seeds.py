@@ -79,6 +79,10 @@ class ProgramSeeds:
     #: backward or loop over a loader): training classes even when their own methods only define
     #: a step, and they keep the accelerator for the base's methods.
     training_base_subclasses: frozenset[str] = frozenset()
+    #: This module's classes without an ``__init__`` of their own whose inherited one (of a
+    #: training class, here or in another module) receives and keeps the accelerator: their
+    #: methods read ``self.accelerator``.
+    inherited_accelerator: frozenset[str] = frozenset()
     #: Names this module passes to a function or class of another module that steps them as a
     #: scheduler once per epoch (``Trainer(..., lr_scheduler=lr_scheduler)`` whose epoch loop
     #: calls ``self.lr_scheduler.step()``): not prepared, as in a single script.

@@ -35,6 +35,8 @@ RULE_MODULES: tuple[str, ...] = (
     "amp",
     "accumulate",
     "metrics",
+    # After metrics (which gathers in evaluation loops over prepared loaders, never over a dict's).
+    "loader_dict",
     "checkpoint",
     "side_effects",
     "downloads",

@@ -277,3 +277,23 @@ RANDOM_TENSOR_FUNCTIONS = frozenset(
 NUMPY_RANDOM_NOT_DRAWS = frozenset(
     {"numpy.random.seed", "numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.Generator"}
 )
+#: Loss constructors and functions whose default reduction is the mean over the batch's rows
+#: (``criterion(out, y).item() * y.size(0)`` is then the rows' sum of losses).
+MEAN_LOSSES = frozenset(
+    {
+        "torch.nn.CrossEntropyLoss",
+        "torch.nn.NLLLoss",
+        "torch.nn.MSELoss",
+        "torch.nn.L1Loss",
+        "torch.nn.BCELoss",
+        "torch.nn.BCEWithLogitsLoss",
+        "torch.nn.SmoothL1Loss",
+        "torch.nn.HuberLoss",
+        "torch.nn.functional.cross_entropy",
+        "torch.nn.functional.nll_loss",
+        "torch.nn.functional.mse_loss",
+        "torch.nn.functional.l1_loss",
+        "torch.nn.functional.binary_cross_entropy",
+        "torch.nn.functional.binary_cross_entropy_with_logits",
+    }
+)

@@ -23,6 +23,13 @@ padding. Batches of per-sample lists (detection: ``collate_fn`` returning ``tupl
 outputs rebuilt per image) are gathered list by list with ``use_gather_object=True``; where only
 some of the values are known to be lists, the loop is reported instead.
 
+An ensemble's ``probs = torch.stack([m(x).softmax(-1) for m in models]).mean(0)`` is a forward
+too when every member of ``models`` goes through a function that prepares its model parameter
+(``for m in models: train(m, loader)``, the prepare rule's ``accelerator.prepare(model, ...)``
+there; the list may reach the evaluation as a parameter): the stack's new first dimension is
+averaged away, one row per sample remains. Members of a list nothing prepares, or stacked
+without that average, are reported (ACC913).
+
 A torchmetrics metric updated with the gathered values (``metric.update(output, target)``) would
 sync across processes once more in ``compute()`` (its default ``sync_on_compute=True``): ratios
 come out right, but sums and counts (``SumMetric``, a confusion matrix, ``MeanSquaredError``'s
@@ -278,6 +285,7 @@ class MetricsCodemod(Rule):
             _torchmetrics_in(module, facts),
             _loaders_over_streams(module, facts),
             _loaders_of_sample_lists(module, facts),
+            _prepared_model_lists(module, facts),
         )
         new_module = module.visit(rewriter)
         synced = rewriter.metrics_fed_gathered_values()
@@ -296,8 +304,11 @@ class _EvalLoopRewriter(RuleTransformer):
         torchmetrics: _TorchMetrics,
         streams: dict[str, str],
         zipped_loaders: set[str],
+        model_lists: dict[str, set[str]] | None = None,
     ) -> None:
         super().__init__(facts, lines)
+        #: Module-level function → names there holding a list of prepared models (an ensemble).
+        self._model_lists = model_lists or {}
         self._layouts = layouts
         self._torchmetrics = torchmetrics
         #: Loaders over an iterable dataset class of the file without ``__len__`` → that class.
@@ -621,6 +632,12 @@ class _EvalLoopRewriter(RuleTransformer):
                 body = body.with_changes(body=hoisted)
                 loop = loop.with_changes(body=body)
                 forward = _find_forward(body.body, self.facts)
+        if forward is None:
+            # ``probs = torch.stack([m(x).softmax(-1) for m in models]).mean(0)`` over a list of
+            # prepared models: one row per sample, gathered as a forward's output is.
+            forward = _find_ensemble_forward(
+                body.body, self.facts, self._model_lists.get(self.function, set()), targets
+            )
         if forward is None:
             if _contains(loop, lambda n: _is_model_call(n, self.facts), cst.Call):
                 self.report(
@@ -1283,6 +1300,181 @@ def _find_forward(
             if found:
                 return found
     return None
+
+
+#: Methods applied to each member's output that keep one row per sample (their dim is never 0).
+ROW_WISE_METHODS = frozenset({"softmax", "log_softmax", "sigmoid", "float", "detach"})
+
+
+def _find_ensemble_forward(
+    statements: Sequence[cst.BaseStatement], facts: ScriptFacts, model_lists: set[str], batch: tuple[str, ...]
+) -> tuple[cst.SimpleStatementLine, tuple[str, ...]] | None:
+    """The first ``probs = torch.stack([m(x)... for m in models]).mean(0)`` line of the loop body
+    (also inside ``with`` blocks), ``models`` a list of prepared models: the members' outputs on
+    the batch stacked along a new first dimension and averaged (or summed) over it again, so the
+    result has one row per sample, as a single model's output has."""
+    if not model_lists:
+        return None
+    for statement in statements:
+        if isinstance(statement, cst.With) and isinstance(statement.body, cst.IndentedBlock):
+            found = _find_ensemble_forward(list(statement.body.body), facts, model_lists, batch)
+            if found:
+                return found
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+            continue
+        assign = statement.body[0]
+        if (
+            isinstance(assign, cst.Assign)
+            and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)
+            and _is_ensemble_average(assign.value, facts, model_lists, batch)
+        ):
+            return statement, (assign.targets[0].target.value,)
+    return None
+
+
+def _is_ensemble_average(
+    value: cst.BaseExpression, facts: ScriptFacts, model_lists: set[str], batch: tuple[str, ...]
+) -> bool:
+    """``torch.stack(<members>).mean(0)`` (or ``.sum(0)``, ``dim=0``) where ``<members>`` is
+    ``[m(x)... for m in models]`` over a list of prepared models, called on the batch."""
+    if not (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in ("mean", "sum")
+        and _is_dim_zero(value.args)
+    ):
+        return False
+    stacked = value.func.value
+    if not (
+        isinstance(stacked, cst.Call)
+        and facts.qualified_name(stacked.func) == "torch.stack"
+        and stacked.args
+        and stacked.args[0].keyword is None
+        and (len(stacked.args) == 1 or _is_dim_zero(stacked.args[1:]))
+    ):
+        return False
+    members = stacked.args[0].value
+    if not (
+        isinstance(members, (cst.ListComp, cst.GeneratorExp))
+        and members.for_in.inner_for_in is None
+        and not members.for_in.ifs
+        and isinstance(members.for_in.target, cst.Name)
+        and isinstance(members.for_in.iter, cst.Name)
+        and members.for_in.iter.value in model_lists
+    ):
+        return False
+    member = members.for_in.target.value
+    output = members.elt
+    while (
+        isinstance(output, cst.Call)
+        and isinstance(output.func, cst.Attribute)
+        and output.func.attr.value in ROW_WISE_METHODS
+        and not _mentions_dim_zero(output.args)
+    ):
+        output = output.func.value
+    return (
+        isinstance(output, cst.Call)
+        and isinstance(output.func, cst.Name)
+        and output.func.value == member
+        and bool(output.args)
+        and all(
+            arg.keyword is None and not arg.star and isinstance(arg.value, cst.Name) and arg.value.value in batch
+            for arg in output.args
+        )
+    )
+
+
+def _is_dim_zero(args: Sequence[cst.Arg]) -> bool:
+    """``(0)`` or ``(dim=0)``."""
+    return (
+        len(args) == 1
+        and (args[0].keyword is None or args[0].keyword.value == "dim")
+        and isinstance(args[0].value, cst.Integer)
+        and args[0].value.value == "0"
+    )
+
+
+def _mentions_dim_zero(args: Sequence[cst.Arg]) -> bool:
+    return any(isinstance(arg.value, cst.Integer) and arg.value.value == "0" for arg in args)
+
+
+def _prepared_model_lists(module: cst.Module, facts: ScriptFacts) -> dict[str, set[str]]:
+    """Module-level function (``"<module>"`` for module-level code) → names there holding a list
+    of prepared models: ``for m in models: train(m, loader)`` where ``train`` prepares its model
+    parameter (``model, optimizer = accelerator.prepare(model, optimizer)``, written by the
+    prepare rule), and parameters every caller fills with such a list (``evaluate(models, ...)``)."""
+    if "stack" not in facts.word_lines:
+        return {}  # no ``torch.stack`` of members' outputs to gather: spare the walks
+    functions = {node.name.value: node for node in module.body if isinstance(node, cst.FunctionDef)}
+    # Function → (index, name) of the parameters its body prepares.
+    preparing: dict[str, list[tuple[int, str]]] = {}
+    for name, function in functions.items():
+        params = parameter_names(function)
+        prepared = {
+            arg_name
+            for node in nodes_in(function)
+            if isinstance(node, cst.Assign) and is_accelerator_method(node.value, facts, "prepare")
+            for arg in cast(cst.Call, node.value).args
+            if (arg_name := dotted(arg.value)) in params
+        }
+        if prepared:
+            preparing[name] = [(index, param) for index, param in enumerate(params) if param in prepared]
+    if not preparing:
+        return {}
+    # Module-level code (the ``__main__`` block included, definitions left out), then each function.
+    top = cst.IndentedBlock(
+        body=[node for node in module.body if not isinstance(node, (cst.FunctionDef, cst.ClassDef))]
+    )
+    scopes: list[tuple[str, cst.CSTNode]] = [("<module>", top), *functions.items()]
+    found: dict[str, set[str]] = {}
+    for scope, node in scopes:
+        for loop in nodes_in(node):
+            if not (
+                isinstance(loop, cst.For) and isinstance(loop.target, cst.Name) and isinstance(loop.iter, cst.Name)
+            ):
+                continue
+            member = loop.target.value
+            for call in calls_in(loop.body):
+                if isinstance(call.func, cst.Name) and _fills(call, preparing.get(call.func.value, []), member):
+                    found.setdefault(scope, set()).add(loop.iter.value)
+    # Parameters every caller fills with such a list.
+    changed = True
+    while changed:
+        changed = False
+        for name, function in functions.items():
+            params = parameter_names(function)
+            calls = [
+                (scope, call)
+                for scope, node in scopes
+                for call in calls_in(node)
+                if isinstance(call.func, cst.Name) and call.func.value == name
+            ]
+            if not calls:
+                continue
+            for index, param in enumerate(params):
+                if param in found.get(name, set()):
+                    continue
+                if all(
+                    (passed := _argument_at(call, index, param)) is not None and passed in found.get(scope, set())
+                    for scope, call in calls
+                ):
+                    found.setdefault(name, set()).add(param)
+                    changed = True
+    return found
+
+
+def _fills(call: cst.Call, prepared: list[tuple[int, str]], member: str) -> bool:
+    """Whether ``call`` passes ``member`` to one of the ``prepared`` parameters."""
+    return any(_argument_at(call, index, param) == member for index, param in prepared)
+
+
+def _argument_at(call: cst.Call, index: int, param: str) -> str | None:
+    """The plain name a call passes for the parameter at ``index`` named ``param``, if any."""
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    keyword = [arg for arg in call.args if arg.keyword is not None and arg.keyword.value == param]
+    argument = keyword[0] if keyword else positional[index] if index < len(positional) else None
+    return argument.value.value if argument is not None and isinstance(argument.value, cst.Name) else None
 
 
 def _hoist_forward(statements, facts: ScriptFacts, new_name) -> list | None:

@@ -65,7 +65,10 @@ class NoDataLoader(Rule):
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         assert facts.backward_site is not None
-        held = _loader_dicts(module, facts)
+        dicts = _loader_dicts(module, facts)
+        if any(_prepared_dict(module, name) for name in dicts):
+            return module, []  # the loader-dict rule (ACC119) prepared them
+        held = dicts
         if held:
             # ``dataloaders = {x: DataLoader(...) for x in ["train", "val"]}`` (the transfer-learning
             # tutorial): the data does come from DataLoaders, held in a dict nothing prepares.
@@ -95,6 +98,20 @@ def _loader_dicts(module: cst.Module, facts: ScriptFacts) -> list[str]:
         if holds and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
             found.append(assign.targets[0].target.value)
     return found
+
+
+def _prepared_dict(module: cst.Module, name: str) -> bool:
+    """Whether the converted tree rebinds ``name`` to its loaders prepared (the loader-dict rule,
+    ACC119, did): ``name = {x: accelerator.prepare(loader) for x, loader in name.items()}``."""
+    return any(
+        isinstance(assign.value, cst.DictComp)
+        and isinstance(assign.value.value, cst.Call)
+        and isinstance(assign.value.value.func, cst.Attribute)
+        and assign.value.value.func.attr.value == "prepare"
+        and isinstance(assign.targets[0].target, cst.Name)
+        and assign.targets[0].target.value == name
+        for assign in _assignments(module)
+    )
 
 
 def _assignments(node: cst.CSTNode) -> list[cst.Assign]:

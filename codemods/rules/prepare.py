@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accel_convert.codemods.engine.accelerator_code import prepare_statement
+from accel_convert.codemods.engine.accelerator_code import is_accelerator_method, prepare_statement
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
@@ -151,6 +151,7 @@ class _Prepare(HomeBlockTransformer):
         if where_built:
             head = self._prepare_where_built(head, where_built, indent + "    ")
         tail = self._prepare_where_built(body[loop_index:], rebuilt, indent + "    ") if rebuilt else body[loop_index:]
+        tail = self._prepare_handed_again(tail, indent)
         if any(name in self.facts.loaders for name in names):
             tail = self._move_rebuilt_models(tail)
         body = [*head, *tail]
@@ -275,6 +276,58 @@ class _Prepare(HomeBlockTransformer):
             )
             result.append(statement(f"{target.value}.to({self.accelerator}.device)"))
         return result
+
+    def _prepare_handed_again(self, statements: list[cst.BaseStatement], indent: str) -> list[cst.BaseStatement]:
+        """The transfer-learning tutorial's second run: after ``train_model(model_ft, ...)`` it
+        builds ``model_conv`` and ``optimizer_conv`` and calls ``train_model`` with them. Left
+        unprepared, that training would run on each process alone (no gradient averaging) over
+        the prepared, sharded data. Objects bound among ``statements`` (after the training began)
+        and handed to a training function's model or optimizer parameters are prepared right
+        before that call (``model_conv, optimizer_conv = accelerator.prepare(...)``)."""
+        result: list[cst.BaseStatement] = []
+        bound: set[str] = set()
+        for node in statements:
+            handed = self._handed_to_training(node) & bound if isinstance(node, cst.SimpleStatementLine) else set()
+            handed -= self.prepared_names
+            if handed:
+                names = sorted(handed, key=lambda name: (0 if name not in self.facts.optimizers else 1, name))
+                self.report(node, Prepare.code, f"prepare {', '.join(names)} before they are trained", header_only=True)
+                self.prepared_names.update(names)
+                result.append(prepare_statement(self.accelerator, names, indent))
+            result.append(node)
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                continue
+            if isinstance(node, cst.SimpleStatementLine) and any(
+                isinstance(small, cst.Assign) and is_accelerator_method(small.value, self.facts, "prepare")
+                for small in node.body
+            ):
+                bound -= assigned_in(node)  # prepared already (a converted script converted again)
+            else:
+                bound |= assigned_in(node)
+        return result
+
+    def _handed_to_training(self, node: cst.SimpleStatementLine) -> set[str]:
+        """Names a line passes to a module-level function that runs a backward, for parameters
+        that are models or optimizers there (``train_model(model_conv, criterion, optimizer_conv)``)."""
+        found: set[str] = set()
+        for small in node.body:
+            value = small.value if isinstance(small, (cst.Assign, cst.Expr)) else None
+            if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
+                continue
+            function = value.func.value
+            params = self.facts.helper_functions.get(function)
+            if function not in self.facts.backward_functions or params is None:
+                continue
+            if function in self.facts.training_functions:
+                continue  # builds its own optimizer: the models it is handed are the analysis' (ACC926)
+            for index, arg in enumerate(value.args):
+                if arg.star:
+                    continue
+                param = arg.keyword.value if arg.keyword is not None else params[index] if index < len(params) else None
+                if param in self.facts.models or param in self.facts.optimizers:
+                    if isinstance(arg.value, cst.Name):
+                        found.add(arg.value.value)
+        return found
 
     def _constructs_model(self, call: cst.Call) -> bool:
         """``Net()`` (a model class of the file) or ``nn.Linear(...)``: not a function that hands

@@ -1,4 +1,4 @@
-"""ACC919 rank-local-average: a training loss summed over this process's batches only.
+"""ACC919 rank-local-average: a training loss or accuracy summed over this process's batches only.
 
 ``running_loss += loss.item()`` inside the training loop adds up the losses of the batches this
 process trained on: after the conversion that is one shard of the epoch. Printed or logged as the
@@ -6,6 +6,12 @@ epoch's loss (``running_loss / len(train_loader)``), it is the main process's sh
 epoch's: the number differs from the one-process run. Reduce it across processes first
 (``accelerator.reduce(torch.tensor(running_loss, device=accelerator.device), "sum")``, with the
 batch count reduced the same way), or say in the log that it is one process's value.
+
+The same holds for a training accuracy counted in the training loop (``correct += (pred ==
+target).sum().item()``, printed as ``correct / total`` per epoch): each process counts the
+predictions on its own shard, so the printed accuracy is the main process's. It is reported too:
+gathering every training batch's predictions would add a collective per step, and a reduce of the
+counts would count the padding of the last uneven batch.
 """
 
 from __future__ import annotations
@@ -15,10 +21,14 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import names_in
+from accel_convert.codemods.engine.syntax import names_in, nodes_in
 from accel_convert.codemods.engine.transformers import RuleTransformer
 
 MESSAGE = "a loss summed over this process's batches only: reduce it across processes before reporting it"
+ACCURACY_MESSAGE = (
+    "training predictions counted over this process's batches only: the accuracy printed from it is "
+    "one process's (reduce the counts across processes, or say it is the main process's)"
+)
 
 
 class RankLocalAverage(Rule):
@@ -54,7 +64,7 @@ class RankLocalAverage(Rule):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return bool(facts.train_loops and facts.loss_names)
+        return bool(facts.train_loops)
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         # Whole training loops: a sum may read the loss through another name
@@ -107,5 +117,20 @@ class _LossSums(RuleTransformer):
             self.report(node, RankLocalAverage.code, MESSAGE, False)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        if self._training_loops and isinstance(node.operator, cst.AddAssign) and names_in(node.value) & self._losses:
+        if not self._training_loops or not isinstance(node.operator, cst.AddAssign):
+            return
+        if names_in(node.value) & self._losses:
             self.report(node, RankLocalAverage.code, MESSAGE, False)
+        elif _counts_matches(node.value):
+            self.report(node, RankLocalAverage.code, ACCURACY_MESSAGE, False)
+
+
+def _counts_matches(value: cst.BaseExpression) -> bool:
+    """``(pred == target).sum().item()``, ``pred.eq(target).sum()``, ``torch.sum(preds == y)``:
+    a count of predictions equal to their targets."""
+    for node in nodes_in(value):
+        if isinstance(node, cst.Comparison) and any(isinstance(c.operator, cst.Equal) for c in node.comparisons):
+            return True
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "eq":
+            return True
+    return False

@@ -243,9 +243,20 @@ class _GiveAccelerator(RuleTransformer):
                 header_only=True,
             )
             return updated_node
+        has_init = False
         for index, method in enumerate(body):
             if isinstance(method, cst.FunctionDef) and method.name.value == "__init__":
                 body[index] = self._receive(name, method, original_node)
+                has_init = True
+        if not has_init and name in self._reading_instance:
+            # No ``__init__`` of its own: the one it inherits (a base's, maybe in another module)
+            # keeps the accelerator.
+            self.report(
+                original_node,
+                TrainingClass.code,
+                f"{name}'s methods use {self.accelerator} as self.{self.accelerator}, kept by the __init__ it inherits",
+                header_only=True,
+            )
         return updated_node.with_changes(body=updated_node.body.with_changes(body=body))
 
     def _prepare_in_base(self, name: str, init: cst.FunctionDef, anchor: cst.CSTNode) -> cst.FunctionDef:

@@ -296,8 +296,13 @@ if __name__ == "__main__":
 """
     _, changes = convert_text(source)
     assert [(change.line, change.fixed) for change in changes if change.code == "ACC914"] == [(10, False)]
+    handed = [change for change in changes if change.code == "ACC914"]
+    assert "handed the prepared model" in handed[0].message
+    # Handed no model, its save still runs on every rank: reported, without the claim.
     _, unrelated = convert_text(source.replace("stopper(loss.item(), model)", "stopper(loss.item(), loader)"))
-    assert [change for change in unrelated if change.code == "ACC914"] == []
+    reports = [change for change in unrelated if change.code == "ACC914"]
+    assert [(change.line, change.fixed) for change in reports] == [(10, False)]
+    assert "where the accelerator is not reachable: every rank writes this file" in reports[0].message
 
 
 def test_saves_in_a_row_wait_once_and_keep_their_comments() -> None:

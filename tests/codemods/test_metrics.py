@@ -877,10 +877,7 @@ def test_a_recurrent_hidden_state_read_by_the_evaluation_is_reported_not_gathere
     assert "logits, y = accelerator.gather_for_metrics((logits, y))" in lines
 
 
-def test_an_ensemble_evaluated_over_a_prepared_loader_is_reported_not_silently_per_rank() -> None:
-    # ``@torch.no_grad()`` makes it an evaluation; ``m(x)`` for ``m in models`` is no known model.
-    code, changes = convert_text(
-        """\
+ENSEMBLE = """\
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -898,8 +895,8 @@ def train(model, loader):
 def evaluate(models, loader):
     correct = 0
     for x, y in loader:
-        probs = torch.stack([m(x).softmax(-1) for m in models]).mean(0)
-        correct += (probs.argmax(-1) == y).sum().item()
+        probs = {average}
+        correct += ({predictions} == y).sum().item()
     print(correct)
 
 
@@ -908,9 +905,55 @@ def main():
     test_loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,))), batch_size=4)
     models = [nn.Linear(4, 2) for _ in range(3)]
     for m in models:
-        train(m, train_loader)
+        {training}
     evaluate(models, test_loader)
 """
+
+
+def test_an_ensemble_of_prepared_models_is_gathered_per_sample() -> None:
+    """``@torch.no_grad()`` makes it an evaluation; ``train`` prepares each member (each call its
+    own ``prepare``), so the members' averaged probabilities, one row per sample, are gathered
+    with the targets, as a single model's outputs are."""
+    code, changes = convert_text(
+        ENSEMBLE.format(
+            average="torch.stack([m(x).softmax(-1) for m in models]).mean(0)",
+            predictions="probs.argmax(-1)",
+            training="train(m, train_loader)",
+        )
+    )
+    assert "        probs, y = accelerator.gather_for_metrics((probs, y))\n" in code
+    assert "model, optimizer = accelerator.prepare(model, optimizer)" in code
+    assert not [change for change in changes if change.code == "ACC913"]
+
+
+ENSEMBLES_NOT_GATHERED = {
+    # Stacked without the average: (members, batch, classes), the gather would join members.
+    "members stacked, not averaged": ("torch.stack([m(x).softmax(-1) for m in models])", "probs.mean(0).argmax(-1)"),
+    # Averaged over the classes: what remains is no longer one row per sample.
+    "averaged over another dimension": ("torch.stack([m(x) for m in models]).mean(1)", "probs.argmax(-1)"),
+}
+
+
+@pytest.mark.parametrize(("average", "predictions"), ENSEMBLES_NOT_GATHERED.values(), ids=ENSEMBLES_NOT_GATHERED.keys())
+def test_an_ensemble_whose_rows_are_not_samples_is_reported_not_silently_per_rank(
+    average: str, predictions: str
+) -> None:
+    code, changes = convert_text(
+        ENSEMBLE.format(average=average, predictions=predictions, training="train(m, train_loader)")
+    )
+    assert "gather_for_metrics" not in code
+    assert [change.line for change in changes if change.code == "ACC913"] == [17]
+
+
+def test_an_ensemble_of_models_nothing_prepares_is_reported_not_silently_per_rank() -> None:
+    """Members only loaded, never handed to a function that prepares them: per process as they
+    are, so the evaluation is left and reported."""
+    code, changes = convert_text(
+        ENSEMBLE.format(
+            average="torch.stack([m(x).softmax(-1) for m in models]).mean(0)",
+            predictions="probs.argmax(-1)",
+            training="m.load_state_dict(torch.load('m.pt'))\n    train(nn.Linear(4, 2), train_loader)",
+        )
     )
     assert "gather_for_metrics" not in code
     assert [change.line for change in changes if change.code == "ACC913"] == [17]
@@ -952,6 +995,11 @@ def test_an_evaluation_in_a_comprehension_is_reported() -> None:
     reports = [change for change in changes if change.code == "ACC913"]
     assert len(reports) == 1, reports
     assert "valid_dl" in reports[0].message
-    assert reports[0].line == HEADER.count("\n") + COMPREHENSION_EVALUATION.splitlines().index(
-        "            losses, nums = zip(*[loss_batch(model, xb, yb) for xb, yb in valid_dl])"
-    ) + 1
+    assert (
+        reports[0].line
+        == HEADER.count("\n")
+        + COMPREHENSION_EVALUATION.splitlines().index(
+            "            losses, nums = zip(*[loss_batch(model, xb, yb) for xb, yb in valid_dl])"
+        )
+        + 1
+    )

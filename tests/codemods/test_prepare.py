@@ -513,3 +513,40 @@ def test_a_loader_handed_to_an_iterable_class_of_the_file_is_prepared_before_it(
     )
     code, lines = convert(trainer)
     assert "train_dl = accelerator.prepare(train_dl)" not in lines, code
+
+
+def test_a_second_model_and_optimizer_handed_to_the_training_function_are_prepared_before_it() -> None:
+    """The transfer-learning tutorial's second part: after ``train_model(model_ft, ...)`` it builds
+    ``model_conv`` and ``optimizer_conv`` (over ``model_conv.fc`` only) and trains them with the
+    same function: they are prepared right before that call, or that training would run on each
+    process alone over the sharded data."""
+    code, _ = convert_text(
+        """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train_model(model, optimizer, loader):
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    return model
+
+
+loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 2)), batch_size=2)
+model_ft = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+optimizer_ft = torch.optim.SGD(model_ft.parameters(), lr=0.1)
+model_ft = train_model(model_ft, optimizer_ft, loader)
+
+model_conv = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+optimizer_conv = torch.optim.SGD(model_conv[1].parameters(), lr=0.1)
+model_conv = train_model(model_conv, optimizer_conv, loader)
+"""
+    )
+    lines = [line.strip() for line in code.splitlines()]
+    at = lines.index("model_conv, optimizer_conv = accelerator.prepare(model_conv, optimizer_conv)")
+    assert lines[at + 1 :] == ["model_conv = train_model(model_conv, optimizer_conv, loader)"]
+    assert "model_ft, optimizer_ft, loader = accelerator.prepare(model_ft, optimizer_ft, loader)" in lines
+    assert convert_text(code)[0] == code, "converting the output again changes nothing"

@@ -668,3 +668,104 @@ def test_loaders_reach_methods_through_method_calls_and_helper_class_saves_are_r
     code = converted("main", main=entry, callbacks=callbacks)
     assert "out, y = self.accelerator.gather_for_metrics((out, y))" in code["main"], code["main"]
     assert reports("main", "ACC914", main=entry, callbacks=callbacks)["callbacks"] == [6]
+
+
+INHERITING_TRAINER = """\
+import torch
+
+from base import BaseTrainer
+
+
+class ClassifierTrainer(BaseTrainer):
+    def evaluate(self):
+        correct = 0
+        with torch.no_grad():
+            for x, y in self.valid_loader:
+                correct += (self.model(x).argmax(dim=1) == y).sum().item()
+        return correct
+"""
+
+INITIALISING_BASE = """\
+import torch
+
+
+class BaseTrainer:
+    def __init__(self, model, optimizer, loader, valid_loader):
+        self.model, self.optimizer = model, optimizer
+        self.loader = loader
+        self.valid_loader = valid_loader
+
+    def train(self, epochs):
+        for epoch in range(epochs):
+            for x, y in self.loader:
+                self.optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(self.model(x), y).backward()
+                self.optimizer.step()
+            print(f"epoch {epoch} correct {self.evaluate()}")
+"""
+
+TRAIN_WITH_AN_INHERITING_TRAINER = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from trainer import ClassifierTrainer
+
+
+def main():
+    data = TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,)))
+    loader = DataLoader(data, batch_size=4)
+    valid_loader = DataLoader(data, batch_size=8)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    ClassifierTrainer(model, optimizer, loader, valid_loader).train(2)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_subclass_without_init_runs_and_passes_on_its_base_modules_init() -> None:
+    """``ClassifierTrainer`` defines no ``__init__``: constructing it runs ``base.BaseTrainer``'s,
+    which receives the prepared objects and the accelerator; the subclass's evaluation reads it as
+    ``self.accelerator``, which that ``__init__`` keeps."""
+    code = converted(
+        "train", train=TRAIN_WITH_AN_INHERITING_TRAINER, trainer=INHERITING_TRAINER, base=INITIALISING_BASE
+    )
+    base = code["base"]
+    assert "def __init__(self, model, optimizer, loader, valid_loader, accelerator):" in base
+    assert "self.accelerator = accelerator" in base
+    assert "self.accelerator.backward(torch.nn.functional.cross_entropy(self.model(x), y))" in base
+    assert 'self.accelerator.print(f"epoch {epoch} correct {self.evaluate()}")' in base
+    assert "def __init__" not in code["trainer"]
+    assert "self.accelerator.gather_for_metrics(" in code["trainer"]
+    assert "ClassifierTrainer(model, optimizer, loader, valid_loader, accelerator).train(2)" in code["train"]
+    assert "model, optimizer, loader, valid_loader = accelerator.prepare(" in code["train"]
+
+
+def test_a_subclass_of_the_entry_without_init_runs_its_base_modules_init() -> None:
+    """The same subclass defined in the entry script itself: its construction there fills the
+    base module's ``__init__``, which receives the accelerator (by keyword, from the entry's own
+    training-class rewrite)."""
+    subclass = INHERITING_TRAINER.split("\n\n\n", 1)[1]
+    entry = TRAIN_WITH_AN_INHERITING_TRAINER.replace(
+        "from trainer import ClassifierTrainer\n", "from base import BaseTrainer\n\n\n" + subclass
+    )
+    code = converted("train", train=entry, base=INITIALISING_BASE)
+    assert "def __init__(self, model, optimizer, loader, valid_loader, accelerator):" in code["base"]
+    assert "self.accelerator.backward(" in code["base"]
+    assert "self.accelerator.gather_for_metrics(" in code["train"]
+    assert (
+        "ClassifierTrainer(model, optimizer, loader, valid_loader, accelerator=accelerator).train(2)" in code["train"]
+    )
+
+
+def test_a_library_subclass_without_init_over_a_base_of_its_own_module_gathers_with_self_accelerator() -> None:
+    """Base and subclass in one library module, the subclass constructed by the entry only: the
+    base receives the accelerator and the subclass's evaluation reads ``self.accelerator``."""
+    subclass = INHERITING_TRAINER.split("\n\n\n", 1)[1]
+    library = INITIALISING_BASE + "\n\n" + subclass
+    code = converted("train", train=TRAIN_WITH_AN_INHERITING_TRAINER, trainer=library)
+    assert "def __init__(self, model, optimizer, loader, valid_loader, accelerator):" in code["trainer"]
+    assert "self.accelerator.gather_for_metrics(" in code["trainer"]
+    assert "ClassifierTrainer(model, optimizer, loader, valid_loader, accelerator).train(2)" in code["train"]

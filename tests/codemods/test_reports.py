@@ -85,9 +85,9 @@ def test_two_loaders_zipped_in_the_training_loop_are_not_reported() -> None:
     assert "model, optimizer, a, b = accelerator.prepare(model, optimizer, a, b)" in lines
 
 
-def test_a_dict_of_dataloaders_is_reported_as_such() -> None:
-    """The transfer-learning tutorial's ``dataloaders = {x: DataLoader(...) for x in ...}``: the
-    report names the dict and says how to prepare it, not "does not come from a DataLoader"."""
+def test_a_dict_of_dataloaders_is_prepared_not_reported() -> None:
+    """The transfer-learning tutorial's ``dataloaders = {x: DataLoader(...) for x in ...}`` built
+    in the home function: its loaders are prepared there (ACC119), after the model's prepare."""
     body = (
         "def main():\n    datasets = {x: TensorDataset(torch.randn(8, 4)) for x in ['train', 'val']}\n"
         "    dataloaders = {x: DataLoader(datasets[x], batch_size=2) for x in ['train', 'val']}\n"
@@ -95,12 +95,32 @@ def test_a_dict_of_dataloaders_is_reported_as_such() -> None:
         "    for phase in ['train', 'val']:\n        for (x,) in dataloaders[phase]:\n"
         "            loss = model(x).sum()\n            loss.backward()\n            optimizer.step()\n"
     )
-    source = HEADER + body
-    outcome = convert_module(cst.parse_module(source), Options())
+    outcome = convert_module(cst.parse_module(HEADER + body), Options())
+    assert [change.code for change in outcome.changes if change.code in ("ACC901", "ACC119")] == ["ACC119"]
+    lines = [line.strip() for line in outcome.module.code.splitlines()]
+    prepared = lines.index("dataloaders = {x: accelerator.prepare(loader) for x, loader in dataloaders.items()}")
+    assert lines[prepared - 1] == "model, optimizer = accelerator.prepare(model, optimizer)"
+
+
+def test_a_dict_of_dataloaders_built_before_any_accelerator_is_reported_as_such() -> None:
+    """A module-level dict that a ``main()`` creating the accelerator trains on: nothing can prepare
+    it where it is built, so the report names the dict and says how to prepare it, not "does not
+    come from a DataLoader"."""
+    body = (
+        "datasets = {x: TensorDataset(torch.randn(8, 4)) for x in ['train', 'val']}\n"
+        "dataloaders = {x: DataLoader(datasets[x], batch_size=2) for x in ['train', 'val']}\n\n"
+        "def main():\n"
+        "    model = nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for phase in ['train', 'val']:\n        for (x,) in dataloaders[phase]:\n"
+        "            loss = model(x).sum()\n            loss.backward()\n            optimizer.step()\n\n"
+        "if __name__ == '__main__':\n    main()\n"
+    )
+    outcome = convert_module(cst.parse_module(HEADER + body), Options())
     messages = [change.message for change in outcome.changes if change.code == "ACC901"]
     assert len(messages) == 1
     assert "DataLoaders held in the dict dataloaders" in messages[0]
     assert "accelerator.prepare(v) for k, v in dataloaders.items()" in messages[0]
+    assert "ACC119" not in {change.code for change in outcome.changes}
 
 
 def test_existing_distributed_script_is_reported_and_left_alone() -> None:
@@ -234,3 +254,29 @@ def test_batches_drawn_with_next_from_a_loader_are_sharded_data() -> None:
     outcome = convert_module(cst.parse_module(source), Options(), source)
     assert "optimizer, loader = accelerator.prepare(" in outcome.module.code
     assert "ACC901" not in {change.code for change in outcome.changes}
+
+
+TRAINING_COUNTS = {
+    "predictions equal to targets": ("correct += (out.argmax(1) == y).sum().item()", True),
+    "eq method": ("correct += out.argmax(1).eq(y).sum().item()", True),
+    "torch.sum of a comparison": ("correct += torch.sum(out.argmax(1) == y)", True),
+    # A count of samples alone says nothing about one process's predictions.
+    "samples only": ("total += y.size(0)", False),
+}
+
+
+@pytest.mark.parametrize(("count", "reported"), TRAINING_COUNTS.values(), ids=TRAINING_COUNTS.keys())
+def test_a_training_accuracy_counted_per_process_is_reported(count: str, reported: bool) -> None:
+    """No loss is summed: the report is the accuracy's alone (ACC919, with its own message)."""
+    body = in_loop(
+        "x, y = batch\nout = model(x)\nloss = nn.functional.cross_entropy(out, y)\nloss.backward()\n"
+        f"optimizer.step()\n{count}",
+        prelude="",
+    ).replace("def main():", "def main(correct=0, total=0):")
+    outcome = convert_module(cst.parse_module(HEADER + body), Options())
+    found = [change for change in outcome.changes if change.code == "ACC919"]
+    assert len(found) == int(reported)
+    if reported:
+        assert found[0].message.startswith("training predictions counted over this process's batches only")
+        assert not found[0].fixed
+        assert count in outcome.module.code, "left as it was"
