@@ -108,7 +108,12 @@ def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top:
         (
             i
             for i in range(start, len(body))
-            if assigned_in(body[i]) & users or _holds_any_line(body[i], backward_lines, facts)
+            if assigned_in(body[i]) & users
+            # A definition's calls run when it is called (a recursive ``to_device``), not here.
+            or (
+                not isinstance(body[i], (cst.FunctionDef, cst.ClassDef))
+                and _holds_any_line(body[i], backward_lines, facts)
+            )
         ),
         len(body),
     )
