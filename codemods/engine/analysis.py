@@ -181,6 +181,9 @@ class _Recorder(NameCollector):
         self.assigns_and_ifs: list[_Assign | _If] = []
         #: The ``if`` statements whose body the walk is in.
         self._if_bodies: list[_If] = []
+        #: (scope, name) → the loader a progress bar bound to that name wraps
+        #: (``pbar = tqdm(train_loader)``, then ``for batch in pbar``).
+        self._wrapped_loaders: dict[tuple[ScopeKey, str], str] = {}
         self._loops: list[_Loop] = []
         self._ifs: list[_If] = []
         self._frames: list[_Frame] = []
@@ -257,6 +260,12 @@ class _Recorder(NameCollector):
     def leave_Assign(self, original_node: cst.Assign) -> None:
         mentions = self._frames.pop()
         targets = tuple(name for target in original_node.targets for name in target_names(target.target))
+        wrapped = _iterated(original_node.value, self.names, self.scope) if len(targets) == 1 else None
+        if wrapped is not None and isinstance(original_node.value, cst.Call):
+            self._wrapped_loaders[(self.scope, targets[0])] = wrapped
+        else:
+            for name in targets:
+                self._wrapped_loaders.pop((self.scope, name), None)
         self.assigns.append(_Assign(original_node, targets, original_node.value, self.function, mentions, self.scope))
         self.assigns_and_ifs.append(self.assigns[-1])
         if self._main_guard_depth:
@@ -314,10 +323,11 @@ class _Recorder(NameCollector):
     def visit_For(self, node: cst.For) -> None:
         super().visit_For(node)
         self._order += 1
+        iterated = _iterated(node.iter, self.names, self.scope)
         loop = _Loop(
             node,
             self.function,
-            _iterated(node.iter, self.names, self.scope),
+            self._wrapped_loaders.get((self.scope, iterated or ""), iterated),
             _loop_targets(node, self.names, self.scope),
             no_grad=self._no_grad_depth > 0 or self.function in self.no_grad_functions,
             order=self._order,
