@@ -41,6 +41,7 @@ from accel_convert.codemods.engine.syntax import (
     instance_parameter,
     is_main_guard,
     mean_reduced,
+    names_in,
     names_variable,
     parameter_names,
     target_names,
@@ -127,10 +128,23 @@ class _Assign:
     function: str
     mentions: _Frame
     scope: ScopeKey
+    #: The ``if`` statements around it (body or ``else``), outermost first.
+    ifs: tuple[_If, ...] = ()
 
     @property
     def names(self) -> set[str]:
         return self.mentions.names
+
+
+@dataclass(eq=False)
+class _AugAssign:
+    """``total += loss.item()``, ``bad_epochs += 1``: where per-process sums and counters grow."""
+
+    targets: tuple[str, ...]
+    #: Names on both sides (the target is read too).
+    mentions: _Frame
+    loops: tuple[_Loop, ...]
+    ifs: tuple[_If, ...]
 
 
 @dataclass
@@ -163,6 +177,7 @@ class _Recorder(NameCollector):
         self.assigns: list[_Assign] = []
         self.loops: list[_Loop] = []
         self.breaks: list[tuple[cst.Break, tuple[_Loop, ...], tuple[_If, ...], str]] = []
+        self.aug_assigns: list[_AugAssign] = []
         #: Module-level functions → parameter names.
         self.defs: dict[str, tuple[str, ...]] = {}
         self.no_grad_functions: set[str] = set()
@@ -266,12 +281,23 @@ class _Recorder(NameCollector):
         else:
             for name in targets:
                 self._wrapped_loaders.pop((self.scope, name), None)
-        self.assigns.append(_Assign(original_node, targets, original_node.value, self.function, mentions, self.scope))
+        self.assigns.append(
+            _Assign(original_node, targets, original_node.value, self.function, mentions, self.scope, tuple(self._ifs))
+        )
         self.assigns_and_ifs.append(self.assigns[-1])
         if self._main_guard_depth:
             self.main_guard_assigns.update(targets)
         for record in self._if_bodies:
             record.body_assigns.update(targets)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        super().visit_AugAssign(node)
+        self._frames.append(_Frame())
+
+    def leave_AugAssign(self, original_node: cst.AugAssign) -> None:
+        mentions = self._frames.pop()
+        targets = tuple(target_names(original_node.target))
+        self.aug_assigns.append(_AugAssign(targets, mentions, tuple(self._loops), tuple(self._ifs)))
 
     def visit_If(self, node: cst.If) -> None:
         record = _If(node, self._loops[-1] if self._loops else None)
@@ -1846,6 +1872,7 @@ class _Conclusions:
                 if assign.names & tainted or assign.mentions.calls & model_calls:
                     tainted.update(assign.targets)
                     changed = True
+        tainted |= self._per_process_sums(tainted)
         for node, loops, ifs, function in self.r.breaks:
             if not loops or function not in facts.accessible_functions:
                 continue
@@ -1857,6 +1884,34 @@ class _Conclusions:
             conditions = [branch for branch in ifs if branch.loop is innermost]
             if any(branch.test.names & tainted or ".item" in branch.test.calls for branch in conditions):
                 facts.rank_dependent_breaks.append(self.site(node))
+
+    def _per_process_sums(self, tainted: set[str]) -> set[str]:
+        """Names that hold this process's share of the training: a sum grown in a loop that runs
+        the backward (``train_loss += loss.item() * n``), what is computed from it (``train_loss /=
+        len(dataset)``, returned by the function that trains an epoch), and what is decided by it
+        (``bad_epochs += 1`` under ``if train_loss >= best``). Early stopping on such a value
+        leaves the loop on one process first; the others wait in their next all-reduce.
+        Evaluation sums are not among them: their gathered outputs agree on every process."""
+        sums: set[str] = set()
+        for aug in self.r.aug_assigns:
+            if aug.loops and aug.loops[-1].has_backward and aug.mentions.names & tainted:
+                sums.update(aug.targets)
+        if not sums:
+            return sums
+        changed = True
+        while changed:
+            changed = False
+            returning = {function for function, value in self.r.returns if names_in(value) & sums}
+            for record in (*self.r.assigns, *self.r.aug_assigns):
+                if set(record.targets) <= sums:
+                    continue
+                decided = any(branch.test.names & sums for branch in record.ifs)
+                # What it reads: its mentions include its own targets (``best, bad = inf, 0``).
+                read = record.mentions.names - set(record.targets)
+                if read & sums or record.mentions.calls & returning or decided:
+                    sums.update(record.targets)
+                    changed = True
+        return sums
 
 
 class _ParameterReceivers(cst.CSTVisitor):

@@ -30,6 +30,59 @@ def test_rank_dependent_breaks_are_reported(snippet: str, code: str | None) -> N
     assert "break" in lines, "the loop is left as it was"
 
 
+EARLY_STOPPING = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+
+def train_epoch(model, loader, optimizer):
+    total = 0.0
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total += loss.item() * x.size(0)
+    return total / len(loader.dataset)
+
+
+def main():
+    loader = DataLoader(list(range(8)), batch_size=4)
+    val_loader = DataLoader(list(range(8)), batch_size=4)
+    model = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    best, bad, best_val = float("inf"), 0, float("inf")
+    for epoch in range(50):
+        train_loss = train_epoch(model, loader, optimizer)
+        val_loss = 0.0
+        with torch.no_grad():
+            for x, y in val_loader:
+                val_loss += nn.functional.mse_loss(model(x), y, reduction="sum").item()
+        if val_loss < best_val:
+            best_val = val_loss
+        else:
+            break  # VALIDATION
+        if train_loss < best - 1e-3:
+            best = train_loss
+            bad = 0
+        else:
+            bad += 1
+        if bad >= 3:
+            break  # TRAINING
+"""
+
+
+def test_early_stopping_on_this_process_training_loss_is_reported_not_on_the_gathered_validation() -> None:
+    # The training loss is summed over this process's batches (returned by the epoch function);
+    # the patience counter it decides differs between processes, so one leaves the epoch loop
+    # first and the others hang. The validation sum is computed from gathered outputs: no report.
+    outcome = convert_module(cst.parse_module(EARLY_STOPPING), Options(), EARLY_STOPPING)
+    lines = EARLY_STOPPING.splitlines()
+    reported = [lines[change.line - 1].strip() for change in outcome.changes if change.code == "ACC902"]
+    assert reported == ["break  # TRAINING"]
+
+
 INTERRUPTS = {
     "alone": ("except KeyboardInterrupt:", 1),
     "in a tuple, twice": ("except (SystemExit, KeyboardInterrupt):\n    pass\nexcept KeyboardInterrupt as stop:", 2),
