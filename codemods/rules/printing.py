@@ -47,8 +47,11 @@ class _Printing(RuleTransformer):
         self.helper_classes: set[str] = set()
 
     def visit_Module(self, node: cst.Module) -> bool:
+        classes = [top for top in node.body if isinstance(top, cst.ClassDef)]
+        # A base of another class of the script (a BaseTrainer) is the training-class rules' (ACC108).
+        bases = {dotted(base.value) for top in classes for base in top.bases}
         self.helper_classes = {
-            top.name.value for top in node.body if isinstance(top, cst.ClassDef) and _is_helper_class(top, self.facts)
+            top.name.value for top in classes if top.name.value not in bases and _is_helper_class(top, self.facts)
         }
         return True
 
@@ -176,7 +179,8 @@ def _is_helper_class(node: cst.ClassDef, facts: ScriptFacts) -> bool:
     print on purpose, or reach the accelerator)."""
     name = node.name.value
     datasets = any((dotted(base.value) or "").endswith(("Dataset", "Module")) for base in node.bases)
-    return not datasets and name not in facts.model_classes and name not in facts.training_classes
+    trains = name in facts.training_classes or name in facts.training_bases or name in facts.backward_functions
+    return not datasets and name not in facts.model_classes and not trains
 
 
 #: ``logging`` levels below WARNING, as a script names them: their records are progress chatter.
