@@ -1872,7 +1872,9 @@ class _Conclusions:
                 if assign.names & tainted or assign.mentions.calls & model_calls:
                     tainted.update(assign.targets)
                     changed = True
-        tainted |= self._per_process_sums(tainted)
+        sums = self._per_process_sums(tainted)
+        tainted |= sums
+        self._schedule_steps_on(sums)
         for node, loops, ifs, function in self.r.breaks:
             if not loops or function not in facts.accessible_functions:
                 continue
@@ -1884,6 +1886,21 @@ class _Conclusions:
             conditions = [branch for branch in ifs if branch.loop is innermost]
             if any(branch.test.names & tainted or ".item" in branch.test.calls for branch in conditions):
                 facts.rank_dependent_breaks.append(self.site(node))
+
+    def _schedule_steps_on(self, sums: set[str]) -> None:
+        """``scheduler.step(train_loss)`` with one of this process's sums: each process would cut
+        its learning rate at its own epoch (ReduceLROnPlateau), and DDP keeps only the gradients
+        in step, so the weights drift apart."""
+        if not sums:
+            return
+        for call in self.r.calls:
+            func = call.node.func
+            if not (isinstance(func, cst.Attribute) and func.attr.value == "step" and call.node.args):
+                continue
+            if dotted(func.value) in self.facts.schedulers and any(
+                names_in(arg.value) & sums for arg in call.node.args
+            ):
+                self.facts.rank_dependent_schedule_steps.append(self.site(call.node))
 
     def _per_process_sums(self, tainted: set[str]) -> set[str]:
         """Names that hold this process's share of the training: a sum grown in a loop that runs

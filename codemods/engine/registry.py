@@ -45,6 +45,7 @@ RULE_MODULES: tuple[str, ...] = (
     "no_dataloader",
     "unseeded_random",
     "rank_dependent_break",
+    "rank_dependent_schedule",
     "rank_local_average",
     "already_distributed",
     "model_trains_itself",

@@ -83,6 +83,44 @@ def test_early_stopping_on_this_process_training_loss_is_reported_not_on_the_gat
     assert reported == ["break  # TRAINING"]
 
 
+PLATEAU_ON = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+
+def main():
+    loader = DataLoader(list(range(8)), batch_size=4)
+    val_loader = DataLoader(list(range(8)), batch_size=4)
+    model = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+    for epoch in range(5):
+        running = 0.0
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            running += loss.item()
+        train_loss = running / len(loader)
+        val_loss = 0.0
+        with torch.no_grad():
+            for x, y in val_loader:
+                val_loss += nn.functional.mse_loss(model(x), y, reduction="sum").item()
+        scheduler.step({metric})
+"""
+
+
+@pytest.mark.parametrize(("metric", "reported"), [("train_loss", True), ("val_loss", False)])
+def test_a_plateau_scheduler_stepped_with_this_process_training_loss_is_reported(metric: str, reported: bool) -> None:
+    source = PLATEAU_ON.format(metric=metric)
+    outcome = convert_module(cst.parse_module(source), Options(), source)
+    lines = source.splitlines()
+    found = [lines[change.line - 1].strip() for change in outcome.changes if change.code == "ACC928"]
+    assert found == ([f"scheduler.step({metric})"] if reported else [])
+
+
 INTERRUPTS = {
     "alone": ("except KeyboardInterrupt:", 1),
     "in a tuple, twice": ("except (SystemExit, KeyboardInterrupt):\n    pass\nexcept KeyboardInterrupt as stop:", 2),
