@@ -1919,7 +1919,8 @@ class _Conclusions:
         while changed:
             changed = False
             returning = {function for function, value in self.r.returns if names_in(value) & sums}
-            for record in (*self.r.assigns, *self.r.aug_assigns):
+            records: list[_Assign | _AugAssign] = [*self.r.assigns, *self.r.aug_assigns]
+            for record in records:
                 if set(record.targets) <= sums:
                     continue
                 decided = any(branch.test.names & sums for branch in record.ifs)
