@@ -1874,7 +1874,7 @@ class _Conclusions:
                     changed = True
         sums = self._per_process_sums(tainted)
         tainted |= sums
-        self._schedule_steps_on(sums)
+        self._schedule_steps_on(sums | facts.loss_names)
         for node, loops, ifs, function in self.r.breaks:
             if not loops or function not in facts.accessible_functions:
                 continue
@@ -1888,9 +1888,9 @@ class _Conclusions:
                 facts.rank_dependent_breaks.append(self.site(node))
 
     def _schedule_steps_on(self, sums: set[str]) -> None:
-        """``scheduler.step(train_loss)`` with one of this process's sums: each process would cut
-        its learning rate at its own epoch (ReduceLROnPlateau), and DDP keeps only the gradients
-        in step, so the weights drift apart."""
+        """``scheduler.step(train_loss)`` with one of this process's sums (or ``scheduler.step(loss)``
+        with its batch loss): each process would cut its learning rate at its own epoch
+        (ReduceLROnPlateau), and DDP keeps only the gradients in step, so the weights drift apart."""
         if not sums:
             return
         for call in self.r.calls:

@@ -1,7 +1,8 @@
 """ACC928 rank-dependent-schedule: a learning-rate schedule stepped with one process's loss.
 
 ``scheduler.step(train_loss)`` of a ``ReduceLROnPlateau``, where ``train_loss`` adds up the
-losses of the batches this process trained on, decides on each process's own shard: one process
+losses of the batches this process trained on (or ``scheduler.step(loss)`` with its batch loss),
+decides on each process's own shard: one process
 halves its learning rate at an epoch where another does not. DDP averages the gradients, not
 the learning rates, so from then on the processes' weights drift apart, silently, and the main
 process saves its own copy. Reduce the value across processes first

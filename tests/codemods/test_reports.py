@@ -112,7 +112,7 @@ def main():
 """
 
 
-@pytest.mark.parametrize(("metric", "reported"), [("train_loss", True), ("val_loss", False)])
+@pytest.mark.parametrize(("metric", "reported"), [("train_loss", True), ("loss.item()", True), ("val_loss", False)])
 def test_a_plateau_scheduler_stepped_with_this_process_training_loss_is_reported(metric: str, reported: bool) -> None:
     source = PLATEAU_ON.format(metric=metric)
     outcome = convert_module(cst.parse_module(source), Options(), source)
