@@ -1,11 +1,10 @@
 """ACC928 rank-dependent-schedule: a learning-rate schedule stepped with one process's loss.
 
 ``scheduler.step(train_loss)`` of a ``ReduceLROnPlateau``, where ``train_loss`` adds up the
-losses of the batches this process trained on (or ``scheduler.step(loss)`` with its batch loss),
-decides on each process's own shard: one process
-halves its learning rate at an epoch where another does not. DDP averages the gradients, not
-the learning rates, so from then on the processes' weights drift apart, silently, and the main
-process saves its own copy. Reduce the value across processes first
+losses of the batches this process trained on (or ``scheduler.step(loss)`` with its batch
+loss), decides on each process's own shard: one process halves its learning rate at an epoch
+where another does not. DDP averages the gradients, not the learning rates, so from then on the
+processes' weights drift apart, silently, and the main process saves its own copy. Reduce the value across processes first
 (``accelerator.reduce(torch.tensor(train_loss, device=accelerator.device), "mean").item()``), or
 step on a validation loss computed from gathered outputs.
 """
