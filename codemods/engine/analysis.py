@@ -1906,8 +1906,9 @@ class _Conclusions:
         """Names that hold this process's share of the training: a sum grown in a loop that runs
         the backward (``train_loss += loss.item() * n``), what is computed from it (``train_loss /=
         len(dataset)``, returned by the function that trains an epoch), and what is decided by it
-        (``bad_epochs += 1`` under ``if train_loss >= best``). Early stopping on such a value
-        leaves the loop on one process first; the others wait in their next all-reduce.
+        (``bad_epochs += 1`` under ``if train_loss >= best``), including an object fed it
+        (``stopper(train_loss)``, then ``if stopper.early_stop: break``). Early stopping on such a
+        value leaves the loop on one process first; the others wait in their next all-reduce.
         Evaluation sums are not among them: their gathered outputs agree on every process."""
         sums: set[str] = set()
         for aug in self.r.aug_assigns:
@@ -1929,7 +1930,25 @@ class _Conclusions:
                 if read & sums or record.mentions.calls & returning or decided:
                     sums.update(record.targets)
                     changed = True
+            for call in self.r.calls:
+                fed = self._object_fed(call.node)
+                if fed is not None and fed not in sums and any(names_in(arg.value) & sums for arg in call.node.args):
+                    sums.add(fed)
+                    changed = True
         return sums
+
+    def _object_fed(self, node: cst.Call) -> str | None:
+        """The object a call hands its arguments to: ``stopper`` for ``stopper(value)`` (a name
+        the script binds) and for ``stopper.step(value)``; None for functions and modules."""
+        func = node.func
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+            name = func.value.value
+        elif isinstance(func, cst.Name):
+            name = func.value
+        else:
+            return None
+        accelerators = {self.facts.existing_accelerator, self.facts.accelerator_name}
+        return name if name in self.assigned and name not in accelerators else None
 
 
 class _ParameterReceivers(cst.CSTVisitor):

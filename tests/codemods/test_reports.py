@@ -83,6 +83,50 @@ def test_early_stopping_on_this_process_training_loss_is_reported_not_on_the_gat
     assert reported == ["break  # TRAINING"]
 
 
+STOPPER_FED = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+
+class EarlyStopping:
+    def __init__(self, patience):
+        self.patience, self.counter, self.best, self.early_stop = patience, 0, None, False
+
+    def __call__(self, value):
+        if self.best is not None and value >= self.best:
+            self.counter += 1
+            self.early_stop = self.counter >= self.patience
+        else:
+            self.best, self.counter = value, 0
+
+
+def main():
+    loader = DataLoader(list(range(8)), batch_size=4)
+    model = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    stopper = EarlyStopping(3)
+    for epoch in range(50):
+        running = 0.0
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            running += loss.item()
+        stopper(running)
+        if stopper.early_stop:
+            break
+"""
+
+
+def test_early_stopping_by_a_helper_object_fed_this_process_training_loss_is_reported() -> None:
+    outcome = convert_module(cst.parse_module(STOPPER_FED), Options(), STOPPER_FED)
+    lines = STOPPER_FED.splitlines()
+    reported = [lines[change.line - 1].strip() for change in outcome.changes if change.code == "ACC902"]
+    assert reported == ["break"]
+
+
 PLATEAU_ON = """\
 import torch
 import torch.nn as nn
