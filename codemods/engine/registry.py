@@ -46,6 +46,7 @@ RULE_MODULES: tuple[str, ...] = (
     "unseeded_random",
     "rank_dependent_break",
     "rank_dependent_schedule",
+    "sharded_update_bn",
     "rank_local_average",
     "already_distributed",
     "model_trains_itself",

@@ -369,3 +369,32 @@ def test_batches_drawn_with_next_from_a_loader_are_sharded_data() -> None:
     outcome = convert_module(cst.parse_module(source), Options(), source)
     assert "optimizer, loader = accelerator.prepare(" in outcome.module.code
     assert "ACC901" not in {change.code for change in outcome.changes}
+
+
+UPDATE_BN = """\
+import torch
+import torch.nn as nn
+from torch.optim.swa_utils import AveragedModel, update_bn
+from torch.utils.data import DataLoader
+
+
+def main():
+    loader = DataLoader(list(range(8)), batch_size=4)
+    model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    swa_model = AveragedModel(model)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    swa_model.update_parameters(model)
+    update_bn({source}, swa_model)
+"""
+
+
+@pytest.mark.parametrize(("source", "reported"), [("loader", True), ("[torch.randn(4, 2)]", False)])
+def test_update_bn_over_a_prepared_loader_is_reported(source: str, reported: bool) -> None:
+    script = UPDATE_BN.format(source=source)
+    outcome = convert_module(cst.parse_module(script), Options(), script)
+    found = [change.line for change in outcome.changes if change.code == "ACC929"]
+    assert found == ([script.splitlines().index(f"    update_bn({source}, swa_model)") + 1] if reported else [])
