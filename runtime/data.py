@@ -261,9 +261,25 @@ class PreparedDataLoader(DataLoader):
         # A sharded stream's own length is already padded to whole batches: count the real data.
         dataset = self.dataset.dataset if isinstance(self.dataset, IterableShard) else self.dataset
         try:
-            return len(dataset) % self.plan.total_batch_size
+            sampled = self._sampled_count()
+            return (len(dataset) if sampled is None else sampled) % self.plan.total_batch_size
         except TypeError:  # an iterable dataset without __len__
             return -1
+
+    def _sampled_count(self) -> int | None:
+        """How many samples an epoch draws, when the sampler below the batching says: a
+        ``SubsetRandomSampler(val_idx)`` over the whole dataset draws ``len(val_idx)`` of them, a
+        ``WeightedRandomSampler`` its ``num_samples`` (Accelerate counts ``len(dataset)`` and keeps
+        padding rows: 232 evaluated samples instead of 200)."""
+        if isinstance(self.dataset, IterableDataset):
+            return None
+        level = self.batch_sampler if self.batch_sampler is not None else self.sampler
+        while hasattr(level, "batch_sampler"):  # our sharding and skipping wrappers
+            level = level.batch_sampler
+        try:
+            return len(level.sampler)
+        except (AttributeError, TypeError):  # a custom batch sampler: no sampler, or one without len
+            return None
 
     # -- epochs ---------------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:

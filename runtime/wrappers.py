@@ -10,6 +10,12 @@ shorter, so a schedule written for one process would end ``num_processes`` times
 each optimizer step therefore advances the scheduler ``num_processes`` times (once with
 ``split_batches``, where the loader keeps its length; always once per call with
 ``step_scheduler_with_optimizer=False``).
+
+``ReduceLROnPlateau`` is the exception, stepped once per call, whatever the process count: it
+counts the evaluations it is given (``scheduler.step(val_loss)``), not optimizer steps, so
+stepping it ``num_processes`` times would spend its patience that many times faster (on 2
+processes, ``patience=2`` cut the learning rate after the first epoch without improvement
+instead of the third). Accelerate steps it ``num_processes`` times like any other scheduler.
 """
 
 from __future__ import annotations
@@ -169,7 +175,7 @@ class AcceleratedScheduler:
 
     def step(self, *args: Any, **kwargs: Any) -> None:
         """Advance the schedule as many times as the optimizers really stepped (see module doc)."""
-        if not self.step_with_optimizer:
+        if not self.step_with_optimizer or isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
             self.scheduler.step(*args, **kwargs)
             return
         if not self.gradient_state.sync_gradients:

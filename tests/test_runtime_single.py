@@ -233,6 +233,20 @@ def test_scheduler_waits_for_sync_and_caps_total_steps() -> None:
     assert one_cycle._step_count == 4 and one_cycle.last_epoch == 3
 
 
+def test_plateau_scheduler_steps_once_per_evaluation_on_any_process_count() -> None:
+    # ReduceLROnPlateau counts the metrics it is given: stepped twice per call on 2 processes,
+    # patience=1 would cut the learning rate at the second epoch without improvement, not the third.
+    state = GradientState()
+    optimizer = AcceleratedOptimizer(torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=1.0), state)
+    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer.optimizer, patience=1, factor=0.5)
+    scheduler = AcceleratedScheduler(plateau, [optimizer], state, num_processes=2)
+    learning_rates = []
+    for _ in range(4):
+        scheduler.step(1.0)  # the validation loss never improves
+        learning_rates.append(optimizer.param_groups[0]["lr"])
+    assert learning_rates == [1.0, 1.0, 0.5, 0.5]
+
+
 def test_optimizer_acts_only_on_sync_steps() -> None:
     state = GradientState()
     param = torch.nn.Parameter(torch.ones(1))

@@ -41,6 +41,7 @@ from accel_convert.codemods.engine.syntax import (
     instance_parameter,
     is_main_guard,
     mean_reduced,
+    names_in,
     names_variable,
     parameter_names,
     target_names,
@@ -127,10 +128,23 @@ class _Assign:
     function: str
     mentions: _Frame
     scope: ScopeKey
+    #: The ``if`` statements around it (body or ``else``), outermost first.
+    ifs: tuple[_If, ...] = ()
 
     @property
     def names(self) -> set[str]:
         return self.mentions.names
+
+
+@dataclass(eq=False)
+class _AugAssign:
+    """``total += loss.item()``, ``bad_epochs += 1``: where per-process sums and counters grow."""
+
+    targets: tuple[str, ...]
+    #: Names on both sides (the target is read too).
+    mentions: _Frame
+    loops: tuple[_Loop, ...]
+    ifs: tuple[_If, ...]
 
 
 @dataclass
@@ -166,6 +180,7 @@ class _Recorder(NameCollector):
         #: of the statement or call they are in, under ``no_grad``, order among loops).
         self.comprehension_loops: list[tuple[str, str | None, int, bool, int]] = []
         self.breaks: list[tuple[cst.Break, tuple[_Loop, ...], tuple[_If, ...], str]] = []
+        self.aug_assigns: list[_AugAssign] = []
         #: Module-level functions → parameter names.
         self.defs: dict[str, tuple[str, ...]] = {}
         self.no_grad_functions: set[str] = set()
@@ -184,6 +199,9 @@ class _Recorder(NameCollector):
         self.assigns_and_ifs: list[_Assign | _If] = []
         #: The ``if`` statements whose body the walk is in.
         self._if_bodies: list[_If] = []
+        #: (scope, name) → the loader a progress bar bound to that name wraps
+        #: (``pbar = tqdm(train_loader)``, then ``for batch in pbar``).
+        self._wrapped_loaders: dict[tuple[ScopeKey, str], str] = {}
         self._loops: list[_Loop] = []
         self._ifs: list[_If] = []
         self._frames: list[_Frame] = []
@@ -260,12 +278,29 @@ class _Recorder(NameCollector):
     def leave_Assign(self, original_node: cst.Assign) -> None:
         mentions = self._frames.pop()
         targets = tuple(name for target in original_node.targets for name in target_names(target.target))
-        self.assigns.append(_Assign(original_node, targets, original_node.value, self.function, mentions, self.scope))
+        wrapped = _iterated(original_node.value, self.names, self.scope) if len(targets) == 1 else None
+        if wrapped is not None and isinstance(original_node.value, cst.Call):
+            self._wrapped_loaders[(self.scope, targets[0])] = wrapped
+        else:
+            for name in targets:
+                self._wrapped_loaders.pop((self.scope, name), None)
+        self.assigns.append(
+            _Assign(original_node, targets, original_node.value, self.function, mentions, self.scope, tuple(self._ifs))
+        )
         self.assigns_and_ifs.append(self.assigns[-1])
         if self._main_guard_depth:
             self.main_guard_assigns.update(targets)
         for record in self._if_bodies:
             record.body_assigns.update(targets)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        super().visit_AugAssign(node)
+        self._frames.append(_Frame())
+
+    def leave_AugAssign(self, original_node: cst.AugAssign) -> None:
+        mentions = self._frames.pop()
+        targets = tuple(target_names(original_node.target))
+        self.aug_assigns.append(_AugAssign(targets, mentions, tuple(self._loops), tuple(self._ifs)))
 
     def visit_If(self, node: cst.If) -> None:
         record = _If(node, self._loops[-1] if self._loops else None)
@@ -317,10 +352,11 @@ class _Recorder(NameCollector):
     def visit_For(self, node: cst.For) -> None:
         super().visit_For(node)
         self._order += 1
+        iterated = _iterated(node.iter, self.names, self.scope)
         loop = _Loop(
             node,
             self.function,
-            _iterated(node.iter, self.names, self.scope),
+            self._wrapped_loaders.get((self.scope, iterated or ""), iterated),
             _loop_targets(node, self.names, self.scope),
             no_grad=self._no_grad_depth > 0 or self.function in self.no_grad_functions,
             order=self._order,
@@ -1923,6 +1959,9 @@ class _Conclusions:
                 if assign.names & tainted or assign.mentions.calls & model_calls:
                     tainted.update(assign.targets)
                     changed = True
+        sums = self._per_process_sums(tainted)
+        tainted |= sums
+        self._schedule_steps_on(sums | facts.loss_names)
         for node, loops, ifs, function in self.r.breaks:
             if not loops or function not in facts.accessible_functions:
                 continue
@@ -1934,6 +1973,69 @@ class _Conclusions:
             conditions = [branch for branch in ifs if branch.loop is innermost]
             if any(branch.test.names & tainted or ".item" in branch.test.calls for branch in conditions):
                 facts.rank_dependent_breaks.append(self.site(node))
+
+    def _schedule_steps_on(self, sums: set[str]) -> None:
+        """``scheduler.step(train_loss)`` with one of this process's sums (or ``scheduler.step(loss)``
+        with its batch loss): each process would cut its learning rate at its own epoch
+        (ReduceLROnPlateau), and DDP keeps only the gradients in step, so the weights drift apart."""
+        if not sums:
+            return
+        for call in self.r.calls:
+            func = call.node.func
+            if not (isinstance(func, cst.Attribute) and func.attr.value == "step" and call.node.args):
+                continue
+            if dotted(func.value) in self.facts.schedulers and any(
+                names_in(arg.value) & sums for arg in call.node.args
+            ):
+                self.facts.rank_dependent_schedule_steps.append(self.site(call.node))
+
+    def _per_process_sums(self, tainted: set[str]) -> set[str]:
+        """Names that hold this process's share of the training: a sum grown in a loop that runs
+        the backward (``train_loss += loss.item() * n``), what is computed from it (``train_loss /=
+        len(dataset)``, returned by the function that trains an epoch), and what is decided by it
+        (``bad_epochs += 1`` under ``if train_loss >= best``), including an object fed it
+        (``stopper(train_loss)``, then ``if stopper.early_stop: break``). Early stopping on such a
+        value leaves the loop on one process first; the others wait in their next all-reduce.
+        Evaluation sums are not among them: their gathered outputs agree on every process."""
+        sums: set[str] = set()
+        for aug in self.r.aug_assigns:
+            if aug.loops and aug.loops[-1].has_backward and aug.mentions.names & tainted:
+                sums.update(aug.targets)
+        if not sums:
+            return sums
+        changed = True
+        while changed:
+            changed = False
+            returning = {function for function, value in self.r.returns if names_in(value) & sums}
+            records: list[_Assign | _AugAssign] = [*self.r.assigns, *self.r.aug_assigns]
+            for record in records:
+                if set(record.targets) <= sums:
+                    continue
+                decided = any(branch.test.names & sums for branch in record.ifs)
+                # What it reads: its mentions include its own targets (``best, bad = inf, 0``).
+                read = record.mentions.names - set(record.targets)
+                if read & sums or record.mentions.calls & returning or decided:
+                    sums.update(record.targets)
+                    changed = True
+            for call in self.r.calls:
+                fed = self._object_fed(call.node)
+                if fed is not None and fed not in sums and any(names_in(arg.value) & sums for arg in call.node.args):
+                    sums.add(fed)
+                    changed = True
+        return sums
+
+    def _object_fed(self, node: cst.Call) -> str | None:
+        """The object a call hands its arguments to: ``stopper`` for ``stopper(value)`` (a name
+        the script binds) and for ``stopper.step(value)``; None for functions and modules."""
+        func = node.func
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+            name = func.value.value
+        elif isinstance(func, cst.Name):
+            name = func.value
+        else:
+            return None
+        accelerators = {self.facts.existing_accelerator, self.facts.accelerator_name}
+        return name if name in self.assigned and name not in accelerators else None
 
 
 class _ParameterReceivers(cst.CSTVisitor):

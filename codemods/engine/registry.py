@@ -48,6 +48,8 @@ RULE_MODULES: tuple[str, ...] = (
     "no_dataloader",
     "unseeded_random",
     "rank_dependent_break",
+    "rank_dependent_schedule",
+    "sharded_update_bn",
     "rank_local_average",
     "already_distributed",
     "model_trains_itself",

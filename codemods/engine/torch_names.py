@@ -104,18 +104,26 @@ FEATURES: dict[str, str] = {
 SELF_DISTRIBUTING = frozenset({"DistributedDataParallel", "mp.spawn", "mp.Process", "init_process_group"})
 
 
+#: The optimizers transformers ships (its other capitalised names are models, configs, tokenizers).
+TRANSFORMERS_OPTIMIZERS = frozenset({"AdamW", "Adafactor"})
+
+
 def is_optimizer(qualified: str) -> bool:
     """``torch.optim.SGD``, ``transformers.AdamW``, ``bitsandbytes.optim.Adam8bit``..."""
     head, _, last = qualified.rpartition(".")
-    if not last[:1].isupper() or "lr_scheduler" in head:
+    # torch.optim also holds schedulers and SWA's AveragedModel (a model copy) and SWALR (a scheduler).
+    if not last[:1].isupper() or "lr_scheduler" in head or head == "torch.optim.swa_utils":
         return False
-    return head in {"torch.optim", "transformers", "transformers.optimization"} or head.startswith(
-        ("torch.optim.", "bitsandbytes.optim")
-    )
+    if head in {"transformers", "transformers.optimization"}:
+        # transformers exports every model, config and tokenizer class at its top level too.
+        return last in TRANSFORMERS_OPTIMIZERS
+    return head == "torch.optim" or head.startswith(("torch.optim.", "bitsandbytes.optim"))
 
 
 def is_scheduler(qualified: str) -> bool:
     head, _, last = qualified.rpartition(".")
+    if qualified == "torch.optim.swa_utils.SWALR":
+        return True
     if head.startswith("torch.optim.lr_scheduler"):
         return last[:1].isupper()
     return head in {"transformers", "transformers.optimization"} and last.startswith("get_") and ("schedule" in last)

@@ -4,7 +4,9 @@ Every process runs the whole script, so a plain ``print`` appears N times. ``acc
 prints on the main process only. ``tqdm`` bars get ``disable=not accelerator.is_local_main_process``
 (merged with a ``disable=`` the script already passes). Only code that runs after the accelerator
 exists is changed: the creating function after its creation, and the functions it calls (which
-receive the accelerator, see ACC104). ``print`` inside a class's methods is left as it was.
+receive the accelerator, see ACC104). ``print`` inside a model's or a dataset's methods is left as
+it was; one in a method of another class of the script (an ``EarlyStopping`` helper printing its
+counter), which no accelerator reaches, is kept to the first process by the launcher's ``RANK``.
 
 Python's ``logging`` prints once per rank too (``logging.info``, ``logger.info`` of a module
 logger, each rank appending to the file of ``logging.basicConfig(filename=...)``). The level the
@@ -41,6 +43,22 @@ class _Printing(RuleTransformer):
         self.facts = facts
         #: Module-level prints kept to the first process by ``RANK`` (they need ``import os``).
         self.guarded_prints = 0
+        #: The script's helper classes (not models, datasets or training classes).
+        self.helper_classes: set[str] = set()
+
+    def visit_Module(self, node: cst.Module) -> bool:
+        classes = [top for top in node.body if isinstance(top, cst.ClassDef)]
+        # A base of another class of the script (a BaseTrainer) is the training-class rules' (ACC108).
+        bases = {dotted(base.value) for top in classes for base in top.bases}
+        self.helper_classes = {
+            top.name.value for top in classes if top.name.value not in bases and _is_helper_class(top, self.facts)
+        }
+        return True
+
+    def _in_helper_class_method(self) -> bool:
+        """In a method of a helper class (an ``EarlyStopping`` printing its patience counter),
+        which no accelerator reaches: its prints ran once per process."""
+        return len(self.scope) >= 2 and self.scope[0] in self.helper_classes
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
@@ -50,17 +68,19 @@ class _Printing(RuleTransformer):
         is kept to the first one by the launcher's ``RANK`` (no process group needed yet)."""
         if self._is_console_write(updated_node) and self.accelerator_reachable():
             return self._on_main_process(original_node, updated_node)
-        if self.scope or self.accelerator_reachable() or not self._is_plain_print(updated_node):
+        if (
+            (self.scope and not self._in_helper_class_method())
+            or self.accelerator_reachable()
+            or not self._is_plain_print(updated_node)
+        ):
             return updated_node
         if any(isinstance(node, cst.If) and _tests_rank(node.test) for node in self._anchors):
             return updated_node  # already printed by one process only
         if self.facts.name_table.scopes[()].binds("os") and self.facts.imports.get("os") != "os":
             return updated_node  # ``os`` is something else here
+        where = "in a helper class" if self.scope else "before the accelerator exists"
         self.report(
-            original_node,
-            Printing.code,
-            "print before the accelerator exists → first process only (launcher's RANK)",
-            header_only=True,
+            original_node, Printing.code, f"print {where} → first process only (launcher's RANK)", header_only=True
         )
         self.guarded_prints += 1
         guarded = cst.If(
@@ -152,6 +172,15 @@ class _Printing(RuleTransformer):
             return cst.SimpleWhitespace(" ")
         opening = site.column + len(cst.Module([]).code_for_node(original.func)) + 1
         return cst.ParenthesizedWhitespace(indent=False, last_line=cst.SimpleWhitespace(" " * opening))
+
+
+def _is_helper_class(node: cst.ClassDef, facts: ScriptFacts) -> bool:
+    """A class of the script that is no model, dataset or training class (those print what they
+    print on purpose, or reach the accelerator)."""
+    name = node.name.value
+    datasets = any((dotted(base.value) or "").endswith(("Dataset", "Module")) for base in node.bases)
+    trains = name in facts.training_classes or name in facts.training_bases or name in facts.backward_functions
+    return not datasets and name not in facts.model_classes and not trains
 
 
 #: ``logging`` levels below WARNING, as a script names them: their records are progress chatter.

@@ -92,7 +92,73 @@ def main():
 """
 
 
+HF_MODEL_FROM_CONFIG = """\
+from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+def main():
+    tokenizer = BertTokenizerFast("vocab.txt")
+    config = BertConfig(vocab_size=tokenizer.vocab_size, num_labels=2)
+    model = BertForSequenceClassification(config)
+    loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    for (x,) in loader:
+        model(x).loss.backward()
+        optimizer.step()
+"""
+
+SWA = """\
+from torch.optim.swa_utils import SWALR, AveragedModel
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    swa_model = AveragedModel(model)
+    swa_scheduler = SWALR(optimizer, swa_lr=0.05)
+    for epoch in range(3):
+        for (x,) in loader:
+            model(x).sum().backward()
+            optimizer.step()
+        swa_model.update_parameters(model)
+        swa_scheduler.step()
+"""
+
+PROGRESS_BAR_LOOP = """\
+from torch.optim.lr_scheduler import OneCycleLR
+from tqdm import tqdm
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = OneCycleLR(optimizer, max_lr=0.1, total_steps=2 * len(loader))
+    for epoch in range(2):
+        pbar = tqdm(loader)
+        for (x,) in pbar:
+            model(x).sum().backward()
+            optimizer.step()
+            scheduler.step()
+"""
+
 CASES = {
+    # transformers' model, config and tokenizer classes are not optimizers (only AdamW, Adafactor).
+    "transformers model from config": (
+        HF_MODEL_FROM_CONFIG,
+        ["model, optimizer, loader = accelerator.prepare(model, optimizer, loader)"],
+    ),
+    # SWA: the averaged model is a copy of the prepared model, SWALR a scheduler stepped per epoch.
+    "swa": (
+        SWA,
+        [
+            "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)",
+            "swa_model = AveragedModel(accelerator.unwrap_model(model))",
+        ],
+    ),
+    # A loop over a progress bar bound to a name is a loop over its loader: stepped per batch.
+    "progress bar bound to a name": (
+        PROGRESS_BAR_LOOP,
+        ["model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)"],
+    ),
     # Hard case 4: a per-epoch StepLR is not prepared; a per-batch scheduler is.
     "4 per-epoch scheduler": (
         SCHEDULERS,

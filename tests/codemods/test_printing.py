@@ -73,6 +73,59 @@ def test_a_print_before_the_function_creating_the_accelerator_runs_on_the_first_
     assert convert_module(cst.parse_module(once), Options()).module.code == once
 
 
+HELPER_CLASS_SCRIPT = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class EarlyStopping:
+    def __init__(self, patience):
+        self.patience, self.counter, self.best = patience, 0, None
+
+    def __call__(self, value):
+        if self.best is not None and value >= self.best:
+            self.counter += 1
+            print(f"counter {self.counter} of {self.patience}")
+        else:
+            self.best, self.counter = value, 0
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+
+    def forward(self, x):
+        print("forward", x.shape)
+        return self.fc(x)
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    stopper = EarlyStopping(2)
+    for data, target in loader:
+        loss = nn.functional.mse_loss(model(data), target)
+        loss.backward()
+        optimizer.step()
+        stopper(loss.item())
+"""
+
+
+def test_a_print_in_a_helper_class_runs_on_the_first_process_only_and_a_model_print_is_left() -> None:
+    from accel_convert.codemods import convert_module
+    from accel_convert.codemods.engine.model import Options
+
+    once = convert_module(cst.parse_module(HELPER_CLASS_SCRIPT), Options()).module.code
+    guard = '            if int(os.environ.get("RANK", "0")) == 0:\n'
+    assert f'{guard}                print(f"counter {{self.counter}} of {{self.patience}}")\n' in once
+    assert '        print("forward", x.shape)\n' in once  # the model's own print: left as it was
+    assert "\nimport os\n" in once
+    assert convert_module(cst.parse_module(once), Options()).module.code == once
+
+
 LOGGING_SCRIPT = """\
 import logging
 

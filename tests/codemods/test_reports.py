@@ -30,6 +30,141 @@ def test_rank_dependent_breaks_are_reported(snippet: str, code: str | None) -> N
     assert "break" in lines, "the loop is left as it was"
 
 
+EARLY_STOPPING = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+
+def train_epoch(model, loader, optimizer):
+    total = 0.0
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total += loss.item() * x.size(0)
+    return total / len(loader.dataset)
+
+
+def main():
+    loader = DataLoader(list(range(8)), batch_size=4)
+    val_loader = DataLoader(list(range(8)), batch_size=4)
+    model = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    best, bad, best_val = float("inf"), 0, float("inf")
+    for epoch in range(50):
+        train_loss = train_epoch(model, loader, optimizer)
+        val_loss = 0.0
+        with torch.no_grad():
+            for x, y in val_loader:
+                val_loss += nn.functional.mse_loss(model(x), y, reduction="sum").item()
+        if val_loss < best_val:
+            best_val = val_loss
+        else:
+            break  # VALIDATION
+        if train_loss < best - 1e-3:
+            best = train_loss
+            bad = 0
+        else:
+            bad += 1
+        if bad >= 3:
+            break  # TRAINING
+"""
+
+
+def test_early_stopping_on_this_process_training_loss_is_reported_not_on_the_gathered_validation() -> None:
+    # The training loss is summed over this process's batches (returned by the epoch function);
+    # the patience counter it decides differs between processes, so one leaves the epoch loop
+    # first and the others hang. The validation sum is computed from gathered outputs: no report.
+    outcome = convert_module(cst.parse_module(EARLY_STOPPING), Options(), EARLY_STOPPING)
+    lines = EARLY_STOPPING.splitlines()
+    reported = [lines[change.line - 1].strip() for change in outcome.changes if change.code == "ACC902"]
+    assert reported == ["break  # TRAINING"]
+
+
+STOPPER_FED = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+
+class EarlyStopping:
+    def __init__(self, patience):
+        self.patience, self.counter, self.best, self.early_stop = patience, 0, None, False
+
+    def __call__(self, value):
+        if self.best is not None and value >= self.best:
+            self.counter += 1
+            self.early_stop = self.counter >= self.patience
+        else:
+            self.best, self.counter = value, 0
+
+
+def main():
+    loader = DataLoader(list(range(8)), batch_size=4)
+    model = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    stopper = EarlyStopping(3)
+    for epoch in range(50):
+        running = 0.0
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            running += loss.item()
+        stopper(running)
+        if stopper.early_stop:
+            break
+"""
+
+
+def test_early_stopping_by_a_helper_object_fed_this_process_training_loss_is_reported() -> None:
+    outcome = convert_module(cst.parse_module(STOPPER_FED), Options(), STOPPER_FED)
+    lines = STOPPER_FED.splitlines()
+    reported = [lines[change.line - 1].strip() for change in outcome.changes if change.code == "ACC902"]
+    assert reported == ["break"]
+
+
+PLATEAU_ON = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+
+def main():
+    loader = DataLoader(list(range(8)), batch_size=4)
+    val_loader = DataLoader(list(range(8)), batch_size=4)
+    model = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+    for epoch in range(5):
+        running = 0.0
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            running += loss.item()
+        train_loss = running / len(loader)
+        val_loss = 0.0
+        with torch.no_grad():
+            for x, y in val_loader:
+                val_loss += nn.functional.mse_loss(model(x), y, reduction="sum").item()
+        scheduler.step({metric})
+"""
+
+
+@pytest.mark.parametrize(("metric", "reported"), [("train_loss", True), ("loss.item()", True), ("val_loss", False)])
+def test_a_plateau_scheduler_stepped_with_this_process_training_loss_is_reported(metric: str, reported: bool) -> None:
+    source = PLATEAU_ON.format(metric=metric)
+    outcome = convert_module(cst.parse_module(source), Options(), source)
+    lines = source.splitlines()
+    found = [lines[change.line - 1].strip() for change in outcome.changes if change.code == "ACC930"]
+    assert found == ([f"scheduler.step({metric})"] if reported else [])
+
+
 INTERRUPTS = {
     "alone": ("except KeyboardInterrupt:", 1),
     "in a tuple, twice": ("except (SystemExit, KeyboardInterrupt):\n    pass\nexcept KeyboardInterrupt as stop:", 2),
@@ -280,3 +415,32 @@ def test_a_training_accuracy_counted_per_process_is_reported(count: str, reporte
         assert found[0].message.startswith("training predictions counted over this process's batches only")
         assert not found[0].fixed
         assert count in outcome.module.code, "left as it was"
+
+
+UPDATE_BN = """\
+import torch
+import torch.nn as nn
+from torch.optim.swa_utils import AveragedModel, update_bn
+from torch.utils.data import DataLoader
+
+
+def main():
+    loader = DataLoader(list(range(8)), batch_size=4)
+    model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    swa_model = AveragedModel(model)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    swa_model.update_parameters(model)
+    update_bn({source}, swa_model)
+"""
+
+
+@pytest.mark.parametrize(("source", "reported"), [("loader", True), ("[torch.randn(4, 2)]", False)])
+def test_update_bn_over_a_prepared_loader_is_reported(source: str, reported: bool) -> None:
+    script = UPDATE_BN.format(source=source)
+    outcome = convert_module(cst.parse_module(script), Options(), script)
+    found = [change.line for change in outcome.changes if change.code == "ACC929"]
+    assert found == ([script.splitlines().index(f"    update_bn({source}, swa_model)") + 1] if reported else [])

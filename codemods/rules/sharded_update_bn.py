@@ -1,0 +1,81 @@
+"""ACC929 sharded-update-bn: SWA's ``update_bn`` over a prepared loader sees one process's shard.
+
+``torch.optim.swa_utils.update_bn(train_loader, swa_model)`` recomputes the averaged model's
+BatchNorm statistics in one pass over the loader. After ``prepare`` the loader yields this
+process's share of the data only: each process's averaged model gets its own statistics (on 2
+processes the main process's running mean summed to 0.5089 where one process computes 0.5144),
+its evaluation mixes them, and the main process saves its own. Average the statistics across
+processes after the pass (``accelerator.reduce(buffer, "mean")`` for each ``running_mean`` and
+``running_var``), or run ``update_bn`` on the main process over the unprepared loader.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.syntax import dotted
+from accel_convert.codemods.engine.transformers import RuleTransformer
+
+UPDATE_BN = "torch.optim.swa_utils.update_bn"
+
+MESSAGE = (
+    "update_bn over a prepared loader: each process computes the BatchNorm statistics of its own"
+    " shard; average them across processes (accelerator.reduce(..., 'mean')) or run it on the main"
+    " process over the unprepared loader"
+)
+
+
+class ShardedUpdateBn(Rule):
+    code = "ACC929"
+    name = "sharded-update-bn"
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.optim.swa_utils import AveragedModel, update_bn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    swa_model = AveragedModel(model)
+                    for epoch in range(3):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            loss.backward()
+                            optimizer.step()
+                        swa_model.update_parameters(model)
+                    update_bn(loader, swa_model)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message=MESSAGE,
+        ),
+    )
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return "update_bn" in facts.word_lines and bool(facts.loaders)
+
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        finder = _UpdateBnCalls(facts, facts.lines_mentioning({"update_bn"}))
+        module.visit(finder)
+        return module, finder.changes(module)
+
+
+class _UpdateBnCalls(RuleTransformer):
+    """``update_bn(loader, ...)`` whose loader is one the conversion prepares."""
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.qualified_name(node.func) != UPDATE_BN or not node.args:
+            return
+        if dotted(node.args[0].value) in self.facts.loaders:
+            self.report(node, ShardedUpdateBn.code, MESSAGE, False)
