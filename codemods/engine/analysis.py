@@ -2003,11 +2003,18 @@ class _Conclusions:
                 sums.update(aug.targets)
         if not sums:
             return sums
+        # Read once: the fixed point below only intersects these with the growing ``sums``.
+        returns = [(function, names_in(value)) for function, value in self.r.returns]
+        feeds = [
+            (fed, set().union(*(names_in(arg.value) for arg in call.node.args)))
+            for call in self.r.calls
+            if call.node.args and (fed := self._object_fed(call.node)) is not None
+        ]
+        records: list[_Assign | _AugAssign] = [*self.r.assigns, *self.r.aug_assigns]
         changed = True
         while changed:
             changed = False
-            returning = {function for function, value in self.r.returns if names_in(value) & sums}
-            records: list[_Assign | _AugAssign] = [*self.r.assigns, *self.r.aug_assigns]
+            returning = {function for function, names in returns if names & sums}
             for record in records:
                 if set(record.targets) <= sums:
                     continue
@@ -2017,9 +2024,8 @@ class _Conclusions:
                 if read & sums or record.mentions.calls & returning or decided:
                     sums.update(record.targets)
                     changed = True
-            for call in self.r.calls:
-                fed = self._object_fed(call.node)
-                if fed is not None and fed not in sums and any(names_in(arg.value) & sums for arg in call.node.args):
+            for fed, names in feeds:
+                if fed not in sums and names & sums:
                     sums.add(fed)
                     changed = True
         return sums
