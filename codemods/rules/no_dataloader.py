@@ -14,6 +14,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.syntax import nodes_in
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS, SELF_DISTRIBUTING
 
 MESSAGE = "training data does not come from a DataLoader: it is not sharded across processes"
@@ -65,8 +66,9 @@ class NoDataLoader(Rule):
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         assert facts.backward_site is not None
-        dicts = _loader_dicts(module, facts)
-        if any(_prepared_dict(module, name) for name in dicts):
+        assignments = [node for node in nodes_in(module) if isinstance(node, cst.Assign)]
+        dicts = _loader_dicts(assignments, facts)
+        if any(_prepared_dict(assignments, name) for name in dicts):
             return module, []  # the loader-dict rule (ACC119) prepared them
         held = dicts
         if held:
@@ -82,14 +84,14 @@ class NoDataLoader(Rule):
         return module, [report_at(facts.backward_site, self.code, MESSAGE)]
 
 
-def _loader_dicts(module: cst.Module, facts: ScriptFacts) -> list[str]:
+def _loader_dicts(assignments: list[cst.Assign], facts: ScriptFacts) -> list[str]:
     """Names bound to a dict of DataLoaders (a dict comprehension or a literal), in file order."""
 
     def is_loader(value: cst.BaseExpression) -> bool:
         return isinstance(value, cst.Call) and facts.qualified_name(value.func) in DATA_LOADERS
 
     found: list[str] = []
-    for assign in _assignments(module):
+    for assign in assignments:
         value = assign.value
         holds = (isinstance(value, cst.DictComp) and is_loader(value.value)) or (
             isinstance(value, cst.Dict)
@@ -100,7 +102,7 @@ def _loader_dicts(module: cst.Module, facts: ScriptFacts) -> list[str]:
     return found
 
 
-def _prepared_dict(module: cst.Module, name: str) -> bool:
+def _prepared_dict(assignments: list[cst.Assign], name: str) -> bool:
     """Whether the converted tree rebinds ``name`` to its loaders prepared (the loader-dict rule,
     ACC119, did): ``name = {x: accelerator.prepare(loader) for x, loader in name.items()}``."""
     return any(
@@ -110,20 +112,5 @@ def _prepared_dict(module: cst.Module, name: str) -> bool:
         and assign.value.value.func.attr.value == "prepare"
         and isinstance(assign.targets[0].target, cst.Name)
         and assign.targets[0].target.value == name
-        for assign in _assignments(module)
+        for assign in assignments
     )
-
-
-def _assignments(node: cst.CSTNode) -> list[cst.Assign]:
-    """Every assignment statement in ``node``, functions and blocks included."""
-
-    class Collect(cst.CSTVisitor):
-        def __init__(self) -> None:
-            self.assigns: list[cst.Assign] = []
-
-        def visit_Assign(self, node: cst.Assign) -> None:
-            self.assigns.append(node)
-
-    collector = Collect()
-    node.visit(collector)
-    return collector.assigns
