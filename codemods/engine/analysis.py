@@ -883,6 +883,32 @@ class _Conclusions:
             return set(assign.targets)
         return {name.value for index, name in enumerate(names) if index in positions}  # type: ignore[attr-defined]
 
+    def _inline_loaders(self, factories: dict[str, set[int] | None]) -> None:
+        """``train(model, DataLoader(train_set, shuffle=True), optimizer)``: a loader built as the
+        argument of a call of one of the file's functions (or a factory of the file returning
+        one loader) has no name to prepare; the parameter receiving it is a loader, and the
+        construction is prepared where it stands."""
+        for call in self.r.calls:
+            callee = call.node.func
+            if not (isinstance(callee, cst.Name) and callee.value in self.r.defs):
+                continue
+            params = self.r.defs[callee.value]
+            for index, arg in enumerate(call.node.args):
+                value = arg.value
+                if arg.star or not isinstance(value, cst.Call):
+                    continue
+                builds = self._constructs_loader(value, call.scope) or (
+                    isinstance(value.func, cst.Name)
+                    and value.func.value in factories
+                    and factories[value.func.value] is None
+                )
+                param = (
+                    arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
+                )
+                if builds and param is not None:
+                    self.facts.train_loaders.add(param)  # sorted into train/eval by the loops
+                    self.facts.inline_loaders.append(self.site(value))
+
     def _constructs_loader(self, value: cst.BaseExpression, scope: ScopeKey) -> bool:
         return (
             isinstance(value, cst.Call) and self.r.names.qualified_name(value.func, scope, strict=False) in DATA_LOADERS
@@ -891,6 +917,7 @@ class _Conclusions:
     def _constructors(self) -> None:
         facts = self.facts
         factories = self._loader_factories()
+        self._inline_loaders(factories)
         for assign in self.r.assigns:
             value = _peel_moves(assign.value)
             qualified = (

@@ -124,6 +124,11 @@ class ScriptFacts:
     #: Comprehensions over a loader outside training functions (an evaluation written as
     #: ``[step(batch) for batch in valid_dl]``): the loader and where.
     loader_comprehensions: list[tuple[str, Site]] = field(default_factory=list)
+    #: DataLoaders built in the arguments of a call of one of the file's functions
+    #: (``train(model, DataLoader(train_set, shuffle=True), optimizer)``): the function's
+    #: parameter is a loader (in ``train_loaders``/``eval_loaders`` by how it is looped over) and
+    #: each construction is prepared where it stands (ACC120). Sites of the constructions.
+    inline_loaders: list[Site] = field(default_factory=list)
     eval_loops: list[LoopFacts] = field(default_factory=list)
 
     #: Things already present that change what may be done: "DataParallel", "DistributedDataParallel",

@@ -27,6 +27,7 @@ RULE_MODULES: tuple[str, ...] = (
     "device",
     "batch_to_numpy",
     "prepare",
+    "inline_loader",
     "backward",
     "clip_grad",
     # Before amp/accumulate: printing does not interact with them, and
