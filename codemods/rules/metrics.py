@@ -1480,7 +1480,8 @@ def _argument_at(call: cst.Call, index: int, param: str) -> str | None:
 def _hoist_forward(statements, facts: ScriptFacts, new_name) -> list | None:
     """``correct += (model(x).argmax(1) == y).sum().item()`` → ``output = model(x)`` on its own
     line first, then the statement reads ``output``: the forward gets a name to gather. Only for
-    the first line holding exactly one forward, outside lambdas, comprehensions and conditional
+    the first line holding exactly one forward (models chained, ``decoder(encoder(x))``, count as
+    one), outside lambdas, comprehensions and conditional
     expressions (where moving it would change what runs)."""
     result = list(statements)
     for index, statement in enumerate(result):
@@ -1496,9 +1497,12 @@ def _hoist_forward(statements, facts: ScriptFacts, new_name) -> list | None:
         walk(statement, finder)
         if not finder.calls:
             continue
-        if len(finder.calls) != 1 or finder.guarded:
+        # ``decoder(encoder(x))``: a forward fed by another is one forward, the outer call.
+        inner = {id(node) for call in finder.calls for node in nodes_in(call) if node is not call}
+        outermost = [call for call in finder.calls if id(call) not in inner]
+        if len(outermost) != 1 or finder.guarded:
             return None
-        call = finder.calls[0]
+        call = outermost[0]
         name = new_name()
         forward_line = cst.SimpleStatementLine(
             body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=call)],

@@ -311,6 +311,35 @@ def test_forward_inside_a_reduction_gets_its_own_line() -> None:
     assert [c.code for c in changes] == ["ACC113"]
 
 
+def test_chained_models_are_one_forward_hoisted_whole() -> None:
+    source = code(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        encoder, decoder = nn.Linear(4, 8), nn.Linear(8, 2)
+        optimizer = torch.optim.Adam([*encoder.parameters(), *decoder.parameters()])
+        loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,))), batch_size=4)
+        for x, y in loader:
+            nn.functional.cross_entropy(decoder(encoder(x)), y).backward()
+            optimizer.step()
+        encoder.eval()
+        decoder.eval()
+        correct = 0
+        with torch.no_grad():
+            for x, y in loader:
+                correct += (decoder(encoder(x)).argmax(1) == y).sum().item()
+        print(correct)
+        """
+    )
+    output, changes = convert_text(source)
+    assert "output = decoder(encoder(x))" in output
+    assert "output, y = accelerator.gather_for_metrics((output, y))" in output
+    assert "correct += (output.argmax(1) == y).sum().item()" in output
+    assert "ACC913" not in {change.code for change in changes}
+
+
 def test_a_batch_mean_loss_summed_over_batches_is_reported_after_the_gather() -> None:
     body = """\
 def evaluate(model, loader):
