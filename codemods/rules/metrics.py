@@ -1498,8 +1498,8 @@ def _hoist_forward(statements, facts: ScriptFacts, new_name) -> list | None:
         if not finder.calls:
             continue
         # ``decoder(encoder(x))``: a forward fed by another is one forward, the outer call.
-        inner = {id(node) for call in finder.calls for node in nodes_in(call) if node is not call}
-        outermost = [call for call in finder.calls if id(call) not in inner]
+        nested = {id(node) for call in finder.calls for node in nodes_in(call) if node is not call}
+        outermost = [call for call in finder.calls if id(call) not in nested]
         if len(outermost) != 1 or finder.guarded:
             return None
         call = outermost[0]
