@@ -722,6 +722,7 @@ class _Conclusions:
             elif isinstance(callee, cst.Attribute):
                 self._into_method(call, callee)
         self._attribute_aliases()
+        self._loop_aliases()
 
     def _into_method(self, call: _Call, callee: cst.Attribute) -> None:
         """``trainer.fit(train_loader, val_loader)``, ``Trainer(...).fit(...)`` or, in a method,
@@ -847,6 +848,25 @@ class _Conclusions:
                 if instance is None or not target.startswith(instance + ".") or source is None or source == target:
                     continue
                 self.arguments.setdefault((assign.function, target), set()).add((assign.function, source))
+
+    def _loop_aliases(self) -> None:
+        """``for split, loader in [("val", val_loader), ("test", test_loader)]:``: the loop's
+        target holds each element in turn (recorded like an argument flowing into a parameter, so
+        what it is handed to sees where it comes from)."""
+        for loop in self.r.loops:
+            elements = loop.node.iter
+            if not isinstance(elements, (cst.List, cst.Tuple)):
+                continue
+            for element in elements.elements:
+                if isinstance(element, cst.StarredElement):
+                    break
+                pairs = _pairwise(
+                    loop.node.target.target if isinstance(loop.node.target, cst.AssignTarget) else loop.node.target,
+                    element.value,
+                )
+                for target, source in pairs:
+                    if target != source:
+                        self.arguments.setdefault((loop.function, target), set()).add((loop.function, source))
 
     def _loader_factories(self) -> dict[str, set[int] | None]:
         """Module-level functions that return DataLoaders (``return train_loader, test_loader``
@@ -2084,6 +2104,23 @@ class _ParameterReceivers(cst.CSTVisitor):
             receiver = dotted(func.value)
             if receiver is not None:
                 self.receivers.add(receiver)
+
+
+def _pairwise(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[str, str]]:
+    """The names a target binds, each with the name it gets from ``value`` (element by element
+    for tuples of the same length): ``(split, loader)`` ← ``("val", val_loader)`` gives
+    ``[("loader", "val_loader")]``."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        if not isinstance(value, (cst.Tuple, cst.List)) or len(value.elements) != len(target.elements):
+            return []
+        return [
+            pair
+            for inner, element in zip(target.elements, value.elements)
+            if not isinstance(inner, cst.StarredElement) and not isinstance(element, cst.StarredElement)
+            for pair in _pairwise(inner.value, element.value)
+        ]
+    name, source = dotted(target), dotted(value)
+    return [(name, source)] if name is not None and source is not None else []
 
 
 def _peel_moves(value: cst.BaseExpression) -> cst.BaseExpression:

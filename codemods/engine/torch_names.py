@@ -305,3 +305,19 @@ MEAN_LOSSES = frozenset(
         "torch.nn.functional.binary_cross_entropy_with_logits",
     }
 )
+
+#: torch calls joining a list of tensors into one (whose ``.numpy()`` then needs CPU tensors).
+TENSOR_JOINS = frozenset(
+    {"torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.vstack", "torch.hstack"}
+)
+#: NumPy calls making an array of a list of tensors (each tensor must be on the CPU).
+ARRAYS_FROM_LISTS = frozenset(
+    {
+        "numpy.array",
+        "numpy.asarray",
+        "numpy.concatenate",
+        "numpy.stack",
+        "numpy.vstack",
+        "numpy.hstack",
+    }
+)

@@ -7,6 +7,11 @@ conversion ``labels`` is a CUDA tensor and ``.numpy()`` raises ``TypeError``. ``
 first is a no-op on the CPU and the copy the original made implicitly on a GPU. Only names bound
 per batch by a loop over a prepared loader (and names taken out of them without a call) are
 rewritten; a chain that already goes through ``.cpu()`` or ``.to(...)`` is left alone.
+
+The same holds for batch tensors collected in a list that is then made a NumPy array
+(``labels.append(yb)`` ... ``torch.cat(labels).numpy()``, ``np.concatenate(labels)``): in the
+original the list held CPU tensors (or the conversion would have failed on a GPU), so the append
+becomes ``labels.append(yb.cpu())``, which keeps the list where the original had it.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.syntax import dotted, nodes_in
+from accel_convert.codemods.engine.torch_names import ARRAYS_FROM_LISTS, TENSOR_JOINS
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
 #: Methods of a chain that already decide where the tensor is.
@@ -24,10 +31,26 @@ _PLACING_METHODS = frozenset({"cpu", "to", "cuda"})
 
 class _CopyToCpu(RuleTransformer):
     def __init__(self, facts: ScriptFacts) -> None:
-        super().__init__(facts, lines_of(facts.call_sites.get(".numpy", ())))
+        sites = [*facts.call_sites.get(".numpy", ()), *facts.call_sites.get(".append", ())]
+        super().__init__(facts, lines_of(sites))
+        #: Per function (by identity): the lists it makes NumPy arrays of.
+        self._arrays_of: dict[int, set[str]] = {}
+        self._functions: list[cst.FunctionDef | cst.Module] = []
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._functions.append(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._functions.append(node)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
+        self._functions.pop()
+        return updated_node
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         func = updated_node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "append" and len(updated_node.args) == 1:
+            return self._append_on_cpu(original_node, updated_node, func)
         if not (isinstance(func, cst.Attribute) and func.attr.value == "numpy") or updated_node.args:
             return updated_node
         batch = _batch_root(func.value)
@@ -41,6 +64,51 @@ class _CopyToCpu(RuleTransformer):
         )
         on_cpu = cst.Call(cst.Attribute(func.value, cst.Name("cpu")))
         return updated_node.with_changes(func=func.with_changes(value=on_cpu))
+
+    def _append_on_cpu(self, original_node: cst.Call, updated_node: cst.Call, func: cst.Attribute) -> cst.Call:
+        """``labels.append(yb)`` of a batch tensor into a list the function makes an array of."""
+        collected = dotted(func.value)
+        value = updated_node.args[0].value
+        batch = _batch_root(value)
+        if (
+            collected is None
+            or batch is None
+            or batch not in self.facts.batch_names_by_function.get(self.function, ())
+            or collected not in self._lists_made_arrays()
+        ):
+            return updated_node
+        self.report(
+            original_node,
+            BatchToNumpy.code,
+            f"{batch} comes from a prepared loader, on the accelerator's device, and {collected} becomes a NumPy "
+            "array: .cpu() before it is collected",
+            header_only=True,
+        )
+        on_cpu = cst.Call(cst.Attribute(value, cst.Name("cpu")))
+        return updated_node.with_changes(args=[updated_node.args[0].with_changes(value=on_cpu)])
+
+    def _lists_made_arrays(self) -> set[str]:
+        """Lists the enclosing function (or module-level code) turns into a NumPy array:
+        ``torch.cat(labels).numpy()``, ``np.concatenate(labels)``."""
+        function = self._functions[-1]
+        found = self._arrays_of.get(id(function))
+        if found is None:
+            found = self._arrays_of[id(function)] = set()
+            for node in nodes_in(function):
+                if not isinstance(node, cst.Call):
+                    continue
+                if node.args and (self.facts.callee_name(node.func) or "") in ARRAYS_FROM_LISTS:
+                    found.add(dotted(node.args[0].value) or "")
+                func = node.func
+                if (
+                    isinstance(func, cst.Attribute)
+                    and func.attr.value == "numpy"
+                    and isinstance(func.value, cst.Call)
+                    and func.value.args
+                    and (self.facts.callee_name(func.value.func) or "") in TENSOR_JOINS
+                ):
+                    found.add(dotted(func.value.args[0].value) or "")
+        return found
 
 
 def _batch_root(receiver: cst.BaseExpression) -> str | None:
@@ -116,7 +184,11 @@ class BatchToNumpy(Rule):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return facts.has_accelerator and bool(facts.batch_names) and ".numpy" in facts.call_sites
+        return (
+            facts.has_accelerator
+            and bool(facts.batch_names)
+            and (".numpy" in facts.call_sites or bool(facts.called & ARRAYS_FROM_LISTS))
+        )
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         transformer = _CopyToCpu(facts)

@@ -54,3 +54,53 @@ def test_other_numpy_reads_are_left_alone(read: str) -> None:
     code, lines = convert(LOOP.replace("{read}", read))
     assert read in lines, code
     assert "#ACC118" not in lines
+
+
+COLLECTED = """\
+import numpy as np
+
+
+def predict(model, loader):
+    probs, labels = [], []
+    with torch.no_grad():
+        for inputs, targets in loader:
+            probs.append(torch.sigmoid(model(inputs)).cpu())
+            labels.append({append})
+    return {joined}
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,))), batch_size=2)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for inputs, targets in loader:
+        nn.functional.mse_loss(model(inputs), targets.float()).backward()
+        optimizer.step()
+    predict(model, loader)
+"""
+
+
+@pytest.mark.parametrize(
+    "joined",
+    ["torch.cat(labels).numpy()", "np.concatenate(labels)", "np.array(labels)", "torch.stack(labels, 0).numpy()"],
+    ids=["torch-cat-numpy", "np-concatenate", "np-array", "torch-stack-numpy"],
+)
+def test_batch_tensors_collected_into_an_array_are_copied_to_the_cpu(joined: str) -> None:
+    code, lines = convert(COLLECTED.replace("{append}", "targets").replace("{joined}", joined))
+    assert "labels.append(targets.cpu())" in lines, code
+    assert "#ACC118" in lines
+
+
+@pytest.mark.parametrize(
+    ("append", "joined"),
+    [
+        ("targets", "torch.cat(labels)"),  # stays a tensor: wherever the original put it
+        ("targets.cpu()", "np.concatenate(labels)"),  # already copied
+        ("targets", "[t.tolist() for t in labels]"),  # .tolist() reads device tensors too
+    ],
+    ids=["kept-a-tensor", "already-on-the-cpu", "read-as-lists"],
+)
+def test_collected_batch_tensors_not_made_arrays_are_left_alone(append: str, joined: str) -> None:
+    code, lines = convert(COLLECTED.replace("{append}", append).replace("{joined}", joined))
+    assert f"labels.append({append})" in lines, code
+    assert "#ACC118" not in lines
