@@ -30,6 +30,7 @@ from accel_convert.codemods.engine.positions import POSITIONED_TYPES, OriginInde
 from accel_convert.codemods.engine.program_seeds import (
     ProgramSeeds,
     library_home,
+    program_callee,
     seed_imported_calls,
     seed_loader_factories,
     seed_parameter_roles,
@@ -908,8 +909,17 @@ class _Conclusions:
         argument of a call of one of the file's functions (or a factory of the file returning
         one loader) has no name to prepare; the parameter receiving it is a loader, and the
         construction is prepared where it stands."""
+        # Functions of other modules of the program that loop over what they are given: the
+        # program seeds the parameter's role there (see ``program.INLINE_LOADER``).
+        looping = self.seeds.looping_functions if self.seeds is not None else frozenset()
         for call in self.r.calls:
             callee = call.node.func
+            if looping and program_callee(self.facts, callee, call.scope) in looping:
+                for arg in call.node.args:
+                    value = arg.value
+                    if not arg.star and isinstance(value, cst.Call) and self._constructs_loader(value, call.scope):
+                        self.facts.inline_loaders.append(self.site(value))
+                continue
             if not (isinstance(callee, cst.Name) and callee.value in self.r.defs):
                 continue
             params = self.r.defs[callee.value]

@@ -239,6 +239,12 @@ def _extents(source: str | bytes | None, module: cst.Module) -> dict[str, tuple[
     }
 
 
+#: What ``_Calls`` records as the argument for a DataLoader built in the call's arguments
+#: (``engine.train(model, DataLoader(...))``): the caller prepares it where it stands (ACC120), so
+#: the parameter is a prepared loader in the callee's module. Not an identifier: no name matches it.
+INLINE_LOADER = "<DataLoader(...)>"
+
+
 class _Calls(NameCollector):
     """Calls of module-level functions of other program modules, with their arguments."""
 
@@ -284,6 +290,9 @@ class _Calls(NameCollector):
         arguments = []
         for index, arg in enumerate(node.args):
             value = dotted(arg.value)
+            if value is None and isinstance(arg.value, cst.Call):
+                loader = self.facts.callee_name(arg.value.func, tuple(self.scope)) in DATA_LOADERS
+                value = INLINE_LOADER if loader else None
             if value is None or arg.star:
                 continue
             param = arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
@@ -570,8 +579,10 @@ class Program:
                             roles[call.callee_module].setdefault(target, set()).add(param)
                         elif name.startswith(argument + "."):
                             roles[call.callee_module].setdefault(target, set()).add(param + name[len(argument) :])
-                if argument in prepared_in[call.caller_module]:
+                if argument in prepared_in[call.caller_module] or argument == INLINE_LOADER:
                     prepared[call.callee_module].add(param)
+                if argument == INLINE_LOADER:
+                    roles[call.callee_module].setdefault("train_loaders", set()).add(param)
         # ``Trainer(model, ...)``: a parameter the callee trains as a model makes the argument
         # a model where it is built (the callee's module prepares none of what it is handed).
         handed_over: dict[str, set[str]] = {}
