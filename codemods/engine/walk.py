@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import fields
+import typing
 from typing import Any
 
 import libcst as cst
@@ -220,8 +221,26 @@ def _child_fields(node: cst.CSTNode) -> tuple[str, ...]:
         # A field libcst skips when it is None (an f-string's format spec) is missed when the
         # first node seen has none; such fields come last in source order, so they go last.
         missing = [field.name for field in fields(node) if field.name not in recorder.fields]
-        order = _child_field_order[type(node)] = (*recorder.fields, *missing)
+        hints = typing.get_type_hints(type(node))
+        order = _child_field_order[type(node)] = tuple(
+            name for name in (*recorder.fields, *missing) if _may_hold_substance(hints.get(name, Any))
+        )
     return order
+
+
+def _may_hold_substance(annotation: object) -> bool:
+    """Whether a field declared as ``annotation`` can hold a node that is not :data:`TRIVIA`
+    (``Call.whitespace_after_func`` and ``Call.lpar`` cannot: the walks never read them)."""
+    if isinstance(annotation, type):
+        if not issubclass(annotation, cst.CSTNode):
+            return False  # a str, a bool: not a node
+        return any(issubclass(kind, annotation) for kind in _SUBSTANCE)
+    if typing.get_origin(annotation) is typing.Literal:
+        return False  # ``Arg.star``: one of a few strings
+    arguments = typing.get_args(annotation)
+    if not arguments:
+        return True  # a form this reading does not know: walked, to be safe
+    return any(_may_hold_substance(argument) for argument in arguments)
 
 
 class _FieldOrder(cst.CSTVisitor):
