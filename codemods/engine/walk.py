@@ -22,9 +22,9 @@ its ``collected`` list: cheaper than overriding ``on_visit``, which costs a disp
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable
 from dataclasses import fields
-import typing
 from typing import Any
 
 import libcst as cst

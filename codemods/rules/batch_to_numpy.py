@@ -12,6 +12,11 @@ The same holds for batch tensors collected in a list that is then made a NumPy a
 (``labels.append(yb)`` ... ``torch.cat(labels).numpy()``, ``np.concatenate(labels)``): in the
 original the list held CPU tensors (or the conversion would have failed on a GPU), so the append
 becomes ``labels.append(yb.cpu())``, which keeps the list where the original had it.
+
+And a batch tensor combined with a tensor the script copied to the CPU (``_, predicted =
+torch.max(outputs.cpu(), 1)`` then ``(predicted == labels).sum()``): the original compared two
+CPU tensors; converted, ``labels`` is on the device and the comparison raises on a GPU ("Expected
+all tensors to be on the same device"), so it reads ``labels.cpu()``.
 """
 
 from __future__ import annotations
@@ -32,9 +37,16 @@ _PLACING_METHODS = frozenset({"cpu", "to", "cuda"})
 class _CopyToCpu(RuleTransformer):
     def __init__(self, facts: ScriptFacts) -> None:
         sites = [*facts.call_sites.get(".numpy", ()), *facts.call_sites.get(".append", ())]
-        super().__init__(facts, lines_of(sites))
+        lines = lines_of(sites)
+        if ".cpu" in facts.call_sites:
+            # Comparisons with a CPU copy: in the loops over loaders, where batch names live.
+            for loop in [*facts.train_loops, *facts.eval_loops]:
+                lines.update(range(loop.site.line, loop.site.end_line + 1))
+        super().__init__(facts, lines)
         #: Per function (by identity): the lists it makes NumPy arrays of.
         self._arrays_of: dict[int, set[str]] = {}
+        #: Per function (by identity): the names it binds to a copy on the CPU.
+        self._cpu_names_of: dict[int, set[str]] = {}
         self._functions: list[cst.FunctionDef | cst.Module] = []
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -46,6 +58,82 @@ class _CopyToCpu(RuleTransformer):
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
         self._functions.pop()
         return updated_node
+
+    def leave_Comparison(self, original_node: cst.Comparison, updated_node: cst.Comparison) -> cst.Comparison:
+        operands = [updated_node.left, *(target.comparator for target in updated_node.comparisons)]
+        if not any(self._on_cpu(operand) for operand in operands):
+            return updated_node
+        left = self._copied_if_batch(original_node, updated_node.left)
+        comparisons = [
+            target.with_changes(comparator=self._copied_if_batch(original_node, target.comparator))
+            for target in updated_node.comparisons
+        ]
+        return updated_node.with_changes(left=left, comparisons=comparisons)
+
+    def leave_BinaryOperation(
+        self, original_node: cst.BinaryOperation, updated_node: cst.BinaryOperation
+    ) -> cst.BinaryOperation:
+        left, right = updated_node.left, updated_node.right
+        if self._on_cpu(left):
+            return updated_node.with_changes(right=self._copied_if_batch(original_node, right))
+        if self._on_cpu(right):
+            return updated_node.with_changes(left=self._copied_if_batch(original_node, left))
+        return updated_node
+
+    def _copied_if_batch(self, anchor: cst.CSTNode, operand: cst.BaseExpression) -> cst.BaseExpression:
+        """``labels`` → ``labels.cpu()`` for a batch tensor met next to a CPU copy."""
+        batch = _batch_root(operand)
+        if batch is None or batch not in self.facts.batch_names_by_function.get(self.function, ()):
+            return operand
+        if not isinstance(operand, (cst.Name, cst.Attribute, cst.Subscript)):
+            return operand  # a call on it (``labels.float()``): its result, not the batch name
+        self.report(
+            anchor,
+            BatchToNumpy.code,
+            f"{batch} comes from a prepared loader, on the accelerator's device, and meets a copy on the CPU: "
+            ".cpu() as in the original",
+            header_only=True,
+        )
+        return cst.Call(
+            cst.Attribute(operand.with_changes(lpar=(), rpar=()), cst.Name("cpu")), lpar=operand.lpar, rpar=operand.rpar
+        )
+
+    def _on_cpu(self, operand: cst.BaseExpression) -> bool:
+        """A tensor the script copied to the CPU: ``outputs.argmax(1).cpu()``, or a name bound to
+        such a copy in this function (``predicted`` of ``_, predicted = torch.max(outputs.cpu(), 1)``),
+        read through attributes and method calls (``predicted.view(-1)``)."""
+        node: cst.BaseExpression = operand
+        while True:
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+                if node.func.attr.value == "cpu":
+                    return True
+                if node.func.attr.value in ("to", "cuda"):
+                    return False
+                node = node.func.value
+            elif isinstance(node, (cst.Attribute, cst.Subscript)):
+                node = node.value
+            elif isinstance(node, cst.Name):
+                return node.value in self._cpu_names()
+            else:
+                return False
+
+    def _cpu_names(self) -> set[str]:
+        function = self._functions[-1]
+        found = self._cpu_names_of.get(id(function))
+        if found is None:
+            found = self._cpu_names_of[id(function)] = set()
+            for node in nodes_in(function):
+                if not isinstance(node, cst.Assign):
+                    continue
+                methods = {
+                    call.func.attr.value
+                    for call in nodes_in(node.value)
+                    if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+                }
+                if "cpu" in methods and not methods & {"to", "cuda", "numpy", "tolist", "item"}:
+                    for target in node.targets:
+                        found.update(name.value for name in nodes_in(target.target) if isinstance(name, cst.Name))
+        return found
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         func = updated_node.func
@@ -187,7 +275,7 @@ class BatchToNumpy(Rule):
         return (
             facts.has_accelerator
             and bool(facts.batch_names)
-            and (".numpy" in facts.call_sites or bool(facts.called & ARRAYS_FROM_LISTS))
+            and (".numpy" in facts.call_sites or ".cpu" in facts.call_sites or bool(facts.called & ARRAYS_FROM_LISTS))
         )
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:

@@ -104,3 +104,36 @@ def test_collected_batch_tensors_not_made_arrays_are_left_alone(append: str, joi
     code, lines = convert(COLLECTED.replace("{append}", append).replace("{joined}", joined))
     assert f"labels.append({append})" in lines, code
     assert "#ACC118" not in lines
+
+
+@pytest.mark.parametrize(
+    ("read", "converted"),
+    [
+        ("y = (predicted == labels).sum()", "y = (predicted == labels.cpu()).sum()"),
+        ("y = (labels != predicted.view(-1)).sum()", "y = (labels.cpu() != predicted.view(-1)).sum()"),
+        ("y = (logits.argmax(1).cpu() == labels).sum()", "y = (logits.argmax(1).cpu() == labels.cpu()).sum()"),
+        ("y = predicted - batch[1]", "y = predicted - batch[1].cpu()"),
+    ],
+    ids=["name-bound-to-a-cpu-copy", "compared-on-the-left", "a-cpu-call", "binary-operation-with-a-subscript"],
+)
+def test_a_batch_tensor_meeting_a_cpu_copy_is_copied_to_the_cpu(read: str, converted: str) -> None:
+    body = LOOP.replace("{read}", "_, predicted = torch.max(logits.cpu(), 1)\n        " + read)
+    code, lines = convert(body)
+    assert converted in lines, code
+    assert "#ACC118" in lines
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        "y = (predicted == labels.cpu()).sum()",  # already copied
+        "y = (logits.argmax(1) == labels).sum()",  # both on the device
+        "y = (predicted == labels.float()).sum()",  # a call's result: left to the call
+    ],
+    ids=["already-copied", "no-cpu-copy", "a-call-on-the-batch"],
+)
+def test_other_comparisons_with_batch_tensors_are_left_alone(read: str) -> None:
+    body = LOOP.replace("{read}", "_, predicted = torch.max(logits.cpu(), 1)\n        " + read)
+    code, lines = convert(body)
+    assert read in lines, code
+    assert "#ACC118" not in lines
