@@ -149,7 +149,8 @@ def _make_plan(visitor_type: type[cst.CSTVisitor], node: cst.CSTNode) -> _Plan:
         raise TypeError(f"{visitor_type.__name__} overrides the attribute hooks: use node.visit")
     kind = type(node).__name__
     plan = []
-    for name in _child_fields(node):
+    every_field = _node_types_walked(visitor_type) is NODE_TYPES
+    for name in _child_fields(node, with_trivia=every_field):
         visit_hook, leave_hook = f"visit_{kind}_{name}", f"leave_{kind}_{name}"
         plan.append(
             (
@@ -209,23 +210,29 @@ def own_hooks(visitor_type: type) -> dict[str, Callable[..., Any]]:
 
 
 _child_field_order: dict[type, tuple[str, ...]] = {}
+_substance_field_order: dict[type, tuple[str, ...]] = {}
 
 
-def _child_fields(node: cst.CSTNode) -> tuple[str, ...]:
+def _child_fields(node: cst.CSTNode, *, with_trivia: bool = False) -> tuple[str, ...]:
     """The fields libcst visits for ``node``'s class, in its order: learned from the first node of
-    the class seen (the order is fixed per class)."""
-    order = _child_field_order.get(type(node))
-    if order is None:
+    the class seen (the order is fixed per class). Without ``with_trivia``, only those whose
+    declared type can hold a node that is not :data:`TRIVIA` (``Call.lpar`` and
+    ``Call.whitespace_after_func`` never can: the walks that skip trivia never read them)."""
+    kind = type(node)
+    order = _substance_field_order.get(kind) if not with_trivia else _child_field_order.get(kind)
+    if order is not None:
+        return order
+    every = _child_field_order.get(kind)
+    if every is None:
         recorder = _FieldOrder(node)
         node._visit_and_replace_children(recorder)  # noqa: SLF001 - the order lives only there
         # A field libcst skips when it is None (an f-string's format spec) is missed when the
         # first node seen has none; such fields come last in source order, so they go last.
         missing = [field.name for field in fields(node) if field.name not in recorder.fields]
-        hints = typing.get_type_hints(type(node))
-        order = _child_field_order[type(node)] = tuple(
-            name for name in (*recorder.fields, *missing) if _may_hold_substance(hints.get(name, Any))
-        )
-    return order
+        every = _child_field_order[kind] = (*recorder.fields, *missing)
+    hints = typing.get_type_hints(kind)
+    _substance_field_order[kind] = tuple(name for name in every if _may_hold_substance(hints.get(name, Any)))
+    return every if with_trivia else _substance_field_order[kind]
 
 
 def _may_hold_substance(annotation: object) -> bool:

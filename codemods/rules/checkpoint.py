@@ -396,6 +396,8 @@ class _CheckpointRewriter(RuleTransformer):
             return self._type_of_unwrapped(original_node, updated_node)
         self.loads = self.loads or callee == "torch.load"
         self.saves = self.saves or is_accelerator_method(updated_node, self.facts, "save")
+        if callee == "torch.load":
+            return self._load_on_own_device(original_node, updated_node)
         if callee != "torch.save":
             return updated_node
         if names_in(original_node) & self.facts.per_process_paths:
@@ -415,6 +417,43 @@ class _CheckpointRewriter(RuleTransformer):
         self.saves = True
         self.report(original_node, self.code, "torch.save → accelerator.save (main process only)", True)
         return accelerator_call(self.facts, "save", *args)
+
+    def _load_on_own_device(self, original: cst.Call, call: cst.Call) -> cst.Call:
+        """``torch.load(path)`` puts each tensor back on the device it was saved from: the main
+        process saved from ``cuda:0``, so without a ``map_location`` every process would load the
+        whole checkpoint onto GPU 0 (and open a CUDA context there), as the DDP tutorial warns.
+        Tensors saved on GPU 0 are mapped to this process's device; tensors saved on the CPU stay
+        there, as in the original."""
+        has_location = len([arg for arg in call.args if arg.keyword is None]) >= 2 or any(
+            arg.keyword is not None and arg.keyword.value == "map_location" for arg in call.args
+        )
+        if has_location or any(arg.star for arg in call.args) or not self.accelerator_reachable():
+            return call
+        accelerator = self.instance_accelerator() or cst.Name(self.accelerator)
+        device = cst.Call(cst.Name("str"), [cst.Arg(cst.Attribute(accelerator, cst.Name("device")))])
+        location = cst.Dict([cst.DictElement(cst.SimpleString('"cuda:0"'), device)])
+        self.report(
+            original,
+            self.code,
+            "torch.load: tensors saved from GPU 0 load on this process's device (map_location), not all onto GPU 0",
+            True,
+        )
+        argument = cst.Arg(
+            location,
+            keyword=cst.Name("map_location"),
+            equal=cst.AssignEqual(
+                whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+            ),
+        )
+        return call.with_changes(
+            args=[
+                *call.args[:-1],
+                call.args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                argument,
+            ]
+            if call.args
+            else [argument]
+        )
 
     def _export_of_unwrapped(self, original: cst.Call, call: cst.Call, callee: str) -> cst.Call:
         """``torch.onnx.export(model, ...)`` after prepare exports the unwrapped model: tracing the

@@ -60,7 +60,7 @@ CHECKPOINT_CASES = [
         def main():
             accelerator = Accelerator()
             accelerator.wait_for_everyone()
-            model.load_state_dict(torch.load("init.pt"))
+            model.load_state_dict(torch.load("init.pt", map_location={"cuda:0": str(accelerator.device)}))
             model, optimizer = accelerator.prepare(model, optimizer)
             best_state = copy.deepcopy(accelerator.unwrap_model(model).state_dict())
             accelerator.wait_for_everyone()
@@ -97,6 +97,40 @@ CHECKPOINT_CASES = [
 def test_checkpoint(before: str, after: str) -> None:
     changes = assert_rewrites(CheckpointCodemod(), before, after)
     assert changes and all(c.code == "ACC114" and c.fixed for c in changes)
+
+
+@pytest.mark.parametrize(
+    ("load", "converted"),
+    [
+        (
+            'state = torch.load("best.pt")',
+            'state = torch.load("best.pt", map_location={"cuda:0": str(accelerator.device)})',
+        ),
+        (
+            'state = torch.load("best.pt", weights_only=True)',
+            'state = torch.load("best.pt", weights_only=True, map_location={"cuda:0": str(accelerator.device)})',
+        ),
+        ('state = torch.load("best.pt", map_location="cpu")', None),
+        ('state = torch.load("best.pt", "cpu")', None),
+        ("state = torch.load(*paths)", None),
+    ],
+    ids=["no-location", "other-keywords", "keyword-location", "positional-location", "starred"],
+)
+def test_loads_map_gpu_0_to_the_process_device(load: str, converted: str | None) -> None:
+    """Without a map_location every process would load what the main process saved from GPU 0
+    onto GPU 0; tensors saved on the CPU stay there."""
+    before = code(
+        f"""
+        def main():
+            accelerator = Accelerator()
+            model = accelerator.prepare(model)
+            {load}
+        """
+    )
+    output, changes = apply(CheckpointCodemod(), before)
+    assert f"    {converted or load}" in output.splitlines(), output
+    located = [change for change in changes if "map_location" in change.message]
+    assert len(located) == (1 if converted else 0)
 
 
 def test_checkpoint_reports_saves_without_the_accelerator() -> None:

@@ -95,7 +95,10 @@ def test_a_folder_the_download_function_creates_under_main_process_first_is_not_
     source = FETCH + HEADER.format(body='    train_set = torch.load(fetch("data"))')
     outcome = convert_module(cst.parse_module(source), Options(), source)
     codes = [change.code for change in outcome.changes]
-    assert '        train_set = torch.load(fetch("data"))' in outcome.module.code
+    assert (
+        '        train_set = torch.load(fetch("data"), map_location={"cuda:0": str(accelerator.device)})'
+        in outcome.module.code
+    )
     assert "ACC115" in codes and "ACC916" not in codes
 
 

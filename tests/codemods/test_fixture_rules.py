@@ -135,7 +135,8 @@ ISSUE5_PASSES = {cls.name: cls for cls in all_rules() if cls.code[3:5] == "11"}
 @pytest.mark.parametrize(
     "name, running",
     [
-        ("eval_sum_tqdm", {"metrics", "checkpoint", "side-effects"}),
+        # batch-to-numpy: ``pred.cpu()`` in the evaluation loop (a batch compared with it would read .cpu())
+        ("eval_sum_tqdm", {"metrics", "checkpoint", "side-effects", "batch-to-numpy"}),
         ("amp_flag_clip", {"amp", "metrics", "checkpoint", "side-effects"}),
         ("accumulate_scheduler", {"accumulate", "metrics", "checkpoint", "side-effects"}),
         ("dataparallel_module", {"dataparallel", "metrics", "checkpoint", "side-effects"}),

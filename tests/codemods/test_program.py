@@ -371,7 +371,10 @@ def test_a_training_class_passes_its_accelerator_to_the_library_functions_that_t
     ) in trainer
     # The checkpoint the library writes on the main process is read after every rank waits.
     run = code["run"].splitlines()
-    assert run[run.index('    state = torch.load("last.pt")') - 1] == "    accelerator.wait_for_everyone()"
+    assert (
+        run[run.index('    state = torch.load("last.pt", map_location={"cuda:0": str(accelerator.device)})') - 1]
+        == "    accelerator.wait_for_everyone()"
+    )
 
 
 STOPPER = """\
@@ -433,7 +436,7 @@ def test_a_library_class_handed_the_prepared_model_saves_it_unwrapped_on_the_mai
     assert "wait_for_everyone" not in stopper
     assert "early_stopping = EarlyStopping(patience=2, accelerator=accelerator)" in train
     assert (
-        '    accelerator.wait_for_everyone()\n    accelerator.unwrap_model(model).load_state_dict(torch.load("checkpoint.pt"))'
+        '    accelerator.wait_for_everyone()\n    accelerator.unwrap_model(model).load_state_dict(torch.load("checkpoint.pt", map_location={"cuda:0": str(accelerator.device)}))'
         in train
     )
     # Handed something else, it is left as it is.
