@@ -51,6 +51,7 @@ RULE_MODULES: tuple[str, ...] = (
     "rank_dependent_break",
     "rank_dependent_schedule",
     "sharded_update_bn",
+    "device_count",
     "rank_local_average",
     "already_distributed",
     "model_trains_itself",
