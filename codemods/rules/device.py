@@ -5,7 +5,9 @@ The device variable (``torch.device("cuda" if ... else "cpu")``, ``"cuda:0"``,
 own GPU. ``.to(device)`` / ``.cuda()`` on prepared models and on batches from prepared loaders are
 removed (``prepare`` places them); other ``.cuda()`` calls become ``.to(accelerator.device)``;
 ``.to(dtype)``, ``.float()``, ``.cpu()`` and moves of tensors the script creates itself stay (they now
-go to ``accelerator.device``). ``torch.cuda.set_device`` is removed. A block left empty goes too:
+go to ``accelerator.device``). ``torch.cuda.set_device`` is removed, and so is a
+``CUDA_VISIBLE_DEVICES`` the script sets (every process would see the same GPUs; the launch
+chooses them). A block left empty goes too:
 ``if args.cuda: model.cuda()`` disappears as a whole.
 
 A fixed GPU named elsewhere would be the same GPU on every rank: a ``device="cuda"`` keyword
@@ -41,6 +43,8 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
+#: The environment variable choosing which GPUs a process sees.
+VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 #: The GPU index given to the removed ``torch.cuda.set_device`` passed on to a call.
 GPU_INDEX_PASSED_ON = "ACC924"
 #: Calls that only show or convert a value: the GPU index given to them names no device.
@@ -81,7 +85,9 @@ class _Device(RuleTransformer):
         compared = facts.lines_mentioning(facts.device_names)
         # Calls given ``device=`` (a factory ``torch.zeros(3, device="cuda")``, an iterator).
         keywords = facts.lines_mentioning({"device", *self.gpu_indices, *device_functions})
-        super().__init__(facts, lines_of(sites) | compared | keywords)
+        # ``os.environ["CUDA_VISIBLE_DEVICES"] = "0"``.
+        environment = facts.lines_mentioning({"environ"})
+        super().__init__(facts, lines_of(sites) | compared | keywords | environment)
         self.facts = facts
         self.device_expr = f"{accelerator}.device"
         #: Names bound by comprehensions over batch data (``v`` in ``{k: v.to(d) for k, v in batch.items()}``).
@@ -341,6 +347,8 @@ class _Device(RuleTransformer):
 
     def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign):
         targets = self.assign_targets.pop()
+        if any(self._is_visible_devices(target.target) for target in original_node.targets):
+            return self._without_visible_devices(original_node)
         if targets and targets <= self.facts.device_names and self._selects_device(original_node.value):
             if not self.accelerator_reachable():
                 if self.scope and self.scope[0] not in self.facts.training_classes and _names_cuda(original_node.value):
@@ -368,8 +376,41 @@ class _Device(RuleTransformer):
             return True
         return dotted(value) is None
 
+    def _is_visible_devices(self, node: cst.BaseExpression) -> bool:
+        """``os.environ["CUDA_VISIBLE_DEVICES"]``."""
+        return (
+            isinstance(node, cst.Subscript)
+            and self.qualified_name(node.value) == "os.environ"
+            and len(node.slice) == 1
+            and isinstance(node.slice[0].slice, cst.Index)
+            and isinstance(node.slice[0].slice.value, cst.SimpleString)
+            and node.slice[0].slice.value.evaluated_value == VISIBLE_DEVICES
+        )
+
+    def _without_visible_devices(self, statement: cst.CSTNode) -> cst.RemovalSentinel:
+        """Pinning the visible GPUs in the script gives every process the same GPU (with one
+        visible, the second process cannot open ``cuda:1``): the launcher's environment chooses."""
+        self.report(
+            statement,
+            Device.code,
+            f"{VISIBLE_DEVICES} set in the script removed: every process would see the same GPUs "
+            f"(choose them for the launch: {VISIBLE_DEVICES}=0,1 torchrun ...)",
+            header_only=True,
+        )
+        return cst.RemoveFromParent()
+
     def leave_Expr(self, original_node: cst.Expr, updated_node: cst.Expr):
         value = original_node.value
+        if (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value == "setdefault"
+            and self.qualified_name(value.func.value) == "os.environ"
+            and value.args
+            and isinstance(value.args[0].value, cst.SimpleString)
+            and value.args[0].value.evaluated_value == VISIBLE_DEVICES
+        ):
+            return self._without_visible_devices(original_node)
         if isinstance(value, cst.Call) and self.qualified_name(value.func) == "torch.cuda.set_device":
             self.report(
                 value, Device.code, "torch.cuda.set_device removed (the accelerator picks the GPU)", header_only=True

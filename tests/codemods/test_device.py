@@ -140,6 +140,27 @@ REWRITES = {
         ),
         ["-torch.cuda.set_device(0)", "device = accelerator.device"],
     ),
+    "visible devices pinned in the script removed": (
+        "import os\n"
+        + in_loop("model(batch[0])", prelude="").replace(
+            'device = torch.device("cuda")',
+            'os.environ["CUDA_VISIBLE_DEVICES"] = "0"\n    device = torch.device("cuda")',
+        ),
+        ['-os.environ["CUDA_VISIBLE_DEVICES"] = "0"', "device = accelerator.device"],
+    ),
+    "visible devices set by default, under a flag: the emptied if goes": (
+        "import os\n"
+        + in_loop("model(batch[0])", prelude="").replace(
+            'device = torch.device("cuda")',
+            'if args.gpu:\n        os.environ.setdefault("CUDA_VISIBLE_DEVICES", args.gpu)\n'
+            '    os.environ["OMP_NUM_THREADS"] = "1"\n    device = torch.device("cuda")',
+        ),
+        [
+            "-if args.gpu:",
+            '-os.environ.setdefault("CUDA_VISIBLE_DEVICES", args.gpu)',
+            'os.environ["OMP_NUM_THREADS"] = "1"',
+        ],
+    ),
 }
 
 
