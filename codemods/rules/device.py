@@ -242,8 +242,8 @@ class _Device(RuleTransformer):
                 return receiver
             return call.with_changes(args=_without_trailing_comma(rest))
         # A fixed GPU: a device string, or the index given to torch.cuda.set_device.
-        literal = [a for a in device_args if isinstance(a.value, cst.SimpleString)]
         indices = [a for a in device_args if dotted(a.value) in self.gpu_indices]
+        literal = [a for a in device_args if a not in indices and self._fixed_gpu(a.value)]
         if (literal or indices) and self.accelerator_reachable():
             if indices:
                 message = f"GPU index {expression_code(indices[0].value)} → {self.device_expr}"
@@ -298,8 +298,14 @@ class _Device(RuleTransformer):
                 return
 
     def _fixed_gpu(self, value: cst.BaseExpression) -> bool:
+        """``"cuda"``, ``"cuda:0"``, ``torch.device("cuda", 0)``, or the index given to
+        ``set_device``: the same GPU on every rank."""
         if isinstance(value, cst.SimpleString):
             written = value.evaluated_value
+            return isinstance(written, str) and written.startswith("cuda")
+        if isinstance(value, cst.Call) and self.qualified_name(value.func) == "torch.device" and value.args:
+            first = value.args[0].value
+            written = first.evaluated_value if isinstance(first, cst.SimpleString) else None
             return isinstance(written, str) and written.startswith("cuda")
         return dotted(value) in self.gpu_indices
 

@@ -140,6 +140,13 @@ REWRITES = {
         ),
         ["-torch.cuda.set_device(0)", "device = accelerator.device"],
     ),
+    "a torch.device naming a GPU, as a keyword and in a move": (
+        in_loop(
+            'bias = torch.zeros(1, device=torch.device("cuda", 0))\n'
+            'scale = torch.ones(1).to(torch.device("cuda:0"))\nmodel(batch[0] * scale + bias)'
+        ),
+        ["bias = torch.zeros(1, device=accelerator.device)", "scale = torch.ones(1).to(accelerator.device)"],
+    ),
     "visible devices pinned in the script removed": (
         "import os\n"
         + in_loop("model(batch[0])", prelude="").replace(
