@@ -304,9 +304,7 @@ class _Device(RuleTransformer):
             written = value.evaluated_value
             return isinstance(written, str) and written.startswith("cuda")
         if isinstance(value, cst.Call) and self.qualified_name(value.func) == "torch.device" and value.args:
-            first = value.args[0].value
-            written = first.evaluated_value if isinstance(first, cst.SimpleString) else None
-            return isinstance(written, str) and written.startswith("cuda")
+            return isinstance(value.args[0].value, cst.SimpleString) and self._fixed_gpu(value.args[0].value)
         return dotted(value) in self.gpu_indices
 
     def _is_device_arg(self, arg: cst.Arg, call: cst.Call) -> bool:
