@@ -84,7 +84,7 @@ class _Device(RuleTransformer):
         # Statements comparing the device with a string (``if device == "cuda":``).
         compared = facts.lines_mentioning(facts.device_names)
         # Calls given ``device=`` (a factory ``torch.zeros(3, device="cuda")``, an iterator).
-        keywords = facts.lines_mentioning({"device", *self.gpu_indices, *device_functions})
+        keywords = facts.lines_mentioning({"device", "map_location", *self.gpu_indices, *device_functions})
         # ``os.environ["CUDA_VISIBLE_DEVICES"] = "0"``.
         environment = facts.lines_mentioning({"environ"})
         super().__init__(facts, lines_of(sites) | compared | keywords | environment)
@@ -256,9 +256,10 @@ class _Device(RuleTransformer):
         return call
 
     def _device_keyword(self, original: cst.Call, call: cst.Call) -> cst.Call:
-        """``torch.zeros(3, device="cuda")``, ``BucketIterator(..., device=args.gpu)``: a fixed
-        GPU (the first, or the index once given to ``torch.cuda.set_device``, which is gone), so
-        the same GPU on every rank; it becomes this process's ``accelerator.device``."""
+        """``torch.zeros(3, device="cuda")``, ``BucketIterator(..., device=args.gpu)``,
+        ``torch.load(path, map_location="cuda:0")``: a fixed GPU (the first, or the index once
+        given to ``torch.cuda.set_device``, which is gone), so the same GPU on every rank; it
+        becomes this process's ``accelerator.device``."""
         fixed = [arg for arg in call.args if _names_device(arg) and self._fixed_gpu(arg.value)]
         if not fixed:
             return call
@@ -913,7 +914,8 @@ def _gpu_indices(module: cst.Module, facts: ScriptFacts) -> set[str]:
 
 
 def _names_device(arg: cst.Arg) -> bool:
-    return arg.keyword is not None and arg.keyword.value == "device"
+    """``device=`` of a factory or an iterator, ``map_location=`` of ``torch.load``."""
+    return arg.keyword is not None and arg.keyword.value in ("device", "map_location")
 
 
 def _names_cuda(value: cst.BaseExpression) -> bool:

@@ -147,6 +147,10 @@ REWRITES = {
         ),
         ["bias = torch.zeros(1, device=accelerator.device)", "scale = torch.ones(1).to(accelerator.device)"],
     ),
+    "torch.load onto a fixed GPU loads on this process's": (
+        in_loop('model.load_state_dict(torch.load("init.pt", map_location="cuda:0"))\nmodel(batch[0])'),
+        ['model.load_state_dict(torch.load("init.pt", map_location=accelerator.device))'],
+    ),
     "visible devices pinned in the script removed": (
         "import os\n"
         + in_loop("model(batch[0])", prelude="").replace(
