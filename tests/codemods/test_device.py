@@ -149,7 +149,7 @@ REWRITES = {
     ),
     "torch.load onto a fixed GPU loads on this process's": (
         in_loop('model.load_state_dict(torch.load("init.pt", map_location="cuda:0"))\nmodel(batch[0])'),
-        ['model.load_state_dict(torch.load("init.pt", map_location=accelerator.device))'],
+        ['accelerator.unwrap_model(model).load_state_dict(torch.load("init.pt", map_location=accelerator.device))'],
     ),
     "visible devices pinned in the script removed": (
         "import os\n"
