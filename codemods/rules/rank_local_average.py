@@ -82,21 +82,36 @@ class _LossSums(RuleTransformer):
     def __init__(self, facts: ScriptFacts, lines: set[int]) -> None:
         super().__init__(facts, lines)
         self._training_loops = 0
+        self._evaluations = 0
         #: The losses, and names a training loop binds from them (``loss_value = loss.item()``).
         self._losses = set(facts.loss_names)
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        if self._training_loops and names_in(node.value) & self._losses:
+        if self._in_training and names_in(node.value) & self._losses:
             self._losses.update(name for target in node.targets for name in names_in(target.target))
 
     def visit_For(self, node: cst.For) -> None:
         if self._is_training_loop(node):
             self._training_loops += 1
+        elif self._is_evaluation_loop(node):
+            # A validation run every few steps, nested in the training loop: what it counts is
+            # gathered by the metrics rule, not this process's training.
+            self._evaluations += 1
 
     def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.For:
         if self._is_training_loop(original_node):
             self._training_loops -= 1
+        elif self._is_evaluation_loop(original_node):
+            self._evaluations -= 1
         return updated_node
+
+    def _is_evaluation_loop(self, node: cst.For) -> bool:
+        site = self.facts.origins.site(node)
+        return site is not None and any(loop.site.line == site.line for loop in self.facts.eval_loops)
+
+    @property
+    def _in_training(self) -> bool:
+        return self._training_loops > 0 and not self._evaluations
 
     def _is_training_loop(self, node: cst.For) -> bool:
         site = self.facts.origins.site(node)
@@ -109,7 +124,7 @@ class _LossSums(RuleTransformer):
         # ``train_losses.append(loss)``, averaged after the loop.
         # ``meter.update(loss.item(), n)``: an AverageMeter's running sum, the same thing.
         if (
-            self._training_loops
+            self._in_training
             and isinstance(node.func, cst.Attribute)
             and node.func.attr.value in ("append", "update")
             and any(names_in(arg.value) & self._losses for arg in node.args)
@@ -117,7 +132,7 @@ class _LossSums(RuleTransformer):
             self.report(node, RankLocalAverage.code, MESSAGE, False)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        if not self._training_loops or not isinstance(node.operator, cst.AddAssign):
+        if not self._in_training or not isinstance(node.operator, cst.AddAssign):
             return
         if names_in(node.value) & self._losses:
             self.report(node, RankLocalAverage.code, MESSAGE, False)

@@ -417,6 +417,39 @@ def test_a_training_accuracy_counted_per_process_is_reported(count: str, reporte
         assert count in outcome.module.code, "left as it was"
 
 
+def test_a_validation_nested_in_the_training_loop_is_not_a_training_count() -> None:
+    """Validation every few steps, inside the loop over the training batches: its counts are
+    gathered (metrics rule), so they are not this process's training accuracy."""
+    source = textwrap.dedent(
+        """\
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        train_loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,))), batch_size=8)
+        val_loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,))), batch_size=8)
+        model = nn.Linear(4, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step, (x, y) in enumerate(train_loader):
+            model.train()
+            loss = nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if step % 4 == 0:
+                model.eval()
+                correct = 0
+                with torch.no_grad():
+                    for vx, vy in val_loader:
+                        correct += (model(vx).argmax(1) == vy).sum().item()
+                print(step, correct)
+        """
+    )
+    outcome = convert_module(cst.parse_module(source), Options(), source)
+    assert "accelerator.gather_for_metrics" in outcome.module.code
+    assert "ACC919" not in {change.code for change in outcome.changes}
+
+
 UPDATE_BN = """\
 import torch
 import torch.nn as nn
