@@ -509,9 +509,24 @@ def test_rankrun_times_out_a_hung_run_on_every_rank_with_stacks_and_runs_the_nex
     hang.write_text(HANGING_SCRIPT, encoding="utf-8")
     quick = tmp_path / "quick.py"
     quick.write_text("import os\nprint('rank', os.environ['RANK'], 'port', os.environ['MASTER_PORT'])\n")
+    # Runs that leave through the interpreter's whole shutdown: one hangs in an atexit handler
+    # (caught there, with its stack), one has an object that only module teardown finalizes.
+    hang_at_exit = tmp_path / "hang_at_exit.py"
+    hang_at_exit.write_text(
+        "import atexit, time\n\ndef wait_forever_at_exit():\n    time.sleep(600)\n\n"
+        "atexit.register(wait_forever_at_exit)\nprint('finished', flush=True)\n"
+    )
+    teardown = tmp_path / "teardown.py"
+    teardown.write_text(
+        "import os\n\nclass Witness:\n    def __del__(self):\n"
+        "        os.write(1, b'torn down rank ' + os.environ['RANK'].encode() + b'\\n')\n\n"
+        "keep = [Witness()]\nkeep.append(keep)  # a cycle: freed by module teardown's collection\n"
+    )
     jobs = [
         {"script": str(hang), "args": [], "cwd": str(tmp_path), "timeout": 4},
         {"script": str(quick), "args": [], "cwd": str(tmp_path), "timeout": 60},
+        {"script": str(hang_at_exit), "args": [], "cwd": str(tmp_path), "timeout": 4, "interpreter_exit": True},
+        {"script": str(teardown), "args": [], "cwd": str(tmp_path), "timeout": 60, "interpreter_exit": True},
     ]
     (tmp_path / "jobs.json").write_text(json.dumps(jobs), encoding="utf-8")
     results = tmp_path / "results"
@@ -527,3 +542,10 @@ def test_rankrun_times_out_a_hung_run_on_every_rank_with_stacks_and_runs_the_nex
     rank0, rank1 = after.stdout.splitlines()
     assert rank0.startswith("rank 0 port ") and rank1.startswith("rank 1 port ")
     assert rank0.split()[-1] == rank1.split()[-1], "both ranks of a run meet on one port"
+    hung_at_exit = rank_results(results, 2, launch)
+    assert hung_at_exit.returncode != 0 and hung_at_exit.stdout == "finished\nfinished\n"
+    assert hung_at_exit.stderr.count("(ran past its timeout)") == 2
+    assert hung_at_exit.stderr.count("in wait_forever_at_exit") == 2, hung_at_exit.stderr
+    torn_down = rank_results(results, 3, launch)
+    assert torn_down.returncode == 0, torn_down.stderr
+    assert torn_down.stdout == "torn down rank 0\ntorn down rank 1\n"
