@@ -40,7 +40,7 @@ from pathlib import Path
 import pytest
 
 from accel_convert.codemods.engine.model import Options
-from accel_convert.converter.pipeline import ConversionError, convert_source
+from accel_convert.converter.pipeline import ConversionError
 from tests.e2e_support.results import (
     FORKRUN,
     RANKRUN,
@@ -50,6 +50,7 @@ from tests.e2e_support.results import (
     rank_results,
     rankrun_jobs,
 )
+from tests.fixture_conversions import converted_fixture
 from tests.launching import REPO_ROOT, Run, python, torchrun
 
 CASES_DIR = REPO_ROOT / "fixtures" / "cases"
@@ -229,12 +230,13 @@ class Converted:
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Converted]:
-    """Each case converted with its sidecar's options (the CLI's own code path)."""
+    """Each case converted with its sidecar's options (the CLI's own code path), shared with the
+    other tests that ask for the same conversion (tests/fixture_conversions.py)."""
     folder = tmp_path_factory.mktemp("converted")
     results: dict[str, Converted] = {}
     for case in ALL_CASES:
         try:
-            conversion = convert_source(case.script.read_bytes(), case.options, path=str(case.script))
+            conversion = converted_fixture(case.script, case.options)
         except ConversionError as error:
             results[case.name] = Converted(None, error)
             continue
