@@ -17,8 +17,8 @@ Cost control: conversions run in this process; all one-process runs go through o
 ``tests/e2e_support/forkrun.py`` launch that imports torch once and forks a child per run, and
 all two-process runs through one ``torchrun --nproc_per_node 2 tests/e2e_support/rankrun.py``
 launch whose two workers import torch once and fork, per run, the two ranks of that run (each
-run rendezvouses on a port of its own). A ``torchrun`` launch per script cost ~10 s, nearly all of
-it starting interpreters and importing torch.
+run rendezvouses on a port of its own); the two launches run side by side. A ``torchrun`` launch
+per script cost ~10 s, nearly all of it starting interpreters and importing torch.
 
 Robustness on a busy machine: every run has its own timeout (:data:`ONE_PROCESS_TIMEOUT`,
 :data:`TWO_PROCESS_TIMEOUT`), never one cap shared by many scripts, and a run that fails or hangs
@@ -34,6 +34,8 @@ import math
 import os
 import re
 import tempfile
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -271,9 +273,40 @@ class OneProcessRuns:
 
 
 @pytest.fixture(scope="module")
-def one_process(converted, tmp_path_factory: pytest.TempPathFactory) -> OneProcessRuns:
+def shared_launches(
+    converted, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[dict[str, Future]]:
+    """The forkrun launch and the rankrun launch, side by side: each fills the other's waiting
+    (start-up, each two-process run's rendezvous). Only the launches the selected tests need
+    start; each run keeps its own timeout."""
+    needed = {
+        name
+        for item in request.session.items
+        if item.module is request.module
+        for name in ("one_process", "two_processes")
+        if name in getattr(item, "fixturenames", ())
+    }
+    starts = {"two_processes": run_two_processes, "one_process": run_one_process}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        yield {
+            name: pool.submit(start, converted, tmp_path_factory.mktemp(name))
+            for name, start in starts.items()
+            if name in needed
+        }
+
+
+@pytest.fixture(scope="module")
+def one_process(shared_launches: dict[str, Future]) -> OneProcessRuns:
+    return shared_launches["one_process"].result()
+
+
+@pytest.fixture(scope="module")
+def two_processes(shared_launches: dict[str, Future]) -> dict[str, tuple[Run, Path]]:
+    return shared_launches["two_processes"].result()
+
+
+def run_one_process(converted: dict[str, Converted], root: Path) -> OneProcessRuns:
     """original(run), converted(run), and the two-process reference original(run_2proc)."""
-    root = tmp_path_factory.mktemp("one-process")
     jobs, keys, folders = [], [], {}
     for case in CASES:
         variants = [("original", case.script, case.run)]
@@ -299,12 +332,10 @@ def one_process(converted, tmp_path_factory: pytest.TempPathFactory) -> OneProce
     return OneProcessRuns(runs, folders, launch)
 
 
-@pytest.fixture(scope="module")
-def two_processes(converted, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Run, Path]]:
+def run_two_processes(converted: dict[str, Converted], root: Path) -> dict[str, tuple[Run, Path]]:
     """Each two-process case's converted script on two ranks, with the folder it ran in: all of
     them in one ``torchrun --nproc_per_node 2`` launch of rankrun.py, each run with its own
     timeout; a run that fails or hangs is that case's outcome, never raised."""
-    root = tmp_path_factory.mktemp("two-processes")
     jobs, names, outcomes = [], [], {}
     for case in TWO_PROCESS_CASES:
         folder = root / case.name
