@@ -2,7 +2,8 @@
 the same parameters, exactly (shuffled loader, dropout, AdamW, StepLR, a registered object).
 
 Two launches of tests/scripts/checkpoint_resume.py (one per phase), shared by every test here,
-and two more of the same script under Hugging Face Accelerate for the comparison the README makes.
+and two more of the same script under Hugging Face Accelerate for the comparison the README makes
+(the two pairs run side by side).
 The "resume" launch also resumes from a checkpoint taken mid-epoch (``load_state`` +
 ``skip_first_batches``), on the same objects after its own run.
 """
@@ -10,6 +11,8 @@ The "resume" launch also resumes from a checkpoint taken mid-epoch (``load_state
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -23,9 +26,7 @@ from tests.scripts.checkpoint_resume import MID_STEP
 SCRIPT = Path(__file__).parent / "scripts" / "checkpoint_resume.py"
 
 
-@pytest.fixture(scope="module")
-def phases(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    work = tmp_path_factory.mktemp("resume")
+def _runtime_phases(work: Path) -> dict:
     checkpoint = work / "ckpt"
     for phase in ("full", "resume"):
         torchrun(SCRIPT, phase, str(checkpoint), str(work), timeout=150).check()
@@ -37,9 +38,7 @@ def phases(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"reports": reports, "checkpoint": checkpoint}
 
 
-@pytest.fixture(scope="module")
-def accelerate_phases(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    work = tmp_path_factory.mktemp("resume_accelerate")
+def _accelerate_phases(work: Path) -> dict:
     for phase in ("full", "resume"):
         torchrun(
             SCRIPT, phase, str(work / "ckpt"), str(work), "accelerate", env={"ACCELERATE_USE_CPU": "1"}, timeout=150
@@ -49,6 +48,35 @@ def accelerate_phases(tmp_path_factory: pytest.TempPathFactory) -> dict:
         for phase in ("full", "resume")
         for rank in (0, 1)
     }
+
+
+@pytest.fixture(scope="module")
+def chains(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[dict[str, Future]]:
+    """The runtime's two launches and Accelerate's two, as two chains running side by side (one
+    fills the other's waiting: start-up, rendezvous); each launch keeps its own timeout. Only the
+    chains the selected tests need are started."""
+    needed = {
+        name
+        for item in request.session.items
+        if item.module is request.module
+        for name in ("phases", "accelerate_phases")
+        if name in getattr(item, "fixturenames", ())
+    }
+    starts = {"accelerate_phases": _accelerate_phases, "phases": _runtime_phases}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        yield {
+            name: pool.submit(start, tmp_path_factory.mktemp(name)) for name, start in starts.items() if name in needed
+        }
+
+
+@pytest.fixture(scope="module")
+def phases(chains: dict[str, Future]) -> dict:
+    return chains["phases"].result()
+
+
+@pytest.fixture(scope="module")
+def accelerate_phases(chains: dict[str, Future]) -> dict:
+    return chains["accelerate_phases"].result()
 
 
 @pytest.mark.parametrize("rank", [0, 1])

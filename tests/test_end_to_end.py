@@ -17,8 +17,8 @@ Cost control: conversions run in this process; all one-process runs go through o
 ``tests/e2e_support/forkrun.py`` launch that imports torch once and forks a child per run, and
 all two-process runs through one ``torchrun --nproc_per_node 2 tests/e2e_support/rankrun.py``
 launch whose two workers import torch once and fork, per run, the two ranks of that run (each
-run rendezvouses on a port of its own). A ``torchrun`` launch per script cost ~10 s, nearly all of
-it starting interpreters and importing torch.
+run rendezvouses on a port of its own); the two launches run side by side. A ``torchrun`` launch
+per script cost ~10 s, nearly all of it starting interpreters and importing torch.
 
 Robustness on a busy machine: every run has its own timeout (:data:`ONE_PROCESS_TIMEOUT`,
 :data:`TWO_PROCESS_TIMEOUT`), never one cap shared by many scripts, and a run that fails or hangs
@@ -34,13 +34,15 @@ import math
 import os
 import re
 import tempfile
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from accel_convert.codemods.engine.model import Options
-from accel_convert.converter.pipeline import ConversionError, convert_source
+from accel_convert.converter.pipeline import ConversionError
 from tests.e2e_support.results import (
     FORKRUN,
     RANKRUN,
@@ -50,6 +52,7 @@ from tests.e2e_support.results import (
     rank_results,
     rankrun_jobs,
 )
+from tests.fixture_conversions import converted_fixture
 from tests.launching import REPO_ROOT, Run, python, torchrun
 
 CASES_DIR = REPO_ROOT / "fixtures" / "cases"
@@ -229,12 +232,13 @@ class Converted:
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Converted]:
-    """Each case converted with its sidecar's options (the CLI's own code path)."""
+    """Each case converted with its sidecar's options (the CLI's own code path), shared with the
+    other tests that ask for the same conversion (tests/fixture_conversions.py)."""
     folder = tmp_path_factory.mktemp("converted")
     results: dict[str, Converted] = {}
     for case in ALL_CASES:
         try:
-            conversion = convert_source(case.script.read_bytes(), case.options, path=str(case.script))
+            conversion = converted_fixture(case.script, case.options)
         except ConversionError as error:
             results[case.name] = Converted(None, error)
             continue
@@ -269,9 +273,40 @@ class OneProcessRuns:
 
 
 @pytest.fixture(scope="module")
-def one_process(converted, tmp_path_factory: pytest.TempPathFactory) -> OneProcessRuns:
+def shared_launches(
+    converted, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[dict[str, Future]]:
+    """The forkrun launch and the rankrun launch, side by side: each fills the other's waiting
+    (start-up, each two-process run's rendezvous). Only the launches the selected tests need
+    start; each run keeps its own timeout."""
+    needed = {
+        name
+        for item in request.session.items
+        if item.module is request.module
+        for name in ("one_process", "two_processes")
+        if name in getattr(item, "fixturenames", ())
+    }
+    starts = {"two_processes": run_two_processes, "one_process": run_one_process}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        yield {
+            name: pool.submit(start, converted, tmp_path_factory.mktemp(name))
+            for name, start in starts.items()
+            if name in needed
+        }
+
+
+@pytest.fixture(scope="module")
+def one_process(shared_launches: dict[str, Future]) -> OneProcessRuns:
+    return shared_launches["one_process"].result()
+
+
+@pytest.fixture(scope="module")
+def two_processes(shared_launches: dict[str, Future]) -> dict[str, tuple[Run, Path]]:
+    return shared_launches["two_processes"].result()
+
+
+def run_one_process(converted: dict[str, Converted], root: Path) -> OneProcessRuns:
     """original(run), converted(run), and the two-process reference original(run_2proc)."""
-    root = tmp_path_factory.mktemp("one-process")
     jobs, keys, folders = [], [], {}
     for case in CASES:
         variants = [("original", case.script, case.run)]
@@ -297,12 +332,10 @@ def one_process(converted, tmp_path_factory: pytest.TempPathFactory) -> OneProce
     return OneProcessRuns(runs, folders, launch)
 
 
-@pytest.fixture(scope="module")
-def two_processes(converted, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Run, Path]]:
+def run_two_processes(converted: dict[str, Converted], root: Path) -> dict[str, tuple[Run, Path]]:
     """Each two-process case's converted script on two ranks, with the folder it ran in: all of
     them in one ``torchrun --nproc_per_node 2`` launch of rankrun.py, each run with its own
     timeout; a run that fails or hangs is that case's outcome, never raised."""
-    root = tmp_path_factory.mktemp("two-processes")
     jobs, names, outcomes = [], [], {}
     for case in TWO_PROCESS_CASES:
         folder = root / case.name
@@ -509,9 +542,24 @@ def test_rankrun_times_out_a_hung_run_on_every_rank_with_stacks_and_runs_the_nex
     hang.write_text(HANGING_SCRIPT, encoding="utf-8")
     quick = tmp_path / "quick.py"
     quick.write_text("import os\nprint('rank', os.environ['RANK'], 'port', os.environ['MASTER_PORT'])\n")
+    # Runs that leave through the interpreter's whole shutdown: one hangs in an atexit handler
+    # (caught there, with its stack), one has an object that only module teardown finalizes.
+    hang_at_exit = tmp_path / "hang_at_exit.py"
+    hang_at_exit.write_text(
+        "import atexit, time\n\ndef wait_forever_at_exit():\n    time.sleep(600)\n\n"
+        "atexit.register(wait_forever_at_exit)\nprint('finished', flush=True)\n"
+    )
+    teardown = tmp_path / "teardown.py"
+    teardown.write_text(
+        "import os\n\nclass Witness:\n    def __del__(self):\n"
+        "        os.write(1, b'torn down rank ' + os.environ['RANK'].encode() + b'\\n')\n\n"
+        "keep = [Witness()]\nkeep.append(keep)  # a cycle: freed by module teardown's collection\n"
+    )
     jobs = [
         {"script": str(hang), "args": [], "cwd": str(tmp_path), "timeout": 4},
         {"script": str(quick), "args": [], "cwd": str(tmp_path), "timeout": 60},
+        {"script": str(hang_at_exit), "args": [], "cwd": str(tmp_path), "timeout": 4, "interpreter_exit": True},
+        {"script": str(teardown), "args": [], "cwd": str(tmp_path), "timeout": 60, "interpreter_exit": True},
     ]
     (tmp_path / "jobs.json").write_text(json.dumps(jobs), encoding="utf-8")
     results = tmp_path / "results"
@@ -527,3 +575,10 @@ def test_rankrun_times_out_a_hung_run_on_every_rank_with_stacks_and_runs_the_nex
     rank0, rank1 = after.stdout.splitlines()
     assert rank0.startswith("rank 0 port ") and rank1.startswith("rank 1 port ")
     assert rank0.split()[-1] == rank1.split()[-1], "both ranks of a run meet on one port"
+    hung_at_exit = rank_results(results, 2, launch)
+    assert hung_at_exit.returncode != 0 and hung_at_exit.stdout == "finished\nfinished\n"
+    assert hung_at_exit.stderr.count("(ran past its timeout)") == 2
+    assert hung_at_exit.stderr.count("in wait_forever_at_exit") == 2, hung_at_exit.stderr
+    torn_down = rank_results(results, 3, launch)
+    assert torn_down.returncode == 0, torn_down.stderr
+    assert torn_down.stdout == "torn down rank 0\ntorn down rank 1\n"

@@ -15,8 +15,9 @@ as for the sidecar cases of ``tests/test_end_to_end.py`` (fields in ``fixtures/R
 
 Cost: every one-process run shares one ``forkrun`` launch, every two-process run one ``torchrun``
 launch of ``rankrun`` (tests/e2e_support/): each rank imports torch once and forks that rank of
-each project's run, which rendezvouses on a port of its own. Each run keeps its own timeout, and a
-run past it fails only its project's test, with every rank's stack.
+each project's run, which rendezvouses on a port of its own; the two launches run side by side.
+Each run keeps its own timeout, and a run past it fails only its project's test, with every rank's
+stack.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,10 +144,41 @@ class OneProcessRuns:
 
 
 @pytest.fixture(scope="module")
-def one_process(converted, tmp_path_factory: pytest.TempPathFactory) -> OneProcessRuns:
+def shared_launches(
+    converted, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[dict[str, Future]]:
+    """The forkrun launch and the rankrun launch, side by side: each fills the other's waiting
+    (start-up, each two-process run's rendezvous). Only the launches the selected tests need
+    start; each run keeps its own timeout."""
+    needed = {
+        name
+        for item in request.session.items
+        if item.module is request.module
+        for name in ("one_process", "two_processes")
+        if name in getattr(item, "fixturenames", ())
+    }
+    starts = {"two_processes": run_two_processes, "one_process": run_one_process}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        yield {
+            name: pool.submit(start, converted, tmp_path_factory.mktemp(f"projects-{name}"))
+            for name, start in starts.items()
+            if name in needed
+        }
+
+
+@pytest.fixture(scope="module")
+def one_process(shared_launches: dict[str, Future]) -> OneProcessRuns:
+    return shared_launches["one_process"].result()
+
+
+@pytest.fixture(scope="module")
+def two_processes(shared_launches: dict[str, Future]) -> dict[str, tuple[Run, bool, Path]]:
+    return shared_launches["two_processes"].result()
+
+
+def run_one_process(converted: dict[str, Converted], root: Path) -> OneProcessRuns:
     """original(run), converted(run) and the two-process reference original(run_2proc), in one
     forkrun launch (local modules are never preloaded: each run imports its own copies)."""
-    root = tmp_path_factory.mktemp("projects-one-process")
     jobs, keys, folders = [], [], {}
     for project in PROJECTS:
         variants = [
@@ -165,12 +199,10 @@ def one_process(converted, tmp_path_factory: pytest.TempPathFactory) -> OneProce
     return OneProcessRuns(runs, folders)
 
 
-@pytest.fixture(scope="module")
-def two_processes(converted, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Run, bool, Path]]:
+def run_two_processes(converted: dict[str, Converted], root: Path) -> dict[str, tuple[Run, bool, Path]]:
     """Each project's converted entry on two ranks (run, hung, folder): every project in one
     ``torchrun --nproc_per_node 2`` launch of rankrun, each run with its own timeout; a hung run
     has both ranks' stacks in its stderr."""
-    root = tmp_path_factory.mktemp("projects-two-processes")
     runnable = [project for project in PROJECTS if project.case.run_2proc is not None]
     jobs = []
     for project in runnable:

@@ -14,6 +14,7 @@ from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.rules import amp
 from accel_convert.converter.pipeline import convert_source
+from tests.fixture_conversions import converted_fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted((ROOT / "fixtures" / "cases").glob("*.py")) + [ROOT / "benchmarks" / "data" / "typical_train.py"]
@@ -51,8 +52,13 @@ def every_statement_walked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(amp, "skips_statement", never)
 
 
-def _convert(script: Path, options: Options) -> tuple[bytes, list[tuple[object, ...]]]:
-    conversion = convert_source(script.read_bytes(), options, path=str(script))
+def _convert(script: Path, options: Options, *, shared: bool = False) -> tuple[bytes, list[tuple[object, ...]]]:
+    """The conversion as the CLI makes it; ``shared``: the session's cached one (only ever for
+    unpatched walks, which other test files ask for too)."""
+    if shared:
+        conversion = converted_fixture(script, options)
+    else:
+        conversion = convert_source(script.read_bytes(), options, path=str(script))
     return conversion.output, [
         (c.code, c.line, c.column, c.end_line, c.end_column, c.message, c.fixed) for c in conversion.changes
     ]
@@ -61,7 +67,7 @@ def _convert(script: Path, options: Options) -> tuple[bytes, list[tuple[object, 
 @pytest.mark.parametrize("options_name", sorted(OPTION_SETS))
 def test_targeted_walks_convert_exactly_like_full_walks(options_name: str, request: pytest.FixtureRequest) -> None:
     options = OPTION_SETS[options_name]
-    targeted = {script.name: _convert(script, options) for script in SCRIPTS}
+    targeted = {script.name: _convert(script, options, shared=True) for script in SCRIPTS}
     request.getfixturevalue("every_statement_walked")
     assert transformers.skips_statement(cst.parse_statement("x = 1"), [], None) is False
     full = {script.name: _convert(script, options) for script in SCRIPTS}

@@ -12,7 +12,9 @@ on a fresh port of its own (``MASTER_PORT``), so jobs never see each other's sto
 picks the port and hands it to rank 1 through a file in RESULTS. The two children of a job meet
 in ``init_process_group`` as two torchrun workers do; jobs run one after another.
 
-Jobs: ``{"script", "args", "cwd", "timeout"}`` (optional ``"sys_path"``). For job ``i`` each rank
+Jobs: ``{"script", "args", "cwd", "timeout"}`` (optional ``"sys_path"``; optional
+``"interpreter_exit": true``: the child ends through the interpreter's whole shutdown, module
+teardown included, instead of only its first steps and ``os._exit``). For job ``i`` each rank
 writes ``RESULTS/i.rank<r>.json``: ``{"returncode", "stdout", "stderr", "seconds",
 "timed_out"}``, as soon as its child ends, so a caller still has every finished job when the
 launch is cut short. A run past its timeout gets every thread's stack written to its stderr by
@@ -85,6 +87,13 @@ def run_child(job: dict, port: int, out_path: str, err_path: str) -> None:
     except BaseException:  # noqa: BLE001 - the child reports every failure as a traceback
         traceback.print_exc()
         code = 1
+    if job.get("interpreter_exit"):
+        # Leave through the interpreter's own shutdown, all of it (threads joined, atexit
+        # handlers, modules torn down, the collector's last run), as the end of ``python
+        # script.py`` does: unwinding out of this worker's main, nothing below catches it.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        raise SystemExit(code)
     try:
         # What the interpreter does on the way out, in its order: wait for non-daemon threads,
         # then the atexit handlers (the runtime leaves its process group there).
