@@ -700,11 +700,11 @@ class _EvalLoopRewriter(RuleTransformer):
             return loop
         if plan.new_names:  # the taken names are collected only when a new one is needed
             self._taken_names.update(plan.new_names)
-        gather_line: list[cst.SimpleStatementLine] = (
-            [_gather_objects_statement(name, self.facts) for name in listed]
-            if listed
-            else [_gather_statement(plan, self.facts)]
-        )
+        gather_line: list[cst.SimpleStatementLine]
+        if listed:
+            gather_line = [_gather_objects_statement(name, self.facts) for name in listed]
+        else:
+            gather_line = _gather_statements(plan, _maybe_objects(original, targets, plan), self.facts)
         self._report_summed_batch_means(original)
         self._note_metric_updates(_statements_after(body.body, statement), plan)
         new_body = _insert_after(body.body, statement, gather_line, plan, self.facts)
@@ -1704,6 +1704,56 @@ def _gather_statement(plan: _GatherPlan, facts: ScriptFacts) -> cst.SimpleStatem
         target = cst.Tuple([cst.Element(cst.Name(n)) for n in plan.names], lpar=[], rpar=[])
     call = accelerator_call(facts, "gather_for_metrics", argument)
     return cst.SimpleStatementLine(body=[cst.Assign(targets=[cst.AssignTarget(target)], value=call)])
+
+
+#: Calls whose arguments are taken as containers of items, whatever the items are: a batch
+#: value read only through them may be a list of strings (ids, file names, captions).
+_CONTAINER_METHODS = frozenset({"append", "extend"})
+_CONTAINER_FUNCTIONS = frozenset({"zip", "list", "enumerate", "tuple"})
+
+
+def _maybe_objects(loop: cst.For, batch: tuple[str, ...], plan: _GatherPlan) -> set[str]:
+    """Batch values the loop reads only as containers (``ids`` in ``all_ids.extend(ids)``,
+    ``zip(ids, preds)``, ``names += paths``), never as a tensor (no method or attribute, no
+    operator, no other call): the default collate makes a list of a batch of strings, and
+    gathering such a list in one tuple with tensors breaks ``gather_for_metrics`` (it falls back
+    to ``gather_object`` for the whole tuple, a flat list of every rank's values). Gathered on its
+    own, the same call gathers a tensor as a tensor and a list as a list, in the tensors' order."""
+    candidates = {name for name in plan.names if name in batch} if len(plan.gathered) > 1 else set()
+    if not candidates:
+        return set()
+    container_uses: set[int] = set()
+    for node in nodes_in(loop.body):
+        arguments: list[cst.BaseExpression] = []
+        if isinstance(node, cst.Call):
+            func = node.func
+            if (isinstance(func, cst.Attribute) and func.attr.value in _CONTAINER_METHODS) or (
+                isinstance(func, cst.Name) and func.value in _CONTAINER_FUNCTIONS
+            ):
+                arguments = [arg.value for arg in node.args if arg.keyword is None and not arg.star]
+        elif isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign):
+            arguments = [node.value]
+        elif isinstance(node, cst.For):
+            arguments = [node.iter]
+        container_uses.update(id(argument) for argument in arguments if isinstance(argument, cst.Name))
+    uses = [node for node in nodes_in(loop.body) if isinstance(node, cst.Name) and node.value in candidates]
+    tensors = {node.value for node in uses if id(node) not in container_uses}
+    return {name for name in candidates if name not in tensors and any(node.value == name for node in uses)}
+
+
+def _gather_statements(plan: _GatherPlan, objects: set[str], facts: ScriptFacts) -> list[cst.SimpleStatementLine]:
+    """One gather of the tensors, then one of each value that may be a list of objects."""
+    if not objects:
+        return [_gather_statement(plan, facts)]
+    tensors = _GatherPlan()
+    alone: list[cst.SimpleStatementLine] = []
+    for expression, name in zip(plan.gathered, plan.names):
+        if name in objects:
+            alone.append(_gather_statement(_GatherPlan(gathered=[expression], names=[name]), facts))
+        else:
+            tensors.gathered.append(expression)
+            tensors.names.append(name)
+    return ([_gather_statement(tensors, facts)] if tensors.gathered else []) + alone
 
 
 def _gather_objects_statement(name: str, facts: ScriptFacts) -> cst.SimpleStatementLine:
