@@ -639,12 +639,26 @@ class _EvalLoopRewriter(RuleTransformer):
                 body.body, self.facts, self._model_lists.get(self.function, set()), targets
             )
         if forward is None:
+            runner = _model_passed_to_call(loop, self.facts)
             if _contains(loop, lambda n: _is_model_call(n, self.facts), cst.Call):
                 self.report(
                     original,
                     "ACC913",
                     "the forward is nested in a larger expression: assign its output to a name, "
                     "then gather it with accelerator.gather_for_metrics",
+                    False,
+                )
+            elif runner is not None:
+                # ``pred = greedy_decode(model, src)``: the forward runs in a function whose
+                # output's layout the rule cannot see (a decoded sequence's length may differ
+                # between processes, and gathering tensors of different shapes fails).
+                self.report(
+                    runner[1],
+                    "ACC913",
+                    f"the model runs inside {runner[0]}(...): its output is not gathered, so the metrics cover "
+                    "this process only; gather what it returns with the targets, "
+                    "accelerator.gather_for_metrics((preds, targets)) (accelerator.pad_across_processes "
+                    "first where its length varies between batches)",
                     False,
                 )
             elif any(isinstance(node, cst.AugAssign) for node in nodes_in(loop.body)):
@@ -672,6 +686,24 @@ class _EvalLoopRewriter(RuleTransformer):
                 f"{', '.join(hidden)}: a recurrent layer's hidden state, (layers, batch, hidden) even in a "
                 "batch-first model, and gather_for_metrics joins along dim 0, mixing layers across processes; "
                 "not gathered, so the metrics cover this process only (gather hidden.transpose(0, 1) by hand)",
+                False,
+            )
+            return loop
+        positions = _batch_positions(
+            _statements_after(body.body, statement), set(plan.names) | set(targets), self.facts
+        )
+        if positions is not None and plan.gathered:
+            # ``logits = model(img, txt)`` a similarity matrix over this batch, compared with
+            # ``torch.arange(len(img))``: its columns are this process's batch, so gathered rows
+            # would be matched with positions in the gathered batch.
+            self.report(
+                original,
+                "ACC913",
+                f"{positions}: targets made from positions in the batch (in-batch matching, as a similarity "
+                "matrix over the batch); gathering would match each process's rows with positions in the joined "
+                "batch, so nothing is gathered and the metrics cover this process only: compute the per-sample "
+                "result first (hits = logits.argmax(1) == labels), then gather it with "
+                "accelerator.gather_for_metrics(hits)",
                 False,
             )
             return loop
@@ -1203,6 +1235,48 @@ def _is_backward(node: cst.CSTNode, facts: ScriptFacts) -> bool:
 
 def _is_gather(node: cst.CSTNode, facts: ScriptFacts) -> bool:
     return is_accelerator_method(node, facts, "gather_for_metrics", "gather", "reduce", "gather_object")
+
+
+#: Methods of a model that do not compute its outputs (mode switches, parameter access, moves).
+_NOT_RUNNING_METHODS = frozenset(
+    {"eval", "train", "parameters", "named_parameters", "state_dict", "zero_grad", "to", "cuda", "cpu", "modules"}
+)
+
+
+def _batch_positions(statements: Sequence[cst.CSTNode], batch: set[str], facts: ScriptFacts) -> str | None:
+    """``torch.arange(len(img))`` (or ``arange(logits.size(0))``) after the forward: the targets are
+    positions within this batch; the call's code, or None."""
+    for statement in statements:
+        for node in nodes_in(statement):
+            if (
+                isinstance(node, cst.Call)
+                and facts.qualified_name(node.func) == "torch.arange"
+                and any(names_in(arg.value) & batch for arg in node.args if arg.keyword is None)
+            ):
+                return expression_code(node)
+    return None
+
+
+def _model_passed_to_call(loop: cst.For, facts: ScriptFacts) -> tuple[str, cst.Call] | None:
+    """The function a model of the script is handed to in the loop (``greedy_decode(model, src)``),
+    or the model's own method it calls (``model.generate(src)``, also as
+    ``accelerator.unwrap_model(model).generate(src)``), where the forward runs out of the rule's
+    sight, and that call; None when there is none."""
+    models = _evaluated_models(facts)
+    for node in nodes_in(loop.body):
+        if not isinstance(node, cst.Call):
+            continue
+        if any(dotted(arg.value) in models for arg in node.args):
+            return dotted(node.func) or expression_code(node.func), node
+        func = node.func
+        if not isinstance(func, cst.Attribute) or func.attr.value in _NOT_RUNNING_METHODS:
+            continue
+        owner = func.value
+        if is_accelerator_method(owner, facts, "unwrap_model") and isinstance(owner, cst.Call) and owner.args:
+            owner = owner.args[0].value
+        if dotted(owner) in models:
+            return f"{dotted(owner)}.{func.attr.value}", node
+    return None
 
 
 def _is_model_call(node: cst.CSTNode, facts: ScriptFacts) -> TypeGuard[cst.Call]:
