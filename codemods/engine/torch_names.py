@@ -50,8 +50,18 @@ PROGRESS_BARS = frozenset(
     }
 )
 #: Writes to the console besides ``print``: a progress line written by hand, a message printed
-#: above tqdm's bars. Like ``print``, they run on the main process only.
-CONSOLE_WRITES = frozenset({"sys.stdout.write", *(f"{bar}.write" for bar in PROGRESS_BARS if "trange" not in bar)})
+#: above tqdm's bars, a notebook's ``display(...)`` (kept when a notebook is exported to a
+#: script), ``pprint``. Like ``print``, they run on the main process only.
+CONSOLE_WRITES = frozenset(
+    {
+        "sys.stdout.write",
+        "IPython.display.display",
+        "IPython.core.display.display",
+        "IPython.core.display_functions.display",
+        "pprint.pprint",
+        *(f"{bar}.write" for bar in PROGRESS_BARS if "trange" not in bar),
+    }
+)
 GRAD_SCALERS = frozenset(
     {"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.GradScaler", "torch.cpu.amp.GradScaler"}
 )
@@ -303,5 +313,20 @@ MEAN_LOSSES = frozenset(
         "torch.nn.functional.l1_loss",
         "torch.nn.functional.binary_cross_entropy",
         "torch.nn.functional.binary_cross_entropy_with_logits",
+    }
+)
+
+
+#: Functions joining a list of per-batch arrays into one array of samples.
+CONCATENATIONS = frozenset(
+    {
+        "torch.cat",
+        "torch.concat",
+        "torch.concatenate",
+        "torch.hstack",
+        "torch.vstack",
+        "numpy.concatenate",
+        "numpy.hstack",
+        "numpy.vstack",
     }
 )

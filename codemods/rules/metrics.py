@@ -74,6 +74,7 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.engine.torch_names import (
     AVERAGING_FUNCTIONS,
+    CONCATENATIONS,
     DATA_LOADERS,
     ITERABLE_DATASETS,
     NO_GRAD_CONTEXTS,
@@ -536,7 +537,7 @@ class _EvalLoopRewriter(RuleTransformer):
         rewritten: sum per-sample values and divide by the number of samples."""
         if not loops:
             return
-        finder = _MeansOverBatches(_batch_counts(loops, scope), self.facts)
+        finder = _MeansOverBatches(_batch_counts(loops, scope, self.facts), self.facts)
         for node in scope:
             walk(node, finder)
         for node, anchor, how in finder.found:
@@ -1953,7 +1954,7 @@ class _BatchCounts:
     per_batch_lists: set[str] = field(default_factory=set)
 
 
-def _batch_counts(loops: list[_GatheredLoop], scope: Sequence[cst.CSTNode]) -> _BatchCounts:
+def _batch_counts(loops: list[_GatheredLoop], scope: Sequence[cst.CSTNode], facts: ScriptFacts) -> _BatchCounts:
     counts = _BatchCounts(loaders={loop.loader for loop in loops})
     for gathered in loops:
         index = _enumerate_index(gathered.loop)
@@ -1987,6 +1988,19 @@ def _batch_counts(loops: list[_GatheredLoop], scope: Sequence[cst.CSTNode]) -> _
             ):
                 if any(_is_len_of(call, counts.loaders) for call in calls_in(assign.value)):
                     counts.names.add(assign.targets[0].target.value)
+    # ``preds = np.concatenate(preds)``: the batches' arrays joined, one entry per sample.
+    for node in scope:
+        for assign in nodes_in(node):
+            if (
+                isinstance(assign, cst.Assign)
+                and len(assign.targets) == 1
+                and isinstance(assign.targets[0].target, cst.Name)
+                and isinstance(assign.value, cst.Call)
+                and assign.value.args
+                and facts.qualified_name(assign.value.func) in CONCATENATIONS
+                and dotted(assign.value.args[0].value) == assign.targets[0].target.value
+            ):
+                counts.per_batch_lists.discard(assign.targets[0].target.value)
     return counts
 
 
