@@ -693,6 +693,22 @@ class _EvalLoopRewriter(RuleTransformer):
         positions = _batch_positions(
             _statements_after(body.body, statement), set(plan.names) | set(targets), self.facts
         )
+        stored = _stored_by_batch_index(
+            _statements_after(body.body, statement), _enumerate_index(original), set(plan.names)
+        )
+        if stored is not None and plan.gathered:
+            # ``preds[i * bs:(i + 1) * bs] = logits...``: after the gather each step holds one
+            # batch of every process, N times the rows the slice has room for.
+            self.report(
+                original,
+                "ACC913",
+                f"{stored}: outputs stored at positions computed from the batch index; a gathered step holds "
+                "one batch of every process, more rows than the slice, so nothing is gathered and the array "
+                "covers this process only: gather the outputs and store them at a running offset "
+                "(preds[offset:offset + len(out)] = out; offset += len(out))",
+                False,
+            )
+            return loop
         if positions is not None and plan.gathered:
             # ``logits = model(img, txt)`` a similarity matrix over this batch, compared with
             # ``torch.arange(len(img))``: its columns are this process's batch, so gathered rows
@@ -1242,6 +1258,25 @@ def _is_gather(node: cst.CSTNode, facts: ScriptFacts) -> bool:
 _NOT_RUNNING_METHODS = frozenset(
     {"eval", "train", "parameters", "named_parameters", "state_dict", "zero_grad", "to", "cuda", "cpu", "modules"}
 )
+
+
+def _stored_by_batch_index(statements: Sequence[cst.CSTNode], index: str | None, gathered: set[str]) -> str | None:
+    """The target of ``preds[i * batch_size:(i + 1) * batch_size] = logits...`` (a subscript
+    computed from the loop's ``enumerate`` index ``i``, given a value read from what would be
+    gathered) after the forward, as code; None when there is none."""
+    if index is None:
+        return None
+    for statement in statements:
+        for node in nodes_in(statement):
+            if not isinstance(node, cst.Assign) or not names_in(node.value) & gathered:
+                continue
+            for target in node.targets:
+                subscript = target.target
+                if isinstance(subscript, cst.Subscript) and any(
+                    index in names_in(element.slice) for element in subscript.slice
+                ):
+                    return expression_code(subscript)
+    return None
 
 
 def _batch_positions(statements: Sequence[cst.CSTNode], batch: set[str], facts: ScriptFacts) -> str | None:
