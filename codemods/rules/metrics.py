@@ -47,6 +47,7 @@ script's to say.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeGuard, cast
@@ -1798,9 +1799,13 @@ def _suggested_name(use: cst.BaseExpression) -> str:
     return f"{cast(cst.Name, subscript.value).value}_{expression_code(index)}"
 
 
+#: Python's builtins: a gathered ``batch["id"]`` named ``id`` would hide ``id()`` for the rest of the function.
+_BUILTIN_NAMES = frozenset(dir(builtins))
+
+
 def _fresh_name(name: str, taken: set[str]) -> str:
     candidate = name
-    while candidate in taken:
+    while candidate in taken or candidate in _BUILTIN_NAMES:
         candidate = f"gathered_{candidate}" if not candidate.startswith("gathered_") else f"{candidate}_"
     return candidate
 
@@ -1824,16 +1829,24 @@ _CONTAINER_FUNCTIONS = frozenset({"zip", "list", "enumerate", "tuple"})
 
 def _maybe_objects(loop: cst.For, batch: tuple[str, ...], plan: _GatherPlan) -> set[str]:
     """Batch values the loop reads only as containers (``ids`` in ``all_ids.extend(ids)``,
-    ``zip(ids, preds)``, ``names += paths``), never as a tensor (no method or attribute, no
-    operator, no other call): the default collate makes a list of a batch of strings, and
+    ``zip(batch["id"], preds)``, ``names += paths``), never as a tensor (no method or attribute,
+    no operator, no other call): the default collate makes a list of a batch of strings, and
     gathering such a list in one tuple with tensors breaks ``gather_for_metrics`` (it falls back
     to ``gather_object`` for the whole tuple, a flat list of every rank's values). Gathered on its
-    own, the same call gathers a tensor as a tensor and a list as a list, in the tensors' order."""
-    candidates = {name for name in plan.names if name in batch} if len(plan.gathered) > 1 else set()
+    own, the same call gathers a tensor as a tensor and a list as a list, in the tensors' order.
+    The names (``plan.names``) the values are gathered into."""
+    if len(plan.gathered) < 2:
+        return set()
+    candidates = [
+        (expression, name)
+        for expression, name in zip(plan.gathered, plan.names)
+        if root_name(expression) in batch and isinstance(expression, (cst.Name, cst.Subscript))
+    ]
     if not candidates:
         return set()
+    nodes = list(nodes_in(loop.body))
     container_uses: set[int] = set()
-    for node in nodes_in(loop.body):
+    for node in nodes:
         arguments: list[cst.BaseExpression] = []
         if isinstance(node, cst.Call):
             func = node.func
@@ -1845,10 +1858,13 @@ def _maybe_objects(loop: cst.For, batch: tuple[str, ...], plan: _GatherPlan) -> 
             arguments = [node.value]
         elif isinstance(node, cst.For):
             arguments = [node.iter]
-        container_uses.update(id(argument) for argument in arguments if isinstance(argument, cst.Name))
-    uses = [node for node in nodes_in(loop.body) if isinstance(node, cst.Name) and node.value in candidates]
-    tensors = {node.value for node in uses if id(node) not in container_uses}
-    return {name for name in candidates if name not in tensors and any(node.value == name for node in uses)}
+        container_uses.update(id(argument) for argument in arguments)
+    found: set[str] = set()
+    for expression, name in candidates:
+        uses = [node for node in nodes if type(node) is type(expression) and node.deep_equals(expression)]
+        if uses and all(id(node) in container_uses for node in uses):
+            found.add(name)
+    return found
 
 
 def _gather_statements(plan: _GatherPlan, objects: set[str], facts: ScriptFacts) -> list[cst.SimpleStatementLine]:
