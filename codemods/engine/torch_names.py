@@ -292,6 +292,12 @@ RANDOM_TENSOR_FUNCTIONS = frozenset(
     }
 )
 #: ``numpy.random`` names that are not draws (a seed, a generator or its state).
+#: Functions splitting a dataset at random → the keyword that gives them their own seed.
+RANDOM_SPLITS = {
+    "torch.utils.data.random_split": "generator",
+    "torch.utils.data.dataset.random_split": "generator",
+    "sklearn.model_selection.train_test_split": "random_state",
+}
 NUMPY_RANDOM_NOT_DRAWS = frozenset(
     {"numpy.random.seed", "numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.Generator"}
 )
