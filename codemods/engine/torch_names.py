@@ -336,3 +336,17 @@ CONCATENATIONS = frozenset(
         "numpy.vstack",
     }
 )
+#: Functions padding a list of sequences to the longest one (a collate function calling one pads
+#: each batch to its own length).
+SEQUENCE_PADDERS = frozenset({"torch.nn.utils.rnn.pad_sequence"})
+#: transformers' collators that pad each batch to its longest sample.
+PADDING_COLLATORS = frozenset(
+    {
+        "transformers.DataCollatorWithPadding",
+        "transformers.DataCollatorForTokenClassification",
+        "transformers.DataCollatorForSeq2Seq",
+        "transformers.data.data_collator.DataCollatorWithPadding",
+        "transformers.data.data_collator.DataCollatorForTokenClassification",
+        "transformers.data.data_collator.DataCollatorForSeq2Seq",
+    }
+)

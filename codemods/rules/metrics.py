@@ -79,9 +79,11 @@ from accel_convert.codemods.engine.torch_names import (
     DATA_LOADERS,
     ITERABLE_DATASETS,
     NO_GRAD_CONTEXTS,
+    PADDING_COLLATORS,
     RECURRENT_LAYERS,
     SEQUENCE_FIRST_LAYERS,
     SEQUENCE_FIRST_PADDING,
+    SEQUENCE_PADDERS,
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import StatementFilter, variables_read, walk
@@ -287,6 +289,7 @@ class MetricsCodemod(Rule):
             _torchmetrics_in(module, facts),
             _loaders_over_streams(module, facts),
             _loaders_of_sample_lists(module, facts),
+            _loaders_padded_per_batch(module, facts),
             _prepared_model_lists(module, facts),
         )
         new_module = module.visit(rewriter)
@@ -306,6 +309,7 @@ class _EvalLoopRewriter(RuleTransformer):
         torchmetrics: _TorchMetrics,
         streams: dict[str, str],
         zipped_loaders: set[str],
+        padded_loaders: set[str],
         model_lists: dict[str, set[str]] | None = None,
     ) -> None:
         super().__init__(facts, lines)
@@ -317,6 +321,8 @@ class _EvalLoopRewriter(RuleTransformer):
         self._streams = streams
         #: Loaders whose ``collate_fn`` returns ``tuple(zip(*batch))``: batches of per-sample lists.
         self._zipped_loaders = zipped_loaders
+        #: Loaders whose collate function pads each batch to its own longest sample.
+        self._padded_loaders = padded_loaders
         #: torchmetrics metric → original positions of its updates with gathered values.
         self._gathered_updates: dict[str, set[Site]] = {}
         #: The first such update of each metric (where a report points).
@@ -764,6 +770,16 @@ class _EvalLoopRewriter(RuleTransformer):
         while isinstance(loader, cst.Call) and loader.args:
             loader = loader.args[0].value
         self._gathered_loops[-1].append(_GatheredLoop(dotted(loader) or "", original))
+        if dotted(loader) in self._padded_loaders and _gathers_padded_sequences(original, plan):
+            self.report(
+                original,
+                "ACC913",
+                f"{dotted(loader)}'s collate_fn pads each batch to its own longest sample: two processes' "
+                "batches can differ in length, and the gather then fails; pad each gathered sequence first, "
+                "accelerator.pad_across_processes(x, dim=1, pad_index=<its padding value>), before "
+                "gather_for_metrics",
+                False,
+            )
         stream = self._streams.get(dotted(loader) or "")
         if stream is not None:
             self.report(
@@ -1027,6 +1043,81 @@ def _loaders_of_sample_lists(module: cst.Module, facts: ScriptFacts) -> set[str]
         if dotted(collate) in zipping or (isinstance(collate, cst.Lambda) and _zips_samples(collate.body)):
             loaders[name] = ""
     return set(_passed_to_parameters(module, loaders)) if loaders else set()
+
+
+def _loaders_padded_per_batch(module: cst.Module, facts: ScriptFacts) -> set[str]:
+    """Loaders whose ``collate_fn`` pads each batch to its own longest sample: a function of the
+    file calling ``pad_sequence`` or taking ``max(len(...) ...)`` of the samples, or a
+    transformers padding collator (``DataCollatorWithPadding(...)``, inline or by name); with the
+    parameters they are passed to."""
+    padding = {
+        node.name.value
+        for node in module.body
+        if isinstance(node, cst.FunctionDef) and any(_pads_to_longest(call, facts) for call in calls_in(node))
+    }
+    collators: set[str] = set()
+    for node in nodes_in(module):
+        if (
+            isinstance(node, cst.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.value, cst.Call)
+            and facts.qualified_name(node.value.func) in PADDING_COLLATORS
+        ):
+            collators.add(dotted(node.targets[0].target) or "")
+    if not padding and not collators:
+        return set()
+    loaders: dict[str, str] = {}
+    for node in nodes_in(module):
+        if not (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.value, cst.Call)):
+            continue
+        name = dotted(node.targets[0].target)
+        if name is None or facts.qualified_name(node.value.func) not in DATA_LOADERS:
+            continue
+        collate = next((a.value for a in node.value.args if a.keyword and a.keyword.value == "collate_fn"), None)
+        if collate is None:
+            continue
+        if dotted(collate) in padding | collators or (
+            isinstance(collate, cst.Call) and facts.qualified_name(collate.func) in PADDING_COLLATORS
+        ):
+            loaders[name] = ""
+    return set(_passed_to_parameters(module, loaders)) if loaders else set()
+
+
+#: Batch fields that hold one value per token (padded to the batch's longest sequence).
+TOKEN_FIELDS = frozenset({"input_ids", "attention_mask", "token_type_ids"})
+
+
+def _gathers_padded_sequences(loop: cst.For, plan: _GatherPlan) -> bool:
+    """Whether a gathered value has a per-token dimension: a token field of the batch
+    (``batch["input_ids"]``), or labels compared with ``-100`` in the loop (token labels whose
+    padding the loss ignores). A sentence classifier's logits and labels have none, however the
+    batch is padded."""
+    for expression, name in zip(plan.gathered, plan.names):
+        key = name
+        if isinstance(expression, cst.Subscript) and isinstance(expression.slice[0].slice, cst.Index):
+            index = expression.slice[0].slice.value
+            if isinstance(index, cst.SimpleString) and isinstance(index.evaluated_value, str):
+                key = index.evaluated_value
+        if key in TOKEN_FIELDS or "mask" in key:
+            return True
+    return any(
+        isinstance(node, cst.UnaryOperation)
+        and isinstance(node.operator, cst.Minus)
+        and isinstance(node.expression, cst.Integer)
+        and node.expression.value == "100"
+        for node in nodes_in(loop.body)
+    )
+
+
+def _pads_to_longest(call: cst.Call, facts: ScriptFacts) -> bool:
+    """``pad_sequence(...)``, or ``max(len(f["input_ids"]) for f in features)``."""
+    if facts.qualified_name(call.func) in SEQUENCE_PADDERS:
+        return True
+    return dotted(call.func) == "max" and any(
+        isinstance(inner, cst.Call) and dotted(inner.func) == "len"
+        for arg in call.args
+        for inner in nodes_in(arg.value)
+    )
 
 
 def _zips_samples(value: cst.BaseExpression) -> bool:
@@ -1761,7 +1852,11 @@ def _plan_gather(outputs, targets, after, taken) -> _GatherPlan:
     plan = _GatherPlan()
     whole = {u.value for u in collector.uses if isinstance(u, cst.Name)}
     for use in collector.uses:
-        if isinstance(use, cst.Name) and use.value in outputs and _is_batch_scalar(use.value, collector):
+        if isinstance(use, cst.Name) and (
+            (use.value in outputs and _is_batch_scalar(use.value, collector)) or use.value in collector.item_names
+        ):
+            # A target read with ``.item()`` too (``targets.append(y.item())`` over a loader of
+            # batch size 1): gathered, it would hold N values and ``.item()`` would fail.
             plan.batch_scalars.append(use.value)
             continue
         if isinstance(use, cst.Name):
