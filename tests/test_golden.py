@@ -105,7 +105,7 @@ def test_accelerate_target_differs_only_in_imports(case: Path) -> None:
 MARKERS = {
     "ACC105": ".backward(",
     "ACC106": "clip",
-    "ACC107": ("print", "tqdm", "trange", "basicConfig", "setLevel"),
+    "ACC107": ("print", "tqdm", "trange", "basicConfig", "setLevel", "display", "write"),
 }
 
 

@@ -50,8 +50,18 @@ PROGRESS_BARS = frozenset(
     }
 )
 #: Writes to the console besides ``print``: a progress line written by hand, a message printed
-#: above tqdm's bars. Like ``print``, they run on the main process only.
-CONSOLE_WRITES = frozenset({"sys.stdout.write", *(f"{bar}.write" for bar in PROGRESS_BARS if "trange" not in bar)})
+#: above tqdm's bars, a notebook's ``display(...)`` (kept when a notebook is exported to a
+#: script), ``pprint``. Like ``print``, they run on the main process only.
+CONSOLE_WRITES = frozenset(
+    {
+        "sys.stdout.write",
+        "IPython.display.display",
+        "IPython.core.display.display",
+        "IPython.core.display_functions.display",
+        "pprint.pprint",
+        *(f"{bar}.write" for bar in PROGRESS_BARS if "trange" not in bar),
+    }
+)
 GRAD_SCALERS = frozenset(
     {"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.GradScaler", "torch.cpu.amp.GradScaler"}
 )
@@ -282,6 +292,12 @@ RANDOM_TENSOR_FUNCTIONS = frozenset(
     }
 )
 #: ``numpy.random`` names that are not draws (a seed, a generator or its state).
+#: Functions splitting a dataset at random → the keyword that gives them their own seed.
+RANDOM_SPLITS = {
+    "torch.utils.data.random_split": "generator",
+    "torch.utils.data.dataset.random_split": "generator",
+    "sklearn.model_selection.train_test_split": "random_state",
+}
 NUMPY_RANDOM_NOT_DRAWS = frozenset(
     {"numpy.random.seed", "numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.Generator"}
 )
@@ -319,5 +335,33 @@ ARRAYS_FROM_LISTS = frozenset(
         "numpy.stack",
         "numpy.vstack",
         "numpy.hstack",
+    }
+)
+
+#: Functions joining a list of per-batch arrays into one array of samples.
+CONCATENATIONS = frozenset(
+    {
+        "torch.cat",
+        "torch.concat",
+        "torch.concatenate",
+        "torch.hstack",
+        "torch.vstack",
+        "numpy.concatenate",
+        "numpy.hstack",
+        "numpy.vstack",
+    }
+)
+#: Functions padding a list of sequences to the longest one (a collate function calling one pads
+#: each batch to its own length).
+SEQUENCE_PADDERS = frozenset({"torch.nn.utils.rnn.pad_sequence"})
+#: transformers' collators that pad each batch to its longest sample.
+PADDING_COLLATORS = frozenset(
+    {
+        "transformers.DataCollatorWithPadding",
+        "transformers.DataCollatorForTokenClassification",
+        "transformers.DataCollatorForSeq2Seq",
+        "transformers.data.data_collator.DataCollatorWithPadding",
+        "transformers.data.data_collator.DataCollatorForTokenClassification",
+        "transformers.data.data_collator.DataCollatorForSeq2Seq",
     }
 )

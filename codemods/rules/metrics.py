@@ -47,6 +47,7 @@ script's to say.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeGuard, cast
@@ -74,12 +75,15 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.engine.torch_names import (
     AVERAGING_FUNCTIONS,
+    CONCATENATIONS,
     DATA_LOADERS,
     ITERABLE_DATASETS,
     NO_GRAD_CONTEXTS,
+    PADDING_COLLATORS,
     RECURRENT_LAYERS,
     SEQUENCE_FIRST_LAYERS,
     SEQUENCE_FIRST_PADDING,
+    SEQUENCE_PADDERS,
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import StatementFilter, variables_read, walk
@@ -285,6 +289,7 @@ class MetricsCodemod(Rule):
             _torchmetrics_in(module, facts),
             _loaders_over_streams(module, facts),
             _loaders_of_sample_lists(module, facts),
+            _loaders_padded_per_batch(module, facts),
             _prepared_model_lists(module, facts),
         )
         new_module = module.visit(rewriter)
@@ -304,6 +309,7 @@ class _EvalLoopRewriter(RuleTransformer):
         torchmetrics: _TorchMetrics,
         streams: dict[str, str],
         zipped_loaders: set[str],
+        padded_loaders: set[str],
         model_lists: dict[str, set[str]] | None = None,
     ) -> None:
         super().__init__(facts, lines)
@@ -315,6 +321,8 @@ class _EvalLoopRewriter(RuleTransformer):
         self._streams = streams
         #: Loaders whose ``collate_fn`` returns ``tuple(zip(*batch))``: batches of per-sample lists.
         self._zipped_loaders = zipped_loaders
+        #: Loaders whose collate function pads each batch to its own longest sample.
+        self._padded_loaders = padded_loaders
         #: torchmetrics metric → original positions of its updates with gathered values.
         self._gathered_updates: dict[str, set[Site]] = {}
         #: The first such update of each metric (where a report points).
@@ -536,7 +544,7 @@ class _EvalLoopRewriter(RuleTransformer):
         rewritten: sum per-sample values and divide by the number of samples."""
         if not loops:
             return
-        finder = _MeansOverBatches(_batch_counts(loops, scope), self.facts)
+        finder = _MeansOverBatches(_batch_counts(loops, scope, self.facts), self.facts)
         for node in scope:
             walk(node, finder)
         for node, anchor, how in finder.found:
@@ -639,12 +647,26 @@ class _EvalLoopRewriter(RuleTransformer):
                 body.body, self.facts, self._model_lists.get(self.function, set()), targets
             )
         if forward is None:
+            runner = _model_passed_to_call(loop, self.facts)
             if _contains(loop, lambda n: _is_model_call(n, self.facts), cst.Call):
                 self.report(
                     original,
                     "ACC913",
                     "the forward is nested in a larger expression: assign its output to a name, "
                     "then gather it with accelerator.gather_for_metrics",
+                    False,
+                )
+            elif runner is not None:
+                # ``pred = greedy_decode(model, src)``: the forward runs in a function whose
+                # output's layout the rule cannot see (a decoded sequence's length may differ
+                # between processes, and gathering tensors of different shapes fails).
+                self.report(
+                    runner[1],
+                    "ACC913",
+                    f"the model runs inside {runner[0]}(...): its output is not gathered, so the metrics cover "
+                    "this process only; gather what it returns with the targets, "
+                    "accelerator.gather_for_metrics((preds, targets)) (accelerator.pad_across_processes "
+                    "first where its length varies between batches)",
                     False,
                 )
             elif any(isinstance(node, cst.AugAssign) for node in nodes_in(loop.body)):
@@ -675,6 +697,40 @@ class _EvalLoopRewriter(RuleTransformer):
                 False,
             )
             return loop
+        positions = _batch_positions(
+            _statements_after(body.body, statement), set(plan.names) | set(targets), self.facts
+        )
+        stored = _stored_by_batch_index(
+            _statements_after(body.body, statement), _enumerate_index(original), set(plan.names)
+        )
+        if stored is not None and plan.gathered:
+            # ``preds[i * bs:(i + 1) * bs] = logits...``: after the gather each step holds one
+            # batch of every process, N times the rows the slice has room for.
+            self.report(
+                original,
+                "ACC913",
+                f"{stored}: outputs stored at positions computed from the batch index; a gathered step holds "
+                "one batch of every process, more rows than the slice, so nothing is gathered and the array "
+                "covers this process only: gather the outputs and store them at a running offset "
+                "(preds[offset:offset + len(out)] = out; offset += len(out))",
+                False,
+            )
+            return loop
+        if positions is not None and plan.gathered:
+            # ``logits = model(img, txt)`` a similarity matrix over this batch, compared with
+            # ``torch.arange(len(img))``: its columns are this process's batch, so gathered rows
+            # would be matched with positions in the gathered batch.
+            self.report(
+                original,
+                "ACC913",
+                f"{positions}: targets made from positions in the batch (in-batch matching, as a similarity "
+                "matrix over the batch); gathering would match each process's rows with positions in the joined "
+                "batch, so nothing is gathered and the metrics cover this process only: compute the per-sample "
+                "result first (hits = logits.argmax(1) == labels), then gather it with "
+                "accelerator.gather_for_metrics(hits)",
+                False,
+            )
+            return loop
         for scalar in plan.batch_scalars:
             self.report(
                 original,
@@ -700,11 +756,11 @@ class _EvalLoopRewriter(RuleTransformer):
             return loop
         if plan.new_names:  # the taken names are collected only when a new one is needed
             self._taken_names.update(plan.new_names)
-        gather_line: list[cst.SimpleStatementLine] = (
-            [_gather_objects_statement(name, self.facts) for name in listed]
-            if listed
-            else [_gather_statement(plan, self.facts)]
-        )
+        gather_line: list[cst.SimpleStatementLine]
+        if listed:
+            gather_line = [_gather_objects_statement(name, self.facts) for name in listed]
+        else:
+            gather_line = _gather_statements(plan, _maybe_objects(original, targets, plan), self.facts)
         self._report_summed_batch_means(original)
         self._note_metric_updates(_statements_after(body.body, statement), plan)
         new_body = _insert_after(body.body, statement, gather_line, plan, self.facts)
@@ -714,6 +770,16 @@ class _EvalLoopRewriter(RuleTransformer):
         while isinstance(loader, cst.Call) and loader.args:
             loader = loader.args[0].value
         self._gathered_loops[-1].append(_GatheredLoop(dotted(loader) or "", original))
+        if dotted(loader) in self._padded_loaders and _gathers_padded_sequences(original, plan):
+            self.report(
+                original,
+                "ACC913",
+                f"{dotted(loader)}'s collate_fn pads each batch to its own longest sample: two processes' "
+                "batches can differ in length, and the gather then fails; pad each gathered sequence first, "
+                "accelerator.pad_across_processes(x, dim=1, pad_index=<its padding value>), before "
+                "gather_for_metrics",
+                False,
+            )
         stream = self._streams.get(dotted(loader) or "")
         if stream is not None:
             self.report(
@@ -979,6 +1045,81 @@ def _loaders_of_sample_lists(module: cst.Module, facts: ScriptFacts) -> set[str]
     return set(_passed_to_parameters(module, loaders)) if loaders else set()
 
 
+def _loaders_padded_per_batch(module: cst.Module, facts: ScriptFacts) -> set[str]:
+    """Loaders whose ``collate_fn`` pads each batch to its own longest sample: a function of the
+    file calling ``pad_sequence`` or taking ``max(len(...) ...)`` of the samples, or a
+    transformers padding collator (``DataCollatorWithPadding(...)``, inline or by name); with the
+    parameters they are passed to."""
+    padding = {
+        node.name.value
+        for node in module.body
+        if isinstance(node, cst.FunctionDef) and any(_pads_to_longest(call, facts) for call in calls_in(node))
+    }
+    collators: set[str] = set()
+    for node in nodes_in(module):
+        if (
+            isinstance(node, cst.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.value, cst.Call)
+            and facts.qualified_name(node.value.func) in PADDING_COLLATORS
+        ):
+            collators.add(dotted(node.targets[0].target) or "")
+    if not padding and not collators:
+        return set()
+    loaders: dict[str, str] = {}
+    for node in nodes_in(module):
+        if not (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.value, cst.Call)):
+            continue
+        name = dotted(node.targets[0].target)
+        if name is None or facts.qualified_name(node.value.func) not in DATA_LOADERS:
+            continue
+        collate = next((a.value for a in node.value.args if a.keyword and a.keyword.value == "collate_fn"), None)
+        if collate is None:
+            continue
+        if dotted(collate) in padding | collators or (
+            isinstance(collate, cst.Call) and facts.qualified_name(collate.func) in PADDING_COLLATORS
+        ):
+            loaders[name] = ""
+    return set(_passed_to_parameters(module, loaders)) if loaders else set()
+
+
+#: Batch fields that hold one value per token (padded to the batch's longest sequence).
+TOKEN_FIELDS = frozenset({"input_ids", "attention_mask", "token_type_ids"})
+
+
+def _gathers_padded_sequences(loop: cst.For, plan: _GatherPlan) -> bool:
+    """Whether a gathered value has a per-token dimension: a token field of the batch
+    (``batch["input_ids"]``), or labels compared with ``-100`` in the loop (token labels whose
+    padding the loss ignores). A sentence classifier's logits and labels have none, however the
+    batch is padded."""
+    for expression, name in zip(plan.gathered, plan.names):
+        key = name
+        if isinstance(expression, cst.Subscript) and isinstance(expression.slice[0].slice, cst.Index):
+            index = expression.slice[0].slice.value
+            if isinstance(index, cst.SimpleString) and isinstance(index.evaluated_value, str):
+                key = index.evaluated_value
+        if key in TOKEN_FIELDS or "mask" in key:
+            return True
+    return any(
+        isinstance(node, cst.UnaryOperation)
+        and isinstance(node.operator, cst.Minus)
+        and isinstance(node.expression, cst.Integer)
+        and node.expression.value == "100"
+        for node in nodes_in(loop.body)
+    )
+
+
+def _pads_to_longest(call: cst.Call, facts: ScriptFacts) -> bool:
+    """``pad_sequence(...)``, or ``max(len(f["input_ids"]) for f in features)``."""
+    if facts.qualified_name(call.func) in SEQUENCE_PADDERS:
+        return True
+    return dotted(call.func) == "max" and any(
+        isinstance(inner, cst.Call) and dotted(inner.func) == "len"
+        for arg in call.args
+        for inner in nodes_in(arg.value)
+    )
+
+
 def _zips_samples(value: cst.BaseExpression) -> bool:
     """``tuple(zip(*batch))`` or ``list(zip(*batch))``."""
     if not (isinstance(value, cst.Call) and dotted(value.func) in ("tuple", "list") and len(value.args) == 1):
@@ -1203,6 +1344,67 @@ def _is_backward(node: cst.CSTNode, facts: ScriptFacts) -> bool:
 
 def _is_gather(node: cst.CSTNode, facts: ScriptFacts) -> bool:
     return is_accelerator_method(node, facts, "gather_for_metrics", "gather", "reduce", "gather_object")
+
+
+#: Methods of a model that do not compute its outputs (mode switches, parameter access, moves).
+_NOT_RUNNING_METHODS = frozenset(
+    {"eval", "train", "parameters", "named_parameters", "state_dict", "zero_grad", "to", "cuda", "cpu", "modules"}
+)
+
+
+def _stored_by_batch_index(statements: Sequence[cst.CSTNode], index: str | None, gathered: set[str]) -> str | None:
+    """The target of ``preds[i * batch_size:(i + 1) * batch_size] = logits...`` (a subscript
+    computed from the loop's ``enumerate`` index ``i``, given a value read from what would be
+    gathered) after the forward, as code; None when there is none."""
+    if index is None:
+        return None
+    for statement in statements:
+        for node in nodes_in(statement):
+            if not isinstance(node, cst.Assign) or not names_in(node.value) & gathered:
+                continue
+            for target in node.targets:
+                subscript = target.target
+                if isinstance(subscript, cst.Subscript) and any(
+                    index in names_in(element.slice) for element in subscript.slice
+                ):
+                    return expression_code(subscript)
+    return None
+
+
+def _batch_positions(statements: Sequence[cst.CSTNode], batch: set[str], facts: ScriptFacts) -> str | None:
+    """``torch.arange(len(img))`` (or ``arange(logits.size(0))``) after the forward: the targets are
+    positions within this batch; the call's code, or None."""
+    for statement in statements:
+        for node in nodes_in(statement):
+            if (
+                isinstance(node, cst.Call)
+                and facts.qualified_name(node.func) == "torch.arange"
+                and any(names_in(arg.value) & batch for arg in node.args if arg.keyword is None)
+            ):
+                return expression_code(node)
+    return None
+
+
+def _model_passed_to_call(loop: cst.For, facts: ScriptFacts) -> tuple[str, cst.Call] | None:
+    """The function a model of the script is handed to in the loop (``greedy_decode(model, src)``),
+    or the model's own method it calls (``model.generate(src)``, also as
+    ``accelerator.unwrap_model(model).generate(src)``), where the forward runs out of the rule's
+    sight, and that call; None when there is none."""
+    models = _evaluated_models(facts)
+    for node in nodes_in(loop.body):
+        if not isinstance(node, cst.Call):
+            continue
+        if any(dotted(arg.value) in models for arg in node.args):
+            return dotted(node.func) or expression_code(node.func), node
+        func = node.func
+        if not isinstance(func, cst.Attribute) or func.attr.value in _NOT_RUNNING_METHODS:
+            continue
+        owner = func.value
+        if is_accelerator_method(owner, facts, "unwrap_model") and isinstance(owner, cst.Call) and owner.args:
+            owner = owner.args[0].value
+        if dotted(owner) in models:
+            return f"{dotted(owner)}.{func.attr.value}", node
+    return None
 
 
 def _is_model_call(node: cst.CSTNode, facts: ScriptFacts) -> TypeGuard[cst.Call]:
@@ -1654,7 +1856,11 @@ def _plan_gather(outputs, targets, after, taken) -> _GatherPlan:
     plan = _GatherPlan()
     whole = {u.value for u in collector.uses if isinstance(u, cst.Name)}
     for use in collector.uses:
-        if isinstance(use, cst.Name) and use.value in outputs and _is_batch_scalar(use.value, collector):
+        if isinstance(use, cst.Name) and (
+            (use.value in outputs and _is_batch_scalar(use.value, collector)) or use.value in collector.item_names
+        ):
+            # A target read with ``.item()`` too (``targets.append(y.item())`` over a loader of
+            # batch size 1): gathered, it would hold N values and ``.item()`` would fail.
             plan.batch_scalars.append(use.value)
             continue
         if isinstance(use, cst.Name):
@@ -1692,9 +1898,13 @@ def _suggested_name(use: cst.BaseExpression) -> str:
     return f"{cast(cst.Name, subscript.value).value}_{expression_code(index)}"
 
 
+#: Python's builtins: a gathered ``batch["id"]`` named ``id`` would hide ``id()`` for the rest of the function.
+_BUILTIN_NAMES = frozenset(dir(builtins))
+
+
 def _fresh_name(name: str, taken: set[str]) -> str:
     candidate = name
-    while candidate in taken:
+    while candidate in taken or candidate in _BUILTIN_NAMES:
         candidate = f"gathered_{candidate}" if not candidate.startswith("gathered_") else f"{candidate}_"
     return candidate
 
@@ -1708,6 +1918,67 @@ def _gather_statement(plan: _GatherPlan, facts: ScriptFacts) -> cst.SimpleStatem
         target = cst.Tuple([cst.Element(cst.Name(n)) for n in plan.names], lpar=[], rpar=[])
     call = accelerator_call(facts, "gather_for_metrics", argument)
     return cst.SimpleStatementLine(body=[cst.Assign(targets=[cst.AssignTarget(target)], value=call)])
+
+
+#: Calls whose arguments are taken as containers of items, whatever the items are: a batch
+#: value read only through them may be a list of strings (ids, file names, captions).
+_CONTAINER_METHODS = frozenset({"append", "extend"})
+_CONTAINER_FUNCTIONS = frozenset({"zip", "list", "enumerate", "tuple"})
+
+
+def _maybe_objects(loop: cst.For, batch: tuple[str, ...], plan: _GatherPlan) -> set[str]:
+    """Batch values the loop reads only as containers (``ids`` in ``all_ids.extend(ids)``,
+    ``zip(batch["id"], preds)``, ``names += paths``), never as a tensor (no method or attribute,
+    no operator, no other call): the default collate makes a list of a batch of strings, and
+    gathering such a list in one tuple with tensors breaks ``gather_for_metrics`` (it falls back
+    to ``gather_object`` for the whole tuple, a flat list of every rank's values). Gathered on its
+    own, the same call gathers a tensor as a tensor and a list as a list, in the tensors' order.
+    The names (``plan.names``) the values are gathered into."""
+    if len(plan.gathered) < 2:
+        return set()
+    candidates = [
+        (expression, name)
+        for expression, name in zip(plan.gathered, plan.names)
+        if root_name(expression) in batch and isinstance(expression, (cst.Name, cst.Subscript))
+    ]
+    if not candidates:
+        return set()
+    nodes = list(nodes_in(loop.body))
+    container_uses: set[int] = set()
+    for node in nodes:
+        arguments: list[cst.BaseExpression] = []
+        if isinstance(node, cst.Call):
+            func = node.func
+            if (isinstance(func, cst.Attribute) and func.attr.value in _CONTAINER_METHODS) or (
+                isinstance(func, cst.Name) and func.value in _CONTAINER_FUNCTIONS
+            ):
+                arguments = [arg.value for arg in node.args if arg.keyword is None and not arg.star]
+        elif isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign):
+            arguments = [node.value]
+        elif isinstance(node, cst.For):
+            arguments = [node.iter]
+        container_uses.update(id(argument) for argument in arguments)
+    found: set[str] = set()
+    for expression, name in candidates:
+        uses = [node for node in nodes if type(node) is type(expression) and node.deep_equals(expression)]
+        if uses and all(id(node) in container_uses for node in uses):
+            found.add(name)
+    return found
+
+
+def _gather_statements(plan: _GatherPlan, objects: set[str], facts: ScriptFacts) -> list[cst.SimpleStatementLine]:
+    """One gather of the tensors, then one of each value that may be a list of objects."""
+    if not objects:
+        return [_gather_statement(plan, facts)]
+    tensors = _GatherPlan()
+    alone: list[cst.SimpleStatementLine] = []
+    for expression, name in zip(plan.gathered, plan.names):
+        if name in objects:
+            alone.append(_gather_statement(_GatherPlan(gathered=[expression], names=[name]), facts))
+        else:
+            tensors.gathered.append(expression)
+            tensors.names.append(name)
+    return ([_gather_statement(tensors, facts)] if tensors.gathered else []) + alone
 
 
 def _gather_objects_statement(name: str, facts: ScriptFacts) -> cst.SimpleStatementLine:
@@ -1833,7 +2104,7 @@ class _BatchCounts:
     per_batch_lists: set[str] = field(default_factory=set)
 
 
-def _batch_counts(loops: list[_GatheredLoop], scope: Sequence[cst.CSTNode]) -> _BatchCounts:
+def _batch_counts(loops: list[_GatheredLoop], scope: Sequence[cst.CSTNode], facts: ScriptFacts) -> _BatchCounts:
     counts = _BatchCounts(loaders={loop.loader for loop in loops})
     for gathered in loops:
         index = _enumerate_index(gathered.loop)
@@ -1867,6 +2138,19 @@ def _batch_counts(loops: list[_GatheredLoop], scope: Sequence[cst.CSTNode]) -> _
             ):
                 if any(_is_len_of(call, counts.loaders) for call in calls_in(assign.value)):
                     counts.names.add(assign.targets[0].target.value)
+    # ``preds = np.concatenate(preds)``: the batches' arrays joined, one entry per sample.
+    for node in scope:
+        for assign in nodes_in(node):
+            if (
+                isinstance(assign, cst.Assign)
+                and len(assign.targets) == 1
+                and isinstance(assign.targets[0].target, cst.Name)
+                and isinstance(assign.value, cst.Call)
+                and assign.value.args
+                and facts.qualified_name(assign.value.func) in CONCATENATIONS
+                and dotted(assign.value.args[0].value) == assign.targets[0].target.value
+            ):
+                counts.per_batch_lists.discard(assign.targets[0].target.value)
     return counts
 
 

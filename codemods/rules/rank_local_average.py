@@ -1,4 +1,4 @@
-"""ACC919 rank-local-average: a training loss or accuracy summed over this process's batches only.
+"""ACC919 rank-local-average: a training loss, accuracy or printed sample count summed over this process's batches only.
 
 ``running_loss += loss.item()`` inside the training loop adds up the losses of the batches this
 process trained on: after the conversion that is one shard of the epoch. Printed or logged as the
@@ -12,6 +12,11 @@ target).sum().item()``, printed as ``correct / total`` per epoch): each process 
 predictions on its own shard, so the printed accuracy is the main process's. It is reported too:
 gathering every training batch's predictions would add a collective per step, and a reduce of the
 counts would count the padding of the last uneven batch.
+
+A count of the samples trained on (``seen += x.size(0)``, ``len(x)``, ``x.shape[0]``) that the
+script prints or logs, as the epoch's samples or a throughput (samples per second), is this process's share (with the
+padding of its last batch) for the same reason; it is reported where the loop sums no loss or
+accuracy already reported (those reports cover the counts that go with them).
 """
 
 from __future__ import annotations
@@ -21,10 +26,14 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import names_in, nodes_in
+from accel_convert.codemods.engine.syntax import dotted, names_in, nodes_in, root_name
 from accel_convert.codemods.engine.transformers import RuleTransformer
 
 MESSAGE = "a loss summed over this process's batches only: reduce it across processes before reporting it"
+SAMPLES_MESSAGE = (
+    "samples counted over this process's batches only: a sample count or throughput printed from it is "
+    "one process's (with the padding of its last batch); reduce it across processes, or say it is per process"
+)
 ACCURACY_MESSAGE = (
     "training predictions counted over this process's batches only: the accuracy printed from it is "
     "one process's (reduce the counts across processes, or say it is the main process's)"
@@ -70,7 +79,7 @@ class RankLocalAverage(Rule):
         # Whole training loops: a sum may read the loss through another name
         # (``loss_value = loss.item()`` ... ``running += loss_value * n``).
         lines = {line for loop in facts.train_loops for line in range(loop.site.line, loop.site.end_line + 1)}
-        finder = _LossSums(facts, facts.lines_mentioning(facts.loss_names) | lines)
+        finder = _LossSums(facts, facts.lines_mentioning(facts.loss_names) | lines, _printed_names(module))
         module.visit(finder)
         return module, finder.changes(module)
 
@@ -79,12 +88,18 @@ class _LossSums(RuleTransformer):
     """``total += loss.item()`` (or ``+= loss``, ``losses.append(loss)``, ``meter.update(loss.item(),
     n)``, or a sum of a name bound from the loss) inside a loop over a prepared training loader."""
 
-    def __init__(self, facts: ScriptFacts, lines: set[int]) -> None:
+    def __init__(self, facts: ScriptFacts, lines: set[int], printed: set[str]) -> None:
         super().__init__(facts, lines)
+        #: Names read in what the script prints or logs (a sample count nobody prints is no report).
+        self._printed = printed
         self._training_loops = 0
         self._evaluations = 0
         #: The losses, and names a training loop binds from them (``loss_value = loss.item()``).
         self._losses = set(facts.loss_names)
+        #: Per training loop being walked: the sample counts found in it, and whether a loss or
+        #: accuracy sum was reported in it.
+        self._sample_counts: list[list[cst.AugAssign]] = []
+        self._reported_sums: list[bool] = []
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if self._in_training and names_in(node.value) & self._losses:
@@ -93,6 +108,8 @@ class _LossSums(RuleTransformer):
     def visit_For(self, node: cst.For) -> None:
         if self._is_training_loop(node):
             self._training_loops += 1
+            self._sample_counts.append([])
+            self._reported_sums.append(False)
         elif self._is_evaluation_loop(node):
             # A validation run every few steps, nested in the training loop: what it counts is
             # gathered by the metrics rule, not this process's training.
@@ -101,6 +118,12 @@ class _LossSums(RuleTransformer):
     def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.For:
         if self._is_training_loop(original_node):
             self._training_loops -= 1
+            counts, reported = self._sample_counts.pop(), self._reported_sums.pop()
+            if not reported:
+                for count in counts:
+                    self.report(count, RankLocalAverage.code, SAMPLES_MESSAGE, False)
+            elif self._reported_sums:
+                self._reported_sums[-1] = True
         elif self._is_evaluation_loop(original_node):
             self._evaluations -= 1
         return updated_node
@@ -112,6 +135,11 @@ class _LossSums(RuleTransformer):
     @property
     def _in_training(self) -> bool:
         return self._training_loops > 0 and not self._evaluations
+
+    def _report_sum(self, node: cst.CSTNode, message: str) -> None:
+        self.report(node, RankLocalAverage.code, message, False)
+        if self._reported_sums:
+            self._reported_sums[-1] = True
 
     def _is_training_loop(self, node: cst.For) -> bool:
         site = self.facts.origins.site(node)
@@ -129,15 +157,21 @@ class _LossSums(RuleTransformer):
             and node.func.attr.value in ("append", "update")
             and any(names_in(arg.value) & self._losses for arg in node.args)
         ):
-            self.report(node, RankLocalAverage.code, MESSAGE, False)
+            self._report_sum(node, MESSAGE)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         if not self._in_training or not isinstance(node.operator, cst.AddAssign):
             return
         if names_in(node.value) & self._losses:
-            self.report(node, RankLocalAverage.code, MESSAGE, False)
+            self._report_sum(node, MESSAGE)
         elif _counts_matches(node.value):
-            self.report(node, RankLocalAverage.code, ACCURACY_MESSAGE, False)
+            self._report_sum(node, ACCURACY_MESSAGE)
+        elif (
+            self._sample_counts
+            and root_name(node.target) in self._printed
+            and _counts_samples(node.value, self.facts.batch_names_by_function.get(self.function, set()))
+        ):
+            self._sample_counts[-1].append(node)
 
 
 def _counts_matches(value: cst.BaseExpression) -> bool:
@@ -149,3 +183,33 @@ def _counts_matches(value: cst.BaseExpression) -> bool:
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "eq":
             return True
     return False
+
+
+def _counts_samples(value: cst.BaseExpression, batch: set[str]) -> bool:
+    """``x.size(0)``, ``len(x)``, ``x.shape[0]`` or ``y.numel()`` of a batch name: the samples of
+    one batch."""
+    if isinstance(value, cst.Call):
+        func = value.func
+        if isinstance(func, cst.Name) and func.value == "len" and len(value.args) == 1:
+            return isinstance(value.args[0].value, cst.Name) and value.args[0].value.value in batch
+        if isinstance(func, cst.Attribute) and func.attr.value in ("size", "numel"):
+            return isinstance(func.value, cst.Name) and func.value.value in batch
+    if isinstance(value, cst.Subscript) and isinstance(value.value, cst.Attribute):
+        owner = value.value
+        return owner.attr.value == "shape" and isinstance(owner.value, cst.Name) and owner.value.value in batch
+    return False
+
+
+#: Calls that show a value to a person: ``print``, ``accelerator.print``, a logger's methods,
+#: a tracker's ``log``/``add_scalar``.
+_SHOWING_CALLS = frozenset({"print", "info", "debug", "warning", "log", "write", "add_scalar", "set_postfix"})
+
+
+def _printed_names(module: cst.Module) -> set[str]:
+    """Names read in the arguments of calls that print or log."""
+    printed: set[str] = set()
+    for node in nodes_in(module):
+        if isinstance(node, cst.Call) and (dotted(node.func) or "").rpartition(".")[2] in _SHOWING_CALLS:
+            for arg in node.args:
+                printed |= names_in(arg.value)
+    return printed

@@ -1,4 +1,4 @@
-"""ACC923 unseeded-random-data: random data created at module level before any seed differs on every process.
+"""ACC923 unseeded-random-data: random data created before any seed (at module level, or a random split in a file that never seeds) differs on every process.
 
 Every process runs the module, so ``W_target = torch.randn(4, 1)`` (the target a regression
 fits) or ``X = torch.randn(1000, 10)`` (a synthetic dataset) drawn before any seed holds
@@ -8,6 +8,11 @@ averages their gradients as if they trained one model on one task. Seeding first
 equal. The converter cannot choose the seed for the script: it reports the assignment and leaves
 it as it is. Draws given their own ``generator=`` are left alone, as are draws after any call
 of a function whose name says seed (``torch.manual_seed``, ``set_seed``, ``np.random.seed``).
+
+A dataset split at random anywhere in a file that never seeds (``random_split(ds, [400, 200])``
+without ``generator=``, scikit-learn's ``train_test_split`` without ``random_state=``) is reported
+too: each process draws its own split, so one process trains on samples another validates on,
+and the gathered validation counts some samples twice and misses others.
 """
 
 from __future__ import annotations
@@ -20,8 +25,8 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import calls_in, expression_code, is_main_guard
-from accel_convert.codemods.engine.torch_names import NUMPY_RANDOM_NOT_DRAWS, RANDOM_TENSOR_FUNCTIONS
+from accel_convert.codemods.engine.syntax import calls_in, expression_code, is_main_guard, nodes_in
+from accel_convert.codemods.engine.torch_names import NUMPY_RANDOM_NOT_DRAWS, RANDOM_SPLITS, RANDOM_TENSOR_FUNCTIONS
 
 
 class UnseededRandomData(Rule):
@@ -59,12 +64,36 @@ class UnseededRandomData(Rule):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return facts.has_accelerator and any(_is_draw(qualified) for qualified in facts.called)
+        return facts.has_accelerator and any(
+            _is_draw(qualified) or qualified in RANDOM_SPLITS for qualified in facts.called
+        )
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         changes: list[Change] = []
         _report_draws(module.body, facts, changes, seeded=False)
+        _report_unseeded_splits(module, facts, changes)
         return module, changes
+
+
+def _report_unseeded_splits(module: cst.Module, facts: ScriptFacts, changes: list[Change]) -> None:
+    """Random dataset splits without their own seed in a file with no seeding call at all."""
+    calls = [node for node in nodes_in(module) if isinstance(node, cst.Call)]
+    if any(_seeds(call, facts) for call in calls):
+        return
+    for call in calls:
+        keyword = RANDOM_SPLITS.get(facts.qualified_name(call.func) or "")
+        if keyword is None or any(arg.keyword is not None and arg.keyword.value == keyword for arg in call.args):
+            continue
+        site = facts.origins.site(call)
+        if site is None:
+            continue
+        message = (
+            f"{expression_code(call.func)}(...) splits the data at random with no seed: each process draws its "
+            "own split, so one trains on samples another validates on and the gathered validation counts some "
+            f"samples twice; give it {keyword}= with a fixed seed, or seed first, the same on every process "
+            "(accelerate's set_seed(...) or torch.manual_seed(...))"
+        )
+        changes.append(report_at(site, UnseededRandomData.code, message))
 
 
 def _report_draws(

@@ -400,6 +400,22 @@ TRAINING_COUNTS = {
 }
 
 
+@pytest.mark.parametrize(("shown", "reported"), [("print(total)", True), ("", False)], ids=["printed", "unused"])
+def test_a_printed_sample_count_of_the_training_loop_is_reported(shown: str, reported: bool) -> None:
+    """``total += y.size(0)`` printed after the loop (a throughput, the samples of the epoch)
+    counts this process's shard only; a count nobody prints or logs is no report."""
+    body = in_loop(
+        "x, y = batch\nout = model(x)\nloss = nn.functional.cross_entropy(out, y)\nloss.backward()\n"
+        "optimizer.step()\ntotal += y.size(0)",
+        prelude="",
+    ).replace("def main():", "def main(total=0):")
+    outcome = convert_module(cst.parse_module(HEADER + body + textwrap.indent(shown, "    ") + "\n"), Options())
+    found = [change for change in outcome.changes if change.code == "ACC919"]
+    assert len(found) == int(reported)
+    if reported:
+        assert found[0].message.startswith("samples counted over this process's batches only")
+
+
 @pytest.mark.parametrize(("count", "reported"), TRAINING_COUNTS.values(), ids=TRAINING_COUNTS.keys())
 def test_a_training_accuracy_counted_per_process_is_reported(count: str, reported: bool) -> None:
     """No loss is summed: the report is the accuracy's alone (ACC919, with its own message)."""
