@@ -431,7 +431,10 @@ class _CheckpointRewriter(RuleTransformer):
             return call
         accelerator = self.instance_accelerator() or cst.Name(self.accelerator)
         device = cst.Call(cst.Name("str"), [cst.Arg(cst.Attribute(accelerator, cst.Name("device")))])
-        location = cst.Dict([cst.DictElement(cst.SimpleString('"cuda:0"'), device)])
+        # In the quotes the script's own path string uses (``torch.load('best.pt')``).
+        path = call.args[0].value if call.args else None
+        quote = "'" if isinstance(path, cst.SimpleString) and path.quote == "'" else '"'
+        location = cst.Dict([cst.DictElement(cst.SimpleString(f"{quote}cuda:0{quote}"), device)])
         self.report(
             original,
             self.code,
