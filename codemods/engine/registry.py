@@ -52,6 +52,7 @@ RULE_MODULES: tuple[str, ...] = (
     "rank_dependent_schedule",
     "sharded_update_bn",
     "device_count",
+    "packed_lengths",
     "rank_local_average",
     "already_distributed",
     "model_trains_itself",

@@ -1,0 +1,95 @@
+"""ACC933 packed-lengths-on-device: ``pack_padded_sequence`` needs its lengths on the CPU.
+
+A collate function that returns the sequence lengths as a tensor (``torch.tensor([len(x) for x
+in xs])``) hands them to the loop on the CPU, and ``pack_padded_sequence(x, lengths, ...)`` takes
+them there. A prepared loader puts every tensor of the batch on the accelerator's device, so on a
+GPU the lengths arrive as a CUDA tensor and ``pack_padded_sequence`` raises ("'lengths' argument
+should be a 1D CPU int64 tensor"). Whether the lengths reaching the call are that tensor (often
+through the model's ``forward``) or a list is not visible to the converter, so it is reported:
+pass ``lengths.cpu()`` where they are a tensor. Lengths already read with ``.cpu()``/``.tolist()``,
+or written as a list, are left alone.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
+
+PACK = "torch.nn.utils.rnn.pack_padded_sequence"
+
+MESSAGE = (
+    "pack_padded_sequence needs its lengths on the CPU, and a prepared loader puts the batch's tensors "
+    "on the accelerator's device: pass lengths.cpu() where they come from the batch as a tensor"
+)
+
+
+class PackedLengthsOnDevice(Rule):
+    code = "ACC933"
+    name = "packed-lengths-on-device"
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader
+
+
+                def collate(batch):
+                    xs, ys = zip(*batch)
+                    lengths = torch.tensor([len(x) for x in xs])
+                    return nn.utils.rnn.pad_sequence(xs, batch_first=True), lengths, torch.tensor(ys)
+
+
+                class Model(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.rnn = nn.GRU(4, 8, batch_first=True)
+                        self.fc = nn.Linear(8, 2)
+
+                    def forward(self, x, lengths):
+                        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+                        _, h = self.rnn(packed)
+                        return self.fc(h[-1])
+
+
+                data = [(torch.randn(n, 4), n % 2) for n in range(3, 19)]
+                loader = DataLoader(data, batch_size=4, collate_fn=collate)
+                model = Model()
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x, lengths, y in loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x, lengths), y).backward()
+                    optimizer.step()
+            """,
+            message=MESSAGE,
+        ),
+    )
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return facts.has_accelerator and bool(facts.loaders) and PACK in facts.call_sites
+
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        finder = _PackCalls(facts)
+        module.visit(finder)
+        return module, finder.changes(module)
+
+
+class _PackCalls(RuleTransformer):
+    def __init__(self, facts: ScriptFacts) -> None:
+        super().__init__(facts, lines_of(facts.call_sites.get(PACK, ())))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.qualified_name(node.func) != PACK:
+            return
+        lengths = next(
+            (arg.value for arg in node.args if arg.keyword is not None and arg.keyword.value == "lengths"), None
+        )
+        if lengths is None:
+            positional = [arg for arg in node.args if arg.keyword is None]
+            lengths = positional[1].value if len(positional) > 1 else None
+        if isinstance(lengths, (cst.Name, cst.Attribute, cst.Subscript)):
+            self.report(node, PackedLengthsOnDevice.code, MESSAGE, False)
