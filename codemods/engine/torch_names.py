@@ -365,3 +365,7 @@ PADDING_COLLATORS = frozenset(
         "transformers.data.data_collator.DataCollatorForSeq2Seq",
     }
 )
+
+#: Libraries that read a tensor's memory on the host (``np.asarray`` of it): a CUDA tensor handed
+#: to one of their functions raises.
+HOST_LIBRARIES = ("numpy.", "sklearn.", "scipy.", "pandas.", "matplotlib.")

@@ -16,7 +16,9 @@ becomes ``labels.append(yb.cpu())``, which keeps the list where the original had
 And a batch tensor combined with a tensor the script copied to the CPU (``_, predicted =
 torch.max(outputs.cpu(), 1)`` then ``(predicted == labels).sum()``): the original compared two
 CPU tensors; converted, ``labels`` is on the device and the comparison raises on a GPU ("Expected
-all tensors to be on the same device"), so it reads ``labels.cpu()``.
+all tensors to be on the same device"), so it reads ``labels.cpu()``. So does a batch tensor handed
+to NumPy, scikit-learn, SciPy, pandas or Matplotlib (``accuracy_score(labels, preds)``), which
+read the tensor's memory on the host.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import dotted, nodes_in
-from accel_convert.codemods.engine.torch_names import ARRAYS_FROM_LISTS, TENSOR_JOINS
+from accel_convert.codemods.engine.torch_names import ARRAYS_FROM_LISTS, HOST_LIBRARIES, TENSOR_JOINS
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
 #: Methods of a chain that already decide where the tensor is.
@@ -38,7 +40,7 @@ class _CopyToCpu(RuleTransformer):
     def __init__(self, facts: ScriptFacts) -> None:
         sites = [*facts.call_sites.get(".numpy", ()), *facts.call_sites.get(".append", ())]
         lines = lines_of(sites)
-        if ".cpu" in facts.call_sites:
+        if ".cpu" in facts.call_sites or _host_library_calls(facts):
             # Comparisons with a CPU copy: in the loops over loaders, where batch names live.
             for loop in [*facts.train_loops, *facts.eval_loops]:
                 lines.update(range(loop.site.line, loop.site.end_line + 1))
@@ -80,7 +82,9 @@ class _CopyToCpu(RuleTransformer):
             return updated_node.with_changes(left=self._copied_if_batch(original_node, left))
         return updated_node
 
-    def _copied_if_batch(self, anchor: cst.CSTNode, operand: cst.BaseExpression) -> cst.BaseExpression:
+    def _copied_if_batch(
+        self, anchor: cst.CSTNode, operand: cst.BaseExpression, meets: str = "meets a copy on the CPU"
+    ) -> cst.BaseExpression:
         """``labels`` → ``labels.cpu()`` for a batch tensor met next to a CPU copy."""
         batch = _batch_root(operand)
         if batch is None or batch not in self.facts.batch_names_by_function.get(self.function, ()):
@@ -90,8 +94,7 @@ class _CopyToCpu(RuleTransformer):
         self.report(
             anchor,
             BatchToNumpy.code,
-            f"{batch} comes from a prepared loader, on the accelerator's device, and meets a copy on the CPU: "
-            ".cpu() as in the original",
+            f"{batch} comes from a prepared loader, on the accelerator's device, and {meets}: .cpu() as in the original",
             header_only=True,
         )
         return cst.Call(
@@ -139,6 +142,16 @@ class _CopyToCpu(RuleTransformer):
         func = updated_node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "append" and len(updated_node.args) == 1:
             return self._append_on_cpu(original_node, updated_node, func)
+        if (self.facts.qualified_name(func) or "").startswith(HOST_LIBRARIES):
+            # ``accuracy_score(labels, preds)``, ``np.array(labels)``: the library reads the
+            # tensor's memory on the host.
+            library = (self.facts.qualified_name(func) or "").partition(".")[0]
+            meets = f"is read on the host by {library}"
+            args = [
+                arg.with_changes(value=self._copied_if_batch(original_node, arg.value, meets))
+                for arg in updated_node.args
+            ]
+            return updated_node.with_changes(args=args)
         if not (isinstance(func, cst.Attribute) and func.attr.value == "numpy") or updated_node.args:
             return updated_node
         batch = _batch_root(func.value)
@@ -197,6 +210,10 @@ class _CopyToCpu(RuleTransformer):
                 ):
                     found.add(dotted(func.value.args[0].value) or "")
         return found
+
+
+def _host_library_calls(facts: ScriptFacts) -> bool:
+    return any(name.startswith(HOST_LIBRARIES) for name in facts.called)
 
 
 def _batch_root(receiver: cst.BaseExpression) -> str | None:
@@ -275,7 +292,7 @@ class BatchToNumpy(Rule):
         return (
             facts.has_accelerator
             and bool(facts.batch_names)
-            and (".numpy" in facts.call_sites or ".cpu" in facts.call_sites or bool(facts.called & ARRAYS_FROM_LISTS))
+            and (".numpy" in facts.call_sites or ".cpu" in facts.call_sites or _host_library_calls(facts))
         )
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:

@@ -137,3 +137,27 @@ def test_other_comparisons_with_batch_tensors_are_left_alone(read: str) -> None:
     code, lines = convert(body)
     assert read in lines, code
     assert "#ACC118" not in lines
+
+
+@pytest.mark.parametrize(
+    ("read", "converted"),
+    [
+        ("y = accuracy_score(labels, preds)", "y = accuracy_score(labels.cpu(), preds)"),
+        ("y = np.bincount(labels, minlength=2)", "y = np.bincount(labels.cpu(), minlength=2)"),
+        ("y = np.array(batch[1])", "y = np.array(batch[1].cpu())"),
+    ],
+    ids=["scikit-learn", "numpy", "numpy-of-a-subscript"],
+)
+def test_a_batch_tensor_handed_to_a_host_library_is_copied_to_the_cpu(read: str, converted: str) -> None:
+    imports = "import numpy as np\nfrom sklearn.metrics import accuracy_score\n\n\n"
+    body = imports + LOOP.replace("{read}", "preds = logits.argmax(1).cpu()\n        " + read)
+    code, lines = convert(body)
+    assert converted in lines, code
+    assert "#ACC118" in lines
+
+
+def test_torch_functions_given_batch_tensors_are_left_alone() -> None:
+    body = LOOP.replace("{read}", "y = torch.bincount(labels, minlength=2)")
+    code, lines = convert(body)
+    assert "y = torch.bincount(labels, minlength=2)" in lines, code
+    assert "#ACC118" not in lines
