@@ -26,7 +26,7 @@ import json
 import os
 import re
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +35,14 @@ from click.testing import CliRunner
 
 from accel_convert.codemods.engine.model import Options
 from accel_convert.converter.cli import main as accel_convert
-from tests.e2e_support.results import FORKRUN, RAN_PAST_TIMEOUT, forkrun_jobs, forkrun_results, rankrun_jobs
+from tests.e2e_support.results import (
+    FORKRUN,
+    RAN_PAST_TIMEOUT,
+    forkrun_jobs,
+    forkrun_results,
+    launches_side_by_side,
+    rankrun_jobs,
+)
 from tests.e2e_support.stacks import torchrun_with_stacks
 from tests.launching import REPO_ROOT, Run, python
 from tests.test_end_to_end import (
@@ -147,23 +154,13 @@ class OneProcessRuns:
 def shared_launches(
     converted, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[dict[str, Future]]:
-    """The forkrun launch and the rankrun launch, side by side: each fills the other's waiting
-    (start-up, each two-process run's rendezvous). Only the launches the selected tests need
-    start; each run keeps its own timeout."""
-    needed = {
-        name
-        for item in request.session.items
-        if item.module is request.module
-        for name in ("one_process", "two_processes")
-        if name in getattr(item, "fixturenames", ())
+    """The forkrun launch and the rankrun launch, side by side (see ``launches_side_by_side``)."""
+    starts = {
+        "two_processes": lambda folder: run_two_processes(converted, folder),
+        "one_process": lambda folder: run_one_process(converted, folder),
     }
-    starts = {"two_processes": run_two_processes, "one_process": run_one_process}
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        yield {
-            name: pool.submit(start, converted, tmp_path_factory.mktemp(f"projects-{name}"))
-            for name, start in starts.items()
-            if name in needed
-        }
+    with launches_side_by_side(request, starts, lambda name: tmp_path_factory.mktemp(f"projects-{name}")) as launches:
+        yield launches
 
 
 @pytest.fixture(scope="module")

@@ -48,7 +48,7 @@ script's to say.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeGuard, cast
 
@@ -1032,6 +1032,18 @@ def _loaders_of_sample_lists(module: cst.Module, facts: ScriptFacts) -> set[str]
         if isinstance(node, cst.FunctionDef)
         and any(isinstance(n, cst.Return) and n.value is not None and _zips_samples(n.value) for n in nodes_in(node))
     }
+    return _loaders_collated_by(
+        module,
+        facts,
+        lambda collate: dotted(collate) in zipping or (isinstance(collate, cst.Lambda) and _zips_samples(collate.body)),
+    )
+
+
+def _loaders_collated_by(
+    module: cst.Module, facts: ScriptFacts, matches: Callable[[cst.BaseExpression], bool]
+) -> set[str]:
+    """Names bound to a DataLoader whose ``collate_fn`` ``matches``, and the parameters they are
+    passed to."""
     loaders: dict[str, str] = {}
     for node in nodes_in(module):
         if not (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.value, cst.Call)):
@@ -1040,7 +1052,7 @@ def _loaders_of_sample_lists(module: cst.Module, facts: ScriptFacts) -> set[str]
         if name is None or facts.qualified_name(node.value.func) not in DATA_LOADERS:
             continue
         collate = next((a.value for a in node.value.args if a.keyword and a.keyword.value == "collate_fn"), None)
-        if dotted(collate) in zipping or (isinstance(collate, cst.Lambda) and _zips_samples(collate.body)):
+        if collate is not None and matches(collate):
             loaders[name] = ""
     return set(_passed_to_parameters(module, loaders)) if loaders else set()
 
@@ -1066,21 +1078,14 @@ def _loaders_padded_per_batch(module: cst.Module, facts: ScriptFacts) -> set[str
             collators.add(dotted(node.targets[0].target) or "")
     if not padding and not collators:
         return set()
-    loaders: dict[str, str] = {}
-    for node in nodes_in(module):
-        if not (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.value, cst.Call)):
-            continue
-        name = dotted(node.targets[0].target)
-        if name is None or facts.qualified_name(node.value.func) not in DATA_LOADERS:
-            continue
-        collate = next((a.value for a in node.value.args if a.keyword and a.keyword.value == "collate_fn"), None)
-        if collate is None:
-            continue
-        if dotted(collate) in padding | collators or (
-            isinstance(collate, cst.Call) and facts.qualified_name(collate.func) in PADDING_COLLATORS
-        ):
-            loaders[name] = ""
-    return set(_passed_to_parameters(module, loaders)) if loaders else set()
+    return _loaders_collated_by(
+        module,
+        facts,
+        lambda collate: (
+            dotted(collate) in padding | collators
+            or (isinstance(collate, cst.Call) and facts.qualified_name(collate.func) in PADDING_COLLATORS)
+        ),
+    )
 
 
 #: Batch fields that hold one value per token (padded to the batch's longest sequence).

@@ -11,7 +11,13 @@ was never reached is that job's outcome, so it fails only the test that reads it
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tests.launching import REPO_ROOT, Run, python, torchrun
 
@@ -92,3 +98,23 @@ def rankrun_jobs(jobs: list[dict], root: Path, env: dict[str, str], run_timeout:
         RANKRUN, str(jobs_file), str(results_dir), nproc=2, env=env, timeout=backstop, raise_on_timeout=False
     )
     return [rank_results(results_dir, index, launch) for index in range(len(jobs))]
+
+
+@contextmanager
+def launches_side_by_side(
+    request: pytest.FixtureRequest, starts: dict[str, Callable[[Path], Any]], folder: Callable[[str], Path]
+) -> Iterator[dict[str, Future]]:
+    """Start the test module's launches (a one-process forkrun launch and a two-process rankrun
+    launch) two at a time: each fills the other's waiting (start-up, each two-process run's
+    rendezvous). ``starts``: fixture name -> what starts that launch in a folder. Only the
+    launches some selected test of the module asks for (by fixture name) start; each run keeps
+    its own timeout."""
+    needed = {
+        name
+        for item in request.session.items
+        if item.module is request.module
+        for name in starts
+        if name in getattr(item, "fixturenames", ())
+    }
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        yield {name: pool.submit(start, folder(name)) for name, start in starts.items() if name in needed}
