@@ -44,6 +44,7 @@ from accel_convert.codemods.engine.syntax import (
     mean_reduced,
     names_in,
     names_variable,
+    parameter_filled,
     parameter_names,
     target_names,
 )
@@ -707,11 +708,7 @@ class _Conclusions:
                     name = dotted(arg.value)
                     if name is None or arg.star:
                         continue
-                    param = (
-                        arg.keyword.value
-                        if arg.keyword is not None
-                        else (params[index] if index < len(params) else None)
-                    )
+                    param = parameter_filled(arg, index, params)
                     if param is not None:
                         self.arguments.setdefault((callee.value, param), set()).add((call.function, name))
                 for loop in call.loops:
@@ -743,7 +740,7 @@ class _Conclusions:
             value = dotted(arg.value)
             if value is None or arg.star:
                 continue
-            param = arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
+            param = parameter_filled(arg, index, params)
             if param is not None and param in params:
                 self.arguments.setdefault((owner, param), set()).add((call.function, value))
 
@@ -808,7 +805,7 @@ class _Conclusions:
             value = dotted(arg.value)
             if value is None or arg.star:
                 continue
-            param = arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
+            param = parameter_filled(arg, index, params)
             if param is not None:
                 self.arguments.setdefault((name, param), set()).add((call.function, value))
 
@@ -932,9 +929,7 @@ class _Conclusions:
                     and value.func.value in factories
                     and factories[value.func.value] is None
                 )
-                param = (
-                    arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
-                )
+                param = parameter_filled(arg, index, params)
                 if builds and param is not None:
                     self.facts.train_loaders.add(param)  # sorted into train/eval by the loops
                     self.facts.inline_loaders.append(self.site(value))
@@ -1795,7 +1790,7 @@ class _Conclusions:
                 continue
             params = self.r.defs.get(function) or ()
             for index, arg in enumerate(call.node.args):
-                param = arg.keyword.value if arg.keyword is not None else params[index] if index < len(params) else None
+                param = parameter_filled(arg, index, params)
                 name = dotted(arg.value)
                 if param in facts.models and name is not None and name not in facts.models and not arg.star:
                     handed.append((name, function, call))

@@ -37,7 +37,7 @@ from accel_convert.codemods.engine.model import ConversionOutcome, Options
 from accel_convert.codemods.engine.names import NameCollector
 from accel_convert.codemods.engine.positions import python_ast
 from accel_convert.codemods.engine.program_seeds import ROLES, ProgramSeeds, program_callee
-from accel_convert.codemods.engine.syntax import dotted, nodes_in, parameter_names
+from accel_convert.codemods.engine.syntax import dotted, nodes_in, parameter_filled, parameter_names
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 
 #: Rounds of analysis at most: each round carries facts one module boundary further.
@@ -295,7 +295,7 @@ class _Calls(NameCollector):
                 value = INLINE_LOADER if loader else None
             if value is None or arg.star:
                 continue
-            param = arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
+            param = parameter_filled(arg, index, params)
             if param is not None:
                 arguments.append((param, value))
         caller = self.scope[0] if self.scope else "<module>"

@@ -311,3 +311,11 @@ def body_statements(node: cst.FunctionDef) -> Sequence[cst.CSTNode]:
 def expression_code(node: cst.CSTNode) -> str:
     """Source text of an expression, for messages and for comparing two expressions."""
     return cst.Module(body=[]).code_for_node(node)
+
+
+def parameter_filled(arg: cst.Arg, index: int, params: Sequence[str]) -> str | None:
+    """The parameter a call's ``index``-th argument fills: its keyword, or the positional
+    parameter at that index (None past the last one)."""
+    if arg.keyword is not None:
+        return arg.keyword.value
+    return params[index] if index < len(params) else None

@@ -322,22 +322,6 @@ MEAN_LOSSES = frozenset(
     }
 )
 
-#: torch calls joining a list of tensors into one (whose ``.numpy()`` then needs CPU tensors).
-TENSOR_JOINS = frozenset(
-    {"torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.vstack", "torch.hstack"}
-)
-#: NumPy calls making an array of a list of tensors (each tensor must be on the CPU).
-ARRAYS_FROM_LISTS = frozenset(
-    {
-        "numpy.array",
-        "numpy.asarray",
-        "numpy.concatenate",
-        "numpy.stack",
-        "numpy.vstack",
-        "numpy.hstack",
-    }
-)
-
 #: Functions joining a list of per-batch arrays into one array of samples.
 CONCATENATIONS = frozenset(
     {
@@ -350,6 +334,12 @@ CONCATENATIONS = frozenset(
         "numpy.hstack",
         "numpy.vstack",
     }
+)
+#: torch calls joining a list of tensors into one (whose ``.numpy()`` then needs CPU tensors).
+TENSOR_JOINS = frozenset({name for name in CONCATENATIONS if name.startswith("torch.")} | {"torch.stack"})
+#: NumPy calls making an array of a list of tensors (each tensor must be on the CPU).
+ARRAYS_FROM_LISTS = frozenset(
+    {name for name in CONCATENATIONS if name.startswith("numpy.")} | {"numpy.array", "numpy.asarray", "numpy.stack"}
 )
 #: Functions padding a list of sequences to the longest one (a collate function calling one pads
 #: each batch to its own length).

@@ -45,10 +45,9 @@ class _CopyToCpu(RuleTransformer):
             for loop in [*facts.train_loops, *facts.eval_loops]:
                 lines.update(range(loop.site.line, loop.site.end_line + 1))
         super().__init__(facts, lines)
-        #: Per function (by identity): the lists it makes NumPy arrays of.
-        self._arrays_of: dict[int, set[str]] = {}
-        #: Per function (by identity): the names it binds to a copy on the CPU.
-        self._cpu_names_of: dict[int, set[str]] = {}
+        #: Per function (by identity): the lists it makes NumPy arrays of, and the names it binds
+        #: to a copy on the CPU.
+        self._reads_of: dict[int, tuple[set[str], set[str]]] = {}
         self._functions: list[cst.FunctionDef | cst.Module] = []
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -121,22 +120,9 @@ class _CopyToCpu(RuleTransformer):
                 return False
 
     def _cpu_names(self) -> set[str]:
-        function = self._functions[-1]
-        found = self._cpu_names_of.get(id(function))
-        if found is None:
-            found = self._cpu_names_of[id(function)] = set()
-            for node in nodes_in(function):
-                if not isinstance(node, cst.Assign):
-                    continue
-                methods = {
-                    call.func.attr.value
-                    for call in nodes_in(node.value)
-                    if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
-                }
-                if "cpu" in methods and not methods & {"to", "cuda", "numpy", "tolist", "item"}:
-                    for target in node.targets:
-                        found.update(name.value for name in nodes_in(target.target) if isinstance(name, cst.Name))
-        return found
+        """Names the enclosing function binds to a copy on the CPU (``_, predicted =
+        torch.max(outputs.cpu(), 1)``)."""
+        return self._function_reads()[1]
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         func = updated_node.func
@@ -191,24 +177,41 @@ class _CopyToCpu(RuleTransformer):
     def _lists_made_arrays(self) -> set[str]:
         """Lists the enclosing function (or module-level code) turns into a NumPy array:
         ``torch.cat(labels).numpy()``, ``np.concatenate(labels)``."""
+        return self._function_reads()[0]
+
+    def _function_reads(self) -> tuple[set[str], set[str]]:
+        """The enclosing function's lists made arrays and names bound to CPU copies, read in one
+        walk of it (cached per function)."""
         function = self._functions[-1]
-        found = self._arrays_of.get(id(function))
-        if found is None:
-            found = self._arrays_of[id(function)] = set()
-            for node in nodes_in(function):
-                if not isinstance(node, cst.Call):
-                    continue
-                if node.args and (self.facts.callee_name(node.func) or "") in ARRAYS_FROM_LISTS:
-                    found.add(dotted(node.args[0].value) or "")
-                func = node.func
-                if (
-                    isinstance(func, cst.Attribute)
-                    and func.attr.value == "numpy"
-                    and isinstance(func.value, cst.Call)
-                    and func.value.args
-                    and (self.facts.callee_name(func.value.func) or "") in TENSOR_JOINS
-                ):
-                    found.add(dotted(func.value.args[0].value) or "")
+        found = self._reads_of.get(id(function))
+        if found is not None:
+            return found
+        arrays: set[str] = set()
+        cpu_names: set[str] = set()
+        for node in nodes_in(function):
+            if isinstance(node, cst.Assign):
+                methods = {
+                    call.func.attr.value
+                    for call in nodes_in(node.value)
+                    if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+                }
+                if "cpu" in methods and not methods & {"to", "cuda", "numpy", "tolist", "item"}:
+                    for target in node.targets:
+                        cpu_names.update(name.value for name in nodes_in(target.target) if isinstance(name, cst.Name))
+            if not isinstance(node, cst.Call):
+                continue
+            if node.args and (self.facts.callee_name(node.func) or "") in ARRAYS_FROM_LISTS:
+                arrays.add(dotted(node.args[0].value) or "")
+            func = node.func
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value == "numpy"
+                and isinstance(func.value, cst.Call)
+                and func.value.args
+                and (self.facts.callee_name(func.value.func) or "") in TENSOR_JOINS
+            ):
+                arrays.add(dotted(func.value.args[0].value) or "")
+        found = self._reads_of[id(function)] = (arrays, cpu_names)
         return found
 
 
