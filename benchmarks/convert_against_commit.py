@@ -16,7 +16,12 @@ each file keeps its best CPU time (``time.process_time``) over all rounds of its
 Reported per mode: the median and 10th/90th percentile of new/old per file, and the total.
 Files the old converter rejects are left out and listed.
 
-Usage: ``python benchmarks/convert_against_commit.py --against e39ac81 [--rounds 3] [--repeats 2]``.
+``--old-codes-only`` runs this tree's converter with the codes the old commit did not have
+switched off (``Options.ignore``, as ``--ignore`` does): the rules added since then do not run, so
+the ratio compares the engines on the work both do (the rules both have may still have grown).
+
+Usage: ``python benchmarks/convert_against_commit.py --against e39ac81 [--rounds 3] [--repeats 2]
+[--old-codes-only]``.
 """
 
 from __future__ import annotations
@@ -36,16 +41,21 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 TIMER = r"""
 import json, sys, time
 from pathlib import Path
-root, mode, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
-files = sys.argv[4:]
+root, mode, rounds, ignore = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+files = sys.argv[5:]
 sys.path.insert(0, root)
 if Path(root, "accel_convert").is_dir():
     from accel_convert.codemods.engine.model import Options
+    from accel_convert.codemods.engine.registry import code_docs
     from accel_convert.converter import pipeline
 else:  # a tree from before the import name (the installed accel_convert is this checkout's)
     from codemods.base import Options
+    from codemods.registry import code_docs
     from converter import pipeline
 assert Path(pipeline.__file__).resolve().is_relative_to(Path(root).resolve()), pipeline.__file__
+if mode == "codes":
+    print(json.dumps(sorted({doc.code for doc in code_docs()})))
+    sys.exit()
 
 def once(source, options, path):
     parsed = pipeline.parse(source, path)
@@ -54,7 +64,7 @@ def once(source, options, path):
     return codec.generate(out) if codec is not None else pipeline.generate(out, path)
 
 convert = pipeline.convert_source if mode == "full" else once
-options = Options()
+options = Options(ignore=tuple(ignore.split(","))) if ignore else Options()
 best = {}
 for _ in range(rounds):
     for path in files:
@@ -72,9 +82,10 @@ print(json.dumps(best))
 """
 
 
-def time_side(root: Path, mode: str, rounds: int, files: list[str]) -> dict[str, float | None]:
+def time_side(root: Path, mode: str, rounds: int, files: list[str], ignore: list[str]) -> dict[str, float | None]:
+    """Best CPU seconds per file of ``root``'s converter (``mode`` "codes": its codes instead)."""
     result = subprocess.run(
-        [sys.executable, "-c", TIMER, str(root), mode, str(rounds), *files],
+        [sys.executable, "-c", TIMER, str(root), mode, str(rounds), ",".join(ignore), *files],
         capture_output=True,
         text=True,
         check=True,
@@ -116,6 +127,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds per process (best of)")
     parser.add_argument("--repeats", type=int, default=2, help="alternating processes per side")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--old-codes-only", action="store_true", help="switch off this tree's codes the old commit did not have"
+    )
     args = parser.parse_args()
 
     files = [str(path) for path in sorted((REPO_ROOT / "fixtures" / "cases").glob("*.py"))]
@@ -128,11 +142,17 @@ def main() -> None:
             check=True,
         )
         try:
+            ignore: list[str] = []
+            if args.old_codes_only:
+                old_codes = time_side(old_root, "codes", 0, [], [])
+                ignore = sorted(set(time_side(REPO_ROOT, "codes", 0, [], [])) - set(old_codes))  # type: ignore[arg-type]
+                results["ignored"] = ignore
+                print(f"switched off in this tree (codes {args.against} did not have): {', '.join(ignore)}")
             for mode in ("once", "full"):
                 old_runs, new_runs = [], []
                 for _ in range(args.repeats):
-                    old_runs.append(time_side(old_root, mode, args.rounds, files))
-                    new_runs.append(time_side(REPO_ROOT, mode, args.rounds, files))
+                    old_runs.append(time_side(old_root, mode, args.rounds, files, []))
+                    new_runs.append(time_side(REPO_ROOT, mode, args.rounds, files, ignore))
                 summary = compare(merge(old_runs), merge(new_runs))
                 results[mode] = summary
                 print(

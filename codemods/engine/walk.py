@@ -93,6 +93,29 @@ def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
     return found
 
 
+#: The last module :func:`module_nodes` listed, and its nodes.
+_listed: tuple[cst.Module, tuple[cst.CSTNode, ...]] | None = None
+
+
+def module_nodes(module: cst.Module) -> tuple[cst.CSTNode, ...]:
+    """Every node of ``module`` but :data:`TRIVIA`, in the order ``syntax.nodes_in`` gives.
+
+    Several rules read the whole file, and a rule that changes nothing hands the next one the
+    very same tree: the list made for the last module asked about is kept (with that module, so
+    its identity cannot be reused) and serves every rule until one rewrites the tree.
+    """
+    global _listed
+    if _listed is None or _listed[0] is not module:
+        found: list[cst.CSTNode] = []
+        pending: list[cst.CSTNode] = [module]
+        while pending:
+            current = pending.pop()
+            found.append(current)
+            pending.extend(child_nodes(current))
+        _listed = (module, tuple(found))
+    return _listed[1]
+
+
 def concrete_subclasses(*bases: type) -> frozenset[type]:
     """Every class deriving from ``bases`` (``bases`` included): a set lookup on ``type(node)``
     is several times cheaper than ``isinstance`` against libcst's abstract base classes."""

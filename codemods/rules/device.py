@@ -42,6 +42,7 @@ from accel_convert.codemods.engine.syntax import (
     target_names,
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
+from accel_convert.codemods.engine.walk import module_nodes
 
 #: The environment variable choosing which GPUs a process sees.
 VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
@@ -906,8 +907,9 @@ def _gpu_indices(module: cst.Module, facts: ScriptFacts) -> set[str]:
         return set()
     return {
         name
-        for call in calls_in(module)
-        if call.args
+        for call in module_nodes(module)
+        if isinstance(call, cst.Call)
+        and call.args
         and facts.qualified_name(call.func) == "torch.cuda.set_device"
         and (name := dotted(call.args[0].value)) is not None
     }

@@ -18,8 +18,9 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import dotted, nodes_in
+from accel_convert.codemods.engine.syntax import dotted
 from accel_convert.codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.engine.walk import module_nodes
 
 DEVICE_COUNT = "torch.cuda.device_count"
 
@@ -70,7 +71,7 @@ def _names_of_the_count(module: cst.Module, facts: ScriptFacts) -> set[str]:
     """Names bound to the device count (``n_gpu = torch.cuda.device_count()``, ``args.n_gpu =
     ...``)."""
     found: set[str] = set()
-    for node in nodes_in(module):
+    for node in module_nodes(module):
         if (
             isinstance(node, cst.Assign)
             and isinstance(node.value, cst.Call)

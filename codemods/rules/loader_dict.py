@@ -36,7 +36,7 @@ from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import nodes_in, parameter_names, statement, target_names
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS, MEAN_LOSSES, SELF_DISTRIBUTING
 from accel_convert.codemods.engine.transformers import RuleTransformer
-from accel_convert.codemods.engine.walk import variables_read
+from accel_convert.codemods.engine.walk import module_nodes, variables_read
 
 #: A loop over a prepared dict's loaders whose sums cannot be gathered per sample: reported.
 SUMS_NOT_GATHERED = "ACC928"
@@ -177,7 +177,7 @@ def loader_dicts(module: cst.Module, facts: ScriptFacts) -> list[str]:
 
     found: list[str] = []
     bound: dict[str, int] = {}
-    assignments = [node for node in nodes_in(module) if isinstance(node, cst.Assign)]
+    assignments = [node for node in module_nodes(module) if isinstance(node, cst.Assign)]
     for node in assignments:
         for assign_target in node.targets:
             for name in target_names(assign_target.target):
@@ -499,7 +499,7 @@ class _GatherSums(RuleTransformer):
             return True
         if self._prepared_here is None:
             self._prepared_here = set()
-            for node in nodes_in(self.module):
+            for node in module_nodes(self.module):
                 if isinstance(node, cst.Assign) and is_accelerator_method(node.value, self.facts, "prepare"):
                     for target in node.targets:
                         self._prepared_here.update(target_names(target.target))
@@ -533,7 +533,7 @@ class _GatherSums(RuleTransformer):
             return None
         index = parameters.index(name)
         passed: list[str] = []
-        for node in nodes_in(self.module):
+        for node in module_nodes(self.module):
             if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Name)):
                 continue
             if node.func.value != function.name.value:
@@ -550,7 +550,7 @@ class _GatherSums(RuleTransformer):
         """Every assignment of ``name`` in the file builds a mean-reduced loss without arguments."""
         values = [
             node.value
-            for node in nodes_in(self.module)
+            for node in module_nodes(self.module)
             if isinstance(node, cst.Assign)
             and any(isinstance(t.target, cst.Name) and t.target.value == name for t in node.targets)
         ]

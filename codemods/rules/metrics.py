@@ -86,7 +86,7 @@ from accel_convert.codemods.engine.torch_names import (
     SEQUENCE_PADDERS,
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer
-from accel_convert.codemods.engine.walk import StatementFilter, variables_read, walk
+from accel_convert.codemods.engine.walk import StatementFilter, module_nodes, variables_read, walk
 
 #: Attributes of model outputs that are one number per batch, not one row per sample.
 BATCH_SCALAR_ATTRIBUTES = frozenset({"loss", "aux_loss"})
@@ -824,7 +824,7 @@ def _torchmetrics_in(module: cst.Module, facts: ScriptFacts) -> _TorchMetrics:
         if isinstance(node, cst.ClassDef) and any(_is_torchmetrics_class(base.value, facts) for base in node.bases)
     }
     constructors: dict[str, set[Site]] = {}
-    nodes = nodes_in(module)
+    nodes = module_nodes(module)
     for node in nodes:
         if not isinstance(node, cst.Assign) or len(node.targets) != 1:
             continue
@@ -952,7 +952,7 @@ def _loaders_over_streams(module: cst.Module, facts: ScriptFacts) -> dict[str, s
     unsized = {name for name, sized in streams.items() if not sized}
     if not unsized:
         return {}
-    nodes = nodes_in(module)
+    nodes = module_nodes(module)
     datasets: dict[str, str] = {}
     for node in nodes:
         if isinstance(node, cst.Assign) and len(node.targets) == 1:
@@ -982,7 +982,7 @@ def _passed_to_parameters(module: cst.Module, loaders: dict[str, str]) -> dict[s
     (``evaluate(model, test_loader, device)``: the helper's ``loader`` is that loader)."""
     loaders = dict(loaders)
     functions = {node.name.value: node for node in module.body if isinstance(node, cst.FunctionDef)}
-    calls = [call for call in calls_in(module) if dotted(call.func) in functions]
+    calls = [call for call in module_nodes(module) if isinstance(call, cst.Call) and dotted(call.func) in functions]
     grew = bool(loaders)
     while grew:
         grew = False
@@ -1045,14 +1045,14 @@ def _loaders_collated_by(
     """Names bound to a DataLoader whose ``collate_fn`` ``matches``, and the parameters they are
     passed to."""
     loaders: dict[str, str] = {}
-    for node in nodes_in(module):
+    for node in module_nodes(module):
         if not (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.value, cst.Call)):
             continue
-        name = dotted(node.targets[0].target)
-        if name is None or facts.qualified_name(node.value.func) not in DATA_LOADERS:
-            continue
         collate = next((a.value for a in node.value.args if a.keyword and a.keyword.value == "collate_fn"), None)
-        if collate is not None and matches(collate):
+        if collate is None or not matches(collate):
+            continue
+        name = dotted(node.targets[0].target)
+        if name is not None and facts.qualified_name(node.value.func) in DATA_LOADERS:
             loaders[name] = ""
     return set(_passed_to_parameters(module, loaders)) if loaders else set()
 
@@ -1062,13 +1062,15 @@ def _loaders_padded_per_batch(module: cst.Module, facts: ScriptFacts) -> set[str
     file calling ``pad_sequence`` or taking ``max(len(...) ...)`` of the samples, or a
     transformers padding collator (``DataCollatorWithPadding(...)``, inline or by name); with the
     parameters they are passed to."""
+    if not (facts.called & (SEQUENCE_PADDERS | PADDING_COLLATORS) or "max" in facts.called):
+        return set()  # the analysis saw no call that pads: no walk of the file
     padding = {
         node.name.value
         for node in module.body
         if isinstance(node, cst.FunctionDef) and any(_pads_to_longest(call, facts) for call in calls_in(node))
     }
     collators: set[str] = set()
-    for node in nodes_in(module):
+    for node in module_nodes(module):
         if (
             isinstance(node, cst.Assign)
             and len(node.targets) == 1
@@ -1196,7 +1198,7 @@ def _sequence_first_layouts(module: cst.Module, facts: ScriptFacts) -> _Sequence
                 class_reasons[name] = class_reasons[inner]
                 grew = True
     models: dict[str, str] = {}
-    for node in nodes_in(module):
+    for node in module_nodes(module):
         if not isinstance(node, cst.Assign) or len(node.targets) != 1:
             continue
         model = dotted(node.targets[0].target)
@@ -1233,7 +1235,7 @@ def _recurrent_hidden_outputs(module: cst.Module, facts: ScriptFacts) -> dict[st
     if not positions_by_class:
         return {}
     models: dict[str, frozenset[int]] = {}
-    for found in nodes_in(module):
+    for found in module_nodes(module):
         if not isinstance(found, cst.Assign) or len(found.targets) != 1:
             continue
         model = dotted(found.targets[0].target)

@@ -14,8 +14,8 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import nodes_in
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS, SELF_DISTRIBUTING
+from accel_convert.codemods.engine.walk import module_nodes
 
 MESSAGE = "training data does not come from a DataLoader: it is not sharded across processes"
 
@@ -66,7 +66,7 @@ class NoDataLoader(Rule):
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         assert facts.backward_site is not None
-        assignments = [node for node in nodes_in(module) if isinstance(node, cst.Assign)]
+        assignments = [node for node in module_nodes(module) if isinstance(node, cst.Assign)]
         dicts = _loader_dicts(assignments, facts)
         if any(_prepared_dict(assignments, name) for name in dicts):
             return module, []  # the loader-dict rule (ACC119) prepared them

@@ -21,6 +21,8 @@ accuracy already reported (those reports cover the counts that go with them).
 
 from __future__ import annotations
 
+import functools
+
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
@@ -28,6 +30,7 @@ from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import dotted, names_in, nodes_in, root_name
 from accel_convert.codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.engine.walk import module_nodes
 
 MESSAGE = "a loss summed over this process's batches only: reduce it across processes before reporting it"
 SAMPLES_MESSAGE = (
@@ -79,7 +82,7 @@ class RankLocalAverage(Rule):
         # Whole training loops: a sum may read the loss through another name
         # (``loss_value = loss.item()`` ... ``running += loss_value * n``).
         lines = {line for loop in facts.train_loops for line in range(loop.site.line, loop.site.end_line + 1)}
-        finder = _LossSums(facts, facts.lines_mentioning(facts.loss_names) | lines, _printed_names(module))
+        finder = _LossSums(facts, facts.lines_mentioning(facts.loss_names) | lines, module)
         module.visit(finder)
         return module, finder.changes(module)
 
@@ -88,10 +91,9 @@ class _LossSums(RuleTransformer):
     """``total += loss.item()`` (or ``+= loss``, ``losses.append(loss)``, ``meter.update(loss.item(),
     n)``, or a sum of a name bound from the loss) inside a loop over a prepared training loader."""
 
-    def __init__(self, facts: ScriptFacts, lines: set[int], printed: set[str]) -> None:
+    def __init__(self, facts: ScriptFacts, lines: set[int], module: cst.Module) -> None:
         super().__init__(facts, lines)
-        #: Names read in what the script prints or logs (a sample count nobody prints is no report).
-        self._printed = printed
+        self._module = module
         self._training_loops = 0
         self._evaluations = 0
         #: The losses, and names a training loop binds from them (``loss_value = loss.item()``).
@@ -132,6 +134,12 @@ class _LossSums(RuleTransformer):
         site = self.facts.origins.site(node)
         return site is not None and any(loop.site.line == site.line for loop in self.facts.eval_loops)
 
+    @functools.cached_property
+    def _printed(self) -> set[str]:
+        """Names read in what the script prints or logs (a sample count nobody prints is no
+        report); read from the whole file, only once a loop counts samples."""
+        return _printed_names(self._module)
+
     @property
     def _in_training(self) -> bool:
         return self._training_loops > 0 and not self._evaluations
@@ -168,8 +176,8 @@ class _LossSums(RuleTransformer):
             self._report_sum(node, ACCURACY_MESSAGE)
         elif (
             self._sample_counts
-            and root_name(node.target) in self._printed
             and _counts_samples(node.value, self.facts.batch_names_by_function.get(self.function, set()))
+            and root_name(node.target) in self._printed
         ):
             self._sample_counts[-1].append(node)
 
@@ -208,7 +216,7 @@ _SHOWING_CALLS = frozenset({"print", "info", "debug", "warning", "log", "write",
 def _printed_names(module: cst.Module) -> set[str]:
     """Names read in the arguments of calls that print or log."""
     printed: set[str] = set()
-    for node in nodes_in(module):
+    for node in module_nodes(module):
         if isinstance(node, cst.Call) and (dotted(node.func) or "").rpartition(".")[2] in _SHOWING_CALLS:
             for arg in node.args:
                 printed |= names_in(arg.value)

@@ -25,8 +25,9 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import calls_in, expression_code, is_main_guard, nodes_in
+from accel_convert.codemods.engine.syntax import calls_in, expression_code, is_main_guard
 from accel_convert.codemods.engine.torch_names import NUMPY_RANDOM_NOT_DRAWS, RANDOM_SPLITS, RANDOM_TENSOR_FUNCTIONS
+from accel_convert.codemods.engine.walk import module_nodes
 
 
 class UnseededRandomData(Rule):
@@ -77,7 +78,9 @@ class UnseededRandomData(Rule):
 
 def _report_unseeded_splits(module: cst.Module, facts: ScriptFacts, changes: list[Change]) -> None:
     """Random dataset splits without their own seed in a file with no seeding call at all."""
-    calls = [node for node in nodes_in(module) if isinstance(node, cst.Call)]
+    if not facts.called.intersection(RANDOM_SPLITS):
+        return  # the analysis saw no split: no walk of the file
+    calls = [node for node in module_nodes(module) if isinstance(node, cst.Call)]
     if any(_seeds(call, facts) for call in calls):
         return
     for call in calls:
