@@ -47,6 +47,8 @@ script's to say.
 
 from __future__ import annotations
 
+import functools
+
 import builtins
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -1026,17 +1028,26 @@ def _loaders_of_sample_lists(module: cst.Module, facts: ScriptFacts) -> set[str]
     target dicts), and with the parameters they are passed to."""
     if "zip" not in facts.called:
         return set()  # no ``tuple(zip(*batch))`` anywhere
-    zipping = {
-        node.name.value
-        for node in module.body
-        if isinstance(node, cst.FunctionDef)
-        and any(isinstance(n, cst.Return) and n.value is not None and _zips_samples(n.value) for n in nodes_in(node))
-    }
-    return _loaders_collated_by(
-        module,
-        facts,
-        lambda collate: dotted(collate) in zipping or (isinstance(collate, cst.Lambda) and _zips_samples(collate.body)),
-    )
+
+    @functools.cache
+    def zipping() -> set[str]:
+        """The file's functions returning ``tuple(zip(*batch))``: read once a loader names one."""
+        return {
+            node.name.value
+            for node in module.body
+            if isinstance(node, cst.FunctionDef)
+            and any(
+                isinstance(n, cst.Return) and n.value is not None and _zips_samples(n.value) for n in nodes_in(node)
+            )
+        }
+
+    def matches(collate: cst.BaseExpression) -> bool:
+        if isinstance(collate, cst.Lambda):
+            return _zips_samples(collate.body)
+        name = dotted(collate)
+        return name is not None and name in zipping()
+
+    return _loaders_collated_by(module, facts, matches)
 
 
 def _loaders_collated_by(
@@ -2135,29 +2146,26 @@ def _batch_counts(loops: list[_GatheredLoop], scope: Sequence[cst.CSTNode], fact
                     and isinstance(call.func.value, cst.Name)
                 ):
                     counts.per_batch_lists.add(call.func.value.value)
-    # ``num_val_batches = len(dataloader)``: an alias of the count.
     for node in scope:
         for assign in nodes_in(node):
-            if (
+            if not (
                 isinstance(assign, cst.Assign)
                 and len(assign.targets) == 1
                 and isinstance(assign.targets[0].target, cst.Name)
             ):
-                if any(_is_len_of(call, counts.loaders) for call in calls_in(assign.value)):
-                    counts.names.add(assign.targets[0].target.value)
-    # ``preds = np.concatenate(preds)``: the batches' arrays joined, one entry per sample.
-    for node in scope:
-        for assign in nodes_in(node):
+                continue
+            target, value = assign.targets[0].target.value, assign.value
+            # ``num_val_batches = len(dataloader)``: an alias of the count.
+            if any(_is_len_of(call, counts.loaders) for call in calls_in(value)):
+                counts.names.add(target)
+            # ``preds = np.concatenate(preds)``: the batches' arrays joined, one entry per sample.
             if (
-                isinstance(assign, cst.Assign)
-                and len(assign.targets) == 1
-                and isinstance(assign.targets[0].target, cst.Name)
-                and isinstance(assign.value, cst.Call)
-                and assign.value.args
-                and facts.qualified_name(assign.value.func) in CONCATENATIONS
-                and dotted(assign.value.args[0].value) == assign.targets[0].target.value
+                isinstance(value, cst.Call)
+                and value.args
+                and dotted(value.args[0].value) == target
+                and facts.qualified_name(value.func) in CONCATENATIONS
             ):
-                counts.per_batch_lists.discard(assign.targets[0].target.value)
+                counts.per_batch_lists.discard(target)
     return counts
 
 
