@@ -35,6 +35,7 @@ RULE_MODULES: tuple[str, ...] = (
     "printing",
     "amp",
     "accumulate",
+    "per_batch_files",
     "metrics",
     # After metrics (which gathers in evaluation loops over prepared loaders, never over a dict's).
     "loader_dict",

@@ -151,6 +151,20 @@ def nodes_in(node: cst.CSTNode) -> list[cst.CSTNode]:
     return found
 
 
+def enumerate_index(loop: cst.For) -> str | None:
+    """``batch_idx`` of ``for batch_idx, (x, y) in enumerate(loader)``: it counts batches."""
+    iterable = loop.iter
+    while isinstance(iterable, cst.Call) and iterable.args:
+        if dotted(iterable.func) == "enumerate":
+            target = loop.target
+            if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+                first = target.elements[0].value
+                return first.value if isinstance(first, cst.Name) else None
+            return None
+        iterable = iterable.args[0].value
+    return None
+
+
 def calls_in(node: cst.CSTNode) -> list[cst.Call]:
     """Every call inside a (small) expression."""
     return [current for current in nodes_in(node) if isinstance(current, cst.Call)]

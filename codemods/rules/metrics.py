@@ -47,9 +47,8 @@ script's to say.
 
 from __future__ import annotations
 
-import functools
-
 import builtins
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeGuard, cast
@@ -60,12 +59,13 @@ from accel_convert.codemods.engine.accelerator_code import accelerator_call, is_
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options, Site
-from accel_convert.codemods.engine.positions import skips_statement
+from accel_convert.codemods.engine.positions import reanchor, skips_statement
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
     calls_in,
     class_methods,
     dotted,
+    enumerate_index,
     expression_code,
     keyword_is,
     mean_reduced,
@@ -703,7 +703,7 @@ class _EvalLoopRewriter(RuleTransformer):
             _statements_after(body.body, statement), set(plan.names) | set(targets), self.facts
         )
         stored = _stored_by_batch_index(
-            _statements_after(body.body, statement), _enumerate_index(original), set(plan.names)
+            _statements_after(body.body, statement), enumerate_index(original), set(plan.names)
         )
         if stored is not None and plan.gathered:
             # ``preds[i * bs:(i + 1) * bs] = logits...``: after the gather each step holds one
@@ -2060,7 +2060,12 @@ def _insert_after(statements, forward, gather_lines: list, plan: _GatherPlan, fa
         result = []
         for statement in block:
             if state["inserted"]:
-                result.append(statement.visit(replacer))
+                # The replacer is a plain libcst transformer, which rebuilds every node it walks:
+                # carry the original positions over, so that later rules report (and walk) the
+                # statement where the user wrote it.
+                rewritten = statement.visit(replacer)
+                reanchor(statement, rewritten, facts.origins)
+                result.append(rewritten)
             elif statement is forward:
                 result.extend([statement, *gather_lines])
                 state["inserted"] = True
@@ -2125,7 +2130,7 @@ class _BatchCounts:
 def _batch_counts(loops: list[_GatheredLoop], scope: Sequence[cst.CSTNode], facts: ScriptFacts) -> _BatchCounts:
     counts = _BatchCounts(loaders={loop.loader for loop in loops})
     for gathered in loops:
-        index = _enumerate_index(gathered.loop)
+        index = enumerate_index(gathered.loop)
         if index is not None:
             counts.names.add(index)
         for statement in _statements_once_per_batch(gathered.loop):
@@ -2167,20 +2172,6 @@ def _batch_counts(loops: list[_GatheredLoop], scope: Sequence[cst.CSTNode], fact
             ):
                 counts.per_batch_lists.discard(target)
     return counts
-
-
-def _enumerate_index(loop: cst.For) -> str | None:
-    """``batch_idx`` of ``for batch_idx, (x, y) in enumerate(loader)``: it counts batches."""
-    iterable = loop.iter
-    while isinstance(iterable, cst.Call) and iterable.args:
-        if dotted(iterable.func) == "enumerate":
-            target = loop.target
-            if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
-                first = target.elements[0].value
-                return first.value if isinstance(first, cst.Name) else None
-            return None
-        iterable = iterable.args[0].value
-    return None
 
 
 def _statements_once_per_batch(loop: cst.For) -> list[cst.SimpleStatementLine]:

@@ -1,0 +1,140 @@
+"""ACC936 per-batch-files: files an evaluation writes once per batch, named by the batch's index.
+
+``torch.save(out, f"preds/batch_{i}.pt")`` inside ``for i, (x, y) in enumerate(test_loader)``
+writes one file per batch of the whole test set, numbered 0, 1, 2... After ``prepare`` each
+process sees every N-th batch and the evaluation's values are gathered: the i-th batch of every
+process is joined into one, the main process writes it, and there are N times fewer files, each
+holding other samples than the original's file of that name (on 2 processes with batches of 64
+over 200 samples: ``batch_0.pt`` holds 128 rows, ``batch_1.pt`` 72, ``batch_2.pt`` and
+``batch_3.pt`` are never written). Whatever reads the files by number reads something else. No
+rewrite keeps the original's files, so it is reported: collect the gathered values and write them
+once after the loop, or name each file by its samples rather than by the batch counter. The same
+holds for a counter the loop adds 1 to per batch (``n += 1``).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.syntax import dotted, enumerate_index, names_in, nodes_in
+from accel_convert.codemods.engine.torch_names import WRITING_FUNCTIONS
+from accel_convert.codemods.engine.transformers import RuleTransformer
+
+MESSAGE = (
+    "a file written per evaluation batch and named by the batch's index: each process sees every N-th batch "
+    "and the i-th batches of all processes are gathered into one, so there are N times fewer files, each "
+    "holding other samples than the original's file of that name; write the gathered values once after the "
+    "loop, or name the files by their samples"
+)
+
+#: Methods that write their receiver to a path (pandas' ``to_csv``, PIL's ``save``, a figure's ``savefig``).
+_WRITING_METHODS = frozenset({"to_csv", "to_json", "to_parquet", "savefig", "save", "imsave", "write_text"})
+
+
+class PerBatchFiles(Rule):
+    code = "ACC936"
+    name = "per-batch-files"
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 2)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(256, 8), torch.randn(256, 2)), batch_size=64)
+                test_loader = DataLoader(TensorDataset(torch.randn(200, 8)), batch_size=64)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.mse_loss(model(x), y).backward()
+                    optimizer.step()
+                model.eval()
+                with torch.no_grad():
+                    for i, (x,) in enumerate(test_loader):
+                        torch.save(model(x), f"pred_{i}.pt")
+            """,
+            message=MESSAGE,
+        ),
+    )
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return facts.has_accelerator and any(loop.loader in facts.loaders for loop in facts.eval_loops)
+
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        loops = [loop for loop in facts.eval_loops if loop.loader in facts.loaders]
+        finder = _PerBatchWrites(
+            facts, {line for loop in loops for line in range(loop.site.line, loop.site.end_line + 1)}
+        )
+        module.visit(finder)
+        return module, finder.changes(module)
+
+
+class _PerBatchWrites(RuleTransformer):
+    """File writes inside an evaluation loop over a prepared loader whose path reads a name
+    counting that loop's batches."""
+
+    def __init__(self, facts: ScriptFacts, lines: set[int]) -> None:
+        super().__init__(facts, lines)
+        #: Per evaluation loop being walked: the names counting its batches.
+        self._counters: list[set[str]] = []
+
+    def visit_For(self, node: cst.For) -> None:
+        if self._is_evaluation_loop(node):
+            self._counters.append(_batch_counters(node))
+
+    def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.For:
+        if self._is_evaluation_loop(original_node):
+            self._counters.pop()
+        return updated_node
+
+    def _is_evaluation_loop(self, node: cst.For) -> bool:
+        site = self.facts.origins.site(node)
+        return site is not None and any(
+            loop.site.line == site.line and loop.loader in self.facts.loaders for loop in self.facts.eval_loops
+        )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        counting: set[str] = set().union(*self._counters) if self._counters else set()
+        if counting and self._writes_file(node) and any(_path_reads(arg.value, counting) for arg in node.args):
+            self.report(node, PerBatchFiles.code, MESSAGE, False)
+
+    def _writes_file(self, call: cst.Call) -> bool:
+        name = self.qualified_name(call.func) or dotted(call.func)
+        if name in WRITING_FUNCTIONS or name == "torch.save":
+            return True
+        if name in ("open", "builtins.open", "io.open"):
+            mode = next((arg.value for arg in call.args[1:2] if arg.keyword is None), None)
+            mode = next((arg.value for arg in call.args if arg.keyword and arg.keyword.value == "mode"), mode)
+            return isinstance(mode, cst.SimpleString) and any(flag in mode.evaluated_value for flag in "wax")
+        return isinstance(call.func, cst.Attribute) and call.func.attr.value in _WRITING_METHODS
+
+
+def _batch_counters(loop: cst.For) -> set[str]:
+    """The loop's ``enumerate`` index, and names its body adds 1 to (``n += 1``)."""
+    counters: set[str] = set()
+    index = enumerate_index(loop)
+    if index is not None:
+        counters.add(index)
+    for node in nodes_in(loop.body):
+        if (
+            isinstance(node, cst.AugAssign)
+            and isinstance(node.operator, cst.AddAssign)
+            and isinstance(node.value, cst.Integer)
+            and node.value.value == "1"
+            and (name := dotted(node.target)) is not None
+        ):
+            counters.add(name)
+    return counters
+
+
+def _path_reads(value: cst.BaseExpression, counters: set[str]) -> bool:
+    """Whether ``value`` is built from text and one of ``counters`` (``f"out_{i}.pt"``,
+    ``os.path.join(root, str(n) + ".png")``): a path named by the batch."""
+    nodes = nodes_in(value)
+    has_text = any(isinstance(node, (cst.SimpleString, cst.FormattedString)) for node in nodes)
+    return has_text and bool(names_in(value) & counters)
