@@ -12,6 +12,10 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.syntax import names_variable, statement
 
+#: The function the out-of-memory retry wraps training code in (decorated with
+#: ``find_executable_batch_size``; it takes the batch size).
+RETRIED_TRAINING_FUNCTION = "inner_training_loop"
+
 #: Longest one-line prepare statement before the arguments go on their own line.
 PREPARE_LINE_LIMIT = 100
 

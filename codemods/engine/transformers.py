@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import libcst as cst
 
-from accel_convert.codemods.engine.accelerator_code import accelerator_name
+from accel_convert.codemods.engine.accelerator_code import RETRIED_TRAINING_FUNCTION, accelerator_name
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import FILE_START, Findings
 from accel_convert.codemods.engine.model import Change, Site
@@ -329,11 +329,16 @@ class RuleTransformer(TargetedTransformer):
         class, the class name (the analysis treats a class's methods as one unit), except in a
         training class's static methods and class body, which have no ``self.accelerator``:
         ``"Class.method"``, which no fact names."""
-        if not self.scope:
+        scope = self.scope
+        if scope and scope[0] == RETRIED_TRAINING_FUNCTION and scope[0] not in self.facts.word_lines:
+            # Module-level code (statements, functions) the out-of-memory retry moved into its
+            # function: the facts name it as it was written.
+            scope = scope[1:]
+        if not scope:
             return "<module>"
-        if self.scope[0] in self.facts.training_classes and self.instance is None:
-            return ".".join(self.scope[:2])
-        return self.scope[0]
+        if scope[0] in self.facts.training_classes and self.instance is None:
+            return ".".join(scope[:2])
+        return scope[0]
 
     def qualified_name(self, node: cst.BaseExpression) -> str | None:
         return self.facts.qualified_name(node, self.scope)

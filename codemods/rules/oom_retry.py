@@ -21,11 +21,15 @@ from typing import TypeGuard, cast
 
 import libcst as cst
 
-from accel_convert.codemods.engine.accelerator_code import accelerator_name, is_accelerator_method
+from accel_convert.codemods.engine.accelerator_code import (
+    RETRIED_TRAINING_FUNCTION,
+    accelerator_name,
+    is_accelerator_method,
+)
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import Findings
 from accel_convert.codemods.engine.model import Change, Options
-from accel_convert.codemods.engine.positions import STATEMENT_TYPES
+from accel_convert.codemods.engine.positions import STATEMENT_TYPES, reanchor
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
     Statement,
@@ -42,7 +46,7 @@ from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 from accel_convert.codemods.engine.walk import variables_read, walk
 
 DECORATOR = "find_executable_batch_size"
-INNER_NAME = "inner_training_loop"
+INNER_NAME = RETRIED_TRAINING_FUNCTION
 PARAMETER = "batch_size"
 
 
@@ -404,6 +408,11 @@ def _wrap(
     ]
     flushed = [_flush_blank_lines(s) for s in moved]
     flushed[0] = flushed[0].with_changes(leading_lines=_without_leading_blanks(flushed[0].leading_lines))
+    # The replacer and the blank-line flush rebuild every statement they touch: carry the
+    # original positions over, so that the rules after this one report (and walk) the moved
+    # code where the user wrote it.
+    for original, rewritten in zip(region.moved(), flushed):
+        reanchor(original, rewritten, facts.origins)
     inner = cst.FunctionDef(
         name=cst.Name(INNER_NAME),
         params=cst.Parameters(params=[cst.Param(cst.Name(PARAMETER))]),
