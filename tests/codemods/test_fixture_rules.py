@@ -15,6 +15,7 @@ from accel_convert.codemods import convert_module
 from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.engine.registry import all_rules
+from tests.fixture_conversions import converted_fixture
 from tests.launching import REPO_ROOT
 
 CASES = REPO_ROOT / "fixtures" / "cases"
@@ -148,3 +149,22 @@ def test_passes_run_only_where_the_analysis_sees_their_pattern(name: str, runnin
     facts = analyse(module)
     applying = {n for n, cls in ISSUE5_PASSES.items() if cls().applies(facts, Options())}
     assert applying == running
+
+
+@pytest.mark.parametrize(
+    "options", [Options(), Options(oom_retry=True), Options(target="accelerate")], ids=["runtime", "oom", "accelerate"]
+)
+def test_every_change_is_reported_where_it_stands(options: Options) -> None:
+    """No change of any fixture falls back to the start of the file: a rule that rebuilds
+    statements with a plain libcst transformer must carry their positions over, or every rule
+    after it reports them at 1:1 (the metrics rule's gather and the out-of-memory retry did)."""
+    reported = 0
+    for script in sorted(CASES.glob("*.py")):
+        for change in converted_fixture(script, options).changes:
+            reported += 1
+            assert (change.line, change.column, change.end_line, change.end_column) != (1, 0, 1, 0), (
+                script.name,
+                change.code,
+                change.message,
+            )
+    assert reported > 1000
