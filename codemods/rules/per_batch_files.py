@@ -24,9 +24,9 @@ from accel_convert.codemods.engine.torch_names import WRITING_FUNCTIONS
 from accel_convert.codemods.engine.transformers import RuleTransformer
 
 MESSAGE = (
-    "a file written per evaluation batch and named by the batch's index: each process sees every N-th batch "
-    "and the i-th batches of all processes are gathered into one, so there are N times fewer files, each "
-    "holding other samples than the original's file of that name; write the gathered values once after the "
+    "a file written per evaluation batch and named by the batch's index: each process runs every N-th batch, "
+    "so there are N times fewer files, each holding other samples than the original's file of that name "
+    "(gathered, the i-th batches of all processes go into one); write the gathered values once after the "
     "loop, or name the files by their samples"
 )
 
