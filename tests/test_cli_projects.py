@@ -189,3 +189,14 @@ def test_into_a_folder_a_local_module_without_torch_is_written_too(tmp_path: Pat
         path.name for path in project.iterdir() if path.suffix == ".py"
     )
     assert (out / "engine.py").read_text() == plain
+
+
+def test_the_retry_is_added_to_the_entry_and_its_libraries_get_no_warning(tmp_path: Path):
+    """--oom-retry on a program: the entry's training code is retried; its modules without
+    training code of their own (the model, the epoch loop it calls) are not each warned that
+    there is nothing to retry there (ACC917 on every library module before)."""
+    project = make_project(tmp_path / "project")
+    result = run(str(project), "--diff", "--oom-retry")
+    assert result.exit_code == EXIT_OK, result.output  # no warning left for a person
+    assert "train.py:" in result.output and "ACC117" in result.output
+    assert "ACC917" not in result.output, result.output

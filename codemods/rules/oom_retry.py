@@ -170,6 +170,10 @@ class OomRetryCodemod(Rule):
         if _already_retried(module, facts):
             return module, []
         region = _find_training_region(module, facts)
+        if region is None and facts.home_kind == "library":
+            # A module of a program (data, model, helper functions): the retry goes around the
+            # training code where the entry script prepares it; nothing here to say.
+            return module, []
         if region is None:
             pending.add(
                 module.body[0] if module.body else module,
