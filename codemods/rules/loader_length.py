@@ -35,14 +35,16 @@ _ARITHMETIC_CALLS = frozenset({"len", "int", "float", "round", "min", "max", "ma
 
 
 def _prepared_loaders(statement: cst.BaseStatement, facts: ScriptFacts) -> set[str]:
-    """The loaders an ``a, b = accelerator.prepare(a, b)`` line prepares (empty for any other line)."""
+    """The training loaders an ``a, b = accelerator.prepare(a, b)`` line prepares (empty for any other line)."""
     if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
         return set()
     assign = statement.body[0]
     if not (isinstance(assign, cst.Assign) and is_accelerator_method(assign.value, facts, "prepare")):
         return set()
     assert isinstance(assign.value, cst.Call)
-    return {name for arg in assign.value.args if (name := dotted(arg.value)) in facts.loaders}
+    # Training loaders only: an evaluation's batch count divides gathered sums, which the metrics
+    # rule reports as a mean over batches, and is left as it is.
+    return {name for arg in assign.value.args if (name := dotted(arg.value)) in facts.train_loaders}
 
 
 def _count_assigned(statement: cst.BaseStatement, lengths: set[str], counts: set[str]) -> str | None:

@@ -80,3 +80,24 @@ def test_a_count_that_is_not_plain_arithmetic_is_left() -> None:
     code, lines = converted("total_steps = compute_total(len(loader))")
     assert code.count("total_steps = compute_total(len(loader))") == 1
     assert lines == []
+
+
+def test_an_evaluation_loader_count_is_left() -> None:
+    """Only training loaders: an evaluation's batch count divides gathered sums (reported by the
+    metrics rule as a mean over batches) and keeps its one-process value."""
+    counts = (
+        "total_steps = 2 * len(loader)\n"
+        "    val_loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=8)\n"
+        "    n_val = len(val_loader)"
+    )
+    evaluation = (
+        "    model.eval()\n"
+        "    with torch.no_grad():\n"
+        "        for x, y in val_loader:\n"
+        "            print(model(x).sum().item() / n_val)\n\n\nmain()\n"
+    )
+    source = SCRIPT.format(counts=counts, scheduler="", stepping="").replace("\n\nmain()\n", evaluation)
+    code = convert_source(source.encode(), Options(), path="train.py").output.decode()
+    assert "accelerator.prepare(model, optimizer, loader, val_loader)" in code
+    assert code.count("n_val = len(val_loader)") == 1
+    assert code.count("total_steps = 2 * len(loader)") == 2
