@@ -1611,7 +1611,30 @@ def _is_forward_arithmetic(value: cst.BaseExpression, facts: ScriptFacts) -> boo
         left, right = value.left, value.right
         sides = [side for side in (left, right) if not isinstance(side, (cst.Integer, cst.Float))]
         return bool(sides) and all(_is_forward_arithmetic(side, facts) for side in sides)
+    # ``model(x).softmax(1)``, ``F.softmax(model(x), dim=1)``: still one row per sample.
+    while isinstance(value, cst.Call) and not _mentions_dim_zero(value.args):
+        if facts.qualified_name(value.func) in ROW_WISE_FUNCTIONS:  # before the method form: ``torch.softmax``
+            if not value.args or value.args[0].keyword is not None:
+                break
+            value = value.args[0].value
+        elif isinstance(value.func, cst.Attribute) and value.func.attr.value in ROW_WISE_METHODS:
+            value = value.func.value
+        else:
+            break
     return _is_model_call(value, facts)
+
+
+#: Functions of one output that keep one row per sample when no dim 0 is named.
+ROW_WISE_FUNCTIONS = frozenset(
+    {
+        "torch.softmax",
+        "torch.log_softmax",
+        "torch.sigmoid",
+        "torch.nn.functional.softmax",
+        "torch.nn.functional.log_softmax",
+        "torch.nn.functional.sigmoid",
+    }
+)
 
 
 def _is_ensemble_average(

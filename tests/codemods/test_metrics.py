@@ -1112,7 +1112,11 @@ print(test(model, val_loader, device))
 
 @pytest.mark.parametrize(
     "logits",
-    ["(model(x) + model(torch.flip(x, dims=[-1]))) / 2", "0.5 * model(x) + 0.5 * model(x.flip(-1))"],
+    [
+        "(model(x) + model(torch.flip(x, dims=[-1]))) / 2",
+        "0.5 * model(x) + 0.5 * model(x.flip(-1))",
+        "(model(x).softmax(1) + torch.softmax(model(x.flip(-1)), dim=1)) / 2",
+    ],
 )
 def test_averaged_forwards_of_test_time_augmentation_are_gathered(logits: str) -> None:
     code, changes = convert_text(TEST_TIME_AUGMENTATION.format(logits=logits))
@@ -1122,8 +1126,13 @@ def test_averaged_forwards_of_test_time_augmentation_are_gathered(logits: str) -
     assert not [change for change in changes if change.code == "ACC913"]
 
 
-def test_forwards_joined_with_a_batch_value_are_not_taken_for_one_forward() -> None:
-    """``model(x) + x.mean()``: not forwards and numbers only; left and reported as before."""
-    code, changes = convert_text(TEST_TIME_AUGMENTATION.format(logits="(model(x) + model(x)) / x.size(0)"))
+@pytest.mark.parametrize(
+    "logits",
+    ["(model(x) + model(x)) / x.size(0)", "(model(x).softmax(0) + model(x.flip(-1)).softmax(0)) / 2"],
+    ids=["divided-by-a-batch-value", "softmax-over-the-batch"],
+)
+def test_forwards_joined_with_a_batch_value_are_not_taken_for_one_forward(logits: str) -> None:
+    """Not forwards (row-wise) and numbers only: left and reported as before."""
+    code, changes = convert_text(TEST_TIME_AUGMENTATION.format(logits=logits))
     assert "gather_for_metrics" not in code
     assert [change.code for change in changes if change.code == "ACC913"] == ["ACC913"]
