@@ -1430,9 +1430,9 @@ def _model_passed_to_call(loop: cst.For, facts: ScriptFacts) -> tuple[str, cst.C
 
 
 def _decodes_without_backward(loop: cst.For, facts: ScriptFacts) -> bool:
-    """A loop that decodes with a model's own ``generate`` method and runs no backward: an
-    evaluation even without ``no_grad`` or ``model.eval()`` (scripts often omit both around a
-    sampling loop), whose per-process counts must not pass for the whole set's."""
+    """A loop that decodes with a model's own ``generate`` method, runs no backward and counts or
+    collects something: an evaluation even without ``no_grad`` or ``model.eval()`` (scripts often
+    omit both around a sampling loop), whose per-process counts must not pass for the whole set's."""
     generates = False
     for node in nodes_in(loop.body):
         if not isinstance(node, cst.Call):
@@ -1446,7 +1446,17 @@ def _decodes_without_backward(loop: cst.For, facts: ScriptFacts) -> bool:
         if is_accelerator_method(owner, facts, "unwrap_model") and isinstance(owner, cst.Call) and owner.args:
             owner = owner.args[0].value
         generates = generates or dotted(owner) in _evaluated_models(facts)
-    return generates
+    # Only where it counts or collects something (a metric); a loop that only writes samples out
+    # has no per-process figure to report.
+    return generates and any(
+        isinstance(node, cst.AugAssign)
+        or (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value in ("append", "extend")
+        )
+        for node in nodes_in(loop.body)
+    )
 
 
 def _is_model_call(node: cst.CSTNode, facts: ScriptFacts) -> TypeGuard[cst.Call]:

@@ -1070,6 +1070,15 @@ def test_a_decoding_loop_without_no_grad_or_eval_mode_is_reported_as_evaluation(
     assert [change.line for change in changes if change.code == "ACC913"] == [10]
 
 
+def test_a_decoding_loop_that_only_writes_samples_is_not_reported() -> None:
+    code, changes = convert_text(
+        DECODING_SCRIPT.format(
+            training="optimizer.zero_grad()\n    model(x).sum().backward()\n    optimizer.step()"
+        ).replace("hits += (pred == tgt).sum().item()", "print(pred)")
+    )
+    assert not [change for change in changes if change.code == "ACC913"]
+
+
 def test_a_loop_that_generates_and_runs_a_backward_is_no_evaluation() -> None:
     """A backward in the loop makes it training (self-training on decoded targets): not reported."""
     code, changes = convert_text(
