@@ -82,6 +82,7 @@ from accel_convert.codemods.engine.torch_names import (
     NO_GRAD_CONTEXTS,
     PADDING_COLLATORS,
     RECURRENT_LAYERS,
+    ROW_WISE_FUNCTIONS,
     SEQUENCE_FIRST_LAYERS,
     SEQUENCE_FIRST_PADDING,
     SEQUENCE_PADDERS,
@@ -1632,19 +1633,6 @@ def _is_forward_arithmetic(value: cst.BaseExpression, facts: ScriptFacts) -> boo
         else:
             break
     return _is_model_call(value, facts)
-
-
-#: Functions of one output that keep one row per sample when no dim 0 is named.
-ROW_WISE_FUNCTIONS = frozenset(
-    {
-        "torch.softmax",
-        "torch.log_softmax",
-        "torch.sigmoid",
-        "torch.nn.functional.softmax",
-        "torch.nn.functional.log_softmax",
-        "torch.nn.functional.sigmoid",
-    }
-)
 
 
 def _is_ensemble_average(
