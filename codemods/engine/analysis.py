@@ -1244,6 +1244,17 @@ class _Conclusions:
             for name in facts.prepared - facts.models - facts.optimizers - facts.schedulers
             if any(loop.iterated == name for loop in self.r.loops)
         }
+        # A loop decoding with a model's own ``generate`` evaluates even without ``no_grad`` or
+        # ``model.eval()`` (sampling loops often have neither).
+        models = facts.models | facts.frozen_models
+        decoding = {
+            id(call.loops[-1])
+            for call in self.r.calls
+            if call.loops
+            and isinstance(call.node.func, cst.Attribute)
+            and call.node.func.attr.value == "generate"
+            and dotted(call.node.func.value) in models
+        }
         for loop in self.r.loops:
             if loop.iterated is None:
                 continue
@@ -1257,7 +1268,7 @@ class _Conclusions:
                 or any((loop.function, method) in self.backward_methods for method in loop.method_calls)
             )
             last_switch = max((s for s in eval_switches if s[1] == loop.function and s[0] < loop.order), default=None)
-            evaluates = loop.no_grad or (last_switch is not None and last_switch[2] == "eval")
+            evaluates = loop.no_grad or (last_switch is not None and last_switch[2] == "eval") or id(loop) in decoding
             self.loader_loops.append((loop, origins | {loop.iterated}))
             if not trains and not evaluates:
                 continue

@@ -28,6 +28,8 @@ RULE_MODULES: tuple[str, ...] = (
     "batch_to_numpy",
     "prepare",
     "inline_loader",
+    # Right after the loaders are prepared: repeats the step counts read from their lengths.
+    "loader_length",
     "backward",
     "clip_grad",
     # Before amp/accumulate: printing does not interact with them, and

@@ -337,6 +337,17 @@ CONCATENATIONS = frozenset(
 )
 #: torch calls joining a list of tensors into one (whose ``.numpy()`` then needs CPU tensors).
 TENSOR_JOINS = frozenset({name for name in CONCATENATIONS if name.startswith("torch.")} | {"torch.stack"})
+#: Functions of one output that keep one row per sample when no dim 0 is named.
+ROW_WISE_FUNCTIONS = frozenset(
+    {
+        "torch.softmax",
+        "torch.log_softmax",
+        "torch.sigmoid",
+        "torch.nn.functional.softmax",
+        "torch.nn.functional.log_softmax",
+        "torch.nn.functional.sigmoid",
+    }
+)
 #: NumPy calls making an array of a list of tensors (each tensor must be on the CPU).
 ARRAYS_FROM_LISTS = frozenset(
     {name for name in CONCATENATIONS if name.startswith("numpy.")} | {"numpy.array", "numpy.asarray", "numpy.stack"}

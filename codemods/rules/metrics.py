@@ -83,6 +83,7 @@ from accel_convert.codemods.engine.torch_names import (
     NO_GRAD_CONTEXTS,
     PADDING_COLLATORS,
     RECURRENT_LAYERS,
+    ROW_WISE_FUNCTIONS,
     SEQUENCE_FIRST_LAYERS,
     SEQUENCE_FIRST_PADDING,
     SEQUENCE_PADDERS,
@@ -629,6 +630,7 @@ class _EvalLoopRewriter(RuleTransformer):
             self._no_grad_depth > 0
             or self._eval_mode[-1]
             or _contains(node, lambda n: _is_no_grad(n, self.facts), cst.With)
+            or _decodes_without_backward(node, self.facts)
         )
 
     def _gather_in_loop(self, original: cst.For, loop: cst.For, targets: tuple[str, ...]) -> cst.For:
@@ -648,6 +650,10 @@ class _EvalLoopRewriter(RuleTransformer):
             forward = _find_ensemble_forward(
                 body.body, self.facts, self._model_lists.get(self.function, set()), targets
             )
+        if forward is None:
+            # ``logits = (model(x) + model(torch.flip(x, dims=[-1]))) / 2``: test-time
+            # augmentation, model outputs on views of the batch averaged row by row.
+            forward = _find_averaged_forwards(body.body, self.facts)
         if forward is None:
             runner = _model_passed_to_call(loop, self.facts)
             if _contains(loop, lambda n: _is_model_call(n, self.facts), cst.Call):
@@ -1425,6 +1431,36 @@ def _model_passed_to_call(loop: cst.For, facts: ScriptFacts) -> tuple[str, cst.C
     return None
 
 
+def _decodes_without_backward(loop: cst.For, facts: ScriptFacts) -> bool:
+    """A loop that decodes with a model's own ``generate`` method, runs no backward and counts or
+    collects something: an evaluation even without ``no_grad`` or ``model.eval()`` (scripts often
+    omit both around a sampling loop), whose per-process counts must not pass for the whole set's."""
+    generates = False
+    for node in nodes_in(loop.body):
+        if not isinstance(node, cst.Call):
+            continue
+        if _is_backward(node, facts):
+            return False
+        func = node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "generate"):
+            continue
+        owner = func.value
+        if is_accelerator_method(owner, facts, "unwrap_model") and isinstance(owner, cst.Call) and owner.args:
+            owner = owner.args[0].value
+        generates = generates or dotted(owner) in _evaluated_models(facts)
+    # Only where it counts or collects something (a metric); a loop that only writes samples out
+    # has no per-process figure to report.
+    return generates and any(
+        isinstance(node, cst.AugAssign)
+        or (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value in ("append", "extend")
+        )
+        for node in nodes_in(loop.body)
+    )
+
+
 def _is_model_call(node: cst.CSTNode, facts: ScriptFacts) -> TypeGuard[cst.Call]:
     return isinstance(node, cst.Call) and dotted(node.func) in _evaluated_models(facts)
 
@@ -1551,6 +1587,53 @@ def _find_ensemble_forward(
         ):
             return statement, (assign.targets[0].target.value,)
     return None
+
+
+def _find_averaged_forwards(
+    statements: Sequence[cst.BaseStatement], facts: ScriptFacts
+) -> tuple[cst.SimpleStatementLine, tuple[str, ...]] | None:
+    """The first ``logits = (model(x) + model(flip(x))) / 2`` line of the loop body (also inside
+    ``with`` blocks): forwards of known models joined by ``+ - * /`` with one another and with
+    numbers only, so the result has the outputs' shape, one row per sample, and is gathered as a
+    single forward's output is."""
+    for statement in statements:
+        if isinstance(statement, cst.With) and isinstance(statement.body, cst.IndentedBlock):
+            found = _find_averaged_forwards(list(statement.body.body), facts)
+            if found:
+                return found
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+            continue
+        assign = statement.body[0]
+        if (
+            isinstance(assign, cst.Assign)
+            and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)
+            and isinstance(assign.value, cst.BinaryOperation)
+            and _is_forward_arithmetic(assign.value, facts)
+        ):
+            return statement, (assign.targets[0].target.value,)
+    return None
+
+
+def _is_forward_arithmetic(value: cst.BaseExpression, facts: ScriptFacts) -> bool:
+    """Whether ``value`` is model calls and numbers joined by ``+ - * /``, with a model call in it."""
+    if isinstance(value, cst.BinaryOperation):
+        if not isinstance(value.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide)):
+            return False
+        left, right = value.left, value.right
+        sides = [side for side in (left, right) if not isinstance(side, (cst.Integer, cst.Float))]
+        return bool(sides) and all(_is_forward_arithmetic(side, facts) for side in sides)
+    # ``model(x).softmax(1)``, ``F.softmax(model(x), dim=1)``: still one row per sample.
+    while isinstance(value, cst.Call) and not _mentions_dim_zero(value.args):
+        if facts.qualified_name(value.func) in ROW_WISE_FUNCTIONS:  # before the method form: ``torch.softmax``
+            if not value.args or value.args[0].keyword is not None:
+                break
+            value = value.args[0].value
+        elif isinstance(value.func, cst.Attribute) and value.func.attr.value in ROW_WISE_METHODS:
+            value = value.func.value
+        else:
+            break
+    return _is_model_call(value, facts)
 
 
 def _is_ensemble_average(

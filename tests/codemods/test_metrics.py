@@ -1032,3 +1032,116 @@ def test_an_evaluation_in_a_comprehension_is_reported() -> None:
         )
         + 1
     )
+
+
+DECODING_SCRIPT = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+
+def sample_accuracy(model, loader, device):
+    hits = 0
+    for src, tgt in loader:
+        src, tgt = src.to(device), tgt.to(device)
+        pred = model.generate(src)
+        hits += (pred == tgt).sum().item()
+    return hits
+
+
+device = torch.device("cuda")
+model = nn.Linear(4, 4).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+train_loader = DataLoader(train_set, batch_size=8)
+val_loader = DataLoader(val_set, batch_size=8)
+for x, y in train_loader:
+    {training}
+print(sample_accuracy(model, val_loader, device))
+"""
+
+
+def test_a_decoding_loop_without_no_grad_or_eval_mode_is_reported_as_evaluation() -> None:
+    """``model.generate`` over the prepared loader with neither ``no_grad`` nor ``model.eval()``:
+    still an evaluation (its counts cover one process's shard), reported like any decoding."""
+    code, changes = convert_text(
+        DECODING_SCRIPT.format(training="optimizer.zero_grad()\n    model(x).sum().backward()\n    optimizer.step()")
+    )
+    assert "gather_for_metrics" not in code
+    assert [change.line for change in changes if change.code == "ACC913"] == [10]
+
+
+def test_a_decoding_loop_that_only_writes_samples_is_not_reported() -> None:
+    code, changes = convert_text(
+        DECODING_SCRIPT.format(
+            training="optimizer.zero_grad()\n    model(x).sum().backward()\n    optimizer.step()"
+        ).replace("hits += (pred == tgt).sum().item()", "print(pred)")
+    )
+    assert not [change for change in changes if change.code == "ACC913"]
+
+
+def test_a_loop_that_generates_and_runs_a_backward_is_no_evaluation() -> None:
+    """A backward in the loop makes it training (self-training on decoded targets): not reported."""
+    code, changes = convert_text(
+        DECODING_SCRIPT.format(
+            training="optimizer.zero_grad()\n    model(x).sum().backward()\n    optimizer.step()"
+        ).replace("hits += (pred == tgt).sum().item()", "model(pred).sum().backward()")
+    )
+    assert not [change for change in changes if change.code == "ACC913"]
+
+
+TEST_TIME_AUGMENTATION = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+
+def test(model, loader, device):
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            logits = {logits}
+            correct += (logits.argmax(1) == y).sum().item()
+    return correct
+
+
+device = torch.device("cuda")
+model = nn.Linear(4, 4).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+train_loader = DataLoader(train_set, batch_size=8)
+val_loader = DataLoader(val_set, batch_size=8)
+for x, y in train_loader:
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    optimizer.step()
+print(test(model, val_loader, device))
+"""
+
+
+@pytest.mark.parametrize(
+    "logits",
+    [
+        "(model(x) + model(torch.flip(x, dims=[-1]))) / 2",
+        "0.5 * model(x) + 0.5 * model(x.flip(-1))",
+        "(model(x).softmax(1) + torch.softmax(model(x.flip(-1)), dim=1)) / 2",
+    ],
+)
+def test_averaged_forwards_of_test_time_augmentation_are_gathered(logits: str) -> None:
+    code, changes = convert_text(TEST_TIME_AUGMENTATION.format(logits=logits))
+    assert (
+        f"            logits = {logits}\n            logits, y = accelerator.gather_for_metrics((logits, y))\n" in code
+    )
+    assert not [change for change in changes if change.code == "ACC913"]
+
+
+@pytest.mark.parametrize(
+    "logits",
+    ["(model(x) + model(x)) / x.size(0)", "(model(x).softmax(0) + model(x.flip(-1)).softmax(0)) / 2"],
+    ids=["divided-by-a-batch-value", "softmax-over-the-batch"],
+)
+def test_forwards_joined_with_a_batch_value_are_not_taken_for_one_forward(logits: str) -> None:
+    """Not forwards (row-wise) and numbers only: left and reported as before."""
+    code, changes = convert_text(TEST_TIME_AUGMENTATION.format(logits=logits))
+    assert "gather_for_metrics" not in code
+    assert [change.code for change in changes if change.code == "ACC913"] == ["ACC913"]
