@@ -559,6 +559,7 @@ class _Conclusions:
             seed_imported_calls(self, seeds)
         self._argument_parser()
         self._constructors()
+        self._settings_class_devices()
         if seeds is not None:
             seed_loader_factories(self, seeds)
         self._optimizers_and_models()
@@ -968,6 +969,46 @@ class _Conclusions:
                 facts.prepared.update(targets)
         if facts.batch_size_expr is None:
             self._factory_batch_size()
+
+    def _settings_class_devices(self) -> None:
+        """``class Config: device = "cuda" if torch.cuda.is_available() else "cpu"``: a plain
+        settings class (no bases, no decorators: not a dataclass, whose instances copy the value)
+        choosing the device in its body. The script reads it as ``Config.device`` or through an
+        instance (``cfg = Config()``, ``cfg.device``): those name the device like a variable. A
+        class whose instances may hold a device of their own (``cfg.device = ...``, methods
+        setting ``self.device``) is left out: rebinding the class attribute would not reach them."""
+        facts = self.facts
+        found: dict[str, str] = {}
+        for assign in self.r.assigns:
+            scope = assign.scope
+            if len(scope) != 1 or scope[0] not in self.r.classes or not self._is_device(assign.value, scope):
+                continue
+            node = self.r.classes[scope[0]].node
+            if node.bases or node.keywords or node.decorators or len(assign.targets) != 1:
+                continue
+            found[f"{scope[0]}.{assign.targets[0]}"] = scope[0]
+        if not found:
+            return
+        instances = {
+            (assign.targets[0], found_class)
+            for assign in self.r.assigns
+            if len(assign.targets) == 1
+            and isinstance(assign.value, cst.Call)
+            and (found_class := dotted(assign.value.func)) in set(found.values())
+        }
+        for name, owner in found.items():
+            attribute = name.split(".", 1)[1]
+            readers = {name} | {f"{instance}.{attribute}" for instance, of in instances if of == owner}
+            overridden = any(
+                target in readers or (target.startswith("self.") and target.split(".", 1)[1] == attribute)
+                for assign in self.r.assigns
+                for target in assign.targets
+                if assign.scope != (owner,)
+            )
+            if overridden:
+                continue
+            facts.settings_devices.add(name)
+            facts.device_names.update(readers)
 
     def _batch_size(self, call: cst.Call, assign: _Assign) -> None:
         if self.facts.batch_size_expr is not None and not any("train" in t for t in assign.targets):

@@ -111,6 +111,10 @@ class ScriptFacts:
     #: (``args.cuda``, ``use_cuda``).
     device_names: set[str] = field(default_factory=set)
     cuda_flags: set[str] = field(default_factory=set)
+    #: Devices chosen in the body of a plain settings class (``class Config: device = "cuda" if
+    #: ...``), as ``Config.device``: read as ``Config.device`` or ``cfg.device`` (in
+    #: ``device_names``), rebound to the accelerator's device once it exists.
+    settings_devices: set[str] = field(default_factory=set)
 
     #: The batch-size expression the loaders are built with, as code (``"args.batch_size"``), if one.
     batch_size_expr: str | None = None
