@@ -30,6 +30,7 @@ from accel_convert.codemods.engine.positions import skips_statement
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
 from accel_convert.codemods.engine.syntax import (
     as_statement,
+    assigned_in,
     binds_name,
     calls_in,
     dotted,
@@ -358,8 +359,9 @@ class _Device(RuleTransformer):
             return self._without_visible_devices(original_node)
         if targets and targets <= self.facts.device_names and self._selects_device(original_node.value):
             if not self.accelerator_reachable():
-                if self.scope and f"{self.scope[0]}.{next(iter(targets))}" in self.facts.settings_devices:
-                    return updated_node  # rebound once the accelerator exists (_rebind_settings_devices)
+                settings = {*self.facts.settings_devices.values(), *self.facts.settings_devices_unreached}
+                if self.scope and f"{self.scope[0]}.{next(iter(targets))}" in settings:
+                    return updated_node  # rebound or reported by _rebind_settings_devices
                 if self.scope and self.scope[0] not in self.facts.training_classes and _names_cuda(original_node.value):
                     # A model class picking "cuda" for itself: GPU 0 on every rank, while each
                     # rank's copy of the model lives on its own GPU.
@@ -818,50 +820,74 @@ def _rebind_settings_devices(
     """``class Config: device = "cuda" if ... else "cpu"``, read as ``Config.device`` /
     ``cfg.device``: chosen at import, GPU 0 on every rank. Right after the accelerator is created,
     the class attribute is rebound (``Config.device = accelerator.device``), which every instance
-    reads too (the analysis keeps only classes whose instances hold no device of their own)."""
-    if not facts.settings_devices:
+    of a plain class reads too; a dataclass instance (its own copy) is rebound once both it and
+    the accelerator exist (``cfg.device = accelerator.device``), where it is built at module level
+    or in the statements of the function creating the accelerator. What cannot be rebound is
+    reported (ACC904)."""
+    wanted = facts.settings_devices
+    if not wanted and not facts.settings_devices_unreached:
         return converted, []
     accelerator = accelerator_name(facts)
-    names = sorted(facts.settings_devices)
-    rebinds = [cst.parse_statement(f"{name} = {accelerator}.device") for name in names]
     body: list[cst.BaseStatement] = list(converted.body)
     home = facts.creating_function if facts.home_kind == "function" else None
-    if home is None:
-        created = next((i for i, s in enumerate(body) if creates_accelerator(s, facts)), None)
-        if created is None:
-            return converted, []
-        body[created + 1 : created + 1] = rebinds
-    else:
+    index = None
+    statements = body
+    if home is not None:
         index = next((i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef) and s.name.value == home), None)
         function = body[index] if index is not None else None
         if not isinstance(function, cst.FunctionDef) or not isinstance(function.body, cst.IndentedBlock):
             return converted, []
-        statements: list[cst.BaseStatement] = list(function.body.body)
-        created = next((i for i, s in enumerate(statements) if creates_accelerator(s, facts)), None)
-        if created is None or index is None:
-            return converted, []
-        statements[created + 1 : created + 1] = rebinds
+        statements = list(function.body.body)
+    created = next((i for i, s in enumerate(statements) if creates_accelerator(s, facts)), None)
+    if created is None:
+        return converted, []
+    module_level = [s for s in original.body if not isinstance(s, (cst.FunctionDef, cst.ClassDef))]
+    after: dict[int, list[str]] = {}
+    unreached = set(facts.settings_devices_unreached)
+    for target in sorted(wanted):
+        holder = target.rsplit(".", 1)[0]
+        if holder == wanted[target].rsplit(".", 1)[0]:
+            after.setdefault(created, []).append(target)  # the class attribute itself
+            continue
+        built = [i for i, s in enumerate(statements) if binds_name([s], holder)]
+        if home is not None and binds_name(module_level, holder) and not built:
+            after.setdefault(created, []).append(target)  # a module-level instance
+        elif len(built) == 1 and isinstance(statements[built[0]], cst.SimpleStatementLine):
+            after.setdefault(max(created, built[0]), []).append(target)
+        else:
+            unreached.add(wanted[target])
+    for position in sorted(after, reverse=True):
+        rebinds = [cst.parse_statement(f"{target} = {accelerator}.device") for target in after[position]]
+        statements[position + 1 : position + 1] = rebinds
+    if home is not None and index is not None:
+        function = body[index]
+        assert isinstance(function, cst.FunctionDef) and isinstance(function.body, cst.IndentedBlock)
         body[index] = function.with_changes(body=function.body.with_changes(body=statements))
     changes = []
-    for name in names:
+    for target in sorted({t for targets in after.values() for t in targets}):
+        owner, attribute = wanted[target].split(".", 1)
+        site = _class_attribute_site(original, owner, attribute, facts)
+        if site is not None:
+            message = f"device chosen in class {owner} → {target} = {accelerator}.device once the accelerator exists"
+            changes.append(report_at(site, Device.code, message, fixed=True))
+    for name in sorted(unreached):
         owner, attribute = name.split(".", 1)
         site = _class_attribute_site(original, owner, attribute, facts)
         if site is not None:
-            message = f"device chosen in class {owner} → {name} = {accelerator}.device once the accelerator exists"
-            changes.append(report_at(site, Device.code, message, fixed=True))
+            message = (
+                f"device chosen inside {owner}, which the accelerator does not reach: GPU 0 on every rank "
+                f"(its instances may hold their own); set it to {accelerator}.device once the accelerator exists"
+            )
+            changes.append(report_at(site, NO_ACCELERATOR_ACCESS, message))
     return converted.with_changes(body=body), changes
 
 
 def _class_attribute_site(module: cst.Module, owner: str, attribute: str, facts: ScriptFacts) -> Site | None:
-    """Where class ``owner``'s body assigns ``attribute``, in the original file."""
+    """Where class ``owner``'s body assigns ``attribute`` (``device = ...``, ``device: str = ...``)."""
     for statement in module.body:
         if isinstance(statement, cst.ClassDef) and statement.name.value == owner:
             for line in statement.body.body:
-                if (
-                    isinstance(line, cst.SimpleStatementLine)
-                    and isinstance(line.body[0], cst.Assign)
-                    and attribute in {n for t in line.body[0].targets for n in target_names(t.target)}
-                ):
+                if isinstance(line, cst.SimpleStatementLine) and attribute in assigned_in(line):
                     return facts.origins.site(line)
     return None
 

@@ -541,16 +541,44 @@ def test_a_device_chosen_in_a_settings_class_is_rebound_to_this_ranks_device() -
     check_expectations(SETTINGS_CLASS, ["Config.device = accelerator.device", "#ACC102"])
 
 
+DATACLASS_SETTINGS = (
+    SETTINGS_CLASS.replace(
+        'class Config:\n    lr = 0.1\n    device = "cuda" if torch.cuda.is_available() else "cpu"\n',
+        '@dataclass\nclass Config:\n    lr: float = 0.1\n    device: str = "cuda" if torch.cuda.is_available() else "cpu"\n',
+    )
+    .replace("Config.device", "cfg.device")
+    .replace("def train(model, loader, optimizer):", "def train(model, loader, optimizer, cfg):")
+    .replace("train(model, loader, optimizer)", "train(model, loader, optimizer, cfg)")
+)
+
+
+def test_each_instance_of_a_settings_dataclass_is_rebound_once_it_exists() -> None:
+    # A dataclass instance copies the default when built: rebinding the class attribute would not
+    # reach cfg (silent before: an annotated field was not seen as a device at all).
+    assert "@dataclass" in DATACLASS_SETTINGS and "cfg.device" in DATACLASS_SETTINGS.split("def main")[0]
+    code, lines = convert(DATACLASS_SETTINGS)
+    assert "    cfg = Config()\n    cfg.device = accelerator.device\n" in code
+    assert "#ACC904" not in lines
+    assert "x, y = x.to(cfg.device), y.to(cfg.device)" not in lines
+    check_expectations(DATACLASS_SETTINGS, ["cfg.device = accelerator.device", "#ACC102"])
+
+
 @pytest.mark.parametrize(
     "variant",
     [
-        ("class Config:", "@dataclass\nclass Config:"),  # each instance copies the value
         ("    cfg = Config()\n", '    cfg = Config()\n    cfg.device = "cuda:0"\n'),  # an instance's own
+        ("    cfg = Config()\n", "    cfg = Config(lr=0.5)\n"),  # a dataclass built with arguments
+        ("@dataclass\n", "@dataclass(frozen=True)\n"),  # no attribute can be set
     ],
 )
 def test_a_settings_class_whose_instances_hold_their_own_device_is_still_reported(variant: tuple[str, str]) -> None:
-    _, lines = convert(SETTINGS_CLASS.replace(*variant))
+    body = (SETTINGS_CLASS if "cuda:0" in variant[1] else DATACLASS_SETTINGS).replace(*variant)
+    assert body != SETTINGS_CLASS and body != DATACLASS_SETTINGS
+    _, lines = convert(body)
     assert "Config.device = accelerator.device" not in lines
+    # The instance's own "cuda:0" is a device selection, rewritten as any (ACC102); the dataclass
+    # instance built with arguments is not rebound.
+    assert ("cfg.device = accelerator.device" in lines) == ("cuda:0" in variant[1])
     assert "#ACC904" in lines
 
 
