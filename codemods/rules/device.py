@@ -927,7 +927,8 @@ def _rebind_module_device(
         return converted, []
     accelerator = accelerator_name(facts)
     rebinds = [cst.parse_statement(f"{name} = {accelerator}.device") for name in names]
-    moved = _moves_at_import(original, set(names), selections, statements[:created], local)
+    # Prepared models are placed by prepare (their moves are removed): not moved here.
+    moved = _moves_at_import(original, set(names), selections, statements, created, local | facts.models)
     rebinds += [cst.parse_statement(f"{target} = {target}.to({device})") for target, (_, device) in moved.items()]
     statements[created + 1 : created + 1] = rebinds
     docstring = 1 if statements and is_docstring(statements[0]) else 0
@@ -963,7 +964,8 @@ def _moves_at_import(
     original: cst.Module,
     names: set[str],
     selections: dict[str, cst.SimpleStatementLine],
-    before_accelerator: list[cst.BaseStatement],
+    statements: list[cst.BaseStatement],
+    created: int,
     local: set[str],
 ) -> dict[str, tuple[cst.SimpleStatementLine, str]]:
     """Module-level ``featurizer = LogMel().to(device)`` (a fixed filterbank module, a constant
@@ -989,13 +991,14 @@ def _moves_at_import(
             found[move[0]] = (statement, move[1])  # type: ignore[assignment]
             continue
         later_mentions |= names_in(statement)
-    read_early = (
-        set().union(*(names_in(statement) for statement in before_accelerator)) if before_accelerator else set()
-    )
+    read_early = {name for statement in statements[:created] for name in names_in(statement)}
     return {
         target: found[target]
         for target in found
-        if target not in later_mentions and target not in local and target not in read_early
+        if target not in later_mentions
+        and target not in local
+        and target not in read_early
+        and not binds_name(statements, target)  # a local of the home function: no global for it
     }
 
 

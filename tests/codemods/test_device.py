@@ -608,3 +608,12 @@ def test_a_module_level_move_read_again_at_import_stays_reported() -> None:
     assert "window = torch.hann_window(4).to(device)" in lines
     assert "window = window.to(device)" not in lines
     assert "#ACC904" in lines
+
+
+def test_a_module_level_move_whose_name_main_binds_again_gets_no_global() -> None:
+    # ``global window`` would turn main()'s own window into the module's.
+    local = FEATURIZER.replace('    """Train."""\n', '    """Train."""\n    window = torch.ones(4)\n')
+    code, lines = convert(local)
+    assert "global device, window" not in code and "global device" in lines
+    assert "window = window.to(device)" not in lines
+    assert "#ACC904" in lines
