@@ -18,9 +18,11 @@ one one-int all-reduce. If every rank uses every parameter, nothing changes: pla
 per-step graph walk, and ``no_sync`` really skips the all-reduce. If some parameter is unused,
 the reducer is rebuilt right there with ``find_unused_parameters=True`` and the forward's output
 is prepared for it, before the backward that needs it: unused parameters need no flag, and
-``no_sync`` still skips the all-reduce. (The former default, ``static_graph=True``, all-reduced
-on the first micro-step of every accumulation whatever ``no_sync`` said, and cannot follow a
-graph that changes.)
+``no_sync`` still skips the all-reduce. A graph holding a reentrant activation checkpoint
+(``checkpoint(block, x)``, ``use_reentrant=True`` by default) hides the block's parameters until
+backward recomputes it: plain DDP then, which is what such a model needs. (The former default,
+``static_graph=True``, all-reduced on the first micro-step of every accumulation whatever
+``no_sync`` said, and cannot follow a graph that changes.)
 
 A model that uses every parameter in its first iteration and leaves some unused later still
 fails, as with plain DDP, but with an error that names the parameters and the fix
@@ -61,8 +63,11 @@ def runtime_chooses_strategy(user_kwargs: dict[str, Any]) -> bool:
     return "find_unused_parameters" not in user_kwargs and "static_graph" not in user_kwargs
 
 
-def parameters_reached(outputs: Any) -> set[int]:
-    """``id()`` of every leaf tensor the autograd graph behind ``outputs`` accumulates into."""
+def parameters_reached(outputs: Any) -> set[int] | None:
+    """``id()`` of every leaf tensor the autograd graph behind ``outputs`` accumulates into;
+    None when the graph holds a reentrant activation checkpoint (``checkpoint(block, x)``, whose
+    default is ``use_reentrant=True``): its block's parameters join the graph only when backward
+    recomputes the block, so they cannot be seen from the forward's output."""
     roots = [tensor.grad_fn for tensor in _tensors_in(outputs) if tensor.grad_fn is not None]
     seen: set[Any] = set()
     reached: set[int] = set()
@@ -71,11 +76,21 @@ def parameters_reached(outputs: Any) -> set[int]:
         if node in seen:
             continue
         seen.add(node)
+        if _recomputes_in_backward(node):
+            return None
         variable = getattr(node, "variable", None)  # AccumulateGrad: the parameter it feeds
         if variable is not None:
             reached.add(id(variable))
         roots.extend(next_node for next_node, _ in node.next_functions if next_node is not None)
     return reached
+
+
+def _recomputes_in_backward(node: Any) -> bool:
+    """Whether ``node`` is the backward of ``torch.utils.checkpoint``'s reentrant function."""
+    from torch.utils.checkpoint import CheckpointFunction
+
+    forward_class = getattr(node, "_forward_cls", None)  # a custom autograd.Function's backward
+    return isinstance(forward_class, type) and issubclass(forward_class, CheckpointFunction)
 
 
 def _tensors_in(outputs: Any) -> Iterator[torch.Tensor]:
@@ -206,7 +221,12 @@ class RuntimeDDP(DistributedDataParallel):
 
         self._strategy_chosen = True
         reached = parameters_reached(outputs)
-        all_used = all(id(param) in reached for param in self.module.parameters() if param.requires_grad)
+        # Behind a reentrant checkpoint the parameters cannot be seen: plain DDP, as Accelerate
+        # would run it (switching to find_unused_parameters would mark the checkpointed blocks'
+        # parameters ready as unused, then again when backward recomputes them, and DDP fails).
+        all_used = reached is None or all(
+            id(param) in reached for param in self.module.parameters() if param.requires_grad
+        )
         flag = torch.tensor([int(all_used)], dtype=torch.int64)
         if self.device_ids:
             flag = flag.to(torch.device("cuda", self.device_ids[0]))

@@ -120,6 +120,16 @@ def test_unused_parameters_train_without_a_flag(ranks: list[dict]) -> None:
             assert result["unused"][accumulation] == {"ranks_agree": True, "pooler_unchanged": True, "trained": True}
 
 
+def test_a_reentrant_activation_checkpoint_trains_as_one_process_does(ranks: list[dict]) -> None:
+    # The checkpointed block's parameters are not in the forward's graph: taking them for unused
+    # (find_unused_parameters) made DDP fail with "marked ready twice" when backward recomputed it.
+    for result in ranks:
+        observed = result["reentrant_checkpoint"]
+        assert observed["error"] is None
+        assert observed["max_diff"] < 1e-6
+        assert observed["find_unused"] is False
+
+
 def test_changing_unused_parameters_error_names_them_and_the_fix(ranks: list[dict]) -> None:
     for result in ranks:
         message = result["unused"]["explained_error"]

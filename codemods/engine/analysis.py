@@ -559,6 +559,7 @@ class _Conclusions:
             seed_imported_calls(self, seeds)
         self._argument_parser()
         self._constructors()
+        self._settings_class_devices()
         if seeds is not None:
             seed_loader_factories(self, seeds)
         self._optimizers_and_models()
@@ -968,6 +969,65 @@ class _Conclusions:
                 facts.prepared.update(targets)
         if facts.batch_size_expr is None:
             self._factory_batch_size()
+
+    def _settings_class_devices(self) -> None:
+        """``class Config: device = "cuda" if torch.cuda.is_available() else "cpu"`` (or a
+        ``@dataclass`` field ``device: str = ...``): a settings class without bases choosing the
+        device in its body. The script reads it as ``Config.device`` or through an instance
+        (``cfg = Config()``, ``cfg.device``): those name the device like a variable, and are
+        rebound once the accelerator exists (``facts.settings_devices``): the class attribute of
+        a plain class, which its instances read; each instance of a dataclass (which copies the
+        default when built), built once with no arguments. Left out (ACC904 stays): a class whose
+        instances may hold a device of their own (``cfg.device = ...``, ``self.device = ...``),
+        other decorators, a dataclass instance built several times or given arguments."""
+        facts = self.facts
+        found: dict[str, tuple[str, bool]] = {}  # Config.device → (Config, is a dataclass)
+        frozen: set[str] = set()
+        for owner, record in self.r.classes.items():
+            node = record.node
+            decorators = [dotted(d.decorator) or dotted(getattr(d.decorator, "func", None)) for d in node.decorators]
+            if node.bases or node.keywords or decorators not in ([], ["dataclass"], ["dataclasses.dataclass"]):
+                continue
+            for line in node.body.body:
+                small = line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
+                if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                    target, value = small.targets[0].target, small.value
+                elif isinstance(small, cst.AnnAssign) and small.value is not None:
+                    target, value = small.target, small.value
+                else:
+                    continue
+                if isinstance(target, cst.Name) and self._is_device(value, (owner,)):
+                    found[f"{owner}.{target.value}"] = (owner, bool(decorators))
+                    if any(isinstance(d.decorator, cst.Call) and d.decorator.args for d in node.decorators):
+                        frozen.add(f"{owner}.{target.value}")  # @dataclass(frozen=True): no rebinding
+        if not found:
+            return
+        owners = {owner for owner, _ in found.values()}
+        built: dict[str, list[_Assign]] = {}
+        for assign in self.r.assigns:
+            if len(assign.targets) == 1 and isinstance(assign.value, cst.Call) and dotted(assign.value.func) in owners:
+                built.setdefault(assign.targets[0], []).append(assign)
+        instances = {name: dotted(sites[0].value.func) for name, sites in built.items()}  # type: ignore[attr-defined]
+        for name, (owner, is_dataclass) in found.items():
+            attribute = name.split(".", 1)[1]
+            mine = [instance for instance, of in instances.items() if of == owner]
+            readers = {name} | {f"{instance}.{attribute}" for instance in mine}
+            overridden = any(
+                target in readers or target == f"self.{attribute}"
+                for assign in self.r.assigns
+                for target in assign.targets
+                if assign.scope != (owner,)
+            )
+            if is_dataclass:
+                # Each instance copies the default: rebind each one, built once and plainly.
+                plain = all(len(built[i]) == 1 and not built[i][0].value.args for i in mine)  # type: ignore[attr-defined]
+                overridden = overridden or not plain
+            if overridden or name in frozen:
+                facts.settings_devices_unreached.add(name)
+                continue
+            rebound = [f"{instance}.{attribute}" for instance in mine] if is_dataclass else []
+            facts.settings_devices.update({target: name for target in [name, *rebound]})
+            facts.device_names.update(readers)
 
     def _batch_size(self, call: cst.Call, assign: _Assign) -> None:
         if self.facts.batch_size_expr is not None and not any("train" in t for t in assign.targets):

@@ -25,17 +25,19 @@ from accel_convert.codemods.engine.accelerator_code import accelerator_name
 from accel_convert.codemods.engine.accelerator_creation import creates_accelerator
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
-from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.model import Change, Options, Site
 from accel_convert.codemods.engine.positions import skips_statement
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
 from accel_convert.codemods.engine.syntax import (
     as_statement,
+    assigned_in,
     binds_name,
     calls_in,
     dotted,
     expression,
     expression_code,
     is_docstring,
+    names_in,
     nodes_in,
     parameter_names,
     root_name,
@@ -357,6 +359,9 @@ class _Device(RuleTransformer):
             return self._without_visible_devices(original_node)
         if targets and targets <= self.facts.device_names and self._selects_device(original_node.value):
             if not self.accelerator_reachable():
+                settings = {*self.facts.settings_devices.values(), *self.facts.settings_devices_unreached}
+                if self.scope and f"{self.scope[0]}.{next(iter(targets))}" in settings:
+                    return updated_node  # rebound or reported by _rebind_settings_devices
                 if self.scope and self.scope[0] not in self.facts.training_classes and _names_cuda(original_node.value):
                     # A model class picking "cuda" for itself: GPU 0 on every rank, while each
                     # rank's copy of the model lives on its own GPU.
@@ -805,7 +810,86 @@ class Device(Rule):
         )
         converted = module.visit(transformer)
         converted, rebound = _rebind_module_device(module, converted, facts)
-        return converted, transformer.changes(module) + rebound
+        converted, settings = _rebind_settings_devices(module, converted, facts)
+        return converted, transformer.changes(module) + rebound + settings
+
+
+def _rebind_settings_devices(
+    original: cst.Module, converted: cst.Module, facts: ScriptFacts
+) -> tuple[cst.Module, list[Change]]:
+    """``class Config: device = "cuda" if ... else "cpu"``, read as ``Config.device`` /
+    ``cfg.device``: chosen at import, GPU 0 on every rank. Right after the accelerator is created,
+    the class attribute is rebound (``Config.device = accelerator.device``), which every instance
+    of a plain class reads too; a dataclass instance (its own copy) is rebound once both it and
+    the accelerator exist (``cfg.device = accelerator.device``), where it is built at module level
+    or in the statements of the function creating the accelerator. What cannot be rebound is
+    reported (ACC904)."""
+    wanted = facts.settings_devices
+    if not wanted and not facts.settings_devices_unreached:
+        return converted, []
+    accelerator = accelerator_name(facts)
+    body: list[cst.BaseStatement] = list(converted.body)
+    home = facts.creating_function if facts.home_kind == "function" else None
+    index = None
+    statements = body
+    if home is not None:
+        index = next((i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef) and s.name.value == home), None)
+        function = body[index] if index is not None else None
+        if not isinstance(function, cst.FunctionDef) or not isinstance(function.body, cst.IndentedBlock):
+            return converted, []
+        statements = list(function.body.body)
+    created = next((i for i, s in enumerate(statements) if creates_accelerator(s, facts)), None)
+    if created is None:
+        return converted, []
+    module_level = [s for s in original.body if not isinstance(s, (cst.FunctionDef, cst.ClassDef))]
+    after: dict[int, list[str]] = {}
+    unreached = set(facts.settings_devices_unreached)
+    for target in sorted(wanted):
+        holder = target.rsplit(".", 1)[0]
+        if holder == wanted[target].rsplit(".", 1)[0]:
+            after.setdefault(created, []).append(target)  # the class attribute itself
+            continue
+        built = [i for i, s in enumerate(statements) if binds_name([s], holder)]
+        if home is not None and binds_name(module_level, holder) and not built:
+            after.setdefault(created, []).append(target)  # a module-level instance
+        elif len(built) == 1 and isinstance(statements[built[0]], cst.SimpleStatementLine):
+            after.setdefault(max(created, built[0]), []).append(target)
+        else:
+            unreached.add(wanted[target])
+    for position in sorted(after, reverse=True):
+        rebinds = [cst.parse_statement(f"{target} = {accelerator}.device") for target in after[position]]
+        statements[position + 1 : position + 1] = rebinds
+    if home is not None and index is not None:
+        function = body[index]
+        assert isinstance(function, cst.FunctionDef) and isinstance(function.body, cst.IndentedBlock)
+        body[index] = function.with_changes(body=function.body.with_changes(body=statements))
+    changes = []
+    for target in sorted({t for targets in after.values() for t in targets}):
+        owner, attribute = wanted[target].split(".", 1)
+        site = _class_attribute_site(original, owner, attribute, facts)
+        if site is not None:
+            message = f"device chosen in class {owner} → {target} = {accelerator}.device once the accelerator exists"
+            changes.append(report_at(site, Device.code, message, fixed=True))
+    for name in sorted(unreached):
+        owner, attribute = name.split(".", 1)
+        site = _class_attribute_site(original, owner, attribute, facts)
+        if site is not None:
+            message = (
+                f"device chosen inside {owner}, which the accelerator does not reach: GPU 0 on every rank "
+                f"(its instances may hold their own); set it to {accelerator}.device once the accelerator exists"
+            )
+            changes.append(report_at(site, NO_ACCELERATOR_ACCESS, message))
+    return converted.with_changes(body=body), changes
+
+
+def _class_attribute_site(module: cst.Module, owner: str, attribute: str, facts: ScriptFacts) -> Site | None:
+    """Where class ``owner``'s body assigns ``attribute`` (``device = ...``, ``device: str = ...``)."""
+    for statement in module.body:
+        if isinstance(statement, cst.ClassDef) and statement.name.value == owner:
+            for line in statement.body.body:
+                if isinstance(line, cst.SimpleStatementLine) and attribute in assigned_in(line):
+                    return facts.origins.site(line)
+    return None
 
 
 def _rebind_module_device(
@@ -843,11 +927,15 @@ def _rebind_module_device(
         return converted, []
     accelerator = accelerator_name(facts)
     rebinds = [cst.parse_statement(f"{name} = {accelerator}.device") for name in names]
+    # Prepared models are placed by prepare (their moves are removed): not moved here.
+    moved = _moves_at_import(original, set(names), selections, statements, created, local | facts.models)
+    rebinds += [cst.parse_statement(f"{target} = {target}.to({device})") for target, (_, device) in moved.items()]
     statements[created + 1 : created + 1] = rebinds
     docstring = 1 if statements and is_docstring(statements[0]) else 0
     first = statements[docstring]
     declaration = cst.SimpleStatementLine(
-        [cst.Global([cst.NameItem(cst.Name(name)) for name in names])], leading_lines=as_statement(first).leading_lines
+        [cst.Global([cst.NameItem(cst.Name(name)) for name in [*names, *moved]])],
+        leading_lines=as_statement(first).leading_lines,
     )
     statements[docstring] = as_statement(first).with_changes(leading_lines=())
     statements.insert(docstring, declaration)
@@ -860,12 +948,93 @@ def _rebind_module_device(
                 f"module-level {name} → {accelerator}.device once {home}() creates the accelerator (global {name})"
             )
             changes.append(report_at(site, Device.code, message, fixed=True))
-    changes.extend(_placed_at_import(original, set(names), selections, facts))
+    for target, (statement, device) in moved.items():
+        site = facts.origins.site(statement)
+        if site is not None:
+            message = f"module-level {target} moved to this process's {device} once {home}() creates the accelerator"
+            changes.append(report_at(site, Device.code, message, fixed=True))
+    changes.extend(_placed_at_import(original, set(names), selections, facts, set(moved)))
+    # Module-level statements the device pass left as they were: found again by their code.
+    without_moves = {expression_code(statement): _without_move(statement) for statement, _ in moved.values()}
+    body = [without_moves.get(expression_code(statement), statement) for statement in body]
     return converted.with_changes(body=body), changes
 
 
+def _moves_at_import(
+    original: cst.Module,
+    names: set[str],
+    selections: dict[str, cst.SimpleStatementLine],
+    statements: list[cst.BaseStatement],
+    created: int,
+    local: set[str],
+) -> dict[str, tuple[cst.SimpleStatementLine, str]]:
+    """Module-level ``featurizer = LogMel().to(device)`` (a fixed filterbank module, a constant
+    tensor) after the device selection: at import it lands on GPU 0 on every rank, while each
+    rank's batches are on its own GPU. Where nothing else at module level reads the name and the
+    home function neither binds it nor reads it before creating the accelerator, the move goes
+    to the home function, right after the device is rebound: built on the CPU at import, then
+    ``featurizer = featurizer.to(device)`` (a module moves itself, a tensor is a new one: the
+    assignment covers both). Not prepared: it trains nothing (DDP refuses a module without
+    trainable parameters). Target → (its original statement, the device name)."""
+    selected = {id(statement) for statement in selections.values()}
+    found: dict[str, tuple[cst.SimpleStatementLine, str]] = {}
+    later_mentions: set[str] = set()
+    seen = False
+    for statement in original.body:
+        if id(statement) in selected:
+            seen = True
+            continue
+        if not seen or isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        move = _module_level_move(statement, names)
+        if move is not None and move[0] not in found and move[0] not in later_mentions:
+            found[move[0]] = (statement, move[1])  # type: ignore[assignment]
+            continue
+        later_mentions |= names_in(statement)
+    read_early = {name for statement in statements[:created] for name in names_in(statement)}
+    return {
+        target: found[target]
+        for target in found
+        if target not in later_mentions
+        and target not in local
+        and target not in read_early
+        and not binds_name(statements, target)  # a local of the home function: no global for it
+    }
+
+
+def _module_level_move(statement: cst.CSTNode, names: set[str]) -> tuple[str, str] | None:
+    """``name = <expression>.to(device)`` with ``device`` one of ``names``: (name, device)."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    assign = statement.body[0]
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+        return None
+    target, value = assign.targets[0].target, assign.value
+    if not isinstance(target, cst.Name) or not isinstance(value, cst.Call) or len(value.args) != 1:
+        return None
+    func, arg = value.func, value.args[0]
+    if not isinstance(func, cst.Attribute) or func.attr.value != "to" or arg.keyword is not None or arg.star:
+        return None
+    device = dotted(arg.value)
+    if device not in names or target.value in names_in(func.value):
+        return None
+    return target.value, device
+
+
+def _without_move(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+    """``featurizer = LogMel().to(device)`` → ``featurizer = LogMel()``."""
+    assign = statement.body[0]
+    assert isinstance(assign, cst.Assign) and isinstance(assign.value, cst.Call)
+    assert isinstance(assign.value.func, cst.Attribute)
+    return statement.with_changes(body=[assign.with_changes(value=assign.value.func.value)])
+
+
 def _placed_at_import(
-    original: cst.Module, names: set[str], selections: dict[str, cst.SimpleStatementLine], facts: ScriptFacts
+    original: cst.Module,
+    names: set[str],
+    selections: dict[str, cst.SimpleStatementLine],
+    facts: ScriptFacts,
+    moved: set[str],
 ) -> list[Change]:
     """Module-level statements after the device selection that put tensors on that device
     (a diffusion schedule's ``alpha_bar = torch.cumprod(alphas, 0).to(device)``): they run at
@@ -880,6 +1049,8 @@ def _placed_at_import(
             continue
         if not seen or not isinstance(statement, cst.SimpleStatementLine):
             continue
+        if (_module_level_move(statement, names) or ("",))[0] in moved:
+            continue  # moved to the home function instead (_moves_at_import)
         placed = [
             name
             for call in calls_in(statement)

@@ -308,12 +308,14 @@ def test_a_module_level_device_is_rebound_to_this_ranks_device_where_the_acceler
 
 
 def test_a_tensor_put_on_the_module_level_device_at_import_is_reported() -> None:
-    """A diffusion schedule built at import, ``alpha_bar = torch.cumprod(alphas, 0).to(device)``:
-    the global is rebound only when main() creates the accelerator, so the schedule stays on GPU 0
-    on every rank (silent before; a device mismatch on rank 1's GPU)."""
+    """A diffusion schedule built at import, ``alpha_bar = torch.cumprod(alphas, 0).to(device)``,
+    and read again at import: the global is rebound only when main() creates the accelerator, so
+    the schedule stays on GPU 0 on every rank (silent before; a device mismatch on rank 1's GPU).
+    Not read at import, the move goes to main() instead (see the test after the next ones)."""
     body = GLOBAL_DEVICE.replace(
         "\n\nclass Net",
-        "\nbetas = torch.linspace(1e-4, 0.02, 10)\nalpha_bar = torch.cumprod(1 - betas, 0).to(device)\n\n\nclass Net",
+        "\nbetas = torch.linspace(1e-4, 0.02, 10)\nalpha_bar = torch.cumprod(1 - betas, 0).to(device)\n"
+        "sqrt_alpha_bar = alpha_bar.sqrt()\n\n\nclass Net",
     )
     _, lines = convert(body)
     assert "#ACC904" in lines
@@ -496,3 +498,122 @@ def test_a_device_picked_in_the_arguments_of_a_training_function_is_this_ranks(d
     """d2l's ``train_ch6(net, ..., try_gpu())``: ``cuda:0`` on every rank, where the function moves
     the prepared model and the batches (it was left as it was)."""
     check_expectations(TRY_GPU.replace("{device}", device), ["train(net, loader, accelerator.device, accelerator)"])
+
+
+SETTINGS_CLASS = """\
+class Config:
+    lr = 0.1
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+        x, y = x.to(Config.device), y.to(Config.device)
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+
+def main():
+    cfg = Config()
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8, 1)), batch_size=2)
+    model = nn.Linear(4, 1).to(cfg.device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    train(model, loader, optimizer)
+    state = torch.load("net.pt", map_location=cfg.device)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_device_chosen_in_a_settings_class_is_rebound_to_this_ranks_device() -> None:
+    # Left alone, Config.device stays "cuda" (GPU 0) on every rank: the batches moved there meet
+    # rank 1's model on GPU 1 (reported ACC904 before, with nothing rewritten).
+    code, lines = convert(SETTINGS_CLASS)
+    main = code[code.index("def main():") :]
+    assert "    accelerator = Accelerator()\n    Config.device = accelerator.device\n" in main
+    assert "#ACC904" not in lines
+    assert "x, y = x.to(Config.device), y.to(Config.device)" not in lines  # prepare places the batches
+    assert "model = nn.Linear(4, 1)" in lines
+    assert 'state = torch.load("net.pt", map_location=cfg.device)' in lines  # now this rank's device
+    check_expectations(SETTINGS_CLASS, ["Config.device = accelerator.device", "#ACC102"])
+
+
+DATACLASS_SETTINGS = (
+    SETTINGS_CLASS.replace(
+        'class Config:\n    lr = 0.1\n    device = "cuda" if torch.cuda.is_available() else "cpu"\n',
+        '@dataclass\nclass Config:\n    lr: float = 0.1\n    device: str = "cuda" if torch.cuda.is_available() else "cpu"\n',
+    )
+    .replace("Config.device", "cfg.device")
+    .replace("def train(model, loader, optimizer):", "def train(model, loader, optimizer, cfg):")
+    .replace("train(model, loader, optimizer)", "train(model, loader, optimizer, cfg)")
+)
+
+
+def test_each_instance_of_a_settings_dataclass_is_rebound_once_it_exists() -> None:
+    # A dataclass instance copies the default when built: rebinding the class attribute would not
+    # reach cfg (silent before: an annotated field was not seen as a device at all).
+    assert "@dataclass" in DATACLASS_SETTINGS and "cfg.device" in DATACLASS_SETTINGS.split("def main")[0]
+    code, lines = convert(DATACLASS_SETTINGS)
+    assert "    cfg = Config()\n    cfg.device = accelerator.device\n" in code
+    assert "#ACC904" not in lines
+    assert "x, y = x.to(cfg.device), y.to(cfg.device)" not in lines
+    check_expectations(DATACLASS_SETTINGS, ["cfg.device = accelerator.device", "#ACC102"])
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        ("    cfg = Config()\n", '    cfg = Config()\n    cfg.device = "cuda:0"\n'),  # an instance's own
+        ("    cfg = Config()\n", "    cfg = Config(lr=0.5)\n"),  # a dataclass built with arguments
+        ("@dataclass\n", "@dataclass(frozen=True)\n"),  # no attribute can be set
+    ],
+)
+def test_a_settings_class_whose_instances_hold_their_own_device_is_still_reported(variant: tuple[str, str]) -> None:
+    body = (SETTINGS_CLASS if "cuda:0" in variant[1] else DATACLASS_SETTINGS).replace(*variant)
+    assert body != SETTINGS_CLASS and body != DATACLASS_SETTINGS
+    _, lines = convert(body)
+    assert "Config.device = accelerator.device" not in lines
+    # The instance's own "cuda:0" is a device selection, rewritten as any (ACC102); the dataclass
+    # instance built with arguments is not rebound.
+    assert ("cfg.device = accelerator.device" in lines) == ("cuda:0" in variant[1])
+    assert "#ACC904" in lines
+
+
+FEATURIZER = GLOBAL_DEVICE.replace(
+    "\n\nclass Net",
+    "\nwindow = torch.hann_window(4).to(device)\n\n\nclass Net",
+).replace("return self.fc(x) + torch.zeros(1, device=device)", "return self.fc(x * window)")
+
+
+def test_a_module_level_move_at_import_goes_where_the_accelerator_is_created() -> None:
+    """``featurizer = LogMel().to(device)`` at import lands on GPU 0 on every rank; it is built on
+    the CPU at import and moved in main() once the device is this rank's (not prepared)."""
+    code, lines = convert(FEATURIZER)
+    assert "window = torch.hann_window(4)" in lines
+    main = code[code.index("def main():") :]
+    assert main.startswith('def main():\n    """Train."""\n    global device, window\n')
+    assert "    device = accelerator.device\n    window = window.to(device)\n" in main
+    assert "#ACC904" not in lines
+    assert "prepare(" not in code.split("window")[-1].split("\n")[0]
+    check_expectations(FEATURIZER, ["window = window.to(device)", "#ACC102"])
+
+
+def test_a_module_level_move_read_again_at_import_stays_reported() -> None:
+    # Another module-level statement reads it at import, on the device it was moved to there.
+    read = FEATURIZER.replace("\n\nclass Net", "\nscale = window.sum()\n\n\nclass Net", 1)
+    _, lines = convert(read)
+    assert "window = torch.hann_window(4).to(device)" in lines
+    assert "window = window.to(device)" not in lines
+    assert "#ACC904" in lines
+
+
+def test_a_module_level_move_whose_name_main_binds_again_gets_no_global() -> None:
+    # ``global window`` would turn main()'s own window into the module's.
+    local = FEATURIZER.replace('    """Train."""\n', '    """Train."""\n    window = torch.ones(4)\n')
+    code, lines = convert(local)
+    assert "global device, window" not in code and "global device" in lines
+    assert "window = window.to(device)" not in lines
+    assert "#ACC904" in lines

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import torch
+import torch.utils.checkpoint
 from torch.utils.data import DataLoader, TensorDataset
 
 from accel_convert.runtime import Accelerator, DistributedDataParallelKwargs, GradScalerKwargs, set_seed
@@ -168,6 +169,51 @@ def check_training_equivalence(batch_size: int = 4, accumulation: int = 1) -> di
         "max_diff": _max_difference(params, _reference_params(global_batch)),
         "syncs": syncs,
         "is_ddp": type(model).__name__,
+    }
+
+
+class ReentrantCheckpointed(torch.nn.Module):
+    """A block under ``torch.utils.checkpoint`` with ``use_reentrant=True`` (the default when the
+    argument is left out): its parameters join the graph only when backward recomputes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Linear(3, 4)
+        self.block = torch.nn.Linear(4, 4)
+        self.head = torch.nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = torch.tanh(self.stem(x))
+        hidden = torch.utils.checkpoint.checkpoint(self.block, hidden, use_reentrant=True)
+        return self.head(torch.tanh(hidden))
+
+
+def check_reentrant_checkpoint() -> dict:
+    """2 ranks x batch 4 with a reentrant checkpoint == 1 process with batch 8 (plain SGD)."""
+    accelerator = Accelerator()
+    set_seed(5)
+    model = ReentrantCheckpointed()
+    set_seed(5)
+    reference = ReentrantCheckpointed()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(_regression_data(), batch_size=4))
+    try:
+        for x, y in loader:
+            accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+            optimizer.step()
+            optimizer.zero_grad()
+    except RuntimeError as error:
+        return {"error": str(error).splitlines()[0]}
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.05)
+    for x, y in DataLoader(_regression_data(), batch_size=4 * accelerator.num_processes):
+        reference_optimizer.zero_grad()
+        torch.nn.functional.mse_loss(reference(x), y).backward()
+        reference_optimizer.step()
+    expected = [param.detach().clone() for param in reference.parameters()]
+    return {
+        "error": None,
+        "max_diff": _max_difference(list(accelerator.unwrap_model(model).parameters()), expected),
+        "find_unused": bool(getattr(model, "find_unused_parameters", False)),
     }
 
 
@@ -385,6 +431,7 @@ def main() -> None:
     result["mixed_precision"] = check_mixed_precision()
     result["user_ddp_kwargs"] = check_user_ddp_kwargs()
     result["no_sync"] = check_no_sync_communication()
+    result["reentrant_checkpoint"] = check_reentrant_checkpoint()
     result["unused"] = check_unused_parameters()  # last: its error case leaves DDP mid-iteration
     # One file per rank: long lines the ranks print at once can interleave on a shared stdout.
     rank = result["state"]["process_index"]
