@@ -185,6 +185,8 @@ class _Recorder(NameCollector):
         self.aug_assigns: list[_AugAssign] = []
         #: Module-level functions → parameter names.
         self.defs: dict[str, tuple[str, ...]] = {}
+        #: Module-level functions without ``*args`` → how many positional arguments they take.
+        self.positional_limits: dict[str, int] = {}
         self.no_grad_functions: set[str] = set()
         #: Functions defined inside the ``if __name__ == "__main__":`` block.
         self.guard_defs: set[str] = set()
@@ -247,6 +249,8 @@ class _Recorder(NameCollector):
             if self._main_guard_depth:
                 self.guard_defs.add(node.name.value)
             self.defs[node.name.value] = parameter_names(node)
+            if not isinstance(node.params.star_arg, cst.Param):  # a bare ``*`` takes no extra positionals
+                self.positional_limits[node.name.value] = len(node.params.posonly_params) + len(node.params.params)
         for decorator in node.decorators:
             expr = decorator.decorator
             callee = expr.func if isinstance(expr, cst.Call) else expr
@@ -705,6 +709,11 @@ class _Conclusions:
             if isinstance(callee, cst.Name) and callee.value in self.r.defs:
                 self.facts.call_graph.setdefault(call.function, set()).add(callee.value)
                 params = self.r.defs[callee.value]
+                limit = self.r.positional_limits.get(callee.value)
+                if limit is not None and sum(arg.keyword is None for arg in call.node.args) > limit:
+                    # More positional arguments than the function takes: the call fails as it
+                    # stands, and what fills which parameter is anybody's guess.
+                    params = ()
                 for index, arg in enumerate(call.node.args):
                     name = dotted(arg.value)
                     if name is None or arg.star:

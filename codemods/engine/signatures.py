@@ -54,11 +54,15 @@ def with_argument(call: cst.Call, index: int | None, name: str, value: cst.BaseE
     while leading < len(args) and args[leading].keyword is None and not args[leading].star:
         leading += 1
     all_positional = sum(1 for arg in args if arg.keyword is None)
-    if index is not None and leading == all_positional == index:
-        if leading == len(args) and args:
+    if index is not None and leading == all_positional >= index:
+        # Positionally where the parameter sits. A call passing more positional arguments than
+        # the function took fails as it stands: the extra ones still come after the new
+        # parameter (by keyword it would be filled twice, and a second conversion would read
+        # the extra argument as the accelerator).
+        if index == leading == len(args) and args:
             args = _appended(args, cst.Arg(value))
         else:
-            args.insert(leading, cst.Arg(value))
+            args.insert(index, cst.Arg(value))
     else:
         keyword = cst.Arg(
             value,

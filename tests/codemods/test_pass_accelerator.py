@@ -48,3 +48,41 @@ def test_helper_functions_receive_the_accelerator(helper: str, call: str, expect
         f"    {call}\n"
     )
     check_expectations(body, expectations)
+
+
+BROKEN_CALL = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+
+def main():
+    device = "cpu"
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=4)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train(model, loader, optimizer, device)
+
+
+main()
+"""
+
+
+def test_a_call_with_one_argument_too_many_gets_the_accelerator_where_the_parameter_sits() -> None:
+    """``train(model, loader, optimizer, device)`` for ``def train(model, loader, optimizer)``
+    fails as written. By keyword (``..., device, accelerator=accelerator``) the new parameter was
+    filled twice and a second conversion read ``device`` as the accelerator (a fuzzed fixture
+    converted differently the second time); positionally the extra argument stays extra."""
+    from accel_convert.codemods.engine.model import Options
+    from accel_convert.converter.pipeline import convert_source
+
+    output = convert_source(BROKEN_CALL.encode(), Options(), path="train.py").output
+    assert b"def train(model, loader, optimizer, accelerator):" in output
+    assert b"train(model, loader, optimizer, accelerator, device)" in output
+    assert convert_source(output, Options(), path="train.py").output == output
