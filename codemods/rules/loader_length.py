@@ -27,7 +27,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import dotted, nodes_in, target_names
-from accel_convert.codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.engine.walk import variables_read
 
 #: Calls a step count may be computed with: pure arithmetic, nothing that runs twice differently.
@@ -233,5 +233,8 @@ class LoaderLength(Rule):
         return facts.has_accelerator and not facts.schedulers and bool(facts.loaders) and "len" in facts.called
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        transformer = _RecountAfterPrepare(facts)
+        # Only blocks holding a prepare: one an earlier rule of this run wrote (its lines are
+        # changed) or one the script already has.
+        prepares = lines_of(facts.call_sites.get(".prepare", ()))
+        transformer = _RecountAfterPrepare(facts, facts.changed_lines | prepares)
         return module.visit(transformer), transformer.changes(module)
