@@ -165,6 +165,18 @@ def enumerate_index(loop: cst.For) -> str | None:
     return None
 
 
+def counted_by_one(node: cst.CSTNode) -> cst.BaseAssignTargetExpression | None:
+    """The target of ``n += 1`` (a counter of loop iterations); None for anything else."""
+    if (
+        isinstance(node, cst.AugAssign)
+        and isinstance(node.operator, cst.AddAssign)
+        and isinstance(node.value, cst.Integer)
+        and node.value.value == "1"
+    ):
+        return node.target
+    return None
+
+
 def calls_in(node: cst.CSTNode) -> list[cst.Call]:
     """Every call inside a (small) expression."""
     return [current for current in nodes_in(node) if isinstance(current, cst.Call)]

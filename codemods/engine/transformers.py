@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import RETRIED_TRAINING_FUNCTION, accelerator_name
-from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.facts import LoopFacts, ScriptFacts
 from accel_convert.codemods.engine.findings import FILE_START, Findings
 from accel_convert.codemods.engine.model import Change, Site
 from accel_convert.codemods.engine.positions import (
@@ -339,6 +339,18 @@ class RuleTransformer(TargetedTransformer):
         if scope[0] in self.facts.training_classes and self.instance is None:
             return ".".join(scope[:2])
         return scope[0]
+
+    def loop_fact(
+        self, node: cst.For, loops: Iterable[LoopFacts], accepts: Callable[[LoopFacts], bool] | None = None
+    ) -> LoopFacts | None:
+        """The analysis's fact about the loop ``node`` (one of ``loops``, starting on its
+        original line, that ``accepts`` takes); None for a loop it does not describe."""
+        site = self.origins.site(node)
+        if site is None:
+            return None
+        return next(
+            (loop for loop in loops if loop.site.line == site.line and (accepts is None or accepts(loop))), None
+        )
 
     def qualified_name(self, node: cst.BaseExpression) -> str | None:
         return self.facts.qualified_name(node, self.scope)

@@ -64,6 +64,7 @@ from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
     calls_in,
     class_methods,
+    counted_by_one,
     dotted,
     enumerate_index,
     expression_code,
@@ -2218,14 +2219,9 @@ def _batch_counts(loops: list[_GatheredLoop], scope: Sequence[cst.CSTNode], fact
             counts.names.add(index)
         for statement in _statements_once_per_batch(gathered.loop):
             for small in statement.body:
-                if (
-                    isinstance(small, cst.AugAssign)
-                    and isinstance(small.operator, cst.AddAssign)
-                    and isinstance(small.target, cst.Name)
-                    and isinstance(small.value, cst.Integer)
-                    and small.value.value == "1"
-                ):
-                    counts.names.add(small.target.value)
+                counter = counted_by_one(small)
+                if isinstance(counter, cst.Name):
+                    counts.names.add(counter.value)
                 call = small.value if isinstance(small, cst.Expr) else None
                 if (
                     isinstance(call, cst.Call)

@@ -19,7 +19,7 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import dotted, enumerate_index, names_in, nodes_in
+from accel_convert.codemods.engine.syntax import counted_by_one, dotted, enumerate_index, names_in, nodes_in
 from accel_convert.codemods.engine.torch_names import WRITING_FUNCTIONS
 from accel_convert.codemods.engine.transformers import RuleTransformer
 
@@ -93,10 +93,8 @@ class _PerBatchWrites(RuleTransformer):
         return updated_node
 
     def _is_evaluation_loop(self, node: cst.For) -> bool:
-        site = self.facts.origins.site(node)
-        return site is not None and any(
-            loop.site.line == site.line and loop.loader in self.facts.loaders for loop in self.facts.eval_loops
-        )
+        loop = self.loop_fact(node, self.facts.eval_loops)
+        return loop is not None and loop.loader in self.facts.loaders
 
     def visit_Call(self, node: cst.Call) -> None:
         counting: set[str] = set().union(*self._counters) if self._counters else set()
@@ -121,13 +119,8 @@ def _batch_counters(loop: cst.For) -> set[str]:
     if index is not None:
         counters.add(index)
     for node in nodes_in(loop.body):
-        if (
-            isinstance(node, cst.AugAssign)
-            and isinstance(node.operator, cst.AddAssign)
-            and isinstance(node.value, cst.Integer)
-            and node.value.value == "1"
-            and (name := dotted(node.target)) is not None
-        ):
+        counter = counted_by_one(node)
+        if counter is not None and (name := dotted(counter)) is not None:
             counters.add(name)
     return counters
 

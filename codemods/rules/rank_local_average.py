@@ -131,8 +131,7 @@ class _LossSums(RuleTransformer):
         return updated_node
 
     def _is_evaluation_loop(self, node: cst.For) -> bool:
-        site = self.facts.origins.site(node)
-        return site is not None and any(loop.site.line == site.line for loop in self.facts.eval_loops)
+        return self.loop_fact(node, self.facts.eval_loops) is not None
 
     @functools.cached_property
     def _printed(self) -> set[str]:
@@ -150,11 +149,8 @@ class _LossSums(RuleTransformer):
             self._reported_sums[-1] = True
 
     def _is_training_loop(self, node: cst.For) -> bool:
-        site = self.facts.origins.site(node)
         batches = self.facts.batch_names_by_function.get(self.function, set())
-        return site is not None and any(
-            loop.site.line == site.line and set(loop.targets) & batches for loop in self.facts.train_loops
-        )
+        return self.loop_fact(node, self.facts.train_loops, lambda loop: bool(set(loop.targets) & batches)) is not None
 
     def visit_Call(self, node: cst.Call) -> None:
         # ``train_losses.append(loss)``, averaged after the loop.
