@@ -141,17 +141,28 @@ MAX_CONVERTED_DEPTH = 1200
 def convert_parsed(source: bytes, options: Options, path: str) -> Conversion:
     """Parse, codemods, printing and verification.
 
-    The trees are let go of as soon as the output is printed: the verification parses the
-    output afresh, and two libcst trees of a large file alive at once would double the peak
-    memory (some 500 bytes per byte of a long list literal each).
+    The trees are let go of as soon as the output is printed and judged sound (converter.guard):
+    the verification parses the output afresh, and two libcst trees of a large file alive at
+    once would double the peak memory (some 500 bytes per byte of a long list literal each).
     """
+    from accel_convert.converter.guard import Attempt, guarded
+
     with quiet_compiler_warnings():
         module, codec = parse(source, path)
-        outcome = run_codemods(module, options, path, source)
+        parsed = [module]  # a holder, emptied once the guard is done with it
         del module
-        output = codec.generate(outcome.module)
-        found = outcome.changes
-        del outcome
+
+        def attempt_with(chosen: Options) -> Attempt:
+            outcome = run_codemods(parsed[0], chosen, path, source)
+            return Attempt([codec.generate(outcome.module)], [outcome.changes], [outcome.module], chosen)
+
+        first = attempt_with(options)
+        # Nothing is written that reads a name before binding it (see converter.guard).
+        attempt = guarded(attempt_with, first, [source], lambda _, tree: codec.generate(tree))
+        parsed.clear()
+        del first
+        output, found, options = attempt.outputs[0], attempt.changes[0], attempt.options
+        del attempt
         if output != source:
             verify_stable(output, options, path, source)
     # Warnings of switched-off codes are dropped; a rewrite that was made is always reported,

@@ -27,6 +27,7 @@ import libcst as cst
 from accel_convert.codemods import Options
 from accel_convert.codemods.engine.positions import python_ast
 from accel_convert.codemods.engine.program import ProgramModule, convert_program, local_imports
+from accel_convert.converter.guard import Attempt, guarded
 from accel_convert.converter.pipeline import (
     Codec,
     Conversion,
@@ -160,18 +161,34 @@ def convert_program_files(files: Sequence[ProgramFile], sources: Sequence[bytes]
         for file, source in zip(files, sources):
             judge_with_cpython(source, str(file.path))
             parsed.append(parse(source, str(file.path)))
-        outputs = _convert(files, [module for module, _ in parsed], sources, options)
-        printed = [codec.generate(outcome.module) for (_, codec), outcome in zip(parsed, outputs)]
-        _verify_stable(files, printed, sources, options)
+        modules = [module for module, _ in parsed]
+
+        def attempt_with(chosen: Options) -> Attempt:
+            outcomes = _convert(files, modules, sources, chosen)
+            printed = [codec.generate(outcome.module) for (_, codec), outcome in zip(parsed, outcomes)]
+            return Attempt(printed, [o.changes for o in outcomes], [o.module for o in outcomes], chosen)
+
+        # Nothing is written that reads a name before binding it, or calls a function of the
+        # program without the argument the conversion gave it (see converter.guard).
+        attempt = guarded(
+            attempt_with,
+            attempt_with(options),
+            sources,
+            lambda index, tree: parsed[index][1].generate(tree),
+            [file.module for file in files],
+            frozenset(file.module for file in files if file.is_package),
+        )
+        options = attempt.options
+        _verify_stable(files, attempt.outputs, sources, options)
     return [
         Conversion(
             str(file.path),
             source,
             output,
-            tuple(change for change in outcome.changes if change.fixed or options.enabled(change.code)),
+            tuple(change for change in changes if change.fixed or options.enabled(change.code)),
             codec.encoding,
         )
-        for file, source, output, outcome, (_, codec) in zip(files, sources, printed, outputs, parsed)
+        for file, source, output, changes, (_, codec) in zip(files, sources, attempt.outputs, attempt.changes, parsed)
     ]
 
 

@@ -5,17 +5,18 @@ script's own set-up.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import libcst as cst
+from libcst.metadata import CodeRange, PositionProvider
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_name
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.syntax import binds_name, dotted, is_main_guard, parameter_names
+from accel_convert.codemods.engine.syntax import as_statement, binds_name, dotted, is_main_guard, parameter_names
 from accel_convert.codemods.engine.torch_names import ACCELERATORS
 from accel_convert.codemods.engine.transformers import RuleTransformer
-from accel_convert.codemods.engine.walk import variables_read, walk
+from accel_convert.codemods.engine.walk import variables_read
 
 
 @dataclass
@@ -119,10 +120,6 @@ def _module_binds(statements: Sequence[cst.CSTNode], name: str) -> bool:
                             return True
     return binds_name(statements, name)
 
-    def visit_Arg(self, node: cst.Arg) -> bool:
-        walk(node.value, self)
-        return False
-
 
 def set_accelerator_argument(
     module: cst.Module, facts: ScriptFacts, keyword: str, value: cst.BaseExpression
@@ -172,3 +169,77 @@ class _AcceleratorArgument(RuleTransformer):
         )
         assign = updated_node.body[0].with_changes(value=call.with_changes(args=args))
         return updated_node.with_changes(body=[assign])
+
+
+def move_creation_before(module: cst.Module, name: str, line: int) -> cst.Module | None:
+    """``module`` with ``name = Accelerator(...)`` moved up to just before the statement of its
+    own block that holds ``line`` (1-based, in ``module``'s printed code): the repair for a
+    rewrite that reads the accelerator above where it was created (a download put under
+    ``main_process_first()`` above the creation). None where the creation is not a statement of
+    a block holding that line above it."""
+    wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
+    positions = wrapper.resolve(PositionProvider)
+    mover = _MoveCreation(name, line, positions)
+    moved = module.visit(mover)
+    return moved if mover.moved else None
+
+
+class _MoveCreation(cst.CSTTransformer):
+    def __init__(self, name: str, line: int, positions: Mapping[cst.CSTNode, CodeRange]) -> None:
+        super().__init__()
+        self.name = name
+        self.line = line
+        self.positions = positions
+        self.moved = False
+
+    def _move(self, body: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
+        creation = next((i for i, s in enumerate(body) if _creates(s, self.name)), None)
+        if creation is None:
+            return None
+        reader = next(
+            (
+                i
+                for i, s in enumerate(body[:creation])
+                if s in self.positions and self.positions[s].start.line <= self.line <= self.positions[s].end.line
+            ),
+            None,
+        )
+        if reader is None:
+            return None
+        self.moved = True
+        created = body[creation]
+        rest = [s for i, s in enumerate(body) if i != creation]
+        # The blank lines above the statement read from go above the creation; its comments
+        # stay with it (they describe it).
+        first = as_statement(rest[reader])
+        blank = 0
+        while blank < len(first.leading_lines) and first.leading_lines[blank].comment is None:
+            blank += 1
+        if isinstance(created, cst.SimpleStatementLine):
+            created = created.with_changes(leading_lines=first.leading_lines[:blank])
+            rest[reader] = first.with_changes(leading_lines=first.leading_lines[blank:])
+        return [*rest[:reader], created, *rest[reader:]]
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        moved = None if self.moved else self._move(list(original_node.body))
+        return updated_node.with_changes(body=moved) if moved is not None else updated_node
+
+    def leave_IndentedBlock(
+        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
+        moved = None if self.moved else self._move(list(original_node.body))
+        return updated_node.with_changes(body=moved) if moved is not None else updated_node
+
+
+def _creates(statement: cst.CSTNode, name: str) -> bool:
+    """``name = Accelerator(...)`` (any spelling of the class) on a line of its own."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return False
+    assign = statement.body[0]
+    return (
+        isinstance(assign, cst.Assign)
+        and len(assign.targets) == 1
+        and dotted(assign.targets[0].target) == name
+        and isinstance(assign.value, cst.Call)
+        and (dotted(assign.value.func) or "").rpartition(".")[2] == "Accelerator"
+    )

@@ -126,6 +126,13 @@ def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top:
 class Accelerator(Rule):
     code = "ACC101"
     name = "accelerator"
+    extra_codes = {
+        # Reported by the converter's last check (converter/guard.py), which this rule's promise
+        # of an accelerator created before it is used rests on.
+        "ACC937": "rewrite-left-out: a rewrite left out (or the whole file left as written) because with it the "
+        "converted program would read a name before binding it, or call a changed function without its "
+        "new argument; the accelerator created below its first use is moved up instead where it can be",
+    }
     examples = (
         Example(
             before="""
@@ -181,6 +188,46 @@ class Accelerator(Rule):
                 if __name__ == "__main__":
                     main()
             """,
+        ),
+        Example(
+            code="ACC937",
+            # The logger prints on every rank once printing is main-process only, through the
+            # accelerator: constructed above the line that parses what the accelerator needs
+            # (--no-cuda), it would run before any accelerator could exist.
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Logger:
+                    def __init__(self, name):
+                        self.name = name
+                        self.log("start")
+
+                    def log(self, text):
+                        print(f"[{self.name}] {text}")
+
+
+                logger = Logger("run")
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--no-cuda", action="store_true")
+                args = parser.parse_args()
+                device = torch.device("cuda" if torch.cuda.is_available() and not args.no_cuda else "cpu")
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                model = nn.Linear(8, 1).to(device)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for data, target in loader:
+                    data, target = data.to(device), target.to(device)
+                    optimizer.zero_grad()
+                    loss = nn.functional.mse_loss(model(data), target)
+                    loss.backward()
+                    optimizer.step()
+                    logger.log(f"loss {loss.item():.3f}")
+            """,
+            message="ACC107 print-progress left out here: with it, 'accelerator' would be read in Logger.log before it is bound",
         ),
     )
 

@@ -619,6 +619,9 @@ class _AmpRemover(RuleTransformer):
         if isinstance(func, cst.Attribute) and func.attr.value == "backward":
             scaled = self._scaler_method(func.value)
             if scaled and scaled[0] == "scale" and scaled[1].args:
+                self.findings.add(
+                    original_node, AmpCodemod.code, "scaler.scale(loss).backward() → accelerator.backward(loss)", True
+                )
                 return accelerator_call(self.facts, "backward", scaled[1].args[0].value, *updated_node.args)
         # accelerator.backward(scaler.scale(loss)) (the backward pass ran first) → accelerator.backward(loss)
         if is_accelerator_method(updated_node, self.facts, "backward") and updated_node.args:
@@ -629,6 +632,12 @@ class _AmpRemover(RuleTransformer):
         # scaler.step(optimizer) → optimizer.step()
         step = self._scaler_method(updated_node)
         if step and step[0] == "step" and updated_node.args:
+            self.findings.add(
+                original_node,
+                AmpCodemod.code,
+                "scaler.step(optimizer) → optimizer.step() (the accelerator scales)",
+                True,
+            )
             optimizer = updated_node.args[0].value
             rest = list(updated_node.args[1:])
             return cst.Call(func=cst.Attribute(value=optimizer, attr=cst.Name("step")), args=rest)

@@ -308,7 +308,7 @@ def test_retrying_changes_no_report_but_its_own() -> None:
         return {
             (c.code, c.line, c.column, c.end_line, c.end_column, c.message, c.fixed)
             for c in converted_fixture(script, options).changes
-            if c.code not in ("ACC117", "ACC917")
+            if c.code not in ("ACC117", "ACC917") and not _retry_left_out(c)
         }
 
     retried = 0
@@ -317,3 +317,16 @@ def test_retrying_changes_no_report_but_its_own() -> None:
         retried += any(change.code == "ACC117" for change in with_retry.changes)
         assert changes(script, Options(oom_retry=True)) == changes(script, Options()), script.name
     assert retried > len(FIXTURE_SCRIPTS) // 2, "the retry was added to most fixtures"
+    # Where the retry would read a name before binding it, the guard leaves it out and says so
+    # (device_dataloader_wrapper: its module-level ``batch_size = 32`` would move into the
+    # retried function while the decorator reads it); that report is the retry's own too.
+    left_out = [
+        s.name
+        for s in FIXTURE_SCRIPTS
+        if any(map(_retry_left_out, converted_fixture(s, Options(oom_retry=True)).changes))
+    ]
+    assert "device_dataloader_wrapper.py" in left_out
+
+
+def _retry_left_out(change: object) -> bool:
+    return getattr(change, "code", "") == "ACC937" and getattr(change, "message", "").startswith("ACC117 ")

@@ -1,0 +1,933 @@
+"""The converted program's name flow: does it read a name before binding it, or call a function
+without an argument the conversion added to it?
+
+This is the check that runs on every conversion before anything is written (the design's first
+contract: a converted program never fails where the original ran). It reads CPython's trees of
+the original and the converted module and compares them:
+
+- **Reads before binding.** Each scope is walked in execution order: module statements in order
+  (notebook cells are module statements), a function's body from its parameters, a class body
+  when the class is defined. A read of a name that may still be unbound there is *possibly
+  unbound*. A function's reads of module-level names are judged where it is called from module
+  level (``train()`` on line 40 reads what lines 1–39 bound), and a function nothing at module
+  level calls, against everything the module binds anywhere; ``self.X`` read in ``__init__``
+  before ``__init__`` sets it, or never set by any class of its family, counts too.
+- **Calls without a new argument.** A function or class whose converted signature has a required
+  parameter its original lacked must get it at every call: positionally, by keyword, or through
+  ``*args``/``**kwargs``.
+
+The analysis is deliberately simple (a loop body is taken to run; a branch that returns, raises,
+breaks or continues binds nothing after it), so it is applied *differentially*: only reads the
+conversion added are findings — a scope and name with more possibly unbound reads in the
+converted module than in the original. What the script already did is the script's business.
+
+Only the standard library's :mod:`ast` is used: the check reads printed code, the one thing every
+rewrite agrees on, and CPython's parser reads it in a twentieth of libcst's time.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+#: Names every module can read without binding them.
+ALWAYS_BOUND = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__builtins__"}
+#: Names IPython binds in a notebook's namespace (``display``, ``get_ipython``).
+NOTEBOOK_NAMES = frozenset({"display", "get_ipython", "In", "Out", "_", "__", "___"})
+
+
+@dataclass(frozen=True)
+class NameFlowProblem:
+    """One read the converted program may make before the name is bound, or one call that does
+    not pass a parameter the conversion added. ``line``/``column`` are in the converted module
+    (1-based line, 0-based column, as CPython counts)."""
+
+    scope: str
+    name: str
+    line: int
+    column: int
+    #: "unbound" (a read before binding) or "argument" (a call without the new argument).
+    kind: str = "unbound"
+    #: The line of the module-level statement whose call makes the read (the read's own line
+    #: when the read is not in a function called from module level).
+    trigger_line: int = 0
+
+    @property
+    def statement_line(self) -> int:
+        return self.trigger_line or self.line
+
+    @property
+    def message(self) -> str:
+        """What would go wrong, said of the program the conversion would write."""
+        if self.kind == "argument":
+            return f"a call of {self.scope} would not pass its new parameter {self.name!r}"
+        where = "at module level" if self.scope == "<module>" else f"in {self.scope}"
+        return f"{self.name!r} would be read {where} before it is bound"
+
+
+def name_flow_problems(original: ast.Module, converted: ast.Module) -> list[NameFlowProblem]:
+    """The reads and calls of ``converted`` that may fail where ``original``'s did not, in
+    order of position."""
+    before = _ModuleFlow(original).run()
+    flow = _ModuleFlow(converted)
+    after = flow.run()
+    problems: list[NameFlowProblem] = []
+    for key, reads in after.items():
+        if len(reads) > len(before.get(key, ())):
+            scope, name = key
+            # The first read is where the program would stop.
+            line, column = min(reads)
+            problems.append(NameFlowProblem(scope, name, line, column, trigger_line=flow.triggers.get(key, 0)))
+    problems += _calls_missing_new_arguments({"": original}, {"": converted}).get("", [])
+    return sorted(problems, key=lambda problem: (problem.line, problem.column, problem.name))
+
+
+def program_argument_problems(
+    originals: Mapping[str, ast.Module], converted: Mapping[str, ast.Module], packages: frozenset[str] = frozenset()
+) -> dict[str, list[NameFlowProblem]]:
+    """Across the modules of one program (by dotted module name): every call, in any module, of a
+    function or class of the program whose converted signature gained a required parameter must
+    pass it. Calls reach their function through ``from pkg.mod import f``, relative imports,
+    ``import pkg.mod as m`` and re-exports (a package ``__init__`` importing ``f``).
+    ``packages``: the module names that are packages (their relative imports start at themselves)."""
+    return _calls_missing_new_arguments(originals, converted, packages)
+
+
+# --- reads before binding ------------------------------------------------------------------------
+
+Key = tuple[str, str]
+Position = tuple[int, int]
+
+
+class _Bindings:
+    """One walk of the module: the names each scope binds (module, function, lambda, class body),
+    the names each function declares ``global``/``nonlocal``, and the names each compound
+    statement binds in its blocks. Every later question about bindings is a lookup here."""
+
+    def __init__(self, module: ast.Module) -> None:
+        self.in_scope: dict[int, set[str]] = {id(module): set()}
+        self.declared: dict[int, set[str]] = {}
+        self.in_statement: dict[int, set[str]] = {}
+        self.star_import = False
+        #: Names called anywhere (``Trainer(...)``: the module constructs that class).
+        self.called: set[str] = set()
+        self._visit_body(module.body, id(module), [])
+
+    def _visit_body(self, body: Iterable[ast.AST], scope: int, open_statements: list[int]) -> None:
+        for node in body:
+            self._visit(node, scope, open_statements)
+
+    def _bind(self, name: str, scope: int, open_statements: list[int]) -> None:
+        self.in_scope[scope].add(name)
+        for statement in open_statements:
+            self.in_statement[statement].add(name)
+
+    def _visit(self, node: ast.AST, scope: int, open_statements: list[int]) -> None:  # noqa: C901 - one case per kind
+        if isinstance(node, ast.Name):
+            if not isinstance(node.ctx, ast.Load):
+                self._bind(node.id, scope, open_statements)
+            return
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            outer: list[ast.AST] = list(getattr(node, "decorator_list", ()))
+            if isinstance(node, ast.ClassDef):
+                outer += [*node.bases, *node.keywords]
+            else:
+                outer += _defaults(node.args)
+                outer += [a.annotation for a in _all_arguments(node.args) if a.annotation is not None]
+            self._visit_body(outer, scope, open_statements)
+            if not isinstance(node, ast.Lambda):
+                self._bind(node.name, scope, open_statements)
+            self.in_scope[id(node)] = set(() if isinstance(node, ast.ClassDef) else _parameter_names(node.args))
+            self.declared[id(node)] = set()
+            self._visit_body(node.body if isinstance(node.body, list) else [node.body], id(node), [])
+            return
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            # The targets are the comprehension's own; a walrus inside binds the enclosing scope.
+            for generator in node.generators:
+                self._visit(generator.iter, scope, open_statements)
+                for condition in generator.ifs:
+                    self._visit(condition, scope, open_statements)
+            for element in [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]:
+                self._visit(element, scope, open_statements)
+            return
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if isinstance(node, ast.ImportFrom) and _is_star(node):
+                self.star_import = True
+            for name in _import_names(node):
+                self._bind(name, scope, open_statements)
+            return
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            self.declared.setdefault(scope, set()).update(node.names)
+            return
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            self.called.add(node.func.id)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            self._bind(node.name, scope, open_statements)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            self._bind(node.name, scope, open_statements)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            self._bind(node.rest, scope, open_statements)
+        if isinstance(node, _COMPOUND):
+            self.in_statement[id(node)] = set()
+            open_statements = [*open_statements, id(node)]
+        for child in ast.iter_child_nodes(node):
+            self._visit(child, scope, open_statements)
+
+    def locals_of(self, scope: ast.AST) -> set[str]:
+        """The names a function (or lambda) binds itself, its parameters included."""
+        return self.in_scope.get(id(scope), set()) - self.declared.get(id(scope), set())
+
+
+_TRY: tuple[type[ast.Try], ...] = (ast.Try, *((ast.TryStar,) if hasattr(ast, "TryStar") else ()))
+_COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.Match) + (
+    (ast.TryStar,) if hasattr(ast, "TryStar") else ()
+)
+
+
+@dataclass
+class _Function:
+    """A function of the module and what its body reads of the module's names when it runs."""
+
+    qualified: str
+    node: ast.FunctionDef | ast.AsyncFunctionDef
+    #: Module-level names its body (nested functions included) reads: name → positions.
+    global_reads: dict[str, set[Position]] = field(default_factory=dict)
+    #: Module-level functions and classes its body calls by name, and methods (``C.m``) by ``self.m()``.
+    calls: set[str] = field(default_factory=set)
+
+
+class _ModuleFlow:
+    """Walks the module in execution order, collecting possibly unbound reads."""
+
+    def __init__(self, module: ast.Module) -> None:
+        self.module = module
+        #: (scope, name) → the positions of its reads that may come before any binding.
+        self.found: dict[Key, set[Position]] = {}
+        #: (scope, name) → the first module-level line whose call makes such a read.
+        self.triggers: dict[Key, int] = {}
+        self.bindings = _Bindings(module)
+        self.star_import = self.bindings.star_import
+        self.module_bindings = self.bindings.in_scope[id(module)]
+        self.functions: dict[str, _Function] = {}
+        #: Class name → the module-level function name of its ``__init__`` (``Net.__init__``).
+        self.classes: dict[str, ast.ClassDef] = {}
+        self._collect(module.body, "")
+        self.checked_calls: set[tuple[str, frozenset[str]]] = set()
+        self.reached: set[str] = set()
+
+    def _collect(self, body: Sequence[ast.stmt], prefix: str) -> None:
+        for node in _statements_in_blocks(body):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                qualified = f"{prefix}{node.name}"
+                function = _Function(qualified, node)
+                _read_function(node, function, self.bindings, prefix)
+                self.functions[qualified] = function
+            elif isinstance(node, ast.ClassDef):
+                if not prefix:
+                    self.classes[node.name] = node
+                self._collect(node.body, f"{prefix}{node.name}.")
+
+    def run(self) -> dict[Key, set[Position]]:
+        """The possibly unbound reads, by (scope, name)."""
+        bound = set(ALWAYS_BOUND | NOTEBOOK_NAMES)
+        if self.star_import:
+            return self.found  # any name may come from the star: nothing can be judged
+        _Block(self, "<module>", module_level=True).statements(self.module.body, bound)
+        # Functions no module-level statement calls run later (called from another module, as
+        # a callback, from a method): what the module binds anywhere is what they can read.
+        everything = self.module_bindings | ALWAYS_BOUND | NOTEBOOK_NAMES
+        for qualified, function in self.functions.items():
+            if qualified not in self.reached:
+                self._judge_globals(function, everything)
+            _Block(self, qualified, module_level=False).function(function.node)
+        _SelfAttributes(self).run()
+        return self.found
+
+    def bound_in(self, node: ast.stmt) -> set[str]:
+        """The names a compound statement binds in any of its blocks."""
+        return self.bindings.in_statement.get(id(node), set())
+
+    def called_at_module_level(self, callee: str, bound: set[str], line: int) -> None:
+        """A module-level statement calls ``callee`` (a function or a class of the module) with
+        ``bound`` bound: what it and the functions it calls read of the module must be bound."""
+        pending = [callee]
+        seen: set[str] = set()
+        while pending:
+            name = pending.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            targets = [name]
+            if name in self.classes:
+                targets = [f"{name}.__init__"]
+            for target in targets:
+                function = self.functions.get(target)
+                if function is None:
+                    continue
+                self.reached.add(target)
+                key = (target, frozenset(bound))
+                if key not in self.checked_calls:
+                    self.checked_calls.add(key)
+                    self._judge_globals(function, bound, line)
+                pending.extend(function.calls)
+
+    def _judge_globals(self, function: _Function, bound: set[str] | frozenset[str], line: int = 0) -> None:
+        for name, positions in function.global_reads.items():
+            if name not in bound:
+                key = (function.qualified, name)
+                self.found.setdefault(key, set()).update(positions)
+                if line:
+                    self.triggers[key] = min(self.triggers.get(key, line), line)
+
+    def possibly_unbound(self, scope: str, name: str, position: Position) -> None:
+        self.found.setdefault((scope, name), set()).add(position)
+
+
+class _Block:
+    """One scope's statements in execution order, with the names bound on every path so far."""
+
+    def __init__(self, flow: _ModuleFlow, scope: str, *, module_level: bool, local_names: set[str] | None = None):
+        self.flow = flow
+        self.scope = scope
+        self.module_level = module_level
+        #: The names this scope binds (a function's locals); None: every name (module level).
+        self.local_names = local_names
+
+    def function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        local_names = self.flow.bindings.locals_of(node)
+        block = _Block(self.flow, self.scope, module_level=False, local_names=local_names)
+        block.statements(node.body, set(_parameter_names(node.args)))
+
+    # Statements: each returns the names bound after it, or None when it never completes
+    # (return, raise, break, continue): a branch that leaves binds nothing after the branch.
+    def statements(self, body: Sequence[ast.stmt], bound: set[str]) -> set[str] | None:
+        current: set[str] | None = set(bound)
+        for statement in body:
+            if current is None:
+                return None
+            current = self.statement(statement, current)
+        return current
+
+    def statement(self, node: ast.stmt, bound: set[str]) -> set[str] | None:  # noqa: C901 - one case per kind
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            self.reads([*node.decorator_list, *_defaults(node.args)], bound)
+            return bound | {node.name}
+        if isinstance(node, ast.ClassDef):
+            self.reads([*node.decorator_list, *node.bases, *(k.value for k in node.keywords)], bound)
+            # The class body runs now, reading what is bound so far; its methods run later.
+            inner = _Block(self.flow, node.name, module_level=False)
+            inner.statements(
+                [s for s in node.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))], set(bound)
+            )
+            return bound | {node.name}
+        if isinstance(node, (ast.Return, ast.Raise)):
+            self.reads([child for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr)], bound)
+            return None
+        if isinstance(node, (ast.Break, ast.Continue)):
+            return None
+        if isinstance(node, ast.If):
+            self.reads([node.test], bound)
+            body = self.statements(node.body, bound | _walrus_targets(node.test))
+            orelse = self.statements(node.orelse, bound | _walrus_targets(node.test))
+            return _join(body, orelse)
+        if isinstance(node, (ast.For, ast.AsyncFor)):
+            self.reads([node.iter], bound)
+            inside = bound | _target_names(node.target)
+            after_body = self.statements(node.body, inside)
+            # The loop body is taken to run (scripts read what their epoch loop bound).
+            after = bound | self.flow.bound_in(node) | _target_names(node.target)
+            if after_body is not None:
+                after |= after_body
+            after_else = self.statements(node.orelse, after)
+            return after if after_else is None else after_else
+        if isinstance(node, ast.While):
+            self.reads([node.test], bound)
+            self.statements(node.body, bound | _walrus_targets(node.test))
+            after = bound | self.flow.bound_in(node)
+            after_else = self.statements(node.orelse, after)
+            return after if after_else is None else after_else
+        if isinstance(node, (ast.With, ast.AsyncWith)):
+            current = set(bound)
+            for item in node.items:
+                self.reads([item.context_expr], current)
+                if item.optional_vars is not None:
+                    current |= _target_names(item.optional_vars)
+            return self.statements(node.body, current)
+        if isinstance(node, _TRY):
+            body = self.statements(node.body, bound)
+            after_try = self.statements(node.orelse, body) if body is not None else None
+            outcomes = [after_try]
+            for handler in node.handlers:
+                if handler.type is not None:
+                    self.reads([handler.type], bound)
+                handler_bound = bound | ({handler.name} if handler.name else set())
+                outcomes.append(self.statements(handler.body, handler_bound))
+            joined: set[str] | None = None
+            for outcome in outcomes:
+                joined = _join(joined, outcome) if joined is not None else outcome
+            if node.finalbody:
+                final = self.statements(node.finalbody, bound)
+                if joined is not None and final is not None:
+                    joined |= final
+            return joined
+        if isinstance(node, ast.Match):
+            self.reads([node.subject], bound)
+            for case in node.cases:
+                captured = {
+                    n.name for n in ast.walk(case.pattern) if isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name
+                }
+                captured |= {n.rest for n in ast.walk(case.pattern) if isinstance(n, ast.MatchMapping) and n.rest}
+                if case.guard is not None:
+                    self.reads([case.guard], bound | captured)
+                self.statements(case.body, bound | captured)
+            return bound | self.flow.bound_in(node)
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            return bound | _import_names(node)
+        if isinstance(node, ast.Delete):
+            self.reads([target for target in node.targets if not isinstance(target, ast.Name)], bound)
+            return bound - {target.id for target in node.targets if isinstance(target, ast.Name)}
+        if isinstance(node, ast.AugAssign):
+            self.reads([node.value], bound)
+            if isinstance(node.target, ast.Name):
+                self.name_read(node.target.id, node.target, bound)
+            else:
+                self.reads([node.target], bound)
+            return bound | _target_names(node.target)
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            value = node.value
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if value is not None:
+                self.reads([value], bound)
+            # Subscripts and attributes assigned read their object (``d[k] = v`` reads d and k).
+            self.reads([part for target in targets for part in _target_reads(target)], bound)
+            if isinstance(node, ast.AnnAssign) and value is None:
+                return bound
+            return bound | {name for target in targets for name in _target_names(target)} | _walrus_targets(value)
+        if isinstance(node, (ast.Global, ast.Nonlocal, ast.Pass)):
+            return bound
+        # Expression statements, assert, type aliases...
+        expressions = [child for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr)]
+        self.reads(expressions, bound)
+        return bound | set().union(*(_walrus_targets(e) for e in expressions)) if expressions else bound
+
+    # Expressions.
+    def reads(self, expressions: Iterable[ast.expr], bound: set[str]) -> None:
+        for expression in expressions:
+            for name, node, extra in _names_read(expression):
+                self.name_read(name, node, bound | extra)
+            if self.module_level:
+                for callee in _called_names(expression):
+                    self.flow.called_at_module_level(callee, bound, expression.lineno)
+
+    def name_read(self, name: str, node: ast.expr, bound: set[str]) -> None:
+        if name in bound:
+            return
+        if self.local_names is not None and name not in self.local_names:
+            return  # a module-level name read in a function: judged where the function is called
+        self.flow.possibly_unbound(self.scope, name, (node.lineno, node.col_offset))
+
+
+@dataclass
+class _Method:
+    """What one method does with ``self``'s attributes."""
+
+    sets: set[str] = field(default_factory=set)
+    reads: list[tuple[str, Position]] = field(default_factory=list)
+    calls: set[str] = field(default_factory=set)
+    #: ``setattr(...)`` or ``self.__dict__``: it may set any attribute.
+    dynamic: bool = False
+
+
+def _method_attributes(node: ast.AST) -> _Method:
+    method = _Method()
+    for child in ast.walk(node):
+        if isinstance(child, ast.Attribute) and isinstance(child.value, ast.Name) and child.value.id == "self":
+            if isinstance(child.ctx, ast.Load):
+                method.reads.append((child.attr, (child.lineno, child.col_offset)))
+                method.dynamic |= child.attr == "__dict__"
+            else:
+                method.sets.add(child.attr)
+        elif isinstance(child, ast.Call):
+            if isinstance(child.func, ast.Name) and child.func.id == "setattr":
+                method.dynamic = True
+            elif isinstance(child.func, ast.Attribute) and isinstance(child.func.value, ast.Name):
+                if child.func.value.id == "self":
+                    method.calls.add(child.func.attr)
+    return method
+
+
+class _SelfAttributes:
+    """``self.X``: read by a method of a class the module constructs while no class of its
+    hierarchy ever sets it, or read in ``__init__`` (directly or through a ``self.method()`` it
+    calls) before ``__init__`` sets it."""
+
+    def __init__(self, flow: _ModuleFlow) -> None:
+        self.flow = flow
+        self.classes = flow.classes
+        self.methods = {
+            name: {m.name: m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            for name, node in self.classes.items()
+        }
+        self.attributes = {
+            name: {method_name: _method_attributes(method) for method_name, method in methods.items()}
+            for name, methods in self.methods.items()
+        }
+
+    def run(self) -> None:
+        for name in self.classes:
+            if name in self.flow.bindings.called:
+                self._never_set(name)
+            init = self.methods[name].get("__init__")
+            if init is not None:
+                self._init_order(name, init)
+
+    def _never_set(self, name: str) -> None:
+        hierarchy = _hierarchy(name, self.classes)
+        if hierarchy is None:
+            return  # a base from elsewhere may set anything
+        members = [method for cls in hierarchy for method in self.attributes[cls].values()]
+        if any(method.dynamic for method in members):
+            return
+        known = {attribute for method in members for attribute in method.sets}
+        known |= {member for cls in hierarchy for member in _class_members(self.classes[cls])}
+        for cls in hierarchy:
+            for method_name, method in self.attributes[cls].items():
+                for attribute, position in method.reads:
+                    if attribute not in known:
+                        self.flow.possibly_unbound(f"{cls}.{method_name}", f"self.{attribute}", position)
+
+    def _init_order(self, name: str, init: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        attributes = self.attributes[name]
+        set_by_init = self._sets_through(attributes["__init__"], attributes)
+        set_so_far: set[str] = set()
+        for statement in init.body:
+            done = _method_attributes(statement)
+            for attribute, position in done.reads:
+                if attribute in set_by_init and attribute not in set_so_far and attribute not in done.sets:
+                    self.flow.possibly_unbound(f"{name}.__init__", f"self.{attribute}", position)
+            for called in sorted(done.calls):
+                method = attributes.get(called)
+                if method is None or called == "__init__":
+                    continue
+                for attribute, _ in method.reads:
+                    if attribute in set_by_init and attribute not in set_so_far and attribute not in method.sets:
+                        position = (statement.lineno, statement.col_offset)
+                        self.flow.possibly_unbound(f"{name}.__init__", f"self.{attribute}", position)
+                set_so_far |= self._sets_through(method, attributes)
+            set_so_far |= done.sets
+
+    @staticmethod
+    def _sets_through(method: _Method, attributes: Mapping[str, _Method]) -> set[str]:
+        """What ``method`` sets itself and through the ``self.other()`` methods it calls."""
+        found = set(method.sets)
+        pending, seen = list(method.calls), set()
+        while pending:
+            called = pending.pop()
+            if called in seen or called not in attributes:
+                continue
+            seen.add(called)
+            found |= attributes[called].sets
+            pending.extend(attributes[called].calls)
+        return found
+
+
+def _hierarchy(name: str, classes: Mapping[str, ast.ClassDef]) -> list[str] | None:
+    """The class and its bases defined in the module; None when a base comes from elsewhere
+    (other than ``object`` and ``nn.Module``, which set nothing a script reads as its own)."""
+    found = [name]
+    pending = [name]
+    while pending:
+        for base in classes[pending.pop()].bases:
+            dotted = _dotted(base)
+            if dotted is not None and dotted in classes:
+                if dotted not in found:
+                    found.append(dotted)
+                    pending.append(dotted)
+            elif dotted not in ("object", "nn.Module", "torch.nn.Module", "Module"):
+                return None
+    return found
+
+
+def _class_members(node: ast.ClassDef) -> set[str]:
+    """Names the class body binds: methods, properties, class attributes."""
+    found: set[str] = set()
+    for statement in node.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(statement.name)
+        elif isinstance(statement, ast.Assign):
+            found |= {name for target in statement.targets for name in _target_names(target)}
+        elif isinstance(statement, ast.AnnAssign):
+            found |= _target_names(statement.target)
+    return found
+
+
+# --- calls without a new argument -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Signature:
+    positional: tuple[str, ...]
+    required: frozenset[str]
+    keyword_only: frozenset[str]
+    is_method: bool
+
+
+def _calls_missing_new_arguments(
+    originals: Mapping[str, ast.Module], converted: Mapping[str, ast.Module], packages: frozenset[str] = frozenset()
+) -> dict[str, list[NameFlowProblem]]:
+    """Module name → its calls that do not pass a parameter added by the conversion."""
+    added: dict[tuple[str, str], tuple[_Signature, frozenset[str]]] = {}
+    for module_name, tree in converted.items():
+        before = _signatures(originals.get(module_name))
+        for qualified, signature in _signatures(tree).items():
+            old = before.get(qualified)
+            if old is None:
+                continue
+            new = signature.required - old.required - set(old.positional) - old.keyword_only
+            if new:
+                added[(module_name, qualified)] = (signature, frozenset(new))
+    problems: dict[str, list[NameFlowProblem]] = {}
+    if not added:
+        return problems
+    exports = {name: _defined_names(name, tree) for name, tree in converted.items()}
+    for module_name, tree in converted.items():
+        names = _callable_names(module_name, tree, converted, exports, packages)
+        for call, enclosing_class in _calls_with_class(tree):
+            target = _call_target(call, names, module_name, enclosing_class)
+            if target is None or target not in added:
+                continue
+            signature, new = added[target]
+            for parameter in sorted(new):
+                if not _passes(call, signature, parameter):
+                    problems.setdefault(module_name, []).append(
+                        NameFlowProblem(target[1], parameter, call.lineno, call.col_offset, kind="argument")
+                    )
+    return problems
+
+
+def _signatures(tree: ast.Module | None) -> dict[str, _Signature]:
+    """Qualified name (``train``, ``Trainer.__init__``, ``Trainer`` for its constructor) → signature."""
+    found: dict[str, _Signature] = {}
+    if tree is None:
+        return found
+    for node in _statements_in_blocks(tree.body):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found[node.name] = _signature(node, is_method=False)
+        elif isinstance(node, ast.ClassDef):
+            for member in node.body:
+                if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    is_static = any(_dotted(d) == "staticmethod" for d in member.decorator_list)
+                    signature = _signature(member, is_method=not is_static)
+                    found[f"{node.name}.{member.name}"] = signature
+                    if member.name == "__init__":
+                        found[node.name] = signature
+    return found
+
+
+def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef, *, is_method: bool) -> _Signature:
+    arguments = node.args
+    positional = [a.arg for a in [*arguments.posonlyargs, *arguments.args]]
+    with_default = set(positional[len(positional) - len(arguments.defaults) :]) if arguments.defaults else set()
+    required = {name for name in positional if name not in with_default}
+    required |= {a.arg for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is None}
+    if is_method and positional:
+        required.discard(positional[0])
+    return _Signature(tuple(positional), frozenset(required), frozenset(a.arg for a in arguments.kwonlyargs), is_method)
+
+
+def _passes(call: ast.Call, signature: _Signature, parameter: str) -> bool:
+    if any(isinstance(argument, ast.Starred) for argument in call.args):
+        return True
+    if any(keyword.arg is None or keyword.arg == parameter for keyword in call.keywords):
+        return True
+    if parameter not in signature.positional:
+        return False
+    index = signature.positional.index(parameter)
+    if signature.is_method:
+        index -= 1  # ``self`` is the call's receiver (or the object a class call makes)
+    return len(call.args) > index
+
+
+def _defined_names(module_name: str, tree: ast.Module) -> dict[str, tuple[str, str]]:
+    """The functions and classes a module defines: name → (module, qualified name)."""
+    found: dict[str, tuple[str, str]] = {}
+    for node in _statements_in_blocks(tree.body):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found[node.name] = (module_name, node.name)
+    return found
+
+
+def _callable_names(
+    module_name: str,
+    tree: ast.Module,
+    trees: Mapping[str, ast.Module],
+    exports: Mapping[str, Mapping[str, tuple[str, str]]],
+    packages: frozenset[str],
+) -> dict[str, tuple[str, str]]:
+    """Names this module can call → (defining module, qualified name); modules imported as
+    names map to ("module:", dotted name)."""
+    names: dict[str, tuple[str, str]] = dict(exports.get(module_name, {}))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not _is_star(node):
+            source = _absolute_module(module_name, node, packages)
+            for alias in node.names:
+                local = alias.asname or alias.name
+                found = _resolve_export(source, alias.name, trees, exports, packages)
+                if found is not None:
+                    names[local] = found
+                elif f"{source}.{alias.name}" in exports:
+                    names[local] = ("module:", f"{source}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in exports:
+                    names[alias.asname or alias.name] = ("module:", alias.name)
+    return names
+
+
+def _resolve_export(
+    source: str,
+    name: str,
+    trees: Mapping[str, ast.Module],
+    exports: Mapping[str, Mapping[str, tuple[str, str]]],
+    packages: frozenset[str],
+    depth: int = 0,
+) -> tuple[str, str] | None:
+    """``name`` as ``source`` offers it: defined there, or re-exported from another module of the
+    program (``from .utils import evaluate`` in a package ``__init__``)."""
+    if source in exports and name in exports[source]:
+        return exports[source][name]
+    if depth > 8 or source not in trees:
+        return None
+    for node in ast.walk(trees[source]):
+        if isinstance(node, ast.ImportFrom) and not _is_star(node):
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    return _resolve_export(
+                        _absolute_module(source, node, packages), alias.name, trees, exports, packages, depth + 1
+                    )
+    return None
+
+
+def _absolute_module(module_name: str, node: ast.ImportFrom, packages: frozenset[str]) -> str:
+    if not node.level:
+        return node.module or ""
+    parts = module_name.split(".")
+    base = parts if module_name in packages else parts[:-1]
+    base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def _calls_with_class(tree: ast.Module) -> Iterator[tuple[ast.Call, str | None]]:
+    """Every call of the module with the class whose method holds it (None outside classes)."""
+
+    def visit(node: ast.AST, enclosing: str | None) -> Iterator[tuple[ast.Call, str | None]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                yield from visit(child, child.name)
+                continue
+            if isinstance(child, ast.Call):
+                yield child, enclosing
+            yield from visit(child, enclosing)
+
+    yield from visit(tree, None)
+
+
+def _call_target(
+    call: ast.Call, names: Mapping[str, tuple[str, str]], module_name: str, enclosing_class: str | None
+) -> tuple[str, str] | None:
+    func = call.func
+    if isinstance(func, ast.Name):
+        found = names.get(func.id)
+        return found if found is not None and found[0] != "module:" else None
+    if isinstance(func, ast.Attribute):
+        if isinstance(func.value, ast.Name) and func.value.id == "self" and enclosing_class is not None:
+            return (module_name, f"{enclosing_class}.{func.attr}")
+        owner = _dotted(func.value)
+        if owner is not None and owner in names and names[owner][0] == "module:":
+            return (names[owner][1], func.attr)
+    return None
+
+
+# --- small readers of CPython's tree -----------------------------------------------------------------
+
+
+def _statements_in_blocks(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
+    """Statements of a module or class body and of the if/try/with blocks in it (not of
+    functions): a ``def`` under ``if TYPE_CHECKING:`` or ``try:`` is still module-level."""
+    for node in body:
+        yield node
+        if isinstance(node, (ast.If, ast.With, ast.AsyncWith, ast.For, ast.While)):
+            yield from _statements_in_blocks([*node.body, *getattr(node, "orelse", [])])
+        elif isinstance(node, ast.Try):
+            yield from _statements_in_blocks([*node.body, *node.orelse, *node.finalbody])
+            for handler in node.handlers:
+                yield from _statements_in_blocks(handler.body)
+
+
+def _is_star(node: ast.ImportFrom) -> bool:
+    return any(alias.name == "*" for alias in node.names)
+
+
+def _import_names(node: ast.Import | ast.ImportFrom) -> set[str]:
+    names = set()
+    for alias in node.names:
+        if alias.name == "*":
+            continue
+        names.add(alias.asname or alias.name.split(".")[0])
+    return names
+
+
+def _target_names(target: ast.AST) -> set[str]:
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return set().union(*(_target_names(element) for element in target.elts)) if target.elts else set()
+    if isinstance(target, ast.Starred):
+        return _target_names(target.value)
+    return set()
+
+
+def _target_reads(target: ast.AST) -> list[ast.expr]:
+    if isinstance(target, (ast.Attribute, ast.Subscript)):
+        return [target]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [part for element in target.elts for part in _target_reads(element)]
+    if isinstance(target, ast.Starred):
+        return _target_reads(target.value)
+    return []
+
+
+def _walrus_targets(expression: ast.AST | None) -> set[str]:
+    if expression is None:
+        return set()
+    return {
+        node.target.id
+        for node in ast.walk(expression)
+        if isinstance(node, ast.NamedExpr) and isinstance(node.target, ast.Name)
+    }
+
+
+def _all_arguments(arguments: ast.arguments) -> list[ast.arg]:
+    return [
+        *arguments.posonlyargs,
+        *arguments.args,
+        *([arguments.vararg] if arguments.vararg else []),
+        *arguments.kwonlyargs,
+        *([arguments.kwarg] if arguments.kwarg else []),
+    ]
+
+
+def _parameter_names(arguments: ast.arguments) -> list[str]:
+    return [argument.arg for argument in _all_arguments(arguments)]
+
+
+def _defaults(arguments: ast.arguments) -> list[ast.expr]:
+    return [*arguments.defaults, *(d for d in arguments.kw_defaults if d is not None)]
+
+
+def _join(first: set[str] | None, second: set[str] | None) -> set[str] | None:
+    """Names bound after two branches: on both, or on the one that completes."""
+    if first is None:
+        return second
+    if second is None:
+        return first
+    return first & second
+
+
+def _names_read(expression: ast.expr) -> Iterator[tuple[str, ast.Name, set[str]]]:
+    """(name, node, names bound only there) for every name the expression reads when it runs:
+    not inside a lambda's body (it runs later), with a comprehension's own targets bound."""
+    pending: list[tuple[ast.AST, frozenset[str]]] = [(expression, frozenset())]
+    while pending:
+        node, extra = pending.pop()
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            yield node.id, node, set(extra)
+            continue
+        if isinstance(node, ast.Lambda):
+            pending.extend((default, extra) for default in _defaults(node.args))
+            continue
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            targets = frozenset().union(*(_target_names(g.target) for g in node.generators))
+            first, *rest = node.generators
+            pending.append((first.iter, extra))
+            inner = extra | targets
+            for generator in rest:
+                pending.append((generator.iter, inner))
+            for generator in node.generators:
+                pending.extend((condition, inner) for condition in generator.ifs)
+            elements = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+            pending.extend((element, inner) for element in elements)
+            continue
+        pending.extend((child, extra) for child in ast.iter_child_nodes(node))
+
+
+def _called_names(expression: ast.expr) -> Iterator[str]:
+    """Functions and classes the expression calls by a plain name, now (not in a lambda)."""
+    pending: list[ast.AST] = [expression]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Lambda):
+            continue
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            yield node.func.id
+        pending.extend(ast.iter_child_nodes(node))
+
+
+def _read_function(
+    node: ast.FunctionDef | ast.AsyncFunctionDef, function: _Function, bindings: _Bindings, class_prefix: str
+) -> None:
+    """What the function's body (and the functions nested in it) read of the module's names, and
+    whom it calls: module functions and classes by name, and, in a method of class ``C``
+    (``class_prefix`` "C."), the methods ``self.m()`` calls, as ``C.m``."""
+
+    def scope_locals(scope: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> tuple[set[str], set[str]]:
+        return bindings.locals_of(scope), bindings.declared.get(id(scope), set())
+
+    def collect(child: ast.AST, visible: frozenset[str]) -> None:
+        if isinstance(child, ast.Name):
+            if isinstance(child.ctx, ast.Load) and child.id not in visible:
+                function.global_reads.setdefault(child.id, set()).add((child.lineno, child.col_offset))
+            return
+        if isinstance(child, ast.Call):
+            func = child.func
+            if isinstance(func, ast.Name) and func.id not in visible:
+                function.calls.add(func.id)
+            elif class_prefix and isinstance(func, ast.Attribute) and _dotted(func.value) == "self":
+                function.calls.add(f"{class_prefix}{func.attr}")
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            for outer in [*getattr(child, "decorator_list", ()), *_defaults(child.args)]:
+                collect(outer, visible)
+            own, declared = scope_locals(child)
+            inner = frozenset((visible | own) - declared)
+            for statement in child.body if isinstance(child.body, list) else [child.body]:
+                collect(statement, inner)
+            return
+        if isinstance(child, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            targets = frozenset().union(*(_target_names(g.target) for g in child.generators))
+            collect(child.generators[0].iter, visible)
+            inner = visible | targets
+            for generator in child.generators:
+                if generator is not child.generators[0]:
+                    collect(generator.iter, inner)
+                for condition in generator.ifs:
+                    collect(condition, inner)
+            for element in [child.key, child.value] if isinstance(child, ast.DictComp) else [child.elt]:
+                collect(element, inner)
+            return
+        for grandchild in ast.iter_child_nodes(child):
+            collect(grandchild, visible)
+
+    visible = frozenset(bindings.locals_of(node))
+    for statement in node.body:
+        collect(statement, visible)
+
+
+def _dotted(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        owner = _dotted(node.value)
+        return f"{owner}.{node.attr}" if owner is not None else None
+    return None

@@ -1,0 +1,225 @@
+"""The last word before anything is written: a converted program that would read a name before
+binding it, or call a changed function without its new argument, is never written.
+
+:func:`codemods.engine.name_flow.name_flow_problems` finds such reads and calls (only those the
+conversion added). What the guard does with them, in order:
+
+1. **Repair the placement**: the accelerator created below its first use (a download put under
+   ``with accelerator.main_process_first():`` above the line that creates it) is created just
+   before that use instead, when both are statements of one block.
+2. **Leave a rewrite out**: convert again without one rewrite at a time, the last in run order
+   first, until the program is sound; the rewrite left out is reported (ACC937) at its position.
+3. **Leave the file as written**: when no single rewrite can be left out, nothing is converted and
+   ACC937 says why.
+
+Sound conversions — every shipped fixture — pay only for the check: two CPython trees, one walk
+of each.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import libcst as cst
+
+from accel_convert.codemods import Change, Options
+from accel_convert.codemods.engine.accelerator_creation import move_creation_before
+from accel_convert.codemods.engine.name_flow import NameFlowProblem, name_flow_problems, program_argument_problems
+from accel_convert.codemods.engine.positions import python_ast
+from accel_convert.codemods.engine.registry import all_rules
+
+#: The report of a rewrite the guard left out (documented with the accelerator rule, which owns
+#: "the accelerator exists before it is used").
+LEFT_OUT = "ACC937"
+#: Names the converter itself writes into the code it converts (a notebook's cell markers,
+#: converter.notebooks): they are never run, so their flow is not the program's.
+PLACEHOLDER_PREFIX = "__accel_convert"
+
+
+@dataclass
+class Attempt:
+    """One conversion of a file or a program: per file, the printed output, the changes and the
+    converted trees (the trees are only needed to repair a placement)."""
+
+    outputs: list[bytes]
+    changes: list[list[Change]]
+    modules: list[cst.Module | None]
+    options: Options
+
+
+def problems_of(
+    sources: Sequence[bytes],
+    outputs: Sequence[bytes],
+    names: Sequence[str] = (),
+    packages: frozenset[str] = frozenset(),
+) -> list[list[NameFlowProblem]]:
+    """The name-flow problems of each converted file (of the whole program when ``names``, the
+    files' module names, are given: calls across modules must pass new arguments too;
+    ``packages``: the names that are packages, for their relative imports)."""
+    found: list[list[NameFlowProblem]] = []
+    originals: dict[str, ast.Module] = {}
+    converted: dict[str, ast.Module] = {}
+    for index, (source, output) in enumerate(zip(sources, outputs)):
+        if output == source:
+            found.append([])
+            continue
+        before, after = python_ast(source), python_ast(output)
+        if before is None or after is None:
+            found.append([])  # syntax newer than this interpreter: libcst's verification judges
+            continue
+        found.append(
+            [
+                p
+                for p in name_flow_problems(before, after)
+                if (p.kind == "unbound" or not names) and not p.name.startswith(PLACEHOLDER_PREFIX)
+            ]
+        )
+        if names:
+            originals[names[index]], converted[names[index]] = before, after
+    if names and converted:
+        # Within a module the single-module check already looked; across modules, this one.
+        across = program_argument_problems(originals, converted, packages)
+        for index, name in enumerate(names):
+            found[index] += across.get(name, [])
+    return found
+
+
+def guarded(
+    attempt_with: Callable[[Options], Attempt],
+    first: Attempt,
+    sources: Sequence[bytes],
+    generate: Callable[[int, cst.Module], bytes],
+    names: Sequence[str] = (),
+    packages: frozenset[str] = frozenset(),
+) -> Attempt:
+    """``first`` when it is sound; else a repaired attempt, one with a rewrite left out, or the
+    files unchanged — each with what was done reported."""
+    if not first.options.enabled("ACC101"):
+        return first  # the user creates the accelerator: every read of it is theirs to bind
+    problems = problems_of(sources, first.outputs, names, packages)
+    if not any(problems):
+        return first
+    repaired = _repair_placement(first, problems, generate, sources)
+    if repaired is not None and not any(problems_of(sources, repaired.outputs, names, packages)):
+        return repaired
+    for code in _codes_to_leave_out(first):
+        options = replace(first.options, ignore=(*first.options.ignore, code))
+        attempt = attempt_with(options)
+        if not any(problems_of(sources, attempt.outputs, names, packages)):
+            return _with_left_out_report(attempt, first, code, problems)
+    return Attempt(
+        list(sources),
+        [
+            [_unconverted_report(changes, file_problems)] if file_problems else []
+            for changes, file_problems in zip(first.changes, problems)
+        ],
+        [None] * len(sources),
+        first.options,
+    )
+
+
+def _repair_placement(
+    attempt: Attempt,
+    problems: list[list[NameFlowProblem]],
+    generate: Callable[[int, cst.Module], bytes],
+    sources: Sequence[bytes],
+) -> Attempt | None:
+    """The accelerator created just before its first read, in each file that reads it early;
+    its ACC101 report moves with it."""
+    outputs, modules = list(attempt.outputs), list(attempt.modules)
+    changes = [list(file_changes) for file_changes in attempt.changes]
+    repaired = False
+    for index, file_problems in enumerate(problems):
+        module = modules[index]
+        unbound = [p for p in file_problems if p.kind == "unbound" and not p.name.startswith("self.")]
+        if module is None or not unbound:
+            continue
+        first = min(unbound, key=lambda p: p.statement_line)
+        moved = move_creation_before(module, first.name, first.statement_line)
+        if moved is None:
+            return None
+        line = original_line(sources[index], outputs[index], first.statement_line)
+        modules[index], outputs[index] = moved, generate(index, moved)
+        changes[index] = sorted(
+            [
+                replace(c, line=line, column=0, end_line=line, end_column=0) if c.code == "ACC101" else c
+                for c in changes[index]
+            ],
+            key=_position,
+        )
+        repaired = True
+    return replace(attempt, outputs=outputs, modules=modules, changes=changes) if repaired else None
+
+
+def original_line(source: bytes, output: bytes, output_line: int) -> int:
+    """The line of ``source`` that line ``output_line`` of ``output`` stands for: the same line
+    where it is unchanged, else the line after the last unchanged line above it."""
+    matcher = difflib.SequenceMatcher(None, source.splitlines(), output.splitlines(), autojunk=False)
+    line = 1
+    for block in matcher.get_matching_blocks():
+        if block.b + 1 > output_line:
+            break
+        if block.b + block.size >= output_line:
+            return block.a + (output_line - block.b)
+        line = block.a + block.size + 1
+    return line
+
+
+def _codes_to_leave_out(attempt: Attempt) -> list[str]:
+    """The rewrites the attempt made, the last in run order first (the accelerator's creation
+    is never left out alone: every rewrite reads it)."""
+    made = {change.code for changes in attempt.changes for change in changes if change.fixed}
+    return [rule.code for rule in reversed(all_rules()) if rule.code in made and rule.code != "ACC101"]
+
+
+def _with_left_out_report(
+    attempt: Attempt, first: Attempt, code: str, problems: list[list[NameFlowProblem]]
+) -> Attempt:
+    rule = next(rule for rule in all_rules() if rule.code == code)
+    changes = [list(file_changes) for file_changes in attempt.changes]
+    for index, file_changes in enumerate(first.changes):
+        made = [change for change in file_changes if change.code == code and change.fixed]
+        if not made:
+            continue
+        what = _problem_text(problems[index]) or "the program would fail where the original ran"
+        site = made[0]
+        changes[index].append(
+            Change(
+                LEFT_OUT,
+                f"{code} {rule.name} left out here: with it, {what}",
+                site.line,
+                site.column,
+                site.end_line,
+                site.end_column,
+                False,
+            )
+        )
+        changes[index].sort(key=_position)
+    return replace(attempt, changes=changes)
+
+
+def _unconverted_report(changes: Sequence[Change], problems: Sequence[NameFlowProblem]) -> Change:
+    site = next((change for change in changes if change.code == "ACC101"), changes[0] if changes else None)
+    line, column = (site.line, site.column) if site is not None else (1, 0)
+    return Change(
+        LEFT_OUT,
+        f"file left as written: converted, {_problem_text(problems)}, and leaving out any one rewrite does not help",
+        line,
+        column,
+        line,
+        column,
+        False,
+    )
+
+
+def _problem_text(problems: Sequence[NameFlowProblem]) -> str:
+    if not problems:
+        return ""
+    return min(problems, key=lambda p: (p.line, p.column)).message
+
+
+def _position(change: Change) -> tuple[int, int, str]:
+    return change.line, change.column, change.code
