@@ -15,6 +15,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,8 +88,18 @@ STDIN = "-"
 PROGRESS_MIN_FILES = 6
 
 
+#: The command is the process's own (the console script, ``python -m``): a SIGTERM ends it with
+#: exit code 143. Called in-process with arguments, the signal goes on to the caller's handler.
+OWN_PROCESS: ContextVar[bool] = ContextVar("OWN_PROCESS", default=False)
+
+
 class UsageProblem(Exception):
     """A reason to refuse the whole run before anything is converted (exit 2)."""
+
+
+class NothingToConvert(Exception):
+    """The folders given hold no Python file (a wrong path, a pattern that excluded everything):
+    said on stderr, exit 0, as ruff and black do."""
 
 
 class OutputClosed(Exception):
@@ -115,9 +126,11 @@ class CommandWithCodes(click.Command):
         script, ``python -m accel_convert.converter``), and then the process ends with the command."""
         if args is not None:
             return super().main(args, *rest, **options)
+        token = OWN_PROCESS.set(True)
         try:
             return super().main(args, *rest, **options)
         finally:
+            OWN_PROCESS.reset(token)
             # The interpreter's last act is a full collection over every object still alive
             # (about 20 ms with libcst's modules loaded) to free memory the OS takes back anyway;
             # frozen objects are skipped.
@@ -362,6 +375,9 @@ def build_plan(ctx: click.Context, flags: dict[str, Any], exclusions: Exclusions
             writes_set=in_place or output is not None or check or diff,
         )
     writes_files = in_place or output is not None
+    if not jobs:
+        folders = ", ".join(dict.fromkeys(source for source in sources if Path(source).is_dir()))
+        raise NothingToConvert(f"no Python file found in {folders} (nothing to convert)")
     if several_inputs(sources) and not (writes_files or check or diff):
         raise UsageProblem("several inputs need --in-place, -o DIR, --check or --diff (stdout takes one script)")
     options = Options(
@@ -722,7 +738,13 @@ def main(ctx: click.Context, **flags: Any) -> None:
       accel-convert --check train.py -o train_ddp.py   (is the committed copy stale?)
     """
     with sigterm_raises():
-        ctx.exit(run_command(ctx, flags))
+        code = run_command(ctx, flags)
+    if code == EXIT_TERMINATED and not OWN_PROCESS.get():
+        # Run inside another program (a test runner, a library caller): the signal was meant
+        # for that process. Its own handler, restored above, now gets it — for the default one,
+        # the process ends — instead of a return code it would carry on after.
+        signal.raise_signal(signal.SIGTERM)
+    ctx.exit(code)
 
 
 def run_command(ctx: click.Context, flags: dict[str, Any]) -> int:
@@ -742,6 +764,9 @@ def run_command(ctx: click.Context, flags: dict[str, Any]) -> int:
         except UsageProblem as problem:
             click.echo(f"accel-convert: error: {problem}", err=True)
             return EXIT_USAGE
+        except NothingToConvert as nothing:
+            click.echo(f"accel-convert: warning: {nothing}", err=True)
+            return EXIT_OK
         return run_plan(plan, flags)
     except KeyboardInterrupt:
         return stopped("interrupted", EXIT_INTERRUPTED)

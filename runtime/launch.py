@@ -28,6 +28,7 @@ launch says in one line which extra to install.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import platform
 import re
@@ -540,7 +541,10 @@ def apply_settings(line: CommandLine, settings: Mapping[str, Any], environ: Muta
             continue
         value = settings[setting.key]
         if setting.flag is not None and f"{_PET}{setting.key.upper()}" not in environ:
-            added += [setting.flag, str(value)]
+            # Given on the command line too: that value is used, so the file's is not added
+            # (nor shown in the "from FILE" line, which says what the file decided).
+            if not _given(setting.flag, line.torchrun):
+                added += [setting.flag, str(value)]
         elif setting.env is not None and setting.env not in environ:
             if setting.key == "cpu":
                 if value:
@@ -554,11 +558,18 @@ def apply_settings(line: CommandLine, settings: Mapping[str, Any], environ: Muta
     return added
 
 
+def _given(flag: str, options: Sequence[str]) -> bool:
+    """Whether torchrun's options name ``flag`` (``--nproc-per-node 4``, ``--nproc_per_node=4``)."""
+    wanted = flag.replace("_", "-")
+    return any(option.partition("=")[0].replace("_", "-") == wanted for option in options if option.startswith("--"))
+
+
 def launch(line: CommandLine) -> None:
     """Read the saved settings, fill in the process count, hand everything to torchrun."""
     path, settings = saved_settings(line)  # a wrong file is reported before torch loads
     if torch_importable() is not None:
         fail(NO_TORCH, EXIT_NO_TORCH)
+    check_script_exists(line)
     # With torch at hand, its own parser says which options take no value.
     switches = torchrun_switches()
     if switches != TORCHRUN_SWITCHES:
@@ -694,20 +705,60 @@ def environment_report(environ: Mapping[str, str] | None = None) -> str:
     return "\n".join(lines)
 
 
-def help_text() -> str:
-    """Ours, then torchrun's own options (or where to get them)."""
-    if torch_importable() is not None:
-        return f"{HELP}\n\ntorchrun's options are listed here once torch is installed: {RUNTIME_EXTRA}"
-    from torch.distributed.run import get_args_parser
+#: torchrun's options, summed up here so that ``--help`` answers at once: printing torch's own
+#: parser means importing torch (9 s on a loaded machine). Every option passes through, these
+#: and the rest (``torchrun --help``).
+TORCHRUN_OPTIONS = """\
+torchrun's options (all passed through; `torchrun --help` lists every one):
+  --nproc-per-node N       processes on this machine (gpu, cpu, auto or a number)
+  --nnodes N | MIN:MAX     machines in the job (MIN:MAX: an elastic job)
+  --node-rank R            this machine's rank (0 on the master)
+  --master-addr HOST       rank 0's machine
+  --master-port PORT       rank 0's port
+  --standalone             one machine, a free port found by torchrun
+  --rdzv-backend NAME      rendezvous backend (c10d, etcd, static)
+  --rdzv-endpoint HOST:PORT
+                           where the machines meet (c10d: any of them)
+  --rdzv-id ID             the job's name, the same on every machine
+  --max-restarts N         restart the workers this many times after a failure
+  --monitor-interval S     how often workers are checked (seconds)
+  --log-dir DIR            every worker's output into files under DIR
+  --redirects, --tee       send workers' stdout/stderr to the log files (0-3)
+  -m, --module             SCRIPT is a module (python -m)
+  --no-python              SCRIPT is a program, not a Python file
+"""
 
-    parser = get_args_parser()
-    parser.prog = "accel-launch"
-    return f"{HELP}\n\ntorchrun's options (all passed through):\n\n{parser.format_help()}"
+
+def torch_installed() -> bool:
+    """Whether torch can be found, without importing it."""
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def help_text() -> str:
+    """Ours, then torchrun's options (without importing torch)."""
+    text = f"{HELP}\n\n{TORCHRUN_OPTIONS}"
+    if not torch_installed():
+        text += f"\ntorch is not installed here; launching needs it: {RUNTIME_EXTRA}"
+    return text
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     print(f"accel-launch: error: {message}", file=sys.stderr)
     raise SystemExit(code)
+
+
+def check_script_exists(line: CommandLine) -> None:
+    """A script that is not there is one line here, not every worker's traceback and torchrun's
+    failure summary. A module (``-m``) or a program (``--no-python``) is torchrun's to find."""
+    names_other = {"-m", "--module", "--no-python", "--no_python"}
+    if names_other & set(line.torchrun):
+        return
+    script = Path(line.script[0])
+    if not script.is_file():
+        fail(f"{script}: no such file" if not script.exists() else f"{script}: not a file")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -148,3 +148,25 @@ def test_a_bad_exclude_setting_is_one_usage_error(tmp_path: Path) -> None:
         f"accel-convert: error: {tmp_path / 'pyproject.toml'}: [tool.accel-convert] exclude must be a list of "
         "strings, got 'build/'"
     ]
+
+
+def test_a_folder_without_python_files_says_so_and_converts_nothing(tmp_path: Path) -> None:
+    # ruff and black warn and exit 0; before, one folder without -o was refused with "several
+    # inputs need --in-place, -o DIR" and --check said nothing at all.
+    make_tree(tmp_path, ["docs/readme.txt"])
+    for flags in ([], ["--check"], ["-o", "out/"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "accel_convert.converter", *flags, "docs"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=base_env(),
+            timeout=120,
+            check=False,
+        )
+        assert result.returncode == 0, (flags, result.stderr)
+        assert result.stderr.splitlines() == [
+            "accel-convert: warning: no Python file found in docs (nothing to convert)"
+        ]
+        assert result.stdout == ""
+    assert not (tmp_path / "out").exists()

@@ -65,6 +65,9 @@ def isolated(tmp_path: Path) -> dict[str, str]:
 
 def test_help_shows_what_accel_launch_adds_then_torchruns_options(isolated: dict[str, str]) -> None:
     run = accel_launch("--help", env=isolated).check()
+    # Answered without importing torch (which took 9 s on a loaded machine).
+    probe = "import sys; from accel_convert.runtime import launch; launch.help_text(); print('torch' in sys.modules)"
+    assert run_command([sys.executable, "-c", probe], env=isolated).check().stdout.strip() == "False"
     ours = run.stdout.index("Added by accel-launch")
     assert ours < run.stdout.index("torchrun's options") < run.stdout.index("--rdzv-endpoint")
     for option in ("--config-file", "--mixed-precision", "--cpu", "--env", "--version", "config", "Exit codes"):
@@ -128,7 +131,7 @@ def test_without_torch_one_line_names_the_extra(tmp_path: Path, isolated: dict[s
 
     helped = accel_launch("--help", env=env).check()
     assert "Added by accel-launch" in helped.stdout
-    assert helped.stdout.rstrip().endswith("once torch is installed: pip install 'accel-convert[runtime]'")
+    assert helped.stdout.rstrip().endswith("launching needs it: pip install 'accel-convert[runtime]'")
     assert accel_launch("--version", env=env).check().stdout.startswith("accel-launch (accel-convert) ")
     # A converted script run there: the import names the extra too.
     imported = run_command([sys.executable, "-c", "from accel_convert.runtime import Accelerator"], env=env)
@@ -246,3 +249,18 @@ def test_launch_reads_the_saved_settings_and_the_command_line_wins(tmp_path: Pat
     assert lines == [
         f"WORKER RANK=0 WORLD_SIZE=1 MASTER_PORT={other_port} ACCELERATE_MIXED_PRECISION=fp16 ACCELERATE_USE_CPU=1"
     ]
+    # Every value the file holds was given on the command line: the file decided nothing, and the
+    # "from FILE" line (it once said "--nproc-per-node 2" while 1 was used) is not printed.
+    assert "from " not in overridden.stderr
+    partly = accel_launch(
+        "--nproc_per_node=1", str(worker), env={**isolated, "ACCEL_LAUNCH_CONFIG": str(config)}, timeout=180
+    ).check()
+    assert f"accel-launch: from {config}: --master-port {port}\n" in partly.stderr
+    assert len([line for line in partly.stdout.splitlines() if line.startswith("WORKER ")]) == 1
+
+
+def test_a_missing_script_is_one_error_line(tmp_path: Path, isolated: dict[str, str]) -> None:
+    # Before, torchrun started the workers: each printed its traceback, then torchrun its summary.
+    run = accel_launch(str(tmp_path / "nope.py"), env=isolated, timeout=120)
+    assert run.returncode == 2
+    assert run.stderr == f"accel-launch: error: {tmp_path / 'nope.py'}: no such file\n"

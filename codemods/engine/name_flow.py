@@ -109,6 +109,9 @@ class _Bindings:
     def __init__(self, module: ast.Module) -> None:
         self.in_scope: dict[int, set[str]] = {id(module): set()}
         self.declared: dict[int, set[str]] = {}
+        #: The part of ``declared`` that is ``global`` (a ``nonlocal`` name is the enclosing
+        #: function's: still that function's local).
+        self.declared_global: dict[int, set[str]] = {}
         self.in_statement: dict[int, set[str]] = {}
         self.star_import = False
         #: Names called anywhere (``Trainer(...)``: the module constructs that class).
@@ -160,6 +163,8 @@ class _Bindings:
             return
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             self.declared.setdefault(scope, set()).update(node.names)
+            if isinstance(node, ast.Global):
+                self.declared_global.setdefault(scope, set()).update(node.names)
             return
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             self.called.add(node.func.id)
@@ -223,11 +228,34 @@ class _ModuleFlow:
                 qualified = f"{prefix}{node.name}"
                 function = _Function(qualified, node)
                 _read_function(node, function, self.bindings, prefix)
+                self._keep_unbound_reads_of_own_globals(function)
                 self.functions[qualified] = function
             elif isinstance(node, ast.ClassDef):
                 if not prefix:
                     self.classes[node.name] = node
                 self._collect(node.body, f"{prefix}{node.name}.")
+
+    def _keep_unbound_reads_of_own_globals(self, function: _Function) -> None:
+        """A function that declares a name ``global`` and binds it (the retried training loop,
+        ``global n`` … ``mse, n = evaluate()`` … ``print(n)``) reads its own binding where that
+        comes first on every path: those reads need nothing of the module. Only the others stay
+        module-level reads, judged where the function is called."""
+        node = function.node
+        own = self.bindings.declared.get(id(node), set()) & self.bindings.in_scope.get(id(node), set())
+        own &= set(function.global_reads)
+        if not own:
+            return
+        marker = f"<own globals of {function.qualified}>"
+        block = _Block(self, marker, module_level=False, local_names=own)
+        block.statements(node.body, set(_parameter_names(node.args)))
+        unbound = {name: self.found.pop((marker, name), set()) for name in own}
+        for name in own:
+            in_flow = _own_flow_reads(node, name)
+            kept = {p for p in function.global_reads[name] if p not in in_flow or p in unbound[name]}
+            if kept:
+                function.global_reads[name] = kept
+            else:
+                del function.global_reads[name]
 
     def run(self) -> dict[Key, set[Position]]:
         """The possibly unbound reads, by (scope, name)."""
@@ -883,7 +911,7 @@ def _read_function(
     (``class_prefix`` "C."), the methods ``self.m()`` calls, as ``C.m``."""
 
     def scope_locals(scope: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> tuple[set[str], set[str]]:
-        return bindings.locals_of(scope), bindings.declared.get(id(scope), set())
+        return bindings.locals_of(scope), bindings.declared_global.get(id(scope), set())
 
     def collect(child: ast.AST, visible: frozenset[str]) -> None:
         if isinstance(child, ast.Name):
@@ -922,6 +950,26 @@ def _read_function(
     visible = frozenset(bindings.locals_of(node))
     for statement in node.body:
         collect(statement, visible)
+
+
+def _own_flow_reads(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> set[Position]:
+    """Where the function's own statements read ``name`` as they run: not in the bodies of the
+    functions, lambdas and classes it defines (their decorators and defaults run with it)."""
+    found: set[Position] = set()
+    pending: list[ast.AST] = list(function.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Name):
+            if node.id == name and isinstance(node.ctx, ast.Load):
+                found.add((node.lineno, node.col_offset))
+            continue
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            pending.extend([*getattr(node, "decorator_list", ()), *_defaults(node.args)])
+            continue
+        if isinstance(node, ast.ClassDef):
+            continue
+        pending.extend(ast.iter_child_nodes(node))
+    return found
 
 
 def _dotted(node: ast.AST) -> str | None:

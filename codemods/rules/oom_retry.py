@@ -36,6 +36,7 @@ from accel_convert.codemods.engine.syntax import (
     as_statement,
     as_statements,
     binds_name,
+    body_statements,
     class_methods,
     dotted,
     expression_code,
@@ -121,6 +122,74 @@ class OomRetryCodemod(Rule):
 
                 if __name__ == "__main__":
                     main()
+            """,
+        ),
+        # A helper's own parameter (``bs``) is not the batch size: what the training code passes
+        # for it is (``args.bs``), and the helper stays where it is.
+        Example(
+            oom_retry=True,
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def get_data(train_ds, bs):
+                    return DataLoader(train_ds, batch_size=bs, shuffle=True)
+
+
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--bs", type=int, default=64)
+                args = parser.parse_args()
+                train_ds = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+                train_dl = get_data(train_ds, args.bs)
+                model = nn.Linear(8, 1)
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                for xb, yb in train_dl:
+                    loss = nn.functional.mse_loss(model(xb), yb)
+                    loss.backward()
+                    opt.step()
+                    opt.zero_grad()
+            """,
+            after="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from accel_convert.runtime import Accelerator
+                from accel_convert.runtime import find_executable_batch_size
+
+
+                def get_data(train_ds, bs):
+                    return DataLoader(train_ds, batch_size=bs, shuffle=True)
+
+
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--bs", type=int, default=64)
+                args = parser.parse_args()
+                accelerator = Accelerator()
+                train_ds = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+
+
+                @find_executable_batch_size(starting_batch_size=args.bs)
+                def inner_training_loop(batch_size):
+                    accelerator.free_memory()
+                    accelerator.print(f"Training with batch size {batch_size}")
+                    train_dl = get_data(train_ds, batch_size)
+                    model = nn.Linear(8, 1)
+                    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, opt, train_dl = accelerator.prepare(model, opt, train_dl)
+                    for xb, yb in train_dl:
+                        loss = nn.functional.mse_loss(model(xb), yb)
+                        accelerator.backward(loss)
+                        opt.step()
+                        opt.zero_grad()
+
+
+                inner_training_loop()
             """,
         ),
         Example(
@@ -265,7 +334,11 @@ def _independent_definitions(region: _Region, batch_size: cst.BaseExpression) ->
         kept_ids = {id(s) for s in kept}
         others = [s for s in region.moved() if id(s) not in kept_ids]
         assigned = names_bound(others)
-        still = [d for d in kept if not (variables_read(d) & assigned) and not _contains_expression(d, batch_size)]
+        still = [
+            d
+            for d in kept
+            if not (variables_read(d) & assigned) and not _contains_expression(d, batch_size, reads_only=True)
+        ]
         if len(still) == len(kept):
             return kept
         kept = still
@@ -304,10 +377,12 @@ def _is_prepare_line(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:
 
 def _builds_training_object(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:
     names = facts.models | facts.optimizers | facts.schedulers | facts.loaders
-    if any(binds_name([statement], name) for name in names if "." not in name):
+    # A definition builds nothing when it runs (``def train(loader, model)`` only names them).
+    definition = isinstance(statement, (cst.FunctionDef, cst.ClassDef))
+    if not definition and any(binds_name([statement], name) for name in names if "." not in name):
         return True
     batch = cst.parse_expression(facts.batch_size_expr) if facts.batch_size_expr else None
-    return batch is not None and dotted(batch) is not None and _contains_expression(statement, batch)
+    return batch is not None and dotted(batch) is not None and _contains_expression(statement, batch, reads_only=True)
 
 
 def _is_main_guard(statement: cst.BaseStatement) -> TypeGuard[cst.If]:
@@ -331,7 +406,7 @@ def _batch_size_expression(module: cst.Module, region: _Region, facts: ScriptFac
             return candidate
         if dotted(candidate) is None:
             continue
-        if any(_contains_expression(statement, candidate) for statement in moved):
+        if any(_contains_expression(statement, candidate, reads_only=True) for statement in moved):
             return candidate
         if isinstance(candidate, cst.Name):
             passed = _argument_for_parameter(module, moved, candidate.value)
@@ -604,14 +679,22 @@ class _ExpressionSites(cst.CSTVisitor):
     expression is only known once this rule has chosen it, and it reads the tree as earlier
     rules left it (only with ``--oom-retry``, on the functions the retried code does not hold)."""
 
-    def __init__(self, expression: cst.BaseExpression) -> None:
+    def __init__(self, expression: cst.BaseExpression, *, reads_only: bool = False) -> None:
         self.expression = expression
         self.sites: list[tuple[cst.CSTNode, cst.CSTNode]] = []
         self._statement: cst.CSTNode | None = None
+        #: Only where the running code reads the expression's own variable: not where a
+        #: statement assigns it (``batch_size = 16`` gives the starting value), nor inside a
+        #: function or lambda whose parameter has its name (``def get_data(ds, bs)``: another
+        #: variable, given its value by the caller).
+        self.reads_only = reads_only
+        self._root = (dotted(expression) or "").split(".")[0]
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if type(node) in STATEMENT_TYPES:
             self._statement = node
+        if self.reads_only and self._shadows_or_assigns(node):
+            return False
         if isinstance(node, cst.BaseExpression) and node.deep_equals(self.expression):
             self.sites.append((node, self._statement or node))
             return False
@@ -624,9 +707,21 @@ class _ExpressionSites(cst.CSTVisitor):
             return False
         return True
 
+    def _shadows_or_assigns(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.FunctionDef) and (
+            self._root in parameter_names(node) or binds_name(body_statements(node), self._root)
+        ):
+            return True  # the function's own variable (a parameter, or assigned in its body)
+        if isinstance(node, cst.Lambda) and self._root in {p.name.value for p in node.params.params}:
+            return True
+        if isinstance(node, (cst.Assign, cst.AnnAssign)) and node.value is not None:
+            walk(node.value, self)
+            return True
+        return False
 
-def _contains_expression(node: cst.CSTNode, expression: cst.BaseExpression) -> bool:
-    finder = _ExpressionSites(expression)
+
+def _contains_expression(node: cst.CSTNode, expression: cst.BaseExpression, *, reads_only: bool = False) -> bool:
+    finder = _ExpressionSites(expression, reads_only=reads_only)
     walk(node, finder)
     return bool(finder.sites)
 

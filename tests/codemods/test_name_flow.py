@@ -264,3 +264,54 @@ def test_a_download_above_the_creation_gets_the_accelerator_above_it() -> None:
 def test_original_line_of_a_converted_line(output_line: int, expected: int) -> None:
     # Unchanged lines map to themselves; inserted ones to the line after the last unchanged one.
     assert original_line(b"a\nb\nc\nd\n", b"a\nb\nNEW\nNEW2\nc\nd\n", output_line) == expected
+
+
+def test_a_global_the_function_binds_before_reading_it_needs_nothing_of_the_module() -> None:
+    # The retried training loop declares ``global n`` for a name it binds and then reads; only a
+    # read before the function's own binding needs the module to have bound it first.
+    before = """
+        from metrics import evaluate
+        for epoch in range(2):
+            loss, n = evaluate()
+            print(n)
+    """
+    after = """
+        from metrics import evaluate
+        def inner_training_loop(batch_size):
+            global n
+            for epoch in range(2):
+                loss, n = evaluate()
+                print(n)
+        inner_training_loop()
+    """
+    assert problems(before, after) == []
+    reads_first = """
+        from metrics import evaluate
+        def inner_training_loop(batch_size):
+            global n
+            print(n)
+            loss, n = evaluate()
+        inner_training_loop()
+    """
+    assert problems(before, reads_first) == [("inner_training_loop", "n", 5)]
+
+
+def test_a_nonlocal_is_the_enclosing_function_s_variable() -> None:
+    before = """
+        def train(model, lr):
+            optimizer = make(model.parameters(), lr)
+            model = wrap(model)
+            return model
+        train(build(), 0.1)
+    """
+    after = """
+        def train(model, lr):
+            def inner_training_loop(batch_size):
+                nonlocal model
+                optimizer = make(model.parameters(), lr)
+                model = wrap(model)
+                return model
+            return inner_training_loop()
+        train(build(), 0.1)
+    """
+    assert problems(before, after) == []
