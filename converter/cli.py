@@ -139,8 +139,12 @@ class CommandWithCodes(click.Command):
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Exit codes"):
             formatter.write_dl(EXIT_CODES)
-        with formatter.section("Codes (accel-convert --list-codes shows before/after examples)"):
-            formatter.write_dl([(doc.code, f"{doc.name}: {doc.summary}") for doc in code_docs()])
+        with formatter.section("Codes"):
+            # The list of every code is long (it made --help 194 lines): it has its own flag.
+            formatter.write_text(
+                f"{len(code_docs())} codes: accel-convert --list-codes lists them with before/after examples; "
+                "accel-convert --explain CODE (or NAME, such as metrics) explains one."
+            )
         super().format_epilog(ctx, formatter)
 
 
@@ -630,11 +634,12 @@ def list_codes(color: bool | None) -> None:
 
 
 def explain(code: str, color: bool | None) -> None:
-    """``--explain CODE``: the code's why and examples, generated from its rule."""
-    docs = {doc.code: doc for doc in code_docs()}
-    doc = docs.get(code.strip().upper())
+    """``--explain CODE`` (or its name, ``--explain metrics``): the code's why and examples,
+    generated from its rule."""
+    wanted = code.strip()
+    doc = next((doc for doc in code_docs() if wanted.upper() == doc.code or wanted.lower() == doc.name), None)
     if doc is None:
-        raise UsageProblem(f"--explain {code}: no such code (see accel-convert --list-codes)")
+        raise UsageProblem(f"--explain {code}: no such code or name (see accel-convert --list-codes)")
     output = Output(sys.stdout, color)
     for line in explain_lines(doc, code_rationales().get(doc.code)):
         output.print((line, None))
@@ -719,7 +724,11 @@ def explain(code: str, color: bool | None) -> None:
 @click.option("--color/--no-color", default=None, help="Force colour on or off (default: only on a terminal).")
 @click.option("--stdin-filename", metavar="NAME", help="Name for stdin in messages and config lookup.")
 @click.option("--list-codes", is_flag=True, help="List every code with a before/after example, then exit.")
-@click.option("--explain", metavar="CODE", help="Explain one code: why the rule exists, before and after; then exit.")
+@click.option(
+    "--explain",
+    metavar="CODE|NAME",
+    help="Explain one code (ACC113, or its name: metrics): why, before and after; then exit.",
+)
 @click.version_option(package_name="accel-convert")
 @click.pass_context
 def main(ctx: click.Context, **flags: Any) -> None:

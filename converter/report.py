@@ -257,7 +257,12 @@ class Reporter:
             self.finding(finding)
         if self.output_format != "text":
             return
-        if self.verbosity > 0 or (self.verbosity < 0 and self.check and changed):
+        if changed and self.verbosity >= 0 and not self.statistics:
+            # One line per file says what the rewrites (shown with -v) came to.
+            rewrites = sum(1 for finding in findings if finding.fixed)
+            count = f" ({rewrites} rewrite{'s' if rewrites != 1 else ''})" if rewrites else ""
+            self.messages.print((f"{shown_name}: {self.converted_word}{count}", None))
+        elif self.verbosity > 0 or (self.verbosity < 0 and self.check and changed):
             status = (self.converted_word if changed else "unchanged") if self.verbosity > 0 else "would convert"
             self.messages.print((f"{shown_name}: {status}", "dim" if self.verbosity > 0 else None))
 
@@ -268,6 +273,14 @@ class Reporter:
     def shown(self, finding: Finding) -> bool:
         return not (self.warnings_only and finding.fixed)
 
+    def shown_as_text(self, finding: Finding) -> bool:
+        """A text line by default only for what needs a person (ACC9xx, a rewrite ``--check``
+        finds pending that was not made); every rewrite with ``-v``, as ruff shows only
+        problems. The JSON, SARIF and GitHub formats always carry every finding."""
+        if self.verbosity < 0 or self.statistics or not self.shown(finding):
+            return False
+        return self.verbosity > 0 or not finding.fixed
+
     def finding(self, finding: Finding) -> None:
         """Print (text, github) or keep (json, sarif, statistics) one finding."""
         self.collected.append(finding)
@@ -275,7 +288,7 @@ class Reporter:
             return
         if self.output_format == "github":
             self.findings_stream.print((self.github_line(finding), None))
-        elif self.output_format == "text" and self.verbosity >= 0 and not self.statistics:
+        elif self.output_format == "text" and self.shown_as_text(finding):
             self.messages.print(*self.text_line(finding))
 
     def severity(self, finding: Finding) -> str:
@@ -512,8 +525,8 @@ def sarif_rules(docs: Sequence[CodeDoc], rationales: dict[str, tuple[str, str]])
             {
                 "id": doc.code,
                 "name": doc.name,
-                "shortDescription": {"text": doc.summary},
-                "fullDescription": {"text": " ".join(why.split()) or doc.summary},
+                "shortDescription": {"text": plain_prose(doc.summary)},
+                "fullDescription": {"text": plain_prose(" ".join(why.split()) or doc.summary)},
                 "help": {"text": "\n".join(explain_lines(doc, rationales.get(doc.code)))},
                 "defaultConfiguration": {"level": "note" if doc.fixed else "warning"},
                 "properties": {"kind": "rewrite" if doc.fixed else "report"},
@@ -674,7 +687,7 @@ def codes_listing(docs: Sequence[CodeDoc], *, examples: bool) -> list[str]:
     lines: list[str] = []
     for doc in docs:
         kind = "rewrite" if doc.fixed else "report"
-        lines.append(f"{doc.code}  {doc.name} ({kind}): {doc.summary}")
+        lines.append(f"{doc.code}  {doc.name} ({kind}): {plain_prose(doc.summary)}")
         if examples:
             lines.extend(example_lines(doc))
             lines.append("")

@@ -110,7 +110,7 @@ def test_diff_and_check_say_would_convert_and_write_nothing(project: Path) -> No
 
 
 def test_warnings_come_first_and_warnings_only_shows_nothing_else(project: Path) -> None:
-    every = accel_convert("--check", "mixed.py", cwd=project)
+    every = accel_convert("--check", "-v", "mixed.py", cwd=project)
     codes = [match["code"] for match in findings_of(every.stderr)]
     assert "ACC901" in codes and any(code.startswith("ACC1") for code in codes)
     warnings = [code for code in codes if code.startswith("ACC9")]
@@ -132,7 +132,7 @@ def test_warnings_come_first_and_warnings_only_shows_nothing_else(project: Path)
 
 
 def test_statistics_count_every_finding_per_code(project: Path) -> None:
-    listed = accel_convert("--check", ".", cwd=project)
+    listed = accel_convert("--check", "-v", ".", cwd=project)
     expected = Counter(match["code"] for match in findings_of(listed.stderr))
     stats = accel_convert("--check", "--statistics", ".", cwd=project)
     assert stats.returncode == 1
@@ -205,7 +205,7 @@ def test_progress_bar_on_a_terminal_for_many_files_only(tmp_path: Path) -> None:
     # The findings and the summary still reach the terminal whole, each on its own line.
     # What stays on screen: a carriage return starts the line over (the bar redraws that way).
     lines = [line.rstrip("\r").split("\r")[-1] for line in plain.split("\n")]
-    assert sum(1 for line in lines if re.fullmatch(r"train_\d\.py:\d+:\d+: ACC105 .*", line)) == 8, plain
+    assert sum(1 for line in lines if re.fullmatch(r"train_\d\.py: would convert \(3 rewrites\)", line)) == 8, plain
     assert any(line.startswith("8 would convert, 0 unchanged, 0 failed") for line in lines), plain
 
     few_code, few = run_on_terminal(["--check", "train_0.py", "train_1.py"], tmp_path)
@@ -239,9 +239,14 @@ def test_explain_prints_the_rules_why_and_its_examples(tmp_path: Path) -> None:
     assert "(reported, left for a person)" in reported.stdout.splitlines()[0]
     assert f"Reported: {report_code} {docs[report_code].message}" in reported.stdout
 
+    by_name = accel_convert("--explain", "metrics", cwd=tmp_path)
+    assert by_name.returncode == 0 and by_name.stdout.startswith("ACC113 metrics (automatic rewrite)\n")
+
     unknown = accel_convert("--explain", "ACC999", cwd=tmp_path)
     assert unknown.returncode == 2 and unknown.stdout == ""
-    assert unknown.stderr == "accel-convert: error: --explain ACC999: no such code (see accel-convert --list-codes)\n"
+    assert unknown.stderr == (
+        "accel-convert: error: --explain ACC999: no such code or name (see accel-convert --list-codes)\n"
+    )
 
 
 # -- --output-format json, as the README documents it ---------------------------------------------
@@ -267,7 +272,7 @@ def test_json_is_one_array_with_exactly_the_documented_fields(project: Path) -> 
         assert finding["line"] >= 1 and finding["column"] >= 1
     text_positions = {(m["file"], int(m["line"]), int(m["column"]), m["code"]) for m in findings_of(result.stderr)}
     assert text_positions == set(), "json findings are not also printed as text"
-    listed = accel_convert("--check", ".", cwd=project)
+    listed = accel_convert("--check", "-v", ".", cwd=project)
     assert sorted((f["filename"], f["line"], f["column"], f["code"]) for f in findings) == sorted(
         (m["file"], int(m["line"]), int(m["column"]), m["code"]) for m in findings_of(listed.stderr)
     )
@@ -397,10 +402,11 @@ def test_sarif_log_holds_every_rule_and_each_finding_at_its_position(project: Pa
     rules = {rule["id"]: rule for rule in driver["rules"]}
     for doc in code_docs():
         rule = rules[doc.code]
-        assert rule["name"] == doc.name and rule["shortDescription"]["text"] == doc.summary
+        assert rule["name"] == doc.name and rule["shortDescription"]["text"] == doc.summary.replace("``", "`")
+        assert "``" not in rule["fullDescription"]["text"]
         assert rule["defaultConfiguration"]["level"] == ("note" if doc.fixed else "warning")
 
-    listed = accel_convert("--check", ".", cwd=project)
+    listed = accel_convert("--check", "-v", ".", cwd=project)
     expected = sorted((m["file"], int(m["line"]), int(m["column"]), m["code"]) for m in findings_of(listed.stderr))
     got = []
     for found in run["results"]:

@@ -41,14 +41,14 @@ def accel_convert(*args: str, stdin: bytes | None = None, cwd: Path) -> subproce
 
 def test_console_script_converts_stdin_then_checks_both_files(tmp_path: Path) -> None:
     source = SCRIPT
-    converted = accel_convert("-", "--stdin-filename", "train.py", stdin=source, cwd=tmp_path)
+    converted = accel_convert("-", "--stdin-filename", "train.py", "-v", stdin=source, cwd=tmp_path)
     assert converted.returncode == 0, converted.stderr.decode()
     assert b"accelerator.backward(loss)" in converted.stdout
     assert b"train.py:" in converted.stderr and b"ACC1" in converted.stderr
     (tmp_path / "original.py").write_bytes(source)
     (tmp_path / "converted.py").write_bytes(converted.stdout)
 
-    check = accel_convert("--check", "original.py", "converted.py", cwd=tmp_path)
+    check = accel_convert("--check", "-v", "original.py", "converted.py", cwd=tmp_path)
     assert check.returncode == 1, check.stderr.decode()
     stderr = check.stderr.decode()
     pending = [line for line in stderr.splitlines() if ": ACC1" in line]
@@ -78,11 +78,11 @@ def loaded():
                   if name in sys.modules)
 
 report = {"clean": run("--check", "clean.py"), "after_clean": loaded()}
-report["train"] = run("--check", "train.py")
+report["train"] = run("--check", "-v", "train.py")
 report["after_train"] = loaded()
 report["json"] = run("--check", "--output-format", "json", "train.py")
 report["after_json"] = loaded()
-report["coloured"] = run("--check", "--color", "train.py")
+report["coloured"] = run("--check", "-v", "--color", "train.py")
 report["after_coloured"] = loaded()
 report["frozen_after_in_process_runs"] = gc.get_freeze_count()
 sys.__stdout__.write("\\nPROBE " + json.dumps(report) + "\\n")

@@ -196,7 +196,7 @@ def test_the_retry_is_added_to_the_entry_and_its_libraries_get_no_warning(tmp_pa
     training code of their own (the model, the epoch loop it calls) are not each warned that
     there is nothing to retry there (ACC917 on every library module before)."""
     project = make_project(tmp_path / "project")
-    result = run(str(project), "--diff", "--oom-retry")
+    result = run(str(project), "--diff", "--oom-retry", "-v")
     assert result.exit_code == EXIT_OK, result.output  # no warning left for a person
     assert "train.py:" in result.output and "ACC117" in result.output
     assert "ACC917" not in result.output, result.output

@@ -196,7 +196,7 @@ def test_cli_diff_check_and_output(tmp_path: Path) -> None:
     notebook.write_bytes(FIXTURE.read_bytes())
     (tmp_path / "helper.py").write_text("import torch\n")
 
-    diff = cli("--diff", "train.ipynb", cwd=tmp_path)
+    diff = cli("--diff", "-v", "train.ipynb", cwd=tmp_path)
     assert diff.returncode == 0, diff.stderr
     assert "--- a/train.ipynb:cell 6\n+++ b/train.ipynb:cell 6\n" in diff.stdout
     assert "-            loss.backward()\n+            accelerator.backward(loss)\n" in diff.stdout
