@@ -70,6 +70,7 @@ TORCHRUN_SWITCHES = frozenset(
 USAGE = """\
 usage: accel-launch [accel-launch options] [torchrun options] SCRIPT [SCRIPT ARGS...]
        accel-launch config [--no-input] [--show] [--config-file PATH] [setting options]
+       accel-launch test [launch options]
        accel-launch --env | --version | --help"""
 
 HELP = f"""\
@@ -95,6 +96,9 @@ Added by accel-launch (before SCRIPT; what follows SCRIPT is the script's own):
                          configuration (for bug reports), then exit; works without torch
   --version              print accel-launch's version, then exit
   config                 save launch settings: accel-launch config --help
+  test                   launch a short self-check with these settings (ranks, devices, an
+                         all-reduce and a gather, a sharded loader, a DDP step, a checkpoint);
+                         ends with one line: "2 processes on 1 node, gloo, cpu: all checks passed"
 
 Precedence, highest first: the command line, environment variables (PET_*, ACCELERATE_*),
 the saved configuration, the defaults.
@@ -750,6 +754,16 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     raise SystemExit(code)
 
 
+def self_check_command_line(options: Sequence[str]) -> list[str]:
+    """``accel-launch test [OPTIONS]``: the launch options as for a training script, then the
+    runtime's self-check (runtime/self_check.py) in place of the script, launched the same way."""
+    if any(not option.startswith("-") for option in options[:1]) or "--" in options:
+        raise LaunchError("accel-launch test takes launch options only (accel-launch test --nproc-per-node 2)")
+    # As a module: run as a file, its folder would come first on sys.path, and the runtime's
+    # logging.py would stand in for the standard library's.
+    return [*options, "-m", "accel_convert.runtime.self_check"]
+
+
 def check_script_exists(line: CommandLine) -> None:
     """A script that is not there is one line here, not every worker's traceback and torchrun's
     failure summary. A module (``-m``) or a program (``--no-python``) is torchrun's to find."""
@@ -767,6 +781,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         if argv[:1] == ["config"]:
             raise SystemExit(config_command(argv[1:]))
+        if argv[:1] == ["test"]:
+            argv = self_check_command_line(argv[1:])
         line = split_command_line(argv)
         if line.help:
             print(help_text())

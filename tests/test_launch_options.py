@@ -264,3 +264,30 @@ def test_a_missing_script_is_one_error_line(tmp_path: Path, isolated: dict[str, 
     run = accel_launch(str(tmp_path / "nope.py"), env=isolated, timeout=120)
     assert run.returncode == 2
     assert run.stderr == f"accel-launch: error: {tmp_path / 'nope.py'}: no such file\n"
+
+
+def test_accel_launch_test_checks_the_processes_and_says_on_what(tmp_path: Path, isolated: dict[str, str]) -> None:
+    # Like ``accelerate test``: the self-check launched as a training script would be (here two
+    # CPU processes, Gloo), one line at the end from the main process.
+    run = accel_launch("test", "--nproc-per-node", "2", "--cpu", env=isolated, timeout=300).check()
+    assert run.stdout.splitlines() == ["2 processes on 1 node, gloo, cpu: all checks passed"], run.stdout
+    refused = accel_launch("test", "train.py", env=isolated)
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        "accel-launch: error: accel-launch test takes launch options only (accel-launch test --nproc-per-node 2)\n"
+    )
+
+
+def test_a_failed_self_check_is_one_line_naming_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from accel_convert.runtime import self_check
+
+    def wrong_sum(accelerator: object) -> None:
+        self_check.expect(False, "all-reduce gave 2.0, not 3.0")
+
+    monkeypatch.setattr(self_check, "CHECKS", [("all-reduce and gather", wrong_sum)])
+    assert self_check.main() == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == "accel-launch test: rank 0: all-reduce and gather failed: all-reduce gave 2.0, not 3.0\n"
