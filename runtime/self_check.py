@@ -172,16 +172,16 @@ CHECKS: list[tuple[str, Callable[[Accelerator], object]]] = [
 
 def main() -> int:
     accelerator = Accelerator()
-    name = "setup"
+    running = "setup"  # the check under way, for the failure line
     try:
-        for name, check in CHECKS:
+        for running, check in CHECKS:  # noqa: B007 - read by the failure line below
             check(accelerator)
-        name = "DDP step"
+        running = "DDP step"
         model = check_ddp_step(accelerator)
-        name = "save_state/load_state"
+        running = "save_state/load_state"
         check_checkpoint(accelerator, model)
     except CheckFailed as failure:
-        print(f"accel-launch test: rank {accelerator.process_index}: {name} failed: {failure}", file=sys.stderr)
+        print(f"accel-launch test: rank {accelerator.process_index}: {running} failed: {failure}", file=sys.stderr)
         return 1
     summary = describe(accelerator)
     accelerator.wait_for_everyone()
