@@ -201,15 +201,19 @@ class _FailureWatch:
         return None
 
     def stop(self) -> None:
-        """A clean exit: let the watcher return (it must not sit in a store call at finalization)."""
+        """The process exits: let the watcher return (it must not sit in a store call at finalization).
+
+        Posted after a failure too: a rank that failed as an echo of a peer's error may exit
+        before the peer's message arrives, and its watcher, blocked on its inbox, would hold up
+        the exit. An extra message overwrites nothing; the watcher stops at the first it reads.
+        """
         self.exited.set()
         if self.thread is None or not self.thread.is_alive():
             return
-        if not self.failed_here.is_set():
-            try:
-                self.post(self.rank, _WAKE_EXIT)
-            except RuntimeError:
-                return  # the store is gone; the thread's wait fails and it returns by itself
+        try:
+            self.post(self.rank, _WAKE_EXIT)
+        except RuntimeError:
+            return  # the store is gone; the thread's wait fails and it returns by itself
         self.thread.join(timeout=failure_exit_seconds())
 
     # ------------------------------------------------------------------ watcher thread
