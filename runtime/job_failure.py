@@ -59,11 +59,11 @@ PEER_FAILED_EXIT_CODE = 1
 
 _FAILED_RANK = "failed_rank"
 _WHERE_REQUEST = "where_request"
-#: What the watcher's store wait is given: no timeout. The TCPStore client logs a warning (two
-#: ``socket.cpp ... waitForInput ... timed out`` lines) each time a wait times out, so a watcher
-#: that woke up every second to look around filled the user's stderr; this one wakes only when a
-#: message arrives. A week, not "forever": the wait needs some duration, and after a week
-#: without a message the watcher just waits again.
+#: How long one store wait of the watcher may last: in effect, no timeout. The TCPStore client
+#: logs a warning (two ``socket.cpp ... waitForInput ... timed out`` lines) each time a wait
+#: times out, so a watcher that woke up every second to look around filled the user's stderr;
+#: this one wakes only when a message arrives. A week, not "forever": the wait needs some
+#: duration, and after a week without a message the watcher just waits again.
 _WAIT_FOREVER = datetime.timedelta(days=7)
 #: Messages to a rank's watcher (see :meth:`_FailureWatch.post`).
 _WAKE_EXIT = "exit"
@@ -239,11 +239,14 @@ class _FailureWatch:
         """Block until message ``number`` of this rank's inbox arrives; None once the store is gone."""
         key = f"inbox/{self.rank}/{number}"
         while True:
+            started = time.monotonic()
             try:
                 store.wait([key], _WAIT_FOREVER)
                 return store.get(key).decode()
-            except dist.DistStoreError:  # a week without a word: keep waiting
-                continue
+            except dist.DistStoreError:
+                if time.monotonic() - started < _WAIT_FOREVER.total_seconds() / 2:
+                    return None  # not the week's timeout: a store that fails at once, never retried in a loop
+                continue  # a week without a word: keep waiting
             except RuntimeError:  # the store's host is gone: nothing more can be learnt
                 return None
 
