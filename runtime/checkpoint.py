@@ -30,6 +30,13 @@ A folder without ``checkpoint.json`` is not a checkpoint. Loading checks the man
 refuses, with the file's name, a checkpoint from another world size, a missing file or one whose
 digest differs. The folders are assumed to be on a file system every rank sees, as in Accelerate.
 
+Saving over an existing folder takes two renames (the old one aside, the new one in place; see
+:func:`_publish`). A process killed between them leaves no folder by the target's name, only the
+two complete checkpoints beside it, hidden; so ``load_state`` of that name reads the new one if
+its manifest vouches for every file, else the old one, and the next ``save_state`` into it first
+puts that one back under its name (:func:`_recover`). At every instant, then, the name loads
+either the previous checkpoint or the new complete one.
+
 Sharded (FSDP) models and their optimizers are the exception to "the main process writes the
 shared files": every rank takes part (:mod:`runtime.fsdp`). With ``SHARDED_STATE_DICT`` each
 becomes a ``torch.distributed.checkpoint`` folder inside the staging folder (one shard file per
@@ -259,9 +266,13 @@ def save_state(
     """
     config = accelerator.project_configuration
     target = _save_target(accelerator, output_dir)
-    staging = target.parent / f".{target.name}.incomplete"
+    staging = _staging_folder(target)
+    # Every rank first: a rank may still be reading, in a load_state just before, the hidden
+    # folder that the main process is about to rename or remove here.
+    accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        shutil.rmtree(staging, ignore_errors=True)  # what a crashed save left behind
+        _recover(target)  # a save killed between its two renames left the target missing
+        _remove(staging)  # what a crashed save left behind
         staging.mkdir(parents=True)
     accelerator.wait_for_everyone()
     gathered = _write_sharded_parts(accelerator, staging)
@@ -272,6 +283,7 @@ def save_state(
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         _write_manifest(staging, accelerator)
+        _sync_folder(staging)  # the manifest's name is on disk before the renames rely on it
         _publish(staging, target)
         if config.automatic_checkpoint_naming and config.total_limit:
             _keep_newest(target.parent, config.total_limit)
@@ -279,6 +291,16 @@ def save_state(
     if config.automatic_checkpoint_naming:
         config.iteration += 1
     return str(target)
+
+
+def _staging_folder(target: Path) -> Path:
+    """Where the checkpoint for ``target`` is written before it is complete."""
+    return target.parent / f".{target.name}.incomplete"
+
+
+def _replaced_folder(target: Path) -> Path:
+    """Where the previous checkpoint of ``target`` waits while the new one is moved in."""
+    return target.parent / f".{target.name}.replaced"
 
 
 def _save_target(accelerator: Any, output_dir: str | os.PathLike | None) -> Path:
@@ -354,16 +376,70 @@ def _write_text_durably(path: Path, text: str) -> None:
 
 
 def _publish(staging: Path, target: Path) -> None:
-    """Make the complete staging folder the checkpoint, in one rename."""
-    replaced = target.parent / f".{target.name}.replaced"
+    """Make the complete staging folder the checkpoint: one rename, two over an existing folder.
+
+    A rename cannot replace a non-empty folder, so saving over one moves the old checkpoint aside
+    first and deletes it only once the new one is in place. Between the two renames ``target`` is
+    missing; :func:`_recoverable` covers that moment. Swapping the two folders in one step is not
+    portable: ``renameat2(RENAME_EXCHANGE)`` is Linux's alone (and not every file system's), and
+    making ``target`` a symbolic link that is replaced atomically would change what users see and
+    copy (Accelerate's checkpoint is a plain folder; Windows needs a privilege for links).
+    """
+    replaced = _replaced_folder(target)
     if target.exists():
-        # Saving over an explicit folder again: move the old one aside first (a rename cannot
-        # replace a non-empty folder), delete it only once the new one is in place.
-        shutil.rmtree(replaced, ignore_errors=True)
-        target.rename(replaced)
-    staging.rename(target)
+        _remove(replaced)
+        _rename(target, replaced)
+    _rename(staging, target)
     _sync_folder(target.parent)
-    shutil.rmtree(replaced, ignore_errors=True)
+    _remove(replaced)
+
+
+def _rename(source: Path, destination: Path) -> None:
+    """One atomic rename: every observer sees the folder under one name or the other."""
+    os.rename(source, destination)
+
+
+def _remove(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _recoverable(target: Path) -> Path | None:
+    """The complete checkpoint a save over ``target`` left hidden when it was killed between
+    its two renames: the new one if its manifest vouches for every file, else the old one."""
+    for candidate in (_staging_folder(target), _replaced_folder(target)):
+        if _vouched_for(candidate):
+            return candidate
+    return None
+
+
+def _vouched_for(folder: Path) -> bool:
+    """Whether ``folder`` holds a readable manifest and every file it lists, with its size and digest.
+
+    Presence of the manifest is not enough here: a checkpoint being deleted (the old one, once the
+    new one is in place) may lose its other files first.
+    """
+    try:
+        files = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["files"]
+        return all(
+            (folder / name).is_file()
+            and (folder / name).stat().st_size == entry["bytes"]
+            and _digest(folder / name) == entry["sha256"]
+            for name, entry in files.items()
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def _recover(target: Path) -> None:
+    """Main process, before a save: if ``target`` is missing but a save over it left a complete
+    checkpoint hidden, put that one back under its name (one rename), so the save replaces it as
+    usual and a crash during this save still leaves it loadable."""
+    if target.exists():
+        return
+    found = _recoverable(target)
+    if found is not None:
+        _rename(found, target)
+        _sync_folder(target.parent)
 
 
 def _sync_folder(folder: Path) -> None:
@@ -563,9 +639,17 @@ def _load_source(accelerator: Any, input_dir: str | os.PathLike | None) -> Path:
     config = accelerator.project_configuration
     if input_dir is not None:
         source = Path(input_dir)
-        if not source.is_dir():
+        if source.is_dir():
+            return source
+        found = _recoverable(source)
+        if found is None:
             raise CheckpointError(f"{source}: no such checkpoint folder")
-        return source
+        if accelerator.is_main_process:
+            warnings.warn(
+                f"{source}: missing, a save over it was interrupted; loading the complete checkpoint it left in {found}",
+                stacklevel=4,
+            )
+        return found
     if not config.automatic_checkpoint_naming or config.project_dir is None:
         raise ValueError("load_state needs input_dir (or ProjectConfiguration(automatic_checkpoint_naming=True))")
     latest = latest_checkpoint(config.project_dir)

@@ -11,9 +11,10 @@ So, once this process has joined the default group (:func:`watch_for_failures`):
   ``failed_rank`` in the rendezvous store (the first rank to fail wins) and wakes every rank's
   watcher. The exit handler in :mod:`runtime.state` then skips its barrier, so the failing rank
   exits at once, and ``torchrun`` stops the others.
-- A small watcher thread on every rank blocks on its own connection to that store. Woken by a
-  peer's failure, it prints one line naming the failed rank, gives the launcher time to stop this
-  process (so the launcher's summary names the real culprit), and ends it itself otherwise.
+- A small watcher thread on every rank blocks on its own connection to that store, reading its
+  rank's inbox (see :class:`_FailureWatch`). Woken by a peer's failure, it prints one line naming
+  the failed rank, gives the launcher time to stop this process (so the launcher's summary names
+  the real culprit), and ends it itself otherwise.
 - A rank whose own exception arrives after a peer's failure was recorded (typically Gloo's
   "connection closed by peer" in a collective the failed rank left) prints one line instead of a
   second traceback: the failing rank's traceback is shown once.
@@ -58,11 +59,17 @@ PEER_FAILED_EXIT_CODE = 1
 
 _FAILED_RANK = "failed_rank"
 _WHERE_REQUEST = "where_request"
-#: How often the watcher looks for a peer's "where are you?" (one store round trip each time).
-_WATCH_POLL_SECONDS = 1.0
+#: How long one store wait of the watcher may last: in effect, no timeout. The TCPStore client
+#: logs a warning (two ``socket.cpp ... waitForInput ... timed out`` lines) each time a wait
+#: times out, so a watcher that woke up every second to look around filled the user's stderr;
+#: this one wakes only when a message arrives. A week, not "forever": the wait needs some
+#: duration, and after a week without a message the watcher just waits again.
+_WAIT_FOREVER = datetime.timedelta(days=7)
+#: Messages to a rank's watcher (see :meth:`_FailureWatch.post`).
 _WAKE_EXIT = "exit"
 _WAKE_PEER = "peer failed"
 _WAKE_SELF = "failed here"
+_WAKE_WHERE = "where are you"
 
 
 def failure_exit_seconds() -> float:
@@ -95,7 +102,14 @@ def _underlying_store() -> dist.Store | None:
 
 
 class _FailureWatch:
-    """The store keys of this launch, the watcher thread, and what this rank knows of failures."""
+    """The store keys of this launch, the watcher thread, and what this rank knows of failures.
+
+    Each rank's watcher reads an inbox: message ``n`` to rank ``r`` is the key ``inbox/r/n``, and
+    the watcher blocks on the next one it has not read. A store wait cannot wait for "any of
+    these keys", and a key once set stays set, so one numbered key per message is what lets a
+    single blocking wait hear every kind of message (a peer failed, this rank failed, a barrier
+    asks where this rank is, the process exits) in the order they were numbered.
+    """
 
     def __init__(self, store: dist.Store, rank: int, world_size: int) -> None:
         self.rank = rank
@@ -127,8 +141,10 @@ class _FailureWatch:
         )
         self.thread.start()
 
-    def _wake_key(self, rank: int) -> str:
-        return f"wake/{rank}"
+    def post(self, rank: int, message: str) -> None:
+        """Put ``message`` in ``rank``'s inbox: take the next number (atomic), then fill it."""
+        number = self.store.add(f"inbox/{rank}/count", 1)
+        self.store.set(f"inbox/{rank}/{number}", message)
 
     def announce(self, message: str) -> None:
         """Print this rank's one line about the failure, once (watcher and excepthook may race)."""
@@ -166,11 +182,10 @@ class _FailureWatch:
     def wake_everyone(self) -> None:
         """Wake every peer's watcher (they stop), and ours (it becomes this rank's exit deadline)."""
         try:
-            others = [rank for rank in range(self.world_size) if rank != self.rank]
-            if others:
-                wake_keys = [self._wake_key(rank) for rank in others]
-                self.store.multi_set(wake_keys, [_WAKE_PEER] * len(others))  # type: ignore[attr-defined]
-            self.store.set(self._wake_key(self.rank), _WAKE_SELF)
+            for rank in range(self.world_size):
+                if rank != self.rank:
+                    self.post(rank, _WAKE_PEER)
+            self.post(self.rank, _WAKE_SELF)
         except RuntimeError:
             pass
 
@@ -186,19 +201,23 @@ class _FailureWatch:
         return None
 
     def stop(self) -> None:
-        """A clean exit: let the watcher return (it must not sit in a store call at finalization)."""
+        """The process exits: let the watcher return (it must not sit in a store call at finalization).
+
+        Posted after a failure too: a rank that failed as an echo of a peer's error may exit
+        before the peer's message arrives, and its watcher, blocked on its inbox, would hold up
+        the exit. An extra message overwrites nothing; the watcher stops at the first it reads.
+        """
         self.exited.set()
         if self.thread is None or not self.thread.is_alive():
             return
-        if not self.failed_here.is_set():
-            try:
-                self.store.set(self._wake_key(self.rank), _WAKE_EXIT)
-            except RuntimeError:
-                return  # the store is gone; the thread's wait fails and it returns by itself
+        try:
+            self.post(self.rank, _WAKE_EXIT)
+        except RuntimeError:
+            return  # the store is gone; the thread's wait fails and it returns by itself
         self.thread.join(timeout=failure_exit_seconds())
 
     # ------------------------------------------------------------------ watcher thread
-    def _answer_where_requests(self, store: dist.Store) -> None:
+    def _answer_where_request(self, store: dist.Store) -> None:
         """A peer's barrier timed out without this rank: say where this rank's main thread is."""
         if not store.check([_WHERE_REQUEST]):
             return
@@ -216,20 +235,33 @@ class _FailureWatch:
             f"rank(s) {waiting_ranks} wait for this rank in wait_for_everyone at {waiting_at}; this rank is at {where}",
         )
 
-    def _watch(self, store: dist.Store) -> None:
-        key = self._wake_key(self.rank)
+    def _next_message(self, store: dist.Store, number: int) -> str | None:
+        """Block until message ``number`` of this rank's inbox arrives; None once the store is gone."""
+        key = f"inbox/{self.rank}/{number}"
         while True:
+            started = time.monotonic()
             try:
-                store.wait([key], datetime.timedelta(seconds=_WATCH_POLL_SECONDS))
-                reason = store.get(key).decode()
-                break
-            except dist.DistStoreError:  # timed out: keep watching while the process lives
-                if self.exited.is_set():
-                    return
-                self._answer_where_requests(store)
+                store.wait([key], _WAIT_FOREVER)
+                return store.get(key).decode()
+            except dist.DistStoreError:
+                if time.monotonic() - started < _WAIT_FOREVER.total_seconds() / 2:
+                    return None  # not the week's timeout: a store that fails at once, never retried in a loop
+                continue  # a week without a word: keep waiting
             except RuntimeError:  # the store's host is gone: nothing more can be learnt
+                return None
+
+    def _watch(self, store: dist.Store) -> None:
+        number = 1
+        while True:
+            reason = self._next_message(store, number)
+            number += 1
+            if reason != _WAKE_WHERE:
+                break
+            try:
+                self._answer_where_request(store)
+            except RuntimeError:
                 return
-        if reason == _WAKE_EXIT:
+        if reason is None or reason == _WAKE_EXIT:
             return
         if reason == _WAKE_PEER and not self.failed_here.is_set():
             try:
@@ -365,7 +397,7 @@ def stop_watching() -> None:
 BARRIER_TIMEOUT_ENV = "ACCEL_CONVERT_BARRIER_TIMEOUT"
 _DEFAULT_BARRIER_TIMEOUT_S = 30.0
 #: Seconds a timed-out barrier waits for the missing ranks to say where they are.
-_WHERE_ANSWER_SECONDS = 3.0 * _WATCH_POLL_SECONDS
+_WHERE_ANSWER_SECONDS = 3.0
 
 
 class BarrierTimeoutError(RuntimeError):
@@ -448,6 +480,8 @@ def monitored_barrier() -> None:
         return
     waiting = ",".join(map(str, sorted(arrived)))
     store.compare_set(_WHERE_REQUEST, "", f"{generation}|{waiting}|{where}")
+    for rank in missing:
+        watch.post(rank, _WAKE_WHERE)
     answers = {}
     for rank in missing:
         try:

@@ -416,9 +416,11 @@ class _PeerFailureWatcher:
         key = self.keys.wake_key(self.group.rank)
         while True:
             try:
-                self.store.wait([key], datetime.timedelta(seconds=60))
+                # In effect no timeout: torch logs every store wait that times out (two
+                # socket.cpp lines), and the attempt's end sets the key anyway (__exit__).
+                self.store.wait([key], datetime.timedelta(days=7))
                 break
-            except dist.DistStoreError:  # timed out: keep waiting while the attempt runs
+            except dist.DistStoreError:  # a week: keep waiting while the attempt runs
                 if self.finished.is_set():
                     return
         if not self.finished.is_set():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -189,6 +190,155 @@ def test_a_crash_while_replacing_a_folder_keeps_the_old_checkpoint(
             t["accelerator"].save_state(tmp_path / "ckpt")
     t["accelerator"].load_state(tmp_path / "ckpt")
     assert_same(snapshot(t), expected)
+
+
+class Killed(BaseException):
+    """The process dies here: nothing of save_state runs after it (not even ``except Exception``)."""
+
+
+def kill_at_step(patch: pytest.MonkeyPatch, step: int | None) -> list[str]:
+    """Make the next save die at ``step`` of moving folders into place: just before a rename, or
+    half-way through removing a folder (every file gone but the manifest: the worst moment for
+    anything that trusts a manifest's presence). Returns the steps reached; with ``step=None``
+    nothing dies and the list is every step of the save."""
+    steps: list[str] = []
+    real_rename, real_remove = checkpoint._rename, checkpoint._remove
+
+    def reached(what: str) -> None:
+        steps.append(what)
+        if len(steps) - 1 == step:
+            raise Killed(what)
+
+    def rename(source: Path, destination: Path) -> None:
+        reached(f"rename {source.name} to {destination.name}")
+        real_rename(source, destination)
+
+    def remove(folder: Path) -> None:
+        if folder.is_dir():
+            for path in folder.rglob("*"):
+                if path.is_file() and path.name != MANIFEST:
+                    path.unlink()
+            reached(f"half-way through removing {folder.name}")
+        real_remove(folder)
+
+    patch.setattr(checkpoint, "_rename", rename)
+    patch.setattr(checkpoint, "_remove", remove)
+    return steps
+
+
+def same(a: dict, b: dict) -> bool:
+    try:
+        assert_same(a, b)
+    except AssertionError:
+        return False
+    return True
+
+
+def save_killed_at(t: dict, folder: Path, step: int | None, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    with monkeypatch.context() as patch:
+        steps = kill_at_step(patch, step)
+        if step is None:
+            t["accelerator"].save_state(folder)
+        else:
+            with pytest.raises(Killed):
+                t["accelerator"].save_state(folder)
+    return steps
+
+
+def load_and_save_again(case: Path, candidates: dict[str, dict]) -> str:
+    """Load ``case/ckpt`` in a new run: which candidate came back. Then a save into it must work,
+    leave no hidden folder, and load back."""
+    resumed = make_training()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "a save over it was interrupted": asserted elsewhere
+        resumed["accelerator"].load_state(case / "ckpt")
+    loaded = snapshot(resumed)
+    matches = [name for name, expected in candidates.items() if same(loaded, expected)]
+    assert len(matches) == 1, f"{case}: loaded a state that is none of {list(candidates)}"
+    train(resumed)
+    resumed["accelerator"].save_state(case / "ckpt")
+    expected = snapshot(resumed)
+    assert [path.name for path in case.iterdir()] == ["ckpt"], f"{case}: hidden folders left"
+    again = make_training()
+    again["accelerator"].load_state(case / "ckpt")
+    assert_same(snapshot(again), expected)
+    return matches[0]
+
+
+OVERWRITE_STEPS = [
+    "rename ckpt to .ckpt.replaced",
+    "rename .ckpt.incomplete to ckpt",
+    "half-way through removing .ckpt.replaced",
+]
+
+
+def test_a_save_over_a_folder_killed_at_any_step_leaves_the_old_or_the_new_checkpoint_loadable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = make_training()
+    t["accelerator"].save_state(tmp_path / "dry" / "ckpt")
+    assert save_killed_at(t, tmp_path / "dry" / "ckpt", None, monkeypatch) == OVERWRITE_STEPS
+    outcomes = []
+    for step in range(len(OVERWRITE_STEPS)):
+        case = tmp_path / f"killed_at_{step}"
+        t = make_training()
+        train(t)
+        t["accelerator"].save_state(case / "ckpt")
+        old = snapshot(t)
+        train(t)
+        save_killed_at(t, case / "ckpt", step, monkeypatch)
+        new = snapshot(t)
+        outcomes.append(load_and_save_again(case, {"old": old, "new": new}))
+    # Before the first rename the old checkpoint is the folder; from the moment it is moved
+    # aside (the folder's name missing) the new complete one is what loads.
+    assert outcomes == ["old", "new", "new"], outcomes
+
+
+def test_a_save_after_an_interrupted_overwrite_killed_at_any_step_still_leaves_one_loadable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed between the two renames, then the next save (which first puts the hidden complete
+    checkpoint back) killed at each of its own steps."""
+    between_the_renames = OVERWRITE_STEPS.index("rename .ckpt.incomplete to ckpt")
+
+    def interrupted(case: Path) -> tuple[dict, dict, dict]:
+        t = make_training()
+        t["accelerator"].save_state(case / "ckpt")
+        train(t)
+        save_killed_at(t, case / "ckpt", between_the_renames, monkeypatch)
+        first = snapshot(t)
+        train(t)
+        return t, first, snapshot(t)
+
+    t, _, _ = interrupted(tmp_path / "dry")
+    steps = save_killed_at(t, tmp_path / "dry" / "ckpt", None, monkeypatch)
+    assert steps == ["rename .ckpt.incomplete to ckpt", "half-way through removing .ckpt.replaced", *OVERWRITE_STEPS]
+    outcomes = []
+    for step in range(len(steps)):
+        case = tmp_path / f"killed_at_{step}"
+        t, first, _ = interrupted(case)
+        save_killed_at(t, case / "ckpt", step, monkeypatch)
+        second = snapshot(t)
+        outcomes.append(load_and_save_again(case, {"first": first, "second": second}))
+    assert outcomes == ["first", "first", "first", "second", "second"], outcomes
+
+
+def test_an_interrupted_overwrite_whose_new_copy_is_damaged_loads_the_old_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = make_training()
+    t["accelerator"].save_state(tmp_path / "ckpt")
+    old = snapshot(t)
+    train(t)
+    save_killed_at(t, tmp_path / "ckpt", OVERWRITE_STEPS.index("rename .ckpt.incomplete to ckpt"), monkeypatch)
+    damaged = tmp_path / ".ckpt.incomplete" / "pytorch_model.bin"
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    resumed = make_training()
+    with pytest.warns(UserWarning, match=r"ckpt: missing, a save over it was interrupted; .*\.ckpt\.replaced"):
+        resumed["accelerator"].load_state(tmp_path / "ckpt")
+    assert_same(snapshot(resumed), old)
 
 
 @pytest.fixture

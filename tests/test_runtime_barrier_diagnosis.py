@@ -13,7 +13,7 @@ from tests.launching import REPO_ROOT, torchrun
 
 SCRIPT = REPO_ROOT / "tests" / "scripts" / "runtime_barrier_hang.py"
 BARRIER_TIMEOUT_S = 5.0
-#: The bound plus the missing rank's answer (one watcher poll, 1 s) and the job's teardown.
+#: The bound plus the missing rank's answer (its watcher wakes on the request) and the job's teardown.
 END_BOUND_S = BARRIER_TIMEOUT_S + 15.0
 
 

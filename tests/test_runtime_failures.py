@@ -100,3 +100,19 @@ def test_a_rank_killed_during_save_state_leaves_the_previous_checkpoint_whole(tm
     for name, expected in manifest["files"].items():
         data = (checkpoints / "checkpoint_0" / name).read_bytes()
         assert (len(data), hashlib.sha256(data).hexdigest()) == (expected["bytes"], expected["sha256"]), name
+
+
+def test_rank_0_killed_between_the_renames_of_an_overwrite_leaves_the_new_checkpoint_loadable(tmp_path: Path) -> None:
+    run, elapsed = launch("kill_mid_overwrite", tmp_path)
+    text = output(run)
+    assert run.returncode != 0, text
+    assert elapsed < FAILURE_BOUND_S, f"ended {elapsed:.1f}s after the kill\n{text}"
+    # The kill hit the window: the folder's name is missing, both checkpoints are hidden.
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name != "fault_time") == [
+        ".ckpt.incomplete",
+        ".ckpt.replaced",
+    ], text
+    resumed = torchrun(SCRIPT, "resume_overwritten", str(tmp_path), nproc=2, timeout=150).check()
+    text = output(resumed)
+    assert "rank 0: loaded second" in text and "rank 1: loaded second" in text, text
+    assert "left: ['ckpt']" in resumed.stdout, text

@@ -11,7 +11,12 @@
   when unpickled, and the manifest is rewritten to vouch for it: only rank 1 reads that file;
 - ``kill_during``: rank 1 kills itself with SIGKILL at the fourth batch;
 - ``kill_during_save``: a first checkpoint is saved (automatic naming), then rank 1 kills itself
-  with SIGKILL in the middle of the second ``save_state``, while writing its own file.
+  with SIGKILL in the middle of the second ``save_state``, while writing its own file;
+- ``kill_mid_overwrite``: a checkpoint holding ``first`` is saved to OUT_DIR/ckpt, then one
+  holding ``second`` over it, and rank 0 kills itself with SIGKILL between the save's two
+  renames (the old folder moved aside, the new one not yet in place);
+- ``resume_overwritten``: (no fault) every rank loads OUT_DIR/ckpt and prints what it holds,
+  then saves ``third`` over it; rank 0 prints what OUT_DIR holds then.
 
 Just before the fault, the faulting rank writes the time to OUT_DIR/fault_time.
 """
@@ -37,6 +42,19 @@ MODE, OUT = sys.argv[1], Path(sys.argv[2])
 
 def mark_fault() -> None:
     (OUT / "fault_time").write_text(repr(time.time()))
+
+
+class Progress:
+    """A registered object whose value tells which save a checkpoint came from."""
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def state_dict(self) -> dict:
+        return {"value": self.value}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.value = state["value"]
 
 
 class Payload:
@@ -72,6 +90,35 @@ def main() -> None:
 
             checkpoint_module._write = write_then_die
         accelerator.save_state()  # checkpoint_1: rank 1 dies half way
+    if MODE == "kill_mid_overwrite":
+        progress = Progress("first")
+        accelerator.register_for_checkpointing(progress)
+        accelerator.save_state(str(OUT / "ckpt"))
+        progress.value = "second"
+        if rank == 0:
+            import accel_convert.runtime.checkpoint as checkpoint_module
+
+            rename = checkpoint_module._rename
+
+            def rename_then_die(source: Path, destination: Path) -> None:
+                rename(source, destination)
+                if destination.name == ".ckpt.replaced":
+                    mark_fault()
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+            checkpoint_module._rename = rename_then_die
+        accelerator.save_state(str(OUT / "ckpt"))
+    if MODE == "resume_overwritten":
+        progress = Progress("nothing loaded")
+        accelerator.register_for_checkpointing(progress)
+        accelerator.load_state(str(OUT / "ckpt"))
+        print(f"rank {rank}: loaded {progress.value}", flush=True)
+        progress.value = "third"
+        accelerator.save_state(str(OUT / "ckpt"))
+        if rank == 0:
+            print(f"left: {sorted(path.name for path in OUT.iterdir() if path.name != 'fault_time')}", flush=True)
+        accelerator.end_training()
+        return
     if MODE in ("corrupt_rng", "forged_rng"):
         checkpoint = OUT / "checkpoint"
         accelerator.save_state(str(checkpoint))
