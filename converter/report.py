@@ -475,6 +475,8 @@ def example_lines(doc: CodeDoc) -> list[str]:
     """A code's examples: each script before, and the converted script or the message reported."""
     lines: list[str] = []
     for example in doc.examples:
+        if example.leaves_alone:
+            lines.append(f"    Left alone ({doc.code} is not reported):")
         for title, code in (("Before", example.before), ("After", example.after)):
             if code:
                 lines.append(f"    {title}:")

@@ -1,7 +1,12 @@
-"""Adding an import a rewrite needs (``from accel_convert.runtime import Accelerator``, ``import os``) after the
-module's own imports."""
+"""Adding an import a rewrite needs (``from accel_convert.runtime import Accelerator``, ``import os``)
+where isort and ruff would put it."""
 
 from __future__ import annotations
+
+import bisect
+import sys
+from collections.abc import Callable, Sequence
+from typing import cast
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
@@ -27,21 +32,148 @@ def imports_from(module: cst.Module, package: str, name: str) -> bool:
 
 
 def add_import(module: cst.Module, line: cst.SimpleStatementLine) -> cst.Module:
-    """Insert ``line`` after the module's leading block of imports (docstring, __future__ first)."""
-    body = list(module.body)
+    """Add ``line`` (one import) where isort and ruff's ``I001`` would put it, so that a script
+    whose imports were sorted stays sorted: into the ``from X import ...`` of the same module
+    when there is one on a single line; else at its sorted place in the group of imports that
+    holds torch's (the third-party section: ``import`` lines first, then ``from`` lines, each by
+    module name). Imports not sorted that way get it after the module's leading imports."""
+    body: list[cst.BaseStatement] = list(module.body)
+    new = line.body[0]
+    merged = _merged_into_existing(body, new)
+    if merged is not None:
+        return module.with_changes(body=merged)
+    root = _module_name(cast(cst.Import | cst.ImportFrom, new)).split(".")[0]
+    standard = root in sys.stdlib_module_names
+    group = _import_group(body, _is_standard_library) if standard else None
+    if standard and group is None:
+        # No standard-library section yet: it becomes the first, a blank line above the rest.
+        start = first_statement_index(body)
+        if start < len(body) and _is_import_line(body[start]):
+            first = cast(cst.SimpleStatementLine, body[start])
+            body.insert(start, line.with_changes(leading_lines=first.leading_lines))
+            body[start + 1] = first.with_changes(leading_lines=[cst.EmptyLine()])
+            return module.with_changes(body=body)
+    group = group or _import_group(body, lambda name: name == "torch" or name.startswith("torch."))
+    if group is not None and _is_sorted(body[group.start : group.stop]):
+        keys = [_sort_key(cast(cst.SimpleStatementLine, body[i]).body[0]) for i in group]
+        insert_at = group.start + bisect.bisect_right(keys, _sort_key(new))
+        if insert_at == group.start:  # the group's blank line above now goes above the new line
+            first = cast(cst.SimpleStatementLine, body[insert_at])
+            line = line.with_changes(leading_lines=first.leading_lines)
+            body[insert_at] = first.with_changes(leading_lines=[])
+        body.insert(insert_at, line)
+        return module.with_changes(body=body)
     index = first_statement_index(body)
     last_import = None
     for position in range(index, len(body)):
-        node = body[position]
-        if not (
-            isinstance(node, cst.SimpleStatementLine)
-            and all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in node.body)
-        ):
+        if not _is_import_line(body[position]):
             break
         last_import = position
     insert_at = last_import + 1 if last_import is not None else index
     body.insert(insert_at, line)
     return module.with_changes(body=body)
+
+
+def _is_import_line(node: cst.BaseStatement) -> bool:
+    return isinstance(node, cst.SimpleStatementLine) and all(
+        isinstance(small, (cst.Import, cst.ImportFrom)) for small in node.body
+    )
+
+
+def _module_name(node: cst.Import | cst.ImportFrom) -> str:
+    if isinstance(node, cst.Import):
+        return get_full_name_for_node(node.names[0].name) or ""
+    if node.relative or node.module is None:
+        return ""
+    return get_full_name_for_node(node.module) or ""
+
+
+def _sort_key(node: cst.BaseSmallStatement) -> tuple[int, str]:
+    """isort's and ruff's default order within a section: ``import`` lines before ``from``
+    lines, each by module name, case-insensitively."""
+    assert isinstance(node, (cst.Import, cst.ImportFrom))
+    return (0 if isinstance(node, cst.Import) else 1, _module_name(node).lower())
+
+
+def _name_key(name: str) -> tuple[int, str]:
+    """ruff's ``order-by-type`` for the names of one ``from`` import: CONSTANTS, Classes, the rest."""
+    if len(name) > 1 and name.isupper():
+        return (0, name)
+    return (1, name) if name[:1].isupper() else (2, name)
+
+
+def _is_standard_library(name: str) -> bool:
+    return name.split(".")[0] in sys.stdlib_module_names
+
+
+def _import_group(body: Sequence[cst.BaseStatement], wanted: Callable[[str], bool]) -> range | None:
+    """The blank-line-separated run of top-level import lines (isort's section) that imports a
+    module ``wanted`` accepts, as indexes into ``body``."""
+    start = index = first_statement_index(body)
+    groups: list[range] = []
+    while index < len(body) and _is_import_line(body[index]):
+        line = cast(cst.SimpleStatementLine, body[index])
+        if index > start and any(empty.comment is None for empty in line.leading_lines):
+            groups.append(range(start, index))
+            start = index
+        index += 1
+    groups.append(range(start, index))
+    for group in groups:
+        for i in group:
+            name = _module_name(cast(cst.Import | cst.ImportFrom, cast(cst.SimpleStatementLine, body[i]).body[0]))
+            if wanted(name):
+                return group
+    return None
+
+
+def _is_sorted(lines: Sequence[cst.BaseStatement]) -> bool:
+    keys = []
+    for line in lines:
+        statement = cast(cst.SimpleStatementLine, line)
+        if len(statement.body) != 1:
+            return False
+        small = statement.body[0]
+        if isinstance(small, cst.Import) and len(small.names) != 1:
+            return False  # ``import os, sys``: isort would split it first
+        if isinstance(small, cst.ImportFrom) and (small.relative or isinstance(small.names, cst.ImportStar)):
+            return False
+        keys.append(_sort_key(small))
+    return keys == sorted(keys)
+
+
+def _merged_into_existing(body: list[cst.BaseStatement], new: cst.BaseSmallStatement) -> list[cst.BaseStatement] | None:
+    """``body`` with ``new``'s names added to a one-line ``from`` import of the same module
+    (isort merges them), or None when there is none to add them to."""
+    if not isinstance(new, cst.ImportFrom) or isinstance(new.names, cst.ImportStar):
+        return None
+    for index, line in enumerate(body):
+        if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
+            continue
+        old = line.body[0]
+        if (
+            not isinstance(old, cst.ImportFrom)
+            or isinstance(old.names, cst.ImportStar)
+            or old.lpar is not None
+            or old.relative
+            or _module_name(old) != _module_name(new)
+        ):
+            continue
+        names = [alias.evaluated_name for alias in old.names]
+        if names != sorted(names, key=_name_key) or any(alias.asname for alias in old.names):
+            return None  # not isort's order: leave that line as it is
+        combined = sorted({*names, *(alias.evaluated_name for alias in new.names)}, key=_name_key)
+        aliases = [
+            cst.ImportAlias(
+                name=cst.Name(name),
+                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+                if i < len(combined) - 1
+                else cst.MaybeSentinel.DEFAULT,
+            )
+            for i, name in enumerate(combined)
+        ]
+        body[index] = line.with_changes(body=[old.with_changes(names=aliases)])
+        return body
+    return None
 
 
 def imports_module(module: cst.Module, name: str) -> bool:

@@ -48,6 +48,9 @@ RULE_MODULES: tuple[str, ...] = (
     # After every rewrite of the methods, before pass_accelerator (which hands the accelerator on
     # to the functions that now construct the class with it).
     "training_class",
+    # After every rewrite that could read the device, before pass_accelerator: a function left
+    # with no use of the accelerator gets no accelerator parameter.
+    "unused_device",
     "pass_accelerator",
     "no_dataloader",
     "unseeded_random",

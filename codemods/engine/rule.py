@@ -41,7 +41,8 @@ NO_ACCELERATOR_ACCESS_DOC = (
 class Example:
     """A complete script before conversion and what converting it gives: the whole converted
     script (for an automatic rewrite), or the exact message reported while the reported spot is
-    left as it was (for a report). ``code`` is the code shown, when it is not the rule's own (one
+    left as it was (for a report), or with ``leaves_alone`` a script the rule does not touch.
+    ``code`` is the code shown, when it is not the rule's own (one
     of its ``extra_codes``); ``oom_retry`` converts with ``--oom-retry``, ``target`` with
     ``--target``.
 
@@ -55,6 +56,9 @@ class Example:
     oom_retry: bool = False
     code: str = ""
     target: str = "runtime"
+    #: What the rule leaves alone: its code is not reported on ``before``, and (for a rewrite)
+    #: ``after`` is what the other rules make of it.
+    leaves_alone: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "before", _script(self.before))

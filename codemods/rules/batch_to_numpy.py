@@ -269,8 +269,8 @@ class BatchToNumpy(Rule):
                 import numpy as np
                 import torch
                 import torch.nn as nn
-                from torch.utils.data import DataLoader, TensorDataset
                 from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
                 accelerator = Accelerator()
 
                 device = accelerator.device

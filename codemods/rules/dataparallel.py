@@ -57,8 +57,8 @@ class DataParallelCodemod(Rule):
             after="""
                 import torch
                 import torch.nn as nn
-                from torch.utils.data import DataLoader, TensorDataset
                 from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
 
 
                 def main():

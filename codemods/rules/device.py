@@ -727,13 +727,12 @@ class Device(Rule):
             after="""
                 import torch
                 import torch.nn as nn
-                from torch.utils.data import DataLoader, TensorDataset
                 from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
 
 
                 def main():
                     accelerator = Accelerator()
-                    device = accelerator.device
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
                     model = nn.Linear(8, 1)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

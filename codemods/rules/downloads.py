@@ -51,9 +51,9 @@ class Downloads(Rule):
             """,
             after="""
                 import torch
+                from accel_convert.runtime import Accelerator
                 from torch.utils.data import DataLoader
                 from torchvision import datasets, transforms
-                from accel_convert.runtime import Accelerator
 
 
                 def main():

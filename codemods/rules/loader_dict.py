@@ -88,8 +88,8 @@ class LoaderDict(Rule):
             after="""
                 import torch
                 import torch.nn as nn
-                from torch.utils.data import DataLoader, TensorDataset
                 from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
 
                 torch.manual_seed(0)
                 image_datasets = {x: TensorDataset(torch.randn(10, 4), torch.randint(0, 2, (10,))) for x in ["train", "val"]}

@@ -28,6 +28,7 @@ from accel_convert.codemods.engine.accelerator_code import (
 )
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import Findings
+from accel_convert.codemods.engine.imports import add_import
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.positions import STATEMENT_TYPES, reanchor
 from accel_convert.codemods.engine.rule import Example, Rule
@@ -91,9 +92,8 @@ class OomRetryCodemod(Rule):
 
                 import torch
                 import torch.nn as nn
+                from accel_convert.runtime import Accelerator, find_executable_batch_size
                 from torch.utils.data import DataLoader, TensorDataset
-                from accel_convert.runtime import Accelerator
-                from accel_convert.runtime import find_executable_batch_size
 
 
                 def main():
@@ -158,9 +158,8 @@ class OomRetryCodemod(Rule):
 
                 import torch
                 import torch.nn as nn
+                from accel_convert.runtime import Accelerator, find_executable_batch_size
                 from torch.utils.data import DataLoader, TensorDataset
-                from accel_convert.runtime import Accelerator
-                from accel_convert.runtime import find_executable_batch_size
 
 
                 def get_data(train_ds, bs):
@@ -614,29 +613,9 @@ def _replace_region(module: cst.Module, region: _Region, wrapped: list[cst.BaseS
 
 
 def _add_import(module: cst.Module, facts: ScriptFacts, options: Options) -> cst.Module:
-    """``from accel_convert.runtime import find_executable_batch_size`` after the Accelerator import (or the last import)."""
-    line = cst.parse_statement(f"from {options.accelerate_module} import {DECORATOR}")
-    body = list(module.body)
-    imports = [
-        index
-        for index, statement in enumerate(body)
-        if isinstance(statement, cst.SimpleStatementLine)
-        and any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body)
-    ]
-    after_accelerator = [
-        i for i in imports if _imports_accelerator(cast(cst.SimpleStatementLine, body[i]))
-    ]  # as filtered
-    position = (after_accelerator or imports or [-1])[-1] + 1
-    body.insert(position, line)
-    return module.with_changes(body=body)
-
-
-def _imports_accelerator(statement: cst.SimpleStatementLine) -> bool:
-    for small in statement.body:
-        if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
-            if any(dotted(alias.name) == "Accelerator" for alias in small.names):
-                return True
-    return False
+    """``find_executable_batch_size`` imported beside ``Accelerator`` (where isort would put it)."""
+    line = cast(cst.SimpleStatementLine, cst.parse_statement(f"from {options.accelerate_module} import {DECORATOR}"))
+    return add_import(module, line)
 
 
 # ---- reports and small helpers ------------------------------------------------------------------

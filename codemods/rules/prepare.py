@@ -447,9 +447,9 @@ class Prepare(Rule):
             after="""
                 import torch
                 import torch.nn as nn
+                from accel_convert.runtime import Accelerator
                 from torch.optim.lr_scheduler import StepLR
                 from torch.utils.data import DataLoader, TensorDataset
-                from accel_convert.runtime import Accelerator
 
 
                 def main():

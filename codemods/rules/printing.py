@@ -307,9 +307,9 @@ class Printing(Rule):
             after="""
                 import torch
                 import torch.nn as nn
+                from accel_convert.runtime import Accelerator
                 from torch.utils.data import DataLoader, TensorDataset
                 from tqdm import tqdm
-                from accel_convert.runtime import Accelerator
 
 
                 def main():

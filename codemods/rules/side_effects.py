@@ -93,8 +93,8 @@ class SideEffectsCodemod(Rule):
 
                 import torch
                 import torch.nn as nn
-                from torch.utils.data import DataLoader, TensorDataset
                 from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
 
 
                 def main():
@@ -150,9 +150,9 @@ class SideEffectsCodemod(Rule):
             after="""
                 import torch
                 import torch.nn as nn
+                from accel_convert.runtime import Accelerator
                 from torch.utils.data import DataLoader, TensorDataset
                 from torch.utils.tensorboard import SummaryWriter
-                from accel_convert.runtime import Accelerator
 
 
                 def main():

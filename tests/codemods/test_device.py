@@ -138,7 +138,7 @@ REWRITES = {
         in_loop("model(batch[0])", prelude="").replace(
             'device = torch.device("cuda")', 'torch.cuda.set_device(0)\n    device = torch.device("cuda")'
         ),
-        ["-torch.cuda.set_device(0)", "device = accelerator.device"],
+        ["-torch.cuda.set_device(0)", '-device = torch.device("cuda")'],
     ),
     "a torch.device naming a GPU, as a keyword and in a move": (
         in_loop(
@@ -157,7 +157,7 @@ REWRITES = {
             'device = torch.device("cuda")',
             'os.environ["CUDA_VISIBLE_DEVICES"] = "0"\n    device = torch.device("cuda")',
         ),
-        ['-os.environ["CUDA_VISIBLE_DEVICES"] = "0"', "device = accelerator.device"],
+        ['-os.environ["CUDA_VISIBLE_DEVICES"] = "0"', '-device = torch.device("cuda")'],
     ),
     "visible devices set by default, under a flag: the emptied if goes": (
         "import os\n"

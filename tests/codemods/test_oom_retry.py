@@ -42,8 +42,7 @@ def main():
 
 FUNCTION_SCRIPT_RETRIED = """
 from torch.utils.data import DataLoader
-from accel_convert.runtime import Accelerator
-from accel_convert.runtime import find_executable_batch_size
+from accel_convert.runtime import Accelerator, find_executable_batch_size
 
 
 def main():
@@ -102,8 +101,7 @@ if __name__ == "__main__":
 MODULE_SCRIPT_RETRIED = """
 import torch
 from torch.utils.data import DataLoader
-from accelerate import Accelerator
-from accelerate import find_executable_batch_size
+from accelerate import Accelerator, find_executable_batch_size
 
 BATCH = 32
 args = parser.parse_args()

@@ -1,0 +1,202 @@
+"""ACC125 unused-device: a function's ``device = accelerator.device`` that nothing reads any more.
+
+Once ``prepare`` places the model and the loaders' batches, the moves that read ``device`` are
+gone, and the assignment the device rule rewrote (``device = torch.device("cuda")`` →
+``device = accelerator.device``) is often left with no reader: a new F841 ("local variable
+assigned to but never used") from ruff and flake8 in a script that passed them. Inside a
+function, where F841 looks, such an assignment is removed when nothing else in the function
+(nested functions included) names the variable; at module level a name may be read from
+elsewhere (an import of the script, a notebook cell), so it stays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+import libcst as cst
+
+from accel_convert.codemods.engine.accelerator_code import accelerator_name
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.syntax import body_statements, dotted, names_bound
+from accel_convert.codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.engine.walk import walk
+
+#: Calls through which a function may read any of its variables by name.
+READS_EVERY_LOCAL = frozenset({"locals", "vars", "eval", "exec"})
+
+
+class UnusedDevice(Rule):
+    code = "ACC125"
+    name = "unused-device"
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=16)
+                    model = nn.Linear(8, 1).to(device)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for x, y in loader:
+                        x, y = x.to(device), y.to(device)
+                        optimizer.zero_grad()
+                        nn.functional.mse_loss(model(x), y).backward()
+                        optimizer.step()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=16)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for x, y in loader:
+                        optimizer.zero_grad()
+                        accelerator.backward(nn.functional.mse_loss(model(x), y))
+                        optimizer.step()
+            """,
+        ),
+        # Still read (``device.type``): kept.
+        Example(
+            leaves_alone=True,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=16)
+                    model = nn.Linear(8, 1).to(device)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    print("training on", device.type)
+                    for x, y in loader:
+                        x, y = x.to(device), y.to(device)
+                        optimizer.zero_grad()
+                        nn.functional.mse_loss(model(x), y).backward()
+                        optimizer.step()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    accelerator = Accelerator()
+                    device = accelerator.device
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=16)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    accelerator.print("training on", device.type)
+                    for x, y in loader:
+                        optimizer.zero_grad()
+                        accelerator.backward(nn.functional.mse_loss(model(x), y))
+                        optimizer.step()
+            """,
+        ),
+    )
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return facts.has_accelerator
+
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        transformer = _DropUnusedDevice(facts, names_bound(module.body))
+        converted = module.visit(transformer)
+        return converted, transformer.changes(module)
+
+
+class _DropUnusedDevice(RuleTransformer):
+    def __init__(self, facts: ScriptFacts, module_names: set[str]) -> None:
+        super().__init__(facts)
+        #: A function's own ``device`` that hides a module-level one stays: without it the
+        #: function would read the module's, which the device rule decides about differently.
+        self.module_names = module_names
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
+        if not isinstance(updated_node.body, cst.IndentedBlock):
+            return updated_node
+        statements = list(updated_node.body.body)
+        dropped = {id(s) for s in statements if self._unused_device(s, updated_node)}
+        if not dropped or len(dropped) == len(statements):
+            return updated_node
+        kept: list[cst.BaseStatement] = []
+        carried: list[cst.EmptyLine] = []  # the blank lines above a removed line stay
+        for statement in statements:
+            if id(statement) in dropped:
+                self.report(statement, UnusedDevice.code, "device assignment no longer read removed", True)
+                carried += _leading_lines(statement)
+                continue
+            if carried and not _leading_lines(statement):
+                statement = statement.with_changes(leading_lines=carried)
+            carried = []
+            kept.append(statement)
+        return updated_node.with_changes(body=updated_node.body.with_changes(body=kept))
+
+    def _unused_device(self, statement: cst.BaseStatement, function: cst.FunctionDef) -> bool:
+        name = _device_assigned(statement, accelerator_name(self.facts))
+        if name is None or name in self.module_names or any(line.comment for line in _leading_lines(statement)):
+            return False
+        others = [s for s in body_statements(function) if s is not statement]
+        mentioned = _names(others)
+        # Whether the original read it or not, the line is dead code now; deciding on the
+        # converted code alone keeps the conversion of its own output unchanged.
+        return name not in mentioned and not mentioned & READS_EVERY_LOCAL
+
+
+def _leading_lines(statement: cst.BaseStatement) -> list[cst.EmptyLine]:
+    return list(cast(cst.SimpleStatementLine | cst.BaseCompoundStatement, statement).leading_lines)
+
+
+def _device_assigned(statement: cst.BaseStatement, accelerator: str) -> str | None:
+    """``NAME`` of a line that is exactly ``NAME = accelerator.device``."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    assign = statement.body[0]
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+        return None
+    target = assign.targets[0].target
+    if not isinstance(target, cst.Name) or dotted(assign.value) != f"{accelerator}.device":
+        return None
+    return target.value
+
+
+def _names(statements: Sequence[cst.CSTNode]) -> set[str]:
+    """Every variable the statements name: not an attribute after a dot, not a keyword of a call
+    (``device=`` of ``torch.zeros(..., device=accelerator.device)``)."""
+    reader = _VariableNames()
+    for statement in statements:
+        walk(statement, reader)
+    return reader.names
+
+
+class _VariableNames(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        walk(node.value, self)
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        walk(node.value, self)
+        return False
