@@ -66,6 +66,21 @@ GRAD_SCALERS = frozenset(
     {"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.GradScaler", "torch.cpu.amp.GradScaler"}
 )
 AUTOCASTS = frozenset({"torch.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast", "torch.cpu.amp.autocast"})
+#: Calls whose first parameter is a device *type*, which must be a string (``torch.autocast("cuda")``
+#: raises ``ValueError`` for a ``torch.device``); by keyword it is ``device_type=``.
+DEVICE_TYPE_CALLS = frozenset(
+    {
+        "torch.autocast",
+        "torch.amp.autocast",
+        "torch.get_autocast_dtype",
+        "torch.is_autocast_enabled",
+        "torch.amp.is_autocast_available",
+    }
+)
+#: The keyword of a device type, in every call that takes one (``torch.autocast``, ``custom_fwd``).
+DEVICE_TYPE_KEYWORD = "device_type"
+#: The device types a script compares its device string with (``device == "cuda"``).
+DEVICE_TYPES = frozenset({"cuda", "cpu", "mps", "xpu"})
 #: Qualified name of a clipping function → the accelerator's method that replaces it.
 CLIPPERS = {
     "torch.nn.utils.clip_grad_norm_": "clip_grad_norm_",

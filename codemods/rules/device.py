@@ -43,6 +43,7 @@ from accel_convert.codemods.engine.syntax import (
     root_name,
     target_names,
 )
+from accel_convert.codemods.engine.torch_names import DEVICE_TYPE_CALLS, DEVICE_TYPE_KEYWORD, DEVICE_TYPES
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.engine.walk import module_nodes
 
@@ -54,6 +55,8 @@ GPU_INDEX_PASSED_ON = "ACC924"
 SHOWING_CALLS = frozenset(
     {"print", "str", "int", "repr", "info", "debug", "warning", "error", "log", "write", "set_description"}
 )
+#: Methods of ``str``: called on a device name, they read the string the device was.
+STRING_METHODS = frozenset(name for name in dir(str) if not name.startswith("_"))
 #: ``x.to(device, non_blocking=True)``: keywords that only make sense with a device.
 DEVICE_ONLY_KEYWORDS = {"device", "non_blocking", "copy"}
 
@@ -191,6 +194,7 @@ class _Device(RuleTransformer):
     # -- moves ---------------------------------------------------------------------------------------
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        updated_node = self._string_reads(original_node, updated_node)
         func = updated_node.func
         if isinstance(func, cst.Name) and func.value in self.module_functions:
             updated_node = self._device_arguments(original_node, updated_node)
@@ -517,21 +521,61 @@ class _Device(RuleTransformer):
                 return updated_node.with_changes(body=[first.with_changes(leading_lines=()), *body[1:]])
         return updated_node
 
+    # -- the device read as the string it was ---------------------------------------------------
+
+    def _now_a_torch_device(self, node: cst.BaseExpression) -> bool:
+        """A device name where it now holds ``accelerator.device``, a ``torch.device``."""
+        return dotted(node) in self.facts.device_names and self.accelerator_reachable()
+
+    def _its_type(self, original: cst.CSTNode, node: cst.BaseExpression, read: str) -> cst.BaseExpression:
+        """``device`` → ``device.type``: the string the script read (``"cuda"``, ``"cpu"``)."""
+        name = dotted(node)
+        message = f"{name} {read}: {name}.type, the string it was ({self.device_expr} is a torch.device)"
+        self.report(original, Device.code, message, header_only=True)
+        return cst.Attribute(node.with_changes(lpar=(), rpar=()), cst.Name("type"), lpar=node.lpar, rpar=node.rpar)
+
     def leave_Comparison(self, original_node: cst.Comparison, updated_node: cst.Comparison) -> cst.BaseExpression:
-        """``device == "cuda"`` compared a string; ``accelerator.device`` is a ``torch.device``,
-        which never equals a string: compare its type."""
-        name = dotted(updated_node.left)
+        """``device == "cuda"``, ``device in ("cuda", "mps")``, ``"cuda" in device`` compared a
+        string; ``accelerator.device`` is a ``torch.device``, which never equals a string (and
+        ``in`` raises ``TypeError`` on it): compare its type."""
+        operands = [updated_node.left, *(target.comparator for target in updated_node.comparisons)]
+        read = [False] * len(operands)
+        for index, target in enumerate(updated_node.comparisons):
+            if not isinstance(target.operator, (cst.Equal, cst.NotEqual, cst.In, cst.NotIn)):
+                continue
+            left, right = operands[index], operands[index + 1]
+            for device, other in ((index, right), (index + 1, left)):
+                if _is_device_type_literal(other) and self._now_a_torch_device(operands[device]):
+                    read[device] = True
+        if not any(read):
+            return updated_node
+        new = [
+            self._its_type(original_node, operand, "compared with a string") if typed else operand
+            for operand, typed in zip(operands, read)
+        ]
+        comparisons = [target.with_changes(comparator=value) for target, value in zip(updated_node.comparisons, new[1:])]
+        return updated_node.with_changes(left=new[0], comparisons=comparisons)
+
+    def _string_reads(self, original: cst.Call, call: cst.Call) -> cst.Call:
+        """``torch.autocast(device_type=device)``, ``torch.autocast(device, ...)`` take a device
+        type, a string (a ``torch.device`` raises ``ValueError``), and ``device.startswith("cuda")``
+        calls a method of the string: they read ``device.type``."""
+        func = call.func
         if (
-            name in self.facts.device_names
-            and len(updated_node.comparisons) == 1
-            and isinstance(updated_node.comparisons[0].operator, (cst.Equal, cst.NotEqual))
-            and isinstance(updated_node.comparisons[0].comparator, cst.SimpleString)
-            and str(updated_node.comparisons[0].comparator.evaluated_value) in ("cuda", "cpu", "mps")
-            and self.accelerator_reachable()
+            isinstance(func, cst.Attribute)
+            and func.attr.value in STRING_METHODS
+            and self._now_a_torch_device(func.value)
         ):
-            self.report(original_node, Device.code, f"{name} == ... compares the device's type", header_only=True)
-            return updated_node.with_changes(left=cst.Attribute(updated_node.left, cst.Name("type")))
-        return updated_node
+            typed = self._its_type(original, func.value, f"read with str.{func.attr.value}()")
+            return call.with_changes(func=func.with_changes(value=typed))
+        takes_type = self.qualified_name(func) in DEVICE_TYPE_CALLS
+        args = list(call.args)
+        for index, arg in enumerate(args):
+            keyword = arg.keyword.value if arg.keyword is not None else None
+            position = keyword is None and not arg.star and index == 0 and takes_type
+            if (position or keyword == DEVICE_TYPE_KEYWORD) and self._now_a_torch_device(arg.value):
+                args[index] = arg.with_changes(value=self._its_type(original, arg.value, "given as a device type"))
+        return call.with_changes(args=args)
 
     def visit_If(self, node: cst.If) -> None:
         if isinstance(node.orelse, cst.If):
@@ -1084,6 +1128,13 @@ def _gpu_indices(module: cst.Module, facts: ScriptFacts) -> set[str]:
         and facts.qualified_name(call.func) == "torch.cuda.set_device"
         and (name := dotted(call.args[0].value)) is not None
     }
+
+
+def _is_device_type_literal(node: cst.BaseExpression) -> bool:
+    """``"cuda"``, ``"cpu"``, or a tuple, list or set of them (``("cuda", "mps")``)."""
+    if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
+        return bool(node.elements) and all(_is_device_type_literal(element.value) for element in node.elements)
+    return isinstance(node, cst.SimpleString) and node.evaluated_value in DEVICE_TYPES
 
 
 def _names_device(arg: cst.Arg) -> bool:
