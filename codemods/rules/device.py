@@ -15,6 +15,16 @@ A fixed GPU named elsewhere would be the same GPU on every rank: a ``device="cud
 (``device=args.gpu``, ``.to(args.gpu)``) become ``accelerator.device``; where no accelerator is
 reachable they are reported (ACC904). That index passed on to another call (``Net(args.gpu)``,
 which may make a device of it) is reported (ACC924): what the callee does with it is not visible.
+
+A device picked as a string (``device = "cuda" if torch.cuda.is_available() else "cpu"``) is a
+``torch.device`` once it is ``accelerator.device``. Where the script read it as a string, it reads
+``device.type``: as a device type (``torch.autocast(device_type=device)``,
+``torch.autocast(device, ...)``, which raise ``ValueError`` for a ``torch.device``), compared with
+a device type (``device == "cuda"``, ``device in ("cuda", "mps")``, ``"cuda" in device``: a
+``torch.device`` equals no string, and ``in`` raises ``TypeError``), or with a method of ``str``
+(``device.startswith("cuda")``). Every other read keeps the ``torch.device``: moves and
+``device=`` keywords take it, and printing it (``f"Using {device}"``) shows ``cpu`` as before,
+``cuda:1`` for the process's own GPU.
 """
 
 from __future__ import annotations
@@ -553,7 +563,9 @@ class _Device(RuleTransformer):
             self._its_type(original_node, operand, "compared with a string") if typed else operand
             for operand, typed in zip(operands, read)
         ]
-        comparisons = [target.with_changes(comparator=value) for target, value in zip(updated_node.comparisons, new[1:])]
+        comparisons = [
+            target.with_changes(comparator=value) for target, value in zip(updated_node.comparisons, new[1:])
+        ]
         return updated_node.with_changes(left=new[0], comparisons=comparisons)
 
     def _string_reads(self, original: cst.Call, call: cst.Call) -> cst.Call:
@@ -792,6 +804,52 @@ class Device(Rule):
 
                 if __name__ == "__main__":
                     main()
+            """,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                device = "cuda" if torch.cuda.is_available() else "cpu"
+                print(f"Using {device} device")
+                use_amp = device == "cuda"
+                if device.startswith("cuda"):
+                    torch.backends.cudnn.benchmark = True
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                model = nn.Linear(8, 1).to(device)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for data, target in loader:
+                    data, target = data.to(device), target.to(device)
+                    optimizer.zero_grad()
+                    with torch.autocast(device_type=device, enabled=False):
+                        loss = nn.functional.mse_loss(model(data + torch.randn(8, device=device)), target)
+                    loss.backward()
+                    optimizer.step()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from accel_convert.runtime import Accelerator
+                accelerator = Accelerator()
+
+                device = accelerator.device
+                accelerator.print(f"Using {device} device")
+                use_amp = device.type == "cuda"
+                if device.type.startswith("cuda"):
+                    torch.backends.cudnn.benchmark = True
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                model = nn.Linear(8, 1)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                for data, target in loader:
+                    optimizer.zero_grad()
+                    with torch.autocast(device_type=device.type, enabled=False):
+                        loss = nn.functional.mse_loss(model(data + torch.randn(8, device=device)), target)
+                    accelerator.backward(loss)
+                    optimizer.step()
             """,
         ),
         Example(
