@@ -11,7 +11,10 @@ Model outputs read through attributes (``outputs.logits``) or batches read by ke
 (``batch["labels"]``) are gathered as those expressions into new names that the rest of the loop
 uses. A batch-mean ``outputs.loss`` (or a ``loss`` among the forward's outputs, or any output the
 loop reads with ``.item()``: one value per batch) cannot be gathered per sample and is reported
-(ACC913 as a warning), as is a forward nested inside a larger expression.
+(ACC913 as a warning), as is a forward nested inside a larger expression. A size read off the batch
+before the forward (``n, _ = x.shape``, ``n = len(x)``) is a Python number, not a per-sample row: it
+is not gathered, and a sum of it after the gather (``total += n``, this process's samples only) is
+reported (ACC913), with the gathered rows to count instead.
 
 A mean over batches (``/ len(loader)``, ``/ (batch_idx + 1)``, ``np.mean`` of a list appended once per
 batch, a ``steps += 1`` counter) is reported (ACC913): the original weighs each of its batches
