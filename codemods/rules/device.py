@@ -53,7 +53,7 @@ from accel_convert.codemods.engine.syntax import (
     root_name,
     target_names,
 )
-from accel_convert.codemods.engine.torch_names import DEVICE_TYPE_CALLS, DEVICE_TYPE_KEYWORD, DEVICE_TYPES
+from accel_convert.codemods.engine.torch_names import DEVICE_TYPE_KEYWORD, DEVICE_TYPE_PARAMETERS, DEVICE_TYPES
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.engine.walk import module_nodes
 
@@ -569,9 +569,10 @@ class _Device(RuleTransformer):
         return updated_node.with_changes(left=new[0], comparisons=comparisons)
 
     def _string_reads(self, original: cst.Call, call: cst.Call) -> cst.Call:
-        """``torch.autocast(device_type=device)``, ``torch.autocast(device, ...)`` take a device
-        type, a string (a ``torch.device`` raises ``ValueError``), and ``device.startswith("cuda")``
-        calls a method of the string: they read ``device.type``."""
+        """``torch.autocast(device_type=device)``, ``torch.autocast(device, ...)``,
+        ``torch.amp.GradScaler(device)`` take a device type, a string (a ``torch.device`` raises
+        ``ValueError`` in autocast), and ``device.startswith("cuda")`` calls a method of the
+        string: they read ``device.type``."""
         func = call.func
         if (
             isinstance(func, cst.Attribute)
@@ -580,12 +581,13 @@ class _Device(RuleTransformer):
         ):
             typed = self._its_type(original, func.value, f"read with str.{func.attr.value}()")
             return call.with_changes(func=func.with_changes(value=typed))
-        takes_type = self.qualified_name(func) in DEVICE_TYPE_CALLS
+        parameter = DEVICE_TYPE_PARAMETERS.get(self.qualified_name(func) or "")
         args = list(call.args)
         for index, arg in enumerate(args):
             keyword = arg.keyword.value if arg.keyword is not None else None
-            position = keyword is None and not arg.star and index == 0 and takes_type
-            if (position or keyword == DEVICE_TYPE_KEYWORD) and self._now_a_torch_device(arg.value):
+            first = keyword is None and not arg.star and index == 0 and parameter is not None
+            named = keyword is not None and keyword in (DEVICE_TYPE_KEYWORD, parameter)
+            if (first or named) and self._now_a_torch_device(arg.value):
                 args[index] = arg.with_changes(value=self._its_type(original, arg.value, "given as a device type"))
         return call.with_changes(args=args)
 

@@ -641,6 +641,10 @@ def main():
         ),
         ("with torch.autocast(device, enabled=False):", "with torch.autocast(device.type, enabled=False):"),
         ("dtype = torch.get_autocast_dtype(device)", "dtype = torch.get_autocast_dtype(device.type)"),
+        (
+            "on = torch.amp.GradScaler(device, enabled=False).is_enabled()",
+            "on = torch.amp.GradScaler(device.type, enabled=False).is_enabled()",
+        ),
         ("on_gpu = device == 'cuda'", "on_gpu = device.type == 'cuda'"),
         ("on_gpu = 'cuda' != device", "on_gpu = 'cuda' != device.type"),
         ("on_gpu = device in ('cuda', 'mps')", "on_gpu = device.type in ('cuda', 'mps')"),
@@ -652,6 +656,7 @@ def main():
         "device-type-keyword",
         "autocast-positional",
         "autocast-dtype",
+        "grad-scaler",
         "equals",
         "literal-first",
         "in-a-tuple",
