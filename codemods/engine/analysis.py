@@ -40,6 +40,7 @@ from accel_convert.codemods.engine.syntax import (
     class_methods,
     dotted,
     instance_parameter,
+    is_host_number,
     is_main_guard,
     mean_reduced,
     names_in,
@@ -1388,7 +1389,7 @@ class _Conclusions:
         for assign in self.r.assigns:
             names = by_function.get(assign.function)
             if names and _is_plain_access(assign.value) and assign.names & names:
-                names.update(assign.targets)
+                names.update(_batch_data_targets(assign.node, names))
         self.facts.batch_names = {name for names in by_function.values() for name in names}
 
     def _functions_with_backward(self) -> set[str]:
@@ -2289,6 +2290,30 @@ def _is_prepare(value: cst.BaseExpression) -> bool:
         and value.func.attr.value
         in {"prepare", "prepare_model", "prepare_optimizer", "prepare_data_loader", "prepare_scheduler"}
     )
+
+
+def _batch_data_targets(assign: cst.Assign, batch: set[str]) -> set[str]:
+    """The targets of ``assign`` (whose value reads batch names without a call) that hold batch
+    data: ``x`` of ``x = batch["input"]`` and of ``x, n = batch[0], batch[0].shape[0]``, not
+    ``n``, nor ``b, c`` of ``b, c = x.shape``: sizes are Python numbers on the host
+    (:func:`syntax.is_host_number`)."""
+    found: set[str] = set()
+    for target in assign.targets:
+        pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = [(target.target, assign.value)]
+        while pairs:
+            bound, value = pairs.pop()
+            if is_host_number(value) or not names_in(value) & batch:
+                continue
+            if (
+                isinstance(bound, (cst.Tuple, cst.List))
+                and isinstance(value, (cst.Tuple, cst.List))
+                and len(bound.elements) == len(value.elements)
+                and not any(isinstance(e, cst.StarredElement) for e in [*bound.elements, *value.elements])
+            ):
+                pairs.extend((b.value, v.value) for b, v in zip(bound.elements, value.elements))
+            else:
+                found.update(target_names(bound))
+    return found
 
 
 def _is_plain_access(value: cst.BaseExpression) -> bool:

@@ -99,6 +99,35 @@ def target_names(target: cst.BaseExpression) -> tuple[str, ...]:
     return (path,) if path is not None else ()
 
 
+#: Attributes of a tensor that are Python numbers (or a tuple of them): its sizes.
+HOST_NUMBER_ATTRIBUTES = frozenset({"shape", "ndim"})
+#: Methods of a tensor that return Python numbers (or lists of them), on the host whatever device
+#: the tensor is on.
+HOST_NUMBER_METHODS = frozenset(
+    {"size", "numel", "nelement", "dim", "ndimension", "stride", "element_size", "item", "tolist"}
+)
+#: Builtins whose result is a Python number, whatever they are given.
+HOST_NUMBER_BUILTINS = frozenset({"len", "int", "float"})
+
+
+def is_host_number(node: cst.BaseExpression) -> bool:
+    """Whether ``node`` is a Python number (or a tuple or list of them) read off a value:
+    ``x.shape[0]``, ``x.shape`` (``b, c = x.shape``), ``x.size(0)``, ``x.size()[1]``,
+    ``x.numel()``, ``len(x)``, ``loss.item()``, ``y.tolist()``. It lives on the host whatever
+    device ``x`` is on: it never takes ``.cpu()`` or a device move, and a name bound to it is not
+    batch data."""
+    while isinstance(node, cst.Subscript):  # x.shape[0], x.size()[1:], y.tolist()[0]
+        node = node.value
+    if isinstance(node, cst.Attribute):
+        return node.attr.value in HOST_NUMBER_ATTRIBUTES
+    if isinstance(node, cst.Call):
+        func = node.func
+        if isinstance(func, cst.Attribute):
+            return func.attr.value in HOST_NUMBER_METHODS
+        return isinstance(func, cst.Name) and func.value in HOST_NUMBER_BUILTINS
+    return False
+
+
 def mean_reduced(call: cst.Call) -> bool:
     """A loss call or constructor without ``reduction=`` (the mean), or with ``reduction="mean"``."""
     for arg in call.args:

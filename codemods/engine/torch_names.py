@@ -66,6 +66,22 @@ GRAD_SCALERS = frozenset(
     {"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.GradScaler", "torch.cpu.amp.GradScaler"}
 )
 AUTOCASTS = frozenset({"torch.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast", "torch.cpu.amp.autocast"})
+#: Calls whose first parameter is a device *type*, a string, → that parameter's keyword:
+#: ``torch.autocast("cuda")`` raises ``ValueError`` for a ``torch.device``, and ``GradScaler``
+#: compares its ``device`` with ``"cuda"`` (a ``torch.device`` skips its CUDA check and fails
+#: ``update(new_scale)``). ``device_type=`` is a device type in every call that takes it.
+DEVICE_TYPE_PARAMETERS = {
+    "torch.autocast": "device_type",
+    "torch.amp.autocast": "device_type",
+    "torch.get_autocast_dtype": "device_type",
+    "torch.is_autocast_enabled": "device_type",
+    "torch.amp.is_autocast_available": "device_type",
+    "torch.amp.GradScaler": "device",
+    "torch.GradScaler": "device",
+}
+DEVICE_TYPE_KEYWORD = "device_type"
+#: The device types a script compares its device string with (``device == "cuda"``).
+DEVICE_TYPES = frozenset({"cuda", "cpu", "mps", "xpu"})
 #: Qualified name of a clipping function → the accelerator's method that replaces it.
 CLIPPERS = {
     "torch.nn.utils.clip_grad_norm_": "clip_grad_norm_",

@@ -19,6 +19,11 @@ CPU tensors; converted, ``labels`` is on the device and the comparison raises on
 all tensors to be on the same device"), so it reads ``labels.cpu()``. So does a batch tensor handed
 to NumPy, scikit-learn, SciPy, pandas or Matplotlib (``accuracy_score(labels, preds)``), which
 read the tensor's memory on the host.
+
+A size read off a batch tensor is a Python number, not a tensor: ``n = imgs.shape[0]``, ``b, c =
+imgs.shape``, ``imgs.size(0)``, ``len(imgs)``, ``loss.item()`` (:func:`syntax.is_host_number`,
+which the analysis asks too before it counts a name as batch data). ``np.random.randint(0, 8, n)``
+is left alone: ``n.cpu()`` would raise ``AttributeError`` on the first batch.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import dotted, nodes_in
+from accel_convert.codemods.engine.syntax import dotted, is_host_number, nodes_in
 from accel_convert.codemods.engine.torch_names import ARRAYS_FROM_LISTS, HOST_LIBRARIES, TENSOR_JOINS
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
@@ -221,9 +226,12 @@ def _host_library_calls(facts: ScriptFacts) -> bool:
 
 def _batch_root(receiver: cst.BaseExpression) -> str | None:
     """The name at the root of ``labels``, ``labels.data``, ``batch["y"].detach()``; None when
-    the chain places the tensor itself (``.cpu()``, ``.to(...)``) or is not rooted in a name."""
+    the chain places the tensor itself (``.cpu()``, ``.to(...)``), reads a Python number off it
+    (``labels.shape[0]``, ``len(labels)``: on the host already), or is not rooted in a name."""
     node = receiver
     while True:
+        if is_host_number(node):
+            return None
         if isinstance(node, cst.Name):
             return node.value
         if isinstance(node, cst.Call):
@@ -264,6 +272,8 @@ class BatchToNumpy(Rule):
                     nn.functional.cross_entropy(logits, labels.to(device)).backward()
                     optimizer.step()
                     seen += np.bincount(labels.numpy(), minlength=2)
+                    n = labels.shape[0]
+                    flips = np.random.randint(0, 2, n) ^ np.random.randint(0, 2, len(labels))
             """,
             after="""
                 import numpy as np
@@ -287,6 +297,8 @@ class BatchToNumpy(Rule):
                     accelerator.backward(nn.functional.cross_entropy(logits, labels))
                     optimizer.step()
                     seen += np.bincount(labels.cpu().numpy(), minlength=2)
+                    n = labels.shape[0]
+                    flips = np.random.randint(0, 2, n) ^ np.random.randint(0, 2, len(labels))
             """,
         ),
     )

@@ -15,6 +15,16 @@ A fixed GPU named elsewhere would be the same GPU on every rank: a ``device="cud
 (``device=args.gpu``, ``.to(args.gpu)``) become ``accelerator.device``; where no accelerator is
 reachable they are reported (ACC904). That index passed on to another call (``Net(args.gpu)``,
 which may make a device of it) is reported (ACC924): what the callee does with it is not visible.
+
+A device picked as a string (``device = "cuda" if torch.cuda.is_available() else "cpu"``) is a
+``torch.device`` once it is ``accelerator.device``. Where the script read it as a string, it reads
+``device.type``: as a device type (``torch.autocast(device_type=device)``,
+``torch.autocast(device, ...)``, which raise ``ValueError`` for a ``torch.device``), compared with
+a device type (``device == "cuda"``, ``device in ("cuda", "mps")``, ``"cuda" in device``: a
+``torch.device`` equals no string, and ``in`` raises ``TypeError``), or with a method of ``str``
+(``device.startswith("cuda")``). Every other read keeps the ``torch.device``: moves and
+``device=`` keywords take it, and printing it (``f"Using {device}"``) shows ``cpu`` as before,
+``cuda:1`` for the process's own GPU.
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ from accel_convert.codemods.engine.syntax import (
     root_name,
     target_names,
 )
+from accel_convert.codemods.engine.torch_names import DEVICE_TYPE_KEYWORD, DEVICE_TYPE_PARAMETERS, DEVICE_TYPES
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.engine.walk import module_nodes
 
@@ -54,6 +65,8 @@ GPU_INDEX_PASSED_ON = "ACC924"
 SHOWING_CALLS = frozenset(
     {"print", "str", "int", "repr", "info", "debug", "warning", "error", "log", "write", "set_description"}
 )
+#: Methods of ``str``: called on a device name, they read the string the device was.
+STRING_METHODS = frozenset(name for name in dir(str) if not name.startswith("_"))
 #: ``x.to(device, non_blocking=True)``: keywords that only make sense with a device.
 DEVICE_ONLY_KEYWORDS = {"device", "non_blocking", "copy"}
 
@@ -191,6 +204,7 @@ class _Device(RuleTransformer):
     # -- moves ---------------------------------------------------------------------------------------
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        updated_node = self._string_reads(original_node, updated_node)
         func = updated_node.func
         if isinstance(func, cst.Name) and func.value in self.module_functions:
             updated_node = self._device_arguments(original_node, updated_node)
@@ -517,21 +531,65 @@ class _Device(RuleTransformer):
                 return updated_node.with_changes(body=[first.with_changes(leading_lines=()), *body[1:]])
         return updated_node
 
+    # -- the device read as the string it was ---------------------------------------------------
+
+    def _now_a_torch_device(self, node: cst.BaseExpression) -> bool:
+        """A device name where it now holds ``accelerator.device``, a ``torch.device``."""
+        return dotted(node) in self.facts.device_names and self.accelerator_reachable()
+
+    def _its_type(self, original: cst.CSTNode, node: cst.BaseExpression, read: str) -> cst.BaseExpression:
+        """``device`` → ``device.type``: the string the script read (``"cuda"``, ``"cpu"``)."""
+        name = dotted(node)
+        message = f"{name} {read}: {name}.type, the string it was ({self.device_expr} is a torch.device)"
+        self.report(original, Device.code, message, header_only=True)
+        return cst.Attribute(node.with_changes(lpar=(), rpar=()), cst.Name("type"), lpar=node.lpar, rpar=node.rpar)
+
     def leave_Comparison(self, original_node: cst.Comparison, updated_node: cst.Comparison) -> cst.BaseExpression:
-        """``device == "cuda"`` compared a string; ``accelerator.device`` is a ``torch.device``,
-        which never equals a string: compare its type."""
-        name = dotted(updated_node.left)
+        """``device == "cuda"``, ``device in ("cuda", "mps")``, ``"cuda" in device`` compared a
+        string; ``accelerator.device`` is a ``torch.device``, which never equals a string (and
+        ``in`` raises ``TypeError`` on it): compare its type."""
+        operands = [updated_node.left, *(target.comparator for target in updated_node.comparisons)]
+        read = [False] * len(operands)
+        for index, target in enumerate(updated_node.comparisons):
+            if not isinstance(target.operator, (cst.Equal, cst.NotEqual, cst.In, cst.NotIn)):
+                continue
+            left, right = operands[index], operands[index + 1]
+            for device, other in ((index, right), (index + 1, left)):
+                if _is_device_type_literal(other) and self._now_a_torch_device(operands[device]):
+                    read[device] = True
+        if not any(read):
+            return updated_node
+        new = [
+            self._its_type(original_node, operand, "compared with a string") if typed else operand
+            for operand, typed in zip(operands, read)
+        ]
+        comparisons = [
+            target.with_changes(comparator=value) for target, value in zip(updated_node.comparisons, new[1:])
+        ]
+        return updated_node.with_changes(left=new[0], comparisons=comparisons)
+
+    def _string_reads(self, original: cst.Call, call: cst.Call) -> cst.Call:
+        """``torch.autocast(device_type=device)``, ``torch.autocast(device, ...)``,
+        ``torch.amp.GradScaler(device)`` take a device type, a string (a ``torch.device`` raises
+        ``ValueError`` in autocast), and ``device.startswith("cuda")`` calls a method of the
+        string: they read ``device.type``."""
+        func = call.func
         if (
-            name in self.facts.device_names
-            and len(updated_node.comparisons) == 1
-            and isinstance(updated_node.comparisons[0].operator, (cst.Equal, cst.NotEqual))
-            and isinstance(updated_node.comparisons[0].comparator, cst.SimpleString)
-            and str(updated_node.comparisons[0].comparator.evaluated_value) in ("cuda", "cpu", "mps")
-            and self.accelerator_reachable()
+            isinstance(func, cst.Attribute)
+            and func.attr.value in STRING_METHODS
+            and self._now_a_torch_device(func.value)
         ):
-            self.report(original_node, Device.code, f"{name} == ... compares the device's type", header_only=True)
-            return updated_node.with_changes(left=cst.Attribute(updated_node.left, cst.Name("type")))
-        return updated_node
+            typed = self._its_type(original, func.value, f"read with str.{func.attr.value}()")
+            return call.with_changes(func=func.with_changes(value=typed))
+        parameter = DEVICE_TYPE_PARAMETERS.get(self.qualified_name(func) or "")
+        args = list(call.args)
+        for index, arg in enumerate(args):
+            keyword = arg.keyword.value if arg.keyword is not None else None
+            first = keyword is None and not arg.star and index == 0 and parameter is not None
+            named = keyword is not None and keyword in (DEVICE_TYPE_KEYWORD, parameter)
+            if (first or named) and self._now_a_torch_device(arg.value):
+                args[index] = arg.with_changes(value=self._its_type(original, arg.value, "given as a device type"))
+        return call.with_changes(args=args)
 
     def visit_If(self, node: cst.If) -> None:
         if isinstance(node.orelse, cst.If):
@@ -747,6 +805,52 @@ class Device(Rule):
 
                 if __name__ == "__main__":
                     main()
+            """,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                device = "cuda" if torch.cuda.is_available() else "cpu"
+                print(f"Using {device} device")
+                use_amp = device == "cuda"
+                if device.startswith("cuda"):
+                    torch.backends.cudnn.benchmark = True
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                model = nn.Linear(8, 1).to(device)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for data, target in loader:
+                    data, target = data.to(device), target.to(device)
+                    optimizer.zero_grad()
+                    with torch.autocast(device_type=device, enabled=False):
+                        loss = nn.functional.mse_loss(model(data + torch.randn(8, device=device)), target)
+                    loss.backward()
+                    optimizer.step()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from accel_convert.runtime import Accelerator
+                accelerator = Accelerator()
+
+                device = accelerator.device
+                accelerator.print(f"Using {device} device")
+                use_amp = device.type == "cuda"
+                if device.type.startswith("cuda"):
+                    torch.backends.cudnn.benchmark = True
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                model = nn.Linear(8, 1)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                for data, target in loader:
+                    optimizer.zero_grad()
+                    with torch.autocast(device_type=device.type, enabled=False):
+                        loss = nn.functional.mse_loss(model(data + torch.randn(8, device=device)), target)
+                    accelerator.backward(loss)
+                    optimizer.step()
             """,
         ),
         Example(
@@ -1083,6 +1187,13 @@ def _gpu_indices(module: cst.Module, facts: ScriptFacts) -> set[str]:
         and facts.qualified_name(call.func) == "torch.cuda.set_device"
         and (name := dotted(call.args[0].value)) is not None
     }
+
+
+def _is_device_type_literal(node: cst.BaseExpression) -> bool:
+    """``"cuda"``, ``"cpu"``, or a tuple, list or set of them (``("cuda", "mps")``)."""
+    if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
+        return bool(node.elements) and all(_is_device_type_literal(element.value) for element in node.elements)
+    return isinstance(node, cst.SimpleString) and node.evaluated_value in DEVICE_TYPES
 
 
 def _names_device(arg: cst.Arg) -> bool:

@@ -11,7 +11,10 @@ Model outputs read through attributes (``outputs.logits``) or batches read by ke
 (``batch["labels"]``) are gathered as those expressions into new names that the rest of the loop
 uses. A batch-mean ``outputs.loss`` (or a ``loss`` among the forward's outputs, or any output the
 loop reads with ``.item()``: one value per batch) cannot be gathered per sample and is reported
-(ACC913 as a warning), as is a forward nested inside a larger expression.
+(ACC913 as a warning), as is a forward nested inside a larger expression. A size read off the batch
+before the forward (``n, _ = x.shape``, ``n = len(x)``) is a Python number, not a per-sample row: it
+is not gathered, and a sum of it after the gather (``total += n``, this process's samples only) is
+reported (ACC913), with the gathered rows to count instead.
 
 A mean over batches (``/ len(loader)``, ``/ (batch_idx + 1)``, ``np.mean`` of a list appended once per
 batch, a ``steps += 1`` counter) is reported (ACC913): the original weighs each of its batches
@@ -68,6 +71,7 @@ from accel_convert.codemods.engine.syntax import (
     dotted,
     enumerate_index,
     expression_code,
+    is_host_number,
     keyword_is,
     mean_reduced,
     names_in,
@@ -749,6 +753,17 @@ class _EvalLoopRewriter(RuleTransformer):
             )
         if not plan.gathered:
             return loop
+        for size, sum_target in _sizes_summed_after(body.body, statement, set(targets)):
+            # ``n, _ = x.shape`` before the forward is this process's batch size, a Python number
+            # the gather cannot reach: the sum counts this process's samples only.
+            first = plan.names[0]
+            self.report(
+                original,
+                "ACC913",
+                f"{size} is the size of this process's batch, read before the gather: {sum_target} counts this "
+                f"process's samples only; count the gathered rows instead ({sum_target} += len({first}))",
+                False,
+            )
         lists = self._per_sample_lists(original, body.body, targets)
         listed = [name for expr, name in zip(plan.gathered, plan.names) if isinstance(expr, cst.Name) and name in lists]
         if listed and len(listed) != len(plan.gathered):
@@ -2165,7 +2180,8 @@ def _insert_after(statements, forward, gather_lines: list, plan: _GatherPlan, fa
 
 def _unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode, batch: tuple[str, ...]) -> list[str]:
     """Names assigned, before the forward, from expressions rooted in the batch names
-    (``target = batch[1]``, ``x, y = batch``, ``labels = batch["labels"].to(device)``)."""
+    (``target = batch[1]``, ``x, y = batch``, ``labels = batch["labels"].to(device)``); not sizes
+    (``n, _ = x.shape``, ``n = len(x)``): a Python number is no per-sample row to gather."""
     found: list[str] = []
     for statement in statements:
         if statement is forward or _contains(statement, lambda node: node is forward):
@@ -2186,8 +2202,31 @@ def _unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode
             else:
                 pairs = [(target, value)]
             for bound, source in pairs:
+                if is_host_number(source):
+                    continue
                 if root_name(source) in batch or root_name(source) in found:
                     found.extend(name for name in _bound_names(bound) if name not in batch)
+    return found
+
+
+def _sizes_summed_after(
+    statements: Sequence[cst.BaseStatement], forward: cst.CSTNode, batch: set[str]
+) -> list[tuple[str, str]]:
+    """``(n, total)`` for ``n, _ = x.shape`` (``n = len(x)``, ``n = x.size(0)``) of a batch name
+    bound before the forward and added to ``total`` after it."""
+    sizes: set[str] = set()
+    found: list[tuple[str, str]] = []
+    before = True
+    for statement in statements:
+        if statement is forward or _contains(statement, lambda node: node is forward):
+            before = False
+        for node in nodes_in(statement):
+            if before and isinstance(node, cst.Assign) and is_host_number(node.value) and names_in(node.value) & batch:
+                sizes.update(name for target in node.targets for name in _bound_names(target.target))
+            elif not before and isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign):
+                read = sorted(names_in(node.value) & sizes)
+                if read:
+                    found.append((read[0], expression_code(node.target)))
     return found
 
 

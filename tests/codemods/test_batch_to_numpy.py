@@ -161,3 +161,24 @@ def test_torch_functions_given_batch_tensors_are_left_alone() -> None:
     code, lines = convert(body)
     assert "y = torch.bincount(labels, minlength=2)" in lines, code
     assert "#ACC118" not in lines
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        "n = labels.shape[0]\n        y = np.random.randint(0, 8, n)",
+        "b, = labels.shape\n        y = np.random.randint(0, 8, b)",
+        "y = np.random.randint(0, 8, labels.shape[0])",
+        "y = np.zeros(labels.shape)",
+        "n = labels.size(0)\n        y = np.random.randint(0, 8, n)",
+        "n = len(labels)\n        y = np.arange(n)",
+        "x, n = batch[0], batch[0].shape[0]\n        y = np.random.randint(0, 8, n)",
+    ],
+    ids=["shape-index", "shape-unpacked", "shape-inline", "whole-shape", "size", "len", "paired-in-a-tuple"],
+)
+def test_sizes_of_batch_tensors_are_host_numbers_and_left_alone(read: str) -> None:
+    # ``batch_size = imgs.shape[0]`` is a Python int: ``.cpu()`` on it raises AttributeError.
+    body = "import numpy as np\n\n\n" + LOOP.replace("{read}", read)
+    code, lines = convert(body)
+    assert ".cpu()" not in code, code
+    assert "#ACC118" not in lines

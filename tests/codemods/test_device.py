@@ -617,3 +617,75 @@ def test_a_module_level_move_whose_name_main_binds_again_gets_no_global() -> Non
     assert "global device, window" not in code and "global device" in lines
     assert "window = window.to(device)" not in lines
     assert "#ACC904" in lines
+
+
+DEVICE_STRING = """\
+def main():
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)
+    model = nn.Linear(4, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for (x,) in loader:
+        {read}
+        model(x.to(device)).sum().backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("read", "converted"),
+    [
+        (
+            "with torch.autocast(device_type=device, enabled=False):",
+            "with torch.autocast(device_type=device.type, enabled=False):",
+        ),
+        ("with torch.autocast(device, enabled=False):", "with torch.autocast(device.type, enabled=False):"),
+        ("dtype = torch.get_autocast_dtype(device)", "dtype = torch.get_autocast_dtype(device.type)"),
+        (
+            "on = torch.amp.GradScaler(device, enabled=False).is_enabled()",
+            "on = torch.amp.GradScaler(device.type, enabled=False).is_enabled()",
+        ),
+        ("on_gpu = device == 'cuda'", "on_gpu = device.type == 'cuda'"),
+        ("on_gpu = 'cuda' != device", "on_gpu = 'cuda' != device.type"),
+        ("on_gpu = device in ('cuda', 'mps')", "on_gpu = device.type in ('cuda', 'mps')"),
+        ("on_gpu = 'cuda' in device", "on_gpu = 'cuda' in device.type"),
+        ("on_gpu = device.startswith('cuda')", "on_gpu = device.type.startswith('cuda')"),
+        ("kind = device.split(':')[0]", "kind = device.type.split(':')[0]"),
+    ],
+    ids=[
+        "device-type-keyword",
+        "autocast-positional",
+        "autocast-dtype",
+        "grad-scaler",
+        "equals",
+        "literal-first",
+        "in-a-tuple",
+        "substring",
+        "startswith",
+        "split",
+    ],
+)
+def test_a_device_string_read_as_a_string_reads_the_device_type(read: str, converted: str) -> None:
+    # ``accelerator.device`` is a torch.device: ``torch.autocast(device_type=...)`` raises
+    # ValueError for it, ``.startswith`` AttributeError, ``in`` TypeError, ``==`` is always False.
+    body = DEVICE_STRING.replace("{read}", read + ("\n            pass" if read.endswith(":") else ""))
+    check_expectations(body, ["device = accelerator.device", converted, "#ACC102"])
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        "print(f'Using {device} device')",
+        "noise = torch.randn(2, device=device)",
+        "kind = device.type",
+        "same = device == other",
+        "model.to(device)",
+    ],
+    ids=["f-string", "device-keyword", "already-its-type", "compared-with-a-name", "a-move"],
+)
+def test_other_reads_of_a_device_string_keep_the_torch_device(read: str) -> None:
+    body = DEVICE_STRING.replace("{read}", read)
+    code, lines = convert(body)
+    assert "device.type.type" not in code, code
+    for changed in ("device.type ==", "device.type)", "{device.type}", "device=device.type"):
+        assert changed not in code, code

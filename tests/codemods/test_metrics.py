@@ -1145,3 +1145,25 @@ def test_forwards_joined_with_a_batch_value_are_not_taken_for_one_forward(logits
     code, changes = convert_text(TEST_TIME_AUGMENTATION.format(logits=logits))
     assert "gather_for_metrics" not in code
     assert [change.code for change in changes if change.code == "ACC913"] == ["ACC913"]
+
+
+@pytest.mark.parametrize("size", ["n, _ = x.shape", "n = x.size(0)", "n = len(x)", "n = x.shape[0]"])
+def test_a_batch_size_read_before_the_forward_is_not_gathered_and_its_sum_is_reported(size: str) -> None:
+    # ``n`` is a Python int: gathering it would hand back a list, and ``total += n`` after the
+    # gather counts this process's samples only.
+    source = code(
+        f"""
+        def test(accelerator):
+            with torch.no_grad():
+                for x, y in test_loader:
+                    {size}
+                    out = model(x)
+                    correct += (out.argmax(1) == y).sum().item()
+                    total += n
+        """
+    )
+    converted, changes = apply(MetricsCodemod(), source)
+    assert "out, y = accelerator.gather_for_metrics((out, y))" in converted, converted
+    warnings = [c for c in changes if not c.fixed]
+    assert [c.code for c in warnings] == ["ACC913"], warnings
+    assert "n is the size of this process's batch" in warnings[0].message

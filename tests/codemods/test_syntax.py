@@ -1,10 +1,12 @@
-"""The one reader of the names a statement binds (``engine/syntax.py``), in its two modes."""
+"""The one reader of the names a statement binds (``engine/syntax.py``), in its two modes, and the
+one reader of the Python numbers read off a tensor (``is_host_number``)."""
 
 from __future__ import annotations
 
 import libcst as cst
+import pytest
 
-from accel_convert.codemods.engine.syntax import assigned_in, names_bound
+from accel_convert.codemods.engine.syntax import assigned_in, is_host_number, names_bound
 
 CODE = """\
 def run(x):
@@ -38,3 +40,29 @@ def test_names_bound_reads_every_plain_binding_and_the_nested_definitions_names(
     assert isinstance(function, cst.FunctionDef)
     statements = list(function.body.body)
     assert names_bound(statements) == {"a", "b", "c", "d", "e", "f", "g", "h", "i", "helper", "Local"}
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("x.shape[0]", True),
+        ("x.shape", True),
+        ("batch[0].shape[-1]", True),
+        ("x.size(0)", True),
+        ("x.size()[1]", True),
+        ("x.numel()", True),
+        ("len(x)", True),
+        ("loss.item()", True),
+        ("y.tolist()", True),
+        ("x.ndim", True),
+        ("x", False),
+        ("x[0]", False),
+        ("batch['input']", False),
+        ("x.data", False),
+        ("x.float()", False),
+        ("x.to(device)", False),
+        ("torch.zeros(3)", False),
+    ],
+)
+def test_is_host_number(code: str, expected: bool) -> None:
+    assert is_host_number(cst.parse_expression(code)) is expected
