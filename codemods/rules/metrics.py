@@ -4,8 +4,10 @@ On N processes each rank sees 1/N of the evaluation set, and the last global bat
 repeated samples. Sums of Python floats (``correct += ...item()``) cannot be de-duplicated, so the
 per-sample tensors are gathered right after the forward, before anything reduces them:
 ``gather_for_metrics`` concatenates every rank's rows and drops the padding, and the rest of the
-loop then computes the single-process numbers. An evaluation loop is a loop over a data loader
-under ``torch.no_grad()``/``inference_mode()`` or after ``model.eval()``, with no backward in it.
+loop then computes the single-process numbers. An evaluation loop is the analysis's (asked through
+``RuleTransformer.evaluates``, as every rule does): a loop over a data loader with no backward in it,
+under ``torch.no_grad()``/``inference_mode()``/``set_grad_enabled(False)``, in a ``@torch.no_grad()``
+function, after ``model.eval()``, or decoding with ``model.generate``.
 
 Model outputs read through attributes (``outputs.logits``) or batches read by key
 (``batch["labels"]``) are gathered as those expressions into new names that the rest of the loop
@@ -81,7 +83,6 @@ from accel_convert.codemods.engine.torch_names import (
     CONCATENATIONS,
     DATA_LOADERS,
     ITERABLE_DATASETS,
-    NO_GRAD_CONTEXTS,
     PADDING_COLLATORS,
     RECURRENT_LAYERS,
     ROW_WISE_FUNCTIONS,
@@ -331,8 +332,6 @@ class _EvalLoopRewriter(RuleTransformer):
         self._gathered_updates: dict[str, set[Site]] = {}
         #: The first such update of each metric (where a report points).
         self._first_update: dict[str, cst.Call] = {}
-        self._no_grad_depth = 0
-        self._eval_mode: list[bool] = [False]
         #: Names a new variable must not take: those of the module-level function being walked
         #: (nested functions share their enclosing function's set), or the whole module's for
         #: module-level code.
@@ -352,20 +351,11 @@ class _EvalLoopRewriter(RuleTransformer):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         super().visit_FunctionDef(node)
-        # ``@torch.no_grad()`` (or ``@torch.inference_mode()``) on the function: its loops evaluate.
-        self._eval_mode.append(
-            any(
-                self.facts.callee_name(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)
-                in NO_GRAD_CONTEXTS
-                for d in node.decorators
-            )
-        )
         top_level = len(self._taken_by_scope) == 1
         self._taken_by_scope.append(_LazyNames(node) if top_level else self._taken_by_scope[-1])
         self._gathered_loops.append([])
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):
-        self._eval_mode.pop()
         self._taken_by_scope.pop()
         self._report_per_batch_means([original_node], self._gathered_loops.pop())
         return super().leave_FunctionDef(original_node, updated_node)
@@ -378,24 +368,8 @@ class _EvalLoopRewriter(RuleTransformer):
         self._report_per_batch_means(outside_definitions, self._gathered_loops[0])
         return super().leave_Module(original_node, updated_node)
 
-    def visit_With(self, node: cst.With) -> None:
-        if _is_no_grad(node, self.facts):
-            self._no_grad_depth += 1
-
-    def leave_With(self, original_node: cst.With, updated_node: cst.With) -> cst.BaseStatement:
-        if _is_no_grad(original_node, self.facts):
-            self._no_grad_depth -= 1
-        return updated_node
-
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
-        # model.eval() switches the rest of the function to evaluation, model.train() back. Loops
-        # are compound statements, so the walk need not go into a simple line's expressions.
-        for small in node.body:
-            call = small.value if isinstance(small, cst.Expr) else None
-            func = call.func if isinstance(call, cst.Call) else None
-            if isinstance(func, cst.Attribute) and dotted(func.value) in _evaluated_models(self.facts):
-                if func.attr.value in ("eval", "train"):
-                    self._eval_mode[-1] = func.attr.value == "eval"
+        # Loops are compound statements: the walk need not go into a simple line's expressions.
         return False
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
@@ -403,7 +377,8 @@ class _EvalLoopRewriter(RuleTransformer):
 
     def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.BaseStatement:
         loop = _loop_over_loader(original_node, self.facts)
-        if loop is None or not self._is_evaluation(original_node):
+        # Whether the loop evaluates is the analysis's answer, the one prepare shards by.
+        if loop is None or not self.evaluates(original_node):
             return updated_node
         if self._over_unprepared_loader(original_node, loop):
             # A loader built where nothing prepares it (a local of an evaluation helper): every
@@ -625,14 +600,6 @@ class _EvalLoopRewriter(RuleTransformer):
             ):
                 found.add(name)
         return found
-
-    def _is_evaluation(self, node: cst.For) -> bool:
-        return (
-            self._no_grad_depth > 0
-            or self._eval_mode[-1]
-            or _contains(node, lambda n: _is_no_grad(n, self.facts), cst.With)
-            or _decodes_without_backward(node, self.facts)
-        )
 
     def _gather_in_loop(self, original: cst.For, loop: cst.For, targets: tuple[str, ...]) -> cst.For:
         body = loop.body
@@ -1353,14 +1320,6 @@ def _bound_names(target: cst.BaseExpression) -> list[str]:
     return [name for name in target_names(target) if "." not in name]
 
 
-def _is_no_grad(node: cst.With, facts: ScriptFacts) -> bool:
-    for item in node.items:
-        call = item.item
-        if isinstance(call, cst.Call) and facts.callee_name(call.func) in NO_GRAD_CONTEXTS:
-            return True
-    return False
-
-
 def _is_backward(node: cst.CSTNode, facts: ScriptFacts) -> bool:
     if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
         return False
@@ -1430,36 +1389,6 @@ def _model_passed_to_call(loop: cst.For, facts: ScriptFacts) -> tuple[str, cst.C
         if dotted(owner) in models:
             return f"{dotted(owner)}.{func.attr.value}", node
     return None
-
-
-def _decodes_without_backward(loop: cst.For, facts: ScriptFacts) -> bool:
-    """A loop that decodes with a model's own ``generate`` method, runs no backward and counts or
-    collects something: an evaluation even without ``no_grad`` or ``model.eval()`` (scripts often
-    omit both around a sampling loop), whose per-process counts must not pass for the whole set's."""
-    generates = False
-    for node in nodes_in(loop.body):
-        if not isinstance(node, cst.Call):
-            continue
-        if _is_backward(node, facts):
-            return False
-        func = node.func
-        if not (isinstance(func, cst.Attribute) and func.attr.value == "generate"):
-            continue
-        owner = func.value
-        if is_accelerator_method(owner, facts, "unwrap_model") and isinstance(owner, cst.Call) and owner.args:
-            owner = owner.args[0].value
-        generates = generates or dotted(owner) in _evaluated_models(facts)
-    # Only where it counts or collects something (a metric); a loop that only writes samples out
-    # has no per-process figure to report.
-    return generates and any(
-        isinstance(node, cst.AugAssign)
-        or (
-            isinstance(node, cst.Call)
-            and isinstance(node.func, cst.Attribute)
-            and node.func.attr.value in ("append", "extend")
-        )
-        for node in nodes_in(loop.body)
-    )
 
 
 def _is_model_call(node: cst.CSTNode, facts: ScriptFacts) -> TypeGuard[cst.Call]:
