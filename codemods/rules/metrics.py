@@ -76,6 +76,7 @@ from accel_convert.codemods.engine.syntax import (
     nodes_in,
     parameter_names,
     root_name,
+    rows_counted,
     target_names,
 )
 from accel_convert.codemods.engine.torch_names import (
@@ -290,7 +291,11 @@ class MetricsCodemod(Rule):
         rewriter = _EvalLoopRewriter(
             facts,
             facts.lines_mentioning(name_words(facts.loaders)),
-            replace(_sequence_first_layouts(module, facts), hidden_outputs=_recurrent_hidden_outputs(module, facts)),
+            replace(
+                _sequence_first_layouts(module, facts),
+                hidden_outputs=_recurrent_hidden_outputs(module, facts),
+                python_outputs=_python_value_outputs(module, facts),
+            ),
             _torchmetrics_in(module, facts),
             _loaders_over_streams(module, facts),
             _loaders_of_sample_lists(module, facts),
@@ -406,6 +411,25 @@ class _EvalLoopRewriter(RuleTransformer):
             )
             return updated_node
         return self._gather_in_loop(original_node, updated_node, loop)
+
+    def _python_value_outputs(self, forward: cst.SimpleStatementLine) -> list[str]:
+        """The names the forward binds to outputs its model's ``forward`` makes as Python values
+        (see :func:`_python_value_outputs`)."""
+        assign = forward.body[0]
+        if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call):
+            return []
+        positions = self._layouts.python_outputs.get(dotted(assign.value.func) or "")
+        if not positions:
+            return []
+        target = assign.targets[0].target
+        if isinstance(target, (cst.Tuple, cst.List)):
+            return [
+                name
+                for index, element in enumerate(target.elements)
+                if index in positions
+                for name in target_names(element.value)
+            ]
+        return list(target_names(target)) if -1 in positions else []
 
     def _hidden_states_read(self, forward: cst.SimpleStatementLine, plan: _GatherPlan) -> list[str]:
         """The names the forward binds to a recurrent hidden state (see
@@ -660,8 +684,39 @@ class _EvalLoopRewriter(RuleTransformer):
         statement, outputs = forward
         # ``input, target = batch[0], batch[1]``: names unpacked from the batch are per-sample
         # too, and what the outputs are compared with must be gathered with them.
-        targets = (*targets, *_unpacked_from(body.body, statement, targets))
-        plan = _plan_gather(outputs, targets, _statements_after(body.body, statement), lambda: self._taken_names)
+        unpacked = _unpacked_from(body.body, statement, targets)
+        targets = (*targets, *unpacked.tensors)
+        after = _statements_after(body.body, statement)
+        plan = _plan_gather(outputs, targets, after, lambda: self._taken_names)
+        read_after = variables_read(*after)
+        # A Python list (or number) with one entry per sample of this process (``decode_lengths``
+        # from the forward, ``lengths = caplens.tolist()``): a tensor gather cannot join it, and
+        # gathering the tensors without it would pair every process's rows with this process's
+        # entries. Nothing is gathered; the script must make it a tensor.
+        candidates = [*unpacked.python_values, *self._python_value_outputs(statement)]
+        # lists of per-sample objects (detection) are gathered as objects, below
+        object_lists = self._per_sample_lists(original, body.body, targets) if candidates else set()
+        python_values = [name for name in dict.fromkeys(candidates) if name in read_after and name not in object_lists]
+        if python_values and plan.gathered:
+            self.report(
+                original,
+                "ACC913",
+                f"{', '.join(python_values)}: a Python value made per batch (a list of lengths, a number), not a "
+                "tensor with a batch dimension: gather_for_metrics cannot join it with the gathered tensors, so "
+                "nothing is gathered and the metrics cover this process only; make it a tensor "
+                "(torch.tensor(x, device=accelerator.device)) and gather it with the outputs",
+                False,
+            )
+            return loop
+        # ``b_size = real.size(0)``: a count of this process's rows, read again from the gathered
+        # tensor after the gather (``total += b_size``, ``range(b_size)`` then cover every sample).
+        recounted = [(name, *unpacked.counts[name]) for name in unpacked.counts if name in read_after]
+        whole = {name for expr, name in zip(plan.gathered, plan.names) if isinstance(expr, cst.Name)}
+        for _, _, counted in recounted:
+            if counted not in whole and plan.gathered:
+                plan.gathered.append(cst.Name(counted))
+                plan.names.append(counted)
+                whole.add(counted)
         hidden = self._hidden_states_read(statement, plan)
         if hidden:
             self.report(
@@ -739,6 +794,11 @@ class _EvalLoopRewriter(RuleTransformer):
             gather_line = _gather_statements(plan, _maybe_objects(original, targets, plan), self.facts)
         self._report_summed_batch_means(original)
         self._note_metric_updates(_statements_after(body.body, statement), plan)
+        if plan.gathered:
+            gather_line += [
+                cst.SimpleStatementLine(body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=value)])
+                for name, value, _ in recounted
+            ]
         new_body = _insert_after(body.body, statement, gather_line, plan, self.facts)
         gathered = ", ".join(expression_code(e) for e in plan.gathered)
         self.report(original, MetricsCodemod.code, f"gather_for_metrics({gathered}) after the forward", True)
@@ -1138,6 +1198,9 @@ class _SequenceLayouts:
     #: Model names → the positions of their forward's outputs that are a recurrent layer's hidden
     #: state, ``(layers, batch, hidden)`` even in a batch-first model (-1: the one output).
     hidden_outputs: dict[str, frozenset[int]] = field(default_factory=dict)
+    #: Model names → the positions of their forward's outputs that are Python values (a list of
+    #: lengths made with ``.tolist()``), not tensors (-1: the one output).
+    python_outputs: dict[str, frozenset[int]] = field(default_factory=dict)
 
 
 def _sequence_first_layouts(module: cst.Module, facts: ScriptFacts) -> _SequenceLayouts:
@@ -1217,6 +1280,51 @@ def _recurrent_hidden_outputs(module: cst.Module, facts: ScriptFacts) -> dict[st
             positions = _hidden_positions(forward, layers)
             if positions:
                 positions_by_class[node.name.value] = positions
+    return _models_built_from(module, facts, positions_by_class)
+
+
+def _python_value_outputs(module: cst.Module, facts: ScriptFacts) -> dict[str, frozenset[int]]:
+    """Models of the file's classes whose ``forward`` returns a Python value it made
+    (``decode_lengths = (caption_lengths - 1).tolist()`` ... ``return scores, decode_lengths``),
+    with the positions of those outputs: model name → positions (-1: the only output)."""
+    positions_by_class: dict[str, frozenset[int]] = {}
+    for node in module.body:
+        if not isinstance(node, cst.ClassDef):
+            continue
+        forward = next((method for method in class_methods(node) if method.name.value == "forward"), None)
+        if forward is None:
+            continue
+        made = {
+            name
+            for found in nodes_in(forward)
+            if isinstance(found, cst.Assign) and _python_value(found.value)
+            for target in found.targets
+            for name in target_names(target.target)
+        }
+
+        def python(value: cst.BaseExpression) -> bool:
+            return (isinstance(value, cst.Name) and value.value in made) or (
+                not isinstance(value, cst.Tuple) and _python_value(value)
+            )
+
+        positions: set[int] = set()
+        for found in nodes_in(forward):
+            if not isinstance(found, cst.Return) or found.value is None:
+                continue
+            if isinstance(found.value, cst.Tuple):
+                positions.update(i for i, element in enumerate(found.value.elements) if python(element.value))
+            elif python(found.value):
+                positions.add(-1)
+        if positions:
+            positions_by_class[node.name.value] = frozenset(positions)
+    return _models_built_from(module, facts, positions_by_class)
+
+
+def _models_built_from(
+    module: cst.Module, facts: ScriptFacts, positions_by_class: dict[str, frozenset[int]]
+) -> dict[str, frozenset[int]]:
+    """The models built from those classes (``decoder = Decoder(...).to(device)``) → the
+    class's positions."""
     if not positions_by_class:
         return {}
     models: dict[str, frozenset[int]] = {}
@@ -2026,9 +2134,10 @@ def _gather_objects_statement(name: str, facts: ScriptFacts) -> cst.SimpleStatem
 
 
 class _ExpressionReplacer(cst.CSTTransformer):
-    """After the gather: gathered expressions read through their new names, and
-    ``x.view(<batch size>, ...)`` of gathered tensors becomes ``x.view(-1, ...)`` (the gathered
-    batch holds every rank's rows)."""
+    """After the gather: gathered expressions read through their new names,
+    ``x.view(<batch size>, ...)`` of gathered tensors becomes ``x.view(-1, ...)``, and
+    ``range(<batch size>)`` becomes ``range(len(x))`` of a gathered tensor (the gathered batch
+    holds every rank's rows: a loop over the loader's batch size would visit 1/N of them)."""
 
     def __init__(self, plan: _GatherPlan, batch_size_expr: str | None) -> None:
         self.replacements = [
@@ -2036,6 +2145,8 @@ class _ExpressionReplacer(cst.CSTTransformer):
         ]
         self.gathered_names = set(plan.names)
         self.batch_size_expr = batch_size_expr
+        #: A gathered tensor whose rows are the gathered batch's (the first one gathered).
+        self.rows = plan.names[0] if plan.names else None
 
     def leave_Attribute(self, original_node, updated_node):
         return self._replace(updated_node)
@@ -2051,6 +2162,16 @@ class _ExpressionReplacer(cst.CSTTransformer):
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         func = updated_node.func
+        if (
+            self.batch_size_expr
+            and self.rows is not None
+            and isinstance(func, cst.Name)
+            and func.value == "range"
+            and len(updated_node.args) == 1
+            and dotted(updated_node.args[0].value) == self.batch_size_expr
+        ):
+            rows = cst.Call(func=cst.Name("len"), args=[cst.Arg(cst.Name(self.rows))])
+            return updated_node.with_changes(args=[updated_node.args[0].with_changes(value=rows)])
         if not (
             self.batch_size_expr
             and isinstance(func, cst.Attribute)
@@ -2092,10 +2213,47 @@ def _insert_after(statements, forward, gather_lines: list, plan: _GatherPlan, fa
     return rewrite(list(statements))
 
 
-def _unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode, batch: tuple[str, ...]) -> list[str]:
-    """Names assigned, before the forward, from expressions rooted in the batch names
-    (``target = batch[1]``, ``x, y = batch``, ``labels = batch["labels"].to(device)``)."""
-    found: list[str] = []
+@dataclass
+class _Unpacked:
+    """What the loop binds from the batch before the forward (see :func:`_unpacked_from`)."""
+
+    #: Per-sample tensors (``target = batch[1]``, ``x, y = batch``): gathered with the outputs.
+    tensors: list[str] = field(default_factory=list)
+    #: Python counts of a tensor's rows (``b_size = real.size(0)``) → (the statement's value, the
+    #: tensor counted): no tensor to gather, read again from the gathered tensor after the gather.
+    counts: dict[str, tuple[cst.BaseExpression, str]] = field(default_factory=dict)
+    #: Python values made from the batch (``lengths = (caplens - 1).tolist()``, a list
+    #: comprehension): one entry per sample of this process, which no tensor gather can join.
+    python_values: list[str] = field(default_factory=list)
+
+
+#: Methods of a tensor that return Python numbers or lists, or a NumPy array: not gatherable.
+_PYTHON_VALUE_METHODS = frozenset({"tolist", "item", "numpy"})
+#: Builtins that build a Python value (a list of ints, a number) from what they are given.
+_PYTHON_VALUE_BUILTINS = frozenset({"list", "tuple", "sorted", "int", "float", "sum", "max", "min"})
+
+
+def _python_value(value: cst.BaseExpression) -> bool:
+    """Whether ``value`` builds a Python value, not a tensor: a comprehension, a
+    ``.tolist()``/``.item()``/``.numpy()``, ``list(...)``/``int(...)``..."""
+    # A list or tuple display may hold tensors (gathered as nested tensors); a comprehension
+    # makes one entry per element of what it runs over.
+    if isinstance(value, (cst.ListComp, cst.GeneratorExp, cst.SetComp, cst.DictComp)):
+        return True
+    if isinstance(value, cst.Call):
+        func = value.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _PYTHON_VALUE_METHODS:
+            return True
+        return isinstance(func, cst.Name) and func.value in _PYTHON_VALUE_BUILTINS
+    return False
+
+
+def _unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode, batch: tuple[str, ...]) -> _Unpacked:
+    """Names assigned, before the forward, from expressions made from the batch names
+    (``target = batch[1]``, ``x, y = batch``, ``labels = batch["labels"].to(device)``), by kind:
+    tensors, row counts, other Python values."""
+    found = _Unpacked()
+    known = set(batch)
     for statement in statements:
         if statement is forward or _contains(statement, lambda node: node is forward):
             break
@@ -2115,8 +2273,15 @@ def _unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode
             else:
                 pairs = [(target, value)]
             for bound, source in pairs:
-                if root_name(source) in batch or root_name(source) in found:
-                    found.extend(name for name in _bound_names(bound) if name not in batch)
+                names = [name for name in _bound_names(bound) if name not in batch]
+                counted = rows_counted(source)
+                if isinstance(bound, cst.Name) and counted in known:
+                    found.counts[bound.value] = (source, counted)
+                elif _python_value(source) and variables_read(source) & known:
+                    found.python_values.extend(names)
+                elif root_name(source) in known:
+                    found.tensors.extend(names)
+                    known.update(names)
     return found
 
 
