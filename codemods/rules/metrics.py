@@ -708,15 +708,21 @@ class _EvalLoopRewriter(RuleTransformer):
                 False,
             )
             return loop
-        # ``b_size = real.size(0)``: a count of this process's rows, read again from the gathered
-        # tensor after the gather (``total += b_size``, ``range(b_size)`` then cover every sample).
-        recounted = [(name, *unpacked.counts[name]) for name in unpacked.counts if name in read_after]
+        # ``b_size = real.size(0)``, ``lengths = (caplens - 1).tolist()``: Python values of this
+        # process's rows, computed again from the gathered tensors after the gather (``total +=
+        # b_size``, ``range(b_size)``, ``pack_padded_sequence(scores, lengths)`` then cover every
+        # sample). Their statements are read again as written: the values they read are gathered.
+        needed = set(read_after)
+        for name in reversed(list(unpacked.recomputed)):  # and what a later one reads (n = len(lengths))
+            if name in needed:
+                needed |= variables_read(unpacked.recomputed[name][0])
+        recomputed = [(name, *unpacked.recomputed[name]) for name in unpacked.recomputed if name in needed]
         whole = {name for expr, name in zip(plan.gathered, plan.names) if isinstance(expr, cst.Name)}
-        for _, _, counted in recounted:
-            if counted not in whole and plan.gathered:
-                plan.gathered.append(cst.Name(counted))
-                plan.names.append(counted)
-                whole.add(counted)
+        for _, _, tensors in recomputed:
+            for tensor in sorted(tensors - whole) if plan.gathered else ():
+                plan.gathered.append(cst.Name(tensor))
+                plan.names.append(tensor)
+                whole.add(tensor)
         hidden = self._hidden_states_read(statement, plan)
         if hidden:
             self.report(
@@ -797,7 +803,7 @@ class _EvalLoopRewriter(RuleTransformer):
         if plan.gathered:
             gather_line += [
                 cst.SimpleStatementLine(body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=value)])
-                for name, value, _ in recounted
+                for name, value, _ in recomputed
             ]
         new_body = _insert_after(body.body, statement, gather_line, plan, self.facts)
         gathered = ", ".join(expression_code(e) for e in plan.gathered)
@@ -2219,11 +2225,12 @@ class _Unpacked:
 
     #: Per-sample tensors (``target = batch[1]``, ``x, y = batch``): gathered with the outputs.
     tensors: list[str] = field(default_factory=list)
-    #: Python counts of a tensor's rows (``b_size = real.size(0)``) → (the statement's value, the
-    #: tensor counted): no tensor to gather, read again from the gathered tensor after the gather.
-    counts: dict[str, tuple[cst.BaseExpression, str]] = field(default_factory=dict)
-    #: Python values made from the batch (``lengths = (caplens - 1).tolist()``, a list
-    #: comprehension): one entry per sample of this process, which no tensor gather can join.
+    #: Python values made from batch tensors, a row count (``b_size = real.size(0)``) or a list
+    #: (``decode_lengths = (caplens - 1).tolist()``) → (the value, the batch tensors it reads): no
+    #: tensor to gather, so computed again from the gathered tensors after the gather.
+    recomputed: dict[str, tuple[cst.BaseExpression, set[str]]] = field(default_factory=dict)
+    #: Python values made from the batch that cannot be computed again (bound by unpacking):
+    #: one entry per sample of this process, which no tensor gather can join.
     python_values: list[str] = field(default_factory=list)
 
 
@@ -2275,10 +2282,15 @@ def _unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode
             for bound, source in pairs:
                 names = [name for name in _bound_names(bound) if name not in batch]
                 counted = rows_counted(source)
-                if isinstance(bound, cst.Name) and counted in known:
-                    found.counts[bound.value] = (source, counted)
-                elif _python_value(source) and variables_read(source) & known:
-                    found.python_values.extend(names)
+                reads = variables_read(source)
+                if counted in known or (_python_value(source) and reads & (known | set(found.recomputed))):
+                    tensors = {counted} if counted in known else reads & known
+                    for name in reads & set(found.recomputed):  # ``n = len(lengths)`` of a recomputed list
+                        tensors |= found.recomputed[name][1]
+                    if isinstance(bound, cst.Name) and len(pairs) == 1:
+                        found.recomputed[bound.value] = (source, tensors)
+                    else:
+                        found.python_values.extend(names)
                 elif root_name(source) in known:
                     found.tensors.extend(names)
                     known.update(names)
