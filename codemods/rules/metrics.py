@@ -9,6 +9,14 @@ loop then computes the single-process numbers. An evaluation loop is the analysi
 under ``torch.no_grad()``/``inference_mode()``/``set_grad_enabled(False)``, in a ``@torch.no_grad()``
 function, after ``model.eval()``, or decoding with ``model.generate``.
 
+Only tensors with a batch dimension are gathered. A Python value the loop makes from the batch
+before the forward, a row count (``b_size = real.size(0)``) or a list (``decode_lengths = (caplens -
+1).tolist()``), is computed again after the gather from the gathered tensors, so ``total += b_size``
+and ``for j in range(b_size)`` cover every process's rows; ``range(<the loaders' batch size>)`` over
+the gathered batch becomes ``range(len(x))`` of a gathered tensor. A Python value that cannot be
+computed again (one the model's ``forward`` returns, one bound by unpacking) cannot be joined with
+the gathered tensors: the loop is left as written and reported (ACC913).
+
 Model outputs read through attributes (``outputs.logits``) or batches read by key
 (``batch["labels"]``) are gathered as those expressions into new names that the rest of the loop
 uses. A batch-mean ``outputs.loss`` (or a ``loss`` among the forward's outputs, or any output the
@@ -178,6 +186,130 @@ class MetricsCodemod(Rule):
                 if __name__ == "__main__":
                     main()
             """,
+        ),
+        Example(
+            # Gradients off with set_grad_enabled(False): an evaluation like any other. A row
+            # count taken before the forward is read again from the gathered batch.
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    train_set = TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,)))
+                    test_set = TensorDataset(torch.randn(20, 8), torch.randint(0, 3, (20,)))
+                    train_loader = DataLoader(train_set, batch_size=8)
+                    test_loader = DataLoader(test_set, batch_size=8)
+                    model = nn.Linear(8, 3)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in train_loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.cross_entropy(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                    correct = total = 0
+                    with torch.set_grad_enabled(False):
+                        for data, target in test_loader:
+                            n = target.size(0)
+                            output = model(data)
+                            correct += output.argmax(dim=1).eq(target).sum().item()
+                            total += n
+                    print(f"accuracy {correct}/{total}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from accel_convert.runtime import Accelerator
+
+
+                def main():
+                    accelerator = Accelerator()
+                    train_set = TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,)))
+                    test_set = TensorDataset(torch.randn(20, 8), torch.randint(0, 3, (20,)))
+                    train_loader = DataLoader(train_set, batch_size=8)
+                    test_loader = DataLoader(test_set, batch_size=8)
+                    model = nn.Linear(8, 3)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, train_loader, test_loader = accelerator.prepare(
+                        model, optimizer, train_loader, test_loader
+                    )
+                    for data, target in train_loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.cross_entropy(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                    correct = total = 0
+                    with torch.set_grad_enabled(False):
+                        for data, target in test_loader:
+                            n = target.size(0)
+                            output = model(data)
+                            output, target = accelerator.gather_for_metrics((output, target))
+                            n = target.size(0)
+                            correct += output.argmax(dim=1).eq(target).sum().item()
+                            total += n
+                    accelerator.print(f"accuracy {correct}/{total}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
+            # decode_lengths is a Python list the model's forward makes: left as written, reported.
+            code="ACC913",
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Tagger(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.linear = nn.Linear(8, 3)
+
+                    def forward(self, x, lengths):
+                        decode_lengths = (lengths - 1).tolist()
+                        return self.linear(x), decode_lengths
+
+
+                def main():
+                    train_set = TensorDataset(torch.randn(64, 6, 8), torch.randint(0, 3, (64, 6)), torch.randint(2, 7, (64,)))
+                    test_set = TensorDataset(torch.randn(20, 6, 8), torch.randint(0, 3, (20, 6)), torch.randint(2, 7, (20,)))
+                    train_loader = DataLoader(train_set, batch_size=8)
+                    test_loader = DataLoader(test_set, batch_size=8)
+                    model = Tagger()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for x, tags, lengths in train_loader:
+                        optimizer.zero_grad()
+                        scores, _ = model(x, lengths)
+                        nn.functional.cross_entropy(scores.flatten(0, 1), tags.flatten()).backward()
+                        optimizer.step()
+                    correct = words = 0
+                    with torch.no_grad():
+                        for x, tags, lengths in test_loader:
+                            scores, decode_lengths = model(x, lengths)
+                            for i, n in enumerate(decode_lengths):
+                                correct += (scores[i, :n].argmax(-1) == tags[i, :n]).sum().item()
+                                words += n
+                    print(f"accuracy {correct}/{words}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message=(
+                "decode_lengths: a Python value made per batch (a list of lengths, a number), not a tensor with a "
+                "batch dimension: gather_for_metrics cannot join it with the gathered tensors, so nothing is "
+                "gathered and the metrics cover this process only; make it a tensor "
+                "(torch.tensor(x, device=accelerator.device)) and gather it with the outputs"
+            ),
         ),
         Example(
             code="ACC913",
