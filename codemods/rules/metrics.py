@@ -1439,23 +1439,24 @@ def _python_value_outputs(module: cst.Module, facts: ScriptFacts) -> dict[str, f
             for target in found.targets
             for name in target_names(target.target)
         }
-
-        def python(value: cst.BaseExpression) -> bool:
-            return (isinstance(value, cst.Name) and value.value in made) or (
-                not isinstance(value, cst.Tuple) and _python_value(value)
-            )
-
         positions: set[int] = set()
         for found in nodes_in(forward):
             if not isinstance(found, cst.Return) or found.value is None:
                 continue
             if isinstance(found.value, cst.Tuple):
-                positions.update(i for i, element in enumerate(found.value.elements) if python(element.value))
-            elif python(found.value):
+                positions.update(
+                    i for i, element in enumerate(found.value.elements) if _made_in_python(element.value, made)
+                )
+            elif _made_in_python(found.value, made):
                 positions.add(-1)
         if positions:
             positions_by_class[node.name.value] = frozenset(positions)
     return _models_built_from(module, facts, positions_by_class)
+
+
+def _made_in_python(value: cst.BaseExpression, made: set[str]) -> bool:
+    """A returned value that is a Python value: one of the names ``made`` so, or such an expression."""
+    return (isinstance(value, cst.Name) and value.value in made) or _python_value(value)
 
 
 def _models_built_from(
