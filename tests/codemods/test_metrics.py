@@ -104,6 +104,109 @@ CASES = [
         """,
         id="vae-tuple-output-and-batch-sized-view",
     ),
+    pytest.param(
+        # DCGAN-style: b_size is a Python int, read again from the gathered batch (issue 26)
+        """
+        def evaluate(accelerator):
+            with torch.no_grad():
+                for data in test_loader:
+                    real = data[0]
+                    b_size = real.size(0)
+                    score = model(real)
+                    accepted += (score > 0.5).sum().item()
+                    for j in range(b_size):
+                        brightest = max(brightest, real[j].max().item())
+                    seen += b_size
+        """,
+        """
+        def evaluate(accelerator):
+            with torch.no_grad():
+                for data in test_loader:
+                    real = data[0]
+                    b_size = real.size(0)
+                    score = model(real)
+                    score, real = accelerator.gather_for_metrics((score, real))
+                    b_size = real.size(0)
+                    accepted += (score > 0.5).sum().item()
+                    for j in range(b_size):
+                        brightest = max(brightest, real[j].max().item())
+                    seen += b_size
+        """,
+        id="row-count-read-again-after-the-gather",
+    ),
+    pytest.param(
+        # the counted tensor is not read after the forward: gathered for the count
+        """
+        def evaluate(accelerator):
+            with torch.inference_mode():
+                for x, y in test_loader:
+                    n = len(y)
+                    out = model(x)
+                    hits += (out.argmax(1) == 0).sum().item()
+                    total += n
+        """,
+        """
+        def evaluate(accelerator):
+            with torch.inference_mode():
+                for x, y in test_loader:
+                    n = len(y)
+                    out = model(x)
+                    out, y = accelerator.gather_for_metrics((out, y))
+                    n = len(y)
+                    hits += (out.argmax(1) == 0).sum().item()
+                    total += n
+        """,
+        id="counted-tensor-gathered-for-its-count",
+    ),
+    pytest.param(
+        # a list of lengths made from the batch: computed again from the gathered lengths
+        """
+        def evaluate(accelerator):
+            with torch.set_grad_enabled(False):
+                for x, lengths in test_loader:
+                    decode_lengths = (lengths - 1).tolist()
+                    scores = model(x)
+                    for i, n in enumerate(decode_lengths):
+                        words += n
+                        hits += (scores[i, :n].argmax(-1) == 0).sum().item()
+        """,
+        """
+        def evaluate(accelerator):
+            with torch.set_grad_enabled(False):
+                for x, lengths in test_loader:
+                    decode_lengths = (lengths - 1).tolist()
+                    scores = model(x)
+                    scores, lengths = accelerator.gather_for_metrics((scores, lengths))
+                    decode_lengths = (lengths - 1).tolist()
+                    for i, n in enumerate(decode_lengths):
+                        words += n
+                        hits += (scores[i, :n].argmax(-1) == 0).sum().item()
+        """,
+        id="list-of-lengths-computed-again",
+    ),
+    pytest.param(
+        # a loop over the loaders' batch size visits every gathered row
+        """
+        def evaluate(accelerator):
+            model.eval()
+            with torch.no_grad():
+                for x, y in test_loader:
+                    out = model(x)
+                    for j in range(args.batch_size):
+                        hits += int(out[j].argmax() == y[j])
+        """,
+        """
+        def evaluate(accelerator):
+            model.eval()
+            with torch.no_grad():
+                for x, y in test_loader:
+                    out = model(x)
+                    out, y = accelerator.gather_for_metrics((out, y))
+                    for j in range(len(out)):
+                        hits += int(out[j].argmax() == y[j])
+        """,
+        id="range-of-batch-size-over-the-gathered-rows",
+    ),
 ]
 
 

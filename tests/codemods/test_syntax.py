@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import libcst as cst
+import pytest
 
-from accel_convert.codemods.engine.syntax import assigned_in, names_bound
+from accel_convert.codemods.engine.syntax import assigned_in, names_bound, rows_counted
 
 CODE = """\
 def run(x):
@@ -38,3 +39,21 @@ def test_names_bound_reads_every_plain_binding_and_the_nested_definitions_names(
     assert isinstance(function, cst.FunctionDef)
     statements = list(function.body.body)
     assert names_bound(statements) == {"a", "b", "c", "d", "e", "f", "g", "h", "i", "helper", "Local"}
+
+
+@pytest.mark.parametrize(
+    "text, counted",
+    [
+        ("x.size(0)", "x"),
+        ("x.size()[0]", "x"),
+        ("x.shape[0]", "x"),
+        ("len(x)", "x"),
+        ("x.size(1)", None),
+        ("x.shape[1]", None),
+        ("x.numel()", None),
+        ("len(x.y)", None),
+        ("x[0]", None),
+    ],
+)
+def test_rows_counted_reads_a_count_of_rows(text: str, counted: str | None) -> None:
+    assert rows_counted(cst.parse_expression(text)) == counted
