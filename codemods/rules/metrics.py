@@ -850,7 +850,8 @@ class _EvalLoopRewriter(RuleTransformer):
                 needed |= variables_read(unpacked.recomputed[name][0])
         recomputed = [(name, *unpacked.recomputed[name]) for name in unpacked.recomputed if name in needed]
         whole = {name for expr, name in zip(plan.gathered, plan.names) if isinstance(expr, cst.Name)}
-        for _, _, tensors in recomputed:
+        counted = [tensors for _, _, tensors in recomputed] + [{t} for _, t in unpacked.summed_counts.values()]
+        for tensors in counted:
             for tensor in sorted(tensors - whole) if plan.gathered else ():
                 plan.gathered.append(cst.Name(tensor))
                 plan.names.append(tensor)
@@ -932,12 +933,19 @@ class _EvalLoopRewriter(RuleTransformer):
             gather_line = _gather_statements(plan, _maybe_objects(original, targets, plan), self.facts)
         self._report_summed_batch_means(original)
         self._note_metric_updates(_statements_after(body.body, statement), plan)
+        statements = list(body.body)
         if plan.gathered:
             gather_line += [
                 cst.SimpleStatementLine(body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=value)])
                 for name, value, _ in recomputed
             ]
-        new_body = _insert_after(body.body, statement, gather_line, plan, self.facts)
+            # ``total += labels.size(0)`` before the forward counts this process's rows: it moves
+            # below the gather, which leaves the count of one process's run unchanged.
+            # Its comments move with it.
+            if unpacked.summed_counts:
+                statements = [line for line in statements if id(line) not in unpacked.summed_counts]
+                gather_line += [line for line, _ in unpacked.summed_counts.values()]
+        new_body = _insert_after(statements, statement, gather_line, plan, self.facts)
         gathered = ", ".join(expression_code(e) for e in plan.gathered)
         self.report(original, MetricsCodemod.code, f"gather_for_metrics({gathered}) after the forward", True)
         loader = original.iter
@@ -2365,6 +2373,9 @@ class _Unpacked:
     #: Python values made from the batch that cannot be computed again (bound by unpacking):
     #: one entry per sample of this process, which no tensor gather can join.
     python_values: list[str] = field(default_factory=list)
+    #: ``total += labels.size(0)`` before the forward → the tensor counted: moved after the
+    #: gather, where it counts every process's rows.
+    summed_counts: dict[int, tuple[cst.SimpleStatementLine, str]] = field(default_factory=dict)
 
 
 #: Methods of a tensor that return Python numbers or lists, or a NumPy array: not gatherable.
@@ -2399,6 +2410,15 @@ def _unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode
             break
         if not isinstance(statement, cst.SimpleStatementLine):
             continue
+        first = statement.body[0]
+        if (
+            len(statement.body) == 1
+            and isinstance(first, cst.AugAssign)
+            and isinstance(first.operator, cst.AddAssign)
+            and isinstance(first.target, cst.Name)
+            and rows_counted(first.value) in known
+        ):
+            found.summed_counts[id(statement)] = (statement, cast(str, rows_counted(first.value)))
         for small in statement.body:
             if not isinstance(small, cst.Assign) or len(small.targets) != 1:
                 continue

@@ -1248,3 +1248,24 @@ def test_forwards_joined_with_a_batch_value_are_not_taken_for_one_forward(logits
     code, changes = convert_text(TEST_TIME_AUGMENTATION.format(logits=logits))
     assert "gather_for_metrics" not in code
     assert [change.code for change in changes if change.code == "ACC913"] == ["ACC913"]
+
+
+def test_a_count_summed_before_the_forward_moves_below_the_gather() -> None:
+    before = """
+        def evaluate(accelerator):
+            with torch.no_grad():
+                for x, y in test_loader:
+                    total += y.size(0)
+                    out = model(x)
+                    correct += (out.argmax(1) == y).sum().item()
+        """
+    after = """
+        def evaluate(accelerator):
+            with torch.no_grad():
+                for x, y in test_loader:
+                    out = model(x)
+                    out, y = accelerator.gather_for_metrics((out, y))
+                    total += y.size(0)
+                    correct += (out.argmax(1) == y).sum().item()
+        """
+    assert_rewrites(MetricsCodemod(), before, after)
