@@ -86,6 +86,9 @@ class _Loop:
     method_calls: set[str] = field(default_factory=set)
     #: The method holding the loop, for a loop in a module-level class.
     method: str | None = None
+    #: What it iterates through any calls (``progress(test_loader)`` of the file's own wrapper):
+    #: where ``iterated`` knows no such wrapper, an evaluation over it is still one.
+    through_calls: str | None = None
 
 
 @dataclass(eq=False)
@@ -364,6 +367,10 @@ class _Recorder(NameCollector):
         )
         if len(self.scope) >= 2 and self.scope[0] in self.classes:
             loop.method = self.scope[1]
+        wrapped = node.iter
+        while isinstance(wrapped, cst.Call) and wrapped.args:
+            wrapped = wrapped.args[0].value
+        loop.through_calls = dotted(wrapped)
         self.loops.append(loop)
         self._loops.append(loop)
 
@@ -1340,6 +1347,14 @@ class _Conclusions:
         # ``model.eval()`` (sampling loops often have neither).
         models = facts.models | facts.frozen_models
         accelerators = {facts.existing_accelerator or facts.accelerator_name, f"self.{facts.accelerator_name}"}
+        # Only where it counts or collects something (a metric): a loop that only writes samples
+        # out has no per-process figure to gather or report.
+        collecting = {id(loop) for aug in self.r.aug_assigns for loop in aug.loops} | {
+            id(loop)
+            for call in self.r.calls
+            if isinstance(call.node.func, cst.Attribute) and call.node.func.attr.value in ("append", "extend")
+            for loop in call.loops
+        }
         decoding = {
             id(call.loops[-1])
             for call in self.r.calls
@@ -1347,14 +1362,11 @@ class _Conclusions:
             and isinstance(call.node.func, cst.Attribute)
             and call.node.func.attr.value == "generate"
             and dotted(_unwrapped(call.node.func.value, accelerators)) in models
+            and id(call.loops[-1]) in collecting
         }
+        known = created_loaders | (facts.prepared - facts.models - facts.optimizers - facts.schedulers)
+        wrapped_evaluations: list[_Loop] = []
         for loop in self.r.loops:
-            if loop.iterated is None:
-                continue
-            origins = self._origins_of(loop.function, loop.iterated)
-            known = created_loaders | (facts.prepared - facts.models - facts.optimizers - facts.schedulers)
-            if not origins & known and loop.iterated not in known:
-                continue
             trains = (
                 loop.has_backward
                 or bool(loop.calls & backward_functions)
@@ -1362,6 +1374,16 @@ class _Conclusions:
             )
             last_switch = max((s for s in eval_switches if s[1] == loop.function and s[0] < loop.order), default=None)
             evaluates = loop.no_grad or (last_switch is not None and last_switch[2] == "eval") or id(loop) in decoding
+            if loop.iterated is None or not (
+                self._origins_of(loop.function, loop.iterated) & known or loop.iterated in known
+            ):
+                # ``for batch in progress(test_loader)`` through a wrapper the roles do not know:
+                # an evaluation all the same (the loader is prepared), though it says nothing of
+                # the loader's role.
+                if not trains and evaluates and loop.through_calls is not None:
+                    wrapped_evaluations.append(loop)
+                continue
+            origins = self._origins_of(loop.function, loop.iterated)
             self.loader_loops.append((loop, origins | {loop.iterated}))
             if not trains and not evaluates:
                 continue
@@ -1386,6 +1408,10 @@ class _Conclusions:
         unknown = created_loaders - train - evaluation
         facts.train_loaders = (train | {n for n in unknown if "train" in n.lower()}) - (evaluation - train)
         facts.eval_loaders = (evaluation | {n for n in unknown if "train" not in n.lower()}) - facts.train_loaders
+        for loop in wrapped_evaluations:
+            if loop.through_calls in facts.loaders:
+                record = LoopFacts(loop.function, loop.through_calls or "", loop.targets, "eval", self.site(loop.node))
+                facts.eval_loops.append(record)
         # ``[loss_batch(model, xb, yb) for xb, yb in valid_dl]``: an evaluation written as a
         # comprehension over a loader (outside training functions, under ``no_grad``, or after
         # ``model.eval()``, as for loops).
