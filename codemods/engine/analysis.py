@@ -56,6 +56,7 @@ from accel_convert.codemods.engine.torch_names import (
     DEVICE_CALLS,
     FEATURES,
     GRAD_SCALERS,
+    GRAD_SWITCHES,
     LOADER_PASS_THROUGH_METHODS,
     MODEL_COPIES,
     NETWORK_FETCHES,
@@ -86,6 +87,9 @@ class _Loop:
     method_calls: set[str] = field(default_factory=set)
     #: The method holding the loop, for a loop in a module-level class.
     method: str | None = None
+    #: What it iterates through any calls (``progress(test_loader)`` of the file's own wrapper):
+    #: where ``iterated`` knows no such wrapper, an evaluation over it is still one.
+    through_calls: str | None = None
 
 
 @dataclass(eq=False)
@@ -188,7 +192,6 @@ class _Recorder(NameCollector):
         self.defs: dict[str, tuple[str, ...]] = {}
         #: Module-level functions without ``*args`` → how many positional arguments they take.
         self.positional_limits: dict[str, int] = {}
-        self.no_grad_functions: set[str] = set()
         #: Functions defined inside the ``if __name__ == "__main__":`` block.
         self.guard_defs: set[str] = set()
         #: ``with`` items, for the names they bind (``as workdir``).
@@ -211,6 +214,8 @@ class _Recorder(NameCollector):
         self._ifs: list[_If] = []
         self._frames: list[_Frame] = []
         self._no_grad_depth = 0
+        #: Per enclosing ``def``: whether a decorator disables gradients in it.
+        self._decorated: list[bool] = []
         self._main_guard_depth = 0
         self._order = 0
 
@@ -252,11 +257,15 @@ class _Recorder(NameCollector):
             self.defs[node.name.value] = parameter_names(node)
             if not isinstance(node.params.star_arg, cst.Param):  # a bare ``*`` takes no extra positionals
                 self.positional_limits[node.name.value] = len(node.params.posonly_params) + len(node.params.params)
-        for decorator in node.decorators:
-            expr = decorator.decorator
-            callee = expr.func if isinstance(expr, cst.Call) else expr
-            if self.names.qualified_name(callee, self.scope[:-1], strict=False) in NO_GRAD_CONTEXTS:
-                self.no_grad_functions.add(self.function)
+        # ``@torch.no_grad()`` (or ``@torch.inference_mode()``): the function's own body runs
+        # without gradients, not the rest of the function or class it is defined in.
+        decorated = any(_disables_grad(d.decorator, self.names, self.scope[:-1]) for d in node.decorators)
+        self._decorated.append(decorated)
+        self._no_grad_depth += decorated
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._no_grad_depth -= self._decorated.pop()
+        super().leave_FunctionDef(original_node)
 
     def _method(self, owner: _Class, node: cst.FunctionDef) -> None:
         params = [*node.params.posonly_params, *node.params.params]
@@ -335,26 +344,15 @@ class _Recorder(NameCollector):
             self._main_guard_depth -= 1
 
     def visit_With(self, node: cst.With) -> None:
-        if any(self._is_no_grad(item.item) for item in node.items):
+        if any(_disables_grad(item.item, self.names, self.scope) for item in node.items):
             self._no_grad_depth += 1
+            # ``for x, y in loader: with torch.no_grad(): ...``: the loops around it evaluate too.
+            for loop in self._loops:
+                loop.no_grad = True
 
     def leave_With(self, original_node: cst.With) -> None:
-        if any(self._is_no_grad(item.item) for item in original_node.items):
+        if any(_disables_grad(item.item, self.names, self.scope) for item in original_node.items):
             self._no_grad_depth -= 1
-
-    def _is_no_grad(self, expr: cst.BaseExpression) -> bool:
-        callee = expr.func if isinstance(expr, cst.Call) else expr
-        qualified = self.names.qualified_name(callee, self.scope, strict=False)
-        if qualified in NO_GRAD_CONTEXTS:
-            return True
-        # torch.set_grad_enabled(False)
-        return (
-            qualified == "torch.set_grad_enabled"
-            and isinstance(expr, cst.Call)
-            and bool(expr.args)
-            and isinstance(expr.args[0].value, cst.Name)
-            and expr.args[0].value.value == "False"
-        )
 
     def visit_For(self, node: cst.For) -> None:
         super().visit_For(node)
@@ -365,11 +363,15 @@ class _Recorder(NameCollector):
             self.function,
             self._wrapped_loaders.get((self.scope, iterated or ""), iterated),
             _loop_targets(node, self.names, self.scope),
-            no_grad=self._no_grad_depth > 0 or self.function in self.no_grad_functions,
+            no_grad=self._no_grad_depth > 0,
             order=self._order,
         )
         if len(self.scope) >= 2 and self.scope[0] in self.classes:
             loop.method = self.scope[1]
+        wrapped = node.iter
+        while isinstance(wrapped, cst.Call) and wrapped.args:
+            wrapped = wrapped.args[0].value
+        loop.through_calls = dotted(wrapped)
         self.loops.append(loop)
         self._loops.append(loop)
 
@@ -379,7 +381,7 @@ class _Recorder(NameCollector):
     def visit_CompFor(self, node: cst.CompFor) -> None:
         self._order += 1
         iterated = _iterated(node.iter, self.names, self.scope)
-        no_grad = self._no_grad_depth > 0 or self.function in self.no_grad_functions
+        no_grad = self._no_grad_depth > 0
         self.comprehension_loops.append((self.function, iterated, len(self.collected) - 1, no_grad, self._order))
 
     def visit_Return(self, node: cst.Return) -> None:
@@ -471,6 +473,34 @@ ARGUMENT_PARSER_CALLS = frozenset(
 
 #: Builtins that wrap an iterable without changing what it yields (the first argument).
 ITERABLE_WRAPPERS = {"enumerate", "iter", "zip"}
+
+
+def _unwrapped(expr: cst.BaseExpression, accelerators: set[str]) -> cst.BaseExpression:
+    """``accelerator.unwrap_model(model)`` → ``model`` (a script already converted); else ``expr``."""
+    if (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Attribute)
+        and expr.func.attr.value == "unwrap_model"
+        and dotted(expr.func.value) in accelerators
+        and expr.args
+    ):
+        return expr.args[0].value
+    return expr
+
+
+def _disables_grad(expr: cst.BaseExpression, names: NameTable, scope: ScopeKey) -> bool:
+    """Whether a ``with`` item or a decorator turns gradients off: ``torch.no_grad()``,
+    ``torch.inference_mode()`` (and their ``torch.autograd`` spellings), ``torch.set_grad_enabled(False)``.
+    The one reading of it: rules ask the analysis's loops (``RuleTransformer.evaluates``)."""
+    callee = expr.func if isinstance(expr, cst.Call) else expr
+    qualified = names.qualified_name(callee, scope, strict=False)
+    if qualified in NO_GRAD_CONTEXTS:
+        return True
+    if qualified not in GRAD_SWITCHES or not isinstance(expr, cst.Call) or not expr.args:
+        return False
+    # ``set_grad_enabled(phase == "train")`` depends on the run: not an evaluation by itself.
+    first = expr.args[0].value
+    return isinstance(first, cst.Name) and first.value == "False"
 
 
 def _iterated(expr: cst.BaseExpression, names: NameTable, scope: ScopeKey) -> str | None:
@@ -1317,21 +1347,27 @@ class _Conclusions:
         # A loop decoding with a model's own ``generate`` evaluates even without ``no_grad`` or
         # ``model.eval()`` (sampling loops often have neither).
         models = facts.models | facts.frozen_models
+        accelerators = {facts.existing_accelerator or facts.accelerator_name, f"self.{facts.accelerator_name}"}
+        # Only where it counts or collects something (a metric): a loop that only writes samples
+        # out has no per-process figure to gather or report.
+        collecting = {id(loop) for aug in self.r.aug_assigns for loop in aug.loops} | {
+            id(loop)
+            for call in self.r.calls
+            if isinstance(call.node.func, cst.Attribute) and call.node.func.attr.value in ("append", "extend")
+            for loop in call.loops
+        }
         decoding = {
             id(call.loops[-1])
             for call in self.r.calls
             if call.loops
             and isinstance(call.node.func, cst.Attribute)
             and call.node.func.attr.value == "generate"
-            and dotted(call.node.func.value) in models
+            and dotted(_unwrapped(call.node.func.value, accelerators)) in models
+            and id(call.loops[-1]) in collecting
         }
+        known = created_loaders | (facts.prepared - facts.models - facts.optimizers - facts.schedulers)
+        wrapped_evaluations: list[_Loop] = []
         for loop in self.r.loops:
-            if loop.iterated is None:
-                continue
-            origins = self._origins_of(loop.function, loop.iterated)
-            known = created_loaders | (facts.prepared - facts.models - facts.optimizers - facts.schedulers)
-            if not origins & known and loop.iterated not in known:
-                continue
             trains = (
                 loop.has_backward
                 or bool(loop.calls & backward_functions)
@@ -1339,6 +1375,16 @@ class _Conclusions:
             )
             last_switch = max((s for s in eval_switches if s[1] == loop.function and s[0] < loop.order), default=None)
             evaluates = loop.no_grad or (last_switch is not None and last_switch[2] == "eval") or id(loop) in decoding
+            if loop.iterated is None or not (
+                self._origins_of(loop.function, loop.iterated) & known or loop.iterated in known
+            ):
+                # ``for batch in progress(test_loader)`` through a wrapper the roles do not know:
+                # an evaluation all the same (the loader is prepared), though it says nothing of
+                # the loader's role.
+                if not trains and evaluates and loop.through_calls is not None:
+                    wrapped_evaluations.append(loop)
+                continue
+            origins = self._origins_of(loop.function, loop.iterated)
             self.loader_loops.append((loop, origins | {loop.iterated}))
             if not trains and not evaluates:
                 continue
@@ -1363,6 +1409,10 @@ class _Conclusions:
         unknown = created_loaders - train - evaluation
         facts.train_loaders = (train | {n for n in unknown if "train" in n.lower()}) - (evaluation - train)
         facts.eval_loaders = (evaluation | {n for n in unknown if "train" not in n.lower()}) - facts.train_loaders
+        for loop in wrapped_evaluations:
+            if loop.through_calls in facts.loaders:
+                record = LoopFacts(loop.function, loop.through_calls or "", loop.targets, "eval", self.site(loop.node))
+                facts.eval_loops.append(record)
         # ``[loss_batch(model, xb, yb) for xb, yb in valid_dl]``: an evaluation written as a
         # comprehension over a loader (outside training functions, under ``no_grad``, or after
         # ``model.eval()``, as for loops).

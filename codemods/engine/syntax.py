@@ -206,6 +206,46 @@ def counted_by_one(node: cst.CSTNode) -> cst.BaseAssignTargetExpression | None:
     return None
 
 
+def rows_counted(node: cst.CSTNode) -> str | None:
+    """The name whose rows ``node`` counts, a Python int: ``x`` for ``x.size(0)``, ``x.size()[0]``,
+    ``x.shape[0]``, ``len(x)``; None for anything else. Such a count is no tensor to gather: after
+    a gather it is read again from the gathered ``x``."""
+    if isinstance(node, cst.Call):
+        func = node.func
+        if isinstance(func, cst.Name) and func.value == "len" and len(node.args) == 1:
+            argument = node.args[0].value
+            return argument.value if isinstance(argument, cst.Name) else None
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "size"
+            and isinstance(func.value, cst.Name)
+            and len(node.args) == 1
+            and isinstance(node.args[0].value, cst.Integer)
+            and node.args[0].value.value == "0"
+        ):
+            return func.value.value
+        return None
+    if (
+        isinstance(node, cst.Subscript)
+        and len(node.slice) == 1
+        and isinstance(node.slice[0].slice, cst.Index)
+        and isinstance(node.slice[0].slice.value, cst.Integer)
+        and node.slice[0].slice.value.value == "0"
+    ):
+        owner = node.value
+        if isinstance(owner, cst.Attribute) and owner.attr.value == "shape" and isinstance(owner.value, cst.Name):
+            return owner.value.value
+        if (
+            isinstance(owner, cst.Call)
+            and not owner.args
+            and isinstance(owner.func, cst.Attribute)
+            and owner.func.attr.value == "size"
+            and isinstance(owner.func.value, cst.Name)
+        ):
+            return owner.func.value.value
+    return None
+
+
 def calls_in(node: cst.CSTNode) -> list[cst.Call]:
     """Every call inside a (small) expression."""
     return [current for current in nodes_in(node) if isinstance(current, cst.Call)]

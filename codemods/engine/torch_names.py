@@ -33,6 +33,11 @@ NO_GRAD_CONTEXTS = frozenset(
         "torch.autograd.grad_mode.inference_mode",
     }
 )
+#: Context managers (and decorators) that turn gradients on or off by their argument:
+#: ``torch.set_grad_enabled(False)`` evaluates.
+GRAD_SWITCHES = frozenset(
+    {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled", "torch.autograd.grad_mode.set_grad_enabled"}
+)
 #: Methods that yield the batches of the loader given as their first argument, printing progress
 #: as they go: torchvision's reference scripts (and DETR, DeiT, MAE after them) loop over
 #: ``metric_logger.log_every(data_loader, print_freq, header)``.

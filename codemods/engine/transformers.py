@@ -142,8 +142,11 @@ class TargetedTransformer(cst.CSTTransformer):
         if self.origins is None or type(original_node) not in CARRIED_TYPES or result is original_node:
             return result
         if isinstance(result, cst.FlattenSentinel):
+            # Statements lifted out of a dissolved block (``with autocast(): for ...``) keep their
+            # own positions: later rules find the loop by its line.
             for node in result.nodes:
-                self.origins.carry(original_node, node)
+                if not self.origins.carried(node):
+                    self.origins.carry(original_node, node)
         elif isinstance(result, cst.CSTNode):
             self.origins.carry(original_node, result)
         return result
@@ -351,6 +354,14 @@ class RuleTransformer(TargetedTransformer):
         return next(
             (loop for loop in loops if loop.site.line == site.line and (accepts is None or accepts(loop))), None
         )
+
+    def evaluates(self, node: cst.For) -> bool:
+        """Whether the loop ``node`` (a node of the tree this rule received) is an evaluation: the
+        analysis's eval loops (a loop over a loader that runs no backward, under ``torch.no_grad()``,
+        ``torch.inference_mode()``, ``torch.set_grad_enabled(False)``, in a ``@torch.no_grad()``
+        function, after ``model.eval()``, or decoding with ``model.generate``). The one answer every
+        rule uses: the loaders prepare shards are the loops the metrics rule gathers."""
+        return self.loop_fact(node, self.facts.eval_loops) is not None
 
     def qualified_name(self, node: cst.BaseExpression) -> str | None:
         return self.facts.qualified_name(node, self.scope)

@@ -679,9 +679,9 @@ class _AmpRemover(RuleTransformer):
             else [cst.SimpleStatementLine(cast(cst.SimpleStatementSuite, body).body)]  # BaseSuite's other kind
         )
         if statements:
-            statements[0] = statements[0].with_changes(
-                leading_lines=[*updated_node.leading_lines, *statements[0].leading_lines]
-            )
+            first = statements[0]
+            statements[0] = first.with_changes(leading_lines=[*updated_node.leading_lines, *first.leading_lines])
+            self.origins.carry(first, statements[0])
         return cst.FlattenSentinel(statements)
 
     def leave_If(self, original_node: cst.If, updated_node: cst.If):

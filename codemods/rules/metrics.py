@@ -4,8 +4,18 @@ On N processes each rank sees 1/N of the evaluation set, and the last global bat
 repeated samples. Sums of Python floats (``correct += ...item()``) cannot be de-duplicated, so the
 per-sample tensors are gathered right after the forward, before anything reduces them:
 ``gather_for_metrics`` concatenates every rank's rows and drops the padding, and the rest of the
-loop then computes the single-process numbers. An evaluation loop is a loop over a data loader
-under ``torch.no_grad()``/``inference_mode()`` or after ``model.eval()``, with no backward in it.
+loop then computes the single-process numbers. An evaluation loop is the analysis's (asked through
+``RuleTransformer.evaluates``, as every rule does): a loop over a data loader with no backward in it,
+under ``torch.no_grad()``/``inference_mode()``/``set_grad_enabled(False)``, in a ``@torch.no_grad()``
+function, after ``model.eval()``, or decoding with ``model.generate``.
+
+Only tensors with a batch dimension are gathered. A Python value the loop makes from the batch
+before the forward, a row count (``b_size = real.size(0)``) or a list (``decode_lengths = (caplens -
+1).tolist()``), is computed again after the gather from the gathered tensors, so ``total += b_size``
+and ``for j in range(b_size)`` cover every process's rows; ``range(<the loaders' batch size>)`` over
+the gathered batch becomes ``range(len(x))`` of a gathered tensor. A Python value that cannot be
+computed again (one the model's ``forward`` returns, one bound by unpacking) cannot be joined with
+the gathered tensors: the loop is left as written and reported (ACC913).
 
 Model outputs read through attributes (``outputs.logits``) or batches read by key
 (``batch["labels"]``) are gathered as those expressions into new names that the rest of the loop
@@ -78,6 +88,7 @@ from accel_convert.codemods.engine.syntax import (
     nodes_in,
     parameter_names,
     root_name,
+    rows_counted,
     target_names,
 )
 from accel_convert.codemods.engine.torch_names import (
@@ -85,7 +96,6 @@ from accel_convert.codemods.engine.torch_names import (
     CONCATENATIONS,
     DATA_LOADERS,
     ITERABLE_DATASETS,
-    NO_GRAD_CONTEXTS,
     PADDING_COLLATORS,
     RECURRENT_LAYERS,
     ROW_WISE_FUNCTIONS,
@@ -180,6 +190,130 @@ class MetricsCodemod(Rule):
                 if __name__ == "__main__":
                     main()
             """,
+        ),
+        Example(
+            # Gradients off with set_grad_enabled(False): an evaluation like any other. A row
+            # count taken before the forward is read again from the gathered batch.
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    train_set = TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,)))
+                    test_set = TensorDataset(torch.randn(20, 8), torch.randint(0, 3, (20,)))
+                    train_loader = DataLoader(train_set, batch_size=8)
+                    test_loader = DataLoader(test_set, batch_size=8)
+                    model = nn.Linear(8, 3)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in train_loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.cross_entropy(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                    correct = total = 0
+                    with torch.set_grad_enabled(False):
+                        for data, target in test_loader:
+                            n = target.size(0)
+                            output = model(data)
+                            correct += output.argmax(dim=1).eq(target).sum().item()
+                            total += n
+                    print(f"accuracy {correct}/{total}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from accel_convert.runtime import Accelerator
+
+
+                def main():
+                    accelerator = Accelerator()
+                    train_set = TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,)))
+                    test_set = TensorDataset(torch.randn(20, 8), torch.randint(0, 3, (20,)))
+                    train_loader = DataLoader(train_set, batch_size=8)
+                    test_loader = DataLoader(test_set, batch_size=8)
+                    model = nn.Linear(8, 3)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, train_loader, test_loader = accelerator.prepare(
+                        model, optimizer, train_loader, test_loader
+                    )
+                    for data, target in train_loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.cross_entropy(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                    correct = total = 0
+                    with torch.set_grad_enabled(False):
+                        for data, target in test_loader:
+                            n = target.size(0)
+                            output = model(data)
+                            output, target = accelerator.gather_for_metrics((output, target))
+                            n = target.size(0)
+                            correct += output.argmax(dim=1).eq(target).sum().item()
+                            total += n
+                    accelerator.print(f"accuracy {correct}/{total}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
+            # decode_lengths is a Python list the model's forward makes: left as written, reported.
+            code="ACC913",
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Tagger(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.linear = nn.Linear(8, 3)
+
+                    def forward(self, x, lengths):
+                        decode_lengths = (lengths - 1).tolist()
+                        return self.linear(x), decode_lengths
+
+
+                def main():
+                    train_set = TensorDataset(torch.randn(64, 6, 8), torch.randint(0, 3, (64, 6)), torch.randint(2, 7, (64,)))
+                    test_set = TensorDataset(torch.randn(20, 6, 8), torch.randint(0, 3, (20, 6)), torch.randint(2, 7, (20,)))
+                    train_loader = DataLoader(train_set, batch_size=8)
+                    test_loader = DataLoader(test_set, batch_size=8)
+                    model = Tagger()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for x, tags, lengths in train_loader:
+                        optimizer.zero_grad()
+                        scores, _ = model(x, lengths)
+                        nn.functional.cross_entropy(scores.flatten(0, 1), tags.flatten()).backward()
+                        optimizer.step()
+                    correct = words = 0
+                    with torch.no_grad():
+                        for x, tags, lengths in test_loader:
+                            scores, decode_lengths = model(x, lengths)
+                            for i, n in enumerate(decode_lengths):
+                                correct += (scores[i, :n].argmax(-1) == tags[i, :n]).sum().item()
+                                words += n
+                    print(f"accuracy {correct}/{words}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message=(
+                "decode_lengths: a Python value made per batch (a list of lengths, a number), not a tensor with a "
+                "batch dimension: gather_for_metrics cannot join it with the gathered tensors, so nothing is "
+                "gathered and the metrics cover this process only; make it a tensor "
+                "(torch.tensor(x, device=accelerator.device)) and gather it with the outputs"
+            ),
         ),
         Example(
             code="ACC913",
@@ -293,7 +427,11 @@ class MetricsCodemod(Rule):
         rewriter = _EvalLoopRewriter(
             facts,
             facts.lines_mentioning(name_words(facts.loaders)),
-            replace(_sequence_first_layouts(module, facts), hidden_outputs=_recurrent_hidden_outputs(module, facts)),
+            replace(
+                _sequence_first_layouts(module, facts),
+                hidden_outputs=_recurrent_hidden_outputs(module, facts),
+                python_outputs=_python_value_outputs(module, facts),
+            ),
             _torchmetrics_in(module, facts),
             _loaders_over_streams(module, facts),
             _loaders_of_sample_lists(module, facts),
@@ -335,8 +473,6 @@ class _EvalLoopRewriter(RuleTransformer):
         self._gathered_updates: dict[str, set[Site]] = {}
         #: The first such update of each metric (where a report points).
         self._first_update: dict[str, cst.Call] = {}
-        self._no_grad_depth = 0
-        self._eval_mode: list[bool] = [False]
         #: Names a new variable must not take: those of the module-level function being walked
         #: (nested functions share their enclosing function's set), or the whole module's for
         #: module-level code.
@@ -356,20 +492,11 @@ class _EvalLoopRewriter(RuleTransformer):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         super().visit_FunctionDef(node)
-        # ``@torch.no_grad()`` (or ``@torch.inference_mode()``) on the function: its loops evaluate.
-        self._eval_mode.append(
-            any(
-                self.facts.callee_name(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)
-                in NO_GRAD_CONTEXTS
-                for d in node.decorators
-            )
-        )
         top_level = len(self._taken_by_scope) == 1
         self._taken_by_scope.append(_LazyNames(node) if top_level else self._taken_by_scope[-1])
         self._gathered_loops.append([])
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):
-        self._eval_mode.pop()
         self._taken_by_scope.pop()
         self._report_per_batch_means([original_node], self._gathered_loops.pop())
         return super().leave_FunctionDef(original_node, updated_node)
@@ -382,24 +509,8 @@ class _EvalLoopRewriter(RuleTransformer):
         self._report_per_batch_means(outside_definitions, self._gathered_loops[0])
         return super().leave_Module(original_node, updated_node)
 
-    def visit_With(self, node: cst.With) -> None:
-        if _is_no_grad(node, self.facts):
-            self._no_grad_depth += 1
-
-    def leave_With(self, original_node: cst.With, updated_node: cst.With) -> cst.BaseStatement:
-        if _is_no_grad(original_node, self.facts):
-            self._no_grad_depth -= 1
-        return updated_node
-
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
-        # model.eval() switches the rest of the function to evaluation, model.train() back. Loops
-        # are compound statements, so the walk need not go into a simple line's expressions.
-        for small in node.body:
-            call = small.value if isinstance(small, cst.Expr) else None
-            func = call.func if isinstance(call, cst.Call) else None
-            if isinstance(func, cst.Attribute) and dotted(func.value) in _evaluated_models(self.facts):
-                if func.attr.value in ("eval", "train"):
-                    self._eval_mode[-1] = func.attr.value == "eval"
+        # Loops are compound statements: the walk need not go into a simple line's expressions.
         return False
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
@@ -407,7 +518,8 @@ class _EvalLoopRewriter(RuleTransformer):
 
     def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.BaseStatement:
         loop = _loop_over_loader(original_node, self.facts)
-        if loop is None or not self._is_evaluation(original_node):
+        # Whether the loop evaluates is the analysis's answer, the one prepare shards by.
+        if loop is None or not self.evaluates(original_node):
             return updated_node
         if self._over_unprepared_loader(original_node, loop):
             # A loader built where nothing prepares it (a local of an evaluation helper): every
@@ -435,6 +547,25 @@ class _EvalLoopRewriter(RuleTransformer):
             )
             return updated_node
         return self._gather_in_loop(original_node, updated_node, loop)
+
+    def _python_value_outputs(self, forward: cst.SimpleStatementLine) -> list[str]:
+        """The names the forward binds to outputs its model's ``forward`` makes as Python values
+        (see :func:`_python_value_outputs`)."""
+        assign = forward.body[0]
+        if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call):
+            return []
+        positions = self._layouts.python_outputs.get(dotted(assign.value.func) or "")
+        if not positions:
+            return []
+        target = assign.targets[0].target
+        if isinstance(target, (cst.Tuple, cst.List)):
+            return [
+                name
+                for index, element in enumerate(target.elements)
+                if index in positions
+                for name in target_names(element.value)
+            ]
+        return list(target_names(target)) if -1 in positions else []
 
     def _hidden_states_read(self, forward: cst.SimpleStatementLine, plan: _GatherPlan) -> list[str]:
         """The names the forward binds to a recurrent hidden state (see
@@ -630,14 +761,6 @@ class _EvalLoopRewriter(RuleTransformer):
                 found.add(name)
         return found
 
-    def _is_evaluation(self, node: cst.For) -> bool:
-        return (
-            self._no_grad_depth > 0
-            or self._eval_mode[-1]
-            or _contains(node, lambda n: _is_no_grad(n, self.facts), cst.With)
-            or _decodes_without_backward(node, self.facts)
-        )
-
     def _gather_in_loop(self, original: cst.For, loop: cst.For, targets: tuple[str, ...]) -> cst.For:
         body = loop.body
         if not isinstance(body, cst.IndentedBlock):
@@ -697,8 +820,46 @@ class _EvalLoopRewriter(RuleTransformer):
         statement, outputs = forward
         # ``input, target = batch[0], batch[1]``: names unpacked from the batch are per-sample
         # too, and what the outputs are compared with must be gathered with them.
-        targets = (*targets, *_unpacked_from(body.body, statement, targets))
-        plan = _plan_gather(outputs, targets, _statements_after(body.body, statement), lambda: self._taken_names)
+        unpacked = _unpacked_from(body.body, statement, targets)
+        targets = (*targets, *unpacked.tensors)
+        after = _statements_after(body.body, statement)
+        plan = _plan_gather(outputs, targets, after, lambda: self._taken_names)
+        read_after = variables_read(*after)
+        # A Python list (or number) with one entry per sample of this process (``decode_lengths``
+        # from the forward, ``lengths = caplens.tolist()``): a tensor gather cannot join it, and
+        # gathering the tensors without it would pair every process's rows with this process's
+        # entries. Nothing is gathered; the script must make it a tensor.
+        candidates = [*unpacked.python_values, *self._python_value_outputs(statement)]
+        # lists of per-sample objects (detection) are gathered as objects, below
+        object_lists = self._per_sample_lists(original, body.body, targets) if candidates else set()
+        python_values = [name for name in dict.fromkeys(candidates) if name in read_after and name not in object_lists]
+        if python_values and plan.gathered:
+            self.report(
+                original,
+                "ACC913",
+                f"{', '.join(python_values)}: a Python value made per batch (a list of lengths, a number), not a "
+                "tensor with a batch dimension: gather_for_metrics cannot join it with the gathered tensors, so "
+                "nothing is gathered and the metrics cover this process only; make it a tensor "
+                "(torch.tensor(x, device=accelerator.device)) and gather it with the outputs",
+                False,
+            )
+            return loop
+        # ``b_size = real.size(0)``, ``lengths = (caplens - 1).tolist()``: Python values of this
+        # process's rows, computed again from the gathered tensors after the gather (``total +=
+        # b_size``, ``range(b_size)``, ``pack_padded_sequence(scores, lengths)`` then cover every
+        # sample). Their statements are read again as written: the values they read are gathered.
+        needed = set(read_after)
+        for name in reversed(list(unpacked.recomputed)):  # and what a later one reads (n = len(lengths))
+            if name in needed:
+                needed |= variables_read(unpacked.recomputed[name][0])
+        recomputed = [(name, *unpacked.recomputed[name]) for name in unpacked.recomputed if name in needed]
+        whole = {name for expr, name in zip(plan.gathered, plan.names) if isinstance(expr, cst.Name)}
+        counted = [tensors for _, _, tensors in recomputed] + [{t} for _, t in unpacked.summed_counts.values()]
+        for tensors in counted:
+            for tensor in sorted(tensors - whole) if plan.gathered else ():
+                plan.gathered.append(cst.Name(tensor))
+                plan.names.append(tensor)
+                whole.add(tensor)
         hidden = self._hidden_states_read(statement, plan)
         if hidden:
             self.report(
@@ -754,6 +915,8 @@ class _EvalLoopRewriter(RuleTransformer):
         if not plan.gathered:
             return loop
         for size, sum_target in _sizes_summed_after(body.body, statement, set(targets)):
+            if size in unpacked.recomputed:
+                continue  # counted again from the gathered rows
             # ``n, _ = x.shape`` before the forward is this process's batch size, a Python number
             # the gather cannot reach: the sum counts this process's samples only.
             first = plan.names[0]
@@ -787,7 +950,19 @@ class _EvalLoopRewriter(RuleTransformer):
             gather_line = _gather_statements(plan, _maybe_objects(original, targets, plan), self.facts)
         self._report_summed_batch_means(original)
         self._note_metric_updates(_statements_after(body.body, statement), plan)
-        new_body = _insert_after(body.body, statement, gather_line, plan, self.facts)
+        statements = list(body.body)
+        if plan.gathered:
+            gather_line += [
+                cst.SimpleStatementLine(body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=value)])
+                for name, value, _ in recomputed
+            ]
+            # ``total += labels.size(0)`` before the forward counts this process's rows: it moves
+            # below the gather, which leaves the count of one process's run unchanged.
+            # Its comments move with it.
+            if unpacked.summed_counts:
+                statements = [line for line in statements if id(line) not in unpacked.summed_counts]
+                gather_line += [line for line, _ in unpacked.summed_counts.values()]
+        new_body = _insert_after(statements, statement, gather_line, plan, self.facts)
         gathered = ", ".join(expression_code(e) for e in plan.gathered)
         self.report(original, MetricsCodemod.code, f"gather_for_metrics({gathered}) after the forward", True)
         loader = original.iter
@@ -1186,6 +1361,9 @@ class _SequenceLayouts:
     #: Model names → the positions of their forward's outputs that are a recurrent layer's hidden
     #: state, ``(layers, batch, hidden)`` even in a batch-first model (-1: the one output).
     hidden_outputs: dict[str, frozenset[int]] = field(default_factory=dict)
+    #: Model names → the positions of their forward's outputs that are Python values (a list of
+    #: lengths made with ``.tolist()``), not tensors (-1: the one output).
+    python_outputs: dict[str, frozenset[int]] = field(default_factory=dict)
 
 
 def _sequence_first_layouts(module: cst.Module, facts: ScriptFacts) -> _SequenceLayouts:
@@ -1265,6 +1443,52 @@ def _recurrent_hidden_outputs(module: cst.Module, facts: ScriptFacts) -> dict[st
             positions = _hidden_positions(forward, layers)
             if positions:
                 positions_by_class[node.name.value] = positions
+    return _models_built_from(module, facts, positions_by_class)
+
+
+def _python_value_outputs(module: cst.Module, facts: ScriptFacts) -> dict[str, frozenset[int]]:
+    """Models of the file's classes whose ``forward`` returns a Python value it made
+    (``decode_lengths = (caption_lengths - 1).tolist()`` ... ``return scores, decode_lengths``),
+    with the positions of those outputs: model name → positions (-1: the only output)."""
+    positions_by_class: dict[str, frozenset[int]] = {}
+    for node in module.body:
+        if not isinstance(node, cst.ClassDef):
+            continue
+        forward = next((method for method in class_methods(node) if method.name.value == "forward"), None)
+        if forward is None:
+            continue
+        made = {
+            name
+            for found in nodes_in(forward)
+            if isinstance(found, cst.Assign) and _python_value(found.value)
+            for target in found.targets
+            for name in target_names(target.target)
+        }
+        positions: set[int] = set()
+        for found in nodes_in(forward):
+            if not isinstance(found, cst.Return) or found.value is None:
+                continue
+            if isinstance(found.value, cst.Tuple):
+                positions.update(
+                    i for i, element in enumerate(found.value.elements) if _made_in_python(element.value, made)
+                )
+            elif _made_in_python(found.value, made):
+                positions.add(-1)
+        if positions:
+            positions_by_class[node.name.value] = frozenset(positions)
+    return _models_built_from(module, facts, positions_by_class)
+
+
+def _made_in_python(value: cst.BaseExpression, made: set[str]) -> bool:
+    """A returned value that is a Python value: one of the names ``made`` so, or such an expression."""
+    return (isinstance(value, cst.Name) and value.value in made) or _python_value(value)
+
+
+def _models_built_from(
+    module: cst.Module, facts: ScriptFacts, positions_by_class: dict[str, frozenset[int]]
+) -> dict[str, frozenset[int]]:
+    """The models built from those classes (``decoder = Decoder(...).to(device)``) → the
+    class's positions."""
     if not positions_by_class:
         return {}
     models: dict[str, frozenset[int]] = {}
@@ -1368,14 +1592,6 @@ def _bound_names(target: cst.BaseExpression) -> list[str]:
     return [name for name in target_names(target) if "." not in name]
 
 
-def _is_no_grad(node: cst.With, facts: ScriptFacts) -> bool:
-    for item in node.items:
-        call = item.item
-        if isinstance(call, cst.Call) and facts.callee_name(call.func) in NO_GRAD_CONTEXTS:
-            return True
-    return False
-
-
 def _is_backward(node: cst.CSTNode, facts: ScriptFacts) -> bool:
     if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
         return False
@@ -1445,36 +1661,6 @@ def _model_passed_to_call(loop: cst.For, facts: ScriptFacts) -> tuple[str, cst.C
         if dotted(owner) in models:
             return f"{dotted(owner)}.{func.attr.value}", node
     return None
-
-
-def _decodes_without_backward(loop: cst.For, facts: ScriptFacts) -> bool:
-    """A loop that decodes with a model's own ``generate`` method, runs no backward and counts or
-    collects something: an evaluation even without ``no_grad`` or ``model.eval()`` (scripts often
-    omit both around a sampling loop), whose per-process counts must not pass for the whole set's."""
-    generates = False
-    for node in nodes_in(loop.body):
-        if not isinstance(node, cst.Call):
-            continue
-        if _is_backward(node, facts):
-            return False
-        func = node.func
-        if not (isinstance(func, cst.Attribute) and func.attr.value == "generate"):
-            continue
-        owner = func.value
-        if is_accelerator_method(owner, facts, "unwrap_model") and isinstance(owner, cst.Call) and owner.args:
-            owner = owner.args[0].value
-        generates = generates or dotted(owner) in _evaluated_models(facts)
-    # Only where it counts or collects something (a metric); a loop that only writes samples out
-    # has no per-process figure to report.
-    return generates and any(
-        isinstance(node, cst.AugAssign)
-        or (
-            isinstance(node, cst.Call)
-            and isinstance(node.func, cst.Attribute)
-            and node.func.attr.value in ("append", "extend")
-        )
-        for node in nodes_in(loop.body)
-    )
 
 
 def _is_model_call(node: cst.CSTNode, facts: ScriptFacts) -> TypeGuard[cst.Call]:
@@ -2112,9 +2298,10 @@ def _gather_objects_statement(name: str, facts: ScriptFacts) -> cst.SimpleStatem
 
 
 class _ExpressionReplacer(cst.CSTTransformer):
-    """After the gather: gathered expressions read through their new names, and
-    ``x.view(<batch size>, ...)`` of gathered tensors becomes ``x.view(-1, ...)`` (the gathered
-    batch holds every rank's rows)."""
+    """After the gather: gathered expressions read through their new names,
+    ``x.view(<batch size>, ...)`` of gathered tensors becomes ``x.view(-1, ...)``, and
+    ``range(<batch size>)`` becomes ``range(len(x))`` of a gathered tensor (the gathered batch
+    holds every rank's rows: a loop over the loader's batch size would visit 1/N of them)."""
 
     def __init__(self, plan: _GatherPlan, batch_size_expr: str | None) -> None:
         self.replacements = [
@@ -2122,6 +2309,8 @@ class _ExpressionReplacer(cst.CSTTransformer):
         ]
         self.gathered_names = set(plan.names)
         self.batch_size_expr = batch_size_expr
+        #: A gathered tensor whose rows are the gathered batch's (the first one gathered).
+        self.rows = plan.names[0] if plan.names else None
 
     def leave_Attribute(self, original_node, updated_node):
         return self._replace(updated_node)
@@ -2137,6 +2326,16 @@ class _ExpressionReplacer(cst.CSTTransformer):
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         func = updated_node.func
+        if (
+            self.batch_size_expr
+            and self.rows is not None
+            and isinstance(func, cst.Name)
+            and func.value == "range"
+            and len(updated_node.args) == 1
+            and dotted(updated_node.args[0].value) == self.batch_size_expr
+        ):
+            rows = cst.Call(func=cst.Name("len"), args=[cst.Arg(cst.Name(self.rows))])
+            return updated_node.with_changes(args=[updated_node.args[0].with_changes(value=rows)])
         if not (
             self.batch_size_expr
             and isinstance(func, cst.Attribute)
@@ -2178,16 +2377,65 @@ def _insert_after(statements, forward, gather_lines: list, plan: _GatherPlan, fa
     return rewrite(list(statements))
 
 
-def _unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode, batch: tuple[str, ...]) -> list[str]:
-    """Names assigned, before the forward, from expressions rooted in the batch names
-    (``target = batch[1]``, ``x, y = batch``, ``labels = batch["labels"].to(device)``); not sizes
-    (``n, _ = x.shape``, ``n = len(x)``): a Python number is no per-sample row to gather."""
-    found: list[str] = []
+@dataclass
+class _Unpacked:
+    """What the loop binds from the batch before the forward (see :func:`_unpacked_from`)."""
+
+    #: Per-sample tensors (``target = batch[1]``, ``x, y = batch``): gathered with the outputs.
+    tensors: list[str] = field(default_factory=list)
+    #: Python values made from batch tensors, a row count (``b_size = real.size(0)``) or a list
+    #: (``decode_lengths = (caplens - 1).tolist()``) → (the value, the batch tensors it reads): no
+    #: tensor to gather, so computed again from the gathered tensors after the gather.
+    recomputed: dict[str, tuple[cst.BaseExpression, set[str]]] = field(default_factory=dict)
+    #: Python values made from the batch that cannot be computed again (bound by unpacking):
+    #: one entry per sample of this process, which no tensor gather can join.
+    python_values: list[str] = field(default_factory=list)
+    #: ``total += labels.size(0)`` before the forward → the tensor counted: moved after the
+    #: gather, where it counts every process's rows.
+    summed_counts: dict[int, tuple[cst.SimpleStatementLine, str]] = field(default_factory=dict)
+
+
+#: Methods of a tensor that return Python numbers or lists, or a NumPy array: not gatherable.
+_PYTHON_VALUE_METHODS = frozenset({"tolist", "item", "numpy"})
+#: Builtins that build a Python value (a list of ints, a number) from what they are given.
+_PYTHON_VALUE_BUILTINS = frozenset({"list", "tuple", "sorted", "int", "float", "sum", "max", "min"})
+
+
+def _python_value(value: cst.BaseExpression) -> bool:
+    """Whether ``value`` builds a Python value, not a tensor: a comprehension, a
+    ``.tolist()``/``.item()``/``.numpy()``, ``list(...)``/``int(...)``..."""
+    # A list or tuple display may hold tensors (gathered as nested tensors); a comprehension
+    # makes one entry per element of what it runs over.
+    if isinstance(value, (cst.ListComp, cst.GeneratorExp, cst.SetComp, cst.DictComp)):
+        return True
+    if isinstance(value, cst.Call):
+        func = value.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _PYTHON_VALUE_METHODS:
+            return True
+        return isinstance(func, cst.Name) and func.value in _PYTHON_VALUE_BUILTINS
+    return False
+
+
+def _unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode, batch: tuple[str, ...]) -> _Unpacked:
+    """Names assigned, before the forward, from expressions made from the batch names
+    (``target = batch[1]``, ``x, y = batch``, ``labels = batch["labels"].to(device)``), by kind:
+    tensors, row counts, other Python values."""
+    found = _Unpacked()
+    known = set(batch)
     for statement in statements:
         if statement is forward or _contains(statement, lambda node: node is forward):
             break
         if not isinstance(statement, cst.SimpleStatementLine):
             continue
+        first = statement.body[0]
+        if (
+            len(statement.body) == 1
+            and isinstance(first, cst.AugAssign)
+            and isinstance(first.operator, cst.AddAssign)
+            and isinstance(first.target, cst.Name)
+            and rows_counted(first.value) in known
+        ):
+            found.summed_counts[id(statement)] = (statement, cast(str, rows_counted(first.value)))
         for small in statement.body:
             if not isinstance(small, cst.Assign) or len(small.targets) != 1:
                 continue
@@ -2202,10 +2450,24 @@ def _unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode
             else:
                 pairs = [(target, value)]
             for bound, source in pairs:
-                if is_host_number(source):
+                names = [name for name in _bound_names(bound) if name not in batch]
+                counted = rows_counted(source)
+                reads = variables_read(source)
+                if counted in known or (_python_value(source) and reads & (known | set(found.recomputed))):
+                    tensors = {counted} if counted in known else reads & known
+                    for name in reads & set(found.recomputed):  # ``n = len(lengths)`` of a recomputed list
+                        tensors |= found.recomputed[name][1]
+                    if isinstance(bound, cst.Name) and len(pairs) == 1:
+                        found.recomputed[bound.value] = (source, tensors)
+                    else:
+                        found.python_values.extend(names)
+                elif is_host_number(source):
+                    # A size (``n, _ = x.shape``): a Python number, not a row to gather; a sum of
+                    # it after the gather is reported (_sizes_summed_after).
                     continue
-                if root_name(source) in batch or root_name(source) in found:
-                    found.extend(name for name in _bound_names(bound) if name not in batch)
+                elif root_name(source) in known:
+                    found.tensors.extend(names)
+                    known.update(names)
     return found
 
 

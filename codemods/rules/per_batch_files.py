@@ -84,15 +84,15 @@ class _PerBatchWrites(RuleTransformer):
         self._counters: list[set[str]] = []
 
     def visit_For(self, node: cst.For) -> None:
-        if self._is_evaluation_loop(node):
+        if self._over_evaluated_loader(node):
             self._counters.append(_batch_counters(node))
 
     def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.For:
-        if self._is_evaluation_loop(original_node):
+        if self._over_evaluated_loader(original_node):
             self._counters.pop()
         return updated_node
 
-    def _is_evaluation_loop(self, node: cst.For) -> bool:
+    def _over_evaluated_loader(self, node: cst.For) -> bool:
         loop = self.loop_fact(node, self.facts.eval_loops)
         return loop is not None and loop.loader in self.facts.loaders
 

@@ -112,7 +112,7 @@ class _LossSums(RuleTransformer):
             self._training_loops += 1
             self._sample_counts.append([])
             self._reported_sums.append(False)
-        elif self._is_evaluation_loop(node):
+        elif self.evaluates(node):
             # A validation run every few steps, nested in the training loop: what it counts is
             # gathered by the metrics rule, not this process's training.
             self._evaluations += 1
@@ -126,12 +126,9 @@ class _LossSums(RuleTransformer):
                     self.report(count, RankLocalAverage.code, SAMPLES_MESSAGE, False)
             elif self._reported_sums:
                 self._reported_sums[-1] = True
-        elif self._is_evaluation_loop(original_node):
+        elif self.evaluates(original_node):
             self._evaluations -= 1
         return updated_node
-
-    def _is_evaluation_loop(self, node: cst.For) -> bool:
-        return self.loop_fact(node, self.facts.eval_loops) is not None
 
     @functools.cached_property
     def _printed(self) -> set[str]:

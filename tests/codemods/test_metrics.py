@@ -104,6 +104,109 @@ CASES = [
         """,
         id="vae-tuple-output-and-batch-sized-view",
     ),
+    pytest.param(
+        # DCGAN-style: b_size is a Python int, read again from the gathered batch (issue 26)
+        """
+        def evaluate(accelerator):
+            with torch.no_grad():
+                for data in test_loader:
+                    real = data[0]
+                    b_size = real.size(0)
+                    score = model(real)
+                    accepted += (score > 0.5).sum().item()
+                    for j in range(b_size):
+                        brightest = max(brightest, real[j].max().item())
+                    seen += b_size
+        """,
+        """
+        def evaluate(accelerator):
+            with torch.no_grad():
+                for data in test_loader:
+                    real = data[0]
+                    b_size = real.size(0)
+                    score = model(real)
+                    score, real = accelerator.gather_for_metrics((score, real))
+                    b_size = real.size(0)
+                    accepted += (score > 0.5).sum().item()
+                    for j in range(b_size):
+                        brightest = max(brightest, real[j].max().item())
+                    seen += b_size
+        """,
+        id="row-count-read-again-after-the-gather",
+    ),
+    pytest.param(
+        # the counted tensor is not read after the forward: gathered for the count
+        """
+        def evaluate(accelerator):
+            with torch.inference_mode():
+                for x, y in test_loader:
+                    n = len(y)
+                    out = model(x)
+                    hits += (out.argmax(1) == 0).sum().item()
+                    total += n
+        """,
+        """
+        def evaluate(accelerator):
+            with torch.inference_mode():
+                for x, y in test_loader:
+                    n = len(y)
+                    out = model(x)
+                    out, y = accelerator.gather_for_metrics((out, y))
+                    n = len(y)
+                    hits += (out.argmax(1) == 0).sum().item()
+                    total += n
+        """,
+        id="counted-tensor-gathered-for-its-count",
+    ),
+    pytest.param(
+        # a list of lengths made from the batch: computed again from the gathered lengths
+        """
+        def evaluate(accelerator):
+            with torch.set_grad_enabled(False):
+                for x, lengths in test_loader:
+                    decode_lengths = (lengths - 1).tolist()
+                    scores = model(x)
+                    for i, n in enumerate(decode_lengths):
+                        words += n
+                        hits += (scores[i, :n].argmax(-1) == 0).sum().item()
+        """,
+        """
+        def evaluate(accelerator):
+            with torch.set_grad_enabled(False):
+                for x, lengths in test_loader:
+                    decode_lengths = (lengths - 1).tolist()
+                    scores = model(x)
+                    scores, lengths = accelerator.gather_for_metrics((scores, lengths))
+                    decode_lengths = (lengths - 1).tolist()
+                    for i, n in enumerate(decode_lengths):
+                        words += n
+                        hits += (scores[i, :n].argmax(-1) == 0).sum().item()
+        """,
+        id="list-of-lengths-computed-again",
+    ),
+    pytest.param(
+        # a loop over the loaders' batch size visits every gathered row
+        """
+        def evaluate(accelerator):
+            model.eval()
+            with torch.no_grad():
+                for x, y in test_loader:
+                    out = model(x)
+                    for j in range(args.batch_size):
+                        hits += int(out[j].argmax() == y[j])
+        """,
+        """
+        def evaluate(accelerator):
+            model.eval()
+            with torch.no_grad():
+                for x, y in test_loader:
+                    out = model(x)
+                    out, y = accelerator.gather_for_metrics((out, y))
+                    for j in range(len(out)):
+                        hits += int(out[j].argmax() == y[j])
+        """,
+        id="range-of-batch-size-over-the-gathered-rows",
+    ),
 ]
 
 
@@ -1147,10 +1250,10 @@ def test_forwards_joined_with_a_batch_value_are_not_taken_for_one_forward(logits
     assert [change.code for change in changes if change.code == "ACC913"] == ["ACC913"]
 
 
-@pytest.mark.parametrize("size", ["n, _ = x.shape", "n = x.size(0)", "n = len(x)", "n = x.shape[0]"])
-def test_a_batch_size_read_before_the_forward_is_not_gathered_and_its_sum_is_reported(size: str) -> None:
-    # ``n`` is a Python int: gathering it would hand back a list, and ``total += n`` after the
-    # gather counts this process's samples only.
+@pytest.mark.parametrize("size", ["n = x.size(0)", "n = len(x)", "n = x.shape[0]"])
+def test_a_row_count_read_before_the_forward_is_counted_again_after_the_gather(size: str) -> None:
+    # ``n`` is a Python int: gathering it would hand back a list; read again from the gathered
+    # rows, ``total += n`` counts every process's samples.
     source = code(
         f"""
         def test(accelerator):
@@ -1163,7 +1266,46 @@ def test_a_batch_size_read_before_the_forward_is_not_gathered_and_its_sum_is_rep
         """
     )
     converted, changes = apply(MetricsCodemod(), source)
+    assert "out, y, x = accelerator.gather_for_metrics((out, y, x))" in converted, converted
+    assert converted.index("gather_for_metrics") < converted.rindex(size), converted
+    assert [c for c in changes if not c.fixed] == []
+
+
+def test_a_size_unpacked_from_the_shape_is_not_gathered_and_its_sum_is_reported() -> None:
+    source = code(
+        """
+        def test(accelerator):
+            with torch.no_grad():
+                for x, y in test_loader:
+                    n, _ = x.shape
+                    out = model(x)
+                    correct += (out.argmax(1) == y).sum().item()
+                    total += n
+        """
+    )
+    converted, changes = apply(MetricsCodemod(), source)
     assert "out, y = accelerator.gather_for_metrics((out, y))" in converted, converted
     warnings = [c for c in changes if not c.fixed]
     assert [c.code for c in warnings] == ["ACC913"], warnings
     assert "n is the size of this process's batch" in warnings[0].message
+
+
+def test_a_count_summed_before_the_forward_moves_below_the_gather() -> None:
+    before = """
+        def evaluate(accelerator):
+            with torch.no_grad():
+                for x, y in test_loader:
+                    total += y.size(0)
+                    out = model(x)
+                    correct += (out.argmax(1) == y).sum().item()
+        """
+    after = """
+        def evaluate(accelerator):
+            with torch.no_grad():
+                for x, y in test_loader:
+                    out = model(x)
+                    out, y = accelerator.gather_for_metrics((out, y))
+                    total += y.size(0)
+                    correct += (out.argmax(1) == y).sum().item()
+        """
+    assert_rewrites(MetricsCodemod(), before, after)

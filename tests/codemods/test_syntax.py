@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from accel_convert.codemods.engine.syntax import assigned_in, is_host_number, names_bound
+from accel_convert.codemods.engine.syntax import assigned_in, is_host_number, names_bound, rows_counted
 
 CODE = """\
 def run(x):
@@ -66,3 +66,21 @@ def test_names_bound_reads_every_plain_binding_and_the_nested_definitions_names(
 )
 def test_is_host_number(code: str, expected: bool) -> None:
     assert is_host_number(cst.parse_expression(code)) is expected
+
+
+@pytest.mark.parametrize(
+    "text, counted",
+    [
+        ("x.size(0)", "x"),
+        ("x.size()[0]", "x"),
+        ("x.shape[0]", "x"),
+        ("len(x)", "x"),
+        ("x.size(1)", None),
+        ("x.shape[1]", None),
+        ("x.numel()", None),
+        ("len(x.y)", None),
+        ("x[0]", None),
+    ],
+)
+def test_rows_counted_reads_a_count_of_rows(text: str, counted: str | None) -> None:
+    assert rows_counted(cst.parse_expression(text)) == counted

@@ -1,0 +1,127 @@
+"""One owner of "this loop evaluates": the analysis (``codemods/engine/analysis.py``), asked through
+``RuleTransformer.evaluates``. A rule with its own reading of ``no_grad``/``model.eval()`` disagrees
+with the analysis sooner or later: prepare shards a loader the metrics rule does not gather, and the
+accuracy comes out 1/N without a word (issue 26)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import libcst as cst
+
+import accel_convert.codemods as codemods_package
+from accel_convert.codemods import convert_module
+from accel_convert.codemods.engine.analysis import analyse
+from accel_convert.codemods.engine.model import Options
+
+RULES = Path(codemods_package.__file__).parent / "rules"
+#: Names of predicates that decide evaluation or disabled gradients.
+PREDICATE = re.compile(
+    r"^_*(is_eval|evaluates|is_no_grad|no_grad|under_no_grad|disables?_grad|grad_disabled|eval_mode|in_eval)",
+    re.IGNORECASE,
+)
+#: The torch_names tables (and torch names) only the analysis reads to decide it.
+OWNED_NAMES = {"NO_GRAD_CONTEXTS", "GRAD_SWITCHES", "no_grad", "inference_mode", "set_grad_enabled"}
+
+
+def test_no_rule_defines_its_own_evaluation_predicate() -> None:
+    offenders = []
+    for path in sorted(RULES.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and PREDICATE.match(node.name):
+                offenders.append(f"{path.name}:{node.lineno} defines {node.name}")
+            elif isinstance(node, ast.Name) and node.id in OWNED_NAMES:
+                offenders.append(f"{path.name}:{node.lineno} reads {node.id}")
+            elif isinstance(node, ast.Attribute) and node.attr in OWNED_NAMES:
+                offenders.append(f"{path.name}:{node.lineno} reads .{node.attr}")
+            elif isinstance(node, ast.alias) and node.name in OWNED_NAMES:
+                offenders.append(f"{path.name} imports {node.name}")
+    assert not offenders, "ask RuleTransformer.evaluates instead:\n" + "\n".join(offenders)
+
+
+SCRIPT = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+{decorator}def test(model, loader):
+    correct = 0
+{switch}    {context}for x, y in loader:
+        {indent}out = model(x)
+        {indent}correct += (out.argmax(1) == y).sum().item()
+    return correct
+
+
+def main():
+    model = nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randint(0, 3, (8,))), batch_size=4)
+    test_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randint(0, 3, (8,))), batch_size=4)
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    print(test(model, test_loader))
+
+
+main()
+"""
+
+SPELLINGS = {
+    "no_grad": dict(context="with torch.no_grad():\n        "),
+    "inference_mode": dict(context="with torch.inference_mode():\n        "),
+    "set_grad_enabled": dict(context="with torch.set_grad_enabled(False):\n        "),
+    "decorator": dict(decorator="@torch.no_grad()\n"),
+    "eval": dict(switch="    model.eval()\n"),
+}
+
+
+def _script(decorator: str = "", switch: str = "", context: str = "") -> str:
+    indent = "    " if context else ""
+    return SCRIPT.format(decorator=decorator, switch=switch, context=context, indent=indent)
+
+
+def test_every_spelling_is_an_evaluation_that_gets_gathered() -> None:
+    for spelling, parts in SPELLINGS.items():
+        source = _script(**parts)
+        module = cst.parse_module(source)
+        facts = analyse(module)
+        assert [loop.function for loop in facts.eval_loops] == ["test"], spelling
+        output = convert_module(module, Options()).module.code
+        assert "accelerator.gather_for_metrics((out, y))" in output, spelling
+
+
+def test_set_grad_enabled_on_a_flag_is_not_an_evaluation() -> None:
+    source = _script(context='with torch.set_grad_enabled(phase == "train"):\n        ').replace(
+        "correct = 0", 'correct = 0\n    phase = "val"'
+    )
+    facts = analyse(cst.parse_module(source))
+    assert facts.eval_loops == []
+
+
+def test_a_decorated_nested_function_does_not_make_its_parent_evaluate() -> None:
+    source = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    model = nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randint(0, 3, (8,))), batch_size=4)
+
+    @torch.no_grad()
+    def report():
+        print(model.weight.sum())
+
+    for x, y in loader:
+        print(model(x).sum())
+    report()
+"""
+    facts = analyse(cst.parse_module(source))
+    assert facts.eval_loops == []
