@@ -2103,7 +2103,12 @@ class _Conclusions:
                 # rank leaving it early only waits at the next one, where all ranks meet.
                 continue
             conditions = [branch for branch in ifs if branch.loop is innermost]
-            if any(branch.test.names & tainted or ".item" in branch.test.calls for branch in conditions):
+            deciding = [branch for branch in conditions if branch.test.names & tainted or ".item" in branch.test.calls]
+            if not deciding:
+                continue
+            if deciding == conditions[-1:] and _agreeable_break(node, deciding[0].node):
+                facts.agreeable_breaks.append(self.site(deciding[0].node))
+            else:
                 facts.rank_dependent_breaks.append(self.site(node))
 
     def _schedule_steps_on(self, sums: set[str]) -> None:
@@ -2189,6 +2194,21 @@ class _ParameterReceivers(cst.CSTVisitor):
             receiver = dotted(func.value)
             if receiver is not None:
                 self.receivers.add(receiver)
+
+
+def _agreeable_break(node: cst.Break, branch: cst.If) -> bool:
+    """``if loss < 1e-3: ...; break``: a plain ``if`` (no ``elif``/``else``) whose test is one
+    comparison and whose own body (not a nested block) ends in the ``break``. Its ranks can be
+    made to agree without changing what one process does: the test raises a trigger, and the body
+    runs under ``check_trigger()``, which is the test's own answer on one process."""
+    test = branch.test
+    if branch.orelse is not None or not isinstance(test, cst.Comparison):
+        return False
+    body = branch.body
+    if not isinstance(body, cst.IndentedBlock) or not body.body:
+        return False
+    last = body.body[-1]
+    return isinstance(last, cst.SimpleStatementLine) and any(small is node for small in last.body)
 
 
 def _pairwise(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[str, str]]:

@@ -232,6 +232,9 @@ TRACKER_CONSTRUCTORS = frozenset(
         "wandb.init",
     }
 )
+#: Endless counters a loop may run over (``for step in count(1):``, until a ``break``): the same
+#: on every process.
+ENDLESS_COUNTERS = frozenset({"itertools.count"})
 PER_PROCESS_PATHS = frozenset(
     {
         "tempfile.mkdtemp",
