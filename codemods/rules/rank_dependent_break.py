@@ -1,17 +1,17 @@
-"""ACC902 rank-dependent-break: a loop that stops on a per-process value can hang the others.
+"""ACC123 agreed-break: a break on a per-process comparison is decided by all processes together.
 
 ``if loss < 1e-3: break`` is decided by each process on its own batch; one process leaves the
-loop while the others wait for it in the next gradient all-reduce, forever. Make the decision
-the same everywhere (reduce the value first, e.g. ``accelerator.reduce(loss, "mean")``), or set
-a flag with ``accelerator.set_trigger()`` and test ``accelerator.check_trigger()``.
-
-Where the decision is one comparison (``if loss < threshold:``, no ``elif``/``else``, the
-``break`` ending the ``if``'s body) that every process reaches alike, the processes are made to
-agree (ACC123): the comparison raises Accelerate's trigger, and the body runs under
+loop while the others wait for it in the next gradient all-reduce, forever. Where the decision is
+one comparison (``if loss < threshold:``, no ``elif``/``else``, the ``break`` ending the ``if``'s
+body) that every process reaches alike, the processes are made to agree: the comparison raises
+Accelerate's trigger (``accelerator.set_trigger()``), and the body runs under
 ``accelerator.check_trigger()``, true on every process once one of them met the condition. On one
-process that is the comparison's own answer, so the run is unchanged. Any other shape (a flag
-set elsewhere, ``and``/``or``, a ``break`` in an ``else`` or under another per-process test, where
-the accelerator is not reachable) stays as written and is reported.
+process that is the comparison's own answer, so the run is unchanged.
+
+Any other shape stays as written and is reported (ACC902): a flag set elsewhere, ``and``/``or``,
+a ``break`` in an ``else`` or under another per-process test, a place the accelerator does not
+reach. Make the decision the same everywhere by hand (reduce the value first, e.g.
+``accelerator.reduce(loss, "mean")``, or set the trigger where the flag is set).
 """
 
 from __future__ import annotations
@@ -27,19 +27,18 @@ from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 MESSAGE = "break decided by a per-process value: other processes would wait forever"
 AGREED = "break decided by a per-process comparison: every process stops once one meets it (set_trigger/check_trigger)"
 AGREED_CODE = "ACC123"
+REPORTED_CODE = "ACC902"
 
 
 class RankDependentBreak(Rule):
-    code = "ACC902"
-    name = "rank-dependent-break"
+    code = AGREED_CODE
+    name = "agreed-break"
     extra_codes = {
-        AGREED_CODE: (
-            "agreed-break: a break on a per-process comparison (if loss < 1e-3: break) is decided "
-            "by all processes together through accelerator.set_trigger()/check_trigger()"
-        )
+        REPORTED_CODE: "rank-dependent-break: a loop that stops on a per-process value can hang the others",
     }
     examples = (
         Example(
+            code=REPORTED_CODE,
             before="""
                 import torch
                 import torch.nn as nn
@@ -65,7 +64,6 @@ class RankDependentBreak(Rule):
             message="break decided by a per-process value: other processes would wait forever",
         ),
         Example(
-            code=AGREED_CODE,
             before="""
                 import torch
                 import torch.nn as nn
@@ -122,9 +120,12 @@ class RankDependentBreak(Rule):
         return bool(facts.rank_dependent_breaks or facts.agreeable_breaks)
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        reports = [report_at(site, self.code, MESSAGE) for site in facts.rank_dependent_breaks]
+        reports = [report_at(site, REPORTED_CODE, MESSAGE) for site in facts.rank_dependent_breaks]
         if not facts.agreeable_breaks:
             return module, reports
+        if not options.enabled(self.code):
+            # The rewrite is switched off (--ignore ACC123): those breaks are reported as they are.
+            return module, reports + [report_at(site, REPORTED_CODE, MESSAGE) for site in facts.agreeable_breaks]
         agreeing = _AgreeOnBreaks(facts)
         module = module.visit(agreeing)
         return module, reports + agreeing.changes(module)
@@ -153,7 +154,7 @@ class _AgreeOnBreaks(RuleTransformer):
             return updated_node
         if not rewritable:
             last = original_node.body.body[-1]  # the statement line holding the break (analysis)
-            self.report(last, RankDependentBreak.code, MESSAGE, False)
+            self.report(last, REPORTED_CODE, MESSAGE, False)
             return updated_node
         accelerator: cst.BaseExpression = self.instance_accelerator() or cst.Name(self.accelerator)
 
@@ -164,5 +165,5 @@ class _AgreeOnBreaks(RuleTransformer):
             body=cst.IndentedBlock([cst.SimpleStatementLine([cst.Expr(call("set_trigger"))])])
         )
         agreed = cst.If(test=call("check_trigger"), body=updated_node.body)
-        self.report(original_node, AGREED_CODE, AGREED)
+        self.report(original_node, RankDependentBreak.code, AGREED)
         return cst.FlattenSentinel([trigger, agreed])
