@@ -44,6 +44,7 @@ from accel_convert.codemods.engine.syntax import (
     mean_reduced,
     names_in,
     names_variable,
+    nodes_in,
     parameter_filled,
     parameter_names,
     target_names,
@@ -59,6 +60,7 @@ from accel_convert.codemods.engine.torch_names import (
     MODEL_COPIES,
     NETWORK_FETCHES,
     NO_GRAD_CONTEXTS,
+    PATH_CONSTRUCTORS,
     PER_PROCESS_PATHS,
     PROGRESS_BARS,
     TRACKER_CONSTRUCTORS,
@@ -691,17 +693,49 @@ class _Conclusions:
             if isinstance(call, cst.Call) and self.r.names.qualified_name(call.func) in PER_PROCESS_PATHS:
                 if item.asname is not None:
                     found.update(target_names(item.asname.name))
-        for _ in range(2):  # a path built from a path built from the folder
+        for _ in range(3):  # a path built from a path built from the folder, or handed on
             for assign in self.r.assigns:
                 value = assign.value
-                creates = isinstance(value, cst.Call) and (
-                    self.r.names.qualified_name(value.func, assign.scope) in PER_PROCESS_PATHS
-                )
                 builds_path = isinstance(value, (cst.BinaryOperation, cst.FormattedString)) or (
-                    isinstance(value, cst.Call) and (dotted(value.func) or "").endswith("join")
+                    isinstance(value, cst.Call)
+                    and (
+                        (dotted(value.func) or "").endswith("join")
+                        or self.r.names.qualified_name(value.func, assign.scope) in PATH_CONSTRUCTORS
+                    )
+                )
+                # ``tempfile.mkdtemp()`` itself, or a path built around one
+                # (``os.path.join(tempfile.mkdtemp(), "vocab.json")``).
+                creates = any(
+                    isinstance(node, cst.Call)
+                    and self.r.names.qualified_name(node.func, assign.scope) in PER_PROCESS_PATHS
+                    for node in ([value] if not builds_path else nodes_in(value))
                 )
                 if creates or (builds_path and assign.names & found):
                     found.update(assign.targets)
+            found.update(self._parameters_given(found))
+
+    def _parameters_given(self, paths: set[str]) -> set[str]:
+        """Parameters of module-level functions that every call of the function fills with one
+        of ``paths`` (``build_vocab(texts, workdir)`` with ``workdir = tempfile.mkdtemp()``): in
+        the function they name this process's folder too."""
+        calls: dict[str, list[_Call]] = {}
+        for call in self.r.calls:
+            func = call.node.func
+            if isinstance(func, cst.Name) and func.value in self.r.defs:
+                calls.setdefault(func.value, []).append(call)
+        given: set[str] = set()
+        for function, sites in calls.items():
+            params = self.r.defs[function]
+            for param in params:
+                filled = [
+                    arg.value
+                    for call in sites
+                    for index, arg in enumerate(call.node.args)
+                    if not arg.star and parameter_filled(arg, index, params) == param
+                ]
+                if len(filled) == len(sites) and all(dotted(value) in paths for value in filled):
+                    given.add(param)
+        return given
 
     def _call_graph(self) -> None:
         for call in self.r.calls:

@@ -232,6 +232,8 @@ TRACKER_CONSTRUCTORS = frozenset(
         "wandb.init",
     }
 )
+#: Constructors of a path from the parts given (``Path(workdir)``, ``Path(workdir, "vocab.txt")``).
+PATH_CONSTRUCTORS = frozenset({"pathlib.Path", "pathlib.PurePath"})
 #: Endless counters a loop may run over (``for step in count(1):``, until a ``break``): the same
 #: on every process.
 ENDLESS_COUNTERS = frozenset({"itertools.count"})
