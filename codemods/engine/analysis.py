@@ -425,6 +425,9 @@ class _Recorder(NameCollector):
         )
 
 
+#: Methods that collect a value into their receiver (a list of batch losses, an average meter).
+_COLLECTING_METHODS = frozenset({"append", "extend", "update"})
+
 #: The last names of the GradScalers and autocasts (``GradScaler``, ``autocast``).
 _AMP_FINAL_NAMES = frozenset(name.rpartition(".")[2] for name in GRAD_SCALERS | AUTOCASTS)
 
@@ -2172,6 +2175,19 @@ class _Conclusions:
         for aug in self.r.aug_assigns:
             if aug.loops and aug.loops[-1].has_backward and aug.mentions.names & tainted:
                 sums.update(aug.targets)
+        # ``losses.append(loss.item())`` (then ``np.mean(losses)``), ``meter.update(loss.item(), n)``:
+        # a list or meter of this process's batch losses.
+        for call in self.r.calls:
+            func = call.node.func
+            if (
+                call.loops
+                and call.loops[-1].has_backward
+                and isinstance(func, cst.Attribute)
+                and func.attr.value in _COLLECTING_METHODS
+                and (owner := dotted(func.value)) is not None
+                and any(names_in(arg.value) & tainted for arg in call.node.args)
+            ):
+                sums.add(owner)
         if not sums:
             return sums
         # Read once: the fixed point below only intersects these with the growing ``sums``.

@@ -303,6 +303,12 @@ RANDOM_SPLITS = {
     "torch.utils.data.dataset.random_split": "generator",
     "sklearn.model_selection.train_test_split": "random_state",
 }
+#: Shuffles in place from a library's global generator (``np.random.shuffle(indices)`` before a
+#: train/validation split) → the seeding calls of torch alone, which leave that generator as it was.
+IN_PLACE_SHUFFLES = frozenset({"numpy.random.shuffle", "random.shuffle"})
+TORCH_ONLY_SEEDS = frozenset(
+    {"torch.manual_seed", "torch.random.manual_seed", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all"}
+)
 NUMPY_RANDOM_NOT_DRAWS = frozenset(
     {"numpy.random.seed", "numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.Generator"}
 )
