@@ -361,14 +361,14 @@ class CheckpointCodemod(Rule):
                 # A load no barrier could go before (under ``if os.path.isfile(path):``, in a
                 # ``try``, in a function without the accelerator): the ranks wait after each save
                 # that such a load may read later in the run.
-                saves = _WaitAfterSaves(
+                waiting = _WaitAfterSaves(
                     facts,
                     facts.lines_mentioning(callee_words(facts, ("torch.save",))),
                     waits.unguarded,
                     _calls_by_line(module, facts),
                 )
-                new_module = new_module.visit(saves)
-                after = saves.changes(module)
+                new_module = new_module.visit(waiting)
+                after = waiting.changes(module)
             return new_module, [*rewriter.changes(module), *waits.changes(module), *after, *reported]
         return new_module, [*rewriter.changes(module), *reported]
 
