@@ -502,3 +502,12 @@ def test_update_bn_over_a_prepared_loader_is_reported(source: str, reported: boo
     outcome = convert_module(cst.parse_module(script), Options(), script)
     found = [change.line for change in outcome.changes if change.code == "ACC929"]
     assert found == ([script.splitlines().index(f"    update_bn({source}, swa_model)") + 1] if reported else [])
+
+
+def test_with_the_agreement_switched_off_the_break_is_reported() -> None:
+    """``--ignore ACC123``: the comparison's break stays as written and is reported (ACC902)."""
+    body = in_loop("loss = model(batch[0]).sum()\nloss.backward()\nif loss.item() < 1e-3:\n    break")
+    source = HEADER + textwrap.dedent(body)
+    outcome = convert_module(cst.parse_module(source), Options(ignore=("ACC123",)), source)
+    assert "check_trigger" not in outcome.module.code
+    assert [change.code for change in outcome.changes if change.code in ("ACC123", "ACC902")] == ["ACC902"]
