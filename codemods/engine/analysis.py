@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Union
 
 import libcst as cst
 
@@ -90,6 +90,21 @@ class _Loop:
 
 
 @dataclass(eq=False)
+class _WhileLoop:
+    """A ``while`` loop, for the ``break`` statements that leave it (``while True: ...; if loss <
+    1e-3: break``)."""
+
+    node: cst.While
+    has_backward: bool = False
+    #: Callees written as names or dotted paths in its body.
+    calls: set[str] = field(default_factory=set)
+
+
+#: The loops a ``break`` can leave.
+_Exit = Union["_Loop", _WhileLoop]
+
+
+@dataclass(eq=False)
 class _Frame:
     """What an expression (an assignment's value, an ``if`` test) mentions."""
 
@@ -103,8 +118,8 @@ class _Frame:
 @dataclass(eq=False)
 class _If:
     node: cst.If
-    #: The innermost loop around the ``if`` (None outside loops).
-    loop: _Loop | None
+    #: The innermost loop around the ``if``, ``for`` or ``while`` (None outside loops).
+    loop: _Exit | None
     test: _Frame = field(default_factory=_Frame)
     modulo: bool = False
     #: Its body (not its ``else``) calls ``.cuda()`` somewhere: its test is a device switch.
@@ -183,7 +198,7 @@ class _Recorder(NameCollector):
         #: Comprehensions' ``for`` clauses: (function, what they iterate, index in ``collected``
         #: of the statement or call they are in, under ``no_grad``, order among loops).
         self.comprehension_loops: list[tuple[str, str | None, int, bool, int]] = []
-        self.breaks: list[tuple[cst.Break, tuple[_Loop, ...], tuple[_If, ...], str]] = []
+        self.breaks: list[tuple[cst.Break, tuple[_Exit, ...], tuple[_If, ...], str]] = []
         self.aug_assigns: list[_AugAssign] = []
         #: Module-level functions → parameter names.
         self.defs: dict[str, tuple[str, ...]] = {}
@@ -209,6 +224,8 @@ class _Recorder(NameCollector):
         #: (``pbar = tqdm(train_loader)``, then ``for batch in pbar``).
         self._wrapped_loaders: dict[tuple[ScopeKey, str], str] = {}
         self._loops: list[_Loop] = []
+        #: The ``for`` and ``while`` loops the walk is in, innermost last: what a ``break`` leaves.
+        self._exits: list[_Exit] = []
         self._ifs: list[_If] = []
         self._frames: list[_Frame] = []
         self._no_grad_depth = 0
@@ -311,7 +328,7 @@ class _Recorder(NameCollector):
         self.aug_assigns.append(_AugAssign(targets, mentions, tuple(self._loops), tuple(self._ifs)))
 
     def visit_If(self, node: cst.If) -> None:
-        record = _If(node, self._loops[-1] if self._loops else None)
+        record = _If(node, self._exits[-1] if self._exits else None)
         if is_main_guard(node) and not self.scope:
             self._main_guard_depth += 1
         self._ifs.append(record)
@@ -373,9 +390,17 @@ class _Recorder(NameCollector):
             loop.method = self.scope[1]
         self.loops.append(loop)
         self._loops.append(loop)
+        self._exits.append(loop)
 
     def leave_For(self, original_node: cst.For) -> None:
         self._loops.pop()
+        self._exits.pop()
+
+    def visit_While(self, node: cst.While) -> None:
+        self._exits.append(_WhileLoop(node))
+
+    def leave_While(self, original_node: cst.While) -> None:
+        self._exits.pop()
 
     def visit_CompFor(self, node: cst.CompFor) -> None:
         self._order += 1
@@ -390,7 +415,7 @@ class _Recorder(NameCollector):
             self.method_returns.append((self.scope, node.value))
 
     def visit_Break(self, node: cst.Break) -> None:
-        self.breaks.append((node, tuple(self._loops), tuple(self._ifs), self.function))
+        self.breaks.append((node, tuple(self._exits), tuple(self._ifs), self.function))
 
     def visit_Call(self, node: cst.Call) -> None:
         if self._if_bodies and isinstance(node.func, cst.Attribute) and node.func.attr.value == "cuda":
@@ -406,6 +431,11 @@ class _Recorder(NameCollector):
                 frame.calls.add("." + func.attr.value)
                 if func.attr.value in {"parameters", "named_parameters"} and dotted(func.value) is not None:
                     frame.parameter_receivers.add(dotted(func.value))  # type: ignore[arg-type]
+        for exit_loop in self._exits:
+            if isinstance(exit_loop, _WhileLoop):
+                exit_loop.has_backward = exit_loop.has_backward or _is_backward(node)
+                if (callee_name := dotted(node.func)) is not None:
+                    exit_loop.calls.add(callee_name)
         method = self.instance_method_called(node)
         if method is not None:
             self.classes[self.scope[0]].method_calls[self.scope[1]].add(method)

@@ -262,6 +262,8 @@ class RuleTransformer(TargetedTransformer):
         for node in reversed(anchors):
             if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
                 return True
+            if isinstance(node, cst.While) and _endless(node):
+                continue  # ``while True:``: the same on every rank until a break (made to agree)
             if isinstance(node, (cst.Try, cst.TryStar, cst.While, cst.Match)):
                 return False
             if isinstance(node, cst.If) and not _rank_independent_test(node.test):
@@ -562,6 +564,14 @@ def _tests_parameter(test: cst.BaseExpression, function: cst.FunctionDef) -> boo
             continue  # ``args.save_model``, ``self.best``: not the parameter itself
         pending.extend(child_nodes(node))
     return False
+
+
+def _endless(loop: cst.While) -> bool:
+    """``while True:`` (or ``while 1:``)."""
+    test = loop.test
+    return (isinstance(test, cst.Name) and test.value == "True") or (
+        isinstance(test, cst.Integer) and test.value == "1"
+    )
 
 
 def _rank_independent_test(test: cst.BaseExpression) -> bool:

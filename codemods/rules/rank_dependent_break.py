@@ -6,7 +6,8 @@ one comparison (``if loss < threshold:``, no ``elif``/``else``, the ``break`` en
 body) that every process reaches alike, the processes are made to agree: the comparison raises
 Accelerate's trigger (``accelerator.set_trigger()``), and the body runs under
 ``accelerator.check_trigger()``, true on every process once one of them met the condition. On one
-process that is the comparison's own answer, so the run is unchanged.
+process that is the comparison's own answer, so the run is unchanged. The loop left may be a
+``for`` (also over ``itertools.count()``) or a ``while True:`` holding the backward.
 
 Any other shape stays as written and is reported (ACC902): a flag set elsewhere, ``and``/``or``,
 a ``break`` in an ``else`` or under another per-process test, a place the accelerator does not

@@ -511,3 +511,35 @@ def test_with_the_agreement_switched_off_the_break_is_reported() -> None:
     outcome = convert_module(cst.parse_module(source), Options(ignore=("ACC123",)), source)
     assert "check_trigger" not in outcome.module.code
     assert [change.code for change in outcome.changes if change.code in ("ACC123", "ACC902")] == ["ACC902"]
+
+
+WHILE_TRUE = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+
+def main():
+    loader = DataLoader(list(range(8)), batch_size=4)
+    model = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    while {test}:
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+        if loss.item() < 1e-3:
+            break
+"""
+
+
+@pytest.mark.parametrize(("test", "code"), [("True", "ACC123"), ("not done", "ACC902")])
+def test_a_break_leaving_a_while_loop_is_made_to_agree_in_while_true(test: str, code: str) -> None:
+    """The break leaves the ``while`` (which holds the backward), not a ``for``: ``while True``
+    runs alike on every rank, so the comparison is made to agree; under another ``while`` test
+    no collective can go there, so it is reported."""
+    source = WHILE_TRUE.format(test=test)
+    outcome = convert_module(cst.parse_module(source), Options(), source)
+    assert [change.code for change in outcome.changes if change.code in ("ACC123", "ACC902")] == [code]
+    assert ("accelerator.check_trigger()" in outcome.module.code) == (code == "ACC123")
