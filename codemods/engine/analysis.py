@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Union
 
 import libcst as cst
 
@@ -45,6 +45,7 @@ from accel_convert.codemods.engine.syntax import (
     mean_reduced,
     names_in,
     names_variable,
+    nodes_in,
     parameter_filled,
     parameter_names,
     target_names,
@@ -61,6 +62,7 @@ from accel_convert.codemods.engine.torch_names import (
     MODEL_COPIES,
     NETWORK_FETCHES,
     NO_GRAD_CONTEXTS,
+    PATH_CONSTRUCTORS,
     PER_PROCESS_PATHS,
     PROGRESS_BARS,
     TRACKER_CONSTRUCTORS,
@@ -93,6 +95,21 @@ class _Loop:
 
 
 @dataclass(eq=False)
+class _WhileLoop:
+    """A ``while`` loop, for the ``break`` statements that leave it (``while True: ...; if loss <
+    1e-3: break``)."""
+
+    node: cst.While
+    has_backward: bool = False
+    #: Callees written as names or dotted paths in its body.
+    calls: set[str] = field(default_factory=set)
+
+
+#: The loops a ``break`` can leave.
+_Exit = Union["_Loop", _WhileLoop]
+
+
+@dataclass(eq=False)
 class _Frame:
     """What an expression (an assignment's value, an ``if`` test) mentions."""
 
@@ -106,8 +123,8 @@ class _Frame:
 @dataclass(eq=False)
 class _If:
     node: cst.If
-    #: The innermost loop around the ``if`` (None outside loops).
-    loop: _Loop | None
+    #: The innermost loop around the ``if``, ``for`` or ``while`` (None outside loops).
+    loop: _Exit | None
     test: _Frame = field(default_factory=_Frame)
     modulo: bool = False
     #: Its body (not its ``else``) calls ``.cuda()`` somewhere: its test is a device switch.
@@ -186,7 +203,7 @@ class _Recorder(NameCollector):
         #: Comprehensions' ``for`` clauses: (function, what they iterate, index in ``collected``
         #: of the statement or call they are in, under ``no_grad``, order among loops).
         self.comprehension_loops: list[tuple[str, str | None, int, bool, int]] = []
-        self.breaks: list[tuple[cst.Break, tuple[_Loop, ...], tuple[_If, ...], str]] = []
+        self.breaks: list[tuple[cst.Break, tuple[_Exit, ...], tuple[_If, ...], str]] = []
         self.aug_assigns: list[_AugAssign] = []
         #: Module-level functions → parameter names.
         self.defs: dict[str, tuple[str, ...]] = {}
@@ -211,6 +228,8 @@ class _Recorder(NameCollector):
         #: (``pbar = tqdm(train_loader)``, then ``for batch in pbar``).
         self._wrapped_loaders: dict[tuple[ScopeKey, str], str] = {}
         self._loops: list[_Loop] = []
+        #: The ``for`` and ``while`` loops the walk is in, innermost last: what a ``break`` leaves.
+        self._exits: list[_Exit] = []
         self._ifs: list[_If] = []
         self._frames: list[_Frame] = []
         self._no_grad_depth = 0
@@ -319,7 +338,7 @@ class _Recorder(NameCollector):
         self.aug_assigns.append(_AugAssign(targets, mentions, tuple(self._loops), tuple(self._ifs)))
 
     def visit_If(self, node: cst.If) -> None:
-        record = _If(node, self._loops[-1] if self._loops else None)
+        record = _If(node, self._exits[-1] if self._exits else None)
         if is_main_guard(node) and not self.scope:
             self._main_guard_depth += 1
         self._ifs.append(record)
@@ -374,9 +393,17 @@ class _Recorder(NameCollector):
         loop.through_calls = dotted(wrapped)
         self.loops.append(loop)
         self._loops.append(loop)
+        self._exits.append(loop)
 
     def leave_For(self, original_node: cst.For) -> None:
         self._loops.pop()
+        self._exits.pop()
+
+    def visit_While(self, node: cst.While) -> None:
+        self._exits.append(_WhileLoop(node))
+
+    def leave_While(self, original_node: cst.While) -> None:
+        self._exits.pop()
 
     def visit_CompFor(self, node: cst.CompFor) -> None:
         self._order += 1
@@ -391,7 +418,7 @@ class _Recorder(NameCollector):
             self.method_returns.append((self.scope, node.value))
 
     def visit_Break(self, node: cst.Break) -> None:
-        self.breaks.append((node, tuple(self._loops), tuple(self._ifs), self.function))
+        self.breaks.append((node, tuple(self._exits), tuple(self._ifs), self.function))
 
     def visit_Call(self, node: cst.Call) -> None:
         if self._if_bodies and isinstance(node.func, cst.Attribute) and node.func.attr.value == "cuda":
@@ -407,6 +434,11 @@ class _Recorder(NameCollector):
                 frame.calls.add("." + func.attr.value)
                 if func.attr.value in {"parameters", "named_parameters"} and dotted(func.value) is not None:
                     frame.parameter_receivers.add(dotted(func.value))  # type: ignore[arg-type]
+        for exit_loop in self._exits:
+            if isinstance(exit_loop, _WhileLoop):
+                exit_loop.has_backward = exit_loop.has_backward or _is_backward(node)
+                if (callee_name := dotted(node.func)) is not None:
+                    exit_loop.calls.add(callee_name)
         method = self.instance_method_called(node)
         if method is not None:
             self.classes[self.scope[0]].method_calls[self.scope[1]].add(method)
@@ -425,6 +457,9 @@ class _Recorder(NameCollector):
             )
         )
 
+
+#: Methods that collect a value into their receiver (a list of batch losses, an average meter).
+_COLLECTING_METHODS = frozenset({"append", "extend", "update"})
 
 #: The last names of the GradScalers and autocasts (``GradScaler``, ``autocast``).
 _AMP_FINAL_NAMES = frozenset(name.rpartition(".")[2] for name in GRAD_SCALERS | AUTOCASTS)
@@ -722,17 +757,49 @@ class _Conclusions:
             if isinstance(call, cst.Call) and self.r.names.qualified_name(call.func) in PER_PROCESS_PATHS:
                 if item.asname is not None:
                     found.update(target_names(item.asname.name))
-        for _ in range(2):  # a path built from a path built from the folder
+        for _ in range(3):  # a path built from a path built from the folder, or handed on
             for assign in self.r.assigns:
                 value = assign.value
-                creates = isinstance(value, cst.Call) and (
-                    self.r.names.qualified_name(value.func, assign.scope) in PER_PROCESS_PATHS
-                )
                 builds_path = isinstance(value, (cst.BinaryOperation, cst.FormattedString)) or (
-                    isinstance(value, cst.Call) and (dotted(value.func) or "").endswith("join")
+                    isinstance(value, cst.Call)
+                    and (
+                        (dotted(value.func) or "").endswith("join")
+                        or self.r.names.qualified_name(value.func, assign.scope) in PATH_CONSTRUCTORS
+                    )
+                )
+                # ``tempfile.mkdtemp()`` itself, or a path built around one
+                # (``os.path.join(tempfile.mkdtemp(), "vocab.json")``).
+                creates = any(
+                    isinstance(node, cst.Call)
+                    and self.r.names.qualified_name(node.func, assign.scope) in PER_PROCESS_PATHS
+                    for node in ([value] if not builds_path else nodes_in(value))
                 )
                 if creates or (builds_path and assign.names & found):
                     found.update(assign.targets)
+            found.update(self._parameters_given(found))
+
+    def _parameters_given(self, paths: set[str]) -> set[str]:
+        """Parameters of module-level functions that every call of the function fills with one
+        of ``paths`` (``build_vocab(texts, workdir)`` with ``workdir = tempfile.mkdtemp()``): in
+        the function they name this process's folder too."""
+        calls: dict[str, list[_Call]] = {}
+        for call in self.r.calls:
+            func = call.node.func
+            if isinstance(func, cst.Name) and func.value in self.r.defs:
+                calls.setdefault(func.value, []).append(call)
+        given: set[str] = set()
+        for function, sites in calls.items():
+            params = self.r.defs[function]
+            for param in params:
+                filled = [
+                    arg.value
+                    for call in sites
+                    for index, arg in enumerate(call.node.args)
+                    if not arg.star and parameter_filled(arg, index, params) == param
+                ]
+                if len(filled) == len(sites) and all(dotted(value) in paths for value in filled):
+                    given.add(param)
+        return given
 
     def _call_graph(self) -> None:
         for call in self.r.calls:
@@ -2154,7 +2221,12 @@ class _Conclusions:
                 # rank leaving it early only waits at the next one, where all ranks meet.
                 continue
             conditions = [branch for branch in ifs if branch.loop is innermost]
-            if any(branch.test.names & tainted or ".item" in branch.test.calls for branch in conditions):
+            deciding = [branch for branch in conditions if branch.test.names & tainted or ".item" in branch.test.calls]
+            if not deciding:
+                continue
+            if deciding == conditions[-1:] and _agreeable_break(node, deciding[0].node):
+                facts.agreeable_breaks.append(self.site(deciding[0].node))
+            else:
                 facts.rank_dependent_breaks.append(self.site(node))
 
     def _schedule_steps_on(self, sums: set[str]) -> None:
@@ -2184,6 +2256,19 @@ class _Conclusions:
         for aug in self.r.aug_assigns:
             if aug.loops and aug.loops[-1].has_backward and aug.mentions.names & tainted:
                 sums.update(aug.targets)
+        # ``losses.append(loss.item())`` (then ``np.mean(losses)``), ``meter.update(loss.item(), n)``:
+        # a list or meter of this process's batch losses.
+        for call in self.r.calls:
+            func = call.node.func
+            if (
+                call.loops
+                and call.loops[-1].has_backward
+                and isinstance(func, cst.Attribute)
+                and func.attr.value in _COLLECTING_METHODS
+                and (owner := dotted(func.value)) is not None
+                and any(names_in(arg.value) & tainted for arg in call.node.args)
+            ):
+                sums.add(owner)
         if not sums:
             return sums
         # Read once: the fixed point below only intersects these with the growing ``sums``.
@@ -2240,6 +2325,21 @@ class _ParameterReceivers(cst.CSTVisitor):
             receiver = dotted(func.value)
             if receiver is not None:
                 self.receivers.add(receiver)
+
+
+def _agreeable_break(node: cst.Break, branch: cst.If) -> bool:
+    """``if loss < 1e-3: ...; break``: a plain ``if`` (no ``elif``/``else``) whose test is one
+    comparison and whose own body (not a nested block) ends in the ``break``. Its ranks can be
+    made to agree without changing what one process does: the test raises a trigger, and the body
+    runs under ``check_trigger()``, which is the test's own answer on one process."""
+    test = branch.test
+    if branch.orelse is not None or not isinstance(test, cst.Comparison):
+        return False
+    body = branch.body
+    if not isinstance(body, cst.IndentedBlock) or not body.body:
+        return False
+    last = body.body[-1]
+    return isinstance(last, cst.SimpleStatementLine) and any(small is node for small in last.body)
 
 
 def _pairwise(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[str, str]]:

@@ -232,6 +232,10 @@ class ScriptFacts:
     batch_names_by_function: dict[str, set[str]] = field(default_factory=dict)
     #: ``break`` sites whose condition depends on per-rank values (``if loss < 1e-3: break``).
     rank_dependent_breaks: list[Site] = field(default_factory=list)
+    #: The ``if`` statements of such breaks that can be made to agree across processes (one
+    #: comparison, no ``else``, the ``break`` ending its body: ``if loss < 1e-3: break``); their
+    #: breaks are not in ``rank_dependent_breaks``.
+    agreeable_breaks: list[Site] = field(default_factory=list)
     #: ``scheduler.step(train_loss)`` sites whose argument is this process's share of the training
     #: (a loss summed over its own batches): ``ReduceLROnPlateau`` would decide per process.
     rank_dependent_schedule_steps: list[Site] = field(default_factory=list)

@@ -45,6 +45,8 @@ RULE_MODULES: tuple[str, ...] = (
     "side_effects",
     "downloads",
     "oom_retry",
+    # Before pass_accelerator: a break made to agree reads the accelerator (ACC123).
+    "rank_dependent_break",
     # After every rewrite of the methods, before pass_accelerator (which hands the accelerator on
     # to the functions that now construct the class with it).
     "training_class",
@@ -54,7 +56,6 @@ RULE_MODULES: tuple[str, ...] = (
     "pass_accelerator",
     "no_dataloader",
     "unseeded_random",
-    "rank_dependent_break",
     "rank_dependent_schedule",
     "sharded_update_bn",
     "device_count",

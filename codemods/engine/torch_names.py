@@ -253,6 +253,11 @@ TRACKER_CONSTRUCTORS = frozenset(
         "wandb.init",
     }
 )
+#: Constructors of a path from the parts given (``Path(workdir)``, ``Path(workdir, "vocab.txt")``).
+PATH_CONSTRUCTORS = frozenset({"pathlib.Path", "pathlib.PurePath"})
+#: Endless counters a loop may run over (``for step in count(1):``, until a ``break``): the same
+#: on every process.
+ENDLESS_COUNTERS = frozenset({"itertools.count"})
 PER_PROCESS_PATHS = frozenset(
     {
         "tempfile.mkdtemp",
@@ -319,6 +324,12 @@ RANDOM_SPLITS = {
     "torch.utils.data.dataset.random_split": "generator",
     "sklearn.model_selection.train_test_split": "random_state",
 }
+#: Shuffles in place from a library's global generator (``np.random.shuffle(indices)`` before a
+#: train/validation split) → the seeding calls of torch alone, which leave that generator as it was.
+IN_PLACE_SHUFFLES = frozenset({"numpy.random.shuffle", "random.shuffle"})
+TORCH_ONLY_SEEDS = frozenset(
+    {"torch.manual_seed", "torch.random.manual_seed", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all"}
+)
 NUMPY_RANDOM_NOT_DRAWS = frozenset(
     {"numpy.random.seed", "numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.Generator"}
 )

@@ -41,6 +41,7 @@ from accel_convert.codemods.engine.syntax import (
     nodes_in,
     parameter_names,
 )
+from accel_convert.codemods.engine.torch_names import ENDLESS_COUNTERS
 from accel_convert.codemods.engine.walk import TRIVIA, child_nodes, own_hooks
 
 NodeT = TypeVar("NodeT", bound=cst.CSTNode)
@@ -249,16 +250,23 @@ class RuleTransformer(TargetedTransformer):
         """Everything reported, positioned (``module`` is the tree the walk received)."""
         return self.findings.resolve(module)
 
-    def every_rank_reaches_here(self) -> bool:
+    def every_rank_reaches_here(self, statement: cst.CSTNode | None = None) -> bool:
         """Whether every process runs the statement being visited the same number of times, as
         far as the structure of the enclosing function shows: a collective (a barrier) may only be
         inserted where this holds. Not inside ``try`` (an exception on one rank skips the rest),
         ``while``, an ``if`` whose test calls something (``os.path.isdir``) or names a rank, or a
-        ``for`` over anything but ``range``/``enumerate``/a loader."""
+        ``for`` over anything but ``range``/``enumerate``/``itertools.count``/a loader.
+        ``statement``: the question is asked of that enclosing statement (being walked), not of
+        what is inside it."""
         enclosing = next((node for node in reversed(self._anchors) if isinstance(node, cst.FunctionDef)), None)
-        for node in reversed(self._anchors):
+        anchors = self._anchors
+        if statement is not None and any(node is statement for node in anchors):
+            anchors = anchors[: next(i for i, node in enumerate(anchors) if node is statement)]
+        for node in reversed(anchors):
             if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
                 return True
+            if isinstance(node, cst.While) and _endless(node):
+                continue  # ``while True:``: the same on every rank until a break (made to agree)
             if isinstance(node, (cst.Try, cst.TryStar, cst.While, cst.Match)):
                 return False
             if isinstance(node, cst.If) and not _rank_independent_test(node.test):
@@ -281,6 +289,8 @@ class RuleTransformer(TargetedTransformer):
         return any(isinstance(node, cst.Name) and node.value in summed for node in nodes_in(test))
 
     def _same_length_everywhere(self, iterable: cst.BaseExpression) -> bool:
+        if isinstance(iterable, cst.Call) and self.qualified_name(iterable.func) in ENDLESS_COUNTERS:
+            return True  # endless on every rank: it ends at a break, which the rules make agree
         if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name):
             if iterable.func.value == "range":
                 return True
@@ -565,6 +575,14 @@ def _tests_parameter(test: cst.BaseExpression, function: cst.FunctionDef) -> boo
             continue  # ``args.save_model``, ``self.best``: not the parameter itself
         pending.extend(child_nodes(node))
     return False
+
+
+def _endless(loop: cst.While) -> bool:
+    """``while True:`` (or ``while 1:``)."""
+    test = loop.test
+    return (isinstance(test, cst.Name) and test.value == "True") or (
+        isinstance(test, cst.Integer) and test.value == "1"
+    )
 
 
 def _rank_independent_test(test: cst.BaseExpression) -> bool:

@@ -7,7 +7,11 @@ This pass routes ``torch.save`` through ``accelerator.save`` (writes on the main
 barrier, and takes state dicts, ``load_state_dict`` and custom attributes from
 ``accelerator.unwrap_model(model)``. nn.Module's own methods (``train``, ``eval``, ``parameters``,
 ``zero_grad``, ``to``...) work on the wrapper and are left alone. In a script that saves, every
-``torch.load`` line waits for the other ranks first, so no rank reads a file still being written. Loading in the function that calls
+``torch.load`` line waits for the other ranks first, so no rank reads a file still being written.
+Where no barrier can go before a load (``if os.path.isfile(path): model.load_state_dict(torch.load(path))``
+in a ``test()`` run after training, a load in a ``try``), the ranks wait after each save that
+such a load runs after instead: otherwise the other ranks look for the file before the main
+process wrote it (and test another model, or fail). Loading in the function that calls
 ``prepare`` is only rewritten after the ``prepare`` line: before it the model is not wrapped yet.
 A copy of the model made after ``prepare`` (``ema = copy.deepcopy(model)``, ``AveragedModel(model)``)
 copies the unwrapped model, so the copy and its checkpoints keep the original's keys.
@@ -33,10 +37,10 @@ from accel_convert.codemods.engine.accelerator_code import (
     name_words,
     unwrap_model,
 )
-from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.facts import MODULE, ScriptFacts, callers_closure
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import as_statement, body_statements, dotted, names_in
+from accel_convert.codemods.engine.syntax import as_statement, body_statements, calls_in, dotted, names_in
 from accel_convert.codemods.engine.torch_names import MODEL_EXPORTS
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
@@ -178,6 +182,75 @@ class CheckpointCodemod(Rule):
             """,
         ),
         Example(
+            before="""
+                import os
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def test(path):
+                    model = nn.Linear(8, 1)
+                    if os.path.isfile(path):
+                        model.load_state_dict(torch.load(path))
+                    return model
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                    torch.save(model.state_dict(), "model.pt")
+                    test("model.pt")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import os
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from accel_convert.runtime import Accelerator
+
+
+                def test(path, accelerator):
+                    model = nn.Linear(8, 1)
+                    if os.path.isfile(path):
+                        accelerator.unwrap_model(model).load_state_dict(torch.load(path, map_location={"cuda:0": str(accelerator.device)}))
+                    return model
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                    accelerator.wait_for_everyone()
+                    accelerator.save(accelerator.unwrap_model(model).state_dict(), "model.pt")
+                    accelerator.wait_for_everyone()
+                    test("model.pt", accelerator)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
             code="ACC914",
             before="""
                 import torch
@@ -283,7 +356,20 @@ class CheckpointCodemod(Rule):
             loads = facts.lines_mentioning(callee_words(facts, ("torch.load",)))
             waits = _WaitBeforeLoads(facts, loads, report=not rewriter.saves)
             new_module = new_module.visit(waits)
-            return new_module, [*rewriter.changes(module), *waits.changes(module), *reported]
+            after: list[Change] = []
+            if rewriter.saves and waits.unguarded:
+                # A load no barrier could go before (under ``if os.path.isfile(path):``, in a
+                # ``try``, in a function without the accelerator): the ranks wait after each save
+                # that such a load may read later in the run.
+                waiting = _WaitAfterSaves(
+                    facts,
+                    facts.lines_mentioning(callee_words(facts, ("torch.save",))),
+                    waits.unguarded,
+                    _calls_by_line(module, facts),
+                )
+                new_module = new_module.visit(waiting)
+                after = waiting.changes(module)
+            return new_module, [*rewriter.changes(module), *waits.changes(module), *after, *reported]
         return new_module, [*rewriter.changes(module), *reported]
 
 
@@ -676,6 +762,9 @@ class _WaitBeforeLoads(RuleTransformer):
     def __init__(self, facts: ScriptFacts, lines: set[int], report: bool = False) -> None:
         super().__init__(facts, lines)
         self.report_waits = report
+        #: The ``torch.load`` lines left without a barrier before them (a block not every rank
+        #: runs alike, or where the accelerator is not reachable): (function, original line).
+        self.unguarded: list[tuple[str, int]] = []
 
     def entering_node(self, node: cst.CSTNode) -> bool:
         # Only statement lists change: statement lines and expressions need no walk (rebuilding
@@ -685,13 +774,21 @@ class _WaitBeforeLoads(RuleTransformer):
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
         if not self.accelerator_reachable() or not self.every_rank_reaches_here():
+            self._unguarded(updated_node.body)
             return updated_node
         body = self._wait_before_loads(list(updated_node.body))
         return updated_node if body is None else updated_node.with_changes(body=body)
 
+    def _unguarded(self, statements: Sequence[cst.BaseStatement]) -> None:
+        """Note the statement lines of ``statements`` (not of blocks nested in them) that load."""
+        for statement in statements:
+            if isinstance(statement, cst.SimpleStatementLine) and _contains_call(statement, self.facts, "torch.load"):
+                self.unguarded.append((self.function, self.site(_first_small(statement)).line))
+
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         created = self.module_creation_index()
         if created is None:
+            self._unguarded(updated_node.body)
             return updated_node
         head, tail = list(updated_node.body[: created + 1]), list(updated_node.body[created + 1 :])
         body = self._wait_before_loads(tail)
@@ -750,13 +847,92 @@ class _WaitBeforeLoads(RuleTransformer):
         return statement.with_changes(body=statement.body.with_changes(body=kept))
 
 
+class _WaitAfterSaves(RuleTransformer):
+    """In a script that also loads where no barrier can go before the load, every rank waits
+    after each ``accelerator.save`` line every rank runs: the other ranks then find the file the
+    main process wrote (``test()`` reloading the best model under ``if os.path.isfile(path):``)."""
+
+    def __init__(
+        self,
+        facts: ScriptFacts,
+        lines: set[int],
+        loads: Sequence[tuple[str, int]],
+        calls: dict[str, list[tuple[int, str]]],
+    ) -> None:
+        super().__init__(facts, lines)
+        self.loads = loads
+        self.calls = calls
+
+    def entering_node(self, node: cst.CSTNode) -> bool:
+        descend = super().entering_node(node)
+        return descend and not isinstance(node, (cst.SimpleStatementLine, cst.BaseExpression))
+
+    def _read_later(self, line: int) -> bool:
+        """Whether an unguarded load runs after the save on ``line`` of this function: further
+        down the function, or in a function it calls (directly or not) further down."""
+        function = self.function
+        if any(loader == function and loaded > line for loader, loaded in self.loads):
+            return True
+        reaching = callers_closure({loader for loader, _ in self.loads}, self.facts.call_graph)
+        return any(called > line and callee in reaching for called, callee in self.calls.get(function, ()))
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
+        if not self.accelerator_reachable() or not self.every_rank_reaches_here():
+            return updated_node
+        body = self._wait_after_saves(list(updated_node.body))
+        return updated_node if body is None else updated_node.with_changes(body=body)
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        created = self.module_creation_index()
+        if created is None:
+            return updated_node
+        head, tail = list(updated_node.body[: created + 1]), list(updated_node.body[created + 1 :])
+        body = self._wait_after_saves(tail)
+        return updated_node if body is None else updated_node.with_changes(body=[*head, *body])
+
+    def _wait_after_saves(self, statements: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
+        result: list[cst.BaseStatement] = []
+        for index, statement in enumerate(statements):
+            result.append(statement)
+            following = statements[index + 1] if index + 1 < len(statements) else None
+            if not _only_saves(statement, self.facts) or (following is not None and _is_barrier(following, self.facts)):
+                continue
+            if not self._read_later(self.site(_first_small(statement)).line):
+                continue
+            result.append(cst.SimpleStatementLine([cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))]))
+            self.report(
+                statement,
+                CheckpointCodemod.code,
+                "every rank waits after the save: the file is read later where no barrier can go before the load",
+            )
+        return result if len(result) != len(statements) else None
+
+
+def _first_small(statement: cst.BaseStatement) -> cst.CSTNode:
+    """What the positions record for a statement line: its first small statement."""
+    return statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and statement.body else statement
+
+
+def _calls_by_line(module: cst.Module, facts: ScriptFacts) -> dict[str, list[tuple[int, str]]]:
+    """Module-level function (``"<module>"`` for module-level code) → (original line, name) of the
+    calls of plain names it makes (``test(...)``)."""
+    found: dict[str, list[tuple[int, str]]] = {}
+    for statement in module.body:
+        function = statement.name.value if isinstance(statement, cst.FunctionDef) else MODULE
+        for call in calls_in(statement):
+            site = facts.origins.site(call)
+            if site is not None and isinstance(call.func, cst.Name):
+                found.setdefault(function, []).append((site.line, call.func.value))
+    return found
+
+
 def _one_barrier_before_saves(body: Sequence[cst.BaseStatement], facts: ScriptFacts) -> list[cst.BaseStatement] | None:
     """Saves in a row wait once: ``wait_for_everyone(); save(a); wait_for_everyone(); save(b)``
     keeps the first barrier only (nothing runs between the saves for a rank to finish); the
     dropped barrier's leading lines (the save's comments) stay with the save. None: no change."""
     kept: list[cst.BaseStatement] = []
     carried: Sequence[cst.EmptyLine] | None = None
-    for line in body:
+    for index, line in enumerate(body):
         if carried is not None and isinstance(line, cst.SimpleStatementLine):
             line = line.with_changes(leading_lines=[*carried, *line.leading_lines])
         carried = None
@@ -766,6 +942,9 @@ def _one_barrier_before_saves(body: Sequence[cst.BaseStatement], facts: ScriptFa
             and _is_barrier(line, facts)
             and _only_saves(kept[-1], facts)
             and _is_barrier(kept[-2], facts)
+            # Between two saves; a barrier after the last save (files read later) stays.
+            and index + 1 < len(body)
+            and _only_saves(body[index + 1], facts)
         ):
             carried = line.leading_lines
             continue

@@ -9,7 +9,10 @@ over 200 samples: ``batch_0.pt`` holds 128 rows, ``batch_1.pt`` 72, ``batch_2.pt
 ``batch_3.pt`` are never written). Whatever reads the files by number reads something else. No
 rewrite keeps the original's files, so it is reported: collect the gathered values and write them
 once after the loop, or name each file by its samples rather than by the batch counter. The same
-holds for a counter the loop adds 1 to per batch (``n += 1``).
+holds for a counter the loop adds 1 to per batch (``n += 1``), for a path built from the counter
+on an earlier line of the loop (``path = f"results/{i}.png"``, then ``save_image(out, path)``),
+and for the script's own function that writes a file to the path it is given (``def
+save_image(pixels, path): with open(path, "wb") ...``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,14 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import counted_by_one, dotted, enumerate_index, names_in, nodes_in
+from accel_convert.codemods.engine.syntax import (
+    counted_by_one,
+    dotted,
+    enumerate_index,
+    names_in,
+    nodes_in,
+    parameter_names,
+)
 from accel_convert.codemods.engine.torch_names import WRITING_FUNCTIONS
 from accel_convert.codemods.engine.transformers import RuleTransformer
 
@@ -60,6 +70,36 @@ class PerBatchFiles(Rule):
             """,
             message=MESSAGE,
         ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def save_result(pixels, path):
+                    with open(path, "wb") as f:
+                        f.write(bytes((pixels.clamp(0, 1) * 255).to(torch.uint8).tolist()))
+
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 8)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(256, 8), torch.randn(256, 8)), batch_size=64)
+                test_loader = DataLoader(TensorDataset(torch.randn(200, 8)), batch_size=64)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.mse_loss(model(x), y).backward()
+                    optimizer.step()
+                model.eval()
+                with torch.no_grad():
+                    for i, (x,) in enumerate(test_loader):
+                        out = model(x)
+                        path = f"result_{i}.bin"
+                        save_result(out[0], path)
+            """,
+            message=MESSAGE,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
@@ -70,6 +110,9 @@ class PerBatchFiles(Rule):
         finder = _PerBatchWrites(
             facts, {line for loop in loops for line in range(loop.site.line, loop.site.end_line + 1)}
         )
+        helpers = _WritingHelpers(facts)
+        module.visit(helpers)
+        finder.helpers = helpers.writing
         module.visit(finder)
         return module, finder.changes(module)
 
@@ -80,8 +123,14 @@ class _PerBatchWrites(RuleTransformer):
 
     def __init__(self, facts: ScriptFacts, lines: set[int]) -> None:
         super().__init__(facts, lines)
-        #: Per evaluation loop being walked: the names counting its batches.
+        #: Per evaluation loop being walked: the names counting its batches, then also the paths
+        #: the loop builds from them (``path = f"results/{i}.png"``, written on a later line).
         self._counters: list[set[str]] = []
+        #: Names the evaluation loops bind to a path built from a counter (``path = f"{i}.png"``).
+        self._paths: set[str] = set()
+        #: The script's own functions that write a file to a path parameter → its positions
+        #: (``def save_result(image, path): image.save(path)``).
+        self.helpers: dict[str, set[int]] = {}
 
     def visit_For(self, node: cst.For) -> None:
         if self._over_evaluated_loader(node):
@@ -92,24 +141,69 @@ class _PerBatchWrites(RuleTransformer):
             self._counters.pop()
         return updated_node
 
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if self._counters and _path_reads(node.value, set().union(*self._counters)):
+            self._paths.update(name for target in node.targets if (name := dotted(target.target)) is not None)
+
     def _over_evaluated_loader(self, node: cst.For) -> bool:
         loop = self.loop_fact(node, self.facts.eval_loops)
         return loop is not None and loop.loader in self.facts.loaders
 
     def visit_Call(self, node: cst.Call) -> None:
         counting: set[str] = set().union(*self._counters) if self._counters else set()
-        if counting and self._writes_file(node) and any(_path_reads(arg.value, counting) for arg in node.args):
+        if not counting:
+            return
+        if self._writes_file(node):
+            paths = [arg.value for arg in node.args]
+        elif isinstance(node.func, cst.Name) and node.func.value in self.helpers:
+            positions = self.helpers[node.func.value]
+            paths = [arg.value for index, arg in enumerate(node.args) if index in positions and arg.keyword is None]
+        else:
+            return
+        if any(dotted(path) in self._paths or _path_reads(path, counting) for path in paths):
             self.report(node, PerBatchFiles.code, MESSAGE, False)
 
     def _writes_file(self, call: cst.Call) -> bool:
-        name = self.qualified_name(call.func) or dotted(call.func)
-        if name in WRITING_FUNCTIONS or name == "torch.save":
-            return True
-        if name in ("open", "builtins.open", "io.open"):
-            mode = next((arg.value for arg in call.args[1:2] if arg.keyword is None), None)
-            mode = next((arg.value for arg in call.args if arg.keyword and arg.keyword.value == "mode"), mode)
-            return isinstance(mode, cst.SimpleString) and any(flag in mode.evaluated_value for flag in "wax")
-        return isinstance(call.func, cst.Attribute) and call.func.attr.value in _WRITING_METHODS
+        return _writes_file(self, call)
+
+
+class _WritingHelpers(RuleTransformer):
+    """The script's module-level functions that write a file to one of their parameters: the
+    parameter's positions, by function."""
+
+    def __init__(self, facts: ScriptFacts) -> None:
+        super().__init__(facts)
+        self.writing: dict[str, set[int]] = {}
+        self._params: list[tuple[str, ...]] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        super().visit_FunctionDef(node)
+        self._params.append(parameter_names(node))
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):
+        self._params.pop()
+        return super().leave_FunctionDef(original_node, updated_node)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if len(self.scope) != 1 or len(self._params) != 1 or not _writes_file(self, node):
+            return
+        read = set().union(*(names_in(arg.value) for arg in node.args))
+        positions = {index for index, param in enumerate(self._params[0]) if param in read}
+        if positions:
+            self.writing.setdefault(self.scope[0], set()).update(positions)
+
+
+def _writes_file(walker: RuleTransformer, call: cst.Call) -> bool:
+    """Whether ``call`` writes a file to a path among its arguments (``torch.save``, a writing
+    function, ``open`` for writing, a writing method such as ``image.save(path)``)."""
+    name = walker.qualified_name(call.func) or dotted(call.func)
+    if name in WRITING_FUNCTIONS or name == "torch.save":
+        return True
+    if name in ("open", "builtins.open", "io.open"):
+        mode = next((arg.value for arg in call.args[1:2] if arg.keyword is None), None)
+        mode = next((arg.value for arg in call.args if arg.keyword and arg.keyword.value == "mode"), mode)
+        return isinstance(mode, cst.SimpleString) and any(flag in mode.evaluated_value for flag in "wax")
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value in _WRITING_METHODS
 
 
 def _batch_counters(loop: cst.For) -> set[str]:

@@ -1,9 +1,18 @@
-"""ACC902 rank-dependent-break: a loop that stops on a per-process value can hang the others.
+"""ACC123 agreed-break: a break on a per-process comparison is decided by all processes together.
 
 ``if loss < 1e-3: break`` is decided by each process on its own batch; one process leaves the
-loop while the others wait for it in the next gradient all-reduce, forever. Make the decision
-the same everywhere (reduce the value first, e.g. ``accelerator.reduce(loss, "mean")``), or set
-a flag with ``accelerator.set_trigger()`` and test ``accelerator.check_trigger()``.
+loop while the others wait for it in the next gradient all-reduce, forever. Where the decision is
+one comparison (``if loss < threshold:``, no ``elif``/``else``, the ``break`` ending the ``if``'s
+body) that every process reaches alike, the processes are made to agree: the comparison raises
+Accelerate's trigger (``accelerator.set_trigger()``), and the body runs under
+``accelerator.check_trigger()``, true on every process once one of them met the condition. On one
+process that is the comparison's own answer, so the run is unchanged. The loop left may be a
+``for`` (also over ``itertools.count()``) or a ``while True:`` holding the backward.
+
+Any other shape stays as written and is reported (ACC902): a flag set elsewhere, ``and``/``or``,
+a ``break`` in an ``else`` or under another per-process test, a place the accelerator does not
+reach. Make the decision the same everywhere by hand (reduce the value first, e.g.
+``accelerator.reduce(loss, "mean")``, or set the trigger where the flag is set).
 """
 
 from __future__ import annotations
@@ -14,14 +23,47 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
 MESSAGE = "break decided by a per-process value: other processes would wait forever"
+AGREED = "break decided by a per-process comparison: every process stops once one meets it (set_trigger/check_trigger)"
+AGREED_CODE = "ACC123"
+REPORTED_CODE = "ACC902"
 
 
 class RankDependentBreak(Rule):
-    code = "ACC902"
-    name = "rank-dependent-break"
+    code = AGREED_CODE
+    name = "agreed-break"
+    extra_codes = {
+        REPORTED_CODE: "rank-dependent-break: a loop that stops on a per-process value can hang the others",
+    }
     examples = (
+        Example(
+            code=REPORTED_CODE,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                        if loss.item() < 1e-3 or loss.item() > 1e3:
+                            break
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="break decided by a per-process value: other processes would wait forever",
+        ),
         Example(
             before="""
                 import torch
@@ -45,12 +87,84 @@ class RankDependentBreak(Rule):
                 if __name__ == "__main__":
                     main()
             """,
-            message="break decided by a per-process value: other processes would wait forever",
+            after="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from accel_convert.runtime import Accelerator
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                        if loss.item() < 1e-3:
+                            accelerator.set_trigger()
+                        if accelerator.check_trigger():
+                            break
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
         ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return bool(facts.rank_dependent_breaks)
+        return bool(facts.rank_dependent_breaks or facts.agreeable_breaks)
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        return module, [report_at(site, self.code, MESSAGE) for site in facts.rank_dependent_breaks]
+        reports = [report_at(site, REPORTED_CODE, MESSAGE) for site in facts.rank_dependent_breaks]
+        if not facts.agreeable_breaks:
+            return module, reports
+        if not options.enabled(self.code):
+            # The rewrite is switched off (--ignore ACC123): those breaks are reported as they are.
+            return module, reports + [report_at(site, REPORTED_CODE, MESSAGE) for site in facts.agreeable_breaks]
+        agreeing = _AgreeOnBreaks(facts)
+        module = module.visit(agreeing)
+        return module, reports + agreeing.changes(module)
+
+
+class _AgreeOnBreaks(RuleTransformer):
+    """``if <comparison>: ...; break`` at the analysis's agreeable sites becomes ``if
+    <comparison>: accelerator.set_trigger()`` followed by ``if accelerator.check_trigger(): ...;
+    break``."""
+
+    def __init__(self, facts: ScriptFacts) -> None:
+        super().__init__(facts, lines_of(facts.agreeable_breaks))
+        self._sites = set(facts.agreeable_breaks)
+        #: The agreeable ``if`` statements being walked → whether they can be rewritten there.
+        self._rewritable: dict[int, bool] = {}
+
+    def visit_If(self, node: cst.If) -> None:
+        if self.origins.site(node) in self._sites:
+            self._rewritable[id(node)] = self.accelerator_reachable() and self.every_rank_reaches_here(node)
+
+    def leave_If(
+        self, original_node: cst.If, updated_node: cst.If
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        rewritable = self._rewritable.pop(id(original_node), None)
+        if rewritable is None:
+            return updated_node
+        if not rewritable:
+            last = original_node.body.body[-1]  # the statement line holding the break (analysis)
+            self.report(last, REPORTED_CODE, MESSAGE, False)
+            return updated_node
+        accelerator: cst.BaseExpression = self.instance_accelerator() or cst.Name(self.accelerator)
+
+        def call(method: str) -> cst.Call:
+            return cst.Call(cst.Attribute(accelerator, cst.Name(method)))
+
+        trigger = updated_node.with_changes(
+            body=cst.IndentedBlock([cst.SimpleStatementLine([cst.Expr(call("set_trigger"))])])
+        )
+        agreed = cst.If(test=call("check_trigger"), body=updated_node.body)
+        self.report(original_node, RankDependentBreak.code, AGREED)
+        return cst.FlattenSentinel([trigger, agreed])

@@ -2,7 +2,8 @@
 
 ``scheduler.step(train_loss)`` of a ``ReduceLROnPlateau``, where ``train_loss`` adds up the
 losses of the batches this process trained on (or ``scheduler.step(loss)`` with its batch
-loss), decides on each process's own shard: one process halves its learning rate at an epoch
+loss, or the mean of a list of its batch losses: ``losses.append(loss.item())``, then
+``np.mean(losses)``), decides on each process's own shard: one process halves its learning rate at an epoch
 where another does not. DDP averages the gradients, not the learning rates, so from then on the
 processes' weights drift apart, silently, and the main process saves its own copy. Reduce the value across processes first
 (``accelerator.reduce(torch.tensor(train_loss, device=accelerator.device), "mean").item()``), or
@@ -49,6 +50,38 @@ class RankDependentSchedule(Rule):
                             optimizer.step()
                             train_loss += loss.item()
                         scheduler.step(train_loss / len(loader))
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message=MESSAGE,
+        ),
+        Example(
+            before="""
+                import numpy as np
+                import torch
+                import torch.nn as nn
+                from torch.optim.lr_scheduler import ReduceLROnPlateau
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    torch.manual_seed(0)
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    scheduler = ReduceLROnPlateau(optimizer, patience=2)
+                    for epoch in range(10):
+                        losses = []
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            loss.backward()
+                            optimizer.step()
+                            losses.append(loss.item())
+                        train_loss = np.mean(losses)
+                        scheduler.step(train_loss)
 
 
                 if __name__ == "__main__":

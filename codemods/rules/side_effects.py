@@ -14,6 +14,11 @@ created on every rank and reported (ACC916): None would fail there.
 Deleting waits for every rank first (``wait_for_everyone()`` before the guard): another rank
 may still be reading the file.
 
+A file written into a folder each process makes for itself (``workdir = tempfile.mkdtemp()``, a
+path built from it, or a parameter every call fills with one: ``save_vocab(words, workdir)``) is
+written by every process, each into its own folder: guarded, the other processes would never
+find it.
+
 A folder created where no barrier can go is left on every rank and reported (ACC916), except in
 the script's own download function when every call of it runs under ``main_process_first``
 (ACC115): the main process creates it alone first, and the others find it.
@@ -116,6 +121,79 @@ class SideEffectsCodemod(Rule):
                             with open(f"results/epoch_{epoch}.txt", "w") as f:
                                 f.write(f"{loss.item():.4f}\n")
                         accelerator.wait_for_everyone()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
+            before="""
+                import json
+                import os
+                import tempfile
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def save_vocab(words, folder):
+                    with open(os.path.join(folder, "vocab.json"), "w") as f:
+                        json.dump(words, f)
+
+
+                def main():
+                    workdir = tempfile.mkdtemp()
+                    save_vocab(["a", "b"], workdir)
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                    with open("train.log", "w") as f:
+                        f.write("done")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import json
+                import os
+                import tempfile
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from accel_convert.runtime import Accelerator
+
+
+                def save_vocab(words, folder):
+                    with open(os.path.join(folder, "vocab.json"), "w") as f:
+                        json.dump(words, f)
+
+
+                def main():
+                    accelerator = Accelerator()
+                    workdir = tempfile.mkdtemp()
+                    save_vocab(["a", "b"], workdir)
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                    if accelerator.is_main_process:
+                        with open("train.log", "w") as f:
+                            f.write("done")
+                    accelerator.wait_for_everyone()
 
 
                 if __name__ == "__main__":

@@ -12,7 +12,10 @@ of a function whose name says seed (``torch.manual_seed``, ``set_seed``, ``np.ra
 A dataset split at random anywhere in a file that never seeds (``random_split(ds, [400, 200])``
 without ``generator=``, scikit-learn's ``train_test_split`` without ``random_state=``) is reported
 too: each process draws its own split, so one process trains on samples another validates on,
-and the gathered validation counts some samples twice and misses others.
+and the gathered validation counts some samples twice and misses others. So is an in-place
+shuffle from numpy's or Python's global generator (``np.random.shuffle(indices)`` before
+``indices[:split]``, ``random.shuffle``) in a file that seeds torch at most: ``torch.manual_seed``
+leaves those generators as they were.
 """
 
 from __future__ import annotations
@@ -26,8 +29,21 @@ from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import calls_in, expression_code, is_main_guard
-from accel_convert.codemods.engine.torch_names import NUMPY_RANDOM_NOT_DRAWS, RANDOM_SPLITS, RANDOM_TENSOR_FUNCTIONS
+from accel_convert.codemods.engine.torch_names import (
+    IN_PLACE_SHUFFLES,
+    NUMPY_RANDOM_NOT_DRAWS,
+    RANDOM_SPLITS,
+    RANDOM_TENSOR_FUNCTIONS,
+    TORCH_ONLY_SEEDS,
+)
 from accel_convert.codemods.engine.walk import module_nodes
+
+SHUFFLE_MESSAGE = (
+    "{function}(...) shuffles with an unseeded generator: each process gets its own order, "
+    "so a train/validation split made from it differs per process (one trains on samples another "
+    "validates on); seed that generator first, the same on every process (accelerate's set_seed(...) "
+    "seeds them all)"
+)
 
 
 class UnseededRandomData(Rule):
@@ -62,11 +78,40 @@ class UnseededRandomData(Rule):
                 "(accelerate's set_seed(...) or torch.manual_seed(...))"
             ),
         ),
+        Example(
+            before="""
+                import numpy as np
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, Subset, TensorDataset
+
+
+                def main():
+                    torch.manual_seed(0)
+                    dataset = TensorDataset(torch.randn(100, 8), torch.randn(100, 1))
+                    indices = list(range(len(dataset)))
+                    np.random.shuffle(indices)
+                    train_loader = DataLoader(Subset(dataset, indices[20:]), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in train_loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message=SHUFFLE_MESSAGE.format(function="np.random.shuffle"),
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return facts.has_accelerator and any(
-            _is_draw(qualified) or qualified in RANDOM_SPLITS for qualified in facts.called
+            _is_draw(qualified) or qualified in RANDOM_SPLITS or qualified in IN_PLACE_SHUFFLES
+            for qualified in facts.called
         )
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
@@ -77,11 +122,21 @@ class UnseededRandomData(Rule):
 
 
 def _report_unseeded_splits(module: cst.Module, facts: ScriptFacts, changes: list[Change]) -> None:
-    """Random dataset splits without their own seed in a file with no seeding call at all."""
-    if not facts.called.intersection(RANDOM_SPLITS):
+    """Random dataset splits without their own seed in a file with no seeding call at all, and
+    in-place shuffles (``np.random.shuffle(indices)``) in a file that seeds torch at most."""
+    if not facts.called.intersection(RANDOM_SPLITS) and not facts.called.intersection(IN_PLACE_SHUFFLES):
         return  # the analysis saw no split: no walk of the file
     calls = [node for node in module_nodes(module) if isinstance(node, cst.Call)]
-    if any(_seeds(call, facts) for call in calls):
+    seeds = [call for call in calls if _seeds(call, facts)]
+    if all(facts.qualified_name(call.func) in TORCH_ONLY_SEEDS for call in seeds):
+        # torch.manual_seed leaves numpy's and random's generators as they were.
+        for call in calls:
+            if facts.qualified_name(call.func) not in IN_PLACE_SHUFFLES:
+                continue
+            site = facts.origins.site(call)
+            if site is not None:
+                changes.append(report_at(site, UnseededRandomData.code, _shuffle_message(call)))
+    if seeds:
         return
     for call in calls:
         keyword = RANDOM_SPLITS.get(facts.qualified_name(call.func) or "")
@@ -97,6 +152,10 @@ def _report_unseeded_splits(module: cst.Module, facts: ScriptFacts, changes: lis
             "(accelerate's set_seed(...) or torch.manual_seed(...))"
         )
         changes.append(report_at(site, UnseededRandomData.code, message))
+
+
+def _shuffle_message(call: cst.Call) -> str:
+    return SHUFFLE_MESSAGE.format(function=expression_code(call.func))
 
 
 def _report_draws(

@@ -13,8 +13,13 @@ from accel_convert.codemods.engine.model import Options
 from tests.codemods.support import HEADER, code, convert, in_loop
 
 REPORTS = {
-    "loss threshold": ("if loss.item() < 1e-3:\n    break", "ACC902"),
-    "value derived from the model": ("acc = (model(batch[0]) > 0).float().mean()\nif acc > 0.9:\n    break", "ACC902"),
+    # One comparison: the processes agree through the trigger (ACC123).
+    "loss threshold": ("if loss.item() < 1e-3:\n    break", "ACC123"),
+    "value derived from the model": ("acc = (model(batch[0]) > 0).float().mean()\nif acc > 0.9:\n    break", "ACC123"),
+    # Not one comparison, or not the end of the if's own body: reported, left as it was.
+    "two bounds": ("if loss.item() < 1e-3 or loss.item() > 1e3:\n    break", "ACC902"),
+    "in an else": ("if loss.item() > 1e-3:\n    pass\nelse:\n    break", "ACC902"),
+    "a flag": ("done = loss.item() < 1e-3\nif done:\n    break", "ACC902"),
     "command-line flag": ("if args.dry_run:\n    break", None),
     "step counter": ("if step >= 3:\n    break", None),
 }
@@ -25,9 +30,11 @@ def test_rank_dependent_breaks_are_reported(snippet: str, code: str | None) -> N
     body = in_loop("loss = model(batch[0]).sum()\nloss.backward()\n" + snippet).replace(
         "def main():", "def main(args, step=0):"
     )
-    _, lines = convert(body)
+    converted, lines = convert(body)
     assert ("#ACC902" in lines) == (code == "ACC902")
+    assert ("#ACC123" in lines) == (code == "ACC123")
     assert "break" in lines, "the loop is left as it was"
+    assert ("accelerator.check_trigger()" in converted) == (code == "ACC123")
 
 
 EARLY_STOPPING = """\
@@ -79,8 +86,10 @@ def test_early_stopping_on_this_process_training_loss_is_reported_not_on_the_gat
     # first and the others hang. The validation sum is computed from gathered outputs: no report.
     outcome = convert_module(cst.parse_module(EARLY_STOPPING), Options(), EARLY_STOPPING)
     lines = EARLY_STOPPING.splitlines()
-    reported = [lines[change.line - 1].strip() for change in outcome.changes if change.code == "ACC902"]
-    assert reported == ["break  # TRAINING"]
+    reported = [lines[change.line - 1].strip() for change in outcome.changes if change.code in ("ACC902", "ACC123")]
+    # A comparison every process reaches: made to agree (ACC123) rather than reported.
+    assert reported == ["if bad >= 3:"]
+    assert "        if accelerator.check_trigger():\n            break  # TRAINING" in outcome.module.code
 
 
 STOPPER_FED = """\
@@ -493,3 +502,44 @@ def test_update_bn_over_a_prepared_loader_is_reported(source: str, reported: boo
     outcome = convert_module(cst.parse_module(script), Options(), script)
     found = [change.line for change in outcome.changes if change.code == "ACC929"]
     assert found == ([script.splitlines().index(f"    update_bn({source}, swa_model)") + 1] if reported else [])
+
+
+def test_with_the_agreement_switched_off_the_break_is_reported() -> None:
+    """``--ignore ACC123``: the comparison's break stays as written and is reported (ACC902)."""
+    body = in_loop("loss = model(batch[0]).sum()\nloss.backward()\nif loss.item() < 1e-3:\n    break")
+    source = HEADER + textwrap.dedent(body)
+    outcome = convert_module(cst.parse_module(source), Options(ignore=("ACC123",)), source)
+    assert "check_trigger" not in outcome.module.code
+    assert [change.code for change in outcome.changes if change.code in ("ACC123", "ACC902")] == ["ACC902"]
+
+
+WHILE_TRUE = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+
+def main():
+    loader = DataLoader(list(range(8)), batch_size=4)
+    model = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    while {test}:
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+        if loss.item() < 1e-3:
+            break
+"""
+
+
+@pytest.mark.parametrize(("test", "code"), [("True", "ACC123"), ("not done", "ACC902")])
+def test_a_break_leaving_a_while_loop_is_made_to_agree_in_while_true(test: str, code: str) -> None:
+    """The break leaves the ``while`` (which holds the backward), not a ``for``: ``while True``
+    runs alike on every rank, so the comparison is made to agree; under another ``while`` test
+    no collective can go there, so it is reported."""
+    source = WHILE_TRUE.format(test=test)
+    outcome = convert_module(cst.parse_module(source), Options(), source)
+    assert [change.code for change in outcome.changes if change.code in ("ACC123", "ACC902")] == [code]
+    assert ("accelerator.check_trigger()" in outcome.module.code) == (code == "ACC123")
