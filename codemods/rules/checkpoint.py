@@ -218,8 +218,8 @@ class CheckpointCodemod(Rule):
 
                 import torch
                 import torch.nn as nn
-                from torch.utils.data import DataLoader, TensorDataset
                 from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
 
 
                 def test(path, accelerator):

@@ -832,8 +832,8 @@ class Device(Rule):
             after="""
                 import torch
                 import torch.nn as nn
-                from torch.utils.data import DataLoader, TensorDataset
                 from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
                 accelerator = Accelerator()
 
                 device = accelerator.device

@@ -228,8 +228,8 @@ class MetricsCodemod(Rule):
             after="""
                 import torch
                 import torch.nn as nn
-                from torch.utils.data import DataLoader, TensorDataset
                 from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
 
 
                 def main():

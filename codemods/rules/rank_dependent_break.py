@@ -90,8 +90,8 @@ class RankDependentBreak(Rule):
             after="""
                 import torch
                 import torch.nn as nn
-                from torch.utils.data import DataLoader, TensorDataset
                 from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
 
 
                 def main():

@@ -168,8 +168,8 @@ class SideEffectsCodemod(Rule):
 
                 import torch
                 import torch.nn as nn
-                from torch.utils.data import DataLoader, TensorDataset
                 from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
 
 
                 def save_vocab(words, folder):
