@@ -22,7 +22,7 @@ import tokenize
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
@@ -30,6 +30,7 @@ from accel_convert import codemods
 from accel_convert.codemods import Change, ConversionOutcome, Options
 from accel_convert.codemods.engine.positions import python_ast
 from accel_convert.converter.data_literals import elide_data_literals
+from accel_convert.converter.formatting import black_formatted
 
 
 class ConversionError(Exception):
@@ -94,6 +95,13 @@ def convert_script(source: bytes, options: Options, *, path: str) -> Conversion:
     the parser takes, a codemod failure, or an output that does not parse or is not stable under
     a second conversion.
     """
+    conversion = _converted_script(source, options, path)
+    # A black-formatted script stays black-formatted (converter.formatting).
+    output = black_formatted(source, conversion.output, path, conversion.encoding)
+    return conversion if output is conversion.output else replace(conversion, output=output)
+
+
+def _converted_script(source: bytes, options: Options, path: str) -> Conversion:
     if not mentions_torch(source):
         return Conversion(path, source, source)
     with quiet_compiler_warnings():

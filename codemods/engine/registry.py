@@ -55,6 +55,8 @@ RULE_MODULES: tuple[str, ...] = (
     "unused_device",
     "pass_accelerator",
     "no_dataloader",
+    # Before unseeded_random, which reports the draws it could not make agree (ACC923).
+    "agreed_random",
     "unseeded_random",
     "rank_dependent_schedule",
     "sharded_update_bn",

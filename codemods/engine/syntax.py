@@ -414,3 +414,14 @@ def parameter_filled(arg: cst.Arg, index: int, params: Sequence[str]) -> str | N
     if arg.keyword is not None:
         return arg.keyword.value
     return params[index] if index < len(params) else None
+
+
+def name_assigned(statement: cst.BaseStatement) -> tuple[str, cst.BaseExpression] | None:
+    """``(NAME, value)`` of a line that is exactly ``NAME = value`` (one target, one statement)."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    assign = statement.body[0]
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+        return None
+    target = assign.targets[0].target
+    return (target.value, assign.value) if isinstance(target, cst.Name) else None

@@ -24,6 +24,16 @@ ACCELERATORS = frozenset(
     }
 )
 DEVICE_CALLS = frozenset({"torch.device", "torch.accelerator.current_accelerator"})
+#: Questions about the machine's devices, with no side effect (what ``use_cuda = ...`` flags ask).
+DEVICE_AVAILABILITY = frozenset(
+    {
+        "torch.cuda.is_available",
+        "torch.backends.mps.is_available",
+        "torch.accelerator.is_available",
+        "torch.xpu.is_available",
+        "torch.cuda.device_count",
+    }
+)
 NO_GRAD_CONTEXTS = frozenset(
     {
         "torch.no_grad",

@@ -833,6 +833,7 @@ class Device(Rule):
                 import torch
                 import torch.nn as nn
                 from accel_convert.runtime import Accelerator
+                from accel_convert.runtime.utils import broadcast_object_list
                 from torch.utils.data import DataLoader, TensorDataset
                 accelerator = Accelerator()
 
@@ -842,6 +843,7 @@ class Device(Rule):
                 if device.type.startswith("cuda"):
                     torch.backends.cudnn.benchmark = True
                 loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                loader = broadcast_object_list([loader])[0]
                 model = nn.Linear(8, 1)
                 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
                 model, optimizer, loader = accelerator.prepare(model, optimizer, loader)

@@ -5,8 +5,9 @@ fits) or ``X = torch.randn(1000, 10)`` (a synthetic dataset) drawn before any se
 different values on each rank: each one fits its own target or shards its own dataset, while DDP
 averages their gradients as if they trained one model on one task. Seeding first (accelerate's
 ``set_seed(...)`` or ``torch.manual_seed(...)``, the same seed on every process) makes the draws
-equal. The converter cannot choose the seed for the script: it reports the assignment and leaves
-it as it is. Draws given their own ``generator=`` are left alone, as are draws after any call
+equal. The converter cannot choose the seed for the script: a module-level torch draw it makes
+the same on every process by broadcasting rank 0's (``ACC124`` agreed-random); the rest (NumPy's
+draws, draws in a function) it reports and leaves as they are. Draws given their own ``generator=`` are left alone, as are draws after any call
 of a function whose name says seed (``torch.manual_seed``, ``set_seed``, ``np.random.seed``).
 
 A dataset split at random anywhere in a file that never seeds (``random_split(ds, [400, 200])``
@@ -28,7 +29,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import calls_in, expression_code, is_main_guard
+from accel_convert.codemods.engine.syntax import calls_in, dotted, expression_code, is_main_guard
 from accel_convert.codemods.engine.torch_names import (
     IN_PLACE_SHUFFLES,
     NUMPY_RANDOM_NOT_DRAWS,
@@ -52,10 +53,11 @@ class UnseededRandomData(Rule):
     examples = (
         Example(
             before="""
+                import numpy as np
                 import torch
                 import torch.nn.functional as F
 
-                W_target = torch.randn(4, 1) * 5
+                W_target = torch.from_numpy(np.random.randn(4, 1) * 5).float()
 
 
                 def get_batch(batch_size=32):
@@ -116,7 +118,7 @@ class UnseededRandomData(Rule):
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         changes: list[Change] = []
-        _report_draws(module.body, facts, changes, seeded=False)
+        _report_draws(module.body, facts, changes, seeded=False, agreed=agreed_names(module))
         _report_unseeded_splits(module, facts, changes)
         return module, changes
 
@@ -127,7 +129,7 @@ def _report_unseeded_splits(module: cst.Module, facts: ScriptFacts, changes: lis
     if not facts.called.intersection(RANDOM_SPLITS) and not facts.called.intersection(IN_PLACE_SHUFFLES):
         return  # the analysis saw no split: no walk of the file
     calls = [node for node in module_nodes(module) if isinstance(node, cst.Call)]
-    seeds = [call for call in calls if _seeds(call, facts)]
+    seeds = [call for call in calls if is_seeding_call(call, facts)]
     if all(facts.qualified_name(call.func) in TORCH_ONLY_SEEDS for call in seeds):
         # torch.manual_seed leaves numpy's and random's generators as they were.
         for call in calls:
@@ -158,20 +160,45 @@ def _shuffle_message(call: cst.Call) -> str:
     return SHUFFLE_MESSAGE.format(function=expression_code(call.func))
 
 
+def agreed_names(module: cst.Module) -> set[str]:
+    """Names a module-level ``W, b = broadcast_object_list([W, b])`` (or ``W =
+    broadcast_object_list([W])[0]``) makes the same on every process (ACC124 agreed-random
+    wrote it, or the script's author)."""
+    names: set[str] = set()
+    for statement in module.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if not isinstance(small, cst.Assign):
+                continue
+            value = small.value.value if isinstance(small.value, cst.Subscript) else small.value
+            if isinstance(value, cst.Call) and (dotted(value.func) or "").rpartition(".")[2] == "broadcast_object_list":
+                for target in small.targets:
+                    node = target.target
+                    elements = [e.value for e in node.elements] if isinstance(node, (cst.Tuple, cst.List)) else [node]
+                    names.update(e.value for e in elements if isinstance(e, cst.Name))
+    return names
+
+
 def _report_draws(
-    statements: Sequence[cst.BaseStatement], facts: ScriptFacts, changes: list[Change], *, seeded: bool
+    statements: Sequence[cst.BaseStatement],
+    facts: ScriptFacts,
+    changes: list[Change],
+    *,
+    seeded: bool,
+    agreed: frozenset[str] | set[str] = frozenset(),
 ) -> bool:
     """Report the module-level assignments (also in the ``__main__`` block) of random draws made
     before any seeding call; returns whether a seed was met."""
     for statement in statements:
         if is_main_guard(statement):
             assert isinstance(statement, cst.If)
-            seeded = _report_draws(statement.body.body, facts, changes, seeded=seeded)  # type: ignore[arg-type]
+            seeded = _report_draws(statement.body.body, facts, changes, seeded=seeded, agreed=agreed)  # type: ignore[arg-type]
             continue
         if not isinstance(statement, cst.SimpleStatementLine):
             continue
         calls = calls_in(statement)
-        if any(_seeds(call, facts) for call in calls):
+        if any(is_seeding_call(call, facts) for call in calls):
             seeded = True
             continue
         if seeded:
@@ -179,9 +206,11 @@ def _report_draws(
         for small in statement.body:
             if not isinstance(small, (cst.Assign, cst.AnnAssign)) or small.value is None:
                 continue
-            if not any(_unseeded_draw(call, facts) for call in calls_in(small.value)):
+            if not any(unseeded_draw(call, facts) for call in calls_in(small.value)):
                 continue
             targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+            if all(isinstance(target, cst.Name) and target.value in agreed for target in targets):
+                continue  # broadcast from rank 0 once the processes exist
             site = facts.origins.site(small) or facts.origins.site(statement)
             if site is None:
                 continue
@@ -195,7 +224,7 @@ def _report_draws(
     return seeded
 
 
-def _seeds(call: cst.Call, facts: ScriptFacts) -> bool:
+def is_seeding_call(call: cst.Call, facts: ScriptFacts) -> bool:
     """A call of a library function (``torch.manual_seed``, accelerate's ``set_seed``,
     ``np.random.seed``) or of a plain-named function (the script's own ``set_seed(42)``) whose
     name says seed; a generator's own ``g.manual_seed(1)`` seeds only that generator."""
@@ -209,7 +238,7 @@ def _is_draw(qualified: str) -> bool:
     )
 
 
-def _unseeded_draw(call: cst.Call, facts: ScriptFacts) -> bool:
+def unseeded_draw(call: cst.Call, facts: ScriptFacts) -> bool:
     """A draw from the global generator (not one given its own ``generator=``)."""
     if any(arg.keyword is not None and arg.keyword.value == "generator" for arg in call.args):
         return False

@@ -1,4 +1,4 @@
-"""ACC125 unused-device: a function's ``device = accelerator.device`` that nothing reads any more.
+"""ACC125 unused-device: a function's ``device = accelerator.device`` (or a flag its device selection read) that nothing reads any more.
 
 Once ``prepare`` places the model and the loaders' batches, the moves that read ``device`` are
 gone, and the assignment the device rule rewrote (``device = torch.device("cuda")`` →
@@ -6,7 +6,10 @@ gone, and the assignment the device rule rewrote (``device = torch.device("cuda"
 assigned to but never used") from ruff and flake8 in a script that passed them. Inside a
 function, where F841 looks, such an assignment is removed when nothing else in the function
 (nested functions included) names the variable; at module level a name may be read from
-elsewhere (an import of the script, a notebook cell), so it stays.
+elsewhere (an import of the script, a notebook cell), so it stays. The flags a replaced device
+selection read (``use_cuda = not args.no_cuda and torch.cuda.is_available()``, then ``if
+use_cuda: device = ...``) go the same way when the original read them and nothing does now; an
+assignment whose value could do anything else (a call that is not a device question) stays.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from accel_convert.codemods.engine.accelerator_code import accelerator_name
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import body_statements, dotted, names_bound
+from accel_convert.codemods.engine.syntax import body_statements, dotted, name_assigned, names_bound
+from accel_convert.codemods.engine.torch_names import DEVICE_AVAILABILITY
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
 
@@ -140,7 +144,12 @@ class _DropUnusedDevice(RuleTransformer):
         carried: list[cst.EmptyLine] = []  # the blank lines above a removed line stay
         for statement in statements:
             if id(statement) in dropped:
-                self.report(statement, UnusedDevice.code, "device assignment no longer read removed", True)
+                self.report(
+                    statement,
+                    UnusedDevice.code,
+                    f"{(name_assigned(statement) or ('',))[0]} no longer read: its assignment removed",
+                    True,
+                )
                 carried += _leading_lines(statement)
                 continue
             if carried and not _leading_lines(statement):
@@ -150,31 +159,53 @@ class _DropUnusedDevice(RuleTransformer):
         return updated_node.with_changes(body=updated_node.body.with_changes(body=kept))
 
     def _unused_device(self, statement: cst.BaseStatement, function: cst.FunctionDef) -> bool:
-        name = _device_assigned(statement, accelerator_name(self.facts))
-        if name is None or name in self.module_names or any(line.comment for line in _leading_lines(statement)):
+        assigned = name_assigned(statement)
+        if assigned is None or assigned[0] in self.module_names:
+            return False
+        name, value = assigned
+        if any(line.comment for line in _leading_lines(statement)):
             return False
         others = [s for s in body_statements(function) if s is not statement]
         mentioned = _names(others)
-        # Whether the original read it or not, the line is dead code now; deciding on the
-        # converted code alone keeps the conversion of its own output unchanged.
-        return name not in mentioned and not mentioned & READS_EVERY_LOCAL
+        if name in mentioned or mentioned & READS_EVERY_LOCAL:
+            return False
+        if dotted(value) == f"{accelerator_name(self.facts)}.device":
+            # Whether the original read it or not, the line is dead code now; deciding on the
+            # converted code alone keeps the conversion of its own output unchanged.
+            return True
+        # A device flag: only one the original read (else the unused line is the script's own,
+        # and converting the output again must leave it too).
+        return _asks_about_devices(value, self.facts) and len(self.facts.lines_mentioning([name])) > 1
 
 
 def _leading_lines(statement: cst.BaseStatement) -> list[cst.EmptyLine]:
     return list(cast(cst.SimpleStatementLine | cst.BaseCompoundStatement, statement).leading_lines)
 
 
-def _device_assigned(statement: cst.BaseStatement, accelerator: str) -> str | None:
-    """``NAME`` of a line that is exactly ``NAME = accelerator.device``."""
-    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-        return None
-    assign = statement.body[0]
-    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
-        return None
-    target = assign.targets[0].target
-    if not isinstance(target, cst.Name) or dotted(assign.value) != f"{accelerator}.device":
-        return None
-    return target.value
+def _asks_about_devices(value: cst.BaseExpression, facts: ScriptFacts) -> bool:
+    """A flag made of names, attributes, ``not``/``and``/``or``, comparisons, literals and
+    device questions (``torch.cuda.is_available()``): dropping it runs nothing less."""
+    asked = False
+    pending: list[cst.CSTNode] = [value]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.Call):
+            if facts.qualified_name(node.func) not in DEVICE_AVAILABILITY or node.args:
+                return False
+            asked = True
+        elif isinstance(node, cst.Attribute):
+            pending.append(node.value)
+            continue
+        elif not isinstance(
+            node,
+            (cst.Name, cst.BooleanOperation, cst.UnaryOperation, cst.Comparison, cst.ComparisonTarget)
+            + (cst.BaseBooleanOp, cst.BaseCompOp, cst.BaseUnaryOp, cst.SimpleString, cst.Integer)
+            + (cst.LeftParen, cst.RightParen, cst.SimpleWhitespace, cst.ParenthesizedWhitespace)
+            + (cst.TrailingWhitespace, cst.EmptyLine, cst.Newline, cst.Comment),
+        ):
+            return False
+        pending.extend(node.children)
+    return asked
 
 
 def _names(statements: Sequence[cst.CSTNode]) -> set[str]:
