@@ -573,7 +573,6 @@ def launch(line: CommandLine) -> None:
     path, settings = saved_settings(line)  # a wrong file is reported before torch loads
     if torch_importable() is not None:
         fail(NO_TORCH, EXIT_NO_TORCH)
-    check_script_exists(line)
     # With torch at hand, its own parser says which options take no value.
     switches = torchrun_switches()
     if switches != TORCHRUN_SWITCHES:
@@ -583,6 +582,8 @@ def launch(line: CommandLine) -> None:
         print(f"accel-launch: from {path}: {' '.join(added)}", file=sys.stderr)
     if line.fsdp:
         check_fsdp_environment(line.fsdp)
+    check_script_exists(line)
+    if line.fsdp:
         os.environ.update(line.fsdp)  # the workers inherit them
     from torch.distributed.run import main as torchrun_main
 
