@@ -19,6 +19,7 @@ gloo, cpu: all checks passed``; a failed check is one line naming it, and exit c
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable
@@ -144,8 +145,6 @@ def check_checkpoint(accelerator: Accelerator, model: torch.nn.Module) -> None:
     finally:
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
-            import shutil
-
             shutil.rmtree(folder, ignore_errors=True)
 
 

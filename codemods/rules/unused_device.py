@@ -137,19 +137,21 @@ class _DropUnusedDevice(RuleTransformer):
         if not isinstance(updated_node.body, cst.IndentedBlock):
             return updated_node
         statements = list(updated_node.body.body)
-        dropped = {id(s) for s in statements if self._unused_device(s, updated_node)}
+        # The cheap questions first: only the few device lines get the function's names read.
+        candidates = {id(s): name for s in statements if (name := self._device_line(s)) is not None}
+        dropped = {
+            key: name
+            for key, name in candidates.items()
+            if not self._still_read(name, [s for s in body_statements(updated_node) if id(s) != key])
+        }
         if not dropped or len(dropped) == len(statements):
             return updated_node
         kept: list[cst.BaseStatement] = []
         carried: list[cst.EmptyLine] = []  # the blank lines above a removed line stay
         for statement in statements:
             if id(statement) in dropped:
-                self.report(
-                    statement,
-                    UnusedDevice.code,
-                    f"{(name_assigned(statement) or ('',))[0]} no longer read: its assignment removed",
-                    True,
-                )
+                message = f"{dropped[id(statement)]} no longer read: its assignment removed"
+                self.report(statement, UnusedDevice.code, message, True)
                 carried += _leading_lines(statement)
                 continue
             if carried and not _leading_lines(statement):
@@ -158,24 +160,29 @@ class _DropUnusedDevice(RuleTransformer):
             kept.append(statement)
         return updated_node.with_changes(body=updated_node.body.with_changes(body=kept))
 
-    def _unused_device(self, statement: cst.BaseStatement, function: cst.FunctionDef) -> bool:
+    def _device_line(self, statement: cst.BaseStatement) -> str | None:
+        """``NAME`` of a line ``NAME = accelerator.device``, or of a device flag the original
+        read; None for any other line."""
         assigned = name_assigned(statement)
         if assigned is None or assigned[0] in self.module_names:
-            return False
+            return None
         name, value = assigned
         if any(line.comment for line in _leading_lines(statement)):
-            return False
-        others = [s for s in body_statements(function) if s is not statement]
-        mentioned = _names(others)
-        if name in mentioned or mentioned & READS_EVERY_LOCAL:
-            return False
+            return None
         if dotted(value) == f"{accelerator_name(self.facts)}.device":
-            # Whether the original read it or not, the line is dead code now; deciding on the
-            # converted code alone keeps the conversion of its own output unchanged.
-            return True
+            # Whether the original read it or not, the line is dead code once nothing reads it;
+            # deciding on the converted code alone keeps the conversion of its own output unchanged.
+            return name
         # A device flag: only one the original read (else the unused line is the script's own,
         # and converting the output again must leave it too).
-        return _asks_about_devices(value, self.facts) and len(self.facts.lines_mentioning([name])) > 1
+        if _asks_about_devices(value, self.facts) and len(self.facts.lines_mentioning([name])) > 1:
+            return name
+        return None
+
+    @staticmethod
+    def _still_read(name: str, others: Sequence[cst.CSTNode]) -> bool:
+        mentioned = _names(others)
+        return name in mentioned or bool(mentioned & READS_EVERY_LOCAL)
 
 
 def _leading_lines(statement: cst.BaseStatement) -> list[cst.EmptyLine]:
