@@ -23,7 +23,7 @@ def imported_top_levels(package: str) -> dict[str, list[str]]:
     """Map each absolute top-level module imported anywhere in ``package`` to where it is imported;
     the project's own parts count by their folder (``accel_convert.runtime.x`` as ``runtime``)."""
     found: dict[str, list[str]] = {}
-    for path in sorted((REPO_ROOT / package).rglob("*.py")):
+    for path in sorted((REPO_ROOT / "accel_convert" / package).rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):

@@ -16,7 +16,7 @@ import pytest
 
 from tests.launching import REPO_ROOT
 
-CODEMODS = REPO_ROOT / "codemods"
+CODEMODS = REPO_ROOT / "accel_convert" / "codemods"
 OWNER = CODEMODS / "engine" / "torch_names.py"
 LIBRARIES = ("torch.", "tqdm.", "accelerate.", "accel_convert.runtime.")
 MODULES = sorted(path for path in CODEMODS.rglob("*.py") if path != OWNER)
