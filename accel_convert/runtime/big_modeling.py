@@ -53,4 +53,4 @@ def init_empty_weights(include_buffers: bool | None = None) -> Iterator[None]:
     try:
         yield
     finally:
-        torch.nn.Module.register_parameter = register_parameter  # type: ignore[method-assign,assignment]
+        torch.nn.Module.register_parameter = register_parameter  # type: ignore[method-assign]

@@ -136,8 +136,9 @@ class FullyShardedDataParallelPlugin:
             ``FSDP_ACTIVATION_CHECKPOINTING`` (``..._OFFLOAD``: keep the saved inputs in host memory).
         cpu_ram_efficient_loading: rank 0's weights are the model's; the other ranks may build it
             on the meta device and only ever allocate their shards; env
-            ``FSDP_CPU_RAM_EFFICIENT_LOADING`` (set by the plugin too, as Accelerate does, for
-            ``transformers``' ``from_pretrained`` to load real weights on rank 0 only).
+            ``FSDP_CPU_RAM_EFFICIENT_LOADING`` (``transformers``' ``from_pretrained`` reads it too,
+            with ``ACCELERATE_USE_FSDP``, to load real weights on rank 0 only). Accelerate's plugin
+            also writes the variable, so that later plugins inherit the value; this one does not.
 
     Accepted without effect, as FSDP2 needs no setting for them: ``use_orig_params`` (FSDP2 always
     trains the original parameters), ``limit_all_gathers``,
@@ -200,9 +201,6 @@ class FullyShardedDataParallelPlugin:
             else _env("CPU_RAM_EFFICIENT_LOADING") or False,
             "cpu_ram_efficient_loading",
         )
-        if self.cpu_ram_efficient_loading:
-            # transformers' from_pretrained reads it to load real weights on rank 0 only.
-            os.environ[ENV_PREFIX + "CPU_RAM_EFFICIENT_LOADING"] = "true"
         self._reject_what_fsdp2_lacks()
 
     # Each field, resolved to one canonical form.

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +116,9 @@ def read_sharded_weights(folder: Path) -> dict[str, torch.Tensor]:
             raise ValueError(f"merge_fsdp_weights: {folder} holds {key!r}, which is not a model weight")
         state[key] = torch.empty(entry.size, dtype=entry.properties.dtype)
         names[key] = str(path[-1])
-    dcp.load(state, checkpoint_id=str(folder), no_dist=True)
+    with warnings.catch_warnings():  # "...assuming the intent is to load in a single process": it is
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+        dcp.load(state, checkpoint_id=str(folder), no_dist=True)
     return {names[key]: tensor for key, tensor in state.items()}
 
 
