@@ -378,6 +378,10 @@ def test_accel_launch_turns_fsdp_options_into_the_variables_accelerate_uses() ->
         "ACCELERATE_USE_FSDP": "true",
         "FSDP_MIN_NUM_PARAMS": "100",
     }
+    assert split_command_line(["--fsdp_cpu_ram_efficient_loading", "true", "x.py"]).fsdp == {
+        "ACCELERATE_USE_FSDP": "true",
+        "FSDP_CPU_RAM_EFFICIENT_LOADING": "true",
+    }
     assert split_command_line(["train.py", "--fsdp"]).fsdp == {}
 
 

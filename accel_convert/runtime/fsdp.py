@@ -44,8 +44,8 @@ parameters not yet in a unit (torch's rule; Accelerate counts a module's total, 
 ancestor of a large layer becomes a unit too); activation checkpointing preserves the RNG state,
 so dropout draws the same mask when recomputing; ``mixed_precision="bf16"|"fp16"`` without a
 policy reduces gradients in fp32 (Accelerate reduces in the low precision); options FSDP2 has
-no counterpart for raise instead of being dropped with a warning; a model left on the meta device
-without ``cpu_ram_efficient_loading`` raises (Accelerate trains its uninitialised tensors).
+no counterpart for raise instead of being dropped with a warning; a model with meta tensors but
+without ``cpu_ram_efficient_loading`` is refused at ``prepare`` (it has no values to train).
 """
 
 from __future__ import annotations
