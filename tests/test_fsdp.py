@@ -215,6 +215,19 @@ def test_merge_weights_command_and_refusals(launched, tmp_path: Path, monkeypatc
     assert merge_fsdp_weights(model_folder, tmp_path / "bin", safe_serialization=False).name == "pytorch_model.bin"
 
 
+def test_merge_reads_accelerates_layout_too(tmp_path: Path) -> None:
+    """Accelerate saves ``{"model": state_dict}``; the merged file has the model's own keys."""
+    import torch.distributed.checkpoint as dcp
+
+    from accel_convert.runtime import merge_fsdp_weights
+
+    state = {"0.weight": torch.randn(3, 2), "block.norm.bias": torch.arange(4.0)}
+    dcp.save({"model": state}, checkpoint_id=str(tmp_path / "pytorch_model_fsdp_0"), no_dist=True)
+    written = merge_fsdp_weights(tmp_path / "pytorch_model_fsdp_0", tmp_path / "out", safe_serialization=False)
+    merged = torch.load(written, weights_only=True)
+    assert merged.keys() == state.keys() and all(torch.equal(merged[k], state[k]) for k in state)
+
+
 def _optimizer_only(out: Path, tmp_path: Path) -> Path:
     import shutil
 
