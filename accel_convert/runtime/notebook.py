@@ -18,7 +18,8 @@ worker of this node is stopped and the whole group is forked again, with
 its last checkpoint), until the restarts are spent. Accelerate's other elastic options
 (``rdzv_backend``, ``rdzv_conf``, ``rdzv_id``) are accepted and have no effect: forked workers
 always meet at ``master_addr:use_port`` (a static rendezvous); ``rdzv_endpoint`` given as
-``HOST:PORT`` is that address.
+``HOST:PORT`` is that address. The rendezvous store lives in the notebook's process, as under
+torchrun it lives in the agent (:func:`rendezvous_store`).
 """
 
 from __future__ import annotations
@@ -134,12 +135,35 @@ def notebook_launcher(
     for restart in range(max_restarts + 1):
         variables.update(TORCHELASTIC_RESTART_COUNT=str(restart), TORCHELASTIC_MAX_RESTARTS=str(max_restarts))
         try:
-            run_forked(function, args, num_processes, node_rank * num_processes, variables, monitor_interval)
+            with rendezvous_store(node_rank, master_addr, use_port, world_size, variables):
+                run_forked(function, args, num_processes, node_rank * num_processes, variables, monitor_interval)
             return
         except WorkerFailed as failure:
             if restart == max_restarts:
                 raise
             print(f"notebook_launcher: {failure.summary}; restarting the workers ({restart + 1} of {max_restarts})")
+
+
+@contextmanager
+def rendezvous_store(
+    node_rank: int, host: str, port: str | int, world_size: int, variables: dict[str, str]
+) -> Iterator[None]:
+    """Host the workers' TCPStore here, in the kernel, for one attempt, as torchrun's agent does.
+
+    Hosted by rank 0 (what ``init_process_group`` does by default), the store would end with
+    rank 0's process: a rank still reading a barrier's last key when rank 0 returns from the
+    function would lose its connection. ``TORCHELASTIC_USE_AGENT_STORE`` makes every worker a
+    client of this one, which outlives them all; a fresh store per attempt starts every restart
+    with no keys left from the failed one. Other nodes' workers connect to node 0's."""
+    if node_rank != 0:
+        yield
+        return
+    store = torch.distributed.TCPStore(host, int(port), world_size, is_master=True, wait_for_workers=False)
+    variables["TORCHELASTIC_USE_AGENT_STORE"] = "True"
+    try:
+        yield
+    finally:
+        del store  # closes the port for the next attempt
 
 
 def _endpoint(endpoint: str) -> tuple[str, str]:

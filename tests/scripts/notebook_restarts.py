@@ -22,9 +22,9 @@ def train(out: str) -> None:
     attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
     print(f"attempt {attempt} of rank {accelerator.process_index}, world {accelerator.num_processes}")
     (Path(out) / f"attempt{attempt}_rank{accelerator.process_index}").write_text(os.environ["MASTER_PORT"])
+    accelerator.wait_for_everyone()  # both files are written before rank 1 fails
     if attempt == 0 and accelerator.process_index == 1:
         raise ValueError("rank 1 fails its first attempt on purpose")
-    accelerator.wait_for_everyone()
 
 
 if __name__ == "__main__":
