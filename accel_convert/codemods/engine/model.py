@@ -50,6 +50,9 @@ class Options:
     #: Code prefixes to run only (empty: all) and to skip, as ruff's --select/--ignore.
     select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
+    #: Notebooks only (converter.launcher_cells): training written at the top level becomes one
+    #: function, started by a ``notebook_launcher`` cell on this many processes (None: as it is).
+    launcher_processes: int | None = None
 
     def enabled(self, code: str) -> bool:
         """Whether a code is switched on; the longest matching prefix wins, as in ruff."""
