@@ -4,6 +4,7 @@ notebook that cannot be restructured safely keeps its usual conversion and says 
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -197,3 +198,28 @@ def test_launched_evaluation_counts_every_sample_as_one_process_does(tmp_path: P
     # Every sample once: the gathered predictions of the well-separated data are as good.
     assert all(correct >= 0.9 * seen for correct, seen in counts), counts
     assert (tmp_path / "model.pth").is_file()  # saved once, from the main process
+
+
+def test_an_older_notebook_gets_no_cell_ids_and_comment_cells_stay() -> None:
+    data = json.loads(notebook_bytes(CELLS[0], CELLS[1], "# just a note", CELLS[2], CELLS[3]))
+    data["nbformat_minor"] = 4
+    for cell in data["cells"]:
+        del cell["id"]
+    conversion = convert_notebook(json.dumps(data, indent=1).encode(), LAUNCHER, path="nb.ipynb")
+    assert not launcher_warnings(conversion)
+    converted = json.loads(conversion.output)
+    assert all("id" not in cell for cell in converted["cells"]) and converted["nbformat_minor"] == 4
+    sources = ["".join(cell["source"]) for cell in converted["cells"]]
+    assert sources[1] == "# just a note" and sources[2].startswith("# Cells 2-5 as one function")
+    nbformat.validate(nbformat.reads(conversion.output.decode(), as_version=4))
+
+
+def test_training_under_a_main_guard_is_not_restructured() -> None:
+    source = notebook_bytes(
+        CELLS[0],
+        "if __name__ == '__main__':\n    "
+        + "\n    ".join((CELLS[1] + "\n" + CELLS[2]).splitlines())
+        + "\n    for x in loader:\n        loss = model(x).sum()\n        loss.backward()\n        opt.step()",
+    )
+    (warning,) = launcher_warnings(convert_notebook(source, LAUNCHER, path="nb.ipynb"))
+    assert "the training runs under if __name__ ==" in warning

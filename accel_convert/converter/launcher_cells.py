@@ -174,6 +174,8 @@ class _CodeCell:
     definitions: list[bool]
     #: Per top-level statement: its CPython tree.
     trees: list[ast.Module]
+    #: Per top-level statement: its first and last line in the cell (1-based).
+    lines: list[tuple[int, int]]
 
 
 def restructure(notebook: Any, options: Options) -> Restructured | None:
@@ -204,12 +206,16 @@ def restructure(notebook: Any, options: Options) -> Restructured | None:
         except (cst.ParserSyntaxError, SyntaxError, ValueError):
             raise NotRestructured("a cell is not valid Python", index + 1) from None
         definitions = [_is_definition(statement) for statement in module.body]
-        cells.append(_CodeCell(index, index + 1, masked, module, definitions, trees))
+        cells.append(_CodeCell(index, index + 1, masked, module, definitions, trees, _statement_lines(module)))
     if not cells:
         raise NotRestructured("the notebook has no code")
 
     joined = "".join(cell.masked for cell in cells)
     facts = analyse(cst.parse_module(joined), joined)
+    if facts.home_kind == "main_guard":
+        raise NotRestructured(
+            "the training runs under if __name__ == \"__main__\": (a script's shape, not a notebook's)"
+        )
     if facts.home_kind != "module":
         where = facts.main_function or "a function"
         defining = next(
@@ -238,8 +244,7 @@ def restructure(notebook: Any, options: Options) -> Restructured | None:
             return None
         cell = cells[position]
         local = line - first_lines[position] + 1
-        for statement_index in range(len(cell.trees)):
-            begin, end = _statement_lines(cell.module, statement_index)
+        for statement_index, (begin, end) in enumerate(cell.lines):
             if begin <= local <= end:
                 return position, statement_index
         return None
@@ -292,7 +297,9 @@ def restructure(notebook: Any, options: Options) -> Restructured | None:
             kept.append(cell)
             continue
         body, kept_definitions = _split(code_cell.module, code_cell.definitions)
-        if kept_definitions is not None:
+        if not code_cell.module.body:  # only comments: the cell stays as it is
+            kept.append(cell)
+        elif kept_definitions is not None:
             if body:
                 cell.source, _ = masks.restore(_strip_final_newline(kept_definitions.code, cell.source), "")
                 cell.outputs = []
@@ -341,11 +348,16 @@ def _is_future(node: cst.ImportFrom) -> bool:
     return isinstance(node.module, cst.Name) and node.module.value == "__future__"
 
 
-def _statement_lines(module: cst.Module, index: int) -> tuple[int, int]:
-    """1-based first and last line of the module's ``index``-th statement, with the comments
-    and blank lines before it."""
-    before = len(module.header) + sum(module.code_for_node(statement).count("\n") for statement in module.body[:index])
-    return before + 1, before + max(module.code_for_node(module.body[index]).count("\n"), 1)
+def _statement_lines(module: cst.Module) -> list[tuple[int, int]]:
+    """1-based first and last line of each of the module's statements, with the comments and
+    blank lines before it."""
+    lines: list[tuple[int, int]] = []
+    before = len(module.header)
+    for statement in module.body:
+        length = module.code_for_node(statement).count("\n")
+        lines.append((before + 1, before + max(length, 1)))
+        before += length
+    return lines
 
 
 def _split(module: cst.Module, definitions: Sequence[bool]) -> tuple[list[Statement], cst.Module | None]:
