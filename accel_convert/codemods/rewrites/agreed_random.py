@@ -186,6 +186,7 @@ class AgreedRandom(Rule):
                 cst.SimpleStatementLine,
                 cst.parse_statement(f"from {options.accelerate_module}.utils import {FUNCTION}"),
             ),
+            options.import_style,
         )
         changes = []
         for name in agreed:

@@ -616,7 +616,7 @@ def _replace_region(module: cst.Module, region: _Region, wrapped: list[cst.BaseS
 def _add_import(module: cst.Module, facts: ScriptFacts, options: Options) -> cst.Module:
     """``find_executable_batch_size`` imported beside ``Accelerator`` (where isort would put it)."""
     line = cast(cst.SimpleStatementLine, cst.parse_statement(f"from {options.accelerate_module} import {DECORATOR}"))
-    return add_import(module, line)
+    return add_import(module, line, options.import_style)
 
 
 # ---- reports and small helpers ------------------------------------------------------------------
