@@ -103,7 +103,7 @@ from accel_convert.codemods.engine.torch_names import (
     SEQUENCE_FIRST_PADDING,
     SEQUENCE_PADDERS,
 )
-from accel_convert.codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.engine.transformers import RuleTransformer, TargetedTransformer
 from accel_convert.codemods.engine.walk import StatementFilter, module_nodes, variables_read, walk
 
 #: Attributes of model outputs that are one number per batch, not one row per sample.
@@ -2297,13 +2297,16 @@ def _gather_objects_statement(name: str, facts: ScriptFacts) -> cst.SimpleStatem
     return cst.SimpleStatementLine(body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=call)])
 
 
-class _ExpressionReplacer(cst.CSTTransformer):
+class _ExpressionReplacer(TargetedTransformer):
     """After the gather: gathered expressions read through their new names,
     ``x.view(<batch size>, ...)`` of gathered tensors becomes ``x.view(-1, ...)``, and
     ``range(<batch size>)`` becomes ``range(len(x))`` of a gathered tensor (the gathered batch
-    holds every rank's rows: a loop over the loader's batch size would visit 1/N of them)."""
+    holds every rank's rows: a loop over the loader's batch size would visit 1/N of them).
+    A targeted transformer without origins: it walks everything but rebuilds only what changed,
+    so that ``reanchor`` skips every statement it left as it was."""
 
     def __init__(self, plan: _GatherPlan, batch_size_expr: str | None) -> None:
+        super().__init__(None)
         self.replacements = [
             (expr, name) for expr, name in zip(plan.gathered, plan.names) if not isinstance(expr, cst.Name)
         ]
@@ -2358,9 +2361,8 @@ def _insert_after(statements, forward, gather_lines: list, plan: _GatherPlan, fa
         result = []
         for statement in block:
             if state["inserted"]:
-                # The replacer is a plain libcst transformer, which rebuilds every node it walks:
-                # carry the original positions over, so that later rules report (and walk) the
-                # statement where the user wrote it.
+                # Carry the original positions over to what the replacer rebuilt, so that later
+                # rules report (and walk) the statement where the user wrote it.
                 rewritten = statement.visit(replacer)
                 reanchor(statement, rewritten, facts.origins)
                 result.append(rewritten)
