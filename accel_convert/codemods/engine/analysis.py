@@ -770,8 +770,7 @@ class _Conclusions:
                 # ``tempfile.mkdtemp()`` itself, or a path built around one
                 # (``os.path.join(tempfile.mkdtemp(), "vocab.json")``).
                 creates = any(
-                    isinstance(node, cst.Call)
-                    and self.r.names.qualified_name(node.func, assign.scope) in PER_PROCESS_PATHS
+                    type(node) is cst.Call and self.r.names.qualified_name(node.func, assign.scope) in PER_PROCESS_PATHS
                     for node in ([value] if not builds_path else nodes_in(value))
                 )
                 if creates or (builds_path and assign.names & found):
@@ -785,7 +784,7 @@ class _Conclusions:
         calls: dict[str, list[_Call]] = {}
         for call in self.r.calls:
             func = call.node.func
-            if isinstance(func, cst.Name) and func.value in self.r.defs:
+            if type(func) is cst.Name and func.value in self.r.defs:
                 calls.setdefault(func.value, []).append(call)
         given: set[str] = set()
         for function, sites in calls.items():

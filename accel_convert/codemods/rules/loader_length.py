@@ -143,8 +143,13 @@ class _RecountAfterPrepare(RuleTransformer):
         return None
 
 
+_BINDERS = frozenset({cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For})
+
+
 def _bound_by(node: cst.CSTNode) -> tuple[str, ...]:
     """The names an assignment-like node binds (nothing for other nodes)."""
+    if type(node) not in _BINDERS:
+        return ()  # most nodes; and cheaper than failed isinstance checks against libcst's ABCs
     if isinstance(node, cst.Assign):
         return tuple(name for target in node.targets for name in target_names(target.target))
     if isinstance(node, (cst.AugAssign, cst.AnnAssign)):

@@ -72,7 +72,7 @@ from accel_convert.codemods.engine.accelerator_code import accelerator_call, is_
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options, Site
-from accel_convert.codemods.engine.positions import reanchor, skips_statement
+from accel_convert.codemods.engine.positions import STATEMENT_TYPES, reanchor, skips_statement
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
     calls_in,
@@ -1254,7 +1254,7 @@ def _loaders_collated_by(
     passed to."""
     loaders: dict[str, str] = {}
     for node in module_nodes(module):
-        if not (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.value, cst.Call)):
+        if not (type(node) is cst.Assign and len(node.targets) == 1 and isinstance(node.value, cst.Call)):
             continue
         collate = next((a.value for a in node.value.args if a.keyword and a.keyword.value == "collate_fn"), None)
         if collate is None or not matches(collate):
@@ -2536,7 +2536,7 @@ def _batch_counts(loops: list[_GatheredLoop], scope: Sequence[cst.CSTNode], fact
     for node in scope:
         for assign in nodes_in(node):
             if not (
-                isinstance(assign, cst.Assign)
+                type(assign) is cst.Assign
                 and len(assign.targets) == 1
                 and isinstance(assign.targets[0].target, cst.Name)
             ):
@@ -2580,6 +2580,10 @@ def _is_len_of(call: cst.Call, names: set[str]) -> bool:
     return dotted(call.func) == "len" and len(call.args) == 1 and dotted(call.args[0].value) in names
 
 
+#: What the batch-count survey checks (divisions, ``/=``, calls).
+_COUNT_CHECKED = frozenset({cst.BinaryOperation, cst.AugAssign, cst.Call})
+
+
 class _MeansOverBatches(cst.CSTVisitor):
     """Divisions by a count of batches and averages of per-batch lists, with the statement
     holding each (where a report points). Local: it reads only the function (or module-level
@@ -2593,8 +2597,11 @@ class _MeansOverBatches(cst.CSTVisitor):
         self._statements: list[cst.CSTNode] = []
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        kind = type(node)
+        if kind in STATEMENT_TYPES:
             self._statements.append(node)
+        if kind not in _COUNT_CHECKED:
+            return True  # most nodes: no failed isinstance checks against libcst's ABCs
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
             self._check_denominator(node, node.right)
         elif isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.DivideAssign):
