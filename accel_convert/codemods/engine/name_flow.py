@@ -93,10 +93,12 @@ class NameFlowProblem:
 def name_flow_problems(original: ast.Module, converted: ast.Module) -> list[NameFlowProblem]:
     """The reads and calls of ``converted`` that may fail where ``original``'s did not, in
     order of position."""
-    before = _ModuleFlow(original).run()
     flow = _ModuleFlow(converted)
     after = flow.run()
     problems: list[NameFlowProblem] = []
+    # Where the converted program has no read that may come before its binding (most
+    # conversions), there is nothing to compare: the original's flow is not walked.
+    before = _ModuleFlow(original).run() if after else {}
     for key, reads in after.items():
         if len(reads) > len(before.get(key, ())):
             scope, name = key
