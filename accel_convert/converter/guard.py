@@ -19,7 +19,6 @@ of each.
 from __future__ import annotations
 
 import ast
-import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -170,6 +169,8 @@ def _binds(source: bytes, name: str) -> bool:
 def original_line(source: bytes, output: bytes, output_line: int) -> int:
     """The line of ``source`` that line ``output_line`` of ``output`` stands for: the same line
     where it is unchanged, else the line after the last unchanged line above it."""
+    import difflib  # only a repaired placement needs it: not loaded at start-up
+
     matcher = difflib.SequenceMatcher(None, source.splitlines(), output.splitlines(), autojunk=False)
     line = 1
     for block in matcher.get_matching_blocks():

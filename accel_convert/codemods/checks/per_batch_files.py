@@ -175,13 +175,28 @@ class _WritingHelpers(RuleTransformer):
         super().__init__(facts)
         self.writing: dict[str, set[int]] = {}
         self._params: list[tuple[str, ...]] = []
+        self._functions: list[cst.FunctionDef] = []
+
+    def entering_node(self, node: cst.CSTNode) -> bool:
+        # Only the calls directly in a module-level function count: outside one, the walk
+        # enters only what can hold one; inside, not the functions and classes it defines.
+        kind = type(node)
+        if not self._functions:
+            if kind not in _HOLDS_MODULE_FUNCTIONS:
+                return False
+        elif kind is cst.FunctionDef or kind is cst.ClassDef:
+            return False
+        return super().entering_node(node)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         super().visit_FunctionDef(node)
+        self._functions.append(node)
         self._params.append(parameter_names(node))
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):
-        self._params.pop()
+        if self._functions and self._functions[-1] is original_node:
+            self._functions.pop()
+            self._params.pop()
         return super().leave_FunctionDef(original_node, updated_node)
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -191,6 +206,13 @@ class _WritingHelpers(RuleTransformer):
         positions = {index for index, param in enumerate(self._params[0]) if param in read}
         if positions:
             self.writing.setdefault(self.scope[0], set()).update(positions)
+
+
+#: What a module-level function can be defined in (a class's are methods).
+_HOLDS_MODULE_FUNCTIONS = frozenset(
+    {cst.Module, cst.FunctionDef, cst.IndentedBlock, cst.If, cst.Else, cst.For, cst.While, cst.With}
+    | {cst.Try, cst.TryStar, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.Match, cst.MatchCase}
+)
 
 
 def _writes_file(walker: RuleTransformer, call: cst.Call) -> bool:

@@ -758,23 +758,27 @@ class _Conclusions:
             if isinstance(call, cst.Call) and self.r.names.qualified_name(call.func) in PER_PROCESS_PATHS:
                 if item.asname is not None:
                     found.update(target_names(item.asname.name))
+        # What each assignment builds does not change from round to round: asked once.
+        judged: list[tuple[_Assign, bool, bool]] = []
+        for assign in self.r.assigns:
+            value = assign.value
+            builds_path = isinstance(value, (cst.BinaryOperation, cst.FormattedString)) or (
+                isinstance(value, cst.Call)
+                and (
+                    (dotted(value.func) or "").endswith("join")
+                    or self.r.names.qualified_name(value.func, assign.scope) in PATH_CONSTRUCTORS
+                )
+            )
+            # ``tempfile.mkdtemp()`` itself, or a path built around one
+            # (``os.path.join(tempfile.mkdtemp(), "vocab.json")``).
+            creates = any(
+                type(node) is cst.Call and self.r.names.qualified_name(node.func, assign.scope) in PER_PROCESS_PATHS
+                for node in ([value] if not builds_path else nodes_in(value))
+            )
+            if creates or builds_path:
+                judged.append((assign, builds_path, creates))
         for _ in range(3):  # a path built from a path built from the folder, or handed on
-            for assign in self.r.assigns:
-                value = assign.value
-                builds_path = isinstance(value, (cst.BinaryOperation, cst.FormattedString)) or (
-                    isinstance(value, cst.Call)
-                    and (
-                        (dotted(value.func) or "").endswith("join")
-                        or self.r.names.qualified_name(value.func, assign.scope) in PATH_CONSTRUCTORS
-                    )
-                )
-                # ``tempfile.mkdtemp()`` itself, or a path built around one
-                # (``os.path.join(tempfile.mkdtemp(), "vocab.json")``).
-                creates = any(
-                    isinstance(node, cst.Call)
-                    and self.r.names.qualified_name(node.func, assign.scope) in PER_PROCESS_PATHS
-                    for node in ([value] if not builds_path else nodes_in(value))
-                )
+            for assign, builds_path, creates in judged:
                 if creates or (builds_path and assign.names & found):
                     found.update(assign.targets)
             found.update(self._parameters_given(found))
@@ -786,7 +790,7 @@ class _Conclusions:
         calls: dict[str, list[_Call]] = {}
         for call in self.r.calls:
             func = call.node.func
-            if isinstance(func, cst.Name) and func.value in self.r.defs:
+            if type(func) is cst.Name and func.value in self.r.defs:
                 calls.setdefault(func.value, []).append(call)
         given: set[str] = set()
         for function, sites in calls.items():

@@ -67,7 +67,7 @@ class OriginIndex:
         self._sites[id(node)] = (site, node)
 
     def site(self, node: cst.CSTNode) -> Site | None:
-        if isinstance(node, cst.SimpleStatementLine) and node.body:
+        if type(node) is cst.SimpleStatementLine and node.body:
             node = node.body[0]
         entry = self._sites.get(id(node))
         return entry[0] if entry is not None and entry[1] is node else None

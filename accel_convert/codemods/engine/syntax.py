@@ -30,9 +30,11 @@ def as_statements(nodes: Sequence[cst.BaseStatement]) -> list[Statement]:
 
 def dotted(node: cst.CSTNode | None) -> str | None:
     """``self.model`` for Name/Attribute chains, None for anything else."""
-    if isinstance(node, cst.Name):
+    # ``type() is``, not isinstance: a failed isinstance against a libcst class (an ABC) runs a
+    # Python-level ``__instancecheck__``, and every rule asks this of most expressions it sees.
+    if type(node) is cst.Name:
         return node.value
-    if isinstance(node, cst.Attribute):
+    if type(node) is cst.Attribute:
         base = dotted(node.value)
         return f"{base}.{node.attr.value}" if base is not None else None
     return None
@@ -272,7 +274,7 @@ def rows_counted(node: cst.CSTNode) -> str | None:
 
 def calls_in(node: cst.CSTNode) -> list[cst.Call]:
     """Every call inside a (small) expression."""
-    return [current for current in nodes_in(node) if isinstance(current, cst.Call)]
+    return [current for current in nodes_in(node) if type(current) is cst.Call]
 
 
 def names_variable(node: cst.CSTNode, name: str) -> bool:
@@ -294,7 +296,7 @@ def is_docstring(statement: cst.BaseStatement) -> bool:
 
 def is_main_guard(node: cst.CSTNode) -> bool:
     """``if __name__ == "__main__":``."""
-    if not isinstance(node, cst.If) or not isinstance(node.test, cst.Comparison):
+    if type(node) is not cst.If or type(node.test) is not cst.Comparison:
         return False
     test = node.test
     return (
@@ -409,9 +411,9 @@ def assigns_at_top(statements: Sequence[cst.CSTNode], name: str) -> bool:
     accelerator is created at the top level of its body, and looking no deeper keeps the scope
     bookkeeping from walking every function twice."""
     for statement in statements:
-        if isinstance(statement, cst.SimpleStatementLine):
+        if type(statement) is cst.SimpleStatementLine:
             for small in statement.body:
-                targets = small.targets if isinstance(small, cst.Assign) else []
+                targets = small.targets if type(small) is cst.Assign else []
                 if any(name in target_names(t.target) for t in targets):
                     return True
     return False

@@ -542,7 +542,7 @@ _RANK_NAMES = frozenset(
 def _sums_per_rank(function: cst.FunctionDef) -> frozenset[str]:
     """The names the function adds up in a ``for`` loop that gathers and reduces nothing."""
     found: set[str] = set()
-    for loop in (node for node in nodes_in(function) if isinstance(node, cst.For)):
+    for loop in (node for node in nodes_in(function) if type(node) is cst.For):
         summed = {
             name
             for node in nodes_in(loop.body)

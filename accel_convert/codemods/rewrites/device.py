@@ -1258,7 +1258,7 @@ def _device_functions(module: cst.Module, facts: ScriptFacts) -> frozenset[str]:
     for statement in module.body:
         if not isinstance(statement, cst.FunctionDef) or skips_statement(statement, device_lines, facts.origins):
             continue
-        values = [node.value for node in nodes_in(statement.body) if isinstance(node, cst.Return)]
+        values = [node.value for node in nodes_in(statement.body) if type(node) is cst.Return]
         devices = [
             value
             for value in values

@@ -72,7 +72,7 @@ from accel_convert.codemods.engine.accelerator_code import accelerator_call, is_
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options, Site
-from accel_convert.codemods.engine.positions import reanchor, skips_statement
+from accel_convert.codemods.engine.positions import STATEMENT_TYPES, reanchor, skips_statement
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
     calls_in,
@@ -103,7 +103,7 @@ from accel_convert.codemods.engine.torch_names import (
     SEQUENCE_FIRST_PADDING,
     SEQUENCE_PADDERS,
 )
-from accel_convert.codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.engine.transformers import RuleTransformer, TargetedTransformer
 from accel_convert.codemods.engine.walk import StatementFilter, module_nodes, variables_read, walk
 
 #: Attributes of model outputs that are one number per batch, not one row per sample.
@@ -1746,7 +1746,7 @@ def _loaders_collated_by(
     passed to."""
     loaders: dict[str, str] = {}
     for node in module_nodes(module):
-        if not (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.value, cst.Call)):
+        if not (type(node) is cst.Assign and len(node.targets) == 1 and isinstance(node.value, cst.Call)):
             continue
         collate = next((a.value for a in node.value.args if a.keyword and a.keyword.value == "collate_fn"), None)
         if collate is None or not matches(collate):
@@ -2784,13 +2784,16 @@ def _gather_objects_statement(name: str, facts: ScriptFacts) -> cst.SimpleStatem
     return cst.SimpleStatementLine(body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=call)])
 
 
-class _ExpressionReplacer(cst.CSTTransformer):
+class _ExpressionReplacer(TargetedTransformer):
     """After the gather: gathered expressions read through their new names,
     ``x.view(<batch size>, ...)`` of gathered tensors becomes ``x.view(-1, ...)``, and
     ``range(<batch size>)`` becomes ``range(len(x))`` of a gathered tensor (the gathered batch
-    holds every rank's rows: a loop over the loader's batch size would visit 1/N of them)."""
+    holds every rank's rows: a loop over the loader's batch size would visit 1/N of them).
+    A targeted transformer without origins: it walks everything but rebuilds only what changed,
+    so that ``reanchor`` skips every statement it left as it was."""
 
     def __init__(self, plan: _GatherPlan, batch_size_expr: str | None) -> None:
+        super().__init__(None)
         self.replacements = [
             (expr, name) for expr, name in zip(plan.gathered, plan.names) if not isinstance(expr, cst.Name)
         ]
@@ -2845,9 +2848,8 @@ def _insert_after(statements, forward, gather_lines: list, plan: _GatherPlan, fa
         result = []
         for statement in block:
             if state["inserted"]:
-                # The replacer is a plain libcst transformer, which rebuilds every node it walks:
-                # carry the original positions over, so that later rules report (and walk) the
-                # statement where the user wrote it.
+                # Carry the original positions over to what the replacer rebuilt, so that later
+                # rules report (and walk) the statement where the user wrote it.
                 rewritten = statement.visit(replacer)
                 reanchor(statement, rewritten, facts.origins)
                 result.append(rewritten)
@@ -3021,7 +3023,7 @@ def _batch_counts(loops: list[_GatheredLoop], scope: Sequence[cst.CSTNode], fact
     for node in scope:
         for assign in nodes_in(node):
             if not (
-                isinstance(assign, cst.Assign)
+                type(assign) is cst.Assign
                 and len(assign.targets) == 1
                 and isinstance(assign.targets[0].target, cst.Name)
             ):
@@ -3065,6 +3067,10 @@ def _is_len_of(call: cst.Call, names: set[str]) -> bool:
     return dotted(call.func) == "len" and len(call.args) == 1 and dotted(call.args[0].value) in names
 
 
+#: What the batch-count survey checks (divisions, ``/=``, calls).
+_COUNT_CHECKED = frozenset({cst.BinaryOperation, cst.AugAssign, cst.Call})
+
+
 class _MeansOverBatches(cst.CSTVisitor):
     """Divisions by a count of batches and averages of per-batch lists, with the statement
     holding each (where a report points). Local: it reads only the function (or module-level
@@ -3078,8 +3084,11 @@ class _MeansOverBatches(cst.CSTVisitor):
         self._statements: list[cst.CSTNode] = []
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        kind = type(node)
+        if kind in STATEMENT_TYPES:
             self._statements.append(node)
+        if kind not in _COUNT_CHECKED:
+            return True  # most nodes: no failed isinstance checks against libcst's ABCs
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Divide):
             self._check_denominator(node, node.right)
         elif isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.DivideAssign):
