@@ -11,6 +11,8 @@ the registry); ``rules/`` holds one module per rule, each importing the engine o
 
 from __future__ import annotations
 
+import dataclasses
+
 import libcst as cst
 
 from accel_convert.codemods.engine.model import Change, ConversionOutcome, Options
@@ -59,19 +61,26 @@ def convert_module(
     changes: list[Change] = []
     for rule_class in all_rules():
         rule = rule_class()
+        rule_options = options
         if report_only and not rule.code.startswith("ACC9"):
-            continue
-        rewrites = options.enabled(rule.code)
-        reports = any(options.enabled(code) for code in rule.extra_codes)
+            if not rule.reports_as_written:
+                continue
+            # A rewrite rule whose findings hold for the script as written runs with its rewrite
+            # switched off (agreed-break then reports every per-process break, ACC902).
+            rule_options = dataclasses.replace(options, ignore=(*options.ignore, rule.code))
+        rewrites = rule_options.enabled(rule.code)
+        reports = any(rule_options.enabled(code) for code in rule.extra_codes)
         reports_only = rule.reports_only()
         if tree_only and (reports_only or not rewrites):
             continue  # the tree it returns would be dropped below
-        if not (rewrites or reports) or not rule.applies(facts, options):
+        if not (rewrites or reports) or not rule.applies(facts, rule_options):
             continue
-        converted, found = rule.transform(module, facts, options)
+        converted, found = rule.transform(module, facts, rule_options)
         if not rewrites:
             # Only its findings were asked for (--select ACC904): keep those, drop the rewrite.
             converted, found = module, [change for change in found if change.code != rule.code]
+        if rule_options is not options:
+            found = [change for change in found if change.code in rule.reports_as_written]
         if reports_only or not any(change.fixed for change in found):
             # Every rewrite is reported, so a rule that reports none changed nothing: keep the
             # tree it received (libcst rebuilds every node it walks; carrying positions over

@@ -79,6 +79,11 @@ class Rule:
     name: ClassVar[str]
     #: Further codes this module may report (usually ``ACC9xx`` warnings), code → one-line summary.
     extra_codes: ClassVar[dict[str, str]] = {}
+    #: Those of ``extra_codes`` whose findings describe the script as written, a hazard whether or
+    #: not the rule rewrites anything (a break on a per-process value): they are reported also on a
+    #: script that is only reported on (one that distributes itself), where the rule's rewrite is
+    #: switched off. The rule's other findings are about its rewrite and are not.
+    reports_as_written: ClassVar[frozenset[str]] = frozenset()
     #: Small scripts showing the rule at work (see :class:`Example`).
     examples: ClassVar[tuple[Example, ...]] = ()
 

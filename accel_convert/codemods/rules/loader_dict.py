@@ -33,7 +33,7 @@ from accel_convert.codemods.engine.accelerator_code import is_accelerator_method
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import nodes_in, parameter_names, statement, target_names
+from accel_convert.codemods.engine.syntax import nodes_in, parameter_names, rows_counted, statement, target_names
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS, MEAN_LOSSES, SELF_DISTRIBUTING
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import module_nodes, variables_read
@@ -666,40 +666,9 @@ def _running_sum(line: cst.BaseStatement) -> cst.AugAssign | None:
 
 
 def _batch_count(node: cst.CSTNode, rows: set[str]) -> str | None:
-    """The per-sample name whose row count ``node`` is: ``x.size(0)``, ``len(x)``, ``x.shape[0]``."""
-    if isinstance(node, cst.Call):
-        func = node.func
-        if (
-            isinstance(func, cst.Attribute)
-            and func.attr.value == "size"
-            and isinstance(func.value, cst.Name)
-            and func.value.value in rows
-            and len(node.args) == 1
-            and isinstance(node.args[0].value, cst.Integer)
-            and node.args[0].value.value == "0"
-        ):
-            return func.value.value
-        if (
-            isinstance(func, cst.Name)
-            and func.value == "len"
-            and len(node.args) == 1
-            and isinstance(node.args[0].value, cst.Name)
-            and node.args[0].value.value in rows
-        ):
-            return node.args[0].value.value
-    if (
-        isinstance(node, cst.Subscript)
-        and isinstance(node.value, cst.Attribute)
-        and node.value.attr.value == "shape"
-        and isinstance(node.value.value, cst.Name)
-        and node.value.value.value in rows
-        and len(node.slice) == 1
-        and isinstance(node.slice[0].slice, cst.Index)
-        and isinstance(node.slice[0].slice.value, cst.Integer)
-        and node.slice[0].slice.value.value == "0"
-    ):
-        return node.value.value.value
-    return None
+    """The per-sample name whose row count ``node`` is (``x.size(0)``, ``len(x)``, ``x.shape[0]``)."""
+    counted = rows_counted(node)
+    return counted if counted in rows else None
 
 
 def _loss_item(node: cst.CSTNode, losses: dict[str, cst.Call]) -> str | None:

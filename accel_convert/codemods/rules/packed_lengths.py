@@ -7,7 +7,8 @@ GPU the lengths arrive as a CUDA tensor and ``pack_padded_sequence`` raises ("'l
 should be a 1D CPU int64 tensor"). Whether the lengths reaching the call are that tensor (often
 through the model's ``forward``) or a list is not visible to the converter, so it is reported:
 pass ``lengths.cpu()`` where they are a tensor. Lengths already read with ``.cpu()``/``.tolist()``,
-or written as a list, are left alone.
+or written as a list, are left alone, and so is a name every assignment of which in its function
+binds such host values (``decode_lengths = (caplens - 1).tolist()``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.syntax import is_host_number, method_call
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
 PACK = "torch.nn.utils.rnn.pack_padded_sequence"
@@ -67,6 +69,27 @@ class PackedLengthsOnDevice(Rule):
             """,
             message=MESSAGE,
         ),
+        Example(
+            leaves_alone=True,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.nn.utils.rnn import pack_padded_sequence
+                from torch.utils.data import DataLoader
+
+                data = [(torch.randn(6, 4), torch.tensor(n % 5 + 2)) for n in range(16)]
+                loader = DataLoader(data, batch_size=4)
+                rnn = nn.GRU(4, 8, batch_first=True)
+                optimizer = torch.optim.SGD(rnn.parameters(), lr=0.1)
+                for x, lengths in loader:
+                    host_lengths = lengths.tolist()
+                    packed = pack_padded_sequence(x, host_lengths, batch_first=True, enforce_sorted=False)
+                    _, h = rnn(packed)
+                    optimizer.zero_grad()
+                    h.pow(2).mean().backward()
+                    optimizer.step()
+            """,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
@@ -81,6 +104,17 @@ class PackedLengthsOnDevice(Rule):
 class _PackCalls(RuleTransformer):
     def __init__(self, facts: ScriptFacts) -> None:
         super().__init__(facts, lines_of(facts.call_sites.get(PACK, ())))
+        self._scopes: list[cst.CSTNode] = []
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._scopes.append(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._scopes.append(node)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
+        self._scopes.pop()
+        return updated_node
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.qualified_name(node.func) != PACK:
@@ -91,5 +125,38 @@ class _PackCalls(RuleTransformer):
         if lengths is None:
             positional = [arg for arg in node.args if arg.keyword is None]
             lengths = positional[1].value if len(positional) > 1 else None
+        if isinstance(lengths, cst.Name) and _always_on_host(self._scopes[-1], lengths.value):
+            return
         if isinstance(lengths, (cst.Name, cst.Attribute, cst.Subscript)):
             self.report(node, PackedLengthsOnDevice.code, MESSAGE, False)
+
+
+def _always_on_host(scope: cst.CSTNode, name: str) -> bool:
+    """Whether ``name`` is assigned in ``scope`` and every assignment binds host values: a list,
+    ``.tolist()``/``len()`` numbers, or a tensor moved with ``.cpu()``."""
+    values = [
+        assign.value
+        for assign in _assignments(scope)
+        if any(isinstance(t.target, cst.Name) and t.target.value == name for t in assign.targets)
+    ]
+    return bool(values) and all(_host_value(value) for value in values)
+
+
+def _host_value(value: cst.BaseExpression) -> bool:
+    if isinstance(value, (cst.List, cst.ListComp)) or is_host_number(value):
+        return True
+    return isinstance(value, cst.Call) and method_call(value, "cpu")
+
+
+def _assignments(scope: cst.CSTNode) -> list[cst.Assign]:
+    found: list[cst.Assign] = []
+
+    class _Collect(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            found.append(node)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is scope  # a nested function's names are its own
+
+    scope.visit(_Collect())
+    return found

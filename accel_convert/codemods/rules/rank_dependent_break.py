@@ -37,6 +37,7 @@ class RankDependentBreak(Rule):
     extra_codes = {
         REPORTED_CODE: "rank-dependent-break: a loop that stops on a per-process value can hang the others",
     }
+    reports_as_written = frozenset({REPORTED_CODE})
     examples = (
         Example(
             code=REPORTED_CODE,
@@ -57,6 +58,36 @@ class RankDependentBreak(Rule):
                         optimizer.step()
                         if loss.item() < 1e-3 or loss.item() > 1e3:
                             break
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="break decided by a per-process value: other processes would wait forever",
+        ),
+        Example(
+            # A script that distributes itself is only reported on; its per-process break still
+            # hangs the other processes.
+            code=REPORTED_CODE,
+            before="""
+                import torch
+                import torch.distributed as dist
+                from torch import nn
+                from torch.nn.parallel import DistributedDataParallel
+
+
+                def main():
+                    dist.init_process_group("gloo")
+                    model = DistributedDataParallel(nn.Linear(4, 1))
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for step in range(100):
+                        loss = model(torch.randn(8, 4)).pow(2).mean()
+                        optimizer.zero_grad()
+                        loss.backward()
+                        optimizer.step()
+                        if loss.item() < 1e-3:
+                            break
+                    dist.destroy_process_group()
 
 
                 if __name__ == "__main__":

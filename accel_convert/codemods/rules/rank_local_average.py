@@ -28,7 +28,7 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import dotted, names_in, nodes_in, root_name
+from accel_convert.codemods.engine.syntax import dotted, method_call, names_in, nodes_in, root_name, rows_counted
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import module_nodes
 
@@ -189,16 +189,15 @@ def _counts_matches(value: cst.BaseExpression) -> bool:
 def _counts_samples(value: cst.BaseExpression, batch: set[str]) -> bool:
     """``x.size(0)``, ``len(x)``, ``x.shape[0]`` or ``y.numel()`` of a batch name: the samples of
     one batch."""
-    if isinstance(value, cst.Call):
-        func = value.func
-        if isinstance(func, cst.Name) and func.value == "len" and len(value.args) == 1:
-            return isinstance(value.args[0].value, cst.Name) and value.args[0].value.value in batch
-        if isinstance(func, cst.Attribute) and func.attr.value in ("size", "numel"):
-            return isinstance(func.value, cst.Name) and func.value.value in batch
-    if isinstance(value, cst.Subscript) and isinstance(value.value, cst.Attribute):
-        owner = value.value
-        return owner.attr.value == "shape" and isinstance(owner.value, cst.Name) and owner.value.value in batch
-    return False
+    if rows_counted(value) in batch:
+        return True
+    return (
+        isinstance(value, cst.Call)
+        and method_call(value, "numel")
+        and isinstance(value.func, cst.Attribute)
+        and isinstance(value.func.value, cst.Name)
+        and value.func.value.value in batch
+    )
 
 
 #: Calls that show a value to a person: ``print``, ``accelerator.print``, a logger's methods,
