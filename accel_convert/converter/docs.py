@@ -165,7 +165,8 @@ def code_page(doc: CodeDoc, owner: str, source: str, why: str, siblings: list[st
             lines += _example_lines(doc, example)
     lines += ["## What it leaves alone", ""]
     if leaves:
-        lines += [f"Scripts on which {doc.code} changes and reports nothing.", ""]
+        untouched = "is not reported and rewrites nothing" if doc.fixed else "is not reported"
+        lines += [f"Scripts on which `{doc.code}` {untouched}.", ""]
         for number, example in enumerate(leaves, 1):
             if len(leaves) > 1:
                 lines += [f"### Left alone {number}", ""]
