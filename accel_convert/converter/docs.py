@@ -25,6 +25,7 @@ from pathlib import Path
 
 from accel_convert.codemods.engine.registry import CodeDoc, all_rules, code_docs
 from accel_convert.codemods.engine.rule import Example
+from accel_convert.converter.report import code_rationales
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -131,15 +132,10 @@ def _example_lines(doc: CodeDoc, example: Example) -> list[str]:
 
 def rule_sources() -> dict[str, tuple[str, str, str]]:
     """Code → (the code of the rule that reports it, the rule module's file relative to the
-    repository, why the rule exists: its module's docstring after the headline)."""
-    sources: dict[str, tuple[str, str, str]] = {}
-    for rule in all_rules():
-        module = inspect.getmodule(rule)
-        why = inspect.cleandoc(inspect.getdoc(module) or "").partition("\n\n")[2].strip()
-        path = Path(inspect.getfile(rule)).resolve().relative_to(ROOT).as_posix()
-        for code in (rule.code, *rule.extra_codes):
-            sources[code] = (rule.code, path, why)
-    return sources
+    repository, why the rule exists: its module's docstring after the headline, as
+    ``--explain`` prints it)."""
+    files = {rule.code: Path(inspect.getfile(rule)).resolve().relative_to(ROOT).as_posix() for rule in all_rules()}
+    return {code: (owner, files[owner], why) for code, (owner, why) in code_rationales().items()}
 
 
 def code_page(doc: CodeDoc, owner: str, source: str, why: str, siblings: list[str]) -> str:
