@@ -4,6 +4,7 @@ README stays an entry page (the rest lives in docs/, see docs/contributing.md)."
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,21 @@ def test_required_pages_exist() -> None:
         "codes/index",
     ):
         assert (DOCS / f"{page}.md").is_file(), page
+
+
+def test_ci_builds_the_site_with_packages_the_project_installs() -> None:
+    """.ci/run installs the test extra and builds the site strictly, after the lint steps and
+    before the tests."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Python 3.10: the same parser, published as tomli (a dependency there)
+        import tomli as tomllib
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    names = {re.split(r"[<>=!\[; ]", requirement, maxsplit=1)[0] for requirement in extra["test"]}
+    assert {"mkdocs", "mkdocs-material"} <= names
+    steps = [
+        line for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines() if line and line[0] != "#"
+    ]
+    build = next(index for index, line in enumerate(steps) if "mkdocs build --strict" in line)
+    assert steps.index("mypy") < build < steps.index("python -m pytest -q")
