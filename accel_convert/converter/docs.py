@@ -99,9 +99,11 @@ def markdown_prose(text: str) -> str:
     text = _ROLE.sub(r"``\1``", text)
     lines: list[str] = []
     for line in _code_spans(text).splitlines():
-        if _LIST_ITEM.match(line) and lines and lines[-1].strip() and not _LIST_ITEM.match(lines[-1]):
-            if not lines[-1].startswith(" "):
-                lines.append("")
+        previous = lines[-1] if lines else ""
+        # An indented previous line continues an item: the list has already begun.
+        starts_list = previous.strip() and not previous.startswith(" ") and not _LIST_ITEM.match(previous)
+        if _LIST_ITEM.match(line) and starts_list:
+            lines.append("")
         lines.append(line)
     return "\n".join(lines)
 
