@@ -10,8 +10,9 @@ accelerator exists (and after the draws), ``W_target, b_target =
 broadcast_object_list([W_target, b_target])`` (an object collective: it works with NCCL and a
 tensor on the CPU alike, and keeps each tensor's device).
 
-Only module-level assignments of torch draws (``torch.randn``, ``torch.rand``, ``torch.randint``...,
-not given their own ``generator=``), in a script that creates the accelerator at module level
+Only module-level assignments of tensors made of torch draws (``torch.randn``, ``torch.rand``,
+``torch.randint``..., not given their own ``generator=``; not a dataset, loader or module built
+from them), in a script that creates the accelerator at module level
 and reads none of them at module level before the broadcast; NumPy draws and the rest stay
 reported (``ACC923``).
 """
@@ -96,6 +97,48 @@ class AgreedRandom(Rule):
                         break
             """,
         ),
+        Example(
+            # A loader built from draws is no tensor: broadcasting it would pickle the loader
+            # (and fail on the lambda); the unseeded draw stays the script's business.
+            leaves_alone=True,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                loader = DataLoader(
+                    TensorDataset(torch.randn(64, 8), torch.randn(64, 1)),
+                    batch_size=8,
+                    collate_fn=lambda rows: [torch.stack(column) for column in zip(*rows)],
+                )
+                model = nn.Linear(8, 1)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for data, target in loader:
+                    optimizer.zero_grad()
+                    nn.functional.mse_loss(model(data), target).backward()
+                    optimizer.step()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+                accelerator = Accelerator()
+
+                loader = DataLoader(
+                    TensorDataset(torch.randn(64, 8), torch.randn(64, 1)),
+                    batch_size=8,
+                    collate_fn=lambda rows: [torch.stack(column) for column in zip(*rows)],
+                )
+                model = nn.Linear(8, 1)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                for data, target in loader:
+                    optimizer.zero_grad()
+                    accelerator.backward(nn.functional.mse_loss(model(data), target))
+                    optimizer.step()
+            """,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
@@ -161,6 +204,19 @@ def _drawn_name(statement: cst.BaseStatement, facts: ScriptFacts) -> str | None:
     name, value = assigned
     calls = calls_in(value)
     draws = [call for call in calls if unseeded_draw(call, facts)]
-    if not draws or any(not (facts.qualified_name(call.func) or "").startswith("torch.") for call in draws):
+    if not draws or not all(_tensor_op(call, facts) for call in calls):
         return None
     return name
+
+
+def _tensor_op(call: cst.Call, facts: ScriptFacts) -> bool:
+    """A call that makes or transforms a tensor: a torch function (``torch.randn``, ``torch.cat``)
+    or a method (``.mm()``, ``.cuda()``). A dataset, loader, module or a call of the script's own
+    (``DataLoader(TensorDataset(torch.randn(...)))``) is no tensor: broadcasting it would pickle
+    the whole object, and fail on a lambda ``collate_fn``."""
+    if isinstance(call.func, cst.Attribute) and facts.qualified_name(call.func) is None:
+        return True
+    qualified = facts.qualified_name(call.func) or ""
+    if not qualified.startswith("torch.") or qualified.startswith(("torch.utils.", "torch.nn.", "torch.optim.")):
+        return False
+    return True

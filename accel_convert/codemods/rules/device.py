@@ -21,7 +21,8 @@ A device picked as a string (``device = "cuda" if torch.cuda.is_available() else
 ``device.type``: as a device type (``torch.autocast(device_type=device)``,
 ``torch.autocast(device, ...)``, which raise ``ValueError`` for a ``torch.device``), compared with
 a device type (``device == "cuda"``, ``device in ("cuda", "mps")``, ``"cuda" in device``: a
-``torch.device`` equals no string, and ``in`` raises ``TypeError``), or with a method of ``str``
+``torch.device`` equals no string, and ``in`` raises ``TypeError``; ``str(device) == "cuda"`` too,
+since the process's own GPU is ``cuda:1``), or with a method of ``str``
 (``device.startswith("cuda")``). Every other read keeps the ``torch.device``: moves and
 ``device=`` keywords take it, and printing it (``f"Using {device}"``) shows ``cpu`` as before,
 ``cuda:1`` for the process's own GPU.
@@ -555,12 +556,12 @@ class _Device(RuleTransformer):
                 continue
             left, right = operands[index], operands[index + 1]
             for device, other in ((index, right), (index + 1, left)):
-                if _is_device_type_literal(other) and self._now_a_torch_device(operands[device]):
+                if _is_device_type_literal(other) and self._now_a_torch_device(_unless_str(operands[device])):
                     read[device] = True
         if not any(read):
             return updated_node
         new = [
-            self._its_type(original_node, operand, "compared with a string") if typed else operand
+            self._its_type(original_node, _unless_str(operand), "compared with a string") if typed else operand
             for operand, typed in zip(operands, read)
         ]
         comparisons = [
@@ -759,6 +760,43 @@ class Device(Rule):
     }
     examples = (
         Example(
+            # On the process's own GPU str(device) is "cuda:1": the comparison reads the type.
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                dataset = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+                loader = DataLoader(dataset, batch_size=8, pin_memory=str(device) == "cuda")
+                model = nn.Linear(8, 1).to(device)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for data, target in loader:
+                    data, target = data.to(device), target.to(device)
+                    optimizer.zero_grad()
+                    nn.functional.mse_loss(model(data), target).backward()
+                    optimizer.step()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+                accelerator = Accelerator()
+
+                device = accelerator.device
+                dataset = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+                loader = DataLoader(dataset, batch_size=8, pin_memory=device.type == "cuda")
+                model = nn.Linear(8, 1)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                for data, target in loader:
+                    optimizer.zero_grad()
+                    accelerator.backward(nn.functional.mse_loss(model(data), target))
+                    optimizer.step()
+            """,
+        ),
+        Example(
             before="""
                 import torch
                 import torch.nn as nn
@@ -833,7 +871,6 @@ class Device(Rule):
                 import torch
                 import torch.nn as nn
                 from accel_convert.runtime import Accelerator
-                from accel_convert.runtime.utils import broadcast_object_list
                 from torch.utils.data import DataLoader, TensorDataset
                 accelerator = Accelerator()
 
@@ -843,7 +880,6 @@ class Device(Rule):
                 if device.type.startswith("cuda"):
                     torch.backends.cudnn.benchmark = True
                 loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
-                loader = broadcast_object_list([loader])[0]
                 model = nn.Linear(8, 1)
                 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
                 model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
@@ -1242,3 +1278,18 @@ def _places_on(call: cst.Call, arg: cst.Arg) -> bool:
     if arg.keyword is not None:
         return arg.keyword.value == "device"
     return isinstance(call.func, cst.Attribute) and call.func.attr.value == "to"
+
+
+def _unless_str(node: cst.BaseExpression) -> cst.BaseExpression:
+    """``device`` for ``str(device)``; any other expression as it is. Compared with ``"cuda"``,
+    ``str(accelerator.device)`` is ``"cuda:0"``: the comparison reads the device's type instead."""
+    if (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Name)
+        and node.func.value == "str"
+        and len(node.args) == 1
+        and node.args[0].keyword is None
+        and not node.args[0].star
+    ):
+        return node.args[0].value
+    return node

@@ -159,7 +159,6 @@ class OomRetryCodemod(Rule):
                 import torch
                 import torch.nn as nn
                 from accel_convert.runtime import Accelerator, find_executable_batch_size
-                from accel_convert.runtime.utils import broadcast_object_list
                 from torch.utils.data import DataLoader, TensorDataset
 
 
@@ -172,7 +171,6 @@ class OomRetryCodemod(Rule):
                 args = parser.parse_args()
                 accelerator = Accelerator()
                 train_ds = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
-                train_ds = broadcast_object_list([train_ds])[0]
 
 
                 @find_executable_batch_size(starting_batch_size=args.bs)
