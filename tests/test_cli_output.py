@@ -458,3 +458,22 @@ def test_sarif_checker_rejects_what_the_schema_rejects() -> None:
         breaking(log)
         with pytest.raises((AssertionError, IndexError, KeyError)):
             check_sarif(log)
+
+
+def test_a_former_code_split_in_one_per_reason_still_selects_and_explains_them(tmp_path: Path) -> None:
+    """ACC913 was every evaluation left as written; now each reason has its code and ACC913 is
+    their alias in --select/--ignore and the config."""
+    script = REPO_ROOT / "fixtures" / "cases" / "streaming_eval.py"
+    reported = accel_convert("--check", "--output-format", "json", str(script), cwd=tmp_path)
+    codes = {finding["code"] for finding in json.loads(reported.stdout)}
+    assert "ACC953" in codes
+    ignored = accel_convert("--check", "--output-format", "json", "--ignore", "ACC913", str(script), cwd=tmp_path)
+    assert "ACC953" not in {finding["code"] for finding in json.loads(ignored.stdout)}
+    (tmp_path / "pyproject.toml").write_text('[tool.accel-convert]\nselect = ["ACC913"]\n')
+    (tmp_path / "eval.py").write_bytes(script.read_bytes())
+    selected = accel_convert("--check", "--output-format", "json", "eval.py", cwd=tmp_path)
+    assert {finding["code"] for finding in json.loads(selected.stdout)} == {"ACC953"}
+
+    explained = accel_convert("--explain", "ACC913", cwd=tmp_path)
+    assert explained.returncode == 0, explained.stderr
+    assert "ACC953 metrics-unsized-stream" in explained.stdout and "ACC938 metrics-comprehension" in explained.stdout

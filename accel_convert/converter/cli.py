@@ -180,8 +180,15 @@ class Plan:
 
 
 def split_codes(values: Sequence[str]) -> tuple[str, ...]:
-    """``--select ACC1,ACC9 --select ACC105`` → ``("ACC1", "ACC9", "ACC105")``."""
-    return tuple(code.upper() for code in split_list(values))
+    """``--select ACC1,ACC9 --select ACC105`` → ``("ACC1", "ACC9", "ACC105")``; a former code that
+    is now several (``ACC913``) stands for all of them."""
+    codes = tuple(code.upper() for code in split_list(values))
+    if not codes:
+        return codes
+    from accel_convert.codemods.engine.registry import code_aliases
+
+    aliases = code_aliases()
+    return tuple(dict.fromkeys(new for code in codes for new in aliases.get(code, (code,))))
 
 
 def split_list(values: Sequence[str]) -> tuple[str, ...]:
@@ -638,6 +645,16 @@ def explain(code: str, color: bool | None) -> None:
     generated from its rule."""
     wanted = code.strip()
     doc = next((doc for doc in code_docs() if wanted.upper() == doc.code or wanted.lower() == doc.name), None)
+    from accel_convert.codemods.engine.registry import code_aliases
+
+    split = code_aliases().get(wanted.upper())
+    if doc is None and split is not None:
+        names = {doc.code: doc.name for doc in code_docs()}
+        listed = ", ".join(f"{new} {names[new]}" for new in split)
+        click.echo(
+            f"{wanted.upper()} is now one code per reason (--select/--ignore {wanted.upper()} means all): {listed}"
+        )
+        return
     if doc is None:
         raise UsageProblem(f"--explain {code}: no such code or name (see accel-convert --list-codes)")
     output = Output(sys.stdout, color)

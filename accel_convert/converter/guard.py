@@ -138,6 +138,11 @@ def _repair_placement(
         if module is None or not unbound:
             continue
         first = min(unbound, key=lambda p: p.statement_line)
+        if _binds(sources[index], first.name):
+            # The script creates it itself (half converted by hand): the rules placed their code
+            # against that line, and moving it would change what they decided; a rewrite that
+            # reads it too early is left out instead.
+            return None
         moved = move_creation_before(module, first.name, first.statement_line)
         if moved is None:
             return None
@@ -152,6 +157,14 @@ def _repair_placement(
         )
         repaired = True
     return replace(attempt, outputs=outputs, modules=modules, changes=changes) if repaired else None
+
+
+def _binds(source: bytes, name: str) -> bool:
+    """Whether the original file assigns ``name`` anywhere (``accelerator = Accelerator()``)."""
+    tree = python_ast(source)
+    return tree is not None and any(
+        isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store) for node in ast.walk(tree)
+    )
 
 
 def original_line(source: bytes, output: bytes, output_line: int) -> int:

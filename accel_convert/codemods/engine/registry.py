@@ -165,5 +165,18 @@ def code_docs() -> list[CodeDoc]:
     return [docs[code] for code in sorted(docs)]
 
 
+def code_aliases() -> dict[str, tuple[str, ...]]:
+    """Every former code that now stands for several (``ACC913`` → the metrics codes, one per
+    reason), from the rules' ``aliases``."""
+    aliases: dict[str, tuple[str, ...]] = {}
+    for rule in all_rules():
+        for old, codes in rule.aliases.items():
+            unknown = set(codes) - {rule.code, *rule.extra_codes}
+            if old in (rule.code, *rule.extra_codes) or unknown:
+                raise ValueError(f"{rule.__module__}: alias {old} must be a former code of codes the rule has")
+            aliases[old] = codes
+    return aliases
+
+
 def _examples_of(rule: type[Rule], code: str) -> tuple[Example, ...]:
     return tuple(example for example in rule.examples if example_code(rule, example) == code)

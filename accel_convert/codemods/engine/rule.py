@@ -84,6 +84,9 @@ class Rule:
     #: script that is only reported on (one that distributes itself), where the rule's rewrite is
     #: switched off. The rule's other findings are about its rewrite and are not.
     reports_as_written: ClassVar[frozenset[str]] = frozenset()
+    #: Former codes of this rule, each now several (one per reason): old code → the codes it
+    #: stands for in ``--select``/``--ignore`` and the config, so an old setting keeps working.
+    aliases: ClassVar[dict[str, tuple[str, ...]]] = {}
     #: Small scripts showing the rule at work (see :class:`Example`).
     examples: ClassVar[tuple[Example, ...]] = ()
 

@@ -110,6 +110,25 @@ from accel_convert.codemods.engine.walk import StatementFilter, module_nodes, va
 BATCH_SCALAR_ATTRIBUTES = frozenset({"loss", "aux_loss"})
 #: Evaluation of a sequence-first model or of (sequence, batch) data: not gathered, reported.
 SEQUENCE_FIRST = "ACC922"
+#: The evaluations left as written, one code per reason (``ACC913``, "metrics-manual", was all of
+#: them: it stays an alias of these codes in --select/--ignore and the config).
+COMPREHENSION = "ACC938"
+UNREACHABLE = "ACC939"
+SYNCED_TWICE = "ACC940"
+MEAN_OF_BATCHES = "ACC941"
+SUMMED_BATCH_MEANS = "ACC942"
+NESTED_FORWARD = "ACC943"
+FORWARD_IN_CALL = "ACC944"
+UNKNOWN_MODEL = "ACC945"
+PYTHON_VALUE = "ACC946"
+INDEXED_STORE = "ACC947"
+IN_BATCH_TARGETS = "ACC948"
+BATCH_SCALAR = "ACC949"
+LOCAL_BATCH_SIZE = "ACC950"
+OBJECT_LISTS = "ACC951"
+RAGGED_PADDING = "ACC952"
+UNSIZED_STREAM = "ACC953"
+MANUAL = "ACC913"
 #: Methods whose first argument is a batch dimension the gather multiplies by N.
 RESHAPE_METHODS = frozenset({"view", "reshape"})
 
@@ -118,10 +137,26 @@ class MetricsCodemod(Rule):
     code = "ACC113"
     name = "metrics"
     extra_codes = {
-        "ACC913": "metrics-manual: evaluation reduces before anything can be gathered per sample (check the metric by hand)",
+        COMPREHENSION: "metrics-comprehension: evaluation written as a comprehension over a prepared loader, not gathered (write it as a for loop)",
+        UNREACHABLE: "metrics-unreachable: an evaluation loop where the accelerator is not reachable: its metrics cover one process",
+        SYNCED_TWICE: "metrics-synced-twice: a metric object updated with gathered values that syncs across processes again in compute()",
+        MEAN_OF_BATCHES: "metrics-mean-of-batches: a mean over batches, which the gather changes (a batch of every process per step)",
+        SUMMED_BATCH_MEANS: "metrics-summed-batch-means: a batch-mean loss added up per batch: after the gather the sum shrinks with the process count",
+        NESTED_FORWARD: "metrics-nested-forward: the forward nested in a larger expression: its output is not gathered",
+        FORWARD_IN_CALL: "metrics-forward-in-call: the model runs inside another call (a generate or decode helper): its output is not gathered",
+        UNKNOWN_MODEL: "metrics-unknown-model: evaluation with no forward of a known model (models from a list, an ensemble), not gathered",
+        PYTHON_VALUE: "metrics-python-value: a Python value made per batch (a list of lengths, a number) among the values to gather: nothing gathered",
+        INDEXED_STORE: "metrics-indexed-store: outputs stored at positions computed from the batch index: nothing gathered",
+        IN_BATCH_TARGETS: "metrics-in-batch-targets: targets made from positions in the batch (in-batch matching): nothing gathered",
+        BATCH_SCALAR: "metrics-batch-scalar: a value that is one per batch and process (a loss): it cannot be gathered per sample",
+        LOCAL_BATCH_SIZE: "metrics-local-batch-size: a batch size read before the gather, summed: it counts this process's samples only",
+        OBJECT_LISTS: "metrics-object-lists: lists of per-sample objects (detection-style batches), not gathered",
+        RAGGED_PADDING: "metrics-ragged-padding: batches padded to their own longest sample: gathering sequences of different lengths fails",
+        UNSIZED_STREAM: "metrics-unsized-stream: an IterableDataset without __len__: the padded repeats of its last batches are counted",
         SEQUENCE_FIRST: "metrics-sequence-first: evaluation of a sequence-first model or (sequence, batch) data, "
         "not gathered (gather along the batch dimension by hand)",
     }
+    aliases = {MANUAL: (*(code for code in extra_codes if code != SEQUENCE_FIRST),)}
     examples = (
         Example(
             before="""
@@ -266,7 +301,7 @@ class MetricsCodemod(Rule):
         ),
         Example(
             # decode_lengths is a Python list the model's forward makes: left as written, reported.
-            code="ACC913",
+            code=PYTHON_VALUE,
             before="""
                 import torch
                 import torch.nn as nn
@@ -316,7 +351,7 @@ class MetricsCodemod(Rule):
             ),
         ),
         Example(
-            code="ACC913",
+            code=BATCH_SCALAR,
             before="""
                 import torch
                 import torch.nn as nn
@@ -404,6 +439,463 @@ class MetricsCodemod(Rule):
             "processes; not gathered, so the metrics cover this process only (gather batch-first views by hand: "
             "output.transpose(0, 1))",
         ),
+        Example(
+            code=COMPREHENSION,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                with torch.no_grad():
+                    correct = sum((model(x).argmax(1) == y).sum().item() for x, y in test_loader)
+                print(f"accuracy {correct / len(test_loader.dataset):.3f}")
+            """,
+            message=(
+                "evaluation in a comprehension over the prepared loader test_loader: not gathered, so "
+                "what it computes covers this process's shard only (write it as a for loop over the "
+                "batches, which the converter gathers, or gather the per-batch values with "
+                "accelerator.gather_for_metrics)"
+            ),
+        ),
+        Example(
+            code=UNREACHABLE,
+            before="""
+                import torch
+                import torch.nn as nn
+                from accelerate import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+                if __name__ == "__main__":
+                    torch.manual_seed(0)
+                    model = nn.Linear(8, 3)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                    test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                    correct = 0
+                    with torch.no_grad():
+                        for x, y in test_loader:
+                            correct += (model(x).argmax(1) == y).sum().item()
+                    print("before training", correct)
+                    accelerator = Accelerator()
+                    model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+                    for x, y in train_loader:
+                        optimizer.zero_grad()
+                        accelerator.backward(nn.functional.cross_entropy(model(x), y))
+                        optimizer.step()
+            """,
+            message=("evaluation loop where the accelerator is not reachable: metrics cover this rank only"),
+        ),
+        Example(
+            code=SYNCED_TWICE,
+            before="""
+                import torch
+                import torch.nn as nn
+                import torchmetrics
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                metric = torchmetrics.SumMetric()
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    output = model(x)
+                    nn.functional.cross_entropy(output, y).backward()
+                    optimizer.step()
+                    metric.update(output.detach().argmax(1) == y)
+
+                model.eval()
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        output = model(x)
+                        metric.update(output.argmax(1) == y)
+                print(metric.compute())
+            """,
+            message=(
+                "metric is updated with gathered values, and its compute() syncs across processes again "
+                "(counting sums N times); not changed because it is also updated with this process's "
+                "values only: build it with sync_on_compute=False or update it with this process's "
+                "values only"
+            ),
+        ),
+        Example(
+            code=MEAN_OF_BATCHES,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                accuracies = []
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        accuracies.append((model(x).argmax(1) == y).float().mean().item())
+                print(f"accuracy {sum(accuracies) / len(accuracies):.3f}")
+            """,
+            message=(
+                "a mean over batches (divided by len(accuracies), a count of batches): the original "
+                "weighs each of its batches equally; after the gather a per-batch value averages one "
+                "batch of every process (the last ones ragged or missing), one not gathered covers this "
+                "process's batches only, so the mean differs from the one-process number; sum per-sample "
+                'values (reduction="sum", counts) and divide by the number of samples'
+            ),
+        ),
+        Example(
+            code=SUMMED_BATCH_MEANS,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                criterion = nn.CrossEntropyLoss()
+                test_loss = 0.0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        output = model(x)
+                        test_loss += criterion(output, y).item()
+                print(f"test loss {test_loss:.3f}")
+            """,
+            message=(
+                "a batch-mean loss added up per batch: after the gather each term covers one batch of "
+                'every process, so the sum shrinks with the process count; use reduction="sum"'
+            ),
+        ),
+        Example(
+            code=NESTED_FORWARD,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                correct = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        correct += ((model(x) + model(x.flip(-1))).argmax(1) == y).sum().item()
+                print(correct)
+            """,
+            message=(
+                "the forward is nested in a larger expression: assign its output to a name, then gather "
+                "it with accelerator.gather_for_metrics"
+            ),
+        ),
+        Example(
+            code=FORWARD_IN_CALL,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                def predict(net, inputs):
+                    return net(inputs).argmax(1)
+
+
+                correct = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        preds = predict(model, x)
+                        correct += (preds == y).sum().item()
+                print(correct)
+            """,
+            message=(
+                "the model runs inside predict(...): its output is not gathered, so the metrics cover "
+                "this process only; gather what it returns with the targets, "
+                "accelerator.gather_for_metrics((preds, targets)) (accelerator.pad_across_processes "
+                "first where its length varies between batches)"
+            ),
+        ),
+        Example(
+            code=UNKNOWN_MODEL,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                models = [model, nn.Linear(8, 3)]
+                correct = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        votes = torch.stack([m(x) for m in models])
+                        correct += (votes.mean(0).argmax(1) == y).sum().item()
+                print(correct)
+            """,
+            message=(
+                "evaluation over a prepared loader with no forward of a known model (models from a list, "
+                "an ensemble): not gathered, so the counts cover this process only; gather the "
+                "predictions and targets with accelerator.gather_for_metrics((preds, targets))"
+            ),
+        ),
+        Example(
+            code=INDEXED_STORE,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                predictions = torch.zeros(len(test_loader.dataset), dtype=torch.long)
+                with torch.no_grad():
+                    for i, (x, y) in enumerate(test_loader):
+                        output = model(x)
+                        predictions[i * 8 : (i + 1) * 8] = output.argmax(1)
+                print(predictions.bincount())
+            """,
+            message=(
+                "predictions[i * 8 : (i + 1) * 8]: outputs stored at positions computed from the batch "
+                "index; a gathered step holds one batch of every process, more rows than the slice, so "
+                "nothing is gathered and the array covers this process only: gather the outputs and "
+                "store them at a running offset (preds[offset:offset + len(out)] = out; offset += "
+                "len(out))"
+            ),
+        ),
+        Example(
+            code=IN_BATCH_TARGETS,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                correct = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        embeddings = model(x)
+                        similarity = embeddings @ embeddings.T
+                        targets = torch.arange(x.size(0))
+                        correct += (similarity.argmax(1) == targets).sum().item()
+                print(correct)
+            """,
+            message=(
+                "torch.arange(x.size(0)): targets made from positions in the batch (in-batch matching, "
+                "as a similarity matrix over the batch); gathering would match each process's rows with "
+                "positions in the joined batch, so nothing is gathered and the metrics cover this "
+                "process only: compute the per-sample result first (hits = logits.argmax(1) == labels), "
+                "then gather it with accelerator.gather_for_metrics(hits)"
+            ),
+        ),
+        Example(
+            code=LOCAL_BATCH_SIZE,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                correct = 0
+                total = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        n, _ = x.shape
+                        output = model(x)
+                        correct += (output.argmax(1) == y).sum().item()
+                        total += n
+                print(f"accuracy {correct / total:.3f}")
+            """,
+            message=(
+                "n is the size of this process's batch, read before the gather: total counts this "
+                "process's samples only; count the gathered rows instead (total += len(output))"
+            ),
+        ),
+        Example(
+            code=OBJECT_LISTS,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                correct = 0
+                with torch.no_grad():
+                    for images, targets in test_loader:
+                        images = list(images)
+                        targets = [{"label": t} for t in targets]
+                        detections = model(torch.stack(images))
+                        correct += sum(int(d.argmax() == t["label"]) for d, t in zip(detections, targets))
+                print(correct)
+            """,
+            message=(
+                "targets: a list of per-sample objects (detection-style batches); not gathered, so the "
+                "metrics cover this process only: gather each list on its own with "
+                "accelerator.gather_for_metrics(x, use_gather_object=True), tensors as they are"
+            ),
+        ),
+        Example(
+            code=RAGGED_PADDING,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.nn.utils.rnn import pad_sequence
+                from torch.utils.data import DataLoader
+
+                torch.manual_seed(0)
+
+
+                def collate(batch):
+                    tokens, tags = zip(*batch)
+                    return pad_sequence(tokens, batch_first=True), pad_sequence(tags, batch_first=True, padding_value=-100)
+
+
+                data = [(torch.randint(1, 50, (n % 7 + 3,)), torch.randint(0, 4, (n % 7 + 3,))) for n in range(40)]
+                model = nn.Sequential(nn.Embedding(50, 8), nn.Linear(8, 4))
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(data, batch_size=4, collate_fn=collate)
+                test_loader = DataLoader(data, batch_size=4, collate_fn=collate)
+                for tokens, tags in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(tokens).transpose(1, 2), tags, ignore_index=-100).backward()
+                    optimizer.step()
+
+                model.eval()
+                correct = 0
+                with torch.no_grad():
+                    for tokens, tags in test_loader:
+                        predictions = model(tokens).argmax(-1)
+                        mask = tags != -100
+                        correct += (predictions[mask] == tags[mask]).sum().item()
+                print(correct)
+            """,
+            message=(
+                "test_loader's collate_fn pads each batch to its own longest sample: two processes' "
+                "batches can differ in length, and the gather then fails; pad each gathered sequence "
+                "first, accelerator.pad_across_processes(x, dim=1, pad_index=<its padding value>), "
+                "before gather_for_metrics"
+            ),
+        ),
+        Example(
+            code=UNSIZED_STREAM,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+
+                torch.manual_seed(0)
+
+
+                class Stream(IterableDataset):
+                    def __iter__(self):
+                        for i in range(32):
+                            yield torch.randn(8), i % 3
+
+
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(Stream(), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                model.eval()
+                correct = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        correct += (model(x).argmax(1) == y).sum().item()
+                print(correct)
+            """,
+            message=(
+                "Stream is an IterableDataset without __len__: the last batches are padded with repeated "
+                "samples to a batch per process, and without a length gather_for_metrics cannot tell "
+                "them from real ones, so the metrics count them too; give Stream a __len__ (the number "
+                "of samples it yields) so the gather drops them, or drop them by hand"
+            ),
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
@@ -414,7 +906,7 @@ class MetricsCodemod(Rule):
         comprehensions = [
             report_at(
                 site,
-                "ACC913",
+                COMPREHENSION,
                 f"evaluation in a comprehension over the prepared loader {loader}: not gathered, so what it "
                 "computes covers this process's shard only (write it as a for loop over the batches, which "
                 "the converter gathers, or gather the per-batch values with accelerator.gather_for_metrics)",
@@ -541,7 +1033,7 @@ class _EvalLoopRewriter(RuleTransformer):
         if not self.accelerator_reachable():
             self.report(
                 original_node,
-                "ACC913",
+                UNREACHABLE,
                 "evaluation loop where the accelerator is not reachable: metrics cover this rank only",
                 False,
             )
@@ -611,7 +1103,7 @@ class _EvalLoopRewriter(RuleTransformer):
                 elif owner is not func and func.attr.value == "update" and _mentions(call, read):  # type: ignore[attr-defined]
                     self.report(
                         call,
-                        "ACC913",
+                        SYNCED_TWICE,
                         f"{name}.update(...) receives gathered values: if {name} is a torchmetrics metric, build it "
                         "with sync_on_compute=False, or its compute() adds up every process's samples again",
                         False,
@@ -635,7 +1127,7 @@ class _EvalLoopRewriter(RuleTransformer):
             )
             self.findings.add(
                 self._first_update[name],
-                "ACC913",
+                SYNCED_TWICE,
                 f"{name} is updated with gathered values, and its compute() syncs across processes again "
                 f"(counting sums N times); not changed because {why}: build it with sync_on_compute=False "
                 "or update it with this process's values only",
@@ -689,7 +1181,7 @@ class _EvalLoopRewriter(RuleTransformer):
         for node, anchor, how in finder.found:
             self.findings.add(
                 node,
-                "ACC913",
+                MEAN_OF_BATCHES,
                 f"a mean over batches ({how}): the original weighs each of its batches equally; after the "
                 "gather a per-batch value averages one batch of every process (the last ones ragged or "
                 "missing), one not gathered covers this process's batches only, so the mean differs from "
@@ -727,7 +1219,7 @@ class _EvalLoopRewriter(RuleTransformer):
             ):
                 self.report(
                     node,
-                    "ACC913",
+                    SUMMED_BATCH_MEANS,
                     "a batch-mean loss added up per batch: after the gather each term covers one batch of "
                     'every process, so the sum shrinks with the process count; use reduction="sum"',
                     False,
@@ -787,7 +1279,7 @@ class _EvalLoopRewriter(RuleTransformer):
             if _contains(loop, lambda n: _is_model_call(n, self.facts), cst.Call):
                 self.report(
                     original,
-                    "ACC913",
+                    NESTED_FORWARD,
                     "the forward is nested in a larger expression: assign its output to a name, "
                     "then gather it with accelerator.gather_for_metrics",
                     False,
@@ -798,7 +1290,7 @@ class _EvalLoopRewriter(RuleTransformer):
                 # between processes, and gathering tensors of different shapes fails).
                 self.report(
                     runner[1],
-                    "ACC913",
+                    FORWARD_IN_CALL,
                     f"the model runs inside {runner[0]}(...): its output is not gathered, so the metrics cover "
                     "this process only; gather what it returns with the targets, "
                     "accelerator.gather_for_metrics((preds, targets)) (accelerator.pad_across_processes "
@@ -810,7 +1302,7 @@ class _EvalLoopRewriter(RuleTransformer):
                 # ``m in models``): what it counts covers this process's shard of the loader.
                 self.report(
                     original,
-                    "ACC913",
+                    UNKNOWN_MODEL,
                     "evaluation over a prepared loader with no forward of a known model (models from a "
                     "list, an ensemble): not gathered, so the counts cover this process only; gather the "
                     "predictions and targets with accelerator.gather_for_metrics((preds, targets))",
@@ -836,7 +1328,7 @@ class _EvalLoopRewriter(RuleTransformer):
         if python_values and plan.gathered:
             self.report(
                 original,
-                "ACC913",
+                PYTHON_VALUE,
                 f"{', '.join(python_values)}: a Python value made per batch (a list of lengths, a number), not a "
                 "tensor with a batch dimension: gather_for_metrics cannot join it with the gathered tensors, so "
                 "nothing is gathered and the metrics cover this process only; make it a tensor "
@@ -882,7 +1374,7 @@ class _EvalLoopRewriter(RuleTransformer):
             # batch of every process, N times the rows the slice has room for.
             self.report(
                 original,
-                "ACC913",
+                INDEXED_STORE,
                 f"{stored}: outputs stored at positions computed from the batch index; a gathered step holds "
                 "one batch of every process, more rows than the slice, so nothing is gathered and the array "
                 "covers this process only: gather the outputs and store them at a running offset "
@@ -896,7 +1388,7 @@ class _EvalLoopRewriter(RuleTransformer):
             # would be matched with positions in the gathered batch.
             self.report(
                 original,
-                "ACC913",
+                IN_BATCH_TARGETS,
                 f"{positions}: targets made from positions in the batch (in-batch matching, as a similarity "
                 "matrix over the batch); gathering would match each process's rows with positions in the joined "
                 "batch, so nothing is gathered and the metrics cover this process only: compute the per-sample "
@@ -908,7 +1400,7 @@ class _EvalLoopRewriter(RuleTransformer):
         for scalar in plan.batch_scalars:
             self.report(
                 original,
-                "ACC913",
+                BATCH_SCALAR,
                 f"{scalar} is one value per batch and process: it cannot be gathered per sample",
                 False,
             )
@@ -922,7 +1414,7 @@ class _EvalLoopRewriter(RuleTransformer):
             first = plan.names[0]
             self.report(
                 original,
-                "ACC913",
+                LOCAL_BATCH_SIZE,
                 f"{size} is the size of this process's batch, read before the gather: {sum_target} counts this "
                 f"process's samples only; count the gathered rows instead ({sum_target} += len({first}))",
                 False,
@@ -934,7 +1426,7 @@ class _EvalLoopRewriter(RuleTransformer):
             # which of the other values are lists is not known here.
             self.report(
                 original,
-                "ACC913",
+                OBJECT_LISTS,
                 f"{', '.join(listed)}: a list of per-sample objects (detection-style batches); not gathered, "
                 "so the metrics cover this process only: gather each list on its own with "
                 "accelerator.gather_for_metrics(x, use_gather_object=True), tensors as they are",
@@ -972,7 +1464,7 @@ class _EvalLoopRewriter(RuleTransformer):
         if dotted(loader) in self._padded_loaders and _gathers_padded_sequences(original, plan):
             self.report(
                 original,
-                "ACC913",
+                RAGGED_PADDING,
                 f"{dotted(loader)}'s collate_fn pads each batch to its own longest sample: two processes' "
                 "batches can differ in length, and the gather then fails; pad each gathered sequence first, "
                 "accelerator.pad_across_processes(x, dim=1, pad_index=<its padding value>), before "
@@ -983,7 +1475,7 @@ class _EvalLoopRewriter(RuleTransformer):
         if stream is not None:
             self.report(
                 original,
-                "ACC913",
+                UNSIZED_STREAM,
                 f"{stream} is an IterableDataset without __len__: the last batches are padded with repeated "
                 "samples to a batch per process, and without a length gather_for_metrics cannot tell them "
                 f"from real ones, so the metrics count them too; give {stream} a __len__ (the number of "
