@@ -23,7 +23,7 @@ import re
 import sys
 from pathlib import Path
 
-from accel_convert.codemods.engine.registry import CodeDoc, all_rules, code_docs
+from accel_convert.codemods.engine.registry import CodeDoc, all_rules, code_aliases, code_docs
 from accel_convert.codemods.engine.rule import Example
 from accel_convert.converter.report import code_rationales
 
@@ -190,6 +190,18 @@ def codes_index(docs: list[CodeDoc]) -> str:
         codes_table(docs, pages=""),
         "",
     ]
+    aliases = code_aliases()
+    if aliases:
+        lines += ["## Former codes", ""]
+        lines += [
+            "A code that was split keeps working as a name for all of its parts in `--select`, "
+            "`--ignore`, `[tool.accel-convert]` and `--explain`:",
+            "",
+        ]
+        for old, codes in sorted(aliases.items()):
+            parts = ", ".join(f"[{code}]({code}.md)" for code in codes)
+            lines += [f"- `{old}`: {parts}"]
+        lines += [""]
     return "\n".join(lines)
 
 
