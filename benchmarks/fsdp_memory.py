@@ -14,6 +14,23 @@ too; on the CPU there is no allocator peak to read, so only the tensor count is 
 
 Expected: FSDP/DDP about 1/N for the persistent state (each rank keeps 1/N of every tensor).
 
+    python benchmarks/fsdp_memory.py --peak-rss [--procs 1,2,4] [--layers 12] [--hidden 2048]
+
+Peak resident memory (RSS) per rank, the process's real footprint rather than a tensor count:
+for each number of processes, three fresh launches (DDP; FSDP; FSDP with
+``cpu_ram_efficient_loading``, the ranks other than 0 building the model under
+``init_empty_weights``) of ``layers`` x Linear(hidden, hidden) without bias (default 12 x 2048:
+50M float32 parameters, 192 MiB). Each rank first prepares and trains a tiny model the same way
+(imports and first-use allocations are paid there), then resets its peak (``VmHWM``, through
+/proc/self/clear_refs) and reports by how much the peak rose above the RSS before building the
+model: once after ``prepare`` and once after two AdamW steps. Workers run with
+``MALLOC_MMAP_THRESHOLD_=65536`` so that a freed tensor goes back to the system at once and the
+RSS follows the live tensors (glibc would otherwise keep freed blocks and hide later growth).
+
+Expected, in units of the model's size M: DDP prepare 1 M, training ~4 M (weights, gradients,
+two moments); FSDP prepare 1 M + M/N (the full model, then the shards), training ~4 M/N + one
+gathered unit; FSDP-meta prepare on ranks > 0 M/N + one tensor in flight (rank 0 still 1 M + M/N).
+
     python benchmarks/fsdp_memory.py --gpu-cap [--layers 8] [--hidden 8192]
 
 One GPU, one rank: caps the process at half of what the unsharded training state needs
@@ -26,9 +43,12 @@ optimizer state in host memory, one layer gathered on the GPU at a time; expecte
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import json
 import os
 import socket
+import tempfile
 from typing import Any
 
 import torch
@@ -111,6 +131,104 @@ def worker(rank: int, world_size: int, port: int, args: argparse.Namespace) -> N
     shut_down_process_group()
 
 
+def rss_mib(field: str = "VmRSS") -> float:
+    """This process's resident memory now (``VmRSS``) or its peak since the last reset (``VmHWM``)."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def reset_peak_rss() -> None:
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as clear:
+        clear.write("5")  # VmHWM := VmRSS (Linux >= 4.0)
+
+
+def rss_run(engine: str, layers: int, hidden: int) -> dict[str, float]:
+    """Build, prepare and train two steps under ``engine``; peak RSS growth (MiB) after each."""
+    from accel_convert.runtime import Accelerator, FullyShardedDataParallelPlugin, init_empty_weights
+    from accel_convert.runtime.state_objects import AcceleratorState
+
+    AcceleratorState._reset_state()
+    plugin = (
+        FullyShardedDataParallelPlugin(
+            auto_wrap_policy="size_based_wrap",
+            min_num_params=hidden * hidden,
+            cpu_ram_efficient_loading=engine == "fsdp_meta",
+        )
+        if engine != "ddp"
+        else None
+    )
+    gc.collect()
+    reset_peak_rss()
+    before = rss_mib()
+    accelerator = Accelerator(fsdp_plugin=plugin)
+    torch.manual_seed(0)
+    empty = engine == "fsdp_meta" and accelerator.process_index != 0
+    with init_empty_weights() if empty else contextlib.nullcontext():
+        model = torch.nn.Sequential(*[torch.nn.Linear(hidden, hidden, bias=False) for _ in range(layers)])
+    model = accelerator.prepare(model)
+    optimizer = accelerator.prepare(torch.optim.AdamW(model.parameters(), lr=1e-4))
+    accelerator.wait_for_everyone()
+    prepared = rss_mib("VmHWM") - before
+    batch = torch.randn(8, hidden)
+    for _ in range(2):
+        accelerator.backward(model(batch).square().mean())
+        optimizer.step()
+        optimizer.zero_grad()
+    accelerator.wait_for_everyone()
+    return {"prepare": prepared, "train": rss_mib("VmHWM") - before}
+
+
+def rss_worker(rank: int, world_size: int, port: int, engine: str, args: argparse.Namespace, out: str) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank)
+    )
+    torch.set_num_threads(1)
+    rss_run(engine, 2, 64)  # warm-up: imports and first-use allocations are not the model's
+    result = rss_run(engine, args.layers, args.hidden)
+    with open(os.path.join(out, f"{engine}_{world_size}_{rank}.json"), "w", encoding="ascii") as file:
+        json.dump(result, file)
+    from accel_convert.runtime.state import shut_down_process_group
+
+    shut_down_process_group()
+
+
+def peak_rss(args: argparse.Namespace) -> None:
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"  # read by glibc in each spawned worker
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    model_mib = args.layers * args.hidden * args.hidden * 4 / 2**20
+    print(f"{args.layers} x Linear({args.hidden}, bias=False): {model_mib:.0f} MiB float32; AdamW")
+    print("peak RSS growth per rank (MiB; x = multiple of the model's size), rank 0 | the other ranks' largest")
+    print(f"{'N':>2} {'engine':10s} {'after prepare':>30s} {'after 2 steps':>30s}")
+    with tempfile.TemporaryDirectory() as out:
+        for world_size in args.procs:
+            for engine in ("ddp", "fsdp", "fsdp_meta"):
+                mp.spawn(rss_worker, args=(world_size, free_port(), engine, args, out), nprocs=world_size, join=True)
+                ranks = [read_json(os.path.join(out, f"{engine}_{world_size}_{r}.json")) for r in range(world_size)]
+                cells = []
+                for phase in ("prepare", "train"):
+                    first = ranks[0][phase]
+                    cell = f"{first:6.0f} ({first / model_mib:.2f}x)"
+                    if world_size > 1:
+                        other = max(rank[phase] for rank in ranks[1:])
+                        cell += f" | {other:6.0f} ({other / model_mib:.2f}x)"
+                    cells.append(cell)
+                print(f"{world_size:>2} {engine:10s} {cells[0]:>30s} {cells[1]:>30s}", flush=True)
+
+
+def read_json(path: str) -> dict[str, float]:
+    with open(path, encoding="ascii") as file:
+        return json.load(file)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def gpu_cap_worker(rank: int, world_size: int, port: int, args: argparse.Namespace) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     from accel_convert.runtime import Accelerator, FullyShardedDataParallelPlugin
@@ -155,10 +273,18 @@ def gpu_cap_worker(rank: int, world_size: int, port: int, args: argparse.Namespa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nproc", type=int, default=2)
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--layers", type=int, help="default 8 (12 with --peak-rss)")
+    parser.add_argument("--hidden", type=int, help="default 1024 (2048 with --peak-rss)")
     parser.add_argument("--gpu-cap", action="store_true", help="the one-GPU memory-cap check (see above)")
+    parser.add_argument("--peak-rss", action="store_true", help="peak RSS per rank: DDP, FSDP, FSDP-meta (see above)")
+    parser.add_argument("--procs", default="1,2,4", help="--peak-rss: the numbers of processes to run")
     args = parser.parse_args()
+    args.layers = args.layers or (12 if args.peak_rss else 8)
+    args.hidden = args.hidden or (2048 if args.peak_rss else 1024)
+    if args.peak_rss:
+        args.procs = [int(n) for n in args.procs.split(",")]
+        peak_rss(args)
+        return
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

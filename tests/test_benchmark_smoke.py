@@ -52,3 +52,23 @@ def test_the_median_interval_is_the_binomial_order_statistics() -> None:
     # n = 7: even x(1), x(7) covers the median only 98.4% of the time; no narrower 95% interval.
     assert median_interval([3.0, 1.0, 2.0, 7.0, 5.0, 6.0, 4.0]) == (1.0, 7.0)
     assert median_interval([2.0, 2.0]) == (2.0, 2.0)
+
+
+def test_fsdp_peak_rss_quick_run_prints_every_engine() -> None:
+    """``fsdp_memory.py --peak-rss`` on a tiny model and 2 processes: a row per engine."""
+    run = run_command(
+        [
+            sys.executable,
+            str(REPO_ROOT / "benchmarks" / "fsdp_memory.py"),
+            "--peak-rss",
+            "--procs",
+            "2",
+            "--layers",
+            "2",
+            "--hidden",
+            "256",
+        ],
+        timeout=240,
+    ).check()
+    rows = [line.split()[:2] for line in run.stdout.splitlines() if re.match(r"\s*2 (ddp|fsdp)", line)]
+    assert rows == [["2", engine] for engine in ("ddp", "fsdp", "fsdp_meta")], run.stdout

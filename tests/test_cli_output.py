@@ -226,7 +226,7 @@ def test_explain_prints_the_rules_why_and_its_examples(tmp_path: Path) -> None:
     doc = docs["ACC105"]
     assert text.startswith(f"ACC105 {doc.name} (automatic rewrite)\n")
     # The why: the rule module's docstring, not only its one-line summary.
-    module_doc = sys.modules["accel_convert.codemods.rules.backward"].__doc__ or ""
+    module_doc = sys.modules["accel_convert.codemods.rewrites.backward"].__doc__ or ""
     why_sentence = " ".join(module_doc.split("\n\n")[1].split()[:6]).replace("``", "`")
     assert why_sentence in " ".join(text.split())
     for row in (doc.before.splitlines()[0], doc.after.splitlines()[-1]):

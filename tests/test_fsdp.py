@@ -25,7 +25,8 @@ STEPS = 20
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("fsdp")
-    torchrun(SCRIPT, "train", str(out), timeout=300).check()
+    # Large freed blocks go straight back to the system: the RSS follows the live tensors (meta_memory).
+    torchrun(SCRIPT, "train", str(out), timeout=300, env={"MALLOC_MMAP_THRESHOLD_": "65536"}).check()
     # The second launch goes through accel-launch: its --fsdp options configure the plugin.
     accel_launch = [sys.executable, "-m", "accel_convert.runtime.launch", "--nnodes", "1", "--nproc-per-node", "1"]
     rendezvous = ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
@@ -69,10 +70,33 @@ def test_fsdp_follows_the_ddp_loss_trajectory_over_20_steps(launched, kind: str)
         assert ddp["grads_set_on_non_sync_steps"] == [True] * (STEPS // 2)
 
 
+@pytest.mark.parametrize("kind", ["mlp", "transformer"])
+def test_rank0_weights_on_meta_built_ranks_train_as_ordinary_fsdp(launched, kind: str) -> None:
+    runs = launched["train"][0]["trajectories"][kind]
+    # Rank 1 built its model under init_empty_weights; prepare filled its shards from rank 0.
+    assert runs["fsdp_meta"]["losses"] == runs["fsdp"]["losses"]  # bit-identical
+    assert runs["fsdp_meta"]["grad_norms"] == runs["fsdp"]["grad_norms"]
+    assert runs["fsdp_meta"]["optimizer_params_are_dtensors"]
+    shards = [report["trajectories"][kind]["fsdp_meta"]["local_numel"] for report in launched["train"]]
+    assert shards == [report["trajectories"][kind]["fsdp"]["local_numel"] for report in launched["train"]]
+
+
+def test_cpu_ram_efficient_loading_keeps_a_non_zero_rank_below_the_model_size(launched) -> None:
+    rank0, rank1 = (report["meta_memory"] for report in launched["train"])
+    model = rank1["model_mib"]  # 384 MiB of float32 weights
+    # Measured on 2 processes: rank 1 grows by its half (192 MiB) + one tensor in flight (16 MiB)
+    # ~ 0.54 x the model; ordinary FSDP: the full model + its shards ~ 1.5 x.
+    assert rank1["efficient"]["peak_growth_mib"] < 0.75 * model
+    assert rank1["ordinary"]["peak_growth_mib"] > model  # the measurement sees the full copy it avoids
+    assert rank1["efficient"]["local_shard_mib"] == rank1["ordinary"]["local_shard_mib"] == model / 2
+    # The same weights either way: rank 0's, seeded alike.
+    assert rank0["efficient"]["checksum"] == rank0["ordinary"]["checksum"] == rank1["efficient"]["checksum"]
+
+
 def test_both_ranks_report_the_same_trajectory(launched) -> None:
     first, second = (report["trajectories"] for report in launched["train"])
     for kind in first:
-        for engine in ("ddp", "fsdp"):
+        for engine in ("ddp", "fsdp", "fsdp_meta"):
             assert first[kind][engine]["losses"] == second[kind][engine]["losses"]
             assert first[kind][engine]["grad_norms"] == second[kind][engine]["grad_norms"]
 
@@ -134,6 +158,95 @@ def test_save_model_writes_the_full_weights_once(launched) -> None:
     assert rank1["state_keys"] == []
 
 
+def _tiny_transformer() -> torch.nn.Module:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fsdp_checks", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    checks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(checks)
+    return checks.TinyTransformer()
+
+
+def test_merge_fsdp_weights_gives_the_unsharded_weights(launched, tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    from accel_convert.runtime import merge_fsdp_weights
+    from accel_convert.runtime.utils import merge_fsdp_weights as from_utils
+
+    assert from_utils is merge_fsdp_weights
+    out = launched["out"]
+    reference = torch.load(out / "reference.pt", weights_only=True)["model"]  # gathered at the checkpoint
+    # The save_state folder (its one sharded model is found) -> model.safetensors.
+    written = merge_fsdp_weights(out / "checkpoint_sharded_state_dict", tmp_path / "safe")
+    assert written == tmp_path / "safe" / "model.safetensors"
+    merged = load_file(written)
+    assert merged.keys() == reference.keys()
+    assert all(torch.equal(merged[key], reference[key]) for key in reference)
+    plain = _tiny_transformer()
+    plain.load_state_dict(merged)  # strict: every key, full shapes
+    # Merged by every rank of the 2-process run (rank 0 writes, the other waits): the same tensors.
+    in_run = torch.load(out / "merged_in_run" / "pytorch_model.bin", weights_only=True)
+    assert in_run.keys() == reference.keys() and all(torch.equal(in_run[k], reference[k]) for k in reference)
+
+
+def test_merge_weights_command_and_refusals(launched, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from accel_convert.runtime import merge_fsdp_weights
+
+    out = launched["out"]
+    command = [sys.executable, "-m", "accel_convert.runtime.launch", "merge-weights"]
+    model_folder = out / "checkpoint_sharded_state_dict" / "pytorch_model_fsdp_0"
+    run = run_command([*command, str(model_folder), str(tmp_path / "cli"), "--unsafe_serialization"], timeout=120)
+    assert run.returncode == 0, run.stderr
+    merged = torch.load(tmp_path / "cli" / "pytorch_model.bin", weights_only=True)
+    reference = torch.load(out / "reference.pt", weights_only=True)["model"]
+    assert all(torch.equal(merged[key], reference[key]) for key in reference)
+    # The corrupted copy of the reshard launch: refused by the manifest's digests, by name.
+    run = run_command([*command, str(out / "corrupt_copy"), str(tmp_path / "bad")], timeout=120)
+    assert run.returncode == 2 and "pytorch_model_fsdp_0/__1_0.distcp: corrupt" in run.stderr
+    assert not (tmp_path / "bad").exists()
+    with pytest.raises(ValueError, match="holds a sharded optimizer but no sharded model"):
+        merge_fsdp_weights(_optimizer_only(out, tmp_path), tmp_path / "x")
+    # Without safetensors: safe_serialization=True says what is missing and what else to pass.
+    monkeypatch.setitem(sys.modules, "safetensors", None)
+    monkeypatch.setitem(sys.modules, "safetensors.torch", None)
+    with pytest.raises(ImportError, match=r"safetensors package .*safe_serialization=False"):
+        merge_fsdp_weights(model_folder, tmp_path / "none")
+    assert merge_fsdp_weights(model_folder, tmp_path / "bin", safe_serialization=False).name == "pytorch_model.bin"
+
+
+def test_merge_reads_accelerates_layout_too(tmp_path: Path) -> None:
+    """Accelerate saves ``{"model": state_dict}``; the merged file has the model's own keys."""
+    import torch.distributed.checkpoint as dcp
+
+    from accel_convert.runtime import merge_fsdp_weights
+
+    state = {"0.weight": torch.randn(3, 2), "block.norm.bias": torch.arange(4.0)}
+    dcp.save({"model": state}, checkpoint_id=str(tmp_path / "pytorch_model_fsdp_0"), no_dist=True)
+    written = merge_fsdp_weights(tmp_path / "pytorch_model_fsdp_0", tmp_path / "out", safe_serialization=False)
+    merged = torch.load(written, weights_only=True)
+    assert merged.keys() == state.keys() and all(torch.equal(merged[k], state[k]) for k in state)
+
+
+def _optimizer_only(out: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    folder = tmp_path / "optimizer_only"
+    shutil.copytree(out / "checkpoint_sharded_state_dict" / "optimizer_0", folder / "optimizer_0")
+    return folder
+
+
+def test_merge_weights_help_loads_no_torch() -> None:
+    code = (
+        "import sys\nfrom accel_convert.runtime.launch import main\n"
+        "try:\n    main(['merge-weights', '--help'])\nexcept SystemExit as end:\n    assert end.code == 0\n"
+        "assert 'torch' not in sys.modules\n"
+    )
+    run = run_command([sys.executable, "-c", code], timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "--unsafe_serialization" in run.stdout and "model.safetensors" in run.stdout
+
+
 # ---------------------------------------------------------------------------------- in-process
 
 
@@ -164,6 +277,40 @@ def test_plugin_maps_fsdp1_spellings_and_refuses_what_fsdp2_lacks() -> None:
         FullyShardedDataParallelPlugin(auto_wrap_policy="by_magic")
     with pytest.raises(ValueError, match="LOCAL_STATE_DICT"):
         FullyShardedDataParallelPlugin(state_dict_type="LOCAL_STATE_DICT")
+
+
+def test_cpu_ram_efficient_loading_comes_from_the_field_or_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert FullyShardedDataParallelPlugin().cpu_ram_efficient_loading is False
+    monkeypatch.setenv("FSDP_CPU_RAM_EFFICIENT_LOADING", "true")
+    assert FullyShardedDataParallelPlugin().cpu_ram_efficient_loading is True
+    assert FullyShardedDataParallelPlugin(cpu_ram_efficient_loading=False).cpu_ram_efficient_loading is False
+
+
+def test_init_empty_weights_puts_parameters_on_meta_and_keeps_buffers() -> None:
+    from accel_convert.runtime import init_empty_weights
+
+    register = torch.nn.Module.register_parameter
+    with init_empty_weights():
+        norm = torch.nn.BatchNorm1d(4)
+        frozen = torch.nn.Linear(3, 3)
+        frozen.bias.requires_grad_(False)
+    assert torch.nn.Module.register_parameter is register  # put back on leaving the block
+    assert norm.weight.is_meta and norm.weight.shape == (4,) and isinstance(norm.weight, torch.nn.Parameter)
+    assert not norm.running_mean.is_meta  # buffers stay real unless include_buffers=True
+    assert frozen.weight.requires_grad and not frozen.bias.requires_grad
+    with init_empty_weights(include_buffers=True):
+        norm = torch.nn.BatchNorm1d(4)
+    assert norm.weight.is_meta and norm.running_mean.is_meta
+    assert not torch.nn.Linear(2, 2).weight.is_meta
+
+
+def test_a_meta_model_without_rank0_loading_is_refused() -> None:
+    from accel_convert.runtime.fsdp import shard_model
+
+    with torch.device("meta"):
+        model = torch.nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="cpu_ram_efficient_loading=True"):
+        shard_model(model, FullyShardedDataParallelPlugin(), "no", torch.device("cpu"))
 
 
 class _Block(torch.nn.Module):
@@ -243,6 +390,10 @@ def test_accel_launch_turns_fsdp_options_into_the_variables_accelerate_uses() ->
     assert split_command_line(["--fsdp-min-num-params", "100", "x.py"]).fsdp == {
         "ACCELERATE_USE_FSDP": "true",
         "FSDP_MIN_NUM_PARAMS": "100",
+    }
+    assert split_command_line(["--fsdp_cpu_ram_efficient_loading", "true", "x.py"]).fsdp == {
+        "ACCELERATE_USE_FSDP": "true",
+        "FSDP_CPU_RAM_EFFICIENT_LOADING": "true",
     }
     assert split_command_line(["train.py", "--fsdp"]).fsdp == {}
 

@@ -6,7 +6,9 @@ returning the tree it made and what it changed. Changes are reported at their po
 original file, sorted by line.
 
 Layout: ``engine/`` is the machinery every rule shares (facts, names, positions, transformers,
-the registry); ``rules/`` holds one module per rule, each importing the engine only.
+the registry); ``rewrites/`` holds one module per rewrite (run in the registry's order) and
+``checks/`` one module per check (reports only, run after every rewrite); each imports the engine
+only.
 """
 
 from __future__ import annotations

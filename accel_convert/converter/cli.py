@@ -391,10 +391,12 @@ def build_plan(ctx: click.Context, flags: dict[str, Any], exclusions: Exclusions
         raise NothingToConvert(f"no Python file found in {folders} (nothing to convert)")
     if several_inputs(sources) and not (writes_files or check or diff):
         raise UsageProblem("several inputs need --in-place, -o DIR, --check or --diff (stdout takes one script)")
+    launcher_processes = launcher_option(flags, jobs)
     options = Options(
         target=flags["target"],
         oom_retry=flags["oom_retry"],
         fsdp=flags["fsdp"],
+        launcher_processes=launcher_processes,
         select=split_codes(flags["select"]),
         ignore=split_codes(flags["ignore"]),
     )
@@ -402,6 +404,23 @@ def build_plan(ctx: click.Context, flags: dict[str, Any], exclusions: Exclusions
     check_code_prefixes(options.ignore, "--ignore")
     to_stdout = not (writes_files or check or diff)
     return Plan(jobs, options, check, diff, flags["strict"], to_stdout, writes=not (check or diff))
+
+
+def launcher_option(flags: dict[str, Any], jobs: Sequence[Job]) -> int | None:
+    """``--launcher [--num-processes N]``: the processes notebook_launcher starts (None without
+    it); only notebooks have cells to restructure."""
+    processes: int | None = flags.get("num_processes")
+    if not flags.get("launcher"):
+        if processes is not None:
+            raise UsageProblem("--num-processes is the process count of --launcher: add --launcher")
+        return None
+    for job in jobs:
+        if job.named and not job.shown_name.lower().endswith(".ipynb"):
+            raise UsageProblem(
+                f"--launcher restructures Jupyter notebooks (.ipynb), not {job.shown_name}: a script is launched "
+                "with accel-launch or torchrun"
+            )
+    return processes if processes is not None else 2
 
 
 def plan_stdin_job(sources: Sequence[str], stdin_filename: str | None, output: Path | None, in_place: bool) -> Job:
@@ -698,6 +717,20 @@ def explain(code: str, color: bool | None) -> None:
     "--fsdp/--no-fsdp",
     default=False,
     help="Shard models with FSDP2: Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2)).",
+)
+@click.option(
+    "--launcher",
+    is_flag=True,
+    help=(
+        "Notebooks: make training written at the top level one training_function() cell, started by a "
+        "notebook_launcher cell (see README)."
+    ),
+)
+@click.option(
+    "--num-processes",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="With --launcher: the notebook_launcher cell starts N processes (default 2).",
 )
 @click.option("--select", multiple=True, metavar="CODES", help="Run only these code prefixes (comma-separated).")
 @click.option("--ignore", multiple=True, metavar="CODES", help="Skip these code prefixes (comma-separated).")

@@ -1,4 +1,5 @@
-"""Output that passes the project's black: a script black left as it is stays that way.
+"""Output that passes the project's black and import sorter: a script black left as it is stays
+that way, and an import a rewrite adds follows the project's ruff or isort settings.
 
 The rewrites print new code in libcst's layout (an argument appended to a call on several lines,
 a ``prepare(...)`` line longer than the project's limit). A project that formats with black says
@@ -12,10 +13,12 @@ written as converted, untouched by black.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from accel_convert.codemods.engine.model import ImportStyle, Options
 from accel_convert.converter.config import ConfigError, read_toml
 
 
@@ -59,3 +62,77 @@ def black_settings(folder: Path) -> dict[str, Any] | None:
                 return None
             return table if isinstance(table, dict) else None
     return None
+
+
+# -- the project's import sorting ----------------------------------------------------------------
+
+#: isort's profiles that change what an added import looks like: (line length, wrap, single line).
+ISORT_PROFILES: dict[str, tuple[int, str, bool]] = {
+    "black": (88, "vertical", False),
+    "google": (1000, "grid", True),
+}
+#: isort's ``multi_line_output`` values meaning ruff's (and black's) vertical hanging indent.
+VERTICAL_HANGING_INDENT = (3, "3", "VERTICAL_HANGING_INDENT")
+
+
+def with_import_style(options: Options, path: str) -> Options:
+    """``options`` with the import settings of the project ``path`` belongs to (unless given);
+    a name that is no file (a test's ``train.py``, ``<stdin>``) belongs to no project."""
+    if options.import_style is not None or not os.path.isfile(path):
+        return options
+    style = import_style(Path(os.path.abspath(path)).parent)
+    return options if style is None else replace(options, import_style=style)
+
+
+@cache
+def import_style(folder: Path) -> ImportStyle | None:
+    """The import sorting of the nearest ``pyproject.toml`` at or above ``folder``: ruff's
+    (``[tool.ruff.lint.isort]`` or ``[tool.ruff.isort]``, ``line-length`` of ``[tool.ruff]``)
+    or isort's (``[tool.isort]``: ``profile``, ``force_single_line``, ``known_first_party``,
+    ``line_length``, ``multi_line_output``); None when it configures neither (defaults kept)."""
+    for candidate in (folder, *folder.parents):
+        pyproject = candidate / "pyproject.toml"
+        if pyproject.is_file():
+            try:
+                tool = read_toml(pyproject).get("tool", {})
+            except ConfigError:
+                return None
+            return _style_of(tool) if isinstance(tool, dict) else None
+    return None
+
+
+def _style_of(tool: dict[str, Any]) -> ImportStyle | None:
+    ruff, isort = tool.get("ruff"), tool.get("isort")
+    ruff_isort: Any = None
+    if isinstance(ruff, dict):
+        lint = ruff.get("lint")
+        ruff_isort = (lint.get("isort") if isinstance(lint, dict) else None) or ruff.get("isort")
+    if isinstance(ruff, dict) and (isinstance(ruff_isort, dict) or not isinstance(isort, dict)):
+        table = ruff_isort if isinstance(ruff_isort, dict) else {}
+        return ImportStyle(
+            force_single_line=bool(table.get("force-single-line", False)),
+            known_first_party=_names(table.get("known-first-party")),
+            line_length=_length(ruff.get("line-length"), 88),
+            wrap="vertical",
+        )
+    if isinstance(isort, dict):
+        length, wrap, single = ISORT_PROFILES.get(str(isort.get("profile", "")), (79, "grid", False))
+        if "multi_line_output" in isort:
+            wrap = "vertical" if isort["multi_line_output"] in VERTICAL_HANGING_INDENT else "grid"
+        return ImportStyle(
+            force_single_line=bool(isort.get("force_single_line", single)),
+            known_first_party=_names(isort.get("known_first_party")),
+            line_length=_length(isort.get("line_length"), length),
+            wrap="vertical" if wrap == "vertical" else "grid",
+        )
+    return None
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):  # isort also takes "a,b"
+        value = value.split(",")
+    return tuple(str(name).strip() for name in value) if isinstance(value, list | tuple) else ()
+
+
+def _length(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and value > 0 else default

@@ -300,10 +300,39 @@ def write_notebook(notebook: Any, source: bytes) -> bytes:
 
 
 def convert_notebook(source: bytes, options: Options, *, path: str) -> Conversion:
-    """Convert a notebook's code cells as one program; see the module's docstring."""
+    """Convert a notebook's code cells as one program; see the module's docstring. With
+    ``options.launcher_processes``, training written at the top level is made one function
+    started by a ``notebook_launcher`` cell first (converter.launcher_cells)."""
     notebook = read_notebook(source, path)
     if not is_python(notebook):
         return Conversion(path, source, source)
+    if options.launcher_processes is not None:
+        from accel_convert.converter.launcher_cells import convert_for_launcher
+
+        return convert_for_launcher(notebook, source, options, path)
+    converted = convert_cells(notebook, options, path)
+    if converted is None:
+        return Conversion(path, source, source)
+    return converted.conversion(notebook, source, path)
+
+
+@dataclass(frozen=True)
+class ConvertedCells:
+    """The notebook's code cells converted (the notebook's cells already hold the new code)."""
+
+    cells: tuple[Conversion, ...]
+    changes: tuple[CellChange, ...]
+    #: Cell number → its converted code with IPython syntax still masked (Python throughout).
+    masked: dict[int, str]
+
+    def conversion(self, notebook: Any, source: bytes, path: str) -> NotebookConversion:
+        output = write_notebook(notebook, source) if self.cells else source
+        return NotebookConversion(path, source, output, self.changes, "utf-8", self.cells)
+
+
+def convert_cells(notebook: Any, options: Options, path: str) -> ConvertedCells | None:
+    """Convert the code cells of ``notebook`` in place as one program; None when it has none
+    that mention torch (nothing to convert)."""
     code_cells = [
         (number, cell)
         for number, cell in enumerate(notebook.cells, start=1)
@@ -311,7 +340,7 @@ def convert_notebook(source: bytes, options: Options, *, path: str) -> Conversio
     ]
     every_code = "".join(cell.source for _, cell in code_cells)
     if not code_cells or "torch" not in every_code:
-        return Conversion(path, source, source)
+        return None
     masks = Masks(unused_name("__accel_convert_ipython", every_code))
     marker = unused_name("__accel_convert_cell", every_code)
     pieces: list[Piece] = []
@@ -325,14 +354,16 @@ def convert_notebook(source: bytes, options: Options, *, path: str) -> Conversio
         raise ConversionError(path, 1, 1, "internal error: the notebook's cells do not split back exactly")
 
     try:
-        converted = convert_script(module.encode("utf-8"), options, path=path)
+        converted = convert_script(module.encode("utf-8"), replace(options, launcher_processes=None), path=path)
     except ConversionError as error:
         raise located_error(error, pieces, path) from None
     output_module = converted.output.decode("utf-8")
     new_codes = split_converted(output_module, marker, pieces, path)
     restored_total = 0
     cells: list[Conversion] = []
+    masked_codes: dict[int, str] = {}
     for piece, (_, cell), new_code in zip(pieces, code_cells, new_codes):
+        masked_codes[piece.cell] = new_code
         if piece.added_newline and new_code.endswith("\n"):
             new_code = new_code[:-1]
         new_code, restored = masks.restore(new_code, path)
@@ -343,8 +374,7 @@ def convert_notebook(source: bytes, options: Options, *, path: str) -> Conversio
     if restored_total != len(masks.originals):
         raise _moved(path, "an IPython line was dropped or repeated")
     changes = tuple(located_change(change, pieces) for change in converted.changes)
-    output = write_notebook(notebook, source) if cells else source
-    return NotebookConversion(path, source, output, changes, "utf-8", tuple(cells))
+    return ConvertedCells(tuple(cells), changes, masked_codes)
 
 
 def split_converted(module: str, marker: str, pieces: list[Piece], path: str) -> list[str]:

@@ -27,6 +27,7 @@ import libcst as cst
 from accel_convert.codemods import Options
 from accel_convert.codemods.engine.positions import python_ast
 from accel_convert.codemods.engine.program import ProgramModule, convert_program, local_imports
+from accel_convert.converter.formatting import with_import_style
 from accel_convert.converter.guard import Attempt, guarded
 from accel_convert.converter.pipeline import (
     Codec,
@@ -156,6 +157,7 @@ def convert_program_files(files: Sequence[ProgramFile], sources: Sequence[bytes]
     """Convert the files of one program (``files[0]`` is the entry) together; one Conversion per
     file, in the same order. Raises ConversionError naming the file at fault (a syntax error),
     or the entry script (an internal failure): then nothing of the program may be written."""
+    options = with_import_style(options, str(files[0].path))  # the entry's project sorts them all
     with quiet_compiler_warnings():
         parsed: list[tuple[cst.Module, Codec]] = []
         for file, source in zip(files, sources):

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time each name loads on first use
     from accel_convert.runtime.accelerator import Accelerator
+    from accel_convert.runtime.big_modeling import init_empty_weights
     from accel_convert.runtime.comm_hooks import DDPCommunicationHookType
     from accel_convert.runtime.fsdp import FullyShardedDataParallelPlugin
     from accel_convert.runtime.gradient_state import GradientState
@@ -25,6 +26,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each name l
         InitProcessGroupKwargs,
         ProjectConfiguration,
     )
+    from accel_convert.runtime.merge import merge_fsdp_weights
     from accel_convert.runtime.notebook import notebook_launcher
     from accel_convert.runtime.profiling import ProfileKwargs
     from accel_convert.runtime.state import DistributedType
@@ -45,6 +47,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each name l
 #: ``runtime.utils`` knows where its lazily loaded helpers live.
 _EXPORTS = {
     "Accelerator": ".accelerator",
+    "init_empty_weights": ".big_modeling",
     "DDPCommunicationHookType": ".comm_hooks",
     "FullyShardedDataParallelPlugin": ".fsdp",
     "GradientState": ".gradient_state",
@@ -55,6 +58,7 @@ _EXPORTS = {
     "GradScalerKwargs": ".handlers",
     "InitProcessGroupKwargs": ".handlers",
     "ProjectConfiguration": ".handlers",
+    "merge_fsdp_weights": ".merge",
     "notebook_launcher": ".notebook",
     "ProfileKwargs": ".profiling",
     "DistributedType": ".state",
@@ -87,6 +91,8 @@ __all__ = [
     "ProjectConfiguration",
     "find_executable_batch_size",
     "get_logger",
+    "init_empty_weights",
+    "merge_fsdp_weights",
     "notebook_launcher",
     "prepare_data_loader",
     "release_memory",

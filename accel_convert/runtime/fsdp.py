@@ -27,6 +27,15 @@ built before ``prepare`` points at parameters the model no longer uses: :class:`
 remembers which new parameter replaced which old one and re-points such optimizers (whether they
 are prepared before, with or after the model).
 
+Building big models (``cpu_ram_efficient_loading``): normally every rank builds the whole model
+in host memory and ``fully_shard`` keeps only its shard, so each rank needs one full copy for a
+moment. With the option, only rank 0 needs real weights: the other ranks may build the model on
+the meta device (``init_empty_weights`` or ``torch.device("meta")``: shapes, no storage). Every
+rank then moves the model to meta, shards it there (nothing is allocated), allocates only its own
+shards (``to_empty``) and receives them from rank 0's full state dict, one tensor at a time
+(torch's ``set_model_state_dict(..., broadcast_from_rank0=True)``). Peak per rank: its shards plus
+one full tensor in flight; rank 0 also holds the full model until the broadcast ends.
+
 Checkpoints go through ``torch.distributed.checkpoint`` (see :func:`write_model_and_optimizers`).
 
 Deliberate differences from Accelerate: ``fsdp_version=1`` is accepted and runs FSDP2 as well
@@ -35,13 +44,15 @@ parameters not yet in a unit (torch's rule; Accelerate counts a module's total, 
 ancestor of a large layer becomes a unit too); activation checkpointing preserves the RNG state,
 so dropout draws the same mask when recomputing; ``mixed_precision="bf16"|"fp16"`` without a
 policy reduces gradients in fp32 (Accelerate reduces in the low precision); options FSDP2 has
-no counterpart for raise instead of being dropped with a warning.
+no counterpart for raise instead of being dropped with a warning; a model with meta tensors but
+without ``cpu_ram_efficient_loading`` is refused at ``prepare`` (it has no values to train).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import os
 import re
 import weakref
@@ -123,13 +134,19 @@ class FullyShardedDataParallelPlugin:
             per rank) or ``"FULL_STATE_DICT"`` (gathered on rank 0); env ``FSDP_STATE_DICT_TYPE``.
         activation_checkpointing: recompute each unit's activations in backward; env
             ``FSDP_ACTIVATION_CHECKPOINTING`` (``..._OFFLOAD``: keep the saved inputs in host memory).
+        cpu_ram_efficient_loading: rank 0's weights are the model's; the other ranks may build it
+            on the meta device and only ever allocate their shards; env
+            ``FSDP_CPU_RAM_EFFICIENT_LOADING`` (``transformers``' ``from_pretrained`` reads it too,
+            with ``ACCELERATE_USE_FSDP``, to load real weights on rank 0 only). Accelerate's plugin
+            also writes the variable, so that later plugins inherit the value; this one does not.
 
     Accepted without effect, as FSDP2 needs no setting for them: ``use_orig_params`` (FSDP2 always
-    trains the original parameters), ``sync_module_states``, ``limit_all_gathers``,
-    ``backward_prefetch`` (FSDP2 prefetches the next unit in backward by itself).
+    trains the original parameters), ``limit_all_gathers``,
+    ``backward_prefetch`` (FSDP2 prefetches the next unit in backward by itself), and
+    ``sync_module_states`` (rank 0's weights are broadcast only with ``cpu_ram_efficient_loading``).
     ``state_dict_config``/``optim_state_dict_config`` are accepted when they ask for what runtime
-    does (full state dicts gathered on rank 0, in CPU memory). ``param_init_fn``,
-    ``forward_prefetch`` and ``cpu_ram_efficient_loading`` raise.
+    does (full state dicts gathered on rank 0, in CPU memory). ``param_init_fn`` and
+    ``forward_prefetch`` raise.
     """
 
     fsdp_version: int | None = None
@@ -178,6 +195,12 @@ class FullyShardedDataParallelPlugin:
             raise ValueError("activation_checkpointing_offload=True needs activation_checkpointing=True")
         if self.ignored_modules is None:
             self.ignored_modules = _env("IGNORED_MODULES")
+        self.cpu_ram_efficient_loading = _as_bool(
+            self.cpu_ram_efficient_loading
+            if self.cpu_ram_efficient_loading is not None
+            else _env("CPU_RAM_EFFICIENT_LOADING") or False,
+            "cpu_ram_efficient_loading",
+        )
         self._reject_what_fsdp2_lacks()
 
     # Each field, resolved to one canonical form.
@@ -243,7 +266,6 @@ class FullyShardedDataParallelPlugin:
         refused = {
             "param_init_fn": self.param_init_fn is not None,
             "forward_prefetch": bool(self.forward_prefetch),
-            "cpu_ram_efficient_loading": bool(self.cpu_ram_efficient_loading),
         }
         for name, is_set in refused.items():
             if is_set:
@@ -427,6 +449,13 @@ def shard_model(
 
     if is_sharded(model):
         return model
+    if plugin.cpu_ram_efficient_loading:
+        from_rank0 = take_rank0_weights(model)
+    elif on_meta_device(model):
+        raise ValueError(
+            "prepare: the model has tensors on the meta device (no values); build it with real weights, "
+            "or on rank 0 only with FullyShardedDataParallelPlugin(cpu_ram_efficient_loading=True)"
+        )
     options = {**fully_shard_options(plugin, mixed_precision, model), "mesh": device_mesh(device)}
     units = _units_bottom_up(model, unit_selector(plugin, model))
     if plugin.activation_checkpointing:
@@ -439,7 +468,103 @@ def shard_model(
     # The root's own leftovers are gathered at the start of forward and needed again at the start
     # of backward: torch's default for the root keeps them (reshard_after_forward unset).
     fully_shard(model, **{key: value for key, value in options.items() if key != "reshard_after_forward"})
+    if plugin.cpu_ram_efficient_loading:
+        load_rank0_weights(model, from_rank0, device)
     return model
+
+
+# --------------------------------------------------------------------------------------------
+# cpu_ram_efficient_loading: shard on the meta device, then fill the shards from rank 0
+# --------------------------------------------------------------------------------------------
+
+
+def on_meta_device(model: torch.nn.Module) -> bool:
+    """Whether any parameter or buffer of ``model`` is a meta tensor (a shape without storage)."""
+    return any(tensor.is_meta for tensor in itertools.chain(model.parameters(), model.buffers()))
+
+
+def _non_persistent_buffer_names(model: torch.nn.Module) -> list[str]:
+    # Buffers registered with persistent=False are not in the state dict, so the broadcast of
+    # the state dict does not carry them (rotary frequencies, BERT's position_ids...).
+    return [
+        f"{prefix}.{name}" if prefix else name
+        for prefix, module in model.named_modules()
+        for name in sorted(module._non_persistent_buffers_set)
+        if module._buffers.get(name) is not None
+    ]
+
+
+def tied_parameter_names(model: torch.nn.Module) -> list[list[str]]:
+    """Groups of names under which one parameter is registered (an embedding and an LM head)."""
+    names: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(param), []).append(name)
+    return [group for group in names.values() if len(group) > 1]
+
+
+def retie(model: torch.nn.Module, tied: list[list[str]]) -> None:
+    """Register the first name's parameter under the others again. Moving a module between
+    devices (``to``, ``to_empty``) converts each registration on its own, which can leave a tied
+    pair as two separate parameters."""
+    for first, *others in tied:
+        shared = model.get_parameter(first)
+        for name in others:
+            owner, _, leaf = name.rpartition(".")
+            setattr(model.get_submodule(owner), leaf, shared)
+
+
+@dataclass
+class Rank0Weights:
+    """What rank 0 keeps of its model while every rank's copy goes to the meta device: the
+    full state dict and the non-persistent buffers (the very tensors, not copies); empty on the
+    other ranks. ``tied``: the model's tied parameters (every rank)."""
+
+    state_dict: dict[str, Any]
+    buffers: dict[str, torch.Tensor]
+    tied: list[list[str]]
+
+
+def take_rank0_weights(model: torch.nn.Module) -> Rank0Weights:
+    """Every rank: keep rank 0's real weights aside, then move the model to the meta device, so
+    that sharding allocates nothing and each rank later allocates only its own shards."""
+    import torch.distributed as dist
+
+    weights = Rank0Weights({}, {}, tied_parameter_names(model))
+    if dist.get_rank() == 0:
+        if on_meta_device(model):
+            raise ValueError(
+                "cpu_ram_efficient_loading: rank 0's model is on the meta device, but its weights are "
+                "the ones every rank receives; build it with real weights on rank 0 (other ranks may use "
+                "init_empty_weights)"
+            )
+        weights.state_dict = model.state_dict()
+        weights.buffers = {name: model.get_buffer(name) for name in _non_persistent_buffer_names(model)}
+    model.to(torch.device("meta"))
+    retie(model, weights.tied)  # before sharding: FSDP must see one parameter, not two
+    return weights
+
+
+def load_rank0_weights(model: torch.nn.Module, weights: Rank0Weights, device: torch.device) -> None:
+    """Every rank: allocate the sharded model's storage on ``device`` (its shards, and the
+    buffers whole), then fill it from rank 0. torch's ``set_model_state_dict`` broadcasts rank 0's
+    full tensors one at a time and each rank keeps the slice its shard covers.
+
+    With ``cpu_offload``, FSDP moves the shards to host memory at the first forward, as when the
+    model is sharded from real weights."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    model.to_empty(device=device)
+    retie(model, weights.tied)
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, weights.state_dict, options=options)
+    for name in _non_persistent_buffer_names(model):
+        buffer = model.get_buffer(name)
+        if dist.get_rank() == 0:
+            buffer.copy_(weights.buffers[name])
+        dist.broadcast(buffer, src=0)
+    weights.state_dict.clear()  # rank 0 lets go of its full copy
+    weights.buffers.clear()
 
 
 @contextlib.contextmanager

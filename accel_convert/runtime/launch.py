@@ -71,6 +71,7 @@ USAGE = """\
 usage: accel-launch [accel-launch options] [torchrun options] SCRIPT [SCRIPT ARGS...]
        accel-launch config [--no-input] [--show] [--config-file PATH] [setting options]
        accel-launch test [launch options]
+       accel-launch merge-weights CHECKPOINT_DIR OUTPUT [--unsafe_serialization] [--remove_checkpoint_dir]
        accel-launch --env | --version | --help"""
 
 HELP = f"""\
@@ -91,7 +92,7 @@ Added by accel-launch (before SCRIPT; what follows SCRIPT is the script's own):
                          version, sharding_strategy, reshard_after_forward, auto_wrap_policy,
                          transformer_layer_cls_to_wrap, min_num_params, offload_params,
                          state_dict_type, activation_checkpointing,
-                         activation_checkpointing_offload
+                         activation_checkpointing_offload, cpu_ram_efficient_loading
   --env                  print versions, devices, backends, launch variables and the saved
                          configuration (for bug reports), then exit; works without torch
   --version              print accel-launch's version, then exit
@@ -99,6 +100,8 @@ Added by accel-launch (before SCRIPT; what follows SCRIPT is the script's own):
   test                   launch a short self-check with these settings (ranks, devices, an
                          all-reduce and a gather, a sharded loader, a DDP step, a checkpoint);
                          ends with one line: "2 processes on 1 node, gloo, cpu: all checks passed"
+  merge-weights          merge a sharded FSDP checkpoint into one weights file (one process,
+                         no launch): accel-launch merge-weights --help
 
 Precedence, highest first: the command line, environment variables (PET_*, ACCELERATE_*),
 the saved configuration, the defaults.
@@ -443,6 +446,7 @@ FSDP_OPTIONS = {
     "state_dict_type": "FSDP_STATE_DICT_TYPE",
     "activation_checkpointing": "FSDP_ACTIVATION_CHECKPOINTING",
     "activation_checkpointing_offload": "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD",
+    "cpu_ram_efficient_loading": "FSDP_CPU_RAM_EFFICIENT_LOADING",
 }
 
 
@@ -755,6 +759,50 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     raise SystemExit(code)
 
 
+MERGE_DESCRIPTION = (
+    "Merge the weights of a sharded FSDP checkpoint (save_state with SHARDED_STATE_DICT) into one file: "
+    "OUTPUT/model.safetensors (needs the safetensors package), or OUTPUT/pytorch_model.bin with "
+    "--unsafe_serialization. Runs in this process (no launch) and needs memory for the whole model once."
+)
+
+
+def merge_command(argv: Sequence[str]) -> int:
+    """``accel-launch merge-weights CHECKPOINT_DIR OUTPUT``: Accelerate's ``accelerate merge-weights``."""
+    parser = argparse.ArgumentParser(prog="accel-launch merge-weights", description=MERGE_DESCRIPTION)
+    parser.add_argument(
+        "checkpoint_directory", help="a save_state folder holding one sharded model, or its pytorch_model_fsdp_<i>/"
+    )
+    parser.add_argument("output_path", help="the folder to write the merged file into")
+    parser.add_argument(
+        "--unsafe_serialization",
+        "--unsafe-serialization",
+        action="store_true",
+        help=("write pytorch_model.bin (torch.save) instead of model.safetensors"),
+    )
+    parser.add_argument(
+        "--remove_checkpoint_dir",
+        "--remove-checkpoint-dir",
+        action="store_true",
+        help=("delete CHECKPOINT_DIR once the merged file is written"),
+    )
+    options = parser.parse_args(list(argv))  # --help ends here, before torch is imported
+    if torch_importable() is not None:
+        fail(NO_TORCH, EXIT_NO_TORCH)
+    from accel_convert.runtime.merge import merge_fsdp_weights
+
+    try:
+        written = merge_fsdp_weights(
+            options.checkpoint_directory,
+            options.output_path,
+            safe_serialization=not options.unsafe_serialization,
+            remove_checkpoint_dir=options.remove_checkpoint_dir,
+        )
+    except (ValueError, ImportError) as error:  # runtime.checkpoint's CheckpointError is a ValueError
+        raise LaunchError(str(error)) from None
+    print(f"accel-launch: merged weights written to {written}")
+    return EXIT_OK
+
+
 def self_check_command_line(options: Sequence[str]) -> list[str]:
     """``accel-launch test [OPTIONS]``: the launch options as for a training script, then the
     runtime's self-check (runtime/self_check.py) in place of the script, launched the same way."""
@@ -782,6 +830,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         if argv[:1] == ["config"]:
             raise SystemExit(config_command(argv[1:]))
+        if argv[:1] == ["merge-weights"]:
+            raise SystemExit(merge_command(argv[1:]))
         if argv[:1] == ["test"]:
             argv = self_check_command_line(argv[1:])
         line = split_command_line(argv)

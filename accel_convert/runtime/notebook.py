@@ -11,11 +11,21 @@ Forking has one rule, Accelerate's too: nothing may have touched the GPU in the 
 the launch (CUDA cannot be used in a child forked after CUDA was initialised). That, and an
 ``Accelerator`` created in the kernel (its state would be copied into every worker as a
 single-process one), are refused with a message saying what to change, before anything starts.
+
+Restarts (``max_restarts``), as torchrun's elastic agent does them: when a worker fails, every
+worker of this node is stopped and the whole group is forked again, with
+``TORCHELASTIC_RESTART_COUNT`` telling the function which attempt it is (a script resumes from
+its last checkpoint), until the restarts are spent. Accelerate's other elastic options
+(``rdzv_backend``, ``rdzv_conf``, ``rdzv_id``) are accepted and have no effect: forked workers
+always meet at ``master_addr:use_port`` (a static rendezvous); ``rdzv_endpoint`` given as
+``HOST:PORT`` is that address. The rendezvous store lives in the notebook's process, as under
+torchrun it lives in the agent (:func:`rendezvous_store`).
 """
 
 from __future__ import annotations
 
 import os
+import string
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -53,6 +63,13 @@ def notebook_launcher(
     master_addr: str = "127.0.0.1",
     node_rank: int = 0,
     num_nodes: int = 1,
+    rdzv_backend: str = "static",
+    rdzv_endpoint: str = "",
+    rdzv_conf: dict[str, Any] | None = None,
+    rdzv_id: str = "none",
+    max_restarts: int = 0,
+    monitor_interval: float = 0.1,
+    log_line_prefix_template: str | None = None,
 ) -> None:
     """Run ``function(*args)`` on ``num_processes`` processes (on each of ``num_nodes`` machines).
 
@@ -63,7 +80,12 @@ def notebook_launcher(
     ``master_addr`` are where rank 0 waits for the others (the same on every node).
 
     A worker that raises ends the launch: the others are stopped and a ``RuntimeError`` carrying
-    the worker's traceback is raised here.
+    the worker's traceback is raised here; with ``max_restarts=k`` the workers are first started
+    again up to ``k`` times (see the module's doc). ``monitor_interval``: seconds between two
+    checks of the workers. ``log_line_prefix_template`` (torchrun's, e.g. ``"[${rank}]: "``;
+    ``${rank}``, ``${local_rank}``, ``${role_name}``) starts every line a worker prints.
+    ``rdzv_endpoint="HOST:PORT"`` replaces ``master_addr``/``use_port``; ``rdzv_backend``,
+    ``rdzv_conf`` and ``rdzv_id`` have no effect (a static rendezvous).
     """
     from accel_convert.runtime.precision import resolve_mixed_precision
 
@@ -76,6 +98,14 @@ def notebook_launcher(
             raise ValueError("notebook_launcher: no GPU found; pass num_processes=N to train on N CPU processes (Gloo)")
     if num_processes < 1:
         raise ValueError(f"notebook_launcher: num_processes={num_processes} must be at least 1")
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+        raise ValueError(f"notebook_launcher: max_restarts={max_restarts!r} must be a whole number >= 0")
+    if not monitor_interval > 0:
+        raise ValueError(
+            f"notebook_launcher: monitor_interval={monitor_interval!r} must be a positive number of seconds"
+        )
+    if rdzv_endpoint:
+        master_addr, use_port = _endpoint(rdzv_endpoint)
 
     if num_processes == 1 and num_nodes == 1:
         device = "GPU" if gpu_count_without_initialising_cuda() else "CPU"
@@ -100,7 +130,55 @@ def notebook_launcher(
         f"Launching training on {num_processes} {device}s"
         + (f" on each of {num_nodes} nodes." if num_nodes > 1 else ".")
     )
-    run_forked(function, args, num_processes, node_rank * num_processes, variables)
+    if log_line_prefix_template:
+        variables[_PREFIX_VARIABLE] = log_line_prefix_template
+    for restart in range(max_restarts + 1):
+        variables.update(TORCHELASTIC_RESTART_COUNT=str(restart), TORCHELASTIC_MAX_RESTARTS=str(max_restarts))
+        try:
+            with rendezvous_store(node_rank, master_addr, use_port, world_size, variables):
+                run_forked(function, args, num_processes, node_rank * num_processes, variables, monitor_interval)
+            return
+        except WorkerFailed as failure:
+            if restart == max_restarts:
+                raise
+            print(f"notebook_launcher: {failure.summary}; restarting the workers ({restart + 1} of {max_restarts})")
+
+
+@contextmanager
+def rendezvous_store(
+    node_rank: int, host: str, port: str | int, world_size: int, variables: dict[str, str]
+) -> Iterator[None]:
+    """Host the workers' TCPStore here, in the kernel, for one attempt, as torchrun's agent does.
+
+    Hosted by rank 0 (what ``init_process_group`` does by default), the store would end with
+    rank 0's process: a rank still reading a barrier's last key when rank 0 returns from the
+    function would lose its connection. ``TORCHELASTIC_USE_AGENT_STORE`` makes every worker a
+    client of this one, which outlives them all; a fresh store per attempt starts every restart
+    with no keys left from the failed one. Other nodes' workers connect to node 0's."""
+    if node_rank != 0:
+        yield
+        return
+    store = torch.distributed.TCPStore(host, int(port), world_size, is_master=True, wait_for_workers=False)
+    variables["TORCHELASTIC_USE_AGENT_STORE"] = "True"
+    try:
+        yield
+    finally:
+        del store  # closes the port for the next attempt
+
+
+def _endpoint(endpoint: str) -> tuple[str, str]:
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"notebook_launcher: rdzv_endpoint={endpoint!r}: expected HOST:PORT")
+    return host, port
+
+
+class WorkerFailed(RuntimeError):
+    """A worker raised or died; ``summary`` is the one-line reason (the message adds its traceback)."""
+
+    def __init__(self, message: str, summary: str) -> None:
+        super().__init__(message)
+        self.summary = summary
 
 
 def gpu_count_without_initialising_cuda() -> int:
@@ -123,22 +201,30 @@ def refuse_unforkable_state() -> None:
 
 
 def run_forked(
-    function: Callable[..., Any], args: tuple[Any, ...], count: int, first_rank: int, variables: Mapping[str, str]
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    count: int,
+    first_rank: int,
+    variables: Mapping[str, str],
+    monitor_interval: float = 0.1,
 ) -> None:
-    """Fork ``count`` workers and wait for all of them; stop the rest when one fails or the cell
-    is interrupted, so that no worker is left waiting in a collective for a dead peer."""
+    """Fork ``count`` workers and wait for all of them, looking every ``monitor_interval``
+    seconds; stop the rest when one fails or the cell is interrupted, so that no worker is left
+    waiting in a collective for a dead peer."""
     context = torch_mp.start_processes(
         _worker, args=(function, args, first_rank, dict(variables)), nprocs=count, join=False, start_method="fork"
     )
     try:
-        while not context.join():
+        while not context.join(timeout=monitor_interval):
             pass
     except torch_mp.ProcessRaisedException as error:
         if "Cannot re-initialize CUDA in forked subprocess" in str(error):
-            raise RuntimeError(CUDA_ALREADY_INITIALISED) from None
-        raise RuntimeError(f"notebook_launcher: a worker failed:\n{error}") from None
+            raise RuntimeError(CUDA_ALREADY_INITIALISED) from None  # a restart would fail the same way
+        raise WorkerFailed(
+            f"notebook_launcher: a worker failed:\n{error}", f"worker {error.error_index} raised"
+        ) from None
     except torch_mp.ProcessExitedException as error:
-        raise RuntimeError(f"notebook_launcher: {error}") from None
+        raise WorkerFailed(f"notebook_launcher: {error}", f"worker {error.error_index} exited") from None
     finally:
         stop_workers(context.processes)
 
@@ -165,6 +251,12 @@ def _worker(
     if "OMP_NUM_THREADS" not in os.environ and int(variables["LOCAL_WORLD_SIZE"]) > 1:
         # As torchrun does: several workers each using every core only fight over them.
         torch.set_num_threads(1)
+    template = variables.get(_PREFIX_VARIABLE)
+    if template:
+        prefix = string.Template(template).safe_substitute(
+            rank=os.environ["RANK"], local_rank=str(local_rank), role_name="default"
+        )
+        sys.stdout, sys.stderr = _Prefixed(sys.stdout, prefix), _Prefixed(sys.stderr, prefix)
     try:
         function(*args)
     finally:
@@ -175,6 +267,26 @@ def _worker(
                 stream.flush()
             except (OSError, ValueError):
                 pass
+
+
+_PREFIX_VARIABLE = "ACCEL_NOTEBOOK_LOG_PREFIX"
+
+
+class _Prefixed:
+    """A text stream that starts each line written to it with ``prefix`` (torchrun's
+    ``--log-line-prefix-template``, for the forked workers' shared output)."""
+
+    def __init__(self, stream: Any, prefix: str) -> None:
+        self._stream, self._prefix, self._at_line_start = stream, prefix, True
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines(keepends=True):
+            self._stream.write(self._prefix + line if self._at_line_start else line)
+            self._at_line_start = line.endswith("\n")
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, encoding...: the stream's own
+        return getattr(self._stream, name)
 
 
 @contextmanager

@@ -21,6 +21,7 @@ import atexit
 import datetime
 import gc
 import os
+import sys
 import time
 from dataclasses import dataclass
 from enum import Enum
@@ -246,7 +247,7 @@ def detect_state(
     backend = dist.get_backend()
     local_rank = env.local_rank if env is not None else dist.get_rank()
     uses_gpu_backend = use_cuda and backend != "gloo"
-    return ProcessState(
+    state = ProcessState(
         distributed_type=DistributedType.MULTI_GPU if uses_gpu_backend else DistributedType.MULTI_CPU,
         num_processes=dist.get_world_size(),
         process_index=dist.get_rank(),
@@ -254,4 +255,32 @@ def detect_state(
         device=pick_device(True, local_rank, not uses_gpu_backend),
         backend=backend,
         mixed_precision=mixed_precision,
+    )
+    announce(state, env)
+    return state
+
+
+#: Set (to 1, true, yes, on) to keep the runtime's start-up line off stderr.
+QUIET_VARIABLE = "ACCEL_CONVERT_QUIET"
+_announced = False
+
+
+def announce(state: ProcessState, env: TorchrunEnvironment | None) -> None:
+    """Say once per job, on the main process, how it runs: ``accel_convert: 2 processes on 1 node,
+    gloo, cpu`` on stderr (never on one process, nor with ``ACCEL_CONVERT_QUIET=1``). Once per
+    process: a group re-created (an OOM retry) or a second Accelerator says nothing again."""
+    global _announced
+    if _announced or state.num_processes < 2:
+        return
+    _announced = True
+    if state.process_index != 0 or env_flag(QUIET_VARIABLE):
+        return
+    per_node = env.local_world_size if env is not None and env.local_world_size > 0 else state.num_processes
+    nodes = -(-state.num_processes // per_node)
+    precision = f", {state.mixed_precision} mixed precision" if state.mixed_precision not in ("no", "") else ""
+    print(
+        f"accel_convert: {state.num_processes} processes on {nodes} node{'s' if nodes != 1 else ''}, "
+        f"{state.backend}, {state.device.type}{precision}",
+        file=sys.stderr,
+        flush=True,
     )

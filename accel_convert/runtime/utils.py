@@ -43,6 +43,7 @@ _LAZY = {
     "DDPCommunicationHookType": ".comm_hooks",
     "ProfileKwargs": ".profiling",
     "FullyShardedDataParallelPlugin": ".fsdp",
+    "merge_fsdp_weights": ".merge",
     "get_logger": ".logging",
     "prepare_data_loader": ".data_loader",
 }

@@ -11,7 +11,7 @@ import pytest
 from accel_convert.codemods import convert_module
 from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.engine.model import Options
-from accel_convert.codemods.rules.accelerator import cpu_flag
+from accel_convert.codemods.rewrites.accelerator import cpu_flag
 from tests.codemods.support import HEADER, check_expectations, convert, in_loop
 
 PLACEMENT = {

@@ -7,7 +7,7 @@ import pytest
 
 from accel_convert.codemods import convert_module
 from accel_convert.codemods.engine.model import Options
-from accel_convert.codemods.rules.accumulate import AccumulateCodemod
+from accel_convert.codemods.rewrites.accumulate import AccumulateCodemod
 from tests.codemods.support import apply, assert_rewrites, code
 
 ACCUMULATE_CASES = [

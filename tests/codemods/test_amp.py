@@ -7,7 +7,7 @@ import pytest
 
 from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.engine.model import Options
-from accel_convert.codemods.rules.amp import AmpCodemod
+from accel_convert.codemods.rewrites.amp import AmpCodemod
 from tests.codemods.support import apply, assert_rewrites, code, convert, convert_text, make_facts
 
 AMP_CASES = [

@@ -6,7 +6,7 @@ import libcst as cst
 import pytest
 
 from accel_convert.codemods.engine.model import Options
-from accel_convert.codemods.rules.checkpoint import CheckpointCodemod
+from accel_convert.codemods.rewrites.checkpoint import CheckpointCodemod
 from tests.codemods.support import apply, assert_rewrites, code, convert, convert_text
 
 CHECKPOINT_CASES = [

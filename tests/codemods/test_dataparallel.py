@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from accel_convert.codemods.rules.dataparallel import DataParallelCodemod
+from accel_convert.codemods.rewrites.dataparallel import DataParallelCodemod
 from tests.codemods.support import assert_rewrites
 
 DATAPARALLEL_CASES = [

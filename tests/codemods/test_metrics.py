@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from accel_convert.codemods.rules.metrics import MetricsCodemod
+from accel_convert.codemods.rewrites.metrics import MetricsCodemod
 from tests.codemods.support import HEADER, apply, assert_rewrites, code, convert, convert_text
 
 #: The evaluations left as written, one code per reason (once all ACC913).

@@ -11,7 +11,7 @@ import pytest
 
 from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.engine.model import Options
-from accel_convert.codemods.rules.oom_retry import OomRetryCodemod
+from accel_convert.codemods.rewrites.oom_retry import OomRetryCodemod
 from tests.codemods.support import apply, assert_rewrites, code, make_facts
 from tests.fixture_conversions import converted_fixture
 

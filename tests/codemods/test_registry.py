@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 import pytest
 
 from accel_convert.codemods.engine import registry
-from accel_convert.codemods.engine.registry import RULE_MODULES, all_rules, code_docs, parse_headline
+from accel_convert.codemods.engine.registry import REWRITE_MODULES, all_rules, code_docs, parse_headline
 
 DESIGN_ORDER = [
     "accelerator",
@@ -34,7 +36,7 @@ def test_run_order_follows_design() -> None:
 
 
 def test_a_listed_module_that_does_not_exist_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(registry, "RULE_MODULES", ("backward", "bakward", "clip_grad"))
+    monkeypatch.setattr(registry, "REWRITE_MODULES", ("backward", "bakward", "clip_grad"))
     with pytest.raises(ModuleNotFoundError, match="bakward"):
         registry.all_rules.__wrapped__()
 
@@ -72,7 +74,55 @@ def test_a_docstring_without_headline_is_an_error() -> None:
 
 def test_registry_lists_the_rewrite_rules_by_name() -> None:
     for name in ("dataparallel", "amp", "accumulate", "metrics", "checkpoint", "side_effects", "oom_retry"):
-        assert name in RULE_MODULES
+        assert name in REWRITE_MODULES
+
+
+def test_rewrites_and_checks_live_apart() -> None:
+    """A rewrite changes the script (ACC1xx); a check only reports and sits in checks/, found
+    without being listed anywhere, and runs after every rewrite."""
+    rules = all_rules()
+    folders = [rule.__module__.split(".")[-2] for rule in rules]
+    assert set(folders) == {"rewrites", "checks"}
+    assert folders == sorted(folders, key=lambda folder: folder == "checks"), "a check runs before a rewrite"
+    for rule, folder in zip(rules, folders):
+        assert rule.reports_only() == (folder == "checks"), rule.__module__
+    assert set(registry.check_modules()) == {rule.__module__.split(".")[-1] for rule in rules if rule.reports_only()}
+
+
+def test_a_module_dropped_into_checks_is_a_check_with_no_other_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Adding a check is one file: the registry finds it, its code is documented, it runs."""
+    from accel_convert.codemods import checks
+
+    (tmp_path / "todo_comment.py").write_text(
+        '''"""ACC999 todo-left: a TODO the author left in a training script.
+
+Shown so the conversion's reviewer sees it.
+"""
+
+import libcst as cst
+
+from accel_convert.codemods.engine.rule import Example, Rule
+
+
+class TodoLeft(Rule):
+    code = "ACC999"
+    name = "todo-left"
+    examples = (Example(before="x = 1  # TODO\\n", message="a TODO"),)
+
+    def transform(self, module, facts, options):
+        return module, []
+'''
+    )
+    monkeypatch.setattr(checks, "__path__", [*checks.__path__, str(tmp_path)])
+    monkeypatch.delitem(sys.modules, "accel_convert.codemods.checks.todo_comment", raising=False)
+    found = registry.all_rules.__wrapped__()
+    sys.modules.pop("accel_convert.codemods.checks.todo_comment", None)
+    assert [rule.code for rule in found if rule.code == "ACC999"] == ["ACC999"]
+    assert found.index(next(rule for rule in found if rule.code == "ACC999")) > max(
+        found.index(rule) for rule in found if not rule.reports_only()
+    )
 
 
 def test_every_code_is_distinct() -> None:

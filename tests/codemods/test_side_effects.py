@@ -7,7 +7,7 @@ import pytest
 
 from accel_convert.codemods import convert_module
 from accel_convert.codemods.engine.model import Options
-from accel_convert.codemods.rules.side_effects import SideEffectsCodemod
+from accel_convert.codemods.rewrites.side_effects import SideEffectsCodemod
 from tests.codemods.support import apply, assert_rewrites, code
 
 SIDE_EFFECT_CASES = [

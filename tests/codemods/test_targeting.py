@@ -12,7 +12,7 @@ import pytest
 from accel_convert.codemods.engine import transformers
 from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.engine.model import Options
-from accel_convert.codemods.rules import amp
+from accel_convert.codemods.rewrites import amp
 from accel_convert.converter.pipeline import convert_source
 from tests.fixture_conversions import converted_fixture
 

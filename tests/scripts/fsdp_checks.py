@@ -4,7 +4,13 @@
 *before* prepare, accumulation over 2 batches, gradient clipping) and a small transformer
 (one unit per encoder layer, activation checkpointing, optimizer created *after* prepare), 20
 steps under DDP and under FSDP from the same weights and batches; a bf16 mixed-precision
-policy; save_state / load_state in both state-dict forms, resumed in fresh objects; save_model.
+policy; save_state / load_state in both state-dict forms, resumed in fresh objects; save_model;
+``merge_fsdp_weights`` called by every rank on the sharded checkpoint (OUT_DIR/merged_in_run/).
+Also ``cpu_ram_efficient_loading`` with rank 1 building on the meta device: the same trajectories
+as ordinary FSDP, and each rank's peak RSS growth while a ~400 MB model is built and prepared,
+with and without it (launched with ``MALLOC_MMAP_THRESHOLD_=65536``, so that freed tensors go back
+to the system at once and the RSS follows the live tensors; the peak is reset through
+/proc/self/clear_refs before each).
 Rank r writes OUT_DIR/train_rank<r>.json; rank 0 also OUT_DIR/reference.pt (the full model and
 optimizer state at the sharded checkpoint).
 
@@ -16,6 +22,8 @@ copy with a corrupted shard file raised (OUT_DIR/reshard_rank<r>.json).
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import shutil
 import sys
@@ -26,7 +34,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from accel_convert.runtime import Accelerator, FullyShardedDataParallelPlugin
+from accel_convert.runtime import Accelerator, FullyShardedDataParallelPlugin, init_empty_weights, merge_fsdp_weights
 from accel_convert.runtime.checkpoint import CheckpointError
 from accel_convert.runtime.state_objects import AcceleratorState
 
@@ -87,11 +95,15 @@ def fresh_accelerator(plugin: FullyShardedDataParallelPlugin | None, **kwargs: A
 
 def build(kind: str, plugin: FullyShardedDataParallelPlugin | None, seed: int = 0, **kwargs: Any):
     """Model, optimizer and Accelerator; the MLP's optimizer is created before prepare, the
-    transformer's after (both ways must update the shards)."""
+    transformer's after (both ways must update the shards). With ``cpu_ram_efficient_loading``
+    the ranks other than 0 build the model on the meta device."""
     accumulation = 2 if kind == "mlp" else 1
     accelerator = fresh_accelerator(plugin, gradient_accumulation_steps=accumulation, **kwargs)
     torch.manual_seed(seed)
-    model = mlp() if kind == "mlp" else TinyTransformer()
+    on_meta = plugin is not None and plugin.cpu_ram_efficient_loading and accelerator.process_index != 0
+    with init_empty_weights() if on_meta else contextlib.nullcontext():
+        model = mlp() if kind == "mlp" else TinyTransformer()
+    assert on_meta == next(model.parameters()).is_meta
     if kind == "mlp":
         optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
         model, optimizer = accelerator.prepare(model, optimizer)
@@ -122,14 +134,19 @@ def train(kind: str, accelerator: Accelerator, model, optimizer, steps: range) -
 
 
 def trajectories() -> dict[str, Any]:
-    """DDP and FSDP over the same 20 steps, per model."""
+    """DDP, FSDP and FSDP from rank 0's weights (the others built on meta) over the same 20 steps, per model."""
     report: dict[str, Any] = {}
+    plugins = {
+        "ddp": lambda kind: None,
+        "fsdp": plugin_for,
+        "fsdp_meta": lambda kind: plugin_for(kind, cpu_ram_efficient_loading=True),
+    }
     for kind in ("mlp", "transformer"):
         report[kind] = {}
-        for engine in ("ddp", "fsdp"):
-            accelerator, model, optimizer = build(kind, plugin_for(kind) if engine == "fsdp" else None)
+        for engine, plugin in plugins.items():
+            accelerator, model, optimizer = build(kind, plugin(kind))
             run = train(kind, accelerator, model, optimizer, range(STEPS))
-            if engine == "fsdp":
+            if engine != "ddp":
                 run["distributed_type"] = accelerator.distributed_type.value
                 run["sharded_units"] = sum(1 for m in model.modules() if type(m).__name__.startswith("FSDP"))
                 run["local_numel"] = sum(p.to_local().numel() for p in model.parameters())
@@ -162,6 +179,8 @@ def resume(out: Path, state_dict_type: str) -> dict[str, Any]:
     train("transformer", accelerator, model, optimizer, range(RESUME_AT))
     accelerator.save_state(str(checkpoint))
     if state_dict_type == "SHARDED_STATE_DICT":
+        # Every rank calls it, as in Accelerate: rank 0 merges, the others wait.
+        merge_fsdp_weights(str(checkpoint), str(out / "merged_in_run"), safe_serialization=False)
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
         full_optimizer = get_optimizer_state_dict(
@@ -205,9 +224,58 @@ def save_model(out: Path) -> dict[str, Any]:
     return report
 
 
+# ------------------------------------------------------------------ peak memory while preparing
+BIG_LAYERS, BIG_HIDDEN = 24, 2048  # 24 x 4.2M float32 parameters: 403 MB, 17 MB per tensor
+
+
+def rss_mib(field: str) -> float:
+    """``VmRSS`` (now) or ``VmHWM`` (peak since the last reset) of this process, from /proc."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def reset_peak_rss() -> None:
+    # Writing 5 to clear_refs resets VmHWM to the current RSS (Linux >= 4.0).
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as clear:
+        clear.write("5")
+
+
+def prepare_growth(efficient: bool) -> dict[str, float]:
+    """Peak RSS growth (MiB) from before building the big model to the end of prepare."""
+    gc.collect()
+    reset_peak_rss()
+    before = rss_mib("VmRSS")
+    plugin = FullyShardedDataParallelPlugin(
+        auto_wrap_policy="size_based_wrap", min_num_params=BIG_HIDDEN * BIG_HIDDEN, cpu_ram_efficient_loading=efficient
+    )
+    accelerator = fresh_accelerator(plugin)
+    torch.manual_seed(0)
+    with init_empty_weights() if efficient and accelerator.process_index != 0 else contextlib.nullcontext():
+        model = torch.nn.Sequential(*[torch.nn.Linear(BIG_HIDDEN, BIG_HIDDEN, bias=False) for _ in range(BIG_LAYERS)])
+    model = accelerator.prepare(model)
+    accelerator.wait_for_everyone()
+    growth = rss_mib("VmHWM") - before
+    local = sum(p.to_local().numel() * 4 for p in model.parameters()) / 2**20
+    checksum = float(sum(p.full_tensor().double().sum() for p in model.parameters()))
+    del model
+    return {"peak_growth_mib": growth, "local_shard_mib": local, "checksum": checksum}
+
+
+def meta_memory() -> dict[str, Any]:
+    return {
+        "model_mib": BIG_LAYERS * BIG_HIDDEN * BIG_HIDDEN * 4 / 2**20,
+        "efficient": prepare_growth(True),
+        "ordinary": prepare_growth(False),
+    }
+
+
 def train_phase(out: Path) -> None:
     report = {
-        "trajectories": trajectories(),
+        "trajectories": trajectories(),  # first: it also pays the one-time costs (imports) meta_memory should not see
+        "meta_memory": meta_memory(),
         "mixed_precision": mixed_precision(),
         "resume_sharded": resume(out, "SHARDED_STATE_DICT"),
         "resume_full": resume(out, "FULL_STATE_DICT"),

@@ -22,6 +22,7 @@ from typing import Literal, Union
 
 import libcst as cst
 
+from accel_convert.codemods.engine.devices import is_move, peel_moves
 from accel_convert.codemods.engine.facts import MODULE, LoopFacts, RunContext, ScriptFacts, callers_closure
 from accel_convert.codemods.engine.findings import FILE_START
 from accel_convert.codemods.engine.model import Site
@@ -949,7 +950,7 @@ class _Conclusions:
                     continue
                 values = [element.value for element in value.elements]
             for target, value in zip(assign.targets, values):
-                peeled = _peel_device_moves(value)
+                peeled = peel_moves(value)
                 source = dotted(peeled) or _keyword_argument(peeled, owner, assign.scope[1])
                 if instance is None or not target.startswith(instance + ".") or source is None or source == target:
                     continue
@@ -1289,7 +1290,9 @@ class _Conclusions:
                 roots |= parameter_sources.get(name, set())
             facts.models.update(roots)
         self._inline_optimizers()
-        moved = {target for assign in self.r.assigns if _moves_to_device(assign.value) for target in assign.targets}
+        moved = {
+            target for assign in self.r.assigns if _moves_a_construction(assign.value) for target in assign.targets
+        }
         facts.frozen_models = {
             name
             for name in moved - facts.models
@@ -2011,7 +2014,7 @@ class _Conclusions:
         assigns = [assign for assign in self.r.assigns if name in assign.targets and assign.function == call.function]
         if len(assigns) != 1 or assigns[0].targets != (name,) or assigns[0].scope != call.scope:
             return False
-        built = _peel_device_moves(assigns[0].value)
+        built = peel_moves(assigns[0].value)
         if not isinstance(built, cst.Call):
             return False
         qualified = self.r.names.qualified_name(built.func, assigns[0].scope, strict=False) or ""
@@ -2398,17 +2401,6 @@ def _keyword_argument(value: cst.BaseExpression, owner: _Class, method: str) -> 
     return key
 
 
-def _peel_device_moves(value: cst.BaseExpression) -> cst.BaseExpression:
-    """``model.to(device)`` / ``model.cuda()`` → ``model``."""
-    while (
-        isinstance(value, cst.Call)
-        and isinstance(value.func, cst.Attribute)
-        and value.func.attr.value in {"to", "cuda"}
-    ):
-        value = value.func.value
-    return value
-
-
 def _peel_modes(value: cst.BaseExpression) -> cst.BaseExpression:
     """``model.eval()`` → ``model``: the module under calls that return it."""
     while (
@@ -2418,15 +2410,6 @@ def _peel_modes(value: cst.BaseExpression) -> cst.BaseExpression:
     ):
         value = value.func.value
     return value
-
-
-def _moves_to_device(value: cst.BaseExpression) -> bool:
-    return (
-        isinstance(value, cst.Call)
-        and isinstance(value.func, cst.Attribute)
-        and value.func.attr.value in {"to", "cuda"}
-        and isinstance(value.func.value, cst.Call)
-    )
 
 
 def _is_backward(node: cst.Call) -> bool:
@@ -2497,3 +2480,8 @@ def analyse(module: cst.Module, source: str | bytes | None = None, seeds: Progra
             source if source is not None else module.code, module.encoding, "OutOfMemoryError"
         )
     return facts
+
+
+def _moves_a_construction(value: cst.BaseExpression) -> bool:
+    """``Net().to(device)``, ``Net().cuda()``: a construction moved where it is made."""
+    return is_move(value) and isinstance(value.func.value, cst.Call)  # type: ignore[attr-defined]

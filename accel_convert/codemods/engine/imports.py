@@ -11,6 +11,7 @@ from typing import cast
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
+from accel_convert.codemods.engine.model import ImportStyle
 from accel_convert.codemods.engine.syntax import first_statement_index
 
 
@@ -31,20 +32,33 @@ def imports_from(module: cst.Module, package: str, name: str) -> bool:
     return False
 
 
-def add_import(module: cst.Module, line: cst.SimpleStatementLine) -> cst.Module:
+def add_import(module: cst.Module, line: cst.SimpleStatementLine, style: ImportStyle | None = None) -> cst.Module:
     """Add ``line`` (one import) where isort and ruff's ``I001`` would put it, so that a script
     whose imports were sorted stays sorted: into the ``from X import ...`` of the same module
     when there is one on a single line; else at its sorted place in the group of imports that
     holds torch's (the third-party section: ``import`` lines first, then ``from`` lines, each by
-    module name). Imports not sorted that way get it after the module's leading imports."""
+    module name). Imports not sorted that way get it after the module's leading imports.
+
+    ``style``, the project's own settings: with ``force_single_line`` nothing is merged (one
+    name a line, sorted by module then name); a module of ``known_first_party`` goes into the
+    first-party section (a new one after torch's when there is none); the line written (new or
+    merged) is wrapped as the project wraps imports when longer than ``line_length``."""
     body: list[cst.BaseStatement] = list(module.body)
     new = line.body[0]
-    merged = _merged_into_existing(body, new)
+    merged = None if style is not None and style.force_single_line else _merged_into_existing(body, new, style)
     if merged is not None:
         return module.with_changes(body=merged)
+    line = _wrapped(line, style)
     root = _module_name(cast(cst.Import | cst.ImportFrom, new)).split(".")[0]
-    standard = root in sys.stdlib_module_names
-    group = _import_group(body, _is_standard_library) if standard else None
+    first_party = style is not None and root in style.known_first_party
+    standard = root in sys.stdlib_module_names and not first_party
+    if first_party:
+        assert style is not None
+        group = _import_group(body, lambda name: name.split(".")[0] in style.known_first_party)
+        if group is None:
+            return _new_section(module, body, line)
+    else:
+        group = _import_group(body, _is_standard_library) if standard else None
     if standard and group is None:
         # No standard-library section yet: it becomes the first, a blank line above the rest.
         start = first_statement_index(body)
@@ -53,10 +67,10 @@ def add_import(module: cst.Module, line: cst.SimpleStatementLine) -> cst.Module:
             body.insert(start, line.with_changes(leading_lines=first.leading_lines))
             body[start + 1] = first.with_changes(leading_lines=[cst.EmptyLine()])
             return module.with_changes(body=body)
-    group = group or _import_group(body, lambda name: name == "torch" or name.startswith("torch."))
-    if group is not None and _is_sorted(body[group.start : group.stop]):
-        keys = [_sort_key(cast(cst.SimpleStatementLine, body[i]).body[0]) for i in group]
-        insert_at = group.start + bisect.bisect_right(keys, _sort_key(new))
+    group = group or _import_group(body, _is_torch)
+    if group is not None and _is_sorted(body[group.start : group.stop], style):
+        keys = [_sort_key(cast(cst.SimpleStatementLine, body[i]).body[0], style) for i in group]
+        insert_at = group.start + bisect.bisect_right(keys, _sort_key(new, style))
         if insert_at == group.start:  # the group's blank line above now goes above the new line
             first = cast(cst.SimpleStatementLine, body[insert_at])
             line = line.with_changes(leading_lines=first.leading_lines)
@@ -74,6 +88,54 @@ def add_import(module: cst.Module, line: cst.SimpleStatementLine) -> cst.Module:
     return module.with_changes(body=body)
 
 
+def _is_torch(name: str) -> bool:
+    return name == "torch" or name.startswith("torch.")
+
+
+def _new_section(module: cst.Module, body: list[cst.BaseStatement], line: cst.SimpleStatementLine) -> cst.Module:
+    """A first-party import where the module has no first-party section: a section of its own,
+    a blank line above, after the third-party section (torch's), else after the leading imports."""
+    group = _import_group(body, _is_torch)
+    if group is None:
+        start = first_statement_index(body)
+        end = start
+        while end < len(body) and _is_import_line(body[end]):
+            end += 1
+        group = range(start, end)
+    if not group:
+        body.insert(group.start, line)
+        return module.with_changes(body=body)
+    body.insert(group.stop, line.with_changes(leading_lines=[cst.EmptyLine()]))
+    return module.with_changes(body=body)
+
+
+def _wrapped(line: cst.SimpleStatementLine, style: ImportStyle | None) -> cst.SimpleStatementLine:
+    """A one-line ``from`` import longer than the project's line length, wrapped as its import
+    sorter wraps it (ruff and isort's black profile: a name a line with a trailing comma; isort's
+    default grid: names filled in after the parenthesis)."""
+    node = line.body[0]
+    if style is None or not isinstance(node, cst.ImportFrom) or isinstance(node.names, cst.ImportStar):
+        return line
+    code = cst.Module(body=[line]).code.rstrip("\n")
+    if len(code) <= style.line_length or node.lpar is not None or node.relative or node.module is None:
+        return line
+    names = [alias.evaluated_name + (f" as {alias.evaluated_alias}" if alias.asname else "") for alias in node.names]
+    head = f"from {_module_name(node)} import ("
+    if style.wrap == "vertical":
+        text = head + "\n" + "".join(f"    {name},\n" for name in names) + ")"
+    else:
+        rows: list[str] = []
+        for name in names:
+            if rows and len(rows[-1]) + len(", ") + len(name) + 1 <= style.line_length:
+                rows[-1] += f", {name}"
+            else:
+                rows.append((head if not rows else " " * len(head)) + name)
+        text = ",\n".join(rows) + ")"
+    wrapped = cst.parse_statement(text + "\n")
+    assert isinstance(wrapped, cst.SimpleStatementLine)
+    return wrapped.with_changes(leading_lines=line.leading_lines)
+
+
 def _is_import_line(node: cst.BaseStatement) -> bool:
     return isinstance(node, cst.SimpleStatementLine) and all(
         isinstance(small, (cst.Import, cst.ImportFrom)) for small in node.body
@@ -88,11 +150,20 @@ def _module_name(node: cst.Import | cst.ImportFrom) -> str:
     return get_full_name_for_node(node.module) or ""
 
 
-def _sort_key(node: cst.BaseSmallStatement) -> tuple[int, str]:
+def _sort_key(node: cst.BaseSmallStatement, style: ImportStyle | None = None) -> tuple[int, str, tuple[int, str]]:
     """isort's and ruff's default order within a section: ``import`` lines before ``from``
-    lines, each by module name, case-insensitively."""
+    lines, each by module name, case-insensitively (with ``force_single_line``, one ``from``
+    line per name: then by the name too)."""
     assert isinstance(node, (cst.Import, cst.ImportFrom))
-    return (0 if isinstance(node, cst.Import) else 1, _module_name(node).lower())
+    name = (0, "")
+    if (
+        style is not None
+        and style.force_single_line
+        and isinstance(node, cst.ImportFrom)
+        and not isinstance(node.names, cst.ImportStar)
+    ):
+        name = _name_key(node.names[0].evaluated_name)
+    return (0 if isinstance(node, cst.Import) else 1, _module_name(node).lower(), name)
 
 
 def _name_key(name: str) -> tuple[int, str]:
@@ -126,7 +197,7 @@ def _import_group(body: Sequence[cst.BaseStatement], wanted: Callable[[str], boo
     return None
 
 
-def _is_sorted(lines: Sequence[cst.BaseStatement]) -> bool:
+def _is_sorted(lines: Sequence[cst.BaseStatement], style: ImportStyle | None = None) -> bool:
     keys = []
     for line in lines:
         statement = cast(cst.SimpleStatementLine, line)
@@ -137,11 +208,13 @@ def _is_sorted(lines: Sequence[cst.BaseStatement]) -> bool:
             return False  # ``import os, sys``: isort would split it first
         if isinstance(small, cst.ImportFrom) and (small.relative or isinstance(small.names, cst.ImportStar)):
             return False
-        keys.append(_sort_key(small))
+        keys.append(_sort_key(small, style))
     return keys == sorted(keys)
 
 
-def _merged_into_existing(body: list[cst.BaseStatement], new: cst.BaseSmallStatement) -> list[cst.BaseStatement] | None:
+def _merged_into_existing(
+    body: list[cst.BaseStatement], new: cst.BaseSmallStatement, style: ImportStyle | None = None
+) -> list[cst.BaseStatement] | None:
     """``body`` with ``new``'s names added to a one-line ``from`` import of the same module
     (isort merges them), or None when there is none to add them to."""
     if not isinstance(new, cst.ImportFrom) or isinstance(new.names, cst.ImportStar):
@@ -171,7 +244,7 @@ def _merged_into_existing(body: list[cst.BaseStatement], new: cst.BaseSmallState
             )
             for i, name in enumerate(combined)
         ]
-        body[index] = line.with_changes(body=[old.with_changes(names=aliases)])
+        body[index] = _wrapped(line.with_changes(body=[old.with_changes(names=aliases)]), style)
         return body
     return None
 

@@ -40,6 +40,22 @@ class Change:
 
 
 @dataclass(frozen=True)
+class ImportStyle:
+    """How the project sorts its imports (its ``[tool.ruff]``/``[tool.isort]`` settings, read by
+    the converter): what decides where and how an import a rewrite adds is written."""
+
+    #: ``force-single-line``: one name per ``from`` import, never merged into another.
+    force_single_line: bool = False
+    #: ``known-first-party``: modules of the first-party section (after the third-party one).
+    known_first_party: tuple[str, ...] = ()
+    #: A new or merged import line longer than this is wrapped in parentheses.
+    line_length: int = 88
+    #: How it is wrapped: ``vertical`` (ruff, isort's black profile: one name a line, trailing
+    #: comma) or ``grid`` (isort's default: names filled in after the parenthesis).
+    wrap: Literal["vertical", "grid"] = "vertical"
+
+
+@dataclass(frozen=True)
 class Options:
     """What the user asked for; the CLI builds it from flags and ``[tool.accel-convert]``."""
 
@@ -50,6 +66,11 @@ class Options:
     #: Code prefixes to run only (empty: all) and to skip, as ruff's --select/--ignore.
     select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
+    #: Notebooks only (converter.launcher_cells): training written at the top level becomes one
+    #: function, started by a ``notebook_launcher`` cell on this many processes (None: as it is).
+    launcher_processes: int | None = None
+    #: The project's import sorting (None: isort's and ruff's defaults, no wrapping).
+    import_style: ImportStyle | None = None
 
     def enabled(self, code: str) -> bool:
         """Whether a code is switched on; the longest matching prefix wins, as in ruff."""

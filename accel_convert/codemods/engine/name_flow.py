@@ -84,6 +84,12 @@ def name_flow_problems(original: ast.Module, converted: ast.Module) -> list[Name
     return sorted(problems, key=lambda problem: (problem.line, problem.column, problem.name))
 
 
+def possibly_unbound_reads(module: ast.Module) -> dict[tuple[str, str], list[tuple[int, int]]]:
+    """(scope, name) → the positions of the module's reads of ``name`` in ``scope`` that may
+    come before it is bound (what :func:`name_flow_problems` compares)."""
+    return {key: list(reads) for key, reads in _ModuleFlow(module).run().items()}
+
+
 def program_argument_problems(
     originals: Mapping[str, ast.Module], converted: Mapping[str, ast.Module], packages: frozenset[str] = frozenset()
 ) -> dict[str, list[NameFlowProblem]]:

@@ -1,27 +1,35 @@
-"""The rules, in the order they run, and the documentation generated from them.
+"""The rewrites, in the order they run, the checks, and the documentation generated from them.
 
-The order is fixed: each rule may rely on what the previous ones wrote — the device rule on the
-accelerator existing, prepare on the moves being gone, the AMP rule on ``accelerator.backward``...
-``pass_accelerator`` runs after every rewrite: it gives every module-level function that now uses
-the accelerator an ``accelerator`` parameter, whichever rule introduced the use.
+Rewrites (``codemods/rewrites/``) change the script, and their order is fixed: each may rely on
+what the previous ones wrote — the device rule on the accelerator existing, prepare on the moves
+being gone, the AMP rule on ``accelerator.backward``... ``pass_accelerator`` runs after every
+rewrite: it gives every module-level function that now uses the accelerator an ``accelerator``
+parameter, whichever rule introduced the use.
 
-Adding a rule: write ``codemods/rules/<name>.py`` (one :class:`~codemods.engine.rule.Rule`
-subclass, its docstring and examples), add ``<name>`` to :data:`RULE_MODULES` at its place in
+Checks (``codemods/checks/``) only report (``ACC9xx``) and never change the tree: they are found
+by scanning the folder and run after every rewrite, on the converted tree, so their order does
+not matter.
+
+Adding a rewrite: write ``codemods/rewrites/<name>.py`` (one :class:`~codemods.engine.rule.Rule`
+subclass, its docstring and examples), add ``<name>`` to :data:`REWRITE_MODULES` at its place in
 the order, and add its fixture(s). A name without a module is an error, never skipped.
+Adding a check: write ``codemods/checks/<name>.py`` with its examples (what it flags and what it
+leaves alone); nothing else.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import pkgutil
 import re
 from dataclasses import dataclass
 from functools import cache
 
 from accel_convert.codemods.engine.rule import Example, Rule
 
-#: Module names under ``codemods/rules/``, in run order.
-RULE_MODULES: tuple[str, ...] = (
+#: Module names under ``codemods/rewrites/``, in run order.
+REWRITE_MODULES: tuple[str, ...] = (
     "accelerator",
     "dataparallel",
     "device",
@@ -37,7 +45,6 @@ RULE_MODULES: tuple[str, ...] = (
     "printing",
     "amp",
     "accumulate",
-    "per_batch_files",
     "metrics",
     # After metrics (which gathers in evaluation loops over prepared loaders, never over a dict's).
     "loader_dict",
@@ -54,19 +61,8 @@ RULE_MODULES: tuple[str, ...] = (
     # with no use of the accelerator gets no accelerator parameter.
     "unused_device",
     "pass_accelerator",
-    "no_dataloader",
-    # Before unseeded_random, which reports the draws it could not make agree (ACC923).
+    # Before the checks: unseeded-random reports the draws it could not make agree (ACC923).
     "agreed_random",
-    "unseeded_random",
-    "rank_dependent_schedule",
-    "sharded_update_bn",
-    "device_count",
-    "packed_lengths",
-    "rank_local_average",
-    "already_distributed",
-    "model_trains_itself",
-    "keyboard_interrupt",
-    "out_of_memory_handler",
 )
 
 
@@ -100,15 +96,29 @@ class CodeDoc:
 
 @cache
 def all_rules() -> list[type[Rule]]:
-    """Every rule class, in run order; a module listed but missing is an error."""
-    found: list[type[Rule]] = []
-    for name in RULE_MODULES:
-        module = importlib.import_module(f"accel_convert.codemods.rules.{name}")
-        rules = _rule_classes(module)
-        if len(rules) != 1:
-            raise TypeError(f"codemods/rules/{name}.py must define exactly one Rule, found {len(rules)}")
-        found.extend(rules)
-    return found
+    """Every rule class: the rewrites in run order, then the checks (by code); a rewrite listed
+    but missing is an error."""
+    rewrites = [_the_rule_of("rewrites", name) for name in REWRITE_MODULES]
+    checks = [_the_rule_of("checks", name) for name in check_modules()]
+    for check in checks:
+        if not check.reports_only():
+            raise TypeError(f"codemods/checks/{check.__module__.rpartition('.')[2]}.py: a check only reports (ACC9xx)")
+    return rewrites + sorted(checks, key=lambda check: check.code)
+
+
+def check_modules() -> list[str]:
+    """The module names under ``codemods/checks/``: every module there is a check."""
+    from accel_convert.codemods import checks
+
+    return sorted(info.name for info in pkgutil.iter_modules(checks.__path__) if not info.name.startswith("_"))
+
+
+def _the_rule_of(folder: str, name: str) -> type[Rule]:
+    module = importlib.import_module(f"accel_convert.codemods.{folder}.{name}")
+    rules = _rule_classes(module)
+    if len(rules) != 1:
+        raise TypeError(f"codemods/{folder}/{name}.py must define exactly one Rule, found {len(rules)}")
+    return rules[0]
 
 
 def _rule_classes(module: object) -> list[type[Rule]]:

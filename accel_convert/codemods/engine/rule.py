@@ -1,7 +1,8 @@
 """What a rule is: a code, a name, a cheap test, a transform, and its documented examples.
 
-A rule is one module in ``codemods/rules/`` holding one :class:`Rule` subclass; it imports the
-engine only, never another rule. Its module docstring is its documentation::
+A rule is one module holding one :class:`Rule` subclass: a rewrite in ``codemods/rewrites/`` (run
+in the registry's order) or a check in ``codemods/checks/`` (reports only, found by scanning the
+folder). It imports the engine only, never another rule. Its module docstring is its documentation::
 
     ACC105 backward: route every ``X.backward(...)`` through the accelerator.
 

@@ -87,16 +87,40 @@ class _NameGatherer(cst.CSTVisitor):
             self.found.add(path)
 
 
-def target_names(target: cst.BaseExpression) -> tuple[str, ...]:
-    """Names bound by an assignment or loop target, in order."""
+def target_names(target: cst.BaseExpression, *, plain: bool = False) -> tuple[str, ...]:
+    """Names bound by an assignment or loop target, in order: attribute paths too
+    (``self.model``), or with ``plain`` only plain names (not ``self.x`` or ``a[i]``)."""
     if isinstance(target, cst.Name):
         return (target.value,)
     if isinstance(target, (cst.Tuple, cst.List)):
-        return tuple(name for element in target.elements for name in target_names(element.value))
+        return tuple(name for element in target.elements for name in target_names(element.value, plain=plain))
     if isinstance(target, cst.StarredElement):
-        return target_names(target.value)
+        return target_names(target.value, plain=plain)
     path = dotted(target)
-    return (path,) if path is not None else ()
+    return (path,) if path is not None and not plain else ()
+
+
+def bound_by(node: cst.CSTNode) -> tuple[str, ...]:
+    """The names one assignment-like node binds: ``=``, ``+=``, an annotated assignment, a ``for``
+    target (nothing for other nodes)."""
+    if isinstance(node, cst.Assign):
+        return tuple(name for target in node.targets for name in target_names(target.target))
+    if isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+        return target_names(node.target)
+    if isinstance(node, cst.For):
+        return target_names(node.target)
+    return ()
+
+
+def binds_locally(function: cst.FunctionDef, name: str, *, top_level_only: bool = False) -> bool:
+    """Whether ``name`` is local to ``function``: a parameter (``*args``/``**kwargs`` too) or a
+    name its body binds; ``top_level_only`` looks at the body's own ``name = ...`` lines only."""
+    params = function.params
+    stars = [param.name.value for param in (params.star_arg, params.star_kwarg) if isinstance(param, cst.Param)]
+    if name in parameter_names(function) or name in stars:
+        return True
+    body = body_statements(function)
+    return assigns_at_top(body, name) if top_level_only else name in names_bound(body)
 
 
 #: Attributes of a tensor that are Python numbers (or a tuple of them): its sizes.

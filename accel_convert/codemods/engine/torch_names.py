@@ -95,6 +95,10 @@ DEVICE_TYPE_PARAMETERS = {
     "torch.GradScaler": "device",
 }
 DEVICE_TYPE_KEYWORD = "device_type"
+#: Calls that make a device object.
+DEVICE_CONSTRUCTORS = frozenset({"torch.device", "torch.accelerator.current_accelerator"})
+#: Tensor and module methods that move to a device: ``x.to(device)``, ``model.cuda()``, ``.cpu()``.
+DEVICE_MOVE_METHODS = frozenset({"to", "cuda", "cpu"})
 #: The device types a script compares its device string with (``device == "cuda"``).
 DEVICE_TYPES = frozenset({"cuda", "cpu", "mps", "xpu"})
 #: Qualified name of a clipping function → the accelerator's method that replaces it.

@@ -36,6 +36,7 @@ from accel_convert.codemods.engine.syntax import (
     Statement,
     as_statement,
     as_statements,
+    binds_locally,
     binds_name,
     body_statements,
     class_methods,
@@ -615,7 +616,7 @@ def _replace_region(module: cst.Module, region: _Region, wrapped: list[cst.BaseS
 def _add_import(module: cst.Module, facts: ScriptFacts, options: Options) -> cst.Module:
     """``find_executable_batch_size`` imported beside ``Accelerator`` (where isort would put it)."""
     line = cast(cst.SimpleStatementLine, cst.parse_statement(f"from {options.accelerate_module} import {DECORATOR}"))
-    return add_import(module, line)
+    return add_import(module, line, options.import_style)
 
 
 # ---- reports and small helpers ------------------------------------------------------------------
@@ -638,19 +639,9 @@ def _uses_outside(
             continue
         functions = [statement] if isinstance(statement, cst.FunctionDef) else class_methods(statement)
         for function in functions:
-            if name is None or not _has_local(function, name):
+            if name is None or not binds_locally(function, name):
                 walk(function, finder)
     return finder.sites
-
-
-def _has_local(function: cst.FunctionDef, name: str) -> bool:
-    """Whether ``name`` is a parameter of the function or a name its body binds."""
-    params = function.params
-    stars = [param.name.value for param in (params.star_arg, params.star_kwarg) if isinstance(param, cst.Param)]
-    if name in parameter_names(function) or name in stars:
-        return True
-    body = function.body.body if isinstance(function.body, cst.IndentedBlock) else [function.body]
-    return name in names_bound(body)
 
 
 class _ExpressionSites(cst.CSTVisitor):

@@ -26,7 +26,7 @@ from accel_convert.codemods.engine.accelerator_code import is_accelerator_method
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import dotted, nodes_in, target_names
+from accel_convert.codemods.engine.syntax import bound_by, dotted, nodes_in
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.engine.walk import variables_read
 
@@ -110,12 +110,12 @@ class _RecountAfterPrepare(RuleTransformer):
                     continue
                 # A count or a loader rebound by another statement: what was counted is no
                 # longer what the prepare receives (counts may read one another: drop them all).
-                bound = {n for node in nodes_in(statements[before]) for n in _bound_by(node)}
+                bound = {n for node in nodes_in(statements[before]) for n in bound_by(node)}
                 if bound & (set(counts) | loaders):
                     counts.clear()
             # A count the block assigns again after the prepare (this rule's own copy, once
             # converted) is left alone.
-            later = {n for after in statements[index + 1 :] for node in nodes_in(after) for n in _bound_by(node)}
+            later = {n for after in statements[index + 1 :] for node in nodes_in(after) for n in bound_by(node)}
             # Kept: counts read after the prepare, and the counts those are computed from.
             kept: list[int] = []
             needed: set[str] = set()
@@ -141,17 +141,6 @@ class _RecountAfterPrepare(RuleTransformer):
             repeated[0] = repeated[0].with_changes(leading_lines=[comment])
             return [*statements[: index + 1], *repeated, *statements[index + 1 :]]
         return None
-
-
-def _bound_by(node: cst.CSTNode) -> tuple[str, ...]:
-    """The names an assignment-like node binds (nothing for other nodes)."""
-    if isinstance(node, cst.Assign):
-        return tuple(name for target in node.targets for name in target_names(target.target))
-    if isinstance(node, (cst.AugAssign, cst.AnnAssign)):
-        return target_names(node.target)
-    if isinstance(node, cst.For):
-        return target_names(node.target)
-    return ()
 
 
 def expression_of(statement: cst.BaseStatement) -> str:

@@ -241,7 +241,7 @@ class Accelerator(Rule):
         names = ["Accelerator", *(["FullyShardedDataParallelPlugin"] if options.fsdp else [])]
         for name in names:
             if not imports_from(converted, options.accelerate_module, name):
-                with_import = add_import(converted, import_statement(options, name))
+                with_import = add_import(converted, import_statement(options, name), options.import_style)
                 facts.origins.carry(converted, with_import)
                 converted = with_import
         return converted, transformer.changes(module)

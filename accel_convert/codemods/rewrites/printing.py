@@ -352,5 +352,7 @@ class Printing(Rule):
             by_rank += levels.by_rank
             changes = [*changes, *levels.changes(walked)]
         if by_rank and not imports_module(converted, "os"):
-            converted = add_import(converted, cast(cst.SimpleStatementLine, statement("import os")))
+            converted = add_import(
+                converted, cast(cst.SimpleStatementLine, statement("import os")), options.import_style
+            )
         return converted, changes

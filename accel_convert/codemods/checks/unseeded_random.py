@@ -28,13 +28,12 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.random_draws import agreed_names, is_draw, is_seeding_call, unseeded_draw
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import calls_in, dotted, expression_code, is_main_guard
+from accel_convert.codemods.engine.syntax import calls_in, expression_code, is_main_guard
 from accel_convert.codemods.engine.torch_names import (
     IN_PLACE_SHUFFLES,
-    NUMPY_RANDOM_NOT_DRAWS,
     RANDOM_SPLITS,
-    RANDOM_TENSOR_FUNCTIONS,
     TORCH_ONLY_SEEDS,
 )
 from accel_convert.codemods.engine.walk import module_nodes
@@ -112,7 +111,7 @@ class UnseededRandomData(Rule):
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return facts.has_accelerator and any(
-            _is_draw(qualified) or qualified in RANDOM_SPLITS or qualified in IN_PLACE_SHUFFLES
+            is_draw(qualified) or qualified in RANDOM_SPLITS or qualified in IN_PLACE_SHUFFLES
             for qualified in facts.called
         )
 
@@ -160,26 +159,6 @@ def _shuffle_message(call: cst.Call) -> str:
     return SHUFFLE_MESSAGE.format(function=expression_code(call.func))
 
 
-def agreed_names(module: cst.Module) -> set[str]:
-    """Names a module-level ``W, b = broadcast_object_list([W, b])`` (or ``W =
-    broadcast_object_list([W])[0]``) makes the same on every process (ACC124 agreed-random
-    wrote it, or the script's author)."""
-    names: set[str] = set()
-    for statement in module.body:
-        if not isinstance(statement, cst.SimpleStatementLine):
-            continue
-        for small in statement.body:
-            if not isinstance(small, cst.Assign):
-                continue
-            value = small.value.value if isinstance(small.value, cst.Subscript) else small.value
-            if isinstance(value, cst.Call) and (dotted(value.func) or "").rpartition(".")[2] == "broadcast_object_list":
-                for target in small.targets:
-                    node = target.target
-                    elements = [e.value for e in node.elements] if isinstance(node, (cst.Tuple, cst.List)) else [node]
-                    names.update(e.value for e in elements if isinstance(e, cst.Name))
-    return names
-
-
 def _report_draws(
     statements: Sequence[cst.BaseStatement],
     facts: ScriptFacts,
@@ -222,24 +201,3 @@ def _report_draws(
             )
             changes.append(report_at(site, UnseededRandomData.code, message))
     return seeded
-
-
-def is_seeding_call(call: cst.Call, facts: ScriptFacts) -> bool:
-    """A call of a library function (``torch.manual_seed``, accelerate's ``set_seed``,
-    ``np.random.seed``) or of a plain-named function (the script's own ``set_seed(42)``) whose
-    name says seed; a generator's own ``g.manual_seed(1)`` seeds only that generator."""
-    name = facts.qualified_name(call.func) or (call.func.value if isinstance(call.func, cst.Name) else "")
-    return "seed" in name.rpartition(".")[2]
-
-
-def _is_draw(qualified: str) -> bool:
-    return qualified in RANDOM_TENSOR_FUNCTIONS or (
-        qualified.startswith("numpy.random.") and qualified not in NUMPY_RANDOM_NOT_DRAWS
-    )
-
-
-def unseeded_draw(call: cst.Call, facts: ScriptFacts) -> bool:
-    """A draw from the global generator (not one given its own ``generator=``)."""
-    if any(arg.keyword is not None and arg.keyword.value == "generator" for arg in call.args):
-        return False
-    return _is_draw(facts.qualified_name(call.func) or "")

@@ -28,10 +28,10 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.imports import add_import
 from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.random_draws import agreed_names, is_seeding_call, unseeded_draw
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import binds_name, calls_in, name_assigned
 from accel_convert.codemods.engine.walk import variables_read
-from accel_convert.codemods.rules.unseeded_random import agreed_names, is_seeding_call, unseeded_draw
 
 FUNCTION = "broadcast_object_list"
 
@@ -186,6 +186,7 @@ class AgreedRandom(Rule):
                 cst.SimpleStatementLine,
                 cst.parse_statement(f"from {options.accelerate_module}.utils import {FUNCTION}"),
             ),
+            options.import_style,
         )
         changes = []
         for name in agreed:

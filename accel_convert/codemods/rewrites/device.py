@@ -34,6 +34,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_name
 from accel_convert.codemods.engine.accelerator_creation import creates_accelerator
+from accel_convert.codemods.engine.devices import names_device
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options, Site
@@ -116,17 +117,6 @@ class _Device(RuleTransformer):
         self._elifs: set[int] = set()
 
     # -- what is what ---------------------------------------------------------------------------
-
-    def is_device(self, node: cst.BaseExpression) -> bool:
-        name = dotted(node)
-        if name is not None:
-            return name in self.facts.device_names or name == self.device_expr or name in self.gpu_indices
-        if isinstance(node, cst.SimpleString):
-            value = node.evaluated_value
-            return isinstance(value, str) and value.startswith("cuda")
-        if isinstance(node, cst.Call):
-            return self.qualified_name(node.func) in {"torch.device", "torch.accelerator.current_accelerator"}
-        return False
 
     def batch_names(self) -> set[str]:
         names = set(self.facts.batch_names_by_function.get(self.function, ()))
@@ -278,7 +268,7 @@ class _Device(RuleTransformer):
         ``torch.load(path, map_location="cuda:0")``: a fixed GPU (the first, or the index once
         given to ``torch.cuda.set_device``, which is gone), so the same GPU on every rank; it
         becomes this process's ``accelerator.device``."""
-        fixed = [arg for arg in call.args if _names_device(arg) and self._fixed_gpu(arg.value)]
+        fixed = [arg for arg in call.args if _device_keyword(arg) and self._fixed_gpu(arg.value)]
         if not fixed:
             return call
         written = expression_code(fixed[0].value)
@@ -328,8 +318,14 @@ class _Device(RuleTransformer):
 
     def _is_device_arg(self, arg: cst.Arg, call: cst.Call) -> bool:
         if arg.keyword is not None:
-            return arg.keyword.value == "device" and self.is_device(arg.value)
-        return arg is call.args[0] and not arg.star and self.is_device(arg.value)
+            return arg.keyword.value == "device" and names_device(
+                arg.value, self.facts, also={self.device_expr, *self.gpu_indices}
+            )
+        return (
+            arg is call.args[0]
+            and not arg.star
+            and names_device(arg.value, self.facts, also={self.device_expr, *self.gpu_indices})
+        )
 
     def _cuda(self, original: cst.Call, call: cst.Call, receiver: cst.BaseExpression) -> cst.BaseExpression:
         if self.qualified_name(receiver) is not None:
@@ -1234,7 +1230,7 @@ def _is_device_type_literal(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.SimpleString) and node.evaluated_value in DEVICE_TYPES
 
 
-def _names_device(arg: cst.Arg) -> bool:
+def _device_keyword(arg: cst.Arg) -> bool:
     """``device=`` of a factory or an iterator, ``map_location=`` of ``torch.load``."""
     return arg.keyword is not None and arg.keyword.value in ("device", "map_location")
 

@@ -2076,12 +2076,7 @@ def _loop_over_loader(node: cst.For, facts: ScriptFacts) -> tuple[str, ...] | No
         return None
     if enumerated and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
         target = target.elements[1].value
-    return tuple(_bound_names(target))
-
-
-def _bound_names(target: cst.BaseExpression) -> list[str]:
-    """The plain names a target binds (not ``self.x`` or ``a[i]``)."""
-    return [name for name in target_names(target) if "." not in name]
+    return tuple(target_names(target, plain=True))
 
 
 def _is_backward(node: cst.CSTNode, facts: ScriptFacts) -> bool:
@@ -2242,7 +2237,7 @@ def _find_forward(
         if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
             assign = statement.body[0]
             if isinstance(assign, cst.Assign) and _is_model_call(assign.value, facts):
-                names = [n for t in assign.targets for n in _bound_names(t.target)]
+                names = [n for t in assign.targets for n in target_names(t.target, plain=True)]
                 if len(assign.targets) == 1 and names:
                     return statement, tuple(names)
         elif isinstance(statement, cst.With) and isinstance(statement.body, cst.IndentedBlock):
@@ -2942,7 +2937,7 @@ def _unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode
             else:
                 pairs = [(target, value)]
             for bound, source in pairs:
-                names = [name for name in _bound_names(bound) if name not in batch]
+                names = [name for name in target_names(bound, plain=True) if name not in batch]
                 counted = rows_counted(source)
                 reads = variables_read(source)
                 if counted in known or (_python_value(source) and reads & (known | set(found.recomputed))):
@@ -2976,7 +2971,7 @@ def _sizes_summed_after(
             before = False
         for node in nodes_in(statement):
             if before and isinstance(node, cst.Assign) and is_host_number(node.value) and names_in(node.value) & batch:
-                sizes.update(name for target in node.targets for name in _bound_names(target.target))
+                sizes.update(name for target in node.targets for name in target_names(target.target, plain=True))
             elif not before and isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign):
                 read = sorted(names_in(node.value) & sizes)
                 if read:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import is_accelerator_method, prepare_statement
+from accel_convert.codemods.engine.devices import is_move
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
@@ -267,7 +268,7 @@ class _Prepare(HomeBlockTransformer):
             if target.value in self.facts.models_prepared_where_built:
                 continue  # prepared right after this line
             value = assign.value
-            if not isinstance(value, cst.Call) or _moves(value) or not self._constructs_model(value):
+            if not isinstance(value, cst.Call) or is_move(value) or not self._constructs_model(value):
                 continue
             self.report(
                 node,
@@ -547,9 +548,3 @@ def _bound_on_every_path(node: cst.BaseStatement, name: str) -> bool:
             return _bound_on_every_path(orelse, name)
         return orelse is not None and name in assigned_in(orelse.body)
     return not isinstance(node, (cst.Try, cst.For, cst.While, cst.With)) or isinstance(node, cst.With)
-
-
-def _moves(call: cst.Call) -> bool:
-    """``Net().to(device)``, ``Net().cuda()``: a construction that already places the model."""
-    func = call.func
-    return isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda", "cpu")

@@ -34,14 +34,12 @@ from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, R
 from accel_convert.codemods.engine.signatures import parameter_index, with_argument, with_parameter
 from accel_convert.codemods.engine.syntax import (
     assigned_in,
-    assigns_at_top,
-    body_statements,
+    binds_locally,
     calls_in,
     class_methods,
     dotted,
     first_statement_index,
     instance_parameter,
-    parameter_names,
     statement,
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
@@ -114,7 +112,7 @@ def _plan(node: cst.ClassDef, accelerator: str, facts: ScriptFacts) -> _ClassPla
             plan.init_index = index
         uses = _AcceleratorUses(accelerator, f"{instance}.{accelerator}")
         walk(method.body, uses)
-        if uses.instance_attribute or (uses.variable and not _binds(method, accelerator)):
+        if uses.instance_attribute or (uses.variable and not binds_locally(method, accelerator, top_level_only=True)):
             plan.uses_accelerator = True
     return plan
 
@@ -131,10 +129,6 @@ def _ancestors(name: str, plans: dict[str, _ClassPlan]) -> set[str]:
     return found
 
 
-def _binds(method: cst.FunctionDef, name: str) -> bool:
-    return name in parameter_names(method) or assigns_at_top(body_statements(method), name)
-
-
 class _GiveAccelerator(RuleTransformer):
     def __init__(self, facts: ScriptFacts, plans: dict[str, _ClassPlan], lines: set[int]) -> None:
         super().__init__(facts, lines)
@@ -146,7 +140,7 @@ class _GiveAccelerator(RuleTransformer):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if len(self.scope) == 2 and self.scope[0] in self.plans:
-            self._local_binding = _binds(node, self.accelerator)
+            self._local_binding = binds_locally(node, self.accelerator, top_level_only=True)
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
@@ -273,7 +267,11 @@ class _GiveAccelerator(RuleTransformer):
         """``__init__(..., accelerator)`` keeping ``self.accelerator``, and the prepare of what
         the class builds itself."""
         instance = instance_parameter(init)
-        if instance is None or not isinstance(init.body, cst.IndentedBlock) or _binds(init, self.accelerator):
+        if (
+            instance is None
+            or not isinstance(init.body, cst.IndentedBlock)
+            or binds_locally(init, self.accelerator, top_level_only=True)
+        ):
             return init
         acc = self.accelerator
         statements = list(init.body.body)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accel_convert.codemods.engine.accelerator_code import accelerator_name, callee_words, unwrap_model
+from accel_convert.codemods.engine.accelerator_code import callee_words, unwrap_model
+from accel_convert.codemods.engine.devices import names_device, peel_moves
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
@@ -137,7 +138,7 @@ class _DataParallelRemover(RuleTransformer):
         if not isinstance(statement, cst.Assign) or len(statement.targets) != 1:
             return False
         target = dotted(statement.targets[0].target)
-        value = _strip_device_moves(statement.value, self.facts)
+        value = peel_moves(statement.value, lambda node: names_device(node, self.facts))
         return target is not None and dotted(value) == target
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
@@ -219,22 +220,3 @@ def _wrapped_module(call: cst.Call) -> cst.BaseExpression | None:
         if arg.keyword is None or arg.keyword.value == "module":
             return arg.value
     return None
-
-
-def _strip_device_moves(value: cst.BaseExpression, facts: ScriptFacts) -> cst.BaseExpression:
-    """``x.cuda()`` / ``x.to(device)`` → ``x``: moves that prepare makes redundant for a model."""
-    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
-        func = value.func
-        method = func.attr.value
-        if method == "cuda":
-            value = func.value
-        elif method == "to" and len(value.args) == 1 and _is_device(value.args[0].value, facts):
-            value = func.value
-        else:
-            break
-    return value
-
-
-def _is_device(node: cst.BaseExpression, facts: ScriptFacts) -> bool:
-    name = dotted(node)
-    return name in facts.device_names or name == f"{accelerator_name(facts)}.device"

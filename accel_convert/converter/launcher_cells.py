@@ -1,0 +1,469 @@
+"""``--launcher``: a notebook whose training is written at its top level, restructured for
+``notebook_launcher``.
+
+``notebook_launcher(function, num_processes=N)`` forks N workers that each run ``function``; the
+``Accelerator`` must be created inside it (one made in the kernel would be copied into every
+worker as a single-process one). Training written cell after cell at the notebook's top level
+has no such function, so the cells are restructured before the usual conversion:
+
+- **Where training starts and ends** comes from the analysis (``codemods.engine.analysis``):
+  it starts at the first top-level statement binding a model, optimizer, scheduler or loader,
+  and ends with the last top-level loop over a loader or call of a function that trains or
+  evaluates. The cells before it (imports, downloading and building the data) stay as they are.
+- **The cells of the training** become one ``def training_function():`` cell, in order. Their
+  imports, functions and classes stay at the top level, where they were (a cell of only such
+  definitions is kept as it is; a mixed cell keeps its definitions, loses its other statements
+  and its outputs), so that helpers like ``train(dataloader, model, ...)`` are converted as a
+  script's helpers are. Markdown cells among them stay, before the function.
+- **The cells after training** that read a name the training binds (``torch.save(model...)``, a
+  prediction with the trained model) move into the function too, with every cell between: the
+  workers are other processes, so nothing the function binds comes back to the kernel
+  (``notebook_launcher`` returns nothing). The others stay after the launcher cell.
+- **The launcher cell** follows the function: ``notebook_launcher(training_function,
+  num_processes=N)``, ``N`` from ``--num-processes`` (default 2, as Accelerate's notebook guide
+  writes it: two GPUs, or two CPU processes on Gloo on a machine without one).
+
+Then the notebook is converted as any notebook is (the accelerator is created inside the
+function, evaluation gathers over every sample, saving happens once...). Nothing is restructured
+— the notebook gets its usual conversion, and a ``notebook-launcher`` warning says why — when:
+the training is already in a function (launch that one), there is no top-level training, a cell
+magic (``%%time``) sits among the training cells, or the restructured program would read a name
+before binding it (a helper reading the training's ``device`` as a global, a definition's
+default argument computed from a training variable): converter's name-flow check, comparing the
+original cells with the converted, restructured ones.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import libcst as cst
+
+from accel_convert.codemods import Options
+from accel_convert.codemods.engine.name_flow import possibly_unbound_reads
+from accel_convert.converter.notebooks import (
+    CellChange,
+    Masks,
+    NotebookConversion,
+    convert_cells,
+    is_cell_magic,
+    unused_name,
+)
+from accel_convert.converter.pipeline import Conversion
+
+#: A top-level statement of a cell, as libcst parses one.
+Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
+#: The code of the warning saying why a notebook was not restructured.
+LAUNCHER_WARNING = "notebook-launcher"
+FUNCTION = "training_function"
+DEFAULT_PROCESSES = 2
+PLACEHOLDER_PREFIX = "__accel_convert"
+
+
+class NotRestructured(Exception):
+    """Why the notebook keeps its layout (said once, as a warning at ``cell``)."""
+
+    def __init__(self, reason: str, cell: int = 1) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.cell = cell
+
+
+def convert_for_launcher(notebook: Any, source: bytes, options: Options, path: str) -> Conversion:
+    """The notebook restructured for ``notebook_launcher`` and converted; where that cannot be
+    done safely, the usual conversion with a warning saying why."""
+    original = copy.deepcopy(notebook)
+    try:
+        restructured = restructure(notebook, options)
+        if restructured is None:  # launched already: converted as it is, nothing to say
+            converted = convert_cells(notebook, options, path)
+            return converted.conversion(notebook, source, path) if converted else Conversion(path, source, source)
+        converted = convert_cells(restructured.notebook, options, path)
+        assert converted is not None  # the training cells mention torch
+        check_name_flow(restructured, converted)
+    except NotRestructured as refusal:
+        converted = convert_cells(original, options, path)
+        warning = CellChange(
+            LAUNCHER_WARNING,
+            f"not restructured for notebook_launcher: {refusal.reason}; converted as it is",
+            1,
+            0,
+            1,
+            0,
+            False,
+            cell=refusal.cell,
+        )
+        if converted is None:
+            return NotebookConversion(path, source, source, (warning,))
+        conversion = converted.conversion(original, source, path)
+        return NotebookConversion(
+            path, source, conversion.output, (warning, *converted.changes), "utf-8", converted.cells
+        )
+    new_notebook = restructured.notebook
+    new_notebook.cells.insert(restructured.launcher_index, launcher_cell(restructured, options))
+    from accel_convert.converter.notebooks import write_notebook
+
+    output = write_notebook(new_notebook, source)
+    whole = Conversion(f"{path}:cells", _code_text(original), _code_text(new_notebook))
+    return NotebookConversion(path, source, output, converted.changes, "utf-8", (whole,))
+
+
+def _code_text(notebook: Any) -> bytes:
+    """The notebook's code cells, one after the other (what ``--diff`` shows of a restructuring)."""
+    codes = [cell.source for cell in notebook.cells if cell.get("cell_type") == "code"]
+    return "".join(code if code.endswith("\n") else code + "\n" for code in codes).encode("utf-8")
+
+
+@dataclass
+class Restructured:
+    notebook: Any
+    #: Index (0-based, in ``notebook.cells``) of the function cell; the launcher cell goes after it.
+    function_index: int
+    #: The original masked code of every code cell (for the name-flow check), in order.
+    original_codes: list[str]
+    masks: Masks
+
+    @property
+    def launcher_index(self) -> int:
+        return self.function_index + 1
+
+
+def launcher_cell(restructured: Restructured, options: Options) -> Any:
+
+    processes = options.launcher_processes or DEFAULT_PROCESSES
+    code = (
+        f"from {options.accelerate_module} import notebook_launcher\n\n"
+        f"notebook_launcher({FUNCTION}, num_processes={processes})"
+    )
+    return _new_cell(restructured.notebook, code, "notebook-launcher")
+
+
+def _new_cell(notebook: Any, code: str, wanted_id: str) -> Any:
+    """A code cell with an id no other cell has (none where the notebook's cells have none)."""
+    from nbformat import v4
+
+    cell = v4.new_code_cell(code)
+    has_ids = any("id" in existing for existing in notebook.cells) or (
+        notebook.get("nbformat_minor", 5) >= 5 and not notebook.cells
+    )
+    if not has_ids:
+        del cell["id"]
+        return cell
+    taken = {existing.get("id") for existing in notebook.cells}
+    identifier = wanted_id
+    while identifier in taken:
+        identifier += "-1"
+    cell["id"] = identifier
+    return cell
+
+
+# -- finding the training ------------------------------------------------------------------------
+
+
+@dataclass
+class _CodeCell:
+    index: int  # in notebook.cells
+    number: int  # 1-based, as positions name cells
+    masked: str
+    module: cst.Module
+    #: Per top-level statement: whether it stays at the top level (an import, def, class).
+    definitions: list[bool]
+    #: Per top-level statement: its CPython tree.
+    trees: list[ast.Module]
+    #: Per top-level statement: its first and last line in the cell (1-based).
+    lines: list[tuple[int, int]]
+
+
+def restructure(notebook: Any, options: Options) -> Restructured | None:
+    """The notebook's cells restructured (a new notebook; ``notebook`` is left as it is), None
+    when it already launches its training; raises :class:`NotRestructured` with the reason."""
+    from accel_convert.codemods.engine.analysis import analyse
+
+    every_code = "".join(
+        cell.source for cell in notebook.cells if cell.get("cell_type") == "code" and isinstance(cell.source, str)
+    )
+    if "notebook_launcher" in every_code:
+        return None
+    masks = Masks(unused_name(PLACEHOLDER_PREFIX + "_ipython", every_code))
+    cells: list[_CodeCell] = []
+    magic_cells: list[int] = []
+    for index, cell in enumerate(notebook.cells):
+        if cell.get("cell_type") != "code" or not isinstance(cell.get("source"), str):
+            continue
+        if is_cell_magic(cell.source):
+            magic_cells.append(index)
+            continue
+        masked, _ = masks.mask(cell.source)
+        if not masked.endswith("\n"):
+            masked += "\n"
+        try:
+            module = cst.parse_module(masked)
+            trees = [ast.parse(module.code_for_node(statement)) for statement in module.body]
+        except (cst.ParserSyntaxError, SyntaxError, ValueError):
+            raise NotRestructured("a cell is not valid Python", index + 1) from None
+        definitions = [_is_definition(statement) for statement in module.body]
+        cells.append(_CodeCell(index, index + 1, masked, module, definitions, trees, _statement_lines(module)))
+    if not cells:
+        raise NotRestructured("the notebook has no code")
+
+    joined = "".join(cell.masked for cell in cells)
+    facts = analyse(cst.parse_module(joined), joined)
+    if facts.home_kind == "main_guard":
+        raise NotRestructured(
+            "the training runs under if __name__ == \"__main__\": (a script's shape, not a notebook's)"
+        )
+    if facts.home_kind != "module":
+        where = facts.main_function or "a function"
+        defining = next(
+            (
+                cell.number
+                for cell in cells
+                for tree in cell.trees
+                if any(isinstance(node, ast.FunctionDef) and node.name == where for node in tree.body)
+            ),
+            1,
+        )
+        raise NotRestructured(
+            f"the training is already in {where}: launch it with notebook_launcher({where}, args=(...), num_processes=N)",
+            defining,
+        )
+    roles = {name for name in facts.trained_objects if "." not in name}
+    starts = [cell.masked.count("\n") for cell in cells]
+    first_lines = [sum(starts[:position]) + 1 for position in range(len(cells))]
+
+    def statement_at(line: int) -> tuple[int, int] | None:
+        """(position in ``cells``, statement index) of the top-level statement holding ``line``."""
+        for position in range(len(cells) - 1, -1, -1):
+            if line >= first_lines[position]:
+                break
+        else:
+            return None
+        cell = cells[position]
+        local = line - first_lines[position] + 1
+        for statement_index, (begin, end) in enumerate(cell.lines):
+            if begin <= local <= end:
+                return position, statement_index
+        return None
+
+    first = next(
+        (
+            position
+            for position, cell in enumerate(cells)
+            if any(
+                not definition and _bound_names(tree) & roles for definition, tree in zip(cell.definitions, cell.trees)
+            )
+        ),
+        None,
+    )
+    if first is None:
+        raise NotRestructured("no model, optimizer or DataLoader is created at the notebook's top level")
+    training = [statement_at(line) for line in facts.training_lines()]
+    ends = [found[0] for found in training if found is not None and not cells[found[0]].definitions[found[1]]]
+    if not ends or max(ends) < first:
+        raise NotRestructured("no training loop runs at the notebook's top level", cells[first].number)
+    last = max(ends)
+
+    # Later cells reading what the training binds run in the workers too (with the cells between).
+    bound: set[str] = set()
+    for cell in cells[first : last + 1]:
+        bound |= _body_bindings(cell)
+    position = last + 1
+    while position < len(cells):
+        if _reads(cells[position]) & bound:
+            for cell in cells[last + 1 : position + 1]:
+                bound |= _body_bindings(cell)
+            last = position
+        position += 1
+    moved = cells[first : last + 1]
+    for index in magic_cells:
+        if moved[0].index < index < moved[-1].index:
+            raise NotRestructured(
+                "a cell magic (%%...) sits among the training cells; the function cannot hold it", index + 1
+            )
+
+    new = copy.deepcopy(notebook)
+    kept: list[Any] = []  # the cells of the training's span that stay, in order
+    statements: list[Statement] = []
+    span = range(moved[0].index, moved[-1].index + 1)
+    by_index = {cell.index: cell for cell in moved}
+    for index in span:
+        cell = new.cells[index]
+        code_cell = by_index.get(index)
+        if code_cell is None:
+            kept.append(cell)
+            continue
+        body, kept_definitions = _split(code_cell.module, code_cell.definitions)
+        if not code_cell.module.body:  # only comments: the cell stays as it is
+            kept.append(cell)
+        elif kept_definitions is not None:
+            if body:
+                cell.source, _ = masks.restore(_strip_final_newline(kept_definitions.code, cell.source), "")
+                cell.outputs = []
+                cell.execution_count = None
+            kept.append(cell)
+        if body:
+            statements.extend(_separated(body, first=not statements))
+    function = cst.FunctionDef(
+        name=cst.Name(FUNCTION),
+        params=cst.Parameters(),
+        body=cst.IndentedBlock(body=statements),
+        leading_lines=[
+            cst.EmptyLine(
+                comment=cst.Comment(
+                    f"# Cells {moved[0].number}-{moved[-1].number} as one function: notebook_launcher runs it "
+                    "in every process."
+                    if len(moved) > 1
+                    else f"# Cell {moved[0].number} as a function: notebook_launcher runs it in every process."
+                )
+            )
+        ],
+    )
+    code, _ = masks.restore(cst.Module(body=[function]).code.rstrip("\n"), "")
+    function_cell = _new_cell(new, code, "training-function")
+    new.cells = [*new.cells[: span.start], *kept, function_cell, *new.cells[span.stop :]]
+    return Restructured(new, span.start + len(kept), [cell.masked for cell in cells], masks)
+
+
+def _strip_final_newline(code: str, original: str) -> str:
+    return code.rstrip("\n") if not original.endswith("\n") else code
+
+
+def _is_definition(statement: cst.BaseStatement) -> bool:
+    """An import, function or class: it stays at the top level, where the workers inherit it."""
+    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+        return True
+    if isinstance(statement, cst.SimpleStatementLine):
+        return all(
+            isinstance(small, cst.Import) or (isinstance(small, cst.ImportFrom) and not _is_future(small))
+            for small in statement.body
+        )
+    return False
+
+
+def _is_future(node: cst.ImportFrom) -> bool:
+    return isinstance(node.module, cst.Name) and node.module.value == "__future__"
+
+
+def _statement_lines(module: cst.Module) -> list[tuple[int, int]]:
+    """1-based first and last line of each of the module's statements, with the comments and
+    blank lines before it."""
+    lines: list[tuple[int, int]] = []
+    before = len(module.header)
+    for statement in module.body:
+        length = module.code_for_node(statement).count("\n")
+        lines.append((before + 1, before + max(length, 1)))
+        before += length
+    return lines
+
+
+def _split(module: cst.Module, definitions: Sequence[bool]) -> tuple[list[Statement], cst.Module | None]:
+    """A cell's statements for the function (its header comment with the first of them), and
+    the module of its definitions (None when it has none)."""
+    body = [statement for statement, definition in zip(module.body, definitions) if not definition]
+    kept = [statement for statement, definition in zip(module.body, definitions) if definition]
+    if body and module.header and not definitions[0]:
+        body[0] = body[0].with_changes(leading_lines=[*module.header, *body[0].leading_lines])
+    elif body and module.header:
+        pass  # the header stays with the definitions, which start the cell
+    if not kept:
+        return body, None
+    if not definitions[0]:  # the definitions start the cell now: no blank lines above them
+        lines = list(kept[0].leading_lines)
+        while lines and lines[0].comment is None:
+            lines.pop(0)
+        kept[0] = kept[0].with_changes(leading_lines=lines)
+    return body, module.with_changes(body=kept, header=module.header if definitions[0] or not body else [])
+
+
+def _separated(body: list[Statement], *, first: bool) -> list[Statement]:
+    """A cell's statements in the function: one blank line before each cell but the first."""
+    lines = list(body[0].leading_lines)
+    while lines and lines[0].comment is None:
+        lines.pop(0)
+    lines = lines if first else [cst.EmptyLine(), *lines]
+    statements = [body[0].with_changes(leading_lines=lines), *body[1:]]
+    # Blank lines in the function carry no indentation (libcst would indent them).
+    return [
+        statement.with_changes(
+            leading_lines=[
+                line.with_changes(indent=False) if line.comment is None else line for line in statement.leading_lines
+            ]
+        )
+        for statement in statements
+    ]
+
+
+# -- names ---------------------------------------------------------------------------------------
+
+
+def _bound_names(tree: ast.AST) -> set[str]:
+    """Names a top-level statement binds at the top level (not inside functions, classes,
+    lambdas or comprehensions it holds)."""
+    found: set[str] = set()
+    pending: list[ast.AST] = [tree]
+    while pending:
+        node = pending.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                found.add(child.name)
+                continue
+            if isinstance(child, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+                continue
+            if isinstance(child, ast.Name) and isinstance(child.ctx, (ast.Store, ast.Del)):
+                found.add(child.id)
+            elif isinstance(child, ast.alias):
+                found.add((child.asname or child.name).split(".")[0])
+            pending.append(child)
+    return found
+
+
+def _body_bindings(cell: _CodeCell) -> set[str]:
+    """What a cell's statements that move into the function bind: the function's locals."""
+    names: set[str] = set()
+    for definition, tree in zip(cell.definitions, cell.trees):
+        if not definition:
+            names |= _bound_names(tree)
+    return names
+
+
+def _reads(cell: _CodeCell) -> set[str]:
+    """Every name a cell reads anywhere (in its functions too) or declares global."""
+    names: set[str] = set()
+    for tree in cell.trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                names.add(node.id)
+            elif isinstance(node, ast.Global):
+                names.update(node.names)
+    return names
+
+
+def check_name_flow(restructured: Restructured, converted: Any) -> None:
+    """The converted, restructured cells (the launcher cell read as a call of the function) may
+    read no name before binding it more often than the original cells did. Counted by name, not
+    by scope: the training's reads were the module's and are the function's now."""
+    function_number = restructured.function_index + 1
+    program = ""
+    for number, code in sorted(converted.masked.items()):
+        program += code if code.endswith("\n") else code + "\n"
+        if number == function_number:
+            program += f"{FUNCTION}()\n"
+    before = _unbound_by_name(ast.parse("".join(restructured.original_codes)))
+    after = _unbound_by_name(ast.parse(program))
+    for name, (scope, count) in sorted(after.items(), key=lambda item: item[1][0]):
+        if count > before.get(name, ("", 0))[1] and not name.startswith(PLACEHOLDER_PREFIX):
+            where = "at the top level" if scope == "<module>" else f"in {scope}"
+            raise NotRestructured(f"restructured, {name!r} would be read {where} before it is bound")
+
+
+def _unbound_by_name(module: ast.Module) -> dict[str, tuple[str, int]]:
+    """Name → (a scope reading it, how many reads anywhere) of the reads possibly before binding."""
+    found: dict[str, tuple[str, int]] = {}
+    for (scope, name), reads in possibly_unbound_reads(module).items():
+        previous_scope, count = found.get(name, (scope, 0))
+        found[name] = (previous_scope if count else scope, count + len(reads))
+    return found

@@ -1,0 +1,59 @@
+"""One owner per concept: no rule keeps a private copy of a question the engine answers.
+
+Copies drift apart and disagree (a device stripped by one rule and not by another; names a
+target binds counted two ways): that is where silent bugs come from. Each concept below has one
+owner in ``codemods/engine/``; a function under ``rewrites/`` or ``checks/`` whose name says it
+answers the same question is refused, as ``test_torch_names.py`` refuses copies of name tables
+and ``test_evaluation_owner.py`` copies of "this loop evaluates".
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+import accel_convert.codemods as codemods_package
+
+RULE_FILES = sorted(
+    path for folder in ("rewrites", "checks") for path in (Path(codemods_package.__file__).parent / folder).glob("*.py")
+)
+
+#: concept → (its owner, a pattern of function names that would be a private copy).
+OWNERS = {
+    "a device / a move to one": (
+        "engine/devices.py (names_device, is_move, peel_moves)",
+        re.compile(
+            r"^_*(is_device|names_device|device_arg|strip_device_moves|peel_device_moves|peel_moves|moves|moves_to_device|is_move)$"
+        ),
+    ),
+    "the names a target or function binds": (
+        "engine/syntax.py (target_names, bound_by, names_bound, binds_locally)",
+        re.compile(r"^_*(bound_names|bound_by|binds|has_local|binds_locally|target_names|names_bound)$"),
+    ),
+    "random draws and seeds": (
+        "engine/random_draws.py (unseeded_draw, is_seeding_call, agreed_names)",
+        re.compile(r"^_*(is_draw|unseeded_draw|is_seeding_call|is_seed|agreed_names)$"),
+    ),
+    "row counts of a batch": (
+        "engine/syntax.py (rows_counted)",
+        re.compile(r"^_*(rows_counted|row_count|batch_rows)$"),
+    ),
+}
+
+
+def test_the_rule_folders_are_where_this_test_looks() -> None:
+    assert len(RULE_FILES) > 30, "the rule folders moved: this test would check nothing"
+
+
+@pytest.mark.parametrize("concept", sorted(OWNERS))
+def test_no_rule_defines_its_own_copy(concept: str) -> None:
+    owner, pattern = OWNERS[concept]
+    offenders = []
+    for path in RULE_FILES:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and pattern.match(node.name):
+                offenders.append(f"{path.parent.name}/{path.name}:{node.lineno} defines {node.name}")
+    assert offenders == [], f"{concept} is answered by {owner}; ask it instead: {offenders}"

@@ -1,0 +1,225 @@
+"""``accel-convert nb.ipynb --launcher``: training written at a notebook's top level becomes one
+``training_function()`` cell and a ``notebook_launcher`` cell (converter.launcher_cells); a
+notebook that cannot be restructured safely keeps its usual conversion and says why."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+from accel_convert.codemods import Options
+from accel_convert.converter.notebooks import convert_notebook
+from tests.launching import REPO_ROOT, free_port
+from tests.test_notebooks import FIXTURE, cli, notebook_bytes, run_in_kernel
+
+TUTORIAL = REPO_ROOT / "fixtures" / "notebooks" / "quickstart_toplevel.ipynb"
+LAUNCHER = Options(launcher_processes=2)
+
+
+def cells_of(data: bytes) -> list[Any]:
+    return list(nbformat.reads(data.decode(), as_version=4).cells)
+
+
+def launcher_warnings(conversion: Any) -> list[str]:
+    return [change.message for change in conversion.changes if change.code == "notebook-launcher"]
+
+
+def test_tutorial_training_becomes_one_function_and_a_launcher_cell() -> None:
+    source = TUTORIAL.read_bytes()
+    conversion = convert_notebook(source, LAUNCHER, path="nb.ipynb")
+    assert not launcher_warnings(conversion)
+    before = {cell.id: cell for cell in cells_of(source)}
+    after = cells_of(conversion.output)
+    ids = [cell.id for cell in after]
+    # Imports and data stay; the definitions stay where they were; the training cells (5, 7's
+    # statements, 8, 12, 13: the save reads the trained model) are gone into the function.
+    assert ids == [
+        "cell-1", "cell-2", "cell-3", "cell-4", "cell-6", "cell-7", "cell-9", "cell-10", "cell-11",
+        "training-function", "notebook-launcher", "cell-14", "cell-15",
+    ]  # fmt: skip
+    assert after[3].source == before["cell-4"].source  # the data cell: nothing to convert
+    assert after[5].source.startswith("class NeuralNetwork(nn.Module):") and "model =" not in after[5].source
+    assert after[5].outputs == []  # its outputs came from the statements that moved
+    function = after[9].source
+    assert function.splitlines()[:3] == [
+        "# Cells 5-13 as one function: notebook_launcher runs it in every process.",
+        "def training_function():",
+        "    accelerator = Accelerator()",
+    ]
+    assert "    model, optimizer, train_dataloader, test_dataloader = accelerator.prepare(" in function
+    assert "        train(train_dataloader, model, loss_fn, optimizer, accelerator)" in function
+    assert '    accelerator.save(accelerator.unwrap_model(model).state_dict(), "model.pth")' in function
+    assert not re.search(r"(?m)^[ \t]+$", function)  # blank lines carry no indentation
+    assert "gather_for_metrics" in after[7].source  # the evaluation helper gathers every sample
+    assert after[10].source == (
+        "from accel_convert.runtime import notebook_launcher\n\nnotebook_launcher(training_function, num_processes=2)"
+    )
+    assert "accelerator" not in after[12].source  # after the launch: the kernel's own process
+    nbformat.validate(nbformat.reads(conversion.output.decode(), as_version=4))
+    # Converting the result again (with or without --launcher) changes nothing.
+    for options in (LAUNCHER, Options()):
+        again = convert_notebook(conversion.output, options, path="nb.ipynb")
+        assert again.output == conversion.output and not launcher_warnings(again)
+
+
+def test_num_processes_and_target_name_the_launcher() -> None:
+    conversion = convert_notebook(
+        TUTORIAL.read_bytes(), Options(launcher_processes=8, target="accelerate"), path="nb.ipynb"
+    )
+    launcher = next(cell for cell in cells_of(conversion.output) if cell.get("id") == "notebook-launcher")
+    assert launcher.source == (
+        "from accelerate import notebook_launcher\n\nnotebook_launcher(training_function, num_processes=8)"
+    )
+
+
+#: Training across three cells, then a cell that reads nothing of it and one that does.
+CELLS = (
+    "%matplotlib inline\nimport torch\ndata = torch.randn(8, 2)",
+    "model = torch.nn.Linear(2, 1).cuda()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)",
+    "loader = torch.utils.data.DataLoader(data, batch_size=2)",
+    "for x in loader:\n    %time loss = model(x).sum()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()",
+    "print('labels', ['a', 'b'])",
+    "print(model.weight)",
+)
+
+
+def test_cells_after_training_move_in_only_with_what_they_read() -> None:
+    conversion = convert_notebook(notebook_bytes(*CELLS), LAUNCHER, path="nb.ipynb")
+    assert not launcher_warnings(conversion)
+    cells = cells_of(conversion.output)
+    assert [cell.id for cell in cells] == ["c1", "training-function", "notebook-launcher"]
+    function = cells[1].source
+    # The cell between moves in with the one reading the model (their order is kept); the
+    # IPython lines stay as written, indented with the code around them.
+    assert function.index("print('labels'") < function.index("print(accelerator.unwrap_model(model).weight)")
+    assert "        %time loss = model(x).sum()" in function and "%matplotlib inline\nimport torch" in cells[0].source
+    assert "    model, opt, loader = accelerator.prepare(model, opt, loader)" in function
+
+
+def notebook_of(*cells: tuple[str, str]) -> bytes:
+    notebook = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(source) if kind == "code" else nbformat.v4.new_markdown_cell(source)
+            for kind, source in cells
+        ],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
+    for number, cell in enumerate(notebook.cells, start=1):
+        cell["id"] = f"c{number}"
+    return (nbformat.writes(notebook) + "\n").encode()
+
+
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [
+        (FIXTURE.read_bytes(), "the training is already in train: launch it with notebook_launcher(train"),
+        (
+            notebook_bytes(CELLS[0], CELLS[1], CELLS[2], "%%time\nprint(1)", CELLS[3]),
+            "a cell magic (%%...) sits among the training cells",
+        ),
+        # A helper reading the training's optimizer as a global: inside the function it is a local.
+        (
+            notebook_bytes(
+                CELLS[0],
+                CELLS[1],
+                CELLS[2],
+                "def step(loss):\n    opt.zero_grad()\n    loss.backward()\n    opt.step()",
+                "for x in loader:\n    step(model(x.cuda()).sum())",
+            ),
+            "restructured, 'opt' would be read in step before it is bound",
+        ),
+        (notebook_bytes("import torch\nx = torch.ones(2)"), "no model, optimizer or DataLoader"),
+    ],
+    ids=["already-a-function", "cell-magic", "helper-reads-a-training-local", "no-training"],
+)
+def test_what_cannot_be_restructured_is_converted_as_it_is_and_said(source: bytes, reason: str) -> None:
+    conversion = convert_notebook(source, LAUNCHER, path="nb.ipynb")
+    (warning,) = launcher_warnings(conversion)
+    assert warning.startswith(f"not restructured for notebook_launcher: {reason}"), warning
+    assert conversion.output == convert_notebook(source, Options(), path="nb.ipynb").output
+
+
+def test_cli_launcher(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("import torch\n")
+    refused = cli(str(script), "--launcher")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        f"accel-convert: error: --launcher restructures Jupyter notebooks (.ipynb), not {script}: a script is "
+        "launched with accel-launch or torchrun"
+    ]
+    assert cli(str(TUTORIAL), "--num-processes", "2").returncode == 2  # only with --launcher
+    written = cli(str(TUTORIAL), "--launcher", "--num-processes", "3", "-o", str(tmp_path / "out.ipynb"))
+    assert written.returncode == 0, written.stderr
+    assert "num_processes=3)" in (tmp_path / "out.ipynb").read_text()
+    shown = TUTORIAL.relative_to(REPO_ROOT)
+    diff = cli(str(shown), "--launcher", "--diff", cwd=REPO_ROOT)
+    assert f"--- a/{shown}:cells\n+++ b/{shown}:cells\n" in diff.stdout  # one diff of all code cells
+    assert "+def training_function():\n" in diff.stdout
+    unchanged = cli(str(FIXTURE), "--launcher", "--check")
+    assert (
+        f"{FIXTURE}:cell 6:1:1: notebook-launcher not restructured for notebook_launcher: the training is already in train"
+        in (unchanged.stderr)
+    )
+
+
+# -- a real kernel -------------------------------------------------------------------------------
+
+
+def accuracy_lines(notebook: Any) -> list[tuple[int, int]]:
+    text = "".join(output.get("text", "") for cell in notebook.cells for output in cell.get("outputs", []))
+    return [(int(correct), int(seen)) for correct, seen in re.findall(r"Test: Accuracy: (\d+)/(\d+)", text)]
+
+
+def test_launched_evaluation_counts_every_sample_as_one_process_does(tmp_path: Path) -> None:
+    """The tutorial run as written in one kernel process, and converted with --launcher and run on
+    2 CPU processes forked from a kernel: each epoch's evaluation counts all 200 test samples,
+    printed once (not 100 per process, nor 2 lines)."""
+    original = run_in_kernel(nbformat.read(TUTORIAL, as_version=4), tmp_path)
+    expected = accuracy_lines(original)
+    assert [seen for _, seen in expected] == [200, 200]
+
+    converted = tmp_path / "launched.ipynb"
+    result = cli(str(TUTORIAL), "--launcher", "-o", str(converted))
+    assert result.returncode == 0, result.stderr
+    notebook = nbformat.read(converted, as_version=4)
+    launcher = next(cell for cell in notebook.cells if cell.get("id") == "notebook-launcher")
+    launcher.source = launcher.source.replace("num_processes=2)", f"num_processes=2, use_port={free_port()})")
+    launched = run_in_kernel(notebook, tmp_path)
+    output = "".join(output.get("text", "") for output in launched.cells[notebook.cells.index(launcher)].outputs)
+    assert "Launching training on 2 CPUs." in output
+    counts = accuracy_lines(launched)
+    assert [seen for _, seen in counts] == [200, 200], output
+    # Every sample once: the gathered predictions of the well-separated data are as good.
+    assert all(correct >= 0.9 * seen for correct, seen in counts), counts
+    assert (tmp_path / "model.pth").is_file()  # saved once, from the main process
+
+
+def test_an_older_notebook_gets_no_cell_ids_and_comment_cells_stay() -> None:
+    data = json.loads(notebook_bytes(CELLS[0], CELLS[1], "# just a note", CELLS[2], CELLS[3]))
+    data["nbformat_minor"] = 4
+    for cell in data["cells"]:
+        del cell["id"]
+    conversion = convert_notebook(json.dumps(data, indent=1).encode(), LAUNCHER, path="nb.ipynb")
+    assert not launcher_warnings(conversion)
+    converted = json.loads(conversion.output)
+    assert all("id" not in cell for cell in converted["cells"]) and converted["nbformat_minor"] == 4
+    sources = ["".join(cell["source"]) for cell in converted["cells"]]
+    assert sources[1] == "# just a note" and sources[2].startswith("# Cells 2-5 as one function")
+    nbformat.validate(nbformat.reads(conversion.output.decode(), as_version=4))
+
+
+def test_training_under_a_main_guard_is_not_restructured() -> None:
+    source = notebook_bytes(
+        CELLS[0],
+        "if __name__ == '__main__':\n    "
+        + "\n    ".join((CELLS[1] + "\n" + CELLS[2]).splitlines())
+        + "\n    for x in loader:\n        loss = model(x).sum()\n        loss.backward()\n        opt.step()",
+    )
+    (warning,) = launcher_warnings(convert_notebook(source, LAUNCHER, path="nb.ipynb"))
+    assert "the training runs under if __name__ ==" in warning
