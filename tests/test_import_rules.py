@@ -56,9 +56,7 @@ def test_converter_side_never_imports_torch(package: str) -> None:
 def test_runtime_imports_only_torch_and_stdlib() -> None:
     imports = imported_top_levels("runtime")
     assert "torch" in imports
-    # safetensors: optional, imported only where merge_fsdp_weights is asked for model.safetensors
-    # (runtime/merge.py); without it that call says to install it or write pytorch_model.bin.
-    allowed = STDLIB | {"torch", "runtime", "safetensors"}
+    allowed = STDLIB | {"torch", "runtime"}
     assert set(imports) <= allowed, {name: imports[name] for name in set(imports) - allowed}
 
 

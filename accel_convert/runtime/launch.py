@@ -761,7 +761,7 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
 
 MERGE_DESCRIPTION = (
     "Merge the weights of a sharded FSDP checkpoint (save_state with SHARDED_STATE_DICT) into one file: "
-    "OUTPUT/model.safetensors (needs the safetensors package), or OUTPUT/pytorch_model.bin with "
+    "OUTPUT/model.safetensors, or OUTPUT/pytorch_model.bin with "
     "--unsafe_serialization. Runs in this process (no launch) and needs memory for the whole model once."
 )
 

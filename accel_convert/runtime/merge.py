@@ -6,12 +6,14 @@
 ``.metadata`` file listing every tensor's full shape and dtype and where each slice lies. Merging
 needs no process group: one process allocates every tensor whole from the metadata and asks DCP
 to fill it from the shard files (``dcp.load(..., no_dist=True)``), then writes the dict as
-``model.safetensors`` (safetensors, when installed) or ``pytorch_model.bin`` (``torch.save``).
+``model.safetensors`` (the safetensors format, written here with torch and the standard library)
+or ``pytorch_model.bin`` (``torch.save``).
 The whole model must fit in this machine's memory once.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -26,11 +28,6 @@ __all__ = ["SAFE_WEIGHTS_NAME", "WEIGHTS_NAME", "merge_fsdp_weights", "read_shar
 
 SAFE_WEIGHTS_NAME = "model.safetensors"
 WEIGHTS_NAME = "pytorch_model.bin"
-NO_SAFETENSORS = (
-    "merge_fsdp_weights: safe_serialization=True writes model.safetensors, which needs the safetensors "
-    "package (not installed here: pip install safetensors); or pass safe_serialization=False "
-    "(accel-launch merge-weights --unsafe_serialization) to write pytorch_model.bin with torch.save"
-)
 
 
 def merge_fsdp_weights(
@@ -51,7 +48,7 @@ def merge_fsdp_weights(
     import torch.distributed as dist
 
     folder = sharded_model_folder(Path(checkpoint_dir))
-    write = _writer(safe_serialization)  # a missing safetensors fails before any work
+    write = _writer(safe_serialization)
     target = Path(output_path) / (SAFE_WEIGHTS_NAME if safe_serialization else WEIGHTS_NAME)
     distributed = dist.is_available() and dist.is_initialized()
     if not distributed or dist.get_rank() == 0:
@@ -127,20 +124,60 @@ def _writer(safe_serialization: bool) -> Any:
         from accel_convert.runtime.utils import atomic_torch_save
 
         return atomic_torch_save
-    try:
-        # Optional: runtime needs only torch; safetensors is used where it is installed.
-        from safetensors.torch import save_file
-    except ImportError:
-        raise ImportError(NO_SAFETENSORS) from None
-
-    def write_safetensors(state: dict[str, torch.Tensor], path: Path) -> None:
-        # Written beside the target, then renamed over it: never a half-written file.
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(handle)
-        try:
-            save_file(state, temporary, metadata={"format": "pt"})
-            os.replace(temporary, path)
-        finally:
-            Path(temporary).unlink(missing_ok=True)
-
     return write_safetensors
+
+
+#: torch dtype → the safetensors format's name for it.
+SAFETENSORS_DTYPES = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+    torch.float8_e4m3fn: "F8_E4M3",
+    torch.float8_e5m2: "F8_E5M2",
+}
+
+
+def write_safetensors(state: dict[str, torch.Tensor], path: Path) -> None:
+    """``state`` as a safetensors file, written with torch and the standard library (the format is
+    small: an 8-byte little-endian header length, a JSON header naming each tensor's dtype, shape
+    and byte range, then the tensors' bytes back to back). Written beside the target, then renamed
+    over it: never a half-written file."""
+    tensors = {name: tensor.detach().to("cpu").contiguous() for name, tensor in state.items()}
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, tensor in tensors.items():
+        if tensor.dtype not in SAFETENSORS_DTYPES:
+            raise TypeError(f"merge_fsdp_weights: {name} has dtype {tensor.dtype}, which safetensors cannot store")
+        size = tensor.numel() * tensor.element_size()
+        header[name] = {
+            "dtype": SAFETENSORS_DTYPES[tensor.dtype],
+            "shape": list(tensor.shape),
+            "data_offsets": [offset, offset + size],
+        }
+        offset += size
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)  # the tensors' bytes start 8-byte aligned
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(len(encoded).to_bytes(8, "little"))
+            out.write(encoded)
+            for tensor in tensors.values():
+                out.write(_tensor_bytes(tensor))
+        os.replace(temporary, path)
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+
+
+def _tensor_bytes(tensor: torch.Tensor) -> bytes:
+    """The bytes of a contiguous CPU tensor, in the machine's (little-endian) order."""
+    if tensor.numel() == 0:
+        return b""
+    return ctypes.string_at(tensor.data_ptr(), tensor.numel() * tensor.element_size())
