@@ -10,7 +10,7 @@ The same model, data and optimizer are trained by
 
 interleaved in rounds inside one launch (the variants share the process group, the data and the
 machine's state at that moment), and the median per-step time of each is reported together with
-the ratios the README quotes: (3)/(1) on one process, (3)/(2) on several, and (3)/(4) everywhere.
+the ratios docs/performance.md quotes: (3)/(1) on one process, (3)/(2) on several, and (3)/(4) everywhere.
 A ratio is the median of the per-round ratios (the variants of a round run back to back, so slow
 drifts of a shared machine cancel), with a distribution-free 95% interval for that median.
 Each round is one full epoch over a fixed synthetic dataset, so every variant runs the same
@@ -506,7 +506,7 @@ def main() -> None:
 
 
 def print_step_table(rows: list[dict]) -> None:
-    """The per-step table the README quotes (nothing when only the loaders were measured)."""
+    """The per-step table docs/performance.md quotes (nothing when only the loaders were measured)."""
     if not rows:
         return
     print(

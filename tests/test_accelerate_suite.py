@@ -5,9 +5,9 @@ launched on 2 CPU processes once per target (8 launches in all, two at a time, s
 script): under the real package, and under runtime through an import shim that maps
 ``accelerate``'s public imports to runtime (tests/accelerate_suite/shim.py). Every case must pass
 under runtime, except the deliberate differences below, where runtime must fail with the
-documented error (the README's runtime section lists them).
+documented error (docs/runtime.md lists them).
 
-Accelerate's outcome is checked against the table in the README too: the cases that fail under
+Accelerate's outcome is checked against the table in docs/runtime.md too: the cases that fail under
 Accelerate on CPU are exactly ``FAILS_UNDER_ACCELERATE_ON_CPU`` (so a newer Accelerate that fixes
 or breaks one makes the table's claim stale, and this test says so).
 """
@@ -105,7 +105,7 @@ def test_case_passes_under_runtime_or_differs_as_documented(outcome, script: str
     expected_under_accelerate = (script, case) not in FAILS_UNDER_ACCELERATE_ON_CPU
     assert theirs["passed"] == expected_under_accelerate, (
         f"under Accelerate this case now {'passes' if theirs['passed'] else 'fails'}: update "
-        f"FAILS_UNDER_ACCELERATE_ON_CPU and the README's table\n{_errors(theirs)}"
+        f"FAILS_UNDER_ACCELERATE_ON_CPU and the table in docs/runtime.md\n{_errors(theirs)}"
     )
     difference = DELIBERATE_DIFFERENCES.get((script, case))
     if difference is not None:

@@ -1,7 +1,7 @@
 """Smoke run of the runtime benchmark: it launches, every variant trains, and the table has ratios.
 
-No timing is asserted (speed is reported by the benchmark itself, see the README's Performance
-section); this only proves the script that produces those numbers still works.
+No timing is asserted (speed is reported by the benchmark itself, see docs/performance.md); this
+only proves the script that produces those numbers still works.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 the same parameters, exactly (shuffled loader, dropout, AdamW, StepLR, a registered object).
 
 Two launches of tests/scripts/checkpoint_resume.py (one per phase), shared by every test here,
-and two more of the same script under Hugging Face Accelerate for the comparison the README makes
+and two more of the same script under Hugging Face Accelerate for the comparison docs/runtime.md makes
 (the two pairs run side by side).
 The "resume" launch also resumes from a checkpoint taken mid-epoch (``load_state`` +
 ``skip_first_batches``), on the same objects after its own run.

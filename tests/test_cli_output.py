@@ -249,13 +249,13 @@ def test_explain_prints_the_rules_why_and_its_examples(tmp_path: Path) -> None:
     )
 
 
-# -- --output-format json, as the README documents it ---------------------------------------------
+# -- --output-format json, as docs/cli.md documents it --------------------------------------------
 
 
 def documented_json_fields() -> list[str]:
-    """The fields the README's command-line section names for ``--output-format json``."""
-    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    row = next(line for line in readme.splitlines() if line.startswith("| `--output-format json`"))
+    """The fields the command-line page (docs/cli.md) names for ``--output-format json``."""
+    page = (REPO_ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    row = next(line for line in page.splitlines() if line.startswith("| `--output-format json`"))
     return re.findall(r"`(\w+)`", row.split("|")[2])
 
 

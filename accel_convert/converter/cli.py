@@ -740,7 +740,7 @@ def explain(code: str, color: bool | None) -> None:
     metavar="PATTERNS",
     help=(
         "Gitignore-style patterns (comma-separated) of files and folders not searched in folders; "
-        "replaces the default list (build/, dist/, venv/, caches; see README)."
+        "replaces the default list (build/, dist/, venv/, caches; see docs/cli.md)."
     ),
 )
 @click.option("--extend-exclude", multiple=True, metavar="PATTERNS", help="Patterns excluded besides the default list.")

@@ -78,7 +78,7 @@ class Finding:
         return not self.fixed and self.code != STALE_OUTPUT
 
     def as_json(self) -> dict[str, object]:
-        """The finding as ``--output-format json`` prints it (fields documented in the README)."""
+        """The finding as ``--output-format json`` prints it (fields documented in docs/cli.md)."""
         return {
             "code": self.code,
             "message": self.message,

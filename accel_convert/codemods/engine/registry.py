@@ -68,7 +68,7 @@ REWRITE_MODULES: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class CodeDoc:
-    """One code's documentation, as ``--list-codes``, ``--help`` and the README show it."""
+    """One code's documentation, as ``--list-codes``, ``--help``, the README and docs/codes/ show it."""
 
     code: str
     name: str

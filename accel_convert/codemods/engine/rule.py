@@ -9,9 +9,9 @@ folder). It imports the engine only, never another rule. Its module docstring is
     Why it matters, in a paragraph or two.
 
 and its :attr:`Rule.examples` are executable: each is a small script converted by the real
-pipeline in ``tests/codemods/test_rule_examples.py``, and ``--list-codes`` shows them (the
-README's table of codes comes from the headlines), so documentation and behaviour cannot drift
-apart.
+pipeline in ``tests/codemods/test_rule_examples.py``, and ``--list-codes``, ``--explain`` and
+the pages of ``docs/codes/`` show them (the README's table of codes comes from the headlines), so
+documentation and behaviour cannot drift apart.
 
 Rules never print: ``transform`` returns the new tree and a list of :class:`Change`; only the CLI
 talks to the terminal. Facts shared between rules are names (see
