@@ -64,7 +64,8 @@ def convert_module(
     for rule_class in all_rules():
         rule = rule_class()
         rule_options = options
-        if report_only and not rule.code.startswith("ACC9"):
+        as_written_only = report_only and not rule.code.startswith("ACC9")
+        if as_written_only:
             if not rule.reports_as_written:
                 continue
             # A rewrite rule whose findings hold for the script as written runs with its rewrite
@@ -81,7 +82,7 @@ def convert_module(
         if not rewrites:
             # Only its findings were asked for (--select ACC904): keep those, drop the rewrite.
             converted, found = module, [change for change in found if change.code != rule.code]
-        if rule_options is not options:
+        if as_written_only:
             found = [change for change in found if change.code in rule.reports_as_written]
         if reports_only or not any(change.fixed for change in found):
             # Every rewrite is reported, so a rule that reports none changed nothing: keep the

@@ -215,9 +215,7 @@ def _tensor_op(call: cst.Call, facts: ScriptFacts) -> bool:
     or a method (``.mm()``, ``.cuda()``). A dataset, loader, module or a call of the script's own
     (``DataLoader(TensorDataset(torch.randn(...)))``) is no tensor: broadcasting it would pickle
     the whole object, and fail on a lambda ``collate_fn``."""
-    if isinstance(call.func, cst.Attribute) and facts.qualified_name(call.func) is None:
-        return True
-    qualified = facts.qualified_name(call.func) or ""
-    if not qualified.startswith("torch.") or qualified.startswith(("torch.utils.", "torch.nn.", "torch.optim.")):
-        return False
-    return True
+    qualified = facts.qualified_name(call.func)
+    if qualified is None:
+        return isinstance(call.func, cst.Attribute)
+    return qualified.startswith("torch.") and not qualified.startswith(("torch.utils.", "torch.nn.", "torch.optim."))
