@@ -9,8 +9,11 @@ conversion added). What the guard does with them, in order:
    before that use instead, when both are statements of one block.
 2. **Leave a rewrite out**: convert again without one rewrite at a time, the last in run order
    first, until the program is sound; the rewrite left out is reported (ACC937) at its position.
-3. **Leave the file as written**: when no single rewrite can be left out, nothing is converted and
-   ACC937 says why.
+   Where no single rewrite is to blame (two rewrites each make a helper need the accelerator,
+   and some call of it cannot pass it), the rewrites made inside that helper are left out
+   together; each is reported.
+3. **Leave the file as written**: when leaving rewrites out does not make it sound, nothing is
+   converted and ACC937 says why.
 
 Sound conversions — every shipped fixture — pay only for the check: two CPython trees, one walk
 of each.
@@ -33,6 +36,9 @@ from accel_convert.codemods.engine.registry import all_rules
 #: The report of a rewrite the guard left out (documented with the accelerator rule, which owns
 #: "the accelerator exists before it is used").
 LEFT_OUT = "ACC937"
+#: Rewrites that only bring the accelerator to where others use it (its creation, the parameter
+#: of a helper): they follow from the others and are never what is left out.
+PLUMBING = frozenset({"ACC101", "ACC104"})
 #: Names the converter itself writes into the code it converts (a notebook's cell markers,
 #: converter.notebooks): they are never run, so their flow is not the program's.
 PLACEHOLDER_PREFIX = "__accel_convert"
@@ -108,7 +114,12 @@ def guarded(
         options = replace(first.options, ignore=(*first.options.ignore, code))
         attempt = attempt_with(options)
         if not any(problems_of(sources, attempt.outputs, names, packages)):
-            return _with_left_out_report(attempt, first, code, problems)
+            return _with_left_out_report(attempt, first, [code], problems)
+    together = _leave_out_inside(
+        attempt_with, first, sources, problems, lambda attempt: problems_of(sources, attempt.outputs, names, packages)
+    )
+    if together is not None:
+        return together
     return Attempt(
         list(sources),
         [
@@ -189,29 +200,80 @@ def _codes_to_leave_out(attempt: Attempt) -> list[str]:
     return [rule.code for rule in reversed(all_rules()) if rule.code in made and rule.code != "ACC101"]
 
 
+def _leave_out_inside(
+    attempt_with: Callable[[Options], Attempt],
+    first: Attempt,
+    sources: Sequence[bytes],
+    problems: list[list[NameFlowProblem]],
+    problems_in: Callable[[Attempt], list[list[NameFlowProblem]]],
+) -> Attempt | None:
+    """Where no single rewrite is to blame (two rewrites each make one helper need the
+    accelerator, and the helper is also called where no argument can be added), every rewrite
+    made inside the functions whose new parameter some call cannot pass is left out together
+    (then the helper needs no accelerator, and the helpers rule adds none)."""
+    blamed = {p.scope for file_problems in problems for p in file_problems if p.kind != "unbound"}
+    inside: set[str] = set()
+    for source, file_changes in zip(sources, first.changes):
+        spans = _function_spans(source, blamed)
+        inside |= {
+            change.code
+            for change in file_changes
+            if change.fixed and change.code not in PLUMBING and any(a <= change.line <= b for a, b in spans)
+        }
+    codes = [rule.code for rule in reversed(all_rules()) if rule.code in inside]
+    if not codes:
+        return None
+    attempt = attempt_with(replace(first.options, ignore=(*first.options.ignore, *codes)))
+    if any(problems_in(attempt)):
+        return None
+    return _with_left_out_report(attempt, first, codes, problems)
+
+
+def _function_spans(source: bytes, qualified_names: set[str]) -> list[tuple[int, int]]:
+    """The lines of the module's functions and methods named (``train``, ``Trainer.__init__``;
+    ``Trainer``: its ``__init__``), in the original file."""
+    tree = python_ast(source) if qualified_names else None
+    if tree is None:
+        return []
+    spans: list[tuple[int, int]] = []
+    for node in tree.body:
+        members = [(f"{node.name}.", m) for m in node.body] if isinstance(node, ast.ClassDef) else [("", node)]
+        for prefix, member in members:
+            if not isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            names = {prefix + member.name}
+            if member.name == "__init__":
+                names.add(prefix.rstrip("."))
+            if names & qualified_names:
+                spans.append((member.lineno, member.end_lineno or member.lineno))
+    return spans
+
+
 def _with_left_out_report(
-    attempt: Attempt, first: Attempt, code: str, problems: list[list[NameFlowProblem]]
+    attempt: Attempt, first: Attempt, codes: Sequence[str], problems: list[list[NameFlowProblem]]
 ) -> Attempt:
-    rule = next(rule for rule in all_rules() if rule.code == code)
     changes = [list(file_changes) for file_changes in attempt.changes]
-    for index, file_changes in enumerate(first.changes):
-        made = [change for change in file_changes if change.code == code and change.fixed]
-        if not made:
-            continue
-        what = _problem_text(problems[index]) or "the program would fail where the original ran"
-        site = made[0]
-        changes[index].append(
-            Change(
-                LEFT_OUT,
-                f"{code} {rule.name} left out here: with it, {what}",
-                site.line,
-                site.column,
-                site.end_line,
-                site.end_column,
-                False,
+    for code in codes:
+        rule = next(rule for rule in all_rules() if rule.code == code)
+        for index, file_changes in enumerate(first.changes):
+            made = [change for change in file_changes if change.code == code and change.fixed]
+            if not made:
+                continue
+            what = _problem_text(problems[index]) or "the program would fail where the original ran"
+            site = made[0]
+            changes[index].append(
+                Change(
+                    LEFT_OUT,
+                    f"{code} {rule.name} left out here: with it, {what}",
+                    site.line,
+                    site.column,
+                    site.end_line,
+                    site.end_column,
+                    False,
+                )
             )
-        )
-        changes[index].sort(key=_position)
+    for file_changes in changes:
+        file_changes.sort(key=_position)
     return replace(attempt, changes=changes)
 
 

@@ -194,6 +194,51 @@ def test_calls_must_pass_a_parameter_the_conversion_added() -> None:
     assert problems(before, after.replace("train(m, l)", "train(*[m, l])")) == []
 
 
+def test_a_function_that_gained_a_parameter_used_as_a_value_is_found() -> None:
+    # A table of handlers, a callback, a thread target: whoever calls them never passes the new argument.
+    before = """
+        import threading
+        def load_checkpoint(model, path):
+            pass
+        def evaluate(model, loader):
+            pass
+        handlers = {"resume": load_checkpoint}
+        handlers["resume"](m, p)
+        threading.Thread(target=evaluate, args=(m, l)).start()
+        evaluate(m, l)
+    """
+    after = """
+        import threading
+        def load_checkpoint(model, path, accelerator):
+            pass
+        def evaluate(model, loader, accelerator):
+            pass
+        accelerator = object()
+        handlers = {"resume": load_checkpoint}
+        handlers["resume"](m, p)
+        threading.Thread(target=evaluate, args=(m, l)).start()
+        evaluate(m, l, accelerator)
+    """
+    found = name_flow_problems(tree(before), tree(after))
+    assert [(p.kind, p.scope, p.line) for p in found] == [
+        ("escapes", "load_checkpoint", 8),
+        ("escapes", "evaluate", 10),
+    ]
+    assert "used as a value" in found[0].message
+    # Called by name only, it is sound; a parameter with a default is not a new requirement.
+    assert (
+        problems(before, after.replace('{"resume": load_checkpoint}', "{}").replace("target=evaluate", "target=print"))
+        == []
+    )
+    assert problems(
+        before.replace("path)", "path, accelerator=None)"),
+        after.replace(
+            "accelerator):\n            pass\n        def evaluate",
+            "accelerator=None):\n            pass\n        def evaluate",
+        ),
+    ) == [("evaluate", "accelerator", 10)]
+
+
 def test_calls_across_modules_and_through_a_package_reexport() -> None:
     originals = {
         "mypkg.utils": tree("def evaluate(model, loader):\n    pass\n"),
@@ -315,3 +360,45 @@ def test_a_nonlocal_is_the_enclosing_function_s_variable() -> None:
         train(build(), 0.1)
     """
     assert problems(before, after) == []
+
+
+def test_rewrites_inside_a_helper_also_used_as_a_value_are_left_out_together() -> None:
+    # Two rewrites (the main-only makedirs and the main-only save) each make the hook need the
+    # accelerator; it is also called through a list, where no argument can be added. Leaving out
+    # either alone does not help; both go, the rest of the conversion stays.
+    source = textwrap.dedent(
+        """
+        import os
+        import torch
+        from torch.utils.data import DataLoader
+
+        def save_checkpoint(model, epoch):
+            os.makedirs("ckpt", exist_ok=True)
+            torch.save(model.state_dict(), "ckpt/last.pt")
+
+        def main():
+            device = torch.device("cuda")
+            model = torch.nn.Linear(4, 2).to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = DataLoader(list(range(8)), batch_size=2)
+            hooks = [save_checkpoint]
+            for epoch in range(2):
+                for x in loader:
+                    loss = model(x.float().to(device)).sum()
+                    loss.backward()
+                    optimizer.step()
+                for hook in hooks:
+                    hook(model, epoch)
+            save_checkpoint(model, 2)
+
+        main()
+        """
+    ).encode()
+    conversion = convert_source(source, Options(), path="hooks.py")
+    output = conversion.output.decode()
+    assert "def save_checkpoint(model, epoch):" in output
+    assert 'torch.save(model.state_dict(), "ckpt/last.pt")' in output
+    assert "accelerator.prepare(" in output and "accelerator.backward(loss)" in output
+    left_out = sorted(c.message.split()[0] for c in conversion.changes if c.code == "ACC937")
+    assert left_out == ["ACC114", "ACC116"]
+    assert name_flow_problems(ast.parse(source), ast.parse(conversion.output)) == []

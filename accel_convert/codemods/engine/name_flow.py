@@ -71,7 +71,8 @@ class NameFlowProblem:
     name: str
     line: int
     column: int
-    #: "unbound" (a read before binding) or "argument" (a call without the new argument).
+    #: "unbound" (a read before binding), "argument" (a call without the new argument) or
+    #: "escapes" (a function that gained a parameter is used as a value: called out of sight).
     kind: str = "unbound"
     #: The line of the module-level statement whose call makes the read (the read's own line
     #: when the read is not in a function called from module level).
@@ -86,6 +87,8 @@ class NameFlowProblem:
         """What would go wrong, said of the program the conversion would write."""
         if self.kind == "argument":
             return f"a call of {self.scope} would not pass its new parameter {self.name!r}"
+        if self.kind == "escapes":
+            return f"{self.scope} is used as a value (called elsewhere), so no call could pass its new parameter {self.name!r}"
         where = "at module level" if self.scope == "<module>" else f"in {self.scope}"
         return f"{self.name!r} would be read {where} before it is bound"
 
@@ -664,15 +667,21 @@ def _calls_missing_new_arguments(
     exports = {name: _defined_names(name, tree) for name, tree in converted.items()}
     for module_name, tree in converted.items():
         names = _callable_names(module_name, tree, converted, exports, packages)
-        for call, enclosing_class in _calls_with_class(tree):
-            target = _call_target(call, names, module_name, enclosing_class)
+        for use, enclosing_class in _uses_with_class(tree):
+            called = isinstance(use, ast.Call)
+            target = _callee_target(use.func if isinstance(use, ast.Call) else use, names, module_name, enclosing_class)
             if target is None or target not in added:
                 continue
+            if not called and (target[0], f"{target[1]}.__init__") in added:
+                continue  # a class named as a base, in isinstance() or an annotation: not a call
             signature, new = added[target]
             for parameter in sorted(new):
-                if not _passes(call, signature, parameter):
+                # A function used as a value (a callback, a table of handlers, ``Thread(target=f)``)
+                # is called where no rewrite can add the argument: as unsound as a call without it.
+                if not (isinstance(use, ast.Call) and _passes(use, signature, parameter)):
+                    kind = "argument" if called else "escapes"
                     problems.setdefault(module_name, []).append(
-                        NameFlowProblem(target[1], parameter, call.lineno, call.col_offset, kind="argument")
+                        NameFlowProblem(target[1], parameter, use.lineno, use.col_offset, kind=kind)
                     )
     return problems
 
@@ -789,25 +798,51 @@ def _absolute_module(module_name: str, node: ast.ImportFrom, packages: frozenset
     return ".".join([*base, *([node.module] if node.module else [])])
 
 
-def _calls_with_class(tree: ast.Module) -> Iterator[tuple[ast.Call, str | None]]:
-    """Every call of the module with the class whose method holds it (None outside classes)."""
+Use = ast.Call | ast.Name | ast.Attribute
 
-    def visit(node: ast.AST, enclosing: str | None) -> Iterator[tuple[ast.Call, str | None]]:
+
+def _uses_with_class(tree: ast.Module) -> Iterator[tuple[Use, str | None]]:
+    """Every call of the module, and every name or attribute read as a value rather than called
+    (a name only where no enclosing function binds it: ``def f(train): g(train=train)`` reads a
+    parameter), with the class whose method holds it (None outside classes)."""
+    callees: set[int] = set()
+
+    def visit(node: ast.AST, enclosing: str | None, local: frozenset[str]) -> Iterator[tuple[Use, str | None]]:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.ClassDef):
-                yield from visit(child, child.name)
+                yield from visit(child, child.name, local)
+                continue
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                yield from visit(child, enclosing, local | _bound_in_function(child))
                 continue
             if isinstance(child, ast.Call):
+                callees.add(id(child.func))
                 yield child, enclosing
-            yield from visit(child, enclosing)
+            elif isinstance(child, ast.Attribute) and isinstance(child.ctx, ast.Load) and id(child) not in callees:
+                yield child, enclosing
+            elif isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load) and id(child) not in callees:
+                if child.id not in local:
+                    yield child, enclosing
+            yield from visit(child, enclosing, local)
 
-    yield from visit(tree, None)
+    yield from visit(tree, None, frozenset())
 
 
-def _call_target(
-    call: ast.Call, names: Mapping[str, tuple[str, str]], module_name: str, enclosing_class: str | None
+def _bound_in_function(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> frozenset[str]:
+    """The parameters of a function and the names its body assigns."""
+    bound = {argument.arg for argument in _all_arguments(node.args)}
+    body = node.body if isinstance(node.body, list) else [node.body]
+    for statement in body:
+        for inner in ast.walk(statement):
+            if isinstance(inner, ast.Name) and isinstance(inner.ctx, ast.Store):
+                bound.add(inner.id)
+    return frozenset(bound)
+
+
+def _callee_target(
+    func: ast.expr, names: Mapping[str, tuple[str, str]], module_name: str, enclosing_class: str | None
 ) -> tuple[str, str] | None:
-    func = call.func
+    """The program's function or class that ``func`` (a call's callee, or a value) names."""
     if isinstance(func, ast.Name):
         found = names.get(func.id)
         return found if found is not None and found[0] != "module:" else None

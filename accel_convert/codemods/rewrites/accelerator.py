@@ -131,7 +131,8 @@ class Accelerator(Rule):
         # of an accelerator created before it is used rests on.
         "ACC937": "rewrite-left-out: a rewrite left out (or the whole file left as written) because with it the "
         "converted program would read a name before binding it, or call a changed function without its "
-        "new argument; the accelerator created below its first use is moved up instead where it can be",
+        "new argument (also a function used as a value, such as a callback, that some call would miss); the "
+        "accelerator created below its first use is moved up instead where it can be",
     }
     examples = (
         Example(
