@@ -178,3 +178,29 @@ def test_only_the_main_process_writes(saved: dict[str, dict]) -> None:
         assert (out / "save_model_per_rank" / "rank1").is_dir(), framework  # created by every rank
         assert (out / "save_per_rank0.safetensors").is_file() and not (out / "save_per_rank1.safetensors").exists()
         assert (out / "a_file").read_text() == "not a folder"  # save_model into a file: nothing written
+
+
+# ------------------------------------------------------------------ which process writes, in this process
+@pytest.mark.parametrize("save_on_each_node", [False, True])
+def test_another_nodes_local_main_writes_only_with_save_on_each_node(
+    save_on_each_node: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This process plays rank 0 of a second machine: local main, not the main process."""
+    from accel_convert.runtime import Accelerator, ProjectConfiguration
+    from accel_convert.runtime.state_objects import AcceleratorState
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "ACCELERATE_USE_CPU"):
+        monkeypatch.delenv(name, raising=False)
+    AcceleratorState._reset_state()
+    accelerator = Accelerator(cpu=True, project_config=ProjectConfiguration(save_on_each_node=save_on_each_node))
+    monkeypatch.setattr(Accelerator, "is_main_process", property(lambda self: False))
+    monkeypatch.setattr(Accelerator, "is_local_main_process", property(lambda self: True))
+    model = torch.nn.Linear(3, 2)
+    accelerator.save({"w": torch.ones(2)}, tmp_path / "plain.pt")
+    accelerator.save({"w": torch.ones(2)}, tmp_path / "safe.safetensors", safe_serialization=True)
+    accelerator.save_model(model, tmp_path / "model")
+    written = sorted(path.relative_to(tmp_path).as_posix() for path in tmp_path.rglob("*") if path.is_file())
+    expected = ["model/model.safetensors", "plain.pt", "safe.safetensors"] if save_on_each_node else []
+    assert written == expected
+    assert (tmp_path / "model").is_dir()  # created on every process, as Accelerate does
+    AcceleratorState._reset_state()

@@ -846,7 +846,8 @@ class Accelerator(ProcessGuards):
             raise RuntimeError("save_model: some parameters are on the meta device; they have no values to save")
         state = self.get_state_dict(model)
         os.makedirs(save_directory, exist_ok=True)
-        if self.is_main_process:
+        # Under FSDP only the main process holds the gathered weights: another node's writer has none.
+        if self._writes_saved_files() and (state or self.is_main_process):
             if safe_serialization:
                 state = without_shared_tensors(state)
             plan = write_weights(state, Path(save_directory), max_shard_size, safe_serialization)
@@ -856,7 +857,9 @@ class Accelerator(ProcessGuards):
         self.wait_for_everyone()
 
     def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
-        """``torch.save`` on the main process only, atomically (temp file + rename: never half-written).
+        """``torch.save`` on the main process only (on each machine's local main process with
+        ``ProjectConfiguration(save_on_each_node=True)``), atomically (temp file + rename: never
+        half-written).
 
         ``safe_serialization=True`` writes a safetensors file instead (``f`` must be a path), as
         Accelerate does: ``obj`` must be a dict of tensors (anything else raises what
@@ -877,15 +880,22 @@ class Accelerator(ProcessGuards):
                 obj = without_shared_tensors(obj)
             check_safetensors_input(obj)
             safetensors_path(f)
-            if self.is_main_process:
+            if self._writes_saved_files():
                 write_safetensors(obj, f)
             return
-        if not self.is_main_process:
+        if not self._writes_saved_files():
             return
         if isinstance(f, (str, os.PathLike)):
             atomic_torch_save(obj, f)
         else:  # an open file object: the caller owns how it is written
             torch.save(obj, f)
+
+    def _writes_saved_files(self) -> bool:
+        """Whether this process writes what ``save``/``save_model`` save: the main process, or
+        each machine's local main process with ``ProjectConfiguration(save_on_each_node=True)``."""
+        if self.project_configuration.save_on_each_node:
+            return self.is_local_main_process
+        return self.is_main_process
 
     def prepared_objects(self) -> PreparedObjects:
         """The models, optimizers, schedulers and loaders prepared so far, and the registered objects."""

@@ -371,4 +371,4 @@ def _remove_stale_files(directory: Path, plan: ShardPlan, safe_serialization: bo
         )
         stale_index = path.name == index_name and not plan.sharded
         if (stale_shard or stale_index) and path.is_file():
-            path.unlink()
+            path.unlink(missing_ok=True)  # another node's writer may share the folder and be first
