@@ -207,3 +207,20 @@ def test_a_new_save_removes_the_earlier_saves_files_it_does_not_replace(tmp_path
     )
     loaded = load_file(tmp_path / single) if safe else torch.load(tmp_path / single, weights_only=True)
     assert loaded.keys() == state.keys() and all(torch.equal(loaded[k], state[k]) for k in state)
+
+
+def test_shards_of_a_sharded_model_are_refused_with_what_to_save(tmp_path: Path) -> None:
+    """A DTensor's storage is only this rank's part; safetensors fails reading it, so do we, saying why."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        shard = distribute_tensor(torch.arange(6.0).reshape(2, 3), init_device_mesh("cpu", (1,)), [Shard(0)])
+        with pytest.raises(RuntimeError) as theirs:
+            save_file({"w": shard}, str(tmp_path / "theirs.safetensors"))
+        with pytest.raises(theirs.type, match=r"\['w'\] are shards .* accelerator.get_state_dict\(model\)"):
+            write_safetensors({"w": shard}, tmp_path / "ours.safetensors")
+    finally:
+        dist.destroy_process_group()

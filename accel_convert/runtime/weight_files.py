@@ -102,7 +102,8 @@ def check_safetensors_input(tensors: Any) -> None:
     """Raise what ``safetensors.torch.save_file`` raises for ``tensors``, before anything is written:
     ValueError for a non-dict, a value that is no tensor, a sparse, meta or non-contiguous tensor;
     TypeError for a key that is no string or a dtype the format has no name for; RuntimeError
-    for tensors that overlap in memory (a tied weight under two names: keep one)."""
+    for tensors that overlap in memory (a tied weight under two names: keep one) and for shards
+    of a sharded model (DTensors, whose bytes are only this rank's part)."""
     if not isinstance(tensors, dict):
         raise ValueError(f"safetensors stores a dict of str -> torch.Tensor, not {type(tensors).__name__}")
     for name, tensor in tensors.items():
@@ -110,6 +111,12 @@ def check_safetensors_input(tensors: Any) -> None:
             raise TypeError(f"safetensors names tensors with strings, not {type(name).__name__} ({name!r})")
         if not isinstance(tensor, torch.Tensor):
             raise ValueError(f"{name!r} is a {type(tensor).__name__}; safetensors stores only tensors")
+    sharded = [name for name, tensor in tensors.items() if _is_shard(tensor)]
+    if sharded:  # safetensors fails on them too, reading their storage: say what to do instead
+        raise RuntimeError(
+            f"{sharded} are shards of a sharded (FSDP) model; save accelerator.get_state_dict(model), which "
+            "gathers the full tensors onto the main process (every rank must call it)"
+        )
     sparse = [name for name, tensor in tensors.items() if tensor.layout != torch.strided]
     if sparse:
         raise ValueError(f"safetensors stores dense tensors only; {sparse} are sparse (.to_dense() them first)")
@@ -126,6 +133,14 @@ def check_safetensors_input(tensors: Any) -> None:
             raise ValueError(f"{name!r} is not contiguous; safetensors stores packed tensors (.contiguous() it)")
         if tensor.dtype not in SAFETENSORS_DTYPES:
             raise TypeError(f"{name!r} has dtype {tensor.dtype}, which the safetensors format cannot store")
+
+
+def _is_shard(tensor: torch.Tensor) -> bool:
+    if not torch.distributed.is_available():
+        return False
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(tensor, DTensor)
 
 
 def write_safetensors(tensors: dict[str, torch.Tensor], path: str | bytes | os.PathLike) -> None:
