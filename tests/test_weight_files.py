@@ -224,3 +224,14 @@ def test_shards_of_a_sharded_model_are_refused_with_what_to_save(tmp_path: Path)
             write_safetensors({"w": shard}, tmp_path / "ours.safetensors")
     finally:
         dist.destroy_process_group()
+
+
+def test_a_refused_state_leaves_the_earlier_save_whole(tmp_path: Path) -> None:
+    state = {f"w{i}": torch.full((100,), float(i)) for i in range(5)}
+    first = write_weights(state, tmp_path, 1000, True)
+    before = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+    refused = {"w0": torch.ones(10), "t": torch.ones(3, 4).t()}  # one file now, but not writable
+    with pytest.raises(ValueError, match="not contiguous"):
+        write_weights(refused, tmp_path, "10GB", True)
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == before
+    assert len(before) == len(first.files) + 1

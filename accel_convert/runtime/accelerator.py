@@ -831,7 +831,7 @@ class Accelerator(ProcessGuards):
         (a warning names the others). A ``save_directory`` that is a file is logged as an error
         and nothing is written (Accelerate's behaviour). Deliberate differences: every file is
         written atomically, and shard files and the index of an earlier save into the folder
-        that this one does not replace are removed in both formats (Accelerate leaves
+        that this one did not replace are removed, once its own files are written, in both formats (Accelerate leaves
         safetensors shards and every index behind, so an old index may name files of another
         save).
         """

@@ -355,24 +355,27 @@ def write_weights(
     state: Mapping[str, Any], directory: Path, max_shard_size: int | str, safe_serialization: bool
 ) -> ShardPlan:
     """Write ``state`` into ``directory`` as :func:`plan_shards` splits it, each file atomically,
-    with the index when there are several files; returns the plan. Shard files and the index of
-    an earlier save in this format that the new one does not replace are removed first: the folder
-    then holds one consistent set of weights. ``state`` must already be free of shared tensors for
-    safetensors (:func:`without_shared_tensors`). Call it on one process."""
+    with the index when there are several files; returns the plan. Then the shard files and the
+    index of an earlier save in this format that the new one did not replace are removed: the
+    folder holds one consistent set of weights, and until the new files are in place the earlier
+    set stays whole (a refused state writes and removes nothing). ``state`` must already be free
+    of shared tensors for safetensors (:func:`without_shared_tensors`). Call it on one process."""
     from accel_convert.runtime.utils import atomic_torch_save
 
     plan = plan_shards(state, max_shard_size, safe_serialization)
-    index_name = SAFE_WEIGHTS_INDEX_NAME if safe_serialization else WEIGHTS_INDEX_NAME
-    _remove_stale_files(directory, plan, safe_serialization, index_name)
+    if safe_serialization:
+        check_safetensors_input({name: state[name] for names in plan.files.values() for name in names})
     for file, names in plan.files.items():
         shard = {name: state[name] for name in names}
         if safe_serialization:
             write_safetensors(shard, directory / file)
         else:
             atomic_torch_save(shard, directory / file)
+    index_name = SAFE_WEIGHTS_INDEX_NAME if safe_serialization else WEIGHTS_INDEX_NAME
     if plan.sharded:
         content = (json.dumps(plan.index(), indent=2, sort_keys=True) + "\n").encode()
         _replace_atomically(directory / index_name, lambda out: out.write(content))
+    _remove_stale_files(directory, plan, safe_serialization, index_name)
     return plan
 
 
