@@ -11,11 +11,18 @@ Each check prints one ``CHECK name: ok|FAILED detail`` line and the script exits
 - ``fp16_grad_scaler``: ``mixed_precision="fp16"`` autocasts the forward to fp16, returns fp32
   outputs, uses a CUDA GradScaler, and an inf gradient skips the step and says so.
 - ``bf16``: inner activations in bf16, outputs in fp32, no scaler.
+- ``safe_saving``: ``save(state_dict, safe_serialization=True)`` and ``save_model`` (safetensors
+  shards with an index, and ``pytorch_model.bin``) of a model on the GPU, with a tied weight and a
+  bf16 layer, then ``save_model`` of an FSDP2-sharded model: the files hold the device's values
+  (read with ``safetensors.torch.load_file`` where installed, else by a few lines here).
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +32,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from accel_convert.runtime import Accelerator, find_executable_batch_size  # noqa: E402
+from accel_convert.runtime import (  # noqa: E402
+    Accelerator,
+    AcceleratorState,
+    FullyShardedDataParallelPlugin,
+    find_executable_batch_size,
+)
+from accel_convert.runtime.weight_files import SAFETENSORS_DTYPES  # noqa: E402
 
 
 def check_nccl() -> str:
@@ -98,11 +111,92 @@ def check_bf16() -> str:
     return "bf16 inner activations, fp32 output, no scaler"
 
 
+class TiedModel(nn.Module):
+    def __init__(self, half_layer: bool) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(64, 32)
+        self.body = nn.Linear(32, 32).to(torch.bfloat16) if half_layer else nn.Linear(32, 32)
+        self.head = nn.Linear(32, 64, bias=False)
+        self.head.weight = self.embed.weight  # tied: written once in safetensors
+
+
+def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        from safetensors.torch import load_file
+    except ImportError:  # the format by hand: header length, JSON header, the tensors' bytes
+        raw = path.read_bytes()
+        length = int.from_bytes(raw[:8], "little")
+        header = json.loads(raw[8 : 8 + length])
+        header.pop("__metadata__", None)
+        body = bytearray(raw[8 + length :])
+        dtypes = {code: dtype for dtype, code in SAFETENSORS_DTYPES.items()}
+        return {
+            name: torch.frombuffer(
+                body[entry["data_offsets"][0] : entry["data_offsets"][1]], dtype=dtypes[entry["dtype"]]
+            )
+            .reshape(entry["shape"])
+            .clone()
+            for name, entry in header.items()
+        }
+    return load_file(path)
+
+
+def _load_weights_folder(folder: Path) -> dict[str, torch.Tensor]:
+    """Every tensor ``save_model`` wrote into ``folder``, through the index when it is sharded."""
+    indexes = list(folder.glob("*.index.json"))
+    files = sorted(set(json.loads(indexes[0].read_text())["weight_map"].values())) if indexes else None
+    files = files or [path.name for path in folder.iterdir() if path.suffix in (".safetensors", ".bin")]
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        path = folder / file
+        state.update(_load_safetensors(path) if path.suffix == ".safetensors" else torch.load(path, weights_only=True))
+    return state
+
+
+def _same_values(saved: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], left_out: set[str]) -> None:
+    assert set(expected) - left_out <= set(saved) <= set(expected), (sorted(saved), sorted(expected))
+    for name, tensor in saved.items():
+        assert tensor.dtype == expected[name].dtype and torch.equal(tensor, expected[name].cpu()), name
+
+
+def check_safe_saving() -> str:
+    folder = Path(tempfile.mkdtemp(prefix="gpu_checks_save_"))
+    shards: list[str] = []  # read on the main process
+    try:
+        accelerator = Accelerator()
+        torch.manual_seed(0)
+        model = accelerator.prepare(TiedModel(half_layer=True))
+        state = accelerator.unwrap_model(model).state_dict()
+        assert state["embed.weight"].device.type == accelerator.device.type
+        accelerator.save(state, folder / "state.safetensors", safe_serialization=True)
+        accelerator.save_model(model, folder / "safe_shards", max_shard_size="5KB")
+        accelerator.save_model(model, folder / "bin", safe_serialization=False)
+        if accelerator.is_main_process:
+            _same_values(_load_safetensors(folder / "state.safetensors"), state, {"head.weight"})
+            shards = sorted(path.name for path in (folder / "safe_shards").iterdir())
+            assert "model.safetensors.index.json" in shards and len(shards) > 2, shards
+            _same_values(_load_weights_folder(folder / "safe_shards"), state, {"head.weight"})
+            _same_values(_load_weights_folder(folder / "bin"), state, set())
+        AcceleratorState._reset_state()
+        sharding = Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin())
+        torch.manual_seed(0)
+        expected = TiedModel(half_layer=False).state_dict()
+        torch.manual_seed(0)
+        sharded = sharding.prepare(TiedModel(half_layer=False))
+        sharding.save_model(sharded, folder / "fsdp")
+        if sharding.is_main_process:
+            _same_values(_load_weights_folder(folder / "fsdp"), expected, {"head.weight"})
+        return f"{len(shards) - 1} safetensors shards, .bin, FSDP2 save_model: read back equal on the main process"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 CHECKS: dict[str, Callable[[], str]] = {
     "nccl": check_nccl,
     "cuda_oom_retry": check_cuda_oom_retry,
     "fp16_grad_scaler": check_fp16_grad_scaler,
     "bf16": check_bf16,
+    "safe_saving": check_safe_saving,
 }
 
 

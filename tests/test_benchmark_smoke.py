@@ -72,3 +72,16 @@ def test_fsdp_peak_rss_quick_run_prints_every_engine() -> None:
     ).check()
     rows = [line.split()[:2] for line in run.stdout.splitlines() if re.match(r"\s*2 (ddp|fsdp)", line)]
     assert rows == [["2", engine] for engine in ("ddp", "fsdp", "fsdp_meta")], run.stdout
+
+
+def test_gpu_checks_safe_saving_passes_on_the_cpu_too() -> None:
+    """The GPU run's saving check, on this machine's CPU (one process): its reading and
+    comparing are right, so a failure on a GPU is the GPU's."""
+    code = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(REPO_ROOT / 'benchmarks')!r})\n"
+        "import gpu_checks\n"
+        "print(gpu_checks.check_safe_saving())\n"
+    )
+    run = run_command([sys.executable, "-c", code], timeout=120).check()
+    assert "read back equal" in run.stdout, run.stdout

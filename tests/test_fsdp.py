@@ -2,8 +2,9 @@
 
 Two launches of tests/scripts/fsdp_checks.py shared by every multi-process test here: one on 2
 ranks runs every scenario (DDP vs FSDP trajectories, mixed precision, both checkpoint forms,
-save_model), one on 1 rank loads the 2-rank sharded checkpoint. The plugin's configuration
-(fields, environment, refusals) and the choice of units are checked in-process.
+save_model to safetensors and to sharded .bin files), one on 1 rank loads the 2-rank sharded
+checkpoint. The plugin's configuration (fields, environment, refusals) and the choice of units
+are checked in-process.
 """
 
 from __future__ import annotations
@@ -153,9 +154,17 @@ def test_corrupt_shard_file_is_refused_with_its_name(launched) -> None:
 
 def test_save_model_writes_the_full_weights_once(launched) -> None:
     rank0, rank1 = (report["save_model"] for report in launched["train"])
-    assert rank0["file_matches"] and rank0["loads_into_plain_model"]
+    assert rank0["file_matches"] and rank0["loads_into_plain_model"] and rank0["shards_match"]
     assert rank0["state_keys"] == ["0.bias", "0.weight", "2.bias", "2.weight", "4.bias", "4.weight"]
     assert rank1["state_keys"] == []
+    # 2.weight (16,384 bytes) is past the limit: a file of its own, the first one closed; the
+    # other five (4,868 bytes) fill the second (huggingface_hub's plan, as Accelerate's).
+    shards = [f"pytorch_model-0000{i}-of-00002.bin" for i in (1, 2)]
+    expected = {
+        "saved_model": ["model.safetensors"],
+        "saved_model_bin": sorted([*shards, "pytorch_model.bin.index.json"]),
+    }
+    assert rank0["files"] == rank1["files"] == expected
 
 
 def _tiny_transformer() -> torch.nn.Module:

@@ -23,8 +23,10 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -815,38 +817,85 @@ class Accelerator(ProcessGuards):
         self,
         model: torch.nn.Module,
         save_directory: str | os.PathLike,
-        max_shard_size: Any = "10GB",
+        max_shard_size: int | str = "10GB",
         safe_serialization: bool = True,
     ) -> None:
-        """Write the model's full state dict to ``save_directory/pytorch_model.bin`` from the main
-        process, atomically; every rank must call it (an FSDP model is gathered first).
+        """Write the model's full state dict into ``save_directory`` from the main process, as
+        Accelerate does: ``model.safetensors`` (``pytorch_model.bin`` with
+        ``safe_serialization=False``), or numbered shards (``model-00001-of-00002.safetensors``)
+        and ``model.safetensors.index.json`` when it is larger than ``max_shard_size`` (bytes, or
+        ``"10GB"``, ``"500MB"``). Every rank must call it (a sharded FSDP model is gathered onto
+        the main process first); it returns once the files are written.
 
-        ``max_shard_size`` and ``safe_serialization`` are accepted for Accelerate's signature: the
-        weights go to one ``torch.save`` file (runtime depends on nothing but torch).
+        For safetensors a tied weight is written once, under its first name in the state dict
+        (a warning names the others). A ``save_directory`` that is a file is logged as an error
+        and nothing is written (Accelerate's behaviour). Deliberate differences: every file is
+        written atomically, and shard files and the index of an earlier save into the folder
+        that this one did not replace are removed, once its own files are written, in both formats (Accelerate leaves
+        safetensors shards and every index behind, so an old index may name files of another
+        save).
         """
-        state = self.get_state_dict(model)
-        if self.is_main_process:
-            os.makedirs(save_directory, exist_ok=True)
-            from accel_convert.runtime.utils import atomic_torch_save
+        from accel_convert.runtime.logging import get_logger
+        from accel_convert.runtime.weight_files import parse_shard_size, without_shared_tensors, write_weights
 
-            atomic_torch_save(state, os.path.join(save_directory, "pytorch_model.bin"))
+        parse_shard_size(max_shard_size)  # a bad size is refused on every rank, before the gather
+        if os.path.isfile(save_directory):
+            get_logger(__name__).error(f"save_model: {save_directory} is a file; it should be a directory")
+            return
+        if any(param.device.type == "meta" for param in model.parameters()):
+            raise RuntimeError("save_model: some parameters are on the meta device; they have no values to save")
+        state = self.get_state_dict(model)
+        os.makedirs(save_directory, exist_ok=True)
+        # Under FSDP only the main process holds the gathered weights: another node's writer has none.
+        if self._writes_saved_files() and (state or self.is_main_process):
+            if safe_serialization:
+                state = without_shared_tensors(state)
+            plan = write_weights(state, Path(save_directory), max_shard_size, safe_serialization)
+            get_logger(__name__).info(
+                f"save_model: {len(plan.files)} file(s) in {save_directory}: {', '.join(plan.files)}"
+            )
         self.wait_for_everyone()
 
     def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
-        """``torch.save`` on the main process only, atomically (temp file + rename: never half-written)."""
+        """``torch.save`` on the main process only (on each machine's local main process with
+        ``ProjectConfiguration(save_on_each_node=True)``), atomically (temp file + rename: never
+        half-written).
+
+        ``safe_serialization=True`` writes a safetensors file instead (``f`` must be a path), as
+        Accelerate does: ``obj`` must be a dict of tensors (anything else raises what
+        ``safetensors.torch.save_file`` raises, on every rank), and an ``OrderedDict`` (what
+        ``model.state_dict()`` returns) keeps one name per tied weight.
+        """
         from accel_convert.runtime.utils import atomic_torch_save
 
         if safe_serialization:
-            raise ValueError(
-                "safe_serialization=True needs safetensors, which runtime does not use; "
-                "drop the argument (files are written with torch.save)"
+            from accel_convert.runtime.weight_files import (
+                check_safetensors_input,
+                safetensors_path,
+                without_shared_tensors,
+                write_safetensors,
             )
-        if not self.is_main_process:
+
+            if isinstance(obj, OrderedDict):
+                obj = without_shared_tensors(obj)
+            check_safetensors_input(obj)
+            safetensors_path(f)
+            if self._writes_saved_files():
+                write_safetensors(obj, f)
+            return
+        if not self._writes_saved_files():
             return
         if isinstance(f, (str, os.PathLike)):
             atomic_torch_save(obj, f)
         else:  # an open file object: the caller owns how it is written
             torch.save(obj, f)
+
+    def _writes_saved_files(self) -> bool:
+        """Whether this process writes what ``save``/``save_model`` save: the main process, or
+        each machine's local main process with ``ProjectConfiguration(save_on_each_node=True)``."""
+        if self.project_configuration.save_on_each_node:
+            return self.is_local_main_process
+        return self.is_main_process
 
     def prepared_objects(self) -> PreparedObjects:
         """The models, optimizers, schedulers and loaders prepared so far, and the registered objects."""

@@ -6,28 +6,25 @@
 ``.metadata`` file listing every tensor's full shape and dtype and where each slice lies. Merging
 needs no process group: one process allocates every tensor whole from the metadata and asks DCP
 to fill it from the shard files (``dcp.load(..., no_dist=True)``), then writes the dict as
-``model.safetensors`` (the safetensors format, written here with torch and the standard library)
-or ``pytorch_model.bin`` (``torch.save``).
+``model.safetensors`` (the safetensors format, written with torch and the standard library by
+:mod:`runtime.weight_files`) or ``pytorch_model.bin`` (``torch.save``).
 The whole model must fit in this machine's memory once.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import shutil
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
-__all__ = ["SAFE_WEIGHTS_NAME", "WEIGHTS_NAME", "merge_fsdp_weights", "read_sharded_weights"]
+from accel_convert.runtime.weight_files import SAFE_WEIGHTS_NAME, WEIGHTS_NAME, write_safetensors
 
-SAFE_WEIGHTS_NAME = "model.safetensors"
-WEIGHTS_NAME = "pytorch_model.bin"
+__all__ = ["merge_fsdp_weights", "read_sharded_weights"]
 
 
 def merge_fsdp_weights(
@@ -125,59 +122,3 @@ def _writer(safe_serialization: bool) -> Any:
 
         return atomic_torch_save
     return write_safetensors
-
-
-#: torch dtype → the safetensors format's name for it.
-SAFETENSORS_DTYPES = {
-    torch.float64: "F64",
-    torch.float32: "F32",
-    torch.float16: "F16",
-    torch.bfloat16: "BF16",
-    torch.int64: "I64",
-    torch.int32: "I32",
-    torch.int16: "I16",
-    torch.int8: "I8",
-    torch.uint8: "U8",
-    torch.bool: "BOOL",
-    torch.float8_e4m3fn: "F8_E4M3",
-    torch.float8_e5m2: "F8_E5M2",
-}
-
-
-def write_safetensors(state: dict[str, torch.Tensor], path: Path) -> None:
-    """``state`` as a safetensors file, written with torch and the standard library (the format is
-    small: an 8-byte little-endian header length, a JSON header naming each tensor's dtype, shape
-    and byte range, then the tensors' bytes back to back). Written beside the target, then renamed
-    over it: never a half-written file."""
-    tensors = {name: tensor.detach().to("cpu").contiguous() for name, tensor in state.items()}
-    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
-    offset = 0
-    for name, tensor in tensors.items():
-        if tensor.dtype not in SAFETENSORS_DTYPES:
-            raise TypeError(f"merge_fsdp_weights: {name} has dtype {tensor.dtype}, which safetensors cannot store")
-        size = tensor.numel() * tensor.element_size()
-        header[name] = {
-            "dtype": SAFETENSORS_DTYPES[tensor.dtype],
-            "shape": list(tensor.shape),
-            "data_offsets": [offset, offset + size],
-        }
-        offset += size
-    encoded = json.dumps(header, separators=(",", ":")).encode()
-    encoded += b" " * (-len(encoded) % 8)  # the tensors' bytes start 8-byte aligned
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(len(encoded).to_bytes(8, "little"))
-            out.write(encoded)
-            for tensor in tensors.values():
-                out.write(_tensor_bytes(tensor))
-        os.replace(temporary, path)
-    finally:
-        Path(temporary).unlink(missing_ok=True)
-
-
-def _tensor_bytes(tensor: torch.Tensor) -> bytes:
-    """The bytes of a contiguous CPU tensor, in the machine's (little-endian) order."""
-    if tensor.numel() == 0:
-        return b""
-    return ctypes.string_at(tensor.data_ptr(), tensor.numel() * tensor.element_size())

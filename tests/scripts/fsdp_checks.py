@@ -208,19 +208,34 @@ def resume(out: Path, state_dict_type: str) -> dict[str, Any]:
 
 
 def save_model(out: Path) -> dict[str, Any]:
+    """``save_model`` of the sharded MLP: the full weights gathered to rank 0, written as
+    ``model.safetensors`` and as ``pytorch_model.bin`` shards (10 KB each at most) with an index."""
+    from safetensors.torch import load_file
+
     accelerator, model, optimizer = build("mlp", plugin_for("mlp"))
     train("mlp", accelerator, model, optimizer, range(2))
     state = accelerator.get_state_dict(model)
     accelerator.save_model(model, out / "saved_model")
-    report: dict[str, Any] = {"state_keys": sorted(state)}
+    accelerator.save_model(model, out / "saved_model_bin", max_shard_size="10KB", safe_serialization=False)
+    # save_model returns once the files are written: every rank sees them.
+    report: dict[str, Any] = {
+        "state_keys": sorted(state),
+        "files": {name: sorted(p.name for p in (out / name).iterdir()) for name in ("saved_model", "saved_model_bin")},
+    }
     if accelerator.is_main_process:
-        written = torch.load(out / "saved_model" / "pytorch_model.bin", weights_only=True)
+        written = load_file(out / "saved_model" / "model.safetensors")
         report["file_matches"] = written.keys() == state.keys() and all(
             torch.equal(written[k], state[k]) for k in state
         )
         plain = mlp()
         plain.load_state_dict(written)  # loads into the unsharded model class: full shapes
         report["loads_into_plain_model"] = True
+        index = json.loads((out / "saved_model_bin" / "pytorch_model.bin.index.json").read_text())
+        shards: dict[str, torch.Tensor] = {}
+        for file in sorted(set(index["weight_map"].values())):
+            shards.update(torch.load(out / "saved_model_bin" / file, weights_only=True))
+        report["shards_match"] = shards.keys() == state.keys() and all(torch.equal(shards[k], state[k]) for k in state)
+        mlp().load_state_dict(shards)
     return report
 
 
