@@ -279,21 +279,25 @@ def plan_file_jobs(
     claimed: dict[Path, Path] = {}
     for file, root, problem in discovered:
         program = programs.get(os.path.realpath(file), ())
-        if os.path.realpath(file) in covered and not program:
-            continue  # a local module of an entry script: converted with it
         if program:
             jobs.append(plan_program_job(file, root, program, output, in_place, into_folder, writes_set, claimed))
-            continue
-        target = file if in_place and output is None else None
-        if output is not None:
-            target = output_target(file, root, output, into_folder)
-            if same_file(target, file) and not in_place:
-                raise UsageProblem(f"{file}: -o {target} is the input itself; add --in-place to overwrite it")
-            previous = claimed.setdefault(Path(os.path.realpath(target)), file)
-            if previous != file:
-                raise UsageProblem(f"-o {output}: {previous} and {file} would both be written to {target}")
-        jobs.append(Job(file, str(file), target, problem, named=file == root))
+        elif os.path.realpath(file) not in covered:  # a local module of an entry script: converted with it
+            target = file if in_place and output is None else None
+            if output is not None:
+                target = output_target(file, root, output, into_folder)
+                claim_target(file, target, output, in_place, claimed)
+            jobs.append(Job(file, str(file), target, problem, named=file == root))
     return jobs
+
+
+def claim_target(file: Path, target: Path, output: Path, in_place: bool, claimed: dict[Path, Path]) -> None:
+    """Record that ``file`` is written to ``target`` (in ``claimed``, by real path); refuse a
+    target that is the input itself without ``--in-place``, or that another input is written to."""
+    if same_file(target, file) and not in_place:
+        raise UsageProblem(f"{file}: -o {target} is the input itself; add --in-place to overwrite it")
+    previous = claimed.setdefault(Path(os.path.realpath(target)), file)
+    if previous != file:
+        raise UsageProblem(f"-o {output}: {previous} and {file} would both be written to {target}")
 
 
 def plan_programs(
@@ -347,11 +351,7 @@ def plan_program_job(
         if output is not None:
             base = root if root.is_dir() and file.path.resolve().is_relative_to(root.resolve()) else entry.parent
             target = output / file.path.relative_to(base)
-            if same_file(target, file.path) and not in_place:
-                raise UsageProblem(f"{file.path}: -o {target} is the input itself; add --in-place to overwrite it")
-            previous = claimed.setdefault(Path(os.path.realpath(target)), file.path)
-            if previous != file.path:
-                raise UsageProblem(f"-o {output}: {previous} and {file.path} would both be written to {target}")
+            claim_target(file.path, target, output, in_place, claimed)
         targets.append(target)
     return Job(entry, str(entry), targets[0], named=entry == root, program=program, program_targets=tuple(targets))
 
@@ -361,9 +361,44 @@ def build_plan(ctx: click.Context, flags: dict[str, Any], exclusions: Exclusions
     sources: tuple[str, ...] = flags["sources"]
     raw_output: str | Path | None = flags["output"]
     output: Path | None = Path(raw_output) if raw_output is not None else None
-    # ``-o out/``: a folder even when it does not exist yet (Path drops the slash).
-    output_is_folder = isinstance(raw_output, str) and raw_output.endswith(("/", os.sep))
     check, diff, in_place = flags["check"], flags["diff"], flags["in_place"]
+    refuse_contradicting_flags(sources, output, check, diff, in_place)
+    if STDIN in sources:
+        jobs = [plan_stdin_job(sources, flags["stdin_filename"], output, in_place)]
+    else:
+        jobs = plan_file_jobs(
+            sources,
+            output,
+            in_place,
+            exclusions,
+            # ``-o out/``: a folder even when it does not exist yet (Path drops the slash).
+            output_is_folder=isinstance(raw_output, str) and raw_output.endswith(("/", os.sep)),
+            writes_set=in_place or output is not None or check or diff,
+        )
+    writes_files = in_place or output is not None
+    if not jobs:
+        folders = ", ".join(dict.fromkeys(source for source in sources if Path(source).is_dir()))
+        raise NothingToConvert(f"no Python file found in {folders} (nothing to convert)")
+    to_stdout = not (writes_files or check or diff)
+    if several_inputs(sources) and to_stdout:
+        raise UsageProblem("several inputs need --in-place, -o DIR, --check or --diff (stdout takes one script)")
+    options = Options(
+        target=flags["target"],
+        oom_retry=flags["oom_retry"],
+        fsdp=flags["fsdp"],
+        launcher_processes=launcher_option(flags, jobs),
+        select=split_codes(flags["select"]),
+        ignore=split_codes(flags["ignore"]),
+    )
+    check_code_prefixes(options.select, "--select")
+    check_code_prefixes(options.ignore, "--ignore")
+    return Plan(jobs, options, check, diff, flags["strict"], to_stdout, writes=not (check or diff))
+
+
+def refuse_contradicting_flags(
+    sources: Sequence[str], output: Path | None, check: bool, diff: bool, in_place: bool
+) -> None:
+    """No input, or ``--in-place`` with ``--check``, ``--diff`` or an ``-o`` other than the input."""
     if not sources:
         raise UsageProblem("no input: pass files, folders, or - to read stdin")
     if in_place and (check or diff):
@@ -374,36 +409,6 @@ def build_plan(ctx: click.Context, flags: dict[str, Any], exclusions: Exclusions
         and not all(Path(source).exists() and same_file(output, Path(source)) for source in sources)
     ):
         raise UsageProblem("use either --in-place or -o OUT, not both")
-    if STDIN in sources:
-        jobs = [plan_stdin_job(sources, flags["stdin_filename"], output, in_place)]
-    else:
-        jobs = plan_file_jobs(
-            sources,
-            output,
-            in_place,
-            exclusions,
-            output_is_folder=output_is_folder,
-            writes_set=in_place or output is not None or check or diff,
-        )
-    writes_files = in_place or output is not None
-    if not jobs:
-        folders = ", ".join(dict.fromkeys(source for source in sources if Path(source).is_dir()))
-        raise NothingToConvert(f"no Python file found in {folders} (nothing to convert)")
-    if several_inputs(sources) and not (writes_files or check or diff):
-        raise UsageProblem("several inputs need --in-place, -o DIR, --check or --diff (stdout takes one script)")
-    launcher_processes = launcher_option(flags, jobs)
-    options = Options(
-        target=flags["target"],
-        oom_retry=flags["oom_retry"],
-        fsdp=flags["fsdp"],
-        launcher_processes=launcher_processes,
-        select=split_codes(flags["select"]),
-        ignore=split_codes(flags["ignore"]),
-    )
-    check_code_prefixes(options.select, "--select")
-    check_code_prefixes(options.ignore, "--ignore")
-    to_stdout = not (writes_files or check or diff)
-    return Plan(jobs, options, check, diff, flags["strict"], to_stdout, writes=not (check or diff))
 
 
 def launcher_option(flags: dict[str, Any], jobs: Sequence[Job]) -> int | None:

@@ -44,6 +44,7 @@ from typing import Any
 import libcst as cst
 
 from accel_convert.codemods import Options
+from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.name_flow import possibly_unbound_reads
 from accel_convert.converter.notebooks import (
     CellChange,
@@ -189,6 +190,29 @@ def restructure(notebook: Any, options: Options) -> Restructured | None:
     if "notebook_launcher" in every_code:
         return None
     masks = Masks(unused_name(PLACEHOLDER_PREFIX + "_ipython", every_code))
+    cells, magic_cells = _code_cells(notebook, masks)
+    joined = "".join(cell.masked for cell in cells)
+    facts = analyse(cst.parse_module(joined), joined)
+    _refuse_unless_top_level(facts, cells)
+    first, last = _training_span(cells, facts)
+    moved = cells[first : _last_reader(cells, first, last) + 1]
+    for index in magic_cells:
+        if moved[0].index < index < moved[-1].index:
+            raise NotRestructured(
+                "a cell magic (%%...) sits among the training cells; the function cannot hold it", index + 1
+            )
+    new = copy.deepcopy(notebook)
+    span = range(moved[0].index, moved[-1].index + 1)
+    kept, statements = _split_span(new, span, moved, masks)
+    code, _ = masks.restore(cst.Module(body=[_training_function(statements, moved)]).code.rstrip("\n"), "")
+    function_cell = _new_cell(new, code, "training-function")
+    new.cells = [*new.cells[: span.start], *kept, function_cell, *new.cells[span.stop :]]
+    return Restructured(new, span.start + len(kept), [cell.masked for cell in cells], masks)
+
+
+def _code_cells(notebook: Any, masks: Masks) -> tuple[list[_CodeCell], list[int]]:
+    """The notebook's code cells, masked and parsed, and the indices of those that are a cell
+    magic (``%%time``); raises :class:`NotRestructured` when a cell is not Python or none is code."""
     cells: list[_CodeCell] = []
     magic_cells: list[int] = []
     for index, cell in enumerate(notebook.cells):
@@ -209,9 +233,12 @@ def restructure(notebook: Any, options: Options) -> Restructured | None:
         cells.append(_CodeCell(index, index + 1, masked, module, definitions, trees, _statement_lines(module)))
     if not cells:
         raise NotRestructured("the notebook has no code")
+    return cells, magic_cells
 
-    joined = "".join(cell.masked for cell in cells)
-    facts = analyse(cst.parse_module(joined), joined)
+
+def _refuse_unless_top_level(facts: ScriptFacts, cells: list[_CodeCell]) -> None:
+    """Raises :class:`NotRestructured` when the training is not written at the top level: under
+    a ``__main__`` guard, or in a function (the one to launch)."""
     if facts.home_kind == "main_guard":
         raise NotRestructured(
             "the training runs under if __name__ == \"__main__\": (a script's shape, not a notebook's)"
@@ -231,24 +258,13 @@ def restructure(notebook: Any, options: Options) -> Restructured | None:
             f"the training is already in {where}: launch it with notebook_launcher({where}, args=(...), num_processes=N)",
             defining,
         )
+
+
+def _training_span(cells: list[_CodeCell], facts: ScriptFacts) -> tuple[int, int]:
+    """(first, last) position in ``cells`` of the training: from the first cell binding a model,
+    optimizer, scheduler or loader at the top level to the last holding a top-level statement
+    of the training (``facts.training_lines``)."""
     roles = {name for name in facts.trained_objects if "." not in name}
-    starts = [cell.masked.count("\n") for cell in cells]
-    first_lines = [sum(starts[:position]) + 1 for position in range(len(cells))]
-
-    def statement_at(line: int) -> tuple[int, int] | None:
-        """(position in ``cells``, statement index) of the top-level statement holding ``line``."""
-        for position in range(len(cells) - 1, -1, -1):
-            if line >= first_lines[position]:
-                break
-        else:
-            return None
-        cell = cells[position]
-        local = line - first_lines[position] + 1
-        for statement_index, (begin, end) in enumerate(cell.lines):
-            if begin <= local <= end:
-                return position, statement_index
-        return None
-
     first = next(
         (
             position
@@ -261,34 +277,50 @@ def restructure(notebook: Any, options: Options) -> Restructured | None:
     )
     if first is None:
         raise NotRestructured("no model, optimizer or DataLoader is created at the notebook's top level")
-    training = [statement_at(line) for line in facts.training_lines()]
+    starts = [cell.masked.count("\n") for cell in cells]
+    first_lines = [sum(starts[:position]) + 1 for position in range(len(cells))]
+    training = [_statement_at(cells, first_lines, line) for line in facts.training_lines()]
     ends = [found[0] for found in training if found is not None and not cells[found[0]].definitions[found[1]]]
     if not ends or max(ends) < first:
         raise NotRestructured("no training loop runs at the notebook's top level", cells[first].number)
-    last = max(ends)
+    return first, max(ends)
 
-    # Later cells reading what the training binds run in the workers too (with the cells between).
+
+def _statement_at(cells: list[_CodeCell], first_lines: list[int], line: int) -> tuple[int, int] | None:
+    """(position in ``cells``, statement index) of the top-level statement holding ``line`` of
+    the joined cells (``first_lines``: where each cell starts in them)."""
+    for position in range(len(cells) - 1, -1, -1):
+        if line >= first_lines[position]:
+            break
+    else:
+        return None
+    cell = cells[position]
+    local = line - first_lines[position] + 1
+    for statement_index, (begin, end) in enumerate(cell.lines):
+        if begin <= local <= end:
+            return position, statement_index
+    return None
+
+
+def _last_reader(cells: list[_CodeCell], first: int, last: int) -> int:
+    """The position of the last cell the function takes: later cells reading what the training
+    binds run in the workers too (with the cells between)."""
     bound: set[str] = set()
     for cell in cells[first : last + 1]:
         bound |= _body_bindings(cell)
-    position = last + 1
-    while position < len(cells):
+    for position in range(last + 1, len(cells)):
         if _reads(cells[position]) & bound:
             for cell in cells[last + 1 : position + 1]:
                 bound |= _body_bindings(cell)
             last = position
-        position += 1
-    moved = cells[first : last + 1]
-    for index in magic_cells:
-        if moved[0].index < index < moved[-1].index:
-            raise NotRestructured(
-                "a cell magic (%%...) sits among the training cells; the function cannot hold it", index + 1
-            )
+    return last
 
-    new = copy.deepcopy(notebook)
-    kept: list[Any] = []  # the cells of the training's span that stay, in order
+
+def _split_span(new: Any, span: range, moved: list[_CodeCell], masks: Masks) -> tuple[list[Any], list[Statement]]:
+    """The cells of the training's span (in ``new``) that stay, in order (markdown, definitions,
+    only comments), and the statements that go into the function."""
+    kept: list[Any] = []
     statements: list[Statement] = []
-    span = range(moved[0].index, moved[-1].index + 1)
     by_index = {cell.index: cell for cell in moved}
     for index in span:
         cell = new.cells[index]
@@ -307,25 +339,23 @@ def restructure(notebook: Any, options: Options) -> Restructured | None:
             kept.append(cell)
         if body:
             statements.extend(_separated(body, first=not statements))
-    function = cst.FunctionDef(
+    return kept, statements
+
+
+def _training_function(statements: list[Statement], moved: list[_CodeCell]) -> cst.FunctionDef:
+    """``def training_function():`` holding ``statements``, under a comment naming its cells."""
+    if len(moved) > 1:
+        comment = (
+            f"# Cells {moved[0].number}-{moved[-1].number} as one function: notebook_launcher runs it in every process."
+        )
+    else:
+        comment = f"# Cell {moved[0].number} as a function: notebook_launcher runs it in every process."
+    return cst.FunctionDef(
         name=cst.Name(FUNCTION),
         params=cst.Parameters(),
         body=cst.IndentedBlock(body=statements),
-        leading_lines=[
-            cst.EmptyLine(
-                comment=cst.Comment(
-                    f"# Cells {moved[0].number}-{moved[-1].number} as one function: notebook_launcher runs it "
-                    "in every process."
-                    if len(moved) > 1
-                    else f"# Cell {moved[0].number} as a function: notebook_launcher runs it in every process."
-                )
-            )
-        ],
+        leading_lines=[cst.EmptyLine(comment=cst.Comment(comment))],
     )
-    code, _ = masks.restore(cst.Module(body=[function]).code.rstrip("\n"), "")
-    function_cell = _new_cell(new, code, "training-function")
-    new.cells = [*new.cells[: span.start], *kept, function_cell, *new.cells[span.stop :]]
-    return Restructured(new, span.start + len(kept), [cell.masked for cell in cells], masks)
 
 
 def _strip_final_newline(code: str, original: str) -> str:

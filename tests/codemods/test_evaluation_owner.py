@@ -16,9 +16,11 @@ from accel_convert.codemods import convert_module
 from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.engine.model import Options
 
-#: Every rule module: the ordered rewrites and the checks.
+#: Every rule module: the ordered rewrites and the checks, the parts of a rule split into a package included.
 RULE_FILES = sorted(
-    path for folder in ("rewrites", "checks") for path in (Path(codemods_package.__file__).parent / folder).glob("*.py")
+    path
+    for folder in ("rewrites", "checks")
+    for path in (Path(codemods_package.__file__).parent / folder).rglob("*.py")
 )
 #: Names of predicates that decide evaluation or disabled gradients.
 PREDICATE = re.compile(

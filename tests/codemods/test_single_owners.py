@@ -17,9 +17,16 @@ import pytest
 
 import accel_convert.codemods as codemods_package
 
-RULE_FILES = sorted(
-    path for folder in ("rewrites", "checks") for path in (Path(codemods_package.__file__).parent / folder).glob("*.py")
-)
+CODEMODS = Path(codemods_package.__file__).parent
+
+
+def rule_files(codemods: Path) -> list[Path]:
+    """Every module of the rules under ``codemods``, the parts of a rule split into a package
+    (``rewrites/device/``) included."""
+    return sorted(path for folder in ("rewrites", "checks") for path in (codemods / folder).rglob("*.py"))
+
+
+RULE_FILES = rule_files(CODEMODS)
 
 #: concept → (its owner, a pattern of function names that would be a private copy).
 OWNERS = {
@@ -48,12 +55,29 @@ def test_the_rule_folders_are_where_this_test_looks() -> None:
     assert len(RULE_FILES) > 30, "the rule folders moved: this test would check nothing"
 
 
+def copies_in(paths: list[Path], root: Path, pattern: re.Pattern[str]) -> list[str]:
+    """Where ``paths`` define a function whose name matches ``pattern``."""
+    offenders = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and pattern.match(node.name):
+                offenders.append(f"{path.relative_to(root).as_posix()}:{node.lineno} defines {node.name}")
+    return offenders
+
+
 @pytest.mark.parametrize("concept", sorted(OWNERS))
 def test_no_rule_defines_its_own_copy(concept: str) -> None:
     owner, pattern = OWNERS[concept]
-    offenders = []
-    for path in RULE_FILES:
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and pattern.match(node.name):
-                offenders.append(f"{path.parent.name}/{path.name}:{node.lineno} defines {node.name}")
+    offenders = copies_in(RULE_FILES, CODEMODS, pattern)
     assert offenders == [], f"{concept} is answered by {owner}; ask it instead: {offenders}"
+
+
+def test_a_copy_inside_a_rule_package_is_found(tmp_path: Path) -> None:
+    """A rule split into modules (``rewrites/device/moves.py``) is scanned like a one-file rule."""
+    part = tmp_path / "rewrites" / "device" / "moves.py"
+    part.parent.mkdir(parents=True)
+    (part.parent / "__init__.py").write_text("", encoding="utf-8")
+    part.write_text("def _is_move(node):\n    return False\n", encoding="utf-8")
+    _, pattern = OWNERS["a device / a move to one"]
+    assert copies_in(rule_files(tmp_path), tmp_path, pattern) == ["rewrites/device/moves.py:1 defines _is_move"]
+    assert any(path.parent.name == "device" for path in RULE_FILES), "the device rule's parts are not scanned"

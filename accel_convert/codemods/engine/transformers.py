@@ -265,19 +265,31 @@ class RuleTransformer(TargetedTransformer):
         for node in reversed(anchors):
             if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
                 return True
-            if isinstance(node, cst.While) and _endless(node):
-                continue  # ``while True:``: the same on every rank until a break (made to agree)
-            if isinstance(node, (cst.Try, cst.TryStar, cst.While, cst.Match)):
-                return False
-            if isinstance(node, cst.If) and not _rank_independent_test(node.test):
-                return False
-            if isinstance(node, cst.If) and enclosing is not None and self._summed_per_rank(node.test, enclosing):
-                return False
-            if isinstance(node, cst.If) and enclosing is not None and _tests_parameter(node.test, enclosing):
-                return False
-            if isinstance(node, cst.For) and not self._same_length_everywhere(node.iter):
+            if not self._runs_alike_inside(node, enclosing):
                 return False
         return True
+
+    def _runs_alike_inside(self, node: cst.CSTNode, enclosing: cst.FunctionDef | None) -> bool:
+        """Whether every rank that reaches the enclosing statement ``node`` runs what is inside it
+        the same number of times (``enclosing``: the function holding it)."""
+        if isinstance(node, cst.While):
+            return _endless(node)  # ``while True:``: the same on every rank until a break (made to agree)
+        if isinstance(node, (cst.Try, cst.TryStar, cst.Match)):
+            return False
+        if isinstance(node, cst.If):
+            return self._taken_alike(node.test, enclosing)
+        if isinstance(node, cst.For):
+            return self._same_length_everywhere(node.iter)
+        return True
+
+    def _taken_alike(self, test: cst.BaseExpression, enclosing: cst.FunctionDef | None) -> bool:
+        """Whether every rank takes the same branch of an ``if`` on ``test``: not when it calls
+        something or names a rank, reads a value summed per rank or tests a parameter."""
+        if not _rank_independent_test(test):
+            return False
+        if enclosing is None:
+            return True
+        return not self._summed_per_rank(test, enclosing) and not _tests_parameter(test, enclosing)
 
     def _summed_per_rank(self, test: cst.BaseExpression, function: cst.FunctionDef) -> bool:
         """Whether the test reads a value the function adds up in a ``for`` loop that gathers and

@@ -109,11 +109,7 @@ class _Prepare(HomeBlockTransformer):
         names = [name for name in self.wanted if name in last_creation and (library or name not in self.facts.models)]
         if not names:
             return body
-        self.prepared_names.update(names)
-        names.sort(key=lambda name: (_group(self.facts, name), first_creation[name]))
-        after = max(last_creation[name] for name in names)
-        self.report(body[after], Prepare.code, f"prepare {', '.join(names)} for distributed training", header_only=True)
-        return [*body[: after + 1], prepare_statement(self.accelerator, names, "    "), *body[after + 1 :]]
+        return self._insert_prepare(body, self._in_order(names, first_creation), last_creation, "    ")
 
     def edit_home(self, body: list[cst.BaseStatement], anchor: cst.CSTNode) -> list[cst.BaseStatement]:
         # ``prepare`` goes before the first loop over the data (or the first call reaching one):
@@ -127,21 +123,14 @@ class _Prepare(HomeBlockTransformer):
         for name in self._received_models(anchor, body):
             first_creation.setdefault(name, -1)
             last_creation.setdefault(name, -1)
-        names = [name for name in self.wanted if name in last_creation]
-        group = {name: _group(self.facts, name) for name in names}
-        names.sort(key=lambda name: (group[name], first_creation[name]))
+        names = self._in_order([name for name in self.wanted if name in last_creation], first_creation)
         indent = "" if self.facts.home_kind == "module" else "    "
-        # Loaders (re)built inside the training loop (a batch size growing per epoch): each is
-        # prepared where it is built, or its batches would stay whole and on the CPU.
-        rebuilt = {
-            name for name in self.wanted if name in self.facts.loaders and self._built_in(body[loop_index:], name)
-        }
         # Models handed to a training function that the single prepare cannot take (a distilled
         # student built after the training began, a model built under a flag): each is prepared
         # right where it is built, before it is handed over. Inside a nested block, the insertion
         # leaves the indices of the top-level statements above as they were.
         where_built = {name for name in self.wanted if name in self.facts.models_prepared_where_built} - set(names)
-        rebuilt |= where_built
+        rebuilt = self._loaders_built_in(body[loop_index:]) | where_built
         head = body[:loop_index]
         # A loader wrapped in an object of another class (a ``DeviceDataLoader`` moving every
         # batch): prepare passes such objects through, so the loader is prepared before the wrap.
@@ -151,31 +140,65 @@ class _Prepare(HomeBlockTransformer):
         names = [name for name in names if name not in self.prepared_names]
         if where_built:
             head = self._prepare_where_built(head, where_built, indent + "    ")
-        tail = self._prepare_where_built(body[loop_index:], rebuilt, indent + "    ") if rebuilt else body[loop_index:]
-        tail = self._prepare_handed_again(tail, indent)
-        if any(name in self.facts.loaders for name in names):
-            tail = self._move_rebuilt_models(tail)
-        body = [*head, *tail]
-        # What the module builds above the ``__main__`` block and the block's training uses: the
-        # block runs at module level, so preparing it there rebinds the global every function reads.
-        above = [name for name in self.wanted if name in self.built_above_guard and name not in last_creation]
-        if above and self.facts.home_kind == "main_guard":
-            created = self._accelerator_index(body[:loop_index])
-            if created is not None:
-                for name in above:
-                    first_creation[name] = last_creation[name] = created
-                    group[name] = _group(self.facts, name)
-                names = sorted([*names, *above], key=lambda name: (group[name], first_creation[name]))
+        body = [*head, *self._edit_from_the_loop(body[loop_index:], rebuilt, names, indent)]
+        names = self._with_built_above_guard(names, body[:loop_index], first_creation, last_creation)
         if names:
-            self.prepared_names.update(names)
-            after = max(last_creation[name] for name in names)
-            self.report(
-                body[after], Prepare.code, f"prepare {', '.join(names)} for distributed training", header_only=True
-            )
-            body = [*body[: after + 1], prepare_statement(self.accelerator, names, indent), *body[after + 1 :]]
+            body = self._insert_prepare(body, names, last_creation, indent)
         if before_wrap:
             body = [inserted for node in body for inserted in [*before_wrap.get(id(node), ()), node]]
         return body
+
+    def _in_order(self, names: list[str], first_creation: dict[str, int]) -> list[str]:
+        """``names`` in ``prepare``'s order: by group (models, optimizers, loaders, schedulers),
+        then as they are first built."""
+        return sorted(names, key=lambda name: (_group(self.facts, name), first_creation[name]))
+
+    def _loaders_built_in(self, statements: list[cst.BaseStatement]) -> set[str]:
+        """Loaders (re)built inside the training loop (a batch size growing per epoch): each is
+        prepared where it is built, or its batches would stay whole and on the CPU."""
+        return {name for name in self.wanted if name in self.facts.loaders and self._built_in(statements, name)}
+
+    def _edit_from_the_loop(
+        self, statements: list[cst.BaseStatement], rebuilt: set[str], names: list[str], indent: str
+    ) -> list[cst.BaseStatement]:
+        """The home block from its first loop over the data on: what is built there prepared where
+        it is built, models handed to training again prepared again, models rebuilt after
+        training moved to the device of the prepared loaders' batches."""
+        if rebuilt:
+            statements = self._prepare_where_built(statements, rebuilt, indent + "    ")
+        statements = self._prepare_handed_again(statements, indent)
+        if any(name in self.facts.loaders for name in names):
+            statements = self._move_rebuilt_models(statements)
+        return statements
+
+    def _with_built_above_guard(
+        self,
+        names: list[str],
+        head: list[cst.BaseStatement],
+        first_creation: dict[str, int],
+        last_creation: dict[str, int],
+    ) -> list[str]:
+        """``names`` with what the module builds above the ``__main__`` block and the block's
+        training uses: the block runs at module level, so preparing it there (where the block
+        creates the accelerator, among ``head``) rebinds the global every function reads."""
+        above = [name for name in self.wanted if name in self.built_above_guard and name not in last_creation]
+        if not above or self.facts.home_kind != "main_guard":
+            return names
+        created = self._accelerator_index(head)
+        if created is None:
+            return names
+        for name in above:
+            first_creation[name] = last_creation[name] = created
+        return self._in_order([*names, *above], first_creation)
+
+    def _insert_prepare(
+        self, body: list[cst.BaseStatement], names: list[str], last_creation: dict[str, int], indent: str
+    ) -> list[cst.BaseStatement]:
+        """``body`` with ``names = accelerator.prepare(names)`` right after the last of them is built."""
+        self.prepared_names.update(names)
+        after = max(last_creation[name] for name in names)
+        self.report(body[after], Prepare.code, f"prepare {', '.join(names)} for distributed training", header_only=True)
+        return [*body[: after + 1], prepare_statement(self.accelerator, names, indent), *body[after + 1 :]]
 
     def _prepare_before_wrapping(
         self, statements: list[cst.BaseStatement], loaders: list[str], indent: str

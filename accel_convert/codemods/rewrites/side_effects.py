@@ -26,7 +26,7 @@ the script's own download function when every call of it runs under ``main_proce
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import libcst as cst
 
@@ -400,24 +400,7 @@ class _MainProcessGuard(RuleTransformer):
         """Group consecutive writing statements under one main-process guard; None if none.
         Folder creation and deletion need a barrier too: where not every rank would reach it,
         they are left to run on every rank, and reported."""
-        result: list[cst.BaseStatement] = []
-        run: list[cst.BaseStatement] = []
-        changed = False
-        #: The barrier the last guarded run ended with (a statement after it may be a barrier too).
-        added_barrier: list[cst.BaseStatement] = []
-
-        def flush() -> None:
-            if not run:
-                return
-            guarded = self._guarded(run)
-            if result and guarded and _is_barrier(result[-1], self.facts) and _is_barrier(guarded[0], self.facts):
-                # A deletion right after a write: the write's barrier serves both.
-                guarded[1] = guarded[1].with_changes(leading_lines=guarded[0].leading_lines)  # type: ignore[attr-defined]
-                guarded = guarded[1:]
-            result.extend(guarded)
-            added_barrier[:] = guarded[-1:] if guarded and _is_barrier(guarded[-1], self.facts) else []
-            run.clear()
-
+        runs = _GuardedRuns(self._guarded, self.facts)
         barrier_safe = self.every_rank_reaches_here()
         enclosing = next(
             (node for node in reversed(self._anchors) if isinstance(node, cst.BaseCompoundStatement)), None
@@ -427,31 +410,30 @@ class _MainProcessGuard(RuleTransformer):
         for statement in statements:
             created = self._tracker_created_on_main_process(statement)
             if created is not None:
-                flush()
-                result.append(created)
-                changed = True
+                runs.add_rewritten(created)
                 continue
             kind = _write_kind(statement, self.facts)
             if kind in ("folder", "delete") and not barrier_safe:
                 if whole_statement_guarded:
                     return None
-                original = self._original_of.get(id(statement), statement)
-                if kind == "folder" and self.scope and self.scope[0] in self.facts.download_functions:
-                    self._in_download_functions.setdefault(self.scope[0], []).append(original)
-                else:
-                    self.findings.add(original, "ACC916", UNGUARDED_FOLDER, False)
+                self._report_unguarded(statement, kind)
                 kind = None
-            if kind is None or (run and _write_kind(run[-1], self.facts) != kind):
-                flush()
             if kind is None:
-                if added_barrier and result and result[-1] is added_barrier[0] and _is_barrier(statement, self.facts):
-                    result.pop()  # the barrier already there (before a save) serves the write too
-                result.append(statement)
+                runs.keep(statement)
             else:
-                run.append(statement)
-                changed = True
-        flush()
-        return result if changed else None
+                runs.add_write(statement, kind)
+        runs.flush()
+        return runs.result if runs.changed else None
+
+    def _report_unguarded(self, statement: cst.BaseStatement, kind: str) -> None:
+        """A folder created or deleted where not every rank would reach a barrier: left to run on
+        every rank and reported (in the script's download function, only once it is known
+        whether every call of it runs under ``main_process_first``)."""
+        original = self._original_of.get(id(statement), statement)
+        if kind == "folder" and self.scope and self.scope[0] in self.facts.download_functions:
+            self._in_download_functions.setdefault(self.scope[0], []).append(original)
+        else:
+            self.findings.add(original, "ACC916", UNGUARDED_FOLDER, False)
 
     def _main_process(self) -> cst.Attribute:
         return cst.Attribute(value=cst.Name(self.accelerator), attr=cst.Name("is_main_process"))
@@ -545,6 +527,54 @@ def _first_statement_after_accelerator(statements: Sequence[cst.BaseStatement], 
         if binds_name([statement], acc):
             return index + 1
     return None
+
+
+class _GuardedRuns:
+    """The statements of a block as ``_guard_runs`` rebuilds them: consecutive writes of one kind
+    gather into a run, and each run goes under one main-process guard (``guard``) when it ends."""
+
+    def __init__(self, guard: Callable[[list[cst.BaseStatement]], list[cst.BaseStatement]], facts: ScriptFacts) -> None:
+        self.guard = guard
+        self.facts = facts
+        self.result: list[cst.BaseStatement] = []
+        self.run: list[cst.BaseStatement] = []
+        self.changed = False
+        #: The barrier the last guarded run ended with (a statement after it may be a barrier too).
+        self.added_barrier: cst.BaseStatement | None = None
+
+    def flush(self) -> None:
+        """The run so far, guarded, into the result."""
+        if not self.run:
+            return
+        guarded = self.guard(self.run)
+        if self.result and guarded and _is_barrier(self.result[-1], self.facts) and _is_barrier(guarded[0], self.facts):
+            # A deletion right after a write: the write's barrier serves both.
+            guarded[1] = guarded[1].with_changes(leading_lines=guarded[0].leading_lines)  # type: ignore[attr-defined]
+            guarded = guarded[1:]
+        self.result.extend(guarded)
+        self.added_barrier = guarded[-1] if guarded and _is_barrier(guarded[-1], self.facts) else None
+        self.run = []
+
+    def keep(self, statement: cst.BaseStatement) -> None:
+        """A statement that writes nothing: it ends the run and stays as it is."""
+        self.flush()
+        if self.added_barrier is not None and self.result and self.result[-1] is self.added_barrier:
+            if _is_barrier(statement, self.facts):
+                self.result.pop()  # the barrier already there (before a save) serves the write too
+        self.result.append(statement)
+
+    def add_write(self, statement: cst.BaseStatement, kind: str) -> None:
+        """A write of ``kind``: it joins the run, which a write of another kind ends first."""
+        if self.run and _write_kind(self.run[-1], self.facts) != kind:
+            self.flush()
+        self.run.append(statement)
+        self.changed = True
+
+    def add_rewritten(self, statement: cst.BaseStatement) -> None:
+        """A statement rewritten to run its effect on the main process only: it ends the run."""
+        self.flush()
+        self.result.append(statement)
+        self.changed = True
 
 
 def _write_kind(statement: cst.BaseStatement, facts: ScriptFacts) -> str | None:

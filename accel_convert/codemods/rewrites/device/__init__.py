@@ -1,0 +1,251 @@
+"""ACC102 device: the accelerator picks the device; moves that ``prepare`` makes redundant go.
+
+The device variable (``torch.device("cuda" if ... else "cpu")``, ``"cuda:0"``,
+``torch.accelerator.current_accelerator()``) becomes ``accelerator.device``, which is this process's
+own GPU. ``.to(device)`` / ``.cuda()`` on prepared models and on batches from prepared loaders are
+removed (``prepare`` places them); other ``.cuda()`` calls become ``.to(accelerator.device)``;
+``.to(dtype)``, ``.float()``, ``.cpu()`` and moves of tensors the script creates itself stay (they now
+go to ``accelerator.device``). ``torch.cuda.set_device`` is removed, and so is a
+``CUDA_VISIBLE_DEVICES`` the script sets (every process would see the same GPUs; the launch
+chooses them). A block left empty goes too:
+``if args.cuda: model.cuda()`` disappears as a whole.
+
+A fixed GPU named elsewhere would be the same GPU on every rank: a ``device="cuda"`` keyword
+(``torch.zeros(3, device="cuda")``) and the index the script gave ``torch.cuda.set_device``
+(``device=args.gpu``, ``.to(args.gpu)``) become ``accelerator.device``; where no accelerator is
+reachable they are reported (ACC904). That index passed on to another call (``Net(args.gpu)``,
+which may make a device of it) is reported (ACC924): what the callee does with it is not visible.
+
+A device picked as a string (``device = "cuda" if torch.cuda.is_available() else "cpu"``) is a
+``torch.device`` once it is ``accelerator.device``. Where the script read it as a string, it reads
+``device.type``: as a device type (``torch.autocast(device_type=device)``,
+``torch.autocast(device, ...)``, which raise ``ValueError`` for a ``torch.device``), compared with
+a device type (``device == "cuda"``, ``device in ("cuda", "mps")``, ``"cuda" in device``: a
+``torch.device`` equals no string, and ``in`` raises ``TypeError``; ``str(device) == "cuda"`` too,
+since the process's own GPU is ``cuda:1``), or with a method of ``str``
+(``device.startswith("cuda")``). Every other read keeps the ``torch.device``: moves and
+``device=`` keywords take it, and printing it (``f"Using {device}"``) shows ``cpu`` as before,
+``cuda:1`` for the process's own GPU.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.rewrites.device.fixed_gpus import device_functions, gpu_indices
+from accel_convert.codemods.rewrites.device.module_device import rebind_module_device
+from accel_convert.codemods.rewrites.device.settings_devices import rebind_settings_devices
+from accel_convert.codemods.rewrites.device.state import DEVICE, GPU_INDEX_PASSED_ON
+from accel_convert.codemods.rewrites.device.transformer import DeviceTransformer
+
+# The rule's parts, one module each (each docstring says what it owns): moves.py, fixed_gpus.py,
+# selection.py, string_reads.py and emptied_blocks.py, walked together by transformer.py;
+# module_device.py and settings_devices.py rebind, on the walked tree, a device chosen at module
+# level or in a settings class. "Is this a device / a move" is engine/devices.py's answer.
+
+
+class Device(Rule):
+    code = DEVICE
+    name = "device"
+    extra_codes = {
+        GPU_INDEX_PASSED_ON: "gpu-index: the GPU index once given to torch.cuda.set_device, passed on "
+        "where it may name a device (the same GPU on every process)",
+    }
+    examples = (
+        Example(
+            # On the process's own GPU str(device) is "cuda:1": the comparison reads the type.
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                dataset = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+                loader = DataLoader(dataset, batch_size=8, pin_memory=str(device) == "cuda")
+                model = nn.Linear(8, 1).to(device)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for data, target in loader:
+                    data, target = data.to(device), target.to(device)
+                    optimizer.zero_grad()
+                    nn.functional.mse_loss(model(data), target).backward()
+                    optimizer.step()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+                accelerator = Accelerator()
+
+                device = accelerator.device
+                dataset = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+                loader = DataLoader(dataset, batch_size=8, pin_memory=device.type == "cuda")
+                model = nn.Linear(8, 1)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                for data, target in loader:
+                    optimizer.zero_grad()
+                    accelerator.backward(nn.functional.mse_loss(model(data), target))
+                    optimizer.step()
+            """,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1).to(device)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        data, target = data.to(device), target.to(device)
+                        noise = torch.randn(len(data), 8).cuda()
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data + noise), target)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        noise = torch.randn(len(data), 8).to(accelerator.device)
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data + noise), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                device = "cuda" if torch.cuda.is_available() else "cpu"
+                print(f"Using {device} device")
+                use_amp = device == "cuda"
+                if device.startswith("cuda"):
+                    torch.backends.cudnn.benchmark = True
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                model = nn.Linear(8, 1).to(device)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for data, target in loader:
+                    data, target = data.to(device), target.to(device)
+                    optimizer.zero_grad()
+                    with torch.autocast(device_type=device, enabled=False):
+                        loss = nn.functional.mse_loss(model(data + torch.randn(8, device=device)), target)
+                    loss.backward()
+                    optimizer.step()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+                accelerator = Accelerator()
+
+                device = accelerator.device
+                accelerator.print(f"Using {device} device")
+                use_amp = device.type == "cuda"
+                if device.type.startswith("cuda"):
+                    torch.backends.cudnn.benchmark = True
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                model = nn.Linear(8, 1)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                for data, target in loader:
+                    optimizer.zero_grad()
+                    with torch.autocast(device_type=device.type, enabled=False):
+                        loss = nn.functional.mse_loss(model(data + torch.randn(8, device=device)), target)
+                    accelerator.backward(loss)
+                    optimizer.step()
+            """,
+        ),
+        Example(
+            code=GPU_INDEX_PASSED_ON,
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Denoiser(nn.Module):
+                    def __init__(self, gpu):
+                        super().__init__()
+                        self.gpu = gpu
+                        self.linear = nn.Linear(8, 8)
+
+                    def forward(self, x):
+                        return self.linear(x + torch.randn(x.shape, device=self.gpu))
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--gpu", type=int, default=0)
+                    args = parser.parse_args()
+                    torch.cuda.set_device(args.gpu)
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=8)
+                    model = Denoiser(args.gpu).cuda()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for (x,) in loader:
+                        x = x.cuda(args.gpu)
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(x), x)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="args.gpu, the GPU given to the removed torch.cuda.set_device, is passed on here: used as a "
+            "device it is the same GPU on every process (pass accelerator.device instead)",
+        ),
+    )
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return facts.has_accelerator and bool(
+            facts.device_names or facts.models or facts.batch_names or facts.call_sites.get(".cuda")
+        )
+
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        functions = frozenset(s.name.value for s in module.body if isinstance(s, cst.FunctionDef))
+        transformer = DeviceTransformer(
+            facts,
+            facts.existing_accelerator or facts.accelerator_name,
+            gpu_indices(module, facts),
+            device_functions(module, facts),
+            functions,
+        )
+        converted = module.visit(transformer)
+        converted, rebound = rebind_module_device(module, converted, facts)
+        converted, settings = rebind_settings_devices(module, converted, facts)
+        return converted, transformer.changes(module) + rebound + settings

@@ -1,0 +1,179 @@
+"""Fixed GPUs: a GPU named outside the device variable, the same GPU on every rank.
+
+``.to("cuda:0")``, a ``device="cuda"`` / ``map_location="cuda:0"`` keyword, the index the script
+gave ``torch.cuda.set_device`` (``device=args.gpu``, ``.to(args.gpu)``) and a device picked right
+in the arguments of a function of the file (``train(net, try_gpu())``) become
+``accelerator.device``; where no accelerator is reachable they are reported (ACC904). That index
+passed on to another call (``Net(args.gpu)``) is reported (ACC924). Also what the walk needs to
+know of the file beforehand: the indices given to ``set_device`` and the file's functions that
+pick a GPU.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.positions import skips_statement
+from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS
+from accel_convert.codemods.engine.syntax import dotted, expression, expression_code, nodes_in
+from accel_convert.codemods.engine.walk import module_nodes
+from accel_convert.codemods.rewrites.device.state import DEVICE, GPU_INDEX_PASSED_ON, DeviceWalkState
+
+#: Calls that only show or convert a value: the GPU index given to them names no device.
+SHOWING_CALLS = frozenset(
+    {"print", "str", "int", "repr", "info", "debug", "warning", "error", "log", "write", "set_description"}
+)
+
+
+class FixedGpus(DeviceWalkState):
+    def device_arguments(self, original: cst.Call, call: cst.Call) -> cst.Call:
+        """``train_ch6(net, train_iter, test_iter, num_epochs, lr, try_gpu())``: a device selected
+        right in the arguments of a function of the file (a call of its device function, or
+        ``torch.device("cuda" ...)``) is the same GPU on every rank; the function moves the model
+        and the batches there. It becomes this process's ``accelerator.device``."""
+        args = list(call.args)
+        for index, arg in enumerate(args):
+            value = arg.value
+            if not isinstance(value, cst.Call):
+                continue
+            picks = (isinstance(value.func, cst.Name) and value.func.value in self.device_functions) or (
+                self.qualified_name(value.func) == "torch.device" and names_cuda(value)
+            )
+            if not picks:
+                continue
+            if not self.accelerator_reachable():
+                self.report(
+                    original,
+                    NO_ACCELERATOR_ACCESS,
+                    f"device {expression_code(value)} passed where the accelerator is not reachable: "
+                    "the same GPU on every rank",
+                    False,
+                )
+                continue
+            self.report(original, DEVICE, f"device selection → {self.device_expr}")
+            args[index] = arg.with_changes(value=expression(self.device_expr))
+        return call.with_changes(args=args)
+
+    def moved_to_fixed_gpu(self, original: cst.Call, call: cst.Call, device_args: list[cst.Arg]) -> cst.Call:
+        """``x.to("cuda:0")``, ``x.to(args.gpu)``: a move (of something ``prepare`` does not
+        place) to a fixed GPU, a device string or the index given to ``torch.cuda.set_device``."""
+        indices = [a for a in device_args if dotted(a.value) in self.gpu_indices]
+        literal = [a for a in device_args if a not in indices and self._fixed_gpu(a.value)]
+        if (literal or indices) and self.accelerator_reachable():
+            if indices:
+                message = f"GPU index {expression_code(indices[0].value)} → {self.device_expr}"
+            else:
+                message = "device string → accelerator.device"
+            self.report(original, DEVICE, message, header_only=True)
+            literal += indices
+            replacement = expression(self.device_expr)
+            return call.with_changes(args=[a.with_changes(value=replacement) if a in literal else a for a in call.args])
+        return call
+
+    def device_keyword(self, original: cst.Call, call: cst.Call) -> cst.Call:
+        """``torch.zeros(3, device="cuda")``, ``BucketIterator(..., device=args.gpu)``,
+        ``torch.load(path, map_location="cuda:0")``: a fixed GPU (the first, or the index once
+        given to ``torch.cuda.set_device``, which is gone), so the same GPU on every rank; it
+        becomes this process's ``accelerator.device``."""
+        fixed = [arg for arg in call.args if _is_device_keyword(arg) and self._fixed_gpu(arg.value)]
+        if not fixed:
+            return call
+        written = expression_code(fixed[0].value)
+        if not self.accelerator_reachable():
+            self.report(
+                original,
+                NO_ACCELERATOR_ACCESS,
+                f"device={written} where no accelerator is reachable: the same GPU on every rank",
+                False,
+                header_only=True,
+            )
+            return call
+        self.report(original, DEVICE, f"device={written} → {self.device_expr}", header_only=True)
+        replacement = expression(self.device_expr)
+        return call.with_changes(args=[a.with_changes(value=replacement) if a in fixed else a for a in call.args])
+
+    def report_gpu_index_passed_on(self, original: cst.Call, call: cst.Call) -> None:
+        """``Seq2Seq(encoder, decoder, args.gpu)``: what the callee does with the index (a device
+        for its tensors?) is not visible here; left, and reported."""
+        callee = (dotted(call.func) or "").rpartition(".")[2]
+        if not self.gpu_indices or callee in SHOWING_CALLS or self.qualified_name(call.func) == "torch.cuda.set_device":
+            return
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value == "device":
+                continue  # rewritten (device_keyword) or reported there
+            written = dotted(arg.value)
+            if written in self.gpu_indices:
+                self.report(
+                    original,
+                    GPU_INDEX_PASSED_ON,
+                    f"{written}, the GPU given to the removed torch.cuda.set_device, is passed on here: used "
+                    f"as a device it is the same GPU on every process (pass {self.device_expr} instead)",
+                    False,
+                    header_only=True,
+                )
+                return
+
+    def _fixed_gpu(self, value: cst.BaseExpression) -> bool:
+        """``"cuda"``, ``"cuda:0"``, ``torch.device("cuda", 0)``, or the index given to
+        ``set_device``: the same GPU on every rank."""
+        if isinstance(value, cst.SimpleString):
+            written = value.evaluated_value
+            return isinstance(written, str) and written.startswith("cuda")
+        if isinstance(value, cst.Call) and self.qualified_name(value.func) == "torch.device" and value.args:
+            return isinstance(value.args[0].value, cst.SimpleString) and self._fixed_gpu(value.args[0].value)
+        return dotted(value) in self.gpu_indices
+
+
+def _is_device_keyword(arg: cst.Arg) -> bool:
+    """``device=`` of a factory or an iterator, ``map_location=`` of ``torch.load``."""
+    return arg.keyword is not None and arg.keyword.value in ("device", "map_location")
+
+
+def names_cuda(value: cst.BaseExpression) -> bool:
+    """Whether the expression mentions the string "cuda" ("cuda", "cuda:0", f"cuda:{i}" ...)."""
+    return any(
+        (isinstance(node, cst.SimpleString) and "cuda" in node.value)
+        or (isinstance(node, cst.FormattedStringText) and "cuda" in node.value)
+        for node in nodes_in(value)
+    )
+
+
+def gpu_indices(module: cst.Module, facts: ScriptFacts) -> set[str]:
+    """What the script passes to ``torch.cuda.set_device`` (``args.gpu``, ``local_rank``), when a
+    name: elsewhere it names the same GPU, which the accelerator now picks per rank."""
+    if not facts.call_sites.get("torch.cuda.set_device"):
+        return set()
+    return {
+        name
+        for call in module_nodes(module)
+        if isinstance(call, cst.Call)
+        and call.args
+        and facts.qualified_name(call.func) == "torch.cuda.set_device"
+        and (name := dotted(call.args[0].value)) is not None
+    }
+
+
+def device_functions(module: cst.Module, facts: ScriptFacts) -> frozenset[str]:
+    """Module-level functions of the file whose every ``return`` hands back ``torch.device(...)``
+    and one of which names a GPU (d2l's ``try_gpu(i=0)``: ``torch.device(f"cuda:{i}")`` or the
+    CPU)."""
+    found = set()
+    # Only functions that call ``torch.device`` can return one: the others are not walked.
+    device_lines = sorted(
+        {site.line for callee in ("torch.device", "device", ".device") for site in facts.call_sites.get(callee, ())}
+    )
+    if not device_lines:
+        return frozenset()
+    for statement in module.body:
+        if not isinstance(statement, cst.FunctionDef) or skips_statement(statement, device_lines, facts.origins):
+            continue
+        values = [node.value for node in nodes_in(statement.body) if type(node) is cst.Return]
+        devices = [
+            value
+            for value in values
+            if isinstance(value, cst.Call) and dotted(value.func) in ("torch.device", "device")
+        ]
+        if values and len(devices) == len(values) and any(names_cuda(value) for value in devices):
+            found.add(statement.name.value)
+    return frozenset(found)
