@@ -18,7 +18,7 @@ import pytest
 import accel_convert.codemods as codemods_package
 
 RULE_FILES = sorted(
-    path for folder in ("rewrites", "checks") for path in (Path(codemods_package.__file__).parent / folder).glob("*.py")
+    path for folder in ("rewrites", "checks") for path in (Path(codemods_package.__file__).parent / folder).rglob("*.py")
 )
 
 #: concept → (its owner, a pattern of function names that would be a private copy).
@@ -46,6 +46,8 @@ OWNERS = {
 
 def test_the_rule_folders_are_where_this_test_looks() -> None:
     assert len(RULE_FILES) > 30, "the rule folders moved: this test would check nothing"
+    # A rule split into a package (``rewrites/metrics/``) is read file by file too.
+    assert any(path.parent.name not in ("rewrites", "checks") for path in RULE_FILES), "sub-packages are not read"
 
 
 @pytest.mark.parametrize("concept", sorted(OWNERS))
