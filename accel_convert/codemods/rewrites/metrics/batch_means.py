@@ -124,35 +124,46 @@ def _batch_counts(loops: list[GatheredLoop], scope: Sequence[cst.CSTNode], facts
                 counter = counted_by_one(small)
                 if isinstance(counter, cst.Name):
                     counts.names.add(counter.value)
-                call = small.value if isinstance(small, cst.Expr) else None
-                if (
-                    isinstance(call, cst.Call)
-                    and isinstance(call.func, cst.Attribute)
-                    and call.func.attr.value == "append"
-                    and isinstance(call.func.value, cst.Name)
-                ):
-                    counts.per_batch_lists.add(call.func.value.value)
+                appended = _appended_to(small)
+                if appended is not None:
+                    counts.per_batch_lists.add(appended)
     for node in scope:
         for assign in nodes_in(node):
-            if not (
+            if (
                 type(assign) is cst.Assign
                 and len(assign.targets) == 1
                 and isinstance(assign.targets[0].target, cst.Name)
             ):
-                continue
-            target, value = assign.targets[0].target.value, assign.value
-            # ``num_val_batches = len(dataloader)``: an alias of the count.
-            if any(_is_len_of(call, counts.loaders) for call in calls_in(value)):
-                counts.names.add(target)
-            # ``preds = np.concatenate(preds)``: the batches' arrays joined, one entry per sample.
-            if (
-                isinstance(value, cst.Call)
-                and value.args
-                and dotted(value.args[0].value) == target
-                and facts.qualified_name(value.func) in CONCATENATIONS
-            ):
-                counts.per_batch_lists.discard(target)
+                _note_assigned(counts, assign.targets[0].target.value, assign.value, facts)
     return counts
+
+
+def _appended_to(small: cst.BaseSmallStatement) -> str | None:
+    """``losses`` for ``losses.append(...)`` on a line of its own; None for anything else."""
+    call = small.value if isinstance(small, cst.Expr) else None
+    if (
+        isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "append"
+        and isinstance(call.func.value, cst.Name)
+    ):
+        return call.func.value.value
+    return None
+
+
+def _note_assigned(counts: _BatchCounts, target: str, value: cst.BaseExpression, facts: ScriptFacts) -> None:
+    """What ``target = value`` in the scope of the loops changes in ``counts``."""
+    # ``num_val_batches = len(dataloader)``: an alias of the count.
+    if any(_is_len_of(call, counts.loaders) for call in calls_in(value)):
+        counts.names.add(target)
+    # ``preds = np.concatenate(preds)``: the batches' arrays joined, one entry per sample.
+    if (
+        isinstance(value, cst.Call)
+        and value.args
+        and dotted(value.args[0].value) == target
+        and facts.qualified_name(value.func) in CONCATENATIONS
+    ):
+        counts.per_batch_lists.discard(target)
 
 
 def _statements_once_per_batch(loop: cst.For) -> list[cst.SimpleStatementLine]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import cast
 
 import libcst as cst
 
@@ -111,48 +110,68 @@ def unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode,
             break
         if not isinstance(statement, cst.SimpleStatementLine):
             continue
-        first = statement.body[0]
-        if (
-            len(statement.body) == 1
-            and isinstance(first, cst.AugAssign)
-            and isinstance(first.operator, cst.AddAssign)
-            and isinstance(first.target, cst.Name)
-            and rows_counted(first.value) in known
-        ):
-            found.summed_counts[id(statement)] = (statement, cast(str, rows_counted(first.value)))
+        counted = _rows_summed(statement, known)
+        if counted is not None:
+            found.summed_counts[id(statement)] = (statement, counted)
         for small in statement.body:
-            if not isinstance(small, cst.Assign) or len(small.targets) != 1:
-                continue
-            target, value = small.targets[0].target, small.value
-            pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]]
-            if (
-                isinstance(target, cst.Tuple)
-                and isinstance(value, cst.Tuple)
-                and len(target.elements) == len(value.elements)
-            ):
-                pairs = [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
-            else:
-                pairs = [(target, value)]
+            pairs = _assigned_pairs(small)
             for bound, source in pairs:
-                names = [name for name in target_names(bound, plain=True) if name not in batch]
-                counted = rows_counted(source)
-                reads = variables_read(source)
-                if counted in known or (python_value(source) and reads & (known | set(found.recomputed))):
-                    tensors = {counted} if counted in known else reads & known
-                    for name in reads & set(found.recomputed):  # ``n = len(lengths)`` of a recomputed list
-                        tensors |= found.recomputed[name][1]
-                    if isinstance(bound, cst.Name) and len(pairs) == 1:
-                        found.recomputed[bound.value] = (source, tensors)
-                    else:
-                        found.python_values.extend(names)
-                elif is_host_number(source):
-                    # A size (``n, _ = x.shape``): a Python number, not a row to gather; a sum of
-                    # it after the gather is reported (sizes_summed_after).
-                    continue
-                elif root_name(source) in known:
-                    found.tensors.extend(names)
-                    known.update(names)
+                _note_bound(found, known, batch, bound, source, alone=len(pairs) == 1)
     return found
+
+
+def _rows_summed(statement: cst.SimpleStatementLine, known: set[str]) -> str | None:
+    """The batch tensor ``total += labels.size(0)`` counts the rows of; None for any other line."""
+    first = statement.body[0]
+    if (
+        len(statement.body) == 1
+        and isinstance(first, cst.AugAssign)
+        and isinstance(first.operator, cst.AddAssign)
+        and isinstance(first.target, cst.Name)
+        and rows_counted(first.value) in known
+    ):
+        return rows_counted(first.value)
+    return None
+
+
+def _assigned_pairs(small: cst.BaseSmallStatement) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """(target, value) of an assignment to one target, element by element for ``a, b = x, y``."""
+    if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+        return []
+    target, value = small.targets[0].target, small.value
+    if isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple) and len(target.elements) == len(value.elements):
+        return [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
+    return [(target, value)]
+
+
+def _note_bound(
+    found: Unpacked,
+    known: set[str],
+    batch: tuple[str, ...],
+    bound: cst.BaseExpression,
+    source: cst.BaseExpression,
+    alone: bool,
+) -> None:
+    """Files what ``bound = source`` makes from the batch under its kind in ``found``; names bound
+    to tensors join ``known``."""
+    names = [name for name in target_names(bound, plain=True) if name not in batch]
+    counted = rows_counted(source)
+    reads = variables_read(source)
+    if counted in known or (python_value(source) and reads & (known | set(found.recomputed))):
+        tensors = {counted} if counted in known else reads & known
+        for name in reads & set(found.recomputed):  # ``n = len(lengths)`` of a recomputed list
+            tensors |= found.recomputed[name][1]
+        if isinstance(bound, cst.Name) and alone:
+            found.recomputed[bound.value] = (source, tensors)
+        else:
+            found.python_values.extend(names)
+    elif is_host_number(source):
+        # A size (``n, _ = x.shape``): a Python number, not a row to gather; a sum of it after
+        # the gather is reported (sizes_summed_after).
+        return
+    elif root_name(source) in known:
+        found.tensors.extend(names)
+        known.update(names)
 
 
 def sizes_summed_after(

@@ -53,23 +53,7 @@ def _is_ensemble_average(
 ) -> bool:
     """``torch.stack(<members>).mean(0)`` (or ``.sum(0)``, ``dim=0``) where ``<members>`` is
     ``[m(x)... for m in models]`` over a list of prepared models, called on the batch."""
-    if not (
-        isinstance(value, cst.Call)
-        and isinstance(value.func, cst.Attribute)
-        and value.func.attr.value in ("mean", "sum")
-        and _is_dim_zero(value.args)
-    ):
-        return False
-    stacked = value.func.value
-    if not (
-        isinstance(stacked, cst.Call)
-        and facts.qualified_name(stacked.func) == "torch.stack"
-        and stacked.args
-        and stacked.args[0].keyword is None
-        and (len(stacked.args) == 1 or _is_dim_zero(stacked.args[1:]))
-    ):
-        return False
-    members = stacked.args[0].value
+    members = _stacked_members(_averaged_over_dim_zero(value), facts)
     if not (
         isinstance(members, (cst.ListComp, cst.GeneratorExp))
         and members.for_in.inner_for_in is None
@@ -79,8 +63,36 @@ def _is_ensemble_average(
         and members.for_in.iter.value in model_lists
     ):
         return False
-    member = members.for_in.target.value
-    output = members.elt
+    return _member_called_on_batch(members.elt, members.for_in.target.value, batch)
+
+
+def _averaged_over_dim_zero(value: cst.BaseExpression) -> cst.BaseExpression | None:
+    """``x`` of ``x.mean(0)`` (``.sum(0)``, ``dim=0``); None for anything else."""
+    if (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in ("mean", "sum")
+        and _is_dim_zero(value.args)
+    ):
+        return value.func.value
+    return None
+
+
+def _stacked_members(stacked: cst.BaseExpression | None, facts: ScriptFacts) -> cst.BaseExpression | None:
+    """``members`` of ``torch.stack(members)`` (``dim=0``); None for anything else."""
+    if (
+        isinstance(stacked, cst.Call)
+        and facts.qualified_name(stacked.func) == "torch.stack"
+        and stacked.args
+        and stacked.args[0].keyword is None
+        and (len(stacked.args) == 1 or _is_dim_zero(stacked.args[1:]))
+    ):
+        return stacked.args[0].value
+    return None
+
+
+def _member_called_on_batch(output: cst.BaseExpression, member: str, batch: tuple[str, ...]) -> bool:
+    """``m(x)`` (through row-wise methods, ``m(x).softmax(-1)``): the member called on batch names only."""
     while (
         isinstance(output, cst.Call)
         and isinstance(output.func, cst.Attribute)
@@ -118,7 +130,26 @@ def prepared_model_lists(module: cst.Module, facts: ScriptFacts) -> dict[str, se
     if "stack" not in facts.word_lines:
         return {}  # no ``torch.stack`` of members' outputs to gather: spare the walks
     functions = {node.name.value: node for node in module.body if isinstance(node, cst.FunctionDef)}
-    # Function → (index, name) of the parameters its body prepares.
+    preparing = _parameters_prepared(functions, facts)
+    if not preparing:
+        return {}
+    # Module-level code (the ``__main__`` block included, definitions left out), then each function.
+    top = cst.IndentedBlock(
+        body=[node for node in module.body if not isinstance(node, (cst.FunctionDef, cst.ClassDef))]
+    )
+    scopes: list[tuple[str, cst.CSTNode]] = [("<module>", top), *functions.items()]
+    found: dict[str, set[str]] = {}
+    for scope, node in scopes:
+        for loop in nodes_in(node):
+            models = _list_prepared_by_member(loop, preparing)
+            if models is not None:
+                found.setdefault(scope, set()).add(models)
+    _add_parameters_every_caller_fills(found, functions, scopes)
+    return found
+
+
+def _parameters_prepared(functions: dict[str, cst.FunctionDef], facts: ScriptFacts) -> dict[str, list[tuple[int, str]]]:
+    """Function → (index, name) of the parameters its body prepares."""
     preparing: dict[str, list[tuple[int, str]]] = {}
     for name, function in functions.items():
         params = parameter_names(function)
@@ -131,39 +162,43 @@ def prepared_model_lists(module: cst.Module, facts: ScriptFacts) -> dict[str, se
         }
         if prepared:
             preparing[name] = [(index, param) for index, param in enumerate(params) if param in prepared]
-    if not preparing:
-        return {}
-    # Module-level code (the ``__main__`` block included, definitions left out), then each function.
-    top = cst.IndentedBlock(
-        body=[node for node in module.body if not isinstance(node, (cst.FunctionDef, cst.ClassDef))]
-    )
-    scopes: list[tuple[str, cst.CSTNode]] = [("<module>", top), *functions.items()]
-    found: dict[str, set[str]] = {}
-    for scope, node in scopes:
-        for loop in nodes_in(node):
-            if not (
-                isinstance(loop, cst.For) and isinstance(loop.target, cst.Name) and isinstance(loop.iter, cst.Name)
-            ):
-                continue
-            member = loop.target.value
-            for call in calls_in(loop.body):
-                if isinstance(call.func, cst.Name) and _fills(call, preparing.get(call.func.value, []), member):
-                    found.setdefault(scope, set()).add(loop.iter.value)
-    # Parameters every caller fills with such a list.
+    return preparing
+
+
+def _list_prepared_by_member(loop: cst.CSTNode, preparing: dict[str, list[tuple[int, str]]]) -> str | None:
+    """``models`` for ``for m in models: train(m, ...)``, a loop whose body hands each member to a
+    parameter a function prepares; None for any other node."""
+    if not (isinstance(loop, cst.For) and isinstance(loop.target, cst.Name) and isinstance(loop.iter, cst.Name)):
+        return None
+    member = loop.target.value
+    if any(
+        isinstance(call.func, cst.Name) and _fills(call, preparing.get(call.func.value, []), member)
+        for call in calls_in(loop.body)
+    ):
+        return loop.iter.value
+    return None
+
+
+def _add_parameters_every_caller_fills(
+    found: dict[str, set[str]], functions: dict[str, cst.FunctionDef], scopes: list[tuple[str, cst.CSTNode]]
+) -> None:
+    """Adds to ``found`` the parameters every caller of their function fills with a list of
+    prepared models, until no more are found (a list handed on through several functions)."""
+    callers = {
+        name: [
+            (scope, call)
+            for scope, node in scopes
+            for call in calls_in(node)
+            if isinstance(call.func, cst.Name) and call.func.value == name
+        ]
+        for name in functions
+    }
     changed = True
     while changed:
         changed = False
         for name, function in functions.items():
-            params = parameter_names(function)
-            calls = [
-                (scope, call)
-                for scope, node in scopes
-                for call in calls_in(node)
-                if isinstance(call.func, cst.Name) and call.func.value == name
-            ]
-            if not calls:
-                continue
-            for index, param in enumerate(params):
+            calls = callers[name]
+            for index, param in enumerate(parameter_names(function) if calls else ()):
                 if param in found.get(name, set()):
                     continue
                 if all(
@@ -172,7 +207,6 @@ def prepared_model_lists(module: cst.Module, facts: ScriptFacts) -> dict[str, se
                 ):
                     found.setdefault(name, set()).add(param)
                     changed = True
-    return found
 
 
 def _fills(call: cst.Call, prepared: list[tuple[int, str]], member: str) -> bool:

@@ -131,11 +131,35 @@ def sequence_first_layouts(module: cst.Module, facts: ScriptFacts) -> SequenceLa
     ``batch_first=True``), directly or through a class of the file that builds one (or builds
     such a class), and ``pad_sequence`` without ``batch_first=True``. Only a literal ``True``
     counts as batch-first: a flag could be either."""
-    if not facts.called & (SEQUENCE_FIRST_LAYERS | SEQUENCE_FIRST_PADDING):
+    wanted = facts.called & (SEQUENCE_FIRST_LAYERS | SEQUENCE_FIRST_PADDING)
+    if not wanted:
         return SequenceLayouts()
+    padding, layer_reasons = _sequence_first_calls(module, facts, wanted)
+    if not layer_reasons:
+        return SequenceLayouts({}, padding)  # every layer batch-first (a literal True)
+    class_reasons = _sequence_first_classes(module, layer_reasons)
+    models: dict[str, str] = {}
+    for node in module_nodes(module):
+        if not isinstance(node, cst.Assign) or len(node.targets) != 1:
+            continue
+        model = dotted(node.targets[0].target)
+        built = constructor(node.value)
+        if model is None or model not in facts.models or built is None:
+            continue
+        if id(built) in layer_reasons:
+            models[model] = f"the model is sequence-first ({layer_reasons[id(built)]})"
+        elif dotted(built.func) in class_reasons:
+            models[model] = class_reasons[dotted(built.func) or ""]
+    return SequenceLayouts(models, padding)
+
+
+def _sequence_first_calls(
+    module: cst.Module, facts: ScriptFacts, wanted: set[str]
+) -> tuple[str | None, dict[int, str]]:
+    """Why the file's batches are padded sequence-first (None: they are not), and the calls
+    building a sequence-first layer (by ``id``) → why."""
     padding = None
     layer_reasons: dict[int, str] = {}
-    wanted = facts.called & (SEQUENCE_FIRST_LAYERS | SEQUENCE_FIRST_PADDING)
     finder = _CallsOnLines({site.line for name in wanted for site in facts.call_sites.get(name, ())}, facts)
     walk(module, finder)
     for call in finder.calls:
@@ -148,9 +172,11 @@ def sequence_first_layouts(module: cst.Module, facts: ScriptFacts) -> SequenceLa
             padding = f"batches padded by {expression_code(call.func)}() without batch_first=True"
         elif qualified in SEQUENCE_FIRST_LAYERS:
             layer_reasons[id(call)] = f"{expression_code(call.func)} built without batch_first=True"
-    if not layer_reasons:
-        return SequenceLayouts({}, padding)  # every layer batch-first (a literal True)
-    # A class is sequence-first when it builds such a layer or such a class of the file.
+    return padding, layer_reasons
+
+
+def _sequence_first_classes(module: cst.Module, layer_reasons: dict[int, str]) -> dict[str, str]:
+    """The file's classes that build a sequence-first layer, or such a class of the file → why."""
     classes = {node.name.value: node for node in module.body if isinstance(node, cst.ClassDef)}
     class_calls = {name: calls_in(node) for name, node in classes.items()}
     class_reasons: dict[str, str] = {}
@@ -168,20 +194,7 @@ def sequence_first_layouts(module: cst.Module, facts: ScriptFacts) -> SequenceLa
             if inner is not None:
                 class_reasons[name] = class_reasons[inner]
                 grew = True
-    models: dict[str, str] = {}
-    for node in module_nodes(module):
-        if not isinstance(node, cst.Assign) or len(node.targets) != 1:
-            continue
-        model = dotted(node.targets[0].target)
-        built = constructor(node.value)
-        if model is None or model not in facts.models or built is None:
-            continue
-        name = model
-        if id(built) in layer_reasons:
-            models[name] = f"the model is sequence-first ({layer_reasons[id(built)]})"
-        elif dotted(built.func) in class_reasons:
-            models[name] = class_reasons[dotted(built.func) or ""]
-    return SequenceLayouts(models, padding)
+    return class_reasons
 
 
 def recurrent_hidden_outputs(module: cst.Module, facts: ScriptFacts) -> dict[str, frozenset[int]]:

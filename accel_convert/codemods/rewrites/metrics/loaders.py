@@ -7,7 +7,7 @@ different lengths)."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 import libcst as cst
 
@@ -32,6 +32,26 @@ def loaders_over_streams(module: cst.Module, facts: ScriptFacts) -> dict[str, st
     ``IterableDataset`` subclass of the file that has no ``__len__`` → that class's name.
     File-wide names, as the analysis's roles are: a parameter given such a loader at any call
     counts."""
+    unsized = _unsized_streams(module, facts)
+    if not unsized:
+        return {}
+    nodes = module_nodes(module)
+    datasets = {name: dotted(call.func) or "" for name, call in _named_calls(nodes) if dotted(call.func) in unsized}
+    loaders: dict[str, str] = {}
+    for name, call in _named_calls(nodes):
+        if facts.qualified_name(call.func) not in DATA_LOADERS:
+            continue
+        dataset = _dataset_argument(call)
+        if isinstance(dataset, cst.Call) and dotted(dataset.func) in unsized:
+            loaders[name] = dotted(dataset.func) or ""
+        elif dotted(dataset) in datasets:
+            loaders[name] = datasets[dotted(dataset) or ""]
+    return _passed_to_parameters(module, loaders)
+
+
+def _unsized_streams(module: cst.Module, facts: ScriptFacts) -> set[str]:
+    """The file's ``IterableDataset`` subclasses (directly or through a class of the file) that
+    neither define ``__len__`` nor inherit one from a class of the file."""
     classes = {statement.name.value: statement for statement in module.body if isinstance(statement, cst.ClassDef)}
     streams: dict[str, bool] = {}  # class → it (or a base of the file) defines __len__
     grew = True
@@ -44,42 +64,33 @@ def loaders_over_streams(module: cst.Module, facts: ScriptFacts) -> dict[str, st
             if any(facts.qualified_name(base) in ITERABLE_DATASETS for base in bases) or any(
                 dotted(base) in streams for base in bases
             ):
-                own = (
-                    any(
-                        isinstance(item, cst.FunctionDef) and item.name.value == "__len__"
-                        for item in definition.body.body
-                    )
-                    if isinstance(definition.body, cst.IndentedBlock)
-                    else False
-                )
+                own = _defines_len(definition)
                 streams[class_name] = own or any(streams.get(dotted(base) or "", False) for base in bases)
                 grew = True
-    unsized = {name for name, sized in streams.items() if not sized}
-    if not unsized:
-        return {}
-    nodes = module_nodes(module)
-    datasets: dict[str, str] = {}
+    return {name for name, sized in streams.items() if not sized}
+
+
+def _defines_len(definition: cst.ClassDef) -> bool:
+    if not isinstance(definition.body, cst.IndentedBlock):
+        return False
+    return any(isinstance(item, cst.FunctionDef) and item.name.value == "__len__" for item in definition.body.body)
+
+
+def _named_calls(nodes: Iterable[cst.CSTNode]) -> Iterator[tuple[str, cst.Call]]:
+    """``name = Call(...)`` (or ``self.name = ...``) among ``nodes``: the name and the call."""
     for node in nodes:
-        if isinstance(node, cst.Assign) and len(node.targets) == 1:
-            built = node.value
+        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.value, cst.Call):
             name = dotted(node.targets[0].target)
-            if name is not None and isinstance(built, cst.Call) and dotted(built.func) in unsized:
-                datasets[name] = dotted(built.func) or ""
-    loaders: dict[str, str] = {}
-    for node in nodes:
-        if not (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.value, cst.Call)):
-            continue
-        call, name = node.value, dotted(node.targets[0].target)
-        if name is None or facts.qualified_name(call.func) not in DATA_LOADERS:
-            continue
-        dataset = next((arg.value for arg in call.args if arg.keyword and arg.keyword.value == "dataset"), None)
-        if dataset is None and call.args and call.args[0].keyword is None:
-            dataset = call.args[0].value
-        if isinstance(dataset, cst.Call) and dotted(dataset.func) in unsized:
-            loaders[name] = dotted(dataset.func) or ""
-        elif dotted(dataset) in datasets:
-            loaders[name] = datasets[dotted(dataset) or ""]
-    return _passed_to_parameters(module, loaders)
+            if name is not None:
+                yield name, node.value
+
+
+def _dataset_argument(loader: cst.Call) -> cst.BaseExpression | None:
+    """The dataset a ``DataLoader(...)`` call is given: ``dataset=``, or its first positional argument."""
+    dataset = next((arg.value for arg in loader.args if arg.keyword and arg.keyword.value == "dataset"), None)
+    if dataset is None and loader.args and loader.args[0].keyword is None:
+        dataset = loader.args[0].value
+    return dataset
 
 
 def _passed_to_parameters(module: cst.Module, loaders: dict[str, str]) -> dict[str, str]:

@@ -67,26 +67,30 @@ def maybe_objects(loop: cst.For, batch: tuple[str, ...], plan: GatherPlan) -> se
     if not candidates:
         return set()
     nodes = list(nodes_in(loop.body))
-    container_uses: set[int] = set()
-    for node in nodes:
-        arguments: list[cst.BaseExpression] = []
-        if isinstance(node, cst.Call):
-            func = node.func
-            if (isinstance(func, cst.Attribute) and func.attr.value in _CONTAINER_METHODS) or (
-                isinstance(func, cst.Name) and func.value in _CONTAINER_FUNCTIONS
-            ):
-                arguments = [arg.value for arg in node.args if arg.keyword is None and not arg.star]
-        elif isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign):
-            arguments = [node.value]
-        elif isinstance(node, cst.For):
-            arguments = [node.iter]
-        container_uses.update(id(argument) for argument in arguments)
+    container_uses = {id(argument) for node in nodes for argument in _taken_as_containers(node)}
     found: set[str] = set()
     for expression, name in candidates:
         uses = [node for node in nodes if type(node) is type(expression) and node.deep_equals(expression)]
         if uses and all(id(node) in container_uses for node in uses):
             found.add(name)
     return found
+
+
+def _taken_as_containers(node: cst.CSTNode) -> list[cst.BaseExpression]:
+    """The values ``node`` takes as containers of items: the arguments of ``x.append(...)``,
+    ``zip(...)``..., what ``+=`` adds, what a ``for`` runs over."""
+    if isinstance(node, cst.Call):
+        func = node.func
+        if (isinstance(func, cst.Attribute) and func.attr.value in _CONTAINER_METHODS) or (
+            isinstance(func, cst.Name) and func.value in _CONTAINER_FUNCTIONS
+        ):
+            return [arg.value for arg in node.args if arg.keyword is None and not arg.star]
+        return []
+    if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign):
+        return [node.value]
+    if isinstance(node, cst.For):
+        return [node.iter]
+    return []
 
 
 def gather_objects_statement(name: str, facts: ScriptFacts) -> cst.SimpleStatementLine:

@@ -5,6 +5,7 @@ states once more, and which cannot safely be given the keyword, is reported."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -118,25 +119,8 @@ def torchmetrics_in(module: cst.Module, facts: ScriptFacts) -> TorchMetrics:
         for node in module.body
         if isinstance(node, cst.ClassDef) and any(_is_torchmetrics_class(base.value, facts) for base in node.bases)
     }
-    constructors: dict[str, set[Site]] = {}
     nodes = module_nodes(module)
-    for node in nodes:
-        if not isinstance(node, cst.Assign) or len(node.targets) != 1:
-            continue
-        name = dotted(node.targets[0].target)
-        built = constructor(node.value)
-        if name is None or built is None:
-            continue
-        if dotted(built.func) in own_metrics:
-            constructors.setdefault(name, set())
-        elif _is_torchmetrics_class(built.func, facts):
-            sites = constructors.setdefault(name, set())
-            for call in _metrics_taking_the_keyword(built, facts):
-                site = facts.origins.site(call)
-                if site is None:
-                    constructors[name] = set()
-                    break
-                sites.add(site)
+    constructors = _metric_constructors(nodes, own_metrics, facts)
     uses: dict[str, set[Site]] = {}
     for node in nodes:
         if not isinstance(node, cst.Call):
@@ -148,6 +132,31 @@ def torchmetrics_in(module: cst.Module, facts: ScriptFacts) -> TorchMetrics:
         if name in constructors and site is not None:
             uses.setdefault(name, set()).add(site)
     return TorchMetrics(True, constructors, uses)
+
+
+def _metric_constructors(
+    nodes: Sequence[cst.CSTNode], own_metrics: set[str], facts: ScriptFacts
+) -> dict[str, set[Site]]:
+    """Names bound to a metric → the original positions of the constructor calls to give
+    ``sync_on_compute=False`` (empty: none can be given it safely)."""
+    constructors: dict[str, set[Site]] = {}
+    for node in nodes:
+        if not isinstance(node, cst.Assign) or len(node.targets) != 1:
+            continue
+        name = dotted(node.targets[0].target)
+        built = constructor(node.value)
+        if name is None or built is None:
+            continue
+        if dotted(built.func) in own_metrics:
+            constructors.setdefault(name, set())
+        elif _is_torchmetrics_class(built.func, facts):
+            sites = constructors.setdefault(name, set())
+            keyword_sites = [facts.origins.site(call) for call in _metrics_taking_the_keyword(built, facts)]
+            if None in keyword_sites:
+                constructors[name] = set()  # a call without its original position cannot be found again
+            else:
+                sites.update(site for site in keyword_sites if site is not None)
+    return constructors
 
 
 def _is_torchmetrics_class(func: cst.BaseExpression, facts: ScriptFacts) -> bool:
@@ -172,14 +181,18 @@ def _metrics_taking_the_keyword(built: cst.Call, facts: ScriptFacts) -> list[cst
         else [element.value for element in collection.elements]
     )
     metrics = [constructor(element) for element in elements]
-    if len(metrics) != len(collection.elements) or not all(
+    if len(metrics) != len(collection.elements) or not all(_is_plain_metric(call, facts) for call in metrics):
+        return []
+    return [call for call in metrics if call is not None]
+
+
+def _is_plain_metric(call: cst.Call | None, facts: ScriptFacts) -> bool:
+    """A torchmetrics metric's constructor given no other metric (not a wrapper)."""
+    return (
         call is not None
         and _is_torchmetrics_class(call.func, facts)
         and not any(c is not call and _is_torchmetrics_class(c.func, facts) for c in calls_in(call))
-        for call in metrics
-    ):
-        return []
-    return [call for call in metrics if call is not None]
+    )
 
 
 def _mentions(call: cst.Call, names: set[str]) -> bool:
