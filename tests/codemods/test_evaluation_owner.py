@@ -18,7 +18,9 @@ from accel_convert.codemods.engine.model import Options
 
 #: Every rule module: the ordered rewrites and the checks.
 RULE_FILES = sorted(
-    path for folder in ("rewrites", "checks") for path in (Path(codemods_package.__file__).parent / folder).rglob("*.py")
+    path
+    for folder in ("rewrites", "checks")
+    for path in (Path(codemods_package.__file__).parent / folder).rglob("*.py")
 )
 #: Names of predicates that decide evaluation or disabled gradients.
 PREDICATE = re.compile(

@@ -18,7 +18,9 @@ import pytest
 import accel_convert.codemods as codemods_package
 
 RULE_FILES = sorted(
-    path for folder in ("rewrites", "checks") for path in (Path(codemods_package.__file__).parent / folder).rglob("*.py")
+    path
+    for folder in ("rewrites", "checks")
+    for path in (Path(codemods_package.__file__).parent / folder).rglob("*.py")
 )
 
 #: concept → (its owner, a pattern of function names that would be a private copy).

@@ -99,6 +99,10 @@ from accel_convert.codemods.rewrites.metrics.loaders import (
 from accel_convert.codemods.rewrites.metrics.loop import EvalLoopRewriter
 from accel_convert.codemods.rewrites.metrics.torchmetrics import SyncOnComputeOff, torchmetrics_in
 
+# This module is the rule: its docstring, codes and examples. Each question it asks lives in a
+# module of its own (the docstring of each says what it owns); ``loop.py`` holds the order in
+# which the walk asks them.
+
 
 class MetricsCodemod(Rule):
     code = GATHERED

@@ -5,7 +5,7 @@ after the forward."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeGuard, cast
 
 import libcst as cst
@@ -168,7 +168,9 @@ def mentions_dim_zero(args: Sequence[cst.Arg]) -> bool:
     return any(isinstance(arg.value, cst.Integer) and arg.value.value == "0" for arg in args)
 
 
-def hoist_forward(statements, facts: ScriptFacts, new_name) -> list | None:
+def hoist_forward(
+    statements: Sequence[cst.BaseStatement], facts: ScriptFacts, new_name: Callable[[], str]
+) -> list[cst.BaseStatement] | None:
     """``correct += (model(x).argmax(1) == y).sum().item()`` → ``output = model(x)`` on its own
     line first, then the statement reads ``output``: the forward gets a name to gather. Only for
     the first line holding exactly one forward (models chained, ``decoder(encoder(x))``, count as
@@ -250,14 +252,14 @@ class _ReplaceNode(cst.CSTTransformer):
         return self.replacement if original_node is self.target else updated_node
 
 
-def statements_after(statements, forward: cst.CSTNode) -> list[cst.CSTNode]:
+def statements_after(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode) -> list[cst.CSTNode]:
     """Every statement that runs after the forward in one iteration, in source order."""
     after: list[cst.CSTNode] = []
     _collect_after(list(statements), forward, after)
     return after
 
 
-def _collect_after(statements, forward, after: list[cst.CSTNode]) -> bool:
+def _collect_after(statements: list[cst.BaseStatement], forward: cst.CSTNode, after: list[cst.CSTNode]) -> bool:
     for index, statement in enumerate(statements):
         if statement is forward:
             after.extend(statements[index + 1 :])

@@ -101,6 +101,10 @@ class _LoopGather:
 
 
 class EvalLoopRewriter(RuleTransformer):
+    """Gathers in every evaluation loop over a prepared loader (walking compound statements only),
+    given what the rule read of the whole file first; reports the means over batches of each
+    function once its loops are done, and collects the torchmetrics updates fed gathered values."""
+
     def __init__(
         self,
         facts: ScriptFacts,

@@ -4,9 +4,14 @@ that builds a value through its moves."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import libcst as cst
 
 from accel_convert.codemods.engine.walk import variables_read, walk
+
+#: A question asked of each node of a walk.
+NodePredicate = Callable[[cst.CSTNode], bool]
 
 
 def constructor(value: cst.BaseExpression) -> cst.Call | None:
@@ -20,7 +25,7 @@ def constructor(value: cst.BaseExpression) -> cst.Call | None:
     return value if isinstance(value, cst.Call) else None
 
 
-def contains(node: cst.CSTNode, predicate, kind: type[cst.CSTNode] | None = None) -> bool:
+def contains(node: cst.CSTNode, predicate: NodePredicate, kind: type[cst.CSTNode] | None = None) -> bool:
     """Whether a node inside ``node`` (or ``node``) satisfies ``predicate``; ``kind``: only
     nodes of that type can (a walk that calls the predicate on those alone)."""
     finder = _Finder(predicate) if kind is None else _FINDERS[kind](predicate)
@@ -32,7 +37,7 @@ class _KindFinder(cst.CSTVisitor):
     """Whether a node of one kind matching ``predicate`` is inside one loop or statement (see
     :class:`_Finder`): a ``visit_`` hook for that kind only, never a call per node."""
 
-    def __init__(self, predicate) -> None:
+    def __init__(self, predicate: NodePredicate) -> None:
         self.predicate = predicate
         self.found = False
 
@@ -59,7 +64,7 @@ class _Finder(cst.CSTVisitor):
     """Whether a node matching ``predicate`` is inside one loop or statement. Local: it reads
     the loop the rewrite is deciding on, as earlier rules left it."""
 
-    def __init__(self, predicate) -> None:
+    def __init__(self, predicate: NodePredicate) -> None:
         self.predicate = predicate
         self.found = False
 

@@ -6,6 +6,7 @@ the gathered names."""
 from __future__ import annotations
 
 import builtins
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -98,7 +99,9 @@ def _constant_index(node: cst.Subscript) -> bool:
     return isinstance(node.slice[0].slice.value, (cst.SimpleString, cst.Integer))
 
 
-def plan_gather(outputs, targets, after, taken) -> GatherPlan:
+def plan_gather(
+    outputs: tuple[str, ...], targets: tuple[str, ...], after: list[cst.CSTNode], taken: Callable[[], set[str]]
+) -> GatherPlan:
     collector = _UseCollector(set(outputs) | set(targets))
     for statement in after:
         walk(statement, collector)
@@ -239,7 +242,13 @@ class _ExpressionReplacer(TargetedTransformer):
         return updated_node.with_changes(args=[first, *updated_node.args[1:]])
 
 
-def insert_after(statements, forward, gather_lines: list, plan: GatherPlan, facts: ScriptFacts) -> list:
+def insert_after(
+    statements: list[cst.BaseStatement],
+    forward: cst.CSTNode,
+    gather_lines: list[cst.SimpleStatementLine],
+    plan: GatherPlan,
+    facts: ScriptFacts,
+) -> list[cst.BaseStatement]:
     """The loop body with the gather line after the forward and later reads rewritten."""
     replacer = _ExpressionReplacer(plan, facts.batch_size_expr)
     state = {"inserted": False}
