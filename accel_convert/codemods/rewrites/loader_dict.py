@@ -360,12 +360,10 @@ class _GatherSums(RuleTransformer):
     ) -> tuple[list[cst.BaseStatement], int] | None:
         """The loop body with the gather inserted before its trailing sums (``batch``: the loop's
         target for the batch), and the index of the first sum in ``body``; None when unsafe."""
-        first_sum = len(body)
-        while first_sum > 0 and _running_sum(body[first_sum - 1]) is not None:
-            first_sum -= 1
-        sums = [_running_sum(line) for line in body[first_sum:]]
-        if not sums or any(isinstance(node, cst.AugAssign) for line in body[:first_sum] for node in nodes_in(line)):
+        trailing = _trailing_sums(body)
+        if trailing is None:
             return None  # a sum elsewhere in the loop (inside an if, before the forward)
+        first_sum, sums = trailing
         rows = set(target_names(batch))
         if not rows or not all(name.isidentifier() for name in rows):
             return None
@@ -379,7 +377,6 @@ class _GatherSums(RuleTransformer):
         gathered: list[str] = []  # per-sample names the sums read, in first-use order
         new_sums: list[cst.BaseStatement] = []
         for line, augment in zip(body[first_sum:], sums, strict=True):
-            assert augment is not None
             value = self._rewritten_sum(augment.value, rows, losses, local, gathered)
             if value is None:
                 return None
@@ -390,22 +387,27 @@ class _GatherSums(RuleTransformer):
         if any(word in self.facts.word_lines for word in renamed.values()):
             return None
         new_sums = [cast(cst.BaseStatement, line.visit(_Renamer(renamed))) for line in new_sums]
-        # Model outputs still carry the graph the backward used: the gather only needs their values.
-        sent = ", ".join(f"{name}.detach()" if name in forwarded else name for name in gathered)
-        targets = ", ".join(renamed[name] for name in gathered)
-        sent = sent if len(gathered) == 1 else f"({sent})"
-        one_line = f"{targets} = {self.accelerator}.gather_for_metrics({sent})"
-        gather = statement(
-            one_line
-            if len(one_line) <= GATHER_LINE_LIMIT
-            else f"{targets} = {self.accelerator}.gather_for_metrics(\n    {sent}\n)"
-        )
+        gather = self._gather_statement(gathered, forwarded, renamed)
         # The comment above the sums (``# statistics``) now heads the gather that feeds them.
         first = new_sums[0]
         if isinstance(first, cst.SimpleStatementLine) and isinstance(gather, cst.SimpleStatementLine):
             gather = gather.with_changes(leading_lines=first.leading_lines)
             new_sums[0] = first.with_changes(leading_lines=[])
         return [*body[:first_sum], gather, *new_sums], first_sum
+
+    def _gather_statement(self, gathered: list[str], forwarded: set[str], renamed: dict[str, str]) -> cst.BaseStatement:
+        """``gathered_x, gathered_y = accelerator.gather_for_metrics((x, y))``, split over lines
+        when one is too long."""
+        # Model outputs still carry the graph the backward used: the gather only needs their values.
+        sent = ", ".join(f"{name}.detach()" if name in forwarded else name for name in gathered)
+        targets = ", ".join(renamed[name] for name in gathered)
+        sent = sent if len(gathered) == 1 else f"({sent})"
+        one_line = f"{targets} = {self.accelerator}.gather_for_metrics({sent})"
+        return statement(
+            one_line
+            if len(one_line) <= GATHER_LINE_LIMIT
+            else f"{targets} = {self.accelerator}.gather_for_metrics(\n    {sent}\n)"
+        )
 
     def _classify(
         self, node: cst.CSTNode, rows: set[str], losses: dict[str, cst.Call], local: set[str], forwarded: set[str]
@@ -424,6 +426,13 @@ class _GatherSums(RuleTransformer):
             local.update(target_names(node.target))
             return True
         assert isinstance(node, cst.Assign)
+        self._classify_assignment(node, rows, losses, local, forwarded)
+        return True
+
+    def _classify_assignment(
+        self, node: cst.Assign, rows: set[str], losses: dict[str, cst.Call], local: set[str], forwarded: set[str]
+    ) -> None:
+        """:meth:`_classify` for ``name = value``."""
         targets = [target_names(target.target) for target in node.targets]
         bound = [name for names in targets for name in names]
         value = node.value
@@ -434,22 +443,21 @@ class _GatherSums(RuleTransformer):
                 forwarded.add(bound[0])
             else:
                 forwarded.discard(bound[0])
-            return True
+            return
         # ``_, preds = torch.max(outputs, 1)``: the values and the indices are one per row.
         if len(targets) == 1 and len(bound) == 2 and self._is_max_over_classes(value, rows, "torch.max", "max"):
             rows.update(bound)
             local.difference_update(bound)
-            return True
+            return
         if len(bound) == 1 and isinstance(value, cst.Call) and self._is_mean_loss_call(value, rows):
             losses[bound[0]] = value
             rows.discard(bound[0])
-            return True
+            return
         for name in bound:
             rows.discard(name)
             forwarded.discard(name)
             losses.pop(name, None)
             local.add(name)
-        return True
 
     def _keeps_rows(self, value: cst.BaseExpression, rows: set[str]) -> bool:
         """A model's output on a batch, a batch moved or cast, or a per-row max/argmax."""
@@ -653,6 +661,18 @@ def _mean_reduction(call: cst.Call) -> bool:
         if arg.keyword is not None and arg.keyword.value == "reduction":
             return isinstance(arg.value, cst.SimpleString) and arg.value.evaluated_value == "mean"
     return True
+
+
+def _trailing_sums(body: list[cst.BaseStatement]) -> tuple[int, list[cst.AugAssign]] | None:
+    """The index of the first of the running sums that end the loop body, and those sums; None
+    when there are none, or the body adds up something before them."""
+    first_sum = len(body)
+    while first_sum > 0 and _running_sum(body[first_sum - 1]) is not None:
+        first_sum -= 1
+    sums = [_running_sum(line) for line in body[first_sum:]]
+    if not sums or any(isinstance(node, cst.AugAssign) for line in body[:first_sum] for node in nodes_in(line)):
+        return None
+    return first_sum, [cast(cst.AugAssign, augment) for augment in sums]
 
 
 def _running_sum(line: cst.BaseStatement) -> cst.AugAssign | None:

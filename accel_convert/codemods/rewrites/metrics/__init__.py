@@ -1,0 +1,905 @@
+"""ACC113 metrics: gather per-sample outputs and targets in evaluation loops with ``gather_for_metrics``.
+
+On N processes each rank sees 1/N of the evaluation set, and the last global batch is padded with
+repeated samples. Sums of Python floats (``correct += ...item()``) cannot be de-duplicated, so the
+per-sample tensors are gathered right after the forward, before anything reduces them:
+``gather_for_metrics`` concatenates every rank's rows and drops the padding, and the rest of the
+loop then computes the single-process numbers. An evaluation loop is the analysis's (asked through
+``RuleTransformer.evaluates``, as every rule does): a loop over a data loader with no backward in it,
+under ``torch.no_grad()``/``inference_mode()``/``set_grad_enabled(False)``, in a ``@torch.no_grad()``
+function, after ``model.eval()``, or decoding with ``model.generate``.
+
+Only tensors with a batch dimension are gathered. A Python value the loop makes from the batch
+before the forward, a row count (``b_size = real.size(0)``) or a list (``decode_lengths = (caplens -
+1).tolist()``), is computed again after the gather from the gathered tensors, so ``total += b_size``
+and ``for j in range(b_size)`` cover every process's rows; ``range(<the loaders' batch size>)`` over
+the gathered batch becomes ``range(len(x))`` of a gathered tensor. A Python value that cannot be
+computed again (one the model's ``forward`` returns, one bound by unpacking) cannot be joined with
+the gathered tensors: the loop is left as written and reported (ACC913).
+
+Model outputs read through attributes (``outputs.logits``) or batches read by key
+(``batch["labels"]``) are gathered as those expressions into new names that the rest of the loop
+uses. A batch-mean ``outputs.loss`` (or a ``loss`` among the forward's outputs, or any output the
+loop reads with ``.item()``: one value per batch) cannot be gathered per sample and is reported
+(ACC913 as a warning), as is a forward nested inside a larger expression. A size read off the batch
+before the forward (``n, _ = x.shape``, ``n = len(x)``) is a Python number, not a per-sample row: it
+is not gathered, and a sum of it after the gather (``total += n``, this process's samples only) is
+reported (ACC913), with the gathered rows to count instead.
+
+A mean over batches (``/ len(loader)``, ``/ (batch_idx + 1)``, ``np.mean`` of a list appended once per
+batch, a ``steps += 1`` counter) is reported (ACC913): the original weighs each of its batches
+equally, while a gathered per-batch value averages one batch of every process (the last ones
+ragged or missing), so the mean changes; the one-process mean over batches cannot be rebuilt
+from gathered batches. Evaluation over an ``IterableDataset`` of the file without ``__len__`` is
+reported too: its last batches are padded and, without a length, the gather cannot drop the
+padding. Batches of per-sample lists (detection: ``collate_fn`` returning ``tuple(zip(*batch))``,
+outputs rebuilt per image) are gathered list by list with ``use_gather_object=True``; where only
+some of the values are known to be lists, the loop is reported instead.
+
+An ensemble's ``probs = torch.stack([m(x).softmax(-1) for m in models]).mean(0)`` is a forward
+too when every member of ``models`` goes through a function that prepares its model parameter
+(``for m in models: train(m, loader)``, the prepare rule's ``accelerator.prepare(model, ...)``
+there; the list may reach the evaluation as a parameter): the stack's new first dimension is
+averaged away, one row per sample remains. Members of a list nothing prepares, or stacked
+without that average, are reported (ACC913).
+
+A torchmetrics metric updated with the gathered values (``metric.update(output, target)``) would
+sync across processes once more in ``compute()`` (its default ``sync_on_compute=True``): ratios
+come out right, but sums and counts (``SumMetric``, a confusion matrix, ``MeanSquaredError``'s
+sums) N times. Its constructor gets ``sync_on_compute=False``, when every update of it receives
+gathered values and the constructor is a torchmetrics metric (or a ``MetricCollection`` of them);
+otherwise (a wrapper, the file's own subclass, a metric also updated per process, an ``x.update``
+of gathered values whose ``x`` the rule cannot trace) it is reported (ACC913).
+
+A sequence-first model (``nn.Transformer``, ``nn.LSTM``... without ``batch_first=True``) or batches
+padded sequence-first (``pad_sequence``) give ``(sequence, batch, ...)`` tensors: the gather would
+join sequence positions of different processes (or fail on different lengths). Those loops are
+reported (ACC922) and left as they are: the batch dimension and the padding to strip are the
+script's to say.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accel_convert.codemods.engine.accelerator_code import name_words
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.findings import report_at
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.rewrites.metrics.codes import (
+    BATCH_SCALAR,
+    COMPREHENSION,
+    FORWARD_IN_CALL,
+    GATHERED,
+    IN_BATCH_TARGETS,
+    INDEXED_STORE,
+    LOCAL_BATCH_SIZE,
+    MANUAL,
+    MEAN_OF_BATCHES,
+    NESTED_FORWARD,
+    OBJECT_LISTS,
+    PYTHON_VALUE,
+    RAGGED_PADDING,
+    SEQUENCE_FIRST,
+    SUMMED_BATCH_MEANS,
+    SYNCED_TWICE,
+    UNKNOWN_MODEL,
+    UNREACHABLE,
+    UNSIZED_STREAM,
+)
+from accel_convert.codemods.rewrites.metrics.ensembles import prepared_model_lists
+from accel_convert.codemods.rewrites.metrics.forward import evaluated_models
+from accel_convert.codemods.rewrites.metrics.layouts import model_layouts
+from accel_convert.codemods.rewrites.metrics.loaders import (
+    loaders_of_sample_lists,
+    loaders_over_streams,
+    loaders_padded_per_batch,
+)
+from accel_convert.codemods.rewrites.metrics.loop import EvalLoopRewriter
+from accel_convert.codemods.rewrites.metrics.torchmetrics import SyncOnComputeOff, torchmetrics_in
+
+# This module is the rule: its docstring, codes and examples. Each question it asks lives in a
+# module of its own (the docstring of each says what it owns); ``loop.py`` holds the order in
+# which the walk asks them.
+
+
+class MetricsCodemod(Rule):
+    code = GATHERED
+    name = "metrics"
+    extra_codes = {
+        COMPREHENSION: "metrics-comprehension: evaluation written as a comprehension over a prepared loader, not gathered (write it as a for loop)",
+        UNREACHABLE: "metrics-unreachable: an evaluation loop where the accelerator is not reachable: its metrics cover one process",
+        SYNCED_TWICE: "metrics-synced-twice: a metric object updated with gathered values that syncs across processes again in compute()",
+        MEAN_OF_BATCHES: "metrics-mean-of-batches: a mean over batches, which the gather changes (a batch of every process per step)",
+        SUMMED_BATCH_MEANS: "metrics-summed-batch-means: a batch-mean loss added up per batch: after the gather the sum shrinks with the process count",
+        NESTED_FORWARD: "metrics-nested-forward: the forward nested in a larger expression: its output is not gathered",
+        FORWARD_IN_CALL: "metrics-forward-in-call: the model runs inside another call (a generate or decode helper): its output is not gathered",
+        UNKNOWN_MODEL: "metrics-unknown-model: evaluation with no forward of a known model (models from a list, an ensemble), not gathered",
+        PYTHON_VALUE: "metrics-python-value: a Python value made per batch (a list of lengths, a number) among the values to gather: nothing gathered",
+        INDEXED_STORE: "metrics-indexed-store: outputs stored at positions computed from the batch index: nothing gathered",
+        IN_BATCH_TARGETS: "metrics-in-batch-targets: targets made from positions in the batch (in-batch matching): nothing gathered",
+        BATCH_SCALAR: "metrics-batch-scalar: a value that is one per batch and process (a loss): it cannot be gathered per sample",
+        LOCAL_BATCH_SIZE: "metrics-local-batch-size: a batch size read before the gather, summed: it counts this process's samples only",
+        OBJECT_LISTS: "metrics-object-lists: lists of per-sample objects (detection-style batches), not gathered",
+        RAGGED_PADDING: "metrics-ragged-padding: batches padded to their own longest sample: gathering sequences of different lengths fails",
+        UNSIZED_STREAM: "metrics-unsized-stream: an IterableDataset without __len__: the padded repeats of its last batches are counted",
+        SEQUENCE_FIRST: "metrics-sequence-first: evaluation of a sequence-first model or (sequence, batch) data, "
+        "not gathered (gather along the batch dimension by hand)",
+    }
+    aliases = {MANUAL: (*(code for code in extra_codes if code != SEQUENCE_FIRST),)}
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    train_set = TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,)))
+                    test_set = TensorDataset(torch.randn(20, 8), torch.randint(0, 3, (20,)))
+                    train_loader = DataLoader(train_set, batch_size=8)
+                    test_loader = DataLoader(test_set, batch_size=8)
+                    model = nn.Linear(8, 3)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in train_loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.cross_entropy(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                    model.eval()
+                    correct = 0
+                    with torch.no_grad():
+                        for data, target in test_loader:
+                            output = model(data)
+                            correct += output.argmax(dim=1).eq(target).sum().item()
+                    print(f"accuracy {correct}/{len(test_loader.dataset)}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    accelerator = Accelerator()
+                    train_set = TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,)))
+                    test_set = TensorDataset(torch.randn(20, 8), torch.randint(0, 3, (20,)))
+                    train_loader = DataLoader(train_set, batch_size=8)
+                    test_loader = DataLoader(test_set, batch_size=8)
+                    model = nn.Linear(8, 3)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, train_loader, test_loader = accelerator.prepare(
+                        model, optimizer, train_loader, test_loader
+                    )
+                    for data, target in train_loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.cross_entropy(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                    model.eval()
+                    correct = 0
+                    with torch.no_grad():
+                        for data, target in test_loader:
+                            output = model(data)
+                            output, target = accelerator.gather_for_metrics((output, target))
+                            correct += output.argmax(dim=1).eq(target).sum().item()
+                    accelerator.print(f"accuracy {correct}/{len(test_loader.dataset)}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
+            # Gradients off with set_grad_enabled(False): an evaluation like any other. A row
+            # count taken before the forward is read again from the gathered batch.
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    train_set = TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,)))
+                    test_set = TensorDataset(torch.randn(20, 8), torch.randint(0, 3, (20,)))
+                    train_loader = DataLoader(train_set, batch_size=8)
+                    test_loader = DataLoader(test_set, batch_size=8)
+                    model = nn.Linear(8, 3)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in train_loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.cross_entropy(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                    correct = total = 0
+                    with torch.set_grad_enabled(False):
+                        for data, target in test_loader:
+                            n = target.size(0)
+                            output = model(data)
+                            correct += output.argmax(dim=1).eq(target).sum().item()
+                            total += n
+                    print(f"accuracy {correct}/{total}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    accelerator = Accelerator()
+                    train_set = TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,)))
+                    test_set = TensorDataset(torch.randn(20, 8), torch.randint(0, 3, (20,)))
+                    train_loader = DataLoader(train_set, batch_size=8)
+                    test_loader = DataLoader(test_set, batch_size=8)
+                    model = nn.Linear(8, 3)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, train_loader, test_loader = accelerator.prepare(
+                        model, optimizer, train_loader, test_loader
+                    )
+                    for data, target in train_loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.cross_entropy(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                    correct = total = 0
+                    with torch.set_grad_enabled(False):
+                        for data, target in test_loader:
+                            n = target.size(0)
+                            output = model(data)
+                            output, target = accelerator.gather_for_metrics((output, target))
+                            n = target.size(0)
+                            correct += output.argmax(dim=1).eq(target).sum().item()
+                            total += n
+                    accelerator.print(f"accuracy {correct}/{total}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
+            # decode_lengths is a Python list the model's forward makes: left as written, reported.
+            code=PYTHON_VALUE,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Tagger(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.linear = nn.Linear(8, 3)
+
+                    def forward(self, x, lengths):
+                        decode_lengths = (lengths - 1).tolist()
+                        return self.linear(x), decode_lengths
+
+
+                def main():
+                    train_set = TensorDataset(torch.randn(64, 6, 8), torch.randint(0, 3, (64, 6)), torch.randint(2, 7, (64,)))
+                    test_set = TensorDataset(torch.randn(20, 6, 8), torch.randint(0, 3, (20, 6)), torch.randint(2, 7, (20,)))
+                    train_loader = DataLoader(train_set, batch_size=8)
+                    test_loader = DataLoader(test_set, batch_size=8)
+                    model = Tagger()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for x, tags, lengths in train_loader:
+                        optimizer.zero_grad()
+                        scores, _ = model(x, lengths)
+                        nn.functional.cross_entropy(scores.flatten(0, 1), tags.flatten()).backward()
+                        optimizer.step()
+                    correct = words = 0
+                    with torch.no_grad():
+                        for x, tags, lengths in test_loader:
+                            scores, decode_lengths = model(x, lengths)
+                            for i, n in enumerate(decode_lengths):
+                                correct += (scores[i, :n].argmax(-1) == tags[i, :n]).sum().item()
+                                words += n
+                    print(f"accuracy {correct}/{words}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message=(
+                "decode_lengths: a Python value made per batch (a list of lengths, a number), not a tensor with a "
+                "batch dimension: gather_for_metrics cannot join it with the gathered tensors, so nothing is "
+                "gathered and the metrics cover this process only; make it a tensor "
+                "(torch.tensor(x, device=accelerator.device)) and gather it with the outputs"
+            ),
+        ),
+        Example(
+            code=BATCH_SCALAR,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Regressor(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.linear = nn.Linear(8, 1)
+
+                    def forward(self, x, y):
+                        prediction = self.linear(x)
+                        return nn.functional.mse_loss(prediction, y), prediction
+
+
+                def main():
+                    train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    test_loader = DataLoader(TensorDataset(torch.randn(20, 8), torch.randn(20, 1)), batch_size=8)
+                    model = Regressor()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for x, y in train_loader:
+                        optimizer.zero_grad()
+                        loss, _ = model(x, y)
+                        loss.backward()
+                        optimizer.step()
+                    model.eval()
+                    total_loss = 0.0
+                    with torch.no_grad():
+                        for x, y in test_loader:
+                            loss, prediction = model(x, y)
+                            total_loss += loss.item()
+                    print(f"eval loss {total_loss / len(test_loader):.4f}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="loss is one value per batch and process: it cannot be gathered per sample",
+        ),
+        Example(
+            code=SEQUENCE_FIRST,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Tagger(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.lstm = nn.LSTM(8, 16)
+                        self.head = nn.Linear(16, 3)
+
+                    def forward(self, x):
+                        # the LSTM takes (sequence, batch, features); so does everything after it
+                        out, _ = self.lstm(x.transpose(0, 1))
+                        return self.head(out)
+
+
+                def main():
+                    train_loader = DataLoader(TensorDataset(torch.randn(64, 5, 8), torch.randint(0, 3, (64, 5))), batch_size=8)
+                    test_loader = DataLoader(TensorDataset(torch.randn(20, 5, 8), torch.randint(0, 3, (20, 5))), batch_size=8)
+                    model = Tagger()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for x, y in train_loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.cross_entropy(model(x).flatten(0, 1), y.t().flatten())
+                        loss.backward()
+                        optimizer.step()
+                    model.eval()
+                    correct = 0
+                    with torch.no_grad():
+                        for x, y in test_loader:
+                            output = model(x)
+                            correct += (output.argmax(-1) == y.t()).sum().item()
+                    print(f"accuracy {correct}/{5 * len(test_loader.dataset)}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="the model is sequence-first (nn.LSTM built without batch_first=True): its tensors are "
+            "(sequence, batch, ...) and gather_for_metrics joins along dim 0, mixing sequence positions across "
+            "processes; not gathered, so the metrics cover this process only (gather batch-first views by hand: "
+            "output.transpose(0, 1))",
+        ),
+        Example(
+            code=COMPREHENSION,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                with torch.no_grad():
+                    correct = sum((model(x).argmax(1) == y).sum().item() for x, y in test_loader)
+                print(f"accuracy {correct / len(test_loader.dataset):.3f}")
+            """,
+            message=(
+                "evaluation in a comprehension over the prepared loader test_loader: not gathered, so "
+                "what it computes covers this process's shard only (write it as a for loop over the "
+                "batches, which the converter gathers, or gather the per-batch values with "
+                "accelerator.gather_for_metrics)"
+            ),
+        ),
+        Example(
+            code=UNREACHABLE,
+            before="""
+                import torch
+                import torch.nn as nn
+                from accelerate import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+                if __name__ == "__main__":
+                    torch.manual_seed(0)
+                    model = nn.Linear(8, 3)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                    test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                    correct = 0
+                    with torch.no_grad():
+                        for x, y in test_loader:
+                            correct += (model(x).argmax(1) == y).sum().item()
+                    print("before training", correct)
+                    accelerator = Accelerator()
+                    model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+                    for x, y in train_loader:
+                        optimizer.zero_grad()
+                        accelerator.backward(nn.functional.cross_entropy(model(x), y))
+                        optimizer.step()
+            """,
+            message=("evaluation loop where the accelerator is not reachable: metrics cover this rank only"),
+        ),
+        Example(
+            code=SYNCED_TWICE,
+            before="""
+                import torch
+                import torch.nn as nn
+                import torchmetrics
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                metric = torchmetrics.SumMetric()
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    output = model(x)
+                    nn.functional.cross_entropy(output, y).backward()
+                    optimizer.step()
+                    metric.update(output.detach().argmax(1) == y)
+
+                model.eval()
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        output = model(x)
+                        metric.update(output.argmax(1) == y)
+                print(metric.compute())
+            """,
+            message=(
+                "metric is updated with gathered values, and its compute() syncs across processes again "
+                "(counting sums N times); not changed because it is also updated with this process's "
+                "values only: build it with sync_on_compute=False or update it with this process's "
+                "values only"
+            ),
+        ),
+        Example(
+            code=MEAN_OF_BATCHES,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                accuracies = []
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        accuracies.append((model(x).argmax(1) == y).float().mean().item())
+                print(f"accuracy {sum(accuracies) / len(accuracies):.3f}")
+            """,
+            message=(
+                "a mean over batches (divided by len(accuracies), a count of batches): the original "
+                "weighs each of its batches equally; after the gather a per-batch value averages one "
+                "batch of every process (the last ones ragged or missing), one not gathered covers this "
+                "process's batches only, so the mean differs from the one-process number; sum per-sample "
+                'values (reduction="sum", counts) and divide by the number of samples'
+            ),
+        ),
+        Example(
+            code=SUMMED_BATCH_MEANS,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                criterion = nn.CrossEntropyLoss()
+                test_loss = 0.0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        output = model(x)
+                        test_loss += criterion(output, y).item()
+                print(f"test loss {test_loss:.3f}")
+            """,
+            message=(
+                "a batch-mean loss added up per batch: after the gather each term covers one batch of "
+                'every process, so the sum shrinks with the process count; use reduction="sum"'
+            ),
+        ),
+        Example(
+            code=NESTED_FORWARD,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                correct = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        correct += ((model(x) + model(x.flip(-1))).argmax(1) == y).sum().item()
+                print(correct)
+            """,
+            message=(
+                "the forward is nested in a larger expression: assign its output to a name, then gather "
+                "it with accelerator.gather_for_metrics"
+            ),
+        ),
+        Example(
+            code=FORWARD_IN_CALL,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                def predict(net, inputs):
+                    return net(inputs).argmax(1)
+
+
+                correct = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        preds = predict(model, x)
+                        correct += (preds == y).sum().item()
+                print(correct)
+            """,
+            message=(
+                "the model runs inside predict(...): its output is not gathered, so the metrics cover "
+                "this process only; gather what it returns with the targets, "
+                "accelerator.gather_for_metrics((preds, targets)) (accelerator.pad_across_processes "
+                "first where its length varies between batches)"
+            ),
+        ),
+        Example(
+            code=UNKNOWN_MODEL,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                models = [model, nn.Linear(8, 3)]
+                correct = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        votes = torch.stack([m(x) for m in models])
+                        correct += (votes.mean(0).argmax(1) == y).sum().item()
+                print(correct)
+            """,
+            message=(
+                "evaluation over a prepared loader with no forward of a known model (models from a list, "
+                "an ensemble): not gathered, so the counts cover this process only; gather the "
+                "predictions and targets with accelerator.gather_for_metrics((preds, targets))"
+            ),
+        ),
+        Example(
+            code=INDEXED_STORE,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                predictions = torch.zeros(len(test_loader.dataset), dtype=torch.long)
+                with torch.no_grad():
+                    for i, (x, y) in enumerate(test_loader):
+                        output = model(x)
+                        predictions[i * 8 : (i + 1) * 8] = output.argmax(1)
+                print(predictions.bincount())
+            """,
+            message=(
+                "predictions[i * 8 : (i + 1) * 8]: outputs stored at positions computed from the batch "
+                "index; a gathered step holds one batch of every process, more rows than the slice, so "
+                "nothing is gathered and the array covers this process only: gather the outputs and "
+                "store them at a running offset (preds[offset:offset + len(out)] = out; offset += "
+                "len(out))"
+            ),
+        ),
+        Example(
+            code=IN_BATCH_TARGETS,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                correct = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        embeddings = model(x)
+                        similarity = embeddings @ embeddings.T
+                        targets = torch.arange(x.size(0))
+                        correct += (similarity.argmax(1) == targets).sum().item()
+                print(correct)
+            """,
+            message=(
+                "torch.arange(x.size(0)): targets made from positions in the batch (in-batch matching, "
+                "as a similarity matrix over the batch); gathering would match each process's rows with "
+                "positions in the joined batch, so nothing is gathered and the metrics cover this "
+                "process only: compute the per-sample result first (hits = logits.argmax(1) == labels), "
+                "then gather it with accelerator.gather_for_metrics(hits)"
+            ),
+        ),
+        Example(
+            code=LOCAL_BATCH_SIZE,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                correct = 0
+                total = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        n, _ = x.shape
+                        output = model(x)
+                        correct += (output.argmax(1) == y).sum().item()
+                        total += n
+                print(f"accuracy {correct / total:.3f}")
+            """,
+            message=(
+                "n is the size of this process's batch, read before the gather: total counts this "
+                "process's samples only; count the gathered rows instead (total += len(output))"
+            ),
+        ),
+        Example(
+            code=OBJECT_LISTS,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                correct = 0
+                with torch.no_grad():
+                    for images, targets in test_loader:
+                        images = list(images)
+                        targets = [{"label": t} for t in targets]
+                        detections = model(torch.stack(images))
+                        correct += sum(int(d.argmax() == t["label"]) for d, t in zip(detections, targets))
+                print(correct)
+            """,
+            message=(
+                "targets: a list of per-sample objects (detection-style batches); not gathered, so the "
+                "metrics cover this process only: gather each list on its own with "
+                "accelerator.gather_for_metrics(x, use_gather_object=True), tensors as they are"
+            ),
+        ),
+        Example(
+            code=RAGGED_PADDING,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.nn.utils.rnn import pad_sequence
+                from torch.utils.data import DataLoader
+
+                torch.manual_seed(0)
+
+
+                def collate(batch):
+                    tokens, tags = zip(*batch)
+                    return pad_sequence(tokens, batch_first=True), pad_sequence(tags, batch_first=True, padding_value=-100)
+
+
+                data = [(torch.randint(1, 50, (n % 7 + 3,)), torch.randint(0, 4, (n % 7 + 3,))) for n in range(40)]
+                model = nn.Sequential(nn.Embedding(50, 8), nn.Linear(8, 4))
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(data, batch_size=4, collate_fn=collate)
+                test_loader = DataLoader(data, batch_size=4, collate_fn=collate)
+                for tokens, tags in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(tokens).transpose(1, 2), tags, ignore_index=-100).backward()
+                    optimizer.step()
+
+                model.eval()
+                correct = 0
+                with torch.no_grad():
+                    for tokens, tags in test_loader:
+                        predictions = model(tokens).argmax(-1)
+                        mask = tags != -100
+                        correct += (predictions[mask] == tags[mask]).sum().item()
+                print(correct)
+            """,
+            message=(
+                "test_loader's collate_fn pads each batch to its own longest sample: two processes' "
+                "batches can differ in length, and the gather then fails; pad each gathered sequence "
+                "first, accelerator.pad_across_processes(x, dim=1, pad_index=<its padding value>), "
+                "before gather_for_metrics"
+            ),
+        ),
+        Example(
+            code=UNSIZED_STREAM,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+
+                torch.manual_seed(0)
+
+
+                class Stream(IterableDataset):
+                    def __iter__(self):
+                        for i in range(32):
+                            yield torch.randn(8), i % 3
+
+
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(Stream(), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                model.eval()
+                correct = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        correct += (model(x).argmax(1) == y).sum().item()
+                print(correct)
+            """,
+            message=(
+                "Stream is an IterableDataset without __len__: the last batches are padded with repeated "
+                "samples to a batch per process, and without a length gather_for_metrics cannot tell "
+                "them from real ones, so the metrics count them too; give Stream a __len__ (the number "
+                "of samples it yields) so the gather drops them, or drop them by hand"
+            ),
+        ),
+    )
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return bool((facts.eval_loops or facts.loader_comprehensions) and evaluated_models(facts))
+
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        # An evaluation written as a comprehension cannot take a gather after its forward.
+        comprehensions = [
+            report_at(
+                site,
+                COMPREHENSION,
+                f"evaluation in a comprehension over the prepared loader {loader}: not gathered, so what it "
+                "computes covers this process's shard only (write it as a for loop over the batches, which "
+                "the converter gathers, or gather the per-batch values with accelerator.gather_for_metrics)",
+            )
+            for loader, site in facts.loader_comprehensions
+        ]
+        if comprehensions and not facts.eval_loops:
+            return module, comprehensions  # no loop to gather: the rule ran for these reports
+        # Only loops over a loader change: their headers name it.
+        rewriter = EvalLoopRewriter(
+            facts,
+            facts.lines_mentioning(name_words(facts.loaders)),
+            model_layouts(module, facts),
+            torchmetrics_in(module, facts),
+            loaders_over_streams(module, facts),
+            loaders_of_sample_lists(module, facts),
+            loaders_padded_per_batch(module, facts),
+            prepared_model_lists(module, facts),
+        )
+        new_module = module.visit(rewriter)
+        synced = rewriter.metrics_fed_gathered_values()
+        if not synced:
+            return new_module, rewriter.changes(module) + comprehensions
+        adder = SyncOnComputeOff(facts, synced)
+        return new_module.visit(adder), rewriter.changes(module) + adder.changes(new_module) + comprehensions

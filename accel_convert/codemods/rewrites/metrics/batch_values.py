@@ -1,0 +1,195 @@
+"""What the loop makes from its batch around the forward: names unpacked from the batch (tensors
+gathered with the outputs), Python values made from it (row counts and lists computed again after
+the gather, or values no gather can join), sizes read before the forward and summed after it,
+outputs stored at positions made from the batch index, and targets that are positions within the
+batch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.syntax import (
+    expression_code,
+    is_host_number,
+    names_in,
+    nodes_in,
+    root_name,
+    rows_counted,
+    target_names,
+)
+from accel_convert.codemods.engine.walk import variables_read
+from accel_convert.codemods.rewrites.metrics.nodes import contains
+
+
+def stored_by_batch_index(statements: Sequence[cst.CSTNode], index: str | None, gathered: set[str]) -> str | None:
+    """The target of ``preds[i * batch_size:(i + 1) * batch_size] = logits...`` (a subscript
+    computed from the loop's ``enumerate`` index ``i``, given a value read from what would be
+    gathered) after the forward, as code; None when there is none."""
+    if index is None:
+        return None
+    for statement in statements:
+        for node in nodes_in(statement):
+            if not isinstance(node, cst.Assign) or not names_in(node.value) & gathered:
+                continue
+            for target in node.targets:
+                subscript = target.target
+                if isinstance(subscript, cst.Subscript) and any(
+                    index in names_in(element.slice) for element in subscript.slice
+                ):
+                    return expression_code(subscript)
+    return None
+
+
+def batch_positions(statements: Sequence[cst.CSTNode], batch: set[str], facts: ScriptFacts) -> str | None:
+    """``torch.arange(len(img))`` (or ``arange(logits.size(0))``) after the forward: the targets are
+    positions within this batch; the call's code, or None."""
+    for statement in statements:
+        for node in nodes_in(statement):
+            if (
+                isinstance(node, cst.Call)
+                and facts.qualified_name(node.func) == "torch.arange"
+                and any(names_in(arg.value) & batch for arg in node.args if arg.keyword is None)
+            ):
+                return expression_code(node)
+    return None
+
+
+@dataclass
+class Unpacked:
+    """What the loop binds from the batch before the forward (see :func:`unpacked_from`)."""
+
+    #: Per-sample tensors (``target = batch[1]``, ``x, y = batch``): gathered with the outputs.
+    tensors: list[str] = field(default_factory=list)
+    #: Python values made from batch tensors, a row count (``b_size = real.size(0)``) or a list
+    #: (``decode_lengths = (caplens - 1).tolist()``) → (the value, the batch tensors it reads): no
+    #: tensor to gather, so computed again from the gathered tensors after the gather.
+    recomputed: dict[str, tuple[cst.BaseExpression, set[str]]] = field(default_factory=dict)
+    #: Python values made from the batch that cannot be computed again (bound by unpacking):
+    #: one entry per sample of this process, which no tensor gather can join.
+    python_values: list[str] = field(default_factory=list)
+    #: ``total += labels.size(0)`` before the forward → the tensor counted: moved after the
+    #: gather, where it counts every process's rows.
+    summed_counts: dict[int, tuple[cst.SimpleStatementLine, str]] = field(default_factory=dict)
+
+
+#: Methods of a tensor that return Python numbers or lists, or a NumPy array: not gatherable.
+_PYTHON_VALUE_METHODS = frozenset({"tolist", "item", "numpy"})
+
+
+#: Builtins that build a Python value (a list of ints, a number) from what they are given.
+_PYTHON_VALUE_BUILTINS = frozenset({"list", "tuple", "sorted", "int", "float", "sum", "max", "min"})
+
+
+def python_value(value: cst.BaseExpression) -> bool:
+    """Whether ``value`` builds a Python value, not a tensor: a comprehension, a
+    ``.tolist()``/``.item()``/``.numpy()``, ``list(...)``/``int(...)``..."""
+    # A list or tuple display may hold tensors (gathered as nested tensors); a comprehension
+    # makes one entry per element of what it runs over.
+    if isinstance(value, (cst.ListComp, cst.GeneratorExp, cst.SetComp, cst.DictComp)):
+        return True
+    if isinstance(value, cst.Call):
+        func = value.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _PYTHON_VALUE_METHODS:
+            return True
+        return isinstance(func, cst.Name) and func.value in _PYTHON_VALUE_BUILTINS
+    return False
+
+
+def unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode, batch: tuple[str, ...]) -> Unpacked:
+    """Names assigned, before the forward, from expressions made from the batch names
+    (``target = batch[1]``, ``x, y = batch``, ``labels = batch["labels"].to(device)``), by kind:
+    tensors, row counts, other Python values."""
+    found = Unpacked()
+    known = set(batch)
+    for statement in statements:
+        if statement is forward or contains(statement, lambda node: node is forward):
+            break
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        counted = _rows_summed(statement, known)
+        if counted is not None:
+            found.summed_counts[id(statement)] = (statement, counted)
+        for small in statement.body:
+            pairs = _assigned_pairs(small)
+            for bound, source in pairs:
+                _note_bound(found, known, batch, bound, source, alone=len(pairs) == 1)
+    return found
+
+
+def _rows_summed(statement: cst.SimpleStatementLine, known: set[str]) -> str | None:
+    """The batch tensor ``total += labels.size(0)`` counts the rows of; None for any other line."""
+    first = statement.body[0]
+    if (
+        len(statement.body) == 1
+        and isinstance(first, cst.AugAssign)
+        and isinstance(first.operator, cst.AddAssign)
+        and isinstance(first.target, cst.Name)
+        and rows_counted(first.value) in known
+    ):
+        return rows_counted(first.value)
+    return None
+
+
+def _assigned_pairs(small: cst.BaseSmallStatement) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """(target, value) of an assignment to one target, element by element for ``a, b = x, y``."""
+    if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+        return []
+    target, value = small.targets[0].target, small.value
+    if isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple) and len(target.elements) == len(value.elements):
+        return [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
+    return [(target, value)]
+
+
+def _note_bound(
+    found: Unpacked,
+    known: set[str],
+    batch: tuple[str, ...],
+    bound: cst.BaseExpression,
+    source: cst.BaseExpression,
+    alone: bool,
+) -> None:
+    """Files what ``bound = source`` makes from the batch under its kind in ``found``; names bound
+    to tensors join ``known``."""
+    names = [name for name in target_names(bound, plain=True) if name not in batch]
+    counted = rows_counted(source)
+    reads = variables_read(source)
+    if counted in known or (python_value(source) and reads & (known | set(found.recomputed))):
+        tensors = {counted} if counted in known else reads & known
+        for name in reads & set(found.recomputed):  # ``n = len(lengths)`` of a recomputed list
+            tensors |= found.recomputed[name][1]
+        if isinstance(bound, cst.Name) and alone:
+            found.recomputed[bound.value] = (source, tensors)
+        else:
+            found.python_values.extend(names)
+    elif is_host_number(source):
+        # A size (``n, _ = x.shape``): a Python number, not a row to gather; a sum of it after
+        # the gather is reported (sizes_summed_after).
+        return
+    elif root_name(source) in known:
+        found.tensors.extend(names)
+        known.update(names)
+
+
+def sizes_summed_after(
+    statements: Sequence[cst.BaseStatement], forward: cst.CSTNode, batch: set[str]
+) -> list[tuple[str, str]]:
+    """``(n, total)`` for ``n, _ = x.shape`` (``n = len(x)``, ``n = x.size(0)``) of a batch name
+    bound before the forward and added to ``total`` after it."""
+    sizes: set[str] = set()
+    found: list[tuple[str, str]] = []
+    before = True
+    for statement in statements:
+        if statement is forward or contains(statement, lambda node: node is forward):
+            before = False
+        for node in nodes_in(statement):
+            if before and isinstance(node, cst.Assign) and is_host_number(node.value) and names_in(node.value) & batch:
+                sizes.update(name for target in node.targets for name in target_names(target.target, plain=True))
+            elif not before and isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign):
+                read = sorted(names_in(node.value) & sizes)
+                if read:
+                    found.append((read[0], expression_code(node.target)))
+    return found

@@ -1,0 +1,532 @@
+"""The walk that gathers: for each evaluation loop over a prepared loader, find the forward, decide
+what to gather (or why nothing can be), write ``gather_for_metrics`` after the forward, and report
+what the gather changes around it. The questions it asks live in the package's other modules; this
+one holds the order of the decisions and the reports that stop a gather."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import cast
+
+import libcst as cst
+
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Site
+from accel_convert.codemods.engine.syntax import dotted, enumerate_index, expression_code, nodes_in
+from accel_convert.codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.engine.walk import variables_read
+from accel_convert.codemods.rewrites.metrics.batch_means import (
+    GatheredLoop,
+    report_means_over_batches,
+    report_summed_batch_means,
+)
+from accel_convert.codemods.rewrites.metrics.batch_values import (
+    Unpacked,
+    batch_positions,
+    sizes_summed_after,
+    stored_by_batch_index,
+    unpacked_from,
+)
+from accel_convert.codemods.rewrites.metrics.codes import (
+    BATCH_SCALAR,
+    FORWARD_IN_CALL,
+    GATHERED,
+    IN_BATCH_TARGETS,
+    INDEXED_STORE,
+    LOCAL_BATCH_SIZE,
+    NESTED_FORWARD,
+    OBJECT_LISTS,
+    PYTHON_VALUE,
+    RAGGED_PADDING,
+    SEQUENCE_FIRST,
+    UNKNOWN_MODEL,
+    UNREACHABLE,
+    UNSIZED_STREAM,
+)
+from accel_convert.codemods.rewrites.metrics.ensembles import find_ensemble_forward
+from accel_convert.codemods.rewrites.metrics.forward import (
+    Forward,
+    find_averaged_forwards,
+    find_forward,
+    hoist_forward,
+    is_backward,
+    is_gather,
+    is_model_call,
+    loop_loader,
+    loop_over_loader,
+    model_passed_to_call,
+    statements_after,
+)
+from accel_convert.codemods.rewrites.metrics.layouts import (
+    SequenceLayouts,
+    hidden_states_read,
+    python_values_bound,
+    sequence_first_reason,
+)
+from accel_convert.codemods.rewrites.metrics.loaders import gathers_padded_sequences
+from accel_convert.codemods.rewrites.metrics.nodes import LazyNames, contains
+from accel_convert.codemods.rewrites.metrics.object_lists import (
+    gather_objects_statement,
+    maybe_objects,
+    per_sample_lists,
+)
+from accel_convert.codemods.rewrites.metrics.plan import (
+    GatherPlan,
+    fresh_name,
+    gather_statements,
+    insert_after,
+    plan_gather,
+)
+from accel_convert.codemods.rewrites.metrics.torchmetrics import GatheredUpdates, TorchMetrics
+
+#: A Python value made from the batch, computed again after the gather: (its name, the value,
+#: the batch tensors it reads).
+Recomputed = tuple[str, cst.BaseExpression, set[str]]
+
+
+@dataclass
+class _LoopGather:
+    """What one evaluation loop gathers, once every reason to leave it alone is ruled out."""
+
+    #: The forward's line (``outputs = model(x)``), after which the gather goes.
+    forward: cst.SimpleStatementLine
+    #: The per-sample names: the loop's own and those unpacked from them before the forward.
+    batch: tuple[str, ...]
+    unpacked: Unpacked
+    plan: GatherPlan
+    recomputed: list[Recomputed]
+    #: Names gathered as lists of objects, each on its own (empty: a tensor gather).
+    object_lists: list[str]
+
+
+class EvalLoopRewriter(RuleTransformer):
+    """Gathers in every evaluation loop over a prepared loader (walking compound statements only),
+    given what the rule read of the whole file first; reports the means over batches of each
+    function once its loops are done, and collects the torchmetrics updates fed gathered values."""
+
+    def __init__(
+        self,
+        facts: ScriptFacts,
+        lines: set[int],
+        layouts: SequenceLayouts,
+        torchmetrics: TorchMetrics,
+        streams: dict[str, str],
+        zipped_loaders: set[str],
+        padded_loaders: set[str],
+        model_lists: dict[str, set[str]] | None = None,
+    ) -> None:
+        super().__init__(facts, lines)
+        #: Module-level function → names there holding a list of prepared models (an ensemble).
+        self._model_lists = model_lists or {}
+        self._layouts = layouts
+        self._metric_updates = GatheredUpdates(torchmetrics)
+        #: Loaders over an iterable dataset class of the file without ``__len__`` → that class.
+        self._streams = streams
+        #: Loaders whose ``collate_fn`` returns ``tuple(zip(*batch))``: batches of per-sample lists.
+        self._zipped_loaders = zipped_loaders
+        #: Loaders whose collate function pads each batch to its own longest sample.
+        self._padded_loaders = padded_loaders
+        #: Names a new variable must not take: those of the module-level function being walked
+        #: (nested functions share their enclosing function's set), or the whole module's for
+        #: module-level code.
+        #: Collected only when a new name is needed: most files never need one.
+        self._taken_by_scope: list[LazyNames] = []
+        #: Evaluation loops that got a gather, per enclosing function (innermost last; the first
+        #: entry is module-level code).
+        self._gathered_loops: list[list[GatheredLoop]] = [[]]
+
+    @property
+    def _taken_names(self) -> set[str]:
+        return self._taken_by_scope[-1].names
+
+    def visit_Module(self, node: cst.Module) -> None:
+        super().visit_Module(node)
+        self._taken_by_scope.append(LazyNames(node))
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        super().visit_FunctionDef(node)
+        top_level = len(self._taken_by_scope) == 1
+        self._taken_by_scope.append(LazyNames(node) if top_level else self._taken_by_scope[-1])
+        self._gathered_loops.append([])
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):
+        self._taken_by_scope.pop()
+        report_means_over_batches(self, [original_node], self._gathered_loops.pop())
+        return super().leave_FunctionDef(original_node, updated_node)
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        # Module-level code (a notebook-style script): its own statements, not the functions'.
+        outside_definitions = [
+            statement for statement in original_node.body if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))
+        ]
+        report_means_over_batches(self, outside_definitions, self._gathered_loops[0])
+        return super().leave_Module(original_node, updated_node)
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        # Loops are compound statements: the walk need not go into a simple line's expressions.
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return self.in_training_class()
+
+    def metrics_fed_gathered_values(self) -> set[Site]:
+        """The torchmetrics constructors to build with ``sync_on_compute=False`` (see
+        :meth:`GatheredUpdates.fed_gathered_values`), once the walk is over."""
+        return self._metric_updates.fed_gathered_values(self)
+
+    def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.BaseStatement:
+        loop = loop_over_loader(original_node, self.facts)
+        # Whether the loop evaluates is the analysis's answer, the one prepare shards by.
+        if loop is None or not self.evaluates(original_node):
+            return updated_node
+        if self._over_unprepared_loader(original_node):
+            # A loader built where nothing prepares it (a local of an evaluation helper): every
+            # rank sees every sample, and gathering would count each one N times.
+            return updated_node
+        if contains(original_node, lambda n: is_backward(n, self.facts) or is_gather(n, self.facts), cst.Call):
+            return updated_node
+        sequence_first = sequence_first_reason(original_node, self._layouts, self.facts)
+        if sequence_first is not None:
+            self.report(
+                original_node,
+                SEQUENCE_FIRST,
+                f"{sequence_first}: its tensors are (sequence, batch, ...) and gather_for_metrics joins along "
+                "dim 0, mixing sequence positions across processes; not gathered, so the metrics cover "
+                "this process only (gather batch-first views by hand: output.transpose(0, 1))",
+                False,
+            )
+            return updated_node
+        if not self.accelerator_reachable():
+            self.report(
+                original_node,
+                UNREACHABLE,
+                "evaluation loop where the accelerator is not reachable: metrics cover this rank only",
+                False,
+            )
+            return updated_node
+        return self._gather_in_loop(original_node, updated_node, loop)
+
+    def _over_unprepared_loader(self, node: cst.For) -> bool:
+        """The loop's loader is built by the function holding the loop, and that function is not
+        where the training objects are built and prepared (an evaluation helper's own loader)."""
+        function = next((n for n in reversed(self._anchors) if isinstance(n, cst.FunctionDef)), None)
+        if function is None or function.name.value in (self.facts.main_function, self.facts.creating_function):
+            return False
+        where = self.facts.origins.site(function)
+        name = dotted(loop_loader(node))
+        return (
+            where is not None
+            and name is not None
+            and any(where.line <= site.line <= where.end_line for site in self.facts.assign_sites.get(name, ()))
+        )
+
+    # ---- one loop -------------------------------------------------------------------------
+
+    def _gather_in_loop(self, original: cst.For, loop: cst.For, batch: tuple[str, ...]) -> cst.For:
+        if not isinstance(loop.body, cst.IndentedBlock):
+            return loop
+        loop, forward = self._forward_in(loop, batch)
+        if forward is None:
+            self._report_no_forward(original, loop)
+            return loop
+        body = cast(cst.IndentedBlock, loop.body)
+        gather = self._what_to_gather(original, body.body, forward, batch)
+        if gather is None:
+            return loop
+        new_body = self._write_gather(original, body.body, gather)
+        self._report_gathered(original, gather.plan)
+        return loop.with_changes(body=body.with_changes(body=new_body))
+
+    def _forward_in(self, loop: cst.For, batch: tuple[str, ...]) -> tuple[cst.For, Forward | None]:
+        """The forward whose outputs to gather, and the loop (with the forward put on a line of
+        its own when it sat inside a larger expression)."""
+        body = cast(cst.IndentedBlock, loop.body)
+        forward = find_forward(body.body, self.facts)
+        if forward is None:
+            hoisted = hoist_forward(body.body, self.facts, lambda: fresh_name("output", self._taken_names))
+            if hoisted is not None:
+                body = body.with_changes(body=hoisted)
+                loop = loop.with_changes(body=body)
+                forward = find_forward(body.body, self.facts)
+        if forward is None:
+            # ``probs = torch.stack([m(x).softmax(-1) for m in models]).mean(0)`` over a list of
+            # prepared models: one row per sample, gathered as a forward's output is.
+            forward = find_ensemble_forward(body.body, self.facts, self._model_lists.get(self.function, set()), batch)
+        if forward is None:
+            # ``logits = (model(x) + model(torch.flip(x, dims=[-1]))) / 2``: test-time
+            # augmentation, model outputs on views of the batch averaged row by row.
+            forward = find_averaged_forwards(body.body, self.facts)
+        return loop, forward
+
+    def _report_no_forward(self, original: cst.For, loop: cst.For) -> None:
+        """Why an evaluation loop with no forward to gather is left as written, when it says."""
+        runner = model_passed_to_call(loop, self.facts)
+        if contains(loop, lambda n: is_model_call(n, self.facts), cst.Call):
+            self.report(
+                original,
+                NESTED_FORWARD,
+                "the forward is nested in a larger expression: assign its output to a name, "
+                "then gather it with accelerator.gather_for_metrics",
+                False,
+            )
+        elif runner is not None:
+            # ``pred = greedy_decode(model, src)``: the forward runs in a function whose
+            # output's layout the rule cannot see (a decoded sequence's length may differ
+            # between processes, and gathering tensors of different shapes fails).
+            self.report(
+                runner[1],
+                FORWARD_IN_CALL,
+                f"the model runs inside {runner[0]}(...): its output is not gathered, so the metrics cover "
+                "this process only; gather what it returns with the targets, "
+                "accelerator.gather_for_metrics((preds, targets)) (accelerator.pad_across_processes "
+                "first where its length varies between batches)",
+                False,
+            )
+        elif any(isinstance(node, cst.AugAssign) for node in nodes_in(loop.body)):
+            # Models called under names the analysis does not hold (an ensemble's ``m(x)`` for
+            # ``m in models``): what it counts covers this process's shard of the loader.
+            self.report(
+                original,
+                UNKNOWN_MODEL,
+                "evaluation over a prepared loader with no forward of a known model (models from a "
+                "list, an ensemble): not gathered, so the counts cover this process only; gather the "
+                "predictions and targets with accelerator.gather_for_metrics((preds, targets))",
+                False,
+            )
+
+    def _what_to_gather(
+        self, original: cst.For, statements: Sequence[cst.BaseStatement], forward: Forward, batch: tuple[str, ...]
+    ) -> _LoopGather | None:
+        """The gather to write after the forward; None (reported where the script must change)
+        when nothing can be gathered."""
+        statement, outputs = forward
+        # ``input, target = batch[0], batch[1]``: names unpacked from the batch are per-sample
+        # too, and what the outputs are compared with must be gathered with them.
+        unpacked = unpacked_from(statements, statement, batch)
+        batch = (*batch, *unpacked.tensors)
+        after = statements_after(statements, statement)
+        plan = plan_gather(outputs, batch, after, lambda: self._taken_names)
+        read_after = variables_read(*after)
+        lists = per_sample_lists(original, statements, batch, self._zipped_loaders)
+        if self._python_values_reported(original, statement, unpacked, plan, read_after, lists):
+            return None
+        recomputed = _recomputed(unpacked, read_after)
+        if plan.gathered:
+            _gather_what_is_counted(plan, recomputed, unpacked)
+        if self._batch_read_otherwise(original, statement, statements, plan, batch):
+            return None
+        for scalar in plan.batch_scalars:
+            self.report(
+                original,
+                BATCH_SCALAR,
+                f"{scalar} is one value per batch and process: it cannot be gathered per sample",
+                False,
+            )
+        if not plan.gathered:
+            return None
+        self._report_local_batch_sizes(original, statements, statement, batch, unpacked, plan)
+        listed = [name for expr, name in zip(plan.gathered, plan.names) if isinstance(expr, cst.Name) and name in lists]
+        if listed and len(listed) != len(plan.gathered):
+            # A tensor gather of a list of per-image dicts joins the i-th items of every process;
+            # which of the other values are lists is not known here.
+            self.report(
+                original,
+                OBJECT_LISTS,
+                f"{', '.join(listed)}: a list of per-sample objects (detection-style batches); not gathered, "
+                "so the metrics cover this process only: gather each list on its own with "
+                "accelerator.gather_for_metrics(x, use_gather_object=True), tensors as they are",
+                False,
+            )
+            return None
+        return _LoopGather(statement, batch, unpacked, plan, recomputed, listed)
+
+    def _python_values_reported(
+        self,
+        original: cst.For,
+        forward: cst.SimpleStatementLine,
+        unpacked: Unpacked,
+        plan: GatherPlan,
+        read_after: set[str],
+        lists: set[str],
+    ) -> bool:
+        """A Python list (or number) with one entry per sample of this process (``decode_lengths``
+        from the forward, ``lengths = caplens.tolist()``) read after the forward: a tensor gather
+        cannot join it, and gathering the tensors without it would pair every process's rows with
+        this process's entries. Nothing is gathered; the script must make it a tensor. Lists of
+        per-sample objects (detection) are gathered as objects instead."""
+        candidates = [*unpacked.python_values, *python_values_bound(forward, self._layouts)]
+        python_values = [name for name in dict.fromkeys(candidates) if name in read_after and name not in lists]
+        if not (python_values and plan.gathered):
+            return False
+        self.report(
+            original,
+            PYTHON_VALUE,
+            f"{', '.join(python_values)}: a Python value made per batch (a list of lengths, a number), not a "
+            "tensor with a batch dimension: gather_for_metrics cannot join it with the gathered tensors, so "
+            "nothing is gathered and the metrics cover this process only; make it a tensor "
+            "(torch.tensor(x, device=accelerator.device)) and gather it with the outputs",
+            False,
+        )
+        return True
+
+    def _batch_read_otherwise(
+        self,
+        original: cst.For,
+        forward: cst.SimpleStatementLine,
+        statements: Sequence[cst.BaseStatement],
+        plan: GatherPlan,
+        batch: tuple[str, ...],
+    ) -> bool:
+        """Whether the loop reads its outputs in a way a gather along the batch would break, and
+        was reported: a recurrent hidden state (layers first), outputs stored at positions made
+        from the batch index, or targets that are positions within the batch."""
+        hidden = hidden_states_read(forward, plan.gathered, self._layouts)
+        if hidden:
+            self.report(
+                original,
+                SEQUENCE_FIRST,
+                f"{', '.join(hidden)}: a recurrent layer's hidden state, (layers, batch, hidden) even in a "
+                "batch-first model, and gather_for_metrics joins along dim 0, mixing layers across processes; "
+                "not gathered, so the metrics cover this process only (gather hidden.transpose(0, 1) by hand)",
+                False,
+            )
+            return True
+        after = statements_after(statements, forward)
+        positions = batch_positions(after, set(plan.names) | set(batch), self.facts)
+        stored = stored_by_batch_index(after, enumerate_index(original), set(plan.names))
+        if stored is not None and plan.gathered:
+            # ``preds[i * bs:(i + 1) * bs] = logits...``: after the gather each step holds one
+            # batch of every process, N times the rows the slice has room for.
+            self.report(
+                original,
+                INDEXED_STORE,
+                f"{stored}: outputs stored at positions computed from the batch index; a gathered step holds "
+                "one batch of every process, more rows than the slice, so nothing is gathered and the array "
+                "covers this process only: gather the outputs and store them at a running offset "
+                "(preds[offset:offset + len(out)] = out; offset += len(out))",
+                False,
+            )
+            return True
+        if positions is not None and plan.gathered:
+            # ``logits = model(img, txt)`` a similarity matrix over this batch, compared with
+            # ``torch.arange(len(img))``: its columns are this process's batch, so gathered rows
+            # would be matched with positions in the gathered batch.
+            self.report(
+                original,
+                IN_BATCH_TARGETS,
+                f"{positions}: targets made from positions in the batch (in-batch matching, as a similarity "
+                "matrix over the batch); gathering would match each process's rows with positions in the joined "
+                "batch, so nothing is gathered and the metrics cover this process only: compute the per-sample "
+                "result first (hits = logits.argmax(1) == labels), then gather it with "
+                "accelerator.gather_for_metrics(hits)",
+                False,
+            )
+            return True
+        return False
+
+    def _report_local_batch_sizes(
+        self,
+        original: cst.For,
+        statements: Sequence[cst.BaseStatement],
+        forward: cst.SimpleStatementLine,
+        batch: tuple[str, ...],
+        unpacked: Unpacked,
+        plan: GatherPlan,
+    ) -> None:
+        """``n, _ = x.shape`` before the forward is this process's batch size, a Python number
+        the gather cannot reach: a sum of it after the gather counts this process's samples only."""
+        for size, sum_target in sizes_summed_after(statements, forward, set(batch)):
+            if size in unpacked.recomputed:
+                continue  # counted again from the gathered rows
+            first = plan.names[0]
+            self.report(
+                original,
+                LOCAL_BATCH_SIZE,
+                f"{size} is the size of this process's batch, read before the gather: {sum_target} counts this "
+                f"process's samples only; count the gathered rows instead ({sum_target} += len({first}))",
+                False,
+            )
+
+    def _write_gather(
+        self, original: cst.For, statements: Sequence[cst.BaseStatement], gather: _LoopGather
+    ) -> list[cst.BaseStatement]:
+        """The loop body with the gather after the forward, the values recomputed from the gathered
+        tensors and the row counts moved below it, and the later reads of gathered expressions
+        through their new names."""
+        plan = gather.plan
+        if plan.new_names:  # the taken names are collected only when a new one is needed
+            self._taken_names.update(plan.new_names)
+        gather_lines: list[cst.SimpleStatementLine]
+        if gather.object_lists:
+            gather_lines = [gather_objects_statement(name, self.facts) for name in gather.object_lists]
+        else:
+            gather_lines = gather_statements(plan, maybe_objects(original, gather.batch, plan), self.facts)
+        report_summed_batch_means(self, original)
+        self._metric_updates.note(self, statements_after(statements, gather.forward), plan)
+        gather_lines += [
+            cst.SimpleStatementLine(body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=value)])
+            for name, value, _ in gather.recomputed
+        ]
+        body = list(statements)
+        summed_counts = gather.unpacked.summed_counts
+        if summed_counts:
+            # ``total += labels.size(0)`` before the forward counts this process's rows: it moves
+            # below the gather, which leaves the count of one process's run unchanged.
+            # Its comments move with it.
+            body = [line for line in body if id(line) not in summed_counts]
+            gather_lines += [line for line, _ in summed_counts.values()]
+        return insert_after(body, gather.forward, gather_lines, plan, self.facts)
+
+    def _report_gathered(self, original: cst.For, plan: GatherPlan) -> None:
+        """The gather made, and what of the loader's batches it cannot make right."""
+        gathered = ", ".join(expression_code(e) for e in plan.gathered)
+        self.report(original, GATHERED, f"gather_for_metrics({gathered}) after the forward", True)
+        loader = dotted(loop_loader(original))
+        self._gathered_loops[-1].append(GatheredLoop(loader or "", original))
+        if loader in self._padded_loaders and gathers_padded_sequences(original, plan):
+            self.report(
+                original,
+                RAGGED_PADDING,
+                f"{loader}'s collate_fn pads each batch to its own longest sample: two processes' "
+                "batches can differ in length, and the gather then fails; pad each gathered sequence first, "
+                "accelerator.pad_across_processes(x, dim=1, pad_index=<its padding value>), before "
+                "gather_for_metrics",
+                False,
+            )
+        stream = self._streams.get(loader or "")
+        if stream is not None:
+            self.report(
+                original,
+                UNSIZED_STREAM,
+                f"{stream} is an IterableDataset without __len__: the last batches are padded with repeated "
+                "samples to a batch per process, and without a length gather_for_metrics cannot tell them "
+                f"from real ones, so the metrics count them too; give {stream} a __len__ (the number of "
+                "samples it yields) so the gather drops them, or drop them by hand",
+                False,
+            )
+
+
+def _recomputed(unpacked: Unpacked, read_after: set[str]) -> list[Recomputed]:
+    """``b_size = real.size(0)``, ``lengths = (caplens - 1).tolist()``: Python values of this
+    process's rows that the loop reads after the forward (or that such a value reads: ``n =
+    len(lengths)``), computed again from the gathered tensors after the gather (``total +=
+    b_size``, ``range(b_size)``, ``pack_padded_sequence(scores, lengths)`` then cover every
+    sample). Their statements are read again as written: the values they read are gathered."""
+    needed = set(read_after)
+    for name in reversed(list(unpacked.recomputed)):
+        if name in needed:
+            needed |= variables_read(unpacked.recomputed[name][0])
+    return [(name, *unpacked.recomputed[name]) for name in unpacked.recomputed if name in needed]
+
+
+def _gather_what_is_counted(plan: GatherPlan, recomputed: list[Recomputed], unpacked: Unpacked) -> None:
+    """Adds to the gather the batch tensors the recomputed values and the moved row counts read,
+    whole, where the plan does not gather them whole already."""
+    whole = {name for expr, name in zip(plan.gathered, plan.names) if isinstance(expr, cst.Name)}
+    counted = [tensors for _, _, tensors in recomputed] + [{t} for _, t in unpacked.summed_counts.values()]
+    for tensors in counted:
+        for tensor in sorted(tensors - whole):
+            plan.gathered.append(cst.Name(tensor))
+            plan.names.append(tensor)
+            whole.add(tensor)
