@@ -2,7 +2,7 @@
 
 Copies drift apart and disagree (a device stripped by one rule and not by another; names a
 target binds counted two ways): that is where silent bugs come from. Each concept below has one
-owner in ``codemods/engine/``; a function under ``rewrites/`` or ``checks/`` whose name says it
+owner in ``codemods/engine/``; a function under ``rewrites/``, ``checks/`` or ``model/`` whose name says it
 answers the same question is refused, as ``test_torch_names.py`` refuses copies of name tables
 and ``test_evaluation_owner.py`` copies of "this loop evaluates".
 """
@@ -20,6 +20,8 @@ import accel_convert.codemods as codemods_package
 RULE_FILES = sorted(
     path for folder in ("rewrites", "checks") for path in (Path(codemods_package.__file__).parent / folder).glob("*.py")
 )
+#: The program model's providers ask the same owners (``codemods/model/``).
+MODEL_FILES = sorted((Path(codemods_package.__file__).parent / "model").glob("*.py"))
 
 #: concept → (its owner, a pattern of function names that would be a private copy).
 OWNERS = {
@@ -46,13 +48,14 @@ OWNERS = {
 
 def test_the_rule_folders_are_where_this_test_looks() -> None:
     assert len(RULE_FILES) > 30, "the rule folders moved: this test would check nothing"
+    assert len(MODEL_FILES) > 10, "the model folder moved: this test would not check it"
 
 
 @pytest.mark.parametrize("concept", sorted(OWNERS))
 def test_no_rule_defines_its_own_copy(concept: str) -> None:
     owner, pattern = OWNERS[concept]
     offenders = []
-    for path in RULE_FILES:
+    for path in [*RULE_FILES, *MODEL_FILES]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and pattern.match(node.name):
                 offenders.append(f"{path.parent.name}/{path.name}:{node.lineno} defines {node.name}")

@@ -87,13 +87,19 @@ def analyse(module: cst.Module, source: str | bytes | None = None, seeds: Progra
     statement and call recorded; ``source``, if given, is what the module was parsed from;
     ``seeds``, what the other modules of its program say (:mod:`codemods.engine.program`; None:
     converted alone)."""
+    analysis = record(module, source, seeds)
+    for step in PROVIDERS:
+        step(analysis)
+    return analysis.facts
+
+
+def record(module: cst.Module, source: str | bytes | None = None, seeds: ProgramSeeds | None = None) -> Analysis:
+    """The one walk over ``module``: its records and the original position of every statement
+    and call, ready for the providers."""
     recorder = Recorder()
     walk(module, recorder)
     origins = OriginIndex()
     original_sites(module, recorder.collected, origins, source)
     # The module itself: a pass that carries positions carries this one too (see convert_module).
     origins.record(module, FILE_START)
-    analysis = Analysis(recorder, origins, seeds, module=module, source=source)
-    for step in PROVIDERS:
-        step(analysis)
-    return analysis.facts
+    return Analysis(recorder, origins, seeds, module=module, source=source)
