@@ -13,6 +13,7 @@ from accel_convert.codemods.model.expressions import (
     constructed,
     is_prepare,
 )
+from accel_convert.codemods.model.recorder import ClassRecord
 from accel_convert.codemods.model.state import Analysis
 
 
@@ -30,31 +31,9 @@ def find_training_classes(a: Analysis) -> list[str]:
         if methods and name in models and models[name] & set(a.constructions):
             a.facts.self_training_models.add(name)
             continue
-        methods |= {loop.method for loop, _ in a.loader_loops if loop.function == name and loop.method}
-        if not methods and a.seeds is not None and a.seeds.library and name in a.seeds.classes_given_models:
-            # Handed the prepared model by the program (Bjarten's EarlyStopping): its methods
-            # that save need the accelerator (main process, unwrapped model).
-            methods = {
-                call.scope[1]
-                for call in a.r.calls
-                if call.function == name
-                and len(call.scope) >= 2
-                and a.r.names.qualified_name(call.node.func, call.scope) == "torch.save"
-            }
-        constructed = name in a.constructions or (
-            # A library's class constructed by code of the program that holds the accelerator.
-            a.seeds is not None and a.seeds.library and name in a.seeds.accelerator_reaches
-        )
-        inherited = name in trains_through_a_base
-        if owner.init_params is None and a.seeds is not None and name in a.seeds.inherited_accelerator:
-            # No ``__init__`` here: the base's in another module receives the accelerator.
+        methods = _methods_needing_the_accelerator(a, name, methods)
+        if _takes_the_accelerator(a, name, owner, methods, inherited=name in trains_through_a_base):
             found.append(name)
-            continue
-        if not (methods or inherited) or owner.init_params is None or not constructed:
-            continue
-        if any(owner.self_names.get(method) is None for method in methods):
-            continue
-        found.append(name)
     # A subclass with no ``__init__`` of its own (``class MSETrainer(BaseTrainer)`` defining
     # only ``compute_loss``) holds the accelerator its base's ``__init__`` keeps.
     found += [
@@ -63,6 +42,38 @@ def find_training_classes(a: Analysis) -> list[str]:
         if owner.init_params is None and name in a.constructions and a.initialising_class(name) in found
     ]
     return sorted(found, key=lambda name: a.constructions[name][0].order if name in a.constructions else 0)
+
+
+def _methods_needing_the_accelerator(a: Analysis, name: str, training: set[str]) -> set[str]:
+    """The methods of class ``name`` that would use the accelerator: those running a backward
+    (``training``) or looping over a loader; for a library's class the program hands the prepared
+    model to (Bjarten's EarlyStopping), those that save (main process, unwrapped model)."""
+    methods = training | {loop.method for loop, _ in a.loader_loops if loop.function == name and loop.method}
+    if not methods and a.seeds is not None and a.seeds.library and name in a.seeds.classes_given_models:
+        methods = {
+            call.scope[1]
+            for call in a.r.calls
+            if call.function == name
+            and len(call.scope) >= 2
+            and a.r.names.qualified_name(call.node.func, call.scope) == "torch.save"
+        }
+    return methods
+
+
+def _takes_the_accelerator(a: Analysis, name: str, owner: ClassRecord, methods: set[str], inherited: bool) -> bool:
+    """Whether class ``name`` can be given the accelerator for ``methods`` (or the training code it
+    ``inherited``): it has an ``__init__`` to receive it, each of those methods an instance to keep
+    it on, and code that holds the accelerator constructs it."""
+    seeds = a.seeds
+    if owner.init_params is None and seeds is not None and name in seeds.inherited_accelerator:
+        # No ``__init__`` here: the base's in another module receives the accelerator.
+        return True
+    # Constructed here, or a library's class constructed by code of the program that holds the
+    # accelerator.
+    built = name in a.constructions or (seeds is not None and seeds.library and name in seeds.accelerator_reaches)
+    if not (methods or inherited) or owner.init_params is None or not built:
+        return False
+    return all(owner.self_names.get(method) is not None for method in methods)
 
 
 def _local_parents(a: Analysis) -> dict[str, set[str]]:
@@ -123,26 +134,15 @@ def class_prepare(a: Analysis, name: str) -> None:
     facts = a.facts
     instance = a.r.classes[name].self_names.get("__init__")
     roles = facts.models | facts.optimizers | facts.loaders | (facts.schedulers - facts.per_epoch_schedulers)
-    facts.prepared_attributes |= {role for role in roles if role.startswith(f"{instance}.") and role.count(".") == 1}
-    owner = a.r.classes[name]
-    received = {
-        target
-        for assign in a.r.assigns
-        if assign.function == name
-        for target in assign.targets
-        # ``self.model = model`` (a parameter), then ``self.model = self.model.to(device)``:
-        # what the caller passed in, which the caller prepares.
-        if dotted(constructed(assign.value)) in {*(owner.init_params or ()), target}
-    }
-    built_here = {target for assign in a.r.assigns if assign.function == name for target in assign.targets} - received
+    facts.prepared_attributes |= {role for role in roles if _is_attribute_of(role, instance)}
+    built_here = _attributes_built_here(a, name)
     method_prepared = _method_prepare(a, name)
     attributes: list[str] = []
     for group in facts.preparation_groups():
         for attribute in sorted(group):
             if (
                 attribute not in method_prepared
-                and attribute.startswith(f"{instance}.")
-                and attribute.count(".") == 1
+                and _is_attribute_of(attribute, instance)
                 and attribute in built_here
                 and attribute not in facts.prepared
                 # ``self.optimizer = None`` in ``__init__`` only makes room for it.
@@ -152,6 +152,26 @@ def class_prepare(a: Analysis, name: str) -> None:
                 attributes.append(attribute)
     if attributes:
         facts.class_prepare[name] = tuple(attributes)
+
+
+def _is_attribute_of(name: str, instance: str | None) -> bool:
+    """``self.model`` for instance ``self`` (one level: not ``self.model.fc``)."""
+    return name.startswith(f"{instance}.") and name.count(".") == 1
+
+
+def _attributes_built_here(a: Analysis, name: str) -> set[str]:
+    """What the methods of class ``name`` assign, less what holds an object the caller passed in:
+    ``self.model = model`` (a parameter of ``__init__``), then ``self.model =
+    self.model.to(device)`` is what the caller built, and the caller prepares it."""
+    owner = a.r.classes[name]
+    assigned = [assign for assign in a.r.assigns if assign.function == name]
+    received = {
+        target
+        for assign in assigned
+        for target in assign.targets
+        if dotted(constructed(assign.value)) in {*(owner.init_params or ()), target}
+    }
+    return {target for assign in assigned for target in assign.targets} - received
 
 
 def _method_prepare(a: Analysis, name: str) -> set[str]:

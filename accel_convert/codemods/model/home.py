@@ -83,80 +83,104 @@ def home(a: Analysis) -> None:
 
 
 def _home_block(a: Analysis) -> None:
-    facts = a.facts
     classes = find_training_classes(a)
     if classes:
-        # Training lives in classes: the accelerator is created where the first of them is
-        # constructed, and each reaches its methods as ``self.accelerator``.
-        facts.training_classes.update(classes)
-        for name in classes:
-            class_prepare(a, name)
-            record_class_methods(a, name)
-        training_bases(a, classes)
-        first = a.constructions[classes[0]][0]
-        home: str | None = first.function if first.function in a.r.defs else MODULE
-        constructed_in_guard = home == MODULE and first.in_main_guard
-        builder = a.optimizer_home
-        if builder in a.r.defs and home != builder and home in a.reachable({builder}):
-            # Built in ``main`` and handed to a helper that constructs the class: ``main``
-            # prepares them and creates the accelerator (the helper receives it, ACC104).
-            home, constructed_in_guard = builder, False
+        home, in_guard = _home_of_training_classes(a, classes)
     elif _trains_only_what_it_receives(a):
         # A module of training functions converted alone: its callers build and prepare the
         # model and optimizer, so no accelerator is created here (each function would create
         # its own, and train unprepared objects); what needs one is reported (ACC904).
-        facts.home_kind = "library"
-        facts.main_function = facts.creating_function = None
-        facts.accessible_functions = set()
+        a.facts.home_kind = "library"
+        a.facts.main_function = a.facts.creating_function = None
+        a.facts.accessible_functions = set()
         return
     else:
-        home = a.optimizer_home
-        constructed_in_guard = False
-        caller = _caller_building_the_model(a, home)
-        if caller is not None:
-            # ``train(model, loader, ...)`` builds only the optimizer: the code calling it
-            # builds the model and loaders, so it creates the accelerator and prepares them;
-            # the functions building optimizers from what they receive prepare those there.
-            facts.training_functions = _functions_training_what_they_receive(a)
-            _unprepared_received_models(a)
-            home, constructed_in_guard = caller
+        home, in_guard = _home_of_training_functions(a)
     if home is None:
-        home = next((assign.function for assign in a.r.assigns if set(assign.targets) & facts.loaders), None)
+        home = _home_by_what_it_binds(a)
+    _settle_home(a, _block_that_can_hold_it(a, home), in_guard)
+
+
+def _home_of_training_classes(a: Analysis, classes: list[str]) -> tuple[str | None, bool]:
+    """Training lives in classes: the accelerator is created where the first of them is
+    constructed, and each reaches its methods as ``self.accelerator``. The home, and whether it
+    is the ``__main__`` block."""
+    a.facts.training_classes.update(classes)
+    for name in classes:
+        class_prepare(a, name)
+        record_class_methods(a, name)
+    training_bases(a, classes)
+    first = a.constructions[classes[0]][0]
+    home = first.function if first.function in a.r.defs else MODULE
+    builder = a.optimizer_home
+    if builder in a.r.defs and home != builder and home in a.reachable({builder}):
+        # Built in ``main`` and handed to a helper that constructs the class: ``main``
+        # prepares them and creates the accelerator (the helper receives it, ACC104).
+        return builder, False
+    return home, home == MODULE and first.in_main_guard
+
+
+def _home_of_training_functions(a: Analysis) -> tuple[str | None, bool]:
+    """Where the first optimizer is built, unless the function building it trains models it
+    receives (``train(model, loader, ...)``): then the code calling it, which builds the model
+    and loaders, creates the accelerator and prepares them, and the functions building
+    optimizers from what they receive prepare those there."""
+    caller = _caller_building_the_model(a, a.optimizer_home)
+    if caller is None:
+        return a.optimizer_home, False
+    a.facts.training_functions = _functions_training_what_they_receive(a)
+    _unprepared_received_models(a)
+    return caller
+
+
+def _home_by_what_it_binds(a: Analysis) -> str:
+    """No optimizer to go by: the block binding a loader, holding a training loop, binding the
+    device (hand-written SGD over tensors: for a module-level script that is the module, so the
+    accelerator lands after its argument parsing and the module's own prints can reach it, not in
+    the function holding the backward), or running a backward; else the module."""
+    facts = a.facts
+    home = next((assign.function for assign in a.r.assigns if set(assign.targets) & facts.loaders), None)
     if home is None and facts.train_loops:
         home = facts.train_loops[0].function
     if home is None:
-        # No optimizer, loader or training loop to go by (hand-written SGD over tensors): the
-        # block that binds the device builds the training objects. For a module-level script
-        # that is the module, so the accelerator lands after its argument parsing and the
-        # module's own prints can reach it, not in the function holding the backward.
         home = next((assign.function for assign in a.r.assigns if set(assign.targets) & facts.device_names), None)
     if home is None:
         home = next((call.function for call in a.r.calls if is_backward(call.node)), MODULE)
-    if home != MODULE and home not in a.r.defs:
-        # The training objects live in a class that cannot be given the accelerator (no
-        # ``__init__``, never constructed here): the accelerator goes where the class is used,
-        # and the methods' calls are reported (ACC904) rather than rewritten.
-        home = next(
-            (
-                call.function
-                for call in a.r.calls
-                if isinstance(call.node.func, cst.Name)
-                and call.node.func.value == home
-                and (call.function in a.r.defs or call.function == MODULE)
-            ),
-            MODULE,
-        )
+    return home
+
+
+def _block_that_can_hold_it(a: Analysis, home: str) -> str:
+    """``home``, unless it is a class that cannot be given the accelerator (no ``__init__``, never
+    constructed here): then the block using the class, and the methods' calls are reported
+    (ACC904) rather than rewritten."""
+    if home == MODULE or home in a.r.defs:
+        return home
+    return next(
+        (
+            call.function
+            for call in a.r.calls
+            if isinstance(call.node.func, cst.Name)
+            and call.node.func.value == home
+            and (call.function in a.r.defs or call.function == MODULE)
+        ),
+        MODULE,
+    )
+
+
+def _settle_home(a: Analysis, home: str, constructed_in_guard: bool) -> None:
+    """``home_kind``, ``main_function``, ``creating_function`` and ``accessible_functions`` for
+    the block ``home``."""
+    facts = a.facts
     if home != MODULE:
         facts.main_function = home
         facts.home_kind = "function"
+        facts.creating_function = _creating_function(a, home)
+        home = facts.creating_function
     else:
         facts.main_function = None
         trained = facts.models | facts.optimizers | facts.loaders
         in_guard = constructed_in_guard or bool(trained & a.r.main_guard_assigns)
         facts.home_kind = "main_guard" if in_guard else "module"
-    if home != MODULE:
-        facts.creating_function = _creating_function(a, home)
-        home = facts.creating_function
     facts.accessible_functions = a.reachable({home} | facts.training_classes)
     if facts.home_kind == "main_guard":
         # Defined inside the __main__ block (an LBFGS closure): they read the global accelerator.

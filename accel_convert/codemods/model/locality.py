@@ -187,12 +187,20 @@ def _per_process_sums(a: Analysis, tainted: set[str]) -> set[str]:
     (``stopper(train_loss)``, then ``if stopper.early_stop: break``). Early stopping on such a
     value leaves the loop on one process first; the others wait in their next all-reduce.
     Evaluation sums are not among them: their gathered outputs agree on every process."""
+    sums = _sums_grown_in_training(a, tainted)
+    if sums:
+        _spread_from(a, sums)
+    return sums
+
+
+def _sums_grown_in_training(a: Analysis, tainted: set[str]) -> set[str]:
+    """What a loop running the backward grows from per-rank values: ``total += loss.item()``,
+    ``losses.append(loss.item())`` (then ``np.mean(losses)``), ``meter.update(loss.item(), n)``:
+    a sum, list or meter of this process's batch losses."""
     sums: set[str] = set()
     for aug in a.r.aug_assigns:
         if aug.loops and aug.loops[-1].has_backward and aug.mentions.names & tainted:
             sums.update(aug.targets)
-    # ``losses.append(loss.item())`` (then ``np.mean(losses)``), ``meter.update(loss.item(), n)``:
-    # a list or meter of this process's batch losses.
     for call in a.r.calls:
         func = call.node.func
         if (
@@ -204,8 +212,12 @@ def _per_process_sums(a: Analysis, tainted: set[str]) -> set[str]:
             and any(names_in(arg.value) & tainted for arg in call.node.args)
         ):
             sums.add(owner)
-    if not sums:
-        return sums
+    return sums
+
+
+def _spread_from(a: Analysis, sums: set[str]) -> None:
+    """Add to ``sums`` what is computed from them, returned with them, decided by them, or an
+    object fed them, until nothing changes."""
     # Read once: the fixed point below only intersects these with the growing ``sums``.
     returns = [(function, names_in(value)) for function, value in a.r.returns]
     feeds = [
@@ -219,19 +231,22 @@ def _per_process_sums(a: Analysis, tainted: set[str]) -> set[str]:
         changed = False
         returning = {function for function, names in returns if names & sums}
         for record in records:
-            if set(record.targets) <= sums:
-                continue
-            decided = any(branch.test.names & sums for branch in record.ifs)
-            # What it reads: its mentions include its own targets (``best, bad = inf, 0``).
-            read = record.mentions.names - set(record.targets)
-            if read & sums or record.mentions.calls & returning or decided:
+            if not set(record.targets) <= sums and _follows_from(record, sums, returning):
                 sums.update(record.targets)
                 changed = True
         for fed, names in feeds:
             if fed not in sums and names & sums:
                 sums.add(fed)
                 changed = True
-    return sums
+
+
+def _follows_from(record: AssignRecord | AugAssignRecord, sums: set[str], returning: set[str]) -> bool:
+    """Whether an assignment reads one of ``sums``, calls a function returning one, or runs under
+    an ``if`` testing one."""
+    decided = any(branch.test.names & sums for branch in record.ifs)
+    # What it reads: its mentions include its own targets (``best, bad = inf, 0``).
+    read = record.mentions.names - set(record.targets)
+    return bool(read & sums or record.mentions.calls & returning or decided)
 
 
 def _object_fed(a: Analysis, node: cst.Call) -> str | None:

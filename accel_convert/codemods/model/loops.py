@@ -104,36 +104,96 @@ def loops(a: Analysis) -> None:
     ``no_grad``/``inference_mode``, after ``model.eval()``, or when it decodes with a model's
     ``generate``. Loaders are sorted into train and eval loaders by how they are looped over."""
     facts = a.facts
-    created_loaders = set(facts.train_loaders)
     backward_functions = _functions_with_backward(a)
-    a.facts.backward_functions = set(backward_functions)
-    eval_switches = [
+    facts.backward_functions = set(backward_functions)
+    switches = _mode_switches(a)
+    created_loaders = _created_loaders(a)
+    known = created_loaders | (facts.prepared - facts.models - facts.optimizers - facts.schedulers)
+    decoding = _decoding_loops(a)
+    train: set[str] = set()
+    evaluation: set[str] = set()
+    wrapped_evaluations: list[LoopRecord] = []
+    for loop in a.r.loops:
+        trains = _trains(a, loop, backward_functions)
+        evaluates = loop.no_grad or _switched_to_eval(switches, loop.function, loop.order) or id(loop) in decoding
+        if loop.iterated is None or not _over_known_loader(a, loop.function, loop.iterated, known):
+            # ``for batch in progress(test_loader)`` through a wrapper the roles do not know:
+            # an evaluation all the same (the loader is prepared), though it says nothing of
+            # the loader's role.
+            if not trains and evaluates and loop.through_calls is not None:
+                wrapped_evaluations.append(loop)
+            continue
+        origins = a.origins_of(loop.function, loop.iterated) | {loop.iterated}
+        a.loader_loops.append((loop, origins))
+        if trains or evaluates:
+            kind: Literal["train", "eval"] = "train" if trains else "eval"
+            record = LoopFacts(loop.function, loop.iterated, loop.targets, kind, a.site(loop.node))
+            (facts.train_loops if trains else facts.eval_loops).append(record)
+            (train if trains else evaluation).update(origins)
+    train |= _read_by_hand_in_training(a, created_loaders - evaluation, backward_functions)
+    _sort_loaders(a, created_loaders, train, evaluation)
+    for loop in wrapped_evaluations:
+        if loop.through_calls in facts.loaders:
+            record = LoopFacts(loop.function, loop.through_calls or "", loop.targets, "eval", a.site(loop.node))
+            facts.eval_loops.append(record)
+    _comprehension_evaluations(a, switches, backward_functions)
+
+
+def _sort_loaders(a: Analysis, created: set[str], train: set[str], evaluation: set[str]) -> None:
+    """``train_loaders`` and ``eval_loaders``: by the loops over them; a loader both trained and
+    evaluated on trains; loaders never looped over keep their name's hint."""
+    unknown = created - train - evaluation
+    a.facts.train_loaders = (train | {n for n in unknown if "train" in n.lower()}) - (evaluation - train)
+    a.facts.eval_loaders = (evaluation | {n for n in unknown if "train" not in n.lower()}) - a.facts.train_loaders
+
+
+#: (order of the call, function, "eval" or "train") for each ``x.eval()``/``x.train()``.
+_ModeSwitch = tuple[int, str, str]
+
+
+def _mode_switches(a: Analysis) -> list[_ModeSwitch]:
+    """Every ``model.eval()`` and ``model.train()`` call (no arguments), in walk order."""
+    return [
         (call.order, call.function, call.node.func.attr.value)
         for call in a.r.calls
         if isinstance(call.node.func, cst.Attribute)
         and call.node.func.attr.value in {"eval", "train"}
         and not call.node.args
     ]
-    train: set[str] = set()
-    evaluation: set[str] = set()
-    created_loaders |= {
+
+
+def _switched_to_eval(switches: list[_ModeSwitch], function: str, order: int) -> bool:
+    """Whether the last mode switch in ``function`` before ``order`` is an ``.eval()``."""
+    last = max((switch for switch in switches if switch[1] == function and switch[0] < order), default=None)
+    return last is not None and last[2] == "eval"
+
+
+def _created_loaders(a: Analysis) -> set[str]:
+    """The loaders the roles know (all in ``train_loaders`` until sorted here), and prepared names
+    a loop iterates (a script converted already)."""
+    facts = a.facts
+    return set(facts.train_loaders) | {
         name
         for name in facts.prepared - facts.models - facts.optimizers - facts.schedulers
         if any(loop.iterated == name for loop in a.r.loops)
     }
-    # A loop decoding with a model's own ``generate`` evaluates even without ``no_grad`` or
-    # ``model.eval()`` (sampling loops often have neither).
+
+
+def _decoding_loops(a: Analysis) -> set[int]:
+    """Loops (by id) decoding with a model's own ``generate``: they evaluate even without
+    ``no_grad`` or ``model.eval()`` (sampling loops often have neither). Only where they count or
+    collect something (a metric): a loop that only writes samples out has no per-process figure
+    to gather or report."""
+    facts = a.facts
     models = facts.models | facts.frozen_models
     accelerators = {facts.existing_accelerator or facts.accelerator_name, f"self.{facts.accelerator_name}"}
-    # Only where it counts or collects something (a metric): a loop that only writes samples
-    # out has no per-process figure to gather or report.
     collecting = {id(loop) for aug in a.r.aug_assigns for loop in aug.loops} | {
         id(loop)
         for call in a.r.calls
         if isinstance(call.node.func, cst.Attribute) and call.node.func.attr.value in ("append", "extend")
         for loop in call.loops
     }
-    decoding = {
+    return {
         id(call.loops[-1])
         for call in a.r.calls
         if call.loops
@@ -142,33 +202,27 @@ def loops(a: Analysis) -> None:
         and dotted(_unwrapped(call.node.func.value, accelerators)) in models
         and id(call.loops[-1]) in collecting
     }
-    known = created_loaders | (facts.prepared - facts.models - facts.optimizers - facts.schedulers)
-    wrapped_evaluations: list[LoopRecord] = []
-    for loop in a.r.loops:
-        trains = (
-            loop.has_backward
-            or bool(loop.calls & backward_functions)
-            or any((loop.function, method) in a.backward_methods for method in loop.method_calls)
-        )
-        last_switch = max((s for s in eval_switches if s[1] == loop.function and s[0] < loop.order), default=None)
-        evaluates = loop.no_grad or (last_switch is not None and last_switch[2] == "eval") or id(loop) in decoding
-        if loop.iterated is None or not (a.origins_of(loop.function, loop.iterated) & known or loop.iterated in known):
-            # ``for batch in progress(test_loader)`` through a wrapper the roles do not know:
-            # an evaluation all the same (the loader is prepared), though it says nothing of
-            # the loader's role.
-            if not trains and evaluates and loop.through_calls is not None:
-                wrapped_evaluations.append(loop)
-            continue
-        origins = a.origins_of(loop.function, loop.iterated)
-        a.loader_loops.append((loop, origins | {loop.iterated}))
-        if not trains and not evaluates:
-            continue
-        kind: Literal["train", "eval"] = "train" if trains else "eval"
-        record = LoopFacts(loop.function, loop.iterated, loop.targets, kind, a.site(loop.node))
-        (facts.train_loops if trains else facts.eval_loops).append(record)
-        (train if trains else evaluation).update(origins | {loop.iterated})
-    # A loader read batch by batch with ``next(iter(loader))`` (or an iterator kept in a
-    # name) in a function that runs the backward trains.
+
+
+def _over_known_loader(a: Analysis, function: str, iterated: str, known: set[str]) -> bool:
+    """Whether a loop in ``function`` over ``iterated`` iterates one of the ``known`` loaders
+    (under its own name or one its callers pass)."""
+    return bool(a.origins_of(function, iterated) & known) or iterated in known
+
+
+def _trains(a: Analysis, loop: LoopRecord, backward_functions: set[str]) -> bool:
+    """A backward runs in the loop: directly, in a function it calls, or in a method of its class."""
+    return (
+        loop.has_backward
+        or bool(loop.calls & backward_functions)
+        or any((loop.function, method) in a.backward_methods for method in loop.method_calls)
+    )
+
+
+def _read_by_hand_in_training(a: Analysis, loaders: set[str], backward_functions: set[str]) -> set[str]:
+    """Of ``loaders``, those read batch by batch with ``next(iter(loader))`` (or an iterator kept
+    in a name) in a function that runs the backward: they train."""
+    found = set()
     for call in a.r.calls:
         node = call.node
         if (
@@ -178,25 +232,20 @@ def loops(a: Analysis) -> None:
             and call.function in backward_functions
         ):
             name = dotted(node.args[0].value)
-            if name is not None and name in created_loaders - evaluation:
-                train.add(name)
-    # Loaders never looped over keep their name's hint.
-    unknown = created_loaders - train - evaluation
-    facts.train_loaders = (train | {n for n in unknown if "train" in n.lower()}) - (evaluation - train)
-    facts.eval_loaders = (evaluation | {n for n in unknown if "train" not in n.lower()}) - facts.train_loaders
-    for loop in wrapped_evaluations:
-        if loop.through_calls in facts.loaders:
-            record = LoopFacts(loop.function, loop.through_calls or "", loop.targets, "eval", a.site(loop.node))
-            facts.eval_loops.append(record)
-    # ``[loss_batch(model, xb, yb) for xb, yb in valid_dl]``: an evaluation written as a
-    # comprehension over a loader (outside training functions, under ``no_grad``, or after
-    # ``model.eval()``, as for loops).
+            if name is not None and name in loaders:
+                found.add(name)
+    return found
+
+
+def _comprehension_evaluations(a: Analysis, switches: list[_ModeSwitch], backward_functions: set[str]) -> None:
+    """``[loss_batch(model, xb, yb) for xb, yb in valid_dl]``: an evaluation written as a
+    comprehension over a loader (outside training functions, under ``no_grad``, or after
+    ``model.eval()``, as for loops)."""
     for function, iterated, index, no_grad, order in a.r.comprehension_loops:
-        if iterated is None or not (a.origins_of(function, iterated) | {iterated}) & facts.loaders:
+        if iterated is None or not (a.origins_of(function, iterated) | {iterated}) & a.facts.loaders:
             continue
-        last_switch = max((s for s in eval_switches if s[1] == function and s[0] < order), default=None)
-        if function not in backward_functions or no_grad or (last_switch is not None and last_switch[2] == "eval"):
-            facts.loader_comprehensions.append((iterated, a.site(a.r.collected[index])))
+        if function not in backward_functions or no_grad or _switched_to_eval(switches, function, order):
+            a.facts.loader_comprehensions.append((iterated, a.site(a.r.collected[index])))
 
 
 def _functions_with_backward(a: Analysis) -> set[str]:
