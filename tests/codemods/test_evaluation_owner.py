@@ -1,4 +1,4 @@
-"""One owner of "this loop evaluates": the analysis (``codemods/engine/analysis.py``), asked through
+"""One owner of "this loop evaluates": the program model (``codemods/model/loops.py``), asked through
 ``RuleTransformer.evaluates``. A rule with its own reading of ``no_grad``/``model.eval()`` disagrees
 with the analysis sooner or later: prepare shards a loader the metrics rule does not gather, and the
 accuracy comes out 1/N without a word (issue 26)."""

@@ -2,7 +2,7 @@
 
 Copies drift apart and disagree (a device stripped by one rule and not by another; names a
 target binds counted two ways): that is where silent bugs come from. Each concept below has one
-owner in ``codemods/engine/``; a function under ``rewrites/`` or ``checks/`` whose name says it
+owner in ``codemods/engine/``; a function under ``rewrites/``, ``checks/`` or ``model/`` whose name says it
 answers the same question is refused, as ``test_torch_names.py`` refuses copies of name tables
 and ``test_evaluation_owner.py`` copies of "this loop evaluates".
 """
@@ -27,6 +27,8 @@ def rule_files(codemods: Path) -> list[Path]:
 
 
 RULE_FILES = rule_files(CODEMODS)
+#: The program model's providers ask the same owners (``codemods/model/``).
+MODEL_FILES = sorted((CODEMODS / "model").rglob("*.py"))
 
 #: concept → (its owner, a pattern of function names that would be a private copy).
 OWNERS = {
@@ -53,6 +55,7 @@ OWNERS = {
 
 def test_the_rule_folders_are_where_this_test_looks() -> None:
     assert len(RULE_FILES) > 30, "the rule folders moved: this test would check nothing"
+    assert len(MODEL_FILES) > 10, "the model folder moved: this test would not check it"
     # A rule split into a package (``rewrites/metrics/``) is read file by file too.
     assert any(path.parent.name not in ("rewrites", "checks") for path in RULE_FILES), "sub-packages are not read"
 
@@ -70,7 +73,7 @@ def copies_in(paths: list[Path], root: Path, pattern: re.Pattern[str]) -> list[s
 @pytest.mark.parametrize("concept", sorted(OWNERS))
 def test_no_rule_defines_its_own_copy(concept: str) -> None:
     owner, pattern = OWNERS[concept]
-    offenders = copies_in(RULE_FILES, CODEMODS, pattern)
+    offenders = copies_in([*RULE_FILES, *MODEL_FILES], CODEMODS, pattern)
     assert offenders == [], f"{concept} is answered by {owner}; ask it instead: {offenders}"
 
 

@@ -27,9 +27,9 @@ import libcst as cst
 from accel_convert.codemods.engine.syntax import dotted
 
 if TYPE_CHECKING:
-    from accel_convert.codemods.engine.analysis import _Conclusions
     from accel_convert.codemods.engine.facts import ScriptFacts
     from accel_convert.codemods.engine.names import ScopeKey
+    from accel_convert.codemods.model.state import Analysis
 
 #: The role sets a parameter can be seeded into: the ScriptFacts fields of the same name.
 ROLES = ("models", "optimizers", "train_loaders", "schedulers", "device_names", "cuda_flags")
@@ -131,11 +131,11 @@ def program_callee(facts: ScriptFacts, func: cst.BaseExpression, scope: ScopeKey
     return dict(seeds.aliases).get(found, found)
 
 
-def _callee(conclusions: _Conclusions, func: cst.BaseExpression, scope: ScopeKey) -> str | None:
+def _callee(conclusions: Analysis, func: cst.BaseExpression, scope: ScopeKey) -> str | None:
     return program_callee(conclusions.facts, func, scope)
 
 
-def seed_imported_calls(conclusions: _Conclusions, seeds: ProgramSeeds) -> None:
+def seed_imported_calls(conclusions: Analysis, seeds: ProgramSeeds) -> None:
     """Calls of imported program functions join the call graph under their qualified name (so
     a function calling ``engine.train`` loops over a loader, and its call starts the training);
     a loop calling an imported function that runs a backward is a training loop."""
@@ -158,7 +158,7 @@ def seed_imported_calls(conclusions: _Conclusions, seeds: ProgramSeeds) -> None:
                 loop.has_backward = True
 
 
-def seed_loader_factories(conclusions: _Conclusions, seeds: ProgramSeeds) -> None:
+def seed_loader_factories(conclusions: Analysis, seeds: ProgramSeeds) -> None:
     """``train_loader, val_loader = get_dataloaders(args)`` with ``get_dataloaders`` from another
     module of the program returning loaders: both names are loaders, prepared where they arrive."""
     if not seeds.loader_factories:
@@ -169,7 +169,7 @@ def seed_loader_factories(conclusions: _Conclusions, seeds: ProgramSeeds) -> Non
             conclusions.facts.train_loaders.update(assign.targets)
 
 
-def seed_parameter_roles(conclusions: _Conclusions, seeds: ProgramSeeds) -> None:
+def seed_parameter_roles(conclusions: Analysis, seeds: ProgramSeeds) -> None:
     """Parameters filled by callers in other modules take the role of what they receive."""
     facts = conclusions.facts
     for role, names in seeds.parameter_roles:
@@ -179,19 +179,19 @@ def seed_parameter_roles(conclusions: _Conclusions, seeds: ProgramSeeds) -> None
     facts.frozen_models -= facts.models
 
 
-def library_home(conclusions: _Conclusions, seeds: ProgramSeeds) -> None:
+def library_home(conclusions: Analysis, seeds: ProgramSeeds) -> None:
     """A library builds nothing it trains and creates no accelerator: its functions that the
     accelerator reaches (called only from code holding it) and what they call get it.
 
     A class constructed there is not one of them: its methods have no parameter to receive the
     accelerator (a ``MetricLogger`` whose ``log_every`` prints), so it reaches them only as
     ``self.accelerator`` when the class turns out to be a training class (which then receives
-    it in ``__init__``, see ``_library_training_classes``)."""
+    it in ``__init__``, see ``model.classes.library_training_classes``)."""
     facts = conclusions.facts
     facts.home_kind = "library"
     facts.main_function = None
     facts.creating_function = None
-    facts.accessible_functions = conclusions._reachable(set(seeds.accelerator_reaches) - set(conclusions.r.classes))
+    facts.accessible_functions = conclusions.reachable(set(seeds.accelerator_reaches) - set(conclusions.r.classes))
 
 
 def imported_accelerator_call(

@@ -1,0 +1,227 @@
+"""The program within the file: which module-level function calls which, and what flows into each
+parameter (of a function, a class's ``__init__`` or method, an attribute, a loop target)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accel_convert.codemods.engine.devices import peel_moves
+from accel_convert.codemods.engine.syntax import (
+    class_methods,
+    dotted,
+    parameter_filled,
+    parameter_names,
+)
+from accel_convert.codemods.engine.torch_names import (
+    LOADER_PASS_THROUGH_METHODS,
+)
+from accel_convert.codemods.model.provider import provider
+from accel_convert.codemods.model.recorder import (
+    CallRecord,
+    ClassRecord,
+)
+from accel_convert.codemods.model.state import Analysis
+
+
+def _pairwise(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[str, str]]:
+    """The names a target binds, each with the name it gets from ``value`` (element by element
+    for tuples of the same length): ``(split, loader)`` ← ``("val", val_loader)`` gives
+    ``[("loader", "val_loader")]``."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        if not isinstance(value, (cst.Tuple, cst.List)) or len(value.elements) != len(target.elements):
+            return []
+        return [
+            pair
+            for inner, element in zip(target.elements, value.elements)
+            if not isinstance(inner, cst.StarredElement) and not isinstance(element, cst.StarredElement)
+            for pair in _pairwise(inner.value, element.value)
+        ]
+    name, source = dotted(target), dotted(value)
+    return [(name, source)] if name is not None and source is not None else []
+
+
+def _keyword_argument(value: cst.BaseExpression, owner: ClassRecord, method: str) -> str | None:
+    """``model`` for ``kwargs['model']`` in a method taking ``**kwargs``: the argument passed as
+    ``model=...`` (sthalles/SimCLR's ``self.model = kwargs['model'].to(self.args.device)``)."""
+    if not isinstance(value, cst.Subscript) or not isinstance(value.value, cst.Name) or len(value.slice) != 1:
+        return None
+    index = value.slice[0].slice
+    if not isinstance(index, cst.Index) or not isinstance(index.value, cst.SimpleString):
+        return None
+    key = index.value.evaluated_value
+    node = next(
+        (
+            line
+            for line in (owner.node.body.body if isinstance(owner.node.body, cst.IndentedBlock) else ())
+            if isinstance(line, cst.FunctionDef) and line.name.value == method
+        ),
+        None,
+    )
+    star = node.params.star_kwarg if node is not None else None
+    if star is None or star.name.value != value.value.value or not isinstance(key, str) or not key.isidentifier():
+        return None
+    return key
+
+
+@provider(provides=("call_graph", "arguments", "constructions", "loop_calls"))
+def call_graph(a: Analysis) -> None:
+    """Which module-level function calls which (``call_graph``, and the functions each loop
+    calls), and what flows into each parameter: arguments of calls of the file's functions,
+    classes and methods, attributes bound in a class, loop targets (``arguments``)."""
+    for call in a.r.calls:
+        callee = call.node.func
+        if isinstance(callee, cst.Name) and callee.value in a.r.defs:
+            a.facts.call_graph.setdefault(call.function, set()).add(callee.value)
+            params = a.r.defs[callee.value]
+            limit = a.r.positional_limits.get(callee.value)
+            if limit is not None and sum(arg.keyword is None for arg in call.node.args) > limit:
+                # More positional arguments than the function takes: the call fails as it
+                # stands, and what fills which parameter is anybody's guess.
+                params = ()
+            for index, arg in enumerate(call.node.args):
+                name = dotted(arg.value)
+                if name is None or arg.star:
+                    continue
+                param = parameter_filled(arg, index, params)
+                if param is not None:
+                    a.arguments.setdefault((callee.value, param), set()).add((call.function, name))
+            for loop in call.loops:
+                loop.calls.add(callee.value)
+        elif isinstance(callee, cst.Name) and callee.value in a.r.classes:
+            _construction(a, call, a.r.classes[callee.value])
+        elif isinstance(callee, cst.Attribute) and callee.attr.value in LOADER_PASS_THROUGH_METHODS:
+            _into_pass_through_method(a, call, callee.attr.value)
+        elif isinstance(callee, cst.Attribute):
+            _into_method(a, call, callee)
+    _attribute_aliases(a)
+    _loop_aliases(a)
+
+
+def _into_method(a: Analysis, call: CallRecord, callee: cst.Attribute) -> None:
+    """``trainer.fit(train_loader, val_loader)``, ``Trainer(...).fit(...)`` or, in a method,
+    ``self.evaluate(val_loader)``: the arguments flow into the parameters of that method of
+    the file's class (keyed by the class name, as for ``__init__``), so its loop over
+    ``loader`` is a loop over the (prepared) validation loader."""
+    owner = _instance_class(a, call, callee.value)
+    if owner is None:
+        return
+    definition = next((m for m in class_methods(a.r.classes[owner].node) if m.name.value == callee.attr.value), None)
+    if definition is None or a.r.classes[owner].self_names.get(callee.attr.value) is None:
+        return
+    params = parameter_names(definition)[1:]
+    for index, arg in enumerate(call.node.args):
+        value = dotted(arg.value)
+        if value is None or arg.star:
+            continue
+        param = parameter_filled(arg, index, params)
+        if param is not None and param in params:
+            a.arguments.setdefault((owner, param), set()).add((call.function, value))
+
+
+def _instance_class(a: Analysis, call: CallRecord, receiver: cst.BaseExpression) -> str | None:
+    """The file's class ``receiver`` is an instance of: ``self`` in one of its methods, a
+    construction (``Trainer(...)``), or a name the same function binds to one."""
+    if isinstance(receiver, cst.Call):
+        built = dotted(receiver.func)
+        return built if built in a.r.classes else None
+    if not isinstance(receiver, cst.Name):
+        return None
+    scope = call.scope
+    if len(scope) >= 2 and scope[0] in a.r.classes and a.r.classes[scope[0]].self_names.get(scope[1]) == receiver.value:
+        return scope[0]
+    if a.instances is None:
+        a.instances = {}
+        for assign in a.r.assigns:
+            value = assign.value
+            if isinstance(value, cst.Call) and dotted(value.func) in a.r.classes:
+                for target in assign.targets:
+                    a.instances.setdefault((assign.function, target), set()).add(dotted(value.func) or "")
+    found = a.instances.get((call.function, receiver.value), set())
+    return next(iter(found)) if len(found) == 1 else None
+
+
+def _into_pass_through_method(a: Analysis, call: CallRecord, method: str) -> None:
+    """``metric_logger.log_every(data_loader, ...)`` with the file's own ``MetricLogger``:
+    the loader flows into the method's first parameter (keyed by the class name, as for
+    ``__init__``), so the method's loop over it is a loop over the (prepared) loader."""
+    if not call.node.args or call.node.args[0].keyword is not None or call.node.args[0].star:
+        return
+    value = dotted(call.node.args[0].value)
+    if value is None:
+        return
+    for name, owner in a.r.classes.items():
+        definition = next((m for m in class_methods(owner.node) if m.name.value == method), None)
+        if definition is None or owner.self_names.get(method) is None:
+            continue
+        params = parameter_names(definition)
+        if len(params) >= 2:
+            a.arguments.setdefault((name, params[1]), set()).add((call.function, value))
+
+
+def _construction(a: Analysis, call: CallRecord, owner: ClassRecord) -> None:
+    """``Trainer(model, train_data, ...)``: each argument flows into ``__init__``'s parameter
+    (keyed by the class name, which is the analysis' "function" for all its methods)."""
+    name = owner.node.name.value
+    local = a.r.names.scopes.get(call.scope) if call.scope else None
+    if local is not None and local.binds(name):
+        return  # a local of the same name
+    a.constructions.setdefault(name, []).append(call)
+    initialiser = a.initialising_class(name)
+    if initialiser != name:
+        # ``MSETrainer(model, loader)`` with no ``__init__`` of its own runs its base's: the
+        # base is constructed there too, and the arguments fill the base's parameters.
+        a.constructions.setdefault(initialiser, []).append(call)
+        name, owner = initialiser, a.r.classes[initialiser]
+    params = owner.init_params or ()
+    for index, arg in enumerate(call.node.args):
+        value = dotted(arg.value)
+        if value is None or arg.star:
+            continue
+        param = parameter_filled(arg, index, params)
+        if param is not None:
+            a.arguments.setdefault((name, param), set()).add((call.function, value))
+
+
+def _attribute_aliases(a: Analysis) -> None:
+    """``self.model = model.to(device)`` in a class: the attribute is what the name holds
+    (recorded like an argument flowing into a parameter, so roles and origins follow it)."""
+    for assign in a.r.assigns:
+        owner = a.r.classes.get(assign.function)
+        if owner is None or len(assign.scope) < 2:
+            continue
+        instance = owner.self_names.get(assign.scope[1])
+        values: list[cst.BaseExpression] = [assign.value]
+        if len(assign.targets) != 1:
+            # ``self.model, self.loader = model, loader``: pairwise.
+            value = assign.value
+            if not isinstance(value, (cst.Tuple, cst.List)) or len(value.elements) != len(assign.targets):
+                continue
+            if any(isinstance(element, cst.StarredElement) for element in value.elements):
+                continue
+            values = [element.value for element in value.elements]
+        for target, value in zip(assign.targets, values):
+            peeled = peel_moves(value)
+            source = dotted(peeled) or _keyword_argument(peeled, owner, assign.scope[1])
+            if instance is None or not target.startswith(instance + ".") or source is None or source == target:
+                continue
+            a.arguments.setdefault((assign.function, target), set()).add((assign.function, source))
+
+
+def _loop_aliases(a: Analysis) -> None:
+    """``for split, loader in [("val", val_loader), ("test", test_loader)]:``: the loop's
+    target holds each element in turn (recorded like an argument flowing into a parameter, so
+    what it is handed to sees where it comes from)."""
+    for loop in a.r.loops:
+        elements = loop.node.iter
+        if not isinstance(elements, (cst.List, cst.Tuple)):
+            continue
+        for element in elements.elements:
+            if isinstance(element, cst.StarredElement):
+                break
+            pairs = _pairwise(
+                loop.node.target.target if isinstance(loop.node.target, cst.AssignTarget) else loop.node.target,
+                element.value,
+            )
+            for target, source in pairs:
+                if target != source:
+                    a.arguments.setdefault((loop.function, target), set()).add((loop.function, source))

@@ -1,0 +1,270 @@
+"""Classes: model classes, training classes (which receive the accelerator), what each prepares."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import libcst as cst
+
+from accel_convert.codemods.engine.syntax import (
+    dotted,
+)
+from accel_convert.codemods.model.expressions import (
+    constructed,
+    is_prepare,
+)
+from accel_convert.codemods.model.recorder import ClassRecord
+from accel_convert.codemods.model.state import Analysis
+
+
+def find_training_classes(a: Analysis) -> list[str]:
+    """Module-level classes whose methods hold the training code (a ``Trainer`` with
+    ``_run_batch``/``train``, a ``Solver``) and can be given the accelerator: they have an
+    ``__init__`` to receive it, every method that trains or loops over a loader has an instance
+    to keep it on, and this module constructs them by name. In order of first construction."""
+    found = []
+    models = _model_classes(a)
+    a.facts.model_classes = set(models)
+    trains_through_a_base = _training_subclasses(a, models)
+    for name, owner in a.r.classes.items():
+        methods = {method for owner_name, method in a.backward_methods if owner_name == name}
+        if methods and name in models and models[name] & set(a.constructions):
+            a.facts.self_training_models.add(name)
+            continue
+        methods = _methods_needing_the_accelerator(a, name, methods)
+        if _takes_the_accelerator(a, name, owner, methods, inherited=name in trains_through_a_base):
+            found.append(name)
+    # A subclass with no ``__init__`` of its own (``class MSETrainer(BaseTrainer)`` defining
+    # only ``compute_loss``) holds the accelerator its base's ``__init__`` keeps.
+    found += [
+        name
+        for name, owner in a.r.classes.items()
+        if owner.init_params is None and name in a.constructions and a.initialising_class(name) in found
+    ]
+    return sorted(found, key=lambda name: a.constructions[name][0].order if name in a.constructions else 0)
+
+
+def _methods_needing_the_accelerator(a: Analysis, name: str, training: set[str]) -> set[str]:
+    """The methods of class ``name`` that would use the accelerator: those running a backward
+    (``training``) or looping over a loader; for a library's class the program hands the prepared
+    model to (Bjarten's EarlyStopping), those that save (main process, unwrapped model)."""
+    methods = training | {loop.method for loop, _ in a.loader_loops if loop.function == name and loop.method}
+    if not methods and a.seeds is not None and a.seeds.library and name in a.seeds.classes_given_models:
+        methods = {
+            call.scope[1]
+            for call in a.r.calls
+            if call.function == name
+            and len(call.scope) >= 2
+            and a.r.names.qualified_name(call.node.func, call.scope) == "torch.save"
+        }
+    return methods
+
+
+def _takes_the_accelerator(a: Analysis, name: str, owner: ClassRecord, methods: set[str], inherited: bool) -> bool:
+    """Whether class ``name`` can be given the accelerator for ``methods`` (or the training code it
+    ``inherited``): it has an ``__init__`` to receive it, each of those methods an instance to keep
+    it on, and code that holds the accelerator constructs it."""
+    seeds = a.seeds
+    if owner.init_params is None and seeds is not None and name in seeds.inherited_accelerator:
+        # No ``__init__`` here: the base's in another module receives the accelerator.
+        return True
+    # Constructed here, or a library's class constructed by code of the program that holds the
+    # accelerator.
+    built = name in a.constructions or (seeds is not None and seeds.library and name in seeds.accelerator_reaches)
+    if not (methods or inherited) or owner.init_params is None or not built:
+        return False
+    return all(owner.self_names.get(method) is not None for method in methods)
+
+
+def _local_parents(a: Analysis) -> dict[str, set[str]]:
+    """Module-level class → the module-level classes of this file it names as its bases."""
+    return {
+        name: {written for base in owner.node.bases if (written := dotted(base.value)) in a.r.classes}
+        for name, owner in a.r.classes.items()
+    }
+
+
+def _training_subclasses(a: Analysis, models: dict[str, set[str]]) -> set[str]:
+    """Classes whose training code is inherited: they derive, here or through a class of
+    another module of the program (the seeds), from a class whose methods run a backward or
+    loop over a loader (a ``BaseTrainer`` holding the epoch loop, subclassed by a
+    ``RegressionTrainer`` that only defines the step)."""
+    training = {owner for owner, _ in a.backward_methods}
+    training |= {loop.function for loop, _ in a.loader_loops if loop.method}
+    found = set(a.seeds.training_base_subclasses) if a.seeds is not None else set()
+    parents = _local_parents(a)
+    changed = True
+    while changed:
+        grown = {name for name, bases in parents.items() if bases & (training | found)} - found
+        found |= grown
+        changed = bool(grown)
+    return found - set(models)
+
+
+def _model_classes(a: Analysis) -> dict[str, set[str]]:
+    """Module-level classes deriving from a ``torch.nn`` module (``nn.Module``, ``nn.Linear``)
+    or from another such class of the file, each with itself and the file's classes deriving
+    from it (constructing any of them builds its methods)."""
+    children: dict[str, set[str]] = {}
+    roots = []
+    for name, owner in a.r.classes.items():
+        for base in owner.node.bases:
+            qualified = a.r.names.qualified_name(base.value, (), strict=False) or dotted(base.value) or ""
+            children.setdefault(qualified, set()).add(name)
+            if qualified.startswith("torch.nn."):
+                roots.append(name)
+
+    def family(name: str) -> set[str]:
+        found, pending = {name}, [name]
+        while pending:
+            for child in children.get(pending.pop(), ()):
+                if child not in found:
+                    found.add(child)
+                    pending.append(child)
+        return found
+
+    models = set().union(*(family(root) for root in roots))
+    return {name: family(name) for name in models}
+
+
+def class_prepare(a: Analysis, name: str) -> None:
+    """The training objects a class builds itself (``self.model = Net()``, ``self.loader =
+    DataLoader(...)``): prepared in its ``__init__``. Attributes holding an object the caller
+    passed in are prepared where the caller built it."""
+    facts = a.facts
+    instance = a.r.classes[name].self_names.get("__init__")
+    roles = facts.models | facts.optimizers | facts.loaders | (facts.schedulers - facts.per_epoch_schedulers)
+    facts.prepared_attributes |= {role for role in roles if _is_attribute_of(role, instance)}
+    built_here = _attributes_built_here(a, name)
+    method_prepared = _method_prepare(a, name)
+    attributes: list[str] = []
+    for group in facts.preparation_groups():
+        for attribute in sorted(group):
+            if (
+                attribute not in method_prepared
+                and _is_attribute_of(attribute, instance)
+                and attribute in built_here
+                and attribute not in facts.prepared
+                # ``self.optimizer = None`` in ``__init__`` only makes room for it.
+                and a.origins_of(name, attribute) - {"None"} <= built_here
+                and attribute not in attributes
+            ):
+                attributes.append(attribute)
+    if attributes:
+        facts.class_prepare[name] = tuple(attributes)
+
+
+def _is_attribute_of(name: str, instance: str | None) -> bool:
+    """``self.model`` for instance ``self`` (one level: not ``self.model.fc``)."""
+    return name.startswith(f"{instance}.") and name.count(".") == 1
+
+
+def _attributes_built_here(a: Analysis, name: str) -> set[str]:
+    """What the methods of class ``name`` assign, less what holds an object the caller passed in:
+    ``self.model = model`` (a parameter of ``__init__``), then ``self.model =
+    self.model.to(device)`` is what the caller built, and the caller prepares it."""
+    owner = a.r.classes[name]
+    assigned = [assign for assign in a.r.assigns if assign.function == name]
+    received = {
+        target
+        for assign in assigned
+        for target in assign.targets
+        if dotted(constructed(assign.value)) in {*(owner.init_params or ()), target}
+    }
+    return {target for assign in assigned for target in assign.targets} - received
+
+
+def _method_prepare(a: Analysis, name: str) -> set[str]:
+    """``facts.method_prepare`` for one training class; the names it covers."""
+    facts = a.facts
+    owner = a.r.classes[name]
+    # ``__init__`` and the methods it calls (``self.build_model()``) build what is prepared
+    # at the end of ``__init__``.
+    from_init, pending = {"__init__"}, ["__init__"]
+    while pending:
+        for called in owner.method_calls.get(pending.pop(), ()):
+            if called not in from_init:
+                from_init.add(called)
+                pending.append(called)
+    covered: set[str] = set()
+    for assign in a.r.assigns:
+        if assign.function != name or len(assign.scope) != 2 or assign.scope[1] in from_init:
+            continue
+        method = assign.scope[1]
+        instance = owner.self_names.get(method)
+        value = constructed(assign.value)
+        if instance is None or not isinstance(value, cst.Call) or is_prepare(value) or not assign.targets:
+            continue
+        if not all(
+            target in facts.loaders | facts.optimizers
+            and target not in facts.prepared
+            and ("." not in target or target.startswith(f"{instance}.") and target.count(".") == 1)
+            for target in assign.targets
+        ):
+            continue
+        found = facts.method_prepare.setdefault(name, {}).setdefault(method, ())
+        facts.method_prepare[name][method] = (*found, *(t for t in assign.targets if t not in found))
+        covered.update(assign.targets)
+    return covered
+
+
+def record_class_methods(a: Analysis, name: str) -> None:
+    """Per method of a training class: the instance attributes it assigns and the methods it
+    calls on its instance (where ``__init__`` builds what it prepares)."""
+    owner = a.r.classes[name]
+    binds = a.facts.method_binds[name] = {method: set() for method in owner.self_names}
+    a.facts.method_calls[name] = {method: set(calls) for method, calls in owner.method_calls.items()}
+    for assign in a.r.assigns:
+        if assign.function != name or len(assign.scope) < 2 or assign.scope[1] not in binds:
+            continue
+        instance = owner.self_names.get(assign.scope[1])
+        if instance is not None:
+            binds[assign.scope[1]].update(t for t in assign.targets if t.startswith(f"{instance}."))
+
+
+def training_bases(a: Analysis, classes: Sequence[str]) -> set[str]:
+    """The classes of this module that training classes derive from (``Trainer(BaseTrainer)``,
+    with ``BaseTrainer`` here or, in a program, named by the seeds), joined to the training
+    classes as :attr:`ScriptFacts.training_bases`: their methods (pytorch-template's
+    ``BaseTrainer.train`` printing and saving checkpoints) run on a subclass's instance, which
+    holds ``self.accelerator``. Only bases never constructed here whose every subclass here is
+    a training class or such a base: an instance without the accelerator would fail there."""
+    facts = a.facts
+    parents = _local_parents(a)
+    found = set(a.seeds.training_bases) & set(a.r.classes) if a.seeds is not None else set()
+    pending = [*classes, *found]
+    while pending:
+        for parent in parents.get(pending.pop(), ()):
+            if parent not in found and parent not in classes:
+                found.add(parent)
+                pending.append(parent)
+    found -= set(a.constructions) | facts.model_classes
+    unsafe: set[str] = {""}
+    while unsafe:
+        unsafe = {
+            base
+            for base in found
+            if any(base in bases and child not in found and child not in classes for child, bases in parents.items())
+        }
+        found -= unsafe
+    facts.training_bases |= found
+    facts.training_classes |= found
+    for name in found:
+        # What it builds in ``__init__`` (an optimizer over ``self.model``) is prepared there:
+        # its subclass keeps the accelerator before calling ``super().__init__``.
+        class_prepare(a, name)
+        record_class_methods(a, name)
+    return found
+
+
+def library_training_classes(a: Analysis) -> None:
+    """A library's training classes (constructed by the entry script, which passes the
+    accelerator to their ``__init__``): their methods reach it as ``self.accelerator``."""
+    facts = a.facts
+    classes = find_training_classes(a)
+    facts.training_classes.update(classes)
+    for name in classes:
+        class_prepare(a, name)
+        record_class_methods(a, name)
+    bases = training_bases(a, classes)
+    facts.accessible_functions |= a.reachable(set(classes) | bases)

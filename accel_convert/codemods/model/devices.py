@@ -1,0 +1,178 @@
+"""Devices: the names that hold the device, settings classes choosing one, the flags the choice tests."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accel_convert.codemods.engine.names import ScopeKey
+from accel_convert.codemods.engine.syntax import (
+    calls_in,
+    dotted,
+)
+from accel_convert.codemods.engine.torch_names import (
+    DEVICE_CALLS,
+)
+from accel_convert.codemods.model.expressions import (
+    is_cpu_string,
+)
+from accel_convert.codemods.model.provider import provider
+from accel_convert.codemods.model.recorder import (
+    AssignRecord,
+    IfRecord,
+)
+from accel_convert.codemods.model.state import Analysis
+
+
+def _read_switch(node: cst.CSTNode, negated: bool, found: list[tuple[str, bool]]) -> None:
+    """The flags (``args.no_cuda``) a device decision tests, and whether each is under ``not``."""
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
+        _read_switch(node.expression, not negated, found)
+    elif isinstance(node, cst.Attribute) and dotted(node) is not None:
+        found.append((dotted(node), negated))  # type: ignore[arg-type]
+    elif isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And):
+        _read_switch(node.left, negated, found)
+        _read_switch(node.right, negated, found)
+    elif isinstance(node, cst.IfExp):
+        _read_switch(node.test, negated, found)
+    elif isinstance(node, cst.Call):
+        for arg in node.args:  # torch.device("cuda" if args.cuda else "cpu")
+            _read_switch(arg.value, negated, found)
+
+
+def chooses_device(a: Analysis, value: cst.BaseExpression, scope: ScopeKey) -> bool:
+    """Whether an assigned value chooses the script's device: a ``"cuda..."``/``"mps"`` string (or
+    a choice between one and ``"cpu"``), ``torch.device(...)`` and its kin, a ``--device``
+    option, the accelerator's device. (Rules ask ``engine.devices.names_device`` of the names
+    this finds.)"""
+    if isinstance(value, cst.SimpleString):
+        text = value.evaluated_value
+        return isinstance(text, str) and (text.startswith("cuda") or text == "mps")
+    if isinstance(value, cst.IfExp):
+        if chooses_device(a, value.body, scope) or chooses_device(a, value.orelse, scope):
+            return True
+        # ``0 if torch.cuda.is_available() else "cpu"``: a GPU index or the CPU.
+        return is_cpu_string(value.orelse) and any(
+            (dotted(node.func) or "").endswith("cuda.is_available") for node in calls_in(value.test)
+        )
+    if isinstance(value, cst.Attribute) and isinstance(value.value, cst.Call):
+        # torch.accelerator.current_accelerator().type
+        return chooses_device(a, value.value, scope)
+    if isinstance(value, cst.Attribute) and dotted(value.value) in a.facts.parsed_arguments:
+        # ``device = args.device`` from ``--device cuda``: the device string itself.
+        option = value.attr.value
+        return option in a.facts.parser_options and (option == "device" or option.endswith("_device"))
+    if isinstance(value, cst.Call):
+        return a.r.names.qualified_name(value.func, scope, strict=False) in DEVICE_CALLS
+    return dotted(value) == f"{a.facts.existing_accelerator or 'accelerator'}.device"
+
+
+@provider(
+    needs=("parsed_arguments", "parser_options", "existing_accelerator"),
+    provides=("settings_devices", "settings_devices_unreached"),
+    refines=("device_names",),
+)
+def settings_class_devices(a: Analysis) -> None:
+    """``class Config: device = "cuda" if torch.cuda.is_available() else "cpu"`` (or a
+    ``@dataclass`` field ``device: str = ...``): a settings class without bases choosing the
+    device in its body. The script reads it as ``Config.device`` or through an instance
+    (``cfg = Config()``, ``cfg.device``): those name the device like a variable, and are
+    rebound once the accelerator exists (``facts.settings_devices``): the class attribute of
+    a plain class, which its instances read; each instance of a dataclass (which copies the
+    default when built), built once with no arguments. Left out (ACC904 stays): a class whose
+    instances may hold a device of their own (``cfg.device = ...``, ``self.device = ...``),
+    other decorators, a dataclass instance built several times or given arguments."""
+    found, frozen = _devices_chosen_in_settings_classes(a)
+    if not found:
+        return
+    built = _instances_built(a, {owner for owner, _ in found.values()})
+    instances = {name: dotted(sites[0].value.func) for name, sites in built.items()}  # type: ignore[attr-defined]
+    for name, (owner, is_dataclass) in found.items():
+        attribute = name.split(".", 1)[1]
+        mine = [instance for instance, of in instances.items() if of == owner]
+        readers = {name} | {f"{instance}.{attribute}" for instance in mine}
+        overridden = _bound_outside_the_class(a, owner, attribute, readers)
+        if is_dataclass:
+            # Each instance copies the default: rebind each one, built once and plainly.
+            overridden = overridden or not all(_built_once_plainly(built[i]) for i in mine)
+        if overridden or name in frozen:
+            a.facts.settings_devices_unreached.add(name)
+            continue
+        rebound = [f"{instance}.{attribute}" for instance in mine] if is_dataclass else []
+        a.facts.settings_devices.update({target: name for target in [name, *rebound]})
+        a.facts.device_names.update(readers)
+
+
+def _instances_built(a: Analysis, owners: set[str]) -> dict[str, list[AssignRecord]]:
+    """Name → the assignments binding it to an instance of one of ``owners`` (``cfg = Config()``)."""
+    built: dict[str, list[AssignRecord]] = {}
+    for assign in a.r.assigns:
+        if len(assign.targets) == 1 and isinstance(assign.value, cst.Call) and dotted(assign.value.func) in owners:
+            built.setdefault(assign.targets[0], []).append(assign)
+    return built
+
+
+def _built_once_plainly(sites: list[AssignRecord]) -> bool:
+    """One construction, with no arguments (``cfg = Config()``)."""
+    return len(sites) == 1 and not sites[0].value.args  # type: ignore[attr-defined]
+
+
+def _devices_chosen_in_settings_classes(a: Analysis) -> tuple[dict[str, tuple[str, bool]], set[str]]:
+    """``Config.device`` → (``Config``, whether it is a dataclass) for each device a settings class
+    chooses in its body; and those of frozen dataclasses (``@dataclass(frozen=True)``)."""
+    found: dict[str, tuple[str, bool]] = {}
+    frozen: set[str] = set()
+    for owner, record in a.r.classes.items():
+        node = record.node
+        decorators = [dotted(d.decorator) or dotted(getattr(d.decorator, "func", None)) for d in node.decorators]
+        if node.bases or node.keywords or decorators not in ([], ["dataclass"], ["dataclasses.dataclass"]):
+            continue
+        for line in node.body.body:
+            attribute = _class_attribute(line)
+            if attribute is None:
+                continue
+            target, value = attribute
+            if isinstance(target, cst.Name) and chooses_device(a, value, (owner,)):
+                found[f"{owner}.{target.value}"] = (owner, bool(decorators))
+                if any(isinstance(d.decorator, cst.Call) and d.decorator.args for d in node.decorators):
+                    frozen.add(f"{owner}.{target.value}")  # @dataclass(frozen=True): no rebinding
+    return found, frozen
+
+
+def _class_attribute(
+    line: cst.BaseStatement | cst.BaseSmallStatement,
+) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """(target, value) of a class body line binding one attribute: ``device = ...`` or
+    ``device: str = ...``; None for anything else."""
+    small = line.body[0] if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
+    if isinstance(small, cst.Assign) and len(small.targets) == 1:
+        return small.targets[0].target, small.value
+    if isinstance(small, cst.AnnAssign) and small.value is not None:
+        return small.target, small.value
+    return None
+
+
+def _bound_outside_the_class(a: Analysis, owner: str, attribute: str, readers: set[str]) -> bool:
+    """Whether code outside the class body binds the device again (``cfg.device = ...``,
+    ``Config.device = ...``, or ``self.device = ...`` in a method)."""
+    return any(
+        target in readers or target == f"self.{attribute}"
+        for assign in a.r.assigns
+        for target in assign.targets
+        if assign.scope != (owner,)
+    )
+
+
+@provider(needs=("device_names", "cuda_flags"), provides=("device_switches",))
+def device_switches(a: Analysis) -> None:
+    """``device_switches``: the flags the device choice tests (``use_cuda = not args.no_cuda
+    and ...``, ``if args.cuda: model.cuda()``), in source order."""
+    facts = a.facts
+    device = facts.device_names | facts.cuda_flags
+    for record in a.r.assigns_and_ifs:
+        if isinstance(record, IfRecord):
+            # ``if not args.disable_cuda and torch.cuda.is_available(): args.device = ...``
+            if record.body_moves_to_cuda or record.body_assigns & facts.device_names:
+                _read_switch(record.node.test, False, facts.device_switches)
+            continue
+        if set(record.targets) & device:
+            _read_switch(record.value, False, facts.device_switches)

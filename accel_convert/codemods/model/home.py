@@ -1,0 +1,334 @@
+"""The home block: where the training objects are built, so where the accelerator is created and
+which functions reach it."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accel_convert.codemods.engine.devices import peel_moves
+from accel_convert.codemods.engine.facts import MODULE
+from accel_convert.codemods.engine.program_seeds import library_home
+from accel_convert.codemods.engine.syntax import (
+    dotted,
+    parameter_filled,
+)
+from accel_convert.codemods.engine.torch_names import (
+    DATA_LOADERS,
+)
+from accel_convert.codemods.model.classes import (
+    class_prepare,
+    find_training_classes,
+    library_training_classes,
+    record_class_methods,
+    training_bases,
+)
+from accel_convert.codemods.model.expressions import (
+    is_backward,
+)
+from accel_convert.codemods.model.provider import provider
+from accel_convert.codemods.model.recorder import (
+    CallRecord,
+)
+from accel_convert.codemods.model.state import Analysis
+
+
+@provider(
+    needs=(
+        "optimizer_home",
+        "constructions",
+        "backward_methods",
+        "loader_loops",
+        "models",
+        "optimizers",
+        "train_loaders",
+        "eval_loaders",
+        "schedulers",
+        "per_epoch_schedulers",
+        "prepared",
+        "device_names",
+        "train_loops",
+        "call_graph",
+        "arguments",
+    ),
+    provides=(
+        "home_kind",
+        "main_function",
+        "creating_function",
+        "accessible_functions",
+        "training_functions",
+        "unprepared_received_models",
+        "models_prepared_where_built",
+        "model_classes",
+        "self_training_models",
+        "training_classes",
+        "training_bases",
+        "class_prepare",
+        "method_prepare",
+        "method_binds",
+        "method_calls",
+        "prepared_attributes",
+    ),
+    refines=("models",),
+)
+def home(a: Analysis) -> None:
+    """Where the training objects are built, so where the accelerator is created (``home_kind``,
+    ``main_function``, ``creating_function``) and the functions and classes it reaches. A module
+    of a program imported by its entry script is a library: the accelerator comes in."""
+    if a.seeds is not None and a.seeds.library:
+        library_home(a, a.seeds)
+        library_training_classes(a)
+        _library_training_functions(a)
+    else:
+        _home_block(a)
+
+
+def _home_block(a: Analysis) -> None:
+    classes = find_training_classes(a)
+    if classes:
+        home, in_guard = _home_of_training_classes(a, classes)
+    elif _trains_only_what_it_receives(a):
+        # A module of training functions converted alone: its callers build and prepare the
+        # model and optimizer, so no accelerator is created here (each function would create
+        # its own, and train unprepared objects); what needs one is reported (ACC904).
+        a.facts.home_kind = "library"
+        a.facts.main_function = a.facts.creating_function = None
+        a.facts.accessible_functions = set()
+        return
+    else:
+        home, in_guard = _home_of_training_functions(a)
+    if home is None:
+        home = _home_by_what_it_binds(a)
+    _settle_home(a, _block_that_can_hold_it(a, home), in_guard)
+
+
+def _home_of_training_classes(a: Analysis, classes: list[str]) -> tuple[str | None, bool]:
+    """Training lives in classes: the accelerator is created where the first of them is
+    constructed, and each reaches its methods as ``self.accelerator``. The home, and whether it
+    is the ``__main__`` block."""
+    a.facts.training_classes.update(classes)
+    for name in classes:
+        class_prepare(a, name)
+        record_class_methods(a, name)
+    training_bases(a, classes)
+    first = a.constructions[classes[0]][0]
+    home = first.function if first.function in a.r.defs else MODULE
+    builder = a.optimizer_home
+    if builder in a.r.defs and home != builder and home in a.reachable({builder}):
+        # Built in ``main`` and handed to a helper that constructs the class: ``main``
+        # prepares them and creates the accelerator (the helper receives it, ACC104).
+        return builder, False
+    return home, home == MODULE and first.in_main_guard
+
+
+def _home_of_training_functions(a: Analysis) -> tuple[str | None, bool]:
+    """Where the first optimizer is built, unless the function building it trains models it
+    receives (``train(model, loader, ...)``): then the code calling it, which builds the model
+    and loaders, creates the accelerator and prepares them, and the functions building
+    optimizers from what they receive prepare those there."""
+    caller = _caller_building_the_model(a, a.optimizer_home)
+    if caller is None:
+        return a.optimizer_home, False
+    a.facts.training_functions = _functions_training_what_they_receive(a)
+    _unprepared_received_models(a)
+    return caller
+
+
+def _home_by_what_it_binds(a: Analysis) -> str:
+    """No optimizer to go by: the block binding a loader, holding a training loop, binding the
+    device (hand-written SGD over tensors: for a module-level script that is the module, so the
+    accelerator lands after its argument parsing and the module's own prints can reach it, not in
+    the function holding the backward), or running a backward; else the module."""
+    facts = a.facts
+    home = next((assign.function for assign in a.r.assigns if set(assign.targets) & facts.loaders), None)
+    if home is None and facts.train_loops:
+        home = facts.train_loops[0].function
+    if home is None:
+        home = next((assign.function for assign in a.r.assigns if set(assign.targets) & facts.device_names), None)
+    if home is None:
+        home = next((call.function for call in a.r.calls if is_backward(call.node)), MODULE)
+    return home
+
+
+def _block_that_can_hold_it(a: Analysis, home: str) -> str:
+    """``home``, unless it is a class that cannot be given the accelerator (no ``__init__``, never
+    constructed here): then the block using the class, and the methods' calls are reported
+    (ACC904) rather than rewritten."""
+    if home == MODULE or home in a.r.defs:
+        return home
+    return next(
+        (
+            call.function
+            for call in a.r.calls
+            if isinstance(call.node.func, cst.Name)
+            and call.node.func.value == home
+            and (call.function in a.r.defs or call.function == MODULE)
+        ),
+        MODULE,
+    )
+
+
+def _settle_home(a: Analysis, home: str, constructed_in_guard: bool) -> None:
+    """``home_kind``, ``main_function``, ``creating_function`` and ``accessible_functions`` for
+    the block ``home``."""
+    facts = a.facts
+    if home != MODULE:
+        facts.main_function = home
+        facts.home_kind = "function"
+        facts.creating_function = _creating_function(a, home)
+        home = facts.creating_function
+    else:
+        facts.main_function = None
+        trained = facts.models | facts.optimizers | facts.loaders
+        in_guard = constructed_in_guard or bool(trained & a.r.main_guard_assigns)
+        facts.home_kind = "main_guard" if in_guard else "module"
+    facts.accessible_functions = a.reachable({home} | facts.training_classes)
+    if facts.home_kind == "main_guard":
+        # Defined inside the __main__ block (an LBFGS closure): they read the global accelerator.
+        facts.accessible_functions |= a.reachable(a.r.guard_defs)
+
+
+def _creating_function(a: Analysis, home: str) -> str:
+    """Where the accelerator is created: the home function, unless another function calls it
+    more than once or in a loop (one trial per width, one run per seed), then that caller
+    (and so on up): an accelerator must be created once per process."""
+    seen = {home}
+    while True:
+        calls = [
+            call
+            for call in a.r.calls
+            if isinstance(call.node.func, cst.Name) and call.node.func.value == home and call.function != home
+        ]
+        callers = {call.function for call in calls}
+        repeated = len(calls) > 1 or any(call.loops for call in calls)
+        if len(callers) != 1 or not repeated:
+            return home
+        caller = callers.pop()
+        if caller not in a.r.defs or caller in seen:
+            return home
+        seen.add(caller)
+        home = caller
+
+
+def _receives_its_models(a: Analysis, function: str) -> bool:
+    """Whether ``function`` builds an optimizer from models it receives as parameters and never
+    binds itself (``train(model, loader)`` with ``optimizer = SGD(model.parameters())``)."""
+    params = set(a.r.defs.get(function) or ())
+    bound = {name for assign in a.r.assigns if assign.function == function for name in assign.targets}
+    received = (params & a.facts.models) - bound
+    return bool(received) and not (a.facts.models & bound)
+
+
+def _caller_building_the_model(a: Analysis, function: str | None) -> tuple[str, bool] | None:
+    """The block calling ``function`` (module code, the ``__main__`` block, or another
+    function), when ``function`` trains models it receives and that block builds them: that
+    block is where the accelerator belongs. None when ``function`` builds its model itself,
+    or its calls come from several places."""
+    if function is None or function not in a.r.defs or not _receives_its_models(a, function):
+        return None
+    calls = [
+        call
+        for call in a.r.calls
+        if isinstance(call.node.func, cst.Name) and call.node.func.value == function and call.function != function
+    ]
+    callers = {call.function for call in calls}
+    if len(callers) != 1:
+        return None
+    caller = callers.pop()
+    if caller != MODULE and caller not in a.r.defs:
+        return None  # a method of a class: the class would have to receive the accelerator
+    params = set(a.r.defs[function] or ()) & a.facts.models
+    built = {name for assign in a.r.assigns if assign.function == caller for name in assign.targets}
+    if not any(a.origins_of(function, param) & built for param in params):
+        return None
+    in_guard = caller == MODULE and all(call.in_main_guard for call in calls)
+    return caller, in_guard
+
+
+def _functions_training_what_they_receive(a: Analysis) -> set[str]:
+    """Module-level functions building an optimizer from models they receive: each prepares
+    what it builds itself (the optimizer, its scheduler, loaders), where it builds them."""
+    builders = {
+        assign.function
+        for assign in a.r.assigns
+        if set(assign.targets) & a.facts.optimizers and assign.function in a.r.defs
+    }
+    return {function for function in builders if _receives_its_models(a, function)}
+
+
+def _unprepared_received_models(a: Analysis) -> None:
+    """What the training functions are given at each call that is not known as a model
+    (``train(nn_light, ...)`` where the optimizer is built from the parameter ``model``):
+    nothing prepares it (ACC926)."""
+    facts = a.facts
+    handed: list[tuple[str, str, CallRecord]] = []
+    for call in a.r.calls:
+        function = call.node.func.value if isinstance(call.node.func, cst.Name) else None
+        if function not in facts.training_functions:
+            continue
+        params = a.r.defs.get(function) or ()
+        for index, arg in enumerate(call.node.args):
+            param = parameter_filled(arg, index, params)
+            name = dotted(arg.value)
+            if param in facts.models and name is not None and name not in facts.models and not arg.star:
+                handed.append((name, function, call))
+    # Built once, by a model constructor, in the block handing it over (knowledge
+    # distillation's teacher, trained first, and student, built after the teacher's training
+    # began): prepared right where it is built.
+    where_built = {name for name, _, call in handed if _built_once_as_model(a, name, call)}
+    where_built -= {name for name, _, call in handed if not _built_once_as_model(a, name, call)}
+    facts.models |= where_built
+    facts.models_prepared_where_built |= where_built
+    facts.unprepared_received_models.extend(
+        (name, function, a.site(call.node)) for name, function, call in handed if name not in where_built
+    )
+
+
+def _built_once_as_model(a: Analysis, name: str, call: CallRecord) -> bool:
+    """Whether the block holding ``call`` binds ``name`` once, to a new model (``Net()``, a
+    model class of the file or a ``torch.nn`` layer, moved or not), before the call."""
+    if not name.isidentifier():
+        return False
+    assigns = [assign for assign in a.r.assigns if name in assign.targets and assign.function == call.function]
+    if len(assigns) != 1 or assigns[0].targets != (name,) or assigns[0].scope != call.scope:
+        return False
+    built = peel_moves(assigns[0].value)
+    if not isinstance(built, cst.Call):
+        return False
+    qualified = a.r.names.qualified_name(built.func, assigns[0].scope, strict=False) or ""
+    constructs = dotted(built.func) in a.facts.model_classes or (
+        qualified.startswith("torch.nn.") and qualified.rpartition(".")[2][:1].isupper()
+    )
+    return constructs and a.site(assigns[0].node).line < a.site(call.node).line
+
+
+def _trains_only_what_it_receives(a: Analysis) -> bool:
+    """Whether the file is a library of training functions converted on its own: every
+    ``backward()`` is in a module-level function with parameters (what it trains comes from
+    its caller), the file constructs no optimizer and no DataLoader, and no module-level code
+    calls its functions (run as a script, it would train nothing)."""
+    if a.seeds is not None or a.optimizer_home is not None:
+        return False
+    backward_functions = {call.function for call in a.r.calls if is_backward(call.node)}
+    if not backward_functions or any(not a.r.defs.get(function) for function in backward_functions):
+        return False
+    for call in a.r.calls:
+        if a.qualified(call) in DATA_LOADERS:
+            return False
+        func = call.node.func
+        if call.function == MODULE and isinstance(func, cst.Name) and func.value in a.r.defs:
+            return False
+    return True
+
+
+def _library_training_functions(a: Analysis) -> None:
+    """A library's functions that the accelerator reaches and that build an optimizer (``fit(args,
+    train_loader, val_loader)`` building its model and optimizer, handed the prepared loaders):
+    each prepares what it builds, its model included, where it builds it; no other module
+    holds those names."""
+    facts = a.facts
+    builders = {
+        assign.function
+        for assign in a.r.assigns
+        if set(assign.targets) & facts.optimizers and assign.function in a.r.defs
+    }
+    facts.training_functions |= builders & facts.accessible_functions

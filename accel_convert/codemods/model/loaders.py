@@ -1,0 +1,162 @@
+"""Data loaders: functions that return them, loaders built inline as arguments, the batch size."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accel_convert.codemods.engine.program_seeds import program_callee
+from accel_convert.codemods.engine.syntax import (
+    parameter_filled,
+)
+from accel_convert.codemods.engine.torch_names import (
+    DATA_LOADERS,
+)
+from accel_convert.codemods.model.expressions import (
+    constructed,
+)
+from accel_convert.codemods.model.provider import provider
+from accel_convert.codemods.model.recorder import (
+    AssignRecord,
+)
+from accel_convert.codemods.model.state import Analysis
+
+
+@provider(provides=("loader_factories",))
+def loader_factories(a: Analysis) -> None:
+    """Module-level functions that return DataLoaders (``return train_loader, test_loader``
+    or ``return DataLoader(...)``) → the positions of the loaders in the tuple they return
+    (``return n_words, train_loader``: ``{1}``; None: what they return is one loader)."""
+    built_in = {  # (function, name) for every ``name = DataLoader(...)``
+        (assign.function, target)
+        for assign in a.r.assigns
+        if a.constructs_loader(constructed(assign.value), assign.scope)
+        for target in assign.targets
+    }
+    factories: dict[str, set[int] | None] = {}
+    for function, value in a.r.returns:
+        is_tuple = isinstance(value, (cst.Tuple, cst.List))
+        elements = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
+        for index, element in enumerate(elements):
+            if a.constructs_loader(element, (function,)) or (
+                isinstance(element, cst.Name) and (function, element.value) in built_in
+            ):
+                positions = factories.get(function, set()) if function in factories else set()
+                factories[function] = None if not is_tuple or positions is None else positions | {index}
+    a.loader_factories = factories
+
+
+def loader_targets(assign: AssignRecord, positions: set[int] | None) -> set[str]:
+    """The names ``n_words, train_loader = get_data()`` binds to loaders: those at the
+    positions the factory returns loaders at (every name when unpacking differs)."""
+    targets = assign.node.targets
+    target = targets[0].target if len(targets) == 1 else None
+    if positions is None or not isinstance(target, (cst.Tuple, cst.List)):
+        return set(assign.targets)
+    names = [element.value for element in target.elements]
+    if not all(isinstance(name, cst.Name) for name in names):
+        return set(assign.targets)
+    return {name.value for index, name in enumerate(names) if index in positions}  # type: ignore[attr-defined]
+
+
+@provider(needs=("loader_factories",), provides=("inline_loaders", "train_loaders"))
+def inline_loaders(a: Analysis) -> None:
+    """``train(model, DataLoader(train_set, shuffle=True), optimizer)``: a loader built as the
+    argument of a call of one of the file's functions (or a factory of the file returning
+    one loader) has no name to prepare; the parameter receiving it is a loader, and the
+    construction is prepared where it stands."""
+    # Functions of other modules of the program that loop over what they are given: the
+    # program seeds the parameter's role there (see ``program.INLINE_LOADER``).
+    looping = a.seeds.looping_functions if a.seeds is not None else frozenset()
+    factories = a.loader_factories
+    for call in a.r.calls:
+        callee = call.node.func
+        if looping and program_callee(a.facts, callee, call.scope) in looping:
+            for arg in call.node.args:
+                value = arg.value
+                if not arg.star and isinstance(value, cst.Call) and a.constructs_loader(value, call.scope):
+                    a.facts.inline_loaders.append(a.site(value))
+            continue
+        if not (isinstance(callee, cst.Name) and callee.value in a.r.defs):
+            continue
+        params = a.r.defs[callee.value]
+        for index, arg in enumerate(call.node.args):
+            value = arg.value
+            if arg.star or not isinstance(value, cst.Call):
+                continue
+            builds = a.constructs_loader(value, call.scope) or (
+                isinstance(value.func, cst.Name)
+                and value.func.value in factories
+                and factories[value.func.value] is None
+            )
+            param = parameter_filled(arg, index, params)
+            if builds and param is not None:
+                a.facts.train_loaders.add(param)  # sorted into train/eval by the loops
+                a.facts.inline_loaders.append(a.site(value))
+
+
+@provider(needs=("loader_factories",), provides=("batch_size_expr",))
+def batch_size(a: Analysis) -> None:
+    """The batch size the loaders are built with: of the first loader built by assignment (a
+    later one bound to a ``train`` name wins), else of the loader a loader factory returns."""
+    for assign in a.r.assigns:
+        value = constructed(assign.value)
+        if not isinstance(value, cst.Call) or (
+            isinstance(value.func, cst.Name) and value.func.value in a.loader_factories
+        ):
+            continue
+        if a.r.names.qualified_name(value.func, assign.scope, strict=False) in DATA_LOADERS:
+            _batch_size(a, value, assign)
+    if a.facts.batch_size_expr is None:
+        _factory_batch_size(a)
+
+
+def _batch_size(a: Analysis, call: cst.Call, assign: AssignRecord) -> None:
+    if a.facts.batch_size_expr is not None and not any("train" in t for t in assign.targets):
+        return
+    found = _batch_size_argument(a, call)
+    if found is not None:
+        a.facts.batch_size_expr = found
+
+
+def _batch_size_argument(a: Analysis, call: cst.Call) -> str | None:
+    """The ``batch_size`` a DataLoader call passes (by keyword, second positional argument, or
+    in a ``**kwargs`` dict the script builds)."""
+    for index, arg in enumerate(call.args):
+        if (
+            arg.keyword is not None
+            and arg.keyword.value == "batch_size"
+            or (arg.keyword is None and not arg.star and index == 1)
+        ):
+            return cst.Module([]).code_for_node(arg.value)
+        if arg.star == "**" and isinstance(arg.value, cst.Name):
+            found = _dict_entry(a, arg.value.value, "batch_size")
+            if found is not None:
+                return found
+    return None
+
+
+def _factory_batch_size(a: Analysis) -> None:
+    """No loader built by assignment gave a batch size: the one a loader factory builds its
+    loader with (``return DataLoader(dataset, batch_size=batch_size)``), which is one of its
+    parameters the training code passes its batch size for."""
+    for function, value in a.r.returns:
+        elements = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
+        for element in elements:
+            if isinstance(element, cst.Call) and a.constructs_loader(element, (function,)):
+                found = _batch_size_argument(a, element)
+                if found is not None:
+                    a.facts.batch_size_expr = found
+                    return
+
+
+def _dict_entry(a: Analysis, name: str, key: str) -> str | None:
+    for assign in a.r.assigns:
+        if assign.targets == (name,) and isinstance(assign.value, cst.Dict):
+            for element in assign.value.elements:
+                if (
+                    isinstance(element, cst.DictElement)
+                    and isinstance(element.key, cst.SimpleString)
+                    and element.key.evaluated_value == key
+                ):
+                    return cst.Module([]).code_for_node(element.value)
+    return None

@@ -1,0 +1,263 @@
+"""Process locality: values only one process has or that differ between processes (per-process
+paths, sums of this process's batches deciding a ``break`` or a schedule), and downloads."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accel_convert.codemods.engine.facts import callers_closure
+from accel_convert.codemods.engine.syntax import (
+    dotted,
+    names_in,
+    nodes_in,
+    parameter_filled,
+    target_names,
+)
+from accel_convert.codemods.engine.torch_names import (
+    NETWORK_FETCHES,
+    PATH_CONSTRUCTORS,
+    PER_PROCESS_PATHS,
+)
+from accel_convert.codemods.model.provider import provider
+from accel_convert.codemods.model.recorder import (
+    AssignRecord,
+    AugAssignRecord,
+    CallRecord,
+)
+from accel_convert.codemods.model.state import Analysis
+
+#: Methods that collect a value into their receiver (a list of batch losses, an average meter).
+_COLLECTING_METHODS = frozenset({"append", "extend", "update"})
+
+
+def _agreeable_break(node: cst.Break, branch: cst.If) -> bool:
+    """``if loss < 1e-3: ...; break``: a plain ``if`` (no ``elif``/``else``) whose test is one
+    comparison and whose own body (not a nested block) ends in the ``break``. Its ranks can be
+    made to agree without changing what one process does: the test raises a trigger, and the body
+    runs under ``check_trigger()``, which is the test's own answer on one process."""
+    test = branch.test
+    if branch.orelse is not None or not isinstance(test, cst.Comparison):
+        return False
+    body = branch.body
+    if not isinstance(body, cst.IndentedBlock) or not body.body:
+        return False
+    last = body.body[-1]
+    return isinstance(last, cst.SimpleStatementLine) and any(small is node for small in last.body)
+
+
+@provider(provides=("per_process_paths",))
+def per_process_paths(a: Analysis) -> None:
+    """Names bound to a folder or file only this process has (``tempfile.mkdtemp()``), and
+    names built from them (``os.path.join(workdir, "last.pt")``)."""
+    found = a.facts.per_process_paths
+    # ``with tempfile.TemporaryDirectory() as workdir:`` first: paths are built from it.
+    for item in a.r.with_items:
+        call = item.item
+        if isinstance(call, cst.Call) and a.r.names.qualified_name(call.func) in PER_PROCESS_PATHS:
+            if item.asname is not None:
+                found.update(target_names(item.asname.name))
+    # What each assignment builds does not change from round to round: asked once.
+    judged: list[tuple[AssignRecord, bool, bool]] = []
+    for assign in a.r.assigns:
+        value = assign.value
+        builds_path = isinstance(value, (cst.BinaryOperation, cst.FormattedString)) or (
+            isinstance(value, cst.Call)
+            and (
+                (dotted(value.func) or "").endswith("join")
+                or a.r.names.qualified_name(value.func, assign.scope) in PATH_CONSTRUCTORS
+            )
+        )
+        # ``tempfile.mkdtemp()`` itself, or a path built around one
+        # (``os.path.join(tempfile.mkdtemp(), "vocab.json")``).
+        creates = any(
+            type(node) is cst.Call and a.r.names.qualified_name(node.func, assign.scope) in PER_PROCESS_PATHS
+            for node in ([value] if not builds_path else nodes_in(value))
+        )
+        if creates or builds_path:
+            judged.append((assign, builds_path, creates))
+    for _ in range(3):  # a path built from a path built from the folder, or handed on
+        for assign, builds_path, creates in judged:
+            if creates or (builds_path and assign.names & found):
+                found.update(assign.targets)
+        found.update(_parameters_given(a, found))
+
+
+def _parameters_given(a: Analysis, paths: set[str]) -> set[str]:
+    """Parameters of module-level functions that every call of the function fills with one
+    of ``paths`` (``build_vocab(texts, workdir)`` with ``workdir = tempfile.mkdtemp()``): in
+    the function they name this process's folder too."""
+    calls: dict[str, list[CallRecord]] = {}
+    for call in a.r.calls:
+        func = call.node.func
+        if type(func) is cst.Name and func.value in a.r.defs:
+            calls.setdefault(func.value, []).append(call)
+    given: set[str] = set()
+    for function, sites in calls.items():
+        params = a.r.defs[function]
+        for param in params:
+            filled = [
+                arg.value
+                for call in sites
+                for index, arg in enumerate(call.node.args)
+                if not arg.star and parameter_filled(arg, index, params) == param
+            ]
+            if len(filled) == len(sites) and all(dotted(value) in paths for value in filled):
+                given.add(param)
+    return given
+
+
+@provider(needs=("call_graph", "home_kind", "main_function", "creating_function"), provides=("download_functions",))
+def download_functions(a: Analysis) -> None:
+    """Functions fetching files over the network, directly or through their calls (a hand-written
+    dataset download), other than the home block's."""
+    found = {call.function for call in a.r.calls if a.qualified(call) in NETWORK_FETCHES}
+    found = callers_closure(found & set(a.r.defs), a.facts.call_graph, among=set(a.r.defs))
+    a.facts.download_functions = found - {a.facts.home_function, a.facts.creating_function or ""}
+
+
+@provider(
+    needs=(
+        "loss_names",
+        "batch_names",
+        "models",
+        "schedulers",
+        "accessible_functions",
+        "backward_functions",
+        "loop_backward",
+        "loop_calls",
+        "existing_accelerator",
+    ),
+    provides=("rank_dependent_breaks", "agreeable_breaks", "rank_dependent_schedule_steps"),
+)
+def breaks(a: Analysis) -> None:
+    """``break`` statements (and ``scheduler.step(value)`` calls) decided by values that differ
+    between processes: the batch loss, what is computed from it, this process's sums."""
+    facts = a.facts
+    tainted = set(facts.loss_names) | facts.batch_names
+    model_calls = facts.models
+    changed = True
+    while changed:
+        changed = False
+        for assign in a.r.assigns:
+            if set(assign.targets) <= tainted:
+                continue
+            if assign.names & tainted or assign.mentions.calls & model_calls:
+                tainted.update(assign.targets)
+                changed = True
+    sums = _per_process_sums(a, tainted)
+    tainted |= sums
+    _schedule_steps_on(a, sums | facts.loss_names)
+    for node, loops, ifs, function in a.r.breaks:
+        if not loops or function not in facts.accessible_functions:
+            continue
+        innermost = loops[-1]
+        if not (innermost.has_backward or innermost.calls & a.facts.backward_functions):
+            # The loop it leaves holds no gradient all-reduce (an episode of an RL loop): a
+            # rank leaving it early only waits at the next one, where all ranks meet.
+            continue
+        conditions = [branch for branch in ifs if branch.loop is innermost]
+        deciding = [branch for branch in conditions if branch.test.names & tainted or ".item" in branch.test.calls]
+        if not deciding:
+            continue
+        if deciding == conditions[-1:] and _agreeable_break(node, deciding[0].node):
+            facts.agreeable_breaks.append(a.site(deciding[0].node))
+        else:
+            facts.rank_dependent_breaks.append(a.site(node))
+
+
+def _schedule_steps_on(a: Analysis, sums: set[str]) -> None:
+    """``scheduler.step(train_loss)`` with one of this process's sums (or ``scheduler.step(loss)``
+    with its batch loss): each process would cut its learning rate at its own epoch
+    (ReduceLROnPlateau), and DDP keeps only the gradients in step, so the weights drift apart."""
+    if not sums:
+        return
+    for call in a.r.calls:
+        func = call.node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "step" and call.node.args):
+            continue
+        if dotted(func.value) in a.facts.schedulers and any(names_in(arg.value) & sums for arg in call.node.args):
+            a.facts.rank_dependent_schedule_steps.append(a.site(call.node))
+
+
+def _per_process_sums(a: Analysis, tainted: set[str]) -> set[str]:
+    """Names that hold this process's share of the training: a sum grown in a loop that runs
+    the backward (``train_loss += loss.item() * n``), what is computed from it (``train_loss /=
+    len(dataset)``, returned by the function that trains an epoch), and what is decided by it
+    (``bad_epochs += 1`` under ``if train_loss >= best``), including an object fed it
+    (``stopper(train_loss)``, then ``if stopper.early_stop: break``). Early stopping on such a
+    value leaves the loop on one process first; the others wait in their next all-reduce.
+    Evaluation sums are not among them: their gathered outputs agree on every process."""
+    sums = _sums_grown_in_training(a, tainted)
+    if sums:
+        _spread_from(a, sums)
+    return sums
+
+
+def _sums_grown_in_training(a: Analysis, tainted: set[str]) -> set[str]:
+    """What a loop running the backward grows from per-rank values: ``total += loss.item()``,
+    ``losses.append(loss.item())`` (then ``np.mean(losses)``), ``meter.update(loss.item(), n)``:
+    a sum, list or meter of this process's batch losses."""
+    sums: set[str] = set()
+    for aug in a.r.aug_assigns:
+        if aug.loops and aug.loops[-1].has_backward and aug.mentions.names & tainted:
+            sums.update(aug.targets)
+    for call in a.r.calls:
+        func = call.node.func
+        if (
+            call.loops
+            and call.loops[-1].has_backward
+            and isinstance(func, cst.Attribute)
+            and func.attr.value in _COLLECTING_METHODS
+            and (owner := dotted(func.value)) is not None
+            and any(names_in(arg.value) & tainted for arg in call.node.args)
+        ):
+            sums.add(owner)
+    return sums
+
+
+def _spread_from(a: Analysis, sums: set[str]) -> None:
+    """Add to ``sums`` what is computed from them, returned with them, decided by them, or an
+    object fed them, until nothing changes."""
+    # Read once: the fixed point below only intersects these with the growing ``sums``.
+    returns = [(function, names_in(value)) for function, value in a.r.returns]
+    feeds = [
+        (fed, set().union(*(names_in(arg.value) for arg in call.node.args)))
+        for call in a.r.calls
+        if call.node.args and (fed := _object_fed(a, call.node)) is not None
+    ]
+    records: list[AssignRecord | AugAssignRecord] = [*a.r.assigns, *a.r.aug_assigns]
+    changed = True
+    while changed:
+        changed = False
+        returning = {function for function, names in returns if names & sums}
+        for record in records:
+            if not set(record.targets) <= sums and _follows_from(record, sums, returning):
+                sums.update(record.targets)
+                changed = True
+        for fed, names in feeds:
+            if fed not in sums and names & sums:
+                sums.add(fed)
+                changed = True
+
+
+def _follows_from(record: AssignRecord | AugAssignRecord, sums: set[str], returning: set[str]) -> bool:
+    """Whether an assignment reads one of ``sums``, calls a function returning one, or runs under
+    an ``if`` testing one."""
+    decided = any(branch.test.names & sums for branch in record.ifs)
+    # What it reads: its mentions include its own targets (``best, bad = inf, 0``).
+    read = record.mentions.names - set(record.targets)
+    return bool(read & sums or record.mentions.calls & returning or decided)
+
+
+def _object_fed(a: Analysis, node: cst.Call) -> str | None:
+    """The object a call hands its arguments to: ``stopper`` for ``stopper(value)`` (a name
+    the script binds) and for ``stopper.step(value)``; None for functions and modules."""
+    func = node.func
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+        name = func.value.value
+    elif isinstance(func, cst.Name):
+        name = func.value
+    else:
+        return None
+    accelerators = {a.facts.existing_accelerator, a.facts.accelerator_name}
+    return name if name in a.assigned and name not in accelerators else None

@@ -1,0 +1,326 @@
+"""Loops: the only train/eval decision, and the batch names a prepared loader already places."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import libcst as cst
+
+from accel_convert.codemods.engine.facts import MODULE, LoopFacts, callers_closure
+from accel_convert.codemods.engine.syntax import (
+    dotted,
+    is_host_number,
+    names_in,
+    names_variable,
+    target_names,
+)
+from accel_convert.codemods.model.expressions import (
+    is_backward,
+)
+from accel_convert.codemods.model.provider import provider
+from accel_convert.codemods.model.recorder import (
+    LoopRecord,
+)
+from accel_convert.codemods.model.state import Analysis
+
+
+def _unwrapped(expr: cst.BaseExpression, accelerators: set[str]) -> cst.BaseExpression:
+    """``accelerator.unwrap_model(model)`` → ``model`` (a script already converted); else ``expr``."""
+    if (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Attribute)
+        and expr.func.attr.value == "unwrap_model"
+        and dotted(expr.func.value) in accelerators
+        and expr.args
+    ):
+        return expr.args[0].value
+    return expr
+
+
+def _batch_data_targets(assign: cst.Assign, batch: set[str]) -> set[str]:
+    """The targets of ``assign`` (whose value reads batch names without a call) that hold batch
+    data: ``x`` of ``x = batch["input"]`` and of ``x, n = batch[0], batch[0].shape[0]``, not
+    ``n``, nor ``b, c`` of ``b, c = x.shape``: sizes are Python numbers on the host
+    (:func:`syntax.is_host_number`)."""
+    found: set[str] = set()
+    for target in assign.targets:
+        pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = [(target.target, assign.value)]
+        while pairs:
+            bound, value = pairs.pop()
+            if is_host_number(value) or not names_in(value) & batch:
+                continue
+            if (
+                isinstance(bound, (cst.Tuple, cst.List))
+                and isinstance(value, (cst.Tuple, cst.List))
+                and len(bound.elements) == len(value.elements)
+                and not any(isinstance(e, cst.StarredElement) for e in [*bound.elements, *value.elements])
+            ):
+                pairs.extend((b.value, v.value) for b, v in zip(bound.elements, value.elements))
+            else:
+                found.update(target_names(bound))
+    return found
+
+
+def _is_plain_access(value: cst.BaseExpression) -> bool:
+    """Subscripts, attributes, names and tuples of them: no call that could compute something."""
+    if isinstance(value, (cst.Name, cst.Attribute)):
+        return True
+    if isinstance(value, cst.Subscript):
+        return _is_plain_access(value.value)
+    if isinstance(value, (cst.Tuple, cst.List)):
+        return all(_is_plain_access(element.value) for element in value.elements)
+    return False
+
+
+@provider(
+    needs=(
+        "train_loaders",
+        "prepared",
+        "models",
+        "optimizers",
+        "schedulers",
+        "frozen_models",
+        "existing_accelerator",
+        "call_graph",
+        "arguments",
+        "loop_calls",
+    ),
+    provides=(
+        "backward_functions",
+        "backward_methods",
+        "backward_site",
+        "loss_names",
+        "train_loops",
+        "eval_loops",
+        "eval_loaders",
+        "loader_loops",
+        "loader_comprehensions",
+    ),
+    refines=("train_loaders", "loop_backward"),
+)
+def loops(a: Analysis) -> None:
+    """The only train/eval decision: a loop over a loader trains when a backward runs in it
+    (directly, in a function it calls or a method of its class); it evaluates under
+    ``no_grad``/``inference_mode``, after ``model.eval()``, or when it decodes with a model's
+    ``generate``. Loaders are sorted into train and eval loaders by how they are looped over."""
+    facts = a.facts
+    backward_functions = _functions_with_backward(a)
+    facts.backward_functions = set(backward_functions)
+    switches = _mode_switches(a)
+    created_loaders = _created_loaders(a)
+    known = created_loaders | (facts.prepared - facts.models - facts.optimizers - facts.schedulers)
+    decoding = _decoding_loops(a)
+    train: set[str] = set()
+    evaluation: set[str] = set()
+    wrapped_evaluations: list[LoopRecord] = []
+    for loop in a.r.loops:
+        trains = _trains(a, loop, backward_functions)
+        evaluates = loop.no_grad or _switched_to_eval(switches, loop.function, loop.order) or id(loop) in decoding
+        if loop.iterated is None or not _over_known_loader(a, loop.function, loop.iterated, known):
+            # ``for batch in progress(test_loader)`` through a wrapper the roles do not know:
+            # an evaluation all the same (the loader is prepared), though it says nothing of
+            # the loader's role.
+            if not trains and evaluates and loop.through_calls is not None:
+                wrapped_evaluations.append(loop)
+            continue
+        origins = a.origins_of(loop.function, loop.iterated) | {loop.iterated}
+        a.loader_loops.append((loop, origins))
+        if trains or evaluates:
+            kind: Literal["train", "eval"] = "train" if trains else "eval"
+            record = LoopFacts(loop.function, loop.iterated, loop.targets, kind, a.site(loop.node))
+            (facts.train_loops if trains else facts.eval_loops).append(record)
+            (train if trains else evaluation).update(origins)
+    train |= _read_by_hand_in_training(a, created_loaders - evaluation, backward_functions)
+    _sort_loaders(a, created_loaders, train, evaluation)
+    for loop in wrapped_evaluations:
+        if loop.through_calls in facts.loaders:
+            record = LoopFacts(loop.function, loop.through_calls or "", loop.targets, "eval", a.site(loop.node))
+            facts.eval_loops.append(record)
+    _comprehension_evaluations(a, switches, backward_functions)
+
+
+def _sort_loaders(a: Analysis, created: set[str], train: set[str], evaluation: set[str]) -> None:
+    """``train_loaders`` and ``eval_loaders``: by the loops over them; a loader both trained and
+    evaluated on trains; loaders never looped over keep their name's hint."""
+    unknown = created - train - evaluation
+    a.facts.train_loaders = (train | {n for n in unknown if "train" in n.lower()}) - (evaluation - train)
+    a.facts.eval_loaders = (evaluation | {n for n in unknown if "train" not in n.lower()}) - a.facts.train_loaders
+
+
+#: (order of the call, function, "eval" or "train") for each ``x.eval()``/``x.train()``.
+_ModeSwitch = tuple[int, str, str]
+
+
+def _mode_switches(a: Analysis) -> list[_ModeSwitch]:
+    """Every ``model.eval()`` and ``model.train()`` call (no arguments), in walk order."""
+    return [
+        (call.order, call.function, call.node.func.attr.value)
+        for call in a.r.calls
+        if isinstance(call.node.func, cst.Attribute)
+        and call.node.func.attr.value in {"eval", "train"}
+        and not call.node.args
+    ]
+
+
+def _switched_to_eval(switches: list[_ModeSwitch], function: str, order: int) -> bool:
+    """Whether the last mode switch in ``function`` before ``order`` is an ``.eval()``."""
+    last = max((switch for switch in switches if switch[1] == function and switch[0] < order), default=None)
+    return last is not None and last[2] == "eval"
+
+
+def _created_loaders(a: Analysis) -> set[str]:
+    """The loaders the roles know (all in ``train_loaders`` until sorted here), and prepared names
+    a loop iterates (a script converted already)."""
+    facts = a.facts
+    return set(facts.train_loaders) | {
+        name
+        for name in facts.prepared - facts.models - facts.optimizers - facts.schedulers
+        if any(loop.iterated == name for loop in a.r.loops)
+    }
+
+
+def _decoding_loops(a: Analysis) -> set[int]:
+    """Loops (by id) decoding with a model's own ``generate``: they evaluate even without
+    ``no_grad`` or ``model.eval()`` (sampling loops often have neither). Only where they count or
+    collect something (a metric): a loop that only writes samples out has no per-process figure
+    to gather or report."""
+    facts = a.facts
+    models = facts.models | facts.frozen_models
+    accelerators = {facts.existing_accelerator or facts.accelerator_name, f"self.{facts.accelerator_name}"}
+    collecting = {id(loop) for aug in a.r.aug_assigns for loop in aug.loops} | {
+        id(loop)
+        for call in a.r.calls
+        if isinstance(call.node.func, cst.Attribute) and call.node.func.attr.value in ("append", "extend")
+        for loop in call.loops
+    }
+    return {
+        id(call.loops[-1])
+        for call in a.r.calls
+        if call.loops
+        and isinstance(call.node.func, cst.Attribute)
+        and call.node.func.attr.value == "generate"
+        and dotted(_unwrapped(call.node.func.value, accelerators)) in models
+        and id(call.loops[-1]) in collecting
+    }
+
+
+def _over_known_loader(a: Analysis, function: str, iterated: str, known: set[str]) -> bool:
+    """Whether a loop in ``function`` over ``iterated`` iterates one of the ``known`` loaders
+    (under its own name or one its callers pass)."""
+    return bool(a.origins_of(function, iterated) & known) or iterated in known
+
+
+def _trains(a: Analysis, loop: LoopRecord, backward_functions: set[str]) -> bool:
+    """A backward runs in the loop: directly, in a function it calls, or in a method of its class."""
+    return (
+        loop.has_backward
+        or bool(loop.calls & backward_functions)
+        or any((loop.function, method) in a.backward_methods for method in loop.method_calls)
+    )
+
+
+def _read_by_hand_in_training(a: Analysis, loaders: set[str], backward_functions: set[str]) -> set[str]:
+    """Of ``loaders``, those read batch by batch with ``next(iter(loader))`` (or an iterator kept
+    in a name) in a function that runs the backward: they train."""
+    found = set()
+    for call in a.r.calls:
+        node = call.node
+        if (
+            isinstance(node.func, cst.Name)
+            and node.func.value == "iter"
+            and len(node.args) == 1
+            and call.function in backward_functions
+        ):
+            name = dotted(node.args[0].value)
+            if name is not None and name in loaders:
+                found.add(name)
+    return found
+
+
+def _comprehension_evaluations(a: Analysis, switches: list[_ModeSwitch], backward_functions: set[str]) -> None:
+    """``[loss_batch(model, xb, yb) for xb, yb in valid_dl]``: an evaluation written as a
+    comprehension over a loader (outside training functions, under ``no_grad``, or after
+    ``model.eval()``, as for loops)."""
+    for function, iterated, index, no_grad, order in a.r.comprehension_loops:
+        if iterated is None or not (a.origins_of(function, iterated) | {iterated}) & a.facts.loaders:
+            continue
+        if function not in backward_functions or no_grad or _switched_to_eval(switches, function, order):
+            a.facts.loader_comprehensions.append((iterated, a.site(a.r.collected[index])))
+
+
+def _functions_with_backward(a: Analysis) -> set[str]:
+    facts = a.facts
+    direct: set[str] = set()
+    accelerator = facts.existing_accelerator or facts.accelerator_name
+    for call in a.r.calls:
+        if is_backward(call.node):
+            receiver = call.node.func.value  # type: ignore[attr-defined]
+            name = dotted(receiver)
+            if names_variable(receiver, accelerator):  # accelerator.backward(loss): already converted
+                name = dotted(call.node.args[0].value) if call.node.args else None
+            if name is not None:
+                facts.loss_names.add(name)
+            if facts.backward_site is None:
+                facts.backward_site = a.site(call.node)
+            direct.add(call.function)
+            if call.function in a.r.classes and len(call.scope) >= 2:
+                a.backward_methods.add((call.function, call.scope[1]))
+            for loop in call.loops:
+                loop.has_backward = True
+    # Methods that call a method with backward (``self._run_batch(...)``) train too.
+    changed = True
+    while changed:
+        changed = False
+        for owner_name, owner in a.r.classes.items():
+            for method, callees in owner.method_calls.items():
+                if (owner_name, method) not in a.backward_methods and any(
+                    (owner_name, callee) in a.backward_methods for callee in callees
+                ):
+                    a.backward_methods.add((owner_name, method))
+                    changed = True
+    # Functions that call a function with backward train too.
+    return callers_closure(direct, facts.call_graph)
+
+
+@provider(
+    needs=("main_function", "creating_function", "training_functions", "prepared", "class_prepare", "loader_loops"),
+    provides=("batch_names_by_function", "batch_names"),
+)
+def batch_names(a: Analysis) -> None:
+    """Targets of loops over loaders that will be prepared (whatever the loop does, prepare
+    puts their batches on the device), and names taken out of them without a call
+    (``x = batch["input"]``). A loader the home block does not build is not prepared, so
+    its batches still need their moves."""
+    homes = {a.facts.main_function or MODULE, a.facts.creating_function, *a.facts.training_functions}
+    built_at_home = {name for assign in a.r.assigns if assign.function in homes for name in assign.targets}
+    prepared = built_at_home | a.facts.prepared
+    prepared |= {name for names in a.facts.class_prepare.values() for name in names}
+    by_function = a.facts.batch_names_by_function
+    for loop, loaders in a.loader_loops:
+        if loaders & prepared:
+            by_function.setdefault(loop.function, set()).update(loop.targets)
+    for assign in a.r.assigns:
+        names = by_function.get(assign.function)
+        if names and _is_plain_access(assign.value) and assign.names & names:
+            names.update(_batch_data_targets(assign.node, names))
+    a.facts.batch_names = {name for names in by_function.values() for name in names}
+
+
+@provider(needs=("optimizers", "loop_backward"), refines=("existing_features",))
+def manual_accumulation(a: Analysis) -> None:
+    """An optimizer stepped every k batches after a backward on every batch: gradient
+    accumulation written by hand (``if (i + 1) % k == 0: optimizer.step()``)."""
+    backward_branches = {id(branch) for call in a.r.calls if is_backward(call.node) for branch in call.ifs}
+    for call in a.r.calls:
+        func = call.node.func
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "step"
+            and dotted(func.value) in a.facts.optimizers
+            and any(loop.has_backward for loop in call.loops)
+        ):
+            # Accumulation steps every k batches after a backward on every batch; a branch
+            # with a backward of its own trains something else every k batches (a GAN's
+            # generator every n_critic steps).
+            if any(branch.modulo and id(branch) not in backward_branches for branch in call.ifs):
+                a.facts.existing_features.add("manual_accumulation")

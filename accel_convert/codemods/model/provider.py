@@ -1,0 +1,95 @@
+"""Providers: the steps of the program model, each declaring what it needs and what it provides.
+
+A provider is a function of the shared :class:`~codemods.model.state.Analysis` that fills some
+named facts (a :class:`~codemods.engine.facts.ScriptFacts` field such as ``"models"``, or a
+working fact of the analysis such as ``"arguments"``, see :data:`WORKING_FACTS`). It declares
+
+* ``needs``: facts it reads, which an earlier provider must have provided;
+* ``provides``: facts it is the first to fill (exactly one provider provides each fact);
+* ``refines``: facts an earlier provider provided that it adds to (``flow_into_parameters``
+  adds the parameters receiving a model to ``models``).
+
+:func:`check_order` refuses a sequence in which a provider needs or refines something no earlier
+provider provides, or two providers provide the same fact; the model's sequence is checked when
+:mod:`codemods.model.runner` is imported, so a wrong declaration fails before anything runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from accel_convert.codemods.model.state import Analysis
+
+#: Facts of the analysis that are not ScriptFacts fields: what providers hand each other.
+WORKING_FACTS = frozenset(
+    {
+        # (function, parameter) → (caller, argument): what flows into each parameter.
+        "arguments",
+        # Module-level class → the calls constructing it.
+        "constructions",
+        # The recorder's loops, with the functions each calls (``LoopRecord.calls``).
+        "loop_calls",
+        # The recorder's loops and while loops, marked when a backward runs in them.
+        "loop_backward",
+        # Module-level function → the positions of the loaders it returns (``loader_factories``).
+        "loader_factories",
+        # Where the first optimizer is built.
+        "optimizer_home",
+        # (class, method) pairs that run a backward.
+        "backward_methods",
+        # Loops over loaders, with the names the loader goes by.
+        "loader_loops",
+    }
+)
+
+
+class ProviderOrderError(ValueError):
+    """A provider needs (or refines) a fact that no earlier provider provides, or two provide one."""
+
+
+@dataclass(frozen=True)
+class Provider:
+    """One step of the model: ``run`` fills ``provides`` (and adds to ``refines``) from ``needs``."""
+
+    name: str
+    run: Callable[[Analysis], None]
+    needs: frozenset[str]
+    provides: frozenset[str]
+    refines: frozenset[str] = frozenset()
+
+    def __call__(self, analysis: Analysis) -> None:
+        self.run(analysis)
+
+
+def provider(
+    *, needs: Iterable[str] = (), provides: Iterable[str] = (), refines: Iterable[str] = ()
+) -> Callable[[Callable[[Analysis], None]], Provider]:
+    """Declare a function of the analysis as a provider (see the module docstring)."""
+
+    def declare(run: Callable[[Analysis], None]) -> Provider:
+        return Provider(run.__name__, run, frozenset(needs), frozenset(provides), frozenset(refines))
+
+    return declare
+
+
+def check_order(providers: Sequence[Provider], known: Iterable[str], given: Iterable[str] = ()) -> None:
+    """Raise :class:`ProviderOrderError` unless each provider's needs and refinements are provided
+    by an earlier one (or ``given`` before any runs), each fact is provided once, and every fact
+    named is one of ``known``."""
+    known = frozenset(known)
+    provided: dict[str, str] = dict.fromkeys(given, "the analysis itself")
+    for step in providers:
+        unknown = sorted((step.needs | step.provides | step.refines) - known)
+        if unknown:
+            raise ProviderOrderError(f"{step.name} names facts that do not exist: {', '.join(unknown)}")
+        missing = sorted((step.needs | step.refines) - provided.keys())
+        if missing:
+            raise ProviderOrderError(f"{step.name} needs {', '.join(missing)}, which no provider before it provides")
+        twice = sorted(step.provides & provided.keys())
+        if twice:
+            owners = ", ".join(f"{fact} (by {provided[fact]})" for fact in twice)
+            raise ProviderOrderError(f"{step.name} provides what an earlier provider provides: {owners}")
+        provided.update(dict.fromkeys(step.provides, step.name))

@@ -1,0 +1,483 @@
+"""The one walk: records what the providers need (assignments, calls, loops, ``if`` tests, breaks,
+function signatures, classes), because a name's role is often only known later in the file:
+``train_loader`` is a parameter of ``train()`` long before ``main()`` builds the DataLoader it
+receives. The providers draw the conclusions from these records.
+
+Records hold libcst nodes of the tree walked; the facts the providers draw from them hold names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+import libcst as cst
+
+from accel_convert.codemods.engine.facts import MODULE
+from accel_convert.codemods.engine.names import NameCollector, NameTable, ScopeKey
+from accel_convert.codemods.engine.positions import POSITIONED_TYPES
+from accel_convert.codemods.engine.syntax import (
+    dotted,
+    instance_parameter,
+    is_main_guard,
+    parameter_names,
+    target_names,
+)
+from accel_convert.codemods.engine.torch_names import (
+    GRAD_SWITCHES,
+    LOADER_PASS_THROUGH_METHODS,
+    NO_GRAD_CONTEXTS,
+    PROGRESS_BARS,
+)
+from accel_convert.codemods.model.expressions import is_backward
+
+
+@dataclass(eq=False)
+class LoopRecord:
+    node: cst.For
+    function: str
+    iterated: str | None
+    targets: tuple[str, ...]
+    no_grad: bool
+    #: Sequence number of the loop in the pass (orders it against .eval()/.train() calls).
+    order: int
+    has_backward: bool = False
+    calls: set[str] = field(default_factory=set)
+    #: Methods of the enclosing class called on ``self`` in the loop (``self._run_batch(...)``).
+    method_calls: set[str] = field(default_factory=set)
+    #: The method holding the loop, for a loop in a module-level class.
+    method: str | None = None
+    #: What it iterates through any calls (``progress(test_loader)`` of the file's own wrapper):
+    #: where ``iterated`` knows no such wrapper, an evaluation over it is still one.
+    through_calls: str | None = None
+
+
+@dataclass(eq=False)
+class WhileRecord:
+    """A ``while`` loop, for the ``break`` statements that leave it (``while True: ...; if loss <
+    1e-3: break``)."""
+
+    node: cst.While
+    has_backward: bool = False
+    #: Callees written as names or dotted paths in its body.
+    calls: set[str] = field(default_factory=set)
+
+
+#: The loops a ``break`` can leave.
+ExitRecord = Union["LoopRecord", WhileRecord]
+
+
+@dataclass(eq=False)
+class Mentions:
+    """What an expression (an assignment's value, an ``if`` test) mentions."""
+
+    names: set[str] = field(default_factory=set)
+    #: Callees written as names or dotted paths (``model``, ``loss.item``); ``.item`` for any.
+    calls: set[str] = field(default_factory=set)
+    #: Receivers of ``.parameters()`` / ``.named_parameters()``.
+    parameter_receivers: set[str] = field(default_factory=set)
+
+
+@dataclass(eq=False)
+class IfRecord:
+    node: cst.If
+    #: The innermost loop around the ``if``, ``for`` or ``while`` (None outside loops).
+    loop: ExitRecord | None
+    test: Mentions = field(default_factory=Mentions)
+    modulo: bool = False
+    #: Its body (not its ``else``) calls ``.cuda()`` somewhere: its test is a device switch.
+    body_moves_to_cuda: bool = False
+    #: What its body (not its ``else``) assigns: a device chosen there makes its test a switch.
+    body_assigns: set[str] = field(default_factory=set)
+
+
+@dataclass
+class CallRecord:
+    node: cst.Call
+    scope: ScopeKey
+    function: str
+    loops: tuple[LoopRecord, ...]
+    ifs: tuple[IfRecord, ...]
+    order: int
+    in_main_guard: bool = False
+
+
+@dataclass
+class AssignRecord:
+    node: cst.Assign
+    targets: tuple[str, ...]
+    value: cst.BaseExpression
+    function: str
+    mentions: Mentions
+    scope: ScopeKey
+    #: The ``if`` statements around it (body or ``else``), outermost first.
+    ifs: tuple[IfRecord, ...] = ()
+
+    @property
+    def names(self) -> set[str]:
+        return self.mentions.names
+
+
+@dataclass(eq=False)
+class AugAssignRecord:
+    """``total += loss.item()``, ``bad_epochs += 1``: where per-process sums and counters grow."""
+
+    targets: tuple[str, ...]
+    #: Names on both sides (the target is read too).
+    mentions: Mentions
+    loops: tuple[LoopRecord, ...]
+    ifs: tuple[IfRecord, ...]
+
+
+@dataclass
+class ClassRecord:
+    """A module-level class: what converting training code held in it needs to know."""
+
+    node: cst.ClassDef
+    #: ``__init__``'s parameters after ``self`` (None: the class defines no ``__init__``).
+    init_params: tuple[str, ...] | None = None
+    #: Method → the name of its instance parameter (``self``); static and class methods have none.
+    self_names: dict[str, str | None] = field(default_factory=dict)
+    #: Method → methods of the class it calls on its instance (``self.build_model()``).
+    method_calls: dict[str, set[str]] = field(default_factory=dict)
+
+
+class Recorder(NameCollector):
+    """Walks the module once and writes down what the conclusions need."""
+
+    #: Statements and calls, in pre-order: ``walk`` appends them to ``collected``.
+    collected_types = POSITIONED_TYPES
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.collected: list[cst.CSTNode] = []
+        #: Every identifier (a name, or an attribute's name after the dot) and every dotted path
+        #: (``model.state_dict``) → the index in ``collected`` of the statement or call it was last
+        #: inside: enough to find its line.
+        self.words: dict[str, list[int]] = {}
+        self.calls: list[CallRecord] = []
+        self.assigns: list[AssignRecord] = []
+        self.loops: list[LoopRecord] = []
+        #: Comprehensions' ``for`` clauses: (function, what they iterate, index in ``collected``
+        #: of the statement or call they are in, under ``no_grad``, order among loops).
+        self.comprehension_loops: list[tuple[str, str | None, int, bool, int]] = []
+        self.breaks: list[tuple[cst.Break, tuple[ExitRecord, ...], tuple[IfRecord, ...], str]] = []
+        self.aug_assigns: list[AugAssignRecord] = []
+        #: Module-level functions → parameter names.
+        self.defs: dict[str, tuple[str, ...]] = {}
+        #: Module-level functions without ``*args`` → how many positional arguments they take.
+        self.positional_limits: dict[str, int] = {}
+        #: Functions defined inside the ``if __name__ == "__main__":`` block.
+        self.guard_defs: set[str] = set()
+        #: ``with`` items, for the names they bind (``as workdir``).
+        self.with_items: list[cst.WithItem] = []
+        #: (module-level function, returned expression).
+        self.returns: list[tuple[str, cst.BaseExpression]] = []
+        #: ((class, method), returned expression) for methods of module-level classes.
+        self.method_returns: list[tuple[ScopeKey, cst.BaseExpression]] = []
+        self.main_guard_assigns: set[str] = set()
+        #: Module-level classes by name.
+        self.classes: dict[str, ClassRecord] = {}
+        #: Every assignment and ``if``, in source order (where device switches are read).
+        self.assigns_and_ifs: list[AssignRecord | IfRecord] = []
+        #: The ``if`` statements whose body the walk is in.
+        self._if_bodies: list[IfRecord] = []
+        #: (scope, name) → the loader a progress bar bound to that name wraps
+        #: (``pbar = tqdm(train_loader)``, then ``for batch in pbar``).
+        self._wrapped_loaders: dict[tuple[ScopeKey, str], str] = {}
+        self._loops: list[LoopRecord] = []
+        #: The ``for`` and ``while`` loops the walk is in, innermost last: what a ``break`` leaves.
+        self._exits: list[ExitRecord] = []
+        self._ifs: list[IfRecord] = []
+        self._frames: list[Mentions] = []
+        self._no_grad_depth = 0
+        #: Per enclosing ``def``: whether a decorator disables gradients in it.
+        self._decorated: list[bool] = []
+        self._main_guard_depth = 0
+        self._order = 0
+
+    @property
+    def function(self) -> str:
+        return self.scope[0] if self.scope else MODULE
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.words.setdefault(node.value, []).append(len(self.collected) - 1)
+        if self._frames:
+            self._frames[-1].names.add(node.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        # The attribute's own name is a Name node below: visit_Name indexes it.
+        path = dotted(node)
+        if path is not None:
+            self.words.setdefault(path, []).append(len(self.collected) - 1)
+            if self._frames:
+                self._frames[-1].names.add(path)
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self.with_items.append(node)
+
+    # -- functions ----------------------------------------------------------------------------
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        if not self.scope:
+            self.classes[node.name.value] = ClassRecord(node)
+        super().visit_ClassDef(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        super().visit_FunctionDef(node)
+        if len(self.scope) == 2 and self.scope[0] in self.classes:
+            self._method(self.classes[self.scope[0]], node)
+        if len(self.scope) == 1:
+            if self._main_guard_depth:
+                self.guard_defs.add(node.name.value)
+            self.defs[node.name.value] = parameter_names(node)
+            if not isinstance(node.params.star_arg, cst.Param):  # a bare ``*`` takes no extra positionals
+                self.positional_limits[node.name.value] = len(node.params.posonly_params) + len(node.params.params)
+        # ``@torch.no_grad()`` (or ``@torch.inference_mode()``): the function's own body runs
+        # without gradients, not the rest of the function or class it is defined in.
+        decorated = any(_disables_grad(d.decorator, self.names, self.scope[:-1]) for d in node.decorators)
+        self._decorated.append(decorated)
+        self._no_grad_depth += decorated
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._no_grad_depth -= self._decorated.pop()
+        super().leave_FunctionDef(original_node)
+
+    def _method(self, owner: ClassRecord, node: cst.FunctionDef) -> None:
+        params = [*node.params.posonly_params, *node.params.params]
+        instance = instance_parameter(node)
+        owner.self_names[node.name.value] = instance
+        owner.method_calls.setdefault(node.name.value, set())
+        if node.name.value == "__init__" and instance is not None:
+            rest = [*params[1:], *node.params.kwonly_params]
+            owner.init_params = tuple(param.name.value for param in rest)
+
+    def instance_method_called(self, node: cst.Call) -> str | None:
+        """``build_model`` for ``self.build_model()`` inside a method of a module-level class."""
+        func = node.func
+        if len(self.scope) < 2 or self.scope[0] not in self.classes or not isinstance(func, cst.Attribute):
+            return None
+        instance = self.classes[self.scope[0]].self_names.get(self.scope[1])
+        if instance is None or not isinstance(func.value, cst.Name) or func.value.value != instance:
+            return None
+        return func.attr.value
+
+    # -- statements ---------------------------------------------------------------------------
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self._frames.append(Mentions())
+
+    def leave_Assign(self, original_node: cst.Assign) -> None:
+        mentions = self._frames.pop()
+        targets = tuple(name for target in original_node.targets for name in target_names(target.target))
+        wrapped = _iterated(original_node.value, self.names, self.scope) if len(targets) == 1 else None
+        if wrapped is not None and isinstance(original_node.value, cst.Call):
+            self._wrapped_loaders[(self.scope, targets[0])] = wrapped
+        else:
+            for name in targets:
+                self._wrapped_loaders.pop((self.scope, name), None)
+        self.assigns.append(
+            AssignRecord(
+                original_node, targets, original_node.value, self.function, mentions, self.scope, tuple(self._ifs)
+            )
+        )
+        self.assigns_and_ifs.append(self.assigns[-1])
+        if self._main_guard_depth:
+            self.main_guard_assigns.update(targets)
+        for record in self._if_bodies:
+            record.body_assigns.update(targets)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        super().visit_AugAssign(node)
+        self._frames.append(Mentions())
+
+    def leave_AugAssign(self, original_node: cst.AugAssign) -> None:
+        mentions = self._frames.pop()
+        targets = tuple(target_names(original_node.target))
+        self.aug_assigns.append(AugAssignRecord(targets, mentions, tuple(self._loops), tuple(self._ifs)))
+
+    def visit_If(self, node: cst.If) -> None:
+        record = IfRecord(node, self._exits[-1] if self._exits else None)
+        if is_main_guard(node) and not self.scope:
+            self._main_guard_depth += 1
+        self._ifs.append(record)
+        self.assigns_and_ifs.append(record)
+
+    def visit_If_body(self, node: cst.If) -> None:
+        self._if_bodies.append(self._ifs[-1])
+
+    def leave_If_body(self, node: cst.If) -> None:
+        self._if_bodies.pop()
+
+    def visit_If_test(self, node: cst.If) -> None:
+        self._frames.append(self._ifs[-1].test)
+
+    def leave_If_test(self, node: cst.If) -> None:
+        self._frames.pop()
+        self._ifs[-1].modulo = _has_modulo(node.test)
+
+    def leave_If(self, original_node: cst.If) -> None:
+        self._ifs.pop()
+        if is_main_guard(original_node) and not self.scope:
+            self._main_guard_depth -= 1
+
+    def visit_With(self, node: cst.With) -> None:
+        if any(_disables_grad(item.item, self.names, self.scope) for item in node.items):
+            self._no_grad_depth += 1
+            # ``for x, y in loader: with torch.no_grad(): ...``: the loops around it evaluate too.
+            for loop in self._loops:
+                loop.no_grad = True
+
+    def leave_With(self, original_node: cst.With) -> None:
+        if any(_disables_grad(item.item, self.names, self.scope) for item in original_node.items):
+            self._no_grad_depth -= 1
+
+    def visit_For(self, node: cst.For) -> None:
+        super().visit_For(node)
+        self._order += 1
+        iterated = _iterated(node.iter, self.names, self.scope)
+        loop = LoopRecord(
+            node,
+            self.function,
+            self._wrapped_loaders.get((self.scope, iterated or ""), iterated),
+            _loop_targets(node, self.names, self.scope),
+            no_grad=self._no_grad_depth > 0,
+            order=self._order,
+        )
+        if len(self.scope) >= 2 and self.scope[0] in self.classes:
+            loop.method = self.scope[1]
+        wrapped = node.iter
+        while isinstance(wrapped, cst.Call) and wrapped.args:
+            wrapped = wrapped.args[0].value
+        loop.through_calls = dotted(wrapped)
+        self.loops.append(loop)
+        self._loops.append(loop)
+        self._exits.append(loop)
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self._loops.pop()
+        self._exits.pop()
+
+    def visit_While(self, node: cst.While) -> None:
+        self._exits.append(WhileRecord(node))
+
+    def leave_While(self, original_node: cst.While) -> None:
+        self._exits.pop()
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self._order += 1
+        iterated = _iterated(node.iter, self.names, self.scope)
+        no_grad = self._no_grad_depth > 0
+        self.comprehension_loops.append((self.function, iterated, len(self.collected) - 1, no_grad, self._order))
+
+    def visit_Return(self, node: cst.Return) -> None:
+        if node.value is not None and len(self.scope) == 1:
+            self.returns.append((self.function, node.value))
+        elif node.value is not None and len(self.scope) == 2 and self.scope[0] in self.classes:
+            self.method_returns.append((self.scope, node.value))
+
+    def visit_Break(self, node: cst.Break) -> None:
+        self.breaks.append((node, tuple(self._exits), tuple(self._ifs), self.function))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self._if_bodies and isinstance(node.func, cst.Attribute) and node.func.attr.value == "cuda":
+            for record in self._if_bodies:
+                record.body_moves_to_cuda = True
+        if self._frames:
+            frame = self._frames[-1]
+            func = node.func
+            callee = dotted(func)
+            if callee is not None:
+                frame.calls.add(callee)
+            if isinstance(func, cst.Attribute):
+                frame.calls.add("." + func.attr.value)
+                if func.attr.value in {"parameters", "named_parameters"} and dotted(func.value) is not None:
+                    frame.parameter_receivers.add(dotted(func.value))  # type: ignore[arg-type]
+        for exit_loop in self._exits:
+            if isinstance(exit_loop, WhileRecord):
+                exit_loop.has_backward = exit_loop.has_backward or is_backward(node)
+                if (callee_name := dotted(node.func)) is not None:
+                    exit_loop.calls.add(callee_name)
+        method = self.instance_method_called(node)
+        if method is not None:
+            self.classes[self.scope[0]].method_calls[self.scope[1]].add(method)
+            for loop in self._loops:
+                loop.method_calls.add(method)
+        self._order += 1
+        self.calls.append(
+            CallRecord(
+                node,
+                self.scope,
+                self.function,
+                tuple(self._loops),
+                tuple(self._ifs),
+                self._order,
+                in_main_guard=self._main_guard_depth > 0,
+            )
+        )
+
+
+def _has_modulo(node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.BinaryOperation):
+        return isinstance(node.operator, cst.Modulo) or _has_modulo(node.left) or _has_modulo(node.right)
+    if isinstance(node, cst.Comparison):
+        return _has_modulo(node.left) or any(_has_modulo(c.comparator) for c in node.comparisons)
+    if isinstance(node, cst.BooleanOperation):
+        return _has_modulo(node.left) or _has_modulo(node.right)
+    return False
+
+
+#: Builtins that wrap an iterable without changing what it yields (the first argument).
+ITERABLE_WRAPPERS = {"enumerate", "iter", "zip"}
+
+
+def _disables_grad(expr: cst.BaseExpression, names: NameTable, scope: ScopeKey) -> bool:
+    """Whether a ``with`` item or a decorator turns gradients off: ``torch.no_grad()``,
+    ``torch.inference_mode()`` (and their ``torch.autograd`` spellings), ``torch.set_grad_enabled(False)``.
+    The one reading of it: rules ask the analysis's loops (``RuleTransformer.evaluates``)."""
+    callee = expr.func if isinstance(expr, cst.Call) else expr
+    qualified = names.qualified_name(callee, scope, strict=False)
+    if qualified in NO_GRAD_CONTEXTS:
+        return True
+    if qualified not in GRAD_SWITCHES or not isinstance(expr, cst.Call) or not expr.args:
+        return False
+    # ``set_grad_enabled(phase == "train")`` depends on the run: not an evaluation by itself.
+    first = expr.args[0].value
+    return isinstance(first, cst.Name) and first.value == "False"
+
+
+def _iterated(expr: cst.BaseExpression, names: NameTable, scope: ScopeKey) -> str | None:
+    """The iterable of ``for ... in enumerate(tqdm(loader))``: ``loader``. Wrappers are matched
+    by qualified name (tqdm), as unshadowed builtins (enumerate; ``zip(cls_loader, reg_loader)``
+    of multi-task training gives its first loader, the others are prepared as loaders too), or as
+    a metric logger's ``log_every(loader, print_freq, header)`` method."""
+    while isinstance(expr, cst.Call) and expr.args:
+        func = expr.func
+        builtin = (
+            isinstance(func, cst.Name) and func.value in ITERABLE_WRAPPERS and not names.is_bound(func.value, scope)
+        )
+        logger = isinstance(func, cst.Attribute) and func.attr.value in LOADER_PASS_THROUGH_METHODS
+        if not builtin and not logger and names.qualified_name(func, scope, strict=False) not in PROGRESS_BARS:
+            break
+        if expr.args[0].keyword is not None or expr.args[0].star:
+            break
+        expr = expr.args[0].value
+    return dotted(expr)
+
+
+def _loop_targets(node: cst.For, names: NameTable, scope: ScopeKey) -> tuple[str, ...]:
+    """Names bound per batch; the counter of ``enumerate`` is not batch data."""
+    target = node.target
+    if (
+        isinstance(node.iter, cst.Call)
+        and dotted(node.iter.func) == "enumerate"
+        and not names.is_bound("enumerate", scope)
+        and isinstance(target, cst.Tuple)
+        and len(target.elements) == 2
+    ):
+        return target_names(target.elements[1].value)
+    return target_names(target)
+
+
+# -- conclusions --------------------------------------------------------------------------

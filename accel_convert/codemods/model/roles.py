@@ -1,0 +1,333 @@
+"""Roles of names: model, optimizer, loader, scheduler, tracker, logger, loss, and how a role flows
+into the parameters that receive it."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accel_convert.codemods.engine.syntax import (
+    dotted,
+    mean_reduced,
+)
+from accel_convert.codemods.engine.torch_names import (
+    ACCELERATORS,
+    DATA_LOADERS,
+    TRACKER_CONSTRUCTORS,
+    is_optimizer,
+    is_scheduler,
+)
+from accel_convert.codemods.engine.walk import walk
+from accel_convert.codemods.model.devices import chooses_device
+from accel_convert.codemods.model.expressions import (
+    constructed,
+    is_prepare,
+    moves_a_construction,
+)
+from accel_convert.codemods.model.loaders import loader_targets
+from accel_convert.codemods.model.provider import provider
+from accel_convert.codemods.model.recorder import (
+    AssignRecord,
+)
+from accel_convert.codemods.model.state import Analysis
+
+
+class _ParameterReceivers(cst.CSTVisitor):
+    """Receivers of ``.parameters()`` / ``.named_parameters()`` in a small subtree."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.receivers: set[str] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in {"parameters", "named_parameters"}:
+            receiver = dotted(func.value)
+            if receiver is not None:
+                self.receivers.add(receiver)
+
+
+@provider(
+    needs=("loader_factories", "parsed_arguments", "parser_options"),
+    provides=("existing_accelerator", "schedulers", "device_names", "cuda_flags", "prepared"),
+    refines=("train_loaders",),
+)
+def constructor_roles(a: Analysis) -> None:
+    """Roles by constructor, matched by qualified name: loaders (``DataLoader(...)`` or a loader
+    factory of the file; sorted into train/eval by the loops), the accelerator already there,
+    schedulers, devices (and names aliasing one), flags meaning "use CUDA", prepared names."""
+    facts = a.facts
+    factories = a.loader_factories
+    for assign in a.r.assigns:
+        value = constructed(assign.value)
+        qualified = (
+            a.r.names.qualified_name(value.func, assign.scope, strict=False) if isinstance(value, cst.Call) else None
+        )
+        targets = set(assign.targets)
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in factories:
+            facts.train_loaders.update(loader_targets(assign, factories[value.func.value]))
+        elif qualified in DATA_LOADERS and isinstance(value, cst.Call):  # qualified: value is a call
+            facts.train_loaders.update(targets)  # sorted into train/eval by the loops below
+        elif qualified in ACCELERATORS:
+            facts.existing_accelerator = assign.targets[0] if assign.targets else None
+        elif qualified is not None and is_scheduler(qualified):
+            facts.schedulers.update(targets)
+        elif chooses_device(a, assign.value, assign.scope) or dotted(assign.value) in facts.device_names:
+            facts.device_names.update(targets)  # ``DEV = device`` aliases it
+        elif _mentions_cuda_availability(a, assign):
+            facts.cuda_flags.update(targets)
+        if is_prepare(assign.value):
+            facts.prepared.update(targets)
+
+
+def _mentions_cuda_availability(a: Analysis, assign: AssignRecord) -> bool:
+    """``use_cuda = not args.no_cuda and torch.cuda.is_available()``."""
+    return any(name.endswith("cuda.is_available") for name in assign.names)
+
+
+def _optimizer_factories(a: Analysis) -> dict[str, cst.Call]:
+    """Module-level functions that return a new optimizer → the constructor call they return."""
+    factories = {}
+    for function, value in a.r.returns:
+        value = constructed(value)
+        if isinstance(value, cst.Call):
+            qualified = a.r.names.qualified_name(value.func, (function,), strict=False)
+            if qualified is not None and is_optimizer(qualified):
+                factories[function] = value
+    return factories
+
+
+def _optimizer_methods(a: Analysis) -> set[str]:
+    """Names of methods of the file's classes that return a new optimizer, built in the return
+    or bound to a local first (a model's ``configure_optimizers``, as in minGPT and nanoGPT)."""
+    found = set()
+    for scope, value in a.r.method_returns:
+        value = constructed(value)
+        if isinstance(value, cst.Name):
+            bound = [
+                assign.value for assign in a.r.assigns if assign.scope[:2] == scope and assign.targets == (value.value,)
+            ]
+            value = constructed(bound[-1]) if len(bound) == 1 else value
+        if isinstance(value, cst.Call):
+            qualified = a.r.names.qualified_name(value.func, scope, strict=False)
+            if qualified is not None and is_optimizer(qualified):
+                found.add(scope[1])
+    return found
+
+
+def _factory_roots(a: Analysis, call: cst.Call, factory: str, returned: cst.Call) -> set[str]:
+    """``make_optimizer(net)`` whose factory returns ``SGD(model.parameters())``: ``net``."""
+    finder = _ParameterReceivers()
+    walk(returned, finder)
+    params = a.r.defs.get(factory, ())
+    passed = {
+        (arg.keyword.value if arg.keyword is not None else params[index] if index < len(params) else ""): dotted(
+            arg.value
+        )
+        for index, arg in enumerate(call.args)
+        if not arg.star
+    }
+    roots = set()
+    for receiver in finder.receivers:
+        head, _, rest = receiver.partition(".")
+        argument = passed.get(head)
+        if argument is not None:
+            roots.add(argument)  # the model itself, also for ``model.fc.parameters()``
+    return roots
+
+
+@provider(
+    needs=("device_names", "train_loaders"),
+    provides=("optimizers", "models", "frozen_models", "optimizer_home"),
+)
+def optimizers_and_models(a: Analysis) -> None:
+    """Optimizers (by constructor, a factory of the file, a model's ``configure_optimizers``) and
+    the models they get the parameters of; models moved to the device but never trained."""
+    facts = a.facts
+    factories = _optimizer_factories(a)
+    optimizer_methods = _optimizer_methods(a)
+    parameter_sources: dict[str, set[str]] = {}
+    for assign in a.r.assigns:
+        roots = _parameter_roots(a, assign.mentions.parameter_receivers)
+        for target in assign.targets:
+            parameter_sources.setdefault(target, set()).update(roots)
+        value = constructed(assign.value)
+        if not isinstance(value, cst.Call):
+            continue
+        if isinstance(value.func, cst.Name) and value.func.value in factories:
+            roots = _factory_roots(a, value, value.func.value, factories[value.func.value])
+        elif isinstance(value.func, cst.Attribute) and value.func.attr.value in optimizer_methods:
+            # ``optimizer = model.configure_optimizers(config)``: the model's own parameters.
+            receiver = dotted(value.func.value)
+            roots = {receiver} if receiver is not None else set()
+        else:
+            qualified = a.r.names.qualified_name(value.func, assign.scope, strict=False)
+            if qualified is None or not is_optimizer(qualified):
+                continue
+        facts.optimizers.update(assign.targets)
+        if a.optimizer_home is None:
+            a.optimizer_home = assign.function
+        for name in assign.names:
+            roots |= parameter_sources.get(name, set())
+        facts.models.update(roots)
+    _inline_optimizers(a)
+    moved = {target for assign in a.r.assigns if moves_a_construction(assign.value) for target in assign.targets}
+    facts.frozen_models = {
+        name
+        for name in moved - facts.models
+        # The loaders built so far: all in ``train_loaders`` until the loops sort them.
+        if name not in facts.device_names and name not in facts.train_loaders and name[:1].islower()
+    }
+
+
+def _inline_optimizers(a: Analysis) -> None:
+    """``Trainer(model, ..., torch.optim.SGD(model.parameters(), lr=0.1))``: an optimizer built
+    as an argument and bound to no name. The model it takes the parameters of is trained all
+    the same, so it is prepared (DDP averages its gradients); the optimizer itself has no name
+    to prepare."""
+    assigned = {id(constructed(assign.value)) for assign in a.r.assigns}
+    for call in a.r.calls:
+        if id(call.node) in assigned:
+            continue
+        qualified = a.qualified(call)
+        if qualified is None or not is_optimizer(qualified) or not call.node.args:
+            continue
+        source = call.node.args[0].value
+        if (
+            isinstance(source, cst.Call)
+            and isinstance(source.func, cst.Attribute)
+            and source.func.attr.value in ("parameters", "named_parameters")
+            and dotted(source.func.value) is not None
+        ):
+            a.facts.models.add(dotted(source.func.value))  # type: ignore[arg-type]
+            if a.optimizer_home is None:
+                a.optimizer_home = call.function
+
+
+def _parameter_roots(a: Analysis, receivers: set[str]) -> set[str]:
+    """``model`` for ``model.parameters()`` / ``model.fc.named_parameters()``."""
+    roots = set()
+    for receiver in receivers:
+        parts = receiver.split(".")
+        while len(parts) > 1 and ".".join(parts) not in a.assigned:
+            parts.pop()
+        roots.add(".".join(parts))
+    return roots
+
+
+@provider(provides=("trackers",))
+def trackers(a: Analysis) -> None:
+    """Names bound to an experiment tracker (``SummaryWriter(...)``, ``wandb.init(...)``)."""
+    for assign in a.r.assigns:
+        value = assign.value
+        if isinstance(value, cst.Call) and (a.r.names.qualified_name(value.func, assign.scope) in TRACKER_CONSTRUCTORS):
+            a.facts.trackers.update(assign.targets)
+
+
+@provider(provides=("loggers",))
+def loggers(a: Analysis) -> None:
+    """``facts.loggers``: names every assignment of which is ``logging.getLogger(...)``."""
+    if "getLogger" not in a.r.words:
+        return
+    bound: dict[str, bool] = {}
+    for assign in a.r.assigns:
+        value = assign.value
+        is_logger = isinstance(value, cst.Call) and (
+            a.r.names.qualified_name(value.func, assign.scope) == "logging.getLogger"
+        )
+        for target in assign.targets:
+            bound[target] = bound.get(target, True) and is_logger
+    a.facts.loggers = {name for name, only_loggers in bound.items() if only_loggers}
+
+
+@provider(provides=("batch_mean_losses",))
+def batch_mean_losses(a: Analysis) -> None:
+    """Per function, names bound to a ``torch.nn`` loss averaging over the batch."""
+    for assign in a.r.assigns:
+        value = assign.value
+        if not isinstance(value, cst.Call) or len(assign.node.targets) != 1 or len(assign.targets) != 1:
+            continue
+        qualified = a.r.names.qualified_name(value.func, assign.scope) or ""
+        if qualified.startswith("torch.nn.") and qualified.endswith("Loss") and mean_reduced(value):
+            a.facts.batch_mean_losses.setdefault(assign.function, set()).update(assign.targets)
+
+
+@provider(
+    needs=("arguments",),
+    refines=(
+        "models",
+        "optimizers",
+        "train_loaders",
+        "schedulers",
+        "device_names",
+        "cuda_flags",
+        "trackers",
+        "frozen_models",
+    ),
+)
+def flow_into_parameters(a: Analysis) -> None:
+    """A parameter that receives a model is a model too (file-wide name sets)."""
+    facts = a.facts
+    roles = [
+        facts.models,
+        facts.optimizers,
+        facts.train_loaders,
+        facts.schedulers,
+        facts.device_names,
+        facts.cuda_flags,
+        facts.trackers,
+    ]
+    for function, param in a.arguments:
+        origins = a.origins_of(function, param)
+        for role in roles:
+            if origins & role:
+                role.add(param)
+    # And back: a class that builds the optimizer from ``self.model.parameters()`` trains the
+    # model its caller passed in (``Trainer(args, model, ...)``), which the caller prepares.
+    for function, param in a.arguments:
+        if function in a.r.classes and param in facts.models:
+            handed_in = {name for name in a.origins_of(function, param) if name != param}
+            facts.models |= handed_in
+            facts.frozen_models -= handed_in
+
+
+@provider(
+    needs=("schedulers", "train_loaders", "eval_loaders", "call_graph", "arguments", "loop_calls"),
+    provides=("per_epoch_schedulers",),
+)
+def per_epoch_schedulers(a: Analysis) -> None:
+    """A scheduler stepped inside a batch loop (or in a function called from one) steps per
+    batch; one stepped only outside them steps per epoch and is not prepared (ACC103)."""
+    facts = a.facts
+    loader_loops = [loop for loop in a.r.loops if loop.iterated is not None and a.is_loader(loop)]
+    per_batch_functions = a.reachable(set().union(*(loop.calls for loop in loader_loops)))
+    per_batch: set[str] = set()
+    stepped: set[str] = set()
+    for call in a.r.calls:
+        func = call.node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "step"):
+            continue
+        name = dotted(func.value)
+        if name not in facts.schedulers:
+            continue
+        # Stepped under a parameter's name (``scheduler.step()`` in ``train_model(...,
+        # scheduler, ...)``): what steps is the scheduler its callers pass in.
+        names = {name} | a.origins_of(call.function, name)
+        stepped |= names
+        if any(loop in loader_loops for loop in call.loops) or call.function in per_batch_functions:
+            per_batch |= names
+    facts.per_epoch_schedulers = stepped - per_batch
+    if a.seeds is not None:
+        facts.per_epoch_schedulers |= a.seeds.per_epoch_schedulers & facts.schedulers
+
+
+@provider(
+    needs=("models", "optimizers", "train_loaders", "eval_loaders", "schedulers", "device_names", "main_function"),
+    provides=("helper_functions",),
+)
+def helper_functions(a: Analysis) -> None:
+    """Module-level functions (other than the home function) receiving training objects."""
+    facts = a.facts
+    roles = facts.trained_objects | facts.device_names
+    for function, params in a.r.defs.items():
+        if function != facts.main_function and set(params) & roles:
+            facts.helper_functions[function] = params

@@ -1,0 +1,105 @@
+"""The model's providers in their run order, checked when this module is imported, and
+:func:`analyse`, which walks a module once and runs them.
+
+The order is the one the facts need (see :func:`codemods.model.provider.check_order`): a
+provider listed before one that provides what it needs fails the import, so reordering or
+adding a provider cannot silently read a fact that is not filled yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import libcst as cst
+
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.findings import FILE_START
+from accel_convert.codemods.engine.positions import OriginIndex, original_sites
+from accel_convert.codemods.engine.program_seeds import ProgramSeeds
+from accel_convert.codemods.engine.walk import walk
+from accel_convert.codemods.model import (
+    arguments,
+    calls,
+    devices,
+    home,
+    loaders,
+    locality,
+    loops,
+    models,
+    program,
+    roles,
+    source,
+)
+from accel_convert.codemods.model.provider import WORKING_FACTS, Provider, check_order
+from accel_convert.codemods.model.recorder import Recorder
+from accel_convert.codemods.model.state import Analysis
+
+#: ScriptFacts fields the analysis does not draw: set when the facts are made (the name table,
+#: the seeds, the run context) or a fixed default (the accelerator's name).
+GIVEN = frozenset({"names", "program", "context", "accelerator_name"})
+
+#: Every fact a provider may name: the ScriptFacts fields and the working facts.
+KNOWN_FACTS = frozenset(field.name for field in fields(ScriptFacts)) | WORKING_FACTS
+
+PROVIDERS: tuple[Provider, ...] = (
+    source.imports,
+    source.word_lines,
+    calls.call_graph,
+    program.imported_calls,
+    arguments.argument_parser,
+    loaders.loader_factories,
+    loaders.inline_loaders,
+    roles.constructor_roles,
+    loaders.batch_size,
+    devices.settings_class_devices,
+    program.imported_loader_factories,
+    roles.optimizers_and_models,
+    roles.trackers,
+    roles.loggers,
+    roles.batch_mean_losses,
+    program.parameter_roles,
+    roles.flow_into_parameters,
+    loops.loops,
+    models.models_trained_by_hand,
+    roles.per_epoch_schedulers,
+    home.home,
+    loops.batch_names,
+    roles.helper_functions,
+    source.calls_and_features,
+    models.copied_models,
+    locality.download_functions,
+    models.training_method_calls,
+    models.cpu_models,
+    loops.manual_accumulation,
+    source.mixed_precision,
+    source.assign_sites,
+    locality.breaks,
+    locality.per_process_paths,
+    devices.device_switches,
+    source.handlers,
+)
+
+check_order(PROVIDERS, KNOWN_FACTS, given=GIVEN)
+
+
+def analyse(module: cst.Module, source: str | bytes | None = None, seeds: ProgramSeeds | None = None) -> ScriptFacts:
+    """Facts about ``module`` (one walk, then the providers), with the original position of every
+    statement and call recorded; ``source``, if given, is what the module was parsed from;
+    ``seeds``, what the other modules of its program say (:mod:`codemods.engine.program`; None:
+    converted alone)."""
+    analysis = record(module, source, seeds)
+    for step in PROVIDERS:
+        step(analysis)
+    return analysis.facts
+
+
+def record(module: cst.Module, source: str | bytes | None = None, seeds: ProgramSeeds | None = None) -> Analysis:
+    """The one walk over ``module``: its records and the original position of every statement
+    and call, ready for the providers."""
+    recorder = Recorder()
+    walk(module, recorder)
+    origins = OriginIndex()
+    original_sites(module, recorder.collected, origins, source)
+    # The module itself: a pass that carries positions carries this one too (see convert_module).
+    origins.record(module, FILE_START)
+    return Analysis(recorder, origins, seeds, module=module, source=source)

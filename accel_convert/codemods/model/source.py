@@ -1,0 +1,117 @@
+"""Where things are in the file: imports, the lines each word and assignment is on, where calls are, and
+the distributed machinery already there."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accel_convert.codemods.engine.positions import handler_sites
+from accel_convert.codemods.engine.syntax import (
+    dotted,
+)
+from accel_convert.codemods.engine.torch_names import (
+    AUTOCASTS,
+    FEATURES,
+    GRAD_SCALERS,
+)
+from accel_convert.codemods.model.provider import provider
+from accel_convert.codemods.model.state import Analysis
+
+#: The last names of the GradScalers and autocasts (``GradScaler``, ``autocast``).
+_AMP_FINAL_NAMES = frozenset(name.rpartition(".")[2] for name in GRAD_SCALERS | AUTOCASTS)
+
+
+@provider(provides=("imports", "uses_torch"))
+def imports(a: Analysis) -> None:
+    """Local name → qualified name of everything imported; whether torch is imported at all."""
+    a.facts.imports = a.r.names.imported_names()
+    a.facts.uses_torch = a.r.names.any_import_of("torch")
+
+
+@provider(provides=("word_lines",))
+def word_lines(a: Analysis) -> None:
+    """``facts.word_lines``: the line of the statement or call each identifier was met in.
+    In pre-order, the last statement or call entered before a name lies inside the innermost
+    statement holding the name, so its first line is inside that statement's lines."""
+    line_of = [a.site(node).line for node in a.r.collected]
+    for word, indices in a.r.words.items():
+        a.facts.word_lines[word] = sorted({line_of[index] for index in indices})
+
+
+@provider(refines=("call_sites",), provides=("called", "existing_features", "distributed_sites"))
+def calls_and_features(a: Analysis) -> None:
+    """Where calls are, by qualified name, plain name and ``.method``; the distributed machinery
+    already there (DDP, ``mp.spawn``, a GradScaler...) and where."""
+    facts = a.facts
+    for call in a.r.calls:
+        qualified = a.r.names.qualified_name(call.node.func, call.scope)
+        func = call.node.func
+        key = qualified or (func.value if isinstance(func, cst.Name) else None)
+        if key is not None:
+            facts.called.add(key)
+            facts.call_sites.setdefault(key, []).append(a.site(call.node))
+        if isinstance(func, cst.Attribute):
+            facts.call_sites.setdefault("." + func.attr.value, []).append(a.site(call.node))
+        if qualified is None:  # a strict answer is also the lenient one
+            qualified = a.qualified(call)
+        feature = FEATURES.get(qualified or "")
+        if feature is None:
+            continue
+        facts.existing_features.add(feature)
+        facts.distributed_sites.setdefault(feature, a.site(call.node))
+
+
+@provider(needs=("word_lines",), provides=("grad_scalers", "amp_lines"))
+def mixed_precision(a: Analysis) -> None:
+    """``grad_scalers`` and ``amp_lines``: what the AMP rule would otherwise survey the whole
+    module for. Callees are matched as the rule matches them (``facts.callee_name``)."""
+    facts = a.facts
+    lines: set[int] | None = set()
+    scaler_calls: set[int] = set()
+    for call in a.r.calls:
+        func = call.node.func
+        # A name written ``x.attr`` resolves to a name ending in ``.attr``: most calls are
+        # ruled out without resolving them.
+        if isinstance(func, cst.Attribute) and func.attr.value not in _AMP_FINAL_NAMES:
+            continue
+        callee = facts.callee_name(func)
+        if callee not in GRAD_SCALERS and callee not in AUTOCASTS:
+            continue
+        if callee in GRAD_SCALERS:
+            scaler_calls.add(id(call.node))
+        site = a.origins.site(call.node)
+        if site is None:
+            lines = None
+        elif lines is not None:
+            lines.add(site.line)
+    for assign in a.r.assigns:
+        value = assign.value
+        if isinstance(value, cst.Call) and id(value) in scaler_calls:
+            for target in assign.node.targets:
+                name = dotted(target.target)
+                if name:
+                    facts.grad_scalers.add(name)
+    if lines is not None:
+        lines |= facts.lines_mentioning({part for name in facts.grad_scalers for part in name.split(".")})
+    facts.amp_lines = lines
+
+
+@provider(provides=("assign_sites",))
+def assign_sites(a: Analysis) -> None:
+    """Where each name (or dotted path) is assigned."""
+    for assign in a.r.assigns:
+        site = a.site(assign.node)
+        for target in assign.targets:
+            a.facts.assign_sites.setdefault(target, []).append(site)
+
+
+@provider(provides=("interrupt_handlers", "out_of_memory_handlers"))
+def handlers(a: Analysis) -> None:
+    """``except KeyboardInterrupt:`` and ``except torch.cuda.OutOfMemoryError:`` clauses, found in
+    the text only when the walk met the name."""
+    for word, field in (("KeyboardInterrupt", "interrupt_handlers"), ("OutOfMemoryError", "out_of_memory_handlers")):
+        if word in a.r.words:
+            module = a.module
+            assert module is not None, "the handlers are read from the module the recorder walked"
+            text = a.source if a.source is not None else module.code
+            setattr(a.facts, field, handler_sites(text, module.encoding, word))

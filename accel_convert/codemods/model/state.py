@@ -1,0 +1,121 @@
+"""The shared state of one analysis: the recorder's observations, the facts being filled, and
+the questions several providers ask of them (where a parameter's value comes from, what a
+function reaches, whether a loop is over a loader).
+
+Providers (:mod:`codemods.model.provider`) read and fill it in the order
+:mod:`codemods.model.runner` checks; nothing outside the model folder sees it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from accel_convert.codemods.engine.facts import RunContext, ScriptFacts
+from accel_convert.codemods.engine.findings import FILE_START
+from accel_convert.codemods.engine.syntax import dotted
+from accel_convert.codemods.engine.torch_names import DATA_LOADERS
+
+if TYPE_CHECKING:
+    from accel_convert.codemods.engine.model import Site
+    from accel_convert.codemods.engine.names import ScopeKey
+    from accel_convert.codemods.engine.positions import OriginIndex
+    from accel_convert.codemods.engine.program_seeds import ProgramSeeds
+    from accel_convert.codemods.model.recorder import CallRecord, LoopRecord, Recorder
+
+
+class Analysis:
+    """What the providers share while they draw :class:`ScriptFacts` from one recorder's walk."""
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        origins: OriginIndex,
+        seeds: ProgramSeeds | None = None,
+        *,
+        module: cst.Module | None = None,
+        source: str | bytes | None = None,
+    ) -> None:
+        self.r = recorder
+        self.origins = origins
+        self.facts = ScriptFacts(names=recorder.names, context=RunContext(origins), program=seeds)
+        #: What the other modules of the program say (None: the script is converted alone).
+        self.seeds = seeds
+        #: The module walked and the text it was parsed from (None: print the module).
+        self.module = module
+        self.source = source
+        self._qualified: dict[int, str | None] = {}
+        self.assigned = {name for assign in recorder.assigns for name in assign.targets}
+        #: (function, parameter) → (calling function, argument name) at each call site.
+        self.arguments: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        #: (function, name) → the file's classes the function binds the name to an instance of
+        #: (built on first use).
+        self.instances: dict[tuple[str, str], set[str]] | None = None
+        #: Module-level class → the calls constructing it (``Trainer(...)``).
+        self.constructions: dict[str, list[CallRecord]] = {}
+        #: Module-level functions returning loaders → positions of the loaders in what they
+        #: return (None: what they return is one loader).
+        self.loader_factories: dict[str, set[int] | None] = {}
+        #: Where the first optimizer is built: the function the accelerator goes into.
+        self.optimizer_home: str | None = None
+        #: (class, method) pairs that run a backward, directly or through the methods they call.
+        self.backward_methods: set[tuple[str, str]] = set()
+        #: Loops over loaders, with the names the loader goes by at its call sites.
+        self.loader_loops: list[tuple[LoopRecord, set[str]]] = []
+
+    def qualified(self, call: CallRecord) -> str | None:
+        """The call's qualified name, resolved once per call (several providers ask for every call)."""
+        key = id(call.node)
+        if key not in self._qualified:
+            self._qualified[key] = self.r.names.qualified_name(call.node.func, call.scope, strict=False)
+        return self._qualified[key]
+
+    def site(self, node: cst.CSTNode) -> Site:
+        return self.origins.site(node) or FILE_START
+
+    def origins_of(self, function: str, name: str, seen: frozenset[tuple[str, str]] = frozenset()) -> set[str]:
+        """The names a parameter receives at the call sites of its function (transitively)."""
+        key = (function, name)
+        if key not in self.arguments or key in seen:
+            return {name}
+        found: set[str] = set()
+        for caller, argument in self.arguments[key]:
+            found |= self.origins_of(caller, argument, seen | {key})
+        return found
+
+    def reachable(self, functions: set[str]) -> set[str]:
+        """``functions`` and every module-level function they call, transitively."""
+        reachable = set(functions)
+        pending = list(functions)
+        while pending:
+            for callee in self.facts.call_graph.get(pending.pop(), ()):
+                if callee not in reachable:
+                    reachable.add(callee)
+                    pending.append(callee)
+        return reachable
+
+    def is_loader(self, loop: LoopRecord) -> bool:
+        """Whether the loop iterates a loader (under its own name or one its callers pass)."""
+        assert loop.iterated is not None
+        names = self.origins_of(loop.function, loop.iterated) | {loop.iterated}
+        return bool(names & self.facts.loaders)
+
+    def constructs_loader(self, value: cst.BaseExpression, scope: ScopeKey) -> bool:
+        return (
+            isinstance(value, cst.Call) and self.r.names.qualified_name(value.func, scope, strict=False) in DATA_LOADERS
+        )
+
+    def initialising_class(self, name: str) -> str:
+        """The class of this file whose ``__init__`` constructing ``name`` runs: ``name`` itself,
+        or, when it defines none, the first of its bases here that does (single inheritance only:
+        with several bases the method resolution order decides, and ``name`` is returned)."""
+        seen = {name}
+        current = name
+        while self.r.classes[current].init_params is None:
+            bases = [dotted(base.value) for base in self.r.classes[current].node.bases]
+            if len(bases) != 1 or bases[0] not in self.r.classes or bases[0] in seen:
+                return name
+            current = bases[0]
+            seen.add(current)
+        return current

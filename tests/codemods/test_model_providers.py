@@ -1,0 +1,200 @@
+"""The program model's providers (``codemods/model/``): their order is checked, not hand-kept.
+
+Each provider declares the facts it needs, provides and refines; ``check_order`` refuses an order in
+which one needs what no earlier one provides. The declarations are only worth something if they are
+true, so the last test runs the analysis on every fixture with each provider watched, and refuses a
+provider that touches a fact it did not declare.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import fields
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Options
+from accel_convert.codemods.engine.program import ProgramModule, convert_program
+from accel_convert.codemods.model import runner
+from accel_convert.codemods.model.provider import WORKING_FACTS, Provider, ProviderOrderError, check_order, provider
+from accel_convert.codemods.model.state import Analysis
+
+CASES = sorted((Path(__file__).parents[2] / "fixtures" / "cases").glob("*.py"))
+
+
+def _nothing(analysis: Analysis) -> None:
+    return None
+
+
+def declared(name: str, needs: tuple[str, ...] = (), provides: tuple[str, ...] = ()) -> Provider:
+    return Provider(name, _nothing, frozenset(needs), frozenset(provides))
+
+
+def test_the_models_order_is_accepted() -> None:
+    check_order(runner.PROVIDERS, runner.KNOWN_FACTS, given=runner.GIVEN)
+
+
+def test_a_provider_needing_what_only_a_later_one_provides_is_refused() -> None:
+    order = [declared("loops", needs=("models",)), declared("roles", provides=("models",))]
+    with pytest.raises(ProviderOrderError, match="loops needs models, which no provider before it provides"):
+        check_order(order, {"models"})
+    check_order(order[::-1], {"models"})
+
+
+def test_moving_a_real_provider_before_what_it_needs_is_refused() -> None:
+    moved = [step for step in runner.PROVIDERS if step is not runner.loops.loops]
+    moved.insert(moved.index(runner.roles.optimizers_and_models), runner.loops.loops)
+    with pytest.raises(ProviderOrderError, match="loops needs .*models"):
+        check_order(moved, runner.KNOWN_FACTS, given=runner.GIVEN)
+
+
+def test_refining_what_nobody_provided_is_refused() -> None:
+    @provider(refines=("models",))
+    def flow(analysis: Analysis) -> None:
+        return None
+
+    with pytest.raises(ProviderOrderError, match="flow needs models"):
+        check_order([flow], {"models"})
+
+
+def test_a_fact_provided_twice_or_unknown_is_refused() -> None:
+    with pytest.raises(ProviderOrderError, match="provides what an earlier provider provides: models"):
+        check_order([declared("a", provides=("models",)), declared("b", provides=("models",))], {"models"})
+    with pytest.raises(ProviderOrderError, match="do not exist: modles"):
+        check_order([declared("a", provides=("modles",))], {"models"})
+
+
+def test_every_fact_the_analysis_draws_has_a_provider() -> None:
+    provided = {fact for step in runner.PROVIDERS for fact in step.provides} | runner.GIVEN
+    assert {field.name for field in fields(ScriptFacts)} | WORKING_FACTS <= provided
+
+
+# -- the declarations are true -----------------------------------------------------------------
+
+#: ScriptFacts fields and working facts touched by the provider now running.
+_touched: set[str] = set()
+_FIELDS = frozenset(field.name for field in fields(ScriptFacts))
+
+
+class _WatchedFacts(ScriptFacts):
+    def __getattribute__(self, name: str) -> object:
+        if name in _FIELDS:
+            _touched.add(name)
+        return super().__getattribute__(name)
+
+
+class _WatchedAnalysis(Analysis):
+    def __getattribute__(self, name: str) -> object:
+        if name in WORKING_FACTS:
+            _touched.add(name)
+        return super().__getattribute__(name)
+
+
+def _watched_record(module: cst.Module, source: str | bytes | None = None, seeds: object = None) -> Analysis:
+    analysis = _record(module, source, seeds)  # type: ignore[arg-type]
+    analysis.facts.__class__ = _WatchedFacts
+    analysis.__class__ = _WatchedAnalysis
+    return analysis
+
+
+_record = runner.record
+
+PROGRAM = {
+    "engine": """
+        import torch
+
+        def train_one_epoch(model, loader, optimizer, device):
+            model.train()
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+                loss.backward()
+                optimizer.step()
+
+        @torch.no_grad()
+        def evaluate(model, loader):
+            total = 0.0
+            for x, y in loader:
+                total += (model(x) - y).abs().sum().item()
+            print(f"error {total:.3f}")
+    """,
+    "train": """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        import engine
+
+        def main():
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+            train_loader = DataLoader(data, batch_size=8, shuffle=True)
+            test_loader = DataLoader(data, batch_size=8)
+            model = torch.nn.Linear(4, 1).to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(2):
+                engine.train_one_epoch(model, train_loader, optimizer, device)
+                engine.evaluate(model, test_loader)
+
+        if __name__ == "__main__":
+            main()
+    """,
+}
+
+
+def undeclared_touches(
+    monkeypatch: pytest.MonkeyPatch, providers: tuple[Provider, ...], sources: list[str]
+) -> dict[str, set[str]]:
+    """Provider → the facts it touched without declaring them, analysing ``sources``."""
+    undeclared: dict[str, set[str]] = {}
+    watched = []
+    for step in providers:
+
+        def run(analysis: Analysis, step: Provider = step) -> None:
+            _touched.clear()
+            step(analysis)
+            allowed = step.needs | step.provides | step.refines | runner.GIVEN
+            if _touched - allowed:
+                undeclared.setdefault(step.name, set()).update(_touched - allowed)
+
+        watched.append(Provider(step.name, run, step.needs, step.provides, step.refines))
+    monkeypatch.setattr(runner, "PROVIDERS", tuple(watched))
+    monkeypatch.setattr(runner, "record", _watched_record)
+    for source in sources:
+        runner.analyse(cst.parse_module(source), source)
+    return undeclared
+
+
+def test_each_provider_touches_only_the_facts_it_declares(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert len(CASES) > 100, "the fixtures moved: this test would check little"
+    undeclared = undeclared_touches(monkeypatch, runner.PROVIDERS, [path.read_text(encoding="utf-8") for path in CASES])
+    modules = [
+        ProgramModule(name, cst.parse_module(textwrap.dedent(text)), textwrap.dedent(text))
+        for name, text in PROGRAM.items()
+    ]
+    outcomes = convert_program(modules, "train", Options())
+    assert "accelerator.backward(loss)" in outcomes["engine"].module.code  # the library path ran
+    assert undeclared == {}, f"providers touch facts they do not declare: {undeclared}"
+
+
+def test_a_provider_reading_what_it_does_not_declare_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    # ``helper_functions`` reads the roles and the home function: declared as needing nothing.
+    understated = tuple(
+        Provider(step.name, step.run, frozenset(), step.provides, step.refines)
+        if step is runner.roles.helper_functions
+        else step
+        for step in runner.PROVIDERS
+    )
+    touched = undeclared_touches(monkeypatch, understated, [textwrap.dedent(PROGRAM["engine"])])
+    assert touched == {
+        "helper_functions": {
+            "models",
+            "optimizers",
+            "train_loaders",
+            "eval_loaders",
+            "schedulers",
+            "device_names",
+            "main_function",
+        }
+    }
