@@ -195,29 +195,41 @@ class _CopyToCpu(RuleTransformer):
         cpu_names: set[str] = set()
         for node in nodes_in(function):
             if isinstance(node, cst.Assign):
-                methods = {
-                    call.func.attr.value
-                    for call in nodes_in(node.value)
-                    if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
-                }
-                if "cpu" in methods and not methods & {"to", "cuda", "numpy", "tolist", "item"}:
-                    for target in node.targets:
-                        cpu_names.update(name.value for name in nodes_in(target.target) if isinstance(name, cst.Name))
-            if not isinstance(node, cst.Call):
-                continue
-            if node.args and (self.facts.callee_name(node.func) or "") in ARRAYS_FROM_LISTS:
-                arrays.add(dotted(node.args[0].value) or "")
-            func = node.func
-            if (
-                isinstance(func, cst.Attribute)
-                and func.attr.value == "numpy"
-                and isinstance(func.value, cst.Call)
-                and func.value.args
-                and (self.facts.callee_name(func.value.func) or "") in TENSOR_JOINS
-            ):
-                arrays.add(dotted(func.value.args[0].value) or "")
+                cpu_names |= _bound_to_cpu_copy(node)
+            elif isinstance(node, cst.Call):
+                arrays |= self._lists_made_array_by(node)
         found = self._reads_of[id(function)] = (arrays, cpu_names)
         return found
+
+    def _lists_made_array_by(self, call: cst.Call) -> set[str]:
+        """The list ``np.concatenate(labels)`` or ``torch.cat(labels).numpy()`` makes an array
+        of ("" when it is not a plain name)."""
+        found: set[str] = set()
+        if call.args and (self.facts.callee_name(call.func) or "") in ARRAYS_FROM_LISTS:
+            found.add(dotted(call.args[0].value) or "")
+        func = call.func
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "numpy"
+            and isinstance(func.value, cst.Call)
+            and func.value.args
+            and (self.facts.callee_name(func.value.func) or "") in TENSOR_JOINS
+        ):
+            found.add(dotted(func.value.args[0].value) or "")
+        return found
+
+
+def _bound_to_cpu_copy(assign: cst.Assign) -> set[str]:
+    """The names ``x = t.detach().cpu()`` binds to a CPU copy (not one moved on again, nor made
+    a NumPy array or Python number)."""
+    methods = {
+        call.func.attr.value
+        for call in nodes_in(assign.value)
+        if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+    }
+    if "cpu" not in methods or methods & {"to", "cuda", "numpy", "tolist", "item"}:
+        return set()
+    return {name.value for target in assign.targets for name in nodes_in(target.target) if isinstance(name, cst.Name)}
 
 
 def _host_library_calls(facts: ScriptFacts) -> bool:
