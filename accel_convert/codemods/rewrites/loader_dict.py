@@ -25,6 +25,7 @@ an ``if``) leaves the loop as it was, reported (ACC928): the dict's loaders are 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import cast
 
 import libcst as cst
@@ -292,6 +293,35 @@ def _prepares(line: cst.BaseStatement, accelerator: str) -> bool:
     )
 
 
+@dataclass
+class _LoopValues:
+    """What the bindings of one loop body make, in source order, before its trailing sums."""
+
+    #: Per-sample names: the batch's, and the values that keep its rows (a model's outputs, a
+    #: batch moved or cast, a per-row max).
+    rows: set[str]
+    #: Of ``rows``, a model's outputs: they still carry the graph the backward used.
+    forwarded: set[str] = field(default_factory=set)
+    #: Name → the batch-mean loss call bound to it (``loss = criterion(outputs, labels)``).
+    losses: dict[str, cst.Call] = field(default_factory=dict)
+    #: Per-process values: a sum reading one cannot be gathered.
+    local: set[str] = field(default_factory=set)
+
+    def add_rows(self, name: str, *, forwarded: bool) -> None:
+        self.rows.add(name)
+        self.local.discard(name)
+        if forwarded:
+            self.forwarded.add(name)
+        else:
+            self.forwarded.discard(name)
+
+    def add_local(self, name: str) -> None:
+        self.rows.discard(name)
+        self.forwarded.discard(name)
+        self.losses.pop(name, None)
+        self.local.add(name)
+
+
 class _GatherSums(RuleTransformer):
     """In each loop over ``D[...]`` of a prepared dict ``D``: the running sums that end its body
     read gathered per-sample tensors (see the module docstring), or the loop is reported."""
@@ -363,93 +393,102 @@ class _GatherSums(RuleTransformer):
         first_sum = len(body)
         while first_sum > 0 and _running_sum(body[first_sum - 1]) is not None:
             first_sum -= 1
-        sums = [_running_sum(line) for line in body[first_sum:]]
-        if not sums or any(isinstance(node, cst.AugAssign) for line in body[:first_sum] for node in nodes_in(line)):
+        before = body[:first_sum]
+        if first_sum == len(body) or any(isinstance(node, cst.AugAssign) for line in before for node in nodes_in(line)):
             return None  # a sum elsewhere in the loop (inside an if, before the forward)
-        rows = set(target_names(batch))
-        if not rows or not all(name.isidentifier() for name in rows):
+        values = self._loop_values(batch, before)
+        rewritten = self._rewritten_sums(body[first_sum:], values) if values is not None else None
+        if values is None or rewritten is None:
             return None
-        losses: dict[str, cst.Call] = {}
-        local: set[str] = set()
-        forwarded: set[str] = set()
-        for node in _in_source_order(body[:first_sum]):
-            if isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For, cst.While, cst.With)):
-                if not self._classify(node, rows, losses, local, forwarded):
-                    return None
-        gathered: list[str] = []  # per-sample names the sums read, in first-use order
-        new_sums: list[cst.BaseStatement] = []
-        for line, augment in zip(body[first_sum:], sums, strict=True):
-            assert augment is not None
-            value = self._rewritten_sum(augment.value, rows, losses, local, gathered)
-            if value is None:
-                return None
-            new_sums.append(line.with_changes(body=[augment.with_changes(value=value)]))
-        if not gathered:
-            return None
+        new_sums, gathered = rewritten
         renamed = {name: f"gathered_{name}" for name in gathered}
-        if any(word in self.facts.word_lines for word in renamed.values()):
+        if not gathered or any(word in self.facts.word_lines for word in renamed.values()):
             return None
         new_sums = [cast(cst.BaseStatement, line.visit(_Renamer(renamed))) for line in new_sums]
-        # Model outputs still carry the graph the backward used: the gather only needs their values.
-        sent = ", ".join(f"{name}.detach()" if name in forwarded else name for name in gathered)
-        targets = ", ".join(renamed[name] for name in gathered)
-        sent = sent if len(gathered) == 1 else f"({sent})"
-        one_line = f"{targets} = {self.accelerator}.gather_for_metrics({sent})"
-        gather = statement(
-            one_line
-            if len(one_line) <= GATHER_LINE_LIMIT
-            else f"{targets} = {self.accelerator}.gather_for_metrics(\n    {sent}\n)"
-        )
+        gather = self._gather(gathered, values.forwarded, renamed)
         # The comment above the sums (``# statistics``) now heads the gather that feeds them.
         first = new_sums[0]
         if isinstance(first, cst.SimpleStatementLine) and isinstance(gather, cst.SimpleStatementLine):
             gather = gather.with_changes(leading_lines=first.leading_lines)
             new_sums[0] = first.with_changes(leading_lines=[])
-        return [*body[:first_sum], gather, *new_sums], first_sum
+        return [*before, gather, *new_sums], first_sum
 
-    def _classify(
-        self, node: cst.CSTNode, rows: set[str], losses: dict[str, cst.Call], local: set[str], forwarded: set[str]
-    ) -> bool:
-        """Record what one binding in the loop makes: per-sample rows (``forwarded``: a model's
-        outputs), a mean loss, or a per-process value; False when it cannot be followed (a nested
+    def _loop_values(self, batch: cst.BaseExpression, lines: Sequence[cst.BaseStatement]) -> _LoopValues | None:
+        """What the loop's lines before its trailing sums bind, starting from the batch's names;
+        None when a binding cannot be followed."""
+        rows = set(target_names(batch))
+        if not rows or not all(name.isidentifier() for name in rows):
+            return None
+        values = _LoopValues(rows)
+        for node in _in_source_order(lines):
+            if isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For, cst.While, cst.With)):
+                if not self._classify(node, values):
+                    return None
+        return values
+
+    def _rewritten_sums(
+        self, lines: Sequence[cst.BaseStatement], values: _LoopValues
+    ) -> tuple[list[cst.BaseStatement], list[str]] | None:
+        """The trailing sums reading per-sample names only, and those names in first-use order
+        (what the gather sends); None when a sum reads a per-process value."""
+        gathered: list[str] = []
+        new_sums: list[cst.BaseStatement] = []
+        for line in lines:
+            augment = _running_sum(line)
+            assert augment is not None
+            value = self._rewritten_sum(augment.value, values, gathered)
+            if value is None:
+                return None
+            new_sums.append(line.with_changes(body=[augment.with_changes(value=value)]))
+        return new_sums, gathered
+
+    def _gather(self, gathered: list[str], forwarded: set[str], renamed: dict[str, str]) -> cst.BaseStatement:
+        """``gathered_x, gathered_y = accelerator.gather_for_metrics((x, y))``."""
+        # Model outputs still carry the graph the backward used: the gather only needs their values.
+        sent = ", ".join(f"{name}.detach()" if name in forwarded else name for name in gathered)
+        targets = ", ".join(renamed[name] for name in gathered)
+        sent = sent if len(gathered) == 1 else f"({sent})"
+        one_line = f"{targets} = {self.accelerator}.gather_for_metrics({sent})"
+        if len(one_line) <= GATHER_LINE_LIMIT:
+            return statement(one_line)
+        return statement(f"{targets} = {self.accelerator}.gather_for_metrics(\n    {sent}\n)")
+
+    def _classify(self, node: cst.CSTNode, values: _LoopValues) -> bool:
+        """Record what one binding in the loop makes: per-sample rows (a model's outputs among
+        them), a mean loss, or a per-process value; False when it cannot be followed (a nested
         loop, an augmented assignment)."""
         if isinstance(node, (cst.For, cst.While, cst.AugAssign)):
             return False
         if isinstance(node, cst.With):
             for item in node.items:
                 if item.asname is not None:
-                    local.update(target_names(item.asname.name))
+                    values.local.update(target_names(item.asname.name))
             return True
         if isinstance(node, cst.AnnAssign):
-            local.update(target_names(node.target))
+            values.local.update(target_names(node.target))
             return True
         assert isinstance(node, cst.Assign)
+        self._classify_assign(node, values)
+        return True
+
+    def _classify_assign(self, node: cst.Assign, values: _LoopValues) -> None:
         targets = [target_names(target.target) for target in node.targets]
         bound = [name for names in targets for name in names]
         value = node.value
-        if len(targets) == 1 and len(bound) == 1 and self._keeps_rows(value, rows):
-            rows.add(bound[0])
-            local.discard(bound[0])
-            if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
-                forwarded.add(bound[0])
-            else:
-                forwarded.discard(bound[0])
-            return True
-        # ``_, preds = torch.max(outputs, 1)``: the values and the indices are one per row.
-        if len(targets) == 1 and len(bound) == 2 and self._is_max_over_classes(value, rows, "torch.max", "max"):
-            rows.update(bound)
-            local.difference_update(bound)
-            return True
-        if len(bound) == 1 and isinstance(value, cst.Call) and self._is_mean_loss_call(value, rows):
-            losses[bound[0]] = value
-            rows.discard(bound[0])
-            return True
-        for name in bound:
-            rows.discard(name)
-            forwarded.discard(name)
-            losses.pop(name, None)
-            local.add(name)
-        return True
+        if len(targets) == 1 and len(bound) == 1 and self._keeps_rows(value, values.rows):
+            values.add_rows(bound[0], forwarded=isinstance(value, cst.Call) and isinstance(value.func, cst.Name))
+        elif (
+            len(targets) == 1 and len(bound) == 2 and self._is_max_over_classes(value, values.rows, "torch.max", "max")
+        ):
+            # ``_, preds = torch.max(outputs, 1)``: the values and the indices are one per row.
+            values.rows.update(bound)
+            values.local.difference_update(bound)
+        elif len(bound) == 1 and isinstance(value, cst.Call) and self._is_mean_loss_call(value, values.rows):
+            values.losses[bound[0]] = value
+            values.rows.discard(bound[0])
+        else:
+            for name in bound:
+                values.add_local(name)
 
     def _keeps_rows(self, value: cst.BaseExpression, rows: set[str]) -> bool:
         """A model's output on a batch, a batch moved or cast, or a per-row max/argmax."""
@@ -563,21 +602,16 @@ class _GatherSums(RuleTransformer):
         )
 
     def _rewritten_sum(
-        self,
-        value: cst.BaseExpression,
-        rows: set[str],
-        losses: dict[str, cst.Call],
-        local: set[str],
-        gathered: list[str],
+        self, value: cst.BaseExpression, values: _LoopValues, gathered: list[str]
     ) -> cst.BaseExpression | None:
         """The summed value reading per-sample names only (renamed later), the batch-mean loss
         times the batch size recomputed on them; None when it reads a per-process value."""
-        counting = _CountRows(rows, losses)
+        counting = _CountRows(values.rows, values.losses)
         rewritten = cast(cst.BaseExpression, value.visit(counting))
         read = variables_read(rewritten) - {ROWS_PLACEHOLDER}
-        if read & local or read & set(losses):
+        if read & values.local or read & set(values.losses):
             return None
-        for name in [*counting.used, *sorted(read & rows)]:
+        for name in [*counting.used, *sorted(read & values.rows)]:
             if name not in gathered:
                 gathered.append(name)
         if counting.counted:
