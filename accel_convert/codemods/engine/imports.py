@@ -50,42 +50,68 @@ def add_import(module: cst.Module, line: cst.SimpleStatementLine, style: ImportS
         return module.with_changes(body=merged)
     line = _wrapped(line, style)
     root = _module_name(cast(cst.Import | cst.ImportFrom, new)).split(".")[0]
-    first_party = style is not None and root in style.known_first_party
-    standard = root in sys.stdlib_module_names and not first_party
-    if first_party:
-        assert style is not None
-        group = _import_group(body, lambda name: name.split(".")[0] in style.known_first_party)
+    group: range | None = None
+    if style is not None and root in style.known_first_party:
+        first_party = style.known_first_party
+        group = _import_group(body, lambda name: name.split(".")[0] in first_party)
         if group is None:
             return _new_section(module, body, line)
-    else:
-        group = _import_group(body, _is_standard_library) if standard else None
-    if standard and group is None:
-        # No standard-library section yet: it becomes the first, a blank line above the rest.
-        start = first_statement_index(body)
-        if start < len(body) and _is_import_line(body[start]):
-            first = cast(cst.SimpleStatementLine, body[start])
-            body.insert(start, line.with_changes(leading_lines=first.leading_lines))
-            body[start + 1] = first.with_changes(leading_lines=[cst.EmptyLine()])
-            return module.with_changes(body=body)
+    elif root in sys.stdlib_module_names:
+        group = _import_group(body, _is_standard_library)
+        if group is None and _starts_with_import(body):
+            return module.with_changes(body=_as_first_section(body, line))
     group = group or _import_group(body, _is_torch)
     if group is not None and _is_sorted(body[group.start : group.stop], style):
-        keys = [_sort_key(cast(cst.SimpleStatementLine, body[i]).body[0], style) for i in group]
-        insert_at = group.start + bisect.bisect_right(keys, _sort_key(new, style))
-        if insert_at == group.start:  # the group's blank line above now goes above the new line
-            first = cast(cst.SimpleStatementLine, body[insert_at])
-            line = line.with_changes(leading_lines=first.leading_lines)
-            body[insert_at] = first.with_changes(leading_lines=[])
-        body.insert(insert_at, line)
-        return module.with_changes(body=body)
+        return module.with_changes(body=_inserted_in_order(body, group, line, _sort_key(new, style), style))
+    return module.with_changes(body=_inserted_after_leading_imports(body, line))
+
+
+def _starts_with_import(body: Sequence[cst.BaseStatement]) -> bool:
+    """Whether the module's first statement (after its docstring and ``__future__`` imports) is an import."""
+    start = first_statement_index(body)
+    return start < len(body) and _is_import_line(body[start])
+
+
+def _as_first_section(body: list[cst.BaseStatement], line: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
+    """A standard-library import where the module has no standard-library section: it becomes
+    the first section, a blank line above the rest."""
+    start = first_statement_index(body)
+    first = cast(cst.SimpleStatementLine, body[start])
+    body.insert(start, line.with_changes(leading_lines=first.leading_lines))
+    body[start + 1] = first.with_changes(leading_lines=[cst.EmptyLine()])
+    return body
+
+
+def _inserted_in_order(
+    body: list[cst.BaseStatement],
+    group: range,
+    line: cst.SimpleStatementLine,
+    key: tuple[int, str, tuple[int, str]],
+    style: ImportStyle | None,
+) -> list[cst.BaseStatement]:
+    """``line`` at its sorted place (``key``) in a sorted group of import lines."""
+    keys = [_sort_key(cast(cst.SimpleStatementLine, body[i]).body[0], style) for i in group]
+    insert_at = group.start + bisect.bisect_right(keys, key)
+    if insert_at == group.start:  # the group's blank line above now goes above the new line
+        first = cast(cst.SimpleStatementLine, body[insert_at])
+        line = line.with_changes(leading_lines=first.leading_lines)
+        body[insert_at] = first.with_changes(leading_lines=[])
+    body.insert(insert_at, line)
+    return body
+
+
+def _inserted_after_leading_imports(
+    body: list[cst.BaseStatement], line: cst.SimpleStatementLine
+) -> list[cst.BaseStatement]:
+    """``line`` after the import lines the module starts with (where its first statement is, without any)."""
     index = first_statement_index(body)
     last_import = None
     for position in range(index, len(body)):
         if not _is_import_line(body[position]):
             break
         last_import = position
-    insert_at = last_import + 1 if last_import is not None else index
-    body.insert(insert_at, line)
-    return module.with_changes(body=body)
+    body.insert(last_import + 1 if last_import is not None else index, line)
+    return body
 
 
 def _is_torch(name: str) -> bool:

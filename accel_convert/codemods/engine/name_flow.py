@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import ast
 import builtins
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 #: Names every module can read without binding them.
 ALWAYS_BOUND = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__builtins__"}
@@ -161,63 +162,86 @@ class _Bindings:
         for statement in open_statements:
             self.in_statement[statement].add(name)
 
-    def _visit(self, node: ast.AST, scope: int, open_statements: list[int]) -> None:  # noqa: C901 - one case per kind
-        if type(node) not in _BINDING_KINDS:
-            # Most nodes (constants, attributes, operators...): nothing below but their children.
-            for child in _children(node):
-                self._visit(child, scope, open_statements)
+    def _visit(self, node: ast.AST, scope: int, open_statements: list[int]) -> None:
+        visit = _BINDING_VISITS.get(type(node))
+        if visit is not None:
+            visit(self, node, scope, open_statements)
             return
-        if isinstance(node, ast.Name):
-            if not isinstance(node.ctx, ast.Load):
-                self._bind(node.id, scope, open_statements)
-            return
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            outer: list[ast.AST] = list(getattr(node, "decorator_list", ()))
-            if isinstance(node, ast.ClassDef):
-                outer += [*node.bases, *node.keywords]
-            else:
-                outer += _defaults(node.args)
-                outer += [a.annotation for a in _all_arguments(node.args) if a.annotation is not None]
-            self._visit_body(outer, scope, open_statements)
-            if not isinstance(node, ast.Lambda):
-                self._bind(node.name, scope, open_statements)
-            self.in_scope[id(node)] = set(() if isinstance(node, ast.ClassDef) else _parameter_names(node.args))
-            self.declared[id(node)] = set()
-            self._visit_body(node.body if isinstance(node.body, list) else [node.body], id(node), [])
-            return
-        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            # The targets are the comprehension's own; a walrus inside binds the enclosing scope.
-            for generator in node.generators:
-                self._visit(generator.iter, scope, open_statements)
-                for condition in generator.ifs:
-                    self._visit(condition, scope, open_statements)
-            for element in [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]:
-                self._visit(element, scope, open_statements)
-            return
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            if isinstance(node, ast.ImportFrom) and _is_star(node):
-                self.star_import = True
-            for name in _import_names(node):
-                self._bind(name, scope, open_statements)
-            return
-        if isinstance(node, (ast.Global, ast.Nonlocal)):
-            self.declared.setdefault(scope, set()).update(node.names)
-            if isinstance(node, ast.Global):
-                self.declared_global.setdefault(scope, set()).update(node.names)
-            return
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            self.called.add(node.func.id)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            self._bind(node.name, scope, open_statements)
-        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
-            self._bind(node.name, scope, open_statements)
-        elif isinstance(node, ast.MatchMapping) and node.rest:
-            self._bind(node.rest, scope, open_statements)
-        if isinstance(node, _COMPOUND):
-            self.in_statement[id(node)] = set()
-            open_statements = [*open_statements, id(node)]
+        # Most nodes (constants, attributes, operators...): nothing below but their children.
         for child in _children(node):
             self._visit(child, scope, open_statements)
+
+    def _visit_children(self, node: ast.AST, scope: int, open_statements: list[int]) -> None:
+        for child in _children(node):
+            self._visit(child, scope, open_statements)
+
+    def _visit_name(self, node: ast.Name, scope: int, open_statements: list[int]) -> None:
+        if not isinstance(node.ctx, ast.Load):
+            self._bind(node.id, scope, open_statements)
+
+    def _visit_definition(
+        self,
+        node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda,
+        scope: int,
+        open_statements: list[int],
+    ) -> None:
+        """A function, lambda or class: what runs where it is defined belongs to the enclosing
+        scope; its body is a scope of its own (with its parameters bound)."""
+        self._visit_body(_run_at_definition(node), scope, open_statements)
+        if not isinstance(node, ast.Lambda):
+            self._bind(node.name, scope, open_statements)
+        self.in_scope[id(node)] = set(() if isinstance(node, ast.ClassDef) else _parameter_names(node.args))
+        self.declared[id(node)] = set()
+        self._visit_body(node.body if isinstance(node.body, list) else [node.body], id(node), [])
+
+    def _visit_comprehension(
+        self,
+        node: ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp,
+        scope: int,
+        open_statements: list[int],
+    ) -> None:
+        # The targets are the comprehension's own; a walrus inside binds the enclosing scope.
+        for generator in node.generators:
+            self._visit(generator.iter, scope, open_statements)
+            for condition in generator.ifs:
+                self._visit(condition, scope, open_statements)
+        for element in [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]:
+            self._visit(element, scope, open_statements)
+
+    def _visit_import(self, node: ast.Import | ast.ImportFrom, scope: int, open_statements: list[int]) -> None:
+        if isinstance(node, ast.ImportFrom) and _is_star(node):
+            self.star_import = True
+        for name in _import_names(node):
+            self._bind(name, scope, open_statements)
+
+    def _visit_declaration(self, node: ast.Global | ast.Nonlocal, scope: int, open_statements: list[int]) -> None:
+        self.declared.setdefault(scope, set()).update(node.names)
+        if isinstance(node, ast.Global):
+            self.declared_global.setdefault(scope, set()).update(node.names)
+
+    def _visit_call(self, node: ast.Call, scope: int, open_statements: list[int]) -> None:
+        if isinstance(node.func, ast.Name):
+            self.called.add(node.func.id)
+        self._visit_children(node, scope, open_statements)
+
+    def _visit_capture(
+        self, node: ast.ExceptHandler | ast.MatchAs | ast.MatchStar, scope: int, open_statements: list[int]
+    ) -> None:
+        """``except E as name``, ``case [*rest]``, ``case Point() as name``."""
+        if node.name:
+            self._bind(node.name, scope, open_statements)
+        self._visit_children(node, scope, open_statements)
+
+    def _visit_mapping_pattern(self, node: ast.MatchMapping, scope: int, open_statements: list[int]) -> None:
+        """``case {"key": value, **rest}``."""
+        if node.rest:
+            self._bind(node.rest, scope, open_statements)
+        self._visit_children(node, scope, open_statements)
+
+    def _visit_compound(self, node: ast.stmt, scope: int, open_statements: list[int]) -> None:
+        """A compound statement: what its blocks bind is also recorded as its own."""
+        self.in_statement[id(node)] = set()
+        self._visit_children(node, scope, [*open_statements, id(node)])
 
     def locals_of(self, scope: ast.AST) -> set[str]:
         """The names a function (or lambda) binds itself, its parameters included."""
@@ -229,11 +253,30 @@ _COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, 
     (ast.TryStar,) if hasattr(ast, "TryStar") else ()
 )
 #: The node classes :meth:`_Bindings._visit` does more with than visit their children.
-_BINDING_KINDS = frozenset(
-    {ast.Name, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp}
-    | {ast.DictComp, ast.GeneratorExp, ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.Call}
-    | {ast.ExceptHandler, ast.MatchAs, ast.MatchStar, ast.MatchMapping, *_COMPOUND}
-)
+_BINDING_VISITS: dict[type[ast.AST], Callable[[_Bindings, Any, int, list[int]], None]] = {
+    ast.Name: _Bindings._visit_name,
+    **dict.fromkeys((ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda), _Bindings._visit_definition),
+    **dict.fromkeys((ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp), _Bindings._visit_comprehension),
+    **dict.fromkeys((ast.Import, ast.ImportFrom), _Bindings._visit_import),
+    **dict.fromkeys((ast.Global, ast.Nonlocal), _Bindings._visit_declaration),
+    ast.Call: _Bindings._visit_call,
+    **dict.fromkeys((ast.ExceptHandler, ast.MatchAs, ast.MatchStar), _Bindings._visit_capture),
+    ast.MatchMapping: _Bindings._visit_mapping_pattern,
+    **dict.fromkeys(_COMPOUND, _Bindings._visit_compound),
+}
+
+
+def _run_at_definition(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda) -> list[ast.AST]:
+    """What runs where a function, lambda or class is defined: decorators, then a class's bases
+    and keywords, or a function's defaults and annotations."""
+    found: list[ast.AST] = list(getattr(node, "decorator_list", ()))
+    if isinstance(node, ast.ClassDef):
+        return [*found, *node.bases, *node.keywords]
+    return [
+        *found,
+        *_defaults(node.args),
+        *(a.annotation for a in _all_arguments(node.args) if a.annotation is not None),
+    ]
 
 
 @dataclass
@@ -383,105 +426,121 @@ class _Block:
             current = self.statement(statement, current)
         return current
 
-    def statement(self, node: ast.stmt, bound: set[str]) -> set[str] | None:  # noqa: C901 - one case per kind
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            self.reads([*node.decorator_list, *_defaults(node.args)], bound)
-            return bound | {node.name}
-        if isinstance(node, ast.ClassDef):
-            self.reads([*node.decorator_list, *node.bases, *(k.value for k in node.keywords)], bound)
-            # The class body runs now, reading what is bound so far; its methods run later.
-            inner = _Block(self.flow, node.name, module_level=False)
-            inner.statements(
-                [s for s in node.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))], set(bound)
-            )
-            return bound | {node.name}
-        if isinstance(node, (ast.Return, ast.Raise)):
-            self.reads([child for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr)], bound)
-            return None
-        if isinstance(node, (ast.Break, ast.Continue)):
-            return None
-        if isinstance(node, ast.If):
-            self.reads([node.test], bound)
-            body = self.statements(node.body, bound | _walrus_targets(node.test))
-            orelse = self.statements(node.orelse, bound | _walrus_targets(node.test))
-            return _join(body, orelse)
-        if isinstance(node, (ast.For, ast.AsyncFor)):
-            self.reads([node.iter], bound)
-            inside = bound | _target_names(node.target)
-            after_body = self.statements(node.body, inside)
-            # The loop body is taken to run (scripts read what their epoch loop bound).
-            after = bound | self.flow.bound_in(node) | _target_names(node.target)
-            if after_body is not None:
-                after |= after_body
-            after_else = self.statements(node.orelse, after)
-            return after if after_else is None else after_else
-        if isinstance(node, ast.While):
-            self.reads([node.test], bound)
-            self.statements(node.body, bound | _walrus_targets(node.test))
-            after = bound | self.flow.bound_in(node)
-            after_else = self.statements(node.orelse, after)
-            return after if after_else is None else after_else
-        if isinstance(node, (ast.With, ast.AsyncWith)):
-            current = set(bound)
-            for item in node.items:
-                self.reads([item.context_expr], current)
-                if item.optional_vars is not None:
-                    current |= _target_names(item.optional_vars)
-            return self.statements(node.body, current)
-        if isinstance(node, _TRY):
-            body = self.statements(node.body, bound)
-            after_try = self.statements(node.orelse, body) if body is not None else None
-            outcomes = [after_try]
-            for handler in node.handlers:
-                if handler.type is not None:
-                    self.reads([handler.type], bound)
-                handler_bound = bound | ({handler.name} if handler.name else set())
-                outcomes.append(self.statements(handler.body, handler_bound))
-            joined: set[str] | None = None
-            for outcome in outcomes:
-                joined = _join(joined, outcome) if joined is not None else outcome
-            if node.finalbody:
-                final = self.statements(node.finalbody, bound)
-                if joined is not None and final is not None:
-                    joined |= final
-            return joined
-        if isinstance(node, ast.Match):
-            self.reads([node.subject], bound)
-            for case in node.cases:
-                captured = {
-                    n.name for n in ast.walk(case.pattern) if isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name
-                }
-                captured |= {n.rest for n in ast.walk(case.pattern) if isinstance(n, ast.MatchMapping) and n.rest}
-                if case.guard is not None:
-                    self.reads([case.guard], bound | captured)
-                self.statements(case.body, bound | captured)
-            return bound | self.flow.bound_in(node)
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            return bound | _import_names(node)
-        if isinstance(node, ast.Delete):
-            self.reads([target for target in node.targets if not isinstance(target, ast.Name)], bound)
-            return bound - {target.id for target in node.targets if isinstance(target, ast.Name)}
-        if isinstance(node, ast.AugAssign):
-            self.reads([node.value], bound)
-            if isinstance(node.target, ast.Name):
-                self.name_read(node.target.id, node.target, bound)
-            else:
-                self.reads([node.target], bound)
-            return bound | _target_names(node.target)
-        if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            value = node.value
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if value is not None:
-                self.reads([value], bound)
-            # Subscripts and attributes assigned read their object (``d[k] = v`` reads d and k).
-            self.reads([part for target in targets for part in _target_reads(target)], bound)
-            if isinstance(node, ast.AnnAssign) and value is None:
-                return bound
-            return bound | {name for target in targets for name in _target_names(target)} | _walrus_targets(value)
-        if isinstance(node, (ast.Global, ast.Nonlocal, ast.Pass)):
+    def statement(self, node: ast.stmt, bound: set[str]) -> set[str] | None:
+        flow = _STATEMENT_FLOWS.get(type(node), _Block._evaluate)
+        return flow(self, node, bound)
+
+    def _define_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, bound: set[str]) -> set[str] | None:
+        self.reads([*node.decorator_list, *_defaults(node.args)], bound)
+        return bound | {node.name}
+
+    def _define_class(self, node: ast.ClassDef, bound: set[str]) -> set[str] | None:
+        self.reads([*node.decorator_list, *node.bases, *(k.value for k in node.keywords)], bound)
+        # The class body runs now, reading what is bound so far; its methods run later.
+        inner = _Block(self.flow, node.name, module_level=False)
+        inner.statements(
+            [s for s in node.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))], set(bound)
+        )
+        return bound | {node.name}
+
+    def _leave(self, node: ast.Return | ast.Raise, bound: set[str]) -> set[str] | None:
+        self.reads(_expressions_of(node), bound)
+        return None
+
+    def _jump(self, node: ast.Break | ast.Continue, bound: set[str]) -> set[str] | None:
+        return None
+
+    def _if(self, node: ast.If, bound: set[str]) -> set[str] | None:
+        self.reads([node.test], bound)
+        body = self.statements(node.body, bound | _walrus_targets(node.test))
+        orelse = self.statements(node.orelse, bound | _walrus_targets(node.test))
+        return _join(body, orelse)
+
+    def _for(self, node: ast.For | ast.AsyncFor, bound: set[str]) -> set[str] | None:
+        self.reads([node.iter], bound)
+        inside = bound | _target_names(node.target)
+        after_body = self.statements(node.body, inside)
+        # The loop body is taken to run (scripts read what their epoch loop bound).
+        after = bound | self.flow.bound_in(node) | _target_names(node.target)
+        if after_body is not None:
+            after |= after_body
+        return self._after_loop(node.orelse, after)
+
+    def _while(self, node: ast.While, bound: set[str]) -> set[str] | None:
+        self.reads([node.test], bound)
+        self.statements(node.body, bound | _walrus_targets(node.test))
+        return self._after_loop(node.orelse, bound | self.flow.bound_in(node))
+
+    def _after_loop(self, orelse: Sequence[ast.stmt], after: set[str]) -> set[str]:
+        """After a loop that binds ``after``: its ``else`` block runs when the loop does not break."""
+        after_else = self.statements(orelse, after)
+        return after if after_else is None else after_else
+
+    def _with(self, node: ast.With | ast.AsyncWith, bound: set[str]) -> set[str] | None:
+        current = set(bound)
+        for item in node.items:
+            self.reads([item.context_expr], current)
+            if item.optional_vars is not None:
+                current |= _target_names(item.optional_vars)
+        return self.statements(node.body, current)
+
+    def _try(self, node: ast.Try, bound: set[str]) -> set[str] | None:
+        body = self.statements(node.body, bound)
+        outcomes = [self.statements(node.orelse, body) if body is not None else None]
+        for handler in node.handlers:
+            if handler.type is not None:
+                self.reads([handler.type], bound)
+            outcomes.append(self.statements(handler.body, bound | ({handler.name} if handler.name else set())))
+        joined: set[str] | None = None
+        for outcome in outcomes:
+            joined = _join(joined, outcome)
+        if node.finalbody:
+            final = self.statements(node.finalbody, bound)
+            if joined is not None and final is not None:
+                joined |= final
+        return joined
+
+    def _match(self, node: ast.Match, bound: set[str]) -> set[str] | None:
+        self.reads([node.subject], bound)
+        for case in node.cases:
+            captured = _pattern_captures(case.pattern)
+            if case.guard is not None:
+                self.reads([case.guard], bound | captured)
+            self.statements(case.body, bound | captured)
+        return bound | self.flow.bound_in(node)
+
+    def _import(self, node: ast.Import | ast.ImportFrom, bound: set[str]) -> set[str] | None:
+        return bound | _import_names(node)
+
+    def _delete(self, node: ast.Delete, bound: set[str]) -> set[str] | None:
+        self.reads([target for target in node.targets if not isinstance(target, ast.Name)], bound)
+        return bound - {target.id for target in node.targets if isinstance(target, ast.Name)}
+
+    def _augmented_assign(self, node: ast.AugAssign, bound: set[str]) -> set[str] | None:
+        self.reads([node.value], bound)
+        if isinstance(node.target, ast.Name):
+            self.name_read(node.target.id, node.target, bound)
+        else:
+            self.reads([node.target], bound)
+        return bound | _target_names(node.target)
+
+    def _assign(self, node: ast.Assign | ast.AnnAssign, bound: set[str]) -> set[str] | None:
+        value = node.value
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if value is not None:
+            self.reads([value], bound)
+        # Subscripts and attributes assigned read their object (``d[k] = v`` reads d and k).
+        self.reads([part for target in targets for part in _target_reads(target)], bound)
+        if isinstance(node, ast.AnnAssign) and value is None:
             return bound
-        # Expression statements, assert, type aliases...
-        expressions = [child for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr)]
+        return bound | {name for target in targets for name in _target_names(target)} | _walrus_targets(value)
+
+    def _declare(self, node: ast.Global | ast.Nonlocal | ast.Pass, bound: set[str]) -> set[str] | None:
+        return bound
+
+    def _evaluate(self, node: ast.stmt, bound: set[str]) -> set[str] | None:
+        """Expression statements, assert, type aliases...: they read their expressions."""
+        expressions = _expressions_of(node)
         self.reads(expressions, bound)
         return bound | set().union(*(_walrus_targets(e) for e in expressions)) if expressions else bound
 
@@ -500,6 +559,38 @@ class _Block:
         if self.local_names is not None and name not in self.local_names:
             return  # a module-level name read in a function: judged where the function is called
         self.flow.possibly_unbound(self.scope, name, (node.lineno, node.col_offset))
+
+
+#: Statement class → how :meth:`_Block.statement` follows it (others: :meth:`_Block._evaluate`).
+_STATEMENT_FLOWS: dict[type[ast.stmt], Callable[[_Block, Any, set[str]], set[str] | None]] = {
+    **dict.fromkeys((ast.FunctionDef, ast.AsyncFunctionDef), _Block._define_function),
+    ast.ClassDef: _Block._define_class,
+    **dict.fromkeys((ast.Return, ast.Raise), _Block._leave),
+    **dict.fromkeys((ast.Break, ast.Continue), _Block._jump),
+    ast.If: _Block._if,
+    **dict.fromkeys((ast.For, ast.AsyncFor), _Block._for),
+    ast.While: _Block._while,
+    **dict.fromkeys((ast.With, ast.AsyncWith), _Block._with),
+    **dict.fromkeys(_TRY, _Block._try),
+    ast.Match: _Block._match,
+    **dict.fromkeys((ast.Import, ast.ImportFrom), _Block._import),
+    ast.Delete: _Block._delete,
+    ast.AugAssign: _Block._augmented_assign,
+    **dict.fromkeys((ast.Assign, ast.AnnAssign), _Block._assign),
+    **dict.fromkeys((ast.Global, ast.Nonlocal, ast.Pass), _Block._declare),
+}
+
+
+def _expressions_of(node: ast.stmt) -> list[ast.expr]:
+    """The expressions directly under a simple statement (what it evaluates)."""
+    return [child for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr)]
+
+
+def _pattern_captures(pattern: ast.pattern) -> set[str]:
+    """The names a ``case`` pattern binds (``case Point(x=px) as p``, ``case [first, *rest]``,
+    ``case {**others}``)."""
+    captured = {n.name for n in ast.walk(pattern) if isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name}
+    return captured | {n.rest for n in ast.walk(pattern) if isinstance(n, ast.MatchMapping) and n.rest}
 
 
 @dataclass

@@ -26,7 +26,7 @@ never used in another.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
@@ -266,27 +266,46 @@ class _Calls(NameCollector):
         self.found: list[_CrossCall] = []
 
     def visit_Call(self, node: cst.Call) -> None:
-        through_super = _calls_super_init(node) and bool(self.scope) and self.scope[0] in self.bases
-        if through_super:
-            callee: str | None = ".".join(self.bases[self.scope[0]])
-        else:
-            callee = program_callee(self.facts, node.func, self.scope)
-        if callee is None and isinstance(node.func, cst.Name):
-            # A class of this module without ``__init__`` whose base is another module's.
-            local = f"{self.name}.{node.func.value}"
-            scope = self.facts.name_table.scopes.get(tuple(self.scope)) if self.scope else None
-            shadowed = scope is not None and scope.binds(node.func.value)  # a local of that name
-            callee = local if local in self.initialisers and not shadowed else None
-        if callee is None:
+        found = self._callee(node)
+        if found is None:
             return
-        if not through_super and callee in self.initialisers:
-            # ``ClassifierTrainer(model, ...)`` with no ``__init__`` of its own runs its base's
-            # (in another module): the arguments fill the base's parameters, as if it were built.
-            callee = ".".join(self.initialisers[callee])
+        callee, through_super = found
         module, _, function = callee.rpartition(".")
         if module == self.name or function not in self.functions.get(module, {}):
             return
-        params = self.functions[module][function]
+        arguments = self._arguments(node, self.functions[module][function])
+        caller = self.scope[0] if self.scope else "<module>"
+        self.found.append(_CrossCall(self.name, caller, module, function, arguments, through_super))
+
+    def _callee(self, node: cst.Call) -> tuple[str, bool] | None:
+        """The qualified name of the program function or class whose code the call runs, and
+        whether it runs through ``super().__init__(...)``; None for anything else."""
+        if _calls_super_init(node) and self.scope and self.scope[0] in self.bases:
+            return ".".join(self.bases[self.scope[0]]), True
+        callee = program_callee(self.facts, node.func, self.scope)
+        if callee is None:
+            callee = self._local_class_initialised_elsewhere(node.func)
+        if callee is None:
+            return None
+        if callee in self.initialisers:
+            # ``ClassifierTrainer(model, ...)`` with no ``__init__`` of its own runs its base's
+            # (in another module): the arguments fill the base's parameters, as if it were built.
+            return ".".join(self.initialisers[callee]), False
+        return callee, False
+
+    def _local_class_initialised_elsewhere(self, func: cst.BaseExpression) -> str | None:
+        """A class of this module without ``__init__`` whose base is another module's (its
+        qualified name), unless a local of that name shadows it."""
+        if not isinstance(func, cst.Name):
+            return None
+        local = f"{self.name}.{func.value}"
+        scope = self.facts.name_table.scopes.get(tuple(self.scope)) if self.scope else None
+        shadowed = scope is not None and scope.binds(func.value)
+        return local if local in self.initialisers and not shadowed else None
+
+    def _arguments(self, node: cst.Call, params: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+        """(parameter filled, argument as written) for the call's plain-name arguments (and
+        loaders built in the call, as :data:`INLINE_LOADER`)."""
         arguments = []
         for index, arg in enumerate(node.args):
             value = dotted(arg.value)
@@ -298,8 +317,7 @@ class _Calls(NameCollector):
             param = parameter_filled(arg, index, params)
             if param is not None:
                 arguments.append((param, value))
-        caller = self.scope[0] if self.scope else "<module>"
-        self.found.append(_CrossCall(self.name, caller, module, function, tuple(arguments), through_super))
+        return tuple(arguments)
 
 
 def _calls_super_init(node: cst.Call) -> bool:
@@ -545,132 +563,106 @@ class Program:
         return homes.pop() if len(homes) == 1 else self.entry
 
     def _derive(self, facts: dict[str, ScriptFacts], seeds: dict[str, ProgramSeeds]) -> dict[str, ProgramSeeds]:
-        functions = {name: shape.params for name, shape in self.shapes.items()}
+        """The seeds of the next round: what this round's facts of each module tell the others."""
         parents = self._class_parents(facts)
         initialisers = self.inherited_inits = self.initialisers(parents)
+        calls = self._cross_calls(facts, parents, initialisers)
+        prepared_in = self._prepared_in(facts)
+        instances = self._instance_calls(facts)
+        received = _Received({name: {} for name in self.modules}, {name: set() for name in self.modules})
+        received.through_calls(calls, facts, prepared_in)
+        received.through_instances(instances, facts, prepared_in)
+        received.through_base_classes(parents, facts)
+        learnt = _Learnt(
+            received=received,
+            handed_over=_models_handed_over(calls, facts),
+            reaches=self._accelerator_reaches(calls, facts),
+            given_models=_classes_given_models(instances, facts, prepared_in),
+            loader_factories=self._loader_factories(facts),
+            looping=self._looping_functions(facts, seeds),
+            backward=self._backward_functions(facts, seeds),
+            training_bases=_by_module(self._training_bases(parents, facts, calls)),
+            training_base_subclasses=_by_module(self._inheriting_training(parents, facts)),
+            inherited_accelerator=_by_module(self._inheriting_accelerator(parents, facts)),
+            per_epoch=_per_epoch_arguments(calls, facts),
+            # A checkpoint one module saves may be loaded by another, converted before or after it.
+            saving={name for name, module_facts in facts.items() if module_facts.call_sites.get("torch.save")},
+        )
+        return {name: learnt.seeds(name, old, self.shapes[name]) for name, old in seeds.items()}
+
+    def _cross_calls(
+        self,
+        facts: dict[str, ScriptFacts],
+        parents: dict[tuple[str, str], set[tuple[str, str]]],
+        initialisers: dict[str, tuple[str, str]],
+    ) -> list[_CrossCall]:
+        """Every call from one module to a function or class of another, in module order."""
+        functions = {name: shape.params for name, shape in self.shapes.items()}
         calls: list[_CrossCall] = []
         for name, module in self.modules.items():
-            elsewhere = {
-                cls: base
-                for (owner, cls), found in parents.items()
-                if owner == name
-                for base in sorted(found)
-                if base[0] != name
-            }
-            finder = _Calls(facts[name], name, functions, elsewhere, initialisers)
+            finder = _Calls(facts[name], name, functions, _bases_elsewhere(name, parents), initialisers)
             module.module.visit(finder)
             calls.extend(finder.found)
-        roles: dict[str, dict[str, set[str]]] = {name: {} for name in self.modules}
-        prepared: dict[str, set[str]] = {name: set() for name in self.modules}
-        prepared_in = {
+        return calls
+
+    def _prepared_in(self, facts: dict[str, ScriptFacts]) -> dict[str, set[str]]:
+        """Module → the names it prepares itself (the home module: what its ``prepare`` will cover)."""
+        return {
             name: (
                 _prepared_by_entry(facts[name], self.shapes[name]) if name == self.home else set(facts[name].prepared)
             )
             for name in self.modules
         }
-        for call in calls:
-            caller = facts[call.caller_module]
-            for param, argument in call.arguments:
-                for role in (*ROLES, "eval_loaders"):
-                    held: set[str] = getattr(caller, role)
-                    target = "train_loaders" if role == "eval_loaders" else role
-                    for name in held:
-                        if name == argument:
-                            roles[call.callee_module].setdefault(target, set()).add(param)
-                        elif name.startswith(argument + "."):
-                            roles[call.callee_module].setdefault(target, set()).add(param + name[len(argument) :])
-                if argument in prepared_in[call.caller_module] or argument == INLINE_LOADER:
-                    prepared[call.callee_module].add(param)
-                if argument == INLINE_LOADER:
-                    roles[call.callee_module].setdefault("train_loaders", set()).add(param)
-        # ``Trainer(model, ...)``: a parameter the callee trains as a model makes the argument
-        # a model where it is built (the callee's module prepares none of what it is handed).
-        handed_over: dict[str, set[str]] = {}
-        for call in calls:
-            callee_facts = facts[call.callee_module]
-            for param, argument in call.arguments:
-                if param in callee_facts.models and param not in callee_facts.frozen_models:
-                    handed_over.setdefault(call.caller_module, set()).add(argument)
-        given_models: dict[str, set[str]] = {}
+
+    def _instance_calls(self, facts: dict[str, ScriptFacts]) -> dict[str, _InstanceCalls]:
+        """Per module: its instances of other modules' classes and what it passes to them."""
+        found: dict[str, _InstanceCalls] = {}
         for name, module in self.modules.items():
-            instances = _InstanceCalls(facts[name], name, self.shapes)
-            module.module.visit(instances)
-            for (callee_module, cls), passed in instances.passed.items():
-                if any(value in facts[name].models and value in prepared_in[name] for _, value in passed):
-                    given_models.setdefault(callee_module, set()).add(cls)
-            # ``early_stopping(val_loss, model)``: ``model`` of ``EarlyStopping.__call__`` is a
-            # (prepared) model there, as a function's parameter is.
-            for callee_module, param, value in instances.filled:
-                for role in ROLES:
-                    if value in getattr(facts[name], role):
-                        roles[callee_module].setdefault(role, set()).add(param)
-                if value in prepared_in[name]:
-                    prepared[callee_module].add(param)
-        reaches = self._accelerator_reaches(calls, facts)
-        loader_factories, looping, backward = set(), set(), set()
+            found[name] = _InstanceCalls(facts[name], name, self.shapes)
+            module.module.visit(found[name])
+        return found
+
+    def _loader_factories(self, facts: dict[str, ScriptFacts]) -> set[str]:
+        """Module-level functions (qualified) that return a data loader."""
+        return {
+            f"{name}.{function}"
+            for name, shape in self.shapes.items()
+            for function, returned in shape.returns.items()
+            if any(self._returns_loader(facts[name], function, value) for value in returned)
+        }
+
+    def _looping_functions(self, facts: dict[str, ScriptFacts], seeds: dict[str, ProgramSeeds]) -> set[str]:
+        """Functions (qualified) that loop over a loader, directly or through what they call."""
+        found: set[str] = set()
+        for name in self.shapes:
+            module_facts = facts[name]
+            loops = {loop.function for loop in [*module_facts.train_loops, *module_facts.eval_loops]}
+            reaching = seeds[name].looping_functions
+            found |= {f"{name}.{f}" for f in callers_closure(loops, module_facts.call_graph, reaching=reaching)}
+        return found
+
+    def _backward_functions(self, facts: dict[str, ScriptFacts], seeds: dict[str, ProgramSeeds]) -> set[str]:
+        """Functions (qualified) that run a backward, directly or through what they call."""
+        found: set[str] = set()
         for name, shape in self.shapes.items():
             module_facts = facts[name]
-            for function, returned in shape.returns.items():
-                if any(self._returns_loader(module_facts, function, value) for value in returned):
-                    loader_factories.add(f"{name}.{function}")
-            loops = {loop.function for loop in [*module_facts.train_loops, *module_facts.eval_loops]}
-            for function in callers_closure(loops, module_facts.call_graph, reaching=seeds[name].looping_functions):
-                looping.add(f"{name}.{function}")
             trains = {loop.function for loop in module_facts.train_loops}
             trains |= {_function_at(shape, site.line) for site in module_facts.call_sites.get(".backward", ())}
-            for function in callers_closure(trains, module_facts.call_graph, reaching=seeds[name].backward_functions):
-                backward.add(f"{name}.{function}")
-        # A subclass's instance holds what its base class's ``__init__`` binds (``self.model``):
-        # roles of those attributes reach the subclass's module (pytorch-template's ``Trainer``
-        # evaluating ``self.model``, which ``BaseTrainer.__init__`` binds).
-        for (name, _), found in parents.items():
-            for owner, _ in found:
-                if owner == name:
-                    continue
-                for role in (*ROLES, "eval_loaders"):
-                    inherited = {held for held in getattr(facts[owner], role) if held.startswith("self.")}
-                    if inherited:
-                        target = "train_loaders" if role == "eval_loaders" else role
-                        roles[name].setdefault(target, set()).update(inherited)
-                # Prepared where the base's ``__init__`` received them (the entry prepared them).
-                prepared[name] |= {held for held in facts[owner].prepared_attributes if held.startswith("self.")}
-        bases = self._training_bases(parents, facts, calls)
-        inheriting = self._inheriting_training(parents, facts)
-        per_epoch: dict[str, set[str]] = {}
-        for call in calls:
-            stepped = facts[call.callee_module].per_epoch_schedulers
-            per_epoch.setdefault(call.caller_module, set()).update(
-                argument for param, argument in call.arguments if param in stepped
-            )
-        # A checkpoint one module saves may be loaded by another, converted before or after it.
-        saving = {name for name, module_facts in facts.items() if module_facts.call_sites.get("torch.save")}
-        # A class with no ``__init__`` whose inherited one keeps the accelerator (a base in another
-        # module, or in its own when another module constructs it): its instances hold
-        # ``self.accelerator`` for its own methods.
-        inherits_accelerator = {
+            reaching = seeds[name].backward_functions
+            found |= {f"{name}.{f}" for f in callers_closure(trains, module_facts.call_graph, reaching=reaching)}
+        return found
+
+    def _inheriting_accelerator(
+        self, parents: dict[tuple[str, str], set[tuple[str, str]]], facts: dict[str, ScriptFacts]
+    ) -> set[tuple[str, str]]:
+        """(module, class) of classes with no ``__init__`` whose inherited one keeps the
+        accelerator (a base in another module, or in its own when another module constructs it):
+        their instances hold ``self.accelerator`` for their own methods."""
+        return {
             (module, cls)
             for (module, cls), (base_module, base) in self.initialiser_classes(parents).items()
             if base in facts[base_module].training_classes
         }
-        derived = {}
-        for name, old in seeds.items():
-            derived[name] = replace(
-                old,
-                parameter_roles=tuple(sorted((role, frozenset(names)) for role, names in roles[name].items())),
-                prepared=frozenset(prepared[name]),
-                models_handed_over=frozenset(handed_over.get(name, set())),
-                accelerator_reaches=frozenset(reaches.get(name, set())),
-                classes_given_models=frozenset(given_models.get(name, set())),
-                loader_factories=frozenset(loader_factories),
-                looping_functions=frozenset(looping - {f"{name}.{f}" for f in self.shapes[name].params}),
-                backward_functions=frozenset(backward - {f"{name}.{f}" for f in self.shapes[name].params}),
-                training_bases=frozenset(cls for module, cls in bases if module == name),
-                training_base_subclasses=frozenset(cls for module, cls in inheriting if module == name),
-                inherited_accelerator=frozenset(cls for module, cls in inherits_accelerator if module == name),
-                per_epoch_schedulers=frozenset(per_epoch.get(name, set())),
-                saved_elsewhere=bool(saving - {name}),
-            )
-        return derived
 
     def _class_parents(self, facts: dict[str, ScriptFacts]) -> dict[tuple[str, str], set[tuple[str, str]]]:
         """(module, class) of every module-level class → the program classes it derives from
@@ -802,6 +794,186 @@ class Program:
             if holds and module != self.home:
                 reaches.setdefault(module, set()).add(function)
         return reaches
+
+
+#: A role an argument holds in the caller's module → the role its parameter gets in the callee's:
+#: an evaluation loader handed over is a loader there, where the callee's own loops decide its use.
+_ROLES_PASSED: tuple[tuple[str, str], ...] = (*((role, role) for role in ROLES), ("eval_loaders", "train_loaders"))
+
+
+@dataclass
+class _Received:
+    """What modules receive from the rest of the program in one round: module → role → names
+    of parameters and attributes, and module → the names that arrive prepared."""
+
+    roles: dict[str, dict[str, set[str]]]
+    prepared: dict[str, set[str]]
+
+    def add_role(self, module: str, role: str, name: str) -> None:
+        self.roles[module].setdefault(role, set()).add(name)
+
+    def through_calls(
+        self, calls: Iterable[_CrossCall], facts: dict[str, ScriptFacts], prepared_in: dict[str, set[str]]
+    ) -> None:
+        """A parameter filled with an object of a role (or with an object holding one, as
+        ``loaders`` holding ``loaders.train``) has that role in the callee; one filled with a
+        prepared object, or with a loader built in the call, arrives prepared."""
+        for call in calls:
+            caller = facts[call.caller_module]
+            for param, argument in call.arguments:
+                for role, rest in _roles_of_argument(caller, argument):
+                    self.add_role(call.callee_module, role, param + rest)
+                if argument in prepared_in[call.caller_module] or argument == INLINE_LOADER:
+                    self.prepared[call.callee_module].add(param)
+                if argument == INLINE_LOADER:
+                    self.add_role(call.callee_module, "train_loaders", param)
+
+    def through_instances(
+        self, instances: dict[str, _InstanceCalls], facts: dict[str, ScriptFacts], prepared_in: dict[str, set[str]]
+    ) -> None:
+        """``early_stopping(val_loss, model)``: ``model`` of ``EarlyStopping.__call__`` is a
+        (prepared) model there, as a function's parameter is."""
+        for name, found in instances.items():
+            for callee_module, param, value in found.filled:
+                for role in ROLES:
+                    if value in getattr(facts[name], role):
+                        self.add_role(callee_module, role, param)
+                if value in prepared_in[name]:
+                    self.prepared[callee_module].add(param)
+
+    def through_base_classes(
+        self, parents: dict[tuple[str, str], set[tuple[str, str]]], facts: dict[str, ScriptFacts]
+    ) -> None:
+        """A subclass's instance holds what its base class's ``__init__`` binds (``self.model``):
+        roles of those attributes reach the subclass's module (pytorch-template's ``Trainer``
+        evaluating ``self.model``, which ``BaseTrainer.__init__`` binds), prepared where the base's
+        ``__init__`` received them prepared (the entry prepared them)."""
+        for (name, _), found in parents.items():
+            for owner, _ in found:
+                if owner == name:
+                    continue
+                for held_role, role in _ROLES_PASSED:
+                    for held in _attributes_of_self(getattr(facts[owner], held_role)):
+                        self.add_role(name, role, held)
+                self.prepared[name] |= _attributes_of_self(facts[owner].prepared_attributes)
+
+
+@dataclass(frozen=True)
+class _Learnt:
+    """What one round of analysis learnt about each module from the others (see :class:`ProgramSeeds`)."""
+
+    received: _Received
+    #: Module → names it passes to a parameter another module trains as a model.
+    handed_over: dict[str, set[str]]
+    #: Library module → its functions every caller of which holds the accelerator.
+    reaches: dict[str, set[str]]
+    #: Module → its classes whose instances other modules hand a prepared model.
+    given_models: dict[str, set[str]]
+    #: Qualified names, program-wide.
+    loader_factories: set[str]
+    looping: set[str]
+    backward: set[str]
+    #: Module → its classes of each kind.
+    training_bases: dict[str, set[str]]
+    training_base_subclasses: dict[str, set[str]]
+    inherited_accelerator: dict[str, set[str]]
+    #: Module → names it passes to be stepped as a scheduler once per epoch.
+    per_epoch: dict[str, set[str]]
+    #: Modules that save a checkpoint.
+    saving: set[str]
+
+    def seeds(self, name: str, old: ProgramSeeds, shape: _ModuleShape) -> ProgramSeeds:
+        """Module ``name``'s seeds for the next round (functions of its own are not imported)."""
+        own = {f"{name}.{function}" for function in shape.params}
+        return replace(
+            old,
+            parameter_roles=tuple(
+                sorted((role, frozenset(names)) for role, names in self.received.roles[name].items())
+            ),
+            prepared=frozenset(self.received.prepared[name]),
+            models_handed_over=frozenset(self.handed_over.get(name, set())),
+            accelerator_reaches=frozenset(self.reaches.get(name, set())),
+            classes_given_models=frozenset(self.given_models.get(name, set())),
+            loader_factories=frozenset(self.loader_factories),
+            looping_functions=frozenset(self.looping - own),
+            backward_functions=frozenset(self.backward - own),
+            training_bases=frozenset(self.training_bases.get(name, set())),
+            training_base_subclasses=frozenset(self.training_base_subclasses.get(name, set())),
+            inherited_accelerator=frozenset(self.inherited_accelerator.get(name, set())),
+            per_epoch_schedulers=frozenset(self.per_epoch.get(name, set())),
+            saved_elsewhere=bool(self.saving - {name}),
+        )
+
+
+def _roles_of_argument(facts: ScriptFacts, argument: str) -> Iterator[tuple[str, str]]:
+    """(role the parameter gets, attribute path after it) for each object of a role that the
+    argument is (``model``: ("models", "")) or holds (``loaders`` holding ``loaders.train``:
+    ("train_loaders", ".train"))."""
+    for held_role, role in _ROLES_PASSED:
+        for name in getattr(facts, held_role):
+            if name == argument:
+                yield role, ""
+            elif name.startswith(argument + "."):
+                yield role, name[len(argument) :]
+
+
+def _attributes_of_self(names: Iterable[str]) -> set[str]:
+    return {name for name in names if name.startswith("self.")}
+
+
+def _bases_elsewhere(name: str, parents: dict[tuple[str, str], set[tuple[str, str]]]) -> dict[str, tuple[str, str]]:
+    """Module ``name``'s classes → the class of another program module they derive from (of
+    several, the last by name)."""
+    return {
+        cls: base
+        for (owner, cls), found in parents.items()
+        if owner == name
+        for base in sorted(found)
+        if base[0] != name
+    }
+
+
+def _models_handed_over(calls: Iterable[_CrossCall], facts: dict[str, ScriptFacts]) -> dict[str, set[str]]:
+    """``Trainer(model, ...)``: a parameter the callee trains as a model makes the argument a
+    model where it is built (the callee's module prepares none of what it is handed)."""
+    handed_over: dict[str, set[str]] = {}
+    for call in calls:
+        callee_facts = facts[call.callee_module]
+        for param, argument in call.arguments:
+            if param in callee_facts.models and param not in callee_facts.frozen_models:
+                handed_over.setdefault(call.caller_module, set()).add(argument)
+    return handed_over
+
+
+def _classes_given_models(
+    instances: dict[str, _InstanceCalls], facts: dict[str, ScriptFacts], prepared_in: dict[str, set[str]]
+) -> dict[str, set[str]]:
+    """Module → its classes whose instances (or constructors) another module hands a prepared model."""
+    given: dict[str, set[str]] = {}
+    for name, found in instances.items():
+        for (callee_module, cls), passed in found.passed.items():
+            if any(value in facts[name].models and value in prepared_in[name] for _, value in passed):
+                given.setdefault(callee_module, set()).add(cls)
+    return given
+
+
+def _per_epoch_arguments(calls: Iterable[_CrossCall], facts: dict[str, ScriptFacts]) -> dict[str, set[str]]:
+    """Module → names it passes to a parameter another module steps as a scheduler once per epoch."""
+    per_epoch: dict[str, set[str]] = {}
+    for call in calls:
+        stepped = facts[call.callee_module].per_epoch_schedulers
+        per_epoch.setdefault(call.caller_module, set()).update(
+            argument for param, argument in call.arguments if param in stepped
+        )
+    return per_epoch
+
+
+def _by_module(classes: Iterable[tuple[str, str]]) -> dict[str, set[str]]:
+    """(module, class) pairs grouped: module → its classes."""
+    found: dict[str, set[str]] = {}
+    for module, cls in classes:
+        found.setdefault(module, set()).add(cls)
+    return found
 
 
 def accelerator_parameters(

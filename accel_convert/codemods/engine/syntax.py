@@ -237,38 +237,39 @@ def rows_counted(node: cst.CSTNode) -> str | None:
     ``x.shape[0]``, ``len(x)``; None for anything else. Such a count is no tensor to gather: after
     a gather it is read again from the gathered ``x``."""
     if isinstance(node, cst.Call):
-        func = node.func
-        if isinstance(func, cst.Name) and func.value == "len" and len(node.args) == 1:
-            argument = node.args[0].value
-            return argument.value if isinstance(argument, cst.Name) else None
-        if (
-            isinstance(func, cst.Attribute)
-            and func.attr.value == "size"
-            and isinstance(func.value, cst.Name)
-            and len(node.args) == 1
-            and isinstance(node.args[0].value, cst.Integer)
-            and node.args[0].value.value == "0"
-        ):
-            return func.value.value
-        return None
-    if (
-        isinstance(node, cst.Subscript)
-        and len(node.slice) == 1
-        and isinstance(node.slice[0].slice, cst.Index)
-        and isinstance(node.slice[0].slice.value, cst.Integer)
-        and node.slice[0].slice.value.value == "0"
-    ):
+        return _rows_counted_by_call(node)
+    if isinstance(node, cst.Subscript) and _is_first_item(node):
         owner = node.value
-        if isinstance(owner, cst.Attribute) and owner.attr.value == "shape" and isinstance(owner.value, cst.Name):
-            return owner.value.value
-        if (
-            isinstance(owner, cst.Call)
-            and not owner.args
-            and isinstance(owner.func, cst.Attribute)
-            and owner.func.attr.value == "size"
-            and isinstance(owner.func.value, cst.Name)
-        ):
-            return owner.func.value.value
+        # ``x.shape[0]``, ``x.size()[0]``.
+        if isinstance(owner, cst.Call):
+            return _name_before(owner.func, "size") if not owner.args else None
+        return _name_before(owner, "shape")
+    return None
+
+
+def _rows_counted_by_call(call: cst.Call) -> str | None:
+    """``x`` of ``len(x)`` and ``x.size(0)``."""
+    if len(call.args) != 1:
+        return None
+    argument = call.args[0].value
+    if isinstance(call.func, cst.Name):
+        return argument.value if call.func.value == "len" and isinstance(argument, cst.Name) else None
+    return _name_before(call.func, "size") if _is_zero(argument) else None
+
+
+def _is_first_item(node: cst.Subscript) -> bool:
+    """``[0]``."""
+    return len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index) and _is_zero(node.slice[0].slice.value)
+
+
+def _is_zero(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Integer) and node.value == "0"
+
+
+def _name_before(node: cst.BaseExpression, attribute: str) -> str | None:
+    """``x`` of ``x.<attribute>``; None when ``node`` is anything else."""
+    if isinstance(node, cst.Attribute) and node.attr.value == attribute and isinstance(node.value, cst.Name):
+        return node.value.value
     return None
 
 

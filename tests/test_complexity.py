@@ -1,0 +1,50 @@
+"""No function in the codemods is worse than radon's rank C (cyclomatic complexity above 20).
+
+A function that complex answers several questions at once, and its branches are where the one
+owner of a concept gets a second, diverging answer. Bring one down by extracting helpers that
+each answer one question, dispatching on node type through a table, returning early (see
+``radon cc -s -n D accel_convert/codemods/`` for the same list from the command line).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from radon.complexity import cc_rank, cc_visit
+
+import accel_convert.codemods as codemods_package
+
+CODEMODS = Path(codemods_package.__file__).parent
+#: The worst rank allowed: C is 11–20 decision points, D 21–30.
+WORST_RANK = "C"
+
+
+def too_complex(source: str) -> list[str]:
+    """``name: rank (complexity)`` for each function, method or class of ``source`` ranked
+    worse than :data:`WORST_RANK`."""
+    return [
+        f"{block.fullname}:{block.lineno}: {cc_rank(block.complexity)} ({block.complexity})"
+        for block in cc_visit(source)
+        if cc_rank(block.complexity) > WORST_RANK
+    ]
+
+
+def test_the_codemods_are_where_this_test_looks() -> None:
+    assert len(list(CODEMODS.rglob("*.py"))) > 40, "the codemods moved: this test would check nothing"
+
+
+def test_a_function_worse_than_c_is_found() -> None:
+    branches = "".join(f"    if x == {i}:\n        return {i}\n" for i in range(25))
+    assert too_complex(f"def many(x):\n{branches}    return None\n") == ["many:1: D (26)"]
+    assert too_complex("def few(x):\n    return x if x else None\n") == []
+
+
+def test_no_function_in_the_codemods_is_worse_than_c() -> None:
+    found = [
+        f"{path.relative_to(CODEMODS.parent)}:{problem}"
+        for path in sorted(CODEMODS.rglob("*.py"))
+        for problem in too_complex(path.read_text(encoding="utf-8"))
+    ]
+    assert found == [], (
+        "functions worse than radon's rank C (split them by the question each part answers):\n" + "\n".join(found)
+    )
