@@ -892,6 +892,24 @@ def _absolute_module(module_name: str, node: ast.ImportFrom, packages: frozenset
 Use = ast.Call | ast.Name | ast.Attribute
 
 
+def functions_used_only_as_values(tree: ast.Module) -> set[str]:
+    """The module's own functions the module never calls by name but uses as values (in a list
+    of hooks, a table of handlers, ``Thread(target=f)``): they are called out of sight, where no
+    rewrite can pass them an argument."""
+    defined = {
+        node.name
+        for node in _statements_in_blocks(tree.body)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+    called: set[str] = set()
+    as_values: set[str] = set()
+    for use, _ in _uses_with_class(tree):
+        name = use.func if isinstance(use, ast.Call) else use
+        if isinstance(name, ast.Name) and name.id in defined:
+            (called if isinstance(use, ast.Call) else as_values).add(name.id)
+    return as_values - called
+
+
 def _uses_with_class(tree: ast.Module) -> Iterator[tuple[Use, str | None]]:
     """Every call of the module, and every name or attribute read as a value rather than called
     (a name only where no enclosing function binds it: ``def f(train): g(train=train)`` reads a

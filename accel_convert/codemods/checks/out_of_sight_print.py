@@ -1,0 +1,103 @@
+"""ACC954 out-of-sight-print: a ``print`` in a function the script only calls through a value (a hook, a handler, a thread target).
+
+A function the script puts in a list of end-of-epoch hooks, a table of commands or
+``Thread(target=...)`` is called where no rewrite can see the call, so it cannot be given the
+accelerator, and its ``print`` stays a plain ``print``: under ``torchrun`` every process prints
+the line. Print from the caller (which has the accelerator: ``accelerator.print``), or pass the
+accelerator to the hook yourself and print behind ``if accelerator.is_main_process``.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.name_flow import functions_used_only_as_values
+from accel_convert.codemods.engine.positions import python_ast
+from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.torch_names import SELF_DISTRIBUTING
+from accel_convert.codemods.engine.transformers import RuleTransformer
+
+_SCRIPT = """
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    def log_epoch(epoch, loss):
+        print(f"epoch {epoch} loss {loss:.4f}")
+
+
+    def main():
+        loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+        model = nn.Linear(8, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        hooks = [log_epoch]
+        for epoch in range(3):
+            for data, target in loader:
+                optimizer.zero_grad()
+                loss = nn.functional.mse_loss(model(data), target)
+                loss.backward()
+                optimizer.step()
+            for hook in hooks:
+                hook(epoch, loss.item())
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+MESSAGE = (
+    "print in {function}, which the script only calls through a value (a hook, a handler, a thread target): "
+    "the accelerator cannot be passed to it, so every process prints this; print from the caller "
+    "(accelerator.print) or guard it with accelerator.is_main_process"
+)
+
+
+class OutOfSightPrint(Rule):
+    code = "ACC954"
+    name = "out-of-sight-print"
+    examples = (
+        Example(before=_SCRIPT, message=MESSAGE.format(function="log_epoch")),
+        # Called by name, the function receives the accelerator and prints once.
+        Example(
+            before=_SCRIPT.replace("hooks = [log_epoch]", "hooks = []").replace(
+                "            for hook in hooks:\n                hook(epoch, loss.item())",
+                "            log_epoch(epoch, loss.item())",
+            ),
+            leaves_alone=True,
+        ),
+    )
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        # A script that starts its own processes (mp.spawn of a worker) is left as written.
+        self_distributing = bool(facts.existing_features & SELF_DISTRIBUTING)
+        return facts.has_accelerator and "print" in facts.called and not self_distributing
+
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        tree = python_ast(module.code)
+        hidden = functions_used_only_as_values(tree) if tree is not None else set()
+        if not hidden:
+            return module, []
+        finder = _PrintsIn(facts, hidden)
+        module.visit(finder)
+        return module, finder.changes(module)
+
+
+class _PrintsIn(RuleTransformer):
+    """Calls of the builtin ``print`` inside the named module-level functions."""
+
+    def __init__(self, facts: ScriptFacts, functions: set[str]) -> None:
+        super().__init__(facts)
+        self.functions = functions
+
+    def visit_Call(self, node: cst.Call) -> None:
+        function = self.function
+        if (
+            function in self.functions
+            and isinstance(node.func, cst.Name)
+            and node.func.value == "print"
+            and not self.facts.name_table.is_bound("print", self.scope)
+        ):
+            self.report(node, OutOfSightPrint.code, MESSAGE.format(function=function), False)
