@@ -106,6 +106,18 @@ def all_rules() -> list[type[Rule]]:
     return rewrites + sorted(checks, key=lambda check: check.code)
 
 
+@cache
+def rewrite_rules() -> tuple[type[Rule], ...]:
+    """The rewrites, in run order."""
+    return tuple(rule for rule in all_rules() if not rule.reports_only())
+
+
+@cache
+def check_rules() -> tuple[type[Rule], ...]:
+    """The checks, by code: they run after every rewrite, on the converted tree."""
+    return tuple(rule for rule in all_rules() if rule.reports_only())
+
+
 def check_modules() -> list[str]:
     """The module names under ``codemods/checks/``: every module there is a check."""
     from accel_convert.codemods import checks
