@@ -26,7 +26,7 @@ from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.positions import STATEMENT_TYPES, skips_statement
 from accel_convert.codemods.engine.rule import Rule
 from accel_convert.codemods.engine.transformers import RuleTransformer
-from accel_convert.codemods.engine.walk import own_hooks
+from accel_convert.codemods.engine.walk import child_nodes, own_hooks
 
 NodeT = TypeVar("NodeT", bound=cst.CSTNode)
 _Hook = Callable[[Any, cst.CSTNode], Any]
@@ -44,6 +44,11 @@ class WalkingCheck(Rule):
         """The original lines whose statements the check looks into (None: all of them): a
         statement holding none is not shown to it, nor anything inside."""
         return None
+
+    def looks_into(self, statement: cst.CSTNode) -> bool:
+        """Whether the check looks into ``statement``, one of its lines (asked as the walk enters
+        it: ``self.walk`` tells where it is); False: nothing inside is shown to it."""
+        return True
 
     def start(self, module: cst.Module, facts: ScriptFacts) -> None:
         """Prepare for a walk of ``module`` (called just before it)."""
@@ -69,7 +74,7 @@ def run_checks(
         for walker in walking:
             walker.walk = walk
             walker.start(module, facts)
-        module.visit(walk)
+        walk.walk_tree(module)
         for walker in walking:
             walker.finish()
         for change in walk.changes(module):
@@ -101,37 +106,58 @@ class SharedWalk(RuleTransformer):
         super().__init__(facts)
         self._checks = tuple(checks)
         self._lines = tuple(_sorted_lines(check.lines(facts)) for check in checks)
+        self._filters = tuple(
+            check.looks_into if type(check).looks_into is not WalkingCheck.looks_into else None for check in checks
+        )
         #: Per check: the node below which it looks no further (its hook said so, or a statement
-        #: outside its lines), while that node is walked; None while it looks.
+        #: it does not look into), while that node is walked; None while it looks.
         self._outside: list[cst.CSTNode | None] = [None] * len(checks)
-        self._check_hooks: dict[type, tuple[tuple[_Hook | None, _Hook | None], ...]] = {}
+        #: How many checks look at the node being walked.
+        self._looking = len(checks)
+        self._plans: dict[type, tuple[bool, tuple[tuple[_Hook | None, _Hook | None], ...]]] = {}
+
+    def walk_tree(self, node: cst.CSTNode) -> None:
+        """Walk ``node`` and what is below it. The tree is only read: the walk goes from child
+        to child itself, without libcst's machinery for replacing nodes."""
+        if self.entering_node(node):
+            for child in child_nodes(node):
+                self.walk_tree(child)
+        self.leaving_node(node, node)
 
     def entering_node(self, node: cst.CSTNode) -> bool:
         if not super().entering_node(node):
             return False
-        statement = type(node) in STATEMENT_TYPES
-        looking = False
-        for index, (visit, _) in enumerate(self._hooks_for(type(node))):
-            if self._outside[index] is not None:
-                continue
-            if (visit is not None and visit(self._checks[index], node) is False) or (
-                statement and skips_statement(node, self._lines[index], self.origins)
-            ):
-                self._outside[index] = node
-            else:
-                looking = True
-        return looking
+        concerned, hooks = self._plan(type(node))
+        if concerned:
+            statement = type(node) in STATEMENT_TYPES
+            for index, (visit, _) in enumerate(hooks):
+                if self._outside[index] is None and (
+                    (visit is not None and visit(self._checks[index], node) is False)
+                    or (statement and not self._looks_into(index, node))
+                ):
+                    self._outside[index] = node
+                    self._looking -= 1
+        return self._looking > 0
+
+    def _looks_into(self, index: int, statement: cst.CSTNode) -> bool:
+        if skips_statement(statement, self._lines[index], self.origins):
+            return False
+        looks_into = self._filters[index]
+        return looks_into is None or looks_into(statement)
 
     def leaving_node(
         self, original_node: NodeT, updated_node: NodeT
     ) -> NodeT | cst.RemovalSentinel | cst.FlattenSentinel[NodeT]:
-        for index, (_, leave) in enumerate(self._hooks_for(type(original_node))):
-            outside = self._outside[index]
-            if outside is None or outside is original_node:
-                if leave is not None:
-                    leave(self._checks[index], original_node)
-                if outside is original_node:
-                    self._outside[index] = None
+        concerned, hooks = self._plan(type(original_node))
+        if concerned:
+            for index, (_, leave) in enumerate(hooks):
+                outside = self._outside[index]
+                if outside is None or outside is original_node:
+                    if leave is not None:
+                        leave(self._checks[index], original_node)
+                    if outside is original_node:
+                        self._outside[index] = None
+                        self._looking += 1
         return super().leaving_node(original_node, updated_node)
 
     def hold(self, node: cst.CSTNode) -> Held:
@@ -142,16 +168,20 @@ class SharedWalk(RuleTransformer):
         """Report at a node held during the walk, as :meth:`report` would have there."""
         self.findings.add(held.node, code, message, False, held.anchor)
 
-    def _hooks_for(self, node_type: type) -> tuple[tuple[_Hook | None, _Hook | None], ...]:
-        """Each check's own (visit, leave) hook for ``node_type``, None where it has none."""
-        hooks = self._check_hooks.get(node_type)
-        if hooks is None:
+    def _plan(self, node_type: type) -> tuple[bool, tuple[tuple[_Hook | None, _Hook | None], ...]]:
+        """Whether nodes of ``node_type`` concern any check (a statement, which each check may
+        not look into, or a type some check has a hook for), and each check's own (visit, leave)
+        hooks for it, None where it has none."""
+        plan = self._plans.get(node_type)
+        if plan is None:
             name = node_type.__name__
-            hooks = self._check_hooks[node_type] = tuple(
+            hooks = tuple(
                 (own_hooks(type(check)).get(f"visit_{name}"), own_hooks(type(check)).get(f"leave_{name}"))
                 for check in self._checks
             )
-        return hooks
+            concerned = node_type in STATEMENT_TYPES or any(hook is not None for pair in hooks for hook in pair)
+            plan = self._plans[node_type] = (concerned, hooks)
+        return plan
 
 
 def _sorted_lines(lines: Iterable[int] | None) -> list[int] | None:
