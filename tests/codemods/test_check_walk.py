@@ -4,6 +4,7 @@ libcst visitor (also for a node whose ``visit_`` hook said not to look below it)
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import libcst as cst
@@ -89,3 +90,48 @@ def test_a_check_is_shown_only_the_statements_of_its_lines_and_not_below_a_refus
     _walk(everywhere, second_only)
     assert everywhere.log == ["call in first", "visit if", "leave if", "call in second"]
     assert second_only.log == ["call in second"]
+
+
+def test_a_walking_check_dropped_into_checks_runs_in_the_conversion(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Adding a check that looks at nodes is one file too: found, walked with the others, reported."""
+    from accel_convert import codemods
+    from accel_convert.codemods import checks
+    from accel_convert.codemods.engine import registry
+
+    (tmp_path / "prints_left.py").write_text(
+        '''"""ACC999 module-len: a len() at module level.
+
+Shown so the conversion's reviewer sees it.
+"""
+
+import libcst as cst
+
+from accel_convert.codemods.engine.check_walk import WalkingCheck
+
+
+class PrintsLeft(WalkingCheck):
+    code = "ACC999"
+    name = "module-len"
+
+    def visit_Call(self, node):
+        if isinstance(node.func, cst.Name) and node.func.value == "len" and self.walk.function == "<module>":
+            self.walk.report(node, self.code, "a len", False)
+'''
+    )
+    monkeypatch.setattr(checks, "__path__", [*checks.__path__, str(tmp_path)])
+    monkeypatch.delitem(sys.modules, "accel_convert.codemods.checks.prints_left", raising=False)
+    caches = (registry.all_rules, registry.check_rules, registry.rewrite_rules)
+    for cached in caches:
+        cached.cache_clear()
+    try:
+        script = CASES[0].read_text() + "\nlen('done')\n"
+        outcome = codemods.convert_module(cst.parse_module(script), Options(), script)
+    finally:
+        sys.modules.pop("accel_convert.codemods.checks.prints_left", None)
+        monkeypatch.undo()
+        for cached in caches:
+            cached.cache_clear()
+    last_line = script.count("\n")
+    assert [change.line for change in outcome.changes if change.code == "ACC999"][-1:] == [last_line]

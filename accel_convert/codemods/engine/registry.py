@@ -8,7 +8,7 @@ parameter, whichever rule introduced the use.
 
 Checks (``codemods/checks/``) only report (``ACC9xx``) and never change the tree: they are found
 by scanning the folder and run after every rewrite, on the converted tree, so their order does
-not matter.
+not matter; those that look at nodes share one walk (:mod:`codemods.engine.check_walk`).
 
 Adding a rewrite: write ``codemods/rewrites/<name>.py`` (one :class:`~codemods.engine.rule.Rule`
 subclass, its docstring and examples), add ``<name>`` to :data:`REWRITE_MODULES` at its place in
