@@ -14,12 +14,18 @@ only.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from accel_convert.codemods.engine.model import Change, ConversionOutcome, Options
+from accel_convert.codemods.engine.positions import reanchor
 from accel_convert.codemods.engine.program_seeds import ProgramSeeds
 from accel_convert.codemods.engine.rule import Rule
+from accel_convert.codemods.engine.torch_names import SELF_DISTRIBUTING
+
+if TYPE_CHECKING:
+    from accel_convert.codemods.engine.facts import ScriptFacts
 
 __all__ = ["convert_module", "Change", "Rule", "ConversionOutcome", "Options"]
 
@@ -42,62 +48,86 @@ def convert_module(
     report, and those whose rewrite is switched off — so the reports are incomplete.
     """
     from accel_convert.codemods.engine.analysis import analyse
-    from accel_convert.codemods.engine.positions import reanchor
-    from accel_convert.codemods.engine.program_seeds import callers_of_imported_accelerator_users
-    from accel_convert.codemods.engine.registry import all_rules
-    from accel_convert.codemods.engine.torch_names import SELF_DISTRIBUTING
+    from accel_convert.codemods.engine.check_walk import run_checks
+    from accel_convert.codemods.engine.registry import check_rules, rewrite_rules
 
     facts = analyse(module, source, seeds)
-    # A library of a program whose functions the accelerator reaches (a ``log`` helper that
-    # prints) has something to convert even without importing torch; so has an entry script
-    # calling a function of its program that takes the accelerator (``fit(args, loaders)``).
-    if (
-        not facts.uses_torch
-        and not (facts.home_kind == "library" and facts.accessible_functions)
-        and not callers_of_imported_accelerator_users(facts)
-    ):
+    if _nothing_to_convert(facts):
         return ConversionOutcome(module)
     # A script that distributes itself is only reported on, never rewritten.
     # And so is one whose model trains itself (see ``ScriptFacts.self_training_models``).
     report_only = bool(facts.existing_features & SELF_DISTRIBUTING) or bool(facts.self_training_models)
     changes: list[Change] = []
-    for rule_class in all_rules():
-        rule = rule_class()
-        rule_options = options
-        as_written_only = report_only and not rule.code.startswith("ACC9")
-        if as_written_only:
-            if not rule.reports_as_written:
-                continue
-            # A rewrite rule whose findings hold for the script as written runs with its rewrite
-            # switched off (agreed-break then reports every per-process break, ACC902).
-            rule_options = dataclasses.replace(options, ignore=(*options.ignore, rule.code))
-        rewrites = rule_options.enabled(rule.code)
-        reports = any(rule_options.enabled(code) for code in rule.extra_codes)
-        reports_only = rule.reports_only()
-        if tree_only and (reports_only or not rewrites):
-            continue  # the tree it returns would be dropped below
-        if not (rewrites or reports) or not rule.applies(facts, rule_options):
-            continue
-        converted, found = rule.transform(module, facts, rule_options)
-        if not rewrites:
-            # Only its findings were asked for (--select ACC904): keep those, drop the rewrite.
-            converted, found = module, [change for change in found if change.code != rule.code]
-        if as_written_only:
-            found = [change for change in found if change.code in rule.reports_as_written]
-        if reports_only or not any(change.fixed for change in found):
-            # Every rewrite is reported, so a rule that reports none changed nothing: keep the
-            # tree it received (libcst rebuilds every node it walks; carrying positions over
-            # that copy would cost more than the rule). This also makes "every change to the
-            # file is reported" hold by construction.
-            converted = module
-        if converted is not module and facts.origins.site(converted) is None:
-            # The rule did not carry positions (at least not to the module): the later rules
-            # need them.
-            reanchor(module, converted, facts.origins)
-        module = converted
+    for rule_class in rewrite_rules():
+        module, found = _rewrite(rule_class(), module, facts, options, report_only=report_only, tree_only=tree_only)
         changes.extend(found)
-        facts.changed_lines.update(
-            line for change in found if change.fixed for line in range(change.line, change.end_line + 1)
-        )
+    if not tree_only:  # the checks only report: their findings are all they give
+        checks = [check for check in (rule_class() for rule_class in check_rules()) if _runs(check, facts, options)]
+        for check, found in run_checks(module, facts, checks, options):
+            changes.extend(_asked_for(check, found, options))
     changes.sort(key=lambda change: (change.line, change.column, change.code))
     return ConversionOutcome(module, changes)
+
+
+def _nothing_to_convert(facts: ScriptFacts) -> bool:
+    """A module that does not use torch, unless its program needs it converted: a library whose
+    functions the accelerator reaches (a ``log`` helper that prints), or an entry script calling
+    a function of its program that takes the accelerator (``fit(args, loaders)``)."""
+    from accel_convert.codemods.engine.program_seeds import callers_of_imported_accelerator_users
+
+    return (
+        not facts.uses_torch
+        and not (facts.home_kind == "library" and facts.accessible_functions)
+        and not callers_of_imported_accelerator_users(facts)
+    )
+
+
+def _runs(rule: Rule, facts: ScriptFacts, options: Options) -> bool:
+    """Whether any of the rule's codes is asked for and its cheap test says it has work."""
+    asked = options.enabled(rule.code) or any(options.enabled(code) for code in rule.extra_codes)
+    return asked and rule.applies(facts, options)
+
+
+def _asked_for(rule: Rule, found: list[Change], options: Options) -> list[Change]:
+    """A rule run only for its extra codes (``--select ACC904``) keeps only those findings."""
+    if options.enabled(rule.code):
+        return found
+    return [change for change in found if change.code != rule.code]
+
+
+def _rewrite(
+    rule: Rule, module: cst.Module, facts: ScriptFacts, options: Options, *, report_only: bool, tree_only: bool
+) -> tuple[cst.Module, list[Change]]:
+    """One rewrite run on ``module``: the tree it makes and what it reports.
+
+    On a script that is only reported on (``report_only``), the rewrite is switched off and only
+    the findings that hold for the script as written are kept (agreed-break then reports every
+    per-process break, ACC902); a rule with none of those is not run. ``tree_only``: see
+    :func:`convert_module`.
+    """
+    if report_only:
+        if not rule.reports_as_written:
+            return module, []
+        options = dataclasses.replace(options, ignore=(*options.ignore, rule.code))
+    rewrites = options.enabled(rule.code)
+    if (tree_only and not rewrites) or not _runs(rule, facts, options):
+        return module, []  # with tree_only: the tree it returns would be dropped below
+    converted, found = rule.transform(module, facts, options)
+    found = _asked_for(rule, found, options)
+    if report_only:
+        found = [change for change in found if change.code in rule.reports_as_written]
+    facts.changed_lines.update(
+        line for change in found if change.fixed for line in range(change.line, change.end_line + 1)
+    )
+    if not rewrites or not any(change.fixed for change in found):
+        # Every rewrite is reported, so a rule that reports none changed nothing: keep the
+        # tree it received (libcst rebuilds every node it walks; carrying positions over
+        # that copy would cost more than the rule). This also makes "every change to the
+        # file is reported" hold by construction. A rule whose rewrite is off (--select
+        # ACC904) gives only its findings.
+        return module, found
+    if converted is not module and facts.origins.site(converted) is None:
+        # The rule did not carry positions (at least not to the module): the later rules
+        # need them.
+        reanchor(module, converted, facts.origins)
+    return converted, found

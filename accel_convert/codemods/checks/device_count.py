@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accel_convert.codemods.engine.check_walk import WalkingCheck
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.model import Change, Options
-from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.model import Options
+from accel_convert.codemods.engine.rule import Example
 from accel_convert.codemods.engine.syntax import dotted
-from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import module_nodes
 
 DEVICE_COUNT = "torch.cuda.device_count"
@@ -31,7 +31,7 @@ MESSAGE = (
 )
 
 
-class DeviceCountScaling(Rule):
+class DeviceCountScaling(WalkingCheck):
     code = "ACC932"
     name = "device-count-scaling"
     examples = (
@@ -60,11 +60,20 @@ class DeviceCountScaling(Rule):
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return DEVICE_COUNT in facts.called and bool(facts.loaders)
 
-    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        counts = _names_of_the_count(module, facts)
-        finder = _ScaledByCount(facts, counts)
-        module.visit(finder)
-        return module, finder.changes(module)
+    def start(self, module: cst.Module, facts: ScriptFacts) -> None:
+        self._counts = _names_of_the_count(module, facts)
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        """Multiplications by the device count (directly, or through ``max(1, n_gpu)``)."""
+        if isinstance(node.operator, cst.Multiply) and (self._is_count(node.left) or self._is_count(node.right)):
+            self.walk.report(node, self.code, MESSAGE, False)
+
+    def _is_count(self, operand: cst.BaseExpression) -> bool:
+        if isinstance(operand, cst.Call) and dotted(operand.func) == "max":
+            return any(self._is_count(arg.value) for arg in operand.args)
+        if isinstance(operand, cst.Call):
+            return self.walk.qualified_name(operand.func) == DEVICE_COUNT
+        return dotted(operand) in self._counts
 
 
 def _names_of_the_count(module: cst.Module, facts: ScriptFacts) -> set[str]:
@@ -79,22 +88,3 @@ def _names_of_the_count(module: cst.Module, facts: ScriptFacts) -> set[str]:
         ):
             found.update(name for target in node.targets if (name := dotted(target.target)) is not None)
     return found
-
-
-class _ScaledByCount(RuleTransformer):
-    """Multiplications by the device count (directly, or through ``max(1, n_gpu)``)."""
-
-    def __init__(self, facts: ScriptFacts, counts: set[str]) -> None:
-        super().__init__(facts)
-        self.counts = counts
-
-    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-        if isinstance(node.operator, cst.Multiply) and (self._is_count(node.left) or self._is_count(node.right)):
-            self.report(node, DeviceCountScaling.code, MESSAGE, False)
-
-    def _is_count(self, operand: cst.BaseExpression) -> bool:
-        if isinstance(operand, cst.Call) and dotted(operand.func) == "max":
-            return any(self._is_count(arg.value) for arg in operand.args)
-        if isinstance(operand, cst.Call):
-            return self.qualified_name(operand.func) == DEVICE_COUNT
-        return dotted(operand) in self.counts

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accel_convert.codemods.engine.check_walk import WalkingCheck
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.model import Change, Options
-from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.model import Options
+from accel_convert.codemods.engine.rule import Example
 from accel_convert.codemods.engine.syntax import is_host_number, method_call
-from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
+from accel_convert.codemods.engine.transformers import lines_of
+from accel_convert.codemods.engine.walk import walk
 
 PACK = "torch.nn.utils.rnn.pack_padded_sequence"
 
@@ -29,7 +31,7 @@ MESSAGE = (
 )
 
 
-class PackedLengthsOnDevice(Rule):
+class PackedLengthsOnDevice(WalkingCheck):
     code = "ACC933"
     name = "packed-lengths-on-device"
     examples = (
@@ -95,15 +97,10 @@ class PackedLengthsOnDevice(Rule):
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return facts.has_accelerator and bool(facts.loaders) and PACK in facts.call_sites
 
-    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        finder = _PackCalls(facts)
-        module.visit(finder)
-        return module, finder.changes(module)
+    def lines(self, facts: ScriptFacts) -> set[int]:
+        return lines_of(facts.call_sites.get(PACK, ()))
 
-
-class _PackCalls(RuleTransformer):
-    def __init__(self, facts: ScriptFacts) -> None:
-        super().__init__(facts, lines_of(facts.call_sites.get(PACK, ())))
+    def start(self, module: cst.Module, facts: ScriptFacts) -> None:
         self._scopes: list[cst.CSTNode] = []
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -112,12 +109,11 @@ class _PackCalls(RuleTransformer):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._scopes.append(node)
 
-    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._scopes.pop()
-        return updated_node
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.qualified_name(node.func) != PACK:
+        if self.walk.qualified_name(node.func) != PACK:
             return
         lengths = next(
             (arg.value for arg in node.args if arg.keyword is not None and arg.keyword.value == "lengths"), None
@@ -128,7 +124,7 @@ class _PackCalls(RuleTransformer):
         if isinstance(lengths, cst.Name) and _always_on_host(self._scopes[-1], lengths.value):
             return
         if isinstance(lengths, (cst.Name, cst.Attribute, cst.Subscript)):
-            self.report(node, PackedLengthsOnDevice.code, MESSAGE, False)
+            self.walk.report(node, self.code, MESSAGE, False)
 
 
 def _always_on_host(scope: cst.CSTNode, name: str) -> bool:
@@ -158,5 +154,5 @@ def _assignments(scope: cst.CSTNode) -> list[cst.Assign]:
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
             return node is scope  # a nested function's names are its own
 
-    scope.visit(_Collect())
+    walk(scope, _Collect())
     return found

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accel_convert.codemods.engine.check_walk import Held, WalkingCheck
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.model import Change, Options
-from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.model import Options
+from accel_convert.codemods.engine.positions import skips_statement
+from accel_convert.codemods.engine.rule import Example
 from accel_convert.codemods.engine.syntax import (
     counted_by_one,
     dotted,
@@ -44,7 +46,7 @@ MESSAGE = (
 _WRITING_METHODS = frozenset({"to_csv", "to_json", "to_parquet", "savefig", "save", "imsave", "write_text"})
 
 
-class PerBatchFiles(Rule):
+class PerBatchFiles(WalkingCheck):
     code = "ACC936"
     name = "per-batch-files"
     examples = (
@@ -105,114 +107,112 @@ class PerBatchFiles(Rule):
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return facts.has_accelerator and any(loop.loader in facts.loaders for loop in facts.eval_loops)
 
-    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+    # Writes inside an evaluation loop over a prepared loader whose path reads a name counting
+    # that loop's batches, directly or through one of the script's module-level functions that
+    # writes a file to a parameter (``def save_result(image, path): image.save(path)``): those
+    # are known once the whole tree is seen, so the calls are judged at the end of the walk.
+    def start(self, module: cst.Module, facts: ScriptFacts) -> None:
         loops = [loop for loop in facts.eval_loops if loop.loader in facts.loaders]
-        finder = _PerBatchWrites(
-            facts, {line for loop in loops for line in range(loop.site.line, loop.site.end_line + 1)}
+        self._evaluation_lines = sorted(
+            {line for loop in loops for line in range(loop.site.line, loop.site.end_line + 1)}
         )
-        helpers = _WritingHelpers(facts)
-        module.visit(helpers)
-        finder.helpers = helpers.writing
-        module.visit(finder)
-        return module, finder.changes(module)
-
-
-class _PerBatchWrites(RuleTransformer):
-    """File writes inside an evaluation loop over a prepared loader whose path reads a name
-    counting that loop's batches."""
-
-    def __init__(self, facts: ScriptFacts, lines: set[int]) -> None:
-        super().__init__(facts, lines)
-        #: Per evaluation loop being walked: the names counting its batches, then also the paths
-        #: the loop builds from them (``path = f"results/{i}.png"``, written on a later line).
+        #: Per evaluation loop being walked: the names counting its batches.
         self._counters: list[set[str]] = []
-        #: Names the evaluation loops bind to a path built from a counter (``path = f"{i}.png"``).
+        #: Names the evaluation loops bind to a path built from a counter (``path = f"{i}.png"``,
+        #: written on a later line).
         self._paths: set[str] = set()
-        #: The script's own functions that write a file to a path parameter → its positions
-        #: (``def save_result(image, path): image.save(path)``).
-        self.helpers: dict[str, set[int]] = {}
+        #: The script's module-level functions that write a file to a parameter → its positions.
+        self._writing: dict[str, set[int]] = {}
+        #: The parameters of the module-level function being walked.
+        self._params: list[tuple[str, ...]] = []
+        #: Writes in evaluation loops, in walk order: a direct write whose path reads a counter
+        #: (None), or a call of a function of the script with, per positional argument, whether
+        #: it does.
+        self._writes: list[tuple[Held, tuple[str, dict[int, bool]] | None]] = []
+
+    def looks_into(self, statement: cst.CSTNode) -> bool:
+        """The statements holding an evaluation loop, and every statement where a module-level
+        function can be or whose calls it makes (not a class's, not a nested function's)."""
+        if not skips_statement(statement, self._evaluation_lines, self.walk.origins):
+            return True
+        kind = type(statement)
+        depth = len(self.walk.scope)  # a def or class being entered counts itself
+        if kind is cst.FunctionDef:
+            return depth == 1
+        if kind is cst.ClassDef:
+            return False
+        return depth == 1 or (depth == 0 and kind in _HOLDS_MODULE_FUNCTIONS)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if len(self.walk.scope) == 1:
+            self._params.append(parameter_names(node))
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if len(self.walk.scope) == 1:
+            self._params.pop()
 
     def visit_For(self, node: cst.For) -> None:
         if self._over_evaluated_loader(node):
             self._counters.append(_batch_counters(node))
 
-    def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.For:
-        if self._over_evaluated_loader(original_node):
+    def leave_For(self, node: cst.For) -> None:
+        if self._over_evaluated_loader(node):
             self._counters.pop()
-        return updated_node
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if self._counters and _path_reads(node.value, set().union(*self._counters)):
             self._paths.update(name for target in node.targets if (name := dotted(target.target)) is not None)
 
     def _over_evaluated_loader(self, node: cst.For) -> bool:
-        loop = self.loop_fact(node, self.facts.eval_loops)
-        return loop is not None and loop.loader in self.facts.loaders
+        loop = self.walk.loop_fact(node, self.walk.facts.eval_loops)
+        return loop is not None and loop.loader in self.walk.facts.loaders
 
     def visit_Call(self, node: cst.Call) -> None:
+        in_function_body = len(self.walk.scope) == 1 and len(self._params) == 1
         counting: set[str] = set().union(*self._counters) if self._counters else set()
-        if not counting:
+        if not in_function_body and not counting:
             return
-        if self._writes_file(node):
-            paths = [arg.value for arg in node.args]
-        elif isinstance(node.func, cst.Name) and node.func.value in self.helpers:
-            positions = self.helpers[node.func.value]
-            paths = [arg.value for index, arg in enumerate(node.args) if index in positions and arg.keyword is None]
-        else:
-            return
-        if any(dotted(path) in self._paths or _path_reads(path, counting) for path in paths):
-            self.report(node, PerBatchFiles.code, MESSAGE, False)
+        writes = _writes_file(self.walk, node)
+        if writes and in_function_body:
+            self._note_written_parameters(node)
+        if counting:
+            self._note_evaluation_write(node, writes, counting)
 
-    def _writes_file(self, call: cst.Call) -> bool:
-        return _writes_file(self, call)
-
-
-class _WritingHelpers(RuleTransformer):
-    """The script's module-level functions that write a file to one of their parameters: the
-    parameter's positions, by function."""
-
-    def __init__(self, facts: ScriptFacts) -> None:
-        super().__init__(facts)
-        self.writing: dict[str, set[int]] = {}
-        self._params: list[tuple[str, ...]] = []
-        self._functions: list[cst.FunctionDef] = []
-
-    def entering_node(self, node: cst.CSTNode) -> bool:
-        # Only the calls directly in a module-level function count: outside one, the walk
-        # enters only what can hold one; inside, not the functions and classes it defines.
-        kind = type(node)
-        if not self._functions:
-            if kind not in _HOLDS_MODULE_FUNCTIONS:
-                return False
-        elif kind is cst.FunctionDef or kind is cst.ClassDef:
-            return False
-        return super().entering_node(node)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        super().visit_FunctionDef(node)
-        self._functions.append(node)
-        self._params.append(parameter_names(node))
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):
-        if self._functions and self._functions[-1] is original_node:
-            self._functions.pop()
-            self._params.pop()
-        return super().leave_FunctionDef(original_node, updated_node)
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if len(self.scope) != 1 or len(self._params) != 1 or not _writes_file(self, node):
-            return
-        read = set().union(*(names_in(arg.value) for arg in node.args))
+    def _note_written_parameters(self, call: cst.Call) -> None:
+        """A write in a module-level function: the positions of the parameters its path reads."""
+        read = set().union(*(names_in(arg.value) for arg in call.args))
         positions = {index for index, param in enumerate(self._params[0]) if param in read}
         if positions:
-            self.writing.setdefault(self.scope[0], set()).update(positions)
+            self._writing.setdefault(self.walk.scope[0], set()).update(positions)
+
+    def _note_evaluation_write(self, call: cst.Call, writes: bool, counting: set[str]) -> None:
+        """A call in an evaluation loop: a write whose path reads a batch counter, or a call of
+        one of the script's functions (judged once every function is known)."""
+        if writes:
+            if any(self._names_the_batch(arg.value, counting) for arg in call.args):
+                self._writes.append((self.walk.hold(call), None))
+        elif isinstance(call.func, cst.Name):
+            named = {
+                index: self._names_the_batch(arg.value, counting)
+                for index, arg in enumerate(call.args)
+                if arg.keyword is None
+            }
+            self._writes.append((self.walk.hold(call), (call.func.value, named)))
+
+    def _names_the_batch(self, path: cst.BaseExpression, counting: set[str]) -> bool:
+        return dotted(path) in self._paths or _path_reads(path, counting)
+
+    def finish(self) -> None:
+        for held, helper_call in self._writes:
+            if helper_call is not None:
+                function, named = helper_call
+                if not any(named.get(index, False) for index in self._writing.get(function, ())):
+                    continue
+            self.walk.report_held(held, self.code, MESSAGE)
 
 
-#: What a module-level function can be defined in (a class's are methods).
-_HOLDS_MODULE_FUNCTIONS = frozenset(
-    {cst.Module, cst.FunctionDef, cst.IndentedBlock, cst.If, cst.Else, cst.For, cst.While, cst.With}
-    | {cst.Try, cst.TryStar, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.Match, cst.MatchCase}
-)
+#: The statements a module-level function can be defined in (a class's are methods).
+_HOLDS_MODULE_FUNCTIONS = frozenset({cst.If, cst.For, cst.While, cst.With, cst.Try, cst.TryStar, cst.Match})
 
 
 def _writes_file(walker: RuleTransformer, call: cst.Call) -> bool:

@@ -21,15 +21,13 @@ accuracy already reported (those reports cover the counts that go with them).
 
 from __future__ import annotations
 
-import functools
-
 import libcst as cst
 
+from accel_convert.codemods.engine.check_walk import WalkingCheck
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.model import Change, Options
-from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.model import Options
+from accel_convert.codemods.engine.rule import Example
 from accel_convert.codemods.engine.syntax import dotted, method_call, names_in, nodes_in, root_name, rows_counted
-from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import module_nodes
 
 MESSAGE = "a loss summed over this process's batches only: reduce it across processes before reporting it"
@@ -43,7 +41,7 @@ ACCURACY_MESSAGE = (
 )
 
 
-class RankLocalAverage(Rule):
+class RankLocalAverage(WalkingCheck):
     code = "ACC919"
     name = "rank-local-average"
     examples = (
@@ -78,21 +76,15 @@ class RankLocalAverage(Rule):
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return bool(facts.train_loops)
 
-    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+    def lines(self, facts: ScriptFacts) -> set[int]:
         # Whole training loops: a sum may read the loss through another name
         # (``loss_value = loss.item()`` ... ``running += loss_value * n``).
         lines = {line for loop in facts.train_loops for line in range(loop.site.line, loop.site.end_line + 1)}
-        finder = _LossSums(facts, facts.lines_mentioning(facts.loss_names) | lines, module)
-        module.visit(finder)
-        return module, finder.changes(module)
+        return facts.lines_mentioning(facts.loss_names) | lines
 
-
-class _LossSums(RuleTransformer):
-    """``total += loss.item()`` (or ``+= loss``, ``losses.append(loss)``, ``meter.update(loss.item(),
-    n)``, or a sum of a name bound from the loss) inside a loop over a prepared training loader."""
-
-    def __init__(self, facts: ScriptFacts, lines: set[int], module: cst.Module) -> None:
-        super().__init__(facts, lines)
+    # ``total += loss.item()`` (or ``+= loss``, ``losses.append(loss)``, ``meter.update(loss.item(),
+    # n)``, or a sum of a name bound from the loss) inside a loop over a prepared training loader.
+    def start(self, module: cst.Module, facts: ScriptFacts) -> None:
         self._module = module
         self._training_loops = 0
         self._evaluations = 0
@@ -102,6 +94,7 @@ class _LossSums(RuleTransformer):
         #: accuracy sum was reported in it.
         self._sample_counts: list[list[cst.AugAssign]] = []
         self._reported_sums: list[bool] = []
+        self._printed_cache: set[str] | None = None
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if self._in_training and names_in(node.value) & self._losses:
@@ -112,42 +105,46 @@ class _LossSums(RuleTransformer):
             self._training_loops += 1
             self._sample_counts.append([])
             self._reported_sums.append(False)
-        elif self.evaluates(node):
+        elif self.walk.evaluates(node):
             # A validation run every few steps, nested in the training loop: what it counts is
             # gathered by the metrics rule, not this process's training.
             self._evaluations += 1
 
-    def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.For:
-        if self._is_training_loop(original_node):
+    def leave_For(self, node: cst.For) -> None:
+        if self._is_training_loop(node):
             self._training_loops -= 1
             counts, reported = self._sample_counts.pop(), self._reported_sums.pop()
             if not reported:
                 for count in counts:
-                    self.report(count, RankLocalAverage.code, SAMPLES_MESSAGE, False)
+                    self.walk.report(count, self.code, SAMPLES_MESSAGE, False)
             elif self._reported_sums:
                 self._reported_sums[-1] = True
-        elif self.evaluates(original_node):
+        elif self.walk.evaluates(node):
             self._evaluations -= 1
-        return updated_node
 
-    @functools.cached_property
+    @property
     def _printed(self) -> set[str]:
         """Names read in what the script prints or logs (a sample count nobody prints is no
         report); read from the whole file, only once a loop counts samples."""
-        return _printed_names(self._module)
+        if self._printed_cache is None:
+            self._printed_cache = _printed_names(self._module)
+        return self._printed_cache
 
     @property
     def _in_training(self) -> bool:
         return self._training_loops > 0 and not self._evaluations
 
     def _report_sum(self, node: cst.CSTNode, message: str) -> None:
-        self.report(node, RankLocalAverage.code, message, False)
+        self.walk.report(node, self.code, message, False)
         if self._reported_sums:
             self._reported_sums[-1] = True
 
     def _is_training_loop(self, node: cst.For) -> bool:
-        batches = self.facts.batch_names_by_function.get(self.function, set())
-        return self.loop_fact(node, self.facts.train_loops, lambda loop: bool(set(loop.targets) & batches)) is not None
+        batches = self.walk.facts.batch_names_by_function.get(self.walk.function, set())
+        return (
+            self.walk.loop_fact(node, self.walk.facts.train_loops, lambda loop: bool(set(loop.targets) & batches))
+            is not None
+        )
 
     def visit_Call(self, node: cst.Call) -> None:
         # ``train_losses.append(loss)``, averaged after the loop.
@@ -169,7 +166,7 @@ class _LossSums(RuleTransformer):
             self._report_sum(node, ACCURACY_MESSAGE)
         elif (
             self._sample_counts
-            and _counts_samples(node.value, self.facts.batch_names_by_function.get(self.function, set()))
+            and _counts_samples(node.value, self.walk.facts.batch_names_by_function.get(self.walk.function, set()))
             and root_name(node.target) in self._printed
         ):
             self._sample_counts[-1].append(node)

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accel_convert.codemods.engine.check_walk import WalkingCheck
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.model import Change, Options
-from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.model import Options
+from accel_convert.codemods.engine.rule import Example
 from accel_convert.codemods.engine.syntax import dotted
-from accel_convert.codemods.engine.transformers import RuleTransformer
 
 UPDATE_BN = "torch.optim.swa_utils.update_bn"
 
@@ -28,7 +28,7 @@ MESSAGE = (
 )
 
 
-class ShardedUpdateBn(Rule):
+class ShardedUpdateBn(WalkingCheck):
     code = "ACC929"
     name = "sharded-update-bn"
     examples = (
@@ -65,17 +65,12 @@ class ShardedUpdateBn(Rule):
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         return "update_bn" in facts.word_lines and bool(facts.loaders)
 
-    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        finder = _UpdateBnCalls(facts, facts.lines_mentioning({"update_bn"}))
-        module.visit(finder)
-        return module, finder.changes(module)
-
-
-class _UpdateBnCalls(RuleTransformer):
-    """``update_bn(loader, ...)`` whose loader is one the conversion prepares."""
+    def lines(self, facts: ScriptFacts) -> set[int]:
+        return facts.lines_mentioning({"update_bn"})
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.qualified_name(node.func) != UPDATE_BN or not node.args:
+        """``update_bn(loader, ...)`` whose loader is one the conversion prepares."""
+        if self.walk.qualified_name(node.func) != UPDATE_BN or not node.args:
             return
-        if dotted(node.args[0].value) in self.facts.loaders:
-            self.report(node, ShardedUpdateBn.code, MESSAGE, False)
+        if dotted(node.args[0].value) in self.walk.facts.loaders:
+            self.walk.report(node, self.code, MESSAGE, False)

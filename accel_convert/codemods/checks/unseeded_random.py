@@ -176,28 +176,41 @@ def _report_draws(
             continue
         if not isinstance(statement, cst.SimpleStatementLine):
             continue
-        calls = calls_in(statement)
-        if any(is_seeding_call(call, facts) for call in calls):
+        if any(is_seeding_call(call, facts) for call in calls_in(statement)):
             seeded = True
-            continue
-        if seeded:
-            continue
-        for small in statement.body:
-            if not isinstance(small, (cst.Assign, cst.AnnAssign)) or small.value is None:
-                continue
-            if not any(unseeded_draw(call, facts) for call in calls_in(small.value)):
-                continue
-            targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
-            if all(isinstance(target, cst.Name) and target.value in agreed for target in targets):
-                continue  # broadcast from rank 0 once the processes exist
-            site = facts.origins.site(small) or facts.origins.site(statement)
-            if site is None:
-                continue
-            name = ", ".join(expression_code(target) for target in targets)
-            message = (
-                f"{name} is drawn at random on every process before any seed: each process gets its own "
-                "values (its own target or data); seed first, the same on every process "
-                "(accelerate's set_seed(...) or torch.manual_seed(...))"
-            )
-            changes.append(report_at(site, UnseededRandomData.code, message))
+        elif not seeded:
+            changes.extend(_unseeded_draws(statement, facts, agreed))
     return seeded
+
+
+def _unseeded_draws(
+    statement: cst.SimpleStatementLine, facts: ScriptFacts, agreed: frozenset[str] | set[str]
+) -> list[Change]:
+    """The assignments of ``statement`` that bind a random draw, but those of names the
+    conversion broadcasts from rank 0 once the processes exist (``agreed``)."""
+    found = []
+    for small in statement.body:
+        targets = _draw_targets(small, facts)
+        if not targets or all(isinstance(target, cst.Name) and target.value in agreed for target in targets):
+            continue
+        site = facts.origins.site(small) or facts.origins.site(statement)
+        if site is None:
+            continue
+        name = ", ".join(expression_code(target) for target in targets)
+        message = (
+            f"{name} is drawn at random on every process before any seed: each process gets its own "
+            "values (its own target or data); seed first, the same on every process "
+            "(accelerate's set_seed(...) or torch.manual_seed(...))"
+        )
+        found.append(report_at(site, UnseededRandomData.code, message))
+    return found
+
+
+def _draw_targets(small: cst.BaseSmallStatement, facts: ScriptFacts) -> list[cst.BaseExpression]:
+    """What an assignment binds when its value makes a random draw no seed makes agree; nothing
+    for any other statement."""
+    if not isinstance(small, (cst.Assign, cst.AnnAssign)) or small.value is None:
+        return []
+    if not any(unseeded_draw(call, facts) for call in calls_in(small.value)):
+        return []
+    return [target.target for target in small.targets] if isinstance(small, cst.Assign) else [small.target]

@@ -8,7 +8,7 @@ parameter, whichever rule introduced the use.
 
 Checks (``codemods/checks/``) only report (``ACC9xx``) and never change the tree: they are found
 by scanning the folder and run after every rewrite, on the converted tree, so their order does
-not matter.
+not matter; those that look at nodes share one walk (:mod:`codemods.engine.check_walk`).
 
 Adding a rewrite: write ``codemods/rewrites/<name>.py`` (one :class:`~codemods.engine.rule.Rule`
 subclass, its docstring and examples), add ``<name>`` to :data:`REWRITE_MODULES` at its place in
@@ -104,6 +104,18 @@ def all_rules() -> list[type[Rule]]:
         if not check.reports_only():
             raise TypeError(f"codemods/checks/{check.__module__.rpartition('.')[2]}.py: a check only reports (ACC9xx)")
     return rewrites + sorted(checks, key=lambda check: check.code)
+
+
+@cache
+def rewrite_rules() -> tuple[type[Rule], ...]:
+    """The rewrites, in run order."""
+    return tuple(rule for rule in all_rules() if not rule.reports_only())
+
+
+@cache
+def check_rules() -> tuple[type[Rule], ...]:
+    """The checks, by code: they run after every rewrite, on the converted tree."""
+    return tuple(rule for rule in all_rules() if rule.reports_only())
 
 
 def check_modules() -> list[str]:
