@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accel_convert.codemods.engine.check_walk import WalkingCheck
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.engine.name_flow import functions_used_only_as_values
 from accel_convert.codemods.engine.positions import python_ast
-from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.rule import Example
 from accel_convert.codemods.engine.torch_names import SELF_DISTRIBUTING
-from accel_convert.codemods.engine.transformers import RuleTransformer
 
 _SCRIPT = """
     import torch
@@ -55,7 +55,7 @@ MESSAGE = (
 )
 
 
-class OutOfSightPrint(Rule):
+class OutOfSightPrint(WalkingCheck):
     code = "ACC954"
     name = "out-of-sight-print"
     examples = (
@@ -75,29 +75,19 @@ class OutOfSightPrint(Rule):
         self_distributing = bool(facts.existing_features & SELF_DISTRIBUTING)
         return facts.has_accelerator and "print" in facts.called and not self_distributing
 
-    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+    def start(self, module: cst.Module, facts: ScriptFacts) -> None:
         tree = python_ast(module.code)
-        hidden = functions_used_only_as_values(tree) if tree is not None else set()
-        if not hidden:
-            return module, []
-        finder = _PrintsIn(facts, hidden)
-        module.visit(finder)
-        return module, finder.changes(module)
-
-
-class _PrintsIn(RuleTransformer):
-    """Calls of the builtin ``print`` inside the named module-level functions."""
-
-    def __init__(self, facts: ScriptFacts, functions: set[str]) -> None:
-        super().__init__(facts)
-        self.functions = functions
+        self._hidden = functions_used_only_as_values(tree) if tree is not None else set()
 
     def visit_Call(self, node: cst.Call) -> None:
-        function = self.function
+        """Calls of the builtin ``print`` inside those functions."""
+        if not self._hidden:
+            return
+        function = self.walk.function
         if (
-            function in self.functions
+            function in self._hidden
             and isinstance(node.func, cst.Name)
             and node.func.value == "print"
-            and not self.facts.name_table.is_bound("print", self.scope)
+            and not self.walk.facts.name_table.is_bound("print", self.walk.scope)
         ):
-            self.report(node, OutOfSightPrint.code, MESSAGE.format(function=function), False)
+            self.walk.report(node, self.code, MESSAGE.format(function=function), False)
