@@ -23,7 +23,6 @@ from accel_convert.codemods.engine.positions import reanchor
 from accel_convert.codemods.engine.program_seeds import ProgramSeeds
 from accel_convert.codemods.engine.rule import Rule
 from accel_convert.codemods.engine.torch_names import SELF_DISTRIBUTING
-from accel_convert.codemods.engine.walk import module_nodes
 
 if TYPE_CHECKING:
     from accel_convert.codemods.engine.facts import ScriptFacts
@@ -131,22 +130,4 @@ def _rewrite(
         # The rule did not carry positions (at least not to the module): the later rules
         # need them.
         reanchor(module, converted, facts.origins)
-    elif converted is not module and not _loops_found(converted, facts):
-        # It carried the module but lost a loop the later rules find by its line (the prepare
-        # pass in a function that calls itself): carry the rest from the tree it received.
-        reanchor(module, converted, facts.origins, deep=True)
     return converted, found
-
-
-def _loops_found(module: cst.Module, facts: ScriptFacts) -> bool:
-    """Whether every training and evaluation loop of the analysis still has its original line in
-    ``module`` (the rules find loops by it)."""
-    wanted = {loop.site.line for loop in (*facts.train_loops, *facts.eval_loops)}
-    if not wanted:
-        return True
-    found = {
-        site.line
-        for node in module_nodes(module)
-        if type(node) is cst.For and (site := facts.origins.site(node)) is not None
-    }
-    return wanted <= found

@@ -284,27 +284,24 @@ def _match_by_order(
 # -- passes that do not carry positions ---------------------------------------------------------
 
 
-def reanchor(old: cst.CSTNode, new: cst.CSTNode, origins: OriginIndex, *, deep: bool = False) -> None:
+def reanchor(old: cst.CSTNode, new: cst.CSTNode, origins: OriginIndex) -> None:
     """Carry original positions from ``old`` to ``new`` by walking both trees side by side.
 
     The fallback for a pass that is not a :class:`RuleTransformer`. Children are paired field
     by field (read straight off the dataclass: ``CSTNode.children`` runs a visitor per node, which
     made this walk cost three parses); where a list of children changed length (statements
     inserted or removed) they are aligned by a cheap key, and unmatched stretches of equal length
-    pair up in order. Leaves that can hold no statement or call are not entered. ``deep``: also
-    look below what the pass carried itself, for what it rebuilt without carrying (a node keeps
-    the position the pass gave it).
+    pair up in order. Leaves that can hold no statement or call are not entered.
     """
     stack = [(old, new)]
     while stack:
         before, after = stack.pop()
         if before is after or type(before) in _NO_POSITIONS_INSIDE:
             continue
-        if not origins.carried(after):
-            origins.carry(before, after)
-        elif not deep:
+        if origins.carried(after):
             # The pass carried this statement or call itself, and with it everything it walked.
             continue
+        origins.carry(before, after)
         for name in _child_fields(type(before)):
             old_value, new_value = getattr(before, name), getattr(after, name)
             if isinstance(old_value, cst.CSTNode):

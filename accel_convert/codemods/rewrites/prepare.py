@@ -393,12 +393,16 @@ class _Prepare(HomeBlockTransformer):
                     result.append(prepare_statement(self.accelerator, [name], indent))
                 continue
             if isinstance(node, (cst.For, cst.While, cst.With, cst.If)) and isinstance(node.body, cst.IndentedBlock):
+                original = node
                 inner = self._prepare_where_built(list(node.body.body), names, indent + "    ")
                 node = node.with_changes(body=node.body.with_changes(body=inner))
                 orelse = getattr(node, "orelse", None)
                 if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock):
                     inner = self._prepare_where_built(list(orelse.body.body), names, indent + "    ")
                     node = node.with_changes(orelse=orelse.with_changes(body=orelse.body.with_changes(body=inner)))
+                if self.origins is not None:
+                    # Later rules find a loop by its original line (the evaluation loop here).
+                    self.origins.carry(original, node)
             result.append(node)
         return result
 
