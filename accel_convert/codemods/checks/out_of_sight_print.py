@@ -14,8 +14,6 @@ import libcst as cst
 from accel_convert.codemods.engine.check_walk import WalkingCheck
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Options
-from accel_convert.codemods.engine.name_flow import functions_used_only_as_values
-from accel_convert.codemods.engine.positions import python_ast
 from accel_convert.codemods.engine.rule import Example
 from accel_convert.codemods.engine.torch_names import SELF_DISTRIBUTING
 
@@ -76,8 +74,7 @@ class OutOfSightPrint(WalkingCheck):
         return facts.has_accelerator and "print" in facts.called and not self_distributing
 
     def start(self, module: cst.Module, facts: ScriptFacts) -> None:
-        tree = python_ast(module.code)
-        self._hidden = functions_used_only_as_values(tree) if tree is not None else set()
+        self._hidden = facts.functions_called_out_of_sight()
 
     def visit_Call(self, node: cst.Call) -> None:
         """Calls of the builtin ``print`` inside those functions."""

@@ -16,6 +16,7 @@ them).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -205,6 +206,9 @@ class ScriptFacts:
     method_prepare: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     #: Module-level function → module-level functions it calls by plain name.
     call_graph: dict[str, set[str]] = field(default_factory=dict)
+    #: The module's own functions it never calls by name but uses as values (a list of hooks,
+    #: ``Thread(target=...)``): called out of sight. Computed on first ask (only a check reads it).
+    functions_called_out_of_sight: Callable[[], frozenset[str]] = lambda: frozenset()
     #: Names already passed through ``accelerator.prepare(...)``.
     prepared: set[str] = field(default_factory=set)
     #: Models that are moved to the device but not trained (no optimizer gets their parameters).

@@ -3,9 +3,14 @@ parameter (of a function, a class's ``__init__`` or method, an attribute, a loop
 
 from __future__ import annotations
 
+from collections import Counter
+from functools import cache
+
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import peel_moves
+from accel_convert.codemods.engine.name_flow import functions_used_only_as_values
+from accel_convert.codemods.engine.positions import python_ast
 from accel_convert.codemods.engine.syntax import (
     class_methods,
     dotted,
@@ -95,6 +100,28 @@ def call_graph(a: Analysis) -> None:
             _into_method(a, call, callee)
     _attribute_aliases(a)
     _loop_aliases(a)
+
+
+@provider(provides=("functions_called_out_of_sight",))
+def functions_called_out_of_sight(a: Analysis) -> None:
+    """The module's functions it only uses as values (``hooks = [log_epoch]``), decided on CPython's
+    tree of the source (already parsed: the pipeline judged the file with it), and only when some
+    function's name appears more often than its definition and its calls by name."""
+    called = Counter(call.node.func.value for call in a.r.calls if isinstance(call.node.func, cst.Name))
+    defined = set(a.r.defs) | a.r.guard_defs
+    # Every name node counts (an attribute's name too): a function none of whose mentions is
+    # left over is called by name wherever it is named.
+    if not any(len(a.r.words.get(name, ())) > called[name] + 1 for name in defined):
+        return
+    source, module = a.source, a.module
+
+    @cache
+    def found() -> frozenset[str]:
+        text = source if source is not None or module is None else module.code
+        tree = python_ast(text) if text is not None else None
+        return frozenset(functions_used_only_as_values(tree)) if tree is not None else frozenset()
+
+    a.facts.functions_called_out_of_sight = found
 
 
 def _into_method(a: Analysis, call: CallRecord, callee: cst.Attribute) -> None:

@@ -45,6 +45,7 @@ PROVIDERS: tuple[Provider, ...] = (
     source.imports,
     source.word_lines,
     calls.call_graph,
+    calls.functions_called_out_of_sight,
     program.imported_calls,
     arguments.argument_parser,
     loaders.loader_factories,
