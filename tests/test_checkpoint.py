@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import re
@@ -11,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from accel_convert.runtime import checkpoint
 from accel_convert.runtime.accelerator import Accelerator, PreparedObjects
@@ -76,16 +78,25 @@ def assert_same(a: dict, b: dict) -> None:
     assert (a["lr"], a["tally"], a["draws"]) == (b["lr"], b["tally"], b["draws"])
 
 
-def test_round_trip_restores_weights_optimizer_scheduler_custom_objects_and_rngs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("safe_serialization", [True, False])
+def test_round_trip_restores_weights_optimizer_scheduler_custom_objects_and_rngs(
+    tmp_path: Path, safe_serialization: bool
+) -> None:
     t = make_training()
     train(t)
-    t["accelerator"].save_state(tmp_path / "ckpt")
+    t["accelerator"].save_state(tmp_path / "ckpt", safe_serialization=safe_serialization)
     expected = snapshot(t)
     train(t, epochs=2)  # move everything on, then come back
     t["accelerator"].load_state(tmp_path / "ckpt")
     assert_same(snapshot(t), expected)
-    saved_keys = torch.load(tmp_path / "ckpt" / "pytorch_model.bin", weights_only=True).keys()
+    saved_keys = read_model_file(tmp_path / "ckpt").keys()
     assert sorted(saved_keys) == ["0.bias", "0.weight", "2.bias", "2.weight"]  # no "module." prefix
+
+
+def read_model_file(folder: Path) -> dict[str, torch.Tensor]:
+    """The one model file of a checkpoint, read by the safetensors package or ``torch.load``."""
+    (path,) = [p for p in folder.iterdir() if p.name in ("model.safetensors", "pytorch_model.bin")]
+    return load_file(path) if path.suffix == ".safetensors" else torch.load(path, weights_only=True)
 
 
 def test_layout_and_manifest(tmp_path: Path) -> None:
@@ -94,8 +105,8 @@ def test_layout_and_manifest(tmp_path: Path) -> None:
     assert sorted(p.name for p in folder.iterdir()) == [
         MANIFEST,
         "custom_checkpoint_0.pkl",
+        "model.safetensors",
         "optimizer.bin",
-        "pytorch_model.bin",
         "random_states_0.pkl",
         "scheduler.bin",
     ]
@@ -103,6 +114,69 @@ def test_layout_and_manifest(tmp_path: Path) -> None:
     assert manifest["world_size"] == 1
     assert sorted(manifest["files"]) == sorted(p.name for p in folder.iterdir() if p.name != MANIFEST)
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]  # no staging folder left behind
+
+
+@pytest.mark.parametrize(
+    ("safe_serialization", "names"),
+    [(True, ["model.safetensors", "model_1.safetensors"]), (False, ["pytorch_model.bin", "pytorch_model_1.bin"])],
+)
+def test_models_are_safetensors_files_unless_not_safe_as_in_accelerate(
+    tmp_path: Path, safe_serialization: bool, names: list[str]
+) -> None:
+    accelerator = Accelerator()
+    models = accelerator.prepare(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
+    folder = Path(accelerator.save_state(tmp_path / "ckpt", safe_serialization=safe_serialization))
+    assert sorted(p.name for p in folder.iterdir() if "model" in p.name) == names
+    for model, name in zip(models, names):
+        path = folder / name
+        saved = load_file(path) if safe_serialization else torch.load(path, weights_only=True)
+        assert saved.keys() == model.state_dict().keys()
+        assert all(torch.equal(saved[key], value) for key, value in model.state_dict().items())
+
+
+class TiedModel(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(5, 4)
+        self.head = torch.nn.Linear(4, 5, bias=False)
+        self.head.weight = self.embed.weight
+
+
+def test_a_tied_weight_is_stored_once_and_comes_back_tied(tmp_path: Path) -> None:
+    accelerator = Accelerator()
+    model = accelerator.prepare(TiedModel())
+    expected = model.embed.weight.detach().clone()
+    folder = Path(accelerator.save_state(tmp_path / "ckpt"))
+    assert list(load_file(folder / "model.safetensors")) == ["embed.weight"]  # as Accelerate stores it
+    with torch.no_grad():
+        model.embed.weight.zero_()
+    accelerator.load_state(folder)
+    assert torch.equal(model.head.weight, expected) and model.head.weight is model.embed.weight
+
+
+def test_a_safetensors_model_file_is_loaded_as_strictly_as_a_bin(saved: Path) -> None:
+    other = Accelerator()
+    model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Linear(8, 1))  # "1.weight", not "2.weight"
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
+    loader = torch.utils.data.DataLoader(torch.randn(12, 3), batch_size=4, shuffle=True)
+    other.register_for_checkpointing(Tally())
+    other.prepare(model, optimizer, scheduler, loader)
+    with pytest.raises(RuntimeError, match=r"missing keys \['1\.weight', '1\.bias'\], unexpected keys \['2\.weight'"):
+        other.load_state(saved)
+
+
+def test_a_model_file_that_is_no_safetensors_is_refused_by_name_even_with_a_forged_manifest(saved: Path) -> None:
+    path = saved / "model.safetensors"
+    path.write_bytes((10**6).to_bytes(8, "little") + b"{}")
+    manifest = json.loads((saved / MANIFEST).read_text())
+    manifest["files"]["model.safetensors"] = {
+        "bytes": path.stat().st_size,
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+    }
+    (saved / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: not a safetensors file \(the header claims"):
+        make_training()["accelerator"].load_state(saved)
 
 
 def test_automatic_naming_keeps_the_newest_and_loads_the_latest(tmp_path: Path) -> None:
@@ -331,7 +405,7 @@ def test_an_interrupted_overwrite_whose_new_copy_is_damaged_loads_the_old_one(
     old = snapshot(t)
     train(t)
     save_killed_at(t, tmp_path / "ckpt", OVERWRITE_STEPS.index("rename .ckpt.incomplete to ckpt"), monkeypatch)
-    damaged = tmp_path / ".ckpt.incomplete" / "pytorch_model.bin"
+    damaged = tmp_path / ".ckpt.incomplete" / "model.safetensors"
     data = bytearray(damaged.read_bytes())
     data[len(data) // 2] ^= 0xFF
     damaged.write_bytes(bytes(data))
@@ -355,15 +429,15 @@ def test_missing_file_is_refused_by_name(saved: Path) -> None:
 
 
 def test_corrupt_file_is_refused_by_name(saved: Path) -> None:
-    path = saved / "pytorch_model.bin"
+    path = saved / "model.safetensors"
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
-    with pytest.raises(CheckpointError, match=r"pytorch_model\.bin: corrupt"):
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: corrupt"):
         make_training()["accelerator"].load_state(saved)
 
 
-@pytest.mark.parametrize("name", ["pytorch_model.bin", "optimizer.bin", "random_states_0.pkl"])
+@pytest.mark.parametrize("name", ["model.safetensors", "optimizer.bin", "random_states_0.pkl"])
 def test_truncated_file_is_refused_by_name(saved: Path, name: str) -> None:
     path = saved / name
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
@@ -396,9 +470,9 @@ def test_malformed_world_size_is_called_a_malformed_manifest(saved: Path, world_
 
 def test_a_file_without_size_and_digest_is_called_a_malformed_manifest(saved: Path) -> None:
     manifest = json.loads((saved / MANIFEST).read_text())
-    manifest["files"]["pytorch_model.bin"] = {"bytes": 1}
+    manifest["files"]["model.safetensors"] = {"bytes": 1}
     (saved / MANIFEST).write_text(json.dumps(manifest))
-    with pytest.raises(CheckpointError, match=r"malformed manifest \(no size and digest for pytorch_model\.bin\)"):
+    with pytest.raises(CheckpointError, match=r"malformed manifest \(no size and digest for model\.safetensors\)"):
         make_training()["accelerator"].load_state(saved)
 
 

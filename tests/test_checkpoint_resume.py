@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from accel_convert.runtime.accelerator import Accelerator
 from accel_convert.runtime.checkpoint import MANIFEST, CheckpointError
@@ -126,14 +127,14 @@ def test_checkpoint_holds_every_ranks_random_state_and_an_unprefixed_model(phase
     assert names == [
         MANIFEST,
         "custom_checkpoint_0.pkl",
+        "model.safetensors",
         "optimizer.bin",
-        "pytorch_model.bin",
         "random_states_0.pkl",
         "random_states_1.pkl",
         "scheduler.bin",
     ]
     assert json.loads((folder / MANIFEST).read_text())["world_size"] == 2
-    state = torch.load(folder / "pytorch_model.bin", weights_only=True)
+    state = load_file(folder / "model.safetensors")
     assert not any(key.startswith("module.") for key in state)
 
 

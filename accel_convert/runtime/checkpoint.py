@@ -6,8 +6,12 @@ the gradient scaler, every rank's random generators (Python, NumPy when the scri
 torch, CUDA; dropout draws from them), the generator each prepared loader shuffles with and its
 epoch counter (Accelerate saves neither, so a resumed run sees other batches), objects registered
 with ``register_for_checkpointing``, and the accumulation step. File names follow Accelerate's
-(``pytorch_model.bin``, ``optimizer.bin``, ``random_states_<rank>.pkl``, ...), all written with
-``torch.save`` and read back with ``weights_only=True``, which runs no pickled code.
+(``model.safetensors``, ``optimizer.bin``, ``random_states_<rank>.pkl``, ...). As in Accelerate,
+the models are safetensors files (:mod:`runtime.weight_files`; a tied weight is stored once, under
+its first name) unless ``save_state(safe_serialization=False)`` asks for ``pytorch_model.bin``;
+everything else is written with ``torch.save``. ``load_state`` reads a model's safetensors file
+when the checkpoint has one, else its ``.bin``, whichever the checkpoint was saved with, and every
+``torch.save`` file with ``weights_only=True``, which runs no pickled code.
 
 Resuming mid-epoch: a loader's generator has already drawn the current epoch's order when a
 mid-epoch checkpoint is taken, so the checkpoint holds the state the generator had when that epoch
@@ -42,6 +46,8 @@ shared files": every rank takes part (:mod:`runtime.fsdp`). With ``SHARDED_STATE
 becomes a ``torch.distributed.checkpoint`` folder inside the staging folder (one shard file per
 rank, listed in the manifest like any other file, so the same atomicity and digest checks hold);
 with ``FULL_STATE_DICT`` they are gathered and rank 0 writes them as single files. Either form
+keeps FSDP's own names (``pytorch_model_fsdp_<i>``, ``.bin`` when gathered) whatever
+``safe_serialization`` says, as Accelerate does. Either form
 loads onto another number of ranks: when every prepared model is sharded, a checkpoint from
 another world size is accepted, and only the per-rank random states and loader positions (which
 have no counterpart on another number of ranks) are left as they are, with a warning.
@@ -63,6 +69,12 @@ from typing import Any
 import torch
 
 from accel_convert.runtime import fsdp
+from accel_convert.runtime.weight_files import (
+    read_safetensors,
+    shared_tensor_names,
+    without_shared_tensors,
+    write_safetensors,
+)
 
 __all__ = ["CheckpointError", "MANIFEST", "latest_checkpoint", "load_state", "save_state"]
 
@@ -97,18 +109,36 @@ def _indexed(stem: str, index: int, suffix: str) -> str:
     return f"{stem}{'' if index == 0 else f'_{index}'}{suffix}"
 
 
+def _model_file(index: int, safe_serialization: bool) -> str:
+    """Model ``index``'s file: ``model.safetensors`` (``model_1.safetensors``, ...), or
+    ``pytorch_model.bin`` (``pytorch_model_1.bin``, ...) when not safe."""
+    if safe_serialization:
+        return _indexed("model", index, ".safetensors")
+    return _indexed("pytorch_model", index, ".bin")
+
+
+def _saved_model_file(files: dict[str, Any], index: int) -> str:
+    """The file model ``index`` was saved to, among a checkpoint's ``files``: the safetensors one
+    when there is one, else the ``.bin`` (as Accelerate's ``load_state`` chooses)."""
+    safe = _model_file(index, True)
+    return safe if safe in files else _model_file(index, False)
+
+
 def _rng_file(rank: int) -> str:
     return f"random_states_{rank}.pkl"
 
 
-def _shared_files(accelerator: Any) -> dict[str, Any]:
+def _shared_files(accelerator: Any, safe_serialization: bool) -> dict[str, Any]:
     """The files the main process writes, by name, with what goes in each."""
     files: dict[str, Any] = {}
     prepared = accelerator.prepared_objects()
     sharded_models, sharded_optimizers = _sharded_parts(accelerator)
     for index, model in enumerate(prepared.models):
         if index not in sharded_models:
-            files[_indexed("pytorch_model", index, ".bin")] = _unwrapped(accelerator, model).state_dict()
+            state = _unwrapped(accelerator, model).state_dict()
+            if safe_serialization:
+                state = without_shared_tensors(state)
+            files[_model_file(index, safe_serialization)] = state
     for index, optimizer in enumerate(prepared.optimizers):
         if index not in sharded_optimizers:
             files[_indexed("optimizer", index, ".bin")] = _inner(optimizer, "optimizer").state_dict()
@@ -261,8 +291,9 @@ def save_state(
     With ``ProjectConfiguration(automatic_checkpoint_naming=True)`` the folder is
     ``project_dir/checkpoints/checkpoint_<iteration>`` and only the newest ``total_limit`` are
     kept (older ones are deleted after the new one is complete, never before). Every rank must
-    call it. ``safe_serialization`` is accepted for Accelerate's signature; files are always
-    written with ``torch.save`` (the runtime depends on nothing but torch).
+    call it. ``safe_serialization`` (default True, as Accelerate) writes each model as
+    ``model.safetensors`` (``model_1.safetensors``, ...), False as ``pytorch_model.bin``; the
+    other files are ``torch.save`` files either way, and FSDP-sharded models keep their own names.
     """
     config = accelerator.project_configuration
     target = _save_target(accelerator, output_dir)
@@ -277,7 +308,7 @@ def save_state(
     accelerator.wait_for_everyone()
     gathered = _write_sharded_parts(accelerator, staging)
     if accelerator.is_main_process:
-        for name, content in {**_shared_files(accelerator), **gathered}.items():
+        for name, content in {**_shared_files(accelerator, safe_serialization), **gathered}.items():
             _write(staging / name, content)
     _write(staging / _rng_file(accelerator.process_index), _rng_snapshot(accelerator))
     accelerator.wait_for_everyone()
@@ -321,7 +352,11 @@ def _save_target(accelerator: Any, output_dir: str | os.PathLike | None) -> Path
 
 
 def _write(path: Path, content: Any) -> None:
-    """``torch.save`` and make it durable: the manifest will vouch for these bytes."""
+    """``torch.save`` (a safetensors file for that suffix) and make it durable: the manifest will
+    vouch for these bytes."""
+    if path.suffix == ".safetensors":
+        write_safetensors(content, path)  # flushed to disk before it gets its name
+        return
     with open(path, "wb") as file:
         torch.save(content, file)
         file.flush()
@@ -511,8 +546,8 @@ def load_state(
     sharded_models, sharded_optimizers = _sharded_parts(accelerator)
     for index, model in enumerate(prepared.models):
         if index not in sharded_models:
-            state = loader.load(_indexed("pytorch_model", index, ".bin"))
-            _unwrapped(accelerator, model).load_state_dict(state, **load_model_kwargs)
+            name = _saved_model_file(loader.files, index)
+            _load_model(_unwrapped(accelerator, model), loader.load(name), name, load_model_kwargs)
     _load_sharded_parts(accelerator, loader, load_model_kwargs)
     for index, optimizer in enumerate(prepared.optimizers):
         if index not in sharded_optimizers:
@@ -538,12 +573,31 @@ def load_state(
             accelerator.project_configuration.iteration = int(match.group(1)) + 1
 
 
+def _load_model(model: torch.nn.Module, state: dict[str, Any], name: str, load_model_kwargs: dict[str, Any]) -> None:
+    """``model.load_state_dict(state)``, where a safetensors file may lack the second name of a
+    tied weight (it was stored once): those names are not missing, their storage was loaded under
+    the first name. Every other missing or unexpected name is refused as ``strict`` says."""
+    if not name.endswith(".safetensors"):
+        model.load_state_dict(state, **load_model_kwargs)
+        return
+    kwargs = dict(load_model_kwargs)
+    strict = kwargs.pop("strict", True)
+    result = model.load_state_dict(state, strict=False, **kwargs)
+    tied = shared_tensor_names(model.state_dict())
+    missing = [key for key in result.missing_keys if key not in tied]
+    if strict and (missing or result.unexpected_keys):
+        raise RuntimeError(
+            f"Error(s) in loading state_dict for {type(model).__name__} from {name}: "
+            f"missing keys {missing}, unexpected keys {result.unexpected_keys}"
+        )
+
+
 def _files_to_load(accelerator: Any, manifest: dict[str, Any], same_world: bool) -> list[str]:
     """Every file any rank of this run reads: the shared ones, the sharded models' and each
     rank's random states (only read when the world size is the one that saved them)."""
     ranks = range(accelerator.num_processes) if same_world else range(0)
     return [
-        *_shared_files_names(accelerator),
+        *_shared_files_names(accelerator, manifest["files"]),
         *_sharded_files_names(accelerator, manifest),
         *(_rng_file(rank) for rank in ranks),
     ]
@@ -588,10 +642,12 @@ def _load_sharded_parts(accelerator: Any, loader: _VerifiedLoader, load_model_kw
     )
 
 
-def _shared_files_names(accelerator: Any) -> list[str]:
+def _shared_files_names(accelerator: Any, files: dict[str, Any]) -> list[str]:
+    """The main process's files this run loads, among the checkpoint's ``files`` (whose model
+    files are safetensors or ``.bin``, as they were saved)."""
     prepared = accelerator.prepared_objects()
     sharded_models, sharded_optimizers = _sharded_parts(accelerator)
-    names = [_indexed("pytorch_model", i, ".bin") for i in range(len(prepared.models)) if i not in sharded_models]
+    names = [_saved_model_file(files, i) for i in range(len(prepared.models)) if i not in sharded_models]
     names += [_indexed("optimizer", i, ".bin") for i in range(len(prepared.optimizers)) if i not in sharded_optimizers]
     names += [_indexed("scheduler", index, ".bin") for index in range(len(prepared.schedulers))]
     if accelerator.scaler is not None:
@@ -735,6 +791,11 @@ class _VerifiedLoader:
         if name not in self.verified:
             self.verify([name])
         path = self.source / name
+        if path.suffix == ".safetensors":
+            try:
+                return read_safetensors(path, self.location)
+            except ValueError as error:
+                raise CheckpointError(f"{path}: not a safetensors file ({error})") from error
         try:
             return torch.load(path, map_location=self.location, weights_only=True)
         except Exception as error:  # noqa: BLE001 (any unpickling failure gets the file's name)

@@ -3,13 +3,15 @@ standard library: the safetensors format, ``torch.save`` files, and a big state 
 numbered shard files named by an index.
 
 Every writer of weights asks this module: ``Accelerator.save(..., safe_serialization=True)``,
-``Accelerator.save_model`` and ``merge_fsdp_weights``.
+``Accelerator.save_model``, ``merge_fsdp_weights`` and ``save_state``; ``load_state`` reads a
+checkpoint's ``model.safetensors`` with :func:`read_safetensors`.
 
 - ``model.safetensors``: an 8-byte little-endian header length, a JSON header naming each
   tensor's dtype, shape and byte range (and ``{"format": "pt"}`` as metadata), then the tensors'
   bytes back to back. ``safetensors.torch.load_file`` reads what :func:`write_safetensors` writes;
   it refuses what the safetensors package refuses, with the same exception types (a non-dict, a
   value that is no tensor, a sparse or non-contiguous tensor, two tensors overlapping in memory).
+  :func:`read_safetensors` reads such a file back (ours, or one the safetensors package wrote).
 - ``pytorch_model.bin``: ``torch.save`` of the state dict, loadable with ``weights_only=True``.
 - Sharding (:func:`plan_shards`): tensors in state-dict order fill a file until the next one would
   take it past ``max_shard_size`` (a tensor larger than that gets a file of its own); tensors
@@ -21,6 +23,7 @@ Every writer of weights asks this module: ``Accelerator.save(..., safe_serializa
 Examples::
 
     write_safetensors({"weight": torch.ones(2, 3)}, "model.safetensors")
+    read_safetensors("model.safetensors")  # {"weight": tensor([[1., 1., 1.], [1., 1., 1.]])}
     plan_shards(state, "5GB", safe_serialization=True).files  # {"model.safetensors": [names...]}
 """
 
@@ -47,7 +50,9 @@ __all__ = [
     "check_safetensors_input",
     "parse_shard_size",
     "plan_shards",
+    "read_safetensors",
     "safetensors_path",
+    "shared_tensor_names",
     "without_shared_tensors",
     "write_safetensors",
     "write_weights",
@@ -183,6 +188,55 @@ def safetensors_path(path: Any) -> Path:
     raise TypeError(f"a safetensors file is written to a path (str, bytes or os.PathLike), not {type(path).__name__}")
 
 
+def read_safetensors(path: str | os.PathLike, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """The tensors of the safetensors file at ``path``, in the file's order, on ``device``.
+
+    A file that does not follow the format (a header that is no JSON object or runs past the end,
+    an unknown dtype, a byte range that does not match its tensor's shape or lies outside the
+    data) is a ValueError naming what is wrong; nothing is unpickled, so nothing in it can run.
+    """
+    data = Path(path).read_bytes()
+    if len(data) < 8:
+        raise ValueError(f"{len(data)} bytes: too short for a safetensors header")
+    header_size = int.from_bytes(data[:8], "little")
+    if 8 + header_size > len(data):
+        raise ValueError(f"the header claims {header_size} bytes, the file has {len(data) - 8} after its length")
+    try:
+        header = json.loads(data[8 : 8 + header_size])
+    except ValueError as error:
+        raise ValueError(f"the header is no JSON ({error})") from None
+    if not isinstance(header, dict):
+        raise ValueError("the header is no JSON object")
+    body = memoryview(data)[8 + header_size :]
+    return {
+        name: _read_tensor(name, entry, body).to(device) for name, entry in header.items() if name != "__metadata__"
+    }
+
+
+#: The safetensors format's dtype names -> torch dtype (the inverse of ``SAFETENSORS_DTYPES``).
+_DTYPES_BY_NAME = {code: dtype for dtype, code in SAFETENSORS_DTYPES.items()}
+
+
+def _read_tensor(name: str, entry: Any, body: memoryview) -> torch.Tensor:
+    """One header entry's tensor, copied out of the file's data section."""
+    try:
+        dtype = _DTYPES_BY_NAME[entry["dtype"]]
+        shape = [int(size) for size in entry["shape"]]
+        start, stop = (int(offset) for offset in entry["data_offsets"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"{name!r}: the header entry {entry!r} is no dtype, shape and data_offsets") from None
+    expected = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+    if not 0 <= start <= stop <= len(body) or stop - start != expected:
+        raise ValueError(
+            f"{name!r}: bytes {start}..{stop} of a {len(body)}-byte data section, its {entry['dtype']} "
+            f"shape {shape} takes {expected}"
+        )
+    if expected == 0:
+        return torch.empty(shape, dtype=dtype)
+    # A fresh buffer per tensor: its own allocation is aligned for any dtype, the file's offsets need not be.
+    return torch.frombuffer(bytearray(body[start:stop]), dtype=torch.uint8).view(dtype).reshape(shape)
+
+
 def _overlapping_names(tensors: Mapping[str, torch.Tensor]) -> list[set[str]]:
     """Groups of names whose tensors overlap in memory (views of one storage that share bytes)."""
     by_storage: dict[tuple[Any, ...], list[str]] = {}
@@ -245,25 +299,35 @@ def _storage_key(tensor: torch.Tensor) -> tuple[Any, ...] | None:
     return tensor.device, storage.data_ptr(), storage.nbytes()
 
 
+def shared_tensor_names(state: Mapping[str, Any]) -> set[str]:
+    """The names whose tensor shares its storage with a tensor named before it in ``state``: what
+    :func:`without_shared_tensors` leaves out, and so what a model's safetensors file lacks (a
+    tied weight under its second name). Empty tensors (no storage: address 0) share nothing."""
+    shared: set[str] = set()
+    seen: set[tuple[Any, ...]] = set()
+    for name, value in state.items():
+        key = _storage_key(value) if isinstance(value, torch.Tensor) else None
+        if key is None or key[1] == 0:
+            continue
+        if key in seen:
+            shared.add(name)
+        seen.add(key)
+    return shared
+
+
 def without_shared_tensors(state: Mapping[str, Any]) -> dict[str, Any]:
     """``state`` with one name per storage (the first in order: a tied weight keeps the name it
     has first in ``model.state_dict()``) and every tensor contiguous; a warning on the main process
     names the ones left out. As Accelerate cleans a state dict for safetensors: names whose tensors
-    are different views of one storage are left out too. Empty tensors (no storage: address 0)
-    share nothing and stay. ``state`` itself is not changed."""
-    kept: dict[str, Any] = {}
-    left_out: list[str] = []
-    seen: set[tuple[Any, ...]] = set()
-    for name, value in state.items():
-        key = _storage_key(value) if isinstance(value, torch.Tensor) else None
-        if key is not None and key[1] == 0:
-            key = None
-        if key is not None and key in seen:
-            left_out.append(name)
-            continue
-        if key is not None:
-            seen.add(key)
-        kept[name] = value.contiguous() if isinstance(value, torch.Tensor) else value
+    are different views of one storage are left out too (:func:`shared_tensor_names`). ``state``
+    itself is not changed."""
+    shared = shared_tensor_names(state)
+    left_out = [name for name in state if name in shared]
+    kept = {
+        name: value.contiguous() if isinstance(value, torch.Tensor) else value
+        for name, value in state.items()
+        if name not in shared
+    }
     if left_out:
         from accel_convert.runtime.logging import get_logger
 
