@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import re
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,6 +21,7 @@ from accel_convert.runtime import checkpoint
 from accel_convert.runtime.accelerator import Accelerator, PreparedObjects
 from accel_convert.runtime.checkpoint import MANIFEST, CheckpointError
 from accel_convert.runtime.handlers import ProjectConfiguration
+from tests.scripts import accelerate_checkpoint
 
 
 class Tally:
@@ -445,10 +449,35 @@ def test_truncated_file_is_refused_by_name(saved: Path, name: str) -> None:
         make_training()["accelerator"].load_state(saved)
 
 
-def test_folder_without_manifest_is_not_a_checkpoint(saved: Path) -> None:
+def test_folder_with_neither_manifest_nor_accelerates_random_states_is_not_a_checkpoint(saved: Path) -> None:
     (saved / MANIFEST).unlink()
+    (saved / "random_states_0.pkl").unlink()
     with pytest.raises(CheckpointError, match=r"checkpoint\.json: missing, so .* is not a complete checkpoint"):
         make_training()["accelerator"].load_state(saved)
+
+
+def test_a_folder_without_manifest_loads_as_accelerates_checking_only_that_files_are_there(tmp_path: Path) -> None:
+    t = make_training()
+    train(t)
+    folder = Path(t["accelerator"].save_state(tmp_path / "ckpt"))
+    expected = snapshot(t)
+    (folder / MANIFEST).unlink()
+    train(t)
+    with pytest.warns(
+        UserWarning, match=r"ckpt: no checkpoint\.json, loading it as a checkpoint Hugging Face Accelerate"
+    ):
+        t["accelerator"].load_state(folder)
+    loaded = snapshot(t)
+    assert all(torch.equal(x, y) for x, y in zip(loaded["parameters"], expected["parameters"]))
+    assert all(torch.equal(x, y) for x, y in zip(loaded["adam"], expected["adam"]))
+    assert (loaded["lr"], loaded["tally"]) == (expected["lr"], expected["tally"])
+    assert loaded["draws"] != expected["draws"]  # the random states are Accelerate's, not restored
+    (folder / "scheduler.bin").unlink()
+    with (
+        pytest.raises(CheckpointError, match=r"scheduler\.bin: missing from the checkpoint"),
+        pytest.warns(UserWarning),
+    ):
+        t["accelerator"].load_state(folder)
 
 
 def test_other_world_size_is_refused(saved: Path) -> None:
@@ -541,3 +570,64 @@ def test_a_rank_file_the_main_process_cannot_see_is_an_error(tmp_path: Path) -> 
     with pytest.raises(CheckpointError, match=r"random_states_1\.pkl: rank 1 wrote it but the main process"):
         checkpoint._write_manifest(staging, two_ranks)
     assert not (staging / MANIFEST).exists()
+
+
+# ------------------------------------------------------------------ against Accelerate
+# Accelerate's side runs in its own process (tests/scripts/accelerate_checkpoint.py, no launch);
+# ours runs the same body here.
+ACCELERATE_SIDE = Path(__file__).parent / "scripts" / "accelerate_checkpoint.py"
+
+
+def run_accelerate(mode: str, folder: Path, state: Path) -> dict:
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1"}
+    command = [sys.executable, str(ACCELERATE_SIDE), mode, str(folder), str(state)]
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return torch.load(state, weights_only=True)
+
+
+@pytest.fixture(scope="module")
+def accelerates(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Accelerate trained and saved: {"folder": its checkpoint, "state": what it held then}."""
+    root = tmp_path_factory.mktemp("accelerate_checkpoint")
+    return {"folder": root / "ckpt", "state": run_accelerate("save", root / "ckpt", root / "state.pt")}
+
+
+def assert_same_training_state(a: dict, b: dict) -> None:
+    assert a["parameters"].keys() == b["parameters"].keys()
+    assert all(torch.equal(tensor, b["parameters"][name]) for name, tensor in a["parameters"].items())
+    assert a["tied"] and b["tied"]
+    assert len(a["adam"]) == len(b["adam"])
+    for ours, theirs in zip(a["adam"], b["adam"]):
+        assert ours.keys() == theirs.keys() and all(torch.equal(ours[key], theirs[key]) for key in ours)
+    assert (a["lr"], a["tally"]) == (b["lr"], b["tally"])
+
+
+def test_our_checkpoint_has_accelerates_files_and_model_file(tmp_path: Path, accelerates: dict) -> None:
+    t = accelerate_checkpoint.build(Accelerator(), seed=0)
+    accelerate_checkpoint.train(t)
+    ours = Path(t["accelerator"].save_state(tmp_path / "ckpt"))
+    assert sorted(p.name for p in ours.iterdir() if p.name != MANIFEST) == sorted(
+        p.name for p in accelerates["folder"].iterdir()
+    )
+    assert_same_training_state(accelerate_checkpoint.training_state(t), accelerates["state"])  # same training
+    theirs = load_file(accelerates["folder"] / "model.safetensors")
+    mine = load_file(ours / "model.safetensors")
+    assert sorted(mine) == sorted(theirs) == ["body.bias", "body.weight", "embed.weight"]  # the tied head once
+    assert all(torch.equal(mine[name], theirs[name]) and mine[name].dtype == theirs[name].dtype for name in mine)
+
+
+def test_accelerate_loads_our_checkpoint(tmp_path: Path) -> None:
+    t = accelerate_checkpoint.build(Accelerator(), seed=0)
+    accelerate_checkpoint.train(t)
+    ours = t["accelerator"].save_state(tmp_path / "ckpt")
+    loaded = run_accelerate("load", Path(ours), tmp_path / "loaded.pt")
+    assert_same_training_state(loaded, accelerate_checkpoint.training_state(t))
+
+
+def test_we_load_accelerates_checkpoint(accelerates: dict) -> None:
+    t = accelerate_checkpoint.build(Accelerator(), seed=1)
+    assert not torch.equal(t["model"].embed.weight, accelerates["state"]["parameters"]["embed.weight"])
+    with pytest.warns(UserWarning, match="no checkpoint.json, loading it as a checkpoint Hugging Face Accelerate"):
+        t["accelerator"].load_state(accelerates["folder"])
+    assert_same_training_state(accelerate_checkpoint.training_state(t), accelerates["state"])

@@ -30,9 +30,18 @@ How a checkpoint is written so that a crash never leaves one that looks complete
 3. the main process writes ``checkpoint.json`` last: the world size and each file's size and
    SHA-256 digest; then it renames the staging folder to the target in one step.
 
-A folder without ``checkpoint.json`` is not a checkpoint. Loading checks the manifest first and
-refuses, with the file's name, a checkpoint from another world size, a missing file or one whose
-digest differs. The folders are assumed to be on a file system every rank sees, as in Accelerate.
+A folder without ``checkpoint.json`` is not a checkpoint of ours. Loading checks the manifest
+first and refuses, with the file's name, a checkpoint from another world size, a missing file or
+one whose digest differs. The folders are assumed to be on a file system every rank sees, as in
+Accelerate.
+
+A checkpoint Hugging Face Accelerate's ``save_state`` wrote has no manifest: a folder without one
+that holds Accelerate's ``random_states_0.pkl`` (which its save writes last) loads as one, with a
+warning: its models, optimizers, schedulers, scaler and registered objects are restored, each file
+read with ``weights_only=True`` but checked for presence only (there are no sizes or digests to
+check it against, as under Accelerate); its random states are not (Accelerate pickles NumPy's
+state as an array, which ``weights_only=True`` refuses), nor any loader's position (Accelerate
+saves none). ``load_state()`` without a folder still picks only complete checkpoints of ours.
 
 Saving over an existing folder takes two renames (the old one aside, the new one in place; see
 :func:`_publish`). A process killed between them leaves no folder by the target's name, only the
@@ -537,7 +546,7 @@ def load_state(
     source = _load_source(accelerator, input_dir)
     location = _map_location(accelerator, map_location)
     manifest = _read_manifest(source, accelerator)
-    same_world = manifest["world_size"] == accelerator.num_processes
+    same_world = manifest["world_size"] == accelerator.num_processes and not manifest["unchecked"]
     loader = _VerifiedLoader(source, manifest, location)
     loader.verify(_files_to_load(accelerator, manifest, same_world))
     rng_file = _rng_file(accelerator.process_index)
@@ -560,7 +569,7 @@ def load_state(
         obj.load_state_dict(loader.load(f"custom_checkpoint_{index}.pkl"))
     if snapshot is not None:
         _restore_rng(snapshot, accelerator, source / rng_file)
-    elif accelerator.is_main_process:
+    elif accelerator.is_main_process and not manifest["unchecked"]:  # Accelerate's: said when found
         warnings.warn(
             f"{source}: saved by {manifest['world_size']} processes, loaded by {accelerator.num_processes}: "
             "models, optimizers and schedulers were restored, the per-rank random states and data "
@@ -732,11 +741,15 @@ def _reshardable(accelerator: Any) -> bool:
 
 
 def _read_manifest(source: Path, accelerator: Any) -> dict[str, Any]:
+    """The manifest of ``source``, checked against this run (``"unchecked"`` False); for a folder
+    Accelerate wrote, the listing that stands in for it (:func:`_accelerate_listing`)."""
     path = source / MANIFEST
+    if not path.is_file() and (source / _rng_file(0)).is_file():
+        return _accelerate_listing(source, accelerator)
     if not path.is_file():
         raise CheckpointError(
             f"{path}: missing, so {source} is not a complete checkpoint "
-            "(it was never finished, or was not written by save_state)"
+            f"(it was never finished, or was not written by save_state: Accelerate's holds {_rng_file(0)})"
         )
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
@@ -756,7 +769,22 @@ def _read_manifest(source: Path, accelerator: Any) -> dict[str, Any]:
             raise CheckpointError(f"{path}: holds {expected} {kind.replace('_', ' ')}, this run prepared {present}")
     if not isinstance(files, dict):
         raise CheckpointError(f"{path}: unreadable manifest (no file list)")
-    return manifest
+    return {**manifest, "unchecked": False}
+
+
+def _accelerate_listing(source: Path, accelerator: Any) -> dict[str, Any]:
+    """What stands in for the manifest of a checkpoint Accelerate wrote (see the module doc):
+    every file in the folder, with no size or digest to check; only their presence is."""
+    if accelerator.is_main_process:
+        warnings.warn(
+            f"{source}: no {MANIFEST}, loading it as a checkpoint Hugging Face Accelerate wrote: its "
+            "files are not checked for completeness or corruption, and the random states and data "
+            "loader positions are not restored",
+            stacklevel=4,
+        )
+    files = {path.relative_to(source).as_posix(): None for path in sorted(source.rglob("*")) if path.is_file()}
+    world_size = sum(1 for name in files if re.fullmatch(r"random_states_\d+\.pkl", name))
+    return {"world_size": world_size, "files": files, "unchecked": True}
 
 
 class _VerifiedLoader:
@@ -764,7 +792,10 @@ class _VerifiedLoader:
 
     def __init__(self, source: Path, manifest: dict[str, Any], location: str | torch.device) -> None:
         self.source = source
-        self.files: dict[str, dict[str, Any]] = manifest["files"]
+        self.files: dict[str, dict[str, Any] | None] = manifest["files"]
+        # Only the listing that stands in for Accelerate's missing manifest says so: presence is
+        # all there is to check. A manifest as save_state writes it (merge_fsdp_weights reads one) is checked.
+        self.unchecked: bool = manifest.get("unchecked", False)
         self.location = location
         self.verified: set[str] = set()
 
@@ -772,11 +803,14 @@ class _VerifiedLoader:
         """Check each file's presence, size and digest (each is hashed once per load)."""
         for name in names:
             path = self.source / name
-            expected = self.files.get(name)
-            if expected is None:
+            if name not in self.files and not self.unchecked:
                 raise CheckpointError(f"{path}: not listed in {self.source / MANIFEST}")
             if not path.is_file():
                 raise CheckpointError(f"{path}: missing from the checkpoint")
+            if self.unchecked:
+                self.verified.add(name)
+                continue
+            expected = self.files[name]
             try:
                 size, digest = expected["bytes"], expected["sha256"]
             except (KeyError, TypeError):
