@@ -11,7 +11,11 @@ from pathlib import Path
 import pytest
 
 from accel_convert.codemods.engine.model import Options
-from accel_convert.codemods.engine.name_flow import name_flow_problems, program_argument_problems
+from accel_convert.codemods.engine.name_flow import (
+    name_flow_problems,
+    possibly_unbound_reads,
+    program_argument_problems,
+)
 from accel_convert.converter.guard import original_line
 from accel_convert.converter.pipeline import convert_source
 
@@ -402,3 +406,21 @@ def test_rewrites_inside_a_helper_also_used_as_a_value_are_left_out_together() -
     left_out = sorted(c.message.split()[0] for c in conversion.changes if c.code == "ACC937")
     assert left_out == ["ACC114", "ACC116"]
     assert name_flow_problems(ast.parse(source), ast.parse(conversion.output)) == []
+
+
+def test_names_bound_by_assignment_expressions_are_bound_where_they_are_read() -> None:
+    """``if (n := len(xs)) > 0: print(n)`` and ``while (batch := next(it, None)) is not None``:
+    the name is bound before the body reads it (not a read before binding)."""
+    module = ast.parse(
+        "def report(xs):\n"
+        "    if (n := len(xs)) > 0:\n"
+        "        print(n)\n"
+        "    return n\n"
+        "it = iter([1, 2])\n"
+        "while (batch := next(it, None)) is not None:\n"
+        "    print(batch)\n"
+        "def late():\n"
+        "    print(k)\n"
+        "    k = 1\n"
+    )
+    assert set(possibly_unbound_reads(module)) == {("late", "k")}

@@ -151,6 +151,9 @@ class _Bindings:
         self.star_import = False
         #: Names called anywhere (``Trainer(...)``: the module constructs that class).
         self.called: set[str] = set()
+        #: Whether the module has an assignment expression (``:=``) anywhere: most have none, and
+        #: the flow then never looks for the names one binds.
+        self.has_walrus = False
         self._visit_body(module.body, id(module), [])
 
     def _visit_body(self, body: Iterable[ast.AST], scope: int, open_statements: list[int]) -> None:
@@ -174,6 +177,10 @@ class _Bindings:
     def _visit_children(self, node: ast.AST, scope: int, open_statements: list[int]) -> None:
         for child in _children(node):
             self._visit(child, scope, open_statements)
+
+    def _visit_walrus(self, node: ast.NamedExpr, scope: int, open_statements: list[int]) -> None:
+        self.has_walrus = True
+        self._visit_children(node, scope, open_statements)
 
     def _visit_name(self, node: ast.Name, scope: int, open_statements: list[int]) -> None:
         if not isinstance(node.ctx, ast.Load):
@@ -262,6 +269,7 @@ _BINDING_VISITS: dict[type[ast.AST], Callable[[_Bindings, Any, int, list[int]], 
     ast.Call: _Bindings._visit_call,
     **dict.fromkeys((ast.ExceptHandler, ast.MatchAs, ast.MatchStar), _Bindings._visit_capture),
     ast.MatchMapping: _Bindings._visit_mapping_pattern,
+    ast.NamedExpr: _Bindings._visit_walrus,
     **dict.fromkeys(_COMPOUND, _Bindings._visit_compound),
 }
 
@@ -411,6 +419,10 @@ class _Block:
         #: The names this scope binds (a function's locals); None: every name (module level).
         self.local_names = local_names
 
+    def walrus_targets(self, expression: ast.AST | None) -> set[str]:
+        """The names the assignment expressions in ``expression`` bind."""
+        return _walrus_targets(expression) if self.flow.bindings.has_walrus else set()
+
     def function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         local_names = self.flow.bindings.locals_of(node)
         block = _Block(self.flow, self.scope, module_level=False, local_names=local_names)
@@ -452,8 +464,8 @@ class _Block:
 
     def _if(self, node: ast.If, bound: set[str]) -> set[str] | None:
         self.reads([node.test], bound)
-        body = self.statements(node.body, bound | _walrus_targets(node.test))
-        orelse = self.statements(node.orelse, bound | _walrus_targets(node.test))
+        body = self.statements(node.body, bound | self.walrus_targets(node.test))
+        orelse = self.statements(node.orelse, bound | self.walrus_targets(node.test))
         return _join(body, orelse)
 
     def _for(self, node: ast.For | ast.AsyncFor, bound: set[str]) -> set[str] | None:
@@ -468,7 +480,7 @@ class _Block:
 
     def _while(self, node: ast.While, bound: set[str]) -> set[str] | None:
         self.reads([node.test], bound)
-        self.statements(node.body, bound | _walrus_targets(node.test))
+        self.statements(node.body, bound | self.walrus_targets(node.test))
         return self._after_loop(node.orelse, bound | self.flow.bound_in(node))
 
     def _after_loop(self, orelse: Sequence[ast.stmt], after: set[str]) -> set[str]:
@@ -533,7 +545,7 @@ class _Block:
         self.reads([part for target in targets for part in _target_reads(target)], bound)
         if isinstance(node, ast.AnnAssign) and value is None:
             return bound
-        return bound | {name for target in targets for name in _target_names(target)} | _walrus_targets(value)
+        return bound | {name for target in targets for name in _target_names(target)} | self.walrus_targets(value)
 
     def _declare(self, node: ast.Global | ast.Nonlocal | ast.Pass, bound: set[str]) -> set[str] | None:
         return bound
@@ -542,7 +554,7 @@ class _Block:
         """Expression statements, assert, type aliases...: they read their expressions."""
         expressions = _expressions_of(node)
         self.reads(expressions, bound)
-        return bound | set().union(*(_walrus_targets(e) for e in expressions)) if expressions else bound
+        return bound | set().union(*(self.walrus_targets(e) for e in expressions)) if expressions else bound
 
     # Expressions.
     def reads(self, expressions: Iterable[ast.expr], bound: set[str]) -> None:
