@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from accel_convert.codemods.engine.model import Options
-from accel_convert.codemods.engine.name_flow import name_flow_problems, program_argument_problems
+from accel_convert.codemods.engine.name_flow import definition_spans, name_flow_problems, program_argument_problems
 from accel_convert.converter.guard import original_line
 from accel_convert.converter.pipeline import convert_source
 
@@ -402,3 +402,31 @@ def test_rewrites_inside_a_helper_also_used_as_a_value_are_left_out_together() -
     left_out = sorted(c.message.split()[0] for c in conversion.changes if c.code == "ACC937")
     assert left_out == ["ACC114", "ACC116"]
     assert name_flow_problems(ast.parse(source), ast.parse(conversion.output)) == []
+
+
+def test_the_spans_of_the_functions_a_problem_names_are_those_name_flow_names() -> None:
+    """The guard leaves out what was rewritten inside the functions a call cannot pass the new
+    argument to; it asks name flow for their lines, with the names its problems use (a class
+    stands for its constructor; a ``def`` under ``if``/``try`` is module-level too)."""
+    module = tree(
+        """
+        class Trainer:
+            def __init__(self, model):
+                self.model = model
+
+            def fit(self):
+                pass
+        try:
+            def train(model):
+                pass
+        except ImportError:
+            def train(model):
+                pass
+        def evaluate(model):
+            pass
+        """
+    )
+    assert definition_spans(module, {"Trainer"}) == [(3, 4)]
+    assert definition_spans(module, {"Trainer.fit", "evaluate"}) == [(6, 7), (14, 15)]
+    assert definition_spans(module, {"train"}) == [(9, 10), (12, 13)]
+    assert definition_spans(module, {"fit"}) == []
