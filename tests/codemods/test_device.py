@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import libcst as cst
 import pytest
 
+from accel_convert.codemods.engine.devices import names_fixed_gpu
+from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Options
 from tests.codemods.support import check_expectations, convert, in_loop
 
@@ -689,3 +692,23 @@ def test_other_reads_of_a_device_string_keep_the_torch_device(read: str) -> None
     assert "device.type.type" not in code, code
     for changed in ("device.type ==", "device.type)", "{device.type}", "device=device.type"):
         assert changed not in code, code
+
+
+@pytest.mark.parametrize(
+    ("written", "fixed"),
+    [
+        ('"cuda"', True),
+        ('"cuda:1"', True),
+        ('torch.device("cuda", 1)', True),
+        ("args.gpu", True),
+        ('f"cuda:{local_rank}"', False),
+        ('torch.device(f"cuda:{local_rank}")', False),
+        ('"cpu"', False),
+        ("device", False),
+    ],
+)
+def test_a_fixed_gpu_is_one_answer(written: str, fixed: bool) -> None:
+    """``engine/devices.py`` says what is the same GPU on every process; each part of the device
+    rule (moves, ``device=`` keywords, ``torch.set_default_device``) asks it."""
+    facts = ScriptFacts(imports={"torch": "torch"})
+    assert names_fixed_gpu(cst.parse_expression(written), facts, indices={"args.gpu"}) is fixed

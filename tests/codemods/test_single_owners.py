@@ -38,6 +38,13 @@ OWNERS = {
             r"^_*(is_device|names_device|device_arg|strip_device_moves|peel_device_moves|peel_moves|moves|moves_to_device|is_move)$"
         ),
     ),
+    "a fixed GPU, the same on every process": (
+        "engine/devices.py (is_gpu_string, names_fixed_gpu, mentions_cuda)",
+        re.compile(
+            r"^_*(fixed_gpu|is_fixed_gpu|names_fixed_gpu|names_a_gpu|names_gpu|is_gpu|is_gpu_string|is_cuda_string"
+            r"|names_cuda|mentions_cuda)$"
+        ),
+    ),
     "the names a target or function binds": (
         "engine/syntax.py (target_names, bound_by, names_bound, binds_locally)",
         re.compile(r"^_*(bound_names|bound_by|binds|has_local|binds_locally|target_names|names_bound)$"),
@@ -86,3 +93,13 @@ def test_a_copy_inside_a_rule_package_is_found(tmp_path: Path) -> None:
     _, pattern = OWNERS["a device / a move to one"]
     assert copies_in(rule_files(tmp_path), tmp_path, pattern) == ["rewrites/device/moves.py:1 defines _is_move"]
     assert any(path.parent.name == "device" for path in RULE_FILES), "the device rule's parts are not scanned"
+
+
+def test_a_copy_of_the_fixed_gpu_question_is_found(tmp_path: Path) -> None:
+    """The device rule once answered "this names a fixed GPU" three ways (``_fixed_gpu``,
+    ``_names_a_gpu``, ``names_cuda``); a fourth, in any part of a rule, is refused."""
+    part = tmp_path / "rewrites" / "device" / "selection.py"
+    part.parent.mkdir(parents=True)
+    part.write_text("def _names_a_gpu(value):\n    return False\n", encoding="utf-8")
+    _, pattern = OWNERS["a fixed GPU, the same on every process"]
+    assert copies_in(rule_files(tmp_path), tmp_path, pattern) == ["rewrites/device/selection.py:1 defines _names_a_gpu"]

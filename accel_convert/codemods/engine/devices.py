@@ -4,7 +4,9 @@ A device is a name the analysis found holding the script's device (``device``, `
 ``self.device``; :attr:`ScriptFacts.device_names`) or the accelerator's own
 ``accelerator.device``. A move is a call of one of :data:`DEVICE_MOVE_METHODS` on a value
 (``model.to(device)``, ``x.cuda()``, ``t.cpu()``); peeling the moves off an expression gives what
-was moved (``Net().to(device)`` is a construction of ``Net``).
+was moved (``Net().to(device)`` is a construction of ``Net``). A *fixed GPU* is a device that is
+the same GPU on every process once the script runs on several (``"cuda:0"``,
+``torch.device("cuda", 1)``, the index once given to ``torch.cuda.set_device``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_name
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.syntax import dotted
+from accel_convert.codemods.engine.syntax import dotted, nodes_in
 from accel_convert.codemods.engine.torch_names import DEVICE_CONSTRUCTORS, DEVICE_MOVE_METHODS
 
 
@@ -27,11 +29,42 @@ def names_device(node: cst.BaseExpression, facts: ScriptFacts, also: Collection[
     if name is not None:
         return name in facts.device_names or name == f"{accelerator_name(facts)}.device" or name in also
     if isinstance(node, cst.SimpleString):
-        value = node.evaluated_value
-        return isinstance(value, str) and value.startswith("cuda")
+        return is_gpu_string(node)
     if isinstance(node, cst.Call):
         return facts.qualified_name(node.func) in DEVICE_CONSTRUCTORS
     return False
+
+
+def is_gpu_string(node: cst.BaseExpression) -> bool:
+    """``"cuda"``, ``"cuda:0"``: a string literal naming a GPU (the first, or the one of that index)."""
+    if not isinstance(node, cst.SimpleString):
+        return False
+    value = node.evaluated_value
+    return isinstance(value, str) and value.startswith("cuda")
+
+
+def names_fixed_gpu(
+    node: cst.BaseExpression, facts: ScriptFacts, scope: tuple[str, ...] = (), indices: Collection[str] = ()
+) -> bool:
+    """Whether ``node`` is the same GPU on every process: ``"cuda"``, ``"cuda:0"``,
+    ``torch.device("cuda", 1)`` (``torch.device`` of such a string), or one of ``indices`` (the
+    names the script gave ``torch.cuda.set_device``: ``args.gpu``). A choice made per process
+    (``f"cuda:{local_rank}"``) is not fixed."""
+    if is_gpu_string(node):
+        return True
+    if isinstance(node, cst.Call) and node.args and facts.qualified_name(node.func, scope) == "torch.device":
+        return is_gpu_string(node.args[0].value)
+    return dotted(node) in indices
+
+
+def mentions_cuda(node: cst.BaseExpression) -> bool:
+    """Whether the expression mentions the string "cuda" anywhere (``"cuda"``, ``"cuda:0"``,
+    ``f"cuda:{i}"``, ``"cuda" if ok else "cpu"``): a device chosen there may be a GPU."""
+    return any(
+        (isinstance(inner, cst.SimpleString) and "cuda" in inner.value)
+        or (isinstance(inner, cst.FormattedStringText) and "cuda" in inner.value)
+        for inner in nodes_in(node)
+    )
 
 
 def is_move(node: cst.CSTNode) -> bool:
