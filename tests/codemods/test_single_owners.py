@@ -45,6 +45,13 @@ OWNERS = {
             r"|names_cuda|mentions_cuda)$"
         ),
     ),
+    "the loader under a loop's wrappers (enumerate, tqdm, zip)": (
+        "engine/iteration.py (iterated, batch_target, loop_batch_names, enumerate_index)",
+        re.compile(
+            r"^_*(iterated|loop_loader|loader_of_loop|loader_and_batch|unwrap_loader|unwrapped_loader|loop_iterable"
+            r"|batch_target|loop_batch_names|loop_targets|enumerate_index)$"
+        ),
+    ),
     "the names a target or function binds": (
         "engine/syntax.py (target_names, bound_by, names_bound, binds_locally)",
         re.compile(r"^_*(bound_names|bound_by|binds|has_local|binds_locally|target_names|names_bound)$"),
@@ -103,3 +110,13 @@ def test_a_copy_of_the_fixed_gpu_question_is_found(tmp_path: Path) -> None:
     part.write_text("def _names_a_gpu(value):\n    return False\n", encoding="utf-8")
     _, pattern = OWNERS["a fixed GPU, the same on every process"]
     assert copies_in(rule_files(tmp_path), tmp_path, pattern) == ["rewrites/device/selection.py:1 defines _names_a_gpu"]
+
+
+def test_a_copy_of_the_loader_under_a_loop_s_wrappers_is_found(tmp_path: Path) -> None:
+    """``enumerate(tqdm(loader))`` was unwrapped in four places (the model's recorder, the loader
+    dict rule, two in the metrics rule), each with its own set of wrappers; a fifth is refused."""
+    part = tmp_path / "rewrites" / "loader_dict.py"
+    part.parent.mkdir(parents=True)
+    part.write_text("def _loader_and_batch(loop):\n    return loop.iter, loop.target\n", encoding="utf-8")
+    _, pattern = OWNERS["the loader under a loop's wrappers (enumerate, tqdm, zip)"]
+    assert copies_in(rule_files(tmp_path), tmp_path, pattern) == ["rewrites/loader_dict.py:1 defines _loader_and_batch"]

@@ -206,20 +206,6 @@ def nodes_in(node: cst.CSTNode) -> list[cst.CSTNode]:
     return found
 
 
-def enumerate_index(loop: cst.For) -> str | None:
-    """``batch_idx`` of ``for batch_idx, (x, y) in enumerate(loader)``: it counts batches."""
-    iterable = loop.iter
-    while isinstance(iterable, cst.Call) and iterable.args:
-        if dotted(iterable.func) == "enumerate":
-            target = loop.target
-            if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
-                first = target.elements[0].value
-                return first.value if isinstance(first, cst.Name) else None
-            return None
-        iterable = iterable.args[0].value
-    return None
-
-
 def counted_by_one(node: cst.CSTNode) -> cst.BaseAssignTargetExpression | None:
     """The target of ``n += 1`` (a counter of loop iterations); None for anything else."""
     if (
