@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from accel_convert.codemods.engine.devices import names_fixed_gpu
+from accel_convert.codemods.engine.devices import constructed, construction, names_fixed_gpu, peel_moves
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Options
 from tests.codemods.support import check_expectations, convert, in_loop
@@ -712,3 +712,22 @@ def test_a_fixed_gpu_is_one_answer(written: str, fixed: bool) -> None:
     rule (moves, ``device=`` keywords, ``torch.set_default_device``) asks it."""
     facts = ScriptFacts(imports={"torch": "torch"})
     assert names_fixed_gpu(cst.parse_expression(written), facts, indices={"args.gpu"}) is fixed
+
+
+@pytest.mark.parametrize(
+    ("written", "built", "moved_only"),
+    [
+        ("Net().to(device).eval()", "Net()", "Net().to(device).eval()"),
+        ("Teacher().cuda().requires_grad_(False)", "Teacher()", "Teacher().cuda().requires_grad_(False)"),
+        ("model.half().to(device)", "model", "model.half()"),
+        ("model", "model", "model"),
+    ],
+)
+def test_what_a_value_was_constructed_from_is_one_answer(written: str, built: str, moved_only: str) -> None:
+    """``constructed`` looks through moves, casts and mode switches (every provider and rule that
+    asks what was built); ``peel_moves`` through moves alone (a dtype cast is not a move)."""
+    value = cst.parse_expression(written)
+    code = cst.Module([]).code_for_node
+    assert code(constructed(value)) == built
+    assert code(peel_moves(value)) == moved_only
+    assert (construction(value) is not None) is built.endswith(")")

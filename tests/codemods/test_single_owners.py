@@ -52,6 +52,12 @@ OWNERS = {
             r"|batch_target|loop_batch_names|loop_targets|enumerate_index)$"
         ),
     ),
+    "what a moved, cast or switched value was constructed from": (
+        "engine/devices.py (constructed, construction, peel_self_returning; peel_moves for moves alone)",
+        re.compile(
+            r"^_*(constructor|constructed|constructor_call|built_call|peel_modes|peel_self_returning|peel_casts)$"
+        ),
+    ),
     "the names a target or function binds": (
         "engine/syntax.py (target_names, bound_by, names_bound, binds_locally)",
         re.compile(r"^_*(bound_names|bound_by|binds|has_local|binds_locally|target_names|names_bound)$"),
@@ -120,3 +126,14 @@ def test_a_copy_of_the_loader_under_a_loop_s_wrappers_is_found(tmp_path: Path) -
     part.write_text("def _loader_and_batch(loop):\n    return loop.iter, loop.target\n", encoding="utf-8")
     _, pattern = OWNERS["the loader under a loop's wrappers (enumerate, tqdm, zip)"]
     assert copies_in(rule_files(tmp_path), tmp_path, pattern) == ["rewrites/loader_dict.py:1 defines _loader_and_batch"]
+
+
+def test_a_copy_of_what_a_value_was_constructed_from_is_found(tmp_path: Path) -> None:
+    """``Net().to(device).eval()`` → ``Net()`` was answered three ways, with three sets of methods
+    (the metrics rule's ``constructor``, the model's ``constructed`` and ``peel_modes``); a
+    fourth in a rule or a provider is refused."""
+    part = tmp_path / "rewrites" / "metrics" / "nodes.py"
+    part.parent.mkdir(parents=True)
+    part.write_text("def constructor(value):\n    return None\n", encoding="utf-8")
+    _, pattern = OWNERS["what a moved, cast or switched value was constructed from"]
+    assert copies_in(rule_files(tmp_path), tmp_path, pattern) == ["rewrites/metrics/nodes.py:1 defines constructor"]

@@ -4,7 +4,8 @@ A device is a name the analysis found holding the script's device (``device``, `
 ``self.device``; :attr:`ScriptFacts.device_names`) or the accelerator's own
 ``accelerator.device``. A move is a call of one of :data:`DEVICE_MOVE_METHODS` on a value
 (``model.to(device)``, ``x.cuda()``, ``t.cpu()``); peeling the moves off an expression gives what
-was moved (``Net().to(device)`` is a construction of ``Net``). A *fixed GPU* is a device that is
+was moved; peeling casts and mode switches too (:data:`SELF_RETURNING_METHODS`) gives what was
+constructed (``Net().to(device).eval()`` is a construction of ``Net``). A *fixed GPU* is a device that is
 the same GPU on every process once the script runs on several (``"cuda:0"``,
 ``torch.device("cuda", 1)``, the index once given to ``torch.cuda.set_device``).
 """
@@ -18,7 +19,7 @@ import libcst as cst
 from accel_convert.codemods.engine.accelerator_code import accelerator_name
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.syntax import dotted, nodes_in
-from accel_convert.codemods.engine.torch_names import DEVICE_CONSTRUCTORS, DEVICE_MOVE_METHODS
+from accel_convert.codemods.engine.torch_names import DEVICE_CONSTRUCTORS, DEVICE_MOVE_METHODS, SELF_RETURNING_METHODS
 
 
 def names_device(node: cst.BaseExpression, facts: ScriptFacts, also: Collection[str] = ()) -> bool:
@@ -89,3 +90,32 @@ def peel_moves(
                 break
         value = value.func.value
     return value
+
+
+def peel_self_returning(value: cst.BaseExpression) -> cst.BaseExpression:
+    """``model.eval().half()`` → ``model``: the value under casts and mode switches (not moves)."""
+    while _called_method(value) in SELF_RETURNING_METHODS:
+        value = value.func.value  # type: ignore[attr-defined]
+    return value
+
+
+def constructed(value: cst.BaseExpression) -> cst.BaseExpression:
+    """``Net().to(device).train()`` → ``Net()``: the value under its moves, casts and mode switches
+    (what was built, or the name it came from: ``model.cuda()`` → ``model``)."""
+    while (method := _called_method(value)) in DEVICE_MOVE_METHODS or method in SELF_RETURNING_METHODS:
+        value = value.func.value  # type: ignore[attr-defined]
+    return value
+
+
+def construction(value: cst.BaseExpression) -> cst.Call | None:
+    """The call building what ``value`` holds, through moves, casts and mode switches
+    (``Model(...).to(device)``); None where it is not built there (``model.to(device)``)."""
+    built = constructed(value)
+    return built if isinstance(built, cst.Call) else None
+
+
+def _called_method(value: cst.BaseExpression) -> str | None:
+    """``to`` of ``x.to(device)``: the method a call calls on a value; None for anything else."""
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        return value.func.attr.value
+    return None

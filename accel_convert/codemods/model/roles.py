@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accel_convert.codemods.engine.devices import constructed
 from accel_convert.codemods.engine.syntax import (
     dotted,
     mean_reduced,
@@ -19,7 +20,6 @@ from accel_convert.codemods.engine.torch_names import (
 from accel_convert.codemods.engine.walk import walk
 from accel_convert.codemods.model.devices import chooses_device
 from accel_convert.codemods.model.expressions import (
-    constructed,
     is_prepare,
     moves_a_construction,
 )
