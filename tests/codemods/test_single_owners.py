@@ -58,6 +58,12 @@ OWNERS = {
             r"^_*(constructor|constructed|constructor_call|built_call|peel_modes|peel_self_returning|peel_casts)$"
         ),
     ),
+    "a value that chooses the device": (
+        "engine/devices.py (chooses_device, chooses_gpu, selects_device)",
+        re.compile(
+            r"^_*(chooses_device|chooses_gpu|chooses_a_device|picks_device|picks_gpu|selects_device|device_choice)$"
+        ),
+    ),
     "the names a target or function binds": (
         "engine/syntax.py (target_names, bound_by, names_bound, binds_locally)",
         re.compile(r"^_*(bound_names|bound_by|binds|has_local|binds_locally|target_names|names_bound)$"),
@@ -137,3 +143,14 @@ def test_a_copy_of_what_a_value_was_constructed_from_is_found(tmp_path: Path) ->
     part.write_text("def constructor(value):\n    return None\n", encoding="utf-8")
     _, pattern = OWNERS["what a moved, cast or switched value was constructed from"]
     assert copies_in(rule_files(tmp_path), tmp_path, pattern) == ["rewrites/metrics/nodes.py:1 defines constructor"]
+
+
+def test_a_copy_of_the_device_choice_is_found(tmp_path: Path) -> None:
+    """The model named devices with its ``chooses_device`` while the device rule decided what
+    selects or picks one itself (a selection at module level was not one when the rule's walk
+    found it was); a provider of its own is refused like a rule's."""
+    provider = tmp_path / "model" / "devices.py"
+    provider.parent.mkdir(parents=True)
+    provider.write_text("def chooses_device(a, value, scope):\n    return False\n", encoding="utf-8")
+    _, pattern = OWNERS["a value that chooses the device"]
+    assert copies_in([provider], tmp_path, pattern) == ["model/devices.py:1 defines chooses_device"]

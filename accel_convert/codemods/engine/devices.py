@@ -18,7 +18,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_name
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.syntax import dotted, nodes_in
+from accel_convert.codemods.engine.syntax import calls_in, dotted, nodes_in
 from accel_convert.codemods.engine.torch_names import DEVICE_CONSTRUCTORS, DEVICE_MOVE_METHODS, SELF_RETURNING_METHODS
 
 
@@ -34,6 +34,56 @@ def names_device(node: cst.BaseExpression, facts: ScriptFacts, also: Collection[
     if isinstance(node, cst.Call):
         return facts.qualified_name(node.func) in DEVICE_CONSTRUCTORS
     return False
+
+
+def chooses_device(value: cst.BaseExpression, facts: ScriptFacts, scope: tuple[str, ...] = ()) -> bool:
+    """Whether an assigned value chooses the script's device: a ``"cuda..."``/``"mps"`` string (or
+    a choice between one and ``"cpu"``), ``torch.device(...)`` and its kin, a ``--device``
+    option, the accelerator's device. The model's roles name the devices with it (rules then ask
+    :func:`names_device` of those names); the device rule asks it of what a call is given."""
+    if isinstance(value, cst.SimpleString):
+        return is_gpu_string(value) or value.evaluated_value == "mps"
+    if isinstance(value, cst.IfExp):
+        if chooses_device(value.body, facts, scope) or chooses_device(value.orelse, facts, scope):
+            return True
+        # ``0 if torch.cuda.is_available() else "cpu"``: a GPU index or the CPU.
+        return _is_cpu_string(value.orelse) and any(
+            (dotted(node.func) or "").endswith("cuda.is_available") for node in calls_in(value.test)
+        )
+    if isinstance(value, cst.Attribute) and isinstance(value.value, cst.Call):
+        # torch.accelerator.current_accelerator().type
+        return chooses_device(value.value, facts, scope)
+    if isinstance(value, cst.Attribute) and dotted(value.value) in facts.parsed_arguments:
+        # ``device = args.device`` from ``--device cuda``: the device string itself.
+        option = value.attr.value
+        return option in facts.parser_options and (option == "device" or option.endswith("_device"))
+    if isinstance(value, cst.Call):
+        qualified = (
+            facts.names.qualified_name(value.func, scope, strict=False)
+            if facts.names is not None
+            else facts.qualified_name(value.func, scope)
+        )
+        return qualified in DEVICE_CONSTRUCTORS
+    return dotted(value) == f"{facts.existing_accelerator or 'accelerator'}.device"
+
+
+def chooses_gpu(value: cst.BaseExpression, facts: ScriptFacts, scope: tuple[str, ...] = ()) -> bool:
+    """``torch.device("cuda" if ok else "cpu")``, ``torch.device(f"cuda:{i}")``: a device made
+    right here (a call, not a name or a string) that may be a GPU."""
+    return isinstance(value, cst.Call) and chooses_device(value, facts, scope) and mentions_cuda(value)
+
+
+def selects_device(value: cst.BaseExpression, facts: ScriptFacts) -> bool:
+    """Whether the value assigned to a device name selects the device (``torch.device(...)``,
+    ``"cuda" if ... else "cpu"``, the command line's ``args.device``) rather than aliasing another
+    name that holds it (``DEV = device``, which stays)."""
+    if isinstance(value, cst.Attribute) and dotted(value.value) in facts.parsed_arguments:
+        return True
+    return dotted(value) is None
+
+
+def _is_cpu_string(value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.SimpleString) and value.evaluated_value == "cpu"
 
 
 def is_gpu_string(node: cst.BaseExpression) -> bool:

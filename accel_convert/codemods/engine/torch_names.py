@@ -23,7 +23,6 @@ ACCELERATORS = frozenset(
         "accel_convert.runtime.accelerator.Accelerator",
     }
 )
-DEVICE_CALLS = frozenset({"torch.device", "torch.accelerator.current_accelerator"})
 #: Questions about the machine's devices, with no side effect (what ``use_cuda = ...`` flags ask).
 DEVICE_AVAILABILITY = frozenset(
     {

@@ -20,10 +20,6 @@ def is_prepare(value: cst.BaseExpression) -> bool:
     )
 
 
-def is_cpu_string(value: cst.BaseExpression) -> bool:
-    return isinstance(value, cst.SimpleString) and value.evaluated_value == "cpu"
-
-
 def moves_a_construction(value: cst.BaseExpression) -> bool:
     """``Net().to(device)``, ``Net().cuda()``: a construction moved where it is made."""
     return is_move(value) and isinstance(value.func.value, cst.Call)  # type: ignore[attr-defined]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accel_convert.codemods.engine.devices import mentions_cuda, names_fixed_gpu
+from accel_convert.codemods.engine.devices import chooses_device, chooses_gpu, names_fixed_gpu
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.positions import skips_statement
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS
@@ -38,8 +38,8 @@ class FixedGpus(DeviceWalkState):
             value = arg.value
             if not isinstance(value, cst.Call):
                 continue
-            picks = (isinstance(value.func, cst.Name) and value.func.value in self.device_functions) or (
-                self.qualified_name(value.func) == "torch.device" and mentions_cuda(value)
+            picks = (isinstance(value.func, cst.Name) and value.func.value in self.device_functions) or chooses_gpu(
+                value, self.facts, self.scope
             )
             if not picks:
                 continue
@@ -159,11 +159,8 @@ def device_functions(module: cst.Module, facts: ScriptFacts) -> frozenset[str]:
         if not isinstance(statement, cst.FunctionDef) or skips_statement(statement, device_lines, facts.origins):
             continue
         values = [node.value for node in nodes_in(statement.body) if type(node) is cst.Return]
-        devices = [
-            value
-            for value in values
-            if isinstance(value, cst.Call) and dotted(value.func) in ("torch.device", "device")
-        ]
-        if values and len(devices) == len(values) and any(mentions_cuda(value) for value in devices):
+        scope = (statement.name.value,)
+        devices = [value for value in values if isinstance(value, cst.Call) and chooses_device(value, facts, scope)]
+        if values and len(devices) == len(values) and any(chooses_gpu(value, facts, scope) for value in devices):
             found.add(statement.name.value)
     return frozenset(found)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accel_convert.codemods.engine.devices import mentions_cuda, names_fixed_gpu
+from accel_convert.codemods.engine.devices import mentions_cuda, names_fixed_gpu, selects_device
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS
 from accel_convert.codemods.engine.syntax import dotted, expression
 from accel_convert.codemods.rewrites.device.emptied_blocks import has_statements, with_pass
@@ -25,16 +25,11 @@ VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 class Selection(DeviceWalkState):
     # -- the device variable -----------------------------------------------------------------------
 
-    def selects_device(self, assign: cst.Assign, targets: set[str]) -> bool:
+    def is_device_selection(self, assign: cst.Assign, targets: set[str]) -> bool:
         """``device = torch.device(...)``, ``device = args.device``: an assignment of only
         device names whose value is a device expression, not a plain alias (``DEV = device``
         stays); a command-line option is a selection."""
-        if not targets or not targets <= self.facts.device_names:
-            return False
-        value = assign.value
-        if isinstance(value, cst.Attribute) and dotted(value.value) in self.facts.parsed_arguments:
-            return True
-        return dotted(value) is None
+        return bool(targets) and targets <= self.facts.device_names and selects_device(assign.value, self.facts)
 
     def selected_device(self, original: cst.Assign, updated: cst.Assign, targets: set[str]) -> cst.Assign:
         """``device = ...`` → ``device = accelerator.device`` where the accelerator is reachable."""
