@@ -64,6 +64,17 @@ OWNERS = {
             r"^_*(chooses_device|chooses_gpu|chooses_a_device|picks_device|picks_gpu|selects_device|device_choice)$"
         ),
     ),
+    "the argument a call passes for a parameter, and the reverse": (
+        "engine/syntax.py (argument_for, parameter_filled, positional_parameter_names)",
+        re.compile(
+            r"^_*(argument_at|argument_for|passed_for|parameter_filled|param_filled"
+            r"|positional_parameter_names|positional_names)$"
+        ),
+    ),
+    "a call of backward": (
+        "engine/syntax.py (is_backward)",
+        re.compile(r"^_*(is_backward|calls_backward|is_backward_call)$"),
+    ),
     "the names a target or function binds": (
         "engine/syntax.py (target_names, bound_by, names_bound, binds_locally)",
         re.compile(r"^_*(bound_names|bound_by|binds|has_local|binds_locally|target_names|names_bound)$"),
@@ -154,3 +165,16 @@ def test_a_copy_of_the_device_choice_is_found(tmp_path: Path) -> None:
     provider.write_text("def chooses_device(a, value, scope):\n    return False\n", encoding="utf-8")
     _, pattern = OWNERS["a value that chooses the device"]
     assert copies_in([provider], tmp_path, pattern) == ["model/devices.py:1 defines chooses_device"]
+
+
+def test_a_copy_of_the_argument_for_a_parameter_is_found(tmp_path: Path) -> None:
+    """The metrics rule's ``_argument_at``, the AMP rule's ``_argument_for`` and the OOM rule's
+    own walk each matched a call's arguments to parameters, and disagreed on ``*args``; a new
+    one is refused."""
+    part = tmp_path / "rewrites" / "metrics" / "ensembles.py"
+    part.parent.mkdir(parents=True)
+    part.write_text("def _argument_at(call, index, param):\n    return None\n", encoding="utf-8")
+    _, pattern = OWNERS["the argument a call passes for a parameter, and the reverse"]
+    assert copies_in(rule_files(tmp_path), tmp_path, pattern) == [
+        "rewrites/metrics/ensembles.py:1 defines _argument_at"
+    ]

@@ -7,10 +7,6 @@ import libcst as cst
 from accel_convert.codemods.engine.devices import is_move
 
 
-def is_backward(node: cst.Call) -> bool:
-    return isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward"
-
-
 def is_prepare(value: cst.BaseExpression) -> bool:
     return (
         isinstance(value, cst.Call)

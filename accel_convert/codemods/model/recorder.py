@@ -20,6 +20,7 @@ from accel_convert.codemods.engine.positions import POSITIONED_TYPES
 from accel_convert.codemods.engine.syntax import (
     dotted,
     instance_parameter,
+    is_backward,
     is_main_guard,
     parameter_names,
     target_names,
@@ -28,7 +29,6 @@ from accel_convert.codemods.engine.torch_names import (
     GRAD_SWITCHES,
     NO_GRAD_CONTEXTS,
 )
-from accel_convert.codemods.model.expressions import is_backward
 
 
 @dataclass(eq=False)

@@ -36,12 +36,6 @@ def loop_over_loader(node: cst.For, facts: ScriptFacts) -> tuple[str, ...] | Non
     return loop_batch_names(node, facts.names, through_any_call=True, plain=True)
 
 
-def is_backward(node: cst.CSTNode, facts: ScriptFacts) -> bool:
-    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
-        return False
-    return node.func.attr.value == "backward"
-
-
 def is_gather(node: cst.CSTNode, facts: ScriptFacts) -> bool:
     return is_accelerator_method(node, facts, "gather_for_metrics", "gather", "reduce", "gather_object")
 

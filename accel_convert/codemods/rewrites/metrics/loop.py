@@ -14,7 +14,7 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.iteration import enumerate_index, iterated
 from accel_convert.codemods.engine.model import Site
-from accel_convert.codemods.engine.syntax import dotted, expression_code, nodes_in
+from accel_convert.codemods.engine.syntax import dotted, expression_code, is_backward, nodes_in
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import variables_read
 from accel_convert.codemods.rewrites.metrics.batch_means import (
@@ -51,7 +51,6 @@ from accel_convert.codemods.rewrites.metrics.forward import (
     find_averaged_forwards,
     find_forward,
     hoist_forward,
-    is_backward,
     is_gather,
     is_model_call,
     loop_over_loader,
@@ -184,7 +183,7 @@ class EvalLoopRewriter(RuleTransformer):
             # A loader built where nothing prepares it (a local of an evaluation helper): every
             # rank sees every sample, and gathering would count each one N times.
             return updated_node
-        if contains(original_node, lambda n: is_backward(n, self.facts) or is_gather(n, self.facts), cst.Call):
+        if contains(original_node, lambda n: is_backward(n) or is_gather(n, self.facts), cst.Call):
             return updated_node
         sequence_first = sequence_first_reason(original_node, self._layouts, self.facts)
         if sequence_first is not None:
