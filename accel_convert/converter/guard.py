@@ -29,7 +29,12 @@ import libcst as cst
 
 from accel_convert.codemods import Change, Options
 from accel_convert.codemods.engine.accelerator_creation import move_creation_before
-from accel_convert.codemods.engine.name_flow import NameFlowProblem, name_flow_problems, program_argument_problems
+from accel_convert.codemods.engine.name_flow import (
+    NameFlowProblem,
+    definition_spans,
+    name_flow_problems,
+    program_argument_problems,
+)
 from accel_convert.codemods.engine.positions import python_ast
 from accel_convert.codemods.engine.registry import all_rules
 
@@ -214,7 +219,7 @@ def _leave_out_inside(
     blamed = {p.scope for file_problems in problems for p in file_problems if p.kind != "unbound"}
     inside: set[str] = set()
     for source, file_changes in zip(sources, first.changes):
-        spans = _function_spans(source, blamed)
+        spans = definition_spans(python_ast(source), blamed) if blamed else []
         inside |= {
             change.code
             for change in file_changes
@@ -227,26 +232,6 @@ def _leave_out_inside(
     if any(problems_in(attempt)):
         return None
     return _with_left_out_report(attempt, first, codes, problems)
-
-
-def _function_spans(source: bytes, qualified_names: set[str]) -> list[tuple[int, int]]:
-    """The lines of the module's functions and methods named (``train``, ``Trainer.__init__``;
-    ``Trainer``: its ``__init__``), in the original file."""
-    tree = python_ast(source) if qualified_names else None
-    if tree is None:
-        return []
-    spans: list[tuple[int, int]] = []
-    for node in tree.body:
-        members = [(f"{node.name}.", m) for m in node.body] if isinstance(node, ast.ClassDef) else [("", node)]
-        for prefix, member in members:
-            if not isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            names = {prefix + member.name}
-            if member.name == "__init__":
-                names.add(prefix.rstrip("."))
-            if names & qualified_names:
-                spans.append((member.lineno, member.end_lineno or member.lineno))
-    return spans
 
 
 def _with_left_out_report(

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import libcst as cst
 import pytest
 
+from accel_convert.codemods.engine.devices import constructed, construction, names_fixed_gpu, peel_moves
+from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Options
 from tests.codemods.support import check_expectations, convert, in_loop
 
@@ -689,3 +692,42 @@ def test_other_reads_of_a_device_string_keep_the_torch_device(read: str) -> None
     assert "device.type.type" not in code, code
     for changed in ("device.type ==", "device.type)", "{device.type}", "device=device.type"):
         assert changed not in code, code
+
+
+@pytest.mark.parametrize(
+    ("written", "fixed"),
+    [
+        ('"cuda"', True),
+        ('"cuda:1"', True),
+        ('torch.device("cuda", 1)', True),
+        ("args.gpu", True),
+        ('f"cuda:{local_rank}"', False),
+        ('torch.device(f"cuda:{local_rank}")', False),
+        ('"cpu"', False),
+        ("device", False),
+    ],
+)
+def test_a_fixed_gpu_is_one_answer(written: str, fixed: bool) -> None:
+    """``engine/devices.py`` says what is the same GPU on every process; each part of the device
+    rule (moves, ``device=`` keywords, ``torch.set_default_device``) asks it."""
+    facts = ScriptFacts(imports={"torch": "torch"})
+    assert names_fixed_gpu(cst.parse_expression(written), facts, indices={"args.gpu"}) is fixed
+
+
+@pytest.mark.parametrize(
+    ("written", "built", "moved_only"),
+    [
+        ("Net().to(device).eval()", "Net()", "Net().to(device).eval()"),
+        ("Teacher().cuda().requires_grad_(False)", "Teacher()", "Teacher().cuda().requires_grad_(False)"),
+        ("model.half().to(device)", "model", "model.half()"),
+        ("model", "model", "model"),
+    ],
+)
+def test_what_a_value_was_constructed_from_is_one_answer(written: str, built: str, moved_only: str) -> None:
+    """``constructed`` looks through moves, casts and mode switches (every provider and rule that
+    asks what was built); ``peel_moves`` through moves alone (a dtype cast is not a move)."""
+    value = cst.parse_expression(written)
+    code = cst.Module([]).code_for_node
+    assert code(constructed(value)) == built
+    assert code(peel_moves(value)) == moved_only
+    assert (construction(value) is not None) is built.endswith(")")

@@ -12,6 +12,7 @@ import pytest
 
 from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.engine.name_flow import (
+    definition_spans,
     name_flow_problems,
     possibly_unbound_reads,
     program_argument_problems,
@@ -424,3 +425,31 @@ def test_names_bound_by_assignment_expressions_are_bound_where_they_are_read() -
         "    k = 1\n"
     )
     assert set(possibly_unbound_reads(module)) == {("late", "k")}
+
+
+def test_the_spans_of_the_functions_a_problem_names_are_those_name_flow_names() -> None:
+    """The guard leaves out what was rewritten inside the functions a call cannot pass the new
+    argument to; it asks name flow for their lines, with the names its problems use (a class
+    stands for its constructor; a ``def`` under ``if``/``try`` is module-level too)."""
+    module = tree(
+        """
+        class Trainer:
+            def __init__(self, model):
+                self.model = model
+
+            def fit(self):
+                pass
+        try:
+            def train(model):
+                pass
+        except ImportError:
+            def train(model):
+                pass
+        def evaluate(model):
+            pass
+        """
+    )
+    assert definition_spans(module, {"Trainer"}) == [(3, 4)]
+    assert definition_spans(module, {"Trainer.fit", "evaluate"}) == [(6, 7), (14, 15)]
+    assert definition_spans(module, {"train"}) == [(9, 10), (12, 13)]
+    assert definition_spans(module, {"fit"}) == []

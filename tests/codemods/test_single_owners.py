@@ -38,6 +38,43 @@ OWNERS = {
             r"^_*(is_device|names_device|device_arg|strip_device_moves|peel_device_moves|peel_moves|moves|moves_to_device|is_move)$"
         ),
     ),
+    "a fixed GPU, the same on every process": (
+        "engine/devices.py (is_gpu_string, names_fixed_gpu, mentions_cuda)",
+        re.compile(
+            r"^_*(fixed_gpu|is_fixed_gpu|names_fixed_gpu|names_a_gpu|names_gpu|is_gpu|is_gpu_string|is_cuda_string"
+            r"|names_cuda|mentions_cuda)$"
+        ),
+    ),
+    "the loader under a loop's wrappers (enumerate, tqdm, zip)": (
+        "engine/iteration.py (iterated, batch_target, loop_batch_names, enumerate_index)",
+        re.compile(
+            r"^_*(iterated|loop_loader|loader_of_loop|loader_and_batch|unwrap_loader|unwrapped_loader|loop_iterable"
+            r"|batch_target|loop_batch_names|loop_targets|enumerate_index)$"
+        ),
+    ),
+    "what a moved, cast or switched value was constructed from": (
+        "engine/devices.py (constructed, construction, peel_self_returning; peel_moves for moves alone)",
+        re.compile(
+            r"^_*(constructor|constructed|constructor_call|built_call|peel_modes|peel_self_returning|peel_casts)$"
+        ),
+    ),
+    "a value that chooses the device": (
+        "engine/devices.py (chooses_device, chooses_gpu, selects_device)",
+        re.compile(
+            r"^_*(chooses_device|chooses_gpu|chooses_a_device|picks_device|picks_gpu|selects_device|device_choice)$"
+        ),
+    ),
+    "the argument a call passes for a parameter, and the reverse": (
+        "engine/syntax.py (argument_for, parameter_filled, positional_parameter_names)",
+        re.compile(
+            r"^_*(argument_at|argument_for|passed_for|parameter_filled|param_filled"
+            r"|positional_parameter_names|positional_names)$"
+        ),
+    ),
+    "a call of backward": (
+        "engine/syntax.py (is_backward)",
+        re.compile(r"^_*(is_backward|calls_backward|is_backward_call)$"),
+    ),
     "the names a target or function binds": (
         "engine/syntax.py (target_names, bound_by, names_bound, binds_locally)",
         re.compile(r"^_*(bound_names|bound_by|binds|has_local|binds_locally|target_names|names_bound)$"),
@@ -86,3 +123,58 @@ def test_a_copy_inside_a_rule_package_is_found(tmp_path: Path) -> None:
     _, pattern = OWNERS["a device / a move to one"]
     assert copies_in(rule_files(tmp_path), tmp_path, pattern) == ["rewrites/device/moves.py:1 defines _is_move"]
     assert any(path.parent.name == "device" for path in RULE_FILES), "the device rule's parts are not scanned"
+
+
+def test_a_copy_of_the_fixed_gpu_question_is_found(tmp_path: Path) -> None:
+    """The device rule once answered "this names a fixed GPU" three ways (``_fixed_gpu``,
+    ``_names_a_gpu``, ``names_cuda``); a fourth, in any part of a rule, is refused."""
+    part = tmp_path / "rewrites" / "device" / "selection.py"
+    part.parent.mkdir(parents=True)
+    part.write_text("def _names_a_gpu(value):\n    return False\n", encoding="utf-8")
+    _, pattern = OWNERS["a fixed GPU, the same on every process"]
+    assert copies_in(rule_files(tmp_path), tmp_path, pattern) == ["rewrites/device/selection.py:1 defines _names_a_gpu"]
+
+
+def test_a_copy_of_the_loader_under_a_loop_s_wrappers_is_found(tmp_path: Path) -> None:
+    """``enumerate(tqdm(loader))`` was unwrapped in four places (the model's recorder, the loader
+    dict rule, two in the metrics rule), each with its own set of wrappers; a fifth is refused."""
+    part = tmp_path / "rewrites" / "loader_dict.py"
+    part.parent.mkdir(parents=True)
+    part.write_text("def _loader_and_batch(loop):\n    return loop.iter, loop.target\n", encoding="utf-8")
+    _, pattern = OWNERS["the loader under a loop's wrappers (enumerate, tqdm, zip)"]
+    assert copies_in(rule_files(tmp_path), tmp_path, pattern) == ["rewrites/loader_dict.py:1 defines _loader_and_batch"]
+
+
+def test_a_copy_of_what_a_value_was_constructed_from_is_found(tmp_path: Path) -> None:
+    """``Net().to(device).eval()`` → ``Net()`` was answered three ways, with three sets of methods
+    (the metrics rule's ``constructor``, the model's ``constructed`` and ``peel_modes``); a
+    fourth in a rule or a provider is refused."""
+    part = tmp_path / "rewrites" / "metrics" / "nodes.py"
+    part.parent.mkdir(parents=True)
+    part.write_text("def constructor(value):\n    return None\n", encoding="utf-8")
+    _, pattern = OWNERS["what a moved, cast or switched value was constructed from"]
+    assert copies_in(rule_files(tmp_path), tmp_path, pattern) == ["rewrites/metrics/nodes.py:1 defines constructor"]
+
+
+def test_a_copy_of_the_device_choice_is_found(tmp_path: Path) -> None:
+    """The model named devices with its ``chooses_device`` while the device rule decided what
+    selects or picks one itself (a selection at module level was not one when the rule's walk
+    found it was); a provider of its own is refused like a rule's."""
+    provider = tmp_path / "model" / "devices.py"
+    provider.parent.mkdir(parents=True)
+    provider.write_text("def chooses_device(a, value, scope):\n    return False\n", encoding="utf-8")
+    _, pattern = OWNERS["a value that chooses the device"]
+    assert copies_in([provider], tmp_path, pattern) == ["model/devices.py:1 defines chooses_device"]
+
+
+def test_a_copy_of_the_argument_for_a_parameter_is_found(tmp_path: Path) -> None:
+    """The metrics rule's ``_argument_at``, the AMP rule's ``_argument_for`` and the OOM rule's
+    own walk each matched a call's arguments to parameters, and disagreed on ``*args``; a new
+    one is refused."""
+    part = tmp_path / "rewrites" / "metrics" / "ensembles.py"
+    part.parent.mkdir(parents=True)
+    part.write_text("def _argument_at(call, index, param):\n    return None\n", encoding="utf-8")
+    _, pattern = OWNERS["the argument a call passes for a parameter, and the reverse"]
+    assert copies_in(rule_files(tmp_path), tmp_path, pattern) == [
+        "rewrites/metrics/ensembles.py:1 defines _argument_at"
+    ]

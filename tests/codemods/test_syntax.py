@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from accel_convert.codemods.engine.syntax import assigned_in, is_host_number, names_bound, rows_counted
+from accel_convert.codemods.engine.syntax import argument_for, assigned_in, is_host_number, names_bound, rows_counted
 
 CODE = """\
 def run(x):
@@ -84,3 +84,25 @@ def test_is_host_number(code: str, expected: bool) -> None:
 )
 def test_rows_counted_reads_a_count_of_rows(text: str, counted: str | None) -> None:
     assert rows_counted(cst.parse_expression(text)) == counted
+
+
+@pytest.mark.parametrize(
+    ("call", "index", "expected"),
+    [
+        ("train(model, loader)", 1, "loader"),
+        ("train(model, loader=eval_loader)", 1, "eval_loader"),
+        ("train(model)", 1, None),
+        ("train(*parts)", 1, None),
+        ("train(*parts, loader=eval_loader)", 1, "eval_loader"),
+        ("train(model, loader, **options)", 1, "loader"),
+        ("train(model, **options)", 1, None),
+        ("train(model, loader)", None, None),
+    ],
+)
+def test_argument_for_a_parameter(call: str, index: int | None, expected: str | None) -> None:
+    """The argument a call passes for ``loader`` (at ``index`` among the positional parameters;
+    None: keyword-only): by keyword, else by position, unknown behind ``*args``."""
+    node = cst.parse_expression(call)
+    assert isinstance(node, cst.Call)
+    found = argument_for(node, index, "loader")
+    assert (cst.Module([]).code_for_node(found.value) if found is not None else None) == expected

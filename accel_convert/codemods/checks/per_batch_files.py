@@ -21,13 +21,13 @@ import libcst as cst
 
 from accel_convert.codemods.engine.check_walk import Held, WalkingCheck
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.iteration import enumerate_index
 from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.engine.positions import skips_statement
 from accel_convert.codemods.engine.rule import Example
 from accel_convert.codemods.engine.syntax import (
     counted_by_one,
     dotted,
-    enumerate_index,
     names_in,
     nodes_in,
     parameter_names,

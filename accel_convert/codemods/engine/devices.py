@@ -4,7 +4,10 @@ A device is a name the analysis found holding the script's device (``device``, `
 ``self.device``; :attr:`ScriptFacts.device_names`) or the accelerator's own
 ``accelerator.device``. A move is a call of one of :data:`DEVICE_MOVE_METHODS` on a value
 (``model.to(device)``, ``x.cuda()``, ``t.cpu()``); peeling the moves off an expression gives what
-was moved (``Net().to(device)`` is a construction of ``Net``).
+was moved; peeling casts and mode switches too (:data:`SELF_RETURNING_METHODS`) gives what was
+constructed (``Net().to(device).eval()`` is a construction of ``Net``). A *fixed GPU* is a device that is
+the same GPU on every process once the script runs on several (``"cuda:0"``,
+``torch.device("cuda", 1)``, the index once given to ``torch.cuda.set_device``).
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_name
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.syntax import dotted
-from accel_convert.codemods.engine.torch_names import DEVICE_CONSTRUCTORS, DEVICE_MOVE_METHODS
+from accel_convert.codemods.engine.syntax import calls_in, dotted, nodes_in
+from accel_convert.codemods.engine.torch_names import DEVICE_CONSTRUCTORS, DEVICE_MOVE_METHODS, SELF_RETURNING_METHODS
 
 
 def names_device(node: cst.BaseExpression, facts: ScriptFacts, also: Collection[str] = ()) -> bool:
@@ -27,11 +30,92 @@ def names_device(node: cst.BaseExpression, facts: ScriptFacts, also: Collection[
     if name is not None:
         return name in facts.device_names or name == f"{accelerator_name(facts)}.device" or name in also
     if isinstance(node, cst.SimpleString):
-        value = node.evaluated_value
-        return isinstance(value, str) and value.startswith("cuda")
+        return is_gpu_string(node)
     if isinstance(node, cst.Call):
         return facts.qualified_name(node.func) in DEVICE_CONSTRUCTORS
     return False
+
+
+def chooses_device(value: cst.BaseExpression, facts: ScriptFacts, scope: tuple[str, ...] = ()) -> bool:
+    """Whether an assigned value chooses the script's device: a ``"cuda..."``/``"mps"`` string (or
+    a choice between one and ``"cpu"``), ``torch.device(...)`` and its kin, a ``--device``
+    option, the accelerator's device. The model's roles name the devices with it (rules then ask
+    :func:`names_device` of those names); the device rule asks it of what a call is given."""
+    if isinstance(value, cst.SimpleString):
+        return is_gpu_string(value) or value.evaluated_value == "mps"
+    if isinstance(value, cst.IfExp):
+        if chooses_device(value.body, facts, scope) or chooses_device(value.orelse, facts, scope):
+            return True
+        # ``0 if torch.cuda.is_available() else "cpu"``: a GPU index or the CPU.
+        return _is_cpu_string(value.orelse) and any(
+            (dotted(node.func) or "").endswith("cuda.is_available") for node in calls_in(value.test)
+        )
+    if isinstance(value, cst.Attribute) and isinstance(value.value, cst.Call):
+        # torch.accelerator.current_accelerator().type
+        return chooses_device(value.value, facts, scope)
+    if isinstance(value, cst.Attribute) and dotted(value.value) in facts.parsed_arguments:
+        # ``device = args.device`` from ``--device cuda``: the device string itself.
+        option = value.attr.value
+        return option in facts.parser_options and (option == "device" or option.endswith("_device"))
+    if isinstance(value, cst.Call):
+        qualified = (
+            facts.names.qualified_name(value.func, scope, strict=False)
+            if facts.names is not None
+            else facts.qualified_name(value.func, scope)
+        )
+        return qualified in DEVICE_CONSTRUCTORS
+    return dotted(value) == f"{facts.existing_accelerator or 'accelerator'}.device"
+
+
+def chooses_gpu(value: cst.BaseExpression, facts: ScriptFacts, scope: tuple[str, ...] = ()) -> bool:
+    """``torch.device("cuda" if ok else "cpu")``, ``torch.device(f"cuda:{i}")``: a device made
+    right here (a call, not a name or a string) that may be a GPU."""
+    return isinstance(value, cst.Call) and chooses_device(value, facts, scope) and mentions_cuda(value)
+
+
+def selects_device(value: cst.BaseExpression, facts: ScriptFacts) -> bool:
+    """Whether the value assigned to a device name selects the device (``torch.device(...)``,
+    ``"cuda" if ... else "cpu"``, the command line's ``args.device``) rather than aliasing another
+    name that holds it (``DEV = device``, which stays)."""
+    if isinstance(value, cst.Attribute) and dotted(value.value) in facts.parsed_arguments:
+        return True
+    return dotted(value) is None
+
+
+def _is_cpu_string(value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.SimpleString) and value.evaluated_value == "cpu"
+
+
+def is_gpu_string(node: cst.BaseExpression) -> bool:
+    """``"cuda"``, ``"cuda:0"``: a string literal naming a GPU (the first, or the one of that index)."""
+    if not isinstance(node, cst.SimpleString):
+        return False
+    value = node.evaluated_value
+    return isinstance(value, str) and value.startswith("cuda")
+
+
+def names_fixed_gpu(
+    node: cst.BaseExpression, facts: ScriptFacts, scope: tuple[str, ...] = (), indices: Collection[str] = ()
+) -> bool:
+    """Whether ``node`` is the same GPU on every process: ``"cuda"``, ``"cuda:0"``,
+    ``torch.device("cuda", 1)`` (``torch.device`` of such a string), or one of ``indices`` (the
+    names the script gave ``torch.cuda.set_device``: ``args.gpu``). A choice made per process
+    (``f"cuda:{local_rank}"``) is not fixed."""
+    if is_gpu_string(node):
+        return True
+    if isinstance(node, cst.Call) and node.args and facts.qualified_name(node.func, scope) == "torch.device":
+        return is_gpu_string(node.args[0].value)
+    return dotted(node) in indices
+
+
+def mentions_cuda(node: cst.BaseExpression) -> bool:
+    """Whether the expression mentions the string "cuda" anywhere (``"cuda"``, ``"cuda:0"``,
+    ``f"cuda:{i}"``, ``"cuda" if ok else "cpu"``): a device chosen there may be a GPU."""
+    return any(
+        (isinstance(inner, cst.SimpleString) and "cuda" in inner.value)
+        or (isinstance(inner, cst.FormattedStringText) and "cuda" in inner.value)
+        for inner in nodes_in(node)
+    )
 
 
 def is_move(node: cst.CSTNode) -> bool:
@@ -56,3 +140,32 @@ def peel_moves(
                 break
         value = value.func.value
     return value
+
+
+def peel_self_returning(value: cst.BaseExpression) -> cst.BaseExpression:
+    """``model.eval().half()`` → ``model``: the value under casts and mode switches (not moves)."""
+    while _called_method(value) in SELF_RETURNING_METHODS:
+        value = value.func.value  # type: ignore[attr-defined]
+    return value
+
+
+def constructed(value: cst.BaseExpression) -> cst.BaseExpression:
+    """``Net().to(device).train()`` → ``Net()``: the value under its moves, casts and mode switches
+    (what was built, or the name it came from: ``model.cuda()`` → ``model``)."""
+    while (method := _called_method(value)) in DEVICE_MOVE_METHODS or method in SELF_RETURNING_METHODS:
+        value = value.func.value  # type: ignore[attr-defined]
+    return value
+
+
+def construction(value: cst.BaseExpression) -> cst.Call | None:
+    """The call building what ``value`` holds, through moves, casts and mode switches
+    (``Model(...).to(device)``); None where it is not built there (``model.to(device)``)."""
+    built = constructed(value)
+    return built if isinstance(built, cst.Call) else None
+
+
+def _called_method(value: cst.BaseExpression) -> str | None:
+    """``to`` of ``x.to(device)``: the method a call calls on a value; None for anything else."""
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        return value.func.attr.value
+    return None

@@ -791,21 +791,40 @@ def _calls_missing_new_arguments(
 
 def _signatures(tree: ast.Module | None) -> dict[str, _Signature]:
     """Qualified name (``train``, ``Trainer.__init__``, ``Trainer`` for its constructor) → signature."""
-    found: dict[str, _Signature] = {}
+    return {
+        name: _signature(node, is_method=is_method) for names, node, is_method in _definitions(tree) for name in names
+    }
+
+
+def definition_spans(tree: ast.Module | None, qualified_names: set[str]) -> list[tuple[int, int]]:
+    """The first and last lines of the module's functions and methods named in
+    ``qualified_names`` (named as :class:`NameFlowProblem`'s ``scope`` names them: ``train``,
+    ``Trainer.__init__``, ``Trainer`` for its constructor); every definition of a name defined twice."""
+    return [
+        (node.lineno, node.end_lineno or node.lineno)
+        for names, node, _ in _definitions(tree)
+        if qualified_names.intersection(names)
+    ]
+
+
+def _definitions(
+    tree: ast.Module | None,
+) -> Iterator[tuple[tuple[str, ...], ast.FunctionDef | ast.AsyncFunctionDef, bool]]:
+    """Each module-level function and method (``def`` under ``if``/``try`` included) with its
+    qualified names (``train``; ``Trainer.__init__`` and ``Trainer``, the call that runs it) and
+    whether it is called with a receiver (a method but a static one)."""
     if tree is None:
-        return found
+        return
     for node in _statements_in_blocks(tree.body):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            found[node.name] = _signature(node, is_method=False)
+            yield (node.name,), node, False
         elif isinstance(node, ast.ClassDef):
             for member in node.body:
                 if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     is_static = any(_dotted(d) == "staticmethod" for d in member.decorator_list)
-                    signature = _signature(member, is_method=not is_static)
-                    found[f"{node.name}.{member.name}"] = signature
-                    if member.name == "__init__":
-                        found[node.name] = signature
-    return found
+                    qualified = f"{node.name}.{member.name}"
+                    names = (qualified, node.name) if member.name == "__init__" else (qualified,)
+                    yield names, member, not is_static
 
 
 def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef, *, is_method: bool) -> _Signature:

@@ -33,6 +33,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.engine.facts import ScriptFacts, callers_closure
+from accel_convert.codemods.engine.iteration import iterated
 from accel_convert.codemods.engine.model import ConversionOutcome, Options
 from accel_convert.codemods.engine.names import NameCollector
 from accel_convert.codemods.engine.positions import python_ast
@@ -397,10 +398,7 @@ def _iterates_parameters(module: cst.Module, function: str) -> bool:
     params = set(parameter_names(definition))
     for node in nodes_in(definition.body):
         if isinstance(node, (cst.For, cst.CompFor)):
-            iterable = node.iter
-            while isinstance(iterable, cst.Call) and iterable.args:
-                iterable = iterable.args[0].value
-            if dotted(iterable) in params:
+            if dotted(iterated(node.iter, through_any_call=True)) in params:
                 return True
     return False
 

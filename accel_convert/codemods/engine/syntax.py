@@ -168,6 +168,13 @@ def parameter_names(function: cst.FunctionDef) -> tuple[str, ...]:
     return tuple(param.name.value for param in [*params.posonly_params, *params.params, *params.kwonly_params])
 
 
+def positional_parameter_names(function: cst.FunctionDef) -> tuple[str, ...]:
+    """The names of the parameters a positional argument can fill, in order (``a, b`` of
+    ``def f(a, /, b, *rest, c)``)."""
+    params = function.params
+    return tuple(param.name.value for param in [*params.posonly_params, *params.params])
+
+
 def class_methods(node: cst.ClassDef) -> list[cst.FunctionDef]:
     """The functions defined directly in a class body."""
     body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
@@ -204,20 +211,6 @@ def nodes_in(node: cst.CSTNode) -> list[cst.CSTNode]:
         found.append(current)
         pending.extend(child_nodes(current))
     return found
-
-
-def enumerate_index(loop: cst.For) -> str | None:
-    """``batch_idx`` of ``for batch_idx, (x, y) in enumerate(loader)``: it counts batches."""
-    iterable = loop.iter
-    while isinstance(iterable, cst.Call) and iterable.args:
-        if dotted(iterable.func) == "enumerate":
-            target = loop.target
-            if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
-                first = target.elements[0].value
-                return first.value if isinstance(first, cst.Name) else None
-            return None
-        iterable = iterable.args[0].value
-    return None
 
 
 def counted_by_one(node: cst.CSTNode) -> cst.BaseAssignTargetExpression | None:
@@ -441,6 +434,25 @@ def parameter_filled(arg: cst.Arg, index: int, params: Sequence[str]) -> str | N
     if arg.keyword is not None:
         return arg.keyword.value
     return params[index] if index < len(params) else None
+
+
+def argument_for(call: cst.Call, index: int | None, param: str) -> cst.Arg | None:
+    """The argument ``call`` passes for the parameter named ``param``, at ``index`` among the
+    positional parameters (None: keyword-only): by keyword, else the ``index``-th positional
+    argument; None when it passes none, or when a ``*args`` hides the positions. The other way
+    round from :func:`parameter_filled`."""
+    keyword = next((arg for arg in call.args if arg.keyword is not None and arg.keyword.value == param), None)
+    if keyword is not None:
+        return keyword
+    if index is None or any(arg.star == "*" for arg in call.args):
+        return None
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    return positional[index] if index < len(positional) else None
+
+
+def is_backward(node: cst.CSTNode) -> bool:
+    """``loss.backward()``, ``accelerator.backward(loss)``: a call of a ``backward`` method."""
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward"
 
 
 def name_assigned(statement: cst.BaseStatement) -> tuple[str, cst.BaseExpression] | None:

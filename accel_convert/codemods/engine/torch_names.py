@@ -23,7 +23,6 @@ ACCELERATORS = frozenset(
         "accel_convert.runtime.accelerator.Accelerator",
     }
 )
-DEVICE_CALLS = frozenset({"torch.device", "torch.accelerator.current_accelerator"})
 #: Questions about the machine's devices, with no side effect (what ``use_cuda = ...`` flags ask).
 DEVICE_AVAILABILITY = frozenset(
     {
@@ -99,6 +98,9 @@ DEVICE_TYPE_KEYWORD = "device_type"
 DEVICE_CONSTRUCTORS = frozenset({"torch.device", "torch.accelerator.current_accelerator"})
 #: Tensor and module methods that move to a device: ``x.to(device)``, ``model.cuda()``, ``.cpu()``.
 DEVICE_MOVE_METHODS = frozenset({"to", "cuda", "cpu"})
+#: Module and tensor methods that return what they are called on, cast or switched to a mode:
+#: ``model.eval()``, ``x.half()``, ``teacher.requires_grad_(False)``.
+SELF_RETURNING_METHODS = frozenset({"train", "eval", "float", "double", "half", "requires_grad_"})
 #: The device types a script compares its device string with (``device == "cuda"``).
 DEVICE_TYPES = frozenset({"cuda", "cpu", "mps", "xpu"})
 #: Qualified name of a clipping function → the accelerator's method that replaces it.

@@ -6,11 +6,11 @@ from collections.abc import Sequence
 
 import libcst as cst
 
+from accel_convert.codemods.engine.devices import constructed
 from accel_convert.codemods.engine.syntax import (
     dotted,
 )
 from accel_convert.codemods.model.expressions import (
-    constructed,
     is_prepare,
 )
 from accel_convert.codemods.model.recorder import ClassRecord

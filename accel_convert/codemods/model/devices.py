@@ -4,17 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accel_convert.codemods.engine.names import ScopeKey
-from accel_convert.codemods.engine.syntax import (
-    calls_in,
-    dotted,
-)
-from accel_convert.codemods.engine.torch_names import (
-    DEVICE_CALLS,
-)
-from accel_convert.codemods.model.expressions import (
-    is_cpu_string,
-)
+from accel_convert.codemods.engine.devices import chooses_device
+from accel_convert.codemods.engine.syntax import dotted
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
     AssignRecord,
@@ -37,33 +28,6 @@ def _read_switch(node: cst.CSTNode, negated: bool, found: list[tuple[str, bool]]
     elif isinstance(node, cst.Call):
         for arg in node.args:  # torch.device("cuda" if args.cuda else "cpu")
             _read_switch(arg.value, negated, found)
-
-
-def chooses_device(a: Analysis, value: cst.BaseExpression, scope: ScopeKey) -> bool:
-    """Whether an assigned value chooses the script's device: a ``"cuda..."``/``"mps"`` string (or
-    a choice between one and ``"cpu"``), ``torch.device(...)`` and its kin, a ``--device``
-    option, the accelerator's device. (Rules ask ``engine.devices.names_device`` of the names
-    this finds.)"""
-    if isinstance(value, cst.SimpleString):
-        text = value.evaluated_value
-        return isinstance(text, str) and (text.startswith("cuda") or text == "mps")
-    if isinstance(value, cst.IfExp):
-        if chooses_device(a, value.body, scope) or chooses_device(a, value.orelse, scope):
-            return True
-        # ``0 if torch.cuda.is_available() else "cpu"``: a GPU index or the CPU.
-        return is_cpu_string(value.orelse) and any(
-            (dotted(node.func) or "").endswith("cuda.is_available") for node in calls_in(value.test)
-        )
-    if isinstance(value, cst.Attribute) and isinstance(value.value, cst.Call):
-        # torch.accelerator.current_accelerator().type
-        return chooses_device(a, value.value, scope)
-    if isinstance(value, cst.Attribute) and dotted(value.value) in a.facts.parsed_arguments:
-        # ``device = args.device`` from ``--device cuda``: the device string itself.
-        option = value.attr.value
-        return option in a.facts.parser_options and (option == "device" or option.endswith("_device"))
-    if isinstance(value, cst.Call):
-        return a.r.names.qualified_name(value.func, scope, strict=False) in DEVICE_CALLS
-    return dotted(value) == f"{a.facts.existing_accelerator or 'accelerator'}.device"
 
 
 @provider(
@@ -131,7 +95,7 @@ def _devices_chosen_in_settings_classes(a: Analysis) -> tuple[dict[str, tuple[st
             if attribute is None:
                 continue
             target, value = attribute
-            if isinstance(target, cst.Name) and chooses_device(a, value, (owner,)):
+            if isinstance(target, cst.Name) and chooses_device(value, a.facts, (owner,)):
                 found[f"{owner}.{target.value}"] = (owner, bool(decorators))
                 if any(isinstance(d.decorator, cst.Call) and d.decorator.args for d in node.decorators):
                     frozen.add(f"{owner}.{target.value}")  # @dataclass(frozen=True): no rebinding

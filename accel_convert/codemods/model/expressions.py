@@ -7,33 +7,6 @@ import libcst as cst
 from accel_convert.codemods.engine.devices import is_move
 
 
-def constructed(value: cst.BaseExpression) -> cst.BaseExpression:
-    """``Net().to(device).train()`` → ``Net()``: the constructor under device/mode calls."""
-    while (
-        isinstance(value, cst.Call)
-        and isinstance(value.func, cst.Attribute)
-        and value.func.attr.value in {"to", "cuda", "train", "eval", "float", "half", "double", "cpu"}
-        and isinstance(value.func.value, cst.Call)
-    ):
-        value = value.func.value
-    return value
-
-
-def peel_modes(value: cst.BaseExpression) -> cst.BaseExpression:
-    """``model.eval()`` → ``model``: the module under calls that return it."""
-    while (
-        isinstance(value, cst.Call)
-        and isinstance(value.func, cst.Attribute)
-        and value.func.attr.value in {"eval", "train", "float", "half", "double", "requires_grad_"}
-    ):
-        value = value.func.value
-    return value
-
-
-def is_backward(node: cst.Call) -> bool:
-    return isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward"
-
-
 def is_prepare(value: cst.BaseExpression) -> bool:
     return (
         isinstance(value, cst.Call)
@@ -41,10 +14,6 @@ def is_prepare(value: cst.BaseExpression) -> bool:
         and value.func.attr.value
         in {"prepare", "prepare_model", "prepare_optimizer", "prepare_data_loader", "prepare_scheduler"}
     )
-
-
-def is_cpu_string(value: cst.BaseExpression) -> bool:
-    return isinstance(value, cst.SimpleString) and value.evaluated_value == "cpu"
 
 
 def moves_a_construction(value: cst.BaseExpression) -> bool:

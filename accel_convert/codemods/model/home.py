@@ -10,6 +10,7 @@ from accel_convert.codemods.engine.facts import MODULE
 from accel_convert.codemods.engine.program_seeds import library_home
 from accel_convert.codemods.engine.syntax import (
     dotted,
+    is_backward,
     parameter_filled,
 )
 from accel_convert.codemods.engine.torch_names import (
@@ -21,9 +22,6 @@ from accel_convert.codemods.model.classes import (
     library_training_classes,
     record_class_methods,
     training_bases,
-)
-from accel_convert.codemods.model.expressions import (
-    is_backward,
 )
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (

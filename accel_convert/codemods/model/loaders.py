@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accel_convert.codemods.engine.devices import constructed
 from accel_convert.codemods.engine.program_seeds import program_callee
 from accel_convert.codemods.engine.syntax import (
     parameter_filled,
 )
 from accel_convert.codemods.engine.torch_names import (
     DATA_LOADERS,
-)
-from accel_convert.codemods.model.expressions import (
-    constructed,
 )
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (

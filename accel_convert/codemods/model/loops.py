@@ -9,13 +9,11 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import MODULE, LoopFacts, callers_closure
 from accel_convert.codemods.engine.syntax import (
     dotted,
+    is_backward,
     is_host_number,
     names_in,
     names_variable,
     target_names,
-)
-from accel_convert.codemods.model.expressions import (
-    is_backward,
 )
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (

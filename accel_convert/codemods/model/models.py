@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accel_convert.codemods.engine.devices import peel_self_returning
 from accel_convert.codemods.engine.syntax import (
     dotted,
 )
 from accel_convert.codemods.engine.torch_names import (
     MODEL_COPIES,
-)
-from accel_convert.codemods.model.expressions import (
-    peel_modes,
 )
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.state import Analysis
@@ -127,6 +125,6 @@ def cpu_models(a: Analysis) -> None:
     for call in a.r.calls:
         func = call.node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "cpu":
-            moved = dotted(peel_modes(func.value))
+            moved = dotted(peel_self_returning(func.value))
             if moved in a.facts.models:
                 a.facts.cpu_models.add(moved)

@@ -14,22 +14,21 @@ from typing import Union
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import MODULE
+from accel_convert.codemods.engine.iteration import iterated, loop_batch_names
 from accel_convert.codemods.engine.names import NameCollector, NameTable, ScopeKey
 from accel_convert.codemods.engine.positions import POSITIONED_TYPES
 from accel_convert.codemods.engine.syntax import (
     dotted,
     instance_parameter,
+    is_backward,
     is_main_guard,
     parameter_names,
     target_names,
 )
 from accel_convert.codemods.engine.torch_names import (
     GRAD_SWITCHES,
-    LOADER_PASS_THROUGH_METHODS,
     NO_GRAD_CONTEXTS,
-    PROGRESS_BARS,
 )
-from accel_convert.codemods.model.expressions import is_backward
 
 
 @dataclass(eq=False)
@@ -271,7 +270,7 @@ class Recorder(NameCollector):
     def leave_Assign(self, original_node: cst.Assign) -> None:
         mentions = self._frames.pop()
         targets = tuple(name for target in original_node.targets for name in target_names(target.target))
-        wrapped = _iterated(original_node.value, self.names, self.scope) if len(targets) == 1 else None
+        wrapped = dotted(iterated(original_node.value, self.names, self.scope)) if len(targets) == 1 else None
         if wrapped is not None and isinstance(original_node.value, cst.Call):
             self._wrapped_loaders[(self.scope, targets[0])] = wrapped
         else:
@@ -336,21 +335,18 @@ class Recorder(NameCollector):
     def visit_For(self, node: cst.For) -> None:
         super().visit_For(node)
         self._order += 1
-        iterated = _iterated(node.iter, self.names, self.scope)
+        loader = dotted(iterated(node.iter, self.names, self.scope))
         loop = LoopRecord(
             node,
             self.function,
-            self._wrapped_loaders.get((self.scope, iterated or ""), iterated),
-            _loop_targets(node, self.names, self.scope),
+            self._wrapped_loaders.get((self.scope, loader or ""), loader),
+            loop_batch_names(node, self.names, self.scope),
             no_grad=self._no_grad_depth > 0,
             order=self._order,
         )
         if len(self.scope) >= 2 and self.scope[0] in self.classes:
             loop.method = self.scope[1]
-        wrapped = node.iter
-        while isinstance(wrapped, cst.Call) and wrapped.args:
-            wrapped = wrapped.args[0].value
-        loop.through_calls = dotted(wrapped)
+        loop.through_calls = dotted(iterated(node.iter, self.names, self.scope, through_any_call=True))
         self.loops.append(loop)
         self._loops.append(loop)
         self._exits.append(loop)
@@ -367,9 +363,9 @@ class Recorder(NameCollector):
 
     def visit_CompFor(self, node: cst.CompFor) -> None:
         self._order += 1
-        iterated = _iterated(node.iter, self.names, self.scope)
+        loader = dotted(iterated(node.iter, self.names, self.scope))
         no_grad = self._no_grad_depth > 0
-        self.comprehension_loops.append((self.function, iterated, len(self.collected) - 1, no_grad, self._order))
+        self.comprehension_loops.append((self.function, loader, len(self.collected) - 1, no_grad, self._order))
 
     def visit_Return(self, node: cst.Return) -> None:
         if node.value is not None and len(self.scope) == 1:
@@ -428,10 +424,6 @@ def _has_modulo(node: cst.BaseExpression) -> bool:
     return False
 
 
-#: Builtins that wrap an iterable without changing what it yields (the first argument).
-ITERABLE_WRAPPERS = {"enumerate", "iter", "zip"}
-
-
 def _disables_grad(expr: cst.BaseExpression, names: NameTable, scope: ScopeKey) -> bool:
     """Whether a ``with`` item or a decorator turns gradients off: ``torch.no_grad()``,
     ``torch.inference_mode()`` (and their ``torch.autograd`` spellings), ``torch.set_grad_enabled(False)``.
@@ -445,39 +437,6 @@ def _disables_grad(expr: cst.BaseExpression, names: NameTable, scope: ScopeKey) 
     # ``set_grad_enabled(phase == "train")`` depends on the run: not an evaluation by itself.
     first = expr.args[0].value
     return isinstance(first, cst.Name) and first.value == "False"
-
-
-def _iterated(expr: cst.BaseExpression, names: NameTable, scope: ScopeKey) -> str | None:
-    """The iterable of ``for ... in enumerate(tqdm(loader))``: ``loader``. Wrappers are matched
-    by qualified name (tqdm), as unshadowed builtins (enumerate; ``zip(cls_loader, reg_loader)``
-    of multi-task training gives its first loader, the others are prepared as loaders too), or as
-    a metric logger's ``log_every(loader, print_freq, header)`` method."""
-    while isinstance(expr, cst.Call) and expr.args:
-        func = expr.func
-        builtin = (
-            isinstance(func, cst.Name) and func.value in ITERABLE_WRAPPERS and not names.is_bound(func.value, scope)
-        )
-        logger = isinstance(func, cst.Attribute) and func.attr.value in LOADER_PASS_THROUGH_METHODS
-        if not builtin and not logger and names.qualified_name(func, scope, strict=False) not in PROGRESS_BARS:
-            break
-        if expr.args[0].keyword is not None or expr.args[0].star:
-            break
-        expr = expr.args[0].value
-    return dotted(expr)
-
-
-def _loop_targets(node: cst.For, names: NameTable, scope: ScopeKey) -> tuple[str, ...]:
-    """Names bound per batch; the counter of ``enumerate`` is not batch data."""
-    target = node.target
-    if (
-        isinstance(node.iter, cst.Call)
-        and dotted(node.iter.func) == "enumerate"
-        and not names.is_bound("enumerate", scope)
-        and isinstance(target, cst.Tuple)
-        and len(target.elements) == 2
-    ):
-        return target_names(target.elements[1].value)
-    return target_names(target)
 
 
 # -- conclusions --------------------------------------------------------------------------

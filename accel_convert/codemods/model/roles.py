@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accel_convert.codemods.engine.devices import chooses_device, constructed
 from accel_convert.codemods.engine.syntax import (
     dotted,
     mean_reduced,
@@ -17,9 +18,7 @@ from accel_convert.codemods.engine.torch_names import (
     is_scheduler,
 )
 from accel_convert.codemods.engine.walk import walk
-from accel_convert.codemods.model.devices import chooses_device
 from accel_convert.codemods.model.expressions import (
-    constructed,
     is_prepare,
     moves_a_construction,
 )
@@ -71,7 +70,7 @@ def constructor_roles(a: Analysis) -> None:
             facts.existing_accelerator = assign.targets[0] if assign.targets else None
         elif qualified is not None and is_scheduler(qualified):
             facts.schedulers.update(targets)
-        elif chooses_device(a, assign.value, assign.scope) or dotted(assign.value) in facts.device_names:
+        elif chooses_device(assign.value, facts, assign.scope) or dotted(assign.value) in facts.device_names:
             facts.device_names.update(targets)  # ``DEV = device`` aliases it
         elif _mentions_cuda_availability(a, assign):
             facts.cuda_flags.update(targets)

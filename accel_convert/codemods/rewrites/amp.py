@@ -31,6 +31,7 @@ from accel_convert.codemods.engine.positions import skips_statement
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
     Statement,
+    argument_for,
     as_statement,
     as_statements,
     binds_name,
@@ -40,6 +41,7 @@ from accel_convert.codemods.engine.syntax import (
     expression_code,
     keyword_is,
     parameter_names,
+    positional_parameter_names,
 )
 from accel_convert.codemods.engine.torch_names import AUTOCASTS, GRAD_SCALERS
 from accel_convert.codemods.engine.transformers import RuleTransformer
@@ -469,26 +471,15 @@ def _argument_from_callers(flag: cst.BaseExpression, module: cst.Module) -> cst.
     walk(module, finder)
     values: dict[str, cst.BaseExpression] = {}
     for caller, call in finder.calls:
-        value = _argument_for(call, functions[cast(cst.Name, call.func).value], name)
-        if value is None:
-            return None
+        positional = positional_parameter_names(functions[cast(cst.Name, call.func).value])
+        argument = argument_for(call, positional.index(name) if name in positional else None, name)
+        if argument is None:
+            return None  # not passed, or not knowable (behind ``*args``/``**kwargs``)
+        value = argument.value
         if caller in functions and isinstance(value, cst.Name) and value.value == name:
             continue  # handed on within the switch's own functions
         values.setdefault(expression_code(value), value)
     return next(iter(values.values())) if len(values) == 1 else None
-
-
-def _argument_for(call: cst.Call, function: cst.FunctionDef, parameter: str) -> cst.BaseExpression | None:
-    """What ``call`` passes for ``parameter`` of ``function`` (None: nothing, or not knowable)."""
-    if any(arg.star for arg in call.args):
-        return None
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == parameter:
-            return arg.value
-    positional = [param.name.value for param in [*function.params.posonly_params, *function.params.params]]
-    index = positional.index(parameter) if parameter in positional else None
-    plain = [arg for arg in call.args if arg.keyword is None]
-    return plain[index].value if index is not None and index < len(plain) else None
 
 
 class _CallsOf(cst.CSTVisitor):

@@ -31,6 +31,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import is_accelerator_method
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.iteration import batch_target, iterated
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import nodes_in, parameter_names, rows_counted, statement, target_names
@@ -314,7 +315,8 @@ class _GatherSums(RuleTransformer):
 
     def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.For:
         loop = original_node
-        loader, batch = _loader_and_batch(loop)
+        loader = iterated(loop.iter, self.facts.names, self.scope)
+        batch = batch_target(loop, self.facts.names, self.scope)
         if not (
             isinstance(loader, cst.Subscript)
             and isinstance(loader.value, cst.Name)
@@ -598,29 +600,8 @@ class _GatherSums(RuleTransformer):
         return rewritten
 
 
-#: Wrappers a loop may put around a loader (``enumerate`` adds an index before the batch).
-LOADER_WRAPPERS = frozenset({"tqdm", "enumerate", "iter"})
 #: Calls that keep a value per batch for later (an AverageMeter's ``update``, a list's ``append``).
 ACCUMULATING_METHODS = frozenset({"update", "append", "extend"})
-
-
-def _loader_and_batch(loop: cst.For) -> tuple[cst.BaseExpression, cst.BaseExpression | None]:
-    """What the loop iterates under ``tqdm(...)``/``enumerate(...)``, and its target for the batch
-    (None when an ``enumerate``'s target cannot be split into index and batch)."""
-    loader, batch = loop.iter, cast("cst.BaseExpression | None", loop.target)
-    while (
-        isinstance(loader, cst.Call)
-        and isinstance(loader.func, (cst.Name, cst.Attribute))
-        and (loader.func.value if isinstance(loader.func, cst.Name) else loader.func.attr.value) in LOADER_WRAPPERS
-        and loader.args
-    ):
-        if isinstance(loader.func, cst.Name) and loader.func.value == "enumerate":
-            if isinstance(batch, cst.Tuple) and len(batch.elements) == 2:
-                batch = batch.elements[1].value
-            else:
-                batch = None
-        loader = loader.args[0].value
-    return loader, batch
 
 
 def _accumulates(node: cst.CSTNode) -> bool:

@@ -34,6 +34,7 @@ from accel_convert.codemods.engine.positions import STATEMENT_TYPES, reanchor
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
     Statement,
+    argument_for,
     as_statement,
     as_statements,
     binds_locally,
@@ -44,6 +45,7 @@ from accel_convert.codemods.engine.syntax import (
     expression_code,
     names_bound,
     parameter_names,
+    positional_parameter_names,
 )
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 from accel_convert.codemods.engine.walk import variables_read, walk
@@ -419,11 +421,7 @@ def _argument_for_parameter(
     module: cst.Module, moved: Sequence[cst.CSTNode], parameter: str
 ) -> cst.BaseExpression | None:
     """What the moved code passes for ``parameter`` of a module-level function it calls."""
-    functions = {
-        s.name.value: [p.name.value for p in [*s.params.posonly_params, *s.params.params]]
-        for s in module.body
-        if isinstance(s, cst.FunctionDef)
-    }
+    functions = {s.name.value: positional_parameter_names(s) for s in module.body if isinstance(s, cst.FunctionDef)}
     finder = _CallArguments(functions, parameter)
     for statement in moved:
         walk(statement, finder)
@@ -434,7 +432,7 @@ class _CallArguments(cst.CSTVisitor):
     """What the code moved into the retried function passes for one parameter. Local: it reads
     only that code, as earlier rules left it."""
 
-    def __init__(self, functions: dict[str, list[str]], parameter: str) -> None:
+    def __init__(self, functions: dict[str, tuple[str, ...]], parameter: str) -> None:
         self.functions = functions
         self.parameter = parameter
         self.found: cst.BaseExpression | None = None
@@ -443,11 +441,9 @@ class _CallArguments(cst.CSTVisitor):
         params = self.functions.get(dotted(node.func) or "")
         if self.found is not None or params is None or self.parameter not in params:
             return
-        position = params.index(self.parameter)
-        for index, arg in enumerate(node.args):
-            keyword = arg.keyword.value if arg.keyword else None
-            if (keyword == self.parameter or (keyword is None and index == position)) and dotted(arg.value):
-                self.found = arg.value
+        argument = argument_for(node, params.index(self.parameter), self.parameter)
+        if argument is not None and dotted(argument.value):
+            self.found = argument.value
 
 
 class _LoaderBatchSize(cst.CSTVisitor):

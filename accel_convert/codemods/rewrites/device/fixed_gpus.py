@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accel_convert.codemods.engine.devices import chooses_device, chooses_gpu, names_fixed_gpu
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.positions import skips_statement
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS
@@ -37,8 +38,8 @@ class FixedGpus(DeviceWalkState):
             value = arg.value
             if not isinstance(value, cst.Call):
                 continue
-            picks = (isinstance(value.func, cst.Name) and value.func.value in self.device_functions) or (
-                self.qualified_name(value.func) == "torch.device" and names_cuda(value)
+            picks = (isinstance(value.func, cst.Name) and value.func.value in self.device_functions) or chooses_gpu(
+                value, self.facts, self.scope
             )
             if not picks:
                 continue
@@ -59,7 +60,11 @@ class FixedGpus(DeviceWalkState):
         """``x.to("cuda:0")``, ``x.to(args.gpu)``: a move (of something ``prepare`` does not
         place) to a fixed GPU, a device string or the index given to ``torch.cuda.set_device``."""
         indices = [a for a in device_args if dotted(a.value) in self.gpu_indices]
-        literal = [a for a in device_args if a not in indices and self._fixed_gpu(a.value)]
+        literal = [
+            a
+            for a in device_args
+            if a not in indices and names_fixed_gpu(a.value, self.facts, self.scope, self.gpu_indices)
+        ]
         if (literal or indices) and self.accelerator_reachable():
             if indices:
                 message = f"GPU index {expression_code(indices[0].value)} → {self.device_expr}"
@@ -76,7 +81,11 @@ class FixedGpus(DeviceWalkState):
         ``torch.load(path, map_location="cuda:0")``: a fixed GPU (the first, or the index once
         given to ``torch.cuda.set_device``, which is gone), so the same GPU on every rank; it
         becomes this process's ``accelerator.device``."""
-        fixed = [arg for arg in call.args if _is_device_keyword(arg) and self._fixed_gpu(arg.value)]
+        fixed = [
+            arg
+            for arg in call.args
+            if _is_device_keyword(arg) and names_fixed_gpu(arg.value, self.facts, self.scope, self.gpu_indices)
+        ]
         if not fixed:
             return call
         written = expression_code(fixed[0].value)
@@ -114,29 +123,10 @@ class FixedGpus(DeviceWalkState):
                 )
                 return
 
-    def _fixed_gpu(self, value: cst.BaseExpression) -> bool:
-        """``"cuda"``, ``"cuda:0"``, ``torch.device("cuda", 0)``, or the index given to
-        ``set_device``: the same GPU on every rank."""
-        if isinstance(value, cst.SimpleString):
-            written = value.evaluated_value
-            return isinstance(written, str) and written.startswith("cuda")
-        if isinstance(value, cst.Call) and self.qualified_name(value.func) == "torch.device" and value.args:
-            return isinstance(value.args[0].value, cst.SimpleString) and self._fixed_gpu(value.args[0].value)
-        return dotted(value) in self.gpu_indices
-
 
 def _is_device_keyword(arg: cst.Arg) -> bool:
     """``device=`` of a factory or an iterator, ``map_location=`` of ``torch.load``."""
     return arg.keyword is not None and arg.keyword.value in ("device", "map_location")
-
-
-def names_cuda(value: cst.BaseExpression) -> bool:
-    """Whether the expression mentions the string "cuda" ("cuda", "cuda:0", f"cuda:{i}" ...)."""
-    return any(
-        (isinstance(node, cst.SimpleString) and "cuda" in node.value)
-        or (isinstance(node, cst.FormattedStringText) and "cuda" in node.value)
-        for node in nodes_in(value)
-    )
 
 
 def gpu_indices(module: cst.Module, facts: ScriptFacts) -> set[str]:
@@ -169,11 +159,8 @@ def device_functions(module: cst.Module, facts: ScriptFacts) -> frozenset[str]:
         if not isinstance(statement, cst.FunctionDef) or skips_statement(statement, device_lines, facts.origins):
             continue
         values = [node.value for node in nodes_in(statement.body) if type(node) is cst.Return]
-        devices = [
-            value
-            for value in values
-            if isinstance(value, cst.Call) and dotted(value.func) in ("torch.device", "device")
-        ]
-        if values and len(devices) == len(values) and any(names_cuda(value) for value in devices):
+        scope = (statement.name.value,)
+        devices = [value for value in values if isinstance(value, cst.Call) and chooses_device(value, facts, scope)]
+        if values and len(devices) == len(values) and any(chooses_gpu(value, facts, scope) for value in devices):
             found.add(statement.name.value)
     return frozenset(found)

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_name
+from accel_convert.codemods.engine.devices import selects_device
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change
@@ -80,7 +81,7 @@ def _module_level_selections(original: cst.Module, facts: ScriptFacts) -> dict[s
         if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
             continue
         assign = statement.body[0]
-        if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and dotted(assign.value) is None:
+        if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and selects_device(assign.value, facts):
             name = dotted(assign.targets[0].target)
             if name in facts.device_names and name not in selections:
                 selections[name] = statement

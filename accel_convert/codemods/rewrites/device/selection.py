@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accel_convert.codemods.engine.devices import mentions_cuda, names_fixed_gpu, selects_device
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS
 from accel_convert.codemods.engine.syntax import dotted, expression
 from accel_convert.codemods.rewrites.device.emptied_blocks import has_statements, with_pass
-from accel_convert.codemods.rewrites.device.fixed_gpus import names_cuda
 from accel_convert.codemods.rewrites.device.state import DEVICE, DeviceWalkState
 
 #: The environment variable choosing which GPUs a process sees.
@@ -25,16 +25,11 @@ VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 class Selection(DeviceWalkState):
     # -- the device variable -----------------------------------------------------------------------
 
-    def selects_device(self, assign: cst.Assign, targets: set[str]) -> bool:
+    def is_device_selection(self, assign: cst.Assign, targets: set[str]) -> bool:
         """``device = torch.device(...)``, ``device = args.device``: an assignment of only
         device names whose value is a device expression, not a plain alias (``DEV = device``
         stays); a command-line option is a selection."""
-        if not targets or not targets <= self.facts.device_names:
-            return False
-        value = assign.value
-        if isinstance(value, cst.Attribute) and dotted(value.value) in self.facts.parsed_arguments:
-            return True
-        return dotted(value) is None
+        return bool(targets) and targets <= self.facts.device_names and selects_device(assign.value, self.facts)
 
     def selected_device(self, original: cst.Assign, updated: cst.Assign, targets: set[str]) -> cst.Assign:
         """``device = ...`` → ``device = accelerator.device`` where the accelerator is reachable."""
@@ -44,7 +39,7 @@ class Selection(DeviceWalkState):
         settings = {*self.facts.settings_devices.values(), *self.facts.settings_devices_unreached}
         if self.scope and f"{self.scope[0]}.{next(iter(targets))}" in settings:
             return updated  # rebound or reported by rebind_settings_devices
-        if self.scope and self.scope[0] not in self.facts.training_classes and names_cuda(original.value):
+        if self.scope and self.scope[0] not in self.facts.training_classes and mentions_cuda(original.value):
             # A model class picking "cuda" for itself: GPU 0 on every rank, while each
             # rank's copy of the model lives on its own GPU.
             self.report(
@@ -104,11 +99,13 @@ class Selection(DeviceWalkState):
         return cst.RemoveFromParent()
 
     def sets_default_gpu(self, call: cst.Call) -> bool:
-        """``torch.set_default_device("cuda")``: new tensors on GPU 0 on every rank."""
+        """``torch.set_default_device("cuda")`` (a fixed GPU, or the device variable):
+        new tensors on GPU 0 on every rank."""
+        if self.qualified_name(call.func) != "torch.set_default_device" or not call.args:
+            return False
+        value = call.args[0].value
         return (
-            self.qualified_name(call.func) == "torch.set_default_device"
-            and bool(call.args)
-            and self._names_a_gpu(call.args[0].value)
+            names_fixed_gpu(value, self.facts, self.scope, self.gpu_indices) or dotted(value) in self.facts.device_names
         )
 
     def default_device(self, original: cst.Call, updated: cst.Expr) -> cst.Expr:
@@ -128,14 +125,6 @@ class Selection(DeviceWalkState):
         assert isinstance(call, cst.Call)
         first = call.args[0].with_changes(value=expression(self.device_expr))
         return updated.with_changes(value=call.with_changes(args=[first, *call.args[1:]]))
-
-    def _names_a_gpu(self, value: cst.BaseExpression) -> bool:
-        """``"cuda"``, ``"cuda:0"``, a device name or the index given to ``set_device``."""
-        if isinstance(value, cst.SimpleString):
-            text = value.evaluated_value
-            return isinstance(text, str) and text.startswith("cuda")
-        name = dotted(value)
-        return name is not None and (name in self.facts.device_names or name in self.gpu_indices)
 
     # -- with torch.cuda.device(...) ---------------------------------------------------------------
 

@@ -52,7 +52,7 @@ class DeviceTransformer(Moves, FixedGpus, Selection, StringReads, EmptiedBlocks)
         targets = self.assign_targets.pop()
         if self.sets_visible_devices(original_node):
             return self.without_visible_devices(original_node)
-        if self.selects_device(original_node, targets):
+        if self.is_device_selection(original_node, targets):
             return self.selected_device(original_node, updated_node, targets)
         if self.stripped_here and is_identity(updated_node):
             return cst.RemoveFromParent()

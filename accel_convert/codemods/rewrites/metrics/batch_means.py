@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.iteration import enumerate_index
 from accel_convert.codemods.engine.positions import STATEMENT_TYPES
 from accel_convert.codemods.engine.syntax import (
     calls_in,
     counted_by_one,
     dotted,
-    enumerate_index,
     expression_code,
     mean_reduced,
     nodes_in,

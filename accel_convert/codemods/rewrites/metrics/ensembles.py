@@ -13,6 +13,7 @@ import libcst as cst
 from accel_convert.codemods.engine.accelerator_code import is_accelerator_method
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.syntax import (
+    argument_for,
     calls_in,
     dotted,
     nodes_in,
@@ -202,7 +203,7 @@ def _add_parameters_every_caller_fills(
                 if param in found.get(name, set()):
                     continue
                 if all(
-                    (passed := _argument_at(call, index, param)) is not None and passed in found.get(scope, set())
+                    (passed := _name_passed(call, index, param)) is not None and passed in found.get(scope, set())
                     for scope, call in calls
                 ):
                     found.setdefault(name, set()).add(param)
@@ -211,12 +212,10 @@ def _add_parameters_every_caller_fills(
 
 def _fills(call: cst.Call, prepared: list[tuple[int, str]], member: str) -> bool:
     """Whether ``call`` passes ``member`` to one of the ``prepared`` parameters."""
-    return any(_argument_at(call, index, param) == member for index, param in prepared)
+    return any(_name_passed(call, index, param) == member for index, param in prepared)
 
 
-def _argument_at(call: cst.Call, index: int, param: str) -> str | None:
+def _name_passed(call: cst.Call, index: int, param: str) -> str | None:
     """The plain name a call passes for the parameter at ``index`` named ``param``, if any."""
-    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
-    keyword = [arg for arg in call.args if arg.keyword is not None and arg.keyword.value == param]
-    argument = keyword[0] if keyword else positional[index] if index < len(positional) else None
+    argument = argument_for(call, index, param)
     return argument.value.value if argument is not None and isinstance(argument.value, cst.Name) else None

@@ -12,6 +12,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import is_accelerator_method
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.iteration import iterated, loop_batch_names
 from accel_convert.codemods.engine.syntax import (
     dotted,
     expression_code,
@@ -28,33 +29,11 @@ Forward = tuple[cst.SimpleStatementLine, tuple[str, ...]]
 
 
 def loop_over_loader(node: cst.For, facts: ScriptFacts) -> tuple[str, ...] | None:
-    """The per-sample names a loop over a loader binds (``enumerate``'s index left out), or None."""
-    iterable = node.iter
-    target: cst.BaseExpression = node.target
-    enumerated = False
-    while isinstance(iterable, cst.Call) and iterable.args:
-        func = facts.callee_name(iterable.func) or ""
-        enumerated = enumerated or func == "enumerate"
-        iterable = iterable.args[0].value
-    if dotted(iterable) not in facts.loaders:
+    """The per-sample names a loop over a loader binds (``enumerate``'s index left out), or None.
+    Through any call (``progress(test_loader)``), as the analysis finds evaluation loops."""
+    if dotted(iterated(node.iter, facts.names, through_any_call=True)) not in facts.loaders:
         return None
-    if enumerated and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
-        target = target.elements[1].value
-    return tuple(target_names(target, plain=True))
-
-
-def loop_loader(loop: cst.For) -> cst.BaseExpression:
-    """What the loop iterates over, through ``enumerate(...)``/``tqdm(...)``: the loader."""
-    loader = loop.iter
-    while isinstance(loader, cst.Call) and loader.args:
-        loader = loader.args[0].value
-    return loader
-
-
-def is_backward(node: cst.CSTNode, facts: ScriptFacts) -> bool:
-    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
-        return False
-    return node.func.attr.value == "backward"
+    return loop_batch_names(node, facts.names, through_any_call=True, plain=True)
 
 
 def is_gather(node: cst.CSTNode, facts: ScriptFacts) -> bool:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
+from accel_convert.codemods.engine.devices import construction
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.positions import skips_statement
 from accel_convert.codemods.engine.syntax import (
@@ -31,7 +32,6 @@ from accel_convert.codemods.engine.torch_names import (
 from accel_convert.codemods.engine.walk import StatementFilter, module_nodes, walk
 from accel_convert.codemods.rewrites.metrics.batch_values import python_value
 from accel_convert.codemods.rewrites.metrics.forward import is_model_call
-from accel_convert.codemods.rewrites.metrics.nodes import constructor
 
 
 class _CallsOnLines(StatementFilter):
@@ -143,7 +143,7 @@ def sequence_first_layouts(module: cst.Module, facts: ScriptFacts) -> SequenceLa
         if not isinstance(node, cst.Assign) or len(node.targets) != 1:
             continue
         model = dotted(node.targets[0].target)
-        built = constructor(node.value)
+        built = construction(node.value)
         if model is None or model not in facts.models or built is None:
             continue
         if id(built) in layer_reasons:
@@ -269,7 +269,7 @@ def _models_built_from(
         if not isinstance(found, cst.Assign) or len(found.targets) != 1:
             continue
         model = dotted(found.targets[0].target)
-        built = constructor(found.value)
+        built = construction(found.value)
         if model in facts.models and built is not None and dotted(built.func) in positions_by_class:
             models[model] = positions_by_class[dotted(built.func) or ""]
     return models

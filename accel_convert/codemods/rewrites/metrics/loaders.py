@@ -16,6 +16,8 @@ from accel_convert.codemods.engine.syntax import (
     calls_in,
     dotted,
     nodes_in,
+    parameter_filled,
+    positional_parameter_names,
 )
 from accel_convert.codemods.engine.torch_names import (
     DATA_LOADERS,
@@ -103,16 +105,12 @@ def _passed_to_parameters(module: cst.Module, loaders: dict[str, str]) -> dict[s
     while grew:
         grew = False
         for call in calls:
-            parameters = functions[dotted(call.func) or ""].params
-            positional = [param.name.value for param in parameters.params]
+            params = positional_parameter_names(functions[dotted(call.func) or ""])
             for index, arg in enumerate(call.args):
                 stream = loaders.get(dotted(arg.value) or "")
                 if stream is None or arg.star:
                     continue
-                if arg.keyword is not None:
-                    parameter: str | None = arg.keyword.value
-                else:
-                    parameter = positional[index] if index < len(positional) else None
+                parameter = parameter_filled(arg, index, params)
                 if parameter is not None and parameter not in loaders:
                     loaders[parameter] = stream
                     grew = True

@@ -12,8 +12,9 @@ from typing import cast
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.iteration import enumerate_index, iterated
 from accel_convert.codemods.engine.model import Site
-from accel_convert.codemods.engine.syntax import dotted, enumerate_index, expression_code, nodes_in
+from accel_convert.codemods.engine.syntax import dotted, expression_code, is_backward, nodes_in
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import variables_read
 from accel_convert.codemods.rewrites.metrics.batch_means import (
@@ -50,10 +51,8 @@ from accel_convert.codemods.rewrites.metrics.forward import (
     find_averaged_forwards,
     find_forward,
     hoist_forward,
-    is_backward,
     is_gather,
     is_model_call,
-    loop_loader,
     loop_over_loader,
     model_passed_to_call,
     statements_after,
@@ -184,7 +183,7 @@ class EvalLoopRewriter(RuleTransformer):
             # A loader built where nothing prepares it (a local of an evaluation helper): every
             # rank sees every sample, and gathering would count each one N times.
             return updated_node
-        if contains(original_node, lambda n: is_backward(n, self.facts) or is_gather(n, self.facts), cst.Call):
+        if contains(original_node, lambda n: is_backward(n) or is_gather(n, self.facts), cst.Call):
             return updated_node
         sequence_first = sequence_first_reason(original_node, self._layouts, self.facts)
         if sequence_first is not None:
@@ -214,7 +213,7 @@ class EvalLoopRewriter(RuleTransformer):
         if function is None or function.name.value in (self.facts.main_function, self.facts.creating_function):
             return False
         where = self.facts.origins.site(function)
-        name = dotted(loop_loader(node))
+        name = dotted(iterated(node.iter, through_any_call=True))
         return (
             where is not None
             and name is not None
@@ -482,7 +481,7 @@ class EvalLoopRewriter(RuleTransformer):
         """The gather made, and what of the loader's batches it cannot make right."""
         gathered = ", ".join(expression_code(e) for e in plan.gathered)
         self.report(original, GATHERED, f"gather_for_metrics({gathered}) after the forward", True)
-        loader = dotted(loop_loader(original))
+        loader = dotted(iterated(original.iter, through_any_call=True))
         self._gathered_loops[-1].append(GatheredLoop(loader or "", original))
         if loader in self._padded_loaders and gathers_padded_sequences(original, plan):
             self.report(

@@ -1,6 +1,6 @@
 """Tree questions the metrics rule's modules share: whether a node holds one that matches (a walk
-that stops at the first), the names a scope uses (read once a new name is needed), and the call
-that builds a value through its moves."""
+that stops at the first), the names a scope uses (read once a new name is needed), (the call
+that builds a value through its moves is ``engine/devices.py``'s ``construction``)."""
 
 from __future__ import annotations
 
@@ -12,17 +12,6 @@ from accel_convert.codemods.engine.walk import variables_read, walk
 
 #: A question asked of each node of a walk.
 NodePredicate = Callable[[cst.CSTNode], bool]
-
-
-def constructor(value: cst.BaseExpression) -> cst.Call | None:
-    """The call building what ``value`` holds, through moves (``Model(...).to(device)``)."""
-    while (
-        isinstance(value, cst.Call)
-        and isinstance(value.func, cst.Attribute)
-        and value.func.attr.value in ("to", "cuda", "cpu", "float", "double", "half", "train", "eval")
-    ):
-        value = value.func.value
-    return value if isinstance(value, cst.Call) else None
 
 
 def contains(node: cst.CSTNode, predicate: NodePredicate, kind: type[cst.CSTNode] | None = None) -> bool:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from accel_convert.codemods.engine.devices import construction
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Site
 from accel_convert.codemods.engine.syntax import (
@@ -21,7 +22,6 @@ from accel_convert.codemods.engine.syntax import (
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import module_nodes
 from accel_convert.codemods.rewrites.metrics.codes import GATHERED, SYNCED_TWICE
-from accel_convert.codemods.rewrites.metrics.nodes import constructor
 from accel_convert.codemods.rewrites.metrics.plan import GatherPlan
 
 #: Methods of a torchmetrics metric that add a batch to its state.
@@ -144,7 +144,7 @@ def _metric_constructors(
         if not isinstance(node, cst.Assign) or len(node.targets) != 1:
             continue
         name = dotted(node.targets[0].target)
-        built = constructor(node.value)
+        built = construction(node.value)
         if name is None or built is None:
             continue
         if dotted(built.func) in own_metrics:
@@ -180,7 +180,7 @@ def _metrics_taking_the_keyword(built: cst.Call, facts: ScriptFacts) -> list[cst
         if isinstance(collection, cst.Dict)
         else [element.value for element in collection.elements]
     )
-    metrics = [constructor(element) for element in elements]
+    metrics = [construction(element) for element in elements]
     if len(metrics) != len(collection.elements) or not all(_is_plain_metric(call, facts) for call in metrics):
         return []
     return [call for call in metrics if call is not None]
