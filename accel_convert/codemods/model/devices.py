@@ -18,25 +18,8 @@ from accel_convert.codemods.model.expressions import (
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
     AssignRecord,
-    IfRecord,
 )
 from accel_convert.codemods.model.state import Analysis
-
-
-def _read_switch(node: cst.CSTNode, negated: bool, found: list[tuple[str, bool]]) -> None:
-    """The flags (``args.no_cuda``) a device decision tests, and whether each is under ``not``."""
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
-        _read_switch(node.expression, not negated, found)
-    elif isinstance(node, cst.Attribute) and dotted(node) is not None:
-        found.append((dotted(node), negated))  # type: ignore[arg-type]
-    elif isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And):
-        _read_switch(node.left, negated, found)
-        _read_switch(node.right, negated, found)
-    elif isinstance(node, cst.IfExp):
-        _read_switch(node.test, negated, found)
-    elif isinstance(node, cst.Call):
-        for arg in node.args:  # torch.device("cuda" if args.cuda else "cpu")
-            _read_switch(arg.value, negated, found)
 
 
 def chooses_device(a: Analysis, value: cst.BaseExpression, scope: ScopeKey) -> bool:
@@ -160,19 +143,3 @@ def _bound_outside_the_class(a: Analysis, owner: str, attribute: str, readers: s
         for target in assign.targets
         if assign.scope != (owner,)
     )
-
-
-@provider(needs=("device_names", "cuda_flags"), provides=("device_switches",))
-def device_switches(a: Analysis) -> None:
-    """``device_switches``: the flags the device choice tests (``use_cuda = not args.no_cuda
-    and ...``, ``if args.cuda: model.cuda()``), in source order."""
-    facts = a.facts
-    device = facts.device_names | facts.cuda_flags
-    for record in a.r.assigns_and_ifs:
-        if isinstance(record, IfRecord):
-            # ``if not args.disable_cuda and torch.cuda.is_available(): args.device = ...``
-            if record.body_moves_to_cuda or record.body_assigns & facts.device_names:
-                _read_switch(record.node.test, False, facts.device_switches)
-            continue
-        if set(record.targets) & device:
-            _read_switch(record.value, False, facts.device_switches)
