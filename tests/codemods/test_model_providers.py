@@ -9,8 +9,9 @@ provider that touches a fact it did not declare.
 from __future__ import annotations
 
 import textwrap
-from dataclasses import fields
+from dataclasses import FrozenInstanceError, fields
 from pathlib import Path
+from types import MappingProxyType
 
 import libcst as cst
 import pytest
@@ -92,6 +93,20 @@ def test_a_rules_facts_are_read_through_its_provider() -> None:
     assert not hasattr(facts, "loggers")  # the shared facts do not hold it
     with pytest.raises(ValueError, match="no accel_convert.codemods.rewrites.printing.loggers"):
         ScriptFacts().of(printing.loggers)  # facts built by hand have none
+
+
+def test_the_facts_are_frozen_once_drawn_but_the_run_context_is_not() -> None:
+    source = textwrap.dedent(PROGRAM["train"])
+    facts = runner.analyse(cst.parse_module(source), source)
+    with pytest.raises(FrozenInstanceError):
+        facts.main_function = "other"
+    assert facts.models == frozenset({"model"}) and isinstance(facts.models, frozenset)
+    assert isinstance(facts.train_loops, tuple) and isinstance(facts.call_sites, MappingProxyType)
+    assert all(isinstance(sites, tuple) for sites in facts.call_sites.values())
+    with pytest.raises(AttributeError):
+        facts.models.add("other")
+    facts.context.changed_lines.add(12)  # what the conversion loop writes while the rules run
+    assert facts.changed_lines == {12}
 
 
 def test_every_fact_the_analysis_draws_has_a_provider() -> None:

@@ -10,14 +10,21 @@ denote the same object in the scripts this tool converts (see
 ``shared/reference/conversion-cases.md``), and a name that is a model in one function and
 something else in another is reported rather than guessed.
 
-Contract: fields may be added; existing fields are not renamed or removed (several codemods read
-them).
+The facts hold what several rules (or the model's providers) read; a fact one rule alone reads
+lives with that rule and is read with :meth:`ScriptFacts.of` (see :mod:`codemods.model.provider`).
+
+Frozen once drawn: the analysis ends with :meth:`ScriptFacts.freeze`, after which no field can be
+assigned and every set, list and dict a field holds is a frozenset, a tuple or a read-only mapping
+(the annotations name the mutable types the providers fill). The one thing that changes while the
+rules run is the :class:`RunContext` the facts hand on (``facts.context``): original positions
+carried from tree to tree and the lines earlier rules changed, which the conversion loop writes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, TypeVar, cast
+from dataclasses import FrozenInstanceError, dataclass, field, fields
+from types import MappingProxyType
+from typing import TYPE_CHECKING, ClassVar, Literal, TypeVar, cast
 
 from accel_convert.codemods.engine.model import Site
 from accel_convert.codemods.engine.positions import OriginIndex
@@ -91,6 +98,9 @@ class LoopFacts:
 
 @dataclass
 class ScriptFacts:
+    #: Set by :meth:`freeze`: the fields can no longer be assigned.
+    _frozen: ClassVar[bool] = False
+
     #: Local name → qualified name for everything imported (``{"nn": "torch.nn",
     #: "clip": "torch.nn.utils.clip_grad_norm_"}``), so codemods match calls by qualified name.
     imports: dict[str, str] = field(default_factory=dict)
@@ -264,6 +274,20 @@ class ScriptFacts:
     #: The facts one rule alone reads, by the provider the rule declares: read with :meth:`of`.
     rule_results: Mapping[str, object] = field(default_factory=dict)
 
+    def __setattr__(self, name: str, value: object) -> None:
+        if self._frozen:
+            raise FrozenInstanceError(f"the analysis is over: facts.{name} cannot change")
+        object.__setattr__(self, name, value)
+
+    def freeze(self) -> None:
+        """The end of the analysis: no field may be assigned any more, and the sets, lists and
+        dicts the fields hold (and hold in turn) become frozensets, tuples and read-only mappings.
+        What changes while the rules run is in ``context``, which is left as it is."""
+        for each in fields(self):
+            if each.name != "context":
+                object.__setattr__(self, each.name, _frozen(getattr(self, each.name)))
+        object.__setattr__(self, "_frozen", True)
+
     def of(self, provider: RuleProvider[Result]) -> Result:
         """What ``provider`` (one of a rule's ``providers``) found in this script."""
         if provider.name not in self.rule_results:
@@ -275,7 +299,9 @@ class ScriptFacts:
         return self.context.origins
 
     @property
-    def changed_lines(self) -> set[int]:
+    def changed_lines(self) -> AbstractSet[int]:
+        """Original lines the rules run so far changed (the conversion loop adds to
+        ``context.changed_lines`` after each rule)."""
         return self.context.changed_lines
 
     @property
@@ -391,3 +417,15 @@ class ScriptFacts:
     @property
     def loaders(self) -> set[str]:
         return self.train_loaders | self.eval_loaders
+
+
+def _frozen(value: object) -> object:
+    """``value`` made immutable: a set, a list, a dict (and the dicts, sets and lists it maps to).
+    The lists of facts hold immutable things (sites, names, frozen loop facts)."""
+    if isinstance(value, set):
+        return frozenset(value)
+    if isinstance(value, list):
+        return tuple(value)
+    if isinstance(value, dict):
+        return MappingProxyType({key: _frozen(item) for key, item in value.items()})
+    return value

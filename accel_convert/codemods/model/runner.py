@@ -104,6 +104,7 @@ def analyse(module: cst.Module, source: str | bytes | None = None, seeds: Progra
         step(analysis)
     for step in rule_steps():
         step(analysis)
+    analysis.facts.freeze()
     return analysis.facts
 
 
