@@ -124,13 +124,6 @@ class ScriptFacts:
     #: (``args.cuda``, ``use_cuda``).
     device_names: set[str] = field(default_factory=set)
     cuda_flags: set[str] = field(default_factory=set)
-    #: Devices chosen in the body of a settings class (``class Config: device = "cuda" if
-    #: ...``), read as ``Config.device`` or ``cfg.device`` (in ``device_names``): what to rebind
-    #: to the accelerator's device once it exists (``Config.device``; for a dataclass, each
-    #: instance's ``cfg.device`` too) → the class attribute it stands for.
-    settings_devices: dict[str, str] = field(default_factory=dict)
-    #: Those settings-class devices that cannot be rebound (instances with a device of their own).
-    settings_devices_unreached: set[str] = field(default_factory=set)
 
     #: The batch-size expression the loaders are built with, as code (``"args.batch_size"``), if one.
     batch_size_expr: str | None = None

@@ -59,7 +59,7 @@ def settings_class_devices(a: Analysis) -> None:
     ``@dataclass`` field ``device: str = ...``): a settings class without bases choosing the
     device in its body. The script reads it as ``Config.device`` or through an instance
     (``cfg = Config()``, ``cfg.device``): those name the device like a variable, and are
-    rebound once the accelerator exists (``facts.settings_devices``): the class attribute of
+    rebound once the accelerator exists (``a.settings_devices``, the device rule's): the class attribute of
     a plain class, which its instances read; each instance of a dataclass (which copies the
     default when built), built once with no arguments. Left out (ACC904 stays): a class whose
     instances may hold a device of their own (``cfg.device = ...``, ``self.device = ...``),
@@ -78,10 +78,10 @@ def settings_class_devices(a: Analysis) -> None:
             # Each instance copies the default: rebind each one, built once and plainly.
             overridden = overridden or not all(_built_once_plainly(built[i]) for i in mine)
         if overridden or name in frozen:
-            a.facts.settings_devices_unreached.add(name)
+            a.settings_devices_unreached.add(name)
             continue
         rebound = [f"{instance}.{attribute}" for instance in mine] if is_dataclass else []
-        a.facts.settings_devices.update({target: name for target in [name, *rebound]})
+        a.settings_devices.update({target: name for target in [name, *rebound]})
         a.facts.device_names.update(readers)
 
 

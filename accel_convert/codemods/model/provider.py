@@ -60,6 +60,10 @@ WORKING_FACTS = frozenset(
         "argument_parsing_functions",
         # The recorder's calls that copy what they are given (``copy.deepcopy(model)``).
         "model_copy_calls",
+        # Devices settings classes choose (``Config.device``): what to rebind → the class
+        # attribute it stands for, and those that cannot be rebound (the device rule's).
+        "settings_devices",
+        "settings_devices_unreached",
         # Where the first optimizer is built.
         "optimizer_home",
         # (class, method) pairs that run a backward.

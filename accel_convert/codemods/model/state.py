@@ -66,6 +66,10 @@ class Analysis:
         self.argument_parsing_functions: set[str] = set()
         #: Calls that copy what they are given (``copy.deepcopy``, ``AveragedModel``, ...).
         self.model_copy_calls: list[CallRecord] = []
+        #: Devices settings classes choose: what to rebind once the accelerator exists → the class
+        #: attribute it stands for, and those that cannot be rebound.
+        self.settings_devices: dict[str, str] = {}
+        self.settings_devices_unreached: set[str] = set()
         #: Where the first optimizer is built: the function the accelerator goes into.
         self.optimizer_home: str | None = None
         #: (class, method) pairs that run a backward, directly or through the methods they call.
