@@ -195,10 +195,6 @@ class ScriptFacts:
     #: Training class → the attributes it builds itself (``self.model``, ``self.train_loader``),
     #: prepared at the end of its ``__init__``, in Accelerate's customary order.
     class_prepare: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    #: Training class → method (not ``__init__``) → the loaders and optimizers it builds
-    #: (``train_loader = DataLoader(...)``, ``self.optimizer = model.configure_optimizers(...)``),
-    #: prepared right where they are built: each can be prepared on its own.
-    method_prepare: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     #: Module-level function → module-level functions it calls by plain name.
     call_graph: dict[str, set[str]] = field(default_factory=dict)
     #: Names already passed through ``accelerator.prepare(...)``.

@@ -175,7 +175,7 @@ def _attributes_built_here(a: Analysis, name: str) -> set[str]:
 
 
 def _method_prepare(a: Analysis, name: str) -> set[str]:
-    """``facts.method_prepare`` for one training class; the names it covers."""
+    """``a.method_prepare`` (the training-class rule's) for one training class; the names it covers."""
     facts = a.facts
     owner = a.r.classes[name]
     # ``__init__`` and the methods it calls (``self.build_model()``) build what is prepared
@@ -202,8 +202,8 @@ def _method_prepare(a: Analysis, name: str) -> set[str]:
             for target in assign.targets
         ):
             continue
-        found = facts.method_prepare.setdefault(name, {}).setdefault(method, ())
-        facts.method_prepare[name][method] = (*found, *(t for t in assign.targets if t not in found))
+        found = a.method_prepare.setdefault(name, {}).setdefault(method, ())
+        a.method_prepare[name][method] = (*found, *(t for t in assign.targets if t not in found))
         covered.update(assign.targets)
     return covered
 

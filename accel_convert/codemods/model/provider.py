@@ -64,6 +64,9 @@ WORKING_FACTS = frozenset(
         # attribute it stands for, and those that cannot be rebound (the device rule's).
         "settings_devices",
         "settings_devices_unreached",
+        # Training class → method (not ``__init__``) → the loaders and optimizers it builds, which
+        # the training-class rule prepares where they are built.
+        "method_prepare",
         # Where the first optimizer is built.
         "optimizer_home",
         # (class, method) pairs that run a backward.

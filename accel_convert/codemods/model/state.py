@@ -70,6 +70,8 @@ class Analysis:
         #: attribute it stands for, and those that cannot be rebound.
         self.settings_devices: dict[str, str] = {}
         self.settings_devices_unreached: set[str] = set()
+        #: Training class → method (not ``__init__``) → the loaders and optimizers it builds.
+        self.method_prepare: dict[str, dict[str, tuple[str, ...]]] = {}
         #: Where the first optimizer is built: the function the accelerator goes into.
         self.optimizer_home: str | None = None
         #: (class, method) pairs that run a backward, directly or through the methods they call.

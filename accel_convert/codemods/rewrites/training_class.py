@@ -107,6 +107,15 @@ class MethodUses:
     calls: Mapping[str, frozenset[str]]
 
 
+@rule_provider(needs=("method_prepare",))
+def method_prepare(a: Analysis) -> Mapping[str, Mapping[str, tuple[str, ...]]]:
+    """Training class → method (not ``__init__``) → the loaders and optimizers it builds
+    (``train_loader = DataLoader(...)``, ``self.optimizer = model.configure_optimizers(...)``),
+    prepared right where they are built: each can be prepared on its own. The model's classes
+    provider finds them, deciding what ``__init__`` prepares."""
+    return MappingProxyType({name: MappingProxyType(dict(methods)) for name, methods in a.method_prepare.items()})
+
+
 @rule_provider(needs=("training_classes",))
 def method_uses(a: Analysis) -> Mapping[str, MethodUses]:
     """Per training class, what its methods bind on and call on their instance (where
@@ -133,7 +142,7 @@ def _plan(node: cst.ClassDef, accelerator: str, facts: ScriptFacts) -> _ClassPla
     inherits = facts.program is not None and name in facts.program.training_base_subclasses
     methods = facts.of(method_uses).get(name)
     plan = _ClassPlan(
-        uses_accelerator=bool(facts.class_prepare.get(name) or facts.method_prepare.get(name) or inherits),
+        uses_accelerator=bool(facts.class_prepare.get(name) or facts.of(method_prepare).get(name) or inherits),
         binds=methods.binds if methods is not None else {},
         calls=methods.calls if methods is not None else {},
         is_base=name in facts.training_bases,
@@ -184,7 +193,7 @@ class _GiveAccelerator(RuleTransformer):
         """``train_loader = DataLoader(...)`` in ``Trainer.run``: prepared right there."""
         if len(self.scope) != 2 or len(updated_node.body) != 1 or not isinstance(updated_node.body[0], cst.Assign):
             return updated_node
-        wanted = self.facts.method_prepare.get(self.scope[0], {}).get(self.scope[1], ())
+        wanted = self.facts.of(method_prepare).get(self.scope[0], {}).get(self.scope[1], ())
         assign = updated_node.body[0]
         targets = [dotted(target.target) for target in assign.targets]
         accelerator = self._instance_accelerator()
@@ -401,7 +410,7 @@ def _bound_through(method: str, plan: _ClassPlan) -> set[str]:
 class TrainingClass(Rule):
     code = "ACC108"
     name = "training-class"
-    providers = (method_uses,)
+    providers = (method_prepare, method_uses)
     extra_codes = {
         BUILT_OUTSIDE_INIT: "built-outside-init: a training object a class builds outside __init__ "
         "(prepare it by hand where it is built)",
