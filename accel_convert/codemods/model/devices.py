@@ -1,4 +1,4 @@
-"""Devices: the names that hold the device, settings classes choosing one, the flags the choice tests."""
+"""Devices: the names that hold the device, settings classes choosing one."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Roles of names: model, optimizer, loader, scheduler, tracker, logger, loss, and how a role flows
-into the parameters that receive it."""
+"""Roles of names: model, optimizer, loader, scheduler, tracker, and how a role flows into the
+parameters that receive it."""
 
 from __future__ import annotations
 
