@@ -116,7 +116,7 @@ def _rewrite(
     found = _asked_for(rule, found, options)
     if report_only:
         found = [change for change in found if change.code in rule.reports_as_written]
-    facts.changed_lines.update(
+    facts.context.changed_lines.update(
         line for change in found if change.fixed for line in range(change.line, change.end_line + 1)
     )
     if not rewrites or not any(change.fixed for change in found):

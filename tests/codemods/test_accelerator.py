@@ -11,7 +11,7 @@ import pytest
 from accel_convert.codemods import convert_module
 from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.engine.model import Options
-from accel_convert.codemods.rewrites.accelerator import cpu_flag
+from accel_convert.codemods.rewrites.accelerator import cpu_flag, device_switches
 from tests.codemods.support import HEADER, check_expectations, convert, in_loop
 
 PLACEMENT = {
@@ -147,7 +147,7 @@ def test_the_analysis_reads_the_device_switches_in_source_order() -> None:
     facts = analyse(cst.parse_module(source), source)
     assert facts.parser_options == {"no_cuda", "use_gpu"}
     assert facts.parsed_arguments == {"args"}
-    assert facts.device_switches == [("args.other", False), ("args.no_cuda", True)]
+    assert facts.of(device_switches) == (("args.other", False), ("args.no_cuda", True))
     assert cpu_flag(facts) == "args.no_cuda"
 
 

@@ -106,7 +106,7 @@ def test_set_grad_enabled_on_a_flag_is_not_an_evaluation() -> None:
         "correct = 0", 'correct = 0\n    phase = "val"'
     )
     facts = analyse(cst.parse_module(source))
-    assert facts.eval_loops == []
+    assert facts.eval_loops == ()
 
 
 def test_a_decorated_nested_function_does_not_make_its_parent_evaluate() -> None:
@@ -130,4 +130,4 @@ def main():
     report()
 """
     facts = analyse(cst.parse_module(source))
-    assert facts.eval_loops == []
+    assert facts.eval_loops == ()

@@ -9,8 +9,9 @@ provider that touches a fact it did not declare.
 from __future__ import annotations
 
 import textwrap
-from dataclasses import fields
+from dataclasses import FrozenInstanceError, fields
 from pathlib import Path
+from types import MappingProxyType
 
 import libcst as cst
 import pytest
@@ -19,8 +20,16 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.engine.program import ProgramModule, convert_program
 from accel_convert.codemods.model import runner
-from accel_convert.codemods.model.provider import WORKING_FACTS, Provider, ProviderOrderError, check_order, provider
+from accel_convert.codemods.model.provider import (
+    WORKING_FACTS,
+    Provider,
+    ProviderOrderError,
+    check_order,
+    provider,
+    rule_provider,
+)
 from accel_convert.codemods.model.state import Analysis
+from accel_convert.codemods.rewrites import prepare, printing
 
 CASES = sorted((Path(__file__).parents[2] / "fixtures" / "cases").glob("*.py"))
 
@@ -65,6 +74,39 @@ def test_a_fact_provided_twice_or_unknown_is_refused() -> None:
         check_order([declared("a", provides=("models",)), declared("b", provides=("models",))], {"models"})
     with pytest.raises(ProviderOrderError, match="do not exist: modles"):
         check_order([declared("a", provides=("modles",))], {"models"})
+
+
+def test_the_rules_own_providers_run_after_the_models_in_a_checked_order() -> None:
+    steps = runner.rule_steps()
+    assert len(steps) >= 8, "the rules declare their providers elsewhere: this test would check little"
+    check_order((*runner.PROVIDERS, *steps), runner.KNOWN_FACTS | {step.name for step in steps}, given=runner.GIVEN)
+    # A rule's provider needing what no provider provides is refused like any other.
+    wrong = rule_provider(needs=("modles",))(_nothing)
+    with pytest.raises(ProviderOrderError, match="do not exist: modles"):
+        check_order((*runner.PROVIDERS, wrong.step()), runner.KNOWN_FACTS | {wrong.name}, given=runner.GIVEN)
+
+
+def test_a_rules_facts_are_read_through_its_provider() -> None:
+    source = "import logging\nimport torch\nlog = logging.getLogger(__name__)\nother = logging.getLogger()\nother = 1\n"
+    facts = runner.analyse(cst.parse_module(source), source)
+    assert facts.of(printing.loggers) == frozenset({"log"})
+    assert not hasattr(facts, "loggers")  # the shared facts do not hold it
+    with pytest.raises(ValueError, match="no accel_convert.codemods.rewrites.printing.loggers"):
+        ScriptFacts().of(printing.loggers)  # facts built by hand have none
+
+
+def test_the_facts_are_frozen_once_drawn_but_the_run_context_is_not() -> None:
+    source = textwrap.dedent(PROGRAM["train"])
+    facts = runner.analyse(cst.parse_module(source), source)
+    with pytest.raises(FrozenInstanceError):
+        facts.main_function = "other"
+    assert facts.models == frozenset({"model"}) and isinstance(facts.models, frozenset)
+    assert isinstance(facts.train_loops, tuple) and isinstance(facts.call_sites, MappingProxyType)
+    assert all(isinstance(sites, tuple) for sites in facts.call_sites.values())
+    with pytest.raises(AttributeError):
+        facts.models.add("other")
+    facts.context.changed_lines.add(12)  # what the conversion loop writes while the rules run
+    assert facts.changed_lines == {12}
 
 
 def test_every_fact_the_analysis_draws_has_a_provider() -> None:
@@ -149,7 +191,7 @@ def undeclared_touches(
     """Provider → the facts it touched without declaring them, analysing ``sources``."""
     undeclared: dict[str, set[str]] = {}
     watched = []
-    for step in providers:
+    for step in (*providers, *runner.rule_steps()):
 
         def run(analysis: Analysis, step: Provider = step) -> None:
             _touched.clear()
@@ -160,6 +202,7 @@ def undeclared_touches(
 
         watched.append(Provider(step.name, run, step.needs, step.provides, step.refines))
     monkeypatch.setattr(runner, "PROVIDERS", tuple(watched))
+    monkeypatch.setattr(runner, "rule_steps", tuple)  # watched above, after the model's
     monkeypatch.setattr(runner, "record", _watched_record)
     for source in sources:
         runner.analyse(cst.parse_module(source), source)
@@ -179,16 +222,13 @@ def test_each_provider_touches_only_the_facts_it_declares(monkeypatch: pytest.Mo
 
 
 def test_a_provider_reading_what_it_does_not_declare_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    # ``helper_functions`` reads the roles and the home function: declared as needing nothing.
-    understated = tuple(
-        Provider(step.name, step.run, frozenset(), step.provides, step.refines)
-        if step is runner.roles.helper_functions
-        else step
-        for step in runner.PROVIDERS
-    )
-    touched = undeclared_touches(monkeypatch, understated, [textwrap.dedent(PROGRAM["engine"])])
+    # The prepare rule's ``helper_functions`` reads the roles and the home function: declared as
+    # needing nothing.
+    understated = rule_provider()(prepare.helper_functions.compute)
+    monkeypatch.setattr(runner, "rule_steps", lambda: (understated.step(),))
+    touched = undeclared_touches(monkeypatch, runner.PROVIDERS, [textwrap.dedent(PROGRAM["engine"])])
     assert touched == {
-        "helper_functions": {
+        understated.name: {
             "models",
             "optimizers",
             "train_loaders",

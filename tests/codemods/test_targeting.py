@@ -34,13 +34,13 @@ def test_word_lines_give_the_first_line_of_the_statement_naming_each_identifier(
         "    return out\n"  # 9
     )
     facts = analyse(cst.parse_module(source), source)
-    assert facts.word_lines["torch"] == [1, 2]
-    assert facts.word_lines["no_grad"] == [2]
-    assert facts.word_lines["evaluate"] == [2]  # a decorated def starts at its decorator
-    assert facts.word_lines["loader"] == [2, 5]  # a parameter belongs to the def
-    assert facts.word_lines["batch"] == [5, 6]  # the loop header; the call starting on line 6
-    assert facts.word_lines["scale"] == [6]  # an attribute name, inside a multi-line call
-    assert facts.word_lines["out"] == [6, 9]
+    assert facts.word_lines["torch"] == (1, 2)
+    assert facts.word_lines["no_grad"] == (2,)
+    assert facts.word_lines["evaluate"] == (2,)  # a decorated def starts at its decorator
+    assert facts.word_lines["loader"] == (2, 5)  # a parameter belongs to the def
+    assert facts.word_lines["batch"] == (5, 6)  # the loop header; the call starting on line 6
+    assert facts.word_lines["scale"] == (6,)  # an attribute name, inside a multi-line call
+    assert facts.word_lines["out"] == (6, 9)
     assert facts.lines_mentioning({"scale", "out"}) == {6, 9}
     assert facts.lines_mentioning({"nothing"}) == set()
 

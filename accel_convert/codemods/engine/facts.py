@@ -10,15 +10,22 @@ denote the same object in the scripts this tool converts (see
 ``shared/reference/conversion-cases.md``), and a name that is a model in one function and
 something else in another is reported rather than guessed.
 
-Contract: fields may be added; existing fields are not renamed or removed (several codemods read
-them).
+The facts hold what several rules (or the model's providers) read; a fact one rule alone reads
+lives with that rule and is read with :meth:`ScriptFacts.of` (see :mod:`codemods.model.provider`).
+
+Frozen once drawn: the analysis ends with :meth:`ScriptFacts.freeze`, after which no field can be
+assigned and every set, list and dict a field holds is a frozenset, a tuple or a read-only mapping
+(the annotations name the mutable types the providers fill). The one thing that changes while the
+rules run is the :class:`RunContext` the facts hand on (``facts.context``): original positions
+carried from tree to tree and the lines earlier rules changed, which the conversion loop writes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from dataclasses import FrozenInstanceError, dataclass, field, fields
+from types import MappingProxyType
+from typing import TYPE_CHECKING, ClassVar, Literal, TypeVar, cast
 
 from accel_convert.codemods.engine.model import Site
 from accel_convert.codemods.engine.positions import OriginIndex
@@ -32,6 +39,9 @@ if TYPE_CHECKING:
 
     from accel_convert.codemods.engine.names import NameTable
     from accel_convert.codemods.engine.program_seeds import ProgramSeeds
+    from accel_convert.codemods.model.provider import RuleProvider
+
+Result = TypeVar("Result")
 
 
 #: How the call graph and the facts name module-level code (it calls, but is never called).
@@ -89,6 +99,9 @@ class LoopFacts:
 
 @dataclass
 class ScriptFacts:
+    #: Set by :meth:`freeze`: the fields can no longer be assigned.
+    _frozen: ClassVar[bool] = False
+
     #: Local name → qualified name for everything imported (``{"nn": "torch.nn",
     #: "clip": "torch.nn.utils.clip_grad_norm_"}``), so codemods match calls by qualified name.
     imports: dict[str, str] = field(default_factory=dict)
@@ -112,21 +125,11 @@ class ScriptFacts:
     #: (``args.cuda``, ``use_cuda``).
     device_names: set[str] = field(default_factory=set)
     cuda_flags: set[str] = field(default_factory=set)
-    #: Devices chosen in the body of a settings class (``class Config: device = "cuda" if
-    #: ...``), read as ``Config.device`` or ``cfg.device`` (in ``device_names``): what to rebind
-    #: to the accelerator's device once it exists (``Config.device``; for a dataclass, each
-    #: instance's ``cfg.device`` too) → the class attribute it stands for.
-    settings_devices: dict[str, str] = field(default_factory=dict)
-    #: Those settings-class devices that cannot be rebound (instances with a device of their own).
-    settings_devices_unreached: set[str] = field(default_factory=set)
 
     #: The batch-size expression the loaders are built with, as code (``"args.batch_size"``), if one.
     batch_size_expr: str | None = None
     #: Function that builds the model/optimizer/loaders (``"main"``); None for module-level scripts.
     main_function: str | None = None
-    #: Module-level functions that receive training objects → their parameter names
-    #: (``{"train": ("args", "model", "device", "train_loader", "optimizer", "epoch")}``).
-    helper_functions: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     train_loops: list[LoopFacts] = field(default_factory=list)
     #: Comprehensions over a loader outside training functions (an evaluation written as
@@ -178,9 +181,6 @@ class ScriptFacts:
     self_training_models: set[str] = field(default_factory=set)
     #: Module-level classes deriving from a ``torch.nn`` module, directly or through the file's.
     model_classes: set[str] = field(default_factory=set)
-    #: Per module-level function (``"<module>"``, a class's name for its methods): the names bound
-    #: to a ``torch.nn`` loss module that averages over the batch (``criterion = nn.MSELoss()``).
-    batch_mean_losses: dict[str, set[str]] = field(default_factory=dict)
     #: Module-level classes holding the training code (a ``Trainer``, a ``Solver``): they receive
     #: the accelerator in ``__init__`` and their methods use it as ``self.accelerator`` (ACC108).
     #: Their names count as functions in ``accessible_functions`` and ``batch_names_by_function``.
@@ -193,17 +193,9 @@ class ScriptFacts:
     #: Attributes of training classes holding prepared objects: those the class prepares and
     #: those holding what the caller prepared and passed in (``self.model = model``).
     prepared_attributes: set[str] = field(default_factory=set)
-    #: Training class → method → the instance attributes it assigns (``self.net``) and the
-    #: methods it calls on its instance (``build_model``).
-    method_binds: dict[str, dict[str, set[str]]] = field(default_factory=dict)
-    method_calls: dict[str, dict[str, set[str]]] = field(default_factory=dict)
     #: Training class → the attributes it builds itself (``self.model``, ``self.train_loader``),
     #: prepared at the end of its ``__init__``, in Accelerate's customary order.
     class_prepare: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    #: Training class → method (not ``__init__``) → the loaders and optimizers it builds
-    #: (``train_loader = DataLoader(...)``, ``self.optimizer = model.configure_optimizers(...)``),
-    #: prepared right where they are built: each can be prepared on its own.
-    method_prepare: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     #: Module-level function → module-level functions it calls by plain name.
     call_graph: dict[str, set[str]] = field(default_factory=dict)
     #: The module's own functions it never calls by name but uses as values (a list of hooks,
@@ -213,20 +205,6 @@ class ScriptFacts:
     prepared: set[str] = field(default_factory=set)
     #: Models that are moved to the device but not trained (no optimizer gets their parameters).
     frozen_models: set[str] = field(default_factory=set)
-    #: Models the script moves back to the CPU (``model.eval().cpu()``): their later moves to the
-    #: device must stay.
-    cpu_models: set[str] = field(default_factory=set)
-    #: Models handed whole to a call whose result is kept under another name (``ema =
-    #: copy.deepcopy(model)``, ``swa = AveragedModel(model)``): the copy lands where the model is
-    #: then, so the model's own move to the device must stay.
-    copied_models: set[str] = field(default_factory=set)
-    #: Local names of calls that copy a model (``copy.deepcopy``, ``deepcopy``, ``AveragedModel``,
-    #: a class of the file deep-copying what it is given): after prepare, they get the unwrapped one.
-    model_copiers: set[str] = field(default_factory=set)
-    #: ``model.compute_loss``-style calls in training loops of a model method that runs the model
-    #: itself (``self(x)``, ``self.forward``, a submodule): DDP averages gradients only for what
-    #: runs inside its forward.
-    training_method_calls: set[str] = field(default_factory=set)
     #: Names of tensors ``.backward()`` is called on (``loss``, ``errD_real``).
     loss_names: set[str] = field(default_factory=set)
     #: Names bound by the loop targets of loops over loaders, plus names derived from them by
@@ -245,8 +223,6 @@ class ScriptFacts:
     rank_dependent_schedule_steps: list[Site] = field(default_factory=list)
     #: ``except KeyboardInterrupt:`` clauses (the ``except`` keyword of each).
     interrupt_handlers: list[Site] = field(default_factory=list)
-    #: Names bound only to ``logging.getLogger(...)``.
-    loggers: set[str] = field(default_factory=set)
     #: ``except torch.cuda.OutOfMemoryError:`` clauses (the ``except`` keyword of each).
     out_of_memory_handlers: list[Site] = field(default_factory=list)
     #: Attribute names the argument parser defines (``no_cuda`` for ``--no-cuda``, a ``dest=``).
@@ -254,13 +230,6 @@ class ScriptFacts:
     #: Names bound to what ``parse_args()`` / ``parse_known_args()`` return (``args``), directly
     #: or through a function of the file that returns it (``args = get_args()``).
     parsed_arguments: set[str] = field(default_factory=set)
-    #: Module-level functions returning the parse result (``def get_args(): ... return
-    #: parser.parse_args()``): a call of one parses the command line.
-    argument_parsing_functions: set[str] = field(default_factory=set)
-    #: The flags the device choice tests, in source order, and whether each is under ``not``:
-    #: ``use_cuda = not args.no_cuda and ...`` gives ``("args.no_cuda", True)``; ``if args.cuda:
-    #: model.cuda()`` gives ``("args.cuda", False)``.
-    device_switches: list[tuple[str, bool]] = field(default_factory=list)
     #: Names bound to a ``GradScaler(...)`` (``scaler``, ``self.scaler``), matched by qualified
     #: name as the AMP rule matches calls (module scope).
     grad_scalers: set[str] = field(default_factory=set)
@@ -268,8 +237,6 @@ class ScriptFacts:
     #: and statements naming a scaler (None: a call without an original position, so look
     #: everywhere). The AMP rule reads only the simple statements holding these lines.
     amp_lines: set[int] | None = field(default_factory=set)
-    #: Sites of existing distributed set-up (DDP, mp.spawn, init_process_group), by feature.
-    distributed_sites: dict[str, Site] = field(default_factory=dict)
     #: Module-level functions that fetch files over the network (``urlretrieve``, ``requests.get``),
     #: directly or through their calls: a hand-written dataset download.
     download_functions: set[str] = field(default_factory=set)
@@ -297,13 +264,37 @@ class ScriptFacts:
     program: ProgramSeeds | None = None
     #: What changes while the rules run (kept up to date by ``codemods.convert_module``).
     context: RunContext = field(default_factory=RunContext)
+    #: The facts one rule alone reads, by the provider the rule declares: read with :meth:`of`.
+    rule_results: Mapping[str, object] = field(default_factory=dict)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if self._frozen:
+            raise FrozenInstanceError(f"the analysis is over: facts.{name} cannot change")
+        object.__setattr__(self, name, value)
+
+    def freeze(self) -> None:
+        """The end of the analysis: no field may be assigned any more, and the sets, lists and
+        dicts the fields hold (and hold in turn) become frozensets, tuples and read-only mappings.
+        What changes while the rules run is in ``context``, which is left as it is."""
+        for each in fields(self):
+            if each.name != "context":
+                object.__setattr__(self, each.name, _frozen(getattr(self, each.name)))
+        object.__setattr__(self, "_frozen", True)
+
+    def of(self, provider: RuleProvider[Result]) -> Result:
+        """What ``provider`` (one of a rule's ``providers``) found in this script."""
+        if provider.name not in self.rule_results:
+            raise ValueError(f"these facts have no {provider.name}: build them with the analysis")
+        return cast("Result", self.rule_results[provider.name])
 
     @property
     def origins(self) -> OriginIndex:
         return self.context.origins
 
     @property
-    def changed_lines(self) -> set[int]:
+    def changed_lines(self) -> AbstractSet[int]:
+        """Original lines the rules run so far changed (the conversion loop adds to
+        ``context.changed_lines`` after each rule)."""
         return self.context.changed_lines
 
     @property
@@ -419,3 +410,15 @@ class ScriptFacts:
     @property
     def loaders(self) -> set[str]:
         return self.train_loaders | self.eval_loaders
+
+
+def _frozen(value: object) -> object:
+    """``value`` made immutable: a set, a list, a dict (and the dicts, sets and lists it maps to).
+    The lists of facts hold immutable things (sites, names, frozen loop facts)."""
+    if isinstance(value, set):
+        return frozenset(value)
+    if isinstance(value, list):
+        return tuple(value)
+    if isinstance(value, dict):
+        return MappingProxyType({key: _frozen(item) for key, item in value.items()})
+    return value

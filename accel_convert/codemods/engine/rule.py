@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import textwrap
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
+
+if TYPE_CHECKING:
+    from accel_convert.codemods.model.provider import RuleProvider
 
 #: Reported by every rule that meets a call needing the accelerator where none is reachable.
 NO_ACCELERATOR_ACCESS = "ACC904"
@@ -90,6 +93,9 @@ class Rule:
     aliases: ClassVar[dict[str, tuple[str, ...]]] = {}
     #: Small scripts showing the rule at work (see :class:`Example`).
     examples: ClassVar[tuple[Example, ...]] = ()
+    #: The providers of the facts this rule alone reads (see :mod:`codemods.model.provider`): the
+    #: analysis runs them in its one walk's providers; the rule reads ``facts.of(provider)``.
+    providers: ClassVar[tuple[RuleProvider[Any], ...]] = ()
 
     @classmethod
     def reports_only(cls) -> bool:

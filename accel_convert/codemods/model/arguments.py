@@ -39,10 +39,10 @@ def argument_parser(a: Analysis) -> None:
         if _parses(assign.value):
             facts.parsed_arguments |= {name.partition(".")[0] for name in assign.targets}
             parsed_in.setdefault(assign.function, set()).update(assign.targets)
-    facts.argument_parsing_functions = _argument_parsing_functions(a, parsed_in)
+    a.argument_parsing_functions = _argument_parsing_functions(a, parsed_in)
     for assign in a.r.assigns:
         value = assign.value
-        if isinstance(value, cst.Call) and dotted(value.func) in facts.argument_parsing_functions:
+        if isinstance(value, cst.Call) and dotted(value.func) in a.argument_parsing_functions:
             facts.parsed_arguments |= {name.partition(".")[0] for name in assign.targets}
 
 

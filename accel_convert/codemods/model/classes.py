@@ -175,7 +175,7 @@ def _attributes_built_here(a: Analysis, name: str) -> set[str]:
 
 
 def _method_prepare(a: Analysis, name: str) -> set[str]:
-    """``facts.method_prepare`` for one training class; the names it covers."""
+    """``a.method_prepare`` (the training-class rule's) for one training class; the names it covers."""
     facts = a.facts
     owner = a.r.classes[name]
     # ``__init__`` and the methods it calls (``self.build_model()``) build what is prepared
@@ -202,24 +202,10 @@ def _method_prepare(a: Analysis, name: str) -> set[str]:
             for target in assign.targets
         ):
             continue
-        found = facts.method_prepare.setdefault(name, {}).setdefault(method, ())
-        facts.method_prepare[name][method] = (*found, *(t for t in assign.targets if t not in found))
+        found = a.method_prepare.setdefault(name, {}).setdefault(method, ())
+        a.method_prepare[name][method] = (*found, *(t for t in assign.targets if t not in found))
         covered.update(assign.targets)
     return covered
-
-
-def record_class_methods(a: Analysis, name: str) -> None:
-    """Per method of a training class: the instance attributes it assigns and the methods it
-    calls on its instance (where ``__init__`` builds what it prepares)."""
-    owner = a.r.classes[name]
-    binds = a.facts.method_binds[name] = {method: set() for method in owner.self_names}
-    a.facts.method_calls[name] = {method: set(calls) for method, calls in owner.method_calls.items()}
-    for assign in a.r.assigns:
-        if assign.function != name or len(assign.scope) < 2 or assign.scope[1] not in binds:
-            continue
-        instance = owner.self_names.get(assign.scope[1])
-        if instance is not None:
-            binds[assign.scope[1]].update(t for t in assign.targets if t.startswith(f"{instance}."))
 
 
 def training_bases(a: Analysis, classes: Sequence[str]) -> set[str]:
@@ -253,7 +239,6 @@ def training_bases(a: Analysis, classes: Sequence[str]) -> set[str]:
         # What it builds in ``__init__`` (an optimizer over ``self.model``) is prepared there:
         # its subclass keeps the accelerator before calling ``super().__init__``.
         class_prepare(a, name)
-        record_class_methods(a, name)
     return found
 
 
@@ -265,6 +250,5 @@ def library_training_classes(a: Analysis) -> None:
     facts.training_classes.update(classes)
     for name in classes:
         class_prepare(a, name)
-        record_class_methods(a, name)
     bases = training_bases(a, classes)
     facts.accessible_functions |= a.reachable(set(classes) | bases)

@@ -1,4 +1,4 @@
-"""Devices: the names that hold the device, settings classes choosing one, the flags the choice tests."""
+"""Devices: the names that hold the device, settings classes choosing one."""
 
 from __future__ import annotations
 
@@ -9,25 +9,8 @@ from accel_convert.codemods.engine.syntax import dotted
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
     AssignRecord,
-    IfRecord,
 )
 from accel_convert.codemods.model.state import Analysis
-
-
-def _read_switch(node: cst.CSTNode, negated: bool, found: list[tuple[str, bool]]) -> None:
-    """The flags (``args.no_cuda``) a device decision tests, and whether each is under ``not``."""
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
-        _read_switch(node.expression, not negated, found)
-    elif isinstance(node, cst.Attribute) and dotted(node) is not None:
-        found.append((dotted(node), negated))  # type: ignore[arg-type]
-    elif isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And):
-        _read_switch(node.left, negated, found)
-        _read_switch(node.right, negated, found)
-    elif isinstance(node, cst.IfExp):
-        _read_switch(node.test, negated, found)
-    elif isinstance(node, cst.Call):
-        for arg in node.args:  # torch.device("cuda" if args.cuda else "cpu")
-            _read_switch(arg.value, negated, found)
 
 
 @provider(
@@ -40,7 +23,7 @@ def settings_class_devices(a: Analysis) -> None:
     ``@dataclass`` field ``device: str = ...``): a settings class without bases choosing the
     device in its body. The script reads it as ``Config.device`` or through an instance
     (``cfg = Config()``, ``cfg.device``): those name the device like a variable, and are
-    rebound once the accelerator exists (``facts.settings_devices``): the class attribute of
+    rebound once the accelerator exists (``a.settings_devices``, the device rule's): the class attribute of
     a plain class, which its instances read; each instance of a dataclass (which copies the
     default when built), built once with no arguments. Left out (ACC904 stays): a class whose
     instances may hold a device of their own (``cfg.device = ...``, ``self.device = ...``),
@@ -59,10 +42,10 @@ def settings_class_devices(a: Analysis) -> None:
             # Each instance copies the default: rebind each one, built once and plainly.
             overridden = overridden or not all(_built_once_plainly(built[i]) for i in mine)
         if overridden or name in frozen:
-            a.facts.settings_devices_unreached.add(name)
+            a.settings_devices_unreached.add(name)
             continue
         rebound = [f"{instance}.{attribute}" for instance in mine] if is_dataclass else []
-        a.facts.settings_devices.update({target: name for target in [name, *rebound]})
+        a.settings_devices.update({target: name for target in [name, *rebound]})
         a.facts.device_names.update(readers)
 
 
@@ -124,19 +107,3 @@ def _bound_outside_the_class(a: Analysis, owner: str, attribute: str, readers: s
         for target in assign.targets
         if assign.scope != (owner,)
     )
-
-
-@provider(needs=("device_names", "cuda_flags"), provides=("device_switches",))
-def device_switches(a: Analysis) -> None:
-    """``device_switches``: the flags the device choice tests (``use_cuda = not args.no_cuda
-    and ...``, ``if args.cuda: model.cuda()``), in source order."""
-    facts = a.facts
-    device = facts.device_names | facts.cuda_flags
-    for record in a.r.assigns_and_ifs:
-        if isinstance(record, IfRecord):
-            # ``if not args.disable_cuda and torch.cuda.is_available(): args.device = ...``
-            if record.body_moves_to_cuda or record.body_assigns & facts.device_names:
-                _read_switch(record.node.test, False, facts.device_switches)
-            continue
-        if set(record.targets) & device:
-            _read_switch(record.value, False, facts.device_switches)

@@ -20,7 +20,6 @@ from accel_convert.codemods.model.classes import (
     class_prepare,
     find_training_classes,
     library_training_classes,
-    record_class_methods,
     training_bases,
 )
 from accel_convert.codemods.model.provider import provider
@@ -62,8 +61,6 @@ from accel_convert.codemods.model.state import Analysis
         "training_bases",
         "class_prepare",
         "method_prepare",
-        "method_binds",
-        "method_calls",
         "prepared_attributes",
     ),
     refines=("models",),
@@ -106,7 +103,6 @@ def _home_of_training_classes(a: Analysis, classes: list[str]) -> tuple[str | No
     a.facts.training_classes.update(classes)
     for name in classes:
         class_prepare(a, name)
-        record_class_methods(a, name)
     training_bases(a, classes)
     first = a.constructions[classes[0]][0]
     home = first.function if first.function in a.r.defs else MODULE

@@ -12,13 +12,32 @@ working fact of the analysis such as ``"arguments"``, see :data:`WORKING_FACTS`)
 :func:`check_order` refuses a sequence in which a provider needs or refines something no earlier
 provider provides, or two providers provide the same fact; the model's sequence is checked when
 :mod:`codemods.model.runner` is imported, so a wrong declaration fails before anything runs.
+
+**Facts one rule alone reads live with that rule**, the way a LibCST visitor declares the metadata
+providers it reads: the rule's module (or its package) defines a :class:`RuleProvider` with
+:func:`rule_provider`, a function of the same shared analysis that *returns* the rule's facts
+(frozen: a frozen dataclass, a frozenset, a tuple), and the rule lists it in ``Rule.providers``.
+The runner runs every rule's providers after the model's, on the same one walk, with the same
+order check (a rule provider ``needs`` facts like any other and provides its own name), and the
+rule reads the result through one typed accessor, ``facts.of(provider)``::
+
+    @rule_provider(needs=("models",))
+    def cpu_models(a: Analysis) -> frozenset[str]:
+        return frozenset(...)
+
+    class DeviceRule(Rule):
+        providers = (cpu_models,)
+        ...  # facts.of(cpu_models) is a frozenset[str]
+
+A rule provider reads the recorder's records and the shared facts; it never walks the tree
+itself (the one walk is what keeps the analysis fast).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
     from accel_convert.codemods.model.state import Analysis
@@ -36,6 +55,18 @@ WORKING_FACTS = frozenset(
         "loop_backward",
         # Module-level function → the positions of the loaders it returns (``loader_factories``).
         "loader_factories",
+        # Module-level functions returning the parse result (``def get_args(): ... return
+        # parser.parse_args()``): a call of one parses the command line.
+        "argument_parsing_functions",
+        # The recorder's calls that copy what they are given (``copy.deepcopy(model)``).
+        "model_copy_calls",
+        # Devices settings classes choose (``Config.device``): what to rebind → the class
+        # attribute it stands for, and those that cannot be rebound (the device rule's).
+        "settings_devices",
+        "settings_devices_unreached",
+        # Training class → method (not ``__init__``) → the loaders and optimizers it builds, which
+        # the training-class rule prepares where they are built.
+        "method_prepare",
         # Where the first optimizer is built.
         "optimizer_home",
         # (class, method) pairs that run a backward.
@@ -44,6 +75,10 @@ WORKING_FACTS = frozenset(
         "loader_loops",
     }
 )
+
+
+#: What a rule provider returns.
+Result = TypeVar("Result", covariant=True)
 
 
 class ProviderOrderError(ValueError):
@@ -71,6 +106,33 @@ def provider(
 
     def declare(run: Callable[[Analysis], None]) -> Provider:
         return Provider(run.__name__, run, frozenset(needs), frozenset(provides), frozenset(refines))
+
+    return declare
+
+
+@dataclass(frozen=True)
+class RuleProvider(Generic[Result]):
+    """The facts one rule alone reads: ``compute`` returns them (frozen) from ``needs``; the
+    runner keeps the result under ``name`` for ``facts.of(provider)``."""
+
+    name: str
+    compute: Callable[[Analysis], Result]
+    needs: frozenset[str]
+
+    def step(self) -> Provider:
+        """This provider as a step of the runner: it provides its own name."""
+
+        def run(analysis: Analysis) -> None:
+            analysis.rule_results[self.name] = self.compute(analysis)
+
+        return Provider(self.name, run, self.needs, frozenset({self.name}))
+
+
+def rule_provider(*, needs: Iterable[str] = ()) -> Callable[[Callable[[Analysis], Result]], RuleProvider[Result]]:
+    """Declare a function of the analysis returning one rule's facts (see the module docstring)."""
+
+    def declare(compute: Callable[[Analysis], Result]) -> RuleProvider[Result]:
+        return RuleProvider(f"{compute.__module__}.{compute.__name__}", compute, frozenset(needs))
 
     return declare
 

@@ -1,5 +1,5 @@
-"""Roles of names: model, optimizer, loader, scheduler, tracker, logger, loss, and how a role flows
-into the parameters that receive it."""
+"""Roles of names: model, optimizer, loader, scheduler, tracker, and how a role flows into the
+parameters that receive it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import libcst as cst
 from accel_convert.codemods.engine.devices import chooses_device, constructed
 from accel_convert.codemods.engine.syntax import (
     dotted,
-    mean_reduced,
 )
 from accel_convert.codemods.engine.torch_names import (
     ACCELERATORS,
@@ -222,34 +221,6 @@ def trackers(a: Analysis) -> None:
             a.facts.trackers.update(assign.targets)
 
 
-@provider(provides=("loggers",))
-def loggers(a: Analysis) -> None:
-    """``facts.loggers``: names every assignment of which is ``logging.getLogger(...)``."""
-    if "getLogger" not in a.r.words:
-        return
-    bound: dict[str, bool] = {}
-    for assign in a.r.assigns:
-        value = assign.value
-        is_logger = isinstance(value, cst.Call) and (
-            a.r.names.qualified_name(value.func, assign.scope) == "logging.getLogger"
-        )
-        for target in assign.targets:
-            bound[target] = bound.get(target, True) and is_logger
-    a.facts.loggers = {name for name, only_loggers in bound.items() if only_loggers}
-
-
-@provider(provides=("batch_mean_losses",))
-def batch_mean_losses(a: Analysis) -> None:
-    """Per function, names bound to a ``torch.nn`` loss averaging over the batch."""
-    for assign in a.r.assigns:
-        value = assign.value
-        if not isinstance(value, cst.Call) or len(assign.node.targets) != 1 or len(assign.targets) != 1:
-            continue
-        qualified = a.r.names.qualified_name(value.func, assign.scope) or ""
-        if qualified.startswith("torch.nn.") and qualified.endswith("Loss") and mean_reduced(value):
-            a.facts.batch_mean_losses.setdefault(assign.function, set()).update(assign.targets)
-
-
 @provider(
     needs=("arguments",),
     refines=(
@@ -317,16 +288,3 @@ def per_epoch_schedulers(a: Analysis) -> None:
     facts.per_epoch_schedulers = stepped - per_batch
     if a.seeds is not None:
         facts.per_epoch_schedulers |= a.seeds.per_epoch_schedulers & facts.schedulers
-
-
-@provider(
-    needs=("models", "optimizers", "train_loaders", "eval_loaders", "schedulers", "device_names", "main_function"),
-    provides=("helper_functions",),
-)
-def helper_functions(a: Analysis) -> None:
-    """Module-level functions (other than the home function) receiving training objects."""
-    facts = a.facts
-    roles = facts.trained_objects | facts.device_names
-    for function, params in a.r.defs.items():
-        if function != facts.main_function and set(params) & roles:
-            facts.helper_functions[function] = params

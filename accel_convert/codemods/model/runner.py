@@ -3,12 +3,16 @@
 
 The order is the one the facts need (see :func:`codemods.model.provider.check_order`): a
 provider listed before one that provides what it needs fails the import, so reordering or
-adding a provider cannot silently read a fact that is not filled yet.
+adding a provider cannot silently read a fact that is not filled yet. The rules' own providers
+(``Rule.providers``, see :mod:`codemods.model.provider`) run after the model's, checked the same
+way when the first analysis gathers them.
 """
 
 from __future__ import annotations
 
 from dataclasses import fields
+from functools import cache
+from typing import Any
 
 import libcst as cst
 
@@ -30,13 +34,13 @@ from accel_convert.codemods.model import (
     roles,
     source,
 )
-from accel_convert.codemods.model.provider import WORKING_FACTS, Provider, check_order
+from accel_convert.codemods.model.provider import WORKING_FACTS, Provider, RuleProvider, check_order
 from accel_convert.codemods.model.recorder import Recorder
 from accel_convert.codemods.model.state import Analysis
 
 #: ScriptFacts fields the analysis does not draw: set when the facts are made (the name table,
 #: the seeds, the run context) or a fixed default (the accelerator's name).
-GIVEN = frozenset({"names", "program", "context", "accelerator_name"})
+GIVEN = frozenset({"names", "program", "context", "accelerator_name", "rule_results"})
 
 #: Every fact a provider may name: the ScriptFacts fields and the working facts.
 KNOWN_FACTS = frozenset(field.name for field in fields(ScriptFacts)) | WORKING_FACTS
@@ -56,8 +60,6 @@ PROVIDERS: tuple[Provider, ...] = (
     program.imported_loader_factories,
     roles.optimizers_and_models,
     roles.trackers,
-    roles.loggers,
-    roles.batch_mean_losses,
     program.parameter_roles,
     roles.flow_into_parameters,
     loops.loops,
@@ -65,22 +67,32 @@ PROVIDERS: tuple[Provider, ...] = (
     roles.per_epoch_schedulers,
     home.home,
     loops.batch_names,
-    roles.helper_functions,
     source.calls_and_features,
-    models.copied_models,
+    models.model_copy_calls,
     locality.download_functions,
-    models.training_method_calls,
-    models.cpu_models,
     loops.manual_accumulation,
     source.mixed_precision,
     source.assign_sites,
     locality.breaks,
     locality.per_process_paths,
-    devices.device_switches,
     source.handlers,
 )
 
 check_order(PROVIDERS, KNOWN_FACTS, given=GIVEN)
+
+
+@cache
+def rule_steps() -> tuple[Provider, ...]:
+    """The providers the rules declare (``Rule.providers``), in the rules' order, as steps run
+    after the model's; checked like them (what one needs, an earlier provider provides)."""
+    from accel_convert.codemods.engine.registry import all_rules
+
+    declared: tuple[RuleProvider[Any], ...] = tuple(
+        dict.fromkeys(step for rule in all_rules() for step in rule.providers)
+    )
+    steps = tuple(step.step() for step in declared)
+    check_order((*PROVIDERS, *steps), KNOWN_FACTS | {step.name for step in steps}, given=GIVEN)
+    return steps
 
 
 def analyse(module: cst.Module, source: str | bytes | None = None, seeds: ProgramSeeds | None = None) -> ScriptFacts:
@@ -91,6 +103,9 @@ def analyse(module: cst.Module, source: str | bytes | None = None, seeds: Progra
     analysis = record(module, source, seeds)
     for step in PROVIDERS:
         step(analysis)
+    for step in rule_steps():
+        step(analysis)
+    analysis.facts.freeze()
     return analysis.facts
 
 

@@ -38,10 +38,10 @@ def word_lines(a: Analysis) -> None:
         a.facts.word_lines[word] = sorted({line_of[index] for index in indices})
 
 
-@provider(refines=("call_sites",), provides=("called", "existing_features", "distributed_sites"))
+@provider(refines=("call_sites",), provides=("called", "existing_features"))
 def calls_and_features(a: Analysis) -> None:
     """Where calls are, by qualified name, plain name and ``.method``; the distributed machinery
-    already there (DDP, ``mp.spawn``, a GradScaler...) and where."""
+    already there (DDP, ``mp.spawn``, a GradScaler...)."""
     facts = a.facts
     for call in a.r.calls:
         qualified = a.r.names.qualified_name(call.node.func, call.scope)
@@ -55,10 +55,8 @@ def calls_and_features(a: Analysis) -> None:
         if qualified is None:  # a strict answer is also the lenient one
             qualified = a.qualified(call)
         feature = FEATURES.get(qualified or "")
-        if feature is None:
-            continue
-        facts.existing_features.add(feature)
-        facts.distributed_sites.setdefault(feature, a.site(call.node))
+        if feature is not None:
+            facts.existing_features.add(feature)
 
 
 @provider(needs=("word_lines",), provides=("grad_scalers", "amp_lines"))

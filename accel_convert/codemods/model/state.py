@@ -3,7 +3,8 @@ the questions several providers ask of them (where a parameter's value comes fro
 function reaches, whether a loop is over a loader).
 
 Providers (:mod:`codemods.model.provider`) read and fill it in the order
-:mod:`codemods.model.runner` checks; nothing outside the model folder sees it.
+:mod:`codemods.model.runner` checks; outside the model folder only the rules' own providers
+(``Rule.providers``) see it.
 """
 
 from __future__ import annotations
@@ -39,7 +40,11 @@ class Analysis:
     ) -> None:
         self.r = recorder
         self.origins = origins
-        self.facts = ScriptFacts(names=recorder.names, context=RunContext(origins), program=seeds)
+        #: What the rules' own providers return, by provider (read with ``facts.of``).
+        self.rule_results: dict[str, object] = {}
+        self.facts = ScriptFacts(
+            names=recorder.names, context=RunContext(origins), program=seeds, rule_results=self.rule_results
+        )
         #: What the other modules of the program say (None: the script is converted alone).
         self.seeds = seeds
         #: The module walked and the text it was parsed from (None: print the module).
@@ -57,6 +62,16 @@ class Analysis:
         #: Module-level functions returning loaders → positions of the loaders in what they
         #: return (None: what they return is one loader).
         self.loader_factories: dict[str, set[int] | None] = {}
+        #: Module-level functions returning the parse result (``args = get_args()`` parses).
+        self.argument_parsing_functions: set[str] = set()
+        #: Calls that copy what they are given (``copy.deepcopy``, ``AveragedModel``, ...).
+        self.model_copy_calls: list[CallRecord] = []
+        #: Devices settings classes choose: what to rebind once the accelerator exists → the class
+        #: attribute it stands for, and those that cannot be rebound.
+        self.settings_devices: dict[str, str] = {}
+        self.settings_devices_unreached: set[str] = set()
+        #: Training class → method (not ``__init__``) → the loaders and optimizers it builds.
+        self.method_prepare: dict[str, dict[str, tuple[str, ...]]] = {}
         #: Where the first optimizer is built: the function the accelerator goes into.
         self.optimizer_home: str | None = None
         #: (class, method) pairs that run a backward, directly or through the methods they call.

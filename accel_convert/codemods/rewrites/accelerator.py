@@ -19,12 +19,59 @@ from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
     as_statement,
     assigned_in,
+    dotted,
     first_statement_index,
     parses_arguments,
     statement,
 )
 from accel_convert.codemods.engine.transformers import HomeBlockTransformer
 from accel_convert.codemods.engine.walk import variables_read
+from accel_convert.codemods.model.provider import rule_provider
+from accel_convert.codemods.model.recorder import IfRecord
+from accel_convert.codemods.model.state import Analysis
+
+
+@rule_provider(needs=("device_names", "cuda_flags"))
+def device_switches(a: Analysis) -> tuple[tuple[str, bool], ...]:
+    """The flags the device choice tests, in source order, and whether each is under ``not``:
+    ``use_cuda = not args.no_cuda and ...`` gives ``("args.no_cuda", True)``; ``if args.cuda:
+    model.cuda()`` gives ``("args.cuda", False)`` (read by :func:`cpu_flag`)."""
+    facts = a.facts
+    device = facts.device_names | facts.cuda_flags
+    found: list[tuple[str, bool]] = []
+    for record in a.r.assigns_and_ifs:
+        if isinstance(record, IfRecord):
+            # ``if not args.disable_cuda and torch.cuda.is_available(): args.device = ...``
+            if record.body_moves_to_cuda or record.body_assigns & facts.device_names:
+                _read_switch(record.node.test, False, found)
+            continue
+        if set(record.targets) & device:
+            _read_switch(record.value, False, found)
+    return tuple(found)
+
+
+def _read_switch(node: cst.CSTNode, negated: bool, found: list[tuple[str, bool]]) -> None:
+    """The flags (``args.no_cuda``) a device decision tests, and whether each is under ``not``."""
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
+        _read_switch(node.expression, not negated, found)
+    elif isinstance(node, cst.Attribute) and dotted(node) is not None:
+        found.append((dotted(node), negated))  # type: ignore[arg-type]
+    elif isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And):
+        _read_switch(node.left, negated, found)
+        _read_switch(node.right, negated, found)
+    elif isinstance(node, cst.IfExp):
+        _read_switch(node.test, negated, found)
+    elif isinstance(node, cst.Call):
+        for arg in node.args:  # torch.device("cuda" if args.cuda else "cpu")
+            _read_switch(arg.value, negated, found)
+
+
+@rule_provider(needs=("argument_parsing_functions",))
+def argument_parsing_functions(a: Analysis) -> frozenset[str]:
+    """Module-level functions returning the parse result (``def get_args(): ... return
+    parser.parse_args()``): a call of one parses the command line, and reaches nothing that
+    needs the accelerator (the model's ``arguments`` provider finds them)."""
+    return frozenset(a.argument_parsing_functions)
 
 
 def import_statement(options: Options, name: str = "Accelerator") -> cst.SimpleStatementLine:
@@ -100,7 +147,7 @@ def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top:
         # Module-level code: a call of one of the file's functions (``root = download()``) may
         # reach code the other rules give the accelerator (a guarded write, a print).
         # A function that only parses the command line (``args = get_args()``) reaches none.
-        called = (facts.accessible_functions - facts.argument_parsing_functions) & set(
+        called = (facts.accessible_functions - facts.of(argument_parsing_functions)) & set(
             facts.call_graph.get("<module>", ())
         )
         backward_lines += [site.line for name in called for site in facts.call_sites.get(name, ())]
@@ -117,7 +164,7 @@ def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top:
         ),
         len(body),
     )
-    parsed = [i + 1 for i in range(start, first_use) if parses_arguments(body[i], facts.argument_parsing_functions)]
+    parsed = [i + 1 for i in range(start, first_use) if parses_arguments(body[i], facts.of(argument_parsing_functions))]
     if parsed:
         return parsed[-1]
     return start if at_top else first_use
@@ -126,6 +173,7 @@ def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top:
 class Accelerator(Rule):
     code = "ACC101"
     name = "accelerator"
+    providers = (device_switches, argument_parsing_functions)
     extra_codes = {
         # Reported by the converter's last check (converter/guard.py), which this rule's promise
         # of an accelerator created before it is used rests on.
@@ -259,12 +307,12 @@ def cpu_flag(facts: ScriptFacts) -> str | None:
     ``device = "cuda" if args.accel and ... else "cpu"`` gives ``not args.accel``;
     ``torch.device(args.device)`` gives ``args.device == "cpu"``. Without it a
     script that trains on the CPU unless asked would take the GPU after the conversion. The
-    analysis read the switches and the parser's options (``facts.device_switches``).
+    analysis read the switches (:func:`device_switches`) and the parser's options.
     """
     if not facts.parsed_arguments:
         return None
     terms = []
-    for flag, negated in dict.fromkeys(facts.device_switches):
+    for flag, negated in dict.fromkeys(facts.of(device_switches)):
         root = flag.partition(".")[0]
         # Only a flag the parser defines: one the script sets itself (``args.cuda = not
         # args.no_cuda and ...``) does not exist yet where the accelerator is created.

@@ -44,6 +44,8 @@ from accel_convert.codemods.engine.syntax import as_statement, body_statements, 
 from accel_convert.codemods.engine.torch_names import MODEL_EXPORTS
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
+from accel_convert.codemods.model.provider import rule_provider
+from accel_convert.codemods.model.state import Analysis
 
 # --------------------------------------------------------------------------------------------
 # The checkpoint pass
@@ -94,9 +96,60 @@ MODULE_OWN_ATTRIBUTES = frozenset(
 )
 
 
+@rule_provider(needs=("model_copy_calls",))
+def model_copiers(a: Analysis) -> frozenset[str]:
+    """Local names of calls that copy a model (``copy.deepcopy``, ``deepcopy``, ``AveragedModel``,
+    a class of the file deep-copying what it is given): after prepare, they get the unwrapped one."""
+    return frozenset(dotted(call.node.func) or "" for call in a.model_copy_calls)
+
+
+@rule_provider(needs=("models", "loop_backward"))
+def training_method_calls(a: Analysis) -> frozenset[str]:
+    """``model.compute_loss``-style calls in training loops of a model method that runs the model
+    itself (``self(x)``, ``self.forward``, a submodule): DDP averages gradients only for what runs
+    inside its forward."""
+    running = _methods_running_the_model(a)
+    found = set()
+    for call in a.r.calls:
+        func = call.node.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in running:
+            continue
+        owner = dotted(func.value)
+        if owner in a.facts.models and any(loop.has_backward for loop in call.loops):
+            found.add(f"{owner}.{func.attr.value}")
+    return frozenset(found)
+
+
+def _methods_running_the_model(a: Analysis) -> set[str]:
+    """Methods of the file's classes (other than ``forward`` and dunders) that call the instance
+    (``self(x)``, ``self.forward(x)``) or a submodule it holds (``self.encoder(x)``)."""
+    held: dict[str, set[str]] = {}
+    for assign in a.r.assigns:
+        if len(assign.scope) == 2 and assign.scope[0] in a.r.classes and isinstance(assign.value, cst.Call):
+            instance = a.r.classes[assign.scope[0]].self_names.get(assign.scope[1])
+            prefix = f"{instance}."
+            held.setdefault(assign.scope[0], set()).update(
+                target[len(prefix) :] for target in assign.targets if instance and target.startswith(prefix)
+            )
+    found = set()
+    for call in a.r.calls:
+        if len(call.scope) != 2 or call.scope[0] not in a.r.classes:
+            continue
+        owner, method = call.scope
+        instance = a.r.classes[owner].self_names.get(method)
+        if instance is None or method == "forward" or method.startswith("__"):
+            continue
+        callee = dotted(call.node.func) or ""
+        head, _, attribute = callee.partition(".")
+        if head == instance and (attribute in ("", "forward") or attribute in held.get(owner, set())):
+            found.add(method)
+    return found
+
+
 class CheckpointCodemod(Rule):
     code = "ACC114"
     name = "checkpoint"
+    providers = (model_copiers, training_method_calls)
     extra_codes = {
         "ACC914": "checkpoint-unreachable: torch.save or a model's own method where the accelerator is not reachable: runs on every rank",
         "ACC921": (
@@ -328,7 +381,7 @@ class CheckpointCodemod(Rule):
         # Lines reading a model attribute nn.Module does not have (unwrapped), or saving/loading.
         words = (
             callee_words(facts, ("torch.save", "torch.load", *MODEL_EXPORTS))
-            | name_words(facts.model_copiers)
+            | name_words(facts.of(model_copiers))
             | ({"type"} if "type" in facts.called else set())
             | {
                 path
@@ -473,7 +526,7 @@ class _CheckpointRewriter(RuleTransformer):
         )
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
-        if dotted(updated_node.func) in self.facts.model_copiers:
+        if dotted(updated_node.func) in self.facts.of(model_copiers):
             return self._copy_of_unwrapped(original_node, updated_node)
         callee = self.facts.callee_name(updated_node.func)
         if callee in MODEL_EXPORTS:
@@ -597,7 +650,7 @@ class _CheckpointRewriter(RuleTransformer):
                 False,
             )
             return updated_node
-        if f"{owner}.{attribute}" in self.facts.training_method_calls:
+        if f"{owner}.{attribute}" in self.facts.of(training_method_calls):
             if self.runtime:
                 message = f"{owner}.{attribute} runs the model: accelerator.as_forward({owner}).{attribute}, so DDP averages its gradients"
                 self.report(original_node, self.code, message, True)
@@ -643,7 +696,7 @@ class _CheckpointInterest(cst.CSTVisitor):
         if (
             self.facts.callee_name(node.func) in ("torch.save", "torch.load", *MODEL_EXPORTS)
             or is_accelerator_method(node, self.facts, "save")
-            or dotted(node.func) in self.facts.model_copiers
+            or dotted(node.func) in self.facts.of(model_copiers)
             or _type_of_model(node, self.facts)
         ):
             self.found = True

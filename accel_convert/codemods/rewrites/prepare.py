@@ -17,6 +17,9 @@ prepared right before the wrap: ``prepare`` passes objects it does not know thro
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import is_accelerator_method, prepare_statement
@@ -35,6 +38,8 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 from accel_convert.codemods.engine.transformers import HomeBlockTransformer
+from accel_convert.codemods.model.provider import rule_provider
+from accel_convert.codemods.model.state import Analysis
 
 
 def objects_to_prepare(facts: ScriptFacts) -> list[str]:
@@ -339,7 +344,7 @@ class _Prepare(HomeBlockTransformer):
             if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
                 continue
             function = value.func.value
-            params = self.facts.helper_functions.get(function)
+            params = self.facts.of(helper_functions).get(function)
             if function not in self.facts.backward_functions or params is None:
                 continue
             if function in self.facts.training_functions:
@@ -438,9 +443,27 @@ class _Prepare(HomeBlockTransformer):
 UNPREPARED_MODEL = "ACC926"
 
 
+@rule_provider(
+    needs=("models", "optimizers", "train_loaders", "eval_loaders", "schedulers", "device_names", "main_function")
+)
+def helper_functions(a: Analysis) -> Mapping[str, tuple[str, ...]]:
+    """Module-level functions (other than the home function) receiving training objects → their
+    parameter names (``{"train": ("args", "model", "device", "train_loader", "optimizer")}``)."""
+    facts = a.facts
+    roles = facts.trained_objects | facts.device_names
+    return MappingProxyType(
+        {
+            function: params
+            for function, params in a.r.defs.items()
+            if function != facts.main_function and set(params) & roles
+        }
+    )
+
+
 class Prepare(Rule):
     code = "ACC103"
     name = "prepare"
+    providers = (helper_functions,)
     extra_codes = {
         UNPREPARED_MODEL: "unprepared-model: a model handed to a function that trains it, built where "
         "the converter does not prepare it (bound more than once, or not by a model constructor): its "

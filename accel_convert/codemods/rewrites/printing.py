@@ -31,6 +31,8 @@ from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import dotted, expression, statement
 from accel_convert.codemods.engine.torch_names import CONSOLE_WRITES, PROGRESS_BARS
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
+from accel_convert.codemods.model.provider import rule_provider
+from accel_convert.codemods.model.state import Analysis
 
 #: Longest line a rewritten progress-bar call may leave on one line.
 LINE_LIMIT = 100
@@ -236,7 +238,7 @@ class _LoggingLevel(RuleTransformer):
         owner = func.value
         is_logger = (isinstance(owner, cst.Call) and self.qualified_name(owner.func) == "logging.getLogger") or dotted(
             owner
-        ) in self.facts.loggers
+        ) in self.facts.of(loggers)
         return 0 if is_logger and not call.args[0].star else None
 
     def _warning_like(self, level: cst.BaseExpression) -> cst.BaseExpression | None:
@@ -276,9 +278,27 @@ def _grouped(node: cst.BaseExpression, code: str) -> str:
     return code if isinstance(node, simple) else f"({code})"
 
 
+@rule_provider()
+def loggers(a: Analysis) -> frozenset[str]:
+    """Names every assignment of which is ``logging.getLogger(...)``: their ``setLevel`` sets
+    the level of a logger."""
+    if "getLogger" not in a.r.words:
+        return frozenset()
+    bound: dict[str, bool] = {}
+    for assign in a.r.assigns:
+        value = assign.value
+        is_logger = isinstance(value, cst.Call) and (
+            a.r.names.qualified_name(value.func, assign.scope) == "logging.getLogger"
+        )
+        for target in assign.targets:
+            bound[target] = bound.get(target, True) and is_logger
+    return frozenset(name for name, only_loggers in bound.items() if only_loggers)
+
+
 class Printing(Rule):
     code = "ACC107"
     name = "print-progress"
+    providers = (loggers,)
     examples = (
         Example(
             before="""
@@ -345,7 +365,7 @@ class Printing(Rule):
         converted = module.visit(transformer)
         changes = transformer.changes(module)
         by_rank = transformer.guarded_prints
-        if "logging.basicConfig" in facts.call_sites or (facts.loggers and ".setLevel" in facts.call_sites):
+        if "logging.basicConfig" in facts.call_sites or (facts.of(loggers) and ".setLevel" in facts.call_sites):
             levels = _LoggingLevel(facts)
             walked = converted
             converted = walked.visit(levels)

@@ -22,7 +22,9 @@ hand.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TypeVar
 
 import libcst as cst
@@ -44,6 +46,8 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.engine.walk import walk
+from accel_convert.codemods.model.provider import rule_provider
+from accel_convert.codemods.model.state import Analysis
 
 BUILT_OUTSIDE_INIT = "ACC920"
 
@@ -59,8 +63,8 @@ class _ClassPlan:
     #: ``__init__``'s positional index for the new parameter, counting ``self`` (None: keyword).
     init_index: int | None = None
     #: Method → the instance attributes it binds, and the methods it calls on its instance.
-    binds: dict[str, set[str]] = field(default_factory=dict)
-    calls: dict[str, set[str]] = field(default_factory=dict)
+    binds: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    calls: Mapping[str, frozenset[str]] = field(default_factory=dict)
     #: A training base (``BaseTrainer``): its subclasses receive the accelerator, it does not.
     is_base: bool = False
     #: The names its class statement derives from, as written.
@@ -93,13 +97,54 @@ class _AcceleratorUses(cst.CSTVisitor):
             self.variable = True
 
 
+@dataclass(frozen=True)
+class MethodUses:
+    """What the methods of one training class do with their instance."""
+
+    #: Method → the instance attributes it assigns (``self.net``).
+    binds: Mapping[str, frozenset[str]]
+    #: Method → the methods it calls on its instance (``build_model``).
+    calls: Mapping[str, frozenset[str]]
+
+
+@rule_provider(needs=("method_prepare",))
+def method_prepare(a: Analysis) -> Mapping[str, Mapping[str, tuple[str, ...]]]:
+    """Training class → method (not ``__init__``) → the loaders and optimizers it builds
+    (``train_loader = DataLoader(...)``, ``self.optimizer = model.configure_optimizers(...)``),
+    prepared right where they are built: each can be prepared on its own. The model's classes
+    provider finds them, deciding what ``__init__`` prepares."""
+    return MappingProxyType({name: MappingProxyType(dict(methods)) for name, methods in a.method_prepare.items()})
+
+
+@rule_provider(needs=("training_classes",))
+def method_uses(a: Analysis) -> Mapping[str, MethodUses]:
+    """Per training class, what its methods bind on and call on their instance (where
+    ``__init__`` builds what it prepares)."""
+    found = {}
+    for name in a.facts.training_classes:
+        owner = a.r.classes[name]
+        binds: dict[str, set[str]] = {method: set() for method in owner.self_names}
+        for assign in a.r.assigns:
+            if assign.function != name or len(assign.scope) < 2 or assign.scope[1] not in binds:
+                continue
+            instance = owner.self_names.get(assign.scope[1])
+            if instance is not None:
+                binds[assign.scope[1]].update(t for t in assign.targets if t.startswith(f"{instance}."))
+        found[name] = MethodUses(
+            MappingProxyType({method: frozenset(bound) for method, bound in binds.items()}),
+            MappingProxyType({method: frozenset(calls) for method, calls in owner.method_calls.items()}),
+        )
+    return MappingProxyType(found)
+
+
 def _plan(node: cst.ClassDef, accelerator: str, facts: ScriptFacts) -> _ClassPlan:
     name = node.name.value
     inherits = facts.program is not None and name in facts.program.training_base_subclasses
+    methods = facts.of(method_uses).get(name)
     plan = _ClassPlan(
-        uses_accelerator=bool(facts.class_prepare.get(name) or facts.method_prepare.get(name) or inherits),
-        binds=facts.method_binds.get(name, {}),
-        calls=facts.method_calls.get(name, {}),
+        uses_accelerator=bool(facts.class_prepare.get(name) or facts.of(method_prepare).get(name) or inherits),
+        binds=methods.binds if methods is not None else {},
+        calls=methods.calls if methods is not None else {},
         is_base=name in facts.training_bases,
         bases={base for base in (dotted(b.value) for b in node.bases) if base is not None},
     )
@@ -148,7 +193,7 @@ class _GiveAccelerator(RuleTransformer):
         """``train_loader = DataLoader(...)`` in ``Trainer.run``: prepared right there."""
         if len(self.scope) != 2 or len(updated_node.body) != 1 or not isinstance(updated_node.body[0], cst.Assign):
             return updated_node
-        wanted = self.facts.method_prepare.get(self.scope[0], {}).get(self.scope[1], ())
+        wanted = self.facts.of(method_prepare).get(self.scope[0], {}).get(self.scope[1], ())
         assign = updated_node.body[0]
         targets = [dotted(target.target) for target in assign.targets]
         accelerator = self._instance_accelerator()
@@ -365,6 +410,7 @@ def _bound_through(method: str, plan: _ClassPlan) -> set[str]:
 class TrainingClass(Rule):
     code = "ACC108"
     name = "training-class"
+    providers = (method_prepare, method_uses)
     extra_codes = {
         BUILT_OUTSIDE_INIT: "built-outside-init: a training object a class builds outside __init__ "
         "(prepare it by hand where it is built)",

@@ -37,7 +37,8 @@ from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.rewrites.device.fixed_gpus import device_functions, gpu_indices
 from accel_convert.codemods.rewrites.device.module_device import rebind_module_device
-from accel_convert.codemods.rewrites.device.settings_devices import rebind_settings_devices
+from accel_convert.codemods.rewrites.device.moves import copied_models, cpu_models
+from accel_convert.codemods.rewrites.device.settings_devices import rebind_settings_devices, settings_class_devices
 from accel_convert.codemods.rewrites.device.state import DEVICE, GPU_INDEX_PASSED_ON
 from accel_convert.codemods.rewrites.device.transformer import DeviceTransformer
 
@@ -50,6 +51,7 @@ from accel_convert.codemods.rewrites.device.transformer import DeviceTransformer
 class Device(Rule):
     code = DEVICE
     name = "device"
+    providers = (cpu_models, copied_models, settings_class_devices)
     extra_codes = {
         GPU_INDEX_PASSED_ON: "gpu-index: the GPU index once given to torch.cuda.set_device, passed on "
         "where it may name a device (the same GPU on every process)",

@@ -11,13 +11,45 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accel_convert.codemods.engine.devices import names_device
+from accel_convert.codemods.engine.devices import names_device, peel_self_returning
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS
 from accel_convert.codemods.engine.syntax import dotted, expression, root_name, target_names
+from accel_convert.codemods.model.provider import rule_provider
+from accel_convert.codemods.model.state import Analysis
 from accel_convert.codemods.rewrites.device.state import DEVICE, DeviceWalkState
 
 #: ``x.to(device, non_blocking=True)``: keywords that only make sense with a device.
 DEVICE_ONLY_KEYWORDS = {"device", "non_blocking", "copy"}
+
+
+@rule_provider(needs=("models",))
+def cpu_models(a: Analysis) -> frozenset[str]:
+    """Models the script moves back to the CPU (``model.eval().cpu()``): their later moves to the
+    device must stay."""
+    found = set()
+    for call in a.r.calls:
+        func = call.node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "cpu":
+            moved = dotted(peel_self_returning(func.value))
+            if moved in a.facts.models:
+                found.add(moved)
+    return frozenset(found)
+
+
+@rule_provider(needs=("models", "model_copy_calls"))
+def copied_models(a: Analysis) -> frozenset[str]:
+    """Models handed whole to a call that copies them, whose result is kept under another name
+    (``ema = copy.deepcopy(model)``, ``swa = AveragedModel(model)``): the copy lands where the
+    model is then, so the model's own move to the device must stay."""
+    found = set()
+    for call in a.model_copy_calls:
+        for arg in call.node.args:
+            value = arg.value
+            if isinstance(value, cst.Call) and (dotted(value.func) or "").endswith(".unwrap_model") and value.args:
+                value = value.args[0].value  # converted already: a copy of the unwrapped model
+            if isinstance(value, cst.Name) and value.value in a.facts.models:
+                found.add(value.value)
+    return frozenset(found)
 
 
 class Moves(DeviceWalkState):
@@ -34,11 +66,11 @@ class Moves(DeviceWalkState):
         name = dotted(receiver)
         if self._rebuilt_model(receiver, name):
             return False  # a model built again after training is not the prepared one
-        models = self.facts.models - self.facts.cpu_models - self.facts.copied_models
+        models = self.facts.models - self.facts.of(cpu_models) - self.facts.of(copied_models)
         if name is not None and name in models:
             return True
         # A copy (an EMA) made before prepare() must find the model on the device already.
-        built = self.facts.models - self.facts.copied_models
+        built = self.facts.models - self.facts.of(copied_models)
         if isinstance(receiver, cst.Call) and self.assign_targets and self.assign_targets[-1] & built:
             # ``model = Net().to(device)``: the constructor's result, where the model is prepared
             # (elsewhere, an ``inference()`` building a model of the same name keeps its move).

@@ -16,6 +16,7 @@ from accel_convert.codemods.engine.devices import mentions_cuda, names_fixed_gpu
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS
 from accel_convert.codemods.engine.syntax import dotted, expression
 from accel_convert.codemods.rewrites.device.emptied_blocks import has_statements, with_pass
+from accel_convert.codemods.rewrites.device.settings_devices import settings_class_devices
 from accel_convert.codemods.rewrites.device.state import DEVICE, DeviceWalkState
 
 #: The environment variable choosing which GPUs a process sees.
@@ -36,7 +37,8 @@ class Selection(DeviceWalkState):
         if self.accelerator_reachable():
             self.report(original, DEVICE, f"device selection → {self.device_expr}", header_only=True)
             return updated.with_changes(value=expression(self.device_expr))
-        settings = {*self.facts.settings_devices.values(), *self.facts.settings_devices_unreached}
+        found = self.facts.of(settings_class_devices)
+        settings = {*found.rebound.values(), *found.unreached}
         if self.scope and f"{self.scope[0]}.{next(iter(targets))}" in settings:
             return updated  # rebound or reported by rebind_settings_devices
         if self.scope and self.scope[0] not in self.facts.training_classes and mentions_cuda(original.value):

@@ -3,13 +3,16 @@
 ``class Config: device = "cuda" if ... else "cpu"``, read as ``Config.device`` / ``cfg.device``, is
 chosen at import: GPU 0 on every rank. Once the accelerator exists the class attribute, or the
 instance holding its own copy, is rebound to ``accelerator.device``; what cannot be rebound is
-reported (ACC904). Which attributes are such devices is the analysis's
-(``facts.settings_devices``); this pass runs on the module the device walk converted.
+reported (ACC904). Which attributes are such devices is the analysis's (the devices provider
+finds them with the device names; :func:`settings_class_devices` hands them to this rule); this
+pass runs on the module the device walk converted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
 
 import libcst as cst
 
@@ -19,8 +22,28 @@ from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Site
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS
 from accel_convert.codemods.engine.syntax import assigned_in, binds_name
+from accel_convert.codemods.model.provider import rule_provider
+from accel_convert.codemods.model.state import Analysis
 from accel_convert.codemods.rewrites.device.rebinding import creating_function, creation_index, rebinding
 from accel_convert.codemods.rewrites.device.state import DEVICE
+
+
+@dataclass(frozen=True)
+class SettingsDevices:
+    """Devices chosen in the body of a settings class (``class Config: device = "cuda" if ...``),
+    read as ``Config.device`` or ``cfg.device`` (in ``device_names``)."""
+
+    #: What to rebind to the accelerator's device once it exists (``Config.device``; for a
+    #: dataclass, each instance's ``cfg.device`` too) → the class attribute it stands for.
+    rebound: Mapping[str, str]
+    #: Those that cannot be rebound (instances with a device of their own).
+    unreached: frozenset[str]
+
+
+@rule_provider(needs=("settings_devices", "settings_devices_unreached"))
+def settings_class_devices(a: Analysis) -> SettingsDevices:
+    """The settings-class devices the model's devices provider found."""
+    return SettingsDevices(MappingProxyType(dict(a.settings_devices)), frozenset(a.settings_devices_unreached))
 
 
 def rebind_settings_devices(
@@ -33,8 +56,8 @@ def rebind_settings_devices(
     the accelerator exist (``cfg.device = accelerator.device``), where it is built at module level
     or in the statements of the function creating the accelerator. What cannot be rebound is
     reported (ACC904)."""
-    wanted = facts.settings_devices
-    if not wanted and not facts.settings_devices_unreached:
+    wanted = facts.of(settings_class_devices).rebound
+    if not wanted and not facts.of(settings_class_devices).unreached:
         return converted, []
     body: list[cst.BaseStatement] = list(converted.body)
     home = facts.creating_function if facts.home_kind == "function" else None
@@ -50,7 +73,7 @@ def rebind_settings_devices(
         return converted, []
     module_level = [s for s in original.body if not isinstance(s, (cst.FunctionDef, cst.ClassDef))]
     after: dict[int, list[str]] = {}
-    unreached = set(facts.settings_devices_unreached)
+    unreached = set(facts.of(settings_class_devices).unreached)
     for target in sorted(wanted):
         position = _where_rebound(target, wanted[target], statements, created, home is not None, module_level)
         if position is None:
@@ -91,7 +114,7 @@ def _where_rebound(
 
 
 def _rebound_reports(
-    original: cst.Module, targets: Iterable[str], wanted: dict[str, str], accelerator: str, facts: ScriptFacts
+    original: cst.Module, targets: Iterable[str], wanted: Mapping[str, str], accelerator: str, facts: ScriptFacts
 ) -> list[Change]:
     changes = []
     for target in targets:

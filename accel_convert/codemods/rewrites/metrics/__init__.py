@@ -67,6 +67,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.rewrites.metrics.batch_means import batch_mean_losses
 from accel_convert.codemods.rewrites.metrics.codes import (
     BATCH_SCALAR,
     COMPREHENSION,
@@ -107,6 +108,7 @@ from accel_convert.codemods.rewrites.metrics.torchmetrics import SyncOnComputeOf
 class MetricsCodemod(Rule):
     code = GATHERED
     name = "metrics"
+    providers = (batch_mean_losses,)
     extra_codes = {
         COMPREHENSION: "metrics-comprehension: evaluation written as a comprehension over a prepared loader, not gathered (write it as a for loop)",
         UNREACHABLE: "metrics-unreachable: an evaluation loop where the accelerator is not reachable: its metrics cover one process",

@@ -6,8 +6,10 @@ never rewritten."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import libcst as cst
 
@@ -28,7 +30,24 @@ from accel_convert.codemods.engine.torch_names import (
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import variables_read, walk
+from accel_convert.codemods.model.provider import rule_provider
+from accel_convert.codemods.model.state import Analysis
 from accel_convert.codemods.rewrites.metrics.codes import MEAN_OF_BATCHES, SUMMED_BATCH_MEANS
+
+
+@rule_provider()
+def batch_mean_losses(a: Analysis) -> Mapping[str, frozenset[str]]:
+    """Per module-level function (``"<module>"``, a class's name for its methods): the names bound
+    to a ``torch.nn`` loss module that averages over the batch (``criterion = nn.MSELoss()``)."""
+    found: dict[str, set[str]] = {}
+    for assign in a.r.assigns:
+        value = assign.value
+        if not isinstance(value, cst.Call) or len(assign.node.targets) != 1 or len(assign.targets) != 1:
+            continue
+        qualified = a.r.names.qualified_name(value.func, assign.scope) or ""
+        if qualified.startswith("torch.nn.") and qualified.endswith("Loss") and mean_reduced(value):
+            found.setdefault(assign.function, set()).update(assign.targets)
+    return MappingProxyType({function: frozenset(names) for function, names in found.items()})
 
 
 def report_means_over_batches(rule: RuleTransformer, scope: Sequence[cst.CSTNode], loops: list[GatheredLoop]) -> None:
@@ -66,7 +85,8 @@ def report_summed_batch_means(rule: RuleTransformer, loop: cst.For) -> None:
     loss may be named first (``loss = criterion(outputs, targets)``, then ``+= loss.item()``)."""
     facts = rule.facts
     # the function's own criteria, and the module's it reads as globals
-    criteria = facts.batch_mean_losses.get(rule.function, set()) | facts.batch_mean_losses.get("<module>", set())
+    losses_by_function = facts.of(batch_mean_losses)
+    criteria = losses_by_function.get(rule.function, frozenset()) | losses_by_function.get("<module>", frozenset())
     nodes = nodes_in(loop.body)
     losses = {
         node.targets[0].target.value
@@ -267,7 +287,7 @@ def _multiplied(value: cst.BaseExpression) -> bool:
     )
 
 
-def _is_batch_mean_loss(call: cst.Call, criteria: set[str], facts: ScriptFacts) -> bool:
+def _is_batch_mean_loss(call: cst.Call, criteria: AbstractSet[str], facts: ScriptFacts) -> bool:
     if dotted(call.func) in criteria:
         return True
     qualified = facts.callee_name(call.func) or ""
