@@ -17,6 +17,7 @@ import pytest
 import accel_convert.converter.pipeline as pipeline
 from accel_convert import codemods
 from accel_convert.codemods.engine.model import ConversionOutcome, Options
+from accel_convert.converter.project import convert_program_files, folder_entries
 from tests.launching import REPO_ROOT
 
 CASES = sorted((REPO_ROOT / "fixtures" / "cases").glob("*.py"))
@@ -66,3 +67,22 @@ def test_an_unstable_rewrite_is_caught_both_ways(monkeypatch: pytest.MonkeyPatch
         monkeypatch.setenv("ACCEL_CONVERT_VERIFY", mode)
         with pytest.raises(pipeline.ConversionError, match="unstable rewrite"):
             pipeline.convert_source(source, Options(), path="train.py")
+
+
+PROJECTS = sorted(path for path in (REPO_ROOT / "fixtures" / "projects").iterdir() if path.is_dir())
+
+
+def test_programs_verify_the_same_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A program's files (an entry script and its local modules) are verified together: on the
+    converted trees by default, on a fresh parse of the printed files with
+    ``ACCEL_CONVERT_VERIFY=printed``; both pass and give the same files on every shipped project."""
+    entries = folder_entries(sorted(path for project in PROJECTS for path in project.rglob("*.py")))
+    assert len(entries) >= len(PROJECTS)
+    for files in entries.values():
+        sources = [file.path.read_bytes() for file in files]
+        results = []
+        for mode in ("tree", "printed"):
+            monkeypatch.setenv("ACCEL_CONVERT_VERIFY", mode)
+            results.append([(c.output, c.changes) for c in convert_program_files(files, sources, Options())])
+        assert results[0] == results[1], files[0].path
+        assert any(output != source for (output, _), source in zip(results[0], sources)), files[0].path

@@ -38,6 +38,7 @@ from accel_convert.converter.pipeline import (
     one_line,
     parse,
     quiet_compiler_warnings,
+    verifies_printed_text,
 )
 
 
@@ -181,7 +182,7 @@ def convert_program_files(files: Sequence[ProgramFile], sources: Sequence[bytes]
             frozenset(file.module for file in files if file.is_package),
         )
         options = attempt.options
-        _verify_stable(files, attempt.outputs, sources, options)
+        _verify_stable(files, attempt.outputs, sources, options, attempt.modules)
     return [
         Conversion(
             str(file.path),
@@ -214,12 +215,23 @@ def _convert(files: Sequence[ProgramFile], modules: Sequence[cst.Module], source
 
 
 def _verify_stable(
-    files: Sequence[ProgramFile], printed: Sequence[bytes], sources: Sequence[bytes], options: Options
+    files: Sequence[ProgramFile],
+    printed: Sequence[bytes],
+    sources: Sequence[bytes],
+    options: Options,
+    converted: Sequence[cst.Module | None] = (),
 ) -> None:
     """Every output parses, and converting the converted program again changes nothing (the
-    program's own idempotence: a library alone would be converted differently)."""
+    program's own idempotence: a library alone would be converted differently). As for one
+    script (``pipeline.verify_stable``), the second conversion runs on the trees the outputs were
+    printed from (``converted``), unless ``ACCEL_CONVERT_VERIFY=printed`` asks for a fresh parse of
+    the printed files."""
+    trees = list(converted) if converted and not verifies_printed_text() else [None] * len(files)
     modules = []
-    for file, output, source in zip(files, printed, sources):
+    for file, output, source, tree in zip(files, printed, sources, trees):
+        if tree is not None and (output == source or python_ast(output) is not None):
+            modules.append(tree)
+            continue
         if output == source:
             modules.append(parse(output, str(file.path))[0])
             continue
