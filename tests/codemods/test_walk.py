@@ -213,3 +213,72 @@ def test_a_statement_filter_enters_only_the_statements_it_accepts() -> None:
     finder = NamesOutsideLoops()
     walk(module, finder)
     assert finder.names == ["a", "e", "h"]
+
+
+def _every_tree() -> list[cst.Module]:
+    """The fixtures' trees and what the conversion makes of them (nodes the rules built)."""
+    from accel_convert import codemods
+    from accel_convert.codemods.engine.model import Options
+
+    trees = [cst.parse_module(SNIPPET)]
+    for path in CASES:
+        source = path.read_bytes()
+        parsed = cst.parse_module(source)
+        trees += [parsed, codemods.convert_module(parsed, Options(), source).module]
+    return trees
+
+
+def test_every_child_is_of_a_type_its_field_declares() -> None:
+    """The walks skip a subtree when no node a visitor hooks can stand in it, reading that off the
+    types libcst declares for each field: every node of every fixture, parsed and converted,
+    must be one its parent's fields declare."""
+    undeclared = set()
+    for module in _every_tree():
+        pending: list[cst.CSTNode] = [module]
+        while pending:
+            node = pending.pop()
+            children = walk_module.child_nodes(node)
+            declared = walk_module.child_types(type(node))
+            undeclared |= {
+                (type(node).__name__, type(child).__name__) for child in children if type(child) not in declared
+            }
+            pending.extend(children)
+    assert not undeclared
+
+
+class _DefinitionHooks(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[int] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.log.append(id(node))
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self.log.append(id(original_node))
+
+
+def test_a_walk_for_statements_enters_no_expression(monkeypatch: pytest.MonkeyPatch) -> None:
+    entered: list[type] = []
+    real_walk = walk_module._walk
+
+    def counting(node: cst.CSTNode, *args: object) -> None:
+        entered.append(type(node))
+        real_walk(node, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(walk_module, "_walk", counting)
+    module = cst.parse_module(SNIPPET)
+    by_libcst, by_walk = _DefinitionHooks(), _DefinitionHooks()
+    module.visit(by_libcst)
+    walk(module, by_walk)
+    assert by_walk.log == by_libcst.log and by_walk.log
+    assert cst.FunctionDef in entered
+    assert not [kind for kind in entered if issubclass(kind, (cst.BaseExpression, cst.SimpleStatementLine))]
+
+
+def test_types_leading_to_a_statement_leave_out_expressions() -> None:
+    leading = walk_module.types_leading_to({cst.FunctionDef})
+    assert {cst.Module, cst.ClassDef, cst.IndentedBlock, cst.If, cst.FunctionDef} <= leading
+    assert not leading & {cst.Call, cst.Lambda, cst.SimpleStatementLine, cst.Name}
+    # A call can stand under a lambda's body, a decorator, a default value: all lead to it.
+    assert {cst.Lambda, cst.Decorator, cst.Param, cst.SimpleStatementLine} <= walk_module.types_leading_to({cst.Call})

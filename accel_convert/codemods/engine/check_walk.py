@@ -26,7 +26,7 @@ from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.positions import STATEMENT_TYPES, skips_statement
 from accel_convert.codemods.engine.rule import Rule
 from accel_convert.codemods.engine.transformers import RuleTransformer
-from accel_convert.codemods.engine.walk import child_nodes, own_hooks
+from accel_convert.codemods.engine.walk import child_nodes, hooked_types, own_hooks, types_leading_to
 
 NodeT = TypeVar("NodeT", bound=cst.CSTNode)
 _Hook = Callable[[Any, cst.CSTNode], Any]
@@ -115,13 +115,17 @@ class SharedWalk(RuleTransformer):
         #: How many checks look at the node being walked.
         self._looking = len(checks)
         self._plans: dict[type, tuple[bool, tuple[tuple[_Hook | None, _Hook | None], ...]]] = {}
+        #: The node types under which a node some check has a hook for can stand: no others are
+        #: entered.
+        self._walked_types = types_leading_to(frozenset().union(*(hooked_types(type(check)) for check in checks)))
 
     def walk_tree(self, node: cst.CSTNode) -> None:
         """Walk ``node`` and what is below it. The tree is only read: the walk goes from child
         to child itself, without libcst's machinery for replacing nodes."""
         if self.entering_node(node):
             for child in child_nodes(node):
-                self.walk_tree(child)
+                if type(child) in self._walked_types:
+                    self.walk_tree(child)
         self.leaving_node(node, node)
 
     def entering_node(self, node: cst.CSTNode) -> bool:

@@ -42,7 +42,7 @@ from accel_convert.codemods.engine.syntax import (
     parameter_names,
 )
 from accel_convert.codemods.engine.torch_names import ENDLESS_COUNTERS
-from accel_convert.codemods.engine.walk import TRIVIA, child_nodes, own_hooks
+from accel_convert.codemods.engine.walk import SUBSTANCE, TRIVIA, child_nodes, hooked_types, own_hooks, types_leading_to
 
 NodeT = TypeVar("NodeT", bound=cst.CSTNode)
 
@@ -76,6 +76,7 @@ class TargetedTransformer(cst.CSTTransformer):
         #: by the child's identity (a list: one object may stand at two places).
         self._replay: tuple[cst.CSTNode, dict[int, list[Any]]] | None = None
         self._libcst_walk = _wants_trivia(type(self))
+        self._entered_types = _entered_types(type(self))
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if self._replay is not None:
@@ -87,6 +88,8 @@ class TargetedTransformer(cst.CSTTransformer):
         done: list[tuple[cst.CSTNode, Any]] = []
         changed = False
         for child in child_nodes(node):
+            if type(child) not in self._entered_types:
+                continue  # nothing this pass hooks can stand there: left as it is, unvisited
             # What ``child.visit(self)`` does, without its frame and its check of the result
             # (a result that is not a node reaches libcst's check when the parent is rebuilt).
             if self.on_visit(child):
@@ -166,6 +169,30 @@ class TargetedTransformer(cst.CSTTransformer):
 
     def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
         pass
+
+
+def _entered_types(transformer_type: type) -> frozenset[type]:
+    """The node types a transformer's walk enters: those under which a node it has a hook for
+    can stand (a pass rewriting statements never enters an expression). A subclass that refines
+    :meth:`TargetedTransformer.entering_node` or ``leaving_node`` itself may want every node."""
+    entered = _ENTERED.get(transformer_type)
+    if entered is None:
+        if (
+            transformer_type.entering_node in _OWN_ENTERING_NODE  # type: ignore[attr-defined]
+            and transformer_type.leaving_node in _OWN_LEAVING_NODE  # type: ignore[attr-defined]
+        ):
+            entered = types_leading_to(hooked_types(transformer_type))
+            if issubclass(transformer_type, RuleTransformer):
+                # Its blocks learn which statement is being walked from every statement entered
+                # (whether the accelerator exists there yet), hooked or not.
+                entered |= _BLOCK_ITEM_TYPES
+        else:
+            entered = SUBSTANCE
+        _ENTERED[transformer_type] = entered
+    return entered
+
+
+_ENTERED: dict[type, frozenset[type]] = {}
 
 
 def _wants_trivia(transformer_type: type) -> bool:
@@ -611,3 +638,10 @@ def _rank_independent_test(test: cst.BaseExpression) -> bool:
             return False
         pending.extend(node.children)
     return True
+
+
+#: The machinery's own refinements of the hooks-calling steps: they keep state only for nodes on
+#: the way to a hooked node (scope, anchors) and for statements (blocks), so a pass using them
+#: needs no other nodes.
+_OWN_ENTERING_NODE = (TargetedTransformer.entering_node, RuleTransformer.entering_node)
+_OWN_LEAVING_NODE = (TargetedTransformer.leaving_node, RuleTransformer.leaving_node)

@@ -22,8 +22,10 @@ its ``collected`` list: cheaper than overriding ``on_visit``, which costs a disp
 
 from __future__ import annotations
 
+import sys
 import typing
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import fields
 from typing import Any
 
@@ -158,6 +160,12 @@ TRIVIA = concrete_subclasses(
     cst.BaseAugOp,
 )
 _SUBSTANCE = NODE_TYPES - TRIVIA
+#: What the walks enter by default: every node type but the trivia.
+SUBSTANCE = _SUBSTANCE
+#: Every class a substance node is an instance of: a field declared as one of these can hold one.
+_SUBSTANCE_ANCESTORS = frozenset(
+    ancestor for kind in _SUBSTANCE for ancestor in kind.__mro__ if issubclass(ancestor, cst.CSTNode)
+)
 
 #: Visitor class → node class → plan.
 _plans: dict[type, dict[type, _Plan]] = {}
@@ -193,7 +201,9 @@ def _make_plan(visitor_type: type[cst.CSTVisitor], node: cst.CSTNode) -> _Plan:
 
 
 def _node_types_walked(visitor_type: type) -> frozenset[type]:
-    """Every node type but the trivia, unless the visitor has a method for a trivia type."""
+    """Every node type but the trivia, unless the visitor has a method for a trivia type; of
+    those, only the types under which a node the visitor has a hook for can stand (a visitor of
+    statements never enters an expression), unless it is called for every node (``on_visit``)."""
     walked = _walked_types.get(visitor_type)
     if walked is None:
         wants_trivia = any(
@@ -201,8 +211,102 @@ def _node_types_walked(visitor_type: type) -> frozenset[type]:
             for trivia in TRIVIA
             for hook in ("visit", "leave")
         )
-        walked = _walked_types[visitor_type] = NODE_TYPES if wants_trivia else _SUBSTANCE
+        if wants_trivia:
+            walked = NODE_TYPES
+        elif _dispatches_every_node(visitor_type):
+            walked = _SUBSTANCE
+        else:
+            walked = types_leading_to(hooked_types(visitor_type) | set(getattr(visitor_type, "collected_types", ())))
+        _walked_types[visitor_type] = walked
     return walked
+
+
+def _dispatches_every_node(visitor_type: type) -> bool:
+    """Whether the visitor overrides ``on_visit`` or ``on_leave``: it is called for every node."""
+    return getattr(visitor_type, "on_visit", None) is not cst.CSTVisitor.on_visit or (
+        getattr(visitor_type, "on_leave", None) is not cst.CSTVisitor.on_leave
+    )
+
+
+def hooked_types(visitor_type: type) -> frozenset[type]:
+    """The node types a visitor or transformer has a ``visit_``/``leave_`` method for (a field
+    hook ``visit_Call_func`` counts for ``Call``)."""
+    found = set()
+    for name in own_hooks(visitor_type):
+        # By libcst's exported name: NODE_TYPES also holds a stale twin of each class (the one
+        # its dataclass decorator replaced), which no parsed node is an instance of.
+        kind = getattr(cst, name.split("_")[1], None)
+        if isinstance(kind, type) and issubclass(kind, cst.CSTNode):
+            found.add(kind)
+    return frozenset(found)
+
+
+def types_leading_to(wanted: AbstractSet[type]) -> frozenset[type]:
+    """The substance node types a node of ``wanted`` types can stand under (or be): a walk for
+    those types needs to enter no others. Read from the types libcst declares for each field
+    (``tests/codemods/test_walk.py`` checks every fixture's tree against them)."""
+    parents = _parent_types()
+    found = set(wanted) & _SUBSTANCE
+    pending = list(found)
+    while pending:
+        for parent in parents.get(pending.pop(), ()):
+            if parent not in found:
+                found.add(parent)
+                pending.append(parent)
+    return frozenset(found)
+
+
+_parents: dict[type, set[type]] = {}
+
+
+def _parent_types() -> dict[type, set[type]]:
+    """Node type → the substance types with a field declared to hold it (built once)."""
+    if not _parents:
+        for kind in _SUBSTANCE:
+            for child in child_types(kind):
+                _parents.setdefault(child, set()).add(kind)
+    return _parents
+
+
+def child_types(kind: type) -> frozenset[type]:
+    """The substance node types libcst declares ``kind``'s fields may hold."""
+    namespace = vars(sys.modules[kind.__module__])
+    found: set[type] = set()
+    for each in fields(kind):
+        found |= _declared_node_types(each.type, namespace)
+    return frozenset(found)
+
+
+def _declared_node_types(annotation: object, namespace: dict[str, Any]) -> frozenset[type]:
+    if isinstance(annotation, typing.ForwardRef):
+        annotation = annotation.__forward_arg__
+    if isinstance(annotation, str):
+        annotation = namespace.get(annotation, Any)
+    if isinstance(annotation, type):
+        return _substance_under().get(annotation, frozenset())
+    if typing.get_origin(annotation) is typing.Literal:
+        return frozenset()
+    arguments = typing.get_args(annotation)
+    if not arguments:
+        return _SUBSTANCE  # a form this reading does not know: anything, to be safe
+    found: set[type] = set()
+    for argument in arguments:
+        found |= _declared_node_types(argument, namespace)
+    return frozenset(found)
+
+
+_under: dict[type, frozenset[type]] = {}
+
+
+def _substance_under() -> dict[type, frozenset[type]]:
+    """Class → the substance node types deriving from it (itself included)."""
+    if not _under:
+        grouped: dict[type, set[type]] = {}
+        for kind in _SUBSTANCE:
+            for ancestor in kind.__mro__:
+                grouped.setdefault(ancestor, set()).add(kind)
+        _under.update((ancestor, frozenset(kinds)) for ancestor, kinds in grouped.items())
+    return _under
 
 
 def _own_method(visitor_type: type, name: str) -> Callable[..., Any] | None:
@@ -262,9 +366,9 @@ def _may_hold_substance(annotation: object) -> bool:
     """Whether a field declared as ``annotation`` can hold a node that is not :data:`TRIVIA`
     (``Call.whitespace_after_func`` and ``Call.lpar`` cannot: the walks never read them)."""
     if isinstance(annotation, type):
-        if not issubclass(annotation, cst.CSTNode):
-            return False  # a str, a bool: not a node
-        return any(issubclass(kind, annotation) for kind in _SUBSTANCE)
+        # A str or a bool is no node; a node class can hold substance when one of the
+        # substance classes derives from it.
+        return annotation in _SUBSTANCE_ANCESTORS
     if typing.get_origin(annotation) is typing.Literal:
         return False  # ``Arg.star``: one of a few strings
     arguments = typing.get_args(annotation)

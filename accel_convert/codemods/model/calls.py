@@ -8,7 +8,7 @@ from functools import cache
 
 import libcst as cst
 
-from accel_convert.codemods.engine.devices import peel_moves
+from accel_convert.codemods.engine.devices import constructed
 from accel_convert.codemods.engine.name_flow import functions_used_only_as_values
 from accel_convert.codemods.engine.positions import python_ast
 from accel_convert.codemods.engine.syntax import (
@@ -227,7 +227,7 @@ def _attribute_aliases(a: Analysis) -> None:
                 continue
             values = [element.value for element in value.elements]
         for target, value in zip(assign.targets, values):
-            peeled = peel_moves(value)
+            peeled = constructed(value)
             source = dotted(peeled) or _keyword_argument(peeled, owner, assign.scope[1])
             if instance is None or not target.startswith(instance + ".") or source is None or source == target:
                 continue

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accel_convert.codemods.engine.devices import peel_moves
+from accel_convert.codemods.engine.devices import constructed
 from accel_convert.codemods.engine.facts import MODULE
 from accel_convert.codemods.engine.program_seeds import library_home
 from accel_convert.codemods.engine.syntax import (
@@ -285,7 +285,7 @@ def _built_once_as_model(a: Analysis, name: str, call: CallRecord) -> bool:
     assigns = [assign for assign in a.r.assigns if name in assign.targets and assign.function == call.function]
     if len(assigns) != 1 or assigns[0].targets != (name,) or assigns[0].scope != call.scope:
         return False
-    built = peel_moves(assigns[0].value)
+    built = constructed(assigns[0].value)
     if not isinstance(built, cst.Call):
         return False
     qualified = a.r.names.qualified_name(built.func, assigns[0].scope, strict=False) or ""

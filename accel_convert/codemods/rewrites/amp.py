@@ -39,6 +39,7 @@ from accel_convert.codemods.engine.syntax import (
     dotted,
     expression,
     expression_code,
+    is_backward,
     keyword_is,
     parameter_names,
     positional_parameter_names,
@@ -606,9 +607,8 @@ class _AmpRemover(RuleTransformer):
         if handed_over:
             updated_node = updated_node.with_changes(args=without(updated_node.args, handed_over))
         # scaler.scale(loss).backward() → accelerator.backward(loss)
-        func = updated_node.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "backward":
-            scaled = self._scaler_method(func.value)
+        if is_backward(updated_node):
+            scaled = self._scaler_method(updated_node.func.value)  # type: ignore[attr-defined]
             if scaled and scaled[0] == "scale" and scaled[1].args:
                 self.findings.add(
                     original_node, AmpCodemod.code, "scaler.scale(loss).backward() → accelerator.backward(loss)", True

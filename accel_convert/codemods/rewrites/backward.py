@@ -14,16 +14,15 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, NO_ACCELERATOR_ACCESS_DOC, Example, Rule
-from accel_convert.codemods.engine.syntax import names_variable
+from accel_convert.codemods.engine.syntax import is_backward, names_variable
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
 
 def is_tensor_backward(node: cst.Call, accelerator: str) -> bool:
     """``X.backward(...)`` where X is not the accelerator, a module or a GradScaler product."""
-    func = node.func
-    if not (isinstance(func, cst.Attribute) and func.attr.value == "backward"):
+    if not is_backward(node):
         return False
-    receiver = func.value
+    receiver = node.func.value  # type: ignore[attr-defined]
     if names_variable(receiver, accelerator):
         return False
     # scaler.scale(loss).backward(): the AMP pass owns it.

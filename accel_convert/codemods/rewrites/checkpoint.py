@@ -819,12 +819,6 @@ class _WaitBeforeLoads(RuleTransformer):
         #: runs alike, or where the accelerator is not reachable): (function, original line).
         self.unguarded: list[tuple[str, int]] = []
 
-    def entering_node(self, node: cst.CSTNode) -> bool:
-        # Only statement lists change: statement lines and expressions need no walk (rebuilding
-        # them cost more than the rest of the checkpoint pass).
-        descend = super().entering_node(node)
-        return descend and not isinstance(node, (cst.SimpleStatementLine, cst.BaseExpression))
-
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
         if not self.accelerator_reachable() or not self.every_rank_reaches_here():
             self._unguarded(updated_node.body)
@@ -915,10 +909,6 @@ class _WaitAfterSaves(RuleTransformer):
         super().__init__(facts, lines)
         self.loads = loads
         self.calls = calls
-
-    def entering_node(self, node: cst.CSTNode) -> bool:
-        descend = super().entering_node(node)
-        return descend and not isinstance(node, (cst.SimpleStatementLine, cst.BaseExpression))
 
     def _read_later(self, line: int) -> bool:
         """Whether an unguarded load runs after the save on ``line`` of this function: further

@@ -133,11 +133,6 @@ class _DropUnusedDevice(RuleTransformer):
         #: function would read the module's, which the device rule decides about differently.
         self.module_names = module_names
 
-    def entering_node(self, node: cst.CSTNode) -> bool:
-        # Only function bodies are edited: the walk enters only what can hold a ``def`` (most
-        # of a script's nodes are in simple statements and expressions, which cannot).
-        return type(node) in _HOLDS_FUNCTIONS and super().entering_node(node)
-
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
         if not isinstance(updated_node.body, cst.IndentedBlock):
             return updated_node
@@ -188,14 +183,6 @@ class _DropUnusedDevice(RuleTransformer):
     def _still_read(name: str, others: Sequence[cst.CSTNode]) -> bool:
         mentioned = _names(others)
         return name in mentioned or bool(mentioned & READS_EVERY_LOCAL)
-
-
-#: The nodes a ``def`` can be found in (at any depth).
-_HOLDS_FUNCTIONS = frozenset(
-    {cst.Module, cst.FunctionDef, cst.ClassDef, cst.IndentedBlock, cst.If, cst.Else, cst.For, cst.While}
-    | {cst.With, cst.Try, cst.TryStar, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally}
-    | {cst.Match, cst.MatchCase}
-)
 
 
 def _leading_lines(statement: cst.BaseStatement) -> list[cst.EmptyLine]:
