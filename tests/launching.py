@@ -105,10 +105,14 @@ def stop_group_with_stacks(proc: subprocess.Popen[str]) -> tuple[str, str]:
     """SIGABRT to the whole group and every descendant (each Python process prints its stacks,
     then ends), then SIGKILL to whatever is left; the output written until then. Descendants
     count because torchrun starts each rank in a session of its own, outside the group."""
+    # The launcher is paused first: torchrun's agent, seeing one rank end, would end the others
+    # with SIGTERM (no stacks) before their turn came.
+    signal_each([proc.pid], signal.SIGSTOP)
     # One process at a time, the ranks first: their dumps share one stderr and would interleave.
     for pid in reversed(descendants(proc.pid)):
         signal_each([pid], signal.SIGABRT)
         time.sleep(DUMP_STAGGER_SECONDS)
+    signal_each([proc.pid], signal.SIGCONT)
     signal_group(proc, signal.SIGABRT)
     try:
         return proc.communicate(timeout=STACK_DUMP_SECONDS)
