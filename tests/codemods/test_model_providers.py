@@ -16,7 +16,7 @@ from types import MappingProxyType
 import libcst as cst
 import pytest
 
-from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.facts import FactsDraft, ScriptFacts
 from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.engine.program import ProgramModule, convert_program
 from accel_convert.codemods.model import runner
@@ -121,7 +121,7 @@ _touched: set[str] = set()
 _FIELDS = frozenset(field.name for field in fields(ScriptFacts))
 
 
-class _WatchedFacts(ScriptFacts):
+class _WatchedFacts(FactsDraft):
     def __getattribute__(self, name: str) -> object:
         if name in _FIELDS:
             _touched.add(name)

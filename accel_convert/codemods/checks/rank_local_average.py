@@ -21,6 +21,8 @@ accuracy already reported (those reports cover the counts that go with them).
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 import libcst as cst
 
 from accel_convert.codemods.engine.check_walk import WalkingCheck
@@ -183,7 +185,7 @@ def _counts_matches(value: cst.BaseExpression) -> bool:
     return False
 
 
-def _counts_samples(value: cst.BaseExpression, batch: set[str]) -> bool:
+def _counts_samples(value: cst.BaseExpression, batch: AbstractSet[str]) -> bool:
     """``x.size(0)``, ``len(x)``, ``x.shape[0]`` or ``y.numel()`` of a batch name: the samples of
     one batch."""
     if rows_counted(value) in batch:

@@ -125,7 +125,7 @@ class UnseededRandomData(Rule):
 def _report_unseeded_splits(module: cst.Module, facts: ScriptFacts, changes: list[Change]) -> None:
     """Random dataset splits without their own seed in a file with no seeding call at all, and
     in-place shuffles (``np.random.shuffle(indices)``) in a file that seeds torch at most."""
-    if not facts.called.intersection(RANDOM_SPLITS) and not facts.called.intersection(IN_PLACE_SHUFFLES):
+    if facts.called.isdisjoint(RANDOM_SPLITS) and facts.called.isdisjoint(IN_PLACE_SHUFFLES):
         return  # the analysis saw no split: no walk of the file
     calls = [node for node in module_nodes(module) if isinstance(node, cst.Call)]
     seeds = [call for call in calls if is_seeding_call(call, facts)]

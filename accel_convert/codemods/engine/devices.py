@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection
 import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_name
-from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.facts import FactQuestions, ScriptFacts
 from accel_convert.codemods.engine.syntax import calls_in, dotted, nodes_in
 from accel_convert.codemods.engine.torch_names import DEVICE_CONSTRUCTORS, DEVICE_MOVE_METHODS, SELF_RETURNING_METHODS
 
@@ -36,7 +36,7 @@ def names_device(node: cst.BaseExpression, facts: ScriptFacts, also: Collection[
     return False
 
 
-def chooses_device(value: cst.BaseExpression, facts: ScriptFacts, scope: tuple[str, ...] = ()) -> bool:
+def chooses_device(value: cst.BaseExpression, facts: FactQuestions, scope: tuple[str, ...] = ()) -> bool:
     """Whether an assigned value chooses the script's device: a ``"cuda..."``/``"mps"`` string (or
     a choice between one and ``"cpu"``), ``torch.device(...)`` and its kin, a ``--device``
     option, the accelerator's device. The model's roles name the devices with it (rules then ask

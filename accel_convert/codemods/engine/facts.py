@@ -1,7 +1,7 @@
 """What the analysis learns about a script, once, before any rewrite runs.
 
-:mod:`codemods.engine.analysis` fills a :class:`ScriptFacts` in one read-only pass over the parsed module;
-every codemod reads it. Facts are *names* (``"model"``, ``"args.batch_size"``, ``"main"``) and
+:mod:`codemods.engine.analysis` draws a :class:`ScriptFacts` in one read-only pass over the parsed
+module; every codemod reads it. Facts are *names* (``"model"``, ``"args.batch_size"``, ``"main"``) and
 qualified names (``"torch.nn.utils.clip_grad_norm_"``), never libcst nodes: each pass works on a
 new tree, so node identities do not survive from one pass to the next.
 
@@ -13,26 +13,31 @@ something else in another is reported rather than guessed.
 The facts hold what several rules (or the model's providers) read; a fact one rule alone reads
 lives with that rule and is read with :meth:`ScriptFacts.of` (see :mod:`codemods.model.provider`).
 
-Frozen once drawn: the analysis ends with :meth:`ScriptFacts.freeze`, after which no field can be
-assigned and every set, list and dict a field holds is a frozenset, a tuple or a read-only mapping
-(the annotations name the mutable types the providers fill). The one thing that changes while the
-rules run is the :class:`RunContext` the facts hand on (``facts.context``): original positions
-carried from tree to tree and the lines earlier rules changed, which the conversion loop writes.
+Read-only once drawn: the providers fill a :class:`FactsDraft` (the same fields, holding the sets,
+lists and dicts they fill), and the analysis ends with :meth:`FactsDraft.finish`, which hands the
+rules a frozen :class:`ScriptFacts`. Its fields are typed read-only (``AbstractSet``, ``Sequence``,
+``Mapping``), so a rule changing a fact (``facts.models.add(...)``, ``facts.main_function = ...``)
+is a type error; at run time no field can be assigned and every set, list and dict a field holds
+is a frozenset, a tuple or a read-only mapping. The questions both ask (``loaders``,
+``home_function``, ``callee_name``, ...) are :class:`FactQuestions`. The one thing that changes
+while the rules run is the :class:`RunContext` the facts hand on (``facts.context``): original
+positions carried from tree to tree and the lines earlier rules changed, which the conversion loop
+writes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import FrozenInstanceError, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import TYPE_CHECKING, ClassVar, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from accel_convert.codemods.engine.model import Site
 from accel_convert.codemods.engine.positions import OriginIndex
 from accel_convert.codemods.engine.syntax import dotted
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Mapping, Sequence
     from collections.abc import Set as AbstractSet
 
     import libcst as cst
@@ -97,14 +102,82 @@ class LoopFacts:
     site: Site
 
 
-@dataclass
-class ScriptFacts:
-    #: Set by :meth:`freeze`: the fields can no longer be assigned.
-    _frozen: ClassVar[bool] = False
+class FactQuestions:
+    """Questions about the facts that the providers ask while they draw them and the rules ask
+    afterwards: both :class:`FactsDraft` and :class:`ScriptFacts` answer them."""
+
+    # The fields the questions (and the functions taking either) read, as both classes declare
+    # them (read-only here).
+    imports: Mapping[str, str]
+    names: NameTable | None
+    program: ProgramSeeds | None
+    existing_accelerator: str | None
+    parsed_arguments: AbstractSet[str]
+    parser_options: AbstractSet[str]
+    word_lines: Mapping[str, Sequence[int]]
+    home_kind: Literal["function", "main_guard", "module", "library"]
+    main_function: str | None
+    models: AbstractSet[str]
+    optimizers: AbstractSet[str]
+    schedulers: AbstractSet[str]
+    per_epoch_schedulers: AbstractSet[str]
+    train_loaders: AbstractSet[str]
+    eval_loaders: AbstractSet[str]
+
+    def qualified_name(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
+        """Qualified name of a Name/Attribute chain used in ``scope`` (see
+        :mod:`codemods.engine.names`); None for anything not rooted in an import."""
+        if self.names is not None:
+            return self.names.qualified_name(node, scope)
+        # Facts built by hand (rule unit tests) have only the module's imports.
+        head, _, rest = (dotted(node) or "").partition(".")
+        resolved = self.imports.get(head)
+        return None if resolved is None else f"{resolved}.{rest}" if rest else resolved
+
+    def callee_name(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
+        """What a call's function is, for matching against tables of names: its qualified name
+        when rooted in an import (``torch.save``), else the name as written (``open``,
+        ``writer.add_scalar``)."""
+        return self.qualified_name(node, scope) or dotted(node)
+
+    def lines_mentioning(self, words: Iterable[str]) -> set[int]:
+        """Original lines of the statements that mention any of ``words``."""
+        return {line for word in words for line in self.word_lines.get(word, ())}
+
+    @property
+    def home_function(self) -> str:
+        """The function building the training objects, ``"<module>"`` for code outside any."""
+        return self.main_function if self.home_kind == "function" and self.main_function else "<module>"
+
+    @property
+    def trained_objects(self) -> AbstractSet[str]:
+        return self.models | self.optimizers | self.loaders | self.schedulers
+
+    def preparation_groups(self) -> list[AbstractSet[str]]:
+        """What ``prepare`` takes, by role, in Accelerate's customary order: models, optimizers,
+        train loaders, eval loaders, schedulers stepped per batch (one stepped per epoch is not
+        prepared: the prepared scheduler would step once per process)."""
+        return [
+            self.models,
+            self.optimizers,
+            self.train_loaders,
+            self.eval_loaders,
+            self.schedulers - self.per_epoch_schedulers,
+        ]
+
+    @property
+    def loaders(self) -> AbstractSet[str]:
+        return self.train_loaders | self.eval_loaders
+
+
+@dataclass(frozen=True)
+class ScriptFacts(FactQuestions):
+    """What the analysis drew (see the module docstring); read-only: ``FactsDraft.finish`` makes
+    them, and facts built by hand (rule unit tests) take any sets, sequences and mappings."""
 
     #: Local name → qualified name for everything imported (``{"nn": "torch.nn",
     #: "clip": "torch.nn.utils.clip_grad_norm_"}``), so codemods match calls by qualified name.
-    imports: dict[str, str] = field(default_factory=dict)
+    imports: Mapping[str, str] = field(default_factory=dict)
     #: The file imports torch at all (files that don't are returned untouched).
     uses_torch: bool = False
 
@@ -114,37 +187,37 @@ class ScriptFacts:
     accelerator_name: str = "accelerator"
 
     #: Names (or dotted attribute paths, ``"self.model"``) bound to objects of each role.
-    models: set[str] = field(default_factory=set)
-    optimizers: set[str] = field(default_factory=set)
-    schedulers: set[str] = field(default_factory=set)
+    models: AbstractSet[str] = frozenset()
+    optimizers: AbstractSet[str] = frozenset()
+    schedulers: AbstractSet[str] = frozenset()
     #: Schedulers stepped once per epoch (outside the batch loop): not prepared (see ACC1xx prepare).
-    per_epoch_schedulers: set[str] = field(default_factory=set)
-    train_loaders: set[str] = field(default_factory=set)
-    eval_loaders: set[str] = field(default_factory=set)
+    per_epoch_schedulers: AbstractSet[str] = frozenset()
+    train_loaders: AbstractSet[str] = frozenset()
+    eval_loaders: AbstractSet[str] = frozenset()
     #: Names holding the device (``device``, ``args.device``, ``dev``) and flags meaning "use CUDA"
     #: (``args.cuda``, ``use_cuda``).
-    device_names: set[str] = field(default_factory=set)
-    cuda_flags: set[str] = field(default_factory=set)
+    device_names: AbstractSet[str] = frozenset()
+    cuda_flags: AbstractSet[str] = frozenset()
 
     #: The batch-size expression the loaders are built with, as code (``"args.batch_size"``), if one.
     batch_size_expr: str | None = None
     #: Function that builds the model/optimizer/loaders (``"main"``); None for module-level scripts.
     main_function: str | None = None
 
-    train_loops: list[LoopFacts] = field(default_factory=list)
+    train_loops: Sequence[LoopFacts] = ()
     #: Comprehensions over a loader outside training functions (an evaluation written as
     #: ``[step(batch) for batch in valid_dl]``): the loader and where.
-    loader_comprehensions: list[tuple[str, Site]] = field(default_factory=list)
+    loader_comprehensions: Sequence[tuple[str, Site]] = ()
     #: DataLoaders built in the arguments of a call of one of the file's functions
     #: (``train(model, DataLoader(train_set, shuffle=True), optimizer)``): the function's
     #: parameter is a loader (in ``train_loaders``/``eval_loaders`` by how it is looped over) and
     #: each construction is prepared where it stands (ACC120). Sites of the constructions.
-    inline_loaders: list[Site] = field(default_factory=list)
-    eval_loops: list[LoopFacts] = field(default_factory=list)
+    inline_loaders: Sequence[Site] = ()
+    eval_loops: Sequence[LoopFacts] = ()
 
     #: Things already present that change what may be done: "DataParallel", "DistributedDataParallel",
     #: "mp.spawn", "DistributedSampler", "GradScaler", "autocast", "manual_accumulation".
-    existing_features: set[str] = field(default_factory=set)
+    existing_features: AbstractSet[str] = frozenset()
 
     #: Where the accelerator is created, when not in ``main_function`` (which another function
     #: calls repeatedly): it creates it once and passes it down (ACC104).
@@ -152,14 +225,14 @@ class ScriptFacts:
     #: Module-level functions that receive the model from the home block and build its optimizer
     #: themselves (``train(model, loader, epochs)``): the home block prepares the model and
     #: loaders, each of these prepares what it builds (the optimizer, its scheduler, loaders).
-    training_functions: set[str] = field(default_factory=set)
+    training_functions: AbstractSet[str] = frozenset()
     #: Models handed to one of ``training_functions`` under a name the analysis does not know as
     #: a model (``train(nn_light, ...)``, ``nn_light`` built after the training began): they are
     #: not prepared, so their training is not distributed (ACC926): (name, function, call site).
-    unprepared_received_models: list[tuple[str, str, Site]] = field(default_factory=list)
+    unprepared_received_models: Sequence[tuple[str, str, Site]] = ()
     #: Models handed to those functions that the block handing them builds once, with a model
     #: constructor (``student = LightNN().to(device)``): prepared right after that line.
-    models_prepared_where_built: set[str] = field(default_factory=set)
+    models_prepared_where_built: AbstractSet[str] = frozenset()
     #: Where the training objects are built: in ``main_function``, in the ``if __name__ ==
     #: "__main__":`` block, or in plain module-level code; "library": a module of a program that
     #: its entry script imports (nothing built here; the accelerator comes in as a parameter), or a
@@ -167,97 +240,97 @@ class ScriptFacts:
     home_kind: Literal["function", "main_guard", "module", "library"] = "module"
     #: Module-level functions from which the accelerator is reachable once converted: the home
     #: function and everything it calls (transitively, by plain name); "<module>" for module code.
-    accessible_functions: set[str] = field(default_factory=set)
+    accessible_functions: AbstractSet[str] = frozenset()
     #: Names of folders and files only one process has (``workdir = tempfile.mkdtemp()`` and
     #: paths built from it): writes there are not moved to the main process.
-    per_process_paths: set[str] = field(default_factory=set)
+    per_process_paths: AbstractSet[str] = frozenset()
     #: Names bound to an experiment tracker (``writer = SummaryWriter(...)``, ``run =
     #: wandb.init(...)``, and the parameters they are passed to): its calls log from one process.
-    trackers: set[str] = field(default_factory=set)
+    trackers: AbstractSet[str] = frozenset()
     #: Module-level ``torch.nn.Module`` subclasses that train themselves: one of their own methods
     #: runs a backward (``Layer.train`` stepping the layer's own optimizer, a ``fit`` method). DDP
     #: averages gradients only for what runs through the prepared wrapper's forward, so a script
     #: training this way is only reported (ACC925), never rewritten.
-    self_training_models: set[str] = field(default_factory=set)
+    self_training_models: AbstractSet[str] = frozenset()
     #: Module-level classes deriving from a ``torch.nn`` module, directly or through the file's.
-    model_classes: set[str] = field(default_factory=set)
+    model_classes: AbstractSet[str] = frozenset()
     #: Module-level classes holding the training code (a ``Trainer``, a ``Solver``): they receive
     #: the accelerator in ``__init__`` and their methods use it as ``self.accelerator`` (ACC108).
     #: Their names count as functions in ``accessible_functions`` and ``batch_names_by_function``.
-    training_classes: set[str] = field(default_factory=set)
+    training_classes: AbstractSet[str] = frozenset()
     #: The training classes above that are bases of other training classes (``BaseTrainer`` of
     #: ``Trainer(BaseTrainer)``, here or in another module of the program), never constructed
     #: themselves: their methods run on an instance of a subclass, which keeps ``self.accelerator``
     #: before calling ``super().__init__``, so their ``__init__`` is not given it.
-    training_bases: set[str] = field(default_factory=set)
+    training_bases: AbstractSet[str] = frozenset()
     #: Attributes of training classes holding prepared objects: those the class prepares and
     #: those holding what the caller prepared and passed in (``self.model = model``).
-    prepared_attributes: set[str] = field(default_factory=set)
+    prepared_attributes: AbstractSet[str] = frozenset()
     #: Training class → the attributes it builds itself (``self.model``, ``self.train_loader``),
     #: prepared at the end of its ``__init__``, in Accelerate's customary order.
-    class_prepare: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    class_prepare: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     #: Module-level function → module-level functions it calls by plain name.
-    call_graph: dict[str, set[str]] = field(default_factory=dict)
+    call_graph: Mapping[str, AbstractSet[str]] = field(default_factory=dict)
     #: The module's own functions it never calls by name but uses as values (a list of hooks,
     #: ``Thread(target=...)``): called out of sight. Computed on first ask (only a check reads it).
     functions_called_out_of_sight: Callable[[], frozenset[str]] = lambda: frozenset()
     #: Names already passed through ``accelerator.prepare(...)``.
-    prepared: set[str] = field(default_factory=set)
+    prepared: AbstractSet[str] = frozenset()
     #: Models that are moved to the device but not trained (no optimizer gets their parameters).
-    frozen_models: set[str] = field(default_factory=set)
+    frozen_models: AbstractSet[str] = frozenset()
     #: Names of tensors ``.backward()`` is called on (``loss``, ``errD_real``).
-    loss_names: set[str] = field(default_factory=set)
+    loss_names: AbstractSet[str] = frozenset()
     #: Names bound by the loop targets of loops over loaders, plus names derived from them by
     #: subscripting (``batch["input_ids"]``): the data ``prepare`` already puts on the device.
-    batch_names: set[str] = field(default_factory=set)
+    batch_names: AbstractSet[str] = frozenset()
     #: The same, per module-level function (``"<module>"`` for module-level code).
-    batch_names_by_function: dict[str, set[str]] = field(default_factory=dict)
+    batch_names_by_function: Mapping[str, AbstractSet[str]] = field(default_factory=dict)
     #: ``break`` sites whose condition depends on per-rank values (``if loss < 1e-3: break``).
-    rank_dependent_breaks: list[Site] = field(default_factory=list)
+    rank_dependent_breaks: Sequence[Site] = ()
     #: The ``if`` statements of such breaks that can be made to agree across processes (one
     #: comparison, no ``else``, the ``break`` ending its body: ``if loss < 1e-3: break``); their
     #: breaks are not in ``rank_dependent_breaks``.
-    agreeable_breaks: list[Site] = field(default_factory=list)
+    agreeable_breaks: Sequence[Site] = ()
     #: ``scheduler.step(train_loss)`` sites whose argument is this process's share of the training
     #: (a loss summed over its own batches): ``ReduceLROnPlateau`` would decide per process.
-    rank_dependent_schedule_steps: list[Site] = field(default_factory=list)
+    rank_dependent_schedule_steps: Sequence[Site] = ()
     #: ``except KeyboardInterrupt:`` clauses (the ``except`` keyword of each).
-    interrupt_handlers: list[Site] = field(default_factory=list)
+    interrupt_handlers: Sequence[Site] = ()
     #: ``except torch.cuda.OutOfMemoryError:`` clauses (the ``except`` keyword of each).
-    out_of_memory_handlers: list[Site] = field(default_factory=list)
+    out_of_memory_handlers: Sequence[Site] = ()
     #: Attribute names the argument parser defines (``no_cuda`` for ``--no-cuda``, a ``dest=``).
-    parser_options: set[str] = field(default_factory=set)
+    parser_options: AbstractSet[str] = frozenset()
     #: Names bound to what ``parse_args()`` / ``parse_known_args()`` return (``args``), directly
     #: or through a function of the file that returns it (``args = get_args()``).
-    parsed_arguments: set[str] = field(default_factory=set)
+    parsed_arguments: AbstractSet[str] = frozenset()
     #: Names bound to a ``GradScaler(...)`` (``scaler``, ``self.scaler``), matched by qualified
     #: name as the AMP rule matches calls (module scope).
-    grad_scalers: set[str] = field(default_factory=set)
+    grad_scalers: AbstractSet[str] = frozenset()
     #: Original lines where mixed-precision machinery may be: calls to a GradScaler or an autocast
     #: and statements naming a scaler (None: a call without an original position, so look
     #: everywhere). The AMP rule reads only the simple statements holding these lines.
-    amp_lines: set[int] | None = field(default_factory=set)
+    amp_lines: AbstractSet[int] | None = frozenset()
     #: Module-level functions that fetch files over the network (``urlretrieve``, ``requests.get``),
     #: directly or through their calls: a hand-written dataset download.
-    download_functions: set[str] = field(default_factory=set)
+    download_functions: AbstractSet[str] = frozenset()
     #: Module-level functions that run a backward, directly or through their calls.
-    backward_functions: set[str] = field(default_factory=set)
+    backward_functions: AbstractSet[str] = frozenset()
     #: Where ``.backward()`` is called (a site, for the no-DataLoader report).
     backward_site: Site | None = None
     #: Qualified names of every call to something imported (``torch.nn.utils.clip_grad_norm_``),
     #: and the callee of every call written as a plain name (``print``): passes skip cheaply.
-    called: set[str] = field(default_factory=set)
+    called: AbstractSet[str] = frozenset()
     #: Where calls are, by callee: its qualified name (``torch.nn.utils.clip_grad_norm_``), its
     #: plain name (``print``, ``train``) or ``.method`` (``.backward``, ``.to``): passes use the
     #: lines to skip statements that hold nothing for them.
-    call_sites: dict[str, list[Site]] = field(default_factory=dict)
+    call_sites: Mapping[str, Sequence[Site]] = field(default_factory=dict)
     #: Where each name (or dotted path) is assigned.
-    assign_sites: dict[str, list[Site]] = field(default_factory=dict)
+    assign_sites: Mapping[str, Sequence[Site]] = field(default_factory=dict)
     #: Every identifier (``scaler``, ``autocast``, the ``save`` of ``torch.save``) and every dotted
     #: path (``model.state_dict``, ``torch.save``) → original lines of statements that mention it
     #: (the first line of a multi-line statement): a pass that reacts only to some names walks only
     #: the statements holding them (``lines_mentioning``).
-    word_lines: dict[str, list[int]] = field(default_factory=dict)
+    word_lines: Mapping[str, Sequence[int]] = field(default_factory=dict)
     #: Name table of the module (qualified-name lookups per scope).
     names: NameTable | None = None
     #: What the other modules of a program tell this one (None: a script converted alone).
@@ -266,20 +339,6 @@ class ScriptFacts:
     context: RunContext = field(default_factory=RunContext)
     #: The facts one rule alone reads, by the provider the rule declares: read with :meth:`of`.
     rule_results: Mapping[str, object] = field(default_factory=dict)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if self._frozen:
-            raise FrozenInstanceError(f"the analysis is over: facts.{name} cannot change")
-        object.__setattr__(self, name, value)
-
-    def freeze(self) -> None:
-        """The end of the analysis: no field may be assigned any more, and the sets, lists and
-        dicts the fields hold (and hold in turn) become frozensets, tuples and read-only mappings.
-        What changes while the rules run is in ``context``, which is left as it is."""
-        for each in fields(self):
-            if each.name != "context":
-                object.__setattr__(self, each.name, _frozen(getattr(self, each.name)))
-        object.__setattr__(self, "_frozen", True)
 
     def of(self, provider: RuleProvider[Result]) -> Result:
         """What ``provider`` (one of a rule's ``providers``) found in this script."""
@@ -303,26 +362,6 @@ class ScriptFacts:
         if self.names is None:
             raise ValueError("these facts have no name table: build them with the analysis")
         return self.names
-
-    def qualified_name(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
-        """Qualified name of a Name/Attribute chain used in ``scope`` (see
-        :mod:`codemods.engine.names`); None for anything not rooted in an import."""
-        if self.names is not None:
-            return self.names.qualified_name(node, scope)
-        # Facts built by hand (rule unit tests) have only the module's imports.
-        head, _, rest = (dotted(node) or "").partition(".")
-        resolved = self.imports.get(head)
-        return None if resolved is None else f"{resolved}.{rest}" if rest else resolved
-
-    def callee_name(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
-        """What a call's function is, for matching against tables of names: its qualified name
-        when rooted in an import (``torch.save``), else the name as written (``open``,
-        ``writer.add_scalar``)."""
-        return self.qualified_name(node, scope) or dotted(node)
-
-    def lines_mentioning(self, words: Iterable[str]) -> set[int]:
-        """Original lines of the statements that mention any of ``words``."""
-        return {line for word in words for line in self.word_lines.get(word, ())}
 
     def original_site(self, node: cst.CSTNode) -> Site | None:
         """Original position of a statement or call of the tree a pass received (None for nodes
@@ -349,11 +388,6 @@ class ScriptFacts:
         """A module of training functions converted without the script that calls them: its
         callers build and prepare what it trains, so nothing here can hold the accelerator."""
         return self.home_kind == "library" and self.program is None
-
-    @property
-    def home_function(self) -> str:
-        """The function building the training objects, ``"<module>"`` for code outside any."""
-        return self.main_function if self.home_kind == "function" and self.main_function else "<module>"
 
     def training_start_line(self) -> int | None:
         """The first original line of the home block that loops over a loader, or calls a
@@ -383,22 +417,6 @@ class ScriptFacts:
             return True  # a module of a program whose functions the entry's accelerator reaches
         return self.existing_accelerator is not None or bool(self.trained_objects or self.loss_names)
 
-    @property
-    def trained_objects(self) -> set[str]:
-        return self.models | self.optimizers | self.loaders | self.schedulers
-
-    def preparation_groups(self) -> list[set[str]]:
-        """What ``prepare`` takes, by role, in Accelerate's customary order: models, optimizers,
-        train loaders, eval loaders, schedulers stepped per batch (one stepped per epoch is not
-        prepared: the prepared scheduler would step once per process)."""
-        return [
-            self.models,
-            self.optimizers,
-            self.train_loaders,
-            self.eval_loaders,
-            self.schedulers - self.per_epoch_schedulers,
-        ]
-
     def is_prepared(self, name: str) -> bool:
         """Whether the converted script holds ``name`` prepared: it was prepared already, or is a
         training class's attribute (prepared in the class or by its caller)."""
@@ -407,9 +425,84 @@ class ScriptFacts:
     def is_model(self, name: str) -> bool:
         return name in self.models
 
-    @property
-    def loaders(self) -> set[str]:
-        return self.train_loaders | self.eval_loaders
+
+@dataclass
+class FactsDraft(FactQuestions):
+    """The facts while the analysis draws them (``Analysis.facts``): the fields of
+    :class:`ScriptFacts`, in its order and documented there, with the sets, lists and dicts the
+    providers fill (a new fact is a field of both). :meth:`finish` ends the analysis."""
+
+    imports: dict[str, str] = field(default_factory=dict)
+    uses_torch: bool = False
+    existing_accelerator: str | None = None
+    accelerator_name: str = "accelerator"
+    models: set[str] = field(default_factory=set)
+    optimizers: set[str] = field(default_factory=set)
+    schedulers: set[str] = field(default_factory=set)
+    per_epoch_schedulers: set[str] = field(default_factory=set)
+    train_loaders: set[str] = field(default_factory=set)
+    eval_loaders: set[str] = field(default_factory=set)
+    device_names: set[str] = field(default_factory=set)
+    cuda_flags: set[str] = field(default_factory=set)
+    batch_size_expr: str | None = None
+    main_function: str | None = None
+    train_loops: list[LoopFacts] = field(default_factory=list)
+    loader_comprehensions: list[tuple[str, Site]] = field(default_factory=list)
+    inline_loaders: list[Site] = field(default_factory=list)
+    eval_loops: list[LoopFacts] = field(default_factory=list)
+    existing_features: set[str] = field(default_factory=set)
+    creating_function: str | None = None
+    training_functions: set[str] = field(default_factory=set)
+    unprepared_received_models: list[tuple[str, str, Site]] = field(default_factory=list)
+    models_prepared_where_built: set[str] = field(default_factory=set)
+    home_kind: Literal["function", "main_guard", "module", "library"] = "module"
+    accessible_functions: set[str] = field(default_factory=set)
+    per_process_paths: set[str] = field(default_factory=set)
+    trackers: set[str] = field(default_factory=set)
+    self_training_models: set[str] = field(default_factory=set)
+    model_classes: set[str] = field(default_factory=set)
+    training_classes: set[str] = field(default_factory=set)
+    training_bases: set[str] = field(default_factory=set)
+    prepared_attributes: set[str] = field(default_factory=set)
+    class_prepare: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    call_graph: dict[str, set[str]] = field(default_factory=dict)
+    functions_called_out_of_sight: Callable[[], frozenset[str]] = lambda: frozenset()
+    prepared: set[str] = field(default_factory=set)
+    frozen_models: set[str] = field(default_factory=set)
+    loss_names: set[str] = field(default_factory=set)
+    batch_names: set[str] = field(default_factory=set)
+    batch_names_by_function: dict[str, set[str]] = field(default_factory=dict)
+    rank_dependent_breaks: list[Site] = field(default_factory=list)
+    agreeable_breaks: list[Site] = field(default_factory=list)
+    rank_dependent_schedule_steps: list[Site] = field(default_factory=list)
+    interrupt_handlers: list[Site] = field(default_factory=list)
+    out_of_memory_handlers: list[Site] = field(default_factory=list)
+    parser_options: set[str] = field(default_factory=set)
+    parsed_arguments: set[str] = field(default_factory=set)
+    grad_scalers: set[str] = field(default_factory=set)
+    amp_lines: set[int] | None = field(default_factory=set)
+    download_functions: set[str] = field(default_factory=set)
+    backward_functions: set[str] = field(default_factory=set)
+    backward_site: Site | None = None
+    called: set[str] = field(default_factory=set)
+    call_sites: dict[str, list[Site]] = field(default_factory=dict)
+    assign_sites: dict[str, list[Site]] = field(default_factory=dict)
+    word_lines: dict[str, list[int]] = field(default_factory=dict)
+    names: NameTable | None = None
+    program: ProgramSeeds | None = None
+    context: RunContext = field(default_factory=RunContext)
+    rule_results: dict[str, object] = field(default_factory=dict)
+
+    def finish(self) -> ScriptFacts:
+        """The end of the analysis: the facts drawn, read-only. Every set, list and dict a field
+        holds (and holds in turn) becomes a frozenset, a tuple or a read-only mapping; the run
+        context, which the conversion loop writes while the rules run, is handed on as it is."""
+        drawn: dict[str, Any] = {name: _frozen(getattr(self, name)) for name in _FIELDS}
+        return ScriptFacts(**drawn)
+
+
+#: The fields, in order: the draft's are the facts' (``tests/codemods/test_facts.py`` checks).
+_FIELDS = tuple(each.name for each in fields(FactsDraft))
 
 
 def _frozen(value: object) -> object:

@@ -27,7 +27,7 @@ import libcst as cst
 from accel_convert.codemods.engine.syntax import dotted
 
 if TYPE_CHECKING:
-    from accel_convert.codemods.engine.facts import ScriptFacts
+    from accel_convert.codemods.engine.facts import FactQuestions, ScriptFacts
     from accel_convert.codemods.engine.names import ScopeKey
     from accel_convert.codemods.model.state import Analysis
 
@@ -112,7 +112,7 @@ class ProgramSeeds:
         )
 
 
-def program_callee(facts: ScriptFacts, func: cst.BaseExpression, scope: ScopeKey) -> str | None:
+def program_callee(facts: FactQuestions, func: cst.BaseExpression, scope: ScopeKey) -> str | None:
     """The absolute qualified name of a call's function when it is imported (``engine.train``
     for ``train`` after ``from engine import train``, or for ``engine.train`` after ``import
     engine``; relative imports through the seeds); None otherwise."""

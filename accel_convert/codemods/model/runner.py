@@ -105,8 +105,7 @@ def analyse(module: cst.Module, source: str | bytes | None = None, seeds: Progra
         step(analysis)
     for step in rule_steps():
         step(analysis)
-    analysis.facts.freeze()
-    return analysis.facts
+    return analysis.facts.finish()
 
 
 def record(module: cst.Module, source: str | bytes | None = None, seeds: ProgramSeeds | None = None) -> Analysis:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from accel_convert.codemods.engine.facts import RunContext, ScriptFacts
+from accel_convert.codemods.engine.facts import FactsDraft, RunContext
 from accel_convert.codemods.engine.findings import FILE_START
 from accel_convert.codemods.engine.syntax import dotted
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
@@ -42,7 +42,8 @@ class Analysis:
         self.origins = origins
         #: What the rules' own providers return, by provider (read with ``facts.of``).
         self.rule_results: dict[str, object] = {}
-        self.facts = ScriptFacts(
+        #: The facts being drawn; ``runner.analyse`` ends with ``finish`` (the rules' ScriptFacts).
+        self.facts = FactsDraft(
             names=recorder.names, context=RunContext(origins), program=seeds, rule_results=self.rule_results
         )
         #: What the other modules of the program say (None: the script is converted alone).

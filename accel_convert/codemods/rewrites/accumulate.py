@@ -339,5 +339,5 @@ class _ModelCalls(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         name = dotted(node.func)
-        if name in self.facts.models and name not in self.models:
+        if name is not None and name in self.facts.models and name not in self.models:
             self.models.append(name)

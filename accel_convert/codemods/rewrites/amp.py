@@ -13,6 +13,7 @@ way (saved in a checkpoint, its scale read) is reported (ACC911) and nothing is 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from typing import cast
 
 import libcst as cst
@@ -201,7 +202,7 @@ def _amp_lines(facts: ScriptFacts, survey: _AmpSurvey) -> set[int]:
 # ---- survey: which names are scalers, where autocast is, which flag switches AMP ------------
 
 
-def _machinery_lines(facts: ScriptFacts, scalers: set[str]) -> list[int] | None:
+def _machinery_lines(facts: ScriptFacts, scalers: AbstractSet[str]) -> list[int] | None:
     """The original lines of the simple statements that can hold AMP machinery in the tree this
     rule received: where the analysis found a GradScaler or autocast call or a scaler's name
     (``facts.amp_lines``), where ``scalers`` are named, and what earlier rules changed (a

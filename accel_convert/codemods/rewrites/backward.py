@@ -9,6 +9,8 @@ scaler as a whole.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
@@ -41,7 +43,7 @@ LIBRARY_MESSAGE = (
 
 
 class _Backward(RuleTransformer):
-    def __init__(self, facts: ScriptFacts, accessible: set[str]) -> None:
+    def __init__(self, facts: ScriptFacts, accessible: AbstractSet[str]) -> None:
         super().__init__(facts, lines_of(facts.call_sites.get(".backward", ())))
         self.accessible = accessible
 

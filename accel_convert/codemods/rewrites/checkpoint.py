@@ -634,7 +634,7 @@ class _CheckpointRewriter(RuleTransformer):
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
         owner = dotted(updated_node.value)
-        if owner not in self.facts.models or updated_node.attr.value in MODULE_OWN_ATTRIBUTES:
+        if owner is None or owner not in self.facts.models or updated_node.attr.value in MODULE_OWN_ATTRIBUTES:
             return updated_node
         if not owner.isidentifier() and not self.facts.is_prepared(owner):
             return updated_node  # a model held in another attribute is not prepared: nothing to unwrap

@@ -44,7 +44,9 @@ def _prepared_loaders(statement: cst.BaseStatement, facts: ScriptFacts) -> set[s
     assert isinstance(assign.value, cst.Call)
     # Training loaders only: an evaluation's batch count divides gathered sums, which the metrics
     # rule reports as a mean over batches, and is left as it is.
-    return {name for arg in assign.value.args if (name := dotted(arg.value)) in facts.train_loaders}
+    return {
+        name for arg in assign.value.args if (name := dotted(arg.value)) is not None and name in facts.train_loaders
+    }
 
 
 def _count_assigned(statement: cst.BaseStatement, lengths: set[str], counts: set[str]) -> str | None:

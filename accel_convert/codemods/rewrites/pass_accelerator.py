@@ -10,6 +10,7 @@ no accelerator (module level, a class method) is reported instead.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -43,7 +44,7 @@ class _Survey(StatementFilter):
     fact: the uses it looks for are what the earlier rules of this run wrote.
     """
 
-    def __init__(self, accelerator: str, candidates: set[str], facts: ScriptFacts) -> None:
+    def __init__(self, accelerator: str, candidates: AbstractSet[str], facts: ScriptFacts) -> None:
         super().__init__()
         self.accelerator = accelerator
         #: Only functions the earlier passes could have given an accelerator use are walked.

@@ -27,6 +27,7 @@ the script's own download function when every call of it runs under ``main_proce
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 
 import libcst as cst
 
@@ -608,7 +609,7 @@ class _TrackerReads(cst.CSTVisitor):
     """Trackers whose attributes are read outside a call of one of their methods: ``writer.log_dir``
     (not ``writer.add_scalar(...)``, nor ``writer.log_dir`` inside such a call)."""
 
-    def __init__(self, trackers: set[str]) -> None:
+    def __init__(self, trackers: AbstractSet[str]) -> None:
         super().__init__()
         self.trackers = trackers
         self.read: set[str] = set()
@@ -628,7 +629,7 @@ class _TrackerReads(cst.CSTVisitor):
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
         owner = dotted(node.value)
-        if owner in self.trackers and not self._in_logging_call:
+        if owner is not None and owner in self.trackers and not self._in_logging_call:
             self.read.add(owner)
         return True
 

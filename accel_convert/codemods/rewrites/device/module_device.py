@@ -83,7 +83,7 @@ def _module_level_selections(original: cst.Module, facts: ScriptFacts) -> dict[s
         assign = statement.body[0]
         if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and selects_device(assign.value, facts):
             name = dotted(assign.targets[0].target)
-            if name in facts.device_names and name not in selections:
+            if name is not None and name in facts.device_names and name not in selections:
                 selections[name] = statement
     return selections
 

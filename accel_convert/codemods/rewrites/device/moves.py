@@ -9,6 +9,8 @@ places them), with what it leaves behind: an assignment that no longer does anyt
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import names_device, peel_self_returning
@@ -96,8 +98,10 @@ class Moves(DeviceWalkState):
             return False
         if isinstance(receiver, cst.Call) and self.assign_targets:
             return bool(self.assign_targets[-1] & self.facts.models)
-        return name in self.facts.models and any(
-            start < where.line <= site.line for where in self.facts.assign_sites.get(name, ())
+        return (
+            name is not None
+            and name in self.facts.models
+            and any(start < where.line <= site.line for where in self.facts.assign_sites.get(name, ()))
         )
 
     # -- comprehensions over batches ---------------------------------------------------------------
@@ -192,7 +196,7 @@ class Moves(DeviceWalkState):
         self.stripped_here = False
 
 
-def _calls_model(node: cst.BaseExpression, models: set[str]) -> bool:
+def _calls_model(node: cst.BaseExpression, models: AbstractSet[str]) -> bool:
     """``model(x)`` anywhere in an attribute/call chain: the result is computed, not loaded."""
     while True:
         if isinstance(node, cst.Call):

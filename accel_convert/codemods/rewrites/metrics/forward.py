@@ -6,6 +6,7 @@ after the forward."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import TypeGuard, cast
 
 import libcst as cst
@@ -72,7 +73,7 @@ def is_model_call(node: cst.CSTNode, facts: ScriptFacts) -> TypeGuard[cst.Call]:
     return isinstance(node, cst.Call) and dotted(node.func) in evaluated_models(facts)
 
 
-def evaluated_models(facts: ScriptFacts) -> set[str]:
+def evaluated_models(facts: ScriptFacts) -> AbstractSet[str]:
     """The models whose forward an evaluation may run: the trained ones, and those only moved to
     the device (a model rebuilt from a checkpoint to be tested, no optimizer built over it)."""
     return facts.models | facts.frozen_models

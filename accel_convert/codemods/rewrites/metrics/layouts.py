@@ -6,6 +6,7 @@ a forward returns (no tensor to gather). Read once per file, asked per loop."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
@@ -154,7 +155,7 @@ def sequence_first_layouts(module: cst.Module, facts: ScriptFacts) -> SequenceLa
 
 
 def _sequence_first_calls(
-    module: cst.Module, facts: ScriptFacts, wanted: set[str]
+    module: cst.Module, facts: ScriptFacts, wanted: AbstractSet[str]
 ) -> tuple[str | None, dict[int, str]]:
     """Why the file's batches are padded sequence-first (None: they are not), and the calls
     building a sequence-first layer (by ``id``) → why."""
@@ -270,7 +271,12 @@ def _models_built_from(
             continue
         model = dotted(found.targets[0].target)
         built = construction(found.value)
-        if model in facts.models and built is not None and dotted(built.func) in positions_by_class:
+        if (
+            model is not None
+            and model in facts.models
+            and built is not None
+            and dotted(built.func) in positions_by_class
+        ):
             models[model] = positions_by_class[dotted(built.func) or ""]
     return models
 
