@@ -86,6 +86,10 @@ class RunContext:
 
     origins: OriginIndex = field(default_factory=OriginIndex)
     changed_lines: set[int] = field(default_factory=set)
+    #: What the rules' walks learned of a module's or function's statement list (by the node's
+    #: identity, with the node, so that an identity is never reused): every pass enters the same
+    #: unchanged nodes, and reads them once.
+    block_layouts: dict[int, tuple[object, object]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

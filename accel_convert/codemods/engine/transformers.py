@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import libcst as cst
 
@@ -356,14 +356,14 @@ class RuleTransformer(TargetedTransformer):
             known = self._blocks[-1].reaches_here()
             if known is not None:
                 return known
-            if any(block.parameter or block.created_at is not None for block in self._blocks[:-1]):
+            if any(block.layout.parameter or block.layout.created_at is not None for block in self._blocks[:-1]):
                 return True  # a function defined in one that has it: it runs when called
         return len(self.scope) > 0 and self.scope[0] in self.facts.accessible_functions
 
     def module_creation_index(self) -> int | None:
         """Index of the module-level statement creating the accelerator (while the module's
         statements are walked or left), None when module-level code does not create it."""
-        return self._blocks[0].created_at if self._blocks and self._blocks[0].module else None
+        return self._blocks[0].layout.created_at if self._blocks and self._blocks[0].layout.module else None
 
     def instance_accelerator(self) -> cst.Attribute | None:
         """``self.accelerator`` in a training class's method (ACC108); None elsewhere."""
@@ -426,11 +426,11 @@ class RuleTransformer(TargetedTransformer):
             # may decline to enter a node without calling this method).
             self._entered.append(node)
         if kind is cst.Module:
-            self._blocks.append(_Block.of_module(node, self.accelerator))  # type: ignore[arg-type]
+            self._blocks.append(_Block.of_module(node, self.accelerator, self.facts))  # type: ignore[arg-type]
         elif kind is cst.FunctionDef or kind is cst.ClassDef:
             self.scope = (*self.scope, node.name.value)  # type: ignore[attr-defined]
             if kind is cst.FunctionDef:
-                self._blocks.append(_Block.of_function(node, self.accelerator))  # type: ignore[arg-type]
+                self._blocks.append(_Block.of_function(node, self.accelerator, self.facts))  # type: ignore[arg-type]
                 if len(self.scope) == 2 and self.scope[0] in self.facts.training_classes:
                     self.instance = instance_parameter(node)  # type: ignore[arg-type]
         if kind in POSITIONED_TYPES:
@@ -460,22 +460,22 @@ class RuleTransformer(TargetedTransformer):
 _BLOCK_ITEM_TYPES = STATEMENT_TYPES | {cst.SimpleStatementSuite}
 
 
-class _Block:
-    """The module or a function being walked: which of its top-level statements the walk is in,
-    and which one creates the accelerator (or whether it arrives as a parameter). The ``__main__``
-    block counts as module code: a creation inside it is found there too."""
+class _Layout:
+    """What a module's or function's statement list says, read once per node and accelerator
+    name: the position of each top-level statement, which one creates the accelerator (or
+    whether it arrives as a parameter). The ``__main__`` block counts as module code: a creation
+    inside it is found there too."""
 
     def __init__(self, statements: Sequence[cst.CSTNode], accelerator: str, parameter: bool, module: bool) -> None:
         self.parameter = parameter
         self.module = module
+        self.accelerator = accelerator
         self.position = {id(statement): index for index, statement in enumerate(statements)}
-        self.current = -1
         self.created_at = next(
             (index for index, statement in enumerate(statements) if assigns_at_top([statement], accelerator)), None
         )
         #: The ``__main__`` block: its statements, and which of them creates the accelerator.
         self.guard_position: dict[int, int] = {}
-        self.guard_current = -1
         self.guard_at: int | None = None
         self.guard_created_at: int | None = None
         if module and self.created_at is None:
@@ -488,20 +488,38 @@ class _Block:
                         self.guard_position = {id(line): i for i, line in enumerate(guarded)}
                         break
 
-    @classmethod
-    def of_module(cls, node: cst.Module, accelerator: str) -> _Block:
-        return cls(node.body, accelerator, parameter=False, module=True)
+
+class _Block:
+    """The module or a function being walked: its :class:`_Layout`, and which of its top-level
+    statements the walk is in."""
+
+    def __init__(self, layout: _Layout) -> None:
+        self.layout = layout
+        self.current = -1
+        self.guard_current = -1
 
     @classmethod
-    def of_function(cls, node: cst.FunctionDef, accelerator: str) -> _Block:
-        return cls(body_statements(node), accelerator, parameter=accelerator in parameter_names(node), module=False)
+    def of_module(cls, node: cst.Module, accelerator: str, facts: ScriptFacts) -> _Block:
+        return cls(_layout(node, accelerator, facts, lambda: _Layout(node.body, accelerator, False, module=True)))
+
+    @classmethod
+    def of_function(cls, node: cst.FunctionDef, accelerator: str, facts: ScriptFacts) -> _Block:
+        return cls(
+            _layout(
+                node,
+                accelerator,
+                facts,
+                lambda: _Layout(body_statements(node), accelerator, accelerator in parameter_names(node), module=False),
+            )
+        )
 
     def entering(self, node: cst.CSTNode) -> None:
-        index = self.position.get(id(node))
+        layout = self.layout
+        index = layout.position.get(id(node))
         if index is not None:
             self.current = index
-        elif self.guard_position and self.current == self.guard_at:
-            guarded = self.guard_position.get(id(node))
+        elif layout.guard_position and self.current == layout.guard_at:
+            guarded = layout.guard_position.get(id(node))
             if guarded is not None:
                 self.guard_current = guarded
 
@@ -509,13 +527,24 @@ class _Block:
         """Whether the accelerator is readable at the walk's position in this (innermost) block:
         from the start when it is a parameter, after the statement creating it when the block
         creates it (or its ``__main__`` block does), None when the block says nothing."""
-        if self.parameter:
+        layout = self.layout
+        if layout.parameter:
             return True
-        if self.created_at is not None:
-            return self.current > self.created_at
-        if self.guard_created_at is not None and self.current == self.guard_at:
-            return self.guard_current > self.guard_created_at
+        if layout.created_at is not None:
+            return self.current > layout.created_at
+        if layout.guard_created_at is not None and self.current == layout.guard_at:
+            return self.guard_current > layout.guard_created_at
         return None
+
+
+def _layout(node: cst.CSTNode, accelerator: str, facts: ScriptFacts, read: Callable[[], _Layout]) -> _Layout:
+    """``node``'s layout, read once per conversion (see ``RunContext.block_layouts``)."""
+    known = facts.context.block_layouts.get(id(node))
+    if known is not None and known[0] is node and cast(_Layout, known[1]).accelerator == accelerator:
+        return cast(_Layout, known[1])
+    layout = read()
+    facts.context.block_layouts[id(node)] = (node, layout)
+    return layout
 
 
 class HomeBlockTransformer(RuleTransformer):
