@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,8 +41,10 @@ NOTEBOOK_NAMES = frozenset({"display", "get_ipython", "In", "Out", "_", "__", "_
 
 
 #: Per node class: the fields that may hold child nodes, in ``ast.iter_child_nodes``'s order,
-#: without ``ctx`` (a ``Load``/``Store`` marker, which no question here reads as a child).
-_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+#: without ``ctx`` (a ``Load``/``Store`` marker, which no question here reads as a child) and the
+#: fields the grammar gives a plain name, number or string (``Name.id``, ``alias.name``).
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {ast.Constant: ()}
+_NEVER_NODES = frozenset({"ctx", "id", "attr", "name", "arg", "module", "level", "kind", "type_comment", "asname"})
 
 
 def _children(node: ast.AST) -> list[ast.AST]:
@@ -51,7 +54,7 @@ def _children(node: ast.AST) -> list[ast.AST]:
     kind = type(node)
     names = _CHILD_FIELDS.get(kind)
     if names is None:
-        names = _CHILD_FIELDS[kind] = tuple(name for name in kind._fields if name != "ctx")
+        names = _CHILD_FIELDS[kind] = tuple(name for name in kind._fields if name not in _NEVER_NODES)
     found: list[ast.AST] = []
     for name in names:
         value = getattr(node, name, None)
@@ -60,6 +63,16 @@ def _children(node: ast.AST) -> list[ast.AST]:
         elif type(value) is list:
             found.extend(item for item in value if isinstance(item, ast.AST))
     return found
+
+
+def _walk_ast(node: ast.AST) -> Iterator[ast.AST]:
+    """``ast.walk(node)`` (breadth first, the same order) without the nodes :func:`_children`
+    leaves out."""
+    pending = deque([node])
+    while pending:
+        current = pending.popleft()
+        pending.extend(_children(current))
+        yield current
 
 
 @dataclass(frozen=True)
@@ -595,14 +608,14 @@ _STATEMENT_FLOWS: dict[type[ast.stmt], Callable[[_Block, Any, set[str]], set[str
 
 def _expressions_of(node: ast.stmt) -> list[ast.expr]:
     """The expressions directly under a simple statement (what it evaluates)."""
-    return [child for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr)]
+    return [child for child in _children(node) if isinstance(child, ast.expr)]
 
 
 def _pattern_captures(pattern: ast.pattern) -> set[str]:
     """The names a ``case`` pattern binds (``case Point(x=px) as p``, ``case [first, *rest]``,
     ``case {**others}``)."""
-    captured = {n.name for n in ast.walk(pattern) if isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name}
-    return captured | {n.rest for n in ast.walk(pattern) if isinstance(n, ast.MatchMapping) and n.rest}
+    captured = {n.name for n in _walk_ast(pattern) if isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name}
+    return captured | {n.rest for n in _walk_ast(pattern) if isinstance(n, ast.MatchMapping) and n.rest}
 
 
 @dataclass
@@ -618,7 +631,7 @@ class _Method:
 
 def _method_attributes(node: ast.AST) -> _Method:
     method = _Method()
-    for child in ast.walk(node):
+    for child in _walk_ast(node):
         if isinstance(child, ast.Attribute) and isinstance(child.value, ast.Name) and child.value.id == "self":
             if isinstance(child.ctx, ast.Load):
                 method.reads.append((child.attr, (child.lineno, child.col_offset)))
@@ -870,7 +883,7 @@ def _callable_names(
     """Names this module can call → (defining module, qualified name); modules imported as
     names map to ("module:", dotted name)."""
     names: dict[str, tuple[str, str]] = dict(exports.get(module_name, {}))
-    for node in ast.walk(tree):
+    for node in _walk_ast(tree):
         if isinstance(node, ast.ImportFrom) and not _is_star(node):
             source = _absolute_module(module_name, node, packages)
             for alias in node.names:
@@ -901,7 +914,7 @@ def _resolve_export(
         return exports[source][name]
     if depth > 8 or source not in trees:
         return None
-    for node in ast.walk(trees[source]):
+    for node in _walk_ast(trees[source]):
         if isinstance(node, ast.ImportFrom) and not _is_star(node):
             for alias in node.names:
                 if (alias.asname or alias.name) == name:
@@ -948,7 +961,7 @@ def _uses_with_class(tree: ast.Module) -> Iterator[tuple[Use, str | None]]:
     callees: set[int] = set()
 
     def visit(node: ast.AST, enclosing: str | None, local: frozenset[str]) -> Iterator[tuple[Use, str | None]]:
-        for child in ast.iter_child_nodes(node):
+        for child in _children(node):
             if isinstance(child, ast.ClassDef):
                 yield from visit(child, child.name, local)
                 continue
@@ -973,7 +986,7 @@ def _bound_in_function(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
     bound = {argument.arg for argument in _all_arguments(node.args)}
     body = node.body if isinstance(node.body, list) else [node.body]
     for statement in body:
-        for inner in ast.walk(statement):
+        for inner in _walk_ast(statement):
             if isinstance(inner, ast.Name) and isinstance(inner.ctx, ast.Store):
                 bound.add(inner.id)
     return frozenset(bound)
@@ -1049,7 +1062,7 @@ def _walrus_targets(expression: ast.AST | None) -> set[str]:
         return set()
     return {
         node.target.id
-        for node in ast.walk(expression)
+        for node in _walk_ast(expression)
         if isinstance(node, ast.NamedExpr) and isinstance(node.target, ast.Name)
     }
 
