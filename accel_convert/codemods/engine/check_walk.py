@@ -17,6 +17,7 @@ walk paying the traversal and the scope bookkeeping again for a handful of calls
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from functools import cache
 from typing import Any, NamedTuple, TypeVar
 
 import libcst as cst
@@ -117,7 +118,7 @@ class SharedWalk(RuleTransformer):
         self._plans: dict[type, tuple[bool, tuple[tuple[_Hook | None, _Hook | None], ...]]] = {}
         #: The node types under which a node some check has a hook for can stand: no others are
         #: entered.
-        self._walked_types = types_leading_to(frozenset().union(*(hooked_types(type(check)) for check in checks)))
+        self._walked_types = _types_walked_for(frozenset(type(check) for check in checks))
 
     def walk_tree(self, node: cst.CSTNode) -> None:
         """Walk ``node`` and what is below it. The tree is only read: the walk goes from child
@@ -186,6 +187,12 @@ class SharedWalk(RuleTransformer):
             concerned = node_type in STATEMENT_TYPES or any(hook is not None for pair in hooks for hook in pair)
             plan = self._plans[node_type] = (concerned, hooks)
         return plan
+
+
+@cache
+def _types_walked_for(check_types: frozenset[type]) -> frozenset[type]:
+    """The node types under which a node one of ``check_types`` has a hook for can stand."""
+    return types_leading_to(frozenset().union(*(hooked_types(check_type) for check_type in check_types)))
 
 
 def _sorted_lines(lines: Iterable[int] | None) -> list[int] | None:
