@@ -122,11 +122,16 @@ def concrete_subclasses(*bases: type) -> frozenset[type]:
     """Every class deriving from ``bases`` (``bases`` included): a set lookup on ``type(node)``
     is several times cheaper than ``isinstance`` against libcst's abstract base classes."""
     found: set[type] = set()
+    seen: set[type] = set()
     pending = list(bases)
     while pending:
         kind = pending.pop()
-        if kind not in found:
-            found.add(kind)
+        if kind not in seen:
+            seen.add(kind)
+            if getattr(sys.modules[kind.__module__], kind.__name__, None) is kind:
+                found.add(kind)
+            # else: the stale twin of a class libcst's slots decorator replaced (it stays a
+            # subclass of the base while alive); no node is ever one.
             pending.extend(kind.__subclasses__())
     return frozenset(found)
 
@@ -233,8 +238,6 @@ def hooked_types(visitor_type: type) -> frozenset[type]:
     hook ``visit_Call_func`` counts for ``Call``)."""
     found = set()
     for name in own_hooks(visitor_type):
-        # By libcst's exported name: NODE_TYPES also holds a stale twin of each class (the one
-        # its dataclass decorator replaced), which no parsed node is an instance of.
         kind = getattr(cst, name.split("_")[1], None)
         if isinstance(kind, type) and issubclass(kind, cst.CSTNode):
             found.add(kind)
