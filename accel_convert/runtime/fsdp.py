@@ -684,7 +684,8 @@ def owning_model(optimizer: torch.optim.Optimizer, models: Iterable[torch.nn.Mod
 
 
 def model_entry(index: int, full: bool) -> str:
-    """Accelerate's names: ``pytorch_model_fsdp_<i>.bin`` (full) or ``pytorch_model_fsdp_<i>/`` (DCP)."""
+    """``pytorch_model_fsdp_<i>.bin`` (full) or ``pytorch_model_fsdp_<i>/`` (DCP, Accelerate's name
+    too; for a full state dict Accelerate 1.15 writes ``pytorch_model_fsdp.bin`` for model 0)."""
     return f"pytorch_model_fsdp_{index}{'.bin' if full else ''}"
 
 
