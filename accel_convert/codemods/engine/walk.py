@@ -88,10 +88,10 @@ def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
     for name in _child_fields(node):
         value = getattr(node, name)
         kind = type(value)
-        if kind in _SUBSTANCE:
+        if kind in SUBSTANCE:
             found.append(value)
         elif kind is tuple or kind is list:
-            found.extend(child for child in value if type(child) in _SUBSTANCE)
+            found.extend(child for child in value if type(child) in SUBSTANCE)
     return found
 
 
@@ -164,13 +164,8 @@ TRIVIA = concrete_subclasses(
     cst.BaseUnaryOp,
     cst.BaseAugOp,
 )
-_SUBSTANCE = NODE_TYPES - TRIVIA
 #: What the walks enter by default: every node type but the trivia.
-SUBSTANCE = _SUBSTANCE
-#: Every class a substance node is an instance of: a field declared as one of these can hold one.
-_SUBSTANCE_ANCESTORS = frozenset(
-    ancestor for kind in _SUBSTANCE for ancestor in kind.__mro__ if issubclass(ancestor, cst.CSTNode)
-)
+SUBSTANCE = NODE_TYPES - TRIVIA
 
 #: Visitor class → node class → plan.
 _plans: dict[type, dict[type, _Plan]] = {}
@@ -219,7 +214,7 @@ def _node_types_walked(visitor_type: type) -> frozenset[type]:
         if wants_trivia:
             walked = NODE_TYPES
         elif _dispatches_every_node(visitor_type):
-            walked = _SUBSTANCE
+            walked = SUBSTANCE
         else:
             walked = types_leading_to(hooked_types(visitor_type) | set(getattr(visitor_type, "collected_types", ())))
         _walked_types[visitor_type] = walked
@@ -249,7 +244,7 @@ def types_leading_to(wanted: AbstractSet[type]) -> frozenset[type]:
     those types needs to enter no others. Read from the types libcst declares for each field
     (``tests/codemods/test_walk.py`` checks every fixture's tree against them)."""
     parents = _parent_types()
-    found = set(wanted) & _SUBSTANCE
+    found = set(wanted) & SUBSTANCE
     pending = list(found)
     while pending:
         for parent in parents.get(pending.pop(), ()):
@@ -265,7 +260,7 @@ _parents: dict[type, set[type]] = {}
 def _parent_types() -> dict[type, set[type]]:
     """Node type → the substance types with a field declared to hold it (built once)."""
     if not _parents:
-        for kind in _SUBSTANCE:
+        for kind in SUBSTANCE:
             for child in child_types(kind):
                 _parents.setdefault(child, set()).add(kind)
     return _parents
@@ -273,11 +268,20 @@ def _parent_types() -> dict[type, set[type]]:
 
 def child_types(kind: type) -> frozenset[type]:
     """The substance node types libcst declares ``kind``'s fields may hold."""
-    namespace = vars(sys.modules[kind.__module__])
-    found: set[type] = set()
-    for each in fields(kind):
-        found |= _declared_node_types(each.type, namespace)
-    return frozenset(found)
+    return frozenset().union(*declared_field_types(kind).values())
+
+
+_field_types: dict[type, dict[str, frozenset[type]]] = {}
+
+
+def declared_field_types(kind: type) -> dict[str, frozenset[type]]:
+    """Field name → the substance node types libcst declares the field of ``kind`` may hold
+    (empty for a ``str``, a ``Literal`` or a field of trivia only: ``Call.lpar``)."""
+    known = _field_types.get(kind)
+    if known is None:
+        namespace = vars(sys.modules[kind.__module__])
+        known = _field_types[kind] = {each.name: _declared_node_types(each.type, namespace) for each in fields(kind)}
+    return known
 
 
 def _declared_node_types(annotation: object, namespace: dict[str, Any]) -> frozenset[type]:
@@ -291,7 +295,7 @@ def _declared_node_types(annotation: object, namespace: dict[str, Any]) -> froze
         return frozenset()
     arguments = typing.get_args(annotation)
     if not arguments:
-        return _SUBSTANCE  # a form this reading does not know: anything, to be safe
+        return SUBSTANCE  # a form this reading does not know: anything, to be safe
     found: set[type] = set()
     for argument in arguments:
         found |= _declared_node_types(argument, namespace)
@@ -305,7 +309,7 @@ def _substance_under() -> dict[type, frozenset[type]]:
     """Class → the substance node types deriving from it (itself included)."""
     if not _under:
         grouped: dict[type, set[type]] = {}
-        for kind in _SUBSTANCE:
+        for kind in SUBSTANCE:
             for ancestor in kind.__mro__:
                 grouped.setdefault(ancestor, set()).add(kind)
         _under.update((ancestor, frozenset(kinds)) for ancestor, kinds in grouped.items())
@@ -360,24 +364,10 @@ def _child_fields(node: cst.CSTNode, *, with_trivia: bool = False) -> tuple[str,
         # first node seen has none; such fields come last in source order, so they go last.
         missing = [field.name for field in fields(node) if field.name not in recorder.fields]
         every = _child_field_order[kind] = (*recorder.fields, *missing)
-    hints = typing.get_type_hints(kind)
-    _substance_field_order[kind] = tuple(name for name in every if _may_hold_substance(hints.get(name, Any)))
+    declared = declared_field_types(kind)
+    # A field this reading has no type for (none so far) is walked, to be safe.
+    _substance_field_order[kind] = tuple(name for name in every if declared.get(name, SUBSTANCE))
     return every if with_trivia else _substance_field_order[kind]
-
-
-def _may_hold_substance(annotation: object) -> bool:
-    """Whether a field declared as ``annotation`` can hold a node that is not :data:`TRIVIA`
-    (``Call.whitespace_after_func`` and ``Call.lpar`` cannot: the walks never read them)."""
-    if isinstance(annotation, type):
-        # A str or a bool is no node; a node class can hold substance when one of the
-        # substance classes derives from it.
-        return annotation in _SUBSTANCE_ANCESTORS
-    if typing.get_origin(annotation) is typing.Literal:
-        return False  # ``Arg.star``: one of a few strings
-    arguments = typing.get_args(annotation)
-    if not arguments:
-        return True  # a form this reading does not know: walked, to be safe
-    return any(_may_hold_substance(argument) for argument in arguments)
 
 
 class _FieldOrder(cst.CSTVisitor):
