@@ -120,6 +120,13 @@ def test_unused_parameters_train_without_a_flag(ranks: list[dict]) -> None:
             assert result["unused"][accumulation] == {"ranks_agree": True, "pooler_unchanged": True, "trained": True}
 
 
+def test_outputs_the_loss_leaves_out_train_without_a_flag(ranks: list[dict]) -> None:
+    # Every head is in the forward's outputs, only one in the first loss: judged by the outputs
+    # alone, plain DDP was kept and the next forward failed ("Expected to have finished reduction").
+    for result in ranks:
+        assert result["discarded_outputs"] == {"error": None, "ranks_agree": True, "find_unused": True}
+
+
 def test_a_reentrant_activation_checkpoint_trains_as_one_process_does(ranks: list[dict]) -> None:
     # The checkpointed block's parameters are not in the forward's graph: taking them for unused
     # (find_unused_parameters) made DDP fail with "marked ready twice" when backward recomputed it.

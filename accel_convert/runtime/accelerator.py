@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader
 
 from accel_convert.runtime import collectives, fsdp, operations, precision
 from accel_convert.runtime.comm_hooks import register_comm_hook
-from accel_convert.runtime.ddp import as_forward, wrap_in_ddp
+from accel_convert.runtime.ddp import as_forward, confirm_strategies, wrap_in_ddp
 from accel_convert.runtime.fsdp import FullyShardedDataParallelPlugin
 from accel_convert.runtime.gradient_state import GradientState
 from accel_convert.runtime.handlers import (
@@ -528,6 +528,7 @@ class Accelerator(ProcessGuards):
             loss = loss / self.gradient_accumulation_steps
         if self.scaler is not None:
             loss = self.scaler.scale(loss)
+        confirm_strategies(loss)
         loss.backward(**kwargs)
 
     def _advance_accumulation(self) -> None:

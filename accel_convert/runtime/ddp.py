@@ -18,7 +18,10 @@ one one-int all-reduce. If every rank uses every parameter, nothing changes: pla
 per-step graph walk, and ``no_sync`` really skips the all-reduce. If some parameter is unused,
 the reducer is rebuilt right there with ``find_unused_parameters=True`` and the forward's output
 is prepared for it, before the backward that needs it: unused parameters need no flag, and
-``no_sync`` still skips the all-reduce. A graph holding a reentrant activation checkpoint
+``no_sync`` still skips the all-reduce. Outputs can reach parameters the loss does not (InfoGAN's
+discriminator returns three heads and its adversarial loss reads one: ``validity, _, _ = D(x)``):
+so the first loss given to ``accelerator.backward`` that reaches the model is walked too, before
+its backward, and switches the reducer the same way. A graph holding a reentrant activation checkpoint
 (``checkpoint(block, x)``, ``use_reentrant=True`` by default) hides the block's parameters until
 backward recomputes it: plain DDP then, which is what such a model needs. (The former default,
 ``static_graph=True``, all-reduced on the first micro-step of every accumulation whatever
@@ -141,6 +144,22 @@ _PENDING_FORWARDS = 8
 _live_wrappers: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
 
 
+#: Wrappers whose first loss has yet to confirm plain DDP, in the order of their first forward
+#: (the same on every rank: each asks its question with a collective).
+_awaiting_a_loss: list[weakref.ref[RuntimeDDP]] = []
+
+
+def confirm_strategies(loss: torch.Tensor) -> None:
+    """Let the first loss of each model kept on plain DDP confirm that choice or switch it
+    (:meth:`RuntimeDDP.confirm_by_loss`); called with every loss, before its backward."""
+    for reference in list(_awaiting_a_loss):
+        wrapper = reference()
+        if wrapper is not None and wrapper._confirm_at_backward:
+            wrapper.confirm_by_loss(loss)
+        if wrapper is None or not wrapper._confirm_at_backward:
+            _awaiting_a_loss.remove(reference)
+
+
 def release_process_group_references() -> None:
     """Drop the C++ reducer and logger of every live wrapper: they hold the process group.
 
@@ -168,6 +187,9 @@ class RuntimeDDP(DistributedDataParallel):
         self._strategy_chosen = not choose_strategy
         #: The runtime switched to ``find_unused_parameters=True`` (the script did not ask for it).
         self._chose_unused_search = False
+        #: Plain DDP was kept because the first forward's outputs reach every parameter; the
+        #: first loss computed from them may still leave some out (see :meth:`confirm_by_loss`).
+        self._confirm_at_backward = False
         #: Outputs of the synced forwards no backward has reached yet. Held strongly: a script
         #: that reads ``criterion(model(x), y)`` keeps no reference to the output itself. At most
         #: :data:`_PENDING_FORWARDS` forwards' worth, so forwards never followed by a backward
@@ -217,8 +239,6 @@ class RuntimeDDP(DistributedDataParallel):
     def _choose_strategy(self, outputs: Any) -> Any:
         """After the first forward with a graph: keep plain DDP if every rank's graph reaches every
         parameter, else switch to ``find_unused_parameters=True`` before this forward's backward."""
-        import torch.distributed as dist
-
         self._strategy_chosen = True
         reached = parameters_reached(outputs)
         # Behind a reentrant checkpoint the parameters cannot be seen: plain DDP, as Accelerate
@@ -227,24 +247,56 @@ class RuntimeDDP(DistributedDataParallel):
         all_used = reached is None or all(
             id(param) in reached for param in self.module.parameters() if param.requires_grad
         )
-        flag = torch.tensor([int(all_used)], dtype=torch.int64)
-        if self.device_ids:
-            flag = flag.to(torch.device("cuda", self.device_ids[0]))
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.process_group)
-        if int(flag.item()) == 1:
+        if self._all_ranks_agree(all_used):
+            if reached is not None:
+                self._confirm_at_backward = True
+                _awaiting_a_loss.append(weakref.ref(self))
             return outputs
-        self._rebuild(find_unused_parameters=True)
-        self._chose_unused_search = True
-        # What DDP's forward would have done with this reducer: count the iteration, then let the
-        # reducer find this graph's unused parameters and route the outputs through DDP's sink.
-        if not self._lazy_init_ran:
-            self._lazy_init()
-        if self.require_backward_grad_sync:
-            self.reducer.prepare_for_forward()
+        self._switch_to_unused_search()
         outputs = self._post_forward(outputs)
         if self.require_backward_grad_sync:
             self._track_until_backward(outputs)
         return outputs
+
+    def confirm_by_loss(self, loss: torch.Tensor) -> None:
+        """Before the first backward after plain DDP was kept: a loss that reaches some of this
+        model's parameters but not all (``validity, _, _ = discriminator(x)``, whose other heads
+        the forward computed) would leave their buckets unreduced, and the next forward would
+        fail. Then the reducer switches to the unused-parameter search for this very backward,
+        prepared from the loss. A loss that reaches none of them is not this model's: the
+        question waits for the next one. Every rank calls this at each backward, in step."""
+        if not self.require_backward_grad_sync:
+            return  # no reduction in this backward: the next synced one decides
+        reached = parameters_reached(loss)
+        trained = [id(param) in reached for param in self.module.parameters() if param.requires_grad] if reached else []
+        if not self._all_ranks_agree(any(trained)):
+            return
+        self._confirm_at_backward = False
+        if self._all_ranks_agree(all(trained)):
+            return
+        self._switch_to_unused_search()
+        self.reducer.prepare_for_backward([loss])
+
+    def _all_ranks_agree(self, answer: bool) -> bool:
+        """``answer`` on every rank (one one-int all-reduce)."""
+        import torch.distributed as dist
+
+        flag = torch.tensor([int(answer)], dtype=torch.int64)
+        if self.device_ids:
+            flag = flag.to(torch.device("cuda", self.device_ids[0]))
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.process_group)
+        return int(flag.item()) == 1
+
+    def _switch_to_unused_search(self) -> None:
+        """A reducer built with ``find_unused_parameters=True``, prepared for the forward that
+        just ran (as DDP's forward would have: count the iteration); the caller lets it find that
+        graph's unused parameters."""
+        self._rebuild(find_unused_parameters=True)
+        self._chose_unused_search = True
+        if not self._lazy_init_ran:
+            self._lazy_init()
+        if self.require_backward_grad_sync:
+            self.reducer.prepare_for_forward()
 
     def _rebuild(self, **changes: Any) -> None:
         """Replace the reducer by one built with ``changes`` (same module, parameters, comm hooks)."""

@@ -271,6 +271,54 @@ def check_unused_parameters() -> dict:
     return out
 
 
+class ThreeHeads(torch.nn.Module):
+    """InfoGAN's discriminator: one body and three heads, all computed on every call, while the
+    adversarial step's loss reads only the first (``validity, _, _ = discriminator(x)``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = torch.nn.Linear(3, 4)
+        self.adversarial = torch.nn.Linear(4, 1)
+        self.label = torch.nn.Linear(4, 2)
+        self.code = torch.nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        hidden = torch.relu(self.body(x))
+        return self.adversarial(hidden), self.label(hidden), self.code(hidden)
+
+
+def check_discarded_outputs() -> dict:
+    """Heads computed but left out of the loss: the forward's outputs reach every parameter, the
+    loss does not. Two steps per batch, as InfoGAN alternates them."""
+    accelerator = Accelerator()
+    set_seed(5)
+    model = ThreeHeads()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(_regression_data(), batch_size=4)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    error = None
+    try:
+        for x, y in loader:
+            validity, _, _ = model(x)
+            accelerator.backward(torch.nn.functional.mse_loss(validity, y))
+            optimizer.step()
+            optimizer.zero_grad()
+            _, label, code = model(x)
+            accelerator.backward(label.pow(2).mean() + code.pow(2).mean())
+            optimizer.step()
+            optimizer.zero_grad()
+    except UnusedParametersError as raised:
+        error = str(raised)
+    inner = accelerator.unwrap_model(model)
+    weights = torch.cat([parameter.detach().reshape(-1) for parameter in inner.parameters()])
+    gathered = accelerator.gather(weights.reshape(1, -1))
+    return {
+        "error": error,
+        "ranks_agree": bool(torch.equal(gathered[0], gathered[1])),
+        "find_unused": bool(getattr(model, "find_unused_parameters", False)),
+    }
+
+
 def _fresh_encoder_weight() -> torch.Tensor:
     set_seed(3)
     return HeadOnFirstToken().encoder.weight.detach()
@@ -432,6 +480,7 @@ def main() -> None:
     result["user_ddp_kwargs"] = check_user_ddp_kwargs()
     result["no_sync"] = check_no_sync_communication()
     result["reentrant_checkpoint"] = check_reentrant_checkpoint()
+    result["discarded_outputs"] = check_discarded_outputs()
     result["unused"] = check_unused_parameters()  # last: its error case leaves DDP mid-iteration
     # One file per rank: long lines the ranks print at once can interleave on a shared stdout.
     rank = result["state"]["process_index"]

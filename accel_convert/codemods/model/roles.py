@@ -143,6 +143,7 @@ def optimizers_and_models(a: Analysis) -> None:
     facts = a.facts
     factories = _optimizer_factories(a)
     optimizer_methods = _optimizer_methods(a)
+    stepped = _stepped(a)
     parameter_sources: dict[str, set[str]] = {}
     for assign in a.r.assigns:
         roots = _parameter_roots(a, assign.mentions.parameter_receivers)
@@ -159,7 +160,8 @@ def optimizers_and_models(a: Analysis) -> None:
             roots = {receiver} if receiver is not None else set()
         else:
             qualified = a.r.names.qualified_name(value.func, assign.scope, strict=False)
-            if qualified is None or not is_optimizer(qualified):
+            known = qualified is not None and is_optimizer(qualified)
+            if not known and not (_takes_parameters(value) and set(assign.targets) & stepped):
                 continue
         facts.optimizers.update(assign.targets)
         if a.optimizer_home is None:
@@ -175,6 +177,39 @@ def optimizers_and_models(a: Analysis) -> None:
         # The loaders built so far: all in ``train_loaders`` until the loops sort them.
         if name not in facts.device_names and name not in facts.train_loaders and name[:1].islower()
     }
+
+
+def _stepped(a: Analysis) -> set[str]:
+    """Names whose ``.step()`` the script calls (an optimizer, a scheduler, an environment...)."""
+    found = set()
+    for call in a.r.calls:
+        func = call.node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "step" and not call.node.args:
+            receiver = dotted(func.value)
+            if receiver is not None:
+                found.add(receiver)
+    return found
+
+
+def _takes_parameters(call: cst.Call) -> bool:
+    """Whether ``call``'s first argument (or ``params=``) is a model's ``.parameters()``.
+
+    With a ``.step()`` called on what it returns, this is an optimizer whatever its class: one
+    chosen at run time (``getattr(optim, args.optim)(model.parameters(), lr=lr)``, as TCN's
+    scripts do), or one from the project or a library the name tables do not list
+    (``Lamb(model.parameters())``). Its model is trained, so it is prepared: left out, it would
+    train on each process alone, its gradients never averaged."""
+    arguments = [arg for arg in call.args if arg.keyword is None and not arg.star][:1]
+    arguments += [arg for arg in call.args if arg.keyword is not None and arg.keyword.value == "params"]
+    for arg in arguments:
+        value = arg.value
+        if (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in ("parameters", "named_parameters")
+        ):
+            return True
+    return False
 
 
 def _inline_optimizers(a: Analysis) -> None:
