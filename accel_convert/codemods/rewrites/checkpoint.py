@@ -788,8 +788,8 @@ class _SavesInHelperClasses(RuleTransformer):
         else:
             message = (
                 f"torch.save in {self.scope[0]}, where the accelerator is not reachable: every rank writes this "
-                "file (a prepared model's state with DDP's 'module.' keys); save on the main process, from "
-                "accelerator.unwrap_model(model)"
+                "file; save on the main process (and a prepared model's state from accelerator.unwrap_model(model), "
+                "without DDP's 'module.' keys)"
             )
         self.report(original_node, "ACC914", message, False)
         return updated_node

@@ -24,6 +24,10 @@ from accel_convert.codemods.engine.syntax import parameter_names
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.engine.walk import StatementFilter, walk
 
+#: Where the accelerator, once created, is a global of the module (created in module code or in
+#: the ``__main__`` block), which the module's functions read without a parameter.
+MODULE_GLOBAL_HOMES = frozenset({"module", "main_guard"})
+
 
 @dataclass
 class _Function:
@@ -161,6 +165,7 @@ class _PassAccelerator(RuleTransformer):
             caller in self.needs
             or caller == (self.facts.creating_function or self.facts.main_function)
             or self.functions[caller].binds_accelerator
+            or (self.facts.home_kind in MODULE_GLOBAL_HOMES and self.accelerator_reachable())
         )
         if not reachable:
             self.report(
@@ -256,7 +261,12 @@ class Helpers(Rule):
         callers = callers_of_imported_accelerator_users(facts)
         for caller in callers & set(survey.functions):
             survey.functions[caller].uses_accelerator = True
-        needs = needing_parameter(survey.functions, facts.creating_function or facts.main_function)
+        if facts.home_kind in MODULE_GLOBAL_HOMES:
+            # The accelerator is a global of this module: its functions read it as they read
+            # ``model``; a parameter would only shadow it (and change every call of the function).
+            needs: set[str] = set()
+        else:
+            needs = needing_parameter(survey.functions, facts.creating_function or facts.main_function)
         if not needs and not callers:
             return module, []
         transformer = _PassAccelerator(facts, needs, survey.functions, accelerator)
