@@ -772,3 +772,67 @@ def test_a_library_subclass_without_init_over_a_base_of_its_own_module_gathers_w
     assert "def __init__(self, model, optimizer, loader, valid_loader, accelerator):" in code["trainer"]
     assert "self.accelerator.gather_for_metrics(" in code["trainer"]
     assert "ClassifierTrainer(model, optimizer, loader, valid_loader, accelerator).train(2)" in code["train"]
+
+
+CAPTION_MODELS = """
+import torch
+import torch.nn as nn
+
+
+class Decoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 12)
+
+    def forward(self, features, lengths):
+        decode_lengths = (lengths - 1).tolist()
+        return self.fc(features), decode_lengths
+"""
+
+CAPTION_TRAIN = """
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from models import Decoder
+
+
+def main():
+    data = TensorDataset(torch.randn(64, 8), torch.randint(2, 7, (64,)), torch.randint(0, 12, (64,)))
+    train_loader = DataLoader(data, batch_size=8)
+    val_loader = DataLoader(data, batch_size=16)
+    decoder = Decoder()
+    optimizer = torch.optim.Adam(decoder.parameters())
+    for features, lengths, words in train_loader:
+        scores, _ = decoder(features, lengths)
+        loss = F.cross_entropy(scores, words)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    hits = []
+    with torch.no_grad():
+        for features, lengths, words in val_loader:
+            scores, decode_lengths = decoder(features, lengths)
+            for j, length in enumerate(decode_lengths):
+                hits.append(int(scores[j].argmax() == words[j]) * length)
+    print(sum(hits))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_python_value_returned_by_a_model_class_of_another_module_is_not_gathered() -> None:
+    """The decoder of show-attend-tell returns ``decode_lengths``, a Python list, and lives in
+    ``models.py``: gathered with the tensors, ``gather_for_metrics`` got a tuple it cannot join and
+    the converted program stopped on two processes. The class is known across modules: the loop
+    is left as written and reported, as when the class is in the entry script."""
+    code = converted("train", train=CAPTION_TRAIN, models=CAPTION_MODELS)
+    assert "gather_for_metrics" not in code["train"]
+    assert reports("train", "ACC946", train=CAPTION_TRAIN, models=CAPTION_MODELS)["train"] == [23]
+    # In one file the same class was already known.
+    alone = CAPTION_TRAIN.replace("from models import Decoder\n", CAPTION_MODELS.split("import torch.nn as nn\n", 1)[1])
+    outcome = convert_program(modules(train=alone), "train", Options())["train"]
+    assert "gather_for_metrics" not in outcome.module.code
+    assert any(change.code == "ACC946" for change in outcome.changes)

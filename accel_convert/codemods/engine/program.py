@@ -38,7 +38,13 @@ from accel_convert.codemods.engine.model import ConversionOutcome, Options
 from accel_convert.codemods.engine.names import NameCollector
 from accel_convert.codemods.engine.positions import python_ast
 from accel_convert.codemods.engine.program_seeds import ROLES, ProgramSeeds, program_callee
-from accel_convert.codemods.engine.syntax import dotted, nodes_in, parameter_filled, parameter_names
+from accel_convert.codemods.engine.syntax import (
+    dotted,
+    forward_python_outputs,
+    nodes_in,
+    parameter_filled,
+    parameter_names,
+)
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 
 #: Rounds of analysis at most: each round carries facts one module boundary further.
@@ -510,12 +516,14 @@ class Program:
     def plan(self) -> dict[str, ProgramSeeds]:
         """Seeds for every module, after the rounds of analysis that carry facts across."""
         aliases = tuple(sorted(self.aliases().items()))
+        python_outputs = self._python_outputs()
         seeds = {
             name: ProgramSeeds(
                 library=name != self.entry,
                 relative_imports=tuple(sorted(shape.relative.items())),
                 star_imports=tuple(sorted(self.star_bindings(name).items())),
                 aliases=aliases,
+                python_outputs=python_outputs,
             )
             for name, shape in self.shapes.items()
         }
@@ -529,6 +537,18 @@ class Program:
                 break
             seeds = derived
         return seeds
+
+    def _python_outputs(self) -> tuple[tuple[str, frozenset[int]], ...]:
+        """Every module-level class of the program whose ``forward`` returns Python values, by
+        qualified name, with their positions (a model built in one module from a class of another)."""
+        found = []
+        for name, module in self.modules.items():
+            for node in module.module.body:
+                if isinstance(node, cst.ClassDef):
+                    positions = forward_python_outputs(node)
+                    if positions:
+                        found.append((f"{name}.{node.name.value}", positions))
+        return tuple(sorted(found, key=lambda entry: entry[0]))
 
     def _home_module(self, seeds: dict[str, ProgramSeeds]) -> str:
         """The entry script, unless it builds nothing to train (no model, optimizer or loader,

@@ -94,6 +94,10 @@ class ProgramSeeds:
     #: Program-wide: a qualified name a function is re-exported under → where it is defined
     #: (``mylib.train`` → ``mylib.engine.train``).
     aliases: tuple[tuple[str, str], ...] = ()
+    #: Program-wide: classes (qualified) whose ``forward`` returns Python values it made, with
+    #: their positions among the outputs (``syntax.forward_python_outputs``): such outputs of a
+    #: model built in another module cannot be gathered as tensors.
+    python_outputs: tuple[tuple[str, frozenset[int]], ...] = ()
 
     def roles(self) -> dict[str, frozenset[str]]:
         return dict(self.parameter_roles)

@@ -464,3 +464,56 @@ def name_assigned(statement: cst.BaseStatement) -> tuple[str, cst.BaseExpression
         return None
     target = assign.targets[0].target
     return (target.value, assign.value) if isinstance(target, cst.Name) else None
+
+
+#: Methods of a tensor that return Python numbers or lists, or a NumPy array: not gatherable.
+_PYTHON_VALUE_METHODS = frozenset({"tolist", "item", "numpy"})
+
+
+#: Builtins that build a Python value (a list of ints, a number) from what they are given.
+_PYTHON_VALUE_BUILTINS = frozenset({"list", "tuple", "sorted", "int", "float", "sum", "max", "min"})
+
+
+def python_value(value: cst.BaseExpression) -> bool:
+    """Whether ``value`` builds a Python value, not a tensor: a comprehension, a
+    ``.tolist()``/``.item()``/``.numpy()``, ``list(...)``/``int(...)``..."""
+    # A list or tuple display may hold tensors (gathered as nested tensors); a comprehension
+    # makes one entry per element of what it runs over.
+    if isinstance(value, (cst.ListComp, cst.GeneratorExp, cst.SetComp, cst.DictComp)):
+        return True
+    if isinstance(value, cst.Call):
+        func = value.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _PYTHON_VALUE_METHODS:
+            return True
+        return isinstance(func, cst.Name) and func.value in _PYTHON_VALUE_BUILTINS
+    return False
+
+
+def forward_python_outputs(class_def: cst.ClassDef) -> frozenset[int]:
+    """Positions of what a model class's ``forward`` returns that are Python values it made
+    (``decode_lengths = (caption_lengths - 1).tolist()`` ... ``return scores, decode_lengths``:
+    {1}; -1 for the only output); empty for a class without such outputs."""
+    forward = next((method for method in class_methods(class_def) if method.name.value == "forward"), None)
+    if forward is None:
+        return frozenset()
+    inside = nodes_in(forward)
+    made = {
+        name
+        for found in inside
+        if isinstance(found, cst.Assign) and python_value(found.value)
+        for target in found.targets
+        for name in target_names(target.target)
+    }
+
+    def made_in_python(value: cst.BaseExpression) -> bool:
+        return (isinstance(value, cst.Name) and value.value in made) or python_value(value)
+
+    positions: set[int] = set()
+    for found in inside:
+        if not isinstance(found, cst.Return) or found.value is None:
+            continue
+        if isinstance(found.value, cst.Tuple):
+            positions.update(i for i, element in enumerate(found.value.elements) if made_in_python(element.value))
+        elif made_in_python(found.value):
+            positions.add(-1)
+    return frozenset(positions)

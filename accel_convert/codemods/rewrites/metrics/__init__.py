@@ -14,8 +14,11 @@ before the forward, a row count (``b_size = real.size(0)``) or a list (``decode_
 1).tolist()``), is computed again after the gather from the gathered tensors, so ``total += b_size``
 and ``for j in range(b_size)`` cover every process's rows; ``range(<the loaders' batch size>)`` over
 the gathered batch becomes ``range(len(x))`` of a gathered tensor. A Python value that cannot be
-computed again (one the model's ``forward`` returns, one bound by unpacking) cannot be joined with
-the gathered tensors: the loop is left as written and reported (ACC913).
+computed again (one the model's ``forward`` returns, also a model class of another module of the
+program; one bound by unpacking) cannot be joined with the gathered tensors: the loop is left as
+written and reported (ACC913). So is a loop that indexes the batch with a model output
+(``allcaps[sort_ind]``, the order a captioning decoder sorted its batch in): positions in one
+process's batch would pick rows of the joined batch.
 
 Model outputs read through attributes (``outputs.logits``) or batches read by key
 (``batch["labels"]``) are gathered as those expressions into new names that the rest of the loop
@@ -69,6 +72,7 @@ from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.rewrites.metrics.batch_means import batch_mean_losses
 from accel_convert.codemods.rewrites.metrics.codes import (
+    BATCH_ORDER,
     BATCH_SCALAR,
     COMPREHENSION,
     FORWARD_IN_CALL,
@@ -121,6 +125,7 @@ class MetricsCodemod(Rule):
         PYTHON_VALUE: "metrics-python-value: a Python value made per batch (a list of lengths, a number) among the values to gather: nothing gathered",
         INDEXED_STORE: "metrics-indexed-store: outputs stored at positions computed from the batch index: nothing gathered",
         IN_BATCH_TARGETS: "metrics-in-batch-targets: targets made from positions in the batch (in-batch matching): nothing gathered",
+        BATCH_ORDER: "metrics-batch-order: a model output that orders this process's batch (y[sort_ind]): nothing gathered",
         BATCH_SCALAR: "metrics-batch-scalar: a value that is one per batch and process (a loss): it cannot be gathered per sample",
         LOCAL_BATCH_SIZE: "metrics-local-batch-size: a batch size read before the gather, summed: it counts this process's samples only",
         OBJECT_LISTS: "metrics-object-lists: lists of per-sample objects (detection-style batches), not gathered",
@@ -722,6 +727,52 @@ class MetricsCodemod(Rule):
                 "positions in the joined batch, so nothing is gathered and the metrics cover this "
                 "process only: compute the per-sample result first (hits = logits.argmax(1) == labels), "
                 "then gather it with accelerator.gather_for_metrics(hits)"
+            ),
+        ),
+        Example(
+            # The model sorts its batch by length and returns the order (show-attend-tell's
+            # decoder): positions in one process's batch, which would index the joined batch.
+            code=BATCH_ORDER,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class SortedTagger(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.linear = nn.Linear(8, 3)
+
+                    def forward(self, x, lengths):
+                        lengths, sort_ind = lengths.sort(dim=0, descending=True)
+                        return self.linear(x[sort_ind]), sort_ind
+
+
+                torch.manual_seed(0)
+                model = SortedTagger()
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                data = TensorDataset(torch.randn(64, 8), torch.randint(1, 9, (64,)), torch.randint(0, 3, (64,)))
+                train_loader = DataLoader(data, batch_size=8)
+                test_loader = DataLoader(data, batch_size=16)
+                for x, lengths, y in train_loader:
+                    optimizer.zero_grad()
+                    scores, sort_ind = model(x, lengths)
+                    nn.functional.cross_entropy(scores, y[sort_ind]).backward()
+                    optimizer.step()
+
+                correct = 0
+                with torch.no_grad():
+                    for x, lengths, y in test_loader:
+                        scores, sort_ind = model(x, lengths)
+                        correct += (scores.argmax(1) == y[sort_ind]).sum().item()
+                print(correct)
+            """,
+            message=(
+                "y[sort_ind]: a model output used as positions in this process's batch (the order it "
+                "sorted the batch in); after a gather they would pick rows of the joined batch, so "
+                "nothing is gathered and the metrics cover this process only: re-order first, then "
+                "gather what is compared (accelerator.gather_for_metrics((scores, y[sort_ind])))"
             ),
         ),
         Example(

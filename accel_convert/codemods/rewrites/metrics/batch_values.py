@@ -17,6 +17,7 @@ from accel_convert.codemods.engine.syntax import (
     is_host_number,
     names_in,
     nodes_in,
+    python_value,
     root_name,
     rows_counted,
     target_names,
@@ -58,6 +59,21 @@ def batch_positions(statements: Sequence[cst.CSTNode], batch: set[str], facts: S
     return None
 
 
+def indexed_by_outputs(statements: Sequence[cst.CSTNode], outputs: set[str], gathered: set[str]) -> str | None:
+    """``y[sort_ind]`` after the forward, ``sort_ind`` one of its outputs and ``y`` a value to
+    gather: the output holds positions in this process's batch (the order a model sorted its
+    batch by length in); the subscript's code, or None."""
+    for statement in statements:
+        for node in nodes_in(statement):
+            if not isinstance(node, cst.Subscript) or root_name(node.value) not in gathered:
+                continue
+            for element in node.slice:
+                index = element.slice
+                if isinstance(index, cst.Index) and isinstance(index.value, cst.Name) and index.value.value in outputs:
+                    return expression_code(node)
+    return None
+
+
 @dataclass
 class Unpacked:
     """What the loop binds from the batch before the forward (see :func:`unpacked_from`)."""
@@ -74,29 +90,6 @@ class Unpacked:
     #: ``total += labels.size(0)`` before the forward → the tensor counted: moved after the
     #: gather, where it counts every process's rows.
     summed_counts: dict[int, tuple[cst.SimpleStatementLine, str]] = field(default_factory=dict)
-
-
-#: Methods of a tensor that return Python numbers or lists, or a NumPy array: not gatherable.
-_PYTHON_VALUE_METHODS = frozenset({"tolist", "item", "numpy"})
-
-
-#: Builtins that build a Python value (a list of ints, a number) from what they are given.
-_PYTHON_VALUE_BUILTINS = frozenset({"list", "tuple", "sorted", "int", "float", "sum", "max", "min"})
-
-
-def python_value(value: cst.BaseExpression) -> bool:
-    """Whether ``value`` builds a Python value, not a tensor: a comprehension, a
-    ``.tolist()``/``.item()``/``.numpy()``, ``list(...)``/``int(...)``..."""
-    # A list or tuple display may hold tensors (gathered as nested tensors); a comprehension
-    # makes one entry per element of what it runs over.
-    if isinstance(value, (cst.ListComp, cst.GeneratorExp, cst.SetComp, cst.DictComp)):
-        return True
-    if isinstance(value, cst.Call):
-        func = value.func
-        if isinstance(func, cst.Attribute) and func.attr.value in _PYTHON_VALUE_METHODS:
-            return True
-        return isinstance(func, cst.Name) and func.value in _PYTHON_VALUE_BUILTINS
-    return False
 
 
 def unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode, batch: tuple[str, ...]) -> Unpacked:

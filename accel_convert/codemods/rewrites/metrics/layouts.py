@@ -19,6 +19,7 @@ from accel_convert.codemods.engine.syntax import (
     class_methods,
     dotted,
     expression_code,
+    forward_python_outputs,
     keyword_is,
     nodes_in,
     parameter_names,
@@ -31,7 +32,6 @@ from accel_convert.codemods.engine.torch_names import (
     SEQUENCE_FIRST_PADDING,
 )
 from accel_convert.codemods.engine.walk import StatementFilter, module_nodes, walk
-from accel_convert.codemods.rewrites.metrics.batch_values import python_value
 from accel_convert.codemods.rewrites.metrics.forward import is_model_call
 
 
@@ -221,49 +221,28 @@ def recurrent_hidden_outputs(module: cst.Module, facts: ScriptFacts) -> dict[str
 
 
 def python_value_outputs(module: cst.Module, facts: ScriptFacts) -> dict[str, frozenset[int]]:
-    """Models of the file's classes whose ``forward`` returns a Python value it made
+    """Models of the program's classes whose ``forward`` returns a Python value it made
     (``decode_lengths = (caption_lengths - 1).tolist()`` ... ``return scores, decode_lengths``),
-    with the positions of those outputs: model name → positions (-1: the only output)."""
-    positions_by_class: dict[str, frozenset[int]] = {}
-    for node in module.body:
-        if not isinstance(node, cst.ClassDef):
-            continue
-        forward = next((method for method in class_methods(node) if method.name.value == "forward"), None)
-        if forward is None:
-            continue
-        made = {
-            name
-            for found in nodes_in(forward)
-            if isinstance(found, cst.Assign) and python_value(found.value)
-            for target in found.targets
-            for name in target_names(target.target)
-        }
-        positions: set[int] = set()
-        for found in nodes_in(forward):
-            if not isinstance(found, cst.Return) or found.value is None:
-                continue
-            if isinstance(found.value, cst.Tuple):
-                positions.update(
-                    i for i, element in enumerate(found.value.elements) if _made_in_python(element.value, made)
-                )
-            elif _made_in_python(found.value, made):
-                positions.add(-1)
-        if positions:
-            positions_by_class[node.name.value] = frozenset(positions)
-    return _models_built_from(module, facts, positions_by_class)
-
-
-def _made_in_python(value: cst.BaseExpression, made: set[str]) -> bool:
-    """A returned value that is a Python value: one of the names ``made`` so, or such an expression."""
-    return (isinstance(value, cst.Name) and value.value in made) or python_value(value)
+    with the positions of those outputs: model name → positions (-1: the only output). A class
+    of another module of the program is known by its qualified name (``models.DecoderWithAttention``)."""
+    positions_by_class = {
+        node.name.value: positions
+        for node in module.body
+        if isinstance(node, cst.ClassDef) and (positions := forward_python_outputs(node))
+    }
+    imported = dict(facts.program.python_outputs) if facts.program is not None else {}
+    return _models_built_from(module, facts, positions_by_class, imported)
 
 
 def _models_built_from(
-    module: cst.Module, facts: ScriptFacts, positions_by_class: dict[str, frozenset[int]]
+    module: cst.Module,
+    facts: ScriptFacts,
+    positions_by_class: dict[str, frozenset[int]],
+    imported: dict[str, frozenset[int]] | None = None,
 ) -> dict[str, frozenset[int]]:
     """The models built from those classes (``decoder = Decoder(...).to(device)``) → the
-    class's positions."""
-    if not positions_by_class:
+    class's positions; ``imported``: classes of other modules, by qualified name."""
+    if not positions_by_class and not imported:
         return {}
     models: dict[str, frozenset[int]] = {}
     for found in module_nodes(module):
@@ -271,13 +250,13 @@ def _models_built_from(
             continue
         model = dotted(found.targets[0].target)
         built = construction(found.value)
-        if (
-            model is not None
-            and model in facts.models
-            and built is not None
-            and dotted(built.func) in positions_by_class
-        ):
-            models[model] = positions_by_class[dotted(built.func) or ""]
+        if model is None or model not in facts.models or built is None:
+            continue
+        positions = positions_by_class.get(dotted(built.func) or "")
+        if positions is None and imported:
+            positions = imported.get(facts.qualified_name(built.func) or "")
+        if positions is not None:
+            models[model] = positions
     return models
 
 

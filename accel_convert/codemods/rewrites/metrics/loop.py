@@ -14,7 +14,7 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.iteration import enumerate_index, iterated
 from accel_convert.codemods.engine.model import Site
-from accel_convert.codemods.engine.syntax import dotted, expression_code, is_backward, nodes_in
+from accel_convert.codemods.engine.syntax import bound_by, dotted, expression_code, is_backward, nodes_in
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import variables_read
 from accel_convert.codemods.rewrites.metrics.batch_means import (
@@ -25,11 +25,13 @@ from accel_convert.codemods.rewrites.metrics.batch_means import (
 from accel_convert.codemods.rewrites.metrics.batch_values import (
     Unpacked,
     batch_positions,
+    indexed_by_outputs,
     sizes_summed_after,
     stored_by_batch_index,
     unpacked_from,
 )
 from accel_convert.codemods.rewrites.metrics.codes import (
+    BATCH_ORDER,
     BATCH_SCALAR,
     FORWARD_IN_CALL,
     GATHERED,
@@ -392,6 +394,21 @@ class EvalLoopRewriter(RuleTransformer):
             )
             return True
         after = statements_after(statements, forward)
+        outputs = {name for line in forward.body for name in bound_by(line)}
+        reordered = indexed_by_outputs(after, outputs, set(plan.names) | set(batch))
+        if reordered is not None and plan.gathered:
+            # ``allcaps[sort_ind]``: after the gather the positions of one process's batch would
+            # pick rows of the joined batch.
+            self.report(
+                original,
+                BATCH_ORDER,
+                f"{reordered}: a model output used as positions in this process's batch (the order it sorted the "
+                "batch in); after a gather they would pick rows of the joined batch, so nothing is gathered and the "
+                "metrics cover this process only: re-order first, then gather what is compared "
+                "(accelerator.gather_for_metrics((scores, y[sort_ind])))",
+                False,
+            )
+            return True
         positions = batch_positions(after, set(plan.names) | set(batch), self.facts)
         stored = stored_by_batch_index(after, enumerate_index(original), set(plan.names))
         if stored is not None and plan.gathered:
