@@ -427,15 +427,23 @@ def _function_at(shape: _ModuleShape, line: int) -> str:
 
 
 def _prepared_by_entry(facts: ScriptFacts, shape: _ModuleShape) -> set[str]:
-    """Names the entry script's ``prepare`` will cover: the trained objects its home block binds
-    (a per-epoch scheduler is not prepared), and those it already prepares."""
+    """Names the entry script's ``prepare`` calls will cover: the trained objects its home block
+    binds (a per-epoch scheduler is not prepared), those a function training the model it
+    receives builds (``train_model(model, ...)`` building its loaders and optimizer prepares them
+    there), and those it already prepares. Counting only the home block, a loader prepared in
+    such a function was known as prepared only once the ``prepare`` was written: the second
+    conversion then dropped ``device=`` from its batches in another module, the first had not."""
     wanted = facts.models | facts.optimizers | facts.loaders | (facts.schedulers - facts.per_epoch_schedulers)
     home = facts.creating_function or facts.main_function if facts.home_kind == "function" else None
     prepared = set(facts.prepared)
     for name in wanted:
         for site in facts.assign_sites.get(name, ()):
             inside = _function_at(shape, site.line)
-            if (home is not None and inside in {home, facts.main_function}) or (home is None and inside == "<module>"):
+            if (
+                (home is not None and inside in {home, facts.main_function})
+                or (home is None and inside == "<module>")
+                or inside in facts.training_functions
+            ):
                 prepared.add(name)
     return prepared
 
