@@ -252,3 +252,16 @@ def _loop_aliases(a: Analysis) -> None:
             for target, source in pairs:
                 if target != source:
                     a.arguments.setdefault((loop.function, target), set()).add((loop.function, source))
+
+
+def stepped(a: Analysis) -> set[str]:
+    """Names whose ``.step()`` the script calls: an optimizer's (``optimizer.step()``,
+    ``self.optimizer.step()``), also a scheduler's or an environment's."""
+    found = set()
+    for call in a.r.calls:
+        func = call.node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "step":
+            receiver = dotted(func.value)
+            if receiver is not None:
+                found.add(receiver)
+    return found

@@ -11,7 +11,9 @@ from accel_convert.codemods.engine.syntax import (
 from accel_convert.codemods.engine.torch_names import (
     MODEL_COPIES,
 )
+from accel_convert.codemods.model.calls import stepped
 from accel_convert.codemods.model.provider import provider
+from accel_convert.codemods.model.roles import optimizer_wrappers
 from accel_convert.codemods.model.state import Analysis
 
 
@@ -24,21 +26,17 @@ def models_trained_by_hand(a: Analysis) -> None:
     if facts.optimizers:
         return
     # ``optimizer.zero_grad()`` ... ``optimizer.step()`` in a helper that receives the
-    # optimizer: what steps is an optimizer, not a model trained by hand.
-    stepped = {
-        func.value.value
-        for call in a.r.calls
-        if isinstance(func := call.node.func, cst.Attribute)
-        and func.attr.value == "step"
-        and isinstance(func.value, cst.Name)
-    }
+    # optimizer: what steps is an optimizer, not a model trained by hand; nor is a wrapper built
+    # around an optimizer (``ScheduledOptim(optim.Adam(...))``, whose ``zero_grad`` is the
+    # optimizer's).
+    not_models = stepped(a) | optimizer_wrappers(a)
     for call in a.r.calls:
         func = call.node.func
         if (
             isinstance(func, cst.Attribute)
             and func.attr.value in ("parameters", "zero_grad")
             and isinstance(func.value, cst.Name)
-            and func.value.value not in stepped
+            and func.value.value not in not_models
             and any(loop.has_backward for loop in call.loops)
         ):
             facts.models.add(func.value.value)

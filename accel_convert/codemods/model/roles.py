@@ -17,6 +17,7 @@ from accel_convert.codemods.engine.torch_names import (
     is_scheduler,
 )
 from accel_convert.codemods.engine.walk import walk
+from accel_convert.codemods.model.calls import stepped as calls_stepped
 from accel_convert.codemods.model.expressions import (
     is_prepare,
     moves_a_construction,
@@ -143,7 +144,7 @@ def optimizers_and_models(a: Analysis) -> None:
     facts = a.facts
     factories = _optimizer_factories(a)
     optimizer_methods = _optimizer_methods(a)
-    stepped = _stepped(a)
+    stepped = calls_stepped(a)
     parameter_sources: dict[str, set[str]] = {}
     for assign in a.r.assigns:
         roots = _parameter_roots(a, assign.mentions.parameter_receivers)
@@ -179,15 +180,22 @@ def optimizers_and_models(a: Analysis) -> None:
     }
 
 
-def _stepped(a: Analysis) -> set[str]:
-    """Names whose ``.step()`` the script calls (an optimizer, a scheduler, an environment...)."""
-    found = set()
-    for call in a.r.calls:
-        func = call.node.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "step" and not call.node.args:
-            receiver = dotted(func.value)
-            if receiver is not None:
-                found.add(receiver)
+def optimizer_wrappers(a: Analysis) -> set[str]:
+    """Names bound to an object built around an optimizer the script constructs in its arguments
+    (``ScheduledOptim(optim.Adam(model.parameters()), ...)`` in attention-is-all-you-need,
+    ``Lookahead(torch.optim.AdamW(...))``): they step and zero the gradients for it, and are
+    neither a model nor an optimizer ``prepare`` knows."""
+    found: set[str] = set()
+    for assign in a.r.assigns:
+        value = constructed(assign.value)
+        if not isinstance(value, cst.Call):
+            continue
+        for arg in value.args:
+            inner = arg.value
+            if isinstance(inner, cst.Call):
+                qualified = a.r.names.qualified_name(inner.func, assign.scope, strict=False)
+                if qualified is not None and is_optimizer(qualified):
+                    found.update(assign.targets)
     return found
 
 
