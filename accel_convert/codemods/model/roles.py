@@ -145,7 +145,7 @@ def optimizers_and_models(a: Analysis) -> None:
     factories = _optimizer_factories(a)
     optimizer_methods = _optimizer_methods(a)
     stepped = calls_stepped(a)
-    parameter_sources: dict[str, set[str]] = {}
+    parameter_sources = _parameter_lists(a)
     for assign in a.r.assigns:
         roots = _parameter_roots(a, assign.mentions.parameter_receivers)
         for target in assign.targets:
@@ -178,6 +178,30 @@ def optimizers_and_models(a: Analysis) -> None:
         # The loaders built so far: all in ``train_loaders`` until the loops sort them.
         if name not in facts.device_names and name not in facts.train_loaders and name[:1].islower()
     }
+
+
+def _parameter_lists(a: Analysis) -> dict[str, set[str]]:
+    """Lists of parameters filled in a loop over a model's parameters, as detection code groups
+    biases apart for their own learning rate (``for name, param in model.named_parameters():
+    biases.append(param)``, then ``SGD(params=[{'params': biases, ...}, ...])``): list → the
+    model."""
+    found: dict[str, set[str]] = {}
+    for call in a.r.calls:
+        func = call.node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value in ("append", "extend") and call.loops):
+            continue
+        collected = dotted(func.value)
+        source = call.loops[-1].node.iter
+        if (
+            collected is not None
+            and isinstance(source, cst.Call)
+            and isinstance(source.func, cst.Attribute)
+            and source.func.attr.value in ("parameters", "named_parameters")
+        ):
+            receiver = dotted(source.func.value)
+            if receiver is not None:
+                found.setdefault(collected, set()).update(_parameter_roots(a, {receiver}))
+    return found
 
 
 def optimizer_wrappers(a: Analysis) -> set[str]:

@@ -6,7 +6,10 @@ and custom methods (``model.decode(z)``, ``model.init_hidden(bs)``) are not on t
 This pass routes ``torch.save`` through ``accelerator.save`` (writes on the main process only) after a
 barrier, and takes state dicts, ``load_state_dict`` and custom attributes from
 ``accelerator.unwrap_model(model)``. nn.Module's own methods (``train``, ``eval``, ``parameters``,
-``zero_grad``, ``to``...) work on the wrapper and are left alone. In a script that saves, every
+``zero_grad``, ``to``...) work on the wrapper and are left alone. A checkpoint that keeps the whole
+model in a dict (``state = {'epoch': epoch, 'model': model}`` ... ``torch.save(state, filename)``,
+as SSD and the CIFAR trainers save it) keeps the unwrapped one: pickled with its wrapper, the model
+would load only where a process group runs, not in the inference script. In a script that saves, every
 ``torch.load`` line waits for the other ranks first, so no rank reads a file still being written.
 Where no barrier can go before a load (``if os.path.isfile(path): model.load_state_dict(torch.load(path))``
 in a ``test()`` run after training, a load in a ``try``), the ranks wait after each save that
@@ -27,6 +30,7 @@ reported (ACC921).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 
 import libcst as cst
 
@@ -39,11 +43,12 @@ from accel_convert.codemods.engine.accelerator_code import (
 )
 from accel_convert.codemods.engine.facts import MODULE, ScriptFacts, callers_closure
 from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.positions import skips_statement
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import as_statement, body_statements, calls_in, dotted, names_in
 from accel_convert.codemods.engine.torch_names import MODEL_EXPORTS
 from accel_convert.codemods.engine.transformers import RuleTransformer
-from accel_convert.codemods.engine.walk import walk
+from accel_convert.codemods.engine.walk import StatementFilter, walk
 from accel_convert.codemods.model.provider import rule_provider
 from accel_convert.codemods.model.state import Analysis
 
@@ -304,6 +309,59 @@ class CheckpointCodemod(Rule):
             """,
         ),
         Example(
+            # The whole model kept in the checkpoint dict, as SSD's save_checkpoint does.
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for epoch in range(2):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            loss.backward()
+                            optimizer.step()
+                        state = {"epoch": epoch, "model": model, "optimizer": optimizer}
+                        torch.save(state, "checkpoint.pth.tar")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for epoch in range(2):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            accelerator.backward(loss)
+                            optimizer.step()
+                        state = {"epoch": epoch, "model": accelerator.unwrap_model(model), "optimizer": optimizer}
+                        accelerator.wait_for_everyone()
+                        accelerator.save(state, "checkpoint.pth.tar")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
             code="ACC914",
             before="""
                 import torch
@@ -389,7 +447,12 @@ class CheckpointCodemod(Rule):
                 if path.rpartition(".")[0] in facts.models and path.rpartition(".")[2] not in MODULE_OWN_ATTRIBUTES
             }
         )
-        rewriter = _CheckpointRewriter(facts, module, facts.lines_mentioning(words), options.target == "runtime")
+        saved = _SavedValues(facts, facts.lines_mentioning(callee_words(facts, ("torch.save",))))
+        walk(module, saved)
+        words |= saved.found  # ``state = {'model': model, ...}``, saved further down
+        rewriter = _CheckpointRewriter(
+            facts, module, facts.lines_mentioning(words), options.target == "runtime", saved.found
+        )
         new_module = module.visit(rewriter)
         handed = _classes_given_models(module, facts)
         reported: list[Change] = []
@@ -426,11 +489,40 @@ class CheckpointCodemod(Rule):
         return new_module, [*rewriter.changes(module), *reported]
 
 
+class _SavedValues(StatementFilter):
+    """Names whose value a ``torch.save`` writes (``torch.save(state, filename)``), read off the
+    statements on ``lines`` (those mentioning it)."""
+
+    def __init__(self, facts: ScriptFacts, lines: set[int]) -> None:
+        super().__init__()
+        self.facts = facts
+        self.lines = sorted(lines)
+        self.found: set[str] = set()
+
+    def enters_statement(self, node: cst.CSTNode) -> bool:
+        return not skips_statement(node, self.lines, self.facts.origins)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.facts.callee_name(node.func) == "torch.save" and node.args and node.args[0].keyword is None:
+            name = dotted(node.args[0].value)
+            if name is not None and name not in self.facts.models:
+                self.found.add(name)
+
+
 class _CheckpointRewriter(RuleTransformer):
-    def __init__(self, facts: ScriptFacts, module: cst.Module, lines: set[int], runtime: bool = True) -> None:
+    def __init__(
+        self,
+        facts: ScriptFacts,
+        module: cst.Module,
+        lines: set[int],
+        runtime: bool = True,
+        saved_values: AbstractSet[str] = frozenset(),
+    ) -> None:
         super().__init__(facts, lines)
         #: The runtime's ``accelerator.as_forward`` exists (not Accelerate's API).
         self.runtime = runtime
+        #: Names ``torch.save`` writes: a dict bound to one of them holds what is saved.
+        self.saved_values = saved_values
         self._assigned_targets: set[int] = set()
         self._prepare_pending: list[bool] = [_has_prepare_call(module.body, facts)]
         self._saves_in_line = 0
@@ -465,6 +557,8 @@ class _CheckpointRewriter(RuleTransformer):
             return False
         if any(isinstance(small, (cst.Import, cst.ImportFrom)) for small in node.body):
             return False  # ``import model.model as module_arch`` names a module, not a model's attribute
+        if any(self._binds_saved_dict(small) for small in node.body):
+            return True
         # Most lines hold no model attribute and no save/load: a read-only look is far cheaper
         # than the transformer's walk, which rebuilds every node it enters.
         finder = _CheckpointInterest(self.facts)
@@ -525,6 +619,35 @@ class _CheckpointRewriter(RuleTransformer):
             for node in self._anchors
         )
 
+    def _binds_saved_dict(self, node: cst.BaseSmallStatement) -> bool:
+        """``state = {...}``, ``state`` a name ``torch.save`` writes further down."""
+        return (
+            isinstance(node, cst.Assign)
+            and isinstance(node.value, cst.Dict)
+            and any(dotted(target.target) in self.saved_values for target in node.targets)
+        )
+
+    def leave_Assign(self, original_node: cst.Assign, updated_node: cst.Assign) -> cst.Assign:
+        """``state = {'model': model, ...}`` saved further down: the model in it unwrapped."""
+        if not self._binds_saved_dict(original_node) or not isinstance(updated_node.value, cst.Dict):
+            return updated_node
+        value = self._models_unwrapped_in(original_node, updated_node.value)
+        return updated_node if value is updated_node.value else updated_node.with_changes(value=value)
+
+    def _models_unwrapped_in(self, original: cst.CSTNode, saved: cst.Dict) -> cst.Dict:
+        """The prepared models a saved dict holds as values (the whole module, as SSD's and the
+        CIFAR trainers' checkpoints keep it), unwrapped: pickled with its DDP wrapper, a model
+        loads only where a process group is running (not in an inference script)."""
+        if not self.accelerator_reachable():
+            return saved
+        elements = list(saved.elements)
+        for index, element in enumerate(elements):
+            if isinstance(element, cst.DictElement) and dotted(element.value) in self.facts.models:
+                model = dotted(element.value)
+                self.report(original, self.code, f"{model} saved in a dict → accelerator.unwrap_model({model})", True)
+                elements[index] = element.with_changes(value=unwrap_model(self.facts, element.value))
+        return saved.with_changes(elements=elements) if elements != list(saved.elements) else saved
+
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if dotted(updated_node.func) in self.facts.of(model_copiers):
             return self._copy_of_unwrapped(original_node, updated_node)
@@ -552,6 +675,8 @@ class _CheckpointRewriter(RuleTransformer):
         args = list(updated_node.args)
         if args and args[0].keyword is None and dotted(args[0].value) in self.facts.models:
             args[0] = args[0].with_changes(value=unwrap_model(self.facts, args[0].value))
+        elif args and args[0].keyword is None and isinstance(args[0].value, cst.Dict):
+            args[0] = args[0].with_changes(value=self._models_unwrapped_in(original_node, args[0].value))
         self._saves_in_line += 1
         self.saves = True
         self.report(original_node, self.code, "torch.save → accelerator.save (main process only)", True)
