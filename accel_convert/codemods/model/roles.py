@@ -3,6 +3,9 @@ parameters that receive it."""
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import chooses_device, constructed
@@ -142,28 +145,16 @@ def optimizers_and_models(a: Analysis) -> None:
     """Optimizers (by constructor, a factory of the file, a model's ``configure_optimizers``) and
     the models they get the parameters of; models moved to the device but never trained."""
     facts = a.facts
-    factories = _optimizer_factories(a)
-    optimizer_methods = _optimizer_methods(a)
-    stepped = calls_stepped(a)
+    builders = _OptimizerBuilders(_optimizer_factories(a), _optimizer_methods(a), calls_stepped(a))
     parameter_sources = _parameter_lists(a)
     for assign in a.r.assigns:
         roots = _parameter_roots(a, assign.mentions.parameter_receivers)
         for target in assign.targets:
             parameter_sources.setdefault(target, set()).update(roots)
-        value = constructed(assign.value)
-        if not isinstance(value, cst.Call):
+        built = builders.models_trained(a, assign)
+        if built is None:
             continue
-        if isinstance(value.func, cst.Name) and value.func.value in factories:
-            roots = _factory_roots(a, value, value.func.value, factories[value.func.value])
-        elif isinstance(value.func, cst.Attribute) and value.func.attr.value in optimizer_methods:
-            # ``optimizer = model.configure_optimizers(config)``: the model's own parameters.
-            receiver = dotted(value.func.value)
-            roots = {receiver} if receiver is not None else set()
-        else:
-            qualified = a.r.names.qualified_name(value.func, assign.scope, strict=False)
-            known = qualified is not None and is_optimizer(qualified)
-            if not known and not (_takes_parameters(value) and set(assign.targets) & stepped):
-                continue
+        roots = set(built) if built is not _PARAMETERS_PASSED else roots
         facts.optimizers.update(assign.targets)
         if a.optimizer_home is None:
             a.optimizer_home = assign.function
@@ -178,6 +169,41 @@ def optimizers_and_models(a: Analysis) -> None:
         # The loaders built so far: all in ``train_loaders`` until the loops sort them.
         if name not in facts.device_names and name not in facts.train_loaders and name[:1].islower()
     }
+
+
+#: An optimizer whose models are the receivers of the ``.parameters()`` its arguments mention.
+_PARAMETERS_PASSED: frozenset[str] = frozenset({"<the receivers of .parameters()>"})
+
+
+@dataclass(frozen=True)
+class _OptimizerBuilders:
+    """What builds an optimizer in this file besides the name tables' constructors."""
+
+    #: Module-level functions returning a new optimizer → the constructor call they return.
+    factories: dict[str, cst.Call]
+    #: Methods of the file's classes returning a new optimizer (``configure_optimizers``).
+    methods: set[str]
+    #: Names whose ``.step()`` the script calls.
+    stepped: set[str]
+
+    def models_trained(self, a: Analysis, assign: AssignRecord) -> AbstractSet[str] | None:
+        """The models the optimizer ``assign`` builds trains; :data:`_PARAMETERS_PASSED` when
+        they are the receivers of the ``.parameters()`` it is given; None when it builds none."""
+        value = constructed(assign.value)
+        if not isinstance(value, cst.Call):
+            return None
+        if isinstance(value.func, cst.Name) and value.func.value in self.factories:
+            return _factory_roots(a, value, value.func.value, self.factories[value.func.value])
+        if isinstance(value.func, cst.Attribute) and value.func.attr.value in self.methods:
+            # ``optimizer = model.configure_optimizers(config)``: the model's own parameters.
+            receiver = dotted(value.func.value)
+            return {receiver} if receiver is not None else set()
+        qualified = a.r.names.qualified_name(value.func, assign.scope, strict=False)
+        if (qualified is not None and is_optimizer(qualified)) or (
+            _takes_parameters(value) and set(assign.targets) & self.stepped
+        ):
+            return _PARAMETERS_PASSED
+        return None
 
 
 def _parameter_lists(a: Analysis) -> dict[str, set[str]]:
