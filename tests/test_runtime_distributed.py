@@ -127,6 +127,17 @@ def test_outputs_the_loss_leaves_out_train_without_a_flag(ranks: list[dict]) -> 
         assert result["discarded_outputs"] == {"error": None, "ranks_agree": True, "find_unused": True}
 
 
+def test_a_model_no_loss_reaches_stops_costing_a_collective_per_backward(ranks: list[dict]) -> None:
+    # A detached teacher is never reached by a loss: before the bound it was asked about (a walk
+    # of the loss's graph and an all-reduce) at every backward of the run; a loss through a
+    # reentrant checkpoint hid every parameter behind it and was never taken as an answer.
+    for result in ranks:
+        observed = result["no_loss_reaches"]
+        assert observed["batches"] == 16
+        assert observed["teacher"] == [True] * 7 + [False] * 9
+        assert observed["checkpointed"] == [False] * 16
+
+
 def test_a_reentrant_activation_checkpoint_trains_as_one_process_does(ranks: list[dict]) -> None:
     # The checkpointed block's parameters are not in the forward's graph: taking them for unused
     # (find_unused_parameters) made DDP fail with "marked ready twice" when backward recomputed it.

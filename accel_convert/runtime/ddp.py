@@ -148,6 +148,10 @@ _live_wrappers: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
 #: (the same on every rank: each asks its question with a collective).
 _awaiting_a_loss: list[weakref.ref[RuntimeDDP]] = []
 
+#: How many synced backwards a model kept on plain DDP waits for a loss that reaches it before
+#: the question is dropped (plain DDP stays, as its first forward's outputs chose).
+_LOSSES_AWAITED = 8
+
 
 def confirm_strategies(loss: torch.Tensor) -> None:
     """Let the first loss of each model kept on plain DDP confirm that choice or switch it
@@ -190,6 +194,8 @@ class RuntimeDDP(DistributedDataParallel):
         #: Plain DDP was kept because the first forward's outputs reach every parameter; the
         #: first loss computed from them may still leave some out (see :meth:`confirm_by_loss`).
         self._confirm_at_backward = False
+        #: Synced backwards asked about this model so far (see :meth:`confirm_by_loss`).
+        self._losses_awaited = 0
         #: Outputs of the synced forwards no backward has reached yet. Held strongly: a script
         #: that reads ``criterion(model(x), y)`` keeps no reference to the output itself. At most
         #: :data:`_PENDING_FORWARDS` forwards' worth, so forwards never followed by a backward
@@ -247,7 +253,8 @@ class RuntimeDDP(DistributedDataParallel):
         all_used = reached is None or all(
             id(param) in reached for param in self.module.parameters() if param.requires_grad
         )
-        if self._all_ranks_agree(all_used):
+        (every_rank_uses_all,) = self._all_ranks_agree(all_used)
+        if every_rank_uses_all:
             if reached is not None:
                 self._confirm_at_backward = True
                 _awaiting_a_loss.append(weakref.ref(self))
@@ -264,28 +271,34 @@ class RuntimeDDP(DistributedDataParallel):
         the forward computed) would leave their buckets unreduced, and the next forward would
         fail. Then the reducer switches to the unused-parameter search for this very backward,
         prepared from the loss. A loss that reaches none of them is not this model's: the
-        question waits for the next one. Every rank calls this at each backward, in step."""
+        question waits for the next one, at most :data:`_LOSSES_AWAITED` synced backwards (a
+        teacher whose outputs are detached is never reached, and each question costs a walk of
+        the loss's graph and a collective). Every rank calls this at each backward, in step."""
         if not self.require_backward_grad_sync:
             return  # no reduction in this backward: the next synced one decides
         reached = parameters_reached(loss)
-        trained = [id(param) in reached for param in self.module.parameters() if param.requires_grad] if reached else []
-        if not self._all_ranks_agree(any(trained)):
+        if reached is None:
+            trained = [True]  # behind a reentrant checkpoint: cannot tell, plain DDP as forward chose
+        else:
+            trained = [id(param) in reached for param in self.module.parameters() if param.requires_grad]
+        reaches_some, reaches_all = self._all_ranks_agree(any(trained), all(trained))
+        self._losses_awaited += 1
+        if not reaches_some and self._losses_awaited < _LOSSES_AWAITED:
             return
         self._confirm_at_backward = False
-        if self._all_ranks_agree(all(trained)):
-            return
-        self._switch_to_unused_search()
-        self.reducer.prepare_for_backward([loss])
+        if reaches_some and not reaches_all:
+            self._switch_to_unused_search()
+            self.reducer.prepare_for_backward([loss])
 
-    def _all_ranks_agree(self, answer: bool) -> bool:
-        """``answer`` on every rank (one one-int all-reduce)."""
+    def _all_ranks_agree(self, *answers: bool) -> tuple[bool, ...]:
+        """Each of ``answers`` and-ed over every rank (one all-reduce of as many integers)."""
         import torch.distributed as dist
 
-        flag = torch.tensor([int(answer)], dtype=torch.int64)
+        flags = torch.tensor([int(answer) for answer in answers], dtype=torch.int64)
         if self.device_ids:
-            flag = flag.to(torch.device("cuda", self.device_ids[0]))
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.process_group)
-        return int(flag.item()) == 1
+            flags = flags.to(torch.device("cuda", self.device_ids[0]))
+        dist.all_reduce(flags, op=dist.ReduceOp.MIN, group=self.process_group)
+        return tuple(bool(flag) for flag in flags.tolist())
 
     def _switch_to_unused_search(self) -> None:
         """A reducer built with ``find_unused_parameters=True``, prepared for the forward that

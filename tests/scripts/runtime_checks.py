@@ -319,6 +319,39 @@ def check_discarded_outputs() -> dict:
     }
 
 
+def check_models_no_loss_reaches() -> dict:
+    """How long plain-DDP models wait for a loss that reaches them (each wait is a walk of the
+    loss's graph and a collective at every backward): a teacher run with gradients on whose
+    outputs are detached is asked about at most a bounded number of backwards; a model whose
+    loss runs through a reentrant checkpoint (which hides the parameters behind it) is settled
+    at its first backward."""
+    from accel_convert.runtime import ddp
+
+    accelerator = Accelerator()
+    set_seed(5)
+    teacher, student, checkpointed = torch.nn.Linear(3, 1), torch.nn.Linear(3, 1), torch.nn.Linear(3, 3)
+    block = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD([*student.parameters(), *checkpointed.parameters()], lr=0.1)
+    loader = DataLoader(_regression_data(64), batch_size=2)
+    teacher, student, checkpointed, optimizer, loader = accelerator.prepare(
+        teacher, student, checkpointed, optimizer, loader
+    )
+    awaited: dict[str, list[bool]] = {"teacher": [], "checkpointed": []}
+    for x, _ in loader:
+        target = teacher(x).detach()
+        accelerator.backward(torch.nn.functional.mse_loss(student(x), target))
+        optimizer.step()
+        optimizer.zero_grad()
+        awaited["teacher"].append(any(reference() is teacher for reference in ddp._awaiting_a_loss))
+    for x, _ in loader:
+        hidden = torch.utils.checkpoint.checkpoint(block, checkpointed(x), use_reentrant=True)
+        accelerator.backward(hidden.pow(2).mean())
+        optimizer.step()
+        optimizer.zero_grad()
+        awaited["checkpointed"].append(any(reference() is checkpointed for reference in ddp._awaiting_a_loss))
+    return {"batches": len(loader), **awaited}
+
+
 def _fresh_encoder_weight() -> torch.Tensor:
     set_seed(3)
     return HeadOnFirstToken().encoder.weight.detach()
@@ -481,6 +514,7 @@ def main() -> None:
     result["no_sync"] = check_no_sync_communication()
     result["reentrant_checkpoint"] = check_reentrant_checkpoint()
     result["discarded_outputs"] = check_discarded_outputs()
+    result["no_loss_reaches"] = check_models_no_loss_reaches()
     result["unused"] = check_unused_parameters()  # last: its error case leaves DDP mid-iteration
     # One file per rank: long lines the ranks print at once can interleave on a shared stdout.
     rank = result["state"]["process_index"]
