@@ -129,6 +129,8 @@ def _example_lines(doc: CodeDoc, example: Example) -> list[str]:
     if example.after:
         after = "What the other rules make of it" if example.leaves_alone else converted
         lines += [f"{after}:", "", *_fenced(example.after), ""]
+    elif example.leaves_alone and not doc.code.startswith("ACC9"):
+        lines += ["Converted, the script stays exactly as it is.", ""]
     return lines
 
 

@@ -61,7 +61,7 @@ class Example:
     code: str = ""
     target: str = "runtime"
     #: What the rule leaves alone: its code is not reported on ``before``, and (for a rewrite)
-    #: ``after`` is what the other rules make of it.
+    #: ``after`` is what the other rules make of it (none: the script stays as it is).
     leaves_alone: bool = False
 
     def __post_init__(self) -> None:

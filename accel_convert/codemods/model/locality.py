@@ -3,6 +3,8 @@ paths, sums of this process's batches deciding a ``break`` or a schedule), and d
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import callers_closure
@@ -104,6 +106,29 @@ def _parameters_given(a: Analysis, paths: set[str]) -> set[str]:
             if len(filled) == len(sites) and all(dotted(value) in paths for value in filled):
                 given.add(param)
     return given
+
+
+def statement_downloads(statement: cst.BaseStatement, download_functions: AbstractSet[str]) -> bool:
+    """A statement calling something with ``download=`` anything but ``False``, or a function of
+    the script that fetches files over the network (``root = download_dataset()``): the main
+    process must run it first (ACC115), so the accelerator is created above it (ACC101). A
+    compound statement is not one: the downloads in its blocks are judged one by one."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    pending: list[cst.CSTNode] = list(statement.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in download_functions:
+            return True
+        if isinstance(node, cst.Call) and any(
+            arg.keyword is not None
+            and arg.keyword.value == "download"
+            and not (isinstance(arg.value, cst.Name) and arg.value.value == "False")
+            for arg in node.args
+        ):
+            return True
+        pending.extend(node.children)
+    return False
 
 
 @provider(needs=("call_graph", "home_kind", "main_function", "creating_function"), provides=("download_functions",))

@@ -5,7 +5,9 @@ uses the device: at the top of the function that builds the model and optimizer 
 command line is parsed, when that happens there), or — for scripts without such a function — after
 argument parsing in the ``__main__`` block or module. Never at import time of a module that
 DataLoader workers re-import: a module-level script without a ``__main__`` guard gets it just before
-the first training object, not among its imports. A script that already creates one is left alone.
+the first statement that needs it (a training object, a backward, a dataset download run on the
+main process first, the construction of a training class that is handed it), not among its
+imports. A script that already creates one is left alone.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.engine.transformers import HomeBlockTransformer
 from accel_convert.codemods.engine.walk import variables_read
+from accel_convert.codemods.model.locality import statement_downloads
 from accel_convert.codemods.model.provider import rule_provider
 from accel_convert.codemods.model.recorder import IfRecord
 from accel_convert.codemods.model.state import Analysis
@@ -137,12 +140,15 @@ class _CreateAccelerator(HomeBlockTransformer):
 
 def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top: bool) -> int:
     """Right after argument parsing, but before the first statement that binds the device or a
-    training object; a function with no argument parsing gets it at its top."""
+    training object, holds a backward, downloads a dataset or constructs a training class; a
+    function with no argument parsing gets it at its top."""
     start = first_statement_index(body)
     users = facts.device_names | facts.cuda_flags | facts.trained_objects
     # A statement holding a backward needs the accelerator too (a module-level script with no
     # training object the analysis could name must not get it after its first use).
     backward_lines = [site.line for site in facts.call_sites.get(".backward", ())]
+    # So does the construction of a training class, which is handed the accelerator (ACC108).
+    backward_lines += [site.line for name in facts.training_classes for site in facts.call_sites.get(name, ())]
     if facts.home_kind != "function":
         # Module-level code: a call of one of the file's functions (``root = download()``) may
         # reach code the other rules give the accelerator (a guarded write, a print).
@@ -161,6 +167,8 @@ def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top:
                 not isinstance(body[i], (cst.FunctionDef, cst.ClassDef))
                 and _holds_any_line(body[i], backward_lines, facts)
             )
+            # A dataset download runs on the main process first (ACC115), through the accelerator.
+            or statement_downloads(body[i], facts.download_functions)
         ),
         len(body),
     )

@@ -21,6 +21,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.model.locality import statement_downloads
 
 
 class Downloads(Rule):
@@ -133,7 +134,9 @@ class _MainProcessFirst(RuleTransformer):
                 run.clear()
 
         for statement, original in zip(statements, originals):
-            if isinstance(statement, cst.SimpleStatementLine) and _downloads(statement, self.facts):
+            if isinstance(statement, cst.SimpleStatementLine) and statement_downloads(
+                statement, self.facts.download_functions
+            ):
                 run.append(statement)
                 self.report(original, Downloads.code, "dataset download on the main process first, then the others")
             else:
@@ -141,26 +144,3 @@ class _MainProcessFirst(RuleTransformer):
                 result.append(statement)
         flush()
         return result if changed else None
-
-
-def _downloads(statement: cst.SimpleStatementLine, facts: ScriptFacts) -> bool:
-    """A statement calling something with ``download=True``, or a function of the script that
-    fetches files over the network (``root = download_dataset()``)."""
-    pending: list[cst.CSTNode] = list(statement.body)
-    while pending:
-        node = pending.pop()
-        if (
-            isinstance(node, cst.Call)
-            and isinstance(node.func, cst.Name)
-            and node.func.value in facts.download_functions
-        ):
-            return True
-        if isinstance(node, cst.Call) and any(
-            arg.keyword is not None
-            and arg.keyword.value == "download"
-            and not (isinstance(arg.value, cst.Name) and arg.value.value == "False")
-            for arg in node.args
-        ):
-            return True
-        pending.extend(node.children)
-    return False

@@ -86,11 +86,21 @@ class _Printing(RuleTransformer):
         )
         self.guarded_prints += 1
         guarded = cst.If(
-            test=expression('int(os.environ.get("RANK", "0")) == 0'),
+            test=expression(_LAUNCHER_MAIN_PROCESS),
             body=cst.IndentedBlock([updated_node.with_changes(leading_lines=())]),
             leading_lines=updated_node.leading_lines,
         )
         return guarded
+
+    def _under_launcher_rank_test(self) -> bool:
+        """Inside ``if int(os.environ.get("RANK", "0")) == 0:``, the test this rule puts around a
+        print that runs before the accelerator exists: it already prints once. A later rule may
+        still create the accelerator above it (a training class's, or one moved up to where a
+        download first reads it), and a second conversion must not print it another way."""
+        return any(
+            isinstance(node, cst.If) and cst.Module([]).code_for_node(node.test) == _LAUNCHER_MAIN_PROCESS
+            for node in self._anchors
+        )
 
     def _is_console_write(self, line: cst.SimpleStatementLine) -> bool:
         """``sys.stdout.write(...)`` or ``tqdm.write(...)`` as a statement of its own."""
@@ -129,7 +139,7 @@ class _Printing(RuleTransformer):
             and func.value == "print"
             and not self.facts.name_table.is_bound("print", self.scope)
         ):
-            if not self.accelerator_reachable():
+            if not self.accelerator_reachable() or self._under_launcher_rank_test():
                 return updated_node
             self.report(
                 original_node, Printing.code, f"print → {self.accelerator}.print (main process only)", header_only=True
@@ -350,6 +360,32 @@ class Printing(Rule):
 
                 if __name__ == "__main__":
                     main()
+            """,
+        ),
+        # A print this rule kept to the first process by the launcher's RANK (it ran before the
+        # accelerator existed when the script was first converted): converted again, it stays.
+        Example(
+            leaves_alone=True,
+            before="""
+                import os
+
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+                accelerator = Accelerator()
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                model = nn.Linear(8, 1)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                if int(os.environ.get("RANK", "0")) == 0:
+                    print("Collecting experience...")
+                for data, target in loader:
+                    optimizer.zero_grad()
+                    loss = nn.functional.mse_loss(model(data), target)
+                    accelerator.backward(loss)
+                    optimizer.step()
             """,
         ),
     )
