@@ -17,7 +17,10 @@ such a load runs after instead: otherwise the other ranks look for the file befo
 process wrote it (and test another model, or fail). Loading in the function that calls
 ``prepare`` is only rewritten after the ``prepare`` line: before it the model is not wrapped yet.
 A copy of the model made after ``prepare`` (``ema = copy.deepcopy(model)``, ``AveragedModel(model)``)
-copies the unwrapped model, so the copy and its checkpoints keep the original's keys.
+copies the unwrapped model, so the copy and its checkpoints keep the original's keys. A model
+traced after ``prepare`` (``torch.onnx.export``, ``torch.jit.trace``, TensorBoard's
+``writer.add_graph(model, images)``) is traced unwrapped: the tracer cannot follow DDP's
+process-group calls.
 
 A custom method that computes the loss by running the model (``loss = model.compute_loss(batch)``,
 calling ``self(x)`` inside) must not go through ``unwrap_model`` in training: DDP averages
@@ -361,6 +364,59 @@ class CheckpointCodemod(Rule):
                     main()
             """,
         ),
+        # TensorBoard traces the model it is given: the wrapper's process-group calls cannot be traced.
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+                from torch.utils.tensorboard import SummaryWriter
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    writer = SummaryWriter("runs/exp")
+                    writer.add_graph(model, torch.zeros(1, 8))
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+                from torch.utils.tensorboard import SummaryWriter
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    writer = SummaryWriter("runs/exp") if accelerator.is_main_process else None
+                    if accelerator.is_main_process:
+                        writer.add_graph(accelerator.unwrap_model(model), torch.zeros(1, 8))
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
         Example(
             code="ACC914",
             before="""
@@ -441,6 +497,7 @@ class CheckpointCodemod(Rule):
             callee_words(facts, ("torch.save", "torch.load", *MODEL_EXPORTS))
             | name_words(facts.of(model_copiers))
             | ({"type"} if "type" in facts.called else set())
+            | ({"add_graph"} if facts.trackers else set())
             | {
                 path
                 for path in facts.word_lines
@@ -573,7 +630,7 @@ class _CheckpointRewriter(RuleTransformer):
         callee = dotted(call.func)
         if callee is None or callee.split(".")[0] in self.facts.models | {"torch", "self"}:
             return False
-        if self.facts.callee_name(call.func) in ("torch.save", "torch.load"):
+        if self.facts.callee_name(call.func) in ("torch.save", "torch.load") or _graph_of_tracker(call, self.facts):
             return False
         return all(_is_plain_value(arg.value) for arg in call.args)
 
@@ -654,6 +711,8 @@ class _CheckpointRewriter(RuleTransformer):
         callee = self.facts.callee_name(updated_node.func)
         if callee in MODEL_EXPORTS:
             return self._export_of_unwrapped(original_node, updated_node, callee)
+        if _graph_of_tracker(updated_node, self.facts):
+            return self._export_of_unwrapped(original_node, updated_node, dotted(updated_node.func) or "add_graph")
         if _type_of_model(updated_node, self.facts):
             return self._type_of_unwrapped(original_node, updated_node)
         self.loads = self.loads or callee == "torch.load"
@@ -823,6 +882,7 @@ class _CheckpointInterest(cst.CSTVisitor):
             or is_accelerator_method(node, self.facts, "save")
             or dotted(node.func) in self.facts.of(model_copiers)
             or _type_of_model(node, self.facts)
+            or _graph_of_tracker(node, self.facts)
         ):
             self.found = True
         return not self.found
@@ -836,6 +896,15 @@ def _type_of_model(call: cst.Call, facts: ScriptFacts) -> bool:
         and call.args[0].keyword is None
         and not call.args[0].star
         and dotted(call.args[0].value) in facts.models
+    )
+
+
+def _graph_of_tracker(call: cst.Call, facts: ScriptFacts) -> bool:
+    """``writer.add_graph(...)`` of a TensorBoard writer (an experiment tracker)."""
+    return (
+        isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "add_graph"
+        and dotted(call.func.value) in facts.trackers
     )
 
 
