@@ -245,6 +245,12 @@ TRACKER_FUNCTIONS = frozenset(
         "wandb.alert",
         "wandb.log_artifact",
         "wandb.define_metric",
+        # Before ``wandb.init`` (kept to the main process) these raise on the other ranks.
+        "wandb.config.update",
+        "wandb.config.setdefaults",
+        "wandb.summary.update",
+        "wandb.unwatch",
+        "wandb.log_model",
         "mlflow.set_experiment",
         "mlflow.log_metric",
         "mlflow.log_metrics",

@@ -256,6 +256,79 @@ class SideEffectsCodemod(Rule):
                     main()
             """,
         ),
+        # Weights & Biases: the run is started on the main process alone, so every call that needs
+        # it (``wandb.config.update`` raises before ``wandb.init``) goes there too.
+        Example(
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                import wandb
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--lr", type=float, default=0.1)
+                    args = parser.parse_args()
+                    wandb.init(project="demo", name="linear")
+                    wandb.config.update(args)
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+                    wandb.watch(model)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                        wandb.log({"loss": loss.item()})
+                    wandb.finish()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                import wandb
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--lr", type=float, default=0.1)
+                    args = parser.parse_args()
+                    accelerator = Accelerator()
+                    if accelerator.is_main_process:
+                        wandb.init(project="demo", name="linear")
+                        wandb.config.update(args)
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    if accelerator.is_main_process:
+                        wandb.watch(model)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                        if accelerator.is_main_process:
+                            wandb.log({"loss": loss.item()})
+                    if accelerator.is_main_process:
+                        wandb.finish()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
         Example(
             code="ACC916",
             before="""
