@@ -144,11 +144,11 @@ def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top:
     function with no argument parsing gets it at its top."""
     start = first_statement_index(body)
     users = facts.device_names | facts.cuda_flags | facts.trained_objects
-    # A statement holding a backward needs the accelerator too (a module-level script with no
-    # training object the analysis could name must not get it after its first use).
-    backward_lines = [site.line for site in facts.call_sites.get(".backward", ())]
+    # Lines that read the accelerator without binding one of its users: a backward (a module-level
+    # script with no training object the analysis could name must not get it after its first use).
+    reading_lines = [site.line for site in facts.call_sites.get(".backward", ())]
     # So does the construction of a training class, which is handed the accelerator (ACC108).
-    backward_lines += [site.line for name in facts.training_classes for site in facts.call_sites.get(name, ())]
+    reading_lines += [site.line for name in facts.training_classes for site in facts.call_sites.get(name, ())]
     if facts.home_kind != "function":
         # Module-level code: a call of one of the file's functions (``root = download()``) may
         # reach code the other rules give the accelerator (a guarded write, a print).
@@ -156,7 +156,7 @@ def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top:
         called = (facts.accessible_functions - facts.of(argument_parsing_functions)) & set(
             facts.call_graph.get("<module>", ())
         )
-        backward_lines += [site.line for name in called for site in facts.call_sites.get(name, ())]
+        reading_lines += [site.line for name in called for site in facts.call_sites.get(name, ())]
     first_use = next(
         (
             i
@@ -165,7 +165,7 @@ def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top:
             # A definition's calls run when it is called (a recursive ``to_device``), not here.
             or (
                 not isinstance(body[i], (cst.FunctionDef, cst.ClassDef))
-                and _holds_any_line(body[i], backward_lines, facts)
+                and _holds_any_line(body[i], reading_lines, facts)
             )
             # A dataset download runs on the main process first (ACC115), through the accelerator.
             or statement_downloads(body[i], facts.download_functions)

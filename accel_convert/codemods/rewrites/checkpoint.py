@@ -630,9 +630,10 @@ class _CheckpointRewriter(RuleTransformer):
         callee = dotted(call.func)
         if callee is None or callee.split(".")[0] in self.facts.models | {"torch", "self"}:
             return False
-        if self.facts.callee_name(call.func) in ("torch.save", "torch.load") or _graph_of_tracker(call, self.facts):
+        if self.facts.callee_name(call.func) in ("torch.save", "torch.load"):
             return False
-        return all(_is_plain_value(arg.value) for arg in call.args)
+        # A model handed to a call may be traced or saved there (``writer.add_graph(model, x)``).
+        return all(_is_plain_value(arg.value) and dotted(arg.value) not in self.facts.models for arg in call.args)
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
@@ -711,8 +712,9 @@ class _CheckpointRewriter(RuleTransformer):
         callee = self.facts.callee_name(updated_node.func)
         if callee in MODEL_EXPORTS:
             return self._export_of_unwrapped(original_node, updated_node, callee)
-        if _graph_of_tracker(updated_node, self.facts):
-            return self._export_of_unwrapped(original_node, updated_node, dotted(updated_node.func) or "add_graph")
+        graph = _graph_of_tracker(updated_node, self.facts)
+        if graph is not None:
+            return self._export_of_unwrapped(original_node, updated_node, graph)
         if _type_of_model(updated_node, self.facts):
             return self._type_of_unwrapped(original_node, updated_node)
         self.loads = self.loads or callee == "torch.load"
@@ -882,7 +884,7 @@ class _CheckpointInterest(cst.CSTVisitor):
             or is_accelerator_method(node, self.facts, "save")
             or dotted(node.func) in self.facts.of(model_copiers)
             or _type_of_model(node, self.facts)
-            or _graph_of_tracker(node, self.facts)
+            or _graph_of_tracker(node, self.facts) is not None
         ):
             self.found = True
         return not self.found
@@ -899,13 +901,13 @@ def _type_of_model(call: cst.Call, facts: ScriptFacts) -> bool:
     )
 
 
-def _graph_of_tracker(call: cst.Call, facts: ScriptFacts) -> bool:
-    """``writer.add_graph(...)`` of a TensorBoard writer (an experiment tracker)."""
-    return (
-        isinstance(call.func, cst.Attribute)
-        and call.func.attr.value == "add_graph"
-        and dotted(call.func.value) in facts.trackers
-    )
+def _graph_of_tracker(call: cst.Call, facts: ScriptFacts) -> str | None:
+    """``writer.add_graph`` for ``writer.add_graph(...)`` of a TensorBoard writer (an experiment
+    tracker); None for any other call."""
+    if not isinstance(call.func, cst.Attribute) or call.func.attr.value != "add_graph":
+        return None
+    writer = dotted(call.func.value)
+    return f"{writer}.add_graph" if writer in facts.trackers else None
 
 
 def _classes_given_models(module: cst.Module, facts: ScriptFacts) -> set[str]:

@@ -134,9 +134,7 @@ class _MainProcessFirst(RuleTransformer):
                 run.clear()
 
         for statement, original in zip(statements, originals):
-            if isinstance(statement, cst.SimpleStatementLine) and statement_downloads(
-                statement, self.facts.download_functions
-            ):
+            if statement_downloads(statement, self.facts.download_functions):
                 run.append(statement)
                 self.report(original, Downloads.code, "dataset download on the main process first, then the others")
             else:

@@ -20,6 +20,7 @@ launcher's ``RANK`` tells the main process. A level from a variable is left as i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import cast
 
 import libcst as cst
@@ -76,7 +77,7 @@ class _Printing(RuleTransformer):
             or not self._is_plain_print(updated_node)
         ):
             return updated_node
-        if any(isinstance(node, cst.If) and _tests_rank(node.test) for node in self._anchors):
+        if self._under_if(_tests_rank):
             return updated_node  # already printed by one process only
         if self.facts.name_table.scopes[()].binds("os") and self.facts.imports.get("os") != "os":
             return updated_node  # ``os`` is something else here
@@ -92,15 +93,9 @@ class _Printing(RuleTransformer):
         )
         return guarded
 
-    def _under_launcher_rank_test(self) -> bool:
-        """Inside ``if int(os.environ.get("RANK", "0")) == 0:``, the test this rule puts around a
-        print that runs before the accelerator exists: it already prints once. A later rule may
-        still create the accelerator above it (a training class's, or one moved up to where a
-        download first reads it), and a second conversion must not print it another way."""
-        return any(
-            isinstance(node, cst.If) and cst.Module([]).code_for_node(node.test) == _LAUNCHER_MAIN_PROCESS
-            for node in self._anchors
-        )
+    def _under_if(self, picks: Callable[[cst.BaseExpression], bool]) -> bool:
+        """Inside an ``if`` whose test ``picks`` accepts."""
+        return any(isinstance(node, cst.If) and picks(node.test) for node in self._anchors)
 
     def _is_console_write(self, line: cst.SimpleStatementLine) -> bool:
         """``sys.stdout.write(...)`` or ``tqdm.write(...)`` as a statement of its own."""
@@ -110,7 +105,7 @@ class _Printing(RuleTransformer):
         return isinstance(call, cst.Call) and self.qualified_name(call.func) in CONSOLE_WRITES
 
     def _on_main_process(self, original: cst.SimpleStatementLine, line: cst.SimpleStatementLine) -> cst.BaseStatement:
-        if any(isinstance(node, cst.If) and _tests_rank(node.test) for node in self._anchors):
+        if self._under_if(_tests_rank):
             return line  # already written by one process only
         accelerator = self.instance_accelerator() or cst.Name(self.accelerator)
         test = cst.Attribute(accelerator, cst.Name("is_main_process"))
@@ -139,7 +134,10 @@ class _Printing(RuleTransformer):
             and func.value == "print"
             and not self.facts.name_table.is_bound("print", self.scope)
         ):
-            if not self.accelerator_reachable() or self._under_launcher_rank_test():
+            # Under the launcher's RANK test this rule put around a print that ran before the
+            # accelerator existed, the print already runs once: a second conversion, after a later
+            # rule created the accelerator above it, must not print it another way.
+            if not self.accelerator_reachable() or self._under_if(_is_launcher_rank_test):
                 return updated_node
             self.report(
                 original_node, Printing.code, f"print → {self.accelerator}.print (main process only)", header_only=True
@@ -280,6 +278,11 @@ def _tests_rank(test: cst.BaseExpression) -> bool:
     """An ``if`` test that picks processes: it reads ``RANK``/``LOCAL_RANK`` or a main-process flag."""
     code = cst.Module([]).code_for_node(test)
     return any(word in code for word in ("RANK", "rank", "main_process"))
+
+
+def _is_launcher_rank_test(test: cst.BaseExpression) -> bool:
+    """The test this rule writes around an early print: ``int(os.environ.get("RANK", "0")) == 0``."""
+    return isinstance(test, cst.Comparison) and cst.Module([]).code_for_node(test) == _LAUNCHER_MAIN_PROCESS
 
 
 def _grouped(node: cst.BaseExpression, code: str) -> str:
