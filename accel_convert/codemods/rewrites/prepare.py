@@ -525,6 +525,63 @@ class Prepare(Rule):
         ),
         Example(
             before="""
+                import sys
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main(net_name="small"):
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    if net_name == "small":
+                        model = nn.Linear(8, 1)
+                    elif net_name == "deep":
+                        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+                    else:
+                        sys.exit(f"unknown network {net_name}")
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        nn.functional.mse_loss(model(data), target).backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import sys
+
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main(net_name="small"):
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    if net_name == "small":
+                        model = nn.Linear(8, 1)
+                    elif net_name == "deep":
+                        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+                    else:
+                        sys.exit(f"unknown network {net_name}")
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        accelerator.backward(nn.functional.mse_loss(model(data), target))
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
+            before="""
                 import torch
                 import torch.nn as nn
                 from torch.utils.data import DataLoader, TensorDataset
@@ -589,12 +646,42 @@ class Prepare(Rule):
 
 def _bound_on_every_path(node: cst.BaseStatement, name: str) -> bool:
     """Whether ``name`` is bound after ``node`` runs, whichever way it goes: always for a plain
-    statement; for an ``if``, only when every branch, down to a final ``else``, binds it."""
+    statement; for an ``if``, when every branch binds it or leaves the block (``else: raise
+    ValueError(args.net)``), down to a final ``else``. A chain choosing among several values with
+    no ``else`` (``if args.net == "a": net = A()`` / ``elif args.net == "b": net = B()``) counts
+    too: the script reads the name after it, so the original fails the same way when no branch
+    matches."""
     if isinstance(node, cst.If):
-        if name not in assigned_in(node.body):
+        branches: list[cst.BaseSuite] = []
+        current: cst.If | cst.Else | None = node
+        while isinstance(current, cst.If):
+            branches.append(current.body)
+            current = current.orelse
+        if not all(_binds_or_leaves(branch, name) for branch in branches):
             return False
-        orelse = node.orelse
-        if isinstance(orelse, cst.If):
-            return _bound_on_every_path(orelse, name)
-        return orelse is not None and name in assigned_in(orelse.body)
+        if current is None:
+            return len(branches) > 1
+        return _binds_or_leaves(current.body, name)
     return not isinstance(node, (cst.Try, cst.For, cst.While, cst.With)) or isinstance(node, cst.With)
+
+
+#: Calls that end the program where they stand: a branch ending in one never falls through.
+_EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+
+
+def _binds_or_leaves(body: cst.BaseSuite, name: str) -> bool:
+    """Whether a branch binds ``name`` or never reaches the statement after its ``if``."""
+    if name in assigned_in(body):
+        return True
+    statements = body.body if isinstance(body, cst.IndentedBlock) else [body]
+    last = statements[-1] if statements else None
+    if not isinstance(last, cst.SimpleStatementLine) or not last.body:
+        return False
+    final = last.body[-1]
+    if isinstance(final, cst.Raise):
+        return True
+    return (
+        isinstance(final, cst.Expr)
+        and isinstance(final.value, cst.Call)
+        and dotted(final.value.func) in _EXITS
+    )
