@@ -17,7 +17,7 @@ prepared right before the wrap: ``prepare`` passes objects it does not know thro
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 import libcst as cst
@@ -372,7 +372,7 @@ class _Prepare(HomeBlockTransformer):
         last_creation: dict[str, int] = {}
         for index, node in enumerate(statements):
             for name in self._assigned_by(node):
-                if name not in first_creation and not _bound_on_every_path(node, name):
+                if name not in first_creation and not _bound_on_every_path(node, name, self.facts):
                     # First bound only under a flag: a prepare after it could meet an unbound name.
                     continue
                 first_creation.setdefault(name, index)
@@ -644,7 +644,7 @@ class Prepare(Rule):
         return new_module, [*transformer.changes(module), *reports]
 
 
-def _bound_on_every_path(node: cst.BaseStatement, name: str) -> bool:
+def _bound_on_every_path(node: cst.BaseStatement, name: str, facts: ScriptFacts) -> bool:
     """Whether ``name`` is bound after ``node`` runs, whichever way it goes: always for a plain
     statement; for an ``if``, when every branch binds it or leaves the block (``else: raise
     ValueError(args.net)``), down to a final ``else``. A chain choosing among several values with
@@ -657,11 +657,11 @@ def _bound_on_every_path(node: cst.BaseStatement, name: str) -> bool:
         while isinstance(current, cst.If):
             branches.append(current.body)
             current = current.orelse
-        if not all(_binds_or_leaves(branch, name) for branch in branches):
+        if not all(_binds_or_leaves(branch, name, facts) for branch in branches):
             return False
         if current is None:
             return len(branches) > 1
-        return _binds_or_leaves(current.body, name)
+        return _binds_or_leaves(current.body, name, facts)
     return not isinstance(node, (cst.Try, cst.For, cst.While, cst.With)) or isinstance(node, cst.With)
 
 
@@ -669,19 +669,18 @@ def _bound_on_every_path(node: cst.BaseStatement, name: str) -> bool:
 _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 
 
-def _binds_or_leaves(body: cst.BaseSuite, name: str) -> bool:
+def _binds_or_leaves(body: cst.BaseSuite, name: str, facts: ScriptFacts) -> bool:
     """Whether a branch binds ``name`` or never reaches the statement after its ``if``."""
     if name in assigned_in(body):
         return True
-    statements = body.body if isinstance(body, cst.IndentedBlock) else [body]
-    last = statements[-1] if statements else None
-    if not isinstance(last, cst.SimpleStatementLine) or not last.body:
-        return False
-    final = last.body[-1]
+    # The branch's last small statement: ``else: raise ...`` on the ``else`` line or below it.
+    small: Sequence[cst.BaseSmallStatement] = ()
+    if isinstance(body, cst.SimpleStatementSuite):
+        small = body.body
+    elif body.body and isinstance(body.body[-1], cst.SimpleStatementLine):
+        small = body.body[-1].body
+    final = small[-1] if small else None
     if isinstance(final, cst.Raise):
         return True
-    return (
-        isinstance(final, cst.Expr)
-        and isinstance(final.value, cst.Call)
-        and dotted(final.value.func) in _EXITS
-    )
+    call = final.value if isinstance(final, cst.Expr) else None
+    return isinstance(call, cst.Call) and facts.callee_name(call.func) in _EXITS
