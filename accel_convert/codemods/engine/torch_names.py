@@ -266,6 +266,12 @@ TRACKER_FUNCTIONS = frozenset(
         "mlflow.pytorch.log_model",
     }
 )
+#: The run state a tracker's module keeps (``config = wandb.config``, ``wandb.config.lr``,
+#: ``wandb.run.name``): read before ``wandb.init``, on a rank that never called it, it raises.
+TRACKER_RUN_STATE = frozenset({"wandb.config", "wandb.run"})
+#: Calls that set that state up rather than log into it: they stay on every rank with ``wandb.init``
+#: wherever every rank reads it.
+TRACKER_SETUP = frozenset({"wandb.init", "wandb.config.update", "wandb.config.setdefaults"})
 #: Calls returning a tracker object whose methods log (``writer.add_scalar``, ``run.log``).
 TRACKER_CONSTRUCTORS = frozenset(
     {

@@ -26,8 +26,7 @@ the script's own download function when every call of it runs under ``main_proce
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from collections.abc import Set as AbstractSet
+from collections.abc import Callable, Mapping, Sequence
 
 import libcst as cst
 
@@ -42,7 +41,13 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import as_statement, binds_name, calls_in, dotted, keyword_is, names_in
-from accel_convert.codemods.engine.torch_names import TRACKER_CONSTRUCTORS, TRACKER_FUNCTIONS, WRITING_FUNCTIONS
+from accel_convert.codemods.engine.torch_names import (
+    TRACKER_CONSTRUCTORS,
+    TRACKER_FUNCTIONS,
+    TRACKER_RUN_STATE,
+    TRACKER_SETUP,
+    WRITING_FUNCTIONS,
+)
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
 
@@ -329,6 +334,39 @@ class SideEffectsCodemod(Rule):
                     main()
             """,
         ),
+        # A sweep reads its hyperparameters from the run (``config = wandb.config``): guarded, those
+        # reads would raise on the other ranks, so ``wandb.init`` stays where it was, and says so.
+        Example(
+            code="ACC916",
+            before="""
+                import torch
+                import torch.nn as nn
+                import wandb
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                    wandb.init(project="sweeps", config={"lr": 0.1, "batch_size": 8})
+                    config = wandb.config
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=config.batch_size)
+                    model = nn.Linear(8, 1).to(device)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data.to(device)), target.to(device))
+                        loss.backward()
+                        optimizer.step()
+                        wandb.log({"loss": loss.item()})
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="wandb.config is read by code every rank runs: wandb.init stays on every rank, so each process "
+            "starts a run of its own (its logging calls stay on the main process); under a sweep agent, check that "
+            "every process gets the same values",
+        ),
         Example(
             code="ACC916",
             before="""
@@ -380,10 +418,12 @@ class SideEffectsCodemod(Rule):
 
 
 class _MainProcessGuard(RuleTransformer):
-    def __init__(self, facts: ScriptFacts, lines: set[int], trackers_read: frozenset[str] = frozenset()) -> None:
+    def __init__(self, facts: ScriptFacts, lines: set[int], trackers_read: Mapping[str, str] | None = None) -> None:
         super().__init__(facts, lines)
-        #: Trackers whose attributes code outside their logging calls reads (``writer.log_dir``).
-        self._trackers_read = trackers_read
+        #: Trackers whose attributes code outside their logging calls reads, with the first
+        #: attribute read (``writer`` → ``log_dir``); ``wandb`` when its run state is read
+        #: (``wandb.config.lr``).
+        self._trackers_read: Mapping[str, str] = trackers_read or {}
         self._guarded_depth = 0
         self._original_of: dict[int, cst.CSTNode] = {}
         #: Original positions of the calls of download functions that stand where the downloads
@@ -482,6 +522,9 @@ class _MainProcessGuard(RuleTransformer):
         # A block whose whole statement is a write is guarded one level up, where it stands.
         whole_statement_guarded = enclosing is not None and _write_kind(enclosing, self.facts) is not None
         for statement in statements:
+            if self._kept_for_run_state(statement):
+                runs.keep(statement)
+                continue
             created = self._tracker_created_on_main_process(statement)
             if created is not None:
                 runs.add_rewritten(created)
@@ -527,11 +570,12 @@ class _MainProcessGuard(RuleTransformer):
         assert isinstance(assign, cst.Assign)
         read = sorted(target for target in _assigned_names(assign) if target in self._trackers_read)
         if read:
+            attribute = self._trackers_read[read[0]]
             self.findings.add(
                 self._original_of.get(id(statement), statement),
                 "ACC916",
-                f"{read[0]}'s attributes ({read[0]}.log_dir ...) are read by code every rank runs: the tracker is "
-                "created on every rank (its logging calls on the main process only, the other ranks' files stay "
+                f"{read[0]}'s attributes ({read[0]}.{attribute} ...) are read by code every rank runs: the tracker "
+                "is created on every rank (its logging calls on the main process only, the other ranks' files stay "
                 "empty)",
                 False,
             )
@@ -544,6 +588,33 @@ class _MainProcessGuard(RuleTransformer):
         )
         value = cst.IfExp(test=self._main_process(), body=assign.value, orelse=cst.Name("None"))
         return statement.with_changes(body=[assign.with_changes(value=value)])
+
+    def _kept_for_run_state(self, statement: cst.BaseStatement) -> bool:
+        """``wandb.init(...)`` (or ``wandb.config.update(args)``) where code every rank runs reads
+        ``wandb.config`` or ``wandb.run``: kept on every rank, where the main-process guard would
+        make that read raise on the others; ``wandb.init`` is reported (ACC916)."""
+        if "wandb" not in self._trackers_read or not isinstance(statement, cst.SimpleStatementLine):
+            return False
+        small = statement.body[0] if len(statement.body) == 1 else None
+        value = small.value if isinstance(small, (cst.Expr, cst.Assign)) else None
+        if not isinstance(value, cst.Call):
+            return False
+        if isinstance(small, cst.Assign) and _assigned_names(small) & set(self._trackers_read):
+            return False  # its own attributes are read: reported where it is created
+        name = self.facts.callee_name(value.func)
+        if name not in TRACKER_SETUP:
+            return False
+        if name in TRACKER_CONSTRUCTORS:
+            read = self._trackers_read["wandb"]
+            self.findings.add(
+                self._original_of.get(id(statement), statement),
+                "ACC916",
+                f"{read} is read by code every rank runs: wandb.init stays on every rank, so each process starts "
+                "a run of its own (its logging calls stay on the main process); under a sweep agent, check that "
+                "every process gets the same values",
+                False,
+            )
+        return True
 
     def _guarded(self, run: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
         leading = as_statement(run[0]).leading_lines
@@ -680,40 +751,49 @@ def _assigned_names(assign: cst.Assign) -> set[str]:
 
 class _TrackerReads(cst.CSTVisitor):
     """Trackers whose attributes are read outside a call of one of their methods: ``writer.log_dir``
-    (not ``writer.add_scalar(...)``, nor ``writer.log_dir`` inside such a call)."""
+    (not ``writer.add_scalar(...)``, nor ``writer.log_dir`` inside such a call), and ``wandb`` when
+    its run state is read (``config = wandb.config``, not ``wandb.config.update(...)``)."""
 
-    def __init__(self, trackers: AbstractSet[str]) -> None:
+    def __init__(self, facts: ScriptFacts) -> None:
         super().__init__()
-        self.trackers = trackers
-        self.read: set[str] = set()
+        self.facts = facts
+        #: Tracker → the first of its attributes read.
+        self.read: dict[str, str] = {}
         self._in_logging_call = 0
 
-    def _tracker_method(self, node: cst.Call) -> bool:
-        return isinstance(node.func, cst.Attribute) and dotted(node.func.value) in self.trackers
+    def _logging_call(self, node: cst.Call) -> bool:
+        if isinstance(node.func, cst.Attribute) and dotted(node.func.value) in self.facts.trackers:
+            return True
+        return self.facts.callee_name(node.func) in TRACKER_FUNCTIONS
 
     def visit_Call(self, node: cst.Call) -> bool:
-        if self._tracker_method(node):
+        if self._logging_call(node):
             self._in_logging_call += 1
         return True
 
     def leave_Call(self, original_node: cst.Call) -> None:
-        if self._tracker_method(original_node):
+        if self._logging_call(original_node):
             self._in_logging_call -= 1
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
+        if self._in_logging_call:
+            return True
         owner = dotted(node.value)
-        if owner is not None and owner in self.trackers and not self._in_logging_call:
-            self.read.add(owner)
+        if owner is not None and owner in self.facts.trackers:
+            self.read.setdefault(owner, node.attr.value)
+        elif self.facts.qualified_name(node) in TRACKER_RUN_STATE:
+            self.read.setdefault("wandb", self.facts.qualified_name(node) or "")
         return True
 
 
-def _trackers_read(module: cst.Module, facts: ScriptFacts) -> frozenset[str]:
-    """Trackers of ``facts`` whose attributes the module reads outside their logging calls."""
-    if not facts.trackers:
-        return frozenset()
-    visitor = _TrackerReads(facts.trackers)
+def _trackers_read(module: cst.Module, facts: ScriptFacts) -> Mapping[str, str]:
+    """Trackers of ``facts`` whose attributes the module reads outside their logging calls, with
+    the first attribute read; ``wandb`` when its run state is (see :class:`_TrackerReads`)."""
+    if not facts.trackers and not facts.lines_mentioning(("wandb",)):
+        return {}
+    visitor = _TrackerReads(facts)
     walk(module, visitor)
-    return frozenset(visitor.read)
+    return visitor.read
 
 
 def _tracker_creation(statement: cst.BaseStatement, facts: ScriptFacts) -> cst.Call | None:
