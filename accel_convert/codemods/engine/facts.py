@@ -275,6 +275,9 @@ class ScriptFacts(FactQuestions):
     class_prepare: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     #: Module-level function → module-level functions it calls by plain name.
     call_graph: Mapping[str, AbstractSet[str]] = field(default_factory=dict)
+    #: Module-level functions returning data loaders (what the program's other modules unpack
+    #: from their calls is a loader).
+    loader_returning_functions: AbstractSet[str] = frozenset()
     #: The module's own functions it never calls by name but uses as values (a list of hooks,
     #: ``Thread(target=...)``): called out of sight. Computed on first ask (only a check reads it).
     functions_called_out_of_sight: Callable[[], frozenset[str]] = lambda: frozenset()
@@ -470,6 +473,7 @@ class FactsDraft(FactQuestions):
     prepared_attributes: set[str] = field(default_factory=set)
     class_prepare: dict[str, tuple[str, ...]] = field(default_factory=dict)
     call_graph: dict[str, set[str]] = field(default_factory=dict)
+    loader_returning_functions: set[str] = field(default_factory=set)
     functions_called_out_of_sight: Callable[[], frozenset[str]] = lambda: frozenset()
     prepared: set[str] = field(default_factory=set)
     frozen_models: set[str] = field(default_factory=set)

@@ -654,7 +654,8 @@ class Program:
             f"{name}.{function}"
             for name, shape in self.shapes.items()
             for function, returned in shape.returns.items()
-            if any(self._returns_loader(facts[name], function, value) for value in returned)
+            if function in facts[name].loader_returning_functions
+            or any(self._returns_loader(facts[name], function, value) for value in returned)
         }
 
     def _looping_functions(self, facts: dict[str, ScriptFacts], seeds: dict[str, ProgramSeeds]) -> set[str]:

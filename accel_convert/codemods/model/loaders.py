@@ -19,7 +19,7 @@ from accel_convert.codemods.model.recorder import (
 from accel_convert.codemods.model.state import Analysis
 
 
-@provider(provides=("loader_factories",))
+@provider(provides=("loader_factories", "loader_returning_functions"))
 def loader_factories(a: Analysis) -> None:
     """Module-level functions that return DataLoaders (``return train_loader, test_loader``
     or ``return DataLoader(...)``) → the positions of the loaders in the tuple they return
@@ -32,6 +32,9 @@ def loader_factories(a: Analysis) -> None:
     }
     factories: dict[str, set[int] | None] = {}
     for function, value in a.r.returns:
+        if isinstance(value, cst.Name) and (function, value.value) in _lists_of_loaders(a, built_in):
+            factories[function] = None  # ``return ds``: whatever the caller unpacks is a loader
+            continue
         is_tuple = isinstance(value, (cst.Tuple, cst.List))
         elements = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
         for index, element in enumerate(elements):
@@ -41,6 +44,23 @@ def loader_factories(a: Analysis) -> None:
                 positions = factories.get(function, set()) if function in factories else set()
                 factories[function] = None if not is_tuple or positions is None else positions | {index}
     a.loader_factories = factories
+    a.facts.loader_returning_functions = set(factories)
+
+
+def _lists_of_loaders(a: Analysis, built_in: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """(function, name) of the lists a function fills with the loaders it builds and nothing
+    else (``ds = []``, ``ds.append(train_loader)``, ``ds.append(test_loader)``, then ``return
+    ds``: pytorch-playground's ``dataset.get``)."""
+    filled: dict[tuple[str, str], bool] = {}
+    for call in a.r.calls:
+        func = call.node.func
+        if not isinstance(func, cst.Attribute) or func.attr.value != "append" or not isinstance(func.value, cst.Name):
+            continue
+        key = (call.function, func.value.value)
+        item = call.node.args[0].value if len(call.node.args) == 1 else None
+        loader = isinstance(item, cst.Name) and (call.function, item.value) in built_in
+        filled[key] = filled.get(key, True) and loader
+    return {key for key, only_loaders in filled.items() if only_loaders}
 
 
 def loader_targets(assign: AssignRecord, positions: set[int] | None) -> set[str]:

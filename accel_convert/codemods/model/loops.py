@@ -59,10 +59,23 @@ def _batch_data_targets(assign: cst.Assign, batch: set[str]) -> set[str]:
     return found
 
 
+#: Tensor methods returning a copy of the tensor on its own device: what they return is batch
+#: data as much as what they copy (``indx_target = target.clone()``, pytorch-playground).
+_SAME_DEVICE_COPIES = frozenset({"clone", "detach"})
+
+
 def _is_plain_access(value: cst.BaseExpression) -> bool:
-    """Subscripts, attributes, names and tuples of them: no call that could compute something."""
+    """Subscripts, attributes, names and tuples of them, and copies of them (``.clone()``): no
+    call that could compute something."""
     if isinstance(value, (cst.Name, cst.Attribute)):
         return True
+    if (
+        isinstance(value, cst.Call)
+        and not value.args
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in _SAME_DEVICE_COPIES
+    ):
+        return _is_plain_access(value.func.value)
     if isinstance(value, cst.Subscript):
         return _is_plain_access(value.value)
     if isinstance(value, (cst.Tuple, cst.List)):

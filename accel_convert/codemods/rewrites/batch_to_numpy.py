@@ -37,6 +37,9 @@ from accel_convert.codemods.engine.syntax import dotted, is_host_number, nodes_i
 from accel_convert.codemods.engine.torch_names import ARRAYS_FROM_LISTS, HOST_LIBRARIES, TENSOR_JOINS
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
+#: Tensor methods combining the tensor with another, which must be on the same device
+#: (``pred.cpu().eq(target)``).
+_COMPARING_METHODS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "equal", "add", "sub", "mul", "div"})
 #: Methods of a chain that already decide where the tensor is.
 _PLACING_METHODS = frozenset({"cpu", "to", "cuda"})
 
@@ -133,6 +136,8 @@ class _CopyToCpu(RuleTransformer):
         func = updated_node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "append" and len(updated_node.args) == 1:
             return self._append_on_cpu(original_node, updated_node, func)
+        if isinstance(func, cst.Attribute) and func.attr.value in _COMPARING_METHODS and len(updated_node.args) == 1:
+            return self._compared_on_cpu(original_node, updated_node, func)
         if (self.facts.qualified_name(func) or "").startswith(HOST_LIBRARIES):
             # ``accuracy_score(labels, preds)``, ``np.array(labels)``: the library reads the
             # tensor's memory on the host.
@@ -156,6 +161,20 @@ class _CopyToCpu(RuleTransformer):
         )
         on_cpu = cst.Call(cst.Attribute(func.value, cst.Name("cpu")))
         return updated_node.with_changes(func=func.with_changes(value=on_cpu))
+
+    def _compared_on_cpu(self, original_node: cst.Call, updated_node: cst.Call, func: cst.Attribute) -> cst.Call:
+        """``pred.cpu().eq(target)`` → ``pred.cpu().eq(target.cpu())`` (and the other way round):
+        the method form of a comparison with a CPU copy."""
+        arg = updated_node.args[0]
+        if self._on_cpu(func.value):
+            return updated_node.with_changes(
+                args=[arg.with_changes(value=self._copied_if_batch(original_node, arg.value))]
+            )
+        if self._on_cpu(arg.value):
+            return updated_node.with_changes(
+                func=func.with_changes(value=self._copied_if_batch(original_node, func.value))
+            )
+        return updated_node
 
     def _append_on_cpu(self, original_node: cst.Call, updated_node: cst.Call, func: cst.Attribute) -> cst.Call:
         """``labels.append(yb)`` of a batch tensor into a list the function makes an array of."""
@@ -264,6 +283,52 @@ class BatchToNumpy(Rule):
     code = "ACC118"
     name = "batch-to-numpy"
     examples = (
+        # A copy of the labels taken before the move (pytorch-playground's ``indx_target``),
+        # compared with a CPU copy of the predictions in the method form.
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                torch.manual_seed(0)
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,))), batch_size=8)
+                model = nn.Linear(8, 2).to(device)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                correct = 0
+                for data, target in loader:
+                    indx_target = target.clone()
+                    data, target = data.to(device), target.to(device)
+                    optimizer.zero_grad()
+                    output = model(data)
+                    nn.functional.cross_entropy(output, target).backward()
+                    optimizer.step()
+                    correct += output.argmax(1).cpu().eq(indx_target).sum().item()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+                accelerator = Accelerator()
+
+                device = accelerator.device
+                torch.manual_seed(0)
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,))), batch_size=8)
+                model = nn.Linear(8, 2)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                correct = 0
+                for data, target in loader:
+                    indx_target = target.clone()
+                    optimizer.zero_grad()
+                    output = model(data)
+                    accelerator.backward(nn.functional.cross_entropy(output, target))
+                    optimizer.step()
+                    correct += output.argmax(1).cpu().eq(indx_target.cpu()).sum().item()
+            """,
+        ),
         Example(
             before="""
                 import numpy as np
