@@ -14,6 +14,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.engine.syntax import dotted, target_names
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS, SELF_DISTRIBUTING
 from accel_convert.codemods.engine.walk import module_nodes
 
@@ -51,6 +52,30 @@ class NoDataLoader(Rule):
             """,
             message="training data does not come from a DataLoader: it is not sharded across processes",
         ),
+        # Loaders from a module the converter does not follow (a package path added to sys.path).
+        Example(
+            before="""
+                import sys
+
+                import torch
+                import torch.nn as nn
+
+                sys.path.append("../../")
+                from TCN.mnist_pixel.utils import data_generator
+
+                train_loader, test_loader = data_generator("./data", batch_size=32)
+                model = nn.Linear(784, 10)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for batch_idx, (data, target) in enumerate(train_loader):
+                    optimizer.zero_grad()
+                    loss = nn.functional.cross_entropy(model(data.view(-1, 784)), target)
+                    loss.backward()
+                    optimizer.step()
+            """,
+            message="training data comes from train_loader, returned by data_generator(), which the converter does "
+            "not see build a DataLoader: not sharded across processes (if it is a DataLoader, prepare it: "
+            "train_loader = accelerator.prepare(train_loader), and gather what the evaluation counts)",
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
@@ -81,7 +106,47 @@ class NoDataLoader(Rule):
                 f"{name}.items()}}, and gather what the evaluation counts)"
             )
             return module, [report_at(facts.backward_site, self.code, message)]
+        returned = _loop_data_returned_by_call(module, facts)
+        if returned is not None:
+            name, call = returned
+            message = (
+                f"training data comes from {name}, returned by {call}(), which the converter does not see build a "
+                f"DataLoader: not sharded across processes (if it is a DataLoader, prepare it: {name} = "
+                f"accelerator.prepare({name}), and gather what the evaluation counts)"
+            )
+            return module, [report_at(facts.backward_site, self.code, message)]
         return module, [report_at(facts.backward_site, self.code, MESSAGE)]
+
+
+def _loop_data_returned_by_call(module: cst.Module, facts: ScriptFacts) -> tuple[str, str] | None:
+    """``(name, call)`` when the loop holding the backward iterates over a name (through
+    ``enumerate``/``tqdm``) that the script binds from a call of a function it does not show
+    building a DataLoader (``train_loader, test_loader = data.get(...)`` from a module the
+    converter does not follow); None otherwise."""
+    assert facts.backward_site is not None
+    line = facts.backward_site.line
+    iterated: str | None = None
+    for node in module_nodes(module):
+        if not isinstance(node, cst.For):
+            continue
+        site = facts.origins.site(node)
+        if site is None or not site.line <= line <= site.end_line:
+            continue
+        iterable = node.iter
+        while isinstance(iterable, cst.Call) and iterable.args and isinstance(iterable.func, cst.Name):
+            iterable = iterable.args[0].value  # enumerate(loader), tqdm(loader)
+        if isinstance(iterable, cst.Name):
+            iterated = iterable.value  # the innermost loop holding the backward decides
+    if iterated is None:
+        return None
+    for node in module_nodes(module):
+        if not isinstance(node, cst.Assign) or not isinstance(node.value, cst.Call):
+            continue
+        bound = {name for target in node.targets for name in target_names(target.target)}
+        call = dotted(node.value.func)
+        if iterated in bound and call is not None and facts.qualified_name(node.value.func) not in DATA_LOADERS:
+            return iterated, call
+    return None
 
 
 def _loader_dicts(assignments: list[cst.Assign], facts: ScriptFacts) -> list[str]:
