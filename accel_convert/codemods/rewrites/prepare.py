@@ -33,6 +33,7 @@ from accel_convert.codemods.engine.syntax import (
     class_methods,
     dotted,
     is_main_guard,
+    names_in,
     parameter_names,
     statement,
 )
@@ -372,7 +373,8 @@ class _Prepare(HomeBlockTransformer):
         last_creation: dict[str, int] = {}
         for index, node in enumerate(statements):
             for name in self._assigned_by(node):
-                if name not in first_creation and not _bound_on_every_path(node, name, self.facts):
+                later = statements[index + 1 :]
+                if name not in first_creation and not _bound_on_every_path(node, name, self.facts, later):
                     # First bound only under a flag: a prepare after it could meet an unbound name.
                     continue
                 first_creation.setdefault(name, index)
@@ -580,6 +582,66 @@ class Prepare(Rule):
                     main()
             """,
         ),
+        # A scheduler chosen in a chain with no ``else`` and stepped only under a flag of its own may
+        # be unbound on purpose (``--scheduler none``): a prepare reading it would fail, so it is left
+        # out of the prepare call.
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main(schedule="none"):
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    if schedule == "step":
+                        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+                    elif schedule == "cosine":
+                        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, 3)
+                    for epoch in range(3):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            nn.functional.mse_loss(model(data), target).backward()
+                            optimizer.step()
+                            if schedule != "none":
+                                scheduler.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main(schedule="none"):
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    if schedule == "step":
+                        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+                    elif schedule == "cosine":
+                        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, 3)
+                    for epoch in range(3):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            accelerator.backward(nn.functional.mse_loss(model(data), target))
+                            optimizer.step()
+                            if schedule != "none":
+                                scheduler.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
         Example(
             before="""
                 import torch
@@ -644,13 +706,17 @@ class Prepare(Rule):
         return new_module, [*transformer.changes(module), *reports]
 
 
-def _bound_on_every_path(node: cst.BaseStatement, name: str, facts: ScriptFacts) -> bool:
+def _bound_on_every_path(
+    node: cst.BaseStatement, name: str, facts: ScriptFacts, later: Sequence[cst.BaseStatement] = ()
+) -> bool:
     """Whether ``name`` is bound after ``node`` runs, whichever way it goes: always for a plain
     statement; for an ``if``, when every branch binds it or leaves the block (``else: raise
     ValueError(args.net)``), down to a final ``else``. A chain choosing among several values with
-    no ``else`` (``if args.net == "a": net = A()`` / ``elif args.net == "b": net = B()``) counts
-    too: the script reads the name after it, so the original fails the same way when no branch
-    matches."""
+    no ``else`` (``if args.opt == "adam": ...`` / ``elif args.opt == "sgd": ...``) counts only when
+    a plain statement of ``later`` (the block's statements after it) reads the name
+    (``scheduler = CosineAnnealingLR(optimizer, ...)``): the original fails there too when no
+    branch matches. Read only under a condition of its own (``if args.sched: scheduler.step()``),
+    the name may be unbound on purpose, and a ``prepare`` reading it would fail."""
     if isinstance(node, cst.If):
         branches: list[cst.BaseSuite] = []
         current: cst.If | cst.Else | None = node
@@ -660,9 +726,24 @@ def _bound_on_every_path(node: cst.BaseStatement, name: str, facts: ScriptFacts)
         if not all(_binds_or_leaves(branch, name, facts) for branch in branches):
             return False
         if current is None:
-            return len(branches) > 1
+            return len(branches) > 1 and _read_next(later, name)
         return _binds_or_leaves(current.body, name, facts)
     return not isinstance(node, (cst.Try, cst.For, cst.While, cst.With)) or isinstance(node, cst.With)
+
+
+def _read_next(statements: Sequence[cst.BaseStatement], name: str) -> bool:
+    """Whether a plain statement among ``statements`` reads ``name`` before any of them binds it
+    again or a compound statement comes (whose reads may be conditional)."""
+    for line in statements:
+        if not isinstance(line, cst.SimpleStatementLine):
+            return False
+        for small in line.body:
+            value = small.value if isinstance(small, (cst.Assign, cst.AnnAssign, cst.Expr, cst.Return)) else None
+            if value is not None and name in names_in(value):
+                return True
+        if name in assigned_in(line):
+            return False
+    return False
 
 
 #: Calls that end the program where they stand: a branch ending in one never falls through.
