@@ -138,6 +138,34 @@ def test_what_the_original_already_did_is_not_a_finding() -> None:
     assert problems(before, after) == []
 
 
+def test_a_new_statement_reading_and_rebinding_a_name_bound_under_a_flag_is_found() -> None:
+    # The prepare line binds ``scheduler`` again, which makes the original's own read (under the
+    # same flag) a safe one: one possibly unbound read before, one after, yet the converted
+    # program fails with --scheduler none where the original ran.
+    before = """
+        if args.scheduler == "step":
+            scheduler = StepLR(optimizer, 1)
+        elif args.scheduler == "cosine":
+            scheduler = CosineAnnealingLR(optimizer, 2)
+        for batch in loader:
+            train(batch)
+            if args.scheduler != "none":
+                scheduler.step()
+    """
+    after = before.replace(
+        "for batch in loader:",
+        "optimizer, scheduler = accelerator.prepare(optimizer, scheduler)\n        for batch in loader:",
+    )
+    assert [p for p in problems(before, after) if p[1] == "scheduler"] == [("<module>", "scheduler", 6)]
+    # Read by a plain statement right after the chain, the original fails there too: not a finding.
+    read_next = before.replace("for batch in loader:", "warmup = Warmup(scheduler)\n        for batch in loader:")
+    after = read_next.replace(
+        "warmup = Warmup(scheduler)",
+        "optimizer, scheduler = accelerator.prepare(optimizer, scheduler)\n        warmup = Warmup(scheduler)",
+    )
+    assert [p for p in problems(read_next, after) if p[1] == "scheduler"] == []
+
+
 def test_self_attributes_read_before_init_sets_them() -> None:
     before = """
         class Trainer:

@@ -116,14 +116,96 @@ def name_flow_problems(original: ast.Module, converted: ast.Module) -> list[Name
     # Where the converted program has no read that may come before its binding (most
     # conversions), there is nothing to compare: the original's flow is not walked.
     before = _ModuleFlow(original).run() if after else {}
+    added = _AddedRebindings(original, converted)
     for key, reads in after.items():
-        if len(reads) > len(before.get(key, ())):
-            scope, name = key
-            # The first read is where the program would stop.
-            line, column = min(reads)
+        scope, name = key
+        # The first read is where the program would stop.
+        line, column = min(reads)
+        original_reads = before.get(key, ())
+        if len(reads) > len(original_reads) or (
+            added.rebinds(name, line) and not added.read_unconditionally(scope, original_reads)
+        ):
             problems.append(NameFlowProblem(scope, name, line, column, trigger_line=flow.triggers.get(key, 0)))
     problems += _calls_missing_new_arguments({"": original}, {"": converted}).get("", [])
     return sorted(problems, key=lambda problem: (problem.line, problem.column, problem.name))
+
+
+class _AddedRebindings:
+    """Whether the first possibly unbound read of a name is a statement the conversion added that
+    reads the name and binds it again (``optimizer, scheduler = accelerator.prepare(optimizer,
+    scheduler)`` after a chain that binds ``scheduler`` only under a flag): counting reads alone
+    misses it, since the new binding makes the original's later read (``scheduler.step()`` under
+    the same flag) a safe one, so the converted program has no more such reads than the original
+    although it fails where the original did not. Statements are compared as CPython prints them;
+    the original's are only printed when a candidate turns up."""
+
+    def __init__(self, original: ast.Module, converted: ast.Module) -> None:
+        self.original = original
+        self.converted = converted
+        self._original_statements: set[str] | None = None
+        self._assignments: list[ast.Assign] | None = None
+
+    def rebinds(self, name: str, line: int) -> bool:
+        if self._assignments is None:
+            self._assignments = [node for node in ast.walk(self.converted) if isinstance(node, ast.Assign)]
+        statement = next(
+            (node for node in reversed(self._assignments) if node.lineno <= line <= (node.end_lineno or node.lineno)),
+            None,
+        )
+        if statement is None or not any(name in _target_names(target) for target in statement.targets):
+            return False
+        if self._original_statements is None:
+            self._original_statements = {
+                ast.unparse(node) for node in ast.walk(self.original) if isinstance(node, ast.Assign)
+            }
+        return ast.unparse(statement) not in self._original_statements
+
+    def read_unconditionally(self, scope: str, reads: Iterable[Position]) -> bool:
+        """Whether one of the original's reads is a statement of the scope's own body, outside
+        any ``if`` or loop (``scheduler = CosineAnnealingLR(optimizer, ...)`` after the chain
+        choosing ``optimizer``): the original fails there when the name is unbound, so a new
+        statement reading it first fails no more often. Unknown scopes count as read."""
+        body = _scope_body(self.original, scope)
+        if body is None:
+            return True
+        spans = [(node.lineno, node.end_lineno or node.lineno) for node in body if not isinstance(node, _COMPOUND)]
+        return any(first <= line <= last for line, _ in reads for first, last in spans)
+
+
+_COMPOUND = (
+    ast.If,
+    ast.For,
+    ast.AsyncFor,
+    ast.While,
+    ast.With,
+    ast.AsyncWith,
+    ast.Try,
+    ast.Match,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+)
+
+
+def _scope_body(module: ast.Module, scope: str) -> list[ast.stmt] | None:
+    """The statements of the module (``"<module>"``) or of the function ``scope`` names
+    (``main``, ``Trainer.fit``); None when no such function is found."""
+    if scope == "<module>":
+        return module.body
+    body: list[ast.stmt] = module.body
+    for part in scope.split("."):
+        found = next(
+            (
+                node
+                for node in body
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == part
+            ),
+            None,
+        )
+        if found is None:
+            return None
+        body = found.body
+    return body
 
 
 def possibly_unbound_reads(module: ast.Module) -> dict[tuple[str, str], list[tuple[int, int]]]:
