@@ -16,6 +16,10 @@ errors still come from every rank; so does the level a logger is given
 (``logger.setLevel(logging.INFO)`` on ``logger = logging.getLogger(__name__)``). Where no
 accelerator is reachable (``basicConfig`` at module level, before ``main`` creates it) the
 launcher's ``RANK`` tells the main process. A level from a variable is left as it is.
+
+A script that rebinds ``print`` (``print = misc.logger.info``) calls that function instead: the
+binding becomes ``print = accelerator.on_main_process(misc.logger.info)``, so its calls run on the
+main process only.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ LINE_LIMIT = 100
 class _Printing(RuleTransformer):
     def __init__(self, facts: ScriptFacts, accelerator: str) -> None:
         sites = [site for name in ("print", *PROGRESS_BARS, *CONSOLE_WRITES) for site in facts.call_sites.get(name, ())]
+        # ``print = misc.logger.info``: the script's own print, rebound (pytorch-playground).
+        sites += facts.assign_sites.get("print", ())
         super().__init__(facts, lines_of(sites))
         self.facts = facts
         #: Module-level prints kept to the first process by ``RANK`` (they need ``import os``).
@@ -71,6 +77,9 @@ class _Printing(RuleTransformer):
         is kept to the first one by the launcher's ``RANK`` (no process group needed yet)."""
         if self._is_console_write(updated_node) and self.accelerator_reachable():
             return self._on_main_process(original_node, updated_node)
+        rebound = self._print_rebound(original_node, updated_node)
+        if rebound is not None:
+            return rebound
         if (
             (self.scope and not self._in_helper_class_method())
             or self.accelerator_reachable()
@@ -92,6 +101,43 @@ class _Printing(RuleTransformer):
             leading_lines=updated_node.leading_lines,
         )
         return guarded
+
+    def _print_rebound(
+        self, original: cst.SimpleStatementLine, line: cst.SimpleStatementLine
+    ) -> cst.SimpleStatementLine | None:
+        """``print = misc.logger.info`` → ``print = accelerator.on_main_process(misc.logger.info)``:
+        every later ``print(...)`` calls what ``print`` is bound to, which is not the builtin this
+        rule makes ``accelerator.print``; wrapped, it runs on the main process only (the others
+        return None). None when ``line`` is not such a binding or no accelerator is reachable."""
+        assign = line.body[0] if len(line.body) == 1 else None
+        if (
+            not isinstance(assign, cst.Assign)
+            or len(assign.targets) != 1
+            or not isinstance(assign.targets[0].target, cst.Name)
+            or assign.targets[0].target.value != "print"
+            or not self.accelerator_reachable()
+        ):
+            return None
+        value = assign.value
+        if (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value
+            in (
+                "on_main_process",
+                "on_local_main_process",
+            )
+        ):
+            return None  # already kept to one process
+        accelerator = self.instance_accelerator() or cst.Name(self.accelerator)
+        wrapped = cst.Call(cst.Attribute(accelerator, cst.Name("on_main_process")), args=[cst.Arg(value)])
+        self.report(
+            original,
+            Printing.code,
+            f"print rebound to {dotted(value) or 'another function'} → runs on the main process only",
+            header_only=True,
+        )
+        return line.with_changes(body=[assign.with_changes(value=wrapped)])
 
     def _under_if(self, picks: Callable[[cst.BaseExpression], bool]) -> bool:
         """Inside an ``if`` whose test ``picks`` accepts."""
@@ -313,6 +359,63 @@ class Printing(Rule):
     name = "print-progress"
     providers = (loggers,)
     examples = (
+        # ``print`` rebound to a logger (pytorch-playground's ``print = misc.logger.info``): the
+        # calls are the logger's, kept to the main process where ``print`` is bound.
+        Example(
+            before="""
+                import argparse
+                import logging
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--epochs", type=int, default=2)
+                args = parser.parse_args()
+                logger = logging.getLogger("train")
+                print = logger.warning
+
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                model = nn.Linear(8, 1)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for epoch in range(args.epochs):
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                    print("epoch {} loss {:.4f}".format(epoch, loss.item()))
+            """,
+            after="""
+                import argparse
+                import logging
+
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--epochs", type=int, default=2)
+                args = parser.parse_args()
+                accelerator = Accelerator()
+                logger = logging.getLogger("train")
+                print = accelerator.on_main_process(logger.warning)
+
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                model = nn.Linear(8, 1)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                for epoch in range(args.epochs):
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                    print("epoch {} loss {:.4f}".format(epoch, loss.item()))
+            """,
+        ),
         Example(
             before="""
                 import torch
