@@ -316,13 +316,17 @@ class _Prepare(HomeBlockTransformer):
         before that call (``model_conv, optimizer_conv = accelerator.prepare(...)``)."""
         result: list[cst.BaseStatement] = []
         bound: set[str] = set()
+        # Names whose current object is prepared: a plain line binding one again (the tutorial's
+        # second ``opt = optim.SGD(...)`` after a first rebuild was trained) makes it unprepared.
+        prepared = set(self.prepared_names)
         for node in statements:
             handed = self._handed_to_training(node) & bound if isinstance(node, cst.SimpleStatementLine) else set()
-            handed -= self.prepared_names
+            handed -= prepared
             if handed:
                 names = sorted(handed, key=lambda name: (0 if name not in self.facts.optimizers else 1, name))
                 self.report(node, Prepare.code, f"prepare {', '.join(names)} before they are trained", header_only=True)
                 self.prepared_names.update(names)
+                prepared.update(names)
                 result.append(prepare_statement(self.accelerator, names, indent))
             result.append(node)
             if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
@@ -332,8 +336,11 @@ class _Prepare(HomeBlockTransformer):
                 for small in node.body
             ):
                 bound -= assigned_in(node)  # prepared already (a converted script converted again)
+                prepared |= assigned_in(node)
             else:
                 bound |= assigned_in(node)
+                if isinstance(node, cst.SimpleStatementLine):
+                    prepared -= assigned_in(node)
         return result
 
     def _handed_to_training(self, node: cst.SimpleStatementLine) -> set[str]:
@@ -640,6 +647,61 @@ class Prepare(Rule):
 
                 if __name__ == "__main__":
                     main()
+            """,
+        ),
+        # An optimizer built again after each training run (the torch.nn tutorial's fits): each new
+        # one is prepared before it is trained, however many times it is rebuilt.
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def fit(model, opt, loader):
+                    for data, target in loader:
+                        opt.zero_grad()
+                        nn.functional.mse_loss(model(data), target).backward()
+                        opt.step()
+
+
+                torch.manual_seed(0)
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                model = nn.Linear(8, 1)
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                fit(model, opt, loader)
+                opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+                fit(model, opt, loader)
+                opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+                fit(model, opt, loader)
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def fit(model, opt, loader):
+                    for data, target in loader:
+                        opt.zero_grad()
+                        accelerator.backward(nn.functional.mse_loss(model(data), target))
+                        opt.step()
+
+
+                torch.manual_seed(0)
+                accelerator = Accelerator()
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                model = nn.Linear(8, 1)
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                model, opt, loader = accelerator.prepare(model, opt, loader)
+                fit(model, opt, loader)
+                opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+                opt = accelerator.prepare(opt)
+                fit(model, opt, loader)
+                opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+                opt = accelerator.prepare(opt)
+                fit(model, opt, loader)
             """,
         ),
         Example(
