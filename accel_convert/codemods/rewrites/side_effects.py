@@ -9,7 +9,9 @@ that passing it on still works everywhere) and its logging calls are guarded. Cr
 way and followed by ``accelerator.wait_for_everyone()``, so that no rank writes into the folder
 before it exists. Where the accelerator is not reachable the write is reported (ACC916). A tracker
 whose attributes code on every rank reads (``os.path.join(writer.log_dir, "training.log")``) is
-created on every rank and reported (ACC916): None would fail there.
+created on every rank and reported (ACC916): None would fail there. So is ``wandb.init`` (with
+``wandb.config.update``) where code on every rank reads the run's state (a sweep's ``config =
+wandb.config``, ``wandb.run.name``): before ``init`` those reads raise.
 
 Deleting waits for every rank first (``wait_for_everyone()`` before the guard): another rank
 may still be reading the file.
