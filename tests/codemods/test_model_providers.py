@@ -238,3 +238,45 @@ def test_a_provider_reading_what_it_does_not_declare_is_caught(monkeypatch: pyte
             "main_function",
         }
     }
+
+
+def test_a_training_method_called_on_a_trainer_instance_starts_the_training() -> None:
+    # bentrevett's notebooks: an LRFinder trains the raw model before the epoch loop. Without its
+    # call among the training lines, prepare went below it and the model's move was removed, so
+    # on a GPU the finder met batches on the device and the model on the CPU.
+    source = textwrap.dedent(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        class LRFinder:
+            def __init__(self, model, optimizer):
+                self.model, self.optimizer = model, optimizer
+
+            def range_test(self, loader, steps=4):
+                batches = iter(loader)
+                for _ in range(steps):
+                    x, y = next(batches)
+                    self._train_batch(x, y)
+
+            def _train_batch(self, x, y):
+                self.optimizer.zero_grad()
+                nn.functional.mse_loss(self.model(x), y).backward()
+                self.optimizer.step()
+
+
+        loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+        model = nn.Linear(8, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+        lr_finder = LRFinder(model, optimizer)
+        lr_finder.range_test(loader)
+        model.eval()
+        """
+    )
+    facts = runner.analyse(cst.parse_module(source), source)
+    assert "LRFinder" in facts.training_classes
+    assert facts.training_method_lines == {source.splitlines().index("lr_finder.range_test(loader)") + 1}
+    # Its loop is over a range, not a loader: only the method's backward says it trains.
+    assert facts.training_start_line() == min(facts.training_method_lines)

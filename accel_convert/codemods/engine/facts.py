@@ -278,6 +278,9 @@ class ScriptFacts(FactQuestions):
     #: Module-level functions returning data loaders (what the program's other modules unpack
     #: from their calls is a loader).
     loader_returning_functions: AbstractSet[str] = frozenset()
+    #: Lines calling a training method on an instance of a training class the module builds
+    #: (``lr_finder.range_test(...)``): training starts there too.
+    training_method_lines: AbstractSet[int] = frozenset()
     #: The module's own functions it never calls by name but uses as values (a list of hooks,
     #: ``Thread(target=...)``): called out of sight. Computed on first ask (only a check reads it).
     functions_called_out_of_sight: Callable[[], frozenset[str]] = lambda: frozenset()
@@ -412,6 +415,7 @@ class ScriptFacts(FactQuestions):
         looping = callers_closure({loop.function for loop in loops} | (trains - {home}), self.call_graph)
         lines = [loop.site.line for loop in loops if loop.function == home]
         lines += [site.line for name in looping for site in self.call_sites.get(name, ())]
+        lines += self.training_method_lines
         return lines
 
     @property
@@ -474,6 +478,7 @@ class FactsDraft(FactQuestions):
     class_prepare: dict[str, tuple[str, ...]] = field(default_factory=dict)
     call_graph: dict[str, set[str]] = field(default_factory=dict)
     loader_returning_functions: set[str] = field(default_factory=set)
+    training_method_lines: set[int] = field(default_factory=set)
     functions_called_out_of_sight: Callable[[], frozenset[str]] = lambda: frozenset()
     prepared: set[str] = field(default_factory=set)
     frozen_models: set[str] = field(default_factory=set)

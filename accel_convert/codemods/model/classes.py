@@ -13,6 +13,7 @@ from accel_convert.codemods.engine.syntax import (
 from accel_convert.codemods.model.expressions import (
     is_prepare,
 )
+from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import ClassRecord
 from accel_convert.codemods.model.state import Analysis
 
@@ -252,3 +253,35 @@ def library_training_classes(a: Analysis) -> None:
         class_prepare(a, name)
     bases = training_bases(a, classes)
     facts.accessible_functions |= a.reachable(set(classes) | bases)
+
+
+@provider(
+    needs=("training_classes", "backward_methods", "constructions"),
+    provides=("training_method_lines",),
+)
+def training_method_lines(a: Analysis) -> None:
+    """Lines calling a method that trains on an instance of a training class the module builds
+    (``lr_finder = LRFinder(model, optimizer, criterion, device)`` then
+    ``lr_finder.range_test(train_iterator, ...)``): training starts there, so ``prepare`` goes
+    above it, and moves of the models it trains stay needed until then."""
+    facts = a.facts
+    instances: dict[str, str] = {}
+    for assign in a.r.assigns:
+        built = assign.value
+        if (
+            isinstance(built, cst.Call)
+            and isinstance(built.func, cst.Name)
+            and built.func.value in facts.training_classes
+        ):
+            for target in assign.targets:
+                instances[target] = built.func.value
+    if not instances:
+        return
+    training = {(owner, method) for owner, method in a.backward_methods if method != "__init__"}
+    for call in a.r.calls:
+        func = call.node.func
+        if not isinstance(func, cst.Attribute):
+            continue
+        owner = instances.get(dotted(func.value) or "")
+        if owner is not None and (owner, func.attr.value) in training:
+            facts.training_method_lines.add(a.site(call.node).line)

@@ -24,6 +24,7 @@ from accel_convert.codemods.engine.walk import walk
 from accel_convert.codemods.model import (
     arguments,
     calls,
+    classes,
     devices,
     home,
     loaders,
@@ -66,6 +67,7 @@ PROVIDERS: tuple[Provider, ...] = (
     models.models_trained_by_hand,
     roles.per_epoch_schedulers,
     home.home,
+    classes.training_method_lines,
     loops.batch_names,
     source.calls_and_features,
     models.model_copy_calls,

@@ -34,6 +34,7 @@ from accel_convert.codemods.engine.syntax import (
     dotted,
     is_main_guard,
     names_in,
+    nodes_in,
     parameter_names,
     statement,
 )
@@ -320,7 +321,7 @@ class _Prepare(HomeBlockTransformer):
         # second ``opt = optim.SGD(...)`` after a first rebuild was trained) makes it unprepared.
         prepared = set(self.prepared_names)
         for node in statements:
-            handed = self._handed_to_training(node) & bound if isinstance(node, cst.SimpleStatementLine) else set()
+            handed = self._handed_to_training(node) & bound
             handed -= prepared
             if handed:
                 names = sorted(handed, key=lambda name: (0 if name not in self.facts.optimizers else 1, name))
@@ -343,9 +344,16 @@ class _Prepare(HomeBlockTransformer):
                     prepared -= assigned_in(node)
         return result
 
-    def _handed_to_training(self, node: cst.SimpleStatementLine) -> set[str]:
+    def _handed_to_training(self, node: cst.BaseStatement) -> set[str]:
         """Names a line passes to a module-level function that runs a backward, for parameters
-        that are models or optimizers there (``train_model(model_conv, criterion, optimizer_conv)``)."""
+        that are models or optimizers there (``train_model(model_conv, criterion, optimizer_conv)``),
+        also from inside a loop or branch (``for epoch in range(EPOCHS): train(model, loader,
+        optimizer)``): the prepare then goes above that statement."""
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            return set()
+        if not isinstance(node, cst.SimpleStatementLine):
+            lines = [inner for inner in nodes_in(node) if isinstance(inner, cst.SimpleStatementLine)]
+            return {name for line in lines for name in self._handed_to_training(line)}
         found: set[str] = set()
         for small in node.body:
             value = small.value if isinstance(small, (cst.Assign, cst.Expr)) else None
@@ -702,6 +710,95 @@ class Prepare(Rule):
                 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
                 opt = accelerator.prepare(opt)
                 fit(model, opt, loader)
+            """,
+        ),
+        # A learning-rate finder trains first (a training class: its method runs a backward), then
+        # the optimizer is built again and handed to the training inside the epoch loop: prepared
+        # above the finder, and the new optimizer above the loop.
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class LRFinder:
+                    def __init__(self, model, optimizer, device):
+                        self.model = model
+                        self.optimizer = optimizer
+                        self.device = device
+
+                    def range_test(self, loader, steps=4):
+                        for step, (x, y) in enumerate(loader):
+                            if step == steps:
+                                break
+                            self.optimizer.zero_grad()
+                            nn.functional.mse_loss(self.model(x.to(self.device)), y.to(self.device)).backward()
+                            self.optimizer.step()
+
+
+                def train(model, loader, optimizer, device):
+                    for x, y in loader:
+                        optimizer.zero_grad()
+                        nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
+                        optimizer.step()
+
+
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                torch.manual_seed(0)
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                model = nn.Linear(8, 1)
+                model = model.to(device)
+                optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+                finder = LRFinder(model, optimizer, device)
+                finder.range_test(loader)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for epoch in range(2):
+                    train(model, loader, optimizer, device)
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class LRFinder:
+                    def __init__(self, model, optimizer, device, accelerator):
+                        self.accelerator = accelerator
+                        self.model = model
+                        self.optimizer = optimizer
+                        self.device = device
+
+                    def range_test(self, loader, steps=4):
+                        for step, (x, y) in enumerate(loader):
+                            if step == steps:
+                                break
+                            self.optimizer.zero_grad()
+                            self.accelerator.backward(nn.functional.mse_loss(self.model(x), y))
+                            self.optimizer.step()
+
+
+                def train(model, loader, optimizer, device):
+                    for x, y in loader:
+                        optimizer.zero_grad()
+                        accelerator.backward(nn.functional.mse_loss(model(x), y))
+                        optimizer.step()
+
+
+                accelerator = Accelerator()
+                device = accelerator.device
+                torch.manual_seed(0)
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                model = nn.Linear(8, 1)
+                optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+                model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                finder = LRFinder(model, optimizer, device, accelerator)
+                finder.range_test(loader)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                optimizer = accelerator.prepare(optimizer)
+                for epoch in range(2):
+                    train(model, loader, optimizer, device)
             """,
         ),
         Example(
