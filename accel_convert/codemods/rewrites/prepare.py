@@ -354,24 +354,27 @@ class _Prepare(HomeBlockTransformer):
         if not isinstance(node, cst.SimpleStatementLine):
             lines = [inner for inner in nodes_in(node) if isinstance(inner, cst.SimpleStatementLine)]
             return {name for line in lines for name in self._handed_to_training(line)}
+        return {name for small in node.body for name in self._handed_by_call(small)}
+
+    def _handed_by_call(self, small: cst.BaseSmallStatement) -> set[str]:
+        """What one small statement calling a training function hands to its model and optimizer
+        parameters, by name."""
+        value = small.value if isinstance(small, (cst.Assign, cst.Expr)) else None
+        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
+            return set()
+        function = value.func.value
+        params = self.facts.of(helper_functions).get(function)
+        if function not in self.facts.backward_functions or params is None:
+            return set()
+        if function in self.facts.training_functions:
+            return set()  # builds its own optimizer: the models it is handed are the analysis' (ACC926)
         found: set[str] = set()
-        for small in node.body:
-            value = small.value if isinstance(small, (cst.Assign, cst.Expr)) else None
-            if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
+        for index, arg in enumerate(value.args):
+            if arg.star or not isinstance(arg.value, cst.Name):
                 continue
-            function = value.func.value
-            params = self.facts.of(helper_functions).get(function)
-            if function not in self.facts.backward_functions or params is None:
-                continue
-            if function in self.facts.training_functions:
-                continue  # builds its own optimizer: the models it is handed are the analysis' (ACC926)
-            for index, arg in enumerate(value.args):
-                if arg.star:
-                    continue
-                param = arg.keyword.value if arg.keyword is not None else params[index] if index < len(params) else None
-                if param in self.facts.models or param in self.facts.optimizers:
-                    if isinstance(arg.value, cst.Name):
-                        found.add(arg.value.value)
+            param = arg.keyword.value if arg.keyword is not None else params[index] if index < len(params) else None
+            if param in self.facts.models or param in self.facts.optimizers:
+                found.add(arg.value.value)
         return found
 
     def _constructs_model(self, call: cst.Call) -> bool:
