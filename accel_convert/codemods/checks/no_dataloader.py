@@ -12,6 +12,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
+from accel_convert.codemods.engine.iteration import iterated
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import dotted, target_names
@@ -106,7 +107,7 @@ class NoDataLoader(Rule):
                 f"{name}.items()}}, and gather what the evaluation counts)"
             )
             return module, [report_at(facts.backward_site, self.code, message)]
-        returned = _loop_data_returned_by_call(module, facts)
+        returned = _loop_data_returned_by_call(module, assignments, facts)
         if returned is not None:
             name, call = returned
             message = (
@@ -118,34 +119,34 @@ class NoDataLoader(Rule):
         return module, [report_at(facts.backward_site, self.code, MESSAGE)]
 
 
-def _loop_data_returned_by_call(module: cst.Module, facts: ScriptFacts) -> tuple[str, str] | None:
+def _loop_data_returned_by_call(
+    module: cst.Module, assignments: list[cst.Assign], facts: ScriptFacts
+) -> tuple[str, str] | None:
     """``(name, call)`` when the loop holding the backward iterates over a name (through
     ``enumerate``/``tqdm``) that the script binds from a call of a function it does not show
     building a DataLoader (``train_loader, test_loader = data.get(...)`` from a module the
     converter does not follow); None otherwise."""
     assert facts.backward_site is not None
     line = facts.backward_site.line
-    iterated: str | None = None
+    looped: str | None = None
     for node in module_nodes(module):
         if not isinstance(node, cst.For):
             continue
         site = facts.origins.site(node)
         if site is None or not site.line <= line <= site.end_line:
             continue
-        iterable = node.iter
-        while isinstance(iterable, cst.Call) and iterable.args and isinstance(iterable.func, cst.Name):
-            iterable = iterable.args[0].value  # enumerate(loader), tqdm(loader)
+        iterable = iterated(node.iter, facts.names, through_any_call=True)  # enumerate(loader), tqdm(loader)
         if isinstance(iterable, cst.Name):
-            iterated = iterable.value  # the innermost loop holding the backward decides
-    if iterated is None:
+            looped = iterable.value  # the innermost loop holding the backward decides
+    if looped is None:
         return None
-    for node in module_nodes(module):
-        if not isinstance(node, cst.Assign) or not isinstance(node.value, cst.Call):
+    for node in assignments:
+        if not isinstance(node.value, cst.Call):
             continue
         bound = {name for target in node.targets for name in target_names(target.target)}
         call = dotted(node.value.func)
-        if iterated in bound and call is not None and facts.qualified_name(node.value.func) not in DATA_LOADERS:
-            return iterated, call
+        if looped in bound and call is not None and facts.qualified_name(node.value.func) not in DATA_LOADERS:
+            return looped, call
     return None
 
 

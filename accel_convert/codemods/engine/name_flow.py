@@ -168,23 +168,9 @@ class _AddedRebindings:
         body = _scope_body(self.original, scope)
         if body is None:
             return True
-        spans = [(node.lineno, node.end_lineno or node.lineno) for node in body if not isinstance(node, _COMPOUND)]
+        plain = [node for node in body if not isinstance(node, (*_COMPOUND, *_DEFINITIONS))]
+        spans = [(node.lineno, node.end_lineno or node.lineno) for node in plain]
         return any(first <= line <= last for line, _ in reads for first, last in spans)
-
-
-_COMPOUND = (
-    ast.If,
-    ast.For,
-    ast.AsyncFor,
-    ast.While,
-    ast.With,
-    ast.AsyncWith,
-    ast.Try,
-    ast.Match,
-    ast.FunctionDef,
-    ast.AsyncFunctionDef,
-    ast.ClassDef,
-)
 
 
 def _scope_body(module: ast.Module, scope: str) -> list[ast.stmt] | None:
@@ -195,11 +181,7 @@ def _scope_body(module: ast.Module, scope: str) -> list[ast.stmt] | None:
     body: list[ast.stmt] = module.body
     for part in scope.split("."):
         found = next(
-            (
-                node
-                for node in body
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == part
-            ),
+            (node for node in body if isinstance(node, _DEFINITIONS) and node.name == part),
             None,
         )
         if found is None:
@@ -354,6 +336,7 @@ _TRY: tuple[type[ast.Try], ...] = (ast.Try, *((ast.TryStar,) if hasattr(ast, "Tr
 _COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.Match) + (
     (ast.TryStar,) if hasattr(ast, "TryStar") else ()
 )
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 #: The node classes :meth:`_Bindings._visit` does more with than visit their children.
 _BINDING_VISITS: dict[type[ast.AST], Callable[[_Bindings, Any, int, list[int]], None]] = {
     ast.Name: _Bindings._visit_name,

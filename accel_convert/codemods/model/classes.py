@@ -256,7 +256,7 @@ def library_training_classes(a: Analysis) -> None:
 
 
 @provider(
-    needs=("training_classes", "backward_methods", "constructions"),
+    needs=("training_classes", "backward_methods"),
     provides=("training_method_lines",),
 )
 def training_method_lines(a: Analysis) -> None:

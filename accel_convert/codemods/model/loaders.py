@@ -30,9 +30,10 @@ def loader_factories(a: Analysis) -> None:
         if a.constructs_loader(constructed(assign.value), assign.scope)
         for target in assign.targets
     }
+    lists = _lists_of_loaders(a, built_in)
     factories: dict[str, set[int] | None] = {}
     for function, value in a.r.returns:
-        if isinstance(value, cst.Name) and (function, value.value) in _lists_of_loaders(a, built_in):
+        if isinstance(value, cst.Name) and (function, value.value) in lists:
             factories[function] = None  # ``return ds``: whatever the caller unpacks is a loader
             continue
         is_tuple = isinstance(value, (cst.Tuple, cst.List))

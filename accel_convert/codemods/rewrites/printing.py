@@ -25,10 +25,12 @@ main process only.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from typing import cast
 
 import libcst as cst
 
+from accel_convert.codemods.engine.accelerator_code import is_accelerator_method
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.imports import add_import, imports_module
 from accel_convert.codemods.engine.model import Change, Options
@@ -119,15 +121,7 @@ class _Printing(RuleTransformer):
         ):
             return None
         value = assign.value
-        if (
-            isinstance(value, cst.Call)
-            and isinstance(value.func, cst.Attribute)
-            and value.func.attr.value
-            in (
-                "on_main_process",
-                "on_local_main_process",
-            )
-        ):
+        if is_accelerator_method(value, self.facts, "on_main_process", "on_local_main_process"):
             return None  # already kept to one process
         accelerator = self.instance_accelerator() or cst.Name(self.accelerator)
         wrapped = cst.Call(cst.Attribute(accelerator, cst.Name("on_main_process")), args=[cst.Arg(value)])
@@ -328,7 +322,12 @@ def _tests_rank(test: cst.BaseExpression) -> bool:
 
 def _is_launcher_rank_test(test: cst.BaseExpression) -> bool:
     """The test this rule writes around an early print: ``int(os.environ.get("RANK", "0")) == 0``."""
-    return isinstance(test, cst.Comparison) and cst.Module([]).code_for_node(test) == _LAUNCHER_MAIN_PROCESS
+    return isinstance(test, cst.Comparison) and test.deep_equals(_launcher_test())
+
+
+@cache
+def _launcher_test() -> cst.BaseExpression:
+    return expression(_LAUNCHER_MAIN_PROCESS)
 
 
 def _grouped(node: cst.BaseExpression, code: str) -> str:
