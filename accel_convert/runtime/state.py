@@ -129,9 +129,18 @@ def wants_cpu(cpu: bool) -> bool:
     return cpu or env_flag("ACCELERATE_USE_CPU")
 
 
+def tracer_fakes_cuda() -> bool:
+    """True while ``accel-convert verify``'s tracer makes a machine without GPUs pretend to have
+    them (:mod:`runtime.tracer`, ``ACCEL_CONVERT_TRACE_FAKE_CUDA=1``): the device is reported as
+    ``cuda:LOCAL_RANK`` as on a GPU machine, but every tensor lives on the CPU, so the backend
+    must stay Gloo. Read through ``sys.modules``: the runtime never imports the tracer itself."""
+    tracer = sys.modules.get("accel_convert.runtime.tracer")
+    return bool(getattr(tracer, "faking_cuda", False))
+
+
 def default_backend(use_cuda: bool) -> str:
-    """NCCL for GPUs, Gloo for CPU tensors."""
-    return "nccl" if use_cuda else "gloo"
+    """NCCL for GPUs, Gloo for CPU tensors (also for the tracer's pretended GPUs)."""
+    return "nccl" if use_cuda and not tracer_fakes_cuda() else "gloo"
 
 
 def ensure_process_group(backend: str, init_kwargs: dict[str, Any]) -> None:
@@ -247,12 +256,14 @@ def detect_state(
     backend = dist.get_backend()
     local_rank = env.local_rank if env is not None else dist.get_rank()
     uses_gpu_backend = use_cuda and backend != "gloo"
+    # Pretended GPUs (tracer_fakes_cuda): Gloo, yet the device reported is cuda:LOCAL_RANK.
+    reports_gpu = uses_gpu_backend or (use_cuda and tracer_fakes_cuda())
     state = ProcessState(
         distributed_type=DistributedType.MULTI_GPU if uses_gpu_backend else DistributedType.MULTI_CPU,
         num_processes=dist.get_world_size(),
         process_index=dist.get_rank(),
         local_process_index=local_rank,
-        device=pick_device(True, local_rank, not uses_gpu_backend),
+        device=pick_device(True, local_rank, not reports_gpu),
         backend=backend,
         mixed_precision=mixed_precision,
     )

@@ -1,0 +1,285 @@
+"""The verify tracer (``accel_convert.runtime.tracer``): real runs of small scripts, injected
+through the ``sitecustomize`` it writes, asserting on the records each rank leaves.
+
+Launches are shared: each fixture runs once and several tests read its records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.launching import python, torchrun
+
+#: Seeds nothing itself: equal losses in two runs come from the tracer's seeding alone.
+UNSEEDED = """
+import os
+import random
+import numpy
+import torch
+from torch import nn
+
+print("user sitecustomize:", os.environ.get("USER_SITECUSTOMIZE_RAN"))
+print("draws", random.randint(0, 10**6), numpy.random.randint(10**6))
+numpy.save("array", numpy.zeros(3))
+numpy.load("array.npy")
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+data = torch.utils.data.TensorDataset(torch.randn(1000, 4), torch.randn(1000, 1))
+loader = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True)
+for inputs, targets in loader:
+    loss = nn.functional.mse_loss(model(inputs), targets)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+print("done", end="")
+
+
+def finish():
+    raise ValueError("the end")
+
+
+finish()
+"""
+
+#: Two ranks on the runtime: a prepared model and an unprepared one, a file written by rank 0
+#: that rank 1 reads too early, and an evaluation loop whose predictions are gathered.
+TWO_RANKS = """
+import torch
+from torch import nn
+from accel_convert.runtime import Accelerator
+
+accelerator = Accelerator()
+rank = accelerator.process_index
+prepared, alone = nn.Linear(4, 2), nn.Linear(4, 2)
+optimizer = torch.optim.SGD(prepared.parameters(), lr=0.1)
+alone_optimizer = torch.optim.SGD(alone.parameters(), lr=0.1)
+train = torch.utils.data.TensorDataset(torch.randn(1000, 4), torch.randint(0, 2, (1000,)))
+evaluation = torch.utils.data.TensorDataset(torch.randn(11, 4), torch.randint(0, 2, (11,)))
+train_loader = torch.utils.data.DataLoader(train, batch_size=4)
+eval_loader = torch.utils.data.DataLoader(evaluation, batch_size=3)
+prepared, optimizer, train_loader, eval_loader = accelerator.prepare(prepared, optimizer, train_loader, eval_loader)
+for inputs, labels in train_loader:
+    accelerator.backward(nn.functional.cross_entropy(prepared(inputs), labels))
+    optimizer.step()
+    optimizer.zero_grad()
+    nn.functional.cross_entropy(alone(inputs), labels).backward()
+    alone_optimizer.step()
+    alone_optimizer.zero_grad()
+prepared.eval()
+with torch.no_grad():
+    for inputs, labels in eval_loader:
+        predictions = accelerator.gather_for_metrics(prepared(inputs).argmax(-1))
+print(f"rank {rank} finished")
+if rank == 1:
+    try:
+        open("shared.txt").read()
+    except FileNotFoundError:
+        pass
+accelerator.wait_for_everyone()
+if rank == 0:
+    with open("shared.txt", "w") as handle:
+        handle.write("from rank 0")
+accelerator.wait_for_everyone()
+if rank == 1:
+    open("shared.txt").read()
+"""
+
+#: A script written for GPUs, run on a machine without one.
+GPU_SCRIPT = """
+import os
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from accel_convert.runtime import Accelerator
+
+local_rank = int(os.environ["LOCAL_RANK"])
+dist.init_process_group("nccl")
+first = nn.Linear(2, 2).to(0)
+torch.cuda.set_device(local_rank)
+second = nn.Linear(2, 2).cuda()
+ddp = DistributedDataParallel(second, device_ids=[local_rank])
+ddp(torch.ones(1, 2, device="cuda")).sum().backward()
+print("cuda", torch.cuda.is_available(), torch.cuda.device_count())
+accelerator = Accelerator()
+print("device", accelerator.device, accelerator.state.backend)
+model = accelerator.prepare(nn.Linear(2, 2))
+accelerator.backward(model(torch.ones(3, 2).to(accelerator.device)).sum())
+"""
+
+USER_SITECUSTOMIZE = """
+import os
+os.environ["USER_SITECUSTOMIZE_RAN"] = "yes"
+"""
+
+
+def records(folder: Path, rank: int) -> list[dict[str, Any]]:
+    with open(folder / f"rank-{rank}.jsonl", encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle]
+
+
+def of_kind(found: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [record for record in found if record["kind"] == kind]
+
+
+def traced(tmp: Path, name: str, source: str, variables: dict[str, str]) -> tuple[Path, Path, dict[str, str]]:
+    """The script, its trace folder and the environment that injects the tracer into its run."""
+    injection = tmp / "injection"
+    if not injection.exists():
+        python("-m", "accel_convert.runtime.tracer", "inject", str(injection), timeout=120).check()
+    user_site = tmp / "user_site"
+    user_site.mkdir(exist_ok=True)
+    (user_site / "sitecustomize.py").write_text(USER_SITECUSTOMIZE)
+    work = tmp / name
+    work.mkdir()
+    script = work / "script.py"
+    script.write_text(textwrap.dedent(source))
+    repo = Path(__file__).resolve().parent.parent
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(injection), str(repo), str(user_site)]),
+        "ACCEL_CONVERT_TRACE_DIR": str(work / "trace"),
+        "ACCEL_CONVERT_QUIET": "1",
+        **variables,
+    }
+    return script, work / "trace", env
+
+
+@pytest.fixture(scope="module")
+def seeded_runs(tmp_path_factory: pytest.TempPathFactory) -> list[list[dict[str, Any]]]:
+    tmp = tmp_path_factory.mktemp("seeded")
+    runs = []
+    for name in ("first", "second"):
+        script, trace, env = traced(tmp, name, UNSEEDED, {"ACCEL_CONVERT_TRACE_SEED": "7"})
+        env["ACCEL_CONVERT_TRACE_SAMPLES"] = "40"
+        run = python(str(script), env=env, cwd=script.parent, timeout=300)
+        assert run.returncode == 1 and "ValueError: the end" in run.stderr, run.stderr
+        runs.append(records(trace, 0))
+    return runs
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> list[list[dict[str, Any]]]:
+    tmp = tmp_path_factory.mktemp("ranks")
+    script, trace, env = traced(tmp, "run", TWO_RANKS, {"ACCEL_CONVERT_TRACE_SEED": "3"})
+    env["ACCEL_CONVERT_TRACE_SAMPLES"] = "24"
+    torchrun(script, nproc=2, env=env, cwd=script.parent, timeout=400).check()
+    return [records(trace, 0), records(trace, 1)]
+
+
+@pytest.fixture(scope="module")
+def gpu_script(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[list[dict[str, Any]]], str]:
+    tmp = tmp_path_factory.mktemp("gpu")
+    script, trace, env = traced(tmp, "run", GPU_SCRIPT, {"ACCEL_CONVERT_TRACE_FAKE_CUDA": "1"})
+    run = torchrun(script, nproc=2, env=env, cwd=script.parent, timeout=400).check()
+    return [records(trace, 0), records(trace, 1)], run.stdout
+
+
+def test_two_seeded_runs_of_an_unseeded_script_give_the_same_losses(seeded_runs: list[list[dict[str, Any]]]) -> None:
+    first, second = ([record["value"] for record in of_kind(run, "loss")] for run in seeded_runs)
+    assert len(first) == 5  # 40 samples in batches of 8: the budget cut the 1000
+    assert first == second
+    assert [record["index"] for record in of_kind(seeded_runs[0], "step")] == [0, 1, 2, 3, 4]
+    digests = [[record["digest"] for record in of_kind(run, "step")] for run in seeded_runs]
+    assert digests[0] == digests[1] and len(set(digests[0])) == 5
+
+
+def test_a_pass_counts_the_samples_within_the_budget(seeded_runs: list[list[dict[str, Any]]]) -> None:
+    (only,) = of_kind(seeded_runs[0], "pass")
+    assert only["samples"] == 40 and only["complete"] and only["grad"]
+    assert only["loader"] == "script.py:15" and only["gathered"] is None
+
+
+def test_the_users_sitecustomize_still_runs_and_prints_are_recorded(seeded_runs: list[list[dict[str, Any]]]) -> None:
+    texts = [[record["text"] for record in of_kind(run, "print")] for run in seeded_runs]
+    assert texts[0][0] == "user sitecustomize: yes"
+    assert texts[0][1].startswith("draws ") and texts[0][2] == "done"  # a partial last line, flushed at exit
+    assert texts[0] == texts[1]  # random and NumPy seeded as torch is
+
+
+def test_numpy_saves_and_loads_are_recorded(seeded_runs: list[list[dict[str, Any]]]) -> None:
+    (write,) = of_kind(seeded_runs[0], "write")
+    assert (write["path"], write["via"], write["size"]) == ("array.npy", "numpy.save", 128 + 3 * 8)
+    (read,) = of_kind(seeded_runs[0], "read")
+    assert (read["path"], read["via"], read["exists"], read["sha256"]) == (
+        "array.npy",
+        "numpy.load",
+        True,
+        write["sha256"],
+    )
+
+
+def test_the_exit_record_names_the_exception_and_the_users_line(seeded_runs: list[list[dict[str, Any]]]) -> None:
+    (start,) = of_kind(seeded_runs[0], "start")
+    assert start["world_size"] == 1 and start["argv"][-1].endswith("script.py")
+    (exit_record,) = of_kind(seeded_runs[0], "exit")
+    assert exit_record["code"] == 1
+    assert exit_record["exception"] == "ValueError: the end"
+    assert exit_record["site"] == "script.py:25"  # the innermost frame in the script
+
+
+def test_step_digests_agree_across_ranks_only_for_the_prepared_model(two_ranks: list[list[dict[str, Any]]]) -> None:
+    steps = [of_kind(rank, "step") for rank in two_ranks]
+    assert len(steps[0]) == len(steps[1]) == 6  # 24 samples, 4 per batch, 2 ranks: 3 batches, 2 optimizers
+    prepared = [[record["digest"] for record in rank[0::2]] for rank in steps]
+    alone = [[record["digest"] for record in rank[1::2]] for rank in steps]
+    assert prepared[0] == prepared[1]
+    assert all(one != other for one, other in zip(*alone, strict=True))
+
+
+def test_each_backward_is_one_loss_record(two_ranks: list[list[dict[str, Any]]]) -> None:
+    for rank in two_ranks:
+        losses = of_kind(rank, "loss")
+        assert [record["index"] for record in losses] == list(range(6))
+        assert all(isinstance(record["value"], float) for record in losses)
+
+
+def test_prints_are_recorded_per_rank(two_ranks: list[list[dict[str, Any]]]) -> None:
+    for index, rank in enumerate(two_ranks):
+        assert [record["text"] for record in of_kind(rank, "print")] == [f"rank {index} finished"]
+
+
+def test_a_read_before_the_file_exists_is_recorded(two_ranks: list[list[dict[str, Any]]]) -> None:
+    (write,) = of_kind(two_ranks[0], "write")
+    assert write["path"] == "shared.txt" and write["size"] == len("from rank 0") and write["via"] == "open"
+    early, late = of_kind(two_ranks[1], "read")
+    assert early["path"] == "shared.txt" and early["exists"] is False and early["sha256"] is None
+    assert late["exists"] is True and late["sha256"] == write["sha256"]
+    assert of_kind(two_ranks[1], "write") == [] and of_kind(two_ranks[0], "read") == []
+
+
+def test_evaluation_passes_count_each_shard_and_the_gathered_total(two_ranks: list[list[dict[str, Any]]]) -> None:
+    evaluations = [[record for record in of_kind(rank, "pass") if not record["grad"]] for rank in two_ranks]
+    assert [len(passes) for passes in evaluations] == [1, 1]
+    shards = [passes[0] for passes in evaluations]
+    assert all(shard["gathered"] == 11 and shard["gather_inputs"] == ["Tensor"] for shard in shards)
+    assert all(shard["loader"] == "script.py:14" and shard["complete"] for shard in shards)
+    assert sum(shard["samples"] for shard in shards) >= 11
+    training = [[record for record in of_kind(rank, "pass") if record["grad"]] for rank in two_ranks]
+    assert [[(one["samples"], one["loader"]) for one in passes] for passes in training] == [[(12, "script.py:13")]] * 2
+
+
+def test_fake_cuda_records_the_device_each_rank_asked_for(gpu_script: tuple[list[list[dict[str, Any]]], str]) -> None:
+    ranks, _ = gpu_script
+    requests = {(record["what"], record["requested"], record["site"]) for record in of_kind(ranks[1], "device")}
+    assert ("module", "cuda:0", "script.py:11") in requests  # .to(0) on every rank
+    assert ("module", "cuda:1", "script.py:13") in requests  # .cuda() after set_device(local_rank)
+    assert ("tensor", "cuda:1", "script.py:15") in requests  # device="cuda" in a factory
+    assert all(record["requested"] != "cuda:1" for record in of_kind(ranks[0], "device"))
+
+
+def test_fake_cuda_runs_a_gpu_script_and_the_runtime_reports_the_gpu(
+    gpu_script: tuple[list[list[dict[str, Any]]], str],
+) -> None:
+    ranks, stdout = gpu_script
+    for index, rank in enumerate(ranks):
+        texts = [record["text"] for record in of_kind(rank, "print")]
+        assert texts == ["cuda True 2", f"device cuda:{index} gloo"]
+        assert len(of_kind(rank, "loss")) == 2
+        assert of_kind(rank, "exit")[0]["code"] == 0
+    assert "cuda True 2" in stdout
