@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,12 @@ from tests.launching import python, torchrun
 UNSEEDED = """
 import os
 import random
+import signal
 import numpy
 import torch
 from torch import nn
 
+os.kill(os.getpid(), signal.SIGUSR1)  # what verify sends before it kills a hung run
 print("user sitecustomize:", os.environ.get("USER_SITECUSTOMIZE_RAN"))
 print("draws", random.randint(0, 10**6), numpy.random.randint(10**6))
 numpy.save("array", numpy.zeros(3))
@@ -150,8 +153,16 @@ def traced(tmp: Path, name: str, source: str, variables: dict[str, str]) -> tupl
     return script, work / "trace", env
 
 
+@dataclass
+class SeededRuns:
+    """Two runs of the unseeded script with the same seed: their records, and the stacks the first wrote."""
+
+    runs: list[list[dict[str, Any]]]
+    stacks: str
+
+
 @pytest.fixture(scope="module")
-def seeded_runs(tmp_path_factory: pytest.TempPathFactory) -> list[list[dict[str, Any]]]:
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> SeededRuns:
     tmp = tmp_path_factory.mktemp("seeded")
     runs = []
     for name in ("first", "second"):
@@ -160,7 +171,9 @@ def seeded_runs(tmp_path_factory: pytest.TempPathFactory) -> list[list[dict[str,
         run = python(str(script), env=env, cwd=script.parent, timeout=300)
         assert run.returncode == 1 and "ValueError: the end" in run.stderr, run.stderr
         runs.append(records(trace, 0))
-    return runs
+        if name == "first":
+            stacks = (trace / "rank-0.stacks").read_text()
+    return SeededRuns(runs, stacks)
 
 
 @pytest.fixture(scope="module")
@@ -180,32 +193,36 @@ def gpu_script(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[list[dict
     return [records(trace, 0), records(trace, 1)], run.stdout
 
 
-def test_two_seeded_runs_of_an_unseeded_script_give_the_same_losses(seeded_runs: list[list[dict[str, Any]]]) -> None:
-    first, second = ([record["value"] for record in of_kind(run, "loss")] for run in seeded_runs)
+def test_two_seeded_runs_of_an_unseeded_script_give_the_same_losses(seeded: SeededRuns) -> None:
+    first, second = ([record["value"] for record in of_kind(run, "loss")] for run in seeded.runs)
     assert len(first) == 5  # 40 samples in batches of 8: the budget cut the 1000
     assert first == second
-    assert [record["index"] for record in of_kind(seeded_runs[0], "step")] == [0, 1, 2, 3, 4]
-    digests = [[record["digest"] for record in of_kind(run, "step")] for run in seeded_runs]
+    assert [record["index"] for record in of_kind(seeded.runs[0], "step")] == [0, 1, 2, 3, 4]
+    digests = [[record["digest"] for record in of_kind(run, "step")] for run in seeded.runs]
     assert digests[0] == digests[1] and len(set(digests[0])) == 5
 
 
-def test_a_pass_counts_the_samples_within_the_budget(seeded_runs: list[list[dict[str, Any]]]) -> None:
-    (only,) = of_kind(seeded_runs[0], "pass")
+def test_a_pass_counts_the_samples_within_the_budget(seeded: SeededRuns) -> None:
+    (only,) = of_kind(seeded.runs[0], "pass")
     assert only["samples"] == 40 and only["complete"] and only["grad"]
-    assert only["loader"] == "script.py:15" and only["gathered"] is None
+    assert only["loader"] == "script.py:17" and only["gathered"] is None
 
 
-def test_the_users_sitecustomize_still_runs_and_prints_are_recorded(seeded_runs: list[list[dict[str, Any]]]) -> None:
-    texts = [[record["text"] for record in of_kind(run, "print")] for run in seeded_runs]
+def test_the_users_sitecustomize_still_runs_and_prints_are_recorded(seeded: SeededRuns) -> None:
+    texts = [[record["text"] for record in of_kind(run, "print")] for run in seeded.runs]
     assert texts[0][0] == "user sitecustomize: yes"
     assert texts[0][1].startswith("draws ") and texts[0][2] == "done"  # a partial last line, flushed at exit
     assert texts[0] == texts[1]  # random and NumPy seeded as torch is
 
 
-def test_numpy_saves_and_loads_are_recorded(seeded_runs: list[list[dict[str, Any]]]) -> None:
-    (write,) = of_kind(seeded_runs[0], "write")
+def test_sigusr1_writes_every_threads_stack(seeded: SeededRuns) -> None:
+    assert 'script.py", line 9 in <module>' in seeded.stacks
+
+
+def test_numpy_saves_and_loads_are_recorded(seeded: SeededRuns) -> None:
+    (write,) = of_kind(seeded.runs[0], "write")
     assert (write["path"], write["via"], write["size"]) == ("array.npy", "numpy.save", 128 + 3 * 8)
-    (read,) = of_kind(seeded_runs[0], "read")
+    (read,) = of_kind(seeded.runs[0], "read")
     assert (read["path"], read["via"], read["exists"], read["sha256"]) == (
         "array.npy",
         "numpy.load",
@@ -214,13 +231,13 @@ def test_numpy_saves_and_loads_are_recorded(seeded_runs: list[list[dict[str, Any
     )
 
 
-def test_the_exit_record_names_the_exception_and_the_users_line(seeded_runs: list[list[dict[str, Any]]]) -> None:
-    (start,) = of_kind(seeded_runs[0], "start")
+def test_the_exit_record_names_the_exception_and_the_users_line(seeded: SeededRuns) -> None:
+    (start,) = of_kind(seeded.runs[0], "start")
     assert start["world_size"] == 1 and start["argv"][-1].endswith("script.py")
-    (exit_record,) = of_kind(seeded_runs[0], "exit")
+    (exit_record,) = of_kind(seeded.runs[0], "exit")
     assert exit_record["code"] == 1
     assert exit_record["exception"] == "ValueError: the end"
-    assert exit_record["site"] == "script.py:25"  # the innermost frame in the script
+    assert exit_record["site"] == "script.py:27"  # the innermost frame in the script
 
 
 def test_step_digests_agree_across_ranks_only_for_the_prepared_model(two_ranks: list[list[dict[str, Any]]]) -> None:
@@ -269,7 +286,7 @@ def test_fake_cuda_records_the_device_each_rank_asked_for(gpu_script: tuple[list
     requests = {(record["what"], record["requested"], record["site"]) for record in of_kind(ranks[1], "device")}
     assert ("module", "cuda:0", "script.py:11") in requests  # .to(0) on every rank
     assert ("module", "cuda:1", "script.py:13") in requests  # .cuda() after set_device(local_rank)
-    assert ("tensor", "cuda:1", "script.py:15") in requests  # device="cuda" in a factory
+    assert ("tensor", "cuda:1", "script.py:17") in requests  # device="cuda" in a factory
     assert all(record["requested"] != "cuda:1" for record in of_kind(ranks[0], "device"))
 
 
@@ -283,3 +300,56 @@ def test_fake_cuda_runs_a_gpu_script_and_the_runtime_reports_the_gpu(
         assert len(of_kind(rank, "loss")) == 2
         assert of_kind(rank, "exit")[0]["code"] == 0
     assert "cuda True 2" in stdout
+
+
+# ------------------------------------------------------------------ in-process: the small pieces
+def test_cuda_requests_name_the_index_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from accel_convert.runtime import tracer
+
+    monkeypatch.setattr(tracer.FakeCuda, "current", 1)
+    asked = [0, "cuda", "cuda:3", torch.device("cuda", 2), torch.device("cuda"), "cpu", True, torch.float16]
+    assert [tracer.requested_cuda(device) for device in asked] == [
+        "cuda:0",
+        "cuda:1",  # a bare "cuda" is the current device
+        "cuda:3",
+        "cuda:2",
+        "cuda:1",
+        None,
+        None,  # a bool is not a device index
+        None,
+    ]
+
+
+def test_a_batch_counts_the_first_dim_of_its_first_tensor() -> None:
+    import torch
+
+    from accel_convert.runtime.tracer import first_dim
+
+    assert first_dim(torch.zeros(5, 3)) == 5
+    assert first_dim((torch.zeros(4, 2), torch.zeros(4))) == 4
+    assert first_dim({"input_ids": torch.zeros(6, 9), "labels": torch.zeros(6)}) == 6
+    assert first_dim(["a", "b", "c"]) == 3
+    assert first_dim(torch.tensor(2.0)) == 1
+
+
+def test_the_budget_keeps_the_first_samples_and_the_datasets_attributes() -> None:
+    import torch
+
+    from accel_convert.runtime.tracer import budget_arguments
+
+    class Numbers(torch.utils.data.Dataset):
+        classes = ["even", "odd"]
+
+        def __len__(self) -> int:
+            return 1000
+
+        def __getitem__(self, index: int) -> int:
+            return index
+
+    (cut,), _ = budget_arguments((Numbers(),), {}, 10)
+    assert len(cut) == 10 and list(cut) == list(range(10)) and cut.classes == ["even", "odd"]
+    sampler = torch.utils.data.SequentialSampler(range(1000))
+    args, kwargs = budget_arguments((Numbers(),), {"sampler": sampler}, 10)
+    assert len(args[0]) == 1000 and list(kwargs["sampler"]) == list(range(10))

@@ -273,9 +273,12 @@ def patch_backward() -> None:
 _step_index = itertools.count()
 
 
-def _tensor_bytes(tensor: torch.Tensor) -> bytes:
-    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-    return ctypes.string_at(flat.data_ptr(), flat.numel() * flat.element_size()) if flat.numel() else b""
+def _hash_tensor(digest: Any, tensor: torch.Tensor) -> None:
+    """Feed a tensor's bytes to ``digest`` without copying them (a CPU tensor's own memory)."""
+    flat = tensor.detach().to("cpu").contiguous()
+    size = flat.numel() * flat.element_size()
+    if size:
+        digest.update(memoryview((ctypes.c_char * size).from_address(flat.data_ptr())))
 
 
 def parameter_digest(optimizer: torch.optim.Optimizer) -> tuple[str, float]:
@@ -284,7 +287,7 @@ def parameter_digest(optimizer: torch.optim.Optimizer) -> tuple[str, float]:
     squares = 0.0
     for group in optimizer.param_groups:
         for parameter in group["params"]:
-            digest.update(_tensor_bytes(parameter))
+            _hash_tensor(digest, parameter)
             squares += float(torch.linalg.vector_norm(parameter.detach(), dtype=torch.float64)) ** 2
     return digest.hexdigest(), math.sqrt(squares)
 
@@ -956,6 +959,18 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
     return None
 
 
+#: What a pretended GPU says it holds (80 GiB), for scripts that size batches by it.
+FAKE_GPU_MEMORY = 80 * 2**30
+
+
+def _fake_properties(*args: Any, **kwargs: Any) -> Any:
+    import types
+
+    return types.SimpleNamespace(
+        name="fake GPU (CPU)", total_memory=FAKE_GPU_MEMORY, major=8, minor=0, multi_processor_count=1
+    )
+
+
 def _cuda_stubs() -> dict[str, Any]:
     # One function object per name: torch._dynamo's rule map refuses one object under two names.
     return {
@@ -968,6 +983,9 @@ def _cuda_stubs() -> dict[str, Any]:
         "is_bf16_supported": lambda *args, **kwargs: True,
         "get_rng_state": lambda *args, **kwargs: torch.get_rng_state(),
         "get_rng_state_all": lambda: [torch.get_rng_state()] * FakeCuda.count,
+        "get_device_properties": _fake_properties,
+        "mem_get_info": lambda *args, **kwargs: (FAKE_GPU_MEMORY, FAKE_GPU_MEMORY),
+        "memory_summary": lambda *args, **kwargs: "",
         **{name: functools.partial(_nothing) for name in ("synchronize", "empty_cache", "manual_seed", "manual_seed_all", "seed",
                                       "seed_all", "set_rng_state", "set_rng_state_all", "reset_peak_memory_stats",
                                       "init", "ipc_collect")},
@@ -1087,9 +1105,26 @@ def _traced_os_exit(original: Callable[..., Any]) -> Callable[..., Any]:
     return _exit
 
 
+class TracedQuitter:
+    """The ``exit``/``quit`` builtins, noting the code they exit with."""
+
+    def __init__(self, quitter: Any) -> None:
+        self._quitter = quitter
+
+    def __repr__(self) -> str:
+        return repr(self._quitter)
+
+    def __call__(self, code: Any = None) -> Any:
+        ExitWatch.code = _exit_code(code)
+        return self._quitter(code)
+
+
 def patch_exit() -> None:
     sys.excepthook = _chained_excepthook(sys.excepthook)
     sys.exit = _traced_sys_exit(sys.exit)
+    for name in ("exit", "quit"):
+        if hasattr(builtins, name):
+            setattr(builtins, name, TracedQuitter(getattr(builtins, name)))
     os._exit = _traced_os_exit(os._exit)
     atexit.register(_guarded, "exit", record_exit)
 
