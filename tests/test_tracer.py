@@ -353,3 +353,19 @@ def test_the_budget_keeps_the_first_samples_and_the_datasets_attributes() -> Non
     sampler = torch.utils.data.SequentialSampler(range(1000))
     args, kwargs = budget_arguments((Numbers(),), {"sampler": sampler}, 10)
     assert len(args[0]) == 1000 and list(kwargs["sampler"]) == list(range(10))
+
+
+def test_the_budget_keeps_a_distributed_samplers_shards_even() -> None:
+    import torch
+
+    from accel_convert.runtime.tracer import budget_arguments
+
+    data = torch.utils.data.TensorDataset(torch.arange(1000))
+    shards = []
+    for rank in (0, 1):
+        sampler = torch.utils.data.DistributedSampler(data, num_replicas=2, rank=rank, shuffle=True, seed=5)
+        args, kwargs = budget_arguments((data,), {"sampler": sampler}, 25)
+        assert kwargs["sampler"] is sampler and len(args[0]) == 25
+        shards.append(list(sampler))
+    assert [len(shard) for shard in shards] == [13, 13]  # 25 padded to 26, as DistributedSampler pads
+    assert set(shards[0]) | set(shards[1]) == set(range(25))

@@ -13,7 +13,8 @@ Environment read by :func:`install` (the contract, ``VERIFY_TRACE_CONTRACT.md`` 
 - ``ACCEL_CONVERT_TRACE_SEED=S``: ``random``, NumPy (if importable) and torch seeded with ``S + RANK``.
 - ``ACCEL_CONVERT_TRACE_SAMPLES=M``: every map-style dataset handed to a ``DataLoader`` is cut to
   its first M samples (a ``Subset`` that still answers the dataset's attributes); an iterable
-  dataset stops after M samples; a loader given its own sampler keeps only the indices below M.
+  dataset stops after M samples; a loader given its own sampler keeps only the indices below M
+  (a ``DistributedSampler`` shards the first M samples instead, so the ranks stay even).
 - ``ACCEL_CONVERT_TRACE_FAKE_CUDA=1``: a machine without GPUs pretends to have
   ``LOCAL_WORLD_SIZE`` of them. Every CUDA request (``.cuda()``, ``.to("cuda:1")``, ``.to(0)``,
   ``device=`` in a factory, ``map_location`` in ``torch.load``) runs on the CPU and is recorded
@@ -587,16 +588,38 @@ def budget_dataset(dataset: Any, limit: int) -> Any:
     return BudgetSubset(dataset, range(limit))
 
 
+def cut_distributed_sampler(sampler: torch_data.DistributedSampler, limit: int) -> None:
+    """A ``DistributedSampler`` (the script's own DDP loader) shards the first M samples instead,
+    in place (the script may call ``set_epoch`` on it), every rank getting as many as before."""
+    sampler.dataset = budget_dataset(sampler.dataset, limit)
+    size, ranks = len(sampler.dataset), sampler.num_replicas  # type: ignore[arg-type]
+    if sampler.drop_last and size % ranks:
+        sampler.num_samples = math.ceil((size - ranks) / ranks)
+    else:
+        sampler.num_samples = math.ceil(size / ranks)
+    sampler.total_size = sampler.num_samples * ranks
+
+
+def _budget_sampler(kwargs: dict[str, Any], limit: int) -> bool:
+    """Cut the script's own sampler or batch sampler, if it gave one (True: the dataset stays)."""
+    for name, wrapper in (("sampler", BudgetSampler), ("batch_sampler", BudgetBatchSampler)):
+        given = kwargs.get(name)
+        if isinstance(given, torch_data.DistributedSampler):
+            cut_distributed_sampler(given, limit)
+            return False  # the dataset is cut too: the sampler's indices fit it
+        if given is not None and not isinstance(given, (BudgetSampler, bool, int)):
+            kwargs[name] = wrapper(given, limit)
+            return True
+    return False
+
+
 def budget_arguments(
     args: tuple[Any, ...], kwargs: dict[str, Any], limit: int
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The DataLoader's arguments with the dataset (or the script's own sampler) cut to M."""
     kwargs = dict(kwargs)
-    for name, wrapper in (("sampler", BudgetSampler), ("batch_sampler", BudgetBatchSampler)):
-        given = kwargs.get(name)
-        if given is not None and not isinstance(given, BudgetSampler) and not isinstance(given, (bool, int)):
-            kwargs[name] = wrapper(given, limit)
-            return args, kwargs
+    if _budget_sampler(kwargs, limit):
+        return args, kwargs
     if args:
         return (budget_dataset(args[0], limit), *args[1:]), kwargs
     if "dataset" in kwargs:
