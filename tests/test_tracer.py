@@ -286,7 +286,7 @@ def test_fake_cuda_records_the_device_each_rank_asked_for(gpu_script: tuple[list
     requests = {(record["what"], record["requested"], record["site"]) for record in of_kind(ranks[1], "device")}
     assert ("module", "cuda:0", "script.py:11") in requests  # .to(0) on every rank
     assert ("module", "cuda:1", "script.py:13") in requests  # .cuda() after set_device(local_rank)
-    assert ("tensor", "cuda:1", "script.py:17") in requests  # device="cuda" in a factory
+    assert ("tensor", "cuda:1", "script.py:15") in requests  # device="cuda" in a factory
     assert all(record["requested"] != "cuda:1" for record in of_kind(ranks[0], "device"))
 
 

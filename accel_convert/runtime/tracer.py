@@ -92,6 +92,8 @@ DIR_VARIABLE = "ACCEL_CONVERT_TRACE_DIR"
 SEED_VARIABLE = "ACCEL_CONVERT_TRACE_SEED"
 SAMPLES_VARIABLE = "ACCEL_CONVERT_TRACE_SAMPLES"
 FAKE_CUDA_VARIABLE = "ACCEL_CONVERT_TRACE_FAKE_CUDA"
+#: Set by install() to the traced process's pid, so that its own child processes are not traced.
+OWNER_VARIABLE = "ACCEL_CONVERT_TRACE_OWNER"
 
 #: Set by :func:`install` in fake-CUDA mode; ``runtime.state`` reads it (through ``sys.modules``,
 #: without importing this module) to report ``cuda:LOCAL_RANK`` on Gloo.
@@ -285,12 +287,13 @@ def _hash_tensor(digest: Any, tensor: torch.Tensor) -> None:
 def parameter_digest(optimizer: torch.optim.Optimizer) -> tuple[str, float]:
     """sha256 over every parameter's bytes (param-group order) and the global L2 norm."""
     digest = hashlib.sha256()
-    squares = 0.0
+    norms = []
     for group in optimizer.param_groups:
         for parameter in group["params"]:
             _hash_tensor(digest, parameter)
-            squares += float(torch.linalg.vector_norm(parameter.detach(), dtype=torch.float64)) ** 2
-    return digest.hexdigest(), math.sqrt(squares)
+            # Each tensor's norm in its own precision (float64 copies cost more than the hash).
+            norms.append(torch.linalg.vector_norm(parameter.detach()).double().cpu())
+    return digest.hexdigest(), float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
 
 
 def _after_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -1184,9 +1187,14 @@ def install() -> bool:
     """Start recording (once per process); False when not asked to (no trace folder, a launcher)."""
     global _writer, _installed, _cwd
     folder = os.environ.get(DIR_VARIABLE)
-    if _installed or not folder or _is_launcher():
+    owner = os.environ.get(OWNER_VARIABLE)
+    # A program the script starts (a subprocess, a spawned worker) would write a second run into
+    # this rank's file: only the rank itself is traced (a forked DataLoader worker still writes
+    # its prints and reads into the rank's file, as the rank's own).
+    if _installed or not folder or _is_launcher() or (owner and owner != str(os.getpid())):
         return False
     _installed = True
+    os.environ[OWNER_VARIABLE] = str(os.getpid())
     rank = _env_int("RANK") or 0
     os.makedirs(folder, exist_ok=True)
     _cwd = os.getcwd()
