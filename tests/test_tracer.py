@@ -114,6 +114,8 @@ accelerator = Accelerator()
 print("device", accelerator.device, accelerator.state.backend)
 model = accelerator.prepare(nn.Linear(2, 2))
 accelerator.backward(model(torch.ones(3, 2).to(accelerator.device)).sum())
+scaler = torch.amp.GradScaler("cuda")
+scaler.scale(torch.tensor(2.5, requires_grad=True) * 1).backward()
 """
 
 USER_SITECUSTOMIZE = """
@@ -297,7 +299,8 @@ def test_fake_cuda_runs_a_gpu_script_and_the_runtime_reports_the_gpu(
     for index, rank in enumerate(ranks):
         texts = [record["text"] for record in of_kind(rank, "print")]
         assert texts == ["cuda True 2", f"device cuda:{index} gloo"]
-        assert len(of_kind(rank, "loss")) == 2
+        losses = [record["value"] for record in of_kind(rank, "loss")]
+        assert len(losses) == 3 and losses[2] == 2.5  # scaler.scale(loss).backward() records the loss
         assert of_kind(rank, "exit")[0]["code"] == 0
     assert "cuda True 2" in stdout
 

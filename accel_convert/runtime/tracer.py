@@ -31,7 +31,7 @@ kind         fields
 start        pid, argv, cwd, world_size, local_rank
 loss         index, value (float of a scalar loss, else null): each backward the script asks
              for (``Tensor.backward``, ``torch.autograd.backward``, ``Accelerator.backward``,
-             counted once, with the value the script passed)
+             counted once, with the value the script passed; for ``scaler.scale(loss)``, the loss)
 step         index, digest (sha256 over every parameter's bytes, param-group order), norm:
              after each optimizer step that ran
 print        text: each complete line written to ``sys.stdout`` (a partial last one at exit)
@@ -230,6 +230,7 @@ _loss_index = itertools.count()
 def _loss_value(loss: Any) -> float | None:
     if isinstance(loss, (list, tuple)):
         loss = loss[0] if len(loss) == 1 else None
+    loss = getattr(loss, "_accel_convert_unscaled", loss)  # scaler.scale(loss).backward(): the loss
     if isinstance(loss, torch.Tensor) and loss.numel() == 1:
         return float(loss.detach().float().cpu())
     return None
@@ -267,9 +268,26 @@ def _traced_method_backward(original: Callable[..., Any]) -> Callable[..., Any]:
     return backward
 
 
+def _remembering_unscaled(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``GradScaler.scale``: the scaled loss remembers the loss, so that the loss record of
+    ``scaler.scale(loss).backward()`` holds the loss itself, as ``Accelerator.backward(loss)`` does."""
+
+    @functools.wraps(original)
+    def scale(self: Any, outputs: Any) -> Any:
+        scaled = original(self, outputs)
+        if isinstance(scaled, torch.Tensor) and isinstance(outputs, torch.Tensor) and scaled is not outputs:
+            with contextlib.suppress(Exception):
+                scaled._accel_convert_unscaled = outputs  # type: ignore[attr-defined]
+        return scaled
+
+    return scale
+
+
 def patch_backward() -> None:
     torch.Tensor.backward = _traced_backward(torch.Tensor.backward)  # type: ignore[method-assign]
     torch.autograd.backward = _traced_backward(torch.autograd.backward)
+    scaler = torch.amp.GradScaler
+    scaler.scale = _remembering_unscaled(scaler.scale)  # type: ignore[method-assign]
 
 
 # ---------------------------------------------------------------------------------------- steps
