@@ -81,6 +81,7 @@ import sys
 import sysconfig
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType, TracebackType
 from typing import Any
@@ -427,18 +428,23 @@ def record_write(path: str, via: str) -> None:
     _record("write", path=display_path(path), size=facts["size"], sha256=facts["sha256"], via=via)
 
 
-_open_for_writing: dict[int, tuple[str, str]] = {}
+_open_for_writing: dict[int, tuple[str, str, Any]] = {}
 
 
 def _watch_close(handle: Any, path: str, via: str) -> None:
-    """Record the write when the handle closes (explicitly, by ``with``, or when collected)."""
-    original_close = handle.close
+    """Record the write when the handle closes (explicitly, by ``with``, or when collected).
+
+    The ``close`` put on the handle holds it only weakly: a handle the script drops unclosed is
+    still closed at once by reference counting, as without the tracer."""
     key = id(handle)
-    _open_for_writing[key] = (path, via)
+    handle_ref = weakref.ref(handle)
+    close_of_its_type = type(handle).close
+    _open_for_writing[key] = (path, via, handle_ref)
 
     def close() -> Any:
         try:
-            return original_close()
+            target = handle_ref()
+            return close_of_its_type(target) if target is not None else None
         finally:
             if _open_for_writing.pop(key, None) is not None:
                 _guarded("write", record_write, path, via)
@@ -480,7 +486,12 @@ def _traced_open(file: Any, mode: Any = "r", *args: Any, **kwargs: Any) -> Any:
 
 
 def _record_unclosed_writes() -> None:
-    for path, via in list(_open_for_writing.values()):
+    """Files still open at exit: what they hold once flushed (Python flushes them after us)."""
+    for path, via, handle_ref in list(_open_for_writing.values()):
+        handle = handle_ref()
+        if handle is not None:
+            with contextlib.suppress(Exception):
+                handle.flush()
         _guarded("write", record_write, path, via)
     _open_for_writing.clear()
 
