@@ -367,3 +367,23 @@ def test_the_budget_keeps_a_distributed_samplers_shards_even() -> None:
         shards.append(list(sampler))
     assert [len(shard) for shard in shards] == [13, 13]  # 25 padded to 26, as DistributedSampler pads
     assert set(shards[0]) | set(shards[1]) == set(range(25))
+
+
+@pytest.mark.parametrize(
+    ("argv", "launcher"),
+    [
+        (["python", "-m", "torch.distributed.run", "--nproc_per_node", "2", "train.py"], True),
+        (["python", "/usr/bin/torchrun", "--standalone", "train.py"], True),
+        (["python", "-u", "train.py", "--epochs", "1"], False),  # a rank torchrun started
+        (["python", "train.py", "torchrun"], False),
+    ],
+)
+def test_only_the_ranks_are_traced_not_their_launcher(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], launcher: bool
+) -> None:
+    import sys
+
+    from accel_convert.runtime import tracer
+
+    monkeypatch.setattr(sys, "orig_argv", argv)
+    assert tracer._is_launcher() is launcher

@@ -101,7 +101,12 @@ OWNER_VARIABLE = "ACCEL_CONVERT_TRACE_OWNER"
 faking_cuda = False
 
 #: Launchers that only start the ranks: tracing them would write a second rank-0 file.
-_LAUNCHER_MODULES = {"torch.distributed.run", "torch.distributed.launch", "accel_convert.runtime.launch"}
+_LAUNCHER_MODULES = {
+    "torch.distributed.run",
+    "torch.distributed.launch",
+    "accel_convert.runtime.launch",
+    "accelerate.commands.launch",
+}
 _LAUNCHER_SCRIPTS = {"torchrun", "accel-launch", "accelerate"}
 
 
