@@ -302,9 +302,15 @@ _step_index = itertools.count()
 
 def _hash_tensor(digest: Any, tensor: torch.Tensor) -> None:
     """Feed a tensor's bytes to ``digest`` without copying them (a CPU tensor's own memory)."""
-    flat = tensor.detach().to("cpu").contiguous()
+    flat = tensor.detach()
+    if hasattr(flat, "to_local"):  # a DTensor (FSDP2): this rank's shard
+        flat = flat.to_local()
+    flat = flat.to("cpu").contiguous()
     size = flat.numel() * flat.element_size()
-    if size:
+    # Only a plain strided CPU tensor's memory is read directly (a meta tensor has no memory).
+    if type(flat) not in (torch.Tensor, torch.nn.Parameter) or flat.layout != torch.strided or not flat.data_ptr():
+        digest.update(repr((type(flat).__name__, tuple(flat.shape), str(flat.dtype))).encode())
+    elif size:
         digest.update(memoryview((ctypes.c_char * size).from_address(flat.data_ptr())))
 
 
