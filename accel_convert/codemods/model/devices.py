@@ -117,7 +117,14 @@ DEVICE_KEYWORDS = frozenset({"device", "map_location"})
 
 
 @provider(
-    needs=("arguments", "parsed_arguments", "device_names", "settings_devices"),
+    needs=(
+        "arguments",
+        "parsed_arguments",
+        "parser_options",
+        "existing_accelerator",
+        "device_names",
+        "settings_devices",
+    ),
     provides=("gpu_index_names", "devices_unfollowed"),
     refines=("device_names",),
 )
@@ -186,10 +193,12 @@ def _origins(a: Analysis, function: str, name: str) -> set[str]:
     a parameter or an attribute bound from one, also for a part of the name (``self.args.gpu``
     from the ``args`` given to ``__init__``, ``cfg["device"]`` from the ``config`` passed)."""
     found = a.origins_of(function, name)
-    for cut, char in enumerate(name):
-        if char in ".[" and cut:
-            prefix, rest = name[:cut], name[cut:]
-            found |= {origin + rest for origin in a.origins_of(function, prefix) if origin != prefix}
+    cuts = [cut for cut, char in enumerate(name) if char in ".[" and cut]
+    for cut in reversed(cuts) if found == {name} else ():
+        prefix, rest = name[:cut], name[cut:]
+        passed = a.origins_of(function, prefix)
+        if passed != {prefix}:
+            return {origin + rest for origin in passed}
     return found
 
 
