@@ -4,7 +4,10 @@
 gave ``torch.cuda.set_device`` (``device=args.gpu``, ``.to(args.gpu)``) and a device picked right
 in the arguments of a function of the file (``train(net, try_gpu())``) become
 ``accelerator.device``; where no accelerator is reachable they are reported (ACC904). That index
-passed on to another call (``Net(args.gpu)``) is reported (ACC924). Also what the walk needs to
+passed on to another call (``Net(args.gpu)``) is reported (ACC924). A GPU the script fixed and the
+analysis followed to the call taking it (``codemods/model/devices.py``: ``self.gpu_id`` given
+``device = 0``) is such an index; one that is that GPU from some callers and something else from
+others is reported at the call (ACC924). Also what the walk needs to
 know of the file beforehand: the indices given to ``set_device`` and the file's functions that
 pick a GPU.
 """
@@ -91,8 +94,8 @@ class FixedGpus(DeviceWalkState):
         )
 
     def report_unfollowed_device(self, original: cst.Call) -> None:
-        """``x.to(device)`` where ``device`` is a GPU the script fixed from some of its origins
-        and a value that cannot be followed from others: left as it was, and reported."""
+        """``x.to(where)`` where ``where`` is a GPU the script fixed from some callers and
+        something else from others (``"cpu"``): left as it was, and reported."""
         names = [
             written
             for arg in original.args
@@ -103,9 +106,8 @@ class FixedGpus(DeviceWalkState):
             self.report(
                 original,
                 GPU_INDEX_PASSED_ON,
-                f"{names[0]} holds a fixed GPU (the same on every process) from some of its origins and a "
-                f"value that cannot be followed from others: left as it was (pass {self.device_expr} where "
-                "it is the GPU)",
+                f"{names[0]} is a fixed GPU (the same on every process) from some callers and something else "
+                f"from others: left as it was (pass {self.device_expr} where it is the GPU)",
                 False,
                 header_only=True,
             )
