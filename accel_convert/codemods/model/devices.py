@@ -175,13 +175,18 @@ def _devices_returned(a: Analysis) -> None:
 
 def _device_uses(a: Analysis) -> list[tuple[str, str]]:
     """(function, name) for each name a call takes as its device: the first positional argument
-    of ``.to(...)``, ``device=``/``map_location=`` keywords."""
+    of ``.to(...)``, ``device=``/``map_location=`` keywords (of calls other than the file's own
+    functions and classes)."""
     uses = []
     for call in a.r.calls:
         func = call.node.func
         moves = isinstance(func, cst.Attribute) and func.attr.value == "to"
+        # ``train(model, device=gpu)`` of the file's own function hands the value on: followed
+        # into the parameter, where it is taken.
+        own = isinstance(func, cst.Name) and (func.value in a.r.defs or func.value in a.r.classes)
         for index, arg in enumerate(call.node.args):
-            taken = arg.keyword.value in DEVICE_KEYWORDS if arg.keyword is not None else moves and index == 0
+            keyword = arg.keyword is not None and arg.keyword.value in DEVICE_KEYWORDS and not own
+            taken = keyword if arg.keyword is not None else moves and index == 0
             name = held_name(arg.value) if taken and not arg.star else None
             if name is not None:
                 uses.append((call.function, name))
