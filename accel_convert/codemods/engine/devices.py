@@ -1,7 +1,8 @@
 """Devices and moves: the one answer to "is this a device" and "is this a move to one".
 
 A device is a name the analysis found holding the script's device (``device``, ``args.device``,
-``self.device``; :attr:`ScriptFacts.device_names`) or the accelerator's own
+``self.device``, a dictionary's ``cfg["device"]``: :func:`held_name`; :attr:`ScriptFacts.device_names`,
+followed through values by ``codemods/model/devices.py``) or the accelerator's own
 ``accelerator.device``. A move is a call of one of :data:`DEVICE_MOVE_METHODS` on a value
 (``model.to(device)``, ``x.cuda()``, ``t.cpu()``); peeling the moves off an expression gives what
 was moved; peeling casts and mode switches too (:data:`SELF_RETURNING_METHODS`) gives what was
@@ -20,6 +21,10 @@ from accel_convert.codemods.engine.accelerator_code import accelerator_name
 from accel_convert.codemods.engine.facts import FactQuestions, ScriptFacts
 from accel_convert.codemods.engine.syntax import calls_in, dotted, nodes_in
 from accel_convert.codemods.engine.torch_names import DEVICE_CONSTRUCTORS, DEVICE_MOVE_METHODS, SELF_RETURNING_METHODS
+
+#: Keywords through which a call takes a device (``torch.zeros(3, device=d)``,
+#: ``torch.load(path, map_location=d)``).
+DEVICE_KEYWORDS = frozenset({"device", "map_location"})
 
 
 def names_device(node: cst.BaseExpression, facts: ScriptFacts, also: Collection[str] = ()) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accel_convert.codemods.engine.devices import chooses_device, held_name
+from accel_convert.codemods.engine.devices import DEVICE_KEYWORDS, chooses_device, held_name
 from accel_convert.codemods.engine.syntax import dotted
 from accel_convert.codemods.model.arguments import options_defined
 from accel_convert.codemods.model.provider import provider
@@ -109,11 +109,6 @@ def _bound_outside_the_class(a: Analysis, owner: str, attribute: str, readers: s
         for target in assign.targets
         if assign.scope != (owner,)
     )
-
-
-#: Keywords through which a call takes a device (``torch.zeros(3, device=d)``,
-#: ``torch.load(path, map_location=d)``).
-DEVICE_KEYWORDS = frozenset({"device", "map_location"})
 
 
 @provider(

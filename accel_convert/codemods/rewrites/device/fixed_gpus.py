@@ -16,7 +16,13 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accel_convert.codemods.engine.devices import chooses_device, chooses_gpu, held_name, names_fixed_gpu
+from accel_convert.codemods.engine.devices import (
+    DEVICE_KEYWORDS,
+    chooses_device,
+    chooses_gpu,
+    held_name,
+    names_fixed_gpu,
+)
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.positions import skips_statement
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS
@@ -99,7 +105,7 @@ class FixedGpus(DeviceWalkState):
         names = [
             written
             for arg in original.args
-            if (arg.keyword is None or arg.keyword.value in ("device", "map_location"))
+            if (arg.keyword is None or arg.keyword.value in DEVICE_KEYWORDS)
             and (written := held_name(arg.value)) in self.facts.devices_unfollowed
         ]
         if names:
@@ -166,7 +172,7 @@ class FixedGpus(DeviceWalkState):
 
 def _is_device_keyword(arg: cst.Arg) -> bool:
     """``device=`` of a factory or an iterator, ``map_location=`` of ``torch.load``."""
-    return arg.keyword is not None and arg.keyword.value in ("device", "map_location")
+    return arg.keyword is not None and arg.keyword.value in DEVICE_KEYWORDS
 
 
 def gpu_indices(module: cst.Module, facts: ScriptFacts) -> set[str]:
