@@ -444,6 +444,36 @@ def test_the_gpu_index_passed_on_to_a_call_is_reported_not_guessed() -> None:
     assert "net = Net(args.gpu)" in lines and lines.count("#ACC924") == 1
 
 
+def test_an_int_gpu_option_taken_as_a_device_without_set_device_becomes_this_ranks_device() -> None:
+    """``--gpu`` declared ``type=int`` and taken by ``.to(...)``/``device=`` is a GPU index though
+    the script never gives it to ``torch.cuda.set_device``."""
+    check_expectations(
+        GPU_FLAG.replace("    torch.cuda.set_device(args.gpu)\n", ""),
+        [
+            "offset = torch.zeros(1, device=accelerator.device)",
+            "scale = torch.ones(1).to(accelerator.device)",
+            "model = nn.Linear(4, 1)",
+        ],
+    )
+
+
+def test_a_gpu_index_followed_into_a_model_class_is_reported_at_the_move() -> None:
+    """``Net(gpu)`` keeping it as ``self.gpu`` and moving its noise there: the model class does not
+    reach the accelerator, so the move stays, reported where it is."""
+    body = GPU_FLAG.replace("nn.Linear(4, 1).cuda(args.gpu)", "Net(args.gpu)") + (
+        "\n\nclass Net(nn.Module):\n"
+        "    def __init__(self, gpu):\n"
+        "        super().__init__()\n"
+        "        self.gpu = gpu\n"
+        "        self.fc = nn.Linear(4, 1)\n\n"
+        "    def forward(self, x):\n"
+        "        return self.fc(x + torch.randn(4).to(self.gpu))\n"
+    )
+    code, lines = convert(body.replace("    torch.cuda.set_device(args.gpu)\n", ""))
+    assert "return self.fc(x + torch.randn(4).to(self.gpu))" in lines
+    assert "#ACC904" in lines
+
+
 GPU_CONTEXT = """\
 def main():
     parser = argparse.ArgumentParser()

@@ -280,3 +280,60 @@ def test_a_training_method_called_on_a_trainer_instance_starts_the_training() ->
     assert facts.training_method_lines == {source.splitlines().index("lr_finder.range_test(loader)") + 1}
     # Its loop is over a range, not a loader: only the method's backward says it trains.
     assert facts.training_start_line() == min(facts.training_method_lines)
+
+
+def test_devices_are_followed_through_parameters_attributes_returns_and_dictionaries() -> None:
+    # pytorch/examples' DDP tutorial hands ``device = 0`` to ``Trainer(gpu_id)``, which moves the
+    # model and every batch to ``self.gpu_id``: on two processes both would train on GPU 0.
+    source = textwrap.dedent(
+        """
+        import argparse
+        import torch
+
+
+        def get_device(gpu):
+            if torch.cuda.is_available():
+                return torch.device(f"cuda:{gpu}")
+            return torch.device("cpu")
+
+
+        class Trainer:
+            def __init__(self, model, gpu_id, settings, args):
+                self.gpu_id = gpu_id
+                self.settings = settings
+                self.args = args
+                self.model = model.to(gpu_id)
+
+            def step(self, x):
+                noise = torch.randn(3, device=self.settings["device"])
+                return self.model(x.to(self.gpu_id) + noise.to(self.args.gpu))
+
+
+        def evaluate(model, x, where):
+            return model(x.to(where))
+
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--gpu", type=int, default=0)
+        parser.add_argument("--steps", type=int, default=2)
+        args = parser.parse_args()
+        device = 0
+        settings = {"device": torch.device("cuda:0"), "steps": args.steps}
+        chosen = get_device(args.gpu)
+        cpu = "cpu"
+        model = torch.nn.Linear(3, 3)
+        trainer = Trainer(model, device, settings, args)
+        evaluate(model, torch.randn(3), device)
+        evaluate(model, torch.randn(3), cpu)
+        x = torch.randn(3).to(args.steps * 0)
+        y = torch.randn(3).to(chosen)
+        """
+    )
+    facts = runner.analyse(cst.parse_module(source), source)
+    # An integer bound to a name, an ``int`` option and a dictionary's device, through a
+    # constructor into attributes (and a part of one: ``self.args.gpu``).
+    assert facts.gpu_index_names == {"gpu_id", "self.gpu_id", 'self.settings["device"]', "self.args.gpu"}
+    # A helper returning a device on every path chooses the device.
+    assert "chosen" in facts.device_names
+    # ``where`` is the GPU index from one call and the CPU from the other: reported, not rewritten.
+    assert facts.devices_unfollowed == {"where"}

@@ -1,7 +1,8 @@
 """Devices and moves: the one answer to "is this a device" and "is this a move to one".
 
 A device is a name the analysis found holding the script's device (``device``, ``args.device``,
-``self.device``; :attr:`ScriptFacts.device_names`) or the accelerator's own
+``self.device``, a dictionary's ``cfg["device"]``: :func:`held_name`; :attr:`ScriptFacts.device_names`,
+followed through values by ``codemods/model/devices.py``) or the accelerator's own
 ``accelerator.device``. A move is a call of one of :data:`DEVICE_MOVE_METHODS` on a value
 (``model.to(device)``, ``x.cuda()``, ``t.cpu()``); peeling the moves off an expression gives what
 was moved; peeling casts and mode switches too (:data:`SELF_RETURNING_METHODS`) gives what was
@@ -21,12 +22,16 @@ from accel_convert.codemods.engine.facts import FactQuestions, ScriptFacts
 from accel_convert.codemods.engine.syntax import calls_in, dotted, nodes_in
 from accel_convert.codemods.engine.torch_names import DEVICE_CONSTRUCTORS, DEVICE_MOVE_METHODS, SELF_RETURNING_METHODS
 
+#: Keywords through which a call takes a device (``torch.zeros(3, device=d)``,
+#: ``torch.load(path, map_location=d)``).
+DEVICE_KEYWORDS = frozenset({"device", "map_location"})
+
 
 def names_device(node: cst.BaseExpression, facts: ScriptFacts, also: Collection[str] = ()) -> bool:
     """Whether ``node`` is a device: a name holding the script's device, ``accelerator.device``
     (or one of ``also``, names a rule knows hold one), a ``"cuda..."`` string, or
     ``torch.device(...)``."""
-    name = dotted(node)
+    name = held_name(node)
     if name is not None:
         return name in facts.device_names or name == f"{accelerator_name(facts)}.device" or name in also
     if isinstance(node, cst.SimpleString):
@@ -34,6 +39,20 @@ def names_device(node: cst.BaseExpression, facts: ScriptFacts, also: Collection[
     if isinstance(node, cst.Call):
         return facts.qualified_name(node.func) in DEVICE_CONSTRUCTORS
     return False
+
+
+def held_name(node: cst.BaseExpression) -> str | None:
+    """``device``, ``self.gpu_id``, ``config["device"]``: the name a value is held under, a dotted
+    name or one string key of a dotted name (a dictionary of settings); None for anything else."""
+    name = dotted(node)
+    if name is not None or not isinstance(node, cst.Subscript) or len(node.slice) != 1:
+        return name
+    index = node.slice[0].slice
+    base = dotted(node.value)
+    if base is None or not isinstance(index, cst.Index) or not isinstance(index.value, cst.SimpleString):
+        return None
+    key = index.value.evaluated_value
+    return f'{base}["{key}"]' if isinstance(key, str) else None
 
 
 def chooses_device(value: cst.BaseExpression, facts: FactQuestions, scope: tuple[str, ...] = ()) -> bool:
@@ -105,7 +124,7 @@ def names_fixed_gpu(
         return True
     if isinstance(node, cst.Call) and node.args and facts.qualified_name(node.func, scope) == "torch.device":
         return is_gpu_string(node.args[0].value)
-    return dotted(node) in indices
+    return held_name(node) in indices
 
 
 def mentions_cuda(node: cst.BaseExpression) -> bool:

@@ -202,6 +202,14 @@ class ScriptFacts(FactQuestions):
     #: (``args.cuda``, ``use_cuda``).
     device_names: AbstractSet[str] = frozenset()
     cuda_flags: AbstractSet[str] = frozenset()
+    #: Names a call takes as its device (``.to(gpu_id)``, ``device=self.gpu_id``,
+    #: ``.to(cfg["device"])``) that hold the same GPU on every process, followed to where the
+    #: script fixed it (``device = 0``, ``--gpu`` of type ``int``, a settings dictionary's
+    #: device): the accelerator's device at that call (``codemods/model/devices.py``).
+    gpu_index_names: AbstractSet[str] = frozenset()
+    #: Names a call takes as its device that hold such a GPU from some of their origins and a
+    #: value that cannot be followed from others: reported at the call.
+    devices_unfollowed: AbstractSet[str] = frozenset()
 
     #: The batch-size expression the loaders are built with, as code (``"args.batch_size"``), if one.
     batch_size_expr: str | None = None
@@ -455,6 +463,8 @@ class FactsDraft(FactQuestions):
     eval_loaders: set[str] = field(default_factory=set)
     device_names: set[str] = field(default_factory=set)
     cuda_flags: set[str] = field(default_factory=set)
+    gpu_index_names: set[str] = field(default_factory=set)
+    devices_unfollowed: set[str] = field(default_factory=set)
     batch_size_expr: str | None = None
     main_function: str | None = None
     train_loops: list[LoopFacts] = field(default_factory=list)

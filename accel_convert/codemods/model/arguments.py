@@ -32,7 +32,7 @@ def argument_parser(a: Analysis) -> None:
     the names its parse result is bound to."""
     facts = a.facts
     for call in a.r.calls:
-        facts.parser_options.update(_options_defined(call.node))
+        facts.parser_options.update(options_defined(call.node))
     parsed_in: dict[str, set[str]] = {}
     for assign in a.r.assigns:
         # ``parser.parse_args()``, or torchvision's ``get_args_parser().parse_args()``.
@@ -46,7 +46,7 @@ def argument_parser(a: Analysis) -> None:
             facts.parsed_arguments |= {name.partition(".")[0] for name in assign.targets}
 
 
-def _options_defined(node: cst.Call) -> list[str]:
+def options_defined(node: cst.Call) -> list[str]:
     """The attribute names ``parser.add_argument(...)`` defines: ``no_cuda`` for ``--no-cuda``,
     or its ``dest=``; nothing for a positional argument or another call."""
     if not (isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument"):

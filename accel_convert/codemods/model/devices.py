@@ -1,11 +1,13 @@
-"""Devices: the names that hold the device, settings classes choosing one."""
+"""Devices: the names that hold the device, settings classes choosing one, and the values a call
+takes as its device followed back to where the script chose them."""
 
 from __future__ import annotations
 
 import libcst as cst
 
-from accel_convert.codemods.engine.devices import chooses_device
+from accel_convert.codemods.engine.devices import DEVICE_KEYWORDS, chooses_device, held_name
 from accel_convert.codemods.engine.syntax import dotted
+from accel_convert.codemods.model.arguments import options_defined
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
     AssignRecord,
@@ -107,3 +109,176 @@ def _bound_outside_the_class(a: Analysis, owner: str, attribute: str, readers: s
         for target in assign.targets
         if assign.scope != (owner,)
     )
+
+
+@provider(
+    needs=(
+        "arguments",
+        "parsed_arguments",
+        "parser_options",
+        "existing_accelerator",
+        "device_names",
+        "settings_devices",
+    ),
+    provides=("gpu_index_names", "devices_unfollowed"),
+    refines=("device_names",),
+)
+def device_values(a: Analysis) -> None:
+    """Devices followed through values: what a call takes as its device (``model.to(gpu_id)``,
+    ``source.to(self.gpu_id)``, ``device=cfg["device"]``) is followed back through parameters,
+    attributes, returns and dictionaries to where the script chose it.
+
+    * A file's function returning a device on every path (``def get_device(gpu): return
+      torch.device(f"cuda:{gpu}")``) chooses one: ``device = get_device(args.gpu)`` is the device
+      (``device_names``), selected again by the accelerator.
+    * A GPU index (an integer bound to a name, ``device = 0``; an ``int`` command-line option,
+      ``--gpu``; a choice between one and ``"cpu"``) or a device kept in a settings dictionary
+      (``{"device": torch.device("cuda:0")}``) is the same GPU on every process: the calls
+      taking it as their device get the accelerator's (``gpu_index_names``).
+    * Such a GPU reaching the call from some origins and something that cannot be followed from
+      others (a parameter also given a name bound elsewhere to ``"cpu"``) is left, and reported
+      there (``devices_unfollowed``)."""
+    _devices_returned(a)
+    held = _HeldDevices.of(a)
+    for function, name in _device_uses(a):
+        origins = _origins(a, function, name)
+        kinds = {held.kind(origin) for origin in origins}
+        if kinds == {"device"}:
+            a.facts.device_names.add(name)
+        elif "fixed" in kinds and "other" in kinds:
+            a.facts.devices_unfollowed.add(name)
+        elif "fixed" in kinds:
+            a.facts.gpu_index_names.add(name)
+
+
+def _devices_returned(a: Analysis) -> None:
+    """``device = get_device(args.gpu)``: a name bound to what a file's function returns when
+    every one of its ``return`` statements hands back a device."""
+    returns: dict[str, list[cst.BaseExpression]] = {}
+    for function, value in a.r.returns:
+        returns.setdefault(function, []).append(value)
+    choosing = {
+        function
+        for function, values in returns.items()
+        if all(chooses_device(value, a.facts, (function,)) for value in values)
+    }
+    for assign in a.r.assigns:
+        value = assign.value
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in choosing:
+            a.facts.device_names.update(assign.targets)
+
+
+def _device_uses(a: Analysis) -> list[tuple[str, str]]:
+    """(function, name) for each name a call takes as its device: the first positional argument
+    of ``.to(...)``, ``device=``/``map_location=`` keywords (of calls other than the file's own
+    functions and classes)."""
+    uses = []
+    for call in a.r.calls:
+        func = call.node.func
+        moves = isinstance(func, cst.Attribute) and func.attr.value == "to"
+        # ``train(model, device=gpu)`` of the file's own function hands the value on: followed
+        # into the parameter, where it is taken.
+        own = isinstance(func, cst.Name) and (func.value in a.r.defs or func.value in a.r.classes)
+        for index, arg in enumerate(call.node.args):
+            keyword = arg.keyword is not None and arg.keyword.value in DEVICE_KEYWORDS and not own
+            taken = keyword if arg.keyword is not None else moves and index == 0
+            name = held_name(arg.value) if taken and not arg.star else None
+            if name is not None:
+                uses.append((call.function, name))
+    return uses
+
+
+def _origins(a: Analysis, function: str, name: str) -> set[str]:
+    """Where the value ``name`` holds in ``function`` comes from: the names its callers pass, for
+    a parameter or an attribute bound from one, also for a part of the name (``self.args.gpu``
+    from the ``args`` given to ``__init__``, ``cfg["device"]`` from the ``config`` passed)."""
+    found = a.origins_of(function, name)
+    cuts = [cut for cut, char in enumerate(name) if char in ".[" and cut]
+    for cut in reversed(cuts) if found == {name} else ():
+        prefix, rest = name[:cut], name[cut:]
+        passed = a.origins_of(function, prefix)
+        if passed != {prefix}:
+            return {origin + rest for origin in passed}
+    return found
+
+
+class _HeldDevices:
+    """What the names of the file hold, as far as devices go: the device (``device_names``), a
+    fixed GPU (an index, a device kept in a dictionary), or something else."""
+
+    def __init__(self, a: Analysis, int_options: set[str]) -> None:
+        self.facts = a.facts
+        self.int_options = int_options
+        self.fixed: set[str] = set()
+        self.devices: set[str] = set()
+        for assign in a.r.assigns:
+            if len(assign.targets) == 1 and self.holds_index(assign.value):
+                self.fixed.add(assign.targets[0])
+        for assign in a.r.assigns:
+            if len(assign.targets) == 1:
+                self._entries(assign.targets[0], assign.value, assign.scope)
+
+    @classmethod
+    def of(cls, a: Analysis) -> _HeldDevices:
+        int_options = {
+            option
+            for call in a.r.calls
+            if isinstance(call.node.func, cst.Attribute)
+            and call.node.func.attr.value == "add_argument"
+            and any(_declares_integer(arg) for arg in call.node.args)
+            for option in options_defined(call.node)
+        }
+        return cls(a, int_options)
+
+    def holds_index(self, value: cst.BaseExpression) -> bool:
+        """``0``, ``args.gpu`` (an ``int`` option), a name bound to one, ``args.gpu if ok else
+        "cpu"``: a GPU index (or the CPU, in a choice between them)."""
+        if isinstance(value, cst.Integer):
+            return True
+        if isinstance(value, cst.IfExp):
+            branches = (value.body, value.orelse)
+            return any(self.holds_index(b) for b in branches) and all(
+                self.holds_index(b) or _is_cpu(b) for b in branches
+            )
+        name = dotted(value)
+        return name is not None and self.is_index_name(name)
+
+    def is_index_name(self, name: str) -> bool:
+        """A name bound to a GPU index, or an ``int`` option of the command line (``args.gpu``)."""
+        root, _, option = name.partition(".")
+        return name in self.fixed or (root in self.facts.parsed_arguments and option in self.int_options)
+
+    def _entries(self, target: str, value: cst.BaseExpression, scope: tuple[str, ...]) -> None:
+        """``config = {"device": device}``: ``config["device"]`` holds the device (a fixed GPU when
+        what it is given is not a name rebound to the accelerator's device)."""
+        if not isinstance(value, cst.Dict):
+            return
+        for element in value.elements:
+            if not isinstance(element, cst.DictElement) or not isinstance(element.key, cst.SimpleString):
+                continue
+            key = element.key.evaluated_value
+            if not isinstance(key, str):
+                continue
+            entry = f'{target}["{key}"]'
+            if dotted(element.value) in self.facts.device_names:
+                self.devices.add(entry)
+            elif self.holds_index(element.value) or chooses_device(element.value, self.facts, scope):
+                self.fixed.add(entry)
+
+    def kind(self, name: str) -> str:
+        if name in self.facts.device_names or name in self.devices:
+            return "device"
+        return "fixed" if self.is_index_name(name) else "other"
+
+
+def _declares_integer(arg: cst.Arg) -> bool:
+    """``type=int`` or an integer ``default=`` of ``add_argument``."""
+    if arg.keyword is None:
+        return False
+    if arg.keyword.value == "type":
+        return dotted(arg.value) == "int"
+    return arg.keyword.value == "default" and isinstance(arg.value, cst.Integer)
+
+
+def _is_cpu(value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.SimpleString) and value.evaluated_value == "cpu"

@@ -48,8 +48,11 @@ def device_switches(a: Analysis) -> tuple[tuple[str, bool], ...]:
             if record.body_moves_to_cuda or record.body_assigns & facts.device_names:
                 _read_switch(record.node.test, False, found)
             continue
-        if set(record.targets) & device:
-            _read_switch(record.value, False, found)
+        value = record.value
+        # ``device = get_device(args.gpu)``: what a function of the file is given is no switch.
+        helper = isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in a.r.defs
+        if set(record.targets) & device and not helper:
+            _read_switch(value, False, found)
     return tuple(found)
 
 

@@ -16,6 +16,16 @@ A fixed GPU named elsewhere would be the same GPU on every rank: a ``device="cud
 reachable they are reported (ACC904). That index passed on to another call (``Net(args.gpu)``,
 which may make a device of it) is reported (ACC924): what the callee does with it is not visible.
 
+A GPU the script fixes is followed through values to the calls taking it as their device: an
+integer bound to a name (the DDP tutorial's ``device = 0``), an ``int`` option (``--gpu``), a
+choice between one and ``"cpu"``, or a device kept in a settings dictionary, handed on through
+parameters, attributes and dictionaries (``Trainer(..., gpu_id)``, ``self.gpu_id``,
+``cfg["device"]``). Its moves are removed where ``prepare`` places what moves, and otherwise take
+``accelerator.device``, like its ``device=`` keywords. A function of the file returning a device on
+every path (``device = get_device(args.gpu)``) chooses the device like ``torch.device(...)``. A
+parameter that is such a GPU from some callers and something else from others (``"cpu"``) is left,
+and reported where it is taken (ACC924).
+
 A device picked as a string (``device = "cuda" if torch.cuda.is_available() else "cpu"``) is a
 ``torch.device`` once it is ``accelerator.device``. Where the script read it as a string, it reads
 ``device.type``: as a device type (``torch.autocast(device_type=device)``,
@@ -54,7 +64,8 @@ class Device(Rule):
     providers = (cpu_models, copied_models, settings_class_devices)
     extra_codes = {
         GPU_INDEX_PASSED_ON: "gpu-index: the GPU index once given to torch.cuda.set_device, passed on "
-        "where it may name a device (the same GPU on every process)",
+        "where it may name a device (the same GPU on every process), or a device that is a fixed GPU from "
+        "some callers and something else from others",
     }
     examples = (
         Example(
@@ -230,6 +241,114 @@ class Device(Rule):
             """,
             message="args.gpu, the GPU given to the removed torch.cuda.set_device, is passed on here: used as a "
             "device it is the same GPU on every process (pass accelerator.device instead)",
+        ),
+        Example(
+            # The DDP tutorial's shape: the integer reaches the moves through a constructor and an
+            # attribute. Moves prepare makes go; the noise's takes this process's device.
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Trainer:
+                    def __init__(self, model, loader, optimizer, gpu_id):
+                        self.gpu_id = gpu_id
+                        self.model = model.to(gpu_id)
+                        self.loader = loader
+                        self.optimizer = optimizer
+
+                    def train(self):
+                        for x, y in self.loader:
+                            x, y = x.to(self.gpu_id), y.to(self.gpu_id)
+                            noise = torch.randn(len(x), 8).to(self.gpu_id)
+                            self.optimizer.zero_grad()
+                            nn.functional.mse_loss(self.model(x + noise), y).backward()
+                            self.optimizer.step()
+
+
+                def main(device):
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    Trainer(model, loader, optimizer, device).train()
+
+
+                if __name__ == "__main__":
+                    device = 0  # shorthand for cuda:0
+                    main(device)
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Trainer:
+                    def __init__(self, model, loader, optimizer, gpu_id, accelerator):
+                        self.accelerator = accelerator
+                        self.gpu_id = gpu_id
+                        self.model = model
+                        self.loader = loader
+                        self.optimizer = optimizer
+
+                    def train(self):
+                        for x, y in self.loader:
+                            noise = torch.randn(len(x), 8).to(self.accelerator.device)
+                            self.optimizer.zero_grad()
+                            self.accelerator.backward(nn.functional.mse_loss(self.model(x + noise), y))
+                            self.optimizer.step()
+
+
+                def main(device):
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    Trainer(model, loader, optimizer, device, accelerator).train()
+
+
+                if __name__ == "__main__":
+                    device = 0  # shorthand for cuda:0
+                    main(device)
+            """,
+        ),
+        Example(
+            code=GPU_INDEX_PASSED_ON,
+            # ``where`` is GPU 0 from one caller and the CPU from the other: not rewritten.
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def evaluate(model, inputs, where):
+                    with torch.no_grad():
+                        print(model(inputs.to(where)).sum().item())
+
+
+                def main():
+                    device = 0
+                    cpu = "cpu"
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1).to(device)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for x, y in loader:
+                        x, y = x.to(device), y.to(device)
+                        optimizer.zero_grad()
+                        nn.functional.mse_loss(model(x), y).backward()
+                        optimizer.step()
+                    evaluate(model, torch.randn(4, 8), device)
+                    evaluate(model.cpu(), torch.randn(4, 8), cpu)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            message="where is a fixed GPU (the same on every process) from some callers and something else from "
+            "others: left as it was (pass accelerator.device where it is the GPU)",
         ),
     )
 

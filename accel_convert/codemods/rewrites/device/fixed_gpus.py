@@ -4,7 +4,10 @@
 gave ``torch.cuda.set_device`` (``device=args.gpu``, ``.to(args.gpu)``) and a device picked right
 in the arguments of a function of the file (``train(net, try_gpu())``) become
 ``accelerator.device``; where no accelerator is reachable they are reported (ACC904). That index
-passed on to another call (``Net(args.gpu)``) is reported (ACC924). Also what the walk needs to
+passed on to another call (``Net(args.gpu)``) is reported (ACC924). A GPU the script fixed and the
+analysis followed to the call taking it (``codemods/model/devices.py``: ``self.gpu_id`` given
+``device = 0``) is such an index; one that is that GPU from some callers and something else from
+others is reported at the call (ACC924). Also what the walk needs to
 know of the file beforehand: the indices given to ``set_device`` and the file's functions that
 pick a GPU.
 """
@@ -13,7 +16,13 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accel_convert.codemods.engine.devices import chooses_device, chooses_gpu, names_fixed_gpu
+from accel_convert.codemods.engine.devices import (
+    DEVICE_KEYWORDS,
+    chooses_device,
+    chooses_gpu,
+    held_name,
+    names_fixed_gpu,
+)
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.positions import skips_statement
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS
@@ -59,13 +68,15 @@ class FixedGpus(DeviceWalkState):
     def moved_to_fixed_gpu(self, original: cst.Call, call: cst.Call, device_args: list[cst.Arg]) -> cst.Call:
         """``x.to("cuda:0")``, ``x.to(args.gpu)``: a move (of something ``prepare`` does not
         place) to a fixed GPU, a device string or the index given to ``torch.cuda.set_device``."""
-        indices = [a for a in device_args if dotted(a.value) in self.gpu_indices]
+        indices = [a for a in device_args if held_name(a.value) in self.gpu_indices]
         literal = [
             a
             for a in device_args
             if a not in indices and names_fixed_gpu(a.value, self.facts, self.scope, self.gpu_indices)
         ]
-        if (literal or indices) and self.accelerator_reachable():
+        if indices and not self.accelerator_reachable():
+            self.report_unreached_gpu(original, indices[0].value)
+        elif (literal or indices) and self.accelerator_reachable():
             if indices:
                 message = f"GPU index {expression_code(indices[0].value)} → {self.device_expr}"
             else:
@@ -75,6 +86,37 @@ class FixedGpus(DeviceWalkState):
             replacement = expression(self.device_expr)
             return call.with_changes(args=[a.with_changes(value=replacement) if a in literal else a for a in call.args])
         return call
+
+    def report_unreached_gpu(self, original: cst.Call, value: cst.BaseExpression) -> None:
+        """``x.to(self.gpu)`` in a class the accelerator does not reach (a model's own
+        ``forward``): the same GPU on every process, left and reported."""
+        self.report(
+            original,
+            NO_ACCELERATOR_ACCESS,
+            f"device {expression_code(value)}, a fixed GPU, where no accelerator is reachable: "
+            "the same GPU on every rank",
+            False,
+            header_only=True,
+        )
+
+    def report_unfollowed_device(self, original: cst.Call) -> None:
+        """``x.to(where)`` where ``where`` is a GPU the script fixed from some callers and
+        something else from others (``"cpu"``): left as it was, and reported."""
+        names = [
+            written
+            for arg in original.args
+            if (arg.keyword is None or arg.keyword.value in DEVICE_KEYWORDS)
+            and (written := held_name(arg.value)) in self.facts.devices_unfollowed
+        ]
+        if names:
+            self.report(
+                original,
+                GPU_INDEX_PASSED_ON,
+                f"{names[0]} is a fixed GPU (the same on every process) from some callers and something else "
+                f"from others: left as it was (pass {self.device_expr} where it is the GPU)",
+                False,
+                header_only=True,
+            )
 
     def device_keyword(self, original: cst.Call, call: cst.Call) -> cst.Call:
         """``torch.zeros(3, device="cuda")``, ``BucketIterator(..., device=args.gpu)``,
@@ -106,13 +148,17 @@ class FixedGpus(DeviceWalkState):
         """``Seq2Seq(encoder, decoder, args.gpu)``: what the callee does with the index (a device
         for its tensors?) is not visible here; left, and reported."""
         callee = (dotted(call.func) or "").rpartition(".")[2]
-        if not self.gpu_indices or callee in SHOWING_CALLS or self.qualified_name(call.func) == "torch.cuda.set_device":
+        if (
+            not self.set_device_indices
+            or callee in SHOWING_CALLS
+            or self.qualified_name(call.func) == "torch.cuda.set_device"
+        ):
             return
         for arg in call.args:
             if arg.keyword is not None and arg.keyword.value == "device":
                 continue  # rewritten (device_keyword) or reported there
             written = dotted(arg.value)
-            if written in self.gpu_indices:
+            if written in self.set_device_indices:
                 self.report(
                     original,
                     GPU_INDEX_PASSED_ON,
@@ -126,7 +172,7 @@ class FixedGpus(DeviceWalkState):
 
 def _is_device_keyword(arg: cst.Arg) -> bool:
     """``device=`` of a factory or an iterator, ``map_location=`` of ``torch.load``."""
-    return arg.keyword is not None and arg.keyword.value in ("device", "map_location")
+    return arg.keyword is not None and arg.keyword.value in DEVICE_KEYWORDS
 
 
 def gpu_indices(module: cst.Module, facts: ScriptFacts) -> set[str]:

@@ -30,7 +30,10 @@ class DeviceWalkState(RuleTransformer):
         #: What the script gives ``torch.cuda.set_device`` (``args.gpu``): a GPU index, the same
         #: one on every rank once the accelerator picks the GPU; a device given as that index
         #: becomes the accelerator's.
-        self.gpu_indices = gpu_indices or set()
+        self.set_device_indices = gpu_indices or set()
+        #: And the names a call takes as its device that hold a GPU the script fixed, followed
+        #: back through parameters, attributes and dictionaries (``self.gpu_id`` given ``0``).
+        self.gpu_indices = self.set_device_indices | set(facts.gpu_index_names)
         #: The file's functions that pick a device (d2l's ``try_gpu()``: ``cuda:0`` on every rank).
         self.device_functions = device_functions
         #: The file's module-level functions: a device selected in their call's arguments

@@ -22,6 +22,7 @@ from accel_convert.codemods.rewrites.device.string_reads import StringReads
 class DeviceTransformer(Moves, FixedGpus, Selection, StringReads, EmptiedBlocks):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         updated_node = self.string_reads(original_node, updated_node)
+        self.report_unfollowed_device(original_node)
         func = updated_node.func
         if isinstance(func, cst.Name) and func.value in self.module_functions:
             updated_node = self.device_arguments(original_node, updated_node)
