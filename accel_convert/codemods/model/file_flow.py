@@ -1,0 +1,192 @@
+"""File flow: which files one process writes and the others read later in the run.
+
+A checkpoint goes through ``accelerator.save``, which writes on the main process only; a rank
+that reads the same file afterwards (``torch.load`` further down the function, in a function
+called later, or in a function the caller runs after the saving one: MorvanZhou's ``save()``
+then ``restore_net()`` at the top level) must not get there before the main process has
+written it. This provider pairs each such main-only write with the reads that may run after it
+and open the same file. The rules decide where the barrier goes from it (after the write, on
+every rank, where no barrier can go before the read).
+
+A path is matched by what can be told from the code without running it: a string literal, an
+f-string or ``os.path.join`` whose unknown parts match anything (``f"{out}/epoch_{n}.pt"``), a
+name bound once to one of those in the function or at the top level. Anything else (a
+parameter, an attribute) may be any file: such a read pairs with every earlier write, and such
+a write with every later read. Two known paths that cannot be the same file
+(``"net.pkl"``, ``"net_params.pkl"``) do not pair.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import libcst as cst
+
+from accel_convert.codemods.engine.facts import MODULE
+from accel_convert.codemods.engine.syntax import dotted
+from accel_convert.codemods.model.calls import _instance_class
+from accel_convert.codemods.model.provider import rule_provider
+from accel_convert.codemods.model.recorder import CallRecord
+from accel_convert.codemods.model.state import Analysis
+
+#: Writes one process makes (after the checkpoint rule's rewrite): qualified name → the keyword
+#: and position of the path argument.
+MAIN_ONLY_WRITES = {"torch.save": ("f", 1)}
+#: Reads every rank makes: qualified name → the keyword and position of the path argument.
+EVERY_RANK_READS = {"torch.load": ("f", 0)}
+#: The part of a path pattern that may be anything (a character no path holds).
+ANY = "\x00"
+
+
+@dataclass(frozen=True)
+class FileFlow:
+    """(write line, read function, read line): a read that may open, later in the run, the file
+    the write on that (original) line wrote."""
+
+    pairs: frozenset[tuple[int, str, int]] = frozenset()
+
+    def read_after(self, write_line: int) -> frozenset[tuple[str, int]]:
+        """The reads (function, line) that may open what the write on ``write_line`` wrote."""
+        return frozenset((function, line) for written, function, line in self.pairs if written == write_line)
+
+
+@dataclass(frozen=True)
+class _Access:
+    function: str
+    line: int
+    #: The path as a pattern (``ANY`` for what may be anything); None: unknown.
+    path: str | None
+
+
+@rule_provider(needs=("call_graph",))
+def file_flow(a: Analysis) -> FileFlow:
+    """Each main-only write paired with the reads of the same file that may run after it."""
+    writes, reads = _accesses(a, MAIN_ONLY_WRITES), _accesses(a, EVERY_RANK_READS)
+    if not writes or not reads:
+        return FileFlow()
+    order = _RunOrder(a)
+    pairs = set()
+    for write in writes:
+        for read in reads:
+            if _same_file(write.path, read.path) and order.runs_after(write.function, write.line, read):
+                pairs.add((write.line, read.function, read.line))
+    return FileFlow(frozenset(pairs))
+
+
+def _accesses(a: Analysis, table: dict[str, tuple[str, int]]) -> list[_Access]:
+    found = []
+    for call in a.r.calls:
+        where = table.get(a.qualified(call) or "")
+        if where is not None:
+            argument = _argument(call.node, *where)
+            path = None if argument is None else _pattern(a, argument, call.function, depth=3)
+            found.append(_Access(call.function, a.site(call.node).line, path))
+    return found
+
+
+def _argument(call: cst.Call, keyword: str, position: int) -> cst.BaseExpression | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg.value
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    return positional[position].value if len(positional) > position else None
+
+
+def _pattern(a: Analysis, value: cst.BaseExpression, function: str, depth: int) -> str | None:
+    """``value`` as a path pattern, None when nothing of it is known."""
+    if isinstance(value, cst.SimpleString):
+        evaluated = value.evaluated_value
+        return evaluated if isinstance(evaluated, str) else None
+    if isinstance(value, cst.FormattedString):
+        return "".join(part.value if isinstance(part, cst.FormattedStringText) else ANY for part in value.parts)
+    if isinstance(value, (cst.ConcatenatedString, cst.BinaryOperation)):
+        if isinstance(value, cst.BinaryOperation) and not isinstance(value.operator, cst.Add):
+            return None
+        return (_pattern(a, value.left, function, depth) or ANY) + (_pattern(a, value.right, function, depth) or ANY)
+    if isinstance(value, cst.Call) and dotted(value.func) in ("os.path.join", "path.join"):
+        parts = [_pattern(a, arg.value, function, depth) or ANY for arg in value.args if not arg.star]
+        return "/".join(parts) if parts else None
+    if isinstance(value, cst.Name) and depth > 0:
+        return _bound(a, value.value, function, depth - 1)
+    return None
+
+
+def _bound(a: Analysis, name: str, function: str, depth: int) -> str | None:
+    """The pattern of the one value ``name`` is bound to in ``function`` (or, bound nowhere
+    there, at the top level); None when it is bound to several or to nothing known."""
+    for scope in (function, MODULE):
+        values = [assign.value for assign in a.r.assigns if assign.function == scope and name in assign.targets]
+        if values:
+            patterns = {_pattern(a, value, scope, depth) for value in values}
+            return patterns.pop() if len(patterns) == 1 else None
+    return None
+
+
+def _same_file(first: str | None, second: str | None) -> bool:
+    """Whether two path patterns may name the same file."""
+    if first is None or second is None or first.strip(ANY) == "" or second.strip(ANY) == "":
+        return True
+    if ANY not in first or ANY not in second:
+        literal, pattern = (first, second) if ANY not in first else (second, first)
+        return re.fullmatch(".*".join(re.escape(part) for part in pattern.split(ANY)), literal) is not None
+    head = (first.split(ANY, 1)[0], second.split(ANY, 1)[0])
+    tail = (first.rsplit(ANY, 1)[1], second.rsplit(ANY, 1)[1])
+    return (head[0].startswith(head[1]) or head[1].startswith(head[0])) and (
+        tail[0].endswith(tail[1]) or tail[1].endswith(tail[0])
+    )
+
+
+class _RunOrder:
+    """Which code runs after a given call site: what follows it in its function (and what that
+    calls), then what follows each call of that function in its callers, up to the top level."""
+
+    def __init__(self, a: Analysis) -> None:
+        self.a = a
+        #: Function (or class, for its methods) → (line, callee) of its calls of the file's
+        #: functions and classes.
+        self.calls: dict[str, list[tuple[int, str]]] = {}
+        for call in a.r.calls:
+            callee = _callee(a, call)
+            if callee is not None:
+                self.calls.setdefault(call.function, []).append((a.site(call.node).line, callee))
+
+    def runs_after(self, function: str, line: int, read: _Access) -> bool:
+        pending, seen = [(function, line)], set()
+        while pending:
+            current, after = pending.pop()
+            if (current, after) in seen:
+                continue
+            seen.add((current, after))
+            if current == read.function and read.line > after:
+                return True
+            if any(read.function in self._reachable(callee) for _, callee in self._calls(current, after)):
+                return True
+            pending.extend(
+                (caller, called) for caller, sites in self.calls.items() for called, callee in sites if callee == current
+            )
+        return False
+
+    def _reachable(self, function: str) -> set[str]:
+        """``function`` and every function and class it runs, transitively."""
+        found, pending = {function}, [function]
+        while pending:
+            for _, callee in self.calls.get(pending.pop(), ()):
+                if callee not in found:
+                    found.add(callee)
+                    pending.append(callee)
+        return found
+
+    def _calls(self, function: str, after: int) -> Iterator[tuple[int, str]]:
+        return ((line, callee) for line, callee in self.calls.get(function, ()) if line > after)
+
+
+def _callee(a: Analysis, call: CallRecord) -> str | None:
+    """The file's function or class (for a method) a call runs."""
+    func = call.node.func
+    if isinstance(func, cst.Name) and (func.value in a.r.defs or func.value in a.r.classes):
+        return func.value
+    if isinstance(func, cst.Attribute):
+        return _instance_class(a, call, func.value)
+    return None
