@@ -125,12 +125,18 @@ def _bound(a: Analysis, name: str, function: str, depth: int) -> str | None:
 
 
 def _same_file(first: str | None, second: str | None) -> bool:
-    """Whether two path patterns may name the same file."""
-    if first is None or second is None or first.strip(ANY) == "" or second.strip(ANY) == "":
+    """Whether two path patterns may name the same file: the whole paths, and the file names
+    (after the last ``/``), may match."""
+    if first is None or second is None:
         return True
+    return _may_match(first, second) and _may_match(first.rsplit("/", 1)[-1], second.rsplit("/", 1)[-1])
+
+
+def _may_match(first: str, second: str) -> bool:
     if ANY not in first or ANY not in second:
         literal, pattern = (first, second) if ANY not in first else (second, first)
         return re.fullmatch(".*".join(re.escape(part) for part in pattern.split(ANY)), literal) is not None
+    # Both have unknown parts: what comes before the first and after the last must agree.
     head = (first.split(ANY, 1)[0], second.split(ANY, 1)[0])
     tail = (first.rsplit(ANY, 1)[1], second.rsplit(ANY, 1)[1])
     return (head[0].startswith(head[1]) or head[1].startswith(head[0])) and (
@@ -164,7 +170,10 @@ class _RunOrder:
             if any(read.function in self._reachable(callee) for _, callee in self._calls(current, after)):
                 return True
             pending.extend(
-                (caller, called) for caller, sites in self.calls.items() for called, callee in sites if callee == current
+                (caller, called)
+                for caller, sites in self.calls.items()
+                for called, callee in sites
+                if callee == current
             )
         return False
 

@@ -12,9 +12,14 @@ as SSD and the CIFAR trainers save it) keeps the unwrapped one: pickled with its
 would load only where a process group runs, not in the inference script. In a script that saves, every
 ``torch.load`` line waits for the other ranks first, so no rank reads a file still being written.
 Where no barrier can go before a load (``if os.path.isfile(path): model.load_state_dict(torch.load(path))``
-in a ``test()`` run after training, a load in a ``try``), the ranks wait after each save that
-such a load runs after instead: otherwise the other ranks look for the file before the main
-process wrote it (and test another model, or fail). Loading in the function that calls
+in a ``test()`` run after training, a load in a ``try``, a function without the accelerator), the
+ranks wait after each save such a load may read later instead (once, after the last of saves in a
+row), with the accelerator of the saving function: otherwise the other ranks look for the file
+before the main process wrote it (and test another model, or fail). Which loads may read what a
+save wrote is the program model's :mod:`~codemods.model.file_flow`: further down the function, in
+a function it calls later, or after the call of the saving function in any of its callers
+(MorvanZhou's ``save()`` then ``restore_net()`` at the top level); a load of a path no save can
+have written (another literal, another f-string pattern) leaves the save without a barrier. Loading in the function that calls
 ``prepare`` is only rewritten after the ``prepare`` line: before it the model is not wrapped yet.
 A copy of the model made after ``prepare`` (``ema = copy.deepcopy(model)``, ``AveragedModel(model)``)
 copies the unwrapped model, so the copy and its checkpoints keep the original's keys. A model
@@ -310,6 +315,130 @@ class CheckpointCodemod(Rule):
 
                 if __name__ == "__main__":
                     main()
+            """,
+        ),
+        Example(
+            # MorvanZhou's save() then restore() at the top level: restore() reads the file save()
+            # wrote, on every rank, with no accelerator to wait with; the ranks wait after the save.
+            before="""
+                import torch
+                import torch.nn as nn
+
+                x = torch.linspace(-1, 1, 100).unsqueeze(1)
+                y = x.pow(2)
+
+
+                def save():
+                    net = nn.Linear(1, 1)
+                    optimizer = torch.optim.SGD(net.parameters(), lr=0.5)
+                    for step in range(100):
+                        optimizer.zero_grad()
+                        nn.functional.mse_loss(net(x), y).backward()
+                        optimizer.step()
+                    torch.save(net.state_dict(), "net_params.pkl")
+
+
+                def restore():
+                    copy = nn.Linear(1, 1)
+                    copy.load_state_dict(torch.load("net_params.pkl"))
+                    return copy
+
+
+                save()
+                restored = restore()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+
+                x = torch.linspace(-1, 1, 100).unsqueeze(1)
+                y = x.pow(2)
+
+
+                def save():
+                    accelerator = Accelerator()
+                    net = nn.Linear(1, 1)
+                    optimizer = torch.optim.SGD(net.parameters(), lr=0.5)
+                    net, optimizer = accelerator.prepare(net, optimizer)
+                    for step in range(100):
+                        optimizer.zero_grad()
+                        accelerator.backward(nn.functional.mse_loss(net(x), y))
+                        optimizer.step()
+                    accelerator.wait_for_everyone()
+                    accelerator.save(accelerator.unwrap_model(net).state_dict(), "net_params.pkl")
+                    accelerator.wait_for_everyone()
+
+
+                def restore():
+                    copy = nn.Linear(1, 1)
+                    copy.load_state_dict(torch.load("net_params.pkl"))
+                    return copy
+
+
+                save()
+                restored = restore()
+            """,
+        ),
+        Example(
+            # The same, reading another file (a path no save writes): no barrier after the save.
+            before="""
+                import torch
+                import torch.nn as nn
+
+                x = torch.linspace(-1, 1, 100).unsqueeze(1)
+                y = x.pow(2)
+
+
+                def save():
+                    net = nn.Linear(1, 1)
+                    optimizer = torch.optim.SGD(net.parameters(), lr=0.5)
+                    for step in range(100):
+                        optimizer.zero_grad()
+                        nn.functional.mse_loss(net(x), y).backward()
+                        optimizer.step()
+                    torch.save(net.state_dict(), "net_params.pkl")
+
+
+                def restore():
+                    copy = nn.Linear(1, 1)
+                    copy.load_state_dict(torch.load("pretrained.pkl"))
+                    return copy
+
+
+                save()
+                restored = restore()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+
+                x = torch.linspace(-1, 1, 100).unsqueeze(1)
+                y = x.pow(2)
+
+
+                def save():
+                    accelerator = Accelerator()
+                    net = nn.Linear(1, 1)
+                    optimizer = torch.optim.SGD(net.parameters(), lr=0.5)
+                    net, optimizer = accelerator.prepare(net, optimizer)
+                    for step in range(100):
+                        optimizer.zero_grad()
+                        accelerator.backward(nn.functional.mse_loss(net(x), y))
+                        optimizer.step()
+                    accelerator.wait_for_everyone()
+                    accelerator.save(accelerator.unwrap_model(net).state_dict(), "net_params.pkl")
+
+
+                def restore():
+                    copy = nn.Linear(1, 1)
+                    copy.load_state_dict(torch.load("pretrained.pkl"))
+                    return copy
+
+
+                save()
+                restored = restore()
             """,
         ),
         Example(
