@@ -25,10 +25,12 @@ from dataclasses import dataclass
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import MODULE
-from accel_convert.codemods.engine.syntax import dotted
+from accel_convert.codemods.engine.iteration import enumerate_index
+from accel_convert.codemods.engine.syntax import dotted, names_in, nodes_in
+from accel_convert.codemods.engine.torch_names import WRITING_FUNCTIONS
 from accel_convert.codemods.model.calls import _instance_class
-from accel_convert.codemods.model.provider import rule_provider
-from accel_convert.codemods.model.recorder import CallRecord
+from accel_convert.codemods.model.provider import provider, rule_provider
+from accel_convert.codemods.model.recorder import CallRecord, LoopRecord
 from accel_convert.codemods.model.state import Analysis
 
 #: Writes one process makes (after the checkpoint rule's rewrite): qualified name → the keyword
@@ -199,3 +201,112 @@ def _callee(a: Analysis, call: CallRecord) -> str | None:
     if isinstance(func, cst.Attribute):
         return _instance_class(a, call, func.value)
     return None
+
+
+# --------------------------------------------------------------------------------------------
+# Evaluation loops writing a file per batch: run unsharded
+# --------------------------------------------------------------------------------------------
+
+#: Methods that write their receiver to a path (pandas' ``to_csv``, PIL's ``save``, a figure's ``savefig``).
+WRITING_METHODS = frozenset({"to_csv", "to_json", "to_parquet", "savefig", "save", "imsave", "write_text"})
+
+
+@provider(
+    needs=("eval_loops", "loader_loops", "train_loaders"), provides=("unsharded_loaders",), refines=("eval_loaders",)
+)
+def per_batch_file_loaders(a: Analysis) -> None:
+    """An evaluation loop that writes a file per batch named by the batch's index (StarGAN's test
+    mode: ``save_image(x_concat, os.path.join(result_dir, '{}-images.jpg'.format(i + 1)))``) keeps
+    its loader unprepared: every rank runs the whole loop over the original loader, unsharded,
+    and the main process writes every file the original writes, under its name, with its
+    contents (the side-effects rule guards the write).
+
+    Why not each rank writing its own batches under the original's index: the loop's values are
+    gathered for the metrics and the index of a rank's batch in the original order depends on the
+    sharding (and on the padding of the last batches), so the file's name and contents would
+    both have to be rebuilt. Why every rank and not the main process alone: the loop's sums (a
+    test loss, a best score) stay the same on every rank for whatever reads them after the loop,
+    and no collective (a prepared model's forward with gradients on, a gather) runs on one rank
+    only. The price is the evaluation's speed-up, for that loop only. A loader some training loop
+    iterates too stays prepared, and the write is reported (ACC936)."""
+    writing = _functions_writing_parameters(a)
+    kept: set[str] = set()
+    for loop, origins in a.loader_loops:
+        if loop.has_backward or origins & a.facts.train_loaders:
+            continue
+        counters = _batch_counters(a, loop)
+        if counters and _writes_per_batch(a, loop, counters, writing):
+            kept |= origins
+    a.unsharded_loaders = kept
+    if kept:
+        a.facts.eval_loaders = set(a.facts.eval_loaders) - kept
+
+
+def _batch_counters(a: Analysis, loop: LoopRecord) -> set[str]:
+    """The loop's ``enumerate`` index, and the names its body adds a number to (``n += 1``)."""
+    counters = {index} if (index := enumerate_index(loop.node)) is not None else set()
+    for aug in a.r.aug_assigns:
+        if aug.loops and aug.loops[-1] is loop and aug.mentions.names == set(aug.targets) and not aug.mentions.calls:
+            counters.update(aug.targets)
+    return counters
+
+
+def _writes_per_batch(a: Analysis, loop: LoopRecord, counters: set[str], writing: dict[str, set[int]]) -> bool:
+    """Whether a call in ``loop`` writes a file whose path reads a batch counter (directly, through
+    a name the loop's function binds to such a path, or through a function of the script writing
+    to one of its parameters)."""
+    paths = {
+        target
+        for assign in a.r.assigns
+        if assign.function == loop.function and _path_reads(assign.value, counters)
+        for target in assign.targets
+    }
+    for call in a.r.calls:
+        if loop not in call.loops:
+            continue
+        named = [_path_reads(arg.value, counters) or dotted(arg.value) in paths for arg in call.node.args]
+        if _writes_file(a, call) and any(named):
+            return True
+        func = call.node.func
+        if isinstance(func, cst.Name) and any(named[i] for i in writing.get(func.value, ()) if i < len(named)):
+            return True
+    return False
+
+
+def _functions_writing_parameters(a: Analysis) -> dict[str, set[int]]:
+    """The script's module-level functions that write a file to a path among their parameters →
+    the positions of those parameters (``def save_image(pixels, path): with open(path, "wb")``)."""
+    found: dict[str, set[int]] = {}
+    for call in a.r.calls:
+        params = a.r.defs.get(call.function)
+        if params is None or len(call.scope) != 1 or not _writes_file(a, call):
+            continue
+        read = set().union(*(names_in(arg.value) for arg in call.node.args))
+        positions = {index for index, param in enumerate(params) if param in read}
+        if positions:
+            found.setdefault(call.function, set()).update(positions)
+    return found
+
+
+def _writes_file(a: Analysis, call: CallRecord) -> bool:
+    """Whether ``call`` writes a file to a path among its arguments (``torch.save``, a writing
+    function, ``open`` for writing, a writing method such as ``image.save(path)``)."""
+    name = a.qualified(call) or dotted(call.node.func)
+    if name in WRITING_FUNCTIONS or name == "torch.save":
+        return True
+    if name in ("open", "builtins.open", "io.open"):
+        modes = [arg.value for arg in call.node.args[1:2] if arg.keyword is None]
+        modes += [arg.value for arg in call.node.args if arg.keyword and arg.keyword.value == "mode"]
+        return any(
+            isinstance(mode, cst.SimpleString) and any(flag in str(mode.evaluated_value) for flag in "wax")
+            for mode in modes
+        )
+    return isinstance(call.node.func, cst.Attribute) and call.node.func.attr.value in WRITING_METHODS
+
+
+def _path_reads(value: cst.BaseExpression, counters: set[str]) -> bool:
+    """Whether ``value`` is built from text and one of ``counters`` (``f"out_{i}.pt"``,
+    ``"{}-images.jpg".format(i + 1)``): a path named by the batch."""
+    nodes = nodes_in(value)
+    has_text = any(isinstance(node, (cst.SimpleString, cst.FormattedString)) for node in nodes)
+    return has_text and bool(names_in(value) & counters)
