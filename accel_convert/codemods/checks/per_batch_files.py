@@ -1,18 +1,22 @@
-"""ACC936 per-batch-files: files an evaluation writes once per batch, named by the batch's index.
+"""ACC936 per-batch-files: files an evaluation over a prepared loader writes once per batch, named by the batch's index.
 
 ``torch.save(out, f"preds/batch_{i}.pt")`` inside ``for i, (x, y) in enumerate(test_loader)``
 writes one file per batch of the whole test set, numbered 0, 1, 2... After ``prepare`` each
-process sees every N-th batch and the evaluation's values are gathered: the i-th batch of every
-process is joined into one, the main process writes it, and there are N times fewer files, each
-holding other samples than the original's file of that name (on 2 processes with batches of 64
-over 200 samples: ``batch_0.pt`` holds 128 rows, ``batch_1.pt`` 72, ``batch_2.pt`` and
-``batch_3.pt`` are never written). Whatever reads the files by number reads something else. No
-rewrite keeps the original's files, so it is reported: collect the gathered values and write them
-once after the loop, or name each file by its samples rather than by the batch counter. The same
-holds for a counter the loop adds 1 to per batch (``n += 1``), for a path built from the counter
-on an earlier line of the loop (``path = f"results/{i}.png"``, then ``save_image(out, path)``),
-and for the script's own function that writes a file to the path it is given (``def
-save_image(pixels, path): with open(path, "wb") ...``).
+process would see every N-th batch and the evaluation's values would be gathered: the i-th batch
+of every process joined into one, written by the main process, and N times fewer files, each
+holding other samples than the original's file of that name (StarGAN's test mode: 250 of its 500
+images on 2 processes). So such an evaluation keeps its loader unprepared (the program model's
+``file_flow.per_batch_file_loaders``, which says why every rank runs it whole rather than each
+writing its own batches): every file the original writes is written, by the main process, under
+its name and with its contents, and nothing is reported.
+
+What is reported is the loop over a loader that stays prepared because a training loop iterates
+it too (predictions written per batch of the training set): collect the gathered values and
+write them once after the loop, or name each file by its samples rather than by the batch
+counter. The same holds for a counter the loop adds 1 to per batch (``n += 1``), for a path built
+from the counter on an earlier line of the loop (``path = f"results/{i}.png"``, then
+``save_image(out, path)``), and for the script's own function that writes a file to the path it
+is given (``def save_image(pixels, path): with open(path, "wb") ...``).
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ class PerBatchFiles(WalkingCheck):
                     optimizer.step()
                 model.eval()
                 with torch.no_grad():
-                    for i, (x,) in enumerate(test_loader):
+                    for i, (x, _) in enumerate(train_loader):
                         torch.save(model(x), f"pred_{i}.pt")
             """,
             message=MESSAGE,
@@ -95,12 +99,58 @@ class PerBatchFiles(WalkingCheck):
                     optimizer.step()
                 model.eval()
                 with torch.no_grad():
-                    for i, (x,) in enumerate(test_loader):
+                    for i, (x, _) in enumerate(train_loader):
                         out = model(x)
                         path = f"result_{i}.bin"
                         save_result(out[0], path)
             """,
             message=MESSAGE,
+        ),
+        Example(
+            # Over the test loader, which no training loop iterates: left unprepared, every file
+            # written by the main process under the original's name.
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 2)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(256, 8), torch.randn(256, 2)), batch_size=64)
+                test_loader = DataLoader(TensorDataset(torch.randn(200, 8)), batch_size=64)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.mse_loss(model(x), y).backward()
+                    optimizer.step()
+                model.eval()
+                with torch.no_grad():
+                    for i, (x,) in enumerate(test_loader):
+                        torch.save(model(x), f"pred_{i}.pt")
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                accelerator = Accelerator()
+                model = nn.Linear(8, 2)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(256, 8), torch.randn(256, 2)), batch_size=64)
+                model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+                test_loader = DataLoader(TensorDataset(torch.randn(200, 8)), batch_size=64)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    accelerator.backward(nn.functional.mse_loss(model(x), y))
+                    optimizer.step()
+                model.eval()
+                with torch.no_grad():
+                    for i, (x,) in enumerate(test_loader):
+                        accelerator.save(model(x), f"pred_{i}.pt")
+            """,
+            leaves_alone=True,
         ),
     )
 
