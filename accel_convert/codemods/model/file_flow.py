@@ -38,6 +38,7 @@ from accel_convert.codemods.model.state import Analysis
 MAIN_ONLY_WRITES = {"torch.save": ("f", 1)}
 #: Reads every rank makes: qualified name → the keyword and position of the path argument.
 EVERY_RANK_READS = {"torch.load": ("f", 0)}
+_EMPTY = cst.Module([])
 #: The part of a path pattern that may be anything (a character no path holds).
 ANY = "\x00"
 
@@ -229,17 +230,43 @@ def per_batch_file_loaders(a: Analysis) -> None:
     and no collective (a prepared model's forward with gradients on, a gather) runs on one rank
     only. The price is the evaluation's speed-up, for that loop only. A loader some training loop
     iterates too stays prepared, and the write is reported (ACC936)."""
-    writing = _functions_writing_parameters(a)
     kept: set[str] = set()
-    for loop, origins in a.loader_loops:
-        if loop.has_backward or origins & a.facts.train_loaders:
-            continue
-        counters = _batch_counters(a, loop)
-        if counters and _writes_per_batch(a, loop, counters, writing):
+    for _, origins, _ in _per_batch_writing_loops(a):
+        if not origins & a.facts.train_loaders:
             kept |= origins
     a.unsharded_loaders = kept
     if kept:
         a.facts.eval_loaders = set(a.facts.eval_loaders) - kept
+
+
+@rule_provider(needs=("eval_loops", "loader_loops", "train_loaders", "unsharded_loaders"))
+def per_batch_writes(a: Analysis) -> frozenset[tuple[int, int, str]]:
+    """Where (original line, column, and the code of its argument naming the batch) an evaluation
+    over a loader that stays prepared (a training loop iterates it too) writes a file per batch
+    named by the batch's index: reported (ACC936)."""
+    return frozenset(
+        (site.line, site.column, path)
+        for _, origins, calls in _per_batch_writing_loops(a)
+        if origins & a.facts.train_loaders
+        for call, path in calls
+        for site in (a.site(call.node),)
+    )
+
+
+def _per_batch_writing_loops(a: Analysis) -> Iterator[tuple[LoopRecord, set[str], list[tuple[CallRecord, str]]]]:
+    """The evaluation loops over loaders writing a file per batch named by the batch's index, with
+    the names of their loader and the calls writing (with the code of the argument naming the
+    batch)."""
+    writing = _functions_writing_parameters(a)
+    evaluations = {(loop.site.line, loop.site.column) for loop in a.facts.eval_loops}
+    for loop, origins in a.loader_loops:
+        site = a.site(loop.node)
+        if loop.has_backward or (site.line, site.column) not in evaluations:
+            continue
+        counters = _batch_counters(a, loop)
+        calls = _per_batch_writes(a, loop, counters, writing) if counters else []
+        if calls:
+            yield loop, origins, calls
 
 
 def _batch_counters(a: Analysis, loop: LoopRecord) -> set[str]:
@@ -251,26 +278,31 @@ def _batch_counters(a: Analysis, loop: LoopRecord) -> set[str]:
     return counters
 
 
-def _writes_per_batch(a: Analysis, loop: LoopRecord, counters: set[str], writing: dict[str, set[int]]) -> bool:
-    """Whether a call in ``loop`` writes a file whose path reads a batch counter (directly, through
-    a name the loop's function binds to such a path, or through a function of the script writing
-    to one of its parameters)."""
+def _per_batch_writes(
+    a: Analysis, loop: LoopRecord, counters: set[str], writing: dict[str, set[int]]
+) -> list[tuple[CallRecord, str]]:
+    """The calls in ``loop`` writing a file whose path reads a batch counter (directly, through a
+    name the loop's function binds to such a path, or through a function of the script writing
+    to one of its parameters), with the code of the argument naming the batch."""
     paths = {
         target
         for assign in a.r.assigns
         if assign.function == loop.function and _path_reads(assign.value, counters)
         for target in assign.targets
     }
+    found = []
     for call in a.r.calls:
         if loop not in call.loops:
             continue
         named = [_path_reads(arg.value, counters) or dotted(arg.value) in paths for arg in call.node.args]
-        if _writes_file(a, call) and any(named):
-            return True
         func = call.node.func
-        if isinstance(func, cst.Name) and any(named[i] for i in writing.get(func.value, ()) if i < len(named)):
-            return True
-    return False
+        helper = writing.get(func.value, ()) if isinstance(func, cst.Name) else ()
+        named_at = [i for i in helper if i < len(named) and named[i]]
+        if _writes_file(a, call) and any(named):
+            named_at.append(named.index(True))
+        if named_at:
+            found.append((call, _EMPTY.code_for_node(call.node.args[named_at[0]].value)))
+    return found
 
 
 def _functions_writing_parameters(a: Analysis) -> dict[str, set[int]]:
