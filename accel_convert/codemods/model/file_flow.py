@@ -156,6 +156,7 @@ class _RunOrder:
         #: Function (or class, for its methods) → (line, callee) of its calls of the file's
         #: functions and classes.
         self.calls: dict[str, list[tuple[int, str]]] = {}
+        self._reached: dict[str, set[str]] = {}
         for call in a.r.calls:
             callee = _callee(a, call)
             if callee is not None:
@@ -182,12 +183,15 @@ class _RunOrder:
 
     def _reachable(self, function: str) -> set[str]:
         """``function`` and every function and class it runs, transitively."""
+        if function in self._reached:
+            return self._reached[function]
         found, pending = {function}, [function]
         while pending:
             for _, callee in self.calls.get(pending.pop(), ()):
                 if callee not in found:
                     found.add(callee)
                     pending.append(callee)
+        self._reached[function] = found
         return found
 
     def _calls(self, function: str, after: int) -> Iterator[tuple[int, str]]:
