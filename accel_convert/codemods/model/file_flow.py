@@ -14,6 +14,10 @@ name bound once to one of those in the function or at the top level. Anything el
 parameter, an attribute) may be any file: such a read pairs with every earlier write, and such
 a write with every later read. Two known paths that cannot be the same file
 (``"net.pkl"``, ``"net_params.pkl"``) do not pair.
+
+It also owns the files an evaluation writes once per batch, named by the batch's index
+(:func:`per_batch_file_loaders`): their loader stays unprepared so every file of the original is
+written, and :func:`per_batch_writes` tells the check (ACC936) where that cannot be done.
 """
 
 from __future__ import annotations
