@@ -7,9 +7,11 @@ position for every rule that runs after the gather."""
 
 from __future__ import annotations
 
+import libcst as cst
 import pytest
 
 from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.program import ProgramModule, convert_program
 from accel_convert.converter.pipeline import convert_source
 
 SCRIPT = """\
@@ -103,3 +105,47 @@ def test_a_save_after_the_gathered_forward_is_reported_where_it_stands() -> None
     assert any(change.code == "ACC113" for change in found), "the evaluation is gathered"
     saves = [change for change in found if change.code == "ACC114"]
     assert [(change.line, change.column) for change in saves] == [(WRITE_LINE, 8)]
+
+
+ENGINE = """\
+import torch
+
+
+def evaluate(model, loader, out_dir):
+    model.eval()
+    with torch.no_grad():
+        for i, (x,) in enumerate(loader):
+            torch.save(model(x), f"{out_dir}/batch_{i}.pt")
+"""
+
+TRAIN = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from engine import evaluate
+
+model = nn.Linear(8, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+train_loader = DataLoader(TensorDataset(torch.randn(256, 8), torch.randn(256, 2)), batch_size=64)
+test_loader = DataLoader(TensorDataset(torch.randn(200, 8)), batch_size=64)
+for x, y in train_loader:
+    optimizer.zero_grad()
+    nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+evaluate(model, test_loader, "preds")
+"""
+
+
+def test_a_loader_another_module_hands_in_stays_prepared_and_its_per_batch_write_is_reported() -> None:
+    # The entry prepares the loader it builds: the module looping over it cannot leave it
+    # unprepared, so it gathers (else it would count one process's batches) and reports the write.
+    modules = [
+        ProgramModule(name, cst.parse_module(text), text) for name, text in (("train", TRAIN), ("engine", ENGINE))
+    ]
+    outcomes = convert_program(modules, "train", Options())
+    assert "test_loader = accelerator.prepare(test_loader)" in outcomes["train"].module.code or (
+        "train_loader, test_loader = accelerator.prepare(" in outcomes["train"].module.code
+    )
+    assert "gather_for_metrics" in outcomes["engine"].module.code
+    assert [change.line for change in outcomes["engine"].changes if change.code == "ACC936"] == [8]

@@ -153,22 +153,27 @@ class PerBatchFiles(WalkingCheck):
     def start(self, module: cst.Module, facts: ScriptFacts) -> None:
         self._writes = {(line, column) for line, column, _ in facts.of(per_batch_writes)}
         self._paths = {(line, path) for line, _, path in facts.of(per_batch_writes)}
-        self._line = 0  # the original line of the last call with a position
+        #: The last call with a position: what a rebuilt write is reported at (its line).
+        self._last: tuple[int, cst.Call] | None = None
         self._reported: set[int] = set()
 
     def visit_Call(self, node: cst.Call) -> None:
         site = self.walk.origins.site(node)
         if site is not None:
-            self._line = site.line
-            found = (site.line, site.column) in self._writes
-        else:
+            self._last = (site.line, node)
+            found, at = (site.line, site.column) in self._writes, node
+        elif self._last is not None:
             # A write another rule rebuilt (``torch.save(model(x), path)`` with the forward
             # gathered first) has no position: it follows the calls of its line, and still
             # names the file by the same argument.
-            found = any((self._line, _EMPTY.code_for_node(arg.value)) in self._paths for arg in node.args)
-        if found and self._line not in self._reported:
-            self._reported.add(self._line)
-            self.walk.report(node, self.code, MESSAGE, False)
+            line, at = self._last
+            found = any((line, _EMPTY.code_for_node(arg.value)) in self._paths for arg in node.args)
+        else:
+            return
+        line = self._last[0]
+        if found and line not in self._reported:
+            self._reported.add(line)
+            self.walk.report(at, self.code, MESSAGE, False)
 
 
 _EMPTY = cst.Module([])

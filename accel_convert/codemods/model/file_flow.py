@@ -221,7 +221,9 @@ WRITING_METHODS = frozenset({"to_csv", "to_json", "to_parquet", "savefig", "save
 
 
 @provider(
-    needs=("eval_loops", "loader_loops", "train_loaders"), provides=("unsharded_loaders",), refines=("eval_loaders",)
+    needs=("eval_loops", "loader_loops", "loader_factories", "train_loaders"),
+    provides=("unsharded_loaders",),
+    refines=("eval_loaders",),
 )
 def per_batch_file_loaders(a: Analysis) -> None:
     """An evaluation loop that writes a file per batch named by the batch's index (StarGAN's test
@@ -237,10 +239,14 @@ def per_batch_file_loaders(a: Analysis) -> None:
     test loss, a best score) stay the same on every rank for whatever reads them after the loop,
     and no collective (a prepared model's forward with gradients on, a gather) runs on one rank
     only. The price is the evaluation's speed-up, for that loop only. A loader some training loop
-    iterates too stays prepared, and the write is reported (ACC936)."""
+    iterates too, or one another module of the program builds and hands in (prepared there),
+    stays prepared, and the write is reported (ACC936)."""
     kept: set[str] = set()
+    built = _loaders_built_here(a)
     for _, origins, _ in _per_batch_writing_loops(a):
-        if not origins & a.facts.train_loaders:
+        # A loader another module hands in is prepared there: left as it is here (gathered,
+        # and the write reported), or the evaluation would count one process's batches.
+        if origins & built and not origins & a.facts.train_loaders:
             kept |= origins
     a.unsharded_loaders = kept
     if kept:
@@ -250,12 +256,13 @@ def per_batch_file_loaders(a: Analysis) -> None:
 @rule_provider(needs=("eval_loops", "loader_loops", "train_loaders", "unsharded_loaders"))
 def per_batch_writes(a: Analysis) -> frozenset[tuple[int, int, str]]:
     """Where (original line, column, and the code of its argument naming the batch) an evaluation
-    over a loader that stays prepared (a training loop iterates it too) writes a file per batch
+    over a loader that stays prepared (a training loop iterates it too, or another module of the
+    program hands it in) writes a file per batch
     named by the batch's index: reported (ACC936)."""
     return frozenset(
         (site.line, site.column, path)
         for _, origins, calls in _per_batch_writing_loops(a)
-        if origins & a.facts.train_loaders
+        if not origins & a.unsharded_loaders and origins & (a.facts.train_loaders | a.facts.eval_loaders)
         for call, path in calls
         for site in (a.site(call.node),)
     )
@@ -275,6 +282,18 @@ def _per_batch_writing_loops(a: Analysis) -> Iterator[tuple[LoopRecord, set[str]
         calls = _per_batch_writes(a, loop, counters, writing) if counters else []
         if calls:
             yield loop, origins, calls
+
+
+def _loaders_built_here(a: Analysis) -> set[str]:
+    """Names this module binds to a DataLoader it constructs, directly or through one of its own
+    loader factories."""
+    return {
+        target
+        for assign in a.r.assigns
+        if a.constructs_loader(assign.value, assign.scope)
+        or (isinstance(assign.value, cst.Call) and dotted(assign.value.func) in a.loader_factories)
+        for target in assign.targets
+    }
 
 
 def _batch_counters(a: Analysis, loop: LoopRecord) -> set[str]:
