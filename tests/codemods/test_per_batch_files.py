@@ -1,13 +1,17 @@
-"""per-batch-files (ACC936): a file an evaluation over a prepared loader writes per batch, named
-by the batch index or a per-batch counter, is reported at the write; files named otherwise, files
-opened for reading and loops over loaders nothing prepares are not. Also: a write after the
-gathered forward keeps its own position for every rule that runs after the gather."""
+"""per-batch-files (ACC936): an evaluation that writes a file per batch, named by the batch index
+or a per-batch counter, keeps its loader unprepared (every rank runs it whole, the main process
+writes every file the original writes); over a loader a training loop iterates too, which stays
+prepared, the write is reported. Files named otherwise, files opened for reading and loops over
+loaders nothing prepares are not reported. Also: a write after the gathered forward keeps its own
+position for every rule that runs after the gather."""
 
 from __future__ import annotations
 
+import libcst as cst
 import pytest
 
 from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.program import ProgramModule, convert_program
 from accel_convert.converter.pipeline import convert_source
 
 SCRIPT = """\
@@ -45,18 +49,35 @@ def changes(target: str, loop: str, write: str) -> list[Change]:
     return list(convert_source(source.encode(), Options(), path="evaluate.py").changes)
 
 
-@pytest.mark.parametrize(
-    "write",
-    [
-        'torch.save(out.cpu(), f"preds/batch_{i}.pt")',
-        'np.save(os.path.join("preds", str(i) + ".npy"), out.cpu().numpy())',
-        'open(f"preds_{i}.txt", "w").write(str(out.tolist()))',
-        'np.save(f"preds_{n}.npy", out.cpu().numpy())',
-    ],
-    ids=["torch-save-f-string", "joined-path", "open-for-writing", "counter"],
-)
-def test_a_file_per_batch_named_by_its_index_is_reported_at_the_write(write: str) -> None:
-    found = [change for change in changes("i, (x,)", "enumerate(test_loader)", write) if change.code == "ACC936"]
+def converted(target: str, loop: str, write: str) -> str:
+    source = SCRIPT.format(target=target, loop=loop, write=write)
+    return convert_source(source.encode(), Options(), path="evaluate.py").output.decode()
+
+
+WRITES = {
+    "torch-save-f-string": 'torch.save(out.cpu(), f"preds/batch_{i}.pt")',
+    "joined-path": 'np.save(os.path.join("preds", str(i) + ".npy"), out.cpu().numpy())',
+    "open-for-writing": 'with open(f"preds_{i}.txt", "w") as f: f.write(str(out.tolist()))',
+    "counter": 'np.save(f"preds_{n}.npy", out.cpu().numpy())',
+}
+PER_BATCH_WRITES = pytest.mark.parametrize("write", list(WRITES.values()), ids=list(WRITES))
+
+
+@PER_BATCH_WRITES
+def test_an_evaluation_writing_a_file_per_batch_runs_unsharded_and_writes_on_the_main_process(write: str) -> None:
+    assert not [change for change in changes("i, (x,)", "enumerate(test_loader)", write) if change.code == "ACC936"]
+    text = converted("i, (x,)", "enumerate(test_loader)", write)
+    assert "model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)" in text
+    assert "gather" not in text  # every rank sees every batch: nothing to gather
+    assert "out = model(x.to(device))" in text  # its batches are not moved by a prepared loader
+    # The main process writes: accelerator.save does, other writes go under its guard.
+    saved = write.replace("torch.save", "accelerator.save")
+    assert f"        {saved}" in text if saved != write else f"is_main_process:\n            {write}" in text
+
+
+@PER_BATCH_WRITES
+def test_a_file_per_batch_of_a_loader_training_iterates_too_is_reported_at_the_write(write: str) -> None:
+    found = [change for change in changes("i, (x, _)", "enumerate(train_loader)", write) if change.code == "ACC936"]
     assert [(change.line, change.fixed) for change in found] == [(WRITE_LINE, False)]
 
 
@@ -80,7 +101,51 @@ def test_other_writes_are_not(target: str, loop: str, write: str) -> None:
 def test_a_save_after_the_gathered_forward_is_reported_where_it_stands() -> None:
     # The gather rebuilds the statements after the forward; the checkpoint rule, which runs
     # later, reported their saves at 1:1 before the positions were carried over.
-    found = changes("i, (x,)", "enumerate(test_loader)", 'torch.save(out.cpu(), f"preds/batch_{i}.pt")')
+    found = changes("i, (x, _)", "enumerate(train_loader)", 'torch.save(out.cpu(), f"preds/batch_{i}.pt")')
     assert any(change.code == "ACC113" for change in found), "the evaluation is gathered"
     saves = [change for change in found if change.code == "ACC114"]
     assert [(change.line, change.column) for change in saves] == [(WRITE_LINE, 8)]
+
+
+ENGINE = """\
+import torch
+
+
+def evaluate(model, loader, out_dir):
+    model.eval()
+    with torch.no_grad():
+        for i, (x,) in enumerate(loader):
+            torch.save(model(x), f"{out_dir}/batch_{i}.pt")
+"""
+
+TRAIN = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from engine import evaluate
+
+model = nn.Linear(8, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+train_loader = DataLoader(TensorDataset(torch.randn(256, 8), torch.randn(256, 2)), batch_size=64)
+test_loader = DataLoader(TensorDataset(torch.randn(200, 8)), batch_size=64)
+for x, y in train_loader:
+    optimizer.zero_grad()
+    nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+evaluate(model, test_loader, "preds")
+"""
+
+
+def test_a_loader_another_module_hands_in_stays_prepared_and_its_per_batch_write_is_reported() -> None:
+    # The entry prepares the loader it builds: the module looping over it cannot leave it
+    # unprepared, so it gathers (else it would count one process's batches) and reports the write.
+    modules = [
+        ProgramModule(name, cst.parse_module(text), text) for name, text in (("train", TRAIN), ("engine", ENGINE))
+    ]
+    outcomes = convert_program(modules, "train", Options())
+    assert "test_loader = accelerator.prepare(test_loader)" in outcomes["train"].module.code or (
+        "train_loader, test_loader = accelerator.prepare(" in outcomes["train"].module.code
+    )
+    assert "gather_for_metrics" in outcomes["engine"].module.code
+    assert [change.line for change in outcomes["engine"].changes if change.code == "ACC936"] == [8]

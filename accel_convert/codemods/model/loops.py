@@ -294,22 +294,36 @@ def _functions_with_backward(a: Analysis) -> set[str]:
 
 
 @provider(
-    needs=("main_function", "creating_function", "training_functions", "prepared", "class_prepare", "loader_loops"),
+    needs=(
+        "main_function",
+        "creating_function",
+        "training_functions",
+        "prepared",
+        "class_prepare",
+        "loader_loops",
+        "unsharded_loaders",
+    ),
     provides=("batch_names_by_function", "batch_names"),
 )
 def batch_names(a: Analysis) -> None:
     """Targets of loops over loaders that will be prepared (whatever the loop does, prepare
     puts their batches on the device), and names taken out of them without a call
     (``x = batch["input"]``). A loader the home block does not build is not prepared, so
-    its batches still need their moves."""
+    its batches still need their moves, and so does a loader kept unprepared (an evaluation
+    writing a file per batch, :func:`~codemods.model.file_flow.per_batch_file_loaders`)."""
     homes = {a.facts.main_function or MODULE, a.facts.creating_function, *a.facts.training_functions}
     built_at_home = {name for assign in a.r.assigns if assign.function in homes for name in assign.targets}
     prepared = built_at_home | a.facts.prepared
     prepared |= {name for names in a.facts.class_prepare.values() for name in names}
+    prepared -= a.unsharded_loaders
     by_function = a.facts.batch_names_by_function
     for loop, loaders in a.loader_loops:
         if loaders & prepared:
             by_function.setdefault(loop.function, set()).update(loop.targets)
+    for loop, loaders in a.loader_loops:
+        if loaders & a.unsharded_loaders:
+            # Its batches stay where the loader puts them, whichever loop binds the same names.
+            by_function.get(loop.function, set()).difference_update(loop.targets)
     for assign in a.r.assigns:
         names = by_function.get(assign.function)
         if names and _is_plain_access(assign.value) and assign.names & names:

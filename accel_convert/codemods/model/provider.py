@@ -73,6 +73,8 @@ WORKING_FACTS = frozenset(
         "backward_methods",
         # Loops over loaders, with the names the loader goes by.
         "loader_loops",
+        # Loaders kept unprepared: an evaluation over them writes a file per batch.
+        "unsharded_loaders",
     }
 )
 

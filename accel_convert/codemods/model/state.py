@@ -79,6 +79,8 @@ class Analysis:
         self.backward_methods: set[tuple[str, str]] = set()
         #: Loops over loaders, with the names the loader goes by at its call sites.
         self.loader_loops: list[tuple[LoopRecord, set[str]]] = []
+        #: Loaders kept unprepared: an evaluation over them writes a file per batch.
+        self.unsharded_loaders: set[str] = set()
 
     def qualified(self, call: CallRecord) -> str | None:
         """The call's qualified name, resolved once per call (several providers ask for every call)."""

@@ -12,9 +12,14 @@ as SSD and the CIFAR trainers save it) keeps the unwrapped one: pickled with its
 would load only where a process group runs, not in the inference script. In a script that saves, every
 ``torch.load`` line waits for the other ranks first, so no rank reads a file still being written.
 Where no barrier can go before a load (``if os.path.isfile(path): model.load_state_dict(torch.load(path))``
-in a ``test()`` run after training, a load in a ``try``), the ranks wait after each save that
-such a load runs after instead: otherwise the other ranks look for the file before the main
-process wrote it (and test another model, or fail). Loading in the function that calls
+in a ``test()`` run after training, a load in a ``try``, a function without the accelerator), the
+ranks wait after each save such a load may read later instead (once, after the last of saves in a
+row), with the accelerator of the saving function: otherwise the other ranks look for the file
+before the main process wrote it (and test another model, or fail). Which loads may read what a
+save wrote is the program model's :mod:`~codemods.model.file_flow`: further down the function, in
+a function it calls later, or after the call of the saving function in any of its callers
+(MorvanZhou's ``save()`` then ``restore_net()`` at the top level); a load of a path no save can
+have written (another literal, another f-string pattern) leaves the save without a barrier. Loading in the function that calls
 ``prepare`` is only rewritten after the ``prepare`` line: before it the model is not wrapped yet.
 A copy of the model made after ``prepare`` (``ema = copy.deepcopy(model)``, ``AveragedModel(model)``)
 copies the unwrapped model, so the copy and its checkpoints keep the original's keys. A model
@@ -44,14 +49,15 @@ from accel_convert.codemods.engine.accelerator_code import (
     name_words,
     unwrap_model,
 )
-from accel_convert.codemods.engine.facts import MODULE, ScriptFacts, callers_closure
+from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.positions import skips_statement
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import as_statement, body_statements, calls_in, dotted, names_in
+from accel_convert.codemods.engine.syntax import as_statement, body_statements, dotted, names_in
 from accel_convert.codemods.engine.torch_names import MODEL_EXPORTS
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import StatementFilter, walk
+from accel_convert.codemods.model.file_flow import file_flow
 from accel_convert.codemods.model.provider import rule_provider
 from accel_convert.codemods.model.state import Analysis
 
@@ -157,7 +163,7 @@ def _methods_running_the_model(a: Analysis) -> set[str]:
 class CheckpointCodemod(Rule):
     code = "ACC114"
     name = "checkpoint"
-    providers = (model_copiers, training_method_calls)
+    providers = (model_copiers, training_method_calls, file_flow)
     extra_codes = {
         "ACC914": "checkpoint-unreachable: torch.save or a model's own method where the accelerator is not reachable: runs on every rank",
         "ACC921": (
@@ -309,6 +315,130 @@ class CheckpointCodemod(Rule):
 
                 if __name__ == "__main__":
                     main()
+            """,
+        ),
+        Example(
+            # MorvanZhou's save() then restore() at the top level: restore() reads the file save()
+            # wrote, on every rank, with no accelerator to wait with; the ranks wait after the save.
+            before="""
+                import torch
+                import torch.nn as nn
+
+                x = torch.linspace(-1, 1, 100).unsqueeze(1)
+                y = x.pow(2)
+
+
+                def save():
+                    net = nn.Linear(1, 1)
+                    optimizer = torch.optim.SGD(net.parameters(), lr=0.5)
+                    for step in range(100):
+                        optimizer.zero_grad()
+                        nn.functional.mse_loss(net(x), y).backward()
+                        optimizer.step()
+                    torch.save(net.state_dict(), "net_params.pkl")
+
+
+                def restore():
+                    copy = nn.Linear(1, 1)
+                    copy.load_state_dict(torch.load("net_params.pkl"))
+                    return copy
+
+
+                save()
+                restored = restore()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+
+                x = torch.linspace(-1, 1, 100).unsqueeze(1)
+                y = x.pow(2)
+
+
+                def save():
+                    accelerator = Accelerator()
+                    net = nn.Linear(1, 1)
+                    optimizer = torch.optim.SGD(net.parameters(), lr=0.5)
+                    net, optimizer = accelerator.prepare(net, optimizer)
+                    for step in range(100):
+                        optimizer.zero_grad()
+                        accelerator.backward(nn.functional.mse_loss(net(x), y))
+                        optimizer.step()
+                    accelerator.wait_for_everyone()
+                    accelerator.save(accelerator.unwrap_model(net).state_dict(), "net_params.pkl")
+                    accelerator.wait_for_everyone()
+
+
+                def restore():
+                    copy = nn.Linear(1, 1)
+                    copy.load_state_dict(torch.load("net_params.pkl"))
+                    return copy
+
+
+                save()
+                restored = restore()
+            """,
+        ),
+        Example(
+            # The same, reading another file (a path no save writes): no barrier after the save.
+            before="""
+                import torch
+                import torch.nn as nn
+
+                x = torch.linspace(-1, 1, 100).unsqueeze(1)
+                y = x.pow(2)
+
+
+                def save():
+                    net = nn.Linear(1, 1)
+                    optimizer = torch.optim.SGD(net.parameters(), lr=0.5)
+                    for step in range(100):
+                        optimizer.zero_grad()
+                        nn.functional.mse_loss(net(x), y).backward()
+                        optimizer.step()
+                    torch.save(net.state_dict(), "net_params.pkl")
+
+
+                def restore():
+                    copy = nn.Linear(1, 1)
+                    copy.load_state_dict(torch.load("pretrained.pkl"))
+                    return copy
+
+
+                save()
+                restored = restore()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+
+                x = torch.linspace(-1, 1, 100).unsqueeze(1)
+                y = x.pow(2)
+
+
+                def save():
+                    accelerator = Accelerator()
+                    net = nn.Linear(1, 1)
+                    optimizer = torch.optim.SGD(net.parameters(), lr=0.5)
+                    net, optimizer = accelerator.prepare(net, optimizer)
+                    for step in range(100):
+                        optimizer.zero_grad()
+                        accelerator.backward(nn.functional.mse_loss(net(x), y))
+                        optimizer.step()
+                    accelerator.wait_for_everyone()
+                    accelerator.save(accelerator.unwrap_model(net).state_dict(), "net_params.pkl")
+
+
+                def restore():
+                    copy = nn.Linear(1, 1)
+                    copy.load_state_dict(torch.load("pretrained.pkl"))
+                    return copy
+
+
+                save()
+                restored = restore()
             """,
         ),
         Example(
@@ -535,10 +665,7 @@ class CheckpointCodemod(Rule):
                 # ``try``, in a function without the accelerator): the ranks wait after each save
                 # that such a load may read later in the run.
                 waiting = _WaitAfterSaves(
-                    facts,
-                    facts.lines_mentioning(callee_words(facts, ("torch.save",))),
-                    waits.unguarded,
-                    _calls_by_line(module, facts),
+                    facts, facts.lines_mentioning(callee_words(facts, ("torch.save",))), waits.unguarded
                 )
                 new_module = new_module.visit(waiting)
                 after = waiting.changes(module)
@@ -1092,28 +1219,19 @@ class _WaitBeforeLoads(RuleTransformer):
 
 class _WaitAfterSaves(RuleTransformer):
     """In a script that also loads where no barrier can go before the load, every rank waits
-    after each ``accelerator.save`` line every rank runs: the other ranks then find the file the
-    main process wrote (``test()`` reloading the best model under ``if os.path.isfile(path):``)."""
+    after each ``accelerator.save`` line every rank runs whose file such a load may read later
+    (the program model's :func:`~codemods.model.file_flow.file_flow` pairs them): the other ranks
+    then find the file the main process wrote (``test()`` reloading the best model under ``if
+    os.path.isfile(path):``, MorvanZhou's ``restore_net()`` run after ``save()``)."""
 
-    def __init__(
-        self,
-        facts: ScriptFacts,
-        lines: set[int],
-        loads: Sequence[tuple[str, int]],
-        calls: dict[str, list[tuple[int, str]]],
-    ) -> None:
+    def __init__(self, facts: ScriptFacts, lines: set[int], loads: Sequence[tuple[str, int]]) -> None:
         super().__init__(facts, lines)
-        self.loads = loads
-        self.calls = calls
+        self.unguarded = {line for _, line in loads}
 
     def _read_later(self, line: int) -> bool:
-        """Whether an unguarded load runs after the save on ``line`` of this function: further
-        down the function, or in a function it calls (directly or not) further down."""
-        function = self.function
-        if any(loader == function and loaded > line for loader, loaded in self.loads):
-            return True
-        reaching = callers_closure({loader for loader, _ in self.loads}, self.facts.call_graph)
-        return any(called > line and callee in reaching for called, callee in self.calls.get(function, ()))
+        """Whether a load with no barrier before it may read, later in the run, the file the
+        save on ``line`` writes."""
+        return any(read in self.unguarded for _, read in self.facts.of(file_flow).read_after(line))
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
         if not self.accelerator_reachable() or not self.every_rank_reaches_here():
@@ -1131,38 +1249,31 @@ class _WaitAfterSaves(RuleTransformer):
 
     def _wait_after_saves(self, statements: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
         result: list[cst.BaseStatement] = []
+        read_later: cst.BaseStatement | None = None  # the last save of this run read later
         for index, statement in enumerate(statements):
             result.append(statement)
+            if not _only_saves(statement, self.facts):
+                continue
+            if self._read_later(self.site(_first_small(statement)).line):
+                read_later = statement
             following = statements[index + 1] if index + 1 < len(statements) else None
-            if not _only_saves(statement, self.facts) or (following is not None and _is_barrier(following, self.facts)):
+            # Saves in a row wait once, after the last of them.
+            if read_later is None or (following is not None and _only_saves(following, self.facts)):
                 continue
-            if not self._read_later(self.site(_first_small(statement)).line):
-                continue
-            result.append(cst.SimpleStatementLine([cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))]))
-            self.report(
-                statement,
-                CheckpointCodemod.code,
-                "every rank waits after the save: the file is read later where no barrier can go before the load",
-            )
+            if following is None or not _is_barrier(following, self.facts):
+                result.append(cst.SimpleStatementLine([cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))]))
+                self.report(
+                    read_later,
+                    CheckpointCodemod.code,
+                    "every rank waits after the save: the file is read later where no barrier can go before the load",
+                )
+            read_later = None
         return result if len(result) != len(statements) else None
 
 
 def _first_small(statement: cst.BaseStatement) -> cst.CSTNode:
     """What the positions record for a statement line: its first small statement."""
     return statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and statement.body else statement
-
-
-def _calls_by_line(module: cst.Module, facts: ScriptFacts) -> dict[str, list[tuple[int, str]]]:
-    """Module-level function (``"<module>"`` for module-level code) → (original line, name) of the
-    calls of plain names it makes (``test(...)``)."""
-    found: dict[str, list[tuple[int, str]]] = {}
-    for statement in module.body:
-        function = statement.name.value if isinstance(statement, cst.FunctionDef) else MODULE
-        for call in calls_in(statement):
-            site = facts.origins.site(call)
-            if site is not None and isinstance(call.func, cst.Name):
-                found.setdefault(function, []).append((site.line, call.func.value))
-    return found
 
 
 def _one_barrier_before_saves(body: Sequence[cst.BaseStatement], facts: ScriptFacts) -> list[cst.BaseStatement] | None:

@@ -1,0 +1,371 @@
+"""File flow: which files one process writes and the others read later in the run.
+
+A checkpoint goes through ``accelerator.save``, which writes on the main process only; a rank
+that reads the same file afterwards (``torch.load`` further down the function, in a function
+called later, or in a function the caller runs after the saving one: MorvanZhou's ``save()``
+then ``restore_net()`` at the top level) must not get there before the main process has
+written it. This provider pairs each such main-only write with the reads that may run after it
+and open the same file. The rules decide where the barrier goes from it (after the write, on
+every rank, where no barrier can go before the read).
+
+A path is matched by what can be told from the code without running it: a string literal, an
+f-string or ``os.path.join`` whose unknown parts match anything (``f"{out}/epoch_{n}.pt"``), a
+name bound once to one of those in the function or at the top level. Anything else (a
+parameter, an attribute) may be any file: such a read pairs with every earlier write, and such
+a write with every later read. Two known paths that cannot be the same file
+(``"net.pkl"``, ``"net_params.pkl"``) do not pair.
+
+It also owns the files an evaluation writes once per batch, named by the batch's index
+(:func:`per_batch_file_loaders`): their loader stays unprepared so every file of the original is
+written, and :func:`per_batch_writes` tells the check (ACC936) where that cannot be done.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import libcst as cst
+
+from accel_convert.codemods.engine.facts import MODULE
+from accel_convert.codemods.engine.iteration import enumerate_index
+from accel_convert.codemods.engine.syntax import dotted, names_in, nodes_in
+from accel_convert.codemods.engine.torch_names import WRITING_FUNCTIONS
+from accel_convert.codemods.model.calls import _instance_class
+from accel_convert.codemods.model.provider import provider, rule_provider
+from accel_convert.codemods.model.recorder import CallRecord, LoopRecord
+from accel_convert.codemods.model.state import Analysis
+
+#: Writes one process makes (after the checkpoint rule's rewrite): qualified name → the keyword
+#: and position of the path argument.
+MAIN_ONLY_WRITES = {"torch.save": ("f", 1)}
+#: Reads every rank makes: qualified name → the keyword and position of the path argument.
+EVERY_RANK_READS = {"torch.load": ("f", 0)}
+_EMPTY = cst.Module([])
+#: The part of a path pattern that may be anything (a character no path holds).
+ANY = "\x00"
+
+
+@dataclass(frozen=True)
+class FileFlow:
+    """(write line, read function, read line): a read that may open, later in the run, the file
+    the write on that (original) line wrote."""
+
+    pairs: frozenset[tuple[int, str, int]] = frozenset()
+
+    def read_after(self, write_line: int) -> frozenset[tuple[str, int]]:
+        """The reads (function, line) that may open what the write on ``write_line`` wrote."""
+        return frozenset((function, line) for written, function, line in self.pairs if written == write_line)
+
+
+@dataclass(frozen=True)
+class _Access:
+    function: str
+    line: int
+    #: The path as a pattern (``ANY`` for what may be anything); None: unknown.
+    path: str | None
+
+
+@rule_provider(needs=("call_graph",))
+def file_flow(a: Analysis) -> FileFlow:
+    """Each main-only write paired with the reads of the same file that may run after it."""
+    writes, reads = _accesses(a, MAIN_ONLY_WRITES), _accesses(a, EVERY_RANK_READS)
+    if not writes or not reads:
+        return FileFlow()
+    order = _RunOrder(a)
+    pairs = set()
+    for write in writes:
+        for read in reads:
+            if _same_file(write.path, read.path) and order.runs_after(write.function, write.line, read):
+                pairs.add((write.line, read.function, read.line))
+    return FileFlow(frozenset(pairs))
+
+
+def _accesses(a: Analysis, table: dict[str, tuple[str, int]]) -> list[_Access]:
+    found = []
+    for call in a.r.calls:
+        where = table.get(a.qualified(call) or "")
+        if where is not None:
+            argument = _argument(call.node, *where)
+            path = None if argument is None else _pattern(a, argument, call.function, depth=3)
+            found.append(_Access(call.function, a.site(call.node).line, path))
+    return found
+
+
+def _argument(call: cst.Call, keyword: str, position: int) -> cst.BaseExpression | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg.value
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    return positional[position].value if len(positional) > position else None
+
+
+def _pattern(a: Analysis, value: cst.BaseExpression, function: str, depth: int) -> str | None:
+    """``value`` as a path pattern, None when nothing of it is known."""
+    if isinstance(value, cst.SimpleString):
+        evaluated = value.evaluated_value
+        return evaluated if isinstance(evaluated, str) else None
+    if isinstance(value, cst.FormattedString):
+        return "".join(part.value if isinstance(part, cst.FormattedStringText) else ANY for part in value.parts)
+    if isinstance(value, (cst.ConcatenatedString, cst.BinaryOperation)):
+        if isinstance(value, cst.BinaryOperation) and not isinstance(value.operator, cst.Add):
+            return None
+        return (_pattern(a, value.left, function, depth) or ANY) + (_pattern(a, value.right, function, depth) or ANY)
+    if isinstance(value, cst.Call) and dotted(value.func) in ("os.path.join", "path.join"):
+        parts = [_pattern(a, arg.value, function, depth) or ANY for arg in value.args if not arg.star]
+        return "/".join(parts) if parts else None
+    if isinstance(value, cst.Name) and depth > 0:
+        return _bound(a, value.value, function, depth - 1)
+    return None
+
+
+def _bound(a: Analysis, name: str, function: str, depth: int) -> str | None:
+    """The pattern of the one value ``name`` is bound to in ``function`` (or, bound nowhere
+    there, at the top level); None when it is bound to several or to nothing known."""
+    for scope in (function, MODULE):
+        values = [assign.value for assign in a.r.assigns if assign.function == scope and name in assign.targets]
+        if values:
+            patterns = {_pattern(a, value, scope, depth) for value in values}
+            return patterns.pop() if len(patterns) == 1 else None
+    return None
+
+
+def _same_file(first: str | None, second: str | None) -> bool:
+    """Whether two path patterns may name the same file: the whole paths, and the file names
+    (after the last ``/``), may match."""
+    if first is None or second is None:
+        return True
+    return _may_match(first, second) and _may_match(first.rsplit("/", 1)[-1], second.rsplit("/", 1)[-1])
+
+
+def _may_match(first: str, second: str) -> bool:
+    if ANY not in first or ANY not in second:
+        literal, pattern = (first, second) if ANY not in first else (second, first)
+        return re.fullmatch(".*".join(re.escape(part) for part in pattern.split(ANY)), literal) is not None
+    # Both have unknown parts: what comes before the first and after the last must agree.
+    head = (first.split(ANY, 1)[0], second.split(ANY, 1)[0])
+    tail = (first.rsplit(ANY, 1)[1], second.rsplit(ANY, 1)[1])
+    return (head[0].startswith(head[1]) or head[1].startswith(head[0])) and (
+        tail[0].endswith(tail[1]) or tail[1].endswith(tail[0])
+    )
+
+
+class _RunOrder:
+    """Which code runs after a given call site: what follows it in its function (and what that
+    calls), then what follows each call of that function in its callers, up to the top level."""
+
+    def __init__(self, a: Analysis) -> None:
+        self.a = a
+        #: Function (or class, for its methods) → (line, callee) of its calls of the file's
+        #: functions and classes.
+        self.calls: dict[str, list[tuple[int, str]]] = {}
+        self._reached: dict[str, set[str]] = {}
+        for call in a.r.calls:
+            callee = _callee(a, call)
+            if callee is not None:
+                self.calls.setdefault(call.function, []).append((a.site(call.node).line, callee))
+
+    def runs_after(self, function: str, line: int, read: _Access) -> bool:
+        pending, seen = [(function, line)], set()
+        while pending:
+            current, after = pending.pop()
+            if (current, after) in seen:
+                continue
+            seen.add((current, after))
+            if current == read.function and read.line > after:
+                return True
+            if any(read.function in self._reachable(callee) for _, callee in self._calls(current, after)):
+                return True
+            pending.extend(
+                (caller, called)
+                for caller, sites in self.calls.items()
+                for called, callee in sites
+                if callee == current
+            )
+        return False
+
+    def _reachable(self, function: str) -> set[str]:
+        """``function`` and every function and class it runs, transitively."""
+        if function in self._reached:
+            return self._reached[function]
+        found, pending = {function}, [function]
+        while pending:
+            for _, callee in self.calls.get(pending.pop(), ()):
+                if callee not in found:
+                    found.add(callee)
+                    pending.append(callee)
+        self._reached[function] = found
+        return found
+
+    def _calls(self, function: str, after: int) -> Iterator[tuple[int, str]]:
+        return ((line, callee) for line, callee in self.calls.get(function, ()) if line > after)
+
+
+def _callee(a: Analysis, call: CallRecord) -> str | None:
+    """The file's function or class (for a method) a call runs."""
+    func = call.node.func
+    if isinstance(func, cst.Name) and (func.value in a.r.defs or func.value in a.r.classes):
+        return func.value
+    if isinstance(func, cst.Attribute):
+        return _instance_class(a, call, func.value)
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Evaluation loops writing a file per batch: run unsharded
+# --------------------------------------------------------------------------------------------
+
+#: Methods that write their receiver to a path (pandas' ``to_csv``, PIL's ``save``, a figure's ``savefig``).
+WRITING_METHODS = frozenset({"to_csv", "to_json", "to_parquet", "savefig", "save", "imsave", "write_text"})
+
+
+@provider(
+    needs=("eval_loops", "loader_loops", "loader_factories", "train_loaders"),
+    provides=("unsharded_loaders",),
+    refines=("eval_loaders",),
+)
+def per_batch_file_loaders(a: Analysis) -> None:
+    """An evaluation loop that writes a file per batch named by the batch's index (StarGAN's test
+    mode: ``save_image(x_concat, os.path.join(result_dir, '{}-images.jpg'.format(i + 1)))``) keeps
+    its loader unprepared: every rank runs the whole loop over the original loader, unsharded,
+    and the main process writes every file the original writes, under its name, with its
+    contents (the side-effects rule guards the write).
+
+    Why not each rank writing its own batches under the original's index: the loop's values are
+    gathered for the metrics and the index of a rank's batch in the original order depends on the
+    sharding (and on the padding of the last batches), so the file's name and contents would
+    both have to be rebuilt. Why every rank and not the main process alone: the loop's sums (a
+    test loss, a best score) stay the same on every rank for whatever reads them after the loop,
+    and no collective (a prepared model's forward with gradients on, a gather) runs on one rank
+    only. The price is the evaluation's speed-up, for that loop only. A loader some training loop
+    iterates too, or one another module of the program builds and hands in (prepared there),
+    stays prepared, and the write is reported (ACC936)."""
+    kept: set[str] = set()
+    built = _loaders_built_here(a)
+    for _, origins, _ in _per_batch_writing_loops(a):
+        # A loader another module hands in is prepared there: left as it is here (gathered,
+        # and the write reported), or the evaluation would count one process's batches.
+        if origins & built and not origins & a.facts.train_loaders:
+            kept |= origins
+    a.unsharded_loaders = kept
+    if kept:
+        a.facts.eval_loaders = set(a.facts.eval_loaders) - kept
+
+
+@rule_provider(needs=("eval_loops", "loader_loops", "train_loaders", "unsharded_loaders"))
+def per_batch_writes(a: Analysis) -> frozenset[tuple[int, int, str]]:
+    """Where (original line, column, and the code of its argument naming the batch) an evaluation
+    over a loader that stays prepared (a training loop iterates it too, or another module of the
+    program hands it in) writes a file per batch
+    named by the batch's index: reported (ACC936)."""
+    return frozenset(
+        (site.line, site.column, path)
+        for _, origins, calls in _per_batch_writing_loops(a)
+        if not origins & a.unsharded_loaders and origins & (a.facts.train_loaders | a.facts.eval_loaders)
+        for call, path in calls
+        for site in (a.site(call.node),)
+    )
+
+
+def _per_batch_writing_loops(a: Analysis) -> Iterator[tuple[LoopRecord, set[str], list[tuple[CallRecord, str]]]]:
+    """The evaluation loops over loaders writing a file per batch named by the batch's index, with
+    the names of their loader and the calls writing (with the code of the argument naming the
+    batch)."""
+    writing = _functions_writing_parameters(a)
+    evaluations = {(loop.site.line, loop.site.column) for loop in a.facts.eval_loops}
+    for loop, origins in a.loader_loops:
+        site = a.site(loop.node)
+        if loop.has_backward or (site.line, site.column) not in evaluations:
+            continue
+        counters = _batch_counters(a, loop)
+        calls = _per_batch_writes(a, loop, counters, writing) if counters else []
+        if calls:
+            yield loop, origins, calls
+
+
+def _loaders_built_here(a: Analysis) -> set[str]:
+    """Names this module binds to a DataLoader it constructs, directly or through one of its own
+    loader factories."""
+    return {
+        target
+        for assign in a.r.assigns
+        if a.constructs_loader(assign.value, assign.scope)
+        or (isinstance(assign.value, cst.Call) and dotted(assign.value.func) in a.loader_factories)
+        for target in assign.targets
+    }
+
+
+def _batch_counters(a: Analysis, loop: LoopRecord) -> set[str]:
+    """The loop's ``enumerate`` index, and the names its body adds a number to (``n += 1``)."""
+    counters = {index} if (index := enumerate_index(loop.node)) is not None else set()
+    for aug in a.r.aug_assigns:
+        if aug.loops and aug.loops[-1] is loop and aug.mentions.names == set(aug.targets) and not aug.mentions.calls:
+            counters.update(aug.targets)
+    return counters
+
+
+def _per_batch_writes(
+    a: Analysis, loop: LoopRecord, counters: set[str], writing: dict[str, set[int]]
+) -> list[tuple[CallRecord, str]]:
+    """The calls in ``loop`` writing a file whose path reads a batch counter (directly, through a
+    name the loop's function binds to such a path, or through a function of the script writing
+    to one of its parameters), with the code of the argument naming the batch."""
+    paths = {
+        target
+        for assign in a.r.assigns
+        if assign.function == loop.function and _path_reads(assign.value, counters)
+        for target in assign.targets
+    }
+    found = []
+    for call in a.r.calls:
+        if loop not in call.loops:
+            continue
+        named = [_path_reads(arg.value, counters) or dotted(arg.value) in paths for arg in call.node.args]
+        func = call.node.func
+        helper = writing.get(func.value, ()) if isinstance(func, cst.Name) else ()
+        named_at = [i for i in helper if i < len(named) and named[i]]
+        if _writes_file(a, call) and any(named):
+            named_at.append(named.index(True))
+        if named_at:
+            found.append((call, _EMPTY.code_for_node(call.node.args[named_at[0]].value)))
+    return found
+
+
+def _functions_writing_parameters(a: Analysis) -> dict[str, set[int]]:
+    """The script's module-level functions that write a file to a path among their parameters →
+    the positions of those parameters (``def save_image(pixels, path): with open(path, "wb")``)."""
+    found: dict[str, set[int]] = {}
+    for call in a.r.calls:
+        params = a.r.defs.get(call.function)
+        if params is None or len(call.scope) != 1 or not _writes_file(a, call):
+            continue
+        read = set().union(*(names_in(arg.value) for arg in call.node.args))
+        positions = {index for index, param in enumerate(params) if param in read}
+        if positions:
+            found.setdefault(call.function, set()).update(positions)
+    return found
+
+
+def _writes_file(a: Analysis, call: CallRecord) -> bool:
+    """Whether ``call`` writes a file to a path among its arguments (``torch.save``, a writing
+    function, ``open`` for writing, a writing method such as ``image.save(path)``)."""
+    name = a.qualified(call) or dotted(call.node.func)
+    if name in WRITING_FUNCTIONS or name == "torch.save":
+        return True
+    if name in ("open", "builtins.open", "io.open"):
+        modes = [arg.value for arg in call.node.args[1:2] if arg.keyword is None]
+        modes += [arg.value for arg in call.node.args if arg.keyword and arg.keyword.value == "mode"]
+        return any(
+            isinstance(mode, cst.SimpleString) and any(flag in str(mode.evaluated_value) for flag in "wax")
+            for mode in modes
+        )
+    return isinstance(call.node.func, cst.Attribute) and call.node.func.attr.value in WRITING_METHODS
+
+
+def _path_reads(value: cst.BaseExpression, counters: set[str]) -> bool:
+    """Whether ``value`` is built from text and one of ``counters`` (``f"out_{i}.pt"``,
+    ``"{}-images.jpg".format(i + 1)``): a path named by the batch."""
+    nodes = nodes_in(value)
+    has_text = any(isinstance(node, (cst.SimpleString, cst.FormattedString)) for node in nodes)
+    return has_text and bool(names_in(value) & counters)
