@@ -614,10 +614,10 @@ def launch(line: CommandLine) -> None:
     """Check the command line and the script (before torch loads: a mistake is answered at
     once), read the saved settings and the scheduler's variables, hand everything to torchrun."""
     path, settings = saved_settings(line)  # a wrong file is reported before torch loads
-    check_script_exists(line)
-    if line.print_config:
+    if line.print_config:  # the job runs elsewhere: the script need not be here
         print(job_file(line, settings), end="")
         return
+    check_script_exists(line)
     script_text = None if runs_other_than_a_file(line) else read_script_text(line.script[0])
     if torch_importable() is not None:
         fail(NO_TORCH, EXIT_NO_TORCH)
