@@ -28,6 +28,7 @@ launch says in one line which extra to install.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import logging
 import os
@@ -650,6 +651,9 @@ def scheduler_flags(line: CommandLine, environ: Mapping[str, str]) -> tuple[Sche
         raise LaunchError(str(error)) from None
     if job is None:
         return None, []
+    nnodes = dict(_flag_values(line.torchrun)).get("--nnodes")
+    if nnodes is not None:  # the command line's job shape, not the scheduler's
+        job = dataclasses.replace(job, nnodes=nnodes)
     flags: list[str] = []
     for flag, value in job.flags().items():
         if not _given(flag, line.torchrun):
