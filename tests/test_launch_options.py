@@ -458,3 +458,59 @@ def test_an_accelerate_script_on_a_machine_without_gpus_gets_cpu_ranks(
     lines = sorted(line for line in run.stdout.splitlines() if line.startswith("ACCELERATE "))
     assert lines == ["ACCELERATE 0 2 MULTI_CPU", "ACCELERATE 1 2 MULTI_CPU"], run.stdout
     assert "ACCELERATE_USE_CPU=1 for Accelerate (no GPU here)" in run.stderr.splitlines()[0]
+
+
+PREEMPTED_WORKER = """\
+import os
+import signal
+import sys
+import time
+
+def save_and_stop(signum, frame):
+    # Where a training script would call accelerator.save_state(): the launcher passed SIGTERM on.
+    sys.stdout.write(f"SAVED {os.environ['RANK']}\\n")
+    sys.stdout.flush()
+    sys.exit(0)
+
+signal.signal(signal.SIGTERM, save_and_stop)
+sys.stdout.write("READY\\n")
+sys.stdout.flush()
+time.sleep(600)
+"""
+
+
+def test_sigterm_reaches_every_worker_and_the_launcher_says_so_in_one_line(
+    tmp_path: Path, isolated: dict[str, str]
+) -> None:
+    # A preempted job: the scheduler sends SIGTERM to the launcher, torchrun sends it on to every
+    # worker (which saves and exits), and the launcher ends with 128 + 15 and one line, not
+    # torchrun's SignalException traceback.
+    import signal
+    import subprocess
+
+    from tests.launching import base_env, stop_group_with_stacks
+
+    worker = tmp_path / "worker.py"
+    worker.write_text("import torch.distributed  # noqa: F401  (cooperates: no copies warning)\n" + PREEMPTED_WORKER)
+    command = [sys.executable, "-m", "accel_convert.runtime.launch", "--nproc-per-node", "2", str(worker)]
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=base_env(isolated),
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout is not None
+        ready = [process.stdout.readline() for _ in range(2)]  # blocks until both workers run
+        assert ready == ["READY\n", "READY\n"]
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=180)
+    except BaseException:
+        stop_group_with_stacks(process)
+        raise
+    assert sorted(out.splitlines()) == ["SAVED 0", "SAVED 1"]
+    assert process.returncode == 128 + signal.SIGTERM
+    assert err.splitlines()[-1] == "accel-launch: stopped by SIGTERM; the workers were sent SIGTERM too"
+    assert "Traceback" not in err and "SignalException" not in err

@@ -214,7 +214,6 @@ def test_slurm_job_file_runs_one_launcher_per_node(tmp_path: Path) -> None:
     ]
     # The shape is Slurm's to give: the command each node runs does not repeat it.
     assert lines[-1] == "srun accel-launch --mixed-precision bf16 train.py --lr 1e-3 --note 'a b'"
-    assert run_command(["bash", "-n"], timeout=60) is not None  # bash is there
     checked = tmp_path / "job.sbatch"
     checked.write_text(text)
     run_command(["bash", "-n", str(checked)], timeout=60).check()

@@ -756,7 +756,7 @@ def copies_warning(processes: int, nnodes: str, launch: Launch) -> str | None:
 
 
 #: What torchrun logs about a failure that ``failure_line`` says in one line instead.
-_FAILURE_LOG_STARTS = ("failed (exitcode", "Closing process", "Sending process")
+_FAILURE_LOG_STARTS = ("failed (exitcode", "Closing process", "Sending process", "Received %s death signal")
 
 
 class _FailureLogFilter(logging.Filter):
@@ -770,6 +770,7 @@ def quiet_torchrun_failure_logs() -> None:
     for name in (
         "torch.distributed.elastic.multiprocessing.api",
         "torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler",
+        "torch.distributed.elastic.agent.server.api",
     ):
         logging.getLogger(name).addFilter(_FailureLogFilter())
 
