@@ -18,6 +18,17 @@ passed through untouched, so launching, multi-node included, is torchrun's. What
   :class:`runtime.fsdp.FullyShardedDataParallelPlugin` reads; a bad value stops the launch with
   one line (exit code 2) before any worker starts.
 
+- Under Slurm, Kubeflow's training operator or SkyPilot, the job's shape is read from the
+  scheduler's variables (:mod:`runtime.schedulers`), so one command runs on every machine;
+  ``--print-config slurm|kubeflow|skypilot`` writes the job file that runs it.
+- Clean edges: an unknown option (with a "did you mean" for Accelerate's spellings), a wrong
+  value, a missing script are one line and exit code 2, before torch is imported
+  (:mod:`runtime.launch_checks`); ``OMP_NUM_THREADS=1`` per process is said in the start line
+  instead of torchrun's banner; a worker's failure is one line naming its rank, its error and
+  where its output is, instead of the launcher's traceback and torchrun's failure box; a
+  script that nothing makes cooperate, started on several processes, is warned about; a script
+  that imports Accelerate gets ``ACCELERATE_USE_CPU=1`` on a machine without GPUs.
+
 accel-launch's own options go before the script, with torchrun's: what follows the script is
 the script's (an RL script's ``--env CartPole-v1`` stays its own).
 
@@ -92,6 +103,7 @@ usage: accel-launch [accel-launch options] [torchrun options] SCRIPT [SCRIPT ARG
        accel-launch config [--no-input] [--show] [--config-file PATH] [setting options]
        accel-launch test [launch options]
        accel-launch merge-weights CHECKPOINT_DIR OUTPUT [--unsafe_serialization] [--remove_checkpoint_dir]
+       accel-launch --print-config slurm|kubeflow|skypilot [launch options] SCRIPT [SCRIPT ARGS...]
        accel-launch --env | --version | --help"""
 
 HELP = f"""\
@@ -116,6 +128,9 @@ Added by accel-launch (before SCRIPT; what follows SCRIPT is the script's own):
   --env                  print versions, devices, backends, launch variables and the saved
                          configuration (for bug reports), then exit; works without torch
   --version              print accel-launch's version, then exit
+  --print-config {{slurm,kubeflow,skypilot}}
+                         write a job file that runs this command on that scheduler (an sbatch
+                         script, a PyTorchJob manifest, a SkyPilot task) to stdout, then exit
   config                 save launch settings: accel-launch config --help
   test                   launch a short self-check with these settings (ranks, devices, an
                          all-reduce and a gather, a sharded loader, a DDP step, a checkpoint);
@@ -123,11 +138,16 @@ Added by accel-launch (before SCRIPT; what follows SCRIPT is the script's own):
   merge-weights          merge a sharded FSDP checkpoint into one weights file (one process,
                          no launch): accel-launch merge-weights --help
 
-Precedence, highest first: the command line, environment variables (PET_*, ACCELERATE_*),
-the saved configuration, the defaults.
+Under Slurm (srun accel-launch SCRIPT), Kubeflow's training operator or SkyPilot, the machines,
+this machine's rank, the rendezvous address and the GPUs per machine come from the scheduler's
+variables: the same command runs unchanged on every machine.
 
-Exit codes: 0 success; a failed run ends with torchrun's code (1: a worker failed);
-2: usage error (bad option, bad configuration file); 3: torch is not installed."""
+Precedence, highest first: the command line, environment variables (PET_*, ACCELERATE_*), a
+scheduler's variables, the saved configuration, the defaults.
+
+Exit codes: 0 success; 1: a worker failed (one line names its rank and error); 2: usage error
+(bad option, bad configuration file); 3: torch is not installed; 128+N: stopped by signal N
+(143: SIGTERM, passed on to every worker)."""
 
 
 # -- the saved configuration ---------------------------------------------------------------------
