@@ -514,3 +514,28 @@ def test_sigterm_reaches_every_worker_and_the_launcher_says_so_in_one_line(
     assert process.returncode == 128 + signal.SIGTERM
     assert err.splitlines()[-1] == "accel-launch: stopped by SIGTERM; the workers were sent SIGTERM too"
     assert "Traceback" not in err and "SignalException" not in err
+
+
+CONVERTED_FAILING_WORKER = """\
+import torch
+from accel_convert.runtime import Accelerator
+
+accelerator = Accelerator()
+accelerator.reduce(torch.ones(1), "sum")
+if accelerator.process_index == 1:
+    raise ValueError("rank one fails on purpose")
+accelerator.wait_for_everyone()
+"""
+
+
+def test_a_converted_scripts_failure_line_names_the_error(tmp_path: Path, isolated: dict[str, str]) -> None:
+    # The runtime writes the failing rank's error where torchrun's agent reads it (the worker's
+    # TORCHELASTIC_ERROR_FILE), so the summary line can name it.
+    worker = tmp_path / "converted.py"
+    worker.write_text(CONVERTED_FAILING_WORKER)
+    run = accel_launch("--nproc-per-node", "2", str(worker), env=isolated, timeout=300)
+    assert run.returncode == 1, run.stderr
+    assert run.stderr.splitlines()[-1] == (
+        "accel-launch: rank 1 failed (exit code 1): ValueError: rank one fails on purpose; its output is above"
+    )
+    assert run.stderr.count("Traceback") == 1  # the worker's own, once
