@@ -720,6 +720,10 @@ def run_torchrun(argv: Sequence[str], launch: Launch) -> None:
     if warning:
         print(warning, file=sys.stderr)
     quiet_torchrun_failure_logs()
+    # A converted script's failing rank then writes its error where torchrun reads it
+    # (runtime.job_failure), for the summary line; runtime.job_failure is not imported here
+    # (it imports torch.distributed at once).
+    os.environ["ACCEL_LAUNCH_ERROR_SUMMARY"] = "1"
     try:
         torchrun.run(args)
     except ChildFailedError as error:
