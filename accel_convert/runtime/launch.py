@@ -638,6 +638,10 @@ def launch(line: CommandLine) -> None:
     if line.print_config:  # the job runs elsewhere: the script need not be here
         print(job_file(line, settings), end="")
         return
+    if line.fsdp:  # the FSDP values are checked by the plugin the workers build (it needs torch)
+        if torch_importable() is not None:
+            fail(NO_TORCH, EXIT_NO_TORCH)
+        check_fsdp_environment(line.fsdp)
     check_script_exists(line)
     script_text = None if runs_other_than_a_file(line) else read_script_text(line.script[0])
     if torch_importable() is not None:
@@ -650,9 +654,7 @@ def launch(line: CommandLine) -> None:
     added = apply_settings(line, settings, os.environ, decided=from_scheduler)
     if added:
         print(f"accel-launch: from {path}: {' '.join(added)}", file=sys.stderr)
-    if line.fsdp:
-        check_fsdp_environment(line.fsdp)
-        os.environ.update(line.fsdp)  # the workers inherit them
+    os.environ.update(line.fsdp)  # the workers inherit them
     argv = build_torchrun_args([*added, *from_scheduler, *line.torchrun, *line.script])
     run_torchrun(argv, Launch(script=line.script[0], text=script_text, job=job))
 
