@@ -261,3 +261,33 @@ def test_print_config_refuses_an_unknown_scheduler(tmp_path: Path) -> None:
         2,
         "accel-launch: error: --print-config pbs: one of slurm, kubeflow, skypilot\n",
     )
+
+
+def test_several_slurm_tasks_per_node_is_refused() -> None:
+    # `srun --ntasks-per-node=8 accel-launch ...` would start 8 launchers per node, each starting
+    # every process of the node.
+    with pytest.raises(SchedulerError, match=r"Slurm started 8 tasks on 2 nodes: run one accel-launch per node"):
+        read_scheduler({**SLURM, "SLURM_NNODES": "2", "SLURM_NTASKS": "8"})
+    assert read_scheduler({**SLURM, "SLURM_NNODES": "2", "SLURM_NTASKS": "2"}) is not None
+
+
+def test_the_command_line_and_torchruns_variables_win_over_the_scheduler() -> None:
+    from accel_convert.runtime import launch
+
+    line = launch.split_command_line(["--master-port=7000", "--nproc_per_node", "2", "train.py"])
+    environ = {**SLURM, "PET_NODE_RANK": "3"}
+    job, flags = launch.scheduler_flags(line, environ)
+    assert job is not None and job.scheduler == "slurm"
+    assert flags == ["--nnodes", "4", "--master-addr", "gpu07"]
+    # --nnodes on the command line is the job's shape: one node needs no rendezvous address.
+    alone = launch.split_command_line(["--nnodes", "1", "train.py"])
+    assert launch.scheduler_flags(alone, SLURM)[1] == ["--nproc-per-node", "8"]
+
+
+def test_the_scheduler_wins_over_the_saved_settings() -> None:
+    from accel_convert.runtime import launch
+
+    line = launch.split_command_line(["train.py"])
+    saved = {"nnodes": "3", "master_addr": "old-host", "master_port": 7000}
+    added = launch.apply_settings(line, saved, {}, decided=["--nnodes", "4", "--master-addr", "gpu07"])
+    assert added == ["--master-port", "7000"]

@@ -678,7 +678,8 @@ def scheduler_flags(line: CommandLine, environ: Mapping[str, str]) -> tuple[Sche
         job = dataclasses.replace(job, nnodes=nnodes)
     flags: list[str] = []
     for flag, value in job.flags().items():
-        if not _given(flag, line.torchrun):
+        # torchrun's own variable for the flag (PET_NNODES...) wins too.
+        if not _given(flag, line.torchrun) and f"{_PET}{flag[2:].replace('-', '_').upper()}" not in environ:
             flags += [flag, value]
     return job, flags
 

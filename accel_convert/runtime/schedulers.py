@@ -145,6 +145,13 @@ def read_slurm(environ: Mapping[str, str]) -> SchedulerJob | None:
     if "SLURM_JOB_ID" not in environ or "SLURM_NODEID" not in environ:
         return None
     nodes = _number(environ, "SLURM_NNODES") or _number(environ, "SLURM_JOB_NUM_NODES") or 1
+    tasks = _number(environ, "SLURM_STEP_NUM_TASKS") or _number(environ, "SLURM_NTASKS")
+    if nodes > 1 and tasks is not None and tasks > nodes:
+        # Each task would be a launcher starting every process of its node: N times too many.
+        raise SchedulerError(
+            f"Slurm started {tasks} tasks on {nodes} nodes: run one accel-launch per node "
+            "(srun --ntasks-per-node=1 accel-launch ...); it starts the node's processes itself"
+        )
     nodelist = _first(environ, "SLURM_STEP_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NODELIST")
     hosts = expand_nodelist(nodelist) if nodelist else []
     port = _number(environ, "MASTER_PORT")
