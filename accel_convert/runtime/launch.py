@@ -702,13 +702,15 @@ class Launch:
     job: SchedulerJob | None = None
 
 
-def run_torchrun(argv: Sequence[str], launch: Launch) -> None:
+def run_torchrun(argv: Sequence[str], what: Launch) -> None:
     """torchrun's ``run`` on ``argv``, with one line instead of a traceback for every way it ends
     badly: a refused option, a worker's failure (which rank, its error, where its output is),
     a signal to the launcher."""
+    from torch.distributed import DistError
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
 
     parser = torchrun.get_args_parser()
     parser.error = _refuse  # type: ignore[method-assign]
@@ -717,9 +719,9 @@ def run_torchrun(argv: Sequence[str], launch: Launch) -> None:
         processes = torchrun.determine_local_world_size(args.nproc_per_node)
     except ValueError as error:
         raise LaunchError(f"--nproc-per-node {args.nproc_per_node}: {error}") from None
-    notes = prepare_workers(processes, launch, os.environ)
-    print(start_line(processes, args.nnodes, launch.job, notes), file=sys.stderr)
-    warning = copies_warning(processes, args.nnodes, launch)
+    notes = prepare_workers(processes, what, os.environ)
+    print(start_line(processes, args.nnodes, what.job, notes), file=sys.stderr)
+    warning = copies_warning(processes, args.nnodes, what)
     if warning:
         print(warning, file=sys.stderr)
     quiet_torchrun_failure_logs()
@@ -733,10 +735,24 @@ def run_torchrun(argv: Sequence[str], launch: Launch) -> None:
         rank, failure = error.get_first_failure()
         print(f"accel-launch: {failure_line(rank, failure)}", file=sys.stderr)
         raise SystemExit(EXIT_WORKER_FAILED) from None
+    except (DistError, RendezvousError) as error:
+        # Another machine that never came, an address that does not answer: torchrun's traceback
+        # (some 30 lines of its agent's frames) says no more than its last line.
+        print(f"accel-launch: {rendezvous_failure_line(error)}", file=sys.stderr)
+        raise SystemExit(EXIT_WORKER_FAILED) from None
     except SignalException as error:
         name = signal.Signals(error.sigval).name
         print(f"accel-launch: stopped by {name}; the workers were sent {name} too", file=sys.stderr)
         raise SystemExit(128 + int(error.sigval)) from None
+
+
+def rendezvous_failure_line(error: BaseException) -> str:
+    """``the machines did not meet: <torch's reason>; ...`` in one line."""
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return (
+        f"the machines did not meet: {reason} (is every machine started, with the same --nnodes, and is "
+        "--master-addr/--master-port or --rdzv-endpoint reachable from this one?)"
+    )
 
 
 def _refuse(message: str) -> NoReturn:
