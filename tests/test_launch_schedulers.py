@@ -291,3 +291,18 @@ def test_the_scheduler_wins_over_the_saved_settings() -> None:
     saved = {"nnodes": "3", "master_addr": "old-host", "master_port": 7000}
     added = launch.apply_settings(line, saved, {}, decided=["--nnodes", "4", "--master-addr", "gpu07"])
     assert added == ["--master-port", "7000"]
+
+
+def test_a_wrong_scheduler_variable_is_one_line_before_torch_loads(tmp_path: Path) -> None:
+    from tests.test_launch_options import NO_TORCH_SITECUSTOMIZE
+
+    (tmp_path / "sitecustomize.py").write_text(NO_TORCH_SITECUSTOMIZE)  # torch cannot load here
+    script = tmp_path / "train.py"
+    script.write_text("import torch.distributed\n")
+    env = {**SLURM, "SLURM_NNODES": "2", "SLURM_NTASKS": "16", "PYTHONPATH": f"{tmp_path}:{REPO_ROOT}"}
+    run = run_command([sys.executable, "-m", "accel_convert.runtime.launch", str(script)], env=env, timeout=120)
+    assert run.returncode == 2
+    assert run.stderr == (
+        "accel-launch: error: Slurm started 16 tasks on 2 nodes: run one accel-launch per node "
+        "(srun --ntasks-per-node=1 accel-launch ...); it starts the node's processes itself\n"
+    )

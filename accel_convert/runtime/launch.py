@@ -644,13 +644,13 @@ def launch(line: CommandLine) -> None:
         check_fsdp_environment(line.fsdp)
     check_script_exists(line)
     script_text = None if runs_other_than_a_file(line) else read_script_text(line.script[0])
+    job, from_scheduler = scheduler_flags(line, os.environ)  # a wrong variable: before torch too
     if torch_importable() is not None:
         fail(NO_TORCH, EXIT_NO_TORCH)
     # With torch at hand, its own parser says which options take no value.
     switches = torchrun_switches()
     if switches != TORCHRUN_SWITCHES:
         line = _resplit(line, switches)
-    job, from_scheduler = scheduler_flags(line, os.environ)
     added = apply_settings(line, settings, os.environ, decided=from_scheduler)
     if added:
         print(f"accel-launch: from {path}: {' '.join(added)}", file=sys.stderr)
@@ -685,9 +685,10 @@ def scheduler_flags(line: CommandLine, environ: Mapping[str, str]) -> tuple[Sche
 
 
 def _resplit(line: CommandLine, switches: frozenset[str]) -> CommandLine:
+    """torchrun's part and the script's split again (accel-launch's own options were taken
+    out already, and are kept: the FSDP ones too)."""
     again = split_command_line([*line.torchrun, *line.script], switches)
-    again.cpu, again.config_file, again.mixed_precision = line.cpu, line.config_file, line.mixed_precision
-    return again
+    return dataclasses.replace(line, torchrun=again.torchrun, script=again.script)
 
 
 # -- running torchrun ----------------------------------------------------------------------------
