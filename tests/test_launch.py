@@ -8,6 +8,7 @@ import json
 import sys
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 import torch
@@ -87,3 +88,33 @@ def test_two_nodes_on_localhost_gather_across_nodes() -> None:
     assert report["distributed_type"] == "MULTI_CPU"
     assert report["gathered"] == [1, 11]
     assert sorted(report["node_ranks"]) == ["0", "1"]  # one worker from each launcher (node)
+
+
+def test_a_node_whose_master_never_comes_ends_in_one_line(tmp_path: Path) -> None:
+    # Node 1 of 2 alone, its master address answering nothing: before, torchrun's 30-line
+    # traceback of its agent's frames ending in DistNetworkError.
+    script = tmp_path / "train.py"
+    script.write_text("import torch.distributed  # noqa: F401\n")
+    command = [
+        sys.executable,
+        "-m",
+        "accel_convert.runtime.launch",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "1",
+        "--nproc-per-node",
+        "1",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        "--rdzv-conf",
+        "timeout=3",
+        str(script),
+    ]
+    run = run_command(command, timeout=240)
+    assert run.returncode == 1, run.stderr
+    assert "Traceback" not in run.stderr
+    assert run.stderr.splitlines()[-1].startswith("accel-launch: the machines did not meet: ")
+    assert "is every machine started, with the same --nnodes" in run.stderr.splitlines()[-1]

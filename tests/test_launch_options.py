@@ -291,3 +291,251 @@ def test_a_failed_self_check_is_one_line_naming_it(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == "accel-launch test: rank 0: all-reduce and gather failed: all-reduce gave 2.0, not 3.0\n"
+
+
+# -- clean edges: answered before torch loads, one line each ---------------------------------------
+
+
+def no_torch_env(tmp_path: Path, isolated: dict[str, str]) -> dict[str, str]:
+    """An environment where ``import torch`` fails: a command that still answers with its own
+    line (not the "torch is not installed" one, exit 3) never imported torch."""
+    (tmp_path / "sitecustomize.py").write_text(NO_TORCH_SITECUSTOMIZE)
+    return {**isolated, "PYTHONPATH": f"{tmp_path}:{REPO_ROOT}"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nope.py"], "nope.py: no such file"),
+        (["env"], "env: no such file; did you mean accel-launch --env?"),
+        (
+            ["--nproc-per-node", "two", "SCRIPT"],
+            "--nproc-per-node two: a number of processes (1 or more), or one of gpu, cpu, auto",
+        ),
+        (["--nnodes=0", "SCRIPT"], "--nnodes 0: a number of machines, or MIN:MAX"),
+        (["--master_port", "99999", "SCRIPT"], "--master_port 99999: a TCP port, 1 to 65535"),
+        (["--bogus", "SCRIPT"], "unknown option --bogus; accel-launch --help lists the options"),
+        (["--rdzv-endpont", "h:1", "SCRIPT"], "unknown option --rdzv-endpont; did you mean --rdzv-endpoint?"),
+        (
+            ["--multi_gpu", "SCRIPT"],
+            "unknown option --multi_gpu; not needed: accel-launch starts one process per GPU by default (--nproc-per-node N for another count)",
+        ),
+        (["--num_machines", "2", "SCRIPT"], "unknown option --num_machines; did you mean --nnodes N?"),
+        (["--machine-rank", "1", "SCRIPT"], "unknown option --machine-rank; did you mean --node-rank R?"),
+        (["--main_process_ip", "h", "SCRIPT"], "unknown option --main_process_ip; did you mean --master-addr HOST?"),
+        (
+            ["--main_process_port", "1", "SCRIPT"],
+            "unknown option --main_process_port; did you mean --master-port PORT?",
+        ),
+    ],
+)
+def test_usage_errors_are_one_line_before_torch_loads(
+    args: list[str], message: str, tmp_path: Path, isolated: dict[str, str]
+) -> None:
+    # Before: `--nproc-per-node two` was a 30-line traceback (exit 1) after torch's import, and
+    # an unknown option torchrun's usage text; `accel-launch nope.py` took 5 to 8 s.
+    script = tmp_path / "train.py"
+    script.write_text("print('never run')\n")
+    run = accel_launch(*[str(script) if arg == "SCRIPT" else arg for arg in args], env=no_torch_env(tmp_path, isolated))
+    assert (run.returncode, run.stderr) == (2, f"accel-launch: error: {message}\n")
+    assert run.stdout == ""
+
+
+def test_num_processes_says_accelerate_counts_every_machine(tmp_path: Path, isolated: dict[str, str]) -> None:
+    run = accel_launch("--num_processes", "4", "t.py", env=no_torch_env(tmp_path, isolated))
+    assert run.returncode == 2 and run.stderr.count("\n") == 1
+    assert "did you mean --nproc-per-node N (processes on each machine" in run.stderr
+
+
+def test_test_subcommand_help_is_its_own(isolated: dict[str, str]) -> None:
+    run = accel_launch("test", "--help", env=isolated).check()
+    assert run.stdout.startswith("usage: accel-launch test [launch options]\n")
+    assert "Added by accel-launch" not in run.stdout  # the top-level help, before
+
+
+def launch_without_omp(*args: str, env: dict[str, str], timeout: float = 240) -> Run:
+    """A launch whose environment has no OMP_NUM_THREADS (the test harness sets it for every run)."""
+    import subprocess
+
+    from tests.launching import base_env
+
+    variables = base_env(env)
+    variables.pop("OMP_NUM_THREADS", None)
+    command = [sys.executable, "-m", "accel_convert.runtime.launch", *args]
+    result = subprocess.run(command, capture_output=True, text=True, env=variables, timeout=timeout)
+    return Run(result.returncode, result.stdout, result.stderr)
+
+
+FAILING_WORKER = """\
+import os
+import sys
+sys.stdout.write(f"WORKER {os.environ['RANK']} OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}\\n")
+sys.stdout.flush()
+if os.environ["RANK"] == "1":
+    raise ValueError("rank one fails on purpose")
+"""
+
+
+def test_a_workers_failure_is_one_summary_line_and_no_banner(tmp_path: Path, isolated: dict[str, str]) -> None:
+    worker = tmp_path / "worker.py"
+    worker.write_text(FAILING_WORKER)
+    run = launch_without_omp("--nproc-per-node", "2", str(worker), env=isolated)
+    assert run.returncode == 1
+    lines = run.stderr.splitlines()
+    # The start line says OMP_NUM_THREADS once; torchrun's five-line banner is gone.
+    assert (
+        lines[0] == "accel-launch: 2 processes on this machine, OMP_NUM_THREADS=1 each (set OMP_NUM_THREADS to change)"
+    )
+    assert "*****" not in run.stderr and "Setting OMP_NUM_THREADS" not in run.stderr
+    assert sorted(line for line in run.stdout.splitlines() if line.startswith("WORKER")) == [
+        "WORKER 0 OMP_NUM_THREADS=1",
+        "WORKER 1 OMP_NUM_THREADS=1",
+    ]
+    # The worker's own traceback stays; the launcher's frames and torchrun's box do not.
+    assert "ValueError: rank one fails on purpose" in run.stderr
+    assert "launch.py" not in run.stderr and "ChildFailedError" not in run.stderr and "=====" not in run.stderr
+    assert "failed (exitcode" not in run.stderr
+    assert lines[-1] == "accel-launch: rank 1 failed (exit code 1); its output is above"
+
+
+def test_a_script_that_would_run_as_copies_is_warned_about(tmp_path: Path, isolated: dict[str, str]) -> None:
+    plain = tmp_path / "plain.py"
+    plain.write_text(REPORTING_WORKER)
+    run = accel_launch("--nproc-per-node", "2", str(plain), env=isolated, timeout=240).check()
+    warning = (
+        f"accel-launch: warning: {plain} imports neither accel_convert.runtime, accelerate nor torch.distributed: "
+        f"each process runs its own copy of the whole training (convert it first: accel-convert {plain})"
+    )
+    assert warning in run.stderr.splitlines()
+    assert len([line for line in run.stdout.splitlines() if line.startswith("WORKER ")]) == 2  # it went on
+    # One process is one copy anyway; a script that imports torch.distributed cooperates.
+    alone = accel_launch("--nproc-per-node", "1", str(plain), env=isolated, timeout=240).check()
+    assert "warning" not in alone.stderr
+    cooperating = tmp_path / "cooperating.py"
+    cooperating.write_text("import torch.distributed as dist  # noqa\n" + REPORTING_WORKER)
+    run = accel_launch("--nproc-per-node", "2", str(cooperating), env=isolated, timeout=240).check()
+    assert "warning" not in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "copies"),
+    [
+        ("import torch\nmodel = torch.nn.Linear(2, 2)\n", True),
+        ("# uses accelerate later\nimport torch\n", True),
+        ("from accel_convert.runtime import Accelerator\n", False),
+        ("from accel_convert import runtime\n", False),
+        ("from accelerate import Accelerator\n", False),
+        ("import torch.distributed as dist\n", False),
+        ("from torch import nn, distributed as dist\n", False),
+        ("import torch\ntorch.distributed.init_process_group('gloo')\n", False),
+    ],
+)
+def test_runs_as_copies_reads_the_imports(text: str, copies: bool) -> None:
+    from accel_convert.runtime.launch_checks import runs_as_copies
+
+    assert runs_as_copies(text) is copies
+
+
+ACCELERATE_WORKER = """\
+import sys
+from accelerate import Accelerator
+accelerator = Accelerator()
+sys.stdout.write(f"ACCELERATE {accelerator.process_index} {accelerator.num_processes} {accelerator.distributed_type.value}\\n")
+sys.stdout.flush()
+"""
+
+
+def test_an_accelerate_script_on_a_machine_without_gpus_gets_cpu_ranks(
+    tmp_path: Path, isolated: dict[str, str]
+) -> None:
+    # Before, Accelerate's Accelerator under torchrun on a CPU-only machine ran every process
+    # alone (DistributedType.NO, 1 process each): ACCELERATE_USE_CPU is what `accelerate launch
+    # --cpu` sets for it.
+    script = tmp_path / "accelerate_train.py"
+    script.write_text(ACCELERATE_WORKER)
+    no_gpu = {**isolated, "CUDA_VISIBLE_DEVICES": ""}  # a machine without GPUs, wherever the test runs
+    run = accel_launch("--nproc-per-node", "2", str(script), env=no_gpu, timeout=400).check()
+    lines = sorted(line for line in run.stdout.splitlines() if line.startswith("ACCELERATE "))
+    assert lines == ["ACCELERATE 0 2 MULTI_CPU", "ACCELERATE 1 2 MULTI_CPU"], run.stdout
+    assert "ACCELERATE_USE_CPU=1 for Accelerate (no GPU here)" in run.stderr.splitlines()[0]
+
+
+PREEMPTED_WORKER = """\
+import os
+import signal
+import sys
+import time
+
+def save_and_stop(signum, frame):
+    # Where a training script would call accelerator.save_state(): the launcher passed SIGTERM on.
+    sys.stdout.write(f"SAVED {os.environ['RANK']}\\n")
+    sys.stdout.flush()
+    sys.exit(0)
+
+signal.signal(signal.SIGTERM, save_and_stop)
+sys.stdout.write("READY\\n")
+sys.stdout.flush()
+time.sleep(600)
+"""
+
+
+def test_sigterm_reaches_every_worker_and_the_launcher_says_so_in_one_line(
+    tmp_path: Path, isolated: dict[str, str]
+) -> None:
+    # A preempted job: the scheduler sends SIGTERM to the launcher, torchrun sends it on to every
+    # worker (which saves and exits), and the launcher ends with 128 + 15 and one line, not
+    # torchrun's SignalException traceback.
+    import signal
+    import subprocess
+
+    from tests.launching import base_env, stop_group_with_stacks
+
+    worker = tmp_path / "worker.py"
+    worker.write_text("import torch.distributed  # noqa: F401  (cooperates: no copies warning)\n" + PREEMPTED_WORKER)
+    command = [sys.executable, "-m", "accel_convert.runtime.launch", "--nproc-per-node", "2", str(worker)]
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=base_env(isolated),
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout is not None
+        ready = [process.stdout.readline() for _ in range(2)]  # blocks until both workers run
+        assert ready == ["READY\n", "READY\n"]
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=180)
+    except BaseException:
+        stop_group_with_stacks(process)
+        raise
+    assert sorted(out.splitlines()) == ["SAVED 0", "SAVED 1"]
+    assert process.returncode == 128 + signal.SIGTERM
+    assert err.splitlines()[-1] == "accel-launch: stopped by SIGTERM; the workers were sent SIGTERM too"
+    assert "Traceback" not in err and "SignalException" not in err
+
+
+CONVERTED_FAILING_WORKER = """\
+import torch
+from accel_convert.runtime import Accelerator
+
+accelerator = Accelerator()
+accelerator.reduce(torch.ones(1), "sum")
+if accelerator.process_index == 1:
+    raise ValueError("rank one fails on purpose")
+accelerator.wait_for_everyone()
+"""
+
+
+def test_a_converted_scripts_failure_line_names_the_error(tmp_path: Path, isolated: dict[str, str]) -> None:
+    # The runtime writes the failing rank's error where torchrun's agent reads it (the worker's
+    # TORCHELASTIC_ERROR_FILE), so the summary line can name it.
+    worker = tmp_path / "converted.py"
+    worker.write_text(CONVERTED_FAILING_WORKER)
+    run = accel_launch("--nproc-per-node", "2", str(worker), env=isolated, timeout=300)
+    assert run.returncode == 1, run.stderr
+    assert run.stderr.splitlines()[-1] == (
+        "accel-launch: rank 1 failed (exit code 1): ValueError: rank one fails on purpose; its output is above"
+    )
+    assert run.stderr.count("Traceback") == 1  # the worker's own, once

@@ -372,7 +372,39 @@ def _report_and_record(kind: type[BaseException], error: BaseException, trace: T
         watch.announce(f"stopping: rank {ranks} died without an error (killed by a signal?) (here: {summary})")
     else:
         (_previous_excepthook or sys.__excepthook__)(kind, error, trace)
+        _record_for_the_launcher(kind, error, trace)
     watch.wake_everyone()
+
+
+#: Set by accel-launch for its workers: it prints a one-line summary of a failure, from the error file.
+ERROR_SUMMARY_ENV = "ACCEL_LAUNCH_ERROR_SUMMARY"
+
+
+def _record_for_the_launcher(kind: type[BaseException], error: BaseException, trace: TracebackType | None) -> None:
+    """Write the error where torchrun's agent looks for it (``TORCHELASTIC_ERROR_FILE``, set for
+    each worker, in the format of torchrun's own ``@record``), so that accel-launch's summary line
+    names it: ``rank 1 failed (exit code 1): ValueError: ...``. Only under accel-launch (which
+    sets ``ACCEL_LAUNCH_ERROR_SUMMARY``): plain torchrun would print the traceback a second time,
+    in its failure box."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path or os.environ.get(ERROR_SUMMARY_ENV) != "1":
+        return
+    import json
+
+    data = {
+        "message": {
+            "message": _one_line(traceback.format_exception_only(kind, error)[-1], limit=300),
+            "extraInfo": {
+                "py_callstack": "".join(traceback.format_exception(kind, error, trace)),
+                "timestamp": str(int(time.time())),
+            },
+        }
+    }
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(data, handle)
+    except OSError:  # the summary line then says less; the traceback is printed already
+        pass
 
 
 def failure_seen() -> bool:

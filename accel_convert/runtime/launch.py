@@ -18,6 +18,17 @@ passed through untouched, so launching, multi-node included, is torchrun's. What
   :class:`runtime.fsdp.FullyShardedDataParallelPlugin` reads; a bad value stops the launch with
   one line (exit code 2) before any worker starts.
 
+- Under Slurm, Kubeflow's training operator or SkyPilot, the job's shape is read from the
+  scheduler's variables (:mod:`runtime.schedulers`), so one command runs on every machine;
+  ``--print-config slurm|kubeflow|skypilot`` writes the job file that runs it.
+- Clean edges: an unknown option (with a "did you mean" for Accelerate's spellings), a wrong
+  value, a missing script are one line and exit code 2, before torch is imported
+  (:mod:`runtime.launch_checks`); ``OMP_NUM_THREADS=1`` per process is said in the start line
+  instead of torchrun's banner; a worker's failure is one line naming its rank, its error and
+  where its output is, instead of the launcher's traceback and torchrun's failure box; a
+  script that nothing makes cooperate, started on several processes, is warned about; a script
+  that imports Accelerate gets ``ACCELERATE_USE_CPU=1`` on a machine without GPUs.
+
 accel-launch's own options go before the script, with torchrun's: what follows the script is
 the script's (an RL script's ``--env CartPole-v1`` stays its own).
 
@@ -28,20 +39,40 @@ launch says in one line which extra to install.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
+import logging
 import os
 import platform
 import re
 import shutil
+import signal
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
-EXIT_OK, EXIT_USAGE, EXIT_NO_TORCH = 0, 2, 3
+from accel_convert.runtime.launch_checks import (
+    LaunchError,
+    check_torchrun_options,
+    imports_accelerate,
+    missing_script_message,
+    read_script_text,
+    runs_as_copies,
+)
+from accel_convert.runtime.schedulers import (
+    JOB_WRITERS,
+    SCHEDULERS,
+    JobShape,
+    SchedulerError,
+    SchedulerJob,
+    read_scheduler,
+)
+
+EXIT_OK, EXIT_WORKER_FAILED, EXIT_USAGE, EXIT_NO_TORCH = 0, 1, 2, 3
 RUNTIME_EXTRA = "pip install 'accel-convert[runtime]'"
 NO_TORCH = f"torch is not installed here; install the runtime extra on this machine: {RUNTIME_EXTRA}"
 
@@ -72,6 +103,7 @@ usage: accel-launch [accel-launch options] [torchrun options] SCRIPT [SCRIPT ARG
        accel-launch config [--no-input] [--show] [--config-file PATH] [setting options]
        accel-launch test [launch options]
        accel-launch merge-weights CHECKPOINT_DIR OUTPUT [--unsafe_serialization] [--remove_checkpoint_dir]
+       accel-launch --print-config slurm|kubeflow|skypilot [launch options] SCRIPT [SCRIPT ARGS...]
        accel-launch --env | --version | --help"""
 
 HELP = f"""\
@@ -96,6 +128,9 @@ Added by accel-launch (before SCRIPT; what follows SCRIPT is the script's own):
   --env                  print versions, devices, backends, launch variables and the saved
                          configuration (for bug reports), then exit; works without torch
   --version              print accel-launch's version, then exit
+  --print-config {{slurm,kubeflow,skypilot}}
+                         write a job file that runs this command on that scheduler (an sbatch
+                         script, a PyTorchJob manifest, a SkyPilot task) to stdout, then exit
   config                 save launch settings: accel-launch config --help
   test                   launch a short self-check with these settings (ranks, devices, an
                          all-reduce and a gather, a sharded loader, a DDP step, a checkpoint);
@@ -103,11 +138,16 @@ Added by accel-launch (before SCRIPT; what follows SCRIPT is the script's own):
   merge-weights          merge a sharded FSDP checkpoint into one weights file (one process,
                          no launch): accel-launch merge-weights --help
 
-Precedence, highest first: the command line, environment variables (PET_*, ACCELERATE_*),
-the saved configuration, the defaults.
+Under Slurm (srun accel-launch SCRIPT), Kubeflow's training operator or SkyPilot, the machines,
+this machine's rank, the rendezvous address and the GPUs per machine come from the scheduler's
+variables: the same command runs unchanged on every machine.
 
-Exit codes: 0 success; a failed run ends with torchrun's code (1: a worker failed);
-2: usage error (bad option, bad configuration file); 3: torch is not installed."""
+Precedence, highest first: the command line, environment variables (PET_*, ACCELERATE_*), a
+scheduler's variables, the saved configuration, the defaults.
+
+Exit codes: 0 success; 1: a worker failed (one line names its rank and error); 2: usage error
+(bad option, bad configuration file); 3: torch is not installed; 128+N: stopped by signal N
+(143: SIGTERM, passed on to every worker)."""
 
 
 # -- the saved configuration ---------------------------------------------------------------------
@@ -195,10 +235,6 @@ SETTINGS = (
     Setting("max_restarts", "Restarts after a worker failure", "", _non_negative_int, "--max-restarts", asked=False),
 )
 SETTINGS_BY_KEY = {setting.key: setting for setting in SETTINGS}
-
-
-class LaunchError(Exception):
-    """A reason to refuse the command in one line (exit 2)."""
 
 
 def default_config_path() -> Path:
@@ -376,6 +412,8 @@ class CommandLine:
     mixed_precision: str | None = None
     #: What ``--fsdp`` and the ``--fsdp_*`` options ask for, as the workers' environment.
     fsdp: dict[str, str] = field(default_factory=dict)
+    #: ``--print-config slurm|kubeflow|skypilot``: write that scheduler's job file, launch nothing.
+    print_config: str | None = None
 
 
 def torchrun_switches() -> frozenset[str]:
@@ -396,35 +434,15 @@ def split_command_line(argv: Sequence[str], switches: frozenset[str] = TORCHRUN_
         if not token.startswith("-") or token == "-":
             line.script = list(argv[index:])
             break
-        if token in ("--env", "--version"):
-            setattr(line, token[2:], True)
-        elif token in ("-h", "--help"):
-            line.help = True
-        elif token == "--cpu":
-            line.cpu = True
-        elif token in ("--fsdp", "--use_fsdp", "--use-fsdp"):
-            line.fsdp["ACCELERATE_USE_FSDP"] = "true"
-        elif fsdp_option(name) is not None:
+        if _own_switch(line, token):
+            pass
+        elif fsdp_option(name) is not None or name in OWN_VALUE_OPTIONS:
             if not has_value:
                 index += 1
                 if index >= len(argv):
                     raise LaunchError(f"{name} needs a value")
                 value = argv[index]
-            line.fsdp["ACCELERATE_USE_FSDP"] = "true"
-            line.fsdp[FSDP_OPTIONS[fsdp_option(name) or ""]] = value
-        elif name in ("--config-file", "--mixed-precision"):
-            if not has_value:
-                index += 1
-                if index >= len(argv):
-                    raise LaunchError(f"{name} needs a value")
-                value = argv[index]
-            if name == "--config-file":
-                line.config_file = Path(value)
-            else:
-                try:
-                    line.mixed_precision = _precision(value)
-                except ValueError as error:
-                    raise LaunchError(f"--mixed-precision {value}: {error}") from None
+            _own_value(line, name, value)
         else:
             line.torchrun.append(token)
             if not has_value and not is_switch(name, switches) and index + 1 < len(argv):
@@ -432,6 +450,44 @@ def split_command_line(argv: Sequence[str], switches: frozenset[str] = TORCHRUN_
                 line.torchrun.append(argv[index])
         index += 1
     return line
+
+
+def _own_switch(line: CommandLine, token: str) -> bool:
+    """Set what one of accel-launch's own switches asks for; False for any other token."""
+    if token in ("--env", "--version"):
+        setattr(line, token[2:], True)
+    elif token in ("-h", "--help"):
+        line.help = True
+    elif token == "--cpu":
+        line.cpu = True
+    elif token in ("--fsdp", "--use_fsdp", "--use-fsdp"):
+        line.fsdp["ACCELERATE_USE_FSDP"] = "true"
+    else:
+        return False
+    return True
+
+
+#: accel-launch's own options that take a value (Accelerate's underscore spelling of
+#: ``--mixed_precision`` too: it means the same here).
+OWN_VALUE_OPTIONS = ("--config-file", "--mixed-precision", "--mixed_precision", "--print-config")
+
+
+def _own_value(line: CommandLine, name: str, value: str) -> None:
+    option = fsdp_option(name)
+    if option is not None:
+        line.fsdp["ACCELERATE_USE_FSDP"] = "true"
+        line.fsdp[FSDP_OPTIONS[option]] = value
+    elif name == "--config-file":
+        line.config_file = Path(value)
+    elif name == "--print-config":
+        if value not in SCHEDULERS:
+            raise LaunchError(f"--print-config {value}: one of {', '.join(SCHEDULERS)}")
+        line.print_config = value
+    else:
+        try:
+            line.mixed_precision = _precision(value)
+        except ValueError as error:
+            raise LaunchError(f"--mixed-precision {value}: {error}") from None
 
 
 #: ``--fsdp_<option>`` -> the variable Accelerate's launcher exports for it.
@@ -539,10 +595,13 @@ def saved_settings(line: CommandLine) -> tuple[Path | None, dict[str, Any]]:
     return (path, read_config(path)) if path.is_file() else (None, {})
 
 
-def apply_settings(line: CommandLine, settings: Mapping[str, Any], environ: MutableMapping[str, str]) -> list[str]:
+def apply_settings(
+    line: CommandLine, settings: Mapping[str, Any], environ: MutableMapping[str, str], decided: Sequence[str] = ()
+) -> list[str]:
     """The torchrun options the saved settings add in front of the user's (argparse keeps the last
-    value given, so the command line wins); environment variables already set win over the file
-    too. The workers' variables (mixed precision, CPU) are set in ``environ``."""
+    value given, so the command line wins); environment variables already set, and the flags a
+    scheduler's variables ``decided``, win over the file too. The workers' variables (mixed
+    precision, CPU) are set in ``environ``."""
     added: list[str] = []
     for setting in SETTINGS:
         if setting.key not in settings:
@@ -551,7 +610,7 @@ def apply_settings(line: CommandLine, settings: Mapping[str, Any], environ: Muta
         if setting.flag is not None and f"{_PET}{setting.key.upper()}" not in environ:
             # Given on the command line too: that value is used, so the file's is not added
             # (nor shown in the "from FILE" line, which says what the file decided).
-            if not _given(setting.flag, line.torchrun):
+            if not _given(setting.flag, [*line.torchrun, *decided]):
                 added += [setting.flag, str(value)]
         elif setting.env is not None and setting.env not in environ:
             if setting.key == "cpu":
@@ -573,31 +632,278 @@ def _given(flag: str, options: Sequence[str]) -> bool:
 
 
 def launch(line: CommandLine) -> None:
-    """Read the saved settings, fill in the process count, hand everything to torchrun."""
+    """Check the command line and the script (before torch loads: a mistake is answered at
+    once), read the saved settings and the scheduler's variables, hand everything to torchrun."""
     path, settings = saved_settings(line)  # a wrong file is reported before torch loads
+    if line.print_config:  # the job runs elsewhere: the script need not be here
+        print(job_file(line, settings), end="")
+        return
+    if line.fsdp:  # the FSDP values are checked by the plugin the workers build (it needs torch)
+        if torch_importable() is not None:
+            fail(NO_TORCH, EXIT_NO_TORCH)
+        check_fsdp_environment(line.fsdp)
+    check_script_exists(line)
+    script_text = None if runs_other_than_a_file(line) else read_script_text(line.script[0])
+    job, from_scheduler = scheduler_flags(line, os.environ)  # a wrong variable: before torch too
     if torch_importable() is not None:
         fail(NO_TORCH, EXIT_NO_TORCH)
     # With torch at hand, its own parser says which options take no value.
     switches = torchrun_switches()
     if switches != TORCHRUN_SWITCHES:
         line = _resplit(line, switches)
-    added = apply_settings(line, settings, os.environ)
+    added = apply_settings(line, settings, os.environ, decided=from_scheduler)
     if added:
         print(f"accel-launch: from {path}: {' '.join(added)}", file=sys.stderr)
-    if line.fsdp:
-        check_fsdp_environment(line.fsdp)
-    check_script_exists(line)
-    if line.fsdp:
-        os.environ.update(line.fsdp)  # the workers inherit them
-    from torch.distributed.run import main as torchrun_main
+    os.environ.update(line.fsdp)  # the workers inherit them
+    argv = build_torchrun_args([*added, *from_scheduler, *line.torchrun, *line.script])
+    run_torchrun(argv, Launch(script=line.script[0], text=script_text, job=job))
 
-    torchrun_main(build_torchrun_args([*added, *line.torchrun, *line.script]))
+
+def runs_other_than_a_file(line: CommandLine) -> bool:
+    """A module (``-m``) or a program (``--no-python``): torchrun's to find, not a file here."""
+    return bool({"-m", "--module", "--no-python", "--no_python"} & set(line.torchrun))
+
+
+def scheduler_flags(line: CommandLine, environ: Mapping[str, str]) -> tuple[SchedulerJob | None, list[str]]:
+    """The job's shape as the scheduler's variables give it (Slurm, Kubeflow, SkyPilot), as
+    torchrun flags: those the command line gives itself are left out (the command line wins)."""
+    try:
+        job = read_scheduler(environ)
+    except SchedulerError as error:
+        raise LaunchError(str(error)) from None
+    if job is None:
+        return None, []
+    nnodes = dict(_flag_values(line.torchrun)).get("--nnodes")
+    if nnodes is not None:  # the command line's job shape, not the scheduler's
+        job = dataclasses.replace(job, nnodes=nnodes)
+    flags: list[str] = []
+    for flag, value in job.flags().items():
+        # torchrun's own variable for the flag (PET_NNODES...) wins too.
+        if not _given(flag, line.torchrun) and f"{_PET}{flag[2:].replace('-', '_').upper()}" not in environ:
+            flags += [flag, value]
+    return job, flags
 
 
 def _resplit(line: CommandLine, switches: frozenset[str]) -> CommandLine:
+    """torchrun's part and the script's split again (accel-launch's own options were taken
+    out already, and are kept: the FSDP ones too)."""
     again = split_command_line([*line.torchrun, *line.script], switches)
-    again.cpu, again.config_file, again.mixed_precision = line.cpu, line.config_file, line.mixed_precision
-    return again
+    return dataclasses.replace(line, torchrun=again.torchrun, script=again.script)
+
+
+# -- running torchrun ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What the start line and the warnings need to know about this launch."""
+
+    script: str
+    text: str | None  # the script's text; None for a module or a program
+    job: SchedulerJob | None = None
+
+
+def run_torchrun(argv: Sequence[str], what: Launch) -> None:
+    """torchrun's ``run`` on ``argv``, with one line instead of a traceback for every way it ends
+    badly: a refused option, a worker's failure (which rank, its error, where its output is),
+    a signal to the launcher."""
+    from torch.distributed import DistError
+    from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
+
+    parser = torchrun.get_args_parser()
+    parser.error = _refuse  # type: ignore[method-assign]
+    args = parser.parse_args(list(argv))
+    try:
+        processes = torchrun.determine_local_world_size(args.nproc_per_node)
+    except ValueError as error:
+        raise LaunchError(f"--nproc-per-node {args.nproc_per_node}: {error}") from None
+    notes = prepare_workers(processes, what, os.environ)
+    print(start_line(processes, args.nnodes, what.job, notes), file=sys.stderr)
+    warning = copies_warning(processes, args.nnodes, what)
+    if warning:
+        print(warning, file=sys.stderr)
+    quiet_torchrun_failure_logs()
+    # A converted script's failing rank then writes its error where torchrun reads it
+    # (runtime.job_failure), for the summary line; runtime.job_failure is not imported here
+    # (it imports torch.distributed at once).
+    os.environ["ACCEL_LAUNCH_ERROR_SUMMARY"] = "1"
+    try:
+        torchrun.run(args)
+    except ChildFailedError as error:
+        rank, failure = error.get_first_failure()
+        print(f"accel-launch: {failure_line(rank, failure)}", file=sys.stderr)
+        raise SystemExit(EXIT_WORKER_FAILED) from None
+    except (DistError, RendezvousError) as error:
+        # Another machine that never came, an address that does not answer: torchrun's traceback
+        # (some 30 lines of its agent's frames) says no more than its last line.
+        print(f"accel-launch: {rendezvous_failure_line(error)}", file=sys.stderr)
+        raise SystemExit(EXIT_WORKER_FAILED) from None
+    except SignalException as error:
+        name = signal.Signals(error.sigval).name
+        print(f"accel-launch: stopped by {name}; the workers were sent {name} too", file=sys.stderr)
+        raise SystemExit(128 + int(error.sigval)) from None
+
+
+def rendezvous_failure_line(error: BaseException) -> str:
+    """``the machines did not meet: <torch's reason>; ...`` in one line."""
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return (
+        f"the machines did not meet: {reason} (is every machine started, with the same --nnodes, and is "
+        "--master-addr/--master-port or --rdzv-endpoint reachable from this one?)"
+    )
+
+
+def _refuse(message: str) -> NoReturn:
+    raise LaunchError(message)
+
+
+def prepare_workers(processes: int, launch: Launch, environ: MutableMapping[str, str]) -> list[str]:
+    """Variables the workers need that the user did not set, each said in the start line:
+    one OpenMP thread per process when there are several (torchrun sets it too, with a
+    five-line banner), and Accelerate's CPU flag for a script that imports Accelerate on a
+    machine without GPUs (its ``Accelerator`` otherwise runs every process alone)."""
+    notes: list[str] = []
+    if processes > 1 and "OMP_NUM_THREADS" not in environ:
+        environ["OMP_NUM_THREADS"] = "1"
+        notes.append("OMP_NUM_THREADS=1 each (set OMP_NUM_THREADS to change)")
+    if launch.text is not None and imports_accelerate(launch.text) and "ACCELERATE_USE_CPU" not in environ:
+        import torch
+
+        if not torch.cuda.is_available():
+            environ["ACCELERATE_USE_CPU"] = "1"
+            notes.append("ACCELERATE_USE_CPU=1 for Accelerate (no GPU here)")
+    return notes
+
+
+def start_line(processes: int, nnodes: str, job: SchedulerJob | None, notes: Sequence[str]) -> str:
+    """``accel-launch: slurm: node 1 of 2, ...; 2 processes on this machine, OMP_NUM_THREADS=1 each``."""
+    where = f"{job.describe()}; " if job is not None else ""
+    machines = "" if nnodes.split(":")[-1] == "1" or job is not None else f" (one of {nnodes} machines)"
+    count = f"{processes} process{'es' if processes > 1 else ''} on this machine{machines}"
+    return f"accel-launch: {where}{', '.join([count, *notes])}"
+
+
+def copies_warning(processes: int, nnodes: str, launch: Launch) -> str | None:
+    """A script that nothing makes cooperate, launched on several processes, trains as that
+    many separate copies: said before they start (the launch goes on)."""
+    several = processes > 1 or nnodes.split(":")[-1] != "1"
+    if not several or launch.text is None or not runs_as_copies(launch.text):
+        return None
+    return (
+        f"accel-launch: warning: {launch.script} imports neither accel_convert.runtime, accelerate nor "
+        "torch.distributed: each process runs its own copy of the whole training "
+        f"(convert it first: accel-convert {launch.script})"
+    )
+
+
+#: What torchrun logs about a failure that ``failure_line`` says in one line instead.
+_FAILURE_LOG_STARTS = ("failed (exitcode", "Closing process", "Sending process", "Received %s death signal")
+
+
+class _FailureLogFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(_FAILURE_LOG_STARTS)
+
+
+def quiet_torchrun_failure_logs() -> None:
+    """Drop torchrun's log lines about a worker's failure and the others' shutdown (the
+    summary line says it); every other torchrun log line stays."""
+    for name in (
+        "torch.distributed.elastic.multiprocessing.api",
+        "torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler",
+        "torch.distributed.elastic.agent.server.api",
+    ):
+        logging.getLogger(name).addFilter(_FailureLogFilter())
+
+
+def failure_line(rank: int, failure: Any) -> str:
+    """``rank 1 failed (exit code 1): ValueError: boom; its output is above``, from torchrun's
+    ``ProcessFailure``: the error from the worker's error file when it wrote one (a
+    ``@record`` entry point), its output's log file when torchrun redirected it."""
+    if failure.exitcode < 0:
+        try:
+            what = f"was killed by {signal.Signals(-failure.exitcode).name}"
+        except ValueError:
+            what = f"was killed by signal {-failure.exitcode}"
+    else:
+        what = f"failed (exit code {failure.exitcode})"
+    message = _recorded_error(failure.error_file_data)
+    log = Path(failure.error_file).parent / "stderr.log" if failure.error_file else None
+    where = f"its output: {log}" if log is not None and log.is_file() else "its output is above"
+    return f"rank {rank} {what}{': ' + message if message else ''}; {where}"
+
+
+def _recorded_error(data: Any) -> str | None:
+    """The first line of the error a worker recorded in its error file, if it wrote one."""
+    message = data.get("message") if isinstance(data, dict) else None
+    if isinstance(message, dict):
+        message = message.get("message")
+    if not isinstance(message, str) or not message.strip() or message == "<NONE>":
+        return None
+    return message.strip().splitlines()[0]
+
+
+def job_file(line: CommandLine, settings: Mapping[str, Any]) -> str:
+    """``--print-config SCHEDULER``: the job file that runs this command on that scheduler.
+    Machines and GPUs per machine come from ``--nnodes``/``--nproc-per-node`` (or the saved
+    settings), else 2 machines of 8 GPUs; the command each machine runs keeps the other
+    options, without the job's shape (each launcher reads it from the scheduler)."""
+    shape_flags = ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--nproc-per-node")
+    given = dict(_flag_values(line.torchrun))
+    nnodes = given.get("--nnodes") or str(settings.get("nnodes", "2"))
+    gpus = given.get("--nproc-per-node") or str(settings.get("nproc_per_node", "8"))
+    options = [*_own_options(line), *_without(line.torchrun, shape_flags)]
+    shape = JobShape(
+        nnodes=int(nnodes.split(":")[-1]),
+        gpus_per_node=int(gpus) if gpus.isdigit() else 8,
+        options=options,
+        script=line.script,
+    )
+    return JOB_WRITERS[line.print_config or "slurm"](shape)
+
+
+def _flag_values(options: Sequence[str]) -> Iterator[tuple[str, str]]:
+    """(``--flag``, value) for each flag with a value, names with dashes."""
+    for index, option in enumerate(options):
+        name, has_value, value = option.partition("=")
+        if not name.startswith("--"):
+            continue
+        if not has_value and index + 1 < len(options) and not is_switch(name, TORCHRUN_SWITCHES):
+            value = options[index + 1]
+        yield name.replace("_", "-"), value
+
+
+def _without(options: Sequence[str], names: Sequence[str]) -> list[str]:
+    kept: list[str] = []
+    skip = False
+    for option in options:
+        name, has_value, _ = option.partition("=")
+        if skip:
+            skip = False
+        elif name.replace("_", "-") in names:
+            skip = not has_value
+        else:
+            kept.append(option)
+    return kept
+
+
+def _own_options(line: CommandLine) -> list[str]:
+    """accel-launch's own options of this command line, as they would be typed again."""
+    options = ["--config-file", str(line.config_file)] if line.config_file else []
+    if line.mixed_precision:
+        options += ["--mixed-precision", line.mixed_precision]
+    if line.cpu:
+        options.append("--cpu")
+    fsdp = [
+        part
+        for option, name in FSDP_OPTIONS.items()
+        if name in line.fsdp
+        for part in (f"--fsdp_{option}", line.fsdp[name])
+    ]
+    return options + (fsdp or (["--fsdp"] if line.fsdp else []))
 
 
 # -- reports -------------------------------------------------------------------------------------
@@ -803,6 +1109,21 @@ def merge_command(argv: Sequence[str]) -> int:
     return EXIT_OK
 
 
+TEST_HELP = """\
+usage: accel-launch test [launch options]
+
+Launch a short self-check with the saved settings and these launch options, as a training
+script would be launched: ranks, one device per process, an all-reduce and a gather, a sharded
+loader, a DDP step, save_state/load_state. The main process ends with one line, e.g.
+"2 processes on 1 node, gloo, cpu: all checks passed"; a check that fails is one line naming
+it (exit code 1).
+
+Launch options are those of a launch (accel-launch --help): --nproc-per-node N, --cpu,
+--mixed-precision, --config-file, --nnodes..., e.g.
+
+  accel-launch test --nproc-per-node 2 --cpu"""
+
+
 def self_check_command_line(options: Sequence[str]) -> list[str]:
     """``accel-launch test [OPTIONS]``: the launch options as for a training script, then the
     runtime's self-check (runtime/self_check.py) in place of the script, launched the same way."""
@@ -816,12 +1137,10 @@ def self_check_command_line(options: Sequence[str]) -> list[str]:
 def check_script_exists(line: CommandLine) -> None:
     """A script that is not there is one line here, not every worker's traceback and torchrun's
     failure summary. A module (``-m``) or a program (``--no-python``) is torchrun's to find."""
-    names_other = {"-m", "--module", "--no-python", "--no_python"}
-    if names_other & set(line.torchrun):
+    if runs_other_than_a_file(line):
         return
-    script = Path(line.script[0])
-    if not script.is_file():
-        fail(f"{script}: no such file" if not script.exists() else f"{script}: not a file")
+    if not Path(line.script[0]).is_file():
+        fail(missing_script_message(line.script[0]))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -833,6 +1152,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         if argv[:1] == ["merge-weights"]:
             raise SystemExit(merge_command(argv[1:]))
         if argv[:1] == ["test"]:
+            if {"-h", "--help"} & set(argv[1:]):
+                print(TEST_HELP)
+                raise SystemExit(EXIT_OK)
             argv = self_check_command_line(argv[1:])
         line = split_command_line(argv)
         if line.help:
@@ -841,9 +1163,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(version_line())
         elif line.env:
             print(environment_report())
-        elif not line.script:
-            fail("no script to launch (accel-launch --help lists the options)")
         else:
+            # Before "no script": an unknown switch (--multi_gpu train.py) takes the script as its value.
+            check_torchrun_options(line.torchrun, lambda name: is_switch(name, TORCHRUN_SWITCHES))
+            if not line.script:
+                fail("no script to launch (accel-launch --help lists the options)")
             launch(line)
     except LaunchError as error:
         fail(str(error))
