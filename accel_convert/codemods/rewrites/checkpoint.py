@@ -28,6 +28,13 @@ gradients only for what runs inside its forward, so the ranks' copies would drif
 error. With the runtime it becomes ``accelerator.as_forward(model).compute_loss(batch)`` (the method
 runs as the wrapper's forward); Accelerate has no such call, so with ``--target accelerate`` it is
 reported (ACC921).
+
+A prepared model that the function creating the accelerator returns to code that saves it (``model
+= main()`` then ``torch.save(model.state_dict(), path)`` in the ``__main__`` block, which has no
+accelerator) is returned as ``accelerator.unwrap_model(model)``, and that save runs on the main
+process (``PartialState().is_main_process``) with every rank waiting for it
+(:mod:`.returned_model`). A caller that trains the returned model further keeps the wrapper, and its
+save stays reported (ACC914).
 """
 
 from __future__ import annotations

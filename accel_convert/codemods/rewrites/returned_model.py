@@ -170,10 +170,15 @@ def _saves_after_call(block: Sequence[cst.BaseStatement], found: ReturnedModel, 
             continue
         if any(isinstance(n, cst.Attribute) and n.attr.value in TRAINING_CALLS for n in nodes_in(statement)):
             return False
+        if not isinstance(statement, cst.SimpleStatementLine):
+            if _saves(statement, facts):
+                return False  # a save under ``if``/``for``: not a statement of its own to guard
+            found.readers.append(statement)
+            continue
         found.readers.append(statement)
-        if isinstance(statement, cst.SimpleStatementLine) and _saves(statement, facts):
+        if _saves(statement, facts):
             found.saves.append(statement)
-        elif isinstance(statement, cst.SimpleStatementLine):
+        else:
             received |= _bound_names(statement)
     return bool(found.saves)
 
@@ -199,7 +204,7 @@ def _received_names(statement: cst.BaseStatement, found: ReturnedModel) -> set[s
     }
 
 
-def _saves(statement: cst.SimpleStatementLine, facts: ScriptFacts) -> bool:
+def _saves(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:
     return any(facts.callee_name(call.func) == "torch.save" for call in calls_in(statement))
 
 
