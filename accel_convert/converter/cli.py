@@ -335,7 +335,8 @@ def plan_program_job(
     claimed: dict[Path, Path],
 ) -> Job:
     """An entry script with its local modules: every file's target decided now."""
-    names = ", ".join(str(file.path.relative_to(entry.parent)) for file in program[1:])
+    around = program_folder(program)
+    names = ", ".join(os.path.relpath(file.path, entry.parent) for file in program[1:])
     if not writes_set:
         raise UsageProblem(
             f"{entry} imports local modules converted with it ({names}): write the set with -o DIR/ "
@@ -349,11 +350,17 @@ def plan_program_job(
     for file in program:
         target: Path | None = file.path if in_place and output is None else None
         if output is not None:
-            base = root if root.is_dir() and file.path.resolve().is_relative_to(root.resolve()) else entry.parent
-            target = output / file.path.relative_to(base)
+            base = root if root.is_dir() and file.path.resolve().is_relative_to(root.resolve()) else around
+            target = output / Path(os.path.abspath(file.path)).relative_to(os.path.abspath(base))
             claim_target(file.path, target, output, in_place, claimed)
         targets.append(target)
     return Job(entry, str(entry), targets[0], named=entry == root, program=program, program_targets=tuple(targets))
+
+
+def program_folder(program: Sequence[ProgramFile]) -> Path:
+    """The innermost folder holding every file of a program: the entry's own, unless it imports
+    modules from above it (``pkg/train.py`` importing ``utils.general`` beside ``pkg/``)."""
+    return Path(os.path.commonpath([os.path.abspath(file.path.parent) for file in program]))
 
 
 def build_plan(ctx: click.Context, flags: dict[str, Any], exclusions: Exclusions | None = None) -> Plan:

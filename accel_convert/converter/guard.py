@@ -2,7 +2,9 @@
 binding it, or call a changed function without its new argument, is never written.
 
 :func:`codemods.engine.name_flow.name_flow_problems` finds such reads and calls (only those the
-conversion added). What the guard does with them, in order:
+conversion added); across the modules of a program, every module's calls are checked, those of a
+module the conversion left as it was included (``from pkg.test import _evaluate`` calling an
+``_evaluate`` that gained an ``accelerator``). What the guard does with them, in order:
 
 1. **Repair the placement**: the accelerator created below its first use (a download put under
    ``with accelerator.main_process_first():`` above the line that creates it) is created just
@@ -75,6 +77,9 @@ def problems_of(
     for index, (source, output) in enumerate(zip(sources, outputs)):
         if output == source:
             found.append([])
+            if names:
+                # Unchanged, its calls of another module's changed function still count.
+                _unchanged_module(names[index], source, originals, converted)
             continue
         before, after = python_ast(source), python_ast(output)
         if before is None or after is None:
@@ -89,12 +94,21 @@ def problems_of(
         )
         if names:
             originals[names[index]], converted[names[index]] = before, after
-    if names and converted:
+    if names and any(output != source for source, output in zip(sources, outputs)):
         # Within a module the single-module check already looked; across modules, this one.
         across = program_argument_problems(originals, converted, packages)
         for index, name in enumerate(names):
             found[index] += across.get(name, [])
     return found
+
+
+def _unchanged_module(
+    name: str, source: bytes, originals: dict[str, ast.Module], converted: dict[str, ast.Module]
+) -> None:
+    """A module the conversion left as it was joins the program check with one tree for both."""
+    tree = python_ast(source)
+    if tree is not None:
+        originals[name] = converted[name] = tree
 
 
 def guarded(
@@ -244,7 +258,11 @@ def _with_left_out_report(
             made = [change for change in file_changes if change.code == code and change.fixed]
             if not made:
                 continue
-            what = _problem_text(problems[index]) or "the program would fail where the original ran"
+            what = (
+                _problem_text(problems[index])
+                or _problem_text([p for file_problems in problems for p in file_problems])
+                or "the program would fail where the original ran"
+            )
             site = made[0]
             changes[index].append(
                 Change(

@@ -54,7 +54,7 @@ class ProgramFile:
 def module_name(path: Path, root: Path) -> tuple[str, bool]:
     """``mylib/utils.py`` under ``root`` → (``mylib.utils``, False); ``mylib/__init__.py`` →
     (``mylib``, True)."""
-    parts = list(path.relative_to(root).with_suffix("").parts)
+    parts = list(Path(os.path.abspath(path)).relative_to(os.path.abspath(root)).with_suffix("").parts)
     if parts[-1] == "__init__" and len(parts) > 1:
         return ".".join(parts[:-1]), True
     return ".".join(parts), False
@@ -85,17 +85,55 @@ def importable_names(root: Path) -> frozenset[bytes]:
     return frozenset(names)
 
 
-def may_import_locally(source: bytes, root: Path) -> bool:
-    """A cheap test before parsing: the file mentions one of the entry folder's modules (or
-    imports relatively). Most files of a folder of independent scripts do not."""
-    return b"from ." in source or any(name in source for name in importable_names(root))
+def may_import_locally(source: bytes, roots: Sequence[Path]) -> bool:
+    """A cheap test before parsing: the file mentions one of the modules of the folders imports
+    start from (or imports relatively). Most files of a folder of independent scripts do not."""
+    return b"from ." in source or any(name in source for root in roots for name in importable_names(root))
+
+
+def package_root(folder: Path) -> Path | None:
+    """The folder above the outermost package that ``folder`` is part of (``yolo/`` for
+    ``yolo/pkg/`` holding an ``__init__.py``); None when ``folder`` is no package."""
+    if not (folder / "__init__.py").is_file():
+        return None
+    package = folder.absolute()
+    while (package.parent / "__init__.py").is_file() and package.parent != package:
+        package = package.parent
+    # Written as ``folder`` is (relative to the working folder or not), as the files' paths are shown.
+    return package.parent if folder.is_absolute() else Path(os.path.relpath(package.parent))
+
+
+def import_roots(entry: Path) -> tuple[Path, ...]:
+    """The folders an entry script's absolute imports load local modules from: its own folder
+    (``python pkg/train.py`` puts it first on ``sys.path``), and, when that folder is a package,
+    the folder above the package: ``python -m pkg.train`` starts there, and a YOLO-style script
+    appends it to ``sys.path`` so that ``from pkg.test import evaluate`` loads ``pkg/test.py``."""
+    above = package_root(entry.parent)
+    return (entry.parent,) if above is None else (entry.parent, above)
+
+
+def entry_module(entry: Path) -> str:
+    """The name an entry script's own relative imports start from: ``pkg.train`` for
+    ``pkg/train.py`` in a package (run as ``python -m pkg.train``), else the file's stem."""
+    above = package_root(entry.parent)
+    return entry.stem if above is None else module_name(entry, above)[0]
+
+
+def find_module(name: str, roots: Sequence[Path]) -> tuple[Path, str, bool] | None:
+    """The file ``import name`` loads from the first of ``roots`` that has it, with its module
+    name there and whether it is a package."""
+    for root in roots:
+        path = module_file(name, root)
+        if path is not None:
+            return (path, *module_name(path, root))
+    return None
 
 
 def program_files(entry: Path) -> list[ProgramFile]:
     """The entry script and every local module it imports, transitively (the entry first, the
     rest sorted by path). Files that cannot be read are left to the conversion to report."""
-    root = entry.parent
-    entry_name = entry.stem
+    roots = import_roots(entry)
+    entry_name = entry_module(entry)
     found: dict[Path, ProgramFile] = {entry.resolve(): ProgramFile(entry, entry_name)}
     pending = [found[entry.resolve()]]
     while pending:
@@ -104,16 +142,14 @@ def program_files(entry: Path) -> list[ProgramFile]:
             source = current.path.read_bytes()
         except OSError:
             continue
-        if not may_import_locally(source, root):
+        if not may_import_locally(source, roots):
             continue
         for name in sorted(local_imports(source, current.module, current.is_package)):
-            path = module_file(name, root)
-            if path is None or path.resolve() in found:
+            module = find_module(name, roots)
+            if module is None or module[0].resolve() in found or module[1] == entry_name:
                 continue
-            module, is_package = module_name(path, root)
-            if module == entry_name:
-                continue
-            found[path.resolve()] = ProgramFile(path, module, is_package)
+            path = module[0]
+            found[path.resolve()] = ProgramFile(path, module[1], module[2])
             pending.append(found[path.resolve()])
     entry_file = found.pop(entry.resolve())
     return [entry_file, *sorted(found.values(), key=lambda file: str(file.path))]

@@ -392,3 +392,57 @@ def test_a_model_attribute_in_implicitly_joined_f_strings_is_read_through_unwrap
     )
     _, lines = convert(body)
     assert 'accelerator.print("Network:\\n" f"\\t{accelerator.unwrap_model(model).n_channels} input channels")' in lines
+
+
+RETURNING_MAIN = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    return model
+
+
+{caller}
+"""
+
+
+def test_a_returned_model_the_main_block_saves_is_unwrapped_and_saved_once():
+    caller = 'if __name__ == "__main__":\n    model = main()\n    torch.save(model.state_dict(), "m.pt")\n'
+    output, changes = convert_text(RETURNING_MAIN.format(caller=caller))
+    assert "    return accelerator.unwrap_model(model)\n" in output
+    assert (
+        '    if PartialState().is_main_process:\n        torch.save(model.state_dict(), "m.pt")\n'
+        "    PartialState().wait_for_everyone()\n"
+    ) in output
+    assert "from accel_convert.runtime import Accelerator, PartialState\n" in output
+    assert not [change for change in changes if change.code == "ACC914"]
+
+
+@pytest.mark.parametrize(
+    "caller",
+    [
+        # Trained further: the wrapper must stay (its gradients are averaged).
+        'if __name__ == "__main__":\n    model = main()\n    model(torch.randn(2, 4)).sum().backward()\n'
+        '    torch.save(model.state_dict(), "m.pt")\n',
+        # Saved under an ``if``: not a statement of its own to guard.
+        'if __name__ == "__main__":\n    model = main()\n    if True:\n        torch.save(model.state_dict(), "m.pt")\n',
+        # Called from another function too: that caller may train it.
+        'def again():\n    return main()\n\n\nif __name__ == "__main__":\n    model = main()\n'
+        '    torch.save(model.state_dict(), "m.pt")\n',
+    ],
+    ids=["trained_further", "save_under_if", "called_elsewhere"],
+)
+def test_a_returned_model_is_left_wrapped_where_unwrapping_is_not_sound(caller: str):
+    output, changes = convert_text(RETURNING_MAIN.format(caller=caller))
+    assert "unwrap_model(model)" not in output.split("def main", 1)[1].split("\n\n\n", 1)[0]
+    assert "PartialState" not in output
+    assert [change for change in changes if change.code == "ACC914"]

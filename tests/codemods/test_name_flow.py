@@ -18,7 +18,7 @@ from accel_convert.codemods.engine.name_flow import (
     possibly_unbound_reads,
     program_argument_problems,
 )
-from accel_convert.converter.guard import Attempt, guarded, original_line
+from accel_convert.converter.guard import Attempt, guarded, original_line, problems_of
 from accel_convert.converter.pipeline import convert_source
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -287,6 +287,44 @@ def test_calls_across_modules_and_through_a_package_reexport() -> None:
         "mypkg.engine": [("evaluate", 3)],
         "train": [("evaluate", 3), ("evaluate", 4)],
     }
+
+
+@pytest.mark.parametrize(
+    "caller",
+    [
+        "from pkg.test import _evaluate\n\ndef main(m, l):\n    _evaluate(m, l)\n",
+        "import pkg.test as t\n\ndef main(m, l):\n    t._evaluate(m, l)\n",
+        "from .test import _evaluate\n\nclass Loop:\n    def run(self, m, l):\n        _evaluate(m, l)\n",
+    ],
+    ids=["from_package", "module_alias", "relative_in_a_method"],
+)
+def test_a_caller_module_the_conversion_left_unchanged_is_checked_too(caller: str) -> None:
+    # The guard looked only at the modules the conversion changed: a caller it left as it was
+    # kept calling ``_evaluate`` without the accelerator (TypeError at the first evaluation).
+    library = b"def _evaluate(model, loader):\n    return 1\n"
+    converted = b"def _evaluate(model, loader, accelerator):\n    return 1\n"
+    sources = [caller.encode(), library, b""]
+    outputs = [caller.encode(), converted, b""]
+    found = problems_of(sources, outputs, ["pkg.train", "pkg.test", "pkg"], frozenset({"pkg"}))
+    assert [[(p.scope, p.name) for p in file_problems] for file_problems in found] == [
+        [("_evaluate", "accelerator")],
+        [],
+        [],
+    ]
+    metrics = Change("ACC113", "gathered", 1, 0, 1, 0, True)
+    first = Attempt(outputs, [[], [metrics], []], [None, None, None], Options())
+    unchanged = Attempt(sources, [[], [], []], [None, None, None], Options())
+    kept = guarded(
+        lambda options: unchanged if "ACC113" in options.ignore else first,
+        first,
+        sources,
+        lambda index, module: module.code.encode(),
+        ["pkg.train", "pkg.test", "pkg"],
+        frozenset({"pkg"}),
+    )
+    assert kept.outputs == sources
+    [left_out] = kept.changes[1]
+    assert left_out.code == "ACC937" and "new parameter 'accelerator'" in left_out.message
 
 
 def test_the_check_never_fires_on_a_shipped_golden_file() -> None:

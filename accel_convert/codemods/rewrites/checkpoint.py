@@ -33,11 +33,18 @@ gradients only for what runs inside its forward, so the ranks' copies would drif
 error. With the runtime it becomes ``accelerator.as_forward(model).compute_loss(batch)`` (the method
 runs as the wrapper's forward); Accelerate has no such call, so with ``--target accelerate`` it is
 reported (ACC921).
+
+A prepared model that the function creating the accelerator returns to code that saves it (``model
+= main()`` then ``torch.save(model.state_dict(), path)`` in the ``__main__`` block, which has no
+accelerator) is returned as ``accelerator.unwrap_model(model)``, and that save runs on the main
+process (``PartialState().is_main_process``) with every rank waiting for it
+(:mod:`.returned_model`). A caller that trains the returned model further keeps the wrapper, and its
+save stays reported (ACC914).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 
 import libcst as cst
@@ -60,6 +67,7 @@ from accel_convert.codemods.engine.walk import StatementFilter, walk
 from accel_convert.codemods.model.file_flow import file_flow
 from accel_convert.codemods.model.provider import rule_provider
 from accel_convert.codemods.model.state import Analysis
+from accel_convert.codemods.rewrites.returned_model import handled_lines, unwrapped_returns
 
 # --------------------------------------------------------------------------------------------
 # The checkpoint pass
@@ -640,7 +648,7 @@ class CheckpointCodemod(Rule):
         rewriter = _CheckpointRewriter(
             facts, module, facts.lines_mentioning(words), options.target == "runtime", saved.found
         )
-        new_module = module.visit(rewriter)
+        new_module, returned = _returned_model_saved_by_caller(module.visit(rewriter), facts, options)
         handed = _classes_given_models(module, facts)
         reported: list[Change] = []
         # Every other class the rewriter does not enter (a callback saving ``trainer.model``):
@@ -669,8 +677,23 @@ class CheckpointCodemod(Rule):
                 )
                 new_module = new_module.visit(waiting)
                 after = waiting.changes(module)
-            return new_module, [*rewriter.changes(module), *waits.changes(module), *after, *reported]
-        return new_module, [*rewriter.changes(module), *reported]
+            return new_module, returned([*rewriter.changes(module), *waits.changes(module), *after, *reported])
+        return new_module, returned([*rewriter.changes(module), *reported])
+
+
+def _returned_model_saved_by_caller(
+    module: cst.Module, facts: ScriptFacts, options: Options
+) -> tuple[cst.Module, Callable[[list[Change]], list[Change]]]:
+    """The prepared model the creating function returns, unwrapped there, and its caller's saves
+    on the main process (:mod:`.returned_model`); what it makes sound is no longer reported."""
+    handled = handled_lines(module, facts)
+    converted, made = unwrapped_returns(module, facts, options)
+
+    def with_returned(changes: list[Change]) -> list[Change]:
+        kept = [change for change in changes if not (change.code == "ACC914" and change.line in handled)]
+        return sorted([*kept, *made], key=lambda change: (change.line, change.column)) if made else changes
+
+    return converted, with_returned
 
 
 class _SavedValues(StatementFilter):

@@ -4,9 +4,12 @@ Every process runs the whole script, so a plain ``print`` appears N times. ``acc
 prints on the main process only. ``tqdm`` bars get ``disable=not accelerator.is_local_main_process``
 (merged with a ``disable=`` the script already passes). Only code that runs after the accelerator
 exists is changed: the creating function after its creation, and the functions it calls (which
-receive the accelerator, see ACC104). ``print`` inside a model's or a dataset's methods is left as
-it was; one in a method of another class of the script (an ``EarlyStopping`` helper printing its
-counter), which no accelerator reaches, is kept to the first process by the launcher's ``RANK``.
+receive the accelerator, see ACC104). ``print`` inside a dataset's methods is left as it was, and
+so is one in a model's methods unless the model is built where every process runs (the home block,
+a function or a training class the accelerator reaches: its ``__init__`` printing the parameter
+count printed once per process); that one, and one in a method of another class of the script (an
+``EarlyStopping`` helper printing its counter), which no accelerator reaches, are kept to the
+first process by the launcher's ``RANK``.
 
 Python's ``logging`` prints once per rank too (``logging.info``, ``logger.info`` of a module
 logger, each rank appending to the file of ``logging.basicConfig(filename=...)``). The level the
@@ -64,6 +67,7 @@ class _Printing(RuleTransformer):
         self.helper_classes = {
             top.name.value for top in classes if top.name.value not in bases and _is_helper_class(top, self.facts)
         }
+        self.helper_classes |= self.facts.of(models_built_on_every_rank)
         return True
 
     def _in_helper_class_method(self) -> bool:
@@ -92,7 +96,10 @@ class _Printing(RuleTransformer):
             return updated_node  # already printed by one process only
         if self.facts.name_table.scopes[()].binds("os") and self.facts.imports.get("os") != "os":
             return updated_node  # ``os`` is something else here
-        where = "in a helper class" if self.scope else "before the accelerator exists"
+        where = "before the accelerator exists"
+        if self.scope:
+            model = self.scope[0] in self.facts.model_classes
+            where = f"in a method of model {self.scope[0]}, built on every process" if model else "in a helper class"
         self.report(
             original_node, Printing.code, f"print {where} → first process only (launcher's RANK)", header_only=True
         )
@@ -222,6 +229,21 @@ class _Printing(RuleTransformer):
             return cst.SimpleWhitespace(" ")
         opening = site.column + len(cst.Module([]).code_for_node(original.func)) + 1
         return cst.ParenthesizedWhitespace(indent=False, last_line=cst.SimpleWhitespace(" " * opening))
+
+
+@rule_provider(needs=("model_classes", "accessible_functions", "home_kind", "main_function"))
+def models_built_on_every_rank(a: Analysis) -> frozenset[str]:
+    """Model classes of the script built in code every process runs once converted (the home
+    block and the functions the accelerator reaches): a ``print`` in their methods (the
+    parameter count in ``__init__``) printed once per process."""
+    facts = a.facts
+    reached = set(facts.accessible_functions) | {facts.home_function}
+    return frozenset(
+        name
+        for call in a.r.calls
+        for name in [dotted(call.node.func)]
+        if name in facts.model_classes and call.function in reached
+    )
 
 
 def _is_helper_class(node: cst.ClassDef, facts: ScriptFacts) -> bool:
@@ -356,8 +378,76 @@ def loggers(a: Analysis) -> frozenset[str]:
 class Printing(Rule):
     code = "ACC107"
     name = "print-progress"
-    providers = (loggers,)
+    providers = (loggers, models_built_on_every_rank)
     examples = (
+        # A model built in the function creating the accelerator prints its parameter count in
+        # ``__init__``: once per process, so kept to the first one by the launcher's RANK.
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Net(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.fc = nn.Linear(8, 1)
+                        print(f"{sum(p.numel() for p in self.parameters())} parameters")
+
+                    def forward(self, x):
+                        return self.fc(x)
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = Net()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        nn.functional.mse_loss(model(data), target).backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import os
+
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Net(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.fc = nn.Linear(8, 1)
+                        if int(os.environ.get("RANK", "0")) == 0:
+                            print(f"{sum(p.numel() for p in self.parameters())} parameters")
+
+                    def forward(self, x):
+                        return self.fc(x)
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = Net()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        accelerator.backward(nn.functional.mse_loss(model(data), target))
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
         # ``print`` rebound to a logger (pytorch-playground's ``print = misc.logger.info``): the
         # calls are the logger's, kept to the main process where ``print`` is bound.
         Example(

@@ -7,7 +7,9 @@ statements are put under ``if accelerator.is_main_process:``; a tracker object i
 main process only (``writer = SummaryWriter(...) if accelerator.is_main_process else None``, so
 that passing it on still works everywhere) and its logging calls are guarded. Creating an output folder is guarded the same
 way and followed by ``accelerator.wait_for_everyone()``, so that no rank writes into the folder
-before it exists. Where the accelerator is not reachable the write is reported (ACC916). A tracker
+before it exists. Where the accelerator is not reachable the write is reported (ACC916), and so is
+a file opened for writing and kept for later writes (a CSV logger class's ``self.file = open(path,
+"w")`` in another module): every rank opens and writes it. A tracker
 whose attributes code on every rank reads (``os.path.join(writer.log_dir, "training.log")``) is
 created on every rank and reported (ACC916): None would fail there. So is ``wandb.init`` (with
 ``wandb.config.update``) where code on every rank reads the run's state (a sweep's ``config =
@@ -654,6 +656,8 @@ class _MainProcessGuard(RuleTransformer):
                 continue  # ``os.makedirs(d, exist_ok=True)`` on every rank: each finds or makes the folder
             elif kind is not None:
                 message = "file write where the accelerator is not reachable: every rank runs it"
+            elif _keeps_file_open_for_writing(statement, self.facts):
+                message = KEPT_FILE_UNREACHABLE
             else:
                 continue
             self.findings.add(self._original_of.get(id(statement), statement), "ACC916", message, False)
@@ -830,6 +834,24 @@ def _call_kind(small: cst.BaseSmallStatement, facts: ScriptFacts) -> str | None:
     if any(facts.opens_for_writing(arg.value) for arg in call.args):
         return "write"  # json.dump(results, open("results.json", "w"))
     return None
+
+
+#: The report of a file opened for writing and kept open (a logger's ``self.file``) where no
+#: accelerator is: guarding the ``open`` alone would leave the other ranks without the file
+#: object their later writes use, so the fix is the author's.
+KEPT_FILE_UNREACHABLE = (
+    "file opened for writing and kept (a logger's file) where the accelerator is not reachable: every rank "
+    "opens it and writes its rows into it, one rank's over another's; create the object on the main process "
+    "only (logger = Logger(...) if accelerator.is_main_process else None) and call it there"
+)
+
+
+def _keeps_file_open_for_writing(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:
+    """``self.file = open(path, "w")``: a file opened for writing (``"w"``/``"a"``/``"x"``) and
+    bound to a name, written through it later (``csv.writer(self.file).writerow(row)``)."""
+    return isinstance(statement, cst.SimpleStatementLine) and any(
+        isinstance(small, cst.Assign) and facts.opens_for_writing(small.value) for small in statement.body
+    )
 
 
 def _is_barrier(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:
