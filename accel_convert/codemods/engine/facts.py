@@ -327,6 +327,10 @@ class ScriptFacts(FactQuestions):
     backward_functions: AbstractSet[str] = frozenset()
     #: Where ``.backward()`` is called (a site, for the no-DataLoader report).
     backward_site: Site | None = None
+    #: Whether the module's ``.backward()`` calls train something: False when nothing steps an
+    #: optimizer or updates parameters (an adversarial attack, a saliency map: gradients for an
+    #: input), so they stay plain backward calls and the loops running them evaluate.
+    backward_trains: bool = True
     #: Qualified names of every call to something imported (``torch.nn.utils.clip_grad_norm_``),
     #: and the callee of every call written as a plain name (``print``): passes skip cheaply.
     called: AbstractSet[str] = frozenset()
@@ -497,6 +501,7 @@ class FactsDraft(FactQuestions):
     download_functions: set[str] = field(default_factory=set)
     backward_functions: set[str] = field(default_factory=set)
     backward_site: Site | None = None
+    backward_trains: bool = True
     called: set[str] = field(default_factory=set)
     call_sites: dict[str, list[Site]] = field(default_factory=dict)
     assign_sites: dict[str, list[Site]] = field(default_factory=dict)

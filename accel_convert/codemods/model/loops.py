@@ -15,6 +15,7 @@ from accel_convert.codemods.engine.syntax import (
     names_variable,
     target_names,
 )
+from accel_convert.codemods.model.calls import stepped
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
     LoopRecord,
@@ -100,6 +101,7 @@ def _is_plain_access(value: cst.BaseExpression) -> bool:
         "backward_functions",
         "backward_methods",
         "backward_site",
+        "backward_trains",
         "loss_names",
         "train_loops",
         "eval_loops",
@@ -115,7 +117,8 @@ def loops(a: Analysis) -> None:
     ``no_grad``/``inference_mode``, after ``model.eval()``, or when it decodes with a model's
     ``generate``. Loaders are sorted into train and eval loaders by how they are looped over."""
     facts = a.facts
-    backward_functions = _functions_with_backward(a)
+    facts.backward_trains = _steps_something(a)
+    backward_functions = _functions_with_backward(a) if facts.backward_trains else set()
     facts.backward_functions = set(backward_functions)
     switches = _mode_switches(a)
     created_loaders = _created_loaders(a)
@@ -126,7 +129,12 @@ def loops(a: Analysis) -> None:
     wrapped_evaluations: list[LoopRecord] = []
     for loop in a.r.loops:
         trains = _trains(a, loop, backward_functions)
-        evaluates = loop.no_grad or _switched_to_eval(switches, loop.function, loop.order) or id(loop) in decoding
+        evaluates = (
+            loop.no_grad
+            or _switched_to_eval(switches, loop.function, loop.order)
+            or id(loop) in decoding
+            or not facts.backward_trains
+        )
         if loop.iterated is None or not _over_known_loader(a, loop.function, loop.iterated, known):
             # ``for batch in progress(test_loader)`` through a wrapper the roles do not know:
             # an evaluation all the same (the loader is prepared), though it says nothing of
@@ -257,6 +265,31 @@ def _comprehension_evaluations(a: Analysis, switches: list[_ModeSwitch], backwar
             continue
         if function not in backward_functions or no_grad or _switched_to_eval(switches, function, order):
             a.facts.loader_comprehensions.append((iterated, a.site(a.r.collected[index])))
+
+
+def _steps_something(a: Analysis) -> bool:
+    """Training is what steps an optimizer: whether the module builds or receives an optimizer,
+    steps anything (``optimizer.step()`` on a parameter, a scheduler), or updates parameters by
+    hand (reads ``model.parameters()`` in a loop running a backward). A module that does none of
+    these takes gradients for an input (an FGSM attack's ``data.grad``, a saliency map, feature
+    visualisation): its model is not wrapped for gradient synchronisation, its ``backward()``
+    stays plain, and its loops evaluate. Another module of the program may train what this one
+    is handed (a library, a parameter seeded as a model or an optimizer): trains, as before."""
+    facts = a.facts
+    if facts.optimizers or facts.models or stepped(a):
+        return True
+    seeds = a.seeds
+    if seeds is not None and (
+        seeds.library or any(role in ("models", "optimizers") and names for role, names in seeds.parameter_roles)
+    ):
+        return True
+    backward_loops = {id(loop) for call in a.r.calls if is_backward(call.node) for loop in call.loops}
+    return any(
+        isinstance(call.node.func, cst.Attribute)
+        and call.node.func.attr.value in ("parameters", "named_parameters")
+        and any(id(loop) in backward_loops for loop in call.loops)
+        for call in a.r.calls
+    )
 
 
 def _functions_with_backward(a: Analysis) -> set[str]:
