@@ -6,6 +6,7 @@ from typing import Literal
 
 import libcst as cst
 
+from accel_convert.codemods.engine.devices import constructed
 from accel_convert.codemods.engine.facts import MODULE, LoopFacts, callers_closure
 from accel_convert.codemods.engine.syntax import (
     dotted,
@@ -102,6 +103,7 @@ def _is_plain_access(value: cst.BaseExpression) -> bool:
         "backward_methods",
         "backward_site",
         "backward_trains",
+        "backward_helpers",
         "loss_names",
         "train_loops",
         "eval_loops",
@@ -117,6 +119,7 @@ def loops(a: Analysis) -> None:
     ``no_grad``/``inference_mode``, after ``model.eval()``, or when it decodes with a model's
     ``generate``. Loaders are sorted into train and eval loaders by how they are looped over."""
     facts = a.facts
+    facts.backward_helpers = _backward_helpers(a)
     facts.backward_trains = _steps_something(a)
     backward_functions = _functions_with_backward(a) if facts.backward_trains else set()
     facts.backward_functions = set(backward_functions)
@@ -267,6 +270,26 @@ def _comprehension_evaluations(a: Analysis, switches: list[_ModeSwitch], backwar
             a.facts.loader_comprehensions.append((iterated, a.site(a.r.collected[index])))
 
 
+def _backward_helpers(a: Analysis) -> set[str]:
+    """The file's classes defining a ``backward`` method, and the names bound to their instances
+    (``penalty = L2Penalty(model)``, ``self.penalty = ...``): their ``.backward(...)`` is the
+    class's own method, not a loss tensor's."""
+    classes = {name for name, record in a.r.classes.items() if "backward" in record.self_names}
+    helpers = set(classes)
+    for assign in a.r.assigns:
+        value = constructed(assign.value)
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in classes:
+            helpers.update(assign.targets)
+    # Handed to a function under another name (``def train(..., reg)``): a helper there too.
+    helpers |= {param for function, param in a.arguments if a.origins_of(function, param) & helpers}
+    return helpers
+
+
+def _is_loss_backward(a: Analysis, call: cst.Call) -> bool:
+    """``X.backward(...)`` whose receiver may be a loss tensor (not one of the file's helpers)."""
+    return is_backward(call) and dotted(call.func.value) not in a.facts.backward_helpers  # type: ignore[attr-defined]
+
+
 def _steps_something(a: Analysis) -> bool:
     """Training is what steps an optimizer: whether the module builds or receives an optimizer,
     steps anything (``optimizer.step()`` on a parameter, a scheduler), or updates parameters by
@@ -283,7 +306,7 @@ def _steps_something(a: Analysis) -> bool:
         seeds.library or any(role in ("models", "optimizers") and names for role, names in seeds.parameter_roles)
     ):
         return True
-    backward_loops = {id(loop) for call in a.r.calls if is_backward(call.node) for loop in call.loops}
+    backward_loops = {id(loop) for call in a.r.calls if _is_loss_backward(a, call.node) for loop in call.loops}
     return any(
         isinstance(call.node.func, cst.Attribute)
         and call.node.func.attr.value in ("parameters", "named_parameters")
@@ -297,7 +320,7 @@ def _functions_with_backward(a: Analysis) -> set[str]:
     direct: set[str] = set()
     accelerator = facts.existing_accelerator or facts.accelerator_name
     for call in a.r.calls:
-        if is_backward(call.node):
+        if _is_loss_backward(a, call.node):
             receiver = call.node.func.value  # type: ignore[attr-defined]
             name = dotted(receiver)
             if names_variable(receiver, accelerator):  # accelerator.backward(loss): already converted

@@ -16,7 +16,7 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, NO_ACCELERATOR_ACCESS_DOC, Example, Rule
-from accel_convert.codemods.engine.syntax import is_backward, names_variable
+from accel_convert.codemods.engine.syntax import dotted, is_backward, names_variable
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
 
@@ -50,6 +50,8 @@ class _Backward(RuleTransformer):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if not is_tensor_backward(original_node, self.accelerator):
             return updated_node
+        if dotted(original_node.func.value) in self.facts.backward_helpers:  # type: ignore[attr-defined]
+            return updated_node  # ``penalty.backward()``: a method of the file's own class, not a loss
         if self.qualified_name(original_node.func.value) is not None:  # type: ignore[attr-defined]
             return updated_node  # torch.autograd.backward and the like: a function, not a tensor
         if not self.accelerator_reachable():
