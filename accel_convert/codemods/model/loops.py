@@ -287,7 +287,10 @@ def _backward_helpers(a: Analysis) -> set[str]:
 
 def _is_loss_backward(a: Analysis, call: cst.Call) -> bool:
     """``X.backward(...)`` whose receiver may be a loss tensor (not one of the file's helpers)."""
-    return is_backward(call) and dotted(call.func.value) not in a.facts.backward_helpers  # type: ignore[attr-defined]
+    if not is_backward(call):
+        return False
+    receiver = dotted(call.func.value)  # type: ignore[attr-defined]
+    return receiver is None or receiver not in a.facts.backward_helpers
 
 
 def _steps_something(a: Analysis) -> bool:

@@ -50,7 +50,8 @@ class _Backward(RuleTransformer):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if not is_tensor_backward(original_node, self.accelerator):
             return updated_node
-        if dotted(original_node.func.value) in self.facts.backward_helpers:  # type: ignore[attr-defined]
+        receiver_name = dotted(original_node.func.value)  # type: ignore[attr-defined]
+        if receiver_name is not None and receiver_name in self.facts.backward_helpers:
             return updated_node  # ``penalty.backward()``: a method of the file's own class, not a loss
         if self.qualified_name(original_node.func.value) is not None:  # type: ignore[attr-defined]
             return updated_node  # torch.autograd.backward and the like: a function, not a tensor
