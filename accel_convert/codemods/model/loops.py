@@ -127,6 +127,7 @@ def loops(a: Analysis) -> None:
     created_loaders = _created_loaders(a)
     known = created_loaders | (facts.prepared - facts.models - facts.optimizers - facts.schedulers)
     decoding = _decoding_loops(a)
+    called_to_evaluate = _called_only_to_evaluate(a, switches)
     train: set[str] = set()
     evaluation: set[str] = set()
     wrapped_evaluations: list[LoopRecord] = []
@@ -137,6 +138,7 @@ def loops(a: Analysis) -> None:
             or _switched_to_eval(switches, loop.function, loop.order)
             or id(loop) in decoding
             or not facts.backward_trains
+            or loop.function in called_to_evaluate
         )
         if loop.iterated is None or not _over_known_loader(a, loop.function, loop.iterated, known):
             # ``for batch in progress(test_loader)`` through a wrapper the roles do not know:
@@ -188,6 +190,21 @@ def _switched_to_eval(switches: list[_ModeSwitch], function: str, order: int) ->
     """Whether the last mode switch in ``function`` before ``order`` is an ``.eval()``."""
     last = max((switch for switch in switches if switch[1] == function and switch[0] < order), default=None)
     return last is not None and last[2] == "eval"
+
+
+def _called_only_to_evaluate(a: Analysis, switches: list[_ModeSwitch]) -> set[str]:
+    """Module-level functions every call of which is made under ``no_grad``/``inference_mode``/
+    ``set_grad_enabled(False)`` or after the caller's ``model.eval()``: the calling context
+    decides (a course's ``compute_accuracy(model, loader)``, with neither inside, called under
+    ``with torch.set_grad_enabled(False):``), so their loops evaluate."""
+    verdicts: dict[str, bool] = {}
+    for call in a.r.calls:
+        func = call.node.func
+        if not (isinstance(func, cst.Name) and func.value in a.r.defs and func.value != call.function):
+            continue
+        evaluating = call.no_grad or _switched_to_eval(switches, call.function, call.order)
+        verdicts[func.value] = verdicts.get(func.value, True) and evaluating
+    return {function for function, evaluating in verdicts.items() if evaluating}
 
 
 def _created_loaders(a: Analysis) -> set[str]:
