@@ -5,6 +5,14 @@ DistributedDataParallel synchronise gradients; calling ``loss.backward()`` direc
 that. Any tensor expression and any keyword arguments are kept (``errD_real``, LBFGS closures,
 ``retain_graph=True``). ``scaler.scale(loss).backward()`` is left to the AMP pass, which replaces the
 scaler as a whole.
+
+Left as written: the ``backward()`` of an object of the file's own class (a class defining a
+``backward`` method, such as a weight penalty adding to the gradients by hand or a
+``torch.autograd.Function``, its instances, and the parameters they are handed to): it is not a
+loss, and ``accelerator.backward(helper)`` would fail. And every backward of a module that trains
+nothing (no optimizer built, received or stepped, no parameters updated by hand): an adversarial
+attack or a saliency map takes gradients for its input, its model is not wrapped for gradient
+synchronisation, and its loops evaluate (the metrics rule sums their counts).
 """
 
 from __future__ import annotations
