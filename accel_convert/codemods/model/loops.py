@@ -19,6 +19,7 @@ from accel_convert.codemods.engine.syntax import (
 from accel_convert.codemods.model.calls import stepped
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
+    CallRecord,
     LoopRecord,
 )
 from accel_convert.codemods.model.state import Analysis
@@ -138,7 +139,7 @@ def loops(a: Analysis) -> None:
             or _switched_to_eval(switches, loop.function, loop.order)
             or id(loop) in decoding
             or not facts.backward_trains
-            or loop.function in called_to_evaluate
+            or (loop.function, loop.method) in called_to_evaluate
         )
         if loop.iterated is None or not _over_known_loader(a, loop.function, loop.iterated, known):
             # ``for batch in progress(test_loader)`` through a wrapper the roles do not know:
@@ -192,19 +193,40 @@ def _switched_to_eval(switches: list[_ModeSwitch], function: str, order: int) ->
     return last is not None and last[2] == "eval"
 
 
-def _called_only_to_evaluate(a: Analysis, switches: list[_ModeSwitch]) -> set[str]:
-    """Module-level functions every call of which is made under ``no_grad``/``inference_mode``/
-    ``set_grad_enabled(False)`` or after the caller's ``model.eval()``: the calling context
-    decides (a course's ``compute_accuracy(model, loader)``, with neither inside, called under
-    ``with torch.set_grad_enabled(False):``), so their loops evaluate."""
-    verdicts: dict[str, bool] = {}
+def _called_only_to_evaluate(a: Analysis, switches: list[_ModeSwitch]) -> set[tuple[str, str | None]]:
+    """Module-level functions ``(name, None)`` and methods called on ``self`` ``(class, method)``
+    every call of which is made under ``no_grad``/``inference_mode``/``set_grad_enabled(False)``
+    or after the caller's ``model.eval()``: the calling context decides (a course's
+    ``compute_accuracy(model, loader)``, with neither inside, called under ``with
+    torch.set_grad_enabled(False):``), so their loops evaluate."""
+    verdicts: dict[tuple[str, str | None], bool] = {}
     for call in a.r.calls:
-        func = call.node.func
-        if not (isinstance(func, cst.Name) and func.value in a.r.defs and func.value != call.function):
+        callee = _callee(a, call)
+        if callee is None:
             continue
         evaluating = call.no_grad or _switched_to_eval(switches, call.function, call.order)
-        verdicts[func.value] = verdicts.get(func.value, True) and evaluating
-    return {function for function, evaluating in verdicts.items() if evaluating}
+        verdicts[callee] = verdicts.get(callee, True) and evaluating
+    return {callee for callee, evaluating in verdicts.items() if evaluating}
+
+
+def _callee(a: Analysis, call: CallRecord) -> tuple[str, str | None] | None:
+    """``(function, None)`` for a call of a module-level function of the file from elsewhere,
+    ``(class, method)`` for ``self.method(...)`` in another method of the class; None otherwise."""
+    func = call.node.func
+    if isinstance(func, cst.Name) and func.value in a.r.defs and func.value != call.function:
+        return func.value, None
+    owner = a.r.classes.get(call.function)
+    if (
+        owner is not None
+        and len(call.scope) >= 2
+        and isinstance(func, cst.Attribute)
+        and isinstance(func.value, cst.Name)
+        and func.value.value == owner.self_names.get(call.scope[1])
+        and func.attr.value in owner.self_names
+        and func.attr.value != call.scope[1]
+    ):
+        return call.function, func.attr.value
+    return None
 
 
 def _created_loaders(a: Analysis) -> set[str]:
