@@ -131,3 +131,77 @@ def main():
 """
     facts = analyse(cst.parse_module(source))
     assert facts.eval_loops == ()
+
+
+_INPUT_GRADIENTS = """
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+model = torch.nn.Linear(4, 2).to("cpu")
+loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8, dtype=torch.long)), batch_size=1)
+correct = 0
+for data, target in loader:
+    data.requires_grad = True
+    loss = F.cross_entropy(model(data), target)
+    model.zero_grad()
+    loss.backward()
+    correct += int(data.grad.abs().sum() > 0)
+print(correct)
+"""
+
+
+def test_a_backward_nothing_steps_is_an_evaluation_not_training() -> None:
+    """Training is what steps an optimizer (issue 43): gradients for an input (an FGSM attack)
+    wrap no model, keep the backward plain, and the loop evaluates."""
+    facts = analyse(cst.parse_module(_INPUT_GRADIENTS))
+    assert not facts.backward_trains
+    assert not facts.models and not facts.train_loops
+    assert [loop.kind for loop in facts.eval_loops] == ["eval"]
+    converted = convert_module(cst.parse_module(_INPUT_GRADIENTS), Options()).module.code
+    assert "loss.backward()" in converted and "accelerator.backward" not in converted
+    assert "accelerator.reduce(torch.tensor(correct" in converted
+
+
+def test_a_backward_an_optimizer_steps_after_trains() -> None:
+    source = _INPUT_GRADIENTS.replace(
+        "correct = 0\n", "correct = 0\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    ).replace("    correct += ", "    optimizer.step()\n    correct += ")
+    facts = analyse(cst.parse_module(source))
+    assert facts.backward_trains and facts.train_loops
+
+
+_HELPER_CALLED_UNDER_NO_GRAD = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def accuracy(model, loader):
+    correct = 0
+    for x, y in loader:
+        logits, probas = model(x)
+        correct += (probas.argmax(1) == y).sum().item()
+    return correct
+
+
+model = torch.nn.Linear(4, 2).to("cpu")
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+train_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8, dtype=torch.long)), batch_size=4)
+test_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8, dtype=torch.long)), batch_size=4)
+for x, y in train_loader:
+    optimizer.zero_grad()
+    model(x)[0].sum().backward()
+    optimizer.step()
+with torch.set_grad_enabled(False):
+    print(accuracy(model, test_loader))
+"""
+
+
+def test_a_helper_called_only_under_no_grad_evaluates() -> None:
+    """The calling context decides (issue 43): a helper with neither ``eval()`` nor ``no_grad``
+    inside, called only under ``set_grad_enabled(False)``, evaluates; called once with gradients
+    on, it does not."""
+    facts = analyse(cst.parse_module(_HELPER_CALLED_UNDER_NO_GRAD))
+    assert [(loop.function, loop.kind) for loop in facts.eval_loops] == [("accuracy", "eval")]
+    also_with_gradients = _HELPER_CALLED_UNDER_NO_GRAD + "print(accuracy(model, test_loader))\n"
+    assert not analyse(cst.parse_module(also_with_gradients)).eval_loops

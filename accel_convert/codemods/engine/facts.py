@@ -335,6 +335,14 @@ class ScriptFacts(FactQuestions):
     backward_functions: AbstractSet[str] = frozenset()
     #: Where ``.backward()`` is called (a site, for the no-DataLoader report).
     backward_site: Site | None = None
+    #: Whether the module's ``.backward()`` calls train something: False when nothing steps an
+    #: optimizer or updates parameters (an adversarial attack, a saliency map: gradients for an
+    #: input), so they stay plain backward calls and the loops running them evaluate.
+    backward_trains: bool = True
+    #: Names of objects whose ``.backward(...)`` is a method of the file's own class, not a loss's
+    #: (an L2 penalty adding to the gradients by hand, a ``torch.autograd.Function``): the class
+    #: names and the names bound to their instances.
+    backward_helpers: AbstractSet[str] = frozenset()
     #: Qualified names of every call to something imported (``torch.nn.utils.clip_grad_norm_``),
     #: and the callee of every call written as a plain name (``print``): passes skip cheaply.
     called: AbstractSet[str] = frozenset()
@@ -507,6 +515,8 @@ class FactsDraft(FactQuestions):
     download_functions: set[str] = field(default_factory=set)
     backward_functions: set[str] = field(default_factory=set)
     backward_site: Site | None = None
+    backward_trains: bool = True
+    backward_helpers: set[str] = field(default_factory=set)
     called: set[str] = field(default_factory=set)
     call_sites: dict[str, list[Site]] = field(default_factory=dict)
     assign_sites: dict[str, list[Site]] = field(default_factory=dict)

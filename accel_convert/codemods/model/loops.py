@@ -6,6 +6,7 @@ from typing import Literal
 
 import libcst as cst
 
+from accel_convert.codemods.engine.devices import constructed
 from accel_convert.codemods.engine.facts import MODULE, LoopFacts, callers_closure
 from accel_convert.codemods.engine.syntax import (
     dotted,
@@ -15,8 +16,10 @@ from accel_convert.codemods.engine.syntax import (
     names_variable,
     target_names,
 )
+from accel_convert.codemods.model.calls import stepped
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
+    CallRecord,
     LoopRecord,
 )
 from accel_convert.codemods.model.state import Analysis
@@ -100,6 +103,8 @@ def _is_plain_access(value: cst.BaseExpression) -> bool:
         "backward_functions",
         "backward_methods",
         "backward_site",
+        "backward_trains",
+        "backward_helpers",
         "loss_names",
         "train_loops",
         "eval_loops",
@@ -115,18 +120,27 @@ def loops(a: Analysis) -> None:
     ``no_grad``/``inference_mode``, after ``model.eval()``, or when it decodes with a model's
     ``generate``. Loaders are sorted into train and eval loaders by how they are looped over."""
     facts = a.facts
-    backward_functions = _functions_with_backward(a)
+    facts.backward_helpers = _backward_helpers(a)
+    facts.backward_trains = _steps_something(a)
+    backward_functions = _functions_with_backward(a) if facts.backward_trains else set()
     facts.backward_functions = set(backward_functions)
     switches = _mode_switches(a)
     created_loaders = _created_loaders(a)
     known = created_loaders | (facts.prepared - facts.models - facts.optimizers - facts.schedulers)
     decoding = _decoding_loops(a)
+    called_to_evaluate = _called_only_to_evaluate(a, switches)
     train: set[str] = set()
     evaluation: set[str] = set()
     wrapped_evaluations: list[LoopRecord] = []
     for loop in a.r.loops:
         trains = _trains(a, loop, backward_functions)
-        evaluates = loop.no_grad or _switched_to_eval(switches, loop.function, loop.order) or id(loop) in decoding
+        evaluates = (
+            loop.no_grad
+            or _switched_to_eval(switches, loop.function, loop.order)
+            or id(loop) in decoding
+            or not facts.backward_trains
+            or (loop.function, loop.method) in called_to_evaluate
+        )
         if loop.iterated is None or not _over_known_loader(a, loop.function, loop.iterated, known):
             # ``for batch in progress(test_loader)`` through a wrapper the roles do not know:
             # an evaluation all the same (the loader is prepared), though it says nothing of
@@ -177,6 +191,42 @@ def _switched_to_eval(switches: list[_ModeSwitch], function: str, order: int) ->
     """Whether the last mode switch in ``function`` before ``order`` is an ``.eval()``."""
     last = max((switch for switch in switches if switch[1] == function and switch[0] < order), default=None)
     return last is not None and last[2] == "eval"
+
+
+def _called_only_to_evaluate(a: Analysis, switches: list[_ModeSwitch]) -> set[tuple[str, str | None]]:
+    """Module-level functions ``(name, None)`` and methods called on ``self`` ``(class, method)``
+    every call of which is made under ``no_grad``/``inference_mode``/``set_grad_enabled(False)``
+    or after the caller's ``model.eval()``: the calling context decides (a course's
+    ``compute_accuracy(model, loader)``, with neither inside, called under ``with
+    torch.set_grad_enabled(False):``), so their loops evaluate."""
+    verdicts: dict[tuple[str, str | None], bool] = {}
+    for call in a.r.calls:
+        callee = _callee(a, call)
+        if callee is None:
+            continue
+        evaluating = call.no_grad or _switched_to_eval(switches, call.function, call.order)
+        verdicts[callee] = verdicts.get(callee, True) and evaluating
+    return {callee for callee, evaluating in verdicts.items() if evaluating}
+
+
+def _callee(a: Analysis, call: CallRecord) -> tuple[str, str | None] | None:
+    """``(function, None)`` for a call of a module-level function of the file from elsewhere,
+    ``(class, method)`` for ``self.method(...)`` in another method of the class; None otherwise."""
+    func = call.node.func
+    if isinstance(func, cst.Name) and func.value in a.r.defs and func.value != call.function:
+        return func.value, None
+    owner = a.r.classes.get(call.function)
+    if (
+        owner is not None
+        and len(call.scope) >= 2
+        and isinstance(func, cst.Attribute)
+        and isinstance(func.value, cst.Name)
+        and func.value.value == owner.self_names.get(call.scope[1])
+        and func.attr.value in owner.self_names
+        and func.attr.value != call.scope[1]
+    ):
+        return call.function, func.attr.value
+    return None
 
 
 def _created_loaders(a: Analysis) -> set[str]:
@@ -259,12 +309,60 @@ def _comprehension_evaluations(a: Analysis, switches: list[_ModeSwitch], backwar
             a.facts.loader_comprehensions.append((iterated, a.site(a.r.collected[index])))
 
 
+def _backward_helpers(a: Analysis) -> set[str]:
+    """The file's classes defining a ``backward`` method, and the names bound to their instances
+    (``penalty = L2Penalty(model)``, ``self.penalty = ...``): their ``.backward(...)`` is the
+    class's own method, not a loss tensor's."""
+    classes = {name for name, record in a.r.classes.items() if "backward" in record.self_names}
+    helpers = set(classes)
+    for assign in a.r.assigns:
+        value = constructed(assign.value)
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in classes:
+            helpers.update(assign.targets)
+    # Handed to a function under another name (``def train(..., reg)``): a helper there too.
+    helpers |= {param for function, param in a.arguments if a.origins_of(function, param) & helpers}
+    return helpers
+
+
+def _is_loss_backward(a: Analysis, call: cst.Call) -> bool:
+    """``X.backward(...)`` whose receiver may be a loss tensor (not one of the file's helpers)."""
+    if not is_backward(call):
+        return False
+    receiver = dotted(call.func.value)  # type: ignore[attr-defined]
+    return receiver is None or receiver not in a.facts.backward_helpers
+
+
+def _steps_something(a: Analysis) -> bool:
+    """Training is what steps an optimizer: whether the module builds or receives an optimizer,
+    steps anything (``optimizer.step()`` on a parameter, a scheduler), or updates parameters by
+    hand (reads ``model.parameters()`` in a loop running a backward). A module that does none of
+    these takes gradients for an input (an FGSM attack's ``data.grad``, a saliency map, feature
+    visualisation): its model is not wrapped for gradient synchronisation, its ``backward()``
+    stays plain, and its loops evaluate. Another module of the program may train what this one
+    is handed (a library, a parameter seeded as a model or an optimizer): trains, as before."""
+    facts = a.facts
+    if facts.optimizers or facts.models or stepped(a):
+        return True
+    seeds = a.seeds
+    if seeds is not None and (
+        seeds.library or any(role in ("models", "optimizers") and names for role, names in seeds.parameter_roles)
+    ):
+        return True
+    backward_loops = {id(loop) for call in a.r.calls if _is_loss_backward(a, call.node) for loop in call.loops}
+    return any(
+        isinstance(call.node.func, cst.Attribute)
+        and call.node.func.attr.value in ("parameters", "named_parameters")
+        and any(id(loop) in backward_loops for loop in call.loops)
+        for call in a.r.calls
+    )
+
+
 def _functions_with_backward(a: Analysis) -> set[str]:
     facts = a.facts
     direct: set[str] = set()
     accelerator = facts.existing_accelerator or facts.accelerator_name
     for call in a.r.calls:
-        if is_backward(call.node):
+        if _is_loss_backward(a, call.node):
             receiver = call.node.func.value  # type: ignore[attr-defined]
             name = dotted(receiver)
             if names_variable(receiver, accelerator):  # accelerator.backward(loss): already converted

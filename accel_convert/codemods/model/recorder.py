@@ -99,6 +99,8 @@ class CallRecord:
     ifs: tuple[IfRecord, ...]
     order: int
     in_main_guard: bool = False
+    #: Under ``no_grad``/``inference_mode``/``set_grad_enabled(False)`` (a ``with`` or a decorator).
+    no_grad: bool = False
 
 
 @dataclass
@@ -410,6 +412,7 @@ class Recorder(NameCollector):
                 tuple(self._ifs),
                 self._order,
                 in_main_guard=self._main_guard_depth > 0,
+                no_grad=self._no_grad_depth > 0,
             )
         )
 

@@ -5,6 +5,14 @@ DistributedDataParallel synchronise gradients; calling ``loss.backward()`` direc
 that. Any tensor expression and any keyword arguments are kept (``errD_real``, LBFGS closures,
 ``retain_graph=True``). ``scaler.scale(loss).backward()`` is left to the AMP pass, which replaces the
 scaler as a whole.
+
+Left as written: the ``backward()`` of an object of the file's own class (a class defining a
+``backward`` method, such as a weight penalty adding to the gradients by hand or a
+``torch.autograd.Function``, its instances, and the parameters they are handed to): it is not a
+loss, and ``accelerator.backward(helper)`` would fail. And every backward of a module that trains
+nothing (no optimizer built, received or stepped, no parameters updated by hand): an adversarial
+attack or a saliency map takes gradients for its input, its model is not wrapped for gradient
+synchronisation, and its loops evaluate (the metrics rule sums their counts).
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, NO_ACCELERATOR_ACCESS_DOC, Example, Rule
-from accel_convert.codemods.engine.syntax import is_backward, names_variable
+from accel_convert.codemods.engine.syntax import dotted, is_backward, names_variable
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
 
@@ -50,6 +58,9 @@ class _Backward(RuleTransformer):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if not is_tensor_backward(original_node, self.accelerator):
             return updated_node
+        receiver_name = dotted(original_node.func.value)  # type: ignore[attr-defined]
+        if receiver_name is not None and receiver_name in self.facts.backward_helpers:
+            return updated_node  # ``penalty.backward()``: a method of the file's own class, not a loss
         if self.qualified_name(original_node.func.value) is not None:  # type: ignore[attr-defined]
             return updated_node  # torch.autograd.backward and the like: a function, not a tensor
         if not self.accelerator_reachable():

@@ -29,6 +29,13 @@ before the forward (``n, _ = x.shape``, ``n = len(x)``) is a Python number, not 
 is not gathered, and a sum of it after the gather (``total += n``, this process's samples only) is
 reported (ACC913), with the gathered rows to count instead.
 
+An evaluation that takes gradients for its inputs (a module that trains nothing: an FGSM attack's
+``loss.backward()`` then ``data.grad``) needs each process's own rows between its forwards: its
+Python counts (``correct += 1``) are summed across processes after the loop
+(``accelerator.reduce(torch.tensor(correct, device=accelerator.device), "sum").item()``), and a
+``len(loader)`` it divides by is reported (ACC941). The padding of a ragged last batch is counted
+too: such counts are exact when every process gets whole batches.
+
 A mean over batches (``/ len(loader)``, ``/ (batch_idx + 1)``, ``np.mean`` of a list appended once per
 batch, a ``steps += 1`` counter) is reported (ACC913): the original weighs each of its batches
 equally, while a gathered per-batch value averages one batch of every process (the last ones

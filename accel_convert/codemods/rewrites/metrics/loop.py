@@ -38,6 +38,7 @@ from accel_convert.codemods.rewrites.metrics.codes import (
     IN_BATCH_TARGETS,
     INDEXED_STORE,
     LOCAL_BATCH_SIZE,
+    MEAN_OF_BATCHES,
     NESTED_FORWARD,
     OBJECT_LISTS,
     PYTHON_VALUE,
@@ -47,6 +48,7 @@ from accel_convert.codemods.rewrites.metrics.codes import (
     UNREACHABLE,
     UNSIZED_STREAM,
 )
+from accel_convert.codemods.rewrites.metrics.counts import batches_counted, counted_names, summed_across_processes
 from accel_convert.codemods.rewrites.metrics.ensembles import find_ensemble_forward
 from accel_convert.codemods.rewrites.metrics.forward import (
     Forward,
@@ -120,6 +122,7 @@ class EvalLoopRewriter(RuleTransformer):
         super().__init__(facts, lines)
         #: Module-level function → names there holding a list of prepared models (an ensemble).
         self._model_lists = model_lists or {}
+        self._module: cst.CSTNode = cst.Module([])
         self._layouts = layouts
         self._metric_updates = GatheredUpdates(torchmetrics)
         #: Loaders over an iterable dataset class of the file without ``__len__`` → that class.
@@ -144,6 +147,7 @@ class EvalLoopRewriter(RuleTransformer):
     def visit_Module(self, node: cst.Module) -> None:
         super().visit_Module(node)
         self._taken_by_scope.append(LazyNames(node))
+        self._module = node
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         super().visit_FunctionDef(node)
@@ -176,7 +180,9 @@ class EvalLoopRewriter(RuleTransformer):
         :meth:`GatheredUpdates.fed_gathered_values`), once the walk is over."""
         return self._metric_updates.fed_gathered_values(self)
 
-    def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.BaseStatement:
+    def leave_For(
+        self, original_node: cst.For, updated_node: cst.For
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
         loop = loop_over_loader(original_node, self.facts)
         # Whether the loop evaluates is the analysis's answer, the one prepare shards by.
         if loop is None or not self.evaluates(original_node):
@@ -185,6 +191,8 @@ class EvalLoopRewriter(RuleTransformer):
             # A loader built where nothing prepares it (a local of an evaluation helper): every
             # rank sees every sample, and gathering would count each one N times.
             return updated_node
+        if not self.facts.backward_trains and contains(original_node, is_backward, cst.Call):
+            return self._counts_summed(original_node, updated_node)
         if contains(original_node, lambda n: is_backward(n) or is_gather(n, self.facts), cst.Call):
             return updated_node
         sequence_first = sequence_first_reason(original_node, self._layouts, self.facts)
@@ -207,6 +215,28 @@ class EvalLoopRewriter(RuleTransformer):
             )
             return updated_node
         return self._gather_in_loop(original_node, updated_node, loop)
+
+    def _counts_summed(
+        self, original: cst.For, loop: cst.For
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        """An evaluation taking gradients for its inputs (see :mod:`.counts`): its counts are
+        summed over the processes after the loop."""
+        scope = next((n for n in reversed(self._anchors) if isinstance(n, cst.FunctionDef)), self._module)
+        names = counted_names(loop, scope)
+        if not names or not self.accelerator_reachable():
+            return loop
+        accelerator = self.instance_accelerator() or cst.Name(self.accelerator)
+        self.report(original, GATHERED, f"counts summed across processes after the loop: {', '.join(names)}")
+        loader = dotted(iterated(original.iter, through_any_call=True))
+        if batches_counted(scope, loader):
+            self.report(
+                original,
+                MEAN_OF_BATCHES,
+                f"len({loader}) counts this process's batches once prepared: divide the summed counts by "
+                f"the number of samples (len({loader}.dataset)) or sum the batch count across processes too",
+                False,
+            )
+        return cst.FlattenSentinel([loop, *(summed_across_processes(name, accelerator) for name in names)])
 
     def _over_unprepared_loader(self, node: cst.For) -> bool:
         """The loop's loader is built by the function holding the loop, and that function is not

@@ -1,0 +1,79 @@
+"""Counts summed across processes, for evaluation loops that cannot gather per sample.
+
+An evaluation that takes gradients for its inputs (an FGSM attack: ``data.requires_grad = True``,
+``loss.backward()``, ``data.grad``, a second forward on the perturbed input) needs each process's
+own batch between its forwards: gathering the first forward's outputs would hand the backward and
+``.item()`` every process's rows. What it counts in Python numbers (``correct += 1``) is summed
+over the processes right after the loop instead, so the count covers the whole evaluation set."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accel_convert.codemods.engine.syntax import nodes_in
+
+
+def counted_names(loop: cst.For, scope: cst.CSTNode) -> list[str]:
+    """Names the loop adds to with ``name += ...`` that ``scope`` (the function or module holding
+    the loop) does not sum across processes already (a script converted before)."""
+    found: list[str] = []
+    for node in nodes_in(loop.body):
+        if (
+            isinstance(node, cst.AugAssign)
+            and isinstance(node.operator, cst.AddAssign)
+            and isinstance(node.target, cst.Name)
+            and node.target.value not in found
+        ):
+            found.append(node.target.value)
+    return [name for name in found if name not in _summed_already(scope)]
+
+
+def _summed_already(scope: cst.CSTNode) -> set[str]:
+    """Names ``scope`` sums with ``accelerator.reduce(torch.tensor(name, ...), ...)``."""
+    summed = set()
+    for node in nodes_in(scope):
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "reduce"
+            and node.args
+            and isinstance(node.args[0].value, cst.Call)
+            and node.args[0].value.args
+            and isinstance(node.args[0].value.args[0].value, cst.Name)
+        ):
+            summed.add(node.args[0].value.args[0].value.value)
+    return summed
+
+
+def summed_across_processes(name: str, accelerator: cst.BaseExpression) -> cst.SimpleStatementLine:
+    """``name = accelerator.reduce(torch.tensor(name, device=accelerator.device), "sum").item()``."""
+    tensor = cst.Call(
+        func=cst.Attribute(cst.Name("torch"), cst.Name("tensor")),
+        args=[
+            cst.Arg(cst.Name(name)),
+            cst.Arg(
+                cst.Attribute(accelerator, cst.Name("device")),
+                keyword=cst.Name("device"),
+                equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+            ),
+        ],
+    )
+    reduced = cst.Call(
+        func=cst.Attribute(accelerator, cst.Name("reduce")),
+        args=[cst.Arg(tensor), cst.Arg(cst.SimpleString('"sum"'))],
+    )
+    value = cst.Call(func=cst.Attribute(reduced, cst.Name("item")))
+    return cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], value)])
+
+
+def batches_counted(scope: cst.CSTNode, loader: str | None) -> bool:
+    """Whether ``scope`` reads ``len(loader)``: this process's batches once prepared."""
+    return loader is not None and any(
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Name)
+        and node.func.value == "len"
+        and len(node.args) == 1
+        and isinstance(node.args[0].value, cst.Name)
+        and node.args[0].value.value == loader
+        for node in nodes_in(scope)
+    )
