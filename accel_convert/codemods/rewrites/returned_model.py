@@ -39,7 +39,7 @@ from accel_convert.codemods.engine.accelerator_code import is_accelerator_method
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.imports import add_import
 from accel_convert.codemods.engine.model import Change, Options
-from accel_convert.codemods.engine.syntax import calls_in, dotted, is_main_guard, names_in, nodes_in
+from accel_convert.codemods.engine.syntax import bound_by, calls_in, dotted, is_main_guard, names_in, nodes_in
 
 #: Calls on the returned model that mean it is still trained where it arrives.
 TRAINING_CALLS = frozenset({"backward", "step"})
@@ -179,7 +179,7 @@ def _saves_after_call(block: Sequence[cst.BaseStatement], found: ReturnedModel, 
         if _saves(statement, facts):
             found.saves.append(statement)
         else:
-            received |= _bound_names(statement)
+            received |= _names_assigned(statement)
     return bool(found.saves)
 
 
@@ -208,14 +208,9 @@ def _saves(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:
     return any(facts.callee_name(call.func) == "torch.save" for call in calls_in(statement))
 
 
-def _bound_names(statement: cst.SimpleStatementLine) -> set[str]:
+def _names_assigned(statement: cst.SimpleStatementLine) -> set[str]:
     """``state = model.state_dict()``: ``state`` holds what the model gave."""
-    return {
-        dotted(target.target) or ""
-        for small in statement.body
-        if isinstance(small, cst.Assign)
-        for target in small.targets
-    } - {""}
+    return {name for small in statement.body if isinstance(small, cst.Assign) for name in bound_by(small)}
 
 
 def _with_returns_unwrapped(
