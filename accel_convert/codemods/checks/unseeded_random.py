@@ -5,9 +5,10 @@ fits) or ``X = torch.randn(1000, 10)`` (a synthetic dataset) drawn before any se
 different values on each rank: each one fits its own target or shards its own dataset, while DDP
 averages their gradients as if they trained one model on one task. Seeding first (accelerate's
 ``set_seed(...)`` or ``torch.manual_seed(...)``, the same seed on every process) makes the draws
-equal. The converter cannot choose the seed for the script: a module-level torch draw it makes
-the same on every process by broadcasting rank 0's (``ACC124`` agreed-random); the rest (NumPy's
-draws, draws in a function) it reports and leaves as they are. Draws given their own ``generator=`` are left alone, as are draws after any call
+equal. The converter cannot choose the seed for the script: where the accelerator can be created
+above the draws, every process takes rank 0's random generators there (``ACC124``
+agreed-random); what runs before any accelerator can exist (a module-level draw in a script that
+trains in ``main()``) it reports and leaves as it is. Draws given their own ``generator=`` are left alone, as are draws after any call
 of a function whose name says seed (``torch.manual_seed``, ``set_seed``, ``np.random.seed``).
 
 A dataset split at random anywhere in a file that never seeds (``random_split(ds, [400, 200])``
@@ -28,7 +29,13 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
-from accel_convert.codemods.engine.random_draws import agreed_names, is_draw, is_seeding_call, unseeded_draw
+from accel_convert.codemods.engine.random_draws import (
+    agreed_names,
+    is_agreeing_call,
+    is_draw,
+    is_seeding_call,
+    unseeded_draw,
+)
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import calls_in, expression_code, is_main_guard
 from accel_convert.codemods.engine.torch_names import (
@@ -128,7 +135,8 @@ def _report_unseeded_splits(module: cst.Module, facts: ScriptFacts, changes: lis
     if facts.called.isdisjoint(RANDOM_SPLITS) and facts.called.isdisjoint(IN_PLACE_SHUFFLES):
         return  # the analysis saw no split: no walk of the file
     calls = [node for node in module_nodes(module) if isinstance(node, cst.Call)]
-    seeds = [call for call in calls if is_seeding_call(call, facts)]
+    # Where the processes take rank 0's generators (ACC124), they split and shuffle alike.
+    seeds = [call for call in calls if is_seeding_call(call, facts) or is_agreeing_call(call)]
     if all(facts.qualified_name(call.func) in TORCH_ONLY_SEEDS for call in seeds):
         # torch.manual_seed leaves numpy's and random's generators as they were.
         for call in calls:
@@ -176,7 +184,7 @@ def _report_draws(
             continue
         if not isinstance(statement, cst.SimpleStatementLine):
             continue
-        if any(is_seeding_call(call, facts) for call in calls_in(statement)):
+        if any(is_seeding_call(call, facts) or is_agreeing_call(call) for call in calls_in(statement)):
             seeded = True
         elif not seeded:
             changes.extend(_unseeded_draws(statement, facts, agreed))

@@ -7,7 +7,8 @@ from collections.abc import Set as AbstractSet
 
 import libcst as cst
 
-from accel_convert.codemods.engine.facts import callers_closure
+from accel_convert.codemods.engine.facts import MODULE, callers_closure
+from accel_convert.codemods.engine.random_draws import is_global_draw, seeds_generator_of
 from accel_convert.codemods.engine.syntax import (
     dotted,
     names_in,
@@ -19,7 +20,9 @@ from accel_convert.codemods.engine.torch_names import (
     NETWORK_FETCHES,
     PATH_CONSTRUCTORS,
     PER_PROCESS_PATHS,
+    RANDOM_SPLITS,
 )
+from accel_convert.codemods.engine.program_seeds import program_callee
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
     AssignRecord,
@@ -286,3 +289,98 @@ def _object_fed(a: Analysis, node: cst.Call) -> str | None:
         return None
     accelerators = {a.facts.existing_accelerator, a.facts.accelerator_name}
     return name if name in a.assigned and name not in accelerators else None
+
+
+@provider(
+    needs=("call_graph", "loop_backward"),
+    provides=("shared_draws", "shared_draw_lines", "drawing_functions"),
+)
+def shared_draws(a: Analysis) -> None:
+    """Draws from a global generator that no seeding call above them makes agree, and that decide
+    what the processes share: ``lr = random.uniform(1e-4, 1e-2)`` in ``main()``, a split drawn
+    at module level, a target drawn in a class's ``__init__`` or a config helper of another
+    module. Each process draws its own, so each trains with other hyperparameters, on another
+    split, or names its checkpoint after its own draw. A draw in a loop that trains (a batch of
+    synthetic data), in a method that is no ``__init__`` (a dataset's ``__getitem__``) or in a
+    DataLoader's ``worker_init_fn`` (the per-worker diversity the script asks for) is per
+    process on purpose. Also the functions and classes making one, and the lines of their
+    calls: the accelerator is created above the first, and agrees the generators there."""
+    workers = _worker_init_functions(a)
+    seeds = [
+        (a.site(call.node).line, a.facts.callee_name(call.node.func, call.scope) or "")
+        for call in a.r.calls
+        if call.function not in workers and _is_seeding(a, call)
+    ]
+    for call in a.r.calls:
+        drawn = a.qualified(call) or ""
+        if not _draws_globally(call, drawn) or _per_process_draw(a, call, workers):
+            continue
+        line = a.site(call.node).line
+        if any(seed_line < line and seeds_generator_of(seed, drawn) for seed_line, seed in seeds):
+            continue
+        a.facts.shared_draws.append(a.site(call.node))
+        a.facts.shared_draw_lines.add(line)
+        if call.function != MODULE:
+            a.facts.drawing_functions.add(call.function)
+    _callers_of_drawing_functions(a, workers)
+
+
+def _draws_globally(call: CallRecord, drawn: str) -> bool:
+    """A call drawing from a global generator: a draw not given its own ``generator=``, or a
+    random split not given its own seed (``random_split(ds, [400, 200])`` draws from torch's)."""
+    keyword = RANDOM_SPLITS.get(drawn, "generator")
+    if any(arg.keyword is not None and arg.keyword.value == keyword for arg in call.node.args):
+        return False
+    return is_global_draw(drawn) or drawn in RANDOM_SPLITS
+
+
+def _per_process_draw(a: Analysis, call: CallRecord, workers: set[str]) -> bool:
+    """A draw each process makes for itself on purpose: per batch in a loop that trains, in a
+    method other than ``__init__``, or in a worker's initialiser."""
+    if call.function in workers or any(loop.has_backward for loop in call.loops):
+        return True
+    scope = call.scope
+    return len(scope) >= 2 and scope[0] in a.r.classes and scope[1] != "__init__"
+
+
+def _is_seeding(a: Analysis, call: CallRecord) -> bool:
+    """``torch.manual_seed(0)``, accelerate's ``set_seed``, the script's own ``set_seed(42)``;
+    not a generator's own ``g.manual_seed(1)`` (see :func:`engine.random_draws.is_seeding_call`)."""
+    func = call.node.func
+    name = a.qualified(call) if not isinstance(func, cst.Name) else func.value
+    return "seed" in (name or "").rpartition(".")[2]
+
+
+def _worker_init_functions(a: Analysis) -> set[str]:
+    """The script's functions a DataLoader runs in each worker (``worker_init_fn=seed_worker``)."""
+    return {
+        arg.value.value
+        for call in a.r.calls
+        for arg in call.node.args
+        if arg.keyword is not None and arg.keyword.value == "worker_init_fn" and isinstance(arg.value, cst.Name)
+    }
+
+
+def _callers_of_drawing_functions(a: Analysis, workers: set[str]) -> None:
+    """Functions and classes calling (or constructing) one that draws, outside the loops that
+    train, until none is added; the lines of those calls. Imported program functions that draw
+    come from the seeds."""
+    drawing = a.facts.drawing_functions
+    imported = a.seeds.drawing_functions if a.seeds is not None else frozenset()
+    calls = [
+        (call, program_callee(a.facts, call.node.func, call.scope))
+        for call in a.r.calls
+        if not _per_process_draw(a, call, workers)
+    ]
+    changed = True
+    while changed:
+        changed = False
+        for call, callee in calls:
+            func = call.node.func
+            local = func.value if isinstance(func, cst.Name) else None
+            if local not in drawing and callee not in imported:
+                continue
+            a.facts.shared_draw_lines.add(a.site(call.node).line)
+            if call.function != MODULE and call.function not in drawing:
+                drawing.add(call.function)
+                changed = True
