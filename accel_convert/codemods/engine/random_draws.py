@@ -68,9 +68,13 @@ def is_global_draw(qualified: str) -> bool:
 
 def seeds_generator_of(seeding: str, draw: str) -> bool:
     """Whether a seeding call (its qualified or plain name) seeds the generator ``draw`` draws
-    from: ``torch.manual_seed`` seeds torch's alone, any other seed (``set_seed``,
-    ``np.random.seed``, ``random.seed``) is taken to seed them all."""
-    return seeding not in TORCH_ONLY_SEEDS or draw.startswith("torch.")
+    from: ``torch.manual_seed`` seeds torch's alone, ``np.random.seed`` NumPy's, ``random.seed``
+    Python's; any other (accelerate's ``set_seed``, the script's own) is taken to seed them all."""
+    if seeding in TORCH_ONLY_SEEDS:
+        return draw.startswith("torch.")
+    if seeding.startswith(("numpy.random.", "random.")):
+        return draw.startswith(seeding.rpartition(".")[0] + ".")
+    return True
 
 
 def is_agreeing_call(call: cst.Call) -> bool:

@@ -291,38 +291,99 @@ def _object_fed(a: Analysis, node: cst.Call) -> str | None:
     return name if name in a.assigned and name not in accelerators else None
 
 
+#: Where a call runs, in the order the program runs it: the lines of the calls leading from
+#: module-level code to its function, then its own line (a draw at line 40 of a model's
+#: ``__init__`` constructed at line 121 of ``main()``, called at line 150, runs at (150, 121, 40)).
+RunPath = tuple[int, ...]
+
+
 @provider(
-    needs=("call_graph", "loop_backward"),
+    needs=("call_graph", "loop_backward", "models"),
     provides=("shared_draws", "shared_draw_lines", "drawing_functions"),
 )
 def shared_draws(a: Analysis) -> None:
-    """Draws from a global generator that no seeding call above them makes agree, and that decide
+    """Draws from a global generator that no seeding call before them makes agree, and that decide
     what the processes share: ``lr = random.uniform(1e-4, 1e-2)`` in ``main()``, a split drawn
     at module level, a target drawn in a class's ``__init__`` or a config helper of another
     module. Each process draws its own, so each trains with other hyperparameters, on another
     split, or names its checkpoint after its own draw. A draw in a loop that trains (a batch of
-    synthetic data), in a method that is no ``__init__`` (a dataset's ``__getitem__``) or in a
-    DataLoader's ``worker_init_fn`` (the per-worker diversity the script asks for) is per
-    process on purpose. Also the functions and classes making one, and the lines of their
-    calls: the accelerator is created above the first, and agrees the generators there."""
+    synthetic data) or handed straight to a dataset or a model (samples), in a method that is no
+    ``__init__`` (a dataset's ``__getitem__``), in a
+    DataLoader's ``worker_init_fn`` (the per-worker diversity the script asks for) or in a
+    function only such code calls is per process on purpose. Also the functions and classes
+    making one, and the lines of their calls: the accelerator is created above the first, and
+    agrees the generators there."""
     workers = _worker_init_functions(a)
+    calls = [(call, _callee(a, call)) for call in a.r.calls if not _per_process_draw(a, call, workers)]
+    paths = _run_paths(a, calls)
     seeds = [
-        (a.site(call.node).line, a.facts.callee_name(call.node.func, call.scope) or "")
-        for call in a.r.calls
-        if call.function not in workers and _is_seeding(a, call)
+        (paths[call.function] + (a.site(call.node).line,), a.facts.callee_name(call.node.func, call.scope) or "")
+        for call, _ in calls
+        if call.function in paths and _is_seeding(a, call)
     ]
-    for call in a.r.calls:
-        drawn = a.qualified(call) or ""
-        if not _draws_globally(call, drawn) or _per_process_draw(a, call, workers):
+    imported = a.seeds.drawing_functions if a.seeds is not None else frozenset()
+    data = _drawn_data(a)
+    for call, callee in calls:
+        # An imported function that draws: what it draws from is not known here (any seed but
+        # torch's alone seeds it).
+        drawn = "random" if callee in imported else a.qualified(call) or ""
+        if call.function not in paths or id(call.node) in data:
             continue
-        line = a.site(call.node).line
-        if any(seed_line < line and seeds_generator_of(seed, drawn) for seed_line, seed in seeds):
+        if not (callee in imported or _draws_globally(call, drawn)):
+            continue
+        path = paths[call.function] + (a.site(call.node).line,)
+        if any(seed < path and seeds_generator_of(name, drawn) for seed, name in seeds):
             continue
         a.facts.shared_draws.append(a.site(call.node))
-        a.facts.shared_draw_lines.add(line)
+        a.facts.shared_draw_lines.add(path[-1])
         if call.function != MODULE:
             a.facts.drawing_functions.add(call.function)
-    _callers_of_drawing_functions(a, workers)
+    _callers_of_drawing_functions(a, calls)
+
+
+def _drawn_data(a: Analysis) -> set[int]:
+    """Draws handed straight to a dataset, a loader or a model (``TensorDataset(torch.randn(64,
+    8))``, ``model.decode(torch.randn(4, 2))``): samples, per process like a shard of data (ids
+    of the calls)."""
+    models = a.facts.models
+    return {
+        id(arg.value)
+        for call in a.r.calls
+        if (a.qualified(call) or "").startswith("torch.utils.data.")
+        or (dotted(call.node.func) or "").partition(".")[0] in models
+        for arg in call.node.args
+        if isinstance(arg.value, cst.Call)
+    }
+
+
+def _callee(a: Analysis, call: CallRecord) -> str | None:
+    """The file's function or class a call runs (its name), or an imported program function (its
+    qualified name); None for anything else."""
+    func = call.node.func
+    if isinstance(func, cst.Name) and (func.value in a.r.defs or func.value in a.r.classes):
+        return func.value
+    return program_callee(a.facts, func, call.scope)
+
+
+def _run_paths(a: Analysis, calls: list[tuple[CallRecord, str | None]]) -> dict[str, RunPath]:
+    """Module-level code, and each function and class (its ``__init__``) it reaches through
+    calls outside the loops that train, with the earliest :data:`RunPath` of its start. A module
+    of a program that its entry imports runs its functions when the entry calls them: each
+    starts with no path of its own there."""
+    paths: dict[str, RunPath] = {MODULE: ()}
+    if a.seeds is not None and a.seeds.library:
+        paths.update(dict.fromkeys([*a.r.defs, *a.r.classes], ()))
+    changed = True
+    while changed:
+        changed = False
+        for call, callee in calls:
+            if callee is None or call.function not in paths:
+                continue
+            path = paths[call.function] + (a.site(call.node).line,)
+            if callee not in paths or path < paths[callee]:
+                paths[callee] = path
+                changed = True
+    return paths
 
 
 def _draws_globally(call: CallRecord, drawn: str) -> bool:
@@ -361,24 +422,15 @@ def _worker_init_functions(a: Analysis) -> set[str]:
     }
 
 
-def _callers_of_drawing_functions(a: Analysis, workers: set[str]) -> None:
+def _callers_of_drawing_functions(a: Analysis, calls: list[tuple[CallRecord, str | None]]) -> None:
     """Functions and classes calling (or constructing) one that draws, outside the loops that
-    train, until none is added; the lines of those calls. Imported program functions that draw
-    come from the seeds."""
+    train, until none is added; the lines of those calls."""
     drawing = a.facts.drawing_functions
-    imported = a.seeds.drawing_functions if a.seeds is not None else frozenset()
-    calls = [
-        (call, program_callee(a.facts, call.node.func, call.scope))
-        for call in a.r.calls
-        if not _per_process_draw(a, call, workers)
-    ]
     changed = True
     while changed:
         changed = False
         for call, callee in calls:
-            func = call.node.func
-            local = func.value if isinstance(func, cst.Name) else None
-            if local not in drawing and callee not in imported:
+            if callee not in drawing:
                 continue
             a.facts.shared_draw_lines.add(a.site(call.node).line)
             if call.function != MODULE and call.function not in drawing:
