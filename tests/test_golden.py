@@ -89,8 +89,10 @@ def test_accelerate_target_differs_only_in_imports(case: Path) -> None:
     accelerate_output, _ = convert(case.read_bytes(), options_for(case, target="accelerate"))
     differing = _differing_lines(runtime_output, accelerate_output)
     agreeing = [line for line in differing if _agrees_random_state(line)]
-    assert bool(agreeing) == any(line.startswith("- ") for line in agreeing) == any(
-        "synchronize_rng_states(" in line for line in agreeing
+    assert (
+        bool(agreeing)
+        == any(line.startswith("- ") for line in agreeing)
+        == any("synchronize_rng_states(" in line for line in agreeing)
     ), agreeing
     for line in differing:
         text = line[2:].strip()

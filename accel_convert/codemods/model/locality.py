@@ -8,6 +8,7 @@ from collections.abc import Set as AbstractSet
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import MODULE, callers_closure
+from accel_convert.codemods.engine.program_seeds import program_callee
 from accel_convert.codemods.engine.random_draws import is_global_draw, seeds_generator_of
 from accel_convert.codemods.engine.syntax import (
     dotted,
@@ -22,7 +23,6 @@ from accel_convert.codemods.engine.torch_names import (
     PER_PROCESS_PATHS,
     RANDOM_SPLITS,
 )
-from accel_convert.codemods.engine.program_seeds import program_callee
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
     AssignRecord,

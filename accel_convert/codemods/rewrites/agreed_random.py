@@ -220,9 +220,7 @@ def _agreeing_code(facts: ScriptFacts, options: Options) -> tuple[list[str], lis
             local = qualified
             imports.append(import_line)
         lines.append(f"{local}.{setter}(broadcast_object_list([{local}.{getter}()])[0])")
-    lines.append(
-        f'{AGREEING_FUNCTION}(["torch", "cuda"] if {accelerator}.device.type == "cuda" else ["torch"])'
-    )
+    lines.append(f'{AGREEING_FUNCTION}(["torch", "cuda"] if {accelerator}.device.type == "cuda" else ["torch"])')
     return lines, imports
 
 
