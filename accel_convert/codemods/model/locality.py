@@ -308,11 +308,11 @@ def shared_draws(a: Analysis) -> None:
     module. Each process draws its own, so each trains with other hyperparameters, on another
     split, or names its checkpoint after its own draw. A draw in a loop that trains (a batch of
     synthetic data) or handed straight to a dataset or a model (samples), in a method that is no
-    ``__init__`` (a dataset's ``__getitem__``), in a
-    DataLoader's ``worker_init_fn`` (the per-worker diversity the script asks for) or in a
-    function only such code calls is per process on purpose. Also the functions and classes
-    making one, and the lines of their calls: the accelerator is created above the first, and
-    agrees the generators there."""
+    ``__init__`` (a dataset's ``__getitem__``), in a DataLoader's ``worker_init_fn`` (the
+    per-worker diversity the script asks for) or in a function only such code calls is per
+    process on purpose. Whether a seed comes first is decided in run order (:data:`RunPath`), for
+    the generator each seed seeds. Also the functions and classes making one, and the lines of
+    their calls: the accelerator is created above the first, and agrees the generators there."""
     workers = _worker_init_functions(a)
     calls = [(call, _callee(a, call)) for call in a.r.calls if not _per_process_draw(a, call, workers)]
     paths = _run_paths(a, calls)
