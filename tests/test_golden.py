@@ -82,14 +82,22 @@ def _differing_lines(first: bytes, second: bytes) -> list[str]:
 def test_accelerate_target_differs_only_in_imports(case: Path) -> None:
     """Besides the import, the one difference: a model method that runs the model (a
     ``training_step``) goes through the runtime's ``accelerator.as_forward(model)``, which
-    Accelerate lacks; there it is unwrapped and reported (ACC921)."""
+    Accelerate lacks; there it is unwrapped and reported (ACC921). And where the processes take
+    rank 0's random generators (ACC124): the runtime's ``accelerator.agree_random_state()`` is
+    Accelerate's broadcasts of ``random``'s and NumPy's states and ``synchronize_rng_states``."""
     runtime_output, _ = convert(case.read_bytes(), options_for(case, target="runtime"))
     accelerate_output, _ = convert(case.read_bytes(), options_for(case, target="accelerate"))
     differing = _differing_lines(runtime_output, accelerate_output)
+    agreeing = [line for line in differing if _agrees_random_state(line)]
+    assert (
+        bool(agreeing)
+        == any(line.startswith("- ") for line in agreeing)
+        == any("synchronize_rng_states(" in line for line in agreeing)
+    ), agreeing
     for line in differing:
         text = line[2:].strip()
         package = "accel_convert.runtime" if line.startswith("- ") else "accelerate"
-        if text.startswith((f"from {package} import ", f"from {package}.utils import ")):
+        if text.startswith((f"from {package} import ", f"from {package}.utils import ")) or line in agreeing:
             continue
         counterpart = (
             "+ " + line[2:].replace(".as_forward(", ".unwrap_model(")
@@ -97,6 +105,17 @@ def test_accelerate_target_differs_only_in_imports(case: Path) -> None:
             else "- " + line[2:].replace(".unwrap_model(", ".as_forward(")
         )
         assert ".as_forward(" in line + counterpart and counterpart in differing, line
+
+
+def _agrees_random_state(line: str) -> bool:
+    """A line of either target's agreement of the random generators (ACC124)."""
+    text = line[2:].strip()
+    if line.startswith("- "):
+        return text.endswith(".agree_random_state()")
+    return text in ("import random", "import numpy") or (
+        text.startswith("synchronize_rng_states(")
+        or (".set" in text and "(broadcast_object_list([" in text and ".get" in text)
+    )
 
 
 #: Text each automatic rewrite's position must point at in the *original* file.

@@ -731,6 +731,14 @@ class Accelerator(ProcessGuards):
         """Every rank gets ``from_process``'s tensors (in place)."""
         return operations.broadcast(tensor, from_process)
 
+    def agree_random_state(self) -> None:
+        """Every process takes the main process's state of Python's, NumPy's and torch's global
+        generators (runtime.random_state): from here on, a script that never seeded draws the same
+        values on every process; nothing changes on one process."""
+        from accel_convert.runtime.random_state import agree_random_state
+
+        agree_random_state(self.device)
+
     def set_trigger(self) -> None:
         """Raise a flag on this rank; ``check_trigger`` then returns True on every rank."""
         self.flag_tensor = torch.tensor(1, device=self.device)

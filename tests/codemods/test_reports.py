@@ -344,29 +344,59 @@ if __name__ == "__main__":
 
 
 @pytest.mark.parametrize(
-    ("before", "draw", "reported"),
+    ("before", "draw", "agreed"),
     [
-        # A module-level torch draw is broadcast from rank 0 (ACC124 agreed-random), not reported.
-        ("", "torch.randn(4, 1) * 5", ["extra"]),
-        ("", "torch.from_numpy(np.random.randn(4, 1)).float()", ["target", "extra"]),
+        ("", "torch.randn(4, 1) * 5", [9, 13]),
+        ("", "torch.from_numpy(np.random.randn(4, 1)).float()", [9, 13]),
         ("torch.manual_seed(0)", "torch.randn(4, 1)", []),
-        ("np.random.seed(0)", "torch.randn(4, 1)", []),
-        ("g = torch.Generator().manual_seed(1)", "torch.randn(4, 1, generator=g)", ["extra"]),
+        # NumPy's seed leaves torch's generator as it was.
+        ("np.random.seed(0)", "torch.randn(4, 1)", [9, 13]),
+        ("g = torch.Generator().manual_seed(1)", "torch.randn(4, 1, generator=g)", [13]),
         ("set_seed(42)", "torch.randn(4, 1)", []),
-        ("", "torch.ones(4, 1)", ["extra"]),
+        ("", "torch.ones(4, 1)", [13]),
     ],
 )
-def test_module_level_random_data_drawn_before_any_seed_is_reported(
-    before: str, draw: str, reported: list[str]
-) -> None:
+def test_module_level_random_data_drawn_before_any_seed_is_agreed(before: str, draw: str, agreed: list[int]) -> None:
     """Every process draws its own ``target``: each would fit another function. Draws after a
-    seed, or from a seeded generator, are the same everywhere; the fresh batches drawn in the loop
-    (data per process, like a shard) are not module-level assignments."""
+    seed of their generator, or from a seeded generator of their own, are the same everywhere;
+    the others run after the accelerator, created above them, has every process take rank 0's
+    generators (ACC124), so none is left to report (ACC923). The fresh batches drawn in the loop
+    (data per process, like a shard) are not among them."""
     source = HEADER + RANDOM_MODULE.format(before=before, draw=draw)
     outcome = convert_module(cst.parse_module(source), Options(), source)
-    found = [change.message.split(" ")[0] for change in outcome.changes if change.code == "ACC923"]
-    assert found == reported
+    assert [change.line for change in outcome.changes if change.code == "ACC124"] == agreed
+    assert [change for change in outcome.changes if change.code == "ACC923"] == []
     assert f"target = {draw}" in outcome.module.code, "left as it was"
+    assert ("accelerator.agree_random_state()" in outcome.module.code) == bool(agreed)
+
+
+def test_a_module_level_draw_in_a_script_that_trains_in_main_is_reported() -> None:
+    """Drawn on import, before any accelerator can exist: left to a person (ACC923)."""
+    source = code(
+        """
+        import torch
+        import torch.nn as nn
+
+        target = torch.randn(4, 1)
+
+
+        def main():
+            model = nn.Linear(4, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for step in range(10):
+                x = torch.randn(8, 4)
+                optimizer.zero_grad()
+                ((model(x) - x @ target) ** 2).mean().backward()
+                optimizer.step()
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    outcome = convert_module(cst.parse_module(source), Options(), source)
+    assert [(c.code, c.line) for c in outcome.changes if c.code in ("ACC923", "ACC124")] == [("ACC923", 4)]
+    assert "agree_random_state" not in outcome.module.code
 
 
 NEXT_BATCH = """

@@ -5,12 +5,13 @@ fits) or ``X = torch.randn(1000, 10)`` (a synthetic dataset) drawn before any se
 different values on each rank: each one fits its own target or shards its own dataset, while DDP
 averages their gradients as if they trained one model on one task. Seeding first (accelerate's
 ``set_seed(...)`` or ``torch.manual_seed(...)``, the same seed on every process) makes the draws
-equal. The converter cannot choose the seed for the script: a module-level torch draw it makes
-the same on every process by broadcasting rank 0's (``ACC124`` agreed-random); the rest (NumPy's
-draws, draws in a function) it reports and leaves as they are. Draws given their own ``generator=`` are left alone, as are draws after any call
+equal. The converter cannot choose the seed for the script: where the accelerator can be created
+above the draws, every process takes rank 0's random generators there (``ACC124``
+agreed-random); what runs before any accelerator can exist (a module-level draw in a script that
+trains in ``main()``) it reports and leaves as it is. Draws given their own ``generator=`` are left alone, as are draws after any call
 of a function whose name says seed (``torch.manual_seed``, ``set_seed``, ``np.random.seed``).
 
-A dataset split at random anywhere in a file that never seeds (``random_split(ds, [400, 200])``
+A dataset split at random in a file that never seeds (``random_split(ds, [400, 200])``
 without ``generator=``, scikit-learn's ``train_test_split`` without ``random_state=``) is reported
 too: each process draws its own split, so one process trains on samples another validates on,
 and the gathered validation counts some samples twice and misses others. So is an in-place
@@ -28,7 +29,13 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
-from accel_convert.codemods.engine.random_draws import agreed_names, is_draw, is_seeding_call, unseeded_draw
+from accel_convert.codemods.engine.random_draws import (
+    agreed_names,
+    is_agreeing_call,
+    is_draw,
+    is_seeding_call,
+    unseeded_draw,
+)
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import calls_in, expression_code, is_main_guard
 from accel_convert.codemods.engine.torch_names import (
@@ -51,6 +58,7 @@ class UnseededRandomData(Rule):
     name = "unseeded-random-data"
     examples = (
         Example(
+            # Drawn on import, before main() can create the accelerator: no agreement reaches it.
             before="""
                 import numpy as np
                 import torch
@@ -64,14 +72,19 @@ class UnseededRandomData(Rule):
                     return x, x.mm(W_target)
 
 
-                fc = torch.nn.Linear(4, 1)
-                optimizer = torch.optim.SGD(fc.parameters(), lr=0.1)
-                for step in range(100):
-                    batch_x, batch_y = get_batch()
-                    optimizer.zero_grad()
-                    loss = F.smooth_l1_loss(fc(batch_x), batch_y)
-                    loss.backward()
-                    optimizer.step()
+                def main():
+                    fc = torch.nn.Linear(4, 1)
+                    optimizer = torch.optim.SGD(fc.parameters(), lr=0.1)
+                    for step in range(100):
+                        batch_x, batch_y = get_batch()
+                        optimizer.zero_grad()
+                        loss = F.smooth_l1_loss(fc(batch_x), batch_y)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
             """,
             message=(
                 "W_target is drawn at random on every process before any seed: each process gets its own "
@@ -86,12 +99,13 @@ class UnseededRandomData(Rule):
                 import torch.nn as nn
                 from torch.utils.data import DataLoader, Subset, TensorDataset
 
+                torch.manual_seed(0)
+                dataset = TensorDataset(torch.randn(100, 8), torch.randn(100, 1))
+                indices = list(range(len(dataset)))
+                np.random.shuffle(indices)
+
 
                 def main():
-                    torch.manual_seed(0)
-                    dataset = TensorDataset(torch.randn(100, 8), torch.randn(100, 1))
-                    indices = list(range(len(dataset)))
-                    np.random.shuffle(indices)
                     train_loader = DataLoader(Subset(dataset, indices[20:]), batch_size=8)
                     model = nn.Linear(8, 1)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -127,8 +141,9 @@ def _report_unseeded_splits(module: cst.Module, facts: ScriptFacts, changes: lis
     in-place shuffles (``np.random.shuffle(indices)``) in a file that seeds torch at most."""
     if facts.called.isdisjoint(RANDOM_SPLITS) and facts.called.isdisjoint(IN_PLACE_SHUFFLES):
         return  # the analysis saw no split: no walk of the file
-    calls = [node for node in module_nodes(module) if isinstance(node, cst.Call)]
-    seeds = [call for call in calls if is_seeding_call(call, facts)]
+    every_call = [node for node in module_nodes(module) if isinstance(node, cst.Call)]
+    seeds = [call for call in every_call if is_seeding_call(call, facts)]
+    calls = _not_agreed(module, every_call, facts)
     if all(facts.qualified_name(call.func) in TORCH_ONLY_SEEDS for call in seeds):
         # torch.manual_seed leaves numpy's and random's generators as they were.
         for call in calls:
@@ -155,6 +170,23 @@ def _report_unseeded_splits(module: cst.Module, facts: ScriptFacts, changes: lis
         changes.append(report_at(site, UnseededRandomData.code, message))
 
 
+def _not_agreed(module: cst.Module, calls: list[cst.Call], facts: ScriptFacts) -> list[cst.Call]:
+    """``calls`` but those that run after the processes took rank 0's generators (ACC124): with
+    an agreement, only the module-level code of a script whose home is a function or the
+    ``__main__`` block runs before it (on import)."""
+    if not any(is_agreeing_call(call) for call in calls):
+        return calls
+    if facts.home_kind == "module":
+        return []
+    on_import = {
+        id(node)
+        for statement in module.body
+        if not isinstance(statement, (cst.FunctionDef, cst.ClassDef)) and not is_main_guard(statement)
+        for node in calls_in(statement)
+    }
+    return [call for call in calls if id(call) in on_import]
+
+
 def _shuffle_message(call: cst.Call) -> str:
     return SHUFFLE_MESSAGE.format(function=expression_code(call.func))
 
@@ -176,7 +208,7 @@ def _report_draws(
             continue
         if not isinstance(statement, cst.SimpleStatementLine):
             continue
-        if any(is_seeding_call(call, facts) for call in calls_in(statement)):
+        if any(is_seeding_call(call, facts) or is_agreeing_call(call) for call in calls_in(statement)):
             seeded = True
         elif not seeded:
             changes.extend(_unseeded_draws(statement, facts, agreed))

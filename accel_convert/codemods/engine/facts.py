@@ -331,6 +331,17 @@ class ScriptFacts(FactQuestions):
     #: Module-level functions that fetch files over the network (``urlretrieve``, ``requests.get``),
     #: directly or through their calls: a hand-written dataset download.
     download_functions: AbstractSet[str] = frozenset()
+    #: Draws from a global generator (torch's, NumPy's, Python's ``random``) that no seeding
+    #: call above them makes the same on every process, and that decide what the processes
+    #: share (a learning rate, a split, a target, a file name): outside the loops that train, and
+    #: outside methods other than ``__init__`` (a dataset's ``__getitem__`` augments per sample).
+    shared_draws: Sequence[Site] = ()
+    #: Original lines of those draws, and of the calls (outside the loops that train) of the
+    #: functions and classes that make one: the accelerator is created above the first.
+    shared_draw_lines: AbstractSet[int] = frozenset()
+    #: Module-level functions and classes (through ``__init__``) making one, directly or
+    #: through their calls.
+    drawing_functions: AbstractSet[str] = frozenset()
     #: Module-level functions that run a backward, directly or through their calls.
     backward_functions: AbstractSet[str] = frozenset()
     #: Where ``.backward()`` is called (a site, for the no-DataLoader report).
@@ -513,6 +524,9 @@ class FactsDraft(FactQuestions):
     grad_scalers: set[str] = field(default_factory=set)
     amp_lines: set[int] | None = field(default_factory=set)
     download_functions: set[str] = field(default_factory=set)
+    shared_draws: list[Site] = field(default_factory=list)
+    shared_draw_lines: set[int] = field(default_factory=set)
+    drawing_functions: set[str] = field(default_factory=set)
     backward_functions: set[str] = field(default_factory=set)
     backward_site: Site | None = None
     backward_trains: bool = True

@@ -607,6 +607,7 @@ class Program:
             loader_factories=self._loader_factories(facts),
             looping=self._looping_functions(facts, seeds),
             backward=self._backward_functions(facts, seeds),
+            drawing={f"{name}.{f}" for name, module_facts in facts.items() for f in module_facts.drawing_functions},
             training_bases=_by_module(self._training_bases(parents, facts, calls)),
             training_base_subclasses=_by_module(self._inheriting_training(parents, facts)),
             inherited_accelerator=_by_module(self._inheriting_accelerator(parents, facts)),
@@ -900,6 +901,8 @@ class _Learnt:
     loader_factories: set[str]
     looping: set[str]
     backward: set[str]
+    #: Functions and classes drawing from a global generator before any seed.
+    drawing: set[str]
     #: Module → its classes of each kind.
     training_bases: dict[str, set[str]]
     training_base_subclasses: dict[str, set[str]]
@@ -924,6 +927,7 @@ class _Learnt:
             loader_factories=frozenset(self.loader_factories),
             looping_functions=frozenset(self.looping - own),
             backward_functions=frozenset(self.backward - own),
+            drawing_functions=frozenset(self.drawing - own),
             training_bases=frozenset(self.training_bases.get(name, set())),
             training_base_subclasses=frozenset(self.training_base_subclasses.get(name, set())),
             inherited_accelerator=frozenset(self.inherited_accelerator.get(name, set())),

@@ -60,6 +60,9 @@ class ProgramSeeds:
     looping_functions: frozenset[str] = frozenset()
     #: Imported functions that run a backward (directly or through their calls).
     backward_functions: frozenset[str] = frozenset()
+    #: Imported functions (and classes) that draw from a global generator before any seed,
+    #: directly or through their calls (a config helper drawing the learning rate).
+    drawing_functions: frozenset[str] = frozenset()
     #: Imported functions that take the accelerator once converted → where the parameter sits
     #: among the positional ones (None: keyword-only).
     accelerator_parameters: tuple[tuple[str, int | None], ...] = ()

@@ -12,7 +12,18 @@ import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.syntax import dotted
-from accel_convert.codemods.engine.torch_names import NUMPY_RANDOM_NOT_DRAWS, RANDOM_TENSOR_FUNCTIONS
+from accel_convert.codemods.engine.torch_names import (
+    NUMPY_RANDOM_NOT_DRAWS,
+    PYTHON_RANDOM_NOT_DRAWS,
+    RANDOM_TENSOR_FUNCTIONS,
+    TORCH_ONLY_SEEDS,
+)
+
+#: The calls that give every process rank 0's state of the global generators, for each target:
+#: the runtime's method, and Accelerate's ``synchronize_rng_states`` (with the object broadcasts
+#: of Python's and NumPy's states written next to it).
+AGREEING_METHOD = "agree_random_state"
+AGREEING_FUNCTION = "synchronize_rng_states"
 
 
 def agreed_names(module: cst.Module) -> set[str]:
@@ -47,6 +58,29 @@ def is_draw(qualified: str) -> bool:
     return qualified in RANDOM_TENSOR_FUNCTIONS or (
         qualified.startswith("numpy.random.") and qualified not in NUMPY_RANDOM_NOT_DRAWS
     )
+
+
+def is_global_draw(qualified: str) -> bool:
+    """A draw from torch's, NumPy's or Python's ``random`` global generator (``random.uniform``,
+    ``random.choice``, ``np.random.rand``, ``torch.randn``)."""
+    return is_draw(qualified) or (qualified.startswith("random.") and qualified not in PYTHON_RANDOM_NOT_DRAWS)
+
+
+def seeds_generator_of(seeding: str, draw: str) -> bool:
+    """Whether a seeding call (its qualified or plain name) seeds the generator ``draw`` draws
+    from: ``torch.manual_seed`` seeds torch's alone, ``np.random.seed`` NumPy's, ``random.seed``
+    Python's; any other (accelerate's ``set_seed``, the script's own) is taken to seed them all."""
+    if seeding in TORCH_ONLY_SEEDS:
+        return draw.startswith("torch.")
+    if seeding.startswith(("numpy.random.", "random.")):
+        return draw.startswith(seeding.rpartition(".")[0] + ".")
+    return True
+
+
+def is_agreeing_call(call: cst.Call) -> bool:
+    """``accelerator.agree_random_state()`` or Accelerate's ``synchronize_rng_states(...)``:
+    from here on every process draws what rank 0 draws (ACC124 agreed-random wrote it)."""
+    return (dotted(call.func) or "").rpartition(".")[2] in (AGREEING_METHOD, AGREEING_FUNCTION)
 
 
 def unseeded_draw(call: cst.Call, facts: ScriptFacts) -> bool:

@@ -361,6 +361,11 @@ TORCH_ONLY_SEEDS = frozenset(
 NUMPY_RANDOM_NOT_DRAWS = frozenset(
     {"numpy.random.seed", "numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.Generator"}
 )
+#: ``random`` names that are not draws from its global generator (a seed, its state, a
+#: generator of the script's own).
+PYTHON_RANDOM_NOT_DRAWS = frozenset(
+    {"random.seed", "random.getstate", "random.setstate", "random.Random", "random.SystemRandom"}
+)
 #: Loss constructors and functions whose default reduction is the mean over the batch's rows
 #: (``criterion(out, y).item() * y.size(0)`` is then the rows' sum of losses).
 MEAN_LOSSES = frozenset(

@@ -7,7 +7,9 @@ from collections.abc import Set as AbstractSet
 
 import libcst as cst
 
-from accel_convert.codemods.engine.facts import callers_closure
+from accel_convert.codemods.engine.facts import MODULE, callers_closure
+from accel_convert.codemods.engine.program_seeds import program_callee
+from accel_convert.codemods.engine.random_draws import is_global_draw, seeds_generator_of
 from accel_convert.codemods.engine.syntax import (
     dotted,
     names_in,
@@ -19,6 +21,7 @@ from accel_convert.codemods.engine.torch_names import (
     NETWORK_FETCHES,
     PATH_CONSTRUCTORS,
     PER_PROCESS_PATHS,
+    RANDOM_SPLITS,
 )
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
@@ -286,3 +289,150 @@ def _object_fed(a: Analysis, node: cst.Call) -> str | None:
         return None
     accelerators = {a.facts.existing_accelerator, a.facts.accelerator_name}
     return name if name in a.assigned and name not in accelerators else None
+
+
+#: Where a call runs, in the order the program runs it: the lines of the calls leading from
+#: module-level code to its function, then its own line (a draw at line 40 of a model's
+#: ``__init__`` constructed at line 121 of ``main()``, called at line 150, runs at (150, 121, 40)).
+RunPath = tuple[int, ...]
+
+
+@provider(
+    needs=("call_graph", "loop_backward", "models"),
+    provides=("shared_draws", "shared_draw_lines", "drawing_functions"),
+)
+def shared_draws(a: Analysis) -> None:
+    """Draws from a global generator that no seeding call before them makes agree, and that decide
+    what the processes share: ``lr = random.uniform(1e-4, 1e-2)`` in ``main()``, a split drawn
+    at module level, a target drawn in a class's ``__init__`` or a config helper of another
+    module. Each process draws its own, so each trains with other hyperparameters, on another
+    split, or names its checkpoint after its own draw. A draw in a loop that trains (a batch of
+    synthetic data) or handed straight to a dataset or a model (samples), in a method that is no
+    ``__init__`` (a dataset's ``__getitem__``), in a DataLoader's ``worker_init_fn`` (the
+    per-worker diversity the script asks for) or in a function only such code calls is per
+    process on purpose. Whether a seed comes first is decided in run order (:data:`RunPath`), for
+    the generator each seed seeds. Also the functions and classes making one, and the lines of
+    their calls: the accelerator is created above the first, and agrees the generators there."""
+    workers = _worker_init_functions(a)
+    calls = [(call, _callee(a, call)) for call in a.r.calls if not _per_process_draw(a, call, workers)]
+    paths = _run_paths(a, calls)
+    seeds = [
+        (paths[call.function] + (a.site(call.node).line,), a.facts.callee_name(call.node.func, call.scope) or "")
+        for call, _ in calls
+        if call.function in paths and _is_seeding(a, call)
+    ]
+    imported = a.seeds.drawing_functions if a.seeds is not None else frozenset()
+    data = _drawn_data(a)
+    for call, callee in calls:
+        # An imported function that draws: what it draws from is not known here (any seed but
+        # torch's alone seeds it).
+        drawn = "random" if callee in imported else a.qualified(call) or ""
+        if call.function not in paths or id(call.node) in data:
+            continue
+        if not (callee in imported or _draws_globally(call, drawn)):
+            continue
+        path = paths[call.function] + (a.site(call.node).line,)
+        if any(seed < path and seeds_generator_of(name, drawn) for seed, name in seeds):
+            continue
+        a.facts.shared_draws.append(a.site(call.node))
+        a.facts.shared_draw_lines.add(path[-1])
+        if call.function != MODULE:
+            a.facts.drawing_functions.add(call.function)
+    _callers_of_drawing_functions(a, calls)
+
+
+def _drawn_data(a: Analysis) -> set[int]:
+    """Draws handed straight to a dataset, a loader or a model (``TensorDataset(torch.randn(64,
+    8))``, ``model.decode(torch.randn(4, 2))``): samples, per process like a shard of data (ids
+    of the calls)."""
+    models = a.facts.models
+    return {
+        id(arg.value)
+        for call in a.r.calls
+        if (a.qualified(call) or "").startswith("torch.utils.data.")
+        or (dotted(call.node.func) or "").partition(".")[0] in models
+        for arg in call.node.args
+        if isinstance(arg.value, cst.Call)
+    }
+
+
+def _callee(a: Analysis, call: CallRecord) -> str | None:
+    """The file's function or class a call runs (its name), or an imported program function (its
+    qualified name); None for anything else."""
+    func = call.node.func
+    if isinstance(func, cst.Name) and (func.value in a.r.defs or func.value in a.r.classes):
+        return func.value
+    return program_callee(a.facts, func, call.scope)
+
+
+def _run_paths(a: Analysis, calls: list[tuple[CallRecord, str | None]]) -> dict[str, RunPath]:
+    """Module-level code, and each function and class (its ``__init__``) it reaches through
+    calls outside the loops that train, with the earliest :data:`RunPath` of its start. A module
+    of a program that its entry imports runs its functions when the entry calls them: each
+    starts with no path of its own there."""
+    paths: dict[str, RunPath] = {MODULE: ()}
+    if a.seeds is not None and a.seeds.library:
+        paths.update(dict.fromkeys([*a.r.defs, *a.r.classes], ()))
+    changed = True
+    while changed:
+        changed = False
+        for call, callee in calls:
+            if callee is None or call.function not in paths:
+                continue
+            path = paths[call.function] + (a.site(call.node).line,)
+            if callee not in paths or path < paths[callee]:
+                paths[callee] = path
+                changed = True
+    return paths
+
+
+def _draws_globally(call: CallRecord, drawn: str) -> bool:
+    """A call drawing from a global generator: a draw not given its own ``generator=``, or a
+    random split not given its own seed (``random_split(ds, [400, 200])`` draws from torch's)."""
+    keyword = RANDOM_SPLITS.get(drawn, "generator")
+    if any(arg.keyword is not None and arg.keyword.value == keyword for arg in call.node.args):
+        return False
+    return is_global_draw(drawn) or drawn in RANDOM_SPLITS
+
+
+def _per_process_draw(a: Analysis, call: CallRecord, workers: set[str]) -> bool:
+    """A draw each process makes for itself on purpose: per batch in a loop that trains, in a
+    method other than ``__init__``, or in a worker's initialiser."""
+    if call.function in workers or any(loop.has_backward for loop in call.loops):
+        return True
+    scope = call.scope
+    return len(scope) >= 2 and scope[0] in a.r.classes and scope[1] != "__init__"
+
+
+def _is_seeding(a: Analysis, call: CallRecord) -> bool:
+    """``torch.manual_seed(0)``, accelerate's ``set_seed``, the script's own ``set_seed(42)``;
+    not a generator's own ``g.manual_seed(1)`` (see :func:`engine.random_draws.is_seeding_call`)."""
+    func = call.node.func
+    name = a.qualified(call) if not isinstance(func, cst.Name) else func.value
+    return "seed" in (name or "").rpartition(".")[2]
+
+
+def _worker_init_functions(a: Analysis) -> set[str]:
+    """The script's functions a DataLoader runs in each worker (``worker_init_fn=seed_worker``)."""
+    return {
+        arg.value.value
+        for call in a.r.calls
+        for arg in call.node.args
+        if arg.keyword is not None and arg.keyword.value == "worker_init_fn" and isinstance(arg.value, cst.Name)
+    }
+
+
+def _callers_of_drawing_functions(a: Analysis, calls: list[tuple[CallRecord, str | None]]) -> None:
+    """Functions and classes calling (or constructing) one that draws, outside the loops that
+    train, until none is added; the lines of those calls."""
+    drawing = a.facts.drawing_functions
+    changed = True
+    while changed:
+        changed = False
+        for call, callee in calls:
+            if callee not in drawing:
+                continue
+            a.facts.shared_draw_lines.add(a.site(call.node).line)
+            if call.function != MODULE and call.function not in drawing:
+                drawing.add(call.function)
+                changed = True

@@ -80,6 +80,7 @@ PROVIDERS: tuple[Provider, ...] = (
     source.assign_sites,
     locality.breaks,
     locality.per_process_paths,
+    locality.shared_draws,
     source.handlers,
 )
 

@@ -6,8 +6,8 @@ command line is parsed, when that happens there), or — for scripts without suc
 argument parsing in the ``__main__`` block or module. Never at import time of a module that
 DataLoader workers re-import: a module-level script without a ``__main__`` guard gets it just before
 the first statement that needs it (a training object, a backward, a dataset download run on the
-main process first, the construction of a training class that is handed it), not among its
-imports. A script that already creates one is left alone.
+main process first, the construction of a training class that is handed it, a random draw no
+seed makes agree), not among its imports. A script that already creates one is left alone.
 """
 
 from __future__ import annotations
@@ -143,7 +143,8 @@ class _CreateAccelerator(HomeBlockTransformer):
 
 def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top: bool) -> int:
     """Right after argument parsing, but before the first statement that binds the device or a
-    training object, holds a backward, downloads a dataset or constructs a training class; a
+    training object, holds a backward, downloads a dataset, constructs a training class or draws
+    at random before any seed (ACC124 agrees the generators right after the creation); a
     function with no argument parsing gets it at its top."""
     start = first_statement_index(body)
     users = facts.device_names | facts.cuda_flags | facts.trained_objects
@@ -152,6 +153,8 @@ def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top:
     reading_lines = [site.line for site in facts.call_sites.get(".backward", ())]
     # So does the construction of a training class, which is handed the accelerator (ACC108).
     reading_lines += [site.line for name in facts.training_classes for site in facts.call_sites.get(name, ())]
+    # A draw no seed makes agree: the processes take rank 0's generators before it (ACC124).
+    reading_lines += facts.shared_draw_lines
     if facts.home_kind != "function":
         # Module-level code: a call of one of the file's functions (``root = download()``) may
         # reach code the other rules give the accelerator (a guarded write, a print).

@@ -1,39 +1,42 @@
-"""ACC124 agreed-random: a module-level random tensor drawn before any seed is made the same on every process.
+"""ACC124 agreed-random: a script that draws before it seeds (or never seeds) gets every process's random generators from rank 0 where the accelerator is created.
 
-``W_target = torch.randn(4, 1) * 5`` at the top of pytorch/examples' regression script is the
-function the model must learn; drawn before any seed, every process draws its own, DDP averages
-gradients towards several targets at once, and the loss that should end training never gets
-there (on two processes the run never stopped). Any seed would do for a script that never
-seeds, but choosing one is the script's author's business; what the conversion can do without
-changing what one process computes is make the processes agree on rank 0's draw: right after the
-accelerator exists (and after the draws), ``W_target, b_target =
-broadcast_object_list([W_target, b_target])`` (an object collective: it works with NCCL and a
-tensor on the CPU alike, and keeps each tensor's device).
+A segmentation script draws its learning rate, augmentation probability and epoch count with
+``random`` in ``main()`` and never seeds: Python's ``random`` and NumPy seed themselves from the
+operating system, torch from a fresh random seed, so every process trains with other
+hyperparameters, names its checkpoint after them, and rank 1 then loads a file nobody wrote. The
+same holds for a split drawn at module level, a target drawn in a class's ``__init__``, a config
+helper of another module. Any seed would do, but choosing one is the author's business; what the
+conversion can do without changing what one process computes is make the processes agree: it
+creates the accelerator above the first such draw (ACC101) and, right after it, every process
+takes rank 0's state of Python's ``random``, NumPy's and torch's global generators (CPU and the
+process's CUDA device): ``accelerator.agree_random_state()``; for ``--target accelerate``,
+``broadcast_object_list`` of ``random``'s and NumPy's states and ``synchronize_rng_states``. On
+one process nothing is read or set.
 
-Only module-level assignments of tensors made of torch draws (``torch.randn``, ``torch.rand``,
-``torch.randint``..., not given their own ``generator=``; not a dataset, loader or module built
-from them), in a script that creates the accelerator at module level
-and reads none of them at module level before the broadcast; NumPy draws and the rest stay
-reported (``ACC923``).
+The draws are the global generators' (not one given its own ``generator=``, ``random_state=``
+or a ``random.Random()`` of its own) made before any seeding call of their generator, outside the
+loops that train (per-batch data), outside methods other than ``__init__`` (a dataset's
+augmentation) and outside a ``worker_init_fn`` (the per-worker diversity the script asks for).
+A draw that runs before any accelerator can exist (at module level in a script that trains in
+``main()``) stays reported (``ACC923``).
 """
 
 from __future__ import annotations
 
-from typing import cast
+from collections.abc import Sequence
 
 import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_name
+from accel_convert.codemods.engine.accelerator_creation import creates_accelerator
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.findings import report_at
+from accel_convert.codemods.engine.findings import Site, report_at
 from accel_convert.codemods.engine.imports import add_import
 from accel_convert.codemods.engine.model import Change, Options
-from accel_convert.codemods.engine.random_draws import agreed_names, is_seeding_call, unseeded_draw
+from accel_convert.codemods.engine.random_draws import AGREEING_FUNCTION, AGREEING_METHOD, is_agreeing_call
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import binds_name, calls_in, name_assigned
-from accel_convert.codemods.engine.walk import variables_read
-
-FUNCTION = "broadcast_object_list"
+from accel_convert.codemods.engine.syntax import is_main_guard, statement
+from accel_convert.codemods.engine.walk import module_nodes
 
 
 class AgreedRandom(Rule):
@@ -42,180 +45,218 @@ class AgreedRandom(Rule):
     examples = (
         Example(
             before="""
-                from itertools import count
+                import random
 
                 import torch
-                import torch.nn.functional as F
-
-                W_target = torch.randn(4, 1) * 5
-
-
-                def get_batch(batch_size=32):
-                    x = torch.randn(batch_size, 4)
-                    return x, x.mm(W_target)
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
 
 
-                fc = torch.nn.Linear(4, 1)
-                for batch_idx in count(1):
-                    batch_x, batch_y = get_batch()
-                    fc.zero_grad()
-                    output = F.smooth_l1_loss(fc(batch_x), batch_y)
-                    output.backward()
-                    for param in fc.parameters():
-                        param.data.add_(-0.1 * param.grad)
-                    if batch_idx == 100:
-                        break
+                def main():
+                    lr = random.choice([0.01, 0.05, 0.1])
+                    epochs = random.randint(1, 3)
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+                    for epoch in range(epochs):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            loss.backward()
+                            optimizer.step()
+                    torch.save(model.state_dict(), f"model_lr{lr}_e{epochs}.pt")
+
+
+                if __name__ == "__main__":
+                    main()
             """,
             after="""
-                from itertools import count
+                import random
 
                 import torch
-                import torch.nn.functional as F
+                import torch.nn as nn
                 from accel_convert.runtime import Accelerator
-                from accel_convert.runtime.utils import broadcast_object_list
-
-                W_target = torch.randn(4, 1) * 5
+                from torch.utils.data import DataLoader, TensorDataset
 
 
-                def get_batch(batch_size=32):
-                    x = torch.randn(batch_size, 4)
-                    return x, x.mm(W_target)
+                def main():
+                    accelerator = Accelerator()
+                    accelerator.agree_random_state()
+                    lr = random.choice([0.01, 0.05, 0.1])
+                    epochs = random.randint(1, 3)
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for epoch in range(epochs):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            accelerator.backward(loss)
+                            optimizer.step()
+                    accelerator.wait_for_everyone()
+                    accelerator.save(accelerator.unwrap_model(model).state_dict(), f"model_lr{lr}_e{epochs}.pt")
 
 
-                accelerator = Accelerator()
-                W_target = broadcast_object_list([W_target])[0]
-                fc = torch.nn.Linear(4, 1)
-                fc = accelerator.prepare(fc)
-                for batch_idx in count(1):
-                    batch_x, batch_y = get_batch()
-                    fc.zero_grad()
-                    output = F.smooth_l1_loss(fc(batch_x), batch_y)
-                    accelerator.backward(output)
-                    for param in fc.parameters():
-                        param.data.add_(-0.1 * param.grad)
-                    if batch_idx == 100:
-                        break
+                if __name__ == "__main__":
+                    main()
             """,
         ),
         Example(
-            # A loader built from draws is no tensor: broadcasting it would pickle the loader
-            # (and fail on the lambda); the unseeded draw stays the script's business.
+            # Seeded first: every process draws the same already.
             leaves_alone=True,
             before="""
+                import random
+
                 import torch
                 import torch.nn as nn
                 from torch.utils.data import DataLoader, TensorDataset
 
-                loader = DataLoader(
-                    TensorDataset(torch.randn(64, 8), torch.randn(64, 1)),
-                    batch_size=8,
-                    collate_fn=lambda rows: [torch.stack(column) for column in zip(*rows)],
-                )
-                model = nn.Linear(8, 1)
-                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-                for data, target in loader:
-                    optimizer.zero_grad()
-                    nn.functional.mse_loss(model(data), target).backward()
-                    optimizer.step()
+
+                def main():
+                    random.seed(0)
+                    torch.manual_seed(0)
+                    lr = random.choice([0.01, 0.05, 0.1])
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
             """,
             after="""
+                import random
+
                 import torch
                 import torch.nn as nn
                 from accel_convert.runtime import Accelerator
                 from torch.utils.data import DataLoader, TensorDataset
-                accelerator = Accelerator()
 
-                loader = DataLoader(
-                    TensorDataset(torch.randn(64, 8), torch.randn(64, 1)),
-                    batch_size=8,
-                    collate_fn=lambda rows: [torch.stack(column) for column in zip(*rows)],
-                )
-                model = nn.Linear(8, 1)
-                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-                model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-                for data, target in loader:
-                    optimizer.zero_grad()
-                    accelerator.backward(nn.functional.mse_loss(model(data), target))
-                    optimizer.step()
+
+                def main():
+                    accelerator = Accelerator()
+                    random.seed(0)
+                    torch.manual_seed(0)
+                    lr = random.choice([0.01, 0.05, 0.1])
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
             """,
         ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return facts.has_accelerator
+        return facts.has_accelerator and bool(facts.shared_draws) and facts.existing_accelerator is None
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        body = list(module.body)
-        accelerator = accelerator_name(facts)
-        created = next((i for i, s in enumerate(body) if binds_name([s], accelerator)), None)
-        if created is None:
-            return module, []
-        draws: dict[str, int] = {}  # name → index of its module-level draw
-        for index, statement in enumerate(body):
-            if isinstance(statement, cst.SimpleStatementLine) and any(
-                is_seeding_call(c, facts) for c in calls_in(statement)
-            ):
-                break  # seeded from here on: every process draws the same
-            name = _drawn_name(statement, facts)
-            if name is not None:
-                draws[name] = index
-        for name in agreed_names(module):  # made to agree already (a converted script)
-            draws.pop(name, None)
-        if not draws:
-            return module, []
-        after = max(created, *draws.values())
-        # A module-level statement that reads a draw before the broadcast keeps its own values.
-        agreed = [
-            name
-            for name, index in draws.items()
-            if not any(
-                name in variables_read(statement)
-                for statement in body[index + 1 : after + 1]
-                if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))
-            )
-        ]
+        if any(isinstance(node, cst.Call) and is_agreeing_call(node) for node in module_nodes(module)):
+            return module, []  # agreed already
+        agreed = _agreed_draws(module, facts)
         if not agreed:
             return module, []
-        listed = ", ".join(agreed)
-        code = f"{listed} = {FUNCTION}([{listed}])" + ("[0]" if len(agreed) == 1 else "")
-        line = cst.parse_statement(code)
-        body.insert(after + 1, line)
-        converted = add_import(
-            module.with_changes(body=body),
-            cast(
-                cst.SimpleStatementLine,
-                cst.parse_statement(f"from {options.accelerate_module}.utils import {FUNCTION}"),
-            ),
-            options.import_style,
+        lines, imports = _agreeing_code(facts, options)
+        inserter = _InsertAfterCreation(facts, [statement(line) for line in lines])
+        converted = module.visit(inserter)
+        if not inserter.done:
+            return module, []
+        for line in imports:
+            with_import = add_import(converted, statement(line), options.import_style)  # type: ignore[arg-type]
+            facts.origins.carry(converted, with_import)
+            converted = with_import
+        call = lines[-1]
+        message = (
+            "drawn at random before any seed: every process takes rank 0's random state where the "
+            f"accelerator is created ({call})"
         )
-        changes = []
-        for name in agreed:
-            site = facts.origins.site(body[draws[name]])
-            if site is not None:
-                message = f"{name} drawn at random before any seed: every process takes rank 0's draw ({FUNCTION})"
-                changes.append(report_at(site, self.code, message, fixed=True))
-        return converted, changes
+        return converted, [report_at(site, self.code, message, fixed=True) for site in agreed]
 
 
-def _drawn_name(statement: cst.BaseStatement, facts: ScriptFacts) -> str | None:
-    """``NAME`` of a module-level ``NAME = <expression of unseeded torch draws>``."""
-    assigned = name_assigned(statement)
-    if assigned is None:
-        return None
-    name, value = assigned
-    calls = calls_in(value)
-    draws = [call for call in calls if unseeded_draw(call, facts)]
-    if not draws or not all(_tensor_op(call, facts) for call in calls):
-        return None
-    return name
+def _agreed_draws(module: cst.Module, facts: ScriptFacts) -> list[Site]:
+    """The draws that run after the accelerator can exist: all of them in a script whose home is
+    its module-level code; else those outside the module-level statements (a draw at the top of
+    a script that trains in ``main()`` runs on import, before any accelerator)."""
+    if facts.home_kind == "module":
+        return list(facts.shared_draws)
+    spans = [
+        (site.line, site.end_line)
+        for node in module.body
+        if not isinstance(node, (cst.FunctionDef, cst.ClassDef)) and not is_main_guard(node)
+        if (site := facts.origins.site(node)) is not None
+    ]
+    return [site for site in facts.shared_draws if not any(start <= site.line <= end for start, end in spans)]
 
 
-def _tensor_op(call: cst.Call, facts: ScriptFacts) -> bool:
-    """A call that makes or transforms a tensor: a torch function (``torch.randn``, ``torch.cat``)
-    or a method (``.mm()``, ``.cuda()``). A dataset, loader, module or a call of the script's own
-    (``DataLoader(TensorDataset(torch.randn(...)))``) is no tensor: broadcasting it would pickle
-    the whole object, and fail on a lambda ``collate_fn``."""
-    qualified = facts.qualified_name(call.func)
-    if qualified is None:
-        return isinstance(call.func, cst.Attribute)
-    return qualified.startswith("torch.") and not qualified.startswith(("torch.utils.", "torch.nn.", "torch.optim."))
+def _agreeing_code(facts: ScriptFacts, options: Options) -> tuple[list[str], list[str]]:
+    """The statements that make the processes agree, and the imports they need."""
+    accelerator = accelerator_name(facts)
+    if options.target == "runtime":
+        return [f"{accelerator}.{AGREEING_METHOD}()"], []
+    lines: list[str] = []
+    imports = [f"from accelerate.utils import broadcast_object_list, {AGREEING_FUNCTION}"]
+    for qualified, getter, setter, import_line in (
+        ("random", "getstate", "setstate", "import random"),
+        ("numpy", "random.get_state", "random.set_state", "import numpy"),
+    ):
+        if not any(value == qualified or value.startswith(qualified + ".") for value in facts.imports.values()):
+            continue
+        local = _module_name(facts, qualified)
+        if local is None:
+            local = qualified
+            imports.append(import_line)
+        lines.append(f"{local}.{setter}(broadcast_object_list([{local}.{getter}()])[0])")
+    lines.append(f'{AGREEING_FUNCTION}(["torch", "cuda"] if {accelerator}.device.type == "cuda" else ["torch"])')
+    return lines, imports
+
+
+def _module_name(facts: ScriptFacts, qualified: str) -> str | None:
+    """The name the script binds the module ``qualified`` to (``np`` for ``numpy``), if any."""
+    return next((local for local, value in facts.imports.items() if value == qualified), None)
+
+
+class _InsertAfterCreation(cst.CSTTransformer):
+    """Puts ``statements`` right after the statement creating the accelerator, in whichever block
+    holds it (the module, the ``__main__`` block, a function)."""
+
+    def __init__(self, facts: ScriptFacts, statements: Sequence[cst.BaseStatement]) -> None:
+        super().__init__()
+        self.facts = facts
+        self.statements = list(statements)
+        self.done = False
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        return False  # the creation is a statement of a block: nothing to find inside one
+
+    def _insert(self, body: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
+        if self.done:
+            return None
+        index = next((i for i, s in enumerate(body) if creates_accelerator(s, self.facts)), None)
+        if index is None:
+            return None
+        self.done = True
+        return [*body[: index + 1], *self.statements, *body[index + 1 :]]
+
+    def leave_IndentedBlock(
+        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
+        body = self._insert(updated_node.body)
+        return updated_node if body is None else updated_node.with_changes(body=body)
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        body = self._insert(updated_node.body)
+        return updated_node if body is None else updated_node.with_changes(body=body)
