@@ -122,7 +122,7 @@ def test_select_and_ignore_switch_passes(options: Options, rewritten: str, kept:
 def test_a_module_level_script_gets_the_accelerator_before_its_first_backward() -> None:
     from accel_convert.codemods import Options, convert_module
 
-    source = "import torch\nx = 1\nloss.backward()\nprint(x)\n"
+    source = "import torch\nx = 1\nloss.backward()\noptimizer.step()\nprint(x)\n"
     code = convert_module(cst.parse_module(source), Options()).module.code
     assert code.index("accelerator = Accelerator()") < code.index("accelerator.backward(loss)")
 

@@ -435,3 +435,11 @@ PADDING_COLLATORS = frozenset(
 #: Libraries that read a tensor's memory on the host (``np.asarray`` of it): a CUDA tensor handed
 #: to one of their functions raises.
 HOST_LIBRARIES = ("numpy.", "sklearn.", "scipy.", "pandas.", "matplotlib.")
+
+
+#: Checkpoint writes (one process makes them once converted): qualified name → the keyword and
+#: position of the path argument.
+CHECKPOINT_WRITES = {"torch.save": ("f", 1)}
+#: Checkpoint reads (every process makes them): qualified name → the keyword and position of the
+#: path argument.
+CHECKPOINT_READS = {"torch.load": ("f", 0)}

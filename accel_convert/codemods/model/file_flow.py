@@ -31,17 +31,12 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import MODULE
 from accel_convert.codemods.engine.iteration import enumerate_index
 from accel_convert.codemods.engine.syntax import dotted, names_in, nodes_in
-from accel_convert.codemods.engine.torch_names import WRITING_FUNCTIONS
+from accel_convert.codemods.engine.torch_names import CHECKPOINT_READS, CHECKPOINT_WRITES, WRITING_FUNCTIONS
 from accel_convert.codemods.model.calls import _instance_class
 from accel_convert.codemods.model.provider import provider, rule_provider
 from accel_convert.codemods.model.recorder import CallRecord, LoopRecord
 from accel_convert.codemods.model.state import Analysis
 
-#: Writes one process makes (after the checkpoint rule's rewrite): qualified name → the keyword
-#: and position of the path argument.
-MAIN_ONLY_WRITES = {"torch.save": ("f", 1)}
-#: Reads every rank makes: qualified name → the keyword and position of the path argument.
-EVERY_RANK_READS = {"torch.load": ("f", 0)}
 _EMPTY = cst.Module([])
 #: The part of a path pattern that may be anything (a character no path holds).
 ANY = "\x00"
@@ -70,7 +65,7 @@ class _Access:
 @rule_provider(needs=("call_graph",))
 def file_flow(a: Analysis) -> FileFlow:
     """Each main-only write paired with the reads of the same file that may run after it."""
-    writes, reads = _accesses(a, MAIN_ONLY_WRITES), _accesses(a, EVERY_RANK_READS)
+    writes, reads = _accesses(a, CHECKPOINT_WRITES), _accesses(a, CHECKPOINT_READS)
     if not writes or not reads:
         return FileFlow()
     order = _RunOrder(a)

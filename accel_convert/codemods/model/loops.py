@@ -14,6 +14,7 @@ from accel_convert.codemods.engine.syntax import (
     is_host_number,
     names_in,
     names_variable,
+    nodes_in,
     target_names,
 )
 from accel_convert.codemods.model.calls import stepped
@@ -348,12 +349,39 @@ def _steps_something(a: Analysis) -> bool:
         seeds.library or any(role in ("models", "optimizers") and names for role, names in seeds.parameter_roles)
     ):
         return True
-    backward_loops = {id(loop) for call in a.r.calls if _is_loss_backward(a, call.node) for loop in call.loops}
-    return any(
+    return _updates_parameters_by_hand(a)
+
+
+def _updates_parameters_by_hand(a: Analysis) -> bool:
+    """Whether ``model.parameters()`` is read in a loop running a backward, or iterated to read
+    each gradient in a function running one."""
+    backward_calls = [call for call in a.r.calls if _is_loss_backward(a, call.node)]
+    backward_loops = {id(loop) for call in backward_calls for loop in call.loops}
+    if any(
         isinstance(call.node.func, cst.Attribute)
         and call.node.func.attr.value in ("parameters", "named_parameters")
         and any(id(loop) in backward_loops for loop in call.loops)
         for call in a.r.calls
+    ):
+        return True
+    backward_functions = {call.function for call in backward_calls}
+    return any(loop.function in backward_functions and _updates_by_hand(loop) for loop in a.r.loops)
+
+
+def _updates_by_hand(loop: LoopRecord) -> bool:
+    """``for p in model.parameters(): p.data.add_(p.grad, ...)``: a loop over parameters that
+    reads each one's gradient (a hand-written optimizer step), not one that freezes them."""
+    iterated = loop.node.iter
+    if not (
+        isinstance(iterated, cst.Call)
+        and isinstance(iterated.func, cst.Attribute)
+        and iterated.func.attr.value in ("parameters", "named_parameters")
+    ):
+        return False
+    return any(
+        isinstance(node, cst.Attribute) and node.attr.value == "grad" and dotted(node.value) in loop.targets
+        for node in nodes_in(loop.node.body)
+        if isinstance(node, cst.Attribute)
     )
 
 
