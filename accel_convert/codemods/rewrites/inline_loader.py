@@ -5,9 +5,8 @@ over without a name, so there is nothing for ``prepare`` to rebind: left as it w
 would train on the whole dataset (and an evaluation would count every sample once per process).
 The construction itself becomes ``accelerator.prepare(DataLoader(...))``; the parameter receiving
 it is a prepared loader in the called function, so its batches arrive on the device and an
-evaluation over it is gathered. The analysis (``ScriptFacts.inline_loaders``) finds the
-constructions: direct ``DataLoader(...)`` calls and calls of the file's functions that return
-one loader. Where the accelerator cannot be read at the call, the loader is left and reported.
+evaluation over it is gathered. The constructions it prepares are direct ``DataLoader(...)``
+calls and calls of the file's functions that return one loader. Where the accelerator cannot be read at the call, the loader is left and reported.
 """
 
 from __future__ import annotations

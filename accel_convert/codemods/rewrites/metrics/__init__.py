@@ -4,8 +4,8 @@ On N processes each rank sees 1/N of the evaluation set, and the last global bat
 repeated samples. Sums of Python floats (``correct += ...item()``) cannot be de-duplicated, so the
 per-sample tensors are gathered right after the forward, before anything reduces them:
 ``gather_for_metrics`` concatenates every rank's rows and drops the padding, and the rest of the
-loop then computes the single-process numbers. An evaluation loop is the analysis's (asked through
-``RuleTransformer.evaluates``, as every rule does): a loop over a data loader with no backward in it,
+loop then computes the single-process numbers. An evaluation loop is, as for every rule, a loop
+over a data loader with no backward in it,
 under ``torch.no_grad()``/``inference_mode()``/``set_grad_enabled(False)``, in a ``@torch.no_grad()``
 function, after ``model.eval()``, or decoding with ``model.generate``.
 
@@ -16,7 +16,7 @@ and ``for j in range(b_size)`` cover every process's rows; ``range(<the loaders'
 the gathered batch becomes ``range(len(x))`` of a gathered tensor. A Python value that cannot be
 computed again (one the model's ``forward`` returns, also a model class of another module of the
 program; one bound by unpacking) cannot be joined with the gathered tensors: the loop is left as
-written and reported (ACC913). So is a loop that indexes the batch with a model output
+written and reported (ACC946). So is a loop (ACC955) that indexes the batch with a model output
 (``allcaps[sort_ind]``, the order a captioning decoder sorted its batch in): positions in one
 process's batch would pick rows of the joined batch.
 
@@ -24,27 +24,27 @@ Model outputs read through attributes (``outputs.logits``) or batches read by ke
 (``batch["labels"]``) are gathered as those expressions into new names that the rest of the loop
 uses. A batch-mean ``outputs.loss`` (or a ``loss`` among the forward's outputs, or any output the
 loop reads with ``.item()``: one value per batch) cannot be gathered per sample and is reported
-(ACC913 as a warning), as is a forward nested inside a larger expression. A size read off the batch
+(ACC949, a warning), as is a forward nested inside a larger expression (ACC943). A size read off the batch
 before the forward (``n, _ = x.shape``, ``n = len(x)``) is a Python number, not a per-sample row: it
 is not gathered, and a sum of it after the gather (``total += n``, this process's samples only) is
-reported (ACC913), with the gathered rows to count instead.
+reported (ACC950), with the gathered rows to count instead.
 
 A mean over batches (``/ len(loader)``, ``/ (batch_idx + 1)``, ``np.mean`` of a list appended once per
-batch, a ``steps += 1`` counter) is reported (ACC913): the original weighs each of its batches
+batch, a ``steps += 1`` counter) is reported (ACC941): the original weighs each of its batches
 equally, while a gathered per-batch value averages one batch of every process (the last ones
 ragged or missing), so the mean changes; the one-process mean over batches cannot be rebuilt
 from gathered batches. Evaluation over an ``IterableDataset`` of the file without ``__len__`` is
-reported too: its last batches are padded and, without a length, the gather cannot drop the
+reported too (ACC953): its last batches are padded and, without a length, the gather cannot drop the
 padding. Batches of per-sample lists (detection: ``collate_fn`` returning ``tuple(zip(*batch))``,
 outputs rebuilt per image) are gathered list by list with ``use_gather_object=True``; where only
-some of the values are known to be lists, the loop is reported instead.
+some of the values are known to be lists, the loop is reported instead (ACC951).
 
 An ensemble's ``probs = torch.stack([m(x).softmax(-1) for m in models]).mean(0)`` is a forward
 too when every member of ``models`` goes through a function that prepares its model parameter
 (``for m in models: train(m, loader)``, the prepare rule's ``accelerator.prepare(model, ...)``
 there; the list may reach the evaluation as a parameter): the stack's new first dimension is
 averaged away, one row per sample remains. Members of a list nothing prepares, or stacked
-without that average, are reported (ACC913).
+without that average, are reported (ACC945).
 
 A torchmetrics metric updated with the gathered values (``metric.update(output, target)``) would
 sync across processes once more in ``compute()`` (its default ``sync_on_compute=True``): ratios
@@ -52,7 +52,7 @@ come out right, but sums and counts (``SumMetric``, a confusion matrix, ``MeanSq
 sums) N times. Its constructor gets ``sync_on_compute=False``, when every update of it receives
 gathered values and the constructor is a torchmetrics metric (or a ``MetricCollection`` of them);
 otherwise (a wrapper, the file's own subclass, a metric also updated per process, an ``x.update``
-of gathered values whose ``x`` the rule cannot trace) it is reported (ACC913).
+of gathered values whose ``x`` the rule cannot trace) it is reported (ACC940).
 
 A sequence-first model (``nn.Transformer``, ``nn.LSTM``... without ``batch_first=True``) or batches
 padded sequence-first (``pad_sequence``) give ``(sequence, batch, ...)`` tensors: the gather would
