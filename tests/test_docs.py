@@ -112,6 +112,14 @@ def test_every_code_cited_on_a_page_has_a_page() -> None:
         assert cited <= pages, (str(path.relative_to(ROOT)), sorted(cited - pages))
 
 
+def test_every_finding_page_says_how_to_fix_it() -> None:
+    """A code left for a person (ACC9xx) tells that person what to change; a rewrite needs no fix."""
+    for doc in code_docs():
+        page = (CODES / f"{doc.code}.md").read_text(encoding="utf-8")
+        assert ("## How to fix" in page) == doc.code.startswith("ACC9"), doc.code
+        assert bool(doc.fix) == doc.code.startswith("ACC9"), doc.code
+
+
 def test_code_pages_name_no_internals() -> None:
     """The pages are written for a person converting a script: no class of the converter's own
     (``RuleTransformer.evaluates``) appears in them."""

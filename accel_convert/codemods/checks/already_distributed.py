@@ -22,6 +22,11 @@ from accel_convert.codemods.engine.torch_names import FEATURES, HAND_DISTRIBUTIO
 class AlreadyDistributed(Rule):
     code = "ACC903"
     name = "already-distributed"
+    fixes = {
+        "ACC903": (
+            "Nothing to do if the script's own distribution works: run it with its own launcher. To convert it instead, remove what distributes it (``init_process_group``, ``DistributedSampler``, the ``DistributedDataParallel`` wrap, the ``LOCAL_RANK`` handling) and convert the single-GPU version."
+        ),
+    }
     examples = (
         Example(
             before="""

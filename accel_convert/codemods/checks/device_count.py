@@ -34,6 +34,11 @@ MESSAGE = (
 class DeviceCountScaling(WalkingCheck):
     code = "ACC932"
     name = "device-count-scaling"
+    fixes = {
+        "ACC932": (
+            "Drop the ``torch.cuda.device_count()`` factor: each process now loads one GPU's batch, so ``batch_size = args.batch_size`` is the original per-GPU size (keep the factor only if you want each process's batch that large)."
+        ),
+    }
     examples = (
         Example(
             before="""

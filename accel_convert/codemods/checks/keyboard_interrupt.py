@@ -20,6 +20,11 @@ from accel_convert.codemods.engine.rule import Example, Rule
 class KeyboardInterruptHandler(Rule):
     code = "ACC918"
     name = "keyboard-interrupt"
+    fixes = {
+        "ACC918": (
+            "Keep the handler to work of this process alone (a message, a per-rank file) and remove from it, and from the code after the ``try``, anything that waits for the others: ``accelerator.wait_for_everyone()``, ``accelerator.save``, a gathering evaluation. Or delete the ``except KeyboardInterrupt`` and let the interrupt end the run; save checkpoints periodically instead."
+        ),
+    }
     examples = (
         Example(
             before="""

@@ -22,6 +22,11 @@ from accel_convert.codemods.engine.rule import Example, Rule
 class ModelTrainsItself(Rule):
     code = "ACC925"
     name = "model-trains-itself"
+    fixes = {
+        "ACC925": (
+            "Move the training step out of the model: have the model's ``forward`` return the loss (or outputs), and write the ``backward`` and ``optimizer.step()`` in the training loop, where the converter replaces them with ``accelerator.backward(loss)`` after preparing the model; then convert again."
+        ),
+    }
     examples = (
         Example(
             before="""

@@ -25,6 +25,11 @@ MESSAGE = "training data does not come from a DataLoader: it is not sharded acro
 class NoDataLoader(Rule):
     code = "ACC901"
     name = "no-dataloader"
+    fixes = {
+        "ACC901": (
+            "Build the training data as a ``torch.utils.data.DataLoader`` over a ``Dataset`` and convert again; the converter then prepares it (``train_loader = accelerator.prepare(train_loader)``) and each process reads its own shard. If the loader comes from a function the converter cannot see into, add ``train_loader = accelerator.prepare(train_loader)`` right after it is returned, and gather what the evaluation counts with ``accelerator.gather_for_metrics``. Data that is not a loader (a tensor indexed by hand) needs slicing per process: ``x[accelerator.process_index::accelerator.num_processes]``."
+        ),
+    }
     examples = (
         Example(
             before="""

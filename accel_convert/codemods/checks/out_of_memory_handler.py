@@ -26,6 +26,11 @@ MESSAGE = (
 class OutOfMemoryHandler(Rule):
     code = "ACC927"
     name = "out-of-memory-handler"
+    fixes = {
+        "ACC927": (
+            "Remove the ``except OutOfMemoryError`` handler and let the error end the run, or convert with ``--oom-retry`` so the batch size is lowered on every process together."
+        ),
+    }
     examples = (
         Example(
             before="""

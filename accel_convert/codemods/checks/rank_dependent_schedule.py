@@ -28,6 +28,11 @@ MESSAGE = (
 class RankDependentSchedule(Rule):
     code = "ACC930"
     name = "rank-dependent-schedule"
+    fixes = {
+        "ACC930": (
+            'Reduce the value before stepping the scheduler: ``val = accelerator.reduce(torch.tensor(val_loss, device=accelerator.device), "mean")`` and then ``scheduler.step(val.item())``, so every process changes its learning rate at the same epoch.'
+        ),
+    }
     examples = (
         Example(
             before="""

@@ -46,6 +46,11 @@ ACCURACY_MESSAGE = (
 class RankLocalAverage(WalkingCheck):
     code = "ACC919"
     name = "rank-local-average"
+    fixes = {
+        "ACC919": (
+            'Reduce the sum before printing it: ``total = accelerator.reduce(torch.tensor(running, device=accelerator.device), "sum")`` and the batch or sample count the same way, then print ``total.item() / count.item()`` from the main process; or label the printed value as the main process\'s.'
+        ),
+    }
     examples = (
         Example(
             before="""

@@ -49,6 +49,11 @@ SHUFFLE_MESSAGE = (
 class UnseededRandomData(Rule):
     code = "ACC923"
     name = "unseeded-random-data"
+    fixes = {
+        "ACC923": (
+            "Seed before the random data is made, the same seed on every process: add ``set_seed(0)`` at the top of the script, before the first draw or split (import it from where the converted script imports ``Accelerator``: ``accel_convert.runtime``, or ``accelerate.utils`` with ``--target accelerate``), or ``torch.manual_seed(0)`` / ``np.random.seed(0)`` for the generator used."
+        ),
+    }
     examples = (
         Example(
             before="""

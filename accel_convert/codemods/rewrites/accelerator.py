@@ -184,6 +184,11 @@ def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top:
 class Accelerator(Rule):
     code = "ACC101"
     name = "accelerator"
+    fixes = {
+        "ACC937": (
+            "Bind the name the rewrite needs before its first use: move ``accelerator = Accelerator()`` (or the definition the message names) above the reported line, or pass the new argument to the function used as a callback; then convert again so the rewrite that was left out is applied."
+        ),
+    }
     providers = (device_switches, argument_parsing_functions)
     extra_codes = {
         # Reported by the converter's last check (converter/guard.py), which this rule's promise

@@ -67,6 +67,11 @@ class _Backward(RuleTransformer):
 class Backward(Rule):
     code = "ACC105"
     name = "backward"
+    fixes = {
+        "ACC904": (
+            "Give the code a way to reach the accelerator: make the static method an ordinary method or a function that takes ``accelerator`` as a parameter, construct the class in the converted file, or move the call after ``accelerator = Accelerator()``. For a module of training functions, convert the script that calls them, whose local imports are converted with it. Then write the call by hand, e.g. ``accelerator.backward(loss)`` instead of ``loss.backward()``."
+        ),
+    }
     extra_codes = {NO_ACCELERATOR_ACCESS: NO_ACCELERATOR_ACCESS_DOC}
     examples = (
         Example(

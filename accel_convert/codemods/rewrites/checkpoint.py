@@ -163,6 +163,14 @@ def _methods_running_the_model(a: Analysis) -> set[str]:
 class CheckpointCodemod(Rule):
     code = "ACC114"
     name = "checkpoint"
+    fixes = {
+        "ACC914": (
+            "Save from where the accelerator is reachable, on the main process only: pass ``accelerator`` to the function, then write ``accelerator.wait_for_everyone()`` and ``accelerator.save(accelerator.unwrap_model(model).state_dict(), path)`` (or guard the ``torch.save`` with ``if accelerator.is_main_process:``)."
+        ),
+        "ACC921": (
+            "Compute the loss from the model's forward: call ``model(...)`` (move the loss computation into ``forward`` or compute it from ``model(x)``'s output), so DDP averages the gradients; or convert with ``--target runtime``, whose wrapper averages them for any method."
+        ),
+    }
     providers = (model_copiers, training_method_calls, file_flow)
     extra_codes = {
         "ACC914": "checkpoint-unreachable: torch.save or a model's own method where the accelerator is not reachable: runs on every rank",

@@ -48,6 +48,11 @@ class _PrepareInPlace(RuleTransformer):
 class InlineLoader(Rule):
     code = "ACC120"
     name = "inline-loader"
+    fixes = {
+        "ACC931": (
+            "Build the loader where the accelerator exists and prepare it: ``loader = accelerator.prepare(DataLoader(...))`` in the caller, then pass ``loader`` to the call instead of the inline ``DataLoader(...)``."
+        ),
+    }
     extra_codes = {
         UNREACHABLE: "inline-loader-unreachable: a DataLoader built in a call's arguments where the accelerator "
         "cannot be read: not prepared, so not sharded",

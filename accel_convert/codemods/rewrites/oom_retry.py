@@ -58,6 +58,11 @@ PARAMETER = "batch_size"
 class OomRetryCodemod(Rule):
     code = "ACC117"
     name = "oom-retry"
+    fixes = {
+        "ACC917": (
+            "Read the batch size only inside the retried function (the one under ``@find_executable_batch_size``): take it from the function's ``batch_size`` parameter and build the loaders there, instead of reading ``args.batch_size`` outside it."
+        ),
+    }
     extra_codes = {
         "ACC917": "oom-retry-manual: out-of-memory retry not added, or a batch-size use it cannot reach (check by hand)",
     }

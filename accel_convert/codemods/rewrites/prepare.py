@@ -483,6 +483,11 @@ def helper_functions(a: Analysis) -> Mapping[str, tuple[str, ...]]:
 class Prepare(Rule):
     code = "ACC103"
     name = "prepare"
+    fixes = {
+        "ACC926": (
+            "Prepare the model after it is built and before it is trained: add ``student = accelerator.prepare(student)`` (the reported name) on the line after its last assignment, before the call that trains it."
+        ),
+    }
     providers = (helper_functions,)
     extra_codes = {
         UNPREPARED_MODEL: "unprepared-model: a model handed to a function that trains it, built where "

@@ -34,6 +34,11 @@ REPORTED_CODE = "ACC902"
 class RankDependentBreak(Rule):
     code = AGREED_CODE
     name = "agreed-break"
+    fixes = {
+        "ACC902": (
+            'Make every process take the same decision: reduce the value the ``if`` reads before testing it, e.g. ``stop = accelerator.reduce(torch.tensor(float(val_loss < best), device=accelerator.device), "max")`` and ``if stop.item(): break``, or decide on the main process and share it with ``accelerator.set_trigger()`` / ``if accelerator.check_trigger(): break``.'
+        ),
+    }
     extra_codes = {
         REPORTED_CODE: "rank-dependent-break: a loop that stops on a per-process value can hang the others",
     }

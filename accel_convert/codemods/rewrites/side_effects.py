@@ -67,6 +67,11 @@ WRITING_METHODS = frozenset({"savefig", "to_csv", "write_text", "write_bytes", "
 class SideEffectsCodemod(Rule):
     code = "ACC116"
     name = "side-effects"
+    fixes = {
+        "ACC916": (
+            "Guard the write with the main process: pass ``accelerator`` to the function and put the file write or tracker call under ``if accelerator.is_main_process:``. For ``wandb.config`` read by every process, call ``wandb.init`` on the main process only and hand the values the others need as arguments."
+        ),
+    }
     extra_codes = {
         "ACC916": (
             "side-effect-unreachable: a file write or tracker call where the accelerator is not "

@@ -61,6 +61,11 @@ from accel_convert.codemods.rewrites.device.transformer import DeviceTransformer
 class Device(Rule):
     code = DEVICE
     name = "device"
+    fixes = {
+        "ACC924": (
+            "Use the accelerator's device where the GPU index was passed: replace ``args.gpu`` (or the fixed ``cuda:0``) with ``accelerator.device`` at the reported call, and drop the index wherever it only chose the GPU."
+        ),
+    }
     providers = (cpu_models, copied_models, settings_class_devices)
     extra_codes = {
         GPU_INDEX_PASSED_ON: "gpu-index: the GPU index once given to torch.cuda.set_device, passed on "

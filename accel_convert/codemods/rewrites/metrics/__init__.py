@@ -112,6 +112,62 @@ from accel_convert.codemods.rewrites.metrics.torchmetrics import SyncOnComputeOf
 class MetricsCodemod(Rule):
     code = GATHERED
     name = "metrics"
+    fixes = {
+        "ACC938": (
+            "Write the comprehension as a ``for`` loop over the loader, which the converter gathers, or gather the per-batch values yourself: ``preds = accelerator.gather_for_metrics(model(x).argmax(1))`` for each batch."
+        ),
+        "ACC939": (
+            "Make the accelerator reachable in the evaluation: add an ``accelerator`` parameter to the function and pass it from the caller, then gather the outputs and targets with ``accelerator.gather_for_metrics((outputs, targets))`` right after the forward."
+        ),
+        "ACC940": (
+            "Build the metric with ``sync_on_compute=False`` and update it with gathered values only, or update it with this process's values only and keep its default sync; not both."
+        ),
+        "ACC941": (
+            'Compute the metric from per-sample values instead of averaging batch means: add up per-sample counts or ``reduction="sum"`` losses over the gathered batches and divide by the number of samples (``total += len(y)``) after the loop.'
+        ),
+        "ACC942": (
+            'Sum per-sample losses: compute the evaluation loss with ``reduction="sum"`` (e.g. ``F.cross_entropy(out, y, reduction="sum")``) and divide by the number of samples after the loop.'
+        ),
+        "ACC943": (
+            "Assign the forward's output to a name on its own line (``output = model(x)``), then use it in the larger expression; convert again, or gather it yourself with ``accelerator.gather_for_metrics((output, y))``."
+        ),
+        "ACC944": (
+            "Gather what the call returns together with the targets: ``preds, targets = accelerator.gather_for_metrics((preds, targets))`` right after it, padded first with ``accelerator.pad_across_processes(preds, dim=1)`` where its length varies."
+        ),
+        "ACC945": (
+            "Gather the predictions and targets after they are computed: ``preds, targets = accelerator.gather_for_metrics((preds, targets))`` in the loop, before anything counts them."
+        ),
+        "ACC946": (
+            "Make the Python value a tensor on the device, ``lengths = torch.tensor(lengths, device=accelerator.device)``, and gather it with the outputs: ``output, lengths = accelerator.gather_for_metrics((output, lengths))``."
+        ),
+        "ACC947": (
+            "Gather the outputs and store them at a running offset instead of a position from the batch index: ``out = accelerator.gather_for_metrics(out)``, ``preds[offset:offset + len(out)] = out``, ``offset += len(out)``."
+        ),
+        "ACC948": (
+            "Compute the per-sample result inside the batch first (``hits = logits.argmax(1) == labels``), then gather that: ``hits = accelerator.gather_for_metrics(hits)``."
+        ),
+        "ACC955": (
+            "Re-order first, then gather what is compared: ``scores, targets = accelerator.gather_for_metrics((scores, y[sort_ind]))``, so positions are used within this process's batch only."
+        ),
+        "ACC949": (
+            'Compute the loss per sample (``reduction="none"``) and gather that, or ``reduction="sum"`` reduced across processes with ``accelerator.reduce(loss, "sum")``, and divide by the gathered sample count.'
+        ),
+        "ACC950": (
+            "Count the gathered rows instead of the batch size read before the gather: ``total += len(output)`` (the gathered output), not ``total += n``."
+        ),
+        "ACC951": (
+            "Gather each list of per-sample objects on its own: ``targets = accelerator.gather_for_metrics(targets, use_gather_object=True)``, and gather tensors as they are."
+        ),
+        "ACC952": (
+            "Pad each sequence to the longest across processes before gathering: ``x = accelerator.pad_across_processes(x, dim=1, pad_index=PAD)``, then ``accelerator.gather_for_metrics(x)``; or pad every batch to one fixed length in the ``collate_fn``."
+        ),
+        "ACC953": (
+            "Give the ``IterableDataset`` a ``__len__`` that returns the number of samples it yields, so the gather drops the padded repeats; or drop the last ``num_processes`` repeats by hand."
+        ),
+        "ACC922": (
+            "Gather batch-first views by hand: transpose the model's outputs and the targets to ``(batch, ...)`` (``output.transpose(0, 1)``), pad them with ``accelerator.pad_across_processes(x, dim=1)`` where lengths differ, then ``accelerator.gather_for_metrics((output, target))``; or build the model with ``batch_first=True`` and convert again."
+        ),
+    }
     providers = (batch_mean_losses,)
     extra_codes = {
         COMPREHENSION: "metrics-comprehension: evaluation written as a comprehension over a prepared loader, not gathered (write it as a for loop)",
