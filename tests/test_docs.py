@@ -23,7 +23,7 @@ LONGEST_README_LINE = 1_000
 
 
 def markdown_files() -> list[Path]:
-    return [README, *sorted(DOCS.rglob("*.md"))]
+    return [README, ROOT / "CONTRIBUTING.md", *sorted(DOCS.rglob("*.md"))]
 
 
 def relative_links(path: Path) -> list[str]:
