@@ -976,6 +976,117 @@ class MetricsCodemod(Rule):
                 "of samples it yields) so the gather drops them, or drop them by hand"
             ),
         ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                correct = 0
+                total = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        correct += (model(x).argmax(1) == y).sum().item()
+                        total += y.size(0)
+                print(f"accuracy {correct / total:.3f}")
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                accelerator = Accelerator()
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                model, optimizer, train_loader, test_loader = accelerator.prepare(
+                    model, optimizer, train_loader, test_loader
+                )
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    accelerator.backward(nn.functional.cross_entropy(model(x), y))
+                    optimizer.step()
+
+                correct = 0
+                total = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        output = model(x)
+                        output, y = accelerator.gather_for_metrics((output, y))
+                        correct += (output.argmax(1) == y).sum().item()
+                        total += y.size(0)
+                accelerator.print(f"accuracy {correct / total:.3f}")
+            """,
+            code="ACC941",
+            leaves_alone=True,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                test_loss = 0.0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        output = model(x)
+                        test_loss += nn.functional.cross_entropy(output, y, reduction="sum").item()
+                print(f"test loss {test_loss / len(test_loader.dataset):.3f}")
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                accelerator = Accelerator()
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                model, optimizer, train_loader, test_loader = accelerator.prepare(
+                    model, optimizer, train_loader, test_loader
+                )
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    accelerator.backward(nn.functional.cross_entropy(model(x), y))
+                    optimizer.step()
+
+                test_loss = 0.0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        output = model(x)
+                        output, y = accelerator.gather_for_metrics((output, y))
+                        test_loss += nn.functional.cross_entropy(output, y, reduction="sum").item()
+                accelerator.print(f"test loss {test_loss / len(test_loader.dataset):.3f}")
+            """,
+            code="ACC942",
+            leaves_alone=True,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
