@@ -63,3 +63,21 @@ def test_example_is_what_the_converter_does(rule: type[Rule], example: Example) 
 def test_every_rule_shows_its_own_code_and_each_extra_code(rule: type[Rule]) -> None:
     shown = {example_code(rule, example) for example in rule.examples}
     assert shown == {rule.code, *rule.extra_codes}
+
+
+OWN_EXAMPLES = [
+    pytest.param(rule, example, id=f"{rule.code}-{rule.name}-{index}")
+    for rule in all_rules()
+    if not rule.reports_only() and any(code.startswith("ACC9") for code in rule.extra_codes)
+    for index, example in enumerate(rule.examples)
+    if example_code(rule, example) == rule.code and not example.leaves_alone
+]
+
+
+@pytest.mark.parametrize(("rule", "example"), OWN_EXAMPLES)
+def test_a_rewrites_own_examples_report_none_of_its_findings(rule: type[Rule], example: Example) -> None:
+    """The pages of a rewrite's findings (``ACC9xx``) point to the rewrite's own examples as what
+    they leave alone: on those scripts none of them is reported."""
+    conversion = convert(example.before, example)
+    reported = sorted({change.code for change in conversion.changes if change.code in rule.extra_codes})
+    assert not reported, reported
