@@ -56,6 +56,38 @@ class ModelTrainsItself(Rule):
                 "gradients only through the prepared model's forward; nothing converted, restructure by hand"
             ),
         ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Regressor(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.linear = nn.Linear(8, 1)
+
+                    def forward(self, x, y):
+                        return nn.functional.mse_loss(self.linear(x), y)
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = Regressor()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for x, y in loader:
+                        optimizer.zero_grad()
+                        loss = model(x, y)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            leaves_alone=True,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
