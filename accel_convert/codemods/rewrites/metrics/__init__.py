@@ -1087,6 +1087,48 @@ class MetricsCodemod(Rule):
             code="ACC942",
             leaves_alone=True,
         ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                for epoch in range(2):
+                    correct = 0
+                    for x, y in train_loader:
+                        optimizer.zero_grad()
+                        output = model(x)
+                        nn.functional.cross_entropy(output, y).backward()
+                        optimizer.step()
+                        correct += (output.argmax(1) == y).sum().item()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                accelerator = Accelerator()
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+                for epoch in range(2):
+                    correct = 0
+                    for x, y in train_loader:
+                        optimizer.zero_grad()
+                        output = model(x)
+                        accelerator.backward(nn.functional.cross_entropy(output, y))
+                        optimizer.step()
+                        correct += (output.argmax(1) == y).sum().item()
+            """,
+            leaves_alone=True,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
