@@ -8,6 +8,11 @@ DataLoader workers re-import: a module-level script without a ``__main__`` guard
 the first statement that needs it (a training object, a backward, a dataset download run on the
 main process first, the construction of a training class that is handed it), not among its
 imports. A script that already creates one is left alone.
+
+A rewrite that would make the converted program read a name before binding it, or call a changed
+function without its new argument (also a function used as a value, such as a callback), is left
+out, or the whole file left as written, and reported (ACC937); where the accelerator would be
+created below its first use, its creation is moved up instead where it can be.
 """
 
 from __future__ import annotations

@@ -5,6 +5,11 @@ DistributedDataParallel synchronise gradients; calling ``loss.backward()`` direc
 that. Any tensor expression and any keyword arguments are kept (``errD_real``, LBFGS closures,
 ``retain_graph=True``). ``scaler.scale(loss).backward()`` is left to the AMP pass, which replaces the
 scaler as a whole.
+
+Where no accelerator is reachable (a static method, a class the file never constructs, code that
+runs before the accelerator exists, a module of training functions converted without the script
+that calls them), the ``backward()`` is left as written and reported (ACC904): there is no
+``accelerator`` to call it on.
 """
 
 from __future__ import annotations

@@ -33,6 +33,9 @@ gradients only for what runs inside its forward, so the ranks' copies would drif
 error. With the runtime it becomes ``accelerator.as_forward(model).compute_loss(batch)`` (the method
 runs as the wrapper's forward); Accelerate has no such call, so with ``--target accelerate`` it is
 reported (ACC921).
+
+A ``torch.save`` or a model's own saving method where the accelerator is not reachable is left
+as written and reported (ACC914): every rank runs it, and each writes the file.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ would train on the whole dataset (and an evaluation would count every sample onc
 The construction itself becomes ``accelerator.prepare(DataLoader(...))``; the parameter receiving
 it is a prepared loader in the called function, so its batches arrive on the device and an
 evaluation over it is gathered. The constructions it prepares are direct ``DataLoader(...)``
-calls and calls of the file's functions that return one loader. Where the accelerator cannot be read at the call, the loader is left and reported.
+calls and calls of the file's functions that return one loader. Where the accelerator cannot be read at the call, the loader is left and reported
+(ACC931): every process would read all of its data.
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ Schedulers need care (Accelerate issues 2926 and 1398, transformers PR 24088):
 Several models and optimizers (a GAN's generator and discriminator) go into the same call. A
 DataLoader wrapped in another class (``train_dl = DeviceDataLoader(train_dl, device)``) is
 prepared right before the wrap: ``prepare`` passes objects it does not know through unchanged.
+
+A model handed to a function that trains it, but built where this rule does not prepare it (bound
+more than once, or not by a model constructor), is reported (ACC926): its gradients would not be
+averaged across processes.
 """
 
 from __future__ import annotations

@@ -59,6 +59,29 @@ padded sequence-first (``pad_sequence``) give ``(sequence, batch, ...)`` tensors
 join sequence positions of different processes (or fail on different lengths). Those loops are
 reported (ACC922) and left as they are: the batch dimension and the padding to strip are the
 script's to say.
+
+An evaluation written as a comprehension over a prepared loader is reported (ACC938): a
+comprehension has no place for a gather after its forward.
+
+An evaluation loop where the accelerator is not reachable is reported (ACC939): its metrics cover
+one process.
+
+A batch-mean loss added up per batch is reported (ACC942): after the gather each term covers one
+batch of every process, so the sum shrinks with the process count.
+
+A model run inside another call (a generate or decode helper) is reported (ACC944): its output is
+not gathered, and decoded lengths may differ between processes.
+
+Outputs stored at positions computed from the batch index (``preds[i * bs:(i + 1) * bs] = ...``)
+are reported (ACC947): a gathered step holds one batch of every process, more rows than the slice;
+the running-offset form ``preds[offset:offset + len(out)]`` is gathered.
+
+Targets made from positions in the batch (``torch.arange(len(x))`` against a similarity matrix over
+the batch, in-batch matching) are reported (ACC948): gathered, each process's rows would be matched
+with positions in the joined batch.
+
+Token-level values of a loader whose ``collate_fn`` pads each batch to its own longest sample are
+reported (ACC952): two processes' batches can differ in length, and the gather then fails.
 """
 
 from __future__ import annotations
