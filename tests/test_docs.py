@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from accel_convert.codemods.engine.registry import code_docs
+from accel_convert.codemods.engine.registry import code_aliases, code_docs
 from accel_convert.converter import docs
 from accel_convert.converter.docs import CODES, DOCS, GENERATED_PAGE, README, ROOT
 
@@ -23,7 +23,7 @@ LONGEST_README_LINE = 1_000
 
 
 def markdown_files() -> list[Path]:
-    return [README, *sorted(DOCS.rglob("*.md"))]
+    return [README, ROOT / "CONTRIBUTING.md", *sorted(DOCS.rglob("*.md"))]
 
 
 def relative_links(path: Path) -> list[str]:
@@ -69,7 +69,7 @@ def test_check_mode_reports_a_stale_page(monkeypatch: pytest.MonkeyPatch, tmp_pa
 def test_every_code_has_exactly_one_page_and_every_page_a_code() -> None:
     codes = {doc.code for doc in code_docs()}
     pages = {path.stem for path in CODES.glob("ACC*.md")}
-    assert pages == codes
+    assert pages == codes | set(code_aliases())
     for code in codes:
         page = (CODES / f"{code}.md").read_text(encoding="utf-8")
         assert page.startswith(GENERATED_PAGE)
@@ -83,12 +83,56 @@ def test_each_code_page_shows_its_rule_and_examples() -> None:
         for section in ("## Why", "## What it leaves alone"):
             assert section in page, (doc.code, section)
         for example in doc.examples:
-            assert example.before in page, doc.code
-            assert example.after in page, doc.code
+            if example.after and example.after != example.before:
+                diff = docs.unified_diff(example.before, example.after)
+                assert f"```diff\n{diff}\n```" in page, doc.code
+                assert scripts_of(diff) == (example.before, example.after), doc.code
+            else:
+                assert example.before in page, doc.code
             assert example.message in page, doc.code
         # Docstrings' reStructuredText ``code`` is Markdown code on the pages, never doubled.
         prose = FENCE.sub("", page)
         assert "``" not in prose, doc.code
+
+
+def scripts_of(diff: str) -> tuple[str, str]:
+    """The two scripts a unified diff with whole-file context compares: a reader of the page
+    sees every line of both."""
+    body = diff.splitlines()[3:]  # ---, +++ and the one @@ line
+    before = [line[1:] for line in body if line[:1] in " -"]
+    after = [line[1:] for line in body if line[:1] in " +"]
+    return "\n".join(before) + "\n", "\n".join(after) + "\n"
+
+
+def test_every_code_cited_on_a_page_has_a_page() -> None:
+    """A page that names a code (a former one too) can be followed to that code's page."""
+    pages = {path.stem for path in CODES.glob("ACC*.md")}
+    for path in markdown_files():
+        cited = set(re.findall(r"\bACC\d{3}\b", path.read_text(encoding="utf-8")))
+        assert cited <= pages, (str(path.relative_to(ROOT)), sorted(cited - pages))
+
+
+def test_every_finding_page_says_how_to_fix_it() -> None:
+    """A code left for a person (ACC9xx) tells that person what to change; a rewrite needs no fix."""
+    for doc in code_docs():
+        page = (CODES / f"{doc.code}.md").read_text(encoding="utf-8")
+        assert ("## How to fix" in page) == doc.code.startswith("ACC9"), doc.code
+        assert bool(doc.fix) == doc.code.startswith("ACC9"), doc.code
+
+
+def test_code_pages_name_no_internals() -> None:
+    """The pages are written for a person converting a script: no class of the converter's own
+    (``RuleTransformer.evaluates``) appears in them."""
+    internal = re.compile(r"\b(?:RuleTransformer|ScriptFacts|Rule|CodeDoc|Example)\.\w+")
+    for path in CODES.glob("*.md"):
+        found = internal.findall(path.read_text(encoding="utf-8"))
+        assert not found, (path.name, found)
+
+
+def test_the_nav_names_each_code() -> None:
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    for doc in code_docs():
+        assert f'- "{doc.code} — {doc.name}": codes/{doc.code}.md\n' in nav, doc.code
 
 
 def test_rst_code_and_lists_become_markdown() -> None:
@@ -101,7 +145,7 @@ def test_rst_code_and_lists_become_markdown() -> None:
 def test_every_code_page_is_in_the_site_nav() -> None:
     nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     for doc in code_docs():
-        assert f"- codes/{doc.code}.md\n" in nav, doc.code
+        assert f"codes/{doc.code}.md\n" in nav, doc.code
 
 
 @pytest.mark.parametrize("path", markdown_files(), ids=lambda path: str(path.relative_to(ROOT)))

@@ -24,10 +24,27 @@ def test_every_code_appears_once_in_the_readme() -> None:
         assert len(re.findall(rf"\| `{doc.code}` \|", text)) == 1, doc.code
 
 
-def test_readme_test_command_is_what_ci_runs() -> None:
+def test_contributing_test_command_is_what_ci_runs() -> None:
+    """The README is the user's page; the test command a contributor runs is CONTRIBUTING.md's,
+    the same line CI runs last."""
     ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
     test_command = ci.strip().splitlines()[-1].strip()
-    assert test_command in README.read_text(encoding="utf-8")
+    assert f"```bash\n{test_command}\n```" in (README.parent / "CONTRIBUTING.md").read_text(encoding="utf-8")
+
+
+def test_readme_main_job_launches_with_accel_launch_and_writes_only_ignored_files() -> None:
+    """The README's main job converts, verifies and launches with ``accel-launch`` (not torchrun),
+    and the converted script it writes lands where git ignores it (so ruff, which respects
+    .gitignore, never lints it)."""
+    text = README.read_text(encoding="utf-8")
+    main_job = text.split("## The main job", 1)[1].split("\n## ", 1)[0]
+    assert "accel-convert verify fixtures/cases/mnist_helpers.py -- --epochs 1" in main_job
+    assert "accel-launch --nproc-per-node 2" in main_job and "torchrun" not in main_job.split("```")[1]
+    outputs = re.findall(r"-o (\S+)", main_job)
+    assert outputs, "the main job writes a converted script"
+    for output in outputs:
+        ignored = subprocess.run(["git", "check-ignore", "-q", output], cwd=README.parent, check=False)
+        assert ignored.returncode == 0, f"{output} is not ignored by git"
 
 
 def test_readme_pre_commit_snippet_runs_the_check(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ comparison).
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import re
 import sys
@@ -113,8 +114,16 @@ def _headline(doc: CodeDoc) -> str:
     return summary[:1].upper() + summary[1:]
 
 
-def _fenced(code: str) -> list[str]:
-    return ["```python", *code.rstrip("\n").splitlines(), "```"]
+def _fenced(code: str, language: str = "python") -> list[str]:
+    return [f"```{language}", *code.rstrip("\n").splitlines(), "```"]
+
+
+def unified_diff(before: str, after: str) -> str:
+    """``before`` → ``after`` as a unified diff with the whole script as context, so the page
+    shows every line once, marked ``-`` where the conversion removes it and ``+`` where it adds it."""
+    old, new = before.splitlines(), after.splitlines()
+    lines = difflib.unified_diff(old, new, "before.py", "after.py", n=max(len(old), len(new)), lineterm="")
+    return "\n".join(lines)
 
 
 def _example_lines(doc: CodeDoc, example: Example) -> list[str]:
@@ -123,12 +132,17 @@ def _example_lines(doc: CodeDoc, example: Example) -> list[str]:
     if example.oom_retry:
         flags.append("--oom-retry")
     converted = f"Converted with `{' '.join(flags)}`" if flags else "Converted"
-    lines += ["Before:", "", *_fenced(example.before), ""]
+    if example.after and example.after != example.before:
+        label = "What the other rules make of it" if example.leaves_alone else converted
+        return [
+            f"{label}, as a diff of the script before and after:",
+            "",
+            *_fenced(unified_diff(example.before, example.after), "diff"),
+            "",
+        ]
+    lines += ["The script:", "", *_fenced(example.before), ""]
     if example.message:
         lines += [f"Reported, and left as it is: `{doc.code} {example.message}`", ""]
-    if example.after:
-        after = "What the other rules make of it" if example.leaves_alone else converted
-        lines += [f"{after}:", "", *_fenced(example.after), ""]
     elif example.leaves_alone and not doc.code.startswith("ACC9"):
         lines += ["Converted, the script stays exactly as it is.", ""]
     return lines
@@ -142,38 +156,87 @@ def rule_sources() -> dict[str, tuple[str, str, str]]:
     return {code: (owner, files[owner], why) for code, (owner, why) in code_rationales().items()}
 
 
+def why_of(code: str, owner: str, why: str) -> str:
+    """The part of the rule's documentation about ``code``: all of it for the rule's own code,
+    else the paragraphs that name ``code`` (none: the rule's page explains the rest)."""
+    if owner == code:
+        return why
+    return "\n\n".join(paragraph for paragraph in why.split("\n\n") if re.search(rf"\b{code}\b", paragraph))
+
+
+def _why_lines(doc: CodeDoc, owner: str, why: str) -> list[str]:
+    lines = ["## Why", ""]
+    own = why_of(doc.code, owner, why)
+    if owner != doc.code:
+        lines += [f"Reported by the [{owner}]({owner}.md) rule, whose page explains what it rewrites.", ""]
+    if own:
+        lines += [markdown_prose(own), ""]
+    return lines
+
+
+def _examples_section(doc: CodeDoc) -> list[str]:
+    converts = [example for example in doc.examples if not example.leaves_alone]
+    if not converts:
+        return []
+    lines = ["## Examples", ""]
+    for number, example in enumerate(converts, 1):
+        if len(converts) > 1:
+            lines += [f"### Example {number}", ""]
+        lines += _example_lines(doc, example)
+    return lines
+
+
+def _leaves_alone_section(doc: CodeDoc, owner: str) -> list[str]:
+    leaves = [example for example in doc.examples if example.leaves_alone]
+    lines = ["## What it leaves alone", ""]
+    if not leaves and owner != doc.code and not doc.fixed:
+        # tests/codemods/test_rule_examples.py checks that the rule's own examples report none
+        # of its other codes.
+        return [
+            *lines,
+            f"`{doc.code}` is not reported on the scripts its rule converts: see the [{owner} examples]({owner}.md#examples).",
+            "",
+        ]
+    if not leaves:
+        return [*lines, "This code has no example of what it leaves alone yet.", ""]
+    untouched = "is not reported and rewrites nothing" if doc.fixed else "is not reported"
+    lines += [f"Scripts on which `{doc.code}` {untouched}.", ""]
+    for number, example in enumerate(leaves, 1):
+        if len(leaves) > 1:
+            lines += [f"### Left alone {number}", ""]
+        lines += _example_lines(doc, example)
+    return lines
+
+
 def code_page(doc: CodeDoc, owner: str, source: str, why: str, siblings: list[str]) -> str:
-    """The page of one code: what it does, why, its examples, and what it leaves alone."""
+    """The page of one code: what it means, why, its examples as diffs, what it leaves alone,
+    and for a finding left to a person, how to fix it by hand."""
     lines = [GENERATED_PAGE, "", f"# {doc.code} {doc.name}", ""]
     lines += [f"**{kind_of(doc).capitalize()}.** {_headline(doc)}", ""]
     lines += [f"In a terminal: `accel-convert --explain {doc.code}`. Rule: `{source}`.", ""]
     if siblings:
         others = ", ".join(f"[{code}]({code}.md)" for code in siblings)
         lines += [f"Other codes of the same rule: {others}.", ""]
-    if why:
-        lines += ["## Why", ""]
-        if owner != doc.code:
-            lines += [f"Reported by the [{owner}]({owner}.md) rule, whose documentation this is:", ""]
-        lines += [markdown_prose(why), ""]
-    converts = [example for example in doc.examples if not example.leaves_alone]
-    leaves = [example for example in doc.examples if example.leaves_alone]
-    if converts:
-        lines += ["## Examples", ""]
-        for number, example in enumerate(converts, 1):
-            if len(converts) > 1:
-                lines += [f"### Example {number}", ""]
-            lines += _example_lines(doc, example)
-    lines += ["## What it leaves alone", ""]
-    if leaves:
-        untouched = "is not reported and rewrites nothing" if doc.fixed else "is not reported"
-        lines += [f"Scripts on which `{doc.code}` {untouched}.", ""]
-        for number, example in enumerate(leaves, 1):
-            if len(leaves) > 1:
-                lines += [f"### Left alone {number}", ""]
-            lines += _example_lines(doc, example)
-    else:
-        lines += ["This code has no example of what it leaves alone yet.", ""]
+    lines += _why_lines(doc, owner, why)
+    lines += _examples_section(doc)
+    lines += _leaves_alone_section(doc, owner)
+    if doc.fix:
+        lines += ["## How to fix", "", markdown_prose(doc.fix), ""]
     lines += ["[All codes](index.md)", ""]
+    return "\n".join(lines)
+
+
+def alias_page(old: str, codes: tuple[str, ...], docs: list[CodeDoc]) -> str:
+    """The page of a former code: the codes it now stands for, each with its summary."""
+    by_code = {doc.code: doc for doc in docs}
+    lines = [GENERATED_PAGE, "", f"# {old} former code", ""]
+    lines += [
+        f"`{old}` was split into one code per reason. It still works in `--select`, `--ignore`, "
+        f"`[tool.accel-convert]` and `--explain`, as a name for all of these:",
+        "",
+    ]
+    lines += [f"- [{code} {by_code[code].name}]({code}.md): {_cell(by_code[code].summary)}" for code in codes]
+    lines += ["", "[All codes](index.md)", ""]
     return "\n".join(lines)
 
 
@@ -215,6 +278,8 @@ def code_pages(docs: list[CodeDoc]) -> dict[Path, str]:
         owner, source, why = sources[doc.code]
         siblings = [code for code, (other, _, _) in sources.items() if other == owner and code != doc.code]
         pages[CODES / f"{doc.code}.md"] = code_page(doc, owner, source, why, sorted(siblings))
+    for old, codes in code_aliases().items():
+        pages[CODES / f"{old}.md"] = alias_page(old, codes, docs)
     return pages
 
 
@@ -235,7 +300,10 @@ def home_page(readme_text: str) -> str:
 
 
 def nav_block(docs: list[CodeDoc], indent: str) -> str:
-    return "\n".join(f"{indent}- codes/{doc.code}.md" for doc in docs)
+    """One nav entry per code page, titled by code and name; the former codes last."""
+    entries = [f'{indent}- "{doc.code} — {doc.name}": codes/{doc.code}.md' for doc in docs]
+    entries += [f'{indent}- "{old} — former code": codes/{old}.md' for old in sorted(code_aliases())]
+    return "\n".join(entries)
 
 
 def with_nav(mkdocs_text: str, docs: list[CodeDoc]) -> str:

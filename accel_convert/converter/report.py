@@ -463,6 +463,8 @@ def explain_lines(doc: CodeDoc, rationale: tuple[str, str] | None) -> list[str]:
     if doc.examples:
         lines.append("")
         lines.extend(example_lines(doc))
+    if doc.fix:
+        lines += ["", "How to fix:", *plain_prose(doc.fix).splitlines()]
     return lines
 
 

@@ -22,6 +22,11 @@ from accel_convert.codemods.engine.torch_names import FEATURES, HAND_DISTRIBUTIO
 class AlreadyDistributed(Rule):
     code = "ACC903"
     name = "already-distributed"
+    fixes = {
+        "ACC903": (
+            "Nothing to do if the script's own distribution works: run it with its own launcher. To convert it instead, remove what distributes it (``init_process_group``, ``DistributedSampler``, the ``DistributedDataParallel`` wrap, the ``LOCAL_RANK`` handling) and convert the single-GPU version."
+        ),
+    }
     examples = (
         Example(
             before="""
@@ -70,6 +75,31 @@ class AlreadyDistributed(Rule):
                     main()
             """,
             message="DistributedSampler already distributes this script: left as it is, the rest converted",
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for epoch in range(100):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            loss.backward()
+                            optimizer.step()
+                        torch.save(model.state_dict(), "model.pt")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            leaves_alone=True,
         ),
     )
 

@@ -34,6 +34,11 @@ MESSAGE = (
 class DeviceCountScaling(WalkingCheck):
     code = "ACC932"
     name = "device-count-scaling"
+    fixes = {
+        "ACC932": (
+            "Drop the ``torch.cuda.device_count()`` factor: each process now loads one GPU's batch, so ``batch_size = args.batch_size`` is the original per-GPU size (keep the factor only if you want each process's batch that large)."
+        ),
+    }
     examples = (
         Example(
             before="""
@@ -54,6 +59,25 @@ class DeviceCountScaling(WalkingCheck):
                     optimizer.step()
             """,
             message=MESSAGE,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                n_gpu = torch.cuda.device_count()
+                print(f"{n_gpu} GPUs visible")
+                loader = DataLoader(TensorDataset(torch.randn(256, 8), torch.randn(256, 1)), batch_size=32)
+                model = nn.Linear(8, 1)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    nn.functional.mse_loss(model(x), y).backward()
+                    optimizer.step()
+            """,
+            leaves_alone=True,
         ),
     )
 

@@ -20,6 +20,11 @@ from accel_convert.codemods.engine.rule import Example, Rule
 class KeyboardInterruptHandler(Rule):
     code = "ACC918"
     name = "keyboard-interrupt"
+    fixes = {
+        "ACC918": (
+            "Keep the handler to work of this process alone (a message, a per-rank file) and remove from it, and from the code after the ``try``, anything that waits for the others: ``accelerator.wait_for_everyone()``, ``accelerator.save``, a gathering evaluation. Or delete the ``except KeyboardInterrupt`` and let the interrupt end the run; save checkpoints periodically instead."
+        ),
+    }
     examples = (
         Example(
             before="""
@@ -51,6 +56,31 @@ class KeyboardInterruptHandler(Rule):
                 "except KeyboardInterrupt runs on every process, each at another point of the "
                 "step: anything in it or after it that needs the other processes can hang"
             ),
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for epoch in range(100):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            loss.backward()
+                            optimizer.step()
+                        torch.save(model.state_dict(), "model.pt")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            leaves_alone=True,
         ),
     )
 

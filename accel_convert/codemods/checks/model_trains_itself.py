@@ -22,6 +22,11 @@ from accel_convert.codemods.engine.rule import Example, Rule
 class ModelTrainsItself(Rule):
     code = "ACC925"
     name = "model-trains-itself"
+    fixes = {
+        "ACC925": (
+            "Move the training step out of the model: have the model's ``forward`` return the loss (or outputs), and write the ``backward`` and ``optimizer.step()`` in the training loop, where the converter replaces them with ``accelerator.backward(loss)`` after preparing the model; then convert again."
+        ),
+    }
     examples = (
         Example(
             before="""
@@ -50,6 +55,38 @@ class ModelTrainsItself(Rule):
                 "Layer is a model that trains itself (its own method runs the backward): DDP averages "
                 "gradients only through the prepared model's forward; nothing converted, restructure by hand"
             ),
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Regressor(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.linear = nn.Linear(8, 1)
+
+                    def forward(self, x, y):
+                        return nn.functional.mse_loss(self.linear(x), y)
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = Regressor()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for x, y in loader:
+                        optimizer.zero_grad()
+                        loss = model(x, y)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            leaves_alone=True,
         ),
     )
 

@@ -25,6 +25,11 @@ MESSAGE = "training data does not come from a DataLoader: it is not sharded acro
 class NoDataLoader(Rule):
     code = "ACC901"
     name = "no-dataloader"
+    fixes = {
+        "ACC901": (
+            "Build the training data as a ``torch.utils.data.DataLoader`` over a ``Dataset`` and convert again; the converter then prepares it (``train_loader = accelerator.prepare(train_loader)``) and each process reads its own shard. If the loader comes from a function the converter cannot see into, add ``train_loader = accelerator.prepare(train_loader)`` right after it is returned, and gather what the evaluation counts with ``accelerator.gather_for_metrics``. Data that is not a loader (a tensor indexed by hand) needs slicing per process: ``x[accelerator.process_index::accelerator.num_processes]``."
+        ),
+    }
     examples = (
         Example(
             before="""
@@ -76,6 +81,31 @@ class NoDataLoader(Rule):
             message="training data comes from train_loader, returned by data_generator(), which the converter does "
             "not see build a DataLoader: not sharded across processes (if it is a DataLoader, prepare it: "
             "train_loader = accelerator.prepare(train_loader), and gather what the evaluation counts)",
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for epoch in range(100):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            loss.backward()
+                            optimizer.step()
+                        torch.save(model.state_dict(), "model.pt")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            leaves_alone=True,
         ),
     )
 

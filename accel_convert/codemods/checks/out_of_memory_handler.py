@@ -26,6 +26,11 @@ MESSAGE = (
 class OutOfMemoryHandler(Rule):
     code = "ACC927"
     name = "out-of-memory-handler"
+    fixes = {
+        "ACC927": (
+            "Remove the ``except OutOfMemoryError`` handler and let the error end the run, or convert with ``--oom-retry`` so the batch size is lowered on every process together."
+        ),
+    }
     examples = (
         Example(
             before="""
@@ -53,6 +58,30 @@ class OutOfMemoryHandler(Rule):
                         train(model, loader)
             """,
             message=MESSAGE,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def train(model, loader):
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    torch.manual_seed(0)
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    train(model, loader)
+            """,
+            leaves_alone=True,
         ),
     )
 

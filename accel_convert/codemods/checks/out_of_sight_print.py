@@ -56,6 +56,11 @@ MESSAGE = (
 class OutOfSightPrint(WalkingCheck):
     code = "ACC954"
     name = "out-of-sight-print"
+    fixes = {
+        "ACC954": (
+            "Print from the caller with ``accelerator.print(...)``, or guard the print in the function with ``if PartialState().is_main_process:`` (``PartialState`` imported from where the converted script imports ``Accelerator``), since the accelerator cannot be passed to it."
+        ),
+    }
     examples = (
         Example(before=_SCRIPT, message=MESSAGE.format(function="log_epoch")),
         # Called by name, the function receives the accelerator and prints once.

@@ -34,6 +34,11 @@ MESSAGE = (
 class PackedLengthsOnDevice(WalkingCheck):
     code = "ACC933"
     name = "packed-lengths-on-device"
+    fixes = {
+        "ACC933": (
+            "Pass the lengths on the CPU: ``pack_padded_sequence(x, lengths.cpu(), batch_first=True)`` where the lengths come from the batch as a tensor."
+        ),
+    }
     examples = (
         Example(
             before="""

@@ -40,6 +40,11 @@ MESSAGE = (
 class PerBatchFiles(WalkingCheck):
     code = "ACC936"
     name = "per-batch-files"
+    fixes = {
+        "ACC936": (
+            "Write the gathered values once after the loop: collect the gathered batches in a list, ``torch.cat`` them, and save one file under ``if accelerator.is_main_process:``; or name each file by its samples (their ids from the batch), not by the batch's index."
+        ),
+    }
     providers = (per_batch_writes,)
     examples = (
         Example(

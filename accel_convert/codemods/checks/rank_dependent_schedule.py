@@ -28,6 +28,11 @@ MESSAGE = (
 class RankDependentSchedule(Rule):
     code = "ACC930"
     name = "rank-dependent-schedule"
+    fixes = {
+        "ACC930": (
+            'Reduce the value before stepping the scheduler: ``val = accelerator.reduce(torch.tensor(val_loss, device=accelerator.device), "mean")`` and then ``scheduler.step(val.item())``, so every process changes its learning rate at the same epoch.'
+        ),
+    }
     examples = (
         Example(
             before="""
@@ -88,6 +93,32 @@ class RankDependentSchedule(Rule):
                     main()
             """,
             message=MESSAGE,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=3)
+                    for epoch in range(10):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            loss.backward()
+                            optimizer.step()
+                        scheduler.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            leaves_alone=True,
         ),
     )
 

@@ -46,6 +46,11 @@ ACCURACY_MESSAGE = (
 class RankLocalAverage(WalkingCheck):
     code = "ACC919"
     name = "rank-local-average"
+    fixes = {
+        "ACC919": (
+            'Reduce the sum before printing it: ``total = accelerator.reduce(torch.tensor(running, device=accelerator.device), "sum")`` and the batch or sample count the same way, then print ``total.item() / count.item()`` from the main process; or label the printed value as the main process\'s. The report stays on the line that adds up (it marks the sum, whatever follows): once the printed value is reduced, switch the code off with ``--ignore ACC919``.'
+        ),
+    }
     examples = (
         Example(
             before="""
@@ -72,6 +77,30 @@ class RankLocalAverage(WalkingCheck):
                     main()
             """,
             message=MESSAGE,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                    print(f"last batch loss {loss.item():.4f}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            leaves_alone=True,
         ),
     )
 

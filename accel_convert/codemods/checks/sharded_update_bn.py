@@ -31,6 +31,11 @@ MESSAGE = (
 class ShardedUpdateBn(WalkingCheck):
     code = "ACC929"
     name = "sharded-update-bn"
+    fixes = {
+        "ACC929": (
+            'Average the BatchNorm statistics across processes after ``update_bn``: for each BatchNorm buffer, ``buf.copy_(accelerator.reduce(buf, "mean"))``; or run ``update_bn`` on the main process only over the unprepared loader and broadcast the model\'s buffers.'
+        ),
+    }
     examples = (
         Example(
             before="""

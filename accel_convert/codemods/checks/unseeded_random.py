@@ -56,6 +56,11 @@ SHUFFLE_MESSAGE = (
 class UnseededRandomData(Rule):
     code = "ACC923"
     name = "unseeded-random-data"
+    fixes = {
+        "ACC923": (
+            "Seed before the random data is made, the same seed on every process: add ``set_seed(0)`` at the top of the script, before the first draw or split (import it from where the converted script imports ``Accelerator``: ``accel_convert.runtime``, or ``accelerate.utils`` with ``--target accelerate``), or ``torch.manual_seed(0)`` / ``np.random.seed(0)`` for the generator used."
+        ),
+    }
     examples = (
         Example(
             # Drawn on import, before main() can create the accelerator: no agreement reaches it.
@@ -120,6 +125,33 @@ class UnseededRandomData(Rule):
                     main()
             """,
             message=SHUFFLE_MESSAGE.format(function="np.random.shuffle"),
+        ),
+        Example(
+            before="""
+                import numpy as np
+                import torch
+                import torch.nn.functional as F
+
+                torch.manual_seed(0)
+                np.random.seed(0)
+                W_target = torch.from_numpy(np.random.randn(4, 1) * 5).float()
+
+
+                def get_batch(batch_size=32):
+                    x = torch.randn(batch_size, 4)
+                    return x, x.mm(W_target)
+
+
+                fc = torch.nn.Linear(4, 1)
+                optimizer = torch.optim.SGD(fc.parameters(), lr=0.1)
+                for step in range(100):
+                    batch_x, batch_y = get_batch()
+                    optimizer.zero_grad()
+                    loss = F.smooth_l1_loss(fc(batch_x), batch_y)
+                    loss.backward()
+                    optimizer.step()
+            """,
+            leaves_alone=True,
         ),
     )
 

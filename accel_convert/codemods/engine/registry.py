@@ -77,6 +77,8 @@ class CodeDoc:
     fixed: bool
     #: The rule's examples shown under this code (see :class:`~codemods.engine.rule.Example`).
     examples: tuple[Example, ...] = ()
+    #: How a person fixes a finding of this code ("" for an automatic rewrite); see ``Rule.fixes``.
+    fix: str = ""
 
     @property
     def before(self) -> str:
@@ -175,14 +177,23 @@ def code_docs() -> list[CodeDoc]:
         code, name, summary = parse_headline(inspect.getdoc(inspect.getmodule(rule)) or "")
         if code != rule.code:
             raise ValueError(f"{rule.__module__}: the docstring documents {code}, the rule is {rule.code}")
-        docs[code] = CodeDoc(code, name, summary, code.startswith("ACC1"), _examples_of(rule, code))
+        docs[code] = CodeDoc(
+            code, name, summary, code.startswith("ACC1"), _examples_of(rule, code), rule.fixes.get(code, "")
+        )
         for extra, text in rule.extra_codes.items():
             name, _, summary = text.partition(":")
             if not re.fullmatch(r"[a-z0-9-]+", name.strip()) or not summary.strip():
                 raise ValueError(f"{rule.__module__}: extra code {extra} must be documented as 'name: summary'")
             docs.setdefault(
                 extra,
-                CodeDoc(extra, name.strip(), summary.strip(), extra.startswith("ACC1"), _examples_of(rule, extra)),
+                CodeDoc(
+                    extra,
+                    name.strip(),
+                    summary.strip(),
+                    extra.startswith("ACC1"),
+                    _examples_of(rule, extra),
+                    rule.fixes.get(extra, ""),
+                ),
             )
     return [docs[code] for code in sorted(docs)]
 

@@ -91,6 +91,9 @@ class Rule:
     #: Former codes of this rule, each now several (one per reason): old code → the codes it
     #: stands for in ``--select``/``--ignore`` and the config, so an old setting keeps working.
     aliases: ClassVar[dict[str, tuple[str, ...]]] = {}
+    #: How a person fixes each finding the rule reports (``ACC9xx``): code → what to add or change
+    #: in the script, shown on the code's page under "How to fix".
+    fixes: ClassVar[dict[str, str]] = {}
     #: Small scripts showing the rule at work (see :class:`Example`).
     examples: ClassVar[tuple[Example, ...]] = ()
     #: The providers of the facts this rule alone reads (see :mod:`codemods.model.provider`): the

@@ -8,6 +8,11 @@ DataLoader workers re-import: a module-level script without a ``__main__`` guard
 the first statement that needs it (a training object, a backward, a dataset download run on the
 main process first, the construction of a training class that is handed it, a random draw no
 seed makes agree), not among its imports. A script that already creates one is left alone.
+
+A rewrite that would make the converted program read a name before binding it, or call a changed
+function without its new argument (also a function used as a value, such as a callback), is left
+out, or the whole file left as written, and reported (ACC937); where the accelerator would be
+created below its first use, its creation is moved up instead where it can be.
 """
 
 from __future__ import annotations
@@ -187,6 +192,11 @@ def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top:
 class Accelerator(Rule):
     code = "ACC101"
     name = "accelerator"
+    fixes = {
+        "ACC937": (
+            "Bind the name the rewrite needs before its first use: move ``accelerator = Accelerator()`` (or the definition the message names) above the reported line, or pass the new argument to the function used as a callback; then convert again so the rewrite that was left out is applied."
+        ),
+    }
     providers = (device_switches, argument_parsing_functions)
     extra_codes = {
         # Reported by the converter's last check (converter/guard.py), which this rule's promise
@@ -291,6 +301,37 @@ class Accelerator(Rule):
                     logger.log(f"loss {loss.item():.3f}")
             """,
             message="ACC107 print-progress left out here: with it, 'accelerator' would be read in Logger.log before it is bound",
+        ),
+        Example(
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--lr", type=float, default=0.1)
+                    args = parser.parse_args()
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            leaves_alone=True,
         ),
     )
 

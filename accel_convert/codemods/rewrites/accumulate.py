@@ -39,6 +39,11 @@ STEP_METHODS = frozenset({"step", "zero_grad"})
 class AccumulateCodemod(Rule):
     code = "ACC112"
     name = "accumulate"
+    fixes = {
+        "ACC912": (
+            "Write the accumulation with Accelerate: construct ``Accelerator(gradient_accumulation_steps=k)``, put the step inside ``with accelerator.accumulate(model):`` and call ``accelerator.backward(loss)``, ``optimizer.step()`` and ``optimizer.zero_grad()`` on every batch; remove the ``if (i + 1) % k == 0`` test and the ``loss / k`` division (``accumulate`` does both)."
+        ),
+    }
     extra_codes = {
         "ACC912": "accumulate-manual: gradient accumulation the converter could not recognise safely (convert by hand)",
     }

@@ -56,6 +56,11 @@ SCALER_METHODS = frozenset({"scale", "step", "update", "unscale_"})
 class AmpCodemod(Rule):
     code = "ACC111"
     name = "amp"
+    fixes = {
+        "ACC911": (
+            'Replace the hand-made mixed precision with Accelerate\'s: delete the ``GradScaler`` and ``autocast`` lines, construct ``Accelerator(mixed_precision="fp16")`` (or ``"bf16"``), call ``accelerator.backward(loss)`` and ``optimizer.step()`` directly; wrap a forward that must stay in autocast with ``with accelerator.autocast():``.'
+        ),
+    }
     extra_codes = {
         "ACC911": "amp-manual: mixed precision set up in a way the converter cannot carry over (check by hand)",
     }

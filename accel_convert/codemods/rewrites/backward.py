@@ -13,6 +13,11 @@ loss, and ``accelerator.backward(helper)`` would fail. And every backward of a m
 nothing (no optimizer built, received or stepped, no parameters updated by hand): an adversarial
 attack or a saliency map takes gradients for its input, its model is not wrapped for gradient
 synchronisation, and its loops evaluate (the metrics rule sums their counts).
+
+Where no accelerator is reachable (a static method, a class the file never constructs, code that
+runs before the accelerator exists, a module of training functions converted without the script
+that calls them), the ``backward()`` is left as written and reported (ACC904): there is no
+``accelerator`` to call it on.
 """
 
 from __future__ import annotations
@@ -78,6 +83,11 @@ class _Backward(RuleTransformer):
 class Backward(Rule):
     code = "ACC105"
     name = "backward"
+    fixes = {
+        "ACC904": (
+            "Give the code a way to reach the accelerator: make the static method an ordinary method or a function that takes ``accelerator`` as a parameter, construct the class in the converted file, or move the call after ``accelerator = Accelerator()``. For a module of training functions, convert the script that calls them, whose local imports are converted with it. Then write the call by hand, e.g. ``accelerator.backward(loss)`` instead of ``loss.backward()``."
+        ),
+    }
     extra_codes = {NO_ACCELERATOR_ACCESS: NO_ACCELERATOR_ACCESS_DOC}
     examples = (
         Example(

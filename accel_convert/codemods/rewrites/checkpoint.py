@@ -34,6 +34,9 @@ error. With the runtime it becomes ``accelerator.as_forward(model).compute_loss(
 runs as the wrapper's forward); Accelerate has no such call, so with ``--target accelerate`` it is
 reported (ACC921).
 
+A ``torch.save`` or a model's own saving method where the accelerator is not reachable is left
+as written and reported (ACC914): every rank runs it, and each writes the file.
+
 A prepared model that the function creating the accelerator returns to code that saves it (``model
 = main()`` then ``torch.save(model.state_dict(), path)`` in the ``__main__`` block, which has no
 accelerator) is returned as ``accelerator.unwrap_model(model)``, and that save runs on the main
@@ -171,6 +174,14 @@ def _methods_running_the_model(a: Analysis) -> set[str]:
 class CheckpointCodemod(Rule):
     code = "ACC114"
     name = "checkpoint"
+    fixes = {
+        "ACC914": (
+            "Save from where the accelerator is reachable, on the main process only: pass ``accelerator`` to the function, then write ``accelerator.wait_for_everyone()`` and ``accelerator.save(accelerator.unwrap_model(model).state_dict(), path)`` (or guard the ``torch.save`` with ``if accelerator.is_main_process:``)."
+        ),
+        "ACC921": (
+            "Compute the loss from the model's forward: call ``model(...)`` (move the loss computation into ``forward`` or compute it from ``model(x)``'s output), so DDP averages the gradients; or convert with ``--target runtime``, whose wrapper averages them for any method."
+        ),
+    }
     providers = (model_copiers, training_method_calls, file_flow)
     extra_codes = {
         "ACC914": "checkpoint-unreachable: torch.save or a model's own method where the accelerator is not reachable: runs on every rank",

@@ -5,9 +5,9 @@ over without a name, so there is nothing for ``prepare`` to rebind: left as it w
 would train on the whole dataset (and an evaluation would count every sample once per process).
 The construction itself becomes ``accelerator.prepare(DataLoader(...))``; the parameter receiving
 it is a prepared loader in the called function, so its batches arrive on the device and an
-evaluation over it is gathered. The analysis (``ScriptFacts.inline_loaders``) finds the
-constructions: direct ``DataLoader(...)`` calls and calls of the file's functions that return
-one loader. Where the accelerator cannot be read at the call, the loader is left and reported.
+evaluation over it is gathered. The constructions it prepares are direct ``DataLoader(...)``
+calls and calls of the file's functions that return one loader. Where the accelerator cannot be read at the call, the loader is left and reported
+(ACC931): every process would read all of its data.
 """
 
 from __future__ import annotations
@@ -49,6 +49,11 @@ class _PrepareInPlace(RuleTransformer):
 class InlineLoader(Rule):
     code = "ACC120"
     name = "inline-loader"
+    fixes = {
+        "ACC931": (
+            "Build the loader where the accelerator exists and prepare it: ``loader = accelerator.prepare(DataLoader(...))`` in the caller, then pass ``loader`` to the call instead of the inline ``DataLoader(...)``."
+        ),
+    }
     extra_codes = {
         UNREACHABLE: "inline-loader-unreachable: a DataLoader built in a call's arguments where the accelerator "
         "cannot be read: not prepared, so not sharded",

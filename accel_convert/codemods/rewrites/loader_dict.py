@@ -56,6 +56,11 @@ NOT_GATHERED_MESSAGE = (
 class LoaderDict(Rule):
     code = "ACC119"
     name = "loader-dict"
+    fixes = {
+        "ACC928": (
+            "Gather what the sums count before adding it up: inside the loop, ``preds, labels = accelerator.gather_for_metrics((preds, labels))``, then add the gathered per-sample counts (``correct += (preds == labels).sum().item()``, ``total += len(labels)``)."
+        ),
+    }
     extra_codes = {
         SUMS_NOT_GATHERED: "loader-dict-sums: running sums over a prepared dict's loaders that cannot be "
         "gathered per sample (gather them by hand)",

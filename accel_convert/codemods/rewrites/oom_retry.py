@@ -58,6 +58,11 @@ PARAMETER = "batch_size"
 class OomRetryCodemod(Rule):
     code = "ACC117"
     name = "oom-retry"
+    fixes = {
+        "ACC917": (
+            "Read the batch size only inside the retried function (the one under ``@find_executable_batch_size``): take it from the function's ``batch_size`` parameter and build the loaders there, instead of reading ``args.batch_size`` outside it."
+        ),
+    }
     extra_codes = {
         "ACC917": "oom-retry-manual: out-of-memory retry not added, or a batch-size use it cannot reach (check by hand)",
     }
@@ -230,6 +235,64 @@ class OomRetryCodemod(Rule):
                     main()
             """,
             message="args.batch_size used outside the retried code: it keeps the starting value",
+        ),
+        Example(
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--batch-size", type=int, default=64)
+                    args = parser.parse_args()
+                    dataset = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+                    loader = DataLoader(dataset, batch_size=args.batch_size)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--batch-size", type=int, default=64)
+                    args = parser.parse_args()
+                    accelerator = Accelerator()
+                    dataset = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+                    loader = DataLoader(dataset, batch_size=args.batch_size)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            leaves_alone=True,
         ),
     )
 

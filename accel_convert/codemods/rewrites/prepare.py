@@ -13,6 +13,10 @@ Schedulers need care (Accelerate issues 2926 and 1398, transformers PR 24088):
 Several models and optimizers (a GAN's generator and discriminator) go into the same call. A
 DataLoader wrapped in another class (``train_dl = DeviceDataLoader(train_dl, device)``) is
 prepared right before the wrap: ``prepare`` passes objects it does not know through unchanged.
+
+A model handed to a function that trains it, but built where this rule does not prepare it (bound
+more than once, or not by a model constructor), is reported (ACC926): its gradients would not be
+averaged across processes.
 """
 
 from __future__ import annotations
@@ -483,6 +487,11 @@ def helper_functions(a: Analysis) -> Mapping[str, tuple[str, ...]]:
 class Prepare(Rule):
     code = "ACC103"
     name = "prepare"
+    fixes = {
+        "ACC926": (
+            "Prepare the model after it is built and before it is trained: add ``student = accelerator.prepare(student)`` (the reported name) on the line after its last assignment, before the call that trains it."
+        ),
+    }
     providers = (helper_functions,)
     extra_codes = {
         UNPREPARED_MODEL: "unprepared-model: a model handed to a function that trains it, built where "

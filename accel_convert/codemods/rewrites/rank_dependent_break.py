@@ -34,6 +34,11 @@ REPORTED_CODE = "ACC902"
 class RankDependentBreak(Rule):
     code = AGREED_CODE
     name = "agreed-break"
+    fixes = {
+        "ACC902": (
+            'Make every process take the same decision: reduce the value the ``if`` reads before testing it, e.g. ``stop = accelerator.reduce(torch.tensor(float(val_loss < best), device=accelerator.device), "max")`` and ``if stop.item(): break``, or decide on the main process and share it with ``accelerator.set_trigger()`` / ``if accelerator.check_trigger(): break``.'
+        ),
+    }
     extra_codes = {
         REPORTED_CODE: "rank-dependent-break: a loop that stops on a per-process value can hang the others",
     }
@@ -145,6 +150,46 @@ class RankDependentBreak(Rule):
                 if __name__ == "__main__":
                     main()
             """,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 1)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                for epoch in range(100):
+                    for x, y in loader:
+                        optimizer.zero_grad()
+                        nn.functional.mse_loss(model(x), y).backward()
+                        optimizer.step()
+                    if epoch == 3:
+                        break
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                accelerator = Accelerator()
+                model = nn.Linear(8, 1)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                for epoch in range(100):
+                    for x, y in loader:
+                        optimizer.zero_grad()
+                        accelerator.backward(nn.functional.mse_loss(model(x), y))
+                        optimizer.step()
+                    if epoch == 3:
+                        break
+            """,
+            leaves_alone=True,
         ),
     )
 

@@ -69,6 +69,11 @@ WRITING_METHODS = frozenset({"savefig", "to_csv", "write_text", "write_bytes", "
 class SideEffectsCodemod(Rule):
     code = "ACC116"
     name = "side-effects"
+    fixes = {
+        "ACC916": (
+            "Guard the write with the main process: pass ``accelerator`` to the function and put the file write or tracker call under ``if accelerator.is_main_process:``. For ``wandb.config`` read by every process, call ``wandb.init`` on the main process only and hand the values the others need as arguments."
+        ),
+    }
     extra_codes = {
         "ACC916": (
             "side-effect-unreachable: a file write or tracker call where the accelerator is not "
@@ -403,6 +408,48 @@ class SideEffectsCodemod(Rule):
                     plot(main(), "losses.png")
             """,
             message="file write where the accelerator is not reachable: every rank runs it",
+        ),
+        Example(
+            before="""
+                import json
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                with open("settings.json") as f:
+                    settings = json.load(f)
+                model = nn.Linear(8, 1)
+                optimizer = torch.optim.SGD(model.parameters(), lr=settings["lr"])
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    nn.functional.mse_loss(model(x), y).backward()
+                    optimizer.step()
+            """,
+            after="""
+                import json
+
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                with open("settings.json") as f:
+                    settings = json.load(f)
+                accelerator = Accelerator()
+                model = nn.Linear(8, 1)
+                optimizer = torch.optim.SGD(model.parameters(), lr=settings["lr"])
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    accelerator.backward(nn.functional.mse_loss(model(x), y))
+                    optimizer.step()
+            """,
+            leaves_alone=True,
         ),
     )
 

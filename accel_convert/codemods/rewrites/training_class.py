@@ -410,6 +410,11 @@ def _bound_through(method: str, plan: _ClassPlan) -> set[str]:
 class TrainingClass(Rule):
     code = "ACC108"
     name = "training-class"
+    fixes = {
+        "ACC920": (
+            "Prepare the object where the class builds it: ``self.net = self.accelerator.prepare(Net())`` (the same for the optimizer and the loaders built in that method), so the class holds the prepared object from the start."
+        ),
+    }
     providers = (method_prepare, method_uses)
     extra_codes = {
         BUILT_OUTSIDE_INIT: "built-outside-init: a training object a class builds outside __init__ "

@@ -61,6 +61,11 @@ from accel_convert.codemods.rewrites.device.transformer import DeviceTransformer
 class Device(Rule):
     code = DEVICE
     name = "device"
+    fixes = {
+        "ACC924": (
+            "Use the accelerator's device where the GPU index was passed: replace ``args.gpu`` (or the fixed ``cuda:0``) with ``accelerator.device`` at the reported call, and drop the index wherever it only chose the GPU."
+        ),
+    }
     providers = (cpu_models, copied_models, settings_class_devices)
     extra_codes = {
         GPU_INDEX_PASSED_ON: "gpu-index: the GPU index once given to torch.cuda.set_device, passed on "
@@ -349,6 +354,46 @@ class Device(Rule):
             """,
             message="where is a fixed GPU (the same on every process) from some callers and something else from "
             "others: left as it was (pass accelerator.device where it is the GPU)",
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 1)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                for x, y in loader:
+                    x = x.to(torch.float32)
+                    optimizer.zero_grad()
+                    loss = nn.functional.mse_loss(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+                    print(loss.detach().cpu().item())
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                accelerator = Accelerator()
+                model = nn.Linear(8, 1)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                for x, y in loader:
+                    x = x.to(torch.float32)
+                    optimizer.zero_grad()
+                    loss = nn.functional.mse_loss(model(x), y)
+                    accelerator.backward(loss)
+                    optimizer.step()
+                    accelerator.print(loss.detach().cpu().item())
+            """,
+            leaves_alone=True,
         ),
     )
 

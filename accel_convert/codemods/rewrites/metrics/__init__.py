@@ -4,8 +4,8 @@ On N processes each rank sees 1/N of the evaluation set, and the last global bat
 repeated samples. Sums of Python floats (``correct += ...item()``) cannot be de-duplicated, so the
 per-sample tensors are gathered right after the forward, before anything reduces them:
 ``gather_for_metrics`` concatenates every rank's rows and drops the padding, and the rest of the
-loop then computes the single-process numbers. An evaluation loop is the analysis's (asked through
-``RuleTransformer.evaluates``, as every rule does): a loop over a data loader with no backward in it,
+loop then computes the single-process numbers. An evaluation loop is, as for every rule, a loop
+over a data loader with no backward in it,
 under ``torch.no_grad()``/``inference_mode()``/``set_grad_enabled(False)``, in a ``@torch.no_grad()``
 function, after ``model.eval()``, or decoding with ``model.generate``.
 
@@ -16,7 +16,7 @@ and ``for j in range(b_size)`` cover every process's rows; ``range(<the loaders'
 the gathered batch becomes ``range(len(x))`` of a gathered tensor. A Python value that cannot be
 computed again (one the model's ``forward`` returns, also a model class of another module of the
 program; one bound by unpacking) cannot be joined with the gathered tensors: the loop is left as
-written and reported (ACC913). So is a loop that indexes the batch with a model output
+written and reported (ACC946). So is a loop (ACC955) that indexes the batch with a model output
 (``allcaps[sort_ind]``, the order a captioning decoder sorted its batch in): positions in one
 process's batch would pick rows of the joined batch.
 
@@ -24,10 +24,10 @@ Model outputs read through attributes (``outputs.logits``) or batches read by ke
 (``batch["labels"]``) are gathered as those expressions into new names that the rest of the loop
 uses. A batch-mean ``outputs.loss`` (or a ``loss`` among the forward's outputs, or any output the
 loop reads with ``.item()``: one value per batch) cannot be gathered per sample and is reported
-(ACC913 as a warning), as is a forward nested inside a larger expression. A size read off the batch
+(ACC949, a warning), as is a forward nested inside a larger expression (ACC943). A size read off the batch
 before the forward (``n, _ = x.shape``, ``n = len(x)``) is a Python number, not a per-sample row: it
 is not gathered, and a sum of it after the gather (``total += n``, this process's samples only) is
-reported (ACC913), with the gathered rows to count instead.
+reported (ACC950), with the gathered rows to count instead.
 
 An evaluation that takes gradients for its inputs (a module that trains nothing: an FGSM attack's
 ``loss.backward()`` then ``data.grad``) needs each process's own rows between its forwards: its
@@ -37,21 +37,21 @@ Python counts (``correct += 1``) are summed across processes after the loop
 too: such counts are exact when every process gets whole batches.
 
 A mean over batches (``/ len(loader)``, ``/ (batch_idx + 1)``, ``np.mean`` of a list appended once per
-batch, a ``steps += 1`` counter) is reported (ACC913): the original weighs each of its batches
+batch, a ``steps += 1`` counter) is reported (ACC941): the original weighs each of its batches
 equally, while a gathered per-batch value averages one batch of every process (the last ones
 ragged or missing), so the mean changes; the one-process mean over batches cannot be rebuilt
 from gathered batches. Evaluation over an ``IterableDataset`` of the file without ``__len__`` is
-reported too: its last batches are padded and, without a length, the gather cannot drop the
+reported too (ACC953): its last batches are padded and, without a length, the gather cannot drop the
 padding. Batches of per-sample lists (detection: ``collate_fn`` returning ``tuple(zip(*batch))``,
 outputs rebuilt per image) are gathered list by list with ``use_gather_object=True``; where only
-some of the values are known to be lists, the loop is reported instead.
+some of the values are known to be lists, the loop is reported instead (ACC951).
 
 An ensemble's ``probs = torch.stack([m(x).softmax(-1) for m in models]).mean(0)`` is a forward
 too when every member of ``models`` goes through a function that prepares its model parameter
 (``for m in models: train(m, loader)``, the prepare rule's ``accelerator.prepare(model, ...)``
 there; the list may reach the evaluation as a parameter): the stack's new first dimension is
 averaged away, one row per sample remains. Members of a list nothing prepares, or stacked
-without that average, are reported (ACC913).
+without that average, are reported (ACC945).
 
 A torchmetrics metric updated with the gathered values (``metric.update(output, target)``) would
 sync across processes once more in ``compute()`` (its default ``sync_on_compute=True``): ratios
@@ -59,13 +59,36 @@ come out right, but sums and counts (``SumMetric``, a confusion matrix, ``MeanSq
 sums) N times. Its constructor gets ``sync_on_compute=False``, when every update of it receives
 gathered values and the constructor is a torchmetrics metric (or a ``MetricCollection`` of them);
 otherwise (a wrapper, the file's own subclass, a metric also updated per process, an ``x.update``
-of gathered values whose ``x`` the rule cannot trace) it is reported (ACC913).
+of gathered values whose ``x`` the rule cannot trace) it is reported (ACC940).
 
 A sequence-first model (``nn.Transformer``, ``nn.LSTM``... without ``batch_first=True``) or batches
 padded sequence-first (``pad_sequence``) give ``(sequence, batch, ...)`` tensors: the gather would
 join sequence positions of different processes (or fail on different lengths). Those loops are
 reported (ACC922) and left as they are: the batch dimension and the padding to strip are the
 script's to say.
+
+An evaluation written as a comprehension over a prepared loader is reported (ACC938): a
+comprehension has no place for a gather after its forward.
+
+An evaluation loop where the accelerator is not reachable is reported (ACC939): its metrics cover
+one process.
+
+A batch-mean loss added up per batch is reported (ACC942): after the gather each term covers one
+batch of every process, so the sum shrinks with the process count.
+
+A model run inside another call (a generate or decode helper) is reported (ACC944): its output is
+not gathered, and decoded lengths may differ between processes.
+
+Outputs stored at positions computed from the batch index (``preds[i * bs:(i + 1) * bs] = ...``)
+are reported (ACC947): a gathered step holds one batch of every process, more rows than the slice;
+the running-offset form ``preds[offset:offset + len(out)]`` is gathered.
+
+Targets made from positions in the batch (``torch.arange(len(x))`` against a similarity matrix over
+the batch, in-batch matching) are reported (ACC948): gathered, each process's rows would be matched
+with positions in the joined batch.
+
+Token-level values of a loader whose ``collate_fn`` pads each batch to its own longest sample are
+reported (ACC952): two processes' batches can differ in length, and the gather then fails.
 """
 
 from __future__ import annotations
@@ -119,6 +142,62 @@ from accel_convert.codemods.rewrites.metrics.torchmetrics import SyncOnComputeOf
 class MetricsCodemod(Rule):
     code = GATHERED
     name = "metrics"
+    fixes = {
+        "ACC938": (
+            "Write the comprehension as a ``for`` loop over the loader, which the converter gathers, or gather the per-batch values yourself: ``preds = accelerator.gather_for_metrics(model(x).argmax(1))`` for each batch."
+        ),
+        "ACC939": (
+            "Make the accelerator reachable in the evaluation: add an ``accelerator`` parameter to the function and pass it from the caller, then gather the outputs and targets with ``accelerator.gather_for_metrics((outputs, targets))`` right after the forward."
+        ),
+        "ACC940": (
+            "Build the metric with ``sync_on_compute=False`` and update it with gathered values only, or update it with this process's values only and keep its default sync; not both."
+        ),
+        "ACC941": (
+            'Compute the metric from per-sample values instead of averaging batch means: add up per-sample counts or ``reduction="sum"`` losses over the gathered batches and divide by the number of samples (``total += len(y)``) after the loop.'
+        ),
+        "ACC942": (
+            'Sum per-sample losses: compute the evaluation loss with ``reduction="sum"`` (e.g. ``F.cross_entropy(out, y, reduction="sum")``) and divide by the number of samples after the loop.'
+        ),
+        "ACC943": (
+            "Assign the forward's output to a name on its own line (``output = model(x)``), then use it in the larger expression; convert again, or gather it yourself with ``accelerator.gather_for_metrics((output, y))``."
+        ),
+        "ACC944": (
+            "Gather what the call returns together with the targets: ``preds, targets = accelerator.gather_for_metrics((preds, targets))`` right after it, padded first with ``accelerator.pad_across_processes(preds, dim=1)`` where its length varies."
+        ),
+        "ACC945": (
+            "Gather the predictions and targets after they are computed: ``preds, targets = accelerator.gather_for_metrics((preds, targets))`` in the loop, before anything counts them."
+        ),
+        "ACC946": (
+            "Make the Python value a tensor on the device, ``lengths = torch.tensor(lengths, device=accelerator.device)``, and gather it with the outputs: ``output, lengths = accelerator.gather_for_metrics((output, lengths))``."
+        ),
+        "ACC947": (
+            "Gather the outputs and store them at a running offset instead of a position from the batch index: ``out = accelerator.gather_for_metrics(out)``, ``preds[offset:offset + len(out)] = out``, ``offset += len(out)``."
+        ),
+        "ACC948": (
+            "Compute the per-sample result inside the batch first (``hits = logits.argmax(1) == labels``), then gather that: ``hits = accelerator.gather_for_metrics(hits)``."
+        ),
+        "ACC955": (
+            "Re-order first, then gather what is compared: ``scores, targets = accelerator.gather_for_metrics((scores, y[sort_ind]))``, so positions are used within this process's batch only."
+        ),
+        "ACC949": (
+            'Compute the loss per sample (``reduction="none"``) and gather that, or ``reduction="sum"`` reduced across processes with ``accelerator.reduce(loss, "sum")``, and divide by the gathered sample count.'
+        ),
+        "ACC950": (
+            "Count the gathered rows instead of the batch size read before the gather: ``total += len(output)`` (the gathered output), not ``total += n``."
+        ),
+        "ACC951": (
+            "Gather each list of per-sample objects on its own: ``targets = accelerator.gather_for_metrics(targets, use_gather_object=True)``, and gather tensors as they are."
+        ),
+        "ACC952": (
+            "Pad each sequence to the longest across processes before gathering: ``x = accelerator.pad_across_processes(x, dim=1, pad_index=PAD)``, then ``accelerator.gather_for_metrics(x)``; or pad every batch to one fixed length in the ``collate_fn``."
+        ),
+        "ACC953": (
+            "Give the ``IterableDataset`` a ``__len__`` that returns the number of samples it yields, so the gather drops the padded repeats; or drop the last ``num_processes`` repeats by hand."
+        ),
+        "ACC922": (
+            "Gather batch-first views by hand: transpose the model's outputs and the targets to ``(batch, ...)`` (``output.transpose(0, 1)``), pad them with ``accelerator.pad_across_processes(x, dim=1)`` where lengths differ, then ``accelerator.gather_for_metrics((output, target))``; or build the model with ``batch_first=True`` and convert again."
+        ),
+    }
     providers = (batch_mean_losses,)
     extra_codes = {
         COMPREHENSION: "metrics-comprehension: evaluation written as a comprehension over a prepared loader, not gathered (write it as a for loop)",
@@ -926,6 +1005,159 @@ class MetricsCodemod(Rule):
                 "them from real ones, so the metrics count them too; give Stream a __len__ (the number "
                 "of samples it yields) so the gather drops them, or drop them by hand"
             ),
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                correct = 0
+                total = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        correct += (model(x).argmax(1) == y).sum().item()
+                        total += y.size(0)
+                print(f"accuracy {correct / total:.3f}")
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                accelerator = Accelerator()
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                model, optimizer, train_loader, test_loader = accelerator.prepare(
+                    model, optimizer, train_loader, test_loader
+                )
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    accelerator.backward(nn.functional.cross_entropy(model(x), y))
+                    optimizer.step()
+
+                correct = 0
+                total = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        output = model(x)
+                        output, y = accelerator.gather_for_metrics((output, y))
+                        correct += (output.argmax(1) == y).sum().item()
+                        total += y.size(0)
+                accelerator.print(f"accuracy {correct / total:.3f}")
+            """,
+            code="ACC941",
+            leaves_alone=True,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                test_loss = 0.0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        output = model(x)
+                        test_loss += nn.functional.cross_entropy(output, y, reduction="sum").item()
+                print(f"test loss {test_loss / len(test_loader.dataset):.3f}")
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                accelerator = Accelerator()
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                model, optimizer, train_loader, test_loader = accelerator.prepare(
+                    model, optimizer, train_loader, test_loader
+                )
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    accelerator.backward(nn.functional.cross_entropy(model(x), y))
+                    optimizer.step()
+
+                test_loss = 0.0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        output = model(x)
+                        output, y = accelerator.gather_for_metrics((output, y))
+                        test_loss += nn.functional.cross_entropy(output, y, reduction="sum").item()
+                accelerator.print(f"test loss {test_loss / len(test_loader.dataset):.3f}")
+            """,
+            code="ACC942",
+            leaves_alone=True,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                for epoch in range(2):
+                    correct = 0
+                    for x, y in train_loader:
+                        optimizer.zero_grad()
+                        output = model(x)
+                        nn.functional.cross_entropy(output, y).backward()
+                        optimizer.step()
+                        correct += (output.argmax(1) == y).sum().item()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                accelerator = Accelerator()
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+                for epoch in range(2):
+                    correct = 0
+                    for x, y in train_loader:
+                        optimizer.zero_grad()
+                        output = model(x)
+                        accelerator.backward(nn.functional.cross_entropy(output, y))
+                        optimizer.step()
+                        correct += (output.argmax(1) == y).sum().item()
+            """,
+            leaves_alone=True,
         ),
     )
 
