@@ -87,18 +87,15 @@ def test_two_jobs_convert_in_workers_with_the_same_results(tmp_path: Path) -> No
     conversions = parallel.start(2, jobs, options)
     try:
         assert isinstance(conversions, parallel.ParallelConversions)
-        good, broken, plain = jobs
-        assert conversions.source(id(good), good.source.read_bytes(), options, good.shown_name) == convert_source(
-            good.source.read_bytes(), options, path=good.shown_name
-        )
+        good, broken, plain = (job.source.read_bytes() for job in jobs)
+        assert conversions.file(id(jobs[0]), good) == convert_source(good, options, path=jobs[0].shown_name)
         with pytest.raises(ConversionError, match="broken.py:2:"):
-            conversions.source(id(broken), broken.source.read_bytes(), options, broken.shown_name)
-        # Bytes other than those the worker read (the file changed): converted again here.
-        edited = b"import torch\nx = torch.zeros(1).cuda()\n"
-        assert conversions.source(id(plain), edited, options, plain.shown_name).source == edited
+            conversions.file(id(jobs[1]), broken)
+        # Bytes other than those the worker read (the file changed): the command converts them.
+        assert conversions.file(id(jobs[2]), b"import torch\n") is None
     finally:
         conversions.close(stopped=False)
-    assert isinstance(parallel.start(1, jobs, options), parallel.Conversions)
+    assert type(parallel.start(1, jobs, options)) is parallel.Conversions
 
 
 def test_sigterm_during_a_two_job_run_leaves_no_half_written_file_nor_worker(tmp_path: Path) -> None:

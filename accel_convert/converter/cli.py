@@ -39,11 +39,12 @@ from accel_convert.converter.files import (
 from accel_convert.converter.pipeline import (
     Conversion,
     ConversionError,
+    convert_source,
     mentions_torch,
     one_line,
     quiet_compiler_warnings,
 )
-from accel_convert.converter.project import ProgramFile, folder_entries
+from accel_convert.converter.project import ProgramFile, convert_program_files, folder_entries
 from accel_convert.converter.report import (
     Finding,
     Output,
@@ -532,7 +533,9 @@ class Runner:
                 continue
             try:
                 sources = [self.read_program_file(file.path) for file in job.program]
-                conversions = self.conversions.program(id(job), job.program, sources, self.plan.options)
+                conversions = self.conversions.program(id(job), sources) or convert_program_files(
+                    job.program, sources, self.plan.options
+                )
             except ConversionError as error:
                 self.programs[job.shown_name] = error
                 continue
@@ -624,7 +627,10 @@ class Runner:
                 self.reporter.skipped(job.shown_name, job.problem)
                 return
             raise ConversionError(job.shown_name, 1, 1, f"cannot read: {job.problem}")
-        conversion = self.conversions.source(id(job), self.read(job), self.plan.options, job.shown_name)
+        source = self.read(job)
+        conversion = self.conversions.file(id(job), source) or convert_source(
+            source, self.plan.options, path=job.shown_name
+        )
         findings = [Finding.from_change(job.shown_name, change) for change in conversion.changes]
         warnings = [finding for finding in findings if finding.is_warning]
         if self.plan.check and job.target is not None:

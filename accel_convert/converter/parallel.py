@@ -44,15 +44,16 @@ def default_jobs() -> int:
 
 
 class Conversions:
-    """Converts each file when asked, in this process (``--jobs 1``)."""
+    """No answers (``--jobs 1``): the command converts each file itself."""
 
-    def source(self, key: int, source: bytes, options: Options, path: str) -> Conversion:
-        return convert_source(source, options, path=path)
+    def file(self, key: int, source: bytes) -> Conversion | None:
+        """The worker's conversion of ``source`` (ConversionError raised as the worker met it),
+        or None: the command converts it itself."""
+        return None
 
-    def program(
-        self, key: int, files: Sequence[ProgramFile], sources: Sequence[bytes], options: Options
-    ) -> list[Conversion]:
-        return convert_program_files(files, sources, options)
+    def program(self, key: int, sources: Sequence[bytes]) -> list[Conversion] | None:
+        """The same for a program's files (``sources`` as the command read them)."""
+        return None
 
     def close(self, stopped: bool) -> None:
         """The run is over (``stopped``: by an exception, Ctrl-C or SIGTERM among them)."""
@@ -79,7 +80,7 @@ class ParallelConversions(Conversions):
         for key, (path, shown) in files.items():
             self.futures[key] = self.executor.submit(_convert_file, path, shown, options)
 
-    def answer(self, key: int, sources: Sequence[bytes]) -> tuple[str, Any] | None:
+    def answer(self, key: int, sources: Sequence[bytes]) -> list[Conversion] | None:
         future = self.futures.pop(key, None)
         if future is None:
             return None
@@ -89,21 +90,17 @@ class ParallelConversions(Conversions):
             return None
         if outcome is None or outcome[0] != _digest(sources):
             return None
-        return outcome[1]
+        kind, payload = outcome[1]
+        if kind == "error":
+            raise ConversionError(*payload)
+        return list(payload)
 
-    def source(self, key: int, source: bytes, options: Options, path: str) -> Conversion:
+    def file(self, key: int, source: bytes) -> Conversion | None:
         answer = self.answer(key, [source])
-        if answer is None:
-            return super().source(key, source, options, path)
-        return _unpacked(answer)[0]
+        return None if answer is None else answer[0]
 
-    def program(
-        self, key: int, files: Sequence[ProgramFile], sources: Sequence[bytes], options: Options
-    ) -> list[Conversion]:
-        answer = self.answer(key, sources)
-        if answer is None:
-            return super().program(key, files, sources, options)
-        return _unpacked(answer)
+    def program(self, key: int, sources: Sequence[bytes]) -> list[Conversion] | None:
+        return self.answer(key, sources)
 
     def close(self, stopped: bool) -> None:
         if not stopped:
@@ -172,10 +169,3 @@ def _convert_program(files: Sequence[ProgramFile], options: Options) -> Outcome:
     except OSError:  # the command reads them again and reports it
         return None
     return _guarded(sources, lambda: convert_program_files(files, sources, options))
-
-
-def _unpacked(answer: tuple[str, Any]) -> list[Conversion]:
-    kind, payload = answer
-    if kind == "error":
-        raise ConversionError(*payload)
-    return list(payload)
