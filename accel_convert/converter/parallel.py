@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import multiprocessing
+import multiprocessing.util
 import os
 import signal
 from collections.abc import Sequence
@@ -73,6 +74,7 @@ class ParallelConversions(Conversions):
             "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
         )
         self.executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_ignore_interrupts)
+        self.semaphores = _semaphore_names(self.executor)
         self.futures: dict[int, Future[Outcome]] = {}
         # Programs first: the command converts them all before any single file.
         for key, program in programs.items():
@@ -103,16 +105,16 @@ class ParallelConversions(Conversions):
         return self.answer(key, sources)
 
     def close(self, stopped: bool) -> None:
-        if not stopped:
-            self.executor.shutdown(wait=True)
-            return
-        # Ctrl-C, SIGTERM: end now. Workers write nothing, so ending them loses nothing.
-        processes = list(getattr(self.executor, "_processes", {}).values())
-        self.executor.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.join(5)
+        if stopped:
+            # Ctrl-C, SIGTERM: end now. Workers write nothing, so ending them loses nothing.
+            processes = list(getattr(self.executor, "_processes", {}).values())
+            self.executor.shutdown(wait=False, cancel_futures=True)
+            for process in processes:
+                process.terminate()
+        self.executor.shutdown(wait=True)
+        self.futures.clear()
+        if stopped:
+            _release_semaphores(self.semaphores)
 
 
 def start(jobs: int | None, plan_jobs: Sequence[Any], options: Options) -> Conversions:
@@ -130,6 +132,23 @@ def start(jobs: int | None, plan_jobs: Sequence[Any], options: Options) -> Conve
     if jobs <= 1 or tasks < 2:
         return Conversions()
     return ParallelConversions(min(jobs, tasks), options, files, programs)
+
+
+def _semaphore_names(executor: ProcessPoolExecutor) -> set[str]:
+    """The names of the semaphores of the pool's two queues (their locks)."""
+    queues = (getattr(executor, "_call_queue", None), getattr(executor, "_result_queue", None))
+    locks = [lock for queue in queues for lock in getattr(queue, "__dict__", {}).values()]
+    return {lock._semlock.name for lock in locks if getattr(getattr(lock, "_semlock", None), "name", None)}
+
+
+def _release_semaphores(names: set[str]) -> None:
+    """Run now the finalizers that release the pool's semaphores (multiprocessing runs them at
+    a normal exit): a SIGTERM handed back to an in-process caller's default handler ends the
+    process without one, and multiprocessing's resource tracker would warn about leaked ones."""
+    for finalizer in list(getattr(multiprocessing.util, "_finalizer_registry", {}).values()):
+        arguments = getattr(finalizer, "_args", None) or (None,)
+        if isinstance(arguments[0], str) and arguments[0] in names:
+            finalizer()
 
 
 def _ignore_interrupts() -> None:
