@@ -70,9 +70,7 @@ class ParallelConversions(Conversions):
         files: dict[int, tuple[Path, str]],
         programs: dict[int, Sequence[ProgramFile]],
     ) -> None:
-        context = multiprocessing.get_context(
-            "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-        )
+        context = _context()
         self.executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_ignore_interrupts)
         self.semaphores = _semaphore_names(self.executor)
         self.futures: dict[int, Future[Outcome]] = {}
@@ -132,6 +130,16 @@ def start(jobs: int | None, plan_jobs: Sequence[Any], options: Options) -> Conve
     if jobs <= 1 or tasks < 2:
         return Conversions()
     return ParallelConversions(min(jobs, tasks), options, files, programs)
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    """forkserver where there is one (each worker forks from a server that has imported the
+    converter once, instead of importing it anew), else spawn; never fork (a caller's threads)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    return context
 
 
 def _semaphore_names(executor: ProcessPoolExecutor) -> set[str]:
