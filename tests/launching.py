@@ -21,10 +21,22 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-#: How long the processes of a timed-out run get to write their stacks before they are killed.
+#: Time limits of multi-process tests allow a machine at least this many times busier than a quiet
+#: one (CI and shared machines run several suites at once).
+LOAD_SLACK = 5.0
+#: How long a quiet machine's processes of a timed-out run take at most to write their stacks
+#: (stretched by :func:`load_slack`; the wait ends as soon as they are done).
 STACK_DUMP_SECONDS = 3.0
-#: Pause between two processes' stack dumps (they write to the same stderr).
+#: How long one process's stack dump takes at most on a quiet machine: the next process is sent
+#: its signal once this one has ended, or after this (stretched) time (they share one stderr).
 DUMP_STAGGER_SECONDS = 0.3
+
+
+def load_slack() -> float:
+    """The factor to stretch a quiet machine's time limit by: :data:`LOAD_SLACK`, or the present
+    load per core (1-minute load average) when that is higher."""
+    return max(LOAD_SLACK, os.getloadavg()[0] / (os.cpu_count() or 1))
+
 
 # A timed-out run is ended with SIGABRT (see above); its processes must not write core files (a
 # torch process's core is hundreds of megabytes). Children inherit the limit.
@@ -109,13 +121,14 @@ def stop_group_with_stacks(proc: subprocess.Popen[str]) -> tuple[str, str]:
     # with SIGTERM (no stacks) before their turn came.
     signal_each([proc.pid], signal.SIGSTOP)
     # One process at a time, the ranks first: their dumps share one stderr and would interleave.
+    slack = load_slack()
     for pid in reversed(descendants(proc.pid)):
         signal_each([pid], signal.SIGABRT)
-        time.sleep(DUMP_STAGGER_SECONDS)
+        wait_until_ended(pid, DUMP_STAGGER_SECONDS * slack)
     signal_each([proc.pid], signal.SIGCONT)
     signal_group(proc, signal.SIGABRT)
     try:
-        return proc.communicate(timeout=STACK_DUMP_SECONDS)
+        return proc.communicate(timeout=STACK_DUMP_SECONDS * slack)
     except subprocess.TimeoutExpired:  # a process that could not print: killed (output kept)
         signal_group(proc, signal.SIGKILL)
         signal_each(descendants(proc.pid), signal.SIGKILL)
@@ -123,6 +136,21 @@ def stop_group_with_stacks(proc: subprocess.Popen[str]) -> tuple[str, str]:
     finally:
         signal_group(proc, signal.SIGKILL)  # a process that left the run's pipes still goes
         signal_each(descendants(proc.pid), signal.SIGKILL)
+
+
+def wait_until_ended(pid: int, limit: float) -> None:
+    """Return once ``pid`` has ended (gone, or a zombie its paused parent has not reaped), or
+    after ``limit`` seconds."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+                stat = handle.read()
+        except OSError:
+            return
+        if stat[stat.rfind(")") + 2 :].startswith(("Z", "X")):
+            return
+        time.sleep(0.02)
 
 
 def descendants(pid: int) -> list[int]:

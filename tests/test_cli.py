@@ -299,7 +299,8 @@ def test_unexpected_exception_in_one_file_is_reported_and_the_rest_still_run(
     monkeypatch.setattr(cli_module, "convert_source", explode_on_boom)
     (tmp_path / "boom.py").write_bytes(TRAIN)
     (tmp_path / "train.py").write_bytes(TRAIN)
-    result = run("--in-place", tmp_path / "boom.py", tmp_path / "train.py")
+    # --jobs 1: the patched conversion runs only in this process, not in workers.
+    result = run("--in-place", "--jobs", "1", tmp_path / "boom.py", tmp_path / "train.py")
     assert result.exit_code == 123
     assert f"{tmp_path / 'boom.py'}:1:1: internal error: ValueError: unexpected" in result.stderr
     assert (tmp_path / "boom.py").read_bytes() == TRAIN

@@ -182,7 +182,7 @@ def test_a_signal_mid_write_leaves_no_temporary_file(
     assert child.returncode == code, stderr
     assert list((tmp_path / "out").iterdir()) == [], "a temporary (or half-written) file was left behind"
     assert "Traceback" not in stderr and "Aborted" not in stderr
-    assert stderr.splitlines()[-1].startswith(f"accel-convert: {word};")
+    assert stderr.splitlines()[-1].startswith(f"accel-convert: {word};"), stderr
     assert "carried on" not in stderr
 
 

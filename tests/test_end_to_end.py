@@ -54,7 +54,7 @@ from tests.e2e_support.results import (
     rankrun_jobs,
 )
 from tests.fixture_conversions import converted_fixture
-from tests.launching import REPO_ROOT, Run, python, torchrun
+from tests.launching import REPO_ROOT, Run, load_slack, python, torchrun
 
 CASES_DIR = REPO_ROOT / "fixtures" / "cases"
 SUPPORT_DIR = REPO_ROOT / "fixtures" / "support"
@@ -502,9 +502,11 @@ wait_forever_in_this_process()
 def test_a_hung_launch_shows_every_process_stack_and_fails_alone(tmp_path: Path):
     script = tmp_path / "hang.py"
     script.write_text(HANGING_SCRIPT, encoding="utf-8")
-    run = python(script, "spawn", timeout=6, raise_on_timeout=False)
+    # Both processes must be waiting before the timeout: well under a second on a quiet machine.
+    timeout = round(2 * load_slack())
+    run = python(script, "spawn", timeout=timeout, raise_on_timeout=False)
     assert run.returncode == -9
-    assert "ran past 6s" in run.stderr
+    assert f"ran past {timeout}s" in run.stderr
     # Both processes (the launcher's and the one it started) say where they were waiting.
     assert run.stderr.count("in wait_forever_in_this_process") == 2, run.stderr
     assert run.stdout.startswith("started")

@@ -44,7 +44,7 @@ from tests.e2e_support.results import (
     rankrun_jobs,
 )
 from tests.e2e_support.stacks import torchrun_with_stacks
-from tests.launching import REPO_ROOT, Run, python
+from tests.launching import REPO_ROOT, Run, load_slack, python
 from tests.test_end_to_end import (
     SIDE_CAR_FIELDS,
     Case,
@@ -310,7 +310,10 @@ def test_a_hung_launch_fails_with_every_ranks_stack(tmp_path: Path):
         "if dist.get_rank() == 0:\n    dist.barrier()\nelse:\n    time.sleep(600)\n",
         encoding="utf-8",
     )
-    run, hung = torchrun_with_stacks(script, cwd=tmp_path, timeout=12)
+    # Both ranks must be in place (torch imported, group formed) before the timeout: a few seconds
+    # on a quiet machine, stretched for a loaded one (the test then takes that long: it waits out
+    # the hang).
+    run, hung = torchrun_with_stacks(script, cwd=tmp_path, timeout=8 * load_slack())
     assert hung and run.returncode != 0
     assert f'File "{script}", line 5' in run.stderr  # rank 0, in the barrier
     assert f'File "{script}", line 7' in run.stderr  # rank 1, asleep

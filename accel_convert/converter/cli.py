@@ -24,6 +24,7 @@ import click
 from click.core import ParameterSource
 
 from accel_convert.codemods import Options
+from accel_convert.converter import parallel
 from accel_convert.converter.config import ConfigError, load_config
 from accel_convert.converter.files import (
     DEFAULT_EXCLUDE,
@@ -454,8 +455,17 @@ def config_start(sources: Sequence[str], stdin_filename: str | None) -> Path:
 class Runner:
     """Carries out a Plan, file by file, reporting through a Reporter."""
 
-    def __init__(self, plan: Plan, reporter: Reporter, color: bool, progress: bool = False) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        reporter: Reporter,
+        color: bool,
+        progress: bool = False,
+        conversions: parallel.Conversions | None = None,
+    ) -> None:
         self.plan = plan
+        #: Where each file's conversion comes from: this process, or workers (``--jobs``).
+        self.conversions = conversions or parallel.Conversions()
         self.reporter = reporter
         self.color = color
         #: Program jobs (by entry) → their conversions, or why they cannot be written.
@@ -467,6 +477,15 @@ class Runner:
     def run(self) -> int:
         """Every job, then the summary. A closed stdout or stderr (``| head``) ends the run:
         :class:`OutputClosed` is raised for the command to exit quietly."""
+        try:
+            code = self.run_all()
+        except BaseException:  # Ctrl-C and SIGTERM among them: workers are ended at once
+            self.conversions.close(stopped=True)
+            raise
+        self.conversions.close(stopped=False)
+        return code
+
+    def run_all(self) -> int:
         try:
             self.convert_programs()
             if self.progress:
@@ -521,7 +540,9 @@ class Runner:
                 continue
             try:
                 sources = [self.read_program_file(file.path) for file in job.program]
-                conversions = convert_program_files(job.program, sources, self.plan.options)
+                conversions = self.conversions.program(id(job), sources) or convert_program_files(
+                    job.program, sources, self.plan.options
+                )
             except ConversionError as error:
                 self.programs[job.shown_name] = error
                 continue
@@ -613,7 +634,10 @@ class Runner:
                 self.reporter.skipped(job.shown_name, job.problem)
                 return
             raise ConversionError(job.shown_name, 1, 1, f"cannot read: {job.problem}")
-        conversion = convert_source(self.read(job), self.plan.options, path=job.shown_name)
+        source = self.read(job)
+        conversion = self.conversions.file(id(job), source) or convert_source(
+            source, self.plan.options, path=job.shown_name
+        )
         findings = [Finding.from_change(job.shown_name, change) for change in conversion.changes]
         warnings = [finding for finding in findings if finding.is_warning]
         if self.plan.check and job.target is not None:
@@ -784,6 +808,13 @@ def explain(code: str, color: bool | None) -> None:
 )
 @click.option("-v", "--verbose", is_flag=True, help="Also name every file and its status.")
 @click.option("--color/--no-color", default=None, help="Force colour on or off (default: only on a terminal).")
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Convert N files at a time in worker processes (default: the machine's cores); same output as 1.",
+)
 @click.option("--stdin-filename", metavar="NAME", help="Name for stdin in messages and config lookup.")
 @click.option("--list-codes", is_flag=True, help="List every code with a before/after example, then exit.")
 @click.option(
@@ -914,7 +945,8 @@ def run_plan(plan: Plan, flags: dict[str, Any]) -> int:
         and is_terminal(sys.stderr)
     )
     with start_up_objects_left_out_of_collections():
-        return Runner(plan, reporter, wants_colour(sys.stdout, color), progress).run()
+        conversions = parallel.start(flags["jobs"], plan.jobs, plan.options)
+        return Runner(plan, reporter, wants_colour(sys.stdout, color), progress, conversions).run()
 
 
 def is_terminal(stream: Any) -> bool:

@@ -1,16 +1,15 @@
 """Per-batch trace of gradient accumulation, under ``runtime`` or under Hugging Face Accelerate.
 
-``python runtime_trace.py runtime|accelerate`` (under torchrun for several ranks; Accelerate
-also needs ``ACCELERATE_USE_CPU=1`` there). For each configuration it records, batch by batch,
-``(sync_gradients, accelerator.step, scheduler.last_epoch, lr)`` plus the final parameters, and
-rank 0 prints one ``TRACE <json>`` line with every rank's results. tests/test_runtime_accumulation.py compares the two
-libraries' lines.
+``python runtime_trace.py runtime|accelerate RESULT.json`` (under torchrun for several ranks;
+Accelerate also needs ``ACCELERATE_USE_CPU=1`` there). For each configuration it records, batch by
+batch, ``(sync_gradients, accelerator.step, scheduler.last_epoch, lr)`` plus the final parameters,
+and rank 0 writes every rank's results to RESULT.json at once (the file exists only complete:
+tests/reference_results.py). tests/test_runtime_accumulation.py compares the two libraries' files.
 """
 
 from __future__ import annotations
 
 import gc
-import json
 import sys
 
 import torch
@@ -119,17 +118,19 @@ def all_traces() -> dict:
     return results
 
 
-def main() -> None:
+def main(result_file: str) -> None:
     import torch.distributed as dist
 
+    from tests.reference_results import write_json_atomically
+
     results = all_traces()
-    # One line from rank 0 with every rank's results: ranks printing at once would interleave.
+    # One file from rank 0 with every rank's results.
     per_rank = [results]
     if dist.is_initialized():
         per_rank = [None] * dist.get_world_size()
         dist.all_gather_object(per_rank, results)
     if not dist.is_initialized() or dist.get_rank() == 0:
-        print("TRACE " + json.dumps(per_rank), flush=True)
+        write_json_atomically(result_file, per_rank)
     if dist.is_initialized():
         dist.barrier()
         # DDP wrappers still alive in reference cycles keep the Gloo group busy at teardown
@@ -139,4 +140,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[2])

@@ -1,0 +1,198 @@
+"""``--jobs N``: the files of a run converted in worker processes, the rest as with one worker.
+
+Only the conversion (reading a file, analysing and rewriting it) runs in a worker; the command's
+own process asks for each job's result in the plan's order, then writes and reports it as it
+always does. The output, the order of messages, the exit code and the written files are therefore
+those of one worker, and a Ctrl-C or SIGTERM meets the one process that writes (its write in
+progress removes its temporary file; workers write nothing and are ended).
+
+A worker's result is used only for the very bytes the command reads (a file edited in between is
+converted again here), and a worker that fails for any reason other than a ConversionError
+(an internal error, a worker that died) leaves the file to be converted here too, where the
+failure is reported exactly as with one worker.
+
+Example: ``accel-convert src/ -o out/ --jobs 4`` converts four files at a time; ``--jobs 1`` (or a
+run of one file) converts everything in the command's own process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import multiprocessing.util
+import os
+import signal
+from collections.abc import Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from accel_convert.codemods.engine.model import Options
+from accel_convert.converter.pipeline import Conversion, ConversionError, convert_source
+from accel_convert.converter.project import ProgramFile, convert_program_files
+
+#: A worker's answer: the digest of the bytes it converted, then ("ok", conversions) or ("error",
+#: ConversionError's fields); None where the command must convert the file itself.
+Outcome = tuple[bytes, tuple[str, Any]] | None
+
+
+def default_jobs() -> int:
+    """The machine's cores (those this process may use), as black and ruff default to."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+class Conversions:
+    """No answers (``--jobs 1``): the command converts each file itself."""
+
+    def file(self, key: int, source: bytes) -> Conversion | None:
+        """The worker's conversion of ``source`` (ConversionError raised as the worker met it),
+        or None: the command converts it itself."""
+        return None
+
+    def program(self, key: int, sources: Sequence[bytes]) -> list[Conversion] | None:
+        """The same for a program's files (``sources`` as the command read them)."""
+        return None
+
+    def close(self, stopped: bool) -> None:
+        """The run is over (``stopped``: by an exception, Ctrl-C or SIGTERM among them)."""
+
+
+class ParallelConversions(Conversions):
+    """Every task submitted at once to ``workers`` processes; each answer taken in plan order."""
+
+    def __init__(
+        self,
+        workers: int,
+        options: Options,
+        files: dict[int, tuple[Path, str]],
+        programs: dict[int, Sequence[ProgramFile]],
+    ) -> None:
+        context = _context()
+        self.executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_ignore_interrupts)
+        self.semaphores = _semaphore_names(self.executor)
+        self.futures: dict[int, Future[Outcome]] = {}
+        # Programs first: the command converts them all before any single file.
+        for key, program in programs.items():
+            self.futures[key] = self.executor.submit(_convert_program, program, options)
+        for key, (path, shown) in files.items():
+            self.futures[key] = self.executor.submit(_convert_file, path, shown, options)
+
+    def answer(self, key: int, sources: Sequence[bytes]) -> list[Conversion] | None:
+        future = self.futures.pop(key, None)
+        if future is None:
+            return None
+        try:
+            outcome = future.result()
+        except Exception:  # noqa: BLE001 - a worker that died: convert here, report as one worker
+            return None
+        if outcome is None or outcome[0] != _digest(sources):
+            return None
+        kind, payload = outcome[1]
+        if kind == "error":
+            raise ConversionError(*payload)
+        return list(payload)
+
+    def file(self, key: int, source: bytes) -> Conversion | None:
+        answer = self.answer(key, [source])
+        return None if answer is None else answer[0]
+
+    def program(self, key: int, sources: Sequence[bytes]) -> list[Conversion] | None:
+        return self.answer(key, sources)
+
+    def close(self, stopped: bool) -> None:
+        if stopped:
+            # Ctrl-C, SIGTERM: end now. Workers write nothing, so ending them loses nothing.
+            processes = list(getattr(self.executor, "_processes", {}).values())
+            self.executor.shutdown(wait=False, cancel_futures=True)
+            for process in processes:
+                process.terminate()
+        self.executor.shutdown(wait=True)
+        self.futures.clear()
+        if stopped:
+            _release_semaphores(self.semaphores)
+
+
+def start(jobs: int | None, plan_jobs: Sequence[Any], options: Options) -> Conversions:
+    """Worker processes for the plan's jobs (cli.Job: a file, or a program) when ``jobs`` (None:
+    the machine's cores) is over 1 and there are two files or programs to convert; else
+    conversion in this process. Answers are keyed by ``id(job)``."""
+    jobs = default_jobs() if jobs is None else jobs
+    files = {
+        id(job): (job.source, job.shown_name)
+        for job in plan_jobs
+        if not job.program and job.problem is None and job.source is not None
+    }
+    programs = {id(job): job.program for job in plan_jobs if job.program}
+    tasks = len(files) + len(programs)
+    if jobs <= 1 or tasks < 2:
+        return Conversions()
+    return ParallelConversions(min(jobs, tasks), options, files, programs)
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    """forkserver where there is one (each worker forks from a server that has imported the
+    converter once, instead of importing it anew), else spawn; never fork (a caller's threads)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    return context
+
+
+def _semaphore_names(executor: ProcessPoolExecutor) -> set[str]:
+    """The names of the semaphores of the pool's two queues (their locks)."""
+    queues = (getattr(executor, "_call_queue", None), getattr(executor, "_result_queue", None))
+    locks = [lock for queue in queues for lock in getattr(queue, "__dict__", {}).values()]
+    return {lock._semlock.name for lock in locks if getattr(getattr(lock, "_semlock", None), "name", None)}
+
+
+def _release_semaphores(names: set[str]) -> None:
+    """Run now the finalizers that release the pool's semaphores (multiprocessing runs them at
+    a normal exit): a SIGTERM handed back to an in-process caller's default handler ends the
+    process without one, and multiprocessing's resource tracker would warn about leaked ones."""
+    for finalizer in list(getattr(multiprocessing.util, "_finalizer_registry", {}).values()):
+        arguments = getattr(finalizer, "_args", None) or (None,)
+        if isinstance(arguments[0], str) and arguments[0] in names:
+            finalizer()
+
+
+def _ignore_interrupts() -> None:
+    # Ctrl-C reaches the whole process group: the command's own process handles it and ends the
+    # workers, which would otherwise each print a KeyboardInterrupt traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _digest(sources: Sequence[bytes]) -> bytes:
+    digest = hashlib.sha256()
+    for source in sources:
+        digest.update(len(source).to_bytes(8, "big"))
+        digest.update(source)
+    return digest.digest()
+
+
+def _guarded(sources: list[bytes], convert: Any) -> Outcome:
+    try:
+        return _digest(sources), ("ok", convert())
+    except ConversionError as error:
+        return _digest(sources), ("error", (error.path, error.line, error.column, error.message))
+    except Exception:  # noqa: BLE001 - converted again by the command, which reports it
+        return None
+
+
+def _convert_file(path: Path, shown: str, options: Options) -> Outcome:
+    try:
+        source = path.read_bytes()
+    except OSError:  # the command reads it again and reports it
+        return None
+    return _guarded([source], lambda: [convert_source(source, options, path=shown)])
+
+
+def _convert_program(files: Sequence[ProgramFile], options: Options) -> Outcome:
+    try:
+        sources = [file.path.read_bytes() for file in files]
+    except OSError:  # the command reads them again and reports it
+        return None
+    return _guarded(sources, lambda: convert_program_files(files, sources, options))
