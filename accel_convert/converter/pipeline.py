@@ -126,6 +126,7 @@ def convert_script(source: bytes, options: Options, *, path: str) -> Conversion:
 
 def _converted_script(source: bytes, options: Options, path: str) -> Conversion:
     if not mentions_torch(source):
+        judge_unconverted(source, path)
         return Conversion(path, source, source)
     with quiet_compiler_warnings():
         judge_with_cpython(source, path)
@@ -139,6 +140,20 @@ def _converted_script(source: bytes, options: Options, path: str) -> Conversion:
         if output is not None:
             return Conversion(path, source, output, conversion.changes, conversion.encoding)
     return convert_guarded(source, options, path)
+
+
+def judge_unconverted(source: bytes, path: str) -> None:
+    """A file that never says ``torch`` is left as it is, but only if it is Python: bytes that
+    are not (a syntax error, a null byte, random bytes) are refused as for any other file, so
+    that ``--check`` fails on them as black and ruff do. CPython's parse is the fast path;
+    libcst is asked only where CPython refuses (it reads syntax newer than this interpreter,
+    and reports a real syntax error with CPython's wording)."""
+    with quiet_compiler_warnings():
+        judge_with_cpython(source, path)
+        if python_ast(source) is None:
+            parse(source, path)
+    # The tree of a file that is not converted is not read again.
+    python_ast.cache_clear()
 
 
 def convert_guarded(source: bytes, options: Options, path: str) -> Conversion:
