@@ -38,3 +38,33 @@ def test_file_that_is_not_python_is_refused_whether_or_not_it_mentions_torch(tmp
     check = accel_convert("--check", *names, cwd=tmp_path)
     assert check.returncode == 123, check.stderr.decode()
     assert check.stderr.decode().splitlines()[-1] == "0 would convert, 1 unchanged, 4 failed"
+
+
+#: ``Accelerator`` from modules the converter cannot see, in three shapes: each is left as written.
+UNSEEN_ACCELERATORS = {
+    "from mylib.accel import Accelerator\n\naccelerator = Accelerator()\n": ("2:1", "mylib.accel"),
+    "from utils import Accelerator\n\n\ndef main():\n    accelerator = Accelerator()\n": ("2:1", "utils"),
+    "import utils\n\n\nclass Trainer:\n    def __init__(self):\n        self.acc = utils.Accelerator()\n": (
+        "7:20",
+        "utils",
+    ),
+}
+
+TRAINING = b"""
+model = torch.nn.Linear(2, 2).cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loss = model(torch.ones(2, 2).cuda()).sum()
+loss.backward()
+optimizer.step()
+"""
+
+
+def test_accelerator_from_an_unseen_module_is_left_as_written_with_a_report(tmp_path: Path) -> None:
+    for setup, (position, origin) in UNSEEN_ACCELERATORS.items():
+        source = b"import torch\n" + setup.encode() + TRAINING
+        run = accel_convert("-", "--stdin-filename", "train.py", stdin=source, cwd=tmp_path)
+        stderr = run.stderr.decode()
+        assert run.returncode == 0, stderr
+        assert run.stdout == source, run.stdout.decode()
+        assert f"train.py:{position}: ACC956 Accelerator is imported from {origin}," in stderr, stderr
+        assert "internal error" not in stderr
