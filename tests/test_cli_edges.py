@@ -68,3 +68,23 @@ def test_accelerator_from_an_unseen_module_is_left_as_written_with_a_report(tmp_
         assert run.stdout == source, run.stdout.decode()
         assert f"train.py:{position}: ACC956 Accelerator is imported from {origin}," in stderr, stderr
         assert "internal error" not in stderr
+
+
+def test_list_codes_is_one_line_per_code_and_the_examples_come_with_verbose(tmp_path: Path) -> None:
+    from accel_convert.codemods.engine.registry import code_docs
+
+    docs = code_docs()
+    short = accel_convert("--list-codes", cwd=tmp_path)
+    assert short.returncode == 0, short.stderr.decode()
+    lines = short.stdout.decode().splitlines()
+    assert [line.split()[0] for line in lines] == [doc.code for doc in docs]
+    for line, doc in zip(lines, docs, strict=True):
+        kind = "rewrite" if doc.fixed else "report"
+        assert line.startswith(f"{doc.code}  {doc.name} ({kind}): ") and len(line.split(": ", 1)[1]) > 10, line
+
+    long = accel_convert("--list-codes", "-v", cwd=tmp_path)
+    assert long.returncode == 0, long.stderr.decode()
+    text = long.stdout.decode()
+    assert all(line in text.splitlines() for line in lines)
+    assert "    Before:" in text and "accelerator.backward(loss" in text
+    assert len(text.splitlines()) > 10 * len(lines)

@@ -142,7 +142,7 @@ class CommandWithCodes(click.Command):
         with formatter.section("Codes"):
             # The list of every code is long (it made --help 194 lines): it has its own flag.
             formatter.write_text(
-                f"{len(code_docs())} codes: accel-convert --list-codes lists them with before/after examples; "
+                f"{len(code_docs())} codes: accel-convert --list-codes lists them (with -v: before/after examples); "
                 "accel-convert --explain CODE (or NAME, such as metrics) explains one."
             )
         super().format_epilog(ctx, formatter)
@@ -657,10 +657,12 @@ class Runner:
             raise ConversionError(job.shown_name, 1, 1, f"cannot write {job.target}: {error.strerror}") from None
 
 
-def list_codes(color: bool | None) -> None:
-    """``--list-codes``: every code with its before/after example."""
+def list_codes(color: bool | None, *, examples: bool = False) -> None:
+    """``--list-codes``: one line per code (code, name, kind, its one-sentence summary), as
+    ``ruff rule --all`` lists names; with ``-v`` (``examples``) each code's before/after examples
+    too (thousands of lines: the long form)."""
     output = Output(sys.stdout, color)
-    for line in codes_listing(code_docs(), examples=True):
+    for line in codes_listing(code_docs(), examples=examples):
         output.print((line, None))
 
 
@@ -778,7 +780,7 @@ def explain(code: str, color: bool | None) -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Also name every file and its status.")
 @click.option("--color/--no-color", default=None, help="Force colour on or off (default: only on a terminal).")
 @click.option("--stdin-filename", metavar="NAME", help="Name for stdin in messages and config lookup.")
-@click.option("--list-codes", is_flag=True, help="List every code with a before/after example, then exit.")
+@click.option("--list-codes", is_flag=True, help="List every code, one line each (-v: with examples), then exit.")
 @click.option(
     "--explain",
     metavar="CODE|NAME",
@@ -817,7 +819,7 @@ def run_command(ctx: click.Context, flags: dict[str, Any]) -> int:
     write in progress has removed its temporary file."""
     try:
         if flags["list_codes"]:
-            list_codes(flags["color"])
+            list_codes(flags["color"], examples=flags["verbose"])
             return EXIT_OK
         try:
             if flags["explain"] is not None:
