@@ -386,6 +386,7 @@ def build_plan(ctx: click.Context, flags: dict[str, Any], exclusions: Exclusions
         target=flags["target"],
         oom_retry=flags["oom_retry"],
         fsdp=flags["fsdp"],
+        split_batches=flags["split_batches"],
         launcher_processes=launcher_option(flags, jobs),
         select=split_codes(flags["select"]),
         ignore=split_codes(flags["ignore"]),
@@ -724,6 +725,11 @@ def explain(code: str, color: bool | None) -> None:
     "--fsdp/--no-fsdp",
     default=False,
     help="Shard models with FSDP2: Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2)).",
+)
+@click.option(
+    "--split-batches/--no-split-batches",
+    default=False,
+    help="Keep the original's global batch on any number of processes: Accelerator(split_batches=True).",
 )
 @click.option(
     "--launcher",

@@ -90,10 +90,11 @@ FSDP_PLUGIN = "FullyShardedDataParallelPlugin(fsdp_version=2)"
 
 
 class _CreateAccelerator(HomeBlockTransformer):
-    def __init__(self, facts: ScriptFacts, cpu_flag: str | None, fsdp: bool = False) -> None:
+    def __init__(self, facts: ScriptFacts, cpu_flag: str | None, options: Options) -> None:
         super().__init__(facts)
         self.cpu_flag = cpu_flag
-        self.fsdp = fsdp
+        self.fsdp = options.fsdp
+        self.split_batches = options.split_batches
 
     @property
     def home_names(self) -> set[str | None]:
@@ -113,6 +114,7 @@ class _CreateAccelerator(HomeBlockTransformer):
             [
                 *([f"cpu={self.cpu_flag}"] if self.cpu_flag else []),
                 *([f"fsdp_plugin={FSDP_PLUGIN}"] if self.fsdp else []),
+                *(["split_batches=True"] if self.split_batches else []),
             ]
         )
         created = statement(f"{self.accelerator} = Accelerator({arguments})")
@@ -293,7 +295,7 @@ class Accelerator(Rule):
         return facts.existing_accelerator is None and facts.has_accelerator and facts.home_kind != "library"
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        transformer = _CreateAccelerator(facts, cpu_flag(facts), fsdp=options.fsdp)
+        transformer = _CreateAccelerator(facts, cpu_flag(facts), options)
         converted = module.visit(transformer)
         names = ["Accelerator", *(["FullyShardedDataParallelPlugin"] if options.fsdp else [])]
         for name in names:
