@@ -88,3 +88,35 @@ def test_list_codes_is_one_line_per_code_and_the_examples_come_with_verbose(tmp_
     assert all(line in text.splitlines() for line in lines)
     assert "    Before:" in text and "accelerator.backward(loss" in text
     assert len(text.splitlines()) > 10 * len(lines)
+
+
+LOADER_SCRIPT = """import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(64, 2), torch.randn(64, 1))
+loader = DataLoader(data, batch_size={batch})
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    optimizer.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+"""
+
+
+def test_summary_says_what_the_batch_size_comes_to_on_several_processes(tmp_path: Path) -> None:
+    said = {}
+    for batch in ("64", "len(data) // 4"):
+        source = LOADER_SCRIPT.format(batch=batch).encode()
+        run = accel_convert("-", "--stdin-filename", "train.py", stdin=source, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr.decode()
+        said[batch] = next(line for line in run.stderr.decode().splitlines() if "converted (" in line)
+    assert said["64"] == (
+        "train.py: converted (3 rewrites); batch 64 per process: 128 on 2 processes (--split-batches keeps 64 in all)"
+    )
+    # A batch size computed at run time: the general sentence.
+    assert said["len(data) // 4"].endswith(
+        "; each process takes a whole batch: the global batch grows with the number of processes"
+        " (--split-batches keeps the original's)"
+    )

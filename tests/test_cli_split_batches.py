@@ -52,9 +52,14 @@ def curve(stdout: str) -> list[str]:
 
 def test_split_batches_keeps_the_one_process_loss_curve_on_two_processes(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_bytes(SCRIPT)
+    said = {}
     for name, flags in (("split.py", ["--split-batches"]), ("plain.py", [])):
         converted = accel_convert("train.py", *flags, "-o", name, cwd=tmp_path)
         assert converted.returncode == 0, converted.stderr.decode()
+        said[name] = converted.stderr.decode().splitlines()[0]
+    # The summary says what the batch (the parser option's default) comes to.
+    assert said["plain.py"].endswith("; batch 8 per process: 16 on 2 processes (--split-batches keeps 8 in all)")
+    assert said["split.py"].endswith("; batch 8 in all, split across processes: 4 each on 2 processes")
     assert b"Accelerator(split_batches=True)" in (tmp_path / "split.py").read_bytes()
     assert b"split_batches" not in (tmp_path / "plain.py").read_bytes()
 

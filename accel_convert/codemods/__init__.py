@@ -72,7 +72,19 @@ def convert_module(
         for check, found in run_checks(module, facts, checks, options):
             changes.extend(_asked_for(check, found, options))
     changes.sort(key=lambda change: (change.line, change.column, change.code))
-    return ConversionOutcome(module, changes)
+    if report_only or not facts.train_loaders:
+        return ConversionOutcome(module, changes)
+    return ConversionOutcome(module, changes, _loader_batch_size(facts), has_loader=True)
+
+
+def _loader_batch_size(facts: ScriptFacts) -> int | None:
+    """The loader's batch size as ACC101's analysis read it (None where it is not known)."""
+    from accel_convert.codemods.rewrites.accelerator import loader_batch_size
+
+    try:
+        return facts.of(loader_batch_size)
+    except ValueError:  # the accelerator rule's facts were not built (a library module)
+        return None
 
 
 def _nothing_to_convert(facts: ScriptFacts) -> bool:

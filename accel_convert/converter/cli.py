@@ -49,6 +49,7 @@ from accel_convert.converter.report import (
     Output,
     ProgressBar,
     Reporter,
+    batch_sentence,
     code_rationales,
     codes_listing,
     explain_lines,
@@ -620,7 +621,11 @@ class Runner:
             )
         else:
             self.deliver(job, conversion)
-            self.reporter.file_done(job.shown_name, findings, changed=conversion.changed)
+            # Said where the conversion is delivered (not under --diff, which shows the change).
+            batch = self.plan.writes and batch_sentence(
+                conversion.batch_size, conversion.has_loader, self.plan.options.split_batches
+            )
+            self.reporter.file_done(job.shown_name, findings, changed=conversion.changed, batch=batch or "")
         if self.plan.diff and conversion.changed:
             print_diff(unified_diff(conversion, str(job.target or job.shown_name)), self.color)
 

@@ -58,6 +58,10 @@ class Conversion:
     changes: tuple[Change, ...] = field(default=())
     #: The encoding the file was decoded with (its coding cookie or BOM, else UTF-8).
     encoding: str = "utf-8"
+    #: The training loader's batch size where the converter read it, and whether the script
+    #: trains from a loader at all (for the summary's sentence on batch size per process).
+    batch_size: int | None = None
+    has_loader: bool = False
 
     @property
     def changed(self) -> bool:
@@ -138,7 +142,7 @@ def _converted_script(source: bytes, options: Options, path: str) -> Conversion:
         conversion = convert_guarded(elided.source, options, path)
         output = elided.restore(conversion.output)
         if output is not None:
-            return Conversion(path, source, output, conversion.changes, conversion.encoding)
+            return replace(conversion, source=source, output=output)
     return convert_guarded(source, options, path)
 
 
@@ -198,9 +202,11 @@ def convert_parsed(source: bytes, options: Options, path: str) -> Conversion:
         module, codec = parse(source, path)
         parsed = [module]  # a holder, emptied once the guard is done with it
         del module
+        batches: list[tuple[int | None, bool]] = []  # what the first attempt read of the batch
 
         def attempt_with(chosen: Options) -> Attempt:
             outcome = run_codemods(parsed[0], chosen, path, source)
+            batches.append((outcome.batch_size, outcome.has_loader))
             return Attempt([codec.generate(outcome.module)], [outcome.changes], [outcome.module], chosen)
 
         first = attempt_with(options)
@@ -215,7 +221,8 @@ def convert_parsed(source: bytes, options: Options, path: str) -> Conversion:
     # Warnings of switched-off codes are dropped; a rewrite that was made is always reported,
     # whatever the flags said, so that no change to the file goes unmentioned.
     changes = tuple(change for change in found if change.fixed or options.enabled(change.code))
-    return Conversion(path, source, output, changes, codec.encoding)
+    batch_size, has_loader = batches[0]
+    return Conversion(path, source, output, changes, codec.encoding, batch_size, has_loader)
 
 
 def nesting_depth(tree: ast.AST | None) -> int:

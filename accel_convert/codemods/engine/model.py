@@ -95,3 +95,7 @@ class ConversionOutcome:
 
     module: cst.Module
     changes: list[Change] = field(default_factory=list)
+    #: The training loader's batch size where the converter can read it (a literal, an argparse
+    #: default); None where it cannot. ``has_loader``: the converted script trains from a loader.
+    batch_size: int | None = None
+    has_loader: bool = False

@@ -77,6 +77,44 @@ def argument_parsing_functions(a: Analysis) -> frozenset[str]:
     return frozenset(a.argument_parsing_functions)
 
 
+@rule_provider(needs=("batch_size_expr", "parser_options", "parsed_arguments"))
+def loader_batch_size(a: Analysis) -> int | None:
+    """The batch size the training loader is built with, where the converter can read it: an
+    integer literal (``batch_size=64``) or the integer default of the parser option it reads
+    (``batch_size=args.batch_size`` with ``add_argument("--batch-size", type=int, default=64)``).
+    The summary of a conversion says what it comes to on several processes."""
+    expression = a.facts.batch_size_expr
+    if expression is None:
+        return None
+    literal = _integer(cst.parse_expression(expression))
+    if literal is not None:
+        return literal
+    root, _, option = expression.partition(".")
+    if root not in a.facts.parsed_arguments or option not in a.facts.parser_options:
+        return None
+    defaults = [_option_default(call.node, option) for call in a.r.calls]
+    found = {default for default in defaults if default is not None}
+    return found.pop() if len(found) == 1 else None
+
+
+def _option_default(call: cst.Call, option: str) -> int | None:
+    """The integer ``default=`` of ``parser.add_argument("--<option>", ...)``, if it is one."""
+    if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument"):
+        return None
+    names = [arg.value.evaluated_value for arg in call.args if isinstance(arg.value, cst.SimpleString)]
+    keywords = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+    dest = keywords.get("dest")
+    spelled = [dest.evaluated_value] if isinstance(dest, cst.SimpleString) else names
+    if not any(isinstance(name, str) and name.lstrip("-").replace("-", "_") == option for name in spelled):
+        return None
+    default = keywords.get("default")
+    return _integer(default) if default is not None else None
+
+
+def _integer(node: cst.BaseExpression) -> int | None:
+    return int(node.value, 0) if isinstance(node, cst.Integer) else None
+
+
 def import_statement(options: Options, name: str = "Accelerator") -> cst.SimpleStatementLine:
     """``from accel_convert.runtime import Accelerator`` (or ``from accelerate import ...`` for that target)."""
     built = statement(f"from {options.accelerate_module} import {name}")
@@ -183,7 +221,7 @@ def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top:
 class Accelerator(Rule):
     code = "ACC101"
     name = "accelerator"
-    providers = (device_switches, argument_parsing_functions)
+    providers = (device_switches, argument_parsing_functions, loader_batch_size)
     extra_codes = {
         # Reported by the converter's last check (converter/guard.py), which this rule's promise
         # of an accelerator created before it is used rests on.
