@@ -70,5 +70,15 @@ def test_split_batches_keeps_the_one_process_loss_curve_on_two_processes(tmp_pat
     plain_two = curve(torchrun(tmp_path / "plain.py", cwd=tmp_path, env=base_env(), timeout=600).check().stdout)
     assert split_one == original
     assert split_two == original  # batch 8 split into 4 + 4: the same steps
+
+    # Accelerate (since 1.0) ignores Accelerator(split_batches=True): its target gets the
+    # setting through its data loader configuration. (Not run here: Accelerate started by
+    # torchrun on CPU sees one process, DistributedType.NO, whatever the conversion.)
+    converted = accel_convert("train.py", "--split-batches", "--target", "accelerate", "-o", "acc.py", cwd=tmp_path)
+    assert converted.returncode == 0, converted.stderr.decode()
+    assert (
+        b"Accelerator(dataloader_config=DataLoaderConfiguration(split_batches=True))"
+        in (tmp_path / "acc.py").read_bytes()
+    )
     # Without it, 8 per process: a global batch of 16, two steps instead of four (docs/cli.md).
     assert len(plain_two) == 2 and plain_two != original[:2]

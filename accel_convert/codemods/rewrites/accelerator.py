@@ -127,12 +127,23 @@ def import_statement(options: Options, name: str = "Accelerator") -> cst.SimpleS
 FSDP_PLUGIN = "FullyShardedDataParallelPlugin(fsdp_version=2)"
 
 
+def split_batches_argument(options: Options) -> str | None:
+    """What ``--split-batches`` passes: ``split_batches=True`` to the runtime, which honours it;
+    Accelerate (since 1.0) ignores that argument and reads it from its data loader
+    configuration only."""
+    if not options.split_batches:
+        return None
+    if options.target == "accelerate":
+        return "dataloader_config=DataLoaderConfiguration(split_batches=True)"
+    return "split_batches=True"
+
+
 class _CreateAccelerator(HomeBlockTransformer):
     def __init__(self, facts: ScriptFacts, cpu_flag: str | None, options: Options) -> None:
         super().__init__(facts)
         self.cpu_flag = cpu_flag
         self.fsdp = options.fsdp
-        self.split_batches = options.split_batches
+        self.split_batches = split_batches_argument(options)
 
     @property
     def home_names(self) -> set[str | None]:
@@ -152,7 +163,7 @@ class _CreateAccelerator(HomeBlockTransformer):
             [
                 *([f"cpu={self.cpu_flag}"] if self.cpu_flag else []),
                 *([f"fsdp_plugin={FSDP_PLUGIN}"] if self.fsdp else []),
-                *(["split_batches=True"] if self.split_batches else []),
+                *([self.split_batches] if self.split_batches else []),
             ]
         )
         created = statement(f"{self.accelerator} = Accelerator({arguments})")
@@ -336,6 +347,8 @@ class Accelerator(Rule):
         transformer = _CreateAccelerator(facts, cpu_flag(facts), options)
         converted = module.visit(transformer)
         names = ["Accelerator", *(["FullyShardedDataParallelPlugin"] if options.fsdp else [])]
+        if options.split_batches and options.target == "accelerate":
+            names.append("DataLoaderConfiguration")
         for name in names:
             if not imports_from(converted, options.accelerate_module, name):
                 with_import = add_import(converted, import_statement(options, name), options.import_style)
