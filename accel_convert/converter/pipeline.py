@@ -60,8 +60,9 @@ class Conversion:
     encoding: str = "utf-8"
     #: The training loader's batch size where the converter read it, and whether the script
     #: trains from a loader at all (for the summary's sentence on batch size per process).
-    batch_size: int | None = None
-    has_loader: bool = False
+    #: (Keyword-only: subclasses such as NotebookConversion add positional fields.)
+    batch_size: int | None = field(default=None, kw_only=True)
+    has_loader: bool = field(default=False, kw_only=True)
 
     @property
     def changed(self) -> bool:
@@ -222,7 +223,7 @@ def convert_parsed(source: bytes, options: Options, path: str) -> Conversion:
     # whatever the flags said, so that no change to the file goes unmentioned.
     changes = tuple(change for change in found if change.fixed or options.enabled(change.code))
     batch_size, has_loader = batches[0]
-    return Conversion(path, source, output, changes, codec.encoding, batch_size, has_loader)
+    return Conversion(path, source, output, changes, codec.encoding, batch_size=batch_size, has_loader=has_loader)
 
 
 def nesting_depth(tree: ast.AST | None) -> int:
