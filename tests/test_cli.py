@@ -472,10 +472,10 @@ def test_quiet_and_verbose(script: Path, tmp_path: Path) -> None:
 # -- codes: --list-codes, --help, --select/--ignore ---------------------------------------------------
 
 
-def test_list_codes_shows_every_code_with_examples() -> None:
+def test_list_codes_shows_every_code_with_examples_under_verbose() -> None:
     from accel_convert.codemods.engine.registry import code_docs
 
-    result = run("--list-codes")
+    result = run("--list-codes", "-v")
     assert result.exit_code == 0
     for doc in code_docs():
         assert f"{doc.code}  {doc.name}" in result.stdout

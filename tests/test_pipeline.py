@@ -37,14 +37,29 @@ def identity_codemod(module: cst.Module, options: Options, source: bytes | None 
     return ConversionOutcome(module, [])
 
 
-def test_file_without_torch_is_returned_without_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_valid_file_without_torch_is_returned_without_libcst(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_parse(source: bytes) -> cst.Module:
-        raise AssertionError("parsed a file that never mentions torch")
+        raise AssertionError("libcst parsed a valid file that never mentions torch")
 
     monkeypatch.setattr(pipeline.cst, "parse_module", no_parse)
-    source = b"def f(:\n"  # not even valid Python: it is never parsed
+    source = b"def f(a):\n    return a\r\n"
     conversion = convert_source(source, OPTIONS, path="x.py")
     assert conversion.output is source and not conversion.changed
+
+
+@pytest.mark.parametrize(
+    ("source", "position", "words"),
+    [
+        (b"x = 1\ndef f(:\n", "x.py:2:7:", "syntax error"),
+        (b"x = 1\x00\n", "x.py:1:6:", "null byte"),
+        (b"def f(a, a):\n    pass\n", "x.py:1:10:", "duplicate argument"),
+        (b"\xff\xfe\x00\x81garbage\n", "x.py:1:", "syntax error"),
+    ],
+)
+def test_invalid_file_without_torch_is_refused(source: bytes, position: str, words: str) -> None:
+    with pytest.raises(ConversionError) as caught:
+        convert_source(source, OPTIONS, path="x.py")
+    assert str(caught.value).startswith(position) and words in str(caught.value), str(caught.value)
 
 
 def test_unstable_rewrite_is_an_internal_error_naming_the_file(monkeypatch: pytest.MonkeyPatch) -> None:

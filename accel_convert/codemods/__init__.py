@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from accel_convert.codemods.engine.accelerator_creation import unseen_accelerators
 from accel_convert.codemods.engine.model import Change, ConversionOutcome, Options
 from accel_convert.codemods.engine.positions import reanchor
 from accel_convert.codemods.engine.program_seeds import ProgramSeeds
@@ -56,7 +57,12 @@ def convert_module(
         return ConversionOutcome(module)
     # A script that distributes itself is only reported on, never rewritten.
     # And so is one whose model trains itself (see ``ScriptFacts.self_training_models``).
-    report_only = bool(facts.existing_features & SELF_DISTRIBUTING) or bool(facts.self_training_models)
+    # And so is one holding an ``Accelerator`` from a module the converter cannot see (ACC956).
+    report_only = (
+        bool(facts.existing_features & SELF_DISTRIBUTING)
+        or bool(facts.self_training_models)
+        or bool(unseen_accelerators(facts))
+    )
     changes: list[Change] = []
     for rule_class in rewrite_rules():
         module, found = _rewrite(rule_class(), module, facts, options, report_only=report_only, tree_only=tree_only)
@@ -66,7 +72,19 @@ def convert_module(
         for check, found in run_checks(module, facts, checks, options):
             changes.extend(_asked_for(check, found, options))
     changes.sort(key=lambda change: (change.line, change.column, change.code))
-    return ConversionOutcome(module, changes)
+    if report_only or not facts.train_loaders:
+        return ConversionOutcome(module, changes)
+    return ConversionOutcome(module, changes, _loader_batch_size(facts), has_loader=True)
+
+
+def _loader_batch_size(facts: ScriptFacts) -> int | None:
+    """The loader's batch size as ACC101's analysis read it (None where it is not known)."""
+    from accel_convert.codemods.rewrites.accelerator import loader_batch_size
+
+    try:
+        return facts.of(loader_batch_size)
+    except ValueError:  # the accelerator rule's facts were not built (a library module)
+        return None
 
 
 def _nothing_to_convert(facts: ScriptFacts) -> bool:

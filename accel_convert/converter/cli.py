@@ -50,6 +50,7 @@ from accel_convert.converter.report import (
     Output,
     ProgressBar,
     Reporter,
+    batch_sentence,
     code_rationales,
     codes_listing,
     explain_lines,
@@ -143,7 +144,7 @@ class CommandWithCodes(click.Command):
         with formatter.section("Codes"):
             # The list of every code is long (it made --help 194 lines): it has its own flag.
             formatter.write_text(
-                f"{len(code_docs())} codes: accel-convert --list-codes lists them with before/after examples; "
+                f"{len(code_docs())} codes: accel-convert --list-codes lists them (with -v: before/after examples); "
                 "accel-convert --explain CODE (or NAME, such as metrics) explains one."
             )
         super().format_epilog(ctx, formatter)
@@ -394,6 +395,7 @@ def build_plan(ctx: click.Context, flags: dict[str, Any], exclusions: Exclusions
         target=flags["target"],
         oom_retry=flags["oom_retry"],
         fsdp=flags["fsdp"],
+        split_batches=flags["split_batches"],
         launcher_processes=launcher_option(flags, jobs),
         select=split_codes(flags["select"]),
         ignore=split_codes(flags["ignore"]),
@@ -650,7 +652,11 @@ class Runner:
             )
         else:
             self.deliver(job, conversion)
-            self.reporter.file_done(job.shown_name, findings, changed=conversion.changed)
+            # Said where the conversion is delivered (not under --diff, which shows the change).
+            batch = self.plan.writes and batch_sentence(
+                conversion.batch_size, conversion.has_loader, self.plan.options.split_batches
+            )
+            self.reporter.file_done(job.shown_name, findings, changed=conversion.changed, batch=batch or "")
         if self.plan.diff and conversion.changed:
             print_diff(unified_diff(conversion, str(job.target or job.shown_name)), self.color)
 
@@ -688,10 +694,12 @@ class Runner:
             raise ConversionError(job.shown_name, 1, 1, f"cannot write {job.target}: {error.strerror}") from None
 
 
-def list_codes(color: bool | None) -> None:
-    """``--list-codes``: every code with its before/after example."""
+def list_codes(color: bool | None, *, examples: bool = False) -> None:
+    """``--list-codes``: one line per code (code, name, kind, its one-sentence summary), as
+    ``ruff rule --all`` lists names; with ``-v`` (``examples``) each code's before/after examples
+    too (thousands of lines: the long form)."""
     output = Output(sys.stdout, color)
-    for line in codes_listing(code_docs(), examples=True):
+    for line in codes_listing(code_docs(), examples=examples):
         output.print((line, None))
 
 
@@ -755,6 +763,11 @@ def explain(code: str, color: bool | None) -> None:
     help="Shard models with FSDP2: Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2)).",
 )
 @click.option(
+    "--split-batches/--no-split-batches",
+    default=False,
+    help="Keep the original's global batch on any number of processes: Accelerator(split_batches=True).",
+)
+@click.option(
     "--launcher",
     is_flag=True,
     help=(
@@ -816,7 +829,7 @@ def explain(code: str, color: bool | None) -> None:
     help="Convert N files at a time in worker processes (default: the machine's cores); same output as 1.",
 )
 @click.option("--stdin-filename", metavar="NAME", help="Name for stdin in messages and config lookup.")
-@click.option("--list-codes", is_flag=True, help="List every code with a before/after example, then exit.")
+@click.option("--list-codes", is_flag=True, help="List every code, one line each (-v: with examples), then exit.")
 @click.option(
     "--explain",
     metavar="CODE|NAME",
@@ -855,7 +868,7 @@ def run_command(ctx: click.Context, flags: dict[str, Any]) -> int:
     write in progress has removed its temporary file."""
     try:
         if flags["list_codes"]:
-            list_codes(flags["color"])
+            list_codes(flags["color"], examples=flags["verbose"])
             return EXIT_OK
         try:
             if flags["explain"] is not None:

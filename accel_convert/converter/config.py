@@ -29,6 +29,7 @@ SETTINGS: dict[str, tuple[type, tuple[str, ...]]] = {
     "target": (str, ("runtime", "accelerate")),
     "oom-retry": (bool, ()),
     "fsdp": (bool, ()),
+    "split-batches": (bool, ()),
     "select": (list, ()),
     "ignore": (list, ()),
     "strict": (bool, ()),

@@ -247,7 +247,7 @@ def codes_index(docs: list[CodeDoc]) -> str:
         "spots the converter sees but cannot convert safely: it leaves them as written and reports "
         "them with a position. Each page comes from its rule's own docstring and examples, which "
         "the test suite runs through the converter; `accel-convert --explain CODE` prints the same "
-        "in a terminal, `accel-convert --list-codes` all of them.",
+        "in a terminal, `accel-convert --list-codes` lists them all (with `-v`, their examples too).",
         "",
         "Choose codes with `--select` and `--ignore` (by prefix: `--select ACC9` reports without "
         "rewriting anything); see [the command line](../cli.md).",

@@ -58,6 +58,11 @@ class Conversion:
     changes: tuple[Change, ...] = field(default=())
     #: The encoding the file was decoded with (its coding cookie or BOM, else UTF-8).
     encoding: str = "utf-8"
+    #: The training loader's batch size where the converter read it, and whether the script
+    #: trains from a loader at all (for the summary's sentence on batch size per process).
+    #: (Keyword-only: subclasses such as NotebookConversion add positional fields.)
+    batch_size: int | None = field(default=None, kw_only=True)
+    has_loader: bool = field(default=False, kw_only=True)
 
     @property
     def changed(self) -> bool:
@@ -126,6 +131,7 @@ def convert_script(source: bytes, options: Options, *, path: str) -> Conversion:
 
 def _converted_script(source: bytes, options: Options, path: str) -> Conversion:
     if not mentions_torch(source):
+        judge_unconverted(source, path)
         return Conversion(path, source, source)
     with quiet_compiler_warnings():
         judge_with_cpython(source, path)
@@ -137,8 +143,22 @@ def _converted_script(source: bytes, options: Options, path: str) -> Conversion:
         conversion = convert_guarded(elided.source, options, path)
         output = elided.restore(conversion.output)
         if output is not None:
-            return Conversion(path, source, output, conversion.changes, conversion.encoding)
+            return replace(conversion, source=source, output=output)
     return convert_guarded(source, options, path)
+
+
+def judge_unconverted(source: bytes, path: str) -> None:
+    """A file that never says ``torch`` is left as it is, but only if it is Python: bytes that
+    are not (a syntax error, a null byte, random bytes) are refused as for any other file, so
+    that ``--check`` fails on them as black and ruff do. CPython's parse is the fast path;
+    libcst is asked only where CPython refuses (it reads syntax newer than this interpreter,
+    and reports a real syntax error with CPython's wording)."""
+    with quiet_compiler_warnings():
+        judge_with_cpython(source, path)
+        if python_ast(source) is None:
+            parse(source, path)
+    # The tree of a file that is not converted is not read again.
+    python_ast.cache_clear()
 
 
 def convert_guarded(source: bytes, options: Options, path: str) -> Conversion:
@@ -183,9 +203,11 @@ def convert_parsed(source: bytes, options: Options, path: str) -> Conversion:
         module, codec = parse(source, path)
         parsed = [module]  # a holder, emptied once the guard is done with it
         del module
+        batches: list[tuple[int | None, bool]] = []  # what the first attempt read of the batch
 
         def attempt_with(chosen: Options) -> Attempt:
             outcome = run_codemods(parsed[0], chosen, path, source)
+            batches.append((outcome.batch_size, outcome.has_loader))
             return Attempt([codec.generate(outcome.module)], [outcome.changes], [outcome.module], chosen)
 
         first = attempt_with(options)
@@ -200,7 +222,8 @@ def convert_parsed(source: bytes, options: Options, path: str) -> Conversion:
     # Warnings of switched-off codes are dropped; a rewrite that was made is always reported,
     # whatever the flags said, so that no change to the file goes unmentioned.
     changes = tuple(change for change in found if change.fixed or options.enabled(change.code))
-    return Conversion(path, source, output, changes, codec.encoding)
+    batch_size, has_loader = batches[0]
+    return Conversion(path, source, output, changes, codec.encoding, batch_size=batch_size, has_loader=has_loader)
 
 
 def nesting_depth(tree: ast.AST | None) -> int:

@@ -244,10 +244,11 @@ class Reporter:
 
     # -- per file -----------------------------------------------------------------------------
 
-    def file_done(self, shown_name: str, findings: Sequence[Finding], *, changed: bool) -> None:
+    def file_done(self, shown_name: str, findings: Sequence[Finding], *, changed: bool, batch: str = "") -> None:
         """Report one file: its findings, and a status line when verbose (or, under ``--check``,
         when quiet: the files that fail the check are always named). ``changed``: the file (or
-        its ``-o`` output) was or would be rewritten."""
+        its ``-o`` output) was or would be rewritten; ``batch``: what its batch size comes to on
+        several processes (:func:`batch_sentence`), said on its status line."""
         if changed:
             self.converted += 1
         else:
@@ -261,7 +262,8 @@ class Reporter:
             # One line per file says what the rewrites (shown with -v) came to.
             rewrites = sum(1 for finding in findings if finding.fixed)
             count = f" ({rewrites} rewrite{'s' if rewrites != 1 else ''})" if rewrites else ""
-            self.messages.print((f"{shown_name}: {self.converted_word}{count}", None))
+            said = f"; {batch}" if batch else ""
+            self.messages.print((f"{shown_name}: {self.converted_word}{count}{said}", None))
         elif self.verbosity > 0 or (self.verbosity < 0 and self.check and changed):
             status = (self.converted_word if changed else "unchanged") if self.verbosity > 0 else "would convert"
             self.messages.print((f"{shown_name}: {status}", "dim" if self.verbosity > 0 else None))
@@ -420,6 +422,22 @@ class ProgressBar:
 
     def advance(self) -> None:
         self.progress.advance(self.task)
+
+
+def batch_sentence(batch_size: int | None, has_loader: bool, split_batches: bool) -> str:
+    """What a converted script's batch comes to on several processes (two as the example), for
+    its status line: every process takes a whole batch, unless ``--split-batches`` splits it."""
+    if not has_loader:
+        return ""
+    if split_batches:
+        if batch_size is None:
+            return "each batch split across processes: the global batch is the original's"
+        return f"batch {batch_size} in all, split across processes: {batch_size / 2:g} each on 2 processes"
+    if batch_size is None:
+        return "each process takes a whole batch: the global batch grows with the number of processes (--split-batches keeps the original's)"
+    return (
+        f"batch {batch_size} per process: {2 * batch_size} on 2 processes (--split-batches keeps {batch_size} in all)"
+    )
 
 
 # --------------------------------------------------------------------------------------------

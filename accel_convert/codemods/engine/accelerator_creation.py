@@ -55,6 +55,19 @@ def find_accelerator_creation(module: cst.Module, facts: ScriptFacts) -> Acceler
     return None
 
 
+def unseen_accelerators(facts: ScriptFacts) -> frozenset[str]:
+    """Qualified names of an ``Accelerator`` the script imports or calls from a module the
+    converter cannot see (``from mylib.accel import Accelerator``, ``utils.Accelerator()``).
+
+    Why: whether it is Accelerate's (re-exported) or another class of that name cannot be told,
+    so an accelerator of its own beside it would be a second one, and the import of the target's
+    ``Accelerator`` would shadow the script's or be shadowed by it. Such a script is only
+    reported on (ACC956), never rewritten.
+    """
+    seen = {*facts.imports.values(), *facts.called}
+    return frozenset(name for name in seen if name.rpartition(".")[2] == "Accelerator" and name not in ACCELERATORS)
+
+
 def creates_accelerator(statement: cst.CSTNode, facts: ScriptFacts) -> bool:
     """``accelerator = Accelerator(...)`` on a line of its own."""
     return _accelerator_call_of(statement, facts) is not None

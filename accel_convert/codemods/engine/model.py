@@ -63,6 +63,9 @@ class Options:
     oom_retry: bool = False
     #: Shard models with FSDP2: the created Accelerator gets ``fsdp_plugin=...``.
     fsdp: bool = False
+    #: Keep the original's global batch on any number of processes: the created Accelerator
+    #: gets ``split_batches=True`` (each process takes 1/N of every batch the loader makes).
+    split_batches: bool = False
     #: Code prefixes to run only (empty: all) and to skip, as ruff's --select/--ignore.
     select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
@@ -92,3 +95,7 @@ class ConversionOutcome:
 
     module: cst.Module
     changes: list[Change] = field(default_factory=list)
+    #: The training loader's batch size where the converter can read it (a literal, an argparse
+    #: default); None where it cannot. ``has_loader``: the converted script trains from a loader.
+    batch_size: int | None = None
+    has_loader: bool = False

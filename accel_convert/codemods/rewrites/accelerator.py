@@ -85,6 +85,44 @@ def argument_parsing_functions(a: Analysis) -> frozenset[str]:
     return frozenset(a.argument_parsing_functions)
 
 
+@rule_provider(needs=("batch_size_expr", "parser_options", "parsed_arguments"))
+def loader_batch_size(a: Analysis) -> int | None:
+    """The batch size the training loader is built with, where the converter can read it: an
+    integer literal (``batch_size=64``) or the integer default of the parser option it reads
+    (``batch_size=args.batch_size`` with ``add_argument("--batch-size", type=int, default=64)``).
+    The summary of a conversion says what it comes to on several processes."""
+    expression = a.facts.batch_size_expr
+    if expression is None:
+        return None
+    literal = _integer(cst.parse_expression(expression))
+    if literal is not None:
+        return literal
+    root, _, option = expression.partition(".")
+    if root not in a.facts.parsed_arguments or option not in a.facts.parser_options:
+        return None
+    defaults = [_option_default(call.node, option) for call in a.r.calls]
+    found = {default for default in defaults if default is not None}
+    return found.pop() if len(found) == 1 else None
+
+
+def _option_default(call: cst.Call, option: str) -> int | None:
+    """The integer ``default=`` of ``parser.add_argument("--<option>", ...)``, if it is one."""
+    if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument"):
+        return None
+    names = [arg.value.evaluated_value for arg in call.args if isinstance(arg.value, cst.SimpleString)]
+    keywords = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+    dest = keywords.get("dest")
+    spelled = [dest.evaluated_value] if isinstance(dest, cst.SimpleString) else names
+    if not any(isinstance(name, str) and name.lstrip("-").replace("-", "_") == option for name in spelled):
+        return None
+    default = keywords.get("default")
+    return _integer(default) if default is not None else None
+
+
+def _integer(node: cst.BaseExpression) -> int | None:
+    return int(node.value, 0) if isinstance(node, cst.Integer) else None
+
+
 def import_statement(options: Options, name: str = "Accelerator") -> cst.SimpleStatementLine:
     """``from accel_convert.runtime import Accelerator`` (or ``from accelerate import ...`` for that target)."""
     built = statement(f"from {options.accelerate_module} import {name}")
@@ -97,11 +135,23 @@ def import_statement(options: Options, name: str = "Accelerator") -> cst.SimpleS
 FSDP_PLUGIN = "FullyShardedDataParallelPlugin(fsdp_version=2)"
 
 
+def split_batches_argument(options: Options) -> str | None:
+    """What ``--split-batches`` passes: ``split_batches=True`` to the runtime, which honours it;
+    Accelerate (since 1.0) ignores that argument and reads it from its data loader
+    configuration only."""
+    if not options.split_batches:
+        return None
+    if options.target == "accelerate":
+        return "dataloader_config=DataLoaderConfiguration(split_batches=True)"
+    return "split_batches=True"
+
+
 class _CreateAccelerator(HomeBlockTransformer):
-    def __init__(self, facts: ScriptFacts, cpu_flag: str | None, fsdp: bool = False) -> None:
+    def __init__(self, facts: ScriptFacts, cpu_flag: str | None, options: Options) -> None:
         super().__init__(facts)
         self.cpu_flag = cpu_flag
-        self.fsdp = fsdp
+        self.fsdp = options.fsdp
+        self.split_batches = split_batches_argument(options)
 
     @property
     def home_names(self) -> set[str | None]:
@@ -121,6 +171,7 @@ class _CreateAccelerator(HomeBlockTransformer):
             [
                 *([f"cpu={self.cpu_flag}"] if self.cpu_flag else []),
                 *([f"fsdp_plugin={FSDP_PLUGIN}"] if self.fsdp else []),
+                *([self.split_batches] if self.split_batches else []),
             ]
         )
         created = statement(f"{self.accelerator} = Accelerator({arguments})")
@@ -197,7 +248,7 @@ class Accelerator(Rule):
             "Bind the name the rewrite needs before its first use: move ``accelerator = Accelerator()`` (or the definition the message names) above the reported line, or pass the new argument to the function used as a callback; then convert again so the rewrite that was left out is applied."
         ),
     }
-    providers = (device_switches, argument_parsing_functions)
+    providers = (device_switches, argument_parsing_functions, loader_batch_size)
     extra_codes = {
         # Reported by the converter's last check (converter/guard.py), which this rule's promise
         # of an accelerator created before it is used rests on.
@@ -340,9 +391,11 @@ class Accelerator(Rule):
         return facts.existing_accelerator is None and facts.has_accelerator and facts.home_kind != "library"
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        transformer = _CreateAccelerator(facts, cpu_flag(facts), fsdp=options.fsdp)
+        transformer = _CreateAccelerator(facts, cpu_flag(facts), options)
         converted = module.visit(transformer)
         names = ["Accelerator", *(["FullyShardedDataParallelPlugin"] if options.fsdp else [])]
+        if options.split_batches and options.target == "accelerate":
+            names.append("DataLoaderConfiguration")
         for name in names:
             if not imports_from(converted, options.accelerate_module, name):
                 with_import = add_import(converted, import_statement(options, name), options.import_style)
