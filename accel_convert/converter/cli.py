@@ -123,7 +123,14 @@ class CommandWithCodes(click.Command):
 
     def main(self, args: Sequence[str] | None = None, *rest: Any, **options: Any) -> Any:
         """Run the command; ``args`` None means the process's own command line (the console
-        script, ``python -m accel_convert.converter``), and then the process ends with the command."""
+        script, ``python -m accel_convert.converter``), and then the process ends with the command.
+        ``accel-convert verify ...`` is the verify command (a file named ``verify`` is ``./verify``)."""
+        given = list(args) if args is not None else sys.argv[1:]
+        if given[:1] == ["verify"]:
+            from accel_convert.converter.verify import verify_command
+
+            prog_name = f"{options.pop('prog_name', None) or 'accel-convert'} verify"
+            return verify_command.main(given[1:], *rest, prog_name=prog_name, **options)
         if args is not None:
             return super().main(args, *rest, **options)
         token = OWN_PROCESS.set(True)
