@@ -124,7 +124,9 @@ def run_verify(name: str, case: Case, folder: Path) -> Outcome:
     if case.converted is not None:
         (folder / "train_accel.py").write_text(case.converted, encoding="utf-8")
         command += ["--converted", "train_accel.py"]
-    env = {**base_env(), **case.env}
+    scratch = folder.parent / f"{name}-scratch"  # verify's kept folders end up with the test's
+    scratch.mkdir()
+    env = {**base_env(), **case.env, "TMPDIR": str(scratch)}
     done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=VERIFY_TIMEOUT)
     try:
         report = json.loads(done.stdout)

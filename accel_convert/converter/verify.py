@@ -438,10 +438,10 @@ def render_text(report: Report) -> list[str]:
     failed = [item for item in report.verdicts if not item.holds]
     if failed:
         lines.append(f"{len(failed)} of {len(report.verdicts)} verdicts failed (see docs/verify.md)")
-        if report.scratch is not None:
-            lines.append(f"the runs' folders and traces are kept in {report.scratch}")
     else:
         lines.append(f"all {len(report.verdicts)} verdicts hold")
+    if report.scratch is not None:
+        lines.append(f"the runs' folders and traces are kept in {report.scratch}")
     return lines
 
 
@@ -516,6 +516,16 @@ def verify_command(script: Path, script_args: tuple[str, ...], output_format: st
     Three runs, each in its own copy of the working folder, under a tracer:
     the original on 1 process, the converted script on 1 process (same seed),
     the converted on N processes (torchrun, Gloo on the CPU, a seed per rank).
+    Your PYTHONPATH, sitecustomize, environment and data are kept.
+
+    \b
+    Verdicts, each ✓ or ✗ with its evidence, the source position and the
+    conversion's ACC9xx warnings that can explain it:
+      1 process:   runs, losses (every step), stdout (timings masked),
+                   files (same bytes), parameters (after the last step)
+      N processes: no-hang (stacks of every rank), no-crash, in-sync
+                   (parameters after every step), prints-once, files-once,
+                   reads-complete, evaluation-counts, own-device
     """
     settings = Settings(script=script, script_args=tuple(script_args), **flags)
     scratch = Path(tempfile.mkdtemp(prefix="accel-convert-verify-"))
