@@ -185,7 +185,10 @@ def test_a_hang_shows_each_ranks_stack() -> None:
     multi = right_multi()
     multi.timed_out = True
     multi.stacks = {
-        0: 'Thread 0x1 (most recent call first):\n  File "/x/torch/distributed/c10d.py", line 9 in all_reduce\n'
+        0: 'Thread 0x9 (most recent call first):\n  File "/py/lib/python3.11/threading.py", line 3 in wait\n\n'
+        "Current thread 0x1 (most recent call first):\n"
+        '  File "/x/site-packages/torch/distributed/c10d.py", line 9 in all_reduce\n'
+        '  File "/x/site-packages/torch/nn/module.py", line 5 in forward\n'
         '  File "/w/conv.py", line 31 in main\n',
         1: 'Thread 0x2 (most recent call first):\n  File "/w/conv.py", line 40 in <module>\n',
     }
@@ -193,6 +196,11 @@ def test_a_hang_shows_each_ranks_stack() -> None:
     hang = verdicts["no-hang"]
     assert not hang.holds and hang.site == "/w/conv.py:31"
     assert any(line.startswith("rank 1 stack") for line in hang.evidence)
+    rank_0 = next(line for line in hang.evidence if line.startswith("rank 0 stack")).splitlines()[1:]
+    assert rank_0 == [
+        'File "/x/site-packages/torch/distributed/c10d.py", line 9 in all_reduce',
+        'File "/w/conv.py", line 31 in main',
+    ]
     assert verdicts["no-crash"].holds  # a stopped run is a hang, not also a crash
 
 

@@ -276,19 +276,48 @@ def hang_verdict(multi: RunTrace) -> Verdict:
     if multi.timed_out:
         problems.append(f"{multi.name}: ran past the timeout and was stopped")
         for rank in sorted(multi.stacks):
-            frames = [line for line in multi.stacks[rank].splitlines() if line.strip()]
-            problems.append(f"rank {rank} stack:\n" + "\n".join(frames[:12]))
+            problems.append(
+                f"rank {rank} stack (most recent call first):\n" + "\n".join(user_stack(multi.stacks[rank]))
+            )
         if not multi.stacks:
             problems.append("no stack was dumped (the processes did not answer SIGUSR1)")
     return verdict("no-hang", "no hang", problems, "every rank finished in time", stack_site(multi))
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+_LIBRARY = ("/site-packages/", "/dist-packages/", "/accel_convert/", "/lib/python3")
+#: Frames shown per rank: the innermost (where it waits) and the user's own.
+STACK_FRAMES_SHOWN = 10
+
+
+def is_user_frame(line: str) -> bool:
+    match = _FRAME.search(line)
+    return match is not None and not any(part in match.group(1) for part in _LIBRARY)
+
+
+def user_stack(dump: str) -> list[str]:
+    """One rank's faulthandler dump cut to what tells where it waits: of each thread with a frame
+    in the user's code (else the first thread), the innermost frame and the user's frames."""
+    threads: list[list[str]] = []
+    for line in dump.splitlines():
+        if "(most recent call first)" in line or not threads:
+            threads.append([])
+        if _FRAME.search(line):
+            threads[-1].append(line.strip())
+    chosen = [frames for frames in threads if any(map(is_user_frame, frames))] or threads[:1]
+    shown = []
+    for frames in chosen:
+        shown += [frame for index, frame in enumerate(frames) if index == 0 or is_user_frame(frame)]
+    return shown[:STACK_FRAMES_SHOWN]
 
 
 def stack_site(multi: RunTrace) -> str | None:
     """The innermost ``File "...", line N`` of a user file in the first stack (faulthandler's
     format: the innermost frame first)."""
     for rank in sorted(multi.stacks):
-        for match in re.finditer(r'File "([^"]+)", line (\d+)', multi.stacks[rank]):
-            if "/accel_convert/" not in match.group(1) and "/torch/" not in match.group(1):
+        for line in user_stack(multi.stacks[rank]):
+            match = _FRAME.search(line)
+            if match is not None and is_user_frame(line):
                 return f"{match.group(1)}:{match.group(2)}"
     return None
 
