@@ -129,8 +129,8 @@ class CommandWithCodes(click.Command):
         if given[:1] == ["verify"]:
             from accel_convert.converter.verify import verify_command
 
-            prog_name = f"{options.pop('prog_name', None) or 'accel-convert'} verify"
-            return verify_command.main(given[1:], *rest, prog_name=prog_name, **options)
+            prog_name = options.pop("prog_name", None) or (rest[0] if rest else None) or "accel-convert"
+            return verify_command.main(given[1:], f"{prog_name} verify", **options)
         if args is not None:
             return super().main(args, *rest, **options)
         token = OWN_PROCESS.set(True)

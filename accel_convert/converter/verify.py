@@ -10,7 +10,9 @@ never imports torch: every run is a ``sys.executable`` subprocess.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import re
@@ -134,16 +136,19 @@ def base_pythonpath(*first: Path) -> str:
 
 
 def convert(script: Path, into: Path) -> list[dict[str, Any]]:
-    """Convert ``script`` with its local modules into folder ``into`` (as ``-o DIR/`` does); return
-    the findings (``--output-format json`` objects)."""
-    command = [sys.executable, "-m", "accel_convert.converter", str(script), "-o", f"{into}{os.sep}"]
-    command += ["--output-format", "json", "-q"]
-    env = {**os.environ, "PYTHONPATH": base_pythonpath()}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    if done.returncode not in (0, 1):
-        raise VerifyFailure(f"converting {script} failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
+    """Convert ``script`` with its local modules into folder ``into`` (as ``-o DIR/`` does), in this
+    process (its modules are loaded already); return the findings for a person (``--output-format
+    json`` objects of the ACC9xx warnings)."""
+    from accel_convert.converter.cli import main as convert_main
+
+    out, err = io.StringIO(), io.StringIO()
+    arguments = [str(script), "-o", f"{into}{os.sep}", "--output-format", "json", "-q"]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = convert_main.main(arguments, prog_name="accel-convert", standalone_mode=False)
+    if code not in (0, 1, None):
+        raise VerifyFailure(f"converting {script} failed (exit {code}): {err.getvalue().strip()[-2000:]}")
     try:
-        findings = json.loads(done.stdout or "[]")
+        findings = json.loads(out.getvalue() or "[]")
     except json.JSONDecodeError:
         findings = []
     return [finding for finding in findings if not finding.get("fixed")]
@@ -249,30 +254,45 @@ def run_environment(settings: Settings, injection: Path, trace: Path, fake_cuda:
     return env
 
 
-def execute(plan: RunPlan, timeout: float) -> RunTrace:
-    """Run one plan; on a timeout, ask every traced process for its stacks, then stop the group."""
+@dataclass
+class Running:
+    """A run started: its process, when it started, and the folder's files before it."""
+
+    plan: RunPlan
+    process: subprocess.Popen[bytes]
+    started: float
+    before: dict[str, tuple[int, int]]
+
+
+def start(plan: RunPlan) -> Running:
     plan.trace.mkdir(parents=True, exist_ok=True)
     before = stamps(plan.folder)
     with open(plan.trace.parent / "stdout.txt", "wb") as out, open(plan.trace.parent / "stderr.txt", "wb") as err:
         process = subprocess.Popen(
             plan.command, cwd=plan.folder, env=plan.env, stdout=out, stderr=err, start_new_session=True
         )
-        timed_out = False
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            dump_stacks(plan.trace)
-            stop_group(process)
-    records = read_records(plan.trace)
+    return Running(plan, process, time.monotonic(), before)
+
+
+def finish(running: Running, timeout: float) -> RunTrace:
+    """Wait for a run; past ``timeout`` (from its start), ask every traced process for its stacks,
+    then stop the whole group."""
+    plan, process = running.plan, running.process
+    timed_out = False
+    try:
+        process.wait(timeout=max(0.0, timeout - (time.monotonic() - running.started)))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        dump_stacks(plan.trace)
+        stop_group(process)
     stderr = (plan.trace.parent / "stderr.txt").read_text(encoding="utf-8", errors="replace")
     return RunTrace(
         plan.name,
-        records,
+        read_records(plan.trace),
         returncode=process.returncode if not timed_out else -1,
         timed_out=timed_out,
         stacks=read_stacks(plan.trace),
-        files=changed_files(plan.folder, before),
+        files=changed_files(plan.folder, running.before),
         stderr_tail=stderr[-4000:],
     )
 
@@ -400,26 +420,33 @@ RUN_NAMES = {
 
 
 def verify(settings: Settings, scratch: Path) -> Report:
-    """Convert, run three times, judge."""
+    """Convert, run three times, judge. The original runs while the script is converted."""
     layout = layout_of(settings.script)
-    conversion, findings = prepare_conversion(settings, scratch)
     write_injection(scratch / "injection")
-    notes = []
-    size = folder_size(layout.cwd)
-    if size > LARGE_FOLDER_BYTES:
-        notes.append(f"the working folder ({size / (1 << 30):.1f} GiB) is copied for each of the three runs")
-    traces = {}
-    for name, conversion_of_run in (("original", None), ("converted-1", conversion), ("converted-n", conversion)):
-        plan = plan_run(settings, layout, scratch, name, conversion_of_run)
-        trace = execute(plan, settings.timeout)
+    original = start(plan_run(settings, layout, scratch, "original", None))
+    try:
+        conversion, findings = prepare_conversion(settings, scratch)
+    except BaseException:
+        stop_group(original.process)
+        raise
+    traces = {"original": finish(original, settings.timeout)}
+    for name in ("converted-1", "converted-n"):
+        traces[name] = finish(start(plan_run(settings, layout, scratch, name, conversion)), settings.timeout)
+    for name, trace in traces.items():
         trace.name = RUN_NAMES[name].format(nproc=settings.nproc)
-        traces[name] = trace
     if not any(traces["original"].records.values()) and traces["original"].returncode == 0:
         raise VerifyFailure("the tracer recorded nothing for the original run (was sitecustomize replaced?)")
     one = one_process_verdicts(traces["original"], traces["converted-1"])
     many = n_process_verdicts(traces["original"], traces["converted-n"], settings.nproc)
     attach_findings(one + many, findings)
-    return Report(settings, one, many, findings, scratch, notes)
+    return Report(settings, one, many, findings, scratch, size_notes(layout.cwd))
+
+
+def size_notes(folder: Path) -> list[str]:
+    size = folder_size(folder)
+    if size > LARGE_FOLDER_BYTES:
+        return [f"the working folder ({size / (1 << 30):.1f} GiB) is copied for each of the three runs"]
+    return []
 
 
 # Output ----------------------------------------------------------------------------------------
