@@ -285,6 +285,9 @@ def finish(running: Running, timeout: float) -> RunTrace:
         timed_out = True
         dump_stacks(plan.trace)
         stop_group(process)
+    except BaseException:  # Ctrl-C: the run is in its own session, so the signal did not reach it
+        stop_group(process)
+        raise
     stderr = (plan.trace.parent / "stderr.txt").read_text(encoding="utf-8", errors="replace")
     return RunTrace(
         plan.name,
