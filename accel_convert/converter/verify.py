@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -442,7 +442,16 @@ def verify(settings: Settings, scratch: Path) -> Report:
     one = one_process_verdicts(traces["original"], traces["converted-1"])
     many = n_process_verdicts(traces["original"], traces["converted-n"], settings.nproc)
     attach_findings(one + many, findings)
-    return Report(settings, one, many, findings, scratch, size_notes(layout.cwd))
+    return Report(settings, one, many, findings, scratch, size_notes(layout.cwd) + tracer_errors(traces.values()))
+
+
+def tracer_errors(traces: Iterable[RunTrace]) -> list[str]:
+    """What the tracer could not record (``tracer_error`` records): a verdict may lack evidence."""
+    return [
+        f"{trace.name}, rank {record.get('rank')}: the tracer failed in {record.get('where')}: {record.get('error')}"
+        for trace in traces
+        for record in trace.of("tracer_error")
+    ]
 
 
 def size_notes(folder: Path) -> list[str]:
