@@ -95,6 +95,16 @@ def test_timing_lines_are_masked_but_losses_are_not() -> None:
     )
     assert mask_timing("loss 0.25") != mask_timing("loss 0.26")
     assert mask_numbers("step 3 loss 0.25") == mask_numbers("step 4 loss 1e-3")
+    assert mask_timing("| 10 batches | ms/batch 16.57 | loss 4.35") == mask_timing(
+        "| 10 batches | ms/batch 176.46 | loss 4.35"
+    )
+
+
+def test_a_temporary_file_renamed_into_place_is_not_an_output() -> None:
+    """An atomic save writes a temporary file, then renames it: the folder holds the final name."""
+    multi = right_multi()
+    multi.records[0].append(rec("write", 0, path=".tmp-x1/model.pt", size=10, sha256="bb", via="torch.save"))
+    assert by_key(n_process_verdicts(original_run(), multi, 2))["files-once"].holds
 
 
 def test_a_crash_names_the_exception_and_site() -> None:

@@ -127,7 +127,11 @@ _TIMESTAMP = re.compile(
 _DURATION = re.compile(
     r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*(?:it/s|s/it|samples/s|ms|us|µs|sec(?:onds?)?|s|min(?:utes?)?|h)\b"
 )
-_TIMING_WORDS = re.compile(r"\b(?:time|elapsed|took|duration|eta|speed|throughput)\b", re.IGNORECASE)
+_TIMING_WORDS = re.compile(
+    r"\b(?:time|elapsed|took|duration|eta|speed|throughput)\b|\b(?:ms|s|sec)/(?:batch|step|iter|it|epoch)\b"
+    r"|\b(?:it|batches|samples|steps)/s(?:ec)?\b",
+    re.IGNORECASE,
+)
 
 
 def mask_timing(line: str) -> str:
@@ -369,14 +373,14 @@ def prints_verdict(original: RunTrace, multi: RunTrace) -> Verdict:
 
 
 def written_paths(run: RunTrace) -> dict[str, set[int]]:
-    """Each path the run wrote → the ranks that wrote it (the folder's changes count as rank 0's
-    when no record names a writer)."""
-    writers: dict[str, set[int]] = {}
+    """Each file the run left in its working folder, new or changed → the ranks whose write
+    records name it. A file written and then renamed or removed (an atomic save's temporary file)
+    is not an output."""
+    writers: dict[str, set[int]] = {path: set() for path in run.files}
     for rank in run.ranks():
         for record in run.of("write", rank):
-            writers.setdefault(record.get("path", ""), set()).add(rank)
-    for path in run.files:
-        writers.setdefault(path, set())
+            if record.get("path") in writers:
+                writers[record["path"]].add(rank)
     return writers
 
 
