@@ -95,6 +95,7 @@ def test_timing_lines_are_masked_but_losses_are_not() -> None:
     )
     assert mask_timing("loss 0.25") != mask_timing("loss 0.26")
     assert mask_numbers("step 3 loss 0.25") == mask_numbers("step 4 loss 1e-3")
+    assert mask_numbers("| ppl    77.76 |") == mask_numbers("| ppl   128.40 |")
     assert mask_timing("| 10 batches | ms/batch 16.57 | loss 4.35") == mask_timing(
         "| 10 batches | ms/batch 176.46 | loss 4.35"
     )

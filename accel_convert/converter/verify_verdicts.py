@@ -143,8 +143,9 @@ def mask_timing(line: str) -> str:
 
 
 def mask_numbers(line: str) -> str:
-    """A printed line with every number masked: N processes print other losses, other counts."""
-    return _NUMBER.sub("#", _TIMESTAMP.sub("#", line))
+    """A printed line with every number masked and its spaces collapsed: N processes print other
+    losses and counts, of other widths in padded columns."""
+    return " ".join(_NUMBER.sub("#", _TIMESTAMP.sub("#", line)).split())
 
 
 def first(records: Iterable[Record], key: str) -> Any:
