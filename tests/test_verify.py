@@ -253,6 +253,7 @@ def test_the_tool_failing_exits_123(tmp_path: Path) -> None:
     """A script the converter cannot read (a syntax error) cannot be verified: the tool's failure."""
     (tmp_path / "broken.py").write_text("import torch\ndef (:\n", encoding="utf-8")
     command = [sys.executable, "-m", "accel_convert.converter", "verify", "broken.py"]
-    done = subprocess.run(command, cwd=tmp_path, env=base_env(), capture_output=True, text=True, timeout=120)
+    env = {**base_env(), "TMPDIR": str(tmp_path)}  # the kept scratch folder stays with the test
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 123, done.stderr
     assert "converting broken.py failed" in done.stderr
