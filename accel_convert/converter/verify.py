@@ -10,6 +10,7 @@ never imports torch: every run is a ``sys.executable`` subprocess.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import io
@@ -346,9 +347,34 @@ def read_stacks(trace: Path) -> dict[int, str]:
     return stacks
 
 
+def injection_text() -> str | None:
+    """The tracer's ``sitecustomize.py`` text, its module's ``SITECUSTOMIZE`` constant, read from
+    the source beside this package without importing it (importing the tracer imports torch: a few
+    seconds on every verify); None when the module holds no such constant."""
+    source = Path(__file__).resolve().parents[1] / "runtime" / "tracer.py"
+    try:
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(target, ast.Name) and target.id == "SITECUSTOMIZE" for target in node.targets)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            return node.value.value
+    return None
+
+
 def write_injection(folder: Path) -> None:
-    """The tracer's ``sitecustomize.py`` (its own module writes it: runtime code runs in a subprocess)."""
+    """The tracer's ``sitecustomize.py``: its text read from the tracer's source, else written by
+    the tracer itself in a subprocess (``python -m accel_convert.runtime.tracer inject``)."""
     folder.mkdir(parents=True, exist_ok=True)
+    text = injection_text()
+    if text is not None:
+        (folder / "sitecustomize.py").write_text(text, encoding="utf-8")
+        return
     command = [sys.executable, "-m", "accel_convert.runtime.tracer", "inject", str(folder)]
     env = {**os.environ, "PYTHONPATH": base_pythonpath()}
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
