@@ -125,7 +125,14 @@ class CommandWithCodes(click.Command):
 
     def main(self, args: Sequence[str] | None = None, *rest: Any, **options: Any) -> Any:
         """Run the command; ``args`` None means the process's own command line (the console
-        script, ``python -m accel_convert.converter``), and then the process ends with the command."""
+        script, ``python -m accel_convert.converter``), and then the process ends with the command.
+        ``accel-convert verify ...`` is the verify command (a file named ``verify`` is ``./verify``)."""
+        given = list(args) if args is not None else sys.argv[1:]
+        if given[:1] == ["verify"]:
+            from accel_convert.converter.verify import verify_command
+
+            prog_name = options.pop("prog_name", None) or (rest[0] if rest else None) or "accel-convert"
+            return verify_command.main(given[1:], f"{prog_name} verify", **options)
         if args is not None:
             return super().main(args, *rest, **options)
         token = OWN_PROCESS.set(True)

@@ -1,0 +1,498 @@
+"""The verdicts of ``accel-convert verify``: what the traces of three runs say about a conversion.
+
+The runs (see converter.verify) are the original script on one process, the converted script on one
+process, and the converted script on N processes. Each wrote, per rank, the records of
+``docs/verify.md`` (losses, optimizer steps, printed lines, files written and read, passes over
+loaders, CUDA devices asked for, the exit). This module only reads those records: every verdict is a
+pure function of them, so the unit tests feed it hand-made records.
+
+One process (the conversion changes nothing a single process does):
+``runs`` both runs end with exit 0; ``losses`` the same loss at every backward; ``stdout`` the same
+lines, timing aside; ``files`` the same files with the same bytes; ``parameters`` the same parameters
+after the last optimizer step.
+
+N processes (the conversion shares the work and nothing else changes):
+``no-hang``, ``no-crash``; ``in-sync`` every rank's parameters equal after every step; ``prints-once``
+each line the original prints printed once (by one rank); ``files-once`` every file the original
+writes written, by one rank, and no other; ``reads-complete`` no rank reads a file the run writes
+before it is complete; ``evaluation-counts`` every evaluation pass counts what the one-process run
+counts; ``own-device`` every rank on the CUDA device of its own local rank.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Record = dict[str, Any]
+
+#: At most this many pieces of evidence are shown per verdict (the rest are counted).
+EVIDENCE_SHOWN = 8
+#: Losses are equal when within this relative distance: the same float operations in the same order
+#: give the same bits, but the runtime's wrappers may sum in another order (a few ulps).
+LOSS_REL_TOL = 1e-5
+
+#: The ACC9xx warnings of the conversion that can explain a failed verdict (attached to it).
+RELATED_CODES: dict[str, tuple[str, ...]] = {
+    "runs": ("ACC901", "ACC903", "ACC904", "ACC933", "ACC937"),
+    "losses": ("ACC901", "ACC911", "ACC912", "ACC923", "ACC937"),
+    "stdout": ("ACC937",),
+    "files": ("ACC914", "ACC916", "ACC936", "ACC937"),
+    "parameters": ("ACC911", "ACC912", "ACC920", "ACC921", "ACC925", "ACC926", "ACC937"),
+    "no-hang": ("ACC902", "ACC918", "ACC927"),
+    "no-crash": ("ACC904", "ACC914", "ACC916", "ACC924", "ACC933", "ACC937"),
+    "in-sync": ("ACC911", "ACC912", "ACC920", "ACC921", "ACC923", "ACC925", "ACC926", "ACC929", "ACC930"),
+    "prints-once": ("ACC919", "ACC954"),
+    "files-once": ("ACC914", "ACC916", "ACC936"),
+    "reads-complete": ("ACC914", "ACC916"),
+    "evaluation-counts": (
+        "ACC919",
+        "ACC922",
+        "ACC928",
+        "ACC931",
+        "ACC938",
+        "ACC939",
+        *(f"ACC9{number}" for number in range(40, 56)),
+    ),
+    "own-device": ("ACC924", "ACC932"),
+}
+
+
+@dataclass
+class RunTrace:
+    """What one run left: its records per rank, how it ended, and the files it wrote."""
+
+    name: str
+    records: dict[int, list[Record]]
+    returncode: int = 0
+    timed_out: bool = False
+    #: Each rank's Python stacks, dumped when the run was stopped for running past the timeout.
+    stacks: dict[int, str] = field(default_factory=dict)
+    #: Files new or changed in the run's working folder after it (relative path → sha256).
+    files: dict[str, str] = field(default_factory=dict)
+    #: The end of what the run printed on stderr (shown when it crashed).
+    stderr_tail: str = ""
+
+    def of(self, kind: str, rank: int | None = None) -> list[Record]:
+        """The records of ``kind`` (of one rank, or of every rank in rank order)."""
+        ranks = [rank] if rank is not None else sorted(self.records)
+        return [record for r in ranks for record in self.records.get(r, []) if record.get("kind") == kind]
+
+    def ranks(self) -> list[int]:
+        return sorted(self.records)
+
+
+@dataclass
+class Verdict:
+    """One property of the conversion, and whether the runs showed it."""
+
+    key: str
+    title: str
+    holds: bool
+    evidence: list[str] = field(default_factory=list)
+    #: ``file:line`` in the user's code where the failure shows, when known.
+    site: str | None = None
+    #: The conversion's warnings (``--output-format json`` objects) that can explain a failure.
+    findings: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "title": self.title,
+            "holds": self.holds,
+            "evidence": self.evidence,
+            "site": self.site,
+            "findings": self.findings,
+        }
+
+
+def verdict(key: str, title: str, problems: Sequence[str], fine: str, site: str | None = None) -> Verdict:
+    """Holds when there is no problem; the evidence is the problems (or what was checked)."""
+    shown = list(problems[:EVIDENCE_SHOWN])
+    if len(problems) > EVIDENCE_SHOWN:
+        shown.append(f"... and {len(problems) - EVIDENCE_SHOWN} more")
+    return Verdict(key, title, not problems, shown or [fine], site if problems else None)
+
+
+# Masks ------------------------------------------------------------------------------------------
+
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+_TIMESTAMP = re.compile(
+    r"\d{4}-\d{2}-\d{2}[ T]\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?|\b\d{1,2}:\d{2}(?::\d{2})?(?:[.,]\d+)?\b"
+)
+_DURATION = re.compile(
+    r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*(?:it/s|s/it|samples/s|ms|us|µs|sec(?:onds?)?|s|min(?:utes?)?|h)\b"
+)
+_TIMING_WORDS = re.compile(
+    r"\b(?:time|elapsed|took|duration|eta|speed|throughput)\b|\b(?:ms|s|sec)/(?:batch|step|iter|it|epoch)\b"
+    r"|\b(?:it|batches|samples|steps)/s(?:ec)?\b",
+    re.IGNORECASE,
+)
+
+
+def mask_timing(line: str) -> str:
+    """A printed line with its timings masked: durations, rates, timestamps; every number of a line
+    that talks about time (``epoch took 3.2``)."""
+    if _TIMING_WORDS.search(line):
+        return _NUMBER.sub("#", _TIMESTAMP.sub("#", line))
+    return _DURATION.sub("#", _TIMESTAMP.sub("#", line))
+
+
+def mask_numbers(line: str) -> str:
+    """A printed line with every number masked and its spaces collapsed: N processes print other
+    losses and counts, of other widths in padded columns."""
+    return " ".join(_NUMBER.sub("#", _TIMESTAMP.sub("#", line)).split())
+
+
+def first(records: Iterable[Record], key: str) -> Any:
+    return next((record.get(key) for record in records if record.get(key)), None)
+
+
+# One process ------------------------------------------------------------------------------------
+
+
+def one_process_verdicts(original: RunTrace, converted: RunTrace) -> list[Verdict]:
+    """The converted script on one process behaves as the original."""
+    return [
+        runs_verdict(original, converted),
+        losses_verdict(original, converted),
+        stdout_verdict(original, converted),
+        files_verdict(original, converted),
+        parameters_verdict(original, converted),
+    ]
+
+
+def crash_problems(run: RunTrace) -> list[str]:
+    """How a run failed: each rank's exception and site, or its exit code."""
+    problems = []
+    for rank in run.ranks() or [0]:
+        exits = run.of("exit", rank)
+        code = exits[-1].get("code") if exits else None
+        exception = first(exits, "exception")
+        if exception or (code not in (0, None)):
+            where = first(exits, "site")
+            problems.append(
+                f"{run.name}, rank {rank}: {exception or f'exit code {code}'}" + (f" at {where}" if where else "")
+            )
+        elif not exits and not run.timed_out and run.records.get(rank) is not None and run.returncode != 0:
+            problems.append(f"{run.name}, rank {rank}: ended without an exit record (killed?)")
+    if not problems and run.returncode != 0 and not run.timed_out:
+        tail = run.stderr_tail.strip().splitlines()[-1:] if run.stderr_tail.strip() else []
+        problems.append(f"{run.name}: exit code {run.returncode}" + (f" ({tail[0]})" if tail else ""))
+    return problems
+
+
+def crash_site(run: RunTrace) -> str | None:
+    return first(run.of("exit"), "site")
+
+
+def runs_verdict(original: RunTrace, converted: RunTrace) -> Verdict:
+    problems = []
+    for run in (original, converted):
+        if run.timed_out:
+            problems.append(f"{run.name}: ran past the timeout")
+        problems.extend(crash_problems(run))
+    site = crash_site(converted) or crash_site(original)
+    return verdict("runs", "both one-process runs finish", problems, "original and converted exit 0", site)
+
+
+def losses_verdict(original: RunTrace, converted: RunTrace) -> Verdict:
+    before = [record.get("value") for record in original.of("loss", 0)]
+    after = [record.get("value") for record in converted.of("loss", 0)]
+    problems = []
+    if len(before) != len(after):
+        problems.append(f"{len(after)} backward passes in the converted run, {len(before)} in the original")
+    for index, (old, new) in enumerate(zip(before, after)):
+        if not same_loss(old, new):
+            problems.append(f"loss {index}: {new} converted, {old} original (the first that differs)")
+            break
+    return verdict("losses", "same loss at every step", problems, f"{len(before)} losses equal")
+
+
+def same_loss(old: Any, new: Any) -> bool:
+    if old is None or new is None:
+        return old is new
+    if math.isnan(old) and math.isnan(new):
+        return True
+    return math.isclose(old, new, rel_tol=LOSS_REL_TOL, abs_tol=1e-12)
+
+
+def stdout_verdict(original: RunTrace, converted: RunTrace) -> Verdict:
+    before = [mask_timing(record.get("text", "")) for record in original.of("print", 0)]
+    after = [mask_timing(record.get("text", "")) for record in converted.of("print", 0)]
+    problems = []
+    for index in range(max(len(before), len(after))):
+        old = before[index] if index < len(before) else None
+        new = after[index] if index < len(after) else None
+        if old != new:
+            problems.append(f"line {index + 1}: original {old!r}, converted {new!r}")
+    return verdict("stdout", "same printed lines (timings masked)", problems[:3], f"{len(before)} lines equal")
+
+
+def files_verdict(original: RunTrace, converted: RunTrace) -> Verdict:
+    problems = []
+    for path in sorted(set(original.files) | set(converted.files)):
+        old, new = original.files.get(path), converted.files.get(path)
+        if old is None:
+            problems.append(f"{path}: written by the converted run only")
+        elif new is None:
+            problems.append(f"{path}: written by the original, not by the converted run")
+        elif old != new:
+            problems.append(f"{path}: other bytes (sha256 {new[:12]} converted, {old[:12]} original)")
+    return verdict("files", "same files with the same bytes", problems, f"{len(original.files)} files equal")
+
+
+def parameters_verdict(original: RunTrace, converted: RunTrace) -> Verdict:
+    before, after = original.of("step", 0), converted.of("step", 0)
+    problems = []
+    if len(before) != len(after):
+        problems.append(f"{len(after)} optimizer steps in the converted run, {len(before)} in the original")
+    elif before and before[-1].get("digest") != after[-1].get("digest"):
+        problems.append(
+            f"after the last step ({len(before)}): parameters differ "
+            f"(norm {after[-1].get('norm')} converted, {before[-1].get('norm')} original)"
+        )
+    return verdict("parameters", "same parameters after the last step", problems, f"{len(before)} steps, same digest")
+
+
+# N processes ------------------------------------------------------------------------------------
+
+
+def n_process_verdicts(original: RunTrace, multi: RunTrace, nproc: int) -> list[Verdict]:
+    """The converted script on ``nproc`` processes shares the work of the original."""
+    return [
+        hang_verdict(multi),
+        crash_verdict(multi, nproc),
+        sync_verdict(multi),
+        prints_verdict(original, multi),
+        files_once_verdict(original, multi),
+        reads_verdict(original, multi),
+        evaluation_verdict(original, multi),
+        device_verdict(multi),
+    ]
+
+
+def hang_verdict(multi: RunTrace) -> Verdict:
+    problems = []
+    if multi.timed_out:
+        problems.append(f"{multi.name}: ran past the timeout and was stopped")
+        for rank in sorted(multi.stacks):
+            problems.append(
+                f"rank {rank} stack (most recent call first):\n" + "\n".join(user_stack(multi.stacks[rank]))
+            )
+        if not multi.stacks:
+            problems.append("no stack was dumped (the processes did not answer SIGUSR1)")
+    return verdict("no-hang", "no hang", problems, "every rank finished in time", stack_site(multi))
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+_LIBRARY = ("/site-packages/", "/dist-packages/", "/accel_convert/", "/lib/python3")
+#: Frames shown per rank: the innermost (where it waits) and the user's own.
+STACK_FRAMES_SHOWN = 10
+
+
+def is_user_frame(line: str) -> bool:
+    match = _FRAME.search(line)
+    return match is not None and not any(part in match.group(1) for part in _LIBRARY)
+
+
+def user_stack(dump: str) -> list[str]:
+    """One rank's faulthandler dump cut to what tells where it waits: of each thread with a frame
+    in the user's code (else the first thread), the innermost frame and the user's frames."""
+    threads: list[list[str]] = []
+    for line in dump.splitlines():
+        if "(most recent call first)" in line or not threads:
+            threads.append([])
+        if _FRAME.search(line):
+            threads[-1].append(line.strip())
+    chosen = [frames for frames in threads if any(map(is_user_frame, frames))] or threads[:1]
+    shown = []
+    for frames in chosen:
+        shown += [frame for index, frame in enumerate(frames) if index == 0 or is_user_frame(frame)]
+    return shown[:STACK_FRAMES_SHOWN]
+
+
+def stack_site(multi: RunTrace) -> str | None:
+    """The innermost ``File "...", line N`` of a user file in the first stack (faulthandler's
+    format: the innermost frame first)."""
+    for rank in sorted(multi.stacks):
+        for line in user_stack(multi.stacks[rank]):
+            match = _FRAME.search(line)
+            if match is not None and is_user_frame(line):
+                return f"{match.group(1)}:{match.group(2)}"
+    return None
+
+
+def crash_verdict(multi: RunTrace, nproc: int) -> Verdict:
+    problems = [] if multi.timed_out else crash_problems(multi)
+    started = len(multi.ranks())
+    if started < nproc and not multi.timed_out:
+        problems.append(f"{started} of {nproc} ranks started")
+    return verdict("no-crash", "no crash", problems, f"{nproc} ranks exit 0", crash_site(multi))
+
+
+def sync_verdict(multi: RunTrace) -> Verdict:
+    """Every rank's parameters after each optimizer step: one digest per step index."""
+    steps: dict[int, dict[int, Record]] = {}
+    for rank in multi.ranks():
+        for record in multi.of("step", rank):
+            steps.setdefault(record.get("index", 0), {})[rank] = record
+    problems = []
+    counts = {rank: len(multi.of("step", rank)) for rank in multi.ranks()}
+    if len(set(counts.values())) > 1:
+        problems.append("optimizer steps per rank: " + ", ".join(f"rank {r}: {n}" for r, n in counts.items()))
+    for index in sorted(steps):
+        digests = {rank: record.get("digest") for rank, record in steps[index].items()}
+        if len(set(digests.values())) > 1:
+            norms = ", ".join(f"rank {rank}: {record.get('norm')}" for rank, record in steps[index].items())
+            problems.append(f"after step {index}: parameters differ between ranks (norms {norms})")
+            break
+    return verdict("in-sync", "parameters identical on every rank after every step", problems, f"{len(steps)} steps")
+
+
+def prints_verdict(original: RunTrace, multi: RunTrace) -> Verdict:
+    """Each line (numbers masked) printed by one rank, as often as at most the original prints it,
+    and every line of the original printed at least once."""
+    expected = Counter(mask_numbers(record.get("text", "")) for record in original.of("print", 0))
+    by_rank = {
+        rank: Counter(mask_numbers(r.get("text", "")) for r in multi.of("print", rank)) for rank in multi.ranks()
+    }
+    union = sum(by_rank.values(), Counter())
+    problems = []
+    for line in union:
+        ranks = [rank for rank, lines in by_rank.items() if line in lines]
+        if len(ranks) > 1 and line.strip():
+            problems.append(f"{line!r}: printed by ranks {', '.join(map(str, ranks))}")
+        elif union[line] > expected.get(line, 0) > 0:
+            problems.append(f"{line!r}: printed {union[line]} times, {expected[line]} by the original")
+    problems.extend(f"{line!r}: printed by the original, by no rank" for line in expected if line not in union)
+    return verdict("prints-once", "each line the original prints printed once", problems, f"{len(union)} lines")
+
+
+def written_paths(run: RunTrace) -> dict[str, set[int]]:
+    """Each file the run left in its working folder, new or changed → the ranks whose write
+    records name it. A file written and then renamed or removed (an atomic save's temporary file)
+    is not an output."""
+    writers: dict[str, set[int]] = {path: set() for path in run.files}
+    for rank in run.ranks():
+        for record in run.of("write", rank):
+            if record.get("path") in writers:
+                writers[record["path"]].add(rank)
+    return writers
+
+
+def files_once_verdict(original: RunTrace, multi: RunTrace) -> Verdict:
+    before, after = written_paths(original), written_paths(multi)
+    missing = sorted(set(before) - set(after))
+    extra = sorted(set(after) - set(before))
+    problems = []
+    if missing:
+        problems.append(
+            f"{len(before) - len(missing)} of the original's {len(before)} files written; missing: {missing[:5]}"
+        )
+    if extra:
+        problems.append(f"written by the {multi.name}, not by the original: {extra[:5]}")
+    for path, ranks in sorted(after.items()):
+        if len(ranks) > 1:
+            problems.append(f"{path}: written by ranks {', '.join(map(str, sorted(ranks)))} (one should)")
+    return verdict("files-once", "every file the original writes, written once", problems, f"{len(before)} files")
+
+
+def reads_verdict(original: RunTrace, multi: RunTrace) -> Verdict:
+    """A rank reads a file the run writes only once complete: it exists, and its bytes are those
+    of a finished write of that path."""
+    completed: dict[str, set[str]] = {}
+    for record in multi.of("write"):
+        completed.setdefault(record.get("path", ""), set()).add(record.get("sha256", ""))
+    existed = {record.get("path") for record in original.of("read") if record.get("exists")}
+    problems, site = [], None
+    for record in multi.of("read"):
+        path = record.get("path", "")
+        if not record.get("exists") and (path in completed or path in existed):
+            problems.append(f"rank {record.get('rank')} read {path} before it was written ({record.get('via')})")
+        elif record.get("exists") and path in completed and record.get("sha256") not in completed[path]:
+            problems.append(f"rank {record.get('rank')} read {path} before its write was complete")
+        else:
+            continue
+        site = site or first(multi.of("exit", record.get("rank")), "site")
+    return verdict("reads-complete", "no rank reads a file before it is complete", problems, "reads checked", site)
+
+
+def evaluation_passes(run: RunTrace, rank: int) -> list[Record]:
+    return [record for record in run.of("pass", rank) if not record.get("grad")]
+
+
+def evaluation_verdict(original: RunTrace, multi: RunTrace) -> Verdict:
+    """The i-th evaluation pass of each rank counts (gathered, else its own share) what the
+    original's i-th counted; Python numbers handed to a gather are flagged (one per process, not
+    per sample)."""
+    expected = evaluation_passes(original, 0)
+    problems: list[str] = []
+    for rank in multi.ranks():
+        passes = evaluation_passes(multi, rank)
+        for index, (old, new) in enumerate(zip(expected, passes)):
+            counted = new.get("gathered") if new.get("gathered") is not None else new.get("samples")
+            if counted != old.get("samples"):
+                how = "gathered" if new.get("gathered") is not None else "its own share, nothing gathered"
+                problems.append(
+                    f"rank {rank}, evaluation {index} ({new.get('loader')}): counts {counted} samples ({how}), "
+                    f"the original {old.get('samples')}"
+                )
+            python_values = sorted(
+                {name for name in new.get("gather_inputs") or () if name in ("int", "float", "bool")}
+            )
+            if python_values:
+                problems.append(
+                    f"rank {rank}, evaluation {index} ({new.get('loader')}): a gather of a Python "
+                    f"{'/'.join(python_values)} (one value per process, not per sample)"
+                )
+        if len(passes) != len(expected):
+            problems.append(f"rank {rank}: {len(passes)} evaluation passes, the original {len(expected)}")
+    site = first(evaluation_passes(multi, 0), "loader") if problems else None
+    return verdict(
+        "evaluation-counts",
+        "every evaluation counts what one process counts",
+        problems,
+        f"{len(expected)} passes",
+        site,
+    )
+
+
+def device_verdict(multi: RunTrace) -> Verdict:
+    problems, site = [], None
+    for rank in multi.ranks():
+        starts = multi.of("start", rank)
+        local_rank = starts[0].get("local_rank", rank) if starts else rank
+        for record in multi.of("device", rank):
+            requested = str(record.get("requested", ""))
+            index = cuda_index(requested)
+            if index is not None and index != local_rank:
+                problems.append(
+                    f"rank {rank} (local rank {local_rank}) put a {record.get('what')} on {requested} "
+                    f"at {record.get('site')}"
+                )
+                site = site or record.get("site")
+    return verdict("own-device", "every rank uses its own device", problems, "devices checked", site)
+
+
+def cuda_index(requested: str) -> int | None:
+    match = re.fullmatch(r"cuda(?::(\d+))?", requested)
+    if match is None:
+        return None
+    return int(match.group(1) or 0)
+
+
+# Findings ---------------------------------------------------------------------------------------
+
+
+def attach_findings(verdicts: Sequence[Verdict], findings: Sequence[dict[str, Any]]) -> None:
+    """Give each failed verdict the conversion's warnings that can explain it."""
+    for item in verdicts:
+        if item.holds:
+            continue
+        codes = RELATED_CODES.get(item.key, ())
+        item.findings = [finding for finding in findings if finding.get("code") in codes]

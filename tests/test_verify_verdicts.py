@@ -1,0 +1,229 @@
+"""The verdicts of ``accel-convert verify`` on hand-made records: each defect is named, a right run passes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accel_convert.converter.verify_verdicts import (
+    RunTrace,
+    Verdict,
+    attach_findings,
+    mask_numbers,
+    mask_timing,
+    n_process_verdicts,
+    one_process_verdicts,
+)
+
+
+def rec(kind: str, rank: int = 0, **fields: Any) -> dict[str, Any]:
+    return {"kind": kind, "rank": rank, "t": 0.0, **fields}
+
+
+def rank_records(rank: int, world: int, *, steps: int = 2, digest: str = "d", prints: tuple[str, ...] = ()) -> list:
+    records = [rec("start", rank, pid=100 + rank, argv=["train.py"], cwd=".", world_size=world, local_rank=rank)]
+    for index in range(steps):
+        records.append(rec("loss", rank, index=index, value=1.0 / (index + 1)))
+        records.append(rec("step", rank, index=index, digest=f"{digest}{index}", norm=3.0))
+    records += [rec("print", rank, text=text) for text in prints]
+    records.append(rec("exit", rank, code=0, exception=None, site=None))
+    return records
+
+
+def original_run(**extra: Any) -> RunTrace:
+    records = rank_records(0, 1, prints=("epoch 0 loss 0.51", "done"))
+    records.append(
+        rec("pass", 0, loader="train.py:9", grad=False, samples=100, gathered=None, gather_inputs=[], complete=True)
+    )
+    records.append(rec("write", 0, path="model.pt", size=10, sha256="aa", via="torch.save"))
+    return RunTrace("original", {0: records}, files={"model.pt": "aa"}, **extra)
+
+
+def right_multi() -> RunTrace:
+    ranks = {}
+    for rank in (0, 1):
+        records = rank_records(rank, 2, prints=("epoch 0 loss 0.49", "done") if rank == 0 else ())
+        records.append(
+            rec(
+                "pass",
+                rank,
+                loader="conv.py:12",
+                grad=False,
+                samples=50,
+                gathered=100,
+                gather_inputs=["Tensor"],
+                complete=True,
+            )
+        )
+        if rank == 0:
+            records.append(rec("write", 0, path="model.pt", size=10, sha256="bb", via="torch.save"))
+        ranks[rank] = records
+    return RunTrace("converted on 2", ranks, files={"model.pt": "bb"})
+
+
+def by_key(verdicts: list[Verdict]) -> dict[str, Verdict]:
+    return {item.key: item for item in verdicts}
+
+
+def failed(verdicts: list[Verdict]) -> set[str]:
+    return {item.key for item in verdicts if not item.holds}
+
+
+def test_a_right_conversion_holds_everywhere() -> None:
+    original = original_run()
+    converted = RunTrace("converted", {0: original.records[0]}, files=dict(original.files))
+    assert failed(one_process_verdicts(original, converted)) == set()
+    assert failed(n_process_verdicts(original, right_multi(), 2)) == set()
+
+
+def test_one_process_differences_are_named() -> None:
+    original = original_run()
+    records = rank_records(0, 1, digest="x", prints=("epoch 0 loss 0.52", "done"))
+    records[1] = rec("loss", 0, index=0, value=2.0)
+    converted = RunTrace("converted", {0: records}, files={"model.pt": "cc", "extra.txt": "dd"})
+    verdicts = by_key(one_process_verdicts(original, converted))
+    assert not verdicts["losses"].holds and "loss 0" in verdicts["losses"].evidence[0]
+    assert not verdicts["stdout"].holds and "0.52" in verdicts["stdout"].evidence[0]
+    assert not verdicts["parameters"].holds
+    assert not verdicts["files"].holds
+    assert any("extra.txt" in line for line in verdicts["files"].evidence)
+    assert verdicts["runs"].holds
+
+
+def test_timing_lines_are_masked_but_losses_are_not() -> None:
+    assert mask_timing("epoch 1 took 3.25s, 12.5 it/s at 2024-01-02 10:11:12") == mask_timing(
+        "epoch 1 took 4.00s, 9.1 it/s at 2025-03-04 01:02:03"
+    )
+    assert mask_timing("loss 0.25") != mask_timing("loss 0.26")
+    assert mask_numbers("step 3 loss 0.25") == mask_numbers("step 4 loss 1e-3")
+    assert mask_numbers("| ppl    77.76 |") == mask_numbers("| ppl   128.40 |")
+    assert mask_timing("| 10 batches | ms/batch 16.57 | loss 4.35") == mask_timing(
+        "| 10 batches | ms/batch 176.46 | loss 4.35"
+    )
+
+
+def test_a_temporary_file_renamed_into_place_is_not_an_output() -> None:
+    """An atomic save writes a temporary file, then renames it: the folder holds the final name."""
+    multi = right_multi()
+    multi.records[0].append(rec("write", 0, path=".tmp-x1/model.pt", size=10, sha256="bb", via="torch.save"))
+    assert by_key(n_process_verdicts(original_run(), multi, 2))["files-once"].holds
+
+
+def test_a_crash_names_the_exception_and_site() -> None:
+    multi = right_multi()
+    multi.records[1][-1] = rec("exit", 1, code=1, exception="FileNotFoundError: model.pt", site="conv.py:20")
+    multi.records[1].insert(1, rec("read", 1, path="model.pt", exists=False, size=None, sha256=None, via="torch.load"))
+    multi.returncode = 1
+    verdicts = by_key(n_process_verdicts(original_run(), multi, 2))
+    assert not verdicts["no-crash"].holds and "FileNotFoundError" in verdicts["no-crash"].evidence[0]
+    assert verdicts["no-crash"].site == "conv.py:20"
+    assert not verdicts["reads-complete"].holds and "model.pt" in verdicts["reads-complete"].evidence[0]
+
+
+def test_a_read_of_a_partial_write_is_named() -> None:
+    multi = right_multi()
+    multi.records[1].insert(1, rec("read", 1, path="model.pt", exists=True, size=3, sha256="partial", via="open"))
+    verdicts = by_key(n_process_verdicts(original_run(), multi, 2))
+    assert (
+        not verdicts["reads-complete"].holds
+        and "before its write was complete" in verdicts["reads-complete"].evidence[0]
+    )
+
+
+def test_half_the_files_written_is_named() -> None:
+    original = original_run()
+    original.files.update({f"out/{i}.png": "x" for i in range(4)})
+    multi = right_multi()
+    multi.files.update({f"out/{i}.png": "x" for i in range(2)})
+    verdict = by_key(n_process_verdicts(original, multi, 2))["files-once"]
+    assert not verdict.holds and "3 of the original's 5 files" in verdict.evidence[0]
+
+
+def test_a_file_written_by_every_rank_is_named() -> None:
+    multi = right_multi()
+    multi.records[1].append(rec("write", 1, path="model.pt", size=10, sha256="bb", via="torch.save"))
+    verdict = by_key(n_process_verdicts(original_run(), multi, 2))["files-once"]
+    assert not verdict.holds and "written by ranks 0, 1" in verdict.evidence[0]
+
+
+def test_an_evaluation_on_one_share_is_named() -> None:
+    multi = right_multi()
+    for rank in (0, 1):
+        passes = multi.of("pass", rank)
+        passes[0]["gathered"], passes[0]["gather_inputs"] = None, []
+    verdict = by_key(n_process_verdicts(original_run(), multi, 2))["evaluation-counts"]
+    assert not verdict.holds and "counts 50 samples (its own share" in verdict.evidence[0]
+
+
+def test_a_gather_of_a_python_int_is_named() -> None:
+    multi = right_multi()
+    multi.of("pass", 0)[0]["gather_inputs"] = ["Tensor", "int"]
+    verdict = by_key(n_process_verdicts(original_run(), multi, 2))["evaluation-counts"]
+    assert not verdict.holds and "a gather of a Python int" in verdict.evidence[0]
+
+
+def test_drifting_parameters_are_named_at_the_first_step() -> None:
+    multi = right_multi()
+    for record in multi.of("step", 1):
+        record["digest"] = "other"
+    verdict = by_key(n_process_verdicts(original_run(), multi, 2))["in-sync"]
+    assert not verdict.holds and "after step 0" in verdict.evidence[0]
+
+
+def test_a_print_on_every_rank_is_named() -> None:
+    multi = right_multi()
+    multi.records[1].append(rec("print", 1, text="epoch 0 loss 0.47"))
+    verdict = by_key(n_process_verdicts(original_run(), multi, 2))["prints-once"]
+    assert not verdict.holds and "printed by ranks 0, 1" in verdict.evidence[0]
+
+
+def test_a_line_printed_by_no_rank_is_named() -> None:
+    multi = right_multi()
+    multi.records[0] = [record for record in multi.records[0] if record.get("text") != "done"]
+    verdict = by_key(n_process_verdicts(original_run(), multi, 2))["prints-once"]
+    assert not verdict.holds and "'done': printed by the original, by no rank" in verdict.evidence
+
+
+def test_a_device_of_another_rank_is_named() -> None:
+    multi = right_multi()
+    multi.records[1].append(rec("device", 1, what="module", requested="cuda:0", site="conv.py:7"))
+    multi.records[0].append(rec("device", 0, what="module", requested="cuda:0", site="conv.py:7"))
+    verdict = by_key(n_process_verdicts(original_run(), multi, 2))["own-device"]
+    assert not verdict.holds and len(verdict.evidence) == 1 and "rank 1 (local rank 1)" in verdict.evidence[0]
+    assert verdict.site == "conv.py:7"
+
+
+def test_a_hang_shows_each_ranks_stack() -> None:
+    multi = right_multi()
+    multi.timed_out = True
+    multi.stacks = {
+        0: 'Thread 0x9 (most recent call first):\n  File "/py/lib/python3.11/threading.py", line 3 in wait\n\n'
+        "Current thread 0x1 (most recent call first):\n"
+        '  File "/x/site-packages/torch/distributed/c10d.py", line 9 in all_reduce\n'
+        '  File "/x/site-packages/torch/nn/module.py", line 5 in forward\n'
+        '  File "/w/conv.py", line 31 in main\n',
+        1: 'Thread 0x2 (most recent call first):\n  File "/w/conv.py", line 40 in <module>\n',
+    }
+    verdicts = by_key(n_process_verdicts(original_run(), multi, 2))
+    hang = verdicts["no-hang"]
+    assert not hang.holds and hang.site == "/w/conv.py:31"
+    assert any(line.startswith("rank 1 stack") for line in hang.evidence)
+    rank_0 = next(line for line in hang.evidence if line.startswith("rank 0 stack")).splitlines()[1:]
+    assert rank_0 == [
+        'File "/x/site-packages/torch/distributed/c10d.py", line 9 in all_reduce',
+        'File "/w/conv.py", line 31 in main',
+    ]
+    assert verdicts["no-crash"].holds  # a stopped run is a hang, not also a crash
+
+
+def test_findings_are_attached_to_the_verdict_they_explain() -> None:
+    multi = right_multi()
+    multi.timed_out = True
+    verdicts = n_process_verdicts(original_run(), multi, 2)
+    findings = [
+        {"code": "ACC902", "message": "rank-dependent break", "filename": "train.py", "line": 3, "column": 1},
+        {"code": "ACC919", "message": "rank-local average", "filename": "train.py", "line": 9, "column": 1},
+    ]
+    attach_findings(verdicts, findings)
+    hang = by_key(verdicts)["no-hang"]
+    assert [finding["code"] for finding in hang.findings] == ["ACC902"]
+    assert all(not item.findings for item in verdicts if item.holds)
