@@ -155,13 +155,13 @@ def test_a_right_conversion_passes(outcomes: dict[str, Outcome]) -> None:
     assert len(outcome.report["one_process"]) == 5 and len(outcome.report["n_processes"]) == 8
 
 
-def test_the_converters_own_conversion_shows_its_per_batch_file_warning(outcomes: dict[str, Outcome]) -> None:
-    """The converter names the per-batch files it cannot share (ACC936); verify shows the missing
-    files and attaches that warning to the verdict."""
+def test_the_converters_own_conversion_passes(outcomes: dict[str, Outcome]) -> None:
+    """The script writes one file per evaluation batch: the converter keeps that loop unsharded on
+    every process (the per-batch files rule), so each file is written once, complete, and every
+    verdict holds."""
     outcome = outcomes["converter"]
-    failed_with(outcome, "files-once")
-    assert outcome.failed() == {"files-once"}, outcome.report
-    assert [finding["code"] for finding in outcome.verdict("files-once")["findings"]] == ["ACC936"]
+    assert outcome.returncode == 0, (outcome.stderr, outcome.report)
+    assert outcome.failed() == set(), outcome.report
 
 
 def test_a_main_only_save_read_by_every_rank(outcomes: dict[str, Outcome]) -> None:
