@@ -12,6 +12,7 @@ written as converted, untouched by black.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from dataclasses import replace
 from functools import cache
@@ -35,7 +36,7 @@ def formatter_clean(original: bytes, output: bytes, path: str, encoding: str) ->
         before, after = original.decode("utf-8"), output.decode("utf-8")
     except UnicodeDecodeError:
         return output
-    laid_out = formatter_layout(before, after, formatter_line_length(Path(os.path.abspath(path)).parent))
+    laid_out = formatter_layout(before, after, formatter_line_length(Path(os.path.abspath(path))))
     return output if laid_out == after else laid_out.encode("utf-8")
 
 
@@ -43,23 +44,37 @@ def _plain_utf8(output: bytes, encoding: str) -> bool:
     return encoding.replace("_", "-").lower() in ("utf-8", "utf8") and b"\r" not in output
 
 
-@cache
-def formatter_line_length(folder: Path) -> int:
-    """``line-length`` of ``[tool.ruff]`` (else ``[tool.black]``) in the nearest
-    ``pyproject.toml`` at or above ``folder``; 88, both formatters' default, otherwise."""
-    for candidate in (folder, *folder.parents):
+def formatter_line_length(path: Path) -> int:
+    """``line-length`` of ``[tool.ruff]`` (unless its ``exclude``/``extend-exclude`` leaves
+    ``path`` out of ruff's formatting), else of ``[tool.black]``, in the nearest
+    ``pyproject.toml`` above ``path``; 88, both formatters' default, otherwise (and for a name
+    that is no file: a test's ``train.py``, ``<stdin>``, which belongs to no project)."""
+    if not path.is_file():
+        return 88
+    for candidate in path.parents:
         pyproject = candidate / "pyproject.toml"
         if pyproject.is_file():
             try:
                 tool = read_toml(pyproject).get("tool", {})
             except ConfigError:
                 return 88
+            tool = tool if isinstance(tool, dict) else {}
+            relative = path.relative_to(candidate).as_posix()
             for name in ("ruff", "black"):
-                table = tool.get(name) if isinstance(tool, dict) else None
-                if isinstance(table, dict) and "line-length" in table:
+                table = tool.get(name)
+                if isinstance(table, dict) and "line-length" in table and not _excluded(table, relative):
                     return _length(table["line-length"], 88)
             return 88
     return 88
+
+
+def _excluded(table: dict[str, Any], relative: str) -> bool:
+    patterns = [*table.get("exclude", []), *table.get("extend-exclude", [])]
+    return any(
+        relative == p or relative.startswith(f"{p.rstrip('/')}/") or fnmatch.fnmatch(relative, p)
+        for p in patterns
+        if isinstance(p, str)
+    )
 
 
 def black_formatted(original: bytes, output: bytes, path: str, encoding: str) -> bytes:

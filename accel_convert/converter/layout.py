@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import ast
 import io
+import re
 import tokenize
 from collections.abc import Sequence
 
@@ -86,7 +87,7 @@ def looks_formatted(source: str, line_length: int) -> bool:
     long_lines = {n for n, line in enumerate(lines, 1) if len(line) > line_length}
     if long_lines and not long_lines <= _unsplittable_lines(tokens):
         return False
-    if _docstring_glued(tree, lines):
+    if _docstring_glued(tree, lines) or _joinable_statement(tokens, lines, line_length):
         return False
     return all(_gap(lines, a, b) == 2 for a, b in _definition_pairs(tree.body))
 
@@ -100,8 +101,8 @@ def _unsplittable_lines(tokens: list[tokenize.TokenInfo]) -> set[int]:
     in_fstring = 0
     for token in tokens:
         kind = tokenize.tok_name.get(token.type, "")
-        if kind in ("STRING", "COMMENT", "FSTRING_START"):
-            has_text.add(token.start[0])
+        if kind in ("STRING", "COMMENT", "FSTRING_START", "FSTRING_MIDDLE", "FSTRING_END"):
+            has_text.update(range(token.start[0], token.end[0] + 1))
         in_fstring += (kind == "FSTRING_START") - (kind == "FSTRING_END")
         if in_fstring or token.type != tokenize.OP:
             continue
@@ -112,6 +113,36 @@ def _unsplittable_lines(tokens: list[tokenize.TokenInfo]) -> set[int]:
             if start.start[0] == token.start[0] and token.start[1] > start.end[1]:
                 split_here.add(token.start[0])
     return has_text - split_here
+
+
+def _joinable_statement(tokens: list[tokenize.TokenInfo], lines: list[str], line_length: int) -> bool:
+    """A statement on several lines that would fit on one, with no comment, multi-line string or
+    magic trailing comma holding it open: the formatters join those."""
+    statement: list[tokenize.TokenInfo] = []
+    for token in tokens:
+        if token.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
+            if _fits_joined(statement, lines, line_length):
+                return True
+            statement = []
+        elif token.type not in (tokenize.NL, tokenize.INDENT, tokenize.DEDENT):
+            statement.append(token)
+    return False
+
+
+def _fits_joined(statement: list[tokenize.TokenInfo], lines: list[str], line_length: int) -> bool:
+    if not statement or statement[0].start[0] == statement[-1].end[0]:
+        return False
+    kinds = {tokenize.tok_name.get(t.type, "") for t in statement}
+    if "COMMENT" in kinds or any(t.end[0] > t.start[0] for t in statement):
+        return False
+    if any(a.string == "," and b.string in CLOSING for a, b in zip(statement, statement[1:])):
+        return False
+    first, last = statement[0].start[0], statement[-1].end[0]
+    if any(lines[n - 1].rstrip().endswith("\\") for n in range(first, last)):
+        return False
+    joined = " ".join(line.strip() for line in lines[first - 1 : last])
+    joined = re.sub(r" ([)\]}])", r"\1", re.sub(r"([(\[{]) ", r"\1", joined))
+    return statement[0].start[1] + len(joined) <= line_length
 
 
 def _docstring_glued(tree: ast.Module, lines: list[str]) -> bool:
@@ -157,7 +188,7 @@ def _blank_lines_fixed(lines: list[str]) -> list[str]:
     for a, b in zip(body, body[1:]):
         if isinstance(a, ast.Import | ast.ImportFrom) and not isinstance(b, ast.Import | ast.ImportFrom):
             wanted[_start(b)] = max(1, _gap([line.rstrip("\n") for line in lines], a, b))
-    for a, b in _definition_pairs(body):
+    for _, b in _definition_pairs(body):
         wanted[_start(b)] = 2
     fixed: list[str] = []
     for n, line in enumerate(lines, 1):
