@@ -62,6 +62,7 @@ def formatter_layout(original: str, output: str, line_length: int) -> str:
     try:
         lines = _blank_lines_fixed(output.splitlines(keepends=True))
         old = set(original.splitlines())
+        lines = _new_statements_joined(lines, old)
         laid_out = "".join(_wrapped(lines, old, line_length))
         ast.parse(laid_out)
     except (SyntaxError, ValueError, tokenize.TokenError):
@@ -219,6 +220,50 @@ def _string_lines(text: str) -> set[int]:
     return inside
 
 
+def _new_statements_joined(lines: list[str], old: set[str]) -> list[str]:
+    """Statements the conversion printed on several lines (no line of them in the original, no
+    comment, multi-line string or magic trailing comma) joined, to be split again as the
+    formatters would (or left joined where they fit)."""
+    text = "".join(lines)
+    plain = [line.rstrip("\n") for line in lines]
+    joins: dict[int, tuple[int, str]] = {}  # first line -> (last line, joined text)
+    statement: list[tokenize.TokenInfo] = []
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
+            joined = _joined(statement, plain)
+            if joined is not None and not any(plain[n - 1] in old for n in range(joined[0], joined[1] + 1)):
+                joins[joined[0]] = (joined[1], joined[2])
+            statement = []
+        elif token.type not in (tokenize.NL, tokenize.INDENT, tokenize.DEDENT):
+            statement.append(token)
+    out: list[str] = []
+    skip_to = 0
+    for n, line in enumerate(lines, 1):
+        if n <= skip_to:
+            continue
+        if n in joins:
+            skip_to, joined_text = joins[n]
+            out.append(joined_text + "\n")
+        else:
+            out.append(line)
+    return out
+
+
+def _joined(statement: list[tokenize.TokenInfo], lines: list[str]) -> tuple[int, int, str] | None:
+    if not statement or statement[0].start[0] == statement[-1].end[0]:
+        return None
+    if any(t.type == tokenize.COMMENT or t.end[0] > t.start[0] for t in statement):
+        return None
+    if any(a.string == "," and b.string in CLOSING for a, b in zip(statement, statement[1:])):
+        return None
+    first, last = statement[0].start[0], statement[-1].end[0]
+    if any(lines[n - 1].rstrip().endswith("\\") for n in range(first, last)):
+        return None
+    joined = " ".join(line.strip() for line in lines[first - 1 : last])
+    joined = re.sub(r" ([)\]}])", r"\1", re.sub(r"([(\[{]) ", r"\1", joined))
+    return first, last, " " * statement[0].start[1] + joined
+
+
 def _wrapped(lines: list[str], old: set[str], line_length: int) -> list[str]:
     out: list[str] = []
     for line in lines:
@@ -259,12 +304,30 @@ def right_hand_split(code: str, indent: str, line_length: int) -> list[str] | No
     head = code[: tokens[opening_at].end[1]]
     body = code[tokens[opening_at].end[1] : tokens[closing_at].start[1]].strip()
     tail = code[tokens[closing_at].start[1] :]
-    if not body or len(indent) + len(head) > line_length or len(indent) + len(tail) > line_length:
+    if len(indent) + len(head) > line_length:
+        return _right_hand_side_wrapped(code, tokens, indent, line_length)
+    if not body or len(indent) + len(tail) > line_length:
         return None
     inner = _split_body(body, indent + "    ", line_length)
     if inner is None:
         return None
     return [indent + head, *inner, indent + tail]
+
+
+def _right_hand_side_wrapped(
+    code: str, tokens: list[tokenize.TokenInfo], indent: str, line_length: int
+) -> list[str] | None:
+    """``target = (`` / the value / ``)``: black's split where the target and the call's name
+    alone are too long for one line."""
+    depth, equals = 0, None
+    for token in tokens:
+        depth += (token.string in OPENING) - (token.string in CLOSING)
+        if depth == 0 and token.string == "=":
+            equals = token
+    if equals is None or len(indent) + equals.end[1] + 2 > line_length:
+        return None
+    inner = _split_body(code[equals.end[1] :].strip(), indent + "    ", line_length)
+    return None if inner is None else [f"{indent}{code[: equals.end[1]]} (", *inner, f"{indent})"]
 
 
 def _matching_opening(tokens: list[tokenize.TokenInfo], closing_at: int) -> int | None:
