@@ -221,7 +221,7 @@ def _string_lines(text: str) -> set[int]:
 
 
 def _new_statements_joined(lines: list[str], old: set[str]) -> list[str]:
-    """Statements the conversion printed on several lines (no line of them in the original, no
+    """Statements the conversion printed on several lines (a first line not in the original, no
     comment, multi-line string or magic trailing comma) joined, to be split again as the
     formatters would (or left joined where they fit)."""
     text = "".join(lines)
@@ -231,7 +231,7 @@ def _new_statements_joined(lines: list[str], old: set[str]) -> list[str]:
     for token in tokenize.generate_tokens(io.StringIO(text).readline):
         if token.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
             joined = _joined(statement, plain)
-            if joined is not None and not any(plain[n - 1] in old for n in range(joined[0], joined[1] + 1)):
+            if joined is not None and plain[joined[0] - 1] not in old:
                 joins[joined[0]] = (joined[1], joined[2])
             statement = []
         elif token.type not in (tokenize.NL, tokenize.INDENT, tokenize.DEDENT):
