@@ -221,7 +221,7 @@ def _string_lines(text: str) -> set[int]:
 
 
 def _new_statements_joined(lines: list[str], old: set[str]) -> list[str]:
-    """Statements the conversion printed on several lines (a first line not in the original, no
+    """Statements the conversion printed on several lines (no line but closing brackets from the original, no
     comment, multi-line string or magic trailing comma) joined, to be split again as the
     formatters would (or left joined where they fit)."""
     text = "".join(lines)
@@ -231,7 +231,8 @@ def _new_statements_joined(lines: list[str], old: set[str]) -> list[str]:
     for token in tokenize.generate_tokens(io.StringIO(text).readline):
         if token.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
             joined = _joined(statement, plain)
-            if joined is not None and plain[joined[0] - 1] not in old:
+            span = range(joined[0], joined[1] + 1) if joined is not None else range(0)
+            if joined is not None and not any(plain[n - 1] in old and plain[n - 1].strip(")]}:,") for n in span):
                 joins[joined[0]] = (joined[1], joined[2])
             statement = []
         elif token.type not in (tokenize.NL, tokenize.INDENT, tokenize.DEDENT):
@@ -349,6 +350,8 @@ def _split_body(body: str, indent: str, line_length: int) -> list[str] | None:
     tokens = _tokens(body)
     if tokens is None:
         return None
+    if len(tokens) == 1:  # one string: on its own line, however long (no split can shorten it)
+        return [indent + body]
     depth, at_depth0 = 0, []
     for i, token in enumerate(tokens):
         if token.string in OPENING:
