@@ -31,6 +31,7 @@ def big_script(ending: str) -> bytes:
         f"extra = [{numbers(900, rng)}]; loss = model(weights[:4]).sum()",
         "name = f'{[1, 2, 3]}'",
         "loss.backward()",
+        "optimizer.step()",
         "",
     ]
     return ending.join(lines).encode()

@@ -20,7 +20,7 @@ from tests.launching import REPO_ROOT, base_env
 
 OPTIONS = Options()
 
-TRAINING = [b"import torch", b"model = torch.nn.Linear(2, 1)", b"loss = model(x).sum()", b"loss.backward()"]
+TRAINING = [b"import torch", b"model = torch.nn.Linear(2, 1)", b"loss = model(x).sum()", b"loss.backward()", b"optimizer.step()"]
 
 
 def converted_twice(source: bytes) -> tuple[bytes, bytes]:
@@ -55,6 +55,7 @@ def test_mixed_line_endings_come_back_byte_for_byte() -> None:
         b"x = 1\r",
         b"loss = model(x).sum()\r\n",
         b"loss.backward()\r",
+        b"optimizer.step()\r",
     ]
     source = b"".join(lines)
     first, second = converted_twice(source)
@@ -85,7 +86,7 @@ def test_bytes_cpython_refuses_are_refused(source: bytes, position: tuple[int, i
 
 
 def test_a_bom_inside_a_comment_or_string_is_kept() -> None:
-    source = b"import torch\n# \xef\xbb\xbf in a comment\nname = '\xef\xbb\xbf'\nloss.backward()\n"
+    source = b"import torch\n# \xef\xbb\xbf in a comment\nname = '\xef\xbb\xbf'\nloss.backward()\noptimizer.step()\n"
     compile(source, "x.py", "exec", dont_inherit=True)
     first, second = converted_twice(source)
     assert first.count(b"\xef\xbb\xbf") == 2 and first == second
@@ -95,7 +96,7 @@ def test_a_bom_inside_a_comment_or_string_is_kept() -> None:
 def test_an_undecodable_byte_in_a_comment_is_accepted_as_py_compile_does(cookie: bytes) -> None:
     source = (
         cookie
-        + b"import torch\n# caf\xe9 au lait\nmodel = torch.nn.Linear(2, 1)\nloss = model(x).sum()\nloss.backward()\n"
+        + b"import torch\n# caf\xe9 au lait\nmodel = torch.nn.Linear(2, 1)\nloss = model(x).sum()\nloss.backward()\noptimizer.step()\n"
     )
     compile(source, "x.py", "exec", dont_inherit=True)  # CPython takes it: so must we
     first, second = converted_twice(source)
@@ -118,7 +119,7 @@ def chain(kind: str, terms: int) -> bytes:
         "lambda": "lambda: " * terms + "a",
         "call": "a" + "()" * terms,
     }
-    return b"import torch\nvalue = " + expressions[kind].encode() + b"\nloss.backward()\n"
+    return b"import torch\nvalue = " + expressions[kind].encode() + b"\nloss.backward()\noptimizer.step()\n"
 
 
 @pytest.mark.parametrize(
@@ -139,7 +140,7 @@ def test_chains_past_the_converted_depth_are_one_error_line() -> None:
 
 
 def test_a_syntax_warning_in_the_users_code_is_not_ours_to_print() -> None:
-    source = b'import torch\npattern = "\\d+"\nx = 1 is 1\nloss.backward()\n'
+    source = b'import torch\npattern = "\\d+"\nx = 1 is 1\nloss.backward()\noptimizer.step()\n'
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # as under -W error: would turn valid code into an error
         first = convert_source(source, OPTIONS, path="x.py").output
