@@ -299,34 +299,20 @@ def right_hand_split(code: str, indent: str, line_length: int) -> list[str] | No
     closing_at = max((i for i, t in enumerate(tokens) if t.string in CLOSING), default=None)
     if closing_at is None or any(t.string not in (":", ",", *CLOSING) for t in tokens[closing_at + 1 :]):
         return None
-    for opening_at, closing in _bracket_pairs_from_the_right(tokens, closing_at):
-        head = code[: tokens[opening_at].end[1]]
-        body = code[tokens[opening_at].end[1] : tokens[closing].start[1]].strip()
-        tail = code[tokens[closing].start[1] :]
-        if len(indent) + len(head) > line_length or not body:
-            continue  # black omits this trailer (``.item()``) and splits at the bracket before it
-        if len(indent) + len(tail) > line_length:
-            return None
-        inner = _split_body(body, indent + "    ", line_length)
-        return None if inner is None else [indent + head, *inner, indent + tail]
-    return _right_hand_side_wrapped(code, tokens, indent, line_length)
-
-
-def _bracket_pairs_from_the_right(tokens: list[tokenize.TokenInfo], closing_at: int) -> list[tuple[int, int]]:
-    """The last bracket pair, then each pair before it that only trailers (``.name``, ``(...)``,
-    ``[...]``) follow up to the last one: the splits black tries, omitting trailing trailers."""
-    pairs: list[tuple[int, int]] = []
-    closing: int | None = closing_at
-    while closing is not None:
-        opening = _matching_opening(tokens, closing)
-        if opening is None:
-            break
-        pairs.append((opening, closing))
-        before = opening - 1
-        if before >= 1 and tokens[before].type == tokenize.NAME and tokens[before - 1].string == ".":
-            before -= 2  # ``.item`` of ``).item()``
-        closing = before if before >= 0 and tokens[before].string in CLOSING else None
-    return pairs
+    opening_at = _matching_opening(tokens, closing_at)
+    if opening_at is None:
+        return None
+    head = code[: tokens[opening_at].end[1]]
+    body = code[tokens[opening_at].end[1] : tokens[closing_at].start[1]].strip()
+    tail = code[tokens[closing_at].start[1] :]
+    if len(indent) + len(head) > line_length:
+        return _right_hand_side_wrapped(code, tokens, indent, line_length)
+    if not body or len(indent) + len(tail) > line_length:
+        return None
+    inner = _split_body(body, indent + "    ", line_length)
+    if inner is None:
+        return None
+    return [indent + head, *inner, indent + tail]
 
 
 def _right_hand_side_wrapped(
