@@ -20,7 +20,13 @@ from tests.launching import REPO_ROOT, base_env
 
 OPTIONS = Options()
 
-TRAINING = [b"import torch", b"model = torch.nn.Linear(2, 1)", b"loss = model(x).sum()", b"loss.backward()", b"optimizer.step()"]
+TRAINING = [
+    b"import torch",
+    b"model = torch.nn.Linear(2, 1)",
+    b"loss = model(x).sum()",
+    b"loss.backward()",
+    b"optimizer.step()",
+]
 
 
 def converted_twice(source: bytes) -> tuple[bytes, bytes]:
