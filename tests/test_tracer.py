@@ -114,9 +114,6 @@ torch.cuda.set_device(local_rank)
 second = nn.Linear(2, 2).cuda()
 ddp = DistributedDataParallel(second, device_ids=[local_rank])
 ddp(torch.ones(1, 2, device="cuda")).sum().backward()
-# A DDP wrapper of the script's own holds the group: freed here, the runtime's exit can destroy the
-# group (alive until interpreter teardown, Gloo's threads may abort the process there).
-del ddp
 print("cuda", torch.cuda.is_available(), torch.cuda.device_count())
 accelerator = Accelerator()
 print("device", accelerator.device, accelerator.state.backend)

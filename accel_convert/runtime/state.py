@@ -147,7 +147,10 @@ def ensure_process_group(backend: str, init_kwargs: dict[str, Any]) -> None:
     """Join the default process group once per process (env:// rendezvous from torchrun's variables).
 
     A group that already exists (created by an earlier ``Accelerator``, or by the script itself)
-    is reused, as long as it does not contradict a backend the user asked for explicitly.
+    is reused, as long as it does not contradict a backend the user asked for explicitly. Either
+    way the runtime ends the group at exit: a group the script made and never destroyed would
+    otherwise die in interpreter teardown, where Gloo's threads can abort the rank ("terminate
+    called without an active exception") after a run that succeeded.
     """
     wanted = init_kwargs.get("backend")
     if dist.is_initialized():
@@ -157,11 +160,22 @@ def ensure_process_group(backend: str, init_kwargs: dict[str, Any]) -> None:
                 f"the default process group already uses backend {current!r}, cannot switch to "
                 f"{wanted!r} in the same process"
             )
-        return
-    kwargs = {key: value for key, value in init_kwargs.items() if key != "backend"}
-    dist.init_process_group(backend=wanted or backend, **kwargs)
-    atexit.register(leave_process_group_at_exit)
+    else:
+        kwargs = {key: value for key, value in init_kwargs.items() if key != "backend"}
+        dist.init_process_group(backend=wanted or backend, **kwargs)
+    leave_group_at_exit()
     watch_for_failures()
+
+
+_leaving_at_exit = False
+
+
+def leave_group_at_exit() -> None:
+    """Register :func:`leave_process_group_at_exit` once per process."""
+    global _leaving_at_exit
+    if not _leaving_at_exit:
+        atexit.register(leave_process_group_at_exit)
+        _leaving_at_exit = True
 
 
 #: How long a rank waits for the others at exit before leaving anyway.
@@ -249,10 +263,7 @@ def detect_state(
     env = read_torchrun_environment()
     if env is None and not dist.is_initialized():
         return ProcessState(DistributedType.NO, 1, 0, 0, pick_device(False, 0, cpu), None, mixed_precision)
-    if not dist.is_initialized():
-        ensure_process_group(default_backend(use_cuda), dict(init_kwargs or {}))
-    elif init_kwargs:
-        ensure_process_group(default_backend(use_cuda), dict(init_kwargs))
+    ensure_process_group(default_backend(use_cuda), dict(init_kwargs or {}))
     backend = dist.get_backend()
     local_rank = env.local_rank if env is not None else dist.get_rank()
     uses_gpu_backend = use_cuda and backend != "gloo"
