@@ -168,6 +168,16 @@ def test_prepare_classifies_keeps_order_and_is_idempotent() -> None:
     assert (len(accelerator._models), len(accelerator._optimizers), len(accelerator._dataloaders)) == (1, 1, 1)
 
 
+def test_a_prepared_model_pickles_as_the_original() -> None:
+    """One process: ``prepare`` hands back the script's own module, so ``torch.save(model)`` must
+    write what the unconverted script writes (``accel-convert verify`` compares the files)."""
+    model = torch.nn.Linear(2, 2)
+    before = pickle.dumps(model.state_dict()), sorted(vars(model))
+    assert Accelerator().prepare(model) is model
+    assert (pickle.dumps(model.state_dict()), sorted(vars(model))) == before
+    assert Accelerator().prepare(model) is model  # still known as prepared: not prepared twice
+
+
 def test_prepare_device_placement_list_must_match() -> None:
     with pytest.raises(ValueError, match="device_placement"):
         Accelerator().prepare(torch.nn.Linear(1, 1), torch.nn.Linear(1, 1), device_placement=[True])

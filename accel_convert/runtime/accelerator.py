@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import weakref
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -142,12 +143,31 @@ class PreparedObjects:
     custom_objects: tuple[Any, ...]
 
 
+#: What ``prepare`` returned, remembered beside the objects rather than on them: on one process
+#: the prepared model is the script's own module, and a flag in its ``__dict__`` would travel into
+#: every ``torch.save(model)`` (the file would then differ from what the original script writes).
+_prepared_objects: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
 def _mark_prepared(obj: Any) -> Any:
     try:
-        obj._is_accelerate_prepared = True
-    except AttributeError:  # objects with __slots__: nothing to remember the flag on
-        pass
+        _prepared_objects.add(obj)
+    except TypeError:  # not weakly referable, or unhashable: the flag Accelerate sets instead
+        try:
+            obj._is_accelerate_prepared = True
+        except AttributeError:  # objects with __slots__: nothing to remember the flag on
+            pass
     return obj
+
+
+def _is_prepared(obj: Any) -> bool:
+    """Returned by ``prepare`` already (ours, or flagged the way Accelerate flags its objects)."""
+    try:
+        if obj in _prepared_objects:
+            return True
+    except TypeError:
+        pass
+    return bool(getattr(obj, "_is_accelerate_prepared", False))
 
 
 class Accelerator(ProcessGuards):
@@ -386,7 +406,7 @@ class Accelerator(ProcessGuards):
         return result[0] if len(result) == 1 else result
 
     def _prepare_one(self, obj: Any, placement: bool | None, *, schedulers: bool) -> Any:
-        if getattr(obj, "_is_accelerate_prepared", False):
+        if _is_prepared(obj):
             return obj
         if schedulers:
             if isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
@@ -407,7 +427,7 @@ class Accelerator(ProcessGuards):
 
         ``evaluation_mode=True`` skips DDP (inference needs no gradient reduction).
         """
-        if getattr(model, "_is_accelerate_prepared", False):
+        if _is_prepared(model):
             return model
         placement = self.device_placement if device_placement is None else device_placement
         self._models.append(model)
@@ -444,7 +464,7 @@ class Accelerator(ProcessGuards):
         self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None
     ) -> AcceleratedOptimizer:
         """Wrap so that ``step``/``zero_grad`` act only on sync steps (and go through the GradScaler)."""
-        if getattr(optimizer, "_is_accelerate_prepared", False):
+        if _is_prepared(optimizer):
             return optimizer  # type: ignore[return-value]
         if self.is_fsdp2:  # built on parameters a sharded model replaced: update the shards instead
             self._parameter_swaps.repoint(optimizer)
@@ -455,7 +475,7 @@ class Accelerator(ProcessGuards):
 
     def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
         """Wrap so that the schedule advances with real optimizer steps (``num_processes`` times each)."""
-        if getattr(scheduler, "_is_accelerate_prepared", False):
+        if _is_prepared(scheduler):
             return scheduler
         inner = getattr(scheduler, "optimizer", None)
         mine = [opt for opt in self._optimizers if inner is opt or inner is opt.optimizer]
@@ -476,7 +496,7 @@ class Accelerator(ProcessGuards):
         """Shard the loader: this rank's batches, moved to the device, end-of-epoch bookkeeping."""
         from accel_convert.runtime.data import prepare_data_loader
 
-        if getattr(data_loader, "_is_accelerate_prepared", False):
+        if _is_prepared(data_loader):
             return data_loader
         placement = self.device_placement if device_placement is None else device_placement
         config = self.dataloader_config
