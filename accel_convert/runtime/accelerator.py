@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import weakref
 import warnings
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
