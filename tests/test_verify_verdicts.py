@@ -183,6 +183,18 @@ def test_a_line_printed_by_no_rank_is_named() -> None:
     assert not verdict.holds and "'done': printed by the original, by no rank" in verdict.evidence
 
 
+def test_the_main_process_printing_its_own_device_index_prints_the_originals_line() -> None:
+    """The original prints ``Using cuda device``; rank 0 of the converted run ``Using cuda:0``."""
+    original = original_run()
+    original.records[0].append(rec("print", 0, text="Using cuda device"))
+    multi = right_multi()
+    multi.records[0].append(rec("print", 0, text="Using cuda:0 device"))
+    assert by_key(n_process_verdicts(original, multi, 2))["prints-once"].holds
+    multi.records[1].append(rec("print", 1, text="Using cuda:1 device"))
+    verdict = by_key(n_process_verdicts(original, multi, 2))["prints-once"]
+    assert not verdict.holds and "printed by ranks 0, 1" in verdict.evidence[0]
+
+
 def test_a_device_of_another_rank_is_named() -> None:
     multi = right_multi()
     multi.records[1].append(rec("device", 1, what="module", requested="cuda:0", site="conv.py:7"))

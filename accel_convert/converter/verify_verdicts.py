@@ -142,9 +142,15 @@ def mask_timing(line: str) -> str:
     return _DURATION.sub("#", _TIMESTAMP.sub("#", line))
 
 
+#: A device with its index (``cuda:1``): each rank prints its own, where the original printed
+#: ``cuda`` or ``cuda:0``.
+_INDEXED_DEVICE = re.compile(r"\b(cuda|xpu|npu|hpu|mps):\d+\b")
+
+
 def mask_numbers(line: str) -> str:
     """A printed line with every number masked and its spaces collapsed: N processes print other
-    losses and counts, of other widths in padded columns."""
+    losses and counts, of other widths in padded columns, and each its own device index."""
+    line = _INDEXED_DEVICE.sub(r"\1", line)
     return " ".join(_NUMBER.sub("#", _TIMESTAMP.sub("#", line)).split())
 
 
