@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,11 +89,17 @@ def run_command(
     cwd: Path | str | None = None,
     timeout: float = 180.0,
     raise_on_timeout: bool = True,
+    clock_starts_when: Sequence[Path] = (),
 ) -> Run:
     """Run ``cmd`` in its own process group. On timeout every process of the group writes its
     stacks to stderr, then the group is killed, and the run fails (AssertionError), or, with
     ``raise_on_timeout=False``, is returned with returncode -9 and what it wrote (a caller
-    running many cases fails only the case that hung)."""
+    running many cases fails only the case that hung).
+
+    ``clock_starts_when``: files the run creates once it is in place (a test of the hang
+    detector: every rank blocked where the test expects its stack); the timeout counts from when
+    all exist, so a machine slow to start the ranks cannot fire it early. The run must write
+    little before then (its pipes are not read while waiting)."""
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
@@ -103,6 +110,7 @@ def run_command(
         start_new_session=True,
     )
     try:
+        wait_for_files(proc, clock_starts_when, timeout * 10)
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         out, err = stop_group_with_stacks(proc)
@@ -113,6 +121,15 @@ def run_command(
     return Run(proc.returncode, out, err)
 
 
+def wait_for_files(proc: subprocess.Popen[str], paths: Sequence[Path], limit: float) -> None:
+    """Return once every path exists, the process has ended, or ``limit`` seconds have passed."""
+    deadline = time.monotonic() + limit
+    while paths and time.monotonic() < deadline and proc.poll() is None:
+        if all(path.exists() for path in paths):
+            return
+        time.sleep(0.05)
+
+
 def stop_group_with_stacks(proc: subprocess.Popen[str]) -> tuple[str, str]:
     """SIGABRT to the whole group and every descendant (each Python process prints its stacks,
     then ends), then SIGKILL to whatever is left; the output written until then. Descendants
@@ -121,9 +138,14 @@ def stop_group_with_stacks(proc: subprocess.Popen[str]) -> tuple[str, str]:
     # with SIGTERM (no stacks) before their turn came.
     signal_each([proc.pid], signal.SIGSTOP)
     # One process at a time, the ranks first: their dumps share one stderr and would interleave.
+    # Every rank is paused until its turn: a rank whose peer has just ended would otherwise see
+    # its collective fail and leave the place it hung in before its own stack is taken.
     slack = load_slack()
-    for pid in reversed(descendants(proc.pid)):
-        signal_each([pid], signal.SIGABRT)
+    ranks = list(reversed(descendants(proc.pid)))
+    signal_each(ranks, signal.SIGSTOP)
+    for pid in ranks:
+        signal_each([pid], signal.SIGABRT)  # pending while paused, taken first when it resumes
+        signal_each([pid], signal.SIGCONT)
         wait_until_ended(pid, DUMP_STAGGER_SECONDS * slack)
     signal_each([proc.pid], signal.SIGCONT)
     signal_group(proc, signal.SIGABRT)
@@ -201,8 +223,10 @@ def torchrun(
     timeout: float = 180.0,
     extra_launcher_args: list[str] | None = None,
     raise_on_timeout: bool = True,
+    clock_starts_when: Sequence[Path] = (),
 ) -> Run:
-    """``torchrun --nproc_per_node N script args`` on this machine, on a fresh free port."""
+    """``torchrun --nproc_per_node N script args`` on this machine, on a fresh free port
+    (``clock_starts_when``: see :func:`run_command`)."""
     cmd = [
         sys.executable,
         "-m",
@@ -219,7 +243,14 @@ def torchrun(
         str(script),
         *args,
     ]
-    return run_command(cmd, env=env, cwd=cwd, timeout=timeout, raise_on_timeout=raise_on_timeout)
+    return run_command(
+        cmd,
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+        raise_on_timeout=raise_on_timeout,
+        clock_starts_when=clock_starts_when,
+    )
 
 
 def python(

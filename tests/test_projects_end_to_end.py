@@ -305,18 +305,20 @@ def test_a_hung_launch_fails_with_every_ranks_stack(tmp_path: Path):
     """The hang detector itself: rank 0 waits in a barrier rank 1 never reaches."""
     script = tmp_path / "hang.py"
     script.write_text(
-        "import time\nimport torch.distributed as dist\n"
+        "import time, pathlib\nimport torch.distributed as dist\n"
         "dist.init_process_group('gloo')\n"
+        "pathlib.Path(f'in_place{dist.get_rank()}').touch()\n"
         "if dist.get_rank() == 0:\n    dist.barrier()\nelse:\n    time.sleep(600)\n",
         encoding="utf-8",
     )
-    # Both ranks must be in place (torch imported, group formed) before the timeout: a few seconds
-    # on a quiet machine, stretched for a loaded one (the test then takes that long: it waits out
-    # the hang).
-    run, hung = torchrun_with_stacks(script, cwd=tmp_path, timeout=8 * load_slack())
-    assert hung and run.returncode != 0
-    assert f'File "{script}", line 5' in run.stderr  # rank 0, in the barrier
-    assert f'File "{script}", line 7' in run.stderr  # rank 1, asleep
+    # The hang is declared a few seconds after both ranks are in place (torch imported, group
+    # formed, each about to block): a loaded machine may take long to get there, and a stack
+    # taken before would show the import, not the barrier.
+    in_place = [tmp_path / "in_place0", tmp_path / "in_place1"]
+    run, hung = torchrun_with_stacks(script, cwd=tmp_path, timeout=3 * load_slack(), clock_starts_when=in_place)
+    assert hung and run.returncode != 0, run.stderr
+    assert f'File "{script}", line 6' in run.stderr, run.stderr  # rank 0, in the barrier
+    assert f'File "{script}", line 8' in run.stderr, run.stderr  # rank 1, asleep
     assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and _runs(pid, str(script))]
 
 

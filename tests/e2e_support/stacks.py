@@ -9,6 +9,7 @@ reached, a collective the other rank never entered).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from tests.launching import Run, torchrun
@@ -21,9 +22,19 @@ def torchrun_with_stacks(
     env: dict[str, str] | None = None,
     cwd: Path | str | None = None,
     timeout: float = 120.0,
+    clock_starts_when: Sequence[Path] = (),
 ) -> tuple[Run, bool]:
     """``torchrun --nproc_per_node N script args``; (the run, whether it hung). A hung run's
-    stderr ends with every process's stack."""
-    run = torchrun(script, *args, nproc=nproc, env=env, cwd=cwd, timeout=timeout, raise_on_timeout=False)
+    stderr ends with every process's stack (``clock_starts_when``: see ``run_command``)."""
+    run = torchrun(
+        script,
+        *args,
+        nproc=nproc,
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+        raise_on_timeout=False,
+        clock_starts_when=clock_starts_when,
+    )
     hung = f"ran past {timeout}s and was killed" in run.stderr
     return run, hung
