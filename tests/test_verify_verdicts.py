@@ -94,6 +94,7 @@ def test_timing_lines_are_masked_but_losses_are_not() -> None:
         "epoch 1 took 4.00s, 9.1 it/s at 2025-03-04 01:02:03"
     )
     assert mask_timing("loss 0.25") != mask_timing("loss 0.26")
+    assert mask_timing("| ms/batch  5.67 | loss 2.1") == mask_timing("| ms/batch 12.34 | loss 2.1")
     assert mask_numbers("step 3 loss 0.25") == mask_numbers("step 4 loss 1e-3")
     assert mask_numbers("| ppl    77.76 |") == mask_numbers("| ppl   128.40 |")
     assert mask_timing("| 10 batches | ms/batch 16.57 | loss 4.35") == mask_timing(

@@ -134,12 +134,18 @@ _TIMING_WORDS = re.compile(
 )
 
 
+_PADDING_BEFORE_MASK = re.compile(r"[ \t]+#")
+
+
 def mask_timing(line: str) -> str:
     """A printed line with its timings masked: durations, rates, timestamps; every number of a line
     that talks about time (``epoch took 3.2``)."""
     if _TIMING_WORDS.search(line):
-        return _NUMBER.sub("#", _TIMESTAMP.sub("#", line))
-    return _DURATION.sub("#", _TIMESTAMP.sub("#", line))
+        masked = _NUMBER.sub("#", _TIMESTAMP.sub("#", line))
+    else:
+        masked = _DURATION.sub("#", _TIMESTAMP.sub("#", line))
+    # A timing padded to a width (``ms/batch {:5.2f}``) takes another number of spaces each run.
+    return _PADDING_BEFORE_MASK.sub(" #", masked)
 
 
 #: A device with its index (``cuda:1``): each rank prints its own, where the original printed
