@@ -15,9 +15,11 @@ from accel_convert.codemods.engine.syntax import (
     names_in,
     names_variable,
     nodes_in,
+    parameter_filled,
     target_names,
 )
 from accel_convert.codemods.model.calls import stepped
+from accel_convert.codemods.model.loaders import callee_parameters
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
     CallRecord,
@@ -282,21 +284,68 @@ def _trains(a: Analysis, loop: LoopRecord, backward_functions: set[str]) -> bool
 
 
 def _read_by_hand_in_training(a: Analysis, loaders: set[str], backward_functions: set[str]) -> set[str]:
-    """Of ``loaders``, those read batch by batch with ``next(iter(loader))`` (or an iterator kept
-    in a name) in a function that runs the backward: they train."""
+    """Of ``loaders``, those read batch by batch in a function that runs the backward: with
+    ``next(iter(loader))``, or through what the script builds around them and then draws from
+    there (an iterator kept in a name, ``InfiniteDataLoader(loader)``, a generator ``cycle(loader)``
+    that re-iterates it forever): they train."""
+    wrapped = _wrapped_loaders(a, loaders)
     found = set()
     for call in a.r.calls:
-        node = call.node
-        if (
-            isinstance(node.func, cst.Name)
-            and node.func.value == "iter"
-            and len(node.args) == 1
-            and call.function in backward_functions
-        ):
-            name = dotted(node.args[0].value)
-            if name is not None and name in loaders:
-                found.add(name)
+        drawn = _builtin_draw(a, call)
+        if drawn is None or len(call.node.args) != 1 or call.function not in backward_functions:
+            continue
+        name = dotted(call.node.args[0].value)
+        if name is None:
+            continue
+        if drawn == "iter" and name in loaders:
+            found.add(name)
+        found |= wrapped.get((call.function, name), set())
+    for loop in a.r.loops:
+        if loop.iterated is not None and _trains(a, loop, backward_functions):
+            found |= wrapped.get((loop.function, loop.iterated), set())
     return found
+
+
+def _builtin_draw(a: Analysis, call: CallRecord) -> str | None:
+    """``"iter"`` or ``"next"`` where ``call`` calls that builtin (not a name the script binds)."""
+    func = call.node.func
+    if not isinstance(func, cst.Name) or func.value not in ("iter", "next"):
+        return None
+    return None if a.r.names.is_bound(func.value, call.scope) else func.value
+
+
+def _wrapped_loaders(a: Analysis, loaders: set[str]) -> dict[tuple[str, str], set[str]]:
+    """(function, name) → the loaders the call bound to ``name`` was given: ``batches =
+    InfiniteDataLoader(train_loader)`` (or ``cycle(loader)``, ``iter(loader)``); and, for a
+    loader built in the call's arguments (``InfiniteDataLoader(DataLoader(...))``), the
+    parameter of the file's class or function that receives it, a loader itself
+    (``inline_loaders``)."""
+    found: dict[tuple[str, str], set[str]] = {}
+    for assign in a.r.assigns:
+        value = constructed(assign.value)
+        if not isinstance(value, cst.Call):
+            continue
+        held = {
+            given
+            for index, arg in enumerate(value.args)
+            if not arg.star
+            for given in _loaders_given(a, value.func, arg, index, loaders)
+        }
+        if held:
+            for target in assign.targets:
+                found.setdefault((assign.function, target), set()).update(held)
+    return found
+
+
+def _loaders_given(a: Analysis, callee: cst.BaseExpression, arg: cst.Arg, index: int, loaders: set[str]) -> set[str]:
+    """The loader an argument passes: by name, or built there and received by a parameter of
+    the file's own callee that the roles know as a loader."""
+    name = dotted(arg.value)
+    if name is not None:
+        return {name} & loaders
+    params = callee_parameters(a, callee) if isinstance(arg.value, cst.Call) else None
+    param = parameter_filled(arg, index, params) if params is not None else None
+    return {param} & loaders if param is not None else set()
 
 
 def _comprehension_evaluations(a: Analysis, switches: list[_ModeSwitch], backward_functions: set[str]) -> None:
