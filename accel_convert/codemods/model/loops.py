@@ -299,10 +299,10 @@ def _read_by_hand_in_training(a: Analysis, loaders: set[str], backward_functions
             continue
         if drawn == "iter" and name in loaders:
             found.add(name)
-        found |= wrapped.get((call.function, name), set())
+        found |= _wrapped_in(a, wrapped, call.function, name)
     for loop in a.r.loops:
         if loop.iterated is not None and _trains(a, loop, backward_functions):
-            found |= wrapped.get((loop.function, loop.iterated), set())
+            found |= _wrapped_in(a, wrapped, loop.function, loop.iterated)
     return found
 
 
@@ -314,38 +314,43 @@ def _builtin_draw(a: Analysis, call: CallRecord) -> str | None:
     return None if a.r.names.is_bound(func.value, call.scope) else func.value
 
 
-def _wrapped_loaders(a: Analysis, loaders: set[str]) -> dict[tuple[str, str], set[str]]:
-    """(function, name) → the loaders the call bound to ``name`` was given: ``batches =
-    InfiniteDataLoader(train_loader)`` (or ``cycle(loader)``, ``iter(loader)``); and, for a
-    loader built in the call's arguments (``InfiniteDataLoader(DataLoader(...))``), the
-    parameter of the file's class or function that receives it, a loader itself
-    (``inline_loaders``)."""
-    found: dict[tuple[str, str], set[str]] = {}
+def _wrapped_in(a: Analysis, wrapped: dict[str, set[str]], function: str, name: str) -> set[str]:
+    """The loaders wrapped in what ``name`` holds in ``function``, also under the name its callers
+    pass it by (``train_steps(model, batches)`` drawing from ``batches``)."""
+    return {loader for origin in {name} | a.origins_of(function, name) for loader in wrapped.get(origin, ())}
+
+
+def _wrapped_loaders(a: Analysis, loaders: set[str]) -> dict[str, set[str]]:
+    """Name → the loaders what the call bound to it holds: ``batches = InfiniteDataLoader(
+    train_loader)`` (or ``cycle(loader)``, ``iter(loader)``, ``iter(forever)`` of such a wrapper);
+    for a loader built in the call's arguments (``InfiniteDataLoader(DataLoader(...))``), the
+    parameter of the file's class or function receiving it, a loader itself (``inline_loaders``)."""
+    found: dict[str, set[str]] = {}
     for assign in a.r.assigns:
         value = constructed(assign.value)
-        if not isinstance(value, cst.Call):
-            continue
-        held = {
-            given
-            for index, arg in enumerate(value.args)
-            if not arg.star
-            for given in _loaders_given(a, value.func, arg, index, loaders)
-        }
+        held = _loaders_held(a, value, loaders, found) if isinstance(value, cst.Call) else set()
         if held:
             for target in assign.targets:
-                found.setdefault((assign.function, target), set()).update(held)
+                found.setdefault(target, set()).update(held)
     return found
 
 
-def _loaders_given(a: Analysis, callee: cst.BaseExpression, arg: cst.Arg, index: int, loaders: set[str]) -> set[str]:
-    """The loader an argument passes: by name, or built there and received by a parameter of
-    the file's own callee that the roles know as a loader."""
-    name = dotted(arg.value)
-    if name is not None:
-        return {name} & loaders
-    params = callee_parameters(a, callee) if isinstance(arg.value, cst.Call) else None
-    param = parameter_filled(arg, index, params) if params is not None else None
-    return {param} & loaders if param is not None else set()
+def _loaders_held(a: Analysis, call: cst.Call, loaders: set[str], wrapped: dict[str, set[str]]) -> set[str]:
+    """The loaders ``call``'s arguments pass: by name (or a name wrapping them already), or
+    built there and received by a parameter of the file's own callee that the roles know as a
+    loader; through calls nested in the arguments (``iter(Forever(DataLoader(...)))``)."""
+    params = callee_parameters(a, call.func)
+    held: set[str] = set()
+    for index, arg in enumerate(call.args):
+        name = dotted(arg.value)
+        if arg.star:
+            continue
+        if name is not None:
+            held |= ({name} & loaders) | wrapped.get(name, set())
+        elif isinstance(arg.value, cst.Call):
+            param = parameter_filled(arg, index, params) if params is not None else None
+            held |= ({param} & loaders if param is not None else set()) | _loaders_held(a, arg.value, loaders, wrapped)
+    return held
 
 
 def _comprehension_evaluations(a: Analysis, switches: list[_ModeSwitch], backward_functions: set[str]) -> None:
