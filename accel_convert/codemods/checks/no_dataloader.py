@@ -278,7 +278,7 @@ def _loader_wrapper(module: cst.Module, assignments: list[cst.Assign], facts: Sc
     return None
 
 
-def _builds_loader(value: cst.BaseExpression, facts: ScriptFacts) -> bool:
+def _builds_loader(value: cst.CSTNode, facts: ScriptFacts) -> bool:
     return isinstance(value, cst.Call) and facts.qualified_name(value.func) in DATA_LOADERS
 
 
