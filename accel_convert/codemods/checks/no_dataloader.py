@@ -87,6 +87,38 @@ class NoDataLoader(Rule):
             "not see build a DataLoader: not sharded across processes (if it is a DataLoader, prepare it: "
             "train_loader = accelerator.prepare(train_loader), and gather what the evaluation counts)",
         ),
+        # Batches drawn from the script's own generator over a loader: the loader trains, and is
+        # prepared (the generator then re-iterates each process's shard).
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def infinite(loader):
+                    while True:
+                        yield from loader
+
+
+                def main():
+                    data_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    batches = infinite(data_loader)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for step in range(100):
+                        data, target = next(batches)
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            leaves_alone=True,
+        ),
         # A wrapper from a module the converter does not see into, around a DataLoader built in
         # its arguments: the converter cannot tell what the wrapper does with it.
         Example(
