@@ -70,6 +70,7 @@ SIDE_CAR_FIELDS = {
     "target",
     "reported",
     "added_lines",
+    "halved_2proc",
 }
 #: What ``--oom-retry`` conversions print at the start of each attempt (the seed write-up's reader
 #: wanted to see the batch size in use); lines the original cannot have printed.
@@ -103,6 +104,9 @@ class Case:
     reported: tuple[str, ...] = ()
     #: Regular expressions for whole lines the converted script adds on purpose.
     added_lines: tuple[str, ...] = ()
+    #: Groups counting one process's share of the training (its batches per pass over the
+    #: training data): on two processes, half the one-process value (rounded up).
+    halved_2proc: tuple[str, ...] = ()
 
     @property
     def runnable(self) -> bool:
@@ -129,6 +133,7 @@ def load_case(sidecar: Path) -> Case:
         options=Options(target=spec.get("target", "runtime"), oom_retry=spec.get("oom_retry", False)),
         reported=tuple(spec.get("reported", [])),
         added_lines=tuple(spec.get("added_lines", [OOM_RETRY_ANNOUNCEMENT] if spec.get("oom_retry") else [])),
+        halved_2proc=tuple(spec.get("halved_2proc", [])),
     )
 
 
@@ -189,14 +194,22 @@ def numbers_agree(expected: str, actual: str) -> bool:
     return math.isclose(float(expected), float(actual), rel_tol=1e-5, abs_tol=1.01 * 10.0**-decimals)
 
 
-def compare_metrics(case: Case, reference: str, candidate: str, groups: tuple[str, ...] | None) -> list[str]:
-    """Differences between the metric values of two outputs, as readable lines."""
+def compare_metrics(
+    case: Case, reference: str, candidate: str, groups: tuple[str, ...] | None, halved: tuple[str, ...] = ()
+) -> list[str]:
+    """Differences between the metric values of two outputs, as readable lines; the ``halved``
+    groups of the candidate must be half the reference's (rounded up): each of two processes
+    did half the work."""
     expected, actual = metric_rows(case, reference), metric_rows(case, candidate)
     if len(expected) != len(actual):
         return [f"{len(expected)} metric lines expected, {len(actual)} found"]
     problems = []
     for row, (want, got) in enumerate(zip(expected, actual)):
         for group, value in want.items():
+            if group in halved:
+                if int(got[group]) != math.ceil(int(value) / 2):
+                    problems.append(f"metric row {row}, {group}: expected half of {value}, got {got[group]}")
+                continue
             if groups is not None and group not in groups:
                 continue
             if not numbers_agree(value, got[group]):
@@ -419,7 +432,8 @@ def test_converted_script_on_two_processes_prints_once_and_evaluates_every_sampl
     # Every evaluation sample counted exactly once, and the one-process numbers.
     assert metric_rows(case, stdout), "no metrics found in the two-process output"
     assert wrong_totals(case, stdout) == []
-    assert compare_metrics(case, reference.stdout, stdout, case.compare_2proc) == []
+    # Each rank did its half of the training, where the case prints a rank's share.
+    assert compare_metrics(case, reference.stdout, stdout, case.compare_2proc, case.halved_2proc) == []
     assert compare_files(case, one_process.folders[(case.name, "reference_2proc")], folder) == []
     # Written once, not once per process.
     assert written_counts(case, folder) == written_counts(case, one_process.folders[(case.name, "reference_2proc")])
@@ -478,6 +492,15 @@ def test_metric_values_compare_counts_exactly_and_decimals_to_the_printed_precis
     assert compare_metrics(SAMPLE_CASE, reference, "loss 0.250000, 151/200\n", None) != []
     assert compare_metrics(SAMPLE_CASE, reference, "loss 0.250400, 150/200\n", ("correct", "total")) == []
     assert compare_metrics(SAMPLE_CASE, reference, "", None) == ["1 metric lines expected, 0 found"]
+
+
+def test_a_halved_count_must_be_half_the_one_process_count():
+    case = load_case_from(dict(metrics=[r"(?P<batches>\d+) batches, (?P<correct>\d+)/200"], halved_2proc=["batches"]))
+    reference = "13 batches, 150/200\n"
+    assert compare_metrics(case, reference, "7 batches, 150/200\n", None, case.halved_2proc) == []
+    # Both ranks trained on every batch (the loader not sharded): the full count.
+    assert compare_metrics(case, reference, "13 batches, 150/200\n", None, case.halved_2proc) != []
+    assert compare_metrics(case, reference, "7 batches, 151/200\n", None, case.halved_2proc) != []
 
 
 # --------------------------------------------------------------------------------------------

@@ -81,8 +81,10 @@ def loader_targets(assign: AssignRecord, positions: set[int] | None) -> set[str]
 def inline_loaders(a: Analysis) -> None:
     """``train(model, DataLoader(train_set, shuffle=True), optimizer)``: a loader built as the
     argument of a call of one of the file's functions (or a factory of the file returning
-    one loader) has no name to prepare; the parameter receiving it is a loader, and the
-    construction is prepared where it stands."""
+    one loader), or of the construction of one of its classes (``InfiniteDataLoader(DataLoader(
+    train_set, shuffle=True))``, a wrapper that re-iterates it forever), has no name to prepare;
+    the parameter receiving it is a loader, and the construction is prepared where it stands
+    (the wrapper then iterates the prepared loader)."""
     # Functions of other modules of the program that loop over what they are given: the
     # program seeds the parameter's role there (see ``program.INLINE_LOADER``).
     looping = a.seeds.looping_functions if a.seeds is not None else frozenset()
@@ -95,9 +97,9 @@ def inline_loaders(a: Analysis) -> None:
                 if not arg.star and isinstance(value, cst.Call) and a.constructs_loader(value, call.scope):
                     a.facts.inline_loaders.append(a.site(value))
             continue
-        if not (isinstance(callee, cst.Name) and callee.value in a.r.defs):
+        params = callee_parameters(a, callee)
+        if params is None:
             continue
-        params = a.r.defs[callee.value]
         for index, arg in enumerate(call.node.args):
             value = arg.value
             if arg.star or not isinstance(value, cst.Call):
@@ -111,6 +113,17 @@ def inline_loaders(a: Analysis) -> None:
             if builds and param is not None:
                 a.facts.train_loaders.add(param)  # sorted into train/eval by the loops
                 a.facts.inline_loaders.append(a.site(value))
+
+
+def callee_parameters(a: Analysis, callee: cst.BaseExpression) -> tuple[str, ...] | None:
+    """The parameters the arguments of a call of ``callee`` fill: a module-level function of the
+    file, or a class of the file (its ``__init__``'s, after the instance); None for any other."""
+    if not isinstance(callee, cst.Name):
+        return None
+    if callee.value in a.r.defs:
+        return tuple(a.r.defs[callee.value])
+    owner = a.r.classes.get(callee.value)
+    return owner.init_params if owner is not None else None
 
 
 @provider(needs=("loader_factories",), provides=("batch_size_expr",))

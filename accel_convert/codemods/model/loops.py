@@ -15,9 +15,11 @@ from accel_convert.codemods.engine.syntax import (
     names_in,
     names_variable,
     nodes_in,
+    parameter_filled,
     target_names,
 )
 from accel_convert.codemods.model.calls import stepped
+from accel_convert.codemods.model.loaders import callee_parameters
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
     CallRecord,
@@ -282,21 +284,73 @@ def _trains(a: Analysis, loop: LoopRecord, backward_functions: set[str]) -> bool
 
 
 def _read_by_hand_in_training(a: Analysis, loaders: set[str], backward_functions: set[str]) -> set[str]:
-    """Of ``loaders``, those read batch by batch with ``next(iter(loader))`` (or an iterator kept
-    in a name) in a function that runs the backward: they train."""
+    """Of ``loaders``, those read batch by batch in a function that runs the backward: with
+    ``next(iter(loader))``, or through what the script builds around them and then draws from
+    there (an iterator kept in a name, ``InfiniteDataLoader(loader)``, a generator ``cycle(loader)``
+    that re-iterates it forever): they train."""
+    wrapped = _wrapped_loaders(a, loaders)
     found = set()
     for call in a.r.calls:
-        node = call.node
-        if (
-            isinstance(node.func, cst.Name)
-            and node.func.value == "iter"
-            and len(node.args) == 1
-            and call.function in backward_functions
-        ):
-            name = dotted(node.args[0].value)
-            if name is not None and name in loaders:
-                found.add(name)
+        drawn = _builtin_draw(a, call)
+        if drawn is None or len(call.node.args) != 1 or call.function not in backward_functions:
+            continue
+        name = dotted(call.node.args[0].value)
+        if name is None:
+            continue
+        if drawn == "iter" and name in loaders:
+            found.add(name)
+        found |= _wrapped_in(a, wrapped, call.function, name)
+    for loop in a.r.loops:
+        if loop.iterated is not None and _trains(a, loop, backward_functions):
+            found |= _wrapped_in(a, wrapped, loop.function, loop.iterated)
     return found
+
+
+def _builtin_draw(a: Analysis, call: CallRecord) -> str | None:
+    """``"iter"`` or ``"next"`` where ``call`` calls that builtin (not a name the script binds)."""
+    func = call.node.func
+    if not isinstance(func, cst.Name) or func.value not in ("iter", "next"):
+        return None
+    return None if a.r.names.is_bound(func.value, call.scope) else func.value
+
+
+def _wrapped_in(a: Analysis, wrapped: dict[str, set[str]], function: str, name: str) -> set[str]:
+    """The loaders wrapped in what ``name`` holds in ``function``, also under the name its callers
+    pass it by (``train_steps(model, batches)`` drawing from ``batches``)."""
+    return {loader for origin in {name} | a.origins_of(function, name) for loader in wrapped.get(origin, ())}
+
+
+def _wrapped_loaders(a: Analysis, loaders: set[str]) -> dict[str, set[str]]:
+    """Name → the loaders what the call bound to it holds: ``batches = InfiniteDataLoader(
+    train_loader)`` (or ``cycle(loader)``, ``iter(loader)``, ``iter(forever)`` of such a wrapper);
+    for a loader built in the call's arguments (``InfiniteDataLoader(DataLoader(...))``), the
+    parameter of the file's class or function receiving it, a loader itself (``inline_loaders``)."""
+    found: dict[str, set[str]] = {}
+    for assign in a.r.assigns:
+        value = constructed(assign.value)
+        held = _loaders_held(a, value, loaders, found) if isinstance(value, cst.Call) else set()
+        if held:
+            for target in assign.targets:
+                found.setdefault(target, set()).update(held)
+    return found
+
+
+def _loaders_held(a: Analysis, call: cst.Call, loaders: set[str], wrapped: dict[str, set[str]]) -> set[str]:
+    """The loaders ``call``'s arguments pass: by name (or a name wrapping them already), or
+    built there and received by a parameter of the file's own callee that the roles know as a
+    loader; through calls nested in the arguments (``iter(Forever(DataLoader(...)))``)."""
+    params = callee_parameters(a, call.func)
+    held: set[str] = set()
+    for index, arg in enumerate(call.args):
+        name = dotted(arg.value)
+        if arg.star:
+            continue
+        if name is not None:
+            held |= ({name} & loaders) | wrapped.get(name, set())
+        elif isinstance(arg.value, cst.Call):
+            param = parameter_filled(arg, index, params) if params is not None else None
+            held |= ({param} & loaders if param is not None else set()) | _loaders_held(a, arg.value, loaders, wrapped)
+    return held
 
 
 def _comprehension_evaluations(a: Analysis, switches: list[_ModeSwitch], backward_functions: set[str]) -> None:

@@ -250,24 +250,29 @@ def optimizer_wrappers(a: Analysis) -> set[str]:
 
 
 def _takes_parameters(call: cst.Call) -> bool:
-    """Whether ``call``'s first argument (or ``params=``) is a model's ``.parameters()``.
+    """Whether ``call``'s first argument (or ``params=``) holds a model's ``.parameters()``.
 
     With a ``.step()`` called on what it returns, this is an optimizer whatever its class: one
     chosen at run time (``getattr(optim, args.optim)(model.parameters(), lr=lr)``, as TCN's
     scripts do), or one from the project or a library the name tables do not list
     (``Lamb(model.parameters())``). Its model is trained, so it is prepared: left out, it would
     train on each process alone, its gradients never averaged."""
+    return bool(_given_parameters_of(call))
+
+
+def _given_parameters_of(call: cst.Call) -> set[str]:
+    """The receivers of the ``.parameters()`` / ``.named_parameters()`` an optimizer's first
+    argument (or ``params=``) holds, also through what only selects or joins them:
+    ``filter(lambda p: p.requires_grad, G.parameters())``, ``[p for p in model.parameters() if
+    p.requires_grad]``, ``itertools.chain(G.parameters(), D.parameters())``, ``list(...)``, or
+    parameter groups (``[{"params": G.parameters()}, {"params": D.head.parameters(), "lr": 0.1}]``):
+    ``{"G"}``, ``{"model"}``, ``{"G", "D"}``, ``{"G", "D.head"}``."""
     arguments = [arg for arg in call.args if arg.keyword is None and not arg.star][:1]
     arguments += [arg for arg in call.args if arg.keyword is not None and arg.keyword.value == "params"]
+    finder = _ParameterReceivers()
     for arg in arguments:
-        value = arg.value
-        if (
-            isinstance(value, cst.Call)
-            and isinstance(value.func, cst.Attribute)
-            and value.func.attr.value in ("parameters", "named_parameters")
-        ):
-            return True
-    return False
+        walk(arg.value, finder)
+    return finder.receivers
 
 
 def _inline_optimizers(a: Analysis) -> None:
@@ -282,14 +287,9 @@ def _inline_optimizers(a: Analysis) -> None:
         qualified = a.qualified(call)
         if qualified is None or not is_optimizer(qualified) or not call.node.args:
             continue
-        source = call.node.args[0].value
-        if (
-            isinstance(source, cst.Call)
-            and isinstance(source.func, cst.Attribute)
-            and source.func.attr.value in ("parameters", "named_parameters")
-            and dotted(source.func.value) is not None
-        ):
-            a.facts.models.add(dotted(source.func.value))  # type: ignore[arg-type]
+        receivers = _given_parameters_of(call.node)
+        if receivers:
+            a.facts.models.update(receivers)
             if a.optimizer_home is None:
                 a.optimizer_home = call.function
 
