@@ -67,7 +67,7 @@ OWNERS = {
     "the argument a call passes for a parameter, and the reverse": (
         "engine/syntax.py (argument_for, parameter_filled, positional_parameter_names)",
         re.compile(
-            r"^_*(argument_at|argument_for|passed_for|parameter_filled|param_filled"
+            r"^_*(argument|call_argument|argument_at|argument_for|passed_for|parameter_filled|param_filled"
             r"|positional_parameter_names|positional_names)$"
         ),
     ),

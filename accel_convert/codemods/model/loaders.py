@@ -7,6 +7,7 @@ import libcst as cst
 from accel_convert.codemods.engine.devices import constructed
 from accel_convert.codemods.engine.program_seeds import program_callee
 from accel_convert.codemods.engine.syntax import (
+    argument_for,
     parameter_filled,
 )
 from accel_convert.codemods.engine.torch_names import (
@@ -140,13 +141,10 @@ def _batch_size(a: Analysis, call: cst.Call, assign: AssignRecord) -> None:
 def _batch_size_argument(a: Analysis, call: cst.Call) -> str | None:
     """The ``batch_size`` a DataLoader call passes (by keyword, second positional argument, or
     in a ``**kwargs`` dict the script builds)."""
-    for index, arg in enumerate(call.args):
-        if (
-            arg.keyword is not None
-            and arg.keyword.value == "batch_size"
-            or (arg.keyword is None and not arg.star and index == 1)
-        ):
-            return cst.Module([]).code_for_node(arg.value)
+    passed = argument_for(call, 1, "batch_size")
+    if passed is not None:
+        return cst.Module([]).code_for_node(passed.value)
+    for arg in call.args:
         if arg.star == "**" and isinstance(arg.value, cst.Name):
             found = _dict_entry(a, arg.value.value, "batch_size")
             if found is not None:

@@ -10,6 +10,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.devices import chooses_device, constructed
 from accel_convert.codemods.engine.syntax import (
+    argument_for,
     dotted,
 )
 from accel_convert.codemods.engine.torch_names import (
@@ -257,9 +258,8 @@ def _takes_parameters(call: cst.Call) -> bool:
     scripts do), or one from the project or a library the name tables do not list
     (``Lamb(model.parameters())``). Its model is trained, so it is prepared: left out, it would
     train on each process alone, its gradients never averaged."""
-    arguments = [arg for arg in call.args if arg.keyword is None and not arg.star][:1]
-    arguments += [arg for arg in call.args if arg.keyword is not None and arg.keyword.value == "params"]
-    for arg in arguments:
+    params = argument_for(call, 0, "params")
+    for arg in [params] if params is not None else []:
         value = arg.value
         if (
             isinstance(value, cst.Call)
