@@ -57,7 +57,10 @@ class WhileRecord:
     1e-3: break``)."""
 
     node: cst.While
+    #: Whether a backward that trains runs in it: the loops owner decides (model/loops.py).
     has_backward: bool = False
+    #: The ``X.backward(...)`` calls written in its body, for the loops owner to judge.
+    backward_calls: list[cst.Call] = field(default_factory=list)
     #: Callees written as names or dotted paths in its body.
     calls: set[str] = field(default_factory=set)
 
@@ -394,7 +397,8 @@ class Recorder(NameCollector):
                     frame.parameter_receivers.add(dotted(func.value))  # type: ignore[arg-type]
         for exit_loop in self._exits:
             if isinstance(exit_loop, WhileRecord):
-                exit_loop.has_backward = exit_loop.has_backward or is_backward(node)
+                if is_backward(node):
+                    exit_loop.backward_calls.append(node)
                 if (callee_name := dotted(node.func)) is not None:
                     exit_loop.calls.add(callee_name)
         method = self.instance_method_called(node)
