@@ -320,3 +320,36 @@ def test_a_device_flag_parsed_by_get_args_parser_is_carried_into_the_accelerator
     )
     _, lines = convert(body)
     assert 'accelerator = Accelerator(cpu=args.device == "cpu")' in lines
+
+
+_CREATIONS = {
+    "an alias of Accelerate's": ("from accelerate import Accelerator as A\n", "A()", True),
+    "through the accelerate module": ("import accelerate\n", "accelerate.Accelerator()", True),
+    "the runtime's": ("from accel_convert.runtime import Accelerator\n", "Accelerator()", True),
+    "the name the accelerator pass imports": ("", "Accelerator()", True),
+    "a class of the script's own": ("class Accelerator:\n    pass\n", "Accelerator()", False),
+    "an alias of the script's own class": ("class Booster:\n    pass\n\nA = Booster\n", "A()", False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_CREATIONS))
+def test_the_creation_is_found_by_the_class_qualified_name(case: str) -> None:
+    """The statement creating the accelerator (where accumulation and AMP add their arguments,
+    and where the guard moves it) is Accelerate's or the runtime's class however it is spelled,
+    never a class of the script's own that happens to be called ``Accelerator``."""
+    from accel_convert.codemods.engine.accelerator_creation import find_accelerator_creation, move_creation_before
+
+    prelude, call, expected = _CREATIONS[case]
+    for body in (f"accelerator = {call}\nprint(1)\n", f"def main():\n    print(1)\n    accelerator = {call}\n"):
+        module = cst.parse_module(prelude + body)
+        facts = analyse(module)
+        assert (find_accelerator_creation(module, facts) is not None) is expected, body
+    # The guard's repair (an accelerator read above its creation) knows the class the same way.
+    module = cst.parse_module(prelude + f"def main():\n    print(1)\n    accelerator = {call}\n")
+    moved = move_creation_before(module, "accelerator", len(prelude.splitlines()) + 2)
+    runtime_import = "from accel_convert.runtime import Accelerator\n"
+    if case == "the name the accelerator pass imports":  # the pass has imported it by then
+        moved = move_creation_before(
+            cst.parse_module(runtime_import + module.code), "accelerator", len(prelude.splitlines()) + 3
+        )
+    assert (moved is not None) is expected

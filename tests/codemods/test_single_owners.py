@@ -67,7 +67,7 @@ OWNERS = {
     "the argument a call passes for a parameter, and the reverse": (
         "engine/syntax.py (argument_for, parameter_filled, positional_parameter_names)",
         re.compile(
-            r"^_*(argument_at|argument_for|passed_for|parameter_filled|param_filled"
+            r"^_*(argument|call_argument|argument_at|argument_for|passed_for|parameter_filled|param_filled"
             r"|positional_parameter_names|positional_names)$"
         ),
     ),
@@ -178,3 +178,29 @@ def test_a_copy_of_the_argument_for_a_parameter_is_found(tmp_path: Path) -> None
     assert copies_in(rule_files(tmp_path), tmp_path, pattern) == [
         "rewrites/metrics/ensembles.py:1 defines _argument_at"
     ]
+
+
+#: The modules that may ask whether a call is spelled ``X.backward()`` (engine/syntax.is_backward).
+#: Whether a backward trains is the loops owner's answer (model/loops.py: ``backward_trains``,
+#: ``training_backwards``, a loop's ``has_backward``): the recorder only collects the spellings
+#: for it, and the rewrites of the call itself (``backward``, AMP's ``scaler.scale(loss).backward()``,
+#: the metrics loop asking whether a loop it would gather holds one) rewrite or skip the call they see.
+BACKWARD_SPELLING_READERS = {
+    "model/loops.py",
+    "model/recorder.py",
+    "rewrites/backward.py",
+    "rewrites/amp.py",
+    "rewrites/metrics/loop.py",
+}
+
+
+def test_only_the_loops_owner_decides_that_a_backward_trains() -> None:
+    """A backward that trains nothing (gradients for an input, a helper object's ``.backward()``)
+    is training nowhere: no provider decides it from the spelling alone (home.py did, issue 41)."""
+    readers = {
+        path.relative_to(CODEMODS).as_posix()
+        for path in [*RULE_FILES, *MODEL_FILES]
+        if re.search(r"\bis_backward\b", path.read_text(encoding="utf-8"))
+    }
+    assert readers, "is_backward is read nowhere: this test would check nothing"
+    assert readers <= BACKWARD_SPELLING_READERS, f"ask the loops owner instead: {readers - BACKWARD_SPELLING_READERS}"

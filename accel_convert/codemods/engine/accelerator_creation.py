@@ -13,6 +13,7 @@ from libcst.metadata import CodeRange, PositionProvider
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_name
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.names import NameTable, collect_names
 from accel_convert.codemods.engine.syntax import as_statement, binds_name, dotted, is_main_guard, parameter_names
 from accel_convert.codemods.engine.torch_names import ACCELERATORS
 from accel_convert.codemods.engine.transformers import RuleTransformer
@@ -47,7 +48,7 @@ def find_accelerator_creation(module: cst.Module, facts: ScriptFacts) -> Acceler
         if isinstance(statement, cst.FunctionDef) and isinstance(statement.body, cst.IndentedBlock):
             body = list(statement.body.body)
             for inner_index, inner in enumerate(body):
-                if creates_accelerator(inner, facts):
+                if creates_accelerator(inner, facts, (statement.name.value,)):
                     names = set(parameter_names(statement))
                     return AcceleratorCreation(
                         body[:inner_index], names, list(module.body[:index]), body[inner_index + 1 :]
@@ -68,12 +69,27 @@ def unseen_accelerators(facts: ScriptFacts) -> frozenset[str]:
     return frozenset(name for name in seen if name.rpartition(".")[2] == "Accelerator" and name not in ACCELERATORS)
 
 
-def creates_accelerator(statement: cst.CSTNode, facts: ScriptFacts) -> bool:
-    """``accelerator = Accelerator(...)`` on a line of its own."""
-    return _accelerator_call_of(statement, facts) is not None
+def creates_accelerator(statement: cst.CSTNode, facts: ScriptFacts, scope: tuple[str, ...] = ()) -> bool:
+    """``accelerator = Accelerator(...)`` on a line of its own (in ``scope``, the function holding it)."""
+    return _accelerator_call_of(statement, facts, scope) is not None
 
 
-def _accelerator_call_of(statement: cst.CSTNode, facts: ScriptFacts) -> cst.Call | None:
+def is_accelerator_class(func: cst.BaseExpression, facts: ScriptFacts, scope: tuple[str, ...] = ()) -> bool:
+    """Whether ``func`` is Accelerate's or the runtime's ``Accelerator``, by qualified name
+    (``from accelerate import Accelerator as A``, ``accelerate.Accelerator``), or the plain
+    ``Accelerator`` the accelerator pass imports where the script binds no such name itself (the
+    facts describe the script as written, before that import). A class of the script's own
+    named ``Accelerator`` is not it."""
+    if facts.qualified_name(func, scope) in ACCELERATORS:
+        return True
+    if not (isinstance(func, cst.Name) and func.value == "Accelerator"):
+        return False
+    if facts.names is None:  # facts built by hand know the module's imports only
+        return "Accelerator" not in facts.imports
+    return not facts.names.is_bound("Accelerator", scope)
+
+
+def _accelerator_call_of(statement: cst.CSTNode, facts: ScriptFacts, scope: tuple[str, ...] = ()) -> cst.Call | None:
     if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
         return None
     assign = statement.body[0]
@@ -81,8 +97,7 @@ def _accelerator_call_of(statement: cst.CSTNode, facts: ScriptFacts) -> cst.Call
         return None
     if dotted(assign.targets[0].target) != accelerator_name(facts):
         return None
-    callee = facts.callee_name(assign.value.func)
-    return assign.value if callee in ACCELERATORS or dotted(assign.value.func) == "Accelerator" else None
+    return assign.value if is_accelerator_class(assign.value.func, facts, scope) else None
 
 
 def expression_available(expression: cst.BaseExpression, creation: AcceleratorCreation) -> bool:
@@ -192,21 +207,51 @@ def move_creation_before(module: cst.Module, name: str, line: int) -> cst.Module
     a block holding that line above it."""
     wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
     positions = wrapper.resolve(PositionProvider)
-    mover = _MoveCreation(name, line, positions)
+    mover = _MoveCreation(name, line, positions, collect_names(module))
     moved = module.visit(mover)
     return moved if mover.moved else None
 
 
 class _MoveCreation(cst.CSTTransformer):
-    def __init__(self, name: str, line: int, positions: Mapping[cst.CSTNode, CodeRange]) -> None:
+    def __init__(self, name: str, line: int, positions: Mapping[cst.CSTNode, CodeRange], names: NameTable) -> None:
         super().__init__()
         self.name = name
         self.line = line
         self.positions = positions
+        # The converted module's names: its import of the class included, whatever its spelling.
+        self.names = names
+        self.scope: tuple[str, ...] = ()
         self.moved = False
 
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scope = (*self.scope, node.name.value)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
+        self.scope = self.scope[:-1]
+        return updated_node
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.scope = (*self.scope, node.name.value)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef, updated_node: cst.ClassDef) -> cst.ClassDef:
+        self.scope = self.scope[:-1]
+        return updated_node
+
+    def _creates(self, statement: cst.CSTNode) -> bool:
+        """``name = Accelerator(...)`` on a line of its own, the class known by its qualified name."""
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            return False
+        assign = statement.body[0]
+        return (
+            isinstance(assign, cst.Assign)
+            and len(assign.targets) == 1
+            and dotted(assign.targets[0].target) == self.name
+            and isinstance(assign.value, cst.Call)
+            and self.names.qualified_name(assign.value.func, self.scope) in ACCELERATORS
+        )
+
     def _move(self, body: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
-        creation = next((i for i, s in enumerate(body) if _creates(s, self.name)), None)
+        creation = next((i for i, s in enumerate(body) if self._creates(s)), None)
         if creation is None:
             return None
         reader = next(
@@ -242,17 +287,3 @@ class _MoveCreation(cst.CSTTransformer):
     ) -> cst.IndentedBlock:
         moved = None if self.moved else self._move(list(original_node.body))
         return updated_node.with_changes(body=moved) if moved is not None else updated_node
-
-
-def _creates(statement: cst.CSTNode, name: str) -> bool:
-    """``name = Accelerator(...)`` (any spelling of the class) on a line of its own."""
-    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-        return False
-    assign = statement.body[0]
-    return (
-        isinstance(assign, cst.Assign)
-        and len(assign.targets) == 1
-        and dotted(assign.targets[0].target) == name
-        and isinstance(assign.value, cst.Call)
-        and (dotted(assign.value.func) or "").rpartition(".")[2] == "Accelerator"
-    )

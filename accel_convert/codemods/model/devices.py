@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import DEVICE_KEYWORDS, chooses_device, held_name
-from accel_convert.codemods.engine.syntax import dotted
+from accel_convert.codemods.engine.syntax import argument_for, dotted
 from accel_convert.codemods.model.arguments import options_defined
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
@@ -179,10 +179,10 @@ def _device_uses(a: Analysis) -> list[tuple[str, str]]:
         # ``train(model, device=gpu)`` of the file's own function hands the value on: followed
         # into the parameter, where it is taken.
         own = isinstance(func, cst.Name) and (func.value in a.r.defs or func.value in a.r.classes)
-        for index, arg in enumerate(call.node.args):
-            keyword = arg.keyword is not None and arg.keyword.value in DEVICE_KEYWORDS and not own
-            taken = keyword if arg.keyword is not None else moves and index == 0
-            name = held_name(arg.value) if taken and not arg.star else None
+        taken = [argument_for(call.node, 0, "device")] if moves else []
+        taken += [] if own else [argument_for(call.node, None, keyword) for keyword in sorted(DEVICE_KEYWORDS)]
+        for arg in {id(arg): arg for arg in taken if arg is not None}.values():
+            name = held_name(arg.value)
             if name is not None:
                 uses.append((call.function, name))
     return uses

@@ -30,7 +30,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.facts import MODULE
 from accel_convert.codemods.engine.iteration import enumerate_index
-from accel_convert.codemods.engine.syntax import dotted, names_in, nodes_in
+from accel_convert.codemods.engine.syntax import argument_for, dotted, names_in, nodes_in
 from accel_convert.codemods.engine.torch_names import CHECKPOINT_READS, CHECKPOINT_WRITES, WRITING_FUNCTIONS
 from accel_convert.codemods.model.calls import _instance_class
 from accel_convert.codemods.model.provider import provider, rule_provider
@@ -82,18 +82,11 @@ def _accesses(a: Analysis, table: dict[str, tuple[str, int]]) -> list[_Access]:
     for call in a.r.calls:
         where = table.get(a.qualified(call) or "")
         if where is not None:
-            argument = _argument(call.node, *where)
-            path = None if argument is None else _pattern(a, argument, call.function, depth=3)
+            keyword, position = where
+            argument = argument_for(call.node, position, keyword)
+            path = None if argument is None else _pattern(a, argument.value, call.function, depth=3)
             found.append(_Access(call.function, a.site(call.node).line, path))
     return found
-
-
-def _argument(call: cst.Call, keyword: str, position: int) -> cst.BaseExpression | None:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == keyword:
-            return arg.value
-    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
-    return positional[position].value if len(positional) > position else None
 
 
 def _pattern(a: Analysis, value: cst.BaseExpression, function: str, depth: int) -> str | None:
@@ -349,11 +342,11 @@ def _writes_file(a: Analysis, call: CallRecord) -> bool:
     if name in WRITING_FUNCTIONS or name == "torch.save":
         return True
     if name in ("open", "builtins.open", "io.open"):
-        modes = [arg.value for arg in call.node.args[1:2] if arg.keyword is None]
-        modes += [arg.value for arg in call.node.args if arg.keyword and arg.keyword.value == "mode"]
-        return any(
-            isinstance(mode, cst.SimpleString) and any(flag in str(mode.evaluated_value) for flag in "wax")
-            for mode in modes
+        mode = argument_for(call.node, 1, "mode")
+        return (
+            mode is not None
+            and isinstance(mode.value, cst.SimpleString)
+            and any(flag in str(mode.value.evaluated_value) for flag in "wax")
         )
     return isinstance(call.node.func, cst.Attribute) and call.node.func.attr.value in WRITING_METHODS
 

@@ -10,7 +10,6 @@ from accel_convert.codemods.engine.facts import MODULE
 from accel_convert.codemods.engine.program_seeds import library_home
 from accel_convert.codemods.engine.syntax import (
     dotted,
-    is_backward,
     parameter_filled,
 )
 from accel_convert.codemods.engine.torch_names import (
@@ -22,6 +21,7 @@ from accel_convert.codemods.model.classes import (
     library_training_classes,
     training_bases,
 )
+from accel_convert.codemods.model.loops import training_backwards
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
     CallRecord,
@@ -34,6 +34,8 @@ from accel_convert.codemods.model.state import Analysis
         "optimizer_home",
         "constructions",
         "backward_methods",
+        "backward_trains",
+        "backward_helpers",
         "loader_loops",
         "models",
         "optimizers",
@@ -139,7 +141,7 @@ def _home_by_what_it_binds(a: Analysis) -> str:
     if home is None:
         home = next((assign.function for assign in a.r.assigns if set(assign.targets) & facts.device_names), None)
     if home is None:
-        home = next((call.function for call in a.r.calls if is_backward(call.node)), MODULE)
+        home = next((call.function for call in training_backwards(a)), MODULE)
     return home
 
 
@@ -302,7 +304,7 @@ def _trains_only_what_it_receives(a: Analysis) -> bool:
     calls its functions (run as a script, it would train nothing)."""
     if a.seeds is not None or a.optimizer_home is not None:
         return False
-    backward_functions = {call.function for call in a.r.calls if is_backward(call.node)}
+    backward_functions = {call.function for call in training_backwards(a)}
     if not backward_functions or any(not a.r.defs.get(function) for function in backward_functions):
         return False
     for call in a.r.calls:

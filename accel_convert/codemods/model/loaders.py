@@ -7,6 +7,7 @@ import libcst as cst
 from accel_convert.codemods.engine.devices import constructed
 from accel_convert.codemods.engine.program_seeds import program_callee
 from accel_convert.codemods.engine.syntax import (
+    argument_for,
     parameter_filled,
 )
 from accel_convert.codemods.engine.torch_names import (
@@ -31,21 +32,36 @@ def loader_factories(a: Analysis) -> None:
         for target in assign.targets
     }
     lists = _lists_of_loaders(a, built_in)
-    factories: dict[str, set[int] | None] = {}
-    for function, value in a.r.returns:
-        if isinstance(value, cst.Name) and (function, value.value) in lists:
-            factories[function] = None  # ``return ds``: whatever the caller unpacks is a loader
-            continue
-        is_tuple = isinstance(value, (cst.Tuple, cst.List))
-        elements = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
-        for index, element in enumerate(elements):
-            if a.constructs_loader(element, (function,)) or (
-                isinstance(element, cst.Name) and (function, element.value) in built_in
-            ):
-                positions = factories.get(function, set()) if function in factories else set()
-                factories[function] = None if not is_tuple or positions is None else positions | {index}
-    a.loader_factories = factories
-    a.facts.loader_returning_functions = set(factories)
+    # A method (``self.make_loader()``) is a factory the same way: scope (class, method).
+    returns = [((function,), value) for function, value in a.r.returns] + list(a.r.method_returns)
+    factories: dict[tuple[str, ...], set[int] | None] = {}
+    for scope, value in returns:
+        if isinstance(value, cst.Name) and (scope[0], value.value) in lists:
+            factories[scope] = None  # ``return ds``: whatever the caller unpacks is a loader
+        else:
+            _add_returned_loaders(a, factories, scope, value, built_in)
+    a.loader_factories = {scope[0]: positions for scope, positions in factories.items() if len(scope) == 1}
+    a.loader_methods = {(scope[0], scope[1]): positions for scope, positions in factories.items() if len(scope) == 2}
+    a.facts.loader_returning_functions = set(a.loader_factories)
+
+
+def _add_returned_loaders(
+    a: Analysis,
+    factories: dict[tuple[str, ...], set[int] | None],
+    scope: tuple[str, ...],
+    value: cst.BaseExpression,
+    built_in: set[tuple[str, str]],
+) -> None:
+    """Record in ``factories`` the positions at which the function or method ``scope`` returns a
+    loader in ``value`` (one it builds there or bound to a name in ``built_in``)."""
+    is_tuple = isinstance(value, (cst.Tuple, cst.List))
+    elements = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
+    for index, element in enumerate(elements):
+        if a.constructs_loader(element, scope) or (
+            isinstance(element, cst.Name) and (scope[0], element.value) in built_in
+        ):
+            positions = factories.get(scope, set()) if scope in factories else set()
+            factories[scope] = None if not is_tuple or positions is None else positions | {index}
 
 
 def _lists_of_loaders(a: Analysis, built_in: set[tuple[str, str]]) -> set[tuple[str, str]]:
@@ -153,13 +169,10 @@ def _batch_size(a: Analysis, call: cst.Call, assign: AssignRecord) -> None:
 def _batch_size_argument(a: Analysis, call: cst.Call) -> str | None:
     """The ``batch_size`` a DataLoader call passes (by keyword, second positional argument, or
     in a ``**kwargs`` dict the script builds)."""
-    for index, arg in enumerate(call.args):
-        if (
-            arg.keyword is not None
-            and arg.keyword.value == "batch_size"
-            or (arg.keyword is None and not arg.star and index == 1)
-        ):
-            return cst.Module([]).code_for_node(arg.value)
+    passed = argument_for(call, 1, "batch_size")
+    if passed is not None:
+        return cst.Module([]).code_for_node(passed.value)
+    for arg in call.args:
         if arg.star == "**" and isinstance(arg.value, cst.Name):
             found = _dict_entry(a, arg.value.value, "batch_size")
             if found is not None:

@@ -24,6 +24,7 @@ from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
     CallRecord,
     LoopRecord,
+    WhileRecord,
 )
 from accel_convert.codemods.model.state import Analysis
 
@@ -379,6 +380,15 @@ def _backward_helpers(a: Analysis) -> set[str]:
     return helpers
 
 
+def training_backwards(a: Analysis) -> list[CallRecord]:
+    """The ``backward()`` calls that train, in the order written: a loss tensor's (not a helper
+    object's own method), in a module that steps something (:func:`_steps_something`); none where
+    the backward only takes gradients for an input."""
+    if not a.facts.backward_trains:
+        return []
+    return [call for call in a.r.calls if _is_loss_backward(a, call.node)]
+
+
 def _is_loss_backward(a: Analysis, call: cst.Call) -> bool:
     """``X.backward(...)`` whose receiver may be a loss tensor (not one of the file's helpers)."""
     if not is_backward(call):
@@ -439,6 +449,15 @@ def _updates_by_hand(loop: LoopRecord) -> bool:
     )
 
 
+def _mark_while_loops(a: Analysis) -> None:
+    """A ``while`` loop a ``break`` leaves trains when a loss's backward runs in it (not a helper
+    object's ``.backward()``)."""
+    for _, exits, _, _ in a.r.breaks:
+        for exit_loop in exits:
+            if isinstance(exit_loop, WhileRecord):
+                exit_loop.has_backward = any(_is_loss_backward(a, call) for call in exit_loop.backward_calls)
+
+
 def _functions_with_backward(a: Analysis) -> set[str]:
     facts = a.facts
     direct: set[str] = set()
@@ -458,6 +477,7 @@ def _functions_with_backward(a: Analysis) -> set[str]:
                 a.backward_methods.add((call.function, call.scope[1]))
             for loop in call.loops:
                 loop.has_backward = True
+    _mark_while_loops(a)
     # Methods that call a method with backward (``self._run_batch(...)``) train too.
     changed = True
     while changed:
@@ -511,11 +531,11 @@ def batch_names(a: Analysis) -> None:
     a.facts.batch_names = {name for names in by_function.values() for name in names}
 
 
-@provider(needs=("optimizers", "loop_backward"), refines=("existing_features",))
+@provider(needs=("optimizers", "loop_backward", "backward_trains", "backward_helpers"), refines=("existing_features",))
 def manual_accumulation(a: Analysis) -> None:
     """An optimizer stepped every k batches after a backward on every batch: gradient
     accumulation written by hand (``if (i + 1) % k == 0: optimizer.step()``)."""
-    backward_branches = {id(branch) for call in a.r.calls if is_backward(call.node) for branch in call.ifs}
+    backward_branches = {id(branch) for call in training_backwards(a) for branch in call.ifs}
     for call in a.r.calls:
         func = call.node.func
         if (

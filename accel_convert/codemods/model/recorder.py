@@ -57,7 +57,10 @@ class WhileRecord:
     1e-3: break``)."""
 
     node: cst.While
+    #: Whether a backward that trains runs in it: the loops owner decides (model/loops.py).
     has_backward: bool = False
+    #: The ``X.backward(...)`` calls written in its body, for the loops owner to judge.
+    backward_calls: list[cst.Call] = field(default_factory=list)
     #: Callees written as names or dotted paths in its body.
     calls: set[str] = field(default_factory=set)
 
@@ -254,6 +257,32 @@ class Recorder(NameCollector):
             rest = [*params[1:], *node.params.kwonly_params]
             owner.init_params = tuple(param.name.value for param in rest)
 
+    def follow_returning_methods(self) -> None:
+        """``for batch in self.batches()`` where the method returns ``self.loader``: the loop
+        iterates ``self.loader``, as one written over the attribute does (after the walk, when
+        every method's returns are known)."""
+        for loop in self.loops:
+            if loop.iterated is None and loop.method is not None:
+                loop.iterated = self._attribute_returned(loop.function, loop.method, loop.node.iter)
+
+    def _attribute_returned(self, owner: str, method: str, expr: cst.BaseExpression) -> str | None:
+        """``self.loader`` for ``self.batches()`` (in ``owner``'s ``method``) when ``batches``
+        returns nothing but its instance's ``loader``; None for any other iterable."""
+        record = self.classes.get(owner)
+        call = iterated(expr, self.names, (owner, method))
+        if record is None or not isinstance(call, cst.Call) or not isinstance(call.func, cst.Attribute):
+            return None
+        instance = record.self_names.get(method)
+        if instance is None or not isinstance(call.func.value, cst.Name) or call.func.value.value != instance:
+            return None
+        callee = call.func.attr.value
+        returned = {dotted(value) for scope, value in self.method_returns if scope == (owner, callee)}
+        only = returned.pop() if len(returned) == 1 else None
+        head, _, attribute = (only or "").partition(".")
+        if not attribute or head != record.self_names.get(callee):
+            return None
+        return f"{instance}.{attribute}"
+
     def instance_method_called(self, node: cst.Call) -> str | None:
         """``build_model`` for ``self.build_model()`` inside a method of a module-level class."""
         func = node.func
@@ -394,7 +423,8 @@ class Recorder(NameCollector):
                     frame.parameter_receivers.add(dotted(func.value))  # type: ignore[arg-type]
         for exit_loop in self._exits:
             if isinstance(exit_loop, WhileRecord):
-                exit_loop.has_backward = exit_loop.has_backward or is_backward(node)
+                if is_backward(node):
+                    exit_loop.backward_calls.append(node)
                 if (callee_name := dotted(node.func)) is not None:
                     exit_loop.calls.add(callee_name)
         method = self.instance_method_called(node)

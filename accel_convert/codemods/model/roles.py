@@ -10,6 +10,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.devices import chooses_device, constructed
 from accel_convert.codemods.engine.syntax import (
+    argument_for,
     dotted,
 )
 from accel_convert.codemods.engine.torch_names import (
@@ -67,6 +68,8 @@ def constructor_roles(a: Analysis) -> None:
         targets = set(assign.targets)
         if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in factories:
             facts.train_loaders.update(loader_targets(assign, factories[value.func.value]))
+        elif isinstance(value, cst.Call) and (method := _loader_method(a, assign, value)) is not None:
+            facts.train_loaders.update(loader_targets(assign, a.loader_methods[method]))
         elif qualified in DATA_LOADERS and isinstance(value, cst.Call):  # qualified: value is a call
             facts.train_loaders.update(targets)  # sorted into train/eval by the loops below
         elif qualified in ACCELERATORS:
@@ -96,6 +99,19 @@ def _optimizer_factories(a: Analysis) -> dict[str, cst.Call]:
             if qualified is not None and is_optimizer(qualified):
                 factories[function] = value
     return factories
+
+
+def _loader_method(a: Analysis, assign: AssignRecord, value: cst.Call) -> tuple[str, str] | None:
+    """``(class, method)`` for ``self.loader = self.make_loader()`` in a method of the class,
+    where ``make_loader`` returns loaders (:func:`~codemods.model.loaders.loader_factories`)."""
+    record = a.r.classes.get(assign.scope[0]) if len(assign.scope) >= 2 else None
+    func = value.func
+    if record is None or not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name):
+        return None
+    if func.value.value != record.self_names.get(assign.scope[1]):
+        return None
+    key = (assign.scope[0], func.attr.value)
+    return key if key in a.loader_methods else None
 
 
 def _optimizer_methods(a: Analysis) -> set[str]:
@@ -267,11 +283,10 @@ def _given_parameters_of(call: cst.Call) -> set[str]:
     p.requires_grad]``, ``itertools.chain(G.parameters(), D.parameters())``, ``list(...)``, or
     parameter groups (``[{"params": G.parameters()}, {"params": D.head.parameters(), "lr": 0.1}]``):
     ``{"G"}``, ``{"model"}``, ``{"G", "D"}``, ``{"G", "D.head"}``."""
-    arguments = [arg for arg in call.args if arg.keyword is None and not arg.star][:1]
-    arguments += [arg for arg in call.args if arg.keyword is not None and arg.keyword.value == "params"]
+    params = argument_for(call, 0, "params")
     finder = _ParameterReceivers()
-    for arg in arguments:
-        walk(arg.value, finder)
+    if params is not None:
+        walk(params.value, finder)
     return finder.receivers
 
 

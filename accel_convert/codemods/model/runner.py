@@ -119,6 +119,7 @@ def record(module: cst.Module, source: str | bytes | None = None, seeds: Program
     and call, ready for the providers."""
     recorder = Recorder()
     walk(module, recorder)
+    recorder.follow_returning_methods()
     origins = OriginIndex()
     original_sites(module, recorder.collected, origins, source)
     # The module itself: a pass that carries positions carries this one too (see convert_module).

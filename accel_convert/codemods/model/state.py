@@ -63,6 +63,9 @@ class Analysis:
         #: Module-level functions returning loaders → positions of the loaders in what they
         #: return (None: what they return is one loader).
         self.loader_factories: dict[str, set[int] | None] = {}
+        #: The same for methods of module-level classes (``self.make_loader()``), keyed by
+        #: ``(class, method)``.
+        self.loader_methods: dict[tuple[str, str], set[int] | None] = {}
         #: Module-level functions returning the parse result (``args = get_args()`` parses).
         self.argument_parsing_functions: set[str] = set()
         #: Calls that copy what they are given (``copy.deepcopy``, ``AveragedModel``, ...).

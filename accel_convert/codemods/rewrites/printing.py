@@ -9,7 +9,9 @@ so is one in a model's methods unless the model is built where every process run
 a function or a training class the accelerator reaches: its ``__init__`` printing the parameter
 count printed once per process); that one, and one in a method of another class of the script (an
 ``EarlyStopping`` helper printing its counter), which no accelerator reaches, are kept to the
-first process by the launcher's ``RANK``.
+first process by the launcher's ``RANK``. What such a print's arguments call of the script's own
+code (``print(f"loss {main():.4f}")``) still runs on every process: the call is bound to a name
+(``main_result = main()``) before the guarded print, which prints that name.
 
 Python's ``logging`` prints once per rank too (``logging.info``, ``logger.info`` of a module
 logger, each rank appending to the file of ``logging.basicConfig(filename=...)``). The level the
@@ -59,6 +61,10 @@ class _Printing(RuleTransformer):
         self.guarded_prints = 0
         #: The script's helper classes (not models, datasets or training classes).
         self.helper_classes: set[str] = set()
+        #: The functions and classes the script defines at module level.
+        self.script_callables: set[str] = set()
+        #: Names bound to what a guarded print's arguments called (``main_result = main()``).
+        self.hoisted_names: set[str] = set()
 
     def visit_Module(self, node: cst.Module) -> bool:
         classes = [top for top in node.body if isinstance(top, cst.ClassDef)]
@@ -68,7 +74,42 @@ class _Printing(RuleTransformer):
             top.name.value for top in classes if top.name.value not in bases and _is_helper_class(top, self.facts)
         }
         self.helper_classes |= self.facts.of(models_built_on_every_rank)
+        self.script_callables = {
+            top.name.value for top in node.body if isinstance(top, (cst.FunctionDef, cst.ClassDef))
+        }
         return True
+
+    def _calls_the_scripts_code(self, call: cst.Call) -> bool:
+        """Whether ``call`` calls a function or class the script defines (``main()``), which may do
+        any work: training, writing files."""
+        func = call.func
+        return (
+            isinstance(func, cst.Name)
+            and func.value in self.script_callables
+            and not self.facts.name_table.resolve(func.value, ())
+        )
+
+    def _hoisted(self, line: cst.SimpleStatementLine) -> tuple[list[cst.SimpleStatementLine], cst.SimpleStatementLine]:
+        """``print(f"loss {main():.4f}")`` → ``main_result = main()`` and the print reading
+        ``main_result``: what the print's arguments call of the script's own code runs on every
+        process, as before; only the printing is kept to the first one."""
+        hoister = _ScriptCallHoister(self._calls_the_scripts_code, self._fresh_name)
+        printed = cast(cst.SimpleStatementLine, line.visit(hoister))
+        assigns = [
+            cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], call)])
+            for name, call in hoister.hoisted
+        ]
+        return assigns, printed
+
+    def _fresh_name(self, function: str) -> str:
+        """``<function>_result``, numbered past any name the script or an earlier hoist binds."""
+        base = name = f"{function}_result"
+        number = 1
+        while name in self.hoisted_names or self.facts.name_table.is_bound(name, self.scope):
+            number += 1
+            name = f"{base}_{number}"
+        self.hoisted_names.add(name)
+        return name
 
     def _in_helper_class_method(self) -> bool:
         """In a method of a helper class (an ``EarlyStopping`` printing its patience counter),
@@ -77,7 +118,7 @@ class _Printing(RuleTransformer):
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
-    ) -> cst.BaseStatement:
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
         """A module-level ``print(...)`` that runs before the accelerator exists (``print(config)``
         in the ``__main__`` block before ``main(config)`` creates it) runs on every process: it
         is kept to the first one by the launcher's ``RANK`` (no process group needed yet)."""
@@ -104,12 +145,16 @@ class _Printing(RuleTransformer):
             original_node, Printing.code, f"print {where} → first process only (launcher's RANK)", header_only=True
         )
         self.guarded_prints += 1
+        hoisted, printed = self._hoisted(updated_node.with_changes(leading_lines=()))
         guarded = cst.If(
             test=expression(_LAUNCHER_MAIN_PROCESS),
-            body=cst.IndentedBlock([updated_node.with_changes(leading_lines=())]),
-            leading_lines=updated_node.leading_lines,
+            body=cst.IndentedBlock([printed]),
+            leading_lines=() if hoisted else updated_node.leading_lines,
         )
-        return guarded
+        if not hoisted:
+            return guarded
+        hoisted[0] = hoisted[0].with_changes(leading_lines=updated_node.leading_lines)
+        return cst.FlattenSentinel([*hoisted, guarded])
 
     def _print_rebound(
         self, original: cst.SimpleStatementLine, line: cst.SimpleStatementLine
@@ -244,6 +289,25 @@ def models_built_on_every_rank(a: Analysis) -> frozenset[str]:
         for name in [dotted(call.node.func)]
         if name in facts.model_classes and call.function in reached
     )
+
+
+class _ScriptCallHoister(cst.CSTTransformer):
+    """Replaces each outermost call ``hoists`` picks by a fresh name, keeping the calls in order."""
+
+    def __init__(self, hoists: Callable[[cst.Call], bool], fresh_name: Callable[[str], str]) -> None:
+        super().__init__()
+        self.hoists, self.fresh_name = hoists, fresh_name
+        self.hoisted: list[tuple[str, cst.Call]] = []
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        return not self.hoists(node)  # what the hoisted call's arguments call goes with it
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if not self.hoists(original_node):
+            return updated_node
+        name = self.fresh_name(cast(cst.Name, original_node.func).value)
+        self.hoisted.append((name, updated_node))
+        return cst.Name(name)
 
 
 def _is_helper_class(node: cst.ClassDef, facts: ScriptFacts) -> bool:

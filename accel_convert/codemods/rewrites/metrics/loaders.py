@@ -13,6 +13,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.syntax import (
+    argument_for,
     calls_in,
     dotted,
     nodes_in,
@@ -89,10 +90,8 @@ def _named_calls(nodes: Iterable[cst.CSTNode]) -> Iterator[tuple[str, cst.Call]]
 
 def _dataset_argument(loader: cst.Call) -> cst.BaseExpression | None:
     """The dataset a ``DataLoader(...)`` call is given: ``dataset=``, or its first positional argument."""
-    dataset = next((arg.value for arg in loader.args if arg.keyword and arg.keyword.value == "dataset"), None)
-    if dataset is None and loader.args and loader.args[0].keyword is None:
-        dataset = loader.args[0].value
-    return dataset
+    dataset = argument_for(loader, 0, "dataset")
+    return None if dataset is None else dataset.value
 
 
 def _passed_to_parameters(module: cst.Module, loaders: dict[str, str]) -> dict[str, str]:
