@@ -500,3 +500,81 @@ def test_a_load_in_a_script_that_trains_nothing_stays_as_written(body: str) -> N
     conversion = convert_source(source.encode(), Options(), path="saliency.py")
     assert conversion.output.decode() == source
     assert not conversion.changes, [(change.code, change.message) for change in conversion.changes]
+
+
+#: A model class of the script keeping a layer as ``self.module`` (a residual block around it):
+#: after ``prepare`` the DDP wrapper's own ``module`` (the block) hides it, so the script's
+#: ``block.module.weight`` must read through ``accelerator.unwrap_model``.
+OWN_MODULE_ATTRIBUTE = {
+    "module-level": (
+        """
+        block = Residual(nn.Linear(8, 8))
+        optimizer = torch.optim.SGD(block.parameters(), lr=0.1)
+        for data, target in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(block(data), target).backward()
+            optimizer.step()
+        print(block.module.weight.norm())
+        """,
+        "accelerator.unwrap_model(block).module.weight.norm()",
+    ),
+    "in-a-function": (
+        """
+        def main():
+            block = Residual(nn.Linear(8, 8))
+            optimizer = torch.optim.SGD(block.parameters(), lr=0.1)
+            for data, target in loader:
+                optimizer.zero_grad()
+                nn.functional.mse_loss(block(data), target).backward()
+                optimizer.step()
+            print(block.module.weight.norm())
+
+
+        main()
+        """,
+        "accelerator.unwrap_model(block).module.weight.norm()",
+    ),
+    "in-a-class": (
+        """
+        class Trainer:
+            def __init__(self):
+                self.block = Residual(nn.Linear(8, 8))
+                self.optimizer = torch.optim.SGD(self.block.parameters(), lr=0.1)
+
+            def train(self):
+                for data, target in loader:
+                    self.optimizer.zero_grad()
+                    nn.functional.mse_loss(self.block(data), target).backward()
+                    self.optimizer.step()
+                print(self.block.module.weight.norm())
+
+
+        Trainer().train()
+        """,
+        "self.accelerator.unwrap_model(self.block).module.weight.norm()",
+    ),
+}
+
+RESIDUAL = """import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Residual(nn.Module):
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, x):
+        return x + self.module(x)
+
+
+loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 8)), batch_size=8)
+"""
+
+
+@pytest.mark.parametrize(("body", "read"), OWN_MODULE_ATTRIBUTE.values(), ids=OWN_MODULE_ATTRIBUTE.keys())
+def test_a_models_own_module_attribute_is_read_from_the_unwrapped_model(body: str, read: str) -> None:
+    source = RESIDUAL + textwrap.dedent(body)
+    output = convert_source(source.encode(), Options(), path="residual.py").output.decode()
+    assert read in output, output

@@ -77,7 +77,9 @@ from accel_convert.codemods.rewrites.returned_model import handled_lines, unwrap
 # --------------------------------------------------------------------------------------------
 
 #: nn.Module's own methods and attributes: they work on the DDP wrapper (which forwards them or
-#: has its own), so calls to them stay as written.
+#: has its own), so calls to them stay as written. Not ``module``: on the wrapper it is the
+#: wrapped model, so the script's own ``block.module`` (a layer its class keeps under that name;
+#: DataParallel's was unwrapped by ACC110) is read from the unwrapped model.
 MODULE_OWN_ATTRIBUTES = frozenset(
     {
         "train",
@@ -115,7 +117,6 @@ MODULE_OWN_ATTRIBUTES = frozenset(
         "get_buffer",
         "share_memory",
         "no_sync",
-        "module",
         "__class__",
     }
 )
