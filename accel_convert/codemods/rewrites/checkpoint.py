@@ -6,7 +6,9 @@ and custom methods (``model.decode(z)``, ``model.init_hidden(bs)``) are not on t
 This pass routes ``torch.save`` through ``accelerator.save`` (writes on the main process only) after a
 barrier, and takes state dicts, ``load_state_dict`` and custom attributes from
 ``accelerator.unwrap_model(model)``. nn.Module's own methods (``train``, ``eval``, ``parameters``,
-``zero_grad``, ``to``...) work on the wrapper and are left alone. A checkpoint that keeps the whole
+``zero_grad``, ``to``...) work on the wrapper and are left alone; ``module`` is not one of them: on
+the wrapper it is the model itself, so a layer the model's class keeps as ``self.module`` (a
+residual block around it) is read from the unwrapped model too. A checkpoint that keeps the whole
 model in a dict (``state = {'epoch': epoch, 'model': model}`` ... ``torch.save(state, filename)``,
 as SSD and the CIFAR trainers save it) keeps the unwrapped one: pickled with its wrapper, the model
 would load only where a process group runs, not in the inference script. In a script that saves, every
