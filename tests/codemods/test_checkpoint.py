@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import libcst as cst
 import pytest
 
 from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.rewrites.checkpoint import CheckpointCodemod
+from accel_convert.converter.pipeline import convert_source
 from tests.codemods.support import apply, assert_rewrites, code, convert, convert_text
 
 CHECKPOINT_CASES = [
@@ -446,3 +449,132 @@ def test_a_returned_model_is_left_wrapped_where_unwrapping_is_not_sound(caller: 
     assert "unwrap_model(model)" not in output.split("def main", 1)[1].split("\n\n\n", 1)[0]
     assert "PartialState" not in output
     assert [change for change in changes if change.code == "ACC914"]
+
+
+#: A saliency map of a trained classifier, loaded from disk: the script trains nothing, so it gets
+#: no accelerator and its load needs no ``map_location`` for one (an ``accelerator.device`` written
+#: there, where no accelerator exists, made the guard leave the rewrite out and report ACC937).
+LOAD_WITHOUT_TRAINING = {
+    "module-level": """
+        model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3))
+        model.load_state_dict(torch.load("classifier.pt"))
+        model.eval()
+        images = torch.randn(4, 8, requires_grad=True)
+        model(images).max(dim=1).values.sum().backward()
+        print(images.grad.abs().mean(dim=0))
+    """,
+    "in-a-function": """
+        def main():
+            model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3))
+            model.load_state_dict(torch.load("classifier.pt"))
+            model.eval()
+            images = torch.randn(4, 8, requires_grad=True)
+            model(images).max(dim=1).values.sum().backward()
+            print(images.grad.abs().mean(dim=0))
+
+
+        if __name__ == "__main__":
+            main()
+    """,
+    "in-a-class": """
+        class Explainer:
+            def __init__(self, path):
+                self.model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3))
+                self.model.load_state_dict(torch.load(path))
+                self.model.eval()
+
+            def saliency(self, images):
+                images.requires_grad_(True)
+                self.model(images).max(dim=1).values.sum().backward()
+                return images.grad.abs()
+
+
+        print(Explainer("classifier.pt").saliency(torch.randn(4, 8)).mean(dim=0))
+    """,
+}
+
+
+@pytest.mark.parametrize("body", LOAD_WITHOUT_TRAINING.values(), ids=LOAD_WITHOUT_TRAINING.keys())
+def test_a_load_in_a_script_that_trains_nothing_stays_as_written(body: str) -> None:
+    source = "import torch\nimport torch.nn as nn\n\n" + textwrap.dedent(body).lstrip("\n")
+    conversion = convert_source(source.encode(), Options(), path="saliency.py")
+    assert conversion.output.decode() == source
+    assert not conversion.changes, [(change.code, change.message) for change in conversion.changes]
+
+
+#: A model class of the script keeping a layer as ``self.module`` (a residual block around it):
+#: after ``prepare`` the DDP wrapper's own ``module`` (the block) hides it, so the script's
+#: ``block.module.weight`` must read through ``accelerator.unwrap_model``.
+OWN_MODULE_ATTRIBUTE = {
+    "module-level": (
+        """
+        block = Residual(nn.Linear(8, 8))
+        optimizer = torch.optim.SGD(block.parameters(), lr=0.1)
+        for data, target in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(block(data), target).backward()
+            optimizer.step()
+        print(block.module.weight.norm())
+        """,
+        "accelerator.unwrap_model(block).module.weight.norm()",
+    ),
+    "in-a-function": (
+        """
+        def main():
+            block = Residual(nn.Linear(8, 8))
+            optimizer = torch.optim.SGD(block.parameters(), lr=0.1)
+            for data, target in loader:
+                optimizer.zero_grad()
+                nn.functional.mse_loss(block(data), target).backward()
+                optimizer.step()
+            print(block.module.weight.norm())
+
+
+        main()
+        """,
+        "accelerator.unwrap_model(block).module.weight.norm()",
+    ),
+    "in-a-class": (
+        """
+        class Trainer:
+            def __init__(self):
+                self.block = Residual(nn.Linear(8, 8))
+                self.optimizer = torch.optim.SGD(self.block.parameters(), lr=0.1)
+
+            def train(self):
+                for data, target in loader:
+                    self.optimizer.zero_grad()
+                    nn.functional.mse_loss(self.block(data), target).backward()
+                    self.optimizer.step()
+                print(self.block.module.weight.norm())
+
+
+        Trainer().train()
+        """,
+        "self.accelerator.unwrap_model(self.block).module.weight.norm()",
+    ),
+}
+
+RESIDUAL = """import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Residual(nn.Module):
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, x):
+        return x + self.module(x)
+
+
+loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 8)), batch_size=8)
+"""
+
+
+@pytest.mark.parametrize(("body", "read"), OWN_MODULE_ATTRIBUTE.values(), ids=OWN_MODULE_ATTRIBUTE.keys())
+def test_a_models_own_module_attribute_is_read_from_the_unwrapped_model(body: str, read: str) -> None:
+    source = RESIDUAL + textwrap.dedent(body)
+    output = convert_source(source.encode(), Options(), path="residual.py").output.decode()
+    assert read in output, output

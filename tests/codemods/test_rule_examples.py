@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from accel_convert.codemods.engine.model import Options
-from accel_convert.codemods.engine.registry import all_rules, example_code
+from accel_convert.codemods.engine.registry import CodeDoc, all_rules, code_docs, example_code
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.converter.pipeline import Conversion, convert_source
 
@@ -63,6 +63,21 @@ def test_example_is_what_the_converter_does(rule: type[Rule], example: Example) 
 def test_every_rule_shows_its_own_code_and_each_extra_code(rule: type[Rule]) -> None:
     shown = {example_code(rule, example) for example in rule.examples}
     assert shown == {rule.code, *rule.extra_codes}
+
+
+#: Every rule's own code, and every automatic rewrite's code.
+SHOWN_ALONE = [doc for doc in code_docs() if doc.fixed or doc.code in {rule.code for rule in all_rules()}]
+
+
+@pytest.mark.parametrize("doc", SHOWN_ALONE, ids=lambda doc: doc.code)
+def test_every_code_shows_what_it_leaves_alone(doc: CodeDoc) -> None:
+    """Each code's page shows a near miss its rule leaves alone, run by
+    ``test_example_is_what_the_converter_does`` like the other examples. A rewrite's findings
+    (its ``ACC9xx`` extra codes) point to the rewrite's own examples instead, which
+    ``test_a_rewrites_own_examples_report_none_of_its_findings`` checks."""
+    assert any(example.leaves_alone for example in doc.examples), (
+        f"{doc.code}: no Example(leaves_alone=True) in its rule's examples"
+    )
 
 
 OWN_EXAMPLES = [

@@ -65,6 +65,69 @@ class ShardedUpdateBn(WalkingCheck):
             """,
             message=MESSAGE,
         ),
+        # update_bn over a fixed calibration list (not a prepared loader): every process has all of
+        # it and computes the same statistics.
+        Example(
+            leaves_alone=True,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.optim.swa_utils import AveragedModel, update_bn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    # A fixed calibration set, whole on every process: each computes the same statistics.
+                    calibration = [torch.randn(16, 8) for _ in range(4)]
+                    model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    swa_model = AveragedModel(model)
+                    for epoch in range(3):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            loss.backward()
+                            optimizer.step()
+                        swa_model.update_parameters(model)
+                    update_bn(calibration, swa_model)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.optim.swa_utils import AveragedModel, update_bn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    accelerator = Accelerator()
+                    accelerator.agree_random_state()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    # A fixed calibration set, whole on every process: each computes the same statistics.
+                    calibration = [torch.randn(16, 8) for _ in range(4)]
+                    model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    swa_model = AveragedModel(accelerator.unwrap_model(model))
+                    for epoch in range(3):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            accelerator.backward(loss)
+                            optimizer.step()
+                        swa_model.update_parameters(model)
+                    update_bn(calibration, swa_model)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

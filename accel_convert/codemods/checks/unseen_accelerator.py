@@ -52,6 +52,33 @@ class UnseenAccelerator(Rule):
             """,
             message=f"Accelerator is imported from utils, a module the converter cannot see: {OUTCOME}",
         ),
+        # Accelerator imported from accelerate itself: a script already distributed by Accelerate,
+        # nothing is reported.
+        Example(
+            leaves_alone=True,
+            before="""
+                import torch
+                from accelerate import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = torch.nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = torch.nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

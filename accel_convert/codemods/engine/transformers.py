@@ -350,6 +350,8 @@ class RuleTransformer(TargetedTransformer):
         in module-level functions the training code calls (the helpers rule, ACC104, hands it to
         them); in module-level code, and in the ``__main__`` block, after the statement creating it.
         The one answer every rule uses."""
+        if not self.facts.has_accelerator:
+            return False  # a script that trains nothing gets no accelerator (ACC101 creates none)
         if self.in_training_class():
             return self.instance is not None
         if self._blocks:

@@ -135,6 +135,60 @@ class AccumulateCodemod(Rule):
             """,
             message="steps every k batches but the loss division by k was not found: convert by hand",
         ),
+        # A loss divided by a constant and a step-modulo test that guards only a print, with the
+        # optimizer stepped every batch: not accumulation, neither rewritten nor reported (ACC912).
+        Example(
+            leaves_alone=True,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    log_every = 4
+                    for step, (data, target) in enumerate(loader):
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target) / 2
+                        loss.backward()
+                        optimizer.step()
+                        if step % log_every == 0:
+                            print(f"step {step}: loss {loss.item():.4f}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    log_every = 4
+                    for step, (data, target) in enumerate(loader):
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target) / 2
+                        accelerator.backward(loss)
+                        optimizer.step()
+                        if step % log_every == 0:
+                            accelerator.print(f"step {step}: loss {loss.item():.4f}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

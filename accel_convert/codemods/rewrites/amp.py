@@ -151,6 +151,65 @@ class AmpCodemod(Rule):
             """,
             message="the GradScaler is used beyond scale/step/update: convert by hand",
         ),
+        # A scaler that is not mixed precision's (scikit-learn's StandardScaler, matched by
+        # qualified name): its calls stay as written.
+        Example(
+            leaves_alone=True,
+            before="""
+                import torch
+                import torch.nn as nn
+                from sklearn.preprocessing import StandardScaler
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    features = torch.randn(64, 8).numpy()
+                    scaler = StandardScaler()
+                    scaled = torch.tensor(scaler.fit_transform(features), dtype=torch.float32)
+                    loader = DataLoader(TensorDataset(scaled, torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                    print("feature means:", scaler.mean_)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from sklearn.preprocessing import StandardScaler
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    accelerator = Accelerator()
+                    accelerator.agree_random_state()
+                    features = torch.randn(64, 8).numpy()
+                    scaler = StandardScaler()
+                    scaled = torch.tensor(scaler.fit_transform(features), dtype=torch.float32)
+                    loader = DataLoader(TensorDataset(scaled, torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                    accelerator.print("feature means:", scaler.mean_)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

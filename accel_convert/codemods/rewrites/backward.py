@@ -183,6 +183,30 @@ class Backward(Rule):
             """,
             message=LIBRARY_MESSAGE,
         ),
+        # A backward that trains nothing (a saliency map: gradients of the input, no optimizer):
+        # left as written, and with nothing trained the script gets no accelerator at all.
+        Example(
+            leaves_alone=True,
+            before="""
+                import torch
+                import torch.nn as nn
+
+
+                def main():
+                    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3))
+                    model.load_state_dict(torch.load("classifier.pt"))
+                    model.eval()
+                    images = torch.randn(4, 8, requires_grad=True)
+                    scores = model(images)
+                    scores.max(dim=1).values.sum().backward()
+                    saliency = images.grad.abs()
+                    print("saliency per feature:", saliency.mean(dim=0))
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

@@ -378,6 +378,62 @@ class BatchToNumpy(Rule):
                     flips = np.random.randint(0, 2, n) ^ np.random.randint(0, 2, len(labels))
             """,
         ),
+        # Batch tensors that already go through .cpu() before .numpy(), and a size read off one
+        # (labels.size(0), a Python number): left as written.
+        Example(
+            leaves_alone=True,
+            before="""
+                import torch
+                import torch.nn as nn
+                from sklearn.metrics import accuracy_score
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                    model = nn.Linear(8, 3)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for images, labels in loader:
+                        optimizer.zero_grad()
+                        outputs = model(images)
+                        loss = nn.functional.cross_entropy(outputs, labels)
+                        loss.backward()
+                        optimizer.step()
+                        predicted = outputs.argmax(dim=1)
+                        print("batch accuracy:", accuracy_score(labels.cpu().numpy(), predicted.cpu().numpy()), "of", labels.size(0))
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from sklearn.metrics import accuracy_score
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                    model = nn.Linear(8, 3)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for images, labels in loader:
+                        optimizer.zero_grad()
+                        outputs = model(images)
+                        loss = nn.functional.cross_entropy(outputs, labels)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                        predicted = outputs.argmax(dim=1)
+                        accelerator.print("batch accuracy:", accuracy_score(labels.cpu().numpy(), predicted.cpu().numpy()), "of", labels.size(0))
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

@@ -6,7 +6,9 @@ and custom methods (``model.decode(z)``, ``model.init_hidden(bs)``) are not on t
 This pass routes ``torch.save`` through ``accelerator.save`` (writes on the main process only) after a
 barrier, and takes state dicts, ``load_state_dict`` and custom attributes from
 ``accelerator.unwrap_model(model)``. nn.Module's own methods (``train``, ``eval``, ``parameters``,
-``zero_grad``, ``to``...) work on the wrapper and are left alone. A checkpoint that keeps the whole
+``zero_grad``, ``to``...) work on the wrapper and are left alone; ``module`` is not one of them: on
+the wrapper it is the model itself, so a layer the model's class keeps as ``self.module`` (a
+residual block around it) is read from the unwrapped model too. A checkpoint that keeps the whole
 model in a dict (``state = {'epoch': epoch, 'model': model}`` ... ``torch.save(state, filename)``,
 as SSD and the CIFAR trainers save it) keeps the unwrapped one: pickled with its wrapper, the model
 would load only where a process group runs, not in the inference script. In a script that saves, every
@@ -77,7 +79,9 @@ from accel_convert.codemods.rewrites.returned_model import handled_lines, unwrap
 # --------------------------------------------------------------------------------------------
 
 #: nn.Module's own methods and attributes: they work on the DDP wrapper (which forwards them or
-#: has its own), so calls to them stay as written.
+#: has its own), so calls to them stay as written. Not ``module``: on the wrapper it is the
+#: wrapped model, so the script's own ``block.module`` (a layer its class keeps under that name;
+#: DataParallel's was unwrapped by ACC110) is read from the unwrapped model.
 MODULE_OWN_ATTRIBUTES = frozenset(
     {
         "train",
@@ -115,7 +119,6 @@ MODULE_OWN_ATTRIBUTES = frozenset(
         "get_buffer",
         "share_memory",
         "no_sync",
-        "module",
         "__class__",
     }
 )
@@ -634,6 +637,60 @@ class CheckpointCodemod(Rule):
                 "model.compute_loss runs the model outside forward(): DDP will not average its gradients; "
                 "compute the loss from model(...) or convert with --target runtime"
             ),
+        ),
+        # nn.Module's own methods (train, eval, parameters) work on the DDP wrapper, and a script
+        # that saves and loads nothing: no unwrap_model, no barrier.
+        Example(
+            leaves_alone=True,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    print("parameters:", sum(p.numel() for p in model.parameters()))
+                    model.train()
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                    model.eval()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    accelerator.print("parameters:", sum(p.numel() for p in model.parameters()))
+                    model.train()
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                    model.eval()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
         ),
     )
 

@@ -91,6 +91,70 @@ class ClipGrad(Rule):
                     main()
             """,
         ),
+        # The script's own function named clip_grad_norm_ (it clips each parameter on its own):
+        # matched by qualified name, it is not torch's and stays as written.
+        Example(
+            leaves_alone=True,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def clip_grad_norm_(parameters, max_norm):
+                    # Clips each parameter on its own (not the global norm torch computes).
+                    for p in parameters:
+                        if p.grad is not None:
+                            p.grad.mul_(min(1.0, max_norm / (p.grad.norm() + 1e-6)))
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        clip_grad_norm_(model.parameters(), 1.0)
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def clip_grad_norm_(parameters, max_norm):
+                    # Clips each parameter on its own (not the global norm torch computes).
+                    for p in parameters:
+                        if p.grad is not None:
+                            p.grad.mul_(min(1.0, max_norm / (p.grad.norm() + 1e-6)))
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        clip_grad_norm_(model.parameters(), 1.0)
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

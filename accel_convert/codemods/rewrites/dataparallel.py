@@ -81,6 +81,41 @@ class DataParallelCodemod(Rule):
                     main()
             """,
         ),
+        # A script that distributes itself with DistributedDataParallel (its model.module is DDP's):
+        # reported (ACC903) and left as written, model.module included.
+        Example(
+            leaves_alone=True,
+            before="""
+                import os
+
+                import torch
+                import torch.distributed as dist
+                import torch.nn as nn
+                from torch.nn.parallel import DistributedDataParallel
+                from torch.utils.data import DataLoader, TensorDataset
+                from torch.utils.data.distributed import DistributedSampler
+
+
+                def main():
+                    dist.init_process_group("gloo")
+                    dataset = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+                    loader = DataLoader(dataset, batch_size=8, sampler=DistributedSampler(dataset))
+                    model = DistributedDataParallel(nn.Linear(8, 1))
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                    if int(os.environ["RANK"]) == 0:
+                        torch.save(model.module.state_dict(), "model.pt")
+                    dist.destroy_process_group()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

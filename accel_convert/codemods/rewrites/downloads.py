@@ -76,6 +76,60 @@ class Downloads(Rule):
                     main()
             """,
         ),
+        # A data set read from disk without download=True: no process writes anything, so no process
+        # waits for another.
+        Example(
+            leaves_alone=True,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader
+                from torchvision import datasets, transforms
+
+
+                def main():
+                    # The data set is already on disk (fetched by a setup step): nothing is downloaded here.
+                    train_set = datasets.MNIST("data", train=True, download=False, transform=transforms.ToTensor())
+                    loader = DataLoader(train_set, batch_size=64, shuffle=True)
+                    model = nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 10))
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for images, labels in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.cross_entropy(model(images), labels)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader
+                from torchvision import datasets, transforms
+
+
+                def main():
+                    accelerator = Accelerator()
+                    # The data set is already on disk (fetched by a setup step): nothing is downloaded here.
+                    train_set = datasets.MNIST("data", train=True, download=False, transform=transforms.ToTensor())
+                    loader = DataLoader(train_set, batch_size=64, shuffle=True)
+                    model = nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 10))
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for images, labels in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.cross_entropy(model(images), labels)
+                        accelerator.backward(loss)
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

@@ -146,6 +146,64 @@ class InlineLoader(Rule):
             """,
             message=UNREACHABLE_MESSAGE,
         ),
+        # A loader bound to a name before it is handed to the training function: ACC103 prepares it
+        # by name, nothing is prepared in the call.
+        Example(
+            leaves_alone=True,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def train(model, loader, optimizer):
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+
+
+                def main():
+                    dataset = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    loader = DataLoader(dataset, batch_size=8, shuffle=True)
+                    train(model, loader, optimizer)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def train(model, loader, optimizer, accelerator):
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+
+
+                def main():
+                    accelerator = Accelerator()
+                    dataset = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    loader = DataLoader(dataset, batch_size=8, shuffle=True)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    train(model, loader, optimizer, accelerator)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

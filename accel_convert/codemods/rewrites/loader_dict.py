@@ -148,6 +148,56 @@ class LoaderDict(Rule):
             """,
             message=NOT_GATHERED_MESSAGE.format(name="dataloaders"),
         ),
+        # A dict of data sets keyed by phase (not of loaders): the loader built from one is a named
+        # loader, prepared by ACC103, and the dict stays as written.
+        Example(
+            leaves_alone=True,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    datasets = {phase: TensorDataset(torch.randn(64, 8), torch.randn(64, 1)) for phase in ["train", "val"]}
+                    train_loader = DataLoader(datasets["train"], batch_size=8, shuffle=True)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in train_loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    accelerator = Accelerator()
+                    datasets = {phase: TensorDataset(torch.randn(64, 8), torch.randn(64, 1)) for phase in ["train", "val"]}
+                    train_loader = DataLoader(datasets["train"], batch_size=8, shuffle=True)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+                    for data, target in train_loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

@@ -218,6 +218,64 @@ class LoaderLength(Rule):
                     main()
             """,
         ),
+        # A step count from len(loader) that a learning-rate scheduler receives: the prepared
+        # scheduler steps once per process at each call, so the count is not repeated after prepare.
+        Example(
+            leaves_alone=True,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    epochs = 3
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    total_steps = epochs * len(loader)
+                    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=total_steps)
+                    for epoch in range(epochs):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            loss.backward()
+                            optimizer.step()
+                            scheduler.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    accelerator = Accelerator()
+                    epochs = 3
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    total_steps = epochs * len(loader)
+                    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=total_steps)
+                    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+                    for epoch in range(epochs):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            accelerator.backward(loss)
+                            optimizer.step()
+                            scheduler.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

@@ -238,6 +238,68 @@ class Helpers(Rule):
                     main()
             """,
         ),
+        # A helper the training code calls that does not use the accelerator (a learning-rate
+        # formula): it gets no parameter, and its calls stay as written.
+        Example(
+            leaves_alone=True,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def learning_rate(epoch, base=0.1):
+                    return base * 0.5 ** (epoch // 2)
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=learning_rate(0))
+                    for epoch in range(4):
+                        for group in optimizer.param_groups:
+                            group["lr"] = learning_rate(epoch)
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            loss.backward()
+                            optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def learning_rate(epoch, base=0.1):
+                    return base * 0.5 ** (epoch // 2)
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=learning_rate(0))
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for epoch in range(4):
+                        for group in optimizer.param_groups:
+                            group["lr"] = learning_rate(epoch)
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            accelerator.backward(loss)
+                            optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

@@ -525,6 +525,72 @@ class TrainingClass(Rule):
             message="self.net is built outside Solver.__init__: pass it through self.accelerator.prepare(...) "
             "where it is built",
         ),
+        # A class that holds no training code (a configuration of hyper-parameters): it gets no
+        # accelerator.
+        Example(
+            leaves_alone=True,
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Config:
+                    def __init__(self, lr=0.1, batch_size=8, epochs=2):
+                        self.lr = lr
+                        self.batch_size = batch_size
+                        self.epochs = epochs
+
+
+                def main():
+                    config = Config(lr=0.05)
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=config.batch_size)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
+                    for epoch in range(config.epochs):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            loss.backward()
+                            optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Config:
+                    def __init__(self, lr=0.1, batch_size=8, epochs=2):
+                        self.lr = lr
+                        self.batch_size = batch_size
+                        self.epochs = epochs
+
+
+                def main():
+                    accelerator = Accelerator()
+                    config = Config(lr=0.05)
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=config.batch_size)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for epoch in range(config.epochs):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            accelerator.backward(loss)
+                            optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
