@@ -25,6 +25,7 @@ from click.core import ParameterSource
 
 from accel_convert.codemods import Options
 from accel_convert.converter import parallel
+from accel_convert.converter.cache import CheckCache, NoCache, cache_folder, tool_version
 from accel_convert.converter.config import ConfigError, load_config
 from accel_convert.converter.files import (
     DEFAULT_EXCLUDE,
@@ -471,8 +472,11 @@ class Runner:
         color: bool,
         progress: bool = False,
         conversions: parallel.Conversions | None = None,
+        cache: NoCache | None = None,
     ) -> None:
         self.plan = plan
+        #: Results kept from an earlier ``--check`` (converter.cache), and kept for the next one.
+        self.cache = cache or NoCache()
         #: Where each file's conversion comes from: this process, or workers (``--jobs``).
         self.conversions = conversions or parallel.Conversions()
         self.reporter = reporter
@@ -549,9 +553,7 @@ class Runner:
                 continue
             try:
                 sources = [self.read_program_file(file.path) for file in job.program]
-                conversions = self.conversions.program(id(job), sources) or convert_program_files(
-                    job.program, sources, self.plan.options
-                )
+                conversions = self.convert_program(job, sources)
             except ConversionError as error:
                 self.programs[job.shown_name] = error
                 continue
@@ -569,6 +571,28 @@ class Runner:
                     )
                     self.programs[job.shown_name] = clash
                     self.programs[earlier[1]] = clash
+
+    def convert_program(self, job: Job, sources: list[bytes]) -> list[Conversion]:
+        """A program's conversions: from the cache, a worker, or converted here (then cached)."""
+        found = self.cache.found(job, sources)
+        if found is not None:
+            return found
+        conversions = self.conversions.program(id(job), sources) or convert_program_files(
+            job.program, sources, self.plan.options
+        )
+        self.cache.store(job, sources, conversions)
+        return conversions
+
+    def convert_file(self, job: Job, source: bytes) -> Conversion:
+        """One file's conversion: from the cache, a worker, or converted here (then cached)."""
+        found = self.cache.found(job, [source])
+        if found is not None:
+            return found[0]
+        conversion = self.conversions.file(id(job), source) or convert_source(
+            source, self.plan.options, path=job.shown_name
+        )
+        self.cache.store(job, [source], [conversion])
+        return conversion
 
     def read_program_file(self, path: Path) -> bytes:
         try:
@@ -644,9 +668,7 @@ class Runner:
                 return
             raise ConversionError(job.shown_name, 1, 1, f"cannot read: {job.problem}")
         source = self.read(job)
-        conversion = self.conversions.file(id(job), source) or convert_source(
-            source, self.plan.options, path=job.shown_name
-        )
+        conversion = self.convert_file(job, source)
         findings = [Finding.from_change(job.shown_name, change) for change in conversion.changes]
         warnings = [finding for finding in findings if finding.is_warning]
         if self.plan.check and job.target is not None:
@@ -835,6 +857,14 @@ def explain(code: str, color: bool | None) -> None:
     metavar="N",
     help="Convert N files at a time in worker processes (default: the machine's cores); same output as 1.",
 )
+@click.option(
+    "--no-cache",
+    is_flag=True,
+    help=(
+        "With --check: neither read nor write the cache of results of unchanged files "
+        "($ACCEL_CONVERT_CACHE_DIR, else $XDG_CACHE_HOME/accel-convert or ~/.cache/accel-convert)."
+    ),
+)
 @click.option("--stdin-filename", metavar="NAME", help="Name for stdin in messages and config lookup.")
 @click.option("--list-codes", is_flag=True, help="List every code, one line each (-v: with examples), then exit.")
 @click.option(
@@ -965,8 +995,17 @@ def run_plan(plan: Plan, flags: dict[str, Any]) -> int:
         and is_terminal(sys.stderr)
     )
     with start_up_objects_left_out_of_collections():
-        conversions = parallel.start(flags["jobs"], plan.jobs, plan.options)
-        return Runner(plan, reporter, wants_colour(sys.stdout, color), progress, conversions).run()
+        cache = check_cache(plan, flags)
+        found = cache.prepare(plan.jobs)  # files found in the cache need no worker
+        conversions = parallel.start(flags["jobs"], [job for job in plan.jobs if id(job) not in found], plan.options)
+        return Runner(plan, reporter, wants_colour(sys.stdout, color), progress, conversions, cache).run()
+
+
+def check_cache(plan: Plan, flags: dict[str, Any]) -> NoCache:
+    """``--check`` keeps its results in the user's cache folder (converter.cache), unless ``--no-cache``."""
+    if not plan.check or flags.get("no_cache"):
+        return NoCache()
+    return CheckCache(cache_folder(), plan.options, tool_version())
 
 
 def is_terminal(stream: Any) -> bool:
