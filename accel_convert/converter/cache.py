@@ -107,7 +107,7 @@ class CheckCache(NoCache):
             "options": self.options,
             "project": project_settings(str(files[0][0])),
             "files": [[name, module, _digest(source)] for (name, module), source in zip(files, sources)],
-            "imports": [] if job.program else local_module_digests(job.source),
+            "imports": local_module_digests(job.local_modules),
         }
         return _digest(json.dumps(material, sort_keys=True, default=str).encode())
 
@@ -188,12 +188,10 @@ def sources_digest(sources: Sequence[bytes]) -> str:
     return digest.hexdigest()
 
 
-def local_module_digests(path: Path) -> list[list[str]]:
-    """Every local module the file imports, transitively (as the conversion resolves them), with
-    the digest of its bytes: a module that changes makes a new key."""
-    from accel_convert.converter.project import program_files
-
-    modules: list[ProgramFile] = program_files(path)[1:]
+def local_module_digests(modules: Sequence[ProgramFile]) -> list[list[str]]:
+    """The local modules a file converted alone imports (found while planning, by
+    :func:`converter.project.program_files`, as the conversion finds them), each with the digest
+    of its bytes: a module that changes makes a new key."""
     digests = []
     for module in modules:
         try:

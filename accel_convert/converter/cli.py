@@ -45,7 +45,7 @@ from accel_convert.converter.pipeline import (
     one_line,
     quiet_compiler_warnings,
 )
-from accel_convert.converter.project import ProgramFile, convert_program_files, folder_entries
+from accel_convert.converter.project import ProgramFile, convert_program_files, folder_entries, program_files
 from accel_convert.converter.report import (
     Finding,
     Output,
@@ -173,6 +173,9 @@ class Job:
     #: file of the program (the entry first) and where each one's result goes.
     program: tuple[ProgramFile, ...] = ()
     program_targets: tuple[Path | None, ...] = ()
+    #: A file converted alone: the local modules it imports, transitively (converter.project's
+    #: resolution, made once while planning): their bytes are part of its cache key.
+    local_modules: tuple[ProgramFile, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -283,7 +286,8 @@ def plan_file_jobs(
         raise UsageProblem(f"-o {output}: with several inputs, -o must be a directory")
     into_folder = output is not None and (several or output.is_dir() or output_is_folder)
     discovered = discover(paths, exclusions)
-    programs = plan_programs(discovered, every_local_module=into_folder)
+    resolved: dict[str, tuple[ProgramFile, ...]] = {}
+    programs = plan_programs(discovered, every_local_module=into_folder, resolved=resolved)
     covered = {os.path.realpath(file.path) for files in programs.values() for file in files[1:]}
     jobs: list[Job] = []
     claimed: dict[Path, Path] = {}
@@ -296,7 +300,8 @@ def plan_file_jobs(
             if output is not None:
                 target = output_target(file, root, output, into_folder)
                 claim_target(file, target, output, in_place, claimed)
-            jobs.append(Job(file, str(file), target, problem, named=file == root))
+            local_modules = resolved.get(os.path.realpath(file), ())[1:]
+            jobs.append(Job(file, str(file), target, problem, named=file == root, local_modules=local_modules))
     return jobs
 
 
@@ -311,16 +316,23 @@ def claim_target(file: Path, target: Path, output: Path, in_place: bool, claimed
 
 
 def plan_programs(
-    discovered: Sequence[tuple[Path, Path, str | None]], *, every_local_module: bool = False
+    discovered: Sequence[tuple[Path, Path, str | None]],
+    *,
+    every_local_module: bool = False,
+    resolved: dict[str, tuple[ProgramFile, ...]] | None = None,
 ) -> dict[str, tuple[ProgramFile, ...]]:
     """Entry scripts (by real path) that import local modules using torch → their program's
     files (the entry first). Entries: files named or found that have a ``__main__`` block or that
     no other input imports. ``every_local_module`` (output into a folder): modules without torch
-    count too, so the folder gets them and the converted entry can import them."""
+    count too, so the folder gets them and the converted entry can import them. ``resolved``, when
+    given, receives every readable file's own program (by real path), entry or not."""
     readable = [file for file, _, problem in discovered if problem is None]
     programs: dict[str, tuple[ProgramFile, ...]] = {}
     with quiet_compiler_warnings():  # the user's code is parsed: its warnings are not ours to show
-        entries = folder_entries(readable)
+        every_program = {file: program_files(file) for file in readable}
+        entries = folder_entries(readable, every_program)
+    if resolved is not None:
+        resolved.update((os.path.realpath(file), tuple(files)) for file, files in every_program.items())
     for entry, files in entries.items():
         if len(files) > 1 and (every_local_module or any(_mentions_torch(file.path) for file in files[1:])):
             programs[os.path.realpath(entry)] = tuple(files)

@@ -172,10 +172,14 @@ def has_main_block(source: bytes) -> bool:
     return False
 
 
-def folder_entries(files: Sequence[Path]) -> dict[Path, list[ProgramFile]]:
+def folder_entries(
+    files: Sequence[Path], programs: dict[Path, list[ProgramFile]] | None = None
+) -> dict[Path, list[ProgramFile]]:
     """The entry scripts among a folder's files (those with a ``__main__`` block, or that no
-    other file of the set imports as a local module of its own folder), each with its program."""
-    programs = {file: program_files(file) for file in files}
+    other file of the set imports as a local module of its own folder), each with its program.
+    ``programs``: every file's :func:`program_files`, when the caller has them already."""
+    if programs is None:
+        programs = {file: program_files(file) for file in files}
     imported = {other.path.resolve() for program in programs.values() for other in program[1:]}
     entries = {}
     for file in files:
