@@ -21,14 +21,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from accel_convert.codemods import Options
+from accel_convert.codemods.engine.local_imports import local_imports
 from accel_convert.codemods.engine.positions import python_ast
-from accel_convert.codemods.engine.program import ProgramModule, convert_program, local_imports
 from accel_convert.converter.formatting import with_import_style
-from accel_convert.converter.guard import Attempt, guarded
 from accel_convert.converter.pipeline import (
     Codec,
     Conversion,
@@ -40,6 +40,13 @@ from accel_convert.converter.pipeline import (
     quiet_compiler_warnings,
     verifies_printed_text,
 )
+
+if TYPE_CHECKING:
+    from accel_convert.converter.guard import Attempt
+
+# The conversion's own modules (codemods.engine.program, converter.guard) are imported where a
+# program is converted: planning a run (and --check answering from its cache) needs only the
+# resolution of imports above.
 
 
 @dataclass(frozen=True)
@@ -198,6 +205,8 @@ def convert_program_files(files: Sequence[ProgramFile], sources: Sequence[bytes]
     """Convert the files of one program (``files[0]`` is the entry) together; one Conversion per
     file, in the same order. Raises ConversionError naming the file at fault (a syntax error),
     or the entry script (an internal failure): then nothing of the program may be written."""
+    from accel_convert.converter.guard import Attempt, guarded
+
     options = with_import_style(options, str(files[0].path))  # the entry's project sorts them all
     with quiet_compiler_warnings():
         parsed: list[tuple[cst.Module, Codec]] = []
@@ -236,6 +245,8 @@ def convert_program_files(files: Sequence[ProgramFile], sources: Sequence[bytes]
 
 
 def _convert(files: Sequence[ProgramFile], modules: Sequence[cst.Module], sources: Sequence[bytes], options: Options):
+    from accel_convert.codemods.engine.program import ProgramModule, convert_program
+
     program = [
         ProgramModule(file.module, module, source, file.is_package)
         for file, module, source in zip(files, modules, sources)
