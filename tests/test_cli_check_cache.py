@@ -280,3 +280,26 @@ def test_files_found_need_no_worker(folder: Path, monkeypatch: pytest.MonkeyPatc
     second = CliRunner().invoke(cli.main, ["--check", "--jobs", "2", str(folder)])
     assert (second.exit_code, second.stdout, second.stderr) == (first.exit_code, first.stdout, first.stderr)
     assert given == [0]
+
+
+def test_the_version_in_keys_is_the_installed_one() -> None:
+    """The keys read ``accel_convert.__version__`` (no importlib.metadata at every run); pyproject.toml
+    takes the version from there, so the two cannot differ."""
+    from importlib.metadata import version
+
+    assert cache.tool_version() == version("accel-convert")
+
+
+def test_a_file_naming_a_local_module_only_inside_a_word_imports_nothing(tmp_path: Path) -> None:
+    """The words test before parsing (project.may_import_locally): ``import engine`` names a
+    module of the folder; ``engine_speed = 1`` does not, and a module named in UTF-8 letters is found."""
+    from accel_convert.converter.project import may_import_locally, program_files
+
+    (tmp_path / "engine.py").write_bytes(b"X = 1\n")
+    (tmp_path / "déjà.py").write_bytes(b"Y = 2\n")
+    assert may_import_locally(b"import engine\n", [tmp_path])
+    assert may_import_locally(b"from engine.sub import x\n", [tmp_path])
+    assert not may_import_locally(b"engine_speed = 1\nmyengine = 2\n", [tmp_path])
+    assert may_import_locally("import déjà\n".encode(), [tmp_path])
+    (tmp_path / "train.py").write_bytes("import torch\nimport déjà\n".encode())
+    assert [file.module for file in program_files(tmp_path / "train.py")] == ["train", "déjà"]

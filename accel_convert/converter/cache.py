@@ -58,13 +58,10 @@ def cache_folder() -> Path:
 
 
 def tool_version() -> str:
-    """accel-convert's installed version: a new version's rewrites may differ, so its entries do."""
-    from importlib.metadata import PackageNotFoundError, version
+    """accel-convert's version: a new version's rewrites may differ, so its entries do."""
+    from accel_convert import __version__
 
-    try:
-        return version("accel-convert")
-    except PackageNotFoundError:
-        return "unknown"
+    return __version__
 
 
 def _digest(data: bytes) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -92,10 +93,23 @@ def importable_names(root: Path) -> frozenset[bytes]:
     return frozenset(names)
 
 
+#: A run of identifier characters (UTF-8's multi-byte letters are bytes from 0x80 on).
+IDENTIFIER = re.compile(rb"[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*")
+
+
 def may_import_locally(source: bytes, roots: Sequence[Path]) -> bool:
-    """A cheap test before parsing: the file mentions one of the modules of the folders imports
-    start from (or imports relatively). Most files of a folder of independent scripts do not."""
-    return b"from ." in source or any(name in source for root in roots for name in importable_names(root))
+    """A cheap test before parsing: the file names one of the modules of the folders imports
+    start from (or imports relatively). Most files of a folder of independent scripts do not.
+    An absolute import names its module's first part as a whole word (``import engine``, ``from
+    mylib.utils import``): the file's words, collected in one pass, are compared with the modules
+    (one search per module was 170 passes over each file of a folder of 170 scripts)."""
+    if b"from ." in source:
+        return True
+    names = [importable_names(root) for root in roots]
+    if not any(names):
+        return False
+    words = set(IDENTIFIER.findall(source))
+    return any(not words.isdisjoint(found) for found in names)
 
 
 def package_root(folder: Path) -> Path | None:
