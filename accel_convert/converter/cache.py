@@ -146,8 +146,10 @@ class CheckCache(NoCache):
     # -- writes ----------------------------------------------------------------------------------
 
     def store(self, job: Any, sources: Sequence[bytes], conversions: Sequence[Conversion]) -> None:
-        if any(type(conversion).__name__ != "Conversion" for conversion in conversions):
-            return  # a notebook's conversion holds its cells: not cached
+        from accel_convert.converter.pipeline import Conversion
+
+        if any(type(conversion) is not Conversion for conversion in conversions):
+            return  # a notebook's conversion (a subclass) holds its cells: not cached
         looked_up = self.looked_up.get(id(job))
         if looked_up is not None and looked_up[1] == sources_digest(sources):
             key = looked_up[0]
