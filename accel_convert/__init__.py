@@ -9,3 +9,7 @@ an unrelated ``runtime``/``converter`` distribution, cannot shadow it.
 Nothing is imported here, so ``import accel_convert.converter`` never loads torch and
 ``import accel_convert.runtime`` never loads libcst.
 """
+
+#: The version (pyproject.toml reads it from here): ``--version``, and the ``--check`` cache keys
+#: (converter.cache), which read it without importlib.metadata's cost at every run.
+__version__ = "0.1.0"

@@ -18,15 +18,26 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from accel_convert.codemods.engine.accelerator_creation import unseen_accelerators
 from accel_convert.codemods.engine.model import Change, ConversionOutcome, Options
-from accel_convert.codemods.engine.positions import reanchor
-from accel_convert.codemods.engine.program_seeds import ProgramSeeds
-from accel_convert.codemods.engine.rule import Rule
-from accel_convert.codemods.engine.torch_names import SELF_DISTRIBUTING
 
 if TYPE_CHECKING:
     from accel_convert.codemods.engine.facts import ScriptFacts
+    from accel_convert.codemods.engine.program_seeds import ProgramSeeds
+    from accel_convert.codemods.engine.rule import Rule
+
+# The engine is imported where a module is converted, not here: ``accel-convert --check``
+# answering from its cache, ``--help`` and ``--list-codes`` import this package (for Options
+# and Change) and convert nothing.
+
+
+def __getattr__(name: str) -> object:
+    """``from accel_convert.codemods import Rule``: the rules' base, loaded when first asked for."""
+    if name == "Rule":
+        from accel_convert.codemods.engine.rule import Rule
+
+        return Rule
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["convert_module", "Change", "Rule", "ConversionOutcome", "Options"]
 
@@ -48,9 +59,11 @@ def convert_module(
     output again changes nothing): the rules that cannot change it are not run — those that only
     report, and those whose rewrite is switched off — so the reports are incomplete.
     """
+    from accel_convert.codemods.engine.accelerator_creation import unseen_accelerators
     from accel_convert.codemods.engine.analysis import analyse
     from accel_convert.codemods.engine.check_walk import run_checks
     from accel_convert.codemods.engine.registry import check_rules, rewrite_rules
+    from accel_convert.codemods.engine.torch_names import SELF_DISTRIBUTING
 
     facts = analyse(module, source, seeds)
     if _nothing_to_convert(facts):
@@ -145,6 +158,8 @@ def _rewrite(
         # ACC904) gives only its findings.
         return module, found
     if converted is not module and facts.origins.site(converted) is None:
+        from accel_convert.codemods.engine.positions import reanchor
+
         # The rule did not carry positions (at least not to the module): the later rules
         # need them.
         reanchor(module, converted, facts.origins)

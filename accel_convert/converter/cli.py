@@ -25,6 +25,7 @@ from click.core import ParameterSource
 
 from accel_convert.codemods import Options
 from accel_convert.converter import parallel
+from accel_convert.converter.cache import CheckCache, NoCache, cache_folder, tool_version
 from accel_convert.converter.config import ConfigError, load_config
 from accel_convert.converter.files import (
     DEFAULT_EXCLUDE,
@@ -44,7 +45,7 @@ from accel_convert.converter.pipeline import (
     one_line,
     quiet_compiler_warnings,
 )
-from accel_convert.converter.project import ProgramFile, convert_program_files, folder_entries
+from accel_convert.converter.project import ProgramFile, convert_program_files, folder_entries, program_files
 from accel_convert.converter.report import (
     Finding,
     Output,
@@ -172,6 +173,9 @@ class Job:
     #: file of the program (the entry first) and where each one's result goes.
     program: tuple[ProgramFile, ...] = ()
     program_targets: tuple[Path | None, ...] = ()
+    #: A file converted alone: the local modules it imports, transitively (converter.project's
+    #: resolution, made once while planning): their bytes are part of its cache key.
+    local_modules: tuple[ProgramFile, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -282,7 +286,8 @@ def plan_file_jobs(
         raise UsageProblem(f"-o {output}: with several inputs, -o must be a directory")
     into_folder = output is not None and (several or output.is_dir() or output_is_folder)
     discovered = discover(paths, exclusions)
-    programs = plan_programs(discovered, every_local_module=into_folder)
+    resolved: dict[str, tuple[ProgramFile, ...]] = {}
+    programs = plan_programs(discovered, every_local_module=into_folder, resolved=resolved)
     covered = {os.path.realpath(file.path) for files in programs.values() for file in files[1:]}
     jobs: list[Job] = []
     claimed: dict[Path, Path] = {}
@@ -295,7 +300,8 @@ def plan_file_jobs(
             if output is not None:
                 target = output_target(file, root, output, into_folder)
                 claim_target(file, target, output, in_place, claimed)
-            jobs.append(Job(file, str(file), target, problem, named=file == root))
+            local_modules = resolved.get(os.path.realpath(file), ())[1:]
+            jobs.append(Job(file, str(file), target, problem, named=file == root, local_modules=local_modules))
     return jobs
 
 
@@ -310,16 +316,23 @@ def claim_target(file: Path, target: Path, output: Path, in_place: bool, claimed
 
 
 def plan_programs(
-    discovered: Sequence[tuple[Path, Path, str | None]], *, every_local_module: bool = False
+    discovered: Sequence[tuple[Path, Path, str | None]],
+    *,
+    every_local_module: bool = False,
+    resolved: dict[str, tuple[ProgramFile, ...]] | None = None,
 ) -> dict[str, tuple[ProgramFile, ...]]:
     """Entry scripts (by real path) that import local modules using torch → their program's
     files (the entry first). Entries: files named or found that have a ``__main__`` block or that
     no other input imports. ``every_local_module`` (output into a folder): modules without torch
-    count too, so the folder gets them and the converted entry can import them."""
+    count too, so the folder gets them and the converted entry can import them. ``resolved``, when
+    given, receives every readable file's own program (by real path), entry or not."""
     readable = [file for file, _, problem in discovered if problem is None]
     programs: dict[str, tuple[ProgramFile, ...]] = {}
     with quiet_compiler_warnings():  # the user's code is parsed: its warnings are not ours to show
-        entries = folder_entries(readable)
+        every_program = {file: program_files(file) for file in readable}
+        entries = folder_entries(readable, every_program)
+    if resolved is not None:
+        resolved.update((os.path.realpath(file), tuple(files)) for file, files in every_program.items())
     for entry, files in entries.items():
         if len(files) > 1 and (every_local_module or any(_mentions_torch(file.path) for file in files[1:])):
             programs[os.path.realpath(entry)] = tuple(files)
@@ -471,8 +484,11 @@ class Runner:
         color: bool,
         progress: bool = False,
         conversions: parallel.Conversions | None = None,
+        cache: NoCache | None = None,
     ) -> None:
         self.plan = plan
+        #: Results kept from an earlier ``--check`` (converter.cache), and kept for the next one.
+        self.cache = cache or NoCache()
         #: Where each file's conversion comes from: this process, or workers (``--jobs``).
         self.conversions = conversions or parallel.Conversions()
         self.reporter = reporter
@@ -549,9 +565,7 @@ class Runner:
                 continue
             try:
                 sources = [self.read_program_file(file.path) for file in job.program]
-                conversions = self.conversions.program(id(job), sources) or convert_program_files(
-                    job.program, sources, self.plan.options
-                )
+                conversions = self.convert_program(job, sources)
             except ConversionError as error:
                 self.programs[job.shown_name] = error
                 continue
@@ -569,6 +583,28 @@ class Runner:
                     )
                     self.programs[job.shown_name] = clash
                     self.programs[earlier[1]] = clash
+
+    def convert_program(self, job: Job, sources: list[bytes]) -> list[Conversion]:
+        """A program's conversions: from the cache, a worker, or converted here (then cached)."""
+        found = self.cache.found(job, sources)
+        if found is not None:
+            return found
+        conversions = self.conversions.program(id(job), sources) or convert_program_files(
+            job.program, sources, self.plan.options
+        )
+        self.cache.store(job, sources, conversions)
+        return conversions
+
+    def convert_file(self, job: Job, source: bytes) -> Conversion:
+        """One file's conversion: from the cache, a worker, or converted here (then cached)."""
+        found = self.cache.found(job, [source])
+        if found is not None:
+            return found[0]
+        conversion = self.conversions.file(id(job), source) or convert_source(
+            source, self.plan.options, path=job.shown_name
+        )
+        self.cache.store(job, [source], [conversion])
+        return conversion
 
     def read_program_file(self, path: Path) -> bytes:
         try:
@@ -644,9 +680,7 @@ class Runner:
                 return
             raise ConversionError(job.shown_name, 1, 1, f"cannot read: {job.problem}")
         source = self.read(job)
-        conversion = self.conversions.file(id(job), source) or convert_source(
-            source, self.plan.options, path=job.shown_name
-        )
+        conversion = self.convert_file(job, source)
         findings = [Finding.from_change(job.shown_name, change) for change in conversion.changes]
         warnings = [finding for finding in findings if finding.is_warning]
         if self.plan.check and job.target is not None:
@@ -835,6 +869,14 @@ def explain(code: str, color: bool | None) -> None:
     metavar="N",
     help="Convert N files at a time in worker processes (default: the machine's cores); same output as 1.",
 )
+@click.option(
+    "--no-cache",
+    is_flag=True,
+    help=(
+        "With --check: neither read nor write the cache of results of unchanged files "
+        "($ACCEL_CONVERT_CACHE_DIR, else $XDG_CACHE_HOME/accel-convert or ~/.cache/accel-convert)."
+    ),
+)
 @click.option("--stdin-filename", metavar="NAME", help="Name for stdin in messages and config lookup.")
 @click.option("--list-codes", is_flag=True, help="List every code, one line each (-v: with examples), then exit.")
 @click.option(
@@ -965,8 +1007,17 @@ def run_plan(plan: Plan, flags: dict[str, Any]) -> int:
         and is_terminal(sys.stderr)
     )
     with start_up_objects_left_out_of_collections():
-        conversions = parallel.start(flags["jobs"], plan.jobs, plan.options)
-        return Runner(plan, reporter, wants_colour(sys.stdout, color), progress, conversions).run()
+        cache = check_cache(plan, flags)
+        found = cache.prepare(plan.jobs)  # files found in the cache need no worker
+        conversions = parallel.start(flags["jobs"], [job for job in plan.jobs if id(job) not in found], plan.options)
+        return Runner(plan, reporter, wants_colour(sys.stdout, color), progress, conversions, cache).run()
+
+
+def check_cache(plan: Plan, flags: dict[str, Any]) -> NoCache:
+    """``--check`` keeps its results in the user's cache folder (converter.cache), unless ``--no-cache``."""
+    if not plan.check or flags.get("no_cache"):
+        return NoCache()
+    return CheckCache(cache_folder(), plan.options, tool_version())
 
 
 def is_terminal(stream: Any) -> bool:

@@ -18,18 +18,22 @@ run of one file) converts everything in the command's own process.
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
-import multiprocessing.util
 import os
 import signal
 from collections.abc import Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accel_convert.codemods.engine.model import Options
 from accel_convert.converter.pipeline import Conversion, ConversionError, convert_source
 from accel_convert.converter.project import ProgramFile, convert_program_files
+
+if TYPE_CHECKING:
+    import multiprocessing.context
+    from concurrent.futures import Future, ProcessPoolExecutor
+
+# multiprocessing and concurrent.futures are imported where workers start: a run of one worker,
+# or one whose every file is in the --check cache, starts none.
 
 #: A worker's answer: the digest of the bytes it converted, then ("ok", conversions) or ("error",
 #: ConversionError's fields); None where the command must convert the file itself.
@@ -70,6 +74,8 @@ class ParallelConversions(Conversions):
         files: dict[int, tuple[Path, str]],
         programs: dict[int, Sequence[ProgramFile]],
     ) -> None:
+        from concurrent.futures import ProcessPoolExecutor
+
         context = _context()
         self.executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_ignore_interrupts)
         self.semaphores = _semaphore_names(self.executor)
@@ -135,6 +141,8 @@ def start(jobs: int | None, plan_jobs: Sequence[Any], options: Options) -> Conve
 def _context() -> multiprocessing.context.BaseContext:
     """forkserver where there is one (each worker forks from a server that has imported the
     converter once, instead of importing it anew), else spawn; never fork (a caller's threads)."""
+    import multiprocessing
+
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
@@ -153,6 +161,8 @@ def _release_semaphores(names: set[str]) -> None:
     """Run now the finalizers that release the pool's semaphores (multiprocessing runs them at
     a normal exit): a SIGTERM handed back to an in-process caller's default handler ends the
     process without one, and multiprocessing's resource tracker would warn about leaked ones."""
+    import multiprocessing.util
+
     for finalizer in list(getattr(multiprocessing.util, "_finalizer_registry", {}).values()):
         arguments = getattr(finalizer, "_args", None) or (None,)
         if isinstance(arguments[0], str) and arguments[0] in names:

@@ -6,8 +6,9 @@ import textwrap
 
 import libcst as cst
 
+from accel_convert.codemods.engine.local_imports import local_imports
 from accel_convert.codemods.engine.model import Options
-from accel_convert.codemods.engine.program import Program, ProgramModule, convert_program, local_imports
+from accel_convert.codemods.engine.program import Program, ProgramModule, convert_program
 
 ENGINE = """\
 import torch

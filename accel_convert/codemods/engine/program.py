@@ -34,6 +34,7 @@ import libcst as cst
 from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.engine.facts import ScriptFacts, callers_closure
 from accel_convert.codemods.engine.iteration import iterated
+from accel_convert.codemods.engine.local_imports import absolute_module
 from accel_convert.codemods.engine.model import ConversionOutcome, Options
 from accel_convert.codemods.engine.names import NameCollector
 from accel_convert.codemods.engine.positions import python_ast
@@ -107,41 +108,6 @@ class _ModuleShape:
     methods: dict[str, dict[str, tuple[tuple[str, ...], int]]] = field(default_factory=dict)
 
 
-def local_imports(source: str | bytes, name: str, is_package: bool) -> set[str]:
-    """Absolute module names a module's imports could refer to (``engine``, ``mylib.utils``,
-    relative ones resolved against ``name``): the caller keeps those that are files of the program.
-    ``from pkg import x`` yields both ``pkg`` and ``pkg.x`` (``x`` may be a submodule)."""
-    tree = python_ast(source)
-    if tree is None:
-        return set()
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                parts = alias.name.split(".")
-                found.update(".".join(parts[: i + 1]) for i in range(len(parts)))
-        elif isinstance(node, ast.ImportFrom):
-            base = _absolute(node.module, node.level, name, is_package)
-            if base is None:
-                continue
-            if base:
-                parts = base.split(".")
-                found.update(".".join(parts[: i + 1]) for i in range(len(parts)))
-            found.update(f"{base}.{alias.name}" if base else alias.name for alias in node.names if alias.name != "*")
-    return found
-
-
-def _absolute(module: str | None, level: int, name: str, is_package: bool) -> str | None:
-    """The absolute module ``from <level dots><module> import`` names, inside module ``name``."""
-    if level == 0:
-        return module
-    package = name.split(".") if is_package else name.split(".")[:-1]
-    if level - 1 > len(package):
-        return None
-    base = package[: len(package) - (level - 1)]
-    return ".".join([*base, *([module] if module else [])])
-
-
 class _Shape(cst.CSTVisitor):
     def __init__(self, name: str, is_package: bool, program: set[str]) -> None:
         super().__init__()
@@ -212,7 +178,7 @@ class _Shape(cst.CSTVisitor):
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         module = dotted(node.module) if node.module is not None else None
-        base = _absolute(module, len(node.relative), self.name, self.is_package)
+        base = absolute_module(module, len(node.relative), self.name, self.is_package)
         if base is None:
             return
         if base in self.program:
