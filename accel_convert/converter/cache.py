@@ -5,7 +5,7 @@ user cache folder: ``$ACCEL_CONVERT_CACHE_DIR``, else ``$XDG_CACHE_HOME/accel-co
 ``~/.cache/accel-convert``; ``--no-cache`` neither reads nor writes it.
 
 An entry is found by a key that holds everything the result depends on: the bytes of the file (of
-every file of a program), its name as shown, accel-convert's version, the options (``--target``,
+every file of a program), its name as shown, accel-convert's version and code, the options (``--target``,
 ``--split-batches``, ``--select``, ...), the project's import sorting and black settings, and the
 bytes of every local module the file imports (found by :func:`converter.project.program_files`,
 the resolver the conversion itself uses). Any change to one of them is a new key, so a stale entry
@@ -58,10 +58,18 @@ def cache_folder() -> Path:
 
 
 def tool_version() -> str:
-    """accel-convert's version: a new version's rewrites may differ, so its entries do."""
-    from accel_convert import __version__
+    """accel-convert's version and its code as installed: a new version's rewrites may differ, so
+    its entries do; so may a checkout's edits between versions (an editable install), seen in the
+    sizes and modification times of the package's modules (a ``stat`` each, no read)."""
+    import accel_convert
 
-    return __version__
+    package = Path(accel_convert.__file__).parent
+    stamps = sorted(
+        f"{path.relative_to(package)}:{stat.st_size}:{stat.st_mtime_ns}"
+        for path in package.rglob("*.py")
+        for stat in [path.stat()]
+    )
+    return f"{accel_convert.__version__}+{_digest(chr(10).join(stamps).encode())[:16]}"
 
 
 def _digest(data: bytes) -> str:
