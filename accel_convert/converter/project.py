@@ -26,7 +26,8 @@ import libcst as cst
 
 from accel_convert.codemods import Options
 from accel_convert.codemods.engine.positions import python_ast
-from accel_convert.codemods.engine.program import ProgramModule, convert_program, local_imports
+from accel_convert.codemods.engine.program import ProgramModule, convert_program
+from accel_convert.codemods.engine.program_shapes import local_imports
 from accel_convert.converter.formatting import with_import_style
 from accel_convert.converter.guard import Attempt, guarded
 from accel_convert.converter.pipeline import (

@@ -7,7 +7,8 @@ import textwrap
 import libcst as cst
 
 from accel_convert.codemods.engine.model import Options
-from accel_convert.codemods.engine.program import Program, ProgramModule, convert_program, local_imports
+from accel_convert.codemods.engine.program import Program, ProgramModule, convert_program
+from accel_convert.codemods.engine.program_shapes import local_imports
 
 ENGINE = """\
 import torch
