@@ -102,7 +102,7 @@ def inline_loaders(a: Analysis) -> None:
     the parameter receiving it is a loader, and the construction is prepared where it stands
     (the wrapper then iterates the prepared loader)."""
     # Functions of other modules of the program that loop over what they are given: the
-    # program seeds the parameter's role there (see ``program.INLINE_LOADER``).
+    # program seeds the parameter's role there (see ``program_calls.INLINE_LOADER``).
     looping = a.seeds.looping_functions if a.seeds is not None else frozenset()
     factories = a.loader_factories
     for call in a.r.calls:

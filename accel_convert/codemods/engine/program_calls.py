@@ -1,0 +1,177 @@
+"""What crosses module boundaries in a program (:mod:`codemods.engine.program`): calls of another
+module's functions and classes with the names they pass (:class:`CrossCalls`), and instances of
+another module's classes with what is handed to them (:class:`InstanceCalls`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.names import NameCollector
+from accel_convert.codemods.engine.program_seeds import program_callee
+from accel_convert.codemods.engine.program_shapes import ModuleShape
+from accel_convert.codemods.engine.syntax import dotted, parameter_filled
+from accel_convert.codemods.engine.torch_names import DATA_LOADERS
+
+
+@dataclass(frozen=True)
+class CrossCall:
+    """A call from one module to a module-level function of another."""
+
+    caller_module: str
+    #: The calling module-level function ("<module>" outside any).
+    function: str
+    callee_module: str
+    callee: str
+    #: (parameter the argument fills, argument as written) for plain-name arguments.
+    arguments: tuple[tuple[str, str], ...]
+    #: ``super().__init__(...)`` in a subclass: the base's ``__init__`` runs, nothing is built.
+    through_super: bool = False
+
+
+#: (``engine.train(model, DataLoader(...))``): the caller prepares it where it stands (ACC120), so
+#: the parameter is a prepared loader in the callee's module. Not an identifier: no name matches it.
+INLINE_LOADER = "<DataLoader(...)>"
+
+
+class CrossCalls(NameCollector):
+    """Calls of module-level functions of other program modules, with their arguments."""
+
+    def __init__(
+        self,
+        facts: ScriptFacts,
+        name: str,
+        functions: dict[str, dict[str, tuple[str, ...]]],
+        bases: dict[str, tuple[str, str]],
+        initialisers: dict[str, tuple[str, str]] | None = None,
+    ) -> None:
+        super().__init__()
+        self.facts, self.name, self.functions = facts, name, functions
+        #: This module's classes → the class of another program module they derive from.
+        self.bases = bases
+        #: Program classes without an ``__init__`` (qualified) → the class whose ``__init__``
+        #: constructing them runs.
+        self.initialisers = initialisers or {}
+        self.found: list[CrossCall] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        found = self._callee(node)
+        if found is None:
+            return
+        callee, through_super = found
+        module, _, function = callee.rpartition(".")
+        if module == self.name or function not in self.functions.get(module, {}):
+            return
+        arguments = self._arguments(node, self.functions[module][function])
+        caller = self.scope[0] if self.scope else "<module>"
+        self.found.append(CrossCall(self.name, caller, module, function, arguments, through_super))
+
+    def _callee(self, node: cst.Call) -> tuple[str, bool] | None:
+        """The qualified name of the program function or class whose code the call runs, and
+        whether it runs through ``super().__init__(...)``; None for anything else."""
+        if _calls_super_init(node) and self.scope and self.scope[0] in self.bases:
+            return ".".join(self.bases[self.scope[0]]), True
+        callee = program_callee(self.facts, node.func, self.scope)
+        if callee is None:
+            callee = self._local_class_initialised_elsewhere(node.func)
+        if callee is None:
+            return None
+        if callee in self.initialisers:
+            # ``ClassifierTrainer(model, ...)`` with no ``__init__`` of its own runs its base's
+            # (in another module): the arguments fill the base's parameters, as if it were built.
+            return ".".join(self.initialisers[callee]), False
+        return callee, False
+
+    def _local_class_initialised_elsewhere(self, func: cst.BaseExpression) -> str | None:
+        """A class of this module without ``__init__`` whose base is another module's (its
+        qualified name), unless a local of that name shadows it."""
+        if not isinstance(func, cst.Name):
+            return None
+        local = f"{self.name}.{func.value}"
+        scope = self.facts.name_table.scopes.get(tuple(self.scope)) if self.scope else None
+        shadowed = scope is not None and scope.binds(func.value)
+        return local if local in self.initialisers and not shadowed else None
+
+    def _arguments(self, node: cst.Call, params: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+        """(parameter filled, argument as written) for the call's plain-name arguments (and
+        loaders built in the call, as :data:`INLINE_LOADER`)."""
+        arguments = []
+        for index, arg in enumerate(node.args):
+            value = dotted(arg.value)
+            if value is None and isinstance(arg.value, cst.Call):
+                loader = self.facts.callee_name(arg.value.func, tuple(self.scope)) in DATA_LOADERS
+                value = INLINE_LOADER if loader else None
+            if value is None or arg.star:
+                continue
+            param = parameter_filled(arg, index, params)
+            if param is not None:
+                arguments.append((param, value))
+        return tuple(arguments)
+
+
+def _calls_super_init(node: cst.Call) -> bool:
+    """``super().__init__(...)`` (or ``super(Trainer, self).__init__(...)``)."""
+    func = node.func
+    return (
+        isinstance(func, cst.Attribute)
+        and func.attr.value == "__init__"
+        and isinstance(func.value, cst.Call)
+        and dotted(func.value.func) == "super"
+    )
+
+
+class InstanceCalls(NameCollector):
+    """Instances of other program modules' classes (``stopper = pytorchtools.EarlyStopping(...)``)
+    and the plain names passed to them: to the constructor, to the instance itself
+    (``stopper(val_loss, model)``) or to one of its methods (``stopper.step(model)``).
+    Names are file-wide, as facts are."""
+
+    def __init__(self, facts: ScriptFacts, name: str, shapes: dict[str, ModuleShape]) -> None:
+        super().__init__()
+        self.facts, self.name, self.shapes = facts, name, shapes
+        self.classes = {module: shape.classes for module, shape in shapes.items()}
+        #: Instance name → (module, class).
+        self.instances: dict[str, tuple[str, str]] = {}
+        #: (module, class) → names passed to it, with the calling function.
+        self.passed: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        #: (module, parameter of one of its methods, name passed) for calls of an instance.
+        self.filled: set[tuple[str, str, str]] = set()
+
+    def _program_class(self, func: cst.BaseExpression) -> tuple[str, str] | None:
+        callee = program_callee(self.facts, func, self.scope)
+        if callee is None:
+            return None
+        module, _, cls = callee.rpartition(".")
+        return (module, cls) if module != self.name and cls in self.classes.get(module, set()) else None
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if isinstance(node.value, cst.Call) and len(node.targets) == 1:
+            found = self._program_class(node.value.func)
+            target = dotted(node.targets[0].target)
+            if found is not None and target is not None:
+                self.instances[target] = found
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        found = self._program_class(func)
+        if found is None:
+            instance = dotted(func.value) if isinstance(func, cst.Attribute) else dotted(func)
+            found = self.instances.get(instance) if instance is not None else None
+        if found is None:
+            return
+        caller = self.scope[0] if self.scope else "<module>"
+        names = {(caller, value) for arg in node.args if not arg.star and (value := dotted(arg.value)) is not None}
+        self.passed.setdefault(found, set()).update(names)
+        if self._program_class(func) is not None:
+            return  # the constructor: its arguments are followed as calls (``CrossCalls``)
+        method = func.attr.value if isinstance(func, cst.Attribute) else "__call__"
+        params, positional = self.shapes[found[0]].methods.get(found[1], {}).get(method, ((), 0))
+        for index, arg in enumerate(node.args):
+            value = dotted(arg.value)
+            if value is None or arg.star:
+                continue
+            param = arg.keyword.value if arg.keyword is not None else (params[index] if index < positional else None)
+            if param is not None and param in params:
+                self.filled.add((found[0], param, value))

@@ -1,0 +1,207 @@
+"""What one round of a program's analysis carries from module to module (:mod:`codemods.engine.program`):
+the roles (model, optimizer, loaders...) and the preparedness that arguments give the parameters
+they fill (:class:`Received`), and everything learnt, turned into each module's next seeds
+(:class:`Learnt`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.program_calls import INLINE_LOADER, CrossCall, InstanceCalls
+from accel_convert.codemods.engine.program_seeds import ROLES, ProgramSeeds
+from accel_convert.codemods.engine.program_shapes import ModuleShape, function_at
+
+
+def prepared_by_entry(facts: ScriptFacts, shape: ModuleShape) -> set[str]:
+    """Names the entry script's ``prepare`` calls will cover: the trained objects its home block
+    binds (a per-epoch scheduler is not prepared), those a function training the model it
+    receives builds (``train_model(model, ...)`` building its loaders and optimizer prepares them
+    there), and those it already prepares. Counting only the home block, a loader prepared in
+    such a function was known as prepared only once the ``prepare`` was written: the second
+    conversion then dropped ``device=`` from its batches in another module, the first had not."""
+    wanted = facts.models | facts.optimizers | facts.loaders | (facts.schedulers - facts.per_epoch_schedulers)
+    home = facts.creating_function or facts.main_function if facts.home_kind == "function" else None
+    prepared = set(facts.prepared)
+    for name in wanted:
+        for site in facts.assign_sites.get(name, ()):
+            inside = function_at(shape, site.line)
+            if (
+                (home is not None and inside in {home, facts.main_function})
+                or (home is None and inside == "<module>")
+                or inside in facts.training_functions
+            ):
+                prepared.add(name)
+    return prepared
+
+
+#: A role an argument holds in the caller's module → the role its parameter gets in the callee's:
+#: an evaluation loader handed over is a loader there, where the callee's own loops decide its use.
+_ROLES_PASSED: tuple[tuple[str, str], ...] = (*((role, role) for role in ROLES), ("eval_loaders", "train_loaders"))
+
+
+@dataclass
+class Received:
+    """What modules receive from the rest of the program in one round: module → role → names
+    of parameters and attributes, and module → the names that arrive prepared."""
+
+    roles: dict[str, dict[str, set[str]]]
+    prepared: dict[str, set[str]]
+
+    def add_role(self, module: str, role: str, name: str) -> None:
+        self.roles[module].setdefault(role, set()).add(name)
+
+    def through_calls(
+        self, calls: Iterable[CrossCall], facts: dict[str, ScriptFacts], prepared_in: dict[str, set[str]]
+    ) -> None:
+        """A parameter filled with an object of a role (or with an object holding one, as
+        ``loaders`` holding ``loaders.train``) has that role in the callee; one filled with a
+        prepared object, or with a loader built in the call, arrives prepared."""
+        for call in calls:
+            caller = facts[call.caller_module]
+            for param, argument in call.arguments:
+                for role, rest in _roles_of_argument(caller, argument):
+                    self.add_role(call.callee_module, role, param + rest)
+                if argument in prepared_in[call.caller_module] or argument == INLINE_LOADER:
+                    self.prepared[call.callee_module].add(param)
+                if argument == INLINE_LOADER:
+                    self.add_role(call.callee_module, "train_loaders", param)
+
+    def through_instances(
+        self, instances: dict[str, InstanceCalls], facts: dict[str, ScriptFacts], prepared_in: dict[str, set[str]]
+    ) -> None:
+        """``early_stopping(val_loss, model)``: ``model`` of ``EarlyStopping.__call__`` is a
+        (prepared) model there, as a function's parameter is."""
+        for name, found in instances.items():
+            for callee_module, param, value in found.filled:
+                for role in ROLES:
+                    if value in getattr(facts[name], role):
+                        self.add_role(callee_module, role, param)
+                if value in prepared_in[name]:
+                    self.prepared[callee_module].add(param)
+
+    def through_base_classes(
+        self, parents: dict[tuple[str, str], set[tuple[str, str]]], facts: dict[str, ScriptFacts]
+    ) -> None:
+        """A subclass's instance holds what its base class's ``__init__`` binds (``self.model``):
+        roles of those attributes reach the subclass's module (pytorch-template's ``Trainer``
+        evaluating ``self.model``, which ``BaseTrainer.__init__`` binds), prepared where the base's
+        ``__init__`` received them prepared (the entry prepared them)."""
+        for (name, _), found in parents.items():
+            for owner, _ in found:
+                if owner == name:
+                    continue
+                for held_role, role in _ROLES_PASSED:
+                    for held in _attributes_of_self(getattr(facts[owner], held_role)):
+                        self.add_role(name, role, held)
+                self.prepared[name] |= _attributes_of_self(facts[owner].prepared_attributes)
+
+
+@dataclass(frozen=True)
+class Learnt:
+    """What one round of analysis learnt about each module from the others (see :class:`ProgramSeeds`)."""
+
+    received: Received
+    #: Module → names it passes to a parameter another module trains as a model.
+    handed_over: dict[str, set[str]]
+    #: Library module → its functions every caller of which holds the accelerator.
+    reaches: dict[str, set[str]]
+    #: Module → its classes whose instances other modules hand a prepared model.
+    given_models: dict[str, set[str]]
+    #: Qualified names, program-wide.
+    loader_factories: set[str]
+    looping: set[str]
+    backward: set[str]
+    #: Functions and classes drawing from a global generator before any seed.
+    drawing: set[str]
+    #: Module → its classes of each kind.
+    training_bases: dict[str, set[str]]
+    training_base_subclasses: dict[str, set[str]]
+    inherited_accelerator: dict[str, set[str]]
+    #: Module → names it passes to be stepped as a scheduler once per epoch.
+    per_epoch: dict[str, set[str]]
+    #: Modules that save a checkpoint.
+    saving: set[str]
+
+    def seeds(self, name: str, old: ProgramSeeds, shape: ModuleShape) -> ProgramSeeds:
+        """Module ``name``'s seeds for the next round (functions of its own are not imported)."""
+        own = {f"{name}.{function}" for function in shape.params}
+        return replace(
+            old,
+            parameter_roles=tuple(
+                sorted((role, frozenset(names)) for role, names in self.received.roles[name].items())
+            ),
+            prepared=frozenset(self.received.prepared[name]),
+            models_handed_over=frozenset(self.handed_over.get(name, set())),
+            accelerator_reaches=frozenset(self.reaches.get(name, set())),
+            classes_given_models=frozenset(self.given_models.get(name, set())),
+            loader_factories=frozenset(self.loader_factories),
+            looping_functions=frozenset(self.looping - own),
+            backward_functions=frozenset(self.backward - own),
+            drawing_functions=frozenset(self.drawing - own),
+            training_bases=frozenset(self.training_bases.get(name, set())),
+            training_base_subclasses=frozenset(self.training_base_subclasses.get(name, set())),
+            inherited_accelerator=frozenset(self.inherited_accelerator.get(name, set())),
+            per_epoch_schedulers=frozenset(self.per_epoch.get(name, set())),
+            saved_elsewhere=bool(self.saving - {name}),
+        )
+
+
+def _roles_of_argument(facts: ScriptFacts, argument: str) -> Iterator[tuple[str, str]]:
+    """(role the parameter gets, attribute path after it) for each object of a role that the
+    argument is (``model``: ("models", "")) or holds (``loaders`` holding ``loaders.train``:
+    ("train_loaders", ".train"))."""
+    for held_role, role in _ROLES_PASSED:
+        for name in getattr(facts, held_role):
+            if name == argument:
+                yield role, ""
+            elif name.startswith(argument + "."):
+                yield role, name[len(argument) :]
+
+
+def _attributes_of_self(names: Iterable[str]) -> set[str]:
+    return {name for name in names if name.startswith("self.")}
+
+
+def models_handed_over(calls: Iterable[CrossCall], facts: dict[str, ScriptFacts]) -> dict[str, set[str]]:
+    """``Trainer(model, ...)``: a parameter the callee trains as a model makes the argument a
+    model where it is built (the callee's module prepares none of what it is handed)."""
+    handed_over: dict[str, set[str]] = {}
+    for call in calls:
+        callee_facts = facts[call.callee_module]
+        for param, argument in call.arguments:
+            if param in callee_facts.models and param not in callee_facts.frozen_models:
+                handed_over.setdefault(call.caller_module, set()).add(argument)
+    return handed_over
+
+
+def classes_given_models(
+    instances: dict[str, InstanceCalls], facts: dict[str, ScriptFacts], prepared_in: dict[str, set[str]]
+) -> dict[str, set[str]]:
+    """Module → its classes whose instances (or constructors) another module hands a prepared model."""
+    given: dict[str, set[str]] = {}
+    for name, found in instances.items():
+        for (callee_module, cls), passed in found.passed.items():
+            if any(value in facts[name].models and value in prepared_in[name] for _, value in passed):
+                given.setdefault(callee_module, set()).add(cls)
+    return given
+
+
+def per_epoch_arguments(calls: Iterable[CrossCall], facts: dict[str, ScriptFacts]) -> dict[str, set[str]]:
+    """Module → names it passes to a parameter another module steps as a scheduler once per epoch."""
+    per_epoch: dict[str, set[str]] = {}
+    for call in calls:
+        stepped = facts[call.callee_module].per_epoch_schedulers
+        per_epoch.setdefault(call.caller_module, set()).update(
+            argument for param, argument in call.arguments if param in stepped
+        )
+    return per_epoch
+
+
+def by_module(classes: Iterable[tuple[str, str]]) -> dict[str, set[str]]:
+    """(module, class) pairs grouped: module → its classes."""
+    found: dict[str, set[str]] = {}
+    for module, cls in classes:
+        found.setdefault(module, set()).add(cls)
+    return found

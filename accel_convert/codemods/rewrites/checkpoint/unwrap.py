@@ -1,0 +1,159 @@
+"""What a model reads through ``accelerator.unwrap_model``: its custom methods and attributes
+(``model.decode(z)``, ``model.init_hidden(bs)``), which the DDP wrapper does not have; nn.Module's
+own stay on the wrapper. A custom method that runs the model in training goes through
+``accelerator.as_forward`` instead (the runtime), or is reported (ACC921)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from accel_convert.codemods.engine.accelerator_code import accelerator_call, unwrap_model
+from accel_convert.codemods.engine.syntax import dotted
+from accel_convert.codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.model.provider import rule_provider
+from accel_convert.codemods.model.state import Analysis
+from accel_convert.codemods.rewrites.checkpoint.codes import CHECKPOINT
+
+#: nn.Module's own methods and attributes: they work on the DDP wrapper (which forwards them or
+#: has its own), so calls to them stay as written. Not ``module``: on the wrapper it is the
+#: wrapped model, so the script's own ``block.module`` (a layer its class keeps under that name;
+#: DataParallel's was unwrapped by ACC110) is read from the unwrapped model.
+MODULE_OWN_ATTRIBUTES = frozenset(
+    {
+        "train",
+        "eval",
+        "parameters",
+        "named_parameters",
+        "zero_grad",
+        "to",
+        "cuda",
+        "cpu",
+        "modules",
+        "named_modules",
+        "children",
+        "named_children",
+        "apply",
+        "buffers",
+        "named_buffers",
+        "requires_grad_",
+        "half",
+        "float",
+        "double",
+        "bfloat16",
+        "type",
+        "training",
+        "forward",
+        "register_forward_hook",
+        "register_forward_pre_hook",
+        "register_full_backward_hook",
+        "register_backward_hook",
+        "register_buffer",
+        "register_parameter",
+        "add_module",
+        "get_submodule",
+        "get_parameter",
+        "get_buffer",
+        "share_memory",
+        "no_sync",
+        "__class__",
+    }
+)
+
+
+@rule_provider(needs=("model_copy_calls",))
+def model_copiers(a: Analysis) -> frozenset[str]:
+    """Local names of calls that copy a model (``copy.deepcopy``, ``deepcopy``, ``AveragedModel``,
+    a class of the file deep-copying what it is given): after prepare, they get the unwrapped one."""
+    return frozenset(dotted(call.node.func) or "" for call in a.model_copy_calls)
+
+
+@rule_provider(needs=("models", "loop_backward"))
+def training_method_calls(a: Analysis) -> frozenset[str]:
+    """``model.compute_loss``-style calls in training loops of a model method that runs the model
+    itself (``self(x)``, ``self.forward``, a submodule): DDP averages gradients only for what runs
+    inside its forward."""
+    running = _methods_running_the_model(a)
+    found = set()
+    for call in a.r.calls:
+        func = call.node.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in running:
+            continue
+        owner = dotted(func.value)
+        if owner in a.facts.models and any(loop.has_backward for loop in call.loops):
+            found.add(f"{owner}.{func.attr.value}")
+    return frozenset(found)
+
+
+def _methods_running_the_model(a: Analysis) -> set[str]:
+    """Methods of the file's classes (other than ``forward`` and dunders) that call the instance
+    (``self(x)``, ``self.forward(x)``) or a submodule it holds (``self.encoder(x)``)."""
+    held: dict[str, set[str]] = {}
+    for assign in a.r.assigns:
+        if len(assign.scope) == 2 and assign.scope[0] in a.r.classes and isinstance(assign.value, cst.Call):
+            instance = a.r.classes[assign.scope[0]].self_names.get(assign.scope[1])
+            prefix = f"{instance}."
+            held.setdefault(assign.scope[0], set()).update(
+                target[len(prefix) :] for target in assign.targets if instance and target.startswith(prefix)
+            )
+    found = set()
+    for call in a.r.calls:
+        if len(call.scope) != 2 or call.scope[0] not in a.r.classes:
+            continue
+        owner, method = call.scope
+        instance = a.r.classes[owner].self_names.get(method)
+        if instance is None or method == "forward" or method.startswith("__"):
+            continue
+        callee = dotted(call.node.func) or ""
+        head, _, attribute = callee.partition(".")
+        if head == instance and (attribute in ("", "forward") or attribute in held.get(owner, set())):
+            found.add(method)
+    return found
+
+
+class UnwrapsModelAttributes(RuleTransformer):
+    """The checkpoint rewriter's reads of a prepared model's attributes (see the module)."""
+
+    #: The runtime's ``accelerator.as_forward`` exists (not Accelerate's API).
+    runtime: bool
+    #: Identities of the targets assigned to (``model.hidden = ...`` is not read).
+    _assigned_targets: set[int]
+    #: Per function frame: whether its ``prepare`` line is still ahead (the model not yet wrapped).
+    _prepare_pending: list[bool]
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        owner = dotted(updated_node.value)
+        if owner is None or owner not in self.facts.models or updated_node.attr.value in MODULE_OWN_ATTRIBUTES:
+            return updated_node
+        if not owner.isidentifier() and not self.facts.is_prepared(owner):
+            return updated_node  # a model held in another attribute is not prepared: nothing to unwrap
+        if id(original_node) in self._assigned_targets or self._prepare_pending[-1]:
+            return updated_node
+        attribute = updated_node.attr.value
+        if not self.accelerator_reachable():
+            self.report(
+                original_node,
+                "ACC914",
+                f"{owner}.{attribute} after prepare needs accelerator.unwrap_model({owner}), "
+                "but the accelerator is not reachable here",
+                False,
+            )
+            return updated_node
+        if f"{owner}.{attribute}" in self.facts.of(training_method_calls):
+            if self.runtime:
+                message = f"{owner}.{attribute} runs the model: accelerator.as_forward({owner}).{attribute}, so DDP averages its gradients"
+                self.report(original_node, CHECKPOINT, message, True)
+                return updated_node.with_changes(value=accelerator_call(self.facts, "as_forward", updated_node.value))
+            self.report(
+                original_node,
+                "ACC921",
+                f"{owner}.{attribute} runs the model outside forward(): DDP will not average its gradients; "
+                f"compute the loss from {owner}(...) or convert with --target runtime",
+                False,
+            )
+        self.report(
+            original_node,
+            CHECKPOINT,
+            f"{owner}.{attribute} → accelerator.unwrap_model({owner}).{attribute}",
+            True,
+        )
+        return updated_node.with_changes(value=unwrap_model(self.facts, updated_node.value))
