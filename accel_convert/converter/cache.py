@@ -57,19 +57,26 @@ def cache_folder() -> Path:
     return base / "accel-convert"
 
 
+#: The installed package (``accel_convert/``), whose modules' stamps are part of every key.
+PACKAGE = Path(__file__).resolve().parent.parent
+
+
 def tool_version() -> str:
     """accel-convert's version and its code as installed: a new version's rewrites may differ, so
-    its entries do; so may a checkout's edits between versions (an editable install), seen in the
-    sizes and modification times of the package's modules (a ``stat`` each, no read)."""
-    import accel_convert
+    its entries do; so may a checkout's edits between versions (an editable install)."""
+    from accel_convert import __version__
 
-    package = Path(accel_convert.__file__).parent
+    return f"{__version__}+{code_stamp(PACKAGE)}"
+
+
+def code_stamp(package: Path) -> str:
+    """The sizes and modification times of the package's modules, hashed (a ``stat`` each, no read)."""
     stamps = sorted(
         f"{path.relative_to(package)}:{stat.st_size}:{stat.st_mtime_ns}"
         for path in package.rglob("*.py")
         for stat in [path.stat()]
     )
-    return f"{accel_convert.__version__}+{_digest(chr(10).join(stamps).encode())[:16]}"
+    return _digest("\n".join(stamps).encode())[:16]
 
 
 def _digest(data: bytes) -> str:
