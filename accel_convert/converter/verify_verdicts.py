@@ -153,10 +153,16 @@ def mask_timing(line: str) -> str:
 _INDEXED_DEVICE = re.compile(r"\b(cuda|xpu|npu|hpu|mps):\d+\b")
 
 
+#: The function that made a printed tensor: under DDP the model's outputs come from its own
+#: (``_DDPSinkBackward``) where one process shows the last layer's.
+_GRAD_FN = re.compile(r"grad_fn=<\w+>")
+
+
 def mask_numbers(line: str) -> str:
     """A printed line with every number masked and its spaces collapsed: N processes print other
-    losses and counts, of other widths in padded columns, and each its own device index."""
-    line = _INDEXED_DEVICE.sub(r"\1", line)
+    losses and counts, of other widths in padded columns, each its own device index, and tensors
+    that DDP's autograd function made."""
+    line = _GRAD_FN.sub("grad_fn=<#>", _INDEXED_DEVICE.sub(r"\1", line))
     return " ".join(_NUMBER.sub("#", _TIMESTAMP.sub("#", line)).split())
 
 
