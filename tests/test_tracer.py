@@ -121,6 +121,8 @@ model = accelerator.prepare(nn.Linear(2, 2))
 accelerator.backward(model(torch.ones(3, 2).to(accelerator.device)).sum())
 scaler = torch.amp.GradScaler("cuda")
 scaler.scale(torch.tensor(2.5, requires_grad=True) * 1).backward()
+Tensor = torch.cuda.FloatTensor if torch.cuda.is_available() else torch.FloatTensor
+print("legacy", Tensor(2, 3).fill_(1.0).sum().item(), torch.zeros(2).type(torch.cuda.LongTensor).dtype)
 """
 
 USER_SITECUSTOMIZE = """
@@ -294,13 +296,14 @@ def test_fake_cuda_runs_a_gpu_script_and_the_runtime_reports_the_gpu(
     ranks, stdout = gpu_script
     for index, rank in enumerate(ranks):
         texts = [record["text"] for record in of_kind(rank, "print")]
-        assert texts == ["cuda True 2", f"device cuda:{index} gloo"]
+        # ``torch.cuda.FloatTensor`` and ``.type(torch.cuda.LongTensor)`` answered on the CPU
+        assert texts == ["cuda True 2", f"device cuda:{index} gloo", "legacy 6.0 torch.int64"]
         losses = [record["value"] for record in of_kind(rank, "loss")]
         assert len(losses) == 3 and losses[2] == 2.5  # scaler.scale(loss).backward() records the loss
         assert of_kind(rank, "exit")[0]["code"] == 0
     # What the ranks print still reaches the terminal: both ranks write at once, so their lines may
     # interleave character by character; the characters themselves are all there.
-    printed = "".join(f"cuda True 2\ndevice cuda:{index} gloo\n" for index in range(len(ranks)))
+    printed = "".join(f"cuda True 2\ndevice cuda:{index} gloo\nlegacy 6.0 torch.int64\n" for index in range(len(ranks)))
     assert Counter(stdout) == Counter(printed), stdout
 
 

@@ -97,6 +97,10 @@ def test_timing_lines_are_masked_but_losses_are_not() -> None:
     assert mask_timing("| ms/batch  5.67 | loss 2.1") == mask_timing("| ms/batch 12.34 | loss 2.1")
     assert mask_numbers("step 3 loss 0.25") == mask_numbers("step 4 loss 1e-3")
     assert mask_numbers("| ppl    77.76 |") == mask_numbers("| ppl   128.40 |")
+    # a model's output printed on N processes: DDP's own autograd function made it
+    assert mask_numbers("[-1.1, -1.0]], grad_fn=<_DDPSinkBackward>)") == mask_numbers(
+        "[-1.1, -1.0]], grad_fn=<LogSoftmaxBackward0>)"
+    )
     assert mask_timing("| 10 batches | ms/batch 16.57 | loss 4.35") == mask_timing(
         "| 10 batches | ms/batch 176.46 | loss 4.35"
     )
@@ -137,6 +141,44 @@ def test_half_the_files_written_is_named() -> None:
     multi.files.update({f"out/{i}.png": "x" for i in range(2)})
     verdict = by_key(n_process_verdicts(original, multi, 2))["files-once"]
     assert not verdict.holds and "3 of the original's 5 files" in verdict.evidence[0]
+
+
+def sampled_during_training(steps: int, every: int, rank: int, world: int) -> list:
+    """A GAN's loop: an optimizer step per batch, an image after every ``every`` steps, and a
+    model saved after training."""
+    records = [rec("start", rank, pid=1, argv=["gan.py"], cwd=".", world_size=world, local_rank=rank)]
+    for index in range(steps):
+        records.append(rec("step", rank, index=index, digest=f"d{index}", norm=1.0))
+        if index % every == 0 and rank == 0:
+            records.append(rec("write", 0, path=f"images/{index}.png", size=5, sha256=f"i{index}", via="open"))
+    if rank == 0:
+        records.append(rec("write", 0, path="model.pt", size=5, sha256="m", via="torch.save"))
+    return records + [rec("exit", rank, code=0, exception=None, site=None)]
+
+
+def gan_runs(multi_steps: int) -> tuple[RunTrace, RunTrace]:
+    original = RunTrace("original", {0: sampled_during_training(8, 4, 0, 1)})
+    original.files = {"images/0.png": "x", "images/4.png": "x", "model.pt": "m"}
+    multi = RunTrace("converted on 2", {rank: sampled_during_training(multi_steps, 4, rank, 2) for rank in (0, 1)})
+    multi.files = {"images/0.png": "x", "model.pt": "m"}
+    return original, multi
+
+
+def test_files_of_a_step_cadence_the_n_process_run_never_reaches_are_not_missing() -> None:
+    """Each step takes a batch on every process: 4 steps instead of 8, so the image after step 4 is
+    never due (the tutorials' GANs: ``if batches_done % sample_interval == 0``)."""
+    original, multi = gan_runs(4)
+    verdict = by_key(n_process_verdicts(original, multi, 2))["files-once"]
+    assert verdict.holds and "images/4.png" in verdict.evidence[0]
+    # a run that took the steps and still did not write the image: missing
+    original, multi = gan_runs(8)
+    verdict = by_key(n_process_verdicts(original, multi, 2))["files-once"]
+    assert not verdict.holds and "missing: ['images/4.png']" in verdict.evidence[0]
+    # a file written after training is due however few steps were taken
+    original, multi = gan_runs(4)
+    del multi.files["model.pt"]
+    verdict = by_key(n_process_verdicts(original, multi, 2))["files-once"]
+    assert not verdict.holds and "missing: ['model.pt']" in verdict.evidence[0]
 
 
 def test_a_file_written_by_every_rank_is_named() -> None:

@@ -998,6 +998,14 @@ _FACTORIES = (
 )  # fmt: skip
 
 
+#: The legacy per-type constructors (``torch.cuda.FloatTensor(n, m)``, ``x.type(torch.cuda.LongTensor)``),
+#: which a CPU build refuses: answered by the CPU's own types in fake mode.
+_LEGACY_TENSOR_TYPES = (
+    "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "ByteTensor", "CharTensor",
+    "ShortTensor", "IntTensor", "LongTensor", "BoolTensor",
+)  # fmt: skip
+
+
 def _traced_factory(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def factory(*args: Any, **kwargs: Any) -> Any:
@@ -1092,6 +1100,8 @@ def patch_fake_cuda(local_world_size: int) -> None:
         setattr(torch.cuda, name, stub)
     for name in _FACTORIES:
         setattr(torch, name, _traced_factory(getattr(torch, name)))
+    for name in _LEGACY_TENSOR_TYPES:  # ``Tensor = torch.cuda.FloatTensor if cuda else ...``
+        setattr(torch.cuda, name, getattr(torch, name))
     torch.Tensor.pin_memory = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel

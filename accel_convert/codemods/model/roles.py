@@ -179,12 +179,27 @@ def optimizers_and_models(a: Analysis) -> None:
         facts.models.update(roots)
     _inline_optimizers(a)
     moved = {target for assign in a.r.assigns if moves_a_construction(assign.value) for target in assign.targets}
+    moved |= _put_in_evaluation_mode(a)
     facts.frozen_models = {
         name
         for name in moved - facts.models
         # The loaders built so far: all in ``train_loaders`` until the loops sort them.
         if name not in facts.device_names and name not in facts.train_loaders and name[:1].islower()
     }
+
+
+def _put_in_evaluation_mode(a: Analysis) -> set[str]:
+    """Names the script assigns and puts in evaluation mode (``model.eval()``): a model to be
+    tested, also where it is never moved to a device (a CPU script, an evaluation-only one)."""
+    assigned = {target for assign in a.r.assigns for target in assign.targets}
+    found = set()
+    for call in a.r.calls:
+        func = call.node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "eval" and not call.node.args:
+            receiver = dotted(func.value)
+            if receiver is not None and receiver in assigned:
+                found.add(receiver)
+    return found
 
 
 #: An optimizer whose models are the receivers of the ``.parameters()`` its arguments mention.
