@@ -49,3 +49,110 @@ def test_black_and_ruff_pass_on_the_output_where_they_passed_on_the_original(tmp
     # The conversion's own import goes where isort puts it (I001), and a device assignment it
     # leaves unread is removed (F841): nothing new.
     assert new == set(), sorted(new)
+
+
+# -- black's defaults and ruff format, no [tool.black]: the converter's own layout ---------------
+
+MODULE_SCRIPT = '''"""Module-level training."""
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+train_loader_with_a_long_name = DataLoader(data, batch_size=8, shuffle=True)
+model_with_a_long_name = nn.Linear(8, 1).to(device)
+optimizer_long_name = torch.optim.SGD(model_with_a_long_name.parameters(), lr=0.1)
+for x, y in train_loader_with_a_long_name:
+    x, y = x.to(device), y.to(device)
+    loss = nn.functional.mse_loss(model_with_a_long_name(x), y)
+    optimizer_long_name.zero_grad()
+    loss.backward()
+    optimizer_long_name.step()
+torch.save(model_with_a_long_name.state_dict(), "final_weights.pt")
+'''
+
+MAIN_SCRIPT = """import argparse
+
+import torch
+import torch.nn as nn
+
+
+def train(model, optimizer, batches, device):
+    for x, y in batches:
+        x, y = x.to(device), y.to(device)
+        loss = nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        print(f"loss {loss.item():.4f}")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=1)
+    args = parser.parse_args()
+    device = torch.device("cuda")
+    model = nn.Linear(8, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randn(64, 1)),
+        batch_size=8,
+    )
+    for _ in range(args.epochs):
+        train(model, optimizer, batches, device)
+    model.load_state_dict(torch.load("a_checkpoint_with_a_rather_long_name.pt"))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+CLASS_SCRIPT = """import torch
+import torch.nn as nn
+from torchvision import datasets, transforms
+
+
+class Trainer:
+    def __init__(self):
+        self.device = torch.device("cuda")
+        self.model = nn.Linear(784, 10).to(self.device)
+        self.optimizer = torch.optim.Adam(self.model.parameters())
+        self.dataset = datasets.MNIST(
+            "data", download=True, transform=transforms.ToTensor()
+        )
+        self.loader = torch.utils.data.DataLoader(self.dataset, batch_size=32)
+
+    def fit(self):
+        for x, y in self.loader:
+            x, y = x.to(self.device), y.to(self.device)
+            loss = nn.functional.cross_entropy(self.model(x.flatten(1)), y)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+        torch.save(self.model.state_dict(), "trained_classifier_weights_file.pt")
+
+
+Trainer().fit()
+"""
+
+FORMATTED = {"module_script.py": MODULE_SCRIPT, "main_script.py": MAIN_SCRIPT, "class_trainer.py": CLASS_SCRIPT}
+
+
+def test_formatter_clean_scripts_stay_clean_under_the_formatters_defaults(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'scripts'\n")  # no [tool.black]
+    (tmp_path / "in").mkdir()
+    for name, text in FORMATTED.items():
+        (tmp_path / "in" / name).write_text(text)
+    for check in (("black", "--check"), ("ruff", "format", "--check"), ("ruff", "check", "--select", "I001")):
+        assert tool(*check, "in", cwd=tmp_path).returncode == 0, check  # the inputs are clean
+
+    converted = tool("accel_convert.converter", "in", "-o", "out/", "-q", cwd=tmp_path)
+    assert converted.returncode in (0, 123), converted.stderr
+
+    for name, text in FORMATTED.items():
+        assert (tmp_path / "out" / name).read_text() != text  # each one was converted
+    for check in (("black", "--check"), ("ruff", "format", "--check"), ("ruff", "check", "--select", "I001")):
+        result = tool(*check, "out", cwd=tmp_path)
+        assert result.returncode == 0, (check, result.stdout, result.stderr)
