@@ -39,6 +39,7 @@ import ast
 import io
 import re
 import tokenize
+import warnings
 from collections.abc import Sequence
 
 OPENING = {"(": ")", "[": "]", "{": "}"}
@@ -57,16 +58,20 @@ DELIMITERS: tuple[frozenset[str], ...] = (
 def formatter_layout(original: str, output: str, line_length: int) -> str:
     """``output`` laid out as black/ruff would lay out the lines the conversion changed, when
     ``original`` looks formatter-formatted; else ``output`` unchanged."""
-    if output == original or not looks_formatted(original, line_length):
-        return output
-    try:
-        lines = _blank_lines_fixed(output.splitlines(keepends=True))
-        old = set(original.splitlines())
-        lines = _new_statements_joined(lines, old)
-        laid_out = "".join(_wrapped(lines, old, line_length))
-        ast.parse(laid_out)
-    except (SyntaxError, ValueError, tokenize.TokenError):
-        return output
+    # CPython's parser warns about the user's code (``invalid escape sequence``): not ours to
+    # print, and under ``-W error`` the warning would make valid code look unparsable.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if output == original or not looks_formatted(original, line_length):
+            return output
+        try:
+            lines = _blank_lines_fixed(output.splitlines(keepends=True))
+            old = set(original.splitlines())
+            lines = _new_statements_joined(lines, old)
+            laid_out = "".join(_wrapped(lines, old, line_length))
+            ast.parse(laid_out)
+        except (SyntaxError, ValueError, tokenize.TokenError):
+            return output
     return laid_out
 
 
@@ -253,6 +258,8 @@ def _new_statements_joined(lines: list[str], old: set[str]) -> list[str]:
 def _joined(statement: list[tokenize.TokenInfo], lines: list[str]) -> tuple[int, int, str] | None:
     if not statement or statement[0].start[0] == statement[-1].end[0]:
         return None
+    if statement[0].string in ("import", "from"):
+        return None  # an import is wrapped as the project's import sorting does (formatting.import_style)
     if any(t.type == tokenize.COMMENT or t.end[0] > t.start[0] for t in statement):
         return None
     if any(a.string == "," and b.string in CLOSING for a, b in zip(statement, statement[1:])):
