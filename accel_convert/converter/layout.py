@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import ast
 import io
+import keyword
 import re
 import tokenize
 import warnings
@@ -280,7 +281,7 @@ def _wrapped(lines: list[str], old: set[str], line_length: int) -> list[str]:
             out.append(line)
             continue
         indent = text[: len(text) - len(text.lstrip())]
-        split = right_hand_split(text.strip(), indent, line_length)
+        split = statement_split(text.strip(), indent, line_length)
         out.extend([f"{piece}\n" for piece in split] if split is not None else [line])
     return out
 
@@ -298,44 +299,168 @@ def _tokens(code: str) -> list[tokenize.TokenInfo] | None:
 
 
 def right_hand_split(code: str, indent: str, line_length: int) -> list[str] | None:
-    """``code`` (one statement, no indent) split at its last bracket pair as black does, or None
-    where this is not the split black would make (the line is left as it is)."""
+    """``code`` (one piece of a bracket's content, no indent) split at its last bracket pair with
+    something inside as black does, or None where this is not the split black would make."""
     tokens = _tokens(code)
     if not tokens:
         return None
-    closing_at = max((i for i, t in enumerate(tokens) if t.string in CLOSING), default=None)
-    if closing_at is None or any(t.string not in (":", ",", *CLOSING) for t in tokens[closing_at + 1 :]):
+    pair = _last_bracket_pair(tokens)
+    if pair is None:
         return None
-    opening_at = _matching_opening(tokens, closing_at)
-    if opening_at is None:
-        return None
+    opening_at, closing_at = pair
     head = code[: tokens[opening_at].end[1]]
     body = code[tokens[opening_at].end[1] : tokens[closing_at].start[1]].strip()
     tail = code[tokens[closing_at].start[1] :]
-    if len(indent) + len(head) > line_length:
-        return _right_hand_side_wrapped(code, tokens, indent, line_length)
-    if not body or len(indent) + len(tail) > line_length:
+    if len(indent) + len(head) > line_length or len(indent) + len(tail) > line_length:
         return None
     inner = _split_body(body, indent + "    ", line_length)
-    if inner is None:
+    return None if inner is None else [indent + head, *inner, indent + tail]
+
+
+def statement_split(code: str, indent: str, line_length: int) -> list[str] | None:
+    """``code`` (one statement, no indent) split as black splits a statement: the value of an
+    assignment, ``return``, ``if``/``elif``/``while`` or ``for ... in`` sits in black's invisible
+    parentheses, kept (``x = (`` / the value / ``)``) or left out (the split at the last bracket
+    pair) by black's rules; None where this is not the split black would make."""
+    tokens = _tokens(code)
+    if not tokens:
         return None
-    return [indent + head, *inner, indent + tail]
+    span = _optional_parens_span(tokens)
+    if span is not None:
+        omitted = _parens_omitted(tokens[span[0] : span[1]], len(indent) + 4, line_length)
+        if omitted is None:
+            return None
+        if not omitted:
+            return _in_parentheses(code, tokens, span, indent, line_length)
+    split = right_hand_split(code, indent, line_length)
+    if split is None and span is not None and _head_too_long(code, tokens, indent, line_length):
+        # black's second opinion: the head of the split does not fit, the parentheses make all fit.
+        return _in_parentheses(code, tokens, span, indent, line_length)
+    return split
 
 
-def _right_hand_side_wrapped(
-    code: str, tokens: list[tokenize.TokenInfo], indent: str, line_length: int
-) -> list[str] | None:
-    """``target = (`` / the value / ``)``: black's split where the target and the call's name
-    alone are too long for one line."""
-    depth, equals = 0, None
-    for token in tokens:
+def _head_too_long(code: str, tokens: list[tokenize.TokenInfo], indent: str, line_length: int) -> bool:
+    pair = _last_bracket_pair(tokens)
+    return pair is not None and len(indent) + tokens[pair[0]].end[1] > line_length
+
+
+def _last_bracket_pair(tokens: list[tokenize.TokenInfo]) -> tuple[int, int] | None:
+    """The last bracket pair with something inside (black leaves an empty ``()`` in the tail)
+    followed only by a trailer's tokens (names, dots, empty pairs, closing brackets, ``:``)."""
+    closing_at = len(tokens) - 1
+    while closing_at >= 0:
+        token = tokens[closing_at]
+        if token.string in CLOSING:
+            opening_at = _matching_opening(tokens, closing_at)
+            if opening_at is None:
+                return None
+            if opening_at < closing_at - 1:
+                return opening_at, closing_at
+            closing_at = opening_at - 1
+        elif token.type == tokenize.NAME and not keyword.iskeyword(token.string) or token.string in (".", ":", ","):
+            closing_at -= 1
+        else:
+            return None
+    return None
+
+
+#: The keywords whose condition or value black wraps in invisible parentheses.
+_PARENTHESIZED_AFTER = frozenset({"return", "if", "elif", "while"})
+#: Operators black splits at that this layout does not reproduce: a value holding one at the
+#: depth of the invisible parentheses is left as it is.
+_UNHANDLED = frozenset(
+    {"<", ">", "==", "!=", "<=", ">=", "in", "not", "is", "|", "^", "&", "<<", ">>", "**", "~"}
+    | {"lambda", "await", "yield", ":=", "for", "async"}
+)
+#: black's delimiter priorities (higher splits first); ``and``/``or`` share one, as in black.
+_PRIORITY = {",": 6, "if": 5, "else": 5, "or": 4, "and": 4, "+": 3, "-": 3, "*": 2, "/": 2, "//": 2, "%": 2, "@": 2}
+#: A dot after a closing bracket: a method called on a call's result (``a(b).c(d)``).
+_DOT_PRIORITY = 1
+
+
+def _optional_parens_span(tokens: list[tokenize.TokenInfo]) -> tuple[int, int] | None:
+    """The tokens black wraps in invisible parentheses: the value after the last ``=`` (or
+    augmented assignment) at depth 0, after ``return``/``if``/``elif``/``while``, after the ``in``
+    of a ``for``; a trailing ``:`` stays outside. None for any other statement."""
+    end = len(tokens) - 1 if tokens[-1].string == ":" else len(tokens)
+    if tokens[0].string in _PARENTHESIZED_AFTER:
+        return (1, end) if end > 1 else None
+    depth, start = 0, None
+    for i, token in enumerate(tokens[:end]):
         depth += (token.string in OPENING) - (token.string in CLOSING)
-        if depth == 0 and token.string == "=":
-            equals = token
-    if equals is None or len(indent) + equals.end[1] + 2 > line_length:
+        if depth != 0:
+            continue
+        assigns = token.type == tokenize.OP and token.string.endswith("=") and token.string not in _COMPARISONS
+        if assigns or (tokens[0].string == "for" and token.string == "in" and start is None):
+            start = i + 1
+    return (start, end) if start is not None and start < end else None
+
+
+_COMPARISONS = frozenset({"==", "!=", "<=", ">="})
+
+
+def _parens_omitted(value: list[tokenize.TokenInfo], depth_width: int, line_length: int) -> bool | None:
+    """Whether black leaves out the invisible parentheses around ``value`` (its
+    ``can_omit_invisible_parens``), None where this layout cannot tell."""
+    delimiters = _value_delimiters(value)
+    if delimiters is None or len(value) < 2:
         return None
-    inner = _split_body(code[equals.end[1] :].strip(), indent + "    ", line_length)
-    return None if inner is None else [f"{indent}{code[: equals.end[1]]} (", *inner, f"{indent})"]
+    if not delimiters:
+        return True  # the parentheses would help no split
+    priority = max(delimiters)
+    count = delimiters.count(priority)
+    if priority == _DOT_PRIORITY:
+        return True if count == 1 else None  # several: black splits before each dot
+    if priority == _PRIORITY[","]:
+        return None  # a tuple: black's rules for its commas differ
+    if count > 1:
+        return False
+    # One delimiter: the parentheses go where the value ends in a call or a dict black can split
+    # and the line up to that bracket fits (black's ``_can_omit_closing_paren``).
+    if value[-1].string not in (")", "}") or value[-2].string in OPENING:
+        return False
+    opening_at = _matching_opening(value, len(value) - 1)
+    if opening_at is None:
+        return None
+    if any(t.string in OPENING for t in value[:opening_at]):
+        return True
+    return depth_width + value[opening_at].end[1] - value[0].start[1] <= line_length
+
+
+def _value_delimiters(value: list[tokenize.TokenInfo]) -> list[int] | None:
+    """The priorities of the delimiters at depth 0 of ``value``; None where it holds an operator
+    this layout does not reproduce, or a unary operator or star black treats apart."""
+    if value[0].string in ("-", "+", "*", "**") or value[0].string in _UNHANDLED:
+        return None
+    priorities: list[int] = []
+    depth = 0
+    for previous, token in zip(value, value[1:]):
+        depth += (previous.string in OPENING) - (token.string in CLOSING)
+        if depth != 0:
+            continue
+        if token.string in _UNHANDLED or (token.type == tokenize.STRING and previous.type == tokenize.STRING):
+            return None
+        if token.string in ("+", "-", "*") and previous.type == tokenize.OP and previous.string not in CLOSING:
+            return None  # a unary sign or a star after an operator
+        if token.type == tokenize.OP and token.string in _PRIORITY or token.string in ("if", "else", "or", "and"):
+            priorities.append(_PRIORITY[token.string])
+        elif token.string == "." and previous.string in CLOSING:
+            priorities.append(_DOT_PRIORITY)
+    return priorities
+
+
+def _in_parentheses(
+    code: str, tokens: list[tokenize.TokenInfo], span: tuple[int, int], indent: str, line_length: int
+) -> list[str] | None:
+    """``target = (`` / the value / ``)``: black's split keeping its invisible parentheses."""
+    start, end = span
+    prefix = code[: tokens[start].start[1]].rstrip()
+    value = code[tokens[start].start[1] : tokens[end - 1].end[1]]
+    suffix = code[tokens[end - 1].end[1] :].strip()
+    if len(indent) + len(prefix) + 2 > line_length:
+        return None
+    inner = _split_body(value, indent + "    ", line_length)
+    return None if inner is None else [f"{indent}{prefix} (", *inner, f"{indent}){suffix}"]
 
 
 def _matching_opening(tokens: list[tokenize.TokenInfo], closing_at: int) -> int | None:
