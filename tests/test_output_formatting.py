@@ -11,6 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import black
+import pytest
+
+from accel_convert.converter.layout import statement_split
 from tests.launching import REPO_ROOT, base_env
 
 CASES = REPO_ROOT / "fixtures" / "cases"
@@ -156,3 +160,59 @@ def test_formatter_clean_scripts_stay_clean_under_the_formatters_defaults(tmp_pa
     for check in (("black", "--check"), ("ruff", "format", "--check"), ("ruff", "check", "--select", "I001")):
         result = tool(*check, "out", cwd=tmp_path)
         assert result.returncode == 0, (check, result.stdout, result.stderr)
+
+
+# -- the layout's split of one long line, against black itself ---------------------------------
+
+#: Long lines a conversion writes (``accelerator.reduce(...).item()``, a prepared loader passed
+#: on), with the shapes that decide black's split: an empty call at the end stays in the tail,
+#: black's invisible parentheses around a value kept (several delimiters, a value ending in an
+#: empty call or an attribute) or left out (no delimiter, one method called on a call's result).
+LONG_LINES = [
+    'seen_total = accelerator.reduce(torch.tensor(seen, device=accelerator.device), "sum").item()',
+    '    total += accelerator.reduce(torch.tensor(hits, device=accelerator.device), "sum").item()',
+    "x = accelerator.unwrap_model(model).load_state_dict(torch.load(path, map_location=location))",
+    "x = aaaa + bbbb + accelerator.gather_for_metrics(torch.tensor(flipped, device=accelerator.device))",
+    "x = aaaa + accelerator.gather_for_metrics(torch.tensor(flipped, device=accelerator.device)).sum()",
+    "x = aaaa + accelerator.gather_for_metrics(torch.tensor(flipped, device=accelerator.device)).y",
+    "x = accelerator.gather_for_metrics(torch.tensor(flipped, device=accelerator.device)).yyyyyy",
+    "    return aaaa + bbbb + accelerator.gather_for_metrics(torch.tensor(flipped, device=dev))",
+    '    return accelerator.reduce(torch.tensor(seen, device=accelerator.device), "sum").item()',
+    '    self.x[i] = accelerator.reduce(torch.tensor(flipped, device=accelerator.device), "sum")',
+    "        train(model, accelerator.prepare(DataLoader(data, batch_size=8, shuffle=True)), optimizer, accelerator)",
+    'accelerator.print(f"epoch {epoch} | test loss {total_loss / n:.5f} | accuracy {correct}/{n}")',
+]
+
+
+@pytest.mark.parametrize("line", LONG_LINES)
+def test_the_layout_splits_a_long_line_as_black_does(line: str) -> None:
+    indent = line[: len(line) - len(line.lstrip())]
+    assert len(line) > 88
+    # black formats the line where it stands: in as many blocks as its indent says.
+    blocks = "".join(f"{'    ' * level}if x:\n" for level in range(len(indent) // 4))
+    expected = black.format_str(blocks + line + "\n", mode=black.Mode()).removeprefix(blocks).splitlines()
+    assert statement_split(line.strip(), indent, 88) == expected
+
+
+def test_the_layout_leaves_a_line_it_cannot_split_as_black_would() -> None:
+    # A comparison at the value's depth: black's rules there are not reproduced.
+    assert (
+        statement_split(
+            "ok = accelerator.gather(torch.tensor(a_long_name, device=device)).sum() == expected_total", "", 88
+        )
+        is None
+    )
+
+
+def test_black_clean_fixtures_have_black_clean_goldens() -> None:
+    """Every fixture script black leaves as it is converts to a script black leaves as it is
+    (module level, in functions, in classes: whatever shapes the fixtures hold)."""
+    clean = []
+    for case in sorted(CASES.glob("*.py")):
+        source = case.read_text(encoding="utf-8")
+        if black.format_str(source, mode=black.Mode()) != source:
+            continue
+        clean.append(case.name)
+        expected = (REPO_ROOT / "fixtures" / "expected" / case.name).read_text(encoding="utf-8")
+        assert black.format_str(expected, mode=black.Mode()) == expected, case.name
+    assert len(clean) >= 5, clean  # the check checks something
