@@ -8,9 +8,18 @@ installed where the converter runs, so the converter lays out its own lines as t
   (``accelerator = Accelerator()``);
 - two blank lines between a top-level ``def``/``class`` and a statement next to it;
 - no whitespace on a blank line (a statement moved into a new ``with`` block);
-- a line the rewrite made longer than the limit split at its last bracket pair, the content
-  hugged on one indented line when it fits, else one element per line with a trailing comma
-  (or one operand per line, the operator first), as black's right-hand split does.
+- a line the rewrite made longer than the limit split at its last bracket pair with something
+  inside (an empty ``.item()`` after it stays on the closing line), the content hugged on one
+  indented line when it fits, else one element per line with a trailing comma (or one operand
+  per line, the operator first), as black's right-hand split does;
+- the value of an assignment, ``return``, ``if``/``while`` or ``for ... in`` put in parentheses
+  (``x = (`` / the value / ``)``) where black keeps its invisible ones: several operators at
+  the value's depth, or one with the value ending in an empty call, a subscript or an attribute;
+- imports keep the wrapping of the project's import sorting (``formatting.import_style``).
+
+A line whose split black makes by rules not reproduced here (a comparison in the value, a
+tuple, a chain of method calls) is left as it is, and the result must parse to the same tree as
+the converter's output, or the output is returned as the converter wrote it.
 
 Only a file that looks formatter-formatted is touched (:func:`looks_formatted`): the user's own
 layout elsewhere is kept byte for byte. Lines the original already had are left alone.
@@ -70,7 +79,9 @@ def formatter_layout(original: str, output: str, line_length: int) -> str:
             old = set(original.splitlines())
             lines = _new_statements_joined(lines, old)
             laid_out = "".join(_wrapped(lines, old, line_length))
-            ast.parse(laid_out)
+            # Layout moves whitespace and brackets black would add, nothing else: the same tree.
+            if ast.dump(ast.parse(laid_out)) != ast.dump(ast.parse(output)):
+                return output
         except (SyntaxError, ValueError, tokenize.TokenError):
             return output
     return laid_out
@@ -333,13 +344,13 @@ def statement_split(code: str, indent: str, line_length: int) -> list[str] | Non
         if not omitted:
             return _in_parentheses(code, tokens, span, indent, line_length)
     split = right_hand_split(code, indent, line_length)
-    if split is None and span is not None and _head_too_long(code, tokens, indent, line_length):
+    if split is None and span is not None and _head_too_long(tokens, indent, line_length):
         # black's second opinion: the head of the split does not fit, the parentheses make all fit.
         return _in_parentheses(code, tokens, span, indent, line_length)
     return split
 
 
-def _head_too_long(code: str, tokens: list[tokenize.TokenInfo], indent: str, line_length: int) -> bool:
+def _head_too_long(tokens: list[tokenize.TokenInfo], indent: str, line_length: int) -> bool:
     pair = _last_bracket_pair(tokens)
     return pair is not None and len(indent) + tokens[pair[0]].end[1] > line_length
 
