@@ -14,7 +14,7 @@ from pathlib import Path
 import black
 import pytest
 
-from accel_convert.converter.layout import statement_split
+from accel_convert.converter.layout import formatter_layout, statement_split
 from tests.launching import REPO_ROOT, base_env
 
 CASES = REPO_ROOT / "fixtures" / "cases"
@@ -216,3 +216,14 @@ def test_black_clean_fixtures_have_black_clean_goldens() -> None:
         expected = (REPO_ROOT / "fixtures" / "expected" / case.name).read_text(encoding="utf-8")
         assert black.format_str(expected, mode=black.Mode()) == expected, case.name
     assert len(clean) >= 5, clean  # the check checks something
+
+
+def test_a_long_element_of_a_split_call_is_split_as_black_does() -> None:
+    # ``loader=`` inside the call is a keyword argument, not an assignment: no ``loader= (``.
+    original = (
+        "import torch\n\n\ndef main(data, model):\n    return evaluate(\n        model,\n"
+        "        loader=torch.utils.data.DataLoader(data, batch_size=8, shuffle=False),\n    )\n"
+    )
+    converted = original.replace("loader=torch", "loader=accelerator.prepare(torch").replace("False),", "False)),")
+    laid_out = formatter_layout(original, converted, 88)
+    assert laid_out != converted and black.format_str(laid_out, mode=black.Mode()) == laid_out

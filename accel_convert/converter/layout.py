@@ -286,15 +286,44 @@ def _joined(statement: list[tokenize.TokenInfo], lines: list[str]) -> tuple[int,
 
 def _wrapped(lines: list[str], old: set[str], line_length: int) -> list[str]:
     out: list[str] = []
-    for line in lines:
+    continuations = _continuation_lines("".join(lines))
+    for n, line in enumerate(lines, 1):
         text = line.rstrip("\n")
         if len(text) <= line_length or text in old:
             out.append(line)
             continue
         indent = text[: len(text) - len(text.lstrip())]
-        split = statement_split(text.strip(), indent, line_length)
+        if n in continuations:
+            split = _element_split(text.strip(), indent, line_length)
+        else:
+            split = statement_split(text.strip(), indent, line_length)
         out.extend([f"{piece}\n" for piece in split] if split is not None else [line])
     return out
+
+
+def _continuation_lines(text: str) -> set[int]:
+    """Lines whose first token is inside a bracket: an element of a call or list split over lines."""
+    depth, seen, inside = 0, set(), set()
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.start[0] not in seen and token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.DEDENT):
+            seen.add(token.start[0])
+            if depth > 0:
+                inside.add(token.start[0])
+        if token.type == tokenize.OP:
+            depth += (token.string in OPENING) - (token.string in CLOSING)
+    return inside
+
+
+def _element_split(code: str, indent: str, line_length: int) -> list[str] | None:
+    """One element of a bracket split at its last bracket pair, where black would: no delimiter
+    at its depth (black splits there first, by rules not all reproduced here)."""
+    tokens = _tokens(code)
+    if not tokens:
+        return None
+    element = tokens[:-1] if tokens[-1].string == "," else tokens
+    if not element or _value_delimiters(element) != []:
+        return None
+    return right_hand_split(code, indent, line_length)
 
 
 def _tokens(code: str) -> list[tokenize.TokenInfo] | None:
