@@ -181,6 +181,9 @@ LONG_LINES = [
     '    self.x[i] = accelerator.reduce(torch.tensor(flipped, device=accelerator.device), "sum")',
     "        train(model, accelerator.prepare(DataLoader(data, batch_size=8, shuffle=True)), optimizer, accelerator)",
     'accelerator.print(f"epoch {epoch} | test loss {total_loss / n:.5f} | accuracy {correct}/{n}")',
+    # a comment after the statement stays with the closing bracket
+    '    accelerator.save(accelerator.unwrap_model(net1).state_dict(), "net_params.pkl")  # parameters only',
+    "    accelerator.backward(loss)  # a long comment that makes this line too long for black to be happy",
 ]
 
 

@@ -362,6 +362,9 @@ def statement_split(code: str, indent: str, line_length: int) -> list[str] | Non
     assignment, ``return``, ``if``/``elif``/``while`` or ``for ... in`` sits in black's invisible
     parentheses, kept (``x = (`` / the value / ``)``) or left out (the split at the last bracket
     pair) by black's rules; None where this is not the split black would make."""
+    commented = _trailing_comment(code)
+    if commented is not None:
+        return _split_before_comment(*commented, indent, line_length)
     tokens = _tokens(code)
     if not tokens:
         return None
@@ -377,6 +380,28 @@ def statement_split(code: str, indent: str, line_length: int) -> list[str] | Non
         # black's second opinion: the head of the split does not fit, the parentheses make all fit.
         return _in_parentheses(code, tokens, span, indent, line_length)
     return split
+
+
+def _trailing_comment(code: str) -> tuple[str, str] | None:
+    """``code`` and the comment ending its one line, where it has one."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, IndentationError):
+        return None
+    comments = [t for t in tokens if t.type == tokenize.COMMENT]
+    if len(comments) != 1 or comments[0].start[0] != 1 or code[comments[0].end[1] :].strip():
+        return None
+    return code[: comments[0].start[1]].rstrip(), comments[0].string
+
+
+def _split_before_comment(code: str, comment: str, indent: str, line_length: int) -> list[str] | None:
+    """A call statement with a comment after it, split as black does: the comment stays with the
+    closing bracket (an assignment's value is left as it is: black weighs the comment there)."""
+    tokens = _tokens(code)
+    if not tokens or _optional_parens_span(tokens) is not None:
+        return None
+    split = right_hand_split(code, indent, line_length)
+    return None if split is None else [*split[:-1], f"{split[-1]}  {comment}"]
 
 
 def _head_too_long(tokens: list[tokenize.TokenInfo], indent: str, line_length: int) -> bool:
