@@ -15,10 +15,12 @@ installed where the converter runs, so the converter lays out its own lines as t
 - the value of an assignment, ``return``, ``if``/``while`` or ``for ... in`` put in parentheses
   (``x = (`` / the value / ``)``) where black keeps its invisible ones: several operators at
   the value's depth, or one with the value ending in an empty call, a subscript or an attribute;
-- imports keep the wrapping of the project's import sorting (``formatting.import_style``).
+- imports keep the wrapping of the project's import sorting (``formatting.import_style``);
+- a comment after a call statement stays with the closing bracket.
 
 A line whose split black makes by rules not reproduced here (a comparison in the value, a
-tuple, a chain of method calls) is left as it is, and the result must parse to the same tree as
+tuple, a chain of method calls, an element of a bracket holding operators, an assignment with
+a comment) is left as it is, and the result must parse to the same tree as
 the converter's output, or the output is returned as the converter wrote it.
 
 Only a file that looks formatter-formatted is touched (:func:`looks_formatted`): the user's own
