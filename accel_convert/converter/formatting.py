@@ -12,6 +12,7 @@ written as converted, untouched by black.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from dataclasses import replace
 from functools import cache
@@ -20,6 +21,60 @@ from typing import Any
 
 from accel_convert.codemods.engine.model import ImportStyle, Options
 from accel_convert.converter.config import ConfigError, read_toml
+from accel_convert.converter.layout import formatter_layout
+
+
+def formatter_clean(original: bytes, output: bytes, path: str, encoding: str) -> bytes:
+    """``output`` as the project's formatter would leave it where ``original`` was formatted:
+    black itself for a project with ``[tool.black]`` where it is installed, else the
+    converter's own layout of the lines it changed (``converter.layout``: black's defaults and
+    ``ruff format``, the line length of ``[tool.ruff]`` or ``[tool.black]`` when given)."""
+    formatted = black_formatted(original, output, path, encoding)
+    if formatted is not output or output == original or not _plain_utf8(output, encoding):
+        return formatted
+    try:
+        before, after = original.decode("utf-8"), output.decode("utf-8")
+    except UnicodeDecodeError:
+        return output
+    laid_out = formatter_layout(before, after, formatter_line_length(Path(os.path.abspath(path))))
+    return output if laid_out == after else laid_out.encode("utf-8")
+
+
+def _plain_utf8(output: bytes, encoding: str) -> bool:
+    return encoding.replace("_", "-").lower() in ("utf-8", "utf8") and b"\r" not in output
+
+
+def formatter_line_length(path: Path) -> int:
+    """``line-length`` of ``[tool.ruff]`` (unless its ``exclude``/``extend-exclude`` leaves
+    ``path`` out of ruff's formatting), else of ``[tool.black]``, in the nearest
+    ``pyproject.toml`` above ``path``; 88, both formatters' default, otherwise (and for a name
+    that is no file: a test's ``train.py``, ``<stdin>``, which belongs to no project)."""
+    if not path.is_file():
+        return 88
+    for candidate in path.parents:
+        pyproject = candidate / "pyproject.toml"
+        if pyproject.is_file():
+            try:
+                tool = read_toml(pyproject).get("tool", {})
+            except ConfigError:
+                return 88
+            tool = tool if isinstance(tool, dict) else {}
+            relative = path.relative_to(candidate).as_posix()
+            for name in ("ruff", "black"):
+                table = tool.get(name)
+                if isinstance(table, dict) and "line-length" in table and not _excluded(table, relative):
+                    return _length(table["line-length"], 88)
+            return 88
+    return 88
+
+
+def _excluded(table: dict[str, Any], relative: str) -> bool:
+    patterns = [*table.get("exclude", []), *table.get("extend-exclude", [])]
+    return any(
+        relative == p or relative.startswith(f"{p.rstrip('/')}/") or fnmatch.fnmatch(relative, p)
+        for p in patterns
+        if isinstance(p, str)
+    )
 
 
 def black_formatted(original: bytes, output: bytes, path: str, encoding: str) -> bytes:

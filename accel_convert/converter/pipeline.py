@@ -32,7 +32,7 @@ from accel_convert import codemods
 from accel_convert.codemods import Change, ConversionOutcome, Options
 from accel_convert.codemods.engine.positions import python_ast
 from accel_convert.converter.data_literals import elide_data_literals
-from accel_convert.converter.formatting import black_formatted, with_import_style
+from accel_convert.converter.formatting import formatter_clean, with_import_style
 
 
 class ConversionError(Exception):
@@ -124,8 +124,8 @@ def convert_script(source: bytes, options: Options, *, path: str) -> Conversion:
     a second conversion.
     """
     conversion = _converted_script(source, with_import_style(options, path), path)
-    # A black-formatted script stays black-formatted (converter.formatting).
-    output = black_formatted(source, conversion.output, path, conversion.encoding)
+    # A formatter-clean script stays formatter-clean (converter.formatting).
+    output = formatter_clean(source, conversion.output, path, conversion.encoding)
     return conversion if output is conversion.output else replace(conversion, output=output)
 
 

@@ -358,6 +358,7 @@ class BatchToNumpy(Rule):
                 import torch.nn as nn
                 from accel_convert.runtime import Accelerator
                 from torch.utils.data import DataLoader, TensorDataset
+
                 accelerator = Accelerator()
 
                 device = accelerator.device

@@ -105,7 +105,12 @@ class InlineLoader(Rule):
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
                     model, optimizer = accelerator.prepare(model, optimizer)
                     for epoch in range(2):
-                        train(model, accelerator.prepare(DataLoader(data, batch_size=8, shuffle=True)), optimizer, accelerator)
+                        train(
+                            model,
+                            accelerator.prepare(DataLoader(data, batch_size=8, shuffle=True)),
+                            optimizer,
+                            accelerator,
+                        )
 
 
                 if __name__ == "__main__":

@@ -96,6 +96,7 @@ class Device(Rule):
                 import torch.nn as nn
                 from accel_convert.runtime import Accelerator
                 from torch.utils.data import DataLoader, TensorDataset
+
                 accelerator = Accelerator()
 
                 device = accelerator.device
