@@ -19,7 +19,7 @@ from click.testing import CliRunner, Result
 
 from accel_convert.converter import report
 from accel_convert.converter.cli import main
-from accel_convert.converter.report import Output, Piece, rich_text
+from accel_convert.converter.report import CHECKS_WITHOUT_REWRITES, Output, Piece, rich_text
 
 TRAIN = b"""import torch
 from torch.utils.data import DataLoader
@@ -503,6 +503,15 @@ def test_select_runs_only_the_selected_rewrites(script: Path) -> None:
     selected = run("--select", "ACC101", "-v", script)
     assert "accelerator = Accelerator()" in selected.stdout and "loss.backward()" in selected.stdout
     assert "ACC101" in selected.stderr and "ACC105" not in selected.stderr
+
+
+def test_selecting_only_checks_says_they_judged_the_script_as_written(script: Path) -> None:
+    """``--select ACC9`` runs no rewrite: the checks report what a conversion would settle, and
+    one line under the summary says so; a selection with a rewrite in it says nothing of the kind."""
+    checks_only = run("--select", "ACC9", "--check", script)
+    assert checks_only.stderr.rstrip().splitlines()[-1] == CHECKS_WITHOUT_REWRITES
+    for selection in (("--select", "ACC1,ACC9"), ("--select", "ACC105"), ()):
+        assert CHECKS_WITHOUT_REWRITES not in run(*selection, "--check", script).stderr
 
 
 def test_ignore_switches_a_rewrite_off(script: Path) -> None:

@@ -996,6 +996,7 @@ def run_plan(plan: Plan, flags: dict[str, Any]) -> int:
         writes=plan.writes,
         warnings_only=flags["warnings_only"],
         statistics=flags["statistics"],
+        checks_without_rewrites=selects_no_rewrite(plan.options),
     )
     # A bar only where a person watches stderr, only for text (machine formats and diffs may
     # share the terminal through stdout), and only for runs long enough to wonder about.
@@ -1011,6 +1012,15 @@ def run_plan(plan: Plan, flags: dict[str, Any]) -> int:
         found = cache.prepare(plan.jobs)  # files found in the cache need no worker
         conversions = parallel.start(flags["jobs"], [job for job in plan.jobs if id(job) not in found], plan.options)
         return Runner(plan, reporter, wants_colour(sys.stdout, color), progress, conversions, cache).run()
+
+
+def selects_no_rewrite(options: Options) -> bool:
+    """``--select`` given, and no rewrite's own code (ACC1xx) among what it switches on."""
+    if not options.select:
+        return False
+    from accel_convert.codemods.engine.registry import all_rules
+
+    return not any(options.enabled(rule.code) for rule in all_rules() if not rule.reports_only())
 
 
 def check_cache(plan: Plan, flags: dict[str, Any]) -> NoCache:

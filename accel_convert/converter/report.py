@@ -204,6 +204,14 @@ def escape_github(value: str, *, is_property: bool = False) -> str:
     return value
 
 
+#: Said under the summary when ``--select`` leaves out every rewrite: the checks then judge the
+#: script as written, and report what a conversion would settle (an accelerator it would create).
+CHECKS_WITHOUT_REWRITES = (
+    "note: --select switched every rewrite off, so the checks judged the scripts as written, not as "
+    "converted (a conversion settles some of what they report: run without --select to see its own)"
+)
+
+
 class Reporter:
     """Collects and prints findings in the chosen format; counts files for the summary line.
 
@@ -212,6 +220,7 @@ class Reporter:
     ``warnings_only``: show only what needs a person (ACC9xx, a stale ``-o`` output), not the
     rewrites. ``statistics``: in text format, a count per code at the end instead of a line per
     finding. In text format, a file's warnings come before its rewrites.
+    ``checks_without_rewrites``: ``--select`` switched every rewrite off (a note says what that means).
     """
 
     def __init__(
@@ -225,8 +234,10 @@ class Reporter:
         writes: bool | None = None,
         warnings_only: bool = False,
         statistics: bool = False,
+        checks_without_rewrites: bool = False,
     ) -> None:
         self.output_format = output_format
+        self.checks_without_rewrites = checks_without_rewrites
         self.check = check
         self.writes = not check if writes is None else writes
         self.verbosity = verbosity
@@ -362,6 +373,8 @@ class Reporter:
                 self.messages.print((line, None))
         if self.verbosity >= 0:
             self.messages.print((self.summary_line(), "bold"))
+            if self.checks_without_rewrites and self.output_format == "text":
+                self.messages.print((CHECKS_WITHOUT_REWRITES, None))
 
     def summary_line(self) -> str:
         """``3 converted, 1 unchanged, 1 failed`` (``would convert`` when nothing is written:
