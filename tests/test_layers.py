@@ -47,7 +47,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     # The facts and the questions asked of them: ScriptFacts, the seeds a program hands one of
-    # its modules, the findings (the analysis reports at recorded sites too), and the owners of
+    # its modules (names only) and the calls of imported functions read through them, the findings (the analysis reports at recorded sites too), and the owners of
     # the questions both the providers and the rules ask (what is a device, the accelerator's
     # code, a random draw).
     (
@@ -55,20 +55,20 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "codemods/engine/facts.py",
             "codemods/engine/program_seeds.py",
+            "codemods/engine/imported_calls.py",
             "codemods/engine/findings.py",
             "codemods/engine/accelerator_code.py",
             "codemods/engine/devices.py",
             "codemods/engine/random_draws.py",
         ),
     ),
-    # The program model: the one walk and the providers that fill the facts (model/), its entry
-    # point (analysis.py, which runs the rules' providers it is handed, never looking them up),
-    # and the cross-module providers that read each module of a program for the seeds.
+    # The program model: the one walk and the providers that fill the facts (model/; the runner
+    # runs the rules' own providers it is handed, never looking them up), and the cross-module
+    # providers that read each module of a program for the seeds.
     (
         "program model",
         (
             "codemods/model/",
-            "codemods/engine/analysis.py",
             "codemods/engine/program_shapes.py",
             "codemods/engine/program_calls.py",
             "codemods/engine/program_inheritance.py",
@@ -92,8 +92,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("rules", ("codemods/rewrites/", "codemods/checks/")),
     # The registry: the rules in their run order (it imports them, so it sits above them).
     ("registry", ("codemods/engine/registry.py",)),
-    # convert_module: analyse one module, hand the analysis the rules' providers, run the rules.
-    ("convert_module", ("codemods/__init__.py",)),
+    # One module: analysed with every rule's providers, taken from the registry (analysis.py),
+    # and converted by the rules in their order (convert_module).
+    ("convert_module", ("codemods/engine/analysis.py", "codemods/__init__.py")),
     # The multi-module driver: the rounds over a program's modules, each converted by
     # convert_module.
     ("program driver", ("codemods/engine/program.py",)),
@@ -155,7 +156,9 @@ def imports_with_kind(tree: ast.AST, kind: str = "top") -> Iterable[tuple[ast.Im
             yield from imports_with_kind(node, kind)
 
 
-def imported_modules(node: ast.Import | ast.ImportFrom, name: str, is_package: bool, known: Mapping[str, str]) -> list[str]:
+def imported_modules(
+    node: ast.Import | ast.ImportFrom, name: str, is_package: bool, known: Mapping[str, str]
+) -> list[str]:
     """The modules of the package ``node`` (in module ``name``) imports: ``from a.b import c`` is
     module ``a.b.c`` when there is one, else ``a.b``; the packages above an imported module are
     not counted (their ``__init__`` holds no layer's code that the import asks for)."""

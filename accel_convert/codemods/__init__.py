@@ -104,7 +104,7 @@ def _nothing_to_convert(facts: ScriptFacts) -> bool:
     """A module that does not use torch, unless its program needs it converted: a library whose
     functions the accelerator reaches (a ``log`` helper that prints), or an entry script calling
     a function of its program that takes the accelerator (``fit(args, loaders)``)."""
-    from accel_convert.codemods.engine.program_seeds import callers_of_imported_accelerator_users
+    from accel_convert.codemods.engine.imported_calls import callers_of_imported_accelerator_users
 
     return (
         not facts.uses_torch

@@ -15,9 +15,9 @@ from types import MappingProxyType
 
 import libcst as cst
 
+from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.engine.facts import FactsDraft, LoopFacts, RunContext, ScriptFacts
 from accel_convert.codemods.engine.findings import FILE_START
-from accel_convert.codemods.model import runner
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -115,7 +115,7 @@ def test_the_analysis_hands_on_read_only_containers_only() -> None:
         main()
         """
     )
-    facts = runner.analyse(cst.parse_module(source), source)
+    facts = analyse(cst.parse_module(source), source)
     assert facts.models == {"model"} and facts.train_loops and facts.call_graph["<module>"] == {"main"}
     for each in fields(ScriptFacts):
         value = getattr(facts, each.name)

@@ -7,14 +7,14 @@ import textwrap
 
 import libcst as cst
 
-from accel_convert.codemods.model import runner
+from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.model.file_flow import file_flow
 
 
 def _reads_after(source: str) -> dict[int, set[tuple[str, int]]]:
     """Write line → the reads (function, line) that may open what it wrote."""
     source = textwrap.dedent(source).lstrip()
-    flow = runner.analyse(cst.parse_module(source), source).of(file_flow)
+    flow = analyse(cst.parse_module(source), source).of(file_flow)
     found: dict[int, set[tuple[str, int]]] = {}
     for write, function, line in flow.pairs:
         found.setdefault(write, set()).add((function, line))

@@ -16,9 +16,11 @@ from types import MappingProxyType
 import libcst as cst
 import pytest
 
+from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.engine.facts import FactsDraft, ScriptFacts
 from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.engine.program import ProgramModule, convert_program
+from accel_convert.codemods.engine.registry import rule_providers
 from accel_convert.codemods.model import runner
 from accel_convert.codemods.model.provider import (
     WORKING_FACTS,
@@ -77,7 +79,7 @@ def test_a_fact_provided_twice_or_unknown_is_refused() -> None:
 
 
 def test_the_rules_own_providers_run_after_the_models_in_a_checked_order() -> None:
-    steps = runner.rule_steps()
+    steps = runner.rule_steps(rule_providers())
     assert len(steps) >= 8, "the rules declare their providers elsewhere: this test would check little"
     check_order((*runner.PROVIDERS, *steps), runner.KNOWN_FACTS | {step.name for step in steps}, given=runner.GIVEN)
     # A rule's provider needing what no provider provides is refused like any other.
@@ -88,7 +90,7 @@ def test_the_rules_own_providers_run_after_the_models_in_a_checked_order() -> No
 
 def test_a_rules_facts_are_read_through_its_provider() -> None:
     source = "import logging\nimport torch\nlog = logging.getLogger(__name__)\nother = logging.getLogger()\nother = 1\n"
-    facts = runner.analyse(cst.parse_module(source), source)
+    facts = analyse(cst.parse_module(source), source)
     assert facts.of(printing.loggers) == frozenset({"log"})
     assert not hasattr(facts, "loggers")  # the shared facts do not hold it
     with pytest.raises(ValueError, match="no accel_convert.codemods.rewrites.printing.loggers"):
@@ -97,7 +99,7 @@ def test_a_rules_facts_are_read_through_its_provider() -> None:
 
 def test_the_facts_are_frozen_once_drawn_but_the_run_context_is_not() -> None:
     source = textwrap.dedent(PROGRAM["train"])
-    facts = runner.analyse(cst.parse_module(source), source)
+    facts = analyse(cst.parse_module(source), source)
     with pytest.raises(FrozenInstanceError):
         facts.main_function = "other"
     assert facts.models == frozenset({"model"}) and isinstance(facts.models, frozenset)
@@ -191,7 +193,7 @@ def undeclared_touches(
     """Provider → the facts it touched without declaring them, analysing ``sources``."""
     undeclared: dict[str, set[str]] = {}
     watched = []
-    for step in (*providers, *runner.rule_steps()):
+    for step in (*providers, *runner.rule_steps(rule_providers())):
 
         def run(analysis: Analysis, step: Provider = step) -> None:
             _touched.clear()
@@ -202,10 +204,10 @@ def undeclared_touches(
 
         watched.append(Provider(step.name, run, step.needs, step.provides, step.refines))
     monkeypatch.setattr(runner, "PROVIDERS", tuple(watched))
-    monkeypatch.setattr(runner, "rule_steps", tuple)  # watched above, after the model's
+    monkeypatch.setattr(runner, "rule_steps", lambda rule_providers: ())  # watched above, after the model's
     monkeypatch.setattr(runner, "record", _watched_record)
     for source in sources:
-        runner.analyse(cst.parse_module(source), source)
+        analyse(cst.parse_module(source), source)
     return undeclared
 
 
@@ -225,7 +227,7 @@ def test_a_provider_reading_what_it_does_not_declare_is_caught(monkeypatch: pyte
     # The prepare rule's ``helper_functions`` reads the roles and the home function: declared as
     # needing nothing.
     understated = rule_provider()(prepare.helper_functions.compute)
-    monkeypatch.setattr(runner, "rule_steps", lambda: (understated.step(),))
+    monkeypatch.setattr(runner, "rule_steps", lambda rule_providers: (understated.step(),))
     touched = undeclared_touches(monkeypatch, runner.PROVIDERS, [textwrap.dedent(PROGRAM["engine"])])
     assert touched == {
         understated.name: {
@@ -275,7 +277,7 @@ def test_a_training_method_called_on_a_trainer_instance_starts_the_training() ->
         model.eval()
         """
     )
-    facts = runner.analyse(cst.parse_module(source), source)
+    facts = analyse(cst.parse_module(source), source)
     assert "LRFinder" in facts.training_classes
     assert facts.training_method_lines == {source.splitlines().index("lr_finder.range_test(loader)") + 1}
     # Its loop is over a range, not a loader: only the method's backward says it trains.
@@ -329,7 +331,7 @@ def test_devices_are_followed_through_parameters_attributes_returns_and_dictiona
         y = torch.randn(3).to(chosen)
         """
     )
-    facts = runner.analyse(cst.parse_module(source), source)
+    facts = analyse(cst.parse_module(source), source)
     # An integer bound to a name, an ``int`` option and a dictionary's device, through a
     # constructor into attributes (and a part of one: ``self.args.gpu``).
     assert facts.gpu_index_names == {"gpu_id", "self.gpu_id", 'self.settings["device"]', "self.args.gpu"}

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 
 from accel_convert.codemods.engine.model import Site
 from accel_convert.codemods.engine.positions import OriginIndex
@@ -44,9 +44,21 @@ if TYPE_CHECKING:
 
     from accel_convert.codemods.engine.names import NameTable
     from accel_convert.codemods.engine.program_seeds import ProgramSeeds
-    from accel_convert.codemods.model.provider import RuleProvider
 
 Result = TypeVar("Result")
+Result_co = TypeVar("Result_co", covariant=True)
+
+
+class RuleResultKey(Protocol[Result_co]):
+    """What :meth:`ScriptFacts.of` reads one rule's own facts by: a rule provider
+    (:class:`codemods.model.provider.RuleProvider`), whose result the analysis keeps under its
+    ``name``. Declared here, by what the facts read of it, so the facts need not know the model."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def compute(self) -> Callable[[Any], Result_co]: ...
 
 
 #: How the call graph and the facts name module-level code (it calls, but is never called).
@@ -377,7 +389,7 @@ class ScriptFacts(FactQuestions):
     #: The facts one rule alone reads, by the provider the rule declares: read with :meth:`of`.
     rule_results: Mapping[str, object] = field(default_factory=dict)
 
-    def of(self, provider: RuleProvider[Result]) -> Result:
+    def of(self, provider: RuleResultKey[Result]) -> Result:
         """What ``provider`` (one of a rule's ``providers``) found in this script."""
         if provider.name not in self.rule_results:
             raise ValueError(f"these facts have no {provider.name}: build them with the analysis")

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.names import NameCollector
-from accel_convert.codemods.engine.program_seeds import program_callee
 from accel_convert.codemods.engine.program_shapes import ModuleShape
 from accel_convert.codemods.engine.syntax import dotted, parameter_filled
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS

@@ -9,8 +9,8 @@ from collections.abc import Iterable, Mapping
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.program_calls import CrossCall
-from accel_convert.codemods.engine.program_seeds import program_callee
 from accel_convert.codemods.engine.program_shapes import ModuleShape
 from accel_convert.codemods.engine.syntax import dotted
 

@@ -12,24 +12,14 @@ module boundaries, carried as names like every other fact:
 * whether the module is a library: the entry script creates the one accelerator and passes it
   down; a library never creates one.
 
-:func:`seed_imported_calls`, :func:`seed_loader_factories`, :func:`seed_parameter_roles` and
-:func:`library_home` are called by the analysis at the points where the seeds join its own
-observations. Without seeds (``None``) the analysis is the single-file one, unchanged.
+The providers of :mod:`codemods.model.program` (and ``library_home`` in
+:mod:`codemods.model.home`) join the seeds to the analysis's own observations. Without seeds
+(``None``) the analysis is the single-file one, unchanged.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-import libcst as cst
-
-from accel_convert.codemods.engine.syntax import dotted
-
-if TYPE_CHECKING:
-    from accel_convert.codemods.engine.facts import FactQuestions, ScriptFacts
-    from accel_convert.codemods.engine.names import ScopeKey
-    from accel_convert.codemods.model.state import Analysis
 
 #: The role sets a parameter can be seeded into: the ScriptFacts fields of the same name.
 ROLES = ("models", "optimizers", "train_loaders", "schedulers", "device_names", "cuda_flags")
@@ -117,110 +107,3 @@ class ProgramSeeds:
             | self.backward_functions
             | {name for name, _ in self.accelerator_parameters}
         )
-
-
-def program_callee(facts: FactQuestions, func: cst.BaseExpression, scope: ScopeKey) -> str | None:
-    """The absolute qualified name of a call's function when it is imported (``engine.train``
-    for ``train`` after ``from engine import train``, or for ``engine.train`` after ``import
-    engine``; relative imports through the seeds); None otherwise."""
-    seeds = facts.program
-    found = facts.names.qualified_name(func, scope, strict=True) if facts.names is not None else None
-    if found is None and seeds is not None:
-        head, _, rest = (dotted(func) or "").partition(".")
-        resolved = dict(seeds.relative_imports).get(head)
-        if resolved is None and facts.names is not None and not facts.names.is_bound(head, scope):
-            # Only where nothing in the module binds the name after the star import did.
-            resolved = dict(seeds.star_imports).get(head)
-        if resolved is not None:
-            found = f"{resolved}.{rest}" if rest else resolved
-    if found is None or seeds is None or not seeds.aliases:
-        return found
-    return dict(seeds.aliases).get(found, found)
-
-
-def _callee(conclusions: Analysis, func: cst.BaseExpression, scope: ScopeKey) -> str | None:
-    return program_callee(conclusions.facts, func, scope)
-
-
-def seed_imported_calls(conclusions: Analysis, seeds: ProgramSeeds) -> None:
-    """Calls of imported program functions join the call graph under their qualified name (so
-    a function calling ``engine.train`` loops over a loader, and its call starts the training);
-    a loop calling an imported function that runs a backward is a training loop."""
-    facts = conclusions.facts
-    known = seeds.imported_functions
-    if not known:
-        return
-    for call in conclusions.r.calls:
-        callee = _callee(conclusions, call.node.func, call.scope)
-        if callee is None or callee not in known:
-            continue
-        facts.call_graph.setdefault(call.function, set()).add(callee)
-        if callee != conclusions.r.names.qualified_name(call.node.func, call.scope):
-            # The analysis files calls under the name their import gives; reached through a
-            # relative or star import, or a re-export, they are filed under the definition too.
-            facts.call_sites.setdefault(callee, []).append(conclusions.site(call.node))
-        for loop in call.loops:
-            loop.calls.add(callee)
-            if callee in seeds.backward_functions:
-                loop.has_backward = True
-
-
-def seed_loader_factories(conclusions: Analysis, seeds: ProgramSeeds) -> None:
-    """``train_loader, val_loader = get_dataloaders(args)`` with ``get_dataloaders`` from another
-    module of the program returning loaders: both names are loaders, prepared where they arrive."""
-    if not seeds.loader_factories:
-        return
-    for assign in conclusions.r.assigns:
-        value = assign.value
-        if isinstance(value, cst.Call) and _callee(conclusions, value.func, assign.scope) in seeds.loader_factories:
-            conclusions.facts.train_loaders.update(assign.targets)
-
-
-def seed_parameter_roles(conclusions: Analysis, seeds: ProgramSeeds) -> None:
-    """Parameters filled by callers in other modules take the role of what they receive."""
-    facts = conclusions.facts
-    for role, names in seeds.parameter_roles:
-        getattr(facts, role).update(names)
-    facts.models.update(seeds.models_handed_over)
-    facts.prepared.update(seeds.prepared)
-    facts.frozen_models -= facts.models
-
-
-def library_home(conclusions: Analysis, seeds: ProgramSeeds) -> None:
-    """A library builds nothing it trains and creates no accelerator: its functions that the
-    accelerator reaches (called only from code holding it) and what they call get it.
-
-    A class constructed there is not one of them: its methods have no parameter to receive the
-    accelerator (a ``MetricLogger`` whose ``log_every`` prints), so it reaches them only as
-    ``self.accelerator`` when the class turns out to be a training class (which then receives
-    it in ``__init__``, see ``model.classes.library_training_classes``)."""
-    facts = conclusions.facts
-    facts.home_kind = "library"
-    facts.main_function = None
-    facts.creating_function = None
-    facts.accessible_functions = conclusions.reachable(set(seeds.accelerator_reaches) - set(conclusions.r.classes))
-
-
-def imported_accelerator_call(
-    facts: ScriptFacts, func: cst.BaseExpression, scope: ScopeKey
-) -> tuple[str, int | None] | None:
-    """For a call of an imported program function that takes the accelerator once converted:
-    its qualified name and where the accelerator goes (None: by keyword); else None."""
-    seeds = facts.program
-    if seeds is None or not seeds.accelerator_parameters:
-        return None
-    callee = program_callee(facts, func, scope)
-    if callee is None:
-        return None
-    index = seeds.accelerator_parameter_index()
-    return (callee, index[callee]) if callee in index else None
-
-
-def callers_of_imported_accelerator_users(facts: ScriptFacts) -> set[str]:
-    """Functions of this module that call an imported function which takes the accelerator:
-    they use it too (and need it passed in unless they create it)."""
-    seeds = facts.program
-    if seeds is None or not seeds.accelerator_parameters:
-        return set()
-    takers = set(seeds.accelerator_parameter_index())
-    return {caller for caller, callees in facts.call_graph.items() if callees & takers}

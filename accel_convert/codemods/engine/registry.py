@@ -25,8 +25,10 @@ import pkgutil
 import re
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.model.provider import RuleProvider
 
 #: Module names under ``codemods/rewrites/``, in run order.
 REWRITE_MODULES: tuple[str, ...] = (
@@ -106,6 +108,13 @@ def all_rules() -> list[type[Rule]]:
         if not check.reports_only():
             raise TypeError(f"codemods/checks/{check.__module__.rpartition('.')[2]}.py: a check only reports (ACC9xx)")
     return rewrites + sorted(checks, key=lambda check: check.code)
+
+
+@cache
+def rule_providers() -> tuple[RuleProvider[Any], ...]:
+    """The providers the rules declare (``Rule.providers``), each once, in the rules' order: what
+    the analysis runs after the model's (see :mod:`codemods.engine.analysis`)."""
+    return tuple(dict.fromkeys(step for rule in all_rules() for step in rule.providers))
 
 
 @cache

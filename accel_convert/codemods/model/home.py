@@ -7,7 +7,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.devices import constructed
 from accel_convert.codemods.engine.facts import MODULE
-from accel_convert.codemods.engine.program_seeds import library_home
+from accel_convert.codemods.engine.program_seeds import ProgramSeeds
 from accel_convert.codemods.engine.syntax import (
     dotted,
     parameter_filled,
@@ -328,3 +328,18 @@ def _library_training_functions(a: Analysis) -> None:
         if set(assign.targets) & facts.optimizers and assign.function in a.r.defs
     }
     facts.training_functions |= builders & facts.accessible_functions
+
+
+def library_home(conclusions: Analysis, seeds: ProgramSeeds) -> None:
+    """A library builds nothing it trains and creates no accelerator: its functions that the
+    accelerator reaches (called only from code holding it) and what they call get it.
+
+    A class constructed there is not one of them: its methods have no parameter to receive the
+    accelerator (a ``MetricLogger`` whose ``log_every`` prints), so it reaches them only as
+    ``self.accelerator`` when the class turns out to be a training class (which then receives
+    it in ``__init__``, see ``model.classes.library_training_classes``)."""
+    facts = conclusions.facts
+    facts.home_kind = "library"
+    facts.main_function = None
+    facts.creating_function = None
+    facts.accessible_functions = conclusions.reachable(set(seeds.accelerator_reaches) - set(conclusions.r.classes))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import constructed
-from accel_convert.codemods.engine.program_seeds import program_callee
+from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.syntax import (
     argument_for,
     parameter_filled,

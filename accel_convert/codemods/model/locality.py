@@ -8,7 +8,7 @@ from collections.abc import Set as AbstractSet
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import MODULE, callers_closure
-from accel_convert.codemods.engine.program_seeds import program_callee
+from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.random_draws import is_global_draw, seeds_generator_of
 from accel_convert.codemods.engine.syntax import (
     dotted,

@@ -4,13 +4,17 @@ alone has no seeds, and these providers leave its facts as they are."""
 
 from __future__ import annotations
 
-from accel_convert.codemods.engine.program_seeds import (
-    seed_imported_calls,
-    seed_loader_factories,
-    seed_parameter_roles,
-)
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from accel_convert.codemods.engine.imported_calls import program_callee
+from accel_convert.codemods.engine.program_seeds import ProgramSeeds
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.state import Analysis
+
+if TYPE_CHECKING:
+    from accel_convert.codemods.engine.names import ScopeKey
 
 
 @provider(
@@ -46,3 +50,51 @@ def parameter_roles(a: Analysis) -> None:
     """Parameters filled by callers in other modules take the role of what they receive."""
     if a.seeds is not None:
         seed_parameter_roles(a, a.seeds)
+
+
+def _callee(conclusions: Analysis, func: cst.BaseExpression, scope: ScopeKey) -> str | None:
+    return program_callee(conclusions.facts, func, scope)
+
+
+def seed_imported_calls(conclusions: Analysis, seeds: ProgramSeeds) -> None:
+    """Calls of imported program functions join the call graph under their qualified name (so
+    a function calling ``engine.train`` loops over a loader, and its call starts the training);
+    a loop calling an imported function that runs a backward is a training loop."""
+    facts = conclusions.facts
+    known = seeds.imported_functions
+    if not known:
+        return
+    for call in conclusions.r.calls:
+        callee = _callee(conclusions, call.node.func, call.scope)
+        if callee is None or callee not in known:
+            continue
+        facts.call_graph.setdefault(call.function, set()).add(callee)
+        if callee != conclusions.r.names.qualified_name(call.node.func, call.scope):
+            # The analysis files calls under the name their import gives; reached through a
+            # relative or star import, or a re-export, they are filed under the definition too.
+            facts.call_sites.setdefault(callee, []).append(conclusions.site(call.node))
+        for loop in call.loops:
+            loop.calls.add(callee)
+            if callee in seeds.backward_functions:
+                loop.has_backward = True
+
+
+def seed_loader_factories(conclusions: Analysis, seeds: ProgramSeeds) -> None:
+    """``train_loader, val_loader = get_dataloaders(args)`` with ``get_dataloaders`` from another
+    module of the program returning loaders: both names are loaders, prepared where they arrive."""
+    if not seeds.loader_factories:
+        return
+    for assign in conclusions.r.assigns:
+        value = assign.value
+        if isinstance(value, cst.Call) and _callee(conclusions, value.func, assign.scope) in seeds.loader_factories:
+            conclusions.facts.train_loaders.update(assign.targets)
+
+
+def seed_parameter_roles(conclusions: Analysis, seeds: ProgramSeeds) -> None:
+    """Parameters filled by callers in other modules take the role of what they receive."""
+    facts = conclusions.facts
+    for role, names in seeds.parameter_roles:
+        getattr(facts, role).update(names)
+    facts.models.update(seeds.models_handed_over)
+    facts.prepared.update(seeds.prepared)
+    facts.frozen_models -= facts.models

@@ -4,8 +4,9 @@
 The order is the one the facts need (see :func:`codemods.model.provider.check_order`): a
 provider listed before one that provides what it needs fails the import, so reordering or
 adding a provider cannot silently read a fact that is not filled yet. The rules' own providers
-(``Rule.providers``, see :mod:`codemods.model.provider`) run after the model's, checked the same
-way when the first analysis gathers them.
+(``Rule.providers``, see :mod:`codemods.model.provider`) are handed to :func:`analyse` (the model
+sits below the rules and never imports the registry) and run after the model's, checked the same
+way the first time they are handed over.
 """
 
 from __future__ import annotations
@@ -88,28 +89,30 @@ check_order(PROVIDERS, KNOWN_FACTS, given=GIVEN)
 
 
 @cache
-def rule_steps() -> tuple[Provider, ...]:
-    """The providers the rules declare (``Rule.providers``), in the rules' order, as steps run
-    after the model's; checked like them (what one needs, an earlier provider provides)."""
-    from accel_convert.codemods.engine.registry import all_rules
-
-    declared: tuple[RuleProvider[Any], ...] = tuple(
-        dict.fromkeys(step for rule in all_rules() for step in rule.providers)
-    )
-    steps = tuple(step.step() for step in declared)
+def rule_steps(rule_providers: tuple[RuleProvider[Any], ...]) -> tuple[Provider, ...]:
+    """The providers the rules declare (``Rule.providers``), handed over by the caller in the
+    rules' order, as steps run after the model's; checked like them (what one needs, an earlier
+    provider provides)."""
+    steps = tuple(step.step() for step in rule_providers)
     check_order((*PROVIDERS, *steps), KNOWN_FACTS | {step.name for step in steps}, given=GIVEN)
     return steps
 
 
-def analyse(module: cst.Module, source: str | bytes | None = None, seeds: ProgramSeeds | None = None) -> ScriptFacts:
-    """Facts about ``module`` (one walk, then the providers), with the original position of every
-    statement and call recorded; ``source``, if given, is what the module was parsed from;
-    ``seeds``, what the other modules of its program say (:mod:`codemods.engine.program`; None:
-    converted alone)."""
+def analyse(
+    module: cst.Module,
+    source: str | bytes | None = None,
+    seeds: ProgramSeeds | None = None,
+    rule_providers: tuple[RuleProvider[Any], ...] = (),
+) -> ScriptFacts:
+    """Facts about ``module`` (one walk, then the providers, then ``rule_providers``), with the
+    original position of every statement and call recorded; ``source``, if given, is what the
+    module was parsed from; ``seeds``, what the other modules of its program say
+    (:mod:`codemods.engine.program`; None: converted alone). The model never looks the rules up:
+    :func:`codemods.engine.analysis.analyse` hands it every rule's providers."""
     analysis = record(module, source, seeds)
     for step in PROVIDERS:
         step(analysis)
-    for step in rule_steps():
+    for step in rule_steps(rule_providers):
         step(analysis)
     return analysis.facts.finish()
 

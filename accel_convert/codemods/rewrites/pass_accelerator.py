@@ -16,8 +16,11 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.imported_calls import (
+    callers_of_imported_accelerator_users,
+    imported_accelerator_call,
+)
 from accel_convert.codemods.engine.model import Change, Options
-from accel_convert.codemods.engine.program_seeds import callers_of_imported_accelerator_users, imported_accelerator_call
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
 from accel_convert.codemods.engine.signatures import parameter_index, with_argument, with_parameter
 from accel_convert.codemods.engine.syntax import parameter_names

@@ -1,0 +1,63 @@
+"""Calls of functions imported from the other modules of a program, read through the seeds
+(:mod:`codemods.engine.program_seeds`): which imported function a call calls, whether it takes
+the accelerator once converted, and which functions here call one that does.
+
+The questions both the program model's providers and the rules ask; apart from the seeds (plain
+names, which the facts hold) because they read the facts.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from accel_convert.codemods.engine.syntax import dotted
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from accel_convert.codemods.engine.facts import FactQuestions, ScriptFacts
+    from accel_convert.codemods.engine.names import ScopeKey
+
+
+def program_callee(facts: FactQuestions, func: cst.BaseExpression, scope: ScopeKey) -> str | None:
+    """The absolute qualified name of a call's function when it is imported (``engine.train``
+    for ``train`` after ``from engine import train``, or for ``engine.train`` after ``import
+    engine``; relative imports through the seeds); None otherwise."""
+    seeds = facts.program
+    found = facts.names.qualified_name(func, scope, strict=True) if facts.names is not None else None
+    if found is None and seeds is not None:
+        head, _, rest = (dotted(func) or "").partition(".")
+        resolved = dict(seeds.relative_imports).get(head)
+        if resolved is None and facts.names is not None and not facts.names.is_bound(head, scope):
+            # Only where nothing in the module binds the name after the star import did.
+            resolved = dict(seeds.star_imports).get(head)
+        if resolved is not None:
+            found = f"{resolved}.{rest}" if rest else resolved
+    if found is None or seeds is None or not seeds.aliases:
+        return found
+    return dict(seeds.aliases).get(found, found)
+
+
+def imported_accelerator_call(
+    facts: ScriptFacts, func: cst.BaseExpression, scope: ScopeKey
+) -> tuple[str, int | None] | None:
+    """For a call of an imported program function that takes the accelerator once converted:
+    its qualified name and where the accelerator goes (None: by keyword); else None."""
+    seeds = facts.program
+    if seeds is None or not seeds.accelerator_parameters:
+        return None
+    callee = program_callee(facts, func, scope)
+    if callee is None:
+        return None
+    index = seeds.accelerator_parameter_index()
+    return (callee, index[callee]) if callee in index else None
+
+
+def callers_of_imported_accelerator_users(facts: ScriptFacts) -> set[str]:
+    """Functions of this module that call an imported function which takes the accelerator:
+    they use it too (and need it passed in unless they create it)."""
+    seeds = facts.program
+    if seeds is None or not seeds.accelerator_parameters:
+        return set()
+    takers = set(seeds.accelerator_parameter_index())
+    return {caller for caller, callees in facts.call_graph.items() if callees & takers}
