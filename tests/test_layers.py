@@ -102,10 +102,26 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("converter", ("converter/",)),
 )
 
-#: Imports against the order still in the code, each (importer, imported) as paths inside
-#: ``accel_convert/``, with why it is still there. The test fails on a violation not listed here
-#: and on one listed here that is gone (remove it from the list when you fix it).
-KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset()
+#: Imports still against the order, each (importer, imported) as paths inside ``accel_convert/``:
+#: an import from a lower layer to a higher one, or the edge that closes a cycle among modules of
+#: one layer (the graph without these has no cycle). The test fails on a violation not listed
+#: here and on one listed here that is gone: remove it from the list when you fix it.
+KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset(
+    {
+        # runtime: the OOM retry starts the ranks' agreement (imported only with several ranks),
+        # which builds on the retry's own helpers (_reduced, _say, is_out_of_memory, ...): those
+        # belong in a module below both.
+        ("runtime/memory.py", "runtime/oom_agreement.py"),
+        # converter: `verify` converts by running the CLI in this process, and the CLI hands the
+        # `verify` subcommand to it; the conversion it runs belongs below both.
+        ("converter/verify.py", "converter/cli.py"),
+        # converter: the pipeline hands a notebook to notebooks.py, which converts each cell with
+        # the pipeline; notebooks.py hands a notebook for --launcher to launcher_cells.py, which
+        # reads its cells with notebooks.py. A dispatch above all three would break both.
+        ("converter/pipeline.py", "converter/notebooks.py"),
+        ("converter/notebooks.py", "converter/launcher_cells.py"),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -267,23 +283,50 @@ def test_the_graph_sees_every_kind_of_import() -> None:
     assert kinds == {"top", "lazy", "typing"}
 
 
-def test_a_violation_and_a_cycle_are_found() -> None:
-    """The checks below can fail: an upward import and a cycle made up here are caught."""
+def problems(edges: list[Edge], known: frozenset[tuple[str, str]]) -> list[str]:
+    """What is wrong with ``edges`` given the ``known`` violations: an import against the layers
+    not listed, a cycle among the edges not listed, a listed violation that is gone."""
+    found = {(edge.importer, edge.imported) for edge in violations(edges)}
+    in_cycles = {
+        (edge.importer, edge.imported)
+        for edge in edges
+        if any({edge.importer, edge.imported} <= set(group) for group in cycles(edges))
+    }
+    wrong = [
+        f"against the layers (see LAYERS): {edge}"
+        for edge in violations(edges)
+        if (edge.importer, edge.imported) not in known
+    ]
+    remaining = [edge for edge in edges if (edge.importer, edge.imported) not in known]
+    wrong.extend(f"modules importing each other in a cycle: {', '.join(group)}" for group in cycles(remaining))
+    wrong.extend(f"fixed, remove from KNOWN_VIOLATIONS: {pair}" for pair in sorted(known - found - in_cycles))
+    return wrong
+
+
+def test_a_violation_a_cycle_and_a_fixed_one_are_found() -> None:
+    """The check below can fail: an upward import, a cycle, and a listed violation that is gone."""
     upward = Edge("codemods/engine/syntax.py", "codemods/model/state.py", 1, "lazy")
     downward = Edge("codemods/model/state.py", "codemods/engine/syntax.py", 1, "top")
     assert violations([upward, downward]) == [upward]
     assert cycles([upward, downward]) == [["codemods/engine/syntax.py", "codemods/model/state.py"]]
-    assert cycles([downward]) == []
+    assert problems([upward, downward], frozenset()) == [
+        f"against the layers (see LAYERS): {upward}",
+        "modules importing each other in a cycle: codemods/engine/syntax.py, codemods/model/state.py",
+    ]
+    assert problems([upward, downward], frozenset({("codemods/engine/syntax.py", "codemods/model/state.py")})) == []
+    # One layer: a cycle is a violation, listed by the edge that closes it.
+    there = Edge("converter/cli.py", "converter/verify.py", 1, "lazy")
+    back = Edge("converter/verify.py", "converter/cli.py", 1, "lazy")
+    assert problems([there, back], frozenset({("converter/verify.py", "converter/cli.py")})) == []
+    assert problems([there], frozenset({("converter/verify.py", "converter/cli.py")})) == [
+        "fixed, remove from KNOWN_VIOLATIONS: ('converter/verify.py', 'converter/cli.py')"
+    ]
+    assert problems([downward], frozenset()) == []
 
 
 def test_imports_follow_the_layers() -> None:
-    edges = import_graph()
-    found = {(edge.importer, edge.imported) for edge in violations(edges)}
-    new = "\n".join(str(edge) for edge in violations(edges) if (edge.importer, edge.imported) not in KNOWN_VIOLATIONS)
-    assert not new, f"imports against the layers (see LAYERS):\n{new}"
-    fixed = sorted(KNOWN_VIOLATIONS - found)
-    assert not fixed, f"fixed: remove from KNOWN_VIOLATIONS: {fixed}"
-    assert cycles(edges) == [], "modules importing each other in a cycle"
+    wrong = problems(import_graph(), KNOWN_VIOLATIONS)
+    assert not wrong, "\n".join(wrong)
 
 
 def report() -> str:
