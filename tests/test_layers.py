@@ -14,6 +14,7 @@ Run as a script for the report (every edge against the order, by kind, and every
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -327,6 +328,29 @@ def test_a_violation_a_cycle_and_a_fixed_one_are_found() -> None:
 def test_imports_follow_the_layers() -> None:
     wrong = problems(import_graph(), KNOWN_VIOLATIONS)
     assert not wrong, "\n".join(wrong)
+
+
+def documented_layers(page: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The table of the "Layers" section of ``page`` as :data:`LAYERS` holds it; a member named
+    without a folder (`walk.py` after `codemods/engine/model.py`) is in the folder of the one before."""
+    section = page.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
+    table = []
+    for row in section.splitlines():
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        if not row.startswith("|") or cells[0] in ("layer", "---"):
+            continue
+        members, folder = [], ""
+        for name in re.findall(r"`([^`]+)`", cells[1]):
+            full = name if "/" in name or not folder else folder + name
+            folder = full.rpartition("/")[0] + "/" if "/" in full else ""
+            members.append(full)
+        table.append((cells[0], tuple(members)))
+    return tuple(table)
+
+
+def test_the_contributing_guide_lists_the_same_layers() -> None:
+    page = (PACKAGE.parent / "docs" / "contributing.md").read_text(encoding="utf-8")
+    assert documented_layers(page) == LAYERS
 
 
 def report() -> str:
