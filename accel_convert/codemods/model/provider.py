@@ -17,8 +17,9 @@ provider provides, or two providers provide the same fact; the model's sequence 
 providers it reads: the rule's module (or its package) defines a :class:`RuleProvider` with
 :func:`rule_provider`, a function of the same shared analysis that *returns* the rule's facts
 (frozen: a frozen dataclass, a frozenset, a tuple), and the rule lists it in ``Rule.providers``.
-The runner runs every rule's providers after the model's, on the same one walk, with the same
-order check (a rule provider ``needs`` facts like any other and provides its own name), and the
+The runner is handed every rule's providers (by :mod:`codemods.engine.analysis`, from the
+registry: the model sits below the rules and never imports them) and runs them after the model's,
+on the same one walk, with the same order check (a rule provider ``needs`` facts like any other and provides its own name), and the
 rule reads the result through one typed accessor, ``facts.of(provider)``::
 
     @rule_provider(needs=("models",))
