@@ -438,7 +438,7 @@ def test_json_has_one_object_per_finding_on_free_stdout(script: Path) -> None:
     assert result.exit_code == 1
     findings = json.loads(result.stdout)
     assert all(
-        set(finding) == {"code", "message", "filename", "line", "column", "end_line", "end_column", "fixed"}
+        set(finding) == {"code", "message", "filename", "line", "column", "end_line", "end_column", "fixed", "help"}
         for finding in findings
     )
     backward = [finding for finding in findings if finding["code"] == "ACC105"]
