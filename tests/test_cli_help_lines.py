@@ -146,7 +146,7 @@ def test_quiet_and_statistics_print_neither_help_nor_source(tmp_path: Path, term
 def test_a_notebook_gets_help_but_no_source_line(tmp_path: Path, terminal: None) -> None:
     import json
 
-    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None}
+    cell: dict[str, object] = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None}
     notebook = {
         "cells": [{**cell, "source": LAST_LINE.decode().splitlines(keepends=True)}],
         "metadata": {"language_info": {"name": "python"}},
