@@ -104,9 +104,12 @@ def test_one_file_goes_to_stdout_and_findings_to_stderr(script: Path) -> None:
     assert result.exit_code == 0, result.stderr
     assert "accelerator.backward(loss)" in result.stdout
     assert "loss.backward()" not in result.stdout
-    # By default what needs a person, one line per converted file and the summary (as ruff
-    # shows only problems); every rewrite with -v.
+    # By default what needs a person (and how to fix it), one line per converted file and the
+    # summary (as ruff shows only problems); every rewrite with -v.
     assert result.stderr.splitlines()[1:] == [
+        "  help: Build the training data as a `torch.utils.data.DataLoader` over a `Dataset` and convert again; "
+        "the converter then prepares it (`train_loader = accelerator.prepare(train_loader)`) and each process "
+        "reads its own shard.",
         f"{script}: converted (3 rewrites)",
         "1 converted, 0 unchanged, 0 failed (1 warning needs a person)",
     ]
