@@ -9,7 +9,10 @@ as it does for a real terminal on stderr.
 from __future__ import annotations
 
 import io
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +29,7 @@ from accel_convert.converter.report import (
     first_sentence,
     snippet_lines,
 )
+from tests.launching import base_env
 
 #: ACC901 on the last line (no final newline), rewrites (ACC101, ACC103, ACC105) before it.
 LAST_LINE = b"""import torch
@@ -144,8 +148,6 @@ def test_quiet_and_statistics_print_neither_help_nor_source(tmp_path: Path, term
 
 
 def test_a_notebook_gets_help_but_no_source_line(tmp_path: Path, terminal: None) -> None:
-    import json
-
     cell: dict[str, object] = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None}
     notebook = {
         "cells": [{**cell, "source": LAST_LINE.decode().splitlines(keepends=True)}],
@@ -200,3 +202,51 @@ def test_the_reporter_prints_snippets_only_when_told_it_writes_to_a_terminal() -
         reporter.file_done("x.py", [warning], changed=False, source=source)
         assert ("2 | loss.backward()" in stream.getvalue()) is snippets
         assert "  help: " in stream.getvalue()
+
+
+#: Runs ``accel-convert ARGS`` in this process, then says whether any rule module was imported.
+RULES_IMPORTED = """
+import sys
+from accel_convert.converter.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print(any(name.startswith("accel_convert.codemods.engine.registry") for name in sys.modules), file=sys.stderr)
+"""
+
+
+def test_a_warm_check_prints_the_help_lines_without_importing_the_rules(tmp_path: Path) -> None:
+    """The check cache keeps the help lines: a second ``--check`` of unchanged files answers from
+    it, and importing every rule for their help would cost more than the whole warm run."""
+    (tmp_path / "train.py").write_bytes(LAST_LINE)
+    env = {**base_env(), "ACCEL_CONVERT_CACHE_DIR": str(tmp_path / "cache")}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", RULES_IMPORTED, "--check", "train.py"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=300,
+            check=False,
+        )
+        for _ in range(2)
+    ]
+    cold, warm = (run.stderr.splitlines() for run in runs)
+    assert cold[-1] == "True" and warm[-1] == "False", (cold, warm)
+    assert cold[:-1] == warm[:-1] and f"  help: {code_helps()['ACC901']}" in warm
+    helps = list((tmp_path / "cache").rglob("helps-*"))
+    assert len(helps) == 1
+    helps[0].write_bytes(b"[1, 2]")  # a spoiled table is computed and written again
+    again = subprocess.run(
+        [sys.executable, "-c", RULES_IMPORTED, "--check", "train.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert again.stderr.splitlines()[:-1] == warm[:-1]
+    assert json.loads(helps[0].read_bytes())["ACC901"] == code_helps()["ACC901"]

@@ -1000,6 +1000,7 @@ def run_plan(plan: Plan, flags: dict[str, Any]) -> int:
     messages = Output(sys.stderr, color)
     stdout_busy = plan.to_stdout or plan.diff
     verbosity = int(flags["verbose"]) - int(flags["quiet"])
+    cache = check_cache(plan, flags)
     reporter = Reporter(
         output_format=flags["output_format"],
         check=plan.check,
@@ -1011,6 +1012,7 @@ def run_plan(plan: Plan, flags: dict[str, Any]) -> int:
         statistics=flags["statistics"],
         checks_without_rewrites=selects_no_rewrite(plan.options),
         snippets=is_terminal(sys.stderr),
+        helps=cache.code_helps,
     )
     # A bar only where a person watches stderr, only for text (machine formats and diffs may
     # share the terminal through stdout), and only for runs long enough to wonder about.
@@ -1022,7 +1024,6 @@ def run_plan(plan: Plan, flags: dict[str, Any]) -> int:
         and is_terminal(sys.stderr)
     )
     with start_up_objects_left_out_of_collections():
-        cache = check_cache(plan, flags)
         found = cache.prepare(plan.jobs)  # files found in the cache need no worker
         conversions = parallel.start(flags["jobs"], [job for job in plan.jobs if id(job) not in found], plan.options)
         return Runner(plan, reporter, wants_colour(sys.stdout, color), progress, conversions, cache).run()

@@ -19,7 +19,7 @@ import os
 import re
 import urllib.parse
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
@@ -78,8 +78,9 @@ class Finding:
         """ACC9xx: left for a person."""
         return not self.fixed and self.code != STALE_OUTPUT
 
-    def as_json(self) -> dict[str, object]:
-        """The finding as ``--output-format json`` prints it (fields documented in docs/cli.md)."""
+    def as_json(self, fix: str | None = None) -> dict[str, object]:
+        """The finding as ``--output-format json`` prints it (fields documented in docs/cli.md);
+        ``fix``: its help line (:meth:`Reporter.help_of`)."""
         return {
             "code": self.code,
             "message": self.message,
@@ -89,21 +90,15 @@ class Finding:
             "end_line": self.end_line,
             "end_column": self.end_column,
             "fixed": self.fixed,
-            "help": finding_help(self),
+            "help": fix,
         }
-
-
-def finding_help(finding: Finding) -> str | None:
-    """The one line the ``help:`` under a finding says: how a person fixes it (ACC9xx only)."""
-    if not finding.is_warning:
-        return None
-    return code_helps().get(finding.code)
 
 
 @cache
 def code_helps() -> dict[str, str]:
     """Code → the first sentence of the rule's "How to fix" text (``Rule.fixes``), on one line;
-    ``--explain CODE`` shows the whole of it."""
+    ``--explain CODE`` shows the whole of it. Importing every rule costs a warm ``--check`` more
+    than its own run: the check cache keeps this table (``CheckCache.code_helps``)."""
     from accel_convert.codemods.engine.registry import all_rules
 
     return {code: first_sentence(plain_prose(text)) for rule in all_rules() for code, text in rule.fixes.items()}
@@ -307,6 +302,7 @@ class Reporter:
     rewrites. ``statistics``: in text format, a count per code at the end instead of a line per
     finding. In text format, a file's warnings come before its rewrites.
     ``checks_without_rewrites``: ``--select`` switched every rewrite off (a note says what that means).
+    ``helps``: gives code → help line (:func:`code_helps`, or the check cache's copy of it).
     ``snippets``: the text goes to a terminal, where each finding shows its source line with a
     caret under its column (:func:`snippet_lines`), as ruff does; never in a log or a pipe.
     """
@@ -324,6 +320,7 @@ class Reporter:
         statistics: bool = False,
         checks_without_rewrites: bool = False,
         snippets: bool = False,
+        helps: Callable[[], Mapping[str, str]] = code_helps,
     ) -> None:
         self.output_format = output_format
         self.checks_without_rewrites = checks_without_rewrites
@@ -335,6 +332,7 @@ class Reporter:
         self.warnings_only = warnings_only
         self.statistics = statistics
         self.snippets = snippets
+        self.helps = helps
         #: Every finding, shown or not (the exit code and the counts use them all).
         self.collected: list[Finding] = []
         #: Files that failed, for the machine-readable formats that report them (SARIF).
@@ -400,6 +398,12 @@ class Reporter:
         elif self.output_format == "text" and self.shown_as_text(finding):
             self.print_text(finding, lines)
 
+    def help_of(self, finding: Finding) -> str | None:
+        """The ``help:`` line under a finding: how a person fixes it (ACC9xx only)."""
+        if not finding.is_warning:
+            return None
+        return self.helps().get(finding.code)
+
     def print_text(self, finding: Finding, lines: Sequence[str]) -> None:
         """The finding's line; on a terminal its source line with a caret under the column;
         for a warning, a ``help:`` line saying how to fix it (as ruff prints them)."""
@@ -408,7 +412,7 @@ class Reporter:
         if finding.code != STALE_OUTPUT:  # a stale output's position is in another file
             for row in snippet_lines(lines, finding, style):
                 self.messages.print(*row)
-        fix = finding_help(finding)
+        fix = self.help_of(finding)
         if fix:
             self.messages.print(("  ", None), ("help", "bold"), (f": {fix}", None))
 
@@ -472,7 +476,8 @@ class Reporter:
         and the summary line (unless quiet)."""
         shown = [finding for finding in self.collected if self.shown(finding)]
         if self.output_format == "json":
-            self.findings_stream.print((json.dumps([finding.as_json() for finding in shown], indent=2), None))
+            found = [finding.as_json(self.help_of(finding)) for finding in shown]
+            self.findings_stream.print((json.dumps(found, indent=2), None))
         elif self.output_format == "sarif":
             log = sarif_log(shown, self.errors)
             self.findings_stream.print((json.dumps(log, indent=2), None))
