@@ -19,6 +19,10 @@ concurrent run (another ``--check``, ``--jobs`` workers) reads a whole entry or 
 that cannot be trusted (truncated, corrupt, written by another version, its digest wrong, its
 key not the one asked for) is a miss: the file is converted and the entry written again.
 
+Beside the entries, ``helps-VERSION`` holds every code's ``help:`` line (report.code_helps),
+written by the first run of a version: reading the rules for them would cost a warm run more
+than the rest of it.
+
 Example: ``accel-convert --check src/`` twice; the second run reads every result from the cache.
 ``ACCEL_CONVERT_CACHE_DIR=/tmp/c accel-convert --check src/`` keeps it in ``/tmp/c``.
 """
