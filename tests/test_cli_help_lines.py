@@ -183,6 +183,8 @@ def test_odd_lines_never_crash() -> None:
     assert snippet_lines(lines, finding(3, 2, 3, end_line=9), "yellow")[2][2][0] == "^", "over several lines"
     assert snippet_lines(lines, finding(4, 1, 2), "yellow") == [], "no such line: no snippet"
     assert snippet_lines([], finding(1, 1, 2), "yellow") == []
+    wide = 'x = "日本"; y = 1\n'  # each of 日本 takes two cells of a terminal
+    assert snippet_lines([wide], finding(1, 11, 12), "yellow")[2][1][0] == " " * (1 + 12), "under the y"
 
 
 def test_the_reporter_prints_snippets_only_when_told_it_writes_to_a_terminal() -> None:
