@@ -104,9 +104,12 @@ def test_one_file_goes_to_stdout_and_findings_to_stderr(script: Path) -> None:
     assert result.exit_code == 0, result.stderr
     assert "accelerator.backward(loss)" in result.stdout
     assert "loss.backward()" not in result.stdout
-    # By default what needs a person, one line per converted file and the summary (as ruff
-    # shows only problems); every rewrite with -v.
+    # By default what needs a person (and how to fix it), one line per converted file and the
+    # summary (as ruff shows only problems); every rewrite with -v.
     assert result.stderr.splitlines()[1:] == [
+        "  help: Build the training data as a `torch.utils.data.DataLoader` over a `Dataset` and convert again; "
+        "the converter then prepares it (`train_loader = accelerator.prepare(train_loader)`) and each process "
+        "reads its own shard.",
         f"{script}: converted (3 rewrites)",
         "1 converted, 0 unchanged, 0 failed (1 warning needs a person)",
     ]
@@ -438,7 +441,7 @@ def test_json_has_one_object_per_finding_on_free_stdout(script: Path) -> None:
     assert result.exit_code == 1
     findings = json.loads(result.stdout)
     assert all(
-        set(finding) == {"code", "message", "filename", "line", "column", "end_line", "end_column", "fixed"}
+        set(finding) == {"code", "message", "filename", "line", "column", "end_line", "end_column", "fixed", "help"}
         for finding in findings
     )
     backward = [finding for finding in findings if finding["code"] == "ACC105"]

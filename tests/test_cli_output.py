@@ -265,10 +265,11 @@ def test_json_is_one_array_with_exactly_the_documented_fields(project: Path) -> 
     findings = json.loads(result.stdout)  # the whole of stdout is one JSON document
     assert isinstance(findings, list) and findings
     fields = documented_json_fields()
-    assert fields == ["code", "message", "filename", "line", "column", "end_line", "end_column", "fixed"]
+    assert fields == ["code", "message", "filename", "line", "column", "end_line", "end_column", "fixed", "help"]
     for finding in findings:
         assert list(finding) == fields
         assert isinstance(finding["fixed"], bool) and finding["fixed"] == finding["code"].startswith("ACC1")
+        assert finding["help"] is None if finding["fixed"] else isinstance(finding["help"], str) and finding["help"]
         assert finding["line"] >= 1 and finding["column"] >= 1
     text_positions = {(m["file"], int(m["line"]), int(m["column"]), m["code"]) for m in findings_of(result.stderr)}
     assert text_positions == set(), "json findings are not also printed as text"

@@ -233,11 +233,14 @@ def test_a_sample_of_mutants_through_the_command(tmp_path: Path) -> None:
     assert result.returncode == (123 if expected_failures else 1), result.stderr
     assert "Traceback" not in result.stderr
     *lines, summary = result.stderr.splitlines()
-    # Findings and each converted file's status line (``PATH: would convert (N rewrites)``) aside.
+    # Findings, their help lines and each converted file's status line (``PATH: would convert (N
+    # rewrites)``) aside.
     error_lines = [
         line
         for line in lines
-        if not re.search(r"^\S+:\d+:\d+: (ACC\d+|stale-output) |^\S+\.py: would convert \(\d+ rewrites?\)$", line)
+        if not re.search(
+            r"^\S+:\d+:\d+: (ACC\d+|stale-output) |^\S+\.py: would convert \(\d+ rewrites?\)$|^  help: ", line
+        )
     ]
     assert all(FINDING_OR_ERROR.match(line) for line in error_lines), error_lines
     failed = Counter(FINDING_OR_ERROR.match(line)["path"] for line in error_lines)  # type: ignore[index]

@@ -19,6 +19,10 @@ concurrent run (another ``--check``, ``--jobs`` workers) reads a whole entry or 
 that cannot be trusted (truncated, corrupt, written by another version, its digest wrong, its
 key not the one asked for) is a miss: the file is converted and the entry written again.
 
+Beside the entries, ``helps-VERSION`` holds every code's ``help:`` line (report.code_helps),
+written by the first run of a version: reading the rules for them would cost a warm run more
+than the rest of it.
+
 Example: ``accel-convert --check src/`` twice; the second run reads every result from the cache.
 ``ACCEL_CONVERT_CACHE_DIR=/tmp/c accel-convert --check src/`` keeps it in ``/tmp/c``.
 """
@@ -31,7 +35,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,6 +101,12 @@ class NoCache:
     def store(self, job: Any, sources: Sequence[bytes], conversions: Sequence[Conversion]) -> None:
         """Keep ``job``'s conversions for the next run."""
 
+    def code_helps(self) -> Mapping[str, str]:
+        """Code → the ``help:`` line under its findings (:func:`converter.report.code_helps`)."""
+        from accel_convert.converter.report import code_helps
+
+        return code_helps()
+
 
 class CheckCache(NoCache):
     """Entries in ``folder`` for one run's options; keyed per job (cli.Job: a file or a program)."""
@@ -107,6 +117,7 @@ class CheckCache(NoCache):
         self.options = dataclasses.asdict(options)
         #: id(job) → (key, digest of the sources looked up, the conversions found or None).
         self.looked_up: dict[int, tuple[str, str, list[Conversion] | None]] = {}
+        self._helps: Mapping[str, str] | None = None
 
     # -- keys ------------------------------------------------------------------------------------
 
@@ -159,6 +170,20 @@ class CheckCache(NoCache):
             return None
 
     # -- writes ----------------------------------------------------------------------------------
+
+    def code_helps(self) -> Mapping[str, str]:
+        """The help lines, kept in one file per version beside the entries: read from it, a warm
+        run prints them without importing every rule (which would cost more than its own run)."""
+        if self._helps is None:
+            path = self.folder / f"helps-{_digest(self.version.encode())[:16]}"
+            self._helps = read_helps(path)
+            if self._helps is None:
+                self._helps = super().code_helps()
+                try:
+                    atomic_write(path, json.dumps(self._helps).encode())
+                except OSError:  # a read-only home, a full disk: the run goes on without it
+                    pass
+        return self._helps
 
     def store(self, job: Any, sources: Sequence[bytes], conversions: Sequence[Conversion]) -> None:
         from accel_convert.converter.pipeline import Conversion
@@ -277,6 +302,17 @@ def decode_entry(
     return [
         decode_conversion(stored, name, source) for stored, (name, _), source in zip(entry["files"], files, sources)
     ]
+
+
+def read_helps(path: Path) -> dict[str, str] | None:
+    """The help lines kept at ``path``: None where the file is missing or not a table of strings."""
+    try:
+        table = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(table, dict) or not all(isinstance(value, str) for value in table.values()):
+        return None
+    return table
 
 
 def decode_conversion(stored: dict[str, Any], name: str, source: bytes) -> Conversion:

@@ -631,14 +631,15 @@ class Runner:
             findings = [Finding.from_change(shown, change) for change in conversion.changes]
             warnings = [finding for finding in findings if finding.is_warning]
             changed = conversion.changed
+            text = self.snippet_source(conversion)
             if self.plan.check and target is not None:
                 stale = self.stale_finding(Job(file.path, shown, target), conversion)
                 changed = stale is not None
-                self.reporter.file_done(shown, warnings + ([stale] if stale else []), changed=changed)
+                self.reporter.file_done(shown, warnings + ([stale] if stale else []), changed=changed, source=text)
             elif self.plan.check:
-                self.reporter.file_done(shown, findings if changed else warnings, changed=changed)
+                self.reporter.file_done(shown, findings if changed else warnings, changed=changed, source=text)
             else:
-                self.reporter.file_done(shown, findings, changed=changed)
+                self.reporter.file_done(shown, findings, changed=changed, source=text)
             if index and changed:
                 self.reporter.local_modules += 1
             if self.plan.diff and conversion.changed:
@@ -683,13 +684,15 @@ class Runner:
         conversion = self.convert_file(job, source)
         findings = [Finding.from_change(job.shown_name, change) for change in conversion.changes]
         warnings = [finding for finding in findings if finding.is_warning]
+        text = self.snippet_source(conversion)
         if self.plan.check and job.target is not None:
             stale = self.stale_finding(job, conversion)
-            self.reporter.file_done(job.shown_name, warnings + ([stale] if stale else []), changed=stale is not None)
+            found = warnings + ([stale] if stale else [])
+            self.reporter.file_done(job.shown_name, found, changed=stale is not None, source=text)
             return
         if self.plan.check:
             self.reporter.file_done(
-                job.shown_name, findings if conversion.changed else warnings, changed=conversion.changed
+                job.shown_name, findings if conversion.changed else warnings, changed=conversion.changed, source=text
             )
         else:
             self.deliver(job, conversion)
@@ -697,9 +700,19 @@ class Runner:
             batch = self.plan.writes and batch_sentence(
                 conversion.batch_size, conversion.has_loader, self.plan.options.split_batches
             )
-            self.reporter.file_done(job.shown_name, findings, changed=conversion.changed, batch=batch or "")
+            self.reporter.file_done(
+                job.shown_name, findings, changed=conversion.changed, batch=batch or "", source=text
+            )
         if self.plan.diff and conversion.changed:
             print_diff(unified_diff(conversion, str(job.target or job.shown_name)), self.color)
+
+    def snippet_source(self, conversion: Conversion) -> str | None:
+        """The original's text, decoded as the conversion decoded it, for the source lines shown
+        under findings on a terminal; None off a terminal, and for a notebook (its findings count
+        lines within a cell)."""
+        if not self.reporter.snippets or hasattr(conversion, "cell_diffs"):
+            return None
+        return conversion.source.decode(conversion.encoding, errors="replace")
 
     def stale_finding(self, job: Job, conversion: Conversion) -> Finding | None:
         """``--check -o OUT``: a finding when OUT is missing or differs from the conversion now."""
@@ -987,6 +1000,7 @@ def run_plan(plan: Plan, flags: dict[str, Any]) -> int:
     messages = Output(sys.stderr, color)
     stdout_busy = plan.to_stdout or plan.diff
     verbosity = int(flags["verbose"]) - int(flags["quiet"])
+    cache = check_cache(plan, flags)
     reporter = Reporter(
         output_format=flags["output_format"],
         check=plan.check,
@@ -997,6 +1011,8 @@ def run_plan(plan: Plan, flags: dict[str, Any]) -> int:
         warnings_only=flags["warnings_only"],
         statistics=flags["statistics"],
         checks_without_rewrites=selects_no_rewrite(plan.options),
+        snippets=is_terminal(sys.stderr),
+        helps=cache.code_helps,
     )
     # A bar only where a person watches stderr, only for text (machine formats and diffs may
     # share the terminal through stdout), and only for runs long enough to wonder about.
@@ -1008,7 +1024,6 @@ def run_plan(plan: Plan, flags: dict[str, Any]) -> int:
         and is_terminal(sys.stderr)
     )
     with start_up_objects_left_out_of_collections():
-        cache = check_cache(plan, flags)
         found = cache.prepare(plan.jobs)  # files found in the cache need no worker
         conversions = parallel.start(flags["jobs"], [job for job in plan.jobs if id(job) not in found], plan.options)
         return Runner(plan, reporter, wants_colour(sys.stdout, color), progress, conversions, cache).run()

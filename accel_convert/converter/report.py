@@ -19,9 +19,10 @@ import os
 import re
 import urllib.parse
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
 
@@ -77,8 +78,9 @@ class Finding:
         """ACC9xx: left for a person."""
         return not self.fixed and self.code != STALE_OUTPUT
 
-    def as_json(self) -> dict[str, object]:
-        """The finding as ``--output-format json`` prints it (fields documented in docs/cli.md)."""
+    def as_json(self, fix: str | None = None) -> dict[str, object]:
+        """The finding as ``--output-format json`` prints it (fields documented in docs/cli.md);
+        ``fix``: its help line (:meth:`Reporter.help_of`)."""
         return {
             "code": self.code,
             "message": self.message,
@@ -88,7 +90,32 @@ class Finding:
             "end_line": self.end_line,
             "end_column": self.end_column,
             "fixed": self.fixed,
+            "help": fix,
         }
+
+
+@cache
+def code_helps() -> dict[str, str]:
+    """Code → the first sentence of the rule's "How to fix" text (``Rule.fixes``), on one line;
+    ``--explain CODE`` shows the whole of it. Importing every rule costs a warm ``--check`` more
+    than its own run: the check cache keeps this table (``CheckCache.code_helps``)."""
+    from accel_convert.codemods.engine.registry import all_rules
+
+    return {code: first_sentence(plain_prose(text)) for rule in all_rules() for code, text in rule.fixes.items()}
+
+
+#: A code span (a full stop inside one, ``e.g.`` or ``x.y``, ends no sentence), or a full stop
+#: followed by a space and a capital letter: the end of a sentence.
+SENTENCE_PART = re.compile(r"`[^`]*`|(?P<stop>\.)\s+(?=[A-Z])")
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of ``text``, its whitespace (line breaks too) made single spaces."""
+    text = " ".join(text.split())
+    for match in SENTENCE_PART.finditer(text):
+        if match.group("stop"):
+            return text[: match.end("stop")]
+    return text
 
 
 def stale_output_finding(output_name: str, source_name: str, *, missing: bool) -> Finding:
@@ -212,6 +239,60 @@ CHECKS_WITHOUT_REWRITES = (
 )
 
 
+#: The colour of a finding's code (and of the caret under it) by :meth:`Reporter.severity`.
+SEVERITY_STYLES = {"warning": "yellow", "error": "red", "notice": "green"}
+
+#: The most characters of a source line a snippet shows: a longer line (minified code, a long
+#: literal) is cut to this many around the finding's column, the cut ends marked with "…".
+SNIPPET_WIDTH = 100
+#: Columns a tab advances to the next multiple of, in a snippet (ruff shows tabs as 4 spaces).
+TAB_WIDTH = 4
+GUTTER_STYLE = "bold blue"
+
+
+def snippet_lines(lines: Sequence[str], finding: Finding, style: str) -> list[tuple[Piece, ...]]:
+    """ruff's snippet under a finding: its source line, numbered, and a caret under the span
+    (its first line where the span runs over several); nothing where the line does not exist."""
+    if not 1 <= finding.line <= len(lines):
+        return []
+    line = lines[finding.line - 1].rstrip("\r\n")
+    end = finding.end_column if finding.end_line == finding.line else finding.column + 1
+    text, start, width = snippet_text(line, finding.column - 1, max(end - 1, finding.column))
+    gutter = " " * len(str(finding.line)) + " |"
+    return [
+        ((gutter, GUTTER_STYLE),),
+        ((f"{finding.line} |", GUTTER_STYLE), (f" {text}" if text else "", None)),
+        ((gutter, GUTTER_STYLE), (" " + " " * start, None), ("^" * width, style)),
+        ((gutter, GUTTER_STYLE),),
+    ]
+
+
+def snippet_text(line: str, start: int, stop: int) -> tuple[str, int, int]:
+    """``line`` as a terminal shows it, and where the caret goes under characters ``start`` to
+    ``stop`` (0-based, end excluded) of the original: (text, cells before the caret, carets).
+    Tabs become spaces, other unprintable characters "�" (rich would strip or expand them and
+    move the caret); a line over :data:`SNIPPET_WIDTH` characters is cut around ``start``."""
+    from rich.cells import cell_len  # wide characters (CJK) take two cells
+
+    start = min(max(start, 0), len(line))
+    stop = min(max(stop, start + 1), len(line) + 1)
+    before, through = len(line[:start].expandtabs(TAB_WIDTH)), len(line[:stop].expandtabs(TAB_WIDTH))
+    shown = "".join(char if char.isprintable() else "\N{REPLACEMENT CHARACTER}" for char in line.expandtabs(TAB_WIDTH))
+    left, right = snippet_window(len(shown), before)
+    text = ("…" if left else "") + shown[left:right] + ("…" if right < len(shown) else "")
+    head = ("…" if left else "") + shown[left:before]
+    return text, cell_len(head), max(1, cell_len(shown[before : min(through, right)]))
+
+
+def snippet_window(length: int, caret: int) -> tuple[int, int]:
+    """The characters ``[left, right)`` of a shown line that fit :data:`SNIPPET_WIDTH`, with the
+    caret's character a third of the way in where the line must be cut."""
+    if length <= SNIPPET_WIDTH:
+        return 0, length
+    left = max(0, min(caret - SNIPPET_WIDTH // 3, length - SNIPPET_WIDTH))
+    return left, left + SNIPPET_WIDTH
+
+
 class Reporter:
     """Collects and prints findings in the chosen format; counts files for the summary line.
 
@@ -221,6 +302,9 @@ class Reporter:
     rewrites. ``statistics``: in text format, a count per code at the end instead of a line per
     finding. In text format, a file's warnings come before its rewrites.
     ``checks_without_rewrites``: ``--select`` switched every rewrite off (a note says what that means).
+    ``helps``: gives code → help line (:func:`code_helps`, or the check cache's copy of it).
+    ``snippets``: the text goes to a terminal, where each finding shows its source line with a
+    caret under its column (:func:`snippet_lines`), as ruff does; never in a log or a pipe.
     """
 
     def __init__(
@@ -235,6 +319,8 @@ class Reporter:
         warnings_only: bool = False,
         statistics: bool = False,
         checks_without_rewrites: bool = False,
+        snippets: bool = False,
+        helps: Callable[[], Mapping[str, str]] = code_helps,
     ) -> None:
         self.output_format = output_format
         self.checks_without_rewrites = checks_without_rewrites
@@ -245,6 +331,8 @@ class Reporter:
         self.findings_stream = findings_stream
         self.warnings_only = warnings_only
         self.statistics = statistics
+        self.snippets = snippets
+        self.helps = helps
         #: Every finding, shown or not (the exit code and the counts use them all).
         self.collected: list[Finding] = []
         #: Files that failed, for the machine-readable formats that report them (SARIF).
@@ -255,18 +343,23 @@ class Reporter:
 
     # -- per file -----------------------------------------------------------------------------
 
-    def file_done(self, shown_name: str, findings: Sequence[Finding], *, changed: bool, batch: str = "") -> None:
+    def file_done(
+        self, shown_name: str, findings: Sequence[Finding], *, changed: bool, batch: str = "", source: str | None = None
+    ) -> None:
         """Report one file: its findings, and a status line when verbose (or, under ``--check``,
         when quiet: the files that fail the check are always named). ``changed``: the file (or
         its ``-o`` output) was or would be rewritten; ``batch``: what its batch size comes to on
-        several processes (:func:`batch_sentence`), said on its status line."""
+        several processes (:func:`batch_sentence`), said on its status line; ``source``: the
+        file's text, for the snippets under its findings (None: no snippets, as for a notebook,
+        whose positions count within a cell)."""
         if changed:
             self.converted += 1
         else:
             self.unchanged += 1
+        lines = source_lines(source) if self.snippets and source is not None else []
         # Warnings first: what needs a person is not buried among a file's rewrites.
         for finding in sorted(findings, key=lambda finding: not finding.is_warning):
-            self.finding(finding)
+            self.finding(finding, lines)
         if self.output_format != "text":
             return
         if changed and self.verbosity >= 0 and not self.statistics:
@@ -294,15 +387,34 @@ class Reporter:
             return False
         return self.verbosity > 0 or not finding.fixed
 
-    def finding(self, finding: Finding) -> None:
-        """Print (text, github) or keep (json, sarif, statistics) one finding."""
+    def finding(self, finding: Finding, lines: Sequence[str] = ()) -> None:
+        """Print (text, github) or keep (json, sarif, statistics) one finding; ``lines``: its
+        file's source lines, for a snippet (empty: none)."""
         self.collected.append(finding)
         if not self.shown(finding):
             return
         if self.output_format == "github":
             self.findings_stream.print((self.github_line(finding), None))
         elif self.output_format == "text" and self.shown_as_text(finding):
-            self.messages.print(*self.text_line(finding))
+            self.print_text(finding, lines)
+
+    def help_of(self, finding: Finding) -> str | None:
+        """The ``help:`` line under a finding: how a person fixes it (ACC9xx only)."""
+        if not finding.is_warning:
+            return None
+        return self.helps().get(finding.code)
+
+    def print_text(self, finding: Finding, lines: Sequence[str]) -> None:
+        """The finding's line; on a terminal its source line with a caret under the column;
+        for a warning, a ``help:`` line saying how to fix it (as ruff prints them)."""
+        self.messages.print(*self.text_line(finding))
+        style = SEVERITY_STYLES[self.severity(finding)]
+        if finding.code != STALE_OUTPUT:  # a stale output's position is in another file
+            for row in snippet_lines(lines, finding, style):
+                self.messages.print(*row)
+        fix = self.help_of(finding)
+        if fix:
+            self.messages.print(("  ", None), ("help", "bold"), (f": {fix}", None))
 
     def severity(self, finding: Finding) -> str:
         """``warning`` for ACC9xx, ``error`` for what ``--check`` fails on, ``notice`` for a
@@ -313,7 +425,7 @@ class Reporter:
 
     def text_line(self, finding: Finding) -> tuple[Piece, ...]:
         """``path:line:col: CODE message``, the form editors and CI logs turn into links."""
-        style = {"warning": "yellow", "error": "red", "notice": "green"}[self.severity(finding)]
+        style = SEVERITY_STYLES[self.severity(finding)]
         return (
             (f"{finding.filename}:{finding.line}:{finding.column}:", "bold"),
             (" ", None),
@@ -364,7 +476,8 @@ class Reporter:
         and the summary line (unless quiet)."""
         shown = [finding for finding in self.collected if self.shown(finding)]
         if self.output_format == "json":
-            self.findings_stream.print((json.dumps([finding.as_json() for finding in shown], indent=2), None))
+            found = [finding.as_json(self.help_of(finding)) for finding in shown]
+            self.findings_stream.print((json.dumps(found, indent=2), None))
         elif self.output_format == "sarif":
             log = sarif_log(shown, self.errors)
             self.findings_stream.print((json.dumps(log, indent=2), None))
