@@ -125,42 +125,51 @@ SLOW_WRITES = """
 import os, sys, time
 from pathlib import Path
 marker = Path(sys.argv[1])
+quick_writes = int(sys.argv[2])  # the first ones complete; the next waits for the signal
+real_fsync = os.fsync
 def slow_fsync(fd):
+    global quick_writes
+    if quick_writes:
+        quick_writes -= 1
+        return real_fsync(fd)
     marker.touch()
     time.sleep(60)
 os.fsync = slow_fsync
 from accel_convert.converter.cli import main
-if sys.argv[2] == "--in-process":
+if sys.argv[3] == "--in-process":
     # Called by another program with arguments: after the clean-up, the signal is that
     # program's (here the default handler: the process ends by SIGTERM, nothing after runs).
-    main(sys.argv[3:], prog_name="accel-convert", standalone_mode=False)
+    main(sys.argv[4:], prog_name="accel-convert", standalone_mode=False)
     print("the caller carried on", file=sys.stderr)
 else:
-    sys.argv = ["accel-convert", *sys.argv[2:]]
+    sys.argv = ["accel-convert", *sys.argv[3:]]
     main()  # the console script: its own process
 """
 
 
 @pytest.mark.parametrize(
-    "sent, code, word, how",
+    "sent, code, word, how, done",
     [
-        (signal.SIGINT, 130, "interrupted", ()),
-        (signal.SIGTERM, 143, "terminated", ()),
+        (signal.SIGINT, 130, "interrupted", (), 0),
+        (signal.SIGINT, 130, "interrupted", (), 2),
+        (signal.SIGTERM, 143, "terminated", (), 1),
         # In-process, SIGTERM is not turned into a return value the caller would go on after
         # (a cancelled CI job ran on for 333 s when a test runner's SIGTERM became exit code 143).
-        (signal.SIGTERM, -signal.SIGTERM, "terminated", ("--in-process",)),
+        (signal.SIGTERM, -signal.SIGTERM, "terminated", ("--in-process",), 0),
     ],
 )
 def test_a_signal_mid_write_leaves_no_temporary_file(
-    tmp_path: Path, sent: signal.Signals, code: int, word: str, how: tuple[str, ...]
+    tmp_path: Path, sent: signal.Signals, code: int, word: str, how: tuple[str, ...], done: int
 ) -> None:
+    """``done`` files are written before the signal comes, in the middle of the next one: they
+    are complete, the one being written leaves nothing, and the last line counts them."""
     sources = tmp_path / "src"
     sources.mkdir()
     for index in range(3):
         (sources / f"train{index}.py").write_bytes(TRAIN)
     marker = tmp_path / "writing"
     child = subprocess.Popen(
-        [sys.executable, "-c", SLOW_WRITES, str(marker), *how, "src", "-o", "out"],
+        [sys.executable, "-c", SLOW_WRITES, str(marker), str(done), *how, "src", "-o", "out"],
         cwd=tmp_path,
         env=base_env(),
         stdout=subprocess.PIPE,
@@ -180,9 +189,12 @@ def test_a_signal_mid_write_leaves_no_temporary_file(
             child.kill()
             child.communicate()
     assert child.returncode == code, stderr
-    assert list((tmp_path / "out").iterdir()) == [], "a temporary (or half-written) file was left behind"
+    written = sorted((tmp_path / "out").iterdir())
+    assert len(written) == done and not [path for path in written if path.name.endswith(".tmp")], written
+    assert all(path.read_bytes().startswith(b"import") for path in written)  # complete conversions
     assert "Traceback" not in stderr and "Aborted" not in stderr
-    assert stderr.splitlines()[-1].startswith(f"accel-convert: {word};"), stderr
+    files = f"{done} file{'' if done == 1 else 's'} written"
+    assert stderr.splitlines()[-1] == f"accel-convert: {word}; {files}, each complete; no file is half-written"
     assert "carried on" not in stderr
 
 

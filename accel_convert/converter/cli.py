@@ -32,6 +32,7 @@ from accel_convert.converter.files import (
     Exclusions,
     Patterns,
     ReadOnlyFile,
+    WrittenFiles,
     discover,
     same_file,
     write_if_different,
@@ -955,9 +956,11 @@ def run_command(ctx: click.Context, flags: dict[str, Any]) -> int:
 
 
 def stopped(how: str, code: int) -> int:
-    """One line saying the run was stopped; the exit code for it."""
+    """One line saying the run was stopped and how many files it had written; the exit code for it."""
+    written = WrittenFiles.count
+    files = f"{written} file{'' if written == 1 else 's'} written"
     try:
-        click.echo(f"accel-convert: {how}; files already written are complete, no file is half-written", err=True)
+        click.echo(f"accel-convert: {how}; {files}, each complete; no file is half-written", err=True)
     except OSError:
         pass
     return code

@@ -253,6 +253,13 @@ def permission_bits(target: Path, mode_like: Path | None) -> int:
     return 0o666 & ~umask
 
 
+class WrittenFiles:
+    """How many files this process has written into place, for the line a run stopped by Ctrl-C
+    or SIGTERM prints (those files are complete; the one being written was removed)."""
+
+    count = 0
+
+
 def atomic_write(target: Path, data: bytes, *, mode_like: Path | None = None, refuse_read_only: bool = False) -> None:
     """Write ``data`` to ``target`` so that readers see the old file or the new one, never a mix.
 
@@ -276,6 +283,7 @@ def atomic_write(target: Path, data: bytes, *, mode_like: Path | None = None, re
             os.fsync(temp.fileno())
         os.chmod(temp_name, permission_bits(target, mode_like))
         os.replace(temp_name, target)
+        WrittenFiles.count += 1
     except BaseException:
         # Whatever went wrong (disk full, Ctrl-C), leave no temporary file behind.
         Path(temp_name).unlink(missing_ok=True)
@@ -322,6 +330,7 @@ def write_set(writes: Iterable[tuple[Path, bytes, Path | None, bool]]) -> None:
             temp_name, target = staged[0]
             os.replace(temp_name, target)
             staged.pop(0)
+            WrittenFiles.count += 1
     except BaseException:
         for temp_name, _ in staged:
             Path(temp_name).unlink(missing_ok=True)
