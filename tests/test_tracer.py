@@ -394,3 +394,26 @@ def test_only_the_ranks_are_traced_not_their_launcher(
 
     monkeypatch.setattr(sys, "orig_argv", argv)
     assert tracer._is_launcher() is launcher
+
+
+def test_a_loss_the_accelerator_divides_for_accumulation_is_recorded_divided(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``accelerator.backward(loss)`` under ``gradient_accumulation_steps=2`` takes the loss the
+    original wrote as ``(loss / 2).backward()``: both runs must record the same value."""
+    import torch
+
+    from accel_convert.runtime import tracer
+
+    recorded: list[dict[str, Any]] = []
+    monkeypatch.setattr(tracer, "_record", lambda kind, **fields: recorded.append({"kind": kind, **fields}))
+
+    class Accumulating:
+        gradient_accumulation_steps = 2
+
+        def backward(self, loss: Any) -> None:
+            (loss / self.gradient_accumulation_steps).backward()
+
+    traced = tracer._traced_method_backward(Accumulating.backward)
+    weight = torch.tensor(3.0, requires_grad=True)
+    traced(Accumulating(), weight * 2)
+    assert [record["value"] for record in recorded if record["kind"] == "loss"] == [3.0]
+    assert weight.grad is not None and float(weight.grad) == 1.0

@@ -243,11 +243,14 @@ def _loss_value(loss: Any) -> float | None:
 
 
 @contextlib.contextmanager
-def _recording_loss(loss: Any) -> Iterator[None]:
-    """Record the outermost backward only (``Tensor.backward`` calls ``torch.autograd.backward``)."""
+def _recording_loss(loss: Any, divisor: int = 1) -> Iterator[None]:
+    """Record the outermost backward only (``Tensor.backward`` calls ``torch.autograd.backward``);
+    ``divisor``: what the backward divides the loss by before it reaches the gradients."""
     depth = getattr(_local, "backward", 0)
     if depth == 0:
         value = _guarded("loss", _loss_value, loss)
+        if value is not None and divisor > 1:
+            value /= divisor
         _record("loss", index=next(_loss_index), value=value)
     _local.backward = depth + 1
     try:
@@ -268,7 +271,10 @@ def _traced_backward(original: Callable[..., Any]) -> Callable[..., Any]:
 def _traced_method_backward(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def backward(self: Any, loss: Any, *args: Any, **kwargs: Any) -> Any:
-        with _recording_loss(loss):
+        # Under gradient accumulation the accelerator divides the loss by the steps, as the
+        # original divided it by hand (``loss / accumulation_steps``): the record is what counts.
+        steps = getattr(self, "gradient_accumulation_steps", 1)
+        with _recording_loss(loss, steps if isinstance(steps, int) else 1):
             return original(self, loss, *args, **kwargs)
 
     return backward
