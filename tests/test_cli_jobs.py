@@ -104,8 +104,8 @@ def test_sigterm_during_a_two_job_run_leaves_no_half_written_file_nor_worker(tmp
     for index in range(6):
         (sources / f"train{index}.py").write_bytes(TRAIN)
     marker = tmp_path / "writing"
-    child = subprocess.Popen(
-        [sys.executable, "-c", SLOW_WRITES, str(marker), "src", "-o", "out", "--jobs", "2"],
+    child = subprocess.Popen(  # "0": no write completes before the slow one
+        [sys.executable, "-c", SLOW_WRITES, str(marker), "0", "src", "-o", "out", "--jobs", "2"],
         cwd=tmp_path,
         env=base_env(),
         stdout=subprocess.PIPE,
