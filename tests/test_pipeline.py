@@ -13,7 +13,7 @@ import accel_convert.converter.pipeline as pipeline
 from accel_convert import codemods
 from accel_convert.codemods.engine.model import Change, ConversionOutcome, Options
 from accel_convert.converter.config import ConfigError, load_config
-from accel_convert.converter.files import atomic_write, discover, write_if_different
+from accel_convert.converter.files import WrittenFiles, atomic_write, discover, write_if_different
 from accel_convert.converter.pipeline import ConversionError, convert_source, first_differing_line
 
 OPTIONS = Options()
@@ -171,6 +171,17 @@ def test_atomic_write_leaves_nothing_behind_when_it_fails(tmp_path: Path, monkey
         atomic_write(target, b"new\n")
     assert target.read_bytes() == b"old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["out.py"]
+
+
+def test_only_the_users_files_count_as_written(tmp_path: Path) -> None:
+    """The Ctrl-C line counts the files written for the user; the tool's own cache entries,
+    written by the same writer with ``output=False``, are not among them."""
+    before = WrittenFiles.count
+    atomic_write(tmp_path / "cache" / "entry.json", b"{}", output=False)
+    assert WrittenFiles.count == before
+    assert (tmp_path / "cache" / "entry.json").read_bytes() == b"{}"
+    atomic_write(tmp_path / "out.py", b"x\n")
+    assert WrittenFiles.count == before + 1
 
 
 def test_new_files_get_umask_permissions_and_replaced_files_keep_theirs(tmp_path: Path) -> None:

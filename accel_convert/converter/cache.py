@@ -34,10 +34,11 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from accel_convert.converter.files import atomic_write
 
 if TYPE_CHECKING:
     from accel_convert.codemods.engine.model import Options
@@ -180,7 +181,7 @@ class CheckCache(NoCache):
             if self._helps is None:
                 self._helps = super().code_helps()
                 try:
-                    atomic_write(path, json.dumps(self._helps).encode())
+                    atomic_write(path, json.dumps(self._helps).encode(), output=False)
                 except OSError:  # a read-only home, a full disk: the run goes on without it
                     pass
         return self._helps
@@ -196,7 +197,7 @@ class CheckCache(NoCache):
         else:
             key = self.key(job, sources)
         try:
-            atomic_write(self.path(key), encode_entry(key, self.version, conversions))
+            atomic_write(self.path(key), encode_entry(key, self.version, conversions), output=False)
         except OSError:  # a read-only home, a full disk: the run goes on without the cache
             pass
 
@@ -334,20 +335,3 @@ def decode_conversion(stored: dict[str, Any], name: str, source: bytes) -> Conve
     if not isinstance(encoding, str):
         raise ValueError("an encoding of the wrong type")
     return Conversion(name, source, output, tuple(changes), encoding, batch_size=batch_size, has_loader=has_loader)
-
-
-def atomic_write(target: Path, data: bytes) -> None:
-    """``data`` into a temporary file beside ``target``, then renamed over it: a reader sees the
-    old entry, none, or the whole new one."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-        os.replace(temporary, target)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise

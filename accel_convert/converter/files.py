@@ -260,7 +260,14 @@ class WrittenFiles:
     count = 0
 
 
-def atomic_write(target: Path, data: bytes, *, mode_like: Path | None = None, refuse_read_only: bool = False) -> None:
+def atomic_write(
+    target: Path,
+    data: bytes,
+    *,
+    mode_like: Path | None = None,
+    refuse_read_only: bool = False,
+    output: bool = True,
+) -> None:
     """Write ``data`` to ``target`` so that readers see the old file or the new one, never a mix.
 
     The bytes go to a temporary file in the target's own folder (``os.replace`` is atomic only
@@ -269,6 +276,10 @@ def atomic_write(target: Path, data: bytes, *, mode_like: Path | None = None, re
     A symbolic link is written through: the file it points to is replaced, the link kept. Missing
     folders above the target are created. With ``refuse_read_only`` (rewriting a file in place),
     a read-only target raises :class:`ReadOnlyFile`.
+
+    ``output=False`` is for the tool's own files (cache entries): losing one costs only a
+    recomputation, so it is not synced to disk, keeps the private permission bits of a temporary
+    file, and is not counted among the files written for the user.
     """
     if target.is_symlink():
         target = Path(os.path.realpath(target))
@@ -279,15 +290,18 @@ def atomic_write(target: Path, data: bytes, *, mode_like: Path | None = None, re
     try:
         with os.fdopen(handle, "wb") as temp:
             temp.write(data)
-            temp.flush()
-            os.fsync(temp.fileno())
-        os.chmod(temp_name, permission_bits(target, mode_like))
+            if output:
+                temp.flush()
+                os.fsync(temp.fileno())
+        if output:
+            os.chmod(temp_name, permission_bits(target, mode_like))
         os.replace(temp_name, target)
-        WrittenFiles.count += 1
     except BaseException:
         # Whatever went wrong (disk full, Ctrl-C), leave no temporary file behind.
         Path(temp_name).unlink(missing_ok=True)
         raise
+    if output:
+        WrittenFiles.count += 1
 
 
 def write_if_different(
