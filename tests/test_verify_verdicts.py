@@ -282,3 +282,23 @@ def test_findings_are_attached_to_the_verdict_they_explain() -> None:
     hang = by_key(verdicts)["no-hang"]
     assert [finding["code"] for finding in hang.findings] == ["ACC902"]
     assert all(not item.findings for item in verdicts if item.holds)
+
+
+def test_the_retry_announcement_is_the_only_line_a_conversion_may_add() -> None:
+    """``--oom-retry`` prints the batch size of each attempt on purpose: not a difference. Any
+    other added line, or that line where the original prints it too, still is."""
+    original = original_run()
+    announced = rank_records(0, 1, prints=("Training with batch size 16", "epoch 0 loss 0.51", "done"))
+    converted = RunTrace("converted", {0: announced}, files=dict(original.files))
+    assert by_key(one_process_verdicts(original, converted))["stdout"].holds
+    multi = right_multi()
+    multi.records[0].insert(1, rec("print", 0, text="Training with batch size 8"))
+    assert failed(n_process_verdicts(original, multi, 2)) == set()
+    other = rank_records(0, 1, prints=("Training with batch size sixteen", "epoch 0 loss 0.51", "done"))
+    assert not by_key(one_process_verdicts(original, RunTrace("converted", {0: other})))["stdout"].holds
+    printing_it = original_run()
+    printing_it.records[0].insert(1, rec("print", 0, text="Training with batch size 16"))
+    again = rank_records(
+        0, 1, prints=("Training with batch size 16", "Training with batch size 16", "epoch 0 loss 0.51", "done")
+    )
+    assert not by_key(one_process_verdicts(printing_it, RunTrace("converted", {0: again})))["stdout"].holds

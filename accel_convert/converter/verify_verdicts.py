@@ -28,6 +28,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from accel_convert.codemods.engine.accelerator_code import RETRY_ANNOUNCEMENT
+
 Record = dict[str, Any]
 
 #: At most this many pieces of evidence are shown per verdict (the rest are counted).
@@ -239,9 +241,23 @@ def same_loss(old: Any, new: Any) -> bool:
     return math.isclose(old, new, rel_tol=LOSS_REL_TOL, abs_tol=1e-12)
 
 
+#: A line the conversion prints on purpose: the out-of-memory retry announcing its batch size.
+_ADDED_BY_CONVERSION = re.compile(re.escape(RETRY_ANNOUNCEMENT).replace(re.escape("{}"), r"\d+") + r"\n?")
+
+
+def printed_lines(run: RunTrace, rank: int, original: RunTrace | None = None) -> list[str]:
+    """What ``rank`` of ``run`` printed; with ``original`` (``run`` is a conversion of it),
+    without the lines the conversion adds on purpose that the original does not print."""
+    texts = [record.get("text", "") for record in run.of("print", rank)]
+    if original is None:
+        return texts
+    printed = {record.get("text", "") for record in original.of("print", 0)}
+    return [text for text in texts if text in printed or not _ADDED_BY_CONVERSION.fullmatch(text)]
+
+
 def stdout_verdict(original: RunTrace, converted: RunTrace) -> Verdict:
-    before = [mask_timing(record.get("text", "")) for record in original.of("print", 0)]
-    after = [mask_timing(record.get("text", "")) for record in converted.of("print", 0)]
+    before = [mask_timing(text) for text in printed_lines(original, 0)]
+    after = [mask_timing(text) for text in printed_lines(converted, 0, original)]
     problems = []
     for index in range(max(len(before), len(after))):
         old = before[index] if index < len(before) else None
@@ -375,9 +391,9 @@ def sync_verdict(multi: RunTrace) -> Verdict:
 def prints_verdict(original: RunTrace, multi: RunTrace) -> Verdict:
     """Each line (numbers masked) printed by one rank, as often as at most the original prints it,
     and every line of the original printed at least once."""
-    expected = Counter(mask_numbers(record.get("text", "")) for record in original.of("print", 0))
+    expected = Counter(mask_numbers(text) for text in printed_lines(original, 0))
     by_rank = {
-        rank: Counter(mask_numbers(r.get("text", "")) for r in multi.of("print", rank)) for rank in multi.ranks()
+        rank: Counter(mask_numbers(text) for text in printed_lines(multi, rank, original)) for rank in multi.ranks()
     }
     union = sum(by_rank.values(), Counter())
     problems = []

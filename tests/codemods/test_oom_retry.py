@@ -319,17 +319,17 @@ def test_retrying_changes_no_report_but_its_own() -> None:
     # line that sets the batch size (``batch_size = 32``), a helper's own ``bs`` parameter is not
     # the batch size it reads (``get_data(ds, bs)``: its caller's ``args.bs`` is), and the check
     # reads a ``global``/``nonlocal`` the retry declares as the variable it is.
-    # One known exception: TCN's layout (optimizer_chosen_by_name.py), where module-level code
-    # builds the loaders from the batch size and module-level functions read them as globals;
-    # moved into the retried function they would be its locals, so the guard leaves the retry
-    # out and says so (ACC937), and the script converts without it. vision-transformers-cifar10's
-    # layout (net_choice_chain.py) is the same: module-level code, train/test over globals.
+    # TCN's layout (optimizer_chosen_by_name.py: module-level functions read the loaders the
+    # retried code builds, as globals) and vision-transformers-cifar10's (net_choice_chain.py: an
+    # optimizer bound only under an if/elif chain, as unbound in the original as after the move)
+    # were left out before the guard read names bound through ``global`` and moved code's reads
+    # as the original's.
     left_out = [
         s.name
         for s in FIXTURE_SCRIPTS
         if any(map(_retry_left_out, converted_fixture(s, Options(oom_retry=True)).changes))
     ]
-    assert left_out == ["net_choice_chain.py", "optimizer_chosen_by_name.py"]
+    assert left_out == []
 
 
 def _retry_left_out(change: object) -> bool:

@@ -15,6 +15,9 @@ from accel_convert.codemods.engine.syntax import names_variable, statement
 #: The function the out-of-memory retry wraps training code in (decorated with
 #: ``find_executable_batch_size``; it takes the batch size).
 RETRIED_TRAINING_FUNCTION = "inner_training_loop"
+#: The line each attempt of the retried training prints (``format`` takes the batch size): the
+#: only output a conversion adds on purpose, which ``verify`` leaves out of its comparisons.
+RETRY_ANNOUNCEMENT = "Training with batch size {}"
 
 #: Longest one-line prepare statement before the arguments go on their own line.
 PREPARE_LINE_LIMIT = 100

@@ -31,6 +31,7 @@ import ast
 import builtins
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,7 +122,7 @@ def name_flow_problems(original: ast.Module, converted: ast.Module) -> list[Name
         scope, name = key
         # The first read is where the program would stop.
         line, column = min(reads)
-        original_reads = before.get(key, ())
+        original_reads = before.get(key) or _reads_of_moved_code(original, before, scope, name)
         if len(reads) > len(original_reads) or (
             added.rebinds(name, line) and not added.read_unconditionally(scope, original_reads)
         ):
@@ -171,6 +172,18 @@ class _AddedRebindings:
         plain = [node for node in body if not isinstance(node, (*_COMPOUND, *_DEFINITIONS))]
         spans = [(node.lineno, node.end_lineno or node.lineno) for node in plain]
         return any(first <= line <= last for line, _ in reads for first, last in spans)
+
+
+def _reads_of_moved_code(
+    original: ast.Module, before: Mapping[Key, set[Position]], scope: str, name: str
+) -> set[Position]:
+    """The original's possibly unbound reads of ``name`` that a converted scope holds: a
+    function the original does not have (the retried training loop, a notebook's training
+    function) holds code the conversion moved into it from the module and from the classes and
+    functions defined there, so it compares with the original's reads of the name anywhere."""
+    if scope == "<module>" or _scope_body(original, scope) is not None:
+        return set()
+    return {position for (_, read), positions in before.items() if read == name for position in positions}
 
 
 def _scope_body(module: ast.Module, scope: str) -> list[ast.stmt] | None:
@@ -232,6 +245,14 @@ class _Bindings:
         #: the flow then never looks for the names one binds.
         self.has_walrus = False
         self._visit_body(module.body, id(module), [])
+
+    def bound_as_globals(self) -> set[str]:
+        """Module names that functions bind through ``global`` (the retried training loop's
+        ``global Tensor`` ... ``Tensor = ...``): bound in the module once that function ran."""
+        found: set[str] = set()
+        for scope, names in self.declared_global.items():
+            found |= names & self.in_scope.get(scope, set())
+        return found
 
     def _visit_body(self, body: Iterable[ast.AST], scope: int, open_statements: list[int]) -> None:
         for node in body:
@@ -375,6 +396,9 @@ class _Function:
     global_reads: dict[str, set[Position]] = field(default_factory=dict)
     #: Module-level functions and classes its body calls by name, and methods (``C.m``) by ``self.m()``.
     calls: set[str] = field(default_factory=set)
+    #: Callee → the names it declares ``global`` that are bound at every call of it (the retried
+    #: training loop binds ``FloatTensor`` and then calls ``to_categorical``, which reads it).
+    globals_bound_at_calls: dict[str, set[str]] = field(default_factory=dict)
 
 
 class _ModuleFlow:
@@ -413,18 +437,21 @@ class _ModuleFlow:
         """A function that declares a name ``global`` and binds it (the retried training loop,
         ``global n`` … ``mse, n = evaluate()`` … ``print(n)``) reads its own binding where that
         comes first on every path: those reads need nothing of the module. Only the others stay
-        module-level reads, judged where the function is called."""
+        module-level reads, judged where the function is called. The functions it calls after
+        such a binding find the name bound too (:attr:`_Function.globals_bound_at_calls`)."""
         node = function.node
         own = self.bindings.declared.get(id(node), set()) & self.bindings.in_scope.get(id(node), set())
-        own &= set(function.global_reads)
         if not own:
             return
         marker = f"<own globals of {function.qualified}>"
-        block = _Block(self, marker, module_level=False, local_names=own)
+        block = _Block(self, marker, module_level=False, local_names=own, nested_read_at_definition=True)
         block.statements(node.body, set(_parameter_names(node.args)))
         unbound = {name: self.found.pop((marker, name), set()) for name in own}
-        for name in own:
+        function.globals_bound_at_calls = block.bound_at_calls
+        nested = _nested_definitions(node)
+        for name in own & set(function.global_reads):
             in_flow = _own_flow_reads(node, name)
+            in_flow |= {(r.lineno, r.col_offset) for d in nested for r in _nested_reads(d, {name})}
             kept = {p for p in function.global_reads[name] if p not in in_flow or p in unbound[name]}
             if kept:
                 function.global_reads[name] = kept
@@ -439,7 +466,7 @@ class _ModuleFlow:
         _Block(self, "<module>", module_level=True).statements(self.module.body, bound)
         # Functions no module-level statement calls run later (called from another module, as
         # a callback, from a method): what the module binds anywhere is what they can read.
-        everything = self.module_bindings | ALWAYS_BOUND | NOTEBOOK_NAMES
+        everything = self.module_bindings | self.bindings.bound_as_globals() | ALWAYS_BOUND | NOTEBOOK_NAMES
         for qualified, function in self.functions.items():
             if qualified not in self.reached:
                 self._judge_globals(function, everything)
@@ -454,13 +481,13 @@ class _ModuleFlow:
     def called_at_module_level(self, callee: str, bound: set[str], line: int) -> None:
         """A module-level statement calls ``callee`` (a function or a class of the module) with
         ``bound`` bound: what it and the functions it calls read of the module must be bound."""
-        pending = [callee]
-        seen: set[str] = set()
+        pending = [(callee, frozenset(bound))]
+        seen: set[tuple[str, frozenset[str]]] = set()
         while pending:
-            name = pending.pop()
-            if name in seen:
+            name, bound_here = pending.pop()
+            if (name, bound_here) in seen:
                 continue
-            seen.add(name)
+            seen.add((name, bound_here))
             targets = [name]
             if name in self.classes:
                 targets = [f"{name}.__init__"]
@@ -469,11 +496,14 @@ class _ModuleFlow:
                 if function is None:
                     continue
                 self.reached.add(target)
-                key = (target, frozenset(bound))
+                key = (target, bound_here)
                 if key not in self.checked_calls:
                     self.checked_calls.add(key)
-                    self._judge_globals(function, bound, line)
-                pending.extend(function.calls)
+                    self._judge_globals(function, bound_here, line)
+                pending.extend(
+                    (callee, bound_here | function.globals_bound_at_calls.get(callee, set()))
+                    for callee in function.calls
+                )
 
     def _judge_globals(self, function: _Function, bound: set[str] | frozenset[str], line: int = 0) -> None:
         for name, positions in function.global_reads.items():
@@ -490,12 +520,26 @@ class _ModuleFlow:
 class _Block:
     """One scope's statements in execution order, with the names bound on every path so far."""
 
-    def __init__(self, flow: _ModuleFlow, scope: str, *, module_level: bool, local_names: set[str] | None = None):
+    def __init__(
+        self,
+        flow: _ModuleFlow,
+        scope: str,
+        *,
+        module_level: bool,
+        local_names: set[str] | None = None,
+        nested_read_at_definition: bool = False,
+    ):
         self.flow = flow
         self.scope = scope
         self.module_level = module_level
         #: The names this scope binds (a function's locals); None: every name (module level).
         self.local_names = local_names
+        #: Whether a nested function's reads of :attr:`local_names` are judged where it is
+        #: defined: it can only run after that, so what is bound there on every path is bound.
+        self.nested_read_at_definition = nested_read_at_definition
+        #: With it, the callee → the :attr:`local_names` bound at every call of it (calls in
+        #: nested functions count where those are defined).
+        self.bound_at_calls: dict[str, set[str]] = {}
 
     def walrus_targets(self, expression: ast.AST | None) -> set[str]:
         """The names the assignment expressions in ``expression`` bind."""
@@ -522,7 +566,18 @@ class _Block:
 
     def _define_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, bound: set[str]) -> set[str] | None:
         self.reads([*node.decorator_list, *_defaults(node.args)], bound)
+        if self.nested_read_at_definition and self.local_names:
+            for read in _nested_reads(node, self.local_names):
+                self.name_read(read.id, read, bound)
+            for statement in node.body:
+                self._note_calls(statement, bound)
         return bound | {node.name}
+
+    def _note_calls(self, node: ast.AST, bound: set[str]) -> None:
+        local = bound & (self.local_names or set())
+        for callee in _called_names(node):
+            known = self.bound_at_calls.get(callee)
+            self.bound_at_calls[callee] = set(local) if known is None else known & local
 
     def _define_class(self, node: ast.ClassDef, bound: set[str]) -> set[str] | None:
         self.reads([*node.decorator_list, *node.bases, *(k.value for k in node.keywords)], bound)
@@ -639,6 +694,8 @@ class _Block:
         for expression in expressions:
             for name, node, extra in _names_read(expression):
                 self.name_read(name, node, bound | extra)
+            if self.nested_read_at_definition:
+                self._note_calls(expression, bound)
             if self.module_level:
                 for callee in _called_names(expression):
                     self.flow.called_at_module_level(callee, bound, expression.lineno)
@@ -1186,7 +1243,7 @@ def _names_read(expression: ast.expr) -> Iterator[tuple[str, ast.Name, set[str]]
         pending.extend((child, extra) for child in _children(node))
 
 
-def _called_names(expression: ast.expr) -> Iterator[str]:
+def _called_names(expression: ast.AST) -> Iterator[str]:
     """Functions and classes the expression calls by a plain name, now (not in a lambda)."""
     pending: list[ast.AST] = [expression]
     while pending:
@@ -1245,6 +1302,34 @@ def _read_function(
     visible = frozenset(bindings.locals_of(node))
     for statement in node.body:
         collect(statement, visible)
+
+
+def _nested_definitions(
+    function: ast.FunctionDef | ast.AsyncFunctionDef,
+) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The functions defined among ``function``'s own statements (in its blocks, not in other
+    nested functions or classes)."""
+    found: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
+    pending: list[ast.AST] = list(function.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found.append(node)
+        elif isinstance(node, ast.stmt) and not isinstance(node, ast.ClassDef):
+            pending.extend(child for child in _children(node) if isinstance(child, ast.stmt))
+    return found
+
+
+def _nested_reads(function: ast.FunctionDef | ast.AsyncFunctionDef, names: AbstractSet[str]) -> list[ast.Name]:
+    """The reads of ``names`` in a nested function's body that are not its own variables: they
+    read the enclosing scope (here, its ``global`` names)."""
+    own = _bound_in_function(function)
+    return [
+        node
+        for statement in function.body
+        for node in _walk_ast(statement)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in names and node.id not in own
+    ]
 
 
 def _own_flow_reads(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> set[Position]:

@@ -23,6 +23,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import (
     RETRIED_TRAINING_FUNCTION,
+    RETRY_ANNOUNCEMENT,
     accelerator_name,
     is_accelerator_method,
 )
@@ -427,11 +428,30 @@ def _find_training_region(module: cst.Module, facts: ScriptFacts) -> _Region | N
             (i for i in range(created + 1, prepare + 1) if _builds_training_object(statements[i], facts)), prepare
         )
         end, guard = len(statements), None
+        if function is not None:
+            start = _with_helpers_reading_it(statements, created + 1, start, end)
         last = statements[-1]
         if function is None and _is_main_guard(last) and isinstance(last.body, cst.IndentedBlock):
             end, guard = end - 1, last
         return _Region(function, statements, start, end, prepare, guard)
     return None
+
+
+def _with_helpers_reading_it(statements: Sequence[cst.BaseStatement], first: int, start: int, end: int) -> int:
+    """The start of a function's retried code, moved up to take in the helpers defined above it
+    that read what it binds (``def noise(n): return Tensor(...)`` above the models, ``Tensor``
+    bound below them): left outside, their closure would read a name only the retried
+    function binds."""
+    while True:
+        bound = names_bound(statements[start:end])
+        readers = [
+            i
+            for i in range(first, start)
+            if isinstance(statements[i], (cst.FunctionDef, cst.ClassDef)) and variables_read(statements[i]) & bound
+        ]
+        if not readers:
+            return start
+        start = min(readers)
 
 
 def _is_prepare_line(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:
@@ -542,10 +562,14 @@ def _wrap(
         preamble.append(cst.SimpleStatementLine([keyword([cst.NameItem(cst.Name(n)) for n in sorted(outer)])]))
     preamble += [
         cst.parse_statement(f"{acc}.free_memory()"),
-        cst.parse_statement(f'{acc}.print(f"Training with batch size {{{PARAMETER}}}")'),
+        cst.parse_statement(f'{acc}.print(f"{RETRY_ANNOUNCEMENT.format("{" + PARAMETER + "}")}")'),
     ]
     flushed = [_flush_blank_lines(s) for s in moved]
-    flushed[0] = flushed[0].with_changes(leading_lines=_without_leading_blanks(flushed[0].leading_lines))
+    first_lines = _without_leading_blanks(flushed[0].leading_lines)
+    if isinstance(flushed[0], (cst.FunctionDef, cst.ClassDef)):
+        # A definition after the preamble's calls keeps a blank line above it, as formatters want.
+        first_lines = [cst.EmptyLine(indent=False), *first_lines]
+    flushed[0] = flushed[0].with_changes(leading_lines=first_lines)
     # The replacer and the blank-line flush rebuild every statement they touch: carry the
     # original positions over, so that the rules after this one report (and walk) the moved
     # code where the user wrote it.
@@ -634,7 +658,9 @@ def _outer_names(region: _Region, module: cst.Module) -> set[str]:
         outside |= names_bound(before)
     else:
         after = [] if region.main_guard is not None else region.statements[region.end :]
-        outside = names_bound(before) | variables_read(*before, *after)
+        # Definitions kept at module level (``def reparameterization(...)`` reading ``Tensor``)
+        # read the moved code's names as globals too.
+        outside = names_bound(before) | variables_read(*before, *region.kept, *after)
     return assigned & outside
 
 
