@@ -50,9 +50,11 @@ from accel_convert.converter.notebooks import (
     CellChange,
     Masks,
     NotebookConversion,
+    cell_conversions,
     convert_cells,
     is_cell_magic,
     unused_name,
+    write_notebook,
 )
 from accel_convert.converter.pipeline import Conversion
 
@@ -104,11 +106,11 @@ def convert_for_launcher(notebook: Any, source: bytes, options: Options, path: s
         )
     new_notebook = restructured.notebook
     new_notebook.cells.insert(restructured.launcher_index, launcher_cell(restructured, options))
-    from accel_convert.converter.notebooks import write_notebook
-
+    origins = list(restructured.origins)
+    origins.insert(restructured.launcher_index, None)
     output = write_notebook(new_notebook, source)
-    whole = Conversion(f"{path}:cells", _code_text(original), _code_text(new_notebook))
-    return NotebookConversion(path, source, output, converted.changes, "utf-8", (whole,))
+    cells = cell_conversions(path, original, new_notebook, origins)
+    return NotebookConversion(path, source, output, converted.changes, "utf-8", cells)
 
 
 def restructured_and_converted(notebook: Any, options: Options, path: str) -> tuple[Restructured, Any] | None:
@@ -136,12 +138,6 @@ def restructured_and_converted(notebook: Any, options: Options, path: str) -> tu
         shared |= wanted
 
 
-def _code_text(notebook: Any) -> bytes:
-    """The notebook's code cells, one after the other (what ``--diff`` shows of a restructuring)."""
-    codes = [cell.source for cell in notebook.cells if cell.get("cell_type") == "code"]
-    return "".join(code if code.endswith("\n") else code + "\n" for code in codes).encode("utf-8")
-
-
 @dataclass
 class Restructured:
     notebook: Any
@@ -156,6 +152,8 @@ class Restructured:
     declared: tuple[str, ...] = ()
     #: The training's objects (models, optimizers, loaders, schedulers): never shared.
     trained: frozenset[str] = frozenset()
+    #: Per cell of ``notebook``: the index of the original cell it comes from (None: new).
+    origins: tuple[int | None, ...] = ()
 
     def shareable(self, unbound: Sequence[tuple[str, str]]) -> frozenset[str]:
         """The names of ``unbound`` (name, scope) that a definition reads as a global and the
@@ -248,10 +246,11 @@ def restructure(notebook: Any, options: Options, shared: frozenset[str] = frozen
     new = copy.deepcopy(notebook)
     span = range(moved[0].index, moved[-1].index + 1)
     kept, statements = _split_span(new, span, moved, masks, settings.hoisted)
+    origins = (*range(span.start), *(index for index, _ in kept), None, *range(span.stop, len(new.cells)))
     function = _training_function(statements, moved, settings.declared)
     code, _ = masks.restore(cst.Module(body=[function]).code.rstrip("\n"), "")
     function_cell = _new_cell(new, code, "training-function")
-    new.cells = [*new.cells[: span.start], *kept, function_cell, *new.cells[span.stop :]]
+    new.cells = [*new.cells[: span.start], *(cell for _, cell in kept), function_cell, *new.cells[span.stop :]]
     return Restructured(
         new,
         span.start + len(kept),
@@ -260,6 +259,7 @@ def restructure(notebook: Any, options: Options, shared: frozenset[str] = frozen
         settings.function_names,
         settings.declared,
         trained,
+        origins,
     )
 
 
@@ -371,31 +371,31 @@ def _last_reader(cells: list[_CodeCell], first: int, last: int) -> int:
 
 def _split_span(
     new: Any, span: range, moved: list[_CodeCell], masks: Masks, hoisted: frozenset[tuple[int, int]]
-) -> tuple[list[Any], list[Statement]]:
+) -> tuple[list[tuple[int, Any]], list[Statement]]:
     """The cells of the training's span (in ``new``) that stay, in order (markdown, definitions,
-    settings, only comments), and the statements that go into the function. ``hoisted``: the
-    settings that stay, as (cell index, statement index)."""
-    kept: list[Any] = []
+    settings, only comments), each with its index, and the statements that go into the function.
+    ``hoisted``: the settings that stay, as (cell index, statement index)."""
+    kept: list[tuple[int, Any]] = []
     statements: list[Statement] = []
     by_index = {cell.index: cell for cell in moved}
     for index in span:
         cell = new.cells[index]
         code_cell = by_index.get(index)
         if code_cell is None:
-            kept.append(cell)
+            kept.append((index, cell))
             continue
         stays = [
             definition or (index, position) in hoisted for position, definition in enumerate(code_cell.definitions)
         ]
         body, kept_definitions = _split(code_cell.module, stays)
         if not code_cell.module.body:  # only comments: the cell stays as it is
-            kept.append(cell)
+            kept.append((index, cell))
         elif kept_definitions is not None:
             if body:
                 cell.source, _ = masks.restore(_strip_final_newline(kept_definitions.code, cell.source), "")
                 cell.outputs = []
                 cell.execution_count = None
-            kept.append(cell)
+            kept.append((index, cell))
         if body:
             statements.extend(_separated(body, first=not statements))
     return kept, statements
