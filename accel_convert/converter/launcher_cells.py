@@ -24,13 +24,26 @@ has no such function, so the cells are restructured before the usual conversion:
   writes it: two GPUs, or two CPU processes on Gloo on a machine without one).
 
 Then the notebook is converted as any notebook is (the accelerator is created inside the
-function, evaluation gathers over every sample, saving happens once...). Nothing is restructured
-— the notebook gets its usual conversion, and a ``notebook-launcher`` warning says why — when:
-the training is already in a function (launch that one), there is no top-level training, a cell
-magic (``%%time``) sits among the training cells, or the restructured program would read a name
-before binding it (a helper reading the training's ``device`` as a global, a definition's
-default argument computed from a training variable): converter's name-flow check, comparing the
-original cells with the converted, restructured ones.
+function, evaluation gathers over every sample, saving happens once...), and converter's
+name-flow check compares the original cells with the converted, restructured ones.
+
+- **Settings read as globals.** When that check finds a definition (a model class, a helper)
+  reading one of the function's names as a global — a settings cell's ``num_hidden_1 = 128``
+  read in ``__init__``, a helper's ``device`` — the notebook is restructured again for those
+  names (:func:`_shared_settings`): ``notebook_launcher`` forks the kernel, so a plain value bound
+  at the top level is in every process and stays there; one made per process (the device) is
+  declared ``global`` in the function. A notebook that needs neither is restructured as before.
+
+Nothing is restructured — the notebook gets its usual conversion, and a ``notebook-launcher``
+warning says why — when: the training is already in a function (launch that one), there is no
+top-level training, a cell magic (``%%time``) sits among the training cells, or the restructured
+program would still read a name before binding it (a helper reading the training's optimizer as a
+global, a definition's default argument computed from a training variable).
+
+Example — a settings cell next to the loaders, and a class reading its sizes::
+
+    num_hidden_1 = 32                          # stays: MultilayerPerceptron reads it
+    train_loader = DataLoader(data, batch_size=batch_size)   # moves into training_function
 """
 
 from __future__ import annotations
