@@ -328,3 +328,24 @@ def test_a_notebook_diff_names_each_changed_cell_and_leaves_out_the_others(tmp_p
         "loader = DataLoader(torch.ones(64, 4), batch_size=8)\n"
         "for x in loader:\n    loss = model(x).sum()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()",
     )  # --diff writes nothing
+
+
+def test_a_setting_stays_with_what_it_is_computed_from_and_a_per_process_value_is_declared_global() -> None:
+    source = notebook_bytes(
+        "import torch\ndata = torch.ones(8, 2)",
+        "base = 4\nhidden = 2 * base\nloader = torch.utils.data.DataLoader(data, batch_size=2)\nsteps = len(loader)",
+        "def progress(step):\n    return f'{step}/{steps}'\n\n"
+        "class Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.layer = torch.nn.Linear(2, hidden)\n\n    def forward(self, x):\n        return self.layer(x)",
+        "model = Net()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor i, x in enumerate(loader):\n"
+        "    loss = model(x).sum()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n    print(progress(i))",
+    )
+    conversion = convert_notebook(source, LAUNCHER, path="nb.ipynb")
+    assert not launcher_warnings(conversion)
+    cells = cells_of(conversion.output)
+    # `hidden` (read by Net) stays with `base`, which it is computed from; `steps` counts the
+    # loader's batches, made per process: bound in the function, declared global for progress().
+    assert cells[1].source == "base = 4\nhidden = 2 * base"
+    function = cells[3].source
+    assert "    global steps\n" in function and "    steps = len(loader)\n" in function
+    assert "base = 4" not in function and "hidden =" not in function
