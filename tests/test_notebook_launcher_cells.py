@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from accel_convert.codemods import Options
-from accel_convert.converter.notebooks import convert_notebook
+from accel_convert.converter.notebook_dispatch import convert_notebook
 from tests.launching import REPO_ROOT, free_port
 from tests.test_notebooks import FIXTURE, cli, notebook_bytes, run_in_kernel
 

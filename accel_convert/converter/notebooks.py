@@ -361,23 +361,6 @@ def write_notebook(notebook: Any, source: bytes) -> bytes:
     return text.encode("utf-8")
 
 
-def convert_notebook(source: bytes, options: Options, *, path: str) -> Conversion:
-    """Convert a notebook's code cells as one program; see the module's docstring. With
-    ``options.launcher_processes``, training written at the top level is made one function
-    started by a ``notebook_launcher`` cell first (converter.launcher_cells)."""
-    notebook = read_notebook(source, path)
-    if not is_python(notebook):
-        return Conversion(path, source, source)
-    if options.launcher_processes is not None:
-        from accel_convert.converter.launcher_cells import convert_for_launcher
-
-        return convert_for_launcher(notebook, source, options, path)
-    converted = convert_cells(notebook, options, path)
-    if converted is None:
-        return Conversion(path, source, source)
-    return converted.conversion(notebook, source, path)
-
-
 @dataclass(frozen=True)
 class ConvertedCells:
     """The notebook's code cells converted (the notebook's cells already hold the new code)."""
