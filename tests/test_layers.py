@@ -116,11 +116,10 @@ KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset(
         # converter: `verify` converts by running the CLI in this process, and the CLI hands the
         # `verify` subcommand to it; the conversion it runs belongs below both.
         ("converter/verify.py", "converter/cli.py"),
-        # converter: the pipeline hands a notebook to notebooks.py, which converts each cell with
-        # the pipeline; notebooks.py hands a notebook for --launcher to launcher_cells.py, which
-        # reads its cells with notebooks.py. A dispatch above all three would break both.
-        ("converter/pipeline.py", "converter/notebooks.py"),
-        ("converter/notebooks.py", "converter/launcher_cells.py"),
+        # converter: the pipeline hands a notebook to notebook_dispatch.py, whose conversions
+        # (notebooks.py, launcher_cells.py) convert the cells with the pipeline. Converting a
+        # file's bytes (convert_source) belongs above the pipeline's script conversion.
+        ("converter/pipeline.py", "converter/notebook_dispatch.py"),
     }
 )
 

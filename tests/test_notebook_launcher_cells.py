@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from accel_convert.codemods import Options
-from accel_convert.converter.notebooks import convert_notebook
+from accel_convert.converter.notebook_dispatch import convert_notebook
 from tests.launching import REPO_ROOT, free_port
 from tests.test_notebooks import FIXTURE, cli, notebook_bytes, run_in_kernel
 
@@ -159,7 +159,15 @@ def test_cli_launcher(tmp_path: Path) -> None:
     assert "num_processes=3)" in (tmp_path / "out.ipynb").read_text()
     shown = TUTORIAL.relative_to(REPO_ROOT)
     diff = cli(str(shown), "--launcher", "--diff", cwd=REPO_ROOT)
-    assert f"--- a/{shown}:cells\n+++ b/{shown}:cells\n" in diff.stdout  # one diff of all code cells
+    assert diff.returncode == 0, diff.stderr
+    # One diff per cell: changed cells by their number on each side, the cells whose code moved
+    # into the function removed, the function and the launcher cells new; unchanged cells left out.
+    headers = [line for line in diff.stdout.splitlines() if line.startswith(("--- ", "+++ "))]
+    assert headers[:4] == [f"--- a/{shown}:cell 2", f"+++ b/{shown}:cell 2", f"--- a/{shown}:cell 5", "+++ /dev/null"]
+    assert f"--- /dev/null\n+++ b/{shown}:cell 10\n@@ -0,0 +1,34 @@\n+# Cells 5-13" in diff.stdout
+    assert f"--- /dev/null\n+++ b/{shown}:cell 11\n" in diff.stdout  # the launcher cell
+    assert f"--- a/{shown}:cell 15\n+++ b/{shown}:cell 13\n" in diff.stdout  # moved up, changed
+    assert f"{shown}:cell 4\n" not in diff.stdout and "No newline at end of file" not in diff.stdout
     assert "+def training_function():\n" in diff.stdout
     unchanged = cli(str(FIXTURE), "--launcher", "--check")
     assert (
@@ -223,3 +231,121 @@ def test_training_under_a_main_guard_is_not_restructured() -> None:
     )
     (warning,) = launcher_warnings(convert_notebook(source, LAUNCHER, path="nb.ipynb"))
     assert "the training runs under if __name__ ==" in warning
+
+
+# -- settings read as globals ---------------------------------------------------------------------
+
+#: Notebooks of a course's shape: a settings cell binds hyperparameters (and the device) next to
+#: the loaders, and definitions read them as globals. Per notebook: the cell that keeps settings
+#: (index in the converted notebook, its source) and a line of the function.
+SETTINGS_NOTEBOOKS = {
+    # A model class reads the architecture's sizes; an evaluation helper reads the device.
+    "settings_mlp": (3, "num_hidden_1 = 32\nnum_hidden_2 = 16", "    device = accelerator.device\n"),
+    # A helper makes a tensor on the device: each process binds its own device as a global.
+    "settings_device_helper": (
+        2,
+        "def class_counts(targets, num_classes=2):",
+        "    # The definitions above read these as globals: each process binds its own.\n    global device\n",
+    ),
+    # A class reads its sizes from a dict of settings.
+    "settings_config_dict": (
+        2,
+        'config = {"hidden": 32, "lr": 0.5, "epochs": 2, "batch_size": 16}',
+        "    model = Classifier()\n",
+    ),
+}
+
+
+def settings_notebook(name: str) -> Path:
+    return REPO_ROOT / "fixtures" / "notebooks" / f"{name}.ipynb"
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS_NOTEBOOKS))
+def test_settings_read_as_globals_stay_at_the_top_level(name: str) -> None:
+    source = settings_notebook(name).read_bytes()
+    conversion = convert_notebook(source, LAUNCHER, path="nb.ipynb")
+    assert not launcher_warnings(conversion)
+    cells = cells_of(conversion.output)
+    kept_index, kept_source, function_line = SETTINGS_NOTEBOOKS[name]
+    assert cells[kept_index].source.startswith(kept_source)
+    function = next(cell.source for cell in cells if cell.get("id") == "training-function")
+    assert function_line in function
+    # What each process makes is made in the function, not in the kernel.
+    for made in ("DataLoader(", "optimizer = torch.optim.SGD(", "accelerator.prepare("):
+        assert made in function and all(made not in cell.source for cell in cells if cell.source != function)
+    nbformat.validate(nbformat.reads(conversion.output.decode(), as_version=4))
+    again = convert_notebook(conversion.output, LAUNCHER, path="nb.ipynb")
+    assert again.output == conversion.output and not launcher_warnings(again)
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS_NOTEBOOKS))
+def test_settings_notebooks_train_on_two_processes_from_a_kernel(name: str, tmp_path: Path) -> None:
+    """Converted with --launcher and run in a real kernel on 2 CPU processes: each epoch's
+    evaluation counts all 200 test samples (each rank's 100, gathered), printed once."""
+    converted = tmp_path / "launched.ipynb"
+    result = cli(str(settings_notebook(name)), "--launcher", "-o", str(converted))
+    assert result.returncode == 0, result.stderr
+    notebook = nbformat.read(converted, as_version=4)
+    launcher = next(cell for cell in notebook.cells if cell.get("id") == "notebook-launcher")
+    launcher.source = launcher.source.replace("num_processes=2)", f"num_processes=2, use_port={free_port()})")
+    launched = run_in_kernel(notebook, tmp_path)
+    output = "".join(output.get("text", "") for output in launched.cells[notebook.cells.index(launcher)].outputs)
+    assert "Launching training on 2 CPUs." in output
+    counts = accuracy_lines(launched)
+    assert [seen for _, seen in counts] == [200, 200], output
+    assert all(correct >= 0.8 * seen for correct, seen in counts), counts  # every sample once, and learnt
+
+
+def test_a_notebook_diff_names_each_changed_cell_and_leaves_out_the_others(tmp_path: Path) -> None:
+    (tmp_path / "train.ipynb").write_bytes(
+        notebook_bytes(
+            "import torch\nfrom torch.utils.data import DataLoader",
+            "labels = ['negative', 'positive']\nsizes = (4, 1)",
+            "model = torch.nn.Linear(*sizes)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "loader = DataLoader(torch.ones(64, 4), batch_size=8)\n"
+            "for x in loader:\n    loss = model(x).sum()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()",
+        )
+    )
+    diff = cli("train.ipynb", "--diff", cwd=tmp_path)
+    assert diff.returncode == 0, diff.stderr
+    headers = [line for line in diff.stdout.splitlines() if line.startswith(("--- ", "+++ ", "@@"))]
+    assert headers == [
+        "--- a/train.ipynb:cell 1",
+        "+++ b/train.ipynb:cell 1",
+        "@@ -1,2 +1,3 @@",
+        "--- a/train.ipynb:cell 3",
+        "+++ b/train.ipynb:cell 3",
+        "@@ -1,8 +1,10 @@",
+    ]
+    assert "+from accel_convert.runtime import Accelerator\n" in diff.stdout
+    assert "-    loss.backward()\n+    accelerator.backward(loss)\n" in diff.stdout
+    assert "labels" not in diff.stdout and "No newline at end of file" not in diff.stdout
+    assert cli("train.ipynb", "--diff", "--check", cwd=tmp_path).returncode == 1  # would change
+    assert (tmp_path / "train.ipynb").read_bytes() == notebook_bytes(
+        "import torch\nfrom torch.utils.data import DataLoader",
+        "labels = ['negative', 'positive']\nsizes = (4, 1)",
+        "model = torch.nn.Linear(*sizes)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "loader = DataLoader(torch.ones(64, 4), batch_size=8)\n"
+        "for x in loader:\n    loss = model(x).sum()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()",
+    )  # --diff writes nothing
+
+
+def test_a_setting_stays_with_what_it_is_computed_from_and_a_per_process_value_is_declared_global() -> None:
+    source = notebook_bytes(
+        "import torch\ndata = torch.ones(8, 2)",
+        "base = 4\nhidden = 2 * base\nloader = torch.utils.data.DataLoader(data, batch_size=2)\nsteps = len(loader)",
+        "def progress(step):\n    return f'{step}/{steps}'\n\n"
+        "class Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.layer = torch.nn.Linear(2, hidden)\n\n    def forward(self, x):\n        return self.layer(x)",
+        "model = Net()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor i, x in enumerate(loader):\n"
+        "    loss = model(x).sum()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n    print(progress(i))",
+    )
+    conversion = convert_notebook(source, LAUNCHER, path="nb.ipynb")
+    assert not launcher_warnings(conversion)
+    cells = cells_of(conversion.output)
+    # `hidden` (read by Net) stays with `base`, which it is computed from; `steps` counts the
+    # loader's batches, made per process: bound in the function, declared global for progress().
+    assert cells[1].source == "base = 4\nhidden = 2 * base"
+    function = cells[3].source
+    assert "    global steps\n" in function and "    steps = len(loader)\n" in function
+    assert "base = 4" not in function and "hidden =" not in function

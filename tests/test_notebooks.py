@@ -13,10 +13,10 @@ import nbformat
 import pytest
 
 from accel_convert.codemods import Options
+from accel_convert.converter.notebook_dispatch import convert_notebook
 from accel_convert.converter.notebooks import (
     Masks,
     Piece,
-    convert_notebook,
     ipython_spans,
     join_pieces,
     split_module,

@@ -24,13 +24,26 @@ has no such function, so the cells are restructured before the usual conversion:
   writes it: two GPUs, or two CPU processes on Gloo on a machine without one).
 
 Then the notebook is converted as any notebook is (the accelerator is created inside the
-function, evaluation gathers over every sample, saving happens once...). Nothing is restructured
-— the notebook gets its usual conversion, and a ``notebook-launcher`` warning says why — when:
-the training is already in a function (launch that one), there is no top-level training, a cell
-magic (``%%time``) sits among the training cells, or the restructured program would read a name
-before binding it (a helper reading the training's ``device`` as a global, a definition's
-default argument computed from a training variable): converter's name-flow check, comparing the
-original cells with the converted, restructured ones.
+function, evaluation gathers over every sample, saving happens once...), and converter's
+name-flow check compares the original cells with the converted, restructured ones.
+
+- **Settings read as globals.** When that check finds a definition (a model class, a helper)
+  reading one of the function's names as a global — a settings cell's ``num_hidden_1 = 128``
+  read in ``__init__``, a helper's ``device`` — the notebook is restructured again for those
+  names (:func:`_shared_settings`): ``notebook_launcher`` forks the kernel, so a plain value bound
+  at the top level is in every process and stays there; one made per process (the device) is
+  declared ``global`` in the function. A notebook that needs neither is restructured as before.
+
+Nothing is restructured — the notebook gets its usual conversion, and a ``notebook-launcher``
+warning says why — when: the training is already in a function (launch that one), there is no
+top-level training, a cell magic (``%%time``) sits among the training cells, or the restructured
+program would still read a name before binding it (a helper reading the training's optimizer as a
+global, a definition's default argument computed from a training variable).
+
+Example — a settings cell next to the loaders, and a class reading its sizes::
+
+    num_hidden_1 = 32                          # stays: MultilayerPerceptron reads it
+    train_loader = DataLoader(data, batch_size=batch_size)   # moves into training_function
 """
 
 from __future__ import annotations
@@ -50,9 +63,11 @@ from accel_convert.converter.notebooks import (
     CellChange,
     Masks,
     NotebookConversion,
+    cell_conversions,
     convert_cells,
     is_cell_magic,
     unused_name,
+    write_notebook,
 )
 from accel_convert.converter.pipeline import Conversion
 
@@ -79,13 +94,11 @@ def convert_for_launcher(notebook: Any, source: bytes, options: Options, path: s
     done safely, the usual conversion with a warning saying why."""
     original = copy.deepcopy(notebook)
     try:
-        restructured = restructure(notebook, options)
-        if restructured is None:  # launched already: converted as it is, nothing to say
+        attempt = restructured_and_converted(notebook, options, path)
+        if attempt is None:  # launched already: converted as it is, nothing to say
             converted = convert_cells(notebook, options, path)
             return converted.conversion(notebook, source, path) if converted else Conversion(path, source, source)
-        converted = convert_cells(restructured.notebook, options, path)
-        assert converted is not None  # the training cells mention torch
-        check_name_flow(restructured, converted)
+        restructured, converted = attempt
     except NotRestructured as refusal:
         converted = convert_cells(original, options, path)
         warning = CellChange(
@@ -106,17 +119,36 @@ def convert_for_launcher(notebook: Any, source: bytes, options: Options, path: s
         )
     new_notebook = restructured.notebook
     new_notebook.cells.insert(restructured.launcher_index, launcher_cell(restructured, options))
-    from accel_convert.converter.notebooks import write_notebook
-
+    origins = list(restructured.origins)
+    origins.insert(restructured.launcher_index, None)
     output = write_notebook(new_notebook, source)
-    whole = Conversion(f"{path}:cells", _code_text(original), _code_text(new_notebook))
-    return NotebookConversion(path, source, output, converted.changes, "utf-8", (whole,))
+    cells = cell_conversions(path, original, new_notebook, origins)
+    return NotebookConversion(path, source, output, converted.changes, "utf-8", cells)
 
 
-def _code_text(notebook: Any) -> bytes:
-    """The notebook's code cells, one after the other (what ``--diff`` shows of a restructuring)."""
-    codes = [cell.source for cell in notebook.cells if cell.get("cell_type") == "code"]
-    return "".join(code if code.endswith("\n") else code + "\n" for code in codes).encode("utf-8")
+def restructured_and_converted(notebook: Any, options: Options, path: str) -> tuple[Restructured, Any] | None:
+    """The notebook restructured and its cells converted, None when it launches its training
+    already. A first restructuring moves every statement of the training into the function; when
+    the converted definitions above it then read one of the function's names as a global (a
+    settings cell's ``num_hidden_1`` read in a model's ``__init__``, a helper's ``device``), the
+    notebook is restructured again sharing those names (:func:`_shared_settings`), once more for
+    each new such name."""
+    shared: frozenset[str] = frozenset()
+    while True:
+        restructured = restructure(notebook, options, shared)
+        if restructured is None:
+            return None
+        converted = convert_cells(restructured.notebook, options, path)
+        assert converted is not None  # the training cells mention torch
+        unbound = new_unbound_reads(restructured, converted)
+        if not unbound:
+            return restructured, converted
+        wanted = restructured.shareable(unbound)
+        if wanted <= shared:
+            name, scope = unbound[0]
+            where = "at the top level" if scope == "<module>" else f"in {scope}"
+            raise NotRestructured(f"restructured, {name!r} would be read {where} before it is bound")
+        shared |= wanted
 
 
 @dataclass
@@ -127,6 +159,24 @@ class Restructured:
     #: The original masked code of every code cell (for the name-flow check), in order.
     original_codes: list[str]
     masks: Masks
+    #: The names the function's statements bind (its locals, but for ``declared``).
+    function_names: frozenset[str] = frozenset()
+    #: The names the function declares ``global`` (each process binds its own).
+    declared: tuple[str, ...] = ()
+    #: The training's objects (models, optimizers, loaders, schedulers): never shared.
+    trained: frozenset[str] = frozenset()
+    #: Per cell of ``notebook``: the index of the original cell it comes from (None: new).
+    origins: tuple[int | None, ...] = ()
+
+    def shareable(self, unbound: Sequence[tuple[str, str]]) -> frozenset[str]:
+        """The names of ``unbound`` (name, scope) that a definition reads as a global and the
+        function binds: a setting or a per-process value such as the device (not a trained
+        object: a helper reading the model as a global is left as the notebook wrote it)."""
+        return frozenset(
+            name
+            for name, scope in unbound
+            if scope not in ("<module>", FUNCTION) and name in self.function_names and name not in self.trained
+        )
 
     @property
     def launcher_index(self) -> int:
@@ -179,9 +229,11 @@ class _CodeCell:
     lines: list[tuple[int, int]]
 
 
-def restructure(notebook: Any, options: Options) -> Restructured | None:
+def restructure(notebook: Any, options: Options, shared: frozenset[str] = frozenset()) -> Restructured | None:
     """The notebook's cells restructured (a new notebook; ``notebook`` is left as it is), None
-    when it already launches its training; raises :class:`NotRestructured` with the reason."""
+    when it already launches its training; raises :class:`NotRestructured` with the reason.
+    ``shared``: names definitions read as globals, kept at the top level or declared ``global``
+    in the function (:func:`_shared_settings`)."""
     from accel_convert.codemods.engine.analysis import analyse
 
     every_code = "".join(
@@ -201,13 +253,27 @@ def restructure(notebook: Any, options: Options) -> Restructured | None:
             raise NotRestructured(
                 "a cell magic (%%...) sits among the training cells; the function cannot hold it", index + 1
             )
+    trained = frozenset(name for name in facts.trained_objects if "." not in name)
+    per_process = trained | {name for name in facts.device_names if "." not in name}
+    settings = _shared_settings(moved, shared, per_process)
     new = copy.deepcopy(notebook)
     span = range(moved[0].index, moved[-1].index + 1)
-    kept, statements = _split_span(new, span, moved, masks)
-    code, _ = masks.restore(cst.Module(body=[_training_function(statements, moved)]).code.rstrip("\n"), "")
+    kept, statements = _split_span(new, span, moved, masks, settings.hoisted)
+    origins = (*range(span.start), *(index for index, _ in kept), None, *range(span.stop, len(new.cells)))
+    function = _training_function(statements, moved, settings.declared)
+    code, _ = masks.restore(cst.Module(body=[function]).code.rstrip("\n"), "")
     function_cell = _new_cell(new, code, "training-function")
-    new.cells = [*new.cells[: span.start], *kept, function_cell, *new.cells[span.stop :]]
-    return Restructured(new, span.start + len(kept), [cell.masked for cell in cells], masks)
+    new.cells = [*new.cells[: span.start], *(cell for _, cell in kept), function_cell, *new.cells[span.stop :]]
+    return Restructured(
+        new,
+        span.start + len(kept),
+        [cell.masked for cell in cells],
+        masks,
+        settings.function_names,
+        settings.declared,
+        trained,
+        origins,
+    )
 
 
 def _code_cells(notebook: Any, masks: Masks) -> tuple[list[_CodeCell], list[int]]:
@@ -316,40 +382,62 @@ def _last_reader(cells: list[_CodeCell], first: int, last: int) -> int:
     return last
 
 
-def _split_span(new: Any, span: range, moved: list[_CodeCell], masks: Masks) -> tuple[list[Any], list[Statement]]:
+def _split_span(
+    new: Any, span: range, moved: list[_CodeCell], masks: Masks, hoisted: frozenset[tuple[int, int]]
+) -> tuple[list[tuple[int, Any]], list[Statement]]:
     """The cells of the training's span (in ``new``) that stay, in order (markdown, definitions,
-    only comments), and the statements that go into the function."""
-    kept: list[Any] = []
+    settings, only comments), each with its index, and the statements that go into the function.
+    ``hoisted``: the settings that stay, as (cell index, statement index)."""
+    kept: list[tuple[int, Any]] = []
     statements: list[Statement] = []
     by_index = {cell.index: cell for cell in moved}
     for index in span:
         cell = new.cells[index]
         code_cell = by_index.get(index)
         if code_cell is None:
-            kept.append(cell)
+            kept.append((index, cell))
             continue
-        body, kept_definitions = _split(code_cell.module, code_cell.definitions)
+        stays = [
+            definition or (index, position) in hoisted for position, definition in enumerate(code_cell.definitions)
+        ]
+        body, kept_definitions = _split(code_cell.module, stays)
         if not code_cell.module.body:  # only comments: the cell stays as it is
-            kept.append(cell)
+            kept.append((index, cell))
         elif kept_definitions is not None:
             if body:
                 cell.source, _ = masks.restore(_strip_final_newline(kept_definitions.code, cell.source), "")
                 cell.outputs = []
                 cell.execution_count = None
-            kept.append(cell)
+            kept.append((index, cell))
         if body:
             statements.extend(_separated(body, first=not statements))
     return kept, statements
 
 
-def _training_function(statements: list[Statement], moved: list[_CodeCell]) -> cst.FunctionDef:
-    """``def training_function():`` holding ``statements``, under a comment naming its cells."""
+def _training_function(statements: list[Statement], moved: list[_CodeCell], declared: Sequence[str]) -> cst.FunctionDef:
+    """``def training_function():`` holding ``statements``, under a comment naming its cells;
+    ``declared`` names are declared ``global`` first, under a comment saying why."""
     if len(moved) > 1:
         comment = (
             f"# Cells {moved[0].number}-{moved[-1].number} as one function: notebook_launcher runs it in every process."
         )
     else:
         comment = f"# Cell {moved[0].number} as a function: notebook_launcher runs it in every process."
+    if declared:
+        declaration = cst.SimpleStatementLine(
+            body=[cst.Global(names=[cst.NameItem(cst.Name(name)) for name in declared])],
+            leading_lines=[
+                cst.EmptyLine(
+                    comment=cst.Comment("# The definitions above read these as globals: each process binds its own.")
+                )
+            ],
+        )
+        first = statements[0]
+        statements = [
+            declaration,
+            first.with_changes(leading_lines=[cst.EmptyLine(indent=False), *first.leading_lines]),
+            *statements[1:],
+        ]
     return cst.FunctionDef(
         name=cst.Name(FUNCTION),
         params=cst.Parameters(),
@@ -427,6 +515,85 @@ def _separated(body: list[Statement], *, first: bool) -> list[Statement]:
     ]
 
 
+# -- settings the definitions read ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SharedSettings:
+    """How the names definitions read as globals reach them from the function's cells."""
+
+    #: (cell index, statement index) of the statements that stay at the top level.
+    hoisted: frozenset[tuple[int, int]]
+    #: The names the function declares ``global``.
+    declared: tuple[str, ...]
+    #: The names the function's statements bind.
+    function_names: frozenset[str]
+
+
+def _shared_settings(moved: list[_CodeCell], shared: frozenset[str], per_process: frozenset[str]) -> SharedSettings:
+    """Where each name of ``shared`` (read as a global by a definition) is bound.
+
+    ``notebook_launcher`` forks the kernel, so what the top level binds before the launch is in
+    every process. A statement of the training's cells binding such a name stays at the top
+    level when it is a plain assignment of a value (a number, a string, a dict of settings, a
+    transform, a data set) with the values it reads: it binds nothing made per process (the
+    training's objects, the device: ``per_process``) and reads nothing the function binds. A
+    name bound otherwise (the device, a count of a loader's batches) is declared ``global`` in
+    the function: each forked process binds its own, which its definitions read."""
+    statements = [
+        (cell.index, position, tree)
+        for cell in moved
+        for position, (definition, tree) in enumerate(zip(cell.definitions, cell.trees))
+        if not definition
+    ]
+    bindings = {(index, position): _bound_names(tree) for index, position, tree in statements}
+    reads = {(index, position): _loaded_names(tree) for index, position, tree in statements}
+    candidates = {
+        (index, position)
+        for index, position, tree in statements
+        if _is_plain_assignment(tree) and not bindings[index, position] & per_process
+    }
+    hoisted: set[tuple[int, int]] = set()
+    wanted = set(shared)
+    growing = True
+    while growing:  # a setting stays with the settings it is computed from
+        found = {key for key in candidates - hoisted if bindings[key] & wanted}
+        hoisted |= found
+        wanted.update(*(reads[key] for key in found))
+        growing = bool(found)
+    while True:  # ... and only when the function binds none of what it binds or reads
+        local = set().union(*(names for key, names in bindings.items() if key not in hoisted))
+        leaving = {key for key in hoisted if (reads[key] | bindings[key]) & local}
+        if not leaving:
+            break
+        hoisted -= leaving
+    return SharedSettings(frozenset(hoisted), tuple(sorted(shared & local)), frozenset(local))
+
+
+def _is_plain_assignment(tree: ast.Module) -> bool:
+    """``name = value`` (or ``a, b = ...``, ``name: T = value``): binds names, changes no object."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets = [node.target]
+        else:
+            return False
+        if not all(_names_only(target) for target in targets):
+            return False
+    return bool(tree.body)
+
+
+def _names_only(target: ast.expr) -> bool:
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return all(_names_only(element) for element in target.elts)
+    return isinstance(target, ast.Name)
+
+
+def _loaded_names(tree: ast.AST) -> set[str]:
+    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+
+
 # -- names ---------------------------------------------------------------------------------------
 
 
@@ -472,22 +639,26 @@ def _reads(cell: _CodeCell) -> set[str]:
     return names
 
 
-def check_name_flow(restructured: Restructured, converted: Any) -> None:
-    """The converted, restructured cells (the launcher cell read as a call of the function) may
-    read no name before binding it more often than the original cells did. Counted by name, not
-    by scope: the training's reads were the module's and are the function's now."""
+def new_unbound_reads(restructured: Restructured, converted: Any) -> list[tuple[str, str]]:
+    """(name, a scope reading it) of every name the converted, restructured cells (the launcher
+    cell read as a call of the function) read before binding more often than the original cells
+    did, ordered by scope. Counted by name, not by scope: the training's reads were the module's
+    and are the function's now. A name the function declares ``global`` is bound, for what it
+    calls, before the call (the function binds it in the original's order, before its uses)."""
     function_number = restructured.function_index + 1
     program = ""
     for number, code in sorted(converted.masked.items()):
         program += code if code.endswith("\n") else code + "\n"
         if number == function_number:
+            program += "".join(f"{name} = None\n" for name in restructured.declared)
             program += f"{FUNCTION}()\n"
     before = _unbound_by_name(ast.parse("".join(restructured.original_codes)))
     after = _unbound_by_name(ast.parse(program))
-    for name, (scope, count) in sorted(after.items(), key=lambda item: item[1][0]):
-        if count > before.get(name, ("", 0))[1] and not name.startswith(PLACEHOLDER_PREFIX):
-            where = "at the top level" if scope == "<module>" else f"in {scope}"
-            raise NotRestructured(f"restructured, {name!r} would be read {where} before it is bound")
+    return [
+        (name, scope)
+        for name, (scope, count) in sorted(after.items(), key=lambda item: item[1][0])
+        if count > before.get(name, ("", 0))[1] and not name.startswith(PLACEHOLDER_PREFIX)
+    ]
 
 
 def _unbound_by_name(module: ast.Module) -> dict[str, tuple[str, int]]:

@@ -54,14 +54,76 @@ class NotebookConversion(Conversion):
     cells: tuple[Conversion, ...] = field(default=())
 
     def cell_diffs(self, new_name: str | None = None) -> list[str]:
-        """One unified diff per changed code cell, headed ``a/PATH:cell N`` and ``b/PATH:cell N``."""
+        """One unified diff per changed code cell, headed ``a/PATH:cell N`` and ``b/PATH:cell N``
+        (a :class:`CellConversion` names the cell on each side, ``/dev/null`` for a cell that is
+        new or gone, as git heads a new or deleted file); unchanged cells are left out."""
         from accel_convert.converter.report import unified_diff
 
         lines: list[str] = []
         for cell in self.cells:
-            suffix = cell.path[len(self.path) :]
-            lines.extend(unified_diff(cell, f"{new_name or self.path}{suffix}"))
+            # A cell is text shown in a notebook, not a file: no marker for its missing last newline.
+            shown = replace(cell, source=_ended(cell.source), output=_ended(cell.output))
+            if not isinstance(cell, CellConversion):
+                suffix = cell.path[len(self.path) :]
+                lines.extend(unified_diff(shown, f"{new_name or self.path}{suffix}"))
+                continue
+            diff = unified_diff(shown, f"{new_name or self.path}:cell {cell.new_cell}")
+            if diff and cell.old_cell is None:
+                diff[0] = "--- /dev/null\n"
+            if diff and cell.new_cell is None:
+                diff[1] = "+++ /dev/null\n"
+            lines.extend(diff)
         return lines
+
+
+def _ended(code: bytes) -> bytes:
+    return code + b"\n" if code and not code.endswith(b"\n") else code
+
+
+@dataclass(frozen=True)
+class CellConversion(Conversion):
+    """One code cell's change where cells were added, removed or moved (``--launcher``): its
+    path ``NOTEBOOK:cell N`` names it in the original notebook, ``new_cell`` in the converted
+    one; None on the side where the cell does not exist (its source or output is empty there)."""
+
+    old_cell: int | None = field(default=None, kw_only=True)
+    new_cell: int | None = field(default=None, kw_only=True)
+
+
+def cell_conversions(path: str, old: Any, new: Any, origins: list[int | None]) -> tuple[CellConversion, ...]:
+    """The code cells that differ between notebook ``old`` and ``new`` (``origins``: the index in
+    ``old`` each cell of ``new`` comes from, None for a new cell), in the new notebook's order, a
+    removed cell where it stood."""
+    kept = {origin for origin in origins if origin is not None}
+    removed = [index for index, cell in enumerate(old.cells) if index not in kept and _is_code(cell)]
+    found: list[CellConversion] = []
+
+    def removed_before(limit: int) -> None:
+        while removed and removed[0] < limit:
+            index = removed.pop(0)
+            source = old.cells[index].source.encode("utf-8")
+            found.append(CellConversion(f"{path}:cell {index + 1}", source, b"", old_cell=index + 1))
+
+    for position, (cell, origin) in enumerate(zip(new.cells, origins)):
+        # A removed cell comes before the new cells that follow it (its code moved into them).
+        following = next((later for later in origins[position:] if later is not None), len(old.cells))
+        removed_before(following)
+        if not _is_code(cell):
+            continue
+        before = old.cells[origin].source if origin is not None else ""
+        if before != cell.source:
+            name = f"{path}:cell {origin + 1}" if origin is not None else path
+            old_cell = origin + 1 if origin is not None else None
+            conversion = CellConversion(
+                name, before.encode("utf-8"), cell.source.encode("utf-8"), old_cell=old_cell, new_cell=position + 1
+            )
+            found.append(conversion)
+    removed_before(len(old.cells))
+    return tuple(found)
+
+
+def _is_code(cell: Any) -> bool:
+    return bool(cell.get("cell_type") == "code" and isinstance(cell.get("source"), str))
 
 
 # -- IPython syntax ------------------------------------------------------------------------------
@@ -297,23 +359,6 @@ def write_notebook(notebook: Any, source: bytes) -> bytes:
     if source.endswith(b"\n") and not text.endswith("\n"):
         text += "\n"
     return text.encode("utf-8")
-
-
-def convert_notebook(source: bytes, options: Options, *, path: str) -> Conversion:
-    """Convert a notebook's code cells as one program; see the module's docstring. With
-    ``options.launcher_processes``, training written at the top level is made one function
-    started by a ``notebook_launcher`` cell first (converter.launcher_cells)."""
-    notebook = read_notebook(source, path)
-    if not is_python(notebook):
-        return Conversion(path, source, source)
-    if options.launcher_processes is not None:
-        from accel_convert.converter.launcher_cells import convert_for_launcher
-
-        return convert_for_launcher(notebook, source, options, path)
-    converted = convert_cells(notebook, options, path)
-    if converted is None:
-        return Conversion(path, source, source)
-    return converted.conversion(notebook, source, path)
 
 
 @dataclass(frozen=True)

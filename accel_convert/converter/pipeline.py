@@ -86,11 +86,11 @@ def mentions_torch(source: bytes) -> bool:
 
 
 def convert_source(source: bytes, options: Options, *, path: str) -> Conversion:
-    """Convert one file's bytes: a Jupyter notebook (``.ipynb``, see converter.notebooks) or a
-    script (:func:`convert_script`)."""
+    """Convert one file's bytes: a Jupyter notebook (``.ipynb``, see converter.notebook_dispatch)
+    or a script (:func:`convert_script`)."""
     with collector_paused():
         if path.lower().endswith(".ipynb"):
-            from accel_convert.converter.notebooks import convert_notebook  # nbformat is loaded for notebooks only
+            from accel_convert.converter.notebook_dispatch import convert_notebook  # nbformat: notebooks only
 
             return convert_notebook(source, options, path=path)
         return convert_script(source, options, path=path)
