@@ -38,6 +38,7 @@ from accel_convert.codemods.engine.syntax import nodes_in, parameter_names, rows
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS, MEAN_LOSSES, SELF_DISTRIBUTING
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import module_nodes, variables_read
+from accel_convert.codemods.model.locality import batch_mean_reduced
 
 #: A loop over a prepared dict's loaders whose sums cannot be gathered per sample: reported.
 SUMS_NOT_GATHERED = "ACC928"
@@ -623,7 +624,7 @@ class _GatherSums(RuleTransformer):
             isinstance(value, cst.Call)
             and self.facts.qualified_name(value.func) in MEAN_LOSSES
             and all(arg.keyword is not None and arg.keyword.value == "reduction" for arg in value.args)
-            and _mean_reduction(value)
+            and batch_mean_reduced(value)
             for value in values
         )
 
@@ -690,13 +691,6 @@ def _over_classes(args: Sequence[cst.Arg]) -> bool:
         and isinstance(arg.value, cst.Integer)
         and (arg.value.value == "1")
     )
-
-
-def _mean_reduction(call: cst.Call) -> bool:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == "reduction":
-            return isinstance(arg.value, cst.SimpleString) and arg.value.evaluated_value == "mean"
-    return True
 
 
 def _trailing_sums(body: list[cst.BaseStatement]) -> tuple[int, list[cst.AugAssign]] | None:
