@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import libcst as cst
@@ -502,7 +502,7 @@ class Locality:
     shared_draws: tuple[Site, ...] = ()
     #: Per function (``"<module>"``, a class's name for its methods): the names bound to a
     #: ``torch.nn`` loss module averaging over this process's batch (``criterion = nn.MSELoss()``).
-    batch_mean_losses: Mapping[str, frozenset[str]] = MappingProxyType({})
+    batch_mean_losses: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def per_process_values(self) -> frozenset[str]:
