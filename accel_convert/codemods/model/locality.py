@@ -11,9 +11,11 @@ Every rule and check asks this module instead of deciding locality itself:
 * :class:`RankReach`, asked by the rule transformer (``every_rank_reaches_here``) while it walks:
   whether every process runs the statement being visited the same number of times, so a
   collective may go there;
-* the syntax questions both ask: :func:`names_rank` (a test reading a rank),
-  :func:`tests_main_process` (the accelerator's main-process guard), :func:`batch_mean_reduced`
-  (a loss averaged over the batch), :func:`is_batch_mean_loss`, :func:`sums_per_rank`;
+* the syntax questions both ask: :func:`names_rank` (a test reading a rank), :func:`mentions_rank`
+  (the printing rule's looser reading), :func:`tests_main_process` (the accelerator's
+  main-process guard), :func:`batch_mean_reduced` (a loss averaged over the batch),
+  :func:`is_batch_mean_loss`, :func:`sums_per_rank`, :func:`collected_into` (what a list or meter
+  of batch values grows from);
 * downloads: what the main process must run first (:func:`statement_downloads`).
 """
 
@@ -256,17 +258,28 @@ def _sums_grown_in_training(a: Analysis, tainted: set[str]) -> set[str]:
         if aug.loops and aug.loops[-1].has_backward and aug.mentions.names & tainted:
             sums.update(aug.targets)
     for call in a.r.calls:
-        func = call.node.func
         if (
             call.loops
             and call.loops[-1].has_backward
-            and isinstance(func, cst.Attribute)
-            and func.attr.value in _COLLECTING_METHODS
-            and (owner := dotted(func.value)) is not None
-            and any(names_in(arg.value) & tainted for arg in call.node.args)
+            and (receiver := collected_into(call.node, tainted)) is not None
+            and (owner := dotted(receiver)) is not None
         ):
             sums.add(owner)
     return sums
+
+
+def collected_into(call: cst.Call, values: AbstractSet[str]) -> cst.BaseExpression | None:
+    """What a call collects one of ``values`` into (``losses`` of ``losses.append(loss.item())``,
+    ``meter`` of ``meter.update(loss.item(), n)``): a list or meter of this process's batches
+    when the values are; None for any other call. ACC919 asks it of the loop that trains too."""
+    func = call.func
+    if (
+        isinstance(func, cst.Attribute)
+        and func.attr.value in _COLLECTING_METHODS
+        and any(names_in(arg.value) & values for arg in call.args)
+    ):
+        return func.value
+    return None
 
 
 def _spread_from(a: Analysis, sums: set[str]) -> None:
@@ -592,6 +605,15 @@ def names_rank(test: cst.BaseExpression) -> bool:
         or (isinstance(node, cst.Attribute) and node.attr.value in RANK_NAMES)
         for node in nodes_in(test)
     )
+
+
+def mentions_rank(test: cst.BaseExpression) -> bool:
+    """An ``if`` test that picks processes as its code reads: it mentions ``RANK``/``LOCAL_RANK``
+    (``os.environ["RANK"]``, ``args.local_rank``, ``dist.get_rank()``) or a main-process flag.
+    Looser than :func:`names_rank`: the printing rule leaves a print under such a test as the
+    script guarded it, so a false hit only keeps a print unchanged."""
+    code = cst.Module([]).code_for_node(test)
+    return any(word in code for word in ("RANK", "rank", "main_process"))
 
 
 def tests_main_process(test: cst.BaseExpression, accelerator: str) -> bool:
