@@ -228,6 +228,8 @@ LOCALITY_QUESTIONS = {
     "same_length_everywhere",
     "tests_parameter",
     "collected_into",
+    "collects",
+    "accumulates",
 }
 
 

@@ -14,7 +14,7 @@ Every rule and check asks this module instead of deciding locality itself:
 * the syntax questions both ask: :func:`names_rank` (a test reading a rank), :func:`mentions_rank`
   (the printing rule's looser reading), :func:`tests_main_process` (the accelerator's
   main-process guard), :func:`batch_mean_reduced` (a loss averaged over the batch),
-  :func:`is_batch_mean_loss`, :func:`sums_per_rank`, :func:`collected_into` (what a list or meter
+  :func:`is_batch_mean_loss`, :func:`sums_per_rank`, :func:`collects` and :func:`collected_into` (what a list or meter
   of batch values grows from);
 * downloads: what the main process must run first (:func:`statement_downloads`).
 """
@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import cast
 
 import libcst as cst
 
@@ -272,14 +273,20 @@ def collected_into(call: cst.Call, values: AbstractSet[str]) -> cst.BaseExpressi
     """What a call collects one of ``values`` into (``losses`` of ``losses.append(loss.item())``,
     ``meter`` of ``meter.update(loss.item(), n)``): a list or meter of this process's batches
     when the values are; None for any other call. ACC919 asks it of the loop that trains too."""
-    func = call.func
-    if (
-        isinstance(func, cst.Attribute)
-        and func.attr.value in _COLLECTING_METHODS
-        and any(names_in(arg.value) & values for arg in call.args)
-    ):
-        return func.value
+    if collects(call) and any(names_in(arg.value) & values for arg in call.args):
+        return cast(cst.Attribute, call.func).value
     return None
+
+
+def collects(node: cst.CSTNode) -> bool:
+    """``meter.update(...)``, ``values.append(...)``, ``values.extend(...)`` with arguments: a
+    value kept per batch, which in a loop over this process's shard holds its batches only."""
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in _COLLECTING_METHODS
+        and bool(node.args)
+    )
 
 
 def _spread_from(a: Analysis, sums: set[str]) -> None:

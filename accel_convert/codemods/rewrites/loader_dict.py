@@ -38,7 +38,7 @@ from accel_convert.codemods.engine.syntax import nodes_in, parameter_names, rows
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS, MEAN_LOSSES, SELF_DISTRIBUTING
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import module_nodes, variables_read
-from accel_convert.codemods.model.locality import batch_mean_reduced
+from accel_convert.codemods.model.locality import batch_mean_reduced, collects
 
 #: A loop over a prepared dict's loaders whose sums cannot be gathered per sample: reported.
 SUMS_NOT_GATHERED = "ACC928"
@@ -386,7 +386,7 @@ class _GatherSums(RuleTransformer):
         if not held or not all(dict_name in self.prepared for dict_name in held):
             return updated_node
         inside = nodes_in(loop.body)
-        if any(_accumulates(node) for node in inside):
+        if any(collects(node) for node in inside):
             # ``meter.update(loss.item(), inputs.size(0))``, ``losses.append(...)``: per process.
             self.report(
                 original_node, SUMS_NOT_GATHERED, NOT_GATHERED_MESSAGE.format(name=name), False, header_only=True
@@ -654,20 +654,6 @@ class _GatherSums(RuleTransformer):
             anchor = counted_gathered[0] if counted_gathered else counting.used[-1] if counting.used else gathered[0]
             rewritten = cast(cst.BaseExpression, rewritten.visit(_Renamer({ROWS_PLACEHOLDER: anchor})))
         return rewritten
-
-
-#: Calls that keep a value per batch for later (an AverageMeter's ``update``, a list's ``append``).
-ACCUMULATING_METHODS = frozenset({"update", "append", "extend"})
-
-
-def _accumulates(node: cst.CSTNode) -> bool:
-    """``meter.update(...)``/``values.append(...)`` with arguments: a value kept per batch."""
-    return (
-        isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Attribute)
-        and node.func.attr.value in ACCUMULATING_METHODS
-        and bool(node.args)
-    )
 
 
 def _in_source_order(statements: Sequence[cst.CSTNode]) -> list[cst.CSTNode]:
