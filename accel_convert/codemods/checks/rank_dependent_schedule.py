@@ -18,6 +18,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.model.locality import locality, locality_of
 
 MESSAGE = (
     "scheduler stepped with this process's loss: each process would change its learning rate at its"
@@ -28,6 +29,7 @@ MESSAGE = (
 class RankDependentSchedule(Rule):
     code = "ACC930"
     name = "rank-dependent-schedule"
+    providers = (locality,)
     fixes = {
         "ACC930": (
             'Reduce the value before stepping the scheduler: ``val = accelerator.reduce(torch.tensor(val_loss, device=accelerator.device), "mean")`` and then ``scheduler.step(val.item())``, so every process changes its learning rate at the same epoch.'
@@ -123,7 +125,9 @@ class RankDependentSchedule(Rule):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return bool(facts.rank_dependent_schedule_steps)
+        return bool(locality_of(facts).rank_dependent_schedule_steps)
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        return module, [report_at(site, self.code, MESSAGE) for site in facts.rank_dependent_schedule_steps]
+        return module, [
+            report_at(site, self.code, MESSAGE) for site in locality_of(facts).rank_dependent_schedule_steps
+        ]

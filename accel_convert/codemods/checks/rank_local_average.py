@@ -31,6 +31,7 @@ from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.engine.rule import Example
 from accel_convert.codemods.engine.syntax import dotted, method_call, names_in, nodes_in, root_name, rows_counted
 from accel_convert.codemods.engine.walk import module_nodes
+from accel_convert.codemods.model.locality import collected_into
 
 MESSAGE = "a loss summed over this process's batches only: reduce it across processes before reporting it"
 SAMPLES_MESSAGE = (
@@ -180,12 +181,8 @@ class RankLocalAverage(WalkingCheck):
     def visit_Call(self, node: cst.Call) -> None:
         # ``train_losses.append(loss)``, averaged after the loop.
         # ``meter.update(loss.item(), n)``: an AverageMeter's running sum, the same thing.
-        if (
-            self._in_training
-            and isinstance(node.func, cst.Attribute)
-            and node.func.attr.value in ("append", "update")
-            and any(names_in(arg.value) & self._losses for arg in node.args)
-        ):
+        # ``losses.extend(loss.tolist())`` too: the locality owner says what collects a value.
+        if self._in_training and collected_into(node, self._losses) is not None:
             self._report_sum(node, MESSAGE)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:

@@ -154,14 +154,6 @@ def is_host_number(node: cst.BaseExpression) -> bool:
     return False
 
 
-def mean_reduced(call: cst.Call) -> bool:
-    """A loss call or constructor without ``reduction=`` (the mean), or with ``reduction="mean"``."""
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == "reduction":
-            return isinstance(arg.value, cst.SimpleString) and arg.value.evaluated_value == "mean"
-    return True
-
-
 def parameter_names(function: cst.FunctionDef) -> tuple[str, ...]:
     """The names of a function's parameters, in order (not ``*args``/``**kwargs``)."""
     params = function.params

@@ -34,15 +34,12 @@ from accel_convert.codemods.engine.positions import (
 from accel_convert.codemods.engine.syntax import (
     assigns_at_top,
     body_statements,
-    calls_in,
-    dotted,
     instance_parameter,
     is_main_guard,
-    nodes_in,
     parameter_names,
 )
-from accel_convert.codemods.engine.torch_names import ENDLESS_COUNTERS
 from accel_convert.codemods.engine.walk import SUBSTANCE, TRIVIA, child_nodes, hooked_types, own_hooks, types_leading_to
+from accel_convert.codemods.model.locality import RankReach
 
 NodeT = TypeVar("NodeT", bound=cst.CSTNode)
 
@@ -254,8 +251,8 @@ class RuleTransformer(TargetedTransformer):
         #: Enclosing ``def``/``class`` names, as the name table keys scopes.
         self.scope: tuple[str, ...] = ()
         self._anchors: list[cst.CSTNode] = []
-        #: Per function (by identity): the names it sums per rank (see ``_summed_per_rank``).
-        self._sums_per_rank: dict[int, frozenset[str]] = {}
+        #: Where every rank runs alike: the locality owner, asked by ``every_rank_reaches_here``.
+        self._rank_reach = RankReach(facts.loaders, self.qualified_name)
         #: Inside a method of a training class: the method's instance parameter (``self``), None
         #: in a static or class method.
         self.instance: str | None = None
@@ -278,66 +275,14 @@ class RuleTransformer(TargetedTransformer):
         return self.findings.resolve(module)
 
     def every_rank_reaches_here(self, statement: cst.CSTNode | None = None) -> bool:
-        """Whether every process runs the statement being visited the same number of times, as
-        far as the structure of the enclosing function shows: a collective (a barrier) may only be
-        inserted where this holds. Not inside ``try`` (an exception on one rank skips the rest),
-        ``while``, an ``if`` whose test calls something (``os.path.isdir``) or names a rank, or a
-        ``for`` over anything but ``range``/``enumerate``/``itertools.count``/a loader.
-        ``statement``: the question is asked of that enclosing statement (being walked), not of
-        what is inside it."""
-        enclosing = next((node for node in reversed(self._anchors) if isinstance(node, cst.FunctionDef)), None)
+        """Whether every process runs the statement being visited the same number of times: the
+        locality owner's answer (:class:`model.locality.RankReach`) for the statements enclosing
+        it. ``statement``: the question is asked of that enclosing statement (being walked), not
+        of what is inside it."""
         anchors = self._anchors
         if statement is not None and any(node is statement for node in anchors):
             anchors = anchors[: next(i for i, node in enumerate(anchors) if node is statement)]
-        for node in reversed(anchors):
-            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-                return True
-            if not self._runs_alike_inside(node, enclosing):
-                return False
-        return True
-
-    def _runs_alike_inside(self, node: cst.CSTNode, enclosing: cst.FunctionDef | None) -> bool:
-        """Whether every rank that reaches the enclosing statement ``node`` runs what is inside it
-        the same number of times (``enclosing``: the function holding it)."""
-        if isinstance(node, cst.While):
-            return _endless(node)  # ``while True:``: the same on every rank until a break (made to agree)
-        if isinstance(node, (cst.Try, cst.TryStar, cst.Match)):
-            return False
-        if isinstance(node, cst.If):
-            return self._taken_alike(node.test, enclosing)
-        if isinstance(node, cst.For):
-            return self._same_length_everywhere(node.iter)
-        return True
-
-    def _taken_alike(self, test: cst.BaseExpression, enclosing: cst.FunctionDef | None) -> bool:
-        """Whether every rank takes the same branch of an ``if`` on ``test``: not when it calls
-        something or names a rank, reads a value summed per rank or tests a parameter."""
-        if not _rank_independent_test(test):
-            return False
-        if enclosing is None:
-            return True
-        return not self._summed_per_rank(test, enclosing) and not _tests_parameter(test, enclosing)
-
-    def _summed_per_rank(self, test: cst.BaseExpression, function: cst.FunctionDef) -> bool:
-        """Whether the test reads a value the function adds up in a ``for`` loop that gathers and
-        reduces nothing (``val_loss += criterion(model(x), y).item()`` over this rank's shard):
-        each rank then has its own value, and a branch on it is not taken by every rank alike."""
-        summed = self._sums_per_rank.get(id(function))
-        if summed is None:
-            summed = self._sums_per_rank[id(function)] = _sums_per_rank(function)
-        return any(isinstance(node, cst.Name) and node.value in summed for node in nodes_in(test))
-
-    def _same_length_everywhere(self, iterable: cst.BaseExpression) -> bool:
-        if isinstance(iterable, cst.Call) and self.qualified_name(iterable.func) in ENDLESS_COUNTERS:
-            return True  # endless on every rank: it ends at a break, which the rules make agree
-        if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name):
-            if iterable.func.value == "range":
-                return True
-            if iterable.func.value in ("enumerate", "tqdm", "zip") and iterable.args:
-                return all(self._same_length_everywhere(arg.value) for arg in iterable.args)
-            return False
-        name = dotted(iterable)
-        return name is not None and name in self.facts.loaders
+        return self._rank_reach.every_rank_reaches(anchors)
 
     def site(self, node: cst.CSTNode) -> Site:
         """The original position of ``node`` (a node of the tree this rule received)."""
@@ -593,82 +538,6 @@ class HomeBlockTransformer(RuleTransformer):
         if self.facts.home_kind == "module":
             return updated_node.with_changes(body=self.edit_home(list(updated_node.body), original_node))
         return updated_node
-
-
-#: Names whose value differs from process to process.
-_RANK_NAMES = frozenset(
-    {
-        "rank",
-        "local_rank",
-        "process_index",
-        "local_process_index",
-        "is_main_process",
-        "is_local_main_process",
-        "is_last_process",
-    }
-)
-
-
-def _sums_per_rank(function: cst.FunctionDef) -> frozenset[str]:
-    """The names the function adds up in a ``for`` loop that gathers and reduces nothing."""
-    found: set[str] = set()
-    for loop in (node for node in nodes_in(function) if type(node) is cst.For):
-        summed = {
-            name
-            for node in nodes_in(loop.body)
-            if isinstance(node, cst.AugAssign)
-            for name in [dotted(node.target)]
-            if name is not None
-        }
-        if summed - found and not any(
-            isinstance(call.func, cst.Attribute)
-            and call.func.attr.value in ("gather_for_metrics", "gather", "reduce", "all_reduce")
-            for call in calls_in(loop.body)
-        ):
-            found |= summed
-    return frozenset(found)
-
-
-def _tests_parameter(test: cst.BaseExpression, function: cst.FunctionDef) -> bool:
-    """Whether the test reads a parameter of the function as a plain value (``if save_best:``,
-    ``if is_best and epoch > 5:``): a flag its callers compute, often from a metric each rank
-    has for its own shard (pytorch-template's ``_save_checkpoint(epoch, save_best=best)``), so
-    not known to be the same on every rank. An attribute of one (``args.save_model``) is an
-    option, read alike everywhere."""
-    params = set(parameter_names(function))
-    pending: list[cst.CSTNode] = [test]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, cst.Name) and node.value in params:
-            return True
-        if isinstance(node, cst.Attribute):
-            continue  # ``args.save_model``, ``self.best``: not the parameter itself
-        pending.extend(child_nodes(node))
-    return False
-
-
-def _endless(loop: cst.While) -> bool:
-    """``while True:`` (or ``while 1:``)."""
-    test = loop.test
-    return (isinstance(test, cst.Name) and test.value == "True") or (
-        isinstance(test, cst.Integer) and test.value == "1"
-    )
-
-
-def _rank_independent_test(test: cst.BaseExpression) -> bool:
-    """An ``if`` test that reads only plain values (flags, epoch numbers, metrics): no call, whose
-    answer could depend on the file system or the process, and no rank."""
-    pending: list[cst.CSTNode] = [test]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, cst.Call):
-            return False
-        if isinstance(node, cst.Name) and node.value in _RANK_NAMES:
-            return False
-        if isinstance(node, cst.Attribute) and node.attr.value in _RANK_NAMES:
-            return False
-        pending.extend(node.children)
-    return True
 
 
 #: The machinery's own refinements of the hooks-calling steps: they keep state only for nodes on

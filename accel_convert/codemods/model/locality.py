@@ -1,33 +1,61 @@
-"""Process locality: values only one process has or that differ between processes (per-process
-paths, sums of this process's batches deciding a ``break`` or a schedule), and downloads."""
+"""Process locality, the one owner: which values differ between processes and which statements
+only some processes reach.
+
+Every rule and check asks this module instead of deciding locality itself:
+
+* :class:`Locality`, the typed answer for a module (``facts.of(locality)``): per-process values
+  (paths only this process has, sums of this process's batches grown in training), the ``if``
+  statements guarded by a rank (``if accelerator.is_main_process:``, ``if rank == 0:``), the
+  ``break`` statements and ``scheduler.step(value)`` calls such values decide, draws each process
+  makes for itself, and the losses that average over this process's batch;
+* :class:`RankReach`, asked by the rule transformer (``every_rank_reaches_here``) while it walks:
+  whether every process runs the statement being visited the same number of times, so a
+  collective may go there;
+* the syntax questions both ask: :func:`names_rank` (a test reading a rank), :func:`mentions_rank`
+  (the printing rule's looser reading), :func:`tests_main_process` (the accelerator's
+  main-process guard), :func:`batch_mean_reduced` (a loss averaged over the batch),
+  :func:`is_batch_mean_loss`, :func:`sums_per_rank`, :func:`collects` and :func:`collected_into` (what a list or meter
+  of batch values grows from);
+* downloads: what the main process must run first (:func:`statement_downloads`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import cast
 
 import libcst as cst
 
-from accel_convert.codemods.engine.facts import MODULE, callers_closure
+from accel_convert.codemods.engine.facts import MODULE, ScriptFacts, callers_closure
 from accel_convert.codemods.engine.imported_calls import program_callee
+from accel_convert.codemods.engine.model import Site
 from accel_convert.codemods.engine.random_draws import is_global_draw, seeds_generator_of
 from accel_convert.codemods.engine.syntax import (
+    calls_in,
     dotted,
     names_in,
     nodes_in,
     parameter_filled,
+    parameter_names,
     target_names,
 )
 from accel_convert.codemods.engine.torch_names import (
+    ENDLESS_COUNTERS,
     NETWORK_FETCHES,
     PATH_CONSTRUCTORS,
     PER_PROCESS_PATHS,
     RANDOM_SPLITS,
 )
-from accel_convert.codemods.model.provider import provider
+from accel_convert.codemods.engine.walk import child_nodes
+from accel_convert.codemods.model.provider import provider, rule_provider
 from accel_convert.codemods.model.recorder import (
     AssignRecord,
     AugAssignRecord,
     CallRecord,
+    IfRecord,
 )
 from accel_convert.codemods.model.state import Analysis
 
@@ -155,7 +183,7 @@ def download_functions(a: Analysis) -> None:
         "loop_calls",
         "existing_accelerator",
     ),
-    provides=("rank_dependent_breaks", "agreeable_breaks", "rank_dependent_schedule_steps"),
+    provides=("rank_dependent_breaks", "agreeable_breaks", "rank_dependent_schedule_steps", "per_process_sums"),
 )
 def breaks(a: Analysis) -> None:
     """``break`` statements (and ``scheduler.step(value)`` calls) decided by values that differ
@@ -173,6 +201,7 @@ def breaks(a: Analysis) -> None:
                 tainted.update(assign.targets)
                 changed = True
     sums = _per_process_sums(a, tainted)
+    a.per_process_sums = sums
     tainted |= sums
     _schedule_steps_on(a, sums | facts.loss_names)
     for node, loops, ifs, function in a.r.breaks:
@@ -230,17 +259,34 @@ def _sums_grown_in_training(a: Analysis, tainted: set[str]) -> set[str]:
         if aug.loops and aug.loops[-1].has_backward and aug.mentions.names & tainted:
             sums.update(aug.targets)
     for call in a.r.calls:
-        func = call.node.func
         if (
             call.loops
             and call.loops[-1].has_backward
-            and isinstance(func, cst.Attribute)
-            and func.attr.value in _COLLECTING_METHODS
-            and (owner := dotted(func.value)) is not None
-            and any(names_in(arg.value) & tainted for arg in call.node.args)
+            and (receiver := collected_into(call.node, tainted)) is not None
+            and (owner := dotted(receiver)) is not None
         ):
             sums.add(owner)
     return sums
+
+
+def collected_into(call: cst.Call, values: AbstractSet[str]) -> cst.BaseExpression | None:
+    """What a call collects one of ``values`` into (``losses`` of ``losses.append(loss.item())``,
+    ``meter`` of ``meter.update(loss.item(), n)``): a list or meter of this process's batches
+    when the values are; None for any other call. ACC919 asks it of the loop that trains too."""
+    if collects(call) and any(names_in(arg.value) & values for arg in call.args):
+        return cast(cst.Attribute, call.func).value
+    return None
+
+
+def collects(node: cst.CSTNode) -> bool:
+    """``meter.update(...)``, ``values.append(...)``, ``values.extend(...)`` with arguments: a
+    value kept per batch, which in a loop over this process's shard holds its batches only."""
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in _COLLECTING_METHODS
+        and bool(node.args)
+    )
 
 
 def _spread_from(a: Analysis, sums: set[str]) -> None:
@@ -436,3 +482,281 @@ def _callers_of_drawing_functions(a: Analysis, calls: list[tuple[CallRecord, str
             if call.function != MODULE and call.function not in drawing:
                 drawing.add(call.function)
                 changed = True
+
+
+#: Names whose value differs from process to process.
+RANK_NAMES = frozenset(
+    {
+        "rank",
+        "local_rank",
+        "process_index",
+        "local_process_index",
+        "is_main_process",
+        "is_local_main_process",
+        "is_last_process",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Locality:
+    """What differs between the processes of one module, and where: the one answer rules read
+    (``facts.of(locality)``)."""
+
+    #: Names bound to a folder or file only this process has (``tempfile.mkdtemp()``), and paths
+    #: built from them.
+    per_process_paths: frozenset[str] = frozenset()
+    #: Names holding this process's share of the training: a sum, list or meter of its batch
+    #: losses grown in a loop that runs the backward, and what is computed from or decided by it.
+    per_process_sums: frozenset[str] = frozenset()
+    #: ``if`` statements whose test reads a rank (``if accelerator.is_main_process:``, ``if rank
+    #: == 0:``): only some processes run their body.
+    rank_guarded: tuple[Site, ...] = ()
+    #: ``break`` statements decided by a per-process value that cannot be made to agree simply,
+    #: and those that can (``if loss < 1e-3: ...; break``).
+    rank_dependent_breaks: tuple[Site, ...] = ()
+    agreeable_breaks: tuple[Site, ...] = ()
+    #: ``scheduler.step(value)`` with a per-process value.
+    rank_dependent_schedule_steps: tuple[Site, ...] = ()
+    #: Draws from a global generator before any seed that decide what the processes share.
+    shared_draws: tuple[Site, ...] = ()
+    #: Per function (``"<module>"``, a class's name for its methods): the names bound to a
+    #: ``torch.nn`` loss module averaging over this process's batch (``criterion = nn.MSELoss()``).
+    batch_mean_losses: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def per_process_values(self) -> frozenset[str]:
+        """Every name whose value differs between processes: per-process paths and sums."""
+        return self.per_process_paths | self.per_process_sums
+
+    def rank_guarded_at(self, line: int) -> bool:
+        """Whether the original ``line`` lies in an ``if`` guarded by a rank (only some
+        processes run it)."""
+        return any(site.line <= line <= site.end_line for site in self.rank_guarded)
+
+
+@rule_provider(
+    needs=(
+        "per_process_paths",
+        "per_process_sums",
+        "rank_dependent_breaks",
+        "agreeable_breaks",
+        "rank_dependent_schedule_steps",
+        "shared_draws",
+    )
+)
+def locality(a: Analysis) -> Locality:
+    """The module's :class:`Locality`, from the providers above and the one walk's records."""
+    facts = a.facts
+    return Locality(
+        per_process_paths=frozenset(facts.per_process_paths),
+        per_process_sums=frozenset(a.per_process_sums),
+        rank_guarded=tuple(
+            a.site(record.node)
+            for record in a.r.assigns_and_ifs
+            if isinstance(record, IfRecord) and names_rank(record.node.test)
+        ),
+        rank_dependent_breaks=tuple(facts.rank_dependent_breaks),
+        agreeable_breaks=tuple(facts.agreeable_breaks),
+        rank_dependent_schedule_steps=tuple(facts.rank_dependent_schedule_steps),
+        shared_draws=tuple(facts.shared_draws),
+        batch_mean_losses=_batch_mean_losses(a),
+    )
+
+
+def _batch_mean_losses(a: Analysis) -> Mapping[str, frozenset[str]]:
+    """See :attr:`Locality.batch_mean_losses`."""
+    found: dict[str, set[str]] = {}
+    for assign in a.r.assigns:
+        value = assign.value
+        if not isinstance(value, cst.Call) or len(assign.node.targets) != 1 or len(assign.targets) != 1:
+            continue
+        qualified = a.r.names.qualified_name(value.func, assign.scope) or ""
+        if qualified.startswith("torch.nn.") and qualified.endswith("Loss") and batch_mean_reduced(value):
+            found.setdefault(assign.function, set()).update(assign.targets)
+    return MappingProxyType({function: frozenset(names) for function, names in found.items()})
+
+
+def batch_mean_reduced(call: cst.Call) -> bool:
+    """A loss call or constructor without ``reduction=`` (the mean), or with ``reduction="mean"``:
+    its value averages over this process's batch."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "reduction":
+            return isinstance(arg.value, cst.SimpleString) and arg.value.evaluated_value == "mean"
+    return True
+
+
+#: ``torch.nn.functional`` losses not named ``*_loss``.
+_FUNCTIONAL_LOSSES = frozenset({"cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div"})
+
+
+def is_batch_mean_loss(call: cst.Call, criteria: AbstractSet[str], facts: ScriptFacts) -> bool:
+    """A call of one of ``criteria`` (:attr:`Locality.batch_mean_losses` of its function), or a
+    ``torch.nn.functional`` loss averaging over the batch."""
+    if dotted(call.func) in criteria:
+        return True
+    qualified = facts.callee_name(call.func) or ""
+    name = qualified.rpartition(".")[2]
+    return (
+        qualified.startswith("torch.nn.functional.")
+        and (name.endswith("_loss") or name in _FUNCTIONAL_LOSSES)
+        and batch_mean_reduced(call)
+    )
+
+
+def names_rank(test: cst.BaseExpression) -> bool:
+    """Whether an expression reads a rank (``rank``, ``accelerator.is_main_process``,
+    ``state.process_index``): its value differs from process to process."""
+    return any(
+        (isinstance(node, cst.Name) and node.value in RANK_NAMES)
+        or (isinstance(node, cst.Attribute) and node.attr.value in RANK_NAMES)
+        for node in nodes_in(test)
+    )
+
+
+def mentions_rank(test: cst.BaseExpression) -> bool:
+    """An ``if`` test that picks processes as its code reads: it mentions ``RANK``/``LOCAL_RANK``
+    (``os.environ["RANK"]``, ``args.local_rank``, ``dist.get_rank()``) or a main-process flag.
+    Looser than :func:`names_rank`: the printing rule leaves a print under such a test as the
+    script guarded it, so a false hit only keeps a print unchanged."""
+    code = cst.Module([]).code_for_node(test)
+    return any(word in code for word in ("RANK", "rank", "main_process"))
+
+
+def tests_main_process(test: cst.BaseExpression, accelerator: str) -> bool:
+    """``accelerator.is_main_process`` (or ``is_local_main_process``), also through an instance
+    (``self.accelerator.is_main_process``, a training class's guard): the test of a region only
+    the main process runs."""
+    name = dotted(test) or ""
+    return any(
+        name == guard or name.endswith(f".{guard}")
+        for guard in (f"{accelerator}.is_main_process", f"{accelerator}.is_local_main_process")
+    )
+
+
+def sums_per_rank(function: cst.FunctionDef) -> frozenset[str]:
+    """The names the function adds up in a ``for`` loop that gathers and reduces nothing
+    (``val_loss += criterion(model(x), y).item()`` over this rank's shard): each rank has its
+    own value. Asked of the tree being converted, after the gathers earlier rules added."""
+    found: set[str] = set()
+    for loop in (node for node in nodes_in(function) if type(node) is cst.For):
+        summed = {
+            name
+            for node in nodes_in(loop.body)
+            if isinstance(node, cst.AugAssign)
+            for name in [dotted(node.target)]
+            if name is not None
+        }
+        if summed - found and not any(
+            isinstance(call.func, cst.Attribute)
+            and call.func.attr.value in ("gather_for_metrics", "gather", "reduce", "all_reduce")
+            for call in calls_in(loop.body)
+        ):
+            found |= summed
+    return frozenset(found)
+
+
+class RankReach:
+    """Whether every process runs a statement being walked the same number of times, as far as
+    the structure of the enclosing function shows: a collective (a barrier) may only be inserted
+    where this holds. Not inside ``try`` (an exception on one rank skips the rest), ``while``
+    (but ``while True:``), an ``if`` whose test calls something (``os.path.isdir``), names a rank,
+    reads a value summed per rank or tests a parameter, or a ``for`` over anything but
+    ``range``/``enumerate``/``itertools.count``/a loader. The rule transformer asks it
+    (``every_rank_reaches_here``) with the statements enclosing the one it visits."""
+
+    def __init__(self, loaders: AbstractSet[str], qualified_name: Callable[[cst.BaseExpression], str | None]) -> None:
+        self._loaders = loaders
+        self._qualified_name = qualified_name
+        #: Per function (by identity): :func:`sums_per_rank`, asked once.
+        self._sums: dict[int, frozenset[str]] = {}
+
+    def every_rank_reaches(self, anchors: Sequence[cst.CSTNode]) -> bool:
+        """Whether every rank runs what is inside the innermost of ``anchors`` (the module, then
+        each enclosing statement, outermost first) alike, up to the enclosing function."""
+        enclosing = next((node for node in reversed(anchors) if isinstance(node, cst.FunctionDef)), None)
+        for node in reversed(anchors):
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                return True
+            if not self._runs_alike_inside(node, enclosing):
+                return False
+        return True
+
+    def _runs_alike_inside(self, node: cst.CSTNode, enclosing: cst.FunctionDef | None) -> bool:
+        """Whether every rank that reaches the enclosing statement ``node`` runs what is inside it
+        the same number of times (``enclosing``: the function holding it)."""
+        if isinstance(node, cst.While):
+            return _endless(node)  # ``while True:``: the same on every rank until a break (made to agree)
+        if isinstance(node, (cst.Try, cst.TryStar, cst.Match)):
+            return False
+        if isinstance(node, cst.If):
+            return self._taken_alike(node.test, enclosing)
+        if isinstance(node, cst.For):
+            return self._same_length_everywhere(node.iter)
+        return True
+
+    def _taken_alike(self, test: cst.BaseExpression, enclosing: cst.FunctionDef | None) -> bool:
+        """Whether every rank takes the same branch of an ``if`` on ``test``: not when it calls
+        something or names a rank, reads a value summed per rank or tests a parameter."""
+        if any(isinstance(node, cst.Call) for node in nodes_in(test)) or names_rank(test):
+            return False
+        if enclosing is None:
+            return True
+        summed = self._sums.get(id(enclosing))
+        if summed is None:
+            summed = self._sums[id(enclosing)] = sums_per_rank(enclosing)
+        reads_sum = any(isinstance(node, cst.Name) and node.value in summed for node in nodes_in(test))
+        return not reads_sum and not _tests_parameter(test, enclosing)
+
+    def _same_length_everywhere(self, iterable: cst.BaseExpression) -> bool:
+        if isinstance(iterable, cst.Call) and self._qualified_name(iterable.func) in ENDLESS_COUNTERS:
+            return True  # endless on every rank: it ends at a break, which the rules make agree
+        if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name):
+            if iterable.func.value == "range":
+                return True
+            if iterable.func.value in ("enumerate", "tqdm", "zip") and iterable.args:
+                return all(self._same_length_everywhere(arg.value) for arg in iterable.args)
+            return False
+        name = dotted(iterable)
+        return name is not None and name in self._loaders
+
+
+def _tests_parameter(test: cst.BaseExpression, function: cst.FunctionDef) -> bool:
+    """Whether the test reads a parameter of the function as a plain value (``if save_best:``,
+    ``if is_best and epoch > 5:``): a flag its callers compute, often from a metric each rank
+    has for its own shard (pytorch-template's ``_save_checkpoint(epoch, save_best=best)``), so
+    not known to be the same on every rank. An attribute of one (``args.save_model``) is an
+    option, read alike everywhere."""
+    params = set(parameter_names(function))
+    pending: list[cst.CSTNode] = [test]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.Name) and node.value in params:
+            return True
+        if isinstance(node, cst.Attribute):
+            continue  # ``args.save_model``, ``self.best``: not the parameter itself
+        pending.extend(child_nodes(node))
+    return False
+
+
+def _endless(loop: cst.While) -> bool:
+    """``while True:`` (or ``while 1:``)."""
+    test = loop.test
+    return (isinstance(test, cst.Name) and test.value == "True") or (
+        isinstance(test, cst.Integer) and test.value == "1"
+    )
+
+
+def locality_of(facts: ScriptFacts) -> Locality:
+    """The module's :class:`Locality` (a rule asking it lists :data:`locality` in its
+    ``providers``). Facts built by hand in rule tests carry no provider results: their answer is
+    drawn from the fields they were given."""
+    if locality.name in facts.rule_results:
+        return facts.of(locality)
+    return Locality(
+        per_process_paths=frozenset(facts.per_process_paths),
+        rank_dependent_breaks=tuple(facts.rank_dependent_breaks),
+        agreeable_breaks=tuple(facts.agreeable_breaks),
+        rank_dependent_schedule_steps=tuple(facts.rank_dependent_schedule_steps),
+        shared_draws=tuple(facts.shared_draws),
+    )

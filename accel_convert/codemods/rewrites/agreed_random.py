@@ -37,11 +37,13 @@ from accel_convert.codemods.engine.random_draws import AGREEING_FUNCTION, AGREEI
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import is_main_guard, statement
 from accel_convert.codemods.engine.walk import module_nodes
+from accel_convert.codemods.model.locality import locality, locality_of
 
 
 class AgreedRandom(Rule):
     code = "ACC124"
     name = "agreed-random"
+    providers = (locality,)
     examples = (
         Example(
             before="""
@@ -162,7 +164,7 @@ class AgreedRandom(Rule):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return facts.has_accelerator and bool(facts.shared_draws) and facts.existing_accelerator is None
+        return facts.has_accelerator and bool(locality_of(facts).shared_draws) and facts.existing_accelerator is None
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         if any(isinstance(node, cst.Call) and is_agreeing_call(node) for node in module_nodes(module)):
@@ -192,14 +194,16 @@ def _agreed_draws(module: cst.Module, facts: ScriptFacts) -> list[Site]:
     its module-level code; else those outside the module-level statements (a draw at the top of
     a script that trains in ``main()`` runs on import, before any accelerator)."""
     if facts.home_kind == "module":
-        return list(facts.shared_draws)
+        return list(locality_of(facts).shared_draws)
     spans = [
         (site.line, site.end_line)
         for node in module.body
         if not isinstance(node, (cst.FunctionDef, cst.ClassDef)) and not is_main_guard(node)
         if (site := facts.origins.site(node)) is not None
     ]
-    return [site for site in facts.shared_draws if not any(start <= site.line <= end for start, end in spans)]
+    return [
+        site for site in locality_of(facts).shared_draws if not any(start <= site.line <= end for start, end in spans)
+    ]
 
 
 def _agreeing_code(facts: ScriptFacts, options: Options) -> tuple[list[str], list[str]]:

@@ -38,6 +38,7 @@ from accel_convert.codemods.engine.syntax import nodes_in, parameter_names, rows
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS, MEAN_LOSSES, SELF_DISTRIBUTING
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import module_nodes, variables_read
+from accel_convert.codemods.model.locality import batch_mean_reduced, collects
 
 #: A loop over a prepared dict's loaders whose sums cannot be gathered per sample: reported.
 SUMS_NOT_GATHERED = "ACC928"
@@ -385,7 +386,7 @@ class _GatherSums(RuleTransformer):
         if not held or not all(dict_name in self.prepared for dict_name in held):
             return updated_node
         inside = nodes_in(loop.body)
-        if any(_accumulates(node) for node in inside):
+        if any(collects(node) for node in inside):
             # ``meter.update(loss.item(), inputs.size(0))``, ``losses.append(...)``: per process.
             self.report(
                 original_node, SUMS_NOT_GATHERED, NOT_GATHERED_MESSAGE.format(name=name), False, header_only=True
@@ -623,7 +624,7 @@ class _GatherSums(RuleTransformer):
             isinstance(value, cst.Call)
             and self.facts.qualified_name(value.func) in MEAN_LOSSES
             and all(arg.keyword is not None and arg.keyword.value == "reduction" for arg in value.args)
-            and _mean_reduction(value)
+            and batch_mean_reduced(value)
             for value in values
         )
 
@@ -655,20 +656,6 @@ class _GatherSums(RuleTransformer):
         return rewritten
 
 
-#: Calls that keep a value per batch for later (an AverageMeter's ``update``, a list's ``append``).
-ACCUMULATING_METHODS = frozenset({"update", "append", "extend"})
-
-
-def _accumulates(node: cst.CSTNode) -> bool:
-    """``meter.update(...)``/``values.append(...)`` with arguments: a value kept per batch."""
-    return (
-        isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Attribute)
-        and node.func.attr.value in ACCUMULATING_METHODS
-        and bool(node.args)
-    )
-
-
 def _in_source_order(statements: Sequence[cst.CSTNode]) -> list[cst.CSTNode]:
     """Every node of ``statements``, each before its children, in the order the source has them."""
     found: list[cst.CSTNode] = []
@@ -690,13 +677,6 @@ def _over_classes(args: Sequence[cst.Arg]) -> bool:
         and isinstance(arg.value, cst.Integer)
         and (arg.value.value == "1")
     )
-
-
-def _mean_reduction(call: cst.Call) -> bool:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == "reduction":
-            return isinstance(arg.value, cst.SimpleString) and arg.value.evaluated_value == "mean"
-    return True
 
 
 def _trailing_sums(body: list[cst.BaseStatement]) -> tuple[int, list[cst.AugAssign]] | None:

@@ -43,6 +43,7 @@ from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import dotted, expression, statement
 from accel_convert.codemods.engine.torch_names import CONSOLE_WRITES, PROGRESS_BARS
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
+from accel_convert.codemods.model.locality import mentions_rank
 from accel_convert.codemods.model.provider import rule_provider
 from accel_convert.codemods.model.state import Analysis
 
@@ -133,7 +134,7 @@ class _Printing(RuleTransformer):
             or not self._is_plain_print(updated_node)
         ):
             return updated_node
-        if self._under_if(_tests_rank):
+        if self._under_if(mentions_rank):
             return updated_node  # already printed by one process only
         if self.facts.name_table.scopes[()].binds("os") and self.facts.imports.get("os") != "os":
             return updated_node  # ``os`` is something else here
@@ -197,7 +198,7 @@ class _Printing(RuleTransformer):
         return isinstance(call, cst.Call) and self.qualified_name(call.func) in CONSOLE_WRITES
 
     def _on_main_process(self, original: cst.SimpleStatementLine, line: cst.SimpleStatementLine) -> cst.BaseStatement:
-        if self._under_if(_tests_rank):
+        if self._under_if(mentions_rank):
             return line  # already written by one process only
         accelerator = self.instance_accelerator() or cst.Name(self.accelerator)
         test = cst.Attribute(accelerator, cst.Name("is_main_process"))
@@ -398,12 +399,6 @@ class _LoggingLevel(RuleTransformer):
             return None  # ``os`` is something else here
         self.by_rank += 1
         return expression(_LAUNCHER_MAIN_PROCESS)
-
-
-def _tests_rank(test: cst.BaseExpression) -> bool:
-    """An ``if`` test that picks processes: it reads ``RANK``/``LOCAL_RANK`` or a main-process flag."""
-    code = cst.Module([]).code_for_node(test)
-    return any(word in code for word in ("RANK", "rank", "main_process"))
 
 
 def _is_launcher_rank_test(test: cst.BaseExpression) -> bool:

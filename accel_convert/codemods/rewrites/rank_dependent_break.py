@@ -24,6 +24,7 @@ from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
+from accel_convert.codemods.model.locality import locality, locality_of
 
 MESSAGE = "break decided by a per-process value: other processes would wait forever"
 AGREED = "break decided by a per-process comparison: every process stops once one meets it (set_trigger/check_trigger)"
@@ -34,6 +35,7 @@ REPORTED_CODE = "ACC902"
 class RankDependentBreak(Rule):
     code = AGREED_CODE
     name = "agreed-break"
+    providers = (locality,)
     fixes = {
         "ACC902": (
             'Make every process take the same decision: reduce the value the ``if`` reads before testing it, e.g. ``stop = accelerator.reduce(torch.tensor(float(val_loss < best), device=accelerator.device), "max")`` and ``if stop.item(): break``, or decide on the main process and share it with ``accelerator.set_trigger()`` / ``if accelerator.check_trigger(): break``.'
@@ -194,15 +196,17 @@ class RankDependentBreak(Rule):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return bool(facts.rank_dependent_breaks or facts.agreeable_breaks)
+        answer = locality_of(facts)
+        return bool(answer.rank_dependent_breaks or answer.agreeable_breaks)
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        reports = [report_at(site, REPORTED_CODE, MESSAGE) for site in facts.rank_dependent_breaks]
-        if not facts.agreeable_breaks:
+        answer = locality_of(facts)
+        reports = [report_at(site, REPORTED_CODE, MESSAGE) for site in answer.rank_dependent_breaks]
+        if not answer.agreeable_breaks:
             return module, reports
         if not options.enabled(self.code):
             # The rewrite is switched off (--ignore ACC123): those breaks are reported as they are.
-            return module, reports + [report_at(site, REPORTED_CODE, MESSAGE) for site in facts.agreeable_breaks]
+            return module, reports + [report_at(site, REPORTED_CODE, MESSAGE) for site in answer.agreeable_breaks]
         agreeing = _AgreeOnBreaks(facts)
         module = module.visit(agreeing)
         return module, reports + agreeing.changes(module)
@@ -214,8 +218,9 @@ class _AgreeOnBreaks(RuleTransformer):
     break``."""
 
     def __init__(self, facts: ScriptFacts) -> None:
-        super().__init__(facts, lines_of(facts.agreeable_breaks))
-        self._sites = set(facts.agreeable_breaks)
+        agreeable = locality_of(facts).agreeable_breaks
+        super().__init__(facts, lines_of(agreeable))
+        self._sites = set(agreeable)
         #: The agreeable ``if`` statements being walked → whether they can be rewritten there.
         self._rewritable: dict[int, bool] = {}
 

@@ -54,6 +54,7 @@ from accel_convert.codemods.engine.torch_names import (
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
+from accel_convert.codemods.model.locality import locality, locality_of, tests_main_process
 
 #: The report of a folder created or deleted where a barrier cannot go.
 UNGUARDED_FOLDER = "folder creation or deletion where not every rank would reach a barrier: left on every rank"
@@ -69,6 +70,7 @@ WRITING_METHODS = frozenset({"savefig", "to_csv", "write_text", "write_bytes", "
 class SideEffectsCodemod(Rule):
     code = "ACC116"
     name = "side-effects"
+    providers = (locality,)
     fixes = {
         "ACC916": (
             "Guard the write with the main process: pass ``accelerator`` to the function and put the file write or tracker call under ``if accelerator.is_main_process:``. For ``wandb.config`` read by every process, call ``wandb.init`` on the main process only and hand the values the others need as arguments."
@@ -500,11 +502,11 @@ class _MainProcessGuard(RuleTransformer):
         return not datasets and node.name.value not in self.facts.model_classes
 
     def visit_If(self, node: cst.If) -> None:
-        if _is_main_process_test(node.test, self.facts):
+        if tests_main_process(node.test, self.accelerator):
             self._guarded_depth += 1
 
     def leave_If(self, original_node: cst.If, updated_node: cst.If):
-        if _is_main_process_test(original_node.test, self.facts):
+        if tests_main_process(original_node.test, self.accelerator):
             self._guarded_depth -= 1
         return updated_node
 
@@ -710,16 +712,6 @@ class _MainProcessGuard(RuleTransformer):
             self.findings.add(self._original_of.get(id(statement), statement), "ACC916", message, False)
 
 
-def _is_main_process_test(test: cst.BaseExpression, facts: ScriptFacts) -> bool:
-    name = dotted(test) or ""
-    acc = accelerator_name(facts)
-    # ``self.accelerator.is_main_process`` too: a training class's guard (ACC108).
-    return any(
-        name == guard or name.endswith(f".{guard}")
-        for guard in (f"{acc}.is_main_process", f"{acc}.is_local_main_process")
-    )
-
-
 def _first_statement_after_accelerator(statements: Sequence[cst.BaseStatement], acc: str) -> int | None:
     for index, statement in enumerate(statements):
         if binds_name([statement], acc):
@@ -779,7 +771,8 @@ def _write_kind(statement: cst.BaseStatement, facts: ScriptFacts) -> str | None:
     """``"folder"`` for folder creation, ``"delete"`` for deletions, ``"track"`` for experiment
     tracking, ``"write"`` for other writes, None for anything else."""
     if isinstance(statement, cst.With):
-        if facts.per_process_paths and any(names_in(item.item) & facts.per_process_paths for item in statement.items):
+        paths = locality_of(facts).per_process_paths
+        if paths and any(names_in(item.item) & paths for item in statement.items):
             return None
         return "write" if any(facts.opens_for_writing(i.item) for i in statement.items) else None
     if isinstance(statement, (cst.If, cst.For, cst.Try)) and isinstance(statement.body, cst.IndentedBlock):
@@ -788,7 +781,7 @@ def _write_kind(statement: cst.BaseStatement, facts: ScriptFacts) -> str | None:
         # guard (and the barrier) go around it, where every rank reaches them.
         if getattr(statement, "orelse", None) is not None or getattr(statement, "finalbody", None) is not None:
             return None
-        if isinstance(statement, cst.If) and _is_main_process_test(statement.test, facts):
+        if isinstance(statement, cst.If) and tests_main_process(statement.test, accelerator_name(facts)):
             return None  # already guarded
         inner = {_write_kind(child, facts) for child in statement.body.body}
         return inner.pop() if len(inner) == 1 and None not in inner else None
@@ -868,7 +861,8 @@ def _call_kind(small: cst.BaseSmallStatement, facts: ScriptFacts) -> str | None:
         isinstance(call.func, cst.Attribute) and dotted(call.func.value) in facts.trackers
     ):
         return "track"
-    if facts.per_process_paths and names_in(call) & facts.per_process_paths:
+    paths = locality_of(facts).per_process_paths
+    if paths and names_in(call) & paths:
         return None  # a folder or file of this process alone: every rank handles its own
     if name in FOLDER_FUNCTIONS:
         return "folder"

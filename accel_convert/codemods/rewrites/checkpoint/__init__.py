@@ -58,6 +58,7 @@ from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.torch_names import MODEL_EXPORTS
 from accel_convert.codemods.engine.walk import walk
 from accel_convert.codemods.model.file_flow import file_flow
+from accel_convert.codemods.model.locality import locality
 from accel_convert.codemods.rewrites.checkpoint.codes import CHECKPOINT
 from accel_convert.codemods.rewrites.checkpoint.copies_exports import model_copiers
 from accel_convert.codemods.rewrites.checkpoint.helper_classes import SavesInHelperClasses, classes_given_models
@@ -89,7 +90,7 @@ class CheckpointCodemod(Rule):
             "Compute the loss from the model's forward: call ``model(...)`` (move the loss computation into ``forward`` or compute it from ``model(x)``'s output), so DDP averages the gradients; or convert with ``--target runtime``, whose wrapper averages them for any method."
         ),
     }
-    providers = (model_copiers, training_method_calls, file_flow)
+    providers = (model_copiers, training_method_calls, file_flow, locality)
     extra_codes = {
         "ACC914": "checkpoint-unreachable: torch.save or a model's own method where the accelerator is not reachable: runs on every rank",
         "ACC921": (

@@ -17,6 +17,7 @@ from accel_convert.codemods.engine.syntax import dotted, names_in
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import StatementFilter
 from accel_convert.codemods.model.file_flow import file_flow
+from accel_convert.codemods.model.locality import locality_of
 from accel_convert.codemods.rewrites.checkpoint.codes import CHECKPOINT
 
 
@@ -98,7 +99,7 @@ class SavesOnMainProcess(RuleTransformer):
     def _save_on_main_process(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         """``torch.save(...)`` → ``accelerator.save(...)`` of the unwrapped model (a barrier goes
         before the line); reported (ACC914) where no accelerator is reachable."""
-        if names_in(original_node) & self.facts.per_process_paths:
+        if names_in(original_node) & locality_of(self.facts).per_process_paths:
             return updated_node  # a file of this process alone (a tempfile folder): each rank writes its own
         if not self.accelerator_reachable():
             self.report(

@@ -100,7 +100,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.rewrites.metrics.batch_means import batch_mean_losses
+from accel_convert.codemods.model.locality import locality
 from accel_convert.codemods.rewrites.metrics.codes import (
     BATCH_ORDER,
     BATCH_SCALAR,
@@ -198,7 +198,7 @@ class MetricsCodemod(Rule):
             "Gather batch-first views by hand: transpose the model's outputs and the targets to ``(batch, ...)`` (``output.transpose(0, 1)``), pad them with ``accelerator.pad_across_processes(x, dim=1)`` where lengths differ, then ``accelerator.gather_for_metrics((output, target))``; or build the model with ``batch_first=True`` and convert again."
         ),
     }
-    providers = (batch_mean_losses,)
+    providers = (locality,)
     extra_codes = {
         COMPREHENSION: "metrics-comprehension: evaluation written as a comprehension over a prepared loader, not gathered (write it as a for loop)",
         UNREACHABLE: "metrics-unreachable: an evaluation loop where the accelerator is not reachable: its metrics cover one process",

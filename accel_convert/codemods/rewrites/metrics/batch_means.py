@@ -6,10 +6,8 @@ never rewritten."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from collections.abc import Set as AbstractSet
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 
 import libcst as cst
 
@@ -21,7 +19,6 @@ from accel_convert.codemods.engine.syntax import (
     counted_by_one,
     dotted,
     expression_code,
-    mean_reduced,
     nodes_in,
 )
 from accel_convert.codemods.engine.torch_names import (
@@ -30,24 +27,8 @@ from accel_convert.codemods.engine.torch_names import (
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import variables_read, walk
-from accel_convert.codemods.model.provider import rule_provider
-from accel_convert.codemods.model.state import Analysis
+from accel_convert.codemods.model.locality import is_batch_mean_loss, locality_of
 from accel_convert.codemods.rewrites.metrics.codes import MEAN_OF_BATCHES, SUMMED_BATCH_MEANS
-
-
-@rule_provider()
-def batch_mean_losses(a: Analysis) -> Mapping[str, frozenset[str]]:
-    """Per module-level function (``"<module>"``, a class's name for its methods): the names bound
-    to a ``torch.nn`` loss module that averages over the batch (``criterion = nn.MSELoss()``)."""
-    found: dict[str, set[str]] = {}
-    for assign in a.r.assigns:
-        value = assign.value
-        if not isinstance(value, cst.Call) or len(assign.node.targets) != 1 or len(assign.targets) != 1:
-            continue
-        qualified = a.r.names.qualified_name(value.func, assign.scope) or ""
-        if qualified.startswith("torch.nn.") and qualified.endswith("Loss") and mean_reduced(value):
-            found.setdefault(assign.function, set()).update(assign.targets)
-    return MappingProxyType({function: frozenset(names) for function, names in found.items()})
 
 
 def report_means_over_batches(rule: RuleTransformer, scope: Sequence[cst.CSTNode], loops: list[GatheredLoop]) -> None:
@@ -85,7 +66,7 @@ def report_summed_batch_means(rule: RuleTransformer, loop: cst.For) -> None:
     loss may be named first (``loss = criterion(outputs, targets)``, then ``+= loss.item()``)."""
     facts = rule.facts
     # the function's own criteria, and the module's it reads as globals
-    losses_by_function = facts.of(batch_mean_losses)
+    losses_by_function = locality_of(facts).batch_mean_losses
     criteria = losses_by_function.get(rule.function, frozenset()) | losses_by_function.get("<module>", frozenset())
     nodes = nodes_in(loop.body)
     losses = {
@@ -94,7 +75,7 @@ def report_summed_batch_means(rule: RuleTransformer, loop: cst.For) -> None:
         if isinstance(node, cst.Assign)
         and len(node.targets) == 1
         and isinstance(node.targets[0].target, cst.Name)
-        and any(_is_batch_mean_loss(call, criteria, facts) for call in calls_in(node.value))
+        and any(is_batch_mean_loss(call, criteria, facts) for call in calls_in(node.value))
     }
     for node in nodes:
         if not isinstance(node, cst.AugAssign) or not isinstance(node.operator, cst.AddAssign):
@@ -102,7 +83,7 @@ def report_summed_batch_means(rule: RuleTransformer, loop: cst.For) -> None:
         if _multiplied(node.value):
             continue  # ``loss.item() * targets.size(0)``: weighed by the (gathered) batch size, a sum per sample
         if variables_read(node.value) & losses or any(
-            _is_batch_mean_loss(call, criteria, facts) for call in calls_in(node.value)
+            is_batch_mean_loss(call, criteria, facts) for call in calls_in(node.value)
         ):
             rule.report(
                 node,
@@ -284,19 +265,4 @@ class _MeansOverBatches(cst.CSTVisitor):
 def _multiplied(value: cst.BaseExpression) -> bool:
     return any(
         isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply) for node in nodes_in(value)
-    )
-
-
-def _is_batch_mean_loss(call: cst.Call, criteria: AbstractSet[str], facts: ScriptFacts) -> bool:
-    if dotted(call.func) in criteria:
-        return True
-    qualified = facts.callee_name(call.func) or ""
-    name = qualified.rpartition(".")[2]
-    return (
-        qualified.startswith("torch.nn.functional.")
-        and (
-            name.endswith("_loss")
-            or name in ("cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div")
-        )
-        and mean_reduced(call)
     )

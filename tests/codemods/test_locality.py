@@ -1,0 +1,252 @@
+"""The locality owner (``model/locality.py``): its :class:`Locality` answer for a module, and
+:class:`RankReach`, which the rule transformer asks whether every rank runs a statement alike.
+
+Each shape is asked the same questions: module-level code, a function, a class's method. Each
+holds a rank-guarded region (only some processes run it) and a sum of this process's batch losses
+(its own value on each process).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+import accel_convert.codemods as codemods_package
+from accel_convert.codemods.engine.analysis import analyse
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.walk import child_nodes
+from accel_convert.codemods.model.locality import Locality, RankReach, locality, locality_of
+from tests.codemods.support import code
+
+MODULE_LEVEL = code(
+    """
+    import tempfile
+
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    rank = 0
+    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+    model = nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    criterion = nn.MSELoss()
+    workdir = tempfile.mkdtemp()
+    for epoch in range(3):
+        running = 0.0
+        for data, target in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(data), target)
+            loss.backward()
+            optimizer.step()
+            running += loss.item()
+        if running < 0.1:
+            break
+        if rank == 0:
+            print(running)
+    """
+)
+
+IN_A_FUNCTION = code(
+    """
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    def train(rank):
+        loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+        model = nn.Linear(8, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+        for epoch in range(3):
+            total = 0.0
+            for data, target in loader:
+                optimizer.zero_grad()
+                loss = nn.functional.mse_loss(model(data), target)
+                loss.backward()
+                optimizer.step()
+                total += loss.item()
+            mean = total / len(loader)
+            scheduler.step(mean)
+            if rank == 0:
+                print(mean)
+
+
+    if __name__ == "__main__":
+        train(0)
+    """
+)
+
+IN_A_METHOD = code(
+    """
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    class Trainer:
+        def __init__(self, accelerator):
+            self.accelerator = accelerator
+            self.loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+            self.model = nn.Linear(8, 1)
+            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+        def fit(self):
+            criterion = nn.CrossEntropyLoss()
+            ignored = nn.L1Loss(reduction="sum")
+            total = 0.0
+            for data, target in self.loader:
+                self.optimizer.zero_grad()
+                loss = criterion(self.model(data), target)
+                loss.backward()
+                self.optimizer.step()
+                total += loss.item()
+            if total > 1.0:
+                print("high")
+            if self.accelerator.is_main_process:
+                print(total)
+            return total
+
+
+    if __name__ == "__main__":
+        Trainer(None).fit()
+    """
+)
+
+
+def answer(source: str) -> tuple[ScriptFacts, Locality]:
+    facts = analyse(cst.parse_module(source), source)
+    assert locality.name in facts.rule_results, "no rule lists the locality provider: the analysis does not run it"
+    return facts, locality_of(facts)
+
+
+def lines_of(source: str, sites: tuple[object, ...]) -> list[str]:
+    lines = source.splitlines()
+    return [lines[site.line - 1].strip() for site in sites]  # type: ignore[attr-defined]
+
+
+def test_module_level_code() -> None:
+    """A per-process path, a sum grown in the loop that trains (the ``break`` it decides can be
+    agreed), the region under ``if rank == 0:`` and a loss averaging over the batch."""
+    facts, found = answer(MODULE_LEVEL)
+    assert found.per_process_paths == {"workdir"}
+    assert found.per_process_sums == {"running"}
+    assert lines_of(MODULE_LEVEL, found.rank_guarded) == ["if rank == 0:"]
+    assert found.rank_guarded_at(MODULE_LEVEL.splitlines().index("        print(running)") + 1)
+    assert not found.rank_guarded_at(MODULE_LEVEL.splitlines().index("    if running < 0.1:") + 1)
+    assert lines_of(MODULE_LEVEL, found.agreeable_breaks) == ["if running < 0.1:"]
+    assert found.rank_dependent_breaks == ()
+    assert found.batch_mean_losses == {"<module>": {"criterion"}}
+    assert found.per_process_values == {"workdir", "running"}
+
+
+def test_in_a_function() -> None:
+    """A sum, what is computed from it (``mean``), the scheduler step it decides, and the region
+    under a rank handed in as a parameter."""
+    _, found = answer(IN_A_FUNCTION)
+    assert {"total", "mean"} <= found.per_process_sums
+    assert lines_of(IN_A_FUNCTION, found.rank_dependent_schedule_steps) == ["scheduler.step(mean)"]
+    assert lines_of(IN_A_FUNCTION, found.rank_guarded) == ["if rank == 0:"]
+    assert found.per_process_paths == frozenset()
+
+
+def test_in_a_class_method() -> None:
+    """The training class's main-process guard, its sum, and its batch-mean loss (not the one
+    summing over the batch)."""
+    _, found = answer(IN_A_METHOD)
+    assert found.per_process_sums == {"total"}
+    assert lines_of(IN_A_METHOD, found.rank_guarded) == ["if self.accelerator.is_main_process:"]
+    assert found.batch_mean_losses == {"Trainer": {"criterion"}}
+
+
+def enclosing(module: cst.Module, text: str) -> list[cst.CSTNode]:
+    """The module and every node around the statement line reading ``text``, outermost first,
+    the statement itself last (what the rule transformer's anchors hold while it visits it)."""
+    path: list[cst.CSTNode] = []
+
+    def find(node: cst.CSTNode) -> bool:
+        path.append(node)
+        if isinstance(node, cst.SimpleStatementLine) and module.code_for_node(node).strip() == text:
+            return True
+        if any(find(child) for child in child_nodes(node)):
+            return True
+        path.pop()
+        return False
+
+    assert find(module), text
+    return path
+
+
+@pytest.mark.parametrize(
+    ("source", "statement", "reached"),
+    [
+        (MODULE_LEVEL, "workdir = tempfile.mkdtemp()", True),
+        (MODULE_LEVEL, "optimizer.step()", True),  # in a loop over a loader, in a ``range`` loop
+        (MODULE_LEVEL, "print(running)", False),  # under ``if rank == 0:``
+        (IN_A_FUNCTION, "scheduler.step(mean)", True),
+        (IN_A_FUNCTION, "print(mean)", False),  # under a rank the function is handed
+        (IN_A_METHOD, "return total", True),
+        (IN_A_METHOD, 'print("high")', False),  # under this process's sum
+        (IN_A_METHOD, "print(total)", False),  # under the main-process guard
+    ],
+)
+def test_every_rank_reaches(source: str, statement: str, reached: bool) -> None:
+    """What the rule transformer asks before it inserts a collective: the enclosing statements
+    decide, up to the enclosing function."""
+    module = cst.parse_module(source)
+    facts, _ = answer(source)
+    reach = RankReach(facts.loaders, lambda node: facts.qualified_name(node, ()))
+    anchors = enclosing(module, statement)[:-1]
+    assert reach.every_rank_reaches(anchors) is reached
+
+
+#: Names of functions that decide locality: defined in model/locality.py alone (the rule
+#: transformer keeps ``every_rank_reaches_here``, which asks it).
+LOCALITY_QUESTIONS = {
+    "every_rank_reaches",
+    "sums_per_rank",
+    "summed_per_rank",
+    "per_process_sums",
+    "sums_grown_in_training",
+    "rank_independent_test",
+    "names_rank",
+    "mentions_rank",
+    "tests_rank",
+    "is_main_process_test",
+    "tests_main_process",
+    "mean_reduced",
+    "mean_reduction",
+    "batch_mean_reduced",
+    "batch_mean_losses",
+    "is_batch_mean_loss",
+    "taken_alike",
+    "runs_alike_inside",
+    "same_length_everywhere",
+    "tests_parameter",
+    "collected_into",
+    "collects",
+    "accumulates",
+}
+
+
+def test_only_the_owner_decides_locality() -> None:
+    """The transformer, the side effects, the metrics and the loader dict rules each decided it
+    once, the printing rule by text, ACC919 by its own list of collecting methods (issue 43); a copy anywhere else in codemods/ is refused."""
+    codemods = Path(codemods_package.__file__).parent
+    owner = codemods / "model" / "locality.py"
+    copies = [
+        f"{path.relative_to(codemods).as_posix()} defines {node.name}"
+        for path in sorted(codemods.rglob("*.py"))
+        if path != owner
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef) and node.name.lstrip("_") in LOCALITY_QUESTIONS
+    ]
+    assert copies == []
+    owned = {
+        node.name.lstrip("_") for node in ast.walk(ast.parse(owner.read_text())) if isinstance(node, ast.FunctionDef)
+    }
+    assert {"every_rank_reaches", "sums_per_rank", "names_rank", "tests_main_process", "batch_mean_reduced"} <= owned
