@@ -34,6 +34,7 @@ from accel_convert.codemods.engine.syntax import (
 from accel_convert.codemods.engine.transformers import HomeBlockTransformer
 from accel_convert.codemods.engine.walk import variables_read
 from accel_convert.codemods.model.locality import statement_downloads
+from accel_convert.codemods.model.plan import plan_of
 from accel_convert.codemods.model.provider import rule_provider
 from accel_convert.codemods.model.recorder import IfRecord
 from accel_convert.codemods.model.state import Analysis
@@ -155,7 +156,8 @@ class _CreateAccelerator(HomeBlockTransformer):
 
     @property
     def home_names(self) -> set[str | None]:
-        return {self.facts.creating_function or self.facts.main_function}
+        plan = plan_of(self.facts)
+        return {plan.creating_function or plan.home_function}
 
     def edit_home(self, body: list[cst.BaseStatement], anchor: cst.CSTNode) -> list[cst.BaseStatement]:
         index = creation_index(body, self.facts, at_top=self.facts.home_kind == "function")

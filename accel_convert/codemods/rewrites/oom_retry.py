@@ -24,7 +24,6 @@ import libcst as cst
 from accel_convert.codemods.engine.accelerator_code import (
     RETRIED_TRAINING_FUNCTION,
     accelerator_name,
-    is_accelerator_method,
 )
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import Findings
@@ -49,6 +48,7 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 from accel_convert.codemods.engine.walk import variables_read, walk
+from accel_convert.codemods.model.plan import prepares_here
 
 DECORATOR = "find_executable_batch_size"
 INNER_NAME = RETRIED_TRAINING_FUNCTION
@@ -417,7 +417,7 @@ def _find_training_region(module: cst.Module, facts: ScriptFacts) -> _Region | N
         if isinstance(s, cst.FunctionDef) and isinstance(s.body, cst.IndentedBlock)
     ]
     for function, statements in candidates:
-        prepare = next((i for i, s in enumerate(statements) if _is_prepare_line(s, facts)), None)
+        prepare = next((i for i, s in enumerate(statements) if prepares_here(s, facts)), None)
         if prepare is None:
             continue
         created = next((i for i, s in enumerate(statements) if binds_name([s], accelerator_name(facts))), -1)
@@ -432,12 +432,6 @@ def _find_training_region(module: cst.Module, facts: ScriptFacts) -> _Region | N
             end, guard = end - 1, last
         return _Region(function, statements, start, end, prepare, guard)
     return None
-
-
-def _is_prepare_line(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:
-    if not isinstance(statement, cst.SimpleStatementLine):
-        return False
-    return any(is_accelerator_method(getattr(small, "value", None), facts, "prepare") for small in statement.body)
 
 
 def _builds_training_object(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:

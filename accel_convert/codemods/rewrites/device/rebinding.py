@@ -10,8 +10,8 @@ from typing import NamedTuple
 
 import libcst as cst
 
-from accel_convert.codemods.engine.accelerator_creation import creates_accelerator
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.model.plan import creation_index as plan_creation_index
 
 
 class CreatingFunction(NamedTuple):
@@ -44,7 +44,7 @@ def creating_function(body: Sequence[cst.BaseStatement], name: str) -> CreatingF
 
 def creation_index(statements: Sequence[cst.BaseStatement], facts: ScriptFacts) -> int | None:
     """The index of the statement creating the accelerator (``accelerator = Accelerator()``)."""
-    return next((i for i, s in enumerate(statements) if creates_accelerator(s, facts)), None)
+    return plan_creation_index(statements, facts)
 
 
 def rebinding(target: str, accelerator: str) -> cst.BaseStatement:
