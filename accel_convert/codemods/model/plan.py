@@ -204,7 +204,6 @@ def _preparations(
         "call_graph",
         "call_sites",
         "training_method_lines",
-        "assign_sites",
     ),
     provides=("plan",),
 )
