@@ -85,6 +85,10 @@ class ConversionPlan:
     preparing_functions: AbstractSet[str]
     #: Training class → the attributes its ``__init__`` builds and prepares.
     class_preparations: Mapping[str, tuple[str, ...]]
+    #: Training class → method (not ``__init__``) → the loaders and optimizers it builds
+    #: (``train_loader = DataLoader(...)`` in ``Trainer.run``), each prepared right where it is
+    #: built.
+    method_preparations: Mapping[str, Mapping[str, tuple[str, ...]]]
     #: Models prepared right where they are built (a distilled student, built after training
     #: began), not in the home block's one ``prepare``.
     prepared_where_built: AbstractSet[str]
@@ -95,10 +99,16 @@ class ConversionPlan:
     training_lines: tuple[int, ...]
 
     @classmethod
-    def of(cls, facts: FactsDraft | ScriptFacts, bound: Mapping[str, AbstractSet[str]] | None = None) -> ConversionPlan:
+    def of(
+        cls,
+        facts: FactsDraft | ScriptFacts,
+        bound: Mapping[str, AbstractSet[str]] | None = None,
+        methods: Mapping[str, Mapping[str, tuple[str, ...]]] | None = None,
+    ) -> ConversionPlan:
         """The plan the facts decide (the analysis' draft, or facts built by hand); ``bound``:
-        module-level function → the names it binds (the analysis' assignments; facts built by
-        hand have none, and the home block prepares everything)."""
+        module-level function → the names it binds, and ``methods``: the training classes'
+        methods → what each builds and prepares (the analysis' working facts; facts built by hand
+        have neither, and the home block prepares everything)."""
         to_prepare = tuple(
             name
             for group in facts.preparation_groups()
@@ -118,6 +128,9 @@ class ConversionPlan:
             preparations=_preparations(facts, to_prepare, creating, preparing, bound or {}),
             preparing_functions=preparing,
             class_preparations=MappingProxyType(dict(facts.class_prepare)),
+            method_preparations=MappingProxyType(
+                {name: MappingProxyType(dict(found)) for name, found in (methods or {}).items()}
+            ),
             prepared_where_built=frozenset(facts.models_prepared_where_built),
             already_prepared=frozenset(facts.prepared),
             training_lines=tuple(sorted(set(facts.training_lines()))),
@@ -148,11 +161,20 @@ class ConversionPlan:
         return self.training_lines[0] if self.training_lines else None
 
     def prepared_in(self, name: str) -> str | None:
-        """The block (or training class) that prepares ``name``; None when none does."""
+        """The block that prepares ``name``: a module-level function, ``"<module>"``, a training
+        class (its ``__init__``) or ``"Class.method"``; None when none does."""
         for block, names in (*self.preparations.items(), *self.class_preparations.items()):
             if name in names:
                 return block
-        return None
+        return next(
+            (
+                f"{owner}.{method}"
+                for owner, methods in self.method_preparations.items()
+                for method, names in methods.items()
+                if name in names
+            ),
+            None,
+        )
 
 
 def _preparations(
@@ -204,6 +226,7 @@ def _preparations(
         "call_graph",
         "call_sites",
         "training_method_lines",
+        "method_prepare",
     ),
     provides=("plan",),
 )
@@ -212,7 +235,7 @@ def conversion_plan(a: Analysis) -> None:
     bound: dict[str, set[str]] = {}
     for assign in a.r.assigns:
         bound.setdefault(assign.function, set()).update(assign.targets)
-    a.facts.plan = ConversionPlan.of(a.facts, bound)
+    a.facts.plan = ConversionPlan.of(a.facts, bound, a.method_prepare)
 
 
 def plan_of(facts: ScriptFacts) -> ConversionPlan:

@@ -48,7 +48,7 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 from accel_convert.codemods.engine.walk import variables_read, walk
-from accel_convert.codemods.model.plan import prepares_here
+from accel_convert.codemods.model.plan import creation_index, prepares_here
 
 DECORATOR = "find_executable_batch_size"
 INNER_NAME = RETRIED_TRAINING_FUNCTION
@@ -420,7 +420,9 @@ def _find_training_region(module: cst.Module, facts: ScriptFacts) -> _Region | N
         prepare = next((i for i, s in enumerate(statements) if prepares_here(s, facts)), None)
         if prepare is None:
             continue
-        created = next((i for i, s in enumerate(statements) if binds_name([s], accelerator_name(facts))), -1)
+        scope = () if function is None else (function.name.value,)
+        created = creation_index(statements, facts, scope)
+        created = -1 if created is None else created
         if created > prepare:
             return None
         start = next(
