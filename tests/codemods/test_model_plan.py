@@ -175,3 +175,41 @@ def test_facts_built_by_hand_get_the_plan_they_decide() -> None:
 
 def _facts_of(source: str) -> ScriptFacts:
     return analyse(cst.parse_module(source), source)
+
+
+def test_training_class_preparing_a_loader_its_method_builds() -> None:
+    plan, _, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        class Trainer:
+            def __init__(self):
+                self.model = nn.Linear(8, 1)
+                self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+            def fit(self, data):
+                loader = DataLoader(data, batch_size=8)
+                for x, y in loader:
+                    self.optimizer.zero_grad()
+                    nn.functional.mse_loss(self.model(x), y).backward()
+                    self.optimizer.step()
+
+
+        def main():
+            trainer = Trainer()
+            trainer.fit(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)))
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    assert dict(plan.class_preparations) == {"Trainer": ("self.model", "self.optimizer")}
+    assert plan.prepared_in("loader") == "Trainer.fit" and dict(plan.preparations) == {}
+    assert _prepare_lines(converted) == [
+        "self.model, self.optimizer = self.accelerator.prepare(self.model, self.optimizer)",
+        "loader = self.accelerator.prepare(loader)",
+    ]

@@ -125,7 +125,7 @@ class ConversionPlan:
             creating_function=facts.creating_function,
             accelerator=facts.existing_accelerator or facts.accelerator_name,
             to_prepare=to_prepare,
-            preparations=_preparations(facts, to_prepare, creating, preparing, bound or {}),
+            preparations=_preparations(facts, to_prepare, creating, preparing, bound or {}, methods or {}),
             preparing_functions=preparing,
             class_preparations=MappingProxyType(dict(facts.class_prepare)),
             method_preparations=MappingProxyType(
@@ -183,10 +183,11 @@ def _preparations(
     creating: str | None,
     preparing: frozenset[str],
     bound: Mapping[str, AbstractSet[str]],
+    methods: Mapping[str, Mapping[str, tuple[str, ...]]],
 ) -> Mapping[str, tuple[str, ...]]:
     """Block → what it prepares (see ``ConversionPlan.preparations``): a preparing function what
     it binds itself (in a script, not a model: the home block prepares the models it hands over),
-    the home block the rest."""
+    the home block the rest, but what only a training class's method builds."""
     library = facts.home_kind == "library"
     found: dict[str, tuple[str, ...]] = {}
     # A name two functions bind is prepared by each (each builds its own object).
@@ -198,7 +199,9 @@ def _preparations(
             found[function] = names
     # The home block prepares everything else: what it builds, and what it builds and hands down.
     taken = {name for names in found.values() for name in names}
-    rest = tuple(name for name in to_prepare if name not in taken)
+    taken |= {name for found_there in methods.values() for names in found_there.values() for name in names}
+    here = bound.get(creating or MODULE, frozenset())
+    rest = tuple(name for name in to_prepare if name not in taken or name in here)
     if creating is not None and rest:
         found[creating] = rest
     return MappingProxyType(found)
