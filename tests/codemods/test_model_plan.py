@@ -58,6 +58,9 @@ def test_module_level_script() -> None:
     assert dict(plan.preparations) == {"<module>": ("model", "optimizer", "loader")}
     assert plan.prepared_in("loader") == "<module>"
     assert plan.training_start_line == _line(source, "for x, y in loader:")
+    # Created above the first line building a training object, and above the backward.
+    assert {"model", "optimizer", "loader"} <= plan.created_before_binding
+    assert _line(source, "nn.functional.mse_loss(model(x), y).backward()") in plan.created_before_lines
     # The converted module creates the accelerator at module level and prepares there, above the
     # line where training starts.
     lines = converted.splitlines()

@@ -73,6 +73,13 @@ class ConversionPlan:
     creating_function: str | None
     #: The name the converted code gives the accelerator.
     accelerator: str
+    #: Where the accelerator is created in its block: after argument parsing, above the first
+    #: statement binding one of these names (the device, a "use CUDA" flag, a training object)...
+    created_before_binding: AbstractSet[str]
+    #: ... or holding one of these original lines, which read it: a backward, the construction
+    #: of a training class (handed it), a random draw the processes must agree on, and in
+    #: module-level code a call of a function it reaches (not one that only parses arguments).
+    created_before_lines: tuple[int, ...]
     #: Every object to pass through ``prepare``, in Accelerate's order: models, optimizers, train
     #: loaders, eval loaders, schedulers stepped per batch (each group by name).
     to_prepare: tuple[str, ...]
@@ -104,11 +111,13 @@ class ConversionPlan:
         facts: FactsDraft | ScriptFacts,
         bound: Mapping[str, AbstractSet[str]] | None = None,
         methods: Mapping[str, Mapping[str, tuple[str, ...]]] | None = None,
+        parsing: AbstractSet[str] = frozenset(),
     ) -> ConversionPlan:
-        """The plan the facts decide (the analysis' draft, or facts built by hand); ``bound``:
-        module-level function → the names it binds, and ``methods``: the training classes'
-        methods → what each builds and prepares (the analysis' working facts; facts built by hand
-        have neither, and the home block prepares everything)."""
+        """The plan the facts decide (the analysis' draft, or facts built by hand). The analysis'
+        working facts, which facts built by hand lack: ``bound``, module-level function → the
+        names it binds (without, the home block prepares everything); ``methods``, training
+        class → method → what it builds and prepares; ``parsing``, the functions that only parse
+        the command line."""
         to_prepare = tuple(
             name
             for group in facts.preparation_groups()
@@ -124,6 +133,8 @@ class ConversionPlan:
             home_function=facts.main_function,
             creating_function=facts.creating_function,
             accelerator=facts.existing_accelerator or facts.accelerator_name,
+            created_before_binding=frozenset(facts.device_names | facts.cuda_flags | facts.trained_objects),
+            created_before_lines=_lines_reading_the_accelerator(facts, parsing),
             to_prepare=to_prepare,
             preparations=_preparations(facts, to_prepare, creating, preparing, bound or {}, methods or {}),
             preparing_functions=preparing,
@@ -175,6 +186,19 @@ class ConversionPlan:
             ),
             None,
         )
+
+
+def _lines_reading_the_accelerator(facts: FactsDraft | ScriptFacts, parsing: AbstractSet[str]) -> tuple[int, ...]:
+    """See ``ConversionPlan.created_before_lines``."""
+    lines = [site.line for site in facts.call_sites.get(".backward", ())]
+    lines += [site.line for name in facts.training_classes for site in facts.call_sites.get(name, ())]
+    lines += facts.shared_draw_lines
+    if facts.home_kind != "function":
+        # Module-level code: a call of one of the file's functions (``root = download()``) may
+        # reach code the other rules give the accelerator (a guarded write, a print).
+        called = (facts.accessible_functions - parsing) & set(facts.call_graph.get(MODULE, ()))
+        lines += [site.line for name in called for site in facts.call_sites.get(name, ())]
+    return tuple(lines)
 
 
 def _preparations(
@@ -230,6 +254,12 @@ def _preparations(
         "call_sites",
         "training_method_lines",
         "method_prepare",
+        "device_names",
+        "cuda_flags",
+        "training_classes",
+        "shared_draw_lines",
+        "accessible_functions",
+        "argument_parsing_functions",
     ),
     provides=("plan",),
 )
@@ -238,7 +268,7 @@ def conversion_plan(a: Analysis) -> None:
     bound: dict[str, set[str]] = {}
     for assign in a.r.assigns:
         bound.setdefault(assign.function, set()).update(assign.targets)
-    a.facts.plan = ConversionPlan.of(a.facts, bound, a.method_prepare)
+    a.facts.plan = ConversionPlan.of(a.facts, bound, a.method_prepare, frozenset(a.argument_parsing_functions))
 
 
 def plan_of(facts: ScriptFacts) -> ConversionPlan:

@@ -205,22 +205,12 @@ def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top:
     at random before any seed (ACC124 agrees the generators right after the creation); a
     function with no argument parsing gets it at its top."""
     start = first_statement_index(body)
-    users = facts.device_names | facts.cuda_flags | facts.trained_objects
-    # Lines that read the accelerator without binding one of its users: a backward (a module-level
-    # script with no training object the analysis could name must not get it after its first use).
-    reading_lines = [site.line for site in facts.call_sites.get(".backward", ())]
-    # So does the construction of a training class, which is handed the accelerator (ACC108).
-    reading_lines += [site.line for name in facts.training_classes for site in facts.call_sites.get(name, ())]
-    # A draw no seed makes agree: the processes take rank 0's generators before it (ACC124).
-    reading_lines += facts.shared_draw_lines
-    if facts.home_kind != "function":
-        # Module-level code: a call of one of the file's functions (``root = download()``) may
-        # reach code the other rules give the accelerator (a guarded write, a print).
-        # A function that only parses the command line (``args = get_args()``) reaches none.
-        called = (facts.accessible_functions - facts.of(argument_parsing_functions)) & set(
-            facts.call_graph.get("<module>", ())
-        )
-        reading_lines += [site.line for name in called for site in facts.call_sites.get(name, ())]
+    plan = plan_of(facts)
+    # What the plan says must come after the creation: a backward (a module-level script with no
+    # training object the analysis could name must not get it after its first use), a training
+    # class's construction (ACC108), a draw the processes agree on (ACC124), a call reaching it.
+    users = plan.created_before_binding
+    reading_lines = list(plan.created_before_lines)
     first_use = next(
         (
             i
