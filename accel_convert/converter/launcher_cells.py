@@ -59,6 +59,7 @@ import libcst as cst
 from accel_convert.codemods import Options
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.name_flow import possibly_unbound_reads
+from accel_convert.codemods.model.plan import plan_of
 from accel_convert.converter.notebooks import (
     CellChange,
     Masks,
@@ -329,7 +330,7 @@ def _refuse_unless_top_level(facts: ScriptFacts, cells: list[_CodeCell]) -> None
 def _training_span(cells: list[_CodeCell], facts: ScriptFacts) -> tuple[int, int]:
     """(first, last) position in ``cells`` of the training: from the first cell binding a model,
     optimizer, scheduler or loader at the top level to the last holding a top-level statement
-    of the training (``facts.training_lines``)."""
+    of the training (the conversion plan's ``training_lines``)."""
     roles = {name for name in facts.trained_objects if "." not in name}
     first = next(
         (
@@ -345,7 +346,7 @@ def _training_span(cells: list[_CodeCell], facts: ScriptFacts) -> tuple[int, int
         raise NotRestructured("no model, optimizer or DataLoader is created at the notebook's top level")
     starts = [cell.masked.count("\n") for cell in cells]
     first_lines = [sum(starts[:position]) + 1 for position in range(len(cells))]
-    training = [_statement_at(cells, first_lines, line) for line in facts.training_lines()]
+    training = [_statement_at(cells, first_lines, line) for line in plan_of(facts).training_lines]
     ends = [found[0] for found in training if found is not None and not cells[found[0]].definitions[found[1]]]
     if not ends or max(ends) < first:
         raise NotRestructured("no training loop runs at the notebook's top level", cells[first].number)

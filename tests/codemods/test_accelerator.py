@@ -337,13 +337,14 @@ def test_the_creation_is_found_by_the_class_qualified_name(case: str) -> None:
     """The statement creating the accelerator (where accumulation and AMP add their arguments,
     and where the guard moves it) is Accelerate's or the runtime's class however it is spelled,
     never a class of the script's own that happens to be called ``Accelerator``."""
-    from accel_convert.codemods.engine.accelerator_creation import find_accelerator_creation, move_creation_before
+    from accel_convert.codemods.engine.accelerator_creation import move_creation_before
+    from accel_convert.codemods.model.plan import find_creation
 
     prelude, call, expected = _CREATIONS[case]
     for body in (f"accelerator = {call}\nprint(1)\n", f"def main():\n    print(1)\n    accelerator = {call}\n"):
         module = cst.parse_module(prelude + body)
         facts = analyse(module)
-        assert (find_accelerator_creation(module, facts) is not None) is expected, body
+        assert (find_creation(module, facts) is not None) is expected, body
     # The guard's repair (an accelerator read above its creation) knows the class the same way.
     module = cst.parse_module(prelude + f"def main():\n    print(1)\n    accelerator = {call}\n")
     moved = move_creation_before(module, "accelerator", len(prelude.splitlines()) + 2)

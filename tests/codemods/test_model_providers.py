@@ -22,6 +22,7 @@ from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.engine.program import ProgramModule, convert_program
 from accel_convert.codemods.engine.registry import rule_providers
 from accel_convert.codemods.model import runner
+from accel_convert.codemods.model.plan import plan_of
 from accel_convert.codemods.model.provider import (
     WORKING_FACTS,
     Provider,
@@ -281,7 +282,7 @@ def test_a_training_method_called_on_a_trainer_instance_starts_the_training() ->
     assert "LRFinder" in facts.training_classes
     assert facts.training_method_lines == {source.splitlines().index("lr_finder.range_test(loader)") + 1}
     # Its loop is over a range, not a loader: only the method's backward says it trains.
-    assert facts.training_start_line() == min(facts.training_method_lines)
+    assert plan_of(facts).training_start_line == min(facts.training_method_lines)
 
 
 def test_devices_are_followed_through_parameters_attributes_returns_and_dictionaries() -> None:

@@ -23,6 +23,7 @@ from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import dotted, nodes_in, target_names
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS, SELF_DISTRIBUTING
 from accel_convert.codemods.engine.walk import module_nodes
+from accel_convert.codemods.model.plan import prepare_call
 
 MESSAGE = "training data does not come from a DataLoader: it is not sharded across processes"
 
@@ -221,7 +222,7 @@ class NoDataLoader(Rule):
         assert facts.backward_site is not None
         assignments = [node for node in module_nodes(module) if isinstance(node, cst.Assign)]
         dicts = _loader_dicts(assignments, facts)
-        if any(_prepared_dict(assignments, name) for name in dicts):
+        if any(_prepared_dict(assignments, name, facts) for name in dicts):
             return module, []  # the loader-dict rule (ACC119) prepared them
         held = dicts
         if held:
@@ -358,14 +359,12 @@ def _loader_dicts(assignments: list[cst.Assign], facts: ScriptFacts) -> list[str
     return found
 
 
-def _prepared_dict(assignments: list[cst.Assign], name: str) -> bool:
+def _prepared_dict(assignments: list[cst.Assign], name: str, facts: ScriptFacts) -> bool:
     """Whether the converted tree rebinds ``name`` to its loaders prepared (the loader-dict rule,
     ACC119, did): ``name = {x: accelerator.prepare(loader) for x, loader in name.items()}``."""
     return any(
         isinstance(assign.value, cst.DictComp)
-        and isinstance(assign.value.value, cst.Call)
-        and isinstance(assign.value.value.func, cst.Attribute)
-        and assign.value.value.func.attr.value == "prepare"
+        and prepare_call(assign.value.value, facts) is not None
         and isinstance(assign.targets[0].target, cst.Name)
         and assign.targets[0].target.value == name
         for assign in assignments

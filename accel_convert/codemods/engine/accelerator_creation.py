@@ -1,12 +1,11 @@
-"""The statement that creates the accelerator: finding it, and giving it an argument
-(``mixed_precision=...``, ``gradient_accumulation_steps=...``) that a rule carries over from the
-script's own set-up.
+"""The statement that creates the accelerator: giving it an argument (``mixed_precision=...``,
+``gradient_accumulation_steps=...``) that a rule carries over from the script's own set-up, and
+moving it up. Finding it is the conversion plan's (:mod:`codemods.model.plan`: one recogniser).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import libcst as cst
 from libcst.metadata import CodeRange, PositionProvider
@@ -14,46 +13,11 @@ from libcst.metadata import CodeRange, PositionProvider
 from accel_convert.codemods.engine.accelerator_code import accelerator_name
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.names import NameTable, collect_names
-from accel_convert.codemods.engine.syntax import as_statement, binds_name, dotted, is_main_guard, parameter_names
+from accel_convert.codemods.engine.syntax import as_statement, binds_name, dotted
 from accel_convert.codemods.engine.torch_names import ACCELERATORS
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import variables_read
-
-
-@dataclass
-class AcceleratorCreation:
-    """Where ``accelerator = Accelerator(...)`` is: the statements that run before it in its body,
-    and the parameters of the function holding it."""
-
-    statements_before: list[cst.BaseStatement]
-    parameters: set[str]
-    module_statements: list[cst.BaseStatement]
-    statements_after: list[cst.BaseStatement]
-
-
-def find_accelerator_creation(module: cst.Module, facts: ScriptFacts) -> AcceleratorCreation | None:
-    """The statement creating the accelerator, searched at module level, in the
-    ``if __name__ == "__main__":`` block and in module-level functions."""
-    for index, statement in enumerate(module.body):
-        if creates_accelerator(statement, facts):
-            return AcceleratorCreation(list(module.body[:index]), set(), [], list(module.body[index + 1 :]))
-        if is_main_guard(statement) and isinstance(statement.body, cst.IndentedBlock):
-            # The block runs at module level: what the module bound before it is readable too.
-            body = list(statement.body.body)
-            for inner_index, inner in enumerate(body):
-                if creates_accelerator(inner, facts):
-                    return AcceleratorCreation(
-                        body[:inner_index], set(), list(module.body[:index]), body[inner_index + 1 :]
-                    )
-        if isinstance(statement, cst.FunctionDef) and isinstance(statement.body, cst.IndentedBlock):
-            body = list(statement.body.body)
-            for inner_index, inner in enumerate(body):
-                if creates_accelerator(inner, facts, (statement.name.value,)):
-                    names = set(parameter_names(statement))
-                    return AcceleratorCreation(
-                        body[:inner_index], names, list(module.body[:index]), body[inner_index + 1 :]
-                    )
-    return None
+from accel_convert.codemods.model.plan import AcceleratorCreation, accelerator_call_of
 
 
 def unseen_accelerators(facts: ScriptFacts) -> frozenset[str]:
@@ -67,37 +31,6 @@ def unseen_accelerators(facts: ScriptFacts) -> frozenset[str]:
     """
     seen = {*facts.imports.values(), *facts.called}
     return frozenset(name for name in seen if name.rpartition(".")[2] == "Accelerator" and name not in ACCELERATORS)
-
-
-def creates_accelerator(statement: cst.CSTNode, facts: ScriptFacts, scope: tuple[str, ...] = ()) -> bool:
-    """``accelerator = Accelerator(...)`` on a line of its own (in ``scope``, the function holding it)."""
-    return _accelerator_call_of(statement, facts, scope) is not None
-
-
-def is_accelerator_class(func: cst.BaseExpression, facts: ScriptFacts, scope: tuple[str, ...] = ()) -> bool:
-    """Whether ``func`` is Accelerate's or the runtime's ``Accelerator``, by qualified name
-    (``from accelerate import Accelerator as A``, ``accelerate.Accelerator``), or the plain
-    ``Accelerator`` the accelerator pass imports where the script binds no such name itself (the
-    facts describe the script as written, before that import). A class of the script's own
-    named ``Accelerator`` is not it."""
-    if facts.qualified_name(func, scope) in ACCELERATORS:
-        return True
-    if not (isinstance(func, cst.Name) and func.value == "Accelerator"):
-        return False
-    if facts.names is None:  # facts built by hand know the module's imports only
-        return "Accelerator" not in facts.imports
-    return not facts.names.is_bound("Accelerator", scope)
-
-
-def _accelerator_call_of(statement: cst.CSTNode, facts: ScriptFacts, scope: tuple[str, ...] = ()) -> cst.Call | None:
-    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-        return None
-    assign = statement.body[0]
-    if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call):
-        return None
-    if dotted(assign.targets[0].target) != accelerator_name(facts):
-        return None
-    return assign.value if is_accelerator_class(assign.value.func, facts, scope) else None
 
 
 def expression_available(expression: cst.BaseExpression, creation: AcceleratorCreation) -> bool:
@@ -177,7 +110,7 @@ class _AcceleratorArgument(RuleTransformer):
         return super().entering_node(node)
 
     def leave_SimpleStatementLine(self, original_node, updated_node):
-        call = _accelerator_call_of(updated_node, self.facts)
+        call = accelerator_call_of(updated_node, self.facts)
         if call is None or self.done:
             return updated_node
         self.done = True

@@ -139,6 +139,12 @@ class FactQuestions:
     per_epoch_schedulers: AbstractSet[str]
     train_loaders: AbstractSet[str]
     eval_loaders: AbstractSet[str]
+    train_loops: Sequence[LoopFacts]
+    eval_loops: Sequence[LoopFacts]
+    backward_functions: AbstractSet[str]
+    call_graph: Mapping[str, AbstractSet[str]]
+    call_sites: Mapping[str, Sequence[Site]]
+    training_method_lines: AbstractSet[int]
 
     def qualified_name(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
         """Qualified name of a Name/Attribute chain used in ``scope`` (see
@@ -184,6 +190,19 @@ class FactQuestions:
     @property
     def loaders(self) -> AbstractSet[str]:
         return self.train_loaders | self.eval_loaders
+
+    def training_lines(self, block: str | None = None) -> list[int]:
+        """Lines of the home block's loops over loaders, and of every call of a function that
+        (directly or through its own calls) loops over one or runs a backward (training on
+        tensors sliced by hand, with no loader). ``block``: another function's, instead."""
+        loops = [*self.train_loops, *self.eval_loops]
+        home = self.home_function if block is None else block
+        trains = self.backward_functions & self.call_graph.get(home, set())
+        looping = callers_closure({loop.function for loop in loops} | (trains - {home}), self.call_graph)
+        lines = [loop.site.line for loop in loops if loop.function == home]
+        lines += [site.line for name in looping for site in self.call_sites.get(name, ())]
+        lines += self.training_method_lines
+        return lines
 
 
 @dataclass(frozen=True)
@@ -384,6 +403,10 @@ class ScriptFacts(FactQuestions):
     names: NameTable | None = None
     #: What the other modules of a program tell this one (None: a script converted alone).
     program: ProgramSeeds | None = None
+    #: The conversion plan (``codemods.model.plan.ConversionPlan``: where the accelerator is
+    #: created, what is prepared where, where training starts), read with ``plan_of(facts)``;
+    #: None in facts built by hand. Typed ``object`` here: the facts sit below the model.
+    plan: object = None
     #: What changes while the rules run (kept up to date by ``codemods.convert_module``).
     context: RunContext = field(default_factory=RunContext)
     #: The facts one rule alone reads, by the provider the rule declares: read with :meth:`of`.
@@ -437,25 +460,6 @@ class ScriptFacts(FactQuestions):
         """A module of training functions converted without the script that calls them: its
         callers build and prepare what it trains, so nothing here can hold the accelerator."""
         return self.home_kind == "library" and self.program is None
-
-    def training_start_line(self) -> int | None:
-        """The first original line of the home block that loops over a loader, or calls a
-        function that (directly or through its own calls) does. ``prepare`` goes before it; a
-        model bound again after it (rebuilt and reloaded for inference) is another object."""
-        return min(self.training_lines(), default=None)
-
-    def training_lines(self, block: str | None = None) -> list[int]:
-        """Lines of the home block's loops over loaders, and of every call of a function that
-        (directly or through its own calls) loops over one or runs a backward (training on
-        tensors sliced by hand, with no loader). ``block``: another function's, instead."""
-        loops = [*self.train_loops, *self.eval_loops]
-        home = self.home_function if block is None else block
-        trains = self.backward_functions & self.call_graph.get(home, set())
-        looping = callers_closure({loop.function for loop in loops} | (trains - {home}), self.call_graph)
-        lines = [loop.site.line for loop in loops if loop.function == home]
-        lines += [site.line for name in looping for site in self.call_sites.get(name, ())]
-        lines += self.training_method_lines
-        return lines
 
     @property
     def has_accelerator(self) -> bool:
@@ -549,6 +553,7 @@ class FactsDraft(FactQuestions):
     word_lines: dict[str, list[int]] = field(default_factory=dict)
     names: NameTable | None = None
     program: ProgramSeeds | None = None
+    plan: object = None
     context: RunContext = field(default_factory=RunContext)
     rule_results: dict[str, object] = field(default_factory=dict)
 

@@ -10,9 +10,7 @@ from accel_convert.codemods.engine.devices import constructed
 from accel_convert.codemods.engine.syntax import (
     dotted,
 )
-from accel_convert.codemods.model.expressions import (
-    is_prepare,
-)
+from accel_convert.codemods.model.plan import is_any_prepare
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import ClassRecord
 from accel_convert.codemods.model.state import Analysis
@@ -194,7 +192,7 @@ def _method_prepare(a: Analysis, name: str) -> set[str]:
         method = assign.scope[1]
         instance = owner.self_names.get(method)
         value = constructed(assign.value)
-        if instance is None or not isinstance(value, cst.Call) or is_prepare(value) or not assign.targets:
+        if instance is None or not isinstance(value, cst.Call) or is_any_prepare(value) or not assign.targets:
             continue
         if not all(
             target in facts.loaders | facts.optimizers

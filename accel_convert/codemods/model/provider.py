@@ -66,7 +66,7 @@ WORKING_FACTS = frozenset(
         "settings_devices",
         "settings_devices_unreached",
         # Training class → method (not ``__init__``) → the loaders and optimizers it builds, which
-        # the training-class rule prepares where they are built.
+        # the conversion plan has prepared where they are built.
         "method_prepare",
         # Where the first optimizer is built.
         "optimizer_home",

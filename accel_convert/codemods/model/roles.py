@@ -23,10 +23,10 @@ from accel_convert.codemods.engine.torch_names import (
 from accel_convert.codemods.engine.walk import walk
 from accel_convert.codemods.model.calls import stepped as calls_stepped
 from accel_convert.codemods.model.expressions import (
-    is_prepare,
     moves_a_construction,
 )
 from accel_convert.codemods.model.loaders import loader_targets
+from accel_convert.codemods.model.plan import is_any_prepare
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
     AssignRecord,
@@ -80,7 +80,7 @@ def constructor_roles(a: Analysis) -> None:
             facts.device_names.update(targets)  # ``DEV = device`` aliases it
         elif _mentions_cuda_availability(a, assign):
             facts.cuda_flags.update(targets)
-        if is_prepare(assign.value):
+        if is_any_prepare(assign.value):
             facts.prepared.update(targets)
 
 

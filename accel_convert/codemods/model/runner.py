@@ -33,6 +33,7 @@ from accel_convert.codemods.model import (
     locality,
     loops,
     models,
+    plan,
     program,
     roles,
     source,
@@ -83,6 +84,7 @@ PROVIDERS: tuple[Provider, ...] = (
     locality.per_process_paths,
     locality.shared_draws,
     source.handlers,
+    plan.conversion_plan,
 )
 
 check_order(PROVIDERS, KNOWN_FACTS, given=GIVEN)

@@ -34,6 +34,7 @@ from accel_convert.codemods.engine.syntax import (
 from accel_convert.codemods.engine.transformers import HomeBlockTransformer
 from accel_convert.codemods.engine.walk import variables_read
 from accel_convert.codemods.model.locality import statement_downloads
+from accel_convert.codemods.model.plan import plan_of
 from accel_convert.codemods.model.provider import rule_provider
 from accel_convert.codemods.model.recorder import IfRecord
 from accel_convert.codemods.model.state import Analysis
@@ -155,7 +156,8 @@ class _CreateAccelerator(HomeBlockTransformer):
 
     @property
     def home_names(self) -> set[str | None]:
-        return {self.facts.creating_function or self.facts.main_function}
+        plan = plan_of(self.facts)
+        return {plan.creating_function or plan.home_function}
 
     def edit_home(self, body: list[cst.BaseStatement], anchor: cst.CSTNode) -> list[cst.BaseStatement]:
         index = creation_index(body, self.facts, at_top=self.facts.home_kind == "function")
@@ -203,22 +205,12 @@ def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top:
     at random before any seed (ACC124 agrees the generators right after the creation); a
     function with no argument parsing gets it at its top."""
     start = first_statement_index(body)
-    users = facts.device_names | facts.cuda_flags | facts.trained_objects
-    # Lines that read the accelerator without binding one of its users: a backward (a module-level
-    # script with no training object the analysis could name must not get it after its first use).
-    reading_lines = [site.line for site in facts.call_sites.get(".backward", ())]
-    # So does the construction of a training class, which is handed the accelerator (ACC108).
-    reading_lines += [site.line for name in facts.training_classes for site in facts.call_sites.get(name, ())]
-    # A draw no seed makes agree: the processes take rank 0's generators before it (ACC124).
-    reading_lines += facts.shared_draw_lines
-    if facts.home_kind != "function":
-        # Module-level code: a call of one of the file's functions (``root = download()``) may
-        # reach code the other rules give the accelerator (a guarded write, a print).
-        # A function that only parses the command line (``args = get_args()``) reaches none.
-        called = (facts.accessible_functions - facts.of(argument_parsing_functions)) & set(
-            facts.call_graph.get("<module>", ())
-        )
-        reading_lines += [site.line for name in called for site in facts.call_sites.get(name, ())]
+    plan = plan_of(facts)
+    # What the plan says must come after the creation: a backward (a module-level script with no
+    # training object the analysis could name must not get it after its first use), a training
+    # class's construction (ACC108), a draw the processes agree on (ACC124), a call reaching it.
+    users = plan.created_before_binding
+    reading_lines = list(plan.created_before_lines)
     first_use = next(
         (
             i

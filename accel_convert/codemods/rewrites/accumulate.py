@@ -21,7 +21,6 @@ import libcst as cst
 from accel_convert.codemods.engine.accelerator_code import accelerator_call, accelerator_name, is_accelerator_method
 from accel_convert.codemods.engine.accelerator_creation import (
     available_spelling,
-    find_accelerator_creation,
     set_accelerator_argument,
 )
 from accel_convert.codemods.engine.facts import ScriptFacts
@@ -31,6 +30,7 @@ from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import as_statements, dotted
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
+from accel_convert.codemods.model.plan import find_creation
 
 #: Calls that only make sense on a sync step and that the prepared objects skip by themselves.
 STEP_METHODS = frozenset({"step", "zero_grad"})
@@ -196,7 +196,7 @@ class AccumulateCodemod(Rule):
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         pending = Findings(facts)
-        creation = find_accelerator_creation(module, facts)
+        creation = find_creation(module, facts)
         # The loops to rewrite step the optimizer under a modulo guard: they hold a ``.step``.
         rewriter = _AccumulationRewriter(facts, pending, facts.lines_mentioning({"step"}))
         new_module = module.visit(rewriter)

@@ -28,7 +28,6 @@ from collections.abc import Sequence
 import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_name
-from accel_convert.codemods.engine.accelerator_creation import creates_accelerator
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import Site, report_at
 from accel_convert.codemods.engine.imports import add_import
@@ -38,6 +37,7 @@ from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import is_main_guard, statement
 from accel_convert.codemods.engine.walk import module_nodes
 from accel_convert.codemods.model.locality import locality, locality_of
+from accel_convert.codemods.model.plan import creation_index
 
 
 class AgreedRandom(Rule):
@@ -249,7 +249,7 @@ class _InsertAfterCreation(cst.CSTTransformer):
     def _insert(self, body: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
         if self.done:
             return None
-        index = next((i for i, s in enumerate(body) if creates_accelerator(s, self.facts)), None)
+        index = creation_index(body, self.facts)
         if index is None:
             return None
         self.done = True

@@ -20,9 +20,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_call, is_accelerator_method
 from accel_convert.codemods.engine.accelerator_creation import (
-    AcceleratorCreation,
     expression_available,
-    find_accelerator_creation,
     set_accelerator_argument,
 )
 from accel_convert.codemods.engine.facts import ScriptFacts
@@ -48,6 +46,7 @@ from accel_convert.codemods.engine.syntax import (
 from accel_convert.codemods.engine.torch_names import AUTOCASTS, GRAD_SCALERS
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import StatementFilter, identifiers, walk
+from accel_convert.codemods.model.plan import AcceleratorCreation, find_creation
 
 #: The scaler's methods this pass knows how to replace; any other use keeps the script as it is.
 SCALER_METHODS = frozenset({"scale", "step", "update", "unscale_"})
@@ -236,7 +235,7 @@ class AmpCodemod(Rule):
                 pending.add(node, "ACC911", f"AMP is switched by different flags ({switches}): convert by hand", False)
             return module, pending.resolve(module)
         precision = _precision_argument(survey, flags, module, facts)
-        if precision is None and flags and find_accelerator_creation(module, facts) is not None:
+        if precision is None and flags and find_creation(module, facts) is not None:
             switches = ", ".join(dict.fromkeys(expression_code(flag) for flag in flags))
             for node in survey.scaler_lines + survey.autocasts:
                 pending.add(
@@ -457,7 +456,7 @@ def _precision_argument(
 ) -> cst.BaseExpression | None:
     """``"fp16"``/``"bf16"``, or ``"fp16" if <flag> else "no"`` when the script has its own switch
     (``flags``: its spellings) and one of them exists where the accelerator is created."""
-    creation = find_accelerator_creation(module, facts)
+    creation = find_creation(module, facts)
     if creation is None:
         return None
     precision = cst.SimpleString('"bf16"' if survey.bf16 else '"fp16"')

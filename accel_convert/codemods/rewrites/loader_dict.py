@@ -29,7 +29,6 @@ from typing import cast
 
 import libcst as cst
 
-from accel_convert.codemods.engine.accelerator_code import is_accelerator_method
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.iteration import batch_target, iterated
 from accel_convert.codemods.engine.model import Change, Options
@@ -39,6 +38,7 @@ from accel_convert.codemods.engine.torch_names import DATA_LOADERS, MEAN_LOSSES,
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import module_nodes, variables_read
 from accel_convert.codemods.model.locality import batch_mean_reduced, collects
+from accel_convert.codemods.model.plan import names_prepared_under, prepared_by
 
 #: A loop over a prepared dict's loaders whose sums cannot be gathered per sample: reported.
 SUMS_NOT_GATHERED = "ACC928"
@@ -314,7 +314,7 @@ class _PrepareDicts(RuleTransformer):
                     continue  # a definition runs nothing here
                 if name in variables_read(body[later]):
                     break
-                if _prepares(body[later], self.accelerator):
+                if prepared_by(body[later], self.facts) is not None:
                     at = later
                     break
             if at is None:
@@ -332,21 +332,6 @@ class _PrepareDicts(RuleTransformer):
                     statement(f"{name} = {{x: {self.accelerator}.prepare(loader) for x, loader in {name}.items()}}")
                 )
         return placed
-
-
-def _prepares(line: cst.BaseStatement, accelerator: str) -> bool:
-    """``a, b = accelerator.prepare(a, b)`` (the prepare rule's statement)."""
-    if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
-        return False
-    assign = line.body[0]
-    return (
-        isinstance(assign, cst.Assign)
-        and isinstance(assign.value, cst.Call)
-        and isinstance(assign.value.func, cst.Attribute)
-        and assign.value.func.attr.value == "prepare"
-        and isinstance(assign.value.func.value, cst.Name)
-        and assign.value.func.value.value == accelerator
-    )
 
 
 class _GatherSums(RuleTransformer):
@@ -564,11 +549,7 @@ class _GatherSums(RuleTransformer):
         if name in self.facts.models:
             return True
         if self._prepared_here is None:
-            self._prepared_here = set()
-            for node in module_nodes(self.module):
-                if isinstance(node, cst.Assign) and is_accelerator_method(node.value, self.facts, "prepare"):
-                    for target in node.targets:
-                        self._prepared_here.update(target_names(target.target))
+            self._prepared_here = names_prepared_under(self.module, self.facts)
         others = self.facts.optimizers | self.facts.loaders | self.facts.schedulers
         return name in self._prepared_here and name not in others
 

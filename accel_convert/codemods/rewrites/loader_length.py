@@ -22,13 +22,13 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from accel_convert.codemods.engine.accelerator_code import is_accelerator_method
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import bound_by, dotted, nodes_in
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.engine.walk import variables_read
+from accel_convert.codemods.model.plan import prepared_by
 
 #: Calls a step count may be computed with: pure arithmetic, nothing that runs twice differently.
 _ARITHMETIC_CALLS = frozenset({"len", "int", "float", "round", "min", "max", "math.ceil", "math.floor"})
@@ -36,17 +36,9 @@ _ARITHMETIC_CALLS = frozenset({"len", "int", "float", "round", "min", "max", "ma
 
 def _prepared_loaders(statement: cst.BaseStatement, facts: ScriptFacts) -> set[str]:
     """The training loaders an ``a, b = accelerator.prepare(a, b)`` line prepares (empty for any other line)."""
-    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
-        return set()
-    assign = statement.body[0]
-    if not (isinstance(assign, cst.Assign) and is_accelerator_method(assign.value, facts, "prepare")):
-        return set()
-    assert isinstance(assign.value, cst.Call)
     # Training loaders only: an evaluation's batch count divides gathered sums, which the metrics
     # rule reports as a mean over batches, and is left as it is.
-    return {
-        name for arg in assign.value.args if (name := dotted(arg.value)) is not None and name in facts.train_loaders
-    }
+    return set(prepared_by(statement, facts) or ()) & set(facts.train_loaders)
 
 
 def _count_assigned(statement: cst.BaseStatement, lengths: set[str], counts: set[str]) -> str | None:

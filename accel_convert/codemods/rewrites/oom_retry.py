@@ -25,7 +25,6 @@ from accel_convert.codemods.engine.accelerator_code import (
     RETRIED_TRAINING_FUNCTION,
     RETRY_ANNOUNCEMENT,
     accelerator_name,
-    is_accelerator_method,
 )
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import Findings
@@ -50,6 +49,7 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 from accel_convert.codemods.engine.walk import variables_read, walk
+from accel_convert.codemods.model.plan import creation_index, prepares_here
 
 DECORATOR = "find_executable_batch_size"
 INNER_NAME = RETRIED_TRAINING_FUNCTION
@@ -418,10 +418,12 @@ def _find_training_region(module: cst.Module, facts: ScriptFacts) -> _Region | N
         if isinstance(s, cst.FunctionDef) and isinstance(s.body, cst.IndentedBlock)
     ]
     for function, statements in candidates:
-        prepare = next((i for i, s in enumerate(statements) if _is_prepare_line(s, facts)), None)
+        prepare = next((i for i, s in enumerate(statements) if prepares_here(s, facts)), None)
         if prepare is None:
             continue
-        created = next((i for i, s in enumerate(statements) if binds_name([s], accelerator_name(facts))), -1)
+        scope = () if function is None else (function.name.value,)
+        created = creation_index(statements, facts, scope)
+        created = -1 if created is None else created
         if created > prepare:
             return None
         start = next(
@@ -452,12 +454,6 @@ def _with_helpers_reading_it(statements: Sequence[cst.BaseStatement], first: int
         if not readers:
             return start
         start = min(readers)
-
-
-def _is_prepare_line(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:
-    if not isinstance(statement, cst.SimpleStatementLine):
-        return False
-    return any(is_accelerator_method(getattr(small, "value", None), facts, "prepare") for small in statement.body)
 
 
 def _builds_training_object(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:

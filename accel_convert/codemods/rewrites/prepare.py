@@ -26,7 +26,7 @@ from types import MappingProxyType
 
 import libcst as cst
 
-from accel_convert.codemods.engine.accelerator_code import is_accelerator_method, prepare_statement
+from accel_convert.codemods.engine.accelerator_code import prepare_statement
 from accel_convert.codemods.engine.devices import is_move
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
@@ -44,17 +44,16 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 from accel_convert.codemods.engine.transformers import HomeBlockTransformer
+from accel_convert.codemods.model.plan import creation_index, plan_of, prepares_here
 from accel_convert.codemods.model.provider import rule_provider
 from accel_convert.codemods.model.state import Analysis
 
 
 def objects_to_prepare(facts: ScriptFacts) -> list[str]:
-    """In Accelerate's customary order: models, optimizers, train loaders, eval loaders, schedulers
-    (each group sorted by name here; the pass orders each group by creation)."""
-    ordered: list[str] = []
-    for group in facts.preparation_groups():
-        ordered.extend(sorted(name for name in group if name not in facts.prepared and name.isidentifier()))
-    return ordered
+    """The plan's objects to prepare, in Accelerate's customary order: models, optimizers, train
+    loaders, eval loaders, schedulers (each group sorted by name here; the pass orders each group
+    by creation)."""
+    return list(plan_of(facts).to_prepare)
 
 
 def _group(facts: ScriptFacts, name: str) -> int:
@@ -65,6 +64,7 @@ def _group(facts: ScriptFacts, name: str) -> int:
 class _Prepare(HomeBlockTransformer):
     def __init__(self, facts: ScriptFacts, names: list[str]) -> None:
         super().__init__(facts)
+        self.plan = plan_of(facts)
         self.wanted = names
         #: Wanted names bound by plain module-level statements above the ``__main__`` block (d2l's
         #: ``net = nn.Sequential(...)`` at the top, handed to ``train_ch6(net, ...)`` in the block).
@@ -92,15 +92,14 @@ class _Prepare(HomeBlockTransformer):
     def home_names(self) -> set[str | None]:
         # Objects the creating function builds and passes down (loaders for every trial) are
         # prepared there, once.
-        return {self.facts.main_function, self.facts.creating_function}
+        return set(self.plan.home_blocks)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
         updated = super().leave_FunctionDef(original_node, updated_node)
         name = original_node.name.value
         if (
             len(self.scope) == 1
-            and name in self.facts.training_functions
-            and name not in self.home_names
+            and name in self.plan.preparing_functions
             and isinstance(updated.body, cst.IndentedBlock)
         ):
             body = self._edit_training_function(name, list(updated.body.body))
@@ -114,10 +113,8 @@ class _Prepare(HomeBlockTransformer):
         (``optimizer = accelerator.prepare(optimizer)``)."""
         loop_index = self._first_loop_index(body, function)
         first_creation, last_creation = self._creations(body[:loop_index])
-        # A model it builds itself is its to prepare too in a library (the entry holds no name
-        # for it); in a script the home block prepares the models it hands over.
-        library = self.facts.home_kind == "library"
-        names = [name for name in self.wanted if name in last_creation and (library or name not in self.facts.models)]
+        # What the plan has it prepare, bound before its training starts.
+        names = [name for name in self.plan.preparations.get(function, ()) if name in last_creation]
         if not names:
             return body
         return self._insert_prepare(body, self._in_order(names, first_creation), last_creation, "    ")
@@ -279,10 +276,7 @@ class _Prepare(HomeBlockTransformer):
 
     def _accelerator_index(self, statements: list[cst.BaseStatement]) -> int | None:
         """Index of the statement creating the accelerator among ``statements``, if one does."""
-        for index, node in enumerate(statements):
-            if isinstance(node, cst.SimpleStatementLine) and self.accelerator in assigned_in(node):
-                return index
-        return None
+        return creation_index(statements, self.facts)
 
     def _move_rebuilt_models(self, statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
         """A model built again after training without a move (the CIFAR-10 tutorial's ``net =
@@ -336,10 +330,7 @@ class _Prepare(HomeBlockTransformer):
             result.append(node)
             if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
                 continue
-            if isinstance(node, cst.SimpleStatementLine) and any(
-                isinstance(small, cst.Assign) and is_accelerator_method(small.value, self.facts, "prepare")
-                for small in node.body
-            ):
+            if prepares_here(node, self.facts):
                 bound -= assigned_in(node)  # prepared already (a converted script converted again)
                 prepared |= assigned_in(node)
             else:
@@ -439,7 +430,7 @@ class _Prepare(HomeBlockTransformer):
         """Index of the first statement of ``body`` that loops over a loader, or calls a function
         that (directly or through its own calls) does; ``len(body)`` when none does. ``block``:
         the function ``body`` belongs to, when not the home block."""
-        lines = self.facts.training_lines(block)
+        lines = self.plan.training_lines if block is None else self.facts.training_lines(block)
         for index, node in enumerate(body):
             if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
                 continue  # the calls inside a definition run when it is called, not here

@@ -35,11 +35,12 @@ from typing import cast
 
 import libcst as cst
 
-from accel_convert.codemods.engine.accelerator_code import is_accelerator_method, unwrap_model
+from accel_convert.codemods.engine.accelerator_code import unwrap_model
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.imports import add_import
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.syntax import bound_by, calls_in, dotted, is_main_guard, names_in, nodes_in
+from accel_convert.codemods.model.plan import prepare_call, prepared_arguments
 
 #: Calls on the returned model that mean it is still trained where it arrives.
 TRAINING_CALLS = frozenset({"backward", "step"})
@@ -114,9 +115,8 @@ def _model_positions(definition: cst.FunctionDef, facts: ScriptFacts) -> set[int
     prepared = {
         name
         for node in nodes
-        if is_accelerator_method(node, facts, "prepare")
-        for argument in cast(cst.Call, node).args
-        for name in [dotted(argument.value)]
+        if (call := prepare_call(node, facts)) is not None
+        for name in prepared_arguments(call)
         if name in facts.models
     }
     returns = [node for node in nodes if isinstance(node, cst.Return)]

@@ -46,6 +46,7 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.engine.walk import walk
+from accel_convert.codemods.model.plan import plan_of
 from accel_convert.codemods.model.provider import rule_provider
 from accel_convert.codemods.model.state import Analysis
 
@@ -107,15 +108,6 @@ class MethodUses:
     calls: Mapping[str, frozenset[str]]
 
 
-@rule_provider(needs=("method_prepare",))
-def method_prepare(a: Analysis) -> Mapping[str, Mapping[str, tuple[str, ...]]]:
-    """Training class → method (not ``__init__``) → the loaders and optimizers it builds
-    (``train_loader = DataLoader(...)``, ``self.optimizer = model.configure_optimizers(...)``),
-    prepared right where they are built: each can be prepared on its own. The model's classes
-    provider finds them, deciding what ``__init__`` prepares."""
-    return MappingProxyType({name: MappingProxyType(dict(methods)) for name, methods in a.method_prepare.items()})
-
-
 @rule_provider(needs=("training_classes",))
 def method_uses(a: Analysis) -> Mapping[str, MethodUses]:
     """Per training class, what its methods bind on and call on their instance (where
@@ -142,7 +134,9 @@ def _plan(node: cst.ClassDef, accelerator: str, facts: ScriptFacts) -> _ClassPla
     inherits = facts.program is not None and name in facts.program.training_base_subclasses
     methods = facts.of(method_uses).get(name)
     plan = _ClassPlan(
-        uses_accelerator=bool(facts.class_prepare.get(name) or facts.of(method_prepare).get(name) or inherits),
+        uses_accelerator=bool(
+            facts.class_prepare.get(name) or plan_of(facts).method_preparations.get(name) or inherits
+        ),
         binds=methods.binds if methods is not None else {},
         calls=methods.calls if methods is not None else {},
         is_base=name in facts.training_bases,
@@ -193,7 +187,9 @@ class _GiveAccelerator(RuleTransformer):
         """``train_loader = DataLoader(...)`` in ``Trainer.run``: prepared right there."""
         if len(self.scope) != 2 or len(updated_node.body) != 1 or not isinstance(updated_node.body[0], cst.Assign):
             return updated_node
-        wanted = self.facts.of(method_prepare).get(self.scope[0], {}).get(self.scope[1], ())
+        # What the plan has this method prepare where it builds it (``train_loader =
+        # DataLoader(...)``, ``self.optimizer = model.configure_optimizers(...)``).
+        wanted = plan_of(self.facts).method_preparations.get(self.scope[0], {}).get(self.scope[1], ())
         assign = updated_node.body[0]
         targets = [dotted(target.target) for target in assign.targets]
         accelerator = self._instance_accelerator()
@@ -415,7 +411,7 @@ class TrainingClass(Rule):
             "Prepare the object where the class builds it: ``self.net = self.accelerator.prepare(Net())`` (the same for the optimizer and the loaders built in that method), so the class holds the prepared object from the start."
         ),
     }
-    providers = (method_prepare, method_uses)
+    providers = (method_uses,)
     extra_codes = {
         BUILT_OUTSIDE_INIT: "built-outside-init: a training object a class builds outside __init__ "
         "(prepare it by hand where it is built)",

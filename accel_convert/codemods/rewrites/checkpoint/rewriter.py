@@ -14,6 +14,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.syntax import body_statements, dotted
 from accel_convert.codemods.engine.torch_names import MODEL_EXPORTS
 from accel_convert.codemods.engine.walk import walk
+from accel_convert.codemods.model.plan import prepares_here
 from accel_convert.codemods.rewrites.checkpoint.copies_exports import (
     CopiesAndExportsUnwrapped,
     graph_of_tracker,
@@ -99,7 +100,7 @@ class CheckpointRewriter(SavesOnMainProcess, LoadsOnOwnDevice, UnwrapsModelAttri
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
-        if self._prepare_pending[-1] and any(_is_prepare(s, self.facts) for s in original_node.body):
+        if self._prepare_pending[-1] and prepares_here(original_node, self.facts):
             self._prepare_pending[-1] = False
         if not self._saves_in_line or not self.every_rank_reaches_here() or self._inside_file_written():
             return updated_node
@@ -177,15 +178,7 @@ def _is_plain_value(value: cst.BaseExpression) -> bool:
     return isinstance(value, _PLAIN_VALUES)
 
 
-def _is_prepare(statement: cst.CSTNode, facts: ScriptFacts) -> bool:
-    value = getattr(statement, "value", None)
-    return is_accelerator_method(value, facts, "prepare") if value is not None else False
-
-
 def _has_prepare_call(statements: Sequence[cst.CSTNode], facts: ScriptFacts) -> bool:
     """Whether one of these statements is the ``... = accelerator.prepare(...)`` line (the prepare
     pass puts it at the top level of the body that builds the training objects)."""
-    return any(
-        isinstance(statement, cst.SimpleStatementLine) and any(_is_prepare(s, facts) for s in statement.body)
-        for statement in statements
-    )
+    return any(prepares_here(statement, facts) for statement in statements)

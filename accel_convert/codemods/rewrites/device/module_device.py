@@ -29,7 +29,8 @@ from accel_convert.codemods.engine.syntax import (
     names_in,
     parameter_names,
 )
-from accel_convert.codemods.rewrites.device.rebinding import creating_function, creation_index, rebinding
+from accel_convert.codemods.model.plan import creation_index
+from accel_convert.codemods.rewrites.device.rebinding import creating_function, rebinding
 from accel_convert.codemods.rewrites.device.state import DEVICE
 
 #: A module-level move taken into the home function: target → (its original statement, the device name).

@@ -16,6 +16,7 @@ import libcst as cst
 from accel_convert.codemods.engine.devices import names_device, peel_self_returning
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS
 from accel_convert.codemods.engine.syntax import dotted, expression, root_name, target_names
+from accel_convert.codemods.model.plan import plan_of
 from accel_convert.codemods.model.provider import rule_provider
 from accel_convert.codemods.model.state import Analysis
 from accel_convert.codemods.rewrites.device.state import DEVICE, DeviceWalkState
@@ -90,7 +91,7 @@ class Moves(DeviceWalkState):
     def _rebuilt_model(self, receiver: cst.BaseExpression, name: str | None) -> bool:
         """A model built (again) in the home block after training started: ``model =
         Net().to(device)``, or a move of a model name bound again after that point."""
-        start = self.facts.training_start_line()
+        start = plan_of(self.facts).training_start_line
         if start is None or self.function != self.facts.home_function or not self._anchors:
             return False
         site = self.facts.origins.site(self._anchors[-1])

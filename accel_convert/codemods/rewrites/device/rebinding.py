@@ -1,6 +1,7 @@
 """What the passes that rebind a device once the accelerator exists share (``module_device``,
-``settings_devices``): the function creating the accelerator in the converted module, the
-statement of its body that creates it, and the statement rebinding a name to its device.
+``settings_devices``): the function creating the accelerator in the converted module and the
+statement rebinding a name to its device (the creation itself is found with the plan's
+``creation_index``).
 """
 
 from __future__ import annotations
@@ -9,9 +10,6 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import libcst as cst
-
-from accel_convert.codemods.engine.accelerator_creation import creates_accelerator
-from accel_convert.codemods.engine.facts import ScriptFacts
 
 
 class CreatingFunction(NamedTuple):
@@ -40,11 +38,6 @@ def creating_function(body: Sequence[cst.BaseStatement], name: str) -> CreatingF
     if not isinstance(function.body, cst.IndentedBlock):
         return None
     return CreatingFunction(index, function, list(function.body.body))
-
-
-def creation_index(statements: Sequence[cst.BaseStatement], facts: ScriptFacts) -> int | None:
-    """The index of the statement creating the accelerator (``accelerator = Accelerator()``)."""
-    return next((i for i, s in enumerate(statements) if creates_accelerator(s, facts)), None)
 
 
 def rebinding(target: str, accelerator: str) -> cst.BaseStatement:

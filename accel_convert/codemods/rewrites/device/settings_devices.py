@@ -22,9 +22,10 @@ from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Site
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS
 from accel_convert.codemods.engine.syntax import assigned_in, binds_name
+from accel_convert.codemods.model.plan import creation_index
 from accel_convert.codemods.model.provider import rule_provider
 from accel_convert.codemods.model.state import Analysis
-from accel_convert.codemods.rewrites.device.rebinding import creating_function, creation_index, rebinding
+from accel_convert.codemods.rewrites.device.rebinding import creating_function, rebinding
 from accel_convert.codemods.rewrites.device.state import DEVICE
 
 

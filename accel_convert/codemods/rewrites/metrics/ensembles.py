@@ -6,19 +6,17 @@ are passed to), and the averaged stack the loop gathers as a single model's outp
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
 
 import libcst as cst
 
-from accel_convert.codemods.engine.accelerator_code import is_accelerator_method
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.syntax import (
     argument_for,
     calls_in,
-    dotted,
     nodes_in,
     parameter_names,
 )
+from accel_convert.codemods.model.plan import prepare_assignments, prepared_arguments
 from accel_convert.codemods.rewrites.metrics.forward import ROW_WISE_METHODS, Forward, mentions_dim_zero
 
 
@@ -156,10 +154,9 @@ def _parameters_prepared(functions: dict[str, cst.FunctionDef], facts: ScriptFac
         params = parameter_names(function)
         prepared = {
             arg_name
-            for node in nodes_in(function)
-            if isinstance(node, cst.Assign) and is_accelerator_method(node.value, facts, "prepare")
-            for arg in cast(cst.Call, node.value).args
-            if (arg_name := dotted(arg.value)) in params
+            for _, call in prepare_assignments(function, facts)
+            for arg_name in prepared_arguments(call)
+            if arg_name in params
         }
         if prepared:
             preparing[name] = [(index, param) for index, param in enumerate(params) if param in prepared]

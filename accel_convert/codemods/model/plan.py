@@ -1,0 +1,416 @@
+"""The conversion plan: where the accelerator is created, what is prepared where, and where
+training starts, decided once from the original program.
+
+The ``home`` provider finds the block that builds the training objects and the functions and
+classes the accelerator reaches; the role providers name the models, optimizers, loaders and
+schedulers. :func:`conversion_plan` joins those answers into one frozen
+:class:`ConversionPlan` (``facts.plan``, read with :func:`plan_of`), so the rules that create the
+accelerator, prepare the objects or work around the ``prepare`` call ask one object instead of
+each re-deriving the answer (or reading back what an earlier rewrite wrote).
+
+For example, for::
+
+    def train(model, loader):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader: ...
+
+    def main():
+        model = Net()
+        loader = DataLoader(dataset)
+        train(model, loader)
+
+the plan says: the accelerator is created in ``main`` (``creating_scope``), ``main`` prepares
+``model`` and ``loader`` and ``train`` prepares ``optimizer`` (``preparations``), and training
+starts at the line calling ``train`` (``training_start_line``).
+
+Where a rewrite must find a statement in the tree it is given (which earlier rewrites changed),
+it asks this module's recognisers: :func:`creation_index` (the statement creating the
+accelerator) and :func:`prepare_call` / :func:`prepared_by` / :func:`prepares_here` (an
+``accelerator.prepare(...)`` call): one recogniser each, never a text match of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Literal
+
+import libcst as cst
+
+from accel_convert.codemods.engine.accelerator_code import accelerator_name, is_accelerator_method
+from accel_convert.codemods.engine.facts import MODULE, FactsDraft, ScriptFacts
+from accel_convert.codemods.engine.syntax import dotted, is_main_guard, nodes_in, parameter_names, target_names
+from accel_convert.codemods.engine.torch_names import ACCELERATORS
+from accel_convert.codemods.model.provider import provider
+
+if TYPE_CHECKING:
+    from collections.abc import Set as AbstractSet
+
+    from accel_convert.codemods.model.state import Analysis
+
+HomeKind = Literal["function", "main_guard", "module", "library"]
+
+#: The methods of an accelerator that prepare objects (a script written for Accelerate may
+#: prepare one kind at a time).
+PREPARE_METHODS = frozenset(
+    {"prepare", "prepare_model", "prepare_optimizer", "prepare_data_loader", "prepare_scheduler"}
+)
+
+
+@dataclass(frozen=True)
+class ConversionPlan:
+    """Where the accelerator is created, what is prepared where, and where training starts."""
+
+    #: Where the training objects are built: a function (``home``), the ``__main__`` block, plain
+    #: module code, or "library" (the accelerator comes in from the entry script, or nothing
+    #: reaches one).
+    home_kind: HomeKind
+    #: The module-level function building the training objects; None: module-level code.
+    home_function: str | None
+    #: The function creating the accelerator when not ``home_function`` (a function calling it
+    #: repeatedly creates it once and hands it down).
+    creating_function: str | None
+    #: The name the converted code gives the accelerator.
+    accelerator: str
+    #: Where the accelerator is created in its block: after argument parsing, above the first
+    #: statement binding one of these names (the device, a "use CUDA" flag, a training object)...
+    created_before_binding: AbstractSet[str]
+    #: ... or holding one of these original lines, which read it: a backward, the construction
+    #: of a training class (handed it), a random draw the processes must agree on, and in
+    #: module-level code a call of a function it reaches (not one that only parses arguments).
+    created_before_lines: tuple[int, ...]
+    #: Every object to pass through ``prepare``, in Accelerate's order: models, optimizers, train
+    #: loaders, eval loaders, schedulers stepped per batch (each group by name).
+    to_prepare: tuple[str, ...]
+    #: Block (``"<module>"`` or a module-level function) → the objects of ``to_prepare`` it
+    #: prepares: the home block what it builds and hands down, a training function what it
+    #: builds itself from what it is handed.
+    preparations: Mapping[str, tuple[str, ...]]
+    #: Functions other than the home block that prepare what they build (``train(model, ...)``
+    #: building its optimizer; in a library, its model too).
+    preparing_functions: AbstractSet[str]
+    #: Training class → the attributes its ``__init__`` builds and prepares.
+    class_preparations: Mapping[str, tuple[str, ...]]
+    #: Training class → method (not ``__init__``) → the loaders and optimizers it builds
+    #: (``train_loader = DataLoader(...)`` in ``Trainer.run``), each prepared right where it is
+    #: built.
+    method_preparations: Mapping[str, Mapping[str, tuple[str, ...]]]
+    #: Models prepared right where they are built (a distilled student, built after training
+    #: began), not in the home block's one ``prepare``.
+    prepared_where_built: AbstractSet[str]
+    #: Names the original script already passed through ``prepare``.
+    already_prepared: AbstractSet[str]
+    #: Original lines of the home block where training starts: its loops over loaders and its
+    #: calls reaching one (or a backward). ``prepare`` goes before the first.
+    training_lines: tuple[int, ...]
+
+    @classmethod
+    def of(
+        cls,
+        facts: FactsDraft | ScriptFacts,
+        bound: Mapping[str, AbstractSet[str]] | None = None,
+        methods: Mapping[str, Mapping[str, tuple[str, ...]]] | None = None,
+        parsing: AbstractSet[str] = frozenset(),
+    ) -> ConversionPlan:
+        """The plan the facts decide (the analysis' draft, or facts built by hand). The analysis'
+        working facts, which facts built by hand lack: ``bound``, module-level function → the
+        names it binds (without, the home block prepares everything); ``methods``, training
+        class → method → what it builds and prepares; ``parsing``, the functions that only parse
+        the command line."""
+        to_prepare = tuple(
+            name
+            for group in facts.preparation_groups()
+            for name in sorted(group)
+            if name not in facts.prepared and name.isidentifier()
+        )
+        creating: str | None = None
+        if facts.home_kind != "library":
+            creating = facts.creating_function or facts.home_function
+        preparing = frozenset(facts.training_functions - {facts.main_function, facts.creating_function})
+        return cls(
+            home_kind=facts.home_kind,
+            home_function=facts.main_function,
+            creating_function=facts.creating_function,
+            accelerator=facts.existing_accelerator or facts.accelerator_name,
+            created_before_binding=frozenset(facts.device_names | facts.cuda_flags | facts.trained_objects),
+            created_before_lines=_lines_reading_the_accelerator(facts, parsing),
+            to_prepare=to_prepare,
+            preparations=_preparations(facts, to_prepare, creating, preparing, bound or {}, methods or {}),
+            preparing_functions=preparing,
+            class_preparations=MappingProxyType(dict(facts.class_prepare)),
+            method_preparations=MappingProxyType(
+                {name: MappingProxyType(dict(found)) for name, found in (methods or {}).items()}
+            ),
+            prepared_where_built=frozenset(facts.models_prepared_where_built),
+            already_prepared=frozenset(facts.prepared),
+            training_lines=tuple(sorted(set(facts.training_lines()))),
+        )
+
+    @property
+    def home(self) -> str:
+        """The block building the training objects: its function, or ``"<module>"``."""
+        return self.home_function if self.home_kind == "function" and self.home_function else MODULE
+
+    @property
+    def creating_scope(self) -> str | None:
+        """The block creating the accelerator: a module-level function, or ``"<module>"`` (the
+        module's code or its ``__main__`` block); None when this module creates none (a library:
+        it comes in from the entry script)."""
+        return None if self.home_kind == "library" else self.creating_function or self.home
+
+    @property
+    def home_blocks(self) -> frozenset[str | None]:
+        """The functions preparing what the home block builds: the home function and the
+        function creating the accelerator (which builds what it hands down, loaders for every
+        trial); None stands for module-level code."""
+        return frozenset({self.home_function, self.creating_function})
+
+    @property
+    def training_start_line(self) -> int | None:
+        """The first original line of the home block where training starts."""
+        return self.training_lines[0] if self.training_lines else None
+
+    def prepared_in(self, name: str) -> str | None:
+        """The block that prepares ``name``: a module-level function, ``"<module>"``, a training
+        class (its ``__init__``) or ``"Class.method"``; None when none does."""
+        for block, names in (*self.preparations.items(), *self.class_preparations.items()):
+            if name in names:
+                return block
+        return next(
+            (
+                f"{owner}.{method}"
+                for owner, methods in self.method_preparations.items()
+                for method, names in methods.items()
+                if name in names
+            ),
+            None,
+        )
+
+
+def _lines_reading_the_accelerator(facts: FactsDraft | ScriptFacts, parsing: AbstractSet[str]) -> tuple[int, ...]:
+    """See ``ConversionPlan.created_before_lines``."""
+    lines = [site.line for site in facts.call_sites.get(".backward", ())]
+    lines += [site.line for name in facts.training_classes for site in facts.call_sites.get(name, ())]
+    lines += facts.shared_draw_lines
+    if facts.home_kind != "function":
+        # Module-level code: a call of one of the file's functions (``root = download()``) may
+        # reach code the other rules give the accelerator (a guarded write, a print).
+        called = (facts.accessible_functions - parsing) & set(facts.call_graph.get(MODULE, ()))
+        lines += [site.line for name in called for site in facts.call_sites.get(name, ())]
+    return tuple(lines)
+
+
+def _preparations(
+    facts: FactsDraft | ScriptFacts,
+    to_prepare: tuple[str, ...],
+    creating: str | None,
+    preparing: frozenset[str],
+    bound: Mapping[str, AbstractSet[str]],
+    methods: Mapping[str, Mapping[str, tuple[str, ...]]],
+) -> Mapping[str, tuple[str, ...]]:
+    """Block → what it prepares (see ``ConversionPlan.preparations``): a preparing function what
+    it binds itself (in a script, not a model: the home block prepares the models it hands over),
+    the home block the rest, but what only a training class's method builds."""
+    library = facts.home_kind == "library"
+    found: dict[str, tuple[str, ...]] = {}
+    # A name two functions bind is prepared by each (each builds its own object).
+    for function in sorted(preparing):
+        names = tuple(
+            name for name in to_prepare if name in bound.get(function, ()) and (library or name not in facts.models)
+        )
+        if names:
+            found[function] = names
+    # The home block prepares everything else: what it builds, and what it builds and hands down.
+    taken = {name for names in found.values() for name in names}
+    taken |= {name for found_there in methods.values() for names in found_there.values() for name in names}
+    here = bound.get(creating or MODULE, frozenset())
+    rest = tuple(name for name in to_prepare if name not in taken or name in here)
+    if creating is not None and rest:
+        found[creating] = rest
+    return MappingProxyType(found)
+
+
+@provider(
+    needs=(
+        "home_kind",
+        "main_function",
+        "creating_function",
+        "training_functions",
+        "class_prepare",
+        "models_prepared_where_built",
+        "prepared",
+        "models",
+        "optimizers",
+        "train_loaders",
+        "eval_loaders",
+        "schedulers",
+        "per_epoch_schedulers",
+        "existing_accelerator",
+        "train_loops",
+        "eval_loops",
+        "backward_functions",
+        "call_graph",
+        "call_sites",
+        "training_method_lines",
+        "method_prepare",
+        "device_names",
+        "cuda_flags",
+        "training_classes",
+        "shared_draw_lines",
+        "accessible_functions",
+        "argument_parsing_functions",
+    ),
+    provides=("plan",),
+)
+def conversion_plan(a: Analysis) -> None:
+    """The one conversion plan (see the module docstring), from the facts drawn before it."""
+    bound: dict[str, set[str]] = {}
+    for assign in a.r.assigns:
+        bound.setdefault(assign.function, set()).update(assign.targets)
+    a.facts.plan = ConversionPlan.of(a.facts, bound, a.method_prepare, frozenset(a.argument_parsing_functions))
+
+
+def plan_of(facts: ScriptFacts) -> ConversionPlan:
+    """The script's conversion plan: the analysis' (``facts.plan``), or, for facts built by hand
+    (rule unit tests), the plan those facts decide."""
+    plan = facts.plan
+    return plan if isinstance(plan, ConversionPlan) else ConversionPlan.of(facts)
+
+
+# The recognisers: one statement of the tree a rewrite is given.
+
+
+@dataclass
+class AcceleratorCreation:
+    """Where ``accelerator = Accelerator(...)`` is: the statements that run before it in its body,
+    and the parameters of the function holding it."""
+
+    statements_before: list[cst.BaseStatement]
+    parameters: set[str]
+    module_statements: list[cst.BaseStatement]
+    statements_after: list[cst.BaseStatement]
+
+
+def find_creation(module: cst.Module, facts: ScriptFacts) -> AcceleratorCreation | None:
+    """The statement creating the accelerator, searched at module level, in the
+    ``if __name__ == "__main__":`` block and in module-level functions."""
+    for index, statement in enumerate(module.body):
+        if creates_accelerator(statement, facts):
+            return AcceleratorCreation(list(module.body[:index]), set(), [], list(module.body[index + 1 :]))
+        if is_main_guard(statement) and isinstance(statement.body, cst.IndentedBlock):
+            # The block runs at module level: what the module bound before it is readable too.
+            body = list(statement.body.body)
+            for inner_index, inner in enumerate(body):
+                if creates_accelerator(inner, facts):
+                    return AcceleratorCreation(
+                        body[:inner_index], set(), list(module.body[:index]), body[inner_index + 1 :]
+                    )
+        if isinstance(statement, cst.FunctionDef) and isinstance(statement.body, cst.IndentedBlock):
+            body = list(statement.body.body)
+            for inner_index, inner in enumerate(body):
+                if creates_accelerator(inner, facts, (statement.name.value,)):
+                    names = set(parameter_names(statement))
+                    return AcceleratorCreation(
+                        body[:inner_index], names, list(module.body[:index]), body[inner_index + 1 :]
+                    )
+    return None
+
+
+def creates_accelerator(statement: cst.CSTNode, facts: ScriptFacts, scope: tuple[str, ...] = ()) -> bool:
+    """``accelerator = Accelerator(...)`` on a line of its own (in ``scope``, the function holding it)."""
+    return accelerator_call_of(statement, facts, scope) is not None
+
+
+def is_accelerator_class(func: cst.BaseExpression, facts: ScriptFacts, scope: tuple[str, ...] = ()) -> bool:
+    """Whether ``func`` is Accelerate's or the runtime's ``Accelerator``, by qualified name
+    (``from accelerate import Accelerator as A``, ``accelerate.Accelerator``), or the plain
+    ``Accelerator`` the accelerator pass imports where the script binds no such name itself (the
+    facts describe the script as written, before that import). A class of the script's own
+    named ``Accelerator`` is not it."""
+    if facts.qualified_name(func, scope) in ACCELERATORS:
+        return True
+    if not (isinstance(func, cst.Name) and func.value == "Accelerator"):
+        return False
+    if facts.names is None:  # facts built by hand know the module's imports only
+        return "Accelerator" not in facts.imports
+    return not facts.names.is_bound("Accelerator", scope)
+
+
+def accelerator_call_of(statement: cst.CSTNode, facts: ScriptFacts, scope: tuple[str, ...] = ()) -> cst.Call | None:
+    """The ``Accelerator(...)`` call of ``accelerator = Accelerator(...)`` on a line of its own."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    assign = statement.body[0]
+    if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call):
+        return None
+    if dotted(assign.targets[0].target) != accelerator_name(facts):
+        return None
+    return assign.value if is_accelerator_class(assign.value.func, facts, scope) else None
+
+
+def creation_index(
+    statements: Sequence[cst.BaseStatement], facts: ScriptFacts, scope: tuple[str, ...] = ()
+) -> int | None:
+    """The index of the statement creating the accelerator (``accelerator = Accelerator()``)
+    among ``statements`` (of the function ``scope`` names), None when none does."""
+    return next((i for i, s in enumerate(statements) if creates_accelerator(s, facts, scope)), None)
+
+
+def prepare_call(node: cst.CSTNode | None, facts: ScriptFacts) -> cst.Call | None:
+    """``node`` when it is a call ``accelerator.prepare(...)`` (``self.accelerator.prepare`` in a
+    training class), else None."""
+    return node if is_accelerator_method(node, facts, "prepare") else None  # type: ignore[return-value]
+
+
+def prepared_arguments(call: cst.Call) -> tuple[str, ...]:
+    """The (dotted) names a ``prepare`` call is given, in order."""
+    return tuple(name for arg in call.args if (name := dotted(arg.value)) is not None)
+
+
+def prepares_here(statement: cst.CSTNode, facts: ScriptFacts) -> bool:
+    """Whether a statement line calls ``accelerator.prepare`` as one of its small statements
+    (``a, b = accelerator.prepare(a, b)``, a bare call)."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    return any(prepare_call(getattr(small, "value", None), facts) is not None for small in statement.body)
+
+
+def prepared_by(statement: cst.CSTNode, facts: ScriptFacts) -> tuple[str, ...] | None:
+    """The names ``a, b = accelerator.prepare(a, b)`` (a line of that one assignment) prepares;
+    None for any other statement."""
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+        return None
+    assign = statement.body[0]
+    call = prepare_call(assign.value, facts) if isinstance(assign, cst.Assign) else None
+    return None if call is None else prepared_arguments(call)
+
+
+def prepare_assignments(node: cst.CSTNode, facts: ScriptFacts) -> list[tuple[cst.Assign, cst.Call]]:
+    """Every ``targets = accelerator.prepare(...)`` under ``node``, with its call."""
+    return [
+        (inner, call)
+        for inner in nodes_in(node)
+        if isinstance(inner, cst.Assign) and (call := prepare_call(inner.value, facts)) is not None
+    ]
+
+
+def names_prepared_under(node: cst.CSTNode, facts: ScriptFacts) -> set[str]:
+    """The names bound to what an ``accelerator.prepare`` under ``node`` returns."""
+    return {
+        name
+        for assign, _ in prepare_assignments(node, facts)
+        for t in assign.targets
+        for name in target_names(t.target)
+    }
+
+
+def is_any_prepare(value: cst.BaseExpression | None) -> bool:
+    """``<anything>.prepare(...)`` or one of its one-kind variants (``prepare_model``): what an
+    original script already prepared, whatever it calls its accelerator (the analysis reads the
+    script as written, before it knows which name is the accelerator)."""
+    return (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in PREPARE_METHODS
+    )

@@ -1,0 +1,218 @@
+"""The conversion plan (``codemods/model/plan.py``): one provider's answers to where the accelerator
+is created, what is prepared where and where training starts, for the accelerator at module
+level, in ``main()`` and with a training class, and with a loader prepared in another function;
+each answer is what the converted code then does."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+
+from accel_convert.codemods import Options, convert_module
+from accel_convert.codemods.engine.analysis import analyse
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.model import runner
+from accel_convert.codemods.model.plan import ConversionPlan, conversion_plan, creation_index, plan_of, prepared_by
+
+
+def _planned(source: str) -> tuple[ConversionPlan, str, str]:
+    """The plan for ``source``, the source, and its conversion."""
+    source = textwrap.dedent(source)
+    module = cst.parse_module(source)
+    converted = convert_module(module, Options(), source).module.code
+    return plan_of(analyse(module, source)), source, converted
+
+
+def _line(source: str, text: str) -> int:
+    return next(number for number, line in enumerate(source.splitlines(), 1) if line.strip() == text)
+
+
+def _prepare_lines(converted: str) -> list[str]:
+    return [line.strip() for line in converted.splitlines() if ".prepare(" in line]
+
+
+def test_the_plan_is_a_provider_of_the_model() -> None:
+    assert conversion_plan in runner.PROVIDERS
+    assert conversion_plan.provides == {"plan"}
+
+
+def test_module_level_script() -> None:
+    plan, source, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+        model = nn.Linear(8, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        """
+    )
+    assert plan.home_kind == "module" and plan.home == "<module>" and plan.creating_scope == "<module>"
+    assert plan.to_prepare == ("model", "optimizer", "loader")
+    assert dict(plan.preparations) == {"<module>": ("model", "optimizer", "loader")}
+    assert plan.prepared_in("loader") == "<module>"
+    assert plan.training_start_line == _line(source, "for x, y in loader:")
+    # Created above the first line building a training object, and above the backward.
+    assert {"model", "optimizer", "loader"} <= plan.created_before_binding
+    assert _line(source, "nn.functional.mse_loss(model(x), y).backward()") in plan.created_before_lines
+    # The converted module creates the accelerator at module level and prepares there, above the
+    # line where training starts.
+    lines = converted.splitlines()
+    assert "accelerator = Accelerator()" in lines
+    prepare = lines.index("model, optimizer, loader = accelerator.prepare(model, optimizer, loader)")
+    assert prepare < lines.index("for x, y in loader:")
+
+
+def test_main_function_with_a_loader_prepared_in_the_function_that_trains() -> None:
+    plan, source, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def train(model, data):
+            loader = DataLoader(data, batch_size=8)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                optimizer.zero_grad()
+                nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+
+
+        def main():
+            data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+            model = nn.Linear(8, 1)
+            train(model, data)
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    assert plan.home_kind == "function" and plan.home == "main" and plan.creating_scope == "main"
+    assert plan.preparing_functions == {"train"}
+    assert dict(plan.preparations) == {"train": ("optimizer", "loader"), "main": ("model",)}
+    assert plan.prepared_in("loader") == "train" and plan.prepared_in("model") == "main"
+    assert plan.training_start_line == _line(source, "train(model, data)")
+    assert _prepare_lines(converted) == [
+        "optimizer, loader = accelerator.prepare(optimizer, loader)",
+        "model = accelerator.prepare(model)",
+    ]
+    converted_module = cst.parse_module(converted)
+    main = next(s for s in converted_module.body if isinstance(s, cst.FunctionDef) and s.name.value == "main")
+    assert isinstance(main.body, cst.IndentedBlock)
+    assert creation_index(main.body.body, _facts_of(converted)) == 0
+
+
+def test_training_class_built_in_main() -> None:
+    plan, source, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        class Trainer:
+            def __init__(self, data):
+                self.model = nn.Linear(8, 1)
+                self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                self.loader = DataLoader(data, batch_size=8)
+
+            def fit(self):
+                for x, y in self.loader:
+                    self.optimizer.zero_grad()
+                    nn.functional.mse_loss(self.model(x), y).backward()
+                    self.optimizer.step()
+
+
+        def main():
+            trainer = Trainer(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)))
+            trainer.fit()
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    assert plan.home_kind == "function" and plan.creating_scope == "main"
+    assert dict(plan.class_preparations) == {"Trainer": ("self.model", "self.optimizer", "self.loader")}
+    assert plan.prepared_in("self.loader") == "Trainer"
+    # What ``main`` prepares itself: nothing (the class prepares what it builds).
+    assert "main" not in plan.preparations
+    # The analysis takes a training class as one unit: building it is where training starts.
+    start = _line(source, "trainer = Trainer(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)))")
+    assert plan.training_start_line == start and _line(source, "trainer.fit()") in plan.training_lines
+    # The class's ``__init__`` ends with the one prepare of what the plan has it prepare.
+    trainer = next(s for s in cst.parse_module(converted).body if isinstance(s, cst.ClassDef))
+    init = next(s for s in trainer.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__")
+    assert isinstance(init.body, cst.IndentedBlock)
+    assert prepared_by(init.body.body[-1], _facts_of(converted)) == plan.class_preparations["Trainer"]
+
+
+def test_the_recognisers_find_the_prepare_line_of_a_training_class() -> None:
+    line = cst.parse_statement("self.model, self.loader = self.accelerator.prepare(self.model, self.loader)\n")
+    assert prepared_by(line, _facts_of("")) == ("self.model", "self.loader")
+    other = cst.parse_statement("self.model, self.loader = self.helper.prepare(self.model, self.loader)\n")
+    assert prepared_by(other, _facts_of("")) is None
+
+
+def test_facts_built_by_hand_get_the_plan_they_decide() -> None:
+    facts = ScriptFacts(
+        models=frozenset({"net"}),
+        optimizers=frozenset({"opt"}),
+        train_loaders=frozenset({"dl"}),
+        main_function="main",
+        home_kind="function",
+    )
+    plan = plan_of(facts)
+    assert plan.creating_scope == "main" and plan.home_blocks == {"main", None}
+    assert dict(plan.preparations) == {"main": ("net", "opt", "dl")}
+
+
+def _facts_of(source: str) -> ScriptFacts:
+    return analyse(cst.parse_module(source), source)
+
+
+def test_training_class_preparing_a_loader_its_method_builds() -> None:
+    plan, _, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        class Trainer:
+            def __init__(self):
+                self.model = nn.Linear(8, 1)
+                self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+            def fit(self, data):
+                loader = DataLoader(data, batch_size=8)
+                for x, y in loader:
+                    self.optimizer.zero_grad()
+                    nn.functional.mse_loss(self.model(x), y).backward()
+                    self.optimizer.step()
+
+
+        def main():
+            trainer = Trainer()
+            trainer.fit(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)))
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    assert dict(plan.class_preparations) == {"Trainer": ("self.model", "self.optimizer")}
+    assert plan.prepared_in("loader") == "Trainer.fit" and dict(plan.preparations) == {}
+    assert _prepare_lines(converted) == [
+        "self.model, self.optimizer = self.accelerator.prepare(self.model, self.optimizer)",
+        "loader = self.accelerator.prepare(loader)",
+    ]
