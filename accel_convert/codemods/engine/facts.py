@@ -356,6 +356,10 @@ class ScriptFacts(FactQuestions):
     drawing_functions: AbstractSet[str] = frozenset()
     #: Module-level functions that run a backward, directly or through their calls.
     backward_functions: AbstractSet[str] = frozenset()
+    #: Functions of other program modules this module calls (absolute qualified names) → whether
+    #: every such call is made evaluating (under ``no_grad``/``set_grad_enabled(False)`` or after
+    #: the caller's ``model.eval()``): the program joins them into the callee's seeds.
+    evaluating_calls_out: Mapping[str, bool] = field(default_factory=dict)
     #: Where ``.backward()`` is called (a site, for the no-DataLoader report).
     backward_site: Site | None = None
     #: Whether the module's ``.backward()`` calls train something: False when nothing steps an
@@ -540,6 +544,7 @@ class FactsDraft(FactQuestions):
     shared_draw_lines: set[int] = field(default_factory=set)
     drawing_functions: set[str] = field(default_factory=set)
     backward_functions: set[str] = field(default_factory=set)
+    evaluating_calls_out: dict[str, bool] = field(default_factory=dict)
     backward_site: Site | None = None
     backward_trains: bool = True
     backward_helpers: set[str] = field(default_factory=set)

@@ -123,6 +123,8 @@ class Learnt:
     per_epoch: dict[str, set[str]]
     #: Modules that save a checkpoint.
     saving: set[str]
+    #: Program functions (qualified) called from another module → whether every such call evaluates.
+    evaluating_calls: dict[str, bool]
 
     def seeds(self, name: str, old: ProgramSeeds, shape: ModuleShape) -> ProgramSeeds:
         """Module ``name``'s seeds for the next round (functions of its own are not imported)."""
@@ -145,6 +147,14 @@ class Learnt:
             inherited_accelerator=frozenset(self.inherited_accelerator.get(name, set())),
             per_epoch_schedulers=frozenset(self.per_epoch.get(name, set())),
             saved_elsewhere=bool(self.saving - {name}),
+            evaluated_from_elsewhere=tuple(
+                sorted(
+                    (function, evaluating)
+                    for qualified, evaluating in self.evaluating_calls.items()
+                    for module, _, function in (qualified.rpartition("."),)
+                    if module == name
+                )
+            ),
         )
 
 

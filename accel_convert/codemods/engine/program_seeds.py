@@ -53,6 +53,10 @@ class ProgramSeeds:
     #: Imported functions (and classes) that draw from a global generator before any seed,
     #: directly or through their calls (a config helper drawing the learning rate).
     drawing_functions: frozenset[str] = frozenset()
+    #: This module's functions that other modules of the program call → whether every such call
+    #: is made evaluating (``compute_accuracy(model, loader)`` called under
+    #: ``torch.set_grad_enabled(False)`` in the training script): their loops evaluate then.
+    evaluated_from_elsewhere: tuple[tuple[str, bool], ...] = ()
     #: Imported functions that take the accelerator once converted → where the parameter sits
     #: among the positional ones (None: keyword-only).
     accelerator_parameters: tuple[tuple[str, int | None], ...] = ()
