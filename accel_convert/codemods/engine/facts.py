@@ -219,6 +219,10 @@ class ScriptFacts(FactQuestions):
     #: script fixed it (``device = 0``, ``--gpu`` of type ``int``, a settings dictionary's
     #: device): the accelerator's device at that call (``codemods/model/devices.py``).
     gpu_index_names: AbstractSet[str] = frozenset()
+    #: Names holding a GPU index here, whether or not a call here takes them as its device
+    #: (``device = 0``, ``args.gpu`` of an ``int`` option): passed to a function of another module
+    #: of the program, they make its parameter a GPU index there.
+    gpu_index_values: AbstractSet[str] = frozenset()
     #: Names a call takes as its device that hold such a GPU from some of their origins and a
     #: value that cannot be followed from others: reported at the call.
     devices_unfollowed: AbstractSet[str] = frozenset()
@@ -499,6 +503,7 @@ class FactsDraft(FactQuestions):
     device_names: set[str] = field(default_factory=set)
     cuda_flags: set[str] = field(default_factory=set)
     gpu_index_names: set[str] = field(default_factory=set)
+    gpu_index_values: set[str] = field(default_factory=set)
     devices_unfollowed: set[str] = field(default_factory=set)
     batch_size_expr: str | None = None
     main_function: str | None = None

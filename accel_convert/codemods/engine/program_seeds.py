@@ -53,6 +53,14 @@ class ProgramSeeds:
     #: Imported functions (and classes) that draw from a global generator before any seed,
     #: directly or through their calls (a config helper drawing the learning rate).
     drawing_functions: frozenset[str] = frozenset()
+    #: Parameters (file-wide names) that callers in other modules fill with a GPU index (``gpu_id=0``,
+    #: ``args.gpu`` of an ``int`` option): the same GPU on every process where a call takes them as
+    #: its device (``model.to(gpu_id)``, ``x.to(self.gpu_id)``).
+    gpu_index_parameters: frozenset[str] = frozenset()
+    #: Program-wide: functions and classes (qualified) whose parameters those are. Their module
+    #: follows the index to the calls taking it as a device (and reports it passed on further), so
+    #: the caller does not report it passed on (ACC924).
+    gpu_index_callees: frozenset[str] = frozenset()
     #: This module's functions that other modules of the program call → whether every such call
     #: is made evaluating (``compute_accuracy(model, loader)`` called under
     #: ``torch.set_grad_enabled(False)`` in the training script): their loops evaluate then.

@@ -120,7 +120,7 @@ def _bound_outside_the_class(a: Analysis, owner: str, attribute: str, readers: s
         "device_names",
         "settings_devices",
     ),
-    provides=("gpu_index_names", "devices_unfollowed"),
+    provides=("gpu_index_names", "gpu_index_values", "devices_unfollowed"),
     refines=("device_names",),
 )
 def device_values(a: Analysis) -> None:
@@ -137,7 +137,10 @@ def device_values(a: Analysis) -> None:
       taking it as their device get the accelerator's (``gpu_index_names``).
     * Such a GPU reaching the call from some origins and something that cannot be followed from
       others (a parameter also given a name bound elsewhere to ``"cpu"``) is left, and reported
-      there (``devices_unfollowed``)."""
+      there (``devices_unfollowed``).
+    * A parameter that a caller in another module of the program fills with a GPU index (seeded,
+      ``gpu_index_parameters``) is one here too; and the names holding one here are told to the
+      program (``gpu_index_values``), for the parameters they fill elsewhere."""
     _devices_returned(a)
     held = _HeldDevices.of(a)
     for function, name in _device_uses(a):
@@ -149,6 +152,7 @@ def device_values(a: Analysis) -> None:
             a.facts.devices_unfollowed.add(name)
         elif "fixed" in kinds:
             a.facts.gpu_index_names.add(name)
+    a.facts.gpu_index_values = held.index_values(a) | a.facts.gpu_index_names
 
 
 def _devices_returned(a: Analysis) -> None:
@@ -209,7 +213,8 @@ class _HeldDevices:
     def __init__(self, a: Analysis, int_options: set[str]) -> None:
         self.facts = a.facts
         self.int_options = int_options
-        self.fixed: set[str] = set()
+        # Parameters a caller in another module fills with a GPU index (``Trainer(model, gpu_id=0)``).
+        self.fixed: set[str] = set(a.seeds.gpu_index_parameters) if a.seeds is not None else set()
         self.devices: set[str] = set()
         for assign in a.r.assigns:
             if len(assign.targets) == 1 and self.holds_index(assign.value):
@@ -242,6 +247,11 @@ class _HeldDevices:
             )
         name = dotted(value)
         return name is not None and self.is_index_name(name)
+
+    def index_values(self, a: Analysis) -> set[str]:
+        """Every name holding a GPU index: bound to one here, or an ``int`` option (``args.gpu``)."""
+        options = {f"{root}.{option}" for root in self.facts.parsed_arguments for option in self.int_options}
+        return (self.fixed - set(a.seeds.gpu_index_parameters if a.seeds is not None else ())) | options
 
     def is_index_name(self, name: str) -> bool:
         """A name bound to a GPU index, or an ``int`` option of the command line (``args.gpu``)."""

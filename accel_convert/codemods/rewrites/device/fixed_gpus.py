@@ -24,6 +24,7 @@ from accel_convert.codemods.engine.devices import (
     names_fixed_gpu,
 )
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.positions import skips_statement
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS
 from accel_convert.codemods.engine.syntax import dotted, expression, expression_code, nodes_in
@@ -146,19 +147,26 @@ class FixedGpus(DeviceWalkState):
 
     def report_gpu_index_passed_on(self, original: cst.Call, call: cst.Call) -> None:
         """``Seq2Seq(encoder, decoder, args.gpu)``: what the callee does with the index (a device
-        for its tensors?) is not visible here; left, and reported."""
+        for its tensors?) is not visible here; left, and reported. A function of another module
+        of the program given the index follows it there (``engine.validate(model, loader,
+        args.gpu)``: its ``target.to(gpu)`` is the accelerator's device), and reports it there
+        where it passes it on: a parameter filled with a GPU index (``gpu_index_parameters``) is
+        such an index in its own module."""
         callee = (dotted(call.func) or "").rpartition(".")[2]
+        seeds = self.facts.program
+        indices = self.set_device_indices | set(seeds.gpu_index_parameters if seeds is not None else ())
         if (
-            not self.set_device_indices
+            not indices
             or callee in SHOWING_CALLS
             or self.qualified_name(call.func) == "torch.cuda.set_device"
+            or (seeds is not None and program_callee(self.facts, original.func, self.scope) in seeds.gpu_index_callees)
         ):
             return
         for arg in call.args:
             if arg.keyword is not None and arg.keyword.value == "device":
                 continue  # rewritten (device_keyword) or reported there
             written = dotted(arg.value)
-            if written in self.set_device_indices:
+            if written in indices:
                 self.report(
                     original,
                     GPU_INDEX_PASSED_ON,
