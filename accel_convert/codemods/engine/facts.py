@@ -223,6 +223,13 @@ class ScriptFacts(FactQuestions):
     #: (``device = 0``, ``args.gpu`` of an ``int`` option): passed to a function of another module
     #: of the program, they make its parameter a GPU index there.
     gpu_index_values: AbstractSet[str] = frozenset()
+    #: Module-level functions writing a checkpoint to a path among their parameters (``def
+    #: save_checkpoint(model, path): torch.save(..., path)``): (function, position, parameter).
+    #: Their callers in other modules of the program write that file (``codemods/model/file_flow.py``).
+    path_parameter_writes: AbstractSet[tuple[str, int, str]] = frozenset()
+    #: The same for reads (``torch.load(path)``) no barrier may go before: under an ``if`` or in a
+    #: loop of the function (``if os.path.isfile(path):``), where the ranks wait after the write instead.
+    path_parameter_reads: AbstractSet[tuple[str, int, str]] = frozenset()
     #: Names a call takes as its device that hold such a GPU from some of their origins and a
     #: value that cannot be followed from others: reported at the call.
     devices_unfollowed: AbstractSet[str] = frozenset()
@@ -504,6 +511,8 @@ class FactsDraft(FactQuestions):
     cuda_flags: set[str] = field(default_factory=set)
     gpu_index_names: set[str] = field(default_factory=set)
     gpu_index_values: set[str] = field(default_factory=set)
+    path_parameter_writes: set[tuple[str, int, str]] = field(default_factory=set)
+    path_parameter_reads: set[tuple[str, int, str]] = field(default_factory=set)
     devices_unfollowed: set[str] = field(default_factory=set)
     batch_size_expr: str | None = None
     main_function: str | None = None

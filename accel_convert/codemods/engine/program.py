@@ -263,6 +263,8 @@ class Program:
             # A checkpoint one module saves may be loaded by another, converted before or after it.
             saving={name for name, module_facts in facts.items() if module_facts.call_sites.get("torch.save")},
             evaluating_calls=_evaluating_calls(facts),
+            path_writers=_qualified(facts, "path_parameter_writes"),
+            path_readers=_qualified(facts, "path_parameter_reads"),
         )
         return {name: learnt.seeds(name, old, self.shapes[name]) for name, old in seeds.items()}
 
@@ -354,6 +356,17 @@ class Program:
             if holds and module != self.home:
                 reaches.setdefault(module, set()).add(function)
         return reaches
+
+
+def _qualified(facts: dict[str, ScriptFacts], fact: str) -> tuple[tuple[str, int, str], ...]:
+    """``fact`` (function, position, parameter) of every module, functions by qualified name."""
+    return tuple(
+        sorted(
+            (f"{name}.{function}", position, param)
+            for name, module_facts in facts.items()
+            for function, position, param in getattr(module_facts, fact)
+        )
+    )
 
 
 def _evaluating_calls(facts: dict[str, ScriptFacts]) -> dict[str, bool]:

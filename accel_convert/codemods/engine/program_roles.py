@@ -130,6 +130,9 @@ class Learnt:
     per_epoch: dict[str, set[str]]
     #: Modules that save a checkpoint.
     saving: set[str]
+    #: Functions (qualified) writing / reading a checkpoint at a parameter's path (position, name).
+    path_writers: tuple[tuple[str, int, str], ...]
+    path_readers: tuple[tuple[str, int, str], ...]
     #: Program functions (qualified) called from another module → whether every such call evaluates.
     evaluating_calls: dict[str, bool]
 
@@ -154,6 +157,8 @@ class Learnt:
             inherited_accelerator=frozenset(self.inherited_accelerator.get(name, set())),
             per_epoch_schedulers=frozenset(self.per_epoch.get(name, set())),
             saved_elsewhere=bool(self.saving - {name}),
+            path_writers=tuple(entry for entry in self.path_writers if entry[0] not in own),
+            path_readers=tuple(entry for entry in self.path_readers if entry[0] not in own),
             gpu_index_parameters=frozenset(self.received.gpu_indices.get(name, set())),
             gpu_index_callees=frozenset(self.received.index_callees),
             evaluated_from_elsewhere=tuple(

@@ -61,6 +61,12 @@ class ProgramSeeds:
     #: follows the index to the calls taking it as a device (and reports it passed on further), so
     #: the caller does not report it passed on (ACC924).
     gpu_index_callees: frozenset[str] = frozenset()
+    #: Functions of the other modules (qualified) writing a checkpoint to the path one of their
+    #: parameters holds, with its position and name (``utils.save_checkpoint``, ``path``): a call
+    #: of one writes that file (on the main process once converted).
+    path_writers: tuple[tuple[str, int, str], ...] = ()
+    #: The same for functions reading one where no barrier may go before the read.
+    path_readers: tuple[tuple[str, int, str], ...] = ()
     #: This module's functions that other modules of the program call → whether every such call
     #: is made evaluating (``compute_accuracy(model, loader)`` called under
     #: ``torch.set_grad_enabled(False)`` in the training script): their loops evaluate then.

@@ -635,22 +635,31 @@ class CheckpointCodemod(Rule):
             module.visit(saves)
             reported = saves.changes(module)
         saved_elsewhere = facts.program is not None and facts.program.saved_elsewhere
+        waited: list[Change] = []
+        unguarded: list[tuple[str, int]] = []
         if (rewriter.saves or saved_elsewhere) and rewriter.loads:
             loads = facts.lines_mentioning(callee_words(facts, ("torch.load",)))
             waits = WaitBeforeLoads(facts, loads, report=not rewriter.saves)
             new_module = new_module.visit(waits)
-            after: list[Change] = []
-            if rewriter.saves and waits.unguarded:
-                # A load no barrier could go before (under ``if os.path.isfile(path):``, in a
-                # ``try``, in a function without the accelerator): the ranks wait after each save
-                # that such a load may read later in the run.
-                waiting = WaitAfterSaves(
-                    facts, facts.lines_mentioning(callee_words(facts, ("torch.save",))), waits.unguarded
-                )
-                new_module = new_module.visit(waiting)
-                after = waiting.changes(module)
-            return new_module, returned([*rewriter.changes(module), *waits.changes(module), *after, *reported])
-        return new_module, returned([*rewriter.changes(module), *reported])
+            waited, unguarded = waits.changes(module), waits.unguarded
+        new_module, after = _wait_after_writes(new_module, module, facts, rewriter.saves, unguarded)
+        return new_module, returned([*rewriter.changes(module), *waited, *after, *reported])
+
+
+def _wait_after_writes(
+    new_module: cst.Module, module: cst.Module, facts: ScriptFacts, saves: bool, unguarded: list[tuple[str, int]]
+) -> tuple[cst.Module, list[Change]]:
+    """A load no barrier could go before (under ``if os.path.isfile(path):``, in a ``try``, in a
+    function without the accelerator; or in a function of another module this one calls): the
+    ranks wait after each write that such a load may read later in the run (a save here, or a
+    call of another module's function that saves)."""
+    flow = facts.of(file_flow)
+    unguarded = [*unguarded, *flow.reads_through_calls]
+    if not (saves or flow.writes_through_calls) or not unguarded:
+        return new_module, []
+    lines = facts.lines_mentioning(callee_words(facts, ("torch.save",))) | flow.writes_through_calls
+    waiting = WaitAfterSaves(facts, lines, unguarded)
+    return new_module.visit(waiting), waiting.changes(module)
 
 
 def _returned_model_saved_by_caller(
