@@ -20,8 +20,12 @@ row), with the accelerator of the saving function: otherwise the other ranks loo
 before the main process wrote it (and test another model, or fail). Which loads may read what a
 save wrote is the program model's :mod:`~codemods.model.file_flow`: further down the function, in
 a function it calls later, or after the call of the saving function in any of its callers
-(MorvanZhou's ``save()`` then ``restore_net()`` at the top level); a load of a path no save can
-have written (another literal, another f-string pattern) leaves the save without a barrier. Loading in the function that calls
+(MorvanZhou's ``save()`` then ``restore_net()`` at the top level), and across the modules of a
+program: a call of another module's function that saves to the path it is given
+(``save_checkpoint(model, "model.pt")``) is a save there, and so is a read for a call of one that
+loads it where no barrier can go before the load (``test_saved("net.pt", loader)`` loading under
+``if os.path.isfile(path):``); the ranks wait after that call, or after the save. A load of a path
+no save can have written (another literal, another f-string pattern) leaves the save without a barrier. Loading in the function that calls
 ``prepare`` is only rewritten after the ``prepare`` line: before it the model is not wrapped yet.
 A copy of the model made after ``prepare`` (``ema = copy.deepcopy(model)``, ``AveragedModel(model)``)
 copies the unwrapped model, so the copy and its checkpoints keep the original's keys. A model

@@ -6,8 +6,10 @@ in the arguments of a function of the file (``train(net, try_gpu())``) become
 ``accelerator.device``; where no accelerator is reachable they are reported (ACC904). That index
 passed on to another call (``Net(args.gpu)``) is reported (ACC924). A GPU the script fixed and the
 analysis followed to the call taking it (``codemods/model/devices.py``: ``self.gpu_id`` given
-``device = 0``) is such an index; one that is that GPU from some callers and something else from
-others is reported at the call (ACC924). Also what the walk needs to
+``device = 0``, or across modules ``Trainer(model, gpu_id=0)`` and ``engine.validate(..., args.gpu)``)
+is such an index; one that is that GPU from some callers and something else from others is
+reported at the call (ACC924). An index handed to a function of another module of the program is
+followed there and not reported at the call that hands it over. Also what the walk needs to
 know of the file beforehand: the indices given to ``set_device`` and the file's functions that
 pick a GPU.
 """
