@@ -50,7 +50,8 @@ class Received:
     prepared: dict[str, set[str]]
     #: Module → its parameters filled with a GPU index (see ``ProgramSeeds.gpu_index_parameters``).
     gpu_indices: dict[str, set[str]] = field(default_factory=dict)
-    #: Program functions and classes (qualified) one of whose parameters is filled with a GPU index.
+    #: Program functions and classes (qualified) one of whose parameters is filled with a GPU index
+    #: that a call there takes as its device.
     index_callees: set[str] = field(default_factory=set)
 
     def add_role(self, module: str, role: str, name: str) -> None:
@@ -73,7 +74,8 @@ class Received:
                     self.add_role(call.callee_module, "train_loaders", param)
                 if argument == INLINE_GPU_INDEX or argument in caller.gpu_index_values:
                     self.gpu_indices.setdefault(call.callee_module, set()).add(param)
-                    self.index_callees.add(f"{call.callee_module}.{call.callee}")
+                    if param in facts[call.callee_module].gpu_index_names:  # taken as a device there
+                        self.index_callees.add(f"{call.callee_module}.{call.callee}")
 
     def through_instances(
         self, instances: dict[str, InstanceCalls], facts: dict[str, ScriptFacts], prepared_in: dict[str, set[str]]

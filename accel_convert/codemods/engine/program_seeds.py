@@ -57,9 +57,9 @@ class ProgramSeeds:
     #: ``args.gpu`` of an ``int`` option): the same GPU on every process where a call takes them as
     #: its device (``model.to(gpu_id)``, ``x.to(self.gpu_id)``).
     gpu_index_parameters: frozenset[str] = frozenset()
-    #: Program-wide: functions and classes (qualified) whose parameters those are. Their module
-    #: follows the index to the calls taking it as a device (and reports it passed on further), so
-    #: the caller does not report it passed on (ACC924).
+    #: Program-wide: functions and classes (qualified) with such a parameter that a call there
+    #: takes as its device: their module follows the index to those calls, so the caller does not
+    #: report it passed on (ACC924).
     gpu_index_callees: frozenset[str] = frozenset()
     #: Functions of the other modules (qualified) writing a checkpoint to the path one of their
     #: parameters holds, with its position and name (``utils.save_checkpoint``, ``path``): a call

@@ -174,12 +174,17 @@ def _devices_returned(a: Analysis) -> None:
 
 def _device_uses(a: Analysis) -> list[tuple[str, str]]:
     """(function, name) for each name a call takes as its device: the first positional argument
-    of ``.to(...)``, ``device=``/``map_location=`` keywords (of calls other than the file's own
+    of ``.to(...)`` (and of ``.cuda(...)`` for a GPU index another module hands in),
+    ``device=``/``map_location=`` keywords (of calls other than the file's own
     functions and classes)."""
     uses = []
+    # ``images.cuda(gpu, non_blocking=True)`` where another module hands ``gpu`` in: a move too.
+    handed_in = a.seeds.gpu_index_parameters if a.seeds is not None else frozenset()
     for call in a.r.calls:
         func = call.node.func
-        moves = isinstance(func, cst.Attribute) and func.attr.value == "to"
+        moves = isinstance(func, cst.Attribute) and (
+            func.attr.value == "to" or (func.attr.value == "cuda" and _first_argument(call.node) in handed_in)
+        )
         # ``train(model, device=gpu)`` of the file's own function hands the value on: followed
         # into the parameter, where it is taken.
         own = isinstance(func, cst.Name) and (func.value in a.r.defs or func.value in a.r.classes)
@@ -190,6 +195,10 @@ def _device_uses(a: Analysis) -> list[tuple[str, str]]:
             if name is not None:
                 uses.append((call.function, name))
     return uses
+
+
+def _first_argument(call: cst.Call) -> str | None:
+    return dotted(call.args[0].value) if call.args and call.args[0].keyword is None else None
 
 
 def _origins(a: Analysis, function: str, name: str) -> set[str]:

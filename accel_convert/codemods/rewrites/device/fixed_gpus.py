@@ -150,13 +150,11 @@ class FixedGpus(DeviceWalkState):
     def report_gpu_index_passed_on(self, original: cst.Call, call: cst.Call) -> None:
         """``Seq2Seq(encoder, decoder, args.gpu)``: what the callee does with the index (a device
         for its tensors?) is not visible here; left, and reported. A function of another module
-        of the program given the index follows it there (``engine.validate(model, loader,
-        args.gpu)``: its ``target.to(gpu)`` is the accelerator's device), and reports it there
-        where it passes it on: a parameter filled with a GPU index (``gpu_index_parameters``) is
-        such an index in its own module."""
+        of the program that takes the index as a device follows it there (``engine.validate(model,
+        loader, args.gpu)``: its ``target.to(gpu)`` is the accelerator's device): not reported."""
         callee = (dotted(call.func) or "").rpartition(".")[2]
         seeds = self.facts.program
-        indices = self.set_device_indices | set(seeds.gpu_index_parameters if seeds is not None else ())
+        indices = self.set_device_indices
         if (
             not indices
             or callee in SHOWING_CALLS
