@@ -223,6 +223,10 @@ class ScriptFacts(FactQuestions):
     #: (``device = 0``, ``args.gpu`` of an ``int`` option): passed to a function of another module
     #: of the program, they make its parameter a GPU index there.
     gpu_index_values: AbstractSet[str] = frozenset()
+    #: (module-level function or class, name) for each name a call there takes as its device, and
+    #: the names of that function or class it comes from (``("Trainer", "gpu_id")`` for
+    #: ``x.to(self.gpu_id)`` with ``self.gpu_id = gpu_id`` in ``__init__``).
+    devices_taken: AbstractSet[tuple[str, str]] = frozenset()
     #: Module-level functions writing a checkpoint to a path among their parameters (``def
     #: save_checkpoint(model, path): torch.save(..., path)``): (function, position, parameter).
     #: Their callers in other modules of the program write that file (``codemods/model/file_flow.py``).
@@ -511,6 +515,7 @@ class FactsDraft(FactQuestions):
     cuda_flags: set[str] = field(default_factory=set)
     gpu_index_names: set[str] = field(default_factory=set)
     gpu_index_values: set[str] = field(default_factory=set)
+    devices_taken: set[tuple[str, str]] = field(default_factory=set)
     path_parameter_writes: set[tuple[str, int, str]] = field(default_factory=set)
     path_parameter_reads: set[tuple[str, int, str]] = field(default_factory=set)
     devices_unfollowed: set[str] = field(default_factory=set)

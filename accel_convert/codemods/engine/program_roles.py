@@ -74,7 +74,7 @@ class Received:
                     self.add_role(call.callee_module, "train_loaders", param)
                 if argument == INLINE_GPU_INDEX or argument in caller.gpu_index_values:
                     self.gpu_indices.setdefault(call.callee_module, set()).add(param)
-                    if param in facts[call.callee_module].gpu_index_names:  # taken as a device there
+                    if (call.callee, param) in facts[call.callee_module].devices_taken:  # a device there
                         self.index_callees.add(f"{call.callee_module}.{call.callee}")
 
     def through_instances(

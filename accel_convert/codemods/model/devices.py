@@ -120,7 +120,7 @@ def _bound_outside_the_class(a: Analysis, owner: str, attribute: str, readers: s
         "device_names",
         "settings_devices",
     ),
-    provides=("gpu_index_names", "gpu_index_values", "devices_unfollowed"),
+    provides=("gpu_index_names", "gpu_index_values", "devices_taken", "devices_unfollowed"),
     refines=("device_names",),
 )
 def device_values(a: Analysis) -> None:
@@ -145,6 +145,7 @@ def device_values(a: Analysis) -> None:
     held = _HeldDevices.of(a)
     for function, name in _device_uses(a):
         origins = _origins(a, function, name)
+        a.facts.devices_taken |= {(function, taken) for taken in {name, *origins}}
         kinds = {held.kind(origin) for origin in origins}
         if kinds == {"device"}:
             a.facts.device_names.add(name)
