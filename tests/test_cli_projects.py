@@ -264,3 +264,47 @@ def test_a_gpu_index_handed_to_another_module_is_followed_there_or_reported_at_t
     assert ".cuda(" not in engine and ".to(gpu)" not in engine
     reported = [line for line in result.output.splitlines() if "ACC924" in line]
     assert len(reported) == 1 and reported[0].startswith(f"{project / 'train.py'}:15:"), result.output
+
+
+TRAINER = """\
+import torch.nn.functional as F
+
+
+class Trainer:
+    def __init__(self, model, loader, optimizer, gpu_id):
+        self.gpu_id = gpu_id
+        self.model = model.to(gpu_id)
+        self.loader, self.optimizer = loader, optimizer
+
+    def train(self, epochs):
+        for epoch in range(epochs):
+            for source, targets in self.loader:
+                source, targets = source.to(self.gpu_id), targets.to(self.gpu_id)
+                self.optimizer.zero_grad()
+                F.mse_loss(self.model(source), targets).backward()
+                self.optimizer.step()
+"""
+
+TRAINER_ENTRY = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from trainer import Trainer
+
+loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+Trainer(model, loader, optimizer, 0).train(2)
+"""
+
+
+def test_an_integer_gpu_given_to_another_modules_class_is_followed_to_its_moves(tmp_path: Path):
+    """The DDP tutorial's ``Trainer(model, ..., 0)`` from another module: ``model.to(gpu_id)`` and
+    ``source.to(self.gpu_id)`` there would put every rank on GPU 0; the moves go (``prepare``
+    places the model and the batches on each process's device)."""
+    project = make_project(tmp_path / "project", train=TRAINER_ENTRY, trainer=TRAINER)
+    out = tmp_path / "out"
+    result = run(str(project / "train.py"), "-o", f"{out}/")
+    assert result.exit_code == EXIT_OK, result.output
+    trainer = (out / "trainer.py").read_text()
+    assert "self.model = model\n" in trainer and ".to(" not in trainer, trainer
