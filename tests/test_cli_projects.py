@@ -200,3 +200,111 @@ def test_the_retry_is_added_to_the_entry_and_its_libraries_get_no_warning(tmp_pa
     assert result.exit_code == EXIT_OK, result.output  # no warning left for a person
     assert "train.py:" in result.output and "ACC117" in result.output
     assert "ACC917" not in result.output, result.output
+
+
+GPU_ENGINE = """\
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self, gpu):
+        super().__init__()
+        self.gpu = gpu
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def build(gpu):
+    return Net(gpu)
+
+
+def train(model, loader, optimizer, epochs, gpu):
+    for epoch in range(epochs):
+        for x, y in loader:
+            x, y = x.cuda(gpu), y.to(gpu)
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+"""
+
+GPU_TRAIN = """\
+import argparse
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import engine
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--gpu", type=int, default=None)
+parser.add_argument("--epochs", type=int, default=2)
+args = parser.parse_args()
+torch.manual_seed(0)
+if args.gpu is not None:
+    torch.cuda.set_device(args.gpu)
+model = engine.build(args.gpu)
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,))), batch_size=8)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+engine.train(model, loader, optimizer, args.epochs, args.gpu)
+"""
+
+
+def test_a_gpu_index_handed_to_another_module_is_followed_there_or_reported_at_the_call(tmp_path: Path):
+    """``--gpu`` given to ``torch.cuda.set_device`` and handed on: ``engine.train`` moves the batches
+    to it (followed there: the moves go, the call is not reported), ``engine.build`` passes it on
+    to ``Net(gpu)``, which nobody follows (reported at the call, ACC924). ``args.epochs``, another
+    ``int`` option, is no GPU for ``range(epochs)``."""
+    project = make_project(tmp_path / "project", train=GPU_TRAIN, engine=GPU_ENGINE)
+    out = tmp_path / "out"
+    result = run(str(project / "train.py"), "-o", f"{out}/")
+    assert result.exit_code in (EXIT_OK, EXIT_FINDINGS), result.output
+    engine = (out / "engine.py").read_text()
+    assert ".cuda(" not in engine and ".to(gpu)" not in engine
+    reported = [line for line in result.output.splitlines() if "ACC924" in line]
+    assert len(reported) == 1 and reported[0].startswith(f"{project / 'train.py'}:15:"), result.output
+
+
+TRAINER = """\
+import torch.nn.functional as F
+
+
+class Trainer:
+    def __init__(self, model, loader, optimizer, gpu_id):
+        self.gpu_id = gpu_id
+        self.model = model.to(gpu_id)
+        self.loader, self.optimizer = loader, optimizer
+
+    def train(self, epochs):
+        for epoch in range(epochs):
+            for source, targets in self.loader:
+                source, targets = source.to(self.gpu_id), targets.to(self.gpu_id)
+                self.optimizer.zero_grad()
+                F.mse_loss(self.model(source), targets).backward()
+                self.optimizer.step()
+"""
+
+TRAINER_ENTRY = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from trainer import Trainer
+
+loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+Trainer(model, loader, optimizer, 0).train(2)
+"""
+
+
+def test_an_integer_gpu_given_to_another_modules_class_is_followed_to_its_moves(tmp_path: Path):
+    """The DDP tutorial's ``Trainer(model, ..., 0)`` from another module: ``model.to(gpu_id)`` and
+    ``source.to(self.gpu_id)`` there would put every rank on GPU 0; the moves go (``prepare``
+    places the model and the batches on each process's device)."""
+    project = make_project(tmp_path / "project", train=TRAINER_ENTRY, trainer=TRAINER)
+    out = tmp_path / "out"
+    result = run(str(project / "train.py"), "-o", f"{out}/")
+    assert result.exit_code == EXIT_OK, result.output
+    trainer = (out / "trainer.py").read_text()
+    assert "self.model = model\n" in trainer and ".to(" not in trainer, trainer

@@ -105,6 +105,19 @@ def _is_cpu_string(value: cst.BaseExpression) -> bool:
     return isinstance(value, cst.SimpleString) and value.evaluated_value == "cpu"
 
 
+def is_gpu_index(node: cst.BaseExpression) -> bool:
+    """``0``, ``0 if torch.cuda.is_available() else "cpu"``: a GPU index written as a literal (or a
+    choice between one and the CPU)."""
+    if isinstance(node, cst.Integer):
+        return True
+    if isinstance(node, cst.IfExp):
+        branches = (node.body, node.orelse)
+        return any(isinstance(b, cst.Integer) for b in branches) and all(
+            isinstance(b, cst.Integer) or _is_cpu_string(b) for b in branches
+        )
+    return False
+
+
 def is_gpu_string(node: cst.BaseExpression) -> bool:
     """``"cuda"``, ``"cuda:0"``: a string literal naming a GPU (the first, or the one of that index)."""
     if not isinstance(node, cst.SimpleString):

@@ -238,6 +238,21 @@ class ScriptFacts(FactQuestions):
     #: script fixed it (``device = 0``, ``--gpu`` of type ``int``, a settings dictionary's
     #: device): the accelerator's device at that call (``codemods/model/devices.py``).
     gpu_index_names: AbstractSet[str] = frozenset()
+    #: Names holding a GPU index here, whether or not a call here takes them as its device
+    #: (``device = 0``, ``args.gpu`` of an ``int`` option): passed to a function of another module
+    #: of the program, they make its parameter a GPU index there.
+    gpu_index_values: AbstractSet[str] = frozenset()
+    #: (module-level function or class, name) for each name a call there takes as its device, and
+    #: the names of that function or class it comes from (``("Trainer", "gpu_id")`` for
+    #: ``x.to(self.gpu_id)`` with ``self.gpu_id = gpu_id`` in ``__init__``).
+    devices_taken: AbstractSet[tuple[str, str]] = frozenset()
+    #: Module-level functions writing a checkpoint to a path among their parameters (``def
+    #: save_checkpoint(model, path): torch.save(..., path)``): (function, position, parameter).
+    #: Their callers in other modules of the program write that file (``codemods/model/file_flow.py``).
+    path_parameter_writes: AbstractSet[tuple[str, int, str]] = frozenset()
+    #: The same for reads (``torch.load(path)``) no barrier may go before: under an ``if`` or in a
+    #: loop of the function (``if os.path.isfile(path):``), where the ranks wait after the write instead.
+    path_parameter_reads: AbstractSet[tuple[str, int, str]] = frozenset()
     #: Names a call takes as its device that hold such a GPU from some of their origins and a
     #: value that cannot be followed from others: reported at the call.
     devices_unfollowed: AbstractSet[str] = frozenset()
@@ -375,6 +390,10 @@ class ScriptFacts(FactQuestions):
     drawing_functions: AbstractSet[str] = frozenset()
     #: Module-level functions that run a backward, directly or through their calls.
     backward_functions: AbstractSet[str] = frozenset()
+    #: Functions of other program modules this module calls (absolute qualified names) → whether
+    #: every such call is made evaluating (under ``no_grad``/``set_grad_enabled(False)`` or after
+    #: the caller's ``model.eval()``): the program joins them into the callee's seeds.
+    evaluating_calls_out: Mapping[str, bool] = field(default_factory=dict)
     #: Where ``.backward()`` is called (a site, for the no-DataLoader report).
     backward_site: Site | None = None
     #: Whether the module's ``.backward()`` calls train something: False when nothing steps an
@@ -499,6 +518,10 @@ class FactsDraft(FactQuestions):
     device_names: set[str] = field(default_factory=set)
     cuda_flags: set[str] = field(default_factory=set)
     gpu_index_names: set[str] = field(default_factory=set)
+    gpu_index_values: set[str] = field(default_factory=set)
+    devices_taken: set[tuple[str, str]] = field(default_factory=set)
+    path_parameter_writes: set[tuple[str, int, str]] = field(default_factory=set)
+    path_parameter_reads: set[tuple[str, int, str]] = field(default_factory=set)
     devices_unfollowed: set[str] = field(default_factory=set)
     batch_size_expr: str | None = None
     main_function: str | None = None
@@ -544,6 +567,7 @@ class FactsDraft(FactQuestions):
     shared_draw_lines: set[int] = field(default_factory=set)
     drawing_functions: set[str] = field(default_factory=set)
     backward_functions: set[str] = field(default_factory=set)
+    evaluating_calls_out: dict[str, bool] = field(default_factory=dict)
     backward_site: Site | None = None
     backward_trains: bool = True
     backward_helpers: set[str] = field(default_factory=set)

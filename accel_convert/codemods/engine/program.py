@@ -262,6 +262,9 @@ class Program:
             per_epoch=per_epoch_arguments(calls, facts),
             # A checkpoint one module saves may be loaded by another, converted before or after it.
             saving={name for name, module_facts in facts.items() if module_facts.call_sites.get("torch.save")},
+            evaluating_calls=_evaluating_calls(facts),
+            path_writers=_qualified(facts, "path_parameter_writes"),
+            path_readers=_qualified(facts, "path_parameter_reads"),
         )
         return {name: learnt.seeds(name, old, self.shapes[name]) for name, old in seeds.items()}
 
@@ -353,6 +356,27 @@ class Program:
             if holds and module != self.home:
                 reaches.setdefault(module, set()).add(function)
         return reaches
+
+
+def _qualified(facts: dict[str, ScriptFacts], fact: str) -> tuple[tuple[str, int, str], ...]:
+    """``fact`` (function, position, parameter) of every module, functions by qualified name."""
+    return tuple(
+        sorted(
+            (f"{name}.{function}", position, param)
+            for name, module_facts in facts.items()
+            for function, position, param in getattr(module_facts, fact)
+        )
+    )
+
+
+def _evaluating_calls(facts: dict[str, ScriptFacts]) -> dict[str, bool]:
+    """Program functions (qualified) called from another module → whether every such call, in
+    every module, is made evaluating (under ``no_grad`` or after the caller's ``model.eval()``)."""
+    joined: dict[str, bool] = {}
+    for module_facts in facts.values():
+        for callee, evaluating in module_facts.evaluating_calls_out.items():
+            joined[callee] = joined.get(callee, True) and evaluating
+    return joined
 
 
 def convert_program(modules: Sequence[ProgramModule], entry: str, options: Options) -> dict[str, ConversionOutcome]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from accel_convert.codemods.engine.devices import is_gpu_index
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.names import NameCollector
@@ -31,6 +32,9 @@ class CrossCall:
     through_super: bool = False
 
 
+#: A GPU index written in the call (``Trainer(model, gpu_id=0)``, ``0 if torch.cuda.is_available()
+#: else "cpu"``): the parameter holds the same GPU on every process. Not an identifier either.
+INLINE_GPU_INDEX = "<GPU index>"
 #: (``engine.train(model, DataLoader(...))``): the caller prepares it where it stands (ACC120), so
 #: the parameter is a prepared loader in the callee's module. Not an identifier: no name matches it.
 INLINE_LOADER = "<DataLoader(...)>"
@@ -96,13 +100,16 @@ class CrossCalls(NameCollector):
 
     def _arguments(self, node: cst.Call, params: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
         """(parameter filled, argument as written) for the call's plain-name arguments (and
-        loaders built in the call, as :data:`INLINE_LOADER`)."""
+        loaders built in the call, as :data:`INLINE_LOADER`, GPU indices written there, as
+        :data:`INLINE_GPU_INDEX`)."""
         arguments = []
         for index, arg in enumerate(node.args):
             value = dotted(arg.value)
             if value is None and isinstance(arg.value, cst.Call):
                 loader = self.facts.callee_name(arg.value.func, tuple(self.scope)) in DATA_LOADERS
                 value = INLINE_LOADER if loader else None
+            if value is None and is_gpu_index(arg.value):
+                value = INLINE_GPU_INDEX
             if value is None or arg.star:
                 continue
             param = parameter_filled(arg, index, params)

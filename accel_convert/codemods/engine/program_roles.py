@@ -6,10 +6,10 @@ they fill (:class:`Received`), and everything learnt, turned into each module's 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.program_calls import INLINE_LOADER, CrossCall, InstanceCalls
+from accel_convert.codemods.engine.program_calls import INLINE_GPU_INDEX, INLINE_LOADER, CrossCall, InstanceCalls
 from accel_convert.codemods.engine.program_seeds import ROLES, ProgramSeeds
 from accel_convert.codemods.engine.program_shapes import ModuleShape, function_at
 
@@ -48,6 +48,11 @@ class Received:
 
     roles: dict[str, dict[str, set[str]]]
     prepared: dict[str, set[str]]
+    #: Module → its parameters filled with a GPU index (see ``ProgramSeeds.gpu_index_parameters``).
+    gpu_indices: dict[str, set[str]] = field(default_factory=dict)
+    #: Program functions and classes (qualified) one of whose parameters is filled with a GPU index
+    #: that a call there takes as its device.
+    index_callees: set[str] = field(default_factory=set)
 
     def add_role(self, module: str, role: str, name: str) -> None:
         self.roles[module].setdefault(role, set()).add(name)
@@ -67,6 +72,10 @@ class Received:
                     self.prepared[call.callee_module].add(param)
                 if argument == INLINE_LOADER:
                     self.add_role(call.callee_module, "train_loaders", param)
+                if argument == INLINE_GPU_INDEX or argument in caller.gpu_index_values:
+                    self.gpu_indices.setdefault(call.callee_module, set()).add(param)
+                    if (call.callee, param) in facts[call.callee_module].devices_taken:  # a device there
+                        self.index_callees.add(f"{call.callee_module}.{call.callee}")
 
     def through_instances(
         self, instances: dict[str, InstanceCalls], facts: dict[str, ScriptFacts], prepared_in: dict[str, set[str]]
@@ -123,6 +132,11 @@ class Learnt:
     per_epoch: dict[str, set[str]]
     #: Modules that save a checkpoint.
     saving: set[str]
+    #: Functions (qualified) writing / reading a checkpoint at a parameter's path (position, name).
+    path_writers: tuple[tuple[str, int, str], ...]
+    path_readers: tuple[tuple[str, int, str], ...]
+    #: Program functions (qualified) called from another module → whether every such call evaluates.
+    evaluating_calls: dict[str, bool]
 
     def seeds(self, name: str, old: ProgramSeeds, shape: ModuleShape) -> ProgramSeeds:
         """Module ``name``'s seeds for the next round (functions of its own are not imported)."""
@@ -145,6 +159,18 @@ class Learnt:
             inherited_accelerator=frozenset(self.inherited_accelerator.get(name, set())),
             per_epoch_schedulers=frozenset(self.per_epoch.get(name, set())),
             saved_elsewhere=bool(self.saving - {name}),
+            path_writers=tuple(entry for entry in self.path_writers if entry[0] not in own),
+            path_readers=tuple(entry for entry in self.path_readers if entry[0] not in own),
+            gpu_index_parameters=frozenset(self.received.gpu_indices.get(name, set())),
+            gpu_index_callees=frozenset(self.received.index_callees),
+            evaluated_from_elsewhere=tuple(
+                sorted(
+                    (function, evaluating)
+                    for qualified, evaluating in self.evaluating_calls.items()
+                    for module, _, function in (qualified.rpartition("."),)
+                    if module == name
+                )
+            ),
         )
 
 

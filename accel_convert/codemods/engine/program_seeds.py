@@ -53,6 +53,24 @@ class ProgramSeeds:
     #: Imported functions (and classes) that draw from a global generator before any seed,
     #: directly or through their calls (a config helper drawing the learning rate).
     drawing_functions: frozenset[str] = frozenset()
+    #: Parameters (file-wide names) that callers in other modules fill with a GPU index (``gpu_id=0``,
+    #: ``args.gpu`` of an ``int`` option): the same GPU on every process where a call takes them as
+    #: its device (``model.to(gpu_id)``, ``x.to(self.gpu_id)``).
+    gpu_index_parameters: frozenset[str] = frozenset()
+    #: Program-wide: functions and classes (qualified) with such a parameter that a call there
+    #: takes as its device: their module follows the index to those calls, so the caller does not
+    #: report it passed on (ACC924).
+    gpu_index_callees: frozenset[str] = frozenset()
+    #: Functions of the other modules (qualified) writing a checkpoint to the path one of their
+    #: parameters holds, with its position and name (``utils.save_checkpoint``, ``path``): a call
+    #: of one writes that file (on the main process once converted).
+    path_writers: tuple[tuple[str, int, str], ...] = ()
+    #: The same for functions reading one where no barrier may go before the read.
+    path_readers: tuple[tuple[str, int, str], ...] = ()
+    #: This module's functions that other modules of the program call → whether every such call
+    #: is made evaluating (``compute_accuracy(model, loader)`` called under
+    #: ``torch.set_grad_enabled(False)`` in the training script): their loops evaluate then.
+    evaluated_from_elsewhere: tuple[tuple[str, bool], ...] = ()
     #: Imported functions that take the accelerator once converted → where the parameter sits
     #: among the positional ones (None: keyword-only).
     accelerator_parameters: tuple[tuple[str, int | None], ...] = ()

@@ -120,7 +120,7 @@ def _bound_outside_the_class(a: Analysis, owner: str, attribute: str, readers: s
         "device_names",
         "settings_devices",
     ),
-    provides=("gpu_index_names", "devices_unfollowed"),
+    provides=("gpu_index_names", "gpu_index_values", "devices_taken", "devices_unfollowed"),
     refines=("device_names",),
 )
 def device_values(a: Analysis) -> None:
@@ -137,11 +137,15 @@ def device_values(a: Analysis) -> None:
       taking it as their device get the accelerator's (``gpu_index_names``).
     * Such a GPU reaching the call from some origins and something that cannot be followed from
       others (a parameter also given a name bound elsewhere to ``"cpu"``) is left, and reported
-      there (``devices_unfollowed``)."""
+      there (``devices_unfollowed``).
+    * A parameter that a caller in another module of the program fills with a GPU index (seeded,
+      ``gpu_index_parameters``) is one here too; and the names holding one here are told to the
+      program (``gpu_index_values``), for the parameters they fill elsewhere."""
     _devices_returned(a)
     held = _HeldDevices.of(a)
     for function, name in _device_uses(a):
         origins = _origins(a, function, name)
+        a.facts.devices_taken |= {(function, taken) for taken in {name, *origins}}
         kinds = {held.kind(origin) for origin in origins}
         if kinds == {"device"}:
             a.facts.device_names.add(name)
@@ -149,6 +153,7 @@ def device_values(a: Analysis) -> None:
             a.facts.devices_unfollowed.add(name)
         elif "fixed" in kinds:
             a.facts.gpu_index_names.add(name)
+    a.facts.gpu_index_values = held.index_values(a) | a.facts.gpu_index_names
 
 
 def _devices_returned(a: Analysis) -> None:
@@ -170,12 +175,17 @@ def _devices_returned(a: Analysis) -> None:
 
 def _device_uses(a: Analysis) -> list[tuple[str, str]]:
     """(function, name) for each name a call takes as its device: the first positional argument
-    of ``.to(...)``, ``device=``/``map_location=`` keywords (of calls other than the file's own
+    of ``.to(...)`` (and of ``.cuda(...)`` for a GPU index another module hands in),
+    ``device=``/``map_location=`` keywords (of calls other than the file's own
     functions and classes)."""
     uses = []
+    # ``images.cuda(gpu, non_blocking=True)`` where another module hands ``gpu`` in: a move too.
+    handed_in = a.seeds.gpu_index_parameters if a.seeds is not None else frozenset()
     for call in a.r.calls:
         func = call.node.func
-        moves = isinstance(func, cst.Attribute) and func.attr.value == "to"
+        moves = isinstance(func, cst.Attribute) and (
+            func.attr.value == "to" or (func.attr.value == "cuda" and _first_argument(call.node) in handed_in)
+        )
         # ``train(model, device=gpu)`` of the file's own function hands the value on: followed
         # into the parameter, where it is taken.
         own = isinstance(func, cst.Name) and (func.value in a.r.defs or func.value in a.r.classes)
@@ -186,6 +196,10 @@ def _device_uses(a: Analysis) -> list[tuple[str, str]]:
             if name is not None:
                 uses.append((call.function, name))
     return uses
+
+
+def _first_argument(call: cst.Call) -> str | None:
+    return dotted(call.args[0].value) if call.args and call.args[0].keyword is None else None
 
 
 def _origins(a: Analysis, function: str, name: str) -> set[str]:
@@ -209,7 +223,8 @@ class _HeldDevices:
     def __init__(self, a: Analysis, int_options: set[str]) -> None:
         self.facts = a.facts
         self.int_options = int_options
-        self.fixed: set[str] = set()
+        # Parameters a caller in another module fills with a GPU index (``Trainer(model, gpu_id=0)``).
+        self.fixed: set[str] = set(a.seeds.gpu_index_parameters) if a.seeds is not None else set()
         self.devices: set[str] = set()
         for assign in a.r.assigns:
             if len(assign.targets) == 1 and self.holds_index(assign.value):
@@ -242,6 +257,11 @@ class _HeldDevices:
             )
         name = dotted(value)
         return name is not None and self.is_index_name(name)
+
+    def index_values(self, a: Analysis) -> set[str]:
+        """Every name holding a GPU index: bound to one here, or an ``int`` option (``args.gpu``)."""
+        options = {f"{root}.{option}" for root in self.facts.parsed_arguments for option in self.int_options}
+        return (self.fixed - set(a.seeds.gpu_index_parameters if a.seeds is not None else ())) | options
 
     def is_index_name(self, name: str) -> bool:
         """A name bound to a GPU index, or an ``int`` option of the command line (``args.gpu``)."""

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import MODULE
+from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.iteration import enumerate_index
 from accel_convert.codemods.engine.syntax import argument_for, dotted, names_in, nodes_in
 from accel_convert.codemods.engine.torch_names import CHECKPOINT_READS, CHECKPOINT_WRITES, WRITING_FUNCTIONS
@@ -48,6 +49,14 @@ class FileFlow:
     the write on that (original) line wrote."""
 
     pairs: frozenset[tuple[int, str, int]] = frozenset()
+    #: Lines calling a function of another module of the program that writes the file its
+    #: argument names (``save_checkpoint(model, "model.pt")``): writes of the main process, as an
+    #: ``accelerator.save`` line is.
+    writes_through_calls: frozenset[int] = frozenset()
+    #: (function, line) of calls of another module's function that reads the file its argument
+    #: names where no barrier may go before the read (``if os.path.isfile(path):`` there): the
+    #: ranks wait after the write instead.
+    reads_through_calls: frozenset[tuple[str, int]] = frozenset()
 
     def read_after(self, write_line: int) -> frozenset[tuple[str, int]]:
         """The reads (function, line) that may open what the write on ``write_line`` wrote."""
@@ -64,8 +73,16 @@ class _Access:
 
 @rule_provider(needs=("call_graph",))
 def file_flow(a: Analysis) -> FileFlow:
-    """Each main-only write paired with the reads of the same file that may run after it."""
-    writes, reads = _accesses(a, CHECKPOINT_WRITES), _accesses(a, CHECKPOINT_READS)
+    """Each main-only write paired with the reads of the same file that may run after it. A call
+    of another module's function writing (or reading) the file at one of its parameters is such a
+    write (or read) of the path it passes, at the call (the program's ``path_writers`` and
+    ``path_readers``, from :func:`path_parameters` of that module)."""
+    seeds = a.seeds
+    writers = _by_callee(seeds.path_writers if seeds is not None else ())
+    readers = _by_callee(seeds.path_readers if seeds is not None else ())
+    written_by_calls, read_by_calls = _accesses_through_calls(a, writers), _accesses_through_calls(a, readers)
+    writes = _accesses(a, CHECKPOINT_WRITES) + written_by_calls
+    reads = _accesses(a, CHECKPOINT_READS) + read_by_calls
     if not writes or not reads:
         return FileFlow()
     order = _RunOrder(a)
@@ -74,7 +91,11 @@ def file_flow(a: Analysis) -> FileFlow:
         for read in reads:
             if _same_file(write.path, read.path) and order.runs_after(write.function, write.line, read):
                 pairs.add((write.line, read.function, read.line))
-    return FileFlow(frozenset(pairs))
+    return FileFlow(
+        frozenset(pairs),
+        frozenset(write.line for write in written_by_calls),
+        frozenset((read.function, read.line) for read in read_by_calls),
+    )
 
 
 def _accesses(a: Analysis, table: dict[str, tuple[str, int]]) -> list[_Access]:
@@ -83,9 +104,55 @@ def _accesses(a: Analysis, table: dict[str, tuple[str, int]]) -> list[_Access]:
         where = table.get(a.qualified(call) or "")
         if where is not None:
             keyword, position = where
-            argument = argument_for(call.node, position, keyword)
-            path = None if argument is None else _pattern(a, argument.value, call.function, depth=3)
-            found.append(_Access(call.function, a.site(call.node).line, path))
+            found.append(_access(a, call, argument_for(call.node, position, keyword)))
+    return found
+
+
+def _access(a: Analysis, call: CallRecord, argument: cst.Arg | None) -> _Access:
+    path = None if argument is None else _pattern(a, argument.value, call.function, depth=3)
+    return _Access(call.function, a.site(call.node).line, path)
+
+
+def _by_callee(entries: tuple[tuple[str, int, str], ...]) -> dict[str, tuple[str, int]]:
+    """Qualified function → (parameter, position) of the path it writes or reads."""
+    return {function: (param, position) for function, position, param in entries}
+
+
+def _accesses_through_calls(a: Analysis, functions: dict[str, tuple[str, int]]) -> list[_Access]:
+    """The calls of ``functions`` (of other modules of the program), as accesses of the path
+    they pass."""
+    found = []
+    for call in a.r.calls if functions else ():
+        where = functions.get(program_callee(a.facts, call.node.func, call.scope) or "")
+        if where is not None:
+            param, position = where
+            found.append(_access(a, call, argument_for(call.node, position, param)))
+    return found
+
+
+@provider(provides=("path_parameter_writes", "path_parameter_reads"))
+def path_parameters(a: Analysis) -> None:
+    """The module-level functions writing a checkpoint to the path one of their parameters holds
+    (``def save_checkpoint(model, path): torch.save(model.state_dict(), path)``), and those
+    reading one there where no barrier may go before the read (under an ``if`` or in a loop: ``if
+    os.path.isfile(path): model.load_state_dict(torch.load(path))``), as (function, position,
+    parameter). Another module of the program calling one writes or reads the file it names
+    (:func:`file_flow` there); a read straight in the function's body waits for the ranks where
+    it stands, so it is left out."""
+    a.facts.path_parameter_writes = _parameter_paths(a, CHECKPOINT_WRITES, conditional=False)
+    a.facts.path_parameter_reads = _parameter_paths(a, CHECKPOINT_READS, conditional=True)
+
+
+def _parameter_paths(a: Analysis, table: dict[str, tuple[str, int]], conditional: bool) -> set[tuple[str, int, str]]:
+    found = set()
+    for call in a.r.calls:
+        where = table.get(a.qualified(call) or "")
+        params = a.r.defs.get(call.function) if call.scope == (call.function,) else None
+        if where is None or params is None or (conditional and not (call.ifs or call.loops)):
+            continue
+        argument = argument_for(call.node, where[1], where[0])
+        if argument is not None and isinstance(argument.value, cst.Name) and argument.value.value in params:
+            found.add((call.function, params.index(argument.value.value), argument.value.value))
     return found
 
 

@@ -8,6 +8,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.devices import constructed
 from accel_convert.codemods.engine.facts import MODULE, LoopFacts, callers_closure
+from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.syntax import (
     dotted,
     is_backward,
@@ -115,6 +116,7 @@ def _is_plain_access(value: cst.BaseExpression) -> bool:
         "eval_loaders",
         "loader_loops",
         "loader_comprehensions",
+        "evaluating_calls_out",
     ),
     refines=("train_loaders", "loop_backward"),
 )
@@ -202,14 +204,22 @@ def _called_only_to_evaluate(a: Analysis, switches: list[_ModeSwitch]) -> set[tu
     every call of which is made under ``no_grad``/``inference_mode``/``set_grad_enabled(False)``
     or after the caller's ``model.eval()``: the calling context decides (a course's
     ``compute_accuracy(model, loader)``, with neither inside, called under ``with
-    torch.set_grad_enabled(False):``), so their loops evaluate."""
+    torch.set_grad_enabled(False):``), so their loops evaluate. The calls other modules of the
+    program make count too (the helper in ``helper.py``, the call in the training script): each
+    module tells the program how it calls the others' functions (``evaluating_calls_out``), and
+    the seeds hand the joined verdicts to the callee's module."""
     verdicts: dict[tuple[str, str | None], bool] = {}
+    calls_out: dict[str, bool] = {}
     for call in a.r.calls:
-        callee = _callee(a, call)
-        if callee is None:
-            continue
         evaluating = call.no_grad or _switched_to_eval(switches, call.function, call.order)
-        verdicts[callee] = verdicts.get(callee, True) and evaluating
+        callee = _callee(a, call)
+        if callee is not None:
+            verdicts[callee] = verdicts.get(callee, True) and evaluating
+        elif a.seeds is not None and (imported := program_callee(a.facts, call.node.func, call.scope)) is not None:
+            calls_out[imported] = calls_out.get(imported, True) and evaluating
+    a.facts.evaluating_calls_out = calls_out
+    for function, evaluating in a.seeds.evaluated_from_elsewhere if a.seeds is not None else ():
+        verdicts[(function, None)] = verdicts.get((function, None), True) and evaluating
     return {callee for callee, evaluating in verdicts.items() if evaluating}
 
 

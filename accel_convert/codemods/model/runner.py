@@ -54,6 +54,7 @@ PROVIDERS: tuple[Provider, ...] = (
     source.word_lines,
     calls.call_graph,
     calls.functions_called_out_of_sight,
+    file_flow.path_parameters,
     program.imported_calls,
     arguments.argument_parser,
     loaders.loader_factories,

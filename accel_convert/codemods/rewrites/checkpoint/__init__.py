@@ -20,8 +20,12 @@ row), with the accelerator of the saving function: otherwise the other ranks loo
 before the main process wrote it (and test another model, or fail). Which loads may read what a
 save wrote is the program model's :mod:`~codemods.model.file_flow`: further down the function, in
 a function it calls later, or after the call of the saving function in any of its callers
-(MorvanZhou's ``save()`` then ``restore_net()`` at the top level); a load of a path no save can
-have written (another literal, another f-string pattern) leaves the save without a barrier. Loading in the function that calls
+(MorvanZhou's ``save()`` then ``restore_net()`` at the top level), and across the modules of a
+program: a call of another module's function that saves to the path it is given
+(``save_checkpoint(model, "model.pt")``) is a save there, and so is a read for a call of one that
+loads it where no barrier can go before the load (``test_saved("net.pt", loader)`` loading under
+``if os.path.isfile(path):``); the ranks wait after that call, or after the save. A load of a path
+no save can have written (another literal, another f-string pattern) leaves the save without a barrier. Loading in the function that calls
 ``prepare`` is only rewritten after the ``prepare`` line: before it the model is not wrapped yet.
 A copy of the model made after ``prepare`` (``ema = copy.deepcopy(model)``, ``AveragedModel(model)``)
 copies the unwrapped model, so the copy and its checkpoints keep the original's keys. A model
@@ -636,22 +640,31 @@ class CheckpointCodemod(Rule):
             module.visit(saves)
             reported = saves.changes(module)
         saved_elsewhere = facts.program is not None and facts.program.saved_elsewhere
+        waited: list[Change] = []
+        unguarded: list[tuple[str, int]] = []
         if (rewriter.saves or saved_elsewhere) and rewriter.loads:
             loads = facts.lines_mentioning(callee_words(facts, ("torch.load",)))
             waits = WaitBeforeLoads(facts, loads, report=not rewriter.saves)
             new_module = new_module.visit(waits)
-            after: list[Change] = []
-            if rewriter.saves and waits.unguarded:
-                # A load no barrier could go before (under ``if os.path.isfile(path):``, in a
-                # ``try``, in a function without the accelerator): the ranks wait after each save
-                # that such a load may read later in the run.
-                waiting = WaitAfterSaves(
-                    facts, facts.lines_mentioning(callee_words(facts, ("torch.save",))), waits.unguarded
-                )
-                new_module = new_module.visit(waiting)
-                after = waiting.changes(module)
-            return new_module, returned([*rewriter.changes(module), *waits.changes(module), *after, *reported])
-        return new_module, returned([*rewriter.changes(module), *reported])
+            waited, unguarded = waits.changes(module), waits.unguarded
+        new_module, after = _wait_after_writes(new_module, module, facts, rewriter.saves, unguarded)
+        return new_module, returned([*rewriter.changes(module), *waited, *after, *reported])
+
+
+def _wait_after_writes(
+    new_module: cst.Module, module: cst.Module, facts: ScriptFacts, saves: bool, unguarded: list[tuple[str, int]]
+) -> tuple[cst.Module, list[Change]]:
+    """A load no barrier could go before (under ``if os.path.isfile(path):``, in a ``try``, in a
+    function without the accelerator; or in a function of another module this one calls): the
+    ranks wait after each write that such a load may read later in the run (a save here, or a
+    call of another module's function that saves)."""
+    flow = facts.of(file_flow)
+    unguarded = [*unguarded, *flow.reads_through_calls]
+    if not (saves or flow.writes_through_calls) or not unguarded:
+        return new_module, []
+    lines = facts.lines_mentioning(callee_words(facts, ("torch.save",))) | flow.writes_through_calls
+    waiting = WaitAfterSaves(facts, lines, unguarded)
+    return new_module.visit(waiting), waiting.changes(module)
 
 
 def _returned_model_saved_by_caller(

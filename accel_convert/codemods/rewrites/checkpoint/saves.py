@@ -131,6 +131,16 @@ class WaitAfterSaves(RuleTransformer):
         super().__init__(facts, lines)
         self.unguarded = {line for _, line in loads}
 
+    def _writes(self, statement: cst.BaseStatement) -> bool:
+        """A line of ``accelerator.save`` calls, or a call of another module's function that
+        saves to the path it is given (``save_checkpoint(model, "model.pt", accelerator)``)."""
+        if only_saves(statement, self.facts):
+            return True
+        return (
+            isinstance(statement, cst.SimpleStatementLine)
+            and self.site(first_small(statement)).line in self.facts.of(file_flow).writes_through_calls
+        )
+
     def _read_later(self, line: int) -> bool:
         """Whether a load with no barrier before it may read, later in the run, the file the
         save on ``line`` writes."""
@@ -155,13 +165,13 @@ class WaitAfterSaves(RuleTransformer):
         read_later: cst.BaseStatement | None = None  # the last save of this run read later
         for index, statement in enumerate(statements):
             result.append(statement)
-            if not only_saves(statement, self.facts):
+            if not self._writes(statement):
                 continue
             if self._read_later(self.site(first_small(statement)).line):
                 read_later = statement
             following = statements[index + 1] if index + 1 < len(statements) else None
             # Saves in a row wait once, after the last of them.
-            if read_later is None or (following is not None and only_saves(following, self.facts)):
+            if read_later is None or (following is not None and self._writes(following)):
                 continue
             if following is None or not is_barrier(following, self.facts):
                 result.append(cst.SimpleStatementLine([cst.Expr(accelerator_call(self.facts, "wait_for_everyone"))]))

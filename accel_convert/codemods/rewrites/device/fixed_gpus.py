@@ -6,8 +6,10 @@ in the arguments of a function of the file (``train(net, try_gpu())``) become
 ``accelerator.device``; where no accelerator is reachable they are reported (ACC904). That index
 passed on to another call (``Net(args.gpu)``) is reported (ACC924). A GPU the script fixed and the
 analysis followed to the call taking it (``codemods/model/devices.py``: ``self.gpu_id`` given
-``device = 0``) is such an index; one that is that GPU from some callers and something else from
-others is reported at the call (ACC924). Also what the walk needs to
+``device = 0``, or across modules ``Trainer(model, gpu_id=0)`` and ``engine.validate(..., args.gpu)``)
+is such an index; one that is that GPU from some callers and something else from others is
+reported at the call (ACC924). An index handed to a function of another module of the program is
+followed there and not reported at the call that hands it over. Also what the walk needs to
 know of the file beforehand: the indices given to ``set_device`` and the file's functions that
 pick a GPU.
 """
@@ -24,6 +26,7 @@ from accel_convert.codemods.engine.devices import (
     names_fixed_gpu,
 )
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.positions import skips_statement
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS
 from accel_convert.codemods.engine.syntax import dotted, expression, expression_code, nodes_in
@@ -146,19 +149,24 @@ class FixedGpus(DeviceWalkState):
 
     def report_gpu_index_passed_on(self, original: cst.Call, call: cst.Call) -> None:
         """``Seq2Seq(encoder, decoder, args.gpu)``: what the callee does with the index (a device
-        for its tensors?) is not visible here; left, and reported."""
+        for its tensors?) is not visible here; left, and reported. A function of another module
+        of the program that takes the index as a device follows it there (``engine.validate(model,
+        loader, args.gpu)``: its ``target.to(gpu)`` is the accelerator's device): not reported."""
         callee = (dotted(call.func) or "").rpartition(".")[2]
+        seeds = self.facts.program
+        indices = self.set_device_indices
         if (
-            not self.set_device_indices
+            not indices
             or callee in SHOWING_CALLS
             or self.qualified_name(call.func) == "torch.cuda.set_device"
+            or (seeds is not None and program_callee(self.facts, original.func, self.scope) in seeds.gpu_index_callees)
         ):
             return
         for arg in call.args:
             if arg.keyword is not None and arg.keyword.value == "device":
                 continue  # rewritten (device_keyword) or reported there
             written = dotted(arg.value)
-            if written in self.set_device_indices:
+            if written in indices:
                 self.report(
                     original,
                     GPU_INDEX_PASSED_ON,
