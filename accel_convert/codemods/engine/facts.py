@@ -33,6 +33,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 
 from accel_convert.codemods.engine.model import Site
+from accel_convert.codemods.engine.names import builtin_named
 from accel_convert.codemods.engine.positions import OriginIndex
 from accel_convert.codemods.engine.syntax import dotted
 
@@ -149,6 +150,15 @@ class FactQuestions:
         head, _, rest = (dotted(node) or "").partition(".")
         resolved = self.imports.get(head)
         return None if resolved is None else f"{resolved}.{rest}" if rest else resolved
+
+    def builtin(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
+        """The builtin ``node`` denotes in ``scope`` (``"print"``), None where the script binds
+        that name itself (``from rich import print``); see :func:`codemods.engine.names.builtin_named`."""
+        return builtin_named(node, self.names, scope)
+
+    def is_builtin(self, node: cst.BaseExpression, name: str, scope: tuple[str, ...] = ()) -> bool:
+        """Whether ``node`` is the builtin ``name`` (``len``, ``open``) where it is used."""
+        return builtin_named(node, self.names, scope) == name
 
     def callee_name(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
         """What a call's function is, for matching against tables of names: its qualified name
@@ -418,11 +428,12 @@ class ScriptFacts(FactQuestions):
         ``codemods.engine.transformers.RuleTransformer`` (or calling ``origins.carry``)."""
         return self.origins.site(node)
 
-    def opens_for_writing(self, node: cst.BaseExpression) -> bool:
-        """``open(path, "w")`` (or ``"a"``, ``"x"``, any binary variant)."""
+    def opens_for_writing(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> bool:
+        """``open(path, "w")`` (or ``"a"``, ``"x"``, any binary variant), the builtin ``open`` where
+        ``node`` stands (``scope``), not one the script binds itself."""
         import libcst as cst
 
-        if not isinstance(node, cst.Call) or self.callee_name(node.func) != "open":
+        if not isinstance(node, cst.Call) or not self.is_builtin(node.func, "open", scope):
             return False
         mode = None
         if len(node.args) > 1 and node.args[1].keyword is None:

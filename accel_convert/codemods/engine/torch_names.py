@@ -23,6 +23,8 @@ ACCELERATORS = frozenset(
         "accel_convert.runtime.accelerator.Accelerator",
     }
 )
+#: ``torch.cuda.is_available``: a value deciding on it chooses between a GPU and the CPU.
+CUDA_AVAILABILITY = "torch.cuda.is_available"
 #: Questions about the machine's devices, with no side effect (what ``use_cuda = ...`` flags ask).
 DEVICE_AVAILABILITY = frozenset(
     {
@@ -65,7 +67,7 @@ PROGRESS_BARS = frozenset(
 )
 #: Writes to the console besides ``print``: a progress line written by hand, a message printed
 #: above tqdm's bars, a notebook's ``display(...)`` (kept when a notebook is exported to a
-#: script), ``pprint``. Like ``print``, they run on the main process only.
+#: script), ``pprint``, rich's ``print``. Like ``print``, they run on the main process only.
 CONSOLE_WRITES = frozenset(
     {
         "sys.stdout.write",
@@ -73,6 +75,7 @@ CONSOLE_WRITES = frozenset(
         "IPython.core.display.display",
         "IPython.core.display_functions.display",
         "pprint.pprint",
+        "rich.print",
         *(f"{bar}.write" for bar in PROGRESS_BARS if "trange" not in bar),
     }
 )
@@ -281,8 +284,11 @@ TRACKER_CONSTRUCTORS = frozenset(
         "wandb.init",
     }
 )
-#: Constructors of a path from the parts given (``Path(workdir)``, ``Path(workdir, "vocab.txt")``).
-PATH_CONSTRUCTORS = frozenset({"pathlib.Path", "pathlib.PurePath"})
+#: Functions joining the parts of a path given (``os.path.join(workdir, "last.pt")``).
+PATH_JOINS = frozenset({"os.path.join", "posixpath.join", "ntpath.join"})
+#: Constructors of a path from the parts given (``Path(workdir)``, ``Path(workdir, "vocab.txt")``,
+#: ``os.path.join(workdir, "last.pt")``).
+PATH_CONSTRUCTORS = frozenset({"pathlib.Path", "pathlib.PurePath", *PATH_JOINS})
 #: Endless counters a loop may run over (``for step in count(1):``, until a ``break``): the same
 #: on every process.
 ENDLESS_COUNTERS = frozenset({"itertools.count"})

@@ -41,7 +41,7 @@ from accel_convert.codemods.engine.syntax import (
     nodes_in,
     parameter_names,
 )
-from accel_convert.codemods.engine.torch_names import ENDLESS_COUNTERS
+from accel_convert.codemods.engine.torch_names import ENDLESS_COUNTERS, PROGRESS_BARS
 from accel_convert.codemods.engine.walk import SUBSTANCE, TRIVIA, child_nodes, hooked_types, own_hooks, types_leading_to
 
 NodeT = TypeVar("NodeT", bound=cst.CSTNode)
@@ -331,9 +331,11 @@ class RuleTransformer(TargetedTransformer):
         if isinstance(iterable, cst.Call) and self.qualified_name(iterable.func) in ENDLESS_COUNTERS:
             return True  # endless on every rank: it ends at a break, which the rules make agree
         if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name):
-            if iterable.func.value == "range":
+            builtin = self.builtin(iterable.func)
+            if builtin == "range":
                 return True
-            if iterable.func.value in ("enumerate", "tqdm", "zip") and iterable.args:
+            passes_through = builtin in ("enumerate", "zip") or self.qualified_name(iterable.func) in PROGRESS_BARS
+            if passes_through and iterable.args:
                 return all(self._same_length_everywhere(arg.value) for arg in iterable.args)
             return False
         name = dotted(iterable)
@@ -416,6 +418,10 @@ class RuleTransformer(TargetedTransformer):
 
     def qualified_name(self, node: cst.BaseExpression) -> str | None:
         return self.facts.qualified_name(node, self.scope)
+
+    def builtin(self, node: cst.BaseExpression) -> str | None:
+        """The builtin ``node`` denotes here (``"range"``); None where the script binds the name."""
+        return self.facts.builtin(node, self.scope)
 
     # The scope and the anchor are kept here rather than in visit_/leave_ hooks, so a rule's own
     # hooks (which may stop the descent into a class) can never unbalance them.

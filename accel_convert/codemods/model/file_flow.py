@@ -31,7 +31,7 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import MODULE
 from accel_convert.codemods.engine.iteration import enumerate_index
 from accel_convert.codemods.engine.syntax import argument_for, dotted, names_in, nodes_in
-from accel_convert.codemods.engine.torch_names import CHECKPOINT_READS, CHECKPOINT_WRITES, WRITING_FUNCTIONS
+from accel_convert.codemods.engine.torch_names import CHECKPOINT_READS, CHECKPOINT_WRITES, PATH_JOINS, WRITING_FUNCTIONS
 from accel_convert.codemods.model.calls import _instance_class
 from accel_convert.codemods.model.provider import provider, rule_provider
 from accel_convert.codemods.model.recorder import CallRecord, LoopRecord
@@ -100,7 +100,8 @@ def _pattern(a: Analysis, value: cst.BaseExpression, function: str, depth: int) 
         if isinstance(value, cst.BinaryOperation) and not isinstance(value.operator, cst.Add):
             return None
         return (_pattern(a, value.left, function, depth) or ANY) + (_pattern(a, value.right, function, depth) or ANY)
-    if isinstance(value, cst.Call) and dotted(value.func) in ("os.path.join", "path.join"):
+    scope = () if function == MODULE else (function,)
+    if isinstance(value, cst.Call) and a.r.names.qualified_name(value.func, scope, strict=False) in PATH_JOINS:
         parts = [_pattern(a, arg.value, function, depth) or ANY for arg in value.args if not arg.star]
         return "/".join(parts) if parts else None
     if isinstance(value, cst.Name) and depth > 0:
@@ -341,7 +342,7 @@ def _writes_file(a: Analysis, call: CallRecord) -> bool:
     name = a.qualified(call) or dotted(call.node.func)
     if name in WRITING_FUNCTIONS or name == "torch.save":
         return True
-    if name in ("open", "builtins.open", "io.open"):
+    if a.r.names.builtin(call.node.func, call.scope) == "open" or name == "io.open":
         mode = argument_for(call.node, 1, "mode")
         return (
             mode is not None

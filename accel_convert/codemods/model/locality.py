@@ -66,11 +66,7 @@ def per_process_paths(a: Analysis) -> None:
     for assign in a.r.assigns:
         value = assign.value
         builds_path = isinstance(value, (cst.BinaryOperation, cst.FormattedString)) or (
-            isinstance(value, cst.Call)
-            and (
-                (dotted(value.func) or "").endswith("join")
-                or a.r.names.qualified_name(value.func, assign.scope) in PATH_CONSTRUCTORS
-            )
+            isinstance(value, cst.Call) and a.r.names.qualified_name(value.func, assign.scope) in PATH_CONSTRUCTORS
         )
         # ``tempfile.mkdtemp()`` itself, or a path built around one
         # (``os.path.join(tempfile.mkdtemp(), "vocab.json")``).

@@ -309,10 +309,8 @@ def _read_by_hand_in_training(a: Analysis, loaders: set[str], backward_functions
 
 def _builtin_draw(a: Analysis, call: CallRecord) -> str | None:
     """``"iter"`` or ``"next"`` where ``call`` calls that builtin (not a name the script binds)."""
-    func = call.node.func
-    if not isinstance(func, cst.Name) or func.value not in ("iter", "next"):
-        return None
-    return None if a.r.names.is_bound(func.value, call.scope) else func.value
+    drawn = a.r.names.builtin(call.node.func, call.scope)
+    return drawn if drawn in ("iter", "next") else None
 
 
 def _wrapped_in(a: Analysis, wrapped: dict[str, set[str]], function: str, name: str) -> set[str]:

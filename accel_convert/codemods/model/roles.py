@@ -12,9 +12,11 @@ from accel_convert.codemods.engine.devices import chooses_device, constructed
 from accel_convert.codemods.engine.syntax import (
     argument_for,
     dotted,
+    nodes_in,
 )
 from accel_convert.codemods.engine.torch_names import (
     ACCELERATORS,
+    CUDA_AVAILABILITY,
     DATA_LOADERS,
     TRACKER_CONSTRUCTORS,
     is_optimizer,
@@ -86,7 +88,11 @@ def constructor_roles(a: Analysis) -> None:
 
 def _mentions_cuda_availability(a: Analysis, assign: AssignRecord) -> bool:
     """``use_cuda = not args.no_cuda and torch.cuda.is_available()``."""
-    return any(name.endswith("cuda.is_available") for name in assign.names)
+    return any(
+        isinstance(node, cst.Attribute)
+        and a.r.names.qualified_name(node, assign.scope, strict=False) == CUDA_AVAILABILITY
+        for node in nodes_in(assign.value)
+    )
 
 
 def _optimizer_factories(a: Analysis) -> dict[str, cst.Call]:
