@@ -31,7 +31,13 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import MODULE
 from accel_convert.codemods.engine.iteration import enumerate_index
 from accel_convert.codemods.engine.syntax import argument_for, dotted, names_in, nodes_in
-from accel_convert.codemods.engine.torch_names import CHECKPOINT_READS, CHECKPOINT_WRITES, PATH_JOINS, WRITING_FUNCTIONS
+from accel_convert.codemods.engine.torch_names import (
+    CHECKPOINT_READS,
+    CHECKPOINT_WRITES,
+    PATH_JOINS,
+    WRITING_FUNCTIONS,
+    WRITING_METHODS,
+)
 from accel_convert.codemods.model.calls import _instance_class
 from accel_convert.codemods.model.provider import provider, rule_provider
 from accel_convert.codemods.model.recorder import CallRecord, LoopRecord
@@ -205,8 +211,9 @@ def _callee(a: Analysis, call: CallRecord) -> str | None:
 # Evaluation loops writing a file per batch: run unsharded
 # --------------------------------------------------------------------------------------------
 
-#: Methods that write their receiver to a path (pandas' ``to_csv``, PIL's ``save``, a figure's ``savefig``).
-WRITING_METHODS = frozenset({"to_csv", "to_json", "to_parquet", "savefig", "save", "imsave", "write_text"})
+#: Methods that write their receiver to a path, PIL's ``image.save(path)`` among them (a name
+#: too common for the side-effects rule to move to the main process alone).
+_FILE_WRITING_METHODS = WRITING_METHODS | {"save"}
 
 
 @provider(
@@ -349,7 +356,7 @@ def _writes_file(a: Analysis, call: CallRecord) -> bool:
             and isinstance(mode.value, cst.SimpleString)
             and any(flag in str(mode.value.evaluated_value) for flag in "wax")
         )
-    return isinstance(call.node.func, cst.Attribute) and call.node.func.attr.value in WRITING_METHODS
+    return isinstance(call.node.func, cst.Attribute) and call.node.func.attr.value in _FILE_WRITING_METHODS
 
 
 def _path_reads(value: cst.BaseExpression, counters: set[str]) -> bool:

@@ -18,6 +18,7 @@ from accel_convert.codemods.engine.syntax import (
     target_names,
 )
 from accel_convert.codemods.engine.torch_names import (
+    COLLECTING_METHODS,
     NETWORK_FETCHES,
     PATH_CONSTRUCTORS,
     PER_PROCESS_PATHS,
@@ -30,9 +31,6 @@ from accel_convert.codemods.model.recorder import (
     CallRecord,
 )
 from accel_convert.codemods.model.state import Analysis
-
-#: Methods that collect a value into their receiver (a list of batch losses, an average meter).
-_COLLECTING_METHODS = frozenset({"append", "extend", "update"})
 
 
 def _agreeable_break(node: cst.Break, branch: cst.If) -> bool:
@@ -231,7 +229,7 @@ def _sums_grown_in_training(a: Analysis, tainted: set[str]) -> set[str]:
             call.loops
             and call.loops[-1].has_backward
             and isinstance(func, cst.Attribute)
-            and func.attr.value in _COLLECTING_METHODS
+            and func.attr.value in COLLECTING_METHODS
             and (owner := dotted(func.value)) is not None
             and any(names_in(arg.value) & tainted for arg in call.node.args)
         ):

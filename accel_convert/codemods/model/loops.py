@@ -18,6 +18,7 @@ from accel_convert.codemods.engine.syntax import (
     parameter_filled,
     target_names,
 )
+from accel_convert.codemods.engine.torch_names import LIST_GROWING_METHODS
 from accel_convert.codemods.model.calls import stepped
 from accel_convert.codemods.model.loaders import callee_parameters
 from accel_convert.codemods.model.provider import provider
@@ -255,7 +256,7 @@ def _decoding_loops(a: Analysis) -> set[int]:
     collecting = {id(loop) for aug in a.r.aug_assigns for loop in aug.loops} | {
         id(loop)
         for call in a.r.calls
-        if isinstance(call.node.func, cst.Attribute) and call.node.func.attr.value in ("append", "extend")
+        if isinstance(call.node.func, cst.Attribute) and call.node.func.attr.value in LIST_GROWING_METHODS
         for loop in call.loops
     }
     return {

@@ -18,6 +18,7 @@ from accel_convert.codemods.engine.torch_names import (
     ACCELERATORS,
     CUDA_AVAILABILITY,
     DATA_LOADERS,
+    LIST_GROWING_METHODS,
     TRACKER_CONSTRUCTORS,
     is_optimizer,
     is_scheduler,
@@ -251,7 +252,7 @@ def _parameter_lists(a: Analysis) -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     for call in a.r.calls:
         func = call.node.func
-        if not (isinstance(func, cst.Attribute) and func.attr.value in ("append", "extend") and call.loops):
+        if not (isinstance(func, cst.Attribute) and func.attr.value in LIST_GROWING_METHODS and call.loops):
             continue
         collected = dotted(func.value)
         source = call.loops[-1].node.iter

@@ -35,7 +35,7 @@ from accel_convert.codemods.engine.iteration import batch_target, iterated
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import nodes_in, parameter_names, rows_counted, statement, target_names
-from accel_convert.codemods.engine.torch_names import DATA_LOADERS, MEAN_LOSSES, SELF_DISTRIBUTING
+from accel_convert.codemods.engine.torch_names import COLLECTING_METHODS, DATA_LOADERS, MEAN_LOSSES, SELF_DISTRIBUTING
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import module_nodes, variables_read
 
@@ -655,16 +655,12 @@ class _GatherSums(RuleTransformer):
         return rewritten
 
 
-#: Calls that keep a value per batch for later (an AverageMeter's ``update``, a list's ``append``).
-ACCUMULATING_METHODS = frozenset({"update", "append", "extend"})
-
-
 def _accumulates(node: cst.CSTNode) -> bool:
     """``meter.update(...)``/``values.append(...)`` with arguments: a value kept per batch."""
     return (
         isinstance(node, cst.Call)
         and isinstance(node.func, cst.Attribute)
-        and node.func.attr.value in ACCUMULATING_METHODS
+        and node.func.attr.value in COLLECTING_METHODS
         and bool(node.args)
     )
 

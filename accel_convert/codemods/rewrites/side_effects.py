@@ -51,6 +51,7 @@ from accel_convert.codemods.engine.torch_names import (
     TRACKER_RUN_STATE,
     TRACKER_SETUP,
     WRITING_FUNCTIONS,
+    WRITING_METHODS,
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
@@ -61,9 +62,6 @@ UNGUARDED_FOLDER = "folder creation or deletion where not every rank would reach
 FOLDER_FUNCTIONS = frozenset({"os.makedirs", "os.mkdir"})
 #: Functions that delete: every rank first finishes with the file, then the main process deletes.
 DELETING_FUNCTIONS = frozenset({"os.remove", "os.unlink", "os.rmdir", "shutil.rmtree"})
-#: Methods that write whatever object they are called on (figures, data frames, paths, Hugging
-#: Face models, tokenizers and configs).
-WRITING_METHODS = frozenset({"savefig", "to_csv", "write_text", "write_bytes", "save_pretrained"})
 
 
 class SideEffectsCodemod(Rule):

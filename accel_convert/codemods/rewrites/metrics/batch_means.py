@@ -28,6 +28,8 @@ from accel_convert.codemods.engine.syntax import (
 from accel_convert.codemods.engine.torch_names import (
     AVERAGING_FUNCTIONS,
     CONCATENATIONS,
+    is_loss_function,
+    is_loss_module,
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import variables_read, walk
@@ -46,7 +48,7 @@ def batch_mean_losses(a: Analysis) -> Mapping[str, frozenset[str]]:
         if not isinstance(value, cst.Call) or len(assign.node.targets) != 1 or len(assign.targets) != 1:
             continue
         qualified = a.r.names.qualified_name(value.func, assign.scope) or ""
-        if qualified.startswith("torch.nn.") and qualified.endswith("Loss") and mean_reduced(value):
+        if is_loss_module(qualified) and mean_reduced(value):
             found.setdefault(assign.function, set()).update(assign.targets)
     return MappingProxyType({function: frozenset(names) for function, names in found.items()})
 
@@ -291,13 +293,4 @@ def _multiplied(value: cst.BaseExpression) -> bool:
 def _is_batch_mean_loss(call: cst.Call, criteria: AbstractSet[str], facts: ScriptFacts) -> bool:
     if dotted(call.func) in criteria:
         return True
-    qualified = facts.callee_name(call.func) or ""
-    name = qualified.rpartition(".")[2]
-    return (
-        qualified.startswith("torch.nn.functional.")
-        and (
-            name.endswith("_loss")
-            or name in ("cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div")
-        )
-        and mean_reduced(call)
-    )
+    return is_loss_function(facts.callee_name(call.func) or "") and mean_reduced(call)
