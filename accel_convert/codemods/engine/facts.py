@@ -491,8 +491,11 @@ class ScriptFacts(FactQuestions):
 class FactsDraft(FactQuestions):
     """The facts while the analysis draws them (``Analysis.facts``): the fields of
     :class:`ScriptFacts`, in its order and documented there, with the sets, lists and dicts the
-    providers fill (a new fact is a field of both). :meth:`finish` ends the analysis."""
+    providers fill (generated from ScriptFacts' declarations). :meth:`finish` ends the analysis."""
 
+    # Generated from the fields of ScriptFacts, each made mutable (AbstractSet → set, Sequence → list,
+    # Mapping → dict): a new fact is declared there only, then `python -m tests.codemods.test_facts`
+    # writes it here (tests/codemods/test_facts.py checks these lines are up to date).
     imports: dict[str, str] = field(default_factory=dict)
     uses_torch: bool = False
     existing_accelerator: str | None = None
@@ -562,6 +565,7 @@ class FactsDraft(FactQuestions):
     program: ProgramSeeds | None = None
     context: RunContext = field(default_factory=RunContext)
     rule_results: dict[str, object] = field(default_factory=dict)
+    # End of the generated fields.
 
     def finish(self) -> ScriptFacts:
         """The end of the analysis: the facts drawn, read-only. Every set, list and dict a field
