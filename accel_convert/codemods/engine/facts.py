@@ -334,10 +334,6 @@ class ScriptFacts(FactQuestions):
     #: ``scheduler.step(train_loss)`` sites whose argument is this process's share of the training
     #: (a loss summed over its own batches): ``ReduceLROnPlateau`` would decide per process.
     rank_dependent_schedule_steps: Sequence[Site] = ()
-    #: ``except KeyboardInterrupt:`` clauses (the ``except`` keyword of each).
-    interrupt_handlers: Sequence[Site] = ()
-    #: ``except torch.cuda.OutOfMemoryError:`` clauses (the ``except`` keyword of each).
-    out_of_memory_handlers: Sequence[Site] = ()
     #: Attribute names the argument parser defines (``no_cuda`` for ``--no-cuda``, a ``dest=``).
     parser_options: AbstractSet[str] = frozenset()
     #: Names bound to what ``parse_args()`` / ``parse_known_args()`` return (``args``), directly
@@ -543,8 +539,6 @@ class FactsDraft(FactQuestions):
     rank_dependent_breaks: list[Site] = field(default_factory=list)
     agreeable_breaks: list[Site] = field(default_factory=list)
     rank_dependent_schedule_steps: list[Site] = field(default_factory=list)
-    interrupt_handlers: list[Site] = field(default_factory=list)
-    out_of_memory_handlers: list[Site] = field(default_factory=list)
     parser_options: set[str] = field(default_factory=set)
     parsed_arguments: set[str] = field(default_factory=set)
     grad_scalers: set[str] = field(default_factory=set)

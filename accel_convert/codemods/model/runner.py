@@ -82,7 +82,6 @@ PROVIDERS: tuple[Provider, ...] = (
     locality.breaks,
     locality.per_process_paths,
     locality.shared_draws,
-    source.handlers,
 )
 
 check_order(PROVIDERS, KNOWN_FACTS, given=GIVEN)

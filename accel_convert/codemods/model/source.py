@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accel_convert.codemods.engine.model import Site
 from accel_convert.codemods.engine.positions import handler_sites
 from accel_convert.codemods.engine.syntax import (
     dotted,
@@ -103,13 +104,13 @@ def assign_sites(a: Analysis) -> None:
             a.facts.assign_sites.setdefault(target, []).append(site)
 
 
-@provider(provides=("interrupt_handlers", "out_of_memory_handlers"))
-def handlers(a: Analysis) -> None:
-    """``except KeyboardInterrupt:`` and ``except torch.cuda.OutOfMemoryError:`` clauses, found in
-    the text only when the walk met the name."""
-    for word, field in (("KeyboardInterrupt", "interrupt_handlers"), ("OutOfMemoryError", "out_of_memory_handlers")):
-        if word in a.r.words:
-            module = a.module
-            assert module is not None, "the handlers are read from the module the recorder walked"
-            text = a.source if a.source is not None else module.code
-            setattr(a.facts, field, handler_sites(text, module.encoding, word))
+def exception_handlers(a: Analysis, exception: str) -> tuple[Site, ...]:
+    """The ``except`` clauses naming ``exception`` (``except KeyboardInterrupt:``, ``except
+    torch.cuda.OutOfMemoryError:``; the ``except`` keyword of each), found in the text only when the
+    walk met the name: for the rule provider of the check that reports them."""
+    if exception not in a.r.words:
+        return ()
+    module = a.module
+    assert module is not None, "the handlers are read from the module the recorder walked"
+    text = a.source if a.source is not None else module.code
+    return tuple(handler_sites(text, module.encoding, exception))
