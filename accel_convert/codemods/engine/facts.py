@@ -339,13 +339,6 @@ class ScriptFacts(FactQuestions):
     #: Names bound to what ``parse_args()`` / ``parse_known_args()`` return (``args``), directly
     #: or through a function of the file that returns it (``args = get_args()``).
     parsed_arguments: AbstractSet[str] = frozenset()
-    #: Names bound to a ``GradScaler(...)`` (``scaler``, ``self.scaler``), matched by qualified
-    #: name as the AMP rule matches calls (module scope).
-    grad_scalers: AbstractSet[str] = frozenset()
-    #: Original lines where mixed-precision machinery may be: calls to a GradScaler or an autocast
-    #: and statements naming a scaler (None: a call without an original position, so look
-    #: everywhere). The AMP rule reads only the simple statements holding these lines.
-    amp_lines: AbstractSet[int] | None = frozenset()
     #: Module-level functions that fetch files over the network (``urlretrieve``, ``requests.get``),
     #: directly or through their calls: a hand-written dataset download.
     download_functions: AbstractSet[str] = frozenset()
@@ -541,8 +534,6 @@ class FactsDraft(FactQuestions):
     rank_dependent_schedule_steps: list[Site] = field(default_factory=list)
     parser_options: set[str] = field(default_factory=set)
     parsed_arguments: set[str] = field(default_factory=set)
-    grad_scalers: set[str] = field(default_factory=set)
-    amp_lines: set[int] | None = field(default_factory=set)
     download_functions: set[str] = field(default_factory=set)
     shared_draws: list[Site] = field(default_factory=list)
     shared_draw_lines: set[int] = field(default_factory=set)

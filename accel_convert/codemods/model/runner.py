@@ -77,7 +77,6 @@ PROVIDERS: tuple[Provider, ...] = (
     models.model_copy_calls,
     locality.download_functions,
     loops.manual_accumulation,
-    source.mixed_precision,
     source.assign_sites,
     locality.breaks,
     locality.per_process_paths,
