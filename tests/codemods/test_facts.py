@@ -5,6 +5,7 @@ analysis draws them in a :class:`FactsDraft` (the same fields, mutable) and
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -70,6 +71,67 @@ def test_the_draft_has_the_fields_of_the_facts() -> None:
     assert [each.name for each in fields(FactsDraft)] == [each.name for each in fields(ScriptFacts)]
 
 
+FACTS_MODULE = ROOT / "accel_convert" / "codemods" / "engine" / "facts.py"
+#: The lines that open and close the draft's generated fields in ``facts.py``.
+GENERATED_START = "    # writes it here (tests/codemods/test_facts.py checks these lines are up to date).\n"
+GENERATED_END = "    # End of the generated fields.\n"
+#: A read-only type of a fact → the type the draft fills; a default → the draft's.
+_MUTABLE_TYPES = (("AbstractSet[", "set["), ("Sequence[", "list["), ("Mapping[", "dict["))
+_MUTABLE_DEFAULTS = {"frozenset()": "field(default_factory=set)", "()": "field(default_factory=list)"}
+
+
+def draft_fields(source: str) -> str:
+    """The draft's field lines, from the fields ``ScriptFacts`` declares in ``source`` (the text of
+    ``facts.py``): the same names in the same order, each read-only type made the mutable one the
+    providers fill, and its default with it."""
+    tree = ast.parse(source)
+    facts = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "ScriptFacts")
+    lines = []
+    for node in facts.body:
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            continue
+        annotation = ast.get_source_segment(source, node.annotation) or ""
+        for read_only, mutable in _MUTABLE_TYPES:
+            annotation = annotation.replace(read_only, mutable)
+        line = f"    {node.target.id}: {annotation}"
+        if node.value is not None:
+            default = ast.get_source_segment(source, node.value) or ""
+            line += f" = {_MUTABLE_DEFAULTS.get(default, default)}"
+        lines.append(line + "\n")
+    return "".join(lines)
+
+
+def _generated_part(source: str) -> tuple[int, int]:
+    start = source.index(GENERATED_START) + len(GENERATED_START)
+    return start, source.index(GENERATED_END, start)
+
+
+def write_draft_fields() -> None:
+    """Write the draft's fields from ScriptFacts' (``python -m tests.codemods.test_facts``)."""
+    source = FACTS_MODULE.read_text(encoding="utf-8")
+    start, end = _generated_part(source)
+    FACTS_MODULE.write_text(source[:start] + draft_fields(source) + source[end:], encoding="utf-8")
+
+
+def test_the_draft_fields_are_generated_from_the_facts() -> None:
+    """The fact list is declared once, in ScriptFacts: the draft's fields are generated from it."""
+    source = FACTS_MODULE.read_text(encoding="utf-8")
+    start, end = _generated_part(source)
+    assert source[start:end] == draft_fields(source), "run python -m tests.codemods.test_facts"
+
+
+def test_a_new_fact_declared_in_the_facts_is_generated_in_the_draft() -> None:
+    source = FACTS_MODULE.read_text(encoding="utf-8")
+    declared = "    rule_results: Mapping[str, object] = field(default_factory=dict)\n"
+    added = "    #: A new fact.\n    new_names: AbstractSet[str] = frozenset()\n    new_sites: Sequence[Site] = ()\n"
+    generated = draft_fields(source.replace(declared, declared + added, 1))
+    assert generated.endswith(
+        "    rule_results: dict[str, object] = field(default_factory=dict)\n"
+        "    new_names: set[str] = field(default_factory=set)\n"
+        "    new_sites: list[Site] = field(default_factory=list)\n"
+    )
+
+
 def test_finishing_carries_every_field_read_only() -> None:
     draft = FactsDraft()
     for each in fields(FactsDraft):
@@ -122,3 +184,7 @@ def test_the_analysis_hands_on_read_only_containers_only() -> None:
         assert not isinstance(value, (set, list, dict)), each.name
         if isinstance(value, MappingProxyType):
             assert not any(isinstance(item, (set, list, dict)) for item in value.values()), each.name
+
+
+if __name__ == "__main__":
+    write_draft_fields()

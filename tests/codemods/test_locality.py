@@ -199,7 +199,7 @@ def test_every_rank_reaches(source: str, statement: str, reached: bool) -> None:
     decide, up to the enclosing function."""
     module = cst.parse_module(source)
     facts, _ = answer(source)
-    reach = RankReach(facts.loaders, lambda node: facts.qualified_name(node, ()))
+    reach = RankReach(facts.loaders, lambda node: facts.qualified_name(node, ()), lambda node: facts.builtin(node, ()))
     anchors = enclosing(module, statement)[:-1]
     assert reach.every_rank_reaches(anchors) is reached
 

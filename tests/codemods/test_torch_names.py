@@ -66,3 +66,38 @@ def test_the_owner_is_seen_by_the_check() -> None:
 def test_a_copied_table_is_found() -> None:
     copied = ast.parse('SCALERS = frozenset({"torch.cuda.amp.GradScaler"})\nOTHER = {"x": "tqdm.tqdm"}\n')
     assert list(module_level_tables(copied)) == [(1, ["torch.cuda.amp.GradScaler"]), (2, ["tqdm.tqdm"])]
+
+
+def _method_tables(path: Path) -> Iterator[tuple[str, frozenset[str]]]:
+    """Module-level tables of two or more method or builtin names (strings without a dot):
+    ``WRITING_METHODS = frozenset({"savefig", ...})``."""
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+            continue
+        target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+        value = node.value
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in {"set", "frozenset"}:
+            value = value.args[0] if value.args else value
+        if not isinstance(target, ast.Name) or not isinstance(value, (ast.Set, ast.List, ast.Tuple)):
+            continue
+        names = [e.value for e in value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        if len(names) == len(value.elts) >= 2 and not any("." in name for name in names):
+            yield f"{path.relative_to(CODEMODS)}:{target.id}", frozenset(names)
+
+
+def test_a_table_of_method_names_is_defined_once() -> None:
+    """Copies of a table of method names drift too (the writing methods were two tables of different
+    contents): no two modules under ``codemods/`` hold the same one."""
+    owners: dict[frozenset[str], list[str]] = {}
+    for path in sorted(CODEMODS.rglob("*.py")):
+        for where, names in _method_tables(path):
+            owners.setdefault(names, []).append(where)
+    assert {names: where for names, where in owners.items() if len(where) > 1} == {}
+
+
+def test_the_mean_losses_are_torch_losses() -> None:
+    from accel_convert.codemods.engine.torch_names import MEAN_LOSSES, is_loss_function, is_loss_module
+
+    assert all(is_loss_module(name) or is_loss_function(name) for name in MEAN_LOSSES)
+    assert is_loss_function("torch.nn.functional.kl_div") and not is_loss_function("torch.nn.functional.relu")
+    assert is_loss_module("torch.nn.KLDivLoss") and not is_loss_module("torch.nn.Linear")

@@ -93,7 +93,7 @@ class DeviceCountScaling(WalkingCheck):
             self.walk.report(node, self.code, MESSAGE, False)
 
     def _is_count(self, operand: cst.BaseExpression) -> bool:
-        if isinstance(operand, cst.Call) and dotted(operand.func) == "max":
+        if isinstance(operand, cst.Call) and self.walk.builtin(operand.func) == "max":
             return any(self._is_count(arg.value) for arg in operand.args)
         if isinstance(operand, cst.Call):
             return self.walk.qualified_name(operand.func) == DEVICE_COUNT

@@ -13,13 +13,23 @@ from __future__ import annotations
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.model import Change, Options, Site
 from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.model.provider import rule_provider
+from accel_convert.codemods.model.source import exception_handlers
+from accel_convert.codemods.model.state import Analysis
+
+
+@rule_provider()
+def interrupt_handlers(a: Analysis) -> tuple[Site, ...]:
+    """``except KeyboardInterrupt:`` clauses (the ``except`` keyword of each)."""
+    return exception_handlers(a, "KeyboardInterrupt")
 
 
 class KeyboardInterruptHandler(Rule):
     code = "ACC918"
     name = "keyboard-interrupt"
+    providers = (interrupt_handlers,)
     fixes = {
         "ACC918": (
             "Keep the handler to work of this process alone (a message, a per-rank file) and remove from it, and from the code after the ``try``, anything that waits for the others: ``accelerator.wait_for_everyone()``, ``accelerator.save``, a gathering evaluation. Or delete the ``except KeyboardInterrupt`` and let the interrupt end the run; save checkpoints periodically instead."
@@ -85,7 +95,7 @@ class KeyboardInterruptHandler(Rule):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return bool(facts.interrupt_handlers) and facts.has_accelerator
+        return bool(facts.of(interrupt_handlers)) and facts.has_accelerator
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         message = (
@@ -94,5 +104,5 @@ class KeyboardInterruptHandler(Rule):
         )
         return module, [
             Change(self.code, message, site.line, site.column, site.end_line, site.end_column, fixed=False)
-            for site in facts.interrupt_handlers
+            for site in facts.of(interrupt_handlers)
         ]

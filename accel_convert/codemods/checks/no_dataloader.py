@@ -323,8 +323,7 @@ def _drawn_names(module: cst.Module, facts: ScriptFacts) -> set[str]:
             drawn.add(name)
         elif (
             isinstance(node, cst.Call)
-            and isinstance(node.func, cst.Name)
-            and node.func.value in ("next", "iter")
+            and facts.builtin(node.func) in ("next", "iter")
             and len(node.args) == 1
             and (name := dotted(node.args[0].value)) is not None
         ):

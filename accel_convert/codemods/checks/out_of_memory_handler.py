@@ -14,8 +14,11 @@ from __future__ import annotations
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.model import Change, Options, Site
 from accel_convert.codemods.engine.rule import Example, Rule
+from accel_convert.codemods.model.provider import rule_provider
+from accel_convert.codemods.model.source import exception_handlers
+from accel_convert.codemods.model.state import Analysis
 
 MESSAGE = (
     "except OutOfMemoryError runs on the process that ran out only: the others wait for it in a "
@@ -23,9 +26,16 @@ MESSAGE = (
 )
 
 
+@rule_provider()
+def out_of_memory_handlers(a: Analysis) -> tuple[Site, ...]:
+    """``except torch.cuda.OutOfMemoryError:`` clauses (the ``except`` keyword of each)."""
+    return exception_handlers(a, "OutOfMemoryError")
+
+
 class OutOfMemoryHandler(Rule):
     code = "ACC927"
     name = "out-of-memory-handler"
+    providers = (out_of_memory_handlers,)
     fixes = {
         "ACC927": (
             "Remove the ``except OutOfMemoryError`` handler and let the error end the run, or convert with ``--oom-retry`` so the batch size is lowered on every process together."
@@ -86,10 +96,10 @@ class OutOfMemoryHandler(Rule):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return bool(facts.out_of_memory_handlers) and facts.has_accelerator
+        return bool(facts.of(out_of_memory_handlers)) and facts.has_accelerator
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         return module, [
             Change(self.code, MESSAGE, site.line, site.column, site.end_line, site.end_column, fixed=False)
-            for site in facts.out_of_memory_handlers
+            for site in facts.of(out_of_memory_handlers)
         ]

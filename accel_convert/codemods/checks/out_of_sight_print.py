@@ -86,10 +86,5 @@ class OutOfSightPrint(WalkingCheck):
         if not self._hidden:
             return
         function = self.walk.function
-        if (
-            function in self._hidden
-            and isinstance(node.func, cst.Name)
-            and node.func.value == "print"
-            and not self.walk.facts.name_table.is_bound("print", self.walk.scope)
-        ):
+        if function in self._hidden and self.walk.facts.is_builtin(node.func, "print", self.walk.scope):
             self.walk.report(node, self.code, MESSAGE.format(function=function), False)

@@ -20,7 +20,12 @@ import libcst as cst
 from accel_convert.codemods.engine.accelerator_code import accelerator_name
 from accel_convert.codemods.engine.facts import FactQuestions, ScriptFacts
 from accel_convert.codemods.engine.syntax import calls_in, dotted, nodes_in
-from accel_convert.codemods.engine.torch_names import DEVICE_CONSTRUCTORS, DEVICE_MOVE_METHODS, SELF_RETURNING_METHODS
+from accel_convert.codemods.engine.torch_names import (
+    CUDA_AVAILABILITY,
+    DEVICE_CONSTRUCTORS,
+    DEVICE_MOVE_METHODS,
+    SELF_RETURNING_METHODS,
+)
 
 #: Keywords through which a call takes a device (``torch.zeros(3, device=d)``,
 #: ``torch.load(path, map_location=d)``).
@@ -67,7 +72,7 @@ def chooses_device(value: cst.BaseExpression, facts: FactQuestions, scope: tuple
             return True
         # ``0 if torch.cuda.is_available() else "cpu"``: a GPU index or the CPU.
         return _is_cpu_string(value.orelse) and any(
-            (dotted(node.func) or "").endswith("cuda.is_available") for node in calls_in(value.test)
+            facts.qualified_name(node.func, scope) == CUDA_AVAILABILITY for node in calls_in(value.test)
         )
     if isinstance(value, cst.Attribute) and isinstance(value.value, cst.Call):
         # torch.accelerator.current_accelerator().type

@@ -33,6 +33,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 
 from accel_convert.codemods.engine.model import Site
+from accel_convert.codemods.engine.names import builtin_named
 from accel_convert.codemods.engine.positions import OriginIndex
 from accel_convert.codemods.engine.syntax import dotted
 
@@ -155,6 +156,15 @@ class FactQuestions:
         head, _, rest = (dotted(node) or "").partition(".")
         resolved = self.imports.get(head)
         return None if resolved is None else f"{resolved}.{rest}" if rest else resolved
+
+    def builtin(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
+        """The builtin ``node`` denotes in ``scope`` (``"print"``), None where the script binds
+        that name itself (``from rich import print``); see :func:`codemods.engine.names.builtin_named`."""
+        return builtin_named(node, self.names, scope)
+
+    def is_builtin(self, node: cst.BaseExpression, name: str, scope: tuple[str, ...] = ()) -> bool:
+        """Whether ``node`` is the builtin ``name`` (``len``, ``open``) where it is used."""
+        return builtin_named(node, self.names, scope) == name
 
     def callee_name(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
         """What a call's function is, for matching against tables of names: its qualified name
@@ -358,22 +368,11 @@ class ScriptFacts(FactQuestions):
     #: ``scheduler.step(train_loss)`` sites whose argument is this process's share of the training
     #: (a loss summed over its own batches): ``ReduceLROnPlateau`` would decide per process.
     rank_dependent_schedule_steps: Sequence[Site] = ()
-    #: ``except KeyboardInterrupt:`` clauses (the ``except`` keyword of each).
-    interrupt_handlers: Sequence[Site] = ()
-    #: ``except torch.cuda.OutOfMemoryError:`` clauses (the ``except`` keyword of each).
-    out_of_memory_handlers: Sequence[Site] = ()
     #: Attribute names the argument parser defines (``no_cuda`` for ``--no-cuda``, a ``dest=``).
     parser_options: AbstractSet[str] = frozenset()
     #: Names bound to what ``parse_args()`` / ``parse_known_args()`` return (``args``), directly
     #: or through a function of the file that returns it (``args = get_args()``).
     parsed_arguments: AbstractSet[str] = frozenset()
-    #: Names bound to a ``GradScaler(...)`` (``scaler``, ``self.scaler``), matched by qualified
-    #: name as the AMP rule matches calls (module scope).
-    grad_scalers: AbstractSet[str] = frozenset()
-    #: Original lines where mixed-precision machinery may be: calls to a GradScaler or an autocast
-    #: and statements naming a scaler (None: a call without an original position, so look
-    #: everywhere). The AMP rule reads only the simple statements holding these lines.
-    amp_lines: AbstractSet[int] | None = frozenset()
     #: Module-level functions that fetch files over the network (``urlretrieve``, ``requests.get``),
     #: directly or through their calls: a hand-written dataset download.
     download_functions: AbstractSet[str] = frozenset()
@@ -460,11 +459,12 @@ class ScriptFacts(FactQuestions):
         ``codemods.engine.transformers.RuleTransformer`` (or calling ``origins.carry``)."""
         return self.origins.site(node)
 
-    def opens_for_writing(self, node: cst.BaseExpression) -> bool:
-        """``open(path, "w")`` (or ``"a"``, ``"x"``, any binary variant)."""
+    def opens_for_writing(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> bool:
+        """``open(path, "w")`` (or ``"a"``, ``"x"``, any binary variant), the builtin ``open`` where
+        ``node`` stands (``scope``), not one the script binds itself."""
         import libcst as cst
 
-        if not isinstance(node, cst.Call) or self.callee_name(node.func) != "open":
+        if not isinstance(node, cst.Call) or not self.is_builtin(node.func, "open", scope):
             return False
         mode = None
         if len(node.args) > 1 and node.args[1].keyword is None:
@@ -503,8 +503,11 @@ class ScriptFacts(FactQuestions):
 class FactsDraft(FactQuestions):
     """The facts while the analysis draws them (``Analysis.facts``): the fields of
     :class:`ScriptFacts`, in its order and documented there, with the sets, lists and dicts the
-    providers fill (a new fact is a field of both). :meth:`finish` ends the analysis."""
+    providers fill (generated from ScriptFacts' declarations). :meth:`finish` ends the analysis."""
 
+    # Generated from the fields of ScriptFacts, each made mutable (AbstractSet → set, Sequence → list,
+    # Mapping → dict): a new fact is declared there only, then `python -m tests.codemods.test_facts`
+    # writes it here (tests/codemods/test_facts.py checks these lines are up to date).
     imports: dict[str, str] = field(default_factory=dict)
     uses_torch: bool = False
     existing_accelerator: str | None = None
@@ -556,12 +559,8 @@ class FactsDraft(FactQuestions):
     rank_dependent_breaks: list[Site] = field(default_factory=list)
     agreeable_breaks: list[Site] = field(default_factory=list)
     rank_dependent_schedule_steps: list[Site] = field(default_factory=list)
-    interrupt_handlers: list[Site] = field(default_factory=list)
-    out_of_memory_handlers: list[Site] = field(default_factory=list)
     parser_options: set[str] = field(default_factory=set)
     parsed_arguments: set[str] = field(default_factory=set)
-    grad_scalers: set[str] = field(default_factory=set)
-    amp_lines: set[int] | None = field(default_factory=set)
     download_functions: set[str] = field(default_factory=set)
     shared_draws: list[Site] = field(default_factory=list)
     shared_draw_lines: set[int] = field(default_factory=set)
@@ -580,6 +579,7 @@ class FactsDraft(FactQuestions):
     plan: object = None
     context: RunContext = field(default_factory=RunContext)
     rule_results: dict[str, object] = field(default_factory=dict)
+    # End of the generated fields.
 
     def finish(self) -> ScriptFacts:
         """The end of the analysis: the facts drawn, read-only. Every set, list and dict a field

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accel_convert.codemods.engine.names import NameTable, ScopeKey
+from accel_convert.codemods.engine.names import NameTable, ScopeKey, builtin_named
 from accel_convert.codemods.engine.syntax import dotted, target_names
 from accel_convert.codemods.engine.torch_names import LOADER_PASS_THROUGH_METHODS, PROGRESS_BARS
 
@@ -90,9 +90,8 @@ def _unwrapped(
 
 def _builtin_wrapper(func: cst.BaseExpression, names: NameTable | None, scope: ScopeKey) -> str | None:
     """``enumerate``, ``iter`` or ``zip`` where ``func`` is that builtin (not a name the module binds)."""
-    if not isinstance(func, cst.Name) or func.value not in ITERABLE_WRAPPERS:
-        return None
-    return None if names is not None and names.is_bound(func.value, scope) else func.value
+    builtin = builtin_named(func, names, scope)
+    return builtin if builtin in ITERABLE_WRAPPERS else None
 
 
 def _passes_batches_through(func: cst.BaseExpression, names: NameTable | None, scope: ScopeKey) -> bool:

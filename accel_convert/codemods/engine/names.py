@@ -20,6 +20,7 @@ imported module name.
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -29,6 +30,9 @@ from accel_convert.codemods.engine.walk import walk
 
 #: Enclosing ``def``/``class`` names, outermost first; ``()`` is the module.
 ScopeKey = tuple[str, ...]
+#: Python's builtin names (``print``, ``len``, ``open``, ``KeyboardInterrupt``), with those the
+#: ``site`` module adds (absent under ``python -S``).
+BUILTIN_NAMES = frozenset(dir(builtins)) | {"exit", "quit", "help", "copyright", "credits", "license"}
 ScopeKind = Literal["module", "class", "function"]
 
 
@@ -96,6 +100,10 @@ class NameTable:
                 return False
             key = key[:-1]
 
+    def builtin(self, node: cst.BaseExpression, scope: ScopeKey = ()) -> str | None:
+        """The builtin ``node`` denotes in ``scope`` (see :func:`builtin_named`)."""
+        return builtin_named(node, self, scope)
+
     def qualified_name(self, node: cst.BaseExpression, scope: ScopeKey = (), *, strict: bool = True) -> str | None:
         """``nn.utils.clip_grad_norm_`` → ``torch.nn.utils.clip_grad_norm_`` when ``nn`` is
         ``torch.nn`` in ``scope``; None for anything not rooted in an import."""
@@ -124,6 +132,27 @@ class NameTable:
             for scope in self.scopes.values()
             for value in scope.imports.values()
         )
+
+
+def builtin_named(node: cst.BaseExpression, names: NameTable | None, scope: ScopeKey = ()) -> str | None:
+    """The builtin ``node`` refers to where it is used, by what it is rather than how it is written:
+    ``"print"`` for ``print`` in a scope that sees no binding of its own of that name (no ``def
+    print``, ``print = ...``, ``from rich import print``, parameter named ``print``), and for
+    ``builtins.print``; None for anything else, a shadowed builtin included. ``names`` None (facts
+    built by hand, a syntax-only question): a builtin's plain name is taken as the builtin."""
+    if type(node) is cst.Name:
+        name = node.value
+        if name not in BUILTIN_NAMES or (names is not None and names.is_bound(name, scope)):
+            return None
+        return name
+    qualified = names.qualified_name(node, scope) if names is not None else None
+    head, _, tail = (qualified or "").partition(".")
+    return tail if head == "builtins" and tail in BUILTIN_NAMES else None
+
+
+def is_builtin(node: cst.BaseExpression, name: str, names: NameTable | None, scope: ScopeKey = ()) -> bool:
+    """Whether ``node`` is the builtin ``name`` where it is used (see :func:`builtin_named`)."""
+    return builtin_named(node, names, scope) == name
 
 
 def dotted_module(node: cst.BaseExpression) -> str:

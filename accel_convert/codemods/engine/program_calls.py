@@ -11,7 +11,7 @@ import libcst as cst
 from accel_convert.codemods.engine.devices import is_gpu_index
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.imported_calls import program_callee
-from accel_convert.codemods.engine.names import NameCollector
+from accel_convert.codemods.engine.names import NameCollector, NameTable, ScopeKey, is_builtin
 from accel_convert.codemods.engine.program_shapes import ModuleShape
 from accel_convert.codemods.engine.syntax import dotted, parameter_filled
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
@@ -75,7 +75,7 @@ class CrossCalls(NameCollector):
     def _callee(self, node: cst.Call) -> tuple[str, bool] | None:
         """The qualified name of the program function or class whose code the call runs, and
         whether it runs through ``super().__init__(...)``; None for anything else."""
-        if _calls_super_init(node) and self.scope and self.scope[0] in self.bases:
+        if _calls_super_init(node, self.facts.names, self.scope) and self.scope and self.scope[0] in self.bases:
             return ".".join(self.bases[self.scope[0]]), True
         callee = program_callee(self.facts, node.func, self.scope)
         if callee is None:
@@ -118,14 +118,14 @@ class CrossCalls(NameCollector):
         return tuple(arguments)
 
 
-def _calls_super_init(node: cst.Call) -> bool:
+def _calls_super_init(node: cst.Call, names: NameTable | None, scope: ScopeKey) -> bool:
     """``super().__init__(...)`` (or ``super(Trainer, self).__init__(...)``)."""
     func = node.func
     return (
         isinstance(func, cst.Attribute)
         and func.attr.value == "__init__"
         and isinstance(func.value, cst.Call)
-        and dotted(func.value.func) == "super"
+        and is_builtin(func.value.func, "super", names, scope)
     )
 
 

@@ -12,6 +12,7 @@ from typing import cast
 
 import libcst as cst
 
+from accel_convert.codemods.engine.names import builtin_named, is_builtin
 from accel_convert.codemods.engine.walk import child_nodes, walk
 
 #: libcst's two kinds of statement; both carry ``leading_lines``, which BaseStatement does not declare.
@@ -150,7 +151,7 @@ def is_host_number(node: cst.BaseExpression) -> bool:
         func = node.func
         if isinstance(func, cst.Attribute):
             return func.attr.value in HOST_NUMBER_METHODS
-        return isinstance(func, cst.Name) and func.value in HOST_NUMBER_BUILTINS
+        return builtin_named(func, None) in HOST_NUMBER_BUILTINS
     return False
 
 
@@ -238,7 +239,7 @@ def _rows_counted_by_call(call: cst.Call) -> str | None:
         return None
     argument = call.args[0].value
     if isinstance(call.func, cst.Name):
-        return argument.value if call.func.value == "len" and isinstance(argument, cst.Name) else None
+        return argument.value if is_builtin(call.func, "len", None) and isinstance(argument, cst.Name) else None
     return _name_before(call.func, "size") if _is_zero(argument) else None
 
 
@@ -477,7 +478,7 @@ def python_value(value: cst.BaseExpression) -> bool:
         func = value.func
         if isinstance(func, cst.Attribute) and func.attr.value in _PYTHON_VALUE_METHODS:
             return True
-        return isinstance(func, cst.Name) and func.value in _PYTHON_VALUE_BUILTINS
+        return builtin_named(func, None) in _PYTHON_VALUE_BUILTINS
     return False
 
 

@@ -23,6 +23,8 @@ ACCELERATORS = frozenset(
         "accel_convert.runtime.accelerator.Accelerator",
     }
 )
+#: ``torch.cuda.is_available``: a value deciding on it chooses between a GPU and the CPU.
+CUDA_AVAILABILITY = "torch.cuda.is_available"
 #: Questions about the machine's devices, with no side effect (what ``use_cuda = ...`` flags ask).
 DEVICE_AVAILABILITY = frozenset(
     {
@@ -65,7 +67,7 @@ PROGRESS_BARS = frozenset(
 )
 #: Writes to the console besides ``print``: a progress line written by hand, a message printed
 #: above tqdm's bars, a notebook's ``display(...)`` (kept when a notebook is exported to a
-#: script), ``pprint``. Like ``print``, they run on the main process only.
+#: script), ``pprint``, rich's ``print``. Like ``print``, they run on the main process only.
 CONSOLE_WRITES = frozenset(
     {
         "sys.stdout.write",
@@ -73,6 +75,7 @@ CONSOLE_WRITES = frozenset(
         "IPython.core.display.display",
         "IPython.core.display_functions.display",
         "pprint.pprint",
+        "rich.print",
         *(f"{bar}.write" for bar in PROGRESS_BARS if "trange" not in bar),
     }
 )
@@ -281,8 +284,11 @@ TRACKER_CONSTRUCTORS = frozenset(
         "wandb.init",
     }
 )
-#: Constructors of a path from the parts given (``Path(workdir)``, ``Path(workdir, "vocab.txt")``).
-PATH_CONSTRUCTORS = frozenset({"pathlib.Path", "pathlib.PurePath"})
+#: Functions joining the parts of a path given (``os.path.join(workdir, "last.pt")``).
+PATH_JOINS = frozenset({"os.path.join", "posixpath.join", "ntpath.join"})
+#: Constructors of a path from the parts given (``Path(workdir)``, ``Path(workdir, "vocab.txt")``,
+#: ``os.path.join(workdir, "last.pt")``).
+PATH_CONSTRUCTORS = frozenset({"pathlib.Path", "pathlib.PurePath", *PATH_JOINS})
 #: Endless counters a loop may run over (``for step in count(1):``, until a ``break``): the same
 #: on every process.
 ENDLESS_COUNTERS = frozenset({"itertools.count"})
@@ -387,6 +393,21 @@ MEAN_LOSSES = frozenset(
     }
 )
 
+#: ``torch.nn.functional`` losses not named ``*_loss``.
+_FUNCTIONAL_LOSSES = frozenset({"cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div"})
+
+
+def is_loss_module(qualified: str) -> bool:
+    """A ``torch.nn`` loss module (``torch.nn.CrossEntropyLoss``, ``torch.nn.KLDivLoss``)."""
+    return qualified.startswith("torch.nn.") and qualified.endswith("Loss")
+
+
+def is_loss_function(qualified: str) -> bool:
+    """A ``torch.nn.functional`` loss (``torch.nn.functional.mse_loss``, ``...cross_entropy``)."""
+    module, _, name = qualified.rpartition(".")
+    return module == "torch.nn.functional" and (name.endswith("_loss") or name in _FUNCTIONAL_LOSSES)
+
+
 #: Functions joining a list of per-batch arrays into one array of samples.
 CONCATENATIONS = frozenset(
     {
@@ -443,3 +464,60 @@ CHECKPOINT_WRITES = {"torch.save": ("f", 1)}
 #: Checkpoint reads (every process makes them): qualified name → the keyword and position of the
 #: path argument.
 CHECKPOINT_READS = {"torch.load": ("f", 0)}
+
+
+# Methods, by name (what a call's attribute is, whatever its receiver)
+# --------------------------------------------------------------------------------------------
+
+#: Methods that write what they are called on to the path they are given (a figure's
+#: ``savefig``, pandas' ``to_csv``, pathlib's ``write_text``, a Hugging Face model's, tokenizer's
+#: or config's ``save_pretrained``).
+WRITING_METHODS = frozenset(
+    {"savefig", "to_csv", "to_json", "to_parquet", "imsave", "write_text", "write_bytes", "save_pretrained"}
+)
+#: Methods that collect a value into what they are called on, once per call (a list of batch
+#: losses' ``append``, an average meter's ``update``).
+COLLECTING_METHODS = frozenset({"append", "extend", "update"})
+#: Of those, a list's: they take a container of items (``extend``) or an item (``append``).
+LIST_GROWING_METHODS = frozenset({"append", "extend"})
+#: ``nn.Module`` methods that switch its mode, reach its parameters and submodules or move it:
+#: none runs its forward, and each works the same on the DDP wrapper.
+MODULE_HOUSEKEEPING_METHODS = frozenset(
+    {"eval", "train", "parameters", "named_parameters", "zero_grad", "to", "cuda", "cpu", "modules"}
+)
+#: Methods of a model that do not compute its outputs (mode switches, parameter access, moves).
+MODULE_NOT_RUNNING_METHODS = MODULE_HOUSEKEEPING_METHODS | {"state_dict"}
+#: nn.Module's own methods and attributes: they work on the DDP wrapper (which forwards them or
+#: has its own), so calls to them stay as written. Not ``module``: on the wrapper it is the
+#: wrapped model, so the script's own ``block.module`` (a layer its class keeps under that name;
+#: DataParallel's was unwrapped by ACC110) is read from the unwrapped model. Not ``state_dict``:
+#: the wrapper's keys are prefixed with ``module.``.
+MODULE_OWN_ATTRIBUTES = MODULE_HOUSEKEEPING_METHODS | {
+    "named_modules",
+    "children",
+    "named_children",
+    "apply",
+    "buffers",
+    "named_buffers",
+    "requires_grad_",
+    "half",
+    "float",
+    "double",
+    "bfloat16",
+    "type",
+    "training",
+    "forward",
+    "register_forward_hook",
+    "register_forward_pre_hook",
+    "register_full_backward_hook",
+    "register_backward_hook",
+    "register_buffer",
+    "register_parameter",
+    "add_module",
+    "get_submodule",
+    "get_parameter",
+    "get_buffer",
+    "share_memory",
+    "no_sync",
+    "__class__",
+}

@@ -252,7 +252,7 @@ class RuleTransformer(TargetedTransformer):
         self.scope: tuple[str, ...] = ()
         self._anchors: list[cst.CSTNode] = []
         #: Where every rank runs alike: the locality owner, asked by ``every_rank_reaches_here``.
-        self._rank_reach = RankReach(facts.loaders, self.qualified_name)
+        self._rank_reach = RankReach(facts.loaders, self.qualified_name, self.builtin)
         #: Inside a method of a training class: the method's instance parameter (``self``), None
         #: in a static or class method.
         self.instance: str | None = None
@@ -361,6 +361,10 @@ class RuleTransformer(TargetedTransformer):
 
     def qualified_name(self, node: cst.BaseExpression) -> str | None:
         return self.facts.qualified_name(node, self.scope)
+
+    def builtin(self, node: cst.BaseExpression) -> str | None:
+        """The builtin ``node`` denotes here (``"range"``); None where the script binds the name."""
+        return self.facts.builtin(node, self.scope)
 
     # The scope and the anchor are kept here rather than in visit_/leave_ hooks, so a rule's own
     # hooks (which may stop the descent into a class) can never unbalance them.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import DEVICE_KEYWORDS, chooses_device, held_name
+from accel_convert.codemods.engine.names import NameTable, ScopeKey, is_builtin
 from accel_convert.codemods.engine.syntax import argument_for, dotted
 from accel_convert.codemods.model.arguments import options_defined
 from accel_convert.codemods.model.provider import provider
@@ -240,7 +241,7 @@ class _HeldDevices:
             for call in a.r.calls
             if isinstance(call.node.func, cst.Attribute)
             and call.node.func.attr.value == "add_argument"
-            and any(_declares_integer(arg) for arg in call.node.args)
+            and any(_declares_integer(arg, a.r.names, call.scope) for arg in call.node.args)
             for option in options_defined(call.node)
         }
         return cls(a, int_options)
@@ -291,12 +292,12 @@ class _HeldDevices:
         return "fixed" if self.is_index_name(name) else "other"
 
 
-def _declares_integer(arg: cst.Arg) -> bool:
+def _declares_integer(arg: cst.Arg, names: NameTable, scope: ScopeKey) -> bool:
     """``type=int`` or an integer ``default=`` of ``add_argument``."""
     if arg.keyword is None:
         return False
     if arg.keyword.value == "type":
-        return dotted(arg.value) == "int"
+        return is_builtin(arg.value, "int", names, scope)
     return arg.keyword.value == "default" and isinstance(arg.value, cst.Integer)
 
 

@@ -32,7 +32,13 @@ from accel_convert.codemods.engine.facts import MODULE
 from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.iteration import enumerate_index
 from accel_convert.codemods.engine.syntax import argument_for, dotted, names_in, nodes_in
-from accel_convert.codemods.engine.torch_names import CHECKPOINT_READS, CHECKPOINT_WRITES, WRITING_FUNCTIONS
+from accel_convert.codemods.engine.torch_names import (
+    CHECKPOINT_READS,
+    CHECKPOINT_WRITES,
+    PATH_JOINS,
+    WRITING_FUNCTIONS,
+    WRITING_METHODS,
+)
 from accel_convert.codemods.model.calls import _instance_class
 from accel_convert.codemods.model.provider import provider, rule_provider
 from accel_convert.codemods.model.recorder import CallRecord, LoopRecord
@@ -167,7 +173,8 @@ def _pattern(a: Analysis, value: cst.BaseExpression, function: str, depth: int) 
         if isinstance(value, cst.BinaryOperation) and not isinstance(value.operator, cst.Add):
             return None
         return (_pattern(a, value.left, function, depth) or ANY) + (_pattern(a, value.right, function, depth) or ANY)
-    if isinstance(value, cst.Call) and dotted(value.func) in ("os.path.join", "path.join"):
+    scope = () if function == MODULE else (function,)
+    if isinstance(value, cst.Call) and a.r.names.qualified_name(value.func, scope, strict=False) in PATH_JOINS:
         parts = [_pattern(a, arg.value, function, depth) or ANY for arg in value.args if not arg.star]
         return "/".join(parts) if parts else None
     if isinstance(value, cst.Name) and depth > 0:
@@ -271,8 +278,9 @@ def _callee(a: Analysis, call: CallRecord) -> str | None:
 # Evaluation loops writing a file per batch: run unsharded
 # --------------------------------------------------------------------------------------------
 
-#: Methods that write their receiver to a path (pandas' ``to_csv``, PIL's ``save``, a figure's ``savefig``).
-WRITING_METHODS = frozenset({"to_csv", "to_json", "to_parquet", "savefig", "save", "imsave", "write_text"})
+#: Methods that write their receiver to a path, PIL's ``image.save(path)`` among them (a name
+#: too common for the side-effects rule to move to the main process alone).
+_FILE_WRITING_METHODS = WRITING_METHODS | {"save"}
 
 
 @provider(
@@ -408,14 +416,14 @@ def _writes_file(a: Analysis, call: CallRecord) -> bool:
     name = a.qualified(call) or dotted(call.node.func)
     if name in WRITING_FUNCTIONS or name == "torch.save":
         return True
-    if name in ("open", "builtins.open", "io.open"):
+    if a.r.names.builtin(call.node.func, call.scope) == "open" or name == "io.open":
         mode = argument_for(call.node, 1, "mode")
         return (
             mode is not None
             and isinstance(mode.value, cst.SimpleString)
             and any(flag in str(mode.value.evaluated_value) for flag in "wax")
         )
-    return isinstance(call.node.func, cst.Attribute) and call.node.func.attr.value in WRITING_METHODS
+    return isinstance(call.node.func, cst.Attribute) and call.node.func.attr.value in _FILE_WRITING_METHODS
 
 
 def _path_reads(value: cst.BaseExpression, counters: set[str]) -> bool:

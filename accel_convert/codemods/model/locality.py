@@ -43,11 +43,15 @@ from accel_convert.codemods.engine.syntax import (
     target_names,
 )
 from accel_convert.codemods.engine.torch_names import (
+    COLLECTING_METHODS,
     ENDLESS_COUNTERS,
     NETWORK_FETCHES,
     PATH_CONSTRUCTORS,
     PER_PROCESS_PATHS,
+    PROGRESS_BARS,
     RANDOM_SPLITS,
+    is_loss_function,
+    is_loss_module,
 )
 from accel_convert.codemods.engine.walk import child_nodes
 from accel_convert.codemods.model.provider import provider, rule_provider
@@ -58,9 +62,6 @@ from accel_convert.codemods.model.recorder import (
     IfRecord,
 )
 from accel_convert.codemods.model.state import Analysis
-
-#: Methods that collect a value into their receiver (a list of batch losses, an average meter).
-_COLLECTING_METHODS = frozenset({"append", "extend", "update"})
 
 
 def _agreeable_break(node: cst.Break, branch: cst.If) -> bool:
@@ -94,11 +95,7 @@ def per_process_paths(a: Analysis) -> None:
     for assign in a.r.assigns:
         value = assign.value
         builds_path = isinstance(value, (cst.BinaryOperation, cst.FormattedString)) or (
-            isinstance(value, cst.Call)
-            and (
-                (dotted(value.func) or "").endswith("join")
-                or a.r.names.qualified_name(value.func, assign.scope) in PATH_CONSTRUCTORS
-            )
+            isinstance(value, cst.Call) and a.r.names.qualified_name(value.func, assign.scope) in PATH_CONSTRUCTORS
         )
         # ``tempfile.mkdtemp()`` itself, or a path built around one
         # (``os.path.join(tempfile.mkdtemp(), "vocab.json")``).
@@ -284,7 +281,7 @@ def collects(node: cst.CSTNode) -> bool:
     return (
         isinstance(node, cst.Call)
         and isinstance(node.func, cst.Attribute)
-        and node.func.attr.value in _COLLECTING_METHODS
+        and node.func.attr.value in COLLECTING_METHODS
         and bool(node.args)
     )
 
@@ -572,7 +569,7 @@ def _batch_mean_losses(a: Analysis) -> Mapping[str, frozenset[str]]:
         if not isinstance(value, cst.Call) or len(assign.node.targets) != 1 or len(assign.targets) != 1:
             continue
         qualified = a.r.names.qualified_name(value.func, assign.scope) or ""
-        if qualified.startswith("torch.nn.") and qualified.endswith("Loss") and batch_mean_reduced(value):
+        if is_loss_module(qualified) and batch_mean_reduced(value):
             found.setdefault(assign.function, set()).update(assign.targets)
     return MappingProxyType({function: frozenset(names) for function, names in found.items()})
 
@@ -586,22 +583,12 @@ def batch_mean_reduced(call: cst.Call) -> bool:
     return True
 
 
-#: ``torch.nn.functional`` losses not named ``*_loss``.
-_FUNCTIONAL_LOSSES = frozenset({"cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div"})
-
-
 def is_batch_mean_loss(call: cst.Call, criteria: AbstractSet[str], facts: ScriptFacts) -> bool:
     """A call of one of ``criteria`` (:attr:`Locality.batch_mean_losses` of its function), or a
     ``torch.nn.functional`` loss averaging over the batch."""
     if dotted(call.func) in criteria:
         return True
-    qualified = facts.callee_name(call.func) or ""
-    name = qualified.rpartition(".")[2]
-    return (
-        qualified.startswith("torch.nn.functional.")
-        and (name.endswith("_loss") or name in _FUNCTIONAL_LOSSES)
-        and batch_mean_reduced(call)
-    )
+    return is_loss_function(facts.callee_name(call.func) or "") and batch_mean_reduced(call)
 
 
 def names_rank(test: cst.BaseExpression) -> bool:
@@ -665,9 +652,16 @@ class RankReach:
     ``range``/``enumerate``/``itertools.count``/a loader. The rule transformer asks it
     (``every_rank_reaches_here``) with the statements enclosing the one it visits."""
 
-    def __init__(self, loaders: AbstractSet[str], qualified_name: Callable[[cst.BaseExpression], str | None]) -> None:
+    def __init__(
+        self,
+        loaders: AbstractSet[str],
+        qualified_name: Callable[[cst.BaseExpression], str | None],
+        builtin: Callable[[cst.BaseExpression], str | None],
+    ) -> None:
         self._loaders = loaders
         self._qualified_name = qualified_name
+        #: The builtin a name denotes where the walk is (None where the script binds it).
+        self._builtin = builtin
         #: Per function (by identity): :func:`sums_per_rank`, asked once.
         self._sums: dict[int, frozenset[str]] = {}
 
@@ -712,9 +706,11 @@ class RankReach:
         if isinstance(iterable, cst.Call) and self._qualified_name(iterable.func) in ENDLESS_COUNTERS:
             return True  # endless on every rank: it ends at a break, which the rules make agree
         if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name):
-            if iterable.func.value == "range":
+            builtin = self._builtin(iterable.func)
+            if builtin == "range":
                 return True
-            if iterable.func.value in ("enumerate", "tqdm", "zip") and iterable.args:
+            passes_through = builtin in ("enumerate", "zip") or self._qualified_name(iterable.func) in PROGRESS_BARS
+            if passes_through and iterable.args:
                 return all(self._same_length_everywhere(arg.value) for arg in iterable.args)
             return False
         name = dotted(iterable)

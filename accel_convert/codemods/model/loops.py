@@ -19,6 +19,7 @@ from accel_convert.codemods.engine.syntax import (
     parameter_filled,
     target_names,
 )
+from accel_convert.codemods.engine.torch_names import LIST_GROWING_METHODS
 from accel_convert.codemods.model.calls import stepped
 from accel_convert.codemods.model.loaders import callee_parameters
 from accel_convert.codemods.model.provider import provider
@@ -265,7 +266,7 @@ def _decoding_loops(a: Analysis) -> set[int]:
     collecting = {id(loop) for aug in a.r.aug_assigns for loop in aug.loops} | {
         id(loop)
         for call in a.r.calls
-        if isinstance(call.node.func, cst.Attribute) and call.node.func.attr.value in ("append", "extend")
+        if isinstance(call.node.func, cst.Attribute) and call.node.func.attr.value in LIST_GROWING_METHODS
         for loop in call.loops
     }
     return {
@@ -319,10 +320,8 @@ def _read_by_hand_in_training(a: Analysis, loaders: set[str], backward_functions
 
 def _builtin_draw(a: Analysis, call: CallRecord) -> str | None:
     """``"iter"`` or ``"next"`` where ``call`` calls that builtin (not a name the script binds)."""
-    func = call.node.func
-    if not isinstance(func, cst.Name) or func.value not in ("iter", "next"):
-        return None
-    return None if a.r.names.is_bound(func.value, call.scope) else func.value
+    drawn = a.r.names.builtin(call.node.func, call.scope)
+    return drawn if drawn in ("iter", "next") else None
 
 
 def _wrapped_in(a: Analysis, wrapped: dict[str, set[str]], function: str, name: str) -> set[str]:

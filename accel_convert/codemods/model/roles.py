@@ -12,10 +12,13 @@ from accel_convert.codemods.engine.devices import chooses_device, constructed
 from accel_convert.codemods.engine.syntax import (
     argument_for,
     dotted,
+    nodes_in,
 )
 from accel_convert.codemods.engine.torch_names import (
     ACCELERATORS,
+    CUDA_AVAILABILITY,
     DATA_LOADERS,
+    LIST_GROWING_METHODS,
     TRACKER_CONSTRUCTORS,
     is_optimizer,
     is_scheduler,
@@ -86,7 +89,11 @@ def constructor_roles(a: Analysis) -> None:
 
 def _mentions_cuda_availability(a: Analysis, assign: AssignRecord) -> bool:
     """``use_cuda = not args.no_cuda and torch.cuda.is_available()``."""
-    return any(name.endswith("cuda.is_available") for name in assign.names)
+    return any(
+        isinstance(node, cst.Attribute)
+        and a.r.names.qualified_name(node, assign.scope, strict=False) == CUDA_AVAILABILITY
+        for node in nodes_in(assign.value)
+    )
 
 
 def _optimizer_factories(a: Analysis) -> dict[str, cst.Call]:
@@ -245,7 +252,7 @@ def _parameter_lists(a: Analysis) -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     for call in a.r.calls:
         func = call.node.func
-        if not (isinstance(func, cst.Attribute) and func.attr.value in ("append", "extend") and call.loops):
+        if not (isinstance(func, cst.Attribute) and func.attr.value in LIST_GROWING_METHODS and call.loops):
             continue
         collected = dotted(func.value)
         source = call.loops[-1].node.iter

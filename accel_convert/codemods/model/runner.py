@@ -79,12 +79,10 @@ PROVIDERS: tuple[Provider, ...] = (
     models.model_copy_calls,
     locality.download_functions,
     loops.manual_accumulation,
-    source.mixed_precision,
     source.assign_sites,
     locality.breaks,
     locality.per_process_paths,
     locality.shared_draws,
-    source.handlers,
     plan.conversion_plan,
 )
 

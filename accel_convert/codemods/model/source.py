@@ -5,20 +5,13 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accel_convert.codemods.engine.model import Site
 from accel_convert.codemods.engine.positions import handler_sites
-from accel_convert.codemods.engine.syntax import (
-    dotted,
-)
 from accel_convert.codemods.engine.torch_names import (
-    AUTOCASTS,
     FEATURES,
-    GRAD_SCALERS,
 )
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.state import Analysis
-
-#: The last names of the GradScalers and autocasts (``GradScaler``, ``autocast``).
-_AMP_FINAL_NAMES = frozenset(name.rpartition(".")[2] for name in GRAD_SCALERS | AUTOCASTS)
 
 
 @provider(provides=("imports", "uses_torch"))
@@ -59,41 +52,6 @@ def calls_and_features(a: Analysis) -> None:
             facts.existing_features.add(feature)
 
 
-@provider(needs=("word_lines",), provides=("grad_scalers", "amp_lines"))
-def mixed_precision(a: Analysis) -> None:
-    """``grad_scalers`` and ``amp_lines``: what the AMP rule would otherwise survey the whole
-    module for. Callees are matched as the rule matches them (``facts.callee_name``)."""
-    facts = a.facts
-    lines: set[int] | None = set()
-    scaler_calls: set[int] = set()
-    for call in a.r.calls:
-        func = call.node.func
-        # A name written ``x.attr`` resolves to a name ending in ``.attr``: most calls are
-        # ruled out without resolving them.
-        if isinstance(func, cst.Attribute) and func.attr.value not in _AMP_FINAL_NAMES:
-            continue
-        callee = facts.callee_name(func)
-        if callee not in GRAD_SCALERS and callee not in AUTOCASTS:
-            continue
-        if callee in GRAD_SCALERS:
-            scaler_calls.add(id(call.node))
-        site = a.origins.site(call.node)
-        if site is None:
-            lines = None
-        elif lines is not None:
-            lines.add(site.line)
-    for assign in a.r.assigns:
-        value = assign.value
-        if isinstance(value, cst.Call) and id(value) in scaler_calls:
-            for target in assign.node.targets:
-                name = dotted(target.target)
-                if name:
-                    facts.grad_scalers.add(name)
-    if lines is not None:
-        lines |= facts.lines_mentioning({part for name in facts.grad_scalers for part in name.split(".")})
-    facts.amp_lines = lines
-
-
 @provider(provides=("assign_sites",))
 def assign_sites(a: Analysis) -> None:
     """Where each name (or dotted path) is assigned."""
@@ -103,13 +61,13 @@ def assign_sites(a: Analysis) -> None:
             a.facts.assign_sites.setdefault(target, []).append(site)
 
 
-@provider(provides=("interrupt_handlers", "out_of_memory_handlers"))
-def handlers(a: Analysis) -> None:
-    """``except KeyboardInterrupt:`` and ``except torch.cuda.OutOfMemoryError:`` clauses, found in
-    the text only when the walk met the name."""
-    for word, field in (("KeyboardInterrupt", "interrupt_handlers"), ("OutOfMemoryError", "out_of_memory_handlers")):
-        if word in a.r.words:
-            module = a.module
-            assert module is not None, "the handlers are read from the module the recorder walked"
-            text = a.source if a.source is not None else module.code
-            setattr(a.facts, field, handler_sites(text, module.encoding, word))
+def exception_handlers(a: Analysis, exception: str) -> tuple[Site, ...]:
+    """The ``except`` clauses naming ``exception`` (``except KeyboardInterrupt:``, ``except
+    torch.cuda.OutOfMemoryError:``; the ``except`` keyword of each), found in the text only when the
+    walk met the name: for the rule provider of the check that reports them."""
+    if exception not in a.r.words:
+        return ()
+    module = a.module
+    assert module is not None, "the handlers are read from the module the recorder walked"
+    text = a.source if a.source is not None else module.code
+    return tuple(handler_sites(text, module.encoding, exception))

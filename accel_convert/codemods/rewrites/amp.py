@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from typing import cast
 
 import libcst as cst
@@ -47,14 +48,68 @@ from accel_convert.codemods.engine.torch_names import AUTOCASTS, GRAD_SCALERS
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import StatementFilter, identifiers, walk
 from accel_convert.codemods.model.plan import AcceleratorCreation, find_creation
+from accel_convert.codemods.model.provider import rule_provider
+from accel_convert.codemods.model.state import Analysis
 
 #: The scaler's methods this pass knows how to replace; any other use keeps the script as it is.
 SCALER_METHODS = frozenset({"scale", "step", "update", "unscale_"})
 
 
+#: The last names of the GradScalers and autocasts (``GradScaler``, ``autocast``).
+_AMP_FINAL_NAMES = frozenset(name.rpartition(".")[2] for name in GRAD_SCALERS | AUTOCASTS)
+
+
+@dataclass(frozen=True)
+class MixedPrecision:
+    """What the rule would otherwise survey the whole module for."""
+
+    #: Names bound to a ``GradScaler(...)`` (``scaler``, ``self.scaler``), matched by qualified
+    #: name as the rule matches calls (module scope).
+    grad_scalers: frozenset[str]
+    #: Original lines where mixed-precision machinery may be: calls to a GradScaler or an autocast
+    #: and statements naming a scaler (None: a call without an original position, so look
+    #: everywhere). The rule reads only the simple statements holding these lines.
+    amp_lines: frozenset[int] | None
+
+
+@rule_provider(needs=("word_lines",))
+def mixed_precision(a: Analysis) -> MixedPrecision:
+    """The scalers and the lines of the AMP machinery. Callees are matched as the rule matches
+    them (``facts.callee_name``)."""
+    lines: set[int] | None = set()
+    scaler_calls: set[int] = set()
+    for call in a.r.calls:
+        func = call.node.func
+        # A name written ``x.attr`` resolves to a name ending in ``.attr``: most calls are
+        # ruled out without resolving them.
+        if isinstance(func, cst.Attribute) and func.attr.value not in _AMP_FINAL_NAMES:
+            continue
+        callee = a.facts.callee_name(func)
+        if callee not in GRAD_SCALERS and callee not in AUTOCASTS:
+            continue
+        if callee in GRAD_SCALERS:
+            scaler_calls.add(id(call.node))
+        site = a.origins.site(call.node)
+        if site is None:
+            lines = None
+        elif lines is not None:
+            lines.add(site.line)
+    scalers = {
+        name
+        for assign in a.r.assigns
+        if isinstance(assign.value, cst.Call) and id(assign.value) in scaler_calls
+        for target in assign.node.targets
+        if (name := dotted(target.target))
+    }
+    if lines is not None:
+        lines |= a.facts.lines_mentioning({part for name in scalers for part in name.split(".")})
+    return MixedPrecision(frozenset(scalers), None if lines is None else frozenset(lines))
+
+
 class AmpCodemod(Rule):
     code = "ACC111"
     name = "amp"
+    providers = (mixed_precision,)
     fixes = {
         "ACC911": (
             'Replace the hand-made mixed precision with Accelerate\'s: delete the ``GradScaler`` and ``autocast`` lines, construct ``Accelerator(mixed_precision="fp16")`` (or ``"bf16"``), call ``accelerator.backward(loss)`` and ``optimizer.step()`` directly; wrap a forward that must stay in autocast with ``with accelerator.autocast():``.'
@@ -270,10 +325,11 @@ def _machinery_lines(facts: ScriptFacts, scalers: AbstractSet[str]) -> list[int]
     rule received: where the analysis found a GradScaler or autocast call or a scaler's name
     (``facts.amp_lines``), where ``scalers`` are named, and what earlier rules changed (a
     statement they inserted has no original line and is always read). None: read everything."""
-    if facts.amp_lines is None:
+    amp_lines = facts.of(mixed_precision).amp_lines
+    if amp_lines is None:
         return None
     named = facts.lines_mentioning({part for scaler in scalers for part in scaler.split(".")})
-    return sorted(facts.amp_lines | named | facts.changed_lines)
+    return sorted(amp_lines | named | facts.changed_lines)
 
 
 class _StatementsAtLines(StatementFilter):
@@ -298,7 +354,7 @@ class _AmpSurvey(_StatementsAtLines):
     the analysis pointed at."""
 
     def __init__(self, facts: ScriptFacts) -> None:
-        super().__init__(facts, _machinery_lines(facts, facts.grad_scalers))
+        super().__init__(facts, _machinery_lines(facts, facts.of(mixed_precision).grad_scalers))
         self.scalers: set[str] = set()
         self.scaler_lines: list[cst.CSTNode] = []
         self.autocasts: list[cst.Call] = []

@@ -34,14 +34,17 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import dotted, is_host_number, nodes_in
-from accel_convert.codemods.engine.torch_names import ARRAYS_FROM_LISTS, HOST_LIBRARIES, TENSOR_JOINS
+from accel_convert.codemods.engine.torch_names import (
+    ARRAYS_FROM_LISTS,
+    DEVICE_MOVE_METHODS,
+    HOST_LIBRARIES,
+    TENSOR_JOINS,
+)
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
 #: Tensor methods combining the tensor with another, which must be on the same device
 #: (``pred.cpu().eq(target)``).
 _COMPARING_METHODS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "equal", "add", "sub", "mul", "div"})
-#: Methods of a chain that already decide where the tensor is.
-_PLACING_METHODS = frozenset({"cpu", "to", "cuda"})
 
 
 class _CopyToCpu(RuleTransformer):
@@ -266,7 +269,7 @@ def _batch_root(receiver: cst.BaseExpression) -> str | None:
         if isinstance(node, cst.Name):
             return node.value
         if isinstance(node, cst.Call):
-            if isinstance(node.func, cst.Attribute) and node.func.attr.value in _PLACING_METHODS:
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value in DEVICE_MOVE_METHODS:
                 return None
             if not isinstance(node.func, cst.Attribute):
                 return None  # a function's result, not the batch itself

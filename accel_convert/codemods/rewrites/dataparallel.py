@@ -210,7 +210,7 @@ class _DataParallelRemover(RuleTransformer):
 
     def _data_parallel_check(self, test: cst.BaseExpression) -> str | None:
         """The model name in ``isinstance(model, nn.DataParallel)`` (or a tuple of wrappers)."""
-        if not (isinstance(test, cst.Call) and dotted(test.func) == "isinstance" and len(test.args) == 2):
+        if not (isinstance(test, cst.Call) and self.builtin(test.func) == "isinstance" and len(test.args) == 2):
             return None
         kinds = test.args[1].value
         elements = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]

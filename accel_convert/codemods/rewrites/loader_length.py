@@ -24,6 +24,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.names import builtin_named, is_builtin
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import bound_by, dotted, nodes_in
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
@@ -53,10 +54,11 @@ def _count_assigned(statement: cst.BaseStatement, lengths: set[str], counts: set
     if not isinstance(target, cst.Name):
         return None
     calls = [node for node in nodes_in(assign.value) if isinstance(node, cst.Call)]
-    if any(dotted(call.func) not in _ARITHMETIC_CALLS for call in calls):
+    if any((builtin_named(call.func, None) or dotted(call.func)) not in _ARITHMETIC_CALLS for call in calls):
         return None
     reads_length = any(
-        dotted(call.func) == "len" and len(call.args) == 1 and dotted(call.args[0].value) in lengths for call in calls
+        is_builtin(call.func, "len", None) and len(call.args) == 1 and dotted(call.args[0].value) in lengths
+        for call in calls
     )
     if reads_length or variables_read(assign.value) & counts:
         return target.value

@@ -941,7 +941,8 @@ def _read_next(statements: Sequence[cst.BaseStatement], name: str) -> bool:
 
 
 #: Calls that end the program where they stand: a branch ending in one never falls through.
-_EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+_EXITS = frozenset({"sys.exit", "os._exit"})
+_EXIT_BUILTINS = frozenset({"exit", "quit"})
 
 
 def _binds_or_leaves(body: cst.BaseSuite, name: str, facts: ScriptFacts) -> bool:
@@ -958,4 +959,6 @@ def _binds_or_leaves(body: cst.BaseSuite, name: str, facts: ScriptFacts) -> bool
     if isinstance(final, cst.Raise):
         return True
     call = final.value if isinstance(final, cst.Expr) else None
-    return isinstance(call, cst.Call) and facts.callee_name(call.func) in _EXITS
+    return isinstance(call, cst.Call) and (
+        facts.builtin(call.func) in _EXIT_BUILTINS or facts.qualified_name(call.func) in _EXITS
+    )

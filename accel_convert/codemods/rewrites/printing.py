@@ -213,20 +213,11 @@ class _Printing(RuleTransformer):
         if len(line.body) != 1 or not isinstance(line.body[0], cst.Expr):
             return False
         call = line.body[0].value
-        return (
-            isinstance(call, cst.Call)
-            and isinstance(call.func, cst.Name)
-            and call.func.value == "print"
-            and not self.facts.name_table.is_bound("print", self.scope)
-        )
+        return isinstance(call, cst.Call) and self.facts.is_builtin(call.func, "print", self.scope)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         func = original_node.func
-        if (
-            isinstance(func, cst.Name)
-            and func.value == "print"
-            and not self.facts.name_table.is_bound("print", self.scope)
-        ):
+        if self.facts.is_builtin(func, "print", self.scope):
             # Under the launcher's RANK test this rule put around a print that ran before the
             # accelerator existed, the print already runs once: a second conversion, after a later
             # rule created the accelerator above it, must not print it another way.

@@ -51,6 +51,7 @@ from accel_convert.codemods.engine.torch_names import (
     TRACKER_RUN_STATE,
     TRACKER_SETUP,
     WRITING_FUNCTIONS,
+    WRITING_METHODS,
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
@@ -62,9 +63,6 @@ UNGUARDED_FOLDER = "folder creation or deletion where not every rank would reach
 FOLDER_FUNCTIONS = frozenset({"os.makedirs", "os.mkdir"})
 #: Functions that delete: every rank first finishes with the file, then the main process deletes.
 DELETING_FUNCTIONS = frozenset({"os.remove", "os.unlink", "os.rmdir", "shutil.rmtree"})
-#: Methods that write whatever object they are called on (figures, data frames, paths, Hugging
-#: Face models, tokenizers and configs).
-WRITING_METHODS = frozenset({"savefig", "to_csv", "write_text", "write_bytes", "save_pretrained"})
 
 
 class SideEffectsCodemod(Rule):
@@ -567,13 +565,13 @@ class _MainProcessGuard(RuleTransformer):
         """Group consecutive writing statements under one main-process guard; None if none.
         Folder creation and deletion need a barrier too: where not every rank would reach it,
         they are left to run on every rank, and reported."""
-        runs = _GuardedRuns(self._guarded, self.facts)
+        runs = _GuardedRuns(self._guarded, self.facts, self.scope)
         barrier_safe = self.every_rank_reaches_here()
         enclosing = next(
             (node for node in reversed(self._anchors) if isinstance(node, cst.BaseCompoundStatement)), None
         )
         # A block whose whole statement is a write is guarded one level up, where it stands.
-        whole_statement_guarded = enclosing is not None and _write_kind(enclosing, self.facts) is not None
+        whole_statement_guarded = enclosing is not None and _write_kind(enclosing, self.facts, self.scope) is not None
         for statement in statements:
             if self._kept_for_run_state(statement):
                 runs.keep(statement)
@@ -582,7 +580,7 @@ class _MainProcessGuard(RuleTransformer):
             if created is not None:
                 runs.add_rewritten(created)
                 continue
-            kind = _write_kind(statement, self.facts)
+            kind = _write_kind(statement, self.facts, self.scope)
             if kind in ("folder", "delete") and not barrier_safe:
                 if whole_statement_guarded:
                     return None
@@ -673,7 +671,7 @@ class _MainProcessGuard(RuleTransformer):
         leading = as_statement(run[0]).leading_lines
         body = [run[0].with_changes(leading_lines=()), *run[1:]]
         guard = cst.If(test=self._main_process(), body=cst.IndentedBlock(body=body), leading_lines=leading)
-        kind = _write_kind(run[0], self.facts)
+        kind = _write_kind(run[0], self.facts, self.scope)
         message = (
             "experiment tracking on the main process only" if kind == "track" else "file write on the main process only"
         )
@@ -696,7 +694,7 @@ class _MainProcessGuard(RuleTransformer):
         if self._guarded_depth:
             return
         for statement in statements:
-            kind = _write_kind(statement, self.facts)
+            kind = _write_kind(statement, self.facts, self.scope)
             if kind is None and _tracker_creation(statement, self.facts) is not None:
                 message = "tracker created where the accelerator is not reachable: every rank starts one"
             elif kind == "track":
@@ -705,7 +703,7 @@ class _MainProcessGuard(RuleTransformer):
                 continue  # ``os.makedirs(d, exist_ok=True)`` on every rank: each finds or makes the folder
             elif kind is not None:
                 message = "file write where the accelerator is not reachable: every rank runs it"
-            elif _keeps_file_open_for_writing(statement, self.facts):
+            elif _keeps_file_open_for_writing(statement, self.facts, self.scope):
                 message = KEPT_FILE_UNREACHABLE
             else:
                 continue
@@ -723,9 +721,16 @@ class _GuardedRuns:
     """The statements of a block as ``_guard_runs`` rebuilds them: consecutive writes of one kind
     gather into a run, and each run goes under one main-process guard (``guard``) when it ends."""
 
-    def __init__(self, guard: Callable[[list[cst.BaseStatement]], list[cst.BaseStatement]], facts: ScriptFacts) -> None:
+    def __init__(
+        self,
+        guard: Callable[[list[cst.BaseStatement]], list[cst.BaseStatement]],
+        facts: ScriptFacts,
+        scope: tuple[str, ...],
+    ) -> None:
         self.guard = guard
         self.facts = facts
+        #: Where the block is (what its names, ``open`` among them, denote).
+        self.scope = scope
         self.result: list[cst.BaseStatement] = []
         self.run: list[cst.BaseStatement] = []
         self.changed = False
@@ -755,7 +760,7 @@ class _GuardedRuns:
 
     def add_write(self, statement: cst.BaseStatement, kind: str) -> None:
         """A write of ``kind``: it joins the run, which a write of another kind ends first."""
-        if self.run and _write_kind(self.run[-1], self.facts) != kind:
+        if self.run and _write_kind(self.run[-1], self.facts, self.scope) != kind:
             self.flush()
         self.run.append(statement)
         self.changed = True
@@ -767,14 +772,14 @@ class _GuardedRuns:
         self.changed = True
 
 
-def _write_kind(statement: cst.BaseStatement, facts: ScriptFacts) -> str | None:
+def _write_kind(statement: cst.BaseStatement, facts: ScriptFacts, scope: tuple[str, ...] = ()) -> str | None:
     """``"folder"`` for folder creation, ``"delete"`` for deletions, ``"track"`` for experiment
-    tracking, ``"write"`` for other writes, None for anything else."""
+    tracking, ``"write"`` for other writes, None for anything else; ``scope``: where it stands."""
     if isinstance(statement, cst.With):
         paths = locality_of(facts).per_process_paths
         if paths and any(names_in(item.item) & paths for item in statement.items):
             return None
-        return "write" if any(facts.opens_for_writing(i.item) for i in statement.items) else None
+        return "write" if any(facts.opens_for_writing(i.item, scope) for i in statement.items) else None
     if isinstance(statement, (cst.If, cst.For, cst.Try)) and isinstance(statement.body, cst.IndentedBlock):
         # ``if not os.path.isdir(d): os.makedirs(d)``, ``try: os.makedirs(d) except OSError:
         # pass``, ``for f in glob(...): os.remove(f)``: the whole statement is the write, so the
@@ -783,11 +788,11 @@ def _write_kind(statement: cst.BaseStatement, facts: ScriptFacts) -> str | None:
             return None
         if isinstance(statement, cst.If) and tests_main_process(statement.test, accelerator_name(facts)):
             return None  # already guarded
-        inner = {_write_kind(child, facts) for child in statement.body.body}
+        inner = {_write_kind(child, facts, scope) for child in statement.body.body}
         return inner.pop() if len(inner) == 1 and None not in inner else None
     if not isinstance(statement, cst.SimpleStatementLine):
         return None
-    kinds = {_call_kind(small, facts) for small in statement.body}
+    kinds = {_call_kind(small, facts, scope) for small in statement.body}
     return kinds.pop() if len(kinds) == 1 else None
 
 
@@ -852,7 +857,7 @@ def _tracker_creation(statement: cst.BaseStatement, facts: ScriptFacts) -> cst.C
     return assign.value if facts.callee_name(assign.value.func) in TRACKER_CONSTRUCTORS else None
 
 
-def _call_kind(small: cst.BaseSmallStatement, facts: ScriptFacts) -> str | None:
+def _call_kind(small: cst.BaseSmallStatement, facts: ScriptFacts, scope: tuple[str, ...]) -> str | None:
     if not isinstance(small, cst.Expr) or not isinstance(small.value, cst.Call):
         return None
     call = small.value
@@ -872,7 +877,7 @@ def _call_kind(small: cst.BaseSmallStatement, facts: ScriptFacts) -> str | None:
         return "write"
     if isinstance(call.func, cst.Attribute) and call.func.attr.value in WRITING_METHODS:
         return "write"
-    if any(facts.opens_for_writing(arg.value) for arg in call.args):
+    if any(facts.opens_for_writing(arg.value, scope) for arg in call.args):
         return "write"  # json.dump(results, open("results.json", "w"))
     return None
 
@@ -887,11 +892,11 @@ KEPT_FILE_UNREACHABLE = (
 )
 
 
-def _keeps_file_open_for_writing(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:
+def _keeps_file_open_for_writing(statement: cst.BaseStatement, facts: ScriptFacts, scope: tuple[str, ...]) -> bool:
     """``self.file = open(path, "w")``: a file opened for writing (``"w"``/``"a"``/``"x"``) and
     bound to a name, written through it later (``csv.writer(self.file).writerow(row)``)."""
     return isinstance(statement, cst.SimpleStatementLine) and any(
-        isinstance(small, cst.Assign) and facts.opens_for_writing(small.value) for small in statement.body
+        isinstance(small, cst.Assign) and facts.opens_for_writing(small.value, scope) for small in statement.body
     )
 
 

@@ -28,7 +28,7 @@ def model_copiers(a: Analysis) -> frozenset[str]:
 def type_of_model(call: cst.Call, facts: ScriptFacts) -> bool:
     """``type(model)`` (the builtin, one argument) of a model."""
     return (
-        facts.callee_name(call.func) == "type"
+        facts.is_builtin(call.func, "type")
         and len(call.args) == 1
         and call.args[0].keyword is None
         and not call.args[0].star

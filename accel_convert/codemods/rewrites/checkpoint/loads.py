@@ -10,7 +10,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_call
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.syntax import as_statement, dotted
+from accel_convert.codemods.engine.syntax import as_statement
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
 from accel_convert.codemods.rewrites.checkpoint.codes import CHECKPOINT
@@ -128,7 +128,9 @@ class WaitBeforeLoads(RuleTransformer):
         put in front of that load; None for anything else."""
         if not isinstance(statement, cst.With) or not isinstance(statement.body, cst.IndentedBlock):
             return None
-        if not any(isinstance(item.item, cst.Call) and dotted(item.item.func) == "open" for item in statement.items):
+        if not any(
+            isinstance(item.item, cst.Call) and self.builtin(item.item.func) == "open" for item in statement.items
+        ):
             return None
         inner = list(statement.body.body)
         kept: list[cst.BaseStatement] = []

@@ -63,7 +63,8 @@ class SavesOnMainProcess(RuleTransformer):
         """Inside ``with open(path, "wb") as f:``: the side-effects rule moves that whole block to
         the main process, so a barrier in it would be reached by the main process alone."""
         return any(
-            isinstance(node, cst.With) and any(self.facts.opens_for_writing(item.item) for item in node.items)
+            isinstance(node, cst.With)
+            and any(self.facts.opens_for_writing(item.item, self.scope) for item in node.items)
             for node in self._anchors
         )
 

@@ -9,55 +9,11 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_call, unwrap_model
 from accel_convert.codemods.engine.syntax import dotted
+from accel_convert.codemods.engine.torch_names import MODULE_OWN_ATTRIBUTES
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.model.provider import rule_provider
 from accel_convert.codemods.model.state import Analysis
 from accel_convert.codemods.rewrites.checkpoint.codes import CHECKPOINT
-
-#: nn.Module's own methods and attributes: they work on the DDP wrapper (which forwards them or
-#: has its own), so calls to them stay as written. Not ``module``: on the wrapper it is the
-#: wrapped model, so the script's own ``block.module`` (a layer its class keeps under that name;
-#: DataParallel's was unwrapped by ACC110) is read from the unwrapped model.
-MODULE_OWN_ATTRIBUTES = frozenset(
-    {
-        "train",
-        "eval",
-        "parameters",
-        "named_parameters",
-        "zero_grad",
-        "to",
-        "cuda",
-        "cpu",
-        "modules",
-        "named_modules",
-        "children",
-        "named_children",
-        "apply",
-        "buffers",
-        "named_buffers",
-        "requires_grad_",
-        "half",
-        "float",
-        "double",
-        "bfloat16",
-        "type",
-        "training",
-        "forward",
-        "register_forward_hook",
-        "register_forward_pre_hook",
-        "register_full_backward_hook",
-        "register_backward_hook",
-        "register_buffer",
-        "register_parameter",
-        "add_module",
-        "get_submodule",
-        "get_parameter",
-        "get_buffer",
-        "share_memory",
-        "no_sync",
-        "__class__",
-    }
-)
 
 
 @rule_provider(needs=("model_copy_calls",))

@@ -14,6 +14,7 @@ from collections.abc import Set as AbstractSet
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import names_device, peel_self_returning
+from accel_convert.codemods.engine.names import builtin_named
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS
 from accel_convert.codemods.engine.syntax import dotted, expression, root_name, target_names
 from accel_convert.codemods.model.plan import plan_of
@@ -232,7 +233,7 @@ def is_identity(assign: cst.Assign) -> bool:
     target_code = written(target)
     if written(value) == target_code:
         return True
-    if isinstance(value, cst.Call) and dotted(value.func) in {"tuple", "list"} and len(value.args) == 1:
+    if isinstance(value, cst.Call) and builtin_named(value.func, None) in {"tuple", "list"} and len(value.args) == 1:
         value = value.args[0].value
     if isinstance(value, (cst.GeneratorExp, cst.ListComp)):
         loop = value.for_in

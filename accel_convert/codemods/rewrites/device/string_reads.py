@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accel_convert.codemods.engine.names import is_builtin
 from accel_convert.codemods.engine.syntax import dotted
 from accel_convert.codemods.engine.torch_names import DEVICE_TYPE_KEYWORD, DEVICE_TYPE_PARAMETERS, DEVICE_TYPES
 from accel_convert.codemods.rewrites.device.state import DEVICE, DeviceWalkState
@@ -91,8 +92,7 @@ def _unless_str(node: cst.BaseExpression) -> cst.BaseExpression:
     ``str(accelerator.device)`` is ``"cuda:0"``: the comparison reads the device's type instead."""
     if (
         isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Name)
-        and node.func.value == "str"
+        and is_builtin(node.func, "str", None)
         and len(node.args) == 1
         and node.args[0].keyword is None
         and not node.args[0].star

@@ -13,6 +13,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.iteration import enumerate_index
+from accel_convert.codemods.engine.names import is_builtin
 from accel_convert.codemods.engine.positions import STATEMENT_TYPES
 from accel_convert.codemods.engine.syntax import (
     calls_in,
@@ -188,7 +189,7 @@ def _statements_once_per_batch(loop: cst.For) -> list[cst.SimpleStatementLine]:
 
 
 def _is_len_of(call: cst.Call, names: set[str]) -> bool:
-    return dotted(call.func) == "len" and len(call.args) == 1 and dotted(call.args[0].value) in names
+    return is_builtin(call.func, "len", None) and len(call.args) == 1 and dotted(call.args[0].value) in names
 
 
 #: What the batch-count survey checks (divisions, ``/=``, calls).

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accel_convert.codemods.engine.names import is_builtin
 from accel_convert.codemods.engine.syntax import nodes_in
 
 
@@ -70,8 +71,7 @@ def batches_counted(scope: cst.CSTNode, loader: str | None) -> bool:
     """Whether ``scope`` reads ``len(loader)``: this process's batches once prepared."""
     return loader is not None and any(
         isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Name)
-        and node.func.value == "len"
+        and is_builtin(node.func, "len", None)
         and len(node.args) == 1
         and isinstance(node.args[0].value, cst.Name)
         and node.args[0].value.value == loader

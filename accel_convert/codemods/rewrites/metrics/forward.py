@@ -21,6 +21,7 @@ from accel_convert.codemods.engine.syntax import (
     target_names,
 )
 from accel_convert.codemods.engine.torch_names import (
+    MODULE_NOT_RUNNING_METHODS,
     ROW_WISE_FUNCTIONS,
 )
 from accel_convert.codemods.engine.walk import walk
@@ -41,12 +42,6 @@ def is_gather(node: cst.CSTNode, facts: ScriptFacts) -> bool:
     return is_accelerator_method(node, facts, "gather_for_metrics", "gather", "reduce", "gather_object")
 
 
-#: Methods of a model that do not compute its outputs (mode switches, parameter access, moves).
-_NOT_RUNNING_METHODS = frozenset(
-    {"eval", "train", "parameters", "named_parameters", "state_dict", "zero_grad", "to", "cuda", "cpu", "modules"}
-)
-
-
 def model_passed_to_call(loop: cst.For, facts: ScriptFacts) -> tuple[str, cst.Call] | None:
     """The function a model of the script is handed to in the loop (``greedy_decode(model, src)``),
     or the model's own method it calls (``model.generate(src)``, also as
@@ -59,7 +54,7 @@ def model_passed_to_call(loop: cst.For, facts: ScriptFacts) -> tuple[str, cst.Ca
         if any(dotted(arg.value) in models for arg in node.args):
             return dotted(node.func) or expression_code(node.func), node
         func = node.func
-        if not isinstance(func, cst.Attribute) or func.attr.value in _NOT_RUNNING_METHODS:
+        if not isinstance(func, cst.Attribute) or func.attr.value in MODULE_NOT_RUNNING_METHODS:
             continue
         owner = func.value
         if is_accelerator_method(owner, facts, "unwrap_model") and isinstance(owner, cst.Call) and owner.args:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.names import builtin_named, is_builtin
 from accel_convert.codemods.engine.syntax import (
     argument_for,
     calls_in,
@@ -225,8 +226,8 @@ def _pads_to_longest(call: cst.Call, facts: ScriptFacts) -> bool:
     """``pad_sequence(...)``, or ``max(len(f["input_ids"]) for f in features)``."""
     if facts.qualified_name(call.func) in SEQUENCE_PADDERS:
         return True
-    return dotted(call.func) == "max" and any(
-        isinstance(inner, cst.Call) and dotted(inner.func) == "len"
+    return facts.is_builtin(call.func, "max") and any(
+        isinstance(inner, cst.Call) and facts.is_builtin(inner.func, "len")
         for arg in call.args
         for inner in nodes_in(arg.value)
     )
@@ -234,12 +235,14 @@ def _pads_to_longest(call: cst.Call, facts: ScriptFacts) -> bool:
 
 def _zips_samples(value: cst.BaseExpression) -> bool:
     """``tuple(zip(*batch))`` or ``list(zip(*batch))``."""
-    if not (isinstance(value, cst.Call) and dotted(value.func) in ("tuple", "list") and len(value.args) == 1):
+    if not (
+        isinstance(value, cst.Call) and builtin_named(value.func, None) in ("tuple", "list") and len(value.args) == 1
+    ):
         return False
     inner = value.args[0].value
     return (
         isinstance(inner, cst.Call)
-        and dotted(inner.func) == "zip"
+        and is_builtin(inner.func, "zip", None)
         and len(inner.args) == 1
         and inner.args[0].star == "*"
     )

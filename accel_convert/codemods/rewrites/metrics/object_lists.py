@@ -12,14 +12,14 @@ import libcst as cst
 from accel_convert.codemods.engine.accelerator_code import accelerator_call
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.iteration import iterated
+from accel_convert.codemods.engine.names import builtin_named
 from accel_convert.codemods.engine.syntax import dotted, nodes_in, root_name
+from accel_convert.codemods.engine.torch_names import LIST_GROWING_METHODS
 from accel_convert.codemods.rewrites.metrics.plan import GatherPlan
 
-#: Calls whose arguments are taken as containers of items, whatever the items are: a batch
-#: value read only through them may be a list of strings (ids, file names, captions).
-_CONTAINER_METHODS = frozenset({"append", "extend"})
-
-
+#: Calls whose arguments are taken as containers of items, whatever the items are (with the
+#: methods growing a list): a batch value read only through them may be a list of strings (ids,
+#: file names, captions).
 _CONTAINER_FUNCTIONS = frozenset({"zip", "list", "enumerate", "tuple"})
 
 
@@ -38,7 +38,7 @@ def per_sample_lists(
             continue
         name = dotted(node.targets[0].target)
         value = node.value
-        if isinstance(value, cst.Call) and dotted(value.func) in ("list", "tuple") and value.args:
+        if isinstance(value, cst.Call) and builtin_named(value.func, None) in ("list", "tuple") and value.args:
             value = value.args[0].value
         if (
             name is not None
@@ -81,8 +81,8 @@ def _taken_as_containers(node: cst.CSTNode) -> list[cst.BaseExpression]:
     ``zip(...)``..., what ``+=`` adds, what a ``for`` runs over."""
     if isinstance(node, cst.Call):
         func = node.func
-        if (isinstance(func, cst.Attribute) and func.attr.value in _CONTAINER_METHODS) or (
-            isinstance(func, cst.Name) and func.value in _CONTAINER_FUNCTIONS
+        if (isinstance(func, cst.Attribute) and func.attr.value in LIST_GROWING_METHODS) or (
+            builtin_named(func, None) in _CONTAINER_FUNCTIONS
         ):
             return [arg.value for arg in node.args if arg.keyword is None and not arg.star]
         return []

@@ -14,6 +14,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_call
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.names import is_builtin
 from accel_convert.codemods.engine.positions import reanchor
 from accel_convert.codemods.engine.syntax import (
     dotted,
@@ -222,8 +223,7 @@ class _ExpressionReplacer(TargetedTransformer):
         if (
             self.batch_size_expr
             and self.rows is not None
-            and isinstance(func, cst.Name)
-            and func.value == "range"
+            and is_builtin(func, "range", None)
             and len(updated_node.args) == 1
             and dotted(updated_node.args[0].value) == self.batch_size_expr
         ):
