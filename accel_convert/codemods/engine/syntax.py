@@ -162,6 +162,11 @@ def mean_reduced(call: cst.Call) -> bool:
     return True
 
 
+def only_mean_reduced(call: cst.Call) -> bool:
+    """A loss call or constructor given nothing but, at most, ``reduction="mean"``."""
+    return all(arg.keyword is not None and arg.keyword.value == "reduction" for arg in call.args) and mean_reduced(call)
+
+
 def parameter_names(function: cst.FunctionDef) -> tuple[str, ...]:
     """The names of a function's parameters, in order (not ``*args``/``**kwargs``)."""
     params = function.params

@@ -32,9 +32,17 @@ import libcst as cst
 from accel_convert.codemods.engine.accelerator_code import is_accelerator_method
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.iteration import batch_target, iterated
+from accel_convert.codemods.engine.loader_values import holds_loaders
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import nodes_in, parameter_names, rows_counted, statement, target_names
+from accel_convert.codemods.engine.syntax import (
+    nodes_in,
+    only_mean_reduced,
+    parameter_names,
+    rows_counted,
+    statement,
+    target_names,
+)
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS, MEAN_LOSSES, SELF_DISTRIBUTING
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import module_nodes, variables_read
@@ -227,10 +235,6 @@ class LoaderDict(Rule):
 
 def loader_dicts(module: cst.Module, facts: ScriptFacts) -> list[str]:
     """Names bound (once) to a dict of DataLoaders (a dict comprehension or a literal), in file order."""
-
-    def is_loader(value: cst.BaseExpression) -> bool:
-        return isinstance(value, cst.Call) and facts.qualified_name(value.func) in DATA_LOADERS
-
     found: list[str] = []
     bound: dict[str, int] = {}
     assignments = [node for node in module_nodes(module) if isinstance(node, cst.Assign)]
@@ -242,12 +246,8 @@ def loader_dicts(module: cst.Module, facts: ScriptFacts) -> list[str]:
         if len(node.targets) != 1:
             continue
         target, value = node.targets[0].target, node.value
-        holds = (isinstance(value, cst.DictComp) and is_loader(value.value)) or (
-            isinstance(value, cst.Dict)
-            and any(isinstance(e, cst.DictElement) and is_loader(e.value) for e in value.elements)
-        )
         # A dict bound once: which of several bindings trains would be a guess.
-        if holds and isinstance(target, cst.Name) and bound[target.value] == 1:
+        if holds_loaders(value, facts) and isinstance(target, cst.Name) and bound[target.value] == 1:
             found.append(target.value)
     return found
 
@@ -313,7 +313,7 @@ class _PrepareDicts(RuleTransformer):
                     continue  # a definition runs nothing here
                 if name in variables_read(body[later]):
                     break
-                if _prepares(body[later], self.accelerator):
+                if _prepares(body[later], self.facts):
                     at = later
                     break
             if at is None:
@@ -333,19 +333,12 @@ class _PrepareDicts(RuleTransformer):
         return placed
 
 
-def _prepares(line: cst.BaseStatement, accelerator: str) -> bool:
+def _prepares(line: cst.BaseStatement, facts: ScriptFacts) -> bool:
     """``a, b = accelerator.prepare(a, b)`` (the prepare rule's statement)."""
     if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
         return False
     assign = line.body[0]
-    return (
-        isinstance(assign, cst.Assign)
-        and isinstance(assign.value, cst.Call)
-        and isinstance(assign.value.func, cst.Attribute)
-        and assign.value.func.attr.value == "prepare"
-        and isinstance(assign.value.func.value, cst.Name)
-        and assign.value.func.value.value == accelerator
-    )
+    return isinstance(assign, cst.Assign) and is_accelerator_method(assign.value, facts, "prepare")
 
 
 class _GatherSums(RuleTransformer):
@@ -622,8 +615,7 @@ class _GatherSums(RuleTransformer):
         return bool(values) and all(
             isinstance(value, cst.Call)
             and self.facts.qualified_name(value.func) in MEAN_LOSSES
-            and all(arg.keyword is not None and arg.keyword.value == "reduction" for arg in value.args)
-            and _mean_reduction(value)
+            and only_mean_reduced(value)
             for value in values
         )
 
@@ -690,13 +682,6 @@ def _over_classes(args: Sequence[cst.Arg]) -> bool:
         and isinstance(arg.value, cst.Integer)
         and (arg.value.value == "1")
     )
-
-
-def _mean_reduction(call: cst.Call) -> bool:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == "reduction":
-            return isinstance(arg.value, cst.SimpleString) and arg.value.evaluated_value == "mean"
-    return True
 
 
 def _trailing_sums(body: list[cst.BaseStatement]) -> tuple[int, list[cst.AugAssign]] | None:
