@@ -161,3 +161,18 @@ def test_one_file_loads_only_what_its_run_needs(tmp_path: Path, arguments: list[
     )
     assert result.returncode in (0, 1), result.stderr.decode()
     assert f"LOADED {loaded}\n" in result.stderr.decode(), result.stderr.decode()
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_importing_the_command_leaves_the_collector_as_it_found_it(collecting: bool) -> None:
+    """The collector is off while the command's modules load (start-up), and as it was after."""
+    probe = (
+        "import gc\n"
+        f"(gc.enable if {collecting} else gc.disable)()\n"
+        "import accel_convert.converter.cli\n"
+        "print(gc.isenabled(), 'libcst' in __import__('sys').modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, env=base_env(), timeout=120, check=False
+    )
+    assert result.stdout.decode().split() == [str(collecting), "True"], result.stderr.decode()
