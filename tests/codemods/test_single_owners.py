@@ -5,6 +5,12 @@ target binds counted two ways): that is where silent bugs come from. Each concep
 owner in ``codemods/engine/``; a function under ``rewrites/``, ``checks/`` or ``model/`` whose name says it
 answers the same question is refused, as ``test_torch_names.py`` refuses copies of name tables
 and ``test_evaluation_owner.py`` copies of "this loop evaluates".
+
+Names are the first net; the second is structure: :data:`PATTERNS` describes what answering an
+owner's question again looks like in the code (a ``"cuda"`` string literal compared, a loss's
+``reduction=`` read, ...) and refuses it in every module of the codemods but the owner, ``engine/``
+included, whatever the function is called. ``tests/test_duplicate_bodies.py`` refuses copied
+function bodies across the whole package.
 """
 
 from __future__ import annotations
