@@ -22,7 +22,7 @@ from typing import Any
 
 # What is imported below lives for the whole run (libcst's modules alone are some 35,000
 # objects, the converter's and the rules' classes more): the collector stays off while it loads
-# rather than walking it again at every collection the imports trigger (about a twentieth of a
+# rather than walking it again at every collection the imports trigger (about 3% of a
 # one-file run; benchmarks/README.md), and is left as it was found.
 _COLLECTING = gc.isenabled()
 gc.disable()
