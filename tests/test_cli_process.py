@@ -12,6 +12,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pytest
+
 from tests.launching import REPO_ROOT, base_env
 
 SCRIPT = b"""import torch
@@ -121,3 +123,56 @@ def test_check_on_a_pipe_never_imports_rich_console(tmp_path: Path) -> None:
     backward_line = SCRIPT.splitlines().index(b"        loss.backward()") + 1
     assert f"train.py:{backward_line}:9: ACC105 X.backward() → accelerator.backward(X)\n" in stderr
     assert "\x1b[31mACC105\x1b[0m" in stderr
+
+
+#: Runs the command as the console script does and, at exit, says which of the modules a
+#: one-file conversion never needs were loaded.
+ONE_FILE_PROBE = """
+import atexit, runpy, sys
+NEVER = ("hashlib", "base64", "nbformat", "rich", "accel_convert.converter.notebooks", "accel_convert.converter.docs")
+atexit.register(lambda: sys.__stderr__.write("\\nLOADED " + ",".join(n for n in NEVER if n in sys.modules) + "\\n"))
+sys.argv = ["accel-convert", *sys.argv[1:]]
+runpy.run_module("accel_convert.converter", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize(
+    ("arguments", "loaded"),
+    [
+        (["-q", "train.py"], ""),
+        (["--check", "--no-cache", "-q", "train.py"], ""),
+        # The cache digests and encodes what it keeps: it loads them, on first use.
+        (["--check", "-q", "train.py"], "hashlib,base64"),
+    ],
+)
+def test_one_file_loads_only_what_its_run_needs(tmp_path: Path, arguments: list[str], loaded: str) -> None:
+    """Converting one script imports no notebook, docs, cache or colour support (issue 41: the
+    whole process on one file, start-up included)."""
+    (tmp_path / "train.py").write_bytes(SCRIPT)
+    env = {**base_env(), "ACCEL_CONVERT_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("FORCE_COLOR", None)
+    result = subprocess.run(
+        [sys.executable, "-c", ONE_FILE_PROBE, *arguments],
+        capture_output=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode in (0, 1), result.stderr.decode()
+    assert f"LOADED {loaded}\n" in result.stderr.decode(), result.stderr.decode()
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_importing_the_command_leaves_the_collector_as_it_found_it(collecting: bool) -> None:
+    """The collector is off while the command's modules load (start-up), and as it was after."""
+    probe = (
+        "import gc\n"
+        f"(gc.enable if {collecting} else gc.disable)()\n"
+        "import accel_convert.converter.cli\n"
+        "print(gc.isenabled(), 'libcst' in __import__('sys').modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, env=base_env(), timeout=120, check=False
+    )
+    assert result.stdout.decode().split() == [str(collecting), "True"], result.stderr.decode()

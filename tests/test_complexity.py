@@ -8,7 +8,9 @@ each answer one question, dispatching on node type through a table, returning ea
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from radon.complexity import cc_rank, cc_visit
 
@@ -19,12 +21,21 @@ CODEMODS = Path(codemods_package.__file__).parent
 WORST_RANK = "C"
 
 
+def blocks(found: Iterable[Any]) -> Iterator[Any]:
+    """Every block radon found, with those it keeps inside another: the closures (functions
+    nested in a function or method, which radon scores apart and lists only under their outer
+    function: ``name_flow._read_function``'s ``collect`` was D22 there) and classes in classes."""
+    for block in found:
+        yield block
+        yield from blocks([*getattr(block, "closures", ()), *getattr(block, "inner_classes", ())])
+
+
 def too_complex(source: str) -> list[str]:
-    """``name: rank (complexity)`` for each function, method or class of ``source`` ranked
-    worse than :data:`WORST_RANK`."""
+    """``name: rank (complexity)`` for each function, method, closure or class of ``source``
+    ranked worse than :data:`WORST_RANK`."""
     return [
         f"{block.fullname}:{block.lineno}: {cc_rank(block.complexity)} ({block.complexity})"
-        for block in cc_visit(source)
+        for block in blocks(cc_visit(source))
         if cc_rank(block.complexity) > WORST_RANK
     ]
 
@@ -37,6 +48,16 @@ def test_a_function_worse_than_c_is_found() -> None:
     branches = "".join(f"    if x == {i}:\n        return {i}\n" for i in range(25))
     assert too_complex(f"def many(x):\n{branches}    return None\n") == ["many:1: D (26)"]
     assert too_complex("def few(x):\n    return x if x else None\n") == []
+
+
+def test_a_closure_worse_than_c_is_found() -> None:
+    """A nested function counts on its own (radon scores it apart from the function around it)."""
+    branches = "".join(f"        if x == {i}:\n            return {i}\n" for i in range(25))
+    source = f"def outer(y):\n    def inner(x):\n{branches}        return None\n    return inner(y)\n"
+    assert too_complex(source) == ["inner:2: D (26)"]
+    in_method = "".join(f"            if x == {i}:\n                return {i}\n" for i in range(25))
+    method = f"class Walk:\n    def run(self, y):\n        def inner(x):\n{in_method}            return None\n"
+    assert too_complex(method + "        return inner(y)\n") == ["inner:3: D (26)"]
 
 
 def test_no_function_in_the_codemods_is_worse_than_c() -> None:

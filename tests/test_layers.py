@@ -61,6 +61,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "codemods/engine/accelerator_code.py",
             "codemods/engine/devices.py",
             "codemods/engine/random_draws.py",
+            "codemods/engine/loader_values.py",
         ),
     ),
     # The program model: the one walk and the providers that fill the facts (model/; the runner

@@ -29,9 +29,7 @@ Example: ``accel-convert --check src/`` twice; the second run reads every result
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -85,6 +83,8 @@ def code_stamp(package: Path) -> str:
 
 
 def _digest(data: bytes) -> str:
+    import hashlib  # only a cached --check needs it: OpenSSL is not loaded at start-up
+
     return hashlib.sha256(data).hexdigest()
 
 
@@ -221,6 +221,8 @@ def read_sources(job: Any) -> list[bytes] | None:
 
 
 def sources_digest(sources: Sequence[bytes]) -> str:
+    import hashlib
+
     digest = hashlib.sha256()
     for source in sources:
         digest.update(len(source).to_bytes(8, "big"))
@@ -278,8 +280,10 @@ def encode_entry(key: str, version: str, conversions: Sequence[Conversion]) -> b
 
 
 def encode_conversion(conversion: Conversion) -> dict[str, Any]:
+    from base64 import b64encode
+
     return {
-        "output": base64.b64encode(conversion.output).decode() if conversion.changed else None,
+        "output": b64encode(conversion.output).decode() if conversion.changed else None,
         "changes": [dataclasses.astuple(change) for change in conversion.changes],
         "encoding": conversion.encoding,
         "batch_size": conversion.batch_size,
@@ -317,10 +321,12 @@ def read_helps(path: Path) -> dict[str, str] | None:
 
 
 def decode_conversion(stored: dict[str, Any], name: str, source: bytes) -> Conversion:
+    from base64 import b64decode
+
     from accel_convert.codemods.engine.model import Change
     from accel_convert.converter.pipeline import Conversion
 
-    output = source if stored["output"] is None else base64.b64decode(stored["output"], validate=True)
+    output = source if stored["output"] is None else b64decode(stored["output"], validate=True)
     changes = []
     for code, message, line, column, end_line, end_column, fixed in stored["changes"]:
         numbers = (line, column, end_line, end_column)

@@ -17,7 +17,6 @@ run of one file) converts everything in the command's own process.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 from collections.abc import Sequence
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accel_convert.codemods.engine.model import Options
+from accel_convert.converter.cache import sources_digest
 from accel_convert.converter.pipeline import Conversion, ConversionError, convert_source
 from accel_convert.converter.project import ProgramFile, convert_program_files
 
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 #: A worker's answer: the digest of the bytes it converted, then ("ok", conversions) or ("error",
 #: ConversionError's fields); None where the command must convert the file itself.
-Outcome = tuple[bytes, tuple[str, Any]] | None
+Outcome = tuple[str, tuple[str, Any]] | None
 
 
 def default_jobs() -> int:
@@ -94,7 +94,7 @@ class ParallelConversions(Conversions):
             outcome = future.result()
         except Exception:  # noqa: BLE001 - a worker that died: convert here, report as one worker
             return None
-        if outcome is None or outcome[0] != _digest(sources):
+        if outcome is None or outcome[0] != sources_digest(sources):
             return None
         kind, payload = outcome[1]
         if kind == "error":
@@ -175,19 +175,11 @@ def _ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _digest(sources: Sequence[bytes]) -> bytes:
-    digest = hashlib.sha256()
-    for source in sources:
-        digest.update(len(source).to_bytes(8, "big"))
-        digest.update(source)
-    return digest.digest()
-
-
 def _guarded(sources: list[bytes], convert: Any) -> Outcome:
     try:
-        return _digest(sources), ("ok", convert())
+        return sources_digest(sources), ("ok", convert())
     except ConversionError as error:
-        return _digest(sources), ("error", (error.path, error.line, error.column, error.message))
+        return sources_digest(sources), ("error", (error.path, error.line, error.column, error.message))
     except Exception:  # noqa: BLE001 - converted again by the command, which reports it
         return None
 

@@ -5,12 +5,19 @@ target binds counted two ways): that is where silent bugs come from. Each concep
 owner in ``codemods/engine/``; a function under ``rewrites/``, ``checks/`` or ``model/`` whose name says it
 answers the same question is refused, as ``test_torch_names.py`` refuses copies of name tables
 and ``test_evaluation_owner.py`` copies of "this loop evaluates".
+
+Names are the first net; the second is structure: :data:`PATTERNS` describes what answering an
+owner's question again looks like in the code (a ``"cuda"`` string literal compared, a loss's
+``reduction=`` read, ...) and refuses it in every module of the codemods but the owner, ``engine/``
+included, whatever the function is called. ``tests/test_duplicate_bodies.py`` refuses copied
+function bodies across the whole package.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -107,10 +114,26 @@ def copies_in(paths: list[Path], root: Path, pattern: re.Pattern[str]) -> list[s
     return offenders
 
 
+#: The engine's modules other than the owners: they ask the owners too.
+ENGINE_FILES = sorted((CODEMODS / "engine").rglob("*.py"))
+#: ``module:function`` names in ``engine/`` that match a pattern and are no copy, each with why.
+ENGINE_NAMES_ALLOWED = {
+    "engine/name_flow.py:_target_names": "the names a target of CPython's tree binds (the guard reads "
+    "CPython's trees; syntax.target_names reads libcst's)",
+    "engine/names.py:binds": "a scope's own record of what it binds (Scope.binds), which the owners read",
+}
+
+
 @pytest.mark.parametrize("concept", sorted(OWNERS))
 def test_no_rule_defines_its_own_copy(concept: str) -> None:
     owner, pattern = OWNERS[concept]
-    offenders = copies_in([*RULE_FILES, *MODEL_FILES], CODEMODS, pattern)
+    owner_module = owner.split(" (")[0]
+    engine = [path for path in ENGINE_FILES if path.relative_to(CODEMODS).as_posix() != owner_module]
+    offenders = [
+        found
+        for found in copies_in([*RULE_FILES, *MODEL_FILES, *engine], CODEMODS, pattern)
+        if f"{found.split(':')[0]}:{found.rpartition(' defines ')[2]}" not in ENGINE_NAMES_ALLOWED
+    ]
     assert offenders == [], f"{concept} is answered by {owner}; ask it instead: {offenders}"
 
 
@@ -204,3 +227,143 @@ def test_only_the_loops_owner_decides_that_a_backward_trains() -> None:
     }
     assert readers, "is_backward is read nowhere: this test would check nothing"
     assert readers <= BACKWARD_SPELLING_READERS, f"ask the loops owner instead: {readers - BACKWARD_SPELLING_READERS}"
+
+
+# Structure, not names: what a private copy of an owner's question looks like in the code, found
+# wherever it is written (engine/ included), whatever its function is called.
+
+#: All the modules of the codemods: the rules, the program model and the engine.
+CODEMOD_FILES = sorted(CODEMODS.rglob("*.py"))
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A string of the script's syntax (``node.value``, ``string.evaluated_value``: the attribute
+    named ``reads``) compared with a constant ``constant`` matches (``==``, ``in``,
+    ``.startswith``...), outside ``owner``; ``any_side``: with whatever the constant is compared."""
+
+    owner: str
+    constant: re.Pattern[str]
+    reads: frozenset[str] = frozenset({"value", "evaluated_value"})
+    any_side: bool = False
+
+
+#: concept → what answering it again looks like. Each has one owner; ask it instead.
+PATTERNS = {
+    "a GPU named by a string literal (is_gpu_string, names_gpu_type)": Pattern(
+        "engine/devices.py", re.compile(r"^cuda(:\d*)?$"), reads=frozenset({"evaluated_value"})
+    ),
+    "a loss's reduction (batch_mean_reduced, only_batch_mean_reduced)": Pattern(
+        "model/locality.py", re.compile(r"^reduction$")
+    ),
+    "the Accelerator class, by its name (is_accelerator_class, creates_accelerator)": Pattern(
+        "model/plan.py", re.compile(r"^(.*\.)?Accelerator$"), any_side=True
+    ),
+    "a call of the accelerator's prepare (is_accelerator_method)": Pattern(
+        "engine/accelerator_code.py", re.compile(r"^prepare$")
+    ),
+    "a call of backward (is_backward)": Pattern("engine/syntax.py", re.compile(r"^backward$")),
+}
+
+#: (concept, module) → why the module may answer it itself.
+PATTERN_EXCEPTIONS = {
+    (
+        "the Accelerator class, by its name (is_accelerator_class, creates_accelerator)",
+        "engine/accelerator_creation.py",
+    ): (
+        "an Accelerator from a package the converter cannot see is told by the last part of its qualified "
+        "name (unseen_accelerators): it is by definition none of the classes the plan knows"
+    ),
+}
+
+
+def _strings(node: ast.AST) -> list[str]:
+    """The string constants ``node`` is, or holds (``("to", "cuda")``)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [
+            element.value
+            for element in node.elts
+            if isinstance(element, ast.Constant) and isinstance(element.value, str)
+        ]
+    return []
+
+
+def _compared(node: ast.AST) -> list[tuple[ast.AST, ast.AST]]:
+    """(one side, the other) of each comparison ``node`` makes: ``a == b``, ``a in b``,
+    ``a.startswith(b)``, ``a.endswith(b)``."""
+    if isinstance(node, ast.Compare):
+        sides = [node.left, *node.comparators]
+        return [pair for left, right in zip(sides, sides[1:]) for pair in ((left, right), (right, left))]
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("startswith", "endswith")
+        and node.args
+    ):
+        return [(node.func.value, node.args[0])]
+    return []
+
+
+def pattern_sites(source: str, pattern: Pattern) -> list[int]:
+    """The lines of ``source`` comparing what ``pattern`` describes."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        for side, constant in _compared(node):
+            reads_syntax = isinstance(side, ast.Attribute) and side.attr in pattern.reads
+            if (reads_syntax or pattern.any_side) and any(pattern.constant.match(text) for text in _strings(constant)):
+                found.append(node.lineno)
+                break
+    return found
+
+
+def test_the_codemods_are_all_read_for_patterns() -> None:
+    modules = {path.relative_to(CODEMODS).as_posix() for path in CODEMOD_FILES}
+    assert {"engine/devices.py", "engine/syntax.py", "model/roles.py", "rewrites/amp.py"} <= modules
+    for concept, pattern in PATTERNS.items():
+        assert pattern.owner in modules, concept
+
+
+@pytest.mark.parametrize("concept", sorted(PATTERNS))
+def test_no_module_answers_an_owner_s_question_itself(concept: str) -> None:
+    pattern = PATTERNS[concept]
+    offenders = [
+        f"{module}:{line}"
+        for path in CODEMOD_FILES
+        if (module := path.relative_to(CODEMODS).as_posix()) != pattern.owner
+        and (concept, module) not in PATTERN_EXCEPTIONS
+        for line in pattern_sites(path.read_text(encoding="utf-8"), pattern)
+    ]
+    assert offenders == [], f"{concept} is answered by {pattern.owner}; ask it instead: {offenders}"
+
+
+def test_every_pattern_exception_says_why_and_is_still_needed() -> None:
+    for (concept, module), reason in PATTERN_EXCEPTIONS.items():
+        assert len(reason) > 20, (concept, module)
+        assert pattern_sites((CODEMODS / module).read_text(encoding="utf-8"), PATTERNS[concept]), (concept, module)
+
+
+def test_a_pattern_is_found_whatever_the_function_is_called() -> None:
+    """The copy ``amp.py`` held of the owner's "cuda" read, in a function named after nothing the
+    owner's name patterns know; an unrelated comparison of the same constant is no copy."""
+    copied = (
+        "def _tested_flag(flag):\n"
+        "    return flag.comparator.evaluated_value == 'cuda'\n"
+        "def _other(node):\n"
+        "    return node.attr.value in ('to', 'cuda') or 'cuda:0' in options.devices\n"
+        "def _reduced(arg):\n"
+        "    return arg.keyword.value == 'reduction'\n"
+        "def _prepared(call):\n"
+        "    return call.func.attr.value.startswith('prepare')\n"
+        "def _accelerator(name):\n"
+        "    return name.rpartition('.')[2] == 'Accelerator'\n"
+    )
+    found = {concept: pattern_sites(copied, pattern) for concept, pattern in PATTERNS.items()}
+    assert found == {
+        "a GPU named by a string literal (is_gpu_string, names_gpu_type)": [2],
+        "a loss's reduction (batch_mean_reduced, only_batch_mean_reduced)": [6],
+        "the Accelerator class, by its name (is_accelerator_class, creates_accelerator)": [10],
+        "a call of the accelerator's prepare (is_accelerator_method)": [8],
+        "a call of backward (is_backward)": [],
+    }

@@ -18,6 +18,7 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.iteration import iterated
+from accel_convert.codemods.engine.loader_values import builds_loader, holds_loaders
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import dotted, nodes_in, target_names
@@ -296,7 +297,7 @@ def _loader_wrapper(module: cst.Module, assignments: list[cst.Assign], facts: Sc
         name = next(iter(sorted(bound & drawn)), None)
         if name is None:
             continue
-        if any(_builds_loader(arg.value, facts) for arg in value.args):
+        if any(builds_loader(arg.value, facts) for arg in value.args):
             return (
                 f"training data comes from {name}, drawn from {wrapper}(...), which the converter does not see "
                 f"into, around a DataLoader built in its arguments: not sharded across processes (prepare the "
@@ -309,10 +310,6 @@ def _loader_wrapper(module: cst.Module, assignments: list[cst.Assign], facts: Sc
                 f"{wrapper}(accelerator.prepare(DataLoader(...))), or prepare it where {wrapper} builds it)"
             )
     return None
-
-
-def _builds_loader(value: cst.CSTNode, facts: ScriptFacts) -> bool:
-    return isinstance(value, cst.Call) and facts.qualified_name(value.func) in DATA_LOADERS
 
 
 def _drawn_names(module: cst.Module, facts: ScriptFacts) -> set[str]:
@@ -336,24 +333,19 @@ def _classes_building_loaders(module: cst.Module, facts: ScriptFacts) -> set[str
     return {
         statement.name.value
         for statement in module.body
-        if isinstance(statement, cst.ClassDef) and any(_builds_loader(node, facts) for node in nodes_in(statement))
+        if isinstance(statement, cst.ClassDef) and any(builds_loader(node, facts) for node in nodes_in(statement))
     }
 
 
 def _loader_dicts(assignments: list[cst.Assign], facts: ScriptFacts) -> list[str]:
     """Names bound to a dict of DataLoaders (a dict comprehension or a literal), in file order."""
-
-    def is_loader(value: cst.BaseExpression) -> bool:
-        return isinstance(value, cst.Call) and facts.qualified_name(value.func) in DATA_LOADERS
-
     found: list[str] = []
     for assign in assignments:
-        value = assign.value
-        holds = (isinstance(value, cst.DictComp) and is_loader(value.value)) or (
-            isinstance(value, cst.Dict)
-            and any(isinstance(e, cst.DictElement) and is_loader(e.value) for e in value.elements)
-        )
-        if holds and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
+        if (
+            holds_loaders(assign.value, facts)
+            and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)
+        ):
             found.append(assign.targets[0].target.value)
     return found
 

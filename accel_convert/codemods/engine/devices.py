@@ -131,6 +131,11 @@ def is_gpu_string(node: cst.BaseExpression) -> bool:
     return isinstance(value, str) and value.startswith("cuda")
 
 
+def names_gpu_type(node: cst.BaseExpression) -> bool:
+    """``"cuda"`` exactly: the GPU's device type (``device.type == "cuda"``), which has no index."""
+    return isinstance(node, cst.SimpleString) and node.evaluated_value == "cuda"
+
+
 def names_fixed_gpu(
     node: cst.BaseExpression, facts: ScriptFacts, scope: tuple[str, ...] = (), indices: Collection[str] = ()
 ) -> bool:

@@ -1262,46 +1262,69 @@ def _read_function(
     whom it calls: module functions and classes by name, and, in a method of class ``C``
     (``class_prefix`` "C."), the methods ``self.m()`` calls, as ``C.m``."""
 
-    def scope_locals(scope: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> tuple[set[str], set[str]]:
-        return bindings.locals_of(scope), bindings.declared_global.get(id(scope), set())
-
-    def collect(child: ast.AST, visible: frozenset[str]) -> None:
-        if isinstance(child, ast.Name):
-            if isinstance(child.ctx, ast.Load) and child.id not in visible:
-                function.global_reads.setdefault(child.id, set()).add((child.lineno, child.col_offset))
-            return
-        if isinstance(child, ast.Call):
-            func = child.func
-            if isinstance(func, ast.Name) and func.id not in visible:
-                function.calls.add(func.id)
-            elif class_prefix and isinstance(func, ast.Attribute) and _dotted(func.value) == "self":
-                function.calls.add(f"{class_prefix}{func.attr}")
-        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            for outer in [*getattr(child, "decorator_list", ()), *_defaults(child.args)]:
-                collect(outer, visible)
-            own, declared = scope_locals(child)
-            inner = frozenset((visible | own) - declared)
-            for statement in child.body if isinstance(child.body, list) else [child.body]:
-                collect(statement, inner)
-            return
-        if isinstance(child, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            targets = frozenset().union(*(_target_names(g.target) for g in child.generators))
-            collect(child.generators[0].iter, visible)
-            inner = visible | targets
-            for generator in child.generators:
-                if generator is not child.generators[0]:
-                    collect(generator.iter, inner)
-                for condition in generator.ifs:
-                    collect(condition, inner)
-            for element in [child.key, child.value] if isinstance(child, ast.DictComp) else [child.elt]:
-                collect(element, inner)
-            return
-        for grandchild in _children(child):
-            collect(grandchild, visible)
-
+    reads = _FunctionReads(function, bindings, class_prefix)
     visible = frozenset(bindings.locals_of(node))
     for statement in node.body:
-        collect(statement, visible)
+        reads.collect(statement, visible)
+
+
+class _FunctionReads:
+    """The walk of :func:`_read_function`: ``visible`` holds the names local where the walk is
+    (the function's, then those of the functions and comprehensions nested in it)."""
+
+    def __init__(self, function: _Function, bindings: _Bindings, class_prefix: str) -> None:
+        self.function = function
+        self.bindings = bindings
+        self.class_prefix = class_prefix
+
+    def collect(self, child: ast.AST, visible: frozenset[str]) -> None:
+        if isinstance(child, ast.Name):
+            if isinstance(child.ctx, ast.Load) and child.id not in visible:
+                self.function.global_reads.setdefault(child.id, set()).add((child.lineno, child.col_offset))
+            return
+        if isinstance(child, ast.Call):
+            self._call(child, visible)
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            self._nested_function(child, visible)
+        elif isinstance(child, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            self._comprehension(child, visible)
+        else:
+            for grandchild in _children(child):
+                self.collect(grandchild, visible)
+
+    def _call(self, call: ast.Call, visible: frozenset[str]) -> None:
+        """A module function called by name, or ``self.m()`` in a method."""
+        func = call.func
+        if isinstance(func, ast.Name) and func.id not in visible:
+            self.function.calls.add(func.id)
+        elif self.class_prefix and isinstance(func, ast.Attribute) and _dotted(func.value) == "self":
+            self.function.calls.add(f"{self.class_prefix}{func.attr}")
+
+    def _nested_function(
+        self, child: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, visible: frozenset[str]
+    ) -> None:
+        """Its decorators and defaults read where it is defined; its body, with its own locals."""
+        for outer in [*getattr(child, "decorator_list", ()), *_defaults(child.args)]:
+            self.collect(outer, visible)
+        own, declared = self.bindings.locals_of(child), self.bindings.declared_global.get(id(child), set())
+        inner = frozenset((visible | own) - declared)
+        for statement in child.body if isinstance(child.body, list) else [child.body]:
+            self.collect(statement, inner)
+
+    def _comprehension(
+        self, child: ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp, visible: frozenset[str]
+    ) -> None:
+        """The first iterable reads outside; the rest, the conditions and the elements see the targets."""
+        targets = frozenset().union(*(_target_names(g.target) for g in child.generators))
+        self.collect(child.generators[0].iter, visible)
+        inner = visible | targets
+        for generator in child.generators:
+            if generator is not child.generators[0]:
+                self.collect(generator.iter, inner)
+            for condition in generator.ifs:
+                self.collect(condition, inner)
+        for element in [child.key, child.value] if isinstance(child, ast.DictComp) else [child.elt]:
+            self.collect(element, inner)
 
 
 def _nested_definitions(

@@ -574,6 +574,13 @@ def _batch_mean_losses(a: Analysis) -> Mapping[str, frozenset[str]]:
     return MappingProxyType({function: frozenset(names) for function, names in found.items()})
 
 
+def only_batch_mean_reduced(call: cst.Call) -> bool:
+    """A loss call or constructor given nothing but, at most, ``reduction="mean"``."""
+    return all(arg.keyword is not None and arg.keyword.value == "reduction" for arg in call.args) and (
+        batch_mean_reduced(call)
+    )
+
+
 def batch_mean_reduced(call: cst.Call) -> bool:
     """A loss call or constructor without ``reduction=`` (the mean), or with ``reduction="mean"``:
     its value averages over this process's batch."""

@@ -24,6 +24,7 @@ from accel_convert.codemods.engine.accelerator_creation import (
     expression_available,
     set_accelerator_argument,
 )
+from accel_convert.codemods.engine.devices import names_gpu_type
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import Findings
 from accel_convert.codemods.engine.model import Change, Options
@@ -550,8 +551,7 @@ def _readable_part(
         and isinstance(flag.left, cst.Attribute)
         and flag.left.attr.value == "type"
         and dotted(flag.left.value) in facts.device_names
-        and isinstance(flag.comparisons[0].comparator, cst.SimpleString)
-        and flag.comparisons[0].comparator.evaluated_value == "cuda"
+        and names_gpu_type(flag.comparisons[0].comparator)
     ):
         return expression("torch.cuda.is_available()")
     return None

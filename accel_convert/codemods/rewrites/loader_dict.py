@@ -31,13 +31,20 @@ import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.iteration import batch_target, iterated
+from accel_convert.codemods.engine.loader_values import holds_loaders
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import nodes_in, parameter_names, rows_counted, statement, target_names
+from accel_convert.codemods.engine.syntax import (
+    nodes_in,
+    parameter_names,
+    rows_counted,
+    statement,
+    target_names,
+)
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS, MEAN_LOSSES, SELF_DISTRIBUTING
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import module_nodes, variables_read
-from accel_convert.codemods.model.locality import batch_mean_reduced, collects
+from accel_convert.codemods.model.locality import collects, only_batch_mean_reduced
 from accel_convert.codemods.model.plan import names_prepared_under, prepared_by
 
 #: A loop over a prepared dict's loaders whose sums cannot be gathered per sample: reported.
@@ -228,10 +235,6 @@ class LoaderDict(Rule):
 
 def loader_dicts(module: cst.Module, facts: ScriptFacts) -> list[str]:
     """Names bound (once) to a dict of DataLoaders (a dict comprehension or a literal), in file order."""
-
-    def is_loader(value: cst.BaseExpression) -> bool:
-        return isinstance(value, cst.Call) and facts.qualified_name(value.func) in DATA_LOADERS
-
     found: list[str] = []
     bound: dict[str, int] = {}
     assignments = [node for node in module_nodes(module) if isinstance(node, cst.Assign)]
@@ -243,12 +246,8 @@ def loader_dicts(module: cst.Module, facts: ScriptFacts) -> list[str]:
         if len(node.targets) != 1:
             continue
         target, value = node.targets[0].target, node.value
-        holds = (isinstance(value, cst.DictComp) and is_loader(value.value)) or (
-            isinstance(value, cst.Dict)
-            and any(isinstance(e, cst.DictElement) and is_loader(e.value) for e in value.elements)
-        )
         # A dict bound once: which of several bindings trains would be a guess.
-        if holds and isinstance(target, cst.Name) and bound[target.value] == 1:
+        if holds_loaders(value, facts) and isinstance(target, cst.Name) and bound[target.value] == 1:
             found.append(target.value)
     return found
 
@@ -604,8 +603,7 @@ class _GatherSums(RuleTransformer):
         return bool(values) and all(
             isinstance(value, cst.Call)
             and self.facts.qualified_name(value.func) in MEAN_LOSSES
-            and all(arg.keyword is not None and arg.keyword.value == "reduction" for arg in value.args)
-            and batch_mean_reduced(value)
+            and only_batch_mean_reduced(value)
             for value in values
         )
 

@@ -14,7 +14,7 @@ from accel_convert.codemods.engine.syntax import as_statement
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
 from accel_convert.codemods.rewrites.checkpoint.codes import CHECKPOINT
-from accel_convert.codemods.rewrites.checkpoint.saves import first_small, is_barrier
+from accel_convert.codemods.rewrites.checkpoint.saves import BarrierPlacer, first_small, is_barrier
 
 
 class LoadsOnOwnDevice(RuleTransformer):
@@ -61,7 +61,7 @@ class LoadsOnOwnDevice(RuleTransformer):
         )
 
 
-class WaitBeforeLoads(RuleTransformer):
+class WaitBeforeLoads(BarrierPlacer):
     """In a script that saves, every ``torch.load`` line first waits for the other ranks: the
     main process may just have written the file. ``report``: each wait is reported (the save is
     in another module of the program, so no report of this module announces it)."""
@@ -73,29 +73,13 @@ class WaitBeforeLoads(RuleTransformer):
         #: runs alike, or where the accelerator is not reachable): (function, original line).
         self.unguarded: list[tuple[str, int]] = []
 
-    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
-        if not self.accelerator_reachable() or not self.every_rank_reaches_here():
-            self._unguarded(updated_node.body)
-            return updated_node
-        body = self._wait_before_loads(list(updated_node.body))
-        return updated_node if body is None else updated_node.with_changes(body=body)
-
-    def _unguarded(self, statements: Sequence[cst.BaseStatement]) -> None:
+    def without_barriers(self, statements: Sequence[cst.BaseStatement]) -> None:
         """Note the statement lines of ``statements`` (not of blocks nested in them) that load."""
         for statement in statements:
             if isinstance(statement, cst.SimpleStatementLine) and contains_call(statement, self.facts, "torch.load"):
                 self.unguarded.append((self.function, self.site(first_small(statement)).line))
 
-    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        created = self.module_creation_index()
-        if created is None:
-            self._unguarded(updated_node.body)
-            return updated_node
-        head, tail = list(updated_node.body[: created + 1]), list(updated_node.body[created + 1 :])
-        body = self._wait_before_loads(tail)
-        return updated_node if body is None else updated_node.with_changes(body=[*head, *body])
-
-    def _wait_before_loads(self, statements: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
+    def with_barriers(self, statements: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
         result: list[cst.BaseStatement] = []
         for statement in statements:
             loads = isinstance(statement, cst.SimpleStatementLine) and contains_call(

@@ -121,7 +121,36 @@ class SavesOnMainProcess(RuleTransformer):
         return accelerator_call(self.facts, "save", *args)
 
 
-class WaitAfterSaves(RuleTransformer):
+class BarrierPlacer(RuleTransformer):
+    """Puts barriers among the statements of each block every rank runs where the accelerator is
+    reachable, and among the module's statements after its creation: the one walk both the waits
+    after saves and the waits before loads take (they differ only in where a barrier goes)."""
+
+    def with_barriers(self, statements: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
+        """``statements`` with this pass's barriers; None when none goes there."""
+        raise NotImplementedError
+
+    def without_barriers(self, statements: Sequence[cst.BaseStatement]) -> None:
+        """Statements where no barrier can go (no accelerator, or not every rank runs them)."""
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
+        if not self.accelerator_reachable() or not self.every_rank_reaches_here():
+            self.without_barriers(updated_node.body)
+            return updated_node
+        body = self.with_barriers(list(updated_node.body))
+        return updated_node if body is None else updated_node.with_changes(body=body)
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        created = self.module_creation_index()
+        if created is None:
+            self.without_barriers(updated_node.body)
+            return updated_node
+        head, tail = list(updated_node.body[: created + 1]), list(updated_node.body[created + 1 :])
+        body = self.with_barriers(tail)
+        return updated_node if body is None else updated_node.with_changes(body=[*head, *body])
+
+
+class WaitAfterSaves(BarrierPlacer):
     """In a script that also loads where no barrier can go before the load, every rank waits
     after each ``accelerator.save`` line every rank runs whose file such a load may read later
     (the program model's :func:`~codemods.model.file_flow.file_flow` pairs them): the other ranks
@@ -147,21 +176,7 @@ class WaitAfterSaves(RuleTransformer):
         save on ``line`` writes."""
         return any(read in self.unguarded for _, read in self.facts.of(file_flow).read_after(line))
 
-    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock):
-        if not self.accelerator_reachable() or not self.every_rank_reaches_here():
-            return updated_node
-        body = self._wait_after_saves(list(updated_node.body))
-        return updated_node if body is None else updated_node.with_changes(body=body)
-
-    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        created = self.module_creation_index()
-        if created is None:
-            return updated_node
-        head, tail = list(updated_node.body[: created + 1]), list(updated_node.body[created + 1 :])
-        body = self._wait_after_saves(tail)
-        return updated_node if body is None else updated_node.with_changes(body=[*head, *body])
-
-    def _wait_after_saves(self, statements: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
+    def with_barriers(self, statements: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement] | None:
         result: list[cst.BaseStatement] = []
         read_later: cst.BaseStatement | None = None  # the last save of this run read later
         for index, statement in enumerate(statements):

@@ -16,13 +16,6 @@ from accel_convert.codemods.model.state import Analysis
 from accel_convert.codemods.rewrites.checkpoint.codes import CHECKPOINT
 
 
-@rule_provider(needs=("model_copy_calls",))
-def model_copiers(a: Analysis) -> frozenset[str]:
-    """Local names of calls that copy a model (``copy.deepcopy``, ``deepcopy``, ``AveragedModel``,
-    a class of the file deep-copying what it is given): after prepare, they get the unwrapped one."""
-    return frozenset(dotted(call.node.func) or "" for call in a.model_copy_calls)
-
-
 @rule_provider(needs=("models", "loop_backward"))
 def training_method_calls(a: Analysis) -> frozenset[str]:
     """``model.compute_loss``-style calls in training loops of a model method that runs the model
