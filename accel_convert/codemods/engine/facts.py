@@ -139,6 +139,7 @@ class FactQuestions:
     per_epoch_schedulers: AbstractSet[str]
     train_loaders: AbstractSet[str]
     eval_loaders: AbstractSet[str]
+    unprepared_loaders: AbstractSet[str]
 
     def qualified_name(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
         """Qualified name of a Name/Attribute chain used in ``scope`` (see
@@ -177,7 +178,7 @@ class FactQuestions:
             self.models,
             self.optimizers,
             self.train_loaders,
-            self.eval_loaders,
+            self.eval_loaders - self.unprepared_loaders,
             self.schedulers - self.per_epoch_schedulers,
         ]
 
@@ -210,6 +211,9 @@ class ScriptFacts(FactQuestions):
     per_epoch_schedulers: AbstractSet[str] = frozenset()
     train_loaders: AbstractSet[str] = frozenset()
     eval_loaders: AbstractSet[str] = frozenset()
+    #: Evaluation loaders kept unprepared: a script with no model that only reads them (dataset
+    #: statistics) reads each one whole on every rank, as the original does.
+    unprepared_loaders: AbstractSet[str] = frozenset()
     #: Names holding the device (``device``, ``args.device``, ``dev``) and flags meaning "use CUDA"
     #: (``args.cuda``, ``use_cuda``).
     device_names: AbstractSet[str] = frozenset()
@@ -492,6 +496,7 @@ class FactsDraft(FactQuestions):
     per_epoch_schedulers: set[str] = field(default_factory=set)
     train_loaders: set[str] = field(default_factory=set)
     eval_loaders: set[str] = field(default_factory=set)
+    unprepared_loaders: set[str] = field(default_factory=set)
     device_names: set[str] = field(default_factory=set)
     cuda_flags: set[str] = field(default_factory=set)
     gpu_index_names: set[str] = field(default_factory=set)

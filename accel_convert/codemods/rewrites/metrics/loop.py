@@ -241,11 +241,13 @@ class EvalLoopRewriter(RuleTransformer):
     def _over_unprepared_loader(self, node: cst.For) -> bool:
         """The loop's loader is built by the function holding the loop, and that function is not
         where the training objects are built and prepared (an evaluation helper's own loader)."""
+        name = dotted(iterated(node.iter, through_any_call=True))
+        if name in self.facts.unprepared_loaders:
+            return True  # a script with no model reading its loaders whole (dataset statistics)
         function = next((n for n in reversed(self._anchors) if isinstance(n, cst.FunctionDef)), None)
         if function is None or function.name.value in (self.facts.main_function, self.facts.creating_function):
             return False
         where = self.facts.origins.site(function)
-        name = dotted(iterated(node.iter, through_any_call=True))
         return (
             where is not None
             and name is not None
