@@ -370,6 +370,9 @@ class ScriptFacts(FactQuestions):
     #: (an L2 penalty adding to the gradients by hand, a ``torch.autograd.Function``): the class
     #: names and the names bound to their instances.
     backward_helpers: AbstractSet[str] = frozenset()
+    #: Where the backward calls that train are (a loss's, in a module that steps something; not a
+    #: helper object's own ``backward`` nor gradients for an input), as the loops owner decides.
+    training_backward_sites: AbstractSet[Site] = frozenset()
     #: Qualified names of every call to something imported (``torch.nn.utils.clip_grad_norm_``),
     #: and the callee of every call written as a plain name (``print``): passes skip cheaply.
     called: AbstractSet[str] = frozenset()
@@ -548,6 +551,7 @@ class FactsDraft(FactQuestions):
     backward_site: Site | None = None
     backward_trains: bool = True
     backward_helpers: set[str] = field(default_factory=set)
+    training_backward_sites: set[Site] = field(default_factory=set)
     called: set[str] = field(default_factory=set)
     call_sites: dict[str, list[Site]] = field(default_factory=dict)
     assign_sites: dict[str, list[Site]] = field(default_factory=dict)

@@ -109,6 +109,7 @@ def _is_plain_access(value: cst.BaseExpression) -> bool:
         "backward_site",
         "backward_trains",
         "backward_helpers",
+        "training_backward_sites",
         "loss_names",
         "train_loops",
         "eval_loops",
@@ -128,6 +129,7 @@ def loops(a: Analysis) -> None:
     facts.backward_trains = _steps_something(a)
     backward_functions = _functions_with_backward(a) if facts.backward_trains else set()
     facts.backward_functions = set(backward_functions)
+    facts.training_backward_sites = {a.site(call.node) for call in training_backwards(a)}
     switches = _mode_switches(a)
     created_loaders = _created_loaders(a)
     known = created_loaders | (facts.prepared - facts.models - facts.optimizers - facts.schedulers)
