@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import chooses_device, constructed
+from accel_convert.codemods.engine.facts import FactsDraft
 from accel_convert.codemods.engine.syntax import (
     argument_for,
     dotted,
@@ -156,6 +157,7 @@ def _factory_roots(a: Analysis, call: cst.Call, factory: str, returned: cst.Call
 @provider(
     needs=("device_names", "train_loaders"),
     provides=("optimizers", "models", "frozen_models", "optimizer_home"),
+    refines=("schedulers",),
 )
 def optimizers_and_models(a: Analysis) -> None:
     """Optimizers (by constructor, a factory of the file, a model's ``configure_optimizers``) and
@@ -345,7 +347,7 @@ def _returned_together(a: Analysis) -> None:
             continue
         for index, role in roles.items():
             if index < len(names):
-                (facts.optimizers if role == "optimizer" else facts.models).add(names[index])
+                _role_set(facts, role).add(names[index])
         if "optimizer" in roles.values() and a.optimizer_home in (None, value.func.value):
             a.optimizer_home = assign.function
     # The builder's own names for what it returns are handed out, not trained under that name:
@@ -353,13 +355,18 @@ def _returned_together(a: Analysis) -> None:
     # a trained model no prepare can follow).
     for name in _returned_names(a, returned):
         if all(assign.function in returned for assign in a.r.assigns if name in assign.targets):
-            facts.models.discard(name)
-            facts.optimizers.discard(name)
+            for role in ("model", "optimizer", "scheduler"):
+                _role_set(facts, role).discard(name)
+
+
+def _role_set(facts: FactsDraft, role: str) -> set[str]:
+    """The facts' names of ``role``'s objects: models, optimizers or schedulers."""
+    return facts.optimizers if role == "optimizer" else facts.schedulers if role == "scheduler" else facts.models
 
 
 def _roles_returned(a: Analysis) -> dict[str, dict[int, str]]:
-    """Module-level functions returning a tuple holding a model or an optimizer → position →
-    ``"model"`` or ``"optimizer"``."""
+    """Module-level functions returning a tuple holding a model, an optimizer or a scheduler →
+    position → ``"model"``, ``"optimizer"`` or ``"scheduler"``."""
     facts = a.facts
     found: dict[str, dict[int, str]] = {}
     for function, value in a.r.returns:
@@ -374,6 +381,8 @@ def _roles_returned(a: Analysis) -> dict[str, dict[int, str]]:
             )
             if name in facts.optimizers or (qualified is not None and is_optimizer(qualified)):
                 roles[index] = "optimizer"
+            elif name in facts.schedulers or (qualified is not None and is_scheduler(qualified)):
+                roles[index] = "scheduler"
             elif name in facts.models:
                 roles[index] = "model"
         if roles:
