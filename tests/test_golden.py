@@ -115,7 +115,7 @@ def test_accelerate_target_differs_only_in_imports(case: Path) -> None:
 
 
 #: ``accelerator.without_padding(loader)`` (any accelerator expression): group 1 is the loader.
-_WITHOUT_PADDING = re.compile(r"[\w.]+\.without_padding\(([\w.]+)\)")
+_WITHOUT_PADDING = re.compile(r"[\w.]+\.without_padding\(([\w.]+)(?:, skip_empty=False)?\)")
 
 
 def _agrees_random_state(line: str) -> bool:

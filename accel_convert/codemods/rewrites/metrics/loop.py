@@ -240,7 +240,7 @@ class EvalLoopRewriter(RuleTransformer):
         if self._runtime_target:
             # The last round's padding would be counted on the process it pads: each process
             # counts its real rows only, so the sums cover every sample once.
-            loop = _without_padding(loop, accelerator)
+            loop = _without_padding(loop, accelerator, skip_empty=not self.facts.backward_trains)
         self.report(
             original,
             GATHERED,
@@ -575,11 +575,23 @@ class EvalLoopRewriter(RuleTransformer):
             )
 
 
-def _without_padding(loop: cst.For, accelerator: cst.BaseExpression) -> cst.For:
+def _without_padding(loop: cst.For, accelerator: cst.BaseExpression, *, skip_empty: bool) -> cst.For:
     """``for x, y in accelerator.without_padding(loader):`` for ``for x, y in loader:`` (also
-    under ``enumerate``, a progress bar): the loader's batches cut to this process's real rows."""
+    under ``enumerate``, a progress bar): the loader's batches cut to this process's real rows.
+    ``skip_empty=False`` in a module that trains: its models are wrapped in DDP, whose backward
+    (a helper object's, on the prepared model) all-reduces, so every process keeps every batch
+    (one with no real row then has none)."""
     loader = iterated(loop.iter, through_any_call=True)
-    call = cst.Call(func=cst.Attribute(accelerator, cst.Name("without_padding")), args=[cst.Arg(loader)])
+    args = [cst.Arg(loader)]
+    if not skip_empty:
+        args.append(
+            cst.Arg(
+                cst.Name("False"),
+                keyword=cst.Name("skip_empty"),
+                equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+            )
+        )
+    call = cst.Call(func=cst.Attribute(accelerator, cst.Name("without_padding")), args=args)
     if loader is loop.iter:
         return loop.with_changes(iter=call)
     return loop.with_changes(iter=cast(cst.BaseExpression, loop.iter.deep_replace(loader, call)))
