@@ -37,8 +37,10 @@ Python counts (``correct += 1``) are summed across processes after the loop
 trains, when the only backward in it is not one that trains (a helper object's own ``backward``:
 an attack, a saliency map, Grad-CAM). The loop iterates ``accelerator.without_padding(loader)``:
 the samples that pad the last round of batches (repeated so that every process gets a batch) are
-dropped, so each sample is counted once (with ``--target accelerate``, which has no such
-method, the padding of a ragged last batch is counted too).
+dropped, so each sample is counted once; in a module that trains (its models wrapped in DDP),
+``skip_empty=False`` keeps a batch with no real row as an empty one, so that every process runs as
+many batches. With ``--target accelerate``, which has no such method, the padding of a ragged last
+batch is counted too.
 
 A mean over batches (``/ len(loader)``, ``/ (batch_idx + 1)``, ``np.mean`` of a list appended once per
 batch, a ``steps += 1`` counter) is reported (ACC941): the original weighs each of its batches
