@@ -92,6 +92,15 @@ def test_gather_for_metrics_returns_every_sample_once(ranks: list[dict]) -> None
         assert observed["failures"] == []
 
 
+def test_without_padding_gives_every_sample_to_one_rank_once(ranks: list[dict]) -> None:
+    """Per-rank counts summed after an evaluation (ACC113's input-gradient loops) count each
+    sample once: the last round's padding is cut off, and kept as empty batches on request."""
+    for result in ranks:
+        observed = result["without_padding"]
+        assert observed["cases"] == 88
+        assert observed["failures"] == []
+
+
 def test_process_helpers(ranks: list[dict]) -> None:
     first, second = (result["helpers"] for result in ranks)
     assert (first["calls"], second["calls"]) == (["main"], ["last", "p1"])

@@ -735,6 +735,29 @@ class Accelerator(ProcessGuards):
             return collectives.truncate_to(data, state.remainder, object_list=as_objects)
         return data
 
+    def without_padding(self, dataloader: Any, skip_empty: bool = True) -> Iterator[Any]:
+        """Beyond Accelerate's API: the prepared ``dataloader``'s batches without the padding.
+
+        Even batching tops the last round of batches up with samples from the start of the epoch,
+        so every process gets the same number of batches. An evaluation that sums its counts in
+        Python on each process and reduces them afterwards (it needs its own rows between two
+        forwards: an attack, a saliency map) would count those samples twice: here each batch of
+        the last round is cut to the rows that are real samples (the first ``remainder`` rows of
+        the round, in process order, as ``gather_for_metrics`` keeps); a batch holding anything
+        but tensors is left whole. A batch with no real row is skipped: processes may then run
+        different numbers of batches, so no collective may run inside the loop. With
+        ``skip_empty=False`` it is handed on with no rows instead, and every process runs as many
+        batches as the loader gives it (a DDP model's backward in the loop all-reduces on each)."""
+        for batch in dataloader:
+            state = self.gradient_state
+            rows = collectives.leading_rows(batch)
+            if self.use_distributed and state.end_of_dataloader and state.remainder > 0 and rows is not None:
+                real = max(0, min(rows, state.remainder - self.process_index * rows))
+                if real == 0 and skip_empty:
+                    continue
+                batch = collectives.truncate_to(batch, real)
+            yield batch
+
     def gather_object(self, obj: Any) -> Any:
         """Every rank's picklable object in one list (list contributions flattened one level)."""
         return collectives.gather_object(obj)

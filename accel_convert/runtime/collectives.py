@@ -260,6 +260,17 @@ def pad_across_processes(data: Any, dim: int = 0, pad_index: Any = 0, pad_first:
     return apply_to_tensors(lambda t: _pad_one(t, dim, pad_index, pad_first), data, "pad_across_processes")
 
 
+def leading_rows(data: Any) -> int | None:
+    """The size of the first dimension of the first tensor in ``data`` (a batch's row count);
+    None where ``data`` holds anything but tensors or no tensor with a dimension."""
+    found: list[int] = []
+    try:
+        apply_to_tensors(lambda tensor: found.append(tensor.shape[0]) if tensor.ndim else None, data)
+    except TypeError:
+        return None
+    return found[0] if found else None
+
+
 def truncate_to(data: Any, num_samples: int, object_list: bool = False) -> Any:
     """Keep the first ``num_samples`` rows of every tensor, or items of a gathered object list."""
     if object_list:

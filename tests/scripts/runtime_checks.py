@@ -120,6 +120,28 @@ def check_gather_for_metrics(accelerator: Accelerator) -> dict:
     return {"cases": cases, "failures": failures}
 
 
+def check_without_padding(accelerator: Accelerator) -> dict:
+    """Every (length, batch size, skip_empty) case: the rows every rank iterates in
+    ``without_padding`` are range(length), each once; with ``skip_empty=False`` each rank runs
+    as many batches as the prepared loader gives it."""
+    failures = []
+    cases = 0
+    for length in range(1, 12):
+        for batch_size in (1, 2, 3, 4):
+            for skip_empty in (True, False):
+                cases += 1
+                loader = accelerator.prepare(DataLoader(torch.arange(length), batch_size=batch_size))
+                mine: list[int] = []
+                batches = 0
+                for batch in accelerator.without_padding(loader, skip_empty=skip_empty):
+                    mine += batch.tolist()
+                    batches += 1
+                seen = sorted(accelerator.gather_object(mine))
+                if seen != list(range(length)) or (not skip_empty and batches != len(loader)):
+                    failures.append([length, batch_size, skip_empty, seen, batches, len(loader)])
+    return {"cases": cases, "failures": failures}
+
+
 def _regression_data(count: int = 32) -> TensorDataset:
     generator = torch.Generator().manual_seed(1)
     x = torch.randn(count, 3, generator=generator)
@@ -506,6 +528,7 @@ def main() -> None:
     accelerator = Accelerator()
     result["collectives"] = check_collectives(accelerator)
     result["gather_for_metrics"] = check_gather_for_metrics(accelerator)
+    result["without_padding"] = check_without_padding(accelerator)
     result["helpers"] = check_helpers(accelerator, tmp_dir)
     result["equivalence"] = check_training_equivalence()
     result["equivalence_accumulation"] = check_training_equivalence(batch_size=2, accumulation=2)

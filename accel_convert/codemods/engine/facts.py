@@ -146,6 +146,7 @@ class FactQuestions:
     call_graph: Mapping[str, AbstractSet[str]]
     call_sites: Mapping[str, Sequence[Site]]
     training_method_lines: AbstractSet[int]
+    unprepared_loaders: AbstractSet[str]
 
     def qualified_name(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
         """Qualified name of a Name/Attribute chain used in ``scope`` (see
@@ -193,7 +194,7 @@ class FactQuestions:
             self.models,
             self.optimizers,
             self.train_loaders,
-            self.eval_loaders,
+            self.eval_loaders - self.unprepared_loaders,
             self.schedulers - self.per_epoch_schedulers,
         ]
 
@@ -239,6 +240,9 @@ class ScriptFacts(FactQuestions):
     per_epoch_schedulers: AbstractSet[str] = frozenset()
     train_loaders: AbstractSet[str] = frozenset()
     eval_loaders: AbstractSet[str] = frozenset()
+    #: Evaluation loaders kept unprepared: a script with no model that only reads them (dataset
+    #: statistics) reads each one whole on every rank, as the original does.
+    unprepared_loaders: AbstractSet[str] = frozenset()
     #: Names holding the device (``device``, ``args.device``, ``dev``) and flags meaning "use CUDA"
     #: (``args.cuda``, ``use_cuda``).
     device_names: AbstractSet[str] = frozenset()
@@ -403,6 +407,9 @@ class ScriptFacts(FactQuestions):
     #: (an L2 penalty adding to the gradients by hand, a ``torch.autograd.Function``): the class
     #: names and the names bound to their instances.
     backward_helpers: AbstractSet[str] = frozenset()
+    #: Where the backward calls that train are (a loss's, in a module that steps something; not a
+    #: helper object's own ``backward`` nor gradients for an input), as the loops owner decides.
+    training_backward_sites: AbstractSet[Site] = frozenset()
     #: Qualified names of every call to something imported (``torch.nn.utils.clip_grad_norm_``),
     #: and the callee of every call written as a plain name (``print``): passes skip cheaply.
     called: AbstractSet[str] = frozenset()
@@ -518,6 +525,7 @@ class FactsDraft(FactQuestions):
     per_epoch_schedulers: set[str] = field(default_factory=set)
     train_loaders: set[str] = field(default_factory=set)
     eval_loaders: set[str] = field(default_factory=set)
+    unprepared_loaders: set[str] = field(default_factory=set)
     device_names: set[str] = field(default_factory=set)
     cuda_flags: set[str] = field(default_factory=set)
     gpu_index_names: set[str] = field(default_factory=set)
@@ -570,6 +578,7 @@ class FactsDraft(FactQuestions):
     backward_site: Site | None = None
     backward_trains: bool = True
     backward_helpers: set[str] = field(default_factory=set)
+    training_backward_sites: set[Site] = field(default_factory=set)
     called: set[str] = field(default_factory=set)
     call_sites: dict[str, list[Site]] = field(default_factory=dict)
     assign_sites: dict[str, list[Site]] = field(default_factory=dict)

@@ -316,6 +316,32 @@ def per_batch_file_loaders(a: Analysis) -> None:
         a.facts.eval_loaders = set(a.facts.eval_loaders) - kept
 
 
+@provider(
+    needs=("loader_loops", "loader_factories", "backward_trains", "models", "frozen_models", "train_loaders"),
+    provides=("unprepared_loaders",),
+    refines=("unsharded_loaders",),
+)
+def statistics_loaders(a: Analysis) -> None:
+    """A script with no model that only reads its loaders (dataset statistics: the mean and
+    standard deviation of the images for a ``Normalize``, summed batch by batch) keeps them
+    unprepared: every rank reads the whole dataset and computes what the original computes,
+    where a prepared loader would give each rank its share and print one rank's statistics (a
+    loader is only sharded for a model to train or evaluate on). They stay evaluation loaders,
+    so the accelerator is still created and the prints run once. A loader another module of the
+    program hands in is prepared there; a module that another one trains with (a library, a
+    parameter seeded as a model) is left as it is."""
+    facts = a.facts
+    seeds = a.seeds
+    if facts.backward_trains or facts.models or facts.frozen_models or facts.train_loaders:
+        return
+    if seeds is not None and (seeds.library or any(names for _, names in seeds.parameter_roles)):
+        return
+    built = _loaders_built_here(a)
+    read = {name for _, origins in a.loader_loops if origins & built for name in origins}
+    a.unsharded_loaders |= read
+    facts.unprepared_loaders = read
+
+
 @rule_provider(needs=("eval_loops", "loader_loops", "train_loaders", "unsharded_loaders"))
 def per_batch_writes(a: Analysis) -> frozenset[tuple[int, int, str]]:
     """Where (original line, column, and the code of its argument naming the batch) an evaluation

@@ -41,6 +41,7 @@ from accel_convert.codemods.model.state import Analysis
         "optimizers",
         "train_loaders",
         "eval_loaders",
+        "unprepared_loaders",
         "schedulers",
         "per_epoch_schedulers",
         "prepared",

@@ -9,6 +9,7 @@ import libcst as cst
 from accel_convert.codemods.engine.devices import constructed
 from accel_convert.codemods.engine.facts import MODULE, LoopFacts, callers_closure
 from accel_convert.codemods.engine.imported_calls import program_callee
+from accel_convert.codemods.engine.model import Site
 from accel_convert.codemods.engine.syntax import (
     dotted,
     is_backward,
@@ -111,6 +112,7 @@ def _is_plain_access(value: cst.BaseExpression) -> bool:
         "backward_site",
         "backward_trains",
         "backward_helpers",
+        "training_backward_sites",
         "loss_names",
         "train_loops",
         "eval_loops",
@@ -131,6 +133,7 @@ def loops(a: Analysis) -> None:
     facts.backward_trains = _steps_something(a)
     backward_functions = _functions_with_backward(a) if facts.backward_trains else set()
     facts.backward_functions = set(backward_functions)
+    facts.training_backward_sites = _sites_of(a, training_backwards(a))
     switches = _mode_switches(a)
     created_loaders = _created_loaders(a)
     known = created_loaders | (facts.prepared - facts.models - facts.optimizers - facts.schedulers)
@@ -396,6 +399,10 @@ def training_backwards(a: Analysis) -> list[CallRecord]:
     if not a.facts.backward_trains:
         return []
     return [call for call in a.r.calls if _is_loss_backward(a, call.node)]
+
+
+def _sites_of(a: Analysis, calls: list[CallRecord]) -> set[Site]:
+    return {a.site(call.node) for call in calls}
 
 
 def _is_loss_backward(a: Analysis, call: cst.Call) -> bool:

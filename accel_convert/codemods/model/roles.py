@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import chooses_device, constructed
+from accel_convert.codemods.engine.facts import FactsDraft
 from accel_convert.codemods.engine.syntax import (
     argument_for,
     dotted,
@@ -163,6 +164,7 @@ def _factory_roots(a: Analysis, call: cst.Call, factory: str, returned: cst.Call
 @provider(
     needs=("device_names", "train_loaders"),
     provides=("optimizers", "models", "frozen_models", "optimizer_home"),
+    refines=("schedulers",),
 )
 def optimizers_and_models(a: Analysis) -> None:
     """Optimizers (by constructor, a factory of the file, a model's ``configure_optimizers``) and
@@ -185,6 +187,7 @@ def optimizers_and_models(a: Analysis) -> None:
             roots |= parameter_sources.get(name, set())
         facts.models.update(roots)
     _inline_optimizers(a)
+    _returned_together(a)
     moved = {target for assign in a.r.assigns if moves_a_construction(assign.value) for target in assign.targets}
     moved |= _put_in_evaluation_mode(a)
     facts.frozen_models = {
@@ -329,6 +332,91 @@ def _inline_optimizers(a: Analysis) -> None:
             a.facts.models.update(receivers)
             if a.optimizer_home is None:
                 a.optimizer_home = call.function
+
+
+def _returned_together(a: Analysis) -> None:
+    """``def build(): model = Net(); return model, SGD(model.parameters())`` called as ``model,
+    opt = build()``: the names the caller unpacks take the roles of what the function returns at
+    their positions (a model, an optimizer, by name or built in the ``return``), and the first
+    caller unpacking an optimizer is where the optimizers are built: it prepares them (the
+    accelerator created there reaches its training loop), not the function that returns them."""
+    returned = _roles_returned(a)
+    if not returned:
+        return
+    facts = a.facts
+    for assign in a.r.assigns:
+        value = assign.value
+        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
+            continue
+        roles = returned.get(value.func.value)
+        names = _unpacked_names(assign)
+        if roles is None or names is None or assign.function == value.func.value:
+            continue
+        for index, role in roles.items():
+            if index < len(names):
+                _role_set(facts, role).add(names[index])
+        if "optimizer" in roles.values() and a.optimizer_home in (None, value.func.value):
+            a.optimizer_home = assign.function
+    # The builder's own names for what it returns are handed out, not trained under that name:
+    # the caller prepares them under its names (left in, ``model`` of ``build()`` is reported as
+    # a trained model no prepare can follow).
+    for name in _returned_names(a, returned):
+        if all(assign.function in returned for assign in a.r.assigns if name in assign.targets):
+            for role in ("model", "optimizer", "scheduler"):
+                _role_set(facts, role).discard(name)
+
+
+def _role_set(facts: FactsDraft, role: str) -> set[str]:
+    """The facts' names of ``role``'s objects: models, optimizers or schedulers."""
+    return facts.optimizers if role == "optimizer" else facts.schedulers if role == "scheduler" else facts.models
+
+
+def _roles_returned(a: Analysis) -> dict[str, dict[int, str]]:
+    """Module-level functions returning a tuple holding a model, an optimizer or a scheduler →
+    position → ``"model"``, ``"optimizer"`` or ``"scheduler"``."""
+    facts = a.facts
+    found: dict[str, dict[int, str]] = {}
+    for function, value in a.r.returns:
+        if function not in a.r.defs or not isinstance(value, cst.Tuple):
+            continue
+        roles: dict[int, str] = {}
+        for index, element in enumerate(value.elements):
+            item = constructed(element.value)
+            name = dotted(item)
+            qualified = (
+                a.r.names.qualified_name(item.func, (function,), strict=False) if isinstance(item, cst.Call) else None
+            )
+            if name in facts.optimizers or (qualified is not None and is_optimizer(qualified)):
+                roles[index] = "optimizer"
+            elif name in facts.schedulers or (qualified is not None and is_scheduler(qualified)):
+                roles[index] = "scheduler"
+            elif name in facts.models:
+                roles[index] = "model"
+        if roles:
+            found[function] = roles
+    return found
+
+
+def _returned_names(a: Analysis, returned: dict[str, dict[int, str]]) -> set[str]:
+    """The names the functions of ``returned`` return their models and optimizers under."""
+    found = set()
+    for function, value in a.r.returns:
+        if function in returned and isinstance(value, cst.Tuple):
+            for index in returned[function]:
+                name = dotted(value.elements[index].value)
+                if name is not None:
+                    found.add(name)
+    return found
+
+
+def _unpacked_names(assign: AssignRecord) -> list[str] | None:
+    """``["model", "opt"]`` for ``model, opt = build()``; None for any other target."""
+    targets = assign.node.targets
+    target = targets[0].target if len(targets) == 1 else None
+    if not isinstance(target, (cst.Tuple, cst.List)):
+        return None
+    names = [dotted(element.value) for element in target.elements]
+    return None if None in names else [name for name in names if name is not None]
 
 
 def _parameter_roots(a: Analysis, receivers: set[str]) -> set[str]:

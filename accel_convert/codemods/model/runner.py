@@ -70,6 +70,7 @@ PROVIDERS: tuple[Provider, ...] = (
     roles.flow_into_parameters,
     loops.loops,
     file_flow.per_batch_file_loaders,
+    file_flow.statistics_loaders,
     models.models_trained_by_hand,
     roles.per_epoch_schedulers,
     home.home,

@@ -13,6 +13,11 @@ Schedulers need care (Accelerate issues 2926 and 1398, transformers PR 24088):
 Several models and optimizers (a GAN's generator and discriminator) go into the same call. A
 DataLoader wrapped in another class (``train_dl = DeviceDataLoader(train_dl, device)``) is
 prepared right before the wrap: ``prepare`` passes objects it does not know through unchanged.
+A model and optimizer a helper returns together (``return model, SGD(model.parameters())``) are
+prepared where the caller unpacks them (``model, opt = build()``), where training runs. Loaders
+are sharded for a model to train or evaluate on: a script with no model that only reads a loader
+(dataset statistics summed batch by batch) leaves it unprepared, so each process reads it whole
+and prints what the original prints.
 
 A model handed to a function that trains it, but built where this rule does not prepare it (bound
 more than once, or not by a model constructor), is reported (ACC926): its gradients would not be

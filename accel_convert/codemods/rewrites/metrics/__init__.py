@@ -33,8 +33,14 @@ An evaluation that takes gradients for its inputs (a module that trains nothing:
 ``loss.backward()`` then ``data.grad``) needs each process's own rows between its forwards: its
 Python counts (``correct += 1``) are summed across processes after the loop
 (``accelerator.reduce(torch.tensor(correct, device=accelerator.device), "sum").item()``), and a
-``len(loader)`` it divides by is reported (ACC941). The padding of a ragged last batch is counted
-too: such counts are exact when every process gets whole batches.
+``len(loader)`` it divides by is reported (ACC941). So is an evaluation loop in a module that
+trains, when the only backward in it is not one that trains (a helper object's own ``backward``:
+an attack, a saliency map, Grad-CAM). The loop iterates ``accelerator.without_padding(loader)``:
+the samples that pad the last round of batches (repeated so that every process gets a batch) are
+dropped, so each sample is counted once; in a module that trains (its models wrapped in DDP),
+``skip_empty=False`` keeps a batch with no real row as an empty one, so that every process runs as
+many batches. With ``--target accelerate``, which has no such method, the padding of a ragged last
+batch is counted too.
 
 A mean over batches (``/ len(loader)``, ``/ (batch_idx + 1)``, ``np.mean`` of a list appended once per
 batch, a ``steps += 1`` counter) is reported (ACC941): the original weighs each of its batches
@@ -1188,6 +1194,7 @@ class MetricsCodemod(Rule):
             loaders_of_sample_lists(module, facts),
             loaders_padded_per_batch(module, facts),
             prepared_model_lists(module, facts),
+            runtime_target=options.target == "runtime",
         )
         new_module = module.visit(rewriter)
         synced = rewriter.metrics_fed_gathered_values()

@@ -118,8 +118,11 @@ class EvalLoopRewriter(RuleTransformer):
         zipped_loaders: set[str],
         padded_loaders: set[str],
         model_lists: dict[str, set[str]] | None = None,
+        runtime_target: bool = True,
     ) -> None:
         super().__init__(facts, lines)
+        #: Whether the script runs on this project's runtime (``accelerator.without_padding``).
+        self._runtime_target = runtime_target
         #: Module-level function → names there holding a list of prepared models (an ensemble).
         self._model_lists = model_lists or {}
         self._module: cst.CSTNode = cst.Module([])
@@ -191,9 +194,13 @@ class EvalLoopRewriter(RuleTransformer):
             # A loader built where nothing prepares it (a local of an evaluation helper): every
             # rank sees every sample, and gathering would count each one N times.
             return updated_node
-        if not self.facts.backward_trains and contains(original_node, is_backward, cst.Call):
+        # Which backward calls train is the loops owner's answer: a loss reaching what an
+        # optimizer steps. Any other (gradients for the input, a helper object's own method)
+        # leaves the loop an evaluation that needs its own batch between forwards.
+        trains = contains(original_node, self._trains, cst.Call)
+        if not trains and contains(original_node, is_backward, cst.Call):
             return self._counts_summed(original_node, updated_node)
-        if contains(original_node, lambda n: is_backward(n) or is_gather(n, self.facts), cst.Call):
+        if trains or contains(original_node, lambda n: is_gather(n, self.facts), cst.Call):
             return updated_node
         sequence_first = sequence_first_reason(original_node, self._layouts, self.facts)
         if sequence_first is not None:
@@ -216,6 +223,10 @@ class EvalLoopRewriter(RuleTransformer):
             return updated_node
         return self._gather_in_loop(original_node, updated_node, loop)
 
+    def _trains(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` is a backward call that trains (see ``training_backward_sites``)."""
+        return is_backward(node) and self.facts.origins.site(node) in self.facts.training_backward_sites
+
     def _counts_summed(
         self, original: cst.For, loop: cst.For
     ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
@@ -226,7 +237,16 @@ class EvalLoopRewriter(RuleTransformer):
         if not names or not self.accelerator_reachable():
             return loop
         accelerator = self.instance_accelerator() or cst.Name(self.accelerator)
-        self.report(original, GATHERED, f"counts summed across processes after the loop: {', '.join(names)}")
+        if self._runtime_target:
+            # The last round's padding would be counted on the process it pads: each process
+            # counts its real rows only, so the sums cover every sample once.
+            loop = _without_padding(loop, accelerator, skip_empty=not self.facts.backward_trains)
+        self.report(
+            original,
+            GATHERED,
+            f"counts summed across processes after the loop: {', '.join(names)}"
+            + (" (each process's batches without the padding of the last round)" if self._runtime_target else ""),
+        )
         loader = dotted(iterated(original.iter, through_any_call=True))
         if batches_counted(scope, loader):
             self.report(
@@ -241,11 +261,13 @@ class EvalLoopRewriter(RuleTransformer):
     def _over_unprepared_loader(self, node: cst.For) -> bool:
         """The loop's loader is built by the function holding the loop, and that function is not
         where the training objects are built and prepared (an evaluation helper's own loader)."""
+        name = dotted(iterated(node.iter, through_any_call=True))
+        if name in self.facts.unprepared_loaders:
+            return True  # a script with no model reading its loaders whole (dataset statistics)
         function = next((n for n in reversed(self._anchors) if isinstance(n, cst.FunctionDef)), None)
         if function is None or function.name.value in (self.facts.main_function, self.facts.creating_function):
             return False
         where = self.facts.origins.site(function)
-        name = dotted(iterated(node.iter, through_any_call=True))
         return (
             where is not None
             and name is not None
@@ -551,6 +573,28 @@ class EvalLoopRewriter(RuleTransformer):
                 "samples it yields) so the gather drops them, or drop them by hand",
                 False,
             )
+
+
+def _without_padding(loop: cst.For, accelerator: cst.BaseExpression, *, skip_empty: bool) -> cst.For:
+    """``for x, y in accelerator.without_padding(loader):`` for ``for x, y in loader:`` (also
+    under ``enumerate``, a progress bar): the loader's batches cut to this process's real rows.
+    ``skip_empty=False`` in a module that trains: its models are wrapped in DDP, whose backward
+    (a helper object's, on the prepared model) all-reduces, so every process keeps every batch
+    (one with no real row then has none)."""
+    loader = iterated(loop.iter, through_any_call=True)
+    args = [cst.Arg(loader)]
+    if not skip_empty:
+        args.append(
+            cst.Arg(
+                cst.Name("False"),
+                keyword=cst.Name("skip_empty"),
+                equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+            )
+        )
+    call = cst.Call(func=cst.Attribute(accelerator, cst.Name("without_padding")), args=args)
+    if loader is loop.iter:
+        return loop.with_changes(iter=call)
+    return loop.with_changes(iter=cast(cst.BaseExpression, loop.iter.deep_replace(loader, call)))
 
 
 def _recomputed(unpacked: Unpacked, read_after: set[str]) -> list[Recomputed]:
