@@ -244,6 +244,7 @@ def _preparations(
         "optimizers",
         "train_loaders",
         "eval_loaders",
+        "unprepared_loaders",
         "schedulers",
         "per_epoch_schedulers",
         "existing_accelerator",
