@@ -216,3 +216,30 @@ def test_training_class_preparing_a_loader_its_method_builds() -> None:
         "self.model, self.optimizer = self.accelerator.prepare(self.model, self.optimizer)",
         "loader = self.accelerator.prepare(loader)",
     ]
+
+
+def test_training_without_a_loader_starts_at_its_backward() -> None:
+    """No loader: the home block's training is the loop holding its backward, so ``prepare`` goes
+    above that loop, not after a model built again later for inference."""
+    plan, source, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+
+        x, y = torch.randn(64, 8), torch.randn(64, 1)
+        model = nn.Linear(8, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(10):
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        model = nn.Linear(8, 1)
+        print(model(x).sum().item())
+        """
+    )
+    assert plan.training_lines == ()
+    assert plan.backward_lines == (_line(source, "nn.functional.mse_loss(model(x), y).backward()"),)
+    lines = [line.strip() for line in converted.splitlines()]
+    assert lines.index("model, optimizer = accelerator.prepare(model, optimizer)") < lines.index(
+        "for step in range(10):"
+    )

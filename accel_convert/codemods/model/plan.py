@@ -104,6 +104,10 @@ class ConversionPlan:
     #: Original lines of the home block where training starts: its loops over loaders and its
     #: calls reaching one (or a backward). ``prepare`` goes before the first.
     training_lines: tuple[int, ...]
+    #: Original lines of the backward calls that train, wherever they are: a statement of the
+    #: home block holding one (``for step in range(n): ... loss.backward()``, no loader) is where
+    #: its training starts too.
+    backward_lines: tuple[int, ...] = ()
 
     @classmethod
     def of(
@@ -145,6 +149,7 @@ class ConversionPlan:
             prepared_where_built=frozenset(facts.models_prepared_where_built),
             already_prepared=frozenset(facts.prepared),
             training_lines=tuple(sorted(set(facts.training_lines()))),
+            backward_lines=tuple(sorted({site.line for site in facts.training_backward_sites})),
         )
 
     @property
@@ -245,6 +250,7 @@ def _preparations(
         "train_loaders",
         "eval_loaders",
         "unprepared_loaders",
+        "training_backward_sites",
         "schedulers",
         "per_epoch_schedulers",
         "existing_accelerator",

@@ -435,7 +435,10 @@ class _Prepare(HomeBlockTransformer):
         """Index of the first statement of ``body`` that loops over a loader, or calls a function
         that (directly or through its own calls) does; ``len(body)`` when none does. ``block``:
         the function ``body`` belongs to, when not the home block."""
-        lines = self.plan.training_lines if block is None else self.facts.training_lines(block)
+        if block is None:
+            lines = (*self.plan.training_lines, *self.plan.backward_lines)
+        else:
+            lines = tuple(self.facts.training_lines(block))
         for index, node in enumerate(body):
             if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
                 continue  # the calls inside a definition run when it is called, not here
