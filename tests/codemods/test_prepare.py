@@ -616,3 +616,35 @@ model_conv = train_model(model_conv, optimizer_conv, loader)
     assert lines[at + 1 :] == ["model_conv = train_model(model_conv, optimizer_conv, loader)"]
     assert "model_ft, optimizer_ft, loader = accelerator.prepare(model_ft, optimizer_ft, loader)" in lines
     assert convert_text(code)[0] == code, "converting the output again changes nothing"
+
+
+REBUILT_FOR_INFERENCE = """
+test_data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,))), batch_size=8)
+test_loader = DataLoader(test_data, batch_size=8)
+model = nn.Linear(8, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    optimizer.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+torch.save(model.state_dict(), "model.pt")
+model = nn.Linear(8, 2)
+model.load_state_dict(torch.load("model.pt"))
+{after}
+"""
+
+
+@pytest.mark.parametrize(
+    ("after", "moved"),
+    [
+        # It meets the prepared loader's batches (on the accelerator's device): moved there.
+        ("for x, y in test_loader:\n    print(model(x).argmax(1))", True),
+        # It only meets a sample the script holds (the quickstart): left on the CPU, as written.
+        ("print(model(test_data[0][0]).argmax(0))", False),
+    ],
+    ids=["meets-loader-batches", "meets-own-sample"],
+)
+def test_a_model_built_again_is_moved_only_to_meet_the_prepared_batches(after: str, moved: bool) -> None:
+    _, lines = convert(REBUILT_FOR_INFERENCE.format(after=after))
+    assert ("model.to(accelerator.device)" in lines) is moved

@@ -286,9 +286,11 @@ class _Prepare(HomeBlockTransformer):
     def _move_rebuilt_models(self, statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
         """A model built again after training without a move (the CIFAR-10 tutorial's ``net =
         Net()`` then ``net.load_state_dict(...)``) meets batches of the prepared loaders, which
-        are on the accelerator's device: ``net.to(accelerator.device)`` after it is built."""
+        are on the accelerator's device: ``net.to(accelerator.device)`` after it is built. One
+        that only meets data the script holds itself (the quickstart's ``model(test_data[0][0])``,
+        on the CPU) stays where the original builds it."""
         result: list[cst.BaseStatement] = []
-        for node in statements:
+        for index, node in enumerate(statements):
             result.append(node)
             if not isinstance(node, cst.SimpleStatementLine) or len(node.body) != 1:
                 continue
@@ -303,6 +305,8 @@ class _Prepare(HomeBlockTransformer):
             value = assign.value
             if not isinstance(value, cst.Call) or is_move(value) or not self._constructs_model(value):
                 continue
+            if not self._reads_a_loader(statements[index + 1 :]):
+                continue
             self.report(
                 node,
                 Prepare.code,
@@ -310,6 +314,14 @@ class _Prepare(HomeBlockTransformer):
             )
             result.append(statement(f"{target.value}.to({self.accelerator}.device)"))
         return result
+
+    def _reads_a_loader(self, statements: Sequence[cst.BaseStatement]) -> bool:
+        """Whether ``statements`` read one of the loaders (a loop over it, a call handed it):
+        only their batches are on the accelerator's device."""
+        loaders = self.facts.loaders
+        return any(
+            isinstance(node, cst.Name) and node.value in loaders for line in statements for node in nodes_in(line)
+        )
 
     def _prepare_handed_again(self, statements: list[cst.BaseStatement], indent: str) -> list[cst.BaseStatement]:
         """The transfer-learning tutorial's second run: after ``train_model(model_ft, ...)`` it
