@@ -419,12 +419,12 @@ def steps_before_training_writes(run: RunTrace) -> dict[str, int]:
     return written
 
 
-def beyond_the_steps_taken(original: RunTrace, multi: RunTrace, missing: list[str]) -> list[str]:
+def beyond_the_steps_taken(original: RunTrace, steps: int, missing: list[str]) -> list[str]:
     """The missing files the original wrote during training after more optimizer steps than the
-    N-process run takes in all: a step cadence (``if step % 100 == 0: save_image(...)``) that
-    N processes reach less often, each step taking N batches (``--split-batches`` keeps the
-    original's steps). What is written after training, or at a step the run reached, stays missing."""
-    steps = len(multi.of("step", 0))
+    N-process run takes in all (``steps``, its main process's): a step cadence (``if step % 100 ==
+    0: save_image(...)``) that N processes reach less often, each step taking N batches
+    (``--split-batches`` keeps the original's steps). What is written after training, or at a step
+    the run reached, stays missing."""
     during = steps_before_training_writes(original)
     return [path for path in missing if during.get(path, 0) > steps]
 
@@ -434,7 +434,8 @@ def files_once_verdict(original: RunTrace, multi: RunTrace) -> Verdict:
     missing = sorted(set(before) - set(after))
     extra = sorted(set(after) - set(before))
     problems = []
-    cadence = beyond_the_steps_taken(original, multi, missing)
+    steps = len(multi.of("step", 0))
+    cadence = beyond_the_steps_taken(original, steps, missing)
     missing = [path for path in missing if path not in cadence]
     if missing:
         problems.append(
@@ -447,7 +448,6 @@ def files_once_verdict(original: RunTrace, multi: RunTrace) -> Verdict:
             problems.append(f"{path}: written by ranks {', '.join(map(str, sorted(ranks)))} (one should)")
     found = verdict("files-once", "every file the original writes, written once", problems, f"{len(before)} files")
     if found.holds and cadence:
-        steps = len(multi.of("step", 0))
         found.evidence = [
             f"{len(before)} files; {len(cadence)} written during training after more steps than the "
             f"{multi.name} takes ({steps}: each step takes a batch on every process): {cadence[:5]}"
