@@ -8,10 +8,12 @@ from accel_convert.converter.verify_verdicts import (
     RunTrace,
     Verdict,
     attach_findings,
+    explain_unreached_cadence,
     mask_numbers,
     mask_timing,
     n_process_verdicts,
     one_process_verdicts,
+    unreached_cadence,
 )
 
 
@@ -282,3 +284,75 @@ def test_findings_are_attached_to_the_verdict_they_explain() -> None:
     hang = by_key(verdicts)["no-hang"]
     assert [finding["code"] for finding in hang.findings] == ["ACC902"]
     assert all(not item.findings for item in verdicts if item.holds)
+
+
+def validated_every(steps_per_pass: int, passes: int, every: int, rank: int, world: int, crash: bool) -> list:
+    """A rank of ``eval_every_n_steps_best``: a validation every ``every`` optimizer steps in the middle
+    of the training passes; ``crash``: the epoch's print reads the accuracy of a validation not run."""
+    records = [rec("start", rank, pid=1, argv=["t.py"], cwd=".", world_size=world, local_rank=rank)]
+    step = 0
+    for _ in range(passes):
+        for _ in range(steps_per_pass):
+            step += 1
+            records.append(rec("step", rank, index=step - 1, digest=f"d{step}", norm=1.0))
+            if step % every == 0:
+                records.append(
+                    rec("pass", rank, loader="t.py:38", grad=False, samples=200, gathered=200, complete=True)
+                )
+        records.append(rec("pass", rank, loader="t.py:37", grad=True, samples=64 * steps_per_pass, complete=True))
+        if crash and step < every:
+            error = "UnboundLocalError: cannot access local variable 'correct'"
+            return [*records, rec("exit", rank, code=1, exception=error, site="t.py:70")]
+    return [*records, rec("exit", rank, code=0, exception=None, site=None)]
+
+
+def cadence_runs(multi_steps_per_pass: int, passes: int = 2, crash: bool = True) -> tuple[RunTrace, RunTrace]:
+    original = RunTrace("original", {0: validated_every(4, passes, 3, 0, 1, crash)})
+    multi = RunTrace(
+        "converted on 2",
+        {rank: validated_every(multi_steps_per_pass, passes, 3, rank, 2, crash) for rank in (0, 1)},
+    )
+    return original, multi
+
+
+def test_a_step_cadence_the_n_process_run_never_reaches_is_named_with_the_budget() -> None:
+    """The budget (256 samples, batch 64) gives 4 steps per pass on one process and 2 per rank on
+    two: the validation every 3 steps never runs there, and the script crashes on its result."""
+    original, multi = cadence_runs(2)
+    cadence = unreached_cadence(original, multi, 256)
+    assert cadence is not None and (cadence.step, cadence.taken, cadence.budget_cut) == (3, 2, True)
+    verdicts = n_process_verdicts(original, multi, 2)
+    explain_unreached_cadence(verdicts, cadence, 2, "rerun with --samples 512 or more")
+    crash = by_key(verdicts)["no-crash"]
+    assert not crash.holds and "UnboundLocalError" in crash.evidence[0]
+    assert "after optimizer step 3" in crash.evidence[-1] and "took 2 steps" in crash.evidence[-1]
+    assert crash.evidence[-1].endswith(
+        "the budget can explain this, not the conversion: rerun with --samples 512 or more"
+    )
+    assert all(item.holds or "step cadence" in item.evidence[-1] for item in verdicts)
+    # a dataset smaller than the budget (256 samples of 512, whole): the converted script does this too
+    cadence = unreached_cadence(original, multi, 512)
+    assert cadence is not None and not cadence.budget_cut and "the budget cut none" in cadence.explanation(2)
+
+
+def test_no_step_cadence_is_blamed_when_the_steps_were_reached_or_training_never_ran() -> None:
+    original, multi = cadence_runs(4)
+    assert unreached_cadence(original, multi, 256) is None
+    # rank 0 failed before the end of its first training pass: not the budget
+    original, multi = cadence_runs(2)
+    for rank in (0, 1):
+        multi.records[rank] = [r for r in multi.records[rank] if not (r["kind"] == "pass" and r["grad"])]
+    assert unreached_cadence(original, multi, 256) is None
+
+
+def test_evaluations_of_a_step_cadence_beyond_the_steps_a_rank_took_are_not_expected() -> None:
+    """Two passes of 4 steps validate after steps 3 and 6; two passes of 2 steps per rank reach
+    step 3 only: one validation is what the original does in those steps."""
+    original, multi = cadence_runs(2, crash=False)
+    verdict = by_key(n_process_verdicts(original, multi, 2))["evaluation-counts"]
+    assert verdict.holds, verdict.evidence
+    # a rank that skipped the validation its steps reached is still named
+    multi.records[1] = [r for r in multi.records[1] if not (r["kind"] == "pass" and not r["grad"])]
+    verdict = by_key(n_process_verdicts(original, multi, 2))["evaluation-counts"]
+    assert not verdict.holds
+    assert "rank 1: 0 evaluation passes, the original 1 within the 4 optimizer steps this rank took" in verdict.evidence

@@ -479,13 +479,104 @@ def evaluation_passes(run: RunTrace, rank: int) -> list[Record]:
     return [record for record in run.of("pass", rank) if not record.get("grad")]
 
 
+def mid_pass_events(run: RunTrace, rank: int = 0) -> list[tuple[Record, int]]:
+    """The evaluation passes and file writes of ``rank`` made in the middle of a pass over its
+    training data (after an optimizer step of a training pass not yet ended: a step cadence,
+    ``if step % 100 == 0``), each with the optimizer steps taken before it. An evaluation right
+    after a training pass ended (once per epoch) is not one."""
+    taken = in_pass = 0
+    events = []
+    for record in run.records.get(rank, []):
+        kind = record.get("kind")
+        if kind == "step":
+            taken, in_pass = taken + 1, in_pass + 1
+        elif kind == "pass" and record.get("grad"):
+            in_pass = 0
+        elif in_pass and (kind == "write" or (kind == "pass" and not record.get("grad"))):
+            events.append((record, taken))
+    return events
+
+
+def evaluation_passes_due(original: RunTrace, steps: int) -> list[Record]:
+    """The original's evaluation passes less those of a step cadence made after more optimizer
+    steps than ``steps`` (what a rank of the N-process run took: each of its steps takes a batch on
+    every process, so it reaches a step cadence less often)."""
+    beyond = {id(record) for record, taken in mid_pass_events(original) if taken > steps}
+    return [record for record in evaluation_passes(original, 0) if id(record) not in beyond]
+
+
+@dataclass(frozen=True)
+class UnreachedCadence:
+    """The N-process run took fewer optimizer steps than the step at which the original first
+    evaluated or wrote a file in the middle of a training pass: what the original does there (and
+    what the script does after it, a variable it set) never ran on N processes. The budget, not
+    the conversion, can explain a failure then."""
+
+    #: Optimizer steps the original had taken at its first such evaluation or write.
+    step: int
+    #: What it did there: ``evaluated (loader at train.py:40)``, ``wrote best.pt``.
+    what: str
+    #: Optimizer steps the N-process run's main process took in all.
+    taken: int
+    #: The budget (``--samples``) cut the training data: a larger one gives every rank more steps.
+    budget_cut: bool = True
+
+    def explanation(self, nproc: int) -> str:
+        found = (
+            f"the original {self.what} after optimizer step {self.step}, in the middle of a pass over its "
+            f"training data; each rank of the {nproc}-process run took {self.taken} steps in all (each step "
+            f"takes a batch on every process), so that step cadence was never reached there"
+        )
+        if self.budget_cut:
+            return f"{found}: the budget can explain this, not the conversion"
+        return f"{found}, with the whole training data (the budget cut none of it): so it is on {nproc} processes"
+
+
+def unreached_cadence(original: RunTrace, multi: RunTrace, budget: int) -> UnreachedCadence | None:
+    """The original's first mid-pass evaluation or write at a step the N-process run never
+    reached, when that run's main process went through its share of the training data (a training
+    pass ended) with at least one step: its data ended its steps, not an early failure. ``budget``:
+    the samples every loader's dataset was cut to."""
+    taken = len(multi.of("step", 0))
+    trained = any(record.get("grad") and record.get("complete") for record in multi.of("pass", 0))
+    if not taken or not trained:
+        return None
+    for record, step in mid_pass_events(original):
+        if step > taken:
+            what = f"wrote {record.get('path')}" if record.get("kind") == "write" else "evaluated"
+            if record.get("kind") == "pass" and record.get("loader"):
+                what += f" (the loader made at {record.get('loader')})"
+            return UnreachedCadence(step, what, taken, cut_by_budget(original, budget))
+    return None
+
+
+def cut_by_budget(original: RunTrace, budget: int) -> bool:
+    """Whether the original's first training pass was cut by the budget: it yielded so many
+    samples that one batch more would have passed the budget (a smaller dataset is whole)."""
+    in_pass = 0
+    for record in original.records.get(0, []):
+        if record.get("kind") == "step":
+            in_pass += 1
+        elif record.get("kind") == "pass" and record.get("grad") and record.get("complete"):
+            samples = int(record.get("samples") or 0)
+            return samples + samples / max(in_pass, 1) > budget
+    return False
+
+
+def explain_unreached_cadence(verdicts: Sequence[Verdict], cadence: UnreachedCadence, nproc: int, advice: str) -> None:
+    """Add to each failed verdict why the budget can explain it, and what to do."""
+    for item in verdicts:
+        if not item.holds:
+            item.evidence.append(f"{cadence.explanation(nproc)}: {advice}")
+
+
 def evaluation_verdict(original: RunTrace, multi: RunTrace) -> Verdict:
     """The i-th evaluation pass of each rank counts (gathered, else its own share) what the
     original's i-th counted; Python numbers handed to a gather are flagged (one per process, not
     per sample)."""
-    expected = evaluation_passes(original, 0)
     problems: list[str] = []
     for rank in multi.ranks():
+        expected = evaluation_passes_due(original, len(multi.of("step", rank)))
         passes = evaluation_passes(multi, rank)
         for index, (old, new) in enumerate(zip(expected, passes)):
             counted = new.get("gathered") if new.get("gathered") is not None else new.get("samples")
@@ -505,12 +596,14 @@ def evaluation_verdict(original: RunTrace, multi: RunTrace) -> Verdict:
                 )
         if len(passes) != len(expected):
             problems.append(f"rank {rank}: {len(passes)} evaluation passes, the original {len(expected)}")
+            if len(expected) < len(evaluation_passes(original, 0)):
+                problems[-1] += f" within the {len(multi.of('step', rank))} optimizer steps this rank took"
     site = first(evaluation_passes(multi, 0), "loader") if problems else None
     return verdict(
         "evaluation-counts",
         "every evaluation counts what one process counts",
         problems,
-        f"{len(expected)} passes",
+        f"{len(evaluation_passes(original, 0))} passes",
         site,
     )
 
