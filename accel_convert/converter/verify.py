@@ -76,6 +76,8 @@ LARGE_FOLDER_BYTES = 1 << 30
 STACK_DUMP_WAIT = 3.0
 #: A source that asks for CUDA (by name, or an integer device) runs with fake CUDA on the CPU.
 _ASKS_FOR_CUDA = re.compile(rb"cuda|\.to\(\s*\d|device\s*=\s*\d")
+#: A source that imports Hugging Face Accelerate (accel-launch's test, runtime.launch_checks).
+_IMPORTS_ACCELERATE = re.compile(rb"^[ \t]*(?:from|import)[ \t]+accelerate\b", re.MULTILINE)
 
 
 class VerifyFailure(Exception):
@@ -445,7 +447,27 @@ def plan_run(settings: Settings, layout: Layout, scratch: Path, name: str, conve
     if name == "converted-n":
         launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(settings.nproc)]
     env = run_environment(settings, scratch / "injection", scratch / name / "trace", fake_cuda(settings, layout))
+    if settings.device == "cpu" and uses_accelerate([*program_sources(layout.script), *python_files(conversion)]):
+        # Hugging Face Accelerate on a machine without GPUs runs every process alone unless told
+        # the CPU is meant (what ``accelerate launch --cpu`` and accel-launch export).
+        env.setdefault("ACCELERATE_USE_CPU", "1")
     return RunPlan(name, [*launcher, script, *settings.script_args], folder, scratch / name / "trace", env)
+
+
+def python_files(folder: Path | None) -> list[Path]:
+    return sorted(folder.rglob("*.py")) if folder is not None else []
+
+
+def uses_accelerate(paths: Sequence[Path]) -> bool:
+    """Whether a source of the program imports Hugging Face Accelerate (a script written for it,
+    or a ``--target accelerate`` conversion)."""
+    for path in paths:
+        try:
+            if _IMPORTS_ACCELERATE.search(path.read_bytes()):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def fake_cuda(settings: Settings, layout: Layout) -> bool:
