@@ -417,3 +417,52 @@ def test_a_loss_the_accelerator_divides_for_accumulation_is_recorded_divided(mon
     traced(Accumulating(), weight * 2)
     assert [record["value"] for record in recorded if record["kind"] == "loss"] == [3.0]
     assert weight.grad is not None and float(weight.grad) == 1.0
+
+
+def test_a_batch_without_a_tensor_of_its_own_counts_its_samples() -> None:
+    """A detection ``collate_fn`` (``tuple(zip(*batch))``) gives tuples of per-sample images and
+    target dicts: 3 images of 3 channels are 3 samples, not 3 channels; a gathered list of
+    per-image dicts is as many samples as dicts."""
+    import torch
+
+    from accel_convert.runtime.tracer import first_dim
+
+    images = tuple(torch.zeros(3, 8, 8) for _ in range(5))
+    targets = tuple({"boxes": torch.zeros(1, 4), "labels": torch.zeros(1)} for _ in range(5))
+    assert first_dim((images, targets)) == 5
+    assert first_dim(list(targets)) == 5
+    assert first_dim(((torch.zeros(4, 2), torch.zeros(4, 3)), torch.zeros(4))) == 4  # two inputs and labels
+
+
+def test_predictions_and_labels_gathered_apart_count_each_batch_once() -> None:
+    from accel_convert.runtime.tracer import Pass
+
+    current = Pass("eval.py:3", per_item=False)
+    for gathered in (64, 64, 8):
+        current.next_batch()
+        current.gather(gathered)  # predictions
+        current.gather(gathered)  # labels
+    current.next_batch()
+    assert current.gathered == 136
+
+
+FAKE_GPU_TIMING = """
+import torch
+import torch.nn as nn
+
+model = nn.DataParallel(nn.Linear(4, 2).cuda())
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+start.record()
+out = model(torch.zeros(3, 4).cuda())
+end.record()
+torch.cuda.synchronize()
+print("shape", tuple(out.shape), "timed", start.elapsed_time(end) >= 0, "replicas", model.device_ids)
+"""
+
+
+def test_fake_cuda_answers_timing_events_and_data_parallel(tmp_path: Path) -> None:
+    """The cuda_timing_memory and dataparallel fixtures could not run under verify: a CPU build
+    has no ``torch.cuda.Event``, and DataParallel's GPU path wants the parameters on cuda:0."""
+    script, trace, env = traced(tmp_path, "run", FAKE_GPU_TIMING, {"ACCEL_CONVERT_TRACE_FAKE_CUDA": "1"})
+    python(str(script), env=env, cwd=script.parent, timeout=300).check()
+    assert [record["text"] for record in of_kind(records(trace, 0), "print")] == ["shape (3, 2) timed True replicas []"]

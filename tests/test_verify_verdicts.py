@@ -356,3 +356,13 @@ def test_evaluations_of_a_step_cadence_beyond_the_steps_a_rank_took_are_not_expe
     verdict = by_key(n_process_verdicts(original, multi, 2))["evaluation-counts"]
     assert not verdict.holds
     assert "rank 1: 0 evaluation passes, the original 1 within the 4 optimizer steps this rank took" in verdict.evidence
+
+
+def test_on_one_process_the_first_device_is_the_same_with_or_without_its_index() -> None:
+    """d2l's ``try_gpu()`` is ``cuda:0``; the converted script prints ``accelerator.device``
+    (``cuda``): the same device. Another index is another device."""
+    original = RunTrace("original", {0: [rec("print", text="training on cuda:0")]})
+    converted = RunTrace("converted", {0: [rec("print", text="training on cuda")]})
+    assert by_key(one_process_verdicts(original, converted))["stdout"].holds
+    converted.records[0][0]["text"] = "training on cuda:1"
+    assert not by_key(one_process_verdicts(original, converted))["stdout"].holds

@@ -239,9 +239,19 @@ def same_loss(old: Any, new: Any) -> bool:
     return math.isclose(old, new, rel_tol=LOSS_REL_TOL, abs_tol=1e-12)
 
 
+#: The first device of a kind, named with its index: on one process ``cuda:0`` is ``cuda`` (the
+#: original's ``torch.device("cuda:0")``, the converted script's ``accelerator.device``).
+_FIRST_DEVICE = re.compile(r"\b(cuda|xpu|npu|hpu|mps):0\b")
+
+
+def one_process_line(line: str) -> str:
+    """A line printed on one process, timings masked and the first device named without index."""
+    return _FIRST_DEVICE.sub(r"\1", mask_timing(line))
+
+
 def stdout_verdict(original: RunTrace, converted: RunTrace) -> Verdict:
-    before = [mask_timing(record.get("text", "")) for record in original.of("print", 0)]
-    after = [mask_timing(record.get("text", "")) for record in converted.of("print", 0)]
+    before = [one_process_line(record.get("text", "")) for record in original.of("print", 0)]
+    after = [one_process_line(record.get("text", "")) for record in converted.of("print", 0)]
     problems = []
     for index in range(max(len(before), len(after))):
         old = before[index] if index < len(before) else None

@@ -69,6 +69,7 @@ import ctypes
 import faulthandler
 import functools
 import hashlib
+import importlib
 import importlib.abc
 import importlib.machinery
 import io
@@ -686,13 +687,25 @@ class Pass:
         self.grad: bool | None = None
         self.samples = 0
         self.gathered: int | None = None
+        #: The samples gathered for the current batch: the largest of its gathers (predictions
+        #: and labels gathered apart are one batch's samples, not two).
+        self.gathered_for_batch: int | None = None
         self.gather_inputs: list[str] = []
         self.ended = False
+
+    def gather(self, samples: int) -> None:
+        self.gathered_for_batch = max(self.gathered_for_batch or 0, samples)
+
+    def next_batch(self) -> None:
+        if self.gathered_for_batch is not None:
+            self.gathered = (self.gathered or 0) + self.gathered_for_batch
+            self.gathered_for_batch = None
 
     def end(self, complete: bool) -> None:
         if self.ended:
             return
         self.ended = True
+        self.next_batch()
         with contextlib.suppress(ValueError):
             _active_passes.remove(self)
         grad = torch.is_grad_enabled() if self.grad is None else self.grad
@@ -711,14 +724,22 @@ _active_passes: list[Pass] = []
 
 
 def first_dim(data: Any) -> int:
-    """How many samples a batch (or a gathered result) holds: the first dim of its first tensor."""
+    """How many samples a batch (or a gathered result) holds: the first dim of its first tensor
+    (``(inputs, labels)``, a dict of tensors); of a batch with no tensor of its own, the length of
+    its first field (``(images, targets)`` of tuples, as a detection ``collate_fn`` makes them), or
+    its own (a list of per-sample dicts, strings)."""
     if isinstance(data, torch.Tensor):
         return int(data.shape[0]) if data.dim() else 1
     if isinstance(data, Mapping):
         return first_dim(next(iter(data.values()))) if data else 0
     if isinstance(data, (list, tuple)):
-        if data and isinstance(data[0], (torch.Tensor, Mapping, list, tuple)):
-            return first_dim(data[0])
+        tensors = [item for item in data if isinstance(item, torch.Tensor)]
+        if tensors:
+            return first_dim(tensors[0])
+        if data and isinstance(data[0], Mapping):
+            return len(data)  # one dict per sample
+        if data and isinstance(data[0], (list, tuple)):
+            return len(data[0])  # fields, each a sequence of samples
         return len(data)
     return 1
 
@@ -743,6 +764,7 @@ class PassIterator:
         return batch
 
     def _count(self, batch: Any) -> None:
+        self._pass.next_batch()
         if self._pass.grad is None:
             self._pass.grad = torch.is_grad_enabled()
         self._pass.samples += 1 if self._pass.per_item else first_dim(batch)
@@ -829,7 +851,7 @@ def note_gather(data: Any, result: Any) -> None:
     if not _active_passes:
         return
     current = _active_passes[-1]
-    current.gathered = (current.gathered or 0) + first_dim(result)
+    current.gather(first_dim(result))
     name = type(data).__name__
     if name not in current.gather_inputs:
         current.gather_inputs.append(name)
@@ -1074,6 +1096,28 @@ def _cuda_stubs() -> dict[str, Any]:
     }  # fmt: skip
 
 
+class FakeEvent:
+    """``torch.cuda.Event`` on the CPU: ``elapsed_time`` is wall time between two records (ms)."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+        self.recorded_at: float | None = None
+
+    def record(self, stream: Any = None) -> None:
+        self.recorded_at = time.perf_counter()
+
+    def elapsed_time(self, end_event: FakeEvent) -> float:
+        return ((end_event.recorded_at or 0.0) - (self.recorded_at or 0.0)) * 1000.0
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        return None
+
+    def wait(self, stream: Any = None) -> None:
+        return None
+
+
 def _gloo_instead_of_nccl(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
@@ -1108,6 +1152,12 @@ def patch_fake_cuda(local_world_size: int) -> None:
         setattr(torch, name, _traced_factory(getattr(torch, name)))
     for name in _LEGACY_TENSOR_TYPES:  # ``Tensor = torch.cuda.FloatTensor if cuda else ...``
         setattr(torch.cuda, name, getattr(torch, name))
+    torch.cuda.Event = FakeEvent  # type: ignore[misc,assignment]
+    # ``nn.DataParallel`` as torch builds it without GPUs: the module itself, no replicas (its
+    # GPU path checks that the parameters are on cuda:0, which they are not here).
+    # (``torch.nn.parallel.data_parallel`` the attribute is a function: the module, by name)
+    data_parallel = importlib.import_module("torch.nn.parallel.data_parallel")
+    data_parallel._get_available_device_type = lambda: None  # type: ignore[attr-defined]
     torch.Tensor.pin_memory = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
