@@ -366,3 +366,33 @@ def test_on_one_process_the_first_device_is_the_same_with_or_without_its_index()
     assert by_key(one_process_verdicts(original, converted))["stdout"].holds
     converted.records[0][0]["text"] = "training on cuda:1"
     assert not by_key(one_process_verdicts(original, converted))["stdout"].holds
+
+
+def stopped_early(epochs: int, rank: int, world: int, code: int = 0) -> list:
+    """``early_stop_helper_print``: one line and one validation per epoch until the losses stop it."""
+    records = [rec("start", rank, pid=1, argv=["t.py"], cwd=".", world_size=world, local_rank=rank)]
+    for epoch in range(epochs):
+        records.append(rec("step", rank, index=epoch, digest=f"d{epoch}", norm=1.0))
+        records.append(rec("pass", rank, loader="t.py:20", grad=True, samples=64, complete=True))
+        records.append(rec("pass", rank, loader="t.py:21", grad=False, samples=200, gathered=200, complete=True))
+        if rank == 0:
+            records.append(rec("print", rank, text=f"Epoch {epoch}: train 0.5 val 0.4"))
+    return [*records, rec("exit", rank, code=code, exception=None, site=None)]
+
+
+def test_a_stop_decided_from_the_losses_is_named_when_the_epochs_differ() -> None:
+    """On two processes each step averages two batches: the losses differ, early stopping stops
+    after 18 epochs instead of 8, and every per-epoch line and validation is counted 18 times."""
+    original = RunTrace("original", {0: stopped_early(8, 0, 1)})
+    multi = RunTrace("converted on 2", {rank: stopped_early(18, rank, 2) for rank in (0, 1)})
+    verdicts = by_key(n_process_verdicts(original, multi, 2))
+    for key in ("prints-once", "evaluation-counts"):
+        assert not verdicts[key].holds
+        assert (
+            "the original made 8 passes over its training data, rank 0 of the converted on 2 18"
+            in (verdicts[key].evidence[-1])
+        )
+    # a run that crashed made fewer passes for another reason
+    multi = RunTrace("converted on 2", {rank: stopped_early(3, rank, 2, code=1) for rank in (0, 1)})
+    verdicts = by_key(n_process_verdicts(original, multi, 2))
+    assert not any("passes over its training data" in line for item in verdicts.values() for line in item.evidence)

@@ -292,7 +292,7 @@ def parameters_verdict(original: RunTrace, converted: RunTrace) -> Verdict:
 
 def n_process_verdicts(original: RunTrace, multi: RunTrace, nproc: int) -> list[Verdict]:
     """The converted script on ``nproc`` processes shares the work of the original."""
-    return [
+    verdicts = [
         hang_verdict(multi),
         crash_verdict(multi, nproc),
         sync_verdict(multi),
@@ -302,6 +302,44 @@ def n_process_verdicts(original: RunTrace, multi: RunTrace, nproc: int) -> list[
         evaluation_verdict(original, multi),
         device_verdict(multi),
     ]
+    explain_other_passes(verdicts, original, multi)
+    return verdicts
+
+
+def training_passes(run: RunTrace, rank: int = 0) -> int:
+    """Complete passes over a loader with gradients on (the epochs, roughly)."""
+    return sum(1 for record in run.of("pass", rank) if record.get("grad") and record.get("complete"))
+
+
+#: The verdicts that count what is done per pass over the training data.
+PER_PASS_VERDICTS = ("prints-once", "files-once", "evaluation-counts")
+
+
+def explain_other_passes(verdicts: Sequence[Verdict], original: RunTrace, multi: RunTrace) -> None:
+    """When the N-process run ended normally after another number of training passes than the
+    original (a stop decided from the losses: early stopping, a target loss), say so in each
+    failed verdict that counts what is done per pass: that is why its counts differ."""
+    before, after = training_passes(original), training_passes(multi)
+    ended = not multi.timed_out and all(code == 0 for code in exit_codes(multi))
+    if not (before and after and before != after and ended):
+        return
+    why = (
+        f"the original made {before} passes over its training data, rank 0 of the {multi.name} {after}: "
+        "the script decides from its losses how long to train (early stopping, a target loss), and each "
+        "step on N processes averages N batches, so the losses, and what is done per pass, differ; verify "
+        "with a fixed number of epochs, or convert with --split-batches to keep the original's steps"
+    )
+    for item in verdicts:
+        if item.key in PER_PASS_VERDICTS and not item.holds:
+            item.evidence.append(why)
+
+
+def exit_codes(run: RunTrace) -> list[int | None]:
+    codes = []
+    for rank in run.ranks():
+        exits = run.of("exit", rank)
+        codes.append(exits[-1].get("code") if exits else None)
+    return codes
 
 
 def hang_verdict(multi: RunTrace) -> Verdict:
