@@ -466,3 +466,19 @@ def test_fake_cuda_answers_timing_events_and_data_parallel(tmp_path: Path) -> No
     script, trace, env = traced(tmp_path, "run", FAKE_GPU_TIMING, {"ACCEL_CONVERT_TRACE_FAKE_CUDA": "1"})
     python(str(script), env=env, cwd=script.parent, timeout=300).check()
     assert [record["text"] for record in of_kind(records(trace, 0), "print")] == ["shape (3, 2) timed True replicas []"]
+
+
+def test_a_pass_says_whether_it_trained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gradients on when the batch is fetched but ``torch.no_grad()`` entered inside the loop: an
+    evaluation all the same, since no backward and no optimizer step ran during it."""
+    from accel_convert.runtime import tracer
+
+    monkeypatch.setattr(tracer, "_writer", tracer.RecordWriter(str(tmp_path / "rank-0.jsonl"), 0))
+    training = tracer.Pass("train.py:5", per_item=False)
+    evaluation = tracer.Pass("train.py:9", per_item=False)  # inside the training pass
+    evaluation.grad = True
+    evaluation.end(True)
+    tracer.TrainingWork.done += 1  # a backward
+    training.end(True)
+    passes = of_kind(records(tmp_path, 0), "pass")
+    assert [(record["loader"], record["trained"]) for record in passes] == [("train.py:9", False), ("train.py:5", True)]

@@ -396,3 +396,17 @@ def test_a_stop_decided_from_the_losses_is_named_when_the_epochs_differ() -> Non
     multi = RunTrace("converted on 2", {rank: stopped_early(3, rank, 2, code=1) for rank in (0, 1)})
     verdicts = by_key(n_process_verdicts(original, multi, 2))
     assert not any("passes over its training data" in line for item in verdicts.values() for line in item.evidence)
+
+
+def test_a_pass_with_gradients_on_but_no_training_is_an_evaluation() -> None:
+    """``for x, y in loader: with torch.no_grad(): ...``: gradients are on when each batch is
+    fetched; no backward ran, so its counts are checked (here: one rank's share, nothing gathered)."""
+    original = original_run()
+    multi = right_multi()
+    for run in (original, multi):
+        for record in run.of("pass"):
+            record.update(grad=True, trained=False)
+    for record in multi.of("pass"):
+        record["gathered"] = None
+    verdict = by_key(n_process_verdicts(original, multi, 2))["evaluation-counts"]
+    assert not verdict.holds and "counts 50 samples (its own share" in verdict.evidence[0]

@@ -308,7 +308,7 @@ def n_process_verdicts(original: RunTrace, multi: RunTrace, nproc: int) -> list[
 
 def training_passes(run: RunTrace, rank: int = 0) -> int:
     """Complete passes over a loader with gradients on (the epochs, roughly)."""
-    return sum(1 for record in run.of("pass", rank) if record.get("grad") and record.get("complete"))
+    return sum(1 for record in run.of("pass", rank) if is_training(record) and record.get("complete"))
 
 
 #: The verdicts that count what is done per pass over the training data.
@@ -523,8 +523,15 @@ def reads_verdict(original: RunTrace, multi: RunTrace) -> Verdict:
     return verdict("reads-complete", "no rank reads a file before it is complete", problems, "reads checked", site)
 
 
+def is_training(record: Record) -> bool:
+    """A pass over a loader with gradients on during which a backward or an optimizer step ran
+    (a trace without ``trained``: with gradients on). Any other pass is an evaluation: gradients
+    off, or on with ``torch.no_grad()`` entered inside the loop."""
+    return bool(record.get("grad")) and record.get("trained", True) is not False
+
+
 def evaluation_passes(run: RunTrace, rank: int) -> list[Record]:
-    return [record for record in run.of("pass", rank) if not record.get("grad")]
+    return [record for record in run.of("pass", rank) if not is_training(record)]
 
 
 def mid_pass_events(run: RunTrace, rank: int = 0) -> list[tuple[Record, int]]:
@@ -538,9 +545,9 @@ def mid_pass_events(run: RunTrace, rank: int = 0) -> list[tuple[Record, int]]:
         kind = record.get("kind")
         if kind == "step":
             taken, in_pass = taken + 1, in_pass + 1
-        elif kind == "pass" and record.get("grad"):
+        elif kind == "pass" and is_training(record):
             in_pass = 0
-        elif in_pass and (kind == "write" or (kind == "pass" and not record.get("grad"))):
+        elif in_pass and (kind == "write" or kind == "pass"):
             events.append((record, taken))
     return events
 
@@ -586,7 +593,7 @@ def unreached_cadence(original: RunTrace, multi: RunTrace, budget: int) -> Unrea
     pass ended) with at least one step: its data ended its steps, not an early failure. ``budget``:
     the samples every loader's dataset was cut to."""
     taken = len(multi.of("step", 0))
-    trained = any(record.get("grad") and record.get("complete") for record in multi.of("pass", 0))
+    trained = any(is_training(record) and record.get("complete") for record in multi.of("pass", 0))
     if not taken or not trained:
         return None
     for record, step in mid_pass_events(original):
@@ -605,7 +612,7 @@ def cut_by_budget(original: RunTrace, budget: int) -> bool:
     for record in original.records.get(0, []):
         if record.get("kind") == "step":
             in_pass += 1
-        elif record.get("kind") == "pass" and record.get("grad") and record.get("complete"):
+        elif record.get("kind") == "pass" and is_training(record) and record.get("complete"):
             samples = int(record.get("samples") or 0)
             return samples + samples / max(in_pass, 1) > budget
     return False

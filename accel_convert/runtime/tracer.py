@@ -39,8 +39,9 @@ write        path, size, sha256, via (``open``, ``torch.save``, ``numpy.save``):
              opened for writing is closed, or after a save to a path returns
 read         path, exists, size, sha256 (null when missing), via: before a file is opened for
              reading (``open``, ``torch.load``, ``numpy.load``), also when the open then fails
-pass         loader (site where it was made), grad, samples, gathered, gather_inputs, complete:
-             at the end of each pass over a DataLoader
+pass         loader (site where it was made), grad, samples, gathered, gather_inputs, complete,
+             trained (a backward or an optimizer step ran during it): at the end of each pass
+             over a DataLoader
 device       what (``module``/``tensor``), requested (``cuda:1``), site: first time per triple,
              only for CUDA requests, only in fake-CUDA mode or on a real GPU
 exit         code, exception (``"TypeError: msg"`` or null), site
@@ -253,6 +254,7 @@ def _recording_loss(loss: Any, divisor: int = 1) -> Iterator[None]:
         if value is not None and divisor > 1:
             value /= divisor
         _record("loss", index=next(_loss_index), value=value)
+        TrainingWork.done += 1
     _local.backward = depth + 1
     try:
         yield
@@ -337,6 +339,7 @@ def _after_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Non
     result = _guarded("step", parameter_digest, optimizer)
     digest, norm = result if result is not None else (None, None)
     _record("step", index=next(_step_index), digest=digest, norm=norm)
+    TrainingWork.done += 1
 
 
 def patch_optimizer_steps() -> None:
@@ -678,6 +681,13 @@ def budget_arguments(
 
 
 # ----------------------------------------------------------------------------- loader passes
+class TrainingWork:
+    """Backwards and optimizer steps so far: a pass during which none ran is an evaluation, even
+    with gradients on (``with torch.no_grad():`` inside the loop, after the batch is fetched)."""
+
+    done = 0
+
+
 class Pass:
     """One pass over a DataLoader: what it yielded and what was gathered meanwhile."""
 
@@ -692,6 +702,7 @@ class Pass:
         self.gathered_for_batch: int | None = None
         self.gather_inputs: list[str] = []
         self.ended = False
+        self.work_at_start = TrainingWork.done
 
     def gather(self, samples: int) -> None:
         self.gathered_for_batch = max(self.gathered_for_batch or 0, samples)
@@ -717,6 +728,7 @@ class Pass:
             gathered=self.gathered,
             gather_inputs=self.gather_inputs,
             complete=complete,
+            trained=TrainingWork.done > self.work_at_start,
         )
 
 
