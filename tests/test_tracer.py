@@ -435,15 +435,54 @@ def test_a_batch_without_a_tensor_of_its_own_counts_its_samples() -> None:
 
 
 def test_predictions_and_labels_gathered_apart_count_each_batch_once() -> None:
+    """Two gathers per batch (predictions at one line, labels at the next) are the same samples;
+    a loss gathered per batch at a third is not what the pass counts."""
     from accel_convert.runtime.tracer import Pass
 
     current = Pass("eval.py:3", per_item=False)
     for gathered in (64, 64, 8):
-        current.next_batch()
-        current.gather(gathered)  # predictions
-        current.gather(gathered)  # labels
-    current.next_batch()
+        current.gather(gathered, "eval.py:7")  # predictions
+        current.gather(gathered, "eval.py:8")  # labels
+        current.gather(2, "eval.py:9")  # a loss per process
     assert current.gathered == 136
+
+
+PREFETCHING_LOADER = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accel_convert.runtime.tracer import note_gather
+
+
+class Prefetching:
+    \"\"\"As Accelerate's DataLoaderShard: iterates its base loader one batch ahead.\"\"\"
+
+    def __init__(self, loader):
+        self.base_dataloader = loader
+
+    def __iter__(self):
+        batches = iter(self.base_dataloader)
+        current = next(batches)
+        for following in batches:
+            yield current
+            current = following
+        yield current
+
+
+with torch.no_grad():
+    for (x,) in Prefetching(DataLoader(TensorDataset(torch.zeros(10, 2)), batch_size=4)):
+        note_gather(x, x)
+print("done")
+"""
+
+
+def test_a_loader_read_one_batch_ahead_counts_what_is_gathered_from_its_last_batch(tmp_path: Path) -> None:
+    """Accelerate's loaders fetch the next batch before they yield one: the base loader's
+    StopIteration comes before the script gathers the last batch (already_converted's evaluation
+    counted 192 of 200)."""
+    script, trace, env = traced(tmp_path, "run", PREFETCHING_LOADER, {})
+    python(str(script), env=env, cwd=script.parent, timeout=300).check()
+    (evaluation,) = of_kind(records(trace, 0), "pass")
+    assert (evaluation["samples"], evaluation["gathered"], evaluation["complete"]) == (10, 10, True)
 
 
 FAKE_GPU_TIMING = """

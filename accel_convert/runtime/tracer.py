@@ -696,27 +696,28 @@ class Pass:
         self.per_item = per_item
         self.grad: bool | None = None
         self.samples = 0
-        self.gathered: int | None = None
-        #: The samples gathered for the current batch: the largest of its gathers (predictions
-        #: and labels gathered apart are one batch's samples, not two).
-        self.gathered_for_batch: int | None = None
+        #: Samples gathered per call site (``file:line``): predictions and labels gathered apart
+        #: are the same samples twice, so the pass counts the site that gathered the most.
+        self.gathered_by_site: dict[str | None, int] = {}
         self.gather_inputs: list[str] = []
         self.ended = False
+        #: The loader said StopIteration. The pass ends when its iterator is dropped: a loader
+        #: that fetches one batch ahead (Accelerate's ``DataLoaderShard`` over its
+        #: ``base_dataloader``) hears it before the script has used the last batch.
+        self.exhausted = False
         self.work_at_start = TrainingWork.done
 
-    def gather(self, samples: int) -> None:
-        self.gathered_for_batch = max(self.gathered_for_batch or 0, samples)
+    @property
+    def gathered(self) -> int | None:
+        return max(self.gathered_by_site.values()) if self.gathered_by_site else None
 
-    def next_batch(self) -> None:
-        if self.gathered_for_batch is not None:
-            self.gathered = (self.gathered or 0) + self.gathered_for_batch
-            self.gathered_for_batch = None
+    def gather(self, samples: int, site: str | None) -> None:
+        self.gathered_by_site[site] = self.gathered_by_site.get(site, 0) + samples
 
     def end(self, complete: bool) -> None:
         if self.ended:
             return
         self.ended = True
-        self.next_batch()
         with contextlib.suppress(ValueError):
             _active_passes.remove(self)
         grad = torch.is_grad_enabled() if self.grad is None else self.grad
@@ -770,13 +771,12 @@ class PassIterator:
         try:
             batch = next(self._iterator)
         except StopIteration:
-            _guarded("pass", self._pass.end, True)
+            self._pass.exhausted = True
             raise
         _guarded("pass", self._count, batch)
         return batch
 
     def _count(self, batch: Any) -> None:
-        self._pass.next_batch()
         if self._pass.grad is None:
             self._pass.grad = torch.is_grad_enabled()
         self._pass.samples += 1 if self._pass.per_item else first_dim(batch)
@@ -791,7 +791,7 @@ class PassIterator:
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
-            self._pass.end(False)
+            self._pass.end(self._pass.exhausted)
 
 
 def _traced_iter(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -863,7 +863,7 @@ def note_gather(data: Any, result: Any) -> None:
     if not _active_passes:
         return
     current = _active_passes[-1]
-    current.gather(first_dim(result))
+    current.gather(first_dim(result), user_site())
     name = type(data).__name__
     if name not in current.gather_inputs:
         current.gather_inputs.append(name)
@@ -1211,6 +1211,8 @@ def record_exit(code: int | None = None) -> None:
     if _tee is not None:
         _tee.flush_partial()
     _record_unclosed_writes()
+    for current in [current for current in _active_passes if current.exhausted]:
+        current.end(True)  # its iterator still held (an attribute) at exit
     error = ExitWatch.exception or getattr(sys, "last_value", None)
     if code is None:
         code = 1 if error is not None else (ExitWatch.code or 0)
