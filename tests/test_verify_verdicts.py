@@ -410,3 +410,11 @@ def test_a_pass_with_gradients_on_but_no_training_is_an_evaluation() -> None:
         record["gathered"] = None
     verdict = by_key(n_process_verdicts(original, multi, 2))["evaluation-counts"]
     assert not verdict.holds and "counts 50 samples (its own share" in verdict.evidence[0]
+
+
+def test_a_quoted_prediction_is_a_value_like_a_number_on_n_processes() -> None:
+    """``reload_for_inference`` prints the reloaded model's prediction for one image: trained on
+    two processes (each step on two batches) it predicts another class."""
+    assert mask_numbers('Predicted: "lathe", Actual: "press"') == mask_numbers('Predicted: "fan", Actual: "press"')
+    assert mask_numbers("label 'cat'") == mask_numbers("label 'dog'")
+    assert mask_numbers('Predicted: "fan"') != mask_numbers('Expected: "fan"')

@@ -158,11 +158,16 @@ _INDEXED_DEVICE = re.compile(r"\b(cuda|xpu|npu|hpu|mps):\d+\b")
 _GRAD_FN = re.compile(r"grad_fn=<\w+>")
 
 
+#: A quoted value in a printed line (``Predicted: "lathe"``): what a model trained on N processes
+#: predicts is a value like its losses.
+_QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
+
+
 def mask_numbers(line: str) -> str:
-    """A printed line with every number masked and its spaces collapsed: N processes print other
-    losses and counts, of other widths in padded columns, each its own device index, and tensors
-    that DDP's autograd function made."""
-    line = _GRAD_FN.sub("grad_fn=<#>", _INDEXED_DEVICE.sub(r"\1", line))
+    """A printed line with every number and quoted value masked and its spaces collapsed: N
+    processes print other losses, counts and predictions, of other widths in padded columns, each
+    its own device index, and tensors that DDP's autograd function made."""
+    line = _QUOTED.sub('"#"', _GRAD_FN.sub("grad_fn=<#>", _INDEXED_DEVICE.sub(r"\1", line)))
     return " ".join(_NUMBER.sub("#", _TIMESTAMP.sub("#", line)).split())
 
 
