@@ -418,3 +418,21 @@ def test_a_quoted_prediction_is_a_value_like_a_number_on_n_processes() -> None:
     assert mask_numbers('Predicted: "lathe", Actual: "press"') == mask_numbers('Predicted: "fan", Actual: "press"')
     assert mask_numbers("label 'cat'") == mask_numbers("label 'dog'")
     assert mask_numbers('Predicted: "fan"') != mask_numbers('Expected: "fan"')
+
+
+def test_a_file_named_by_its_time_and_pid_is_the_same_file_in_every_run() -> None:
+    """TensorBoard's ``SummaryWriter`` names its event file by the time, host and pid of the run."""
+    original = original_run()
+    original.files["runs/tb/events.out.tfevents.1796472955.vm.5331.0"] = "t1"
+    converted = RunTrace("converted", {0: original.records[0]}, files=dict(original.files))
+    del converted.files["runs/tb/events.out.tfevents.1796472955.vm.5331.0"]
+    converted.files["runs/tb/events.out.tfevents.1796472965.vm.5448.0"] = "t2"
+    assert by_key(one_process_verdicts(original, converted))["files"].holds
+    multi = right_multi()
+    multi.files["runs/tb/events.out.tfevents.1796472978.vm.5625.0"] = "t3"
+    multi.records[0].append(rec("write", 0, path="runs/tb/events.out.tfevents.1796472978.vm.5625.0", sha256="t3"))
+    assert by_key(n_process_verdicts(original, multi, 2))["files-once"].holds
+    # with no file of the same pattern in the converted run, the original's is missing
+    del converted.files["runs/tb/events.out.tfevents.1796472965.vm.5448.0"]
+    verdict = by_key(one_process_verdicts(original, converted))["files"]
+    assert not verdict.holds and "written by the original, not by the converted run" in verdict.evidence[0]

@@ -266,9 +266,31 @@ def stdout_verdict(original: RunTrace, converted: RunTrace) -> Verdict:
     return verdict("stdout", "same printed lines (timings masked)", problems[:3], f"{len(before)} lines equal")
 
 
+_DIGITS = re.compile(r"\d+")
+
+
+def named_by_the_run(missing: Iterable[str], extra: Iterable[str]) -> dict[str, str]:
+    """Files of one run paired with files of the other whose paths differ only in their numbers
+    (a TensorBoard event file is named by its time, host and pid:
+    ``events.out.tfevents.1796472955.vm.5331.0``): missing path → the other run's. Their bytes hold
+    the same times, so only their presence compares."""
+    by_pattern: dict[str, list[str]] = {}
+    for path in sorted(extra):
+        by_pattern.setdefault(_DIGITS.sub("#", path), []).append(path)
+    pairs = {}
+    for path in sorted(missing):
+        candidates = by_pattern.get(_DIGITS.sub("#", path))
+        if candidates:
+            pairs[path] = candidates.pop(0)
+    return pairs
+
+
 def files_verdict(original: RunTrace, converted: RunTrace) -> Verdict:
     problems = []
+    renamed = named_by_the_run(set(original.files) - set(converted.files), set(converted.files) - set(original.files))
     for path in sorted(set(original.files) | set(converted.files)):
+        if path in renamed or path in renamed.values():
+            continue
         old, new = original.files.get(path), converted.files.get(path)
         if old is None:
             problems.append(f"{path}: written by the converted run only")
@@ -486,6 +508,9 @@ def files_once_verdict(original: RunTrace, multi: RunTrace) -> Verdict:
     before, after = written_paths(original), written_paths(multi)
     missing = sorted(set(before) - set(after))
     extra = sorted(set(after) - set(before))
+    renamed = named_by_the_run(missing, extra)
+    missing = [path for path in missing if path not in renamed]
+    extra = [path for path in extra if path not in renamed.values()]
     problems = []
     steps = len(multi.of("step", 0))
     cadence = beyond_the_steps_taken(original, steps, missing)
