@@ -521,3 +521,24 @@ def test_a_pass_says_whether_it_trained(tmp_path: Path, monkeypatch: pytest.Monk
     training.end(True)
     passes = of_kind(records(tmp_path, 0), "pass")
     assert [(record["loader"], record["trained"]) for record in passes] == [("train.py:9", False), ("train.py:5", True)]
+
+
+def test_the_budget_keeps_a_sized_iterable_datasets_length() -> None:
+    """The runtime reads a sized stream's length to drop the padding of its last batches: hidden
+    by the budget, 256 samples were gathered for 200 (streaming_eval_sized)."""
+    import torch
+
+    from accel_convert.runtime.tracer import budget_dataset
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return iter(range(200))
+
+    class SizedStream(Stream):
+        def __len__(self) -> int:
+            return 200
+
+    assert len(budget_dataset(SizedStream(), 256)) == 200
+    assert len(budget_dataset(SizedStream(), 64)) == 64 and list(budget_dataset(SizedStream(), 64)) == list(range(64))
+    with pytest.raises(TypeError):
+        len(budget_dataset(Stream(), 256))

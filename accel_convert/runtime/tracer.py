@@ -596,6 +596,14 @@ class BudgetIterable(torch_data.IterableDataset):
         return getattr(self.dataset, name)
 
 
+class SizedBudgetIterable(BudgetIterable):
+    """A sized iterable dataset that stops after M samples, and says so: its ``len`` (what the
+    runtime reads to drop the padding of its last batches, ``streaming_eval_sized``)."""
+
+    def __len__(self) -> int:
+        return min(len(self.dataset), self.limit)
+
+
 class BudgetSampler(torch_data.Sampler):
     """The script's own sampler, keeping only the indices below M."""
 
@@ -634,7 +642,9 @@ def _sized(dataset: Any) -> int | None:
 
 def budget_dataset(dataset: Any, limit: int) -> Any:
     if isinstance(dataset, torch_data.IterableDataset):
-        return dataset if isinstance(dataset, BudgetIterable) else BudgetIterable(dataset, limit)
+        if isinstance(dataset, BudgetIterable):
+            return dataset
+        return BudgetIterable(dataset, limit) if _sized(dataset) is None else SizedBudgetIterable(dataset, limit)
     size = _sized(dataset)
     if size is None or size <= limit:
         return dataset
