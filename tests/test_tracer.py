@@ -417,3 +417,128 @@ def test_a_loss_the_accelerator_divides_for_accumulation_is_recorded_divided(mon
     traced(Accumulating(), weight * 2)
     assert [record["value"] for record in recorded if record["kind"] == "loss"] == [3.0]
     assert weight.grad is not None and float(weight.grad) == 1.0
+
+
+def test_a_batch_without_a_tensor_of_its_own_counts_its_samples() -> None:
+    """A detection ``collate_fn`` (``tuple(zip(*batch))``) gives tuples of per-sample images and
+    target dicts: 3 images of 3 channels are 3 samples, not 3 channels; a gathered list of
+    per-image dicts is as many samples as dicts."""
+    import torch
+
+    from accel_convert.runtime.tracer import first_dim
+
+    images = tuple(torch.zeros(3, 8, 8) for _ in range(5))
+    targets = tuple({"boxes": torch.zeros(1, 4), "labels": torch.zeros(1)} for _ in range(5))
+    assert first_dim((images, targets)) == 5
+    assert first_dim(list(targets)) == 5
+    assert first_dim(((torch.zeros(4, 2), torch.zeros(4, 3)), torch.zeros(4))) == 4  # two inputs and labels
+
+
+def test_predictions_and_labels_gathered_apart_count_each_batch_once() -> None:
+    """Two gathers per batch (predictions at one line, labels at the next) are the same samples;
+    a loss gathered per batch at a third is not what the pass counts."""
+    from accel_convert.runtime.tracer import Pass
+
+    current = Pass("eval.py:3", per_item=False)
+    for gathered in (64, 64, 8):
+        current.gather(gathered, "eval.py:7")  # predictions
+        current.gather(gathered, "eval.py:8")  # labels
+        current.gather(2, "eval.py:9")  # a loss per process
+    assert current.gathered == 136
+
+
+PREFETCHING_LOADER = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from accel_convert.runtime.tracer import note_gather
+
+
+class Prefetching:
+    \"\"\"As Accelerate's DataLoaderShard: iterates its base loader one batch ahead.\"\"\"
+
+    def __init__(self, loader):
+        self.base_dataloader = loader
+
+    def __iter__(self):
+        batches = iter(self.base_dataloader)
+        current = next(batches)
+        for following in batches:
+            yield current
+            current = following
+        yield current
+
+
+with torch.no_grad():
+    for (x,) in Prefetching(DataLoader(TensorDataset(torch.zeros(10, 2)), batch_size=4)):
+        note_gather(x, x)
+print("done")
+"""
+
+
+def test_a_loader_read_one_batch_ahead_counts_what_is_gathered_from_its_last_batch(tmp_path: Path) -> None:
+    """Accelerate's loaders fetch the next batch before they yield one: the base loader's
+    StopIteration comes before the script gathers the last batch (already_converted's evaluation
+    counted 192 of 200)."""
+    script, trace, env = traced(tmp_path, "run", PREFETCHING_LOADER, {})
+    python(str(script), env=env, cwd=script.parent, timeout=300).check()
+    (evaluation,) = of_kind(records(trace, 0), "pass")
+    assert (evaluation["samples"], evaluation["gathered"], evaluation["complete"]) == (10, 10, True)
+
+
+FAKE_GPU_TIMING = """
+import torch
+import torch.nn as nn
+
+model = nn.DataParallel(nn.Linear(4, 2).cuda())
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+start.record()
+out = model(torch.zeros(3, 4).cuda())
+end.record()
+torch.cuda.synchronize()
+print("shape", tuple(out.shape), "timed", start.elapsed_time(end) >= 0, "replicas", model.device_ids)
+"""
+
+
+def test_fake_cuda_answers_timing_events_and_data_parallel(tmp_path: Path) -> None:
+    """The cuda_timing_memory and dataparallel fixtures could not run under verify: a CPU build
+    has no ``torch.cuda.Event``, and DataParallel's GPU path wants the parameters on cuda:0."""
+    script, trace, env = traced(tmp_path, "run", FAKE_GPU_TIMING, {"ACCEL_CONVERT_TRACE_FAKE_CUDA": "1"})
+    python(str(script), env=env, cwd=script.parent, timeout=300).check()
+    assert [record["text"] for record in of_kind(records(trace, 0), "print")] == ["shape (3, 2) timed True replicas []"]
+
+
+def test_a_pass_says_whether_it_trained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gradients on when the batch is fetched but ``torch.no_grad()`` entered inside the loop: an
+    evaluation all the same, since no backward and no optimizer step ran during it."""
+    from accel_convert.runtime import tracer
+
+    monkeypatch.setattr(tracer, "_writer", tracer.RecordWriter(str(tmp_path / "rank-0.jsonl"), 0))
+    training = tracer.Pass("train.py:5", per_item=False)
+    evaluation = tracer.Pass("train.py:9", per_item=False)  # inside the training pass
+    evaluation.grad = True
+    evaluation.end(True)
+    tracer.TrainingWork.done += 1  # a backward
+    training.end(True)
+    passes = of_kind(records(tmp_path, 0), "pass")
+    assert [(record["loader"], record["trained"]) for record in passes] == [("train.py:9", False), ("train.py:5", True)]
+
+
+def test_the_budget_keeps_a_sized_iterable_datasets_length() -> None:
+    """The runtime reads a sized stream's length to drop the padding of its last batches: hidden
+    by the budget, 256 samples were gathered for 200 (streaming_eval_sized)."""
+    import torch
+
+    from accel_convert.runtime.tracer import budget_dataset
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return iter(range(200))
+
+    class SizedStream(Stream):
+        def __len__(self) -> int:
+            return 200
+
+    assert len(budget_dataset(SizedStream(), 256)) == 200
+    assert len(budget_dataset(SizedStream(), 64)) == 64 and list(budget_dataset(SizedStream(), 64)) == list(range(64))
+    with pytest.raises(TypeError):
+        len(budget_dataset(Stream(), 256))

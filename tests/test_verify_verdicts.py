@@ -8,10 +8,12 @@ from accel_convert.converter.verify_verdicts import (
     RunTrace,
     Verdict,
     attach_findings,
+    explain_unreached_cadence,
     mask_numbers,
     mask_timing,
     n_process_verdicts,
     one_process_verdicts,
+    unreached_cadence,
 )
 
 
@@ -302,3 +304,155 @@ def test_the_retry_announcement_is_the_only_line_a_conversion_may_add() -> None:
         0, 1, prints=("Training with batch size 16", "Training with batch size 16", "epoch 0 loss 0.51", "done")
     )
     assert not by_key(one_process_verdicts(printing_it, RunTrace("converted", {0: again})))["stdout"].holds
+
+
+def validated_every(steps_per_pass: int, passes: int, every: int, rank: int, world: int, crash: bool) -> list:
+    """A rank of ``eval_every_n_steps_best``: a validation every ``every`` optimizer steps in the middle
+    of the training passes; ``crash``: the epoch's print reads the accuracy of a validation not run."""
+    records = [rec("start", rank, pid=1, argv=["t.py"], cwd=".", world_size=world, local_rank=rank)]
+    step = 0
+    for _ in range(passes):
+        for _ in range(steps_per_pass):
+            step += 1
+            records.append(rec("step", rank, index=step - 1, digest=f"d{step}", norm=1.0))
+            if step % every == 0:
+                records.append(
+                    rec("pass", rank, loader="t.py:38", grad=False, samples=200, gathered=200, complete=True)
+                )
+        records.append(rec("pass", rank, loader="t.py:37", grad=True, samples=64 * steps_per_pass, complete=True))
+        if crash and step < every:
+            error = "UnboundLocalError: cannot access local variable 'correct'"
+            return [*records, rec("exit", rank, code=1, exception=error, site="t.py:70")]
+    return [*records, rec("exit", rank, code=0, exception=None, site=None)]
+
+
+def cadence_runs(multi_steps_per_pass: int, passes: int = 2, crash: bool = True) -> tuple[RunTrace, RunTrace]:
+    original = RunTrace("original", {0: validated_every(4, passes, 3, 0, 1, crash)})
+    multi = RunTrace(
+        "converted on 2",
+        {rank: validated_every(multi_steps_per_pass, passes, 3, rank, 2, crash) for rank in (0, 1)},
+    )
+    return original, multi
+
+
+def test_a_step_cadence_the_n_process_run_never_reaches_is_named_with_the_budget() -> None:
+    """The budget (256 samples, batch 64) gives 4 steps per pass on one process and 2 per rank on
+    two: the validation every 3 steps never runs there, and the script crashes on its result."""
+    original, multi = cadence_runs(2)
+    cadence = unreached_cadence(original, multi, 256)
+    assert cadence is not None and (cadence.step, cadence.taken, cadence.budget_cut) == (3, 2, True)
+    verdicts = n_process_verdicts(original, multi, 2)
+    explain_unreached_cadence(verdicts, cadence, 2, "rerun with --samples 512 or more")
+    crash = by_key(verdicts)["no-crash"]
+    assert not crash.holds and "UnboundLocalError" in crash.evidence[0]
+    assert "after optimizer step 3" in crash.evidence[-1] and "took 2 steps" in crash.evidence[-1]
+    assert crash.evidence[-1].endswith(
+        "the budget can explain this, not the conversion: rerun with --samples 512 or more"
+    )
+    assert all(item.holds or "step cadence" in item.evidence[-1] for item in verdicts)
+    # a dataset smaller than the budget (256 samples of 512, whole): the converted script does this too
+    cadence = unreached_cadence(original, multi, 512)
+    assert cadence is not None and not cadence.budget_cut and "the budget cut none" in cadence.explanation(2)
+
+
+def test_no_step_cadence_is_blamed_when_the_steps_were_reached_or_training_never_ran() -> None:
+    original, multi = cadence_runs(4)
+    assert unreached_cadence(original, multi, 256) is None
+    # rank 0 failed before the end of its first training pass: not the budget
+    original, multi = cadence_runs(2)
+    for rank in (0, 1):
+        multi.records[rank] = [r for r in multi.records[rank] if not (r["kind"] == "pass" and r["grad"])]
+    assert unreached_cadence(original, multi, 256) is None
+
+
+def test_evaluations_of_a_step_cadence_beyond_the_steps_a_rank_took_are_not_expected() -> None:
+    """Two passes of 4 steps validate after steps 3 and 6; two passes of 2 steps per rank reach
+    step 3 only: one validation is what the original does in those steps."""
+    original, multi = cadence_runs(2, crash=False)
+    verdict = by_key(n_process_verdicts(original, multi, 2))["evaluation-counts"]
+    assert verdict.holds, verdict.evidence
+    # a rank that skipped the validation its steps reached is still named
+    multi.records[1] = [r for r in multi.records[1] if not (r["kind"] == "pass" and not r["grad"])]
+    verdict = by_key(n_process_verdicts(original, multi, 2))["evaluation-counts"]
+    assert not verdict.holds
+    assert "rank 1: 0 evaluation passes, the original 1 within the 4 optimizer steps this rank took" in verdict.evidence
+
+
+def test_on_one_process_the_first_device_is_the_same_with_or_without_its_index() -> None:
+    """d2l's ``try_gpu()`` is ``cuda:0``; the converted script prints ``accelerator.device``
+    (``cuda``): the same device. Another index is another device."""
+    original = RunTrace("original", {0: [rec("print", text="training on cuda:0")]})
+    converted = RunTrace("converted", {0: [rec("print", text="training on cuda")]})
+    assert by_key(one_process_verdicts(original, converted))["stdout"].holds
+    converted.records[0][0]["text"] = "training on cuda:1"
+    assert not by_key(one_process_verdicts(original, converted))["stdout"].holds
+
+
+def stopped_early(epochs: int, rank: int, world: int, code: int = 0) -> list:
+    """``early_stop_helper_print``: one line and one validation per epoch until the losses stop it."""
+    records = [rec("start", rank, pid=1, argv=["t.py"], cwd=".", world_size=world, local_rank=rank)]
+    for epoch in range(epochs):
+        records.append(rec("step", rank, index=epoch, digest=f"d{epoch}", norm=1.0))
+        records.append(rec("pass", rank, loader="t.py:20", grad=True, samples=64, complete=True))
+        records.append(rec("pass", rank, loader="t.py:21", grad=False, samples=200, gathered=200, complete=True))
+        if rank == 0:
+            records.append(rec("print", rank, text=f"Epoch {epoch}: train 0.5 val 0.4"))
+    return [*records, rec("exit", rank, code=code, exception=None, site=None)]
+
+
+def test_a_stop_decided_from_the_losses_is_named_when_the_epochs_differ() -> None:
+    """On two processes each step averages two batches: the losses differ, early stopping stops
+    after 18 epochs instead of 8, and every per-epoch line and validation is counted 18 times."""
+    original = RunTrace("original", {0: stopped_early(8, 0, 1)})
+    multi = RunTrace("converted on 2", {rank: stopped_early(18, rank, 2) for rank in (0, 1)})
+    verdicts = by_key(n_process_verdicts(original, multi, 2))
+    for key in ("prints-once", "evaluation-counts"):
+        assert not verdicts[key].holds
+        assert (
+            "the original made 8 passes over its training data, rank 0 of the converted on 2 18"
+            in (verdicts[key].evidence[-1])
+        )
+    # a run that crashed made fewer passes for another reason
+    multi = RunTrace("converted on 2", {rank: stopped_early(3, rank, 2, code=1) for rank in (0, 1)})
+    verdicts = by_key(n_process_verdicts(original, multi, 2))
+    assert not any("passes over its training data" in line for item in verdicts.values() for line in item.evidence)
+
+
+def test_a_pass_with_gradients_on_but_no_training_is_an_evaluation() -> None:
+    """``for x, y in loader: with torch.no_grad(): ...``: gradients are on when each batch is
+    fetched; no backward ran, so its counts are checked (here: one rank's share, nothing gathered)."""
+    original = original_run()
+    multi = right_multi()
+    for run in (original, multi):
+        for record in run.of("pass"):
+            record.update(grad=True, trained=False)
+    for record in multi.of("pass"):
+        record["gathered"] = None
+    verdict = by_key(n_process_verdicts(original, multi, 2))["evaluation-counts"]
+    assert not verdict.holds and "counts 50 samples (its own share" in verdict.evidence[0]
+
+
+def test_a_quoted_prediction_is_a_value_like_a_number_on_n_processes() -> None:
+    """``reload_for_inference`` prints the reloaded model's prediction for one image: trained on
+    two processes (each step on two batches) it predicts another class."""
+    assert mask_numbers('Predicted: "lathe", Actual: "press"') == mask_numbers('Predicted: "fan", Actual: "press"')
+    assert mask_numbers("label 'cat'") == mask_numbers("label 'dog'")
+    assert mask_numbers('Predicted: "fan"') != mask_numbers('Expected: "fan"')
+
+
+def test_a_file_named_by_its_time_and_pid_is_the_same_file_in_every_run() -> None:
+    """TensorBoard's ``SummaryWriter`` names its event file by the time, host and pid of the run."""
+    original = original_run()
+    original.files["runs/tb/events.out.tfevents.1796472955.vm.5331.0"] = "t1"
+    converted = RunTrace("converted", {0: original.records[0]}, files=dict(original.files))
+    del converted.files["runs/tb/events.out.tfevents.1796472955.vm.5331.0"]
+    converted.files["runs/tb/events.out.tfevents.1796472965.vm.5448.0"] = "t2"
+    assert by_key(one_process_verdicts(original, converted))["files"].holds
+    multi = right_multi()
+    multi.files["runs/tb/events.out.tfevents.1796472978.vm.5625.0"] = "t3"
+    multi.records[0].append(rec("write", 0, path="runs/tb/events.out.tfevents.1796472978.vm.5625.0", sha256="t3"))
+    assert by_key(n_process_verdicts(original, multi, 2))["files-once"].holds
+    # with no file of the same pattern in the converted run, the original's is missing
+    del converted.files["runs/tb/events.out.tfevents.1796472965.vm.5448.0"]
+    verdict = by_key(one_process_verdicts(original, converted))["files"]
+    assert not verdict.holds and "written by the original, not by the converted run" in verdict.evidence[0]

@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -24,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,16 +33,22 @@ import click
 
 from accel_convert.converter.verify_verdicts import (
     RunTrace,
+    UnreachedCadence,
     Verdict,
     attach_findings,
+    explain_unreached_cadence,
     n_process_verdicts,
     one_process_verdicts,
+    unreached_cadence,
 )
 
 EXIT_OK, EXIT_FAILED_VERDICT, EXIT_USAGE, EXIT_TOOL_FAILED = 0, 1, 2, 123
 #: Samples each DataLoader's dataset is cut to: enough for a few batches of every loader (so that
 #: steps, evaluations and a last partial batch happen), few enough for a CPU run in seconds.
 DEFAULT_SAMPLES = 256
+#: The default budget is raised (once, by a whole factor) at most this many times over, when the
+#: N-process run did not reach a step at which the original evaluated or wrote a file.
+MAX_BUDGET_FACTOR = 8
 DEFAULT_NPROC = 2
 #: Seconds each run may take before its stacks are dumped and it is stopped (a hang).
 DEFAULT_TIMEOUT = 300
@@ -69,6 +76,8 @@ LARGE_FOLDER_BYTES = 1 << 30
 STACK_DUMP_WAIT = 3.0
 #: A source that asks for CUDA (by name, or an integer device) runs with fake CUDA on the CPU.
 _ASKS_FOR_CUDA = re.compile(rb"cuda|\.to\(\s*\d|device\s*=\s*\d")
+#: A source that imports Hugging Face Accelerate (accel-launch's test, runtime.launch_checks).
+_IMPORTS_ACCELERATE = re.compile(rb"^[ \t]*(?:from|import)[ \t]+accelerate\b", re.MULTILINE)
 
 
 class VerifyFailure(Exception):
@@ -85,6 +94,8 @@ class Settings:
     device: str = "cpu"
     script_args: tuple[str, ...] = ()
     keep: bool = False
+    #: ``--samples`` was given: the budget is the user's, never raised.
+    budget_given: bool = False
 
 
 @dataclass
@@ -95,6 +106,8 @@ class Report:
     findings: list[dict[str, Any]] = field(default_factory=list)
     scratch: Path | None = None
     notes: list[str] = field(default_factory=list)
+    #: The original's step cadence the N-process run did not reach, if any.
+    cadence: UnreachedCadence | None = None
 
     @property
     def verdicts(self) -> list[Verdict]:
@@ -434,7 +447,27 @@ def plan_run(settings: Settings, layout: Layout, scratch: Path, name: str, conve
     if name == "converted-n":
         launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(settings.nproc)]
     env = run_environment(settings, scratch / "injection", scratch / name / "trace", fake_cuda(settings, layout))
+    if settings.device == "cpu" and uses_accelerate([*program_sources(layout.script), *python_files(conversion)]):
+        # Hugging Face Accelerate on a machine without GPUs runs every process alone unless told
+        # the CPU is meant (what ``accelerate launch --cpu`` and accel-launch export).
+        env.setdefault("ACCELERATE_USE_CPU", "1")
     return RunPlan(name, [*launcher, script, *settings.script_args], folder, scratch / name / "trace", env)
+
+
+def python_files(folder: Path | None) -> list[Path]:
+    return sorted(folder.rglob("*.py")) if folder is not None else []
+
+
+def uses_accelerate(paths: Sequence[Path]) -> bool:
+    """Whether a source of the program imports Hugging Face Accelerate (a script written for it,
+    or a ``--target accelerate`` conversion)."""
+    for path in paths:
+        try:
+            if _IMPORTS_ACCELERATE.search(path.read_bytes()):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def fake_cuda(settings: Settings, layout: Layout) -> bool:
@@ -449,7 +482,61 @@ RUN_NAMES = {
 
 
 def verify(settings: Settings, scratch: Path) -> Report:
-    """Convert, run three times, judge. The original runs while the script is converted."""
+    """Convert, run three times, judge. When an N-process verdict fails and the N-process run never
+    reached a step at which the original evaluated or wrote a file in the middle of a pass over its
+    training data (each of its steps takes a batch on every process: a smaller budget per rank), the
+    budget can explain it: with the default budget, verify again with one large enough; with the
+    user's ``--samples``, say so and how much to give."""
+    report = verify_on_budget(settings, scratch)
+    raised = raised_budget(report)
+    if raised is not None and report.cadence is not None:
+        note = budget_note(report, report.cadence, raised)
+        report = verify_on_budget(replace(settings, samples=raised), scratch / f"samples-{raised}")
+        report.notes.insert(0, note)
+    if report.cadence is not None:
+        explain_unreached_cadence(report.n_processes, report.cadence, settings.nproc, budget_advice(report))
+    return report
+
+
+def budget_advice(report: Report) -> str:
+    """What to do when the N-process run missed the original's step cadence."""
+    cadence = report.cadence
+    if cadence is not None and cadence.budget_cut:
+        return f"rerun with --samples {budget_for(report.settings.samples, cadence)} or more"
+    return (
+        "each rank takes 1/N of the original's optimizer steps; convert with --split-batches to keep "
+        "the original's steps, or make the script work when that step is not reached"
+    )
+
+
+def budget_for(samples: int, cadence: UnreachedCadence) -> int:
+    """A budget under which each rank takes as many steps as the original had at its cadence."""
+    return samples * math.ceil(cadence.step / cadence.taken)
+
+
+def raised_budget(report: Report) -> int | None:
+    """The budget to verify again with, or None (the user's own, every N-process verdict holds,
+    no cadence missed, or a budget past ``MAX_BUDGET_FACTOR`` times the default)."""
+    settings, cadence = report.settings, report.cadence
+    if cadence is None or not cadence.budget_cut or settings.budget_given:
+        return None
+    if all(item.holds for item in report.n_processes):
+        return None
+    raised = budget_for(settings.samples, cadence)
+    return raised if raised <= settings.samples * MAX_BUDGET_FACTOR else None
+
+
+def budget_note(first: Report, cadence: UnreachedCadence, raised: int) -> str:
+    failed = ", ".join(item.key for item in first.n_processes if not item.holds)
+    return (
+        f"with the default budget ({first.settings.samples} samples) {failed} failed, and "
+        f"{cadence.explanation(first.settings.nproc)}; verified again with --samples {raised}"
+    )
+
+
+def verify_on_budget(settings: Settings, scratch: Path) -> Report:
+    """Convert, run three times on ``settings.samples``, judge. The original runs while the script
+    is converted."""
     layout = layout_of(settings.script)
     write_injection(scratch / "injection")
     original = start(plan_run(settings, layout, scratch, "original", None))
@@ -468,7 +555,9 @@ def verify(settings: Settings, scratch: Path) -> Report:
     one = one_process_verdicts(traces["original"], traces["converted-1"])
     many = n_process_verdicts(traces["original"], traces["converted-n"], settings.nproc)
     attach_findings(one + many, findings)
-    return Report(settings, one, many, findings, scratch, size_notes(layout.cwd) + tracer_errors(traces.values()))
+    notes = size_notes(layout.cwd) + tracer_errors(traces.values())
+    cadence = unreached_cadence(traces["original"], traces["converted-n"], settings.samples)
+    return Report(settings, one, many, findings, scratch, notes, cadence)
 
 
 def tracer_errors(traces: Iterable[RunTrace]) -> list[str]:
@@ -550,9 +639,12 @@ def verdict_lines(item: Verdict) -> list[str]:
 @click.option(
     "--samples",
     type=click.IntRange(min=1),
-    default=DEFAULT_SAMPLES,
-    show_default=True,
-    help="Cut every DataLoader's dataset to its first M samples (the same in every run).",
+    default=None,
+    help=(
+        f"Cut every DataLoader's dataset to its first M samples (the same in every run). Default "
+        f"{DEFAULT_SAMPLES}, raised (up to {MAX_BUDGET_FACTOR}x) when a failure on N processes comes from "
+        "a step the original evaluated or saved at that no rank reached."
+    ),
 )
 @click.option(
     "--timeout",
@@ -592,7 +684,9 @@ def verify_command(script: Path, script_args: tuple[str, ...], output_format: st
                    (parameters after every step), prints-once, files-once,
                    reads-complete, evaluation-counts, own-device
     """
-    settings = Settings(script=script, script_args=tuple(script_args), **flags)
+    budget_given = flags["samples"] is not None
+    flags["samples"] = flags["samples"] or DEFAULT_SAMPLES
+    settings = Settings(script=script, script_args=tuple(script_args), budget_given=budget_given, **flags)
     scratch = Path(tempfile.mkdtemp(prefix="accel-convert-verify-"))
     try:
         report = verify(settings, scratch)

@@ -160,11 +160,16 @@ _INDEXED_DEVICE = re.compile(r"\b(cuda|xpu|npu|hpu|mps):\d+\b")
 _GRAD_FN = re.compile(r"grad_fn=<\w+>")
 
 
+#: A quoted value in a printed line (``Predicted: "lathe"``): what a model trained on N processes
+#: predicts is a value like its losses.
+_QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
+
+
 def mask_numbers(line: str) -> str:
-    """A printed line with every number masked and its spaces collapsed: N processes print other
-    losses and counts, of other widths in padded columns, each its own device index, and tensors
-    that DDP's autograd function made."""
-    line = _GRAD_FN.sub("grad_fn=<#>", _INDEXED_DEVICE.sub(r"\1", line))
+    """A printed line with every number and quoted value masked and its spaces collapsed: N
+    processes print other losses, counts and predictions, of other widths in padded columns, each
+    its own device index, and tensors that DDP's autograd function made."""
+    line = _QUOTED.sub('"#"', _GRAD_FN.sub("grad_fn=<#>", _INDEXED_DEVICE.sub(r"\1", line)))
     return " ".join(_NUMBER.sub("#", _TIMESTAMP.sub("#", line)).split())
 
 
@@ -255,9 +260,19 @@ def printed_lines(run: RunTrace, rank: int, original: RunTrace | None = None) ->
     return [text for text in texts if text in printed or not _ADDED_BY_CONVERSION.fullmatch(text)]
 
 
+#: The first device of a kind, named with its index: on one process ``cuda:0`` is ``cuda`` (the
+#: original's ``torch.device("cuda:0")``, the converted script's ``accelerator.device``).
+_FIRST_DEVICE = re.compile(r"\b(cuda|xpu|npu|hpu|mps):0\b")
+
+
+def one_process_line(line: str) -> str:
+    """A line printed on one process, timings masked and the first device named without index."""
+    return _FIRST_DEVICE.sub(r"\1", mask_timing(line))
+
+
 def stdout_verdict(original: RunTrace, converted: RunTrace) -> Verdict:
-    before = [mask_timing(text) for text in printed_lines(original, 0)]
-    after = [mask_timing(text) for text in printed_lines(converted, 0, original)]
+    before = [one_process_line(text) for text in printed_lines(original, 0)]
+    after = [one_process_line(text) for text in printed_lines(converted, 0, original)]
     problems = []
     for index in range(max(len(before), len(after))):
         old = before[index] if index < len(before) else None
@@ -267,9 +282,31 @@ def stdout_verdict(original: RunTrace, converted: RunTrace) -> Verdict:
     return verdict("stdout", "same printed lines (timings masked)", problems[:3], f"{len(before)} lines equal")
 
 
+_DIGITS = re.compile(r"\d+")
+
+
+def named_by_the_run(missing: Iterable[str], extra: Iterable[str]) -> dict[str, str]:
+    """Files of one run paired with files of the other whose paths differ only in their numbers
+    (a TensorBoard event file is named by its time, host and pid:
+    ``events.out.tfevents.1796472955.vm.5331.0``): missing path → the other run's. Their bytes hold
+    the same times, so only their presence compares."""
+    by_pattern: dict[str, list[str]] = {}
+    for path in sorted(extra):
+        by_pattern.setdefault(_DIGITS.sub("#", path), []).append(path)
+    pairs = {}
+    for path in sorted(missing):
+        candidates = by_pattern.get(_DIGITS.sub("#", path))
+        if candidates:
+            pairs[path] = candidates.pop(0)
+    return pairs
+
+
 def files_verdict(original: RunTrace, converted: RunTrace) -> Verdict:
     problems = []
+    renamed = named_by_the_run(set(original.files) - set(converted.files), set(converted.files) - set(original.files))
     for path in sorted(set(original.files) | set(converted.files)):
+        if path in renamed or path in renamed.values():
+            continue
         old, new = original.files.get(path), converted.files.get(path)
         if old is None:
             problems.append(f"{path}: written by the converted run only")
@@ -298,7 +335,7 @@ def parameters_verdict(original: RunTrace, converted: RunTrace) -> Verdict:
 
 def n_process_verdicts(original: RunTrace, multi: RunTrace, nproc: int) -> list[Verdict]:
     """The converted script on ``nproc`` processes shares the work of the original."""
-    return [
+    verdicts = [
         hang_verdict(multi),
         crash_verdict(multi, nproc),
         sync_verdict(multi),
@@ -308,6 +345,44 @@ def n_process_verdicts(original: RunTrace, multi: RunTrace, nproc: int) -> list[
         evaluation_verdict(original, multi),
         device_verdict(multi),
     ]
+    explain_other_passes(verdicts, original, multi)
+    return verdicts
+
+
+def training_passes(run: RunTrace, rank: int = 0) -> int:
+    """Complete passes over a loader with gradients on (the epochs, roughly)."""
+    return sum(1 for record in run.of("pass", rank) if is_training(record) and record.get("complete"))
+
+
+#: The verdicts that count what is done per pass over the training data.
+PER_PASS_VERDICTS = ("prints-once", "files-once", "evaluation-counts")
+
+
+def explain_other_passes(verdicts: Sequence[Verdict], original: RunTrace, multi: RunTrace) -> None:
+    """When the N-process run ended normally after another number of training passes than the
+    original (a stop decided from the losses: early stopping, a target loss), say so in each
+    failed verdict that counts what is done per pass: that is why its counts differ."""
+    before, after = training_passes(original), training_passes(multi)
+    ended = not multi.timed_out and all(code == 0 for code in exit_codes(multi))
+    if not (before and after and before != after and ended):
+        return
+    why = (
+        f"the original made {before} passes over its training data, rank 0 of the {multi.name} {after}: "
+        "the script decides from its losses how long to train (early stopping, a target loss), and each "
+        "step on N processes averages N batches, so the losses, and what is done per pass, differ; verify "
+        "with a fixed number of epochs, or convert with --split-batches to keep the original's steps"
+    )
+    for item in verdicts:
+        if item.key in PER_PASS_VERDICTS and not item.holds:
+            item.evidence.append(why)
+
+
+def exit_codes(run: RunTrace) -> list[int | None]:
+    codes = []
+    for rank in run.ranks():
+        exits = run.of("exit", rank)
+        codes.append(exits[-1].get("code") if exits else None)
+    return codes
 
 
 def hang_verdict(multi: RunTrace) -> Verdict:
@@ -435,12 +510,12 @@ def steps_before_training_writes(run: RunTrace) -> dict[str, int]:
     return written
 
 
-def beyond_the_steps_taken(original: RunTrace, multi: RunTrace, missing: list[str]) -> list[str]:
+def beyond_the_steps_taken(original: RunTrace, steps: int, missing: list[str]) -> list[str]:
     """The missing files the original wrote during training after more optimizer steps than the
-    N-process run takes in all: a step cadence (``if step % 100 == 0: save_image(...)``) that
-    N processes reach less often, each step taking N batches (``--split-batches`` keeps the
-    original's steps). What is written after training, or at a step the run reached, stays missing."""
-    steps = len(multi.of("step", 0))
+    N-process run takes in all (``steps``, its main process's): a step cadence (``if step % 100 ==
+    0: save_image(...)``) that N processes reach less often, each step taking N batches
+    (``--split-batches`` keeps the original's steps). What is written after training, or at a step
+    the run reached, stays missing."""
     during = steps_before_training_writes(original)
     return [path for path in missing if during.get(path, 0) > steps]
 
@@ -449,8 +524,12 @@ def files_once_verdict(original: RunTrace, multi: RunTrace) -> Verdict:
     before, after = written_paths(original), written_paths(multi)
     missing = sorted(set(before) - set(after))
     extra = sorted(set(after) - set(before))
+    renamed = named_by_the_run(missing, extra)
+    missing = [path for path in missing if path not in renamed]
+    extra = [path for path in extra if path not in renamed.values()]
     problems = []
-    cadence = beyond_the_steps_taken(original, multi, missing)
+    steps = len(multi.of("step", 0))
+    cadence = beyond_the_steps_taken(original, steps, missing)
     missing = [path for path in missing if path not in cadence]
     if missing:
         problems.append(
@@ -463,7 +542,6 @@ def files_once_verdict(original: RunTrace, multi: RunTrace) -> Verdict:
             problems.append(f"{path}: written by ranks {', '.join(map(str, sorted(ranks)))} (one should)")
     found = verdict("files-once", "every file the original writes, written once", problems, f"{len(before)} files")
     if found.holds and cadence:
-        steps = len(multi.of("step", 0))
         found.evidence = [
             f"{len(before)} files; {len(cadence)} written during training after more steps than the "
             f"{multi.name} takes ({steps}: each step takes a batch on every process): {cadence[:5]}"
@@ -491,17 +569,115 @@ def reads_verdict(original: RunTrace, multi: RunTrace) -> Verdict:
     return verdict("reads-complete", "no rank reads a file before it is complete", problems, "reads checked", site)
 
 
+def is_training(record: Record) -> bool:
+    """A pass over a loader with gradients on during which a backward or an optimizer step ran
+    (a trace without ``trained``: with gradients on). Any other pass is an evaluation: gradients
+    off, or on with ``torch.no_grad()`` entered inside the loop."""
+    return bool(record.get("grad")) and record.get("trained", True) is not False
+
+
 def evaluation_passes(run: RunTrace, rank: int) -> list[Record]:
-    return [record for record in run.of("pass", rank) if not record.get("grad")]
+    return [record for record in run.of("pass", rank) if not is_training(record)]
+
+
+def mid_pass_events(run: RunTrace, rank: int = 0) -> list[tuple[Record, int]]:
+    """The evaluation passes and file writes of ``rank`` made in the middle of a pass over its
+    training data (after an optimizer step of a training pass not yet ended: a step cadence,
+    ``if step % 100 == 0``), each with the optimizer steps taken before it. An evaluation right
+    after a training pass ended (once per epoch) is not one."""
+    taken = in_pass = 0
+    events = []
+    for record in run.records.get(rank, []):
+        kind = record.get("kind")
+        if kind == "step":
+            taken, in_pass = taken + 1, in_pass + 1
+        elif kind == "pass" and is_training(record):
+            in_pass = 0
+        elif in_pass and (kind == "write" or kind == "pass"):
+            events.append((record, taken))
+    return events
+
+
+def evaluation_passes_due(original: RunTrace, steps: int) -> list[Record]:
+    """The original's evaluation passes less those of a step cadence made after more optimizer
+    steps than ``steps`` (what a rank of the N-process run took: each of its steps takes a batch on
+    every process, so it reaches a step cadence less often)."""
+    beyond = {id(record) for record, taken in mid_pass_events(original) if taken > steps}
+    return [record for record in evaluation_passes(original, 0) if id(record) not in beyond]
+
+
+@dataclass(frozen=True)
+class UnreachedCadence:
+    """The N-process run took fewer optimizer steps than the step at which the original first
+    evaluated or wrote a file in the middle of a training pass: what the original does there (and
+    what the script does after it, a variable it set) never ran on N processes. The budget, not
+    the conversion, can explain a failure then."""
+
+    #: Optimizer steps the original had taken at its first such evaluation or write.
+    step: int
+    #: What it did there: ``evaluated (loader at train.py:40)``, ``wrote best.pt``.
+    what: str
+    #: Optimizer steps the N-process run's main process took in all.
+    taken: int
+    #: The budget (``--samples``) cut the training data: a larger one gives every rank more steps.
+    budget_cut: bool = True
+
+    def explanation(self, nproc: int) -> str:
+        found = (
+            f"the original {self.what} after optimizer step {self.step}, in the middle of a pass over its "
+            f"training data; each rank of the {nproc}-process run took {self.taken} steps in all (each step "
+            f"takes a batch on every process), so that step cadence was never reached there"
+        )
+        if self.budget_cut:
+            return f"{found}: the budget can explain this, not the conversion"
+        return f"{found}, with the whole training data (the budget cut none of it): so it is on {nproc} processes"
+
+
+def unreached_cadence(original: RunTrace, multi: RunTrace, budget: int) -> UnreachedCadence | None:
+    """The original's first mid-pass evaluation or write at a step the N-process run never
+    reached, when that run's main process went through its share of the training data (a training
+    pass ended) with at least one step: its data ended its steps, not an early failure. ``budget``:
+    the samples every loader's dataset was cut to."""
+    taken = len(multi.of("step", 0))
+    trained = any(is_training(record) and record.get("complete") for record in multi.of("pass", 0))
+    if not taken or not trained:
+        return None
+    for record, step in mid_pass_events(original):
+        if step > taken:
+            what = f"wrote {record.get('path')}" if record.get("kind") == "write" else "evaluated"
+            if record.get("kind") == "pass" and record.get("loader"):
+                what += f" (the loader made at {record.get('loader')})"
+            return UnreachedCadence(step, what, taken, cut_by_budget(original, budget))
+    return None
+
+
+def cut_by_budget(original: RunTrace, budget: int) -> bool:
+    """Whether the original's first training pass was cut by the budget: it yielded so many
+    samples that one batch more would have passed the budget (a smaller dataset is whole)."""
+    in_pass = 0
+    for record in original.records.get(0, []):
+        if record.get("kind") == "step":
+            in_pass += 1
+        elif record.get("kind") == "pass" and is_training(record) and record.get("complete"):
+            samples = int(record.get("samples") or 0)
+            return samples + samples / max(in_pass, 1) > budget
+    return False
+
+
+def explain_unreached_cadence(verdicts: Sequence[Verdict], cadence: UnreachedCadence, nproc: int, advice: str) -> None:
+    """Add to each failed verdict why the budget can explain it, and what to do."""
+    for item in verdicts:
+        if not item.holds:
+            item.evidence.append(f"{cadence.explanation(nproc)}: {advice}")
 
 
 def evaluation_verdict(original: RunTrace, multi: RunTrace) -> Verdict:
     """The i-th evaluation pass of each rank counts (gathered, else its own share) what the
     original's i-th counted; Python numbers handed to a gather are flagged (one per process, not
     per sample)."""
-    expected = evaluation_passes(original, 0)
     problems: list[str] = []
     for rank in multi.ranks():
+        expected = evaluation_passes_due(original, len(multi.of("step", rank)))
         passes = evaluation_passes(multi, rank)
         for index, (old, new) in enumerate(zip(expected, passes)):
             counted = new.get("gathered") if new.get("gathered") is not None else new.get("samples")
@@ -521,12 +697,14 @@ def evaluation_verdict(original: RunTrace, multi: RunTrace) -> Verdict:
                 )
         if len(passes) != len(expected):
             problems.append(f"rank {rank}: {len(passes)} evaluation passes, the original {len(expected)}")
+            if len(expected) < len(evaluation_passes(original, 0)):
+                problems[-1] += f" within the {len(multi.of('step', rank))} optimizer steps this rank took"
     site = first(evaluation_passes(multi, 0), "loader") if problems else None
     return verdict(
         "evaluation-counts",
         "every evaluation counts what one process counts",
         problems,
-        f"{len(expected)} passes",
+        f"{len(evaluation_passes(original, 0))} passes",
         site,
     )
 

@@ -39,8 +39,9 @@ write        path, size, sha256, via (``open``, ``torch.save``, ``numpy.save``):
              opened for writing is closed, or after a save to a path returns
 read         path, exists, size, sha256 (null when missing), via: before a file is opened for
              reading (``open``, ``torch.load``, ``numpy.load``), also when the open then fails
-pass         loader (site where it was made), grad, samples, gathered, gather_inputs, complete:
-             at the end of each pass over a DataLoader
+pass         loader (site where it was made), grad, samples, gathered, gather_inputs, complete,
+             trained (a backward or an optimizer step ran during it): at the end of each pass
+             over a DataLoader
 device       what (``module``/``tensor``), requested (``cuda:1``), site: first time per triple,
              only for CUDA requests, only in fake-CUDA mode or on a real GPU
 exit         code, exception (``"TypeError: msg"`` or null), site
@@ -69,6 +70,7 @@ import ctypes
 import faulthandler
 import functools
 import hashlib
+import importlib
 import importlib.abc
 import importlib.machinery
 import io
@@ -252,6 +254,7 @@ def _recording_loss(loss: Any, divisor: int = 1) -> Iterator[None]:
         if value is not None and divisor > 1:
             value /= divisor
         _record("loss", index=next(_loss_index), value=value)
+        TrainingWork.done += 1
     _local.backward = depth + 1
     try:
         yield
@@ -336,6 +339,7 @@ def _after_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Non
     result = _guarded("step", parameter_digest, optimizer)
     digest, norm = result if result is not None else (None, None)
     _record("step", index=next(_step_index), digest=digest, norm=norm)
+    TrainingWork.done += 1
 
 
 def patch_optimizer_steps() -> None:
@@ -592,6 +596,14 @@ class BudgetIterable(torch_data.IterableDataset):
         return getattr(self.dataset, name)
 
 
+class SizedBudgetIterable(BudgetIterable):
+    """A sized iterable dataset that stops after M samples, and says so: its ``len`` (what the
+    runtime reads to drop the padding of its last batches, ``streaming_eval_sized``)."""
+
+    def __len__(self) -> int:
+        return min(len(self.dataset), self.limit)
+
+
 class BudgetSampler(torch_data.Sampler):
     """The script's own sampler, keeping only the indices below M."""
 
@@ -630,7 +642,9 @@ def _sized(dataset: Any) -> int | None:
 
 def budget_dataset(dataset: Any, limit: int) -> Any:
     if isinstance(dataset, torch_data.IterableDataset):
-        return dataset if isinstance(dataset, BudgetIterable) else BudgetIterable(dataset, limit)
+        if isinstance(dataset, BudgetIterable):
+            return dataset
+        return BudgetIterable(dataset, limit) if _sized(dataset) is None else SizedBudgetIterable(dataset, limit)
     size = _sized(dataset)
     if size is None or size <= limit:
         return dataset
@@ -677,6 +691,13 @@ def budget_arguments(
 
 
 # ----------------------------------------------------------------------------- loader passes
+class TrainingWork:
+    """Backwards and optimizer steps so far: a pass during which none ran is an evaluation, even
+    with gradients on (``with torch.no_grad():`` inside the loop, after the batch is fetched)."""
+
+    done = 0
+
+
 class Pass:
     """One pass over a DataLoader: what it yielded and what was gathered meanwhile."""
 
@@ -685,9 +706,23 @@ class Pass:
         self.per_item = per_item
         self.grad: bool | None = None
         self.samples = 0
-        self.gathered: int | None = None
+        #: Samples gathered per call site (``file:line``): predictions and labels gathered apart
+        #: are the same samples twice, so the pass counts the site that gathered the most.
+        self.gathered_by_site: dict[str | None, int] = {}
         self.gather_inputs: list[str] = []
         self.ended = False
+        #: The loader said StopIteration. The pass ends when its iterator is dropped: a loader
+        #: that fetches one batch ahead (Accelerate's ``DataLoaderShard`` over its
+        #: ``base_dataloader``) hears it before the script has used the last batch.
+        self.exhausted = False
+        self.work_at_start = TrainingWork.done
+
+    @property
+    def gathered(self) -> int | None:
+        return max(self.gathered_by_site.values()) if self.gathered_by_site else None
+
+    def gather(self, samples: int, site: str | None) -> None:
+        self.gathered_by_site[site] = self.gathered_by_site.get(site, 0) + samples
 
     def end(self, complete: bool) -> None:
         if self.ended:
@@ -704,6 +739,7 @@ class Pass:
             gathered=self.gathered,
             gather_inputs=self.gather_inputs,
             complete=complete,
+            trained=TrainingWork.done > self.work_at_start,
         )
 
 
@@ -711,14 +747,22 @@ _active_passes: list[Pass] = []
 
 
 def first_dim(data: Any) -> int:
-    """How many samples a batch (or a gathered result) holds: the first dim of its first tensor."""
+    """How many samples a batch (or a gathered result) holds: the first dim of its first tensor
+    (``(inputs, labels)``, a dict of tensors); of a batch with no tensor of its own, the length of
+    its first field (``(images, targets)`` of tuples, as a detection ``collate_fn`` makes them), or
+    its own (a list of per-sample dicts, strings)."""
     if isinstance(data, torch.Tensor):
         return int(data.shape[0]) if data.dim() else 1
     if isinstance(data, Mapping):
         return first_dim(next(iter(data.values()))) if data else 0
     if isinstance(data, (list, tuple)):
-        if data and isinstance(data[0], (torch.Tensor, Mapping, list, tuple)):
-            return first_dim(data[0])
+        tensors = [item for item in data if isinstance(item, torch.Tensor)]
+        if tensors:
+            return first_dim(tensors[0])
+        if data and isinstance(data[0], Mapping):
+            return len(data)  # one dict per sample
+        if data and isinstance(data[0], (list, tuple)):
+            return len(data[0])  # fields, each a sequence of samples
         return len(data)
     return 1
 
@@ -737,7 +781,7 @@ class PassIterator:
         try:
             batch = next(self._iterator)
         except StopIteration:
-            _guarded("pass", self._pass.end, True)
+            self._pass.exhausted = True
             raise
         _guarded("pass", self._count, batch)
         return batch
@@ -757,7 +801,7 @@ class PassIterator:
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
-            self._pass.end(False)
+            self._pass.end(self._pass.exhausted)
 
 
 def _traced_iter(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -829,7 +873,7 @@ def note_gather(data: Any, result: Any) -> None:
     if not _active_passes:
         return
     current = _active_passes[-1]
-    current.gathered = (current.gathered or 0) + first_dim(result)
+    current.gather(first_dim(result), user_site())
     name = type(data).__name__
     if name not in current.gather_inputs:
         current.gather_inputs.append(name)
@@ -1074,6 +1118,28 @@ def _cuda_stubs() -> dict[str, Any]:
     }  # fmt: skip
 
 
+class FakeEvent:
+    """``torch.cuda.Event`` on the CPU: ``elapsed_time`` is wall time between two records (ms)."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+        self.recorded_at: float | None = None
+
+    def record(self, stream: Any = None) -> None:
+        self.recorded_at = time.perf_counter()
+
+    def elapsed_time(self, end_event: FakeEvent) -> float:
+        return ((end_event.recorded_at or 0.0) - (self.recorded_at or 0.0)) * 1000.0
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        return None
+
+    def wait(self, stream: Any = None) -> None:
+        return None
+
+
 def _gloo_instead_of_nccl(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
@@ -1108,6 +1174,12 @@ def patch_fake_cuda(local_world_size: int) -> None:
         setattr(torch, name, _traced_factory(getattr(torch, name)))
     for name in _LEGACY_TENSOR_TYPES:  # ``Tensor = torch.cuda.FloatTensor if cuda else ...``
         setattr(torch.cuda, name, getattr(torch, name))
+    torch.cuda.Event = FakeEvent  # type: ignore[misc,assignment]
+    # ``nn.DataParallel`` as torch builds it without GPUs: the module itself, no replicas (its
+    # GPU path checks that the parameters are on cuda:0, which they are not here).
+    # (``torch.nn.parallel.data_parallel`` the attribute is a function: the module, by name)
+    data_parallel = importlib.import_module("torch.nn.parallel.data_parallel")
+    data_parallel._get_available_device_type = lambda: None  # type: ignore[attr-defined]
     torch.Tensor.pin_memory = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -1149,6 +1221,8 @@ def record_exit(code: int | None = None) -> None:
     if _tee is not None:
         _tee.flush_partial()
     _record_unclosed_writes()
+    for current in [current for current in _active_passes if current.exhausted]:
+        current.end(True)  # its iterator still held (an attribute) at exit
     error = ExitWatch.exception or getattr(sys, "last_value", None)
     if code is None:
         code = 1 if error is not None else (ExitWatch.code or 0)
