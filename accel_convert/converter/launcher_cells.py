@@ -60,6 +60,7 @@ from accel_convert.codemods import Options
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.name_flow import possibly_unbound_reads
 from accel_convert.codemods.model.plan import plan_of
+from accel_convert.converter.launcher_values import TopStatement, bound_names, global_reads, staying_statements
 from accel_convert.converter.notebooks import (
     CellChange,
     Masks,
@@ -337,7 +338,7 @@ def _training_span(cells: list[_CodeCell], facts: ScriptFacts) -> tuple[int, int
             position
             for position, cell in enumerate(cells)
             if any(
-                not definition and _bound_names(tree) & roles for definition, tree in zip(cell.definitions, cell.trees)
+                not definition and bound_names(tree) & roles for definition, tree in zip(cell.definitions, cell.trees)
             )
         ),
         None,
@@ -401,7 +402,8 @@ def _split_span(
         stays = [
             definition or (index, position) in hoisted for position, definition in enumerate(code_cell.definitions)
         ]
-        body, kept_definitions = _split(code_cell.module, stays)
+        settings_stay = any((index, position) in hoisted for position in range(len(stays)))
+        body, kept_definitions = _split(code_cell.module, stays, header_stays=settings_stay)
         if not code_cell.module.body:  # only comments: the cell stays as it is
             kept.append((index, cell))
         elif kept_definitions is not None:
@@ -479,15 +481,21 @@ def _statement_lines(module: cst.Module) -> list[tuple[int, int]]:
     return lines
 
 
-def _split(module: cst.Module, definitions: Sequence[bool]) -> tuple[list[Statement], cst.Module | None]:
-    """A cell's statements for the function (its header comment with the first of them), and
-    the module of its definitions (None when it has none)."""
+def _split(
+    module: cst.Module, definitions: Sequence[bool], *, header_stays: bool = False
+) -> tuple[list[Statement], cst.Module | None]:
+    """A cell's statements for the function, and the module of what stays (its definitions and
+    settings; None when nothing stays). The cell's header comment goes with its first statement,
+    or stays with the settings (``header_stays``: a settings cell's banner)."""
     body = [statement for statement, definition in zip(module.body, definitions) if not definition]
     kept = [statement for statement, definition in zip(module.body, definitions) if definition]
-    if body and module.header and not definitions[0]:
+    header, attached = _header_parts(module.header)
+    header_moves = bool(body and module.header and not definitions[0] and not (header_stays and kept and header))
+    if header_moves:
         body[0] = body[0].with_changes(leading_lines=[*module.header, *body[0].leading_lines])
-    elif body and module.header:
-        pass  # the header stays with the definitions, which start the cell
+    elif body and not definitions[0]:  # the banner stays; the comment right above the first statement goes with it
+        body[0] = body[0].with_changes(leading_lines=[*attached, *body[0].leading_lines])
+        module = module.with_changes(header=header)
     if not kept:
         return body, None
     if not definitions[0]:  # the definitions start the cell now: no blank lines above them
@@ -495,7 +503,19 @@ def _split(module: cst.Module, definitions: Sequence[bool]) -> tuple[list[Statem
         while lines and lines[0].comment is None:
             lines.pop(0)
         kept[0] = kept[0].with_changes(leading_lines=lines)
-    return body, module.with_changes(body=kept, header=module.header if definitions[0] or not body else [])
+    return body, module.with_changes(body=kept, header=[] if header_moves else module.header)
+
+
+def _header_parts(header: Sequence[cst.EmptyLine]) -> tuple[list[cst.EmptyLine], list[cst.EmptyLine]]:
+    """A cell's header comment cut at its last blank line: the banner, and the comment right
+    above the first statement (libcst puts both in the module's header)."""
+    lines = list(header)
+    if not lines or lines[-1].comment is None:
+        return lines, []
+    blanks = [index for index, line in enumerate(lines) if line.comment is None]
+    if not blanks:
+        return [], lines
+    return lines[: blanks[-1] + 1], lines[blanks[-1] + 1 :]
 
 
 def _separated(body: list[Statement], *, first: bool) -> list[Statement]:
@@ -532,91 +552,28 @@ class SharedSettings:
 
 
 def _shared_settings(moved: list[_CodeCell], shared: frozenset[str], per_process: frozenset[str]) -> SharedSettings:
-    """Where each name of ``shared`` (read as a global by a definition) is bound.
+    """Which statements of the training's cells stay at the top level, and where each name of
+    ``shared`` (read as a global by a definition) is bound.
 
     ``notebook_launcher`` forks the kernel, so what the top level binds before the launch is in
-    every process. A statement of the training's cells binding such a name stays at the top
-    level when it is a plain assignment of a value (a number, a string, a dict of settings, a
-    transform, a data set) with the values it reads: it binds nothing made per process (the
-    training's objects, the device: ``per_process``) and reads nothing the function binds. A
-    name bound otherwise (the device, a count of a loader's batches) is declared ``global`` in
-    the function: each forked process binds its own, which its definitions read."""
+    every process: the plain values and data (settings, tensors, data sets) stay there, decided
+    by data flow in :mod:`accel_convert.converter.launcher_values`; what is made per process (the
+    training's objects, the device: ``per_process``) and what reads it moves into the function.
+    A name of ``shared`` the function binds (the device, a count of a loader's batches) is
+    declared ``global`` there: each forked process binds its own, which its definitions read."""
     statements = [
-        (cell.index, position, tree)
+        TopStatement((cell.index, position), tree, cell.module.body[position])
         for cell in moved
         for position, (definition, tree) in enumerate(zip(cell.definitions, cell.trees))
         if not definition
     ]
-    bindings = {(index, position): _bound_names(tree) for index, position, tree in statements}
-    reads = {(index, position): _loaded_names(tree) for index, position, tree in statements}
-    candidates = {
-        (index, position)
-        for index, position, tree in statements
-        if _is_plain_assignment(tree) and not bindings[index, position] & per_process
-    }
-    hoisted: set[tuple[int, int]] = set()
-    wanted = set(shared)
-    growing = True
-    while growing:  # a setting stays with the settings it is computed from
-        found = {key for key in candidates - hoisted if bindings[key] & wanted}
-        hoisted |= found
-        wanted.update(*(reads[key] for key in found))
-        growing = bool(found)
-    while True:  # ... and only when the function binds none of what it binds or reads
-        local = set().union(*(names for key, names in bindings.items() if key not in hoisted))
-        leaving = {key for key in hoisted if (reads[key] | bindings[key]) & local}
-        if not leaving:
-            break
-        hoisted -= leaving
-    return SharedSettings(frozenset(hoisted), tuple(sorted(shared & local)), frozenset(local))
-
-
-def _is_plain_assignment(tree: ast.Module) -> bool:
-    """``name = value`` (or ``a, b = ...``, ``name: T = value``): binds names, changes no object."""
-    for node in tree.body:
-        if isinstance(node, ast.Assign):
-            targets = node.targets
-        elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            targets = [node.target]
-        else:
-            return False
-        if not all(_names_only(target) for target in targets):
-            return False
-    return bool(tree.body)
-
-
-def _names_only(target: ast.expr) -> bool:
-    if isinstance(target, (ast.Tuple, ast.List)):
-        return all(_names_only(element) for element in target.elts)
-    return isinstance(target, ast.Name)
-
-
-def _loaded_names(tree: ast.AST) -> set[str]:
-    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    every_tree = [tree for cell in moved for tree in cell.trees]
+    hoisted = staying_statements(statements, per_process, global_reads(every_tree))
+    local = set().union(*(statement.binds for statement in statements if statement.key not in hoisted))
+    return SharedSettings(hoisted, tuple(sorted(shared & local)), frozenset(local))
 
 
 # -- names ---------------------------------------------------------------------------------------
-
-
-def _bound_names(tree: ast.AST) -> set[str]:
-    """Names a top-level statement binds at the top level (not inside functions, classes,
-    lambdas or comprehensions it holds)."""
-    found: set[str] = set()
-    pending: list[ast.AST] = [tree]
-    while pending:
-        node = pending.pop()
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                found.add(child.name)
-                continue
-            if isinstance(child, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-                continue
-            if isinstance(child, ast.Name) and isinstance(child.ctx, (ast.Store, ast.Del)):
-                found.add(child.id)
-            elif isinstance(child, ast.alias):
-                found.add((child.asname or child.name).split(".")[0])
-            pending.append(child)
-    return found
 
 
 def _body_bindings(cell: _CodeCell) -> set[str]:
@@ -624,7 +581,7 @@ def _body_bindings(cell: _CodeCell) -> set[str]:
     names: set[str] = set()
     for definition, tree in zip(cell.definitions, cell.trees):
         if not definition:
-            names |= _bound_names(tree)
+            names |= bound_names(tree)
     return names
 
 
