@@ -36,16 +36,23 @@ def test_tutorial_training_becomes_one_function_and_a_launcher_cell() -> None:
     before = {cell.id: cell for cell in cells_of(source)}
     after = cells_of(conversion.output)
     ids = [cell.id for cell in after]
-    # Imports and data stay; the definitions stay where they were; the training cells (5, 7's
-    # statements, 8, 12, 13: the save reads the trained model) are gone into the function.
+    # Imports and data stay; the definitions stay where they were, and so do the plain values of
+    # the training cells (`batch_size = 16`, `loss_fn`, `epochs = 2`: the workers are forks of the
+    # kernel); the rest of cells 5, 7, 8, 12 and 13 (the save reads the trained model) is gone
+    # into the function.
     assert ids == [
-        "cell-1", "cell-2", "cell-3", "cell-4", "cell-6", "cell-7", "cell-9", "cell-10", "cell-11",
-        "training-function", "notebook-launcher", "cell-14", "cell-15",
+        "cell-1", "cell-2", "cell-3", "cell-4", "cell-5", "cell-6", "cell-7", "cell-8", "cell-9", "cell-10",
+        "cell-11", "cell-12", "training-function", "notebook-launcher", "cell-14", "cell-15",
     ]  # fmt: skip
     assert after[3].source == before["cell-4"].source  # the data cell: nothing to convert
-    assert after[5].source.startswith("class NeuralNetwork(nn.Module):") and "model =" not in after[5].source
-    assert after[5].outputs == []  # its outputs came from the statements that moved
-    function = after[9].source
+    assert [after[4].source, after[7].source, after[11].source] == [
+        "batch_size = 16",
+        "loss_fn = nn.CrossEntropyLoss()",
+        "epochs = 2",
+    ]
+    assert after[6].source.startswith("class NeuralNetwork(nn.Module):") and "model =" not in after[6].source
+    assert after[6].outputs == []  # its outputs came from the statements that moved
+    function = after[12].source
     assert function.splitlines()[:3] == [
         "# Cells 5-13 as one function: notebook_launcher runs it in every process.",
         "def training_function():",
@@ -55,11 +62,11 @@ def test_tutorial_training_becomes_one_function_and_a_launcher_cell() -> None:
     assert "        train(train_dataloader, model, loss_fn, optimizer, accelerator)" in function
     assert '    accelerator.save(accelerator.unwrap_model(model).state_dict(), "model.pth")' in function
     assert not re.search(r"(?m)^[ \t]+$", function)  # blank lines carry no indentation
-    assert "gather_for_metrics" in after[7].source  # the evaluation helper gathers every sample
-    assert after[10].source == (
+    assert "gather_for_metrics" in after[9].source  # the evaluation helper gathers every sample
+    assert after[13].source == (
         "from accel_convert.runtime import notebook_launcher\n\nnotebook_launcher(training_function, num_processes=2)"
     )
-    assert "accelerator" not in after[12].source  # after the launch: the kernel's own process
+    assert "accelerator" not in after[15].source  # after the launch: the kernel's own process
     nbformat.validate(nbformat.reads(conversion.output.decode(), as_version=4))
     # Converting the result again (with or without --launcher) changes nothing.
     for options in (LAUNCHER, Options()):
@@ -160,13 +167,20 @@ def test_cli_launcher(tmp_path: Path) -> None:
     shown = TUTORIAL.relative_to(REPO_ROOT)
     diff = cli(str(shown), "--launcher", "--diff", cwd=REPO_ROOT)
     assert diff.returncode == 0, diff.stderr
-    # One diff per cell: changed cells by their number on each side, the cells whose code moved
-    # into the function removed, the function and the launcher cells new; unchanged cells left out.
+    # One diff per cell: changed cells by their number on each side (a cell keeping its settings
+    # too), the cells whose code moved into the function removed, the function and the launcher
+    # cells new; unchanged cells left out.
     headers = [line for line in diff.stdout.splitlines() if line.startswith(("--- ", "+++ "))]
-    assert headers[:4] == [f"--- a/{shown}:cell 2", f"+++ b/{shown}:cell 2", f"--- a/{shown}:cell 5", "+++ /dev/null"]
-    assert f"--- /dev/null\n+++ b/{shown}:cell 10\n@@ -0,0 +1,34 @@\n+# Cells 5-13" in diff.stdout
-    assert f"--- /dev/null\n+++ b/{shown}:cell 11\n" in diff.stdout  # the launcher cell
-    assert f"--- a/{shown}:cell 15\n+++ b/{shown}:cell 13\n" in diff.stdout  # moved up, changed
+    assert headers[:4] == [
+        f"--- a/{shown}:cell 2",
+        f"+++ b/{shown}:cell 2",
+        f"--- a/{shown}:cell 5",
+        f"+++ b/{shown}:cell 5",
+    ]
+    assert f"--- a/{shown}:cell 13\n+++ /dev/null\n" in diff.stdout  # the save: all in the function
+    assert f"--- /dev/null\n+++ b/{shown}:cell 13\n@@ -0,0 +1,30 @@\n+# Cells 5-13" in diff.stdout
+    assert f"--- /dev/null\n+++ b/{shown}:cell 14\n" in diff.stdout  # the launcher cell
+    assert f"--- a/{shown}:cell 15\n+++ b/{shown}:cell 16\n" in diff.stdout  # moved down, changed
     assert f"{shown}:cell 4\n" not in diff.stdout and "No newline at end of file" not in diff.stdout
     assert "+def training_function():\n" in diff.stdout
     unchanged = cli(str(FIXTURE), "--launcher", "--check")
@@ -236,21 +250,37 @@ def test_training_under_a_main_guard_is_not_restructured() -> None:
 # -- settings read as globals ---------------------------------------------------------------------
 
 #: Notebooks of a course's shape: a settings cell binds hyperparameters (and the device) next to
-#: the loaders, and definitions read them as globals. Per notebook: the cell that keeps settings
-#: (index in the converted notebook, its source) and a line of the function.
+#: the data and the loaders, and definitions read them as globals. Per notebook: the cell that
+#: keeps the settings and the data (index in the converted notebook, how its source starts) and
+#: a line of the function.
 SETTINGS_NOTEBOOKS = {
-    # A model class reads the architecture's sizes; an evaluation helper reads the device.
-    "settings_mlp": (3, "num_hidden_1 = 32\nnum_hidden_2 = 16", "    device = accelerator.device\n"),
+    # A model class reads the architecture's sizes; an evaluation helper reads the device. The
+    # cell's banner stays with the settings; the comment above the device moves with it.
+    "settings_mlp": (
+        3,
+        "##########################\n### SETTINGS\n##########################\n\n# Hyperparameters\n"
+        "random_seed = 1\nlearning_rate = 0.5\nnum_epochs = 2\nbatch_size = 16\n\n# Architecture\n"
+        "num_features = 8\nnum_hidden_1 = 32\n",
+        "    # Device\n    device = accelerator.device\n",
+    ),
     # A helper makes a tensor on the device: each process binds its own device as a global.
     "settings_device_helper": (
         2,
-        "def class_counts(targets, num_classes=2):",
+        "batch_size = 16\nepochs = 2\nlr = 0.5\n\ngenerator = ",
         "    # The definitions above read these as globals: each process binds its own.\n    global device\n",
+    ),
+    # Settings over several cells: a namespace of hyperparameters (read by a class), data sets
+    # built by a function, a print of their size; a count of the loader's batches.
+    "settings_spread_cells": (
+        4,
+        "# Hyperparameters, as argparse would give them\nargs = SimpleNamespace(hidden=32, lr=0.5, epochs=2, batch_size=16)\n\n"
+        "generator = torch.Generator().manual_seed(0)\ntrain_dataset = make_dataset(256, generator)",
+        "    steps_per_epoch = len(train_loader)\n",
     ),
     # A class reads its sizes from a dict of settings.
     "settings_config_dict": (
         2,
-        'config = {"hidden": 32, "lr": 0.5, "epochs": 2, "batch_size": 16}',
+        'config = {"hidden": 32, "lr": 0.5, "epochs": 2, "batch_size": 16}\n\ngenerator = ',
         "    model = Classifier()\n",
     ),
 }
@@ -273,6 +303,9 @@ def test_settings_read_as_globals_stay_at_the_top_level(name: str) -> None:
     # What each process makes is made in the function, not in the kernel.
     for made in ("DataLoader(", "optimizer = torch.optim.SGD(", "accelerator.prepare("):
         assert made in function and all(made not in cell.source for cell in cells if cell.source != function)
+    # The data is the same in every process: made once, in the kernel, before the fork.
+    for data in ("generator = torch.Generator()", "train_dataset = "):
+        assert data in cells[kept_index].source and data not in function
     nbformat.validate(nbformat.reads(conversion.output.decode(), as_version=4))
     again = convert_notebook(conversion.output, LAUNCHER, path="nb.ipynb")
     assert again.output == conversion.output and not launcher_warnings(again)
@@ -294,6 +327,59 @@ def test_settings_notebooks_train_on_two_processes_from_a_kernel(name: str, tmp_
     counts = accuracy_lines(launched)
     assert [seen for _, seen in counts] == [200, 200], output
     assert all(correct >= 0.8 * seen for correct, seen in counts), counts  # every sample once, and learnt
+
+
+def test_plain_values_stay_in_the_kernel_and_what_each_process_makes_moves_in() -> None:
+    """Settings over several cells: the plain values and the data (same in every process) stay
+    in their cells, in order, with their comments; the device, the loaders, the model, the
+    optimizer and what reads them (a count of the loader's batches) move into the function."""
+    conversion = convert_notebook(settings_notebook("settings_spread_cells").read_bytes(), LAUNCHER, path="nb.ipynb")
+    assert not launcher_warnings(conversion)
+    cells = {cell.id: cell.source for cell in cells_of(conversion.output)}
+    assert cells["cell-5"] == (
+        "# Hyperparameters, as argparse would give them\n"
+        "args = SimpleNamespace(hidden=32, lr=0.5, epochs=2, batch_size=16)\n\n"
+        "generator = torch.Generator().manual_seed(0)\n"
+        "train_dataset = make_dataset(256, generator)"
+    )
+    # The print reads only values made in the kernel: it runs there, once, before the launch.
+    assert cells["cell-7"].startswith("test_size = 200\ntest_dataset = make_dataset(test_size, generator)\n") and cells[
+        "cell-7"
+    ].endswith('print("test samples:", len(test_dataset))')
+    assert "test_loader" not in cells["cell-7"] and "device" not in cells["cell-5"]
+    assert cells["cell-9"].startswith("class Net(torch.nn.Module):") and "model" not in cells["cell-9"]
+    function = cells["training-function"]
+    for made in (
+        "    train_loader = DataLoader(train_dataset, batch_size=args.batch_size)\n",
+        "    test_loader = DataLoader(test_dataset, batch_size=args.batch_size)\n",
+        "    model = Net()\n",
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)\n",
+        "    steps_per_epoch = len(train_loader)\n",
+    ):
+        assert made in function
+    for value in ("args =", "generator =", "make_dataset(", "test_size =", "test samples"):
+        assert value not in function
+
+
+def test_a_value_the_function_rebinds_or_changes_moves_in_with_what_reads_it() -> None:
+    """What stays must not depend on what moves: a value read after the function changed it in
+    place, a value the function reads before rebinding it, and one bound again after a moving
+    statement read it move in; the values before stay."""
+    source = notebook_bytes(
+        "import torch",
+        "scale = 2\nfeatures = torch.ones(8, 2)\nloader = torch.utils.data.DataLoader(features, batch_size=2)\n"
+        "features.mul_(scale)\ntotal = features.sum()\nlr = 0.1\nmodel = torch.nn.Linear(2, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=lr)\nlr = lr / 2\nhidden = 4\nprint(hidden)",
+        "for x in loader:\n    loss = model(x).sum() * total\n    opt.zero_grad()\n    loss.backward()\n    opt.step()",
+    )
+    conversion = convert_notebook(source, LAUNCHER, path="nb.ipynb")
+    assert not launcher_warnings(conversion)
+    cells = cells_of(conversion.output)
+    kept = cells[1].source
+    assert kept.startswith("scale = 2\nfeatures = torch.ones(8, 2)\nhidden = 4\n") and kept.endswith("print(hidden)")
+    function = cells[2].source
+    for moved in ("    features.mul_(scale)\n", "    total = features.sum()\n", "    lr = 0.1\n", "    lr = lr / 2\n"):
+        assert moved in function
 
 
 def test_a_notebook_diff_names_each_changed_cell_and_leaves_out_the_others(tmp_path: Path) -> None:
