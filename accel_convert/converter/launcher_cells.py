@@ -27,12 +27,15 @@ Then the notebook is converted as any notebook is (the accelerator is created in
 function, evaluation gathers over every sample, saving happens once...), and converter's
 name-flow check compares the original cells with the converted, restructured ones.
 
-- **Settings read as globals.** When that check finds a definition (a model class, a helper)
-  reading one of the function's names as a global — a settings cell's ``num_hidden_1 = 128``
-  read in ``__init__``, a helper's ``device`` — the notebook is restructured again for those
-  names (:func:`_shared_settings`): ``notebook_launcher`` forks the kernel, so a plain value bound
-  at the top level is in every process and stays there; one made per process (the device) is
-  declared ``global`` in the function. A notebook that needs neither is restructured as before.
+- **Plain values stay in the kernel.** ``notebook_launcher`` forks the kernel, so a value bound at
+  the top level before the launch is in every process: the training cells' statements that only
+  bind plain values and data (settings, tensors, data sets) stay at the top level, in their cell
+  and order, and what each process makes (the device, the training's objects, the loops, what
+  reads them) moves in (:mod:`accel_convert.converter.launcher_values` decides, by data flow).
+- **Settings read as globals.** When the name-flow check finds a definition (a model class, a
+  helper) reading one of the function's names as a global (a helper's ``device``), the notebook
+  is restructured again declaring those names ``global`` in the function
+  (:func:`_shared_settings`): each process binds its own.
 
 Nothing is restructured — the notebook gets its usual conversion, and a ``notebook-launcher``
 warning says why — when: the training is already in a function (launch that one), there is no
@@ -42,8 +45,9 @@ global, a definition's default argument computed from a training variable).
 
 Example — a settings cell next to the loaders, and a class reading its sizes::
 
-    num_hidden_1 = 32                          # stays: MultilayerPerceptron reads it
-    train_loader = DataLoader(data, batch_size=batch_size)   # moves into training_function
+    num_hidden_1 = 32                          # stays: a plain value (MultilayerPerceptron reads it)
+    train_dataset = TensorDataset(features)    # stays: the same data in every process
+    train_loader = DataLoader(train_dataset, batch_size=batch_size)   # moves into training_function
 """
 
 from __future__ import annotations
