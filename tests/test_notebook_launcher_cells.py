@@ -364,10 +364,11 @@ def test_plain_values_stay_in_the_kernel_and_what_each_process_makes_moves_in() 
 def test_a_value_the_function_rebinds_or_changes_moves_in_with_what_reads_it() -> None:
     """What stays must not depend on what moves: a value read after the function changed it in
     place, a value the function reads before rebinding it, and one bound again after a moving
-    statement read it move in; the values before stay."""
+    statement read it move in; the values before stay, argparse-like settings too."""
     source = notebook_bytes(
-        "import torch",
-        "scale = 2\nfeatures = torch.ones(8, 2)\nloader = torch.utils.data.DataLoader(features, batch_size=2)\n"
+        "import argparse\nimport torch",
+        "parser = argparse.ArgumentParser()\nparser.add_argument('--scale', type=int, default=2)\n"
+        "scale = parser.parse_args([]).scale\nfeatures = torch.ones(8, 2)\nloader = torch.utils.data.DataLoader(features, batch_size=2)\n"
         "features.mul_(scale)\ntotal = features.sum()\nlr = 0.1\nmodel = torch.nn.Linear(2, 1)\n"
         "opt = torch.optim.SGD(model.parameters(), lr=lr)\nlr = lr / 2\nhidden = 4\nprint(hidden)",
         "for x in loader:\n    loss = model(x).sum() * total\n    opt.zero_grad()\n    loss.backward()\n    opt.step()",
@@ -376,7 +377,10 @@ def test_a_value_the_function_rebinds_or_changes_moves_in_with_what_reads_it() -
     assert not launcher_warnings(conversion)
     cells = cells_of(conversion.output)
     kept = cells[1].source
-    assert kept.startswith("scale = 2\nfeatures = torch.ones(8, 2)\nhidden = 4\n") and kept.endswith("print(hidden)")
+    assert kept.startswith(
+        "parser = argparse.ArgumentParser()\nparser.add_argument('--scale', type=int, default=2)\n"
+        "scale = parser.parse_args([]).scale\nfeatures = torch.ones(8, 2)\nhidden = 4\n"
+    ) and kept.endswith("print(hidden)")
     function = cells[2].source
     for moved in ("    features.mul_(scale)\n", "    total = features.sum()\n", "    lr = 0.1\n", "    lr = lr / 2\n"):
         assert moved in function

@@ -260,7 +260,7 @@ def restructure(notebook: Any, options: Options, shared: frozenset[str] = frozen
                 "a cell magic (%%...) sits among the training cells; the function cannot hold it", index + 1
             )
     trained = frozenset(name for name in facts.trained_objects if "." not in name)
-    per_process = trained | {name for name in facts.device_names if "." not in name}
+    per_process = trained | {name for name in _per_process_names(facts) if "." not in name}
     settings = _shared_settings(moved, shared, per_process)
     new = copy.deepcopy(notebook)
     span = range(moved[0].index, moved[-1].index + 1)
@@ -279,6 +279,20 @@ def restructure(notebook: Any, options: Options, shared: frozenset[str] = frozen
         settings.declared,
         trained,
         origins,
+    )
+
+
+def _per_process_names(facts: ScriptFacts) -> frozenset[str]:
+    """What each process makes or holds for itself, besides the training's objects: devices, GPU
+    flags and indices, frozen models, trackers, per-process paths. (Batches and losses are names
+    a loop rebinds: the data flow sees them, and a tensor bound before under the same name stays.)"""
+    return frozenset(
+        facts.device_names
+        | facts.cuda_flags
+        | facts.gpu_index_names
+        | facts.frozen_models
+        | facts.trackers
+        | facts.per_process_paths
     )
 
 

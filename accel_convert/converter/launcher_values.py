@@ -11,9 +11,11 @@ top-level statement binds and reads), in the cells' order:
   torch.randn(...)``, ``train_dataset = TensorDataset(...)``) that binds none of the training's
   objects (models, optimizers, loaders, schedulers) nor a device, and moves nothing to a device
   (``.to(...)``, ``.cuda()``, a ``"cuda"`` string: CUDA must not start in the kernel before the
-  fork); a ``print(...)`` of such values (it prints once, in the kernel, before the launch).
+  fork); a ``print(...)`` of such values (it prints once, in the kernel, before the launch); a
+  method call on a value that stays (``parser.add_argument(...)``: argparse-like settings).
 - **Moves** (checked again each time a statement moves, until nothing changes):
-  a statement that may stay but reads a name whose last binding before it moves, or that a
+  a method call on a name the training's cells do not bind (``torch.manual_seed(0)``: each
+  process seeds itself); a statement that may stay but reads a name whose last binding moves, or that a
   moving statement read or changed since (``features.mul_(2)``); a staying binding of a name
   the function binds too, where the function reads it before binding it (it would be the
   function's unbound local), or where a definition reads it as a global (it would see the
@@ -95,7 +97,11 @@ def _may_stay(statement: TopStatement, per_process: frozenset[str]) -> bool:
         return False
     if any(isinstance(node, cst.BaseExpression) and mentions_cuda(node) for node in nodes_in(statement.node)):
         return False
-    return _is_plain_assignment(statement.tree) or (_is_print(statement.tree) and bool(statement.reads - {"print"}))
+    return (
+        _is_plain_assignment(statement.tree)
+        or (_is_print(statement.tree) and bool(statement.reads - {"print"}))
+        or method_receiver(statement.tree) is not None
+    )
 
 
 def _leaving(statements: Sequence[TopStatement], staying: set[Key], global_reads: frozenset[str]) -> set[Key]:
@@ -107,6 +113,9 @@ def _leaving(statements: Sequence[TopStatement], staying: set[Key], global_reads
             function_binds |= statement.binds
     leaving: set[Key] = set()
     for position, statement in enumerate(statements):
+        receiver = method_receiver(statement.tree)
+        if receiver is not None and not moving[position] and _last_binding(statements, position, receiver) is None:
+            leaving.add(statement.key)  # a call on a module or on what the span did not bind
         for name in statement.free_reads:
             last = _last_binding(statements, position, name)
             if not moving[position]:
@@ -186,6 +195,16 @@ def _is_print(tree: ast.Module) -> bool:
         and node.value.func.id == "print"
         for node in tree.body
     )
+
+
+def method_receiver(tree: ast.Module) -> str | None:
+    """``name.method(...)`` alone (``parser.add_argument(...)``): the name it is called on."""
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Expr):
+        return None
+    call = tree.body[0].value
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name):
+        return call.func.value.id
+    return None
 
 
 def _names_only(target: ast.expr) -> bool:
