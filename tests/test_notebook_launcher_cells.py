@@ -386,6 +386,24 @@ def test_a_value_the_function_rebinds_or_changes_moves_in_with_what_reads_it() -
         assert moved in function
 
 
+def test_a_tracker_and_a_tensor_moved_to_the_gpu_are_made_in_each_process() -> None:
+    """Plain assignments that must not run in the kernel: a tracker (one per process, logging
+    from the main one) and a tensor moved to the GPU (CUDA must not start before the fork)."""
+    source = notebook_bytes(
+        "import torch\nfrom torch.utils.tensorboard import SummaryWriter",
+        "writer = SummaryWriter()\nweights = torch.ones(2).cuda()\nsize = 4\n"
+        "loader = torch.utils.data.DataLoader(torch.ones(8, 2), batch_size=size)\n"
+        "model = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)",
+        "for x in loader:\n    loss = model(x).sum()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+        "    writer.add_scalar('loss', loss.item())",
+    )
+    conversion = convert_notebook(source, LAUNCHER, path="nb.ipynb")
+    assert not launcher_warnings(conversion)
+    cells = cells_of(conversion.output)
+    assert cells[1].source == "size = 4"
+    assert "    writer = SummaryWriter(" in cells[2].source and "    weights = torch.ones(2)" in cells[2].source
+
+
 def test_a_notebook_diff_names_each_changed_cell_and_leaves_out_the_others(tmp_path: Path) -> None:
     (tmp_path / "train.ipynb").write_bytes(
         notebook_bytes(
