@@ -365,7 +365,7 @@ def test_a_value_the_function_rebinds_or_changes_moves_in_with_what_reads_it() -
     """What stays must not depend on what moves: a value read after the function changed it in
     place, a value the function reads before rebinding it, and one bound again after a moving
     statement read it move in; the values before stay, argparse-like settings too."""
-    source = notebook_bytes(
+    cells = restructured_cells(
         "import argparse\nimport torch",
         "parser = argparse.ArgumentParser()\nparser.add_argument('--scale', type=int, default=2)\n"
         "scale = parser.parse_args([]).scale\nfeatures = torch.ones(8, 2)\nloader = torch.utils.data.DataLoader(features, batch_size=2)\n"
@@ -373,9 +373,6 @@ def test_a_value_the_function_rebinds_or_changes_moves_in_with_what_reads_it() -
         "opt = torch.optim.SGD(model.parameters(), lr=lr)\nlr = lr / 2\nhidden = 4\nprint(hidden)",
         "for x in loader:\n    loss = model(x).sum() * total\n    opt.zero_grad()\n    loss.backward()\n    opt.step()",
     )
-    conversion = convert_notebook(source, LAUNCHER, path="nb.ipynb")
-    assert not launcher_warnings(conversion)
-    cells = cells_of(conversion.output)
     kept = cells[1].source
     assert kept.startswith(
         "parser = argparse.ArgumentParser()\nparser.add_argument('--scale', type=int, default=2)\n"
@@ -386,10 +383,17 @@ def test_a_value_the_function_rebinds_or_changes_moves_in_with_what_reads_it() -
         assert moved in function
 
 
+def restructured_cells(*sources: str) -> list[Any]:
+    """The cells of a notebook of ``sources`` converted with --launcher (restructured: no warning)."""
+    conversion = convert_notebook(notebook_bytes(*sources), LAUNCHER, path="nb.ipynb")
+    assert not launcher_warnings(conversion)
+    return cells_of(conversion.output)
+
+
 def test_a_tracker_and_a_tensor_moved_to_the_gpu_are_made_in_each_process() -> None:
     """Plain assignments that must not run in the kernel: a tracker (one per process, logging
     from the main one) and a tensor moved to the GPU (CUDA must not start before the fork)."""
-    source = notebook_bytes(
+    cells = restructured_cells(
         "import torch\nfrom torch.utils.tensorboard import SummaryWriter",
         "writer = SummaryWriter()\nweights = torch.ones(2).cuda()\nsize = 4\n"
         "loader = torch.utils.data.DataLoader(torch.ones(8, 2), batch_size=size)\n"
@@ -397,9 +401,6 @@ def test_a_tracker_and_a_tensor_moved_to_the_gpu_are_made_in_each_process() -> N
         "for x in loader:\n    loss = model(x).sum()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
         "    writer.add_scalar('loss', loss.item())",
     )
-    conversion = convert_notebook(source, LAUNCHER, path="nb.ipynb")
-    assert not launcher_warnings(conversion)
-    cells = cells_of(conversion.output)
     assert cells[1].source == "size = 4"
     assert "    writer = SummaryWriter(" in cells[2].source and "    weights = torch.ones(2)" in cells[2].source
 
@@ -439,7 +440,7 @@ def test_a_notebook_diff_names_each_changed_cell_and_leaves_out_the_others(tmp_p
 
 
 def test_a_setting_stays_with_what_it_is_computed_from_and_a_per_process_value_is_declared_global() -> None:
-    source = notebook_bytes(
+    cells = restructured_cells(
         "import torch\ndata = torch.ones(8, 2)",
         "base = 4\nhidden = 2 * base\nloader = torch.utils.data.DataLoader(data, batch_size=2)\nsteps = len(loader)",
         "def progress(step):\n    return f'{step}/{steps}'\n\n"
@@ -448,9 +449,6 @@ def test_a_setting_stays_with_what_it_is_computed_from_and_a_per_process_value_i
         "model = Net()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor i, x in enumerate(loader):\n"
         "    loss = model(x).sum()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n    print(progress(i))",
     )
-    conversion = convert_notebook(source, LAUNCHER, path="nb.ipynb")
-    assert not launcher_warnings(conversion)
-    cells = cells_of(conversion.output)
     # `hidden` (read by Net) stays with `base`, which it is computed from; `steps` counts the
     # loader's batches, made per process: bound in the function, declared global for progress().
     assert cells[1].source == "base = 4\nhidden = 2 * base"
