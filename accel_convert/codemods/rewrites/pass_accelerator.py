@@ -23,7 +23,8 @@ from accel_convert.codemods.engine.imported_calls import (
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
 from accel_convert.codemods.engine.signatures import parameter_index, with_argument, with_parameter
-from accel_convert.codemods.engine.syntax import parameter_names
+from accel_convert.codemods.engine.imports import add_import
+from accel_convert.codemods.engine.syntax import nodes_in, parameter_names, statement
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.engine.walk import StatementFilter, walk
 
@@ -117,14 +118,80 @@ def needing_parameter(functions: dict[str, _Function], home: str | None) -> set[
     return needs
 
 
+#: ``keyword=value`` as PEP 8 writes a keyword argument.
+_TIGHT_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+
+
 class _PassAccelerator(RuleTransformer):
     def __init__(self, facts: ScriptFacts, needs: set[str], functions: dict[str, _Function], accelerator: str) -> None:
         callees = needs | set(facts.program.accelerator_parameter_index() if facts.program else ())
         sites = [site for name in callees for site in facts.call_sites.get(name, ())]
-        super().__init__(facts, lines_of(sites))
+        # The lines naming a function that gains the parameter without calling it (a hook list).
+        super().__init__(facts, lines_of(sites) | facts.lines_mentioning(needs))
         self.needs = needs
         self.functions = functions
         self.facts = facts
+        #: Names that are not a function used as a value: callees, definitions, attributes, keywords.
+        self._not_values: set[int] = set()
+        #: Whether ``functools.partial`` was written (its import is added).
+        self.partial_written = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self._not_values.add(id(node.func))
+        self._not_values.update(id(arg.keyword) for arg in node.args if arg.keyword is not None)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._not_values.add(id(node.name))
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._not_values.add(id(node.attr))
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self._not_values.add(id(node.name))
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._not_values.update(id(name) for name in nodes_in(node.target) if isinstance(name, cst.Name))
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        """A function that gains the parameter used as a value (``hooks = [save_checkpoint]``,
+        ``Thread(target=save)``): it is called out of sight, so the value carries the argument,
+        ``functools.partial(save_checkpoint, accelerator=accelerator)``, where the accelerator is
+        reachable and the new parameter comes after every positional one (a positional argument
+        of the out-of-sight call cannot fill it too)."""
+        name = original_node.value
+        if name not in self.needs or id(original_node) in self._not_values or len(self.scope) == 0:
+            return updated_node
+        function = self.functions.get(name)
+        if function is None or self.facts.name_table.resolve(name, self.scope) is not None:
+            return updated_node
+        if function.new_index is not None and function.new_index < len(function.params):
+            return updated_node  # the guard reports the value that misses the argument (ACC937)
+        if not self._caller_has_accelerator(self.scope[0]) and self.instance_accelerator() is None:
+            return updated_node
+        self.partial_written = True
+        self.report(
+            original_node,
+            Helpers.code,
+            f"{name} used as a value → functools.partial({name}, {self.accelerator}={self.accelerator})",
+        )
+        accelerator = self.instance_accelerator() or cst.Name(self.accelerator)
+        return cst.Call(
+            func=cst.Attribute(cst.Name("functools"), cst.Name("partial")),
+            args=[cst.Arg(updated_node), cst.Arg(accelerator, keyword=cst.Name(self.accelerator), equal=_TIGHT_EQUAL)],
+        )
+
+    def _caller_has_accelerator(self, caller: str) -> bool:
+        """Whether the module-level function ``caller`` has the accelerator (a parameter, its
+        own creation, or the module's global)."""
+        return caller in self.functions and (
+            caller in self.needs
+            or caller == (self.facts.creating_function or self.facts.main_function)
+            or self.functions[caller].binds_accelerator
+            or (self.facts.home_kind in MODULE_GLOBAL_HOMES and self.accelerator_reachable())
+        )
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):
         updated = updated_node
@@ -164,13 +231,7 @@ class _PassAccelerator(RuleTransformer):
         if instance_accelerator is not None:
             # A training class's method hands on its own ``self.accelerator`` (ACC108).
             return with_argument(updated_node, index, self.accelerator, instance_accelerator)
-        reachable = caller in self.functions and (
-            caller in self.needs
-            or caller == (self.facts.creating_function or self.facts.main_function)
-            or self.functions[caller].binds_accelerator
-            or (self.facts.home_kind in MODULE_GLOBAL_HOMES and self.accelerator_reachable())
-        )
-        if not reachable:
+        if caller is None or not self._caller_has_accelerator(caller):
             self.report(
                 original_node,
                 NO_ACCELERATOR_ACCESS,
@@ -335,4 +396,7 @@ class Helpers(Rule):
         if not needs and not callers:
             return module, []
         transformer = _PassAccelerator(facts, needs, survey.functions, accelerator)
-        return module.visit(transformer), transformer.changes(module)
+        converted = module.visit(transformer)
+        if transformer.partial_written:
+            converted = add_import(converted, statement("import functools"), options.import_style)  # type: ignore[arg-type]
+        return converted, transformer.changes(module)
