@@ -978,34 +978,35 @@ def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef, *, is_method: bool)
 def _partially_bound(tree: ast.Module) -> dict[int, frozenset[str]]:
     """The function values ``functools.partial`` binds keywords to (``partial(f, accelerator=a)``,
     ``functools`` imported as a module or ``partial`` from it): id of the value → the keywords."""
-    modules = {
-        alias.asname or alias.name
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Import)
-        for alias in node.names
-        if alias.name == "functools"
-    }
-    functions = {
-        alias.asname or alias.name
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module == "functools"
-        for alias in node.names
-        if alias.name == "partial"
-    }
+    modules, functions = _partial_names(tree)
     found: dict[int, frozenset[str]] = {}
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Call) or not node.args:
-            continue
-        func = node.func
-        named = (isinstance(func, ast.Name) and func.id in functions) or (
-            isinstance(func, ast.Attribute)
-            and func.attr == "partial"
-            and isinstance(func.value, ast.Name)
-            and func.value.id in modules
-        )
-        if named:
+        if isinstance(node, ast.Call) and node.args and _names_partial(node.func, modules, functions):
             found[id(node.args[0])] = frozenset(keyword.arg for keyword in node.keywords if keyword.arg)
     return found
+
+
+def _partial_names(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """The names ``functools`` is imported as, and those ``functools.partial`` is imported as."""
+    modules: set[str] = set()
+    functions: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules |= {alias.asname or alias.name for alias in node.names if alias.name == "functools"}
+        elif isinstance(node, ast.ImportFrom) and node.module == "functools":
+            functions |= {alias.asname or alias.name for alias in node.names if alias.name == "partial"}
+    return modules, functions
+
+
+def _names_partial(func: ast.expr, modules: set[str], functions: set[str]) -> bool:
+    if isinstance(func, ast.Name):
+        return func.id in functions
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == "partial"
+        and isinstance(func.value, ast.Name)
+        and func.value.id in modules
+    )
 
 
 def _passes(call: ast.Call, signature: _Signature, parameter: str) -> bool:

@@ -6,6 +6,14 @@ functions such as ``train(args, model, device, train_loader, optimizer, epoch)``
 parameters without defaults) and passes it at every call site in the file — and to the callers of
 those functions in turn, up to the function that creates the accelerator. A call from code that has
 no accelerator (module level, a class method) is reported instead.
+
+Such a function also used as a value (``hooks = [record_history, save_checkpoint]`` then ``for
+hook in hooks: hook(model, epoch)``, a trainer's ``callbacks=[save_weights]``) is called where no
+rewrite can add the argument: the value carries it, ``functools.partial(save_checkpoint,
+accelerator=accelerator)``, so the save in it runs on the main process whatever calls it. Left
+as written (and reported, ACC937): a value where the accelerator is not reachable, and one of a
+function whose new parameter comes before a positional one (the call through the value could fill
+it positionally too).
 """
 
 from __future__ import annotations
@@ -20,10 +28,10 @@ from accel_convert.codemods.engine.imported_calls import (
     callers_of_imported_accelerator_users,
     imported_accelerator_call,
 )
+from accel_convert.codemods.engine.imports import add_import
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
 from accel_convert.codemods.engine.signatures import parameter_index, with_argument, with_parameter
-from accel_convert.codemods.engine.imports import add_import
 from accel_convert.codemods.engine.syntax import nodes_in, parameter_names, statement
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.engine.walk import StatementFilter, walk
@@ -296,6 +304,73 @@ class Helpers(Rule):
                     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
                     for epoch in range(3):
                         train(model, loader, optimizer, accelerator)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        # A helper called by name and through a list of hooks: the hook list carries the argument.
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def save_checkpoint(model, epoch):
+                    torch.save(model.state_dict(), "last.pt")
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    hooks = [save_checkpoint]
+                    for epoch in range(3):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            loss.backward()
+                            optimizer.step()
+                        for hook in hooks:
+                            hook(model, epoch)
+                    save_checkpoint(model, 3)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import functools
+
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def save_checkpoint(model, epoch, accelerator):
+                    accelerator.wait_for_everyone()
+                    accelerator.save(accelerator.unwrap_model(model).state_dict(), "last.pt")
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    hooks = [functools.partial(save_checkpoint, accelerator=accelerator)]
+                    for epoch in range(3):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            accelerator.backward(loss)
+                            optimizer.step()
+                        for hook in hooks:
+                            hook(model, epoch)
+                    save_checkpoint(model, 3, accelerator)
 
 
                 if __name__ == "__main__":
