@@ -360,6 +360,28 @@ def test_the_budget_keeps_the_first_samples_and_the_datasets_attributes() -> Non
     assert len(args[0]) == 1000 and list(kwargs["sampler"]) == list(range(10))
 
 
+@pytest.mark.parametrize("kind", ["subset", "weighted"])
+def test_a_cut_sampler_yields_as_many_indices_as_its_length_says(kind: str) -> None:
+    """The runtime shards and pads a prepared loader by its sampler's ``len``: a budget that kept
+    the indices below M of 200 scattered over 1000 (or of draws with replacement) yielded about
+    a fifth of them while its ``len`` said 200 (subset_sampler_split's false alarm)."""
+    import torch
+
+    from accel_convert.runtime.tracer import budget_arguments
+
+    data = torch.utils.data.TensorDataset(torch.arange(1000))
+    scattered = torch.randperm(1000, generator=torch.Generator().manual_seed(3))[:200].tolist()
+    sampler = (
+        torch.utils.data.SubsetRandomSampler(scattered)
+        if kind == "subset"
+        else torch.utils.data.WeightedRandomSampler(torch.ones(1000), num_samples=1000)
+    )
+    _, kwargs = budget_arguments((data,), {"sampler": sampler}, 256)
+    cut = kwargs["sampler"]
+    for _ in range(3):
+        assert len(list(cut)) == len(cut) == min(len(sampler), 256)
+
+
 def test_the_budget_keeps_a_distributed_samplers_shards_even() -> None:
     import torch
 

@@ -35,6 +35,7 @@ from accel_convert.converter.verify_verdicts import (
     RunTrace,
     UnreachedCadence,
     Verdict,
+    as_written_verdicts,
     attach_findings,
     explain_unreached_cadence,
     n_process_verdicts,
@@ -554,10 +555,30 @@ def verify_on_budget(settings: Settings, scratch: Path) -> Report:
         raise VerifyFailure("the tracer recorded nothing for the original run (was sitecustomize replaced?)")
     one = one_process_verdicts(traces["original"], traces["converted-1"])
     many = n_process_verdicts(traces["original"], traces["converted-n"], settings.nproc)
+    reason = left_as_written(settings, conversion, findings)
+    if reason is not None:
+        many = as_written_verdicts(many, reason, settings.nproc)
     attach_findings(one + many, findings)
     notes = size_notes(layout.cwd) + tracer_errors(traces.values())
     cadence = unreached_cadence(traces["original"], traces["converted-n"], settings.samples)
     return Report(settings, one, many, findings, scratch, notes, cadence)
+
+
+def left_as_written(settings: Settings, conversion: Path, findings: Sequence[dict[str, Any]]) -> str | None:
+    """The converter's reason for leaving the program as written (every file of the conversion
+    the same bytes as its source, and warnings saying why: a model that trains itself, a script
+    that starts its own processes), or None: it converted something, verify was handed a
+    conversion (``--converted``), or nothing was reported (a script written for Accelerate
+    already, whose N-process run is judged in full)."""
+    if settings.converted is not None or not findings:
+        return None
+    source_folder = settings.script.resolve().parent
+    for path in python_files(conversion):
+        source = source_folder / path.relative_to(conversion)
+        if not source.is_file() or source.read_bytes() != path.read_bytes():
+            return None
+    reasons = dict.fromkeys(f"{finding.get('code')} {finding.get('message')}" for finding in findings)
+    return "; ".join(reasons)
 
 
 def tracer_errors(traces: Iterable[RunTrace]) -> list[str]:
@@ -587,7 +608,10 @@ def render_text(report: Report) -> list[str]:
     lines += [f"note: {note}" for note in report.notes]
     lines.append("One process: the converted script does what the original does")
     lines += [line for item in report.one_process for line in verdict_lines(item)]
-    lines.append(f"{settings.nproc} processes: the work is shared, nothing else changes")
+    if any(item.key == "left-as-written" for item in report.n_processes):
+        lines.append(f"{settings.nproc} processes: the script as written on every rank ends and exits 0")
+    else:
+        lines.append(f"{settings.nproc} processes: the work is shared, nothing else changes")
     lines += [line for item in report.n_processes for line in verdict_lines(item)]
     failed = [item for item in report.verdicts if not item.holds]
     if failed:
@@ -683,6 +707,8 @@ def verify_command(script: Path, script_args: tuple[str, ...], output_format: st
       N processes: no-hang (stacks of every rank), no-crash, in-sync
                    (parameters after every step), prints-once, files-once,
                    reads-complete, evaluation-counts, own-device
+      A program the converter left as written (its reported reason):
+                   no-hang, no-crash and left-as-written on N processes
     """
     budget_given = flags["samples"] is not None
     flags["samples"] = flags["samples"] or DEFAULT_SAMPLES

@@ -16,7 +16,9 @@ N processes (the conversion shares the work and nothing else changes):
 each line the original prints printed once (by one rank); ``files-once`` every file the original
 writes written, by one rank, and no other; ``reads-complete`` no rank reads a file the run writes
 before it is complete; ``evaluation-counts`` every evaluation pass counts what the one-process run
-counts; ``own-device`` every rank on the CUDA device of its own local rank.
+counts; ``own-device`` every rank on the CUDA device of its own local rank. A program the converter
+deliberately left as written (it says why) is judged on N processes by ``no-hang`` and ``no-crash``
+only, and ``left-as-written`` holds with the converter's reason: the ranks run copies by design.
 """
 
 from __future__ import annotations
@@ -347,6 +349,24 @@ def n_process_verdicts(original: RunTrace, multi: RunTrace, nproc: int) -> list[
     ]
     explain_other_passes(verdicts, original, multi)
     return verdicts
+
+
+#: What a run on N processes of a script the converter left as written is judged by: each rank
+#: runs the whole script (or the script's own distribution), so sharing the work is not expected.
+AS_WRITTEN_JUDGED = ("no-hang", "no-crash")
+
+
+def as_written_verdicts(verdicts: Sequence[Verdict], reason: str, nproc: int) -> list[Verdict]:
+    """The N-process verdicts of a program the converter deliberately left as written (``reason``,
+    its report): whether every rank ends and exits 0, and the ``left-as-written`` verdict saying
+    why the rest (in-sync, prints-once, files-once...) is not judged."""
+    kept = [item for item in verdicts if item.key in AS_WRITTEN_JUDGED]
+    not_judged = [item.key for item in verdicts if item.key not in AS_WRITTEN_JUDGED]
+    evidence = (
+        f"the {nproc}-process run is copies by design: each rank runs the script as written "
+        f"(or its own distribution); not judged: {', '.join(not_judged)}"
+    )
+    return [*kept, Verdict("left-as-written", f"left as written: {reason}", True, [evidence])]
 
 
 def training_passes(run: RunTrace, rank: int = 0) -> int:

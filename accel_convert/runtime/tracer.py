@@ -13,8 +13,9 @@ Environment read by :func:`install` (the contract, ``VERIFY_TRACE_CONTRACT.md`` 
 - ``ACCEL_CONVERT_TRACE_SEED=S``: ``random``, NumPy (if importable) and torch seeded with ``S + RANK``.
 - ``ACCEL_CONVERT_TRACE_SAMPLES=M``: every map-style dataset handed to a ``DataLoader`` is cut to
   its first M samples (a ``Subset`` that still answers the dataset's attributes); an iterable
-  dataset stops after M samples; a loader given its own sampler keeps only the indices below M
-  (a ``DistributedSampler`` shards the first M samples instead, so the ranks stay even).
+  dataset stops after M samples; a loader given its own sampler takes the first M indices it
+  draws, as many as its ``len`` then says (its own batch sampler keeps only the indices below M;
+  a ``DistributedSampler`` shards the first M samples instead, so the ranks stay even).
 - ``ACCEL_CONVERT_TRACE_FAKE_CUDA=1``: a machine without GPUs pretends to have
   ``LOCAL_WORLD_SIZE`` of them. Every CUDA request (``.cuda()``, ``.to("cuda:1")``, ``.to(0)``,
   ``device=`` in a factory, ``map_location`` in ``torch.load``) runs on the CPU and is recorded
@@ -605,14 +606,17 @@ class SizedBudgetIterable(BudgetIterable):
 
 
 class BudgetSampler(torch_data.Sampler):
-    """The script's own sampler, keeping only the indices below M."""
+    """The script's own sampler, cut to the first M indices it draws: as many in every pass as its
+    ``len`` says (what the runtime shards and pads by), whatever it draws. Keeping the indices
+    below M instead kept a number that depends on the draw (a ``SubsetRandomSampler`` of scattered
+    indices, a ``WeightedRandomSampler``), which its ``len`` could not tell."""
 
     def __init__(self, sampler: Any, limit: int) -> None:
         self.sampler = sampler
         self.limit = limit
 
     def __iter__(self) -> Iterator[Any]:
-        return (index for index in self.sampler if not isinstance(index, int) or index < self.limit)
+        return itertools.islice(self.sampler, len(self))
 
     def __len__(self) -> int:
         return min(len(self.sampler), self.limit)
@@ -624,7 +628,8 @@ class BudgetSampler(torch_data.Sampler):
 
 
 class BudgetBatchSampler(BudgetSampler):
-    """The script's own batch sampler, each batch keeping only the indices below M."""
+    """The script's own batch sampler, each batch keeping only the indices below M (not a cut of
+    the first batches: ``len`` counts batches, the budget samples)."""
 
     def __iter__(self) -> Iterator[Any]:
         for batch in self.sampler:

@@ -463,38 +463,42 @@ def test_a_nonlocal_is_the_enclosing_function_s_variable() -> None:
     assert problems(before, after) == []
 
 
+HOOKS_SOURCE = """
+    import os
+    import torch
+    from torch.utils.data import DataLoader
+
+    def save_checkpoint(model, epoch):
+        os.makedirs("ckpt", exist_ok=True)
+        torch.save(model.state_dict(), "ckpt/last.pt")
+
+    HOOKS = []
+
+    def main():
+        device = torch.device("cuda")
+        model = torch.nn.Linear(4, 2).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = DataLoader(list(range(8)), batch_size=2)
+        hooks = [save_checkpoint]
+        for epoch in range(2):
+            for x in loader:
+                loss = model(x.float().to(device)).sum()
+                loss.backward()
+                optimizer.step()
+            for hook in hooks + HOOKS:
+                hook(model, epoch)
+        save_checkpoint(model, 2)
+
+    main()
+"""
+
+
 def test_rewrites_inside_a_helper_also_used_as_a_value_are_left_out_together() -> None:
     # Two rewrites (the main-only makedirs and the main-only save) each make the hook need the
-    # accelerator; it is also called through a list, where no argument can be added. Leaving out
-    # either alone does not help; both go, the rest of the conversion stays.
-    source = textwrap.dedent(
-        """
-        import os
-        import torch
-        from torch.utils.data import DataLoader
-
-        def save_checkpoint(model, epoch):
-            os.makedirs("ckpt", exist_ok=True)
-            torch.save(model.state_dict(), "ckpt/last.pt")
-
-        def main():
-            device = torch.device("cuda")
-            model = torch.nn.Linear(4, 2).to(device)
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            loader = DataLoader(list(range(8)), batch_size=2)
-            hooks = [save_checkpoint]
-            for epoch in range(2):
-                for x in loader:
-                    loss = model(x.float().to(device)).sum()
-                    loss.backward()
-                    optimizer.step()
-                for hook in hooks:
-                    hook(model, epoch)
-            save_checkpoint(model, 2)
-
-        main()
-        """
-    ).encode()
+    # accelerator; it is also listed in module code, where the accelerator is not reachable and
+    # no argument can be added. Leaving out either alone does not help; both go, the rest of the
+    # conversion stays.
+    source = textwrap.dedent(HOOKS_SOURCE.replace("HOOKS = []", "HOOKS = [save_checkpoint]")).encode()
     conversion = convert_source(source, Options(), path="hooks.py")
     output = conversion.output.decode()
     assert "def save_checkpoint(model, epoch):" in output
@@ -502,6 +506,20 @@ def test_rewrites_inside_a_helper_also_used_as_a_value_are_left_out_together() -
     assert "accelerator.prepare(" in output and "accelerator.backward(loss)" in output
     left_out = sorted(c.message.split()[0] for c in conversion.changes if c.code == "ACC937")
     assert left_out == ["ACC114", "ACC116"]
+    assert name_flow_problems(ast.parse(source), ast.parse(conversion.output)) == []
+
+
+def test_a_helper_listed_where_the_accelerator_is_reachable_gets_it_through_the_list() -> None:
+    # Listed in main, which has the accelerator: the list carries it (functools.partial), and the
+    # save runs on the main process whatever calls it.
+    source = textwrap.dedent(HOOKS_SOURCE).encode()
+    conversion = convert_source(source, Options(), path="hooks.py")
+    output = conversion.output.decode()
+    assert "def save_checkpoint(model, epoch, accelerator):" in output
+    assert "hooks = [functools.partial(save_checkpoint, accelerator=accelerator)]" in output
+    assert "import functools" in output
+    assert 'accelerator.save(accelerator.unwrap_model(model).state_dict(), "ckpt/last.pt")' in output
+    assert not [c for c in conversion.changes if c.code == "ACC937"]
     assert name_flow_problems(ast.parse(source), ast.parse(conversion.output)) == []
 
 
@@ -549,3 +567,26 @@ def test_the_spans_of_the_functions_a_problem_names_are_those_name_flow_names() 
     assert definition_spans(module, {"Trainer.fit", "evaluate"}) == [(6, 7), (14, 15)]
     assert definition_spans(module, {"train"}) == [(9, 10), (12, 13)]
     assert definition_spans(module, {"fit"}) == []
+
+
+def test_a_value_that_binds_the_new_parameter_with_partial_passes_it() -> None:
+    # ``functools.partial(f, accelerator=accelerator)`` carries the argument to every call through
+    # the value (a list of end-of-epoch hooks); binding another keyword does not.
+    before = """
+        import functools
+        from functools import partial as bind
+        def save_checkpoint(model, epoch):
+            pass
+        hooks = [save_checkpoint, bind(save_checkpoint)]
+    """
+    after = """
+        import functools
+        from functools import partial as bind
+        def save_checkpoint(model, epoch, accelerator):
+            pass
+        accelerator = object()
+        hooks = [functools.partial(save_checkpoint, accelerator=accelerator), bind(save_checkpoint, accelerator=accelerator)]
+    """
+    assert problems(before, after) == []
+    unbound = after.replace("bind(save_checkpoint, accelerator=accelerator)", "bind(save_checkpoint, epoch=1)")
+    assert problems(before, unbound) == [("save_checkpoint", "accelerator", 7)]

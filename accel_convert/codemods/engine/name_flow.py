@@ -905,6 +905,7 @@ def _calls_missing_new_arguments(
     exports = {name: _defined_names(name, tree) for name, tree in converted.items()}
     for module_name, tree in converted.items():
         names = _callable_names(module_name, tree, converted, exports, packages)
+        bound = _partially_bound(tree)
         for use, enclosing_class in _uses_with_class(tree):
             called = isinstance(use, ast.Call)
             target = _callee_target(use.func if isinstance(use, ast.Call) else use, names, module_name, enclosing_class)
@@ -913,9 +914,10 @@ def _calls_missing_new_arguments(
             if not called and (target[0], f"{target[1]}.__init__") in added:
                 continue  # a class named as a base, in isinstance() or an annotation: not a call
             signature, new = added[target]
-            for parameter in sorted(new):
+            for parameter in sorted(new - bound.get(id(use), frozenset())):
                 # A function used as a value (a callback, a table of handlers, ``Thread(target=f)``)
-                # is called where no rewrite can add the argument: as unsound as a call without it.
+                # is called where no rewrite can add the argument: as unsound as a call without it
+                # (unless the value binds it: ``functools.partial(f, accelerator=accelerator)``).
                 if not (isinstance(use, ast.Call) and _passes(use, signature, parameter)):
                     kind = "argument" if called else "escapes"
                     problems.setdefault(module_name, []).append(
@@ -971,6 +973,40 @@ def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef, *, is_method: bool)
     if is_method and positional:
         required.discard(positional[0])
     return _Signature(tuple(positional), frozenset(required), frozenset(a.arg for a in arguments.kwonlyargs), is_method)
+
+
+def _partially_bound(tree: ast.Module) -> dict[int, frozenset[str]]:
+    """The function values ``functools.partial`` binds keywords to (``partial(f, accelerator=a)``,
+    ``functools`` imported as a module or ``partial`` from it): id of the value → the keywords."""
+    modules, functions = _partial_names(tree)
+    found: dict[int, frozenset[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args and _names_partial(node.func, modules, functions):
+            found[id(node.args[0])] = frozenset(keyword.arg for keyword in node.keywords if keyword.arg)
+    return found
+
+
+def _partial_names(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """The names ``functools`` is imported as, and those ``functools.partial`` is imported as."""
+    modules: set[str] = set()
+    functions: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules |= {alias.asname or alias.name for alias in node.names if alias.name == "functools"}
+        elif isinstance(node, ast.ImportFrom) and node.module == "functools":
+            functions |= {alias.asname or alias.name for alias in node.names if alias.name == "partial"}
+    return modules, functions
+
+
+def _names_partial(func: ast.expr, modules: set[str], functions: set[str]) -> bool:
+    if isinstance(func, ast.Name):
+        return func.id in functions
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == "partial"
+        and isinstance(func.value, ast.Name)
+        and func.value.id in modules
+    )
 
 
 def _passes(call: ast.Call, signature: _Signature, parameter: str) -> bool:

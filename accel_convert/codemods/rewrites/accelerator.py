@@ -10,7 +10,8 @@ main process first, the construction of a training class that is handed it, a ra
 seed makes agree), not among its imports. A script that already creates one is left alone.
 
 A rewrite that would make the converted program read a name before binding it, or call a changed
-function without its new argument (also a function used as a value, such as a callback), is left
+function without its new argument (also a function used as a value, such as a callback, where the
+value cannot carry it as ``functools.partial(f, accelerator=accelerator)``: ACC104), is left
 out, or the whole file left as written, and reported (ACC937); where the accelerator would be
 created below its first use, its creation is moved up instead where it can be.
 """

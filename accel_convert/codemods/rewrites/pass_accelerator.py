@@ -6,6 +6,14 @@ functions such as ``train(args, model, device, train_loader, optimizer, epoch)``
 parameters without defaults) and passes it at every call site in the file — and to the callers of
 those functions in turn, up to the function that creates the accelerator. A call from code that has
 no accelerator (module level, a class method) is reported instead.
+
+Such a function also used as a value (``hooks = [record_history, save_checkpoint]`` then ``for
+hook in hooks: hook(model, epoch)``, a trainer's ``callbacks=[save_weights]``) is called where no
+rewrite can add the argument: the value carries it, ``functools.partial(save_checkpoint,
+accelerator=accelerator)``, so the save in it runs on the main process whatever calls it. Left
+as written (and reported, ACC937): a value where the accelerator is not reachable, and one of a
+function whose new parameter comes before a positional one (the call through the value could fill
+it positionally too).
 """
 
 from __future__ import annotations
@@ -20,10 +28,11 @@ from accel_convert.codemods.engine.imported_calls import (
     callers_of_imported_accelerator_users,
     imported_accelerator_call,
 )
+from accel_convert.codemods.engine.imports import add_import
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
 from accel_convert.codemods.engine.signatures import parameter_index, with_argument, with_parameter
-from accel_convert.codemods.engine.syntax import parameter_names
+from accel_convert.codemods.engine.syntax import nodes_in, parameter_names, statement
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.engine.walk import StatementFilter, walk
 
@@ -117,14 +126,80 @@ def needing_parameter(functions: dict[str, _Function], home: str | None) -> set[
     return needs
 
 
+#: ``keyword=value`` as PEP 8 writes a keyword argument.
+_TIGHT_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+
+
 class _PassAccelerator(RuleTransformer):
     def __init__(self, facts: ScriptFacts, needs: set[str], functions: dict[str, _Function], accelerator: str) -> None:
         callees = needs | set(facts.program.accelerator_parameter_index() if facts.program else ())
         sites = [site for name in callees for site in facts.call_sites.get(name, ())]
-        super().__init__(facts, lines_of(sites))
+        # The lines naming a function that gains the parameter without calling it (a hook list).
+        super().__init__(facts, lines_of(sites) | facts.lines_mentioning(needs))
         self.needs = needs
         self.functions = functions
         self.facts = facts
+        #: Names that are not a function used as a value: callees, definitions, attributes, keywords.
+        self._not_values: set[int] = set()
+        #: Whether ``functools.partial`` was written (its import is added).
+        self.partial_written = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self._not_values.add(id(node.func))
+        self._not_values.update(id(arg.keyword) for arg in node.args if arg.keyword is not None)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._not_values.add(id(node.name))
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._not_values.add(id(node.attr))
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self._not_values.add(id(node.name))
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._not_values.update(id(name) for name in nodes_in(node.target) if isinstance(name, cst.Name))
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        """A function that gains the parameter used as a value (``hooks = [save_checkpoint]``,
+        ``Thread(target=save)``): it is called out of sight, so the value carries the argument,
+        ``functools.partial(save_checkpoint, accelerator=accelerator)``, where the accelerator is
+        reachable and the new parameter comes after every positional one (a positional argument
+        of the out-of-sight call cannot fill it too)."""
+        name = original_node.value
+        if name not in self.needs or id(original_node) in self._not_values or len(self.scope) == 0:
+            return updated_node
+        function = self.functions.get(name)
+        if function is None or self.facts.name_table.resolve(name, self.scope) is not None:
+            return updated_node
+        if function.new_index is not None and function.new_index < len(function.params):
+            return updated_node  # the guard reports the value that misses the argument (ACC937)
+        if not self._caller_has_accelerator(self.scope[0]) and self.instance_accelerator() is None:
+            return updated_node
+        self.partial_written = True
+        self.report(
+            original_node,
+            Helpers.code,
+            f"{name} used as a value → functools.partial({name}, {self.accelerator}={self.accelerator})",
+        )
+        accelerator = self.instance_accelerator() or cst.Name(self.accelerator)
+        return cst.Call(
+            func=cst.Attribute(cst.Name("functools"), cst.Name("partial")),
+            args=[cst.Arg(updated_node), cst.Arg(accelerator, keyword=cst.Name(self.accelerator), equal=_TIGHT_EQUAL)],
+        )
+
+    def _caller_has_accelerator(self, caller: str) -> bool:
+        """Whether the module-level function ``caller`` has the accelerator (a parameter, its
+        own creation, or the module's global)."""
+        return caller in self.functions and (
+            caller in self.needs
+            or caller == (self.facts.creating_function or self.facts.main_function)
+            or self.functions[caller].binds_accelerator
+            or (self.facts.home_kind in MODULE_GLOBAL_HOMES and self.accelerator_reachable())
+        )
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):
         updated = updated_node
@@ -164,13 +239,7 @@ class _PassAccelerator(RuleTransformer):
         if instance_accelerator is not None:
             # A training class's method hands on its own ``self.accelerator`` (ACC108).
             return with_argument(updated_node, index, self.accelerator, instance_accelerator)
-        reachable = caller in self.functions and (
-            caller in self.needs
-            or caller == (self.facts.creating_function or self.facts.main_function)
-            or self.functions[caller].binds_accelerator
-            or (self.facts.home_kind in MODULE_GLOBAL_HOMES and self.accelerator_reachable())
-        )
-        if not reachable:
+        if caller is None or not self._caller_has_accelerator(caller):
             self.report(
                 original_node,
                 NO_ACCELERATOR_ACCESS,
@@ -235,6 +304,73 @@ class Helpers(Rule):
                     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
                     for epoch in range(3):
                         train(model, loader, optimizer, accelerator)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        # A helper called by name and through a list of hooks: the hook list carries the argument.
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def save_checkpoint(model, epoch):
+                    torch.save(model.state_dict(), "last.pt")
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    hooks = [save_checkpoint]
+                    for epoch in range(3):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            loss.backward()
+                            optimizer.step()
+                        for hook in hooks:
+                            hook(model, epoch)
+                    save_checkpoint(model, 3)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import functools
+
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def save_checkpoint(model, epoch, accelerator):
+                    accelerator.wait_for_everyone()
+                    accelerator.save(accelerator.unwrap_model(model).state_dict(), "last.pt")
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    hooks = [functools.partial(save_checkpoint, accelerator=accelerator)]
+                    for epoch in range(3):
+                        for data, target in loader:
+                            optimizer.zero_grad()
+                            loss = nn.functional.mse_loss(model(data), target)
+                            accelerator.backward(loss)
+                            optimizer.step()
+                        for hook in hooks:
+                            hook(model, epoch)
+                    save_checkpoint(model, 3, accelerator)
 
 
                 if __name__ == "__main__":
@@ -335,4 +471,7 @@ class Helpers(Rule):
         if not needs and not callers:
             return module, []
         transformer = _PassAccelerator(facts, needs, survey.functions, accelerator)
-        return module.visit(transformer), transformer.changes(module)
+        converted = module.visit(transformer)
+        if transformer.partial_written:
+            converted = add_import(converted, statement("import functools"), options.import_style)  # type: ignore[arg-type]
+        return converted, transformer.changes(module)

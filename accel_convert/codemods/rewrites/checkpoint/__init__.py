@@ -11,7 +11,11 @@ the wrapper it is the model itself, so a layer the model's class keeps as ``self
 residual block around it) is read from the unwrapped model too. A checkpoint that keeps the whole
 model in a dict (``state = {'epoch': epoch, 'model': model}`` ... ``torch.save(state, filename)``,
 as SSD and the CIFAR trainers save it) keeps the unwrapped one: pickled with its wrapper, the model
-would load only where a process group runs, not in the inference script. In a script that saves, every
+would load only where a process group runs, not in the inference script. A prepared optimizer or
+scheduler saved whole (``torch.save(optimizer, path)``, or as a value of a saved dict) is saved as the
+object it wraps (``optimizer.optimizer``, ``scheduler.scheduler``; Accelerate's wrappers name it the
+same): pickled with its wrapper it would load only with the converter installed, and the file's
+bytes would differ from the original's. Their ``state_dict()`` saves stay as written. In a script that saves, every
 ``torch.load`` line waits for the other ranks first, so no rank reads a file still being written.
 Where no barrier can go before a load (``if os.path.isfile(path): model.load_state_dict(torch.load(path))``
 in a ``test()`` run after training, a load in a ``try``, a function without the accelerator), the
@@ -416,9 +420,62 @@ class CheckpointCodemod(Rule):
                             loss = nn.functional.mse_loss(model(data), target)
                             accelerator.backward(loss)
                             optimizer.step()
-                        state = {"epoch": epoch, "model": accelerator.unwrap_model(model), "optimizer": optimizer}
+                        state = {"epoch": epoch, "model": accelerator.unwrap_model(model), "optimizer": optimizer.optimizer}
                         accelerator.wait_for_everyone()
                         accelerator.save(state, "checkpoint.pth.tar")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        # The whole optimizer saved (not its state dict) is the one the prepared optimizer wraps:
+        # pickled with the wrapper, the file would load only with accel-convert installed. Its
+        # state_dict() save is left as written (the wrapper's is the wrapped optimizer's).
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                    torch.save(optimizer.state_dict(), "optimizer_state.pt")
+                    torch.save(optimizer, "optimizer.pt")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                    accelerator.wait_for_everyone()
+                    accelerator.save(optimizer.state_dict(), "optimizer_state.pt")
+                    accelerator.save(optimizer.optimizer, "optimizer.pt")
 
 
                 if __name__ == "__main__":

@@ -37,7 +37,7 @@ class SavedValues(StatementFilter):
     def visit_Call(self, node: cst.Call) -> None:
         if self.facts.callee_name(node.func) == "torch.save" and node.args and node.args[0].keyword is None:
             name = dotted(node.args[0].value)
-            if name is not None and name not in self.facts.models:
+            if name is not None and name not in self.facts.trained_objects:
                 self.found.add(name)
 
 
@@ -50,6 +50,8 @@ class SavesOnMainProcess(RuleTransformer):
     _saves_in_line: int
     #: Whether the script saves: then its loads wait for the save.
     saves: bool
+    #: Per function frame: whether its ``prepare`` line is still ahead (nothing wrapped yet).
+    _prepare_pending: list[bool]
 
     def _in_class_handed_the_model(self) -> bool:
         """In a library class that the program hands the prepared model (Bjarten's EarlyStopping,
@@ -84,18 +86,34 @@ class SavesOnMainProcess(RuleTransformer):
         return updated_node if value is updated_node.value else updated_node.with_changes(value=value)
 
     def _models_unwrapped_in(self, original: cst.CSTNode, saved: cst.Dict) -> cst.Dict:
-        """The prepared models a saved dict holds as values (the whole module, as SSD's and the
-        CIFAR trainers' checkpoints keep it), unwrapped: pickled with its DDP wrapper, a model
-        loads only where a process group is running (not in an inference script)."""
+        """The prepared models, optimizers and schedulers a saved dict holds as values (the whole
+        object, as SSD's and the CIFAR trainers' checkpoints keep it), unwrapped: pickled with its
+        wrapper, an object loads only where a process group (or accel-convert) is there."""
         if not self.accelerator_reachable():
             return saved
         elements = list(saved.elements)
         for index, element in enumerate(elements):
-            if isinstance(element, cst.DictElement) and dotted(element.value) in self.facts.models:
-                model = dotted(element.value)
-                self.report(original, CHECKPOINT, f"{model} saved in a dict → accelerator.unwrap_model({model})", True)
-                elements[index] = element.with_changes(value=unwrap_model(self.facts, element.value))
+            if isinstance(element, cst.DictElement):
+                unwrapped = self._unwrapped(original, element.value, "saved in a dict")
+                elements[index] = element.with_changes(value=unwrapped)
         return saved.with_changes(elements=elements) if elements != list(saved.elements) else saved
+
+    def _unwrapped(self, original: cst.CSTNode, saved: cst.BaseExpression, where: str) -> cst.BaseExpression:
+        """What a whole-object save of ``saved`` writes: the object a prepared model, optimizer or
+        scheduler wraps (``accelerator.unwrap_model(model)``, ``optimizer.optimizer``,
+        ``scheduler.scheduler``: the attribute is the same on Accelerate's wrappers), so the file
+        holds what the original's holds and loads without the converter's runtime."""
+        name = dotted(saved)
+        if name is None:
+            return saved
+        if name in self.facts.models:
+            self.report(original, CHECKPOINT, f"{name} {where} → accelerator.unwrap_model({name})", True)
+            return unwrap_model(self.facts, saved)
+        wrapped = _wrapped_attribute(self.facts, name)
+        if wrapped is None or self._prepare_pending[-1]:
+            return saved
+        self.report(original, CHECKPOINT, f"{name} {where} → {name}.{wrapped} (the object it wraps)", True)
+        return cst.Attribute(value=saved, attr=cst.Name(wrapped))
 
     def _save_on_main_process(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         """``torch.save(...)`` → ``accelerator.save(...)`` of the unwrapped model (a barrier goes
@@ -113,6 +131,8 @@ class SavesOnMainProcess(RuleTransformer):
         args = list(updated_node.args)
         if args and args[0].keyword is None and dotted(args[0].value) in self.facts.models:
             args[0] = args[0].with_changes(value=unwrap_model(self.facts, args[0].value))
+        elif args and args[0].keyword is None and dotted(args[0].value) is not None:
+            args[0] = args[0].with_changes(value=self._unwrapped(original_node, args[0].value, "saved whole"))
         elif args and args[0].keyword is None and isinstance(args[0].value, cst.Dict):
             args[0] = args[0].with_changes(value=self._models_unwrapped_in(original_node, args[0].value))
         self._saves_in_line += 1
@@ -200,6 +220,16 @@ class WaitAfterSaves(BarrierPlacer):
         return result if len(result) != len(statements) else None
 
 
+def _wrapped_attribute(facts: ScriptFacts, name: str) -> str | None:
+    """The attribute a prepared optimizer or scheduler keeps the object it wraps in; None for
+    anything else (a scheduler stepped per epoch is not prepared)."""
+    if name in facts.optimizers:
+        return "optimizer"
+    if name in facts.schedulers and name not in facts.per_epoch_schedulers:
+        return "scheduler"
+    return None
+
+
 def first_small(statement: cst.BaseStatement) -> cst.CSTNode:
     """What the positions record for a statement line: its first small statement."""
     return statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and statement.body else statement
@@ -216,11 +246,9 @@ def one_barrier_before_saves(body: Sequence[cst.BaseStatement], facts: ScriptFac
             line = line.with_changes(leading_lines=[*carried, *line.leading_lines])
         carried = None
         if (
-            len(kept) >= 2
-            and isinstance(line, cst.SimpleStatementLine)
+            isinstance(line, cst.SimpleStatementLine)
             and is_barrier(line, facts)
-            and only_saves(kept[-1], facts)
-            and is_barrier(kept[-2], facts)
+            and _barrier_before_saves(kept, facts)
             # Between two saves; a barrier after the last save (files read later) stays.
             and index + 1 < len(body)
             and only_saves(body[index + 1], facts)
@@ -229,6 +257,14 @@ def one_barrier_before_saves(body: Sequence[cst.BaseStatement], facts: ScriptFac
             continue
         kept.append(line)
     return None if len(kept) == len(body) else kept
+
+
+def _barrier_before_saves(kept: Sequence[cst.BaseStatement], facts: ScriptFacts) -> bool:
+    """Whether ``kept`` ends in one or more lines of saves right after a barrier."""
+    index = len(kept) - 1
+    while index >= 0 and only_saves(kept[index], facts):
+        index -= 1
+    return index < len(kept) - 1 and index >= 0 and is_barrier(kept[index], facts)
 
 
 def only_saves(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:
