@@ -129,6 +129,7 @@ class FactQuestions:
     names: NameTable | None
     program: ProgramSeeds | None
     existing_accelerator: str | None
+    accelerator_name: str
     parsed_arguments: AbstractSet[str]
     parser_options: AbstractSet[str]
     word_lines: Mapping[str, Sequence[int]]
