@@ -22,7 +22,7 @@ from accel_convert.codemods.engine.syntax import (
     target_names,
 )
 from accel_convert.codemods.engine.torch_names import LIST_GROWING_METHODS
-from accel_convert.codemods.model.calls import stepped
+from accel_convert.codemods.model.calls import nested_function, stepped
 from accel_convert.codemods.model.loaders import callee_parameters
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
@@ -476,6 +476,9 @@ def _functions_with_backward(a: Analysis) -> set[str]:
             if facts.backward_site is None:
                 facts.backward_site = a.site(call.node)
             direct.add(call.function)
+            nested = nested_function(a, call.scope)
+            if nested is not None:  # the function nested in it that its callers call
+                direct.add(nested)
             if call.function in a.r.classes and len(call.scope) >= 2:
                 a.backward_methods.add((call.function, call.scope[1]))
             for loop in call.loops:
