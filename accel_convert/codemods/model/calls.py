@@ -106,10 +106,7 @@ def call_graph(a: Analysis) -> None:
         callee = call.node.func
         nested = nested_callee(a, call)
         if nested is not None:
-            caller = nested_function(a, call.scope) or call.function
-            a.facts.call_graph.setdefault(caller, set()).add(nested)
-            for loop in call.loops:
-                loop.calls.add(nested)
+            _into_nested_function(a, call, nested)
         elif isinstance(callee, cst.Name) and callee.value in a.r.defs:
             a.facts.call_graph.setdefault(call.function, set()).add(callee.value)
             params = a.r.defs[callee.value]
@@ -135,6 +132,15 @@ def call_graph(a: Analysis) -> None:
             _into_method(a, call, callee)
     _attribute_aliases(a)
     _loop_aliases(a)
+
+
+def _into_nested_function(a: Analysis, call: CallRecord, nested: str) -> None:
+    """A call of the function nested at path ``nested``: from the function (or the nested one
+    beside it) whose code makes it, and from the loops around it."""
+    caller = nested_function(a, call.scope) or call.function
+    a.facts.call_graph.setdefault(caller, set()).add(nested)
+    for loop in call.loops:
+        loop.calls.add(nested)
 
 
 @provider(provides=("functions_called_out_of_sight",))
