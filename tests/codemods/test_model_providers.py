@@ -285,6 +285,64 @@ def test_a_training_method_called_on_a_trainer_instance_starts_the_training() ->
     assert plan_of(facts).training_start_line == min(facts.training_method_lines)
 
 
+def test_calls_of_functions_nested_in_a_module_level_function_are_in_the_call_graph() -> None:
+    # ``--oom-retry`` moves training into ``inner_training_loop(batch_size)``, which holds its
+    # own ``train`` and ``test``: converting that output again, the plan saw no call reaching the
+    # backward (its training start was None) and the model built again after training lost its
+    # move to the device (an unstable rewrite).
+    source = textwrap.dedent(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def train(data):
+            print("a module-level train, called from the module")
+
+
+        def inner_training_loop(batch_size):
+            loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=batch_size)
+            model = nn.Linear(8, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+            def train(data):
+                for x, y in data:
+                    optimizer.zero_grad()
+                    nn.functional.mse_loss(model(x), y).backward()
+                    optimizer.step()
+
+            def test(data):
+                print(len(data))
+
+            def epoch(data):
+                train(data)
+                test(data)
+
+            for _ in range(2):
+                epoch(loader)
+            test(loader)
+            model = nn.Linear(8, 1)
+
+
+        inner_training_loop(8)
+        train(None)
+        """
+    )
+    facts = analyse(cst.parse_module(source), source)
+    line = source.splitlines().index
+    # A function of the graph by its path, called by the function whose code calls it: the
+    # retried function's body, or a function nested beside it.
+    assert {"inner_training_loop.test", "inner_training_loop.epoch"} <= facts.call_graph["inner_training_loop"]
+    assert facts.call_graph["inner_training_loop.epoch"] == {"inner_training_loop.train", "inner_training_loop.test"}
+    assert {"inner_training_loop.train", "inner_training_loop.epoch"} <= facts.backward_functions
+    assert "inner_training_loop.test" not in facts.backward_functions
+    assert [site.line for site in facts.call_sites["inner_training_loop.epoch"]] == [line("        epoch(loader)") + 1]
+    # The module's own ``train`` is another function: the module's call of it reaches no nested one.
+    assert facts.call_graph["<module>"] == {"inner_training_loop", "train"}
+    assert plan_of(facts).training_start_line == line("        epoch(loader)") + 1
+
+
 def test_devices_are_followed_through_parameters_attributes_returns_and_dictionaries() -> None:
     # pytorch/examples' DDP tutorial hands ``device = 0`` to ``Trainer(gpu_id)``, which moves the
     # model and every batch to ``self.gpu_id``: on two processes both would train on GPU 0.

@@ -94,6 +94,10 @@ OWNERS = {
         "engine/syntax.py (rows_counted)",
         re.compile(r"^_*(rows_counted|row_count|batch_rows)$"),
     ),
+    "the model a converted script's accelerator.unwrap_model(model) unwraps": (
+        "engine/accelerator_code.py (seen_through_unwrap)",
+        re.compile(r"^_*(seen_through_unwrap|unwrapped_argument|unwrapped_model|through_unwrap|unwrap_receiver)$"),
+    ),
 }
 
 
@@ -240,12 +244,15 @@ CODEMOD_FILES = sorted(CODEMODS.rglob("*.py"))
 class Pattern:
     """A string of the script's syntax (``node.value``, ``string.evaluated_value``: the attribute
     named ``reads``) compared with a constant ``constant`` matches (``==``, ``in``,
-    ``.startswith``...), outside ``owner``; ``any_side``: with whatever the constant is compared."""
+    ``.startswith``...), outside ``owner``; ``any_side``: with whatever the constant is compared;
+    ``anywhere``: the constant written at all, compared or passed on
+    (``is_accelerator_method(node, facts, "unwrap_model")``)."""
 
     owner: str
     constant: re.Pattern[str]
     reads: frozenset[str] = frozenset({"value", "evaluated_value"})
     any_side: bool = False
+    anywhere: bool = False
 
 
 #: concept → what answering it again looks like. Each has one owner; ask it instead.
@@ -263,6 +270,11 @@ PATTERNS = {
         "engine/accelerator_code.py", re.compile(r"^prepare$")
     ),
     "a call of backward (is_backward)": Pattern("engine/syntax.py", re.compile(r"^backward$")),
+    # Three copies (the backward rule, the metrics rule, the loops provider) each took the first
+    # argument of a call they recognised their own way; a method name is all a copy needs.
+    "what the accelerator's unwrap_model unwraps (seen_through_unwrap)": Pattern(
+        "engine/accelerator_code.py", re.compile(r"^unwrap_model$"), anywhere=True
+    ),
 }
 
 #: (concept, module) → why the module may answer it itself.
@@ -307,15 +319,17 @@ def _compared(node: ast.AST) -> list[tuple[ast.AST, ast.AST]]:
 
 
 def pattern_sites(source: str, pattern: Pattern) -> list[int]:
-    """The lines of ``source`` comparing what ``pattern`` describes."""
+    """The lines of ``source`` comparing what ``pattern`` describes (``anywhere``: writing it)."""
     found = []
     for node in ast.walk(ast.parse(source)):
+        if pattern.anywhere and any(pattern.constant.match(text) for text in _strings(node)):
+            found.append(node.lineno)
         for side, constant in _compared(node):
             reads_syntax = isinstance(side, ast.Attribute) and side.attr in pattern.reads
             if (reads_syntax or pattern.any_side) and any(pattern.constant.match(text) for text in _strings(constant)):
                 found.append(node.lineno)
                 break
-    return found
+    return sorted(set(found))
 
 
 def test_the_codemods_are_all_read_for_patterns() -> None:
@@ -358,6 +372,8 @@ def test_a_pattern_is_found_whatever_the_function_is_called() -> None:
         "    return call.func.attr.value.startswith('prepare')\n"
         "def _accelerator(name):\n"
         "    return name.rpartition('.')[2] == 'Accelerator'\n"
+        "def _receiver(node, facts):\n"
+        "    return node.args[0].value if is_accelerator_method(node, facts, 'unwrap_model') else node\n"
     )
     found = {concept: pattern_sites(copied, pattern) for concept, pattern in PATTERNS.items()}
     assert found == {
@@ -366,4 +382,5 @@ def test_a_pattern_is_found_whatever_the_function_is_called() -> None:
         "the Accelerator class, by its name (is_accelerator_class, creates_accelerator)": [10],
         "a call of the accelerator's prepare (is_accelerator_method)": [8],
         "a call of backward (is_backward)": [],
+        "what the accelerator's unwrap_model unwraps (seen_through_unwrap)": [12],
     }

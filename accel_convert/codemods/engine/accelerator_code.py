@@ -9,8 +9,8 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.syntax import names_variable, statement
+from accel_convert.codemods.engine.facts import FactQuestions, ScriptFacts
+from accel_convert.codemods.engine.syntax import argument_for, names_variable, statement
 
 #: The function the out-of-memory retry wraps training code in (decorated with
 #: ``find_executable_batch_size``; it takes the batch size).
@@ -38,7 +38,7 @@ def name_words(names: Iterable[str]) -> set[str]:
     return {name.rpartition(".")[2] for name in names}
 
 
-def accelerator_name(facts: ScriptFacts) -> str:
+def accelerator_name(facts: FactQuestions) -> str:
     """The variable converted code uses for the accelerator."""
     return facts.existing_accelerator or facts.accelerator_name
 
@@ -56,7 +56,7 @@ def unwrap_model(facts: ScriptFacts, model: cst.BaseExpression) -> cst.Call:
     return accelerator_call(facts, "unwrap_model", model)
 
 
-def is_accelerator_method(node: cst.CSTNode | None, facts: ScriptFacts, *methods: str) -> bool:
+def is_accelerator_method(node: cst.CSTNode | None, facts: FactQuestions, *methods: str) -> bool:
     """Whether ``node`` is a call ``accelerator.<one of methods>(...)``."""
     return (
         isinstance(node, cst.Call)
@@ -64,6 +64,21 @@ def is_accelerator_method(node: cst.CSTNode | None, facts: ScriptFacts, *methods
         and names_variable(node.func.value, accelerator_name(facts))
         and node.func.attr.value in methods
     )
+
+
+def seen_through_unwrap(node: cst.BaseExpression, facts: FactQuestions) -> cst.BaseExpression:
+    """``node`` as the original script wrote it: ``model`` for ``accelerator.unwrap_model(model)``,
+    ``self.attack`` for ``self.accelerator.unwrap_model(self).attack`` (a script converted already
+    reads its model through the accelerator, and a second conversion must judge the object it
+    unwraps); any other expression as it is: another object's ``unwrap_model``, a function of that
+    name, a call without the model."""
+    if isinstance(node, cst.Attribute):
+        inner = seen_through_unwrap(node.value, facts)
+        return node if inner is node.value else node.with_changes(value=inner)
+    if isinstance(node, cst.Call) and is_accelerator_method(node, facts, "unwrap_model"):
+        model = argument_for(node, 0, "model")
+        return node if model is None else model.value
+    return node
 
 
 def prepare_statement(accelerator: str, names: list[str], indent: str) -> cst.BaseStatement:

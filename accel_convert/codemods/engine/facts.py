@@ -129,6 +129,7 @@ class FactQuestions:
     names: NameTable | None
     program: ProgramSeeds | None
     existing_accelerator: str | None
+    accelerator_name: str
     parsed_arguments: AbstractSet[str]
     parser_options: AbstractSet[str]
     word_lines: Mapping[str, Sequence[int]]
@@ -341,7 +342,8 @@ class ScriptFacts(FactQuestions):
     #: Training class → the attributes it builds itself (``self.model``, ``self.train_loader``),
     #: prepared at the end of its ``__init__``, in Accelerate's customary order.
     class_prepare: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    #: Module-level function → module-level functions it calls by plain name.
+    #: Module-level function → module-level functions it calls by plain name; a function nested
+    #: in a module-level function's body is one too, by its path (``inner_training_loop.train``).
     call_graph: Mapping[str, AbstractSet[str]] = field(default_factory=dict)
     #: Module-level functions returning data loaders (what the program's other modules unpack
     #: from their calls is a loader).
@@ -391,7 +393,8 @@ class ScriptFacts(FactQuestions):
     #: Module-level functions and classes (through ``__init__``) making one, directly or
     #: through their calls.
     drawing_functions: AbstractSet[str] = frozenset()
-    #: Module-level functions that run a backward, directly or through their calls.
+    #: Module-level functions (and nested ones, by their path) that run a backward, directly or
+    #: through their calls.
     backward_functions: AbstractSet[str] = frozenset()
     #: Functions of other program modules this module calls (absolute qualified names) → whether
     #: every such call is made evaluating (under ``no_grad``/``set_grad_enabled(False)`` or after

@@ -91,13 +91,19 @@ class NameTable:
 
     def is_bound(self, name: str, scope: ScopeKey) -> bool:
         """Whether any scope visible from ``scope`` binds ``name`` (else it is a builtin)."""
+        return self.binding_scope(name, scope) is not None
+
+    def binding_scope(self, name: str, scope: ScopeKey) -> ScopeKey | None:
+        """The scope whose binding ``name`` denotes when used in ``scope`` (the function a nested
+        ``def`` is written in, for a call of it there or in another function nested beside it);
+        None for a builtin or an unbound name."""
         key = scope
         while True:
             found = self.scopes.get(key)
             if found is not None and (key == scope or found.kind != "class") and found.binds(name):
-                return True
+                return key
             if not key:
-                return False
+                return None
             key = key[:-1]
 
     def builtin(self, node: cst.BaseExpression, scope: ScopeKey = ()) -> str | None:

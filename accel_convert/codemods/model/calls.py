@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from functools import cache
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -26,6 +27,9 @@ from accel_convert.codemods.model.recorder import (
     ClassRecord,
 )
 from accel_convert.codemods.model.state import Analysis
+
+if TYPE_CHECKING:
+    from accel_convert.codemods.engine.names import ScopeKey
 
 
 def _pairwise(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[str, str]]:
@@ -68,14 +72,42 @@ def _keyword_argument(value: cst.BaseExpression, owner: ClassRecord, method: str
     return key
 
 
+def nested_function(a: Analysis, scope: ScopeKey) -> str | None:
+    """The function nested in a module-level function's body that code in ``scope`` runs in,
+    by its path (``inner_training_loop.train``, also for code in a function nested deeper in
+    it); None outside any."""
+    path = ".".join(scope[:2])
+    return path if len(scope) >= 2 and path in a.r.nested_defs else None
+
+
+def nested_callee(a: Analysis, call: CallRecord) -> str | None:
+    """``inner_training_loop.train`` for a call ``train(...)`` in ``inner_training_loop`` (or in
+    a function nested beside ``train``) of the ``def train`` written in its body: the retried
+    training loop of ``--oom-retry`` holds its own ``train`` and ``test``. None for any other
+    call (a module-level function, or a ``train`` some other scope binds)."""
+    func = call.node.func
+    if not isinstance(func, cst.Name) or not call.scope:
+        return None
+    path = f"{call.function}.{func.value}"
+    if path not in a.r.nested_defs or a.r.names.binding_scope(func.value, call.scope) != call.scope[:1]:
+        return None
+    return path
+
+
 @provider(provides=("call_graph", "arguments", "constructions", "loop_calls"))
 def call_graph(a: Analysis) -> None:
     """Which module-level function calls which (``call_graph``, and the functions each loop
     calls), and what flows into each parameter: arguments of calls of the file's functions,
-    classes and methods, attributes bound in a class, loop targets (``arguments``)."""
+    classes and methods, attributes bound in a class, loop targets (``arguments``). A function
+    nested in a module-level function's body is a function of the graph too, by its path
+    (``inner_training_loop.train``), called by the function, or the nested function beside it,
+    whose code calls it; its other calls count as its module-level function's."""
     for call in a.r.calls:
         callee = call.node.func
-        if isinstance(callee, cst.Name) and callee.value in a.r.defs:
+        nested = nested_callee(a, call)
+        if nested is not None:
+            _into_nested_function(a, call, nested)
+        elif isinstance(callee, cst.Name) and callee.value in a.r.defs:
             a.facts.call_graph.setdefault(call.function, set()).add(callee.value)
             params = a.r.defs[callee.value]
             limit = a.r.positional_limits.get(callee.value)
@@ -100,6 +132,15 @@ def call_graph(a: Analysis) -> None:
             _into_method(a, call, callee)
     _attribute_aliases(a)
     _loop_aliases(a)
+
+
+def _into_nested_function(a: Analysis, call: CallRecord, nested: str) -> None:
+    """A call of the function nested at path ``nested``: from the function (or the nested one
+    beside it) whose code makes it, and from the loops around it."""
+    caller = nested_function(a, call.scope) or call.function
+    a.facts.call_graph.setdefault(caller, set()).add(nested)
+    for loop in call.loops:
+        loop.calls.add(nested)
 
 
 @provider(provides=("functions_called_out_of_sight",))

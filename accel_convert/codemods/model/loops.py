@@ -6,6 +6,7 @@ from typing import Literal
 
 import libcst as cst
 
+from accel_convert.codemods.engine.accelerator_code import seen_through_unwrap
 from accel_convert.codemods.engine.devices import constructed
 from accel_convert.codemods.engine.facts import MODULE, LoopFacts, callers_closure
 from accel_convert.codemods.engine.imported_calls import program_callee
@@ -21,7 +22,7 @@ from accel_convert.codemods.engine.syntax import (
     target_names,
 )
 from accel_convert.codemods.engine.torch_names import LIST_GROWING_METHODS
-from accel_convert.codemods.model.calls import stepped
+from accel_convert.codemods.model.calls import nested_function, stepped
 from accel_convert.codemods.model.loaders import callee_parameters
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
@@ -30,19 +31,6 @@ from accel_convert.codemods.model.recorder import (
     WhileRecord,
 )
 from accel_convert.codemods.model.state import Analysis
-
-
-def _unwrapped(expr: cst.BaseExpression, accelerators: set[str]) -> cst.BaseExpression:
-    """``accelerator.unwrap_model(model)`` → ``model`` (a script already converted); else ``expr``."""
-    if (
-        isinstance(expr, cst.Call)
-        and isinstance(expr.func, cst.Attribute)
-        and expr.func.attr.value == "unwrap_model"
-        and dotted(expr.func.value) in accelerators
-        and expr.args
-    ):
-        return expr.args[0].value
-    return expr
 
 
 def _batch_data_targets(assign: cst.Assign, batch: set[str]) -> set[str]:
@@ -265,7 +253,6 @@ def _decoding_loops(a: Analysis) -> set[int]:
     to gather or report."""
     facts = a.facts
     models = facts.models | facts.frozen_models
-    accelerators = {facts.existing_accelerator or facts.accelerator_name, f"self.{facts.accelerator_name}"}
     collecting = {id(loop) for aug in a.r.aug_assigns for loop in aug.loops} | {
         id(loop)
         for call in a.r.calls
@@ -278,7 +265,7 @@ def _decoding_loops(a: Analysis) -> set[int]:
         if call.loops
         and isinstance(call.node.func, cst.Attribute)
         and call.node.func.attr.value == "generate"
-        and dotted(_unwrapped(call.node.func.value, accelerators)) in models
+        and dotted(seen_through_unwrap(call.node.func.value, facts)) in models
         and id(call.loops[-1]) in collecting
     }
 
@@ -489,6 +476,9 @@ def _functions_with_backward(a: Analysis) -> set[str]:
             if facts.backward_site is None:
                 facts.backward_site = a.site(call.node)
             direct.add(call.function)
+            nested = nested_function(a, call.scope)
+            if nested is not None:  # the function nested in it that its callers call
+                direct.add(nested)
             if call.function in a.r.classes and len(call.scope) >= 2:
                 a.backward_methods.add((call.function, call.scope[1]))
             for loop in call.loops:

@@ -169,6 +169,9 @@ class Recorder(NameCollector):
         self.aug_assigns: list[AugAssignRecord] = []
         #: Module-level functions → parameter names.
         self.defs: dict[str, tuple[str, ...]] = {}
+        #: Functions defined in a module-level function's body, by their path
+        #: (``inner_training_loop.train``) → parameter names.
+        self.nested_defs: dict[str, tuple[str, ...]] = {}
         #: Module-level functions without ``*args`` → how many positional arguments they take.
         self.positional_limits: dict[str, int] = {}
         #: Functions defined inside the ``if __name__ == "__main__":`` block.
@@ -232,6 +235,8 @@ class Recorder(NameCollector):
         super().visit_FunctionDef(node)
         if len(self.scope) == 2 and self.scope[0] in self.classes:
             self._method(self.classes[self.scope[0]], node)
+        if len(self.scope) == 2 and self.names.scopes[self.scope[:1]].kind == "function":
+            self.nested_defs[".".join(self.scope)] = parameter_names(node)
         if len(self.scope) == 1:
             if self._main_guard_depth:
                 self.guard_defs.add(node.name.value)

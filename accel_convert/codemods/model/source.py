@@ -10,6 +10,7 @@ from accel_convert.codemods.engine.positions import handler_sites
 from accel_convert.codemods.engine.torch_names import (
     FEATURES,
 )
+from accel_convert.codemods.model.calls import nested_callee
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.state import Analysis
 
@@ -33,7 +34,8 @@ def word_lines(a: Analysis) -> None:
 
 @provider(refines=("call_sites",), provides=("called", "existing_features"))
 def calls_and_features(a: Analysis) -> None:
-    """Where calls are, by qualified name, plain name and ``.method``; the distributed machinery
+    """Where calls are, by qualified name, plain name and ``.method`` (a function nested in a
+    module-level function's body also by its path, as the call graph names it); the distributed machinery
     already there (DDP, ``mp.spawn``, a GradScaler...)."""
     facts = a.facts
     for call in a.r.calls:
@@ -45,6 +47,9 @@ def calls_and_features(a: Analysis) -> None:
             facts.call_sites.setdefault(key, []).append(a.site(call.node))
         if isinstance(func, cst.Attribute):
             facts.call_sites.setdefault("." + func.attr.value, []).append(a.site(call.node))
+        nested = nested_callee(a, call)
+        if nested is not None:
+            facts.call_sites.setdefault(nested, []).append(a.site(call.node))
         if qualified is None:  # a strict answer is also the lenient one
             qualified = a.qualified(call)
         feature = FEATURES.get(qualified or "")

@@ -26,7 +26,7 @@ from collections.abc import Set as AbstractSet
 
 import libcst as cst
 
-from accel_convert.codemods.engine.accelerator_code import is_accelerator_method
+from accel_convert.codemods.engine.accelerator_code import seen_through_unwrap
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, NO_ACCELERATOR_ACCESS_DOC, Example, Rule
@@ -64,7 +64,7 @@ class _Backward(RuleTransformer):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if not is_tensor_backward(original_node, self.accelerator):
             return updated_node
-        receiver_name = dotted(_seen_through_unwrap(original_node.func.value, self.facts))  # type: ignore[attr-defined]
+        receiver_name = dotted(seen_through_unwrap(original_node.func.value, self.facts))  # type: ignore[attr-defined]
         if receiver_name is not None and receiver_name in self.facts.backward_helpers:
             return updated_node  # ``penalty.backward()``: a method of the file's own class, not a loss
         if self.qualified_name(original_node.func.value) is not None:  # type: ignore[attr-defined]
@@ -79,18 +79,6 @@ class _Backward(RuleTransformer):
             func=cst.Attribute(cst.Name(self.accelerator), cst.Name("backward")),
             args=[cst.Arg(receiver), *updated_node.args],
         )
-
-
-def _seen_through_unwrap(node: cst.BaseExpression, facts: ScriptFacts) -> cst.BaseExpression:
-    """``self.attack`` for ``self.accelerator.unwrap_model(self).attack``: an earlier conversion
-    reads attributes through the unwrapped object, and a second conversion must judge the same
-    receiver (a helper object's ``backward`` stays as written)."""
-    if isinstance(node, cst.Attribute):
-        inner = _seen_through_unwrap(node.value, facts)
-        return node if inner is node.value else node.with_changes(value=inner)
-    if isinstance(node, cst.Call) and is_accelerator_method(node, facts, "unwrap_model") and len(node.args) == 1:
-        return node.args[0].value
-    return node
 
 
 class Backward(Rule):

@@ -92,12 +92,7 @@ class Moves(DeviceWalkState):
     def _rebuilt_model(self, receiver: cst.BaseExpression, name: str | None) -> bool:
         """A model built (again) in the home block after training started: ``model =
         Net().to(device)``, or a move of a model name bound again after that point."""
-        plan = plan_of(self.facts)
-        start = plan.training_start_line
-        if start is None and plan.backward_lines:
-            # Training in functions nested in the home block (the retried training loop's own
-            # ``train``): the program model sees no call of them, but their backward.
-            start = plan.backward_lines[0]
+        start = plan_of(self.facts).training_start_line
         if start is None or self.function != self.facts.home_function or not self._anchors:
             return False
         site = self.facts.origins.site(self._anchors[-1])

@@ -11,7 +11,7 @@ from typing import TypeGuard, cast
 
 import libcst as cst
 
-from accel_convert.codemods.engine.accelerator_code import is_accelerator_method
+from accel_convert.codemods.engine.accelerator_code import is_accelerator_method, seen_through_unwrap
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.iteration import iterated, loop_batch_names
 from accel_convert.codemods.engine.syntax import (
@@ -56,9 +56,7 @@ def model_passed_to_call(loop: cst.For, facts: ScriptFacts) -> tuple[str, cst.Ca
         func = node.func
         if not isinstance(func, cst.Attribute) or func.attr.value in MODULE_NOT_RUNNING_METHODS:
             continue
-        owner = func.value
-        if is_accelerator_method(owner, facts, "unwrap_model") and isinstance(owner, cst.Call) and owner.args:
-            owner = owner.args[0].value
+        owner = seen_through_unwrap(func.value, facts)
         if dotted(owner) in models:
             return f"{dotted(owner)}.{func.attr.value}", node
     return None
