@@ -66,7 +66,7 @@ from accel_convert.codemods.engine.program_shapes import (
     function_extents,
     iterates_parameters,
 )
-from accel_convert.codemods.engine.syntax import dotted, forward_python_outputs
+from accel_convert.codemods.engine.syntax import class_methods, dotted, forward_python_outputs
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 
 #: Rounds of analysis at most: each round carries facts one module boundary further.
@@ -172,6 +172,7 @@ class Program:
         """Seeds for every module, after the rounds of analysis that carry facts across."""
         aliases = tuple(sorted(self.aliases().items()))
         python_outputs = self._python_outputs()
+        backward_helpers = self._backward_helper_classes()
         seeds = {
             name: ProgramSeeds(
                 library=name != self.entry,
@@ -179,6 +180,7 @@ class Program:
                 star_imports=tuple(sorted(self.star_bindings(name).items())),
                 aliases=aliases,
                 python_outputs=python_outputs,
+                backward_helper_classes=backward_helpers,
             )
             for name, shape in self.shapes.items()
         }
@@ -204,6 +206,16 @@ class Program:
                     if positions:
                         found.append((f"{name}.{node.name.value}", positions))
         return tuple(sorted(found, key=lambda entry: entry[0]))
+
+    def _backward_helper_classes(self) -> frozenset[str]:
+        """Every module-level class of the program defining a ``backward`` method, by qualified
+        name (an instance built in another module: its ``backward()`` is that method)."""
+        return frozenset(
+            f"{name}.{node.name.value}"
+            for name, module in self.modules.items()
+            for node in module.module.body
+            if isinstance(node, cst.ClassDef) and any(m.name.value == "backward" for m in class_methods(node))
+        )
 
     def _home_module(self, seeds: dict[str, ProgramSeeds]) -> str:
         """The entry script, unless it builds nothing to train (no model, optimizer or loader,

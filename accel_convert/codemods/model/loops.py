@@ -379,13 +379,19 @@ def _comprehension_evaluations(a: Analysis, switches: list[_ModeSwitch], backwar
 
 def _backward_helpers(a: Analysis) -> set[str]:
     """The file's classes defining a ``backward`` method, and the names bound to their instances
-    (``penalty = L2Penalty(model)``, ``self.penalty = ...``): their ``.backward(...)`` is the
-    class's own method, not a loss tensor's."""
+    (``penalty = L2Penalty(model)``, ``self.penalty = ...``), of those classes or of such a class
+    another module of the program defines (``from penalty import L2Penalty``): their
+    ``.backward(...)`` is the class's own method, not a loss tensor's."""
     classes = {name for name, record in a.r.classes.items() if "backward" in record.self_names}
+    imported = a.seeds.backward_helper_classes if a.seeds is not None else frozenset()
     helpers = set(classes)
     for assign in a.r.assigns:
         value = constructed(assign.value)
-        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in classes:
+        if not isinstance(value, cst.Call):
+            continue
+        if (isinstance(value.func, cst.Name) and value.func.value in classes) or (
+            imported and program_callee(a.facts, value.func, assign.scope) in imported
+        ):
             helpers.update(assign.targets)
     # Handed to a function under another name (``def train(..., reg)``): a helper there too.
     helpers |= {param for function, param in a.arguments if a.origins_of(function, param) & helpers}
