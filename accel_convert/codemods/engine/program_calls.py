@@ -153,6 +153,16 @@ class InstanceCalls(NameCollector):
         module, _, cls = callee.rpartition(".")
         return (module, cls) if module != self.name and cls in self.classes.get(module, set()) else None
 
+    def _instance_called(self, func: cst.BaseExpression) -> tuple[str, str] | None:
+        """The class of the instance a call runs a method of: a name bound to an instance
+        (``stopper(...)``, ``stopper.step(...)``) or an instance built in the call
+        (``Evaluator(device).accuracy(...)``)."""
+        receiver = func.value if isinstance(func, cst.Attribute) else func
+        if isinstance(receiver, cst.Call) and isinstance(func, cst.Attribute):
+            return self._program_class(receiver.func)
+        instance = dotted(receiver)
+        return self.instances.get(instance) if instance is not None else None
+
     def visit_Assign(self, node: cst.Assign) -> None:
         if isinstance(node.value, cst.Call) and len(node.targets) == 1:
             found = self._program_class(node.value.func)
@@ -162,10 +172,7 @@ class InstanceCalls(NameCollector):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        found = self._program_class(func)
-        if found is None:
-            instance = dotted(func.value) if isinstance(func, cst.Attribute) else dotted(func)
-            found = self.instances.get(instance) if instance is not None else None
+        found = self._program_class(func) or self._instance_called(func)
         if found is None:
             return
         caller = self.scope[0] if self.scope else "<module>"

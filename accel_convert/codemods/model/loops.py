@@ -219,12 +219,37 @@ def _called_only_to_evaluate(a: Analysis, switches: list[_ModeSwitch]) -> set[tu
         callee = _callee(a, call)
         if callee is not None:
             verdicts[callee] = verdicts.get(callee, True) and evaluating
-        elif a.seeds is not None and (imported := program_callee(a.facts, call.node.func, call.scope)) is not None:
+        elif a.seeds is not None and (imported := _program_callee_or_method(a, call)) is not None:
             calls_out[imported] = calls_out.get(imported, True) and evaluating
     a.facts.evaluating_calls_out = calls_out
     for function, evaluating in a.seeds.evaluated_from_elsewhere if a.seeds is not None else ():
-        verdicts[(function, None)] = verdicts.get((function, None), True) and evaluating
+        owner, _, method = function.rpartition(".")
+        key = (owner, method) if owner else (function, None)
+        verdicts[key] = verdicts.get(key, True) and evaluating
     return {callee for callee, evaluating in verdicts.items() if evaluating}
+
+
+def _program_callee_or_method(a: Analysis, call: CallRecord) -> str | None:
+    """The qualified name of the other module's function a call runs (``helper.accuracy``), or of
+    the method of another module's class it runs on an instance built in the call or bound in
+    the same function or class (``pkg.evalu.Evaluator.accuracy`` for
+    ``Evaluator(device).accuracy(...)``, ``evaluator.accuracy(...)`` after ``evaluator =
+    Evaluator(device)``, ``self.evaluator.accuracy(...)`` after ``self.evaluator = ...``)."""
+    func = call.node.func
+    found = program_callee(a.facts, func, call.scope)
+    if found is not None or not isinstance(func, cst.Attribute):
+        return found
+    receiver = func.value
+    instance = dotted(receiver)
+    if instance is not None:
+        built = [
+            assign.value for assign in a.r.assigns if assign.function == call.function and assign.targets == (instance,)
+        ]
+        receiver = built[0] if len(built) == 1 else receiver
+    if not isinstance(receiver, cst.Call):
+        return None
+    owner = program_callee(a.facts, receiver.func, call.scope)
+    return f"{owner}.{func.attr.value}" if owner is not None else None
 
 
 def _callee(a: Analysis, call: CallRecord) -> tuple[str, str | None] | None:
