@@ -256,12 +256,13 @@ class Program:
         prepared_in = self._prepared_in(facts)
         instances = self._instance_calls(facts)
         received = Received({name: {} for name in self.modules}, {name: set() for name in self.modules})
-        received.through_calls(calls, facts, prepared_in)
+        method_calls = [call for found in instances.values() for call in found.method_calls]
+        received.through_calls([*calls, *method_calls], facts, prepared_in)
         received.through_instances(instances, facts, prepared_in)
         received.through_base_classes(parents, facts)
         learnt = Learnt(
             received=received,
-            handed_over=models_handed_over(calls, facts),
+            handed_over=models_handed_over([*calls, *method_calls], facts),
             reaches=self._accelerator_reaches(calls, facts),
             given_models=classes_given_models(instances, facts, prepared_in),
             loader_factories=self._loader_factories(facts),
