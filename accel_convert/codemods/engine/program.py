@@ -66,7 +66,7 @@ from accel_convert.codemods.engine.program_shapes import (
     function_extents,
     iterates_parameters,
 )
-from accel_convert.codemods.engine.syntax import class_methods, dotted, forward_python_outputs
+from accel_convert.codemods.engine.syntax import defines_backward, dotted, forward_python_outputs
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 
 #: Rounds of analysis at most: each round carries facts one module boundary further.
@@ -214,7 +214,7 @@ class Program:
             f"{name}.{node.name.value}"
             for name, module in self.modules.items()
             for node in module.module.body
-            if isinstance(node, cst.ClassDef) and any(m.name.value == "backward" for m in class_methods(node))
+            if isinstance(node, cst.ClassDef) and defines_backward(node)
         )
 
     def _home_module(self, seeds: dict[str, ProgramSeeds]) -> str:
