@@ -125,6 +125,19 @@ Tensor = torch.cuda.FloatTensor if torch.cuda.is_available() else torch.FloatTen
 print("legacy", Tensor(2, 3).fill_(1.0).sum().item(), torch.zeros(2).type(torch.cuda.LongTensor).dtype)
 """
 
+#: A GAN tutorial's legacy tensor type, with no ``torch.cuda.set_device`` of its own: the runtime's
+#: ``Accelerator()`` selects the rank's GPU, on which a legacy constructor then allocates.
+LEGACY_TYPES_SCRIPT = """
+import torch
+from accel_convert.runtime import Accelerator
+Tensor = torch.cuda.FloatTensor if torch.cuda.is_available() else torch.FloatTensor
+before = Tensor(1)
+accelerator = Accelerator()
+after = Tensor(2, 3).fill_(1.0)
+longs = torch.zeros(2).type(torch.cuda.LongTensor)
+print("legacy", after.sum().item(), longs.dtype, isinstance(after, torch.cuda.FloatTensor))
+"""
+
 USER_SITECUSTOMIZE = """
 import os
 os.environ["USER_SITECUSTOMIZE_RAN"] = "yes"
@@ -288,6 +301,18 @@ def test_fake_cuda_records_the_device_each_rank_asked_for(gpu_script: tuple[list
     assert ("module", "cuda:1", "script.py:13") in requests  # .cuda() after set_device(local_rank)
     assert ("tensor", "cuda:1", "script.py:15") in requests  # device="cuda" in a factory
     assert all(record["requested"] != "cuda:1" for record in of_kind(ranks[0], "device"))
+
+
+def test_legacy_cuda_tensor_types_land_on_the_gpu_the_accelerator_selects(tmp_path: Path) -> None:
+    """``Tensor = torch.cuda.FloatTensor``: ``Tensor(...)`` allocates on the current GPU, GPU 0 on
+    every rank before the accelerator exists and the rank's own once ``Accelerator()`` ran
+    ``torch.cuda.set_device`` (runtime/state.py ``pick_device``); the trace records both."""
+    script, trace, env = traced(tmp_path, "legacy", LEGACY_TYPES_SCRIPT, {"ACCEL_CONVERT_TRACE_FAKE_CUDA": "1"})
+    run = torchrun(script, nproc=2, env=env, cwd=script.parent, timeout=400).check()
+    assert run.stdout.count("legacy 6.0 torch.int64 True") == 2
+    for rank in (0, 1):
+        requests = {(record["requested"], record["site"]) for record in of_kind(records(trace, rank), "device")}
+        assert requests == {("cuda:0", "script.py:5"), (f"cuda:{rank}", "script.py:7"), (f"cuda:{rank}", "script.py:8")}
 
 
 def test_fake_cuda_runs_a_gpu_script_and_the_runtime_reports_the_gpu(

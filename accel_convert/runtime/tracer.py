@@ -1054,11 +1054,55 @@ _FACTORIES = (
 
 
 #: The legacy per-type constructors (``torch.cuda.FloatTensor(n, m)``, ``x.type(torch.cuda.LongTensor)``),
-#: which a CPU build refuses: answered by the CPU's own types in fake mode.
+#: which a CPU build refuses: answered by the CPU's own types in fake mode, each use recorded as a
+#: tensor made on the current GPU (:class:`_LegacyCudaType`).
 _LEGACY_TENSOR_TYPES = (
     "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "ByteTensor", "CharTensor",
     "ShortTensor", "IntTensor", "LongTensor", "BoolTensor",
 )  # fmt: skip
+
+
+class _LegacyCudaType(type):
+    """``torch.cuda.FloatTensor`` and its kin in fake mode: calling one records a tensor made on
+    the current GPU (what a legacy CUDA constructor allocates on: ``cuda:<set_device's index>``,
+    so a rank's own GPU once ``Accelerator()`` ran ``torch.cuda.set_device``, GPU 0 before) and
+    makes the CPU type's tensor; ``isinstance`` answers as for the CPU type."""
+
+    cpu_type: Any
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        _guarded("device", record_device, "tensor", f"cuda:{FakeCuda.current}")
+        return cls.cpu_type(*args, **kwargs)
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return isinstance(instance, cls.cpu_type)
+
+
+def _legacy_cuda_type(name: str) -> _LegacyCudaType:
+    return _LegacyCudaType(name, (), {"cpu_type": getattr(torch, name), "__module__": "torch.cuda"})
+
+
+def _cpu_tensor_type(dtype: Any) -> Any:
+    """The CPU type a fake ``torch.cuda.<X>Tensor`` stands for (recorded as a CUDA request, as a
+    call of it is); anything else as it is."""
+    if isinstance(dtype, _LegacyCudaType):
+        _guarded("device", record_device, "tensor", f"cuda:{FakeCuda.current}")
+        return dtype.cpu_type
+    return dtype
+
+
+def _traced_type(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``x.type(torch.cuda.LongTensor)`` in fake mode: converted to the CPU type."""
+
+    @functools.wraps(original)
+    def type_(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if args:
+            args = (_cpu_tensor_type(args[0]), *args[1:])
+        if "dtype" in kwargs:
+            kwargs["dtype"] = _cpu_tensor_type(kwargs["dtype"])
+        return original(self, *args, **kwargs)
+
+    return type_
 
 
 def _traced_factory(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -1178,7 +1222,8 @@ def patch_fake_cuda(local_world_size: int) -> None:
     for name in _FACTORIES:
         setattr(torch, name, _traced_factory(getattr(torch, name)))
     for name in _LEGACY_TENSOR_TYPES:  # ``Tensor = torch.cuda.FloatTensor if cuda else ...``
-        setattr(torch.cuda, name, getattr(torch, name))
+        setattr(torch.cuda, name, _legacy_cuda_type(name))
+    torch.Tensor.type = _traced_type(torch.Tensor.type)  # type: ignore[method-assign]
     torch.cuda.Event = FakeEvent  # type: ignore[misc,assignment]
     # ``nn.DataParallel`` as torch builds it without GPUs: the module itself, no replicas (its
     # GPU path checks that the parameters are on cuda:0, which they are not here).

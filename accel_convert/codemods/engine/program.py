@@ -66,7 +66,7 @@ from accel_convert.codemods.engine.program_shapes import (
     function_extents,
     iterates_parameters,
 )
-from accel_convert.codemods.engine.syntax import dotted, forward_python_outputs
+from accel_convert.codemods.engine.syntax import defines_backward, dotted, forward_python_outputs
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 
 #: Rounds of analysis at most: each round carries facts one module boundary further.
@@ -172,6 +172,7 @@ class Program:
         """Seeds for every module, after the rounds of analysis that carry facts across."""
         aliases = tuple(sorted(self.aliases().items()))
         python_outputs = self._python_outputs()
+        backward_helpers = self._backward_helper_classes()
         seeds = {
             name: ProgramSeeds(
                 library=name != self.entry,
@@ -179,6 +180,7 @@ class Program:
                 star_imports=tuple(sorted(self.star_bindings(name).items())),
                 aliases=aliases,
                 python_outputs=python_outputs,
+                backward_helper_classes=backward_helpers,
             )
             for name, shape in self.shapes.items()
         }
@@ -204,6 +206,16 @@ class Program:
                     if positions:
                         found.append((f"{name}.{node.name.value}", positions))
         return tuple(sorted(found, key=lambda entry: entry[0]))
+
+    def _backward_helper_classes(self) -> frozenset[str]:
+        """Every module-level class of the program defining a ``backward`` method, by qualified
+        name (an instance built in another module: its ``backward()`` is that method)."""
+        return frozenset(
+            f"{name}.{node.name.value}"
+            for name, module in self.modules.items()
+            for node in module.module.body
+            if isinstance(node, cst.ClassDef) and defines_backward(node)
+        )
 
     def _home_module(self, seeds: dict[str, ProgramSeeds]) -> str:
         """The entry script, unless it builds nothing to train (no model, optimizer or loader,
@@ -244,12 +256,13 @@ class Program:
         prepared_in = self._prepared_in(facts)
         instances = self._instance_calls(facts)
         received = Received({name: {} for name in self.modules}, {name: set() for name in self.modules})
-        received.through_calls(calls, facts, prepared_in)
+        method_calls = [call for found in instances.values() for call in found.method_calls]
+        received.through_calls([*calls, *method_calls], facts, prepared_in)
         received.through_instances(instances, facts, prepared_in)
         received.through_base_classes(parents, facts)
         learnt = Learnt(
             received=received,
-            handed_over=models_handed_over(calls, facts),
+            handed_over=models_handed_over([*calls, *method_calls], facts),
             reaches=self._accelerator_reaches(calls, facts),
             given_models=classes_given_models(instances, facts, prepared_in),
             loader_factories=self._loader_factories(facts),

@@ -99,23 +99,29 @@ class CrossCalls(NameCollector):
         return local if local in self.initialisers and not shadowed else None
 
     def _arguments(self, node: cst.Call, params: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-        """(parameter filled, argument as written) for the call's plain-name arguments (and
-        loaders built in the call, as :data:`INLINE_LOADER`, GPU indices written there, as
-        :data:`INLINE_GPU_INDEX`)."""
-        arguments = []
-        for index, arg in enumerate(node.args):
-            value = dotted(arg.value)
-            if value is None and isinstance(arg.value, cst.Call):
-                loader = self.facts.callee_name(arg.value.func, tuple(self.scope)) in DATA_LOADERS
-                value = INLINE_LOADER if loader else None
-            if value is None and is_gpu_index(arg.value):
-                value = INLINE_GPU_INDEX
-            if value is None or arg.star:
-                continue
-            param = parameter_filled(arg, index, params)
-            if param is not None:
-                arguments.append((param, value))
-        return tuple(arguments)
+        return call_arguments(self.facts, tuple(self.scope), node, params)
+
+
+def call_arguments(
+    facts: ScriptFacts, scope: ScopeKey, node: cst.Call, params: tuple[str, ...], positional: int | None = None
+) -> tuple[tuple[str, str], ...]:
+    """(parameter filled, argument as written) for the call's plain-name arguments (and loaders
+    built in the call, as :data:`INLINE_LOADER`, GPU indices written there, as
+    :data:`INLINE_GPU_INDEX`); ``positional``: how many of ``params`` positional arguments fill."""
+    arguments = []
+    for index, arg in enumerate(node.args):
+        value = dotted(arg.value)
+        if value is None and isinstance(arg.value, cst.Call):
+            loader = facts.callee_name(arg.value.func, scope) in DATA_LOADERS
+            value = INLINE_LOADER if loader else None
+        if value is None and is_gpu_index(arg.value):
+            value = INLINE_GPU_INDEX
+        if value is None or arg.star or (positional is not None and arg.keyword is None and index >= positional):
+            continue
+        param = parameter_filled(arg, index, params)
+        if param is not None:
+            arguments.append((param, value))
+    return tuple(arguments)
 
 
 def _calls_super_init(node: cst.Call, names: NameTable | None, scope: ScopeKey) -> bool:
@@ -145,6 +151,9 @@ class InstanceCalls(NameCollector):
         self.passed: dict[tuple[str, str], set[tuple[str, str]]] = {}
         #: (module, parameter of one of its methods, name passed) for calls of an instance.
         self.filled: set[tuple[str, str, str]] = set()
+        #: Calls of an instance's methods (``trainer.fit(model, loader, gpu=0)``), as calls of its
+        #: class with the method's parameters: what they hand over is followed as for a function.
+        self.method_calls: list[CrossCall] = []
 
     def _program_class(self, func: cst.BaseExpression) -> tuple[str, str] | None:
         callee = program_callee(self.facts, func, self.scope)
@@ -152,6 +161,16 @@ class InstanceCalls(NameCollector):
             return None
         module, _, cls = callee.rpartition(".")
         return (module, cls) if module != self.name and cls in self.classes.get(module, set()) else None
+
+    def _instance_called(self, func: cst.BaseExpression) -> tuple[str, str] | None:
+        """The class of the instance a call runs a method of: a name bound to an instance
+        (``stopper(...)``, ``stopper.step(...)``) or an instance built in the call
+        (``Evaluator(device).accuracy(...)``)."""
+        receiver = func.value if isinstance(func, cst.Attribute) else func
+        if isinstance(receiver, cst.Call) and isinstance(func, cst.Attribute):
+            return self._program_class(receiver.func)
+        instance = dotted(receiver)
+        return self.instances.get(instance) if instance is not None else None
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if isinstance(node.value, cst.Call) and len(node.targets) == 1:
@@ -162,10 +181,7 @@ class InstanceCalls(NameCollector):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        found = self._program_class(func)
-        if found is None:
-            instance = dotted(func.value) if isinstance(func, cst.Attribute) else dotted(func)
-            found = self.instances.get(instance) if instance is not None else None
+        found = self._program_class(func) or self._instance_called(func)
         if found is None:
             return
         caller = self.scope[0] if self.scope else "<module>"
@@ -175,6 +191,9 @@ class InstanceCalls(NameCollector):
             return  # the constructor: its arguments are followed as calls (``CrossCalls``)
         method = func.attr.value if isinstance(func, cst.Attribute) else "__call__"
         params, positional = self.shapes[found[0]].methods.get(found[1], {}).get(method, ((), 0))
+        arguments = call_arguments(self.facts, tuple(self.scope), node, params, positional)
+        # Keyed by the class, the analysis' "function" for every method of it.
+        self.method_calls.append(CrossCall(self.name, caller, found[0], found[1], arguments))
         for index, arg in enumerate(node.args):
             value = dotted(arg.value)
             if value is None or arg.star:

@@ -81,12 +81,13 @@ class Received:
         self, instances: dict[str, InstanceCalls], facts: dict[str, ScriptFacts], prepared_in: dict[str, set[str]]
     ) -> None:
         """``early_stopping(val_loss, model)``: ``model`` of ``EarlyStopping.__call__`` is a
-        (prepared) model there, as a function's parameter is."""
+        (prepared) model there, as a function's parameter is; ``evaluator.accuracy(model,
+        test_loader)``: ``data_loader`` of ``Evaluator.accuracy`` is a loader there, whose loops
+        decide its use (an evaluation loader is handed over as a function's argument is)."""
         for name, found in instances.items():
             for callee_module, param, value in found.filled:
-                for role in ROLES:
-                    if value in getattr(facts[name], role):
-                        self.add_role(callee_module, role, param)
+                for role, rest in _roles_of_argument(facts[name], value):
+                    self.add_role(callee_module, role, param + rest)
                 if value in prepared_in[name]:
                     self.prepared[callee_module].add(param)
 
@@ -167,11 +168,21 @@ class Learnt:
                 sorted(
                     (function, evaluating)
                     for qualified, evaluating in self.evaluating_calls.items()
-                    for module, _, function in (qualified.rpartition("."),)
-                    if module == name
+                    if (function := _own_callee(qualified, name, shape)) is not None
                 )
             ),
         )
+
+
+def _own_callee(qualified: str, name: str, shape: ModuleShape) -> str | None:
+    """What of module ``name`` a qualified callee is: a function (``accuracy`` for
+    ``helper.accuracy``), a method of one of its classes (``Evaluator.accuracy`` for
+    ``pkg.evalu.Evaluator.accuracy``); None for another module's."""
+    module, _, function = qualified.rpartition(".")
+    if module == name:
+        return function
+    module, _, owner = module.rpartition(".")
+    return f"{owner}.{function}" if module == name and owner in shape.classes else None
 
 
 def _roles_of_argument(facts: ScriptFacts, argument: str) -> Iterator[tuple[str, str]]:

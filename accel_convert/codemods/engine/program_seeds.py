@@ -109,6 +109,10 @@ class ProgramSeeds:
     #: their positions among the outputs (``syntax.forward_python_outputs``): such outputs of a
     #: model built in another module cannot be gathered as tensors.
     python_outputs: tuple[tuple[str, frozenset[int]], ...] = ()
+    #: Program-wide: classes (qualified) defining a ``backward`` method (a weight penalty adding
+    #: to the gradients by hand, an autograd helper object): the ``backward()`` of an instance
+    #: built in another module is that method, not a loss tensor's.
+    backward_helper_classes: frozenset[str] = frozenset()
 
     def roles(self) -> dict[str, frozenset[str]]:
         return dict(self.parameter_roles)

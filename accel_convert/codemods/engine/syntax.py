@@ -448,6 +448,12 @@ def is_backward(node: cst.CSTNode) -> bool:
     return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward"
 
 
+def defines_backward(node: cst.ClassDef) -> bool:
+    """Whether a class defines a ``backward`` method (a weight penalty, an autograd helper): the
+    ``backward()`` of its instances is that method, not a loss tensor's."""
+    return any(method.name.value == "backward" for method in class_methods(node))
+
+
 def name_assigned(statement: cst.BaseStatement) -> tuple[str, cst.BaseExpression] | None:
     """``(NAME, value)`` of a line that is exactly ``NAME = value`` (one target, one statement)."""
     if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:

@@ -99,6 +99,12 @@ DEVICE_TYPE_PARAMETERS = {
 DEVICE_TYPE_KEYWORD = "device_type"
 #: Calls that make a device object.
 DEVICE_CONSTRUCTORS = frozenset({"torch.device", "torch.accelerator.current_accelerator"})
+#: The legacy typed CUDA constructors (``Tensor = torch.cuda.FloatTensor if cuda else ...`` of the
+#: GAN tutorials): ``Tensor(n, m)`` allocates on the current GPU.
+LEGACY_CUDA_TENSOR_TYPES = frozenset(
+    f"torch.cuda.{kind}Tensor"
+    for kind in ("Float", "Double", "Half", "BFloat16", "Byte", "Char", "Short", "Int", "Long", "Bool")
+)
 #: Tensor and module methods that move to a device: ``x.to(device)``, ``model.cuda()``, ``.cpu()``.
 DEVICE_MOVE_METHODS = frozenset({"to", "cuda", "cpu"})
 #: Module and tensor methods that return what they are called on, cast or switched to a mode:

@@ -23,6 +23,7 @@ from accel_convert.codemods.engine.torch_names import (
 )
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
+    AssignRecord,
     CallRecord,
     ClassRecord,
 )
@@ -170,7 +171,7 @@ def _into_method(a: Analysis, call: CallRecord, callee: cst.Attribute) -> None:
     ``self.evaluate(val_loader)``: the arguments flow into the parameters of that method of
     the file's class (keyed by the class name, as for ``__init__``), so its loop over
     ``loader`` is a loop over the (prepared) validation loader."""
-    owner = _instance_class(a, call, callee.value)
+    owner = instance_class(a, call, callee.value)
     if owner is None:
         return
     definition = next((m for m in class_methods(a.r.classes[owner].node) if m.name.value == callee.attr.value), None)
@@ -186,7 +187,7 @@ def _into_method(a: Analysis, call: CallRecord, callee: cst.Attribute) -> None:
             a.arguments.setdefault((owner, param), set()).add((call.function, value))
 
 
-def _instance_class(a: Analysis, call: CallRecord, receiver: cst.BaseExpression) -> str | None:
+def instance_class(a: Analysis, call: CallRecord | AssignRecord, receiver: cst.BaseExpression) -> str | None:
     """The file's class ``receiver`` is an instance of: ``self`` in one of its methods, a
     construction (``Trainer(...)``), or a name the same function binds to one."""
     if isinstance(receiver, cst.Call):

@@ -39,7 +39,7 @@ from accel_convert.codemods.engine.torch_names import (
     WRITING_FUNCTIONS,
     WRITING_METHODS,
 )
-from accel_convert.codemods.model.calls import _instance_class
+from accel_convert.codemods.model.calls import instance_class
 from accel_convert.codemods.model.provider import provider, rule_provider
 from accel_convert.codemods.model.recorder import CallRecord, LoopRecord
 from accel_convert.codemods.model.state import Analysis
@@ -270,7 +270,7 @@ def _callee(a: Analysis, call: CallRecord) -> str | None:
     if isinstance(func, cst.Name) and (func.value in a.r.defs or func.value in a.r.classes):
         return func.value
     if isinstance(func, cst.Attribute):
-        return _instance_class(a, call, func.value)
+        return instance_class(a, call, func.value)
     return None
 
 

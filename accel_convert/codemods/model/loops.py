@@ -207,12 +207,37 @@ def _called_only_to_evaluate(a: Analysis, switches: list[_ModeSwitch]) -> set[tu
         callee = _callee(a, call)
         if callee is not None:
             verdicts[callee] = verdicts.get(callee, True) and evaluating
-        elif a.seeds is not None and (imported := program_callee(a.facts, call.node.func, call.scope)) is not None:
+        elif a.seeds is not None and (imported := _program_callee_or_method(a, call)) is not None:
             calls_out[imported] = calls_out.get(imported, True) and evaluating
     a.facts.evaluating_calls_out = calls_out
     for function, evaluating in a.seeds.evaluated_from_elsewhere if a.seeds is not None else ():
-        verdicts[(function, None)] = verdicts.get((function, None), True) and evaluating
+        owner, _, method = function.rpartition(".")
+        key = (owner, method) if owner else (function, None)
+        verdicts[key] = verdicts.get(key, True) and evaluating
     return {callee for callee, evaluating in verdicts.items() if evaluating}
+
+
+def _program_callee_or_method(a: Analysis, call: CallRecord) -> str | None:
+    """The qualified name of the other module's function a call runs (``helper.accuracy``), or of
+    the method of another module's class it runs on an instance built in the call or bound in
+    the same function or class (``pkg.evalu.Evaluator.accuracy`` for
+    ``Evaluator(device).accuracy(...)``, ``evaluator.accuracy(...)`` after ``evaluator =
+    Evaluator(device)``, ``self.evaluator.accuracy(...)`` after ``self.evaluator = ...``)."""
+    func = call.node.func
+    found = program_callee(a.facts, func, call.scope)
+    if found is not None or not isinstance(func, cst.Attribute):
+        return found
+    receiver = func.value
+    instance = dotted(receiver)
+    if instance is not None:
+        built = [
+            assign.value for assign in a.r.assigns if assign.function == call.function and assign.targets == (instance,)
+        ]
+        receiver = built[0] if len(built) == 1 else receiver
+    if not isinstance(receiver, cst.Call):
+        return None
+    owner = program_callee(a.facts, receiver.func, call.scope)
+    return f"{owner}.{func.attr.value}" if owner is not None else None
 
 
 def _callee(a: Analysis, call: CallRecord) -> tuple[str, str | None] | None:
@@ -366,13 +391,19 @@ def _comprehension_evaluations(a: Analysis, switches: list[_ModeSwitch], backwar
 
 def _backward_helpers(a: Analysis) -> set[str]:
     """The file's classes defining a ``backward`` method, and the names bound to their instances
-    (``penalty = L2Penalty(model)``, ``self.penalty = ...``): their ``.backward(...)`` is the
-    class's own method, not a loss tensor's."""
+    (``penalty = L2Penalty(model)``, ``self.penalty = ...``), of those classes or of such a class
+    another module of the program defines (``from penalty import L2Penalty``): their
+    ``.backward(...)`` is the class's own method, not a loss tensor's."""
     classes = {name for name, record in a.r.classes.items() if "backward" in record.self_names}
+    imported = a.seeds.backward_helper_classes if a.seeds is not None else frozenset()
     helpers = set(classes)
     for assign in a.r.assigns:
         value = constructed(assign.value)
-        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in classes:
+        if not isinstance(value, cst.Call):
+            continue
+        if (isinstance(value.func, cst.Name) and value.func.value in classes) or (
+            imported and program_callee(a.facts, value.func, assign.scope) in imported
+        ):
             helpers.update(assign.targets)
     # Handed to a function under another name (``def train(..., reg)``): a helper there too.
     helpers |= {param for function, param in a.arguments if a.origins_of(function, param) & helpers}

@@ -25,6 +25,7 @@ from accel_convert.codemods.engine.torch_names import (
     is_scheduler,
 )
 from accel_convert.codemods.engine.walk import walk
+from accel_convert.codemods.model.calls import instance_class
 from accel_convert.codemods.model.calls import stepped as calls_stepped
 from accel_convert.codemods.model.expressions import (
     moves_a_construction,
@@ -334,36 +335,73 @@ def _inline_optimizers(a: Analysis) -> None:
                 a.optimizer_home = call.function
 
 
+#: What builds and returns a model or an optimizer: a module-level function by name, or a
+#: method of a module-level class by (class, method).
+Builder = str | tuple[str, str]
+
+
 def _returned_together(a: Analysis) -> None:
     """``def build(): model = Net(); return model, SGD(model.parameters())`` called as ``model,
     opt = build()``: the names the caller unpacks take the roles of what the function returns at
     their positions (a model, an optimizer, by name or built in the ``return``), and the first
     caller unpacking an optimizer is where the optimizers are built: it prepares them (the
-    accelerator created there reaches its training loop), not the function that returns them."""
+    accelerator created there reaches its training loop), not the function that returns them.
+    A method of the file's classes returning them is followed the same way, called on its own
+    instance (``self.model, self.optimizer = self.build()``) or on another one
+    (``model, opt = builder.build(lr)``, ``Builder().build(lr)``)."""
     returned = _roles_returned(a)
     if not returned:
         return
     facts = a.facts
     for assign in a.r.assigns:
-        value = assign.value
-        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
-            continue
-        roles = returned.get(value.func.value)
+        builder = _builder_called(a, assign)
+        roles = returned.get(builder) if builder is not None else None
         names = _unpacked_names(assign)
-        if roles is None or names is None or assign.function == value.func.value:
+        if roles is None or names is None or _builds_itself(assign, builder):
             continue
         for index, role in roles.items():
             if index < len(names):
                 _role_set(facts, role).add(names[index])
-        if "optimizer" in roles.values() and a.optimizer_home in (None, value.func.value):
+        if "optimizer" in roles.values() and a.optimizer_home in (None, _builder_function(builder)):
             a.optimizer_home = assign.function
     # The builder's own names for what it returns are handed out, not trained under that name:
     # the caller prepares them under its names (left in, ``model`` of ``build()`` is reported as
     # a trained model no prepare can follow).
     for name in _returned_names(a, returned):
-        if all(assign.function in returned for assign in a.r.assigns if name in assign.targets):
+        if all(_in_builder(assign, returned) for assign in a.r.assigns if name in assign.targets):
             for role in ("model", "optimizer", "scheduler"):
                 _role_set(facts, role).discard(name)
+
+
+def _builder_called(a: Analysis, assign: AssignRecord) -> Builder | None:
+    """``build`` for ``... = build()``, ``("Trainer", "build")`` for ``... = self.build()`` in a
+    method of ``Trainer`` or ``... = trainer.build()`` on an instance of it; None otherwise."""
+    value = assign.value
+    if not isinstance(value, cst.Call):
+        return None
+    if isinstance(value.func, cst.Name):
+        return value.func.value
+    if not isinstance(value.func, cst.Attribute):
+        return None
+    owner = instance_class(a, assign, value.func.value)
+    return (owner, value.func.attr.value) if owner is not None else None
+
+
+def _builder_function(builder: Builder | None) -> str | None:
+    """The analysis' "function" a builder runs in (a method's is its class)."""
+    return builder[0] if isinstance(builder, tuple) else builder
+
+
+def _builds_itself(assign: AssignRecord, builder: Builder | None) -> bool:
+    """Whether ``assign`` is in the builder it calls (a recursive call)."""
+    if isinstance(builder, tuple):
+        return assign.scope[:2] == builder
+    return assign.function == builder
+
+
+def _in_builder(assign: AssignRecord, returned: dict[Builder, dict[int, str]]) -> bool:
+    """Whether ``assign`` is in one of the builders of ``returned``."""
+    return assign.function in returned or assign.scope[:2] in returned
 
 
 def _role_set(facts: FactsDraft, role: str) -> set[str]:
@@ -371,41 +409,56 @@ def _role_set(facts: FactsDraft, role: str) -> set[str]:
     return facts.optimizers if role == "optimizer" else facts.schedulers if role == "scheduler" else facts.models
 
 
-def _roles_returned(a: Analysis) -> dict[str, dict[int, str]]:
-    """Module-level functions returning a tuple holding a model, an optimizer or a scheduler →
-    position → ``"model"``, ``"optimizer"`` or ``"scheduler"``."""
-    facts = a.facts
-    found: dict[str, dict[int, str]] = {}
+def _tuples_returned(a: Analysis) -> list[tuple[Builder, tuple[str, ...], cst.Tuple]]:
+    """(builder, its scope, the tuple it returns) for the module-level functions and the methods
+    of module-level classes that return a tuple."""
+    found: list[tuple[Builder, tuple[str, ...], cst.Tuple]] = []
     for function, value in a.r.returns:
-        if function not in a.r.defs or not isinstance(value, cst.Tuple):
-            continue
-        roles: dict[int, str] = {}
-        for index, element in enumerate(value.elements):
-            item = constructed(element.value)
-            name = dotted(item)
-            qualified = (
-                a.r.names.qualified_name(item.func, (function,), strict=False) if isinstance(item, cst.Call) else None
-            )
-            if name in facts.optimizers or (qualified is not None and is_optimizer(qualified)):
-                roles[index] = "optimizer"
-            elif name in facts.schedulers or (qualified is not None and is_scheduler(qualified)):
-                roles[index] = "scheduler"
-            elif name in facts.models:
-                roles[index] = "model"
-        if roles:
-            found[function] = roles
+        if function in a.r.defs and isinstance(value, cst.Tuple):
+            found.append((function, (function,), value))
+    for scope, value in a.r.method_returns:
+        if len(scope) == 2 and isinstance(value, cst.Tuple):
+            found.append(((scope[0], scope[1]), tuple(scope), value))
     return found
 
 
-def _returned_names(a: Analysis, returned: dict[str, dict[int, str]]) -> set[str]:
-    """The names the functions of ``returned`` return their models and optimizers under."""
+def _roles_returned(a: Analysis) -> dict[Builder, dict[int, str]]:
+    """Builders returning a tuple holding a model, an optimizer or a scheduler → position →
+    ``"model"``, ``"optimizer"`` or ``"scheduler"``."""
+    found: dict[Builder, dict[int, str]] = {}
+    for builder, scope, value in _tuples_returned(a):
+        roles: dict[int, str] = {}
+        for index, element in enumerate(value.elements):
+            role = _role_of(a, element.value, scope)
+            if role is not None:
+                roles[index] = role
+        if roles:
+            found[builder] = roles
+    return found
+
+
+def _role_of(a: Analysis, element: cst.BaseExpression, scope: tuple[str, ...]) -> str | None:
+    """``"optimizer"``, ``"scheduler"`` or ``"model"`` for an element of a returned tuple (a name
+    of that role or a construction of an optimizer or scheduler); None for anything else."""
+    facts = a.facts
+    item = constructed(element)
+    name = dotted(item)
+    qualified = a.r.names.qualified_name(item.func, scope, strict=False) if isinstance(item, cst.Call) else None
+    if name in facts.optimizers or (qualified is not None and is_optimizer(qualified)):
+        return "optimizer"
+    if name in facts.schedulers or (qualified is not None and is_scheduler(qualified)):
+        return "scheduler"
+    return "model" if name in facts.models else None
+
+
+def _returned_names(a: Analysis, returned: dict[Builder, dict[int, str]]) -> set[str]:
+    """The names the builders of ``returned`` return their models and optimizers under."""
     found = set()
-    for function, value in a.r.returns:
-        if function in returned and isinstance(value, cst.Tuple):
-            for index in returned[function]:
-                name = dotted(value.elements[index].value)
-                if name is not None:
-                    found.add(name)
+    for builder, _, value in _tuples_returned(a):
+        for index in returned.get(builder, {}):
+            name = dotted(value.elements[index].value)
+            if name is not None:
+                found.add(name)
     return found
 
 

@@ -46,7 +46,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.rewrites.device.fixed_gpus import device_functions, gpu_indices
-from accel_convert.codemods.rewrites.device.module_device import rebind_module_device
+from accel_convert.codemods.rewrites.device.module_device import legacy_tensors_at_import, rebind_module_device
 from accel_convert.codemods.rewrites.device.moves import copied_models, cpu_models
 from accel_convert.codemods.rewrites.device.settings_devices import rebind_settings_devices, settings_class_devices
 from accel_convert.codemods.rewrites.device.state import DEVICE, GPU_INDEX_PASSED_ON
@@ -415,4 +415,5 @@ class Device(Rule):
         converted = module.visit(transformer)
         converted, rebound = rebind_module_device(module, converted, facts)
         converted, settings = rebind_settings_devices(module, converted, facts)
-        return converted, transformer.changes(module) + rebound + settings
+        legacy = legacy_tensors_at_import(module, facts)
+        return converted, transformer.changes(module) + rebound + settings + legacy

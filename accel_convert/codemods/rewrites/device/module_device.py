@@ -4,7 +4,9 @@
 GPU 0 on every rank. The function creating the accelerator rebinds the global (``global device``
 / ``device = accelerator.device``); a module-level ``featurizer = LogMel().to(device)`` nothing
 else at module level reads moves there too, and a tensor still placed on that device at import is
-reported (ACC904). This pass runs on the module the device walk converted.
+reported (ACC904), as is a tensor a legacy CUDA type makes at import (``FIXED_Z =
+Tensor(...)`` with ``Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor``). This pass
+runs on the module the device walk converted.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from accel_convert.codemods.engine.syntax import (
     names_in,
     parameter_names,
 )
+from accel_convert.codemods.engine.torch_names import LEGACY_CUDA_TENSOR_TYPES
 from accel_convert.codemods.model.plan import creation_index
 from accel_convert.codemods.rewrites.device.rebinding import creating_function, rebinding
 from accel_convert.codemods.rewrites.device.state import DEVICE
@@ -242,3 +245,51 @@ def _places_on(call: cst.Call, arg: cst.Arg) -> bool:
     if arg.keyword is not None:
         return arg.keyword.value == "device"
     return isinstance(call.func, cst.Attribute) and call.func.attr.value == "to"
+
+
+def legacy_tensors_at_import(original: cst.Module, facts: ScriptFacts) -> list[Change]:
+    """Module-level ``FIXED_Z = Tensor(np.random.normal(0, 1, (16, 8)))`` where ``Tensor`` is a
+    legacy CUDA type (``torch.cuda.FloatTensor``, or chosen at module level: ``Tensor =
+    torch.cuda.FloatTensor if cuda else torch.FloatTensor``), with the accelerator created in a
+    function: such a constructor allocates on the current GPU, which is GPU 0 at import on every
+    rank (``Accelerator()`` selects the rank's own GPU later, and ``Tensor(...)`` called after it
+    lands there). Reported (ACC904); the same calls in functions run after the accelerator exists
+    and are left alone."""
+    if facts.home_kind != "function":
+        return []
+    aliases: set[str] = set()
+    changes: list[Change] = []
+    for statement in original.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        alias = _legacy_type_alias(statement, facts)
+        if alias is not None:
+            aliases.add(alias)
+            continue
+        made = [
+            call
+            for call in calls_in(statement)
+            if dotted(call.func) in aliases or facts.qualified_name(call.func) in LEGACY_CUDA_TENSOR_TYPES
+        ]
+        site = facts.origins.site(statement)
+        if made and site is not None:
+            message = (
+                f"tensor made by a legacy CUDA type ({expression_code(made[0].func)}) at import, before the "
+                f"accelerator picks this process's device: GPU 0 on every rank (make it after the accelerator "
+                f"is created, or move it to the device of the batch that uses it)"
+            )
+            changes.append(report_at(site, NO_ACCELERATOR_ACCESS, message))
+    return changes
+
+
+def _legacy_type_alias(statement: cst.SimpleStatementLine, facts: ScriptFacts) -> str | None:
+    """``Tensor`` for ``Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor`` (or
+    ``Tensor = torch.cuda.FloatTensor``); None for any other statement."""
+    assign = statement.body[0] if len(statement.body) == 1 else None
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+        return None
+    target, value = assign.targets[0].target, assign.value
+    chosen = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+    if isinstance(target, cst.Name) and any(facts.qualified_name(o) in LEGACY_CUDA_TENSOR_TYPES for o in chosen):
+        return target.value
+    return None
