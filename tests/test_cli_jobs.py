@@ -133,3 +133,23 @@ def test_sigterm_during_a_two_job_run_leaves_no_half_written_file_nor_worker(tmp
     while [pid for pid in workers if Path(f"/proc/{pid}").exists()] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()], "a worker outlived the command"
+
+
+def test_workers_fork_from_the_command_with_every_rule_loaded_unless_a_thread_runs() -> None:
+    """No thread beside the command's: workers are forked from it, the engine and every rule
+    imported first (each worker would otherwise import them again); a caller's thread running:
+    a fork could copy a lock it holds, so the workers come from a fork server."""
+    import threading
+
+    assert threading.active_count() == 1
+    assert parallel._context().get_start_method() == "fork"
+    assert set(parallel.CONVERSION_MODULES) <= set(sys.modules)
+    assert "accel_convert.codemods.checks.unseeded_random" in sys.modules  # a rule the registry loads
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert parallel._context().get_start_method() == "forkserver"
+    finally:
+        stop.set()
+        thread.join()
