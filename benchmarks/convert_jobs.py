@@ -8,7 +8,13 @@ the workers pay off), the cores, and the load average before and after (a loaded
 the gain: the workers compete with everything else for the same cores). The two runs' stdout,
 stderr, exit code and written files must be identical, or the benchmark fails.
 
-Usage: ``python benchmarks/convert_jobs.py [--source DIR] [--rounds N]`` from the repository root.
+Every run loads the converter's modules compiled (``PYTHONPYCACHEPREFIX``, a temporary folder an
+untimed run fills), as an installed package has them; ``--source-only`` times them compiled from
+source at every start instead (``PYTHONDONTWRITEBYTECODE``, no cached bytecode: a checkout run with
+that variable set, as this project's sessions are).
+
+Usage: ``python benchmarks/convert_jobs.py [--source DIR] [--rounds N] [--source-only]`` from the
+repository root.
 """
 
 from __future__ import annotations
@@ -26,9 +32,16 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SOURCE = REPO_ROOT.parent / "shared" / "realworld" / "tutorials" / "src"
 
 
-def convert(folder: Path, out: Path, jobs: list[str]) -> tuple[float, subprocess.CompletedProcess[bytes]]:
+def convert(
+    folder: Path, out: Path, jobs: list[str], bytecode: Path | None
+) -> tuple[float, subprocess.CompletedProcess[bytes]]:
     shutil.rmtree(out, ignore_errors=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    if bytecode is None:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    else:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(bytecode)
     start = time.perf_counter()
     run = subprocess.run(
         [sys.executable, "-m", "accel_convert.converter", str(folder), "-o", str(out), *jobs],
@@ -48,24 +61,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--source-only", action="store_true", help="no compiled bytecode: compile at every start")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as temporary:
         root = Path(temporary)
         folder = root / "src"
         shutil.copytree(args.source, folder)
+        bytecode = None if args.source_only else root / "pyc"
+        if bytecode is not None:  # untimed: compiles every module a run loads
+            convert(folder, root / "out", ["--jobs", "1"], bytecode)
         best: dict[str, float] = {}
         results: dict[str, tuple[int, bytes, bytes, dict[str, bytes]]] = {}
         for _ in range(args.rounds):
             for name, jobs in (("--jobs 1", ["--jobs", "1"]), ("default", [])):
-                seconds, run = convert(folder, root / "out", jobs)
+                seconds, run = convert(folder, root / "out", jobs, bytecode)
                 best[name] = min(seconds, best.get(name, seconds))
                 results[name] = (run.returncode, run.stdout, run.stderr, written(root / "out"))
         files = len(list(folder.rglob("*.py")))
     if results["--jobs 1"] != results["default"]:
         sys.exit("the default --jobs gave other output than --jobs 1")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(f"{files} files, {cores} cores (the default --jobs), best of {args.rounds} round(s)")
+    compiled = "compiled from source at every start" if args.source_only else "bytecode compiled beforehand"
+    print(f"{files} files, {cores} cores (the default --jobs), best of {args.rounds} round(s), {compiled}")
     print(f"--jobs 1:  {best['--jobs 1']:.2f} s")
     print(f"default:   {best['default']:.2f} s")
     print(f"ratio (--jobs 1 / default): {best['--jobs 1'] / best['default']:.2f}")

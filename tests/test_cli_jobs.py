@@ -133,3 +133,34 @@ def test_sigterm_during_a_two_job_run_leaves_no_half_written_file_nor_worker(tmp
     while [pid for pid in workers if Path(f"/proc/{pid}").exists()] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()], "a worker outlived the command"
+
+
+#: In a fresh interpreter (no thread another test may have left): the start method chosen, and
+#: whether the engine's modules and a rule the registry loads were imported before the fork.
+FORK_PROBE = """
+import sys
+from accel_convert.converter import parallel
+method = parallel._context().get_start_method()
+loaded = set(parallel.CONVERSION_MODULES) | {"accel_convert.codemods.checks.unseeded_random"}
+print(method, loaded <= set(sys.modules))
+"""
+
+
+def test_workers_fork_from_the_command_with_every_rule_loaded_unless_a_thread_runs() -> None:
+    """No thread beside the command's: workers are forked from it, the engine and every rule
+    imported first (each worker would otherwise import them again); a caller's thread running:
+    a fork could copy a lock it holds, so the workers come from a fork server."""
+    import threading
+
+    probe = subprocess.run(
+        [sys.executable, "-c", FORK_PROBE], capture_output=True, text=True, env=base_env(), timeout=300, check=True
+    )
+    assert probe.stdout.split() == ["fork", "True"], probe.stderr
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert parallel._context().get_start_method() == "forkserver"
+    finally:
+        stop.set()
+        thread.join()

@@ -11,14 +11,20 @@ converted again here), and a worker that fails for any reason other than a Conve
 (an internal error, a worker that died) leaves the file to be converted here too, where the
 failure is reported exactly as with one worker.
 
+The workers are forked from the command's process (on Linux, where no other thread runs), after it
+has imported the engine and every rule: they start at once and import nothing themselves. Elsewhere
+they fork from a server that imports the same modules once.
+
 Example: ``accel-convert src/ -o out/ --jobs 4`` converts four files at a time; ``--jobs 1`` (or a
 run of one file) converts everything in the command's own process.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,7 +83,7 @@ class ParallelConversions(Conversions):
         from concurrent.futures import ProcessPoolExecutor
 
         context = _context()
-        self.executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_ignore_interrupts)
+        self.executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker)
         self.semaphores = _semaphore_names(self.executor)
         self.futures: dict[int, Future[Outcome]] = {}
         # Programs first: the command converts them all before any single file.
@@ -138,16 +144,46 @@ def start(jobs: int | None, plan_jobs: Sequence[Any], options: Options) -> Conve
     return ParallelConversions(min(jobs, tasks), options, files, programs)
 
 
-def _context() -> multiprocessing.context.BaseContext:
-    """forkserver where there is one (each worker forks from a server that has imported the
-    converter once, instead of importing it anew), else spawn; never fork (a caller's threads)."""
-    import multiprocessing
+#: What every conversion imports beyond this module (the engine and every rule, the name-flow
+#: guard, the program model): loaded once before the workers start, not once in each of them.
+CONVERSION_MODULES = (
+    "accel_convert.codemods.engine.registry",
+    "accel_convert.codemods.engine.analysis",
+    "accel_convert.codemods.engine.program",
+    "accel_convert.converter.guard",
+)
 
+
+def _context() -> multiprocessing.context.BaseContext:
+    """fork on Linux while this process runs no other thread: a worker starts at once, with
+    everything a conversion needs already imported here. Else forkserver where there is one
+    (the workers fork from a server that imports it once), else spawn. Never fork beside a
+    thread (a caller's: the lock it may hold would stay held in the worker)."""
+    import multiprocessing
+    import threading
+
+    if sys.platform.startswith("linux") and threading.active_count() == 1:
+        _load_conversion_modules()
+        # Unwritten output would be written once more by each worker as it exits.
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        return multiprocessing.get_context("fork")
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__])
+    context.set_forkserver_preload([__name__, *CONVERSION_MODULES])
     return context
+
+
+def _load_conversion_modules() -> None:
+    """Import what conversions use, every rule among it (the registry loads them when asked)."""
+    import importlib
+
+    for name in CONVERSION_MODULES:
+        importlib.import_module(name)
+    from accel_convert.codemods.engine.registry import all_rules
+
+    all_rules()
 
 
 def _semaphore_names(executor: ProcessPoolExecutor) -> set[str]:
@@ -169,10 +205,16 @@ def _release_semaphores(names: set[str]) -> None:
             finalizer()
 
 
-def _ignore_interrupts() -> None:
+def _start_worker() -> None:
+    # What the worker holds on starting (the modules it was forked with or imported) lives as
+    # long as it does: its collections need not walk it.
+    gc.freeze()
     # Ctrl-C reaches the whole process group: the command's own process handles it and ends the
     # workers, which would otherwise each print a KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A forked worker has the command's SIGTERM handler (raise, to remove a temporary file):
+    # the worker writes nothing, and is ended by SIGTERM when the command stops.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _guarded(sources: list[bytes], convert: Any) -> Outcome:
