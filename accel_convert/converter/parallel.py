@@ -118,9 +118,15 @@ class ParallelConversions(Conversions):
         if stopped:
             # Ctrl-C, SIGTERM: end now. Workers write nothing, so ending them loses nothing.
             processes = list(getattr(self.executor, "_processes", {}).values())
+            manager = getattr(self.executor, "_executor_manager_thread", None)
             self.executor.shutdown(wait=False, cancel_futures=True)
             for process in processes:
                 process.terminate()
+            # shutdown(wait=False) lets go of the pool's manager thread without joining it; left
+            # running, it closes its wake-up pipe while the interpreter's exit hook writes to it
+            # (Python 3.11: "OSError: Bad file descriptor" printed at exit). Wait for it here.
+            if manager is not None:
+                manager.join(timeout=60)
         self.executor.shutdown(wait=True)
         self.futures.clear()
         if stopped:
