@@ -32,7 +32,7 @@ accelerator) and :func:`prepare_call` / :func:`prepared_by` / :func:`prepares_he
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
@@ -108,6 +108,15 @@ class ConversionPlan:
     #: home block holding one (``for step in range(n): ... loss.backward()``, no loader) is where
     #: its training starts too.
     backward_lines: tuple[int, ...] = ()
+    #: Preparing function → its original lines where its own training starts (its loops over
+    #: loaders, its calls reaching one): what it prepares goes before the first.
+    function_training_lines: Mapping[str, tuple[int, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    #: Whether this module creates the accelerator (``Accelerator.applies``): it trains something
+    #: and has none yet, and is no library (which gets the entry script's).
+    creates_accelerator: bool = False
+    #: Whether the prepare rule has work here (``Prepare.applies``): the module has an
+    #: accelerator, and objects to prepare or a received model no block prepares (reported).
+    prepares: bool = False
 
     @classmethod
     def of(
@@ -150,6 +159,13 @@ class ConversionPlan:
             already_prepared=frozenset(facts.prepared),
             training_lines=tuple(sorted(set(facts.training_lines()))),
             backward_lines=tuple(sorted({site.line for site in facts.training_backward_sites})),
+            function_training_lines=MappingProxyType(
+                {name: tuple(facts.training_lines(name)) for name in sorted(preparing)}
+            ),
+            creates_accelerator=(
+                facts.existing_accelerator is None and facts.has_accelerator and facts.home_kind != "library"
+            ),
+            prepares=facts.has_accelerator and bool(to_prepare or facts.unprepared_received_models),
         )
 
     @property
@@ -170,6 +186,13 @@ class ConversionPlan:
         function creating the accelerator (which builds what it hands down, loaders for every
         trial); None stands for module-level code."""
         return frozenset({self.home_function, self.creating_function})
+
+    def training_lines_of(self, block: str | None = None) -> tuple[int, ...]:
+        """The original lines where training starts in ``block``: the home block's (None) loops,
+        calls reaching one and backwards, or a preparing function's loops and calls."""
+        if block is None:
+            return (*self.training_lines, *self.backward_lines)
+        return self.function_training_lines.get(block, ())
 
     @property
     def training_start_line(self) -> int | None:
@@ -267,6 +290,8 @@ def _preparations(
         "shared_draw_lines",
         "accessible_functions",
         "argument_parsing_functions",
+        "unprepared_received_models",
+        "loss_names",
     ),
     provides=("plan",),
 )

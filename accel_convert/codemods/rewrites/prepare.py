@@ -447,10 +447,7 @@ class _Prepare(HomeBlockTransformer):
         """Index of the first statement of ``body`` that loops over a loader, or calls a function
         that (directly or through its own calls) does; ``len(body)`` when none does. ``block``:
         the function ``body`` belongs to, when not the home block."""
-        if block is None:
-            lines = (*self.plan.training_lines, *self.plan.backward_lines)
-        else:
-            lines = tuple(self.facts.training_lines(block))
+        lines = self.plan.training_lines_of(block)
         for index, node in enumerate(body):
             if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
                 continue  # the calls inside a definition run when it is called, not here
@@ -885,7 +882,7 @@ class Prepare(Rule):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return facts.has_accelerator and bool(objects_to_prepare(facts) or facts.unprepared_received_models)
+        return plan_of(facts).prepares
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         names = objects_to_prepare(facts)
