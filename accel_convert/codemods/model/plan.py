@@ -117,6 +117,10 @@ class ConversionPlan:
     #: Whether the prepare rule has work here (``Prepare.applies``): the module has an
     #: accelerator, and objects to prepare or a received model no block prepares (reported).
     prepares: bool = False
+    #: Objects of ``to_prepare`` that plain module-level statements above the ``__main__`` block
+    #: build (d2l's ``net = nn.Sequential(...)`` at the top, handed to ``train_ch6(net, ...)`` in
+    #: the block): the block's one ``prepare`` takes them too, where it creates the accelerator.
+    built_above_guard: AbstractSet[str] = frozenset()
 
     @classmethod
     def of(
@@ -125,12 +129,14 @@ class ConversionPlan:
         bound: Mapping[str, AbstractSet[str]] | None = None,
         methods: Mapping[str, Mapping[str, tuple[str, ...]]] | None = None,
         parsing: AbstractSet[str] = frozenset(),
+        above_guard: AbstractSet[str] = frozenset(),
     ) -> ConversionPlan:
         """The plan the facts decide (the analysis' draft, or facts built by hand). The analysis'
         working facts, which facts built by hand lack: ``bound``, module-level function → the
         names it binds (without, the home block prepares everything); ``methods``, training
         class → method → what it builds and prepares; ``parsing``, the functions that only parse
-        the command line."""
+        the command line; ``above_guard``, the names plain statements above the ``__main__``
+        block bind."""
         to_prepare = tuple(
             name
             for group in facts.preparation_groups()
@@ -166,6 +172,7 @@ class ConversionPlan:
                 facts.existing_accelerator is None and facts.has_accelerator and facts.home_kind != "library"
             ),
             prepares=facts.has_accelerator and bool(to_prepare or facts.unprepared_received_models),
+            built_above_guard=frozenset(above_guard & set(to_prepare)),
         )
 
     @property
@@ -292,6 +299,7 @@ def _preparations(
         "argument_parsing_functions",
         "unprepared_received_models",
         "loss_names",
+        "assign_sites",
     ),
     provides=("plan",),
 )
@@ -300,7 +308,28 @@ def conversion_plan(a: Analysis) -> None:
     bound: dict[str, set[str]] = {}
     for assign in a.r.assigns:
         bound.setdefault(assign.function, set()).update(assign.targets)
-    a.facts.plan = ConversionPlan.of(a.facts, bound, a.method_prepare, frozenset(a.argument_parsing_functions))
+    a.facts.plan = ConversionPlan.of(
+        a.facts, bound, a.method_prepare, frozenset(a.argument_parsing_functions), _bound_above_main_guard(a)
+    )
+
+
+def _bound_above_main_guard(a: Analysis) -> frozenset[str]:
+    """The names the module's plain statements above its ``if __name__ == "__main__":`` block bind
+    (by the analysis' assignment lines), when that block builds the training objects."""
+    if a.facts.home_kind != "main_guard" or a.module is None:
+        return frozenset()
+    spans = []
+    for top in a.module.body:
+        if is_main_guard(top):
+            break
+        if isinstance(top, cst.SimpleStatementLine):
+            site = a.site(top)
+            spans.append((site.line, site.end_line))
+    return frozenset(
+        name
+        for name, sites in a.facts.assign_sites.items()
+        if any(first <= where.line <= last for first, last in spans for where in sites)
+    )
 
 
 def plan_of(facts: ScriptFacts) -> ConversionPlan:

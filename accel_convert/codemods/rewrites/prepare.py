@@ -41,7 +41,6 @@ from accel_convert.codemods.engine.syntax import (
     assigned_in,
     class_methods,
     dotted,
-    is_main_guard,
     names_in,
     nodes_in,
     parameter_names,
@@ -71,9 +70,6 @@ class _Prepare(HomeBlockTransformer):
         super().__init__(facts)
         self.plan = plan_of(facts)
         self.wanted = names
-        #: Wanted names bound by plain module-level statements above the ``__main__`` block (d2l's
-        #: ``net = nn.Sequential(...)`` at the top, handed to ``train_ch6(net, ...)`` in the block).
-        self.built_above_guard: set[str] = set()
         #: Every name a ``prepare`` statement of this pass received.
         self.prepared_names: set[str] = set()
         #: Module-level classes of the file that define ``__iter__`` (a loader wrapper).
@@ -85,12 +81,6 @@ class _Prepare(HomeBlockTransformer):
             for top in node.body
             if isinstance(top, cst.ClassDef) and any(m.name.value == "__iter__" for m in class_methods(top))
         }
-        if self.facts.home_kind == "main_guard":
-            for top in node.body:
-                if is_main_guard(top):
-                    break
-                if isinstance(top, cst.SimpleStatementLine):
-                    self.built_above_guard |= self._assigned_by(top)
         return True
 
     @property
@@ -194,7 +184,7 @@ class _Prepare(HomeBlockTransformer):
         """``names`` with what the module builds above the ``__main__`` block and the block's
         training uses: the block runs at module level, so preparing it there (where the block
         creates the accelerator, among ``head``) rebinds the global every function reads."""
-        above = [name for name in self.wanted if name in self.built_above_guard and name not in last_creation]
+        above = [name for name in self.wanted if name in self.plan.built_above_guard and name not in last_creation]
         if not above or self.facts.home_kind != "main_guard":
             return names
         created = self._accelerator_index(head)
