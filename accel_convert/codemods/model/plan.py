@@ -121,6 +121,10 @@ class ConversionPlan:
     #: build (d2l's ``net = nn.Sequential(...)`` at the top, handed to ``train_ch6(net, ...)`` in
     #: the block): the block's one ``prepare`` takes them too, where it creates the accelerator.
     built_above_guard: AbstractSet[str] = frozenset()
+    #: Home function → its parameters that are models it trains, bound nowhere in the file but
+    #: as its parameters (an ensemble's ``for m in models: train(m, loader)``): what its callers
+    #: hand it is prepared by nobody else, so its one ``prepare`` takes them too.
+    received_models: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def of(
@@ -130,13 +134,15 @@ class ConversionPlan:
         methods: Mapping[str, Mapping[str, tuple[str, ...]]] | None = None,
         parsing: AbstractSet[str] = frozenset(),
         above_guard: AbstractSet[str] = frozenset(),
+        received: Mapping[str, tuple[str, ...]] | None = None,
     ) -> ConversionPlan:
         """The plan the facts decide (the analysis' draft, or facts built by hand). The analysis'
         working facts, which facts built by hand lack: ``bound``, module-level function → the
         names it binds (without, the home block prepares everything); ``methods``, training
         class → method → what it builds and prepares; ``parsing``, the functions that only parse
         the command line; ``above_guard``, the names plain statements above the ``__main__``
-        block bind."""
+        block bind; ``received``, home function → the models it is handed and trains, bound
+        nowhere else."""
         to_prepare = tuple(
             name
             for group in facts.preparation_groups()
@@ -173,6 +179,7 @@ class ConversionPlan:
             ),
             prepares=facts.has_accelerator and bool(to_prepare or facts.unprepared_received_models),
             built_above_guard=frozenset(above_guard & set(to_prepare)),
+            received_models=MappingProxyType(dict(received or {})),
         )
 
     @property
@@ -309,8 +316,50 @@ def conversion_plan(a: Analysis) -> None:
     for assign in a.r.assigns:
         bound.setdefault(assign.function, set()).update(assign.targets)
     a.facts.plan = ConversionPlan.of(
-        a.facts, bound, a.method_prepare, frozenset(a.argument_parsing_functions), _bound_above_main_guard(a)
+        a.facts,
+        bound,
+        a.method_prepare,
+        frozenset(a.argument_parsing_functions),
+        _bound_above_main_guard(a),
+        _received_models(a),
     )
+
+
+def _spans(statements: Sequence[cst.BaseStatement], a: Analysis) -> list[tuple[int, int]]:
+    """The original lines (first, last) of each statement."""
+    return [(site.line, site.end_line) for site in map(a.site, statements)]
+
+
+def _bound_in(spans: Sequence[tuple[int, int]], a: Analysis) -> frozenset[str]:
+    """The names an assignment within one of ``spans`` binds (the analysis' assignment lines)."""
+    return frozenset(
+        name
+        for name, sites in a.facts.assign_sites.items()
+        if any(first <= where.line <= last for first, last in spans for where in sites)
+    )
+
+
+def _received_models(a: Analysis) -> dict[str, tuple[str, ...]]:
+    """See ``ConversionPlan.received_models``: the home function's and the creating function's
+    model parameters that no statement of its body (but a definition) and no other code binds."""
+    if a.facts.home_kind != "function" or a.module is None:
+        return {}
+    homes = {a.facts.main_function, a.facts.creating_function}
+    found: dict[str, tuple[str, ...]] = {}
+    for top in a.module.body:
+        if not (isinstance(top, cst.FunctionDef) and top.name.value in homes):
+            continue
+        where = a.site(top)
+        body = top.body.body if isinstance(top.body, cst.IndentedBlock) else ()
+        bound = _bound_in(_spans([s for s in body if not isinstance(s, (cst.FunctionDef, cst.ClassDef))], a), a)
+        found[top.name.value] = tuple(
+            name
+            for name in parameter_names(top)
+            if name in a.facts.models
+            and name not in bound
+            and all(where.line <= site.line <= where.end_line for site in a.facts.assign_sites.get(name, ()))
+        )
+    return found
 
 
 def _bound_above_main_guard(a: Analysis) -> frozenset[str]:
@@ -318,18 +367,13 @@ def _bound_above_main_guard(a: Analysis) -> frozenset[str]:
     (by the analysis' assignment lines), when that block builds the training objects."""
     if a.facts.home_kind != "main_guard" or a.module is None:
         return frozenset()
-    spans = []
+    above: list[cst.BaseStatement] = []
     for top in a.module.body:
         if is_main_guard(top):
             break
         if isinstance(top, cst.SimpleStatementLine):
-            site = a.site(top)
-            spans.append((site.line, site.end_line))
-    return frozenset(
-        name
-        for name, sites in a.facts.assign_sites.items()
-        if any(first <= where.line <= last for first, last in spans for where in sites)
-    )
+            above.append(top)
+    return _bound_in(_spans(above, a), a)
 
 
 def plan_of(facts: ScriptFacts) -> ConversionPlan:

@@ -43,7 +43,6 @@ from accel_convert.codemods.engine.syntax import (
     dotted,
     names_in,
     nodes_in,
-    parameter_names,
     statement,
 )
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
@@ -123,7 +122,7 @@ class _Prepare(HomeBlockTransformer):
         # Only what this block builds: a loader only known as another function's parameter stays.
         # But a model the home function receives and trains, which no other block builds (an
         # ensemble's ``for m in models: train(m, loader)``), is prepared with what it builds.
-        for name in self._received_models(anchor, body):
+        for name in self._received_models(anchor):
             first_creation.setdefault(name, -1)
             last_creation.setdefault(name, -1)
         names = self._in_order([name for name in self.wanted if name in last_creation], first_creation)
@@ -252,22 +251,10 @@ class _Prepare(HomeBlockTransformer):
             and (arg.value.value == target or wrapper in self.iterable_classes)
         ]
 
-    def _received_models(self, anchor: cst.CSTNode, body: list[cst.BaseStatement]) -> list[str]:
-        """Parameters of the home function that are models it trains, bound nowhere in the file but
-        as its parameters: what its callers hand it is prepared by nobody else."""
-        if not isinstance(anchor, cst.FunctionDef):
-            return []
-        where = self.origins.site(anchor)
-        if where is None:
-            return []
-        bound = set().union(*(self._assigned_by(node) for node in body)) if body else set()
-        return [
-            name
-            for name in parameter_names(anchor)
-            if name in self.facts.models
-            and name not in bound
-            and not any(not where.line <= site.line <= where.end_line for site in self.facts.assign_sites.get(name, ()))
-        ]
+    def _received_models(self, anchor: cst.CSTNode) -> tuple[str, ...]:
+        """The models the home function ``anchor`` is handed and trains, which no other block
+        builds (the plan's ``received_models``)."""
+        return self.plan.received_models.get(anchor.name.value, ()) if isinstance(anchor, cst.FunctionDef) else ()
 
     def _accelerator_index(self, statements: list[cst.BaseStatement]) -> int | None:
         """Index of the statement creating the accelerator among ``statements``, if one does."""
