@@ -243,3 +243,158 @@ def test_training_without_a_loader_starts_at_its_backward() -> None:
     assert lines.index("model, optimizer = accelerator.prepare(model, optimizer)") < lines.index(
         "for step in range(10):"
     )
+
+
+# Where each prepare goes: the plan answers from the original program, prepare.py only applies it.
+
+
+def test_placement_at_module_level_above_the_main_block() -> None:
+    plan, source, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        net = nn.Linear(8, 1)
+
+
+        def train(model, loader, optimizer):
+            for x, y in loader:
+                optimizer.zero_grad()
+                nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+
+
+        if __name__ == "__main__":
+            loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+            optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+            train(net, loader, optimizer)
+        """
+    )
+    assert plan.home_kind == "main_guard" and plan.creates_accelerator and plan.prepares
+    # ``net`` is built by module code above the block: the block's one prepare takes it too.
+    assert plan.built_above_guard == {"net"}
+    assert _line(source, "train(net, loader, optimizer)") in plan.training_lines_of(None)
+    lines = [line.strip() for line in converted.splitlines()]
+    prepare = lines.index("net, optimizer, loader = accelerator.prepare(net, optimizer, loader)")
+    assert lines[prepare - 1].startswith("optimizer = ") and lines[prepare + 1] == "train(net, loader, optimizer)"
+
+
+def test_placement_in_a_function_handed_its_model() -> None:
+    plan, _, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def main(model):
+            loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                optimizer.zero_grad()
+                nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+
+
+        if __name__ == "__main__":
+            main(nn.Linear(8, 1))
+        """
+    )
+    assert plan.home == "main" and plan.built_above_guard == frozenset()
+    # Nothing in the file builds ``model`` but as ``main``'s parameter: ``main`` prepares it.
+    assert dict(plan.received_models) == {"main": ("model",)}
+    assert _prepare_lines(converted) == ["model, optimizer, loader = accelerator.prepare(model, optimizer, loader)"]
+
+
+def test_placement_in_a_function_that_trains_what_it_is_handed() -> None:
+    source = textwrap.dedent(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def train(model, data):
+            loader = DataLoader(data, batch_size=8)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                optimizer.zero_grad()
+                nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+
+
+        def main():
+            model = nn.Linear(8, 1)
+            train(model, TensorDataset(torch.randn(64, 8), torch.randn(64, 1)))
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    plan = plan_of(analyse(cst.parse_module(source), source))
+    # ``train``'s own prepare goes before its loop; ``main``'s before the call of ``train``.
+    assert set(plan.function_training_lines) == {"train"}
+    assert _line(source, "for x, y in loader:") in plan.training_lines_of("train")
+    assert plan.training_lines_of("main") == ()
+    assert dict(plan.received_models) == {"main": ()}
+
+
+def test_placement_in_a_class_method() -> None:
+    plan, source, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        class Trainer:
+            def __init__(self):
+                self.model = nn.Linear(8, 1)
+                self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+            def fit(self, dataset):
+                loader = DataLoader(dataset, batch_size=8)
+                for x, y in loader:
+                    self.optimizer.zero_grad()
+                    nn.functional.mse_loss(self.model(x), y).backward()
+                    self.optimizer.step()
+
+
+        def main():
+            trainer = Trainer()
+            trainer.fit(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)))
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    assert plan.creates_accelerator and plan.prepares and plan.creating_scope == "main"
+    # The loader ``fit`` builds is prepared right where it is built.
+    assert {owner: dict(methods) for owner, methods in plan.method_preparations.items()} == {
+        "Trainer": {"fit": ("loader",)}
+    }
+    assert _line(source, "trainer.fit(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)))") in (
+        plan.training_lines_of(None)
+    )
+    lines = [line.strip() for line in converted.splitlines()]
+    assert lines[lines.index("loader = DataLoader(dataset, batch_size=8)") + 1] == (
+        "loader = self.accelerator.prepare(loader)"
+    )
+
+
+def test_a_module_training_nothing_creates_no_accelerator_and_prepares_nothing() -> None:
+    plan, source, converted = _planned(
+        """
+        import torch.nn as nn
+
+
+        class Net(nn.Module):
+            def forward(self, x):
+                return x
+        """
+    )
+    assert not plan.creates_accelerator and not plan.prepares
+    assert converted == source
