@@ -40,8 +40,15 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_name, is_accelerator_method
 from accel_convert.codemods.engine.facts import MODULE, FactsDraft, ScriptFacts
-from accel_convert.codemods.engine.syntax import dotted, is_main_guard, nodes_in, parameter_names, target_names
-from accel_convert.codemods.engine.torch_names import ACCELERATORS
+from accel_convert.codemods.engine.syntax import (
+    class_methods,
+    dotted,
+    is_main_guard,
+    nodes_in,
+    parameter_names,
+    target_names,
+)
+from accel_convert.codemods.engine.torch_names import ACCELERATORS, DATA_LOADERS
 from accel_convert.codemods.model.provider import provider
 
 if TYPE_CHECKING:
@@ -125,6 +132,10 @@ class ConversionPlan:
     #: as its parameters (an ensemble's ``for m in models: train(m, loader)``): what its callers
     #: hand it is prepared by nobody else, so its one ``prepare`` takes them too.
     received_models: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    #: Original line of a home-block statement handing a loader to a class that stands for it
+    #: from then on (``train_dl = DeviceDataLoader(train_dl, device)``) → (loader, wrapper class)
+    #: pairs: ``prepare`` passes such a wrapper through, so the loader is prepared right before.
+    loader_wrappings: Mapping[int, tuple[tuple[str, str], ...]] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def of(
@@ -135,6 +146,7 @@ class ConversionPlan:
         parsing: AbstractSet[str] = frozenset(),
         above_guard: AbstractSet[str] = frozenset(),
         received: Mapping[str, tuple[str, ...]] | None = None,
+        wrappings: Mapping[int, tuple[tuple[str, str], ...]] | None = None,
     ) -> ConversionPlan:
         """The plan the facts decide (the analysis' draft, or facts built by hand). The analysis'
         working facts, which facts built by hand lack: ``bound``, module-level function → the
@@ -142,7 +154,7 @@ class ConversionPlan:
         class → method → what it builds and prepares; ``parsing``, the functions that only parse
         the command line; ``above_guard``, the names plain statements above the ``__main__``
         block bind; ``received``, home function → the models it is handed and trains, bound
-        nowhere else."""
+        nowhere else; ``wrappings``, the home block's statements wrapping a loader."""
         to_prepare = tuple(
             name
             for group in facts.preparation_groups()
@@ -180,6 +192,7 @@ class ConversionPlan:
             prepares=facts.has_accelerator and bool(to_prepare or facts.unprepared_received_models),
             built_above_guard=frozenset(above_guard & set(to_prepare)),
             received_models=MappingProxyType(dict(received or {})),
+            loader_wrappings=MappingProxyType(dict(wrappings or {})),
         )
 
     @property
@@ -322,6 +335,71 @@ def conversion_plan(a: Analysis) -> None:
         frozenset(a.argument_parsing_functions),
         _bound_above_main_guard(a),
         _received_models(a),
+        _loader_wrappings(a),
+    )
+
+
+def _home_statements(module: cst.Module, facts: FactsDraft) -> list[cst.BaseStatement]:
+    """The statements of the home blocks (the home and the creating function's bodies, the
+    ``__main__`` block's, or the module's), as the original has them."""
+    if facts.home_kind == "module":
+        return list(module.body)
+    found: list[cst.BaseStatement] = []
+    homes = {facts.main_function, facts.creating_function}
+    for top in module.body:
+        home = (
+            is_main_guard(top)
+            if facts.home_kind == "main_guard"
+            else isinstance(top, cst.FunctionDef) and top.name.value in homes
+        )
+        if home and isinstance(top.body, cst.IndentedBlock):
+            found.extend(top.body.body)
+    return found
+
+
+def _loader_wrappings(a: Analysis) -> dict[int, tuple[tuple[str, str], ...]]:
+    """See ``ConversionPlan.loader_wrappings``."""
+    if a.module is None or a.facts.home_kind == "library":
+        return {}
+    iterable = {
+        top.name.value
+        for top in a.module.body
+        if isinstance(top, cst.ClassDef) and any(m.name.value == "__iter__" for m in class_methods(top))
+    }
+    found: dict[int, tuple[tuple[str, str], ...]] = {}
+    for node in _home_statements(a.module, a.facts):
+        wraps = _wrapped_loaders(node, a.facts, iterable)
+        if wraps:
+            found[a.site(node).line] = wraps
+    return found
+
+
+def _wrapped_loaders(
+    node: cst.BaseStatement, facts: FactsDraft, iterable: AbstractSet[str]
+) -> tuple[tuple[str, str], ...]:
+    """(loader, wrapper class) for each loader ``node`` hands to a class that is not a DataLoader
+    and stands for it from then on: ``X = Wrapper(X, ...)`` (a class name, capitalised), or
+    ``Y = Wrapper(X, ...)`` with a ``Wrapper`` of this file that defines ``__iter__``. A
+    ``Trainer(model, optimizer, loader)`` only keeps the loader it is given."""
+    if not (isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1):
+        return ()
+    assign = node.body[0]
+    if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call) or len(assign.targets) != 1:
+        return ()
+    call = assign.value
+    wrapper = dotted(call.func)
+    if wrapper is None or not wrapper.rpartition(".")[2][:1].isupper():
+        return ()
+    if facts.callee_name(call.func) in DATA_LOADERS:
+        return ()
+    target = dotted(assign.targets[0].target)
+    loaders = facts.loaders
+    return tuple(
+        (arg.value.value, wrapper)
+        for arg in call.args
+        if isinstance(arg.value, cst.Name)
+        and arg.value.value in loaders
+        and (arg.value.value == target or wrapper in iterable)
     )
 
 

@@ -39,13 +39,11 @@ from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
     assigned_in,
-    class_methods,
     dotted,
     names_in,
     nodes_in,
     statement,
 )
-from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 from accel_convert.codemods.engine.transformers import HomeBlockTransformer
 from accel_convert.codemods.model.plan import creation_index, plan_of, prepares_here
 from accel_convert.codemods.model.provider import rule_provider
@@ -71,16 +69,6 @@ class _Prepare(HomeBlockTransformer):
         self.wanted = names
         #: Every name a ``prepare`` statement of this pass received.
         self.prepared_names: set[str] = set()
-        #: Module-level classes of the file that define ``__iter__`` (a loader wrapper).
-        self.iterable_classes: set[str] = set()
-
-    def visit_Module(self, node: cst.Module) -> bool:
-        self.iterable_classes = {
-            top.name.value
-            for top in node.body
-            if isinstance(top, cst.ClassDef) and any(m.name.value == "__iter__" for m in class_methods(top))
-        }
-        return True
 
     @property
     def home_names(self) -> set[str | None]:
@@ -131,7 +119,7 @@ class _Prepare(HomeBlockTransformer):
         # student built after the training began, a model built under a flag): each is prepared
         # right where it is built, before it is handed over. Inside a nested block, the insertion
         # leaves the indices of the top-level statements above as they were.
-        where_built = {name for name in self.wanted if name in self.facts.models_prepared_where_built} - set(names)
+        where_built = {name for name in self.wanted if name in self.plan.prepared_where_built} - set(names)
         rebuilt = self._loaders_built_in(body[loop_index:]) | where_built
         head = body[:loop_index]
         # A loader wrapped in an object of another class (a ``DeviceDataLoader`` moving every
@@ -227,29 +215,11 @@ class _Prepare(HomeBlockTransformer):
         return inserted
 
     def _wrappings(self, node: cst.BaseStatement, loaders: list[str]) -> list[tuple[str, str]]:
-        """(loader, wrapper class) for each of ``loaders`` that ``node`` hands to a class that is
-        not a DataLoader and stands for it from then on: ``X = Wrapper(X, ...)`` (a class name,
-        capitalised), or ``Y = Wrapper(X, ...)`` with a ``Wrapper`` of this file that defines
-        ``__iter__``. A ``Trainer(model, optimizer, loader)`` only keeps the loader it is given."""
-        if not (isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1):
-            return []
-        assign = node.body[0]
-        if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call) or len(assign.targets) != 1:
-            return []
-        call = assign.value
-        wrapper = dotted(call.func)
-        if wrapper is None or not wrapper.rpartition(".")[2][:1].isupper():
-            return []
-        if self.facts.callee_name(call.func) in DATA_LOADERS:
-            return []
-        target = dotted(assign.targets[0].target)
-        return [
-            (arg.value.value, wrapper)
-            for arg in call.args
-            if isinstance(arg.value, cst.Name)
-            and arg.value.value in loaders
-            and (arg.value.value == target or wrapper in self.iterable_classes)
-        ]
+        """(loader, wrapper class) for each of ``loaders`` that ``node`` (an original statement)
+        hands to a class standing for it from then on: the plan's ``loader_wrappings``."""
+        site = self.origins.site(node)
+        wraps = self.plan.loader_wrappings.get(site.line, ()) if site is not None else ()
+        return [(loader, wrapper) for loader, wrapper in wraps if loader in loaders]
 
     def _received_models(self, anchor: cst.CSTNode) -> tuple[str, ...]:
         """The models the home function ``anchor`` is handed and trains, which no other block
@@ -277,7 +247,7 @@ class _Prepare(HomeBlockTransformer):
             target = assign.targets[0].target
             if not (isinstance(target, cst.Name) and target.value in self.facts.models):
                 continue
-            if target.value in self.facts.models_prepared_where_built:
+            if target.value in self.plan.prepared_where_built:
                 continue  # prepared right after this line
             value = assign.value
             if not isinstance(value, cst.Call) or is_move(value) or not self._constructs_model(value):
@@ -401,7 +371,7 @@ class _Prepare(HomeBlockTransformer):
             if isinstance(node, cst.SimpleStatementLine):
                 result.append(node)
                 for name in sorted(self._assigned_by(node) & names):
-                    where = "it is built" if name in self.facts.models_prepared_where_built else "the loop builds it"
+                    where = "it is built" if name in self.plan.prepared_where_built else "the loop builds it"
                     self.report(node, Prepare.code, f"prepare {name} where {where}", header_only=True)
                     self.prepared_names.add(name)
                     result.append(prepare_statement(self.accelerator, [name], indent))
