@@ -32,7 +32,7 @@ accelerator) and :func:`prepare_call` / :func:`prepared_by` / :func:`prepares_he
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
@@ -136,6 +136,10 @@ class ConversionPlan:
     #: from then on (``train_dl = DeviceDataLoader(train_dl, device)``) → (loader, wrapper class)
     #: pairs: ``prepare`` passes such a wrapper through, so the loader is prepared right before.
     loader_wrappings: Mapping[int, tuple[tuple[str, str], ...]] = field(default_factory=lambda: MappingProxyType({}))
+    #: Home block (its function, or ``"<module>"``) → the loaders of ``to_prepare`` it builds again
+    #: once its training started (a batch size growing per epoch): each is prepared where it is
+    #: built, or its batches would stay whole and on the CPU.
+    rebuilt_loaders: Mapping[str, AbstractSet[str]] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def of(
@@ -328,7 +332,7 @@ def conversion_plan(a: Analysis) -> None:
     bound: dict[str, set[str]] = {}
     for assign in a.r.assigns:
         bound.setdefault(assign.function, set()).update(assign.targets)
-    a.facts.plan = ConversionPlan.of(
+    plan = ConversionPlan.of(
         a.facts,
         bound,
         a.method_prepare,
@@ -337,23 +341,44 @@ def conversion_plan(a: Analysis) -> None:
         _received_models(a),
         _loader_wrappings(a),
     )
+    a.facts.plan = replace(plan, rebuilt_loaders=MappingProxyType(_rebuilt_loaders(a, plan)))
+
+
+def _home_blocks(module: cst.Module, facts: FactsDraft) -> dict[str, list[cst.BaseStatement]]:
+    """The statements of each home block (the home and the creating function's bodies, by name;
+    the ``__main__`` block's or the module's, as ``"<module>"``), as the original has them."""
+    if facts.home_kind == "module":
+        return {MODULE: list(module.body)}
+    found: dict[str, list[cst.BaseStatement]] = {}
+    homes = {facts.main_function, facts.creating_function}
+    for top in module.body:
+        if facts.home_kind == "main_guard" and is_main_guard(top) and isinstance(top.body, cst.IndentedBlock):
+            found.setdefault(MODULE, []).extend(top.body.body)
+        elif isinstance(top, cst.FunctionDef) and top.name.value in homes and isinstance(top.body, cst.IndentedBlock):
+            found[top.name.value] = list(top.body.body)
+    return found
 
 
 def _home_statements(module: cst.Module, facts: FactsDraft) -> list[cst.BaseStatement]:
-    """The statements of the home blocks (the home and the creating function's bodies, the
-    ``__main__`` block's, or the module's), as the original has them."""
-    if facts.home_kind == "module":
-        return list(module.body)
-    found: list[cst.BaseStatement] = []
-    homes = {facts.main_function, facts.creating_function}
-    for top in module.body:
-        home = (
-            is_main_guard(top)
-            if facts.home_kind == "main_guard"
-            else isinstance(top, cst.FunctionDef) and top.name.value in homes
-        )
-        if home and isinstance(top.body, cst.IndentedBlock):
-            found.extend(top.body.body)
+    """The statements of the home blocks, all together."""
+    return [node for statements in _home_blocks(module, facts).values() for node in statements]
+
+
+def _rebuilt_loaders(a: Analysis, plan: ConversionPlan) -> dict[str, frozenset[str]]:
+    """See ``ConversionPlan.rebuilt_loaders``: the loaders bound by a statement of the block from
+    the first one where training starts (definitions aside: what they bind is their own)."""
+    if a.module is None or a.facts.home_kind == "library":
+        return {}
+    lines = plan.training_lines_of(None)
+    loaders = a.facts.loaders & set(plan.to_prepare)
+    found: dict[str, frozenset[str]] = {}
+    for block, statements in _home_blocks(a.module, a.facts).items():
+        plain = [node for node in statements if not isinstance(node, (cst.FunctionDef, cst.ClassDef))]
+        spans = _spans(plain, a)
+        start = next((i for i, (first, last) in enumerate(spans) if any(first <= n <= last for n in lines)), len(spans))
+        built = _bound_in(spans[start:], a) & loaders
+        if built:
+            found[block] = built
     return found
 
 

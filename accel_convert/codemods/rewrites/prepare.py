@@ -33,7 +33,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import prepare_statement
 from accel_convert.codemods.engine.devices import is_move
-from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.facts import MODULE, ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
@@ -120,7 +120,7 @@ class _Prepare(HomeBlockTransformer):
         # right where it is built, before it is handed over. Inside a nested block, the insertion
         # leaves the indices of the top-level statements above as they were.
         where_built = {name for name in self.wanted if name in self.plan.prepared_where_built} - set(names)
-        rebuilt = self._loaders_built_in(body[loop_index:]) | where_built
+        rebuilt = self._loaders_built_again(anchor) | where_built
         head = body[:loop_index]
         # A loader wrapped in an object of another class (a ``DeviceDataLoader`` moving every
         # batch): prepare passes such objects through, so the loader is prepared before the wrap.
@@ -143,10 +143,11 @@ class _Prepare(HomeBlockTransformer):
         then as they are first built."""
         return sorted(names, key=lambda name: (_group(self.facts, name), first_creation[name]))
 
-    def _loaders_built_in(self, statements: list[cst.BaseStatement]) -> set[str]:
-        """Loaders (re)built inside the training loop (a batch size growing per epoch): each is
-        prepared where it is built, or its batches would stay whole and on the CPU."""
-        return {name for name in self.wanted if name in self.facts.loaders and self._built_in(statements, name)}
+    def _loaders_built_again(self, anchor: cst.CSTNode) -> set[str]:
+        """Loaders the home block ``anchor`` builds again inside its training (the plan's
+        ``rebuilt_loaders``): each is prepared where it is built."""
+        block = anchor.name.value if isinstance(anchor, cst.FunctionDef) else MODULE
+        return set(self.plan.rebuilt_loaders.get(block, ()))
 
     def _edit_from_the_loop(
         self, statements: list[cst.BaseStatement], rebuilt: set[str], names: list[str], indent: str
@@ -357,9 +358,6 @@ class _Prepare(HomeBlockTransformer):
                 first_creation.setdefault(name, index)
                 last_creation[name] = index
         return first_creation, last_creation
-
-    def _built_in(self, statements: list[cst.BaseStatement], name: str) -> bool:
-        return any(name in self._assigned_by(node) for node in statements)
 
     def _prepare_where_built(
         self, statements: list[cst.BaseStatement], names: set[str], indent: str
