@@ -398,3 +398,71 @@ def test_a_module_training_nothing_creates_no_accelerator_and_prepares_nothing()
     )
     assert not plan.creates_accelerator and not plan.prepares
     assert converted == source
+
+
+def test_placement_of_a_loader_wrapped_at_module_level() -> None:
+    plan, source, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        class DeviceDataLoader:
+            def __init__(self, loader, device):
+                self.loader, self.device = loader, device
+
+            def __iter__(self):
+                for x, y in self.loader:
+                    yield x.to(self.device), y.to(self.device)
+
+
+        device = torch.device("cuda")
+        train_dl = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+        train_dl = DeviceDataLoader(train_dl, device)
+        model = nn.Linear(8, 1).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in train_dl:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        """
+    )
+    # ``prepare`` passes the wrapper through: the loader is prepared right before it is wrapped.
+    wrap = _line(source, "train_dl = DeviceDataLoader(train_dl, device)")
+    assert dict(plan.loader_wrappings) == {wrap: (("train_dl", "DeviceDataLoader"),)}
+    lines = [line.strip() for line in converted.splitlines()]
+    wrapped = lines.index("train_dl = DeviceDataLoader(train_dl, device)")
+    assert lines[wrapped - 1] == "train_dl = accelerator.prepare(train_dl)"
+
+
+def test_placement_of_a_loader_a_function_builds_again_in_its_training() -> None:
+    plan, _, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def main():
+            data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+            model = nn.Linear(8, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = DataLoader(data, batch_size=8)
+            for epoch in range(3):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    nn.functional.mse_loss(model(x), y).backward()
+                    optimizer.step()
+                loader = DataLoader(data, batch_size=8 * (epoch + 2))
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    assert {block: set(names) for block, names in plan.rebuilt_loaders.items()} == {"main": {"loader"}}
+    assert _prepare_lines(converted) == [
+        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)",
+        "loader = accelerator.prepare(loader)",
+    ]
