@@ -1,7 +1,8 @@
 """The conversion plan (``codemods/model/plan.py``): one provider's answers to where the accelerator
 is created, what is prepared where and where training starts, for the accelerator at module
 level, in ``main()`` and with a training class, and with a loader prepared in another function;
-each answer is what the converted code then does."""
+and where each ``prepare`` goes (above the ``__main__`` block, a model only handed in, a wrapped
+or rebuilt loader, a class method); each answer is what the converted code then does."""
 
 from __future__ import annotations
 
@@ -101,6 +102,10 @@ def test_main_function_with_a_loader_prepared_in_the_function_that_trains() -> N
     assert dict(plan.preparations) == {"train": ("optimizer", "loader"), "main": ("model",)}
     assert plan.prepared_in("loader") == "train" and plan.prepared_in("model") == "main"
     assert plan.training_start_line == _line(source, "train(model, data)")
+    # ``train``'s own prepare goes before its loop; ``main`` is handed no model.
+    assert set(plan.function_training_lines) == {"train"}
+    assert _line(source, "for x, y in loader:") in plan.training_lines_of("train")
+    assert plan.training_lines_of("main") == () and dict(plan.received_models) == {"main": ()}
     assert _prepare_lines(converted) == [
         "optimizer, loader = accelerator.prepare(optimizer, loader)",
         "model = accelerator.prepare(model)",
@@ -181,7 +186,7 @@ def _facts_of(source: str) -> ScriptFacts:
 
 
 def test_training_class_preparing_a_loader_its_method_builds() -> None:
-    plan, _, converted = _planned(
+    plan, source, converted = _planned(
         """
         import torch
         import torch.nn as nn
@@ -212,6 +217,11 @@ def test_training_class_preparing_a_loader_its_method_builds() -> None:
     )
     assert dict(plan.class_preparations) == {"Trainer": ("self.model", "self.optimizer")}
     assert plan.prepared_in("loader") == "Trainer.fit" and dict(plan.preparations) == {}
+    # The placement in a class method: the accelerator is created in ``main``, training starts
+    # where ``main`` calls ``fit``, and the loader ``fit`` builds is prepared right where it is built.
+    assert plan.creates_accelerator and plan.prepares and plan.creating_scope == "main"
+    fit = _line(source, "trainer.fit(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)))")
+    assert fit in plan.training_lines_of(None)
     assert _prepare_lines(converted) == [
         "self.model, self.optimizer = self.accelerator.prepare(self.model, self.optimizer)",
         "loader = self.accelerator.prepare(loader)",
@@ -305,84 +315,6 @@ def test_placement_in_a_function_handed_its_model() -> None:
     # Nothing in the file builds ``model`` but as ``main``'s parameter: ``main`` prepares it.
     assert dict(plan.received_models) == {"main": ("model",)}
     assert _prepare_lines(converted) == ["model, optimizer, loader = accelerator.prepare(model, optimizer, loader)"]
-
-
-def test_placement_in_a_function_that_trains_what_it_is_handed() -> None:
-    source = textwrap.dedent(
-        """
-        import torch
-        import torch.nn as nn
-        from torch.utils.data import DataLoader, TensorDataset
-
-
-        def train(model, data):
-            loader = DataLoader(data, batch_size=8)
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            for x, y in loader:
-                optimizer.zero_grad()
-                nn.functional.mse_loss(model(x), y).backward()
-                optimizer.step()
-
-
-        def main():
-            model = nn.Linear(8, 1)
-            train(model, TensorDataset(torch.randn(64, 8), torch.randn(64, 1)))
-
-
-        if __name__ == "__main__":
-            main()
-        """
-    )
-    plan = plan_of(analyse(cst.parse_module(source), source))
-    # ``train``'s own prepare goes before its loop; ``main``'s before the call of ``train``.
-    assert set(plan.function_training_lines) == {"train"}
-    assert _line(source, "for x, y in loader:") in plan.training_lines_of("train")
-    assert plan.training_lines_of("main") == ()
-    assert dict(plan.received_models) == {"main": ()}
-
-
-def test_placement_in_a_class_method() -> None:
-    plan, source, converted = _planned(
-        """
-        import torch
-        import torch.nn as nn
-        from torch.utils.data import DataLoader, TensorDataset
-
-
-        class Trainer:
-            def __init__(self):
-                self.model = nn.Linear(8, 1)
-                self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
-
-            def fit(self, dataset):
-                loader = DataLoader(dataset, batch_size=8)
-                for x, y in loader:
-                    self.optimizer.zero_grad()
-                    nn.functional.mse_loss(self.model(x), y).backward()
-                    self.optimizer.step()
-
-
-        def main():
-            trainer = Trainer()
-            trainer.fit(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)))
-
-
-        if __name__ == "__main__":
-            main()
-        """
-    )
-    assert plan.creates_accelerator and plan.prepares and plan.creating_scope == "main"
-    # The loader ``fit`` builds is prepared right where it is built.
-    assert {owner: dict(methods) for owner, methods in plan.method_preparations.items()} == {
-        "Trainer": {"fit": ("loader",)}
-    }
-    assert _line(source, "trainer.fit(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)))") in (
-        plan.training_lines_of(None)
-    )
-    lines = [line.strip() for line in converted.splitlines()]
-    assert lines[lines.index("loader = DataLoader(dataset, batch_size=8)") + 1] == (
-        "loader = self.accelerator.prepare(loader)"
-    )
 
 
 def test_a_module_training_nothing_creates_no_accelerator_and_prepares_nothing() -> None:
