@@ -144,6 +144,11 @@ class ConversionPlan:
     #: once its training started (a batch size growing per epoch): each is prepared where it is
     #: built, or its batches would stay whole and on the CPU.
     rebuilt_loaders: Mapping[str, AbstractSet[str]] = field(default_factory=lambda: MappingProxyType({}))
+    #: Module-level function (not the home function) that trains what it is handed (runs a
+    #: backward, builds no optimizer of its own) → its parameters: objects built after training
+    #: began and handed to its model or optimizer parameters are prepared right before that call
+    #: (the transfer-learning tutorial's second ``train_model(model_conv, ..., optimizer_conv)``).
+    handed_for_training: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def of(
@@ -345,7 +350,26 @@ def conversion_plan(a: Analysis) -> None:
         _received_models(a),
         _loader_wrappings(a),
     )
-    a.facts.plan = replace(plan, rebuilt_loaders=MappingProxyType(_rebuilt_loaders(a, plan)))
+    a.facts.plan = replace(
+        plan,
+        rebuilt_loaders=MappingProxyType(_rebuilt_loaders(a, plan)),
+        handed_for_training=MappingProxyType(_handed_for_training(a)),
+    )
+
+
+def _handed_for_training(a: Analysis) -> dict[str, tuple[str, ...]]:
+    """See ``ConversionPlan.handed_for_training``: the module-level functions receiving training
+    objects (or a device), by their parameter names, that run a backward and build no optimizer."""
+    facts = a.facts
+    roles = facts.trained_objects | facts.device_names
+    return {
+        function: params
+        for function, params in a.r.defs.items()
+        if function != facts.main_function
+        and set(params) & roles
+        and function in facts.backward_functions
+        and function not in facts.training_functions
+    }
 
 
 def _home_blocks(module: cst.Module, facts: FactsDraft) -> dict[str, list[cst.BaseStatement]]:

@@ -26,8 +26,7 @@ averaged across processes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from types import MappingProxyType
+from collections.abc import Sequence
 
 import libcst as cst
 
@@ -46,8 +45,6 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.engine.transformers import HomeBlockTransformer
 from accel_convert.codemods.model.plan import creation_index, plan_of, prepares_here
-from accel_convert.codemods.model.provider import rule_provider
-from accel_convert.codemods.model.state import Analysis
 
 
 def objects_to_prepare(facts: ScriptFacts) -> list[str]:
@@ -323,11 +320,10 @@ class _Prepare(HomeBlockTransformer):
         if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
             return set()
         function = value.func.value
-        params = self.facts.of(helper_functions).get(function)
-        if function not in self.facts.backward_functions or params is None:
+        # Not a function building its own optimizer: the models it is handed are the analysis' (ACC926).
+        params = self.plan.handed_for_training.get(function)
+        if params is None:
             return set()
-        if function in self.facts.training_functions:
-            return set()  # builds its own optimizer: the models it is handed are the analysis' (ACC926)
         found: set[str] = set()
         for index, arg in enumerate(value.args):
             if arg.star or not isinstance(arg.value, cst.Name):
@@ -420,23 +416,6 @@ class _Prepare(HomeBlockTransformer):
 UNPREPARED_MODEL = "ACC926"
 
 
-@rule_provider(
-    needs=("models", "optimizers", "train_loaders", "eval_loaders", "schedulers", "device_names", "main_function")
-)
-def helper_functions(a: Analysis) -> Mapping[str, tuple[str, ...]]:
-    """Module-level functions (other than the home function) receiving training objects → their
-    parameter names (``{"train": ("args", "model", "device", "train_loader", "optimizer")}``)."""
-    facts = a.facts
-    roles = facts.trained_objects | facts.device_names
-    return MappingProxyType(
-        {
-            function: params
-            for function, params in a.r.defs.items()
-            if function != facts.main_function and set(params) & roles
-        }
-    )
-
-
 class Prepare(Rule):
     code = "ACC103"
     name = "prepare"
@@ -445,7 +424,6 @@ class Prepare(Rule):
             "Prepare the model after it is built and before it is trained: add ``student = accelerator.prepare(student)`` (the reported name) on the line after its last assignment, before the call that trains it."
         ),
     }
-    providers = (helper_functions,)
     extra_codes = {
         UNPREPARED_MODEL: "unprepared-model: a model handed to a function that trains it, built where "
         "the converter does not prepare it (bound more than once, or not by a model constructor): its "
