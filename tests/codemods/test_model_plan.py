@@ -398,3 +398,40 @@ def test_placement_of_a_loader_a_function_builds_again_in_its_training() -> None
         "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)",
         "loader = accelerator.prepare(loader)",
     ]
+
+
+def test_placement_of_objects_handed_to_training_again() -> None:
+    plan, _, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def train_model(model, loader, optimizer):
+            for x, y in loader:
+                optimizer.zero_grad()
+                nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+
+
+        def main():
+            loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+            model = nn.Linear(8, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            train_model(model, loader, optimizer)
+            model_conv = nn.Linear(8, 1)
+            optimizer_conv = torch.optim.SGD(model_conv.parameters(), lr=0.1)
+            train_model(model_conv, loader, optimizer_conv)
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    # ``train_model`` trains what it is handed: what ``main`` builds after training began and
+    # hands it is prepared right before that call.
+    assert dict(plan.handed_for_training) == {"train_model": ("model", "loader", "optimizer")}
+    lines = [line.strip() for line in converted.splitlines()]
+    second = lines.index("train_model(model_conv, loader, optimizer_conv, accelerator)")
+    assert lines[second - 1] == "model_conv, optimizer_conv = accelerator.prepare(model_conv, optimizer_conv)"

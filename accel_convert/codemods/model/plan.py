@@ -25,7 +25,8 @@ starts at the line calling ``train`` (``training_start_line``). It also answers 
 ``prepare`` reaches beyond the statements of its block, from the original program: objects built
 above the ``__main__`` block (``built_above_guard``), models the home function is only handed
 (``received_models``), loaders wrapped in another class (``loader_wrappings``) or built again in
-the training (``rebuilt_loaders``); the prepare rule only applies those answers.
+the training (``rebuilt_loaders``), objects handed to a function that trains them after training
+began (``handed_for_training``); the prepare rule only applies those answers.
 
 Where a rewrite must find a statement in the tree it is given (which earlier rewrites changed),
 it asks this module's recognisers: :func:`creation_index` (the statement creating the
