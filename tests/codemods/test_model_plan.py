@@ -1,7 +1,8 @@
 """The conversion plan (``codemods/model/plan.py``): one provider's answers to where the accelerator
 is created, what is prepared where and where training starts, for the accelerator at module
 level, in ``main()`` and with a training class, and with a loader prepared in another function;
-each answer is what the converted code then does."""
+and where each ``prepare`` goes (above the ``__main__`` block, a model only handed in, a wrapped
+or rebuilt loader, a class method); each answer is what the converted code then does."""
 
 from __future__ import annotations
 
@@ -101,6 +102,10 @@ def test_main_function_with_a_loader_prepared_in_the_function_that_trains() -> N
     assert dict(plan.preparations) == {"train": ("optimizer", "loader"), "main": ("model",)}
     assert plan.prepared_in("loader") == "train" and plan.prepared_in("model") == "main"
     assert plan.training_start_line == _line(source, "train(model, data)")
+    # ``train``'s own prepare goes before its loop; ``main`` is handed no model.
+    assert set(plan.function_training_lines) == {"train"}
+    assert _line(source, "for x, y in loader:") in plan.training_lines_of("train")
+    assert plan.training_lines_of("main") == () and dict(plan.received_models) == {"main": ()}
     assert _prepare_lines(converted) == [
         "optimizer, loader = accelerator.prepare(optimizer, loader)",
         "model = accelerator.prepare(model)",
@@ -181,7 +186,7 @@ def _facts_of(source: str) -> ScriptFacts:
 
 
 def test_training_class_preparing_a_loader_its_method_builds() -> None:
-    plan, _, converted = _planned(
+    plan, source, converted = _planned(
         """
         import torch
         import torch.nn as nn
@@ -212,6 +217,11 @@ def test_training_class_preparing_a_loader_its_method_builds() -> None:
     )
     assert dict(plan.class_preparations) == {"Trainer": ("self.model", "self.optimizer")}
     assert plan.prepared_in("loader") == "Trainer.fit" and dict(plan.preparations) == {}
+    # The placement in a class method: the accelerator is created in ``main``, training starts
+    # where ``main`` calls ``fit``, and the loader ``fit`` builds is prepared right where it is built.
+    assert plan.creates_accelerator and plan.prepares and plan.creating_scope == "main"
+    fit = _line(source, "trainer.fit(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)))")
+    assert fit in plan.training_lines_of(None)
     assert _prepare_lines(converted) == [
         "self.model, self.optimizer = self.accelerator.prepare(self.model, self.optimizer)",
         "loader = self.accelerator.prepare(loader)",
@@ -243,3 +253,185 @@ def test_training_without_a_loader_starts_at_its_backward() -> None:
     assert lines.index("model, optimizer = accelerator.prepare(model, optimizer)") < lines.index(
         "for step in range(10):"
     )
+
+
+# Where each prepare goes: the plan answers from the original program, prepare.py only applies it.
+
+
+def test_placement_at_module_level_above_the_main_block() -> None:
+    plan, source, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        net = nn.Linear(8, 1)
+
+
+        def train(model, loader, optimizer):
+            for x, y in loader:
+                optimizer.zero_grad()
+                nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+
+
+        if __name__ == "__main__":
+            loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+            optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+            train(net, loader, optimizer)
+        """
+    )
+    assert plan.home_kind == "main_guard" and plan.creates_accelerator and plan.prepares
+    # ``net`` is built by module code above the block: the block's one prepare takes it too.
+    assert plan.built_above_guard == {"net"}
+    assert _line(source, "train(net, loader, optimizer)") in plan.training_lines_of(None)
+    lines = [line.strip() for line in converted.splitlines()]
+    prepare = lines.index("net, optimizer, loader = accelerator.prepare(net, optimizer, loader)")
+    assert lines[prepare - 1].startswith("optimizer = ") and lines[prepare + 1] == "train(net, loader, optimizer)"
+
+
+def test_placement_in_a_function_handed_its_model() -> None:
+    plan, _, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def main(model):
+            loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                optimizer.zero_grad()
+                nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+
+
+        if __name__ == "__main__":
+            main(nn.Linear(8, 1))
+        """
+    )
+    assert plan.home == "main" and plan.built_above_guard == frozenset()
+    # Nothing in the file builds ``model`` but as ``main``'s parameter: ``main`` prepares it.
+    assert dict(plan.received_models) == {"main": ("model",)}
+    assert _prepare_lines(converted) == ["model, optimizer, loader = accelerator.prepare(model, optimizer, loader)"]
+
+
+def test_a_module_training_nothing_creates_no_accelerator_and_prepares_nothing() -> None:
+    plan, source, converted = _planned(
+        """
+        import torch.nn as nn
+
+
+        class Net(nn.Module):
+            def forward(self, x):
+                return x
+        """
+    )
+    assert not plan.creates_accelerator and not plan.prepares
+    assert converted == source
+
+
+def test_placement_of_a_loader_wrapped_at_module_level() -> None:
+    plan, source, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        class DeviceDataLoader:
+            def __init__(self, loader, device):
+                self.loader, self.device = loader, device
+
+            def __iter__(self):
+                for x, y in self.loader:
+                    yield x.to(self.device), y.to(self.device)
+
+
+        device = torch.device("cuda")
+        train_dl = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+        train_dl = DeviceDataLoader(train_dl, device)
+        model = nn.Linear(8, 1).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in train_dl:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        """
+    )
+    # ``prepare`` passes the wrapper through: the loader is prepared right before it is wrapped.
+    wrap = _line(source, "train_dl = DeviceDataLoader(train_dl, device)")
+    assert dict(plan.loader_wrappings) == {wrap: (("train_dl", "DeviceDataLoader"),)}
+    lines = [line.strip() for line in converted.splitlines()]
+    wrapped = lines.index("train_dl = DeviceDataLoader(train_dl, device)")
+    assert lines[wrapped - 1] == "train_dl = accelerator.prepare(train_dl)"
+
+
+def test_placement_of_a_loader_a_function_builds_again_in_its_training() -> None:
+    plan, _, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def main():
+            data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+            model = nn.Linear(8, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = DataLoader(data, batch_size=8)
+            for epoch in range(3):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    nn.functional.mse_loss(model(x), y).backward()
+                    optimizer.step()
+                loader = DataLoader(data, batch_size=8 * (epoch + 2))
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    assert {block: set(names) for block, names in plan.rebuilt_loaders.items()} == {"main": {"loader"}}
+    assert _prepare_lines(converted) == [
+        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)",
+        "loader = accelerator.prepare(loader)",
+    ]
+
+
+def test_placement_of_objects_handed_to_training_again() -> None:
+    plan, _, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def train_model(model, loader, optimizer):
+            for x, y in loader:
+                optimizer.zero_grad()
+                nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+
+
+        def main():
+            loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+            model = nn.Linear(8, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            train_model(model, loader, optimizer)
+            model_conv = nn.Linear(8, 1)
+            optimizer_conv = torch.optim.SGD(model_conv.parameters(), lr=0.1)
+            train_model(model_conv, loader, optimizer_conv)
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    # ``train_model`` trains what it is handed: what ``main`` builds after training began and
+    # hands it is prepared right before that call.
+    assert dict(plan.handed_for_training) == {"train_model": ("model", "loader", "optimizer")}
+    lines = [line.strip() for line in converted.splitlines()]
+    second = lines.index("train_model(model_conv, loader, optimizer_conv, accelerator)")
+    assert lines[second - 1] == "model_conv, optimizer_conv = accelerator.prepare(model_conv, optimizer_conv)"

@@ -32,7 +32,7 @@ from accel_convert.codemods.model.provider import (
     rule_provider,
 )
 from accel_convert.codemods.model.state import Analysis
-from accel_convert.codemods.rewrites import prepare, printing
+from accel_convert.codemods.rewrites import printing
 
 CASES = sorted((Path(__file__).parents[2] / "fixtures" / "cases").glob("*.py"))
 
@@ -225,22 +225,12 @@ def test_each_provider_touches_only_the_facts_it_declares(monkeypatch: pytest.Mo
 
 
 def test_a_provider_reading_what_it_does_not_declare_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The prepare rule's ``helper_functions`` reads the roles and the home function: declared as
-    # needing nothing.
-    understated = rule_provider()(prepare.helper_functions.compute)
+    # The print rule's ``models_built_on_every_rank`` reads the model classes, the functions the
+    # accelerator reaches and the home block's kind: declared as needing nothing.
+    understated = rule_provider()(printing.models_built_on_every_rank.compute)
     monkeypatch.setattr(runner, "rule_steps", lambda rule_providers: (understated.step(),))
     touched = undeclared_touches(monkeypatch, runner.PROVIDERS, [textwrap.dedent(PROGRAM["engine"])])
-    assert touched == {
-        understated.name: {
-            "models",
-            "optimizers",
-            "train_loaders",
-            "eval_loaders",
-            "schedulers",
-            "device_names",
-            "main_function",
-        }
-    }
+    assert touched == {understated.name: {"model_classes", "accessible_functions", "home_kind"}}
 
 
 def test_a_training_method_called_on_a_trainer_instance_starts_the_training() -> None:

@@ -148,6 +148,8 @@ class FactQuestions:
     call_sites: Mapping[str, Sequence[Site]]
     training_method_lines: AbstractSet[int]
     unprepared_loaders: AbstractSet[str]
+    loss_names: AbstractSet[str]
+    accessible_functions: AbstractSet[str]
 
     def qualified_name(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
         """Qualified name of a Name/Attribute chain used in ``scope`` (see
@@ -186,6 +188,16 @@ class FactQuestions:
     @property
     def trained_objects(self) -> AbstractSet[str]:
         return self.models | self.optimizers | self.loaders | self.schedulers
+
+    @property
+    def has_accelerator(self) -> bool:
+        """Whether the converted script has an accelerator: it had one, or it trains something
+        (ACC101 creates one). A module that only defines models or helpers gets none, and no
+        pass may then write ``accelerator.`` into it. A library of a program has the entry
+        script's, in the functions it reaches."""
+        if self.home_kind == "library" and self.accessible_functions:
+            return True  # a module of a program whose functions the entry's accelerator reaches
+        return self.existing_accelerator is not None or bool(self.trained_objects or self.loss_names)
 
     def preparation_groups(self) -> list[AbstractSet[str]]:
         """What ``prepare`` takes, by role, in Accelerate's customary order: models, optimizers,
@@ -489,16 +501,6 @@ class ScriptFacts(FactQuestions):
         """A module of training functions converted without the script that calls them: its
         callers build and prepare what it trains, so nothing here can hold the accelerator."""
         return self.home_kind == "library" and self.program is None
-
-    @property
-    def has_accelerator(self) -> bool:
-        """Whether the converted script has an accelerator: it had one, or it trains something
-        (ACC101 creates one). A module that only defines models or helpers gets none, and no
-        pass may then write ``accelerator.`` into it. A library of a program has the entry
-        script's, in the functions it reaches."""
-        if self.home_kind == "library" and self.accessible_functions:
-            return True  # a module of a program whose functions the entry's accelerator reaches
-        return self.existing_accelerator is not None or bool(self.trained_objects or self.loss_names)
 
     def is_prepared(self, name: str) -> bool:
         """Whether the converted script holds ``name`` prepared: it was prepared already, or is a

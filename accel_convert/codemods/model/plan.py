@@ -21,7 +21,12 @@ For example, for::
 
 the plan says: the accelerator is created in ``main`` (``creating_scope``), ``main`` prepares
 ``model`` and ``loader`` and ``train`` prepares ``optimizer`` (``preparations``), and training
-starts at the line calling ``train`` (``training_start_line``).
+starts at the line calling ``train`` (``training_start_line``). It also answers where a
+``prepare`` reaches beyond the statements of its block, from the original program: objects built
+above the ``__main__`` block (``built_above_guard``), models the home function is only handed
+(``received_models``), loaders wrapped in another class (``loader_wrappings``) or built again in
+the training (``rebuilt_loaders``), objects handed to a function that trains them after training
+began (``handed_for_training``); the prepare rule only applies those answers.
 
 Where a rewrite must find a statement in the tree it is given (which earlier rewrites changed),
 it asks this module's recognisers: :func:`creation_index` (the statement creating the
@@ -32,7 +37,7 @@ accelerator) and :func:`prepare_call` / :func:`prepared_by` / :func:`prepares_he
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
@@ -40,8 +45,15 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_name, is_accelerator_method
 from accel_convert.codemods.engine.facts import MODULE, FactsDraft, ScriptFacts
-from accel_convert.codemods.engine.syntax import dotted, is_main_guard, nodes_in, parameter_names, target_names
-from accel_convert.codemods.engine.torch_names import ACCELERATORS
+from accel_convert.codemods.engine.syntax import (
+    class_methods,
+    dotted,
+    is_main_guard,
+    nodes_in,
+    parameter_names,
+    target_names,
+)
+from accel_convert.codemods.engine.torch_names import ACCELERATORS, DATA_LOADERS
 from accel_convert.codemods.model.provider import provider
 
 if TYPE_CHECKING:
@@ -108,6 +120,36 @@ class ConversionPlan:
     #: home block holding one (``for step in range(n): ... loss.backward()``, no loader) is where
     #: its training starts too.
     backward_lines: tuple[int, ...] = ()
+    #: Preparing function → its original lines where its own training starts (its loops over
+    #: loaders, its calls reaching one): what it prepares goes before the first.
+    function_training_lines: Mapping[str, tuple[int, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    #: Whether this module creates the accelerator (``Accelerator.applies``): it trains something
+    #: and has none yet, and is no library (which gets the entry script's).
+    creates_accelerator: bool = False
+    #: Whether the prepare rule has work here (``Prepare.applies``): the module has an
+    #: accelerator, and objects to prepare or a received model no block prepares (reported).
+    prepares: bool = False
+    #: Objects of ``to_prepare`` that plain module-level statements above the ``__main__`` block
+    #: build (d2l's ``net = nn.Sequential(...)`` at the top, handed to ``train_ch6(net, ...)`` in
+    #: the block): the block's one ``prepare`` takes them too, where it creates the accelerator.
+    built_above_guard: AbstractSet[str] = frozenset()
+    #: Home function → its parameters that are models it trains, bound nowhere in the file but
+    #: as its parameters (an ensemble's ``for m in models: train(m, loader)``): what its callers
+    #: hand it is prepared by nobody else, so its one ``prepare`` takes them too.
+    received_models: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    #: Original line of a home-block statement handing a loader to a class that stands for it
+    #: from then on (``train_dl = DeviceDataLoader(train_dl, device)``) → (loader, wrapper class)
+    #: pairs: ``prepare`` passes such a wrapper through, so the loader is prepared right before.
+    loader_wrappings: Mapping[int, tuple[tuple[str, str], ...]] = field(default_factory=lambda: MappingProxyType({}))
+    #: Home block (its function, or ``"<module>"``) → the loaders of ``to_prepare`` it builds again
+    #: once its training started (a batch size growing per epoch): each is prepared where it is
+    #: built, or its batches would stay whole and on the CPU.
+    rebuilt_loaders: Mapping[str, AbstractSet[str]] = field(default_factory=lambda: MappingProxyType({}))
+    #: Module-level function (not the home function) that trains what it is handed (runs a
+    #: backward, builds no optimizer of its own) → its parameters: objects built after training
+    #: began and handed to its model or optimizer parameters are prepared right before that call
+    #: (the transfer-learning tutorial's second ``train_model(model_conv, ..., optimizer_conv)``).
+    handed_for_training: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def of(
@@ -116,12 +158,17 @@ class ConversionPlan:
         bound: Mapping[str, AbstractSet[str]] | None = None,
         methods: Mapping[str, Mapping[str, tuple[str, ...]]] | None = None,
         parsing: AbstractSet[str] = frozenset(),
+        above_guard: AbstractSet[str] = frozenset(),
+        received: Mapping[str, tuple[str, ...]] | None = None,
+        wrappings: Mapping[int, tuple[tuple[str, str], ...]] | None = None,
     ) -> ConversionPlan:
         """The plan the facts decide (the analysis' draft, or facts built by hand). The analysis'
         working facts, which facts built by hand lack: ``bound``, module-level function → the
         names it binds (without, the home block prepares everything); ``methods``, training
         class → method → what it builds and prepares; ``parsing``, the functions that only parse
-        the command line."""
+        the command line; ``above_guard``, the names plain statements above the ``__main__``
+        block bind; ``received``, home function → the models it is handed and trains, bound
+        nowhere else; ``wrappings``, the home block's statements wrapping a loader."""
         to_prepare = tuple(
             name
             for group in facts.preparation_groups()
@@ -150,6 +197,16 @@ class ConversionPlan:
             already_prepared=frozenset(facts.prepared),
             training_lines=tuple(sorted(set(facts.training_lines()))),
             backward_lines=tuple(sorted({site.line for site in facts.training_backward_sites})),
+            function_training_lines=MappingProxyType(
+                {name: tuple(facts.training_lines(name)) for name in sorted(preparing)}
+            ),
+            creates_accelerator=(
+                facts.existing_accelerator is None and facts.has_accelerator and facts.home_kind != "library"
+            ),
+            prepares=facts.has_accelerator and bool(to_prepare or facts.unprepared_received_models),
+            built_above_guard=frozenset(above_guard & set(to_prepare)),
+            received_models=MappingProxyType(dict(received or {})),
+            loader_wrappings=MappingProxyType(dict(wrappings or {})),
         )
 
     @property
@@ -170,6 +227,13 @@ class ConversionPlan:
         function creating the accelerator (which builds what it hands down, loaders for every
         trial); None stands for module-level code."""
         return frozenset({self.home_function, self.creating_function})
+
+    def training_lines_of(self, block: str | None = None) -> tuple[int, ...]:
+        """The original lines where training starts in ``block``: the home block's (None) loops,
+        calls reaching one and backwards, or a preparing function's loops and calls."""
+        if block is None:
+            return (*self.training_lines, *self.backward_lines)
+        return self.function_training_lines.get(block, ())
 
     @property
     def training_start_line(self) -> int | None:
@@ -267,6 +331,9 @@ def _preparations(
         "shared_draw_lines",
         "accessible_functions",
         "argument_parsing_functions",
+        "unprepared_received_models",
+        "loss_names",
+        "assign_sites",
     ),
     provides=("plan",),
 )
@@ -275,7 +342,170 @@ def conversion_plan(a: Analysis) -> None:
     bound: dict[str, set[str]] = {}
     for assign in a.r.assigns:
         bound.setdefault(assign.function, set()).update(assign.targets)
-    a.facts.plan = ConversionPlan.of(a.facts, bound, a.method_prepare, frozenset(a.argument_parsing_functions))
+    plan = ConversionPlan.of(
+        a.facts,
+        bound,
+        a.method_prepare,
+        frozenset(a.argument_parsing_functions),
+        _bound_above_main_guard(a),
+        _received_models(a),
+        _loader_wrappings(a),
+    )
+    a.facts.plan = replace(
+        plan,
+        rebuilt_loaders=MappingProxyType(_rebuilt_loaders(a, plan)),
+        handed_for_training=MappingProxyType(_handed_for_training(a)),
+    )
+
+
+def _handed_for_training(a: Analysis) -> dict[str, tuple[str, ...]]:
+    """See ``ConversionPlan.handed_for_training``: the module-level functions receiving training
+    objects (or a device), by their parameter names, that run a backward and build no optimizer."""
+    facts = a.facts
+    roles = facts.trained_objects | facts.device_names
+    return {
+        function: params
+        for function, params in a.r.defs.items()
+        if function != facts.main_function
+        and set(params) & roles
+        and function in facts.backward_functions
+        and function not in facts.training_functions
+    }
+
+
+def _home_blocks(module: cst.Module, facts: FactsDraft) -> dict[str, list[cst.BaseStatement]]:
+    """The statements of each home block (the home and the creating function's bodies, by name;
+    the ``__main__`` block's or the module's, as ``"<module>"``), as the original has them."""
+    if facts.home_kind == "module":
+        return {MODULE: list(module.body)}
+    found: dict[str, list[cst.BaseStatement]] = {}
+    homes = {facts.main_function, facts.creating_function}
+    for top in module.body:
+        if facts.home_kind == "main_guard" and is_main_guard(top) and isinstance(top.body, cst.IndentedBlock):
+            found.setdefault(MODULE, []).extend(top.body.body)
+        elif isinstance(top, cst.FunctionDef) and top.name.value in homes and isinstance(top.body, cst.IndentedBlock):
+            found[top.name.value] = list(top.body.body)
+    return found
+
+
+def _home_statements(module: cst.Module, facts: FactsDraft) -> list[cst.BaseStatement]:
+    """The statements of the home blocks, all together."""
+    return [node for statements in _home_blocks(module, facts).values() for node in statements]
+
+
+def _rebuilt_loaders(a: Analysis, plan: ConversionPlan) -> dict[str, frozenset[str]]:
+    """See ``ConversionPlan.rebuilt_loaders``: the loaders bound by a statement of the block from
+    the first one where training starts (definitions aside: what they bind is their own)."""
+    if a.module is None or a.facts.home_kind == "library":
+        return {}
+    lines = plan.training_lines_of(None)
+    loaders = a.facts.loaders & set(plan.to_prepare)
+    found: dict[str, frozenset[str]] = {}
+    for block, statements in _home_blocks(a.module, a.facts).items():
+        plain = [node for node in statements if not isinstance(node, (cst.FunctionDef, cst.ClassDef))]
+        spans = _spans(plain, a)
+        start = next((i for i, (first, last) in enumerate(spans) if any(first <= n <= last for n in lines)), len(spans))
+        built = _bound_in(spans[start:], a) & loaders
+        if built:
+            found[block] = built
+    return found
+
+
+def _loader_wrappings(a: Analysis) -> dict[int, tuple[tuple[str, str], ...]]:
+    """See ``ConversionPlan.loader_wrappings``."""
+    if a.module is None or a.facts.home_kind == "library":
+        return {}
+    iterable = {
+        top.name.value
+        for top in a.module.body
+        if isinstance(top, cst.ClassDef) and any(m.name.value == "__iter__" for m in class_methods(top))
+    }
+    found: dict[int, tuple[tuple[str, str], ...]] = {}
+    for node in _home_statements(a.module, a.facts):
+        wraps = _wrapped_loaders(node, a.facts, iterable)
+        if wraps:
+            found[a.site(node).line] = wraps
+    return found
+
+
+def _wrapped_loaders(
+    node: cst.BaseStatement, facts: FactsDraft, iterable: AbstractSet[str]
+) -> tuple[tuple[str, str], ...]:
+    """(loader, wrapper class) for each loader ``node`` hands to a class that is not a DataLoader
+    and stands for it from then on: ``X = Wrapper(X, ...)`` (a class name, capitalised), or
+    ``Y = Wrapper(X, ...)`` with a ``Wrapper`` of this file that defines ``__iter__``. A
+    ``Trainer(model, optimizer, loader)`` only keeps the loader it is given."""
+    if not (isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1):
+        return ()
+    assign = node.body[0]
+    if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call) or len(assign.targets) != 1:
+        return ()
+    call = assign.value
+    wrapper = dotted(call.func)
+    if wrapper is None or not wrapper.rpartition(".")[2][:1].isupper():
+        return ()
+    if facts.callee_name(call.func) in DATA_LOADERS:
+        return ()
+    target = dotted(assign.targets[0].target)
+    loaders = facts.loaders
+    return tuple(
+        (arg.value.value, wrapper)
+        for arg in call.args
+        if isinstance(arg.value, cst.Name)
+        and arg.value.value in loaders
+        and (arg.value.value == target or wrapper in iterable)
+    )
+
+
+def _spans(statements: Sequence[cst.BaseStatement], a: Analysis) -> list[tuple[int, int]]:
+    """The original lines (first, last) of each statement."""
+    return [(site.line, site.end_line) for site in map(a.site, statements)]
+
+
+def _bound_in(spans: Sequence[tuple[int, int]], a: Analysis) -> frozenset[str]:
+    """The names an assignment within one of ``spans`` binds (the analysis' assignment lines)."""
+    return frozenset(
+        name
+        for name, sites in a.facts.assign_sites.items()
+        if any(first <= where.line <= last for first, last in spans for where in sites)
+    )
+
+
+def _received_models(a: Analysis) -> dict[str, tuple[str, ...]]:
+    """See ``ConversionPlan.received_models``: the home function's and the creating function's
+    model parameters that no statement of its body (but a definition) and no other code binds."""
+    if a.facts.home_kind != "function" or a.module is None:
+        return {}
+    homes = {a.facts.main_function, a.facts.creating_function}
+    found: dict[str, tuple[str, ...]] = {}
+    for top in a.module.body:
+        if not (isinstance(top, cst.FunctionDef) and top.name.value in homes):
+            continue
+        where = a.site(top)
+        body = top.body.body if isinstance(top.body, cst.IndentedBlock) else ()
+        bound = _bound_in(_spans([s for s in body if not isinstance(s, (cst.FunctionDef, cst.ClassDef))], a), a)
+        found[top.name.value] = tuple(
+            name
+            for name in parameter_names(top)
+            if name in a.facts.models
+            and name not in bound
+            and all(where.line <= site.line <= where.end_line for site in a.facts.assign_sites.get(name, ()))
+        )
+    return found
+
+
+def _bound_above_main_guard(a: Analysis) -> frozenset[str]:
+    """The names the module's plain statements above its ``if __name__ == "__main__":`` block bind
+    (by the analysis' assignment lines), when that block builds the training objects."""
+    if a.facts.home_kind != "main_guard" or a.module is None:
+        return frozenset()
+    above: list[cst.BaseStatement] = []
+    for top in a.module.body:
+        if is_main_guard(top):
+            break
+        if isinstance(top, cst.SimpleStatementLine):
+            above.append(top)
+    return _bound_in(_spans(above, a), a)
 
 
 def plan_of(facts: ScriptFacts) -> ConversionPlan:

@@ -381,7 +381,7 @@ class Accelerator(Rule):
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         # A library of a program gets the accelerator from its entry script, never its own.
-        return facts.existing_accelerator is None and facts.has_accelerator and facts.home_kind != "library"
+        return plan_of(facts).creates_accelerator
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         transformer = _CreateAccelerator(facts, cpu_flag(facts), options)

@@ -26,32 +26,25 @@ averaged across processes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from types import MappingProxyType
+from collections.abc import Sequence
 
 import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import prepare_statement
 from accel_convert.codemods.engine.devices import is_move
-from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.facts import MODULE, ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
     assigned_in,
-    class_methods,
     dotted,
-    is_main_guard,
     names_in,
     nodes_in,
-    parameter_names,
     statement,
 )
-from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 from accel_convert.codemods.engine.transformers import HomeBlockTransformer
 from accel_convert.codemods.model.plan import creation_index, plan_of, prepares_here
-from accel_convert.codemods.model.provider import rule_provider
-from accel_convert.codemods.model.state import Analysis
 
 
 def objects_to_prepare(facts: ScriptFacts) -> list[str]:
@@ -71,27 +64,8 @@ class _Prepare(HomeBlockTransformer):
         super().__init__(facts)
         self.plan = plan_of(facts)
         self.wanted = names
-        #: Wanted names bound by plain module-level statements above the ``__main__`` block (d2l's
-        #: ``net = nn.Sequential(...)`` at the top, handed to ``train_ch6(net, ...)`` in the block).
-        self.built_above_guard: set[str] = set()
         #: Every name a ``prepare`` statement of this pass received.
         self.prepared_names: set[str] = set()
-        #: Module-level classes of the file that define ``__iter__`` (a loader wrapper).
-        self.iterable_classes: set[str] = set()
-
-    def visit_Module(self, node: cst.Module) -> bool:
-        self.iterable_classes = {
-            top.name.value
-            for top in node.body
-            if isinstance(top, cst.ClassDef) and any(m.name.value == "__iter__" for m in class_methods(top))
-        }
-        if self.facts.home_kind == "main_guard":
-            for top in node.body:
-                if is_main_guard(top):
-                    break
-                if isinstance(top, cst.SimpleStatementLine):
-                    self.built_above_guard |= self._assigned_by(top)
-        return True
 
     @property
     def home_names(self) -> set[str | None]:
@@ -133,7 +107,7 @@ class _Prepare(HomeBlockTransformer):
         # Only what this block builds: a loader only known as another function's parameter stays.
         # But a model the home function receives and trains, which no other block builds (an
         # ensemble's ``for m in models: train(m, loader)``), is prepared with what it builds.
-        for name in self._received_models(anchor, body):
+        for name in self._received_models(anchor):
             first_creation.setdefault(name, -1)
             last_creation.setdefault(name, -1)
         names = self._in_order([name for name in self.wanted if name in last_creation], first_creation)
@@ -142,8 +116,8 @@ class _Prepare(HomeBlockTransformer):
         # student built after the training began, a model built under a flag): each is prepared
         # right where it is built, before it is handed over. Inside a nested block, the insertion
         # leaves the indices of the top-level statements above as they were.
-        where_built = {name for name in self.wanted if name in self.facts.models_prepared_where_built} - set(names)
-        rebuilt = self._loaders_built_in(body[loop_index:]) | where_built
+        where_built = {name for name in self.wanted if name in self.plan.prepared_where_built} - set(names)
+        rebuilt = self._loaders_built_again(anchor) | where_built
         head = body[:loop_index]
         # A loader wrapped in an object of another class (a ``DeviceDataLoader`` moving every
         # batch): prepare passes such objects through, so the loader is prepared before the wrap.
@@ -166,10 +140,11 @@ class _Prepare(HomeBlockTransformer):
         then as they are first built."""
         return sorted(names, key=lambda name: (_group(self.facts, name), first_creation[name]))
 
-    def _loaders_built_in(self, statements: list[cst.BaseStatement]) -> set[str]:
-        """Loaders (re)built inside the training loop (a batch size growing per epoch): each is
-        prepared where it is built, or its batches would stay whole and on the CPU."""
-        return {name for name in self.wanted if name in self.facts.loaders and self._built_in(statements, name)}
+    def _loaders_built_again(self, anchor: cst.CSTNode) -> set[str]:
+        """Loaders the home block ``anchor`` builds again inside its training (the plan's
+        ``rebuilt_loaders``): each is prepared where it is built."""
+        block = anchor.name.value if isinstance(anchor, cst.FunctionDef) else MODULE
+        return set(self.plan.rebuilt_loaders.get(block, ()))
 
     def _edit_from_the_loop(
         self, statements: list[cst.BaseStatement], rebuilt: set[str], names: list[str], indent: str
@@ -194,7 +169,7 @@ class _Prepare(HomeBlockTransformer):
         """``names`` with what the module builds above the ``__main__`` block and the block's
         training uses: the block runs at module level, so preparing it there (where the block
         creates the accelerator, among ``head``) rebinds the global every function reads."""
-        above = [name for name in self.wanted if name in self.built_above_guard and name not in last_creation]
+        above = [name for name in self.wanted if name in self.plan.built_above_guard and name not in last_creation]
         if not above or self.facts.home_kind != "main_guard":
             return names
         created = self._accelerator_index(head)
@@ -238,46 +213,16 @@ class _Prepare(HomeBlockTransformer):
         return inserted
 
     def _wrappings(self, node: cst.BaseStatement, loaders: list[str]) -> list[tuple[str, str]]:
-        """(loader, wrapper class) for each of ``loaders`` that ``node`` hands to a class that is
-        not a DataLoader and stands for it from then on: ``X = Wrapper(X, ...)`` (a class name,
-        capitalised), or ``Y = Wrapper(X, ...)`` with a ``Wrapper`` of this file that defines
-        ``__iter__``. A ``Trainer(model, optimizer, loader)`` only keeps the loader it is given."""
-        if not (isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1):
-            return []
-        assign = node.body[0]
-        if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call) or len(assign.targets) != 1:
-            return []
-        call = assign.value
-        wrapper = dotted(call.func)
-        if wrapper is None or not wrapper.rpartition(".")[2][:1].isupper():
-            return []
-        if self.facts.callee_name(call.func) in DATA_LOADERS:
-            return []
-        target = dotted(assign.targets[0].target)
-        return [
-            (arg.value.value, wrapper)
-            for arg in call.args
-            if isinstance(arg.value, cst.Name)
-            and arg.value.value in loaders
-            and (arg.value.value == target or wrapper in self.iterable_classes)
-        ]
+        """(loader, wrapper class) for each of ``loaders`` that ``node`` (an original statement)
+        hands to a class standing for it from then on: the plan's ``loader_wrappings``."""
+        site = self.origins.site(node)
+        wraps = self.plan.loader_wrappings.get(site.line, ()) if site is not None else ()
+        return [(loader, wrapper) for loader, wrapper in wraps if loader in loaders]
 
-    def _received_models(self, anchor: cst.CSTNode, body: list[cst.BaseStatement]) -> list[str]:
-        """Parameters of the home function that are models it trains, bound nowhere in the file but
-        as its parameters: what its callers hand it is prepared by nobody else."""
-        if not isinstance(anchor, cst.FunctionDef):
-            return []
-        where = self.origins.site(anchor)
-        if where is None:
-            return []
-        bound = set().union(*(self._assigned_by(node) for node in body)) if body else set()
-        return [
-            name
-            for name in parameter_names(anchor)
-            if name in self.facts.models
-            and name not in bound
-            and not any(not where.line <= site.line <= where.end_line for site in self.facts.assign_sites.get(name, ()))
-        ]
+    def _received_models(self, anchor: cst.CSTNode) -> tuple[str, ...]:
+        """The models the home function ``anchor`` is handed and trains, which no other block
+        builds (the plan's ``received_models``)."""
+        return self.plan.received_models.get(anchor.name.value, ()) if isinstance(anchor, cst.FunctionDef) else ()
 
     def _accelerator_index(self, statements: list[cst.BaseStatement]) -> int | None:
         """Index of the statement creating the accelerator among ``statements``, if one does."""
@@ -300,7 +245,7 @@ class _Prepare(HomeBlockTransformer):
             target = assign.targets[0].target
             if not (isinstance(target, cst.Name) and target.value in self.facts.models):
                 continue
-            if target.value in self.facts.models_prepared_where_built:
+            if target.value in self.plan.prepared_where_built:
                 continue  # prepared right after this line
             value = assign.value
             if not isinstance(value, cst.Call) or is_move(value) or not self._constructs_model(value):
@@ -375,11 +320,10 @@ class _Prepare(HomeBlockTransformer):
         if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
             return set()
         function = value.func.value
-        params = self.facts.of(helper_functions).get(function)
-        if function not in self.facts.backward_functions or params is None:
+        # Not a function building its own optimizer: the models it is handed are the analysis' (ACC926).
+        params = self.plan.handed_for_training.get(function)
+        if params is None:
             return set()
-        if function in self.facts.training_functions:
-            return set()  # builds its own optimizer: the models it is handed are the analysis' (ACC926)
         found: set[str] = set()
         for index, arg in enumerate(value.args):
             if arg.star or not isinstance(arg.value, cst.Name):
@@ -411,9 +355,6 @@ class _Prepare(HomeBlockTransformer):
                 last_creation[name] = index
         return first_creation, last_creation
 
-    def _built_in(self, statements: list[cst.BaseStatement], name: str) -> bool:
-        return any(name in self._assigned_by(node) for node in statements)
-
     def _prepare_where_built(
         self, statements: list[cst.BaseStatement], names: set[str], indent: str
     ) -> list[cst.BaseStatement]:
@@ -424,7 +365,7 @@ class _Prepare(HomeBlockTransformer):
             if isinstance(node, cst.SimpleStatementLine):
                 result.append(node)
                 for name in sorted(self._assigned_by(node) & names):
-                    where = "it is built" if name in self.facts.models_prepared_where_built else "the loop builds it"
+                    where = "it is built" if name in self.plan.prepared_where_built else "the loop builds it"
                     self.report(node, Prepare.code, f"prepare {name} where {where}", header_only=True)
                     self.prepared_names.add(name)
                     result.append(prepare_statement(self.accelerator, [name], indent))
@@ -447,10 +388,7 @@ class _Prepare(HomeBlockTransformer):
         """Index of the first statement of ``body`` that loops over a loader, or calls a function
         that (directly or through its own calls) does; ``len(body)`` when none does. ``block``:
         the function ``body`` belongs to, when not the home block."""
-        if block is None:
-            lines = (*self.plan.training_lines, *self.plan.backward_lines)
-        else:
-            lines = tuple(self.facts.training_lines(block))
+        lines = self.plan.training_lines_of(block)
         for index, node in enumerate(body):
             if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
                 continue  # the calls inside a definition run when it is called, not here
@@ -478,23 +416,6 @@ class _Prepare(HomeBlockTransformer):
 UNPREPARED_MODEL = "ACC926"
 
 
-@rule_provider(
-    needs=("models", "optimizers", "train_loaders", "eval_loaders", "schedulers", "device_names", "main_function")
-)
-def helper_functions(a: Analysis) -> Mapping[str, tuple[str, ...]]:
-    """Module-level functions (other than the home function) receiving training objects → their
-    parameter names (``{"train": ("args", "model", "device", "train_loader", "optimizer")}``)."""
-    facts = a.facts
-    roles = facts.trained_objects | facts.device_names
-    return MappingProxyType(
-        {
-            function: params
-            for function, params in a.r.defs.items()
-            if function != facts.main_function and set(params) & roles
-        }
-    )
-
-
 class Prepare(Rule):
     code = "ACC103"
     name = "prepare"
@@ -503,7 +424,6 @@ class Prepare(Rule):
             "Prepare the model after it is built and before it is trained: add ``student = accelerator.prepare(student)`` (the reported name) on the line after its last assignment, before the call that trains it."
         ),
     }
-    providers = (helper_functions,)
     extra_codes = {
         UNPREPARED_MODEL: "unprepared-model: a model handed to a function that trains it, built where "
         "the converter does not prepare it (bound more than once, or not by a model constructor): its "
@@ -885,7 +805,7 @@ class Prepare(Rule):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return facts.has_accelerator and bool(objects_to_prepare(facts) or facts.unprepared_received_models)
+        return plan_of(facts).prepares
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         names = objects_to_prepare(facts)
