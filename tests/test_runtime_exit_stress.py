@@ -67,12 +67,13 @@ OWN_GROUP = """
 import atexit
 import torch.distributed as dist
 
-atexit.register(lambda: print("group alive at exit:", dist.is_initialized(), flush=True))
+# One string, one write: with several arguments, two ranks' words interleave on the shared pipe.
+atexit.register(lambda: print(f"group alive at exit: {dist.is_initialized()}", flush=True))
 dist.init_process_group("gloo")
 from accel_convert.runtime import Accelerator
 
 accelerator = Accelerator()
-print("processes", accelerator.num_processes, flush=True)
+print(f"processes {accelerator.num_processes}", flush=True)
 """
 
 
