@@ -8,6 +8,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.devices import constructed
 from accel_convert.codemods.engine.syntax import (
+    argument_for,
     dotted,
 )
 from accel_convert.codemods.model.plan import is_any_prepare
@@ -164,13 +165,30 @@ def _attributes_built_here(a: Analysis, name: str) -> set[str]:
     self.model.to(device)`` is what the caller built, and the caller prepares it."""
     owner = a.r.classes[name]
     assigned = [assign for assign in a.r.assigns if assign.function == name]
+    built_in_the_call = _parameters_built_in_every_call(a, name)
     received = {
         target
         for assign in assigned
         for target in assign.targets
-        if dotted(constructed(assign.value)) in {*(owner.init_params or ()), target}
+        if (source := dotted(constructed(assign.value))) in {*(owner.init_params or ()), target}
+        and source not in built_in_the_call
     }
-    return {target for assign in assigned for target in assign.targets} - received
+    # A parameter built in every call counts as built here: what ``self.model = model`` keeps.
+    return ({target for assign in assigned for target in assign.targets} - received) | built_in_the_call
+
+
+def _parameters_built_in_every_call(a: Analysis, name: str) -> set[str]:
+    """The ``__init__`` parameters of class ``name`` that every construction fills with an object
+    built in the call (``Trainer(nn.Linear(8, 1))``): no caller holds it by a name to prepare, so
+    the attribute keeping it is prepared in ``__init__``, as one built there."""
+    params = a.r.classes[name].init_params or ()
+    calls = a.constructions.get(name, [])
+    found: set[str] = set()
+    for index, param in enumerate(params):
+        arguments = [argument_for(call.node, index, param) for call in calls]
+        if arguments and all(arg is not None and isinstance(arg.value, cst.Call) for arg in arguments):
+            found.add(param)
+    return found
 
 
 def _method_prepare(a: Analysis, name: str) -> set[str]:
