@@ -448,10 +448,15 @@ def is_backward(node: cst.CSTNode) -> bool:
     return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward"
 
 
+def defines_method(node: cst.ClassDef, name: str) -> bool:
+    """Whether a class defines a method called ``name`` in its own body."""
+    return any(method.name.value == name for method in class_methods(node))
+
+
 def defines_backward(node: cst.ClassDef) -> bool:
     """Whether a class defines a ``backward`` method (a weight penalty, an autograd helper): the
     ``backward()`` of its instances is that method, not a loss tensor's."""
-    return any(method.name.value == "backward" for method in class_methods(node))
+    return defines_method(node, "backward")
 
 
 def name_assigned(statement: cst.BaseStatement) -> tuple[str, cst.BaseExpression] | None:

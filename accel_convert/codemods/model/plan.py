@@ -46,7 +46,7 @@ import libcst as cst
 from accel_convert.codemods.engine.accelerator_code import accelerator_name, is_accelerator_method
 from accel_convert.codemods.engine.facts import MODULE, FactsDraft, ScriptFacts
 from accel_convert.codemods.engine.syntax import (
-    class_methods,
+    defines_method,
     dotted,
     is_main_guard,
     nodes_in,
@@ -416,9 +416,7 @@ def _loader_wrappings(a: Analysis) -> dict[int, tuple[tuple[str, str], ...]]:
     if a.module is None or a.facts.home_kind == "library":
         return {}
     iterable = {
-        top.name.value
-        for top in a.module.body
-        if isinstance(top, cst.ClassDef) and any(m.name.value == "__iter__" for m in class_methods(top))
+        top.name.value for top in a.module.body if isinstance(top, cst.ClassDef) and defines_method(top, "__iter__")
     }
     found: dict[int, tuple[tuple[str, str], ...]] = {}
     for node in _home_statements(a.module, a.facts):
