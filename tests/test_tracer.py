@@ -10,6 +10,7 @@ import json
 import os
 import textwrap
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -405,6 +406,51 @@ def test_a_cut_sampler_yields_as_many_indices_as_its_length_says(kind: str) -> N
     cut = kwargs["sampler"]
     for _ in range(3):
         assert len(list(cut)) == len(cut) == min(len(sampler), 256)
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("limit", [5, 24, 25, 256])
+def test_a_cut_batch_sampler_yields_the_batches_a_cut_sampler_would(limit: int, drop_last: bool) -> None:
+    """A loader given its own batch sampler takes the batches the same loader given the plain
+    sampler would under the budget: the first M indices drawn, in the same batches. Keeping the
+    indices below M of every batch kept scattered fragments of most batches while its ``len``
+    said as many batches as the budget has samples."""
+    import torch
+
+    from accel_convert.runtime.tracer import budget_arguments
+
+    data = torch.utils.data.TensorDataset(torch.arange(100))
+    scattered = torch.randperm(100, generator=torch.Generator().manual_seed(3)).tolist()
+    batches = torch.utils.data.BatchSampler(scattered, batch_size=8, drop_last=drop_last)
+    _, kwargs = budget_arguments((data,), {"batch_sampler": batches}, limit)
+    _, plain = budget_arguments((data,), {"sampler": scattered}, limit)
+    expected = list(torch.utils.data.BatchSampler(plain["sampler"], batch_size=8, drop_last=drop_last))
+    cut = kwargs["batch_sampler"]
+    for _ in range(2):
+        assert list(cut) == expected and len(cut) == len(expected)
+
+
+def test_a_cut_batch_sampler_of_uneven_batches_yields_as_many_as_its_length_says() -> None:
+    """Batches of several sizes (a bucketing sampler with no ``batch_size``) stay whole, as many
+    as the budget fills at their mean size, and ``len`` counts them."""
+    import torch
+
+    from accel_convert.runtime.tracer import budget_arguments
+
+    class Buckets(torch.utils.data.Sampler):
+        sampler = range(100)
+
+        def __iter__(self) -> Iterator[list[int]]:
+            return iter([list(range(start, start + 4 + start % 3)) for start in range(0, 100, 5)])
+
+        def __len__(self) -> int:
+            return 20
+
+    data = torch.utils.data.TensorDataset(torch.arange(100))
+    _, kwargs = budget_arguments((data,), {"batch_sampler": Buckets()}, 24)
+    cut = kwargs["batch_sampler"]
+    assert len(list(cut)) == len(cut) == 5  # 24 samples at 5 a batch
+    assert list(cut)[0] == list(range(4))
 
 
 def test_the_budget_keeps_a_distributed_samplers_shards_even() -> None:

@@ -628,14 +628,37 @@ class BudgetSampler(torch_data.Sampler):
 
 
 class BudgetBatchSampler(BudgetSampler):
-    """The script's own batch sampler, each batch keeping only the indices below M (not a cut of
-    the first batches: ``len`` counts batches, the budget samples)."""
+    """The script's own batch sampler, cut to the batches a plain sampler cut to M would make: its
+    first batches, holding the first M indices it draws (the last one cut to M, or dropped when
+    partial under ``drop_last``), as many in every pass as its ``len`` says. A batch sampler whose
+    batches may differ in size (no ``batch_size``) keeps its first batches whole, as many as M
+    samples fill at its mean batch size. Keeping the indices below M of every batch instead kept
+    a number of batches that depends on the draw, which its ``len`` could not tell."""
 
     def __iter__(self) -> Iterator[Any]:
-        for batch in self.sampler:
-            kept = [index for index in batch if index < self.limit]
-            if kept:
-                yield kept
+        size, left = self._batch_size(), self.limit
+        for batch in itertools.islice(self.sampler, len(self)):
+            if size is None:
+                yield batch
+                continue
+            yield list(batch)[:left]
+            left -= size
+
+    def __len__(self) -> int:
+        batches, size = len(self.sampler), self._batch_size()
+        if size is None:
+            return min(batches, math.ceil(self.limit / self._mean_batch_size(batches)))
+        if getattr(self.sampler, "drop_last", False):
+            return min(batches, self.limit // size)
+        return min(batches, math.ceil(self.limit / size))
+
+    def _batch_size(self) -> int | None:
+        size = getattr(self.sampler, "batch_size", None)
+        return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+
+    def _mean_batch_size(self, batches: int) -> int:
+        samples = _sized(getattr(self.sampler, "sampler", None))
+        return max(1, math.ceil(samples / batches)) if samples and batches else 1
 
 
 def _sized(dataset: Any) -> int | None:
