@@ -108,6 +108,32 @@ def test_cells_after_training_move_in_only_with_what_they_read() -> None:
     assert "    model, opt, loader = accelerator.prepare(model, opt, loader)" in function
 
 
+def test_the_kernels_cells_keep_their_prints_and_stay_unless_they_read_what_moves() -> None:
+    """The top level of a restructured notebook is the kernel, one process: a print there, in a
+    cell of settings before the function or after the launch, prints once as written (it was kept
+    to ``RANK`` 0, as a script's module-level print run by every process). And a later cell
+    reading only what stays in the kernel (``batch_size``, ``data``) stays after the launch: it
+    was moved into the function with every cell before it."""
+    source = notebook_bytes(
+        "import torch\ndata = torch.randn(8, 2)",
+        "batch_size = 2\nprint('samples', len(data))\nloader = torch.utils.data.DataLoader(data, batch_size=batch_size)",
+        "model = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)",
+        "for x in loader:\n    opt.zero_grad()\n    model(x).sum().backward()\n    opt.step()",
+        "print('labels', ['a', 'b'])",
+        "print('batches of', batch_size, 'from', data.shape)",
+    )
+    conversion = convert_notebook(source, LAUNCHER, path="nb.ipynb")
+    assert not launcher_warnings(conversion)
+    cells = cells_of(conversion.output)
+    assert [cell.id for cell in cells] == ["c1", "c2", "training-function", "notebook-launcher", "c5", "c6"]
+    assert cells[1].source == "batch_size = 2\nprint('samples', len(data))"
+    assert [cells[4].source, cells[5].source] == [
+        "print('labels', ['a', 'b'])",
+        "print('batches of', batch_size, 'from', data.shape)",
+    ]
+    assert "RANK" not in conversion.output.decode() and "import os" not in cells[0].source
+
+
 def notebook_of(*cells: tuple[str, str]) -> bytes:
     notebook = nbformat.v4.new_notebook(
         cells=[
@@ -180,7 +206,7 @@ def test_cli_launcher(tmp_path: Path) -> None:
     assert f"--- a/{shown}:cell 13\n+++ /dev/null\n" in diff.stdout  # the save: all in the function
     assert f"--- /dev/null\n+++ b/{shown}:cell 13\n@@ -0,0 +1,30 @@\n+# Cells 5-13" in diff.stdout
     assert f"--- /dev/null\n+++ b/{shown}:cell 14\n" in diff.stdout  # the launcher cell
-    assert f"--- a/{shown}:cell 15\n+++ b/{shown}:cell 16\n" in diff.stdout  # moved down, changed
+    assert f"{shown}:cell 15\n" not in diff.stdout  # moved down, its print in the kernel as written
     assert f"{shown}:cell 4\n" not in diff.stdout and "No newline at end of file" not in diff.stdout
     assert "+def training_function():\n" in diff.stdout
     unchanged = cli(str(FIXTURE), "--launcher", "--check")

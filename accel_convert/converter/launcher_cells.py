@@ -54,8 +54,8 @@ from __future__ import annotations
 
 import ast
 import copy
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import libcst as cst
@@ -144,7 +144,7 @@ def restructured_and_converted(notebook: Any, options: Options, path: str) -> tu
         restructured = restructure(notebook, options, shared)
         if restructured is None:
             return None
-        converted = convert_cells(restructured.notebook, options, path)
+        converted = convert_cells(restructured.notebook, replace(options, top_level_runs_once=True), path)
         assert converted is not None  # the training cells mention torch
         unbound = new_unbound_reads(restructured, converted)
         if not unbound:
@@ -253,15 +253,14 @@ def restructure(notebook: Any, options: Options, shared: frozenset[str] = frozen
     facts = analyse(cst.parse_module(joined), joined)
     _refuse_unless_top_level(facts, cells)
     first, last = _training_span(cells, facts)
-    moved = cells[first : _last_reader(cells, first, last) + 1]
+    trained = frozenset(name for name in facts.trained_objects if "." not in name)
+    per_process = trained | {name for name in _per_process_names(facts) if "." not in name}
+    moved, settings = _moved_cells(cells, first, last, lambda span: _shared_settings(span, shared, per_process))
     for index in magic_cells:
         if moved[0].index < index < moved[-1].index:
             raise NotRestructured(
                 "a cell magic (%%...) sits among the training cells; the function cannot hold it", index + 1
             )
-    trained = frozenset(name for name in facts.trained_objects if "." not in name)
-    per_process = trained | {name for name in _per_process_names(facts) if "." not in name}
-    settings = _shared_settings(moved, shared, per_process)
     new = copy.deepcopy(notebook)
     span = range(moved[0].index, moved[-1].index + 1)
     kept, statements = _split_span(new, span, moved, masks, settings.hoisted)
@@ -388,18 +387,24 @@ def _statement_at(cells: list[_CodeCell], first_lines: list[int], line: int) -> 
     return None
 
 
-def _last_reader(cells: list[_CodeCell], first: int, last: int) -> int:
-    """The position of the last cell the function takes: later cells reading what the training
-    binds run in the workers too (with the cells between)."""
-    bound: set[str] = set()
-    for cell in cells[first : last + 1]:
-        bound |= _body_bindings(cell)
-    for position in range(last + 1, len(cells)):
-        if _reads(cells[position]) & bound:
-            for cell in cells[last + 1 : position + 1]:
-                bound |= _body_bindings(cell)
-            last = position
-    return last
+def _moved_cells(
+    cells: list[_CodeCell], first: int, last: int, settings_of: Callable[[list[_CodeCell]], SharedSettings]
+) -> tuple[list[_CodeCell], SharedSettings]:
+    """The cells the function takes, and which of their statements stay (``settings_of``): the
+    training's cells, and each later cell reading a name the function binds (it runs in the
+    workers too), with every cell between. A name only a statement that stays binds (a setting,
+    a data set) is the kernel's, there after the launch: a cell reading it stays. Decided again
+    as cells join, since a statement that stayed may move with them."""
+    while True:
+        moved = cells[first : last + 1]
+        settings = settings_of(moved)
+        reader = next(
+            (position for position in range(last + 1, len(cells)) if _reads(cells[position]) & settings.function_names),
+            None,
+        )
+        if reader is None:
+            return moved, settings
+        last = reader
 
 
 def _split_span(
@@ -592,15 +597,6 @@ def _shared_settings(moved: list[_CodeCell], shared: frozenset[str], per_process
 
 
 # -- names ---------------------------------------------------------------------------------------
-
-
-def _body_bindings(cell: _CodeCell) -> set[str]:
-    """What a cell's statements that move into the function bind: the function's locals."""
-    names: set[str] = set()
-    for definition, tree in zip(cell.definitions, cell.trees):
-        if not definition:
-            names |= bound_names(tree)
-    return names
 
 
 def _reads(cell: _CodeCell) -> set[str]:

@@ -72,6 +72,10 @@ class Options:
     #: Notebooks only (converter.launcher_cells): training written at the top level becomes one
     #: function, started by a ``notebook_launcher`` cell on this many processes (None: as it is).
     launcher_processes: int | None = None
+    #: The module's top level runs in one process, the launched function in every worker: the
+    #: cells of a notebook restructured for ``notebook_launcher``, converted before its launcher
+    #: cell is added (converter.launcher_cells).
+    top_level_runs_once: bool = False
     #: The project's import sorting (None: isort's and ruff's defaults, no wrapping).
     import_style: ImportStyle | None = None
 

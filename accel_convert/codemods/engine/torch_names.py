@@ -68,6 +68,16 @@ PROGRESS_BARS = frozenset(
 #: Writes to the console besides ``print``: a progress line written by hand, a message printed
 #: above tqdm's bars, a notebook's ``display(...)`` (kept when a notebook is exported to a
 #: script), ``pprint``, rich's ``print``. Like ``print``, they run on the main process only.
+#: ``notebook_launcher`` as a converted notebook imports it: it runs the function it is given in
+#: forked workers, and the notebook's top level stays the kernel's one process.
+NOTEBOOK_LAUNCHERS = frozenset(
+    {
+        "accelerate.notebook_launcher",
+        "accelerate.launchers.notebook_launcher",
+        "accel_convert.runtime.notebook_launcher",
+        "accel_convert.runtime.notebook.notebook_launcher",
+    }
+)
 CONSOLE_WRITES = frozenset(
     {
         "sys.stdout.write",

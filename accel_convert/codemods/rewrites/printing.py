@@ -22,6 +22,10 @@ errors still come from every rank; so does the level a logger is given
 accelerator is reachable (``basicConfig`` at module level, before ``main`` creates it) the
 launcher's ``RANK`` tells the main process. A level from a variable is left as it is.
 
+A notebook that launches its training with ``notebook_launcher(training_function, ...)`` (one
+restructured by ``--launcher``) keeps the prints of its top level as written: the top level is the
+kernel's one process, and only the launched function runs in every worker.
+
 A script that rebinds ``print`` (``print = misc.logger.info``) calls that function instead: the
 binding becomes ``print = accelerator.on_main_process(misc.logger.info)``, so its calls run on the
 main process only.
@@ -41,7 +45,7 @@ from accel_convert.codemods.engine.imports import add_import, imports_module
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import dotted, expression, statement
-from accel_convert.codemods.engine.torch_names import CONSOLE_WRITES, PROGRESS_BARS
+from accel_convert.codemods.engine.torch_names import CONSOLE_WRITES, NOTEBOOK_LAUNCHERS, PROGRESS_BARS
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.model.locality import mentions_rank
 from accel_convert.codemods.model.provider import rule_provider
@@ -52,12 +56,14 @@ LINE_LIMIT = 100
 
 
 class _Printing(RuleTransformer):
-    def __init__(self, facts: ScriptFacts, accelerator: str) -> None:
+    def __init__(self, facts: ScriptFacts, accelerator: str, *, top_level_runs_once: bool = False) -> None:
         sites = [site for name in ("print", *PROGRESS_BARS, *CONSOLE_WRITES) for site in facts.call_sites.get(name, ())]
         # ``print = misc.logger.info``: the script's own print, rebound (pytorch-playground).
         sites += facts.assign_sites.get("print", ())
         super().__init__(facts, lines_of(sites))
         self.facts = facts
+        #: The top level is one process (a notebook's kernel, its workers running a launched function).
+        self.top_level_runs_once = top_level_runs_once or facts.of(launches_a_function)
         #: Module-level prints kept to the first process by ``RANK`` (they need ``import os``).
         self.guarded_prints = 0
         #: The script's helper classes (not models, datasets or training classes).
@@ -136,6 +142,8 @@ class _Printing(RuleTransformer):
             return updated_node
         if self._under_if(mentions_rank):
             return updated_node  # already printed by one process only
+        if not self.scope and self.top_level_runs_once:
+            return updated_node  # the notebook's kernel: one process, the workers run a function
         if self.facts.name_table.scopes[()].binds("os") and self.facts.imports.get("os") != "os":
             return updated_node  # ``os`` is something else here
         where = "before the accelerator exists"
@@ -266,6 +274,19 @@ class _Printing(RuleTransformer):
             return cst.SimpleWhitespace(" ")
         opening = site.column + len(cst.Module([]).code_for_node(original.func)) + 1
         return cst.ParenthesizedWhitespace(indent=False, last_line=cst.SimpleWhitespace(" " * opening))
+
+
+@rule_provider()
+def launches_a_function(a: Analysis) -> bool:
+    """Whether the module's top level calls ``notebook_launcher`` (a notebook restructured by
+    ``--launcher``): the top level is the kernel's one process, and only the function it launches
+    runs in every worker, so a print there prints once as written."""
+    if "notebook_launcher" not in a.r.words:
+        return False
+    return any(
+        not call.scope and a.r.names.qualified_name(call.node.func, call.scope) in NOTEBOOK_LAUNCHERS
+        for call in a.r.calls
+    )
 
 
 @rule_provider(needs=("model_classes", "accessible_functions", "home_kind", "main_function"))
@@ -428,8 +449,62 @@ def loggers(a: Analysis) -> frozenset[str]:
 class Printing(Rule):
     code = "ACC107"
     name = "print-progress"
-    providers = (loggers, models_built_on_every_rank)
+    providers = (loggers, models_built_on_every_rank, launches_a_function)
     examples = (
+        # A notebook launching its training function: the kernel's top level is one process, so
+        # its prints stay as written; the function's print runs in every worker.
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator, notebook_launcher
+                from torch.utils.data import DataLoader, TensorDataset
+
+                print("setting up")
+
+
+                def training_function():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        accelerator.backward(nn.functional.mse_loss(model(data), target))
+                        optimizer.step()
+                    print("trained")
+
+
+                notebook_launcher(training_function, num_processes=2)
+                print("launched")
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator, notebook_launcher
+                from torch.utils.data import DataLoader, TensorDataset
+
+                print("setting up")
+
+
+                def training_function():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        accelerator.backward(nn.functional.mse_loss(model(data), target))
+                        optimizer.step()
+                    accelerator.print("trained")
+
+
+                notebook_launcher(training_function, num_processes=2)
+                print("launched")
+            """,
+        ),
         # A model built in the function creating the accelerator prints its parameter count in
         # ``__init__``: once per process, so kept to the first one by the launcher's RANK.
         Example(
@@ -642,7 +717,9 @@ class Printing(Rule):
         )
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
-        transformer = _Printing(facts, facts.existing_accelerator or facts.accelerator_name)
+        transformer = _Printing(
+            facts, facts.existing_accelerator or facts.accelerator_name, top_level_runs_once=options.top_level_runs_once
+        )
         converted = module.visit(transformer)
         changes = transformer.changes(module)
         by_rank = transformer.guarded_prints
