@@ -400,7 +400,7 @@ def test_a_cut_sampler_yields_as_many_indices_as_its_length_says(kind: str) -> N
     sampler = (
         torch.utils.data.SubsetRandomSampler(scattered)
         if kind == "subset"
-        else torch.utils.data.WeightedRandomSampler(torch.ones(1000), num_samples=1000)
+        else torch.utils.data.WeightedRandomSampler([1.0] * 1000, num_samples=1000)
     )
     _, kwargs = budget_arguments((data,), {"sampler": sampler}, 256)
     cut = kwargs["sampler"]
@@ -461,7 +461,9 @@ def test_the_budget_keeps_a_distributed_samplers_shards_even() -> None:
     data = torch.utils.data.TensorDataset(torch.arange(1000))
     shards = []
     for rank in (0, 1):
-        sampler = torch.utils.data.DistributedSampler(data, num_replicas=2, rank=rank, shuffle=True, seed=5)
+        sampler: torch.utils.data.DistributedSampler[int] = torch.utils.data.DistributedSampler(
+            data, num_replicas=2, rank=rank, shuffle=True, seed=5
+        )
         args, kwargs = budget_arguments((data,), {"sampler": sampler}, 25)
         assert kwargs["sampler"] is sampler and len(args[0]) == 25
         shards.append(list(sampler))
@@ -624,7 +626,7 @@ def test_the_budget_keeps_a_sized_iterable_datasets_length() -> None:
     from accel_convert.runtime.tracer import budget_dataset
 
     class Stream(torch.utils.data.IterableDataset):
-        def __iter__(self):  # type: ignore[no-untyped-def]
+        def __iter__(self) -> Iterator[int]:
             return iter(range(200))
 
     class SizedStream(Stream):

@@ -12,6 +12,7 @@ import textwrap
 from dataclasses import FrozenInstanceError, fields
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 import libcst as cst
 import pytest
@@ -101,13 +102,14 @@ def test_a_rules_facts_are_read_through_its_provider() -> None:
 def test_the_facts_are_frozen_once_drawn_but_the_run_context_is_not() -> None:
     source = textwrap.dedent(PROGRAM["train"])
     facts = analyse(cst.parse_module(source), source)
+    untyped: Any = facts  # what a caller without types might try
     with pytest.raises(FrozenInstanceError):
-        facts.main_function = "other"
+        untyped.main_function = "other"
     assert facts.models == frozenset({"model"}) and isinstance(facts.models, frozenset)
     assert isinstance(facts.train_loops, tuple) and isinstance(facts.call_sites, MappingProxyType)
     assert all(isinstance(sites, tuple) for sites in facts.call_sites.values())
     with pytest.raises(AttributeError):
-        facts.models.add("other")
+        untyped.models.add("other")
     facts.context.changed_lines.add(12)  # what the conversion loop writes while the rules run
     assert facts.changed_lines == {12}
 

@@ -322,6 +322,8 @@ def pattern_sites(source: str, pattern: Pattern) -> list[int]:
     """The lines of ``source`` comparing what ``pattern`` describes (``anywhere``: writing it)."""
     found = []
     for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.expr):  # strings and comparisons are expressions
+            continue
         if pattern.anywhere and any(pattern.constant.match(text) for text in _strings(node)):
             found.append(node.lineno)
         for side, constant in _compared(node):
