@@ -136,6 +136,29 @@ def test_loads_map_gpu_0_to_the_process_device(load: str, converted: str | None)
     assert len(located) == (1 if converted else 0)
 
 
+def test_every_object_a_save_unwraps_is_reported() -> None:
+    """A model saved whole is unwrapped and reported as an optimizer saved whole and a model
+    saved in a dict are: it was unwrapped without a word (a branch of its own)."""
+    before = textwrap.dedent(
+        """
+        def main():
+            accelerator = Accelerator()
+            model, optimizer = accelerator.prepare(model, optimizer)
+            torch.save(model, "model.pt")
+            torch.save(optimizer, "optimizer.pt")
+            torch.save({"model": model}, "both.pt")
+        """
+    )
+    output, changes = apply(CheckpointCodemod(), before)
+    assert 'accelerator.save(accelerator.unwrap_model(model), "model.pt")' in output
+    unwraps = [(change.line, change.message) for change in changes if "→ accelerator.save" not in change.message]
+    assert unwraps == [
+        (5, "model saved whole → accelerator.unwrap_model(model)"),
+        (6, "optimizer saved whole → optimizer.optimizer (the object it wraps)"),
+        (7, "model saved in a dict → accelerator.unwrap_model(model)"),
+    ]
+
+
 def test_checkpoint_reports_saves_without_the_accelerator() -> None:
     source = code(
         """

@@ -129,9 +129,7 @@ class SavesOnMainProcess(RuleTransformer):
             )
             return updated_node
         args = list(updated_node.args)
-        if args and args[0].keyword is None and dotted(args[0].value) in self.facts.models:
-            args[0] = args[0].with_changes(value=unwrap_model(self.facts, args[0].value))
-        elif args and args[0].keyword is None and dotted(args[0].value) is not None:
+        if args and args[0].keyword is None and dotted(args[0].value) is not None:
             args[0] = args[0].with_changes(value=self._unwrapped(original_node, args[0].value, "saved whole"))
         elif args and args[0].keyword is None and isinstance(args[0].value, cst.Dict):
             args[0] = args[0].with_changes(value=self._models_unwrapped_in(original_node, args[0].value))
