@@ -96,7 +96,9 @@ class ConversionPlan:
     #: module-level code a call of a function it reaches (not one that only parses arguments).
     created_before_lines: tuple[int, ...]
     #: Every object to pass through ``prepare``, in Accelerate's order: models, optimizers, train
-    #: loaders, eval loaders, schedulers stepped per batch (each group by name).
+    #: loaders, eval loaders, schedulers stepped per batch (each group by name). A name that code
+    #: of the module binds (or the home function is handed and trains): not a parameter a
+    #: training class or a loader wrapper keeps (``self.loader = loader``).
     to_prepare: tuple[str, ...]
     #: Block (``"<module>"`` or a module-level function) → the objects of ``to_prepare`` it
     #: prepares: the home block what it builds and hands down, a training function what it
@@ -188,6 +190,13 @@ class ConversionPlan:
         nowhere else; ``wrappings``, the home block's statements wrapping a loader;
         ``placement``, where in the original statements each block prepares."""
         to_prepare = _objects_to_prepare(facts)
+        if bound is not None:
+            # The analysis: a name no code binds but as a parameter (a training class's
+            # ``__init__(self, model)`` handed ``Trainer(nn.Linear(8, 1))``, a loader wrapper's
+            # ``__init__(self, loader)``) is no object of this module to prepare, unless the home
+            # function is handed it and trains it.
+            kept = set(facts.assign_sites) | {name for names in (received or {}).values() for name in names}
+            to_prepare = tuple(name for name in to_prepare if name in kept)
         creating: str | None = None
         if facts.home_kind != "library":
             creating = facts.creating_function or facts.home_function
