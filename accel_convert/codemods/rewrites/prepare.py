@@ -64,8 +64,12 @@ class _Prepare(HomeBlockTransformer):
         super().__init__(facts)
         self.plan = plan_of(facts)
         self.wanted = names
-        #: Every name a ``prepare`` statement of this pass received.
+        #: Every name a ``prepare`` statement of this pass received (for the report of models no
+        #: block prepared).
         self.prepared_names: set[str] = set()
+        #: The names the ``prepare`` statements of the block being edited received so far: each
+        #: block prepares what the plan gives it, whichever block the walk edited before.
+        self.prepared_in_block: set[str] = set()
 
     @property
     def home_names(self) -> set[str | None]:
@@ -90,6 +94,7 @@ class _Prepare(HomeBlockTransformer):
         optimizer itself, or a library function building its model too: what it builds is
         prepared there, after the last of it is built and before its first loop over the data
         (``optimizer = accelerator.prepare(optimizer)``)."""
+        self.prepared_in_block = set()
         loop_index = self._first_loop_index(body, function)
         first_creation, last_creation = self._creations(body[:loop_index], function)
         # What the plan has it prepare, bound before its training starts.
@@ -102,6 +107,7 @@ class _Prepare(HomeBlockTransformer):
         # ``prepare`` goes before the first loop over the data (or the first call reaching one):
         # a name bound again after it (a model rebuilt and reloaded for inference) is another
         # object, which training never used.
+        self.prepared_in_block = set()
         loop_index = self._first_loop_index(body)
         block = _block_of(anchor)
         first_creation, last_creation = self._creations(body[:loop_index], block)
@@ -125,7 +131,7 @@ class _Prepare(HomeBlockTransformer):
         before_wrap = self._prepare_before_wrapping(
             head, [name for name in names if name in self.facts.loaders], indent
         )
-        names = [name for name in names if name not in self.prepared_names]
+        names = [name for name in names if name not in self.prepared_in_block]
         if where_built:
             head = self._prepare_where_built(head, where_built, indent + "    ")
         body = [*head, *self._edit_from_the_loop(body[loop_index:], rebuilt, block, indent)]
@@ -172,11 +178,16 @@ class _Prepare(HomeBlockTransformer):
             first_creation[name] = last_creation[name] = created
         return self._in_order([*names, *above], first_creation)
 
+    def _took(self, names: list[str]) -> None:
+        """Record that a ``prepare`` statement of the block being edited takes ``names``."""
+        self.prepared_in_block.update(names)
+        self.prepared_names.update(names)
+
     def _insert_prepare(
         self, body: list[cst.BaseStatement], names: list[str], last_creation: dict[str, int], indent: str
     ) -> list[cst.BaseStatement]:
         """``body`` with ``names = accelerator.prepare(names)`` right after the last of them is built."""
-        self.prepared_names.update(names)
+        self._took(names)
         after = max(last_creation[name] for name in names)
         self.report(body[after], Prepare.code, f"prepare {', '.join(names)} for distributed training", header_only=True)
         return [*body[: after + 1], prepare_statement(self.accelerator, names, indent), *body[after + 1 :]]
@@ -187,15 +198,15 @@ class _Prepare(HomeBlockTransformer):
         """``loader = accelerator.prepare(loader)`` statements to put right before the first
         statement of ``statements`` that hands one of ``loaders`` to a wrapper class
         (``train_dl = WrappedDataLoader(train_dl, preprocess)``), by that statement's identity;
-        the loaders so prepared join ``prepared_names``. The accelerator is created before the
+        the loaders so prepared join ``prepared_in_block``. The accelerator is created before the
         first statement binding a loader (``accelerator.creation_index``), so before any wrap."""
         created = self._accelerator_index(statements)
         inserted: dict[int, list[cst.BaseStatement]] = {}
         for index, node in enumerate(statements):
             for loader, wrapper in self._wrappings(node, loaders):
-                if loader in self.prepared_names or (created is not None and created >= index):
+                if loader in self.prepared_in_block or (created is not None and created >= index):
                     continue
-                self.prepared_names.add(loader)
+                self._took([loader])
                 self.report(
                     node,
                     Prepare.code,
@@ -251,14 +262,14 @@ class _Prepare(HomeBlockTransformer):
         bound: set[str] = set()
         # Names whose current object is prepared: a plain line binding one again (the tutorial's
         # second ``opt = optim.SGD(...)`` after a first rebuild was trained) makes it unprepared.
-        prepared = set(self.prepared_names)
+        prepared = set(self.prepared_in_block)
         for node in statements:
             handed = self._handed_to_training(node) & bound
             handed -= prepared
             if handed:
                 names = sorted(handed, key=lambda name: (0 if name not in self.facts.optimizers else 1, name))
                 self.report(node, Prepare.code, f"prepare {', '.join(names)} before they are trained", header_only=True)
-                self.prepared_names.update(names)
+                self._took(names)
                 prepared.update(names)
                 result.append(prepare_statement(self.accelerator, names, indent))
             result.append(node)
@@ -330,7 +341,7 @@ class _Prepare(HomeBlockTransformer):
                 for name in sorted(self._assigned_by(node) & names):
                     where = "it is built" if name in self.plan.prepared_where_built else "the loop builds it"
                     self.report(node, Prepare.code, f"prepare {name} where {where}", header_only=True)
-                    self.prepared_names.add(name)
+                    self._took([name])
                     result.append(prepare_statement(self.accelerator, [name], indent))
                 continue
             if isinstance(node, (cst.For, cst.While, cst.With, cst.If)) and isinstance(node.body, cst.IndentedBlock):
