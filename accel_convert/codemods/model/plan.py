@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Literal
 import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_name, is_accelerator_method
-from accel_convert.codemods.engine.devices import is_move
+from accel_convert.codemods.engine.devices import is_move, peel_moves
 from accel_convert.codemods.engine.facts import MODULE, FactsDraft, ScriptFacts
 from accel_convert.codemods.engine.syntax import (
     assigned_in,
@@ -168,6 +168,15 @@ class ConversionPlan:
     #: statements read a loader the block prepares → that model: its batches are on the
     #: accelerator's device, so the model is moved there after that line.
     rebuilt_models_to_move: Mapping[str, Mapping[int, str]] = field(default_factory=lambda: MappingProxyType({}))
+    #: Home block → original line of a statement from where its training starts handing objects
+    #: to a function of ``handed_for_training`` (``train_model(model_conv, ..., optimizer_conv)``)
+    #: → those of them bound since training started and not prepared since (by an earlier such
+    #: prepare, where they are built, or by the original script): prepared right before it, models
+    #: first. A plain statement binding a name again makes it unprepared (the tutorial's second
+    #: ``opt = optim.SGD(...)``); one only moving it (``model = model.to(device)``) does not.
+    prepared_before_handing: Mapping[str, Mapping[int, tuple[str, ...]]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
     @classmethod
     def of(
@@ -237,6 +246,9 @@ class ConversionPlan:
             ),
             rebuilt_models_to_move=MappingProxyType(
                 {block: MappingProxyType(dict(moves)) for block, moves in placement.rebuilt_models_to_move.items()}
+            ),
+            prepared_before_handing=MappingProxyType(
+                {block: MappingProxyType(dict(found)) for block, found in placement.prepared_before_handing.items()}
             ),
         )
 
@@ -309,6 +321,7 @@ class Placement:
     handed_for_training: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     built_before_training: Mapping[str, Mapping[str, tuple[int, int]]] = field(default_factory=dict)
     rebuilt_models_to_move: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
+    prepared_before_handing: Mapping[str, Mapping[int, tuple[str, ...]]] = field(default_factory=dict)
 
 
 def _objects_to_prepare(facts: FactsDraft | ScriptFacts) -> tuple[str, ...]:
@@ -449,11 +462,119 @@ def _placement(a: Analysis) -> Placement:
         if isinstance(top, cst.FunctionDef) and top.name.value in _preparing_functions(a.facts):
             body = list(top.body.body) if isinstance(top.body, cst.IndentedBlock) else []
             built[top.name.value] = _built_before_training(body, a.facts.training_lines(top.name.value), wanted, a)
+    rebuilt = _rebuilt_loaders(a, homes, home_lines, wanted)
+    handing = _Handing(a, handed, wanted, _received_models(a))
     return Placement(
-        rebuilt_loaders=_rebuilt_loaders(a, homes, home_lines, wanted),
+        rebuilt_loaders=rebuilt,
         handed_for_training=handed,
         built_before_training=built,
         rebuilt_models_to_move=_rebuilt_models_to_move(a, homes, home_lines, built),
+        prepared_before_handing={
+            block: found
+            for block, statements in homes.items()
+            if (
+                found := handing.prepares(
+                    block, statements[_training_start(statements, home_lines, a) :], built, rebuilt
+                )
+            )
+        },
+    )
+
+
+class _Handing:
+    """``ConversionPlan.prepared_before_handing``: one home block's statements from where its
+    training starts, read in order."""
+
+    def __init__(
+        self,
+        a: Analysis,
+        handed: Mapping[str, tuple[str, ...]],
+        wanted: AbstractSet[str],
+        received: Mapping[str, tuple[str, ...]],
+    ) -> None:
+        self.a = a
+        self.received = received
+        self.handed = handed
+        self.wanted = wanted
+        self.wrapped = {loader for wraps in _loader_wrappings(a).values() for loader, _ in wraps}
+
+    def prepares(
+        self,
+        block: str,
+        statements: Sequence[cst.BaseStatement],
+        built: Mapping[str, Mapping[str, tuple[int, int]]],
+        rebuilt: Mapping[str, AbstractSet[str]],
+    ) -> dict[int, tuple[str, ...]]:
+        facts = self.a.facts
+        # What the block prepares where it is built (each time), and the loaders it prepares
+        # before a wrap; not what its one prepare takes, which a rebinding in a loop makes new.
+        here = set(built.get(block, {})) | set(self.received.get(block, ()))
+        again = (self.wanted & facts.models_prepared_where_built) - here | set(rebuilt.get(block, ()))
+        prepared = again | (self.wrapped & here)
+        bound: set[str] = set()
+        found: dict[int, tuple[str, ...]] = {}
+        for node in statements:
+            handed = (self._handed(node) & bound) - prepared
+            if handed:
+                found[self.a.site(node).line] = tuple(sorted(handed, key=lambda name: (name in facts.optimizers, name)))
+                prepared |= handed
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef)) or _moves_itself(node):
+                continue
+            assigned = assigned_in(node)
+            if _prepares_already(node):
+                bound -= assigned  # prepared by the original script (converted already)
+                prepared |= assigned
+            else:
+                bound |= assigned
+                if isinstance(node, cst.SimpleStatementLine):
+                    prepared -= assigned - again
+        return found
+
+    def _handed(self, node: cst.BaseStatement) -> set[str]:
+        """Names a statement (or a line inside a loop or branch) hands to a function of
+        ``handed_for_training``, for parameters that are models or optimizers there."""
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            return set()
+        found: set[str] = set()
+        for line in nodes_in(node):
+            if not isinstance(line, cst.SimpleStatementLine):
+                continue
+            for small in line.body:
+                value = small.value if isinstance(small, (cst.Assign, cst.Expr)) else None
+                if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+                    found |= self._handed_by(value, self.handed.get(value.func.value))
+        return found
+
+    def _handed_by(self, call: cst.Call, params: tuple[str, ...] | None) -> set[str]:
+        """What ``call`` hands to the model and optimizer parameters ``params`` name."""
+        roles = self.a.facts.models | self.a.facts.optimizers
+        found: set[str] = set()
+        if params is None:
+            return set()
+        for index, arg in enumerate(call.args):
+            if arg.star or not isinstance(arg.value, cst.Name):
+                continue
+            param = arg.keyword.value if arg.keyword is not None else params[index] if index < len(params) else None
+            if param in roles:
+                found.add(arg.value.value)
+        return found
+
+
+def _moves_itself(node: cst.BaseStatement) -> bool:
+    """``model = model.to(device)``: the same object, moved (the conversion takes the line out)."""
+    if not (isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1):
+        return False
+    assign = node.body[0]
+    if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and is_move(assign.value)):
+        return False
+    target = dotted(assign.targets[0].target)
+    return target is not None and dotted(peel_moves(assign.value)) == target
+
+
+def _prepares_already(node: cst.BaseStatement) -> bool:
+    """A line of the original calling ``<accelerator>.prepare(...)`` (a converted script)."""
+    return isinstance(node, cst.SimpleStatementLine) and any(
+        is_any_prepare(getattr(small, "value", None)) for small in node.body
     )
 
 

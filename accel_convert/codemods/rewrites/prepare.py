@@ -35,11 +35,10 @@ from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
     assigned_in,
-    nodes_in,
     statement,
 )
 from accel_convert.codemods.engine.transformers import HomeBlockTransformer
-from accel_convert.codemods.model.plan import creation_index, plan_of, prepares_here
+from accel_convert.codemods.model.plan import creation_index, plan_of
 
 
 def objects_to_prepare(facts: ScriptFacts) -> list[str]:
@@ -155,7 +154,7 @@ class _Prepare(HomeBlockTransformer):
         training moved to the device of the prepared loaders' batches."""
         if rebuilt:
             statements = self._prepare_where_built(statements, rebuilt, indent + "    ")
-        statements = self._prepare_handed_again(statements, indent)
+        statements = self._prepare_handed_again(statements, block, indent)
         return self._move_rebuilt_models(statements, block)
 
     def _with_built_above_guard(
@@ -251,70 +250,25 @@ class _Prepare(HomeBlockTransformer):
             result.append(statement(f"{model}.to({self.accelerator}.device)"))
         return result
 
-    def _prepare_handed_again(self, statements: list[cst.BaseStatement], indent: str) -> list[cst.BaseStatement]:
+    def _prepare_handed_again(
+        self, statements: list[cst.BaseStatement], block: str, indent: str
+    ) -> list[cst.BaseStatement]:
         """The transfer-learning tutorial's second run: after ``train_model(model_ft, ...)`` it
         builds ``model_conv`` and ``optimizer_conv`` and calls ``train_model`` with them. Left
         unprepared, that training would run on each process alone (no gradient averaging) over
-        the prepared, sharded data. Objects bound among ``statements`` (after the training began)
-        and handed to a training function's model or optimizer parameters are prepared right
-        before that call (``model_conv, optimizer_conv = accelerator.prepare(...)``)."""
+        the prepared, sharded data: what the plan's ``prepared_before_handing`` names is prepared
+        right before that call (``model_conv, optimizer_conv = accelerator.prepare(...)``)."""
+        before = self.plan.prepared_before_handing.get(block, {})
         result: list[cst.BaseStatement] = []
-        bound: set[str] = set()
-        # Names whose current object is prepared: a plain line binding one again (the tutorial's
-        # second ``opt = optim.SGD(...)`` after a first rebuild was trained) makes it unprepared.
-        prepared = set(self.prepared_in_block)
         for node in statements:
-            handed = self._handed_to_training(node) & bound
-            handed -= prepared
-            if handed:
-                names = sorted(handed, key=lambda name: (0 if name not in self.facts.optimizers else 1, name))
+            site = self.origins.site(node)
+            names = list(before.get(site.line, ())) if site is not None else []
+            if names:
                 self.report(node, Prepare.code, f"prepare {', '.join(names)} before they are trained", header_only=True)
                 self._took(names)
-                prepared.update(names)
                 result.append(prepare_statement(self.accelerator, names, indent))
             result.append(node)
-            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-                continue
-            if prepares_here(node, self.facts):
-                bound -= assigned_in(node)  # prepared already (a converted script converted again)
-                prepared |= assigned_in(node)
-            else:
-                bound |= assigned_in(node)
-                if isinstance(node, cst.SimpleStatementLine):
-                    prepared -= assigned_in(node)
         return result
-
-    def _handed_to_training(self, node: cst.BaseStatement) -> set[str]:
-        """Names a line passes to a module-level function that runs a backward, for parameters
-        that are models or optimizers there (``train_model(model_conv, criterion, optimizer_conv)``),
-        also from inside a loop or branch (``for epoch in range(EPOCHS): train(model, loader,
-        optimizer)``): the prepare then goes above that statement."""
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            return set()
-        if not isinstance(node, cst.SimpleStatementLine):
-            lines = [inner for inner in nodes_in(node) if isinstance(inner, cst.SimpleStatementLine)]
-            return {name for line in lines for name in self._handed_to_training(line)}
-        return {name for small in node.body for name in self._handed_by_call(small)}
-
-    def _handed_by_call(self, small: cst.BaseSmallStatement) -> set[str]:
-        """What one small statement calling a training function hands to its model and optimizer
-        parameters, by name."""
-        value = small.value if isinstance(small, (cst.Assign, cst.Expr)) else None
-        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
-            return set()
-        function = value.func.value
-        # Not a function building its own optimizer: the models it is handed are the analysis' (ACC926).
-        params = self.plan.handed_for_training.get(function)
-        if params is None:
-            return set()
-        found: set[str] = set()
-        for index, arg in enumerate(value.args):
-            if arg.star or not isinstance(arg.value, cst.Name):
-                continue
-            param = arg.keyword.value if arg.keyword is not None else params[index] if index < len(params) else None
-            if param in self.facts.models or param in self.facts.optimizers:
-                found.add(arg.value.value)
-        return found
 
     def _creations(self, head: list[cst.BaseStatement], block: str) -> tuple[dict[str, int], dict[str, int]]:
         """The plan's first and last statements of ``block`` binding each object before its
