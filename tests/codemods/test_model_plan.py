@@ -402,7 +402,7 @@ def test_placement_of_a_loader_a_function_builds_again_in_its_training() -> None
 
 
 def test_placement_of_objects_handed_to_training_again() -> None:
-    plan, _, converted = _planned(
+    plan, source, converted = _planned(
         """
         import torch
         import torch.nn as nn
@@ -433,6 +433,10 @@ def test_placement_of_objects_handed_to_training_again() -> None:
     # ``train_model`` trains what it is handed: what ``main`` builds after training began and
     # hands it is prepared right before that call.
     assert dict(plan.handed_for_training) == {"train_model": ("model", "loader", "optimizer")}
+    second_call = _line(source, "train_model(model_conv, loader, optimizer_conv)")
+    assert {block: dict(found) for block, found in plan.prepared_before_handing.items()} == {
+        "main": {second_call: ("model_conv", "optimizer_conv")}
+    }
     lines = [line.strip() for line in converted.splitlines()]
     second = lines.index("train_model(model_conv, loader, optimizer_conv, accelerator)")
     assert lines[second - 1] == "model_conv, optimizer_conv = accelerator.prepare(model_conv, optimizer_conv)"
@@ -711,3 +715,88 @@ def test_a_loader_wrappers_parameter_is_no_object_to_prepare() -> None:
         "train_dl = accelerator.prepare(train_dl)",
         "model, opt = accelerator.prepare(model, opt)",
     ]
+
+
+def test_an_optimizer_built_again_at_module_level_is_prepared_before_each_training() -> None:
+    plan, source, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def fit(model, opt, loader):
+            for data, target in loader:
+                opt.zero_grad()
+                nn.functional.mse_loss(model(data), target).backward()
+                opt.step()
+
+
+        loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+        model = nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        fit(model, opt, loader)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        fit(model, opt, loader)
+        fit(model, opt, loader)
+        """
+    )
+    calls = [number for number, line in enumerate(source.splitlines(), 1) if line == "fit(model, opt, loader)"]
+    # The first call trains what the one prepare took; the second a new optimizer; the third the
+    # same one, prepared already.
+    assert {block: dict(found) for block, found in plan.prepared_before_handing.items()} == {
+        "<module>": {calls[1]: ("opt",)}
+    }
+    assert _prepare_lines(converted) == [
+        "model, opt, loader = accelerator.prepare(model, opt, loader)",
+        "opt = accelerator.prepare(opt)",
+    ]
+
+
+def test_an_optimizer_built_again_after_a_training_class_ran_is_prepared_before_its_loop() -> None:
+    plan, source, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        class LRFinder:
+            def __init__(self, model, optimizer):
+                self.model = model
+                self.optimizer = optimizer
+
+            def range_test(self, loader):
+                for x, y in loader:
+                    self.optimizer.zero_grad()
+                    nn.functional.mse_loss(self.model(x), y).backward()
+                    self.optimizer.step()
+
+
+        def train(model, loader, optimizer):
+            for x, y in loader:
+                optimizer.zero_grad()
+                nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+
+
+        def main():
+            loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+            model = nn.Linear(8, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+            LRFinder(model, optimizer).range_test(loader)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(2):
+                train(model, loader, optimizer)
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    loop = _line(source, "for epoch in range(2):")
+    assert {block: dict(found) for block, found in plan.prepared_before_handing.items()} == {
+        "main": {loop: ("optimizer",)}
+    }
+    lines = [line.strip() for line in converted.splitlines()]
+    assert lines[lines.index("for epoch in range(2):") - 1] == "optimizer = accelerator.prepare(optimizer)"
