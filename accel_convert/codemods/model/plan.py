@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import libcst as cst
 
@@ -63,6 +63,9 @@ if TYPE_CHECKING:
     from collections.abc import Set as AbstractSet
 
     from accel_convert.codemods.model.state import Analysis
+
+_Key = TypeVar("_Key")
+_Value = TypeVar("_Value")
 
 HomeKind = Literal["function", "main_guard", "module", "library"]
 
@@ -198,17 +201,8 @@ class ConversionPlan:
         block bind; ``received``, home function → the models it is handed and trains, bound
         nowhere else; ``wrappings``, the home block's statements wrapping a loader;
         ``placement``, where in the original statements each block prepares."""
-        to_prepare = _objects_to_prepare(facts)
-        if bound is not None:
-            # The analysis: a name no code binds but as a parameter (a training class's
-            # ``__init__(self, model)`` handed ``Trainer(nn.Linear(8, 1))``, a loader wrapper's
-            # ``__init__(self, loader)``) is no object of this module to prepare, unless the home
-            # function is handed it and trains it.
-            kept = set(facts.assign_sites) | {name for names in (received or {}).values() for name in names}
-            to_prepare = tuple(name for name in to_prepare if name in kept)
-        creating: str | None = None
-        if facts.home_kind != "library":
-            creating = facts.creating_function or facts.home_function
+        to_prepare = _objects_to_prepare(facts, None if bound is None else received or {})
+        creating = None if facts.home_kind == "library" else facts.creating_function or facts.home_function
         preparing = _preparing_functions(facts)
         placement = placement or Placement()
         return cls(
@@ -222,9 +216,7 @@ class ConversionPlan:
             preparations=_preparations(facts, to_prepare, creating, preparing, bound or {}, methods or {}),
             preparing_functions=preparing,
             class_preparations=MappingProxyType(dict(facts.class_prepare)),
-            method_preparations=MappingProxyType(
-                {name: MappingProxyType(dict(found)) for name, found in (methods or {}).items()}
-            ),
+            method_preparations=_frozen(methods or {}),
             prepared_where_built=frozenset(facts.models_prepared_where_built),
             already_prepared=frozenset(facts.prepared),
             training_lines=tuple(sorted(set(facts.training_lines()))),
@@ -241,15 +233,9 @@ class ConversionPlan:
             loader_wrappings=MappingProxyType(dict(wrappings or {})),
             rebuilt_loaders=MappingProxyType(dict(placement.rebuilt_loaders)),
             handed_for_training=MappingProxyType(dict(placement.handed_for_training)),
-            built_before_training=MappingProxyType(
-                {block: MappingProxyType(dict(names)) for block, names in placement.built_before_training.items()}
-            ),
-            rebuilt_models_to_move=MappingProxyType(
-                {block: MappingProxyType(dict(moves)) for block, moves in placement.rebuilt_models_to_move.items()}
-            ),
-            prepared_before_handing=MappingProxyType(
-                {block: MappingProxyType(dict(found)) for block, found in placement.prepared_before_handing.items()}
-            ),
+            built_before_training=_frozen(placement.built_before_training),
+            rebuilt_models_to_move=_frozen(placement.rebuilt_models_to_move),
+            prepared_before_handing=_frozen(placement.prepared_before_handing),
         )
 
     @property
@@ -324,14 +310,26 @@ class Placement:
     prepared_before_handing: Mapping[str, Mapping[int, tuple[str, ...]]] = field(default_factory=dict)
 
 
-def _objects_to_prepare(facts: FactsDraft | ScriptFacts) -> tuple[str, ...]:
-    """See ``ConversionPlan.to_prepare``."""
+def _objects_to_prepare(
+    facts: FactsDraft | ScriptFacts, received: Mapping[str, tuple[str, ...]] | None = None
+) -> tuple[str, ...]:
+    """See ``ConversionPlan.to_prepare``. With the analysis' ``received`` (home function → the
+    models it is handed and trains): a name no code binds but as a parameter (a training class's
+    ``__init__(self, model)`` handed ``Trainer(nn.Linear(8, 1))``, a loader wrapper's
+    ``__init__(self, loader)``) is no object of this module to prepare, unless the home function
+    is handed it and trains it."""
+    kept = None if received is None else {*facts.assign_sites, *(name for names in received.values() for name in names)}
     return tuple(
         name
         for group in facts.preparation_groups()
         for name in sorted(group)
-        if name not in facts.prepared and name.isidentifier()
+        if name not in facts.prepared and name.isidentifier() and (kept is None or name in kept)
     )
+
+
+def _frozen(nested: Mapping[str, Mapping[_Key, _Value]]) -> Mapping[str, Mapping[_Key, _Value]]:
+    """``nested``, read-only at both levels."""
+    return MappingProxyType({key: MappingProxyType(dict(inner)) for key, inner in nested.items()})
 
 
 def _preparing_functions(facts: FactsDraft | ScriptFacts) -> frozenset[str]:
