@@ -26,7 +26,10 @@ starts at the line calling ``train`` (``training_start_line``). It also answers 
 above the ``__main__`` block (``built_above_guard``), models the home function is only handed
 (``received_models``), loaders wrapped in another class (``loader_wrappings``) or built again in
 the training (``rebuilt_loaders``), objects handed to a function that trains them after training
-began (``handed_for_training``); the prepare rule only applies those answers.
+began (``handed_for_training``, ``prepared_before_handing``), the statement after which each
+block's ``prepare`` goes (``built_before_training``: ``prepare_after`` and ``first_built``), and
+the models built again after training that must be moved (``rebuilt_models_to_move``); the
+prepare rule only applies those answers, finding each original line in the tree it is given.
 
 Where a rewrite must find a statement in the tree it is given (which earlier rewrites changed),
 it asks this module's recognisers: :func:`creation_index` (the statement creating the
