@@ -9,6 +9,7 @@ from __future__ import annotations
 import textwrap
 
 import libcst as cst
+import pytest
 
 from accel_convert.codemods import Options, convert_module
 from accel_convert.codemods.engine.analysis import analyse
@@ -401,7 +402,7 @@ def test_placement_of_a_loader_a_function_builds_again_in_its_training() -> None
 
 
 def test_placement_of_objects_handed_to_training_again() -> None:
-    plan, _, converted = _planned(
+    plan, source, converted = _planned(
         """
         import torch
         import torch.nn as nn
@@ -432,6 +433,370 @@ def test_placement_of_objects_handed_to_training_again() -> None:
     # ``train_model`` trains what it is handed: what ``main`` builds after training began and
     # hands it is prepared right before that call.
     assert dict(plan.handed_for_training) == {"train_model": ("model", "loader", "optimizer")}
+    second_call = _line(source, "train_model(model_conv, loader, optimizer_conv)")
+    assert {block: dict(found) for block, found in plan.prepared_before_handing.items()} == {
+        "main": {second_call: ("model_conv", "optimizer_conv")}
+    }
     lines = [line.strip() for line in converted.splitlines()]
     second = lines.index("train_model(model_conv, loader, optimizer_conv, accelerator)")
     assert lines[second - 1] == "model_conv, optimizer_conv = accelerator.prepare(model_conv, optimizer_conv)"
+
+
+def _line_after(converted: str, text: str) -> str:
+    """The line of ``converted`` right after the one reading ``text``."""
+    lines = [line.strip() for line in converted.splitlines()]
+    return lines[lines.index(text) + 1]
+
+
+def test_where_the_prepare_goes_at_module_level() -> None:
+    plan, source, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model = nn.Linear(8, 1)
+        loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+        criterion = nn.MSELoss()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model = model.to(device)
+        for x, y in loader:
+            optimizer.zero_grad()
+            criterion(model(x.to(device)), y.to(device)).backward()
+            optimizer.step()
+        """
+    )
+    # Each object's last binding before the training starts, as the original has it: the move
+    # of ``model`` binds it last (the conversion takes it out: the prepare goes above it).
+    assert dict(plan.prepare_after("<module>")) == {
+        "model": _line(source, "model = model.to(device)"),
+        "loader": _line(
+            source, "loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)"
+        ),
+        "optimizer": _line(source, "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)"),
+    }
+    assert plan.first_built("<module>")["model"] == _line(source, "model = nn.Linear(8, 1)")
+    assert _line_after(converted, "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)") == (
+        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)"
+    )
+
+
+def test_where_the_prepare_goes_in_a_function_choosing_its_model() -> None:
+    plan, source, converted = _planned(
+        """
+        import sys
+
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def train(model, loader):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+            for x, y in loader:
+                optimizer.zero_grad()
+                nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+                scheduler.step()
+
+
+        def main(net="small", schedule="none"):
+            loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+            if net == "small":
+                model = nn.Linear(8, 1)
+            else:
+                sys.exit(f"unknown network {net}")
+            if schedule == "sgd":
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=4)
+            train(model, loader)
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    # The ``if`` whose ``else`` exits binds ``model`` on every path; the loader built again
+    # only under a flag is not where the prepare goes (its first binding above is).
+    assert dict(plan.prepare_after("main")) == {
+        "loader": _line(source, 'if schedule == "sgd":'),
+        "model": _line(source, 'if net == "small":'),
+    }
+    # ``train`` prepares what it builds, after the last of it and before its loop.
+    assert dict(plan.prepare_after("train")) == {
+        "optimizer": _line(source, "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)"),
+        "scheduler": _line(source, "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)"),
+    }
+    assert _line_after(converted, "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)") == (
+        "optimizer, scheduler = accelerator.prepare(optimizer, scheduler)"
+    )
+    lines = [line.strip() for line in converted.splitlines()]
+    assert lines[lines.index("train(model, loader, accelerator)") - 1] == (
+        "model, loader = accelerator.prepare(model, loader)"
+    )
+
+
+_TRAINER = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Trainer:
+    def __init__(self, model, optimizer, loader):
+        self.model = model
+        self.optimizer = optimizer
+        self.loader = loader
+
+    def fit(self):
+        for x, y in self.loader:
+            self.optimizer.zero_grad()
+            nn.functional.mse_loss(self.model(x), y).backward()
+            self.optimizer.step()
+
+
+def main():
+    model = nn.Linear(8, 1)
+    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    trainer = Trainer(model, optimizer, loader)
+    trainer.fit()
+    model = nn.Linear(8, 1)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_where_the_prepare_goes_with_a_training_class() -> None:
+    plan, source, converted = _planned(_TRAINER)
+    # Building the training class is where training starts: the model built again below it is
+    # another object, which the prepare does not wait for.
+    assert dict(plan.prepare_after("main")) == {
+        "model": _line(source, "model = nn.Linear(8, 1)"),
+        "loader": _line(
+            source, "loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)"
+        ),
+        "optimizer": _line(source, "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)"),
+    }
+    # The class's ``__init__`` parameters are not objects of their own to prepare.
+    assert plan.to_prepare == ("model", "optimizer", "loader")
+    assert _line_after(converted, "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)") == (
+        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)"
+    )
+
+
+_REBUILT_BODY = """\
+loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+model = nn.Linear(8, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    optimizer.zero_grad()
+    nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+torch.save(model.state_dict(), "model.pt")
+model = nn.Linear(8, 1)
+model.load_state_dict(torch.load("model.pt"))
+for x, y in loader:
+    print(model(x).sum().item())
+model = nn.Linear(8, 1)
+print(model(torch.ones(1, 8)))
+"""
+_HEADER = "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\n"
+
+
+@pytest.mark.parametrize(
+    ("source", "block"),
+    [
+        (_HEADER + _REBUILT_BODY, "<module>"),
+        (
+            _HEADER
+            + "def main():\n"
+            + textwrap.indent(_REBUILT_BODY, "    ")
+            + '\n\nif __name__ == "__main__":\n    main()\n',
+            "main",
+        ),
+        (_HEADER + 'if __name__ == "__main__":\n' + textwrap.indent(_REBUILT_BODY, "    "), "<module>"),
+    ],
+    ids=["module", "function", "main_guard"],
+)
+def test_a_model_built_again_after_training_is_moved_where_it_meets_prepared_batches(source: str, block: str) -> None:
+    plan, source, converted = _planned(source)
+    rebuilt = [
+        number for number, line in enumerate(source.splitlines(), 1) if line.strip() == "model = nn.Linear(8, 1)"
+    ]
+    # The first rebuild meets the prepared loader's batches; the last only a tensor of its own.
+    assert dict(plan.rebuilt_models_to_move) == {block: {rebuilt[1]: "model"}}
+    lines = [line.strip() for line in converted.splitlines()]
+    assert lines.count("model.to(accelerator.device)") == 1
+    built = [index for index, line in enumerate(lines) if line == "model = nn.Linear(8, 1)"]
+    assert lines[built[1] + 1] == "model.to(accelerator.device)"
+
+
+def test_a_model_built_in_a_training_class_call_is_no_object_of_the_caller() -> None:
+    plan, _, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        class Trainer:
+            def __init__(self, model):
+                self.model = model
+                self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                self.loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+
+            def fit(self):
+                for x, y in self.loader:
+                    self.optimizer.zero_grad()
+                    nn.functional.mse_loss(self.model(x), y).backward()
+                    self.optimizer.step()
+
+
+        def main():
+            trainer = Trainer(nn.Linear(8, 1))
+            trainer.fit()
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    # ``__init__`` prepares the model it is handed; ``main`` holds no ``model`` to prepare.
+    assert "model" not in plan.to_prepare and plan.prepared_in("model") is None
+    assert dict(plan.preparations) == {}
+    assert plan.prepared_in("self.model") == "Trainer"
+    assert _prepare_lines(converted) == [
+        "self.model, self.optimizer, self.loader = self.accelerator.prepare(",
+    ]
+
+
+def test_a_loader_wrappers_parameter_is_no_object_to_prepare() -> None:
+    plan, _, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+        class DeviceDataLoader:
+            def __init__(self, loader, device):
+                self.loader = loader
+                self.device = device
+
+            def __iter__(self):
+                for x, y in self.loader:
+                    yield x.to(self.device), y.to(self.device)
+
+
+        def main():
+            train_dl = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+            train_dl = DeviceDataLoader(train_dl, device)
+            model = nn.Linear(8, 1).to(device)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in train_dl:
+                opt.zero_grad()
+                nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    assert plan.to_prepare == ("model", "opt", "train_dl")
+    assert dict(plan.preparations) == {"main": ("model", "opt", "train_dl")}
+    assert _prepare_lines(converted) == [
+        "train_dl = accelerator.prepare(train_dl)",
+        "model, opt = accelerator.prepare(model, opt)",
+    ]
+
+
+def test_an_optimizer_built_again_at_module_level_is_prepared_before_each_training() -> None:
+    plan, source, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def fit(model, opt, loader):
+            for data, target in loader:
+                opt.zero_grad()
+                nn.functional.mse_loss(model(data), target).backward()
+                opt.step()
+
+
+        loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+        model = nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        fit(model, opt, loader)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        fit(model, opt, loader)
+        fit(model, opt, loader)
+        """
+    )
+    calls = [number for number, line in enumerate(source.splitlines(), 1) if line == "fit(model, opt, loader)"]
+    # The first call trains what the one prepare took; the second a new optimizer; the third the
+    # same one, prepared already.
+    assert {block: dict(found) for block, found in plan.prepared_before_handing.items()} == {
+        "<module>": {calls[1]: ("opt",)}
+    }
+    assert _prepare_lines(converted) == [
+        "model, opt, loader = accelerator.prepare(model, opt, loader)",
+        "opt = accelerator.prepare(opt)",
+    ]
+
+
+def test_an_optimizer_built_again_after_a_training_class_ran_is_prepared_before_its_loop() -> None:
+    plan, source, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        class LRFinder:
+            def __init__(self, model, optimizer):
+                self.model = model
+                self.optimizer = optimizer
+
+            def range_test(self, loader):
+                for x, y in loader:
+                    self.optimizer.zero_grad()
+                    nn.functional.mse_loss(self.model(x), y).backward()
+                    self.optimizer.step()
+
+
+        def train(model, loader, optimizer):
+            for x, y in loader:
+                optimizer.zero_grad()
+                nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+
+
+        def main():
+            loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+            model = nn.Linear(8, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+            LRFinder(model, optimizer).range_test(loader)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(2):
+                train(model, loader, optimizer)
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    loop = _line(source, "for epoch in range(2):")
+    assert {block: dict(found) for block, found in plan.prepared_before_handing.items()} == {
+        "main": {loop: ("optimizer",)}
+    }
+    lines = [line.strip() for line in converted.splitlines()]
+    assert lines[lines.index("for epoch in range(2):") - 1] == "optimizer = accelerator.prepare(optimizer)"

@@ -26,7 +26,10 @@ starts at the line calling ``train`` (``training_start_line``). It also answers 
 above the ``__main__`` block (``built_above_guard``), models the home function is only handed
 (``received_models``), loaders wrapped in another class (``loader_wrappings``) or built again in
 the training (``rebuilt_loaders``), objects handed to a function that trains them after training
-began (``handed_for_training``); the prepare rule only applies those answers.
+began (``handed_for_training``, ``prepared_before_handing``), the statement after which each
+block's ``prepare`` goes (``built_before_training``: ``prepare_after`` and ``first_built``), and
+the models built again after training that must be moved (``rebuilt_models_to_move``); the
+prepare rule only applies those answers, finding each original line in the tree it is given.
 
 Where a rewrite must find a statement in the tree it is given (which earlier rewrites changed),
 it asks this module's recognisers: :func:`creation_index` (the statement creating the
@@ -37,18 +40,21 @@ accelerator) and :func:`prepare_call` / :func:`prepared_by` / :func:`prepares_he
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_name, is_accelerator_method
+from accel_convert.codemods.engine.devices import is_move, peel_moves
 from accel_convert.codemods.engine.facts import MODULE, FactsDraft, ScriptFacts
 from accel_convert.codemods.engine.syntax import (
+    assigned_in,
     defines_method,
     dotted,
     is_main_guard,
+    names_in,
     nodes_in,
     parameter_names,
     target_names,
@@ -60,6 +66,9 @@ if TYPE_CHECKING:
     from collections.abc import Set as AbstractSet
 
     from accel_convert.codemods.model.state import Analysis
+
+_Key = TypeVar("_Key")
+_Value = TypeVar("_Value")
 
 HomeKind = Literal["function", "main_guard", "module", "library"]
 
@@ -93,7 +102,9 @@ class ConversionPlan:
     #: module-level code a call of a function it reaches (not one that only parses arguments).
     created_before_lines: tuple[int, ...]
     #: Every object to pass through ``prepare``, in Accelerate's order: models, optimizers, train
-    #: loaders, eval loaders, schedulers stepped per batch (each group by name).
+    #: loaders, eval loaders, schedulers stepped per batch (each group by name). A name that code
+    #: of the module binds (or the home function is handed and trains): not a parameter a
+    #: training class or a loader wrapper keeps (``self.loader = loader``).
     to_prepare: tuple[str, ...]
     #: Block (``"<module>"`` or a module-level function) → the objects of ``to_prepare`` it
     #: prepares: the home block what it builds and hands down, a training function what it
@@ -150,6 +161,28 @@ class ConversionPlan:
     #: began and handed to its model or optimizer parameters are prepared right before that call
     #: (the transfer-learning tutorial's second ``train_model(model_conv, ..., optimizer_conv)``).
     handed_for_training: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    #: Preparing block (a home block, by its function or ``"<module>"``, or a preparing function)
+    #: → object of ``to_prepare`` → the original lines (first, last) of the statements binding it
+    #: before the block's training starts, each on every path through it (a model chosen in an
+    #: ``if`` whose ``else`` exits counts; one built only under a flag does not): what the block's
+    #: ``prepare`` can take, and where it goes (after the last of them).
+    built_before_training: Mapping[str, Mapping[str, tuple[int, int]]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    #: Home block → original line of a statement building a model again after training began
+    #: (the CIFAR-10 tutorial's ``net = Net()`` before ``net.load_state_dict(...)``) whose later
+    #: statements read a loader the block prepares → that model: its batches are on the
+    #: accelerator's device, so the model is moved there after that line.
+    rebuilt_models_to_move: Mapping[str, Mapping[int, str]] = field(default_factory=lambda: MappingProxyType({}))
+    #: Home block → original line of a statement from where its training starts handing objects
+    #: to a function of ``handed_for_training`` (``train_model(model_conv, ..., optimizer_conv)``)
+    #: → those of them bound since training started and not prepared since (by an earlier such
+    #: prepare, where they are built, or by the original script): prepared right before it, models
+    #: first. A plain statement binding a name again makes it unprepared (the tutorial's second
+    #: ``opt = optim.SGD(...)``); one only moving it (``model = model.to(device)``) does not.
+    prepared_before_handing: Mapping[str, Mapping[int, tuple[str, ...]]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
     @classmethod
     def of(
@@ -161,6 +194,7 @@ class ConversionPlan:
         above_guard: AbstractSet[str] = frozenset(),
         received: Mapping[str, tuple[str, ...]] | None = None,
         wrappings: Mapping[int, tuple[tuple[str, str], ...]] | None = None,
+        placement: Placement | None = None,
     ) -> ConversionPlan:
         """The plan the facts decide (the analysis' draft, or facts built by hand). The analysis'
         working facts, which facts built by hand lack: ``bound``, module-level function → the
@@ -168,17 +202,12 @@ class ConversionPlan:
         class → method → what it builds and prepares; ``parsing``, the functions that only parse
         the command line; ``above_guard``, the names plain statements above the ``__main__``
         block bind; ``received``, home function → the models it is handed and trains, bound
-        nowhere else; ``wrappings``, the home block's statements wrapping a loader."""
-        to_prepare = tuple(
-            name
-            for group in facts.preparation_groups()
-            for name in sorted(group)
-            if name not in facts.prepared and name.isidentifier()
-        )
-        creating: str | None = None
-        if facts.home_kind != "library":
-            creating = facts.creating_function or facts.home_function
-        preparing = frozenset(facts.training_functions - {facts.main_function, facts.creating_function})
+        nowhere else; ``wrappings``, the home block's statements wrapping a loader;
+        ``placement``, where in the original statements each block prepares."""
+        to_prepare = _objects_to_prepare(facts, None if bound is None else received or {})
+        creating = None if facts.home_kind == "library" else facts.creating_function or facts.home_function
+        preparing = _preparing_functions(facts)
+        placement = placement or Placement()
         return cls(
             home_kind=facts.home_kind,
             home_function=facts.main_function,
@@ -190,13 +219,11 @@ class ConversionPlan:
             preparations=_preparations(facts, to_prepare, creating, preparing, bound or {}, methods or {}),
             preparing_functions=preparing,
             class_preparations=MappingProxyType(dict(facts.class_prepare)),
-            method_preparations=MappingProxyType(
-                {name: MappingProxyType(dict(found)) for name, found in (methods or {}).items()}
-            ),
+            method_preparations=_frozen(methods or {}),
             prepared_where_built=frozenset(facts.models_prepared_where_built),
             already_prepared=frozenset(facts.prepared),
             training_lines=tuple(sorted(set(facts.training_lines()))),
-            backward_lines=tuple(sorted({site.line for site in facts.training_backward_sites})),
+            backward_lines=_backward_lines(facts),
             function_training_lines=MappingProxyType(
                 {name: tuple(facts.training_lines(name)) for name in sorted(preparing)}
             ),
@@ -207,6 +234,11 @@ class ConversionPlan:
             built_above_guard=frozenset(above_guard & set(to_prepare)),
             received_models=MappingProxyType(dict(received or {})),
             loader_wrappings=MappingProxyType(dict(wrappings or {})),
+            rebuilt_loaders=MappingProxyType(dict(placement.rebuilt_loaders)),
+            handed_for_training=MappingProxyType(dict(placement.handed_for_training)),
+            built_before_training=_frozen(placement.built_before_training),
+            rebuilt_models_to_move=_frozen(placement.rebuilt_models_to_move),
+            prepared_before_handing=_frozen(placement.prepared_before_handing),
         )
 
     @property
@@ -235,6 +267,18 @@ class ConversionPlan:
             return (*self.training_lines, *self.backward_lines)
         return self.function_training_lines.get(block, ())
 
+    def prepare_after(self, block: str) -> Mapping[str, int]:
+        """Object → the original line of the last statement of ``block`` (a home block, by its
+        function or ``"<module>"``, or a preparing function) binding it before the block's
+        training starts: the block's ``prepare`` takes the objects it prepares that are here, and
+        goes after the last of those lines."""
+        return {name: last for name, (_, last) in self.built_before_training.get(block, {}).items()}
+
+    def first_built(self, block: str) -> Mapping[str, int]:
+        """Object → the original line of the first statement of ``block`` binding it before the
+        block's training starts: ``prepare`` lists each group's objects in that order."""
+        return {name: first for name, (first, _) in self.built_before_training.get(block, {}).items()}
+
     @property
     def training_start_line(self) -> int | None:
         """The first original line of the home block where training starts."""
@@ -255,6 +299,55 @@ class ConversionPlan:
             ),
             None,
         )
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The plan's answers read off the original statements (the analysis has them; facts built by
+    hand do not): see the ``ConversionPlan`` fields of the same names."""
+
+    rebuilt_loaders: Mapping[str, AbstractSet[str]] = field(default_factory=dict)
+    handed_for_training: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    built_before_training: Mapping[str, Mapping[str, tuple[int, int]]] = field(default_factory=dict)
+    rebuilt_models_to_move: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
+    prepared_before_handing: Mapping[str, Mapping[int, tuple[str, ...]]] = field(default_factory=dict)
+
+
+def _objects_to_prepare(
+    facts: FactsDraft | ScriptFacts, received: Mapping[str, tuple[str, ...]] | None = None
+) -> tuple[str, ...]:
+    """See ``ConversionPlan.to_prepare``. With the analysis' ``received`` (home function → the
+    models it is handed and trains): a name no code binds but as a parameter (a training class's
+    ``__init__(self, model)`` handed ``Trainer(nn.Linear(8, 1))``, a loader wrapper's
+    ``__init__(self, loader)``) is no object of this module to prepare, unless the home function
+    is handed it and trains it."""
+    kept = None if received is None else {*facts.assign_sites, *(name for names in received.values() for name in names)}
+    return tuple(
+        name
+        for group in facts.preparation_groups()
+        for name in sorted(group)
+        if name not in facts.prepared and name.isidentifier() and (kept is None or name in kept)
+    )
+
+
+def _frozen(nested: Mapping[str, Mapping[_Key, _Value]]) -> Mapping[str, Mapping[_Key, _Value]]:
+    """``nested``, read-only at both levels."""
+    return MappingProxyType({key: MappingProxyType(dict(inner)) for key, inner in nested.items()})
+
+
+def _preparing_functions(facts: FactsDraft | ScriptFacts) -> frozenset[str]:
+    """See ``ConversionPlan.preparing_functions``."""
+    return frozenset(facts.training_functions - {facts.main_function, facts.creating_function})
+
+
+def _backward_lines(facts: FactsDraft | ScriptFacts) -> tuple[int, ...]:
+    """See ``ConversionPlan.backward_lines``."""
+    return tuple(sorted({site.line for site in facts.training_backward_sites}))
+
+
+def _home_training_lines(facts: FactsDraft | ScriptFacts) -> tuple[int, ...]:
+    """``ConversionPlan.training_lines_of(None)``, from the facts."""
+    return (*sorted(set(facts.training_lines())), *_backward_lines(facts))
 
 
 def _lines_reading_the_accelerator(facts: FactsDraft | ScriptFacts, parsing: AbstractSet[str]) -> tuple[int, ...]:
@@ -334,6 +427,7 @@ def _preparations(
         "unprepared_received_models",
         "loss_names",
         "assign_sites",
+        "model_classes",
     ),
     provides=("plan",),
 )
@@ -342,7 +436,7 @@ def conversion_plan(a: Analysis) -> None:
     bound: dict[str, set[str]] = {}
     for assign in a.r.assigns:
         bound.setdefault(assign.function, set()).update(assign.targets)
-    plan = ConversionPlan.of(
+    a.facts.plan = ConversionPlan.of(
         a.facts,
         bound,
         a.method_prepare,
@@ -350,11 +444,289 @@ def conversion_plan(a: Analysis) -> None:
         _bound_above_main_guard(a),
         _received_models(a),
         _loader_wrappings(a),
+        _placement(a),
     )
-    a.facts.plan = replace(
-        plan,
-        rebuilt_loaders=MappingProxyType(_rebuilt_loaders(a, plan)),
-        handed_for_training=MappingProxyType(_handed_for_training(a)),
+
+
+def _placement(a: Analysis) -> Placement:
+    """Where each block prepares, from the original statements (see ``Placement``)."""
+    handed = _handed_for_training(a)
+    if a.module is None:
+        return Placement(handed_for_training=handed)
+    wanted = set(_objects_to_prepare(a.facts))
+    homes = _home_blocks(a.module, a.facts) if a.facts.home_kind != "library" else {}
+    home_lines = _home_training_lines(a.facts)
+    built: dict[str, dict[str, tuple[int, int]]] = {}
+    for block, statements in homes.items():
+        built[block] = _built_before_training(statements, home_lines, wanted, a)
+    for top in a.module.body:
+        if isinstance(top, cst.FunctionDef) and top.name.value in _preparing_functions(a.facts):
+            body = list(top.body.body) if isinstance(top.body, cst.IndentedBlock) else []
+            built[top.name.value] = _built_before_training(body, a.facts.training_lines(top.name.value), wanted, a)
+    rebuilt = _rebuilt_loaders(a, homes, home_lines, wanted)
+    handing = _Handing(a, handed, wanted, _received_models(a))
+    return Placement(
+        rebuilt_loaders=rebuilt,
+        handed_for_training=handed,
+        built_before_training=built,
+        rebuilt_models_to_move=_rebuilt_models_to_move(a, homes, home_lines, built),
+        prepared_before_handing={
+            block: found
+            for block, statements in homes.items()
+            if (
+                found := handing.prepares(
+                    block, statements[_training_start(statements, home_lines, a) :], built, rebuilt
+                )
+            )
+        },
+    )
+
+
+class _Handing:
+    """``ConversionPlan.prepared_before_handing``: one home block's statements from where its
+    training starts, read in order."""
+
+    def __init__(
+        self,
+        a: Analysis,
+        handed: Mapping[str, tuple[str, ...]],
+        wanted: AbstractSet[str],
+        received: Mapping[str, tuple[str, ...]],
+    ) -> None:
+        self.a = a
+        self.received = received
+        self.handed = handed
+        self.wanted = wanted
+        self.wrapped = {loader for wraps in _loader_wrappings(a).values() for loader, _ in wraps}
+
+    def prepares(
+        self,
+        block: str,
+        statements: Sequence[cst.BaseStatement],
+        built: Mapping[str, Mapping[str, tuple[int, int]]],
+        rebuilt: Mapping[str, AbstractSet[str]],
+    ) -> dict[int, tuple[str, ...]]:
+        facts = self.a.facts
+        # What the block prepares where it is built (each time), and the loaders it prepares
+        # before a wrap; not what its one prepare takes, which a rebinding in a loop makes new.
+        here = set(built.get(block, {})) | set(self.received.get(block, ()))
+        again = (self.wanted & facts.models_prepared_where_built) - here | set(rebuilt.get(block, ()))
+        prepared = again | (self.wrapped & here)
+        bound: set[str] = set()
+        found: dict[int, tuple[str, ...]] = {}
+        for node in statements:
+            handed = (self._handed(node) & bound) - prepared
+            if handed:
+                found[self.a.site(node).line] = tuple(sorted(handed, key=lambda name: (name in facts.optimizers, name)))
+                prepared |= handed
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef)) or _moves_itself(node):
+                continue
+            assigned = assigned_in(node)
+            if _prepares_already(node):
+                bound -= assigned  # prepared by the original script (converted already)
+                prepared |= assigned
+            else:
+                bound |= assigned
+                if isinstance(node, cst.SimpleStatementLine):
+                    prepared -= assigned - again
+        return found
+
+    def _handed(self, node: cst.BaseStatement) -> set[str]:
+        """Names a statement (or a line inside a loop or branch) hands to a function of
+        ``handed_for_training``, for parameters that are models or optimizers there."""
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            return set()
+        found: set[str] = set()
+        for line in nodes_in(node):
+            if not isinstance(line, cst.SimpleStatementLine):
+                continue
+            for small in line.body:
+                value = small.value if isinstance(small, (cst.Assign, cst.Expr)) else None
+                if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+                    found |= self._handed_by(value, self.handed.get(value.func.value))
+        return found
+
+    def _handed_by(self, call: cst.Call, params: tuple[str, ...] | None) -> set[str]:
+        """What ``call`` hands to the model and optimizer parameters ``params`` name."""
+        roles = self.a.facts.models | self.a.facts.optimizers
+        found: set[str] = set()
+        if params is None:
+            return set()
+        for index, arg in enumerate(call.args):
+            if arg.star or not isinstance(arg.value, cst.Name):
+                continue
+            param = arg.keyword.value if arg.keyword is not None else params[index] if index < len(params) else None
+            if param in roles:
+                found.add(arg.value.value)
+        return found
+
+
+def _moves_itself(node: cst.BaseStatement) -> bool:
+    """``model = model.to(device)``: the same object, moved (the conversion takes the line out)."""
+    if not (isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1):
+        return False
+    assign = node.body[0]
+    if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and is_move(assign.value)):
+        return False
+    target = dotted(assign.targets[0].target)
+    return target is not None and dotted(peel_moves(assign.value)) == target
+
+
+def _prepares_already(node: cst.BaseStatement) -> bool:
+    """A line of the original calling ``<accelerator>.prepare(...)`` (a converted script)."""
+    return isinstance(node, cst.SimpleStatementLine) and any(
+        is_any_prepare(getattr(small, "value", None)) for small in node.body
+    )
+
+
+def _training_start(statements: Sequence[cst.BaseStatement], lines: Sequence[int], a: Analysis) -> int:
+    """Index of the first of ``statements`` (definitions aside: the calls inside one run when it
+    is called) holding one of the original ``lines`` where training starts; ``len`` if none."""
+    for index, node in enumerate(statements):
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        site = a.site(node)
+        if any(site.line <= line <= site.end_line for line in lines):
+            return index
+    return len(statements)
+
+
+def _built_before_training(
+    statements: Sequence[cst.BaseStatement], lines: Sequence[int], wanted: AbstractSet[str], a: Analysis
+) -> dict[str, tuple[int, int]]:
+    """See ``ConversionPlan.built_before_training``: for one block's statements."""
+    head = statements[: _training_start(statements, lines, a)]
+    found: dict[str, tuple[int, int]] = {}
+    for index, node in enumerate(head):
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            continue  # names a def binds inside are its own locals, not this block's
+        site = a.site(node)
+        for name in sorted(wanted):
+            if not any(site.line <= where.line <= site.end_line for where in a.facts.assign_sites.get(name, ())):
+                continue
+            if name not in found and not _bound_on_every_path(node, name, a.facts, head[index + 1 :]):
+                continue  # first bound only under a flag: a prepare after it could meet an unbound name
+            found[name] = (found[name][0] if name in found else site.line, site.line)
+    return found
+
+
+def _rebuilt_models_to_move(
+    a: Analysis,
+    homes: Mapping[str, Sequence[cst.BaseStatement]],
+    lines: Sequence[int],
+    built: Mapping[str, Mapping[str, tuple[int, int]]],
+) -> dict[str, dict[int, str]]:
+    """See ``ConversionPlan.rebuilt_models_to_move``: in the home blocks preparing a loader, the
+    statements from the first where training starts building a model again (not one prepared
+    where it is built) followed by a statement reading a loader. One that only meets data the
+    script holds itself (the quickstart's ``model(test_data[0][0])``, on the CPU) stays where the
+    original builds it."""
+    loaders = a.facts.loaders
+    found: dict[str, dict[int, str]] = {}
+    for block, statements in homes.items():
+        if not set(built.get(block, {})) & loaders:
+            continue
+        rest = statements[_training_start(statements, lines, a) :]
+        moves = {
+            a.site(node).line: name
+            for index, node in enumerate(rest)
+            if (name := _model_built_again(node, a.facts)) is not None
+            and any(
+                isinstance(inner, cst.Name) and inner.value in loaders
+                for later in rest[index + 1 :]
+                for inner in nodes_in(later)
+            )
+        }
+        if moves:
+            found[block] = moves
+    return found
+
+
+def _model_built_again(node: cst.BaseStatement, facts: FactsDraft) -> str | None:
+    """The model ``node`` builds, when it is ``model = Net()`` (a model class of the file, or a
+    ``torch.nn`` module, not moved) and the model is not prepared where it is built: not
+    ``model = train_model(model, ...)``, which hands back the model it trained."""
+    if not (isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1):
+        return None
+    assign = node.body[0]
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+        return None
+    target = assign.targets[0].target
+    if not (isinstance(target, cst.Name) and target.value in facts.models):
+        return None
+    if target.value in facts.models_prepared_where_built:
+        return None
+    value = assign.value
+    if not isinstance(value, cst.Call) or is_move(value):
+        return None  # the original moves it itself (to its device, which the conversion keeps)
+    qualified = facts.callee_name(value.func) or ""
+    constructs = dotted(value.func) in facts.model_classes or (
+        qualified.startswith("torch.nn.") and qualified.rpartition(".")[2][:1].isupper()
+    )
+    return target.value if constructs else None
+
+
+def _bound_on_every_path(
+    node: cst.BaseStatement, name: str, facts: FactsDraft | ScriptFacts, later: Sequence[cst.BaseStatement] = ()
+) -> bool:
+    """Whether ``name`` is bound after ``node`` runs, whichever way it goes: always for a plain
+    statement; for an ``if``, when every branch binds it or leaves the block (``else: raise
+    ValueError(args.net)``), down to a final ``else``. A chain choosing among several values with
+    no ``else`` (``if args.opt == "adam": ...`` / ``elif args.opt == "sgd": ...``) counts only when
+    a plain statement of ``later`` (the block's statements after it) reads the name
+    (``scheduler = CosineAnnealingLR(optimizer, ...)``): the original fails there too when no
+    branch matches. Read only under a condition of its own (``if args.sched: scheduler.step()``),
+    the name may be unbound on purpose, and a ``prepare`` reading it would fail."""
+    if isinstance(node, cst.If):
+        branches: list[cst.BaseSuite] = []
+        current: cst.If | cst.Else | None = node
+        while isinstance(current, cst.If):
+            branches.append(current.body)
+            current = current.orelse
+        if not all(_binds_or_leaves(branch, name, facts) for branch in branches):
+            return False
+        if current is None:
+            return len(branches) > 1 and _read_next(later, name)
+        return _binds_or_leaves(current.body, name, facts)
+    return not isinstance(node, (cst.Try, cst.For, cst.While, cst.With)) or isinstance(node, cst.With)
+
+
+def _read_next(statements: Sequence[cst.BaseStatement], name: str) -> bool:
+    """Whether a plain statement among ``statements`` reads ``name`` before any of them binds it
+    again or a compound statement comes (whose reads may be conditional)."""
+    for line in statements:
+        if not isinstance(line, cst.SimpleStatementLine):
+            return False
+        for small in line.body:
+            value = small.value if isinstance(small, (cst.Assign, cst.AnnAssign, cst.Expr, cst.Return)) else None
+            if value is not None and name in names_in(value):
+                return True
+        if name in assigned_in(line):
+            return False
+    return False
+
+
+#: Calls that end the program where they stand: a branch ending in one never falls through.
+_EXITS = frozenset({"sys.exit", "os._exit"})
+_EXIT_BUILTINS = frozenset({"exit", "quit"})
+
+
+def _binds_or_leaves(body: cst.BaseSuite, name: str, facts: FactsDraft | ScriptFacts) -> bool:
+    """Whether a branch binds ``name`` or never reaches the statement after its ``if``."""
+    if name in assigned_in(body):
+        return True
+    # The branch's last small statement: ``else: raise ...`` on the ``else`` line or below it.
+    small: Sequence[cst.BaseSmallStatement] = ()
+    if isinstance(body, cst.SimpleStatementSuite):
+        small = body.body
+    elif body.body and isinstance(body.body[-1], cst.SimpleStatementLine):
+        small = body.body[-1].body
+    final = small[-1] if small else None
+    if isinstance(final, cst.Raise):
+        return True
+    call = final.value if isinstance(final, cst.Expr) else None
+    return isinstance(call, cst.Call) and (
+        facts.builtin(call.func) in _EXIT_BUILTINS or facts.qualified_name(call.func) in _EXITS
     )
 
 
@@ -393,15 +765,14 @@ def _home_statements(module: cst.Module, facts: FactsDraft) -> list[cst.BaseStat
     return [node for statements in _home_blocks(module, facts).values() for node in statements]
 
 
-def _rebuilt_loaders(a: Analysis, plan: ConversionPlan) -> dict[str, frozenset[str]]:
+def _rebuilt_loaders(
+    a: Analysis, homes: Mapping[str, Sequence[cst.BaseStatement]], lines: Sequence[int], wanted: AbstractSet[str]
+) -> dict[str, frozenset[str]]:
     """See ``ConversionPlan.rebuilt_loaders``: the loaders bound by a statement of the block from
     the first one where training starts (definitions aside: what they bind is their own)."""
-    if a.module is None or a.facts.home_kind == "library":
-        return {}
-    lines = plan.training_lines_of(None)
-    loaders = a.facts.loaders & set(plan.to_prepare)
+    loaders = a.facts.loaders & wanted
     found: dict[str, frozenset[str]] = {}
-    for block, statements in _home_blocks(a.module, a.facts).items():
+    for block, statements in homes.items():
         plain = [node for node in statements if not isinstance(node, (cst.FunctionDef, cst.ClassDef))]
         spans = _spans(plain, a)
         start = next((i for i, (first, last) in enumerate(spans) if any(first <= n <= last for n in lines)), len(spans))

@@ -26,25 +26,19 @@ averaged across processes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import prepare_statement
-from accel_convert.codemods.engine.devices import is_move
 from accel_convert.codemods.engine.facts import MODULE, ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
     assigned_in,
-    dotted,
-    names_in,
-    nodes_in,
     statement,
 )
 from accel_convert.codemods.engine.transformers import HomeBlockTransformer
-from accel_convert.codemods.model.plan import creation_index, plan_of, prepares_here
+from accel_convert.codemods.model.plan import creation_index, plan_of
 
 
 def objects_to_prepare(facts: ScriptFacts) -> list[str]:
@@ -52,6 +46,11 @@ def objects_to_prepare(facts: ScriptFacts) -> list[str]:
     loaders, eval loaders, schedulers (each group sorted by name here; the pass orders each group
     by creation)."""
     return list(plan_of(facts).to_prepare)
+
+
+def _block_of(anchor: cst.CSTNode) -> str:
+    """The plan's name of the home block ``anchor`` owns: its function, or ``"<module>"``."""
+    return anchor.name.value if isinstance(anchor, cst.FunctionDef) else MODULE
 
 
 def _group(facts: ScriptFacts, name: str) -> int:
@@ -64,8 +63,12 @@ class _Prepare(HomeBlockTransformer):
         super().__init__(facts)
         self.plan = plan_of(facts)
         self.wanted = names
-        #: Every name a ``prepare`` statement of this pass received.
+        #: Every name a ``prepare`` statement of this pass received (for the report of models no
+        #: block prepared).
         self.prepared_names: set[str] = set()
+        #: The names the ``prepare`` statements of the block being edited received so far: each
+        #: block prepares what the plan gives it, whichever block the walk edited before.
+        self.prepared_in_block: set[str] = set()
 
     @property
     def home_names(self) -> set[str | None]:
@@ -90,8 +93,9 @@ class _Prepare(HomeBlockTransformer):
         optimizer itself, or a library function building its model too: what it builds is
         prepared there, after the last of it is built and before its first loop over the data
         (``optimizer = accelerator.prepare(optimizer)``)."""
+        self.prepared_in_block = set()
         loop_index = self._first_loop_index(body, function)
-        first_creation, last_creation = self._creations(body[:loop_index])
+        first_creation, last_creation = self._creations(body[:loop_index], function)
         # What the plan has it prepare, bound before its training starts.
         names = [name for name in self.plan.preparations.get(function, ()) if name in last_creation]
         if not names:
@@ -102,8 +106,10 @@ class _Prepare(HomeBlockTransformer):
         # ``prepare`` goes before the first loop over the data (or the first call reaching one):
         # a name bound again after it (a model rebuilt and reloaded for inference) is another
         # object, which training never used.
+        self.prepared_in_block = set()
         loop_index = self._first_loop_index(body)
-        first_creation, last_creation = self._creations(body[:loop_index])
+        block = _block_of(anchor)
+        first_creation, last_creation = self._creations(body[:loop_index], block)
         # Only what this block builds: a loader only known as another function's parameter stays.
         # But a model the home function receives and trains, which no other block builds (an
         # ensemble's ``for m in models: train(m, loader)``), is prepared with what it builds.
@@ -117,17 +123,17 @@ class _Prepare(HomeBlockTransformer):
         # right where it is built, before it is handed over. Inside a nested block, the insertion
         # leaves the indices of the top-level statements above as they were.
         where_built = {name for name in self.wanted if name in self.plan.prepared_where_built} - set(names)
-        rebuilt = self._loaders_built_again(anchor) | where_built
+        rebuilt = set(self.plan.rebuilt_loaders.get(block, ())) | where_built
         head = body[:loop_index]
         # A loader wrapped in an object of another class (a ``DeviceDataLoader`` moving every
         # batch): prepare passes such objects through, so the loader is prepared before the wrap.
         before_wrap = self._prepare_before_wrapping(
             head, [name for name in names if name in self.facts.loaders], indent
         )
-        names = [name for name in names if name not in self.prepared_names]
+        names = [name for name in names if name not in self.prepared_in_block]
         if where_built:
             head = self._prepare_where_built(head, where_built, indent + "    ")
-        body = [*head, *self._edit_from_the_loop(body[loop_index:], rebuilt, names, indent)]
+        body = [*head, *self._edit_from_the_loop(body[loop_index:], rebuilt, block, indent)]
         names = self._with_built_above_guard(names, body[:loop_index], first_creation, last_creation)
         if names:
             body = self._insert_prepare(body, names, last_creation, indent)
@@ -140,24 +146,16 @@ class _Prepare(HomeBlockTransformer):
         then as they are first built."""
         return sorted(names, key=lambda name: (_group(self.facts, name), first_creation[name]))
 
-    def _loaders_built_again(self, anchor: cst.CSTNode) -> set[str]:
-        """Loaders the home block ``anchor`` builds again inside its training (the plan's
-        ``rebuilt_loaders``): each is prepared where it is built."""
-        block = anchor.name.value if isinstance(anchor, cst.FunctionDef) else MODULE
-        return set(self.plan.rebuilt_loaders.get(block, ()))
-
     def _edit_from_the_loop(
-        self, statements: list[cst.BaseStatement], rebuilt: set[str], names: list[str], indent: str
+        self, statements: list[cst.BaseStatement], rebuilt: set[str], block: str, indent: str
     ) -> list[cst.BaseStatement]:
         """The home block from its first loop over the data on: what is built there prepared where
         it is built, models handed to training again prepared again, models rebuilt after
         training moved to the device of the prepared loaders' batches."""
         if rebuilt:
             statements = self._prepare_where_built(statements, rebuilt, indent + "    ")
-        statements = self._prepare_handed_again(statements, indent)
-        if any(name in self.facts.loaders for name in names):
-            statements = self._move_rebuilt_models(statements)
-        return statements
+        statements = self._prepare_handed_again(statements, block, indent)
+        return self._move_rebuilt_models(statements, block)
 
     def _with_built_above_guard(
         self,
@@ -179,11 +177,16 @@ class _Prepare(HomeBlockTransformer):
             first_creation[name] = last_creation[name] = created
         return self._in_order([*names, *above], first_creation)
 
+    def _took(self, names: list[str]) -> None:
+        """Record that a ``prepare`` statement of the block being edited takes ``names``."""
+        self.prepared_in_block.update(names)
+        self.prepared_names.update(names)
+
     def _insert_prepare(
         self, body: list[cst.BaseStatement], names: list[str], last_creation: dict[str, int], indent: str
     ) -> list[cst.BaseStatement]:
         """``body`` with ``names = accelerator.prepare(names)`` right after the last of them is built."""
-        self.prepared_names.update(names)
+        self._took(names)
         after = max(last_creation[name] for name in names)
         self.report(body[after], Prepare.code, f"prepare {', '.join(names)} for distributed training", header_only=True)
         return [*body[: after + 1], prepare_statement(self.accelerator, names, indent), *body[after + 1 :]]
@@ -194,15 +197,15 @@ class _Prepare(HomeBlockTransformer):
         """``loader = accelerator.prepare(loader)`` statements to put right before the first
         statement of ``statements`` that hands one of ``loaders`` to a wrapper class
         (``train_dl = WrappedDataLoader(train_dl, preprocess)``), by that statement's identity;
-        the loaders so prepared join ``prepared_names``. The accelerator is created before the
+        the loaders so prepared join ``prepared_in_block``. The accelerator is created before the
         first statement binding a loader (``accelerator.creation_index``), so before any wrap."""
         created = self._accelerator_index(statements)
         inserted: dict[int, list[cst.BaseStatement]] = {}
         for index, node in enumerate(statements):
             for loader, wrapper in self._wrappings(node, loaders):
-                if loader in self.prepared_names or (created is not None and created >= index):
+                if loader in self.prepared_in_block or (created is not None and created >= index):
                     continue
-                self.prepared_names.add(loader)
+                self._took([loader])
                 self.report(
                     node,
                     Prepare.code,
@@ -228,132 +231,57 @@ class _Prepare(HomeBlockTransformer):
         """Index of the statement creating the accelerator among ``statements``, if one does."""
         return creation_index(statements, self.facts)
 
-    def _move_rebuilt_models(self, statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
-        """A model built again after training without a move (the CIFAR-10 tutorial's ``net =
-        Net()`` then ``net.load_state_dict(...)``) meets batches of the prepared loaders, which
-        are on the accelerator's device: ``net.to(accelerator.device)`` after it is built. One
-        that only meets data the script holds itself (the quickstart's ``model(test_data[0][0])``,
-        on the CPU) stays where the original builds it."""
+    def _move_rebuilt_models(self, statements: list[cst.BaseStatement], block: str) -> list[cst.BaseStatement]:
+        """A model built again after training (the CIFAR-10 tutorial's ``net = Net()`` then
+        ``net.load_state_dict(...)``) that meets batches of the prepared loaders, which are on the
+        accelerator's device (the plan's ``rebuilt_models_to_move``): ``net.to(accelerator.device)``
+        after it is built."""
+        moves = self.plan.rebuilt_models_to_move.get(block, {})
         result: list[cst.BaseStatement] = []
-        for index, node in enumerate(statements):
+        for node in statements:
             result.append(node)
-            if not isinstance(node, cst.SimpleStatementLine) or len(node.body) != 1:
-                continue
-            assign = node.body[0]
-            if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
-                continue
-            target = assign.targets[0].target
-            if not (isinstance(target, cst.Name) and target.value in self.facts.models):
-                continue
-            if target.value in self.plan.prepared_where_built:
-                continue  # prepared right after this line
-            value = assign.value
-            if not isinstance(value, cst.Call) or is_move(value) or not self._constructs_model(value):
-                continue
-            if not self._reads_a_loader(statements[index + 1 :]):
+            site = self.origins.site(node) if isinstance(node, cst.SimpleStatementLine) else None
+            model = moves.get(site.line) if site is not None else None
+            if model is None:
                 continue
             self.report(
-                node,
-                Prepare.code,
-                f"{target.value} built again after training: moved to the device of the prepared batches",
+                node, Prepare.code, f"{model} built again after training: moved to the device of the prepared batches"
             )
-            result.append(statement(f"{target.value}.to({self.accelerator}.device)"))
+            result.append(statement(f"{model}.to({self.accelerator}.device)"))
         return result
 
-    def _reads_a_loader(self, statements: Sequence[cst.BaseStatement]) -> bool:
-        """Whether ``statements`` read one of the loaders (a loop over it, a call handed it):
-        only their batches are on the accelerator's device."""
-        loaders = self.facts.loaders
-        return any(
-            isinstance(node, cst.Name) and node.value in loaders for line in statements for node in nodes_in(line)
-        )
-
-    def _prepare_handed_again(self, statements: list[cst.BaseStatement], indent: str) -> list[cst.BaseStatement]:
+    def _prepare_handed_again(
+        self, statements: list[cst.BaseStatement], block: str, indent: str
+    ) -> list[cst.BaseStatement]:
         """The transfer-learning tutorial's second run: after ``train_model(model_ft, ...)`` it
         builds ``model_conv`` and ``optimizer_conv`` and calls ``train_model`` with them. Left
         unprepared, that training would run on each process alone (no gradient averaging) over
-        the prepared, sharded data. Objects bound among ``statements`` (after the training began)
-        and handed to a training function's model or optimizer parameters are prepared right
-        before that call (``model_conv, optimizer_conv = accelerator.prepare(...)``)."""
+        the prepared, sharded data: what the plan's ``prepared_before_handing`` names is prepared
+        right before that call (``model_conv, optimizer_conv = accelerator.prepare(...)``)."""
+        before = self.plan.prepared_before_handing.get(block, {})
         result: list[cst.BaseStatement] = []
-        bound: set[str] = set()
-        # Names whose current object is prepared: a plain line binding one again (the tutorial's
-        # second ``opt = optim.SGD(...)`` after a first rebuild was trained) makes it unprepared.
-        prepared = set(self.prepared_names)
         for node in statements:
-            handed = self._handed_to_training(node) & bound
-            handed -= prepared
-            if handed:
-                names = sorted(handed, key=lambda name: (0 if name not in self.facts.optimizers else 1, name))
+            site = self.origins.site(node)
+            names = list(before.get(site.line, ())) if site is not None else []
+            if names:
                 self.report(node, Prepare.code, f"prepare {', '.join(names)} before they are trained", header_only=True)
-                self.prepared_names.update(names)
-                prepared.update(names)
+                self._took(names)
                 result.append(prepare_statement(self.accelerator, names, indent))
             result.append(node)
-            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-                continue
-            if prepares_here(node, self.facts):
-                bound -= assigned_in(node)  # prepared already (a converted script converted again)
-                prepared |= assigned_in(node)
-            else:
-                bound |= assigned_in(node)
-                if isinstance(node, cst.SimpleStatementLine):
-                    prepared -= assigned_in(node)
         return result
 
-    def _handed_to_training(self, node: cst.BaseStatement) -> set[str]:
-        """Names a line passes to a module-level function that runs a backward, for parameters
-        that are models or optimizers there (``train_model(model_conv, criterion, optimizer_conv)``),
-        also from inside a loop or branch (``for epoch in range(EPOCHS): train(model, loader,
-        optimizer)``): the prepare then goes above that statement."""
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            return set()
-        if not isinstance(node, cst.SimpleStatementLine):
-            lines = [inner for inner in nodes_in(node) if isinstance(inner, cst.SimpleStatementLine)]
-            return {name for line in lines for name in self._handed_to_training(line)}
-        return {name for small in node.body for name in self._handed_by_call(small)}
+    def _creations(self, head: list[cst.BaseStatement], block: str) -> tuple[dict[str, int], dict[str, int]]:
+        """The plan's first and last statements of ``block`` binding each object before its
+        training starts, as indices into ``head`` (those statements, as earlier rewrites left
+        them): the statement at the plan's original line or, where a rewrite took it out (a
+        ``model = model.to(device)``), the last one above it."""
+        starts = [site.line if (site := self.origins.site(node)) is not None else None for node in head]
 
-    def _handed_by_call(self, small: cst.BaseSmallStatement) -> set[str]:
-        """What one small statement calling a training function hands to its model and optimizer
-        parameters, by name."""
-        value = small.value if isinstance(small, (cst.Assign, cst.Expr)) else None
-        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
-            return set()
-        function = value.func.value
-        # Not a function building its own optimizer: the models it is handed are the analysis' (ACC926).
-        params = self.plan.handed_for_training.get(function)
-        if params is None:
-            return set()
-        found: set[str] = set()
-        for index, arg in enumerate(value.args):
-            if arg.star or not isinstance(arg.value, cst.Name):
-                continue
-            param = arg.keyword.value if arg.keyword is not None else params[index] if index < len(params) else None
-            if param in self.facts.models or param in self.facts.optimizers:
-                found.add(arg.value.value)
-        return found
+        def index_of(line: int) -> int:
+            return max((i for i, start in enumerate(starts) if start is not None and start <= line), default=-1)
 
-    def _constructs_model(self, call: cst.Call) -> bool:
-        """``Net()`` (a model class of the file) or ``nn.Linear(...)``: not a function that hands
-        back the (prepared) model it trained, ``model = train_model(model, ...)``."""
-        if dotted(call.func) in self.facts.model_classes:
-            return True
-        qualified = self.facts.callee_name(call.func) or ""
-        return qualified.startswith("torch.nn.") and qualified.rpartition(".")[2][:1].isupper()
-
-    def _creations(self, statements: list[cst.BaseStatement]) -> tuple[dict[str, int], dict[str, int]]:
-        """Where each name is first and last bound among ``statements`` (indices)."""
-        first_creation: dict[str, int] = {}
-        last_creation: dict[str, int] = {}
-        for index, node in enumerate(statements):
-            for name in self._assigned_by(node):
-                later = statements[index + 1 :]
-                if name not in first_creation and not _bound_on_every_path(node, name, self.facts, later):
-                    # First bound only under a flag: a prepare after it could meet an unbound name.
-                    continue
-                first_creation.setdefault(name, index)
-                last_creation[name] = index
-        return first_creation, last_creation
+        first = {name: index_of(line) for name, line in self.plan.first_built(block).items()}
+        return first, {name: index_of(line) for name, line in self.plan.prepare_after(block).items()}
 
     def _prepare_where_built(
         self, statements: list[cst.BaseStatement], names: set[str], indent: str
@@ -367,7 +295,7 @@ class _Prepare(HomeBlockTransformer):
                 for name in sorted(self._assigned_by(node) & names):
                     where = "it is built" if name in self.plan.prepared_where_built else "the loop builds it"
                     self.report(node, Prepare.code, f"prepare {name} where {where}", header_only=True)
-                    self.prepared_names.add(name)
+                    self._took([name])
                     result.append(prepare_statement(self.accelerator, [name], indent))
                 continue
             if isinstance(node, (cst.For, cst.While, cst.With, cst.If)) and isinstance(node.body, cst.IndentedBlock):
@@ -838,67 +766,3 @@ class Prepare(Rule):
                     )
                 )
         return new_module, [*transformer.changes(module), *reports]
-
-
-def _bound_on_every_path(
-    node: cst.BaseStatement, name: str, facts: ScriptFacts, later: Sequence[cst.BaseStatement] = ()
-) -> bool:
-    """Whether ``name`` is bound after ``node`` runs, whichever way it goes: always for a plain
-    statement; for an ``if``, when every branch binds it or leaves the block (``else: raise
-    ValueError(args.net)``), down to a final ``else``. A chain choosing among several values with
-    no ``else`` (``if args.opt == "adam": ...`` / ``elif args.opt == "sgd": ...``) counts only when
-    a plain statement of ``later`` (the block's statements after it) reads the name
-    (``scheduler = CosineAnnealingLR(optimizer, ...)``): the original fails there too when no
-    branch matches. Read only under a condition of its own (``if args.sched: scheduler.step()``),
-    the name may be unbound on purpose, and a ``prepare`` reading it would fail."""
-    if isinstance(node, cst.If):
-        branches: list[cst.BaseSuite] = []
-        current: cst.If | cst.Else | None = node
-        while isinstance(current, cst.If):
-            branches.append(current.body)
-            current = current.orelse
-        if not all(_binds_or_leaves(branch, name, facts) for branch in branches):
-            return False
-        if current is None:
-            return len(branches) > 1 and _read_next(later, name)
-        return _binds_or_leaves(current.body, name, facts)
-    return not isinstance(node, (cst.Try, cst.For, cst.While, cst.With)) or isinstance(node, cst.With)
-
-
-def _read_next(statements: Sequence[cst.BaseStatement], name: str) -> bool:
-    """Whether a plain statement among ``statements`` reads ``name`` before any of them binds it
-    again or a compound statement comes (whose reads may be conditional)."""
-    for line in statements:
-        if not isinstance(line, cst.SimpleStatementLine):
-            return False
-        for small in line.body:
-            value = small.value if isinstance(small, (cst.Assign, cst.AnnAssign, cst.Expr, cst.Return)) else None
-            if value is not None and name in names_in(value):
-                return True
-        if name in assigned_in(line):
-            return False
-    return False
-
-
-#: Calls that end the program where they stand: a branch ending in one never falls through.
-_EXITS = frozenset({"sys.exit", "os._exit"})
-_EXIT_BUILTINS = frozenset({"exit", "quit"})
-
-
-def _binds_or_leaves(body: cst.BaseSuite, name: str, facts: ScriptFacts) -> bool:
-    """Whether a branch binds ``name`` or never reaches the statement after its ``if``."""
-    if name in assigned_in(body):
-        return True
-    # The branch's last small statement: ``else: raise ...`` on the ``else`` line or below it.
-    small: Sequence[cst.BaseSmallStatement] = ()
-    if isinstance(body, cst.SimpleStatementSuite):
-        small = body.body
-    elif body.body and isinstance(body.body[-1], cst.SimpleStatementLine):
-        small = body.body[-1].body
-    final = small[-1] if small else None
-    if isinstance(final, cst.Raise):
-        return True
-    call = final.value if isinstance(final, cst.Expr) else None
-    return isinstance(call, cst.Call) and (
-        facts.builtin(call.func) in _EXIT_BUILTINS or facts.qualified_name(call.func) in _EXITS
-    )
