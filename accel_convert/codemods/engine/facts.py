@@ -170,6 +170,21 @@ class FactQuestions:
         """Whether ``node`` is the builtin ``name`` (``len``, ``open``) where it is used."""
         return builtin_named(node, self.names, scope) == name
 
+    def opens_for_writing(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> bool:
+        """``open(path, "w")`` (or ``"a"``, ``"x"``, any binary variant), the builtin ``open`` where
+        ``node`` stands (``scope``), not one the script binds itself."""
+        import libcst as cst
+
+        if not isinstance(node, cst.Call) or not self.is_builtin(node.func, "open", scope):
+            return False
+        mode = None
+        if len(node.args) > 1 and node.args[1].keyword is None:
+            mode = node.args[1].value
+        for arg in node.args:
+            if arg.keyword and arg.keyword.value == "mode":
+                mode = arg.value
+        return isinstance(mode, cst.SimpleString) and any(m in str(mode.evaluated_value) for m in "wax")
+
     def callee_name(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
         """What a call's function is, for matching against tables of names: its qualified name
         when rooted in an import (``torch.save``), else the name as written (``open``,
@@ -237,8 +252,12 @@ class ScriptFacts(FactQuestions):
     #: Local name → qualified name for everything imported (``{"nn": "torch.nn",
     #: "clip": "torch.nn.utils.clip_grad_norm_"}``), so codemods match calls by qualified name.
     imports: Mapping[str, str] = field(default_factory=dict)
-    #: The file imports torch at all (files that don't are returned untouched).
+    #: The file imports torch at all (files that don't are returned untouched, unless
+    #: ``keeps_files_for_writing`` in a program).
     uses_torch: bool = False
+    #: The file binds a file it opens for writing to a name or attribute, to write through it
+    #: later (a CSV logger class's ``self.csv_file = open(filename, "w")``): every rank runs it.
+    keeps_files_for_writing: bool = False
 
     #: The script already creates an Accelerator (from accelerate or runtime); its variable name.
     existing_accelerator: str | None = None
@@ -481,21 +500,6 @@ class ScriptFacts(FactQuestions):
         ``codemods.engine.transformers.RuleTransformer`` (or calling ``origins.carry``)."""
         return self.origins.site(node)
 
-    def opens_for_writing(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> bool:
-        """``open(path, "w")`` (or ``"a"``, ``"x"``, any binary variant), the builtin ``open`` where
-        ``node`` stands (``scope``), not one the script binds itself."""
-        import libcst as cst
-
-        if not isinstance(node, cst.Call) or not self.is_builtin(node.func, "open", scope):
-            return False
-        mode = None
-        if len(node.args) > 1 and node.args[1].keyword is None:
-            mode = node.args[1].value
-        for arg in node.args:
-            if arg.keyword and arg.keyword.value == "mode":
-                mode = arg.value
-        return isinstance(mode, cst.SimpleString) and any(m in str(mode.evaluated_value) for m in "wax")
-
     @property
     def library_converted_alone(self) -> bool:
         """A module of training functions converted without the script that calls them: its
@@ -522,6 +526,7 @@ class FactsDraft(FactQuestions):
     # writes it here (tests/codemods/test_facts.py checks these lines are up to date).
     imports: dict[str, str] = field(default_factory=dict)
     uses_torch: bool = False
+    keeps_files_for_writing: bool = False
     existing_accelerator: str | None = None
     accelerator_name: str = "accelerator"
     models: set[str] = field(default_factory=set)

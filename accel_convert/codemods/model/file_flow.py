@@ -278,6 +278,20 @@ def _callee(a: Analysis, call: CallRecord) -> str | None:
 # Evaluation loops writing a file per batch: run unsharded
 # --------------------------------------------------------------------------------------------
 
+
+@provider(needs=("imports",), provides=("keeps_files_for_writing",))
+def kept_files(a: Analysis) -> None:
+    """Whether the module opens a file for writing and binds it to write through later (the
+    Cutout repository's ``util/misc.py``: ``class CSVLogger`` with ``self.csv_file = open(filename,
+    'w')``). Such a module of a program is converted even when it never imports torch: every rank
+    constructs the logger and writes its rows into the same file, and the side-effects rule
+    reports it there (ACC916). A ``with open(...) as f:`` block is a write the rule sees by
+    itself; a module that only reads files stays as it is."""
+    a.facts.keeps_files_for_writing = any(
+        a.facts.opens_for_writing(assign.value, assign.scope) for assign in a.r.assigns
+    )
+
+
 #: Methods that write their receiver to a path, PIL's ``image.save(path)`` among them (a name
 #: too common for the side-effects rule to move to the main process alone).
 _FILE_WRITING_METHODS = WRITING_METHODS | {"save"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import libcst as cst
@@ -175,14 +176,33 @@ _ModeSwitch = tuple[int, str, str]
 
 
 def _mode_switches(a: Analysis) -> list[_ModeSwitch]:
-    """Every ``model.eval()`` and ``model.train()`` call (no arguments), in walk order."""
-    return [
-        (call.order, call.function, call.node.func.attr.value)
-        for call in a.r.calls
-        if isinstance(call.node.func, cst.Attribute)
-        and call.node.func.attr.value in {"eval", "train"}
-        and not call.node.args
-    ]
+    """Every ``model.eval()`` and ``model.train()`` call, in walk order, with ``model.train(False)``
+    (``train(mode=False)``) an ``.eval()`` and ``model.train(True)`` a ``.train()``: PyTorch's
+    introductory training tutorial validates after ``model.train(False)``, without ``no_grad``.
+    A mode given by a name (``model.train(is_training)``) says neither."""
+    switches = []
+    for call in a.r.calls:
+        func = call.node.func
+        if isinstance(func, cst.Attribute) and (mode := _mode_set(func.attr.value, call.node.args)) is not None:
+            switches.append((call.order, call.function, mode))
+    return switches
+
+
+def _mode_set(method: str, args: Sequence[cst.Arg]) -> str | None:
+    """``"eval"`` or ``"train"``: the mode ``.eval()``/``.train(...)`` called with ``args`` sets."""
+    if method == "eval" and not args:
+        return "eval"
+    if method != "train" or len(args) > 1:
+        return None
+    if not args:
+        return "train"
+    arg = args[0]
+    if arg.keyword is not None and arg.keyword.value != "mode":
+        return None
+    value = arg.value
+    if isinstance(value, cst.Name) and value.value in {"True", "False"}:
+        return "train" if value.value == "True" else "eval"
+    return None
 
 
 def _switched_to_eval(switches: list[_ModeSwitch], function: str, order: int) -> bool:

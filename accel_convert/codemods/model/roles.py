@@ -473,14 +473,34 @@ def _unpacked_names(assign: AssignRecord) -> list[str] | None:
 
 
 def _parameter_roots(a: Analysis, receivers: set[str]) -> set[str]:
-    """``model`` for ``model.parameters()`` / ``model.fc.named_parameters()``."""
+    """``model`` for ``model.parameters()`` / ``model.fc.named_parameters()``, also where the
+    script replaced the head it trains (the transfer-learning tutorial's ``model_conv.fc =
+    nn.Linear(num_ftrs, 2)`` then ``SGD(model_conv.fc.parameters())``): the model is the
+    outermost name used as a module (moved, put in a mode, asked for its parameters), which
+    holds the head; an assigned attribute of anything else (``args.model``) is the model."""
     roots = set()
     for receiver in receivers:
         parts = receiver.split(".")
         while len(parts) > 1 and ".".join(parts) not in a.assigned:
             parts.pop()
-        roots.add(".".join(parts))
+        holders = [".".join(parts[:k]) for k in range(1, len(parts))]
+        root = next((holder for holder in holders if holder in a.assigned and _used_as_module(a, holder)), None)
+        roots.add(root or ".".join(parts))
     return roots
+
+
+#: Methods only a module answers: a name they are called on holds parameters.
+_MODULE_METHODS = frozenset({"to", "cuda", "parameters", "named_parameters", "state_dict", "eval", "train"})
+
+
+def _used_as_module(a: Analysis, name: str) -> bool:
+    """Whether the script calls a module's own method on ``name`` (``model_conv.to(device)``)."""
+    return any(
+        isinstance(call.node.func, cst.Attribute)
+        and call.node.func.attr.value in _MODULE_METHODS
+        and dotted(call.node.func.value) == name
+        for call in a.r.calls
+    )
 
 
 @provider(provides=("trackers",))

@@ -55,6 +55,7 @@ PROVIDERS: tuple[Provider, ...] = (
     calls.call_graph,
     calls.functions_called_out_of_sight,
     file_flow.path_parameters,
+    file_flow.kept_files,
     program.imported_calls,
     arguments.argument_parser,
     loaders.loader_factories,

@@ -454,7 +454,9 @@ class SideEffectsCodemod(Rule):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return facts.uses_torch
+        # A library keeping a file open for writing is converted without torch (see
+        # codemods._nothing_to_convert): its logger's file is reported here.
+        return facts.uses_torch or facts.keeps_files_for_writing
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         callees = WRITING_FUNCTIONS | FOLDER_FUNCTIONS | DELETING_FUNCTIONS | TRACKER_FUNCTIONS | TRACKER_CONSTRUCTORS
