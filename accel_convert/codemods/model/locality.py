@@ -32,6 +32,7 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import MODULE, ScriptFacts, callers_closure
 from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.model import Site
+from accel_convert.codemods.engine.names import ScopeKey
 from accel_convert.codemods.engine.random_draws import is_global_draw, seeds_generator_of
 from accel_convert.codemods.engine.syntax import (
     calls_in,
@@ -291,6 +292,8 @@ def _spread_from(a: Analysis, sums: set[str]) -> None:
     object fed them, until nothing changes."""
     # Read once: the fixed point below only intersects these with the growing ``sums``.
     returns = [(function, names_in(value)) for function, value in a.r.returns]
+    # A method returning a sum (``Trainer.train_epoch``), called on the instance in its class.
+    method_returns = [(scope, names_in(value)) for scope, value in a.r.method_returns]
     feeds = [
         (fed, set().union(*(names_in(arg.value) for arg in call.node.args)))
         for call in a.r.calls
@@ -301,8 +304,9 @@ def _spread_from(a: Analysis, sums: set[str]) -> None:
     while changed:
         changed = False
         returning = {function for function, names in returns if names & sums}
+        methods = {scope for scope, names in method_returns if names & sums}
         for record in records:
-            if not set(record.targets) <= sums and _follows_from(record, sums, returning):
+            if not set(record.targets) <= sums and _follows_from(record, sums, returning, methods):
                 sums.update(record.targets)
                 changed = True
         for fed, names in feeds:
@@ -311,13 +315,25 @@ def _spread_from(a: Analysis, sums: set[str]) -> None:
                 changed = True
 
 
-def _follows_from(record: AssignRecord | AugAssignRecord, sums: set[str], returning: set[str]) -> bool:
-    """Whether an assignment reads one of ``sums``, calls a function returning one, or runs under
-    an ``if`` testing one."""
+def _follows_from(
+    record: AssignRecord | AugAssignRecord, sums: set[str], returning: set[str], methods: set[ScopeKey]
+) -> bool:
+    """Whether an assignment reads one of ``sums``, calls a function (or a method of its class,
+    ``methods``: (class, method)) returning one, or runs under an ``if`` testing one."""
     decided = any(branch.test.names & sums for branch in record.ifs)
     # What it reads: its mentions include its own targets (``best, bad = inf, 0``).
     read = record.mentions.names - set(record.targets)
-    return bool(read & sums or record.mentions.calls & returning or decided)
+    return bool(read & sums or record.mentions.calls & returning or decided or _calls_method(record, methods))
+
+
+def _calls_method(record: AssignRecord | AugAssignRecord, methods: set[ScopeKey]) -> bool:
+    """Whether a record in a class's method calls one of ``methods`` of that class on its
+    instance (``self.train_epoch()``)."""
+    return any(
+        (record.function, callee.rpartition(".")[2]) in methods
+        for callee in record.mentions.calls
+        if callee.count(".") == 1
+    )
 
 
 def _object_fed(a: Analysis, node: cst.Call) -> str | None:
@@ -520,6 +536,9 @@ class Locality:
     #: Per function (``"<module>"``, a class's name for its methods): the names bound to a
     #: ``torch.nn`` loss module averaging over this process's batch (``criterion = nn.MSELoss()``).
     batch_mean_losses: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
+    #: Per function (keyed as :attr:`batch_mean_losses`): the :attr:`per_process_sums` it binds
+    #: (``train_loss = train_epoch(...)`` in ``main()``, ``total += loss.item()`` in the loop).
+    per_rank_sums: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def per_process_values(self) -> frozenset[str]:
@@ -558,7 +577,22 @@ def locality(a: Analysis) -> Locality:
         rank_dependent_schedule_steps=tuple(facts.rank_dependent_schedule_steps),
         shared_draws=tuple(facts.shared_draws),
         batch_mean_losses=_batch_mean_losses(a),
+        per_rank_sums=_per_rank_sums(a),
     )
+
+
+def _per_rank_sums(a: Analysis) -> Mapping[str, frozenset[str]]:
+    """See :attr:`Locality.per_rank_sums`: each per-process sum under the functions binding it
+    (assigned, added to, or collected into)."""
+    sums = a.per_process_sums
+    found: dict[str, set[str]] = {}
+    for record in [*a.r.assigns, *a.r.aug_assigns]:
+        if bound := set(record.targets) & sums:
+            found.setdefault(record.function, set()).update(bound)
+    for call in a.r.calls:
+        if collects(call.node) and (receiver := dotted(cast(cst.Attribute, call.node.func).value)) in sums:
+            found.setdefault(call.function, set()).add(cast(str, receiver))
+    return MappingProxyType({function: frozenset(names) for function, names in found.items()})
 
 
 def _batch_mean_losses(a: Analysis) -> Mapping[str, frozenset[str]]:
@@ -664,43 +698,49 @@ class RankReach:
         loaders: AbstractSet[str],
         qualified_name: Callable[[cst.BaseExpression], str | None],
         builtin: Callable[[cst.BaseExpression], str | None],
+        per_rank_sums: Mapping[str, frozenset[str]],
     ) -> None:
         self._loaders = loaders
+        #: :attr:`Locality.per_rank_sums`: the module's sums per rank, by function.
+        self._per_rank_sums = per_rank_sums
         self._qualified_name = qualified_name
         #: The builtin a name denotes where the walk is (None where the script binds it).
         self._builtin = builtin
         #: Per function (by identity): :func:`sums_per_rank`, asked once.
         self._sums: dict[int, frozenset[str]] = {}
 
-    def every_rank_reaches(self, anchors: Sequence[cst.CSTNode]) -> bool:
+    def every_rank_reaches(self, anchors: Sequence[cst.CSTNode], function: str = MODULE) -> bool:
         """Whether every rank runs what is inside the innermost of ``anchors`` (the module, then
-        each enclosing statement, outermost first) alike, up to the enclosing function."""
+        each enclosing statement, outermost first) alike, up to the enclosing function
+        (``function``: its key in :attr:`Locality.per_rank_sums`)."""
         enclosing = next((node for node in reversed(anchors) if isinstance(node, cst.FunctionDef)), None)
         for node in reversed(anchors):
             if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
                 return True
-            if not self._runs_alike_inside(node, enclosing):
+            if not self._runs_alike_inside(node, enclosing, function):
                 return False
         return True
 
-    def _runs_alike_inside(self, node: cst.CSTNode, enclosing: cst.FunctionDef | None) -> bool:
+    def _runs_alike_inside(self, node: cst.CSTNode, enclosing: cst.FunctionDef | None, function: str) -> bool:
         """Whether every rank that reaches the enclosing statement ``node`` runs what is inside it
-        the same number of times (``enclosing``: the function holding it)."""
+        the same number of times (``enclosing``: the function holding it, ``function`` its key)."""
         if isinstance(node, cst.While):
             return _endless(node)  # ``while True:``: the same on every rank until a break (made to agree)
         if isinstance(node, (cst.Try, cst.TryStar, cst.Match)):
             return False
         if isinstance(node, cst.If):
-            return self._taken_alike(node.test, enclosing)
+            return self._taken_alike(node.test, enclosing, function)
         if isinstance(node, cst.For):
             return self._same_length_everywhere(node.iter)
         return True
 
-    def _taken_alike(self, test: cst.BaseExpression, enclosing: cst.FunctionDef | None) -> bool:
+    def _taken_alike(self, test: cst.BaseExpression, enclosing: cst.FunctionDef | None, function: str) -> bool:
         """Whether every rank takes the same branch of an ``if`` on ``test``: not when it calls
         something or names a rank, reads a value summed per rank or tests a parameter."""
         if any(isinstance(node, cst.Call) for node in nodes_in(test)) or names_rank(test):
             return False
+        if names_in(test) & self._per_rank_sums.get(function, frozenset()):
+            return False  # ``if train_loss < best:`` with what ``train_epoch()`` summed on this rank
         if enclosing is None:
             return True
         summed = self._sums.get(id(enclosing))
