@@ -252,9 +252,7 @@ class RuleTransformer(TargetedTransformer):
         self.scope: tuple[str, ...] = ()
         self._anchors: list[cst.CSTNode] = []
         #: Where every rank runs alike: the locality owner, asked by ``every_rank_reaches_here``.
-        self._rank_reach = RankReach(
-            facts.loaders, self.qualified_name, self.builtin, locality_of(facts).per_rank_sums
-        )
+        self._rank_reach = RankReach(facts.loaders, self.qualified_name, self.builtin, locality_of(facts))
         #: Inside a method of a training class: the method's instance parameter (``self``), None
         #: in a static or class method.
         self.instance: str | None = None

@@ -276,6 +276,24 @@ def collected_into(call: cst.Call, values: AbstractSet[str]) -> cst.BaseExpressi
     return None
 
 
+def adds_up(node: cst.CSTNode) -> cst.AugAssign | None:
+    """``total += value``: a running sum, which in a loop over this process's shard adds up its
+    batches only (and after a gather, every process's); None for anything else. The one reading
+    of a running sum: the metrics, loader-dict and ACC919 rules ask it."""
+    if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign):
+        return node
+    return None
+
+
+def counted_by_one(node: cst.CSTNode) -> cst.BaseAssignTargetExpression | None:
+    """The target of ``n += 1`` (a counter of loop iterations, this process's in a loop over its
+    shard); None for anything else."""
+    summed = adds_up(node)
+    if summed is not None and isinstance(summed.value, cst.Integer) and summed.value.value == "1":
+        return summed.target
+    return None
+
+
 def collects(node: cst.CSTNode) -> bool:
     """``meter.update(...)``, ``values.append(...)``, ``values.extend(...)`` with arguments: a
     value kept per batch, which in a loop over this process's shard holds its batches only."""
@@ -545,6 +563,14 @@ class Locality:
         """Every name whose value differs between processes: per-process paths and sums."""
         return self.per_process_paths | self.per_process_sums
 
+    def summed_per_rank(self, function: str, converted: cst.FunctionDef | None) -> frozenset[str]:
+        """The names holding a sum each rank grew on its own share where ``function`` (its key in
+        :attr:`per_rank_sums`) runs: its :attr:`per_rank_sums`, and what ``converted`` (the function
+        as the rules converted it so far; None at module level) adds up in a loop that gathers and
+        reduces nothing (:func:`sums_per_rank`: an evaluation sum no rule gathered)."""
+        own = self.per_rank_sums.get(function, frozenset())
+        return own if converted is None else own | sums_per_rank(converted)
+
     def rank_guarded_at(self, line: int) -> bool:
         """Whether the original ``line`` lies in an ``if`` guarded by a rank (only some
         processes run it)."""
@@ -586,12 +612,14 @@ def _per_rank_sums(a: Analysis) -> Mapping[str, frozenset[str]]:
     (assigned, added to, or collected into)."""
     sums = a.per_process_sums
     found: dict[str, set[str]] = {}
-    for record in [*a.r.assigns, *a.r.aug_assigns]:
+    records: list[AssignRecord | AugAssignRecord] = [*a.r.assigns, *a.r.aug_assigns]
+    for record in records:
         if bound := set(record.targets) & sums:
             found.setdefault(record.function, set()).update(bound)
     for call in a.r.calls:
-        if collects(call.node) and (receiver := dotted(cast(cst.Attribute, call.node.func).value)) in sums:
-            found.setdefault(call.function, set()).add(cast(str, receiver))
+        receiver = dotted(cast(cst.Attribute, call.node.func).value) if collects(call.node) else None
+        if receiver is not None and receiver in sums:
+            found.setdefault(call.function, set()).add(receiver)
     return MappingProxyType({function: frozenset(names) for function, names in found.items()})
 
 
@@ -698,15 +726,15 @@ class RankReach:
         loaders: AbstractSet[str],
         qualified_name: Callable[[cst.BaseExpression], str | None],
         builtin: Callable[[cst.BaseExpression], str | None],
-        per_rank_sums: Mapping[str, frozenset[str]],
+        locality: Locality,
     ) -> None:
         self._loaders = loaders
-        #: :attr:`Locality.per_rank_sums`: the module's sums per rank, by function.
-        self._per_rank_sums = per_rank_sums
+        #: The module's :class:`Locality`: what is summed per rank (:meth:`Locality.summed_per_rank`).
+        self._locality = locality
         self._qualified_name = qualified_name
         #: The builtin a name denotes where the walk is (None where the script binds it).
         self._builtin = builtin
-        #: Per function (by identity): :func:`sums_per_rank`, asked once.
+        #: Per function (by identity, None for the module): :meth:`Locality.summed_per_rank`, asked once.
         self._sums: dict[int, frozenset[str]] = {}
 
     def every_rank_reaches(self, anchors: Sequence[cst.CSTNode], function: str = MODULE) -> bool:
@@ -739,15 +767,13 @@ class RankReach:
         something or names a rank, reads a value summed per rank or tests a parameter."""
         if any(isinstance(node, cst.Call) for node in nodes_in(test)) or names_rank(test):
             return False
-        if names_in(test) & self._per_rank_sums.get(function, frozenset()):
-            return False  # ``if train_loss < best:`` with what ``train_epoch()`` summed on this rank
-        if enclosing is None:
-            return True
+        # ``if train_loss < best:`` with what ``train_epoch()`` summed on this rank, at module level too.
         summed = self._sums.get(id(enclosing))
         if summed is None:
-            summed = self._sums[id(enclosing)] = sums_per_rank(enclosing)
-        reads_sum = any(isinstance(node, cst.Name) and node.value in summed for node in nodes_in(test))
-        return not reads_sum and not _tests_parameter(test, enclosing)
+            summed = self._sums[id(enclosing)] = self._locality.summed_per_rank(function, enclosing)
+        if any(isinstance(node, cst.Name) and node.value in summed for node in nodes_in(test)):
+            return False
+        return enclosing is None or not _tests_parameter(test, enclosing)
 
     def _same_length_everywhere(self, iterable: cst.BaseExpression) -> bool:
         if isinstance(iterable, cst.Call) and self._qualified_name(iterable.func) in ENDLESS_COUNTERS:

@@ -44,7 +44,7 @@ from accel_convert.codemods.engine.syntax import (
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS, MEAN_LOSSES, SELF_DISTRIBUTING
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import module_nodes, variables_read
-from accel_convert.codemods.model.locality import collects, only_batch_mean_reduced
+from accel_convert.codemods.model.locality import adds_up, collects, only_batch_mean_reduced
 from accel_convert.codemods.model.plan import names_prepared_under, prepared_by
 
 #: A loop over a prepared dict's loaders whose sums cannot be gathered per sample: reported.
@@ -674,9 +674,9 @@ def _running_sum(line: cst.BaseStatement) -> cst.AugAssign | None:
     """``total += value`` alone on its line, into a plain name."""
     if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
         node = line.body[0]
-        if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign):
-            if isinstance(node.target, cst.Name):
-                return node
+        summed = adds_up(node)
+        if summed is not None and isinstance(summed.target, cst.Name):
+            return summed
     return None
 
 

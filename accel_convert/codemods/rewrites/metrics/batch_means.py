@@ -17,7 +17,6 @@ from accel_convert.codemods.engine.names import is_builtin
 from accel_convert.codemods.engine.positions import STATEMENT_TYPES
 from accel_convert.codemods.engine.syntax import (
     calls_in,
-    counted_by_one,
     dotted,
     expression_code,
     nodes_in,
@@ -28,7 +27,7 @@ from accel_convert.codemods.engine.torch_names import (
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import variables_read, walk
-from accel_convert.codemods.model.locality import is_batch_mean_loss, locality_of
+from accel_convert.codemods.model.locality import adds_up, counted_by_one, is_batch_mean_loss, locality_of
 from accel_convert.codemods.rewrites.metrics.codes import MEAN_OF_BATCHES, SUMMED_BATCH_MEANS
 
 
@@ -79,12 +78,11 @@ def report_summed_batch_means(rule: RuleTransformer, loop: cst.For) -> None:
         and any(is_batch_mean_loss(call, criteria, facts) for call in calls_in(node.value))
     }
     for node in nodes:
-        if not isinstance(node, cst.AugAssign) or not isinstance(node.operator, cst.AddAssign):
-            continue
-        if _multiplied(node.value):
+        summed = adds_up(node)
+        if summed is None or _multiplied(summed.value):
             continue  # ``loss.item() * targets.size(0)``: weighed by the (gathered) batch size, a sum per sample
-        if variables_read(node.value) & losses or any(
-            is_batch_mean_loss(call, criteria, facts) for call in calls_in(node.value)
+        if variables_read(summed.value) & losses or any(
+            is_batch_mean_loss(call, criteria, facts) for call in calls_in(summed.value)
         ):
             rule.report(
                 node,
