@@ -662,15 +662,15 @@ def _trailing_sums(body: list[cst.BaseStatement]) -> tuple[int, list[cst.AugAssi
     """The index of the first of the running sums that end the loop body, and those sums; None
     when there are none, or the body adds up something before them."""
     first_sum = len(body)
-    while first_sum > 0 and _running_sum(body[first_sum - 1]) is not None:
+    while first_sum > 0 and _sum_alone_on_line(body[first_sum - 1]) is not None:
         first_sum -= 1
-    sums = [_running_sum(line) for line in body[first_sum:]]
+    sums = [_sum_alone_on_line(line) for line in body[first_sum:]]
     if not sums or any(isinstance(node, cst.AugAssign) for line in body[:first_sum] for node in nodes_in(line)):
         return None
     return first_sum, [cast(cst.AugAssign, augment) for augment in sums]
 
 
-def _running_sum(line: cst.BaseStatement) -> cst.AugAssign | None:
+def _sum_alone_on_line(line: cst.BaseStatement) -> cst.AugAssign | None:
     """``total += value`` alone on its line, into a plain name."""
     if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
         node = line.body[0]
