@@ -563,6 +563,26 @@ class Locality:
         """Every name whose value differs between processes: per-process paths and sums."""
         return self.per_process_paths | self.per_process_sums
 
+    def averages_batch(self, call: cst.Call, function: str, facts: ScriptFacts) -> bool:
+        """Whether ``call``, in ``function`` (keyed as :attr:`batch_mean_losses`), is a loss
+        averaging over this process's batch: one of the function's or the module's
+        :attr:`batch_mean_losses`, or a ``torch.nn.functional`` loss without ``reduction="sum"``."""
+        criteria = self.batch_mean_losses.get(function, frozenset()) | self.batch_mean_losses.get(MODULE, frozenset())
+        return is_batch_mean_loss(call, criteria, facts)
+
+    def per_batch_means(self, body: cst.CSTNode, function: str, facts: ScriptFacts) -> frozenset[str]:
+        """Per-batch values of a loop's ``body`` (in ``function``): the names it binds, alone, to a
+        loss averaging over the batch (``loss = criterion(outputs, targets)``), one mean of this
+        process's rows per batch. Added up per batch they sum means, not samples."""
+        return frozenset(
+            node.targets[0].target.value
+            for node in nodes_in(body)
+            if isinstance(node, cst.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0].target, cst.Name)
+            and any(self.averages_batch(call, function, facts) for call in calls_in(node.value))
+        )
+
     def summed_per_rank(self, function: str, converted: cst.FunctionDef | None) -> frozenset[str]:
         """The names holding a sum each rank grew on its own share where ``function`` (its key in
         :attr:`per_rank_sums`) runs: its :attr:`per_rank_sums`, and what ``converted`` (the function
