@@ -17,6 +17,7 @@ import pytest
 import accel_convert.codemods as codemods_package
 from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.syntax import nodes_in
 from accel_convert.codemods.engine.walk import child_nodes
 from accel_convert.codemods.model.locality import (
     Locality,
@@ -327,6 +328,51 @@ def test_summed_per_rank_adds_what_the_converted_function_sums() -> None:
     assert found.summed_per_rank("evaluate", gathered) == frozenset()
     assert found.summed_per_rank("train_epoch", None) == {"total"}
     assert locality_of(facts).summed_per_rank("<module>", None) == frozenset()
+
+
+def loop_in(source: str, header: str) -> cst.For:
+    """The ``for`` loop of ``source`` whose first line is ``header``."""
+    module = cst.parse_module(source)
+    loops = [
+        node
+        for node in nodes_in(module)
+        if isinstance(node, cst.For) and module.code_for_node(node).strip().startswith(header)
+    ]
+    assert len(loops) == 1, header
+    return loops[0]
+
+
+@pytest.mark.parametrize(
+    ("source", "header", "function", "means"),
+    [
+        # the module's criterion, called in the module's loop
+        (MODULE_LEVEL, "for data, target in loader:", "<module>", {"loss"}),
+        # a functional loss averaging over the batch, in a function
+        (IN_A_FUNCTION, "for data, target in loader:", "train", {"loss"}),
+        # a method's criterion, keyed by its class
+        (IN_A_METHOD, "for data, target in self.loader:", "Trainer", {"loss"}),
+        # the same loop read as another function's: its criterion is not that function's
+        (IN_A_METHOD, "for data, target in self.loader:", "main", set()),
+    ],
+)
+def test_per_batch_means(source: str, header: str, function: str, means: set[str]) -> None:
+    """The names a loop binds to a loss averaging over this process's batch."""
+    facts, found = answer(source)
+    assert found.per_batch_means(loop_in(source, header).body, function, facts) == means
+
+
+def test_averages_batch() -> None:
+    """A loss summing over the batch (``reduction="sum"``) is no batch mean; a functional loss
+    without ``reduction=`` is one, in any function."""
+    facts, found = answer(IN_A_METHOD)
+    calls = {
+        text: call
+        for text in ("criterion(out, y)", "ignored(out, y)", "nn.functional.mse_loss(out, y)")
+        if isinstance(call := cst.parse_expression(text), cst.Call)
+    }
+    assert found.averages_batch(calls["criterion(out, y)"], "Trainer", facts)
+    assert not found.averages_batch(calls["ignored(out, y)"], "Trainer", facts)
+    assert found.averages_batch(calls["nn.functional.mse_loss(out, y)"], "main", facts)
 
 
 @pytest.mark.parametrize(
