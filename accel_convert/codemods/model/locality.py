@@ -198,8 +198,8 @@ def breaks(a: Analysis) -> None:
             if assign.names & tainted or assign.mentions.calls & model_calls:
                 tainted.update(assign.targets)
                 changed = True
-    sums = _per_process_sums(a, tainted)
-    a.per_process_sums = sums
+    a.per_process_sums = _per_process_sums(a, tainted)
+    sums: set[str] = set().union(*a.per_process_sums.values())
     tainted |= sums
     _schedule_steps_on(a, sums | facts.loss_names)
     for node, loops, ifs, function in a.r.breaks:
@@ -234,28 +234,29 @@ def _schedule_steps_on(a: Analysis, sums: set[str]) -> None:
             a.facts.rank_dependent_schedule_steps.append(a.site(call.node))
 
 
-def _per_process_sums(a: Analysis, tainted: set[str]) -> set[str]:
+def _per_process_sums(a: Analysis, tainted: set[str]) -> dict[str, set[str]]:
     """Names that hold this process's share of the training: a sum grown in a loop that runs
     the backward (``train_loss += loss.item() * n``), what is computed from it (``train_loss /=
     len(dataset)``, returned by the function that trains an epoch), and what is decided by it
     (``bad_epochs += 1`` under ``if train_loss >= best``), including an object fed it
     (``stopper(train_loss)``, then ``if stopper.early_stop: break``). Early stopping on such a
     value leaves the loop on one process first; the others wait in their next all-reduce.
-    Evaluation sums are not among them: their gathered outputs agree on every process."""
+    Evaluation sums are not among them: their gathered outputs agree on every process. By the
+    function binding them (an evaluation's ``total`` is no training function's ``total``)."""
     sums = _sums_grown_in_training(a, tainted)
     if sums:
         _spread_from(a, sums)
     return sums
 
 
-def _sums_grown_in_training(a: Analysis, tainted: set[str]) -> set[str]:
+def _sums_grown_in_training(a: Analysis, tainted: set[str]) -> dict[str, set[str]]:
     """What a loop running the backward grows from per-rank values: ``total += loss.item()``,
     ``losses.append(loss.item())`` (then ``np.mean(losses)``), ``meter.update(loss.item(), n)``:
-    a sum, list or meter of this process's batch losses."""
-    sums: set[str] = set()
+    a sum, list or meter of this process's batch losses, by function."""
+    sums: dict[str, set[str]] = {}
     for aug in a.r.aug_assigns:
         if aug.loops and aug.loops[-1].has_backward and aug.mentions.names & tainted:
-            sums.update(aug.targets)
+            sums.setdefault(aug.function, set()).update(aug.targets)
     for call in a.r.calls:
         if (
             call.loops
@@ -263,7 +264,7 @@ def _sums_grown_in_training(a: Analysis, tainted: set[str]) -> set[str]:
             and (receiver := collected_into(call.node, tainted)) is not None
             and (owner := dotted(receiver)) is not None
         ):
-            sums.add(owner)
+            sums.setdefault(call.function, set()).add(owner)
     return sums
 
 
@@ -305,15 +306,15 @@ def collects(node: cst.CSTNode) -> bool:
     )
 
 
-def _spread_from(a: Analysis, sums: set[str]) -> None:
-    """Add to ``sums`` what is computed from them, returned with them, decided by them, or an
-    object fed them, until nothing changes."""
+def _spread_from(a: Analysis, sums: dict[str, set[str]]) -> None:
+    """Add to ``sums`` (by function) what is computed from them, returned with them, decided by
+    them, or an object fed them, until nothing changes."""
     # Read once: the fixed point below only intersects these with the growing ``sums``.
     returns = [(function, names_in(value)) for function, value in a.r.returns]
     # A method returning a sum (``Trainer.train_epoch``), called on the instance in its class.
     method_returns = [(scope, names_in(value)) for scope, value in a.r.method_returns]
     feeds = [
-        (fed, set().union(*(names_in(arg.value) for arg in call.node.args)))
+        (call.function, fed, set().union(*(names_in(arg.value) for arg in call.node.args)))
         for call in a.r.calls
         if call.node.args and (fed := _object_fed(a, call.node)) is not None
     ]
@@ -321,15 +322,17 @@ def _spread_from(a: Analysis, sums: set[str]) -> None:
     changed = True
     while changed:
         changed = False
-        returning = {function for function, names in returns if names & sums}
-        methods = {scope for scope, names in method_returns if names & sums}
+        returning = {function for function, names in returns if names & sums.get(function, set())}
+        methods = {scope for scope, names in method_returns if names & sums.get(scope[0], set())}
         for record in records:
-            if not set(record.targets) <= sums and _follows_from(record, sums, returning, methods):
-                sums.update(record.targets)
+            own = sums.setdefault(record.function, set())
+            if not set(record.targets) <= own and _follows_from(record, own, returning, methods):
+                own.update(record.targets)
                 changed = True
-        for fed, names in feeds:
-            if fed not in sums and names & sums:
-                sums.add(fed)
+        for function, fed, names in feeds:
+            own = sums.setdefault(function, set())
+            if fed not in own and names & own:
+                own.add(fed)
                 changed = True
 
 
@@ -612,7 +615,7 @@ def locality(a: Analysis) -> Locality:
     facts = a.facts
     return Locality(
         per_process_paths=frozenset(facts.per_process_paths),
-        per_process_sums=frozenset(a.per_process_sums),
+        per_process_sums=frozenset().union(*a.per_process_sums.values()),
         rank_guarded=tuple(
             a.site(record.node)
             for record in a.r.assigns_and_ifs
@@ -628,19 +631,8 @@ def locality(a: Analysis) -> Locality:
 
 
 def _per_rank_sums(a: Analysis) -> Mapping[str, frozenset[str]]:
-    """See :attr:`Locality.per_rank_sums`: each per-process sum under the functions binding it
-    (assigned, added to, or collected into)."""
-    sums = a.per_process_sums
-    found: dict[str, set[str]] = {}
-    records: list[AssignRecord | AugAssignRecord] = [*a.r.assigns, *a.r.aug_assigns]
-    for record in records:
-        if bound := set(record.targets) & sums:
-            found.setdefault(record.function, set()).update(bound)
-    for call in a.r.calls:
-        receiver = dotted(cast(cst.Attribute, call.node.func).value) if collects(call.node) else None
-        if receiver is not None and receiver in sums:
-            found.setdefault(call.function, set()).add(receiver)
-    return MappingProxyType({function: frozenset(names) for function, names in found.items()})
+    """See :attr:`Locality.per_rank_sums`."""
+    return MappingProxyType({function: frozenset(names) for function, names in a.per_process_sums.items() if names})
 
 
 def _batch_mean_losses(a: Analysis) -> Mapping[str, frozenset[str]]:
