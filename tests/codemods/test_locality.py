@@ -174,6 +174,14 @@ SUM_RETURNED_BY_A_FUNCTION = code(
         return total / len(loader)
 
 
+    def evaluate(model, loader):
+        total = 0.0
+        with torch.no_grad():
+            for data, target in loader:
+                total += nn.functional.mse_loss(model(data), target).item()
+        return total / len(loader)
+
+
     def main():
         loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
         model = nn.Linear(8, 1)
@@ -181,6 +189,7 @@ SUM_RETURNED_BY_A_FUNCTION = code(
         best = float("inf")
         for epoch in range(3):
             train_loss = train_epoch(model, loader, optimizer)
+            val_loss = evaluate(model, loader)
             if train_loss < best:
                 torch.save(model.state_dict(), "best.pt")
             if epoch == 2:
@@ -284,7 +293,8 @@ def test_per_rank_sums_at_module_level() -> None:
 
 def test_per_rank_sums_returned_by_a_function() -> None:
     """What ``train_epoch()`` returns is this process's in ``main()``, which binds it; each sum
-    under the function binding it."""
+    under the function binding it. ``evaluate()``'s ``total`` is another name than
+    ``train_epoch()``'s: neither it nor the ``val_loss`` it returns is one."""
     _, found = answer(SUM_RETURNED_BY_A_FUNCTION)
     assert found.per_rank_sums == {"train_epoch": {"total"}, "main": {"train_loss"}}
 
