@@ -7,15 +7,18 @@ Every rule and check asks this module instead of deciding locality itself:
   (paths only this process has, sums of this process's batches grown in training), the ``if``
   statements guarded by a rank (``if accelerator.is_main_process:``, ``if rank == 0:``), the
   ``break`` statements and ``scheduler.step(value)`` calls such values decide, draws each process
-  makes for itself, and the losses that average over this process's batch;
+  makes for itself, and the losses that average over this process's batch; the sums by the
+  function binding them (:attr:`Locality.per_rank_sums`, :meth:`Locality.summed_per_rank`), which
+  :class:`RankReach` reads too, and the per-batch means of a loop (:meth:`Locality.per_batch_means`);
 * :class:`RankReach`, asked by the rule transformer (``every_rank_reaches_here``) while it walks:
   whether every process runs the statement being visited the same number of times, so a
   collective may go there;
 * the syntax questions both ask: :func:`names_rank` (a test reading a rank), :func:`mentions_rank`
   (the printing rule's looser reading), :func:`tests_main_process` (the accelerator's
   main-process guard), :func:`batch_mean_reduced` (a loss averaged over the batch),
-  :func:`is_batch_mean_loss`, :func:`sums_per_rank`, :func:`collects` and :func:`collected_into` (what a list or meter
-  of batch values grows from);
+  :func:`is_batch_mean_loss`, :func:`sums_per_rank`, :func:`adds_up` (a running sum, ``+=``),
+  :func:`counted_by_one`, :func:`collects` and :func:`collected_into` (what a list or meter of
+  batch values grows from);
 * downloads: what the main process must run first (:func:`statement_downloads`).
 """
 
