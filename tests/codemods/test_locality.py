@@ -24,6 +24,7 @@ from accel_convert.codemods.model.locality import (
     RankReach,
     adds_up,
     counted_by_one,
+    grown_in,
     locality,
     locality_of,
 )
@@ -487,6 +488,7 @@ LOCALITY_QUESTIONS = {
     "accumulates",
     "adds_up",
     "counted_by_one",
+    "grown_in",
     "running_sum",
     "per_rank_sums",
 }
@@ -509,3 +511,10 @@ def test_only_the_owner_decides_locality() -> None:
         node.name.lstrip("_") for node in ast.walk(ast.parse(owner.read_text())) if isinstance(node, ast.FunctionDef)
     }
     assert {"every_rank_reaches", "sums_per_rank", "names_rank", "tests_main_process", "batch_mean_reduced"} <= owned
+
+
+def test_grown_in() -> None:
+    """Every augmented assignment a loop body makes, whatever its operator; not a plain one."""
+    loop = cst.parse_statement("for x in loader:\n    total += x.sum()\n    budget -= 1\n    last = x\n")
+    assert isinstance(loop, cst.For)
+    assert {cst.Module([]).code_for_node(node.target) for node in grown_in(loop.body)} == {"total", "budget"}

@@ -289,6 +289,12 @@ def adds_up(node: cst.CSTNode) -> cst.AugAssign | None:
     return None
 
 
+def grown_in(body: cst.CSTNode) -> list[cst.AugAssign]:
+    """The augmented assignments in a loop's ``body`` (``total += ...``, ``n -= 1``): what it
+    grows batch by batch, which in a loop over this process's shard is this process's share."""
+    return [node for node in nodes_in(body) if isinstance(node, cst.AugAssign)]
+
+
 def counted_by_one(node: cst.CSTNode) -> cst.BaseAssignTargetExpression | None:
     """The target of ``n += 1`` (a counter of loop iterations, this process's in a loop over its
     shard); None for anything else."""
@@ -711,13 +717,7 @@ def sums_per_rank(function: cst.FunctionDef) -> frozenset[str]:
     own value. Asked of the tree being converted, after the gathers earlier rules added."""
     found: set[str] = set()
     for loop in (node for node in nodes_in(function) if type(node) is cst.For):
-        summed = {
-            name
-            for node in nodes_in(loop.body)
-            if isinstance(node, cst.AugAssign)
-            for name in [dotted(node.target)]
-            if name is not None
-        }
+        summed = {name for node in grown_in(loop.body) if (name := dotted(node.target)) is not None}
         if summed - found and not any(
             isinstance(call.func, cst.Attribute)
             and call.func.attr.value in ("gather_for_metrics", "gather", "reduce", "all_reduce")

@@ -44,7 +44,7 @@ from accel_convert.codemods.engine.syntax import (
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS, MEAN_LOSSES, SELF_DISTRIBUTING
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import module_nodes, variables_read
-from accel_convert.codemods.model.locality import adds_up, collects, only_batch_mean_reduced
+from accel_convert.codemods.model.locality import adds_up, collects, grown_in, only_batch_mean_reduced
 from accel_convert.codemods.model.plan import names_prepared_under, prepared_by
 
 #: A loop over a prepared dict's loaders whose sums cannot be gathered per sample: reported.
@@ -376,7 +376,7 @@ class _GatherSums(RuleTransformer):
                 original_node, SUMS_NOT_GATHERED, NOT_GATHERED_MESSAGE.format(name=name), False, header_only=True
             )
             return updated_node
-        if not any(isinstance(node, cst.AugAssign) for node in inside):
+        if not grown_in(loop.body):
             return updated_node  # nothing counted per process
         body = list(updated_node.body.body)
         gathered = self._gathered_body(batch, body) if self.accelerator_reachable() and batch is not None else None
