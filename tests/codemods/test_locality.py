@@ -17,8 +17,17 @@ import pytest
 import accel_convert.codemods as codemods_package
 from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.syntax import nodes_in
 from accel_convert.codemods.engine.walk import child_nodes
-from accel_convert.codemods.model.locality import Locality, RankReach, locality, locality_of
+from accel_convert.codemods.model.locality import (
+    Locality,
+    RankReach,
+    adds_up,
+    counted_by_one,
+    grown_in,
+    locality,
+    locality_of,
+)
 from tests.codemods.support import code
 
 MODULE_LEVEL = code(
@@ -118,6 +127,119 @@ IN_A_METHOD = code(
 )
 
 
+#: Each shape holds a sum grown in the loop that trains, read by an ``if`` in another place: the
+#: epoch loop at module level, ``main()`` through what ``train_epoch()`` returns, a training
+#: class's ``fit()`` through what its ``train_epoch()`` method returns.
+SUM_TESTED_AT_MODULE_LEVEL = code(
+    """
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+    model = nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        total = 0.0
+        steps = 0
+        for data, target in loader:
+            optimizer.zero_grad()
+            loss = nn.functional.mse_loss(model(data), target)
+            loss.backward()
+            optimizer.step()
+            total += loss.item()
+            steps += 1
+        train_loss = total / len(loader)
+        if train_loss < 1.0:
+            torch.save(model.state_dict(), "low.pt")
+        if epoch == 2:
+            torch.save(model.state_dict(), "last.pt")
+    """
+)
+
+SUM_RETURNED_BY_A_FUNCTION = code(
+    """
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    def train_epoch(model, loader, optimizer):
+        total = 0.0
+        for data, target in loader:
+            optimizer.zero_grad()
+            loss = nn.functional.mse_loss(model(data), target)
+            loss.backward()
+            optimizer.step()
+            total += loss.item()
+        return total / len(loader)
+
+
+    def evaluate(model, loader):
+        total = 0.0
+        with torch.no_grad():
+            for data, target in loader:
+                total += nn.functional.mse_loss(model(data), target).item()
+        return total / len(loader)
+
+
+    def main():
+        loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+        model = nn.Linear(8, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        best = float("inf")
+        for epoch in range(3):
+            train_loss = train_epoch(model, loader, optimizer)
+            val_loss = evaluate(model, loader)
+            if train_loss < best:
+                torch.save(model.state_dict(), "best.pt")
+            if epoch == 2:
+                torch.save(model.state_dict(), "last.pt")
+
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+SUM_RETURNED_BY_A_METHOD = code(
+    """
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    class Trainer:
+        def __init__(self):
+            self.loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+            self.model = nn.Linear(8, 1)
+            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+        def train_epoch(self):
+            losses = []
+            for data, target in self.loader:
+                self.optimizer.zero_grad()
+                loss = nn.functional.mse_loss(self.model(data), target)
+                loss.backward()
+                self.optimizer.step()
+                losses.append(loss.item())
+            return sum(losses) / len(losses)
+
+        def fit(self, epochs):
+            for epoch in range(epochs):
+                train_loss = self.train_epoch()
+                if train_loss < 1.0:
+                    torch.save(self.model.state_dict(), "low.pt")
+                if epoch == 2:
+                    torch.save(self.model.state_dict(), "last.pt")
+
+
+    if __name__ == "__main__":
+        Trainer().fit(3)
+    """
+)
+
+
 def answer(source: str) -> tuple[ScriptFacts, Locality]:
     facts = analyse(cst.parse_module(source), source)
     assert locality.name in facts.rule_results, "no rule lists the locality provider: the analysis does not run it"
@@ -163,6 +285,127 @@ def test_in_a_class_method() -> None:
     assert found.batch_mean_losses == {"Trainer": {"criterion"}}
 
 
+def test_per_rank_sums_at_module_level() -> None:
+    """The sum and the mean made from it, under the module; not the step counter (every rank
+    runs as many steps)."""
+    _, found = answer(SUM_TESTED_AT_MODULE_LEVEL)
+    assert found.per_rank_sums == {"<module>": {"total", "train_loss"}}
+
+
+def test_per_rank_sums_returned_by_a_function() -> None:
+    """What ``train_epoch()`` returns is this process's in ``main()``, which binds it; each sum
+    under the function binding it. ``evaluate()``'s ``total`` is another name than
+    ``train_epoch()``'s: neither it nor the ``val_loss`` it returns is one."""
+    _, found = answer(SUM_RETURNED_BY_A_FUNCTION)
+    assert found.per_rank_sums == {"train_epoch": {"total"}, "main": {"train_loss"}}
+
+
+def test_per_rank_sums_returned_by_a_method() -> None:
+    """A list of batch losses, and what the method returning its mean hands ``fit()`` through
+    ``self.train_epoch()``: under the class, as the analysis keys its methods."""
+    _, found = answer(SUM_RETURNED_BY_A_METHOD)
+    assert found.per_rank_sums == {"Trainer": {"losses", "train_loss"}}
+
+
+def test_summed_per_rank_adds_what_the_converted_function_sums() -> None:
+    """The module's answer, and what the function as converted so far adds up in a loop that
+    gathers nothing (an evaluation sum no rule gathered); not once a gather feeds it."""
+    facts, found = answer(SUM_RETURNED_BY_A_FUNCTION)
+    evaluation = cst.parse_module(
+        code(
+            """
+            def evaluate(model, loader):
+                correct = 0
+                for x, y in loader:
+                    correct += (model(x).argmax(1) == y).sum().item()
+                return correct
+            """
+        )
+    ).body[0]
+    gathered = cst.parse_module(
+        code(
+            """
+            def evaluate(model, loader):
+                correct = 0
+                for x, y in loader:
+                    out, y = accelerator.gather_for_metrics((model(x), y))
+                    correct += (out.argmax(1) == y).sum().item()
+                return correct
+            """
+        )
+    ).body[0]
+    assert isinstance(evaluation, cst.FunctionDef) and isinstance(gathered, cst.FunctionDef)
+    assert found.summed_per_rank("evaluate", evaluation) == {"correct"}
+    assert found.summed_per_rank("evaluate", gathered) == frozenset()
+    assert found.summed_per_rank("train_epoch", None) == {"total"}
+    assert locality_of(facts).summed_per_rank("<module>", None) == frozenset()
+
+
+def loop_in(source: str, header: str) -> cst.For:
+    """The ``for`` loop of ``source`` whose first line is ``header``."""
+    module = cst.parse_module(source)
+    loops = [
+        node
+        for node in nodes_in(module)
+        if isinstance(node, cst.For) and module.code_for_node(node).strip().startswith(header)
+    ]
+    assert len(loops) == 1, header
+    return loops[0]
+
+
+@pytest.mark.parametrize(
+    ("source", "header", "function", "means"),
+    [
+        # the module's criterion, called in the module's loop
+        (MODULE_LEVEL, "for data, target in loader:", "<module>", {"loss"}),
+        # a functional loss averaging over the batch, in a function
+        (IN_A_FUNCTION, "for data, target in loader:", "train", {"loss"}),
+        # a method's criterion, keyed by its class
+        (IN_A_METHOD, "for data, target in self.loader:", "Trainer", {"loss"}),
+        # the same loop read as another function's: its criterion is not that function's
+        (IN_A_METHOD, "for data, target in self.loader:", "main", set()),
+    ],
+)
+def test_per_batch_means(source: str, header: str, function: str, means: set[str]) -> None:
+    """The names a loop binds to a loss averaging over this process's batch."""
+    facts, found = answer(source)
+    assert found.per_batch_means(loop_in(source, header).body, function, facts) == means
+
+
+def test_averages_batch() -> None:
+    """A loss summing over the batch (``reduction="sum"``) is no batch mean; a functional loss
+    without ``reduction=`` is one, in any function."""
+    facts, found = answer(IN_A_METHOD)
+    calls = {
+        text: call
+        for text in ("criterion(out, y)", "ignored(out, y)", "nn.functional.mse_loss(out, y)")
+        if isinstance(call := cst.parse_expression(text), cst.Call)
+    }
+    assert found.averages_batch(calls["criterion(out, y)"], "Trainer", facts)
+    assert not found.averages_batch(calls["ignored(out, y)"], "Trainer", facts)
+    assert found.averages_batch(calls["nn.functional.mse_loss(out, y)"], "main", facts)
+
+
+@pytest.mark.parametrize(
+    ("text", "summed", "by_one"),
+    [
+        ("total += loss.item()", "total", None),
+        ("steps += 1", "steps", "steps"),
+        ("total -= loss.item()", None, None),  # no running sum
+        ("total = total + loss.item()", None, None),
+    ],
+)
+def test_adds_up(text: str, summed: str | None, by_one: str | None) -> None:
+    """The one reading of a running sum (``+=``), and of a counter of loop iterations."""
+    statement = cst.parse_statement(text)
+    assert isinstance(statement, cst.SimpleStatementLine)
+    node = statement.body[0]
+    found = adds_up(node)
+    assert (found.target.value if found is not None else None) == summed  # type: ignore[attr-defined]
+    counter = counted_by_one(node)
+    assert (counter.value if counter is not None else None) == by_one  # type: ignore[attr-defined]
+
+
 def enclosing(module: cst.Module, text: str) -> list[cst.CSTNode]:
     """The module and every node around the statement line reading ``text``, outermost first,
     the statement itself last (what the rule transformer's anchors hold while it visits it)."""
@@ -192,16 +435,29 @@ def enclosing(module: cst.Module, text: str) -> list[cst.CSTNode]:
         (IN_A_METHOD, "return total", True),
         (IN_A_METHOD, 'print("high")', False),  # under this process's sum
         (IN_A_METHOD, "print(total)", False),  # under the main-process guard
+        # Under an ``if`` on a sum this process grew, at module level too, or on what a function
+        # or a method of the class returned from one; not under one on the epoch.
+        (SUM_TESTED_AT_MODULE_LEVEL, 'torch.save(model.state_dict(), "low.pt")', False),
+        (SUM_TESTED_AT_MODULE_LEVEL, 'torch.save(model.state_dict(), "last.pt")', True),
+        (SUM_RETURNED_BY_A_FUNCTION, 'torch.save(model.state_dict(), "best.pt")', False),
+        (SUM_RETURNED_BY_A_FUNCTION, 'torch.save(model.state_dict(), "last.pt")', True),
+        (SUM_RETURNED_BY_A_METHOD, 'torch.save(self.model.state_dict(), "low.pt")', False),
+        (SUM_RETURNED_BY_A_METHOD, 'torch.save(self.model.state_dict(), "last.pt")', True),
     ],
 )
 def test_every_rank_reaches(source: str, statement: str, reached: bool) -> None:
     """What the rule transformer asks before it inserts a collective: the enclosing statements
-    decide, up to the enclosing function."""
+    decide, up to the enclosing function (its key: the module-level function, or the class)."""
     module = cst.parse_module(source)
-    facts, _ = answer(source)
-    reach = RankReach(facts.loaders, lambda node: facts.qualified_name(node, ()), lambda node: facts.builtin(node, ()))
+    facts, found = answer(source)
+    reach = RankReach(
+        facts.loaders, lambda node: facts.qualified_name(node, ()), lambda node: facts.builtin(node, ()), found
+    )
     anchors = enclosing(module, statement)[:-1]
-    assert reach.every_rank_reaches(anchors) is reached
+    function = next(
+        (node.name.value for node in anchors if isinstance(node, (cst.FunctionDef, cst.ClassDef))), "<module>"
+    )
+    assert reach.every_rank_reaches(anchors, function) is reached
 
 
 #: Names of functions that decide locality: defined in model/locality.py alone (the rule
@@ -230,6 +486,11 @@ LOCALITY_QUESTIONS = {
     "collected_into",
     "collects",
     "accumulates",
+    "adds_up",
+    "counted_by_one",
+    "grown_in",
+    "running_sum",
+    "per_rank_sums",
 }
 
 
@@ -250,3 +511,10 @@ def test_only_the_owner_decides_locality() -> None:
         node.name.lstrip("_") for node in ast.walk(ast.parse(owner.read_text())) if isinstance(node, ast.FunctionDef)
     }
     assert {"every_rank_reaches", "sums_per_rank", "names_rank", "tests_main_process", "batch_mean_reduced"} <= owned
+
+
+def test_grown_in() -> None:
+    """Every augmented assignment a loop body makes, whatever its operator; not a plain one."""
+    loop = cst.parse_statement("for x in loader:\n    total += x.sum()\n    budget -= 1\n    last = x\n")
+    assert isinstance(loop, cst.For)
+    assert {cst.Module([]).code_for_node(node.target) for node in grown_in(loop.body)} == {"total", "budget"}

@@ -386,3 +386,52 @@ def test_a_pattern_is_found_whatever_the_function_is_called() -> None:
         "a call of backward (is_backward)": [],
         "what the accelerator's unwrap_model unwraps (seen_through_unwrap)": [12],
     }
+
+
+#: libcst node classes whose reading is one owner's question: a module naming the class outside
+#: its owner answers the question again. (name → (owner, the question)).
+NODE_CLASS_OWNERS = {
+    "AddAssign": (
+        "model/locality.py",
+        "a running sum, ``total += value`` (adds_up, counted_by_one): in a loop over this process's shard a "
+        "value accumulated per rank; the metrics, loader-dict and ACC919 rules each read it themselves (issue 43)",
+    ),
+}
+
+
+def node_class_sites(source: str, name: str) -> list[int]:
+    """The lines of ``source`` naming libcst's node class ``name`` (``cst.AddAssign``, or the
+    class imported by its own name)."""
+    return sorted(
+        {
+            node.lineno
+            for node in ast.walk(ast.parse(source))
+            if (isinstance(node, ast.Attribute) and node.attr == name)
+            or (isinstance(node, ast.Name) and node.id == name)
+        }
+    )
+
+
+@pytest.mark.parametrize("name", sorted(NODE_CLASS_OWNERS))
+def test_no_module_reads_an_owned_node_class(name: str) -> None:
+    owner, question = NODE_CLASS_OWNERS[name]
+    assert (CODEMODS / owner).is_file() and node_class_sites((CODEMODS / owner).read_text(encoding="utf-8"), name)
+    offenders = [
+        f"{module}:{line}"
+        for path in CODEMOD_FILES
+        if (module := path.relative_to(CODEMODS).as_posix()) != owner
+        for line in node_class_sites(path.read_text(encoding="utf-8"), name)
+    ]
+    assert offenders == [], f"{question} is answered by {owner}; ask it instead: {offenders}"
+
+
+def test_a_node_class_read_is_found() -> None:
+    """``batch_values.py``'s own ``isinstance(first.operator, cst.AddAssign)``, whatever the
+    function is called; another operator is no copy."""
+    copied = (
+        "def _rows_summed(first):\n"
+        "    return isinstance(first, cst.AugAssign) and isinstance(first.operator, cst.AddAssign)\n"
+        "def _other(node):\n"
+        "    return isinstance(node.operator, cst.SubtractAssign)\n"
+    )
+    assert node_class_sites(copied, "AddAssign") == [2]

@@ -31,7 +31,7 @@ from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.engine.rule import Example
 from accel_convert.codemods.engine.syntax import dotted, method_call, names_in, nodes_in, root_name, rows_counted
 from accel_convert.codemods.engine.walk import module_nodes
-from accel_convert.codemods.model.locality import collected_into
+from accel_convert.codemods.model.locality import adds_up, collected_into
 
 MESSAGE = "a loss summed over this process's batches only: reduce it across processes before reporting it"
 SAMPLES_MESSAGE = (
@@ -186,7 +186,7 @@ class RankLocalAverage(WalkingCheck):
             self._report_sum(node, MESSAGE)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        if not self._in_training or not isinstance(node.operator, cst.AddAssign):
+        if not self._in_training or adds_up(node) is None:
             return
         if names_in(node.value) & self._losses:
             self._report_sum(node, MESSAGE)

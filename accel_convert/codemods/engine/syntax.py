@@ -206,18 +206,6 @@ def nodes_in(node: cst.CSTNode) -> list[cst.CSTNode]:
     return found
 
 
-def counted_by_one(node: cst.CSTNode) -> cst.BaseAssignTargetExpression | None:
-    """The target of ``n += 1`` (a counter of loop iterations); None for anything else."""
-    if (
-        isinstance(node, cst.AugAssign)
-        and isinstance(node.operator, cst.AddAssign)
-        and isinstance(node.value, cst.Integer)
-        and node.value.value == "1"
-    ):
-        return node.target
-    return None
-
-
 def rows_counted(node: cst.CSTNode) -> str | None:
     """The name whose rows ``node`` counts, a Python int: ``x`` for ``x.size(0)``, ``x.size()[0]``,
     ``x.shape[0]``, ``len(x)``; None for anything else. Such a count is no tensor to gather: after

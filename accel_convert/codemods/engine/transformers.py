@@ -39,7 +39,7 @@ from accel_convert.codemods.engine.syntax import (
     parameter_names,
 )
 from accel_convert.codemods.engine.walk import SUBSTANCE, TRIVIA, child_nodes, hooked_types, own_hooks, types_leading_to
-from accel_convert.codemods.model.locality import RankReach
+from accel_convert.codemods.model.locality import RankReach, locality_of
 
 NodeT = TypeVar("NodeT", bound=cst.CSTNode)
 
@@ -252,7 +252,7 @@ class RuleTransformer(TargetedTransformer):
         self.scope: tuple[str, ...] = ()
         self._anchors: list[cst.CSTNode] = []
         #: Where every rank runs alike: the locality owner, asked by ``every_rank_reaches_here``.
-        self._rank_reach = RankReach(facts.loaders, self.qualified_name, self.builtin)
+        self._rank_reach = RankReach(facts.loaders, self.qualified_name, self.builtin, locality_of(facts))
         #: Inside a method of a training class: the method's instance parameter (``self``), None
         #: in a static or class method.
         self.instance: str | None = None
@@ -282,7 +282,7 @@ class RuleTransformer(TargetedTransformer):
         anchors = self._anchors
         if statement is not None and any(node is statement for node in anchors):
             anchors = anchors[: next(i for i, node in enumerate(anchors) if node is statement)]
-        return self._rank_reach.every_rank_reaches(anchors)
+        return self._rank_reach.every_rank_reaches(anchors, self.function)
 
     def site(self, node: cst.CSTNode) -> Site:
         """The original position of ``node`` (a node of the tree this rule received)."""

@@ -7,15 +7,18 @@ Every rule and check asks this module instead of deciding locality itself:
   (paths only this process has, sums of this process's batches grown in training), the ``if``
   statements guarded by a rank (``if accelerator.is_main_process:``, ``if rank == 0:``), the
   ``break`` statements and ``scheduler.step(value)`` calls such values decide, draws each process
-  makes for itself, and the losses that average over this process's batch;
+  makes for itself, and the losses that average over this process's batch; the sums by the
+  function binding them (:attr:`Locality.per_rank_sums`, :meth:`Locality.summed_per_rank`), which
+  :class:`RankReach` reads too, and the per-batch means of a loop (:meth:`Locality.per_batch_means`);
 * :class:`RankReach`, asked by the rule transformer (``every_rank_reaches_here``) while it walks:
   whether every process runs the statement being visited the same number of times, so a
   collective may go there;
 * the syntax questions both ask: :func:`names_rank` (a test reading a rank), :func:`mentions_rank`
   (the printing rule's looser reading), :func:`tests_main_process` (the accelerator's
   main-process guard), :func:`batch_mean_reduced` (a loss averaged over the batch),
-  :func:`is_batch_mean_loss`, :func:`sums_per_rank`, :func:`collects` and :func:`collected_into` (what a list or meter
-  of batch values grows from);
+  :func:`is_batch_mean_loss`, :func:`sums_per_rank`, :func:`adds_up` (a running sum, ``+=``),
+  :func:`counted_by_one`, :func:`collects` and :func:`collected_into` (what a list or meter of
+  batch values grows from);
 * downloads: what the main process must run first (:func:`statement_downloads`).
 """
 
@@ -32,6 +35,7 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import MODULE, ScriptFacts, callers_closure
 from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.model import Site
+from accel_convert.codemods.engine.names import ScopeKey
 from accel_convert.codemods.engine.random_draws import is_global_draw, seeds_generator_of
 from accel_convert.codemods.engine.syntax import (
     calls_in,
@@ -197,8 +201,8 @@ def breaks(a: Analysis) -> None:
             if assign.names & tainted or assign.mentions.calls & model_calls:
                 tainted.update(assign.targets)
                 changed = True
-    sums = _per_process_sums(a, tainted)
-    a.per_process_sums = sums
+    a.per_process_sums = _per_process_sums(a, tainted)
+    sums: set[str] = set().union(*a.per_process_sums.values())
     tainted |= sums
     _schedule_steps_on(a, sums | facts.loss_names)
     for node, loops, ifs, function in a.r.breaks:
@@ -233,28 +237,29 @@ def _schedule_steps_on(a: Analysis, sums: set[str]) -> None:
             a.facts.rank_dependent_schedule_steps.append(a.site(call.node))
 
 
-def _per_process_sums(a: Analysis, tainted: set[str]) -> set[str]:
+def _per_process_sums(a: Analysis, tainted: set[str]) -> dict[str, set[str]]:
     """Names that hold this process's share of the training: a sum grown in a loop that runs
     the backward (``train_loss += loss.item() * n``), what is computed from it (``train_loss /=
     len(dataset)``, returned by the function that trains an epoch), and what is decided by it
     (``bad_epochs += 1`` under ``if train_loss >= best``), including an object fed it
     (``stopper(train_loss)``, then ``if stopper.early_stop: break``). Early stopping on such a
     value leaves the loop on one process first; the others wait in their next all-reduce.
-    Evaluation sums are not among them: their gathered outputs agree on every process."""
+    Evaluation sums are not among them: their gathered outputs agree on every process. By the
+    function binding them (an evaluation's ``total`` is no training function's ``total``)."""
     sums = _sums_grown_in_training(a, tainted)
     if sums:
         _spread_from(a, sums)
     return sums
 
 
-def _sums_grown_in_training(a: Analysis, tainted: set[str]) -> set[str]:
+def _sums_grown_in_training(a: Analysis, tainted: set[str]) -> dict[str, set[str]]:
     """What a loop running the backward grows from per-rank values: ``total += loss.item()``,
     ``losses.append(loss.item())`` (then ``np.mean(losses)``), ``meter.update(loss.item(), n)``:
-    a sum, list or meter of this process's batch losses."""
-    sums: set[str] = set()
+    a sum, list or meter of this process's batch losses, by function."""
+    sums: dict[str, set[str]] = {}
     for aug in a.r.aug_assigns:
         if aug.loops and aug.loops[-1].has_backward and aug.mentions.names & tainted:
-            sums.update(aug.targets)
+            sums.setdefault(aug.function, set()).update(aug.targets)
     for call in a.r.calls:
         if (
             call.loops
@@ -262,7 +267,7 @@ def _sums_grown_in_training(a: Analysis, tainted: set[str]) -> set[str]:
             and (receiver := collected_into(call.node, tainted)) is not None
             and (owner := dotted(receiver)) is not None
         ):
-            sums.add(owner)
+            sums.setdefault(call.function, set()).add(owner)
     return sums
 
 
@@ -272,6 +277,30 @@ def collected_into(call: cst.Call, values: AbstractSet[str]) -> cst.BaseExpressi
     when the values are; None for any other call. ACC919 asks it of the loop that trains too."""
     if collects(call) and any(names_in(arg.value) & values for arg in call.args):
         return cast(cst.Attribute, call.func).value
+    return None
+
+
+def adds_up(node: cst.CSTNode) -> cst.AugAssign | None:
+    """``total += value``: a running sum, which in a loop over this process's shard adds up its
+    batches only (and after a gather, every process's); None for anything else. The one reading
+    of a running sum: the metrics, loader-dict and ACC919 rules ask it."""
+    if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign):
+        return node
+    return None
+
+
+def grown_in(body: cst.CSTNode) -> list[cst.AugAssign]:
+    """The augmented assignments in a loop's ``body`` (``total += ...``, ``n -= 1``): what it
+    grows batch by batch, which in a loop over this process's shard is this process's share."""
+    return [node for node in nodes_in(body) if isinstance(node, cst.AugAssign)]
+
+
+def counted_by_one(node: cst.CSTNode) -> cst.BaseAssignTargetExpression | None:
+    """The target of ``n += 1`` (a counter of loop iterations, this process's in a loop over its
+    shard); None for anything else."""
+    summed = adds_up(node)
+    if summed is not None and isinstance(summed.value, cst.Integer) and summed.value.value == "1":
+        return summed.target
     return None
 
 
@@ -286,13 +315,15 @@ def collects(node: cst.CSTNode) -> bool:
     )
 
 
-def _spread_from(a: Analysis, sums: set[str]) -> None:
-    """Add to ``sums`` what is computed from them, returned with them, decided by them, or an
-    object fed them, until nothing changes."""
+def _spread_from(a: Analysis, sums: dict[str, set[str]]) -> None:
+    """Add to ``sums`` (by function) what is computed from them, returned with them, decided by
+    them, or an object fed them, until nothing changes."""
     # Read once: the fixed point below only intersects these with the growing ``sums``.
     returns = [(function, names_in(value)) for function, value in a.r.returns]
+    # A method returning a sum (``Trainer.train_epoch``), called on the instance in its class.
+    method_returns = [(scope, names_in(value)) for scope, value in a.r.method_returns]
     feeds = [
-        (fed, set().union(*(names_in(arg.value) for arg in call.node.args)))
+        (call.function, fed, set().union(*(names_in(arg.value) for arg in call.node.args)))
         for call in a.r.calls
         if call.node.args and (fed := _object_fed(a, call.node)) is not None
     ]
@@ -300,24 +331,39 @@ def _spread_from(a: Analysis, sums: set[str]) -> None:
     changed = True
     while changed:
         changed = False
-        returning = {function for function, names in returns if names & sums}
+        returning = {function for function, names in returns if names & sums.get(function, set())}
+        methods = {scope for scope, names in method_returns if names & sums.get(scope[0], set())}
         for record in records:
-            if not set(record.targets) <= sums and _follows_from(record, sums, returning):
-                sums.update(record.targets)
+            own = sums.setdefault(record.function, set())
+            if not set(record.targets) <= own and _follows_from(record, own, returning, methods):
+                own.update(record.targets)
                 changed = True
-        for fed, names in feeds:
-            if fed not in sums and names & sums:
-                sums.add(fed)
+        for function, fed, names in feeds:
+            own = sums.setdefault(function, set())
+            if fed not in own and names & own:
+                own.add(fed)
                 changed = True
 
 
-def _follows_from(record: AssignRecord | AugAssignRecord, sums: set[str], returning: set[str]) -> bool:
-    """Whether an assignment reads one of ``sums``, calls a function returning one, or runs under
-    an ``if`` testing one."""
+def _follows_from(
+    record: AssignRecord | AugAssignRecord, sums: set[str], returning: set[str], methods: set[ScopeKey]
+) -> bool:
+    """Whether an assignment reads one of ``sums``, calls a function (or a method of its class,
+    ``methods``: (class, method)) returning one, or runs under an ``if`` testing one."""
     decided = any(branch.test.names & sums for branch in record.ifs)
     # What it reads: its mentions include its own targets (``best, bad = inf, 0``).
     read = record.mentions.names - set(record.targets)
-    return bool(read & sums or record.mentions.calls & returning or decided)
+    return bool(read & sums or record.mentions.calls & returning or decided or _calls_method(record, methods))
+
+
+def _calls_method(record: AssignRecord | AugAssignRecord, methods: set[ScopeKey]) -> bool:
+    """Whether a record in a class's method calls one of ``methods`` of that class on its
+    instance (``self.train_epoch()``)."""
+    return any(
+        (record.function, callee.rpartition(".")[2]) in methods
+        for callee in record.mentions.calls
+        if callee.count(".") == 1
+    )
 
 
 def _object_fed(a: Analysis, node: cst.Call) -> str | None:
@@ -520,11 +566,42 @@ class Locality:
     #: Per function (``"<module>"``, a class's name for its methods): the names bound to a
     #: ``torch.nn`` loss module averaging over this process's batch (``criterion = nn.MSELoss()``).
     batch_mean_losses: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
+    #: Per function (keyed as :attr:`batch_mean_losses`): the :attr:`per_process_sums` it binds
+    #: (``train_loss = train_epoch(...)`` in ``main()``, ``total += loss.item()`` in the loop).
+    per_rank_sums: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def per_process_values(self) -> frozenset[str]:
         """Every name whose value differs between processes: per-process paths and sums."""
         return self.per_process_paths | self.per_process_sums
+
+    def averages_batch(self, call: cst.Call, function: str, facts: ScriptFacts) -> bool:
+        """Whether ``call``, in ``function`` (keyed as :attr:`batch_mean_losses`), is a loss
+        averaging over this process's batch: one of the function's or the module's
+        :attr:`batch_mean_losses`, or a ``torch.nn.functional`` loss without ``reduction="sum"``."""
+        criteria = self.batch_mean_losses.get(function, frozenset()) | self.batch_mean_losses.get(MODULE, frozenset())
+        return is_batch_mean_loss(call, criteria, facts)
+
+    def per_batch_means(self, body: cst.CSTNode, function: str, facts: ScriptFacts) -> frozenset[str]:
+        """Per-batch values of a loop's ``body`` (in ``function``): the names it binds, alone, to a
+        loss averaging over the batch (``loss = criterion(outputs, targets)``), one mean of this
+        process's rows per batch. Added up per batch they sum means, not samples."""
+        return frozenset(
+            node.targets[0].target.value
+            for node in nodes_in(body)
+            if isinstance(node, cst.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0].target, cst.Name)
+            and any(self.averages_batch(call, function, facts) for call in calls_in(node.value))
+        )
+
+    def summed_per_rank(self, function: str, converted: cst.FunctionDef | None) -> frozenset[str]:
+        """The names holding a sum each rank grew on its own share where ``function`` (its key in
+        :attr:`per_rank_sums`) runs: its :attr:`per_rank_sums`, and what ``converted`` (the function
+        as the rules converted it so far; None at module level) adds up in a loop that gathers and
+        reduces nothing (:func:`sums_per_rank`: an evaluation sum no rule gathered)."""
+        own = self.per_rank_sums.get(function, frozenset())
+        return own if converted is None else own | sums_per_rank(converted)
 
     def rank_guarded_at(self, line: int) -> bool:
         """Whether the original ``line`` lies in an ``if`` guarded by a rank (only some
@@ -547,7 +624,7 @@ def locality(a: Analysis) -> Locality:
     facts = a.facts
     return Locality(
         per_process_paths=frozenset(facts.per_process_paths),
-        per_process_sums=frozenset(a.per_process_sums),
+        per_process_sums=frozenset().union(*a.per_process_sums.values()),
         rank_guarded=tuple(
             a.site(record.node)
             for record in a.r.assigns_and_ifs
@@ -558,7 +635,13 @@ def locality(a: Analysis) -> Locality:
         rank_dependent_schedule_steps=tuple(facts.rank_dependent_schedule_steps),
         shared_draws=tuple(facts.shared_draws),
         batch_mean_losses=_batch_mean_losses(a),
+        per_rank_sums=_per_rank_sums(a),
     )
+
+
+def _per_rank_sums(a: Analysis) -> Mapping[str, frozenset[str]]:
+    """See :attr:`Locality.per_rank_sums`."""
+    return MappingProxyType({function: frozenset(names) for function, names in a.per_process_sums.items() if names})
 
 
 def _batch_mean_losses(a: Analysis) -> Mapping[str, frozenset[str]]:
@@ -634,13 +717,7 @@ def sums_per_rank(function: cst.FunctionDef) -> frozenset[str]:
     own value. Asked of the tree being converted, after the gathers earlier rules added."""
     found: set[str] = set()
     for loop in (node for node in nodes_in(function) if type(node) is cst.For):
-        summed = {
-            name
-            for node in nodes_in(loop.body)
-            if isinstance(node, cst.AugAssign)
-            for name in [dotted(node.target)]
-            if name is not None
-        }
+        summed = {name for node in grown_in(loop.body) if (name := dotted(node.target)) is not None}
         if summed - found and not any(
             isinstance(call.func, cst.Attribute)
             and call.func.attr.value in ("gather_for_metrics", "gather", "reduce", "all_reduce")
@@ -664,50 +741,54 @@ class RankReach:
         loaders: AbstractSet[str],
         qualified_name: Callable[[cst.BaseExpression], str | None],
         builtin: Callable[[cst.BaseExpression], str | None],
+        locality: Locality,
     ) -> None:
         self._loaders = loaders
+        #: The module's :class:`Locality`: what is summed per rank (:meth:`Locality.summed_per_rank`).
+        self._locality = locality
         self._qualified_name = qualified_name
         #: The builtin a name denotes where the walk is (None where the script binds it).
         self._builtin = builtin
-        #: Per function (by identity): :func:`sums_per_rank`, asked once.
+        #: Per function (by identity, None for the module): :meth:`Locality.summed_per_rank`, asked once.
         self._sums: dict[int, frozenset[str]] = {}
 
-    def every_rank_reaches(self, anchors: Sequence[cst.CSTNode]) -> bool:
+    def every_rank_reaches(self, anchors: Sequence[cst.CSTNode], function: str = MODULE) -> bool:
         """Whether every rank runs what is inside the innermost of ``anchors`` (the module, then
-        each enclosing statement, outermost first) alike, up to the enclosing function."""
+        each enclosing statement, outermost first) alike, up to the enclosing function
+        (``function``: its key in :attr:`Locality.per_rank_sums`)."""
         enclosing = next((node for node in reversed(anchors) if isinstance(node, cst.FunctionDef)), None)
         for node in reversed(anchors):
             if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
                 return True
-            if not self._runs_alike_inside(node, enclosing):
+            if not self._runs_alike_inside(node, enclosing, function):
                 return False
         return True
 
-    def _runs_alike_inside(self, node: cst.CSTNode, enclosing: cst.FunctionDef | None) -> bool:
+    def _runs_alike_inside(self, node: cst.CSTNode, enclosing: cst.FunctionDef | None, function: str) -> bool:
         """Whether every rank that reaches the enclosing statement ``node`` runs what is inside it
-        the same number of times (``enclosing``: the function holding it)."""
+        the same number of times (``enclosing``: the function holding it, ``function`` its key)."""
         if isinstance(node, cst.While):
             return _endless(node)  # ``while True:``: the same on every rank until a break (made to agree)
         if isinstance(node, (cst.Try, cst.TryStar, cst.Match)):
             return False
         if isinstance(node, cst.If):
-            return self._taken_alike(node.test, enclosing)
+            return self._taken_alike(node.test, enclosing, function)
         if isinstance(node, cst.For):
             return self._same_length_everywhere(node.iter)
         return True
 
-    def _taken_alike(self, test: cst.BaseExpression, enclosing: cst.FunctionDef | None) -> bool:
+    def _taken_alike(self, test: cst.BaseExpression, enclosing: cst.FunctionDef | None, function: str) -> bool:
         """Whether every rank takes the same branch of an ``if`` on ``test``: not when it calls
         something or names a rank, reads a value summed per rank or tests a parameter."""
         if any(isinstance(node, cst.Call) for node in nodes_in(test)) or names_rank(test):
             return False
-        if enclosing is None:
-            return True
+        # ``if train_loss < best:`` with what ``train_epoch()`` summed on this rank, at module level too.
         summed = self._sums.get(id(enclosing))
         if summed is None:
-            summed = self._sums[id(enclosing)] = sums_per_rank(enclosing)
-        reads_sum = any(isinstance(node, cst.Name) and node.value in summed for node in nodes_in(test))
-        return not reads_sum and not _tests_parameter(test, enclosing)
+            summed = self._sums[id(enclosing)] = self._locality.summed_per_rank(function, enclosing)
+        if any(isinstance(node, cst.Name) and node.value in summed for node in nodes_in(test)):
+            return False
+        return enclosing is None or not _tests_parameter(test, enclosing)
 
     def _same_length_everywhere(self, iterable: cst.BaseExpression) -> bool:
         if isinstance(iterable, cst.Call) and self._qualified_name(iterable.func) in ENDLESS_COUNTERS:

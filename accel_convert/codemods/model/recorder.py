@@ -131,6 +131,8 @@ class AugAssignRecord:
     mentions: Mentions
     loops: tuple[LoopRecord, ...]
     ifs: tuple[IfRecord, ...]
+    #: The enclosing module-level function, or class for its methods (``"<module>"`` outside).
+    function: str = MODULE
 
 
 @dataclass
@@ -330,7 +332,7 @@ class Recorder(NameCollector):
     def leave_AugAssign(self, original_node: cst.AugAssign) -> None:
         mentions = self._frames.pop()
         targets = tuple(target_names(original_node.target))
-        self.aug_assigns.append(AugAssignRecord(targets, mentions, tuple(self._loops), tuple(self._ifs)))
+        self.aug_assigns.append(AugAssignRecord(targets, mentions, tuple(self._loops), tuple(self._ifs), self.function))
 
     def visit_If(self, node: cst.If) -> None:
         record = IfRecord(node, self._exits[-1] if self._exits else None)

@@ -84,9 +84,10 @@ class Analysis:
         self.loader_loops: list[tuple[LoopRecord, set[str]]] = []
         #: Loaders kept unprepared: an evaluation over them writes a file per batch.
         self.unsharded_loaders: set[str] = set()
-        #: Names holding this process's share of the training: sums of its batch losses grown in
-        #: training and what follows from them (the locality owner's).
-        self.per_process_sums: set[str] = set()
+        #: Per function (``"<module>"``, a class's name for its methods): the names holding this
+        #: process's share of the training there, sums of its batch losses grown in training and
+        #: what follows from them (the locality owner's).
+        self.per_process_sums: dict[str, set[str]] = {}
 
     def qualified(self, call: CallRecord) -> str | None:
         """The call's qualified name, resolved once per call (several providers ask for every call)."""

@@ -44,7 +44,7 @@ from accel_convert.codemods.engine.syntax import (
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS, MEAN_LOSSES, SELF_DISTRIBUTING
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import module_nodes, variables_read
-from accel_convert.codemods.model.locality import collects, only_batch_mean_reduced
+from accel_convert.codemods.model.locality import adds_up, collects, grown_in, only_batch_mean_reduced
 from accel_convert.codemods.model.plan import names_prepared_under, prepared_by
 
 #: A loop over a prepared dict's loaders whose sums cannot be gathered per sample: reported.
@@ -376,7 +376,7 @@ class _GatherSums(RuleTransformer):
                 original_node, SUMS_NOT_GATHERED, NOT_GATHERED_MESSAGE.format(name=name), False, header_only=True
             )
             return updated_node
-        if not any(isinstance(node, cst.AugAssign) for node in inside):
+        if not grown_in(loop.body):
             return updated_node  # nothing counted per process
         body = list(updated_node.body.body)
         gathered = self._gathered_body(batch, body) if self.accelerator_reachable() and batch is not None else None
@@ -662,21 +662,21 @@ def _trailing_sums(body: list[cst.BaseStatement]) -> tuple[int, list[cst.AugAssi
     """The index of the first of the running sums that end the loop body, and those sums; None
     when there are none, or the body adds up something before them."""
     first_sum = len(body)
-    while first_sum > 0 and _running_sum(body[first_sum - 1]) is not None:
+    while first_sum > 0 and _sum_alone_on_line(body[first_sum - 1]) is not None:
         first_sum -= 1
-    sums = [_running_sum(line) for line in body[first_sum:]]
+    sums = [_sum_alone_on_line(line) for line in body[first_sum:]]
     if not sums or any(isinstance(node, cst.AugAssign) for line in body[:first_sum] for node in nodes_in(line)):
         return None
     return first_sum, [cast(cst.AugAssign, augment) for augment in sums]
 
 
-def _running_sum(line: cst.BaseStatement) -> cst.AugAssign | None:
+def _sum_alone_on_line(line: cst.BaseStatement) -> cst.AugAssign | None:
     """``total += value`` alone on its line, into a plain name."""
     if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
         node = line.body[0]
-        if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign):
-            if isinstance(node.target, cst.Name):
-                return node
+        summed = adds_up(node)
+        if summed is not None and isinstance(summed.target, cst.Name):
+            return summed
     return None
 
 

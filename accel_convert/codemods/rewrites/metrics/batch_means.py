@@ -17,7 +17,6 @@ from accel_convert.codemods.engine.names import is_builtin
 from accel_convert.codemods.engine.positions import STATEMENT_TYPES
 from accel_convert.codemods.engine.syntax import (
     calls_in,
-    counted_by_one,
     dotted,
     expression_code,
     nodes_in,
@@ -28,7 +27,7 @@ from accel_convert.codemods.engine.torch_names import (
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import variables_read, walk
-from accel_convert.codemods.model.locality import is_batch_mean_loss, locality_of
+from accel_convert.codemods.model.locality import adds_up, counted_by_one, locality_of
 from accel_convert.codemods.rewrites.metrics.codes import MEAN_OF_BATCHES, SUMMED_BATCH_MEANS
 
 
@@ -65,26 +64,17 @@ def report_summed_batch_means(rule: RuleTransformer, loop: cst.For) -> None:
     gather each term averages the batches of every process, so the sum has N times fewer
     terms and the reported loss shrinks N times. Reported: sum per-sample losses instead. The
     loss may be named first (``loss = criterion(outputs, targets)``, then ``+= loss.item()``)."""
-    facts = rule.facts
-    # the function's own criteria, and the module's it reads as globals
-    losses_by_function = locality_of(facts).batch_mean_losses
-    criteria = losses_by_function.get(rule.function, frozenset()) | losses_by_function.get("<module>", frozenset())
-    nodes = nodes_in(loop.body)
-    losses = {
-        node.targets[0].target.value
-        for node in nodes
-        if isinstance(node, cst.Assign)
-        and len(node.targets) == 1
-        and isinstance(node.targets[0].target, cst.Name)
-        and any(is_batch_mean_loss(call, criteria, facts) for call in calls_in(node.value))
-    }
-    for node in nodes:
-        if not isinstance(node, cst.AugAssign) or not isinstance(node.operator, cst.AddAssign):
-            continue
-        if _multiplied(node.value):
+    facts, function = rule.facts, rule.function
+    # The locality owner says which values are this process's batch means (the function's own
+    # criteria, and the module's it reads as globals).
+    found = locality_of(facts)
+    losses = found.per_batch_means(loop.body, function, facts)
+    for node in nodes_in(loop.body):
+        summed = adds_up(node)
+        if summed is None or _multiplied(summed.value):
             continue  # ``loss.item() * targets.size(0)``: weighed by the (gathered) batch size, a sum per sample
-        if variables_read(node.value) & losses or any(
-            is_batch_mean_loss(call, criteria, facts) for call in calls_in(node.value)
+        if variables_read(summed.value) & losses or any(
+            found.averages_batch(call, function, facts) for call in calls_in(summed.value)
         ):
             rule.report(
                 node,

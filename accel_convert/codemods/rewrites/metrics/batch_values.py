@@ -23,6 +23,7 @@ from accel_convert.codemods.engine.syntax import (
     target_names,
 )
 from accel_convert.codemods.engine.walk import variables_read
+from accel_convert.codemods.model.locality import adds_up
 from accel_convert.codemods.rewrites.metrics.nodes import contains
 
 
@@ -115,11 +116,10 @@ def unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode,
 
 def _rows_summed(statement: cst.SimpleStatementLine, known: set[str]) -> str | None:
     """The batch tensor ``total += labels.size(0)`` counts the rows of; None for any other line."""
-    first = statement.body[0]
+    first = adds_up(statement.body[0])
     if (
         len(statement.body) == 1
-        and isinstance(first, cst.AugAssign)
-        and isinstance(first.operator, cst.AddAssign)
+        and first is not None
         and isinstance(first.target, cst.Name)
         and rows_counted(first.value) in known
     ):
@@ -181,8 +181,8 @@ def sizes_summed_after(
         for node in nodes_in(statement):
             if before and isinstance(node, cst.Assign) and is_host_number(node.value) and names_in(node.value) & batch:
                 sizes.update(name for target in node.targets for name in target_names(target.target, plain=True))
-            elif not before and isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign):
-                read = sorted(names_in(node.value) & sizes)
+            elif not before and (summed := adds_up(node)) is not None:
+                read = sorted(names_in(summed.value) & sizes)
                 if read:
-                    found.append((read[0], expression_code(node.target)))
+                    found.append((read[0], expression_code(summed.target)))
     return found

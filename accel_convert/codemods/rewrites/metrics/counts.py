@@ -12,6 +12,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.names import is_builtin
 from accel_convert.codemods.engine.syntax import nodes_in
+from accel_convert.codemods.model.locality import adds_up
 
 
 def counted_names(loop: cst.For, scope: cst.CSTNode) -> list[str]:
@@ -19,13 +20,9 @@ def counted_names(loop: cst.For, scope: cst.CSTNode) -> list[str]:
     the loop) does not sum across processes already (a script converted before)."""
     found: list[str] = []
     for node in nodes_in(loop.body):
-        if (
-            isinstance(node, cst.AugAssign)
-            and isinstance(node.operator, cst.AddAssign)
-            and isinstance(node.target, cst.Name)
-            and node.target.value not in found
-        ):
-            found.append(node.target.value)
+        summed = adds_up(node)
+        if summed is not None and isinstance(summed.target, cst.Name) and summed.target.value not in found:
+            found.append(summed.target.value)
     return [name for name in found if name not in _summed_already(scope)]
 
 

@@ -14,9 +14,10 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.iteration import enumerate_index, iterated
 from accel_convert.codemods.engine.model import Site
-from accel_convert.codemods.engine.syntax import bound_by, dotted, expression_code, is_backward, nodes_in
+from accel_convert.codemods.engine.syntax import bound_by, dotted, expression_code, is_backward
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import variables_read
+from accel_convert.codemods.model.locality import grown_in
 from accel_convert.codemods.rewrites.metrics.batch_means import (
     GatheredLoop,
     report_means_over_batches,
@@ -336,7 +337,7 @@ class EvalLoopRewriter(RuleTransformer):
                 "first where its length varies between batches)",
                 False,
             )
-        elif any(isinstance(node, cst.AugAssign) for node in nodes_in(loop.body)):
+        elif grown_in(loop.body):
             # Models called under names the analysis does not hold (an ensemble's ``m(x)`` for
             # ``m in models``): what it counts covers this process's shard of the loader.
             self.report(

@@ -15,6 +15,7 @@ from accel_convert.codemods.engine.iteration import iterated
 from accel_convert.codemods.engine.names import builtin_named
 from accel_convert.codemods.engine.syntax import dotted, nodes_in, root_name
 from accel_convert.codemods.engine.torch_names import LIST_GROWING_METHODS
+from accel_convert.codemods.model.locality import adds_up
 from accel_convert.codemods.rewrites.metrics.plan import GatherPlan
 
 #: Calls whose arguments are taken as containers of items, whatever the items are (with the
@@ -86,8 +87,8 @@ def _taken_as_containers(node: cst.CSTNode) -> list[cst.BaseExpression]:
         ):
             return [arg.value for arg in node.args if arg.keyword is None and not arg.star]
         return []
-    if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign):
-        return [node.value]
+    if (summed := adds_up(node)) is not None:
+        return [summed.value]
     if isinstance(node, cst.For):
         return [node.iter]
     return []
