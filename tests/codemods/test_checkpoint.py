@@ -601,3 +601,52 @@ def test_a_models_own_module_attribute_is_read_from_the_unwrapped_model(body: st
     source = RESIDUAL + textwrap.dedent(body)
     output = convert_source(source.encode(), Options(), path="residual.py").output.decode()
     assert read in output, output
+
+
+TWO_MODELS_ONE_BLOCK = """
+first = nn.Linear(8, 4)
+first.head = nn.Linear(4, 1)
+first = first.to(device)
+opt_first = torch.optim.SGD(first.parameters(), lr=0.1)
+fit(first, opt_first)
+
+second = nn.Linear(8, 4)
+width = second.out_features
+second.head = nn.Linear(width, 1)
+second = second.to(device)
+opt_second = torch.optim.SGD(second.head.parameters(), lr=0.1)
+fit(second, opt_second)
+print(second.out_features)
+"""
+
+FIT = """
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def fit(model, optimizer):
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y[:, :4]).backward()
+        optimizer.step()
+
+"""
+
+
+def _in_a_function(body: str) -> str:
+    return "def main():\n" + textwrap.indent(body, "    ") + "\n\nmain()\n"
+
+
+def _under_the_main_guard(body: str) -> str:
+    return 'if __name__ == "__main__":\n' + textwrap.indent(body, "    ")
+
+
+@pytest.mark.parametrize("shape", [str, _in_a_function, _under_the_main_guard], ids=["module", "function", "guard"])
+def test_a_model_prepared_below_another_models_prepare_is_read_as_built_until_its_own(shape) -> None:
+    # The first model's prepare line is behind; the second's is ahead: its attributes are the
+    # script's own module's until then, and the wrapped module's after.
+    source = RESIDUAL + FIT + shape(TWO_MODELS_ONE_BLOCK)
+    output = convert_source(source.encode(), Options(), path="two_models.py").output.decode()
+    assert "width = second.out_features" in output, output
+    assert "torch.optim.SGD(second.head.parameters()" in output, output
+    assert "second, opt_second = accelerator.prepare(second, opt_second)" in output, output
+    assert "accelerator.unwrap_model(second).out_features)" in output, output

@@ -992,6 +992,52 @@ def prepared_by(statement: cst.CSTNode, facts: ScriptFacts) -> tuple[str, ...] |
     return None if call is None else prepared_arguments(call)
 
 
+class PreparesAhead:
+    """The names a block's ``accelerator.prepare`` lines are still to wrap, as a walk over the
+    block passes them: before its own line a model is the script's module (nothing to unwrap),
+    although another model's line may already be behind."""
+
+    def __init__(self, statements: Sequence[cst.CSTNode], facts: ScriptFacts) -> None:
+        self._facts = facts
+        self._names: set[str] = set()
+        #: A prepare line whose names are not plain (``accelerator.prepare(*objects)``) still ahead.
+        self._unnamed = False
+        for statement in _with_guarded(statements):
+            if prepares_here(statement, facts):
+                names = prepared_by(statement, facts)
+                self._unnamed |= names is None
+                self._names.update(names or ())
+
+    def passed(self, statement: cst.CSTNode) -> None:
+        """The walk is past ``statement``: what it prepares is wrapped from here on."""
+        if not prepares_here(statement, self._facts):
+            return
+        names = prepared_by(statement, self._facts)
+        if names is None:
+            self._unnamed = False
+            self._names.clear()
+        else:
+            self._names.difference_update(names)
+
+    def ahead(self, name: str | None) -> bool:
+        """Whether ``name`` is prepared below the walk's place (any name, for None)."""
+        if self._unnamed:
+            return True
+        return bool(self._names) if name is None else name in self._names
+
+
+def _with_guarded(statements: Sequence[cst.CSTNode]) -> list[cst.CSTNode]:
+    """The statements, with those of a ``__main__`` block among them: the block is no frame of
+    its own, and the module's prepare line is often in it."""
+    flat: list[cst.CSTNode] = []
+    for statement in statements:
+        flat.append(statement)
+        if is_main_guard(statement) and isinstance(statement, cst.If):
+            body = statement.body
+            flat.extend(body.body if isinstance(body, cst.IndentedBlock) else [body])
+    return flat
+
+
 def prepare_assignments(node: cst.CSTNode, facts: ScriptFacts) -> list[tuple[cst.Assign, cst.Call]]:
     """Every ``targets = accelerator.prepare(...)`` under ``node``, with its call."""
     return [

@@ -13,6 +13,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.syntax import dotted
 from accel_convert.codemods.engine.torch_names import MODEL_EXPORTS
 from accel_convert.codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.model.plan import PreparesAhead
 from accel_convert.codemods.model.provider import rule_provider
 from accel_convert.codemods.model.state import Analysis
 from accel_convert.codemods.rewrites.checkpoint.codes import CHECKPOINT
@@ -49,7 +50,7 @@ class CopiesAndExportsUnwrapped(RuleTransformer):
     """The checkpoint rewriter's copies, traces and ``type()`` of a prepared model (see the module)."""
 
     #: Per function frame: whether its ``prepare`` line is still ahead (the model not yet wrapped).
-    _prepare_pending: list[bool]
+    _prepare_pending: list[PreparesAhead]
 
     def _copy_or_export_of_unwrapped(self, original: cst.Call, call: cst.Call) -> cst.Call | None:
         """The call rewritten when it copies, traces or takes the type of a model; None when it
@@ -71,7 +72,7 @@ class CopiesAndExportsUnwrapped(RuleTransformer):
         DDP wrapper on the main process alone runs a forward the other ranks never join."""
         args = list(call.args)
         model = dotted(args[0].value) if args and args[0].keyword is None else None
-        if model not in self.facts.models or self._prepare_pending[-1] or not self.accelerator_reachable():
+        if model not in self.facts.models or self._prepare_pending[-1].ahead(model) or not self.accelerator_reachable():
             return call
         self.report(
             original, CHECKPOINT, f"{callee}({model}, ...) → {callee}(accelerator.unwrap_model({model}), ...)", True
@@ -83,7 +84,7 @@ class CopiesAndExportsUnwrapped(RuleTransformer):
         """``type(model).__name__`` after prepare names the user's class, not DDP's wrapper
         (pytorch-template records it as the checkpoint's ``arch``)."""
         model = dotted(call.args[0].value) or ""
-        if self._prepare_pending[-1] or not self.accelerator_reachable():
+        if self._prepare_pending[-1].ahead(model) or not self.accelerator_reachable():
             return call
         if not model.isidentifier() and not self.facts.is_prepared(model):
             return call  # a model held in another attribute is not prepared: nothing to unwrap
@@ -95,7 +96,7 @@ class CopiesAndExportsUnwrapped(RuleTransformer):
         a copy of the wrapper would carry DDP's ``module.`` prefix into its state dict."""
         args = list(call.args)
         model = dotted(args[0].value) if args and args[0].keyword is None else None
-        if model not in self.facts.models or self._prepare_pending[-1] or not self.accelerator_reachable():
+        if model not in self.facts.models or self._prepare_pending[-1].ahead(model) or not self.accelerator_reachable():
             return call
         self.report(original, CHECKPOINT, f"copy of {model} → copy of accelerator.unwrap_model({model})", True)
         args[0] = args[0].with_changes(value=unwrap_model(self.facts, args[0].value))

@@ -4,7 +4,6 @@ wrapped (after the ``prepare`` line), and which part of the rule each call or at
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 
 import libcst as cst
@@ -14,7 +13,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.syntax import body_statements, dotted
 from accel_convert.codemods.engine.torch_names import MODEL_EXPORTS
 from accel_convert.codemods.engine.walk import walk
-from accel_convert.codemods.model.plan import prepares_here
+from accel_convert.codemods.model.plan import PreparesAhead
 from accel_convert.codemods.rewrites.checkpoint.copies_exports import (
     CopiesAndExportsUnwrapped,
     graph_of_tracker,
@@ -43,7 +42,7 @@ class CheckpointRewriter(SavesOnMainProcess, LoadsOnOwnDevice, UnwrapsModelAttri
         #: Names ``torch.save`` writes: a dict bound to one of them holds what is saved.
         self.saved_values = saved_values
         self._assigned_targets: set[int] = set()
-        self._prepare_pending: list[bool] = [_has_prepare_call(module.body, facts)]
+        self._prepare_pending: list[PreparesAhead] = [PreparesAhead(module.body, facts)]
         self._saves_in_line = 0
         #: Whether the script saves and loads: then loads wait for the save (a second, small pass).
         self.saves = False
@@ -56,7 +55,7 @@ class CheckpointRewriter(SavesOnMainProcess, LoadsOnOwnDevice, UnwrapsModelAttri
     # Function frames: in the function that calls prepare, the model is wrapped only after it.
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         super().visit_FunctionDef(node)
-        self._prepare_pending.append(_has_prepare_call(body_statements(node), self.facts))
+        self._prepare_pending.append(PreparesAhead(body_statements(node), self.facts))
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):
         self._prepare_pending.pop()
@@ -100,8 +99,7 @@ class CheckpointRewriter(SavesOnMainProcess, LoadsOnOwnDevice, UnwrapsModelAttri
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
-        if self._prepare_pending[-1] and prepares_here(original_node, self.facts):
-            self._prepare_pending[-1] = False
+        self._prepare_pending[-1].passed(original_node)
         if not self._saves_in_line or not self.every_rank_reaches_here() or self._inside_file_written():
             return updated_node
         if self._in_class_handed_the_model():
@@ -176,9 +174,3 @@ def _is_plain_value(value: cst.BaseExpression) -> bool:
     if isinstance(value, cst.ConcatenatedString):
         return _is_plain_value(value.left) and _is_plain_value(value.right)
     return isinstance(value, _PLAIN_VALUES)
-
-
-def _has_prepare_call(statements: Sequence[cst.CSTNode], facts: ScriptFacts) -> bool:
-    """Whether one of these statements is the ``... = accelerator.prepare(...)`` line (the prepare
-    pass puts it at the top level of the body that builds the training objects)."""
-    return any(prepares_here(statement, facts) for statement in statements)

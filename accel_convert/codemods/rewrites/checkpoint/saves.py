@@ -18,6 +18,7 @@ from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import StatementFilter
 from accel_convert.codemods.model.file_flow import file_flow
 from accel_convert.codemods.model.locality import locality_of
+from accel_convert.codemods.model.plan import PreparesAhead
 from accel_convert.codemods.rewrites.checkpoint.codes import CHECKPOINT
 
 
@@ -51,7 +52,7 @@ class SavesOnMainProcess(RuleTransformer):
     #: Whether the script saves: then its loads wait for the save.
     saves: bool
     #: Per function frame: whether its ``prepare`` line is still ahead (nothing wrapped yet).
-    _prepare_pending: list[bool]
+    _prepare_pending: list[PreparesAhead]
 
     def _in_class_handed_the_model(self) -> bool:
         """In a library class that the program hands the prepared model (Bjarten's EarlyStopping,
@@ -110,7 +111,7 @@ class SavesOnMainProcess(RuleTransformer):
             self.report(original, CHECKPOINT, f"{name} {where} → accelerator.unwrap_model({name})", True)
             return unwrap_model(self.facts, saved)
         wrapped = _wrapped_attribute(self.facts, name)
-        if wrapped is None or self._prepare_pending[-1]:
+        if wrapped is None or self._prepare_pending[-1].ahead(name):
             return saved
         self.report(original, CHECKPOINT, f"{name} {where} → {name}.{wrapped} (the object it wraps)", True)
         return cst.Attribute(value=saved, attr=cst.Name(wrapped))

@@ -11,6 +11,7 @@ from accel_convert.codemods.engine.accelerator_code import accelerator_call, unw
 from accel_convert.codemods.engine.syntax import dotted
 from accel_convert.codemods.engine.torch_names import MODULE_OWN_ATTRIBUTES
 from accel_convert.codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.model.plan import PreparesAhead
 from accel_convert.codemods.model.provider import rule_provider
 from accel_convert.codemods.model.state import Analysis
 from accel_convert.codemods.rewrites.checkpoint.codes import CHECKPOINT
@@ -67,7 +68,7 @@ class UnwrapsModelAttributes(RuleTransformer):
     #: Identities of the targets assigned to (``model.hidden = ...`` is not read).
     _assigned_targets: set[int]
     #: Per function frame: whether its ``prepare`` line is still ahead (the model not yet wrapped).
-    _prepare_pending: list[bool]
+    _prepare_pending: list[PreparesAhead]
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
         owner = dotted(updated_node.value)
@@ -75,7 +76,7 @@ class UnwrapsModelAttributes(RuleTransformer):
             return updated_node
         if not owner.isidentifier() and not self.facts.is_prepared(owner):
             return updated_node  # a model held in another attribute is not prepared: nothing to unwrap
-        if id(original_node) in self._assigned_targets or self._prepare_pending[-1]:
+        if id(original_node) in self._assigned_targets or self._prepare_pending[-1].ahead(owner):
             return updated_node
         attribute = updated_node.attr.value
         if not self.accelerator_reachable():
