@@ -879,6 +879,8 @@ def _class_members(node: ast.ClassDef) -> set[str]:
 
 @dataclass(frozen=True)
 class _Signature:
+    """A function's parameters as its calls must pass them."""
+
     positional: tuple[str, ...]
     required: frozenset[str]
     keyword_only: frozenset[str]

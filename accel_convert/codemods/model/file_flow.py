@@ -71,6 +71,8 @@ class FileFlow:
 
 @dataclass(frozen=True)
 class _Access:
+    """A path a function opens, and on which line."""
+
     function: str
     line: int
     #: The path as a pattern (``ANY`` for what may be anything); None: unknown.

@@ -33,6 +33,8 @@ from accel_convert.codemods.engine.torch_names import (
 
 @dataclass(eq=False)
 class LoopRecord:
+    """A ``for`` loop of the walk: its function, what it iterates and binds, what runs in it."""
+
     node: cst.For
     function: str
     iterated: str | None
@@ -82,6 +84,8 @@ class Mentions:
 
 @dataclass(eq=False)
 class IfRecord:
+    """An ``if`` statement of the walk: the loop around it, what its test reads, what its body does."""
+
     node: cst.If
     #: The innermost loop around the ``if``, ``for`` or ``while`` (None outside loops).
     loop: ExitRecord | None
@@ -95,6 +99,8 @@ class IfRecord:
 
 @dataclass
 class CallRecord:
+    """A call of the walk, with its scope, function and the loops and ``if`` statements around it."""
+
     node: cst.Call
     scope: ScopeKey
     function: str
@@ -108,6 +114,8 @@ class CallRecord:
 
 @dataclass
 class AssignRecord:
+    """An assignment of the walk: its targets and value, where it stands and what it reads."""
+
     node: cst.Assign
     targets: tuple[str, ...]
     value: cst.BaseExpression

@@ -361,6 +361,8 @@ class OomRetryCodemod(Rule):
 
 @dataclass
 class _Region:
+    """The training code the out-of-memory retry wraps: the body and statements around the prepare line."""
+
     #: The body holding the prepare line: a module-level function's or the module's own.
     function: cst.FunctionDef | None
     statements: list[cst.BaseStatement]

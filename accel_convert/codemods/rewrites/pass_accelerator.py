@@ -43,6 +43,8 @@ MODULE_GLOBAL_HOMES = frozenset({"module", "main_guard"})
 
 @dataclass
 class _Function:
+    """A module-level function: its parameters, where an accelerator parameter goes, whom it calls."""
+
     params: tuple[str, ...]
     #: Where the accelerator parameter goes among the positional parameters (None: keyword-only).
     new_index: int | None

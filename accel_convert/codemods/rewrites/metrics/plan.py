@@ -33,6 +33,8 @@ RESHAPE_METHODS = frozenset({"view", "reshape"})
 
 @dataclass
 class GatherPlan:
+    """What an evaluation loop gathers from every process, and the names the gathered values take."""
+
     #: Expressions gathered, in order: names are rebound, other expressions get new names.
     gathered: list[cst.BaseExpression] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
