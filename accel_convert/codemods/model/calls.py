@@ -75,31 +75,25 @@ def _keyword_argument(value: cst.BaseExpression, owner: ClassRecord, method: str
 
 
 def nested_function(a: Analysis, scope: ScopeKey) -> str | None:
-    """The nested function that code in ``scope`` runs in, the innermost, by its path
-    (``inner_training_loop.train``; ``main.run.train_epoch`` for code in a function nested in
-    a nested one); None outside any."""
-    for depth in range(len(scope), 1, -1):
-        path = ".".join(scope[:depth])
-        if path in a.r.nested_defs:
-            return path
-    return None
+    """The function nested in a module-level function's body that code in ``scope`` runs in,
+    by its path (``inner_training_loop.train``, also for code in a function nested deeper in
+    it); None outside any."""
+    path = ".".join(scope[:2])
+    return path if len(scope) >= 2 and path in a.r.nested_defs else None
 
 
 def nested_callee(a: Analysis, call: CallRecord) -> str | None:
     """``inner_training_loop.train`` for a call ``train(...)`` in ``inner_training_loop`` (or in
-    a function nested beside or below ``train``) of the ``def train`` written in its body: the
-    retried training loop of ``--oom-retry`` holds its own ``train`` and ``test``. The ``def``
-    is the one the call's scope binds, at any depth (``main.run.train_epoch`` for
-    ``train_epoch()`` in ``run``, nested in ``main``). None for any other call (a module-level
-    function, a method)."""
+    a function nested beside ``train``) of the ``def train`` written in its body: the retried
+    training loop of ``--oom-retry`` holds its own ``train`` and ``test``. None for any other
+    call (a module-level function, or a ``train`` some other scope binds)."""
     func = call.node.func
     if not isinstance(func, cst.Name) or not call.scope:
         return None
-    binding = a.r.names.binding_scope(func.value, call.scope)
-    if not binding:
+    path = f"{call.function}.{func.value}"
+    if path not in a.r.nested_defs or a.r.names.binding_scope(func.value, call.scope) != call.scope[:1]:
         return None
-    path = ".".join((*binding, func.value))
-    return path if path in a.r.nested_defs else None
+    return path
 
 
 @provider(provides=("call_graph", "arguments", "constructions", "loop_calls"))
@@ -165,16 +159,6 @@ def _into_nested_function(a: Analysis, call: CallRecord, nested: str) -> None:
     a.facts.call_graph.setdefault(caller, set()).add(nested)
     for loop in call.loops:
         loop.calls.add(nested)
-    # Its parameters are names of the module-level function it is written in (the analysis'
-    # "function" for all its code): ``evaluate(test_loader)`` makes its ``loader`` a loader.
-    params = a.r.nested_defs[nested]
-    for index, arg in enumerate(call.node.args):
-        name = dotted(arg.value)
-        if name is None or arg.star:
-            continue
-        param = parameter_filled(arg, index, params)
-        if param is not None and param != name:
-            a.arguments.setdefault((call.function, param), set()).add((call.function, name))
 
 
 @provider(provides=("functions_called_out_of_sight",))

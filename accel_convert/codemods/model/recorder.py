@@ -169,9 +169,8 @@ class Recorder(NameCollector):
         self.aug_assigns: list[AugAssignRecord] = []
         #: Module-level functions → parameter names.
         self.defs: dict[str, tuple[str, ...]] = {}
-        #: Functions defined in a module-level function's body, or in such a function's (at any
-        #: depth), by their path (``inner_training_loop.train``, ``main.run.train_epoch``) →
-        #: parameter names.
+        #: Functions defined in a module-level function's body, by their path
+        #: (``inner_training_loop.train``) → parameter names.
         self.nested_defs: dict[str, tuple[str, ...]] = {}
         #: Module-level functions without ``*args`` → how many positional arguments they take.
         self.positional_limits: dict[str, int] = {}
@@ -248,10 +247,7 @@ class Recorder(NameCollector):
         super().visit_FunctionDef(node)
         if len(self.scope) == 2 and self.scope[0] in self.classes:
             self._method(self.classes[self.scope[0]], node)
-        if len(self.scope) >= 2 and all(
-            self.names.scopes[self.scope[:n]].kind == "function" for n in range(1, len(self.scope))
-        ):
-            # Nested at any depth in functions (``main.run.train_epoch``): a function of its own.
+        if len(self.scope) == 2 and self.names.scopes[self.scope[:1]].kind == "function":
             self.nested_defs[".".join(self.scope)] = parameter_names(node)
         if len(self.scope) == 1:
             if self._main_guard_depth:
