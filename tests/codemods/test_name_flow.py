@@ -228,6 +228,34 @@ def test_calls_must_pass_a_parameter_the_conversion_added() -> None:
     assert problems(before, after.replace("train(m, l)", "train(*[m, l])")) == []
 
 
+def test_a_class_given_an_init_it_lacked_must_be_constructed_with_its_parameter() -> None:
+    # ``Evaluator`` of methods only (``object.__init__`` takes no argument) given an ``__init__``
+    # that keeps the accelerator: a construction left as written would fail.
+    before = """
+        class Evaluator(object):
+            def evaluate(self, model, loader):
+                pass
+        e = Evaluator()
+        f = Evaluator()
+    """
+    after = """
+        class Evaluator(object):
+            def __init__(self, accelerator):
+                self.accelerator = accelerator
+            def evaluate(self, model, loader):
+                pass
+        accelerator = object()
+        e = Evaluator(accelerator)
+        f = Evaluator()
+    """
+    found = name_flow_problems(tree(before), tree(after))
+    assert [(p.kind, p.scope, p.name, p.line) for p in found] == [("argument", "Evaluator", "accelerator", 9)]
+    # A class whose base's ``__init__`` runs is not judged against ``object``'s.
+    assert (
+        name_flow_problems(tree(before.replace("(object)", "(Base)")), tree(after.replace("(object)", "(Base)"))) == []
+    )
+
+
 def test_a_function_that_gained_a_parameter_used_as_a_value_is_found() -> None:
     # A table of handlers, a callback, a thread target: whoever calls them never passes the new argument.
     before = """

@@ -256,20 +256,29 @@ def test_converting_a_converted_training_class_again_changes_nothing() -> None:
         assert twice == once
 
 
-@pytest.mark.parametrize("shape", ["no __init__", "never constructed here"])
-def test_a_class_that_cannot_receive_the_accelerator_is_reported_and_left(shape: str) -> None:
-    body = TRAINER
-    if shape == "no __init__":
-        body = body.replace("    def __init__(", "    def setup(").replace(
-            "trainer = Trainer(model, data, optimizer, 1)",
-            "trainer = Trainer()\n    trainer.setup(model, data, optimizer, 1)",
-        )
-    else:
-        body = body.replace("    trainer = Trainer(model, data, optimizer, 1)\n", "    trainer = make_trainer()\n")
+def test_a_class_that_cannot_receive_the_accelerator_is_reported_and_left() -> None:
+    body = TRAINER.replace("    trainer = Trainer(model, data, optimizer, 1)\n", "    trainer = make_trainer()\n")
     code, changes = convert(body)
     assert "        loss.backward()" in code
     assert "ACC904" in {change.code for change in changes}
     assert "self.accelerator" not in code
+
+
+def test_a_class_without_init_or_base_is_given_an_init_that_keeps_the_accelerator() -> None:
+    # Constructing it ran ``object.__init__``: an ``__init__`` of its own takes the accelerator.
+    body = TRAINER.replace("    def __init__(", "    def setup(").replace(
+        "trainer = Trainer(model, data, optimizer, 1)",
+        "trainer = Trainer()\n    trainer.setup(model, data, optimizer, 1)",
+    )
+    code, changes = convert(body)
+    assert "    def __init__(self, accelerator):\n        self.accelerator = accelerator\n\n    def setup(" in code
+    assert "        self.accelerator.backward(loss)" in code
+    assert "    trainer = Trainer(accelerator)" in code
+    assert "ACC904" not in {change.code for change in changes}
+    # With a base (whose ``__init__`` runs) it is not given one: reported and left.
+    based = body.replace("class Trainer:", "class Trainer(Base):")
+    code, changes = convert(based)
+    assert "def __init__(self, accelerator)" not in code
 
 
 def test_a_helper_a_method_calls_receives_the_instances_accelerator() -> None:

@@ -1,10 +1,14 @@
 """ACC954 out-of-sight-print: a ``print`` in a function the script only calls through a value (a hook, a handler, a thread target).
 
 A function the script puts in a list of end-of-epoch hooks, a table of commands or
-``Thread(target=...)`` is called where no rewrite can see the call, so it cannot be given the
-accelerator, and its ``print`` stays a plain ``print``: under ``torchrun`` every process prints
-the line. Print from the caller (which has the accelerator: ``accelerator.print``), or pass the
-accelerator to the hook yourself and print behind ``if accelerator.is_main_process``.
+``Thread(target=...)`` is called where no rewrite can see the call. Handed over by code that
+holds the accelerator, the value carries it (``functools.partial(log_epoch,
+accelerator=accelerator)``, ACC104) and its ``print`` becomes ``accelerator.print``. Handed over
+where no accelerator is reachable (a module-level list of hooks in a script whose ``main()``
+creates the accelerator), it cannot be given the accelerator, and its ``print`` stays a plain
+``print``: under ``torchrun`` every process prints the line. Print from the caller (which has
+the accelerator: ``accelerator.print``), or pass the accelerator to the hook yourself and print
+behind ``if accelerator.is_main_process``.
 """
 
 from __future__ import annotations
@@ -27,18 +31,20 @@ _SCRIPT = """
         print(f"epoch {epoch} loss {loss:.4f}")
 
 
+    HOOKS = [log_epoch]
+
+
     def main():
         loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
         model = nn.Linear(8, 1)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        hooks = [log_epoch]
         for epoch in range(3):
             for data, target in loader:
                 optimizer.zero_grad()
                 loss = nn.functional.mse_loss(model(data), target)
                 loss.backward()
                 optimizer.step()
-            for hook in hooks:
+            for hook in HOOKS:
                 hook(epoch, loss.item())
 
 
@@ -65,8 +71,8 @@ class OutOfSightPrint(WalkingCheck):
         Example(before=_SCRIPT, message=MESSAGE.format(function="log_epoch")),
         # Called by name, the function receives the accelerator and prints once.
         Example(
-            before=_SCRIPT.replace("hooks = [log_epoch]", "hooks = []").replace(
-                "            for hook in hooks:\n                hook(epoch, loss.item())",
+            before=_SCRIPT.replace("HOOKS = [log_epoch]", "HOOKS = []").replace(
+                "            for hook in HOOKS:\n                hook(epoch, loss.item())",
                 "            log_epoch(epoch, loss.item())",
             ),
             leaves_alone=True,

@@ -894,8 +894,10 @@ def _calls_missing_new_arguments(
     added: dict[tuple[str, str], tuple[_Signature, frozenset[str]]] = {}
     for module_name, tree in converted.items():
         before = _signatures(originals.get(module_name))
+        plain = _classes_without_init(originals.get(module_name))
         for qualified, signature in _signatures(tree).items():
-            old = before.get(qualified)
+            # A class given an ``__init__`` it lacked was constructed with no argument.
+            old = before.get(qualified) or (_NO_ARGUMENTS if qualified.split(".")[0] in plain else None)
             if old is None:
                 continue
             new = signature.required - old.required - set(old.positional) - old.keyword_only
@@ -926,6 +928,25 @@ def _calls_missing_new_arguments(
                         NameFlowProblem(target[1], parameter, use.lineno, use.col_offset, kind=kind)
                     )
     return problems
+
+
+#: ``object.__init__``'s signature, seen from a call: no argument.
+_NO_ARGUMENTS = _Signature((), frozenset(), frozenset(), is_method=True)
+
+
+def _classes_without_init(tree: ast.Module | None) -> set[str]:
+    """The module-level classes of ``tree`` that define no ``__init__`` and name no base but
+    ``object``: their construction takes no argument."""
+    if tree is None:
+        return set()
+    return {
+        node.name
+        for node in _statements_in_blocks(tree.body)
+        if isinstance(node, ast.ClassDef)
+        and all(isinstance(base, ast.Name) and base.id == "object" for base in node.bases)
+        and not node.keywords
+        and not any(isinstance(m, ast.FunctionDef) and m.name == "__init__" for m in node.body)
+    }
 
 
 def _signatures(tree: ast.Module | None) -> dict[str, _Signature]:

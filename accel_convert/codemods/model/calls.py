@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import constructed
+from accel_convert.codemods.engine.facts import MODULE
 from accel_convert.codemods.engine.name_flow import functions_used_only_as_values
 from accel_convert.codemods.engine.positions import python_ast
 from accel_convert.codemods.engine.syntax import (
@@ -131,8 +132,24 @@ def call_graph(a: Analysis) -> None:
             _into_pass_through_method(a, call, callee.attr.value)
         elif isinstance(callee, cst.Attribute):
             _into_method(a, call, callee)
+    _value_edges(a)
     _attribute_aliases(a)
     _loop_aliases(a)
+
+
+def _value_edges(a: Analysis) -> None:
+    """A module-level function named as a value (``trainer.add_hook(save_checkpoint)``,
+    ``callbacks=[log_metrics]``, ``Thread(target=save)``, ``{"train": train_epoch}[mode](...)``,
+    ``functools.partial(save, path)``) is called out of sight by whatever receives it, from the
+    code that hands it over: an edge from that code's function, as for a call, so the accelerator
+    reaches it where it reaches that code (the pass-accelerator rewrite hands it over with
+    ``functools.partial``). A local of the same name, a parameter's say, is no edge."""
+    for name, scope in a.r.value_names:
+        if name not in a.r.defs or a.r.names.binding_scope(name, scope) != ():
+            continue
+        caller = (nested_function(a, scope) or scope[0]) if scope else MODULE
+        if caller != name:
+            a.facts.call_graph.setdefault(caller, set()).add(name)
 
 
 def _into_nested_function(a: Analysis, call: CallRecord, nested: str) -> None:

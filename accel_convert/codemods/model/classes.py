@@ -10,6 +10,7 @@ from accel_convert.codemods.engine.devices import constructed
 from accel_convert.codemods.engine.syntax import (
     argument_for,
     dotted,
+    is_plain_class,
 )
 from accel_convert.codemods.model.plan import is_any_prepare
 from accel_convert.codemods.model.provider import provider
@@ -71,7 +72,7 @@ def _takes_the_accelerator(a: Analysis, name: str, owner: ClassRecord, methods: 
     # Constructed here, or a library's class constructed by code of the program that holds the
     # accelerator.
     built = name in a.constructions or (seeds is not None and seeds.library and name in seeds.accelerator_reaches)
-    if not (methods or inherited) or owner.init_params is None or not built:
+    if not (methods or inherited) or (owner.init_params is None and not is_plain_class(owner.node)) or not built:
         return False
     return all(owner.self_names.get(method) is not None for method in methods)
 

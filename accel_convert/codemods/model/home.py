@@ -107,7 +107,7 @@ def _home_of_training_classes(a: Analysis, classes: list[str]) -> tuple[str | No
     for name in classes:
         class_prepare(a, name)
     training_bases(a, classes)
-    first = a.constructions[classes[0]][0]
+    first = _first_construction(a, classes)
     home = first.function if first.function in a.r.defs else MODULE
     builder = a.optimizer_home
     if builder in a.r.defs and home != builder and home in a.reachable({builder}):
@@ -115,6 +115,14 @@ def _home_of_training_classes(a: Analysis, classes: list[str]) -> tuple[str | No
         # prepares them and creates the accelerator (the helper receives it, ACC104).
         return builder, False
     return home, home == MODULE and first.in_main_guard
+
+
+def _first_construction(a: Analysis, classes: list[str]) -> CallRecord:
+    """The first construction of a training class outside the training classes' own methods
+    (``Evaluator().evaluate(...)`` in ``Trainer.fit`` is built with the trainer's accelerator,
+    where the trainer is built); the first of all when every one is built in such a method."""
+    outside = (call for name in classes for call in a.constructions[name] if call.function not in classes)
+    return min(outside, key=lambda call: call.order, default=a.constructions[classes[0]][0])
 
 
 def _home_of_training_functions(a: Analysis) -> tuple[str | None, bool]:

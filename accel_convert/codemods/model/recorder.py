@@ -212,6 +212,12 @@ class Recorder(NameCollector):
         self._decorated: list[bool] = []
         self._main_guard_depth = 0
         self._order = 0
+        #: Plain names read as values (not called, not a definition's, an attribute's or a
+        #: keyword's name), with the scope reading them: a function handed as a callback
+        #: (``add_hook(save_checkpoint)``, ``callbacks=[log_metrics]``) is reached from there.
+        self.value_names: list[tuple[str, ScopeKey]] = []
+        #: ``id`` of the names that are no value: callees, definitions', attributes', keywords'.
+        self._not_values: set[int] = set()
 
     @property
     def function(self) -> str:
@@ -219,11 +225,14 @@ class Recorder(NameCollector):
 
     def visit_Name(self, node: cst.Name) -> None:
         self.words.setdefault(node.value, []).append(len(self.collected) - 1)
+        if id(node) not in self._not_values:
+            self.value_names.append((node.value, self.scope))
         if self._frames:
             self._frames[-1].names.add(node.value)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         # The attribute's own name is a Name node below: visit_Name indexes it.
+        self._not_values.add(id(node.attr))
         path = dotted(node)
         if path is not None:
             self.words.setdefault(path, []).append(len(self.collected) - 1)
@@ -237,11 +246,14 @@ class Recorder(NameCollector):
     # -- functions ----------------------------------------------------------------------------
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._not_values.add(id(node.name))
         if not self.scope:
             self.classes[node.name.value] = ClassRecord(node)
         super().visit_ClassDef(node)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        # A decorator runs where the function is defined, not in its body (the scope entered here).
+        self._not_values.update(id(name) for name in (node.name, *(d.decorator for d in node.decorators)))
         super().visit_FunctionDef(node)
         if len(self.scope) == 2 and self.scope[0] in self.classes:
             self._method(self.classes[self.scope[0]], node)
@@ -423,6 +435,8 @@ class Recorder(NameCollector):
         self.breaks.append((node, tuple(self._exits), tuple(self._ifs), self.function))
 
     def visit_Call(self, node: cst.Call) -> None:
+        self._not_values.add(id(node.func))
+        self._not_values.update(id(arg.keyword) for arg in node.args if arg.keyword is not None)
         if self._if_bodies and isinstance(node.func, cst.Attribute) and node.func.attr.value == "cuda":
             for record in self._if_bodies:
                 record.body_moves_to_cuda = True

@@ -42,6 +42,7 @@ from accel_convert.codemods.engine.syntax import (
     dotted,
     first_statement_index,
     instance_parameter,
+    is_plain_class,
     statement,
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
@@ -70,6 +71,8 @@ class _ClassPlan:
     is_base: bool = False
     #: The names its class statement derives from, as written.
     bases: set[str] = field(default_factory=set)
+    #: No ``__init__`` and nothing inherited but ``object``'s: it is given one.
+    plain: bool = False
 
 
 class _AcceleratorUses(cst.CSTVisitor):
@@ -142,6 +145,8 @@ def _plan(node: cst.ClassDef, accelerator: str, facts: ScriptFacts) -> _ClassPla
         is_base=name in facts.training_bases,
         bases={base for base in (dotted(b.value) for b in node.bases) if base is not None},
     )
+    if is_plain_class(node):
+        plan.plain, plan.init_index = True, 1
     for method in class_methods(node):
         instance = instance_parameter(method)
         if instance is None:
@@ -283,7 +288,19 @@ class _GiveAccelerator(RuleTransformer):
             if isinstance(method, cst.FunctionDef) and method.name.value == "__init__":
                 body[index] = self._receive(name, method, original_node)
                 has_init = True
-        if not has_init and name in self._reading_instance:
+        if not has_init and self.plans[name].plain:
+            # Methods only, nothing inherited but ``object.__init__``: an ``__init__`` of its own
+            # keeps the accelerator.
+            init = cst.ensure_type(statement("def __init__(self):\n    pass\n"), cst.FunctionDef)
+            init = init.with_changes(body=init.body.with_changes(body=[]))
+            start = first_statement_index(body)
+            body.insert(start, self._receive(name, init, original_node))
+            if start + 1 < len(body) and isinstance(body[start + 1], cst.FunctionDef):
+                following = cst.ensure_type(body[start + 1], cst.FunctionDef)
+                body[start + 1] = following.with_changes(
+                    leading_lines=[cst.EmptyLine(indent=False), *following.leading_lines]
+                )
+        elif not has_init and name in self._reading_instance:
             # No ``__init__`` of its own: the one it inherits (a base's, maybe in another module)
             # keeps the accelerator.
             self.report(
