@@ -155,6 +155,7 @@ class _Prepare(HomeBlockTransformer):
         if rebuilt:
             statements = self._prepare_where_built(statements, rebuilt, indent + "    ")
         statements = self._prepare_handed_again(statements, block, indent)
+        statements = self._prepare_after_binding(statements, block, indent)
         return self._move_rebuilt_models(statements, block)
 
     def _with_built_above_guard(
@@ -268,6 +269,25 @@ class _Prepare(HomeBlockTransformer):
                 self._took(names)
                 result.append(prepare_statement(self.accelerator, names, indent))
             result.append(node)
+        return result
+
+    def _prepare_after_binding(
+        self, statements: list[cst.BaseStatement], block: str, indent: str
+    ) -> list[cst.BaseStatement]:
+        """A second model built once the block's training is over and trained in its own loop
+        (a student after its teacher): what the plan's ``prepared_after_binding`` names is
+        prepared right after the last statement binding it before that loop
+        (``student, opt_student = accelerator.prepare(student, opt_student)``)."""
+        after = self.plan.prepared_after_binding.get(block, {})
+        result: list[cst.BaseStatement] = []
+        for node in statements:
+            result.append(node)
+            site = self.origins.site(node)
+            names = list(after.get(site.line, ())) if site is not None else []
+            if names:
+                self.report(node, Prepare.code, f"prepare {', '.join(names)} before they are trained", header_only=True)
+                self._took(names)
+                result.append(prepare_statement(self.accelerator, names, indent))
         return result
 
     def _creations(self, head: list[cst.BaseStatement], block: str) -> tuple[dict[str, int], dict[str, int]]:
