@@ -546,7 +546,10 @@ class _Handing:
             if isinstance(node, (cst.FunctionDef, cst.ClassDef)) or _moves_itself(node):
                 continue
             assigned = assigned_in(node)
-            trained = self._trained_inline(node, {name for name in bound if name not in here} - prepared - assigned)
+            # A model the block built before its training and builds again is not one of these
+            # (``rebuilt_models_to_move``); an optimizer built again for a new model is.
+            fresh = {name for name in bound if name not in here or name not in facts.models}
+            trained = self._trained_inline(node, fresh - prepared - assigned)
             if trained:
                 line = max(bound[name][-1] for name in trained)
                 after[line] = self._in_order(set(after.get(line, ())) | trained)
