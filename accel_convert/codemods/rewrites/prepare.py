@@ -19,6 +19,12 @@ are sharded for a model to train or evaluate on: a script with no model that onl
 (dataset statistics summed batch by batch) leaves it unprepared, so each process reads it whole
 and prints what the original prints.
 
+A second model built once the first one's training is over and trained in its own loop (a
+teacher then a student, two models compared one after the other) gets its own ``prepare``, with
+its optimizer and scheduler, right after the last of them is built; the loader, prepared once
+already, stays as it is. A model built again under the same name after training (reloaded for
+inference) is moved to the device of the prepared batches instead.
+
 A model handed to a function that trains it, but built where this rule does not prepare it (bound
 more than once, or not by a model constructor), is reported (ACC926): its gradients would not be
 averaged across processes.
@@ -429,6 +435,53 @@ class Prepare(Rule):
 
                 if __name__ == "__main__":
                     main()
+            """,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                teacher = nn.Linear(8, 1)
+                opt_teacher = torch.optim.SGD(teacher.parameters(), lr=0.1)
+                for data, target in loader:
+                    opt_teacher.zero_grad()
+                    nn.functional.mse_loss(teacher(data), target).backward()
+                    opt_teacher.step()
+
+                student = nn.Linear(8, 1)
+                opt_student = torch.optim.SGD(student.parameters(), lr=0.1)
+                for data, target in loader:
+                    opt_student.zero_grad()
+                    nn.functional.mse_loss(student(data), target).backward()
+                    opt_student.step()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+                accelerator = Accelerator()
+
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                teacher = nn.Linear(8, 1)
+                opt_teacher = torch.optim.SGD(teacher.parameters(), lr=0.1)
+                teacher, opt_teacher, loader = accelerator.prepare(teacher, opt_teacher, loader)
+                for data, target in loader:
+                    opt_teacher.zero_grad()
+                    accelerator.backward(nn.functional.mse_loss(teacher(data), target))
+                    opt_teacher.step()
+
+                student = nn.Linear(8, 1)
+                opt_student = torch.optim.SGD(student.parameters(), lr=0.1)
+                student, opt_student = accelerator.prepare(student, opt_student)
+                for data, target in loader:
+                    opt_student.zero_grad()
+                    accelerator.backward(nn.functional.mse_loss(student(data), target))
+                    opt_student.step()
             """,
         ),
         Example(
