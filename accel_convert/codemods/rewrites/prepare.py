@@ -32,6 +32,8 @@ averaged across processes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import prepare_statement
@@ -265,17 +267,7 @@ class _Prepare(HomeBlockTransformer):
         unprepared, that training would run on each process alone (no gradient averaging) over
         the prepared, sharded data: what the plan's ``prepared_before_handing`` names is prepared
         right before that call (``model_conv, optimizer_conv = accelerator.prepare(...)``)."""
-        before = self.plan.prepared_before_handing.get(block, {})
-        result: list[cst.BaseStatement] = []
-        for node in statements:
-            site = self.origins.site(node)
-            names = list(before.get(site.line, ())) if site is not None else []
-            if names:
-                self.report(node, Prepare.code, f"prepare {', '.join(names)} before they are trained", header_only=True)
-                self._took(names)
-                result.append(prepare_statement(self.accelerator, names, indent))
-            result.append(node)
-        return result
+        return self._prepare_at(statements, self.plan.prepared_before_handing.get(block, {}), indent, after=False)
 
     def _prepare_after_binding(
         self, statements: list[cst.BaseStatement], block: str, indent: str
@@ -284,16 +276,25 @@ class _Prepare(HomeBlockTransformer):
         (a student after its teacher): what the plan's ``prepared_after_binding`` names is
         prepared right after the last statement binding it before that loop
         (``student, opt_student = accelerator.prepare(student, opt_student)``)."""
-        after = self.plan.prepared_after_binding.get(block, {})
+        return self._prepare_at(statements, self.plan.prepared_after_binding.get(block, {}), indent, after=True)
+
+    def _prepare_at(
+        self, statements: list[cst.BaseStatement], lines: Mapping[int, tuple[str, ...]], indent: str, *, after: bool
+    ) -> list[cst.BaseStatement]:
+        """``statements`` with ``names = accelerator.prepare(names)`` before (or ``after``) the
+        statement at each original line of ``lines``, for the names it maps to."""
         result: list[cst.BaseStatement] = []
         for node in statements:
-            result.append(node)
             site = self.origins.site(node)
-            names = list(after.get(site.line, ())) if site is not None else []
+            names = list(lines.get(site.line, ())) if site is not None else []
+            if after:
+                result.append(node)
             if names:
                 self.report(node, Prepare.code, f"prepare {', '.join(names)} before they are trained", header_only=True)
                 self._took(names)
                 result.append(prepare_statement(self.accelerator, names, indent))
+            if not after:
+                result.append(node)
         return result
 
     def _creations(self, head: list[cst.BaseStatement], block: str) -> tuple[dict[str, int], dict[str, int]]:
