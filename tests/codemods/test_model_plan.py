@@ -800,3 +800,64 @@ def test_an_optimizer_built_again_after_a_training_class_ran_is_prepared_before_
     }
     lines = [line.strip() for line in converted.splitlines()]
     assert lines[lines.index("for epoch in range(2):") - 1] == "optimizer = accelerator.prepare(optimizer)"
+
+
+_SEQUENTIAL_BODY = """\
+loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+first = nn.Linear(8, 1)
+opt_first = torch.optim.SGD(first.parameters(), lr=0.1)
+for x, y in loader:
+    opt_first.zero_grad()
+    nn.functional.mse_loss(first(x), y).backward()
+    opt_first.step()
+second = nn.Linear(8, 1)
+opt_second = torch.optim.SGD(second.parameters(), lr=0.1)
+print("second model")
+for x, y in loader:
+    opt_second.zero_grad()
+    nn.functional.mse_loss(second(x), y).backward()
+    opt_second.step()
+first = nn.Linear(8, 1)
+for x, y in loader:
+    print(first(x).sum().item())
+"""
+
+
+@pytest.mark.parametrize(
+    ("source", "block"),
+    [
+        (_HEADER + _SEQUENTIAL_BODY, "<module>"),
+        (
+            _HEADER
+            + "def main():\n"
+            + textwrap.indent(_SEQUENTIAL_BODY, "    ")
+            + '\n\nif __name__ == "__main__":\n    main()\n',
+            "main",
+        ),
+        (_HEADER + 'if __name__ == "__main__":\n' + textwrap.indent(_SEQUENTIAL_BODY, "    "), "<module>"),
+    ],
+    ids=["module", "function", "main_guard"],
+)
+def test_a_model_first_built_after_training_began_is_prepared_before_its_own_training(source: str, block: str) -> None:
+    plan, source, converted = _planned(source)
+    # The second model and its optimizer are prepared after the last of them is built (above the
+    # print), not moved as a model built again; the first model, built again and evaluated over
+    # the prepared loader, is moved to its batches' device as before.
+    after = _line(source, "opt_second = torch.optim.SGD(second.parameters(), lr=0.1)")
+    assert {name: dict(found) for name, found in plan.prepared_after_binding.items()} == {
+        block: {after: ("second", "opt_second")}
+    }
+    rebuilt = [
+        number for number, line in enumerate(source.splitlines(), 1) if line.strip() == "first = nn.Linear(8, 1)"
+    ]
+    assert dict(plan.rebuilt_models_to_move) == {block: {rebuilt[1]: "first"}}
+    assert _prepare_lines(converted) == [
+        "first, opt_first, loader = accelerator.prepare(first, opt_first, loader)",
+        "second, opt_second = accelerator.prepare(second, opt_second)",
+    ]
+    assert _line_after(converted, "opt_second = torch.optim.SGD(second.parameters(), lr=0.1)") == (
+        "second, opt_second = accelerator.prepare(second, opt_second)"
+    )
+    # Nothing left unprepared to report (ACC926).
+    changes = convert_module(cst.parse_module(source), Options(), source).changes
+    assert "ACC926" not in {change.code for change in changes}

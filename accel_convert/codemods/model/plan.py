@@ -183,6 +183,16 @@ class ConversionPlan:
     prepared_before_handing: Mapping[str, Mapping[int, tuple[str, ...]]] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    #: Home block → original line of a statement from where its training starts binding a model
+    #: first built there (a student built once the teacher's training is over), or its optimizer or
+    #: per-batch scheduler, the last such binding before a statement of the block that trains the
+    #: model inline (a loop over the loader running its backward) → the model and those of its
+    #: objects that statement reads: prepared right after that line, as the block's first model is
+    #: after its own. The loader stays as the block's first ``prepare`` left it; a model the block
+    #: built before its training and builds again (``rebuilt_models_to_move``) is not one of these.
+    prepared_after_binding: Mapping[str, Mapping[int, tuple[str, ...]]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
     @classmethod
     def of(
@@ -239,6 +249,7 @@ class ConversionPlan:
             built_before_training=_frozen(placement.built_before_training),
             rebuilt_models_to_move=_frozen(placement.rebuilt_models_to_move),
             prepared_before_handing=_frozen(placement.prepared_before_handing),
+            prepared_after_binding=_frozen(placement.prepared_after_binding),
         )
 
     @property
@@ -311,6 +322,7 @@ class Placement:
     built_before_training: Mapping[str, Mapping[str, tuple[int, int]]] = field(default_factory=dict)
     rebuilt_models_to_move: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
     prepared_before_handing: Mapping[str, Mapping[int, tuple[str, ...]]] = field(default_factory=dict)
+    prepared_after_binding: Mapping[str, Mapping[int, tuple[str, ...]]] = field(default_factory=dict)
 
 
 def _objects_to_prepare(
@@ -464,27 +476,30 @@ def _placement(a: Analysis) -> Placement:
             body = list(top.body.body) if isinstance(top.body, cst.IndentedBlock) else []
             built[top.name.value] = _built_before_training(body, a.facts.training_lines(top.name.value), wanted, a)
     rebuilt = _rebuilt_loaders(a, homes, home_lines, wanted)
-    handing = _Handing(a, handed, wanted, _received_models(a))
+    handing = _Handing(a, handed, wanted, _received_models(a), home_lines)
+    before: dict[str, dict[int, tuple[str, ...]]] = {}
+    after: dict[str, dict[int, tuple[str, ...]]] = {}
+    for block, statements in homes.items():
+        rest = statements[_training_start(statements, home_lines, a) :]
+        before[block], after[block] = handing.prepares(block, rest, built, rebuilt)
+    moves = _rebuilt_models_to_move(a, homes, home_lines, built)
     return Placement(
         rebuilt_loaders=rebuilt,
         handed_for_training=handed,
         built_before_training=built,
-        rebuilt_models_to_move=_rebuilt_models_to_move(a, homes, home_lines, built),
-        prepared_before_handing={
-            block: found
-            for block, statements in homes.items()
-            if (
-                found := handing.prepares(
-                    block, statements[_training_start(statements, home_lines, a) :], built, rebuilt
-                )
-            )
+        rebuilt_models_to_move={
+            block: kept
+            for block, found in moves.items()
+            if (kept := {line: name for line, name in found.items() if (line, name) not in handing.covered})
         },
+        prepared_before_handing={block: found for block, found in before.items() if found},
+        prepared_after_binding={block: found for block, found in after.items() if found},
     )
 
 
 class _Handing:
-    """``ConversionPlan.prepared_before_handing``: one home block's statements from where its
-    training starts, read in order."""
+    """``ConversionPlan.prepared_before_handing`` and ``prepared_after_binding``: one home block's
+    statements from where its training starts, read in order."""
 
     def __init__(
         self,
@@ -492,12 +507,17 @@ class _Handing:
         handed: Mapping[str, tuple[str, ...]],
         wanted: AbstractSet[str],
         received: Mapping[str, tuple[str, ...]],
+        training_lines: Sequence[int] = (),
     ) -> None:
         self.a = a
         self.received = received
         self.handed = handed
         self.wanted = wanted
+        self.training_lines = training_lines
         self.wrapped = {loader for wraps in _loader_wrappings(a).values() for loader, _ in wraps}
+        #: (original line, model) of each binding a ``prepared_after_binding`` prepare follows:
+        #: such a model is prepared, not moved as one built again.
+        self.covered: set[tuple[int, str]] = set()
 
     def prepares(
         self,
@@ -505,31 +525,63 @@ class _Handing:
         statements: Sequence[cst.BaseStatement],
         built: Mapping[str, Mapping[str, tuple[int, int]]],
         rebuilt: Mapping[str, AbstractSet[str]],
-    ) -> dict[int, tuple[str, ...]]:
+    ) -> tuple[dict[int, tuple[str, ...]], dict[int, tuple[str, ...]]]:
+        """What is prepared before a statement handing it to a training function, and what is
+        prepared after a statement binding it (the last before the statement training it)."""
         facts = self.a.facts
         # What the block prepares where it is built (each time), and the loaders it prepares
         # before a wrap; not what its one prepare takes, which a rebinding in a loop makes new.
         here = set(built.get(block, {})) | set(self.received.get(block, ()))
         again = (self.wanted & facts.models_prepared_where_built) - here | set(rebuilt.get(block, ()))
         prepared = again | (self.wrapped & here)
-        bound: set[str] = set()
+        # Name → the original lines binding it since it was last prepared (or training started).
+        bound: dict[str, list[int]] = {}
         found: dict[int, tuple[str, ...]] = {}
+        after: dict[int, tuple[str, ...]] = {}
         for node in statements:
-            handed = (self._handed(node) & bound) - prepared
+            handed = (self._handed(node) & set(bound)) - prepared
             if handed:
                 found[self.a.site(node).line] = tuple(sorted(handed, key=lambda name: (name in facts.optimizers, name)))
                 prepared |= handed
             if isinstance(node, (cst.FunctionDef, cst.ClassDef)) or _moves_itself(node):
                 continue
             assigned = assigned_in(node)
+            # A model the block built before its training and builds again is not one of these
+            # (``rebuilt_models_to_move``); an optimizer built again for a new model is.
+            fresh = {name for name in bound if name not in here or name not in facts.models}
+            trained = self._trained_inline(node, fresh - prepared - assigned)
+            if trained:
+                line = max(bound[name][-1] for name in trained)
+                after[line] = self._in_order(set(after.get(line, ())) | trained)
+                self.covered |= {(where, name) for name in trained for where in bound[name]}
+                prepared |= trained
             if _prepares_already(node):
-                bound -= assigned  # prepared by the original script (converted already)
+                for name in assigned:
+                    bound.pop(name, None)  # prepared by the original script (converted already)
                 prepared |= assigned
             else:
-                bound |= assigned
+                for name in assigned:
+                    bound.setdefault(name, []).append(self.a.site(node).line)
                 if isinstance(node, cst.SimpleStatementLine):
                     prepared -= assigned - again
-        return found
+        return found, after
+
+    def _in_order(self, names: AbstractSet[str]) -> tuple[str, ...]:
+        """``names`` for one ``prepare``: models first, then optimizers, then the rest."""
+        facts = self.a.facts
+        return tuple(sorted(names, key=lambda name: (name not in facts.models, name in facts.schedulers, name)))
+
+    def _trained_inline(self, node: cst.BaseStatement, unprepared: AbstractSet[str]) -> set[str]:
+        """The objects of ``unprepared`` (models, optimizers, per-batch schedulers) that ``node``
+        reads, when it is a statement where the block trains (holding a loop over a loader or a
+        backward) and one of them is a model; nothing otherwise."""
+        site = self.a.site(node)
+        if not any(site.line <= line <= site.end_line for line in self.training_lines):
+            return set()
+        facts = self.a.facts
+        read = {inner.value for inner in nodes_in(node) if isinstance(inner, cst.Name)}
+        trained = {name for name in unprepared & read & self.wanted if name not in facts.loaders}
+        return trained if trained & facts.models else set()
 
     def _handed(self, node: cst.BaseStatement) -> set[str]:
         """Names a statement (or a line inside a loop or branch) hands to a function of

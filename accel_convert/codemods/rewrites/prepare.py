@@ -19,12 +19,20 @@ are sharded for a model to train or evaluate on: a script with no model that onl
 (dataset statistics summed batch by batch) leaves it unprepared, so each process reads it whole
 and prints what the original prints.
 
+A second model built once the first one's training is over and trained in its own loop (a
+teacher then a student, two models compared one after the other) gets its own ``prepare``, with
+its optimizer and scheduler, right after the last of them is built; the loader, prepared once
+already, stays as it is. A model built again under the same name after training (reloaded for
+inference) is moved to the device of the prepared batches instead.
+
 A model handed to a function that trains it, but built where this rule does not prepare it (bound
 more than once, or not by a model constructor), is reported (ACC926): its gradients would not be
 averaged across processes.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import libcst as cst
 
@@ -155,6 +163,7 @@ class _Prepare(HomeBlockTransformer):
         if rebuilt:
             statements = self._prepare_where_built(statements, rebuilt, indent + "    ")
         statements = self._prepare_handed_again(statements, block, indent)
+        statements = self._prepare_after_binding(statements, block, indent)
         return self._move_rebuilt_models(statements, block)
 
     def _with_built_above_guard(
@@ -258,16 +267,34 @@ class _Prepare(HomeBlockTransformer):
         unprepared, that training would run on each process alone (no gradient averaging) over
         the prepared, sharded data: what the plan's ``prepared_before_handing`` names is prepared
         right before that call (``model_conv, optimizer_conv = accelerator.prepare(...)``)."""
-        before = self.plan.prepared_before_handing.get(block, {})
+        return self._prepare_at(statements, self.plan.prepared_before_handing.get(block, {}), indent, after=False)
+
+    def _prepare_after_binding(
+        self, statements: list[cst.BaseStatement], block: str, indent: str
+    ) -> list[cst.BaseStatement]:
+        """A second model built once the block's training is over and trained in its own loop
+        (a student after its teacher): what the plan's ``prepared_after_binding`` names is
+        prepared right after the last statement binding it before that loop
+        (``student, opt_student = accelerator.prepare(student, opt_student)``)."""
+        return self._prepare_at(statements, self.plan.prepared_after_binding.get(block, {}), indent, after=True)
+
+    def _prepare_at(
+        self, statements: list[cst.BaseStatement], lines: Mapping[int, tuple[str, ...]], indent: str, *, after: bool
+    ) -> list[cst.BaseStatement]:
+        """``statements`` with ``names = accelerator.prepare(names)`` before (or ``after``) the
+        statement at each original line of ``lines``, for the names it maps to."""
         result: list[cst.BaseStatement] = []
         for node in statements:
             site = self.origins.site(node)
-            names = list(before.get(site.line, ())) if site is not None else []
+            names = list(lines.get(site.line, ())) if site is not None else []
+            if after:
+                result.append(node)
             if names:
                 self.report(node, Prepare.code, f"prepare {', '.join(names)} before they are trained", header_only=True)
                 self._took(names)
                 result.append(prepare_statement(self.accelerator, names, indent))
-            result.append(node)
+            if not after:
+                result.append(node)
         return result
 
     def _creations(self, head: list[cst.BaseStatement], block: str) -> tuple[dict[str, int], dict[str, int]]:
@@ -409,6 +436,53 @@ class Prepare(Rule):
 
                 if __name__ == "__main__":
                     main()
+            """,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                teacher = nn.Linear(8, 1)
+                opt_teacher = torch.optim.SGD(teacher.parameters(), lr=0.1)
+                for data, target in loader:
+                    opt_teacher.zero_grad()
+                    nn.functional.mse_loss(teacher(data), target).backward()
+                    opt_teacher.step()
+
+                student = nn.Linear(8, 1)
+                opt_student = torch.optim.SGD(student.parameters(), lr=0.1)
+                for data, target in loader:
+                    opt_student.zero_grad()
+                    nn.functional.mse_loss(student(data), target).backward()
+                    opt_student.step()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+                accelerator = Accelerator()
+
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                teacher = nn.Linear(8, 1)
+                opt_teacher = torch.optim.SGD(teacher.parameters(), lr=0.1)
+                teacher, opt_teacher, loader = accelerator.prepare(teacher, opt_teacher, loader)
+                for data, target in loader:
+                    opt_teacher.zero_grad()
+                    accelerator.backward(nn.functional.mse_loss(teacher(data), target))
+                    opt_teacher.step()
+
+                student = nn.Linear(8, 1)
+                opt_student = torch.optim.SGD(student.parameters(), lr=0.1)
+                student, opt_student = accelerator.prepare(student, opt_student)
+                for data, target in loader:
+                    opt_student.zero_grad()
+                    accelerator.backward(nn.functional.mse_loss(student(data), target))
+                    opt_student.step()
             """,
         ),
         Example(
