@@ -3,11 +3,13 @@ Accelerate needs to share its work on a machine without GPUs."""
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 
 import pytest
 
-from accel_convert.converter.verify import Layout, Settings, plan_run
+from accel_convert.converter.verify import Layout, Settings, copy_working_folder, plan_run
 
 ACCELERATE_SCRIPT = "import torch\nfrom accelerate import Accelerator\n\naccelerator = Accelerator()\n"
 PLAIN_SCRIPT = "import torch\n\nmodel = torch.nn.Linear(2, 2)\n"
@@ -41,3 +43,24 @@ def test_other_scripts_and_real_gpus_keep_the_users_environment(
     assert "ACCELERATE_USE_CPU" not in planned_env(tmp_path / "gpu", ACCELERATE_SCRIPT, device="cuda")
     monkeypatch.setenv("ACCELERATE_USE_CPU", "0")
     assert planned_env(tmp_path / "own", ACCELERATE_SCRIPT)["ACCELERATE_USE_CPU"] == "0"
+
+
+def test_the_working_folder_is_copied_without_sockets_pipes_or_the_scratch(tmp_path: Path) -> None:
+    # verify run from a shared folder such as /tmp: other programs' sockets and pipes in it have
+    # no content to copy (copying a socket failed: "No such device or address", an internal error).
+    work = tmp_path / "work"
+    (work / "data").mkdir(parents=True)
+    (work / "data" / "x.csv").write_text("1,2\n")
+    (work / "train.py").write_text("print(1)\n")
+    os.mkfifo(work / "a_pipe")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(work / "a_socket"))
+    scratch = work / "scratch"
+    scratch.mkdir()
+    try:
+        copy_working_folder(work, scratch / "copy", scratch)
+    finally:
+        listener.close()
+    copied = sorted(str(p.relative_to(scratch / "copy")) for p in (scratch / "copy").rglob("*"))
+    assert copied == ["data", "data/x.csv", "train.py"]
+    assert (scratch / "copy" / "data" / "x.csv").read_text() == "1,2\n"

@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -196,10 +197,31 @@ def copy_working_folder(source: Path, target: Path, scratch: Path) -> None:
         return {
             name
             for name in names
-            if name in SKIPPED_FOLDERS or os.path.realpath(os.path.join(folder, name)) == scratch_real
+            if name in SKIPPED_FOLDERS
+            or not _copyable(os.path.join(folder, name))
+            or os.path.realpath(os.path.join(folder, name)) == scratch_real
         }
 
-    shutil.copytree(source, target, symlinks=True, ignore=ignored)
+    shutil.copytree(source, target, symlinks=True, ignore=ignored, copy_function=_copy_if_present)
+
+
+def _copyable(path: str) -> bool:
+    """A file, a folder or a link. A socket, a pipe or a device (another program's, in a shared
+    folder such as /tmp) holds nothing a run reads back, and copying one fails or blocks."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False  # removed since the folder was listed
+    return stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)
+
+
+def _copy_if_present(source: str, target: str) -> str:
+    """Copy a file that another program may remove meanwhile (its temporary files): one gone is
+    not the working folder's data."""
+    try:
+        return shutil.copy2(source, target)
+    except FileNotFoundError:
+        return target
 
 
 def folder_size(folder: Path) -> int:
