@@ -28,7 +28,7 @@ from accel_convert.codemods.engine.imported_calls import (
     callers_of_imported_accelerator_users,
     imported_accelerator_call,
 )
-from accel_convert.codemods.engine.imports import add_import
+from accel_convert.codemods.engine.imports import add_import, imports_module
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
 from accel_convert.codemods.engine.signatures import parameter_index, with_argument, with_parameter
@@ -474,6 +474,6 @@ class Helpers(Rule):
             return module, []
         transformer = _PassAccelerator(facts, needs, survey.functions, accelerator)
         converted = module.visit(transformer)
-        if transformer.partial_written:
+        if transformer.partial_written and not imports_module(converted, "functools"):
             converted = add_import(converted, statement("import functools"), options.import_style)  # type: ignore[arg-type]
         return converted, transformer.changes(module)
