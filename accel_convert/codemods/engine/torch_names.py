@@ -9,6 +9,9 @@ for one rule is seen by the analysis that decides whether the rule runs.
 from __future__ import annotations
 
 DATA_LOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
+#: Keywords of callables that run in other processes (a ``DataLoader``'s workers): what they
+#: are handed is called there, where no accelerator is.
+WORKER_CALLBACKS: dict[str, frozenset[str]] = dict.fromkeys(DATA_LOADERS, frozenset({"collate_fn", "worker_init_fn"}))
 #: Functions that average a list: given a list of per-batch values, a mean over batches.
 AVERAGING_FUNCTIONS = frozenset(
     {"numpy.mean", "numpy.average", "numpy.nanmean", "statistics.mean", "statistics.fmean", "torch.mean"}

@@ -21,6 +21,7 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.engine.torch_names import (
     LOADER_PASS_THROUGH_METHODS,
+    WORKER_CALLBACKS,
 )
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
@@ -144,12 +145,27 @@ def _value_edges(a: Analysis) -> None:
     code that hands it over: an edge from that code's function, as for a call, so the accelerator
     reaches it where it reaches that code (the pass-accelerator rewrite hands it over with
     ``functools.partial``). A local of the same name, a parameter's say, is no edge."""
+    in_workers = _handed_to_worker_processes(a)
     for name, scope in a.r.value_names:
-        if name not in a.r.defs or a.r.names.binding_scope(name, scope) != ():
+        if name not in a.r.defs or a.r.names.binding_scope(name, scope) != () or (name, scope) in in_workers:
             continue
         caller = (nested_function(a, scope) or scope[0]) if scope else MODULE
         if caller != name:
             a.facts.call_graph.setdefault(caller, set()).add(name)
+
+
+def _handed_to_worker_processes(a: Analysis) -> set[tuple[str, ScopeKey]]:
+    """Names handed to code that runs in other processes (``DataLoader(collate_fn=collate)``,
+    ``worker_init_fn=seed_worker``): called in a worker, never where the accelerator is, so no edge
+    (a ``partial`` holding the accelerator would have to be pickled into a spawned worker)."""
+    handed: set[tuple[str, ScopeKey]] = set()
+    for call in a.r.calls:
+        qualified = a.r.names.qualified_name(call.node.func, call.scope, strict=False)
+        keywords = WORKER_CALLBACKS.get(qualified or "", frozenset())
+        for arg in call.node.args:
+            if arg.keyword is not None and arg.keyword.value in keywords and isinstance(arg.value, cst.Name):
+                handed.add((arg.value.value, call.scope))
+    return handed
 
 
 def _into_nested_function(a: Analysis, call: CallRecord, nested: str) -> None:
