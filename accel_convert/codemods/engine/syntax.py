@@ -399,7 +399,8 @@ def binds_name(statements: Sequence[cst.CSTNode], name: str) -> bool:
     return any(name in assigned_in(statement) for statement in statements)
 
 
-def body_statements(node: cst.FunctionDef) -> Sequence[cst.CSTNode]:
+def body_statements(node: cst.FunctionDef | cst.If) -> Sequence[cst.CSTNode]:
+    """The statements of a function's or an ``if``'s block (a one-line block is one statement)."""
     body = node.body
     return body.body if isinstance(body, cst.IndentedBlock) else [body]
 

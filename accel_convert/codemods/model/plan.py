@@ -51,6 +51,7 @@ from accel_convert.codemods.engine.devices import is_move, peel_moves
 from accel_convert.codemods.engine.facts import MODULE, FactsDraft, ScriptFacts
 from accel_convert.codemods.engine.syntax import (
     assigned_in,
+    body_statements,
     defines_method,
     dotted,
     is_main_guard,
@@ -1085,8 +1086,7 @@ def _with_guarded(statements: Sequence[cst.CSTNode]) -> list[cst.CSTNode]:
     for statement in statements:
         flat.append(statement)
         if is_main_guard(statement) and isinstance(statement, cst.If):
-            body = statement.body
-            flat.extend(body.body if isinstance(body, cst.IndentedBlock) else [body])
+            flat.extend(body_statements(statement))
     return flat
 
 
