@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from accel_convert.codemods.engine.devices import constructed
+from accel_convert.codemods.engine.devices import constructed, held_name
 from accel_convert.codemods.engine.facts import MODULE
 from accel_convert.codemods.engine.name_flow import functions_used_only_as_values
 from accel_convert.codemods.engine.positions import python_ast
@@ -119,7 +119,7 @@ def call_graph(a: Analysis) -> None:
                 # stands, and what fills which parameter is anybody's guess.
                 params = ()
             for index, arg in enumerate(call.node.args):
-                name = dotted(arg.value)
+                name = held_name(arg.value)
                 if name is None or arg.star:
                     continue
                 param = parameter_filled(arg, index, params)
@@ -276,7 +276,7 @@ def _construction(a: Analysis, call: CallRecord, owner: ClassRecord) -> None:
         name, owner = initialiser, a.r.classes[initialiser]
     params = owner.init_params or ()
     for index, arg in enumerate(call.node.args):
-        value = dotted(arg.value)
+        value = held_name(arg.value)
         if value is None or arg.star:
             continue
         param = parameter_filled(arg, index, params)

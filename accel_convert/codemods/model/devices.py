@@ -145,7 +145,7 @@ def device_values(a: Analysis) -> None:
     _devices_returned(a)
     held = _HeldDevices.of(a)
     for function, name in _device_uses(a):
-        origins = _origins(a, function, name)
+        origins = _origins(a, held, function, name)
         a.facts.devices_taken |= {(function, taken) for taken in {name, *origins}}
         kinds = {held.kind(origin) for origin in origins}
         if kinds == {"device"}:
@@ -203,18 +203,48 @@ def _first_argument(call: cst.Call) -> str | None:
     return dotted(call.args[0].value) if call.args and call.args[0].keyword is None else None
 
 
-def _origins(a: Analysis, function: str, name: str) -> set[str]:
+def _origins(a: Analysis, held: _HeldDevices, function: str, name: str) -> set[str]:
     """Where the value ``name`` holds in ``function`` comes from: the names its callers pass, for
-    a parameter or an attribute bound from one, also for a part of the name (``self.args.gpu``
-    from the ``args`` given to ``__init__``, ``cfg["device"]`` from the ``config`` passed)."""
-    found = a.origins_of(function, name)
-    cuts = [cut for cut, char in enumerate(name) if char in ".[" and cut]
-    for cut in reversed(cuts) if found == {name} else ():
-        prefix, rest = name[:cut], name[cut:]
-        passed = a.origins_of(function, prefix)
-        if passed != {prefix}:
-            return {origin + rest for origin in passed}
-    return found
+    a parameter or an attribute bound from one; where that is neither a device nor a GPU here,
+    followed on (:func:`_followed`)."""
+    return {
+        origin
+        for site in a.origin_sites(function, name)
+        for origin in (_followed(a, held, *site, frozenset({site})) if held.kind(site[1]) == "other" else {site[1]})
+    }
+
+
+def _followed(a: Analysis, held: _HeldDevices, function: str, name: str, seen: frozenset[tuple[str, str]]) -> set[str]:
+    """A name that is not itself a device or a GPU index, followed to where its value is chosen:
+    what ``function`` assigns it from (``gpu = config["gpu"]``, ``self.gpu = cfg["gpu"]``), or
+    what the callers pass for a part of it (``self.args.gpu`` from the ``args`` given to
+    ``__init__``, ``config["gpu"]`` from the module's ``CONFIG``); ``name`` itself where neither."""
+    sources = _assigned_from(a, function, name)
+    if not sources:
+        cuts = [cut for cut, char in enumerate(name) if char in ".[" and cut]
+        for prefix, rest in ((name[:cut], name[cut:]) for cut in reversed(cuts)):
+            passed = a.origin_sites(function, prefix)
+            if passed != {(function, prefix)}:
+                sources = [(caller, argument + rest) for caller, argument in passed]
+                break
+    found: set[str] = set()
+    for site in sources:
+        for origin_site in a.origin_sites(*site):
+            if origin_site in seen:
+                found.add(origin_site[1])
+            elif held.kind(origin_site[1]) != "other":
+                found.add(origin_site[1])
+            else:
+                found |= _followed(a, held, *origin_site, seen | {origin_site})
+    return found or {name}
+
+
+def _assigned_from(a: Analysis, function: str, name: str) -> list[tuple[str, str]]:
+    """(function, held name) of each assignment of ``name`` in ``function``, when every one of
+    them assigns a held name (``gpu = config["gpu"]``); none otherwise."""
+    values = [assign.value for assign in a.r.assigns if assign.function == function and assign.targets == (name,)]
+    sources = [held_name(value) for value in values]
+    return [(function, source) for source in sources if source is not None] if None not in sources else []
 
 
 class _HeldDevices:

@@ -99,14 +99,21 @@ class Analysis:
     def site(self, node: cst.CSTNode) -> Site:
         return self.origins.site(node) or FILE_START
 
-    def origins_of(self, function: str, name: str, seen: frozenset[tuple[str, str]] = frozenset()) -> set[str]:
+    def origins_of(self, function: str, name: str) -> set[str]:
         """The names a parameter receives at the call sites of its function (transitively)."""
+        return {origin for _, origin in self.origin_sites(function, name)}
+
+    def origin_sites(
+        self, function: str, name: str, seen: frozenset[tuple[str, str]] = frozenset()
+    ) -> set[tuple[str, str]]:
+        """(function, name) of what a parameter receives at the call sites of its function,
+        transitively; ``(function, name)`` itself for a name no caller fills."""
         key = (function, name)
         if key not in self.arguments or key in seen:
-            return {name}
-        found: set[str] = set()
+            return {key}
+        found: set[tuple[str, str]] = set()
         for caller, argument in self.arguments[key]:
-            found |= self.origins_of(caller, argument, seen | {key})
+            found |= self.origin_sites(caller, argument, seen | {key})
         return found
 
     def reachable(self, functions: set[str]) -> set[str]:
