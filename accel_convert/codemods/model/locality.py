@@ -45,6 +45,7 @@ from accel_convert.codemods.engine.syntax import (
     nodes_in,
     parameter_filled,
     parameter_names,
+    rows_counted,
     target_names,
 )
 from accel_convert.codemods.engine.torch_names import (
@@ -289,6 +290,14 @@ def adds_up(node: cst.CSTNode) -> cst.AugAssign | None:
     if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign):
         return node
     return None
+
+
+def rows_added(node: cst.CSTNode) -> str | None:
+    """The tensor whose rows ``total += x.size(0)`` (``len(x)``, ``x.shape[0]``) adds up: per batch
+    of a loop over this process's shard, a count of its samples only; None for anything else. The
+    metrics rule moves such a count below its gather; ACC919 reports it in a loop that trains."""
+    summed = adds_up(node)
+    return rows_counted(summed.value) if summed is not None else None
 
 
 def grown_in(body: cst.CSTNode) -> list[cst.AugAssign]:
