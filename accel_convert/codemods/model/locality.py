@@ -320,8 +320,8 @@ class PerBatchValues:
     """What a loop over a loader's batches counts and keeps once per batch (see
     :func:`per_batch_values`): over this process's shard, its batches only."""
 
-    #: The loop's ``enumerate`` index and the names its body adds a whole number to once per batch
-    #: (``steps += 1``): counts of batches.
+    #: The loop's ``enumerate`` index and the names (or attributes) its body adds a whole number to
+    #: once per batch (``steps += 1``, ``self.count += 1``): counts of batches.
     counters: frozenset[str] = frozenset()
     #: Lists its body appends to once per batch, on a line of their own (``losses.append(loss.item())``):
     #: one entry per batch.
@@ -340,8 +340,8 @@ def per_batch_values(loop: cst.For) -> PerBatchValues:
     for line in _run_once_per_batch(loop):
         for small in line.body:
             summed = adds_up(small)
-            if summed is not None and isinstance(summed.target, cst.Name) and isinstance(summed.value, cst.Integer):
-                counters.add(summed.target.value)
+            if summed is not None and isinstance(summed.value, cst.Integer) and (counter := dotted(summed.target)):
+                counters.add(counter)  # ``steps += 1``, ``self.count += 1``
             appended = _appended_to(small)
             if appended is not None:
                 lists.add(appended)
