@@ -27,6 +27,9 @@ from accel_convert.codemods.model.locality import (
     grown_in,
     locality,
     locality_of,
+    mean_over_rows,
+    per_batch_values,
+    rows_added,
 )
 from tests.codemods.support import code
 
@@ -488,6 +491,17 @@ LOCALITY_QUESTIONS = {
     "accumulates",
     "adds_up",
     "counted_by_one",
+    # What a loop computes once per batch: the metrics' batch means, the file flow's per-batch
+    # files, the loader-dict's mean test and ACC919's sample counts each read it their own way.
+    "per_batch_values",
+    "batch_counters",
+    "per_batch_lists",
+    "statements_once_per_batch",
+    "run_once_per_batch",
+    "appended_to",
+    "rows_added",
+    "rows_summed_up",
+    "mean_over_rows",
     "grown_in",
     "running_sum",
     "per_rank_sums",
@@ -511,6 +525,7 @@ def test_only_the_owner_decides_locality() -> None:
         node.name.lstrip("_") for node in ast.walk(ast.parse(owner.read_text())) if isinstance(node, ast.FunctionDef)
     }
     assert {"every_rank_reaches", "sums_per_rank", "names_rank", "tests_main_process", "batch_mean_reduced"} <= owned
+    assert {"per_batch_values", "run_once_per_batch", "appended_to", "rows_added", "mean_over_rows"} <= owned
 
 
 def test_grown_in() -> None:
@@ -518,3 +533,73 @@ def test_grown_in() -> None:
     loop = cst.parse_statement("for x in loader:\n    total += x.sum()\n    budget -= 1\n    last = x\n")
     assert isinstance(loop, cst.For)
     assert {cst.Module([]).code_for_node(node.target) for node in grown_in(loop.body)} == {"total", "budget"}
+
+
+PER_BATCH_LOOP = """
+for i, (x, y) in enumerate(loader):
+    steps += 1
+    self.count += 1
+    try:
+        tries += 2
+        losses.append(loss.item())
+    finally:
+        done += 1
+    if x is None:
+        skipped.append(x)
+    total += loss.item()
+    for row in x:
+        rows += 1
+        per_row.append(row)
+    budget -= 1
+    labels.extend(y)
+"""
+
+
+def test_per_batch_values() -> None:
+    """What a loop counts and keeps once per batch: its index, the names and attributes it adds a
+    whole number to and the lists it appends to, in ``if``/``try`` blocks too; not what a nested
+    loop over the batch's rows counts, a sum of values, a countdown or a list extended by rows."""
+    loop = cst.parse_statement(PER_BATCH_LOOP.lstrip())
+    assert isinstance(loop, cst.For)
+    found = per_batch_values(loop)
+    assert found.counters == {"i", "steps", "self.count", "tries", "done"}
+    assert found.lists == {"losses", "skipped"}
+
+
+@pytest.mark.parametrize(
+    ("text", "rows"),
+    [
+        ("seen += x.size(0)", "x"),
+        ("self.seen += len(x)", "x"),
+        ("seen += x.shape[0]", "x"),
+        ("seen -= x.size(0)", None),
+        ("seen += x.size(1)", None),
+        ("seen = x.size(0)", None),
+    ],
+)
+def test_rows_added(text: str, rows: str | None) -> None:
+    """A running sum of a batch's rows (samples), whatever holds it."""
+    statement = cst.parse_statement(text)
+    assert isinstance(statement, cst.SimpleStatementLine)
+    assert rows_added(statement.body[0]) == rows
+
+
+@pytest.mark.parametrize(
+    ("qualified", "text", "plain"),
+    [
+        ("torch.nn.CrossEntropyLoss", "nn.CrossEntropyLoss()", True),
+        ("torch.nn.CrossEntropyLoss", 'nn.CrossEntropyLoss(reduction="mean")', True),
+        ("torch.nn.CrossEntropyLoss", "nn.CrossEntropyLoss(weight=w)", False),  # a weighted mean
+        ("torch.nn.CrossEntropyLoss", 'nn.CrossEntropyLoss(reduction="sum")', False),
+        ("torch.nn.functional.cross_entropy", "F.cross_entropy(out, y)", True),
+        ("torch.nn.functional.cross_entropy", "F.cross_entropy(out, y, ignore_index=0)", False),
+        ("torch.nn.KLDivLoss", "nn.KLDivLoss()", False),  # not a plain mean of rows
+        (None, "criterion(out, y)", False),
+    ],
+)
+def test_mean_over_rows(qualified: str | None, text: str, plain: bool) -> None:
+    """A loss whose value times the rows is the rows' sum (recomputable on gathered rows):
+    stricter than a batch mean."""
+    call = cst.parse_expression(text)
+    assert isinstance(call, cst.Call)
+    assert mean_over_rows(qualified, call) is plain

@@ -399,6 +399,43 @@ NODE_CLASS_OWNERS = {
 }
 
 
+#: Tables of names whose reading is one owner's question: only the owner and the table's own
+#: module name them (name → (owner, where it is defined, the question)).
+OWNED_TABLES = {
+    "MEAN_LOSSES": (
+        "model/locality.py",
+        "engine/torch_names.py",
+        "a loss that is the plain mean of its rows, so recomputable on gathered rows (mean_over_rows): the "
+        "loader-dict rule read the table itself, stricter than the owner's batch means (issue 43)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OWNED_TABLES))
+def test_no_module_reads_an_owned_table(name: str) -> None:
+    owner, defined, question = OWNED_TABLES[name]
+    assert node_class_sites((CODEMODS / owner).read_text(encoding="utf-8"), name), "the owner no longer reads it"
+    offenders = [
+        f"{module}:{line}"
+        for path in CODEMOD_FILES
+        if (module := path.relative_to(CODEMODS).as_posix()) not in (owner, defined)
+        for line in node_class_sites(path.read_text(encoding="utf-8"), name)
+    ]
+    assert offenders == [], f"{question} is answered by {owner}; ask it instead: {offenders}"
+
+
+def test_a_read_of_an_owned_table_is_found() -> None:
+    """loader-dict's own ``qualified_name(call.func) in MEAN_LOSSES``, whatever the function is
+    called; another table is no copy."""
+    copied = (
+        "def _is_mean_loss_call(self, call):\n"
+        "    return self.qualified(call.func) in MEAN_LOSSES\n"
+        "def _other(name):\n"
+        "    return name in DATA_LOADERS\n"
+    )
+    assert node_class_sites(copied, "MEAN_LOSSES") == [2]
+
+
 def node_class_sites(source: str, name: str) -> list[int]:
     """The lines of ``source`` naming libcst's node class ``name`` (``cst.AddAssign``, or the
     class imported by its own name)."""

@@ -29,9 +29,10 @@ from accel_convert.codemods.engine.check_walk import WalkingCheck
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Options
 from accel_convert.codemods.engine.rule import Example
-from accel_convert.codemods.engine.syntax import dotted, method_call, names_in, nodes_in, root_name, rows_counted
+from accel_convert.codemods.engine.syntax import dotted, method_call, names_in, nodes_in, root_name
 from accel_convert.codemods.engine.walk import module_nodes
-from accel_convert.codemods.model.locality import adds_up, collected_into
+from accel_convert.codemods.model.locality import adds_up, collected_into, rows_added
+from accel_convert.codemods.model.loops import sharded_training_loops
 
 MESSAGE = "a loss summed over this process's batches only: reduce it across processes before reporting it"
 SAMPLES_MESSAGE = (
@@ -46,6 +47,7 @@ ACCURACY_MESSAGE = (
 
 class RankLocalAverage(WalkingCheck):
     code = "ACC919"
+    providers = (sharded_training_loops,)
     name = "rank-local-average"
     fixes = {
         "ACC919": (
@@ -172,11 +174,9 @@ class RankLocalAverage(WalkingCheck):
             self._reported_sums[-1] = True
 
     def _is_training_loop(self, node: cst.For) -> bool:
-        batches = self.walk.facts.batch_names_by_function.get(self.walk.function, set())
-        return (
-            self.walk.loop_fact(node, self.walk.facts.train_loops, lambda loop: bool(set(loop.targets) & batches))
-            is not None
-        )
+        # Which loops train on a sharded loader is the loops owner's answer.
+        site = self.walk.origins.site(node)
+        return site is not None and site.line in self.walk.facts.of(sharded_training_loops)
 
     def visit_Call(self, node: cst.Call) -> None:
         # ``train_losses.append(loss)``, averaged after the loop.
@@ -194,7 +194,7 @@ class RankLocalAverage(WalkingCheck):
             self._report_sum(node, ACCURACY_MESSAGE)
         elif (
             self._sample_counts
-            and _counts_samples(node.value, self.walk.facts.batch_names_by_function.get(self.walk.function, set()))
+            and _counts_samples(node, self.walk.facts.batch_names_by_function.get(self.walk.function, set()))
             and root_name(node.target) in self._printed
         ):
             self._sample_counts[-1].append(node)
@@ -211,11 +211,12 @@ def _counts_matches(value: cst.BaseExpression) -> bool:
     return False
 
 
-def _counts_samples(value: cst.BaseExpression, batch: AbstractSet[str]) -> bool:
-    """``x.size(0)``, ``len(x)``, ``x.shape[0]`` or ``y.numel()`` of a batch name: the samples of
-    one batch."""
-    if rows_counted(value) in batch:
+def _counts_samples(node: cst.AugAssign, batch: AbstractSet[str]) -> bool:
+    """``seen += x.size(0)`` (the locality owner's :func:`rows_added`) or ``+= y.numel()`` of a
+    batch name: the samples of one batch added up."""
+    if rows_added(node) in batch:
         return True
+    value = node.value
     return (
         isinstance(value, cst.Call)
         and method_call(value, "numel")

@@ -30,7 +30,6 @@ import libcst as cst
 
 from accel_convert.codemods.engine.facts import MODULE
 from accel_convert.codemods.engine.imported_calls import program_callee
-from accel_convert.codemods.engine.iteration import enumerate_index
 from accel_convert.codemods.engine.syntax import argument_for, dotted, names_in, nodes_in
 from accel_convert.codemods.engine.torch_names import (
     CHECKPOINT_READS,
@@ -40,6 +39,7 @@ from accel_convert.codemods.engine.torch_names import (
     WRITING_METHODS,
 )
 from accel_convert.codemods.model.calls import instance_class
+from accel_convert.codemods.model.locality import per_batch_values
 from accel_convert.codemods.model.provider import provider, rule_provider
 from accel_convert.codemods.model.recorder import CallRecord, LoopRecord
 from accel_convert.codemods.model.state import Analysis
@@ -383,7 +383,8 @@ def _per_batch_writing_loops(a: Analysis) -> Iterator[tuple[LoopRecord, set[str]
         site = a.site(loop.node)
         if loop.has_backward or (site.line, site.column) not in evaluations:
             continue
-        counters = _batch_counters(a, loop)
+        # What counts the batches is the locality owner's (the index, ``n += 1``).
+        counters = set(per_batch_values(loop.node).counters)
         calls = _per_batch_writes(a, loop, counters, writing) if counters else []
         if calls:
             yield loop, origins, calls
@@ -399,15 +400,6 @@ def _loaders_built_here(a: Analysis) -> set[str]:
         or (isinstance(assign.value, cst.Call) and dotted(assign.value.func) in a.loader_factories)
         for target in assign.targets
     }
-
-
-def _batch_counters(a: Analysis, loop: LoopRecord) -> set[str]:
-    """The loop's ``enumerate`` index, and the names its body adds a number to (``n += 1``)."""
-    counters = {index} if (index := enumerate_index(loop.node)) is not None else set()
-    for aug in a.r.aug_assigns:
-        if aug.loops and aug.loops[-1] is loop and aug.mentions.names == set(aug.targets) and not aug.mentions.calls:
-            counters.update(aug.targets)
-    return counters
 
 
 def _per_batch_writes(

@@ -34,6 +34,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.facts import MODULE, ScriptFacts, callers_closure
 from accel_convert.codemods.engine.imported_calls import program_callee
+from accel_convert.codemods.engine.iteration import enumerate_index
 from accel_convert.codemods.engine.model import Site
 from accel_convert.codemods.engine.names import ScopeKey
 from accel_convert.codemods.engine.random_draws import is_global_draw, seeds_generator_of
@@ -44,11 +45,13 @@ from accel_convert.codemods.engine.syntax import (
     nodes_in,
     parameter_filled,
     parameter_names,
+    rows_counted,
     target_names,
 )
 from accel_convert.codemods.engine.torch_names import (
     COLLECTING_METHODS,
     ENDLESS_COUNTERS,
+    MEAN_LOSSES,
     NETWORK_FETCHES,
     PATH_CONSTRUCTORS,
     PER_PROCESS_PATHS,
@@ -289,6 +292,14 @@ def adds_up(node: cst.CSTNode) -> cst.AugAssign | None:
     return None
 
 
+def rows_added(node: cst.CSTNode) -> str | None:
+    """The tensor whose rows ``total += x.size(0)`` (``len(x)``, ``x.shape[0]``) adds up: per batch
+    of a loop over this process's shard, a count of its samples only; None for anything else. The
+    metrics rule moves such a count below its gather; ACC919 reports it in a loop that trains."""
+    summed = adds_up(node)
+    return rows_counted(summed.value) if summed is not None else None
+
+
 def grown_in(body: cst.CSTNode) -> list[cst.AugAssign]:
     """The augmented assignments in a loop's ``body`` (``total += ...``, ``n -= 1``): what it
     grows batch by batch, which in a loop over this process's shard is this process's share."""
@@ -301,6 +312,73 @@ def counted_by_one(node: cst.CSTNode) -> cst.BaseAssignTargetExpression | None:
     summed = adds_up(node)
     if summed is not None and isinstance(summed.value, cst.Integer) and summed.value.value == "1":
         return summed.target
+    return None
+
+
+@dataclass(frozen=True)
+class PerBatchValues:
+    """What a loop over a loader's batches counts and keeps once per batch (see
+    :func:`per_batch_values`): over this process's shard, its batches only."""
+
+    #: The loop's ``enumerate`` index and the names (or attributes) its body adds a whole number to
+    #: once per batch (``steps += 1``, ``self.count += 1``): counts of batches.
+    counters: frozenset[str] = frozenset()
+    #: Lists its body appends to once per batch, on a line of their own (``losses.append(loss.item())``):
+    #: one entry per batch.
+    lists: frozenset[str] = frozenset()
+
+
+def per_batch_values(loop: cst.For) -> PerBatchValues:
+    """The one reading of what a loop over batches computes once per batch (its counters and its
+    lists of per-batch values), from the statements each batch runs exactly once: inside ``with``,
+    ``if`` and ``try`` blocks, not in a nested loop (a ``for`` over the samples of the batch) nor a
+    nested function. The metrics rule divides by them (a mean over batches) and the file flow
+    names files by them (a file per batch); :meth:`Locality.per_batch_means` adds the losses."""
+    index = enumerate_index(loop)
+    counters: set[str] = {index} if index is not None else set()
+    lists: set[str] = set()
+    for line in _run_once_per_batch(loop):
+        for small in line.body:
+            summed = adds_up(small)
+            if summed is not None and isinstance(summed.value, cst.Integer) and (counter := dotted(summed.target)):
+                counters.add(counter)  # ``steps += 1``, ``self.count += 1``
+            appended = _appended_to(small)
+            if appended is not None:
+                lists.add(appended)
+    return PerBatchValues(frozenset(counters), frozenset(lists))
+
+
+def _run_once_per_batch(loop: cst.For) -> list[cst.SimpleStatementLine]:
+    """The simple statements of ``loop``'s body that run once per batch (see :func:`per_batch_values`)."""
+    found: list[cst.SimpleStatementLine] = []
+    pending: list[cst.CSTNode] = [loop.body]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.SimpleStatementLine):
+            found.append(node)
+        elif isinstance(node, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+            pending.extend(node.body)
+        elif isinstance(node, (cst.With, cst.Else, cst.Finally)):
+            pending.append(node.body)
+        elif isinstance(node, cst.If):
+            pending.append(node.body)
+            if node.orelse is not None:
+                pending.append(node.orelse)
+        elif isinstance(node, cst.Try):
+            pending.extend(block for block in (node.body, node.orelse, node.finalbody) if block is not None)
+    return found
+
+
+def _appended_to(small: cst.BaseSmallStatement) -> str | None:
+    """``losses`` for ``losses.append(...)`` on a line of its own; None for anything else."""
+    call = small.value if isinstance(small, cst.Expr) else None
+    if (
+        isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "append"
+        and isinstance(call.func.value, cst.Name)
+    ):
+        return call.func.value.value
     return None
 
 
@@ -655,6 +733,18 @@ def _batch_mean_losses(a: Analysis) -> Mapping[str, frozenset[str]]:
         if is_loss_module(qualified) and batch_mean_reduced(value):
             found.setdefault(assign.function, set()).update(assign.targets)
     return MappingProxyType({function: frozenset(names) for function, names in found.items()})
+
+
+def mean_over_rows(qualified: str | None, call: cst.Call) -> bool:
+    """A loss (``qualified``: what ``call`` calls or constructs) that is the plain mean of its
+    per-row losses (one of :data:`MEAN_LOSSES`) given, beyond a functional loss's input and target,
+    nothing but ``reduction="mean"``: times the rows, it is the rows' sum, so it can be recomputed
+    on gathered rows. Stricter than :func:`is_batch_mean_loss` (a weight or ``ignore_index`` makes a
+    weighted mean); the loader-dict rule asks it of the loss it recomputes."""
+    if qualified not in MEAN_LOSSES:
+        return False
+    inputs = 2 if is_loss_function(qualified) else 0
+    return only_batch_mean_reduced(call.with_changes(args=call.args[inputs:]))
 
 
 def only_batch_mean_reduced(call: cst.Call) -> bool:

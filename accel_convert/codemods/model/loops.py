@@ -25,7 +25,7 @@ from accel_convert.codemods.engine.syntax import (
 from accel_convert.codemods.engine.torch_names import LIST_GROWING_METHODS
 from accel_convert.codemods.model.calls import nested_function, stepped
 from accel_convert.codemods.model.loaders import callee_parameters
-from accel_convert.codemods.model.provider import provider
+from accel_convert.codemods.model.provider import provider, rule_provider
 from accel_convert.codemods.model.recorder import (
     CallRecord,
     LoopRecord,
@@ -586,6 +586,17 @@ def batch_names(a: Analysis) -> None:
         if names and _is_plain_access(assign.value) and assign.names & names:
             names.update(_batch_data_targets(assign.node, names))
     a.facts.batch_names = {name for names in by_function.values() for name in names}
+
+
+@rule_provider(needs=("train_loops", "batch_names_by_function"))
+def sharded_training_loops(a: Analysis) -> frozenset[int]:
+    """The original lines of the training loops over a loader that ``prepare`` shards (their
+    targets are batch names of their function, :func:`batch_names`): what a process adds up there
+    covers its shard only (ACC919). A training loop over a loader left unprepared is no such loop."""
+    by_function = a.facts.batch_names_by_function
+    return frozenset(
+        loop.site.line for loop in a.facts.train_loops if set(loop.targets) & by_function.get(loop.function, set())
+    )
 
 
 @provider(needs=("optimizers", "loop_backward", "backward_trains", "backward_helpers"), refines=("existing_features",))

@@ -41,10 +41,10 @@ from accel_convert.codemods.engine.syntax import (
     statement,
     target_names,
 )
-from accel_convert.codemods.engine.torch_names import DATA_LOADERS, MEAN_LOSSES, SELF_DISTRIBUTING
+from accel_convert.codemods.engine.torch_names import DATA_LOADERS, SELF_DISTRIBUTING
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import module_nodes, variables_read
-from accel_convert.codemods.model.locality import adds_up, collects, grown_in, only_batch_mean_reduced
+from accel_convert.codemods.model.locality import adds_up, collects, grown_in, mean_over_rows
 from accel_convert.codemods.model.plan import names_prepared_under, prepared_by
 
 #: A loop over a prepared dict's loaders whose sums cannot be gathered per sample: reported.
@@ -560,7 +560,7 @@ class _GatherSums(RuleTransformer):
             for arg in call.args
         ):
             return False
-        if self.facts.qualified_name(call.func, self.scope) in MEAN_LOSSES:
+        if mean_over_rows(self.facts.qualified_name(call.func, self.scope), call):
             return True
         if not isinstance(call.func, cst.Name):
             return False
@@ -600,10 +600,9 @@ class _GatherSums(RuleTransformer):
             if isinstance(node, cst.Assign)
             and any(isinstance(t.target, cst.Name) and t.target.value == name for t in node.targets)
         ]
+        # Which losses are a plain mean of their rows is the locality owner's answer.
         return bool(values) and all(
-            isinstance(value, cst.Call)
-            and self.facts.qualified_name(value.func) in MEAN_LOSSES
-            and only_batch_mean_reduced(value)
+            isinstance(value, cst.Call) and mean_over_rows(self.facts.qualified_name(value.func), value)
             for value in values
         )
 

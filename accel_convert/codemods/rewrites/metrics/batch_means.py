@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.iteration import enumerate_index
 from accel_convert.codemods.engine.names import is_builtin
 from accel_convert.codemods.engine.positions import STATEMENT_TYPES
 from accel_convert.codemods.engine.syntax import (
@@ -27,7 +26,7 @@ from accel_convert.codemods.engine.torch_names import (
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import variables_read, walk
-from accel_convert.codemods.model.locality import adds_up, counted_by_one, locality_of
+from accel_convert.codemods.model.locality import adds_up, locality_of, per_batch_values
 from accel_convert.codemods.rewrites.metrics.codes import MEAN_OF_BATCHES, SUMMED_BATCH_MEANS
 
 
@@ -108,17 +107,10 @@ class _BatchCounts:
 def _batch_counts(loops: list[GatheredLoop], scope: Sequence[cst.CSTNode], facts: ScriptFacts) -> _BatchCounts:
     counts = _BatchCounts(loaders={loop.loader for loop in loops})
     for gathered in loops:
-        index = enumerate_index(gathered.loop)
-        if index is not None:
-            counts.names.add(index)
-        for statement in _statements_once_per_batch(gathered.loop):
-            for small in statement.body:
-                counter = counted_by_one(small)
-                if isinstance(counter, cst.Name):
-                    counts.names.add(counter.value)
-                appended = _appended_to(small)
-                if appended is not None:
-                    counts.per_batch_lists.add(appended)
+        # The locality owner says what a loop counts and keeps once per batch.
+        values = per_batch_values(gathered.loop)
+        counts.names |= values.counters
+        counts.per_batch_lists |= values.lists
     for node in scope:
         for assign in nodes_in(node):
             if (
@@ -128,19 +120,6 @@ def _batch_counts(loops: list[GatheredLoop], scope: Sequence[cst.CSTNode], facts
             ):
                 _note_assigned(counts, assign.targets[0].target.value, assign.value, facts)
     return counts
-
-
-def _appended_to(small: cst.BaseSmallStatement) -> str | None:
-    """``losses`` for ``losses.append(...)`` on a line of its own; None for anything else."""
-    call = small.value if isinstance(small, cst.Expr) else None
-    if (
-        isinstance(call, cst.Call)
-        and isinstance(call.func, cst.Attribute)
-        and call.func.attr.value == "append"
-        and isinstance(call.func.value, cst.Name)
-    ):
-        return call.func.value.value
-    return None
 
 
 def _note_assigned(counts: _BatchCounts, target: str, value: cst.BaseExpression, facts: ScriptFacts) -> None:
@@ -156,26 +135,6 @@ def _note_assigned(counts: _BatchCounts, target: str, value: cst.BaseExpression,
         and facts.qualified_name(value.func) in CONCATENATIONS
     ):
         counts.per_batch_lists.discard(target)
-
-
-def _statements_once_per_batch(loop: cst.For) -> list[cst.SimpleStatementLine]:
-    """The simple statements of a loop body that run once per batch: inside ``with`` and ``if``
-    blocks, not inside nested loops (a ``for`` over the samples of the batch)."""
-    found: list[cst.SimpleStatementLine] = []
-    pending: list[cst.CSTNode] = [loop.body]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, cst.SimpleStatementLine):
-            found.append(node)
-        elif isinstance(node, (cst.IndentedBlock, cst.SimpleStatementSuite)):
-            pending.extend(node.body)
-        elif isinstance(node, (cst.With, cst.Else)):
-            pending.append(node.body)
-        elif isinstance(node, cst.If):
-            pending.append(node.body)
-            if node.orelse is not None:
-                pending.append(node.orelse)
-    return found
 
 
 def _is_len_of(call: cst.Call, names: set[str]) -> bool:

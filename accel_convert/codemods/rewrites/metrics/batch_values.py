@@ -23,7 +23,7 @@ from accel_convert.codemods.engine.syntax import (
     target_names,
 )
 from accel_convert.codemods.engine.walk import variables_read
-from accel_convert.codemods.model.locality import adds_up
+from accel_convert.codemods.model.locality import adds_up, rows_added
 from accel_convert.codemods.rewrites.metrics.nodes import contains
 
 
@@ -116,14 +116,9 @@ def unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode,
 
 def _rows_summed(statement: cst.SimpleStatementLine, known: set[str]) -> str | None:
     """The batch tensor ``total += labels.size(0)`` counts the rows of; None for any other line."""
-    first = adds_up(statement.body[0])
-    if (
-        len(statement.body) == 1
-        and first is not None
-        and isinstance(first.target, cst.Name)
-        and rows_counted(first.value) in known
-    ):
-        return rows_counted(first.value)
+    first, counted = adds_up(statement.body[0]), rows_added(statement.body[0])
+    if len(statement.body) == 1 and first is not None and isinstance(first.target, cst.Name) and counted in known:
+        return counted
     return None
 
 
