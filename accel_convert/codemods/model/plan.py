@@ -23,12 +23,15 @@ the plan says: the accelerator is created in ``main`` (``creating_scope``), ``ma
 ``model`` and ``loader`` and ``train`` prepares ``optimizer`` (``preparations``), and training
 starts at the line calling ``train`` (``training_start_line``). It also answers where a
 ``prepare`` reaches beyond the statements of its block, from the original program: objects built
-above the ``__main__`` block (``built_above_guard``), models the home function is only handed
-(``received_models``), loaders wrapped in another class (``loader_wrappings``) or built again in
+above the ``__main__`` block (``built_above_guard``, prepared where the block creates the
+accelerator: ``prepared_where_created``), models the home function is only handed
+(``received_models``), loaders wrapped in another class (``loader_wrappings``, each prepared
+before its first wrap: ``prepared_before_wrapping``) or built again in
 the training (``rebuilt_loaders``), objects handed to a function that trains them after training
 began (``handed_for_training``, ``prepared_before_handing``), the statement after which each
 block's ``prepare`` goes (``built_before_training``: ``prepare_after`` and ``first_built``), and
-the models built again after training that must be moved (``rebuilt_models_to_move``); the
+the models built again after training that must be moved (``rebuilt_models_to_move``), and
+the models no ``prepare`` of the plan takes (``models_left_unprepared``, reported); the
 prepare rule only applies those answers, finding each original line in the tree it is given.
 
 Where a rewrite must find a statement in the tree it is given (which earlier rewrites changed),
@@ -193,6 +196,18 @@ class ConversionPlan:
     prepared_after_binding: Mapping[str, Mapping[int, tuple[str, ...]]] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    #: Home block → original line of a statement before its training starts that hands a loader
+    #: the block prepares to a class standing for it from then on (``loader_wrappings``) → the
+    #: (loader, wrapper class) pairs wrapped there first: ``prepare`` passes such a wrapper
+    #: through unchanged, so each loader is prepared right before that statement, once.
+    prepared_before_wrapping: Mapping[str, Mapping[int, tuple[tuple[str, str], ...]]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    #: The models of ``to_prepare`` no ``prepare`` of the plan takes (bound only where none can
+    #: follow them: under a flag, inside a ``try``) and that are not received models already
+    #: reported (``unprepared_received_models``): each trains on its process alone, reported
+    #: where it is first bound (ACC926).
+    models_left_unprepared: tuple[str, ...] = ()
 
     @classmethod
     def of(
@@ -218,6 +233,7 @@ class ConversionPlan:
         creating = None if facts.home_kind == "library" else facts.creating_function or facts.home_function
         preparing = _preparing_functions(facts)
         placement = placement or Placement()
+        prepared_in = _preparations(facts, to_prepare, creating, preparing, bound or {}, methods or {})
         return cls(
             home_kind=facts.home_kind,
             home_function=facts.main_function,
@@ -226,7 +242,7 @@ class ConversionPlan:
             created_before_binding=frozenset(facts.device_names | facts.cuda_flags | facts.trained_objects),
             created_before_lines=_lines_reading_the_accelerator(facts, parsing),
             to_prepare=to_prepare,
-            preparations=_preparations(facts, to_prepare, creating, preparing, bound or {}, methods or {}),
+            preparations=prepared_in,
             preparing_functions=preparing,
             class_preparations=MappingProxyType(dict(facts.class_prepare)),
             method_preparations=_frozen(methods or {}),
@@ -250,6 +266,10 @@ class ConversionPlan:
             rebuilt_models_to_move=_frozen(placement.rebuilt_models_to_move),
             prepared_before_handing=_frozen(placement.prepared_before_handing),
             prepared_after_binding=_frozen(placement.prepared_after_binding),
+            prepared_before_wrapping=_frozen(placement.prepared_before_wrapping),
+            models_left_unprepared=_models_left_unprepared(
+                facts, to_prepare, prepared_in, above_guard & set(to_prepare), received or {}, placement
+            ),
         )
 
     @property
@@ -290,6 +310,17 @@ class ConversionPlan:
         block's training starts: ``prepare`` lists each group's objects in that order."""
         return {name: first for name, (first, _) in self.built_before_training.get(block, {}).items()}
 
+    def prepared_where_created(self, block: str) -> tuple[str, ...]:
+        """The objects ``block`` (the ``__main__`` block, or the function creating the accelerator
+        in such a script) prepares right where it creates the accelerator: those plain statements
+        above the ``__main__`` block build (``built_above_guard``) and the block itself does not
+        build before its training. The block runs at module level, so preparing them there rebinds
+        the globals every function reads."""
+        if self.home_kind != "main_guard":
+            return ()
+        built = self.built_before_training.get(block, {})
+        return tuple(name for name in self.to_prepare if name in self.built_above_guard and name not in built)
+
     @property
     def training_start_line(self) -> int | None:
         """The first original line of the home block where training starts."""
@@ -323,6 +354,48 @@ class Placement:
     rebuilt_models_to_move: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
     prepared_before_handing: Mapping[str, Mapping[int, tuple[str, ...]]] = field(default_factory=dict)
     prepared_after_binding: Mapping[str, Mapping[int, tuple[str, ...]]] = field(default_factory=dict)
+    prepared_before_wrapping: Mapping[str, Mapping[int, tuple[tuple[str, str], ...]]] = field(default_factory=dict)
+    #: Home block → the models of ``prepared_where_built`` that one of its statements binds (in
+    #: loops, branches and ``with`` blocks too): each is prepared after that statement.
+    where_built: Mapping[str, AbstractSet[str]] = field(default_factory=dict)
+
+
+def _edited_home_blocks(facts: FactsDraft | ScriptFacts) -> frozenset[str]:
+    """The home blocks whose statements the prepare rule edits: the home and the creating
+    function, or ``"<module>"`` (the module's code or its ``__main__`` block); none in a library."""
+    if facts.home_kind == "library":
+        return frozenset()
+    if facts.home_kind == "function":
+        return frozenset(name for name in (facts.main_function, facts.creating_function) if name)
+    return frozenset({MODULE})
+
+
+def _models_left_unprepared(
+    facts: FactsDraft | ScriptFacts,
+    to_prepare: tuple[str, ...],
+    prepared_in: Mapping[str, tuple[str, ...]],
+    above_guard: AbstractSet[str],
+    received: Mapping[str, tuple[str, ...]],
+    placement: Placement,
+) -> tuple[str, ...]:
+    """See ``ConversionPlan.models_left_unprepared``: the models of ``to_prepare`` that none of
+    the plan's ``prepare`` calls takes."""
+    built = placement.built_before_training
+    taken: set[str] = set()
+    for block in _edited_home_blocks(facts):
+        taken |= {*built.get(block, {}), *received.get(block, ()), *placement.where_built.get(block, ())}
+        for lines in (placement.prepared_before_handing, placement.prepared_after_binding):
+            taken |= {name for names in lines.get(block, {}).values() for name in names}
+    if facts.home_kind == "main_guard" and (facts.creating_function or MODULE) == MODULE:
+        taken |= above_guard  # prepared where the ``__main__`` block creates the accelerator
+    for function in _preparing_functions(facts):
+        taken |= set(prepared_in.get(function, ())) & set(built.get(function, {}))
+    reported = {name for name, _, _ in facts.unprepared_received_models}
+    return tuple(
+        name
+        for name in to_prepare
+        if name in facts.models and name not in taken | reported and facts.assign_sites.get(name)
+    )
 
 
 def _objects_to_prepare(
@@ -483,7 +556,10 @@ def _placement(a: Analysis) -> Placement:
         rest = statements[_training_start(statements, home_lines, a) :]
         before[block], after[block] = handing.prepares(block, rest, built, rebuilt)
     moves = _rebuilt_models_to_move(a, homes, home_lines, built)
+    wrapping, where_built = _wraps_and_bindings(a, homes, home_lines, built)
     return Placement(
+        prepared_before_wrapping=wrapping,
+        where_built=where_built,
         rebuilt_loaders=rebuilt,
         handed_for_training=handed,
         built_before_training=built,
@@ -832,6 +908,61 @@ def _rebuilt_loaders(
         if built:
             found[block] = built
     return found
+
+
+def _wraps_and_bindings(
+    a: Analysis,
+    homes: Mapping[str, Sequence[cst.BaseStatement]],
+    lines: Sequence[int],
+    built: Mapping[str, Mapping[str, tuple[int, int]]],
+) -> tuple[dict[str, dict[int, tuple[tuple[str, str], ...]]], dict[str, frozenset[str]]]:
+    """``Placement.prepared_before_wrapping`` and ``Placement.where_built``, per home block."""
+    to_prepare = set(_objects_to_prepare(a.facts, _received_models(a)))
+    where_built = to_prepare & a.facts.models_prepared_where_built
+    wrapping: dict[str, dict[int, tuple[tuple[str, str], ...]]] = {}
+    binding: dict[str, frozenset[str]] = {}
+    for block, statements in homes.items():
+        if found := _prepared_before_wrapping(a, statements, lines, set(built[block]) & to_prepare):
+            wrapping[block] = found
+        if bound := _binding(statements, where_built, a):
+            binding[block] = bound
+    return wrapping, binding
+
+
+def _prepared_before_wrapping(
+    a: Analysis, statements: Sequence[cst.BaseStatement], lines: Sequence[int], prepared: AbstractSet[str]
+) -> dict[int, tuple[tuple[str, str], ...]]:
+    """See ``ConversionPlan.prepared_before_wrapping``: for one home block's statements, the
+    first wrap of each loader of ``prepared`` (what the block's ``prepare`` takes) before the
+    block's training starts. The accelerator is created above the first statement binding a
+    loader (``created_before_binding``), so above any wrap."""
+    wrappings = _loader_wrappings(a)
+    found: dict[int, tuple[tuple[str, str], ...]] = {}
+    seen: set[str] = set()
+    for node in statements[: _training_start(statements, lines, a)]:
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        line = a.site(node).line
+        wraps = [(loader, wrapper) for loader, wrapper in wrappings.get(line, ()) if loader in prepared - seen]
+        seen |= {loader for loader, _ in wraps}
+        if wraps:
+            found[line] = tuple(wraps)
+    return found
+
+
+def _binding(statements: Sequence[cst.BaseStatement], names: AbstractSet[str], a: Analysis) -> frozenset[str]:
+    """The ``names`` a plain statement among ``statements`` binds, also inside loops, ``with``
+    blocks and ``if`` branches (to a final ``else``): where a ``prepare`` can follow it."""
+    found: set[str] = set()
+    for node in statements:
+        if isinstance(node, cst.SimpleStatementLine):
+            found |= _bound_in(_spans([node], a), a) & names
+        elif isinstance(node, (cst.For, cst.While, cst.With, cst.If)) and isinstance(node.body, cst.IndentedBlock):
+            found |= _binding(node.body.body, names, a)
+            orelse = getattr(node, "orelse", None)
+            if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock):
+                found |= _binding(orelse.body.body, names, a)
+    return frozenset(found)
 
 
 def _loader_wrappings(a: Analysis) -> dict[int, tuple[tuple[str, str], ...]]:

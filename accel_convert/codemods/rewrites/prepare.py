@@ -71,9 +71,6 @@ class _Prepare(HomeBlockTransformer):
         super().__init__(facts)
         self.plan = plan_of(facts)
         self.wanted = names
-        #: Every name a ``prepare`` statement of this pass received (for the report of models no
-        #: block prepared).
-        self.prepared_names: set[str] = set()
         #: The names the ``prepare`` statements of the block being edited received so far: each
         #: block prepares what the plan gives it, whichever block the walk edited before.
         self.prepared_in_block: set[str] = set()
@@ -135,14 +132,12 @@ class _Prepare(HomeBlockTransformer):
         head = body[:loop_index]
         # A loader wrapped in an object of another class (a ``DeviceDataLoader`` moving every
         # batch): prepare passes such objects through, so the loader is prepared before the wrap.
-        before_wrap = self._prepare_before_wrapping(
-            head, [name for name in names if name in self.facts.loaders], indent
-        )
+        before_wrap = self._prepare_before_wrapping(head, block, indent)
         names = [name for name in names if name not in self.prepared_in_block]
         if where_built:
             head = self._prepare_where_built(head, where_built, indent + "    ")
         body = [*head, *self._edit_from_the_loop(body[loop_index:], rebuilt, block, indent)]
-        names = self._with_built_above_guard(names, body[:loop_index], first_creation, last_creation)
+        names = self._with_built_above_guard(names, block, body[:loop_index], first_creation, last_creation)
         if names:
             body = self._insert_prepare(body, names, last_creation, indent)
         if before_wrap:
@@ -169,15 +164,15 @@ class _Prepare(HomeBlockTransformer):
     def _with_built_above_guard(
         self,
         names: list[str],
+        block: str,
         head: list[cst.BaseStatement],
         first_creation: dict[str, int],
         last_creation: dict[str, int],
     ) -> list[str]:
-        """``names`` with what the module builds above the ``__main__`` block and the block's
-        training uses: the block runs at module level, so preparing it there (where the block
-        creates the accelerator, among ``head``) rebinds the global every function reads."""
-        above = [name for name in self.wanted if name in self.plan.built_above_guard and name not in last_creation]
-        if not above or self.facts.home_kind != "main_guard":
+        """``names`` with what the plan prepares where ``block`` creates the accelerator (among
+        ``head``): what the module builds above the ``__main__`` block (``prepared_where_created``)."""
+        above = list(self.plan.prepared_where_created(block))
+        if not above:
             return names
         created = self._accelerator_index(head)
         if created is None:
@@ -189,7 +184,6 @@ class _Prepare(HomeBlockTransformer):
     def _took(self, names: list[str]) -> None:
         """Record that a ``prepare`` statement of the block being edited takes ``names``."""
         self.prepared_in_block.update(names)
-        self.prepared_names.update(names)
 
     def _insert_prepare(
         self, body: list[cst.BaseStatement], names: list[str], last_creation: dict[str, int], indent: str
@@ -201,19 +195,17 @@ class _Prepare(HomeBlockTransformer):
         return [*body[: after + 1], prepare_statement(self.accelerator, names, indent), *body[after + 1 :]]
 
     def _prepare_before_wrapping(
-        self, statements: list[cst.BaseStatement], loaders: list[str], indent: str
+        self, statements: list[cst.BaseStatement], block: str, indent: str
     ) -> dict[int, list[cst.BaseStatement]]:
-        """``loader = accelerator.prepare(loader)`` statements to put right before the first
-        statement of ``statements`` that hands one of ``loaders`` to a wrapper class
+        """``loader = accelerator.prepare(loader)`` statements to put right before each statement
+        of ``statements`` at a line of the plan's ``prepared_before_wrapping`` for ``block``
         (``train_dl = WrappedDataLoader(train_dl, preprocess)``), by that statement's identity;
-        the loaders so prepared join ``prepared_in_block``. The accelerator is created before the
-        first statement binding a loader (``accelerator.creation_index``), so before any wrap."""
-        created = self._accelerator_index(statements)
+        the loaders so prepared join ``prepared_in_block``."""
+        wrapped = self.plan.prepared_before_wrapping.get(block, {})
         inserted: dict[int, list[cst.BaseStatement]] = {}
-        for index, node in enumerate(statements):
-            for loader, wrapper in self._wrappings(node, loaders):
-                if loader in self.prepared_in_block or (created is not None and created >= index):
-                    continue
+        for node in statements:
+            site = self.origins.site(node)
+            for loader, wrapper in wrapped.get(site.line, ()) if site is not None else ():
                 self._took([loader])
                 self.report(
                     node,
@@ -223,13 +215,6 @@ class _Prepare(HomeBlockTransformer):
                 )
                 inserted.setdefault(id(node), []).append(prepare_statement(self.accelerator, [loader], indent))
         return inserted
-
-    def _wrappings(self, node: cst.BaseStatement, loaders: list[str]) -> list[tuple[str, str]]:
-        """(loader, wrapper class) for each of ``loaders`` that ``node`` (an original statement)
-        hands to a class standing for it from then on: the plan's ``loader_wrappings``."""
-        site = self.origins.site(node)
-        wraps = self.plan.loader_wrappings.get(site.line, ()) if site is not None else ()
-        return [(loader, wrapper) for loader, wrapper in wraps if loader in loaders]
 
     def _received_models(self, anchor: cst.CSTNode) -> tuple[str, ...]:
         """The models the home function ``anchor`` is handed and trains, which no other block
@@ -822,21 +807,16 @@ class Prepare(Rule):
             for name, function, site in facts.unprepared_received_models
         ]
         new_module = module.visit(transformer)
-        # A model no block prepared (built where no prepare can follow it) trains undistributed:
-        # each process keeps its own weights, so say so rather than leave it silently.
-        reported = {name for name, _, _ in facts.unprepared_received_models}
-        for name in names:
-            if name in facts.models and name not in transformer.prepared_names and name not in reported:
-                sites = facts.assign_sites.get(name)
-                if not sites:
-                    continue
-                reports.append(
-                    report_at(
-                        sites[0],
-                        UNPREPARED_MODEL,
-                        f"{name} is trained but no prepare call can be placed for it here: its gradients are "
-                        f"not averaged across processes (add {name} = accelerator.prepare({name}) after it is "
-                        "built, once the accelerator exists)",
-                    )
+        # A model no prepare of the plan takes (built where none can follow it) trains
+        # undistributed: each process keeps its own weights, so say so rather than leave it silently.
+        for name in plan_of(facts).models_left_unprepared:
+            reports.append(
+                report_at(
+                    facts.assign_sites[name][0],
+                    UNPREPARED_MODEL,
+                    f"{name} is trained but no prepare call can be placed for it here: its gradients are "
+                    f"not averaged across processes (add {name} = accelerator.prepare({name}) after it is "
+                    "built, once the accelerator exists)",
                 )
+            )
         return new_module, [*transformer.changes(module), *reports]
