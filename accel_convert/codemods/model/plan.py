@@ -208,6 +208,12 @@ class ConversionPlan:
     #: reported (``unprepared_received_models``): each trains on its process alone, reported
     #: where it is first bound (ACC926).
     models_left_unprepared: tuple[str, ...] = ()
+    #: Module-level function that trains nothing, called by the home block only once its first
+    #: training statement is over (``test(path)`` after the training loop), where the accelerator
+    #: reaches → the loaders of ``to_prepare`` it builds: each is prepared where it is built, so
+    #: its evaluation is sharded and gathered as the home block's is. (An evaluation helper called
+    #: during training keeps reading its own loader whole.)
+    evaluation_preparations: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def of(
@@ -267,6 +273,7 @@ class ConversionPlan:
             prepared_before_handing=_frozen(placement.prepared_before_handing),
             prepared_after_binding=_frozen(placement.prepared_after_binding),
             prepared_before_wrapping=_frozen(placement.prepared_before_wrapping),
+            evaluation_preparations=MappingProxyType(dict(placement.evaluation_preparations)),
             models_left_unprepared=_models_left_unprepared(
                 facts, to_prepare, prepared_in, above_guard & set(to_prepare), received or {}, placement
             ),
@@ -358,6 +365,7 @@ class Placement:
     #: Home block → the models of ``prepared_where_built`` that one of its statements binds (in
     #: loops, branches and ``with`` blocks too): each is prepared after that statement.
     where_built: Mapping[str, AbstractSet[str]] = field(default_factory=dict)
+    evaluation_preparations: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def _edited_home_blocks(facts: FactsDraft | ScriptFacts) -> frozenset[str]:
@@ -557,7 +565,10 @@ def _placement(a: Analysis) -> Placement:
         before[block], after[block] = handing.prepares(block, rest, built, rebuilt)
     moves = _rebuilt_models_to_move(a, homes, home_lines, built)
     wrapping, where_built = _wraps_and_bindings(a, homes, home_lines, built)
+    evaluations = _evaluation_preparations(a, homes, home_lines)
+    moves.update(_models_evaluated_in(a, evaluations))
     return Placement(
+        evaluation_preparations=evaluations,
         prepared_before_wrapping=wrapping,
         where_built=where_built,
         rebuilt_loaders=rebuilt,
@@ -758,20 +769,26 @@ def _rebuilt_models_to_move(
         moves = {
             a.site(node).line: name
             for index, node in enumerate(rest)
-            if (name := _model_built_again(node, a.facts)) is not None
-            and any(
-                isinstance(inner, cst.Name) and inner.value in loaders
-                for later in rest[index + 1 :]
-                for inner in nodes_in(later)
-            )
+            if (name := _model_built(node, a.facts)) is not None and _meets_loader(name, rest[index + 1 :], a.facts)
         }
         if moves:
             found[block] = moves
     return found
 
 
-def _model_built_again(node: cst.BaseStatement, facts: FactsDraft) -> str | None:
-    """The model ``node`` builds, when it is ``model = Net()`` (a model class of the file, or a
+def _meets_loader(model: str, statements: Sequence[cst.BaseStatement], facts: FactsDraft) -> bool:
+    """Whether ``model`` meets a loader's batches in ``statements``: one of the script's models
+    where any of them reads a loader; a model first built there (evaluated only, never trained)
+    where one statement both calls it (``best(x)``) or hands it on and reads a loader."""
+    for later in statements:
+        names = {inner.value for inner in nodes_in(later) if isinstance(inner, cst.Name)}
+        if names & facts.loaders and (model in facts.models or model in names):
+            return True
+    return False
+
+
+def _model_built(node: cst.BaseStatement, facts: FactsDraft) -> str | None:
+    """The name ``node`` binds, when it is ``model = Net()`` (a model class of the file, or a
     ``torch.nn`` module, not moved) and the model is not prepared where it is built: not
     ``model = train_model(model, ...)``, which hands back the model it trained."""
     if not (isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1):
@@ -780,7 +797,7 @@ def _model_built_again(node: cst.BaseStatement, facts: FactsDraft) -> str | None
     if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
         return None
     target = assign.targets[0].target
-    if not (isinstance(target, cst.Name) and target.value in facts.models):
+    if not isinstance(target, cst.Name):
         return None
     if target.value in facts.models_prepared_where_built:
         return None
@@ -791,6 +808,8 @@ def _model_built_again(node: cst.BaseStatement, facts: FactsDraft) -> str | None
     constructs = dotted(value.func) in facts.model_classes or (
         qualified.startswith("torch.nn.") and qualified.rpartition(".")[2][:1].isupper()
     )
+    if target.value not in facts.models and (qualified.endswith("Loss") or target.value in facts.loss_names):
+        return None  # a criterion, not a model the script evaluates
     return target.value if constructs else None
 
 
@@ -908,6 +927,61 @@ def _rebuilt_loaders(
         if built:
             found[block] = built
     return found
+
+
+def _evaluation_preparations(
+    a: Analysis, homes: Mapping[str, Sequence[cst.BaseStatement]], lines: Sequence[int]
+) -> dict[str, tuple[str, ...]]:
+    """See ``ConversionPlan.evaluation_preparations``."""
+    facts = a.facts
+    loaders = set(_objects_to_prepare(facts, _received_models(a))) & facts.loaders
+    loaders -= a.unsharded_loaders | facts.prepared
+    others = {facts.main_function, facts.creating_function} | facts.training_functions | facts.backward_functions
+    candidates = (set(a.r.defs) & facts.accessible_functions) - others
+    # Home block statements after the one where training starts (its last line), by line span.
+    after: list[tuple[int, int]] = []
+    for statements in homes.values():
+        plain = [node for node in statements if not isinstance(node, (cst.FunctionDef, cst.ClassDef))]
+        start = _training_start(plain, lines, a)
+        after += _spans(plain[start + 1 :], a) if start < len(plain) else []
+    bound: dict[str, set[str]] = {}
+    for assign in a.r.assigns:
+        bound.setdefault(assign.function, set()).update(assign.targets)
+    found: dict[str, tuple[str, ...]] = {}
+    for function in sorted(candidates):
+        sites = facts.call_sites.get(function, ())
+        built = tuple(sorted(bound.get(function, set()) & loaders))
+        if built and sites and all(any(first <= site.line <= last for first, last in after) for site in sites):
+            found[function] = built
+    return found
+
+
+def _models_evaluated_in(a: Analysis, evaluations: Mapping[str, tuple[str, ...]]) -> dict[str, dict[int, str]]:
+    """``ConversionPlan.rebuilt_models_to_move`` for the functions of ``evaluation_preparations``:
+    a model one builds (``best = Net()``, not moved) and calls in a later statement meets the
+    batches of the loader it prepares, on the accelerator's device."""
+    found: dict[str, dict[int, str]] = {}
+    for top in a.module.body if a.module is not None else ():
+        if not (isinstance(top, cst.FunctionDef) and top.name.value in evaluations):
+            continue
+        body = list(top.body.body) if isinstance(top.body, cst.IndentedBlock) else []
+        moves = {
+            a.site(node).line: name
+            for index, node in enumerate(body)
+            if (name := _model_built(node, a.facts)) is not None and _called_in(name, body[index + 1 :])
+        }
+        if moves:
+            found[top.name.value] = moves
+    return found
+
+
+def _called_in(name: str, statements: Sequence[cst.BaseStatement]) -> bool:
+    """Whether one of ``statements`` calls ``name`` (``best(x)``)."""
+    return any(
+        isinstance(inner, cst.Call) and isinstance(inner.func, cst.Name) and inner.func.value == name
+        for node in statements
+        for inner in nodes_in(node)
+    )
 
 
 def _wraps_and_bindings(

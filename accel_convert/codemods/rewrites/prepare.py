@@ -91,7 +91,22 @@ class _Prepare(HomeBlockTransformer):
         ):
             body = self._edit_training_function(name, list(updated.body.body))
             return updated.with_changes(body=updated.body.with_changes(body=body))
+        if (
+            len(self.scope) == 1
+            and name in self.plan.evaluation_preparations
+            and isinstance(updated.body, cst.IndentedBlock)
+        ):
+            body = self._edit_evaluation_function(name, list(updated.body.body))
+            return updated.with_changes(body=updated.body.with_changes(body=body))
         return updated
+
+    def _edit_evaluation_function(self, function: str, body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+        """A function evaluating once training is over that builds its own loader (``test(path)``
+        after the training loop): the loader is prepared where it is built, and a model it builds
+        and evaluates is moved to the device of the prepared batches."""
+        loaders = set(self.plan.evaluation_preparations[function])
+        body = self._prepare_where_built(body, loaders, "    ", where="it is built, after training began")
+        return self._move_rebuilt_models(body, function)
 
     def _edit_training_function(self, function: str, body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
         """A function given the model by the home block (which prepares it) that builds the
@@ -296,27 +311,28 @@ class _Prepare(HomeBlockTransformer):
         return first, {name: index_of(line) for name, line in self.plan.prepare_after(block).items()}
 
     def _prepare_where_built(
-        self, statements: list[cst.BaseStatement], names: set[str], indent: str
+        self, statements: list[cst.BaseStatement], names: set[str], indent: str, where: str | None = None
     ) -> list[cst.BaseStatement]:
         """``statements`` with ``loader = accelerator.prepare(loader)`` after each line binding
-        one of ``names``, looking into loops, branches and ``with`` blocks."""
+        one of ``names``, looking into loops, branches and ``with`` blocks (``where``: why there,
+        for the report)."""
         result: list[cst.BaseStatement] = []
         for node in statements:
             if isinstance(node, cst.SimpleStatementLine):
                 result.append(node)
                 for name in sorted(self._assigned_by(node) & names):
-                    where = "it is built" if name in self.plan.prepared_where_built else "the loop builds it"
-                    self.report(node, Prepare.code, f"prepare {name} where {where}", header_only=True)
+                    why = where or ("it is built" if name in self.plan.prepared_where_built else "the loop builds it")
+                    self.report(node, Prepare.code, f"prepare {name} where {why}", header_only=True)
                     self._took([name])
                     result.append(prepare_statement(self.accelerator, [name], indent))
                 continue
             if isinstance(node, (cst.For, cst.While, cst.With, cst.If)) and isinstance(node.body, cst.IndentedBlock):
                 original = node
-                inner = self._prepare_where_built(list(node.body.body), names, indent + "    ")
+                inner = self._prepare_where_built(list(node.body.body), names, indent + "    ", where)
                 node = node.with_changes(body=node.body.with_changes(body=inner))
                 orelse = getattr(node, "orelse", None)
                 if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock):
-                    inner = self._prepare_where_built(list(orelse.body.body), names, indent + "    ")
+                    inner = self._prepare_where_built(list(orelse.body.body), names, indent + "    ", where)
                     node = node.with_changes(orelse=orelse.with_changes(body=orelse.body.with_changes(body=inner)))
                 if self.origins is not None:
                     # Later rules find a loop by its original line (the evaluation loop here).
