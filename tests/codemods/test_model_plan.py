@@ -937,3 +937,76 @@ def test_a_model_no_prepare_can_follow_is_the_plans_to_report() -> None:
     # A prepare in ``main`` would make ``net`` local to it: no prepare of the plan takes it.
     assert plan.models_left_unprepared == ("net",)
     assert "accelerator.prepare(net" not in converted
+
+
+_EVALUATED_AFTER_TRAINING = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def test(test_set):
+    loader = DataLoader(test_set, batch_size=8)
+    best = Net()
+    best.load_state_dict(torch.load("model.pt"))
+    best.eval()
+    correct = 0
+    with torch.no_grad():
+        for x, y in loader:
+            correct += (best(x).argmax(1) == y).sum().item()
+    print(correct)
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    torch.save(model.state_dict(), "model.pt")
+    test(TensorDataset(torch.randn(16, 8), torch.randint(0, 3, (16,))))
+"""
+
+
+def test_a_helper_evaluating_after_training_prepares_its_own_loader_and_moves_its_model() -> None:
+    plan, source, converted = _planned(_EVALUATED_AFTER_TRAINING)
+    assert dict(plan.evaluation_preparations) == {"test": ("loader",)}
+    assert dict(plan.rebuilt_models_to_move["test"]) == {_line(source, "best = Net()"): "best"}
+    assert _line_after(converted, "loader = DataLoader(test_set, batch_size=8)") == (
+        "loader = accelerator.prepare(loader)"
+    )
+    assert _line_after(converted, "best = Net()") == "best.to(accelerator.device)"
+
+
+def test_a_helper_evaluating_during_training_keeps_its_own_loader() -> None:
+    # Called inside the training loop (an evaluation each epoch): its loader is read whole, as before.
+    source = _EVALUATED_AFTER_TRAINING.replace(
+        "        optimizer.step()\n",
+        "        optimizer.step()\n        test(TensorDataset(torch.randn(16, 8), torch.randint(0, 3, (16,))))\n",
+    )
+    plan, _, converted = _planned(source)
+    assert dict(plan.evaluation_preparations) == {}
+    assert "accelerator.prepare(loader)" not in converted
+
+
+def test_a_model_first_built_after_training_and_evaluated_is_moved() -> None:
+    source = _EVALUATED_AFTER_TRAINING.replace(
+        "    test(TensorDataset(torch.randn(16, 8), torch.randint(0, 3, (16,))))\n",
+        "    best = Net()\n    best.eval()\n    for x, y in loader:\n        print(best(x).sum().item())\n",
+    )
+    plan, source, converted = _planned(source)
+    built = max(number for number, line in enumerate(source.splitlines(), 1) if line.strip() == "best = Net()")
+    assert dict(plan.rebuilt_models_to_move["main"]) == {built: "best"}
+    in_main = converted.split("def main", 1)[1].splitlines()
+    assert in_main[in_main.index("    best = Net()") + 1] == "    best.to(accelerator.device)"

@@ -521,6 +521,7 @@ def _preparations(
         "loss_names",
         "assign_sites",
         "model_classes",
+        "frozen_models",
     ),
     provides=("plan",),
 )
@@ -788,8 +789,9 @@ def _meets_loader(model: str, statements: Sequence[cst.BaseStatement], facts: Fa
 
 
 def _model_built(node: cst.BaseStatement, facts: FactsDraft) -> str | None:
-    """The name ``node`` binds, when it is ``model = Net()`` (a model class of the file, or a
-    ``torch.nn`` module, not moved) and the model is not prepared where it is built: not
+    """The model ``node`` builds, when it is ``model = Net()`` (a model class of the file, or a
+    ``torch.nn`` module, not moved; a trained model, or one the script puts in evaluation mode)
+    and the model is not prepared where it is built: not
     ``model = train_model(model, ...)``, which hands back the model it trained."""
     if not (isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1):
         return None
@@ -797,7 +799,8 @@ def _model_built(node: cst.BaseStatement, facts: FactsDraft) -> str | None:
     if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
         return None
     target = assign.targets[0].target
-    if not isinstance(target, cst.Name):
+    # A model to be tested (put in evaluation mode) counts too: one first built after training.
+    if not (isinstance(target, cst.Name) and target.value in facts.models | facts.frozen_models):
         return None
     if target.value in facts.models_prepared_where_built:
         return None
@@ -808,8 +811,6 @@ def _model_built(node: cst.BaseStatement, facts: FactsDraft) -> str | None:
     constructs = dotted(value.func) in facts.model_classes or (
         qualified.startswith("torch.nn.") and qualified.rpartition(".")[2][:1].isupper()
     )
-    if target.value not in facts.models and (qualified.endswith("Loss") or target.value in facts.loss_names):
-        return None  # a criterion, not a model the script evaluates
     return target.value if constructs else None
 
 

@@ -23,7 +23,12 @@ A second model built once the first one's training is over and trained in its ow
 teacher then a student, two models compared one after the other) gets its own ``prepare``, with
 its optimizer and scheduler, right after the last of them is built; the loader, prepared once
 already, stays as it is. A model built again under the same name after training (reloaded for
-inference) is moved to the device of the prepared batches instead.
+inference) is moved to the device of the prepared batches instead, and so is a model first built
+after training that is only evaluated over a prepared loader (``best = Net()``, loaded from a
+checkpoint). A helper called once the training is over that builds its own loader (``def
+test(path): loader = DataLoader(test_set)``) has it prepared where it is built, so its evaluation
+is sharded and gathered as the home block's is; a helper called during training (an evaluation
+each epoch) keeps reading its own loader whole.
 
 A model handed to a function that trains it, but built where this rule does not prepare it (bound
 more than once, or not by a model constructor), is reported (ACC926): its gradients would not be
@@ -772,6 +777,104 @@ class Prepare(Rule):
             code=UNPREPARED_MODEL,
             message="student is trained by train() but is not prepared: its gradients are not averaged across "
             "processes (add student = accelerator.prepare(student) after it is built, before this call)",
+        ),
+        # A helper called once the training is over, building its own test loader and the model it
+        # evaluates: the loader is prepared where it is built, the model moved to its batches'
+        # device, and the counts gathered.
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Net(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.fc = nn.Linear(8, 3)
+
+                    def forward(self, x):
+                        return self.fc(x)
+
+
+                def test(test_set):
+                    loader = DataLoader(test_set, batch_size=8)
+                    best = Net()
+                    best.load_state_dict(torch.load("model.pt"))
+                    best.eval()
+                    correct = 0
+                    with torch.no_grad():
+                        for x, y in loader:
+                            correct += (best(x).argmax(1) == y).sum().item()
+                    print(f"accuracy {correct}/{len(test_set)}")
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                    model = Net()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for x, y in loader:
+                        optimizer.zero_grad()
+                        nn.functional.cross_entropy(model(x), y).backward()
+                        optimizer.step()
+                    torch.save(model.state_dict(), "model.pt")
+                    test(TensorDataset(torch.randn(16, 8), torch.randint(0, 3, (16,))))
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Net(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.fc = nn.Linear(8, 3)
+
+                    def forward(self, x):
+                        return self.fc(x)
+
+
+                def test(test_set, accelerator):
+                    loader = DataLoader(test_set, batch_size=8)
+                    loader = accelerator.prepare(loader)
+                    best = Net()
+                    best.to(accelerator.device)
+                    accelerator.wait_for_everyone()
+                    best.load_state_dict(torch.load("model.pt", map_location={"cuda:0": str(accelerator.device)}))
+                    best.eval()
+                    correct = 0
+                    with torch.no_grad():
+                        for x, y in loader:
+                            output = best(x)
+                            output, y = accelerator.gather_for_metrics((output, y))
+                            correct += (output.argmax(1) == y).sum().item()
+                    accelerator.print(f"accuracy {correct}/{len(test_set)}")
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                    model = Net()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for x, y in loader:
+                        optimizer.zero_grad()
+                        accelerator.backward(nn.functional.cross_entropy(model(x), y))
+                        optimizer.step()
+                    accelerator.wait_for_everyone()
+                    accelerator.save(accelerator.unwrap_model(model).state_dict(), "model.pt")
+                    test(TensorDataset(torch.randn(16, 8), torch.randint(0, 3, (16,))), accelerator)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
         ),
         # Already prepared (a converted script converted again), with a scheduler stepped once per
         # epoch built after the prepare: nothing is added, and that scheduler stays unprepared
