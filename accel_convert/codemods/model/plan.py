@@ -21,18 +21,19 @@ For example, for::
 
 the plan says: the accelerator is created in ``main`` (``creating_scope``), ``main`` prepares
 ``model`` and ``loader`` and ``train`` prepares ``optimizer`` (``preparations``), and training
-starts at the line calling ``train`` (``training_start_line``). It also answers where a
-``prepare`` reaches beyond the statements of its block, from the original program: objects built
-above the ``__main__`` block (``built_above_guard``, prepared where the block creates the
-accelerator: ``prepared_where_created``), models the home function is only handed
-(``received_models``), loaders wrapped in another class (``loader_wrappings``, each prepared
-before its first wrap: ``prepared_before_wrapping``) or built again in
-the training (``rebuilt_loaders``), objects handed to a function that trains them after training
-began (``handed_for_training``, ``prepared_before_handing``), the statement after which each
-block's ``prepare`` goes (``built_before_training``: ``prepare_after`` and ``first_built``), and
-the models built again after training that must be moved (``rebuilt_models_to_move``), and
-the models no ``prepare`` of the plan takes (``models_left_unprepared``, reported); the
-prepare rule only applies those answers, finding each original line in the tree it is given.
+starts at the line calling ``train`` (``training_start_line``). It also answers where a ``prepare``
+reaches beyond the statements of its block, from the original program: objects built above the
+``__main__`` block (``built_above_guard``, prepared where the block creates the accelerator:
+``prepared_where_created``), models the home function is only handed (``received_models``), loaders
+wrapped in another class (``loader_wrappings``, each prepared before its first wrap:
+``prepared_before_wrapping``) or built again in the training (``rebuilt_loaders``), objects handed
+to a function that trains them after training began (``handed_for_training``,
+``prepared_before_handing``), the statement after which each block's ``prepare`` goes
+(``built_before_training``: ``prepare_after`` and ``first_built``), and the models built again (or
+first) after training that must be moved (``rebuilt_models_to_move``), the loaders an evaluation
+helper called once training is over builds and prepares (``evaluation_preparations``), and the
+models no ``prepare`` of the plan takes (``models_left_unprepared``, reported); the prepare rule
+only applies those answers, finding each original line in the tree it is given.
 
 Where a rewrite must find a statement in the tree it is given (which earlier rewrites changed),
 it asks this module's recognisers: :func:`creation_index` (the statement creating the
@@ -174,8 +175,10 @@ class ConversionPlan:
     )
     #: Home block → original line of a statement building a model again after training began
     #: (the CIFAR-10 tutorial's ``net = Net()`` before ``net.load_state_dict(...)``) whose later
-    #: statements read a loader the block prepares → that model: its batches are on the
-    #: accelerator's device, so the model is moved there after that line.
+    #: statements read a loader the block prepares, or first building there a model it only
+    #: evaluates (``best = Net()``, put in evaluation mode, called where a loader is read) → that
+    #: model: its batches are on the accelerator's device, so the model is moved there after that
+    #: line. Likewise for a function of ``evaluation_preparations``, a model it builds and calls.
     rebuilt_models_to_move: Mapping[str, Mapping[int, str]] = field(default_factory=lambda: MappingProxyType({}))
     #: Home block → original line of a statement from where its training starts handing objects
     #: to a function of ``handed_for_training`` (``train_model(model_conv, ..., optimizer_conv)``)
