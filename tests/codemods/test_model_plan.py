@@ -285,6 +285,7 @@ def test_placement_at_module_level_above_the_main_block() -> None:
     assert plan.home_kind == "main_guard" and plan.creates_accelerator and plan.prepares
     # ``net`` is built by module code above the block: the block's one prepare takes it too.
     assert plan.built_above_guard == {"net"}
+    assert plan.prepared_where_created("<module>") == ("net",)
     assert _line(source, "train(net, loader, optimizer)") in plan.training_lines_of(None)
     lines = [line.strip() for line in converted.splitlines()]
     prepare = lines.index("net, optimizer, loader = accelerator.prepare(net, optimizer, loader)")
@@ -364,6 +365,9 @@ def test_placement_of_a_loader_wrapped_at_module_level() -> None:
     # ``prepare`` passes the wrapper through: the loader is prepared right before it is wrapped.
     wrap = _line(source, "train_dl = DeviceDataLoader(train_dl, device)")
     assert dict(plan.loader_wrappings) == {wrap: (("train_dl", "DeviceDataLoader"),)}
+    assert {block: dict(lines) for block, lines in plan.prepared_before_wrapping.items()} == {
+        "<module>": {wrap: (("train_dl", "DeviceDataLoader"),)}
+    }
     lines = [line.strip() for line in converted.splitlines()]
     wrapped = lines.index("train_dl = DeviceDataLoader(train_dl, device)")
     assert lines[wrapped - 1] == "train_dl = accelerator.prepare(train_dl)"
@@ -861,3 +865,148 @@ def test_a_model_first_built_after_training_began_is_prepared_before_its_own_tra
     # Nothing left unprepared to report (ACC926).
     changes = convert_module(cst.parse_module(source), Options(), source).changes
     assert "ACC926" not in {change.code for change in changes}
+
+
+def test_a_loader_wrapped_twice_is_prepared_before_its_first_wrap_only() -> None:
+    plan, source, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        class DeviceDataLoader:
+            def __init__(self, loader, device):
+                self.loader, self.device = loader, device
+
+            def __iter__(self):
+                for x, y in self.loader:
+                    yield x.to(self.device), y.to(self.device)
+
+
+        def main():
+            device = torch.device("cuda")
+            train_dl = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+            train_dl = DeviceDataLoader(train_dl, device)
+            train_dl = DeviceDataLoader(train_dl, device)
+            model = nn.Linear(8, 1).to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in train_dl:
+                optimizer.zero_grad()
+                nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    first = _line(source, "train_dl = DeviceDataLoader(train_dl, device)")
+    assert {block: dict(lines) for block, lines in plan.prepared_before_wrapping.items()} == {
+        "main": {first: (("train_dl", "DeviceDataLoader"),)}
+    }
+    assert _prepare_lines(converted) == [
+        "train_dl = accelerator.prepare(train_dl)",
+        "model, optimizer = accelerator.prepare(model, optimizer)",
+    ]
+
+
+def test_a_model_no_prepare_can_follow_is_the_plans_to_report() -> None:
+    plan, _, converted = _planned(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        net = nn.Linear(4, 1)
+
+
+        def main():
+            loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=2)
+            optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+            for x, y in loader:
+                optimizer.zero_grad()
+                nn.functional.mse_loss(net(x), y).backward()
+                optimizer.step()
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    # A prepare in ``main`` would make ``net`` local to it: no prepare of the plan takes it.
+    assert plan.models_left_unprepared == ("net",)
+    assert "accelerator.prepare(net" not in converted
+
+
+_EVALUATED_AFTER_TRAINING = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def test(test_set):
+    loader = DataLoader(test_set, batch_size=8)
+    best = Net()
+    best.load_state_dict(torch.load("model.pt"))
+    best.eval()
+    correct = 0
+    with torch.no_grad():
+        for x, y in loader:
+            correct += (best(x).argmax(1) == y).sum().item()
+    print(correct)
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    torch.save(model.state_dict(), "model.pt")
+    test(TensorDataset(torch.randn(16, 8), torch.randint(0, 3, (16,))))
+"""
+
+
+def test_a_helper_evaluating_after_training_prepares_its_own_loader_and_moves_its_model() -> None:
+    plan, source, converted = _planned(_EVALUATED_AFTER_TRAINING)
+    assert dict(plan.evaluation_preparations) == {"test": ("loader",)}
+    assert dict(plan.rebuilt_models_to_move["test"]) == {_line(source, "best = Net()"): "best"}
+    assert _line_after(converted, "loader = DataLoader(test_set, batch_size=8)") == (
+        "loader = accelerator.prepare(loader)"
+    )
+    assert _line_after(converted, "best = Net()") == "best.to(accelerator.device)"
+
+
+def test_a_helper_evaluating_during_training_keeps_its_own_loader() -> None:
+    # Called inside the training loop (an evaluation each epoch): its loader is read whole, as before.
+    source = _EVALUATED_AFTER_TRAINING.replace(
+        "        optimizer.step()\n",
+        "        optimizer.step()\n        test(TensorDataset(torch.randn(16, 8), torch.randint(0, 3, (16,))))\n",
+    )
+    plan, _, converted = _planned(source)
+    assert dict(plan.evaluation_preparations) == {}
+    assert "accelerator.prepare(loader)" not in converted
+
+
+def test_a_model_first_built_after_training_and_evaluated_is_moved() -> None:
+    source = _EVALUATED_AFTER_TRAINING.replace(
+        "    test(TensorDataset(torch.randn(16, 8), torch.randint(0, 3, (16,))))\n",
+        "    best = Net()\n    best.eval()\n    for x, y in loader:\n        print(best(x).sum().item())\n",
+    )
+    plan, source, converted = _planned(source)
+    built = max(number for number, line in enumerate(source.splitlines(), 1) if line.strip() == "best = Net()")
+    assert dict(plan.rebuilt_models_to_move["main"]) == {built: "best"}
+    in_main = converted.split("def main", 1)[1].splitlines()
+    assert in_main[in_main.index("    best = Net()") + 1] == "    best.to(accelerator.device)"

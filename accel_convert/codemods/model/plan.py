@@ -21,15 +21,19 @@ For example, for::
 
 the plan says: the accelerator is created in ``main`` (``creating_scope``), ``main`` prepares
 ``model`` and ``loader`` and ``train`` prepares ``optimizer`` (``preparations``), and training
-starts at the line calling ``train`` (``training_start_line``). It also answers where a
-``prepare`` reaches beyond the statements of its block, from the original program: objects built
-above the ``__main__`` block (``built_above_guard``), models the home function is only handed
-(``received_models``), loaders wrapped in another class (``loader_wrappings``) or built again in
-the training (``rebuilt_loaders``), objects handed to a function that trains them after training
-began (``handed_for_training``, ``prepared_before_handing``), the statement after which each
-block's ``prepare`` goes (``built_before_training``: ``prepare_after`` and ``first_built``), and
-the models built again after training that must be moved (``rebuilt_models_to_move``); the
-prepare rule only applies those answers, finding each original line in the tree it is given.
+starts at the line calling ``train`` (``training_start_line``). It also answers where a ``prepare``
+reaches beyond the statements of its block, from the original program: objects built above the
+``__main__`` block (``built_above_guard``, prepared where the block creates the accelerator:
+``prepared_where_created``), models the home function is only handed (``received_models``), loaders
+wrapped in another class (``loader_wrappings``, each prepared before its first wrap:
+``prepared_before_wrapping``) or built again in the training (``rebuilt_loaders``), objects handed
+to a function that trains them after training began (``handed_for_training``,
+``prepared_before_handing``), the statement after which each block's ``prepare`` goes
+(``built_before_training``: ``prepare_after`` and ``first_built``), and the models built again (or
+first) after training that must be moved (``rebuilt_models_to_move``), the loaders an evaluation
+helper called once training is over builds and prepares (``evaluation_preparations``), and the
+models no ``prepare`` of the plan takes (``models_left_unprepared``, reported); the prepare rule
+only applies those answers, finding each original line in the tree it is given.
 
 Where a rewrite must find a statement in the tree it is given (which earlier rewrites changed),
 it asks this module's recognisers: :func:`creation_index` (the statement creating the
@@ -172,8 +176,10 @@ class ConversionPlan:
     )
     #: Home block → original line of a statement building a model again after training began
     #: (the CIFAR-10 tutorial's ``net = Net()`` before ``net.load_state_dict(...)``) whose later
-    #: statements read a loader the block prepares → that model: its batches are on the
-    #: accelerator's device, so the model is moved there after that line.
+    #: statements read a loader the block prepares, or first building there a model it only
+    #: evaluates (``best = Net()``, put in evaluation mode, called where a loader is read) → that
+    #: model: its batches are on the accelerator's device, so the model is moved there after that
+    #: line. Likewise for a function of ``evaluation_preparations``, a model it builds and calls.
     rebuilt_models_to_move: Mapping[str, Mapping[int, str]] = field(default_factory=lambda: MappingProxyType({}))
     #: Home block → original line of a statement from where its training starts handing objects
     #: to a function of ``handed_for_training`` (``train_model(model_conv, ..., optimizer_conv)``)
@@ -194,6 +200,24 @@ class ConversionPlan:
     prepared_after_binding: Mapping[str, Mapping[int, tuple[str, ...]]] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    #: Home block → original line of a statement before its training starts that hands a loader
+    #: the block prepares to a class standing for it from then on (``loader_wrappings``) → the
+    #: (loader, wrapper class) pairs wrapped there first: ``prepare`` passes such a wrapper
+    #: through unchanged, so each loader is prepared right before that statement, once.
+    prepared_before_wrapping: Mapping[str, Mapping[int, tuple[tuple[str, str], ...]]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    #: The models of ``to_prepare`` no ``prepare`` of the plan takes (bound only where none can
+    #: follow them: under a flag, inside a ``try``) and that are not received models already
+    #: reported (``unprepared_received_models``): each trains on its process alone, reported
+    #: where it is first bound (ACC926).
+    models_left_unprepared: tuple[str, ...] = ()
+    #: Module-level function that trains nothing, called by the home block only once its first
+    #: training statement is over (``test(path)`` after the training loop), where the accelerator
+    #: reaches → the loaders of ``to_prepare`` it builds: each is prepared where it is built, so
+    #: its evaluation is sharded and gathered as the home block's is. (An evaluation helper called
+    #: during training keeps reading its own loader whole.)
+    evaluation_preparations: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def of(
@@ -219,6 +243,7 @@ class ConversionPlan:
         creating = None if facts.home_kind == "library" else facts.creating_function or facts.home_function
         preparing = _preparing_functions(facts)
         placement = placement or Placement()
+        prepared_in = _preparations(facts, to_prepare, creating, preparing, bound or {}, methods or {})
         return cls(
             home_kind=facts.home_kind,
             home_function=facts.main_function,
@@ -227,7 +252,7 @@ class ConversionPlan:
             created_before_binding=frozenset(facts.device_names | facts.cuda_flags | facts.trained_objects),
             created_before_lines=_lines_reading_the_accelerator(facts, parsing),
             to_prepare=to_prepare,
-            preparations=_preparations(facts, to_prepare, creating, preparing, bound or {}, methods or {}),
+            preparations=prepared_in,
             preparing_functions=preparing,
             class_preparations=MappingProxyType(dict(facts.class_prepare)),
             method_preparations=_frozen(methods or {}),
@@ -251,6 +276,11 @@ class ConversionPlan:
             rebuilt_models_to_move=_frozen(placement.rebuilt_models_to_move),
             prepared_before_handing=_frozen(placement.prepared_before_handing),
             prepared_after_binding=_frozen(placement.prepared_after_binding),
+            prepared_before_wrapping=_frozen(placement.prepared_before_wrapping),
+            evaluation_preparations=MappingProxyType(dict(placement.evaluation_preparations)),
+            models_left_unprepared=_models_left_unprepared(
+                facts, to_prepare, prepared_in, above_guard & set(to_prepare), received or {}, placement
+            ),
         )
 
     @property
@@ -291,6 +321,17 @@ class ConversionPlan:
         block's training starts: ``prepare`` lists each group's objects in that order."""
         return {name: first for name, (first, _) in self.built_before_training.get(block, {}).items()}
 
+    def prepared_where_created(self, block: str) -> tuple[str, ...]:
+        """The objects ``block`` (the ``__main__`` block, or the function creating the accelerator
+        in such a script) prepares right where it creates the accelerator: those plain statements
+        above the ``__main__`` block build (``built_above_guard``) and the block itself does not
+        build before its training. The block runs at module level, so preparing them there rebinds
+        the globals every function reads."""
+        if self.home_kind != "main_guard":
+            return ()
+        built = self.built_before_training.get(block, {})
+        return tuple(name for name in self.to_prepare if name in self.built_above_guard and name not in built)
+
     @property
     def training_start_line(self) -> int | None:
         """The first original line of the home block where training starts."""
@@ -324,6 +365,49 @@ class Placement:
     rebuilt_models_to_move: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
     prepared_before_handing: Mapping[str, Mapping[int, tuple[str, ...]]] = field(default_factory=dict)
     prepared_after_binding: Mapping[str, Mapping[int, tuple[str, ...]]] = field(default_factory=dict)
+    prepared_before_wrapping: Mapping[str, Mapping[int, tuple[tuple[str, str], ...]]] = field(default_factory=dict)
+    #: Home block → the models of ``prepared_where_built`` that one of its statements binds (in
+    #: loops, branches and ``with`` blocks too): each is prepared after that statement.
+    where_built: Mapping[str, AbstractSet[str]] = field(default_factory=dict)
+    evaluation_preparations: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def _edited_home_blocks(facts: FactsDraft | ScriptFacts) -> frozenset[str]:
+    """The home blocks whose statements the prepare rule edits: the home and the creating
+    function, or ``"<module>"`` (the module's code or its ``__main__`` block); none in a library."""
+    if facts.home_kind == "library":
+        return frozenset()
+    if facts.home_kind == "function":
+        return frozenset(name for name in (facts.main_function, facts.creating_function) if name)
+    return frozenset({MODULE})
+
+
+def _models_left_unprepared(
+    facts: FactsDraft | ScriptFacts,
+    to_prepare: tuple[str, ...],
+    prepared_in: Mapping[str, tuple[str, ...]],
+    above_guard: AbstractSet[str],
+    received: Mapping[str, tuple[str, ...]],
+    placement: Placement,
+) -> tuple[str, ...]:
+    """See ``ConversionPlan.models_left_unprepared``: the models of ``to_prepare`` that none of
+    the plan's ``prepare`` calls takes."""
+    built = placement.built_before_training
+    taken: set[str] = set()
+    for block in _edited_home_blocks(facts):
+        taken |= {*built.get(block, {}), *received.get(block, ()), *placement.where_built.get(block, ())}
+        for lines in (placement.prepared_before_handing, placement.prepared_after_binding):
+            taken |= {name for names in lines.get(block, {}).values() for name in names}
+    if facts.home_kind == "main_guard" and (facts.creating_function or MODULE) == MODULE:
+        taken |= above_guard  # prepared where the ``__main__`` block creates the accelerator
+    for function in _preparing_functions(facts):
+        taken |= set(prepared_in.get(function, ())) & set(built.get(function, {}))
+    reported = {name for name, _, _ in facts.unprepared_received_models}
+    return tuple(
+        name
+        for name in to_prepare
+        if name in facts.models and name not in taken | reported and facts.assign_sites.get(name)
+    )
 
 
 def _objects_to_prepare(
@@ -441,6 +525,7 @@ def _preparations(
         "loss_names",
         "assign_sites",
         "model_classes",
+        "frozen_models",
     ),
     provides=("plan",),
 )
@@ -484,7 +569,13 @@ def _placement(a: Analysis) -> Placement:
         rest = statements[_training_start(statements, home_lines, a) :]
         before[block], after[block] = handing.prepares(block, rest, built, rebuilt)
     moves = _rebuilt_models_to_move(a, homes, home_lines, built)
+    wrapping, where_built = _wraps_and_bindings(a, homes, home_lines, built)
+    evaluations = _evaluation_preparations(a, homes, home_lines)
+    moves.update(_models_evaluated_in(a, evaluations))
     return Placement(
+        evaluation_preparations=evaluations,
+        prepared_before_wrapping=wrapping,
+        where_built=where_built,
         rebuilt_loaders=rebuilt,
         handed_for_training=handed,
         built_before_training=built,
@@ -683,21 +774,28 @@ def _rebuilt_models_to_move(
         moves = {
             a.site(node).line: name
             for index, node in enumerate(rest)
-            if (name := _model_built_again(node, a.facts)) is not None
-            and any(
-                isinstance(inner, cst.Name) and inner.value in loaders
-                for later in rest[index + 1 :]
-                for inner in nodes_in(later)
-            )
+            if (name := _model_built(node, a.facts)) is not None and _meets_loader(name, rest[index + 1 :], a.facts)
         }
         if moves:
             found[block] = moves
     return found
 
 
-def _model_built_again(node: cst.BaseStatement, facts: FactsDraft) -> str | None:
+def _meets_loader(model: str, statements: Sequence[cst.BaseStatement], facts: FactsDraft) -> bool:
+    """Whether ``model`` meets a loader's batches in ``statements``: one of the script's models
+    where any of them reads a loader; a model first built there (evaluated only, never trained)
+    where one statement both calls it (``best(x)``) or hands it on and reads a loader."""
+    for later in statements:
+        names = {inner.value for inner in nodes_in(later) if isinstance(inner, cst.Name)}
+        if names & facts.loaders and (model in facts.models or model in names):
+            return True
+    return False
+
+
+def _model_built(node: cst.BaseStatement, facts: FactsDraft) -> str | None:
     """The model ``node`` builds, when it is ``model = Net()`` (a model class of the file, or a
-    ``torch.nn`` module, not moved) and the model is not prepared where it is built: not
+    ``torch.nn`` module, not moved; a trained model, or one the script puts in evaluation mode)
+    and the model is not prepared where it is built: not
     ``model = train_model(model, ...)``, which hands back the model it trained."""
     if not (isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1):
         return None
@@ -705,7 +803,8 @@ def _model_built_again(node: cst.BaseStatement, facts: FactsDraft) -> str | None
     if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
         return None
     target = assign.targets[0].target
-    if not (isinstance(target, cst.Name) and target.value in facts.models):
+    # A model to be tested (put in evaluation mode) counts too: one first built after training.
+    if not (isinstance(target, cst.Name) and target.value in facts.models | facts.frozen_models):
         return None
     if target.value in facts.models_prepared_where_built:
         return None
@@ -833,6 +932,116 @@ def _rebuilt_loaders(
         if built:
             found[block] = built
     return found
+
+
+def _evaluation_preparations(
+    a: Analysis, homes: Mapping[str, Sequence[cst.BaseStatement]], lines: Sequence[int]
+) -> dict[str, tuple[str, ...]]:
+    """See ``ConversionPlan.evaluation_preparations``."""
+    facts = a.facts
+    loaders = set(_objects_to_prepare(facts, _received_models(a))) & facts.loaders
+    loaders -= a.unsharded_loaders | facts.prepared
+    others = {facts.main_function, facts.creating_function} | facts.training_functions | facts.backward_functions
+    candidates = (set(a.r.defs) & facts.accessible_functions) - others
+    # Home block statements after the one where training starts (its last line), by line span.
+    after: list[tuple[int, int]] = []
+    for statements in homes.values():
+        plain = [node for node in statements if not isinstance(node, (cst.FunctionDef, cst.ClassDef))]
+        start = _training_start(plain, lines, a)
+        after += _spans(plain[start + 1 :], a) if start < len(plain) else []
+    bound: dict[str, set[str]] = {}
+    for assign in a.r.assigns:
+        bound.setdefault(assign.function, set()).update(assign.targets)
+    found: dict[str, tuple[str, ...]] = {}
+    for function in sorted(candidates):
+        sites = facts.call_sites.get(function, ())
+        built = tuple(sorted(bound.get(function, set()) & loaders))
+        if built and sites and all(any(first <= site.line <= last for first, last in after) for site in sites):
+            found[function] = built
+    return found
+
+
+def _models_evaluated_in(a: Analysis, evaluations: Mapping[str, tuple[str, ...]]) -> dict[str, dict[int, str]]:
+    """``ConversionPlan.rebuilt_models_to_move`` for the functions of ``evaluation_preparations``:
+    a model one builds (``best = Net()``, not moved) and calls in a later statement meets the
+    batches of the loader it prepares, on the accelerator's device."""
+    found: dict[str, dict[int, str]] = {}
+    for top in a.module.body if a.module is not None else ():
+        if not (isinstance(top, cst.FunctionDef) and top.name.value in evaluations):
+            continue
+        body = list(top.body.body) if isinstance(top.body, cst.IndentedBlock) else []
+        moves = {
+            a.site(node).line: name
+            for index, node in enumerate(body)
+            if (name := _model_built(node, a.facts)) is not None and _called_in(name, body[index + 1 :])
+        }
+        if moves:
+            found[top.name.value] = moves
+    return found
+
+
+def _called_in(name: str, statements: Sequence[cst.BaseStatement]) -> bool:
+    """Whether one of ``statements`` calls ``name`` (``best(x)``)."""
+    return any(
+        isinstance(inner, cst.Call) and isinstance(inner.func, cst.Name) and inner.func.value == name
+        for node in statements
+        for inner in nodes_in(node)
+    )
+
+
+def _wraps_and_bindings(
+    a: Analysis,
+    homes: Mapping[str, Sequence[cst.BaseStatement]],
+    lines: Sequence[int],
+    built: Mapping[str, Mapping[str, tuple[int, int]]],
+) -> tuple[dict[str, dict[int, tuple[tuple[str, str], ...]]], dict[str, frozenset[str]]]:
+    """``Placement.prepared_before_wrapping`` and ``Placement.where_built``, per home block."""
+    to_prepare = set(_objects_to_prepare(a.facts, _received_models(a)))
+    where_built = to_prepare & a.facts.models_prepared_where_built
+    wrapping: dict[str, dict[int, tuple[tuple[str, str], ...]]] = {}
+    binding: dict[str, frozenset[str]] = {}
+    for block, statements in homes.items():
+        if found := _prepared_before_wrapping(a, statements, lines, set(built[block]) & to_prepare):
+            wrapping[block] = found
+        if bound := _binding(statements, where_built, a):
+            binding[block] = bound
+    return wrapping, binding
+
+
+def _prepared_before_wrapping(
+    a: Analysis, statements: Sequence[cst.BaseStatement], lines: Sequence[int], prepared: AbstractSet[str]
+) -> dict[int, tuple[tuple[str, str], ...]]:
+    """See ``ConversionPlan.prepared_before_wrapping``: for one home block's statements, the
+    first wrap of each loader of ``prepared`` (what the block's ``prepare`` takes) before the
+    block's training starts. The accelerator is created above the first statement binding a
+    loader (``created_before_binding``), so above any wrap."""
+    wrappings = _loader_wrappings(a)
+    found: dict[int, tuple[tuple[str, str], ...]] = {}
+    seen: set[str] = set()
+    for node in statements[: _training_start(statements, lines, a)]:
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        line = a.site(node).line
+        wraps = [(loader, wrapper) for loader, wrapper in wrappings.get(line, ()) if loader in prepared - seen]
+        seen |= {loader for loader, _ in wraps}
+        if wraps:
+            found[line] = tuple(wraps)
+    return found
+
+
+def _binding(statements: Sequence[cst.BaseStatement], names: AbstractSet[str], a: Analysis) -> frozenset[str]:
+    """The ``names`` a plain statement among ``statements`` binds, also inside loops, ``with``
+    blocks and ``if`` branches (to a final ``else``): where a ``prepare`` can follow it."""
+    found: set[str] = set()
+    for node in statements:
+        if isinstance(node, cst.SimpleStatementLine):
+            found |= _bound_in(_spans([node], a), a) & names
+        elif isinstance(node, (cst.For, cst.While, cst.With, cst.If)) and isinstance(node.body, cst.IndentedBlock):
+            found |= _binding(node.body.body, names, a)
+            orelse = getattr(node, "orelse", None)
+            if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock):
+                found |= _binding(orelse.body.body, names, a)
+    return frozenset(found)
 
 
 def _loader_wrappings(a: Analysis) -> dict[int, tuple[tuple[str, str], ...]]:

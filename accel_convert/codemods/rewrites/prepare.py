@@ -23,7 +23,12 @@ A second model built once the first one's training is over and trained in its ow
 teacher then a student, two models compared one after the other) gets its own ``prepare``, with
 its optimizer and scheduler, right after the last of them is built; the loader, prepared once
 already, stays as it is. A model built again under the same name after training (reloaded for
-inference) is moved to the device of the prepared batches instead.
+inference) is moved to the device of the prepared batches instead, and so is a model first built
+after training that is only evaluated over a prepared loader (``best = Net()``, loaded from a
+checkpoint). A helper called once the training is over that builds its own loader (``def
+test(path): loader = DataLoader(test_set)``) has it prepared where it is built, so its evaluation
+is sharded and gathered as the home block's is; a helper called during training (an evaluation
+each epoch) keeps reading its own loader whole.
 
 A model handed to a function that trains it, but built where this rule does not prepare it (bound
 more than once, or not by a model constructor), is reported (ACC926): its gradients would not be
@@ -71,9 +76,6 @@ class _Prepare(HomeBlockTransformer):
         super().__init__(facts)
         self.plan = plan_of(facts)
         self.wanted = names
-        #: Every name a ``prepare`` statement of this pass received (for the report of models no
-        #: block prepared).
-        self.prepared_names: set[str] = set()
         #: The names the ``prepare`` statements of the block being edited received so far: each
         #: block prepares what the plan gives it, whichever block the walk edited before.
         self.prepared_in_block: set[str] = set()
@@ -94,7 +96,22 @@ class _Prepare(HomeBlockTransformer):
         ):
             body = self._edit_training_function(name, list(updated.body.body))
             return updated.with_changes(body=updated.body.with_changes(body=body))
+        if (
+            len(self.scope) == 1
+            and name in self.plan.evaluation_preparations
+            and isinstance(updated.body, cst.IndentedBlock)
+        ):
+            body = self._edit_evaluation_function(name, list(updated.body.body))
+            return updated.with_changes(body=updated.body.with_changes(body=body))
         return updated
+
+    def _edit_evaluation_function(self, function: str, body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+        """A function evaluating once training is over that builds its own loader (``test(path)``
+        after the training loop): the loader is prepared where it is built, and a model it builds
+        and evaluates is moved to the device of the prepared batches."""
+        loaders = set(self.plan.evaluation_preparations[function])
+        body = self._prepare_where_built(body, loaders, "    ", where="it is built, after training began")
+        return self._move_rebuilt_models(body, function)
 
     def _edit_training_function(self, function: str, body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
         """A function given the model by the home block (which prepares it) that builds the
@@ -135,14 +152,12 @@ class _Prepare(HomeBlockTransformer):
         head = body[:loop_index]
         # A loader wrapped in an object of another class (a ``DeviceDataLoader`` moving every
         # batch): prepare passes such objects through, so the loader is prepared before the wrap.
-        before_wrap = self._prepare_before_wrapping(
-            head, [name for name in names if name in self.facts.loaders], indent
-        )
+        before_wrap = self._prepare_before_wrapping(head, block, indent)
         names = [name for name in names if name not in self.prepared_in_block]
         if where_built:
             head = self._prepare_where_built(head, where_built, indent + "    ")
         body = [*head, *self._edit_from_the_loop(body[loop_index:], rebuilt, block, indent)]
-        names = self._with_built_above_guard(names, body[:loop_index], first_creation, last_creation)
+        names = self._with_built_above_guard(names, block, body[:loop_index], first_creation, last_creation)
         if names:
             body = self._insert_prepare(body, names, last_creation, indent)
         if before_wrap:
@@ -169,15 +184,15 @@ class _Prepare(HomeBlockTransformer):
     def _with_built_above_guard(
         self,
         names: list[str],
+        block: str,
         head: list[cst.BaseStatement],
         first_creation: dict[str, int],
         last_creation: dict[str, int],
     ) -> list[str]:
-        """``names`` with what the module builds above the ``__main__`` block and the block's
-        training uses: the block runs at module level, so preparing it there (where the block
-        creates the accelerator, among ``head``) rebinds the global every function reads."""
-        above = [name for name in self.wanted if name in self.plan.built_above_guard and name not in last_creation]
-        if not above or self.facts.home_kind != "main_guard":
+        """``names`` with what the plan prepares where ``block`` creates the accelerator (among
+        ``head``): what the module builds above the ``__main__`` block (``prepared_where_created``)."""
+        above = list(self.plan.prepared_where_created(block))
+        if not above:
             return names
         created = self._accelerator_index(head)
         if created is None:
@@ -189,7 +204,6 @@ class _Prepare(HomeBlockTransformer):
     def _took(self, names: list[str]) -> None:
         """Record that a ``prepare`` statement of the block being edited takes ``names``."""
         self.prepared_in_block.update(names)
-        self.prepared_names.update(names)
 
     def _insert_prepare(
         self, body: list[cst.BaseStatement], names: list[str], last_creation: dict[str, int], indent: str
@@ -201,19 +215,17 @@ class _Prepare(HomeBlockTransformer):
         return [*body[: after + 1], prepare_statement(self.accelerator, names, indent), *body[after + 1 :]]
 
     def _prepare_before_wrapping(
-        self, statements: list[cst.BaseStatement], loaders: list[str], indent: str
+        self, statements: list[cst.BaseStatement], block: str, indent: str
     ) -> dict[int, list[cst.BaseStatement]]:
-        """``loader = accelerator.prepare(loader)`` statements to put right before the first
-        statement of ``statements`` that hands one of ``loaders`` to a wrapper class
+        """``loader = accelerator.prepare(loader)`` statements to put right before each statement
+        of ``statements`` at a line of the plan's ``prepared_before_wrapping`` for ``block``
         (``train_dl = WrappedDataLoader(train_dl, preprocess)``), by that statement's identity;
-        the loaders so prepared join ``prepared_in_block``. The accelerator is created before the
-        first statement binding a loader (``accelerator.creation_index``), so before any wrap."""
-        created = self._accelerator_index(statements)
+        the loaders so prepared join ``prepared_in_block``."""
+        wrapped = self.plan.prepared_before_wrapping.get(block, {})
         inserted: dict[int, list[cst.BaseStatement]] = {}
-        for index, node in enumerate(statements):
-            for loader, wrapper in self._wrappings(node, loaders):
-                if loader in self.prepared_in_block or (created is not None and created >= index):
-                    continue
+        for node in statements:
+            site = self.origins.site(node)
+            for loader, wrapper in wrapped.get(site.line, ()) if site is not None else ():
                 self._took([loader])
                 self.report(
                     node,
@@ -223,13 +235,6 @@ class _Prepare(HomeBlockTransformer):
                 )
                 inserted.setdefault(id(node), []).append(prepare_statement(self.accelerator, [loader], indent))
         return inserted
-
-    def _wrappings(self, node: cst.BaseStatement, loaders: list[str]) -> list[tuple[str, str]]:
-        """(loader, wrapper class) for each of ``loaders`` that ``node`` (an original statement)
-        hands to a class standing for it from then on: the plan's ``loader_wrappings``."""
-        site = self.origins.site(node)
-        wraps = self.plan.loader_wrappings.get(site.line, ()) if site is not None else ()
-        return [(loader, wrapper) for loader, wrapper in wraps if loader in loaders]
 
     def _received_models(self, anchor: cst.CSTNode) -> tuple[str, ...]:
         """The models the home function ``anchor`` is handed and trains, which no other block
@@ -311,27 +316,28 @@ class _Prepare(HomeBlockTransformer):
         return first, {name: index_of(line) for name, line in self.plan.prepare_after(block).items()}
 
     def _prepare_where_built(
-        self, statements: list[cst.BaseStatement], names: set[str], indent: str
+        self, statements: list[cst.BaseStatement], names: set[str], indent: str, where: str | None = None
     ) -> list[cst.BaseStatement]:
         """``statements`` with ``loader = accelerator.prepare(loader)`` after each line binding
-        one of ``names``, looking into loops, branches and ``with`` blocks."""
+        one of ``names``, looking into loops, branches and ``with`` blocks (``where``: why there,
+        for the report)."""
         result: list[cst.BaseStatement] = []
         for node in statements:
             if isinstance(node, cst.SimpleStatementLine):
                 result.append(node)
                 for name in sorted(self._assigned_by(node) & names):
-                    where = "it is built" if name in self.plan.prepared_where_built else "the loop builds it"
-                    self.report(node, Prepare.code, f"prepare {name} where {where}", header_only=True)
+                    why = where or ("it is built" if name in self.plan.prepared_where_built else "the loop builds it")
+                    self.report(node, Prepare.code, f"prepare {name} where {why}", header_only=True)
                     self._took([name])
                     result.append(prepare_statement(self.accelerator, [name], indent))
                 continue
             if isinstance(node, (cst.For, cst.While, cst.With, cst.If)) and isinstance(node.body, cst.IndentedBlock):
                 original = node
-                inner = self._prepare_where_built(list(node.body.body), names, indent + "    ")
+                inner = self._prepare_where_built(list(node.body.body), names, indent + "    ", where)
                 node = node.with_changes(body=node.body.with_changes(body=inner))
                 orelse = getattr(node, "orelse", None)
                 if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock):
-                    inner = self._prepare_where_built(list(orelse.body.body), names, indent + "    ")
+                    inner = self._prepare_where_built(list(orelse.body.body), names, indent + "    ", where)
                     node = node.with_changes(orelse=orelse.with_changes(body=orelse.body.with_changes(body=inner)))
                 if self.origins is not None:
                     # Later rules find a loop by its original line (the evaluation loop here).
@@ -772,6 +778,104 @@ class Prepare(Rule):
             message="student is trained by train() but is not prepared: its gradients are not averaged across "
             "processes (add student = accelerator.prepare(student) after it is built, before this call)",
         ),
+        # A helper called once the training is over, building its own test loader and the model it
+        # evaluates: the loader is prepared where it is built, the model moved to its batches'
+        # device, and the counts gathered.
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Net(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.fc = nn.Linear(8, 3)
+
+                    def forward(self, x):
+                        return self.fc(x)
+
+
+                def test(test_set):
+                    loader = DataLoader(test_set, batch_size=8)
+                    best = Net()
+                    best.load_state_dict(torch.load("model.pt"))
+                    best.eval()
+                    correct = 0
+                    with torch.no_grad():
+                        for x, y in loader:
+                            correct += (best(x).argmax(1) == y).sum().item()
+                    print(f"accuracy {correct}/{len(test_set)}")
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                    model = Net()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for x, y in loader:
+                        optimizer.zero_grad()
+                        nn.functional.cross_entropy(model(x), y).backward()
+                        optimizer.step()
+                    torch.save(model.state_dict(), "model.pt")
+                    test(TensorDataset(torch.randn(16, 8), torch.randint(0, 3, (16,))))
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Net(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.fc = nn.Linear(8, 3)
+
+                    def forward(self, x):
+                        return self.fc(x)
+
+
+                def test(test_set, accelerator):
+                    loader = DataLoader(test_set, batch_size=8)
+                    loader = accelerator.prepare(loader)
+                    best = Net()
+                    best.to(accelerator.device)
+                    accelerator.wait_for_everyone()
+                    best.load_state_dict(torch.load("model.pt", map_location={"cuda:0": str(accelerator.device)}))
+                    best.eval()
+                    correct = 0
+                    with torch.no_grad():
+                        for x, y in loader:
+                            output = best(x)
+                            output, y = accelerator.gather_for_metrics((output, y))
+                            correct += (output.argmax(1) == y).sum().item()
+                    accelerator.print(f"accuracy {correct}/{len(test_set)}")
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                    model = Net()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for x, y in loader:
+                        optimizer.zero_grad()
+                        accelerator.backward(nn.functional.cross_entropy(model(x), y))
+                        optimizer.step()
+                    accelerator.wait_for_everyone()
+                    accelerator.save(accelerator.unwrap_model(model).state_dict(), "model.pt")
+                    test(TensorDataset(torch.randn(16, 8), torch.randint(0, 3, (16,))), accelerator)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
         # Already prepared (a converted script converted again), with a scheduler stepped once per
         # epoch built after the prepare: nothing is added, and that scheduler stays unprepared
         # (prepared, it would step once per process at each call).
@@ -822,21 +926,16 @@ class Prepare(Rule):
             for name, function, site in facts.unprepared_received_models
         ]
         new_module = module.visit(transformer)
-        # A model no block prepared (built where no prepare can follow it) trains undistributed:
-        # each process keeps its own weights, so say so rather than leave it silently.
-        reported = {name for name, _, _ in facts.unprepared_received_models}
-        for name in names:
-            if name in facts.models and name not in transformer.prepared_names and name not in reported:
-                sites = facts.assign_sites.get(name)
-                if not sites:
-                    continue
-                reports.append(
-                    report_at(
-                        sites[0],
-                        UNPREPARED_MODEL,
-                        f"{name} is trained but no prepare call can be placed for it here: its gradients are "
-                        f"not averaged across processes (add {name} = accelerator.prepare({name}) after it is "
-                        "built, once the accelerator exists)",
-                    )
+        # A model no prepare of the plan takes (built where none can follow it) trains
+        # undistributed: each process keeps its own weights, so say so rather than leave it silently.
+        for name in plan_of(facts).models_left_unprepared:
+            reports.append(
+                report_at(
+                    facts.assign_sites[name][0],
+                    UNPREPARED_MODEL,
+                    f"{name} is trained but no prepare call can be placed for it here: its gradients are "
+                    f"not averaged across processes (add {name} = accelerator.prepare({name}) after it is "
+                    "built, once the accelerator exists)",
                 )
+            )
         return new_module, [*transformer.changes(module), *reports]

@@ -18,6 +18,7 @@ from accel_convert.codemods.engine.syntax import bound_by, dotted, expression_co
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import variables_read
 from accel_convert.codemods.model.locality import grown_in
+from accel_convert.codemods.model.plan import plan_of
 from accel_convert.codemods.rewrites.metrics.batch_means import (
     GatheredLoop,
     report_means_over_batches,
@@ -268,6 +269,8 @@ class EvalLoopRewriter(RuleTransformer):
         function = next((n for n in reversed(self._anchors) if isinstance(n, cst.FunctionDef)), None)
         if function is None or function.name.value in (self.facts.main_function, self.facts.creating_function):
             return False
+        if name in plan_of(self.facts).evaluation_preparations.get(function.name.value, ()):
+            return False  # built once training is over: the plan prepares it where it is built
         where = self.facts.origins.site(function)
         return (
             where is not None
