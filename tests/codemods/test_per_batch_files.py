@@ -137,15 +137,29 @@ evaluate(model, test_loader, "preds")
 """
 
 
-def test_a_loader_another_module_hands_in_stays_prepared_and_its_per_batch_write_is_reported() -> None:
-    # The entry prepares the loader it builds: the module looping over it cannot leave it
-    # unprepared, so it gathers (else it would count one process's batches) and reports the write.
+def convert_train_and_engine(train: str) -> dict[str, str]:
     modules = [
-        ProgramModule(name, cst.parse_module(text), text) for name, text in (("train", TRAIN), ("engine", ENGINE))
+        ProgramModule(name, cst.parse_module(text), text) for name, text in (("train", train), ("engine", ENGINE))
     ]
     outcomes = convert_program(modules, "train", Options())
-    assert "test_loader = accelerator.prepare(test_loader)" in outcomes["train"].module.code or (
-        "train_loader, test_loader = accelerator.prepare(" in outcomes["train"].module.code
-    )
-    assert "gather_for_metrics" in outcomes["engine"].module.code
-    assert [change.line for change in outcomes["engine"].changes if change.code == "ACC936"] == [8]
+    reported = [change.line for change in outcomes["engine"].changes if change.code == "ACC936"]
+    return {"train": outcomes["train"].module.code, "engine": outcomes["engine"].module.code, "ACC936": str(reported)}
+
+
+def test_a_loader_handed_to_another_modules_per_batch_writer_stays_unprepared() -> None:
+    # engine.evaluate writes a file per batch of the loader it is handed: the entry keeps the
+    # loader it builds unprepared, and evaluate runs every batch, ungathered, writing every file.
+    converted = convert_train_and_engine(TRAIN)
+    assert "model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)" in converted["train"]
+    assert "test_loader = accelerator.prepare" not in converted["train"]
+    assert "gather_for_metrics" not in converted["engine"]
+    assert converted["ACC936"] == "[]"
+
+
+def test_a_training_loader_handed_to_a_per_batch_writer_stays_prepared_and_is_reported() -> None:
+    # A loader a training loop iterates stays prepared: the module looping over it gathers (else
+    # it would count one process's batches) and reports the write.
+    evaluated_on_training_data = TRAIN.replace("evaluate(model, test_loader,", "evaluate(model, train_loader,")
+    converted = convert_train_and_engine(evaluated_on_training_data)
+    assert "gather_for_metrics" in converted["engine"]
+    assert converted["ACC936"] == "[8]"

@@ -8,7 +8,10 @@ holding other samples than the original's file of that name (StarGAN's test mode
 images on 2 processes). So such an evaluation keeps its loader unprepared (the program model's
 ``file_flow.per_batch_file_loaders``, which says why every rank runs it whole rather than each
 writing its own batches): every file the original writes is written, by the main process, under
-its name and with its contents, and nothing is reported.
+its name and with its contents, and nothing is reported. The same holds across modules: a
+helper of another module writing a file per batch of the loader it is handed (UNet's
+``utils.save_predictions_as_imgs(val_loader, model, folder)``) makes the module building that
+loader keep it unprepared, and the helpers it is handed to receive every batch, ungathered.
 
 What is reported is the loop over a loader that stays prepared because a training loop iterates
 it too (predictions written per batch of the training set): collect the gathered values and

@@ -299,6 +299,14 @@ class ScriptFacts(FactQuestions):
     #: The same for reads (``torch.load(path)``) no barrier may go before: under an ``if`` or in a
     #: loop of the function (``if os.path.isfile(path):``), where the ranks wait after the write instead.
     path_parameter_reads: AbstractSet[tuple[str, int, str]] = frozenset()
+    #: Module-level functions whose evaluation loop over a loader among their parameters writes a
+    #: file per batch named by the batch's index (UNet's ``save_predictions_as_imgs(loader,
+    #: model, folder)``): (function, position, parameter). A caller in another module keeps the
+    #: loader it passes unprepared, as a script keeps its own (``codemods/model/file_flow.py``).
+    per_batch_file_parameters: AbstractSet[tuple[str, int, str]] = frozenset()
+    #: Loaders this module builds and keeps unprepared for such an evaluation: the parameters
+    #: they fill in other modules' functions receive every batch, on every process.
+    loaders_left_unsharded: AbstractSet[str] = frozenset()
     #: Names a call takes as its device that hold such a GPU from some of their origins and a
     #: value that cannot be followed from others: reported at the call.
     devices_unfollowed: AbstractSet[str] = frozenset()
@@ -543,6 +551,8 @@ class FactsDraft(FactQuestions):
     devices_taken: set[tuple[str, str]] = field(default_factory=set)
     path_parameter_writes: set[tuple[str, int, str]] = field(default_factory=set)
     path_parameter_reads: set[tuple[str, int, str]] = field(default_factory=set)
+    per_batch_file_parameters: set[tuple[str, int, str]] = field(default_factory=set)
+    loaders_left_unsharded: set[str] = field(default_factory=set)
     devices_unfollowed: set[str] = field(default_factory=set)
     batch_size_expr: str | None = None
     main_function: str | None = None

@@ -278,6 +278,7 @@ class Program:
             evaluating_calls=_evaluating_calls(facts),
             path_writers=_qualified(facts, "path_parameter_writes"),
             path_readers=_qualified(facts, "path_parameter_reads"),
+            per_batch_file_writers=_qualified(facts, "per_batch_file_parameters"),
         )
         return {name: learnt.seeds(name, old, self.shapes[name]) for name, old in seeds.items()}
 

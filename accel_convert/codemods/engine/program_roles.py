@@ -22,6 +22,7 @@ def prepared_by_entry(facts: ScriptFacts, shape: ModuleShape) -> set[str]:
     such a function was known as prepared only once the ``prepare`` was written: the second
     conversion then dropped ``device=`` from its batches in another module, the first had not."""
     wanted = facts.models | facts.optimizers | facts.loaders | (facts.schedulers - facts.per_epoch_schedulers)
+    wanted -= facts.loaders_left_unsharded
     home = facts.creating_function or facts.main_function if facts.home_kind == "function" else None
     prepared = set(facts.prepared)
     for name in wanted:
@@ -53,6 +54,9 @@ class Received:
     #: Program functions and classes (qualified) one of whose parameters is filled with a GPU index
     #: that a call there takes as its device.
     index_callees: set[str] = field(default_factory=set)
+    #: Module → its parameters filled with a loader the caller keeps unprepared (see
+    #: ``ProgramSeeds.unsharded_parameters``).
+    unsharded: dict[str, set[str]] = field(default_factory=dict)
 
     def add_role(self, module: str, role: str, name: str) -> None:
         self.roles[module].setdefault(role, set()).add(name)
@@ -70,6 +74,11 @@ class Received:
                     self.add_role(call.callee_module, role, param + rest)
                 if argument in prepared_in[call.caller_module] or argument == INLINE_LOADER:
                     self.prepared[call.callee_module].add(param)
+                if argument in caller.loaders_left_unsharded:
+                    # Still a loader there (no longer an evaluation loader here): its loops are
+                    # evaluations over every batch.
+                    self.add_role(call.callee_module, "train_loaders", param)
+                    self.unsharded.setdefault(call.callee_module, set()).add(param)
                 if argument == INLINE_LOADER:
                     self.add_role(call.callee_module, "train_loaders", param)
                 if argument == INLINE_GPU_INDEX or argument in caller.gpu_index_values:
@@ -136,6 +145,8 @@ class Learnt:
     #: Functions (qualified) writing / reading a checkpoint at a parameter's path (position, name).
     path_writers: tuple[tuple[str, int, str], ...]
     path_readers: tuple[tuple[str, int, str], ...]
+    #: Functions (qualified) writing a file per batch of the loader a parameter holds (position, name).
+    per_batch_file_writers: tuple[tuple[str, int, str], ...]
     #: Program functions (qualified) called from another module → whether every such call evaluates.
     evaluating_calls: dict[str, bool]
 
@@ -162,6 +173,8 @@ class Learnt:
             saved_elsewhere=bool(self.saving - {name}),
             path_writers=tuple(entry for entry in self.path_writers if entry[0] not in own),
             path_readers=tuple(entry for entry in self.path_readers if entry[0] not in own),
+            per_batch_file_writers=tuple(entry for entry in self.per_batch_file_writers if entry[0] not in own),
+            unsharded_parameters=frozenset(self.received.unsharded.get(name, set())),
             gpu_index_parameters=frozenset(self.received.gpu_indices.get(name, set())),
             gpu_index_callees=frozenset(self.received.index_callees),
             evaluated_from_elsewhere=tuple(

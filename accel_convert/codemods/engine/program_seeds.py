@@ -67,6 +67,13 @@ class ProgramSeeds:
     path_writers: tuple[tuple[str, int, str], ...] = ()
     #: The same for functions reading one where no barrier may go before the read.
     path_readers: tuple[tuple[str, int, str], ...] = ()
+    #: Functions of the other modules (qualified) whose evaluation over the loader one of their
+    #: parameters holds writes a file per batch (position, name): a loader built here and passed
+    #: there stays unprepared, so every file is written.
+    per_batch_file_writers: tuple[tuple[str, int, str], ...] = ()
+    #: Parameters (file-wide names) that callers in other modules fill with a loader they keep
+    #: unprepared for such an evaluation: every batch arrives on every process, nothing to gather.
+    unsharded_parameters: frozenset[str] = frozenset()
     #: This module's functions that other modules of the program call → whether every such call
     #: is made evaluating (``compute_accuracy(model, loader)`` called under
     #: ``torch.set_grad_enabled(False)`` in the training script): their loops evaluate then.

@@ -301,7 +301,7 @@ _FILE_WRITING_METHODS = WRITING_METHODS | {"save"}
 
 @provider(
     needs=("eval_loops", "loader_loops", "loader_factories", "train_loaders"),
-    provides=("unsharded_loaders",),
+    provides=("unsharded_loaders", "per_batch_file_parameters", "loaders_left_unsharded"),
     refines=("eval_loaders",),
 )
 def per_batch_file_loaders(a: Analysis) -> None:
@@ -318,18 +318,49 @@ def per_batch_file_loaders(a: Analysis) -> None:
     test loss, a best score) stay the same on every rank for whatever reads them after the loop,
     and no collective (a prepared model's forward with gradients on, a gather) runs on one rank
     only. The price is the evaluation's speed-up, for that loop only. A loader some training loop
-    iterates too, or one another module of the program builds and hands in (prepared there),
-    stays prepared, and the write is reported (ACC936)."""
+    iterates too stays prepared, and the write is reported (ACC936).
+
+    Across modules (UNet's ``utils.save_predictions_as_imgs(val_loader, model, folder)``): the
+    function's loader parameter is told to the program (``per_batch_file_parameters``), the
+    module building the loader keeps it unprepared where it passes it to such a function
+    (``loaders_left_unsharded``), and the parameters it fills, there and in its other calls
+    (``check_accuracy(val_loader, ...)``), receive every batch (the seeds'
+    ``unsharded_parameters``): not gathered. A loader another module hands in without saying so
+    is prepared there: left as it is (gathered, and the write reported)."""
     kept: set[str] = set()
     built = _loaders_built_here(a)
-    for _, origins, _ in _per_batch_writing_loops(a):
-        # A loader another module hands in is prepared there: left as it is here (gathered,
-        # and the write reported), or the evaluation would count one process's batches.
+    for loop, origins, _ in _per_batch_writing_loops(a):
         if origins & built and not origins & a.facts.train_loaders:
             kept |= origins
+        a.facts.per_batch_file_parameters |= _loader_parameters(a, loop.function, origins)
+    kept |= _passed_to_per_batch_writers(a, built)
+    a.facts.loaders_left_unsharded = kept & built
+    if a.seeds is not None:
+        kept |= a.seeds.unsharded_parameters
     a.unsharded_loaders = kept
     if kept:
         a.facts.eval_loaders = set(a.facts.eval_loaders) - kept
+
+
+def _loader_parameters(a: Analysis, function: str, origins: set[str]) -> set[tuple[str, int, str]]:
+    """(function, position, parameter) of the module-level ``function``'s parameters among a
+    loop's loader ``origins``."""
+    params = a.r.defs.get(function) if function != MODULE else None
+    return {(function, index, param) for index, param in enumerate(params or ()) if param in origins}
+
+
+def _passed_to_per_batch_writers(a: Analysis, built: set[str]) -> set[str]:
+    """Loaders built here (no training loop iterates them) that a call hands to another module's
+    function writing a file per batch of the loader at that parameter."""
+    writers = _by_callee(a.seeds.per_batch_file_writers if a.seeds is not None else ())
+    found = set()
+    for call in a.r.calls if writers else ():
+        where = writers.get(program_callee(a.facts, call.node.func, call.scope) or "")
+        argument = None if where is None else argument_for(call.node, where[1], where[0])
+        name = None if argument is None else dotted(argument.value)
+        if name in built and name not in a.facts.train_loaders:
+            found.add(name)
+    return found
 
 
 @provider(

@@ -110,9 +110,10 @@ def _home_of_training_classes(a: Analysis, classes: list[str]) -> tuple[str | No
     first = _first_construction(a, classes)
     home = first.function if first.function in a.r.defs else MODULE
     builder = a.optimizer_home
-    if builder in a.r.defs and home != builder and home in a.reachable({builder}):
-        # Built in ``main`` and handed to a helper that constructs the class: ``main``
-        # prepares them and creates the accelerator (the helper receives it, ACC104).
+    if (builder in a.r.defs or builder == MODULE) and home != builder and home in a.reachable({builder}):
+        # Built in ``main`` (or module code) and handed to a helper that constructs the class
+        # (``evaluator = make_evaluator(model, loader)``): that block prepares them and creates
+        # the accelerator (the helper receives it, ACC104).
         return builder, False
     return home, home == MODULE and first.in_main_guard
 
@@ -120,9 +121,26 @@ def _home_of_training_classes(a: Analysis, classes: list[str]) -> tuple[str | No
 def _first_construction(a: Analysis, classes: list[str]) -> CallRecord:
     """The first construction of a training class outside the training classes' own methods
     (``Evaluator().evaluate(...)`` in ``Trainer.fit`` is built with the trainer's accelerator,
-    where the trainer is built); the first of all when every one is built in such a method."""
-    outside = (call for name in classes for call in a.constructions[name] if call.function not in classes)
+    where the trainer is built), or in a function only they call (``self.evaluator =
+    make_evaluator(...)``); the first of all when every one is built in such a method."""
+    inside = _called_only_from(a, set(classes))
+    outside = (call for name in classes for call in a.constructions[name] if call.function not in inside)
     return min(outside, key=lambda call: call.order, default=a.constructions[classes[0]][0])
+
+
+def _called_only_from(a: Analysis, blocks: set[str]) -> set[str]:
+    """``blocks`` and the functions called only from them, directly or through each other."""
+    callers: dict[str, set[str]] = {}
+    for caller, callees in a.facts.call_graph.items():
+        for callee in callees:
+            callers.setdefault(callee, set()).add(caller)
+    inside = set(blocks)
+    grown = True
+    while grown:
+        added = {function for function, by in callers.items() if function not in inside and by <= inside}
+        inside |= added
+        grown = bool(added)
+    return inside
 
 
 def _home_of_training_functions(a: Analysis) -> tuple[str | None, bool]:

@@ -17,14 +17,19 @@ losses. It is recomputed on the gathered outputs and targets with the same crite
 (``criterion(gathered_outputs, gathered_labels).item() * gathered_labels.size(0)``), which is the
 gathered rows' sum only for a mean-reduced criterion built without arguments (``nn.CrossEntropyLoss()``,
 ``nn.MSELoss()``...); the criterion must be traceable to such a constructor (through the training
-function's parameter to its callers' arguments). Anything else the sums read that the loop
-computes per process (a loss summed without the batch size, a value of unknown shape, a sum inside
-an ``if``) leaves the loop as it was, reported (ACC928): the dict's loaders are still prepared.
+function's parameter to its callers' arguments). A model returning a tuple while training
+(``logits = outputs[1] if isinstance(outputs, tuple) else outputs``) gives per-sample rows like a
+plain output; in a method, ``self.model`` and ``self.criterion`` are followed to what the class's
+constructor received, as the dict is to what the method's callers pass. Anything else the sums
+read that the loop computes per process (a loss summed without the batch size, a value of unknown
+shape, a sum inside an ``if``) leaves the loop as it was, reported (ACC928): the dict's loaders
+are still prepared.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import cast
 
 import libcst as cst
@@ -33,8 +38,11 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.iteration import batch_target, iterated
 from accel_convert.codemods.engine.loader_values import holds_loaders
 from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.names import builtin_named
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
+    dotted,
+    instance_parameter,
     nodes_in,
     parameter_names,
     rows_counted,
@@ -46,6 +54,8 @@ from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import module_nodes, variables_read
 from accel_convert.codemods.model.locality import adds_up, collects, grown_in, mean_over_rows
 from accel_convert.codemods.model.plan import names_prepared_under, prepared_by
+from accel_convert.codemods.model.provider import rule_provider
+from accel_convert.codemods.model.state import Analysis
 
 #: A loop over a prepared dict's loaders whose sums cannot be gathered per sample: reported.
 SUMS_NOT_GATHERED = "ACC928"
@@ -61,6 +71,30 @@ NOT_GATHERED_MESSAGE = (
 )
 
 
+@dataclass(frozen=True)
+class PassedNames:
+    """What the methods of the file's classes receive: for a method's parameter, or an attribute
+    a class binds from one (``self.criterion = criterion``), keyed by the class as the analysis
+    keys them, the names its callers pass, followed through their own parameters."""
+
+    classes: frozenset[str] = frozenset()
+    passed: frozenset[tuple[str, str, frozenset[str]]] = frozenset()
+
+    def of(self, owner: str, name: str) -> frozenset[str] | None:
+        """The names passed for ``name`` in the methods of class ``owner``; None when unknown."""
+        return next((names for key, held, names in self.passed if key == owner and held == name), None)
+
+
+@rule_provider(needs=("arguments",))
+def passed_names(a: Analysis) -> PassedNames:
+    """:class:`PassedNames` of the script (``trainer.fit(dataloaders)``, ``Trainer(model, criterion)``)."""
+    classes = frozenset(a.r.classes)
+    passed = frozenset(
+        (owner, name, frozenset(a.origins_of(owner, name))) for owner, name in a.arguments if owner in classes
+    )
+    return PassedNames(classes, passed)
+
+
 class LoaderDict(Rule):
     code = "ACC119"
     name = "loader-dict"
@@ -69,6 +103,7 @@ class LoaderDict(Rule):
             "Gather what the sums count before adding it up: inside the loop, ``preds, labels = accelerator.gather_for_metrics((preds, labels))``, then add the gathered per-sample counts (``correct += (preds == labels).sum().item()``, ``total += len(labels)``)."
         ),
     }
+    providers = (passed_names,)
     extra_codes = {
         SUMS_NOT_GATHERED: "loader-dict-sums: running sums over a prepared dict's loaders that cannot be "
         "gathered per sample (gather them by hand)",
@@ -127,6 +162,89 @@ class LoaderDict(Rule):
                         gathered_outputs, gathered_labels = accelerator.gather_for_metrics((outputs.detach(), labels))
                         running_loss += criterion(gathered_outputs, gathered_labels).item() * gathered_labels.size(0)
                     accelerator.print(phase, running_loss / len(image_datasets[phase]))
+            """,
+        ),
+        # A model returning a tuple while training (Inception's auxiliary outputs): the element the
+        # loop reads, ``outputs[1] if isinstance(outputs, tuple) else outputs``, is its per-sample output.
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class TwoHeads(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.body = nn.Linear(4, 8)
+                        self.fc = nn.Linear(8, 2)
+
+                    def forward(self, x):
+                        features = self.body(x)
+                        return (features, self.fc(features)) if self.training else self.fc(features)
+
+
+                torch.manual_seed(0)
+                image_datasets = {x: TensorDataset(torch.randn(10, 4), torch.randint(0, 2, (10,))) for x in ["train", "val"]}
+                dataloaders = {x: DataLoader(image_datasets[x], batch_size=4) for x in ["train", "val"]}
+                model = TwoHeads()
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for phase in ["train", "val"]:
+                    model.train() if phase == "train" else model.eval()
+                    running_corrects = 0
+                    for inputs, labels in dataloaders[phase]:
+                        optimizer.zero_grad()
+                        with torch.set_grad_enabled(phase == "train"):
+                            outputs = model(inputs)
+                            logits = outputs[1] if isinstance(outputs, tuple) else outputs
+                            loss = nn.functional.cross_entropy(logits, labels)
+                            if phase == "train":
+                                loss.backward()
+                                optimizer.step()
+                        running_corrects += (logits.argmax(1) == labels).sum().item()
+                    print(phase, running_corrects / len(image_datasets[phase]))
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class TwoHeads(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.body = nn.Linear(4, 8)
+                        self.fc = nn.Linear(8, 2)
+
+                    def forward(self, x):
+                        features = self.body(x)
+                        return (features, self.fc(features)) if self.training else self.fc(features)
+
+
+                torch.manual_seed(0)
+                image_datasets = {x: TensorDataset(torch.randn(10, 4), torch.randint(0, 2, (10,))) for x in ["train", "val"]}
+                dataloaders = {x: DataLoader(image_datasets[x], batch_size=4) for x in ["train", "val"]}
+                accelerator = Accelerator()
+                model = TwoHeads()
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                model, optimizer = accelerator.prepare(model, optimizer)
+                dataloaders = {x: accelerator.prepare(loader) for x, loader in dataloaders.items()}
+                for phase in ["train", "val"]:
+                    model.train() if phase == "train" else model.eval()
+                    running_corrects = 0
+                    for inputs, labels in dataloaders[phase]:
+                        optimizer.zero_grad()
+                        with torch.set_grad_enabled(phase == "train"):
+                            outputs = model(inputs)
+                            logits = outputs[1] if isinstance(outputs, tuple) else outputs
+                            loss = nn.functional.cross_entropy(logits, labels)
+                            if phase == "train":
+                                accelerator.backward(loss)
+                                optimizer.step()
+                        gathered_labels, gathered_logits = accelerator.gather_for_metrics((labels, logits.detach()))
+                        running_corrects += (gathered_logits.argmax(1) == gathered_labels).sum().item()
+                    accelerator.print(phase, running_corrects / len(image_datasets[phase]))
             """,
         ),
         Example(
@@ -481,10 +599,17 @@ class _GatherSums(RuleTransformer):
         if len(targets) == 1 and len(bound) == 1 and self._keeps_rows(value, rows):
             rows.add(bound[0])
             local.discard(bound[0])
-            if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+            if isinstance(value, cst.Call) and (isinstance(value.func, cst.Name) or self._calls_model(value)):
                 forwarded.add(bound[0])
             else:
                 forwarded.discard(bound[0])
+            return
+        # ``logits = outputs[1] if isinstance(outputs, tuple) else outputs``: the model's output
+        # (one of the tuple it returns while training), still carrying the graph.
+        if len(targets) == 1 and len(bound) == 1 and self._output_or_its_item(value, forwarded):
+            rows.add(bound[0])
+            forwarded.add(bound[0])
+            local.discard(bound[0])
             return
         # ``_, preds = torch.max(outputs, 1)``: the values and the indices are one per row.
         if len(targets) == 1 and len(bound) == 2 and self._is_max_over_classes(value, rows, "torch.max", "max"):
@@ -512,9 +637,56 @@ class _GatherSums(RuleTransformer):
             return func.attr.value == "argmax" and _over_classes(value.args)
         if self._is_max_over_classes(value, rows, "torch.argmax", "argmax"):
             return True
-        if isinstance(func, cst.Name) and self._is_model(func.value):
+        if self._calls_model(value):
             return bool(value.args) and isinstance(value.args[0].value, cst.Name) and value.args[0].value.value in rows
         return False
+
+    def _calls_model(self, call: cst.Call) -> bool:
+        """``model(...)``, or ``self.model(...)`` in a method."""
+        if isinstance(call.func, cst.Name):
+            return self._is_model(call.func.value)
+        held = dotted(call.func)
+        return held is not None and self._instance_attribute(held) and self._is_model(held)
+
+    def _instance_attribute(self, name: str) -> bool:
+        """Whether ``name`` is ``self.attribute`` in a method (``self`` its instance parameter)."""
+        if self._method_class() is None:
+            return False
+        instance = instance_parameter(self._functions[-1])
+        return instance is not None and name.count(".") == 1 and name.startswith(f"{instance}.")
+
+    def _output_or_its_item(self, value: cst.BaseExpression, forwarded: set[str]) -> bool:
+        """``out[i] if isinstance(out, tuple) else out`` (either order, ``not isinstance``
+        swapping them) of a model's output ``out``: one per-sample tensor whichever the model returned."""
+        if not isinstance(value, cst.IfExp):
+            return False
+        test, item, whole = value.test, value.body, value.orelse
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, item, whole = test.expression, whole, item
+        if not (isinstance(whole, cst.Name) and whole.value in forwarded and self._tests_tuple(test, whole.value)):
+            return False
+        return (
+            isinstance(item, cst.Subscript)
+            and isinstance(item.value, cst.Name)
+            and item.value.value == whole.value
+            and len(item.slice) == 1
+            and isinstance(item.slice[0].slice, cst.Index)
+            and isinstance(item.slice[0].slice.value, cst.Integer)
+        )
+
+    def _tests_tuple(self, test: cst.BaseExpression, name: str) -> bool:
+        """``isinstance(name, tuple)`` or ``isinstance(name, (tuple, list))``."""
+        if not (
+            isinstance(test, cst.Call)
+            and builtin_named(test.func, self.facts.names, self.scope) == "isinstance"
+            and len(test.args) == 2
+            and isinstance(test.args[0].value, cst.Name)
+            and test.args[0].value.value == name
+        ):
+            return False
+        kinds = test.args[1].value
+        elements = [element.value for element in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+        return all(builtin_named(kind, self.facts.names, self.scope) in ("tuple", "list") for kind in elements)
 
     def _is_max_over_classes(self, value: cst.BaseExpression, rows: set[str], function: str, method: str) -> bool:
         """``torch.max(outputs, 1)`` or ``outputs.max(1)`` (``function``, ``method``) of a per-sample name."""
@@ -562,19 +734,24 @@ class _GatherSums(RuleTransformer):
             return False
         if mean_over_rows(self.facts.qualified_name(call.func, self.scope), call):
             return True
-        if not isinstance(call.func, cst.Name):
+        func = dotted(call.func)
+        if func is None or not (isinstance(call.func, cst.Name) or self._instance_attribute(func)):
             return False
-        passed = self._arguments_for(call.func.value)
-        names = [call.func.value] if passed is None else passed
+        passed = self._arguments_for(func)
+        names = [func] if passed is None else passed
         return bool(names) and all(self._bound_to_mean_loss(name) for name in names)
 
     def _arguments_for(self, name: str) -> list[str] | None:
         """When ``name`` is a parameter of the enclosing function: the names its callers in this
-        file pass for it ([] when a caller passes anything but a name); None when it is not one."""
+        file pass for it ([] when a caller passes anything but a name); None when it is not one.
+        In a method, also for an attribute of its instance the class binds from a parameter."""
         if not self._functions:
             return None
         function = self._functions[-1]
         parameters = parameter_names(function)
+        owner = self._method_class()
+        if owner is not None:
+            return self._passed_to_method(owner, name, parameters)
         if name not in parameters:
             return None
         index = parameters.index(name)
@@ -591,6 +768,24 @@ class _GatherSums(RuleTransformer):
                 return []
             passed.append(argument.value.value)
         return passed
+
+    def _passed_to_method(self, owner: str, name: str, parameters: Sequence[str]) -> list[str] | None:
+        """:meth:`_arguments_for` in a method of class ``owner``: what its callers pass for the
+        parameter ``name``, or for the parameter the class binds the attribute ``name`` from
+        (None for an attribute bound from anything else: ``self.model = Net()`` is itself)."""
+        received = self.facts.of(passed_names).of(owner, name)
+        if name in parameters:
+            return [] if received is None else sorted(received)
+        if received is None or not self._instance_attribute(name):
+            return None
+        return sorted(received)
+
+    def _method_class(self) -> str | None:
+        """The class of the file whose method the walk is in (directly), if it is in one."""
+        classes = self.facts.of(passed_names).classes
+        if not self._functions or len(self.scope) != 2 or self.scope[0] not in classes:
+            return None
+        return self.scope[0] if self.scope[1] == self._functions[-1].name.value else None
 
     def _bound_to_mean_loss(self, name: str) -> bool:
         """Every assignment of ``name`` in the file builds a mean-reduced loss without arguments."""
