@@ -90,13 +90,9 @@ def _walk_fields(
         if visit_hook is not None:
             getattr(visitor, visit_hook)(node)
         value = getattr(node, name)
-        kind = type(value)
-        if kind in walked:
-            _walk(value, visitor, plans, walked)
-        elif kind is tuple or kind is list:
-            for child in value:
-                if type(child) in walked:
-                    _walk(child, visitor, plans, walked)
+        for child in value if type(value) is tuple or type(value) is list else (value,):
+            if type(child) in walked:
+                _walk(child, visitor, plans, walked)
         if leave_hook is not None:
             getattr(visitor, leave_hook)(node)
 
