@@ -55,6 +55,8 @@ import warnings
 from collections.abc import Sequence
 from functools import lru_cache
 
+from accel_convert.codemods.engine.positions import python_ast
+
 OPENING = {"(": ")", "[": "]", "{": "}"}
 CLOSING = set(OPENING.values())
 #: Delimiters black splits a bracket's content at, highest priority first.
@@ -106,7 +108,11 @@ def _tokens_of(text: str) -> tuple[tokenize.TokenInfo, ...]:
 
 @lru_cache(maxsize=2)
 def _parsed(text: str) -> ast.Module:
-    return ast.parse(text)
+    """CPython's tree of ``text``: the pipeline's own (``python_ast``, cached) where it has parsed
+    the same bytes already (the original and the converter's output, both plain UTF-8 here: the
+    same tree), else parsed here; a SyntaxError as ``ast.parse`` raises it."""
+    tree = python_ast(text.encode("utf-8", "surrogatepass"))
+    return tree if tree is not None else ast.parse(text)
 
 
 def same_tree(first: ast.AST, second: ast.AST) -> bool:
@@ -141,7 +147,7 @@ def looks_formatted(source: str, line_length: int) -> bool:
         return False
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
-        tree = ast.parse(source)
+        tree = _parsed(source)
     except (SyntaxError, tokenize.TokenError, ValueError):
         return False
     if any(t.type == tokenize.STRING and _single_quoted(t.string) for t in tokens):

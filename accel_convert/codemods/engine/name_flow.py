@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 #: Names every module can read without binding them.
@@ -51,19 +52,43 @@ _NEVER_NODES = frozenset({"ctx", "id", "attr", "name", "arg", "module", "level",
 def _children(node: ast.AST) -> list[ast.AST]:
     """``ast.iter_child_nodes(node)`` but the ``ctx`` markers, as a list: the walks here visit
     every node of two trees per conversion, and the generator pair of ``iter_child_nodes`` and
-    ``iter_fields`` was a third of their time."""
+    ``iter_fields`` was a third of their time. The fields are read by one ``attrgetter`` call per
+    node (a tree CPython's parser made has every field; one built by hand may lack some)."""
     kind = type(node)
-    names = _CHILD_FIELDS.get(kind)
-    if names is None:
-        names = _CHILD_FIELDS[kind] = tuple(name for name in kind._fields if name not in _NEVER_NODES)
+    read = _CHILD_READERS.get(kind)
+    if read is None:
+        read = _CHILD_READERS[kind] = _fields_reader(_child_field_names(kind))
+    try:
+        values = read(node)
+    except AttributeError:
+        values = tuple(getattr(node, name, None) for name in _child_field_names(kind))
     found: list[ast.AST] = []
-    for name in names:
-        value = getattr(node, name, None)
+    for value in values:
         if isinstance(value, ast.AST):
             found.append(value)
         elif type(value) is list:
-            found.extend(item for item in value if isinstance(item, ast.AST))
+            found.extend([item for item in value if isinstance(item, ast.AST)])
     return found
+
+
+def _child_field_names(kind: type[ast.AST]) -> tuple[str, ...]:
+    names = _CHILD_FIELDS.get(kind)
+    if names is None:
+        names = _CHILD_FIELDS[kind] = tuple(name for name in kind._fields if name not in _NEVER_NODES)
+    return names
+
+
+#: Per node class: a function giving the values of its :data:`_CHILD_FIELDS` as a tuple.
+_CHILD_READERS: dict[type, Callable[[ast.AST], tuple[Any, ...]]] = {}
+
+
+def _fields_reader(names: tuple[str, ...]) -> Callable[[ast.AST], tuple[Any, ...]]:
+    if not names:
+        return lambda node: ()
+    if len(names) == 1:
+        get = attrgetter(names[0])
+        return lambda node: (get(node),)
+    return attrgetter(*names)
 
 
 def _walk_ast(node: ast.AST) -> Iterator[ast.AST]:
@@ -74,6 +99,21 @@ def _walk_ast(node: ast.AST) -> Iterator[ast.AST]:
         current = pending.popleft()
         pending.extend(_children(current))
         yield current
+
+
+def _walk_statements(tree: ast.AST) -> Iterator[ast.AST]:
+    """The statements of ``tree`` (and the ``except`` and ``case`` clauses holding some), in
+    :func:`_walk_ast`'s order: a statement's parent is a statement or such a clause, so this walk
+    is that one's with the expressions left out (a tenth of the nodes), for the questions about
+    statements only (imports, assignments)."""
+    pending = deque([tree])
+    while pending:
+        current = pending.popleft()
+        pending.extend(child for child in _children(current) if isinstance(child, _STATEMENT_HOLDERS))
+        yield current
+
+
+_STATEMENT_HOLDERS = (ast.stmt, ast.excepthandler, ast.match_case)
 
 
 @dataclass(frozen=True)
@@ -148,7 +188,7 @@ class _AddedRebindings:
 
     def rebinds(self, name: str, line: int) -> bool:
         if self._assignments is None:
-            self._assignments = [node for node in ast.walk(self.converted) if isinstance(node, ast.Assign)]
+            self._assignments = [node for node in _walk_statements(self.converted) if isinstance(node, ast.Assign)]
         statement = next(
             (node for node in reversed(self._assignments) if node.lineno <= line <= (node.end_lineno or node.lineno)),
             None,
@@ -157,7 +197,7 @@ class _AddedRebindings:
             return False
         if self._original_statements is None:
             self._original_statements = {
-                ast.unparse(node) for node in ast.walk(self.original) if isinstance(node, ast.Assign)
+                ast.unparse(node) for node in _walk_statements(self.original) if isinstance(node, ast.Assign)
             }
         return ast.unparse(statement) not in self._original_statements
 
@@ -1000,25 +1040,27 @@ def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef, *, is_method: bool)
 
 def _partially_bound(tree: ast.Module) -> dict[int, frozenset[str]]:
     """The function values ``functools.partial`` binds keywords to (``partial(f, accelerator=a)``,
-    ``functools`` imported as a module or ``partial`` from it): id of the value → the keywords."""
-    modules, functions = _partial_names(tree)
-    found: dict[int, frozenset[str]] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and node.args and _names_partial(node.func, modules, functions):
-            found[id(node.args[0])] = frozenset(keyword.arg for keyword in node.keywords if keyword.arg)
-    return found
-
-
-def _partial_names(tree: ast.Module) -> tuple[set[str], set[str]]:
-    """The names ``functools`` is imported as, and those ``functools.partial`` is imported as."""
+    ``functools`` imported as a module or ``partial`` from it): id of the value → the keywords.
+    One walk: the imports and the calls that may be partial's are gathered together, since an
+    import may come after the call in the walk's order (a function's body, a later statement)."""
     modules: set[str] = set()
     functions: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
+    calls: list[ast.Call] = []
+    for node in _walk_ast(tree):
+        if isinstance(node, ast.Call):
+            if node.args:
+                calls.append(node)
+        elif isinstance(node, ast.Import):
             modules |= {alias.asname or alias.name for alias in node.names if alias.name == "functools"}
         elif isinstance(node, ast.ImportFrom) and node.module == "functools":
             functions |= {alias.asname or alias.name for alias in node.names if alias.name == "partial"}
-    return modules, functions
+    if not modules and not functions:
+        return {}
+    return {
+        id(call.args[0]): frozenset(keyword.arg for keyword in call.keywords if keyword.arg)
+        for call in calls
+        if _names_partial(call.func, modules, functions)
+    }
 
 
 def _names_partial(func: ast.expr, modules: set[str], functions: set[str]) -> bool:
@@ -1064,7 +1106,7 @@ def _callable_names(
     """Names this module can call → (defining module, qualified name); modules imported as
     names map to ("module:", dotted name)."""
     names: dict[str, tuple[str, str]] = dict(exports.get(module_name, {}))
-    for node in _walk_ast(tree):
+    for node in _walk_statements(tree):
         if isinstance(node, ast.ImportFrom) and not _is_star(node):
             source = _absolute_module(module_name, node, packages)
             for alias in node.names:
@@ -1095,7 +1137,7 @@ def _resolve_export(
         return exports[source][name]
     if depth > 8 or source not in trees:
         return None
-    for node in _walk_ast(trees[source]):
+    for node in _walk_statements(trees[source]):
         if isinstance(node, ast.ImportFrom) and not _is_star(node):
             for alias in node.names:
                 if (alias.asname or alias.name) == name:
@@ -1135,31 +1177,35 @@ def functions_used_only_as_values(tree: ast.Module) -> set[str]:
     return as_values - called
 
 
-def _uses_with_class(tree: ast.Module) -> Iterator[tuple[Use, str | None]]:
+def _uses_with_class(tree: ast.Module) -> list[tuple[Use, str | None]]:
     """Every call of the module, and every name or attribute read as a value rather than called
     (a name only where no enclosing function binds it: ``def f(train): g(train=train)`` reads a
-    parameter), with the class whose method holds it (None outside classes)."""
+    parameter), with the class whose method holds it (None outside classes), in the order of a
+    depth-first walk. A list, filled by a recursive walk: a generator of generators passed each
+    use up through every level of nesting, which was most of the walk's time."""
+    found: list[tuple[Use, str | None]] = []
     callees: set[int] = set()
 
-    def visit(node: ast.AST, enclosing: str | None, local: frozenset[str]) -> Iterator[tuple[Use, str | None]]:
+    def visit(node: ast.AST, enclosing: str | None, local: frozenset[str]) -> None:
         for child in _children(node):
             if isinstance(child, ast.ClassDef):
-                yield from visit(child, child.name, local)
+                visit(child, child.name, local)
                 continue
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                yield from visit(child, enclosing, local | _bound_in_function(child))
+                visit(child, enclosing, local | _bound_in_function(child))
                 continue
             if isinstance(child, ast.Call):
                 callees.add(id(child.func))
-                yield child, enclosing
+                found.append((child, enclosing))
             elif isinstance(child, ast.Attribute) and isinstance(child.ctx, ast.Load) and id(child) not in callees:
-                yield child, enclosing
+                found.append((child, enclosing))
             elif isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load) and id(child) not in callees:
                 if child.id not in local:
-                    yield child, enclosing
-            yield from visit(child, enclosing, local)
+                    found.append((child, enclosing))
+            visit(child, enclosing, local)
 
-    yield from visit(tree, None, frozenset())
+    visit(tree, None, frozenset())
+    return found
 
 
 def _bound_in_function(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> frozenset[str]:

@@ -27,6 +27,7 @@ import typing
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import fields
+from operator import attrgetter
 from typing import Any
 
 import libcst as cst
@@ -36,8 +37,9 @@ _Fields = tuple[tuple[str, "str | None", "str | None"], ...]
 #: How to enter and leave one node type with one visitor class: the class's own
 #: ``visit_<Node>``/``leave_<Node>`` functions (None: it has none), or :data:`_DISPATCH` when the
 #: visitor overrides ``on_visit``/``on_leave`` and must be called through them; then the fields, and
-#: whether to append the node to ``visitor.collected``.
-_Plan = tuple[object, object, _Fields, bool]
+#: whether to append the node to ``visitor.collected``; last, where no field has a hook, a reader
+#: of every field's value at once (see :func:`_fields_reader`), else None.
+_Plan = tuple[object, object, _Fields, bool, "Callable[[cst.CSTNode], tuple[Any, ...]] | None"]
 _DISPATCH = object()
 
 
@@ -55,7 +57,7 @@ def _walk(node: cst.CSTNode, visitor: cst.CSTVisitor, plans: dict[type, _Plan], 
     plan = plans.get(type(node))
     if plan is None:
         plan = plans[type(node)] = _make_plan(type(visitor), node)
-    enter, leave, fields, collect = plan
+    enter, leave, fields, collect, read = plan
     if collect:
         visitor.collected.append(node)  # type: ignore[attr-defined]
     if enter is _DISPATCH:
@@ -63,36 +65,80 @@ def _walk(node: cst.CSTNode, visitor: cst.CSTVisitor, plans: dict[type, _Plan], 
     else:
         descend = enter is None or enter(visitor, node) is not False  # type: ignore[operator]
     if descend:
-        for name, visit_hook, leave_hook in fields:
-            if visit_hook is not None:
-                getattr(visitor, visit_hook)(node)
-            value = getattr(node, name)
-            kind = type(value)
-            if kind in walked:
-                _walk(value, visitor, plans, walked)
-            elif kind is tuple or kind is list:
-                for child in value:
-                    if type(child) in walked:
-                        _walk(child, visitor, plans, walked)
-            if leave_hook is not None:
-                getattr(visitor, leave_hook)(node)
+        if read is not None:
+            for value in read(node):
+                kind = type(value)
+                if kind in walked:
+                    _walk(value, visitor, plans, walked)
+                elif kind is tuple or kind is list:
+                    for child in value:
+                        if type(child) in walked:
+                            _walk(child, visitor, plans, walked)
+        else:
+            _walk_fields(node, visitor, plans, walked, fields)
     if leave is _DISPATCH:
         visitor.on_leave(node)
     elif leave is not None:
         leave(visitor, node)  # type: ignore[operator]
 
 
+def _walk_fields(
+    node: cst.CSTNode, visitor: cst.CSTVisitor, plans: dict[type, _Plan], walked: frozenset[type], fields: _Fields
+) -> None:
+    """The children of ``node``, field by field, with the visitor's per-field hooks."""
+    for name, visit_hook, leave_hook in fields:
+        if visit_hook is not None:
+            getattr(visitor, visit_hook)(node)
+        value = getattr(node, name)
+        for child in value if type(value) is tuple or type(value) is list else (value,):
+            if type(child) in walked:
+                _walk(child, visitor, plans, walked)
+        if leave_hook is not None:
+            getattr(visitor, leave_hook)(node)
+
+
 def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
     """The children of ``node`` that libcst visits, in its order, but :data:`TRIVIA`."""
+    read = _child_readers.get(type(node))
+    if read is None:
+        read = _child_reader(node)
     found = []
-    for name in _child_fields(node):
-        value = getattr(node, name)
+    for value in read(node):
         kind = type(value)
         if kind in SUBSTANCE:
             found.append(value)
         elif kind is tuple or kind is list:
-            found.extend(child for child in value if type(child) in SUBSTANCE)
+            found.extend([child for child in value if type(child) in SUBSTANCE])
     return found
+
+
+#: Node class → a function giving the values of the fields :func:`child_nodes` reads, as a tuple:
+#: one ``attrgetter`` call reads them all in C (a ``getattr`` per field was a third of the walks'
+#: time). Built once per class; libcst's node classes are fixed.
+_child_readers: dict[type, Callable[[cst.CSTNode], tuple[Any, ...]]] = {}
+
+
+def _child_reader(node: cst.CSTNode) -> Callable[[cst.CSTNode], tuple[Any, ...]]:
+    read = _child_readers[type(node)] = _fields_reader(_child_fields(node))
+    return read
+
+
+def _fields_reader(names: tuple[str, ...]) -> Callable[[cst.CSTNode], tuple[Any, ...]]:
+    """A function giving the values of the fields ``names`` of a node, as a tuple."""
+    if not names:
+        return _no_fields
+    if len(names) == 1:
+        return _single_field(attrgetter(names[0]))
+    return attrgetter(*names)
+
+
+def _no_fields(node: cst.CSTNode) -> tuple[Any, ...]:
+    return ()
+
+
+def _single_field(get: Callable[[cst.CSTNode], Any]) -> Callable[[cst.CSTNode], tuple[Any, ...]]:
+    """A reader of one field that gives a tuple, as ``attrgetter`` of several names does."""
+    return lambda node: (get(node),)
 
 
 #: The last module :func:`module_nodes` listed, and its nodes.
@@ -197,7 +243,9 @@ def _make_plan(visitor_type: type[cst.CSTVisitor], node: cst.CSTNode) -> _Plan:
     if visitor_type.on_leave is cst.CSTVisitor.on_leave:
         leave = _own_method(visitor_type, f"leave_{kind}")
     collect = type(node) in getattr(visitor_type, "collected_types", ())
-    return enter, leave, tuple(plan), collect
+    hooked = any(visit_hook or leave_hook for _, visit_hook, leave_hook in plan)
+    read = None if hooked else _fields_reader(tuple(name for name, _, _ in plan))
+    return enter, leave, tuple(plan), collect, read
 
 
 def _node_types_walked(visitor_type: type) -> frozenset[type]:
