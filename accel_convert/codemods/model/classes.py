@@ -135,7 +135,11 @@ def class_prepare(a: Analysis, name: str) -> None:
     facts = a.facts
     instance = a.r.classes[name].self_names.get("__init__")
     roles = facts.models | facts.optimizers | facts.loaders | (facts.schedulers - facts.per_epoch_schedulers)
-    facts.prepared_attributes |= {role for role in roles if _is_attribute_of(role, instance)}
+    # Bound in any method, not only ``__init__``: a trainer's ``setup()`` that builds
+    # ``self.model`` before training (a class without ``__init__`` too) holds it as prepared
+    # everywhere in the class, its saves unwrapped.
+    instances = {held for held in a.r.classes[name].self_names.values() if held is not None}
+    facts.prepared_attributes |= {role for role in roles for held in instances if _is_attribute_of(role, held)}
     built_here = _attributes_built_here(a, name)
     method_prepared = _method_prepare(a, name)
     attributes: list[str] = []
