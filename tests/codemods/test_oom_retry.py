@@ -300,7 +300,9 @@ def test_retrying_changes_no_report_but_its_own() -> None:
     run after the retry: every fixture gets, with --oom-retry, exactly the changes and reports
     (code, position, message) it gets without, besides the retry's own ACC117/ACC917. Before the
     moved statements kept their positions and the module's facts, seven fixtures lost their
-    ACC919 (a loss summed per process) and four reports stood at 1:1."""
+    ACC919 (a loss summed per process) and four reports stood at 1:1. A module-level device line
+    below the loaders (device_after_loaders_module.py) stays at module level: moved, it became a
+    local of the retried function, which ACC125 removed where the plain conversion keeps it."""
 
     def changes(script: Path, options: Options) -> set[tuple[object, ...]]:
         return {

@@ -12,7 +12,8 @@ Every rule and check asks this module instead of deciding locality itself:
   :class:`RankReach` reads too, and the per-batch means of a loop (:meth:`Locality.per_batch_means`);
 * :class:`RankReach`, asked by the rule transformer (``every_rank_reaches_here``) while it walks:
   whether every process runs the statement being visited the same number of times, so a
-  collective may go there;
+  collective may go there (an ``if`` on a value :func:`per_rank_bindings` cannot show to be the
+  same on every rank counts as taken by some ranks only);
 * the syntax questions both ask: :func:`names_rank` (a test reading a rank), :func:`mentions_rank`
   (the printing rule's looser reading), :func:`tests_main_process` (the accelerator's
   main-process guard), :func:`batch_mean_reduced` (a loss averaged over the batch),
@@ -732,7 +733,9 @@ class RankReach:
     the structure of the enclosing function shows: a collective (a barrier) may only be inserted
     where this holds. Not inside ``try`` (an exception on one rank skips the rest), ``while``
     (but ``while True:``), an ``if`` whose test calls something (``os.path.isdir``), names a rank,
-    reads a value summed per rank or tests a parameter, or a ``for`` over anything but
+    reads a value summed per rank or one not known to be the same on every rank
+    (:func:`per_rank_bindings`: the last batch's loss, a number read from a file) or tests a
+    parameter, or a ``for`` over anything but
     ``range``/``enumerate``/``itertools.count``/a loader. The rule transformer asks it
     (``every_rank_reaches_here``) with the statements enclosing the one it visits."""
 
