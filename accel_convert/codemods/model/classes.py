@@ -209,6 +209,9 @@ def _method_prepare(a: Analysis, name: str) -> set[str]:
                 from_init.add(called)
                 pending.append(called)
     covered: set[str] = set()
+    # A class without ``__init__`` (a trainer whose ``setup()`` builds everything) has nowhere
+    # else to prepare its model: it is prepared in the method building it, as the optimizer is.
+    roles = facts.loaders | facts.optimizers | (facts.models if "__init__" not in owner.self_names else set())
     for assign in a.r.assigns:
         if assign.function != name or len(assign.scope) != 2 or assign.scope[1] in from_init:
             continue
@@ -218,7 +221,7 @@ def _method_prepare(a: Analysis, name: str) -> set[str]:
         if instance is None or not isinstance(value, cst.Call) or is_any_prepare(value) or not assign.targets:
             continue
         if not all(
-            target in facts.loaders | facts.optimizers
+            target in roles
             and target not in facts.prepared
             and ("." not in target or target.startswith(f"{instance}.") and target.count(".") == 1)
             for target in assign.targets
