@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 
 import libcst as cst
 
@@ -14,7 +15,7 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.model.plan import is_any_prepare
 from accel_convert.codemods.model.provider import provider
-from accel_convert.codemods.model.recorder import ClassRecord
+from accel_convert.codemods.model.recorder import AssignRecord, ClassRecord
 from accel_convert.codemods.model.state import Analysis
 
 
@@ -216,21 +217,28 @@ def _method_prepare(a: Analysis, name: str) -> set[str]:
         if assign.function != name or len(assign.scope) != 2 or assign.scope[1] in from_init:
             continue
         method = assign.scope[1]
-        instance = owner.self_names.get(method)
-        value = constructed(assign.value)
-        if instance is None or not isinstance(value, cst.Call) or is_any_prepare(value) or not assign.targets:
-            continue
-        if not all(
-            target in roles
-            and target not in facts.prepared
-            and ("." not in target or target.startswith(f"{instance}.") and target.count(".") == 1)
-            for target in assign.targets
-        ):
+        if not _builds_unprepared(assign, owner.self_names.get(method), roles, facts.prepared):
             continue
         found = a.method_prepare.setdefault(name, {}).setdefault(method, ())
         a.method_prepare[name][method] = (*found, *(t for t in assign.targets if t not in found))
         covered.update(assign.targets)
     return covered
+
+
+def _builds_unprepared(
+    assign: AssignRecord, instance: str | None, roles: AbstractSet[str], prepared: AbstractSet[str]
+) -> bool:
+    """Whether a method's assignment builds (a call, not a prepare) only objects of ``roles``
+    nothing prepared yet: locals, or attributes of the method's instance (one level)."""
+    value = constructed(assign.value)
+    if instance is None or not isinstance(value, cst.Call) or is_any_prepare(value) or not assign.targets:
+        return False
+    return all(
+        target in roles
+        and target not in prepared
+        and ("." not in target or target.startswith(f"{instance}.") and target.count(".") == 1)
+        for target in assign.targets
+    )
 
 
 def training_bases(a: Analysis, classes: Sequence[str]) -> set[str]:
