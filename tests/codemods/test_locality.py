@@ -427,6 +427,60 @@ def enclosing(module: cst.Module, text: str) -> list[cst.CSTNode]:
     return path
 
 
+#: Values each rank has for itself that are no sum: the last batch's loss at module level, a
+#: number each rank read back from a file it wrote in a function, and, in a method, a count made
+#: from gathered outputs (the same on every rank) beside the worst batch loss (not).
+VALUES_EACH_RANK_HAS = code(
+    """
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader
+
+    train_loader = DataLoader(dataset, batch_size=8)
+    model = nn.Linear(4, 1)
+    for epoch in range(2):
+        for x, y in train_loader:
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            last = loss.item()
+        if last < 0.5:
+            torch.save(model.state_dict(), "last_low.pt")
+        if epoch == 1:
+            torch.save(model.state_dict(), "epoch.pt")
+
+
+    def check(model, path):
+        with open(path) as f:
+            score = float(f.read())
+        if score > 0.5:
+            torch.save(model.state_dict(), "read_back.pt")
+
+
+    class Trainer:
+        def __init__(self):
+            self.model = nn.Linear(4, 1)
+            self.train_loader = DataLoader(dataset, batch_size=8)
+            self.val_loader = DataLoader(dataset, batch_size=8)
+
+        def fit(self):
+            worst = 0.0
+            for x, y in self.train_loader:
+                loss = nn.functional.mse_loss(self.model(x), y)
+                loss.backward()
+                worst = max(worst, loss.item())
+            correct = 0
+            for x, y in self.val_loader:
+                output = self.model(x)
+                output, y = self.accelerator.gather_for_metrics((output, y))
+                correct += (output.argmax(1) == y).sum().item()
+            if worst < 1.0:
+                torch.save(self.model.state_dict(), "worst_low.pt")
+            if correct > 10:
+                torch.save(self.model.state_dict(), "correct.pt")
+    """
+)
+
+
 @pytest.mark.parametrize(
     ("source", "statement", "reached"),
     [
@@ -446,6 +500,13 @@ def enclosing(module: cst.Module, text: str) -> list[cst.CSTNode]:
         (SUM_RETURNED_BY_A_FUNCTION, 'torch.save(model.state_dict(), "last.pt")', True),
         (SUM_RETURNED_BY_A_METHOD, 'torch.save(self.model.state_dict(), "low.pt")', False),
         (SUM_RETURNED_BY_A_METHOD, 'torch.save(self.model.state_dict(), "last.pt")', True),
+        # Under an ``if`` on a value not known to be the same on every rank, in each shape; not
+        # under one on the epoch or on a count of gathered outputs.
+        (VALUES_EACH_RANK_HAS, 'torch.save(model.state_dict(), "last_low.pt")', False),
+        (VALUES_EACH_RANK_HAS, 'torch.save(model.state_dict(), "epoch.pt")', True),
+        (VALUES_EACH_RANK_HAS, 'torch.save(model.state_dict(), "read_back.pt")', False),
+        (VALUES_EACH_RANK_HAS, 'torch.save(self.model.state_dict(), "worst_low.pt")', False),
+        (VALUES_EACH_RANK_HAS, 'torch.save(self.model.state_dict(), "correct.pt")', True),
     ],
 )
 def test_every_rank_reaches(source: str, statement: str, reached: bool) -> None:
@@ -469,6 +530,7 @@ LOCALITY_QUESTIONS = {
     "every_rank_reaches",
     "sums_per_rank",
     "summed_per_rank",
+    "per_rank_bindings",
     "per_process_sums",
     "sums_grown_in_training",
     "rank_independent_test",

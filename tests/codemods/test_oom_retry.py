@@ -300,7 +300,9 @@ def test_retrying_changes_no_report_but_its_own() -> None:
     run after the retry: every fixture gets, with --oom-retry, exactly the changes and reports
     (code, position, message) it gets without, besides the retry's own ACC117/ACC917. Before the
     moved statements kept their positions and the module's facts, seven fixtures lost their
-    ACC919 (a loss summed per process) and four reports stood at 1:1."""
+    ACC919 (a loss summed per process) and four reports stood at 1:1. A module-level device line
+    below the loaders (device_after_loaders_module.py) stays at module level: moved, it became a
+    local of the retried function, which ACC125 removed where the plain conversion keeps it."""
 
     def changes(script: Path, options: Options) -> set[tuple[object, ...]]:
         return {
@@ -334,3 +336,39 @@ def test_retrying_changes_no_report_but_its_own() -> None:
 
 def _retry_left_out(change: object) -> bool:
     return getattr(change, "code", "") == "ACC937" and getattr(change, "message", "").startswith("ACC117 ")
+
+
+LOCALS_NAMED_LIKE_THE_LOOP = """
+import torch
+from torch.utils.data import DataLoader
+from accel_convert.runtime import Accelerator
+
+accelerator = Accelerator()
+
+
+class Net(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def make_data(n):
+    x = torch.randn(n, 4)
+    return [(x, y) for x, y in zip(x, x)]
+
+
+scale = lambda x: x / 2
+train_loader = DataLoader(make_data(64), batch_size=16)
+model = Net()
+model, train_loader = accelerator.prepare(model, train_loader)
+for x, y in train_loader:
+    total = model(scale(x)).sum()
+print(total)
+"""
+
+
+def test_a_functions_own_names_are_not_declared_global() -> None:
+    # ``x`` is a parameter of ``forward`` and of the lambda, a local of ``make_data`` and a
+    # comprehension variable there: none reads the module's ``x``, which the retried loop binds.
+    output, _ = apply(OomRetryCodemod(), code(LOCALS_NAMED_LIKE_THE_LOOP), None, RETRY, preamble="")
+    assert "inner_training_loop(batch_size):\n    accelerator.free_memory()" in output
+    assert "global" not in output

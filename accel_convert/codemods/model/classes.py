@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 
 import libcst as cst
 
@@ -14,7 +15,7 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.model.plan import is_any_prepare
 from accel_convert.codemods.model.provider import provider
-from accel_convert.codemods.model.recorder import ClassRecord
+from accel_convert.codemods.model.recorder import AssignRecord, ClassRecord
 from accel_convert.codemods.model.state import Analysis
 
 
@@ -135,7 +136,11 @@ def class_prepare(a: Analysis, name: str) -> None:
     facts = a.facts
     instance = a.r.classes[name].self_names.get("__init__")
     roles = facts.models | facts.optimizers | facts.loaders | (facts.schedulers - facts.per_epoch_schedulers)
-    facts.prepared_attributes |= {role for role in roles if _is_attribute_of(role, instance)}
+    # Bound in any method, not only ``__init__``: a trainer's ``setup()`` that builds
+    # ``self.model`` before training (a class without ``__init__`` too) holds it as prepared
+    # everywhere in the class, its saves unwrapped.
+    instances = {held for held in a.r.classes[name].self_names.values() if held is not None}
+    facts.prepared_attributes |= {role for role in roles for held in instances if _is_attribute_of(role, held)}
     built_here = _attributes_built_here(a, name)
     method_prepared = _method_prepare(a, name)
     attributes: list[str] = []
@@ -205,25 +210,35 @@ def _method_prepare(a: Analysis, name: str) -> set[str]:
                 from_init.add(called)
                 pending.append(called)
     covered: set[str] = set()
+    # A class without ``__init__`` (a trainer whose ``setup()`` builds everything) has nowhere
+    # else to prepare its model: it is prepared in the method building it, as the optimizer is.
+    roles = facts.loaders | facts.optimizers | (facts.models if "__init__" not in owner.self_names else set())
     for assign in a.r.assigns:
         if assign.function != name or len(assign.scope) != 2 or assign.scope[1] in from_init:
             continue
         method = assign.scope[1]
-        instance = owner.self_names.get(method)
-        value = constructed(assign.value)
-        if instance is None or not isinstance(value, cst.Call) or is_any_prepare(value) or not assign.targets:
-            continue
-        if not all(
-            target in facts.loaders | facts.optimizers
-            and target not in facts.prepared
-            and ("." not in target or target.startswith(f"{instance}.") and target.count(".") == 1)
-            for target in assign.targets
-        ):
+        if not _builds_unprepared(assign, owner.self_names.get(method), roles, facts.prepared):
             continue
         found = a.method_prepare.setdefault(name, {}).setdefault(method, ())
         a.method_prepare[name][method] = (*found, *(t for t in assign.targets if t not in found))
         covered.update(assign.targets)
     return covered
+
+
+def _builds_unprepared(
+    assign: AssignRecord, instance: str | None, roles: AbstractSet[str], prepared: AbstractSet[str]
+) -> bool:
+    """Whether a method's assignment builds (a call, not a prepare) only objects of ``roles``
+    nothing prepared yet: locals, or attributes of the method's instance (one level)."""
+    value = constructed(assign.value)
+    if instance is None or not isinstance(value, cst.Call) or is_any_prepare(value) or not assign.targets:
+        return False
+    return all(
+        target in roles
+        and target not in prepared
+        and ("." not in target or target.startswith(f"{instance}.") and target.count(".") == 1)
+        for target in assign.targets
+    )
 
 
 def training_bases(a: Analysis, classes: Sequence[str]) -> set[str]:

@@ -12,7 +12,8 @@ Every rule and check asks this module instead of deciding locality itself:
   :class:`RankReach` reads too, and the per-batch means of a loop (:meth:`Locality.per_batch_means`);
 * :class:`RankReach`, asked by the rule transformer (``every_rank_reaches_here``) while it walks:
   whether every process runs the statement being visited the same number of times, so a
-  collective may go there;
+  collective may go there (an ``if`` on a value :func:`per_rank_bindings` cannot show to be the
+  same on every rank counts as taken by some ranks only);
 * the syntax questions both ask: :func:`names_rank` (a test reading a rank), :func:`mentions_rank`
   (the printing rule's looser reading), :func:`tests_main_process` (the accelerator's
   main-process guard), :func:`batch_mean_reduced` (a loss averaged over the batch),
@@ -822,7 +823,9 @@ class RankReach:
     the structure of the enclosing function shows: a collective (a barrier) may only be inserted
     where this holds. Not inside ``try`` (an exception on one rank skips the rest), ``while``
     (but ``while True:``), an ``if`` whose test calls something (``os.path.isdir``), names a rank,
-    reads a value summed per rank or tests a parameter, or a ``for`` over anything but
+    reads a value summed per rank or one not known to be the same on every rank
+    (:func:`per_rank_bindings`: the last batch's loss, a number read from a file) or tests a
+    parameter, or a ``for`` over anything but
     ``range``/``enumerate``/``itertools.count``/a loader. The rule transformer asks it
     (``every_rank_reaches_here``) with the statements enclosing the one it visits."""
 
@@ -841,18 +844,33 @@ class RankReach:
         self._builtin = builtin
         #: Per function (by identity, None for the module): :meth:`Locality.summed_per_rank`, asked once.
         self._sums: dict[int, frozenset[str]] = {}
+        #: Per scope (by identity): :func:`per_rank_bindings`, asked once.
+        self._per_rank: dict[int, frozenset[str]] = {}
 
     def every_rank_reaches(self, anchors: Sequence[cst.CSTNode], function: str = MODULE) -> bool:
         """Whether every rank runs what is inside the innermost of ``anchors`` (the module, then
         each enclosing statement, outermost first) alike, up to the enclosing function
         (``function``: its key in :attr:`Locality.per_rank_sums`)."""
         enclosing = next((node for node in reversed(anchors) if isinstance(node, cst.FunctionDef)), None)
+        scope = enclosing if enclosing is not None else next(iter(anchors), None)
         for node in reversed(anchors):
             if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
                 return True
             if not self._runs_alike_inside(node, enclosing, function):
                 return False
+            if isinstance(node, cst.If) and self._reads_per_rank_value(node.test, scope):
+                return False
         return True
+
+    def _reads_per_rank_value(self, test: cst.BaseExpression, scope: cst.CSTNode | None) -> bool:
+        """Whether ``test`` reads a name that ``scope`` (the enclosing function, or the module)
+        binds to a value not known to be the same on every rank (:func:`per_rank_bindings`)."""
+        if scope is None:
+            return False
+        per_rank = self._per_rank.get(id(scope))
+        if per_rank is None:
+            per_rank = self._per_rank[id(scope)] = per_rank_bindings(scope, self._loaders)
+        return any(isinstance(node, cst.Name) and node.value in per_rank for node in nodes_in(test))
 
     def _runs_alike_inside(self, node: cst.CSTNode, enclosing: cst.FunctionDef | None, function: str) -> bool:
         """Whether every rank that reaches the enclosing statement ``node`` runs what is inside it
@@ -893,6 +911,79 @@ class RankReach:
             return False
         name = dotted(iterable)
         return name is not None and name in self._loaders
+
+
+#: Calls whose result is what this process read from a file (its own copy, or one it wrote
+#: itself): nothing shows it is the same on every rank.
+FILE_READS = frozenset({"open", "read", "readline", "readlines", "read_text", "loadtxt", "read_csv"})
+#: Methods whose result every rank shares (the accelerator's collectives).
+AGREEING_CALLS = frozenset(
+    {"gather_for_metrics", "gather", "reduce", "all_reduce", "broadcast", "pad_across_processes"}
+)
+
+
+def per_rank_bindings(scope: cst.CSTNode, loaders: AbstractSet[str]) -> frozenset[str]:
+    """The names ``scope`` (a function, or the module without its definitions) holds, after its
+    last binding in source order, a value not known to be the same on every rank: each rank's
+    batches (a loop over a loader), what it read from a file (``float(f.read())``), and what is
+    computed from them (``last = loss.item()``, the last batch's loss) unless a collective
+    made it agree (``output, y = accelerator.gather_for_metrics((output, y))``)."""
+    per_rank: set[str] = set()
+    for node in _bindings_in_order(scope):
+        if isinstance(node, cst.For):
+            local = _reads_any(node.iter, per_rank) or any(
+                isinstance(n, (cst.Name, cst.Attribute)) and dotted(n) in loaders for n in nodes_in(node.iter)
+            )
+            _mark(per_rank, target_names(node.target, plain=True), local)
+        elif isinstance(node, cst.WithItem) and node.asname is not None:
+            _mark(
+                per_rank,
+                target_names(cast(cst.BaseExpression, node.asname.name), plain=True),
+                _per_rank_value(node.item, per_rank),
+            )
+        elif isinstance(node, cst.Assign):
+            names = [name for target in node.targets for name in target_names(target.target, plain=True)]
+            _mark(per_rank, names, _per_rank_value(node.value, per_rank))
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)) and node.value is not None:
+            names = list(target_names(node.target, plain=True))
+            grown = isinstance(node, cst.AugAssign) and bool(per_rank.intersection(names))
+            _mark(per_rank, names, grown or _per_rank_value(node.value, per_rank))
+    return frozenset(per_rank)
+
+
+def _bindings_in_order(scope: cst.CSTNode) -> list[cst.CSTNode]:
+    """The loops, ``with`` items and assignments of ``scope`` in source order, not inside the
+    functions and classes it defines."""
+    found: list[cst.CSTNode] = []
+    pending: list[cst.CSTNode] = list(reversed(child_nodes(scope)))
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(node, (cst.For, cst.WithItem, cst.Assign, cst.AugAssign, cst.AnnAssign)):
+            found.append(node)
+        pending.extend(reversed(child_nodes(node)))
+    return found
+
+
+def _mark(per_rank: set[str], names: Sequence[str], local: bool) -> None:
+    if local:
+        per_rank.update(names)
+    else:
+        per_rank.difference_update(names)
+
+
+def _per_rank_value(value: cst.BaseExpression, per_rank: AbstractSet[str]) -> bool:
+    calls = calls_in(value)
+    if any(isinstance(call.func, cst.Attribute) and call.func.attr.value in AGREEING_CALLS for call in calls):
+        return False
+    if any((dotted(call.func) or "").rsplit(".", 1)[-1] in FILE_READS for call in calls):
+        return True
+    return _reads_any(value, per_rank)
+
+
+def _reads_any(value: cst.BaseExpression, names: AbstractSet[str]) -> bool:
+    return any(isinstance(node, cst.Name) and node.value in names for node in nodes_in(value))
 
 
 def _tests_parameter(test: cst.BaseExpression, function: cst.FunctionDef) -> bool:

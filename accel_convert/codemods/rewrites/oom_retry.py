@@ -43,9 +43,11 @@ from accel_convert.codemods.engine.syntax import (
     class_methods,
     dotted,
     expression_code,
+    name_assigned,
     names_bound,
     parameter_names,
     positional_parameter_names,
+    target_names,
 )
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 from accel_convert.codemods.engine.walk import variables_read, walk
@@ -335,7 +337,7 @@ class OomRetryCodemod(Rule):
                 False,
             )
             return module, pending.resolve(module)
-        region.kept = _independent_definitions(region, batch_size)
+        region.kept = _independent_definitions(region, batch_size, facts)
         wrapped = _wrap(region, batch_size, module, facts)
         new_module = _replace_region(module, region, wrapped)
         new_module = _add_import(new_module, facts, options)
@@ -388,14 +390,19 @@ class _Region:
         return [s for s in self.statements[self.start : self.end] if id(s) not in kept] + guarded
 
 
-def _independent_definitions(region: _Region, batch_size: cst.BaseExpression) -> list[cst.BaseStatement]:
-    """Classes and functions of a module-level region that need nothing the training code
-    assigns (``class VAE(nn.Module)``, ``def loss_function(...)``): moving them would only
-    nest them deeper. Anything reading the batch size moves, so that it reads the retried one."""
+def _independent_definitions(
+    region: _Region, batch_size: cst.BaseExpression, facts: ScriptFacts
+) -> list[cst.BaseStatement]:
+    """Classes, functions and device lines of a module-level region that need nothing the
+    training code assigns (``class VAE(nn.Module)``, ``def loss_function(...)``, ``device =
+    accelerator.device``): moving them would only nest them deeper, and a device line moved would
+    become a local of the retried function, which the unused-device rule (ACC125) removes where
+    the conversion without the retry keeps the module's variable. Anything reading the batch size
+    moves, so that it reads the retried one."""
     if region.function is not None:
         return []
     definitions: list[cst.BaseStatement] = [
-        s for s in region.statements[region.start : region.end] if isinstance(s, (cst.FunctionDef, cst.ClassDef))
+        s for s in region.statements[region.start : region.end] if _stays_at_module_level(s, facts)
     ]
     kept = list(definitions)
     while True:
@@ -410,6 +417,15 @@ def _independent_definitions(region: _Region, batch_size: cst.BaseExpression) ->
         if len(still) == len(kept):
             return kept
         kept = still
+
+
+def _stays_at_module_level(statement: cst.BaseStatement, facts: ScriptFacts) -> bool:
+    """A definition, or a line giving a device variable a name or attribute path (``device =
+    accelerator.device``: no call, so running it above the loaders changes nothing)."""
+    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+        return True
+    assigned = name_assigned(statement)
+    return assigned is not None and assigned[0] in facts.device_names and dotted(assigned[1]) is not None
 
 
 def _find_training_region(module: cst.Module, facts: ScriptFacts) -> _Region | None:
@@ -657,9 +673,103 @@ def _outer_names(region: _Region, module: cst.Module) -> set[str]:
     else:
         after = [] if region.main_guard is not None else region.statements[region.end :]
         # Definitions kept at module level (``def reparameterization(...)`` reading ``Tensor``)
-        # read the moved code's names as globals too.
-        outside = names_bound(before) | variables_read(*before, *region.kept, *after)
+        # read the moved code's names as globals too; a function's own parameters and locals
+        # (``def forward(self, x)`` beside a retried ``for x, y in loader``) are not the module's.
+        outside = names_bound(before) | _module_names_read([*before, *region.kept, *after])
     return assigned & outside
+
+
+def _module_names_read(statements: Sequence[cst.CSTNode]) -> set[str]:
+    """The names module-level statements read from the module's namespace: the names they read,
+    less those a function, lambda or comprehension among them binds for itself."""
+    reader = _ModuleNamesRead(frozenset())
+    for statement in statements:
+        walk(statement, reader)
+    return reader.names
+
+
+class _ModuleNamesRead(cst.CSTVisitor):
+    """Reads of names not bound by the scope being read (``local``). Local: it reads only the
+    module-level statements around the retried code."""
+
+    def __init__(self, local: frozenset[str]) -> None:
+        self.local = local
+        self.names: set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value not in self.local:
+            self.names.add(node.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        walk(node.value, self)
+        return False
+
+    def visit_Param(self, node: cst.Param) -> bool:
+        # Its default and annotation are read where the function is defined; its name is not a read.
+        for part in (node.default, node.annotation):
+            if part is not None:
+                walk(part, self)
+        return False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        for part in [*node.decorators, node.params, *([node.returns] if node.returns else [])]:
+            walk(part, self)
+        body = body_statements(node)
+        own = set(parameter_names(node)) | _star_parameters(node.params) | names_bound(body)
+        self._read_in_scope(body, own - _declared_global(body))
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        walk(node.params, self)
+        self._read_in_scope([node.body], set(_lambda_parameters(node.params)))
+        return False
+
+    def visit_ListComp(self, node: cst.ListComp) -> bool:
+        return self._comprehension(node)
+
+    def visit_SetComp(self, node: cst.SetComp) -> bool:
+        return self._comprehension(node)
+
+    def visit_GeneratorExp(self, node: cst.GeneratorExp) -> bool:
+        return self._comprehension(node)
+
+    def visit_DictComp(self, node: cst.DictComp) -> bool:
+        return self._comprehension(node)
+
+    def _comprehension(self, node: cst.BaseComp | cst.DictComp) -> bool:
+        targets: set[str] = set()
+        loop: cst.CompFor | None = node.for_in
+        while loop is not None:
+            targets |= set(target_names(loop.target, plain=True))
+            loop = loop.inner_for_in
+        self._read_in_scope(node.children, targets)
+        return False
+
+    def _read_in_scope(self, nodes: Sequence[cst.CSTNode], own: set[str]) -> None:
+        inner = _ModuleNamesRead(self.local | own)
+        for node in nodes:
+            walk(node, inner)
+        self.names |= inner.names
+
+
+def _star_parameters(params: cst.Parameters) -> set[str]:
+    return {p.name.value for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)}
+
+
+def _lambda_parameters(params: cst.Parameters) -> list[str]:
+    every = [*params.posonly_params, *params.params, *params.kwonly_params]
+    return [p.name.value for p in every] + sorted(_star_parameters(params))
+
+
+def _declared_global(body: Sequence[cst.CSTNode]) -> set[str]:
+    return {
+        item.name.value
+        for statement in body
+        if isinstance(statement, cst.SimpleStatementLine)
+        for small in statement.body
+        if isinstance(small, cst.Global)
+        for item in small.names
+    }
 
 
 def _returns(statements: Sequence[cst.CSTNode]) -> bool:
@@ -689,11 +799,30 @@ class _ReturnFinder(cst.CSTVisitor):
 def _replace_region(module: cst.Module, region: _Region, wrapped: list[cst.BaseStatement]) -> cst.Module:
     statements = region.statements
     rest = [] if region.main_guard is not None else statements[region.end :]
-    new_statements = [*statements[: region.start], *region.kept, *wrapped, *rest]
+    new_statements = [
+        *statements[: region.start],
+        *_spaced_after(statements[: region.start], region.kept),
+        *wrapped,
+        *rest,
+    ]
     if region.function is None:
         return module.with_changes(body=new_statements)
     new_function = region.function.with_changes(body=region.function.body.with_changes(body=new_statements))
     return module.with_changes(body=[new_function if s is region.function else s for s in module.body])
+
+
+def _spaced_after(above: Sequence[cst.BaseStatement], kept: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """The statements kept at module level, each line that now follows a definition two blank
+    lines below it (a device line that followed a loader in the original, as formatters want)."""
+    spaced: list[cst.BaseStatement] = []
+    previous = above[-1] if above else None
+    for statement in kept:
+        lines = as_statement(statement).leading_lines
+        if isinstance(previous, (cst.FunctionDef, cst.ClassDef)) and not any(line.comment is None for line in lines):
+            statement = as_statement(statement).with_changes(leading_lines=[*_blank_lines(2), *lines])
+        spaced.append(statement)
+        previous = statement
+    return spaced
 
 
 def _add_import(module: cst.Module, facts: ScriptFacts, options: Options) -> cst.Module:

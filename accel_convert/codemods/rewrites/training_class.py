@@ -17,7 +17,8 @@ rules rewrite the methods as they rewrite functions (``accelerator.backward(loss
 
 A construction where no accelerator is reachable is reported (ACC904); a training object the
 class builds outside ``__init__`` (in ``train()`` itself) is reported (ACC920), to be prepared by
-hand.
+hand. A class without ``__init__`` of its own (a trainer whose ``setup()`` builds the model,
+optimizer and loaders) prepares each of them in that method, right after the line building it.
 """
 
 from __future__ import annotations
