@@ -20,7 +20,9 @@ A GPU the script fixes is followed through values to the calls taking it as thei
 integer bound to a name (the DDP tutorial's ``device = 0``), an ``int`` option (``--gpu``), a
 choice between one and ``"cpu"``, or a device kept in a settings dictionary, handed on through
 parameters, attributes and dictionaries (``Trainer(..., gpu_id)``, ``self.gpu_id``,
-``cfg["device"]``). Its moves are removed where ``prepare`` places what moves, and otherwise take
+``cfg["device"]``), also an entry of a settings dictionary read into a local or an attribute
+(``gpu = config["gpu"]``, ``self.gpu = cfg["gpu"]``) or handed on as an argument
+(``fit(..., config["gpu"])``). Its moves are removed where ``prepare`` places what moves, and otherwise take
 ``accelerator.device``, like its ``device=`` keywords. A function of the file returning a device on
 every path (``device = get_device(args.gpu)``) chooses the device like ``torch.device(...)``. A
 parameter that is such a GPU from some callers and something else from others (``"cpu"``) is left,
