@@ -526,6 +526,7 @@ def _preparations(
         "assign_sites",
         "model_classes",
         "frozen_models",
+        "unsharded_loaders",
     ),
     provides=("plan",),
 )

@@ -8,8 +8,10 @@ function, where F841 looks, such an assignment is removed when nothing else in t
 (nested functions included) names the variable; at module level a name may be read from
 elsewhere (an import of the script, a notebook cell), so it stays. The flags a replaced device
 selection read (``use_cuda = not args.no_cuda and torch.cuda.is_available()``, then ``if
-use_cuda: device = ...``) go the same way when the original read them and nothing does now; an
-assignment whose value could do anything else (a call that is not a device question) stays.
+use_cuda: device = ...``) go the same way when the original read them and nothing does now, and
+so does a GPU index read out of settings (``gpu = config["gpu"]``, whose moves now take the
+accelerator's device); an assignment whose value could do anything else (a call that is not a
+device question) stays.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import cast
 import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_name
+from accel_convert.codemods.engine.devices import held_name
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
@@ -173,11 +176,14 @@ class _DropUnusedDevice(RuleTransformer):
             # Whether the original read it or not, the line is dead code once nothing reads it;
             # deciding on the converted code alone keeps the conversion of its own output unchanged.
             return name
-        # A device flag: only one the original read (else the unused line is the script's own,
-        # and converting the output again must leave it too).
-        if _asks_about_devices(value, self.facts) and len(self.facts.lines_mentioning([name])) > 1:
+        # A device flag or index: only one the original read (else the unused line is the
+        # script's own, and converting the output again must leave it too).
+        if len(self.facts.lines_mentioning([name])) <= 1:
+            return None
+        if _asks_about_devices(value, self.facts):
             return name
-        return None
+        # A GPU index read from settings: its moves now take the accelerator's device.
+        return name if name in self.facts.gpu_index_values and held_name(value) is not None else None
 
     @staticmethod
     def _still_read(name: str, others: Sequence[cst.CSTNode]) -> bool:
