@@ -36,7 +36,22 @@ def training_method_calls(a: Analysis) -> frozenset[str]:
 
 def _methods_running_the_model(a: Analysis) -> set[str]:
     """Methods of the file's classes (other than ``forward`` and dunders) that call the instance
-    (``self(x)``, ``self.forward(x)``) or a submodule it holds (``self.encoder(x)``)."""
+    (``self(x)``, ``self.forward(x)``) or a submodule it holds (``self.encoder(x)``), themselves
+    or through another method of theirs (a BiLSTM-CRF's ``neg_log_likelihood`` calls
+    ``self._get_lstm_features(x)``, which runs the LSTM)."""
+    direct = _methods_calling_the_model(a)
+    found = set()
+    for name, owner in a.r.classes.items():
+        running = {method for method in owner.self_names if (name, method) in direct}
+        callers = {method: calls & set(owner.self_names) for method, calls in owner.method_calls.items()}
+        while grown := {method for method, calls in callers.items() if calls & running} - running:
+            running |= grown
+        found |= {method for method in running if method != "forward" and not method.startswith("__")}
+    return found
+
+
+def _methods_calling_the_model(a: Analysis) -> set[tuple[str, str]]:
+    """(class, method) of the methods that call their instance or a submodule it holds directly."""
     held: dict[str, set[str]] = {}
     for assign in a.r.assigns:
         if len(assign.scope) == 2 and assign.scope[0] in a.r.classes and isinstance(assign.value, cst.Call):
@@ -51,12 +66,12 @@ def _methods_running_the_model(a: Analysis) -> set[str]:
             continue
         owner, method = call.scope
         instance = a.r.classes[owner].self_names.get(method)
-        if instance is None or method == "forward" or method.startswith("__"):
+        if instance is None:
             continue
         callee = dotted(call.node.func) or ""
         head, _, attribute = callee.partition(".")
         if head == instance and (attribute in ("", "forward") or attribute in held.get(owner, set())):
-            found.add(method)
+            found.add((owner, method))
     return found
 
 
