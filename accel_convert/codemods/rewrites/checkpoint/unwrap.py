@@ -1,7 +1,10 @@
-"""What a model reads through ``accelerator.unwrap_model``: its custom methods and attributes
-(``model.decode(z)``, ``model.init_hidden(bs)``), which the DDP wrapper does not have; nn.Module's
-own stay on the wrapper. A custom method that runs the model in training goes through
-``accelerator.as_forward`` instead (the runtime), or is reported (ACC921)."""
+"""What a model reads and writes through ``accelerator.unwrap_model``: its custom methods and
+attributes (``model.decode(z)``, ``model.init_hidden(bs)``), which the DDP wrapper does not have;
+nn.Module's own stay on the wrapper. A write goes to the model too (``model.hidden =
+model.init_hidden(bs)``, an LSTM tagger's state reset before each batch): set on the wrapper, it
+would never reach the ``self.hidden`` the model's ``forward`` reads. A custom method that runs
+the model in training goes through ``accelerator.as_forward`` instead (the runtime), or is
+reported (ACC921)."""
 
 from __future__ import annotations
 
@@ -80,8 +83,6 @@ class UnwrapsModelAttributes(RuleTransformer):
 
     #: The runtime's ``accelerator.as_forward`` exists (not Accelerate's API).
     runtime: bool
-    #: Identities of the targets assigned to (``model.hidden = ...`` is not read).
-    _assigned_targets: set[int]
     #: Per function frame: whether its ``prepare`` line is still ahead (the model not yet wrapped).
     _prepare_pending: list[PreparesAhead]
 
@@ -91,7 +92,7 @@ class UnwrapsModelAttributes(RuleTransformer):
             return updated_node
         if not owner.isidentifier() and not self.facts.is_prepared(owner):
             return updated_node  # a model held in another attribute is not prepared: nothing to unwrap
-        if id(original_node) in self._assigned_targets or self._prepare_pending[-1].ahead(owner):
+        if self._prepare_pending[-1].ahead(owner):
             return updated_node
         attribute = updated_node.attr.value
         if not self.accelerator_reachable():
