@@ -88,7 +88,7 @@ CHECKPOINT_CASES = [
             hidden = accelerator.unwrap_model(model).init_hidden(1)
             accelerator.unwrap_model(model).rnn.flatten_parameters()
             sample = accelerator.unwrap_model(model).decode(z).cpu()
-            model.fc = None
+            accelerator.unwrap_model(model).fc = None
             return sample, model.parameters()
         """,
         id="custom-methods-not-module-methods",

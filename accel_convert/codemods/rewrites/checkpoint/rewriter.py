@@ -41,7 +41,6 @@ class CheckpointRewriter(SavesOnMainProcess, LoadsOnOwnDevice, UnwrapsModelAttri
         self.runtime = runtime
         #: Names ``torch.save`` writes: a dict bound to one of them holds what is saved.
         self.saved_values = saved_values
-        self._assigned_targets: set[int] = set()
         self._prepare_pending: list[PreparesAhead] = [PreparesAhead(module.body, facts)]
         self._saves_in_line = 0
         #: Whether the script saves and loads: then loads wait for the save (a second, small pass).
@@ -60,12 +59,6 @@ class CheckpointRewriter(SavesOnMainProcess, LoadsOnOwnDevice, UnwrapsModelAttri
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef):
         self._prepare_pending.pop()
         return super().leave_FunctionDef(original_node, updated_node)
-
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        self._assigned_targets.add(id(node.target))
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self._assigned_targets.add(id(node.target))
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
         self._saves_in_line = 0

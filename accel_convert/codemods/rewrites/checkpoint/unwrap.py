@@ -1,7 +1,10 @@
-"""What a model reads through ``accelerator.unwrap_model``: its custom methods and attributes
-(``model.decode(z)``, ``model.init_hidden(bs)``), which the DDP wrapper does not have; nn.Module's
-own stay on the wrapper. A custom method that runs the model in training goes through
-``accelerator.as_forward`` instead (the runtime), or is reported (ACC921)."""
+"""What a model reads and writes through ``accelerator.unwrap_model``: its custom methods and
+attributes (``model.decode(z)``, ``model.init_hidden(bs)``), which the DDP wrapper does not have;
+nn.Module's own stay on the wrapper. A write goes to the model too (``model.hidden =
+model.init_hidden(bs)``, an LSTM tagger's state reset before each batch): set on the wrapper, it
+would never reach the ``self.hidden`` the model's ``forward`` reads. A custom method that runs
+the model in training goes through ``accelerator.as_forward`` instead (the runtime), or is
+reported (ACC921)."""
 
 from __future__ import annotations
 
@@ -36,7 +39,22 @@ def training_method_calls(a: Analysis) -> frozenset[str]:
 
 def _methods_running_the_model(a: Analysis) -> set[str]:
     """Methods of the file's classes (other than ``forward`` and dunders) that call the instance
-    (``self(x)``, ``self.forward(x)``) or a submodule it holds (``self.encoder(x)``)."""
+    (``self(x)``, ``self.forward(x)``) or a submodule it holds (``self.encoder(x)``), themselves
+    or through another method of theirs (a BiLSTM-CRF's ``neg_log_likelihood`` calls
+    ``self._get_lstm_features(x)``, which runs the LSTM)."""
+    direct = _methods_calling_the_model(a)
+    found = set()
+    for name, owner in a.r.classes.items():
+        running = {method for method in owner.self_names if (name, method) in direct}
+        callers = {method: calls & set(owner.self_names) for method, calls in owner.method_calls.items()}
+        while grown := {method for method, calls in callers.items() if calls & running} - running:
+            running |= grown
+        found |= {method for method in running if method != "forward" and not method.startswith("__")}
+    return found
+
+
+def _methods_calling_the_model(a: Analysis) -> set[tuple[str, str]]:
+    """(class, method) of the methods that call their instance or a submodule it holds directly."""
     held: dict[str, set[str]] = {}
     for assign in a.r.assigns:
         if len(assign.scope) == 2 and assign.scope[0] in a.r.classes and isinstance(assign.value, cst.Call):
@@ -51,12 +69,12 @@ def _methods_running_the_model(a: Analysis) -> set[str]:
             continue
         owner, method = call.scope
         instance = a.r.classes[owner].self_names.get(method)
-        if instance is None or method == "forward" or method.startswith("__"):
+        if instance is None:
             continue
         callee = dotted(call.node.func) or ""
         head, _, attribute = callee.partition(".")
         if head == instance and (attribute in ("", "forward") or attribute in held.get(owner, set())):
-            found.add(method)
+            found.add((owner, method))
     return found
 
 
@@ -65,8 +83,6 @@ class UnwrapsModelAttributes(RuleTransformer):
 
     #: The runtime's ``accelerator.as_forward`` exists (not Accelerate's API).
     runtime: bool
-    #: Identities of the targets assigned to (``model.hidden = ...`` is not read).
-    _assigned_targets: set[int]
     #: Per function frame: whether its ``prepare`` line is still ahead (the model not yet wrapped).
     _prepare_pending: list[PreparesAhead]
 
@@ -76,7 +92,7 @@ class UnwrapsModelAttributes(RuleTransformer):
             return updated_node
         if not owner.isidentifier() and not self.facts.is_prepared(owner):
             return updated_node  # a model held in another attribute is not prepared: nothing to unwrap
-        if id(original_node) in self._assigned_targets or self._prepare_pending[-1].ahead(owner):
+        if self._prepare_pending[-1].ahead(owner):
             return updated_node
         attribute = updated_node.attr.value
         if not self.accelerator_reachable():
