@@ -145,7 +145,7 @@ def _value_edges(a: Analysis) -> None:
     code that hands it over: an edge from that code's function, as for a call, so the accelerator
     reaches it where it reaches that code (the pass-accelerator rewrite hands it over with
     ``functools.partial``). A local of the same name, a parameter's say, is no edge."""
-    in_workers = _handed_to_worker_processes(a)
+    in_workers = handed_to_worker_processes(a)
     for name, scope in a.r.value_names:
         if name not in a.r.defs or a.r.names.binding_scope(name, scope) != () or (name, scope) in in_workers:
             continue
@@ -154,7 +154,7 @@ def _value_edges(a: Analysis) -> None:
             a.facts.call_graph.setdefault(caller, set()).add(name)
 
 
-def _handed_to_worker_processes(a: Analysis) -> set[tuple[str, ScopeKey]]:
+def handed_to_worker_processes(a: Analysis) -> set[tuple[str, ScopeKey]]:
     """Names handed to code that runs in other processes (``DataLoader(collate_fn=collate)``,
     ``worker_init_fn=seed_worker``): called in a worker, never where the accelerator is, so no edge
     (a ``partial`` holding the accelerator would have to be pickled into a spawned worker)."""

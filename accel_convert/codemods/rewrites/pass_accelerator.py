@@ -128,6 +128,16 @@ def needing_parameter(functions: dict[str, _Function], home: str | None) -> set[
     return needs
 
 
+def _imported_takers(facts: ScriptFacts) -> set[str]:
+    """The names this module imports functions of the program by that now take the accelerator
+    (a line naming one as a value is rewritten too)."""
+    seeds = facts.program
+    if seeds is None or facts.names is None:
+        return set()
+    takers = seeds.accelerator_parameter_index()
+    return {name for name, qualified in facts.names.imported_names().items() if qualified in takers}
+
+
 #: ``keyword=value`` as PEP 8 writes a keyword argument.
 _TIGHT_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
 
@@ -137,7 +147,7 @@ class _PassAccelerator(RuleTransformer):
         callees = needs | set(facts.program.accelerator_parameter_index() if facts.program else ())
         sites = [site for name in callees for site in facts.call_sites.get(name, ())]
         # The lines naming a function that gains the parameter without calling it (a hook list).
-        super().__init__(facts, lines_of(sites) | facts.lines_mentioning(needs))
+        super().__init__(facts, lines_of(sites) | facts.lines_mentioning(needs | _imported_takers(facts)))
         self.needs = needs
         self.functions = functions
         self.facts = facts
@@ -172,12 +182,9 @@ class _PassAccelerator(RuleTransformer):
         reachable and the new parameter comes after every positional one (a positional argument
         of the out-of-sight call cannot fill it too)."""
         name = original_node.value
-        if name not in self.needs or id(original_node) in self._not_values or len(self.scope) == 0:
+        if id(original_node) in self._not_values or len(self.scope) == 0:
             return updated_node
-        function = self.functions.get(name)
-        if function is None or self.facts.name_table.resolve(name, self.scope) is not None:
-            return updated_node
-        if function.new_index is not None and function.new_index < len(function.params):
+        if not self._carries_accelerator(original_node):
             return updated_node  # the guard reports the value that misses the argument (ACC937)
         if not self._caller_has_accelerator(self.scope[0]) and self.instance_accelerator() is None:
             return updated_node
@@ -192,6 +199,20 @@ class _PassAccelerator(RuleTransformer):
             func=cst.Attribute(cst.Name("functools"), cst.Name("partial")),
             args=[cst.Arg(updated_node), cst.Arg(accelerator, keyword=cst.Name(self.accelerator), equal=_TIGHT_EQUAL)],
         )
+
+    def _carries_accelerator(self, node: cst.Name) -> bool:
+        """Whether ``node`` names a function that gains the parameter, and a value of it can carry
+        it: one of this module's whose new parameter comes after every positional one, or an
+        imported one (``from callbacks import save_weights``) whose module says so."""
+        name = node.value
+        if self.facts.name_table.resolve(name, self.scope) is not None:
+            imported = imported_accelerator_call(self.facts, node, self.scope)
+            seeds = self.facts.program
+            return imported is not None and seeds is not None and imported[0] in seeds.accelerator_bindable
+        function = self.functions.get(name)
+        if name not in self.needs or function is None:
+            return False
+        return function.new_index is None or function.new_index >= len(function.params)
 
     def _caller_has_accelerator(self, caller: str) -> bool:
         """Whether the module-level function ``caller`` has the accelerator (a parameter, its
