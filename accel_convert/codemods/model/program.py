@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from accel_convert.codemods.engine.facts import MODULE
 from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.program_seeds import ProgramSeeds
-from accel_convert.codemods.engine.facts import MODULE
 from accel_convert.codemods.model.calls import handed_to_worker_processes, nested_function
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.state import Analysis
