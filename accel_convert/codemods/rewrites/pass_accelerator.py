@@ -182,11 +182,11 @@ class _PassAccelerator(RuleTransformer):
         reachable and the new parameter comes after every positional one (a positional argument
         of the out-of-sight call cannot fill it too)."""
         name = original_node.value
-        if id(original_node) in self._not_values or len(self.scope) == 0:
+        if id(original_node) in self._not_values:
             return updated_node
         if not self._carries_accelerator(original_node):
             return updated_node  # the guard reports the value that misses the argument (ACC937)
-        if not self._caller_has_accelerator(self.scope[0]) and self.instance_accelerator() is None:
+        if not self._value_holds_accelerator():
             return updated_node
         self.partial_written = True
         self.report(
@@ -213,6 +213,13 @@ class _PassAccelerator(RuleTransformer):
         if name not in self.needs or function is None:
             return False
         return function.new_index is None or function.new_index >= len(function.params)
+
+    def _value_holds_accelerator(self) -> bool:
+        """Whether the code naming the value holds the accelerator: module code after its creation,
+        a function that has it, a training class's method (its ``self.accelerator``)."""
+        if not self.scope:
+            return self.accelerator_reachable()
+        return self._caller_has_accelerator(self.scope[0]) or self.instance_accelerator() is not None
 
     def _caller_has_accelerator(self, caller: str) -> bool:
         """Whether the module-level function ``caller`` has the accelerator (a parameter, its
