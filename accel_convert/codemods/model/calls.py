@@ -76,25 +76,31 @@ def _keyword_argument(value: cst.BaseExpression, owner: ClassRecord, method: str
 
 
 def nested_function(a: Analysis, scope: ScopeKey) -> str | None:
-    """The function nested in a module-level function's body that code in ``scope`` runs in,
-    by its path (``inner_training_loop.train``, also for code in a function nested deeper in
-    it); None outside any."""
-    path = ".".join(scope[:2])
-    return path if len(scope) >= 2 and path in a.r.nested_defs else None
+    """The nested function that code in ``scope`` runs in, the innermost, by its path
+    (``inner_training_loop.train``; ``main.run.train_epoch`` for code in a function nested in
+    a nested one); None outside any."""
+    for depth in range(len(scope), 1, -1):
+        path = ".".join(scope[:depth])
+        if path in a.r.nested_defs:
+            return path
+    return None
 
 
 def nested_callee(a: Analysis, call: CallRecord) -> str | None:
     """``inner_training_loop.train`` for a call ``train(...)`` in ``inner_training_loop`` (or in
-    a function nested beside ``train``) of the ``def train`` written in its body: the retried
-    training loop of ``--oom-retry`` holds its own ``train`` and ``test``. None for any other
-    call (a module-level function, or a ``train`` some other scope binds)."""
+    a function nested beside or below ``train``) of the ``def train`` written in its body: the
+    retried training loop of ``--oom-retry`` holds its own ``train`` and ``test``. The ``def``
+    is the one the call's scope binds, at any depth (``main.run.train_epoch`` for
+    ``train_epoch()`` in ``run``, nested in ``main``). None for any other call (a module-level
+    function, a method)."""
     func = call.node.func
     if not isinstance(func, cst.Name) or not call.scope:
         return None
-    path = f"{call.function}.{func.value}"
-    if path not in a.r.nested_defs or a.r.names.binding_scope(func.value, call.scope) != call.scope[:1]:
+    binding = a.r.names.binding_scope(func.value, call.scope)
+    if not binding:
         return None
-    return path
+    path = ".".join((*binding, func.value))
+    return path if path in a.r.nested_defs else None
 
 
 @provider(provides=("call_graph", "arguments", "constructions", "loop_calls"))
@@ -110,6 +116,9 @@ def call_graph(a: Analysis) -> None:
         nested = nested_callee(a, call)
         if nested is not None:
             _into_nested_function(a, call, nested)
+            _arguments_into_nested(a, call, a.r.nested_defs[nested])
+        elif (in_method := _method_nested_callee(a, call)) is not None:
+            _arguments_into_nested(a, call, a.r.method_nested_defs[in_method])
         elif isinstance(callee, cst.Name) and callee.value in a.r.defs:
             a.facts.call_graph.setdefault(call.function, set()).add(callee.value)
             params = a.r.defs[callee.value]
@@ -175,6 +184,31 @@ def _into_nested_function(a: Analysis, call: CallRecord, nested: str) -> None:
     a.facts.call_graph.setdefault(caller, set()).add(nested)
     for loop in call.loops:
         loop.calls.add(nested)
+
+
+def _method_nested_callee(a: Analysis, call: CallRecord) -> str | None:
+    """``Trainer.fit.evaluate`` for a call ``evaluate(...)`` in ``Trainer.fit`` (or in a function
+    nested in it) of the ``def evaluate`` written in the method's body; None for any other call."""
+    func = call.node.func
+    if not isinstance(func, cst.Name) or len(call.scope) < 2:
+        return None
+    binding = a.r.names.binding_scope(func.value, call.scope)
+    path = ".".join((*binding, func.value)) if binding else None
+    return path if path in a.r.method_nested_defs else None
+
+
+def _arguments_into_nested(a: Analysis, call: CallRecord, params: tuple[str, ...]) -> None:
+    """What a call of a function nested in a function's or a method's body passes flows into its
+    parameters, as for a module-level function's. They are names of the module-level function or
+    class it is written in (the analysis' "function" for all its code): ``evaluate(test_loader)``
+    makes its ``loader`` the test loader, so its loop is an evaluation over it."""
+    for index, arg in enumerate(call.node.args):
+        name = dotted(arg.value)
+        if name is None or arg.star:
+            continue
+        param = parameter_filled(arg, index, params)
+        if param is not None and param != name:
+            a.arguments.setdefault((call.function, param), set()).add((call.function, name))
 
 
 @provider(provides=("functions_called_out_of_sight",))
