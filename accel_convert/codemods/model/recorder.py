@@ -51,6 +51,9 @@ class LoopRecord:
     #: What it iterates through any calls (``progress(test_loader)`` of the file's own wrapper):
     #: where ``iterated`` knows no such wrapper, an evaluation over it is still one.
     through_calls: str | None = None
+    #: The function nested in ``function``'s body that holds the loop (``main.run.train_epoch``),
+    #: the innermost; None for a loop in the module-level function's own code.
+    nested: str | None = None
 
 
 @dataclass(eq=False)
@@ -416,6 +419,9 @@ class Recorder(NameCollector):
         if len(self.scope) >= 2 and self.scope[0] in self.classes:
             loop.method = self.scope[1]
         loop.through_calls = dotted(iterated(node.iter, self.names, self.scope, through_any_call=True))
+        loop.nested = next(
+            (path for n in range(len(self.scope), 1, -1) if (path := ".".join(self.scope[:n])) in self.nested_defs), None
+        )
         self.loops.append(loop)
         self._loops.append(loop)
         self._exits.append(loop)
