@@ -103,7 +103,7 @@ def nested_callee(a: Analysis, call: CallRecord) -> str | None:
     return path if path in a.r.nested_defs else None
 
 
-@provider(provides=("call_graph", "arguments", "constructions", "loop_calls", "nested_call_lines"))
+@provider(provides=("call_graph", "arguments", "constructions", "loop_calls", "nested_functions"))
 def call_graph(a: Analysis) -> None:
     """Which module-level function calls which (``call_graph``, and the functions each loop
     calls), and what flows into each parameter: arguments of calls of the file's functions,
@@ -111,10 +111,9 @@ def call_graph(a: Analysis) -> None:
     nested in a module-level function's body is a function of the graph too, by its path
     (``inner_training_loop.train``), called by the function, or the nested function beside it,
     whose code calls it; its other calls count as its module-level function's."""
+    a.facts.nested_functions.update(a.r.nested_defs)
     for call in a.r.calls:
         callee = call.node.func
-        if nested_function(a, call.scope) is not None:
-            a.facts.nested_call_lines.add(a.site(call.node).line)
         nested = nested_callee(a, call)
         if nested is not None:
             _into_nested_function(a, call, nested)
