@@ -420,7 +420,8 @@ class Recorder(NameCollector):
             loop.method = self.scope[1]
         loop.through_calls = dotted(iterated(node.iter, self.names, self.scope, through_any_call=True))
         loop.nested = next(
-            (path for n in range(len(self.scope), 1, -1) if (path := ".".join(self.scope[:n])) in self.nested_defs), None
+            (path for n in range(len(self.scope), 1, -1) if (path := ".".join(self.scope[:n])) in self.nested_defs),
+            None,
         )
         self.loops.append(loop)
         self._loops.append(loop)
