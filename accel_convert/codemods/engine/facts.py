@@ -117,6 +117,9 @@ class LoopFacts:
     targets: tuple[str, ...]
     kind: Literal["train", "eval"]
     site: Site
+    #: The function nested in ``function``'s body holding the loop, by its path
+    #: (``main.run.train_epoch``); None for the function's own code.
+    nested: str | None = None
 
 
 class FactQuestions:
@@ -145,6 +148,7 @@ class FactQuestions:
     eval_loops: Sequence[LoopFacts]
     backward_functions: AbstractSet[str]
     call_graph: Mapping[str, AbstractSet[str]]
+    nested_functions: AbstractSet[str]
     call_sites: Mapping[str, Sequence[Site]]
     training_method_lines: AbstractSet[int]
     unprepared_loaders: AbstractSet[str]
@@ -237,9 +241,19 @@ class FactQuestions:
         loops = [*self.train_loops, *self.eval_loops]
         home = self.home_function if block is None else block
         trains = self.backward_functions & self.call_graph.get(home, set())
-        looping = callers_closure({loop.function for loop in loops} | (trains - {home}), self.call_graph)
-        lines = [loop.site.line for loop in loops if loop.function == home]
-        lines += [site.line for name in looping for site in self.call_sites.get(name, ())]
+        # A loop in a function nested in the home function's body runs where that function is
+        # called: its call is where training starts, never the loop inside the ``def``.
+        looping = callers_closure({loop.nested or loop.function for loop in loops} | (trains - {home}), self.call_graph)
+        lines = [loop.site.line for loop in loops if loop.function == home and loop.nested is None]
+        # A function nested in another's body is called there: its calls are where training
+        # starts in this block only when this block's code makes them.
+        called = self.call_graph.get(home, set())
+        lines += [
+            site.line
+            for name in looping
+            if name in called or name not in self.nested_functions
+            for site in self.call_sites.get(name, ())
+        ]
         lines += self.training_method_lines
         return lines
 
@@ -384,6 +398,8 @@ class ScriptFacts(FactQuestions):
     #: Module-level function → module-level functions it calls by plain name; a function nested
     #: in a module-level function's body is one too, by its path (``inner_training_loop.train``).
     call_graph: Mapping[str, AbstractSet[str]] = field(default_factory=dict)
+    #: Functions nested in a module-level function's body (at any depth), by their path.
+    nested_functions: AbstractSet[str] = frozenset()
     #: Module-level functions returning data loaders (what the program's other modules unpack
     #: from their calls is a loader).
     loader_returning_functions: AbstractSet[str] = frozenset()
@@ -576,6 +592,7 @@ class FactsDraft(FactQuestions):
     prepared_attributes: set[str] = field(default_factory=set)
     class_prepare: dict[str, tuple[str, ...]] = field(default_factory=dict)
     call_graph: dict[str, set[str]] = field(default_factory=dict)
+    nested_functions: set[str] = field(default_factory=set)
     loader_returning_functions: set[str] = field(default_factory=set)
     training_method_lines: set[int] = field(default_factory=set)
     functions_called_out_of_sight: Callable[[], frozenset[str]] = lambda: frozenset()

@@ -62,6 +62,7 @@ from accel_convert.codemods.engine.program_shapes import (
     ModuleShape,
     ShapeReader,
     accelerator_parameters,
+    bindable_accelerator_parameters,
     function_at,
     function_extents,
     iterates_parameters,
@@ -252,7 +253,7 @@ class Program:
         trees = {name: module.module for name, module in self.modules.items()}
         parents = class_parents(trees, self.shapes, facts)
         initialisers = self.inherited_inits = initialisers_by_name(parents, self.shapes)
-        calls = self._cross_calls(facts, parents, initialisers)
+        calls, values = self._cross_calls(facts, parents, initialisers)
         prepared_in = self._prepared_in(facts)
         instances = self._instance_calls(facts)
         received = Received({name: {} for name in self.modules}, {name: set() for name in self.modules})
@@ -263,7 +264,7 @@ class Program:
         learnt = Learnt(
             received=received,
             handed_over=models_handed_over([*calls, *method_calls], facts),
-            reaches=self._accelerator_reaches(calls, facts),
+            reaches=self._accelerator_reaches([*calls, *values], facts),
             given_models=classes_given_models(instances, facts, prepared_in),
             loader_factories=self._loader_factories(facts),
             looping=self._looping_functions(facts, seeds),
@@ -287,15 +288,19 @@ class Program:
         facts: dict[str, ScriptFacts],
         parents: dict[tuple[str, str], set[tuple[str, str]]],
         initialisers: dict[str, tuple[str, str]],
-    ) -> list[CrossCall]:
-        """Every call from one module to a function or class of another, in module order."""
+    ) -> tuple[list[CrossCall], list[CrossCall]]:
+        """Every call from one module to a function or class of another, in module order; and
+        every use of another module's function as a value (a hook, a ``partial``), as a call
+        without arguments from the code that hands it over."""
         functions = {name: shape.params for name, shape in self.shapes.items()}
         calls: list[CrossCall] = []
+        values: list[CrossCall] = []
         for name, module in self.modules.items():
             finder = CrossCalls(facts[name], name, functions, bases_elsewhere(name, parents), initialisers)
             module.module.visit(finder)
             calls.extend(finder.found)
-        return calls
+            values.extend(use for use in finder.values if use.callee not in self.shapes[use.callee_module].classes)
+        return calls, values
 
     def _prepared_in(self, facts: dict[str, ScriptFacts]) -> dict[str, set[str]]:
         """Module → the names it prepares itself (the home module: what its ``prepare`` will cover)."""
@@ -402,6 +407,7 @@ def convert_program(modules: Sequence[ProgramModule], entry: str, options: Optio
     seeds = program.plan()
     inherited_inits = program.inherited_inits
     takes_accelerator: dict[str, int | None] = {}
+    bindable: set[str] = set()
     outcomes: dict[str, ConversionOutcome] = {}
     saved = False
     for name in program.order():
@@ -409,12 +415,15 @@ def convert_program(modules: Sequence[ProgramModule], entry: str, options: Optio
         module_seeds = replace(
             seeds[name],
             accelerator_parameters=tuple(sorted(takes_accelerator.items())),
+            accelerator_bindable=frozenset(bindable),
             saved_elsewhere=seeds[name].saved_elsewhere or saved,
         )
         outcome = convert_module(module.module, options, module.source, module_seeds)
         outcomes[name] = outcome
         if outcome.module is not module.module:
-            takes_accelerator.update(accelerator_parameters(name, program.shapes[name], outcome.module))
+            taking = accelerator_parameters(name, program.shapes[name], outcome.module)
+            takes_accelerator.update(taking)
+            bindable |= bindable_accelerator_parameters(name, outcome.module, taking)
         # Constructing a class without ``__init__`` passes the accelerator where its base's takes it.
         for subclass, (base_module, base) in inherited_inits.items():
             taken = f"{base_module}.{base}"

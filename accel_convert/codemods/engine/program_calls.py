@@ -14,7 +14,7 @@ from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.names import NameCollector, NameTable, ScopeKey, is_builtin
 from accel_convert.codemods.engine.program_shapes import ModuleShape
 from accel_convert.codemods.engine.syntax import dotted, parameter_filled
-from accel_convert.codemods.engine.torch_names import DATA_LOADERS
+from accel_convert.codemods.engine.torch_names import DATA_LOADERS, WORKER_CALLBACKS
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,13 @@ class CrossCalls(NameCollector):
         #: constructing them runs.
         self.initialisers = initialisers or {}
         self.found: list[CrossCall] = []
+        #: Functions of other modules named as values (``hooks = [log_epoch]``,
+        #: ``functools.partial(save_weights, ...)``, ``{"log": log_epoch}``): called out of sight by
+        #: whatever receives them, from the code that hands them over (no arguments known).
+        self.values: list[CrossCall] = []
 
     def visit_Call(self, node: cst.Call) -> None:
+        self._values_handed_to(node)
         found = self._callee(node)
         if found is None:
             return
@@ -71,6 +76,34 @@ class CrossCalls(NameCollector):
         arguments = self._arguments(node, self.functions[module][function])
         caller = self.scope[0] if self.scope else "<module>"
         self.found.append(CrossCall(self.name, caller, module, function, arguments, through_super))
+
+    def _values_handed_to(self, node: cst.Call) -> None:
+        """The call's arguments that name another module's function, except those handed to
+        DataLoader workers (``collate_fn=``): called in a worker process, never where the
+        accelerator is."""
+        qualified = self.facts.callee_name(node.func, tuple(self.scope)) or ""
+        workers = WORKER_CALLBACKS.get(qualified, frozenset())
+        for arg in node.args:
+            if arg.keyword is None or arg.keyword.value not in workers:
+                self._value(arg.value)
+
+    def visit_Element(self, node: cst.Element) -> None:
+        self._value(node.value)
+
+    def visit_DictElement(self, node: cst.DictElement) -> None:
+        self._value(node.value)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self._value(node.value)
+
+    def _value(self, value: cst.BaseExpression) -> None:
+        if not isinstance(value, (cst.Name, cst.Attribute)):
+            return
+        callee = program_callee(self.facts, value, tuple(self.scope))
+        module, _, function = (callee or "").rpartition(".")
+        if module and module != self.name and function in self.functions.get(module, {}):
+            caller = self.scope[0] if self.scope else "<module>"
+            self.values.append(CrossCall(self.name, caller, module, function, ()))
 
     def _callee(self, node: cst.Call) -> tuple[str, bool] | None:
         """The qualified name of the program function or class whose code the call runs, and

@@ -81,6 +81,10 @@ class ProgramSeeds:
     #: Imported functions that take the accelerator once converted → where the parameter sits
     #: among the positional ones (None: keyword-only).
     accelerator_parameters: tuple[tuple[str, int | None], ...] = ()
+    #: Those of them whose accelerator parameter comes after every positional one (or is
+    #: keyword-only): a value of one carries it, ``functools.partial(f, accelerator=accelerator)``
+    #: (a positional argument of the call out of sight cannot fill it too).
+    accelerator_bindable: frozenset[str] = frozenset()
     #: Another module of the program saves (``torch.save``, or ``accelerator.save`` in a module
     #: converted before this one): this module's ``torch.load`` lines wait for every rank first,
     #: as in a script that saves.

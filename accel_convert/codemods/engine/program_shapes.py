@@ -188,3 +188,19 @@ def accelerator_parameters(
             positional = visitor.shape.positional[function]
             found[f"{name}.{function}"] = positional.index(accelerator) if accelerator in positional else None
     return found
+
+
+def bindable_accelerator_parameters(
+    name: str, after: cst.Module, taking: dict[str, int | None], accelerator: str = "accelerator"
+) -> set[str]:
+    """Of ``taking`` (from :func:`accelerator_parameters`), the functions of module ``name`` whose
+    accelerator parameter is keyword-only or the last positional one: a value of one can carry it
+    (``functools.partial(f, accelerator=accelerator)``)."""
+    visitor = ShapeReader(name, False, set())
+    after.visit(visitor)
+    return {
+        qualified
+        for qualified, index in taking.items()
+        if qualified.rpartition(".")[0] == name
+        and (index is None or visitor.shape.positional[qualified.rpartition(".")[2]][-1:] == (accelerator,))
+    }

@@ -76,28 +76,34 @@ def _keyword_argument(value: cst.BaseExpression, owner: ClassRecord, method: str
 
 
 def nested_function(a: Analysis, scope: ScopeKey) -> str | None:
-    """The function nested in a module-level function's body that code in ``scope`` runs in,
-    by its path (``inner_training_loop.train``, also for code in a function nested deeper in
-    it); None outside any."""
-    path = ".".join(scope[:2])
-    return path if len(scope) >= 2 and path in a.r.nested_defs else None
+    """The nested function that code in ``scope`` runs in, the innermost, by its path
+    (``inner_training_loop.train``; ``main.run.train_epoch`` for code in a function nested in
+    a nested one); None outside any."""
+    for depth in range(len(scope), 1, -1):
+        path = ".".join(scope[:depth])
+        if path in a.r.nested_defs:
+            return path
+    return None
 
 
 def nested_callee(a: Analysis, call: CallRecord) -> str | None:
     """``inner_training_loop.train`` for a call ``train(...)`` in ``inner_training_loop`` (or in
-    a function nested beside ``train``) of the ``def train`` written in its body: the retried
-    training loop of ``--oom-retry`` holds its own ``train`` and ``test``. None for any other
-    call (a module-level function, or a ``train`` some other scope binds)."""
+    a function nested beside or below ``train``) of the ``def train`` written in its body: the
+    retried training loop of ``--oom-retry`` holds its own ``train`` and ``test``. The ``def``
+    is the one the call's scope binds, at any depth (``main.run.train_epoch`` for
+    ``train_epoch()`` in ``run``, nested in ``main``). None for any other call (a module-level
+    function, a method)."""
     func = call.node.func
     if not isinstance(func, cst.Name) or not call.scope:
         return None
-    path = f"{call.function}.{func.value}"
-    if path not in a.r.nested_defs or a.r.names.binding_scope(func.value, call.scope) != call.scope[:1]:
+    binding = a.r.names.binding_scope(func.value, call.scope)
+    if not binding:
         return None
-    return path
+    path = ".".join((*binding, func.value))
+    return path if path in a.r.nested_defs else None
 
 
-@provider(provides=("call_graph", "arguments", "constructions", "loop_calls"))
+@provider(provides=("call_graph", "arguments", "constructions", "loop_calls", "nested_functions"))
 def call_graph(a: Analysis) -> None:
     """Which module-level function calls which (``call_graph``, and the functions each loop
     calls), and what flows into each parameter: arguments of calls of the file's functions,
@@ -105,11 +111,15 @@ def call_graph(a: Analysis) -> None:
     nested in a module-level function's body is a function of the graph too, by its path
     (``inner_training_loop.train``), called by the function, or the nested function beside it,
     whose code calls it; its other calls count as its module-level function's."""
+    a.facts.nested_functions.update(a.r.nested_defs)
     for call in a.r.calls:
         callee = call.node.func
         nested = nested_callee(a, call)
         if nested is not None:
             _into_nested_function(a, call, nested)
+            _arguments_into_nested(a, call, a.r.nested_defs[nested])
+        elif (in_method := _method_nested_callee(a, call)) is not None:
+            _arguments_into_nested(a, call, a.r.method_nested_defs[in_method])
         elif isinstance(callee, cst.Name) and callee.value in a.r.defs:
             a.facts.call_graph.setdefault(call.function, set()).add(callee.value)
             params = a.r.defs[callee.value]
@@ -145,7 +155,7 @@ def _value_edges(a: Analysis) -> None:
     code that hands it over: an edge from that code's function, as for a call, so the accelerator
     reaches it where it reaches that code (the pass-accelerator rewrite hands it over with
     ``functools.partial``). A local of the same name, a parameter's say, is no edge."""
-    in_workers = _handed_to_worker_processes(a)
+    in_workers = handed_to_worker_processes(a)
     for name, scope in a.r.value_names:
         if name not in a.r.defs or a.r.names.binding_scope(name, scope) != () or (name, scope) in in_workers:
             continue
@@ -154,7 +164,7 @@ def _value_edges(a: Analysis) -> None:
             a.facts.call_graph.setdefault(caller, set()).add(name)
 
 
-def _handed_to_worker_processes(a: Analysis) -> set[tuple[str, ScopeKey]]:
+def handed_to_worker_processes(a: Analysis) -> set[tuple[str, ScopeKey]]:
     """Names handed to code that runs in other processes (``DataLoader(collate_fn=collate)``,
     ``worker_init_fn=seed_worker``): called in a worker, never where the accelerator is, so no edge
     (a ``partial`` holding the accelerator would have to be pickled into a spawned worker)."""
@@ -175,6 +185,31 @@ def _into_nested_function(a: Analysis, call: CallRecord, nested: str) -> None:
     a.facts.call_graph.setdefault(caller, set()).add(nested)
     for loop in call.loops:
         loop.calls.add(nested)
+
+
+def _method_nested_callee(a: Analysis, call: CallRecord) -> str | None:
+    """``Trainer.fit.evaluate`` for a call ``evaluate(...)`` in ``Trainer.fit`` (or in a function
+    nested in it) of the ``def evaluate`` written in the method's body; None for any other call."""
+    func = call.node.func
+    if not isinstance(func, cst.Name) or len(call.scope) < 2:
+        return None
+    binding = a.r.names.binding_scope(func.value, call.scope)
+    path = ".".join((*binding, func.value)) if binding else None
+    return path if path in a.r.method_nested_defs else None
+
+
+def _arguments_into_nested(a: Analysis, call: CallRecord, params: tuple[str, ...]) -> None:
+    """What a call of a function nested in a function's or a method's body passes flows into its
+    parameters, as for a module-level function's. They are names of the module-level function or
+    class it is written in (the analysis' "function" for all its code): ``evaluate(test_loader)``
+    makes its ``loader`` the test loader, so its loop is an evaluation over it."""
+    for index, arg in enumerate(call.node.args):
+        name = dotted(arg.value)
+        if name is None or arg.star:
+            continue
+        param = parameter_filled(arg, index, params)
+        if param is not None and param != name:
+            a.arguments.setdefault((call.function, param), set()).add((call.function, name))
 
 
 @provider(provides=("functions_called_out_of_sight",))

@@ -151,14 +151,16 @@ def loops(a: Analysis) -> None:
         a.loader_loops.append((loop, origins))
         if trains or evaluates:
             kind: Literal["train", "eval"] = "train" if trains else "eval"
-            record = LoopFacts(loop.function, loop.iterated, loop.targets, kind, a.site(loop.node))
+            record = LoopFacts(loop.function, loop.iterated, loop.targets, kind, a.site(loop.node), loop.nested)
             (facts.train_loops if trains else facts.eval_loops).append(record)
             (train if trains else evaluation).update(origins)
     train |= _read_by_hand_in_training(a, created_loaders - evaluation, backward_functions)
     _sort_loaders(a, created_loaders, train, evaluation)
     for loop in wrapped_evaluations:
         if loop.through_calls in facts.loaders:
-            record = LoopFacts(loop.function, loop.through_calls or "", loop.targets, "eval", a.site(loop.node))
+            record = LoopFacts(
+                loop.function, loop.through_calls or "", loop.targets, "eval", a.site(loop.node), loop.nested
+            )
             facts.eval_loops.append(record)
     _comprehension_evaluations(a, switches, backward_functions)
 

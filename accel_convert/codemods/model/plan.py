@@ -513,6 +513,7 @@ def _preparations(
         "backward_functions",
         "call_graph",
         "call_sites",
+        "nested_functions",
         "training_method_lines",
         "method_prepare",
         "device_names",

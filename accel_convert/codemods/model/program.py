@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from accel_convert.codemods.engine.facts import MODULE
 from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.program_seeds import ProgramSeeds
+from accel_convert.codemods.model.calls import handed_to_worker_processes, nested_function
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.state import Analysis
 
@@ -77,6 +79,23 @@ def seed_imported_calls(conclusions: Analysis, seeds: ProgramSeeds) -> None:
             loop.calls.add(callee)
             if callee in seeds.backward_functions:
                 loop.has_backward = True
+    _imported_value_edges(conclusions, known)
+
+
+def _imported_value_edges(conclusions: Analysis, known: frozenset[str]) -> None:
+    """An imported program function named as a value (``hooks = [log_epoch]`` after ``from
+    callbacks import log_epoch``, ``functools.partial(save_weights, ...)``) is called out of sight
+    from the code that hands it over: an edge from that code's function, as for a call (and as
+    for a value of this module's own function), so the accelerator is passed where it is needed.
+    Not one handed to DataLoader workers (``collate_fn=``)."""
+    in_workers = handed_to_worker_processes(conclusions)
+    for name, scope in conclusions.r.value_names:
+        if (name, scope) in in_workers:
+            continue
+        callee = _callee(conclusions, cst.Name(name), scope)
+        if callee is not None and callee in known:
+            caller = (nested_function(conclusions, scope) or scope[0]) if scope else MODULE
+            conclusions.facts.call_graph.setdefault(caller, set()).add(callee)
 
 
 def seed_loader_factories(conclusions: Analysis, seeds: ProgramSeeds) -> None:

@@ -51,6 +51,9 @@ class LoopRecord:
     #: What it iterates through any calls (``progress(test_loader)`` of the file's own wrapper):
     #: where ``iterated`` knows no such wrapper, an evaluation over it is still one.
     through_calls: str | None = None
+    #: The function nested in ``function``'s body that holds the loop (``main.run.train_epoch``),
+    #: the innermost; None for a loop in the module-level function's own code.
+    nested: str | None = None
 
 
 @dataclass(eq=False)
@@ -179,9 +182,13 @@ class Recorder(NameCollector):
         self.aug_assigns: list[AugAssignRecord] = []
         #: Module-level functions → parameter names.
         self.defs: dict[str, tuple[str, ...]] = {}
-        #: Functions defined in a module-level function's body, by their path
-        #: (``inner_training_loop.train``) → parameter names.
+        #: Functions defined in a module-level function's body, or in such a function's (at any
+        #: depth), by their path (``inner_training_loop.train``, ``main.run.train_epoch``) →
+        #: parameter names.
         self.nested_defs: dict[str, tuple[str, ...]] = {}
+        #: Functions defined in a method's body (at any depth), by their path
+        #: (``Trainer.fit.evaluate``) → parameter names: their parameters receive what calls pass.
+        self.method_nested_defs: dict[str, tuple[str, ...]] = {}
         #: Module-level functions without ``*args`` → how many positional arguments they take.
         self.positional_limits: dict[str, int] = {}
         #: Functions defined inside the ``if __name__ == "__main__":`` block.
@@ -251,14 +258,21 @@ class Recorder(NameCollector):
             self.classes[node.name.value] = ClassRecord(node)
         super().visit_ClassDef(node)
 
+    def _in_functions_below(self, depth: int) -> bool:
+        """Whether every scope enclosing the current one below the first ``depth`` is a function."""
+        return all(self.names.scopes[self.scope[:n]].kind == "function" for n in range(depth + 1, len(self.scope)))
+
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         # A decorator runs where the function is defined, not in its body (the scope entered here).
         self._not_values.update(id(name) for name in (node.name, *(d.decorator for d in node.decorators)))
         super().visit_FunctionDef(node)
         if len(self.scope) == 2 and self.scope[0] in self.classes:
             self._method(self.classes[self.scope[0]], node)
-        if len(self.scope) == 2 and self.names.scopes[self.scope[:1]].kind == "function":
+        if len(self.scope) >= 2 and self._in_functions_below(0):
+            # Nested at any depth in functions (``main.run.train_epoch``): a function of its own.
             self.nested_defs[".".join(self.scope)] = parameter_names(node)
+        elif len(self.scope) >= 3 and self.scope[0] in self.classes and self._in_functions_below(1):
+            self.method_nested_defs[".".join(self.scope)] = parameter_names(node)
         if len(self.scope) == 1:
             if self._main_guard_depth:
                 self.guard_defs.add(node.name.value)
@@ -405,6 +419,10 @@ class Recorder(NameCollector):
         if len(self.scope) >= 2 and self.scope[0] in self.classes:
             loop.method = self.scope[1]
         loop.through_calls = dotted(iterated(node.iter, self.names, self.scope, through_any_call=True))
+        loop.nested = next(
+            (path for n in range(len(self.scope), 1, -1) if (path := ".".join(self.scope[:n])) in self.nested_defs),
+            None,
+        )
         self.loops.append(loop)
         self._loops.append(loop)
         self._exits.append(loop)

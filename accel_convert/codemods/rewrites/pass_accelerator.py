@@ -10,7 +10,9 @@ no accelerator (module level, a class method) is reported instead.
 Such a function also used as a value (``hooks = [record_history, save_checkpoint]`` then ``for
 hook in hooks: hook(model, epoch)``, a trainer's ``callbacks=[save_weights]``) is called where no
 rewrite can add the argument: the value carries it, ``functools.partial(save_checkpoint,
-accelerator=accelerator)``, so the save in it runs on the main process whatever calls it. Left
+accelerator=accelerator)``, so the save in it runs on the main process whatever calls it; so is
+a function of another module of the program imported by name (``from callbacks import log_epoch``)
+that gained the parameter there because code holding the accelerator hands it over. Left
 as written (and reported, ACC937): a value where the accelerator is not reachable, and one of a
 function whose new parameter comes before a positional one (the call through the value could fill
 it positionally too).
@@ -128,6 +130,16 @@ def needing_parameter(functions: dict[str, _Function], home: str | None) -> set[
     return needs
 
 
+def _imported_takers(facts: ScriptFacts) -> set[str]:
+    """The names this module imports functions of the program by that now take the accelerator
+    (a line naming one as a value is rewritten too)."""
+    seeds = facts.program
+    if seeds is None or facts.names is None:
+        return set()
+    takers = seeds.accelerator_parameter_index()
+    return {name for name, qualified in facts.names.imported_names().items() if qualified in takers}
+
+
 #: ``keyword=value`` as PEP 8 writes a keyword argument.
 _TIGHT_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
 
@@ -137,7 +149,7 @@ class _PassAccelerator(RuleTransformer):
         callees = needs | set(facts.program.accelerator_parameter_index() if facts.program else ())
         sites = [site for name in callees for site in facts.call_sites.get(name, ())]
         # The lines naming a function that gains the parameter without calling it (a hook list).
-        super().__init__(facts, lines_of(sites) | facts.lines_mentioning(needs))
+        super().__init__(facts, lines_of(sites) | facts.lines_mentioning(needs | _imported_takers(facts)))
         self.needs = needs
         self.functions = functions
         self.facts = facts
@@ -172,14 +184,11 @@ class _PassAccelerator(RuleTransformer):
         reachable and the new parameter comes after every positional one (a positional argument
         of the out-of-sight call cannot fill it too)."""
         name = original_node.value
-        if name not in self.needs or id(original_node) in self._not_values or len(self.scope) == 0:
+        if id(original_node) in self._not_values:
             return updated_node
-        function = self.functions.get(name)
-        if function is None or self.facts.name_table.resolve(name, self.scope) is not None:
-            return updated_node
-        if function.new_index is not None and function.new_index < len(function.params):
+        if not self._carries_accelerator(original_node):
             return updated_node  # the guard reports the value that misses the argument (ACC937)
-        if not self._caller_has_accelerator(self.scope[0]) and self.instance_accelerator() is None:
+        if not self._value_holds_accelerator():
             return updated_node
         self.partial_written = True
         self.report(
@@ -192,6 +201,27 @@ class _PassAccelerator(RuleTransformer):
             func=cst.Attribute(cst.Name("functools"), cst.Name("partial")),
             args=[cst.Arg(updated_node), cst.Arg(accelerator, keyword=cst.Name(self.accelerator), equal=_TIGHT_EQUAL)],
         )
+
+    def _carries_accelerator(self, node: cst.Name) -> bool:
+        """Whether ``node`` names a function that gains the parameter, and a value of it can carry
+        it: one of this module's whose new parameter comes after every positional one, or an
+        imported one (``from callbacks import save_weights``) whose module says so."""
+        name = node.value
+        if self.facts.name_table.resolve(name, self.scope) is not None:
+            imported = imported_accelerator_call(self.facts, node, self.scope)
+            seeds = self.facts.program
+            return imported is not None and seeds is not None and imported[0] in seeds.accelerator_bindable
+        function = self.functions.get(name)
+        if name not in self.needs or function is None:
+            return False
+        return function.new_index is None or function.new_index >= len(function.params)
+
+    def _value_holds_accelerator(self) -> bool:
+        """Whether the code naming the value holds the accelerator: module code after its creation,
+        a function that has it, a training class's method (its ``self.accelerator``)."""
+        if not self.scope:
+            return self.accelerator_reachable()
+        return self._caller_has_accelerator(self.scope[0]) or self.instance_accelerator() is not None
 
     def _caller_has_accelerator(self, caller: str) -> bool:
         """Whether the module-level function ``caller`` has the accelerator (a parameter, its
