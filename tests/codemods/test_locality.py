@@ -481,9 +481,41 @@ VALUES_EACH_RANK_HAS = code(
 )
 
 
+#: A batch's index and a count over the loader's length are the same on every rank (a prepared
+#: loader gives each as many batches): a save every N batches is reached alike (the GAN
+#: tutorials' ``batches_done = epoch * len(dataloader) + i``); the batch's own loss is not.
+BATCH_INDEX = code(
+    """
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader
+
+
+    def train(model, loader):
+        for i, (x, y) in enumerate(loader):
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            batches_done = 3 * len(loader) + i
+            if batches_done % 10 == 0:
+                torch.save(model.state_dict(), "every_ten.pt")
+            if loss.item() < 0.1:
+                torch.save(model.state_dict(), "low_loss.pt")
+        for step in range(len(loader)):
+            if step == 2:
+                torch.save(model.state_dict(), "step_two.pt")
+
+
+    loader = DataLoader(dataset, batch_size=8)
+    """
+)
+
+
 @pytest.mark.parametrize(
     ("source", "statement", "reached"),
     [
+        (BATCH_INDEX, 'torch.save(model.state_dict(), "every_ten.pt")', True),
+        (BATCH_INDEX, 'torch.save(model.state_dict(), "low_loss.pt")', False),
+        (BATCH_INDEX, 'torch.save(model.state_dict(), "step_two.pt")', True),
         (MODULE_LEVEL, "workdir = tempfile.mkdtemp()", True),
         (MODULE_LEVEL, "optimizer.step()", True),  # in a loop over a loader, in a ``range`` loop
         (MODULE_LEVEL, "print(running)", False),  # under ``if rank == 0:``

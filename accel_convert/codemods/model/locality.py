@@ -931,10 +931,10 @@ def per_rank_bindings(scope: cst.CSTNode, loaders: AbstractSet[str]) -> frozense
     per_rank: set[str] = set()
     for node in _bindings_in_order(scope):
         if isinstance(node, cst.For):
-            local = _reads_any(node.iter, per_rank) or any(
-                isinstance(n, (cst.Name, cst.Attribute)) and dotted(n) in loaders for n in nodes_in(node.iter)
-            )
-            _mark(per_rank, target_names(node.target, plain=True), local)
+            local = _reads_any(node.iter, per_rank) or _iterates_a_loader(node.iter, loaders)
+            index = _batch_index(node) if local else ()
+            _mark(per_rank, [name for name in target_names(node.target, plain=True) if name not in index], local)
+            _mark(per_rank, index, False)
         elif isinstance(node, cst.WithItem) and node.asname is not None:
             _mark(
                 per_rank,
@@ -949,6 +949,27 @@ def per_rank_bindings(scope: cst.CSTNode, loaders: AbstractSet[str]) -> frozense
             grown = isinstance(node, cst.AugAssign) and bool(per_rank.intersection(names))
             _mark(per_rank, names, grown or _per_rank_value(node.value, per_rank))
     return frozenset(per_rank)
+
+
+def _iterates_a_loader(iterated: cst.BaseExpression, loaders: AbstractSet[str]) -> bool:
+    """Whether a loop takes its items from a loader (``loader``, ``enumerate(loader)``), not from
+    its length (``range(len(loader))``: a prepared loader has as many batches on every rank)."""
+    lengths = {id(n) for call in calls_in(iterated) if dotted(call.func) == "len" for n in nodes_in(call)}
+    return any(
+        isinstance(n, (cst.Name, cst.Attribute)) and dotted(n) in loaders and id(n) not in lengths
+        for n in nodes_in(iterated)
+    )
+
+
+def _batch_index(loop: cst.For) -> tuple[str, ...]:
+    """``i`` of ``for i, batch in enumerate(loader)``: every rank counts the same batches (a
+    prepared loader gives each the same number), so the index agrees where the batch does not."""
+    iterated, target = loop.iter, loop.target
+    if not (isinstance(iterated, cst.Call) and dotted(iterated.func) == "enumerate"):
+        return ()
+    if not isinstance(target, (cst.Tuple, cst.List)) or not target.elements:
+        return ()
+    return tuple(target_names(target.elements[0].value, plain=True))
 
 
 def _bindings_in_order(scope: cst.CSTNode) -> list[cst.CSTNode]:
