@@ -186,7 +186,9 @@ def optimizers_and_models(a: Analysis) -> None:
             a.optimizer_home = assign.function
         for name in assign.names:
             roots |= parameter_sources.get(name, set())
-        facts.models.update(roots)
+        # ``AdamW(self.parameters())`` in a model's own method (minGPT's ``configure_optimizers``):
+        # the instance is whatever model calls it, not a name of the script.
+        facts.models.update(roots - {_instance_name(a, assign.scope)})
     _inline_optimizers(a)
     _returned_together(a)
     moved = {target for assign in a.r.assigns if moves_a_construction(assign.value) for target in assign.targets}
@@ -197,6 +199,12 @@ def optimizers_and_models(a: Analysis) -> None:
         # The loaders built so far: all in ``train_loaders`` until the loops sort them.
         if name not in facts.device_names and name not in facts.train_loaders and name[:1].islower()
     }
+
+
+def _instance_name(a: Analysis, scope: tuple[str, ...]) -> str | None:
+    """The instance parameter (``self``) of the method of the file's class ``scope`` is in."""
+    owner = a.r.classes.get(scope[0]) if len(scope) >= 2 else None
+    return owner.self_names.get(scope[1]) if owner is not None else None
 
 
 def _put_in_evaluation_mode(a: Analysis) -> set[str]:
@@ -328,7 +336,7 @@ def _inline_optimizers(a: Analysis) -> None:
         qualified = a.qualified(call)
         if qualified is None or not is_optimizer(qualified) or not call.node.args:
             continue
-        receivers = _given_parameters_of(call.node)
+        receivers = _given_parameters_of(call.node) - {_instance_name(a, call.scope)}
         if receivers:
             a.facts.models.update(receivers)
             if a.optimizer_home is None:
