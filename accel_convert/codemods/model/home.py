@@ -216,19 +216,43 @@ def _creating_function(a: Analysis, home: str) -> str:
 
 def _receives_its_models(a: Analysis, function: str) -> bool:
     """Whether ``function`` builds an optimizer from models it receives as parameters and never
-    binds itself (``train(model, loader)`` with ``optimizer = SGD(model.parameters())``)."""
+    binds itself (``train(model, loader)`` with ``optimizer = SGD(model.parameters())``; moving
+    one, ``model = model.to(gpu)``, keeps the object it received)."""
     params = set(a.r.defs.get(function) or ())
-    bound = {name for assign in a.r.assigns if assign.function == function for name in assign.targets}
+    bound = _bound_anew(a, function)
     received = (params & a.facts.models) - bound
     return bool(received) and not (a.facts.models & bound)
 
 
+def _receives_its_loaders(a: Analysis, function: str) -> bool:
+    """Whether ``function`` iterates loaders it receives as parameters and never binds itself
+    (``train(train_loader, test_loader)`` building its model and optimizer from them)."""
+    params = set(a.r.defs.get(function) or ())
+    return bool((params & a.facts.loaders) - _bound_anew(a, function))
+
+
+def _bound_anew(a: Analysis, function: str) -> set[str]:
+    """The names ``function`` binds to another object: not ``model = model.to(gpu)`` (nor
+    ``.train()``, ``.float()``), which binds the object it moves."""
+    return {
+        name
+        for assign in a.r.assigns
+        if assign.function == function
+        for name in assign.targets
+        if not (assign.targets == (name,) and dotted(constructed(assign.value)) == name)
+    }
+
+
 def _caller_building_the_model(a: Analysis, function: str | None) -> tuple[str, bool] | None:
     """The block calling ``function`` (module code, the ``__main__`` block, or another
-    function), when ``function`` trains models it receives and that block builds them: that
-    block is where the accelerator belongs. None when ``function`` builds its model itself,
-    or its calls come from several places."""
-    if function is None or function not in a.r.defs or not _receives_its_models(a, function):
+    function), when ``function`` trains models or iterates loaders it receives and that block
+    builds them: that block is where the accelerator belongs (a loader it builds is prepared
+    there, or nothing would prepare it). None when ``function`` builds its model and loaders
+    itself, or its calls come from several places."""
+    if function is None or function not in a.r.defs:
+        return None
+    handed = _handed_objects(a, function)
+    if not handed:
         return None
     calls = [
         call
@@ -241,23 +265,33 @@ def _caller_building_the_model(a: Analysis, function: str | None) -> tuple[str, 
     caller = callers.pop()
     if caller != MODULE and caller not in a.r.defs:
         return None  # a method of a class: the class would have to receive the accelerator
-    params = set(a.r.defs[function] or ()) & a.facts.models
     built = {name for assign in a.r.assigns if assign.function == caller for name in assign.targets}
-    if not any(a.origins_of(function, param) & built for param in params):
+    if not any(a.origins_of(function, param) & built for param in handed):
         return None
     in_guard = caller == MODULE and all(call.in_main_guard for call in calls)
     return caller, in_guard
 
 
+def _handed_objects(a: Analysis, function: str) -> set[str]:
+    """The parameters of ``function`` holding the models it trains (when it builds none) and the
+    loaders it iterates, as it received them."""
+    params = set(a.r.defs.get(function) or ())
+    handed = params & a.facts.loaders if _receives_its_loaders(a, function) else set()
+    if _receives_its_models(a, function):
+        handed |= params & a.facts.models
+    return handed - _bound_anew(a, function)
+
+
 def _functions_training_what_they_receive(a: Analysis) -> set[str]:
-    """Module-level functions building an optimizer from models they receive: each prepares
-    what it builds itself (the optimizer, its scheduler, loaders), where it builds them."""
+    """Module-level functions building an optimizer from models they receive, or over loaders
+    they receive: each prepares what it builds itself (the optimizer, its scheduler, loaders,
+    a model its caller does not build), where it builds them."""
     builders = {
         assign.function
         for assign in a.r.assigns
         if set(assign.targets) & a.facts.optimizers and assign.function in a.r.defs
     }
-    return {function for function in builders if _receives_its_models(a, function)}
+    return {function for function in builders if _handed_objects(a, function)}
 
 
 def _unprepared_received_models(a: Analysis) -> None:
