@@ -225,10 +225,11 @@ def _receives_its_models(a: Analysis, function: str) -> bool:
 
 
 def _receives_its_loaders(a: Analysis, function: str) -> bool:
-    """Whether ``function`` iterates loaders it receives as parameters and never binds itself
-    (``train(train_loader, test_loader)`` building its model and optimizer from them)."""
+    """Whether ``function`` builds its model and iterates loaders it receives as parameters and
+    never binds itself (``train(train_loader, test_loader)`` building its model and optimizer)."""
     params = set(a.r.defs.get(function) or ())
-    return bool((params & a.facts.loaders) - _bound_anew(a, function))
+    bound = _bound_anew(a, function)
+    return bool((params & a.facts.loaders) - bound) and bool(a.facts.models & bound)
 
 
 def _bound_anew(a: Analysis, function: str) -> set[str]:
@@ -262,6 +263,8 @@ def _caller_building_the_model(a: Analysis, function: str | None) -> tuple[str, 
     callers = {call.function for call in calls}
     if len(callers) != 1:
         return None
+    if not _receives_its_models(a, function) and (len(calls) > 1 or any(call.loops for call in calls)):
+        return None  # one trial per call: that caller creates the accelerator, prepares the loaders
     caller = callers.pop()
     if caller != MODULE and caller not in a.r.defs:
         return None  # a method of a class: the class would have to receive the accelerator
@@ -273,13 +276,15 @@ def _caller_building_the_model(a: Analysis, function: str | None) -> tuple[str, 
 
 
 def _handed_objects(a: Analysis, function: str) -> set[str]:
-    """The parameters of ``function`` holding the models it trains (when it builds none) and the
-    loaders it iterates, as it received them."""
+    """The parameters of ``function`` that decide whether its caller is the home: the models it
+    trains, when it builds none; else, when it builds its model, the loaders it iterates, as it
+    received them (an ensemble's ``train(m, loader)`` over a list's members stays the home)."""
     params = set(a.r.defs.get(function) or ())
-    handed = params & a.facts.loaders if _receives_its_loaders(a, function) else set()
     if _receives_its_models(a, function):
-        handed |= params & a.facts.models
-    return handed - _bound_anew(a, function)
+        return params & a.facts.models - _bound_anew(a, function)
+    if _receives_its_loaders(a, function):
+        return params & a.facts.loaders - _bound_anew(a, function)
+    return set()
 
 
 def _functions_training_what_they_receive(a: Analysis) -> set[str]:
