@@ -253,19 +253,10 @@ def _caller_building_the_model(a: Analysis, function: str | None) -> tuple[str, 
     if function is None or function not in a.r.defs:
         return None
     handed = _handed_objects(a, function)
-    if not handed:
+    calls = _calls_from_one_block(a, function)
+    if not handed or not calls:
         return None
-    calls = [
-        call
-        for call in a.r.calls
-        if isinstance(call.node.func, cst.Name) and call.node.func.value == function and call.function != function
-    ]
-    callers = {call.function for call in calls}
-    if len(callers) != 1:
-        return None
-    if not _receives_its_models(a, function) and (len(calls) > 1 or any(call.loops for call in calls)):
-        return None  # one trial per call: that caller creates the accelerator, prepares the loaders
-    caller = callers.pop()
+    caller = calls[0].function
     if caller != MODULE and caller not in a.r.defs:
         return None  # a method of a class: the class would have to receive the accelerator
     built = {name for assign in a.r.assigns if assign.function == caller for name in assign.targets}
@@ -273,6 +264,22 @@ def _caller_building_the_model(a: Analysis, function: str | None) -> tuple[str, 
         return None
     in_guard = caller == MODULE and all(call.in_main_guard for call in calls)
     return caller, in_guard
+
+
+def _calls_from_one_block(a: Analysis, function: str) -> list[CallRecord]:
+    """The calls of ``function`` from other code, when they all come from one block; and, for a
+    function building its model, when that block calls it once (called per trial, that block
+    creates the accelerator and prepares the loaders anyway, see ``_creating_function``)."""
+    calls = [
+        call
+        for call in a.r.calls
+        if isinstance(call.node.func, cst.Name) and call.node.func.value == function and call.function != function
+    ]
+    if len({call.function for call in calls}) != 1:
+        return []
+    if not _receives_its_models(a, function) and (len(calls) > 1 or any(call.loops for call in calls)):
+        return []
+    return calls
 
 
 def _handed_objects(a: Analysis, function: str) -> set[str]:
