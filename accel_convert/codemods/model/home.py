@@ -256,14 +256,21 @@ def _caller_building_the_model(a: Analysis, function: str | None) -> tuple[str, 
     calls = _calls_from_one_block(a, function)
     if not handed or not calls:
         return None
-    caller = calls[0].function
-    if caller != MODULE and caller not in a.r.defs:
-        return None  # a method of a class: the class would have to receive the accelerator
-    built = {name for assign in a.r.assigns if assign.function == caller for name in assign.targets}
-    if not any(a.origins_of(function, param) & built for param in handed):
-        return None
-    in_guard = caller == MODULE and all(call.in_main_guard for call in calls)
-    return caller, in_guard
+    origins = {name for param in handed for name in a.origins_of(function, param)}
+    seen = {function}
+    while True:
+        caller = calls[0].function
+        if caller != MODULE and caller not in a.r.defs:
+            return None  # a method of a class: the class would have to receive the accelerator
+        if origins & {name for assign in a.r.assigns if assign.function == caller for name in assign.targets}:
+            return caller, caller == MODULE and all(call.in_main_guard for call in calls)
+        # A function only passing them on (``run(loaders)`` calling ``train(loaders)``): its caller.
+        if caller == MODULE or caller in seen:
+            return None
+        seen.add(caller)
+        calls = _calls_from_one_block(a, caller)
+        if not calls:
+            return None
 
 
 def _calls_from_one_block(a: Analysis, function: str) -> list[CallRecord]:
