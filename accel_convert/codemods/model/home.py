@@ -234,48 +234,101 @@ def _creating_function(a: Analysis, home: str) -> str:
 
 def _receives_its_models(a: Analysis, function: str) -> bool:
     """Whether ``function`` builds an optimizer from models it receives as parameters and never
-    binds itself (``train(model, loader)`` with ``optimizer = SGD(model.parameters())``)."""
+    binds itself (``train(model, loader)`` with ``optimizer = SGD(model.parameters())``; moving
+    one, ``model = model.to(gpu)``, keeps the object it received)."""
     params = set(a.r.defs.get(function) or ())
-    bound = {name for assign in a.r.assigns if assign.function == function for name in assign.targets}
+    bound = _bound_anew(a, function)
     received = (params & a.facts.models) - bound
     return bool(received) and not (a.facts.models & bound)
 
 
+def _receives_its_loaders(a: Analysis, function: str) -> bool:
+    """Whether ``function`` builds its model and iterates loaders it receives as parameters and
+    never binds itself (``train(train_loader, test_loader)`` building its model and optimizer)."""
+    params = set(a.r.defs.get(function) or ())
+    bound = _bound_anew(a, function)
+    return bool((params & a.facts.loaders) - bound) and bool(a.facts.models & bound)
+
+
+def _bound_anew(a: Analysis, function: str) -> set[str]:
+    """The names ``function`` binds to another object: not ``model = model.to(gpu)`` (nor
+    ``.train()``, ``.float()``), which binds the object it moves."""
+    return {
+        name
+        for assign in a.r.assigns
+        if assign.function == function
+        for name in assign.targets
+        if not (assign.targets == (name,) and dotted(constructed(assign.value)) == name)
+    }
+
+
 def _caller_building_the_model(a: Analysis, function: str | None) -> tuple[str, bool] | None:
     """The block calling ``function`` (module code, the ``__main__`` block, or another
-    function), when ``function`` trains models it receives and that block builds them: that
-    block is where the accelerator belongs. None when ``function`` builds its model itself,
-    or its calls come from several places."""
-    if function is None or function not in a.r.defs or not _receives_its_models(a, function):
+    function), when ``function`` trains models or iterates loaders it receives and that block
+    builds them: that block is where the accelerator belongs (a loader it builds is prepared
+    there, or nothing would prepare it). None when ``function`` builds its model and loaders
+    itself, or its calls come from several places."""
+    if function is None or function not in a.r.defs:
         return None
+    handed = _handed_objects(a, function)
+    calls = _calls_from_one_block(a, function)
+    if not handed or not calls:
+        return None
+    origins = {name for param in handed for name in a.origins_of(function, param)}
+    seen = {function}
+    while True:
+        caller = calls[0].function
+        if caller != MODULE and caller not in a.r.defs:
+            return None  # a method of a class: the class would have to receive the accelerator
+        if origins & {name for assign in a.r.assigns if assign.function == caller for name in assign.targets}:
+            return caller, caller == MODULE and all(call.in_main_guard for call in calls)
+        # A function only passing them on (``run(loaders)`` calling ``train(loaders)``): its caller.
+        if caller == MODULE or caller in seen:
+            return None
+        seen.add(caller)
+        calls = _calls_from_one_block(a, caller)
+        if not calls:
+            return None
+
+
+def _calls_from_one_block(a: Analysis, function: str) -> list[CallRecord]:
+    """The calls of ``function`` from other code, when they all come from one block; and, for a
+    function building its model, when that block calls it once (called per trial, that block
+    creates the accelerator and prepares the loaders anyway, see ``_creating_function``)."""
     calls = [
         call
         for call in a.r.calls
         if isinstance(call.node.func, cst.Name) and call.node.func.value == function and call.function != function
     ]
-    callers = {call.function for call in calls}
-    if len(callers) != 1:
-        return None
-    caller = callers.pop()
-    if caller != MODULE and caller not in a.r.defs:
-        return None  # a method of a class: the class would have to receive the accelerator
-    params = set(a.r.defs[function] or ()) & a.facts.models
-    built = {name for assign in a.r.assigns if assign.function == caller for name in assign.targets}
-    if not any(a.origins_of(function, param) & built for param in params):
-        return None
-    in_guard = caller == MODULE and all(call.in_main_guard for call in calls)
-    return caller, in_guard
+    if len({call.function for call in calls}) != 1:
+        return []
+    if not _receives_its_models(a, function) and (len(calls) > 1 or any(call.loops for call in calls)):
+        return []
+    return calls
+
+
+def _handed_objects(a: Analysis, function: str) -> set[str]:
+    """The parameters of ``function`` that decide whether its caller is the home: the models it
+    trains, when it builds none; else, when it builds its model, the loaders it iterates, as it
+    received them (an ensemble's ``train(m, loader)`` over a list's members stays the home)."""
+    params = set(a.r.defs.get(function) or ())
+    if _receives_its_models(a, function):
+        return params & a.facts.models - _bound_anew(a, function)
+    if _receives_its_loaders(a, function):
+        return params & a.facts.loaders - _bound_anew(a, function)
+    return set()
 
 
 def _functions_training_what_they_receive(a: Analysis) -> set[str]:
-    """Module-level functions building an optimizer from models they receive: each prepares
-    what it builds itself (the optimizer, its scheduler, loaders), where it builds them."""
+    """Module-level functions building an optimizer from models they receive, or over loaders
+    they receive: each prepares what it builds itself (the optimizer, its scheduler, loaders,
+    a model its caller does not build), where it builds them."""
     builders = {
         assign.function
         for assign in a.r.assigns
         if set(assign.targets) & a.facts.optimizers and assign.function in a.r.defs
     }
-    return {function for function in builders if _receives_its_models(a, function)}
+    return {function for function in builders if _handed_objects(a, function)}
 
 
 def _unprepared_received_models(a: Analysis) -> None:

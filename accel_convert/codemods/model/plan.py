@@ -469,21 +469,26 @@ def _preparations(
     methods: Mapping[str, Mapping[str, tuple[str, ...]]],
 ) -> Mapping[str, tuple[str, ...]]:
     """Block → what it prepares (see ``ConversionPlan.preparations``): a preparing function what
-    it binds itself (in a script, not a model: the home block prepares the models it hands over),
+    it binds itself (in a script, not a model the home block builds: it prepares the models it
+    hands over),
     the home block the rest, but what only a training class's method builds."""
     library = facts.home_kind == "library"
     found: dict[str, tuple[str, ...]] = {}
-    # A name two functions bind is prepared by each (each builds its own object).
+    here = bound.get(creating or MODULE, frozenset())
+    # A name two functions bind is prepared by each (each builds its own object). A model the
+    # home block builds is prepared there (it hands it over); one only a training function
+    # builds (``train(train_loader)`` handed its loaders), there.
     for function in sorted(preparing):
         names = tuple(
-            name for name in to_prepare if name in bound.get(function, ()) and (library or name not in facts.models)
+            name
+            for name in to_prepare
+            if name in bound.get(function, ()) and (library or name not in facts.models or name not in here)
         )
         if names:
             found[function] = names
     # The home block prepares everything else: what it builds, and what it builds and hands down.
     taken = {name for names in found.values() for name in names}
     taken |= {name for found_there in methods.values() for names in found_there.values() for name in names}
-    here = bound.get(creating or MODULE, frozenset())
     rest = tuple(name for name in to_prepare if name not in taken or name in here)
     if creating is not None and rest:
         found[creating] = rest
