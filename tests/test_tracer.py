@@ -310,8 +310,11 @@ def test_legacy_cuda_tensor_types_land_on_the_gpu_the_accelerator_selects(tmp_pa
     ``torch.cuda.set_device`` (runtime/state.py ``pick_device``); the trace records both."""
     script, trace, env = traced(tmp_path, "legacy", LEGACY_TYPES_SCRIPT, {"ACCEL_CONVERT_TRACE_FAKE_CUDA": "1"})
     run = torchrun(script, nproc=2, env=env, cwd=script.parent, timeout=400).check()
-    assert run.stdout.count("legacy 6.0 torch.int64 True") == 2
+    # Both ranks write to one pipe, so their characters may interleave: each rank's own line is
+    # read from its trace, and the terminal is checked to hold the characters of both.
+    assert Counter(run.stdout) == Counter("legacy 6.0 torch.int64 True\n" * 2), run.stdout
     for rank in (0, 1):
+        assert [record["text"] for record in of_kind(records(trace, rank), "print")] == ["legacy 6.0 torch.int64 True"]
         requests = {(record["requested"], record["site"]) for record in of_kind(records(trace, rank), "device")}
         assert requests == {("cuda:0", "script.py:5"), (f"cuda:{rank}", "script.py:7"), (f"cuda:{rank}", "script.py:8")}
 
