@@ -420,6 +420,10 @@ def cpu_flag(facts: ScriptFacts) -> str | None:
         name = flag.rpartition(".")[2]
         if root not in facts.parsed_arguments or name not in facts.parser_options:
             continue
+        # ``torch.device(f"cuda:{args.gpu}")``: an ``int`` option names which GPU, not whether
+        # (``--gpu 0`` is GPU 0; read as a switch it would put the script on the CPU).
+        if flag in facts.gpu_index_values:
+            continue
         if any(word in name for word in _GPU_WORDS):
             terms.append(flag if negated else f"not {flag}")
         elif "device" in name and not negated:

@@ -398,6 +398,60 @@ class Device(Rule):
             """,
             leaves_alone=True,
         ),
+        Example(
+            # The index spells the device ``torch.device(...)`` makes (``"cuda:{}".format(args.gpu)``):
+            # that device becomes the accelerator's, so nothing is passed on; and ``--gpu 0``
+            # names which GPU, not whether one (no ``cpu=not args.gpu``).
+            code=GPU_INDEX_PASSED_ON,
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--gpu", type=int, default=0)
+                args = parser.parse_args()
+                torch.cuda.set_device(args.gpu)
+                device = torch.device("cuda:{}".format(args.gpu))
+                torch.manual_seed(0)
+                model = nn.Linear(8, 1).to(device)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                for x, y in loader:
+                    x, y = x.to(device), y.to(device)
+                    optimizer.zero_grad()
+                    loss = nn.functional.mse_loss(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+            """,
+            after="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--gpu", type=int, default=0)
+                args = parser.parse_args()
+                accelerator = Accelerator()
+                device = accelerator.device
+                torch.manual_seed(0)
+                model = nn.Linear(8, 1)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    loss = nn.functional.mse_loss(model(x), y)
+                    accelerator.backward(loss)
+                    optimizer.step()
+            """,
+            leaves_alone=True,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

@@ -157,6 +157,7 @@ class FixedGpus(DeviceWalkState):
         indices = self.set_device_indices
         if (
             not indices
+            or any(self.device_choices)  # spells the device a call around it makes
             or callee in SHOWING_CALLS
             or self.qualified_name(call.func) == "torch.cuda.set_device"
             or (seeds is not None and program_callee(self.facts, original.func, self.scope) in seeds.gpu_index_callees)

@@ -56,6 +56,9 @@ class DeviceWalkState(RuleTransformer):
         super().__init__(facts, lines_of(sites) | compared | keywords | environment)
         self.facts = facts
         self.device_expr = f"{accelerator}.device"
+        #: Per call being walked: whether it makes a device (``torch.device(...)``), which the
+        #: calls inside it (``"cuda:{}".format(args.gpu)``) only spell.
+        self.device_choices: list[bool] = []
         #: Names bound by comprehensions over batch data (``v`` in ``{k: v.to(d) for k, v in batch.items()}``).
         self.comprehension_batches: list[set[str]] = []
         #: Targets of the assignment being visited (``model`` in ``model = Net().to(device)``).

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accel_convert.codemods.engine.devices import chooses_device
 from accel_convert.codemods.engine.syntax import dotted, target_names
 from accel_convert.codemods.rewrites.device.emptied_blocks import EmptiedBlocks
 from accel_convert.codemods.rewrites.device.fixed_gpus import FixedGpus
@@ -20,7 +21,11 @@ from accel_convert.codemods.rewrites.device.string_reads import StringReads
 
 
 class DeviceTransformer(Moves, FixedGpus, Selection, StringReads, EmptiedBlocks):
+    def visit_Call(self, node: cst.Call) -> None:
+        self.device_choices.append(chooses_device(node, self.facts, self.scope))
+
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        self.device_choices.pop()
         updated_node = self.string_reads(original_node, updated_node)
         self.report_unfollowed_device(original_node)
         func = updated_node.func
