@@ -650,3 +650,93 @@ def test_a_model_prepared_below_another_models_prepare_is_read_as_built_until_it
     assert "torch.optim.SGD(second.head.parameters()" in output, output
     assert "second, opt_second = accelerator.prepare(second, opt_second)" in output, output
     assert "accelerator.unwrap_model(second).out_features)" in output, output
+
+
+#: A script that trains in ``main()`` and also has an inference path the training never calls:
+#: what that path builds (or loads) is the script's own model, never a prepared one.
+INFERENCE_PATH = '''
+import argparse
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 2)
+
+    def encode(self, x):
+        return self.body(x)
+
+    def forward(self, x):
+        return self.head(self.encode(x))
+
+
+{inference}
+
+
+def main():
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,))), batch_size=8)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    torch.save(model.state_dict(), "net.pt")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--infer", action="store_true")
+    if parser.parse_args().infer:
+        {entry}
+    else:
+        main()
+'''
+
+
+@pytest.mark.parametrize(
+    ("inference", "entry"),
+    [
+        # Built in the inference function, its custom method called in a helper it hands it to.
+        (
+            "def decode(model, x):\n    return model.encode(x)\n\n\n"
+            "def infer():\n    model = Net().to('cpu')\n    model.load_state_dict(torch.load('net.pt'))\n"
+            "    print(decode(model, torch.randn(1, 4)))",
+            "infer()",
+        ),
+        # Loaded whole from disk in the inference function itself.
+        ("def infer(path):\n    model = torch.load(path)\n    print(model.encode(torch.randn(1, 4)))", "infer('net.pt')"),
+        # Handed down two helpers from where it is built.
+        (
+            "def encode_all(model, xs):\n    return [model.encode(x) for x in xs]\n\n\n"
+            "def report(model):\n    print(encode_all(model, [torch.randn(1, 4)]))\n\n\n"
+            "def infer():\n    model = Net()\n    model.load_state_dict(torch.load('net.pt'))\n    report(model)",
+            "infer()",
+        ),
+    ],
+    ids=["helper_parameter", "loaded_whole", "two_helpers_down"],
+)
+def test_a_model_an_inference_path_builds_itself_needs_no_unwrap(inference: str, entry: str):
+    """langtrans's ``inference()`` builds its own ``Translator`` and hands it to
+    ``greedy_decode(model, ...)``: the training never calls either, so no prepared model reaches
+    them; ``model.encode`` there is the model's own method (no ACC914 "needs unwrap_model")."""
+    output, changes = convert_text(INFERENCE_PATH.format(inference=inference, entry=entry))
+    assert "def main" in output and "accelerator.prepare(" in output
+    assert not [change for change in changes if change.code == "ACC914" and "unwrap_model" in change.message]
+    assert "unwrap_model(model).encode" not in output
+
+
+def test_a_model_returned_by_the_training_stays_unknown_on_the_inference_path():
+    """``model = main()`` hands the prepared model to code the accelerator does not reach: its
+    custom method there still needs ``unwrap_model`` (reported, ACC914)."""
+    inference = "def infer():\n    model = main()\n    print(model.encode(torch.randn(1, 4)))"
+    source = INFERENCE_PATH.format(inference=inference, entry="infer()").replace(
+        '    torch.save(model.state_dict(), "net.pt")\n', "    return model\n"
+    )
+    _, changes = convert_text(source)
+    assert [change for change in changes if change.code == "ACC914" and "model.encode" in change.message]

@@ -218,6 +218,9 @@ class ConversionPlan:
     #: its evaluation is sharded and gathered as the home block's is. (An evaluation helper called
     #: during training keeps reading its own loader whole.)
     evaluation_preparations: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    #: Module-level function the accelerator does not reach → the models it names that no
+    #: ``prepare`` can have wrapped (an inference path building its own model): nothing to unwrap.
+    models_never_prepared: Mapping[str, AbstractSet[str]] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def of(
@@ -278,6 +281,7 @@ class ConversionPlan:
             prepared_after_binding=_frozen(placement.prepared_after_binding),
             prepared_before_wrapping=_frozen(placement.prepared_before_wrapping),
             evaluation_preparations=MappingProxyType(dict(placement.evaluation_preparations)),
+            models_never_prepared=MappingProxyType(dict(placement.models_never_prepared)),
             models_left_unprepared=_models_left_unprepared(
                 facts, to_prepare, prepared_in, above_guard & set(to_prepare), received or {}, placement
             ),
@@ -370,6 +374,7 @@ class Placement:
     #: loops, branches and ``with`` blocks too): each is prepared after that statement.
     where_built: Mapping[str, AbstractSet[str]] = field(default_factory=dict)
     evaluation_preparations: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    models_never_prepared: Mapping[str, AbstractSet[str]] = field(default_factory=dict)
 
 
 def _edited_home_blocks(facts: FactsDraft | ScriptFacts) -> frozenset[str]:
@@ -533,6 +538,7 @@ def _preparations(
         "model_classes",
         "frozen_models",
         "unsharded_loaders",
+        "arguments",
     ),
     provides=("plan",),
 )
@@ -581,6 +587,7 @@ def _placement(a: Analysis) -> Placement:
     moves.update(_models_evaluated_in(a, evaluations))
     return Placement(
         evaluation_preparations=evaluations,
+        models_never_prepared=_models_never_prepared(a),
         prepared_before_wrapping=wrapping,
         where_built=where_built,
         rebuilt_loaders=rebuilt,
@@ -594,6 +601,45 @@ def _placement(a: Analysis) -> Placement:
         prepared_before_handing={block: found for block, found in before.items() if found},
         prepared_after_binding={block: found for block, found in after.items() if found},
     )
+
+
+def _models_never_prepared(a: Analysis) -> dict[str, frozenset[str]]:
+    """See ``ConversionPlan.models_never_prepared``. A prepared model reaches only code the
+    accelerator reaches (the functions its home block calls, transitively) or what a function
+    of the file returns to its caller (``model = main()``). So a model that a function outside
+    that reach builds itself (``model = Translator(...).to(DEVICE)``, ``torch.load(path)``:
+    every binding there a construction, no call of the file's functions), or is handed only by
+    such functions, is the script's own module, never a wrapper. Module-level code and callers
+    that cannot be followed keep it unknown."""
+    if a.facts.home_kind == "library":
+        return {}
+    outside = set(a.r.defs) - a.facts.accessible_functions
+    built: dict[str, set[str]] = {}
+    other: dict[str, set[str]] = {}
+    for assign in a.r.assigns:
+        if assign.function not in outside or len(assign.scope) != 1:
+            continue
+        models = set(assign.targets) & a.facts.models
+        constructed = peel_moves(assign.value)
+        fresh = (
+            isinstance(constructed, cst.Call)
+            and not (isinstance(constructed.func, cst.Name) and constructed.func.value in a.r.defs)
+            and len(assign.targets) == 1
+        )
+        (built if fresh else other).setdefault(assign.function, set()).update(models)
+    found: dict[str, frozenset[str]] = {}
+    for function in sorted(outside):
+        never = frozenset(
+            name
+            for name in a.facts.models
+            if all(
+                caller in outside and origin in built.get(caller, ()) and origin not in other.get(caller, ())
+                for caller, origin in a.origin_sites(function, name)
+            )
+        )
+        if never:
+            found[function] = never
+    return found
 
 
 class _Handing:

@@ -14,7 +14,7 @@ from accel_convert.codemods.engine.accelerator_code import accelerator_call, unw
 from accel_convert.codemods.engine.syntax import dotted
 from accel_convert.codemods.engine.torch_names import MODULE_OWN_ATTRIBUTES
 from accel_convert.codemods.engine.transformers import RuleTransformer
-from accel_convert.codemods.model.plan import PreparesAhead
+from accel_convert.codemods.model.plan import PreparesAhead, plan_of
 from accel_convert.codemods.model.provider import rule_provider
 from accel_convert.codemods.model.state import Analysis
 from accel_convert.codemods.rewrites.checkpoint.codes import CHECKPOINT
@@ -96,6 +96,8 @@ class UnwrapsModelAttributes(RuleTransformer):
             return updated_node
         attribute = updated_node.attr.value
         if not self.accelerator_reachable():
+            if len(self.scope) == 1 and owner in plan_of(self.facts).models_never_prepared.get(self.scope[0], ()):
+                return updated_node  # the function's own model, which no prepare wraps
             self.report(
                 original_node,
                 "ACC914",
