@@ -4,7 +4,9 @@ nn.Module's own stay on the wrapper. A write goes to the model too (``model.hidd
 model.init_hidden(bs)``, an LSTM tagger's state reset before each batch): set on the wrapper, it
 would never reach the ``self.hidden`` the model's ``forward`` reads. A custom method that runs
 the model in training goes through ``accelerator.as_forward`` instead (the runtime), or is
-reported (ACC921)."""
+reported (ACC921). Where no accelerator is reachable, such a read is reported (ACC914), unless
+the plan knows no prepared model gets there: an inference path the training never calls that
+builds or loads its own model (``models_never_prepared``)."""
 
 from __future__ import annotations
 
