@@ -417,9 +417,14 @@ def library_home(conclusions: Analysis, seeds: ProgramSeeds) -> None:
     A class constructed there is not one of them: its methods have no parameter to receive the
     accelerator (a ``MetricLogger`` whose ``log_every`` prints), so it reaches them only as
     ``self.accelerator`` when the class turns out to be a training class (which then receives
-    it in ``__init__``, see ``model.classes.library_training_classes``)."""
+    it in ``__init__``, see ``model.classes.library_training_classes``).
+
+    Nor is a function the library's own top level calls (its ``__main__`` demo, a call made at
+    import): no accelerator exists there, so that call could not pass one; the function stays
+    as written and what it does on every rank is reported."""
     facts = conclusions.facts
     facts.home_kind = "library"
     facts.main_function = None
     facts.creating_function = None
-    facts.accessible_functions = conclusions.reachable(set(seeds.accelerator_reaches) - set(conclusions.r.classes))
+    reached = conclusions.reachable(set(seeds.accelerator_reaches) - set(conclusions.r.classes))
+    facts.accessible_functions = reached - conclusions.reachable(set(facts.call_graph.get(MODULE, ())))
