@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import constructed
-from accel_convert.codemods.engine.facts import MODULE
+from accel_convert.codemods.engine.facts import MODULE, ScriptFacts
 from accel_convert.codemods.engine.program_seeds import ProgramSeeds
 from accel_convert.codemods.engine.syntax import (
     dotted,
@@ -408,6 +408,13 @@ def _library_training_functions(a: Analysis) -> None:
         if set(assign.targets) & facts.optimizers and assign.function in a.r.defs
     }
     facts.training_functions |= builders & facts.accessible_functions
+
+
+def reached_library(facts: ScriptFacts) -> bool:
+    """A module of a program, not its home, some of whose functions the accelerator reaches: it
+    is converted even when it never imports torch, as a whole (a plotting module's ``savefig``
+    helper writes its figure on the main process, a ``log`` helper prints there)."""
+    return facts.home_kind == "library" and bool(facts.accessible_functions)
 
 
 def library_home(conclusions: Analysis, seeds: ProgramSeeds) -> None:
