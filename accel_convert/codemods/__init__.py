@@ -106,10 +106,12 @@ def _nothing_to_convert(facts: ScriptFacts) -> bool:
     writing (a CSV logger class, reported), or an entry script calling a function of its program
     that takes the accelerator (``fit(args, loaders)``)."""
     from accel_convert.codemods.engine.imported_calls import callers_of_imported_accelerator_users
+    from accel_convert.codemods.model.home import reached_library
 
     return (
         not facts.uses_torch
-        and not (facts.home_kind == "library" and (facts.accessible_functions or facts.keeps_files_for_writing))
+        and not reached_library(facts)
+        and not (facts.home_kind == "library" and facts.keeps_files_for_writing)
         and not callers_of_imported_accelerator_users(facts)
     )
 

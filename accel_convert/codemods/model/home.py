@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import constructed
-from accel_convert.codemods.engine.facts import MODULE
+from accel_convert.codemods.engine.facts import MODULE, ScriptFacts
 from accel_convert.codemods.engine.program_seeds import ProgramSeeds
 from accel_convert.codemods.engine.syntax import (
     dotted,
@@ -410,6 +410,13 @@ def _library_training_functions(a: Analysis) -> None:
     facts.training_functions |= builders & facts.accessible_functions
 
 
+def reached_library(facts: ScriptFacts) -> bool:
+    """A module of a program, not its home, some of whose functions the accelerator reaches: it
+    is converted even when it never imports torch, as a whole (a plotting module's ``savefig``
+    helper writes its figure on the main process, a ``log`` helper prints there)."""
+    return facts.home_kind == "library" and bool(facts.accessible_functions)
+
+
 def library_home(conclusions: Analysis, seeds: ProgramSeeds) -> None:
     """A library builds nothing it trains and creates no accelerator: its functions that the
     accelerator reaches (called only from code holding it) and what they call get it.
@@ -417,9 +424,14 @@ def library_home(conclusions: Analysis, seeds: ProgramSeeds) -> None:
     A class constructed there is not one of them: its methods have no parameter to receive the
     accelerator (a ``MetricLogger`` whose ``log_every`` prints), so it reaches them only as
     ``self.accelerator`` when the class turns out to be a training class (which then receives
-    it in ``__init__``, see ``model.classes.library_training_classes``)."""
+    it in ``__init__``, see ``model.classes.library_training_classes``).
+
+    Nor is a function the library's own top level calls (its ``__main__`` demo, a call made at
+    import): no accelerator exists there, so that call could not pass one; the function stays
+    as written and what it does on every rank is reported."""
     facts = conclusions.facts
     facts.home_kind = "library"
     facts.main_function = None
     facts.creating_function = None
-    facts.accessible_functions = conclusions.reachable(set(seeds.accelerator_reaches) - set(conclusions.r.classes))
+    reached = conclusions.reachable(set(seeds.accelerator_reaches) - set(conclusions.r.classes))
+    facts.accessible_functions = reached - conclusions.reachable(set(facts.call_graph.get(MODULE, ())))

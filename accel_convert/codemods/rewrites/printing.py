@@ -293,15 +293,18 @@ def launches_a_function(a: Analysis) -> bool:
 def models_built_on_every_rank(a: Analysis) -> frozenset[str]:
     """Model classes of the script built in code every process runs once converted (the home
     block and the functions the accelerator reaches): a ``print`` in their methods (the
-    parameter count in ``__init__``) printed once per process."""
+    parameter count in ``__init__``) printed once per process. In a module of a program that is
+    not its home, the model classes another module builds where it holds the accelerator."""
     facts = a.facts
     reached = set(facts.accessible_functions) | {facts.home_function}
+    library = a.seeds is not None and facts.home_kind == "library"
+    built_elsewhere = set(a.seeds.accelerator_reaches) if a.seeds is not None and library else set()
     return frozenset(
         name
         for call in a.r.calls
         for name in [dotted(call.node.func)]
         if name in facts.model_classes and call.function in reached
-    )
+    ) | (built_elsewhere & set(facts.model_classes))
 
 
 class _ScriptCallHoister(cst.CSTTransformer):
@@ -711,7 +714,10 @@ class Printing(Rule):
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
-        return facts.has_accelerator and (
+        # A library module's model class built where the accelerator is held prints through
+        # the launcher's RANK: that module has no accelerator of its own.
+        library_models = facts.home_kind == "library" and bool(facts.of(models_built_on_every_rank))
+        return (facts.has_accelerator or library_models) and (
             bool(facts.called & {"print", "logging.basicConfig", *PROGRESS_BARS, *CONSOLE_WRITES})
             or ".setLevel" in facts.call_sites
         )

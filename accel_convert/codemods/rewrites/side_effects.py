@@ -55,6 +55,7 @@ from accel_convert.codemods.engine.torch_names import (
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
+from accel_convert.codemods.model.home import reached_library
 from accel_convert.codemods.model.locality import locality, locality_of, tests_main_process
 
 #: The report of a folder created or deleted where a barrier cannot go.
@@ -455,8 +456,9 @@ class SideEffectsCodemod(Rule):
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         # A library keeping a file open for writing is converted without torch (see
-        # codemods._nothing_to_convert): its logger's file is reported here.
-        return facts.uses_torch or facts.keeps_files_for_writing
+        # codemods._nothing_to_convert): its logger's file is reported here; so is one whose
+        # functions the accelerator reaches: what they write is written on the main process.
+        return facts.uses_torch or facts.keeps_files_for_writing or reached_library(facts)
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         callees = WRITING_FUNCTIONS | FOLDER_FUNCTIONS | DELETING_FUNCTIONS | TRACKER_FUNCTIONS | TRACKER_CONSTRUCTORS
