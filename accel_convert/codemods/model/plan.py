@@ -56,6 +56,7 @@ from accel_convert.codemods.engine.facts import MODULE, FactsDraft, ScriptFacts
 from accel_convert.codemods.engine.syntax import (
     assigned_in,
     body_statements,
+    class_methods,
     defines_method,
     dotted,
     is_main_guard,
@@ -64,7 +65,7 @@ from accel_convert.codemods.engine.syntax import (
     parameter_names,
     target_names,
 )
-from accel_convert.codemods.engine.torch_names import ACCELERATORS, DATA_LOADERS
+from accel_convert.codemods.engine.torch_names import ACCELERATORS, DATA_LOADERS, is_model_constructor
 from accel_convert.codemods.model.provider import provider
 
 if TYPE_CHECKING:
@@ -143,7 +144,8 @@ class ConversionPlan:
     #: and has none yet, and is no library (which gets the entry script's).
     creates_accelerator: bool = False
     #: Whether the prepare rule has work here (``Prepare.applies``): the module has an
-    #: accelerator, and objects to prepare or a received model no block prepares (reported).
+    #: accelerator, and objects to prepare, a received model no block prepares (reported) or a
+    #: model to move (``rebuilt_models_to_move``, in a training class's method too).
     prepares: bool = False
     #: Objects of ``to_prepare`` that plain module-level statements above the ``__main__`` block
     #: build (d2l's ``net = nn.Sequential(...)`` at the top, handed to ``train_ch6(net, ...)`` in
@@ -266,7 +268,8 @@ class ConversionPlan:
             creates_accelerator=(
                 facts.existing_accelerator is None and facts.has_accelerator and facts.home_kind != "library"
             ),
-            prepares=facts.has_accelerator and bool(to_prepare or facts.unprepared_received_models),
+            prepares=facts.has_accelerator
+            and bool(to_prepare or facts.unprepared_received_models or placement.rebuilt_models_to_move),
             built_above_guard=frozenset(above_guard & set(to_prepare)),
             received_models=MappingProxyType(dict(received or {})),
             loader_wrappings=MappingProxyType(dict(wrappings or {})),
@@ -502,6 +505,7 @@ def _preparations(
         "creating_function",
         "training_functions",
         "class_prepare",
+        "prepared_attributes",
         "models_prepared_where_built",
         "prepared",
         "models",
@@ -579,6 +583,7 @@ def _placement(a: Analysis) -> Placement:
     wrapping, where_built = _wraps_and_bindings(a, homes, home_lines, built)
     evaluations = _evaluation_preparations(a, homes, home_lines)
     moves.update(_models_evaluated_in(a, evaluations))
+    moves.update(_models_evaluated_in_methods(a))
     return Placement(
         evaluation_preparations=evaluations,
         prepared_before_wrapping=wrapping,
@@ -819,8 +824,10 @@ def _model_built(node: cst.BaseStatement, facts: FactsDraft) -> str | None:
     if not isinstance(value, cst.Call) or is_move(value):
         return None  # the original moves it itself (to its device, which the conversion keeps)
     qualified = facts.callee_name(value.func) or ""
-    constructs = dotted(value.func) in facts.model_classes or (
-        qualified.startswith("torch.nn.") and qualified.rpartition(".")[2][:1].isupper()
+    constructs = (
+        dotted(value.func) in facts.model_classes
+        or is_model_constructor(qualified)
+        or (qualified.startswith("torch.nn.") and qualified.rpartition(".")[2][:1].isupper())
     )
     return target.value if constructs else None
 
@@ -950,12 +957,16 @@ def _evaluation_preparations(
     loaders -= a.unsharded_loaders | facts.prepared
     others = {facts.main_function, facts.creating_function} | facts.training_functions | facts.backward_functions
     candidates = (set(a.r.defs) & facts.accessible_functions) - others
-    # Home block statements after the one where training starts (its last line), by line span.
+    # Home block statements from the one where training starts, by line span: the accelerator
+    # exists there (created before the first of them), during training as after it.
     after: list[tuple[int, int]] = []
     for statements in homes.values():
         plain = [node for node in statements if not isinstance(node, (cst.FunctionDef, cst.ClassDef))]
-        start = _training_start(plain, lines, a)
-        after += _spans(plain[start + 1 :], a) if start < len(plain) else []
+        after += _spans(plain[_training_start(plain, lines, a) :], a)
+    # A training class's methods hold it as ``self.accelerator``.
+    after += [
+        span for name in facts.training_classes if name in a.r.classes for span in _spans([a.r.classes[name].node], a)
+    ]
     bound: dict[str, set[str]] = {}
     for assign in a.r.assigns:
         bound.setdefault(assign.function, set()).update(assign.targets)
@@ -985,6 +996,45 @@ def _models_evaluated_in(a: Analysis, evaluations: Mapping[str, tuple[str, ...]]
         if moves:
             found[top.name.value] = moves
     return found
+
+
+def _models_evaluated_in_methods(a: Analysis) -> dict[str, dict[int, str]]:
+    """``ConversionPlan.rebuilt_models_to_move`` for the methods of the training classes (by
+    ``"Class.method"``): a model one builds (``best = Net()``, not moved) and calls in a later
+    statement reading a loader the class prepares (``for x, y in self.test_loader: best(x)``)
+    meets its batches on the accelerator's device."""
+    found: dict[str, dict[int, str]] = {}
+    for name in sorted(a.facts.training_classes & set(a.r.classes)):
+        for method in class_methods(a.r.classes[name].node):
+            body = list(method.body.body) if isinstance(method.body, cst.IndentedBlock) else []
+            moves = {
+                a.site(node).line: model
+                for index, node in enumerate(body)
+                if (model := _model_built(node, a.facts)) is not None
+                and _called_over_prepared(model, body[index + 1 :], a.facts.prepared_attributes)
+                and not _moved_in(model, body[index + 1 :])
+            }
+            if moves:
+                found[f"{name}.{method.name.value}"] = moves
+    return found
+
+
+def _called_over_prepared(name: str, statements: Sequence[cst.BaseStatement], prepared: AbstractSet[str]) -> bool:
+    """Whether one of ``statements`` calls ``name`` and reads one of the ``prepared`` attributes
+    (``self.test_loader``)."""
+    return any(
+        _called_in(name, [node]) and any(dotted(inner) in prepared for inner in nodes_in(node)) for node in statements
+    )
+
+
+def _moved_in(name: str, statements: Sequence[cst.BaseStatement]) -> bool:
+    """Whether one of ``statements`` moves ``name`` itself (``best.to(device)``: the original's
+    own move, or the one a conversion wrote)."""
+    return any(
+        isinstance(inner, cst.Call) and is_move(inner) and dotted(peel_moves(inner)) == name
+        for node in statements
+        for inner in nodes_in(node)
+    )
 
 
 def _called_in(name: str, statements: Sequence[cst.BaseStatement]) -> bool:
