@@ -31,7 +31,7 @@ to a function that trains them after training began (``handed_for_training``,
 ``prepared_before_handing``), the statement after which each block's ``prepare`` goes
 (``built_before_training``: ``prepare_after`` and ``first_built``), and the models built again (or
 first) after training that must be moved (``rebuilt_models_to_move``), the loaders an evaluation
-helper called once training is over builds and prepares (``evaluation_preparations``), and the
+helper called during or after training builds and prepares (``evaluation_preparations``), and the
 models no ``prepare`` of the plan takes (``models_left_unprepared``, reported); the prepare rule
 only applies those answers, finding each original line in the tree it is given.
 
@@ -181,7 +181,9 @@ class ConversionPlan:
     #: statements read a loader the block prepares, or first building there a model it only
     #: evaluates (``best = Net()``, put in evaluation mode, called where a loader is read) → that
     #: model: its batches are on the accelerator's device, so the model is moved there after that
-    #: line. Likewise for a function of ``evaluation_preparations``, a model it builds and calls.
+    #: line. Likewise for a function of ``evaluation_preparations``, a model it builds and calls,
+    #: and (under ``"Class.method"``) for a training class's method, a model it builds and calls
+    #: where it reads a loader the class prepares (moved to ``self.accelerator.device``).
     rebuilt_models_to_move: Mapping[str, Mapping[int, str]] = field(default_factory=lambda: MappingProxyType({}))
     #: Home block → original line of a statement from where its training starts handing objects
     #: to a function of ``handed_for_training`` (``train_model(model_conv, ..., optimizer_conv)``)
@@ -214,11 +216,12 @@ class ConversionPlan:
     #: reported (``unprepared_received_models``): each trains on its process alone, reported
     #: where it is first bound (ACC926).
     models_left_unprepared: tuple[str, ...] = ()
-    #: Module-level function that trains nothing, called by the home block only once its first
-    #: training statement is over (``test(path)`` after the training loop), where the accelerator
-    #: reaches → the loaders of ``to_prepare`` it builds: each is prepared where it is built, so
-    #: its evaluation is sharded and gathered as the home block's is. (An evaluation helper called
-    #: during training keeps reading its own loader whole.)
+    #: Module-level function that trains nothing, called only where the accelerator exists: by
+    #: the home block from its first training statement on (``test(path)`` after the training
+    #: loop, ``validate(model)`` in the epoch loop), or by a training class's methods → the
+    #: loaders of ``to_prepare`` it builds: each is prepared where it is built (at each call), so
+    #: its evaluation is sharded and gathered as the home block's is, not read whole by every
+    #: process.
     evaluation_preparations: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod

@@ -25,10 +25,11 @@ its optimizer and scheduler, right after the last of them is built; the loader, 
 already, stays as it is. A model built again under the same name after training (reloaded for
 inference) is moved to the device of the prepared batches instead, and so is a model first built
 after training that is only evaluated over a prepared loader (``best = Net()``, loaded from a
-checkpoint). A helper called once the training is over that builds its own loader (``def
-test(path): loader = DataLoader(test_set)``) has it prepared where it is built, so its evaluation
-is sharded and gathered as the home block's is; a helper called during training (an evaluation
-each epoch) keeps reading its own loader whole.
+checkpoint, with or without ``best.eval()``; in a training class's method, to
+``self.accelerator.device``). A helper that builds its own loader (``def test(path): loader =
+DataLoader(test_set)``), called where the accelerator exists (once training is over, or during it:
+``validate(model)`` each epoch), has it prepared where it is built, so its evaluation is sharded
+and gathered as the home block's is, not read whole by every process.
 
 A model handed to a function that trains it, but built where this rule does not prepare it (bound
 more than once, or not by a model constructor), is reported (ACC926): its gradients would not be
@@ -134,8 +135,9 @@ class _Prepare(HomeBlockTransformer):
         return method.with_changes(body=method.body.with_changes(body=body))
 
     def _edit_evaluation_function(self, function: str, body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
-        """A function evaluating once training is over that builds its own loader (``test(path)``
-        after the training loop): the loader is prepared where it is built, and a model it builds
+        """A function evaluating during or after training that builds its own loader
+        (``test(path)`` after the training loop, ``validate(model)`` in the epoch loop): the
+        loader is prepared where it is built, and a model it builds
         and evaluates is moved to the device of the prepared batches."""
         loaders = set(self.plan.evaluation_preparations[function])
         body = self._prepare_where_built(body, loaders, "    ", where="it is built, after training began")
