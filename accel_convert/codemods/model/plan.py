@@ -584,8 +584,9 @@ def _placement(a: Analysis) -> Placement:
         before[block], after[block] = handing.prepares(block, rest, built, rebuilt)
     moves = _rebuilt_models_to_move(a, homes, home_lines, built)
     wrapping, where_built = _wraps_and_bindings(a, homes, home_lines, built)
-    evaluations = _evaluation_preparations(a, homes, home_lines)
-    moves.update(_models_evaluated_in(a, evaluations))
+    reached = _called_where_the_accelerator_exists(a, homes, home_lines)
+    evaluations = _evaluation_preparations(a, reached)
+    moves.update(_models_evaluated_in(a, reached, evaluations))
     moves.update(_models_evaluated_in_methods(a))
     return Placement(
         evaluation_preparations=evaluations,
@@ -951,54 +952,84 @@ def _rebuilt_loaders(
     return found
 
 
-def _evaluation_preparations(
+def _called_where_the_accelerator_exists(
     a: Analysis, homes: Mapping[str, Sequence[cst.BaseStatement]], lines: Sequence[int]
-) -> dict[str, tuple[str, ...]]:
-    """See ``ConversionPlan.evaluation_preparations``."""
+) -> frozenset[str]:
+    """Module-level functions that train nothing, every call of which is where the accelerator
+    exists: in a home block from its first training statement on (it is created before that),
+    or in a training class's method (``self.accelerator``)."""
     facts = a.facts
-    loaders = set(_objects_to_prepare(facts, _received_models(a))) & facts.loaders
-    loaders -= a.unsharded_loaders | facts.prepared
     others = {facts.main_function, facts.creating_function} | facts.training_functions | facts.backward_functions
     candidates = (set(a.r.defs) & facts.accessible_functions) - others
     # Home block statements from the one where training starts, by line span: the accelerator
     # exists there (created before the first of them), during training as after it.
-    after: list[tuple[int, int]] = []
+    spans: list[tuple[int, int]] = []
     for statements in homes.values():
         plain = [node for node in statements if not isinstance(node, (cst.FunctionDef, cst.ClassDef))]
-        after += _spans(plain[_training_start(plain, lines, a) :], a)
-    # A training class's methods hold it as ``self.accelerator``.
-    after += [
+        spans += _spans(plain[_training_start(plain, lines, a) :], a)
+    spans += [
         span for name in facts.training_classes if name in a.r.classes for span in _spans([a.r.classes[name].node], a)
     ]
+    return frozenset(
+        function
+        for function in candidates
+        if (sites := facts.call_sites.get(function, ()))
+        and all(any(first <= site.line <= last for first, last in spans) for site in sites)
+    )
+
+
+def _evaluation_preparations(a: Analysis, reached: AbstractSet[str]) -> dict[str, tuple[str, ...]]:
+    """See ``ConversionPlan.evaluation_preparations``: of the functions ``reached`` where the
+    accelerator exists, those building a loader to prepare."""
+    facts = a.facts
+    loaders = set(_objects_to_prepare(facts, _received_models(a))) & facts.loaders
+    loaders -= a.unsharded_loaders | facts.prepared
     bound: dict[str, set[str]] = {}
     for assign in a.r.assigns:
         bound.setdefault(assign.function, set()).update(assign.targets)
     found: dict[str, tuple[str, ...]] = {}
-    for function in sorted(candidates):
-        sites = facts.call_sites.get(function, ())
+    for function in sorted(reached):
         built = tuple(sorted(bound.get(function, set()) & loaders))
-        if built and sites and all(any(first <= site.line <= last for first, last in after) for site in sites):
+        if built:
             found[function] = built
     return found
 
 
-def _models_evaluated_in(a: Analysis, evaluations: Mapping[str, tuple[str, ...]]) -> dict[str, dict[int, str]]:
-    """``ConversionPlan.rebuilt_models_to_move`` for the functions of ``evaluation_preparations``:
-    a model one builds (``best = Net()``, not moved) and calls in a later statement meets the
-    batches of the loader it prepares, on the accelerator's device."""
+def _models_evaluated_in(
+    a: Analysis, reached: AbstractSet[str], evaluations: Mapping[str, tuple[str, ...]]
+) -> dict[str, dict[int, str]]:
+    """``ConversionPlan.rebuilt_models_to_move`` for the functions ``reached`` where the
+    accelerator exists: a model one builds (``best = Net()``, not moved) and calls in a later
+    statement meets the batches of a prepared loader, on the accelerator's device: the loader it
+    prepares (a function of ``evaluations``), or one it is handed (``test_saved(path,
+    test_loader)``), read in that statement."""
     found: dict[str, dict[int, str]] = {}
     for top in a.module.body if a.module is not None else ():
-        if not (isinstance(top, cst.FunctionDef) and top.name.value in evaluations):
+        if not (isinstance(top, cst.FunctionDef) and top.name.value in reached):
             continue
         body = list(top.body.body) if isinstance(top.body, cst.IndentedBlock) else []
+        prepares = top.name.value in evaluations
         moves = {
             a.site(node).line: name
             for index, node in enumerate(body)
-            if (name := _model_built(node, a.facts)) is not None and _called_in(name, body[index + 1 :])
+            if (name := _model_built(node, a.facts)) is not None
+            and (
+                _called_in(name, body[index + 1 :]) if prepares else _evaluated_over_loader(name, body[index + 1 :], a)
+            )
         }
         if moves:
             found[top.name.value] = moves
     return found
+
+
+def _evaluated_over_loader(name: str, statements: Sequence[cst.BaseStatement], a: Analysis) -> bool:
+    """Whether one of ``statements`` calls ``name`` and reads a loader, and none moves it."""
+    loaders = a.facts.loaders
+    return not _moved_in(name, statements) and any(
+        _called_in(name, [node])
+        and any(isinstance(inner, cst.Name) and inner.value in loaders for inner in nodes_in(node))
+        for node in statements
+    )
 
 
 def _models_evaluated_in_methods(a: Analysis) -> dict[str, dict[int, str]]:

@@ -105,6 +105,15 @@ class _Prepare(HomeBlockTransformer):
         ):
             body = self._edit_evaluation_function(name, list(updated.body.body))
             return updated.with_changes(body=updated.body.with_changes(body=body))
+        if (
+            len(self.scope) == 1
+            and name in self.plan.rebuilt_models_to_move
+            and name not in self.home_names
+            and isinstance(updated.body, cst.IndentedBlock)
+        ):
+            # A helper handed a prepared loader that builds the model it evaluates over it.
+            body = self._move_rebuilt_models(list(updated.body.body), name)
+            return updated.with_changes(body=updated.body.with_changes(body=body))
         return updated
 
     def leave_ClassDef(self, original_node: cst.ClassDef, updated_node: cst.ClassDef) -> cst.ClassDef:
