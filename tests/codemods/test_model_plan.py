@@ -1039,3 +1039,21 @@ def test_a_model_first_built_after_training_and_evaluated_is_moved() -> None:
     assert dict(plan.rebuilt_models_to_move["main"]) == {built: "best"}
     in_main = converted.split("def main", 1)[1].splitlines()
     assert in_main[in_main.index("    best = Net()") + 1] == "    best.to(accelerator.device)"
+
+
+def test_a_model_a_helper_builds_over_the_loader_it_is_handed_is_moved() -> None:
+    # ``test(loader)`` is handed the prepared loader (it builds none) and builds the model it
+    # evaluates with no ``.eval()``: moved to the device of the prepared batches; one the helper
+    # moves itself keeps its own move.
+    source = _EVALUATED_AFTER_TRAINING.replace(
+        "def test(test_set):\n    loader = DataLoader(test_set, batch_size=8)\n", "def test(loader):\n"
+    ).replace("    best.eval()\n", "")
+    source = source.replace(
+        "    test(TensorDataset(torch.randn(16, 8), torch.randint(0, 3, (16,))))\n", "    test(loader)\n"
+    )
+    plan, source, converted = _planned(source)
+    built = min(number for number, line in enumerate(source.splitlines(), 1) if line.strip() == "best = Net()")
+    assert dict(plan.rebuilt_models_to_move["test"]) == {built: "best"}
+    assert _line_after(converted, "best = Net()") == "best.to(accelerator.device)"
+    moved = source.replace("    best = Net()\n", "    best = Net()\n    best.to('cpu')\n")
+    assert "test" not in _planned(moved)[0].rebuilt_models_to_move
