@@ -989,15 +989,44 @@ def test_a_helper_evaluating_after_training_prepares_its_own_loader_and_moves_it
     assert _line_after(converted, "best = Net()") == "best.to(accelerator.device)"
 
 
-def test_a_helper_evaluating_during_training_keeps_its_own_loader() -> None:
-    # Called inside the training loop (an evaluation each epoch): its loader is read whole, as before.
+def test_a_helper_evaluating_during_training_prepares_its_own_loader() -> None:
+    # Called inside the training loop too (an evaluation each epoch): the accelerator exists
+    # there, so its loader is prepared where it is built, not read whole by every process.
     source = _EVALUATED_AFTER_TRAINING.replace(
         "        optimizer.step()\n",
         "        optimizer.step()\n        test(TensorDataset(torch.randn(16, 8), torch.randint(0, 3, (16,))))\n",
     )
     plan, _, converted = _planned(source)
-    assert dict(plan.evaluation_preparations) == {}
-    assert "accelerator.prepare(loader)" not in converted
+    assert dict(plan.evaluation_preparations) == {"test": ("loader",)}
+    assert (
+        _line_after(converted, "loader = DataLoader(test_set, batch_size=8)") == "loader = accelerator.prepare(loader)"
+    )
+
+
+def test_a_helper_evaluating_before_the_training_loop_prepares_its_own_loader() -> None:
+    # Called before the first epoch: that call is where training starts (it loops over a loader),
+    # so the block's prepare goes before it and the accelerator exists there too.
+    source = _EVALUATED_AFTER_TRAINING.replace(
+        "    for x, y in loader:\n        optimizer.zero_grad()",
+        "    test(TensorDataset(torch.randn(16, 8), torch.randint(0, 3, (16,))))\n"
+        "    for x, y in loader:\n        optimizer.zero_grad()",
+    )
+    plan, _, converted = _planned(source)
+    assert dict(plan.evaluation_preparations) == {"test": ("loader",)}
+    in_main = [line.strip() for line in converted.split("def main", 1)[1].splitlines()]
+    first_test = next(index for index, line in enumerate(in_main) if line.startswith("test("))
+    assert any(line.startswith("model, optimizer, loader = accelerator.prepare(") for line in in_main[:first_test])
+
+
+def test_a_helper_called_where_no_accelerator_exists_keeps_its_own_loader() -> None:
+    # Called by main() after training, and by a function outside the home block too (no
+    # accelerator reaches it there): its loader is read whole, as the original reads it.
+    source = _EVALUATED_AFTER_TRAINING.replace(
+        "def main():",
+        "def evaluate_saved():\n    test(TensorDataset(torch.randn(16, 8), torch.randint(0, 3, (16,))))\n\n\ndef main():",
+    )
+    plan, _, _ = _planned(source)
+    assert "test" not in plan.evaluation_preparations
 
 
 def test_a_model_first_built_after_training_and_evaluated_is_moved() -> None:
@@ -1010,3 +1039,21 @@ def test_a_model_first_built_after_training_and_evaluated_is_moved() -> None:
     assert dict(plan.rebuilt_models_to_move["main"]) == {built: "best"}
     in_main = converted.split("def main", 1)[1].splitlines()
     assert in_main[in_main.index("    best = Net()") + 1] == "    best.to(accelerator.device)"
+
+
+def test_a_model_a_helper_builds_over_the_loader_it_is_handed_is_moved() -> None:
+    # ``test(loader)`` is handed the prepared loader (it builds none) and builds the model it
+    # evaluates with no ``.eval()``: moved to the device of the prepared batches; one the helper
+    # moves itself keeps its own move.
+    source = _EVALUATED_AFTER_TRAINING.replace(
+        "def test(test_set):\n    loader = DataLoader(test_set, batch_size=8)\n", "def test(loader):\n"
+    ).replace("    best.eval()\n", "")
+    source = source.replace(
+        "    test(TensorDataset(torch.randn(16, 8), torch.randint(0, 3, (16,))))\n", "    test(loader)\n"
+    )
+    plan, source, converted = _planned(source)
+    built = min(number for number, line in enumerate(source.splitlines(), 1) if line.strip() == "best = Net()")
+    assert dict(plan.rebuilt_models_to_move["test"]) == {built: "best"}
+    assert _line_after(converted, "best = Net()") == "best.to(accelerator.device)"
+    moved = source.replace("    best = Net()\n", "    best = Net()\n    best.to('cpu')\n")
+    assert "test" not in _planned(moved)[0].rebuilt_models_to_move

@@ -390,3 +390,49 @@ def test_devices_are_followed_through_parameters_attributes_returns_and_dictiona
     assert "chosen" in facts.device_names
     # ``where`` is the GPU index from one call and the CPU from the other: reported, not rewritten.
     assert facts.devices_unfollowed == {"where"}
+
+
+_TESTED_AFTER_TRAINING = textwrap.dedent(
+    """
+    import torch
+    import torch.nn as nn
+    import torchvision
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    class Net(nn.Module):
+        def forward(self, x):
+            return x
+
+
+    class SmoothedLoss(nn.Module):
+        def forward(self, out, y):
+            return (out - y).abs().mean()
+
+
+    loader = DataLoader(TensorDataset(torch.randn(8, 3), torch.randn(8, 3)), batch_size=4)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    criterion = SmoothedLoss()
+    for x, y in loader:
+        optimizer.zero_grad()
+        criterion(model(x), y).backward()
+        optimizer.step()
+    best = Net()
+    resnet = torchvision.models.resnet18()
+    unused = Net()
+    with torch.no_grad():
+        for x, y in loader:
+            inputs = x.float()
+            out = best(inputs)
+            print(criterion(out, y).item(), resnet(x).sum().item())
+    """
+)
+
+
+def test_a_new_model_called_on_a_batch_is_a_model_to_test_without_eval() -> None:
+    # No ``.eval()``, no move: called on a loader's batches, each is a model to test; the
+    # criterion, called on what a model returns, and a model never called on a batch are none.
+    facts = analyse(cst.parse_module(_TESTED_AFTER_TRAINING), _TESTED_AFTER_TRAINING)
+    assert {"best", "resnet"} <= facts.frozen_models
+    assert not {"criterion", "unused", "model"} & facts.frozen_models

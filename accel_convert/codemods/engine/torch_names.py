@@ -189,6 +189,12 @@ def is_optimizer(qualified: str) -> bool:
     return head == "torch.optim" or head.startswith(("torch.optim.", "bitsandbytes.optim"))
 
 
+def is_model_constructor(qualified: str) -> bool:
+    """``torchvision.models.resnet18``, ``torchvision.models.detection.fasterrcnn_resnet50_fpn``:
+    a library function or class that builds a whole model."""
+    return qualified.startswith("torchvision.models.")
+
+
 def is_scheduler(qualified: str) -> bool:
     head, _, last = qualified.rpartition(".")
     if qualified == "torch.optim.swa_utils.SWALR":

@@ -103,6 +103,12 @@ def _training_subclasses(a: Analysis, models: dict[str, set[str]]) -> set[str]:
     return found - set(models)
 
 
+def model_classes(a: Analysis) -> set[str]:
+    """The module-level classes deriving from a ``torch.nn`` module, here or through another of
+    the file's classes (``facts.model_classes``, for the providers that run before it is set)."""
+    return set(_model_classes(a))
+
+
 def _model_classes(a: Analysis) -> dict[str, set[str]]:
     """Module-level classes deriving from a ``torch.nn`` module (``nn.Module``, ``nn.Linear``)
     or from another such class of the file, each with itself and the file's classes deriving

@@ -25,6 +25,7 @@ from accel_convert.codemods.engine.syntax import (
 from accel_convert.codemods.engine.torch_names import LIST_GROWING_METHODS
 from accel_convert.codemods.model.calls import nested_function, stepped
 from accel_convert.codemods.model.loaders import callee_parameters
+from accel_convert.codemods.model.plan import ConversionPlan
 from accel_convert.codemods.model.provider import provider, rule_provider
 from accel_convert.codemods.model.recorder import (
     CallRecord,
@@ -583,11 +584,31 @@ def batch_names(a: Analysis) -> None:
         if loaders & a.unsharded_loaders:
             # Its batches stay where the loader puts them, whichever loop binds the same names.
             by_function.get(loop.function, set()).difference_update(loop.targets)
+    _take_batch_data(a, by_function)
+
+
+def _take_batch_data(a: Analysis, by_function: dict[str, set[str]]) -> None:
+    """Adds to ``by_function`` the names taken out of its batch names without a call
+    (``x = batch["input"]``), and sets ``batch_names`` from it."""
     for assign in a.r.assigns:
         names = by_function.get(assign.function)
         if names and _is_plain_access(assign.value) and assign.names & names:
             names.update(_batch_data_targets(assign.node, names))
     a.facts.batch_names = {name for names in by_function.values() for name in names}
+
+
+@provider(needs=("plan", "loader_loops"), refines=("batch_names_by_function", "batch_names"))
+def planned_evaluation_batches(a: Analysis) -> None:
+    """The targets of loops over a loader the plan prepares where an evaluation helper builds it
+    (``ConversionPlan.evaluation_preparations``): batch names of that helper, as the home
+    block's are (``prepare`` puts its batches on the device, so their moves go)."""
+    plan = a.facts.plan
+    preparations = plan.evaluation_preparations if isinstance(plan, ConversionPlan) else {}
+    by_function = a.facts.batch_names_by_function
+    for loop, loaders in a.loader_loops:
+        if loaders & set(preparations.get(loop.function, ())):
+            by_function.setdefault(loop.function, set()).update(loop.targets)
+    _take_batch_data(a, by_function)
 
 
 @rule_provider(needs=("train_loops", "batch_names_by_function"))

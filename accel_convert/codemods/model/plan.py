@@ -31,7 +31,7 @@ to a function that trains them after training began (``handed_for_training``,
 ``prepared_before_handing``), the statement after which each block's ``prepare`` goes
 (``built_before_training``: ``prepare_after`` and ``first_built``), and the models built again (or
 first) after training that must be moved (``rebuilt_models_to_move``), the loaders an evaluation
-helper called once training is over builds and prepares (``evaluation_preparations``), and the
+helper called during or after training builds and prepares (``evaluation_preparations``), and the
 models no ``prepare`` of the plan takes (``models_left_unprepared``, reported); the prepare rule
 only applies those answers, finding each original line in the tree it is given.
 
@@ -56,6 +56,7 @@ from accel_convert.codemods.engine.facts import MODULE, FactsDraft, ScriptFacts
 from accel_convert.codemods.engine.syntax import (
     assigned_in,
     body_statements,
+    class_methods,
     defines_method,
     dotted,
     is_main_guard,
@@ -64,7 +65,7 @@ from accel_convert.codemods.engine.syntax import (
     parameter_names,
     target_names,
 )
-from accel_convert.codemods.engine.torch_names import ACCELERATORS, DATA_LOADERS
+from accel_convert.codemods.engine.torch_names import ACCELERATORS, DATA_LOADERS, is_model_constructor
 from accel_convert.codemods.model.provider import provider
 
 if TYPE_CHECKING:
@@ -143,7 +144,8 @@ class ConversionPlan:
     #: and has none yet, and is no library (which gets the entry script's).
     creates_accelerator: bool = False
     #: Whether the prepare rule has work here (``Prepare.applies``): the module has an
-    #: accelerator, and objects to prepare or a received model no block prepares (reported).
+    #: accelerator, and objects to prepare, a received model no block prepares (reported) or a
+    #: model to move (``rebuilt_models_to_move``, in a training class's method too).
     prepares: bool = False
     #: Objects of ``to_prepare`` that plain module-level statements above the ``__main__`` block
     #: build (d2l's ``net = nn.Sequential(...)`` at the top, handed to ``train_ch6(net, ...)`` in
@@ -179,7 +181,9 @@ class ConversionPlan:
     #: statements read a loader the block prepares, or first building there a model it only
     #: evaluates (``best = Net()``, put in evaluation mode, called where a loader is read) → that
     #: model: its batches are on the accelerator's device, so the model is moved there after that
-    #: line. Likewise for a function of ``evaluation_preparations``, a model it builds and calls.
+    #: line. Likewise for a function of ``evaluation_preparations``, a model it builds and calls,
+    #: and (under ``"Class.method"``) for a training class's method, a model it builds and calls
+    #: where it reads a loader the class prepares (moved to ``self.accelerator.device``).
     rebuilt_models_to_move: Mapping[str, Mapping[int, str]] = field(default_factory=lambda: MappingProxyType({}))
     #: Home block → original line of a statement from where its training starts handing objects
     #: to a function of ``handed_for_training`` (``train_model(model_conv, ..., optimizer_conv)``)
@@ -212,11 +216,12 @@ class ConversionPlan:
     #: reported (``unprepared_received_models``): each trains on its process alone, reported
     #: where it is first bound (ACC926).
     models_left_unprepared: tuple[str, ...] = ()
-    #: Module-level function that trains nothing, called by the home block only once its first
-    #: training statement is over (``test(path)`` after the training loop), where the accelerator
-    #: reaches → the loaders of ``to_prepare`` it builds: each is prepared where it is built, so
-    #: its evaluation is sharded and gathered as the home block's is. (An evaluation helper called
-    #: during training keeps reading its own loader whole.)
+    #: Module-level function that trains nothing, called only where the accelerator exists: by
+    #: the home block from its first training statement on (``test(path)`` after the training
+    #: loop, ``validate(model)`` in the epoch loop), or by a training class's methods → the
+    #: loaders of ``to_prepare`` it builds: each is prepared where it is built (at each call), so
+    #: its evaluation is sharded and gathered as the home block's is, not read whole by every
+    #: process.
     evaluation_preparations: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     #: Module-level function the accelerator does not reach → the models it names that no
     #: ``prepare`` can have wrapped (an inference path building its own model): nothing to unwrap.
@@ -269,7 +274,8 @@ class ConversionPlan:
             creates_accelerator=(
                 facts.existing_accelerator is None and facts.has_accelerator and facts.home_kind != "library"
             ),
-            prepares=facts.has_accelerator and bool(to_prepare or facts.unprepared_received_models),
+            prepares=facts.has_accelerator
+            and bool(to_prepare or facts.unprepared_received_models or placement.rebuilt_models_to_move),
             built_above_guard=frozenset(above_guard & set(to_prepare)),
             received_models=MappingProxyType(dict(received or {})),
             loader_wrappings=MappingProxyType(dict(wrappings or {})),
@@ -507,6 +513,7 @@ def _preparations(
         "creating_function",
         "training_functions",
         "class_prepare",
+        "prepared_attributes",
         "models_prepared_where_built",
         "prepared",
         "models",
@@ -583,8 +590,10 @@ def _placement(a: Analysis) -> Placement:
         before[block], after[block] = handing.prepares(block, rest, built, rebuilt)
     moves = _rebuilt_models_to_move(a, homes, home_lines, built)
     wrapping, where_built = _wraps_and_bindings(a, homes, home_lines, built)
-    evaluations = _evaluation_preparations(a, homes, home_lines)
-    moves.update(_models_evaluated_in(a, evaluations))
+    reached = _called_where_the_accelerator_exists(a, homes, home_lines)
+    evaluations = _evaluation_preparations(a, reached)
+    moves.update(_models_evaluated_in(a, reached, evaluations))
+    moves.update(_models_evaluated_in_methods(a))
     return Placement(
         evaluation_preparations=evaluations,
         models_never_prepared=_models_never_prepared(a),
@@ -865,8 +874,10 @@ def _model_built(node: cst.BaseStatement, facts: FactsDraft) -> str | None:
     if not isinstance(value, cst.Call) or is_move(value):
         return None  # the original moves it itself (to its device, which the conversion keeps)
     qualified = facts.callee_name(value.func) or ""
-    constructs = dotted(value.func) in facts.model_classes or (
-        qualified.startswith("torch.nn.") and qualified.rpartition(".")[2][:1].isupper()
+    constructs = (
+        dotted(value.func) in facts.model_classes
+        or is_model_constructor(qualified)
+        or (qualified.startswith("torch.nn.") and qualified.rpartition(".")[2][:1].isupper())
     )
     return target.value if constructs else None
 
@@ -987,50 +998,123 @@ def _rebuilt_loaders(
     return found
 
 
-def _evaluation_preparations(
+def _called_where_the_accelerator_exists(
     a: Analysis, homes: Mapping[str, Sequence[cst.BaseStatement]], lines: Sequence[int]
-) -> dict[str, tuple[str, ...]]:
-    """See ``ConversionPlan.evaluation_preparations``."""
+) -> frozenset[str]:
+    """Module-level functions that train nothing, every call of which is where the accelerator
+    exists: in a home block from its first training statement on (it is created before that),
+    or in a training class's method (``self.accelerator``)."""
+    facts = a.facts
+    others = {facts.main_function, facts.creating_function} | facts.training_functions | facts.backward_functions
+    candidates = (set(a.r.defs) & facts.accessible_functions) - others
+    # Home block statements from the one where training starts, by line span: the accelerator
+    # exists there (created before the first of them), during training as after it.
+    spans: list[tuple[int, int]] = []
+    for statements in homes.values():
+        plain = [node for node in statements if not isinstance(node, (cst.FunctionDef, cst.ClassDef))]
+        spans += _spans(plain[_training_start(plain, lines, a) :], a)
+    spans += [
+        span for name in facts.training_classes if name in a.r.classes for span in _spans([a.r.classes[name].node], a)
+    ]
+    return frozenset(
+        function
+        for function in candidates
+        if (sites := facts.call_sites.get(function, ()))
+        and all(any(first <= site.line <= last for first, last in spans) for site in sites)
+    )
+
+
+def _evaluation_preparations(a: Analysis, reached: AbstractSet[str]) -> dict[str, tuple[str, ...]]:
+    """See ``ConversionPlan.evaluation_preparations``: of the functions ``reached`` where the
+    accelerator exists, those building a loader to prepare."""
     facts = a.facts
     loaders = set(_objects_to_prepare(facts, _received_models(a))) & facts.loaders
     loaders -= a.unsharded_loaders | facts.prepared
-    others = {facts.main_function, facts.creating_function} | facts.training_functions | facts.backward_functions
-    candidates = (set(a.r.defs) & facts.accessible_functions) - others
-    # Home block statements after the one where training starts (its last line), by line span.
-    after: list[tuple[int, int]] = []
-    for statements in homes.values():
-        plain = [node for node in statements if not isinstance(node, (cst.FunctionDef, cst.ClassDef))]
-        start = _training_start(plain, lines, a)
-        after += _spans(plain[start + 1 :], a) if start < len(plain) else []
     bound: dict[str, set[str]] = {}
     for assign in a.r.assigns:
         bound.setdefault(assign.function, set()).update(assign.targets)
     found: dict[str, tuple[str, ...]] = {}
-    for function in sorted(candidates):
-        sites = facts.call_sites.get(function, ())
+    for function in sorted(reached):
         built = tuple(sorted(bound.get(function, set()) & loaders))
-        if built and sites and all(any(first <= site.line <= last for first, last in after) for site in sites):
+        if built:
             found[function] = built
     return found
 
 
-def _models_evaluated_in(a: Analysis, evaluations: Mapping[str, tuple[str, ...]]) -> dict[str, dict[int, str]]:
-    """``ConversionPlan.rebuilt_models_to_move`` for the functions of ``evaluation_preparations``:
-    a model one builds (``best = Net()``, not moved) and calls in a later statement meets the
-    batches of the loader it prepares, on the accelerator's device."""
+def _models_evaluated_in(
+    a: Analysis, reached: AbstractSet[str], evaluations: Mapping[str, tuple[str, ...]]
+) -> dict[str, dict[int, str]]:
+    """``ConversionPlan.rebuilt_models_to_move`` for the functions ``reached`` where the
+    accelerator exists: a model one builds (``best = Net()``, not moved) and calls in a later
+    statement meets the batches of a prepared loader, on the accelerator's device: the loader it
+    prepares (a function of ``evaluations``), or one it is handed (``test_saved(path,
+    test_loader)``), read in that statement."""
     found: dict[str, dict[int, str]] = {}
     for top in a.module.body if a.module is not None else ():
-        if not (isinstance(top, cst.FunctionDef) and top.name.value in evaluations):
+        if not (isinstance(top, cst.FunctionDef) and top.name.value in reached):
             continue
         body = list(top.body.body) if isinstance(top.body, cst.IndentedBlock) else []
+        prepares = top.name.value in evaluations
         moves = {
             a.site(node).line: name
             for index, node in enumerate(body)
-            if (name := _model_built(node, a.facts)) is not None and _called_in(name, body[index + 1 :])
+            if (name := _model_built(node, a.facts)) is not None
+            and (
+                _called_in(name, body[index + 1 :]) if prepares else _evaluated_over_loader(name, body[index + 1 :], a)
+            )
         }
         if moves:
             found[top.name.value] = moves
     return found
+
+
+def _evaluated_over_loader(name: str, statements: Sequence[cst.BaseStatement], a: Analysis) -> bool:
+    """Whether one of ``statements`` calls ``name`` and reads a loader, and none moves it."""
+    loaders = a.facts.loaders
+    return not _moved_in(name, statements) and any(
+        _called_in(name, [node])
+        and any(isinstance(inner, cst.Name) and inner.value in loaders for inner in nodes_in(node))
+        for node in statements
+    )
+
+
+def _models_evaluated_in_methods(a: Analysis) -> dict[str, dict[int, str]]:
+    """``ConversionPlan.rebuilt_models_to_move`` for the methods of the training classes (by
+    ``"Class.method"``): a model one builds (``best = Net()``, not moved) and calls in a later
+    statement reading a loader the class prepares (``for x, y in self.test_loader: best(x)``)
+    meets its batches on the accelerator's device."""
+    found: dict[str, dict[int, str]] = {}
+    for name in sorted(a.facts.training_classes & set(a.r.classes)):
+        for method in class_methods(a.r.classes[name].node):
+            body = list(method.body.body) if isinstance(method.body, cst.IndentedBlock) else []
+            moves = {
+                a.site(node).line: model
+                for index, node in enumerate(body)
+                if (model := _model_built(node, a.facts)) is not None
+                and _called_over_prepared(model, body[index + 1 :], a.facts.prepared_attributes)
+                and not _moved_in(model, body[index + 1 :])
+            }
+            if moves:
+                found[f"{name}.{method.name.value}"] = moves
+    return found
+
+
+def _called_over_prepared(name: str, statements: Sequence[cst.BaseStatement], prepared: AbstractSet[str]) -> bool:
+    """Whether one of ``statements`` calls ``name`` and reads one of the ``prepared`` attributes
+    (``self.test_loader``)."""
+    return any(
+        _called_in(name, [node]) and any(dotted(inner) in prepared for inner in nodes_in(node)) for node in statements
+    )
+
+
+def _moved_in(name: str, statements: Sequence[cst.BaseStatement]) -> bool:
+    """Whether one of ``statements`` moves ``name`` itself (``best.to(device)``: the original's
+    own move, or the one a conversion wrote)."""
+    return any(
+        isinstance(inner, cst.Call) and is_move(inner) and dotted(peel_moves(inner)) == name
+        for node in statements
+        for inner in nodes_in(node)
+    )
 
 
 def _called_in(name: str, statements: Sequence[cst.BaseStatement]) -> bool:

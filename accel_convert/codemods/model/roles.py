@@ -21,12 +21,14 @@ from accel_convert.codemods.engine.torch_names import (
     DATA_LOADERS,
     LIST_GROWING_METHODS,
     TRACKER_CONSTRUCTORS,
+    is_model_constructor,
     is_optimizer,
     is_scheduler,
 )
 from accel_convert.codemods.engine.walk import walk
 from accel_convert.codemods.model.calls import instance_class
 from accel_convert.codemods.model.calls import stepped as calls_stepped
+from accel_convert.codemods.model.classes import model_classes
 from accel_convert.codemods.model.expressions import (
     moves_a_construction,
 )
@@ -193,6 +195,7 @@ def optimizers_and_models(a: Analysis) -> None:
     _returned_together(a)
     moved = {target for assign in a.r.assigns if moves_a_construction(assign.value) for target in assign.targets}
     moved |= _put_in_evaluation_mode(a)
+    moved |= _models_called_on_batches(a)
     facts.frozen_models = {
         name
         for name in moved - facts.models
@@ -219,6 +222,60 @@ def _put_in_evaluation_mode(a: Analysis) -> set[str]:
             if receiver is not None and receiver in assigned:
                 found.add(receiver)
     return found
+
+
+def _models_called_on_batches(a: Analysis) -> set[str]:
+    """Names bound to a new model (``best = Net()``: a ``torch.nn`` module class of the script, or
+    a library's model constructor such as ``torchvision.models.resnet18``) and called on a batch
+    of a loader in a loop over it (``best(x)``): a model to be tested, also where the script
+    neither moves it nor puts it in evaluation mode (built once training is over, loading the
+    saved weights, evaluated under ``no_grad`` alone). A module of the script called on what a
+    model returns (a criterion: ``criterion(best(x), y)``, ``loss_fn(out, y)``) is none."""
+    classes = model_classes(a)
+    built: set[tuple[tuple[str, ...], str]] = set()
+    for assign in a.r.assigns:
+        value = constructed(assign.value)
+        if not isinstance(value, cst.Call):
+            continue
+        qualified = a.r.names.qualified_name(value.func, assign.scope, strict=False) or ""
+        if dotted(value.func) in classes or is_model_constructor(qualified):
+            built.update((assign.scope, target) for target in assign.targets)
+    if not built:
+        return set()
+    batches = _batch_values(a)
+    return {
+        name
+        for call in a.r.calls
+        if (name := dotted(call.node.func)) is not None
+        and (call.scope, name) in built
+        and call.node.args
+        and _holds_a_batch(a, call.node.args[0].value, batches.get(call.function, set()))
+    }
+
+
+def _batch_values(a: Analysis) -> dict[str, set[str]]:
+    """Function → the names holding a batch there: the targets of its loops over a loader
+    (``x, y``), and names bound from them with no call of the script's objects
+    (``inputs = data[0].to(device)``, not ``out = model(x)``)."""
+    loaders = a.facts.train_loaders  # every loader, until the loops sort them
+    found: dict[str, set[str]] = {}
+    for loop in a.r.loops:
+        if loop.iterated is not None and loop.iterated in loaders:
+            found.setdefault(loop.function, set()).update(loop.targets)
+    for assign in a.r.assigns:
+        names = found.get(assign.function)
+        if names and _holds_a_batch(a, assign.value, names):
+            names.update(assign.targets)
+    return found
+
+
+def _holds_a_batch(a: Analysis, value: cst.BaseExpression, batches: AbstractSet[str]) -> bool:
+    """Whether ``value`` reads one of the ``batches`` and calls none of the script's objects
+    (a model, a criterion: ``x.to(device)`` or ``torch.flatten(x, 1)``, not ``model(x)``)."""
+    inner = list(nodes_in(value))
+    if not any(isinstance(node, cst.Name) and node.value in batches for node in inner):
+        return False
+    return not any(isinstance(node, cst.Call) and dotted(node.func) in a.assigned for node in inner)
 
 
 #: An optimizer whose models are the receivers of the ``.parameters()`` its arguments mention.

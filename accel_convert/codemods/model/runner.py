@@ -86,6 +86,7 @@ PROVIDERS: tuple[Provider, ...] = (
     locality.per_process_paths,
     locality.shared_draws,
     plan.conversion_plan,
+    loops.planned_evaluation_batches,
 )
 
 check_order(PROVIDERS, KNOWN_FACTS, given=GIVEN)

@@ -25,10 +25,11 @@ its optimizer and scheduler, right after the last of them is built; the loader, 
 already, stays as it is. A model built again under the same name after training (reloaded for
 inference) is moved to the device of the prepared batches instead, and so is a model first built
 after training that is only evaluated over a prepared loader (``best = Net()``, loaded from a
-checkpoint). A helper called once the training is over that builds its own loader (``def
-test(path): loader = DataLoader(test_set)``) has it prepared where it is built, so its evaluation
-is sharded and gathered as the home block's is; a helper called during training (an evaluation
-each epoch) keeps reading its own loader whole.
+checkpoint, with or without ``best.eval()``; in a training class's method, to
+``self.accelerator.device``). A helper that builds its own loader (``def test(path): loader =
+DataLoader(test_set)``), called where the accelerator exists (once training is over, or during it:
+``validate(model)`` each epoch), has it prepared where it is built, so its evaluation is sharded
+and gathered as the home block's is, not read whole by every process.
 
 A model handed to a function that trains it, but built where this rule does not prepare it (bound
 more than once, or not by a model constructor), is reported (ACC926): its gradients would not be
@@ -48,6 +49,7 @@ from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
     assigned_in,
+    instance_parameter,
     statement,
 )
 from accel_convert.codemods.engine.transformers import HomeBlockTransformer
@@ -103,11 +105,48 @@ class _Prepare(HomeBlockTransformer):
         ):
             body = self._edit_evaluation_function(name, list(updated.body.body))
             return updated.with_changes(body=updated.body.with_changes(body=body))
+        if (
+            len(self.scope) == 1
+            and name in self.plan.rebuilt_models_to_move
+            and name not in self.home_names
+            and isinstance(updated.body, cst.IndentedBlock)
+        ):
+            # A helper handed a prepared loader that builds the model it evaluates over it.
+            body = self._move_rebuilt_models(list(updated.body.body), name)
+            return updated.with_changes(body=updated.body.with_changes(body=body))
         return updated
 
+    def leave_ClassDef(self, original_node: cst.ClassDef, updated_node: cst.ClassDef) -> cst.ClassDef:
+        """A training class's method building a model it evaluates over a prepared loader (the
+        plan's ``rebuilt_models_to_move`` under ``"Class.method"``): moved after it is built, to
+        the device of its instance's accelerator. (The walk does not enter the class body.)"""
+        owner = original_node.name.value
+        moves = self.plan.rebuilt_models_to_move
+        if len(self.scope) != 1 or not any(key.startswith(f"{owner}.") for key in moves):
+            return updated_node
+        body = [
+            self._move_in_method(owner, node) if isinstance(node, cst.FunctionDef) else node
+            for node in updated_node.body.body
+        ]
+        return updated_node.with_changes(body=updated_node.body.with_changes(body=body))
+
+    def _move_in_method(self, owner: str, method: cst.FunctionDef) -> cst.FunctionDef:
+        """``method`` with the plan's moves of ``"owner.method"``, on ``self.accelerator``."""
+        instance = instance_parameter(method)
+        key = f"{owner}.{method.name.value}"
+        if (
+            instance is None
+            or key not in self.plan.rebuilt_models_to_move
+            or not isinstance(method.body, cst.IndentedBlock)
+        ):
+            return method
+        body = self._move_rebuilt_models(list(method.body.body), key, f"{instance}.{self.accelerator}")
+        return method.with_changes(body=method.body.with_changes(body=body))
+
     def _edit_evaluation_function(self, function: str, body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
-        """A function evaluating once training is over that builds its own loader (``test(path)``
-        after the training loop): the loader is prepared where it is built, and a model it builds
+        """A function evaluating during or after training that builds its own loader
+        (``test(path)`` after the training loop, ``validate(model)`` in the epoch loop): the
+        loader is prepared where it is built, and a model it builds
         and evaluates is moved to the device of the prepared batches."""
         loaders = set(self.plan.evaluation_preparations[function])
         body = self._prepare_where_built(body, loaders, "    ", where="it is built, after training began")
@@ -245,11 +284,13 @@ class _Prepare(HomeBlockTransformer):
         """Index of the statement creating the accelerator among ``statements``, if one does."""
         return creation_index(statements, self.facts)
 
-    def _move_rebuilt_models(self, statements: list[cst.BaseStatement], block: str) -> list[cst.BaseStatement]:
+    def _move_rebuilt_models(
+        self, statements: list[cst.BaseStatement], block: str, accelerator: str | None = None
+    ) -> list[cst.BaseStatement]:
         """A model built again after training (the CIFAR-10 tutorial's ``net = Net()`` then
         ``net.load_state_dict(...)``) that meets batches of the prepared loaders, which are on the
         accelerator's device (the plan's ``rebuilt_models_to_move``): ``net.to(accelerator.device)``
-        after it is built."""
+        after it is built (``accelerator``: the expression to read it from, in a method)."""
         moves = self.plan.rebuilt_models_to_move.get(block, {})
         result: list[cst.BaseStatement] = []
         for node in statements:
@@ -261,7 +302,7 @@ class _Prepare(HomeBlockTransformer):
             self.report(
                 node, Prepare.code, f"{model} built again after training: moved to the device of the prepared batches"
             )
-            result.append(statement(f"{model}.to({self.accelerator}.device)"))
+            result.append(statement(f"{model}.to({accelerator or self.accelerator}.device)"))
         return result
 
     def _prepare_handed_again(
