@@ -71,11 +71,12 @@ class FixedGpus(DeviceWalkState):
     def moved_to_fixed_gpu(self, original: cst.Call, call: cst.Call, device_args: list[cst.Arg]) -> cst.Call:
         """``x.to("cuda:0")``, ``x.to(args.gpu)``: a move (of something ``prepare`` does not
         place) to a fixed GPU, a device string or the index given to ``torch.cuda.set_device``."""
-        indices = [a for a in device_args if held_name(a.value) in self.gpu_indices]
+        indices = [a for a in device_args if held_name(a.value, indexed=True) in self.gpu_indices]
         literal = [
             a
             for a in device_args
-            if a not in indices and names_fixed_gpu(a.value, self.facts, self.scope, self.gpu_indices)
+            if a not in indices
+            and (names_fixed_gpu(a.value, self.facts, self.scope, self.gpu_indices) or self.picks_fixed_gpu(a.value))
         ]
         if indices and not self.accelerator_reachable():
             self.report_unreached_gpu(original, indices[0].value)
@@ -109,7 +110,7 @@ class FixedGpus(DeviceWalkState):
             written
             for arg in original.args
             if (arg.keyword is None or arg.keyword.value in DEVICE_KEYWORDS)
-            and (written := held_name(arg.value)) in self.facts.devices_unfollowed
+            and (written := held_name(arg.value, indexed=True)) in self.facts.devices_unfollowed
         ]
         if names:
             self.report(
