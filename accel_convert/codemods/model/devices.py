@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import DEVICE_KEYWORDS, chooses_device, held_name
+from accel_convert.codemods.engine.facts import FactsDraft
 from accel_convert.codemods.engine.names import NameTable, ScopeKey, is_builtin
 from accel_convert.codemods.engine.syntax import argument_for, dotted
 from accel_convert.codemods.model.arguments import options_defined
@@ -270,15 +271,16 @@ class _HeldDevices:
         self.devices: set[str] = set()
         #: The file's functions returning a GPU index on every path (``def pick_gpu(): return 0``).
         self.index_functions: set[str] = set()
-        self.index_functions = _functions_returning(a, self.holds_index)
         #: Settings tuples and dataclasses of the file → their fields, with their defaults.
         self.fields = _settings_fields(a)
         #: Values written right in a call, by identity → the name they are held under.
         self.literals: dict[int, str] = {}
         bindings = list(_bindings(a))
-        for target, value, _ in bindings:
-            if self.holds_index(value):
-                self.fixed.add(target)
+        # Names bound to an index, then the functions returning one of them (``return GPU``),
+        # then the names bound to what those return (``gpu = pick_gpu()``).
+        for _ in range(2):
+            self.fixed |= {target for target, value, _ in bindings if self.holds_index(value)}
+            self.index_functions = _functions_returning(a, self.holds_index)
         for target, value, scope in bindings:
             self._parts(target, value, scope)
 
@@ -389,15 +391,26 @@ def _bindings(a: Analysis) -> Iterator[tuple[str, cst.BaseExpression, tuple[str,
 
 
 def _functions_returning(a: Analysis, holds: Callable[[cst.BaseExpression], bool]) -> set[str]:
-    """The file's module-level functions every ``return`` of which hands back what ``holds``."""
+    """The file's module-level functions every ``return`` of which hands back what ``holds`` (a
+    GPU index), or the CPU where there is none (``if torch.cuda.is_available(): return 0``, then
+    ``return "cpu"``)."""
     returns: dict[str, list[cst.BaseExpression]] = {}
     for function, value in a.r.returns:
         returns.setdefault(function, []).append(value)
-    return {function for function, values in returns.items() if function in a.r.defs and all(map(holds, values))}
+    return {
+        function
+        for function, values in returns.items()
+        if function in a.r.defs
+        and any(map(holds, values))
+        and all(holds(value) or _is_cpu(value) for value in values)
+    }
 
 
 def _elements(
-    value: cst.BaseExpression, fields: dict[str, list[tuple[str, cst.BaseExpression | None]]], facts, scope
+    value: cst.BaseExpression,
+    fields: dict[str, list[tuple[str, cst.BaseExpression | None]]],
+    facts: FactsDraft,
+    scope: ScopeKey,
 ) -> list[tuple[str, cst.BaseExpression]]:
     """The parts of a value and what each holds: ``["gpu"]`` of ``{"gpu": 0}`` or ``dict(gpu=0)``,
     ``[0]`` of ``[0, 1]`` or ``(0, 1)``, ``.gpu`` of ``Settings(0)`` (a settings tuple or dataclass
