@@ -65,6 +65,19 @@ def held_name(node: cst.BaseExpression, indexed: bool = False) -> str | None:
     return f'{base}["{key}"]' if isinstance(key, str) else None
 
 
+#: How :func:`element_name` writes an index it cannot follow (``gpus[?]``).
+UNFOLLOWED_INDEX = "[?]"
+
+
+def element_name(node: cst.BaseExpression) -> str | None:
+    """``gpus[i]``, ``args.gpu_ids[rank]``: an element of a dotted name at an index that is not
+    written out, as ``gpus[?]``; None for anything else (:func:`held_name` names the others)."""
+    if not isinstance(node, cst.Subscript) or len(node.slice) != 1 or held_name(node, indexed=True) is not None:
+        return None
+    base = dotted(node.value)
+    return f"{base}{UNFOLLOWED_INDEX}" if base is not None else None
+
+
 def chooses_device(value: cst.BaseExpression, facts: FactQuestions, scope: tuple[str, ...] = ()) -> bool:
     """Whether an assigned value chooses the script's device: a ``"cuda..."``/``"mps"`` string (or
     a choice between one and ``"cpu"``), ``torch.device(...)`` and its kin, a ``--device``

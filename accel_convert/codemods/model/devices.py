@@ -7,7 +7,13 @@ from collections.abc import Callable, Iterator
 
 import libcst as cst
 
-from accel_convert.codemods.engine.devices import DEVICE_KEYWORDS, chooses_device, held_name
+from accel_convert.codemods.engine.devices import (
+    DEVICE_KEYWORDS,
+    UNFOLLOWED_INDEX,
+    chooses_device,
+    element_name,
+    held_name,
+)
 from accel_convert.codemods.engine.facts import FactsDraft
 from accel_convert.codemods.engine.names import NameTable, ScopeKey, is_builtin
 from accel_convert.codemods.engine.syntax import argument_for, dotted
@@ -160,7 +166,7 @@ def device_values(a: Analysis) -> None:
         kinds = {held.kind(origin) for origin in origins}
         if kinds == {"device"}:
             a.facts.device_names.add(name)
-        elif "fixed" in kinds and "other" in kinds:
+        elif "fixed" in kinds and "other" in kinds or "unfollowed" in kinds:
             a.facts.devices_unfollowed.add(name)
         elif "fixed" in kinds:
             a.facts.gpu_index_names.add(name)
@@ -203,7 +209,7 @@ def _device_uses(a: Analysis) -> list[tuple[str, str]]:
         taken = [argument_for(call.node, 0, "device")] if moves else []
         taken += [] if own else [argument_for(call.node, None, keyword) for keyword in sorted(DEVICE_KEYWORDS)]
         for arg in {id(arg): arg for arg in taken if arg is not None}.values():
-            name = held_name(arg.value, indexed=True)
+            name = held_name(arg.value, indexed=True) or element_name(arg.value)
             if name is not None:
                 uses.append((call.function, name))
     return uses
@@ -324,7 +330,9 @@ class _HeldDevices:
         root, _, option = name.partition(".")
         return name in self.fixed or (root in self.facts.parsed_arguments and _unindexed(option) in self.int_options)
 
-    def origin_sites(self, a: Analysis, function: str, name: str, seen: frozenset = frozenset()) -> set[tuple[str, str]]:
+    def origin_sites(
+        self, a: Analysis, function: str, name: str, seen: frozenset = frozenset()
+    ) -> set[tuple[str, str]]:
         """:meth:`Analysis.origin_sites`, with the values written right in the calls
         (``Runner({"gpu": 0})``) among the origins, under the names they are held under."""
         key = (function, name)
@@ -359,8 +367,15 @@ class _HeldDevices:
                 self.fixed.add(entry)
 
     def kind(self, name: str) -> str:
+        """``device``, ``fixed``, ``other``; or ``unfollowed``: an element, at an index not written
+        out, of what holds fixed GPUs (``gpus[i]`` of ``gpus = [0, 1]``, ``args.gpu_ids[rank]``)."""
         if name in self.facts.device_names or name in self.devices:
             return "device"
+        if name.endswith(UNFOLLOWED_INDEX):
+            held = self.fixed | self.devices
+            base = name.removesuffix(UNFOLLOWED_INDEX)
+            elements = any(element.startswith(f"{base}[") for element in held) or self.is_index_name(f"{base}[0]")
+            return "unfollowed" if elements else "other"
         return "fixed" if self.is_index_name(name) else "other"
 
 
@@ -400,9 +415,7 @@ def _functions_returning(a: Analysis, holds: Callable[[cst.BaseExpression], bool
     return {
         function
         for function, values in returns.items()
-        if function in a.r.defs
-        and any(map(holds, values))
-        and all(holds(value) or _is_cpu(value) for value in values)
+        if function in a.r.defs and any(map(holds, values)) and all(holds(value) or _is_cpu(value) for value in values)
     }
 
 
