@@ -430,32 +430,53 @@ def _elements(
     of the file, its defaults included); of ``[0, 1] if ok else ["cpu"]``, the choice between the
     two branches' parts."""
     if isinstance(value, cst.IfExp):
-        body = dict(_elements(value.body, fields, facts, scope))
-        orelse = dict(_elements(value.orelse, fields, facts, scope))
-        return [
-            (part, cst.IfExp(test=value.test, body=body[part], orelse=orelse[part]) if part in orelse else body[part])
-            for part in body
-        ] + [(part, element) for part, element in orelse.items() if part not in body]
+        return _chosen_elements(value, fields, facts, scope)
     if isinstance(value, cst.Dict):
-        return [
-            (f'["{key}"]', element.value)
-            for element in value.elements
-            if isinstance(element, cst.DictElement)
-            and isinstance(element.key, cst.SimpleString)
-            and isinstance(key := element.key.evaluated_value, str)
-        ]
+        return _dictionary_entries(value)
     if isinstance(value, (cst.List, cst.Tuple)):
-        elements = []
-        for index, element in enumerate(value.elements):
-            if isinstance(element, cst.StarredElement):
-                break
-            elements.append((f"[{index}]", element.value))
-        return elements
+        return _sequence_elements(value)
     if isinstance(value, cst.Call) and is_builtin(value.func, "dict", facts.names, scope):
         return [(f'["{arg.keyword.value}"]', arg.value) for arg in value.args if arg.keyword is not None]
     if isinstance(value, cst.Call) and dotted(value.func) in fields:
         return _field_values(value, fields[dotted(value.func) or ""])
     return []
+
+
+def _chosen_elements(
+    value: cst.IfExp,
+    fields: dict[str, list[tuple[str, cst.BaseExpression | None]]],
+    facts: FactsDraft,
+    scope: ScopeKey,
+) -> list[tuple[str, cst.BaseExpression]]:
+    """``[0, 1] if ok else ["cpu"]``: ``[0]`` is ``0 if ok else "cpu"``, ``[1]`` is ``1``."""
+    body = dict(_elements(value.body, fields, facts, scope))
+    orelse = dict(_elements(value.orelse, fields, facts, scope))
+    chosen: list[tuple[str, cst.BaseExpression]] = [
+        (part, cst.IfExp(test=value.test, body=element, orelse=orelse[part]) if part in orelse else element)
+        for part, element in body.items()
+    ]
+    return chosen + [(part, element) for part, element in orelse.items() if part not in body]
+
+
+def _dictionary_entries(value: cst.Dict) -> list[tuple[str, cst.BaseExpression]]:
+    """``["gpu"]`` → ``0`` of ``{"gpu": 0}``: the entries under string keys."""
+    return [
+        (f'["{key}"]', element.value)
+        for element in value.elements
+        if isinstance(element, cst.DictElement)
+        and isinstance(element.key, cst.SimpleString)
+        and isinstance(key := element.key.evaluated_value, str)
+    ]
+
+
+def _sequence_elements(value: cst.List | cst.Tuple) -> list[tuple[str, cst.BaseExpression]]:
+    """``[0]`` → ``0`` of ``[0, 1]``: the elements before any starred one."""
+    elements: list[tuple[str, cst.BaseExpression]] = []
+    for index, element in enumerate(value.elements):
+        if isinstance(element, cst.StarredElement):
+            break
+        elements.append((f"[{index}]", element.value))
+    return elements
 
 
 def _field_values(
