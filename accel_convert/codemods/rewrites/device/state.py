@@ -37,9 +37,10 @@ class DeviceWalkState(RuleTransformer):
         #: And the names a call takes as its device that hold a GPU the script fixed, followed
         #: back through parameters, attributes and dictionaries (``self.gpu_id`` given ``0``).
         self.gpu_indices = self.set_device_indices | set(facts.gpu_index_names)
-        #: The file's functions that pick a device (d2l's ``try_gpu()``: ``cuda:0`` on every rank)
-        #: or return a GPU index (``def pick_gpu(): return 0``).
-        self.device_functions = device_functions | facts.gpu_index_functions
+        #: The file's functions that pick a device (d2l's ``try_gpu()``: ``cuda:0`` on every rank).
+        #: (Those returning an integer, ``def pick_gpu(): return 0``, are not among them: passed on,
+        #: the integer may be anything; where it reaches a move the device owner follows it.)
+        self.device_functions = device_functions
         #: The file's module-level functions: a device selected in their call's arguments
         #: (``train_ch6(net, ..., try_gpu())``) is where they put the model and the batches.
         self.module_functions = module_functions
@@ -54,7 +55,9 @@ class DeviceWalkState(RuleTransformer):
         # Statements comparing the device with a string (``if device == "cuda":``).
         compared = facts.lines_mentioning(facts.device_names)
         # Calls given ``device=`` (a factory ``torch.zeros(3, device="cuda")``, an iterator).
-        keywords = facts.lines_mentioning({"device", "map_location", *self.gpu_indices, *self.device_functions})
+        keywords = facts.lines_mentioning(
+            {"device", "map_location", *self.gpu_indices, *device_functions, *facts.gpu_index_functions}
+        )
         # ``os.environ["CUDA_VISIBLE_DEVICES"] = "0"``.
         environment = facts.lines_mentioning({"environ"})
         super().__init__(facts, lines_of(sites) | compared | keywords | environment)
