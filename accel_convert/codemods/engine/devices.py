@@ -36,7 +36,7 @@ def names_device(node: cst.BaseExpression, facts: ScriptFacts, also: Collection[
     """Whether ``node`` is a device: a name holding the script's device, ``accelerator.device``
     (or one of ``also``, names a rule knows hold one), a ``"cuda..."`` string, or
     ``torch.device(...)``."""
-    name = held_name(node)
+    name = held_name(node, indexed=True)
     if name is not None:
         return name in facts.device_names or name == f"{accelerator_name(facts)}.device" or name in also
     if isinstance(node, cst.SimpleString):
@@ -46,18 +46,36 @@ def names_device(node: cst.BaseExpression, facts: ScriptFacts, also: Collection[
     return False
 
 
-def held_name(node: cst.BaseExpression) -> str | None:
+def held_name(node: cst.BaseExpression, indexed: bool = False) -> str | None:
     """``device``, ``self.gpu_id``, ``config["device"]``: the name a value is held under, a dotted
-    name or one string key of a dotted name (a dictionary of settings); None for anything else."""
+    name or one string key of a dotted name (a dictionary of settings); with ``indexed``, one
+    element of a dotted name too (``gpus[0]``, ``args.gpu_ids[0]``); None for anything else."""
     name = dotted(node)
     if name is not None or not isinstance(node, cst.Subscript) or len(node.slice) != 1:
         return name
     index = node.slice[0].slice
     base = dotted(node.value)
-    if base is None or not isinstance(index, cst.Index) or not isinstance(index.value, cst.SimpleString):
+    if base is None or not isinstance(index, cst.Index):
+        return None
+    if indexed and isinstance(index.value, cst.Integer):
+        return f"{base}[{index.value.value}]"
+    if not isinstance(index.value, cst.SimpleString):
         return None
     key = index.value.evaluated_value
     return f'{base}["{key}"]' if isinstance(key, str) else None
+
+
+#: How :func:`element_name` writes an index it cannot follow (``gpus[?]``).
+UNFOLLOWED_INDEX = "[?]"
+
+
+def element_name(node: cst.BaseExpression) -> str | None:
+    """``gpus[i]``, ``args.gpu_ids[rank]``: an element of a dotted name at an index that is not
+    written out, as ``gpus[?]``; None for anything else (:func:`held_name` names the others)."""
+    if not isinstance(node, cst.Subscript) or len(node.slice) != 1 or held_name(node, indexed=True) is not None:
+        return None
+    base = dotted(node.value)
+    return f"{base}{UNFOLLOWED_INDEX}" if base is not None else None
 
 
 def chooses_device(value: cst.BaseExpression, facts: FactQuestions, scope: tuple[str, ...] = ()) -> bool:
@@ -147,7 +165,7 @@ def names_fixed_gpu(
         return True
     if isinstance(node, cst.Call) and node.args and facts.qualified_name(node.func, scope) == "torch.device":
         return is_gpu_string(node.args[0].value)
-    return held_name(node) in indices
+    return held_name(node, indexed=True) in indices
 
 
 def mentions_cuda(node: cst.BaseExpression) -> bool:

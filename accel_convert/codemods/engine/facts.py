@@ -302,6 +302,9 @@ class ScriptFacts(FactQuestions):
     #: (``device = 0``, ``args.gpu`` of an ``int`` option): passed to a function of another module
     #: of the program, they make its parameter a GPU index there.
     gpu_index_values: AbstractSet[str] = frozenset()
+    #: The file's functions returning a GPU index on every path (``def pick_gpu(): return 0``):
+    #: a call of one given as a device (``model.to(pick_gpu())``) is the same GPU on every process.
+    gpu_index_functions: AbstractSet[str] = frozenset()
     #: (module-level function or class, name) for each name a call there takes as its device, and
     #: the names of that function or class it comes from (``("Trainer", "gpu_id")`` for
     #: ``x.to(self.gpu_id)`` with ``self.gpu_id = gpu_id`` in ``__init__``).
@@ -564,6 +567,7 @@ class FactsDraft(FactQuestions):
     cuda_flags: set[str] = field(default_factory=set)
     gpu_index_names: set[str] = field(default_factory=set)
     gpu_index_values: set[str] = field(default_factory=set)
+    gpu_index_functions: set[str] = field(default_factory=set)
     devices_taken: set[tuple[str, str]] = field(default_factory=set)
     path_parameter_writes: set[tuple[str, int, str]] = field(default_factory=set)
     path_parameter_reads: set[tuple[str, int, str]] = field(default_factory=set)

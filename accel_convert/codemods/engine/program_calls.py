@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from accel_convert.codemods.engine.devices import is_gpu_index
+from accel_convert.codemods.engine.devices import held_name, is_gpu_index
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.names import NameCollector, NameTable, ScopeKey, is_builtin
@@ -140,7 +140,8 @@ def call_arguments(
 ) -> tuple[tuple[str, str], ...]:
     """(parameter filled, argument as written) for the call's plain-name arguments (and loaders
     built in the call, as :data:`INLINE_LOADER`, GPU indices written there, as
-    :data:`INLINE_GPU_INDEX`); ``positional``: how many of ``params`` positional arguments fill."""
+    :data:`INLINE_GPU_INDEX`, or kept in a container, ``gpus[0]``); ``positional``: how many of
+    ``params`` positional arguments fill."""
     arguments = []
     for index, arg in enumerate(node.args):
         value = dotted(arg.value)
@@ -149,6 +150,8 @@ def call_arguments(
             value = INLINE_LOADER if loader else None
         if value is None and is_gpu_index(arg.value):
             value = INLINE_GPU_INDEX
+        if value is None and (held := held_name(arg.value, indexed=True)) in facts.gpu_index_values:
+            value = held  # ``gpus[0]``, ``cfg["gpu"]``: a GPU index kept in a container
         if value is None or arg.star or (positional is not None and arg.keyword is None and index >= positional):
             continue
         param = parameter_filled(arg, index, params)

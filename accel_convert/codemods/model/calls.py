@@ -128,13 +128,7 @@ def call_graph(a: Analysis) -> None:
                 # More positional arguments than the function takes: the call fails as it
                 # stands, and what fills which parameter is anybody's guess.
                 params = ()
-            for index, arg in enumerate(call.node.args):
-                name = held_name(arg.value)
-                if name is None or arg.star:
-                    continue
-                param = parameter_filled(arg, index, params)
-                if param is not None:
-                    a.arguments.setdefault((callee.value, param), set()).add((call.function, name))
+            _arguments_into(a, call, callee.value, params)
             for loop in call.loops:
                 loop.calls.add(callee.value)
         elif isinstance(callee, cst.Name) and callee.value in a.r.classes:
@@ -247,12 +241,16 @@ def _into_method(a: Analysis, call: CallRecord, callee: cst.Attribute) -> None:
         return
     params = parameter_names(definition)[1:]
     for index, arg in enumerate(call.node.args):
-        value = dotted(arg.value)
-        if value is None or arg.star:
+        if arg.star:
             continue
         param = parameter_filled(arg, index, params)
-        if param is not None and param in params:
+        if param is None or param not in params:
+            continue
+        value = dotted(arg.value)
+        if value is not None:
             a.arguments.setdefault((owner, param), set()).add((call.function, value))
+        else:
+            a.argument_values.setdefault((owner, param), []).append((call.function, arg.value))
 
 
 def instance_class(a: Analysis, call: CallRecord | AssignRecord, receiver: cst.BaseExpression) -> str | None:
@@ -309,14 +307,24 @@ def _construction(a: Analysis, call: CallRecord, owner: ClassRecord) -> None:
         # base is constructed there too, and the arguments fill the base's parameters.
         a.constructions.setdefault(initialiser, []).append(call)
         name, owner = initialiser, a.r.classes[initialiser]
-    params = owner.init_params or ()
+    _arguments_into(a, call, name, owner.init_params or ())
+
+
+def _arguments_into(a: Analysis, call: CallRecord, callee: str, params: tuple[str, ...]) -> None:
+    """What each argument of a call of the file's function (or class) ``callee`` fills: the name
+    it is held under (``arguments``), or the value itself where it is no name (``argument_values``:
+    ``Runner({"gpu": 0})``)."""
     for index, arg in enumerate(call.node.args):
-        value = held_name(arg.value)
-        if value is None or arg.star:
+        if arg.star:
             continue
         param = parameter_filled(arg, index, params)
-        if param is not None:
-            a.arguments.setdefault((name, param), set()).add((call.function, value))
+        if param is None:
+            continue
+        name = held_name(arg.value)
+        if name is not None:
+            a.arguments.setdefault((callee, param), set()).add((call.function, name))
+        else:
+            a.argument_values.setdefault((callee, param), []).append((call.function, arg.value))
 
 
 def _attribute_aliases(a: Analysis) -> None:

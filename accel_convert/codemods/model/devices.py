@@ -3,9 +3,18 @@ takes as its device followed back to where the script chose them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 import libcst as cst
 
-from accel_convert.codemods.engine.devices import DEVICE_KEYWORDS, chooses_device, held_name
+from accel_convert.codemods.engine.devices import (
+    DEVICE_KEYWORDS,
+    UNFOLLOWED_INDEX,
+    chooses_device,
+    element_name,
+    held_name,
+)
+from accel_convert.codemods.engine.facts import FactsDraft
 from accel_convert.codemods.engine.names import NameTable, ScopeKey, is_builtin
 from accel_convert.codemods.engine.syntax import argument_for, dotted
 from accel_convert.codemods.model.arguments import options_defined
@@ -121,7 +130,7 @@ def _bound_outside_the_class(a: Analysis, owner: str, attribute: str, readers: s
         "device_names",
         "settings_devices",
     ),
-    provides=("gpu_index_names", "gpu_index_values", "devices_taken", "devices_unfollowed"),
+    provides=("gpu_index_names", "gpu_index_values", "gpu_index_functions", "devices_taken", "devices_unfollowed"),
     refines=("device_names",),
 )
 def device_values(a: Analysis) -> None:
@@ -139,18 +148,25 @@ def device_values(a: Analysis) -> None:
     * Such a GPU reaching the call from some origins and something that cannot be followed from
       others (a parameter also given a name bound elsewhere to ``"cpu"``) is left, and reported
       there (``devices_unfollowed``).
+    * The values are followed into what holds them: a dictionary, list or tuple written right in
+      a call (``Runner({"gpu": 0})``, ``train(model, {"device": "cuda:0"})``) or bound to a name
+      (``gpus = [0, 1]``, ``gpu, lr = 0, 0.1``), an element of an ``int`` option
+      (``args.gpu_ids[0]``), a field of a named tuple or dataclass built with one (``Settings(0,
+      lr)``, ``Config(gpu=0)``), what a file's function returns on every path (``def pick_gpu():
+      return 0``: ``gpu = pick_gpu()``, and ``model.to(pick_gpu())``, ``gpu_index_functions``).
     * A parameter that a caller in another module of the program fills with a GPU index (seeded,
       ``gpu_index_parameters``) is one here too; and the names holding one here are told to the
       program (``gpu_index_values``), for the parameters they fill elsewhere."""
     _devices_returned(a)
     held = _HeldDevices.of(a)
+    a.facts.gpu_index_functions.update(held.index_functions)
     for function, name in _device_uses(a):
         origins = _origins(a, held, function, name)
-        a.facts.devices_taken |= {(function, taken) for taken in {name, *origins}}
+        a.facts.devices_taken |= {(function, taken) for taken in {name, *origins} if not is_literal(taken)}
         kinds = {held.kind(origin) for origin in origins}
         if kinds == {"device"}:
             a.facts.device_names.add(name)
-        elif "fixed" in kinds and "other" in kinds:
+        elif "fixed" in kinds and "other" in kinds or "unfollowed" in kinds:
             a.facts.devices_unfollowed.add(name)
         elif "fixed" in kinds:
             a.facts.gpu_index_names.add(name)
@@ -193,7 +209,7 @@ def _device_uses(a: Analysis) -> list[tuple[str, str]]:
         taken = [argument_for(call.node, 0, "device")] if moves else []
         taken += [] if own else [argument_for(call.node, None, keyword) for keyword in sorted(DEVICE_KEYWORDS)]
         for arg in {id(arg): arg for arg in taken if arg is not None}.values():
-            name = held_name(arg.value)
+            name = held_name(arg.value, indexed=True) or element_name(arg.value)
             if name is not None:
                 uses.append((call.function, name))
     return uses
@@ -209,7 +225,7 @@ def _origins(a: Analysis, held: _HeldDevices, function: str, name: str) -> set[s
     followed on (:func:`_followed`)."""
     return {
         origin
-        for site in a.origin_sites(function, name)
+        for site in held.origin_sites(a, function, name)
         for origin in (_followed(a, held, *site, frozenset({site})) if held.kind(site[1]) == "other" else {site[1]})
     }
 
@@ -223,13 +239,13 @@ def _followed(a: Analysis, held: _HeldDevices, function: str, name: str, seen: f
     if not sources:
         cuts = [cut for cut, char in enumerate(name) if char in ".[" and cut]
         for prefix, rest in ((name[:cut], name[cut:]) for cut in reversed(cuts)):
-            passed = a.origin_sites(function, prefix)
+            passed = held.origin_sites(a, function, prefix)
             if passed != {(function, prefix)}:
                 sources = [(caller, argument + rest) for caller, argument in passed]
                 break
     found: set[str] = set()
     for site in sources:
-        for origin_site in a.origin_sites(*site):
+        for origin_site in held.origin_sites(a, *site):
             if origin_site in seen:
                 found.add(origin_site[1])
             elif held.kind(origin_site[1]) != "other":
@@ -243,13 +259,15 @@ def _assigned_from(a: Analysis, function: str, name: str) -> list[tuple[str, str
     """(function, held name) of each assignment of ``name`` in ``function``, when every one of
     them assigns a held name (``gpu = config["gpu"]``); none otherwise."""
     values = [assign.value for assign in a.r.assigns if assign.function == function and assign.targets == (name,)]
-    sources = [held_name(value) for value in values]
+    sources = [held_name(value, indexed=True) for value in values]
     return [(function, source) for source in sources if source is not None] if None not in sources else []
 
 
 class _HeldDevices:
     """What the names of the file hold, as far as devices go: the device (``device_names``), a
-    fixed GPU (an index, a device kept in a dictionary), or something else."""
+    fixed GPU (an index, a device kept in a dictionary, a list or a settings tuple), or something
+    else. A value written right in a call (``Runner({"gpu": 0})``) is held under a name the owner
+    gives it (:func:`is_literal`), so that it is followed like a name."""
 
     def __init__(self, a: Analysis, int_options: set[str]) -> None:
         self.facts = a.facts
@@ -257,12 +275,20 @@ class _HeldDevices:
         # Parameters a caller in another module fills with a GPU index (``Trainer(model, gpu_id=0)``).
         self.fixed: set[str] = set(a.seeds.gpu_index_parameters) if a.seeds is not None else set()
         self.devices: set[str] = set()
-        for assign in a.r.assigns:
-            if len(assign.targets) == 1 and self.holds_index(assign.value):
-                self.fixed.add(assign.targets[0])
-        for assign in a.r.assigns:
-            if len(assign.targets) == 1:
-                self._entries(assign.targets[0], assign.value, assign.scope)
+        #: The file's functions returning a GPU index on every path (``def pick_gpu(): return 0``).
+        self.index_functions: set[str] = set()
+        #: Settings tuples and dataclasses of the file → their fields, with their defaults.
+        self.fields = _settings_fields(a)
+        #: Values written right in a call, by identity → the name they are held under.
+        self.literals: dict[int, str] = {}
+        bindings = list(_bindings(a))
+        # Names bound to an index, then the functions returning one of them (``return GPU``),
+        # then the names bound to what those return (``gpu = pick_gpu()``).
+        for _ in range(2):
+            self.fixed |= {target for target, value, _ in bindings if self.holds_index(value)}
+            self.index_functions = _functions_returning(a, self.holds_index)
+        for target, value, scope in bindings:
+            self._parts(target, value, scope)
 
     @classmethod
     def of(cls, a: Analysis) -> _HeldDevices:
@@ -278,7 +304,8 @@ class _HeldDevices:
 
     def holds_index(self, value: cst.BaseExpression) -> bool:
         """``0``, ``args.gpu`` (an ``int`` option), a name bound to one, ``args.gpu if ok else
-        "cpu"``: a GPU index (or the CPU, in a choice between them)."""
+        "cpu"``, ``pick_gpu()`` (a function returning one): a GPU index (or the CPU, in a choice
+        between them)."""
         if isinstance(value, cst.Integer):
             return True
         if isinstance(value, cst.IfExp):
@@ -286,40 +313,220 @@ class _HeldDevices:
             return any(self.holds_index(b) for b in branches) and all(
                 self.holds_index(b) or _is_cpu(b) for b in branches
             )
-        name = dotted(value)
+        if isinstance(value, cst.Call):
+            return isinstance(value.func, cst.Name) and value.func.value in self.index_functions
+        name = held_name(value, indexed=True)
         return name is not None and self.is_index_name(name)
 
     def index_values(self, a: Analysis) -> set[str]:
         """Every name holding a GPU index: bound to one here, or an ``int`` option (``args.gpu``)."""
         options = {f"{root}.{option}" for root in self.facts.parsed_arguments for option in self.int_options}
-        return (self.fixed - set(a.seeds.gpu_index_parameters if a.seeds is not None else ())) | options
+        fixed = {name for name in self.fixed if not is_literal(name)}
+        return (fixed - set(a.seeds.gpu_index_parameters if a.seeds is not None else ())) | options
 
     def is_index_name(self, name: str) -> bool:
-        """A name bound to a GPU index, or an ``int`` option of the command line (``args.gpu``)."""
+        """A name bound to a GPU index, or an ``int`` option of the command line (``args.gpu``, or
+        one of its values, ``args.gpu_ids[0]``)."""
         root, _, option = name.partition(".")
-        return name in self.fixed or (root in self.facts.parsed_arguments and option in self.int_options)
+        return name in self.fixed or (root in self.facts.parsed_arguments and _unindexed(option) in self.int_options)
 
-    def _entries(self, target: str, value: cst.BaseExpression, scope: tuple[str, ...]) -> None:
-        """``config = {"device": device}``: ``config["device"]`` holds the device (a fixed GPU when
-        what it is given is not a name rebound to the accelerator's device)."""
-        if not isinstance(value, cst.Dict):
-            return
-        for element in value.elements:
-            if not isinstance(element, cst.DictElement) or not isinstance(element.key, cst.SimpleString):
-                continue
-            key = element.key.evaluated_value
-            if not isinstance(key, str):
-                continue
-            entry = f'{target}["{key}"]'
-            if dotted(element.value) in self.facts.device_names:
+    def origin_sites(
+        self, a: Analysis, function: str, name: str, seen: frozenset = frozenset()
+    ) -> set[tuple[str, str]]:
+        """:meth:`Analysis.origin_sites`, with the values written right in the calls
+        (``Runner({"gpu": 0})``) among the origins, under the names they are held under."""
+        key = (function, name)
+        values = a.argument_values.get(key, [])
+        if key in seen or (key not in a.arguments and not values):
+            return {key}
+        found = {(caller, self.literal(value)) for caller, value in values}
+        for caller, argument in a.arguments.get(key, ()):
+            found |= self.origin_sites(a, caller, argument, seen | {key})
+        return found
+
+    def literal(self, value: cst.BaseExpression) -> str:
+        """The name a value written right in a call is held under; what it holds is told the
+        first time it is asked (a ``"cuda:0"`` or ``torch.device(...)`` there is a fixed GPU)."""
+        name = self.literals.get(id(value))
+        if name is None:
+            name = self.literals[id(value)] = f"{_LITERAL}{len(self.literals)}>"
+            if self.holds_index(value) or chooses_device(value, self.facts):
+                self.fixed.add(name)
+            self._parts(name, value, ())
+        return name
+
+    def _parts(self, target: str, value: cst.BaseExpression, scope: tuple[str, ...]) -> None:
+        """``config = {"device": device}``, ``gpus = [0, 1]``, ``cfg = Settings(gpu=0)``:
+        ``config["device"]`` holds the device (a fixed GPU when what it is given is not a name
+        rebound to the accelerator's device), ``gpus[0]`` and ``cfg.gpu`` a fixed GPU."""
+        for part, element in _elements(value, self.fields, self.facts, scope):
+            entry = f"{target}{part}"
+            if dotted(element) in self.facts.device_names:
                 self.devices.add(entry)
-            elif self.holds_index(element.value) or chooses_device(element.value, self.facts, scope):
+            elif self.holds_index(element) or chooses_device(element, self.facts, scope):
                 self.fixed.add(entry)
 
     def kind(self, name: str) -> str:
+        """``device``, ``fixed``, ``other``; or ``unfollowed``: an element, at an index not written
+        out, of what holds fixed GPUs (``gpus[i]`` of ``gpus = [0, 1]``, ``args.gpu_ids[rank]``)."""
         if name in self.facts.device_names or name in self.devices:
             return "device"
+        if name.endswith(UNFOLLOWED_INDEX):
+            held = self.fixed | self.devices
+            base = name.removesuffix(UNFOLLOWED_INDEX)
+            elements = any(element.startswith(f"{base}[") for element in held) or self.is_index_name(f"{base}[0]")
+            return "unfollowed" if elements else "other"
         return "fixed" if self.is_index_name(name) else "other"
+
+
+#: How the names of values written right in a call begin: no name of the script's does.
+_LITERAL = "<value "
+
+
+def is_literal(name: str) -> bool:
+    """Whether ``name`` is one the device owner gave a value written right in a call."""
+    return name.startswith(_LITERAL)
+
+
+def _unindexed(option: str) -> str:
+    """``gpu_ids`` of ``gpu_ids[0]``: the option whose value (a list of them) is indexed."""
+    return option.partition("[")[0]
+
+
+def _bindings(a: Analysis) -> Iterator[tuple[str, cst.BaseExpression, tuple[str, ...]]]:
+    """(name, value, scope) of each name the file binds to one value: ``gpu = 0``, and each of
+    ``gpu, lr = 0, 0.1``."""
+    for assign in a.r.assigns:
+        if len(assign.targets) == 1:
+            yield assign.targets[0], assign.value, assign.scope
+        elif isinstance(assign.value, (cst.Tuple, cst.List)) and len(assign.value.elements) == len(assign.targets):
+            if not any(isinstance(element, cst.StarredElement) for element in assign.value.elements):
+                for target, element in zip(assign.targets, assign.value.elements):
+                    yield target, element.value, assign.scope
+
+
+def _functions_returning(a: Analysis, holds: Callable[[cst.BaseExpression], bool]) -> set[str]:
+    """The file's module-level functions every ``return`` of which hands back what ``holds`` (a
+    GPU index), or the CPU where there is none (``if torch.cuda.is_available(): return 0``, then
+    ``return "cpu"``)."""
+    returns: dict[str, list[cst.BaseExpression]] = {}
+    for function, value in a.r.returns:
+        returns.setdefault(function, []).append(value)
+    return {
+        function
+        for function, values in returns.items()
+        if function in a.r.defs and any(map(holds, values)) and all(holds(value) or _is_cpu(value) for value in values)
+    }
+
+
+def _elements(
+    value: cst.BaseExpression,
+    fields: dict[str, list[tuple[str, cst.BaseExpression | None]]],
+    facts: FactsDraft,
+    scope: ScopeKey,
+) -> list[tuple[str, cst.BaseExpression]]:
+    """The parts of a value and what each holds: ``["gpu"]`` of ``{"gpu": 0}`` or ``dict(gpu=0)``,
+    ``[0]`` of ``[0, 1]`` or ``(0, 1)``, ``.gpu`` of ``Settings(0)`` (a settings tuple or dataclass
+    of the file, its defaults included); of ``[0, 1] if ok else ["cpu"]``, the choice between the
+    two branches' parts."""
+    if isinstance(value, cst.IfExp):
+        return _chosen_elements(value, fields, facts, scope)
+    if isinstance(value, cst.Dict):
+        return _dictionary_entries(value)
+    if isinstance(value, (cst.List, cst.Tuple)):
+        return _sequence_elements(value)
+    if isinstance(value, cst.Call) and is_builtin(value.func, "dict", facts.names, scope):
+        return [(f'["{arg.keyword.value}"]', arg.value) for arg in value.args if arg.keyword is not None]
+    if isinstance(value, cst.Call) and dotted(value.func) in fields:
+        return _field_values(value, fields[dotted(value.func) or ""])
+    return []
+
+
+def _chosen_elements(
+    value: cst.IfExp,
+    fields: dict[str, list[tuple[str, cst.BaseExpression | None]]],
+    facts: FactsDraft,
+    scope: ScopeKey,
+) -> list[tuple[str, cst.BaseExpression]]:
+    """``[0, 1] if ok else ["cpu"]``: ``[0]`` is ``0 if ok else "cpu"``, ``[1]`` is ``1``."""
+    body = dict(_elements(value.body, fields, facts, scope))
+    orelse = dict(_elements(value.orelse, fields, facts, scope))
+    chosen: list[tuple[str, cst.BaseExpression]] = [
+        (part, cst.IfExp(test=value.test, body=element, orelse=orelse[part]) if part in orelse else element)
+        for part, element in body.items()
+    ]
+    return chosen + [(part, element) for part, element in orelse.items() if part not in body]
+
+
+def _dictionary_entries(value: cst.Dict) -> list[tuple[str, cst.BaseExpression]]:
+    """``["gpu"]`` → ``0`` of ``{"gpu": 0}``: the entries under string keys."""
+    return [
+        (f'["{key}"]', element.value)
+        for element in value.elements
+        if isinstance(element, cst.DictElement)
+        and isinstance(element.key, cst.SimpleString)
+        and isinstance(key := element.key.evaluated_value, str)
+    ]
+
+
+def _sequence_elements(value: cst.List | cst.Tuple) -> list[tuple[str, cst.BaseExpression]]:
+    """``[0]`` → ``0`` of ``[0, 1]``: the elements before any starred one."""
+    elements: list[tuple[str, cst.BaseExpression]] = []
+    for index, element in enumerate(value.elements):
+        if isinstance(element, cst.StarredElement):
+            break
+        elements.append((f"[{index}]", element.value))
+    return elements
+
+
+def _field_values(
+    call: cst.Call, fields: list[tuple[str, cst.BaseExpression | None]]
+) -> list[tuple[str, cst.BaseExpression]]:
+    """``.gpu`` → ``0`` for ``Settings(0, lr)`` (or ``Settings(gpu=0)``, or its default)."""
+    found = []
+    for index, (field_name, default) in enumerate(fields):
+        arg = argument_for(call, index, field_name)
+        value = arg.value if arg is not None else default
+        if value is not None:
+            found.append((f".{field_name}", value))
+    return found
+
+
+def _settings_fields(a: Analysis) -> dict[str, list[tuple[str, cst.BaseExpression | None]]]:
+    """Settings tuples and dataclasses of the file → their fields in order, with their defaults:
+    ``Settings = namedtuple("Settings", ["gpu", "lr"])``, ``class Settings(NamedTuple)``, a
+    ``@dataclass`` class (``gpu: int = 0``)."""
+    found: dict[str, list[tuple[str, cst.BaseExpression | None]]] = {}
+    for assign in a.r.assigns:
+        value = assign.value
+        if len(assign.targets) == 1 and isinstance(value, cst.Call) and len(value.args) >= 2:
+            if a.r.names.qualified_name(value.func, assign.scope, strict=False) == "collections.namedtuple":
+                names = _namedtuple_fields(value.args[1].value)
+                if names:
+                    found[assign.targets[0]] = [(name, None) for name in names]
+    for owner, record in a.r.classes.items():
+        node = record.node
+        bases = {a.r.names.qualified_name(base.value, (), strict=False) for base in node.bases}
+        decorators = {dotted(d.decorator) or dotted(getattr(d.decorator, "func", None)) for d in node.decorators}
+        if "typing.NamedTuple" in bases or decorators & {"dataclass", "dataclasses.dataclass"}:
+            found[owner] = [
+                (line.body[0].target.value, line.body[0].value)
+                for line in node.body.body
+                if isinstance(line, cst.SimpleStatementLine)
+                and isinstance(line.body[0], cst.AnnAssign)
+                and isinstance(line.body[0].target, cst.Name)
+            ]
+    return found
+
+
+def _namedtuple_fields(value: cst.BaseExpression) -> list[str]:
+    """``["gpu", "lr"]``, ``("gpu", "lr")``, ``"gpu lr"``, ``"gpu, lr"``: a named tuple's fields."""
+    if isinstance(value, cst.SimpleString) and isinstance(text := value.evaluated_value, str):
+        return text.replace(",", " ").split()
+    if isinstance(value, (cst.List, cst.Tuple)):
+        names = [e.value.evaluated_value for e in value.elements if isinstance(e.value, cst.SimpleString)]
+        return [name for name in names if isinstance(name, str)]
+    return []
 
 
 def _declares_integer(arg: cst.Arg, names: NameTable, scope: ScopeKey) -> bool:

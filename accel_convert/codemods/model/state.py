@@ -55,6 +55,9 @@ class Analysis:
         self.assigned = {name for assign in recorder.assigns for name in assign.targets}
         #: (function, parameter) → (calling function, argument name) at each call site.
         self.arguments: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        #: (function, parameter) → (calling function, the value) where a call site passes a value
+        #: that is no name (``Runner({"gpu": 0})``, ``fit(model, 0)``, ``fit(model, gpus[0])``).
+        self.argument_values: dict[tuple[str, str], list[tuple[str, cst.BaseExpression]]] = {}
         #: (function, name) → the file's classes the function binds the name to an instance of
         #: (built on first use).
         self.instances: dict[tuple[str, str], set[str]] | None = None

@@ -22,11 +22,17 @@ choice between one and ``"cpu"``, or a device kept in a settings dictionary, han
 parameters, attributes and dictionaries (``Trainer(..., gpu_id)``, ``self.gpu_id``,
 ``cfg["device"]``), also an entry of a settings dictionary read into a local or an attribute
 (``gpu = config["gpu"]``, ``self.gpu = cfg["gpu"]``) or handed on as an argument
-(``fit(..., config["gpu"])``). Its moves are removed where ``prepare`` places what moves, and otherwise take
-``accelerator.device``, like its ``device=`` keywords. A function of the file returning a device on
-every path (``device = get_device(args.gpu)``) chooses the device like ``torch.device(...)``. A
-parameter that is such a GPU from some callers and something else from others (``"cpu"``) is left,
-and reported where it is taken (ACC924).
+(``fit(..., config["gpu"])``). Values written right in a call are followed too (``Runner(model,
+{"gpu": 0})``, ``train(model, {"device": "cuda:0"})``, ``fit(model, 0)``), and so are containers: an
+element of a list or tuple (``gpus = [0, 1]``: ``gpus[0]``; ``args.gpu_ids[0]`` of an ``int``
+option), a field of a named tuple or dataclass built with one (``Settings(0, lr)``: ``s.gpu``), and
+what a function of the file returns on every path (``def pick_gpu(): return 0``: ``gpu =
+pick_gpu()``, ``model.to(pick_gpu())``). Its moves are removed where ``prepare`` places what moves,
+and otherwise take ``accelerator.device``, like its ``device=`` keywords. A function of the file
+returning a device on every path (``device = get_device(args.gpu)``) chooses the device like
+``torch.device(...)``. A parameter that is such a GPU from some callers and something else from
+others (``"cpu"``), or one of several at an index not followed (``gpus[rank]``), is left, and
+reported where it is taken (ACC924).
 
 A device picked as a string (``device = "cuda" if torch.cuda.is_available() else "cpu"``) is a
 ``torch.device`` once it is ``accelerator.device``. Where the script read it as a string, it reads
@@ -321,6 +327,86 @@ class Device(Rule):
                 if __name__ == "__main__":
                     device = 0  # shorthand for cuda:0
                     main(device)
+            """,
+        ),
+        Example(
+            # The GPU reaches the moves in a dictionary written right in the call, a list and a
+            # function's return: the batch moves go, the others take this process's device.
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def pick_gpu():
+                    return 0
+
+
+                class Runner:
+                    def __init__(self, model, loader, config):
+                        self.gpu = config["gpu"]
+                        self.model = model.to(self.gpu)
+                        self.loader = loader
+                        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=config["lr"])
+
+                    def train(self, gpus):
+                        for x, y in self.loader:
+                            x, y = x.cuda(self.gpu), y.cuda(self.gpu)
+                            noise = torch.randn(len(x), 8).to(gpus[0])
+                            scale = torch.ones(1, 8).to(pick_gpu())
+                            self.optimizer.zero_grad()
+                            nn.functional.mse_loss(self.model(x * scale + noise), y).backward()
+                            self.optimizer.step()
+
+
+                def main():
+                    torch.manual_seed(0)
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    Runner(nn.Linear(8, 1), loader, {"gpu": 0, "lr": 0.1}).train([0, 1])
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def pick_gpu():
+                    return 0
+
+
+                class Runner:
+                    def __init__(self, model, loader, config, accelerator):
+                        self.accelerator = accelerator
+                        self.gpu = config["gpu"]
+                        self.model = model
+                        self.loader = loader
+                        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=config["lr"])
+                        self.model, self.optimizer = self.accelerator.prepare(self.model, self.optimizer)
+
+                    def train(self, gpus):
+                        for x, y in self.loader:
+                            noise = torch.randn(len(x), 8).to(self.accelerator.device)
+                            scale = torch.ones(1, 8).to(self.accelerator.device)
+                            self.optimizer.zero_grad()
+                            self.accelerator.backward(nn.functional.mse_loss(self.model(x * scale + noise), y))
+                            self.optimizer.step()
+
+
+                def main():
+                    accelerator = Accelerator()
+                    torch.manual_seed(0)
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    loader = accelerator.prepare(loader)
+                    Runner(nn.Linear(8, 1), loader, {"gpu": 0, "lr": 0.1}, accelerator).train([0, 1])
+
+
+                if __name__ == "__main__":
+                    main()
             """,
         ),
         Example(

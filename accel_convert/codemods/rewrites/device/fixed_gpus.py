@@ -20,8 +20,10 @@ import libcst as cst
 
 from accel_convert.codemods.engine.devices import (
     DEVICE_KEYWORDS,
+    UNFOLLOWED_INDEX,
     chooses_device,
     chooses_gpu,
+    element_name,
     held_name,
     names_fixed_gpu,
 )
@@ -71,11 +73,12 @@ class FixedGpus(DeviceWalkState):
     def moved_to_fixed_gpu(self, original: cst.Call, call: cst.Call, device_args: list[cst.Arg]) -> cst.Call:
         """``x.to("cuda:0")``, ``x.to(args.gpu)``: a move (of something ``prepare`` does not
         place) to a fixed GPU, a device string or the index given to ``torch.cuda.set_device``."""
-        indices = [a for a in device_args if held_name(a.value) in self.gpu_indices]
+        indices = [a for a in device_args if held_name(a.value, indexed=True) in self.gpu_indices]
         literal = [
             a
             for a in device_args
-            if a not in indices and names_fixed_gpu(a.value, self.facts, self.scope, self.gpu_indices)
+            if a not in indices
+            and (names_fixed_gpu(a.value, self.facts, self.scope, self.gpu_indices) or self.picks_fixed_gpu(a.value))
         ]
         if indices and not self.accelerator_reachable():
             self.report_unreached_gpu(original, indices[0].value)
@@ -104,22 +107,34 @@ class FixedGpus(DeviceWalkState):
 
     def report_unfollowed_device(self, original: cst.Call) -> None:
         """``x.to(where)`` where ``where`` is a GPU the script fixed from some callers and
-        something else from others (``"cpu"``): left as it was, and reported."""
+        something else from others (``"cpu"``), or one of several (``gpus[i]``): left as it was,
+        and reported."""
         names = [
-            written
+            (written, arg.value)
             for arg in original.args
             if (arg.keyword is None or arg.keyword.value in DEVICE_KEYWORDS)
-            and (written := held_name(arg.value)) in self.facts.devices_unfollowed
+            and (written := held_name(arg.value, indexed=True) or element_name(arg.value) or "")
+            in self.facts.devices_unfollowed
         ]
-        if names:
-            self.report(
-                original,
-                GPU_INDEX_PASSED_ON,
-                f"{names[0]} is a fixed GPU (the same on every process) from some callers and something else "
-                f"from others: left as it was (pass {self.device_expr} where it is the GPU)",
-                False,
-                header_only=True,
+        if not names:
+            return
+        written, value = names[0]
+        if written.endswith(UNFOLLOWED_INDEX):
+            message = (
+                f"{expression_code(value)} is one of several fixed GPUs (each the same on every process), "
+                "at an index not followed"
             )
+        else:
+            message = (
+                f"{written} is a fixed GPU (the same on every process) from some callers and something else from others"
+            )
+        self.report(
+            original,
+            GPU_INDEX_PASSED_ON,
+            f"{message}: left as it was (pass {self.device_expr} where it is the GPU)",
+            False,
+            header_only=True,
+        )
 
     def device_keyword(self, original: cst.Call, call: cst.Call) -> cst.Call:
         """``torch.zeros(3, device="cuda")``, ``BucketIterator(..., device=args.gpu)``,

@@ -142,14 +142,12 @@ class Moves(DeviceWalkState):
         return [arg for arg in call.args if self._is_device_arg(arg, call)]
 
     def _is_device_arg(self, arg: cst.Arg, call: cst.Call) -> bool:
-        if arg.keyword is not None:
-            return arg.keyword.value == "device" and names_device(
-                arg.value, self.facts, also={self.device_expr, *self.gpu_indices}
-            )
-        return (
-            arg is call.args[0]
-            and not arg.star
-            and names_device(arg.value, self.facts, also={self.device_expr, *self.gpu_indices})
+        if arg.keyword is not None and arg.keyword.value != "device":
+            return False
+        if arg.keyword is None and (arg is not call.args[0] or arg.star):
+            return False
+        return names_device(arg.value, self.facts, also={self.device_expr, *self.gpu_indices}) or self.picks_fixed_gpu(
+            arg.value
         )
 
     def without_move(

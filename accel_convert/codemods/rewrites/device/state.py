@@ -9,7 +9,10 @@ subclasses of :class:`DeviceWalkState`; ``transformer.py`` puts them together in
 
 from __future__ import annotations
 
+import libcst as cst
+
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.syntax import dotted
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
 #: The rule's own code (``Device.code``).
@@ -35,6 +38,8 @@ class DeviceWalkState(RuleTransformer):
         #: back through parameters, attributes and dictionaries (``self.gpu_id`` given ``0``).
         self.gpu_indices = self.set_device_indices | set(facts.gpu_index_names)
         #: The file's functions that pick a device (d2l's ``try_gpu()``: ``cuda:0`` on every rank).
+        #: (Those returning an integer, ``def pick_gpu(): return 0``, are not among them: passed on,
+        #: the integer may be anything; where it reaches a move the device owner follows it.)
         self.device_functions = device_functions
         #: The file's module-level functions: a device selected in their call's arguments
         #: (``train_ch6(net, ..., try_gpu())``) is where they put the model and the batches.
@@ -50,7 +55,9 @@ class DeviceWalkState(RuleTransformer):
         # Statements comparing the device with a string (``if device == "cuda":``).
         compared = facts.lines_mentioning(facts.device_names)
         # Calls given ``device=`` (a factory ``torch.zeros(3, device="cuda")``, an iterator).
-        keywords = facts.lines_mentioning({"device", "map_location", *self.gpu_indices, *device_functions})
+        keywords = facts.lines_mentioning(
+            {"device", "map_location", *self.gpu_indices, *device_functions, *facts.gpu_index_functions}
+        )
         # ``os.environ["CUDA_VISIBLE_DEVICES"] = "0"``.
         environment = facts.lines_mentioning({"environ"})
         super().__init__(facts, lines_of(sites) | compared | keywords | environment)
@@ -66,3 +73,8 @@ class DeviceWalkState(RuleTransformer):
         self.stripped_here = False
         #: ``elif`` nodes (an ``If`` in another's ``orelse``), by identity.
         self._elifs: set[int] = set()
+
+    def picks_fixed_gpu(self, value: cst.BaseExpression) -> bool:
+        """``pick_gpu()``: a call of one of the file's functions returning a GPU index on every
+        path, given as a device (``model.to(pick_gpu())``): the same GPU on every process."""
+        return isinstance(value, cst.Call) and dotted(value.func) in self.facts.gpu_index_functions
