@@ -99,6 +99,18 @@ class Received:
                     self.add_role(callee_module, role, param + rest)
                 if value in prepared_in[name]:
                     self.prepared[callee_module].add(param)
+            self._held_by_instances(name, found, facts)
+
+    def _held_by_instances(self, name: str, found: InstanceCalls, facts: dict[str, ScriptFacts]) -> None:
+        """``trainer = Trainer(model, ...)`` with ``Trainer`` of another module holding a prepared
+        model (``self.model``): ``trainer.model`` is that prepared model in module ``name`` too,
+        so a save of ``trainer.model.state_dict()`` there writes it unwrapped."""
+        for instance, (callee_module, _) in found.instances.items():
+            held = _attributes_of_self(facts[callee_module].prepared_attributes)
+            for attribute in held & facts[callee_module].models:
+                outside = f"{instance}.{attribute.split('.', 1)[1]}"
+                self.add_role(name, "models", outside)
+                self.prepared[name].add(outside)
 
     def through_base_classes(
         self, parents: dict[tuple[str, str], set[tuple[str, str]]], facts: dict[str, ScriptFacts]

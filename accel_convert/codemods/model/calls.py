@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from accel_convert.codemods.engine.names import ScopeKey
 
 
-def _pairwise(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[str, str]]:
+def pairwise(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[str, str]]:
     """The names a target binds, each with the name it gets from ``value`` (element by element
     for tuples of the same length): ``(split, loader)`` ← ``("val", val_loader)`` gives
     ``[("loader", "val_loader")]``."""
@@ -46,7 +46,7 @@ def _pairwise(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tup
             pair
             for inner, element in zip(target.elements, value.elements)
             if not isinstance(inner, cst.StarredElement) and not isinstance(element, cst.StarredElement)
-            for pair in _pairwise(inner.value, element.value)
+            for pair in pairwise(inner.value, element.value)
         ]
     name, source = dotted(target), dotted(value)
     return [(name, source)] if name is not None and source is not None else []
@@ -355,7 +355,7 @@ def _loop_aliases(a: Analysis) -> None:
         for element in elements.elements:
             if isinstance(element, cst.StarredElement):
                 break
-            pairs = _pairwise(
+            pairs = pairwise(
                 loop.node.target.target if isinstance(loop.node.target, cst.AssignTarget) else loop.node.target,
                 element.value,
             )
