@@ -13,7 +13,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.names import NameCollector, NameTable, ScopeKey, is_builtin
 from accel_convert.codemods.engine.program_shapes import ModuleShape
-from accel_convert.codemods.engine.syntax import dotted, parameter_filled
+from accel_convert.codemods.engine.syntax import dotted, parameter_filled, takes_every_argument
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS, WORKER_CALLBACKS
 
 
@@ -63,9 +63,60 @@ class CrossCalls(NameCollector):
         #: ``functools.partial(save_weights, ...)``, ``{"log": log_epoch}``): called out of sight by
         #: whatever receives them, from the code that hands them over (no arguments known).
         self.values: list[CrossCall] = []
+        #: Calls of a callable held as a value (see :meth:`_held_as_value`), with their function.
+        self._out_of_sight: list[tuple[str, cst.Call]] = []
+        #: Names bound by the ``for`` loops around the code being visited.
+        self._loop_targets: list[set[str]] = []
+        #: Names bound to a ``functools.partial``.
+        self._partials: set[str] = set()
+        #: (module, function) → positional arguments ``functools.partial`` binds first (-1: several).
+        self._partial_bound: dict[tuple[str, str], int] = {}
+
+    def visit_For(self, node: cst.For) -> None:
+        super().visit_For(node)
+        self._loop_targets.append({name.value for name in _names_in(node.target)})
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self._loop_targets.pop()
+
+    def _held_as_value(self, func: cst.BaseExpression) -> bool:
+        """A loop's target (``for hook in hooks: hook(...)``), an entry of a table
+        (``table["save"](...)``) or a name bound to a ``functools.partial``."""
+        if isinstance(func, cst.Subscript):
+            return dotted(func.value) is not None
+        return isinstance(func, cst.Name) and (
+            func.value in self._partials or any(func.value in targets for targets in self._loop_targets)
+        )
+
+    def _partial_of(self, node: cst.Call) -> None:
+        """``functools.partial(save_weights, path)``: how many parameters it fills first."""
+        if self.facts.callee_name(node.func, tuple(self.scope)) != "functools.partial" or not node.args:
+            return
+        callee = program_callee(self.facts, node.args[0].value, tuple(self.scope))
+        module, _, function = (callee or "").rpartition(".")
+        bound = sum(arg.keyword is None and not arg.star for arg in node.args[1:])
+        key = (module, function)
+        self._partial_bound[key] = bound if self._partial_bound.get(key, bound) == bound else -1
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        """Each call of a callable held as a value counts as a call of each other module's
+        function handed over here whose parameters take its arguments (``callback(classifier)``
+        after ``callbacks = [save_ckpt]``): what it passes fills them, as a call's arguments do."""
+        handed = {(use.callee_module, use.callee) for use in self.values}
+        for caller, node in self._out_of_sight:
+            for module, function in sorted(handed):
+                bound = self._partial_bound.get((module, function), 0)
+                params = self.functions[module][function]
+                if bound < 0 or not takes_every_argument(node, params[bound:]):
+                    continue
+                arguments = call_arguments(self.facts, (), node, params[bound:])
+                self.found.append(CrossCall(self.name, caller, module, function, arguments))
 
     def visit_Call(self, node: cst.Call) -> None:
         self._values_handed_to(node)
+        self._partial_of(node)
+        if self._held_as_value(node.func):
+            self._out_of_sight.append((self.scope[0] if self.scope else "<module>", node))
         found = self._callee(node)
         if found is None:
             return
@@ -95,6 +146,10 @@ class CrossCalls(NameCollector):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self._value(node.value)
+        if isinstance(node.value, cst.Call) and self.facts.callee_name(node.value.func, tuple(self.scope)) == (
+            "functools.partial"
+        ):
+            self._partials.update(name.value for target in node.targets for name in _names_in(target.target))
 
     def _value(self, value: cst.BaseExpression) -> None:
         if not isinstance(value, (cst.Name, cst.Attribute)):
@@ -234,3 +289,12 @@ class InstanceCalls(NameCollector):
             param = arg.keyword.value if arg.keyword is not None else (params[index] if index < positional else None)
             if param is not None and param in params:
                 self.filled.add((found[0], param, value))
+
+
+def _names_in(target: cst.BaseExpression) -> list[cst.Name]:
+    """The plain names an assignment or loop target binds (``hook``, ``(name, hook)``)."""
+    if isinstance(target, cst.Name):
+        return [target]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [name for element in target.elements for name in _names_in(element.value)]
+    return []

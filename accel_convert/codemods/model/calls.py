@@ -18,6 +18,7 @@ from accel_convert.codemods.engine.syntax import (
     dotted,
     parameter_filled,
     parameter_names,
+    takes_every_argument,
 )
 from accel_convert.codemods.engine.torch_names import (
     LOADER_PASS_THROUGH_METHODS,
@@ -162,6 +163,80 @@ def _value_edges(a: Analysis) -> None:
         caller = (nested_function(a, scope) or scope[0]) if scope else MODULE
         if caller != name:
             a.facts.call_graph.setdefault(caller, set()).add(name)
+    _arguments_into_values(a, in_workers)
+
+
+def _arguments_into_values(a: Analysis, in_workers: set[tuple[str, ScopeKey]]) -> None:
+    """What the calls out of sight pass (``callback(classifier)`` over ``callbacks =
+    [save_ckpt]``, ``hook(self.model, epoch)`` over the hooks ``trainer.add_hook(save_ckpt)``
+    kept) flows into the parameters of the module-level functions handed over as values, as a
+    call's arguments flow into its callee's: ``net`` of ``save_ckpt(net)`` is then the model, its
+    save unwrapped. Position by position, past what a ``functools.partial`` binds first; only
+    into a function whose parameters can take the call's arguments."""
+    skipped = _bound_by_partial(a)
+    handed = {
+        name
+        for name, scope in a.r.value_names
+        if name in a.r.defs and a.r.names.binding_scope(name, scope) == () and (name, scope) not in in_workers
+    }
+    for call in _calls_out_of_sight(a):
+        for name in handed:
+            params = _parameters_left(a.r.defs[name], skipped.get(name, 0), a.r.positional_limits.get(name))
+            if params is None or not takes_every_argument(call.node, params):
+                continue
+            for index, arg in enumerate(call.node.args):
+                value = held_name(arg.value)
+                param = parameter_filled(arg, index, params) if value is not None and not arg.star else None
+                if param is not None and value is not None:
+                    a.arguments.setdefault((name, param), set()).add((call.function, value))
+
+
+def _bound_by_partial(a: Analysis) -> dict[str, int]:
+    """Function → the positional arguments ``functools.partial(function, ...)`` binds (-1 where
+    two hand-overs bind different numbers: what fills which parameter is then unknown)."""
+    found: dict[str, int] = {}
+    for call in a.r.calls:
+        args = call.node.args
+        if (
+            a.r.names.qualified_name(call.node.func, call.scope) != "functools.partial"
+            or not args
+            or not isinstance(args[0].value, cst.Name)
+        ):
+            continue
+        bound = sum(arg.keyword is None and not arg.star for arg in args[1:])
+        name = args[0].value.value
+        found[name] = bound if found.get(name, bound) == bound else -1
+    return found
+
+
+def _parameters_left(params: tuple[str, ...], bound: int, limit: int | None) -> tuple[str, ...] | None:
+    """The parameters a call of a function handed over fills, past the ``bound`` first ones."""
+    if bound < 0 or (limit is not None and bound > limit):
+        return None
+    return params[bound:]
+
+
+def _calls_out_of_sight(a: Analysis) -> list[CallRecord]:
+    """Calls of a callable held as a value: a loop's target (``for hook in self.hooks:
+    hook(...)``), an entry of a table (``table["summary"](...)``), a name bound to a
+    ``functools.partial``."""
+    partials = {
+        target
+        for assign in a.r.assigns
+        if isinstance(assign.value, cst.Call)
+        and a.r.names.qualified_name(assign.value.func, assign.scope) == "functools.partial"
+        for target in assign.targets
+    }
+    found = []
+    for call in a.r.calls:
+        func = call.node.func
+        if isinstance(func, cst.Subscript) and dotted(func.value) is not None:
+            found.append(call)
+        elif isinstance(func, cst.Name) and (
+            func.value in partials or any(func.value in loop.targets for loop in call.loops)
+        ):
+            found.append(call)
+    return found
 
 
 def handed_to_worker_processes(a: Analysis) -> set[tuple[str, ScopeKey]]:
