@@ -38,6 +38,9 @@ INLINE_GPU_INDEX = "<GPU index>"
 #: (``engine.train(model, DataLoader(...))``): the caller prepares it where it stands (ACC120), so
 #: the parameter is a prepared loader in the callee's module. Not an identifier: no name matches it.
 INLINE_LOADER = "<DataLoader(...)>"
+#: A model built in the call (``Trainer(config, Regressor(), loader)``, ``nn.Linear(8, 1)``): no
+#: caller's name holds it to prepare, so the callee prepares what keeps it. Not an identifier.
+INLINE_MODEL = "<model built in the call>"
 
 
 class CrossCalls(NameCollector):
@@ -201,7 +204,7 @@ def call_arguments(
         value = dotted(arg.value)
         if value is None and isinstance(arg.value, cst.Call):
             loader = facts.callee_name(arg.value.func, scope) in DATA_LOADERS
-            value = INLINE_LOADER if loader else None
+            value = INLINE_LOADER if loader else INLINE_MODEL if _builds_a_model(facts, scope, arg.value) else None
         if value is None and is_gpu_index(arg.value):
             value = INLINE_GPU_INDEX
         if value is None or arg.star or (positional is not None and arg.keyword is None and index >= positional):
@@ -210,6 +213,13 @@ def call_arguments(
         if param is not None:
             arguments.append((param, value))
     return tuple(arguments)
+
+
+def _builds_a_model(facts: ScriptFacts, scope: ScopeKey, value: cst.Call) -> bool:
+    """``Regressor()`` of the file's own model classes, or a ``torch.nn`` module (``nn.Linear(8, 1)``)."""
+    return dotted(value.func) in facts.model_classes or (facts.callee_name(value.func, scope) or "").startswith(
+        "torch.nn."
+    )
 
 
 def _calls_super_init(node: cst.Call, names: NameTable | None, scope: ScopeKey) -> bool:

@@ -211,14 +211,17 @@ def _attributes_built_here(a: Analysis, name: str) -> set[str]:
 
 def _parameters_built_in_every_call(a: Analysis, name: str) -> set[str]:
     """The ``__init__`` parameters of class ``name`` that every construction fills with an object
-    built in the call (``Trainer(nn.Linear(8, 1))``): no caller holds it by a name to prepare, so
-    the attribute keeping it is prepared in ``__init__``, as one built there."""
+    built in the call (``Trainer(nn.Linear(8, 1))``, here or, by the seeds, in the program's other
+    modules): no caller holds it by a name to prepare, so the attribute keeping it is prepared in
+    ``__init__``, as one built there."""
     params = a.r.classes[name].init_params or ()
     calls = a.constructions.get(name, [])
+    elsewhere = {param for owner, param in a.seeds.built_in_every_call if owner == name} if a.seeds else set()
     found: set[str] = set()
     for index, param in enumerate(params):
         arguments = [argument_for(call.node, index, param) for call in calls]
-        if arguments and all(arg is not None and isinstance(arg.value, cst.Call) for arg in arguments):
+        built_here = all(arg is not None and isinstance(arg.value, cst.Call) for arg in arguments)
+        if built_here and (arguments or param in elsewhere):
             found.add(param)
     return found
 

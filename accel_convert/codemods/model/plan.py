@@ -571,8 +571,27 @@ def _attribute_aliases(a: Analysis) -> frozenset[str]:
     for assign in a.r.assigns:
         sources = dict(pair for target in assign.node.targets for pair in pairwise(target.target, assign.node.value))
         for target in assign.targets:
-            (aliasing if sources.get(target) in a.facts.prepared_attributes else others).add(target)
+            source = sources.get(target)
+            held = source is not None and _held_prepared(a, assign.function, source)
+            (aliasing if held else others).add(target)
     return frozenset(aliasing - others)
+
+
+def _held_prepared(a: Analysis, owner: str, attribute: str) -> bool:
+    """Whether the training class ``owner``'s ``attribute`` holds a prepared object: one it
+    prepares itself, or (in a script) one its caller prepares. In a library the caller is another
+    module: only what arrives prepared (a model its caller built inline in the call does not)."""
+    facts = a.facts
+    if attribute in facts.class_prepare.get(owner, ()) or any(
+        attribute in names for names in a.method_prepare.get(owner, {}).values()
+    ):
+        return True
+    if attribute not in facts.prepared_attributes:
+        return False
+    if facts.home_kind != "library":
+        return True
+    origins = a.origins_of(owner, attribute)
+    return bool(origins) and origins <= facts.prepared
 
 
 def _placement(a: Analysis) -> Placement:
