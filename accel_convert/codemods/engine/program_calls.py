@@ -66,30 +66,44 @@ class CrossCalls(NameCollector):
         #: ``functools.partial(save_weights, ...)``, ``{"log": log_epoch}``): called out of sight by
         #: whatever receives them, from the code that hands them over (no arguments known).
         self.values: list[CrossCall] = []
-        #: Calls of a callable held as a value (see :meth:`_held_as_value`), with their function.
-        self._out_of_sight: list[tuple[str, cst.Call]] = []
-        #: Names bound by the ``for`` loops around the code being visited.
-        self._loop_targets: list[set[str]] = []
-        #: Names bound to a ``functools.partial``.
-        self._partials: set[str] = set()
+        #: Calls of a callable held as a value, with their function and the name holding it.
+        self._out_of_sight: list[tuple[str, cst.Call, str]] = []
+        #: The names bound by the ``for`` loops around the code being visited, with what each iterates.
+        self._loop_targets: list[tuple[set[str], str | None]] = []
+        #: Name → the other modules' functions it can hold (``callbacks = [save_ckpt]``,
+        #: ``saver = functools.partial(save_weights, ...)``, ``hooks.append(log_epoch)``).
+        self._held: dict[str, set[tuple[str, str]]] = {}
         #: (module, function) → positional arguments ``functools.partial`` binds first (-1: several).
         self._partial_bound: dict[tuple[str, str], int] = {}
 
     def visit_For(self, node: cst.For) -> None:
         super().visit_For(node)
-        self._loop_targets.append({name.value for name in _names_in(node.target)})
+        self._loop_targets.append(({name.value for name in _names_in(node.target)}, dotted(node.iter)))
 
     def leave_For(self, original_node: cst.For) -> None:
         self._loop_targets.pop()
 
-    def _held_as_value(self, func: cst.BaseExpression) -> bool:
-        """A loop's target (``for hook in hooks: hook(...)``), an entry of a table
-        (``table["save"](...)``) or a name bound to a ``functools.partial``."""
+    def _holder(self, func: cst.BaseExpression) -> str | None:
+        """The name holding the callable a call calls: a name bound to one (``saver(...)``), what
+        a loop iterates (``hooks`` for ``for hook in hooks: hook(...)``), a table (``table`` for
+        ``table["save"](...)``); None for any other call."""
         if isinstance(func, cst.Subscript):
-            return dotted(func.value) is not None
-        return isinstance(func, cst.Name) and (
-            func.value in self._partials or any(func.value in targets for targets in self._loop_targets)
-        )
+            return dotted(func.value)
+        if not isinstance(func, cst.Name):
+            return None
+        if func.value in self._held:
+            return func.value
+        return next((iterated for targets, iterated in reversed(self._loop_targets) if func.value in targets), None)
+
+    def _functions_named(self, value: cst.BaseExpression) -> set[tuple[str, str]]:
+        """Other modules' functions named anywhere in ``value`` (a list, a dict, a partial)."""
+        found = set()
+        for node in _expressions_in(value):
+            callee = program_callee(self.facts, node, tuple(self.scope))
+            module, _, function = (callee or "").rpartition(".")
+            if module and module != self.name and function in self.functions.get(module, {}):
+                found.add((module, function))
+        return found
 
     def _partial_of(self, node: cst.Call) -> None:
         """``functools.partial(save_weights, path)``: how many parameters it fills first."""
@@ -105,9 +119,8 @@ class CrossCalls(NameCollector):
         """Each call of a callable held as a value counts as a call of each other module's
         function handed over here whose parameters take its arguments (``callback(classifier)``
         after ``callbacks = [save_ckpt]``): what it passes fills them, as a call's arguments do."""
-        handed = {(use.callee_module, use.callee) for use in self.values}
-        for caller, node in self._out_of_sight:
-            for module, function in sorted(handed):
+        for caller, node, holder in self._out_of_sight:
+            for module, function in sorted(self._held.get(holder, ())):
                 bound = self._partial_bound.get((module, function), 0)
                 params = self.functions[module][function]
                 if bound < 0 or not takes_every_argument(node, params[bound:]):
@@ -118,8 +131,15 @@ class CrossCalls(NameCollector):
     def visit_Call(self, node: cst.Call) -> None:
         self._values_handed_to(node)
         self._partial_of(node)
-        if self._held_as_value(node.func):
-            self._out_of_sight.append((self.scope[0] if self.scope else "<module>", node))
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in ("append", "extend", "insert", "add"):
+            holder = dotted(func.value)
+            filled = {named for arg in node.args for named in self._functions_named(arg.value)}
+            if holder is not None and filled:
+                self._held.setdefault(holder, set()).update(filled)
+        holder = self._holder(func)
+        if holder is not None:
+            self._out_of_sight.append((self.scope[0] if self.scope else "<module>", node, holder))
         found = self._callee(node)
         if found is None:
             return
@@ -149,10 +169,11 @@ class CrossCalls(NameCollector):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self._value(node.value)
-        if isinstance(node.value, cst.Call) and self.facts.callee_name(node.value.func, tuple(self.scope)) == (
-            "functools.partial"
-        ):
-            self._partials.update(name.value for target in node.targets for name in _names_in(target.target))
+        found = self._functions_named(node.value)
+        for target in node.targets if found else ():
+            holder = dotted(target.target)
+            if holder is not None:
+                self._held.setdefault(holder, set()).update(found)
 
     def _value(self, value: cst.BaseExpression) -> None:
         if not isinstance(value, (cst.Name, cst.Attribute)):
@@ -308,3 +329,19 @@ def _names_in(target: cst.BaseExpression) -> list[cst.Name]:
     if isinstance(target, (cst.Tuple, cst.List)):
         return [name for element in target.elements for name in _names_in(element.value)]
     return []
+
+
+def _expressions_in(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The names and attribute chains in ``value``, outermost first."""
+    found: list[cst.BaseExpression] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            found.append(node)
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            found.append(node)
+            return False
+
+    value.visit(Finder())
+    return found

@@ -167,20 +167,23 @@ def _value_edges(a: Analysis) -> None:
 
 
 def _arguments_into_values(a: Analysis, in_workers: set[tuple[str, ScopeKey]]) -> None:
-    """What the calls out of sight pass (``callback(classifier)`` over ``callbacks =
-    [save_ckpt]``, ``hook(self.model, epoch)`` over the hooks ``trainer.add_hook(save_ckpt)``
-    kept) flows into the parameters of the module-level functions handed over as values, as a
-    call's arguments flow into its callee's: ``net`` of ``save_ckpt(net)`` is then the model, its
-    save unwrapped. Position by position, past what a ``functools.partial`` binds first; only
-    into a function whose parameters can take the call's arguments."""
-    skipped = _bound_by_partial(a)
+    """What a call out of sight passes (``callback(classifier)`` over ``callbacks = [save_ckpt]``,
+    ``hook(self.model)`` over the hooks ``trainer.add_hook(save_ckpt)`` appended) flows into the
+    parameters of the module-level functions the callable it calls can hold, as a call's arguments
+    flow into its callee's: ``net`` of ``save_ckpt(net)`` is then the model, its save unwrapped.
+    Position by position, past what a ``functools.partial`` binds first; only into a function
+    whose parameters take the call's arguments."""
     handed = {
         name
         for name, scope in a.r.value_names
         if name in a.r.defs and a.r.names.binding_scope(name, scope) == () and (name, scope) not in in_workers
     }
-    for call in _calls_out_of_sight(a):
-        for name in handed:
+    if not handed:
+        return
+    held = _functions_held(a, handed)
+    skipped = _bound_by_partial(a)
+    for call, holder in _calls_out_of_sight(a, held):
+        for name in sorted(held.get(holder, ())):
             params = _parameters_left(a.r.defs[name], skipped.get(name, 0), a.r.positional_limits.get(name))
             if params is None or not takes_every_argument(call.node, params):
                 continue
@@ -189,6 +192,33 @@ def _arguments_into_values(a: Analysis, in_workers: set[tuple[str, ScopeKey]]) -
                 param = parameter_filled(arg, index, params) if value is not None and not arg.star else None
                 if param is not None and value is not None:
                     a.arguments.setdefault((name, param), set()).add((call.function, value))
+
+
+#: Methods putting what they are given into the container they are called on.
+_FILLING_METHODS = frozenset({"append", "extend", "insert", "add"})
+
+
+def _functions_held(a: Analysis, handed: set[str]) -> dict[str, set[str]]:
+    """Name → the functions handed over as values that it can hold: bound to a value naming them
+    (``callbacks = [save_ckpt]``, ``actions = {"save": save_weights}``, ``saver =
+    functools.partial(save, path)``), or filled with them (``self.hooks.append(hook)``, ``hook``
+    the parameter ``trainer.add_hook(save_ckpt)`` fills)."""
+    held: dict[str, set[str]] = {}
+    for assign in a.r.assigns:
+        found = assign.names & handed
+        for target in assign.targets if found else ():
+            held.setdefault(target, set()).update(found)
+    for call in a.r.calls:
+        func = call.node.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in _FILLING_METHODS:
+            continue
+        holder = dotted(func.value)
+        for arg in call.node.args if holder is not None else ():
+            value = dotted(arg.value)
+            origins = {value} | a.origins_of(call.function, value) if value is not None else set()
+            if found := origins & handed:
+                held.setdefault(holder or "", set()).update(found)
+    return held
 
 
 def _bound_by_partial(a: Analysis) -> dict[str, int]:
@@ -216,26 +246,23 @@ def _parameters_left(params: tuple[str, ...], bound: int, limit: int | None) -> 
     return params[bound:]
 
 
-def _calls_out_of_sight(a: Analysis) -> list[CallRecord]:
-    """Calls of a callable held as a value: a loop's target (``for hook in self.hooks:
-    hook(...)``), an entry of a table (``table["summary"](...)``), a name bound to a
-    ``functools.partial``."""
-    partials = {
-        target
-        for assign in a.r.assigns
-        if isinstance(assign.value, cst.Call)
-        and a.r.names.qualified_name(assign.value.func, assign.scope) == "functools.partial"
-        for target in assign.targets
-    }
+def _calls_out_of_sight(a: Analysis, held: dict[str, set[str]]) -> list[tuple[CallRecord, str]]:
+    """Calls of a callable held as a value, with the name holding it: a name bound to one
+    (``saver(model, epoch)``), a loop's target (``for hook in self.hooks: hook(...)``: the
+    iterated ``self.hooks``), an entry of a table (``table["summary"](...)``: ``table``)."""
     found = []
     for call in a.r.calls:
         func = call.node.func
-        if isinstance(func, cst.Subscript) and dotted(func.value) is not None:
-            found.append(call)
-        elif isinstance(func, cst.Name) and (
-            func.value in partials or any(func.value in loop.targets for loop in call.loops)
-        ):
-            found.append(call)
+        if isinstance(func, cst.Subscript):
+            holder = dotted(func.value)
+        elif isinstance(func, cst.Name) and func.value in held:
+            holder = func.value
+        elif isinstance(func, cst.Name):
+            holder = next((loop.iterated for loop in call.loops if func.value in loop.targets), None)
+        else:
+            holder = None
+        if holder is not None and holder in held:
+            found.append((call, holder))
     return found
 
 
