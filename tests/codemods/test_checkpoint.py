@@ -654,7 +654,7 @@ def test_a_model_prepared_below_another_models_prepare_is_read_as_built_until_it
 
 #: A script that trains in ``main()`` and also has an inference path the training never calls:
 #: what that path builds (or loads) is the script's own model, never a prepared one.
-INFERENCE_PATH = '''
+INFERENCE_PATH = """
 import argparse
 
 import torch
@@ -696,7 +696,7 @@ if __name__ == "__main__":
         {entry}
     else:
         main()
-'''
+"""
 
 
 @pytest.mark.parametrize(
@@ -710,7 +710,10 @@ if __name__ == "__main__":
             "infer()",
         ),
         # Loaded whole from disk in the inference function itself.
-        ("def infer(path):\n    model = torch.load(path)\n    print(model.encode(torch.randn(1, 4)))", "infer('net.pt')"),
+        (
+            "def infer(path):\n    model = torch.load(path)\n    print(model.encode(torch.randn(1, 4)))",
+            "infer('net.pt')",
+        ),
         # Handed down two helpers from where it is built.
         (
             "def encode_all(model, xs):\n    return [model.encode(x) for x in xs]\n\n\n"

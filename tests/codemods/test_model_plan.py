@@ -1057,3 +1057,59 @@ def test_a_model_a_helper_builds_over_the_loader_it_is_handed_is_moved() -> None
     assert _line_after(converted, "best = Net()") == "best.to(accelerator.device)"
     moved = source.replace("    best = Net()\n", "    best = Net()\n    best.to('cpu')\n")
     assert "test" not in _planned(moved)[0].rebuilt_models_to_move
+
+
+_INLINE_MODEL_TRAINER = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Trainer:
+    def __init__(self, config, model, loader):
+        self.config = config
+        self.model = model
+        self.loader = loader
+
+    def run(self):
+        ALIAS
+        optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
+        for x, y in self.loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+
+def main(config):
+    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+    BUILD
+"""
+
+
+@pytest.mark.parametrize(
+    "alias",
+    ["model, config = self.model, self.config", "model = self.model\n        config = self.config"],
+    ids=["tuple", "single"],
+)
+def test_a_name_bound_only_to_a_prepared_attribute_is_no_model_left_unprepared(alias: str) -> None:
+    # ``model`` in ``run()`` stands for ``self.model``, built inline by the caller and prepared in
+    # ``__init__``: nothing is left unprepared to report (ACC926).
+    build = "Trainer(config, nn.Linear(8, 1), loader).run()"
+    plan, source, converted = _planned(_INLINE_MODEL_TRAINER.replace("ALIAS", alias).replace("BUILD", build))
+    assert plan.models_left_unprepared == ()
+    changes = convert_module(cst.parse_module(source), Options(), source).changes
+    assert "ACC926" not in {change.code for change in changes}
+    assert "self.model = self.accelerator.prepare(self.model)" in converted
+
+
+def test_a_name_bound_to_a_model_besides_the_alias_is_still_prepared() -> None:
+    # ``model`` is also what ``main`` builds and trains by hand: it stays an object to prepare.
+    source = _INLINE_MODEL_TRAINER.replace("ALIAS", "model, config = self.model, self.config").replace(
+        "BUILD",
+        "model = nn.Linear(8, 1)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for x, y in loader:\n        opt.zero_grad()\n        model(x).sum().backward()\n        opt.step()\n"
+        "    Trainer(config, model, loader).run()",
+    )
+    plan, _, converted = _planned(source)
+    assert "model" in plan.to_prepare
+    assert "model, opt, loader = accelerator.prepare(model, opt, loader)" in converted

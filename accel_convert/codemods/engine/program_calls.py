@@ -13,7 +13,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.names import NameCollector, NameTable, ScopeKey, is_builtin
 from accel_convert.codemods.engine.program_shapes import ModuleShape
-from accel_convert.codemods.engine.syntax import dotted, parameter_filled
+from accel_convert.codemods.engine.syntax import dotted, parameter_filled, takes_every_argument
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS, WORKER_CALLBACKS
 
 
@@ -38,6 +38,9 @@ INLINE_GPU_INDEX = "<GPU index>"
 #: (``engine.train(model, DataLoader(...))``): the caller prepares it where it stands (ACC120), so
 #: the parameter is a prepared loader in the callee's module. Not an identifier: no name matches it.
 INLINE_LOADER = "<DataLoader(...)>"
+#: A model built in the call (``Trainer(config, Regressor(), loader)``, ``nn.Linear(8, 1)``): no
+#: caller's name holds it to prepare, so the callee prepares what keeps it. Not an identifier.
+INLINE_MODEL = "<model built in the call>"
 
 
 class CrossCalls(NameCollector):
@@ -63,9 +66,80 @@ class CrossCalls(NameCollector):
         #: ``functools.partial(save_weights, ...)``, ``{"log": log_epoch}``): called out of sight by
         #: whatever receives them, from the code that hands them over (no arguments known).
         self.values: list[CrossCall] = []
+        #: Calls of a callable held as a value, with their function and the name holding it.
+        self._out_of_sight: list[tuple[str, cst.Call, str]] = []
+        #: The names bound by the ``for`` loops around the code being visited, with what each iterates.
+        self._loop_targets: list[tuple[set[str], str | None]] = []
+        #: Name → the other modules' functions it can hold (``callbacks = [save_ckpt]``,
+        #: ``saver = functools.partial(save_weights, ...)``, ``hooks.append(log_epoch)``).
+        self._held: dict[str, set[tuple[str, str]]] = {}
+        #: (module, function) → positional arguments ``functools.partial`` binds first (-1: several).
+        self._partial_bound: dict[tuple[str, str], int] = {}
+
+    def visit_For(self, node: cst.For) -> None:
+        super().visit_For(node)
+        self._loop_targets.append(({name.value for name in _names_in(node.target)}, dotted(node.iter)))
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self._loop_targets.pop()
+
+    def _holder(self, func: cst.BaseExpression) -> str | None:
+        """The name holding the callable a call calls: a name bound to one (``saver(...)``), what
+        a loop iterates (``hooks`` for ``for hook in hooks: hook(...)``), a table (``table`` for
+        ``table["save"](...)``); None for any other call."""
+        if isinstance(func, cst.Subscript):
+            return dotted(func.value)
+        if not isinstance(func, cst.Name):
+            return None
+        if func.value in self._held:
+            return func.value
+        return next((iterated for targets, iterated in reversed(self._loop_targets) if func.value in targets), None)
+
+    def _functions_named(self, value: cst.BaseExpression) -> set[tuple[str, str]]:
+        """Other modules' functions named anywhere in ``value`` (a list, a dict, a partial)."""
+        found = set()
+        for node in _expressions_in(value):
+            callee = program_callee(self.facts, node, tuple(self.scope))
+            module, _, function = (callee or "").rpartition(".")
+            if module and module != self.name and function in self.functions.get(module, {}):
+                found.add((module, function))
+        return found
+
+    def _partial_of(self, node: cst.Call) -> None:
+        """``functools.partial(save_weights, path)``: how many parameters it fills first."""
+        if self.facts.callee_name(node.func, tuple(self.scope)) != "functools.partial" or not node.args:
+            return
+        callee = program_callee(self.facts, node.args[0].value, tuple(self.scope))
+        module, _, function = (callee or "").rpartition(".")
+        bound = sum(arg.keyword is None and not arg.star for arg in node.args[1:])
+        key = (module, function)
+        self._partial_bound[key] = bound if self._partial_bound.get(key, bound) == bound else -1
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        """Each call of a callable held as a value counts as a call of each other module's
+        function handed over here whose parameters take its arguments (``callback(classifier)``
+        after ``callbacks = [save_ckpt]``): what it passes fills them, as a call's arguments do."""
+        for caller, node, holder in self._out_of_sight:
+            for module, function in sorted(self._held.get(holder, ())):
+                bound = self._partial_bound.get((module, function), 0)
+                params = self.functions[module][function]
+                if bound < 0 or not takes_every_argument(node, params[bound:]):
+                    continue
+                arguments = call_arguments(self.facts, (), node, params[bound:])
+                self.found.append(CrossCall(self.name, caller, module, function, arguments))
 
     def visit_Call(self, node: cst.Call) -> None:
         self._values_handed_to(node)
+        self._partial_of(node)
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in ("append", "extend", "insert", "add"):
+            holder = dotted(func.value)
+            filled = {named for arg in node.args for named in self._functions_named(arg.value)}
+            if holder is not None and filled:
+                self._held.setdefault(holder, set()).update(filled)
+        holder = self._holder(func)
+        if holder is not None:
+            self._out_of_sight.append((self.scope[0] if self.scope else "<module>", node, holder))
         found = self._callee(node)
         if found is None:
             return
@@ -95,6 +169,11 @@ class CrossCalls(NameCollector):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self._value(node.value)
+        found = self._functions_named(node.value)
+        for target in node.targets if found else ():
+            holder = dotted(target.target)
+            if holder is not None:
+                self._held.setdefault(holder, set()).update(found)
 
     def _value(self, value: cst.BaseExpression) -> None:
         if not isinstance(value, (cst.Name, cst.Attribute)):
@@ -147,7 +226,7 @@ def call_arguments(
         value = dotted(arg.value)
         if value is None and isinstance(arg.value, cst.Call):
             loader = facts.callee_name(arg.value.func, scope) in DATA_LOADERS
-            value = INLINE_LOADER if loader else None
+            value = INLINE_LOADER if loader else INLINE_MODEL if _builds_a_model(facts, scope, arg.value) else None
         if value is None and is_gpu_index(arg.value):
             value = INLINE_GPU_INDEX
         if value is None and (held := held_name(arg.value, indexed=True)) in facts.gpu_index_values:
@@ -158,6 +237,13 @@ def call_arguments(
         if param is not None:
             arguments.append((param, value))
     return tuple(arguments)
+
+
+def _builds_a_model(facts: ScriptFacts, scope: ScopeKey, value: cst.Call) -> bool:
+    """``Regressor()`` of the file's own model classes, or a ``torch.nn`` module (``nn.Linear(8, 1)``)."""
+    return dotted(value.func) in facts.model_classes or (facts.callee_name(value.func, scope) or "").startswith(
+        "torch.nn."
+    )
 
 
 def _calls_super_init(node: cst.Call, names: NameTable | None, scope: ScopeKey) -> bool:
@@ -237,3 +323,28 @@ class InstanceCalls(NameCollector):
             param = arg.keyword.value if arg.keyword is not None else (params[index] if index < positional else None)
             if param is not None and param in params:
                 self.filled.add((found[0], param, value))
+
+
+def _names_in(target: cst.BaseExpression) -> list[cst.Name]:
+    """The plain names an assignment or loop target binds (``hook``, ``(name, hook)``)."""
+    if isinstance(target, cst.Name):
+        return [target]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [name for element in target.elements for name in _names_in(element.value)]
+    return []
+
+
+def _expressions_in(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The names and attribute chains in ``value``, outermost first."""
+    found: list[cst.BaseExpression] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            found.append(node)
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            found.append(node)
+            return False
+
+    value.visit(Finder())
+    return found

@@ -9,7 +9,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.program_calls import INLINE_GPU_INDEX, INLINE_LOADER, CrossCall, InstanceCalls
+from accel_convert.codemods.engine.program_calls import (
+    INLINE_GPU_INDEX,
+    INLINE_LOADER,
+    INLINE_MODEL,
+    CrossCall,
+    InstanceCalls,
+)
 from accel_convert.codemods.engine.program_seeds import ROLES, ProgramSeeds
 from accel_convert.codemods.engine.program_shapes import ModuleShape, function_at
 
@@ -57,6 +63,9 @@ class Received:
     #: Module → its parameters filled with a loader the caller keeps unprepared (see
     #: ``ProgramSeeds.unsharded_parameters``).
     unsharded: dict[str, set[str]] = field(default_factory=dict)
+    #: Module → (function or class, parameter) → whether every call from another module fills it
+    #: with a model built in the call (see ``ProgramSeeds.built_in_every_call``).
+    built_inline: dict[str, dict[tuple[str, str], bool]] = field(default_factory=dict)
 
     def add_role(self, module: str, role: str, name: str) -> None:
         self.roles[module].setdefault(role, set()).add(name)
@@ -72,6 +81,8 @@ class Received:
             for param, argument in call.arguments:
                 for role, rest in _roles_of_argument(caller, argument):
                     self.add_role(call.callee_module, role, param + rest)
+                inline = self.built_inline.setdefault(call.callee_module, {})
+                inline[(call.callee, param)] = inline.get((call.callee, param), True) and argument == INLINE_MODEL
                 if argument in prepared_in[call.caller_module] or argument == INLINE_LOADER:
                     self.prepared[call.callee_module].add(param)
                 if argument in caller.loaders_left_unsharded:
@@ -99,6 +110,18 @@ class Received:
                     self.add_role(callee_module, role, param + rest)
                 if value in prepared_in[name]:
                     self.prepared[callee_module].add(param)
+            self._held_by_instances(name, found, facts)
+
+    def _held_by_instances(self, name: str, found: InstanceCalls, facts: dict[str, ScriptFacts]) -> None:
+        """``trainer = Trainer(model, ...)`` with ``Trainer`` of another module holding a prepared
+        model (``self.model``): ``trainer.model`` is that prepared model in module ``name`` too,
+        so a save of ``trainer.model.state_dict()`` there writes it unwrapped."""
+        for instance, (callee_module, _) in found.instances.items():
+            held = _attributes_of_self(facts[callee_module].prepared_attributes)
+            for attribute in held & facts[callee_module].models:
+                outside = f"{instance}.{attribute.split('.', 1)[1]}"
+                self.add_role(name, "models", outside)
+                self.prepared[name].add(outside)
 
     def through_base_classes(
         self, parents: dict[tuple[str, str], set[tuple[str, str]]], facts: dict[str, ScriptFacts]
@@ -175,6 +198,9 @@ class Learnt:
             path_readers=tuple(entry for entry in self.path_readers if entry[0] not in own),
             per_batch_file_writers=tuple(entry for entry in self.per_batch_file_writers if entry[0] not in own),
             unsharded_parameters=frozenset(self.received.unsharded.get(name, set())),
+            built_in_every_call=frozenset(
+                key for key, inline in self.received.built_inline.get(name, {}).items() if inline
+            ),
             gpu_index_parameters=frozenset(self.received.gpu_indices.get(name, set())),
             gpu_index_callees=frozenset(self.received.index_callees),
             evaluated_from_elsewhere=tuple(
@@ -221,7 +247,7 @@ def models_handed_over(calls: Iterable[CrossCall], facts: dict[str, ScriptFacts]
     for call in calls:
         callee_facts = facts[call.callee_module]
         for param, argument in call.arguments:
-            if param in callee_facts.models and param not in callee_facts.frozen_models:
+            if param in callee_facts.models and param not in callee_facts.frozen_models and argument != INLINE_MODEL:
                 handed_over.setdefault(call.caller_module, set()).add(argument)
     return handed_over
 

@@ -74,6 +74,10 @@ class ProgramSeeds:
     #: Parameters (file-wide names) that callers in other modules fill with a loader they keep
     #: unprepared for such an evaluation: every batch arrives on every process, nothing to gather.
     unsharded_parameters: frozenset[str] = frozenset()
+    #: (function or class of this module, parameter) that every call from another module fills
+    #: with a model built in the call (``Trainer(config, Regressor(), loader)``): no caller holds
+    #: it by a name to prepare, so a training class prepares the attribute keeping it.
+    built_in_every_call: frozenset[tuple[str, str]] = frozenset()
     #: This module's functions that other modules of the program call → whether every such call
     #: is made evaluating (``compute_accuracy(model, loader)`` called under
     #: ``torch.set_grad_enabled(False)`` in the training script): their loops evaluate then.

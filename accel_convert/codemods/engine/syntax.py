@@ -418,6 +418,17 @@ def parameter_filled(arg: cst.Arg, index: int, params: Sequence[str]) -> str | N
     return params[index] if index < len(params) else None
 
 
+def takes_every_argument(call: cst.Call, params: Sequence[str]) -> bool:
+    """Whether a function with ``params`` takes every argument of ``call`` (no more positional
+    ones, no other keyword, no ``*args``): what a call of a function held as a value (a hook)
+    passes then fills them, position by position."""
+    if any(arg.star for arg in call.args):
+        return False
+    positional = sum(arg.keyword is None for arg in call.args)
+    keywords = {arg.keyword.value for arg in call.args if arg.keyword is not None}
+    return positional <= len(params) and keywords <= set(params[positional:])
+
+
 def argument_for(call: cst.Call, index: int | None, param: str) -> cst.Arg | None:
     """The argument ``call`` passes for the parameter named ``param``, at ``index`` among the
     positional parameters (None: keyword-only): by keyword, else the ``index``-th positional

@@ -18,6 +18,7 @@ from accel_convert.codemods.engine.syntax import (
     dotted,
     parameter_filled,
     parameter_names,
+    takes_every_argument,
 )
 from accel_convert.codemods.engine.torch_names import (
     LOADER_PASS_THROUGH_METHODS,
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from accel_convert.codemods.engine.names import ScopeKey
 
 
-def _pairwise(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[str, str]]:
+def pairwise(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[str, str]]:
     """The names a target binds, each with the name it gets from ``value`` (element by element
     for tuples of the same length): ``(split, loader)`` ← ``("val", val_loader)`` gives
     ``[("loader", "val_loader")]``."""
@@ -46,7 +47,7 @@ def _pairwise(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tup
             pair
             for inner, element in zip(target.elements, value.elements)
             if not isinstance(inner, cst.StarredElement) and not isinstance(element, cst.StarredElement)
-            for pair in _pairwise(inner.value, element.value)
+            for pair in pairwise(inner.value, element.value)
         ]
     name, source = dotted(target), dotted(value)
     return [(name, source)] if name is not None and source is not None else []
@@ -156,6 +157,107 @@ def _value_edges(a: Analysis) -> None:
         caller = (nested_function(a, scope) or scope[0]) if scope else MODULE
         if caller != name:
             a.facts.call_graph.setdefault(caller, set()).add(name)
+    _arguments_into_values(a, in_workers)
+
+
+def _arguments_into_values(a: Analysis, in_workers: set[tuple[str, ScopeKey]]) -> None:
+    """What a call out of sight passes (``callback(classifier)`` over ``callbacks = [save_ckpt]``,
+    ``hook(self.model)`` over the hooks ``trainer.add_hook(save_ckpt)`` appended) flows into the
+    parameters of the module-level functions the callable it calls can hold, as a call's arguments
+    flow into its callee's: ``net`` of ``save_ckpt(net)`` is then the model, its save unwrapped.
+    Position by position, past what a ``functools.partial`` binds first; only into a function
+    whose parameters take the call's arguments."""
+    handed = {
+        name
+        for name, scope in a.r.value_names
+        if name in a.r.defs and a.r.names.binding_scope(name, scope) == () and (name, scope) not in in_workers
+    }
+    if not handed:
+        return
+    held = _functions_held(a, handed)
+    skipped = _bound_by_partial(a)
+    for call, holder in _calls_out_of_sight(a, held):
+        for name in sorted(held.get(holder, ())):
+            params = _parameters_left(a.r.defs[name], skipped.get(name, 0), a.r.positional_limits.get(name))
+            if params is None or not takes_every_argument(call.node, params):
+                continue
+            for index, arg in enumerate(call.node.args):
+                value = held_name(arg.value)
+                param = parameter_filled(arg, index, params) if value is not None and not arg.star else None
+                if param is not None and value is not None:
+                    a.arguments.setdefault((name, param), set()).add((call.function, value))
+
+
+#: Methods putting what they are given into the container they are called on.
+_FILLING_METHODS = frozenset({"append", "extend", "insert", "add"})
+
+
+def _functions_held(a: Analysis, handed: set[str]) -> dict[str, set[str]]:
+    """Name → the functions handed over as values that it can hold: bound to a value naming them
+    (``callbacks = [save_ckpt]``, ``actions = {"save": save_weights}``, ``saver =
+    functools.partial(save, path)``), or filled with them (``self.hooks.append(hook)``, ``hook``
+    the parameter ``trainer.add_hook(save_ckpt)`` fills)."""
+    held: dict[str, set[str]] = {}
+    for assign in a.r.assigns:
+        found = assign.names & handed
+        for target in assign.targets if found else ():
+            held.setdefault(target, set()).update(found)
+    for call in a.r.calls:
+        func = call.node.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in _FILLING_METHODS:
+            continue
+        holder = dotted(func.value)
+        for arg in call.node.args if holder is not None else ():
+            value = dotted(arg.value)
+            origins = {value} | a.origins_of(call.function, value) if value is not None else set()
+            if found := origins & handed:
+                held.setdefault(holder or "", set()).update(found)
+    return held
+
+
+def _bound_by_partial(a: Analysis) -> dict[str, int]:
+    """Function → the positional arguments ``functools.partial(function, ...)`` binds (-1 where
+    two hand-overs bind different numbers: what fills which parameter is then unknown)."""
+    found: dict[str, int] = {}
+    for call in a.r.calls:
+        args = call.node.args
+        if (
+            a.r.names.qualified_name(call.node.func, call.scope) != "functools.partial"
+            or not args
+            or not isinstance(args[0].value, cst.Name)
+        ):
+            continue
+        bound = sum(arg.keyword is None and not arg.star for arg in args[1:])
+        name = args[0].value.value
+        found[name] = bound if found.get(name, bound) == bound else -1
+    return found
+
+
+def _parameters_left(params: tuple[str, ...], bound: int, limit: int | None) -> tuple[str, ...] | None:
+    """The parameters a call of a function handed over fills, past the ``bound`` first ones."""
+    if bound < 0 or (limit is not None and bound > limit):
+        return None
+    return params[bound:]
+
+
+def _calls_out_of_sight(a: Analysis, held: dict[str, set[str]]) -> list[tuple[CallRecord, str]]:
+    """Calls of a callable held as a value, with the name holding it: a name bound to one
+    (``saver(model, epoch)``), a loop's target (``for hook in self.hooks: hook(...)``: the
+    iterated ``self.hooks``), an entry of a table (``table["summary"](...)``: ``table``)."""
+    found = []
+    for call in a.r.calls:
+        func = call.node.func
+        if isinstance(func, cst.Subscript):
+            holder = dotted(func.value)
+        elif isinstance(func, cst.Name) and func.value in held:
+            holder = func.value
+        elif isinstance(func, cst.Name):
+            holder = next((loop.iterated for loop in call.loops if func.value in loop.targets), None)
+        else:
+            holder = None
+        if holder is not None and holder in held:
+            found.append((call, holder))
+    return found
 
 
 def handed_to_worker_processes(a: Analysis) -> set[tuple[str, ScopeKey]]:
@@ -363,7 +465,7 @@ def _loop_aliases(a: Analysis) -> None:
         for element in elements.elements:
             if isinstance(element, cst.StarredElement):
                 break
-            pairs = _pairwise(
+            pairs = pairwise(
                 loop.node.target.target if isinstance(loop.node.target, cst.AssignTarget) else loop.node.target,
                 element.value,
             )

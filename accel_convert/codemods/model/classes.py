@@ -146,7 +146,9 @@ def class_prepare(a: Analysis, name: str) -> None:
     # ``self.model`` before training (a class without ``__init__`` too) holds it as prepared
     # everywhere in the class, its saves unwrapped.
     instances = {held for held in a.r.classes[name].self_names.values() if held is not None}
-    facts.prepared_attributes |= {role for role in roles for held in instances if _is_attribute_of(role, held)}
+    held_prepared = {role for role in roles for held in instances if _is_attribute_of(role, held)}
+    facts.prepared_attributes |= held_prepared
+    _held_by_instances(a, name, held_prepared & _attributes_bound_in(a, name))
     built_here = _attributes_built_here(a, name)
     method_prepared = _method_prepare(a, name)
     attributes: list[str] = []
@@ -164,6 +166,30 @@ def class_prepare(a: Analysis, name: str) -> None:
                 attributes.append(attribute)
     if attributes:
         facts.class_prepare[name] = tuple(attributes)
+
+
+def _attributes_bound_in(a: Analysis, name: str) -> set[str]:
+    """The attributes of its instance the methods of class ``name`` bind (``self.model``)."""
+    return {target for assign in a.r.assigns if assign.function == name for target in assign.targets}
+
+
+def _held_by_instances(a: Analysis, name: str, held: AbstractSet[str]) -> None:
+    """The prepared objects ``held`` (``self.model``) under the names of the instances of class
+    ``name`` the file binds (``trainer = Trainer(model, ...)`` makes ``trainer.model``, also
+    ``self.trainer.model`` for ``self.trainer = Trainer(...)`` in another class): code outside
+    the class reads the same prepared object there (``torch.save(trainer.model.state_dict(),
+    path)`` after ``trainer.fit()`` saves it unwrapped, as ``fit()`` itself would)."""
+    facts = a.facts
+    for assign in a.r.assigns:
+        built = constructed(assign.value)
+        if len(assign.targets) != 1 or not isinstance(built, cst.Call) or dotted(built.func) != name:
+            continue
+        instance = assign.targets[0]
+        for attribute in held:
+            outside = f"{instance}.{attribute.split('.', 1)[1]}"
+            facts.prepared_attributes.add(outside)
+            if attribute in facts.models:
+                facts.models.add(outside)
 
 
 def _is_attribute_of(name: str, instance: str | None) -> bool:
@@ -191,14 +217,17 @@ def _attributes_built_here(a: Analysis, name: str) -> set[str]:
 
 def _parameters_built_in_every_call(a: Analysis, name: str) -> set[str]:
     """The ``__init__`` parameters of class ``name`` that every construction fills with an object
-    built in the call (``Trainer(nn.Linear(8, 1))``): no caller holds it by a name to prepare, so
-    the attribute keeping it is prepared in ``__init__``, as one built there."""
+    built in the call (``Trainer(nn.Linear(8, 1))``, here or, by the seeds, in the program's other
+    modules): no caller holds it by a name to prepare, so the attribute keeping it is prepared in
+    ``__init__``, as one built there."""
     params = a.r.classes[name].init_params or ()
     calls = a.constructions.get(name, [])
+    elsewhere = {param for owner, param in a.seeds.built_in_every_call if owner == name} if a.seeds else set()
     found: set[str] = set()
     for index, param in enumerate(params):
         arguments = [argument_for(call.node, index, param) for call in calls]
-        if arguments and all(arg is not None and isinstance(arg.value, cst.Call) for arg in arguments):
+        built_here = all(arg is not None and isinstance(arg.value, cst.Call) for arg in arguments)
+        if built_here and (arguments or param in elsewhere):
             found.add(param)
     return found
 

@@ -66,6 +66,7 @@ from accel_convert.codemods.engine.syntax import (
     target_names,
 )
 from accel_convert.codemods.engine.torch_names import ACCELERATORS, DATA_LOADERS, is_model_constructor
+from accel_convert.codemods.model.calls import pairwise
 from accel_convert.codemods.model.provider import provider
 
 if TYPE_CHECKING:
@@ -238,6 +239,7 @@ class ConversionPlan:
         received: Mapping[str, tuple[str, ...]] | None = None,
         wrappings: Mapping[int, tuple[tuple[str, str], ...]] | None = None,
         placement: Placement | None = None,
+        aliases: AbstractSet[str] = frozenset(),
     ) -> ConversionPlan:
         """The plan the facts decide (the analysis' draft, or facts built by hand). The analysis'
         working facts, which facts built by hand lack: ``bound``, module-level function → the
@@ -246,8 +248,9 @@ class ConversionPlan:
         the command line; ``above_guard``, the names plain statements above the ``__main__``
         block bind; ``received``, home function → the models it is handed and trains, bound
         nowhere else; ``wrappings``, the home block's statements wrapping a loader;
-        ``placement``, where in the original statements each block prepares."""
-        to_prepare = _objects_to_prepare(facts, None if bound is None else received or {})
+        ``placement``, where in the original statements each block prepares; ``aliases``, the
+        names bound only to a prepared attribute (``model = self.model``)."""
+        to_prepare = _objects_to_prepare(facts, None if bound is None else received or {}, aliases)
         creating = None if facts.home_kind == "library" else facts.creating_function or facts.home_function
         preparing = _preparing_functions(facts)
         placement = placement or Placement()
@@ -422,7 +425,9 @@ def _models_left_unprepared(
 
 
 def _objects_to_prepare(
-    facts: FactsDraft | ScriptFacts, received: Mapping[str, tuple[str, ...]] | None = None
+    facts: FactsDraft | ScriptFacts,
+    received: Mapping[str, tuple[str, ...]] | None = None,
+    aliases: AbstractSet[str] = frozenset(),
 ) -> tuple[str, ...]:
     """See ``ConversionPlan.to_prepare``. With the analysis' ``received`` (home function → the
     models it is handed and trains): a name no code binds but as a parameter (a training class's
@@ -430,6 +435,8 @@ def _objects_to_prepare(
     ``__init__(self, loader)``) is no object of this module to prepare, unless the home function
     is handed it and trains it."""
     kept = None if received is None else {*facts.assign_sites, *(name for names in received.values() for name in names)}
+    if kept is not None:
+        kept -= aliases
     return tuple(
         name
         for group in facts.preparation_groups()
@@ -563,7 +570,41 @@ def conversion_plan(a: Analysis) -> None:
         _received_models(a),
         _loader_wrappings(a),
         _placement(a),
+        _attribute_aliases(a),
     )
+
+
+def _attribute_aliases(a: Analysis) -> frozenset[str]:
+    """Names every binding of which takes a prepared attribute of a training class (``model =
+    self.model``, ``model, config = self.model, self.config`` in its ``run()``): they stand for the
+    object the class holds prepared (built inline, ``Trainer(config, Regressor(), loader)``, and
+    prepared in its ``__init__``), no object of their own to prepare."""
+    aliasing: set[str] = set()
+    others: set[str] = set()
+    for assign in a.r.assigns:
+        sources = dict(pair for target in assign.node.targets for pair in pairwise(target.target, assign.node.value))
+        for target in assign.targets:
+            source = sources.get(target)
+            held = source is not None and _held_prepared(a, assign.function, source)
+            (aliasing if held else others).add(target)
+    return frozenset(aliasing - others)
+
+
+def _held_prepared(a: Analysis, owner: str, attribute: str) -> bool:
+    """Whether the training class ``owner``'s ``attribute`` holds a prepared object: one it
+    prepares itself, or (in a script) one its caller prepares. In a library the caller is another
+    module: only what arrives prepared (a model its caller built inline in the call does not)."""
+    facts = a.facts
+    if attribute in facts.class_prepare.get(owner, ()) or any(
+        attribute in names for names in a.method_prepare.get(owner, {}).values()
+    ):
+        return True
+    if attribute not in facts.prepared_attributes:
+        return False
+    if facts.home_kind != "library":
+        return True
+    origins = a.origins_of(owner, attribute)
+    return bool(origins) and origins <= facts.prepared
 
 
 def _placement(a: Analysis) -> Placement:
@@ -1028,7 +1069,7 @@ def _evaluation_preparations(a: Analysis, reached: AbstractSet[str]) -> dict[str
     """See ``ConversionPlan.evaluation_preparations``: of the functions ``reached`` where the
     accelerator exists, those building a loader to prepare."""
     facts = a.facts
-    loaders = set(_objects_to_prepare(facts, _received_models(a))) & facts.loaders
+    loaders = set(_objects_to_prepare(facts, _received_models(a), _attribute_aliases(a))) & facts.loaders
     loaders -= a.unsharded_loaders | facts.prepared
     bound: dict[str, set[str]] = {}
     for assign in a.r.assigns:
@@ -1133,7 +1174,7 @@ def _wraps_and_bindings(
     built: Mapping[str, Mapping[str, tuple[int, int]]],
 ) -> tuple[dict[str, dict[int, tuple[tuple[str, str], ...]]], dict[str, frozenset[str]]]:
     """``Placement.prepared_before_wrapping`` and ``Placement.where_built``, per home block."""
-    to_prepare = set(_objects_to_prepare(a.facts, _received_models(a)))
+    to_prepare = set(_objects_to_prepare(a.facts, _received_models(a), _attribute_aliases(a)))
     where_built = to_prepare & a.facts.models_prepared_where_built
     wrapping: dict[str, dict[int, tuple[tuple[str, str], ...]]] = {}
     binding: dict[str, frozenset[str]] = {}
