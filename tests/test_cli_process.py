@@ -176,3 +176,37 @@ def test_importing_the_command_leaves_the_collector_as_it_found_it(collecting: b
         [sys.executable, "-c", probe], capture_output=True, env=base_env(), timeout=120, check=False
     )
     assert result.stdout.decode().split() == [str(collecting), "True"], result.stderr.decode()
+
+
+#: The console script's run with an exit handler that writes, and an audit hook that writes when
+#: the interpreter's teardown clears its state (events it raises after the exit handlers).
+END_PROBE = """
+import atexit, os, runpy, sys
+def audit(event, arguments, write=os.write):
+    if event in ("cpython.PyInterpreterState_Clear", "cpython._PySys_ClearAuditHooks"):
+        write(2, b"TORN DOWN\\n")
+sys.addaudithook(audit)
+atexit.register(lambda: sys.__stdout__.write("EXIT HANDLER RAN\\n"))
+sys.argv = ["accel-convert", *sys.argv[1:]]
+runpy.run_module("accel_convert.converter", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize(("arguments", "code"), [(["-q", "train.py"], 0), (["--check", "--no-cache", "train.py"], 1)])
+def test_the_process_ends_without_teardown_after_its_output_and_exit_handlers(
+    tmp_path: Path, arguments: list[str], code: int
+) -> None:
+    """A run on the process's own command line ends once its output is flushed and the exit
+    handlers have run, with its own exit code, skipping the interpreter's teardown of every
+    module (issue 41: the whole process on one file)."""
+    (tmp_path / "train.py").write_bytes(SCRIPT)
+    result = subprocess.run(
+        [sys.executable, "-c", END_PROBE, *arguments], capture_output=True, cwd=tmp_path, env=base_env(), timeout=120
+    )
+    assert result.returncode == code, result.stderr.decode()
+    assert result.stdout.endswith(b"EXIT HANDLER RAN\n")
+    if code == 0:
+        assert result.stdout.count(b"accelerator.backward(loss)") == 1
+    else:
+        assert result.stderr.decode().splitlines()[-1].startswith("1 would convert")
+    assert b"TORN DOWN" not in result.stderr

@@ -149,14 +149,20 @@ class CommandWithCodes(click.Command):
         if args is not None:
             return super().main(args, *rest, **options)
         token = OWN_PROCESS.set(True)
+        ending: SystemExit | None = None
         try:
             return super().main(args, *rest, **options)
+        except SystemExit as exiting:
+            ending = exiting
+            raise
         finally:
             OWN_PROCESS.reset(token)
             # The interpreter's last act is a full collection over every object still alive
             # (about 20 ms with libcst's modules loaded) to free memory the OS takes back anyway;
             # frozen objects are skipped.
             gc.freeze()
+            if ending is not None:
+                end_process(ending)
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Exit codes"):
@@ -168,6 +174,41 @@ class CommandWithCodes(click.Command):
                 "accel-convert --explain CODE (or NAME, such as metrics) explains one."
             )
         super().format_epilog(ctx, formatter)
+
+
+def end_process(ending: SystemExit) -> None:
+    """End the process now with ``ending``'s code, once its exit handlers have run and its output
+    is flushed, without the interpreter's teardown, which frees every module and object one by
+    one (libcst's modules and the converter's: about 7 ms of CPU after a one-file run) for memory
+    the OS takes back anyway; mypy ends the same way. Returns, for the interpreter's own exit,
+    where that is not safe: a thread still running (the interpreter waits for it), a code that is
+    not a number (the interpreter prints it), or output that cannot be flushed (it reports that).
+    """
+    code = ending.code
+    if not (code is None or isinstance(code, int)) or threading.active_count() > 1 or not _flushed():
+        return
+    import atexit
+
+    atexit._run_exitfuncs()  # noqa: SLF001 - what the interpreter runs before its teardown
+    if not _flushed():  # an exit handler wrote to a closed pipe: the interpreter's own code for it
+        silence_closed_streams()
+        code = EXIT_UNFLUSHED
+    os._exit(code or 0)
+
+
+#: The code the interpreter ends with when it cannot flush its output at exit.
+EXIT_UNFLUSHED = 120
+
+
+def _flushed() -> bool:
+    """Whether every output stream (the process's own and any replacement) could be flushed."""
+    try:
+        for stream in {id(each): each for each in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)}.values():
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 @dataclass(frozen=True)

@@ -58,9 +58,12 @@ def unwrap_model(facts: ScriptFacts, model: cst.BaseExpression) -> cst.Call:
 
 def is_accelerator_method(node: cst.CSTNode | None, facts: FactQuestions, *methods: str) -> bool:
     """Whether ``node`` is a call ``accelerator.<one of methods>(...)``."""
+    # ``type() is`` rather than ``isinstance``: asked of most nodes of a file, mostly of other
+    # types, where ``isinstance`` against libcst's classes (their metaclass is ABCMeta) costs a
+    # Python call each.
     return (
-        isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Attribute)
+        type(node) is cst.Call
+        and type(node.func) is cst.Attribute
         and names_variable(node.func.value, accelerator_name(facts))
         and node.func.attr.value in methods
     )

@@ -226,6 +226,6 @@ def construction(value: cst.BaseExpression) -> cst.Call | None:
 
 def _called_method(value: cst.BaseExpression) -> str | None:
     """``to`` of ``x.to(device)``: the method a call calls on a value; None for anything else."""
-    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+    if type(value) is cst.Call and type(value.func) is cst.Attribute:
         return value.func.attr.value
     return None

@@ -106,11 +106,11 @@ def target_names(target: cst.BaseExpression, *, plain: bool = False) -> tuple[st
 def bound_by(node: cst.CSTNode) -> tuple[str, ...]:
     """The names one assignment-like node binds: ``=``, ``+=``, an annotated assignment, a ``for``
     target (nothing for other nodes)."""
-    if isinstance(node, cst.Assign):
+    # Asked of every node of a function or file: ``type() is`` (libcst's node classes have no
+    # subclasses) rather than ``isinstance``, a Python call per class with libcst's metaclass.
+    if type(node) is cst.Assign:
         return tuple(name for target in node.targets for name in target_names(target.target))
-    if isinstance(node, (cst.AugAssign, cst.AnnAssign)):
-        return target_names(node.target)
-    if isinstance(node, cst.For):
+    if type(node) is cst.AugAssign or type(node) is cst.AnnAssign or type(node) is cst.For:
         return target_names(node.target)
     return ()
 

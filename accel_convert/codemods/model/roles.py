@@ -94,8 +94,7 @@ def constructor_roles(a: Analysis) -> None:
 def _mentions_cuda_availability(a: Analysis, assign: AssignRecord) -> bool:
     """``use_cuda = not args.no_cuda and torch.cuda.is_available()``."""
     return any(
-        isinstance(node, cst.Attribute)
-        and a.r.names.qualified_name(node, assign.scope, strict=False) == CUDA_AVAILABILITY
+        type(node) is cst.Attribute and a.r.names.qualified_name(node, assign.scope, strict=False) == CUDA_AVAILABILITY
         for node in nodes_in(assign.value)
     )
 

@@ -216,9 +216,9 @@ class _CopyToCpu(RuleTransformer):
         arrays: set[str] = set()
         cpu_names: set[str] = set()
         for node in nodes_in(function):
-            if isinstance(node, cst.Assign):
+            if type(node) is cst.Assign:
                 cpu_names.update(_cpu_copies_bound(node))
-            elif isinstance(node, cst.Call):
+            elif type(node) is cst.Call:
                 arrays.update(self._lists_made_array(node))
         found = self._reads_of[id(function)] = (arrays, cpu_names)
         return found

@@ -119,7 +119,7 @@ def _model_positions(definition: cst.FunctionDef, facts: ScriptFacts) -> set[int
         for name in prepared_arguments(call)
         if name in facts.models
     }
-    returns = [node for node in nodes if isinstance(node, cst.Return)]
+    returns = [node for node in nodes if type(node) is cst.Return]
     for node in returns:
         value = node.value
         if dotted(value) in prepared:
