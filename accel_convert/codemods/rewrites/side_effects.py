@@ -455,8 +455,10 @@ class SideEffectsCodemod(Rule):
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         # A library keeping a file open for writing is converted without torch (see
-        # codemods._nothing_to_convert): its logger's file is reported here.
-        return facts.uses_torch or facts.keeps_files_for_writing
+        # codemods._nothing_to_convert): its logger's file is reported here. So is one whose
+        # functions the accelerator reaches (a callback appending to a file): its writes are guarded.
+        reached_library = facts.home_kind == "library" and bool(facts.accessible_functions)
+        return facts.uses_torch or facts.keeps_files_for_writing or reached_library
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         callees = WRITING_FUNCTIONS | FOLDER_FUNCTIONS | DELETING_FUNCTIONS | TRACKER_FUNCTIONS | TRACKER_CONSTRUCTORS
