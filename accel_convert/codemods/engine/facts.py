@@ -272,6 +272,9 @@ class ScriptFacts(FactQuestions):
     #: The file binds a file it opens for writing to a name or attribute, to write through it
     #: later (a CSV logger class's ``self.csv_file = open(filename, "w")``): every rank runs it.
     keeps_files_for_writing: bool = False
+    #: The file creates a folder (``os.makedirs``): every rank would, racing (a library without
+    #: torch is converted for it in a program).
+    creates_folders: bool = False
 
     #: The script already creates an Accelerator (from accelerate or runtime); its variable name.
     existing_accelerator: str | None = None
@@ -551,6 +554,7 @@ class FactsDraft(FactQuestions):
     imports: dict[str, str] = field(default_factory=dict)
     uses_torch: bool = False
     keeps_files_for_writing: bool = False
+    creates_folders: bool = False
     existing_accelerator: str | None = None
     accelerator_name: str = "accelerator"
     models: set[str] = field(default_factory=set)

@@ -34,6 +34,7 @@ from accel_convert.codemods.engine.syntax import argument_for, dotted, names_in,
 from accel_convert.codemods.engine.torch_names import (
     CHECKPOINT_READS,
     CHECKPOINT_WRITES,
+    FOLDER_FUNCTIONS,
     PATH_JOINS,
     WRITING_FUNCTIONS,
     WRITING_METHODS,
@@ -281,7 +282,7 @@ def _callee(a: Analysis, call: CallRecord) -> str | None:
 # --------------------------------------------------------------------------------------------
 
 
-@provider(needs=("imports",), provides=("keeps_files_for_writing",))
+@provider(needs=("imports",), provides=("keeps_files_for_writing", "creates_folders"))
 def kept_files(a: Analysis) -> None:
     """Whether the module opens a file for writing and binds it to write through later (the
     Cutout repository's ``util/misc.py``: ``class CSVLogger`` with ``self.csv_file = open(filename,
@@ -291,6 +292,11 @@ def kept_files(a: Analysis) -> None:
     itself; a module that only reads files stays as it is."""
     a.facts.keeps_files_for_writing = any(
         a.facts.opens_for_writing(assign.value, assign.scope) for assign in a.r.assigns
+    )
+    # A module making folders (fast-neural-style's ``check_paths``) is converted for the same
+    # reason: every rank would make them, racing.
+    a.facts.creates_folders = any(
+        a.r.names.qualified_name(call.node.func, call.scope) in FOLDER_FUNCTIONS for call in a.r.calls
     )
 
 

@@ -46,6 +46,7 @@ from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import as_statement, binds_name, calls_in, dotted, keyword_is, names_in
 from accel_convert.codemods.engine.torch_names import (
+    FOLDER_FUNCTIONS,
     TRACKER_CONSTRUCTORS,
     TRACKER_FUNCTIONS,
     TRACKER_RUN_STATE,
@@ -59,8 +60,6 @@ from accel_convert.codemods.model.locality import locality, locality_of, tests_m
 
 #: The report of a folder created or deleted where a barrier cannot go.
 UNGUARDED_FOLDER = "folder creation or deletion where not every rank would reach a barrier: left on every rank"
-#: Functions that create folders: guarded, then every rank waits for them.
-FOLDER_FUNCTIONS = frozenset({"os.makedirs", "os.mkdir"})
 #: Functions that delete: every rank first finishes with the file, then the main process deletes.
 DELETING_FUNCTIONS = frozenset({"os.remove", "os.unlink", "os.rmdir", "shutil.rmtree"})
 
@@ -457,8 +456,9 @@ class SideEffectsCodemod(Rule):
         # A library keeping a file open for writing is converted without torch (see
         # codemods._nothing_to_convert): its logger's file is reported here. So is one whose
         # functions the accelerator reaches (a callback appending to a file): its writes are guarded.
+        # And one creating folders: where no accelerator is, they are made safe on every rank.
         reached_library = facts.home_kind == "library" and bool(facts.accessible_functions)
-        return facts.uses_torch or facts.keeps_files_for_writing or reached_library
+        return facts.uses_torch or facts.keeps_files_for_writing or facts.creates_folders or reached_library
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         callees = WRITING_FUNCTIONS | FOLDER_FUNCTIONS | DELETING_FUNCTIONS | TRACKER_FUNCTIONS | TRACKER_CONSTRUCTORS
@@ -522,8 +522,9 @@ class _MainProcessGuard(RuleTransformer):
         if self.accelerator_reachable() and self.every_rank_reaches_here() and not self._guarded_depth:
             self._note_download_calls(updated_node.body)
         if self._guarded_depth or not self.accelerator_reachable():
-            self._report_unreachable(updated_node.body)
-            return updated_node
+            body = self._folders_made_on_every_rank(original_node, updated_node.body)
+            self._report_unreachable(body)
+            return updated_node if body is updated_node.body else updated_node.with_changes(body=body)
         new_body = self._guard_runs(updated_node.body)
         return updated_node if new_body is None else updated_node.with_changes(body=new_body)
 
@@ -694,6 +695,39 @@ class _MainProcessGuard(RuleTransformer):
             return [guard, barrier]
         return [guard]
 
+    def _folders_made_on_every_rank(
+        self, block: cst.IndentedBlock, statements: Sequence[cst.BaseStatement]
+    ) -> Sequence[cst.BaseStatement]:
+        """``if not os.path.exists(d): os.makedirs(d)`` where no accelerator is (fast-neural-style's
+        ``check_paths(args)``, run before the accelerator is created): every rank runs it, and the
+        ranks race between the test and the creation, so one of them raises ``FileExistsError``.
+        The creation becomes ``os.makedirs(d, exist_ok=True)``: the test already says the folder
+        is only made when it is missing, so one process does what it did, and every rank finds or
+        makes the folder. A creation no test of its path guards is left as it is (it raises when
+        the folder exists, on one process too) and reported."""
+        if self._guarded_depth or not self._anchors:
+            return statements
+        branch = self._anchors[-1]
+        if not isinstance(branch, cst.If) or branch.body is not block:
+            return statements
+        result = list(statements)
+        for index, statement in enumerate(statements):
+            call = _folder_creation(statement, self.facts, self.scope)
+            if call is None or not _tests_missing(branch.test, call.args[0].value, self.facts, self.scope):
+                continue
+            exist_ok = cst.Arg(cst.Name("True"), keyword=cst.Name("exist_ok"), equal=_TIGHT_EQUAL)
+            made = call.with_changes(args=[*call.args[:-1], call.args[-1].with_changes(comma=_COMMA), exist_ok])
+            assert isinstance(statement, cst.SimpleStatementLine)
+            result[index] = statement.with_changes(body=[statement.body[0].with_changes(value=made)])
+            self.findings.add(
+                self._original_of.get(id(statement), statement),
+                SideEffectsCodemod.code,
+                "folder created where no accelerator is: os.makedirs(..., exist_ok=True), so that the ranks racing "
+                "to create it all find it",
+                True,
+            )
+        return result
+
     def _report_unreachable(self, statements: Sequence[cst.BaseStatement]) -> None:
         if self._guarded_depth:
             return
@@ -798,6 +832,44 @@ def _write_kind(statement: cst.BaseStatement, facts: ScriptFacts, scope: tuple[s
         return None
     kinds = {_call_kind(small, facts, scope) for small in statement.body}
     return kinds.pop() if len(kinds) == 1 else None
+
+
+#: ``keyword=value`` as PEP 8 writes a keyword argument, and the comma before it.
+_TIGHT_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+_COMMA = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+#: Tests of whether a path exists (as a folder, or as anything).
+_EXISTENCE_TESTS = frozenset({"os.path.exists", "os.path.isdir", "os.path.lexists"})
+
+
+def _folder_creation(statement: cst.BaseStatement, facts: ScriptFacts, scope: tuple[str, ...]) -> cst.Call | None:
+    """The call of a statement ``os.makedirs(path)`` (one positional argument, no ``exist_ok``)."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if not isinstance(small, cst.Expr) or not isinstance(small.value, cst.Call):
+        return None
+    call = small.value
+    if facts.callee_name(call.func, scope) != "os.makedirs" or len(call.args) != 1:
+        return None
+    return call if call.args[0].keyword is None and not call.args[0].star else None
+
+
+def _tests_missing(
+    test: cst.BaseExpression, path: cst.BaseExpression, facts: ScriptFacts, scope: tuple[str, ...]
+) -> bool:
+    """Whether ``test`` holds only where ``path`` does not exist: ``not os.path.exists(path)``
+    (``isdir``), alone or as a part of an ``and``."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _tests_missing(test.left, path, facts, scope) or _tests_missing(test.right, path, facts, scope)
+    if not isinstance(test, cst.UnaryOperation) or not isinstance(test.operator, cst.Not):
+        return False
+    tested = test.expression
+    return (
+        isinstance(tested, cst.Call)
+        and facts.callee_name(tested.func, scope) in _EXISTENCE_TESTS
+        and len(tested.args) == 1
+        and tested.args[0].value.deep_equals(path)
+    )
 
 
 def _assigned_names(assign: cst.Assign) -> set[str]:
