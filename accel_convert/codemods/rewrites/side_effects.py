@@ -56,6 +56,7 @@ from accel_convert.codemods.engine.torch_names import (
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
+from accel_convert.codemods.model.file_flow import file_logger_class
 from accel_convert.codemods.model.locality import locality, locality_of, tests_main_process
 
 #: The report of a folder created or deleted where a barrier cannot go.
@@ -488,6 +489,10 @@ class _MainProcessGuard(RuleTransformer):
         #: Download function → the folder creations in it left on every rank (reported unless every
         #: call of the function runs under ``main_process_first``).
         self._in_download_functions: dict[str, list[cst.CSTNode]] = {}
+        #: Logger class → the files its methods open and keep (reported unless every instance of
+        #: it is created on the main process only), and → its constructions made so here.
+        self._kept_by_loggers: dict[str, list[cst.CSTNode]] = {}
+        self._loggers_on_main_process: dict[str, int] = {}
 
     # Writes are whole statements: the walk never needs to go into expressions or model classes.
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
@@ -532,12 +537,29 @@ class _MainProcessGuard(RuleTransformer):
         start = _first_statement_after_accelerator(updated_node.body, self.accelerator)
         if start is None:
             self._report_after_download_calls()
+            self._report_kept_by_loggers()
             return updated_node
         head, tail = list(updated_node.body[:start]), list(updated_node.body[start:])
         self._note_download_calls(tail)
         self._report_after_download_calls()
         new_tail = self._guard_runs(tail)
+        self._report_kept_by_loggers()
         return updated_node if new_tail is None else updated_node.with_changes(body=[*head, *new_tail])
+
+    def _report_kept_by_loggers(self) -> None:
+        """The file a logger class keeps open for writing, reported (ACC916) unless every instance
+        of it is created on the main process only: each of its constructions in this module
+        (``log = CSVLogger(...) if accelerator.is_main_process else None``), or, for a module of a
+        program, each in the modules importing it, where the accelerator reaches every one."""
+        seeds = self.facts.program
+        reached = seeds.accelerator_reaches if seeds is not None else frozenset()
+        for cls, statements in self._kept_by_loggers.items():
+            constructions = len(self.facts.call_sites.get(cls, ()))
+            made = self._loggers_on_main_process.get(cls, 0)
+            if (constructions and made == constructions) or (not constructions and cls in reached):
+                continue
+            for statement in statements:
+                self.findings.add(statement, "ACC916", KEPT_FILE_UNREACHABLE, False)
 
     def _note_download_calls(self, statements: Sequence[cst.BaseStatement]) -> None:
         """Record the calls of download functions in these statements (of a block every rank
@@ -619,7 +641,7 @@ class _MainProcessGuard(RuleTransformer):
         built from it and handed to a function that waits for every rank): None there would fail
         on the other ranks. It is created on every rank and reported; its logging calls are still
         guarded, so the other ranks' event files stay empty."""
-        if _tracker_creation(statement, self.facts) is None:
+        if _tracker_creation(statement, self.facts, self.scope) is None:
             return None
         assert isinstance(statement, cst.SimpleStatementLine)
         assign = statement.body[0]
@@ -642,6 +664,9 @@ class _MainProcessGuard(RuleTransformer):
             "tracker created on the main process only (None on the others)",
             True,
         )
+        logger = file_logger_class(self.facts, assign.value.func, self.scope)  # type: ignore[union-attr]
+        if logger is not None:
+            self._loggers_on_main_process[logger] = self._loggers_on_main_process.get(logger, 0) + 1
         value = cst.IfExp(test=self._main_process(), body=assign.value, orelse=cst.Name("None"))
         return statement.with_changes(body=[assign.with_changes(value=value)])
 
@@ -733,7 +758,7 @@ class _MainProcessGuard(RuleTransformer):
             return
         for statement in statements:
             kind = _write_kind(statement, self.facts, self.scope)
-            if kind is None and _tracker_creation(statement, self.facts) is not None:
+            if kind is None and _tracker_creation(statement, self.facts, self.scope) is not None:
                 message = "tracker created where the accelerator is not reachable: every rank starts one"
             elif kind == "track":
                 message = "experiment tracking where the accelerator is not reachable: every rank logs it"
@@ -742,6 +767,11 @@ class _MainProcessGuard(RuleTransformer):
             elif kind is not None:
                 message = "file write where the accelerator is not reachable: every rank runs it"
             elif _keeps_file_open_for_writing(statement, self.facts, self.scope):
+                if self.scope and self.scope[0] in self.facts.file_logger_classes:
+                    # Known once every construction of the class is seen (see leave_Module).
+                    original = self._original_of.get(id(statement), statement)
+                    self._kept_by_loggers.setdefault(self.scope[0], []).append(original)
+                    continue
                 message = KEPT_FILE_UNREACHABLE
             else:
                 continue
@@ -923,14 +953,18 @@ def _trackers_read(module: cst.Module, facts: ScriptFacts) -> Mapping[str, str]:
     return visitor.read
 
 
-def _tracker_creation(statement: cst.BaseStatement, facts: ScriptFacts) -> cst.Call | None:
-    """The call of ``writer = SummaryWriter(...)`` / ``run = wandb.init(...)``, else None."""
+def _tracker_creation(statement: cst.BaseStatement, facts: ScriptFacts, scope: tuple[str, ...] = ()) -> cst.Call | None:
+    """The call of ``writer = SummaryWriter(...)`` / ``run = wandb.init(...)`` / ``log =
+    CSVLogger(...)`` (a logger keeping its file open, see ``file_flow.file_loggers``), else None."""
     if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
         return None
     assign = statement.body[0]
     if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call):
         return None
-    return assign.value if facts.callee_name(assign.value.func) in TRACKER_CONSTRUCTORS else None
+    func = assign.value.func
+    if facts.callee_name(func) in TRACKER_CONSTRUCTORS or file_logger_class(facts, func, scope) is not None:
+        return assign.value
+    return None
 
 
 def _call_kind(small: cst.BaseSmallStatement, facts: ScriptFacts, scope: tuple[str, ...]) -> str | None:
