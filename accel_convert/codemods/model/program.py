@@ -91,7 +91,9 @@ def _imported_value_edges(conclusions: Analysis, known: frozenset[str]) -> None:
     Not one handed to DataLoader workers (``collate_fn=``)."""
     in_workers = handed_to_worker_processes(conclusions)
     # Named through its module too (``import callbacks`` then ``hooks = [callbacks.log_epoch]``).
-    values = [(cst.Name(name), scope) for name, scope in conclusions.r.value_names]
+    values: list[tuple[cst.Name | cst.Attribute, ScopeKey]] = [
+        (cst.Name(name), scope) for name, scope in conclusions.r.value_names
+    ]
     values += conclusions.r.value_attributes
     for value, scope in values:
         if (dotted(value), scope) in in_workers:

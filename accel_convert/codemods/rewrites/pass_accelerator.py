@@ -12,7 +12,8 @@ hook in hooks: hook(model, epoch)``, a trainer's ``callbacks=[save_weights]``) i
 rewrite can add the argument: the value carries it, ``functools.partial(save_checkpoint,
 accelerator=accelerator)``, so the save in it runs on the main process whatever calls it; so is
 a function of another module of the program imported by name (``from callbacks import log_epoch``)
-that gained the parameter there because code holding the accelerator hands it over. Left
+or named through its module (``import callbacks`` then ``callbacks.log_epoch``, resolved by its
+qualified name) that gained the parameter there because code holding the accelerator hands it over. Left
 as written (and reported, ACC937): a value where the accelerator is not reachable, and one of a
 function whose new parameter comes before a positional one (the call through the value could fill
 it positionally too).

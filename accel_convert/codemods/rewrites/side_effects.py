@@ -7,9 +7,13 @@ statements are put under ``if accelerator.is_main_process:``; a tracker object i
 main process only (``writer = SummaryWriter(...) if accelerator.is_main_process else None``, so
 that passing it on still works everywhere) and its logging calls are guarded. Creating an output folder is guarded the same
 way and followed by ``accelerator.wait_for_everyone()``, so that no rank writes into the folder
-before it exists. Where the accelerator is not reachable the write is reported (ACC916), and so is
-a file opened for writing and kept for later writes (a CSV logger class's ``self.file = open(path,
-"w")`` in another module): every rank opens and writes it. A tracker
+before it exists. Where the accelerator is not reachable the write is reported (ACC916).
+
+A logger class that keeps a file open for writing (a CSV logger's ``self.file = open(path, "w")``,
+of the script or of another module of the program, known by its qualified name) is a tracker too:
+``log = CSVLogger(...) if accelerator.is_main_process else None``, its calls guarded, so the file
+holds one header and every row once. Its kept file is reported (ACC916) only where some instance
+cannot be created so: there every rank opens the file and writes its rows into it. A tracker
 whose attributes code on every rank reads (``os.path.join(writer.log_dir, "training.log")``) is
 created on every rank and reported (ACC916): None would fail there. So is ``wandb.init`` (with
 ``wandb.config.update``) where code on every rank reads the run's state (a sweep's ``config =
@@ -25,7 +29,11 @@ find it.
 
 A folder created where no barrier can go is left on every rank and reported (ACC916), except in
 the script's own download function when every call of it runs under ``main_process_first``
-(ACC115): the main process creates it alone first, and the others find it.
+(ACC115): the main process creates it alone first, and the others find it. Where no accelerator
+is reachable (fast-neural-style's ``check_paths(args)``, run before the accelerator is created), a
+folder made under a test that it is missing (``if not os.path.exists(d): os.makedirs(d)``) is made
+with ``os.makedirs(d, exist_ok=True)``: every rank runs it, and the ranks racing between the test
+and the creation all find the folder instead of one raising ``FileExistsError``.
 """
 
 from __future__ import annotations
@@ -268,6 +276,140 @@ class SideEffectsCodemod(Rule):
 
                 if __name__ == "__main__":
                     main()
+            """,
+        ),
+        # The script's own logger keeps its file open for writing: created on the main process
+        # only, like a tracker, and its calls run there.
+        Example(
+            before=r"""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Logger:
+                    def __init__(self, path):
+                        self.f = open(path, "w")
+
+                    def scalar(self, tag, value, step):
+                        self.f.write(f"{step} {tag} {value}\n")
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    logger = Logger("log.txt")
+                    for step, (data, target) in enumerate(loader):
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                        logger.scalar("loss", loss.item(), step)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after=r"""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Logger:
+                    def __init__(self, path):
+                        self.f = open(path, "w")
+
+                    def scalar(self, tag, value, step):
+                        self.f.write(f"{step} {tag} {value}\n")
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    logger = Logger("log.txt") if accelerator.is_main_process else None
+                    for step, (data, target) in enumerate(loader):
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                        if accelerator.is_main_process:
+                            logger.scalar("loss", loss.item(), step)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        # A folder made where no accelerator is yet, under a test that it is missing: every rank
+        # runs it, so each finds or makes it (``exist_ok=True``) instead of racing to FileExistsError.
+        Example(
+            before="""
+                import os
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def check_paths(folder):
+                    if not os.path.exists(folder):
+                        os.makedirs(folder)
+
+
+                def train(folder):
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                    torch.save(model.state_dict(), os.path.join(folder, "model.pt"))
+
+
+                if __name__ == "__main__":
+                    check_paths("out")
+                    train("out")
+            """,
+            after="""
+                import os
+
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def check_paths(folder):
+                    if not os.path.exists(folder):
+                        os.makedirs(folder, exist_ok=True)
+
+
+                def train(folder):
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                    accelerator.wait_for_everyone()
+                    accelerator.save(accelerator.unwrap_model(model).state_dict(), os.path.join(folder, "model.pt"))
+
+
+                if __name__ == "__main__":
+                    check_paths("out")
+                    train("out")
             """,
         ),
         # Weights & Biases: the run is started on the main process alone, so every call that needs
@@ -664,7 +806,8 @@ class _MainProcessGuard(RuleTransformer):
             "tracker created on the main process only (None on the others)",
             True,
         )
-        logger = file_logger_class(self.facts, assign.value.func, self.scope)  # type: ignore[union-attr]
+        created = _tracker_creation(statement, self.facts, self.scope)
+        logger = file_logger_class(self.facts, created.func, self.scope) if created is not None else None
         if logger is not None:
             self._loggers_on_main_process[logger] = self._loggers_on_main_process.get(logger, 0) + 1
         value = cst.IfExp(test=self._main_process(), body=assign.value, orelse=cst.Name("None"))
