@@ -35,7 +35,7 @@ from accel_convert.codemods.engine.imports import add_import, imports_module
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
 from accel_convert.codemods.engine.signatures import parameter_index, with_argument, with_parameter
-from accel_convert.codemods.engine.syntax import nodes_in, parameter_names, statement
+from accel_convert.codemods.engine.syntax import TIGHT_EQUAL, nodes_in, parameter_names, statement
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.engine.walk import StatementFilter, walk
 
@@ -152,10 +152,6 @@ def _prefixes(module: str) -> set[str]:
     return {".".join(parts[: end + 1]) for end in range(len(parts))}
 
 
-#: ``keyword=value`` as PEP 8 writes a keyword argument.
-_TIGHT_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
-
-
 class _PassAccelerator(RuleTransformer):
     def __init__(self, facts: ScriptFacts, needs: set[str], functions: dict[str, _Function], accelerator: str) -> None:
         callees = needs | set(facts.program.accelerator_parameter_index() if facts.program else ())
@@ -231,7 +227,7 @@ class _PassAccelerator(RuleTransformer):
         accelerator = self.instance_accelerator() or cst.Name(self.accelerator)
         return cst.Call(
             func=cst.Attribute(cst.Name("functools"), cst.Name("partial")),
-            args=[cst.Arg(updated_node), cst.Arg(accelerator, keyword=cst.Name(self.accelerator), equal=_TIGHT_EQUAL)],
+            args=[cst.Arg(updated_node), cst.Arg(accelerator, keyword=cst.Name(self.accelerator), equal=TIGHT_EQUAL)],
         )
 
     def _carries_accelerator(self, node: cst.Name) -> bool:

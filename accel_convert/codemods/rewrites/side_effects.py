@@ -52,7 +52,15 @@ from accel_convert.codemods.engine.accelerator_code import (
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import as_statement, binds_name, calls_in, dotted, keyword_is, names_in
+from accel_convert.codemods.engine.syntax import (
+    TIGHT_EQUAL,
+    as_statement,
+    binds_name,
+    calls_in,
+    dotted,
+    keyword_is,
+    names_in,
+)
 from accel_convert.codemods.engine.torch_names import (
     FOLDER_FUNCTIONS,
     TRACKER_CONSTRUCTORS,
@@ -883,7 +891,7 @@ class _MainProcessGuard(RuleTransformer):
             call = _folder_creation(statement, self.facts, self.scope)
             if call is None or not _tests_missing(branch.test, call.args[0].value, self.facts, self.scope):
                 continue
-            exist_ok = cst.Arg(cst.Name("True"), keyword=cst.Name("exist_ok"), equal=_TIGHT_EQUAL)
+            exist_ok = cst.Arg(cst.Name("True"), keyword=cst.Name("exist_ok"), equal=TIGHT_EQUAL)
             made = call.with_changes(args=[*call.args[:-1], call.args[-1].with_changes(comma=_COMMA), exist_ok])
             assert isinstance(statement, cst.SimpleStatementLine)
             result[index] = statement.with_changes(body=[statement.body[0].with_changes(value=made)])
@@ -1007,8 +1015,7 @@ def _write_kind(statement: cst.BaseStatement, facts: ScriptFacts, scope: tuple[s
     return kinds.pop() if len(kinds) == 1 else None
 
 
-#: ``keyword=value`` as PEP 8 writes a keyword argument, and the comma before it.
-_TIGHT_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+#: The comma before an argument added after the others.
 _COMMA = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
 #: Tests of whether a path exists (as a folder, or as anything).
 _EXISTENCE_TESTS = frozenset({"os.path.exists", "os.path.isdir", "os.path.lexists"})
