@@ -154,6 +154,7 @@ class FactQuestions:
     unprepared_loaders: AbstractSet[str]
     loss_names: AbstractSet[str]
     accessible_functions: AbstractSet[str]
+    file_logger_classes: AbstractSet[str]
 
     def qualified_name(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
         """Qualified name of a Name/Attribute chain used in ``scope`` (see
@@ -272,6 +273,16 @@ class ScriptFacts(FactQuestions):
     #: The file binds a file it opens for writing to a name or attribute, to write through it
     #: later (a CSV logger class's ``self.csv_file = open(filename, "w")``): every rank runs it.
     keeps_files_for_writing: bool = False
+    #: The file creates a folder (``os.makedirs``): every rank would, racing (a library without
+    #: torch is converted for it in a program).
+    creates_folders: bool = False
+    #: Module-level classes of the file that keep a file open for writing (``self.file =
+    #: open(path, "w")`` in a method): a logger whose instance writes its rows on every rank.
+    file_logger_classes: AbstractSet[str] = frozenset()
+    #: Names bound to an instance of such a class, of this module or another of the program
+    #: (``log = CSVLogger("epochs.csv", ...)``): created on the main process only, like a tracker
+    #: (they are trackers too), and reported in their class only where that cannot be done.
+    file_loggers: AbstractSet[str] = frozenset()
 
     #: The script already creates an Accelerator (from accelerate or runtime); its variable name.
     existing_accelerator: str | None = None
@@ -554,6 +565,9 @@ class FactsDraft(FactQuestions):
     imports: dict[str, str] = field(default_factory=dict)
     uses_torch: bool = False
     keeps_files_for_writing: bool = False
+    creates_folders: bool = False
+    file_logger_classes: set[str] = field(default_factory=set)
+    file_loggers: set[str] = field(default_factory=set)
     existing_accelerator: str | None = None
     accelerator_name: str = "accelerator"
     models: set[str] = field(default_factory=set)

@@ -194,7 +194,9 @@ class Program:
             if derived == seeds:
                 break
             seeds = derived
-        return seeds
+        # What a class of a module keeps open does not depend on the other modules: told once.
+        loggers = frozenset(f"{name}.{cls}" for name, found in facts.items() for cls in found.file_logger_classes)
+        return {name: replace(seed, file_logger_classes=loggers) for name, seed in seeds.items()}
 
     def _python_outputs(self) -> tuple[tuple[str, frozenset[int]], ...]:
         """Every module-level class of the program whose ``forward`` returns Python values, by

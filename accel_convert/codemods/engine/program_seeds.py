@@ -128,6 +128,9 @@ class ProgramSeeds:
     #: to the gradients by hand, an autograd helper object): the ``backward()`` of an instance
     #: built in another module is that method, not a loss tensor's.
     backward_helper_classes: frozenset[str] = frozenset()
+    #: Program-wide: classes (qualified) keeping a file open for writing (a CSV logger of
+    #: ``utils/logger.py``): an instance built in another module is created on the main process only.
+    file_logger_classes: frozenset[str] = frozenset()
 
     def roles(self) -> dict[str, frozenset[str]]:
         return dict(self.parameter_roles)

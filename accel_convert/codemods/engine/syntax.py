@@ -174,6 +174,10 @@ def class_methods(node: cst.ClassDef) -> list[cst.FunctionDef]:
     return [statement for statement in body if isinstance(statement, cst.FunctionDef)]
 
 
+#: ``keyword=value`` as PEP 8 writes a keyword argument.
+TIGHT_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+
+
 def keyword_is(call: cst.Call, keyword: str, literal: str) -> bool:
     """Whether the call passes ``keyword=<literal>`` (``batch_first=True``, ``enabled=False``)."""
     return any(

@@ -215,6 +215,8 @@ HAND_DISTRIBUTION = (
 )
 
 #: Calls that make a folder or file private to the calling process (a new name each call).
+#: Functions that create folders: on the main process, then every rank waits for them.
+FOLDER_FUNCTIONS = frozenset({"os.makedirs", "os.mkdir"})
 #: Functions that write to or change the file system.
 WRITING_FUNCTIONS = frozenset(
     {

@@ -269,8 +269,9 @@ def handed_to_worker_processes(a: Analysis) -> set[tuple[str, ScopeKey]]:
         qualified = a.r.names.qualified_name(call.node.func, call.scope, strict=False)
         keywords = WORKER_CALLBACKS.get(qualified or "", frozenset())
         for arg in call.node.args:
-            if arg.keyword is not None and arg.keyword.value in keywords and isinstance(arg.value, cst.Name):
-                handed.add((arg.value.value, call.scope))
+            handed_name = dotted(arg.value) if arg.keyword is not None and arg.keyword.value in keywords else None
+            if handed_name is not None:
+                handed.add((handed_name, call.scope))
     return handed
 
 

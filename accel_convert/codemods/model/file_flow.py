@@ -28,12 +28,14 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from accel_convert.codemods.engine.facts import MODULE
+from accel_convert.codemods.engine.facts import MODULE, FactQuestions
 from accel_convert.codemods.engine.imported_calls import program_callee
+from accel_convert.codemods.engine.names import ScopeKey
 from accel_convert.codemods.engine.syntax import argument_for, dotted, names_in, nodes_in
 from accel_convert.codemods.engine.torch_names import (
     CHECKPOINT_READS,
     CHECKPOINT_WRITES,
+    FOLDER_FUNCTIONS,
     PATH_JOINS,
     WRITING_FUNCTIONS,
     WRITING_METHODS,
@@ -281,7 +283,7 @@ def _callee(a: Analysis, call: CallRecord) -> str | None:
 # --------------------------------------------------------------------------------------------
 
 
-@provider(needs=("imports",), provides=("keeps_files_for_writing",))
+@provider(needs=("imports",), provides=("keeps_files_for_writing", "creates_folders"))
 def kept_files(a: Analysis) -> None:
     """Whether the module opens a file for writing and binds it to write through later (the
     Cutout repository's ``util/misc.py``: ``class CSVLogger`` with ``self.csv_file = open(filename,
@@ -292,6 +294,41 @@ def kept_files(a: Analysis) -> None:
     a.facts.keeps_files_for_writing = any(
         a.facts.opens_for_writing(assign.value, assign.scope) for assign in a.r.assigns
     )
+    # A module making folders (fast-neural-style's ``check_paths``) is converted for the same
+    # reason: every rank would make them, racing.
+    a.facts.creates_folders = any(
+        a.r.names.qualified_name(call.node.func, call.scope) in FOLDER_FUNCTIONS for call in a.r.calls
+    )
+
+
+@provider(needs=("imports", "trackers"), provides=("file_logger_classes", "file_loggers"), refines=("trackers",))
+def file_loggers(a: Analysis) -> None:
+    """Loggers keeping a file open for writing (yunjey's tensorboard ``Logger`` whose ``__init__``
+    runs ``self.f = open(os.path.join(log_dir, "log.txt"), "w")``, a ``CSVLogger`` of
+    ``utils/logger.py``): the module's classes that do (``file_logger_classes``), and the names
+    bound to an instance of one, of this module or of another module of the program
+    (``file_loggers``). Every rank would open the file with ``"w"`` and write its rows into it, one
+    rank's over another's: such an instance is a tracker (created on the main process only, None
+    on the others, and its method calls run there), so it joins ``trackers``."""
+    for assign in a.r.assigns:
+        if len(assign.scope) > 1 and assign.scope[0] in a.r.classes and a.facts.opens_for_writing(assign.value):
+            a.facts.file_logger_classes.add(assign.scope[0])
+    for assign in a.r.assigns:
+        value = assign.value
+        if isinstance(value, cst.Call) and file_logger_class(a.facts, value.func, assign.scope) is not None:
+            a.facts.file_loggers.update(assign.targets)
+    a.facts.trackers.update(a.facts.file_loggers)
+
+
+def file_logger_class(facts: FactQuestions, func: cst.BaseExpression, scope: ScopeKey) -> str | None:
+    """The logger class (see :func:`file_loggers`) a call constructs: this module's by its name,
+    another module's by its qualified name; None for any other call."""
+    if isinstance(func, cst.Name) and func.value in facts.file_logger_classes:
+        bound = facts.names.qualified_name(func, scope, strict=True) if facts.names is not None else None
+        return func.value if bound is None else None
+    seeds = facts.program
+    callee = program_callee(facts, func, scope)
+    return callee if seeds is not None and callee in seeds.file_logger_classes else None
 
 
 #: Methods that write their receiver to a path, PIL's ``image.save(path)`` among them (a name

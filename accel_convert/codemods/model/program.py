@@ -11,6 +11,7 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import MODULE
 from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.program_seeds import ProgramSeeds
+from accel_convert.codemods.engine.syntax import dotted
 from accel_convert.codemods.model.calls import handed_to_worker_processes, nested_function
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.state import Analysis
@@ -89,10 +90,15 @@ def _imported_value_edges(conclusions: Analysis, known: frozenset[str]) -> None:
     for a value of this module's own function), so the accelerator is passed where it is needed.
     Not one handed to DataLoader workers (``collate_fn=``)."""
     in_workers = handed_to_worker_processes(conclusions)
-    for name, scope in conclusions.r.value_names:
-        if (name, scope) in in_workers:
+    # Named through its module too (``import callbacks`` then ``hooks = [callbacks.log_epoch]``).
+    values: list[tuple[cst.Name | cst.Attribute, ScopeKey]] = [
+        (cst.Name(name), scope) for name, scope in conclusions.r.value_names
+    ]
+    values += conclusions.r.value_attributes
+    for value, scope in values:
+        if (dotted(value), scope) in in_workers:
             continue
-        callee = _callee(conclusions, cst.Name(name), scope)
+        callee = _callee(conclusions, value, scope)
         if callee is not None and callee in known:
             caller = (nested_function(conclusions, scope) or scope[0]) if scope else MODULE
             conclusions.facts.call_graph.setdefault(caller, set()).add(callee)

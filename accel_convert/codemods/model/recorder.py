@@ -223,6 +223,9 @@ class Recorder(NameCollector):
         #: keyword's name), with the scope reading them: a function handed as a callback
         #: (``add_hook(save_checkpoint)``, ``callbacks=[log_metrics]``) is reached from there.
         self.value_names: list[tuple[str, ScopeKey]] = []
+        #: Attributes read as values (not called, not assigned to), with the scope reading them:
+        #: another module's function named through its module (``hooks = [callbacks.log_epoch]``).
+        self.value_attributes: list[tuple[cst.Attribute, ScopeKey]] = []
         #: ``id`` of the names that are no value: callees, definitions', attributes', keywords'.
         self._not_values: set[int] = set()
 
@@ -240,6 +243,8 @@ class Recorder(NameCollector):
     def visit_Attribute(self, node: cst.Attribute) -> None:
         # The attribute's own name is a Name node below: visit_Name indexes it.
         self._not_values.add(id(node.attr))
+        if id(node) not in self._not_values:
+            self.value_attributes.append((node, self.scope))
         path = dotted(node)
         if path is not None:
             self.words.setdefault(path, []).append(len(self.collected) - 1)

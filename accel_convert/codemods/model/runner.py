@@ -67,6 +67,7 @@ PROVIDERS: tuple[Provider, ...] = (
     program.imported_loader_factories,
     roles.optimizers_and_models,
     roles.trackers,
+    file_flow.file_loggers,
     program.parameter_roles,
     roles.flow_into_parameters,
     loops.loops,

@@ -12,7 +12,8 @@ hook in hooks: hook(model, epoch)``, a trainer's ``callbacks=[save_weights]``) i
 rewrite can add the argument: the value carries it, ``functools.partial(save_checkpoint,
 accelerator=accelerator)``, so the save in it runs on the main process whatever calls it; so is
 a function of another module of the program imported by name (``from callbacks import log_epoch``)
-that gained the parameter there because code holding the accelerator hands it over. Left
+or named through its module (``import callbacks`` then ``callbacks.log_epoch``, resolved by its
+qualified name) that gained the parameter there because code holding the accelerator hands it over. Left
 as written (and reported, ACC937): a value where the accelerator is not reachable, and one of a
 function whose new parameter comes before a positional one (the call through the value could fill
 it positionally too).
@@ -34,7 +35,7 @@ from accel_convert.codemods.engine.imports import add_import, imports_module
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
 from accel_convert.codemods.engine.signatures import parameter_index, with_argument, with_parameter
-from accel_convert.codemods.engine.syntax import nodes_in, parameter_names, statement
+from accel_convert.codemods.engine.syntax import TIGHT_EQUAL, nodes_in, parameter_names, statement
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.engine.walk import StatementFilter, walk
 
@@ -137,11 +138,18 @@ def _imported_takers(facts: ScriptFacts) -> set[str]:
     if seeds is None or facts.names is None:
         return set()
     takers = seeds.accelerator_parameter_index()
-    return {name for name, qualified in facts.names.imported_names().items() if qualified in takers}
+    # A module (or package) one of them is named through: ``callbacks`` of ``callbacks.log_epoch``.
+    modules = {qualified.rpartition(".")[0] for qualified in takers}
+    holding = {prefix for module in modules for prefix in _prefixes(module)}
+    return {
+        name for name, qualified in facts.names.imported_names().items() if qualified in takers or qualified in holding
+    }
 
 
-#: ``keyword=value`` as PEP 8 writes a keyword argument.
-_TIGHT_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+def _prefixes(module: str) -> set[str]:
+    """``a.b.c`` → ``a``, ``a.b``, ``a.b.c``."""
+    parts = module.split(".")
+    return {".".join(parts[: end + 1]) for end in range(len(parts))}
 
 
 class _PassAccelerator(RuleTransformer):
@@ -172,7 +180,9 @@ class _PassAccelerator(RuleTransformer):
         self._not_values.add(id(node.name))
 
     def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        self._not_values.update(id(name) for name in nodes_in(node.target) if isinstance(name, cst.Name))
+        self._not_values.update(
+            id(name) for name in nodes_in(node.target) if isinstance(name, (cst.Name, cst.Attribute))
+        )
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
         return False
@@ -183,11 +193,29 @@ class _PassAccelerator(RuleTransformer):
         ``functools.partial(save_checkpoint, accelerator=accelerator)``, where the accelerator is
         reachable and the new parameter comes after every positional one (a positional argument
         of the out-of-sight call cannot fill it too)."""
-        name = original_node.value
         if id(original_node) in self._not_values:
             return updated_node
         if not self._carries_accelerator(original_node):
             return updated_node  # the guard reports the value that misses the argument (ACC937)
+        return self._carrying_accelerator(original_node, updated_node, original_node.value)
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        """A function of another module named through its module (``import callbacks`` then
+        ``hooks = [callbacks.log_epoch]``), resolved by its qualified name: carried as a function
+        imported by name is."""
+        if id(original_node) in self._not_values:
+            return updated_node
+        imported = imported_accelerator_call(self.facts, original_node, self.scope)
+        seeds = self.facts.program
+        if imported is None or seeds is None or imported[0] not in seeds.accelerator_bindable:
+            return updated_node
+        return self._carrying_accelerator(original_node, updated_node, imported[0].rpartition(".")[2])
+
+    def _carrying_accelerator(
+        self, original_node: cst.BaseExpression, updated_node: cst.BaseExpression, name: str
+    ) -> cst.BaseExpression:
+        """``functools.partial(<value>, accelerator=accelerator)`` where the code naming the value
+        holds the accelerator; the value as it is elsewhere."""
         if not self._value_holds_accelerator():
             return updated_node
         self.partial_written = True
@@ -199,7 +227,7 @@ class _PassAccelerator(RuleTransformer):
         accelerator = self.instance_accelerator() or cst.Name(self.accelerator)
         return cst.Call(
             func=cst.Attribute(cst.Name("functools"), cst.Name("partial")),
-            args=[cst.Arg(updated_node), cst.Arg(accelerator, keyword=cst.Name(self.accelerator), equal=_TIGHT_EQUAL)],
+            args=[cst.Arg(updated_node), cst.Arg(accelerator, keyword=cst.Name(self.accelerator), equal=TIGHT_EQUAL)],
         )
 
     def _carries_accelerator(self, node: cst.Name) -> bool:

@@ -7,9 +7,13 @@ statements are put under ``if accelerator.is_main_process:``; a tracker object i
 main process only (``writer = SummaryWriter(...) if accelerator.is_main_process else None``, so
 that passing it on still works everywhere) and its logging calls are guarded. Creating an output folder is guarded the same
 way and followed by ``accelerator.wait_for_everyone()``, so that no rank writes into the folder
-before it exists. Where the accelerator is not reachable the write is reported (ACC916), and so is
-a file opened for writing and kept for later writes (a CSV logger class's ``self.file = open(path,
-"w")`` in another module): every rank opens and writes it. A tracker
+before it exists. Where the accelerator is not reachable the write is reported (ACC916).
+
+A logger class that keeps a file open for writing (a CSV logger's ``self.file = open(path, "w")``,
+of the script or of another module of the program, known by its qualified name) is a tracker too:
+``log = CSVLogger(...) if accelerator.is_main_process else None``, its calls guarded, so the file
+holds one header and every row once. Its kept file is reported (ACC916) only where some instance
+cannot be created so: there every rank opens the file and writes its rows into it. A tracker
 whose attributes code on every rank reads (``os.path.join(writer.log_dir, "training.log")``) is
 created on every rank and reported (ACC916): None would fail there. So is ``wandb.init`` (with
 ``wandb.config.update``) where code on every rank reads the run's state (a sweep's ``config =
@@ -25,7 +29,11 @@ find it.
 
 A folder created where no barrier can go is left on every rank and reported (ACC916), except in
 the script's own download function when every call of it runs under ``main_process_first``
-(ACC115): the main process creates it alone first, and the others find it.
+(ACC115): the main process creates it alone first, and the others find it. Where no accelerator
+is reachable (fast-neural-style's ``check_paths(args)``, run before the accelerator is created), a
+folder made under a test that it is missing (``if not os.path.exists(d): os.makedirs(d)``) is made
+with ``os.makedirs(d, exist_ok=True)``: every rank runs it, and the ranks racing between the test
+and the creation all find the folder instead of one raising ``FileExistsError``.
 """
 
 from __future__ import annotations
@@ -44,8 +52,17 @@ from accel_convert.codemods.engine.accelerator_code import (
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
-from accel_convert.codemods.engine.syntax import as_statement, binds_name, calls_in, dotted, keyword_is, names_in
+from accel_convert.codemods.engine.syntax import (
+    TIGHT_EQUAL,
+    as_statement,
+    binds_name,
+    calls_in,
+    dotted,
+    keyword_is,
+    names_in,
+)
 from accel_convert.codemods.engine.torch_names import (
+    FOLDER_FUNCTIONS,
     TRACKER_CONSTRUCTORS,
     TRACKER_FUNCTIONS,
     TRACKER_RUN_STATE,
@@ -55,13 +72,12 @@ from accel_convert.codemods.engine.torch_names import (
 )
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
+from accel_convert.codemods.model.file_flow import file_logger_class
 from accel_convert.codemods.model.home import reached_library
 from accel_convert.codemods.model.locality import locality, locality_of, tests_main_process
 
 #: The report of a folder created or deleted where a barrier cannot go.
 UNGUARDED_FOLDER = "folder creation or deletion where not every rank would reach a barrier: left on every rank"
-#: Functions that create folders: guarded, then every rank waits for them.
-FOLDER_FUNCTIONS = frozenset({"os.makedirs", "os.mkdir"})
 #: Functions that delete: every rank first finishes with the file, then the main process deletes.
 DELETING_FUNCTIONS = frozenset({"os.remove", "os.unlink", "os.rmdir", "shutil.rmtree"})
 
@@ -271,6 +287,140 @@ class SideEffectsCodemod(Rule):
                     main()
             """,
         ),
+        # The script's own logger keeps its file open for writing: created on the main process
+        # only, like a tracker, and its calls run there.
+        Example(
+            before=r"""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Logger:
+                    def __init__(self, path):
+                        self.f = open(path, "w")
+
+                    def scalar(self, tag, value, step):
+                        self.f.write(f"{step} {tag} {value}\n")
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    logger = Logger("log.txt")
+                    for step, (data, target) in enumerate(loader):
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                        logger.scalar("loss", loss.item(), step)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after=r"""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Logger:
+                    def __init__(self, path):
+                        self.f = open(path, "w")
+
+                    def scalar(self, tag, value, step):
+                        self.f.write(f"{step} {tag} {value}\n")
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    logger = Logger("log.txt") if accelerator.is_main_process else None
+                    for step, (data, target) in enumerate(loader):
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                        if accelerator.is_main_process:
+                            logger.scalar("loss", loss.item(), step)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        # A folder made where no accelerator is yet, under a test that it is missing: every rank
+        # runs it, so each finds or makes it (``exist_ok=True``) instead of racing to FileExistsError.
+        Example(
+            before="""
+                import os
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def check_paths(folder):
+                    if not os.path.exists(folder):
+                        os.makedirs(folder)
+
+
+                def train(folder):
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                    torch.save(model.state_dict(), os.path.join(folder, "model.pt"))
+
+
+                if __name__ == "__main__":
+                    check_paths("out")
+                    train("out")
+            """,
+            after="""
+                import os
+
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def check_paths(folder):
+                    if not os.path.exists(folder):
+                        os.makedirs(folder, exist_ok=True)
+
+
+                def train(folder):
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                    accelerator.wait_for_everyone()
+                    accelerator.save(accelerator.unwrap_model(model).state_dict(), os.path.join(folder, "model.pt"))
+
+
+                if __name__ == "__main__":
+                    check_paths("out")
+                    train("out")
+            """,
+        ),
         # Weights & Biases: the run is started on the main process alone, so every call that needs
         # it (``wandb.config.update`` raises before ``wandb.init``) goes there too.
         Example(
@@ -456,9 +606,10 @@ class SideEffectsCodemod(Rule):
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
         # A library keeping a file open for writing is converted without torch (see
-        # codemods._nothing_to_convert): its logger's file is reported here; so is one whose
-        # functions the accelerator reaches: what they write is written on the main process.
-        return facts.uses_torch or facts.keeps_files_for_writing or reached_library(facts)
+        # codemods._nothing_to_convert): its logger's file is reported here. So is one whose
+        # functions the accelerator reaches (a callback appending to a file): its writes are guarded.
+        # And one creating folders: where no accelerator is, they are made safe on every rank.
+        return facts.uses_torch or facts.keeps_files_for_writing or facts.creates_folders or reached_library(facts)
 
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         callees = WRITING_FUNCTIONS | FOLDER_FUNCTIONS | DELETING_FUNCTIONS | TRACKER_FUNCTIONS | TRACKER_CONSTRUCTORS
@@ -488,6 +639,10 @@ class _MainProcessGuard(RuleTransformer):
         #: Download function → the folder creations in it left on every rank (reported unless every
         #: call of the function runs under ``main_process_first``).
         self._in_download_functions: dict[str, list[cst.CSTNode]] = {}
+        #: Logger class → the files its methods open and keep (reported unless every instance of
+        #: it is created on the main process only), and → its constructions made so here.
+        self._kept_by_loggers: dict[str, list[cst.CSTNode]] = {}
+        self._loggers_on_main_process: dict[str, int] = {}
 
     # Writes are whole statements: the walk never needs to go into expressions or model classes.
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
@@ -522,8 +677,9 @@ class _MainProcessGuard(RuleTransformer):
         if self.accelerator_reachable() and self.every_rank_reaches_here() and not self._guarded_depth:
             self._note_download_calls(updated_node.body)
         if self._guarded_depth or not self.accelerator_reachable():
-            self._report_unreachable(updated_node.body)
-            return updated_node
+            body = self._folders_made_on_every_rank(original_node, updated_node.body)
+            self._report_unreachable(body)
+            return updated_node if body is updated_node.body else updated_node.with_changes(body=body)
         new_body = self._guard_runs(updated_node.body)
         return updated_node if new_body is None else updated_node.with_changes(body=new_body)
 
@@ -531,12 +687,29 @@ class _MainProcessGuard(RuleTransformer):
         start = _first_statement_after_accelerator(updated_node.body, self.accelerator)
         if start is None:
             self._report_after_download_calls()
+            self._report_kept_by_loggers()
             return updated_node
         head, tail = list(updated_node.body[:start]), list(updated_node.body[start:])
         self._note_download_calls(tail)
         self._report_after_download_calls()
         new_tail = self._guard_runs(tail)
+        self._report_kept_by_loggers()
         return updated_node if new_tail is None else updated_node.with_changes(body=[*head, *new_tail])
+
+    def _report_kept_by_loggers(self) -> None:
+        """The file a logger class keeps open for writing, reported (ACC916) unless every instance
+        of it is created on the main process only: each of its constructions in this module
+        (``log = CSVLogger(...) if accelerator.is_main_process else None``), or, for a module of a
+        program, each in the modules importing it, where the accelerator reaches every one."""
+        seeds = self.facts.program
+        reached = seeds.accelerator_reaches if seeds is not None else frozenset()
+        for cls, statements in self._kept_by_loggers.items():
+            constructions = len(self.facts.call_sites.get(cls, ()))
+            made = self._loggers_on_main_process.get(cls, 0)
+            if (constructions and made == constructions) or (not constructions and cls in reached):
+                continue
+            for statement in statements:
+                self.findings.add(statement, "ACC916", KEPT_FILE_UNREACHABLE, False)
 
     def _note_download_calls(self, statements: Sequence[cst.BaseStatement]) -> None:
         """Record the calls of download functions in these statements (of a block every rank
@@ -618,7 +791,7 @@ class _MainProcessGuard(RuleTransformer):
         built from it and handed to a function that waits for every rank): None there would fail
         on the other ranks. It is created on every rank and reported; its logging calls are still
         guarded, so the other ranks' event files stay empty."""
-        if _tracker_creation(statement, self.facts) is None:
+        if _tracker_creation(statement, self.facts, self.scope) is None:
             return None
         assert isinstance(statement, cst.SimpleStatementLine)
         assign = statement.body[0]
@@ -641,6 +814,10 @@ class _MainProcessGuard(RuleTransformer):
             "tracker created on the main process only (None on the others)",
             True,
         )
+        created = _tracker_creation(statement, self.facts, self.scope)
+        logger = file_logger_class(self.facts, created.func, self.scope) if created is not None else None
+        if logger is not None:
+            self._loggers_on_main_process[logger] = self._loggers_on_main_process.get(logger, 0) + 1
         value = cst.IfExp(test=self._main_process(), body=assign.value, orelse=cst.Name("None"))
         return statement.with_changes(body=[assign.with_changes(value=value)])
 
@@ -694,12 +871,45 @@ class _MainProcessGuard(RuleTransformer):
             return [guard, barrier]
         return [guard]
 
+    def _folders_made_on_every_rank(
+        self, block: cst.IndentedBlock, statements: Sequence[cst.BaseStatement]
+    ) -> Sequence[cst.BaseStatement]:
+        """``if not os.path.exists(d): os.makedirs(d)`` where no accelerator is (fast-neural-style's
+        ``check_paths(args)``, run before the accelerator is created): every rank runs it, and the
+        ranks race between the test and the creation, so one of them raises ``FileExistsError``.
+        The creation becomes ``os.makedirs(d, exist_ok=True)``: the test already says the folder
+        is only made when it is missing, so one process does what it did, and every rank finds or
+        makes the folder. A creation no test of its path guards is left as it is (it raises when
+        the folder exists, on one process too) and reported."""
+        if self._guarded_depth or not self._anchors:
+            return statements
+        branch = self._anchors[-1]
+        if not isinstance(branch, cst.If) or branch.body is not block:
+            return statements
+        result = list(statements)
+        for index, statement in enumerate(statements):
+            call = _folder_creation(statement, self.facts, self.scope)
+            if call is None or not _tests_missing(branch.test, call.args[0].value, self.facts, self.scope):
+                continue
+            exist_ok = cst.Arg(cst.Name("True"), keyword=cst.Name("exist_ok"), equal=TIGHT_EQUAL)
+            made = call.with_changes(args=[*call.args[:-1], call.args[-1].with_changes(comma=_COMMA), exist_ok])
+            assert isinstance(statement, cst.SimpleStatementLine)
+            result[index] = statement.with_changes(body=[statement.body[0].with_changes(value=made)])
+            self.findings.add(
+                self._original_of.get(id(statement), statement),
+                SideEffectsCodemod.code,
+                "folder created where no accelerator is: os.makedirs(..., exist_ok=True), so that the ranks racing "
+                "to create it all find it",
+                True,
+            )
+        return result
+
     def _report_unreachable(self, statements: Sequence[cst.BaseStatement]) -> None:
         if self._guarded_depth:
             return
         for statement in statements:
             kind = _write_kind(statement, self.facts, self.scope)
-            if kind is None and _tracker_creation(statement, self.facts) is not None:
+            if kind is None and _tracker_creation(statement, self.facts, self.scope) is not None:
                 message = "tracker created where the accelerator is not reachable: every rank starts one"
             elif kind == "track":
                 message = "experiment tracking where the accelerator is not reachable: every rank logs it"
@@ -708,6 +918,11 @@ class _MainProcessGuard(RuleTransformer):
             elif kind is not None:
                 message = "file write where the accelerator is not reachable: every rank runs it"
             elif _keeps_file_open_for_writing(statement, self.facts, self.scope):
+                if self.scope and self.scope[0] in self.facts.file_logger_classes:
+                    # Known once every construction of the class is seen (see leave_Module).
+                    original = self._original_of.get(id(statement), statement)
+                    self._kept_by_loggers.setdefault(self.scope[0], []).append(original)
+                    continue
                 message = KEPT_FILE_UNREACHABLE
             else:
                 continue
@@ -800,6 +1015,43 @@ def _write_kind(statement: cst.BaseStatement, facts: ScriptFacts, scope: tuple[s
     return kinds.pop() if len(kinds) == 1 else None
 
 
+#: The comma before an argument added after the others.
+_COMMA = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+#: Tests of whether a path exists (as a folder, or as anything).
+_EXISTENCE_TESTS = frozenset({"os.path.exists", "os.path.isdir", "os.path.lexists"})
+
+
+def _folder_creation(statement: cst.BaseStatement, facts: ScriptFacts, scope: tuple[str, ...]) -> cst.Call | None:
+    """The call of a statement ``os.makedirs(path)`` (one positional argument, no ``exist_ok``)."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if not isinstance(small, cst.Expr) or not isinstance(small.value, cst.Call):
+        return None
+    call = small.value
+    if facts.callee_name(call.func, scope) != "os.makedirs" or len(call.args) != 1:
+        return None
+    return call if call.args[0].keyword is None and not call.args[0].star else None
+
+
+def _tests_missing(
+    test: cst.BaseExpression, path: cst.BaseExpression, facts: ScriptFacts, scope: tuple[str, ...]
+) -> bool:
+    """Whether ``test`` holds only where ``path`` does not exist: ``not os.path.exists(path)``
+    (``isdir``), alone or as a part of an ``and``."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _tests_missing(test.left, path, facts, scope) or _tests_missing(test.right, path, facts, scope)
+    if not isinstance(test, cst.UnaryOperation) or not isinstance(test.operator, cst.Not):
+        return False
+    tested = test.expression
+    return (
+        isinstance(tested, cst.Call)
+        and facts.callee_name(tested.func, scope) in _EXISTENCE_TESTS
+        and len(tested.args) == 1
+        and tested.args[0].value.deep_equals(path)
+    )
+
+
 def _assigned_names(assign: cst.Assign) -> set[str]:
     return {name for target in assign.targets if (name := dotted(target.target)) is not None}
 
@@ -851,14 +1103,18 @@ def _trackers_read(module: cst.Module, facts: ScriptFacts) -> Mapping[str, str]:
     return visitor.read
 
 
-def _tracker_creation(statement: cst.BaseStatement, facts: ScriptFacts) -> cst.Call | None:
-    """The call of ``writer = SummaryWriter(...)`` / ``run = wandb.init(...)``, else None."""
+def _tracker_creation(statement: cst.BaseStatement, facts: ScriptFacts, scope: tuple[str, ...] = ()) -> cst.Call | None:
+    """The call of ``writer = SummaryWriter(...)`` / ``run = wandb.init(...)`` / ``log =
+    CSVLogger(...)`` (a logger keeping its file open, see ``file_flow.file_loggers``), else None."""
     if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
         return None
     assign = statement.body[0]
     if not isinstance(assign, cst.Assign) or not isinstance(assign.value, cst.Call):
         return None
-    return assign.value if facts.callee_name(assign.value.func) in TRACKER_CONSTRUCTORS else None
+    func = assign.value.func
+    if facts.callee_name(func) in TRACKER_CONSTRUCTORS or file_logger_class(facts, func, scope) is not None:
+        return assign.value
+    return None
 
 
 def _call_kind(small: cst.BaseSmallStatement, facts: ScriptFacts, scope: tuple[str, ...]) -> str | None:
