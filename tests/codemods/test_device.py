@@ -184,6 +184,8 @@ def test_rewrites(body: str, expectations: list[str]) -> None:
 
 
 def test_batches_of_a_loader_that_is_not_prepared_keep_their_moves() -> None:
+    # ``evaluate`` builds its own loader and runs before training starts (a baseline): the plan
+    # prepares the loaders of helpers called once training is under way, not this one.
     body = (
         "def evaluate(model, device):\n"
         "    extra = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)\n"
@@ -191,8 +193,8 @@ def test_batches_of_a_loader_that_is_not_prepared_keep_their_moves() -> None:
         "def main():\n    device = torch.device('cuda')\n"
         "    loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)\n"
         "    model = nn.Linear(4, 1)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "    for (x,) in loader:\n        x = x.to(device)\n        model(x).sum().backward()\n"
         "    evaluate(model, device)\n"
+        "    for (x,) in loader:\n        x = x.to(device)\n        model(x).sum().backward()\n"
     )
     code, lines = convert(body, Options(select=("ACC10",)))  # the ACC10x rules on their own
     assert lines.count("x = x.to(device)") == 1, code  # kept in evaluate, removed in main
