@@ -269,14 +269,12 @@ class EvalLoopRewriter(RuleTransformer):
         function = next((n for n in reversed(self._anchors) if isinstance(n, cst.FunctionDef)), None)
         if function is None or function.name.value in (self.facts.main_function, self.facts.creating_function):
             return False
-        plan = plan_of(self.facts)
-        if name in plan.evaluation_preparations.get(function.name.value, ()):
-            return False  # built once training is over: the plan prepares it where it is built
         owner = next((n for n in reversed(self._anchors) if isinstance(n, cst.ClassDef)), None)
-        if owner is not None and name in plan.method_preparations.get(owner.name.value, {}).get(
-            function.name.value, ()
-        ):
-            return False  # a training class's method prepares the loader it builds
+        # An evaluation helper called once training is over, or a training class's method: the
+        # plan prepares the loader where it is built.
+        owner_name = owner.name.value if owner is not None else None
+        if name in plan_of(self.facts).built_and_prepared_by(function.name.value, owner_name):
+            return False
         where = self.facts.origins.site(function)
         return (
             where is not None
