@@ -17,6 +17,7 @@ import pytest
 import accel_convert.codemods as codemods_package
 from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.names import builtins_at
 from accel_convert.codemods.engine.syntax import nodes_in
 from accel_convert.codemods.engine.walk import child_nodes
 from accel_convert.codemods.model.locality import (
@@ -722,7 +723,7 @@ def test_rows_added(text: str, rows: str | None) -> None:
     """A running sum of a batch's rows (samples), whatever holds it."""
     statement = cst.parse_statement(text)
     assert isinstance(statement, cst.SimpleStatementLine)
-    assert rows_added(statement.body[0]) == rows
+    assert rows_added(statement.body[0], builtins_at(None)) == rows
 
 
 @pytest.mark.parametrize(

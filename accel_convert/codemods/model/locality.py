@@ -37,7 +37,7 @@ from accel_convert.codemods.engine.facts import MODULE, ScriptFacts, callers_clo
 from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.iteration import enumerate_index
 from accel_convert.codemods.engine.model import Site
-from accel_convert.codemods.engine.names import ScopeKey
+from accel_convert.codemods.engine.names import BuiltinOf, ScopeKey
 from accel_convert.codemods.engine.random_draws import is_global_draw, seeds_generator_of
 from accel_convert.codemods.engine.syntax import (
     calls_in,
@@ -293,12 +293,12 @@ def adds_up(node: cst.CSTNode) -> cst.AugAssign | None:
     return None
 
 
-def rows_added(node: cst.CSTNode) -> str | None:
+def rows_added(node: cst.CSTNode, builtin: BuiltinOf) -> str | None:
     """The tensor whose rows ``total += x.size(0)`` (``len(x)``, ``x.shape[0]``) adds up: per batch
     of a loop over this process's shard, a count of its samples only; None for anything else. The
     metrics rule moves such a count below its gather; ACC919 reports it in a loop that trains."""
     summed = adds_up(node)
-    return rows_counted(summed.value) if summed is not None else None
+    return rows_counted(summed.value, builtin) if summed is not None else None
 
 
 def grown_in(body: cst.CSTNode) -> list[cst.AugAssign]:
@@ -928,13 +928,12 @@ AGREEING_CALLS = frozenset(
 )
 
 
-#: What a name denotes where the scope being read uses it: the builtin (``"open"``; None where the
-#: script binds the name itself), or the qualified name of an import.
-NameQuestion = Callable[[cst.BaseExpression], "str | None"]
+#: The qualified name of an import an expression denotes where the scope being read uses it.
+QualifiedNameOf = Callable[[cst.BaseExpression], "str | None"]
 
 
 def per_rank_bindings(
-    scope: cst.CSTNode, loaders: AbstractSet[str], builtin: NameQuestion, qualified_name: NameQuestion
+    scope: cst.CSTNode, loaders: AbstractSet[str], builtin: BuiltinOf, qualified_name: QualifiedNameOf
 ) -> frozenset[str]:
     """The names ``scope`` (a function, or the module without its definitions) holds, after its
     last binding in source order, a value not known to be the same on every rank: each rank's
@@ -967,7 +966,7 @@ def per_rank_bindings(
     return frozenset(per_rank)
 
 
-def _file_read_question(builtin: NameQuestion, qualified_name: NameQuestion) -> Callable[[cst.Call], bool]:
+def _file_read_question(builtin: BuiltinOf, qualified_name: QualifiedNameOf) -> Callable[[cst.Call], bool]:
     """Whether a call reads a file: the builtin ``open``, a reading method
     (:data:`FILE_READING_METHODS`) or a library's reading function (:data:`FILE_READING_FUNCTIONS`)."""
 
@@ -980,7 +979,7 @@ def _file_read_question(builtin: NameQuestion, qualified_name: NameQuestion) -> 
     return reads_a_file
 
 
-def _iterates_a_loader(iterated: cst.BaseExpression, loaders: AbstractSet[str], builtin: NameQuestion) -> bool:
+def _iterates_a_loader(iterated: cst.BaseExpression, loaders: AbstractSet[str], builtin: BuiltinOf) -> bool:
     """Whether a loop takes its items from a loader (``loader``, ``enumerate(loader)``), not from
     its length (``range(len(loader))``: a prepared loader has as many batches on every rank)."""
     lengths = {id(n) for call in calls_in(iterated) if builtin(call.func) == "len" for n in nodes_in(call)}
@@ -990,7 +989,7 @@ def _iterates_a_loader(iterated: cst.BaseExpression, loaders: AbstractSet[str], 
     )
 
 
-def _batch_index(loop: cst.For, builtin: NameQuestion) -> tuple[str, ...]:
+def _batch_index(loop: cst.For, builtin: BuiltinOf) -> tuple[str, ...]:
     """``i`` of ``for i, batch in enumerate(loader)`` (the builtin ``enumerate``): every rank counts
     the same batches (a prepared loader gives each the same number), so the index agrees where the
     batch does not."""

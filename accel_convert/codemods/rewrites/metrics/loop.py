@@ -364,7 +364,7 @@ class EvalLoopRewriter(RuleTransformer):
         statement, outputs = forward
         # ``input, target = batch[0], batch[1]``: names unpacked from the batch are per-sample
         # too, and what the outputs are compared with must be gathered with them.
-        unpacked = unpacked_from(statements, statement, batch)
+        unpacked = unpacked_from(statements, statement, batch, self.builtin)
         batch = (*batch, *unpacked.tensors)
         after = statements_after(statements, statement)
         plan = plan_gather(outputs, batch, after, lambda: self._taken_names)
@@ -512,7 +512,7 @@ class EvalLoopRewriter(RuleTransformer):
     ) -> None:
         """``n, _ = x.shape`` before the forward is this process's batch size, a Python number
         the gather cannot reach: a sum of it after the gather counts this process's samples only."""
-        for size, sum_target in sizes_summed_after(statements, forward, set(batch)):
+        for size, sum_target in sizes_summed_after(statements, forward, set(batch), self.builtin):
             if size in unpacked.recomputed:
                 continue  # counted again from the gathered rows
             first = plan.names[0]
