@@ -250,7 +250,7 @@ class EvalLoopRewriter(RuleTransformer):
             + (" (each process's batches without the padding of the last round)" if self._runtime_target else ""),
         )
         loader = dotted(iterated(original.iter, through_any_call=True))
-        if batches_counted(scope, loader):
+        if batches_counted(scope, loader, self.builtin):
             self.report(
                 original,
                 MEAN_OF_BATCHES,
@@ -369,7 +369,7 @@ class EvalLoopRewriter(RuleTransformer):
         after = statements_after(statements, statement)
         plan = plan_gather(outputs, batch, after, lambda: self._taken_names)
         read_after = variables_read(*after)
-        lists = per_sample_lists(original, statements, batch, self._zipped_loaders)
+        lists = per_sample_lists(original, statements, batch, self._zipped_loaders, self.builtin)
         if self._python_values_reported(original, statement, unpacked, plan, read_after, lists):
             return None
         recomputed = _recomputed(unpacked, read_after)
@@ -537,7 +537,9 @@ class EvalLoopRewriter(RuleTransformer):
         if gather.object_lists:
             gather_lines = [gather_objects_statement(name, self.facts) for name in gather.object_lists]
         else:
-            gather_lines = gather_statements(plan, maybe_objects(original, gather.batch, plan), self.facts)
+            gather_lines = gather_statements(
+                plan, maybe_objects(original, gather.batch, plan, self.builtin), self.facts
+            )
         report_summed_batch_means(self, original)
         self._metric_updates.note(self, statements_after(statements, gather.forward), plan)
         gather_lines += [
@@ -552,7 +554,7 @@ class EvalLoopRewriter(RuleTransformer):
             # Its comments move with it.
             body = [line for line in body if id(line) not in summed_counts]
             gather_lines += [line for line, _ in summed_counts.values()]
-        return insert_after(body, gather.forward, gather_lines, plan, self.facts)
+        return insert_after(body, gather.forward, gather_lines, plan, self)
 
     def _report_gathered(self, original: cst.For, plan: GatherPlan) -> None:
         """The gather made, and what of the loader's batches it cannot make right."""
