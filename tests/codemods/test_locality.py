@@ -703,7 +703,7 @@ def test_per_batch_values() -> None:
     loop over the batch's rows counts, a sum of values, a countdown or a list extended by rows."""
     loop = cst.parse_statement(PER_BATCH_LOOP.lstrip())
     assert isinstance(loop, cst.For)
-    found = per_batch_values(loop)
+    found = per_batch_values(loop, builtins_at(None))
     assert found.counters == {"i", "steps", "self.count", "tries", "done"}
     assert found.lists == {"losses", "skipped"}
 

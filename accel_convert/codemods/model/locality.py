@@ -329,13 +329,14 @@ class PerBatchValues:
     lists: frozenset[str] = frozenset()
 
 
-def per_batch_values(loop: cst.For) -> PerBatchValues:
+def per_batch_values(loop: cst.For, builtin: BuiltinOf) -> PerBatchValues:
     """The one reading of what a loop over batches computes once per batch (its counters and its
     lists of per-batch values), from the statements each batch runs exactly once: inside ``with``,
     ``if`` and ``try`` blocks, not in a nested loop (a ``for`` over the samples of the batch) nor a
     nested function. The metrics rule divides by them (a mean over batches) and the file flow
-    names files by them (a file per batch); :meth:`Locality.per_batch_means` adds the losses."""
-    index = enumerate_index(loop)
+    names files by them (a file per batch); :meth:`Locality.per_batch_means` adds the losses.
+    ``builtin`` answers where the loop stands (its index is the builtin ``enumerate``'s)."""
+    index = enumerate_index(loop, builtin)
     counters: set[str] = {index} if index is not None else set()
     lists: set[str] = set()
     for line in _run_once_per_batch(loop):

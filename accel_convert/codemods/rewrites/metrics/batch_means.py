@@ -110,7 +110,7 @@ def _batch_counts(
     counts = _BatchCounts(loaders={loop.loader for loop in loops})
     for gathered in loops:
         # The locality owner says what a loop counts and keeps once per batch.
-        values = per_batch_values(gathered.loop)
+        values = per_batch_values(gathered.loop, builtin)
         counts.names |= values.counters
         counts.per_batch_lists |= values.lists
     for node in scope:

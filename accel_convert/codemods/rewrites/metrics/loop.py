@@ -470,7 +470,7 @@ class EvalLoopRewriter(RuleTransformer):
             )
             return True
         positions = batch_positions(after, set(plan.names) | set(batch), self.facts)
-        stored = stored_by_batch_index(after, enumerate_index(original), set(plan.names))
+        stored = stored_by_batch_index(after, enumerate_index(original, self.builtin), set(plan.names))
         if stored is not None and plan.gathered:
             # ``preds[i * bs:(i + 1) * bs] = logits...``: after the gather each step holds one
             # batch of every process, N times the rows the slice has room for.
