@@ -11,6 +11,7 @@ from accel_convert.codemods.engine.syntax import (
     argument_for,
     assigned_in,
     is_host_number,
+    is_plain_class,
     names_bound,
     python_value,
     rows_counted,
@@ -148,3 +149,11 @@ def test_argument_for_a_parameter(call: str, index: int | None, expected: str | 
     assert isinstance(node, cst.Call)
     found = argument_for(node, index, "loader")
     assert (cst.Module([]).code_for_node(found.value) if found is not None else None) == expected
+
+
+@pytest.mark.parametrize(("source", "plain"), [("", True), ("from records import object\n", False)])
+def test_a_plain_class_derives_from_the_builtin_object(source: str, plain: bool) -> None:
+    """``class Evaluator(object)`` is plain where ``object`` is the builtin, not a script's import."""
+    module = cst.parse_module(f"{source}class Evaluator(object):\n    def run(self):\n        pass\n")
+    node = next(n for n in module.body if isinstance(n, cst.ClassDef))
+    assert is_plain_class(node, builtins_at(collect_names(module))) is plain

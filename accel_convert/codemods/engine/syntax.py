@@ -444,15 +444,16 @@ def defines_method(node: cst.ClassDef, name: str) -> bool:
     return any(method.name.value == name for method in class_methods(node))
 
 
-def is_plain_class(node: cst.ClassDef) -> bool:
-    """A class with no ``__init__``, no base but ``object`` and no decorator (an ``Evaluator``
-    of methods only): constructing it runs ``object.__init__`` and takes no argument, so an
-    ``__init__`` of its own can be written for it. A dataclass (its decorator writes an
-    ``__init__``) or a class with a base (whose ``__init__`` runs) is not one."""
+def is_plain_class(node: cst.ClassDef, builtin: BuiltinOf) -> bool:
+    """A class with no ``__init__``, no base but the builtin ``object`` and no decorator (an
+    ``Evaluator`` of methods only): constructing it runs ``object.__init__`` and takes no argument,
+    so an ``__init__`` of its own can be written for it. A dataclass (its decorator writes an
+    ``__init__``) or a class with a base (whose ``__init__`` runs) is not one. ``builtin``
+    answers where the class statement stands."""
     return (
         not defines_method(node, "__init__")
         and not node.decorators
-        and all(dotted(base.value) == "object" and base.keyword is None for base in node.bases)
+        and all(builtin(base.value) == "object" and base.keyword is None for base in node.bases)
     )
 
 
