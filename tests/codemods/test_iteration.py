@@ -7,7 +7,7 @@ import libcst as cst
 import pytest
 
 from accel_convert.codemods.engine.iteration import enumerate_index, iterated, loop_batch_names
-from accel_convert.codemods.engine.names import NameTable, collect_names
+from accel_convert.codemods.engine.names import NameTable, builtins_at, collect_names
 
 
 def loop_in(code: str) -> tuple[cst.For, NameTable]:
@@ -35,7 +35,7 @@ def test_the_loader_and_the_batch_under_known_wrappers(
     found = iterated(loop.iter, names)
     assert (found.value if isinstance(found, cst.Name) else None) == loader
     assert loop_batch_names(loop, names) == batch
-    assert enumerate_index(loop) == index
+    assert enumerate_index(loop, builtins_at(names)) == index
 
 
 def test_any_call_is_looked_through_when_asked() -> None:
@@ -51,3 +51,16 @@ def test_a_shadowed_enumerate_is_not_the_builtin() -> None:
     loop, names = loop_in("def enumerate(x):\n    return x\nfor i, batch in enumerate(loader):\n    pass\n")
     assert isinstance(iterated(loop.iter, names), cst.Call)
     assert loop_batch_names(loop, names) == ("i", "batch")
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from mytools import enumerate\nfor i, (x, y) in enumerate(loader):\n    pass\n",
+        "def enumerate(items):\n    return items\nfor i, (x, y) in enumerate(loader):\n    pass\n",
+    ],
+)
+def test_a_scripts_own_enumerate_counts_no_batches(source: str) -> None:
+    """``i`` of a loop over the script's own ``enumerate`` (imported or defined) is no batch index."""
+    loop, names = loop_in(source)
+    assert enumerate_index(loop, builtins_at(names)) is None

@@ -17,6 +17,7 @@ import pytest
 import accel_convert.codemods as codemods_package
 from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.names import builtins_at
 from accel_convert.codemods.engine.syntax import nodes_in
 from accel_convert.codemods.engine.walk import child_nodes
 from accel_convert.codemods.model.locality import (
@@ -510,9 +511,54 @@ BATCH_INDEX = code(
 )
 
 
+#: The script's own ``open``, ``len`` and ``enumerate`` are no builtins: a value its ``open``
+#: returns is no file read (a module-level ``from records import open``); a loop over
+#: ``range(len(loader))`` with a parameter named ``len`` may run over the loader; the first item of
+#: a method's own ``enumerate`` is no batch index.
+SHADOWED_BUILTINS = code(
+    """
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader
+    from records import open
+
+    loader = DataLoader(dataset, batch_size=8)
+    model = nn.Linear(4, 1)
+    best = open("best")
+    if best > 0.5:
+        torch.save(model.state_dict(), "own_open.pt")
+
+
+    def train(model, loader, len):
+        for step in range(len(loader)):
+            loss = model(step)
+        if step == 2:
+            torch.save(model.state_dict(), "own_len.pt")
+
+
+    class Trainer:
+        def __init__(self):
+            self.model = nn.Linear(4, 1)
+            self.loader = DataLoader(dataset, batch_size=8)
+
+        def fit(self):
+            def enumerate(items):
+                return zip(items, items)
+
+            for i, (x, y) in enumerate(self.loader):
+                loss = self.model(x)
+            if i == 2:
+                torch.save(self.model.state_dict(), "own_enumerate.pt")
+    """
+)
+
+
 @pytest.mark.parametrize(
     ("source", "statement", "reached"),
     [
+        (SHADOWED_BUILTINS, 'torch.save(model.state_dict(), "own_open.pt")', True),
+        (SHADOWED_BUILTINS, 'torch.save(model.state_dict(), "own_len.pt")', False),
+        (SHADOWED_BUILTINS, 'torch.save(self.model.state_dict(), "own_enumerate.pt")', False),
         (BATCH_INDEX, 'torch.save(model.state_dict(), "every_ten.pt")', True),
         (BATCH_INDEX, 'torch.save(model.state_dict(), "low_loss.pt")', False),
         (BATCH_INDEX, 'torch.save(model.state_dict(), "step_two.pt")', True),
@@ -546,10 +592,12 @@ def test_every_rank_reaches(source: str, statement: str, reached: bool) -> None:
     decide, up to the enclosing function (its key: the module-level function, or the class)."""
     module = cst.parse_module(source)
     facts, found = answer(source)
-    reach = RankReach(
-        facts.loaders, lambda node: facts.qualified_name(node, ()), lambda node: facts.builtin(node, ()), found
-    )
     anchors = enclosing(module, statement)[:-1]
+    # Names are answered where the statement stands, as the rule transformer answers them.
+    scope = tuple(node.name.value for node in anchors if isinstance(node, (cst.FunctionDef, cst.ClassDef)))
+    reach = RankReach(
+        facts.loaders, lambda node: facts.qualified_name(node, scope), lambda node: facts.builtin(node, scope), found
+    )
     function = next(
         (node.name.value for node in anchors if isinstance(node, (cst.FunctionDef, cst.ClassDef))), "<module>"
     )
@@ -655,7 +703,7 @@ def test_per_batch_values() -> None:
     loop over the batch's rows counts, a sum of values, a countdown or a list extended by rows."""
     loop = cst.parse_statement(PER_BATCH_LOOP.lstrip())
     assert isinstance(loop, cst.For)
-    found = per_batch_values(loop)
+    found = per_batch_values(loop, builtins_at(None))
     assert found.counters == {"i", "steps", "self.count", "tries", "done"}
     assert found.lists == {"losses", "skipped"}
 
@@ -675,7 +723,7 @@ def test_rows_added(text: str, rows: str | None) -> None:
     """A running sum of a batch's rows (samples), whatever holds it."""
     statement = cst.parse_statement(text)
     assert isinstance(statement, cst.SimpleStatementLine)
-    assert rows_added(statement.body[0]) == rows
+    assert rows_added(statement.body[0], builtins_at(None)) == rows
 
 
 @pytest.mark.parametrize(

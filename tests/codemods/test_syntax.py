@@ -6,7 +6,16 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from accel_convert.codemods.engine.syntax import argument_for, assigned_in, is_host_number, names_bound, rows_counted
+from accel_convert.codemods.engine.names import builtins_at, collect_names
+from accel_convert.codemods.engine.syntax import (
+    argument_for,
+    assigned_in,
+    is_host_number,
+    is_plain_class,
+    names_bound,
+    python_value,
+    rows_counted,
+)
 
 CODE = """\
 def run(x):
@@ -65,7 +74,7 @@ def test_names_bound_reads_every_plain_binding_and_the_nested_definitions_names(
     ],
 )
 def test_is_host_number(code: str, expected: bool) -> None:
-    assert is_host_number(cst.parse_expression(code)) is expected
+    assert is_host_number(cst.parse_expression(code), builtins_at(None)) is expected
 
 
 @pytest.mark.parametrize(
@@ -83,7 +92,41 @@ def test_is_host_number(code: str, expected: bool) -> None:
     ],
 )
 def test_rows_counted_reads_a_count_of_rows(text: str, counted: str | None) -> None:
-    assert rows_counted(cst.parse_expression(text)) == counted
+    assert rows_counted(cst.parse_expression(text), builtins_at(None)) == counted
+
+
+#: ``len`` a parameter of ``count``, ``int`` a function of the module's own, ``list`` imported
+#: from a library in a method: none is the builtin where it is shadowed, each is elsewhere.
+SHADOWING = collect_names(
+    cst.parse_module(
+        "from records import list\n"
+        "def int(value):\n    return value\n"
+        "def count(x, len):\n    return len(x)\n"
+        "class Model:\n    def forward(self, x):\n        from sizes import sorted\n        return sorted(x)\n"
+    )
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "scope"),
+    [("len(x)", ("count",)), ("int(x)", ()), ("int(x)", ("count",)), ("sorted(x)", ("Model", "forward"))],
+)
+def test_a_shadowed_builtin_counts_no_rows_and_makes_no_python_value(code: str, scope: tuple[str, ...]) -> None:
+    """A name the script binds itself (a parameter ``len``, a ``def int``, ``from sizes import
+    sorted``) is not the builtin of that name: no row count, no host number, no Python value."""
+    expression = cst.parse_expression(code)
+    shadowed = builtins_at(SHADOWING, scope)
+    assert rows_counted(expression, shadowed) is None
+    assert not is_host_number(expression, shadowed)
+    assert not python_value(expression, shadowed)
+
+
+def test_a_builtin_shadowed_elsewhere_is_the_builtin_here() -> None:
+    """``len`` in the module (no parameter of that name there) is the builtin."""
+    expression = cst.parse_expression("len(x)")
+    assert rows_counted(expression, builtins_at(SHADOWING, ())) == "x"
+    assert is_host_number(expression, builtins_at(SHADOWING, ("Model", "forward")))
+    assert python_value(cst.parse_expression("sorted(x)"), builtins_at(SHADOWING, ()))
 
 
 @pytest.mark.parametrize(
@@ -106,3 +149,11 @@ def test_argument_for_a_parameter(call: str, index: int | None, expected: str | 
     assert isinstance(node, cst.Call)
     found = argument_for(node, index, "loader")
     assert (cst.Module([]).code_for_node(found.value) if found is not None else None) == expected
+
+
+@pytest.mark.parametrize(("source", "plain"), [("", True), ("from records import object\n", False)])
+def test_a_plain_class_derives_from_the_builtin_object(source: str, plain: bool) -> None:
+    """``class Evaluator(object)`` is plain where ``object`` is the builtin, not a script's import."""
+    module = cst.parse_module(f"{source}class Evaluator(object):\n    def run(self):\n        pass\n")
+    node = next(n for n in module.body if isinstance(n, cst.ClassDef))
+    assert is_plain_class(node, builtins_at(collect_names(module))) is plain

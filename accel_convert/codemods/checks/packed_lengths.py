@@ -18,6 +18,7 @@ import libcst as cst
 from accel_convert.codemods.engine.check_walk import WalkingCheck
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Options
+from accel_convert.codemods.engine.names import BuiltinOf
 from accel_convert.codemods.engine.rule import Example
 from accel_convert.codemods.engine.syntax import is_host_number, method_call
 from accel_convert.codemods.engine.transformers import lines_of
@@ -126,13 +127,13 @@ class PackedLengthsOnDevice(WalkingCheck):
         if lengths is None:
             positional = [arg for arg in node.args if arg.keyword is None]
             lengths = positional[1].value if len(positional) > 1 else None
-        if isinstance(lengths, cst.Name) and _always_on_host(self._scopes[-1], lengths.value):
+        if isinstance(lengths, cst.Name) and _always_on_host(self._scopes[-1], lengths.value, self.walk.builtin):
             return
         if isinstance(lengths, (cst.Name, cst.Attribute, cst.Subscript)):
             self.walk.report(node, self.code, MESSAGE, False)
 
 
-def _always_on_host(scope: cst.CSTNode, name: str) -> bool:
+def _always_on_host(scope: cst.CSTNode, name: str, builtin: BuiltinOf) -> bool:
     """Whether ``name`` is assigned in ``scope`` and every assignment binds host values: a list,
     ``.tolist()``/``len()`` numbers, or a tensor moved with ``.cpu()``."""
     values = [
@@ -140,11 +141,11 @@ def _always_on_host(scope: cst.CSTNode, name: str) -> bool:
         for assign in _assignments(scope)
         if any(isinstance(t.target, cst.Name) and t.target.value == name for t in assign.targets)
     ]
-    return bool(values) and all(_host_value(value) for value in values)
+    return bool(values) and all(_host_value(value, builtin) for value in values)
 
 
-def _host_value(value: cst.BaseExpression) -> bool:
-    if isinstance(value, (cst.List, cst.ListComp)) or is_host_number(value):
+def _host_value(value: cst.BaseExpression, builtin: BuiltinOf) -> bool:
+    if isinstance(value, (cst.List, cst.ListComp)) or is_host_number(value, builtin):
         return True
     return isinstance(value, cst.Call) and method_call(value, "cpu")
 

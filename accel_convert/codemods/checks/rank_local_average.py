@@ -28,6 +28,7 @@ import libcst as cst
 from accel_convert.codemods.engine.check_walk import WalkingCheck
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Options
+from accel_convert.codemods.engine.names import BuiltinOf
 from accel_convert.codemods.engine.rule import Example
 from accel_convert.codemods.engine.syntax import dotted, method_call, names_in, nodes_in, root_name
 from accel_convert.codemods.engine.walk import module_nodes
@@ -194,7 +195,9 @@ class RankLocalAverage(WalkingCheck):
             self._report_sum(node, ACCURACY_MESSAGE)
         elif (
             self._sample_counts
-            and _counts_samples(node, self.walk.facts.batch_names_by_function.get(self.walk.function, set()))
+            and _counts_samples(
+                node, self.walk.facts.batch_names_by_function.get(self.walk.function, set()), self.walk.builtin
+            )
             and root_name(node.target) in self._printed
         ):
             self._sample_counts[-1].append(node)
@@ -211,10 +214,10 @@ def _counts_matches(value: cst.BaseExpression) -> bool:
     return False
 
 
-def _counts_samples(node: cst.AugAssign, batch: AbstractSet[str]) -> bool:
+def _counts_samples(node: cst.AugAssign, batch: AbstractSet[str], builtin: BuiltinOf) -> bool:
     """``seen += x.size(0)`` (the locality owner's :func:`rows_added`) or ``+= y.numel()`` of a
     batch name: the samples of one batch added up."""
-    if rows_added(node) in batch:
+    if rows_added(node, builtin) in batch:
         return True
     value = node.value
     return (

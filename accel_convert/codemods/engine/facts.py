@@ -33,7 +33,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 
 from accel_convert.codemods.engine.model import Site
-from accel_convert.codemods.engine.names import builtin_named
+from accel_convert.codemods.engine.names import BuiltinOf, builtin_named, builtins_at
 from accel_convert.codemods.engine.positions import OriginIndex
 from accel_convert.codemods.engine.syntax import dotted
 
@@ -170,6 +170,10 @@ class FactQuestions:
         """The builtin ``node`` denotes in ``scope`` (``"print"``), None where the script binds
         that name itself (``from rich import print``); see :func:`codemods.engine.names.builtin_named`."""
         return builtin_named(node, self.names, scope)
+
+    def builtins_at(self, scope: tuple[str, ...] = ()) -> BuiltinOf:
+        """:meth:`builtin` asked for ``scope``: for a helper that reads expressions used there."""
+        return builtins_at(self.names, scope)
 
     def is_builtin(self, node: cst.BaseExpression, name: str, scope: tuple[str, ...] = ()) -> bool:
         """Whether ``node`` is the builtin ``name`` (``len``, ``open``) where it is used."""

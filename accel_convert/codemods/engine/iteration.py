@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accel_convert.codemods.engine.names import NameTable, ScopeKey, builtin_named
+from accel_convert.codemods.engine.names import BuiltinOf, NameTable, ScopeKey, builtin_named
 from accel_convert.codemods.engine.syntax import dotted, target_names
 from accel_convert.codemods.engine.torch_names import LOADER_PASS_THROUGH_METHODS, PROGRESS_BARS
 
@@ -61,14 +61,25 @@ def loop_batch_names(
     return tuple(target_names(batch if batch is not None else loop.target, plain=plain))
 
 
-def enumerate_index(loop: cst.For) -> str | None:
+def enumerate_index(loop: cst.For, builtin: BuiltinOf) -> str | None:
     """``batch_idx`` of ``for batch_idx, (x, y) in enumerate(loader)``: it counts batches
-    (through any wrapper: ``tqdm(enumerate(loader))``)."""
+    (through any wrapper: ``tqdm(enumerate(loader))``). ``builtin`` answers where the loop stands:
+    the builtin ``enumerate``, not a script's own."""
     target = loop.target
-    if not _unwrapped(loop.iter, None, (), True)[1] or not isinstance(target, (cst.Tuple, cst.List)):
+    if not _enumerated(loop.iter, builtin) or not isinstance(target, (cst.Tuple, cst.List)):
         return None
     first = target.elements[0].value if len(target.elements) == 2 else None
     return first.value if isinstance(first, cst.Name) else None
+
+
+def _enumerated(expr: cst.BaseExpression, builtin: BuiltinOf) -> bool:
+    """Whether the builtin ``enumerate`` is among the calls ``expr`` wraps its iterable in (through
+    any call, as :func:`iterated` with ``through_any_call``)."""
+    while isinstance(expr, cst.Call) and expr.args:
+        if builtin(expr.func) == "enumerate":
+            return True
+        expr = expr.args[0].value
+    return False
 
 
 def _unwrapped(

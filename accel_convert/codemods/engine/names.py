@@ -21,6 +21,7 @@ imported module name.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -154,6 +155,18 @@ def builtin_named(node: cst.BaseExpression, names: NameTable | None, scope: Scop
     qualified = names.qualified_name(node, scope) if names is not None else None
     head, _, tail = (qualified or "").partition(".")
     return tail if head == "builtins" and tail in BUILTIN_NAMES else None
+
+
+#: "Which builtin does this expression denote where it is used?" (``"len"``; None for anything
+#: else, a name the script binds itself included), asked for one scope: what a helper reading an
+#: expression without knowing where it stands is handed (:func:`builtins_at`,
+#: ``RuleTransformer.builtin``, ``ScriptFacts.builtins_at``).
+BuiltinOf = Callable[[cst.BaseExpression], "str | None"]
+
+
+def builtins_at(names: NameTable | None, scope: ScopeKey = ()) -> BuiltinOf:
+    """:func:`builtin_named` for expressions used in ``scope``."""
+    return lambda node: builtin_named(node, names, scope)
 
 
 def is_builtin(node: cst.BaseExpression, name: str, names: NameTable | None, scope: ScopeKey = ()) -> bool:

@@ -39,6 +39,7 @@ import libcst as cst
 from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.engine.facts import ScriptFacts, callers_closure
 from accel_convert.codemods.engine.model import ConversionOutcome, Options
+from accel_convert.codemods.engine.names import NameTable, builtins_at, collect_names
 from accel_convert.codemods.engine.program_calls import CrossCall, CrossCalls, InstanceCalls
 from accel_convert.codemods.engine.program_inheritance import (
     bases_elsewhere,
@@ -67,7 +68,7 @@ from accel_convert.codemods.engine.program_shapes import (
     function_extents,
     iterates_parameters,
 )
-from accel_convert.codemods.engine.syntax import defines_backward, dotted, forward_python_outputs
+from accel_convert.codemods.engine.syntax import defines_backward, defines_method, dotted, forward_python_outputs
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 
 #: Rounds of analysis at most: each round carries facts one module boundary further.
@@ -203,9 +204,11 @@ class Program:
         qualified name, with their positions (a model built in one module from a class of another)."""
         found = []
         for name, module in self.modules.items():
+            names: NameTable | None = None  # read only for a module with a ``forward``
             for node in module.module.body:
-                if isinstance(node, cst.ClassDef):
-                    positions = forward_python_outputs(node)
+                if isinstance(node, cst.ClassDef) and defines_method(node, "forward"):
+                    names = names or collect_names(module.module)
+                    positions = forward_python_outputs(node, builtins_at(names, (node.name.value, "forward")))
                     if positions:
                         found.append((f"{name}.{node.name.value}", positions))
         return tuple(sorted(found, key=lambda entry: entry[0]))

@@ -12,7 +12,7 @@ from typing import cast
 
 import libcst as cst
 
-from accel_convert.codemods.engine.names import builtin_named, is_builtin
+from accel_convert.codemods.engine.names import BuiltinOf
 from accel_convert.codemods.engine.walk import child_nodes, walk
 
 #: libcst's two kinds of statement; both carry ``leading_lines``, which BaseStatement does not declare.
@@ -137,12 +137,13 @@ HOST_NUMBER_METHODS = frozenset(
 HOST_NUMBER_BUILTINS = frozenset({"len", "int", "float"})
 
 
-def is_host_number(node: cst.BaseExpression) -> bool:
+def is_host_number(node: cst.BaseExpression, builtin: BuiltinOf) -> bool:
     """Whether ``node`` is a Python number (or a tuple or list of them) read off a value:
     ``x.shape[0]``, ``x.shape`` (``b, c = x.shape``), ``x.size(0)``, ``x.size()[1]``,
     ``x.numel()``, ``len(x)``, ``loss.item()``, ``y.tolist()``. It lives on the host whatever
     device ``x`` is on: it never takes ``.cpu()`` or a device move, and a name bound to it is not
-    batch data."""
+    batch data. ``builtin``: what a name denotes where ``node`` stands (a script's own ``len`` is
+    no builtin)."""
     while isinstance(node, cst.Subscript):  # x.shape[0], x.size()[1:], y.tolist()[0]
         node = node.value
     if isinstance(node, cst.Attribute):
@@ -151,7 +152,7 @@ def is_host_number(node: cst.BaseExpression) -> bool:
         func = node.func
         if isinstance(func, cst.Attribute):
             return func.attr.value in HOST_NUMBER_METHODS
-        return builtin_named(func, None) in HOST_NUMBER_BUILTINS
+        return builtin(func) in HOST_NUMBER_BUILTINS
     return False
 
 
@@ -210,12 +211,13 @@ def nodes_in(node: cst.CSTNode) -> list[cst.CSTNode]:
     return found
 
 
-def rows_counted(node: cst.CSTNode) -> str | None:
+def rows_counted(node: cst.CSTNode, builtin: BuiltinOf) -> str | None:
     """The name whose rows ``node`` counts, a Python int: ``x`` for ``x.size(0)``, ``x.size()[0]``,
     ``x.shape[0]``, ``len(x)``; None for anything else. Such a count is no tensor to gather: after
-    a gather it is read again from the gathered ``x``."""
+    a gather it is read again from the gathered ``x``. ``builtin``: what a name denotes where
+    ``node`` stands (``len`` the builtin, not a parameter of that name)."""
     if isinstance(node, cst.Call):
-        return _rows_counted_by_call(node)
+        return _rows_counted_by_call(node, builtin)
     if isinstance(node, cst.Subscript) and _is_first_item(node):
         owner = node.value
         # ``x.shape[0]``, ``x.size()[0]``.
@@ -225,13 +227,13 @@ def rows_counted(node: cst.CSTNode) -> str | None:
     return None
 
 
-def _rows_counted_by_call(call: cst.Call) -> str | None:
+def _rows_counted_by_call(call: cst.Call, builtin: BuiltinOf) -> str | None:
     """``x`` of ``len(x)`` and ``x.size(0)``."""
     if len(call.args) != 1:
         return None
     argument = call.args[0].value
     if isinstance(call.func, cst.Name):
-        return argument.value if is_builtin(call.func, "len", None) and isinstance(argument, cst.Name) else None
+        return argument.value if builtin(call.func) == "len" and isinstance(argument, cst.Name) else None
     return _name_before(call.func, "size") if _is_zero(argument) else None
 
 
@@ -457,15 +459,16 @@ def defines_method(node: cst.ClassDef, name: str) -> bool:
     return any(method.name.value == name for method in class_methods(node))
 
 
-def is_plain_class(node: cst.ClassDef) -> bool:
-    """A class with no ``__init__``, no base but ``object`` and no decorator (an ``Evaluator``
-    of methods only): constructing it runs ``object.__init__`` and takes no argument, so an
-    ``__init__`` of its own can be written for it. A dataclass (its decorator writes an
-    ``__init__``) or a class with a base (whose ``__init__`` runs) is not one."""
+def is_plain_class(node: cst.ClassDef, builtin: BuiltinOf) -> bool:
+    """A class with no ``__init__``, no base but the builtin ``object`` and no decorator (an
+    ``Evaluator`` of methods only): constructing it runs ``object.__init__`` and takes no argument,
+    so an ``__init__`` of its own can be written for it. A dataclass (its decorator writes an
+    ``__init__``) or a class with a base (whose ``__init__`` runs) is not one. ``builtin``
+    answers where the class statement stands."""
     return (
         not defines_method(node, "__init__")
         and not node.decorators
-        and all(dotted(base.value) == "object" and base.keyword is None for base in node.bases)
+        and all(builtin(base.value) == "object" and base.keyword is None for base in node.bases)
     )
 
 
@@ -494,9 +497,10 @@ _PYTHON_VALUE_METHODS = frozenset({"tolist", "item", "numpy"})
 _PYTHON_VALUE_BUILTINS = frozenset({"list", "tuple", "sorted", "int", "float", "sum", "max", "min"})
 
 
-def python_value(value: cst.BaseExpression) -> bool:
+def python_value(value: cst.BaseExpression, builtin: BuiltinOf) -> bool:
     """Whether ``value`` builds a Python value, not a tensor: a comprehension, a
-    ``.tolist()``/``.item()``/``.numpy()``, ``list(...)``/``int(...)``..."""
+    ``.tolist()``/``.item()``/``.numpy()``, the builtin ``list(...)``/``int(...)``... (``builtin``:
+    what a name denotes where ``value`` stands)."""
     # A list or tuple display may hold tensors (gathered as nested tensors); a comprehension
     # makes one entry per element of what it runs over.
     if isinstance(value, (cst.ListComp, cst.GeneratorExp, cst.SetComp, cst.DictComp)):
@@ -505,14 +509,15 @@ def python_value(value: cst.BaseExpression) -> bool:
         func = value.func
         if isinstance(func, cst.Attribute) and func.attr.value in _PYTHON_VALUE_METHODS:
             return True
-        return builtin_named(func, None) in _PYTHON_VALUE_BUILTINS
+        return builtin(func) in _PYTHON_VALUE_BUILTINS
     return False
 
 
-def forward_python_outputs(class_def: cst.ClassDef) -> frozenset[int]:
+def forward_python_outputs(class_def: cst.ClassDef, builtin: BuiltinOf) -> frozenset[int]:
     """Positions of what a model class's ``forward`` returns that are Python values it made
     (``decode_lengths = (caption_lengths - 1).tolist()`` ... ``return scores, decode_lengths``:
-    {1}; -1 for the only output); empty for a class without such outputs."""
+    {1}; -1 for the only output); empty for a class without such outputs. ``builtin``: what a
+    name denotes inside ``forward``."""
     forward = next((method for method in class_methods(class_def) if method.name.value == "forward"), None)
     if forward is None:
         return frozenset()
@@ -520,13 +525,13 @@ def forward_python_outputs(class_def: cst.ClassDef) -> frozenset[int]:
     made = {
         name
         for found in inside
-        if isinstance(found, cst.Assign) and python_value(found.value)
+        if isinstance(found, cst.Assign) and python_value(found.value, builtin)
         for target in found.targets
         for name in target_names(target.target)
     }
 
     def made_in_python(value: cst.BaseExpression) -> bool:
-        return (isinstance(value, cst.Name) and value.value in made) or python_value(value)
+        return (isinstance(value, cst.Name) and value.value in made) or python_value(value, builtin)
 
     positions: set[int] = set()
     for found in inside:

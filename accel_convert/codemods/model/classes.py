@@ -8,6 +8,7 @@ from collections.abc import Set as AbstractSet
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import constructed
+from accel_convert.codemods.engine.names import builtins_at
 from accel_convert.codemods.engine.syntax import (
     argument_for,
     dotted,
@@ -73,7 +74,11 @@ def _takes_the_accelerator(a: Analysis, name: str, owner: ClassRecord, methods: 
     # Constructed here, or a library's class constructed by code of the program that holds the
     # accelerator.
     built = name in a.constructions or (seeds is not None and seeds.library and name in seeds.accelerator_reaches)
-    if not (methods or inherited) or (owner.init_params is None and not is_plain_class(owner.node)) or not built:
+    if (
+        not (methods or inherited)
+        or (owner.init_params is None and not is_plain_class(owner.node, builtins_at(a.r.names)))
+        or not built
+    ):
         return False
     return all(owner.self_names.get(method) is not None for method in methods)
 

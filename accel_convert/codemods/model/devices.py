@@ -246,9 +246,8 @@ def _followed(a: Analysis, held: _HeldDevices, function: str, name: str, seen: f
     found: set[str] = set()
     for site in sources:
         for origin_site in held.origin_sites(a, *site):
-            if origin_site in seen:
-                found.add(origin_site[1])
-            elif held.kind(origin_site[1]) != "other":
+            # Already followed (a cycle), or held as a device or an index: where the value is chosen.
+            if origin_site in seen or held.kind(origin_site[1]) != "other":
                 found.add(origin_site[1])
             else:
                 found |= _followed(a, held, *origin_site, seen | {origin_site})

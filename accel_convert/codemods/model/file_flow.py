@@ -30,7 +30,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.facts import MODULE, FactQuestions
 from accel_convert.codemods.engine.imported_calls import program_callee
-from accel_convert.codemods.engine.names import ScopeKey
+from accel_convert.codemods.engine.names import ScopeKey, builtins_at
 from accel_convert.codemods.engine.syntax import argument_for, dotted, names_in, nodes_in
 from accel_convert.codemods.engine.torch_names import (
     CHECKPOINT_READS,
@@ -452,7 +452,7 @@ def _per_batch_writing_loops(a: Analysis) -> Iterator[tuple[LoopRecord, set[str]
         if loop.has_backward or (site.line, site.column) not in evaluations:
             continue
         # What counts the batches is the locality owner's (the index, ``n += 1``).
-        counters = set(per_batch_values(loop.node).counters)
+        counters = set(per_batch_values(loop.node, builtins_at(a.r.names, loop.scope)).counters)
         calls = _per_batch_writes(a, loop, counters, writing) if counters else []
         if calls:
             yield loop, origins, calls

@@ -37,7 +37,7 @@ from accel_convert.codemods.engine.facts import MODULE, ScriptFacts, callers_clo
 from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.iteration import enumerate_index
 from accel_convert.codemods.engine.model import Site
-from accel_convert.codemods.engine.names import ScopeKey
+from accel_convert.codemods.engine.names import BuiltinOf, ScopeKey
 from accel_convert.codemods.engine.random_draws import is_global_draw, seeds_generator_of
 from accel_convert.codemods.engine.syntax import (
     calls_in,
@@ -293,12 +293,12 @@ def adds_up(node: cst.CSTNode) -> cst.AugAssign | None:
     return None
 
 
-def rows_added(node: cst.CSTNode) -> str | None:
+def rows_added(node: cst.CSTNode, builtin: BuiltinOf) -> str | None:
     """The tensor whose rows ``total += x.size(0)`` (``len(x)``, ``x.shape[0]``) adds up: per batch
     of a loop over this process's shard, a count of its samples only; None for anything else. The
     metrics rule moves such a count below its gather; ACC919 reports it in a loop that trains."""
     summed = adds_up(node)
-    return rows_counted(summed.value) if summed is not None else None
+    return rows_counted(summed.value, builtin) if summed is not None else None
 
 
 def grown_in(body: cst.CSTNode) -> list[cst.AugAssign]:
@@ -329,13 +329,14 @@ class PerBatchValues:
     lists: frozenset[str] = frozenset()
 
 
-def per_batch_values(loop: cst.For) -> PerBatchValues:
+def per_batch_values(loop: cst.For, builtin: BuiltinOf) -> PerBatchValues:
     """The one reading of what a loop over batches computes once per batch (its counters and its
     lists of per-batch values), from the statements each batch runs exactly once: inside ``with``,
     ``if`` and ``try`` blocks, not in a nested loop (a ``for`` over the samples of the batch) nor a
     nested function. The metrics rule divides by them (a mean over batches) and the file flow
-    names files by them (a file per batch); :meth:`Locality.per_batch_means` adds the losses."""
-    index = enumerate_index(loop)
+    names files by them (a file per batch); :meth:`Locality.per_batch_means` adds the losses.
+    ``builtin`` answers where the loop stands (its index is the builtin ``enumerate``'s)."""
+    index = enumerate_index(loop, builtin)
     counters: set[str] = {index} if index is not None else set()
     lists: set[str] = set()
     for line in _run_once_per_batch(loop):
@@ -869,7 +870,9 @@ class RankReach:
             return False
         per_rank = self._per_rank.get(id(scope))
         if per_rank is None:
-            per_rank = self._per_rank[id(scope)] = per_rank_bindings(scope, self._loaders)
+            per_rank = self._per_rank[id(scope)] = per_rank_bindings(
+                scope, self._loaders, self._builtin, self._qualified_name
+            )
         return any(isinstance(node, cst.Name) and node.value in per_rank for node in nodes_in(test))
 
     def _runs_alike_inside(self, node: cst.CSTNode, enclosing: cst.FunctionDef | None, function: str) -> bool:
@@ -914,58 +917,85 @@ class RankReach:
 
 
 #: Calls whose result is what this process read from a file (its own copy, or one it wrote
-#: itself): nothing shows it is the same on every rank.
-FILE_READS = frozenset({"open", "read", "readline", "readlines", "read_text", "loadtxt", "read_csv"})
+#: itself): nothing shows it is the same on every rank. Attributes called on anything
+#: (``f.read()``, ``Path(p).read_text()``, ``Image.open(p)``, ``np.loadtxt(p)``) ...
+FILE_READING_METHODS = frozenset({"open", "read", "readline", "readlines", "read_text", "loadtxt", "read_csv"})
+#: ... and, called by a plain name, the builtin ``open`` (not a ``def open`` of the script) or a
+#: library's reading function by qualified name (``from numpy import loadtxt``).
+FILE_READING_FUNCTIONS = frozenset({"numpy.loadtxt", "pandas.read_csv"})
 #: Methods whose result every rank shares (the accelerator's collectives).
 AGREEING_CALLS = frozenset(
     {"gather_for_metrics", "gather", "reduce", "all_reduce", "broadcast", "pad_across_processes"}
 )
 
 
-def per_rank_bindings(scope: cst.CSTNode, loaders: AbstractSet[str]) -> frozenset[str]:
+#: The qualified name of an import an expression denotes where the scope being read uses it.
+QualifiedNameOf = Callable[[cst.BaseExpression], "str | None"]
+
+
+def per_rank_bindings(
+    scope: cst.CSTNode, loaders: AbstractSet[str], builtin: BuiltinOf, qualified_name: QualifiedNameOf
+) -> frozenset[str]:
     """The names ``scope`` (a function, or the module without its definitions) holds, after its
     last binding in source order, a value not known to be the same on every rank: each rank's
-    batches (a loop over a loader), what it read from a file (``float(f.read())``), and what is
-    computed from them (``last = loss.item()``, the last batch's loss) unless a collective
-    made it agree (``output, y = accelerator.gather_for_metrics((output, y))``)."""
+    batches (a loop over a loader), what it read from a file (``float(f.read())``, the builtin
+    ``open``, not one the script defines), and what is computed from them (``last =
+    loss.item()``, the last batch's loss) unless a collective made it agree (``output, y =
+    accelerator.gather_for_metrics((output, y))``). ``builtin`` and ``qualified_name`` answer
+    for names used in ``scope``."""
     per_rank: set[str] = set()
+    reads_a_file = _file_read_question(builtin, qualified_name)
     for node in _bindings_in_order(scope):
         if isinstance(node, cst.For):
-            local = _reads_any(node.iter, per_rank) or _iterates_a_loader(node.iter, loaders)
-            index = _batch_index(node) if local else ()
+            local = _reads_any(node.iter, per_rank) or _iterates_a_loader(node.iter, loaders, builtin)
+            index = _batch_index(node, builtin) if local else ()
             _mark(per_rank, [name for name in target_names(node.target, plain=True) if name not in index], local)
             _mark(per_rank, index, False)
         elif isinstance(node, cst.WithItem) and node.asname is not None:
             _mark(
                 per_rank,
                 target_names(cast(cst.BaseExpression, node.asname.name), plain=True),
-                _per_rank_value(node.item, per_rank),
+                _per_rank_value(node.item, per_rank, reads_a_file),
             )
         elif isinstance(node, cst.Assign):
             names = [name for target in node.targets for name in target_names(target.target, plain=True)]
-            _mark(per_rank, names, _per_rank_value(node.value, per_rank))
+            _mark(per_rank, names, _per_rank_value(node.value, per_rank, reads_a_file))
         elif isinstance(node, (cst.AugAssign, cst.AnnAssign)) and node.value is not None:
             names = list(target_names(node.target, plain=True))
             grown = isinstance(node, cst.AugAssign) and bool(per_rank.intersection(names))
-            _mark(per_rank, names, grown or _per_rank_value(node.value, per_rank))
+            _mark(per_rank, names, grown or _per_rank_value(node.value, per_rank, reads_a_file))
     return frozenset(per_rank)
 
 
-def _iterates_a_loader(iterated: cst.BaseExpression, loaders: AbstractSet[str]) -> bool:
+def _file_read_question(builtin: BuiltinOf, qualified_name: QualifiedNameOf) -> Callable[[cst.Call], bool]:
+    """Whether a call reads a file: the builtin ``open``, a reading method
+    (:data:`FILE_READING_METHODS`) or a library's reading function (:data:`FILE_READING_FUNCTIONS`)."""
+
+    def reads_a_file(call: cst.Call) -> bool:
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in FILE_READING_METHODS:
+            return True
+        return builtin(func) == "open" or qualified_name(func) in FILE_READING_FUNCTIONS
+
+    return reads_a_file
+
+
+def _iterates_a_loader(iterated: cst.BaseExpression, loaders: AbstractSet[str], builtin: BuiltinOf) -> bool:
     """Whether a loop takes its items from a loader (``loader``, ``enumerate(loader)``), not from
     its length (``range(len(loader))``: a prepared loader has as many batches on every rank)."""
-    lengths = {id(n) for call in calls_in(iterated) if dotted(call.func) == "len" for n in nodes_in(call)}
+    lengths = {id(n) for call in calls_in(iterated) if builtin(call.func) == "len" for n in nodes_in(call)}
     return any(
         isinstance(n, (cst.Name, cst.Attribute)) and dotted(n) in loaders and id(n) not in lengths
         for n in nodes_in(iterated)
     )
 
 
-def _batch_index(loop: cst.For) -> tuple[str, ...]:
-    """``i`` of ``for i, batch in enumerate(loader)``: every rank counts the same batches (a
-    prepared loader gives each the same number), so the index agrees where the batch does not."""
+def _batch_index(loop: cst.For, builtin: BuiltinOf) -> tuple[str, ...]:
+    """``i`` of ``for i, batch in enumerate(loader)`` (the builtin ``enumerate``): every rank counts
+    the same batches (a prepared loader gives each the same number), so the index agrees where the
+    batch does not."""
     iterated, target = loop.iter, loop.target
-    if not (isinstance(iterated, cst.Call) and dotted(iterated.func) == "enumerate"):
+    if not (isinstance(iterated, cst.Call) and builtin(iterated.func) == "enumerate"):
         return ()
     if not isinstance(target, (cst.Tuple, cst.List)) or not target.elements:
         return ()
@@ -994,11 +1024,13 @@ def _mark(per_rank: set[str], names: Sequence[str], local: bool) -> None:
         per_rank.difference_update(names)
 
 
-def _per_rank_value(value: cst.BaseExpression, per_rank: AbstractSet[str]) -> bool:
+def _per_rank_value(
+    value: cst.BaseExpression, per_rank: AbstractSet[str], reads_a_file: Callable[[cst.Call], bool]
+) -> bool:
     calls = calls_in(value)
     if any(isinstance(call.func, cst.Attribute) and call.func.attr.value in AGREEING_CALLS for call in calls):
         return False
-    if any((dotted(call.func) or "").rsplit(".", 1)[-1] in FILE_READS for call in calls):
+    if any(reads_a_file(call) for call in calls):
         return True
     return _reads_any(value, per_rank)
 

@@ -12,6 +12,7 @@ from accel_convert.codemods.engine.devices import constructed
 from accel_convert.codemods.engine.facts import MODULE, LoopFacts, callers_closure
 from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.model import Site
+from accel_convert.codemods.engine.names import BuiltinOf, builtins_at
 from accel_convert.codemods.engine.syntax import (
     dotted,
     is_backward,
@@ -35,7 +36,7 @@ from accel_convert.codemods.model.recorder import (
 from accel_convert.codemods.model.state import Analysis
 
 
-def _batch_data_targets(assign: cst.Assign, batch: set[str]) -> set[str]:
+def _batch_data_targets(assign: cst.Assign, batch: set[str], builtin: BuiltinOf) -> set[str]:
     """The targets of ``assign`` (whose value reads batch names without a call) that hold batch
     data: ``x`` of ``x = batch["input"]`` and of ``x, n = batch[0], batch[0].shape[0]``, not
     ``n``, nor ``b, c`` of ``b, c = x.shape``: sizes are Python numbers on the host
@@ -45,7 +46,7 @@ def _batch_data_targets(assign: cst.Assign, batch: set[str]) -> set[str]:
         pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = [(target.target, assign.value)]
         while pairs:
             bound, value = pairs.pop()
-            if is_host_number(value) or not names_in(value) & batch:
+            if is_host_number(value, builtin) or not names_in(value) & batch:
                 continue
             if (
                 isinstance(bound, (cst.Tuple, cst.List))
@@ -593,7 +594,7 @@ def _take_batch_data(a: Analysis, by_function: dict[str, set[str]]) -> None:
     for assign in a.r.assigns:
         names = by_function.get(assign.function)
         if names and _is_plain_access(assign.value) and assign.names & names:
-            names.update(_batch_data_targets(assign.node, names))
+            names.update(_batch_data_targets(assign.node, names, builtins_at(a.r.names, assign.scope)))
     a.facts.batch_names = {name for names in by_function.values() for name in names}
 
 

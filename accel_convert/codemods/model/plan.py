@@ -350,6 +350,14 @@ class ConversionPlan:
         """The first original line of the home block where training starts."""
         return self.training_lines[0] if self.training_lines else None
 
+    def built_and_prepared_by(self, function: str, owner: str | None = None) -> tuple[str, ...]:
+        """The loaders (and, for a method, optimizers) ``function`` builds and prepares right where
+        it builds them: a module-level evaluation helper's (``evaluation_preparations``), or, with
+        ``owner`` its training class, a method's (``method_preparations``)."""
+        if owner is None:
+            return self.evaluation_preparations.get(function, ())
+        return self.method_preparations.get(owner, {}).get(function, ())
+
     def prepared_in(self, name: str) -> str | None:
         """The block that prepares ``name``: a module-level function, ``"<module>"``, a training
         class (its ``__init__``) or ``"Class.method"``; None when none does."""
@@ -623,14 +631,14 @@ def _placement(a: Analysis) -> Placement:
             body = list(top.body.body) if isinstance(top.body, cst.IndentedBlock) else []
             built[top.name.value] = _built_before_training(body, a.facts.training_lines(top.name.value), wanted, a)
     rebuilt = _rebuilt_loaders(a, homes, home_lines, wanted)
-    handing = _Handing(a, handed, wanted, _received_models(a), home_lines)
+    wrapping, where_built = _wraps_and_bindings(a, homes, home_lines, built)
+    handing = _Handing(a, handed, wanted, _received_models(a), home_lines, wrapping)
     before: dict[str, dict[int, tuple[str, ...]]] = {}
     after: dict[str, dict[int, tuple[str, ...]]] = {}
     for block, statements in homes.items():
         rest = statements[_training_start(statements, home_lines, a) :]
         before[block], after[block] = handing.prepares(block, rest, built, rebuilt)
     moves = _rebuilt_models_to_move(a, homes, home_lines, built)
-    wrapping, where_built = _wraps_and_bindings(a, homes, home_lines, built)
     reached = _called_where_the_accelerator_exists(a, homes, home_lines)
     evaluations = _evaluation_preparations(a, reached)
     moves.update(_models_evaluated_in(a, reached, evaluations))
@@ -703,13 +711,15 @@ class _Handing:
         wanted: AbstractSet[str],
         received: Mapping[str, tuple[str, ...]],
         training_lines: Sequence[int] = (),
+        wrapping: Mapping[str, Mapping[int, tuple[tuple[str, str], ...]]] | None = None,
     ) -> None:
         self.a = a
         self.received = received
         self.handed = handed
         self.wanted = wanted
         self.training_lines = training_lines
-        self.wrapped = {loader for wraps in _loader_wrappings(a).values() for loader, _ in wraps}
+        #: ``Placement.prepared_before_wrapping``: per home block, the loaders it prepares before a wrap.
+        self.wrapping = wrapping or {}
         #: (original line, model) of each binding a ``prepared_after_binding`` prepare follows:
         #: such a model is prepared, not moved as one built again.
         self.covered: set[tuple[int, str]] = set()
@@ -728,7 +738,8 @@ class _Handing:
         # before a wrap; not what its one prepare takes, which a rebinding in a loop makes new.
         here = set(built.get(block, {})) | set(self.received.get(block, ()))
         again = (self.wanted & facts.models_prepared_where_built) - here | set(rebuilt.get(block, ()))
-        prepared = again | (self.wrapped & here)
+        wrapped = {loader for wraps in self.wrapping.get(block, {}).values() for loader, _ in wraps}
+        prepared = again | (wrapped & here)
         # Name → the original lines binding it since it was last prepared (or training started).
         bound: dict[str, list[int]] = {}
         found: dict[int, tuple[str, ...]] = {}

@@ -54,6 +54,8 @@ class LoopRecord:
     #: The function nested in ``function``'s body that holds the loop (``main.run.train_epoch``),
     #: the innermost; None for a loop in the module-level function's own code.
     nested: str | None = None
+    #: Where the loop stands, as the name table keys scopes (what its names denote there).
+    scope: ScopeKey = ()
 
 
 @dataclass(eq=False)
@@ -420,6 +422,7 @@ class Recorder(NameCollector):
             loop_batch_names(node, self.names, self.scope),
             no_grad=self._no_grad_depth > 0,
             order=self._order,
+            scope=self.scope,
         )
         if len(self.scope) >= 2 and self.scope[0] in self.classes:
             loop.method = self.scope[1]

@@ -32,6 +32,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.names import BuiltinOf
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import dotted, is_host_number, nodes_in
 from accel_convert.codemods.engine.torch_names import (
@@ -96,7 +97,7 @@ class _CopyToCpu(RuleTransformer):
         self, anchor: cst.CSTNode, operand: cst.BaseExpression, meets: str = "meets a copy on the CPU"
     ) -> cst.BaseExpression:
         """``labels`` → ``labels.cpu()`` for a batch tensor met next to a CPU copy."""
-        batch = _batch_root(operand)
+        batch = _batch_root(operand, self.builtin)
         if batch is None or batch not in self.facts.batch_names_by_function.get(self.function, ()):
             return operand
         if not isinstance(operand, (cst.Name, cst.Attribute, cst.Subscript)):
@@ -153,7 +154,7 @@ class _CopyToCpu(RuleTransformer):
             return updated_node.with_changes(args=args)
         if not (isinstance(func, cst.Attribute) and func.attr.value == "numpy") or updated_node.args:
             return updated_node
-        batch = _batch_root(func.value)
+        batch = _batch_root(func.value, self.builtin)
         if batch is None or batch not in self.facts.batch_names_by_function.get(self.function, ()):
             return updated_node
         self.report(
@@ -183,7 +184,7 @@ class _CopyToCpu(RuleTransformer):
         """``labels.append(yb)`` of a batch tensor into a list the function makes an array of."""
         collected = dotted(func.value)
         value = updated_node.args[0].value
-        batch = _batch_root(value)
+        batch = _batch_root(value, self.builtin)
         if (
             collected is None
             or batch is None
@@ -258,13 +259,13 @@ def _host_library_calls(facts: ScriptFacts) -> bool:
     return any(name.startswith(HOST_LIBRARIES) for name in facts.called)
 
 
-def _batch_root(receiver: cst.BaseExpression) -> str | None:
+def _batch_root(receiver: cst.BaseExpression, builtin: BuiltinOf) -> str | None:
     """The name at the root of ``labels``, ``labels.data``, ``batch["y"].detach()``; None when
     the chain places the tensor itself (``.cpu()``, ``.to(...)``), reads a Python number off it
     (``labels.shape[0]``, ``len(labels)``: on the host already), or is not rooted in a name."""
     node = receiver
     while True:
-        if is_host_number(node):
+        if is_host_number(node, builtin):
             return None
         if isinstance(node, cst.Name):
             return node.value

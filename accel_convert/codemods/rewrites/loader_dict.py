@@ -38,7 +38,7 @@ from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.iteration import batch_target, iterated
 from accel_convert.codemods.engine.loader_values import holds_loaders
 from accel_convert.codemods.engine.model import Change, Options
-from accel_convert.codemods.engine.names import builtin_named
+from accel_convert.codemods.engine.names import BuiltinOf
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import (
     dotted,
@@ -678,7 +678,7 @@ class _GatherSums(RuleTransformer):
         """``isinstance(name, tuple)`` or ``isinstance(name, (tuple, list))``."""
         if not (
             isinstance(test, cst.Call)
-            and builtin_named(test.func, self.facts.names, self.scope) == "isinstance"
+            and self.builtin(test.func) == "isinstance"
             and len(test.args) == 2
             and isinstance(test.args[0].value, cst.Name)
             and test.args[0].value.value == name
@@ -686,7 +686,7 @@ class _GatherSums(RuleTransformer):
             return False
         kinds = test.args[1].value
         elements = [element.value for element in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
-        return all(builtin_named(kind, self.facts.names, self.scope) in ("tuple", "list") for kind in elements)
+        return all(self.builtin(kind) in ("tuple", "list") for kind in elements)
 
     def _is_max_over_classes(self, value: cst.BaseExpression, rows: set[str], function: str, method: str) -> bool:
         """``torch.max(outputs, 1)`` or ``outputs.max(1)`` (``function``, ``method``) of a per-sample name."""
@@ -811,7 +811,7 @@ class _GatherSums(RuleTransformer):
     ) -> cst.BaseExpression | None:
         """The summed value reading per-sample names only (renamed later), the batch-mean loss
         times the batch size recomputed on them; None when it reads a per-process value."""
-        counting = _CountRows(rows, losses)
+        counting = _CountRows(rows, losses, self.builtin)
         rewritten = cast(cst.BaseExpression, value.visit(counting))
         read = variables_read(rewritten) - {ROWS_PLACEHOLDER}
         if read & local or read & set(losses):
@@ -874,9 +874,9 @@ def _sum_alone_on_line(line: cst.BaseStatement) -> cst.AugAssign | None:
     return None
 
 
-def _batch_count(node: cst.CSTNode, rows: set[str]) -> str | None:
+def _batch_count(node: cst.CSTNode, rows: set[str], builtin: BuiltinOf) -> str | None:
     """The per-sample name whose row count ``node`` is (``x.size(0)``, ``len(x)``, ``x.shape[0]``)."""
-    counted = rows_counted(node)
+    counted = rows_counted(node, builtin)
     return counted if counted in rows else None
 
 
@@ -901,10 +901,12 @@ class _CountRows(cst.CSTTransformer):
     arguments times the rows, and every batch size (``x.size(0)``, ``len(x)``, ``x.shape[0]``)
     into the rows of a placeholder name, renamed to a gathered tensor afterwards."""
 
-    def __init__(self, rows: set[str], losses: dict[str, cst.Call]) -> None:
+    def __init__(self, rows: set[str], losses: dict[str, cst.Call], builtin: BuiltinOf) -> None:
         super().__init__()
         self.rows = rows
         self.losses = losses
+        #: What a name denotes where the rewritten sum stands (``len`` the builtin).
+        self.builtin = builtin
         #: Names the recomputed losses read, in order.
         self.used: list[str] = []
         #: Per-sample names whose row counts were read, in order.
@@ -918,7 +920,7 @@ class _CountRows(cst.CSTTransformer):
         sides = ((original_node.left, original_node.right), (original_node.right, original_node.left))
         for loss_side, count_side in sides:
             loss = _loss_item(loss_side, self.losses)
-            if loss is None or _batch_count(count_side, self.rows) is None:
+            if loss is None or _batch_count(count_side, self.rows, self.builtin) is None:
                 continue
             call = self.losses[loss]
             for arg in call.args:
@@ -937,7 +939,7 @@ class _CountRows(cst.CSTTransformer):
         return self._counted(original_node, updated_node)
 
     def _counted(self, original_node: cst.BaseExpression, updated_node: cst.BaseExpression) -> cst.BaseExpression:
-        counted = _batch_count(original_node, self.rows)
+        counted = _batch_count(original_node, self.rows, self.builtin)
         if counted is None:
             return updated_node
         if counted not in self.counted:

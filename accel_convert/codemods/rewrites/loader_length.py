@@ -24,15 +24,16 @@ import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Change, Options
-from accel_convert.codemods.engine.names import builtin_named, is_builtin
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import bound_by, dotted, nodes_in
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 from accel_convert.codemods.engine.walk import variables_read
 from accel_convert.codemods.model.plan import prepared_by
 
-#: Calls a step count may be computed with: pure arithmetic, nothing that runs twice differently.
-_ARITHMETIC_CALLS = frozenset({"len", "int", "float", "round", "min", "max", "math.ceil", "math.floor"})
+#: Calls a step count may be computed with: pure arithmetic, nothing that runs twice differently;
+#: builtins by what they are (a script's own ``round`` is none), library functions by qualified name.
+_ARITHMETIC_BUILTINS = frozenset({"len", "int", "float", "round", "min", "max"})
+_ARITHMETIC_FUNCTIONS = frozenset({"math.ceil", "math.floor"})
 
 
 def _prepared_loaders(statement: cst.BaseStatement, facts: ScriptFacts) -> set[str]:
@@ -42,9 +43,12 @@ def _prepared_loaders(statement: cst.BaseStatement, facts: ScriptFacts) -> set[s
     return set(prepared_by(statement, facts) or ()) & set(facts.train_loaders)
 
 
-def _count_assigned(statement: cst.BaseStatement, lengths: set[str], counts: set[str]) -> str | None:
+def _count_assigned(
+    statement: cst.BaseStatement, lengths: set[str], counts: set[str], names: RuleTransformer
+) -> str | None:
     """The name ``statement`` assigns when it is ``name = <arithmetic>`` reading ``len(<loader>)``
-    of one of ``lengths`` or a count already found (``counts``); None otherwise."""
+    of one of ``lengths`` or a count already found (``counts``); None otherwise. ``names``: the
+    walk, which answers what a called name is where ``statement`` stands."""
     if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
         return None
     assign = statement.body[0]
@@ -54,10 +58,14 @@ def _count_assigned(statement: cst.BaseStatement, lengths: set[str], counts: set
     if not isinstance(target, cst.Name):
         return None
     calls = [node for node in nodes_in(assign.value) if isinstance(node, cst.Call)]
-    if any((builtin_named(call.func, None) or dotted(call.func)) not in _ARITHMETIC_CALLS for call in calls):
+    if any(
+        names.builtin(call.func) not in _ARITHMETIC_BUILTINS
+        and names.qualified_name(call.func) not in _ARITHMETIC_FUNCTIONS
+        for call in calls
+    ):
         return None
     reads_length = any(
-        is_builtin(call.func, "len", None) and len(call.args) == 1 and dotted(call.args[0].value) in lengths
+        names.builtin(call.func) == "len" and len(call.args) == 1 and dotted(call.args[0].value) in lengths
         for call in calls
     )
     if reads_length or variables_read(assign.value) & counts:
@@ -100,7 +108,7 @@ class _RecountAfterPrepare(RuleTransformer):
                 continue
             counts: dict[str, int] = {}
             for before in range(index):
-                name = _count_assigned(statements[before], loaders, set(counts))
+                name = _count_assigned(statements[before], loaders, set(counts), self)
                 if name is not None:
                     counts[name] = before
                     continue

@@ -146,7 +146,7 @@ def _plan(node: cst.ClassDef, accelerator: str, facts: ScriptFacts) -> _ClassPla
         is_base=name in facts.training_bases,
         bases={base for base in (dotted(b.value) for b in node.bases) if base is not None},
     )
-    if is_plain_class(node):
+    if is_plain_class(node, facts.builtins_at()):  # a module-level class
         plan.plain, plan.init_index = True, 1
     for method in class_methods(node):
         instance = instance_parameter(method)

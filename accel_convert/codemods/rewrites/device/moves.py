@@ -14,7 +14,7 @@ from collections.abc import Set as AbstractSet
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import names_device, peel_self_returning
-from accel_convert.codemods.engine.names import builtin_named
+from accel_convert.codemods.engine.names import BuiltinOf
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS
 from accel_convert.codemods.engine.syntax import dotted, expression, root_name, target_names
 from accel_convert.codemods.model.plan import plan_of
@@ -219,9 +219,10 @@ def _without_trailing_comma(args: list[cst.Arg]) -> list[cst.Arg]:
     return args
 
 
-def is_identity(assign: cst.Assign) -> bool:
+def is_identity(assign: cst.Assign, builtin: BuiltinOf) -> bool:
     """``x = x``, ``a, b = a, b``, ``batch = {k: v for k, v in batch.items()}``,
-    ``batch = tuple(t for t in batch)``: statements that no longer do anything."""
+    ``batch = tuple(t for t in batch)`` (the builtin ``tuple``: ``builtin`` answers where the
+    statement stands): statements that no longer do anything."""
     if len(assign.targets) != 1:
         return False
     target, value = assign.targets[0].target, assign.value
@@ -231,7 +232,7 @@ def is_identity(assign: cst.Assign) -> bool:
     target_code = written(target)
     if written(value) == target_code:
         return True
-    if isinstance(value, cst.Call) and builtin_named(value.func, None) in {"tuple", "list"} and len(value.args) == 1:
+    if isinstance(value, cst.Call) and builtin(value.func) in {"tuple", "list"} and len(value.args) == 1:
         value = value.args[0].value
     if isinstance(value, (cst.GeneratorExp, cst.ListComp)):
         loop = value.for_in

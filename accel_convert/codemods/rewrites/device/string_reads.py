@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accel_convert.codemods.engine.names import is_builtin
+from accel_convert.codemods.engine.names import BuiltinOf
 from accel_convert.codemods.engine.syntax import dotted
 from accel_convert.codemods.engine.torch_names import DEVICE_TYPE_KEYWORD, DEVICE_TYPE_PARAMETERS, DEVICE_TYPES
 from accel_convert.codemods.rewrites.device.state import DEVICE, DeviceWalkState
@@ -43,12 +43,16 @@ class StringReads(DeviceWalkState):
                 continue
             left, right = operands[index], operands[index + 1]
             for device, other in ((index, right), (index + 1, left)):
-                if _is_device_type_literal(other) and self._now_a_torch_device(_unless_str(operands[device])):
+                if _is_device_type_literal(other) and self._now_a_torch_device(
+                    _unless_str(operands[device], self.builtin)
+                ):
                     read[device] = True
         if not any(read):
             return updated_node
         new = [
-            self._its_type(original_node, _unless_str(operand), "compared with a string") if typed else operand
+            self._its_type(original_node, _unless_str(operand, self.builtin), "compared with a string")
+            if typed
+            else operand
             for operand, typed in zip(operands, read)
         ]
         comparisons = [
@@ -87,12 +91,12 @@ def _is_device_type_literal(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.SimpleString) and node.evaluated_value in DEVICE_TYPES
 
 
-def _unless_str(node: cst.BaseExpression) -> cst.BaseExpression:
+def _unless_str(node: cst.BaseExpression, builtin: BuiltinOf) -> cst.BaseExpression:
     """``device`` for ``str(device)``; any other expression as it is. Compared with ``"cuda"``,
     ``str(accelerator.device)`` is ``"cuda:0"``: the comparison reads the device's type instead."""
     if (
         isinstance(node, cst.Call)
-        and is_builtin(node.func, "str", None)
+        and builtin(node.func) == "str"
         and len(node.args) == 1
         and node.args[0].keyword is None
         and not node.args[0].star

@@ -60,7 +60,7 @@ class DeviceTransformer(Moves, FixedGpus, Selection, StringReads, EmptiedBlocks)
             return self.without_visible_devices(original_node)
         if self.is_device_selection(original_node, targets):
             return self.selected_device(original_node, updated_node, targets)
-        if self.stripped_here and is_identity(updated_node):
+        if self.stripped_here and is_identity(updated_node, self.builtin):
             return cst.RemoveFromParent()
         return updated_node
 

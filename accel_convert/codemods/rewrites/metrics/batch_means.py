@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.names import is_builtin
+from accel_convert.codemods.engine.names import BuiltinOf
 from accel_convert.codemods.engine.positions import STATEMENT_TYPES
 from accel_convert.codemods.engine.syntax import (
     calls_in,
@@ -41,7 +41,7 @@ def report_means_over_batches(rule: RuleTransformer, scope: Sequence[cst.CSTNode
     rewritten: sum per-sample values and divide by the number of samples."""
     if not loops:
         return
-    finder = _MeansOverBatches(_batch_counts(loops, scope, rule.facts), rule.facts)
+    finder = _MeansOverBatches(_batch_counts(loops, scope, rule.facts, rule.builtin), rule.facts, rule.builtin)
     for node in scope:
         walk(node, finder)
     for node, anchor, how in finder.found:
@@ -104,11 +104,13 @@ class _BatchCounts:
     per_batch_lists: set[str] = field(default_factory=set)
 
 
-def _batch_counts(loops: list[GatheredLoop], scope: Sequence[cst.CSTNode], facts: ScriptFacts) -> _BatchCounts:
+def _batch_counts(
+    loops: list[GatheredLoop], scope: Sequence[cst.CSTNode], facts: ScriptFacts, builtin: BuiltinOf
+) -> _BatchCounts:
     counts = _BatchCounts(loaders={loop.loader for loop in loops})
     for gathered in loops:
         # The locality owner says what a loop counts and keeps once per batch.
-        values = per_batch_values(gathered.loop)
+        values = per_batch_values(gathered.loop, builtin)
         counts.names |= values.counters
         counts.per_batch_lists |= values.lists
     for node in scope:
@@ -118,14 +120,17 @@ def _batch_counts(loops: list[GatheredLoop], scope: Sequence[cst.CSTNode], facts
                 and len(assign.targets) == 1
                 and isinstance(assign.targets[0].target, cst.Name)
             ):
-                _note_assigned(counts, assign.targets[0].target.value, assign.value, facts)
+                _note_assigned(counts, (assign.targets[0].target.value, assign.value), facts, builtin)
     return counts
 
 
-def _note_assigned(counts: _BatchCounts, target: str, value: cst.BaseExpression, facts: ScriptFacts) -> None:
-    """What ``target = value`` in the scope of the loops changes in ``counts``."""
+def _note_assigned(
+    counts: _BatchCounts, assigned: tuple[str, cst.BaseExpression], facts: ScriptFacts, builtin: BuiltinOf
+) -> None:
+    """What ``target = value`` (``assigned``) in the scope of the loops changes in ``counts``."""
+    target, value = assigned
     # ``num_val_batches = len(dataloader)``: an alias of the count.
-    if any(_is_len_of(call, counts.loaders) for call in calls_in(value)):
+    if any(_is_len_of(call, counts.loaders, builtin) for call in calls_in(value)):
         counts.names.add(target)
     # ``preds = np.concatenate(preds)``: the batches' arrays joined, one entry per sample.
     if (
@@ -137,8 +142,9 @@ def _note_assigned(counts: _BatchCounts, target: str, value: cst.BaseExpression,
         counts.per_batch_lists.discard(target)
 
 
-def _is_len_of(call: cst.Call, names: set[str]) -> bool:
-    return is_builtin(call.func, "len", None) and len(call.args) == 1 and dotted(call.args[0].value) in names
+def _is_len_of(call: cst.Call, names: set[str], builtin: BuiltinOf) -> bool:
+    """``len(x)`` of one of ``names``, the builtin ``len`` (not a parameter of that name)."""
+    return builtin(call.func) == "len" and len(call.args) == 1 and dotted(call.args[0].value) in names
 
 
 #: What the batch-count survey checks (divisions, ``/=``, calls).
@@ -150,10 +156,12 @@ class _MeansOverBatches(cst.CSTVisitor):
     holding each (where a report points). Local: it reads only the function (or module-level
     code) whose evaluation loops this rule just gathered."""
 
-    def __init__(self, counts: _BatchCounts, facts: ScriptFacts) -> None:
+    def __init__(self, counts: _BatchCounts, facts: ScriptFacts, builtin: BuiltinOf) -> None:
         super().__init__()
         self.counts = counts
         self.facts = facts
+        #: What a name denotes in the function read (``len`` the builtin).
+        self.builtin = builtin
         self.found: list[tuple[cst.CSTNode, cst.CSTNode | None, str]] = []
         self._statements: list[cst.CSTNode] = []
 
@@ -186,7 +194,7 @@ class _MeansOverBatches(cst.CSTVisitor):
         counts = self.counts
         lengths = counts.loaders | counts.per_batch_lists
         if (
-            any(_is_len_of(call, lengths) for call in calls_in(denominator))
+            any(_is_len_of(call, lengths, self.builtin) for call in calls_in(denominator))
             or variables_read(denominator) & counts.names
         ):
             self.found.append((node, self._anchor(), f"divided by {expression_code(denominator)}, a count of batches"))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.names import BuiltinOf
 from accel_convert.codemods.engine.syntax import (
     expression_code,
     is_host_number,
@@ -93,10 +94,13 @@ class Unpacked:
     summed_counts: dict[int, tuple[cst.SimpleStatementLine, str]] = field(default_factory=dict)
 
 
-def unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode, batch: tuple[str, ...]) -> Unpacked:
+def unpacked_from(
+    statements: Sequence[cst.BaseStatement], forward: cst.CSTNode, batch: tuple[str, ...], builtin: BuiltinOf
+) -> Unpacked:
     """Names assigned, before the forward, from expressions made from the batch names
     (``target = batch[1]``, ``x, y = batch``, ``labels = batch["labels"].to(device)``), by kind:
-    tensors, row counts, other Python values."""
+    tensors, row counts, other Python values. ``builtin``: what a name denotes where the
+    statements stand (``len`` the builtin, not a parameter of that name)."""
     found = Unpacked()
     known = set(batch)
     for statement in statements:
@@ -104,19 +108,19 @@ def unpacked_from(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode,
             break
         if not isinstance(statement, cst.SimpleStatementLine):
             continue
-        counted = _rows_summed(statement, known)
+        counted = _rows_summed(statement, known, builtin)
         if counted is not None:
             found.summed_counts[id(statement)] = (statement, counted)
         for small in statement.body:
             pairs = _assigned_pairs(small)
             for bound, source in pairs:
-                _note_bound(found, known, batch, bound, source, alone=len(pairs) == 1)
+                _note_bound(found, known, batch, (bound, source), builtin, alone=len(pairs) == 1)
     return found
 
 
-def _rows_summed(statement: cst.SimpleStatementLine, known: set[str]) -> str | None:
+def _rows_summed(statement: cst.SimpleStatementLine, known: set[str], builtin: BuiltinOf) -> str | None:
     """The batch tensor ``total += labels.size(0)`` counts the rows of; None for any other line."""
-    first, counted = adds_up(statement.body[0]), rows_added(statement.body[0])
+    first, counted = adds_up(statement.body[0]), rows_added(statement.body[0], builtin)
     if len(statement.body) == 1 and first is not None and isinstance(first.target, cst.Name) and counted in known:
         return counted
     return None
@@ -136,16 +140,17 @@ def _note_bound(
     found: Unpacked,
     known: set[str],
     batch: tuple[str, ...],
-    bound: cst.BaseExpression,
-    source: cst.BaseExpression,
+    assigned: tuple[cst.BaseExpression, cst.BaseExpression],
+    builtin: BuiltinOf,
     alone: bool,
 ) -> None:
-    """Files what ``bound = source`` makes from the batch under its kind in ``found``; names bound
-    to tensors join ``known``."""
+    """Files what ``bound = source`` (``assigned``) makes from the batch under its kind in
+    ``found``; names bound to tensors join ``known``."""
+    bound, source = assigned
     names = [name for name in target_names(bound, plain=True) if name not in batch]
-    counted = rows_counted(source)
+    counted = rows_counted(source, builtin)
     reads = variables_read(source)
-    if counted in known or (python_value(source) and reads & (known | set(found.recomputed))):
+    if counted in known or (python_value(source, builtin) and reads & (known | set(found.recomputed))):
         tensors = {counted} if counted in known else reads & known
         for name in reads & set(found.recomputed):  # ``n = len(lengths)`` of a recomputed list
             tensors |= found.recomputed[name][1]
@@ -153,7 +158,7 @@ def _note_bound(
             found.recomputed[bound.value] = (source, tensors)
         else:
             found.python_values.extend(names)
-    elif is_host_number(source):
+    elif is_host_number(source, builtin):
         # A size (``n, _ = x.shape``): a Python number, not a row to gather; a sum of it after
         # the gather is reported (sizes_summed_after).
         return
@@ -163,7 +168,7 @@ def _note_bound(
 
 
 def sizes_summed_after(
-    statements: Sequence[cst.BaseStatement], forward: cst.CSTNode, batch: set[str]
+    statements: Sequence[cst.BaseStatement], forward: cst.CSTNode, batch: set[str], builtin: BuiltinOf
 ) -> list[tuple[str, str]]:
     """``(n, total)`` for ``n, _ = x.shape`` (``n = len(x)``, ``n = x.size(0)``) of a batch name
     bound before the forward and added to ``total`` after it."""
@@ -174,7 +179,12 @@ def sizes_summed_after(
         if statement is forward or contains(statement, lambda node: node is forward):
             before = False
         for node in nodes_in(statement):
-            if before and isinstance(node, cst.Assign) and is_host_number(node.value) and names_in(node.value) & batch:
+            if (
+                before
+                and isinstance(node, cst.Assign)
+                and is_host_number(node.value, builtin)
+                and names_in(node.value) & batch
+            ):
                 sizes.update(name for target in node.targets for name in target_names(target.target, plain=True))
             elif not before and (summed := adds_up(node)) is not None:
                 read = sorted(names_in(summed.value) & sizes)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accel_convert.codemods.engine.names import is_builtin
+from accel_convert.codemods.engine.names import BuiltinOf
 from accel_convert.codemods.engine.syntax import nodes_in
 from accel_convert.codemods.model.locality import adds_up
 
@@ -64,11 +64,12 @@ def summed_across_processes(name: str, accelerator: cst.BaseExpression) -> cst.S
     return cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], value)])
 
 
-def batches_counted(scope: cst.CSTNode, loader: str | None) -> bool:
-    """Whether ``scope`` reads ``len(loader)``: this process's batches once prepared."""
+def batches_counted(scope: cst.CSTNode, loader: str | None, builtin: BuiltinOf) -> bool:
+    """Whether ``scope`` reads ``len(loader)`` (the builtin ``len``, as ``builtin`` answers in
+    ``scope``): this process's batches once prepared."""
     return loader is not None and any(
         isinstance(node, cst.Call)
-        and is_builtin(node.func, "len", None)
+        and builtin(node.func) == "len"
         and len(node.args) == 1
         and isinstance(node.args[0].value, cst.Name)
         and node.args[0].value.value == loader

@@ -228,7 +228,8 @@ def python_value_outputs(module: cst.Module, facts: ScriptFacts) -> dict[str, fr
     positions_by_class = {
         node.name.value: positions
         for node in module.body
-        if isinstance(node, cst.ClassDef) and (positions := forward_python_outputs(node))
+        if isinstance(node, cst.ClassDef)
+        and (positions := forward_python_outputs(node, facts.builtins_at((node.name.value, "forward"))))
     }
     imported = dict(facts.program.python_outputs) if facts.program is not None else {}
     return _models_built_from(module, facts, positions_by_class, imported)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.names import builtin_named, is_builtin
+from accel_convert.codemods.engine.names import BuiltinOf
 from accel_convert.codemods.engine.syntax import (
     argument_for,
     calls_in,
@@ -132,13 +132,17 @@ def loaders_of_sample_lists(module: cst.Module, facts: ScriptFacts) -> set[str]:
             for node in module.body
             if isinstance(node, cst.FunctionDef)
             and any(
-                isinstance(n, cst.Return) and n.value is not None and _zips_samples(n.value) for n in nodes_in(node)
+                isinstance(n, cst.Return)
+                and n.value is not None
+                and _zips_samples(n.value, facts.builtins_at((node.name.value,)))
+                for n in nodes_in(node)
             )
         }
 
     def matches(collate: cst.BaseExpression) -> bool:
         if isinstance(collate, cst.Lambda):
-            return _zips_samples(collate.body)
+            # Read as module code: the loader's own scope is not tracked by this walk.
+            return _zips_samples(collate.body, facts.builtins_at())
         name = dotted(collate)
         return name is not None and name in zipping()
 
@@ -173,7 +177,8 @@ def loaders_padded_per_batch(module: cst.Module, facts: ScriptFacts) -> set[str]
     padding = {
         node.name.value
         for node in module.body
-        if isinstance(node, cst.FunctionDef) and any(_pads_to_longest(call, facts) for call in calls_in(node))
+        if isinstance(node, cst.FunctionDef)
+        and any(_pads_to_longest(call, facts, (node.name.value,)) for call in calls_in(node))
     }
     collators: set[str] = set()
     for node in module_nodes(module):
@@ -222,27 +227,27 @@ def gathers_padded_sequences(loop: cst.For, plan: GatherPlan) -> bool:
     )
 
 
-def _pads_to_longest(call: cst.Call, facts: ScriptFacts) -> bool:
-    """``pad_sequence(...)``, or ``max(len(f["input_ids"]) for f in features)``."""
-    if facts.qualified_name(call.func) in SEQUENCE_PADDERS:
+def _pads_to_longest(call: cst.Call, facts: ScriptFacts, scope: tuple[str, ...]) -> bool:
+    """``pad_sequence(...)``, or ``max(len(f["input_ids"]) for f in features)``, in the function
+    ``scope`` names."""
+    if facts.qualified_name(call.func, scope) in SEQUENCE_PADDERS:
         return True
-    return facts.is_builtin(call.func, "max") and any(
-        isinstance(inner, cst.Call) and facts.is_builtin(inner.func, "len")
+    return facts.is_builtin(call.func, "max", scope) and any(
+        isinstance(inner, cst.Call) and facts.is_builtin(inner.func, "len", scope)
         for arg in call.args
         for inner in nodes_in(arg.value)
     )
 
 
-def _zips_samples(value: cst.BaseExpression) -> bool:
-    """``tuple(zip(*batch))`` or ``list(zip(*batch))``."""
-    if not (
-        isinstance(value, cst.Call) and builtin_named(value.func, None) in ("tuple", "list") and len(value.args) == 1
-    ):
+def _zips_samples(value: cst.BaseExpression, builtin: BuiltinOf) -> bool:
+    """``tuple(zip(*batch))`` or ``list(zip(*batch))``, the builtins (``builtin`` answers where
+    ``value`` stands)."""
+    if not (isinstance(value, cst.Call) and builtin(value.func) in ("tuple", "list") and len(value.args) == 1):
         return False
     inner = value.args[0].value
     return (
         isinstance(inner, cst.Call)
-        and is_builtin(inner.func, "zip", None)
+        and builtin(inner.func) == "zip"
         and len(inner.args) == 1
         and inner.args[0].star == "*"
     )

@@ -250,7 +250,7 @@ class EvalLoopRewriter(RuleTransformer):
             + (" (each process's batches without the padding of the last round)" if self._runtime_target else ""),
         )
         loader = dotted(iterated(original.iter, through_any_call=True))
-        if batches_counted(scope, loader):
+        if batches_counted(scope, loader, self.builtin):
             self.report(
                 original,
                 MEAN_OF_BATCHES,
@@ -269,14 +269,12 @@ class EvalLoopRewriter(RuleTransformer):
         function = next((n for n in reversed(self._anchors) if isinstance(n, cst.FunctionDef)), None)
         if function is None or function.name.value in (self.facts.main_function, self.facts.creating_function):
             return False
-        plan = plan_of(self.facts)
-        if name in plan.evaluation_preparations.get(function.name.value, ()):
-            return False  # built once training is over: the plan prepares it where it is built
         owner = next((n for n in reversed(self._anchors) if isinstance(n, cst.ClassDef)), None)
-        if owner is not None and name in plan.method_preparations.get(owner.name.value, {}).get(
-            function.name.value, ()
-        ):
-            return False  # a training class's method prepares the loader it builds
+        # An evaluation helper called once training is over, or a training class's method: the
+        # plan prepares the loader where it is built.
+        owner_name = owner.name.value if owner is not None else None
+        if name in plan_of(self.facts).built_and_prepared_by(function.name.value, owner_name):
+            return False
         where = self.facts.origins.site(function)
         return (
             where is not None
@@ -366,12 +364,12 @@ class EvalLoopRewriter(RuleTransformer):
         statement, outputs = forward
         # ``input, target = batch[0], batch[1]``: names unpacked from the batch are per-sample
         # too, and what the outputs are compared with must be gathered with them.
-        unpacked = unpacked_from(statements, statement, batch)
+        unpacked = unpacked_from(statements, statement, batch, self.builtin)
         batch = (*batch, *unpacked.tensors)
         after = statements_after(statements, statement)
         plan = plan_gather(outputs, batch, after, lambda: self._taken_names)
         read_after = variables_read(*after)
-        lists = per_sample_lists(original, statements, batch, self._zipped_loaders)
+        lists = per_sample_lists(original, statements, batch, self._zipped_loaders, self.builtin)
         if self._python_values_reported(original, statement, unpacked, plan, read_after, lists):
             return None
         recomputed = _recomputed(unpacked, read_after)
@@ -472,7 +470,7 @@ class EvalLoopRewriter(RuleTransformer):
             )
             return True
         positions = batch_positions(after, set(plan.names) | set(batch), self.facts)
-        stored = stored_by_batch_index(after, enumerate_index(original), set(plan.names))
+        stored = stored_by_batch_index(after, enumerate_index(original, self.builtin), set(plan.names))
         if stored is not None and plan.gathered:
             # ``preds[i * bs:(i + 1) * bs] = logits...``: after the gather each step holds one
             # batch of every process, N times the rows the slice has room for.
@@ -514,7 +512,7 @@ class EvalLoopRewriter(RuleTransformer):
     ) -> None:
         """``n, _ = x.shape`` before the forward is this process's batch size, a Python number
         the gather cannot reach: a sum of it after the gather counts this process's samples only."""
-        for size, sum_target in sizes_summed_after(statements, forward, set(batch)):
+        for size, sum_target in sizes_summed_after(statements, forward, set(batch), self.builtin):
             if size in unpacked.recomputed:
                 continue  # counted again from the gathered rows
             first = plan.names[0]
@@ -539,7 +537,9 @@ class EvalLoopRewriter(RuleTransformer):
         if gather.object_lists:
             gather_lines = [gather_objects_statement(name, self.facts) for name in gather.object_lists]
         else:
-            gather_lines = gather_statements(plan, maybe_objects(original, gather.batch, plan), self.facts)
+            gather_lines = gather_statements(
+                plan, maybe_objects(original, gather.batch, plan, self.builtin), self.facts
+            )
         report_summed_batch_means(self, original)
         self._metric_updates.note(self, statements_after(statements, gather.forward), plan)
         gather_lines += [
@@ -554,7 +554,7 @@ class EvalLoopRewriter(RuleTransformer):
             # Its comments move with it.
             body = [line for line in body if id(line) not in summed_counts]
             gather_lines += [line for line, _ in summed_counts.values()]
-        return insert_after(body, gather.forward, gather_lines, plan, self.facts)
+        return insert_after(body, gather.forward, gather_lines, plan, self)
 
     def _report_gathered(self, original: cst.For, plan: GatherPlan) -> None:
         """The gather made, and what of the loader's batches it cannot make right."""

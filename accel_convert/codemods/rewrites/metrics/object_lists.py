@@ -12,7 +12,7 @@ import libcst as cst
 from accel_convert.codemods.engine.accelerator_code import accelerator_call
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.iteration import iterated
-from accel_convert.codemods.engine.names import builtin_named
+from accel_convert.codemods.engine.names import BuiltinOf
 from accel_convert.codemods.engine.syntax import dotted, nodes_in, root_name
 from accel_convert.codemods.engine.torch_names import LIST_GROWING_METHODS
 from accel_convert.codemods.model.locality import adds_up
@@ -25,7 +25,11 @@ _CONTAINER_FUNCTIONS = frozenset({"zip", "list", "enumerate", "tuple"})
 
 
 def per_sample_lists(
-    loop: cst.For, statements: Sequence[cst.BaseStatement], batch: tuple[str, ...], zipped_loaders: set[str]
+    loop: cst.For,
+    statements: Sequence[cst.BaseStatement],
+    batch: tuple[str, ...],
+    zipped_loaders: set[str],
+    builtin: BuiltinOf,
 ) -> set[str]:
     """Names holding a list (or tuple) of per-sample objects, not a batch tensor: the batch
     of a loader whose ``collate_fn`` returns ``tuple(zip(*batch))`` (torchvision's detection
@@ -39,7 +43,7 @@ def per_sample_lists(
             continue
         name = dotted(node.targets[0].target)
         value = node.value
-        if isinstance(value, cst.Call) and builtin_named(value.func, None) in ("list", "tuple") and value.args:
+        if isinstance(value, cst.Call) and builtin(value.func) in ("list", "tuple") and value.args:
             value = value.args[0].value
         if (
             name is not None
@@ -50,7 +54,7 @@ def per_sample_lists(
     return found
 
 
-def maybe_objects(loop: cst.For, batch: tuple[str, ...], plan: GatherPlan) -> set[str]:
+def maybe_objects(loop: cst.For, batch: tuple[str, ...], plan: GatherPlan, builtin: BuiltinOf) -> set[str]:
     """Batch values the loop reads only as containers (``ids`` in ``all_ids.extend(ids)``,
     ``zip(batch["id"], preds)``, ``names += paths``), never as a tensor (no method or attribute,
     no operator, no other call): the default collate makes a list of a batch of strings, and
@@ -68,7 +72,7 @@ def maybe_objects(loop: cst.For, batch: tuple[str, ...], plan: GatherPlan) -> se
     if not candidates:
         return set()
     nodes = list(nodes_in(loop.body))
-    container_uses = {id(argument) for node in nodes for argument in _taken_as_containers(node)}
+    container_uses = {id(argument) for node in nodes for argument in _taken_as_containers(node, builtin)}
     found: set[str] = set()
     for expression, name in candidates:
         uses = [node for node in nodes if type(node) is type(expression) and node.deep_equals(expression)]
@@ -77,13 +81,13 @@ def maybe_objects(loop: cst.For, batch: tuple[str, ...], plan: GatherPlan) -> se
     return found
 
 
-def _taken_as_containers(node: cst.CSTNode) -> list[cst.BaseExpression]:
+def _taken_as_containers(node: cst.CSTNode, builtin: BuiltinOf) -> list[cst.BaseExpression]:
     """The values ``node`` takes as containers of items: the arguments of ``x.append(...)``,
     ``zip(...)``..., what ``+=`` adds, what a ``for`` runs over."""
     if isinstance(node, cst.Call):
         func = node.func
         if (isinstance(func, cst.Attribute) and func.attr.value in LIST_GROWING_METHODS) or (
-            builtin_named(func, None) in _CONTAINER_FUNCTIONS
+            builtin(func) in _CONTAINER_FUNCTIONS
         ):
             return [arg.value for arg in node.args if arg.keyword is None and not arg.star]
         return []

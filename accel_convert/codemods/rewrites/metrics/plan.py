@@ -14,13 +14,13 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_call
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.names import is_builtin
+from accel_convert.codemods.engine.names import BuiltinOf
 from accel_convert.codemods.engine.positions import reanchor
 from accel_convert.codemods.engine.syntax import (
     dotted,
     expression_code,
 )
-from accel_convert.codemods.engine.transformers import TargetedTransformer
+from accel_convert.codemods.engine.transformers import RuleTransformer, TargetedTransformer
 from accel_convert.codemods.engine.walk import walk
 
 #: Attributes of model outputs that are one number per batch, not one row per sample.
@@ -198,8 +198,10 @@ class _ExpressionReplacer(TargetedTransformer):
     A targeted transformer without origins: it walks everything but rebuilds only what changed,
     so that ``reanchor`` skips every statement it left as it was."""
 
-    def __init__(self, plan: GatherPlan, batch_size_expr: str | None) -> None:
+    def __init__(self, plan: GatherPlan, batch_size_expr: str | None, builtin: BuiltinOf) -> None:
         super().__init__(None)
+        #: What a name denotes where the loop stands (``range`` the builtin).
+        self.builtin = builtin
         self.replacements = [
             (expr, name) for expr, name in zip(plan.gathered, plan.names) if not isinstance(expr, cst.Name)
         ]
@@ -225,7 +227,7 @@ class _ExpressionReplacer(TargetedTransformer):
         if (
             self.batch_size_expr
             and self.rows is not None
-            and is_builtin(func, "range", None)
+            and self.builtin(func) == "range"
             and len(updated_node.args) == 1
             and dotted(updated_node.args[0].value) == self.batch_size_expr
         ):
@@ -249,10 +251,12 @@ def insert_after(
     forward: cst.CSTNode,
     gather_lines: list[cst.SimpleStatementLine],
     plan: GatherPlan,
-    facts: ScriptFacts,
+    rule: RuleTransformer,
 ) -> list[cst.BaseStatement]:
-    """The loop body with the gather line after the forward and later reads rewritten."""
-    replacer = _ExpressionReplacer(plan, facts.batch_size_expr)
+    """The loop body with the gather line after the forward and later reads rewritten (``rule``:
+    the walk at the loop, which answers what its names are)."""
+    facts = rule.facts
+    replacer = _ExpressionReplacer(plan, facts.batch_size_expr, rule.builtin)
     state = {"inserted": False}
 
     def rewrite(block: list) -> list:
