@@ -61,3 +61,11 @@ def callers_of_imported_accelerator_users(facts: ScriptFacts) -> set[str]:
         return set()
     takers = set(seeds.accelerator_parameter_index())
     return {caller for caller, callees in facts.call_graph.items() if callees & takers}
+
+
+def builds_program_model(facts: FactQuestions, func: cst.BaseExpression, scope: ScopeKey = ()) -> bool:
+    """Whether a call of ``func`` builds a model of a class another module of the program defines
+    (``Net()`` after ``from nets import Net``, ``nets.Net()``; by qualified name, re-exports
+    followed): a model there as the module's own classes are. False for a script alone."""
+    seeds = facts.program
+    return seeds is not None and bool(seeds.model_classes) and program_callee(facts, func, scope) in seeds.model_classes

@@ -88,6 +88,20 @@ class ProgramModule:
     calls: list[CrossCall] = field(default_factory=list)
 
 
+def _program_base(
+    base: cst.BaseExpression, names: NameTable, relative: dict[str, str], aliases: dict[str, str], module: str
+) -> str:
+    """The qualified name of a class's ``base`` as module ``module`` names it: imported (by a
+    relative import too), or a class of the module itself; a re-export followed to its definition."""
+    written = dotted(base) or ""
+    head, _, rest = written.partition(".")
+    if head in relative:
+        found = f"{relative[head]}.{rest}" if rest else relative[head]
+    else:
+        found = names.qualified_name(base, (), strict=False) or f"{module}.{written}"
+    return aliases.get(found, found)
+
+
 def _follow(name: str, aliases: dict[str, str]) -> str:
     """Where a chain of re-exports ends (a cycle ends where it would repeat)."""
     seen = {name}
@@ -175,6 +189,7 @@ class Program:
         aliases = tuple(sorted(self.aliases().items()))
         python_outputs = self._python_outputs()
         backward_helpers = self._backward_helper_classes()
+        models = self._model_classes(dict(aliases))
         seeds = {
             name: ProgramSeeds(
                 library=name != self.entry,
@@ -183,6 +198,7 @@ class Program:
                 aliases=aliases,
                 python_outputs=python_outputs,
                 backward_helper_classes=backward_helpers,
+                model_classes=models,
             )
             for name, shape in self.shapes.items()
         }
@@ -222,6 +238,29 @@ class Program:
             for node in module.module.body
             if isinstance(node, cst.ClassDef) and defines_backward(node)
         )
+
+    def _model_classes(self, aliases: dict[str, str]) -> frozenset[str]:
+        """Every module-level class of the program deriving from a ``torch.nn`` module, by
+        qualified name: directly, or through a base that is such a class of the program (named
+        as its module imports it, a re-export followed to where it is defined)."""
+        bases: dict[str, set[str]] = {}
+        for name, module in self.modules.items():
+            classes = [node for node in module.module.body if isinstance(node, cst.ClassDef)]
+            if not classes:
+                continue
+            names = collect_names(module.module)
+            relative = self.shapes[name].relative
+            for node in classes:
+                bases[f"{name}.{node.name.value}"] = {
+                    _program_base(base.value, names, relative, aliases, name) for base in node.bases
+                }
+        found = {cls for cls, named in bases.items() if any(base.startswith("torch.nn.") for base in named)}
+        grown = True
+        while grown:
+            more = {cls for cls, named in bases.items() if named & found} - found
+            found |= more
+            grown = bool(more)
+        return frozenset(found)
 
     def _home_module(self, seeds: dict[str, ProgramSeeds]) -> str:
         """The entry script, unless it builds nothing to train (no model, optimizer or loader,

@@ -131,6 +131,10 @@ class ProgramSeeds:
     #: Program-wide: classes (qualified) keeping a file open for writing (a CSV logger of
     #: ``utils/logger.py``): an instance built in another module is created on the main process only.
     file_logger_classes: frozenset[str] = frozenset()
+    #: Program-wide: classes (qualified) deriving from a ``torch.nn`` module, directly or through
+    #: other classes of the program (``nets.mlp.Net``): an instance another module builds is a
+    #: model there as one of its own classes would be (``final = Net()`` built after training).
+    model_classes: frozenset[str] = frozenset()
 
     def roles(self) -> dict[str, frozenset[str]]:
         return dict(self.parameter_roles)

@@ -10,6 +10,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.devices import chooses_device, constructed
 from accel_convert.codemods.engine.facts import FactsDraft
+from accel_convert.codemods.engine.imported_calls import builds_program_model
 from accel_convert.codemods.engine.syntax import (
     argument_for,
     dotted,
@@ -237,7 +238,11 @@ def _models_called_on_batches(a: Analysis) -> set[str]:
         if not isinstance(value, cst.Call):
             continue
         qualified = a.r.names.qualified_name(value.func, assign.scope, strict=False) or ""
-        if dotted(value.func) in classes or is_model_constructor(qualified):
+        if (
+            dotted(value.func) in classes
+            or is_model_constructor(qualified)
+            or builds_program_model(a.facts, value.func, assign.scope)
+        ):
             built.update((assign.scope, target) for target in assign.targets)
     if not built:
         return set()
