@@ -640,7 +640,7 @@ def _placement(a: Analysis) -> Placement:
         rest = statements[_training_start(statements, home_lines, a) :]
         before[block], after[block] = handing.prepares(block, rest, built, rebuilt)
     moves = _rebuilt_models_to_move(a, homes, home_lines, built)
-    reached = _called_where_the_accelerator_exists(a, homes, home_lines)
+    reached = _called_where_the_accelerator_exists(a, homes, home_lines) | _library_evaluations(a)
     evaluations = _evaluation_preparations(a, reached)
     moves.update(_models_evaluated_in(a, reached, evaluations))
     moves.update(_models_evaluated_in_methods(a))
@@ -1075,6 +1075,27 @@ def _called_where_the_accelerator_exists(
         for function in candidates
         if (sites := facts.call_sites.get(function, ()))
         and all(any(first <= site.line <= last for first, last in spans) for site in sites)
+    )
+
+
+def _library_evaluations(a: Analysis) -> frozenset[str]:
+    """For a library of a program: its functions the accelerator reaches (every call of them, from
+    another module or this one, is made where the accelerator exists) that loop over a loader they
+    build themselves (``evaluation.evaluate_on_val`` called in the entry's epoch loop, building
+    ``DataLoader(val_set)``): as for a helper of the home module, the loader is prepared where it
+    is built. Not a function training, nor one building loaders it only returns (a factory)."""
+    facts = a.facts
+    if facts.home_kind != "library":
+        return frozenset()
+    others = facts.training_functions | facts.backward_functions
+    looped = {(loop.function, loop.iterated) for loop in a.r.loops}
+    built = {
+        (assign.function, target) for assign in a.r.assigns for target in assign.targets if target in facts.loaders
+    }
+    return frozenset(
+        function
+        for function in (set(a.r.defs) & facts.accessible_functions) - others
+        if any((function, name) in looped for owner, name in built if owner == function)
     )
 
 
