@@ -598,16 +598,19 @@ def _take_batch_data(a: Analysis, by_function: dict[str, set[str]]) -> None:
     a.facts.batch_names = {name for names in by_function.values() for name in names}
 
 
-@provider(needs=("plan", "loader_loops"), refines=("batch_names_by_function", "batch_names"))
+@provider(needs=("plan", "loader_loops", "method_prepare"), refines=("batch_names_by_function", "batch_names"))
 def planned_evaluation_batches(a: Analysis) -> None:
     """The targets of loops over a loader the plan prepares where an evaluation helper builds it
-    (``ConversionPlan.evaluation_preparations``): batch names of that helper, as the home
-    block's are (``prepare`` puts its batches on the device, so their moves go)."""
+    (``ConversionPlan.evaluation_preparations``), or where a training class's method builds it
+    (``Validator.run`` building ``loader = DataLoader(self.val_set)``): batch names of that
+    helper or method, as the home block's are (``prepare`` puts its batches on the device, so
+    their moves go, in the first conversion as in a second one reading the written prepare)."""
     plan = a.facts.plan
     preparations = plan.evaluation_preparations if isinstance(plan, ConversionPlan) else {}
     by_function = a.facts.batch_names_by_function
     for loop, loaders in a.loader_loops:
-        if loaders & set(preparations.get(loop.function, ())):
+        in_method = a.method_prepare.get(loop.function, {}).get(loop.method, ()) if loop.method else ()
+        if loaders & {*preparations.get(loop.function, ()), *in_method}:
             by_function.setdefault(loop.function, set()).update(loop.targets)
     _take_batch_data(a, by_function)
 
