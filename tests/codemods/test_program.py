@@ -837,3 +837,142 @@ def test_a_python_value_returned_by_a_model_class_of_another_module_is_not_gathe
     outcome = convert_program(modules(train=alone), "train", Options())["train"]
     assert "gather_for_metrics" not in outcome.module.code
     assert any(change.code == "ACC946" for change in outcome.changes)
+
+
+LATE_MODEL_BASE = """\
+import torch.nn as nn
+
+
+class Base(nn.Module):
+    pass
+
+
+class Settings:
+    pass
+"""
+
+LATE_MODEL_NETS = """\
+from .base import Base
+
+
+class Net(Base):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+"""
+
+LATE_MODEL_TRAIN = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from nets import Net
+
+
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    train_loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,))), batch_size=4)
+    test_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,))), batch_size=4)
+    model = Net().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in train_loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    torch.save(model.state_dict(), "model.pt")
+    final = Net()
+    final.load_state_dict(torch.load("model.pt"))
+    correct = 0
+    with torch.no_grad():
+        for x, y in test_loader:
+            correct += (final(x).argmax(1) == y).sum().item()
+    print(correct)
+"""
+
+
+def test_the_model_classes_of_a_program_are_known_by_qualified_name_through_bases_and_re_exports() -> None:
+    program = Program(
+        modules(
+            train=LATE_MODEL_TRAIN,
+            nets__init="from .mlp import Net\n",
+            nets__mlp=LATE_MODEL_NETS,
+            nets__base=LATE_MODEL_BASE,
+        ),
+        "train",
+    )
+    seeds = program.plan()
+    # Net derives from a torch module through Base, a class of another module of the package;
+    # Settings is a plain class.
+    assert seeds["train"].model_classes == frozenset({"nets.base.Base", "nets.mlp.Net"})
+
+
+def test_a_model_built_after_training_from_a_class_of_another_module_is_moved_and_gathered() -> None:
+    sources = {"nets__init": "from .mlp import Net\n", "nets__mlp": LATE_MODEL_NETS, "nets__base": LATE_MODEL_BASE}
+    code = converted("train", train=LATE_MODEL_TRAIN, **sources)["train"]
+    assert "    final.to(accelerator.device)\n" in code
+    assert "output, y = accelerator.gather_for_metrics((output, y))" in code
+    # Named through its module (``import nets`` then ``nets.Net()``) the class is the same one.
+    through_module = LATE_MODEL_TRAIN.replace("from nets import Net\n", "import nets\n").replace("Net()", "nets.Net()")
+    code = converted("train", train=through_module, **sources)["train"]
+    assert "    final.to(accelerator.device)\n" in code
+    assert "accelerator.gather_for_metrics" in code
+    # A class of the program that is no torch module builds no model to move.
+    plain = {**sources, "nets__mlp": LATE_MODEL_NETS.replace("(Base)", "(object)")}
+    assert "final.to(accelerator.device)" not in converted("train", train=LATE_MODEL_TRAIN, **plain)["train"]
+
+
+EVALUATION_HELPER = """\
+import torch
+from torch.utils.data import DataLoader
+
+
+def evaluate_on_val(model, val_set):
+    loader = DataLoader(val_set, batch_size=4)
+    correct = 0
+    with torch.no_grad():
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+    return correct
+
+
+def make_loader(val_set):
+    return DataLoader(val_set, batch_size=4)
+"""
+
+EVALUATED_EACH_EPOCH = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from evaluation import evaluate_on_val, make_loader
+
+
+def main():
+    train_loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,))), batch_size=4)
+    val_set = TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,)))
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        print(evaluate_on_val(model, val_set))
+    extra = make_loader(val_set)
+"""
+
+
+def test_an_evaluation_helper_of_another_module_prepares_the_loader_it_builds_where_the_accelerator_is() -> None:
+    code = converted("train", train=EVALUATED_EACH_EPOCH, evaluation=EVALUATION_HELPER)
+    helper = code["evaluation"]
+    assert "def evaluate_on_val(model, val_set, accelerator):" in helper
+    assert "    loader = accelerator.prepare(loader)\n" in helper
+    assert "accelerator.gather_for_metrics" in helper
+    # A factory returning the loader it builds is not where its loader is prepared.
+    assert "def make_loader(val_set):\n    return DataLoader(val_set, batch_size=4)\n" in helper
+    # Also called where no accelerator is (a function outside the training), it reads its loader whole.
+    elsewhere = EVALUATED_EACH_EPOCH + "\n\ndef check(model, val_set):\n    evaluate_on_val(model, val_set)\n"
+    helper = converted("train", train=elsewhere, evaluation=EVALUATION_HELPER)["evaluation"]
+    assert "accelerator.prepare" not in helper

@@ -1087,16 +1087,10 @@ def _library_evaluations(a: Analysis) -> frozenset[str]:
     facts = a.facts
     if facts.home_kind != "library":
         return frozenset()
-    others = facts.training_functions | facts.backward_functions
+    candidates = (set(a.r.defs) & facts.accessible_functions) - facts.training_functions - facts.backward_functions
     looped = {(loop.function, loop.iterated) for loop in a.r.loops}
-    built = {
-        (assign.function, target) for assign in a.r.assigns for target in assign.targets if target in facts.loaders
-    }
-    return frozenset(
-        function
-        for function in (set(a.r.defs) & facts.accessible_functions) - others
-        if any((function, name) in looped for owner, name in built if owner == function)
-    )
+    built = {(assign.function, target) for assign in a.r.assigns for target in assign.targets}
+    return frozenset(function for function, name in built & looped if function in candidates and name in facts.loaders)
 
 
 def _evaluation_preparations(a: Analysis, reached: AbstractSet[str]) -> dict[str, tuple[str, ...]]:
