@@ -223,7 +223,9 @@ class ConversionPlan:
     #: loop, ``validate(model)`` in the epoch loop), or by a training class's methods → the
     #: loaders of ``to_prepare`` it builds: each is prepared where it is built (at each call), so
     #: its evaluation is sharded and gathered as the home block's is, not read whole by every
-    #: process.
+    #: process. In a library of a program, a function the accelerator reaches (every call of it
+    #: made where the accelerator exists, in any module) looping over a loader it builds:
+    #: ``evaluation.evaluate_on_val`` called in the entry's epoch loop or for a baseline.
     evaluation_preparations: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     #: Module-level function the accelerator does not reach → the models it names that no
     #: ``prepare`` can have wrapped (an inference path building its own model): nothing to unwrap.
