@@ -37,6 +37,8 @@ from accel_convert.codemods.rewrites.device.state import DEVICE, GPU_INDEX_PASSE
 
 #: Builtins that only show or convert a value: the GPU index given to them names no device.
 SHOWING_BUILTINS = frozenset({"print", "str", "int", "repr"})
+#: Library functions that only show a value.
+SHOWING_FUNCTIONS = frozenset({"rich.print", "pprint.pprint", "logging.info", "logging.debug", "logging.warning"})
 #: Methods that only show a value (a logger's, a progress bar's, ``accelerator.print``), called
 #: on objects the converter has no qualified name for: known by their name alone.
 SHOWING_METHODS = frozenset({"print", "info", "debug", "warning", "error", "log", "write", "set_description"})
@@ -174,6 +176,7 @@ class FixedGpus(DeviceWalkState):
             not indices
             or any(self.device_choices)  # spells the device a call around it makes
             or self.builtin(call.func) in SHOWING_BUILTINS
+            or self.qualified_name(call.func) in SHOWING_FUNCTIONS
             or (isinstance(call.func, cst.Attribute) and call.func.attr.value in SHOWING_METHODS)
             or self.qualified_name(call.func) == "torch.cuda.set_device"
             or (seeds is not None and program_callee(self.facts, original.func, self.scope) in seeds.gpu_index_callees)
