@@ -186,19 +186,12 @@ def _examples_section(doc: CodeDoc) -> list[str]:
     return lines
 
 
-def _leaves_alone_section(doc: CodeDoc, owner: str) -> list[str]:
+def _leaves_alone_section(doc: CodeDoc) -> list[str]:
     leaves = [example for example in doc.examples if example.leaves_alone]
     lines = ["## What it leaves alone", ""]
-    if not leaves and owner != doc.code and not doc.fixed:
-        # tests/codemods/test_rule_examples.py checks that the rule's own examples report none
-        # of its other codes.
-        return [
-            *lines,
-            f"`{doc.code}` is not reported on the scripts its rule converts: see the [{owner} examples]({owner}.md#examples).",
-            "",
-        ]
     if not leaves:
-        return [*lines, "This code has no example of what it leaves alone yet.", ""]
+        # tests/codemods/test_rule_examples.py requires one for every code.
+        raise ValueError(f"{doc.code}: no example of what it leaves alone (Example(leaves_alone=True))")
     untouched = "is not reported and rewrites nothing" if doc.fixed else "is not reported"
     lines += [f"Scripts on which `{doc.code}` {untouched}.", ""]
     for number, example in enumerate(leaves, 1):
@@ -219,7 +212,7 @@ def code_page(doc: CodeDoc, owner: str, source: str, why: str, siblings: list[st
         lines += [f"Other codes of the same rule: {others}.", ""]
     lines += _why_lines(doc, owner, why)
     lines += _examples_section(doc)
-    lines += _leaves_alone_section(doc, owner)
+    lines += _leaves_alone_section(doc)
     if doc.fix:
         lines += ["## How to fix", "", markdown_prose(doc.fix), ""]
     lines += ["[All codes](index.md)", ""]

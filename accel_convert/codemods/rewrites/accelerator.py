@@ -377,6 +377,42 @@ class Accelerator(Rule):
             """,
             leaves_alone=True,
         ),
+        Example(
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Logger:
+                    def __init__(self, name):
+                        self.name = name
+
+                    def log(self, text):
+                        print(f"[{self.name}] {text}")
+
+
+                logger = Logger("run")
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--no-cuda", action="store_true")
+                args = parser.parse_args()
+                device = torch.device("cuda" if torch.cuda.is_available() and not args.no_cuda else "cpu")
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                model = nn.Linear(8, 1).to(device)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for data, target in loader:
+                    data, target = data.to(device), target.to(device)
+                    optimizer.zero_grad()
+                    loss = nn.functional.mse_loss(model(data), target)
+                    loss.backward()
+                    optimizer.step()
+                    logger.log(f"loss {loss.item():.3f}")
+            """,
+            code="ACC937",
+            leaves_alone=True,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

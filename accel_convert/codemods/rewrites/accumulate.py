@@ -189,6 +189,36 @@ class AccumulateCodemod(Rule):
                     main()
             """,
         ),
+        Example(
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--accum-steps", type=int, default=4)
+                    args = parser.parse_args()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for i, (data, target) in enumerate(loader):
+                        loss = nn.functional.mse_loss(model(data), target) / args.accum_steps
+                        loss.backward()
+                        if (i + 1) % args.accum_steps == 0:
+                            optimizer.step()
+                            optimizer.zero_grad()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            code="ACC912",
+            leaves_alone=True,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

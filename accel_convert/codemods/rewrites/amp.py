@@ -265,6 +265,33 @@ class AmpCodemod(Rule):
                     main()
             """,
         ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    scaler = torch.cuda.amp.GradScaler()
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        with torch.autocast(device_type="cuda", dtype=torch.float16):
+                            loss = nn.functional.mse_loss(model(data), target)
+                        scaler.scale(loss).backward()
+                        scaler.step(optimizer)
+                        scaler.update()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            code="ACC911",
+            leaves_alone=True,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

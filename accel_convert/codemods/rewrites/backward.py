@@ -208,6 +208,36 @@ class Backward(Rule):
                     main()
             """,
         ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Steps:
+                    @staticmethod
+                    def loss(model, data, target):
+                        return nn.functional.mse_loss(model(data), target)
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = Steps.loss(model, data, target)
+                        loss.backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            code="ACC904",
+            leaves_alone=True,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

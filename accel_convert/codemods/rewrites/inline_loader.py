@@ -209,6 +209,33 @@ class InlineLoader(Rule):
                     main()
             """,
         ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def train(model, loader, optimizer):
+                    for x, y in loader:
+                        optimizer.zero_grad()
+                        nn.functional.mse_loss(model(x), y).backward()
+                        optimizer.step()
+
+
+                def main():
+                    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+                    model = nn.Linear(4, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    train(model, DataLoader(data, batch_size=8, shuffle=True), optimizer)
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            code=UNREACHABLE,
+            leaves_alone=True,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

@@ -324,6 +324,34 @@ class LoaderDict(Rule):
                     main()
             """,
         ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                image_datasets = {x: TensorDataset(torch.randn(10, 4), torch.randint(0, 2, (10,))) for x in ["train", "val"]}
+                dataloaders = {x: DataLoader(image_datasets[x], batch_size=4) for x in ["train", "val"]}
+                model = nn.Linear(4, 2)
+                criterion = nn.CrossEntropyLoss()
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for phase in ["train", "val"]:
+                    running_corrects = 0
+                    for inputs, labels in dataloaders[phase]:
+                        optimizer.zero_grad()
+                        with torch.set_grad_enabled(phase == "train"):
+                            outputs = model(inputs)
+                            loss = criterion(outputs, labels)
+                            if phase == "train":
+                                loss.backward()
+                                optimizer.step()
+                        running_corrects += (outputs.argmax(1) == labels).sum().item()
+                    print(phase, running_corrects / len(image_datasets[phase]))
+            """,
+            code=SUMS_NOT_GATHERED,
+            leaves_alone=True,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

@@ -297,6 +297,39 @@ class OomRetryCodemod(Rule):
             """,
             leaves_alone=True,
         ),
+        Example(
+            before="""
+                import argparse
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--batch-size", type=int, default=64)
+                    args = parser.parse_args()
+                    dataset = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+                    loader = DataLoader(dataset, batch_size=args.batch_size, drop_last=True)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        output = model(data)
+                        loss = nn.functional.mse_loss(output, target)
+                        loss.backward()
+                        optimizer.step()
+                    print(output[0])
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            code="ACC917",
+            oom_retry=True,
+            leaves_alone=True,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

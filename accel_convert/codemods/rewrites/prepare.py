@@ -949,6 +949,31 @@ class Prepare(Rule):
                     main()
             """,
         ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def train(model, loader):
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        nn.functional.mse_loss(model(data), target).backward()
+                        optimizer.step()
+
+
+                torch.manual_seed(0)
+                loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                student = nn.Linear(8, 1)
+                train(student, loader)
+                wider = nn.Sequential(nn.Linear(8, 4), nn.ReLU(), nn.Linear(4, 1))
+                train(wider, loader)
+            """,
+            code=UNPREPARED_MODEL,
+            leaves_alone=True,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

@@ -193,6 +193,32 @@ class RankDependentBreak(Rule):
             """,
             leaves_alone=True,
         ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for step, (data, target) in enumerate(loader):
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                        if step == 5:
+                            break
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            code=REPORTED_CODE,
+            leaves_alone=True,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

@@ -602,6 +602,39 @@ class SideEffectsCodemod(Rule):
             """,
             leaves_alone=True,
         ),
+        Example(
+            before="""
+                import matplotlib.pyplot as plt
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def plot(losses, path):
+                    plt.plot(losses)
+                    plt.savefig(path)
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    losses = []
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                        losses.append(loss.item())
+                    plot(losses, "losses.png")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            code="ACC916",
+            leaves_alone=True,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

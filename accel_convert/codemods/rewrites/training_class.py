@@ -605,6 +605,37 @@ class TrainingClass(Rule):
                     main()
             """,
         ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Solver:
+                    def __init__(self, lr):
+                        self.lr = lr
+                        self.loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                        self.net = nn.Linear(8, 1)
+                        self.opt = torch.optim.SGD(self.net.parameters(), lr=self.lr)
+
+                    def train(self):
+                        for data, target in self.loader:
+                            self.opt.zero_grad()
+                            nn.functional.mse_loss(self.net(data), target).backward()
+                            self.opt.step()
+
+
+                def main():
+                    Solver(0.1).train()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            code=BUILT_OUTSIDE_INIT,
+            leaves_alone=True,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

@@ -31,7 +31,7 @@ from accel_convert.codemods.engine.torch_names import DEVICE_AVAILABILITY
 from accel_convert.codemods.engine.transformers import RuleTransformer
 from accel_convert.codemods.engine.walk import walk
 
-#: Calls through which a function may read any of its variables by name.
+#: Builtins through which a function may read any of its variables by name.
 READS_EVERY_LOCAL = frozenset({"locals", "vars", "eval", "exec"})
 
 
@@ -185,10 +185,10 @@ class _DropUnusedDevice(RuleTransformer):
         # A GPU index read from settings: its moves now take the accelerator's device.
         return name if name in self.facts.gpu_index_values and held_name(value) is not None else None
 
-    @staticmethod
-    def _still_read(name: str, others: Sequence[cst.CSTNode]) -> bool:
+    def _still_read(self, name: str, others: Sequence[cst.CSTNode]) -> bool:
         mentioned = _names(others)
-        return name in mentioned or bool(mentioned & READS_EVERY_LOCAL)
+        # The builtins, not the script's own ``eval`` (an evaluation function) of the same name.
+        return name in mentioned or any(self.builtin(cst.Name(word)) for word in mentioned & READS_EVERY_LOCAL)
 
 
 def _leading_lines(statement: cst.BaseStatement) -> list[cst.EmptyLine]:

@@ -658,6 +658,71 @@ class CheckpointCodemod(Rule):
                     main()
             """,
         ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                def save_checkpoint(state, filename):
+                    torch.save(state, filename)
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                    save_checkpoint(model.state_dict(), "model.pt")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            code="ACC914",
+            leaves_alone=True,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Regressor(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.net = nn.Linear(8, 1)
+
+                    def forward(self, x):
+                        return self.net(x)
+
+                    def compute_loss(self, output, target):
+                        return nn.functional.mse_loss(output, target)
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = Regressor()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        model.compute_loss(model(data), target).backward()
+                        optimizer.step()
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            code="ACC921",
+            target="accelerate",
+            leaves_alone=True,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:

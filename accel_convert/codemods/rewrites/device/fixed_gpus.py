@@ -35,10 +35,13 @@ from accel_convert.codemods.engine.syntax import dotted, expression, expression_
 from accel_convert.codemods.engine.walk import module_nodes
 from accel_convert.codemods.rewrites.device.state import DEVICE, GPU_INDEX_PASSED_ON, DeviceWalkState
 
-#: Calls that only show or convert a value: the GPU index given to them names no device.
-SHOWING_CALLS = frozenset(
-    {"print", "str", "int", "repr", "info", "debug", "warning", "error", "log", "write", "set_description"}
-)
+#: Builtins that only show or convert a value: the GPU index given to them names no device.
+SHOWING_BUILTINS = frozenset({"print", "str", "int", "repr"})
+#: Library functions that only show a value.
+SHOWING_FUNCTIONS = frozenset({"rich.print", "pprint.pprint", "logging.info", "logging.debug", "logging.warning"})
+#: Methods that only show a value (a logger's, a progress bar's, ``accelerator.print``), called
+#: on objects the converter has no qualified name for: known by their name alone.
+SHOWING_METHODS = frozenset({"print", "info", "debug", "warning", "error", "log", "write", "set_description"})
 
 
 class FixedGpus(DeviceWalkState):
@@ -167,13 +170,14 @@ class FixedGpus(DeviceWalkState):
         for its tensors?) is not visible here; left, and reported. A function of another module
         of the program that takes the index as a device follows it there (``engine.validate(model,
         loader, args.gpu)``: its ``target.to(gpu)`` is the accelerator's device): not reported."""
-        callee = (dotted(call.func) or "").rpartition(".")[2]
         seeds = self.facts.program
         indices = self.set_device_indices
         if (
             not indices
             or any(self.device_choices)  # spells the device a call around it makes
-            or callee in SHOWING_CALLS
+            or self.builtin(call.func) in SHOWING_BUILTINS
+            or self.qualified_name(call.func) in SHOWING_FUNCTIONS
+            or (isinstance(call.func, cst.Attribute) and call.func.attr.value in SHOWING_METHODS)
             or self.qualified_name(call.func) == "torch.cuda.set_device"
             or (seeds is not None and program_callee(self.facts, original.func, self.scope) in seeds.gpu_index_callees)
         ):

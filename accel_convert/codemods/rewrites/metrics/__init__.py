@@ -1165,6 +1165,525 @@ class MetricsCodemod(Rule):
             """,
             leaves_alone=True,
         ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Tagger(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.lstm = nn.LSTM(8, 16, batch_first=True)
+                        self.head = nn.Linear(16, 3)
+
+                    def forward(self, x):
+                        out, _ = self.lstm(x)
+                        return self.head(out)
+
+
+                def main():
+                    train_loader = DataLoader(TensorDataset(torch.randn(64, 5, 8), torch.randint(0, 3, (64, 5))), batch_size=8)
+                    test_loader = DataLoader(TensorDataset(torch.randn(20, 5, 8), torch.randint(0, 3, (20, 5))), batch_size=8)
+                    model = Tagger()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for x, y in train_loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+                        loss.backward()
+                        optimizer.step()
+                    model.eval()
+                    correct = 0
+                    with torch.no_grad():
+                        for x, y in test_loader:
+                            output = model(x)
+                            correct += (output.argmax(-1) == y).sum().item()
+                    print(f"accuracy {correct}/{5 * len(test_loader.dataset)}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            code=SEQUENCE_FIRST,
+            leaves_alone=True,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                correct = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        correct += (model(x).argmax(1) == y).sum().item()
+                print(f"accuracy {correct / len(test_loader.dataset):.3f}")
+            """,
+            code=COMPREHENSION,
+            leaves_alone=True,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from accelerate import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+                if __name__ == "__main__":
+                    torch.manual_seed(0)
+                    model = nn.Linear(8, 3)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                    test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                    accelerator = Accelerator()
+                    model, optimizer, train_loader, test_loader = accelerator.prepare(
+                        model, optimizer, train_loader, test_loader
+                    )
+                    for x, y in train_loader:
+                        optimizer.zero_grad()
+                        accelerator.backward(nn.functional.cross_entropy(model(x), y))
+                        optimizer.step()
+                    correct = 0
+                    with torch.no_grad():
+                        for x, y in test_loader:
+                            correct += (model(x).argmax(1) == y).sum().item()
+                    print("after training", correct)
+            """,
+            code=UNREACHABLE,
+            leaves_alone=True,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                import torchmetrics
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                metric = torchmetrics.SumMetric()
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    output = model(x)
+                    nn.functional.cross_entropy(output, y).backward()
+                    optimizer.step()
+
+                model.eval()
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        output = model(x)
+                        metric.update(output.argmax(1) == y)
+                print(metric.compute())
+            """,
+            code=SYNCED_TWICE,
+            leaves_alone=True,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                correct = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        output = model(x) + model(x.flip(-1))
+                        correct += (output.argmax(1) == y).sum().item()
+                print(correct)
+            """,
+            code=NESTED_FORWARD,
+            leaves_alone=True,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                def labels_of(output):
+                    return output.argmax(1)
+
+
+                correct = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        output = model(x)
+                        preds = labels_of(output)
+                        correct += (preds == y).sum().item()
+                print(correct)
+            """,
+            code=FORWARD_IN_CALL,
+            leaves_alone=True,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                other = nn.Linear(8, 3)
+                correct = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        votes = torch.stack([model(x), other(x)])
+                        correct += (votes.mean(0).argmax(1) == y).sum().item()
+                print(correct)
+            """,
+            code=UNKNOWN_MODEL,
+            leaves_alone=True,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Tagger(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.linear = nn.Linear(8, 3)
+
+                    def forward(self, x, lengths):
+                        decode_lengths = lengths - 1
+                        return self.linear(x), decode_lengths
+
+
+                def main():
+                    train_set = TensorDataset(torch.randn(64, 6, 8), torch.randint(0, 3, (64, 6)), torch.randint(2, 7, (64,)))
+                    test_set = TensorDataset(torch.randn(20, 6, 8), torch.randint(0, 3, (20, 6)), torch.randint(2, 7, (20,)))
+                    train_loader = DataLoader(train_set, batch_size=8)
+                    test_loader = DataLoader(test_set, batch_size=8)
+                    model = Tagger()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for x, tags, lengths in train_loader:
+                        optimizer.zero_grad()
+                        scores, _ = model(x, lengths)
+                        nn.functional.cross_entropy(scores.flatten(0, 1), tags.flatten()).backward()
+                        optimizer.step()
+                    correct = words = 0
+                    with torch.no_grad():
+                        for x, tags, lengths in test_loader:
+                            scores, decode_lengths = model(x, lengths)
+                            mask = torch.arange(6) < decode_lengths.unsqueeze(1)
+                            correct += (scores.argmax(-1) == tags)[mask].sum().item()
+                            words += mask.sum().item()
+                    print(f"accuracy {correct}/{words}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            code=PYTHON_VALUE,
+            leaves_alone=True,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                predictions = torch.zeros(len(test_loader.dataset), dtype=torch.long)
+                offset = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        output = model(x)
+                        predictions[offset : offset + len(output)] = output.argmax(1)
+                        offset += len(output)
+                print(predictions.bincount())
+            """,
+            code=INDEXED_STORE,
+            leaves_alone=True,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                correct = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        embeddings = model(x)
+                        targets = y
+                        correct += (embeddings.argmax(1) == targets).sum().item()
+                print(correct)
+            """,
+            code=IN_BATCH_TARGETS,
+            leaves_alone=True,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class Regressor(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.linear = nn.Linear(8, 1)
+
+                    def forward(self, x):
+                        return self.linear(x)
+
+
+                def main():
+                    train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    test_loader = DataLoader(TensorDataset(torch.randn(20, 8), torch.randn(20, 1)), batch_size=8)
+                    model = Regressor()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for x, y in train_loader:
+                        optimizer.zero_grad()
+                        nn.functional.mse_loss(model(x), y).backward()
+                        optimizer.step()
+                    model.eval()
+                    total_loss = 0.0
+                    with torch.no_grad():
+                        for x, y in test_loader:
+                            prediction = model(x)
+                            total_loss += nn.functional.mse_loss(prediction, y, reduction="sum").item()
+                    print(f"eval loss {total_loss / len(test_loader.dataset):.4f}")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            code=BATCH_SCALAR,
+            leaves_alone=True,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                correct = 0
+                total = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        output = model(x)
+                        n, _ = output.shape
+                        correct += (output.argmax(1) == y).sum().item()
+                        total += n
+                print(f"accuracy {correct / total:.3f}")
+            """,
+            code=LOCAL_BATCH_SIZE,
+            leaves_alone=True,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 3, (32,))), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                correct = 0
+                with torch.no_grad():
+                    for images, targets in test_loader:
+                        detections = model(images)
+                        correct += (detections.argmax(1) == targets).sum().item()
+                print(correct)
+            """,
+            code=OBJECT_LISTS,
+            leaves_alone=True,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.nn.utils.rnn import pad_sequence
+                from torch.utils.data import DataLoader
+
+                torch.manual_seed(0)
+
+
+                def collate(batch):
+                    tokens, tags = zip(*batch)
+                    return pad_sequence(tokens, batch_first=True), pad_sequence(tags, batch_first=True, padding_value=-100)
+
+
+                data = [(torch.randint(1, 50, (9,)), torch.randint(0, 4, (9,))) for n in range(40)]
+                model = nn.Sequential(nn.Embedding(50, 8), nn.Linear(8, 4))
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(data, batch_size=4, collate_fn=collate)
+                test_loader = DataLoader(data, batch_size=4)
+                for tokens, tags in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(tokens).transpose(1, 2), tags, ignore_index=-100).backward()
+                    optimizer.step()
+
+                model.eval()
+                correct = 0
+                with torch.no_grad():
+                    for tokens, tags in test_loader:
+                        predictions = model(tokens).argmax(-1)
+                        correct += (predictions == tags).sum().item()
+                print(correct)
+            """,
+            code=RAGGED_PADDING,
+            leaves_alone=True,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+
+                torch.manual_seed(0)
+
+
+                class Stream(IterableDataset):
+                    def __iter__(self):
+                        for i in range(32):
+                            yield torch.randn(8), i % 3
+
+                    def __len__(self):
+                        return 32
+
+
+                model = nn.Linear(8, 3)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
+                test_loader = DataLoader(Stream(), batch_size=8)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+                model.eval()
+                correct = 0
+                with torch.no_grad():
+                    for x, y in test_loader:
+                        correct += (model(x).argmax(1) == y).sum().item()
+                print(correct)
+            """,
+            code=UNSIZED_STREAM,
+            leaves_alone=True,
+        ),
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+
+                class SortedTagger(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.linear = nn.Linear(8, 3)
+
+                    def forward(self, x, lengths):
+                        lengths, sort_ind = lengths.sort(dim=0, descending=True)
+                        scores = self.linear(x[sort_ind])
+                        return scores[sort_ind.argsort()]
+
+
+                torch.manual_seed(0)
+                model = SortedTagger()
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                data = TensorDataset(torch.randn(64, 8), torch.randint(1, 9, (64,)), torch.randint(0, 3, (64,)))
+                train_loader = DataLoader(data, batch_size=8)
+                test_loader = DataLoader(data, batch_size=16)
+                for x, lengths, y in train_loader:
+                    optimizer.zero_grad()
+                    scores = model(x, lengths)
+                    nn.functional.cross_entropy(scores, y).backward()
+                    optimizer.step()
+
+                correct = 0
+                with torch.no_grad():
+                    for x, lengths, y in test_loader:
+                        scores = model(x, lengths)
+                        correct += (scores.argmax(1) == y).sum().item()
+                print(correct)
+            """,
+            code=BATCH_ORDER,
+            leaves_alone=True,
+        ),
     )
 
     def applies(self, facts: ScriptFacts, options: Options) -> bool:
