@@ -698,6 +698,7 @@ class Locality:
 @rule_provider(
     needs=(
         "call_graph",
+        "unsharded_loaders",
         "per_process_paths",
         "per_process_sums",
         "rank_dependent_breaks",
@@ -772,8 +773,9 @@ class _CallsWhereRanksDiffer(cst.CSTVisitor):
         self._scope: ScopeKey = ()
         facts = a.facts
         locality = Locality(per_rank_sums=_per_rank_sums(a))
+        # A loader left unsharded (a file written per batch) gives every rank all its batches.
         self._reach = RankReach(
-            facts.loaders,
+            facts.loaders | a.unsharded_loaders,
             lambda node: facts.qualified_name(node, self._scope),
             lambda node: facts.builtin(node, self._scope),
             locality,
