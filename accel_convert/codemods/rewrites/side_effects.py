@@ -33,7 +33,11 @@ the script's own download function when every call of it runs under ``main_proce
 is reachable (fast-neural-style's ``check_paths(args)``, run before the accelerator is created), a
 folder made under a test that it is missing (``if not os.path.exists(d): os.makedirs(d)``) is made
 with ``os.makedirs(d, exist_ok=True)``: every rank runs it, and the ranks racing between the test
-and the creation all find the folder instead of one raising ``FileExistsError``.
+and the creation all find the folder instead of one raising ``FileExistsError``. So is a folder
+made in a function some rank may not call (``def mkdir_p(path): os.makedirs(path)`` called under
+``if not os.path.isdir(d):``, or under a test of a value each rank has for itself): a barrier
+there would wait for a rank that never comes, so every rank calling it makes the folder, with
+``exist_ok=True``, and none waits.
 """
 
 from __future__ import annotations
