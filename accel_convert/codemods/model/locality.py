@@ -698,6 +698,8 @@ class Locality:
 @rule_provider(
     needs=(
         "call_graph",
+        "train_loaders",
+        "eval_loaders",
         "unsharded_loaders",
         "per_process_paths",
         "per_process_sums",
