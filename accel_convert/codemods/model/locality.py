@@ -781,6 +781,9 @@ class _CallsWhereRanksDiffer(cst.CSTVisitor):
             lambda node: facts.qualified_name(node, self._scope),
             lambda node: facts.builtin(node, self._scope),
             locality,
+            # ``if epoch == last or acc > best: checkpoint(acc, epoch)`` in ``test(epoch)``, with
+            # ``acc`` from sums the metrics rule gathers: every rank makes the call.
+            original=True,
         )
         self.skipped: set[str] = set()
 
@@ -919,8 +922,16 @@ class RankReach:
         qualified_name: Callable[[cst.BaseExpression], str | None],
         builtin: Callable[[cst.BaseExpression], str | None],
         locality: Locality,
+        *,
+        original: bool = False,
     ) -> None:
         self._loaders = loaders
+        #: Asked of the original tree (where the calls of the script's functions stand), not of
+        #: the tree as the rules converted it so far: an evaluation's sums and batch values are
+        #: not taken as per rank there (the metrics rule gathers them), nor is a test of a
+        #: parameter (a guess, there, rather than what the code shows); the sums training grows
+        #: on each rank (:attr:`Locality.per_rank_sums`) are.
+        self._original = original
         #: The module's :class:`Locality`: what is summed per rank (:meth:`Locality.summed_per_rank`).
         self._locality = locality
         self._qualified_name = qualified_name
@@ -946,7 +957,7 @@ class RankReach:
                 return function not in self._locality.called_on_some_ranks
             if not self._runs_alike_inside(node, enclosing, function):
                 return False
-            if isinstance(node, cst.If) and self._reads_per_rank_value(node.test, scope):
+            if isinstance(node, cst.If) and not self._original and self._reads_per_rank_value(node.test, scope):
                 return False
         return True
 
@@ -989,10 +1000,11 @@ class RankReach:
         # ``if train_loss < best:`` with what ``train_epoch()`` summed on this rank, at module level too.
         summed = self._sums.get(id(enclosing))
         if summed is None:
-            summed = self._sums[id(enclosing)] = self._locality.summed_per_rank(function, enclosing)
+            converted = None if self._original else enclosing
+            summed = self._sums[id(enclosing)] = self._locality.summed_per_rank(function, converted)
         if any(isinstance(node, cst.Name) and node.value in summed for node in nodes_in(test)):
             return False
-        return enclosing is None or not _tests_parameter(test, enclosing)
+        return enclosing is None or self._original or not _tests_parameter(test, enclosing)
 
     def _same_length_everywhere(self, iterable: cst.BaseExpression) -> bool:
         if isinstance(iterable, cst.Call) and self._qualified_name(iterable.func) in ENDLESS_COUNTERS:
