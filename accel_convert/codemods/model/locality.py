@@ -913,8 +913,11 @@ class RankReach:
     reads a value summed per rank or one not known to be the same on every rank
     (:func:`per_rank_bindings`: the last batch's loss, a number read from a file) or tests a
     parameter, or a ``for`` over anything but
-    ``range``/``enumerate``/``itertools.count``/a loader. The rule transformer asks it
-    (``every_rank_reaches_here``) with the statements enclosing the one it visits."""
+    ``range``/``enumerate``/``itertools.count``/a loader. Up to the enclosing function, and
+    beyond it through the function's calls: nowhere in a module-level function some rank may not
+    call (:attr:`Locality.called_on_some_ranks`: ``if not os.path.isdir(d): mkdir_p(d)``). The
+    rule transformer asks it (``every_rank_reaches_here``) with the statements enclosing the one
+    it visits."""
 
     def __init__(
         self,
