@@ -604,6 +604,91 @@ def test_every_rank_reaches(source: str, statement: str, reached: bool) -> None:
     assert reach.every_rank_reaches(anchors, function) is reached
 
 
+HELPERS_CALLED_WHERE_RANKS_DIFFER = code(
+    """
+    import os
+
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    def mkdir_p(path):
+        os.makedirs(path)
+
+
+    def make_parents(path):
+        mkdir_p(os.path.dirname(path))
+
+
+    def ensure_dir(path):
+        if not os.path.exists(path):
+            os.makedirs(path)
+
+
+    def log_epoch(epoch):
+        os.makedirs(f"logs/{epoch}")
+
+
+    def hook(path):
+        os.makedirs(path)
+
+
+    class Trainer:
+        def __init__(self, loader):
+            self.loader = loader
+            self.model = nn.Linear(8, 1)
+
+        def fit(self):
+            for epoch in range(2):
+                if not os.path.isdir("snapshots"):
+                    ensure_dir("snapshots")
+                log_epoch(epoch)
+
+
+    def main():
+        loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+        for epoch in range(2):
+            out = f"checkpoints/{epoch}"
+            if not os.path.isdir(out):
+                make_parents(out)
+        Trainer(loader).fit()
+        callbacks = [hook]
+
+
+    if not os.path.isdir("runs"):
+        mkdir_p("runs")
+    main()
+    """
+)
+
+
+def test_functions_called_where_the_ranks_differ() -> None:
+    """A call under ``if not os.path.isdir(d):`` (module level, a function, a class's method)
+    makes its function, and what that calls, one some rank may not call; a function called
+    where every rank goes, or out of sight (a hook), is not."""
+    _, found = answer(HELPERS_CALLED_WHERE_RANKS_DIFFER)
+    assert found.called_on_some_ranks == {"mkdir_p", "make_parents", "ensure_dir"}
+
+
+@pytest.mark.parametrize(
+    ("statement", "reached"),
+    [
+        ("os.makedirs(path)", False),  # mkdir_p's: called under a test each rank makes itself
+        ('os.makedirs(f"logs/{epoch}")', True),  # log_epoch's: every rank calls it
+    ],
+)
+def test_every_rank_reaches_inside_a_function_as_its_calls(statement: str, reached: bool) -> None:
+    """Inside a function, what its calls decide: not where some rank may not call it."""
+    module = cst.parse_module(HELPERS_CALLED_WHERE_RANKS_DIFFER)
+    facts, found = answer(HELPERS_CALLED_WHERE_RANKS_DIFFER)
+    anchors = enclosing(module, statement)[:-1]
+    function = next(node.name.value for node in anchors if isinstance(node, cst.FunctionDef))
+    reach = RankReach(facts.loaders, facts.qualified_name, facts.builtin, found)
+    assert reach.every_rank_reaches(anchors, function) is reached
+    assert reach.called_on_some_ranks(anchors, function) is not reached
+
+
 #: Names of functions that decide locality: defined in model/locality.py alone (the rule
 #: transformer keeps ``every_rank_reaches_here``, which asks it).
 LOCALITY_QUESTIONS = {

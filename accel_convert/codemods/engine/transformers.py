@@ -284,6 +284,13 @@ class RuleTransformer(TargetedTransformer):
             anchors = anchors[: next(i for i, node in enumerate(anchors) if node is statement)]
         return self._rank_reach.every_rank_reaches(anchors, self.function)
 
+    def in_function_some_ranks_skip(self) -> bool:
+        """Whether the walk is in a function that some rank may not call (a call of it stands
+        where not every rank goes: ``if not os.path.isdir(d): mkdir_p(d)``): the locality
+        owner's answer, the reason ``every_rank_reaches_here`` fails there however the function
+        itself reads."""
+        return self._rank_reach.called_on_some_ranks(self._anchors, self.function)
+
     def site(self, node: cst.CSTNode) -> Site:
         """The original position of ``node`` (a node of the tree this rule received)."""
         return self.facts.origins.site(node) or FILE_START

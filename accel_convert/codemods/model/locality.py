@@ -38,6 +38,7 @@ from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.iteration import enumerate_index
 from accel_convert.codemods.engine.model import Site
 from accel_convert.codemods.engine.names import BuiltinOf, ScopeKey
+from accel_convert.codemods.engine.positions import POSITIONED_TYPES
 from accel_convert.codemods.engine.random_draws import is_global_draw, seeds_generator_of
 from accel_convert.codemods.engine.syntax import (
     calls_in,
@@ -649,6 +650,11 @@ class Locality:
     #: Per function (keyed as :attr:`batch_mean_losses`): the :attr:`per_process_sums` it binds
     #: (``train_loss = train_epoch(...)`` in ``main()``, ``total += loss.item()`` in the loop).
     per_rank_sums: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
+    #: Module-level functions of the file some rank may not call where another does: a call of
+    #: theirs stands where not every rank goes (``if not os.path.isdir(d): mkdir_p(d)``, under
+    #: ``if rank == 0:``), or they are called by such a function. Nothing inside them is reached by
+    #: every rank (:class:`RankReach`), so no barrier goes there.
+    called_on_some_ranks: frozenset[str] = frozenset()
 
     @property
     def per_process_values(self) -> frozenset[str]:
@@ -691,6 +697,10 @@ class Locality:
 
 @rule_provider(
     needs=(
+        "call_graph",
+        "train_loaders",
+        "eval_loaders",
+        "unsharded_loaders",
         "per_process_paths",
         "per_process_sums",
         "rank_dependent_breaks",
@@ -716,7 +726,83 @@ def locality(a: Analysis) -> Locality:
         shared_draws=tuple(facts.shared_draws),
         batch_mean_losses=_batch_mean_losses(a),
         per_rank_sums=_per_rank_sums(a),
+        called_on_some_ranks=_called_on_some_ranks(a),
     )
+
+
+def _called_on_some_ranks(a: Analysis) -> frozenset[str]:
+    """See :attr:`Locality.called_on_some_ranks`: the module-level functions with a call that
+    :class:`RankReach` says not every rank makes where it stands, and, through the call graph,
+    every function they call. A function whose callers are out of sight (another module's, a
+    hook's caller) keeps the answer its own body gives."""
+    calls = {id(call.node): call for call in a.r.calls if _calls_own_function(a, call)}
+    if not calls:
+        return frozenset()
+    walk = _CallsWhereRanksDiffer(a, calls)
+    module = a.module
+    if module is None:
+        return frozenset()
+    module.visit(walk)
+    found = set(walk.skipped)
+    pending = list(found)
+    while pending:
+        for callee in a.facts.call_graph.get(pending.pop(), ()):
+            if callee in a.r.defs and callee not in found:
+                found.add(callee)
+                pending.append(callee)
+    return frozenset(found)
+
+
+def _calls_own_function(a: Analysis, call: CallRecord) -> bool:
+    """``mkdir_p(d)``: a call of a module-level function of the file, by a name no inner scope
+    rebinds."""
+    func = call.node.func
+    return (
+        isinstance(func, cst.Name) and func.value in a.r.defs and a.r.names.binding_scope(func.value, call.scope) == ()
+    )
+
+
+class _CallsWhereRanksDiffer(cst.CSTVisitor):
+    """Walks the module keeping the statements around each node, as the rule transformer does,
+    and asks :class:`RankReach` of each call in ``calls`` (the module-level functions' calls, by
+    node identity) whether every rank makes it: ``skipped`` collects the functions some rank may
+    not call there."""
+
+    def __init__(self, a: Analysis, calls: Mapping[int, CallRecord]) -> None:
+        super().__init__()
+        self._calls = calls
+        self._anchors: list[cst.CSTNode] = []
+        self._scope: ScopeKey = ()
+        facts = a.facts
+        locality = Locality(per_rank_sums=_per_rank_sums(a))
+        # A loader left unsharded (a file written per batch) gives every rank all its batches.
+        self._reach = RankReach(
+            facts.loaders | a.unsharded_loaders,
+            lambda node: facts.qualified_name(node, self._scope),
+            lambda node: facts.builtin(node, self._scope),
+            locality,
+            # ``if epoch == last or acc > best: checkpoint(acc, epoch)`` in ``test(epoch)``, with
+            # ``acc`` from sums the metrics rule gathers: every rank makes the call.
+            original=True,
+        )
+        self.skipped: set[str] = set()
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if type(node) in POSITIONED_TYPES:
+            self._anchors.append(node)
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            self._scope = (*self._scope, node.name.value)
+        call = self._calls.get(id(node))
+        if call is not None and not self._reach.every_rank_reaches(self._anchors[:-1], call.function):
+            assert isinstance(call.node.func, cst.Name)
+            self.skipped.add(call.node.func.value)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        if isinstance(original_node, (cst.FunctionDef, cst.ClassDef)):
+            self._scope = self._scope[:-1]
+        if type(original_node) in POSITIONED_TYPES:
+            self._anchors.pop()
 
 
 def _per_rank_sums(a: Analysis) -> Mapping[str, frozenset[str]]:
@@ -827,8 +913,11 @@ class RankReach:
     reads a value summed per rank or one not known to be the same on every rank
     (:func:`per_rank_bindings`: the last batch's loss, a number read from a file) or tests a
     parameter, or a ``for`` over anything but
-    ``range``/``enumerate``/``itertools.count``/a loader. The rule transformer asks it
-    (``every_rank_reaches_here``) with the statements enclosing the one it visits."""
+    ``range``/``enumerate``/``itertools.count``/a loader. Up to the enclosing function, and
+    beyond it through the function's calls: nowhere in a module-level function some rank may not
+    call (:attr:`Locality.called_on_some_ranks`: ``if not os.path.isdir(d): mkdir_p(d)``). The
+    rule transformer asks it (``every_rank_reaches_here``) with the statements enclosing the one
+    it visits."""
 
     def __init__(
         self,
@@ -836,8 +925,16 @@ class RankReach:
         qualified_name: Callable[[cst.BaseExpression], str | None],
         builtin: Callable[[cst.BaseExpression], str | None],
         locality: Locality,
+        *,
+        original: bool = False,
     ) -> None:
         self._loaders = loaders
+        #: Asked of the original tree (where the calls of the script's functions stand), not of
+        #: the tree as the rules converted it so far: an evaluation's sums and batch values are
+        #: not taken as per rank there (the metrics rule gathers them), nor is a test of a
+        #: parameter (a guess, there, rather than what the code shows); the sums training grows
+        #: on each rank (:attr:`Locality.per_rank_sums`) are.
+        self._original = original
         #: The module's :class:`Locality`: what is summed per rank (:meth:`Locality.summed_per_rank`).
         self._locality = locality
         self._qualified_name = qualified_name
@@ -855,13 +952,23 @@ class RankReach:
         enclosing = next((node for node in reversed(anchors) if isinstance(node, cst.FunctionDef)), None)
         scope = enclosing if enclosing is not None else next(iter(anchors), None)
         for node in reversed(anchors):
-            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            if isinstance(node, cst.ClassDef):
                 return True
+            if isinstance(node, cst.FunctionDef):
+                # Inside a function, where every rank that calls it goes: every rank, unless some
+                # rank may not call it (``if not os.path.isdir(d): mkdir_p(d)``).
+                return function not in self._locality.called_on_some_ranks
             if not self._runs_alike_inside(node, enclosing, function):
                 return False
-            if isinstance(node, cst.If) and self._reads_per_rank_value(node.test, scope):
+            if isinstance(node, cst.If) and not self._original and self._reads_per_rank_value(node.test, scope):
                 return False
         return True
+
+    def called_on_some_ranks(self, anchors: Sequence[cst.CSTNode], function: str) -> bool:
+        """Whether what is inside the innermost of ``anchors`` lies in a function (``function``:
+        its key) that some rank may not call (:attr:`Locality.called_on_some_ranks`)."""
+        in_function = any(isinstance(node, cst.FunctionDef) for node in anchors)
+        return in_function and function in self._locality.called_on_some_ranks
 
     def _reads_per_rank_value(self, test: cst.BaseExpression, scope: cst.CSTNode | None) -> bool:
         """Whether ``test`` reads a name that ``scope`` (the enclosing function, or the module)
@@ -896,10 +1003,11 @@ class RankReach:
         # ``if train_loss < best:`` with what ``train_epoch()`` summed on this rank, at module level too.
         summed = self._sums.get(id(enclosing))
         if summed is None:
-            summed = self._sums[id(enclosing)] = self._locality.summed_per_rank(function, enclosing)
+            converted = None if self._original else enclosing
+            summed = self._sums[id(enclosing)] = self._locality.summed_per_rank(function, converted)
         if any(isinstance(node, cst.Name) and node.value in summed for node in nodes_in(test)):
             return False
-        return enclosing is None or not _tests_parameter(test, enclosing)
+        return enclosing is None or self._original or not _tests_parameter(test, enclosing)
 
     def _same_length_everywhere(self, iterable: cst.BaseExpression) -> bool:
         if isinstance(iterable, cst.Call) and self._qualified_name(iterable.func) in ENDLESS_COUNTERS:

@@ -33,7 +33,11 @@ the script's own download function when every call of it runs under ``main_proce
 is reachable (fast-neural-style's ``check_paths(args)``, run before the accelerator is created), a
 folder made under a test that it is missing (``if not os.path.exists(d): os.makedirs(d)``) is made
 with ``os.makedirs(d, exist_ok=True)``: every rank runs it, and the ranks racing between the test
-and the creation all find the folder instead of one raising ``FileExistsError``.
+and the creation all find the folder instead of one raising ``FileExistsError``. So is a folder
+made in a function some rank may not call (``def mkdir_p(path): os.makedirs(path)`` called under
+``if not os.path.isdir(d):``, or under a test of a value each rank has for itself): a barrier
+there would wait for a rank that never comes, so every rank calling it makes the folder, with
+``exist_ok=True``, and none waits.
 """
 
 from __future__ import annotations
@@ -794,6 +798,10 @@ class _MainProcessGuard(RuleTransformer):
             if kind in ("folder", "delete") and not barrier_safe:
                 if whole_statement_guarded:
                     return None
+                made = self._folder_made_by_each_caller(statement) if kind == "folder" else None
+                if made is not None:
+                    runs.add_rewritten(made)
+                    continue
                 self._report_unguarded(statement, kind)
                 kind = None
             if kind is None:
@@ -802,6 +810,40 @@ class _MainProcessGuard(RuleTransformer):
                 runs.add_write(statement, kind)
         runs.flush()
         return runs.result if runs.changed else None
+
+    def _folder_made_by_each_caller(self, statement: cst.BaseStatement) -> cst.BaseStatement | None:
+        """``os.makedirs(d)`` (alone, or as the body of an ``if``: ``if not os.path.exists(d):
+        os.makedirs(d)``) in a function some rank may not call (``if not os.path.isdir(d):
+        mkdir_p(d)``, where the main process may make the folder before another rank tests it):
+        a barrier there would wait for a rank that never comes. Every rank calling it makes the
+        folder, ``os.makedirs(d, exist_ok=True)``, so that the ranks racing to create it all find
+        it; None for any other statement, or outside such a function."""
+        if not self.in_function_some_ranks_skip():
+            return None
+        if isinstance(statement, cst.If) and isinstance(statement.body, cst.IndentedBlock):
+            made = [self._made_with_exist_ok(child) for child in statement.body.body]
+            if any(child is None for child in made):
+                return None
+            body = statement.body.with_changes(body=made)
+            return statement.with_changes(body=body)
+        return self._made_with_exist_ok(statement)
+
+    def _made_with_exist_ok(self, statement: cst.BaseStatement) -> cst.BaseStatement | None:
+        """``os.makedirs(d)`` → ``os.makedirs(d, exist_ok=True)``, reported; None for any other
+        statement."""
+        call = _folder_creation(statement, self.facts, self.scope)
+        if call is None:
+            return None
+        assert isinstance(statement, cst.SimpleStatementLine)
+        self.findings.add(
+            self._original_of.get(id(statement), statement),
+            SideEffectsCodemod.code,
+            "folder created in a function some rank may not call: os.makedirs(..., exist_ok=True) on every rank "
+            "calling it (a barrier there would wait for the others), so that the ranks racing to create it all "
+            "find it",
+            True,
+        )
+        return statement.with_changes(body=[statement.body[0].with_changes(value=_with_exist_ok(call))])
 
     def _report_unguarded(self, statement: cst.BaseStatement, kind: str) -> None:
         """A folder created or deleted where not every rank would reach a barrier: left to run on
@@ -924,10 +966,8 @@ class _MainProcessGuard(RuleTransformer):
             call = _folder_creation(statement, self.facts, self.scope)
             if call is None or not _tests_missing(branch.test, call.args[0].value, self.facts, self.scope):
                 continue
-            exist_ok = cst.Arg(cst.Name("True"), keyword=cst.Name("exist_ok"), equal=TIGHT_EQUAL)
-            made = call.with_changes(args=[*call.args[:-1], call.args[-1].with_changes(comma=_COMMA), exist_ok])
             assert isinstance(statement, cst.SimpleStatementLine)
-            result[index] = statement.with_changes(body=[statement.body[0].with_changes(value=made)])
+            result[index] = statement.with_changes(body=[statement.body[0].with_changes(value=_with_exist_ok(call))])
             self.findings.add(
                 self._original_of.get(id(statement), statement),
                 SideEffectsCodemod.code,
@@ -1018,7 +1058,8 @@ class _GuardedRuns:
         self.changed = True
 
     def add_rewritten(self, statement: cst.BaseStatement) -> None:
-        """A statement rewritten to run its effect on the main process only: it ends the run."""
+        """A statement rewritten (its effect on the main process only, or made safe on every rank): it ends
+        the run."""
         self.flush()
         self.result.append(statement)
         self.changed = True
@@ -1065,6 +1106,12 @@ def _folder_creation(statement: cst.BaseStatement, facts: ScriptFacts, scope: tu
     if facts.callee_name(call.func, scope) != "os.makedirs" or len(call.args) != 1:
         return None
     return call if call.args[0].keyword is None and not call.args[0].star else None
+
+
+def _with_exist_ok(call: cst.Call) -> cst.Call:
+    """``os.makedirs(d)`` → ``os.makedirs(d, exist_ok=True)``."""
+    exist_ok = cst.Arg(cst.Name("True"), keyword=cst.Name("exist_ok"), equal=TIGHT_EQUAL)
+    return call.with_changes(args=[*call.args[:-1], call.args[-1].with_changes(comma=_COMMA), exist_ok])
 
 
 def _tests_missing(
