@@ -40,6 +40,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from typing import cast
+
 import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import (
@@ -618,7 +620,8 @@ class SideEffectsCodemod(Rule):
         # them under main_process_first, what their bodies leave on every rank is run first by
         # the main process alone (see _MainProcessGuard._report_after_download_calls).
         words |= facts.download_functions
-        rewriter = _MainProcessGuard(facts, facts.lines_mentioning(words), _trackers_read(module, facts))
+        lines = facts.lines_mentioning(words) | {line for line, _ in facts.loggers_built_in_calls}
+        rewriter = _MainProcessGuard(facts, lines, _trackers_read(module, facts))
         new_module = module.visit(rewriter)
         return new_module, rewriter.changes(module)
 
@@ -753,7 +756,7 @@ class _MainProcessGuard(RuleTransformer):
             if self._kept_for_run_state(statement):
                 runs.keep(statement)
                 continue
-            created = self._tracker_created_on_main_process(statement)
+            created = self._tracker_created_on_main_process(statement) or self._loggers_built_in_calls(statement)
             if created is not None:
                 runs.add_rewritten(created)
                 continue
@@ -820,6 +823,26 @@ class _MainProcessGuard(RuleTransformer):
             self._loggers_on_main_process[logger] = self._loggers_on_main_process.get(logger, 0) + 1
         value = cst.IfExp(test=self._main_process(), body=assign.value, orelse=cst.Name("None"))
         return statement.with_changes(body=[assign.with_changes(value=value)])
+
+    def _loggers_built_in_calls(self, statement: cst.BaseStatement) -> cst.BaseStatement | None:
+        """``train(model, CSVLogger("log.csv"))`` → ``train(model, CSVLogger("log.csv") if
+        accelerator.is_main_process else None)``: a logger built right in a call of the module's
+        own function or class (``file_flow.file_loggers``), whose parameter is a tracker there."""
+        if not self.facts.loggers_built_in_calls or not isinstance(statement, cst.SimpleStatementLine):
+            return None
+        built = _LoggersBuiltInCalls(self.facts, self._main_process(), self.scope)
+        rewritten = cast(cst.SimpleStatementLine, statement.visit(built))
+        if not built.classes:
+            return None
+        for cls in built.classes:
+            self._loggers_on_main_process[cls] = self._loggers_on_main_process.get(cls, 0) + 1
+        self.findings.add(
+            self._original_of.get(id(statement), statement),
+            SideEffectsCodemod.code,
+            "logger built in the call on the main process only (None on the others)",
+            True,
+        )
+        return rewritten
 
     def _kept_for_run_state(self, statement: cst.BaseStatement) -> bool:
         """``wandb.init(...)`` (or ``wandb.config.update(args)``) where code every rank runs reads
@@ -927,6 +950,26 @@ class _MainProcessGuard(RuleTransformer):
             else:
                 continue
             self.findings.add(self._original_of.get(id(statement), statement), "ACC916", message, False)
+
+
+class _LoggersBuiltInCalls(cst.CSTTransformer):
+    """Each logger construction of ``facts.loggers_built_in_calls`` → ``... if <main> else None``;
+    ``classes`` the logger classes so built (one entry per construction)."""
+
+    def __init__(self, facts: ScriptFacts, main_process: cst.BaseExpression, scope: tuple[str, ...]) -> None:
+        super().__init__()
+        self.facts, self.main_process, self.scope = facts, main_process, scope
+        self.classes: list[str] = []
+
+    def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
+        value = original_node.value
+        site = self.facts.origins.site(value) if isinstance(value, cst.Call) else None
+        if site is None or (site.line, site.column) not in self.facts.loggers_built_in_calls:
+            return updated_node
+        assert isinstance(value, cst.Call)
+        self.classes.append(file_logger_class(self.facts, value.func, self.scope) or dotted(value.func) or "")
+        built = cst.IfExp(test=self.main_process, body=updated_node.value, orelse=cst.Name("None"))
+        return updated_node.with_changes(value=built)
 
 
 def _first_statement_after_accelerator(statements: Sequence[cst.BaseStatement], acc: str) -> int | None:
