@@ -301,7 +301,11 @@ def kept_files(a: Analysis) -> None:
     )
 
 
-@provider(needs=("imports", "trackers"), provides=("file_logger_classes", "file_loggers", "loggers_built_in_calls"), refines=("trackers",))
+@provider(
+    needs=("imports", "trackers"),
+    provides=("file_logger_classes", "file_loggers", "loggers_built_in_calls"),
+    refines=("trackers",),
+)
 def file_loggers(a: Analysis) -> None:
     """Loggers writing a file (yunjey's tensorboard ``Logger`` whose ``__init__`` runs ``self.f =
     open(os.path.join(log_dir, "log.txt"), "w")``, a ``CSVLogger`` of ``utils/logger.py``, a

@@ -39,7 +39,6 @@ and the creation all find the folder instead of one raising ``FileExistsError``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-
 from typing import cast
 
 import libcst as cst
@@ -642,9 +641,10 @@ class _MainProcessGuard(RuleTransformer):
         #: Download function → the folder creations in it left on every rank (reported unless every
         #: call of the function runs under ``main_process_first``).
         self._in_download_functions: dict[str, list[cst.CSTNode]] = {}
-        #: Logger class → the files its methods open and keep (reported unless every instance of
-        #: it is created on the main process only), and → its constructions made so here.
-        self._kept_by_loggers: dict[str, list[cst.CSTNode]] = {}
+        #: Logger class → the files its methods open and keep or write, with their reports (made
+        #: unless every instance of it is created on the main process only), and → its
+        #: constructions made so here.
+        self._kept_by_loggers: dict[str, list[tuple[cst.CSTNode, str]]] = {}
         self._loggers_on_main_process: dict[str, int] = {}
 
     # Writes are whole statements: the walk never needs to go into expressions or model classes.
@@ -711,8 +711,8 @@ class _MainProcessGuard(RuleTransformer):
             made = self._loggers_on_main_process.get(cls, 0)
             if (constructions and made == constructions) or (not constructions and cls in reached):
                 continue
-            for statement in statements:
-                self.findings.add(statement, "ACC916", KEPT_FILE_UNREACHABLE, False)
+            for statement, message in statements:
+                self.findings.add(statement, "ACC916", message, False)
 
     def _note_download_calls(self, statements: Sequence[cst.BaseStatement]) -> None:
         """Record the calls of download functions in these statements (of a block every rank
@@ -941,15 +941,16 @@ class _MainProcessGuard(RuleTransformer):
             elif kind is not None:
                 message = "file write where the accelerator is not reachable: every rank runs it"
             elif _keeps_file_open_for_writing(statement, self.facts, self.scope):
-                if self.scope and self.scope[0] in self.facts.file_logger_classes:
-                    # Known once every construction of the class is seen (see leave_Module).
-                    original = self._original_of.get(id(statement), statement)
-                    self._kept_by_loggers.setdefault(self.scope[0], []).append(original)
-                    continue
                 message = KEPT_FILE_UNREACHABLE
             else:
                 continue
-            self.findings.add(self._original_of.get(id(statement), statement), "ACC916", message, False)
+            original = self._original_of.get(id(statement), statement)
+            if kind in (None, "write") and self.scope and self.scope[0] in self.facts.file_logger_classes:
+                # A logger class's file: known once every construction of the class is seen (see
+                # leave_Module).
+                self._kept_by_loggers.setdefault(self.scope[0], []).append((original, message))
+                continue
+            self.findings.add(original, "ACC916", message, False)
 
 
 class _LoggersBuiltInCalls(cst.CSTTransformer):
