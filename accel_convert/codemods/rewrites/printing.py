@@ -485,7 +485,7 @@ def log_functions(a: Analysis) -> frozenset[str]:
     printed; ``print`` itself rebound is matched by its name (see ``_Printing._print_rebound``)."""
     if "logging" not in a.r.words and "getLogger" not in a.r.words:
         return frozenset()
-    held = a.rule_results[loggers.name]
+    held = cast(frozenset[str], a.rule_results[loggers.name])
     found: set[str] = set()
     for assign in a.r.assigns:
         value = assign.value
