@@ -28,7 +28,13 @@ kernel's one process, and only the launched function runs in every worker.
 
 A script that rebinds ``print`` (``print = misc.logger.info``) calls that function instead: the
 binding becomes ``print = accelerator.on_main_process(misc.logger.info)``, so its calls run on the
-main process only.
+main process only; so does a name bound to a ``logging`` logger's method (``log =
+logging.getLogger(__name__).info``). At a module's top level where no accelerator is (a module of
+the program such as pytorch-playground's ``utee/misc.py``, or the script before ``main()`` creates
+it) the launcher's ``RANK`` picks: ``print = misc.logger.info if int(os.environ.get("RANK", "0"))
+== 0 else (lambda *args, **kwargs: None)``, so one process logs, as on one process, while the
+others call a function that does nothing. A binding in a function where no accelerator is reachable
+is left as it is.
 """
 
 from __future__ import annotations
@@ -505,6 +511,64 @@ class Printing(Rule):
     name = "print-progress"
     providers = (loggers, log_functions, models_built_on_every_rank, launches_a_function)
     examples = (
+        # print rebound at the top level, before main() creates the accelerator: the launcher's RANK
+        # keeps the logger's function on the first process, the others get one doing nothing.
+        Example(
+            before="""
+                import logging
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                logger = logging.getLogger("train")
+                print = logger.info
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        nn.functional.mse_loss(model(data), target).backward()
+                        optimizer.step()
+                    print("trained")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import logging
+                import os
+
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+                logger = logging.getLogger("train")
+                print = logger.info if int(os.environ.get("RANK", "0")) == 0 else (lambda *args, **kwargs: None)
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        accelerator.backward(nn.functional.mse_loss(model(data), target))
+                        optimizer.step()
+                    print("trained")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
         # A notebook launching its training function: the kernel's top level is one process, so
         # its prints stay as written; the function's print runs in every worker.
         Example(

@@ -12,8 +12,12 @@ before it exists. Where the accelerator is not reachable the write is reported (
 A logger class that keeps a file open for writing (a CSV logger's ``self.file = open(path, "w")``,
 of the script or of another module of the program, known by its qualified name) is a tracker too:
 ``log = CSVLogger(...) if accelerator.is_main_process else None``, its calls guarded, so the file
-holds one header and every row once. Its kept file is reported (ACC916) only where some instance
-cannot be created so: there every rank opens the file and writes its rows into it. A tracker
+holds one header and every row once. So is a helper class deriving from nothing but ``object``
+that reopens its file for writing on every call (``with open(self.path, "a") as f`` in ``write``),
+returns nothing and trains nothing: every rank would append each row. A logger built right in a
+call of the module's own function or class (``train(model, CSVLogger("log.csv"))``) is built so
+in the call, and the parameter it fills is a tracker there. Its kept or written file is reported
+(ACC916) only where some instance cannot be created so: there every rank writes its rows into it. A tracker
 whose attributes code on every rank reads (``os.path.join(writer.log_dir, "training.log")``) is
 created on every rank and reported (ACC916): None would fail there. So is ``wandb.init`` (with
 ``wandb.config.update``) where code on every rank reads the run's state (a sweep's ``config =
