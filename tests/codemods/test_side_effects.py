@@ -165,12 +165,26 @@ def main():
 """
 
 
-def test_a_file_written_in_a_helper_class_method_is_reported() -> None:
-    """d2l's Animator appends to its file on every rank (twice the lines on 2 processes, not
-    reported before): the method cannot reach the accelerator, so the write is reported. A
-    dataset's own writes are left to the downloads rule (its construction runs first on the
-    main process)."""
+def test_a_helper_class_reopening_its_file_is_created_on_the_main_process_only() -> None:
+    """d2l's Animator appends to its file on every call (twice the lines on 2 processes): it is a
+    file logger, created on the main process only with its calls guarded, so nothing is left to
+    report. A dataset's own writes are left to the downloads rule (its construction runs first on
+    the main process)."""
     outcome = convert_module(cst.parse_module(ANIMATOR), Options())
+    assert [(c.code, c.line) for c in outcome.changes if c.code == "ACC916"] == []
+    output = outcome.module.code
+    assert 'animator = Animator("animator.txt") if accelerator.is_main_process else None' in output
+    assert "        if accelerator.is_main_process:\n            animator.add(epoch, loss.item())" in output
+
+
+def test_a_file_written_in_a_helper_class_method_is_reported_where_its_instance_gives_values_back() -> None:
+    """An Animator whose ``add`` returns what it wrote is no logger to create on one process only
+    (None on the others would fail where the value is read): the write is reported."""
+    returning = ANIMATOR.replace(
+        '            f.write(f"{x} {y}")\n', '            f.write(f"{x} {y}")\n        return y\n'
+    )
+    assert returning != ANIMATOR
+    outcome = convert_module(cst.parse_module(returning), Options())
     reports = [(c.code, c.line) for c in outcome.changes if c.code == "ACC916"]
     assert reports == [("ACC916", 12)]
 

@@ -287,6 +287,10 @@ class ScriptFacts(FactQuestions):
     #: (``log = CSVLogger("epochs.csv", ...)``): created on the main process only, like a tracker
     #: (they are trackers too), and reported in their class only where that cannot be done.
     file_loggers: AbstractSet[str] = frozenset()
+    #: Where (line, column) such a logger is built right in a call of the module's own function or
+    #: class (``train(model, CSVLogger("log.csv"))``): built on the main process only, None on
+    #: the others, as the parameter it fills is a tracker.
+    loggers_built_in_calls: AbstractSet[tuple[int, int]] = frozenset()
 
     #: The script already creates an Accelerator (from accelerate or runtime); its variable name.
     existing_accelerator: str | None = None
@@ -572,6 +576,7 @@ class FactsDraft(FactQuestions):
     creates_folders: bool = False
     file_logger_classes: set[str] = field(default_factory=set)
     file_loggers: set[str] = field(default_factory=set)
+    loggers_built_in_calls: set[tuple[int, int]] = field(default_factory=set)
     existing_accelerator: str | None = None
     accelerator_name: str = "accelerator"
     models: set[str] = field(default_factory=set)

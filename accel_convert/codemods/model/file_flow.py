@@ -31,7 +31,7 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import MODULE, FactQuestions
 from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.names import ScopeKey, builtins_at
-from accel_convert.codemods.engine.syntax import argument_for, dotted, names_in, nodes_in
+from accel_convert.codemods.engine.syntax import argument_for, dotted, names_in, nodes_in, parameter_filled
 from accel_convert.codemods.engine.torch_names import (
     CHECKPOINT_READS,
     CHECKPOINT_WRITES,
@@ -301,23 +301,88 @@ def kept_files(a: Analysis) -> None:
     )
 
 
-@provider(needs=("imports", "trackers"), provides=("file_logger_classes", "file_loggers"), refines=("trackers",))
+@provider(
+    needs=("imports", "trackers"),
+    provides=("file_logger_classes", "file_loggers", "loggers_built_in_calls"),
+    refines=("trackers",),
+)
 def file_loggers(a: Analysis) -> None:
-    """Loggers keeping a file open for writing (yunjey's tensorboard ``Logger`` whose ``__init__``
-    runs ``self.f = open(os.path.join(log_dir, "log.txt"), "w")``, a ``CSVLogger`` of
-    ``utils/logger.py``): the module's classes that do (``file_logger_classes``), and the names
-    bound to an instance of one, of this module or of another module of the program
-    (``file_loggers``). Every rank would open the file with ``"w"`` and write its rows into it, one
-    rank's over another's: such an instance is a tracker (created on the main process only, None
-    on the others, and its method calls run there), so it joins ``trackers``."""
+    """Loggers writing a file (yunjey's tensorboard ``Logger`` whose ``__init__`` runs ``self.f =
+    open(os.path.join(log_dir, "log.txt"), "w")``, a ``CSVLogger`` of ``utils/logger.py``, a
+    ``Log`` whose ``write`` reopens its path with ``"a"`` on every call): the module's classes
+    that do (``file_logger_classes``), and the names bound to an instance of one, of this module or
+    of another module of the program (``file_loggers``). Every rank would write its rows into the
+    file, one rank's over (or after) another's: such an instance is a tracker (created on the main
+    process only, None on the others, and its method calls run there), so it joins ``trackers``.
+    So does the parameter an instance built right in a call fills (``train(model,
+    CSVLogger("log.csv"))``: ``log`` of ``def train(model, log)``, or of a class's ``__init__``)."""
     for assign in a.r.assigns:
         if len(assign.scope) > 1 and assign.scope[0] in a.r.classes and a.facts.opens_for_writing(assign.value):
             a.facts.file_logger_classes.add(assign.scope[0])
+    a.facts.file_logger_classes |= _reopening_loggers(a)
     for assign in a.r.assigns:
         value = assign.value
         if isinstance(value, cst.Call) and file_logger_class(a.facts, value.func, assign.scope) is not None:
             a.facts.file_loggers.update(assign.targets)
     a.facts.trackers.update(a.facts.file_loggers)
+    a.facts.trackers.update(_parameters_given_loggers(a))
+
+
+def _reopening_loggers(a: Analysis) -> set[str]:
+    """Classes deriving from nothing but ``object`` whose methods open a file for writing each
+    time they run (``with open(self.path, "a") as f: f.write(row)``) and do nothing else worth
+    keeping on every rank: no method returns a value (nothing reads what an instance gives
+    back) and none steps an optimizer or calls ``backward`` (a training class's own log file)."""
+    opening = {
+        call.scope[0]
+        for call in a.r.calls
+        if len(call.scope) > 1 and call.scope[0] in a.r.classes and a.facts.opens_for_writing(call.node, call.scope)
+    }
+    if not opening:
+        return set()
+    returning = {scope[0] for scope, value in a.r.method_returns if not _is_none(value)}
+    training = {
+        call.scope[0]
+        for call in a.r.calls
+        if call.scope and isinstance(call.node.func, cst.Attribute) and call.node.func.attr.value in _TRAINING_METHODS
+    }
+    builtin = builtins_at(a.r.names, ())
+    return {
+        name
+        for name in opening - returning - training
+        if all(builtin(base.value) == "object" and base.keyword is None for base in a.r.classes[name].node.bases)
+    }
+
+
+#: Methods only a training class calls (on its optimizer, its loss).
+_TRAINING_METHODS = frozenset({"backward", "step", "zero_grad"})
+
+
+def _is_none(value: cst.BaseExpression | None) -> bool:
+    return value is None or (isinstance(value, cst.Name) and value.value == "None")
+
+
+def _parameters_given_loggers(a: Analysis) -> set[str]:
+    """Parameters filled by a logger built right in the call (``train(model, CSVLogger(...))``):
+    of the module's functions, and of its classes' ``__init__``."""
+    found: set[str] = set()
+    for call in a.r.calls:
+        callee = dotted(call.node.func)
+        params = a.r.defs.get(callee) if callee is not None else None
+        if params is None and callee in a.r.classes:
+            params = a.r.classes[callee].init_params
+        if params is None:
+            continue
+        for index, arg in enumerate(call.node.args):
+            value = arg.value
+            if arg.star or not isinstance(value, cst.Call):
+                continue
+            param = parameter_filled(arg, index, params)
+            if param is not None and file_logger_class(a.facts, value.func, call.scope) is not None:
+                found.add(param)
+                site = a.site(value)
+                a.facts.loggers_built_in_calls.add((site.line, site.column))
+    return found
 
 
 def file_logger_class(facts: FactQuestions, func: cst.BaseExpression, scope: ScopeKey) -> str | None:

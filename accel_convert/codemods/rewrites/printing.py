@@ -28,7 +28,13 @@ kernel's one process, and only the launched function runs in every worker.
 
 A script that rebinds ``print`` (``print = misc.logger.info``) calls that function instead: the
 binding becomes ``print = accelerator.on_main_process(misc.logger.info)``, so its calls run on the
-main process only.
+main process only; so does a name bound to a ``logging`` logger's method (``log =
+logging.getLogger(__name__).info``). At a module's top level where no accelerator is (a module of
+the program such as pytorch-playground's ``utee/misc.py``, or the script before ``main()`` creates
+it) the launcher's ``RANK`` picks: ``print = misc.logger.info if int(os.environ.get("RANK", "0"))
+== 0 else (lambda *args, **kwargs: None)``, so one process logs, as on one process, while the
+others call a function that does nothing. A binding in a function where no accelerator is reachable
+is left as it is.
 """
 
 from __future__ import annotations
@@ -58,8 +64,9 @@ LINE_LIMIT = 100
 class _Printing(RuleTransformer):
     def __init__(self, facts: ScriptFacts, accelerator: str, *, top_level_runs_once: bool = False) -> None:
         sites = [site for name in ("print", *PROGRESS_BARS, *CONSOLE_WRITES) for site in facts.call_sites.get(name, ())]
-        # ``print = misc.logger.info``: the script's own print, rebound (pytorch-playground).
-        sites += facts.assign_sites.get("print", ())
+        # ``print = misc.logger.info``: the script's own print, rebound (pytorch-playground), and
+        # ``log = logging.getLogger(__name__).info``.
+        sites += [site for name in ("print", *facts.of(log_functions)) for site in facts.assign_sites.get(name, ())]
         super().__init__(facts, lines_of(sites))
         self.facts = facts
         #: The top level is one process (a notebook's kernel, its workers running a launched function).
@@ -171,28 +178,46 @@ class _Printing(RuleTransformer):
         """``print = misc.logger.info`` → ``print = accelerator.on_main_process(misc.logger.info)``:
         every later ``print(...)`` calls what ``print`` is bound to, which is not the builtin this
         rule makes ``accelerator.print``; wrapped, it runs on the main process only (the others
-        return None). None when ``line`` is not such a binding or no accelerator is reachable."""
+        return None). So does a name bound to a logging logger's method (``log =
+        logging.getLogger(__name__).info``, see :func:`log_functions`). At a module's top level
+        where no accelerator is (a library module, or before ``main()`` creates it), the
+        launcher's ``RANK`` picks the function on the first process and a function doing nothing
+        on the others. None when ``line`` is not such a binding or neither can be done."""
         assign = line.body[0] if len(line.body) == 1 else None
         if (
             not isinstance(assign, cst.Assign)
             or len(assign.targets) != 1
             or not isinstance(assign.targets[0].target, cst.Name)
-            or assign.targets[0].target.value != "print"
-            or not self.accelerator_reachable()
+            or assign.targets[0].target.value not in {"print", *self.facts.of(log_functions)}
         ):
             return None
         value = assign.value
         if is_accelerator_method(value, self.facts, "on_main_process", "on_local_main_process"):
             return None  # already kept to one process
-        accelerator = self.instance_accelerator() or cst.Name(self.accelerator)
-        wrapped = cst.Call(cst.Attribute(accelerator, cst.Name("on_main_process")), args=[cst.Arg(value)])
+        if self.accelerator_reachable():
+            accelerator = self.instance_accelerator() or cst.Name(self.accelerator)
+            kept: cst.BaseExpression = cst.Call(
+                cst.Attribute(accelerator, cst.Name("on_main_process")), args=[cst.Arg(value)]
+            )
+            where = "runs on the main process only"
+        elif not self.scope and self._os_is_the_module() and not _picks_by_rank(value):
+            self.guarded_prints += 1
+            kept = cst.IfExp(test=expression(_LAUNCHER_MAIN_PROCESS), body=value, orelse=expression(_DOES_NOTHING))
+            where = "runs on the first process only (launcher's RANK)"
+        else:
+            return None
+        name = assign.targets[0].target.value
         self.report(
             original,
             Printing.code,
-            f"print rebound to {dotted(value) or 'another function'} → runs on the main process only",
+            f"{name} bound to {dotted(value) or 'another function'} → {where}",
             header_only=True,
         )
-        return line.with_changes(body=[assign.with_changes(value=wrapped)])
+        return line.with_changes(body=[assign.with_changes(value=kept)])
+
+    def _os_is_the_module(self) -> bool:
+        """Whether ``os`` at the top level is (or can be made) the standard library's module."""
+        return not (self.facts.name_table.scopes[()].binds("os") and self.facts.imports.get("os") != "os")
 
     def _under_if(self, picks: Callable[[cst.BaseExpression], bool]) -> bool:
         """Inside an ``if`` whose test ``picks`` accepts."""
@@ -339,6 +364,15 @@ def _is_helper_class(node: cst.ClassDef, facts: ScriptFacts) -> bool:
 _CHATTY_LEVELS = {"logging.DEBUG": "DEBUG", "logging.INFO": "INFO"}
 #: The launcher's rank test, for code that runs where no accelerator is reachable.
 _LAUNCHER_MAIN_PROCESS = 'int(os.environ.get("RANK", "0")) == 0'
+#: What a logging function rebound on the first process only is on the others.
+_DOES_NOTHING = "(lambda *args, **kwargs: None)"
+#: The methods of a ``logging`` logger (and the functions of the module) that emit a record.
+_LOGGING_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "critical", "exception", "log"})
+
+
+def _picks_by_rank(value: cst.BaseExpression) -> bool:
+    """``... if int(os.environ.get("RANK", "0")) == 0 else ...``: already rebound per process."""
+    return isinstance(value, cst.IfExp) and _is_launcher_rank_test(value.test)
 
 
 class _LoggingLevel(RuleTransformer):
@@ -449,11 +483,92 @@ def loggers(a: Analysis) -> frozenset[str]:
     return frozenset(name for name, only_loggers in bound.items() if only_loggers)
 
 
+@rule_provider(needs=(loggers.name,))
+def log_functions(a: Analysis) -> frozenset[str]:
+    """Names bound to a function emitting a ``logging`` record: a logger's method (``log =
+    logging.getLogger(__name__).info``, ``log = logger.info`` of ``logger = logging.getLogger(...)``)
+    or the module's own (``log = logging.info``). Calling one logs on every rank, as ``print``
+    printed; ``print`` itself rebound is matched by its name (see ``_Printing._print_rebound``)."""
+    if "logging" not in a.r.words and "getLogger" not in a.r.words:
+        return frozenset()
+    held = cast(frozenset[str], a.rule_results[loggers.name])
+    found: set[str] = set()
+    for assign in a.r.assigns:
+        value = assign.value
+        if isinstance(value, cst.Attribute) and value.attr.value in _LOGGING_METHODS:
+            owner = value.value
+            named = a.r.names.qualified_name(value, assign.scope)
+            from_logger = isinstance(owner, cst.Call) and a.r.names.qualified_name(owner.func, assign.scope) == (
+                "logging.getLogger"
+            )
+            if from_logger or dotted(owner) in held or named == f"logging.{value.attr.value}":
+                found.update(target for target in assign.targets if target != "print")
+    return frozenset(found)
+
+
 class Printing(Rule):
     code = "ACC107"
     name = "print-progress"
-    providers = (loggers, models_built_on_every_rank, launches_a_function)
+    providers = (loggers, log_functions, models_built_on_every_rank, launches_a_function)
     examples = (
+        # print rebound at the top level, before main() creates the accelerator: the launcher's RANK
+        # keeps the logger's function on the first process, the others get one doing nothing.
+        Example(
+            before="""
+                import logging
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                logger = logging.getLogger("train")
+                print = logger.info
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        nn.functional.mse_loss(model(data), target).backward()
+                        optimizer.step()
+                    print("trained")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import logging
+                import os
+
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+                logger = logging.getLogger("train")
+                print = logger.info if int(os.environ.get("RANK", "0")) == 0 else (lambda *args, **kwargs: None)
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        accelerator.backward(nn.functional.mse_loss(model(data), target))
+                        optimizer.step()
+                    print("trained")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
         # A notebook launching its training function: the kernel's top level is one process, so
         # its prints stay as written; the function's print runs in every worker.
         Example(
@@ -717,6 +832,9 @@ class Printing(Rule):
         # A library module's model class built where the accelerator is held prints through
         # the launcher's RANK: that module has no accelerator of its own.
         library_models = facts.home_kind == "library" and bool(facts.of(models_built_on_every_rank))
+        # So does a module binding print or a name to a logging function at its top level.
+        if facts.assign_sites.get("print") or facts.of(log_functions):
+            return True
         return (facts.has_accelerator or library_models) and (
             bool(facts.called & {"print", "logging.basicConfig", *PROGRESS_BARS, *CONSOLE_WRITES})
             or ".setLevel" in facts.call_sites

@@ -12,8 +12,12 @@ before it exists. Where the accelerator is not reachable the write is reported (
 A logger class that keeps a file open for writing (a CSV logger's ``self.file = open(path, "w")``,
 of the script or of another module of the program, known by its qualified name) is a tracker too:
 ``log = CSVLogger(...) if accelerator.is_main_process else None``, its calls guarded, so the file
-holds one header and every row once. Its kept file is reported (ACC916) only where some instance
-cannot be created so: there every rank opens the file and writes its rows into it. A tracker
+holds one header and every row once. So is a helper class deriving from nothing but ``object``
+that reopens its file for writing on every call (``with open(self.path, "a") as f`` in ``write``),
+returns nothing and trains nothing: every rank would append each row. A logger built right in a
+call of the module's own function or class (``train(model, CSVLogger("log.csv"))``) is built so
+in the call, and the parameter it fills is a tracker there. Its kept or written file is reported
+(ACC916) only where some instance cannot be created so: there every rank writes its rows into it. A tracker
 whose attributes code on every rank reads (``os.path.join(writer.log_dir, "training.log")``) is
 created on every rank and reported (ACC916): None would fail there. So is ``wandb.init`` (with
 ``wandb.config.update``) where code on every rank reads the run's state (a sweep's ``config =
@@ -43,6 +47,7 @@ there would wait for a rank that never comes, so every rank calling it makes the
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import cast
 
 import libcst as cst
 
@@ -655,7 +660,8 @@ class SideEffectsCodemod(Rule):
         # them under main_process_first, what their bodies leave on every rank is run first by
         # the main process alone (see _MainProcessGuard._report_after_download_calls).
         words |= facts.download_functions
-        rewriter = _MainProcessGuard(facts, facts.lines_mentioning(words), _trackers_read(module, facts))
+        lines = facts.lines_mentioning(words) | {line for line, _ in facts.loggers_built_in_calls}
+        rewriter = _MainProcessGuard(facts, lines, _trackers_read(module, facts))
         new_module = module.visit(rewriter)
         return new_module, rewriter.changes(module)
 
@@ -676,9 +682,10 @@ class _MainProcessGuard(RuleTransformer):
         #: Download function → the folder creations in it left on every rank (reported unless every
         #: call of the function runs under ``main_process_first``).
         self._in_download_functions: dict[str, list[cst.CSTNode]] = {}
-        #: Logger class → the files its methods open and keep (reported unless every instance of
-        #: it is created on the main process only), and → its constructions made so here.
-        self._kept_by_loggers: dict[str, list[cst.CSTNode]] = {}
+        #: Logger class → the files its methods open and keep or write, with their reports (made
+        #: unless every instance of it is created on the main process only), and → its
+        #: constructions made so here.
+        self._kept_by_loggers: dict[str, list[tuple[cst.CSTNode, str]]] = {}
         self._loggers_on_main_process: dict[str, int] = {}
 
     # Writes are whole statements: the walk never needs to go into expressions or model classes.
@@ -745,8 +752,8 @@ class _MainProcessGuard(RuleTransformer):
             made = self._loggers_on_main_process.get(cls, 0)
             if (constructions and made == constructions) or (not constructions and cls in reached):
                 continue
-            for statement in statements:
-                self.findings.add(statement, "ACC916", KEPT_FILE_UNREACHABLE, False)
+            for statement, message in statements:
+                self.findings.add(statement, "ACC916", message, False)
 
     def _note_download_calls(self, statements: Sequence[cst.BaseStatement]) -> None:
         """Record the calls of download functions in these statements (of a block every rank
@@ -790,7 +797,7 @@ class _MainProcessGuard(RuleTransformer):
             if self._kept_for_run_state(statement):
                 runs.keep(statement)
                 continue
-            created = self._tracker_created_on_main_process(statement)
+            created = self._tracker_created_on_main_process(statement) or self._loggers_built_in_calls(statement)
             if created is not None:
                 runs.add_rewritten(created)
                 continue
@@ -896,6 +903,26 @@ class _MainProcessGuard(RuleTransformer):
         value = cst.IfExp(test=self._main_process(), body=assign.value, orelse=cst.Name("None"))
         return statement.with_changes(body=[assign.with_changes(value=value)])
 
+    def _loggers_built_in_calls(self, statement: cst.BaseStatement) -> cst.BaseStatement | None:
+        """``train(model, CSVLogger("log.csv"))`` → ``train(model, CSVLogger("log.csv") if
+        accelerator.is_main_process else None)``: a logger built right in a call of the module's
+        own function or class (``file_flow.file_loggers``), whose parameter is a tracker there."""
+        if not self.facts.loggers_built_in_calls or not isinstance(statement, cst.SimpleStatementLine):
+            return None
+        built = _LoggersBuiltInCalls(self.facts, self._main_process(), self.scope)
+        rewritten = cast(cst.SimpleStatementLine, statement.visit(built))
+        if not built.classes:
+            return None
+        for cls in built.classes:
+            self._loggers_on_main_process[cls] = self._loggers_on_main_process.get(cls, 0) + 1
+        self.findings.add(
+            self._original_of.get(id(statement), statement),
+            SideEffectsCodemod.code,
+            "logger built in the call on the main process only (None on the others)",
+            True,
+        )
+        return rewritten
+
     def _kept_for_run_state(self, statement: cst.BaseStatement) -> bool:
         """``wandb.init(...)`` (or ``wandb.config.update(args)``) where code every rank runs reads
         ``wandb.config`` or ``wandb.run``: kept on every rank, where the main-process guard would
@@ -991,15 +1018,36 @@ class _MainProcessGuard(RuleTransformer):
             elif kind is not None:
                 message = "file write where the accelerator is not reachable: every rank runs it"
             elif _keeps_file_open_for_writing(statement, self.facts, self.scope):
-                if self.scope and self.scope[0] in self.facts.file_logger_classes:
-                    # Known once every construction of the class is seen (see leave_Module).
-                    original = self._original_of.get(id(statement), statement)
-                    self._kept_by_loggers.setdefault(self.scope[0], []).append(original)
-                    continue
                 message = KEPT_FILE_UNREACHABLE
             else:
                 continue
-            self.findings.add(self._original_of.get(id(statement), statement), "ACC916", message, False)
+            original = self._original_of.get(id(statement), statement)
+            if kind in (None, "write") and self.scope and self.scope[0] in self.facts.file_logger_classes:
+                # A logger class's file: known once every construction of the class is seen (see
+                # leave_Module).
+                self._kept_by_loggers.setdefault(self.scope[0], []).append((original, message))
+                continue
+            self.findings.add(original, "ACC916", message, False)
+
+
+class _LoggersBuiltInCalls(cst.CSTTransformer):
+    """Each logger construction of ``facts.loggers_built_in_calls`` → ``... if <main> else None``;
+    ``classes`` the logger classes so built (one entry per construction)."""
+
+    def __init__(self, facts: ScriptFacts, main_process: cst.BaseExpression, scope: tuple[str, ...]) -> None:
+        super().__init__()
+        self.facts, self.main_process, self.scope = facts, main_process, scope
+        self.classes: list[str] = []
+
+    def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
+        value = original_node.value
+        site = self.facts.origins.site(value) if isinstance(value, cst.Call) else None
+        if site is None or (site.line, site.column) not in self.facts.loggers_built_in_calls:
+            return updated_node
+        assert isinstance(value, cst.Call)
+        self.classes.append(file_logger_class(self.facts, value.func, self.scope) or dotted(value.func) or "")
+        built = cst.IfExp(test=self.main_process, body=updated_node.value, orelse=cst.Name("None"))
+        return updated_node.with_changes(value=built)
 
 
 def _first_statement_after_accelerator(statements: Sequence[cst.BaseStatement], acc: str) -> int | None:
