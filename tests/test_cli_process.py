@@ -7,6 +7,7 @@ Two real processes (each costs an interpreter start): a conversion from stdin to
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import sysconfig
@@ -210,3 +211,18 @@ def test_the_process_ends_without_teardown_after_its_output_and_exit_handlers(
     else:
         assert result.stderr.decode().splitlines()[-1].startswith("1 would convert")
     assert b"TORN DOWN" not in result.stderr
+
+
+def test_a_process_end_inside_the_test_process_fails_the_test_and_a_forked_child_still_ends() -> None:
+    """The command's ``os._exit`` reached in pytest's own process would end the whole run with the
+    command's code (0: green, half the tests never run); tests/conftest.py turns it into a failure
+    there, while a forked child (multiprocessing's workers) still ends with its code."""
+    from tests.conftest import ProcessEndedInTest
+
+    with pytest.raises(ProcessEndedInTest):
+        os._exit(0)
+    child = os.fork()
+    if child == 0:
+        os._exit(7)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 7
