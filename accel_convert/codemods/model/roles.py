@@ -14,6 +14,7 @@ from accel_convert.codemods.engine.syntax import (
     argument_for,
     dotted,
     nodes_in,
+    parameters_filled,
 )
 from accel_convert.codemods.engine.torch_names import (
     ACCELERATORS,
@@ -147,13 +148,7 @@ def _factory_roots(a: Analysis, call: cst.Call, factory: str, returned: cst.Call
     finder = _ParameterReceivers()
     walk(returned, finder)
     params = a.r.defs.get(factory, ())
-    passed = {
-        (arg.keyword.value if arg.keyword is not None else params[index] if index < len(params) else ""): dotted(
-            arg.value
-        )
-        for index, arg in enumerate(call.args)
-        if not arg.star
-    }
+    passed = {param: dotted(arg.value) for param, arg in parameters_filled(call, params)}
     roots = set()
     for receiver in finder.receivers:
         head, _, rest = receiver.partition(".")
