@@ -100,6 +100,7 @@ def load_project(folder: Path) -> Project:
         compare_files=tuple(spec.get("compare_files", [])),
         options=Options(target=spec.get("target", "runtime")),
         reported=tuple(spec.get("reported", [])),
+        not_reported=tuple(spec.get("not_reported", [])),
     )
     return Project(folder, spec["entry"], case, tuple(spec.get("per_rank_lines", [])), spec.get("home"))
 
@@ -238,6 +239,7 @@ def test_converted_set_is_the_reviewed_golden_set(project: Project, converted):
         codes for codes in project.case.reported if not any(code in result.messages for code in codes.split("|"))
     ]
     assert missing == [], result.messages
+    assert not [code for code in project.case.not_reported if code in result.messages], result.messages
     # The golden set is stable: converting it again as a program changes nothing.
     again = CliRunner().invoke(accel_convert, [str(EXPECTED_DIR / project.name), "--check"])
     assert again.exit_code == 0, again.output

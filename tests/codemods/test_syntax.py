@@ -13,6 +13,7 @@ from accel_convert.codemods.engine.syntax import (
     is_host_number,
     is_plain_class,
     names_bound,
+    parameters_filled,
     python_value,
     rows_counted,
 )
@@ -157,3 +158,22 @@ def test_a_plain_class_derives_from_the_builtin_object(source: str, plain: bool)
     module = cst.parse_module(f"{source}class Evaluator(object):\n    def run(self):\n        pass\n")
     node = next(n for n in module.body if isinstance(n, cst.ClassDef))
     assert is_plain_class(node, builtins_at(collect_names(module))) is plain
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        ("train(net, loader, 3)", [("model", "net"), ("loader", "loader")]),
+        ("train(net, epochs=2, model=other)", [("model", "net"), ("epochs", "2"), ("model", "other")]),
+        ("train(*parts, loader=valid, **options)", [("loader", "valid")]),
+    ],
+)
+def test_parameters_filled_by_a_call(call: str, expected: list[tuple[str, str]]) -> None:
+    """Each parameter of ``train(model, loader)`` a call fills, with its argument: by position up
+    to the last parameter, by keyword (one the function does not name too), none behind ``*``."""
+    node = cst.parse_expression(call)
+    assert isinstance(node, cst.Call)
+    found = [
+        (param, cst.Module([]).code_for_node(arg.value)) for param, arg in parameters_filled(node, ("model", "loader"))
+    ]
+    assert found == expected

@@ -7,7 +7,7 @@ guard. Whole-tree questions belong to the analysis (:mod:`codemods.engine.analys
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import cast
 
 import libcst as cst
@@ -422,6 +422,16 @@ def parameter_filled(arg: cst.Arg, index: int, params: Sequence[str]) -> str | N
     if arg.keyword is not None:
         return arg.keyword.value
     return params[index] if index < len(params) else None
+
+
+def parameters_filled(call: cst.Call, params: Sequence[str]) -> Iterator[tuple[str, cst.Arg]]:
+    """Each parameter a call's arguments fill (:func:`parameter_filled`), with the argument
+    filling it; ``*args`` and ``**kwargs`` fill none we can name, nor a positional argument past
+    the last parameter."""
+    for index, arg in enumerate(call.args):
+        param = parameter_filled(arg, index, params) if not arg.star else None
+        if param is not None:
+            yield param, arg
 
 
 def takes_every_argument(call: cst.Call, params: Sequence[str]) -> bool:

@@ -4,6 +4,7 @@ parameter (of a function, a class's ``__init__`` or method, an attribute, a loop
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -16,8 +17,8 @@ from accel_convert.codemods.engine.positions import python_ast
 from accel_convert.codemods.engine.syntax import (
     class_methods,
     dotted,
-    parameter_filled,
     parameter_names,
+    parameters_filled,
     takes_every_argument,
 )
 from accel_convert.codemods.engine.torch_names import (
@@ -181,10 +182,9 @@ def _arguments_into_values(a: Analysis, in_workers: set[tuple[str, ScopeKey]]) -
             params = _parameters_left(a.r.defs[name], skipped.get(name, 0), a.r.positional_limits.get(name))
             if params is None or not takes_every_argument(call.node, params):
                 continue
-            for index, arg in enumerate(call.node.args):
+            for param, arg in parameters_filled(call.node, params):
                 value = held_name(arg.value)
-                param = parameter_filled(arg, index, params) if value is not None and not arg.star else None
-                if param is not None and value is not None:
+                if value is not None:
                     a.arguments.setdefault((name, param), set()).add((call.function, value))
 
 
@@ -300,12 +300,9 @@ def _arguments_into_nested(a: Analysis, call: CallRecord, params: tuple[str, ...
     parameters, as for a module-level function's. They are names of the module-level function or
     class it is written in (the analysis' "function" for all its code): ``evaluate(test_loader)``
     makes its ``loader`` the test loader, so its loop is an evaluation over it."""
-    for index, arg in enumerate(call.node.args):
+    for param, arg in parameters_filled(call.node, params):
         name = dotted(arg.value)
-        if name is None or arg.star:
-            continue
-        param = parameter_filled(arg, index, params)
-        if param is not None and param != name:
+        if name is not None and param != name:
             a.arguments.setdefault((call.function, param), set()).add((call.function, name))
 
 
@@ -342,18 +339,7 @@ def _into_method(a: Analysis, call: CallRecord, callee: cst.Attribute) -> None:
     definition = next((m for m in class_methods(a.r.classes[owner].node) if m.name.value == callee.attr.value), None)
     if definition is None or a.r.classes[owner].self_names.get(callee.attr.value) is None:
         return
-    params = parameter_names(definition)[1:]
-    for index, arg in enumerate(call.node.args):
-        if arg.star:
-            continue
-        param = parameter_filled(arg, index, params)
-        if param is None or param not in params:
-            continue
-        value = dotted(arg.value)
-        if value is not None:
-            a.arguments.setdefault((owner, param), set()).add((call.function, value))
-        else:
-            a.argument_values.setdefault((owner, param), []).append((call.function, arg.value))
+    _arguments_into(a, call, owner, parameter_names(definition)[1:], dotted, named_only=True)
 
 
 def instance_class(a: Analysis, call: CallRecord | AssignRecord, receiver: cst.BaseExpression) -> str | None:
@@ -413,17 +399,26 @@ def _construction(a: Analysis, call: CallRecord, owner: ClassRecord) -> None:
     _arguments_into(a, call, name, owner.init_params or ())
 
 
-def _arguments_into(a: Analysis, call: CallRecord, callee: str, params: tuple[str, ...]) -> None:
-    """What each argument of a call of the file's function (or class) ``callee`` fills: the name
-    it is held under (``arguments``), or the value itself where it is no name (``argument_values``:
-    ``Runner({"gpu": 0})``)."""
-    for index, arg in enumerate(call.node.args):
-        if arg.star:
+def _arguments_into(
+    a: Analysis,
+    call: CallRecord,
+    callee: str,
+    params: tuple[str, ...],
+    name_of: Callable[[cst.BaseExpression], str | None] = held_name,
+    *,
+    named_only: bool = False,
+) -> None:
+    """What each argument of a call of the file's function, class or method ``callee`` (a
+    method's keyed by its class) fills: the name it is held under (``arguments``; ``name_of``
+    names it: a dotted name or a settings entry, ``config["device"]``, for a function's or a
+    class's; a dotted name for a method's), or the value itself where it is no name
+    (``argument_values``: ``Runner({"gpu": 0})``). With ``named_only``, a keyword none of
+    ``params`` names is passed over (a method's; a class's ``**kwargs`` entry is read back as
+    ``kwargs['model']``)."""
+    for param, arg in parameters_filled(call.node, params):
+        if named_only and param not in params:
             continue
-        param = parameter_filled(arg, index, params)
-        if param is None:
-            continue
-        name = held_name(arg.value)
+        name = name_of(arg.value)
         if name is not None:
             a.arguments.setdefault((callee, param), set()).add((call.function, name))
         else:

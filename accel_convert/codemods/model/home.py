@@ -10,7 +10,7 @@ from accel_convert.codemods.engine.facts import MODULE, ScriptFacts
 from accel_convert.codemods.engine.program_seeds import ProgramSeeds
 from accel_convert.codemods.engine.syntax import (
     dotted,
-    parameter_filled,
+    parameters_filled,
 )
 from accel_convert.codemods.engine.torch_names import (
     DATA_LOADERS,
@@ -342,10 +342,9 @@ def _unprepared_received_models(a: Analysis) -> None:
         if function not in facts.training_functions:
             continue
         params = a.r.defs.get(function) or ()
-        for index, arg in enumerate(call.node.args):
-            param = parameter_filled(arg, index, params)
+        for param, arg in parameters_filled(call.node, params):
             name = dotted(arg.value)
-            if param in facts.models and name is not None and name not in facts.models and not arg.star:
+            if param in facts.models and name is not None and name not in facts.models:
                 handed.append((name, function, call))
     # Built once, by a model constructor, in the block handing it over (knowledge
     # distillation's teacher, trained first, and student, built after the teacher's training

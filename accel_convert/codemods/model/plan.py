@@ -64,6 +64,7 @@ from accel_convert.codemods.engine.syntax import (
     names_in,
     nodes_in,
     parameter_names,
+    parameters_filled,
     target_names,
 )
 from accel_convert.codemods.engine.torch_names import ACCELERATORS, DATA_LOADERS, is_model_constructor
@@ -813,11 +814,8 @@ class _Handing:
         found: set[str] = set()
         if params is None:
             return set()
-        for index, arg in enumerate(call.args):
-            if arg.star or not isinstance(arg.value, cst.Name):
-                continue
-            param = arg.keyword.value if arg.keyword is not None else params[index] if index < len(params) else None
-            if param in roles:
+        for param, arg in parameters_filled(call, params):
+            if isinstance(arg.value, cst.Name) and param in roles:
                 found.add(arg.value.value)
         return found
 

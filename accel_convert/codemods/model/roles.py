@@ -15,6 +15,7 @@ from accel_convert.codemods.engine.syntax import (
     argument_for,
     dotted,
     nodes_in,
+    parameters_filled,
 )
 from accel_convert.codemods.engine.torch_names import (
     ACCELERATORS,
@@ -148,13 +149,7 @@ def _factory_roots(a: Analysis, call: cst.Call, factory: str, returned: cst.Call
     finder = _ParameterReceivers()
     walk(returned, finder)
     params = a.r.defs.get(factory, ())
-    passed = {
-        (arg.keyword.value if arg.keyword is not None else params[index] if index < len(params) else ""): dotted(
-            arg.value
-        )
-        for index, arg in enumerate(call.args)
-        if not arg.star
-    }
+    passed = {param: dotted(arg.value) for param, arg in parameters_filled(call, params)}
     roots = set()
     for receiver in finder.receivers:
         head, _, rest = receiver.partition(".")
@@ -595,7 +590,15 @@ def trackers(a: Analysis) -> None:
     ),
 )
 def flow_into_parameters(a: Analysis) -> None:
-    """A parameter that receives a model is a model too (file-wide name sets)."""
+    """A parameter that receives a model is a model too (file-wide name sets), and back: a class
+    training the model its caller passed in (``Trainer(config, net, loader)`` whose ``train()``
+    runs ``model = self.model`` and builds the optimizer from ``model.parameters()``) makes the
+    caller's name a model, which its caller prepares.
+
+    Followed to a fixed point: what the way back finds flows forward again (``net`` a model makes
+    the attribute ``self.model`` one, held prepared, so ``model = self.model`` stands for the
+    prepared object, no model of its own left unprepared, ACC926). Each round adds a name to a
+    role or stops, so the rounds are at most the names the parameters receive."""
     facts = a.facts
     roles = [
         facts.models,
@@ -606,16 +609,30 @@ def flow_into_parameters(a: Analysis) -> None:
         facts.cuda_flags,
         facts.trackers,
     ]
-    for function, param in a.arguments:
-        origins = a.origins_of(function, param)
+    origins = {key: a.origins_of(*key) for key in a.arguments}
+    for _ in range(len(origins) + 1):
+        before = sum(len(role) for role in roles)
+        _roles_into_parameters(origins, roles)
+        _models_handed_in(a, origins)
+        if sum(len(role) for role in roles) == before:
+            break
+
+
+def _roles_into_parameters(origins: dict[tuple[str, str], set[str]], roles: list[set[str]]) -> None:
+    """Each parameter (attribute, loop target) takes the roles of the names it receives."""
+    for (_, param), received in origins.items():
         for role in roles:
-            if origins & role:
+            if received & role:
                 role.add(param)
-    # And back: a class that builds the optimizer from ``self.model.parameters()`` trains the
-    # model its caller passed in (``Trainer(args, model, ...)``), which the caller prepares.
-    for function, param in a.arguments:
+
+
+def _models_handed_in(a: Analysis, origins: dict[tuple[str, str], set[str]]) -> None:
+    """A class that builds the optimizer from ``self.model.parameters()`` trains the model its
+    caller passed in (``Trainer(args, model, ...)``), which the caller prepares."""
+    facts = a.facts
+    for (function, param), received in origins.items():
         if function in a.r.classes and param in facts.models:
-            handed_in = {name for name in a.origins_of(function, param) if name != param}
+            handed_in = received - {param}
             facts.models |= handed_in
             facts.frozen_models -= handed_in
 
