@@ -91,7 +91,7 @@ def callers_closure(
     return found
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class RunContext:
     """The only state that changes while the rules run, one per conversion: original positions
     carried from tree to tree, and the original lines earlier rules changed (a later rule that
@@ -105,7 +105,7 @@ class RunContext:
     block_layouts: dict[int, tuple[object, object]] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class LoopFacts:
     """A ``for`` loop over a data loader."""
 
@@ -263,7 +263,7 @@ class FactQuestions:
         return lines
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class ScriptFacts(FactQuestions):
     """What the analysis drew (see the module docstring); read-only: ``FactsDraft.finish`` makes
     them, and facts built by hand (rule unit tests) take any sets, sequences and mappings."""
@@ -561,7 +561,7 @@ class ScriptFacts(FactQuestions):
         return name in self.models
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class FactsDraft(FactQuestions):
     """The facts while the analysis draws them (``Analysis.facts``): the fields of
     :class:`ScriptFacts`, in its order and documented there, with the sets, lists and dicts the

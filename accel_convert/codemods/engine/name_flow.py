@@ -116,7 +116,7 @@ def _walk_statements(tree: ast.AST) -> Iterator[ast.AST]:
 _STATEMENT_HOLDERS = (ast.stmt, ast.excepthandler, ast.match_case)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class NameFlowProblem:
     """One read the converted program may make before the name is bound, or one call that does
     not pass a parameter the conversion added. ``line``/``column`` are in the converted module
@@ -426,7 +426,7 @@ def _run_at_definition(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassD
     ]
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _Function:
     """A function of the module and what its body reads of the module's names when it runs."""
 
@@ -780,7 +780,7 @@ def _pattern_captures(pattern: ast.pattern) -> set[str]:
     return captured | {n.rest for n in _walk_ast(pattern) if isinstance(n, ast.MatchMapping) and n.rest}
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _Method:
     """What one method does with ``self``'s attributes."""
 
@@ -917,7 +917,7 @@ def _class_members(node: ast.ClassDef) -> set[str]:
 # --- calls without a new argument -----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class _Signature:
     """A function's parameters as its calls must pass them."""
 

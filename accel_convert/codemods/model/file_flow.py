@@ -51,7 +51,7 @@ _EMPTY = cst.Module([])
 ANY = "\x00"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class FileFlow:
     """(write line, read function, read line): a read that may open, later in the run, the file
     the write on that (original) line wrote."""
@@ -71,7 +71,7 @@ class FileFlow:
         return frozenset((function, line) for written, function, line in self.pairs if written == write_line)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class _Access:
     """A path a function opens, and on which line."""
 

@@ -317,7 +317,7 @@ def counted_by_one(node: cst.CSTNode) -> cst.BaseAssignTargetExpression | None:
     return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class PerBatchValues:
     """What a loop over a loader's batches counts and keeps once per batch (see
     :func:`per_batch_values`): over this process's shard, its batches only."""
@@ -622,7 +622,7 @@ RANK_NAMES = frozenset(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Locality:
     """What differs between the processes of one module, and where: the one answer rules read
     (``facts.of(locality)``)."""

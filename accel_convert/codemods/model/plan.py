@@ -88,7 +88,7 @@ PREPARE_METHODS = frozenset(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class ConversionPlan:
     """Where the accelerator is created, what is prepared where, and where training starts."""
 
@@ -379,7 +379,7 @@ class ConversionPlan:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Placement:
     """The plan's answers read off the original statements (the analysis has them; facts built by
     hand do not): see the ``ConversionPlan`` fields of the same names."""
@@ -1355,7 +1355,7 @@ def plan_of(facts: ScriptFacts) -> ConversionPlan:
 # The recognisers: one statement of the tree a rewrite is given.
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class AcceleratorCreation:
     """Where ``accelerator = Accelerator(...)`` is: the statements that run before it in its body,
     and the parameters of the function holding it."""

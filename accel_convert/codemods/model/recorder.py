@@ -31,7 +31,7 @@ from accel_convert.codemods.engine.torch_names import (
 )
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class LoopRecord:
     """A ``for`` loop of the walk: its function, what it iterates and binds, what runs in it."""
 
@@ -58,7 +58,7 @@ class LoopRecord:
     scope: ScopeKey = ()
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class WhileRecord:
     """A ``while`` loop, for the ``break`` statements that leave it (``while True: ...; if loss <
     1e-3: break``)."""
@@ -76,7 +76,7 @@ class WhileRecord:
 ExitRecord = Union["LoopRecord", WhileRecord]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class Mentions:
     """What an expression (an assignment's value, an ``if`` test) mentions."""
 
@@ -87,7 +87,7 @@ class Mentions:
     parameter_receivers: set[str] = field(default_factory=set)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class IfRecord:
     """An ``if`` statement of the walk: the loop around it, what its test reads, what its body does."""
 
@@ -102,7 +102,7 @@ class IfRecord:
     body_assigns: set[str] = field(default_factory=set)
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class CallRecord:
     """A call of the walk, with its scope, function and the loops and ``if`` statements around it."""
 
@@ -117,7 +117,7 @@ class CallRecord:
     no_grad: bool = False
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class AssignRecord:
     """An assignment of the walk: its targets and value, where it stands and what it reads."""
 
@@ -135,7 +135,7 @@ class AssignRecord:
         return self.mentions.names
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class AugAssignRecord:
     """``total += loss.item()``, ``bad_epochs += 1``: where per-process sums and counters grow."""
 
@@ -148,7 +148,7 @@ class AugAssignRecord:
     function: str = MODULE
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class ClassRecord:
     """A module-level class: what converting training code held in it needs to know."""
 

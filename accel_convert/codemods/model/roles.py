@@ -281,7 +281,7 @@ def _holds_a_batch(a: Analysis, value: cst.BaseExpression, batches: AbstractSet[
 _PARAMETERS_PASSED: frozenset[str] = frozenset({"<the receivers of .parameters()>"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class _OptimizerBuilders:
     """What builds an optimizer in this file besides the name tables' constructors."""
 

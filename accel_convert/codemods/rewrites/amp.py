@@ -60,7 +60,7 @@ SCALER_METHODS = frozenset({"scale", "step", "update", "unscale_"})
 _AMP_FINAL_NAMES = frozenset(name.rpartition(".")[2] for name in GRAD_SCALERS | AUTOCASTS)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class MixedPrecision:
     """What the rule would otherwise survey the whole module for."""
 

@@ -71,7 +71,7 @@ NOT_GATHERED_MESSAGE = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class PassedNames:
     """What the methods of the file's classes receive: for a method's parameter, or an attribute
     a class binds from one (``self.criterion = criterion``), keyed by the class as the analysis

@@ -394,7 +394,7 @@ class OomRetryCodemod(Rule):
 # ---- where the training code is -----------------------------------------------------------
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _Region:
     """The training code the out-of-memory retry wraps: the body and statements around the prepare line."""
 

@@ -44,7 +44,7 @@ from accel_convert.codemods.engine.walk import StatementFilter, walk
 MODULE_GLOBAL_HOMES = frozenset({"module", "main_guard"})
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _Function:
     """A module-level function: its parameters, where an accelerator parameter goes, whom it calls."""
 

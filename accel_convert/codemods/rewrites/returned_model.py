@@ -46,7 +46,7 @@ from accel_convert.codemods.model.plan import prepare_call, prepared_arguments
 TRAINING_CALLS = frozenset({"backward", "step"})
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class ReturnedModel:
     """What the pass changes: the creating function's returns, and the caller's saves."""
 

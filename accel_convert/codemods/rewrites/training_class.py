@@ -57,7 +57,7 @@ BUILT_OUTSIDE_INIT = "ACC920"
 NodeWithValue = TypeVar("NodeWithValue", cst.Attribute, cst.Arg)
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _ClassPlan:
     """What one training class needs, found before the rewrite."""
 
@@ -102,7 +102,7 @@ class _AcceleratorUses(cst.CSTVisitor):
             self.variable = True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class MethodUses:
     """What the methods of one training class do with their instance."""
 

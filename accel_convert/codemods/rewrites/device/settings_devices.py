@@ -29,7 +29,7 @@ from accel_convert.codemods.rewrites.device.rebinding import creating_function, 
 from accel_convert.codemods.rewrites.device.state import DEVICE
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class SettingsDevices:
     """Devices chosen in the body of a settings class (``class Config: device = "cuda" if ...``),
     read as ``Config.device`` or ``cfg.device`` (in ``device_names``)."""

@@ -84,7 +84,7 @@ def report_summed_batch_means(rule: RuleTransformer, loop: cst.For) -> None:
             )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class GatheredLoop:
     """An evaluation loop the rule gathered in: its loader and the original loop."""
 
@@ -92,7 +92,7 @@ class GatheredLoop:
     loop: cst.For
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _BatchCounts:
     """What counts the batches of gathered evaluation loops in one function (or in the
     module-level code): the loaders (``len(loader)``), names holding a count of batches

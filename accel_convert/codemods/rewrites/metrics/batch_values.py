@@ -76,7 +76,7 @@ def indexed_by_outputs(statements: Sequence[cst.CSTNode], outputs: set[str], gat
     return None
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class Unpacked:
     """What the loop binds from the batch before the forward (see :func:`unpacked_from`)."""
 

@@ -52,7 +52,7 @@ class _CallsOnLines(StatementFilter):
         self.calls.append(node)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class SequenceLayouts:
     """What says the evaluation tensors are ``(sequence, batch, ...)``: model names → why, and
     the reason the file's batches are padded sequence-first (None: they are not)."""

@@ -90,7 +90,7 @@ from accel_convert.codemods.rewrites.metrics.torchmetrics import GatheredUpdates
 Recomputed = tuple[str, cst.BaseExpression, set[str]]
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _LoopGather:
     """What one evaluation loop gathers, once every reason to leave it alone is ruled out."""
 

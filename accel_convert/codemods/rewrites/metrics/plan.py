@@ -31,7 +31,7 @@ BATCH_SCALAR_ATTRIBUTES = frozenset({"loss", "aux_loss"})
 RESHAPE_METHODS = frozenset({"view", "reshape"})
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class GatherPlan:
     """What an evaluation loop gathers from every process, and the names the gathered values take."""
 

@@ -28,7 +28,7 @@ from accel_convert.codemods.rewrites.metrics.plan import GatherPlan
 _METRIC_UPDATES = frozenset({"update", "forward"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class TorchMetrics:
     """The torchmetrics metrics the file builds: name → original positions of the constructor
     calls to give ``sync_on_compute=False`` (empty: none can be given it safely), and name →
