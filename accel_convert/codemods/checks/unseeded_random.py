@@ -44,6 +44,7 @@ from accel_convert.codemods.engine.torch_names import (
     TORCH_ONLY_SEEDS,
 )
 from accel_convert.codemods.engine.walk import module_nodes
+from accel_convert.codemods.model.locality import locality, locality_of
 
 SHUFFLE_MESSAGE = (
     "{function}(...) shuffles with an unseeded generator: each process gets its own order, "
@@ -56,6 +57,7 @@ SHUFFLE_MESSAGE = (
 class UnseededRandomData(Rule):
     code = "ACC923"
     name = "unseeded-random-data"
+    providers = (locality,)
     fixes = {
         "ACC923": (
             "Seed before the random data is made, the same seed on every process: add ``set_seed(0)`` at the top of the script, before the first draw or split (import it from where the converted script imports ``Accelerator``: ``accel_convert.runtime``, or ``accelerate.utils`` with ``--target accelerate``), or ``torch.manual_seed(0)`` / ``np.random.seed(0)`` for the generator used."
@@ -271,10 +273,12 @@ def _unseeded_draws(
 
 
 def _draw_targets(small: cst.BaseSmallStatement, facts: ScriptFacts) -> list[cst.BaseExpression]:
-    """What an assignment binds when its value makes a random draw no seed makes agree; nothing
+    """What an assignment binds when its value makes a random draw no seed makes agree, one the
+    process locality owner says the processes share (not an input handed to a model); nothing
     for any other statement."""
     if not isinstance(small, (cst.Assign, cst.AnnAssign)) or small.value is None:
         return []
-    if not any(unseeded_draw(call, facts) for call in calls_in(small.value)):
+    shared = set(locality_of(facts).shared_draws)
+    if not any(unseeded_draw(call, facts) and facts.origins.site(call) in shared for call in calls_in(small.value)):
         return []
     return [target.target for target in small.targets] if isinstance(small, cst.Assign) else [small.target]
