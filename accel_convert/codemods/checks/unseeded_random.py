@@ -5,11 +5,16 @@ fits) or ``X = torch.randn(1000, 10)`` (a synthetic dataset) drawn before any se
 different values on each rank: each one fits its own target or shards its own dataset, while DDP
 averages their gradients as if they trained one model on one task. Seeding first (accelerate's
 ``set_seed(...)`` or ``torch.manual_seed(...)``, the same seed on every process) makes the draws
-equal. The converter cannot choose the seed for the script: where the accelerator can be created
-above the draws, every process takes rank 0's random generators there (``ACC124``
-agreed-random); what runs before any accelerator can exist (a module-level draw in a script that
-trains in ``main()``) it reports and leaves as it is. Draws given their own ``generator=`` are left alone, as are draws after any call
-of a function whose name says seed (``torch.manual_seed``, ``set_seed``, ``np.random.seed``).
+equal. The converter cannot choose the seed for the script: it makes the processes take rank 0's
+random generators above the draws instead (``ACC124`` agreed-random: where the accelerator is
+created, or on import for a module-level draw of a script that trains in ``main()``). What it
+cannot make agree it reports and leaves as it is: the draws of a script already written for
+Accelerate, which creates its own accelerator. Which draws count is the process-locality owner's
+answer (the one ``ACC124`` agrees): draws handed straight to a dataset
+(``TensorDataset(torch.randn(64, 4))``) do, since the loader shards one dataset across the
+processes; inputs handed straight to a model do not. Draws given their own ``generator=`` are left
+alone, as are draws after any call of a function whose name says seed (``torch.manual_seed``,
+``set_seed``, ``np.random.seed``).
 
 A dataset split at random in a file that never seeds (``random_split(ds, [400, 200])``
 without ``generator=``, scikit-learn's ``train_test_split`` without ``random_state=``) is reported
@@ -65,11 +70,12 @@ class UnseededRandomData(Rule):
     }
     examples = (
         Example(
-            # Drawn on import, before main() can create the accelerator: no agreement reaches it.
+            # Written for Accelerate already: its own accelerator, no agreement added.
             before="""
                 import numpy as np
                 import torch
                 import torch.nn.functional as F
+                from accelerate import Accelerator
 
                 W_target = torch.from_numpy(np.random.randn(4, 1) * 5).float()
 
@@ -80,13 +86,15 @@ class UnseededRandomData(Rule):
 
 
                 def main():
+                    accelerator = Accelerator()
                     fc = torch.nn.Linear(4, 1)
                     optimizer = torch.optim.SGD(fc.parameters(), lr=0.1)
+                    fc, optimizer = accelerator.prepare(fc, optimizer)
                     for step in range(100):
                         batch_x, batch_y = get_batch()
                         optimizer.zero_grad()
                         loss = F.smooth_l1_loss(fc(batch_x), batch_y)
-                        loss.backward()
+                        accelerator.backward(loss)
                         optimizer.step()
 
 

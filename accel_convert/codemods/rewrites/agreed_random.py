@@ -17,8 +17,16 @@ The draws are the global generators' (not one given its own ``generator=``, ``ra
 or a ``random.Random()`` of its own) made before any seeding call of their generator, outside the
 loops that train (per-batch data), outside methods other than ``__init__`` (a dataset's
 augmentation) and outside a ``worker_init_fn`` (the per-worker diversity the script asks for).
-A draw that runs before any accelerator can exist (at module level in a script that trains in
-``main()``) stays reported (``ACC923``).
+A draw handed straight to a dataset (``TensorDataset(torch.randn(64, 4))``, ``Subset(ds,
+torch.randperm(200))``) is agreed too: the loader shards that dataset across the processes, so
+with one of its own each would train and evaluate on a share of other data than one process's.
+
+A draw that runs on import, before any accelerator can exist (at module level in a script that
+trains in ``main()``: bearpaw's ``args.manualSeed = random.randint(1, 10000)`` before
+``random.seed(args.manualSeed)``), is agreed right above the first such statement:
+``PartialState().agree_random_state()`` joins the process group there; for ``--target
+accelerate``, ``broadcast_object_list`` of ``random``'s, NumPy's and torch's states. A module a
+program imports draws when its entry imports it: left reported (``ACC923``).
 """
 
 from __future__ import annotations
@@ -98,6 +106,78 @@ class AgreedRandom(Rule):
                             optimizer.step()
                     accelerator.wait_for_everyone()
                     accelerator.save(accelerator.unwrap_model(model).state_dict(), f"model_lr{lr}_e{epochs}.pt")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
+            # Drawn on import, before main() can create the accelerator: agreed right above it.
+            before="""
+                import argparse
+                import random
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--manualSeed", type=int)
+                args = parser.parse_args()
+                if args.manualSeed is None:
+                    args.manualSeed = random.randint(1, 10000)
+                random.seed(args.manualSeed)
+                torch.manual_seed(args.manualSeed)
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                    torch.save(model.state_dict(), f"model_seed{args.manualSeed}.pt")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import argparse
+                import random
+
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator, PartialState
+                from torch.utils.data import DataLoader, TensorDataset
+
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--manualSeed", type=int)
+                args = parser.parse_args()
+                PartialState().agree_random_state()
+                if args.manualSeed is None:
+                    args.manualSeed = random.randint(1, 10000)
+                random.seed(args.manualSeed)
+                torch.manual_seed(args.manualSeed)
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                    accelerator.wait_for_everyone()
+                    accelerator.save(accelerator.unwrap_model(model).state_dict(), f"model_seed{args.manualSeed}.pt")
 
 
                 if __name__ == "__main__":
