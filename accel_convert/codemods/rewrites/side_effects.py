@@ -136,6 +136,7 @@ class SideEffectsCodemod(Rule):
 
                 def main():
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
                     model = nn.Linear(8, 1)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -211,6 +212,7 @@ class SideEffectsCodemod(Rule):
 
                 def main():
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     workdir = tempfile.mkdtemp()
                     save_vocab(["a", "b"], workdir)
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
@@ -267,6 +269,7 @@ class SideEffectsCodemod(Rule):
 
                 def main():
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
                     model = nn.Linear(8, 1)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -337,6 +340,7 @@ class SideEffectsCodemod(Rule):
 
                 def main():
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
                     model = nn.Linear(8, 1)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -403,6 +407,7 @@ class SideEffectsCodemod(Rule):
 
                 def train(folder):
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
                     model = nn.Linear(8, 1)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -470,6 +475,7 @@ class SideEffectsCodemod(Rule):
                     parser.add_argument("--lr", type=float, default=0.1)
                     args = parser.parse_args()
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     if accelerator.is_main_process:
                         wandb.init(project="demo", name="linear")
                         wandb.config.update(args)
