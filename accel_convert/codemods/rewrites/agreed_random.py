@@ -348,24 +348,22 @@ def _within(site: Site, spans: list[tuple[int, int]]) -> bool:
     return any(start <= site.line <= end for start, end in spans)
 
 
+#: Each global generator whose state Accelerate's target broadcasts as an object: its module,
+#: getter, setter and the import its module needs.
+_GENERATOR_STATES = (
+    ("random", "getstate", "setstate", "import random"),
+    ("numpy", "random.get_state", "random.set_state", "import numpy"),
+    ("torch", "get_rng_state", "set_rng_state", "import torch"),
+)
+
+
 def _agreeing_code(facts: ScriptFacts, options: Options) -> tuple[list[str], list[str]]:
     """The statements that make the processes agree, and the imports they need."""
     accelerator = accelerator_name(facts)
     if options.target == "runtime":
         return [f"{accelerator}.{AGREEING_METHOD}()"], []
-    lines: list[str] = []
     imports = [f"from accelerate.utils import broadcast_object_list, {AGREEING_FUNCTION}"]
-    for qualified, getter, setter, import_line in (
-        ("random", "getstate", "setstate", "import random"),
-        ("numpy", "random.get_state", "random.set_state", "import numpy"),
-    ):
-        if not _imports_module(facts, qualified):
-            continue
-        local = _module_name(facts, qualified)
-        if local is None:
-            local = qualified
-            imports.append(import_line)
-        lines.append(f"{local}.{setter}(broadcast_object_list([{local}.{getter}()])[0])")
+    lines = _state_broadcasts(facts, ("random", "numpy"), imports)
     lines.append(f'{AGREEING_FUNCTION}(["torch", "cuda"] if {accelerator}.device.type == "cuda" else ["torch"])')
     return lines, imports
 
@@ -375,21 +373,23 @@ def _agreeing_code_on_import(facts: ScriptFacts, options: Options) -> tuple[list
     the process group), and the imports they need."""
     if options.target == "runtime":
         return ["PartialState().agree_random_state()"], [f"from {options.accelerate_module} import PartialState"]
-    lines: list[str] = []
     imports = ["from accelerate.utils import broadcast_object_list"]
-    for qualified, getter, setter, import_line in (
-        ("random", "getstate", "setstate", "import random"),
-        ("numpy", "random.get_state", "random.set_state", "import numpy"),
-        ("torch", "get_rng_state", "set_rng_state", "import torch"),
-    ):
-        if qualified != "torch" and not _imports_module(facts, qualified):
+    return _state_broadcasts(facts, ("random", "numpy", "torch"), imports), imports
+
+
+def _state_broadcasts(facts: ScriptFacts, generators: tuple[str, ...], imports: list[str]) -> list[str]:
+    """``random.setstate(broadcast_object_list([random.getstate()])[0])`` for each of
+    ``generators`` the script imports (torch's always), adding to ``imports`` what they need."""
+    lines = []
+    for qualified, getter, setter, import_line in _GENERATOR_STATES:
+        if qualified not in generators or (qualified != "torch" and not _imports_module(facts, qualified)):
             continue
         local = _module_name(facts, qualified)
         if local is None:
             local = qualified
             imports.append(import_line)
         lines.append(f"{local}.{setter}(broadcast_object_list([{local}.{getter}()])[0])")
-    return lines, imports
+    return lines
 
 
 def _imports_module(facts: ScriptFacts, qualified: str) -> bool:
