@@ -85,7 +85,8 @@ def test_accelerate_target_differs_only_in_imports(case: Path) -> None:
     ``training_step``) goes through the runtime's ``accelerator.as_forward(model)``, which
     Accelerate lacks; there it is unwrapped and reported (ACC921). And where the processes take
     rank 0's random generators (ACC124): the runtime's ``accelerator.agree_random_state()`` is
-    Accelerate's broadcasts of ``random``'s and NumPy's states and ``synchronize_rng_states``.
+    Accelerate's broadcasts of ``random``'s and NumPy's states and ``synchronize_rng_states``;
+    ``PartialState().agree_random_state()`` on import is the broadcasts of the states, torch's too.
     And an evaluation whose counts are summed across processes iterates the runtime's
     ``accelerator.without_padding(loader)``, which Accelerate lacks: there, the loader itself."""
     runtime_output, _ = convert(case.read_bytes(), options_for(case, target="runtime"))
@@ -99,7 +100,7 @@ def test_accelerate_target_differs_only_in_imports(case: Path) -> None:
     assert (
         bool(agreeing)
         == any(line.startswith("- ") for line in agreeing)
-        == any("synchronize_rng_states(" in line for line in agreeing)
+        == any(_agrees_torch_state(line) for line in agreeing)
     ), agreeing
     for line in differing:
         text = line[2:].strip()
@@ -116,6 +117,14 @@ def test_accelerate_target_differs_only_in_imports(case: Path) -> None:
 
 #: ``accelerator.without_padding(loader)`` (any accelerator expression): group 1 is the loader.
 _WITHOUT_PADDING = re.compile(r"[\w.]+\.without_padding\(([\w.]+)(?:, skip_empty=False)?\)")
+
+
+def _agrees_torch_state(line: str) -> bool:
+    """Accelerate's agreement of torch's generator: ``synchronize_rng_states`` where the
+    accelerator is created, torch's state broadcast from rank 0 where a script draws on import."""
+    return line.startswith("+ ") and (
+        "synchronize_rng_states(" in line or ".set_rng_state(broadcast_object_list([" in line
+    )
 
 
 def _agrees_random_state(line: str) -> bool:

@@ -198,6 +198,15 @@ class PartialState(_ProcessView):
         """Whether the shared state has been set up in this process."""
         return "device" in self._shared_state
 
+    def agree_random_state(self) -> None:
+        """Every process takes the main process's state of Python's, NumPy's and torch's global
+        generators (runtime.random_state), with no ``Accelerator`` yet: what a script draws on
+        import, before its ``main()`` creates one (``PartialState().agree_random_state()``);
+        nothing changes on one process."""
+        from accel_convert.runtime.random_state import agree_random_state
+
+        agree_random_state(self.device)
+
     def __repr__(self) -> str:
         return self._describe()
 

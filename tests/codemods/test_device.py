@@ -286,7 +286,7 @@ class Net(nn.Module):
 
 def main():
     \"\"\"Train.\"\"\"
-    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8, 1)), batch_size=2)
+    loader = DataLoader(TensorDataset(torch.ones(8, 4), torch.zeros(8, 1)), batch_size=2)
     model = Net().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for x, y in loader:
@@ -551,7 +551,7 @@ def train(model, loader, optimizer):
 
 def main():
     cfg = Config()
-    loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.zeros(8, 1)), batch_size=2)
+    loader = DataLoader(TensorDataset(torch.ones(8, 4), torch.zeros(8, 1)), batch_size=2)
     model = nn.Linear(4, 1).to(cfg.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
     train(model, loader, optimizer)

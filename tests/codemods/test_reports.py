@@ -370,32 +370,45 @@ def test_module_level_random_data_drawn_before_any_seed_is_agreed(before: str, d
     assert ("accelerator.agree_random_state()" in outcome.module.code) == bool(agreed)
 
 
-def test_a_module_level_draw_in_a_script_that_trains_in_main_is_reported() -> None:
-    """Drawn on import, before any accelerator can exist: left to a person (ACC923)."""
-    source = code(
-        """
-        import torch
-        import torch.nn as nn
-
-        target = torch.randn(4, 1)
+ON_IMPORT = """
+import torch
+import torch.nn as nn
+{imports}
+target = torch.randn(4, 1)
 
 
-        def main():
-            model = nn.Linear(4, 1)
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            for step in range(10):
-                x = torch.randn(8, 4)
-                optimizer.zero_grad()
-                ((model(x) - x @ target) ** 2).mean().backward()
-                optimizer.step()
+def main():
+    {create}model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(10):
+        x = torch.randn(8, 4)
+        optimizer.zero_grad()
+        ((model(x) - x @ target) ** 2).mean().backward()
+        optimizer.step()
 
 
-        if __name__ == "__main__":
-            main()
-        """
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_module_level_draw_in_a_script_that_trains_in_main_is_agreed_on_import() -> None:
+    """Drawn on import, before main() can create the accelerator: every process takes rank 0's
+    generators right above it (ACC124), joining the process group there; nothing left to report."""
+    source = ON_IMPORT.format(imports="", create="")
+    outcome = convert_module(cst.parse_module(source), Options(), source)
+    assert [(c.code, c.line) for c in outcome.changes if c.code in ("ACC923", "ACC124")] == [("ACC124", 5)]
+    assert "\nPartialState().agree_random_state()\ntarget = torch.randn(4, 1)\n" in outcome.module.code
+
+
+def test_a_script_with_its_own_accelerator_gets_its_module_level_draws_reported() -> None:
+    """With the script's own accelerator nothing is agreed: the draw the locality owner says the
+    processes share is reported (ACC923)."""
+    source = ON_IMPORT.format(
+        imports="from accelerate import Accelerator\n", create="accelerator = Accelerator()\n    "
     )
     outcome = convert_module(cst.parse_module(source), Options(), source)
-    assert [(c.code, c.line) for c in outcome.changes if c.code in ("ACC923", "ACC124")] == [("ACC923", 4)]
+    assert [(c.code, c.line) for c in outcome.changes if c.code in ("ACC923", "ACC124")] == [("ACC923", 6)]
     assert "agree_random_state" not in outcome.module.code
 
 

@@ -93,3 +93,24 @@ LR = "lr = random.uniform(0.01, 0.1)"
 )
 def test_a_seed_run_before_a_draw_of_its_generator_makes_it_agree(first: str, second: str, shared: list[str]) -> None:
     assert drawn_lines(first, second) == shared
+
+
+DATASET = "test_set = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))"
+ORDER = "order = torch.utils.data.Subset(TensorDataset(torch.zeros(64, 4)), torch.randperm(64))"
+SAMPLE = "sample = model(torch.randn(4, 4))"
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "shared"),
+    [
+        # Handed straight to a dataset: the loader shards one dataset, so every rank needs it.
+        (DATASET, "pass", [DATASET, DATASET, SCALE]),
+        (ORDER, "pass", [ORDER, SCALE]),
+        # Handed straight to a model: an input each process samples for itself.
+        ("model = Head()", SAMPLE, [SCALE]),
+    ],
+)
+def test_a_draw_handed_to_a_dataset_is_shared_and_one_handed_to_a_model_is_not(
+    first: str, second: str, shared: list[str]
+) -> None:
+    assert sorted(drawn_lines(first, second)) == sorted(shared)

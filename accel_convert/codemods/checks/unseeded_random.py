@@ -5,11 +5,16 @@ fits) or ``X = torch.randn(1000, 10)`` (a synthetic dataset) drawn before any se
 different values on each rank: each one fits its own target or shards its own dataset, while DDP
 averages their gradients as if they trained one model on one task. Seeding first (accelerate's
 ``set_seed(...)`` or ``torch.manual_seed(...)``, the same seed on every process) makes the draws
-equal. The converter cannot choose the seed for the script: where the accelerator can be created
-above the draws, every process takes rank 0's random generators there (``ACC124``
-agreed-random); what runs before any accelerator can exist (a module-level draw in a script that
-trains in ``main()``) it reports and leaves as it is. Draws given their own ``generator=`` are left alone, as are draws after any call
-of a function whose name says seed (``torch.manual_seed``, ``set_seed``, ``np.random.seed``).
+equal. The converter cannot choose the seed for the script: it makes the processes take rank 0's
+random generators above the draws instead (``ACC124`` agreed-random: where the accelerator is
+created, or on import for a module-level draw of a script that trains in ``main()``). What it
+cannot make agree it reports and leaves as it is: the draws of a script already written for
+Accelerate, which creates its own accelerator. Which draws count is the process-locality owner's
+answer (the one ``ACC124`` agrees): draws handed straight to a dataset
+(``TensorDataset(torch.randn(64, 4))``) do, since the loader shards one dataset across the
+processes; inputs handed straight to a model do not. Draws given their own ``generator=`` are left
+alone, as are draws after any call of a function whose name says seed (``torch.manual_seed``,
+``set_seed``, ``np.random.seed``).
 
 A dataset split at random in a file that never seeds (``random_split(ds, [400, 200])``
 without ``generator=``, scikit-learn's ``train_test_split`` without ``random_state=``) is reported
@@ -44,6 +49,7 @@ from accel_convert.codemods.engine.torch_names import (
     TORCH_ONLY_SEEDS,
 )
 from accel_convert.codemods.engine.walk import module_nodes
+from accel_convert.codemods.model.locality import locality, locality_of
 
 SHUFFLE_MESSAGE = (
     "{function}(...) shuffles with an unseeded generator: each process gets its own order, "
@@ -56,6 +62,7 @@ SHUFFLE_MESSAGE = (
 class UnseededRandomData(Rule):
     code = "ACC923"
     name = "unseeded-random-data"
+    providers = (locality,)
     fixes = {
         "ACC923": (
             "Seed before the random data is made, the same seed on every process: add ``set_seed(0)`` at the top of the script, before the first draw or split (import it from where the converted script imports ``Accelerator``: ``accel_convert.runtime``, or ``accelerate.utils`` with ``--target accelerate``), or ``torch.manual_seed(0)`` / ``np.random.seed(0)`` for the generator used."
@@ -63,11 +70,12 @@ class UnseededRandomData(Rule):
     }
     examples = (
         Example(
-            # Drawn on import, before main() can create the accelerator: no agreement reaches it.
+            # Written for Accelerate already: its own accelerator, no agreement added.
             before="""
                 import numpy as np
                 import torch
                 import torch.nn.functional as F
+                from accelerate import Accelerator
 
                 W_target = torch.from_numpy(np.random.randn(4, 1) * 5).float()
 
@@ -78,13 +86,15 @@ class UnseededRandomData(Rule):
 
 
                 def main():
+                    accelerator = Accelerator()
                     fc = torch.nn.Linear(4, 1)
                     optimizer = torch.optim.SGD(fc.parameters(), lr=0.1)
+                    fc, optimizer = accelerator.prepare(fc, optimizer)
                     for step in range(100):
                         batch_x, batch_y = get_batch()
                         optimizer.zero_grad()
                         loss = F.smooth_l1_loss(fc(batch_x), batch_y)
-                        loss.backward()
+                        accelerator.backward(loss)
                         optimizer.step()
 
 
@@ -271,10 +281,12 @@ def _unseeded_draws(
 
 
 def _draw_targets(small: cst.BaseSmallStatement, facts: ScriptFacts) -> list[cst.BaseExpression]:
-    """What an assignment binds when its value makes a random draw no seed makes agree; nothing
+    """What an assignment binds when its value makes a random draw no seed makes agree, one the
+    process locality owner says the processes share (not an input handed to a model); nothing
     for any other statement."""
     if not isinstance(small, (cst.Assign, cst.AnnAssign)) or small.value is None:
         return []
-    if not any(unseeded_draw(call, facts) for call in calls_in(small.value)):
+    shared = set(locality_of(facts).shared_draws)
+    if not any(unseeded_draw(call, facts) and facts.origins.site(call) in shared for call in calls_in(small.value)):
         return []
     return [target.target for target in small.targets] if isinstance(small, cst.Assign) else [small.target]

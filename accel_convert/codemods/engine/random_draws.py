@@ -78,9 +78,17 @@ def seeds_generator_of(seeding: str, draw: str) -> bool:
 
 
 def is_agreeing_call(call: cst.Call) -> bool:
-    """``accelerator.agree_random_state()`` or Accelerate's ``synchronize_rng_states(...)``:
-    from here on every process draws what rank 0 draws (ACC124 agreed-random wrote it)."""
-    return (dotted(call.func) or "").rpartition(".")[2] in (AGREEING_METHOD, AGREEING_FUNCTION)
+    """``accelerator.agree_random_state()``, ``PartialState().agree_random_state()`` or
+    Accelerate's ``synchronize_rng_states(...)``: from here on every process draws what rank 0
+    draws (ACC124 agreed-random wrote it). With ``--target accelerate``, a module-level agreement
+    ends with torch's state broadcast from rank 0 (``torch.set_rng_state(broadcast_object_list(...)[0])``)."""
+    func = call.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else (dotted(func) or "")
+    if name == "set_rng_state" and call.args:
+        value = call.args[0].value
+        inner = value.value if isinstance(value, cst.Subscript) else value
+        return isinstance(inner, cst.Call) and (dotted(inner.func) or "").rpartition(".")[2] == "broadcast_object_list"
+    return name in (AGREEING_METHOD, AGREEING_FUNCTION)
 
 
 def unseeded_draw(call: cst.Call, facts: ScriptFacts) -> bool:

@@ -477,7 +477,7 @@ def shared_draws(a: Analysis) -> None:
     at module level, a target drawn in a class's ``__init__`` or a config helper of another
     module. Each process draws its own, so each trains with other hyperparameters, on another
     split, or names its checkpoint after its own draw. A draw in a loop that trains (a batch of
-    synthetic data) or handed straight to a dataset or a model (samples), in a method that is no
+    synthetic data) or handed straight to a model (its inputs), in a method that is no
     ``__init__`` (a dataset's ``__getitem__``), in a DataLoader's ``worker_init_fn`` (the
     per-worker diversity the script asks for) or in a function only such code calls is per
     process on purpose. Whether a seed comes first is decided in run order (:data:`RunPath`), for
@@ -512,15 +512,16 @@ def shared_draws(a: Analysis) -> None:
 
 
 def _drawn_data(a: Analysis) -> set[int]:
-    """Draws handed straight to a dataset, a loader or a model (``TensorDataset(torch.randn(64,
-    8))``, ``model.decode(torch.randn(4, 2))``): samples, per process like a shard of data (ids
-    of the calls)."""
+    """Draws handed straight to a model (``model.decode(torch.randn(4, 2))``): inputs each
+    process samples for itself, as it computes on its own batch (ids of the calls). Not those
+    handed to a dataset (``TensorDataset(torch.randn(64, 8))``, ``Subset(ds, torch.randperm(200))``):
+    the loader shards the dataset across the processes, so each must hold the same one, or each
+    trains and evaluates on a share of its own data, not on a share of the one dataset."""
     models = a.facts.models
     return {
         id(arg.value)
         for call in a.r.calls
-        if (a.qualified(call) or "").startswith("torch.utils.data.")
-        or (dotted(call.node.func) or "").partition(".")[0] in models
+        if (dotted(call.node.func) or "").partition(".")[0] in models
         for arg in call.node.args
         if isinstance(arg.value, cst.Call)
     }

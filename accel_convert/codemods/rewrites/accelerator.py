@@ -291,6 +291,7 @@ class Accelerator(Rule):
                     parser.add_argument("--lr", type=float, default=0.1)
                     args = parser.parse_args()
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
                     model = nn.Linear(8, 1)
                     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)

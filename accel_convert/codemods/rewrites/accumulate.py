@@ -89,6 +89,7 @@ class AccumulateCodemod(Rule):
                     parser.add_argument("--accum-steps", type=int, default=4)
                     args = parser.parse_args()
                     accelerator = Accelerator(gradient_accumulation_steps=args.accum_steps)
+                    accelerator.agree_random_state()
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
                     model = nn.Linear(8, 1)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -171,6 +172,7 @@ class AccumulateCodemod(Rule):
 
                 def main():
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
                     model = nn.Linear(8, 1)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -17,8 +17,16 @@ The draws are the global generators' (not one given its own ``generator=``, ``ra
 or a ``random.Random()`` of its own) made before any seeding call of their generator, outside the
 loops that train (per-batch data), outside methods other than ``__init__`` (a dataset's
 augmentation) and outside a ``worker_init_fn`` (the per-worker diversity the script asks for).
-A draw that runs before any accelerator can exist (at module level in a script that trains in
-``main()``) stays reported (``ACC923``).
+A draw handed straight to a dataset (``TensorDataset(torch.randn(64, 4))``, ``Subset(ds,
+torch.randperm(200))``) is agreed too: the loader shards that dataset across the processes, so
+with one of its own each would train and evaluate on a share of other data than one process's.
+
+A draw that runs on import, before any accelerator can exist (at module level in a script that
+trains in ``main()``: bearpaw's ``args.manualSeed = random.randint(1, 10000)`` before
+``random.seed(args.manualSeed)``), is agreed right above the first such statement:
+``PartialState().agree_random_state()`` joins the process group there; for ``--target
+accelerate``, ``broadcast_object_list`` of ``random``'s, NumPy's and torch's states. A module a
+program imports draws when its entry imports it: left reported (``ACC923``).
 """
 
 from __future__ import annotations
@@ -105,6 +113,78 @@ class AgreedRandom(Rule):
             """,
         ),
         Example(
+            # Drawn on import, before main() can create the accelerator: agreed right above it.
+            before="""
+                import argparse
+                import random
+
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--manualSeed", type=int)
+                args = parser.parse_args()
+                if args.manualSeed is None:
+                    args.manualSeed = random.randint(1, 10000)
+                random.seed(args.manualSeed)
+                torch.manual_seed(args.manualSeed)
+
+
+                def main():
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        loss.backward()
+                        optimizer.step()
+                    torch.save(model.state_dict(), f"model_seed{args.manualSeed}.pt")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            after="""
+                import argparse
+                import random
+
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator, PartialState
+                from torch.utils.data import DataLoader, TensorDataset
+
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--manualSeed", type=int)
+                args = parser.parse_args()
+                PartialState().agree_random_state()
+                if args.manualSeed is None:
+                    args.manualSeed = random.randint(1, 10000)
+                random.seed(args.manualSeed)
+                torch.manual_seed(args.manualSeed)
+
+
+                def main():
+                    accelerator = Accelerator()
+                    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+                    model = nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                    for data, target in loader:
+                        optimizer.zero_grad()
+                        loss = nn.functional.mse_loss(model(data), target)
+                        accelerator.backward(loss)
+                        optimizer.step()
+                    accelerator.wait_for_everyone()
+                    accelerator.save(accelerator.unwrap_model(model).state_dict(), f"model_seed{args.manualSeed}.pt")
+
+
+                if __name__ == "__main__":
+                    main()
+            """,
+        ),
+        Example(
             # Seeded first: every process draws the same already.
             leaves_alone=True,
             before="""
@@ -169,41 +249,112 @@ class AgreedRandom(Rule):
     def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
         if any(isinstance(node, cst.Call) and is_agreeing_call(node) for node in module_nodes(module)):
             return module, []  # agreed already
-        agreed = _agreed_draws(module, facts)
-        if not agreed:
-            return module, []
+        spans = _import_spans(module, facts)
+        agreed = _agreed_draws(facts, spans)
+        on_import = _import_draws(facts, spans)
+        changes: list[Change] = []
+        if on_import:  # first: it finds its place by the module-level statements' own lines
+            module = self._agree_on_import(module, facts, options, on_import, changes)
+        if agreed:
+            module = self._agree_at_creation(module, facts, options, agreed, changes)
+        return module, changes
+
+    def _agree_at_creation(
+        self, module: cst.Module, facts: ScriptFacts, options: Options, agreed: list[Site], changes: list[Change]
+    ) -> cst.Module:
         lines, imports = _agreeing_code(facts, options)
         inserter = _InsertAfterCreation(facts, [statement(line) for line in lines])
         converted = module.visit(inserter)
         if not inserter.done:
-            return module, []
-        for line in imports:
-            with_import = add_import(converted, statement(line), options.import_style)  # type: ignore[arg-type]
-            facts.origins.carry(converted, with_import)
-            converted = with_import
-        call = lines[-1]
+            return module
+        converted = _with_imports(converted, facts, options, imports)
         message = (
             "drawn at random before any seed: every process takes rank 0's random state where the "
-            f"accelerator is created ({call})"
+            f"accelerator is created ({lines[-1]})"
         )
-        return converted, [report_at(site, self.code, message, fixed=True) for site in agreed]
+        changes.extend(report_at(site, self.code, message, fixed=True) for site in agreed)
+        return converted
+
+    def _agree_on_import(
+        self, module: cst.Module, facts: ScriptFacts, options: Options, drawn: list[Site], changes: list[Change]
+    ) -> cst.Module:
+        """Module-level draws of a script that creates its accelerator in a function: they run on
+        import, so the processes agree right above the first (the process group is joined there)."""
+        lines, imports = _agreeing_code_on_import(facts, options)
+        first = min(site.line for site in drawn)
+        index = next(
+            (
+                i
+                for i, node in enumerate(module.body)
+                if (site := facts.origins.site(node)) is not None and site.line <= first <= site.end_line
+            ),
+            None,
+        )
+        if index is None:
+            return module
+        # The blank lines above the first drawing statement go above the agreement instead.
+        above = module.body[index]
+        agreeing = [statement(line) for line in lines]
+        agreeing[0] = agreeing[0].with_changes(leading_lines=above.leading_lines)
+        moved = above.with_changes(leading_lines=())
+        facts.origins.carry(above, moved)
+        body = [*module.body[:index], *agreeing, moved, *module.body[index + 1 :]]
+        converted = _with_imports(module.with_changes(body=body), facts, options, imports)
+        message = (
+            "drawn at random on import before any seed: every process takes rank 0's random state "
+            f"right above it ({lines[-1]})"
+        )
+        changes.extend(report_at(site, self.code, message, fixed=True) for site in drawn)
+        return converted
 
 
-def _agreed_draws(module: cst.Module, facts: ScriptFacts) -> list[Site]:
-    """The draws that run after the accelerator can exist: all of them in a script whose home is
-    its module-level code; else those outside the module-level statements (a draw at the top of
-    a script that trains in ``main()`` runs on import, before any accelerator)."""
+def _with_imports(module: cst.Module, facts: ScriptFacts, options: Options, imports: list[str]) -> cst.Module:
+    for line in imports:
+        with_import = add_import(module, statement(line), options.import_style)  # type: ignore[arg-type]
+        facts.origins.carry(module, with_import)
+        module = with_import
+    return module
+
+
+def _import_spans(module: cst.Module, facts: ScriptFacts) -> list[tuple[int, int]]:
+    """The lines of the module-level statements that run on import, before the accelerator of a
+    script whose home is a function or the ``__main__`` block can exist; none where the home is
+    the module's own code (the accelerator is created there, above the first draw)."""
     if facts.home_kind == "module":
-        return list(locality_of(facts).shared_draws)
-    spans = [
+        return []
+    return [
         (site.line, site.end_line)
         for node in module.body
         if not isinstance(node, (cst.FunctionDef, cst.ClassDef)) and not is_main_guard(node)
         if (site := facts.origins.site(node)) is not None
     ]
-    return [
-        site for site in locality_of(facts).shared_draws if not any(start <= site.line <= end for start, end in spans)
-    ]
+
+
+def _agreed_draws(facts: ScriptFacts, spans: list[tuple[int, int]]) -> list[Site]:
+    """The draws that run after the accelerator can exist: those outside the statements that
+    run on import (``spans``)."""
+    return [site for site in locality_of(facts).shared_draws if not _within(site, spans)]
+
+
+def _import_draws(facts: ScriptFacts, spans: list[tuple[int, int]]) -> list[Site]:
+    """The draws made on import, before the accelerator can exist (a library module's run when
+    the program's entry imports it: its entry agrees, not it)."""
+    if facts.home_kind == "library":
+        return []
+    return [site for site in locality_of(facts).shared_draws if _within(site, spans)]
+
+
+def _within(site: Site, spans: list[tuple[int, int]]) -> bool:
+    return any(start <= site.line <= end for start, end in spans)
+
+
+#: Each global generator whose state Accelerate's target broadcasts as an object: its module,
+#: getter, setter and the import its module needs.
+_GENERATOR_STATES = (
+    ("random", "getstate", "setstate", "import random"),
+    ("numpy", "random.get_state", "random.set_state", "import numpy"),
+    ("torch", "get_rng_state", "set_rng_state", "import torch"),
+)
 
 
 def _agreeing_code(facts: ScriptFacts, options: Options) -> tuple[list[str], list[str]]:
@@ -211,21 +362,38 @@ def _agreeing_code(facts: ScriptFacts, options: Options) -> tuple[list[str], lis
     accelerator = accelerator_name(facts)
     if options.target == "runtime":
         return [f"{accelerator}.{AGREEING_METHOD}()"], []
-    lines: list[str] = []
     imports = [f"from accelerate.utils import broadcast_object_list, {AGREEING_FUNCTION}"]
-    for qualified, getter, setter, import_line in (
-        ("random", "getstate", "setstate", "import random"),
-        ("numpy", "random.get_state", "random.set_state", "import numpy"),
-    ):
-        if not any(value == qualified or value.startswith(qualified + ".") for value in facts.imports.values()):
+    lines = _state_broadcasts(facts, ("random", "numpy"), imports)
+    lines.append(f'{AGREEING_FUNCTION}(["torch", "cuda"] if {accelerator}.device.type == "cuda" else ["torch"])')
+    return lines, imports
+
+
+def _agreeing_code_on_import(facts: ScriptFacts, options: Options) -> tuple[list[str], list[str]]:
+    """The statements that make the processes agree where no accelerator exists yet (they join
+    the process group), and the imports they need."""
+    if options.target == "runtime":
+        return ["PartialState().agree_random_state()"], [f"from {options.accelerate_module} import PartialState"]
+    imports = ["from accelerate.utils import broadcast_object_list"]
+    return _state_broadcasts(facts, ("random", "numpy", "torch"), imports), imports
+
+
+def _state_broadcasts(facts: ScriptFacts, generators: tuple[str, ...], imports: list[str]) -> list[str]:
+    """``random.setstate(broadcast_object_list([random.getstate()])[0])`` for each of
+    ``generators`` the script imports (torch's always), adding to ``imports`` what they need."""
+    lines = []
+    for qualified, getter, setter, import_line in _GENERATOR_STATES:
+        if qualified not in generators or (qualified != "torch" and not _imports_module(facts, qualified)):
             continue
         local = _module_name(facts, qualified)
         if local is None:
             local = qualified
             imports.append(import_line)
         lines.append(f"{local}.{setter}(broadcast_object_list([{local}.{getter}()])[0])")
-    lines.append(f'{AGREEING_FUNCTION}(["torch", "cuda"] if {accelerator}.device.type == "cuda" else ["torch"])')
-    return lines, imports
+    return lines
+
+
+def _imports_module(facts: ScriptFacts, qualified: str) -> bool:
+    return any(value == qualified or value.startswith(qualified + ".") for value in facts.imports.values())
 
 
 def _module_name(facts: ScriptFacts, qualified: str) -> str | None:

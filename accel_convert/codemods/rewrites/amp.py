@@ -163,6 +163,7 @@ class AmpCodemod(Rule):
                     parser.add_argument("--amp", action="store_true")
                     args = parser.parse_args()
                     accelerator = Accelerator(mixed_precision="fp16" if args.amp else "no")
+                    accelerator.agree_random_state()
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
                     model = nn.Linear(8, 1)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -421,6 +421,7 @@ class BatchToNumpy(Rule):
 
                 def main():
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
                     model = nn.Linear(8, 3)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

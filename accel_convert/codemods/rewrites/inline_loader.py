@@ -100,6 +100,7 @@ class InlineLoader(Rule):
 
                 def main():
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
                     model = nn.Linear(4, 1)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -197,6 +198,7 @@ class InlineLoader(Rule):
 
                 def main():
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     dataset = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
                     model = nn.Linear(8, 1)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

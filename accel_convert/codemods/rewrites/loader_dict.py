@@ -308,6 +308,7 @@ class LoaderDict(Rule):
 
                 def main():
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     datasets = {phase: TensorDataset(torch.randn(64, 8), torch.randn(64, 1)) for phase in ["train", "val"]}
                     train_loader = DataLoader(datasets["train"], batch_size=8, shuffle=True)
                     model = nn.Linear(8, 1)

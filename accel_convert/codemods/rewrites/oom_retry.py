@@ -112,6 +112,7 @@ class OomRetryCodemod(Rule):
                     parser.add_argument("--batch-size", type=int, default=64)
                     args = parser.parse_args()
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     dataset = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
 
                     @find_executable_batch_size(starting_batch_size=args.batch_size)
@@ -181,6 +182,7 @@ class OomRetryCodemod(Rule):
                 parser.add_argument("--bs", type=int, default=64)
                 args = parser.parse_args()
                 accelerator = Accelerator()
+                accelerator.agree_random_state()
                 train_ds = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
 
 
@@ -280,6 +282,7 @@ class OomRetryCodemod(Rule):
                     parser.add_argument("--batch-size", type=int, default=64)
                     args = parser.parse_args()
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     dataset = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
                     loader = DataLoader(dataset, batch_size=args.batch_size)
                     model = nn.Linear(8, 1)

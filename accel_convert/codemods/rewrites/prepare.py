@@ -467,6 +467,7 @@ class Prepare(Rule):
 
                 def main():
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
                     model = nn.Linear(8, 1)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -513,6 +514,7 @@ class Prepare(Rule):
                 from torch.utils.data import DataLoader, TensorDataset
 
                 accelerator = Accelerator()
+                accelerator.agree_random_state()
 
                 loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
                 teacher = nn.Linear(8, 1)
@@ -570,6 +572,7 @@ class Prepare(Rule):
 
                 def main(net_name="small"):
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
                     if net_name == "small":
                         model = nn.Linear(8, 1)
@@ -628,6 +631,7 @@ class Prepare(Rule):
 
                 def main(schedule="none"):
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
                     model = nn.Linear(8, 1)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -900,6 +904,7 @@ class Prepare(Rule):
 
                 def main():
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=8)
                     model = Net()
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

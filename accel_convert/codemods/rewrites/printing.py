@@ -677,6 +677,7 @@ class Printing(Rule):
 
                 def main():
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
                     model = Net()
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -732,6 +733,7 @@ class Printing(Rule):
                 parser.add_argument("--epochs", type=int, default=2)
                 args = parser.parse_args()
                 accelerator = Accelerator()
+                accelerator.agree_random_state()
                 logger = logging.getLogger("train")
                 print = accelerator.on_main_process(logger.warning)
 
@@ -782,6 +784,7 @@ class Printing(Rule):
 
                 def main():
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
                     model = nn.Linear(8, 1)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -145,6 +145,7 @@ class SideEffectsCodemod(Rule):
 
                 def main():
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
                     model = nn.Linear(8, 1)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -220,6 +221,7 @@ class SideEffectsCodemod(Rule):
 
                 def main():
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     workdir = tempfile.mkdtemp()
                     save_vocab(["a", "b"], workdir)
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
@@ -276,6 +278,7 @@ class SideEffectsCodemod(Rule):
 
                 def main():
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
                     model = nn.Linear(8, 1)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -346,6 +349,7 @@ class SideEffectsCodemod(Rule):
 
                 def main():
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
                     model = nn.Linear(8, 1)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -412,6 +416,7 @@ class SideEffectsCodemod(Rule):
 
                 def train(folder):
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
                     model = nn.Linear(8, 1)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -479,6 +484,7 @@ class SideEffectsCodemod(Rule):
                     parser.add_argument("--lr", type=float, default=0.1)
                     args = parser.parse_args()
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     if accelerator.is_main_process:
                         wandb.init(project="demo", name="linear")
                         wandb.config.update(args)

@@ -106,6 +106,7 @@ class Device(Rule):
                 from torch.utils.data import DataLoader, TensorDataset
 
                 accelerator = Accelerator()
+                accelerator.agree_random_state()
 
                 device = accelerator.device
                 dataset = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
@@ -152,6 +153,7 @@ class Device(Rule):
 
                 def main():
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
                     model = nn.Linear(8, 1)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -196,6 +198,7 @@ class Device(Rule):
                 from accel_convert.runtime import Accelerator
                 from torch.utils.data import DataLoader, TensorDataset
                 accelerator = Accelerator()
+                accelerator.agree_random_state()
 
                 device = accelerator.device
                 accelerator.print(f"Using {device} device")
@@ -317,6 +320,7 @@ class Device(Rule):
 
                 def main(device):
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
                     model = nn.Linear(8, 1)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

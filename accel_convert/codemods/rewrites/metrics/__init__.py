@@ -268,6 +268,7 @@ class MetricsCodemod(Rule):
 
                 def main():
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     train_set = TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,)))
                     test_set = TensorDataset(torch.randn(20, 8), torch.randint(0, 3, (20,)))
                     train_loader = DataLoader(train_set, batch_size=8)
@@ -339,6 +340,7 @@ class MetricsCodemod(Rule):
 
                 def main():
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     train_set = TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,)))
                     test_set = TensorDataset(torch.randn(20, 8), torch.randint(0, 3, (20,)))
                     train_loader = DataLoader(train_set, batch_size=8)
