@@ -554,6 +554,7 @@ class Printing(Rule):
 
                 def main():
                     accelerator = Accelerator()
+                    accelerator.agree_random_state()
                     loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
                     model = nn.Linear(8, 1)
                     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
