@@ -320,6 +320,10 @@ class ScriptFacts(FactQuestions):
     #: The file's functions returning a GPU index on every path (``def pick_gpu(): return 0``):
     #: a call of one given as a device (``model.to(pick_gpu())``) is the same GPU on every process.
     gpu_index_functions: AbstractSet[str] = frozenset()
+    #: (module-level function or class, call as written) of each call of a method of the file's
+    #: classes returning a GPU index on every path (``def pick_gpu(self): return 0``):
+    #: ``("Trainer", "self.pick_gpu")``; given as a device, the same GPU on every process.
+    gpu_index_method_calls: AbstractSet[tuple[str, str]] = frozenset()
     #: (module-level function or class, name) for each name a call there takes as its device, and
     #: the names of that function or class it comes from (``("Trainer", "gpu_id")`` for
     #: ``x.to(self.gpu_id)`` with ``self.gpu_id = gpu_id`` in ``__init__``).
@@ -586,6 +590,7 @@ class FactsDraft(FactQuestions):
     gpu_index_names: set[str] = field(default_factory=set)
     gpu_index_values: set[str] = field(default_factory=set)
     gpu_index_functions: set[str] = field(default_factory=set)
+    gpu_index_method_calls: set[tuple[str, str]] = field(default_factory=set)
     devices_taken: set[tuple[str, str]] = field(default_factory=set)
     path_parameter_writes: set[tuple[str, int, str]] = field(default_factory=set)
     path_parameter_reads: set[tuple[str, int, str]] = field(default_factory=set)

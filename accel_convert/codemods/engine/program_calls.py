@@ -219,10 +219,16 @@ def call_arguments(
 ) -> tuple[tuple[str, str], ...]:
     """(parameter filled, argument as written) for the call's plain-name arguments (and loaders
     built in the call, as :data:`INLINE_LOADER`, GPU indices written there, as
-    :data:`INLINE_GPU_INDEX`, or kept in a container, ``gpus[0]``); ``positional``: how many of
-    ``params`` positional arguments fill."""
+    :data:`INLINE_GPU_INDEX`, or kept in a container, ``gpus[0]``; a GPU index in a dictionary or
+    list written there fills that part of the parameter, ``config["gpu"]`` of ``Runner({"gpu":
+    0})``); ``positional``: how many of ``params`` positional arguments fill."""
     arguments = []
     for index, arg in enumerate(node.args):
+        if arg.star or (positional is not None and arg.keyword is None and index >= positional):
+            continue
+        param = parameter_filled(arg, index, params)
+        if param is not None:
+            arguments += [(param + part, INLINE_GPU_INDEX) for part in gpu_index_parts(arg.value)]
         value = dotted(arg.value)
         if value is None and isinstance(arg.value, cst.Call):
             loader = facts.callee_name(arg.value.func, scope) in DATA_LOADERS
@@ -237,6 +243,28 @@ def call_arguments(
         if param is not None:
             arguments.append((param, value))
     return tuple(arguments)
+
+
+def gpu_index_parts(value: cst.BaseExpression) -> list[str]:
+    """``["gpu"]`` of ``{"gpu": 0}``, ``[0]`` of ``[0, 1]``, ``["gpus"][0]`` of ``{"gpus": [0, 1]}``:
+    the parts of a dictionary, list or tuple written out that hold a GPU index written there."""
+    if isinstance(value, cst.Dict):
+        parts = [
+            (f'["{element.key.evaluated_value}"]', element.value)
+            for element in value.elements
+            if isinstance(element, cst.DictElement)
+            and isinstance(element.key, cst.SimpleString)
+            and isinstance(element.key.evaluated_value, str)
+        ]
+    elif isinstance(value, (cst.List, cst.Tuple)):
+        elements = [element for element in value.elements if not isinstance(element, cst.StarredElement)]
+        parts = [(f"[{index}]", element.value) for index, element in enumerate(elements)]
+        parts = parts if len(elements) == len(value.elements) else []
+    else:
+        return []
+    return [
+        part + rest for part, element in parts for rest in ([""] if is_gpu_index(element) else gpu_index_parts(element))
+    ]
 
 
 def _builds_a_model(facts: ScriptFacts, scope: ScopeKey, value: cst.Call) -> bool:

@@ -18,6 +18,7 @@ from accel_convert.codemods.engine.facts import FactsDraft
 from accel_convert.codemods.engine.names import NameTable, ScopeKey, is_builtin
 from accel_convert.codemods.engine.syntax import argument_for, dotted
 from accel_convert.codemods.model.arguments import options_defined
+from accel_convert.codemods.model.calls import instance_class_at
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
     AssignRecord,
@@ -130,7 +131,14 @@ def _bound_outside_the_class(a: Analysis, owner: str, attribute: str, readers: s
         "device_names",
         "settings_devices",
     ),
-    provides=("gpu_index_names", "gpu_index_values", "gpu_index_functions", "devices_taken", "devices_unfollowed"),
+    provides=(
+        "gpu_index_names",
+        "gpu_index_values",
+        "gpu_index_functions",
+        "gpu_index_method_calls",
+        "devices_taken",
+        "devices_unfollowed",
+    ),
     refines=("device_names",),
 )
 def device_values(a: Analysis) -> None:
@@ -159,7 +167,8 @@ def device_values(a: Analysis) -> None:
       program (``gpu_index_values``), for the parameters they fill elsewhere."""
     _devices_returned(a)
     held = _HeldDevices.of(a)
-    a.facts.gpu_index_functions.update(held.index_functions)
+    a.facts.gpu_index_functions.update(function for function in held.index_functions if function in a.r.defs)
+    a.facts.gpu_index_method_calls.update(_index_method_calls(a, held))
     for function, name in _device_uses(a):
         origins = _origins(a, held, function, name)
         a.facts.devices_taken |= {(function, taken) for taken in {name, *origins} if not is_literal(taken)}
@@ -171,6 +180,15 @@ def device_values(a: Analysis) -> None:
         elif "fixed" in kinds:
             a.facts.gpu_index_names.add(name)
     a.facts.gpu_index_values = held.index_values(a) | a.facts.gpu_index_names
+
+
+def _index_method_calls(a: Analysis, held: _HeldDevices) -> Iterator[tuple[str, str]]:
+    """(function, call as written) of each call of a method of the file's classes returning a GPU
+    index on every path (``self.pick_gpu()`` in a method of the class, ``picker.pick_gpu()``)."""
+    for call in a.r.calls:
+        func = call.node.func
+        if isinstance(func, cst.Attribute) and held.called(call.node, call.scope) in held.index_functions:
+            yield call.function, dotted(func) or ""
 
 
 def _devices_returned(a: Analysis) -> None:
@@ -270,11 +288,13 @@ class _HeldDevices:
 
     def __init__(self, a: Analysis, int_options: set[str]) -> None:
         self.facts = a.facts
+        self.a = a
         self.int_options = int_options
         # Parameters a caller in another module fills with a GPU index (``Trainer(model, gpu_id=0)``).
         self.fixed: set[str] = set(a.seeds.gpu_index_parameters) if a.seeds is not None else set()
         self.devices: set[str] = set()
-        #: The file's functions returning a GPU index on every path (``def pick_gpu(): return 0``).
+        #: The file's functions returning a GPU index on every path (``def pick_gpu(): return 0``),
+        #: and its classes' methods, as ``Trainer.pick_gpu``.
         self.index_functions: set[str] = set()
         #: Settings tuples and dataclasses of the file → their fields, with their defaults.
         self.fields = _settings_fields(a)
@@ -284,7 +304,7 @@ class _HeldDevices:
         # Names bound to an index, then the functions returning one of them (``return GPU``),
         # then the names bound to what those return (``gpu = pick_gpu()``).
         for _ in range(2):
-            self.fixed |= {target for target, value, _ in bindings if self.holds_index(value)}
+            self.fixed |= {target for target, value, scope in bindings if self.holds_index(value, scope)}
             self.index_functions = _functions_returning(a, self.holds_index)
         for target, value, scope in bindings:
             self._parts(target, value, scope)
@@ -301,21 +321,32 @@ class _HeldDevices:
         }
         return cls(a, int_options)
 
-    def holds_index(self, value: cst.BaseExpression) -> bool:
+    def holds_index(self, value: cst.BaseExpression, scope: ScopeKey = ()) -> bool:
         """``0``, ``args.gpu`` (an ``int`` option), a name bound to one, ``args.gpu if ok else
-        "cpu"``, ``pick_gpu()`` (a function returning one): a GPU index (or the CPU, in a choice
-        between them)."""
+        "cpu"``, ``pick_gpu()`` or ``self.pick_gpu()`` (a function or method returning one), read
+        in ``scope``: a GPU index (or the CPU, in a choice between them)."""
         if isinstance(value, cst.Integer):
             return True
         if isinstance(value, cst.IfExp):
             branches = (value.body, value.orelse)
-            return any(self.holds_index(b) for b in branches) and all(
-                self.holds_index(b) or _is_cpu(b) for b in branches
+            return any(self.holds_index(b, scope) for b in branches) and all(
+                self.holds_index(b, scope) or _is_cpu(b) for b in branches
             )
         if isinstance(value, cst.Call):
-            return isinstance(value.func, cst.Name) and value.func.value in self.index_functions
+            return self.called(value, scope) in self.index_functions
         name = held_name(value, indexed=True)
         return name is not None and self.is_index_name(name)
+
+    def called(self, call: cst.Call, scope: ScopeKey) -> str | None:
+        """The file's function (``pick_gpu``) or method (``Trainer.pick_gpu``, of ``self.pick_gpu()``
+        in a method of ``Trainer`` or of ``trainer.pick_gpu()``) a call standing in ``scope`` runs."""
+        func = call.func
+        if isinstance(func, cst.Name):
+            return func.value
+        if not isinstance(func, cst.Attribute):
+            return None
+        owner = instance_class_at(self.a, scope, func.value)
+        return f"{owner}.{func.attr.value}" if owner is not None else None
 
     def index_values(self, a: Analysis) -> set[str]:
         """Every name holding a GPU index: bound to one here, or an ``int`` option (``args.gpu``)."""
@@ -362,8 +393,11 @@ class _HeldDevices:
             entry = f"{target}{part}"
             if dotted(element) in self.facts.device_names:
                 self.devices.add(entry)
-            elif self.holds_index(element) or chooses_device(element, self.facts, scope):
+            elif self.holds_index(element, scope) or chooses_device(element, self.facts, scope):
                 self.fixed.add(entry)
+            else:
+                # ``{"gpus": [0, 1]}``: the parts of a part (``config["gpus"][0]``).
+                self._parts(entry, element, scope)
 
     def kind(self, name: str) -> str:
         """``device``, ``fixed``, ``other``; or ``unfollowed``: an element, at an index not written
@@ -404,17 +438,21 @@ def _bindings(a: Analysis) -> Iterator[tuple[str, cst.BaseExpression, tuple[str,
                     yield target, element.value, assign.scope
 
 
-def _functions_returning(a: Analysis, holds: Callable[[cst.BaseExpression], bool]) -> set[str]:
-    """The file's module-level functions every ``return`` of which hands back what ``holds`` (a
-    GPU index), or the CPU where there is none (``if torch.cuda.is_available(): return 0``, then
-    ``return "cpu"``)."""
-    returns: dict[str, list[cst.BaseExpression]] = {}
+def _functions_returning(a: Analysis, holds: Callable[[cst.BaseExpression, ScopeKey], bool]) -> set[str]:
+    """The file's module-level functions and its classes' methods (as ``Trainer.pick_gpu``) every
+    ``return`` of which hands back what ``holds`` (a GPU index), or the CPU where there is none
+    (``if torch.cuda.is_available(): return 0``, then ``return "cpu"``)."""
+    returns: dict[str, tuple[ScopeKey, list[cst.BaseExpression]]] = {}
     for function, value in a.r.returns:
-        returns.setdefault(function, []).append(value)
+        if function in a.r.defs:
+            returns.setdefault(function, ((function,), []))[1].append(value)
+    for scope, value in a.r.method_returns:
+        returns.setdefault(".".join(scope), (scope, []))[1].append(value)
     return {
         function
-        for function, values in returns.items()
-        if function in a.r.defs and any(map(holds, values)) and all(holds(value) or _is_cpu(value) for value in values)
+        for function, (scope, values) in returns.items()
+        if any(holds(value, scope) for value in values)
+        and all(holds(value, scope) or _is_cpu(value) for value in values)
     }
 
 

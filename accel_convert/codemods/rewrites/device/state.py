@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.facts import MODULE, ScriptFacts
 from accel_convert.codemods.engine.syntax import dotted
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
@@ -56,7 +56,14 @@ class DeviceWalkState(RuleTransformer):
         compared = facts.lines_mentioning(facts.device_names)
         # Calls given ``device=`` (a factory ``torch.zeros(3, device="cuda")``, an iterator).
         keywords = facts.lines_mentioning(
-            {"device", "map_location", *self.gpu_indices, *device_functions, *facts.gpu_index_functions}
+            {
+                "device",
+                "map_location",
+                *self.gpu_indices,
+                *device_functions,
+                *facts.gpu_index_functions,
+                *(called.rpartition(".")[2] for _, called in facts.gpu_index_method_calls),
+            }
         )
         # ``os.environ["CUDA_VISIBLE_DEVICES"] = "0"``.
         environment = facts.lines_mentioning({"environ"})
@@ -75,6 +82,11 @@ class DeviceWalkState(RuleTransformer):
         self._elifs: set[int] = set()
 
     def picks_fixed_gpu(self, value: cst.BaseExpression) -> bool:
-        """``pick_gpu()``: a call of one of the file's functions returning a GPU index on every
-        path, given as a device (``model.to(pick_gpu())``): the same GPU on every process."""
-        return isinstance(value, cst.Call) and dotted(value.func) in self.facts.gpu_index_functions
+        """``pick_gpu()``, ``self.pick_gpu()``: a call of one of the file's functions (or of its
+        classes' methods) returning a GPU index on every path, given as a device
+        (``model.to(pick_gpu())``): the same GPU on every process."""
+        if not isinstance(value, cst.Call):
+            return False
+        called = dotted(value.func)
+        function = self.scope[0] if self.scope else MODULE
+        return called in self.facts.gpu_index_functions or (function, called) in self.facts.gpu_index_method_calls
