@@ -313,6 +313,10 @@ class ScriptFacts(FactQuestions):
     #: script fixed it (``device = 0``, ``--gpu`` of type ``int``, a settings dictionary's
     #: device): the accelerator's device at that call (``codemods/model/devices.py``).
     gpu_index_names: AbstractSet[str] = frozenset()
+    #: (module-level function or class, name) of the names among ``gpu_index_names`` that a call
+    #: there takes as its device holding no fixed GPU there: a name of the same spelling bound
+    #: elsewhere (``target = "cpu"`` in ``fingerprint()``, ``target = pick_gpu()`` in ``main()``).
+    gpu_index_names_elsewhere: AbstractSet[tuple[str, str]] = frozenset()
     #: Names holding a GPU index here, whether or not a call here takes them as its device
     #: (``device = 0``, ``args.gpu`` of an ``int`` option): passed to a function of another module
     #: of the program, they make its parameter a GPU index there.
@@ -588,6 +592,7 @@ class FactsDraft(FactQuestions):
     device_names: set[str] = field(default_factory=set)
     cuda_flags: set[str] = field(default_factory=set)
     gpu_index_names: set[str] = field(default_factory=set)
+    gpu_index_names_elsewhere: set[tuple[str, str]] = field(default_factory=set)
     gpu_index_values: set[str] = field(default_factory=set)
     gpu_index_functions: set[str] = field(default_factory=set)
     gpu_index_method_calls: set[tuple[str, str]] = field(default_factory=set)

@@ -36,7 +36,7 @@ class DeviceWalkState(RuleTransformer):
         self.set_device_indices = gpu_indices or set()
         #: And the names a call takes as its device that hold a GPU the script fixed, followed
         #: back through parameters, attributes and dictionaries (``self.gpu_id`` given ``0``).
-        self.gpu_indices = self.set_device_indices | set(facts.gpu_index_names)
+        self.all_gpu_indices = self.set_device_indices | set(facts.gpu_index_names)
         #: The file's functions that pick a device (d2l's ``try_gpu()``: ``cuda:0`` on every rank).
         #: (Those returning an integer, ``def pick_gpu(): return 0``, are not among them: passed on,
         #: the integer may be anything; where it reaches a move the device owner follows it.)
@@ -59,7 +59,7 @@ class DeviceWalkState(RuleTransformer):
             {
                 "device",
                 "map_location",
-                *self.gpu_indices,
+                *self.all_gpu_indices,
                 *device_functions,
                 *facts.gpu_index_functions,
                 *(called.rpartition(".")[2] for _, called in facts.gpu_index_method_calls),
@@ -80,6 +80,14 @@ class DeviceWalkState(RuleTransformer):
         self.stripped_here = False
         #: ``elif`` nodes (an ``If`` in another's ``orelse``), by identity.
         self._elifs: set[int] = set()
+
+    @property
+    def gpu_indices(self) -> set[str]:
+        """The names holding a fixed GPU where the walk stands: each function reads its own
+        (``target = "cpu"`` in one function is no GPU for a ``target = 0`` in another)."""
+        function = self.scope[0] if self.scope else MODULE
+        elsewhere = {name for where, name in self.facts.gpu_index_names_elsewhere if where == function}
+        return self.all_gpu_indices - elsewhere if elsewhere else self.all_gpu_indices
 
     def picks_fixed_gpu(self, value: cst.BaseExpression) -> bool:
         """``pick_gpu()``, ``self.pick_gpu()``: a call of one of the file's functions (or of its
