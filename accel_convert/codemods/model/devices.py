@@ -397,20 +397,22 @@ class _HeldDevices:
         values = a.argument_values.get(key, [])
         if key in seen or (key not in a.arguments and not values):
             return {key}
-        found = {(caller, self.literal(value)) for caller, value in values}
+        found = {(caller, self.literal(value, caller)) for caller, value in values}
         for caller, argument in a.arguments.get(key, ()):
             found |= self.origin_sites(a, caller, argument, seen | {key})
         return found
 
-    def literal(self, value: cst.BaseExpression) -> str:
-        """The name a value written right in a call is held under; what it holds is told the
-        first time it is asked (a ``"cuda:0"`` or ``torch.device(...)`` there is a fixed GPU)."""
+    def literal(self, value: cst.BaseExpression, caller: str) -> str:
+        """The name a value written right in a call (in ``caller``) is held under; what it holds
+        is told the first time it is asked (a ``"cuda:0"`` or ``torch.device(...)`` there is a
+        fixed GPU, and so is ``gpu`` of ``Settings(gpu, lr)`` where ``caller`` binds ``gpu = 0``)."""
         name = self.literals.get(id(value))
         if name is None:
             name = self.literals[id(value)] = f"{_LITERAL}{len(self.literals)}>"
-            if self.holds_index(value) or chooses_device(value, self.facts):
+            scope = () if caller == MODULE else (caller,)
+            if self.holds_index(value, scope) or chooses_device(value, self.facts):
                 self.everywhere.add(name)
-            self._parts(name, value, ())
+            self._parts(name, value, scope)
         return name
 
     def _parts(self, target: str, value: cst.BaseExpression, scope: tuple[str, ...]) -> None:
