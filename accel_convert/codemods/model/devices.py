@@ -161,8 +161,14 @@ def device_values(a: Analysis) -> None:
       a call (``Runner({"gpu": 0})``, ``train(model, {"device": "cuda:0"})``) or bound to a name
       (``gpus = [0, 1]``, ``gpu, lr = 0, 0.1``), an element of an ``int`` option
       (``args.gpu_ids[0]``), a field of a named tuple or dataclass built with one (``Settings(0,
-      lr)``, ``Config(gpu=0)``), what a file's function returns on every path (``def pick_gpu():
-      return 0``: ``gpu = pick_gpu()``, and ``model.to(pick_gpu())``, ``gpu_index_functions``).
+      lr)``, ``Config(gpu=0)``), the parts of a part (``config["gpus"][0]`` of ``{"gpus": [0,
+      1]}``), what a file's function returns on every path (``def pick_gpu(): return 0``: ``gpu =
+      pick_gpu()``, and ``model.to(pick_gpu())``, ``gpu_index_functions``), and what a method of
+      its classes returns (``self.device = self.pick_gpu()``, ``.to(machine.pick_gpu())``,
+      ``gpu_index_method_calls``).
+    * A name is read where it is bound: a function's (or class's) own, or the module's where the
+      function binds none of that name; ``target = "cpu"`` in one function is no GPU for the
+      ``target = pick_gpu()`` of another (``gpu_index_names_elsewhere``).
     * A parameter that a caller in another module of the program fills with a GPU index (seeded,
       ``gpu_index_parameters``) is one here too; and the names holding one here are told to the
       program (``gpu_index_values``), for the parameters they fill elsewhere."""
