@@ -227,22 +227,27 @@ def call_arguments(
         if arg.star or (positional is not None and arg.keyword is None and index >= positional):
             continue
         param = parameter_filled(arg, index, params)
-        if param is not None:
-            arguments += [(param + part, INLINE_GPU_INDEX) for part in gpu_index_parts(arg.value)]
-        value = dotted(arg.value)
-        if value is None and isinstance(arg.value, cst.Call):
-            loader = facts.callee_name(arg.value.func, scope) in DATA_LOADERS
-            value = INLINE_LOADER if loader else INLINE_MODEL if _builds_a_model(facts, scope, arg.value) else None
-        if value is None and is_gpu_index(arg.value):
-            value = INLINE_GPU_INDEX
-        if value is None and (held := held_name(arg.value, indexed=True)) in facts.gpu_index_values:
-            value = held  # ``gpus[0]``, ``cfg["gpu"]``: a GPU index kept in a container
-        if value is None or arg.star or (positional is not None and arg.keyword is None and index >= positional):
+        if param is None:
             continue
-        param = parameter_filled(arg, index, params)
-        if param is not None:
+        arguments += [(param + part, INLINE_GPU_INDEX) for part in gpu_index_parts(arg.value)]
+        value = _argument_as_written(facts, scope, arg.value)
+        if value is not None:
             arguments.append((param, value))
     return tuple(arguments)
+
+
+def _argument_as_written(facts: ScriptFacts, scope: ScopeKey, value: cst.BaseExpression) -> str | None:
+    """The name an argument is held under, or what stands for a loader, a model or a GPU index
+    written right in the call; None for anything else."""
+    written = dotted(value)
+    if written is None and isinstance(value, cst.Call):
+        loader = facts.callee_name(value.func, scope) in DATA_LOADERS
+        written = INLINE_LOADER if loader else INLINE_MODEL if _builds_a_model(facts, scope, value) else None
+    if written is None and is_gpu_index(value):
+        written = INLINE_GPU_INDEX
+    if written is None and (held := held_name(value, indexed=True)) in facts.gpu_index_values:
+        written = held  # ``gpus[0]``, ``cfg["gpu"]``: a GPU index kept in a container
+    return written
 
 
 def gpu_index_parts(value: cst.BaseExpression) -> list[str]:
