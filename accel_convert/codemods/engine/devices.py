@@ -49,12 +49,14 @@ def names_device(node: cst.BaseExpression, facts: ScriptFacts, also: Collection[
 def held_name(node: cst.BaseExpression, indexed: bool = False) -> str | None:
     """``device``, ``self.gpu_id``, ``config["device"]``: the name a value is held under, a dotted
     name or one string key of a dotted name (a dictionary of settings); with ``indexed``, one
-    element of a dotted name too (``gpus[0]``, ``args.gpu_ids[0]``); None for anything else."""
+    element of a dotted name too (``gpus[0]``, ``args.gpu_ids[0]``), and an element of such a part
+    (``config["gpus"][0]``); None for anything else."""
     name = dotted(node)
     if name is not None or not isinstance(node, cst.Subscript) or len(node.slice) != 1:
         return name
     index = node.slice[0].slice
-    base = dotted(node.value)
+    # ``config["gpus"][0]``: a part of a part, when indexed.
+    base = held_name(node.value, indexed) if indexed and isinstance(node.value, cst.Subscript) else dotted(node.value)
     if base is None or not isinstance(index, cst.Index):
         return None
     if indexed and isinstance(index.value, cst.Integer):

@@ -317,6 +317,10 @@ class ScriptFacts(FactQuestions):
     #: script fixed it (``device = 0``, ``--gpu`` of type ``int``, a settings dictionary's
     #: device): the accelerator's device at that call (``codemods/model/devices.py``).
     gpu_index_names: AbstractSet[str] = frozenset()
+    #: (module-level function or class, name) of the names among ``gpu_index_names`` that a call
+    #: there takes as its device holding no fixed GPU there: a name of the same spelling bound
+    #: elsewhere (``target = "cpu"`` in ``fingerprint()``, ``target = pick_gpu()`` in ``main()``).
+    gpu_index_names_elsewhere: AbstractSet[tuple[str, str]] = frozenset()
     #: Names holding a GPU index here, whether or not a call here takes them as its device
     #: (``device = 0``, ``args.gpu`` of an ``int`` option): passed to a function of another module
     #: of the program, they make its parameter a GPU index there.
@@ -324,6 +328,10 @@ class ScriptFacts(FactQuestions):
     #: The file's functions returning a GPU index on every path (``def pick_gpu(): return 0``):
     #: a call of one given as a device (``model.to(pick_gpu())``) is the same GPU on every process.
     gpu_index_functions: AbstractSet[str] = frozenset()
+    #: (module-level function or class, call as written) of each call of a method of the file's
+    #: classes returning a GPU index on every path (``def pick_gpu(self): return 0``):
+    #: ``("Trainer", "self.pick_gpu")``; given as a device, the same GPU on every process.
+    gpu_index_method_calls: AbstractSet[tuple[str, str]] = frozenset()
     #: (module-level function or class, name) for each name a call there takes as its device, and
     #: the names of that function or class it comes from (``("Trainer", "gpu_id")`` for
     #: ``x.to(self.gpu_id)`` with ``self.gpu_id = gpu_id`` in ``__init__``).
@@ -589,8 +597,10 @@ class FactsDraft(FactQuestions):
     device_names: set[str] = field(default_factory=set)
     cuda_flags: set[str] = field(default_factory=set)
     gpu_index_names: set[str] = field(default_factory=set)
+    gpu_index_names_elsewhere: set[tuple[str, str]] = field(default_factory=set)
     gpu_index_values: set[str] = field(default_factory=set)
     gpu_index_functions: set[str] = field(default_factory=set)
+    gpu_index_method_calls: set[tuple[str, str]] = field(default_factory=set)
     devices_taken: set[tuple[str, str]] = field(default_factory=set)
     path_parameter_writes: set[tuple[str, int, str]] = field(default_factory=set)
     path_parameter_reads: set[tuple[str, int, str]] = field(default_factory=set)

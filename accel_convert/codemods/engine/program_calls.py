@@ -219,24 +219,57 @@ def call_arguments(
 ) -> tuple[tuple[str, str], ...]:
     """(parameter filled, argument as written) for the call's plain-name arguments (and loaders
     built in the call, as :data:`INLINE_LOADER`, GPU indices written there, as
-    :data:`INLINE_GPU_INDEX`, or kept in a container, ``gpus[0]``); ``positional``: how many of
-    ``params`` positional arguments fill."""
+    :data:`INLINE_GPU_INDEX`, or kept in a container, ``gpus[0]``; a GPU index in a dictionary or
+    list written there fills that part of the parameter, ``config["gpu"]`` of ``Runner({"gpu":
+    0})``); ``positional``: how many of ``params`` positional arguments fill."""
     arguments = []
     for index, arg in enumerate(node.args):
-        value = dotted(arg.value)
-        if value is None and isinstance(arg.value, cst.Call):
-            loader = facts.callee_name(arg.value.func, scope) in DATA_LOADERS
-            value = INLINE_LOADER if loader else INLINE_MODEL if _builds_a_model(facts, scope, arg.value) else None
-        if value is None and is_gpu_index(arg.value):
-            value = INLINE_GPU_INDEX
-        if value is None and (held := held_name(arg.value, indexed=True)) in facts.gpu_index_values:
-            value = held  # ``gpus[0]``, ``cfg["gpu"]``: a GPU index kept in a container
-        if value is None or arg.star or (positional is not None and arg.keyword is None and index >= positional):
+        if arg.star or (positional is not None and arg.keyword is None and index >= positional):
             continue
         param = parameter_filled(arg, index, params)
-        if param is not None:
+        if param is None:
+            continue
+        arguments += [(param + part, INLINE_GPU_INDEX) for part in gpu_index_parts(arg.value)]
+        value = _argument_as_written(facts, scope, arg.value)
+        if value is not None:
             arguments.append((param, value))
     return tuple(arguments)
+
+
+def _argument_as_written(facts: ScriptFacts, scope: ScopeKey, value: cst.BaseExpression) -> str | None:
+    """The name an argument is held under, or what stands for a loader, a model or a GPU index
+    written right in the call; None for anything else."""
+    written = dotted(value)
+    if written is None and isinstance(value, cst.Call):
+        loader = facts.callee_name(value.func, scope) in DATA_LOADERS
+        written = INLINE_LOADER if loader else INLINE_MODEL if _builds_a_model(facts, scope, value) else None
+    if written is None and is_gpu_index(value):
+        written = INLINE_GPU_INDEX
+    if written is None and (held := held_name(value, indexed=True)) in facts.gpu_index_values:
+        written = held  # ``gpus[0]``, ``cfg["gpu"]``: a GPU index kept in a container
+    return written
+
+
+def gpu_index_parts(value: cst.BaseExpression) -> list[str]:
+    """``["gpu"]`` of ``{"gpu": 0}``, ``[0]`` of ``[0, 1]``, ``["gpus"][0]`` of ``{"gpus": [0, 1]}``:
+    the parts of a dictionary, list or tuple written out that hold a GPU index written there."""
+    if isinstance(value, cst.Dict):
+        parts = [
+            (f'["{element.key.evaluated_value}"]', element.value)
+            for element in value.elements
+            if isinstance(element, cst.DictElement)
+            and isinstance(element.key, cst.SimpleString)
+            and isinstance(element.key.evaluated_value, str)
+        ]
+    elif isinstance(value, (cst.List, cst.Tuple)):
+        elements = [element for element in value.elements if not isinstance(element, cst.StarredElement)]
+        parts = [(f"[{index}]", element.value) for index, element in enumerate(elements)]
+        parts = parts if len(elements) == len(value.elements) else []
+    else:
+        return []
+    return [
+        part + rest for part, element in parts for rest in ([""] if is_gpu_index(element) else gpu_index_parts(element))
+    ]
 
 
 def _builds_a_model(facts: ScriptFacts, scope: ScopeKey, value: cst.Call) -> bool:

@@ -345,12 +345,17 @@ def _into_method(a: Analysis, call: CallRecord, callee: cst.Attribute) -> None:
 def instance_class(a: Analysis, call: CallRecord | AssignRecord, receiver: cst.BaseExpression) -> str | None:
     """The file's class ``receiver`` is an instance of: ``self`` in one of its methods, a
     construction (``Trainer(...)``), or a name the same function binds to one."""
+    return instance_class_at(a, call.scope, receiver)
+
+
+def instance_class_at(a: Analysis, scope: ScopeKey, receiver: cst.BaseExpression) -> str | None:
+    """:func:`instance_class` of a receiver standing in ``scope``."""
     if isinstance(receiver, cst.Call):
         built = dotted(receiver.func)
         return built if built in a.r.classes else None
     if not isinstance(receiver, cst.Name):
         return None
-    scope = call.scope
+    function = scope[0] if scope else MODULE
     if len(scope) >= 2 and scope[0] in a.r.classes and a.r.classes[scope[0]].self_names.get(scope[1]) == receiver.value:
         return scope[0]
     if a.instances is None:
@@ -360,7 +365,7 @@ def instance_class(a: Analysis, call: CallRecord | AssignRecord, receiver: cst.B
             if isinstance(value, cst.Call) and dotted(value.func) in a.r.classes:
                 for target in assign.targets:
                     a.instances.setdefault((assign.function, target), set()).add(dotted(value.func) or "")
-    found = a.instances.get((call.function, receiver.value), set())
+    found = a.instances.get((function, receiver.value), set())
     return next(iter(found)) if len(found) == 1 else None
 
 

@@ -14,10 +14,11 @@ from accel_convert.codemods.engine.devices import (
     element_name,
     held_name,
 )
-from accel_convert.codemods.engine.facts import FactsDraft
+from accel_convert.codemods.engine.facts import MODULE, FactsDraft
 from accel_convert.codemods.engine.names import NameTable, ScopeKey, is_builtin
 from accel_convert.codemods.engine.syntax import argument_for, dotted
 from accel_convert.codemods.model.arguments import options_defined
+from accel_convert.codemods.model.calls import instance_class_at
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
     AssignRecord,
@@ -130,7 +131,15 @@ def _bound_outside_the_class(a: Analysis, owner: str, attribute: str, readers: s
         "device_names",
         "settings_devices",
     ),
-    provides=("gpu_index_names", "gpu_index_values", "gpu_index_functions", "devices_taken", "devices_unfollowed"),
+    provides=(
+        "gpu_index_names",
+        "gpu_index_values",
+        "gpu_index_functions",
+        "gpu_index_method_calls",
+        "gpu_index_names_elsewhere",
+        "devices_taken",
+        "devices_unfollowed",
+    ),
     refines=("device_names",),
 )
 def device_values(a: Analysis) -> None:
@@ -152,25 +161,47 @@ def device_values(a: Analysis) -> None:
       a call (``Runner({"gpu": 0})``, ``train(model, {"device": "cuda:0"})``) or bound to a name
       (``gpus = [0, 1]``, ``gpu, lr = 0, 0.1``), an element of an ``int`` option
       (``args.gpu_ids[0]``), a field of a named tuple or dataclass built with one (``Settings(0,
-      lr)``, ``Config(gpu=0)``), what a file's function returns on every path (``def pick_gpu():
-      return 0``: ``gpu = pick_gpu()``, and ``model.to(pick_gpu())``, ``gpu_index_functions``).
+      lr)``, ``Config(gpu=0)``), the parts of a part (``config["gpus"][0]`` of ``{"gpus": [0,
+      1]}``), what a file's function returns on every path (``def pick_gpu(): return 0``: ``gpu =
+      pick_gpu()``, and ``model.to(pick_gpu())``, ``gpu_index_functions``), and what a method of
+      its classes returns (``self.device = self.pick_gpu()``, ``.to(machine.pick_gpu())``,
+      ``gpu_index_method_calls``).
+    * A name is read where it is bound: a function's (or class's) own, or the module's where the
+      function binds none of that name; ``target = "cpu"`` in one function is no GPU for the
+      ``target = pick_gpu()`` of another (``gpu_index_names_elsewhere``).
     * A parameter that a caller in another module of the program fills with a GPU index (seeded,
       ``gpu_index_parameters``) is one here too; and the names holding one here are told to the
       program (``gpu_index_values``), for the parameters they fill elsewhere."""
     _devices_returned(a)
     held = _HeldDevices.of(a)
-    a.facts.gpu_index_functions.update(held.index_functions)
+    a.facts.gpu_index_functions.update(function for function in held.index_functions if function in a.r.defs)
+    a.facts.gpu_index_method_calls.update(_index_method_calls(a, held))
+    elsewhere = set()
     for function, name in _device_uses(a):
         origins = _origins(a, held, function, name)
-        a.facts.devices_taken |= {(function, taken) for taken in {name, *origins} if not is_literal(taken)}
-        kinds = {held.kind(origin) for origin in origins}
+        taken = {name} | {origin for _, origin in origins}
+        a.facts.devices_taken |= {(function, each) for each in taken if not is_literal(each)}
+        kinds = {held.kind(*origin) for origin in origins}
         if kinds == {"device"}:
             a.facts.device_names.add(name)
         elif "fixed" in kinds and "other" in kinds or "unfollowed" in kinds:
             a.facts.devices_unfollowed.add(name)
         elif "fixed" in kinds:
             a.facts.gpu_index_names.add(name)
+        else:
+            elsewhere.add((function, name))
+    # ``target = "cpu"`` in ``fingerprint()`` beside ``main()``'s ``target = pick_gpu()``.
+    a.facts.gpu_index_names_elsewhere = {(f, name) for f, name in elsewhere if name in a.facts.gpu_index_names}
     a.facts.gpu_index_values = held.index_values(a) | a.facts.gpu_index_names
+
+
+def _index_method_calls(a: Analysis, held: _HeldDevices) -> Iterator[tuple[str, str]]:
+    """(function, call as written) of each call of a method of the file's classes returning a GPU
+    index on every path (``self.pick_gpu()`` in a method of the class, ``picker.pick_gpu()``)."""
+    for call in a.r.calls:
+        func = call.node.func
+        if isinstance(func, cst.Attribute) and held.called(call.node, call.scope) in held.index_functions:
+            yield call.function, dotted(func) or ""
 
 
 def _devices_returned(a: Analysis) -> None:
@@ -219,18 +250,20 @@ def _first_argument(call: cst.Call) -> str | None:
     return dotted(call.args[0].value) if call.args and call.args[0].keyword is None else None
 
 
-def _origins(a: Analysis, held: _HeldDevices, function: str, name: str) -> set[str]:
-    """Where the value ``name`` holds in ``function`` comes from: the names its callers pass, for
-    a parameter or an attribute bound from one; where that is neither a device nor a GPU here,
-    followed on (:func:`_followed`)."""
+def _origins(a: Analysis, held: _HeldDevices, function: str, name: str) -> set[tuple[str, str]]:
+    """Where the value ``name`` holds in ``function`` comes from, as (function, name): the names
+    its callers pass, for a parameter or an attribute bound from one; where that is neither a
+    device nor a GPU there, followed on (:func:`_followed`)."""
     return {
         origin
         for site in held.origin_sites(a, function, name)
-        for origin in (_followed(a, held, *site, frozenset({site})) if held.kind(site[1]) == "other" else {site[1]})
+        for origin in (_followed(a, held, *site, frozenset({site})) if held.kind(*site) == "other" else {site})
     }
 
 
-def _followed(a: Analysis, held: _HeldDevices, function: str, name: str, seen: frozenset[tuple[str, str]]) -> set[str]:
+def _followed(
+    a: Analysis, held: _HeldDevices, function: str, name: str, seen: frozenset[tuple[str, str]]
+) -> set[tuple[str, str]]:
     """A name that is not itself a device or a GPU index, followed to where its value is chosen:
     what ``function`` assigns it from (``gpu = config["gpu"]``, ``self.gpu = cfg["gpu"]``), or
     what the callers pass for a part of it (``self.args.gpu`` from the ``args`` given to
@@ -243,15 +276,15 @@ def _followed(a: Analysis, held: _HeldDevices, function: str, name: str, seen: f
             if passed != {(function, prefix)}:
                 sources = [(caller, argument + rest) for caller, argument in passed]
                 break
-    found: set[str] = set()
+    found: set[tuple[str, str]] = set()
     for site in sources:
         for origin_site in held.origin_sites(a, *site):
             # Already followed (a cycle), or held as a device or an index: where the value is chosen.
-            if origin_site in seen or held.kind(origin_site[1]) != "other":
-                found.add(origin_site[1])
+            if origin_site in seen or held.kind(*origin_site) != "other":
+                found.add(origin_site)
             else:
                 found |= _followed(a, held, *origin_site, seen | {origin_site})
-    return found or {name}
+    return found or {(function, name)}
 
 
 def _assigned_from(a: Analysis, function: str, name: str) -> list[tuple[str, str]]:
@@ -270,21 +303,33 @@ class _HeldDevices:
 
     def __init__(self, a: Analysis, int_options: set[str]) -> None:
         self.facts = a.facts
+        self.a = a
         self.int_options = int_options
-        # Parameters a caller in another module fills with a GPU index (``Trainer(model, gpu_id=0)``).
-        self.fixed: set[str] = set(a.seeds.gpu_index_parameters) if a.seeds is not None else set()
+        #: (function, name) of the names bound to a fixed GPU: a function's (or class's) own, or
+        #: the module's (function ``MODULE``), seen in the functions binding no name of theirs so.
+        self.fixed: set[tuple[str, str]] = set()
+        #: Names holding a fixed GPU wherever they are read: the parameters a caller in another
+        #: module fills with a GPU index (``Trainer(model, gpu_id=0)``), the values written in a call.
+        self.everywhere: set[str] = set(a.seeds.gpu_index_parameters) if a.seeds is not None else set()
         self.devices: set[str] = set()
-        #: The file's functions returning a GPU index on every path (``def pick_gpu(): return 0``).
+        #: The file's functions returning a GPU index on every path (``def pick_gpu(): return 0``),
+        #: and its classes' methods, as ``Trainer.pick_gpu``.
         self.index_functions: set[str] = set()
         #: Settings tuples and dataclasses of the file → their fields, with their defaults.
         self.fields = _settings_fields(a)
         #: Values written right in a call, by identity → the name they are held under.
         self.literals: dict[int, str] = {}
         bindings = list(_bindings(a))
+        #: Function → the names it binds (a local ``x = "cpu"`` is not the module's ``x = 0``).
+        self.bound: dict[str, set[str]] = {}
+        for target, _, scope in bindings:
+            self.bound.setdefault(_function_of(scope), set()).add(target)
         # Names bound to an index, then the functions returning one of them (``return GPU``),
         # then the names bound to what those return (``gpu = pick_gpu()``).
         for _ in range(2):
-            self.fixed |= {target for target, value, _ in bindings if self.holds_index(value)}
+            self.fixed |= {
+                (_function_of(scope), target) for target, value, scope in bindings if self.holds_index(value, scope)
+            }
             self.index_functions = _functions_returning(a, self.holds_index)
         for target, value, scope in bindings:
             self._parts(target, value, scope)
@@ -301,33 +346,53 @@ class _HeldDevices:
         }
         return cls(a, int_options)
 
-    def holds_index(self, value: cst.BaseExpression) -> bool:
+    def holds_index(self, value: cst.BaseExpression, scope: ScopeKey = ()) -> bool:
         """``0``, ``args.gpu`` (an ``int`` option), a name bound to one, ``args.gpu if ok else
-        "cpu"``, ``pick_gpu()`` (a function returning one): a GPU index (or the CPU, in a choice
-        between them)."""
+        "cpu"``, ``pick_gpu()`` or ``self.pick_gpu()`` (a function or method returning one), read
+        in ``scope``: a GPU index (or the CPU, in a choice between them)."""
         if isinstance(value, cst.Integer):
             return True
         if isinstance(value, cst.IfExp):
             branches = (value.body, value.orelse)
-            return any(self.holds_index(b) for b in branches) and all(
-                self.holds_index(b) or _is_cpu(b) for b in branches
+            return any(self.holds_index(b, scope) for b in branches) and all(
+                self.holds_index(b, scope) or _is_cpu(b) for b in branches
             )
         if isinstance(value, cst.Call):
-            return isinstance(value.func, cst.Name) and value.func.value in self.index_functions
+            return self.called(value, scope) in self.index_functions
         name = held_name(value, indexed=True)
-        return name is not None and self.is_index_name(name)
+        return name is not None and self.is_index_name(_function_of(scope), name)
+
+    def called(self, call: cst.Call, scope: ScopeKey) -> str | None:
+        """The file's function (``pick_gpu``) or method (``Trainer.pick_gpu``, of ``self.pick_gpu()``
+        in a method of ``Trainer`` or of ``trainer.pick_gpu()``) a call standing in ``scope`` runs."""
+        func = call.func
+        if isinstance(func, cst.Name):
+            return func.value
+        if not isinstance(func, cst.Attribute):
+            return None
+        owner = instance_class_at(self.a, scope, func.value)
+        return f"{owner}.{func.attr.value}" if owner is not None else None
 
     def index_values(self, a: Analysis) -> set[str]:
         """Every name holding a GPU index: bound to one here, or an ``int`` option (``args.gpu``)."""
         options = {f"{root}.{option}" for root in self.facts.parsed_arguments for option in self.int_options}
-        fixed = {name for name in self.fixed if not is_literal(name)}
+        fixed = {name for _, name in self.fixed if not is_literal(name)}
         return (fixed - set(a.seeds.gpu_index_parameters if a.seeds is not None else ())) | options
 
-    def is_index_name(self, name: str) -> bool:
-        """A name bound to a GPU index, or an ``int`` option of the command line (``args.gpu``, or
-        one of its values, ``args.gpu_ids[0]``)."""
+    def is_index_name(self, function: str, name: str) -> bool:
+        """A name read in ``function`` bound to a GPU index, or an ``int`` option of the command
+        line (``args.gpu``, or one of its values, ``args.gpu_ids[0]``)."""
         root, _, option = name.partition(".")
-        return name in self.fixed or (root in self.facts.parsed_arguments and _unindexed(option) in self.int_options)
+        return name in self.visible(function) or (
+            root in self.facts.parsed_arguments and _unindexed(option) in self.int_options
+        )
+
+    def visible(self, function: str) -> set[str]:
+        """The names holding a fixed GPU where ``function`` reads them: its own, the module's that
+        it does not bind itself, and those held so everywhere."""
+        own = {name for where, name in self.fixed if where == function}
+        module = {name for where, name in self.fixed if where == MODULE} - self.bound.get(function, set())
+        return own | module | self.everywhere
 
     def origin_sites(
         self, a: Analysis, function: str, name: str, seen: frozenset = frozenset()
@@ -338,20 +403,22 @@ class _HeldDevices:
         values = a.argument_values.get(key, [])
         if key in seen or (key not in a.arguments and not values):
             return {key}
-        found = {(caller, self.literal(value)) for caller, value in values}
+        found = {(caller, self.literal(value, caller)) for caller, value in values}
         for caller, argument in a.arguments.get(key, ()):
             found |= self.origin_sites(a, caller, argument, seen | {key})
         return found
 
-    def literal(self, value: cst.BaseExpression) -> str:
-        """The name a value written right in a call is held under; what it holds is told the
-        first time it is asked (a ``"cuda:0"`` or ``torch.device(...)`` there is a fixed GPU)."""
+    def literal(self, value: cst.BaseExpression, caller: str) -> str:
+        """The name a value written right in a call (in ``caller``) is held under; what it holds
+        is told the first time it is asked (a ``"cuda:0"`` or ``torch.device(...)`` there is a
+        fixed GPU, and so is ``gpu`` of ``Settings(gpu, lr)`` where ``caller`` binds ``gpu = 0``)."""
         name = self.literals.get(id(value))
         if name is None:
             name = self.literals[id(value)] = f"{_LITERAL}{len(self.literals)}>"
-            if self.holds_index(value) or chooses_device(value, self.facts):
-                self.fixed.add(name)
-            self._parts(name, value, ())
+            scope = () if caller == MODULE else (caller,)
+            if self.holds_index(value, scope) or chooses_device(value, self.facts):
+                self.everywhere.add(name)
+            self._parts(name, value, scope)
         return name
 
     def _parts(self, target: str, value: cst.BaseExpression, scope: tuple[str, ...]) -> None:
@@ -362,20 +429,32 @@ class _HeldDevices:
             entry = f"{target}{part}"
             if dotted(element) in self.facts.device_names:
                 self.devices.add(entry)
-            elif self.holds_index(element) or chooses_device(element, self.facts, scope):
-                self.fixed.add(entry)
+            elif self.holds_index(element, scope) or chooses_device(element, self.facts, scope):
+                self._fix(entry, scope, is_literal(target))
+            else:
+                # ``{"gpus": [0, 1]}``: the parts of a part (``config["gpus"][0]``).
+                self._parts(entry, element, scope)
 
-    def kind(self, name: str) -> str:
-        """``device``, ``fixed``, ``other``; or ``unfollowed``: an element, at an index not written
-        out, of what holds fixed GPUs (``gpus[i]`` of ``gpus = [0, 1]``, ``args.gpu_ids[rank]``)."""
+    def _fix(self, name: str, scope: ScopeKey, everywhere: bool) -> None:
+        """``name``, bound in ``scope``, holds a fixed GPU: there, or ``everywhere`` (a part of a
+        value written in a call, under a name of its own, read where the value goes)."""
+        if everywhere:
+            self.everywhere.add(name)
+        else:
+            self.fixed.add((_function_of(scope), name))
+
+    def kind(self, function: str, name: str) -> str:
+        """What ``name`` holds where ``function`` reads it: ``device``, ``fixed``, ``other``; or
+        ``unfollowed``: an element, at an index not written out, of what holds fixed GPUs
+        (``gpus[i]`` of ``gpus = [0, 1]``, ``args.gpu_ids[rank]``)."""
         if name in self.facts.device_names or name in self.devices:
             return "device"
         if name.endswith(UNFOLLOWED_INDEX):
-            held = self.fixed | self.devices
+            held = self.visible(function) | self.devices
             base = name.removesuffix(UNFOLLOWED_INDEX)
-            elements = any(element.startswith(f"{base}[") for element in held) or self.is_index_name(f"{base}[0]")
-            return "unfollowed" if elements else "other"
-        return "fixed" if self.is_index_name(name) else "other"
+            elements = any(element.startswith(f"{base}[") for element in held)
+            return "unfollowed" if elements or self.is_index_name(function, f"{base}[0]") else "other"
+        return "fixed" if self.is_index_name(function, name) else "other"
 
 
 #: How the names of values written right in a call begin: no name of the script's does.
@@ -385,6 +464,11 @@ _LITERAL = "<value "
 def is_literal(name: str) -> bool:
     """Whether ``name`` is one the device owner gave a value written right in a call."""
     return name.startswith(_LITERAL)
+
+
+def _function_of(scope: ScopeKey) -> str:
+    """The module-level function or class a scope stands in (the analysis' "function")."""
+    return scope[0] if scope else MODULE
 
 
 def _unindexed(option: str) -> str:
@@ -404,17 +488,21 @@ def _bindings(a: Analysis) -> Iterator[tuple[str, cst.BaseExpression, tuple[str,
                     yield target, element.value, assign.scope
 
 
-def _functions_returning(a: Analysis, holds: Callable[[cst.BaseExpression], bool]) -> set[str]:
-    """The file's module-level functions every ``return`` of which hands back what ``holds`` (a
-    GPU index), or the CPU where there is none (``if torch.cuda.is_available(): return 0``, then
-    ``return "cpu"``)."""
-    returns: dict[str, list[cst.BaseExpression]] = {}
+def _functions_returning(a: Analysis, holds: Callable[[cst.BaseExpression, ScopeKey], bool]) -> set[str]:
+    """The file's module-level functions and its classes' methods (as ``Trainer.pick_gpu``) every
+    ``return`` of which hands back what ``holds`` (a GPU index), or the CPU where there is none
+    (``if torch.cuda.is_available(): return 0``, then ``return "cpu"``)."""
+    returns: dict[str, tuple[ScopeKey, list[cst.BaseExpression]]] = {}
     for function, value in a.r.returns:
-        returns.setdefault(function, []).append(value)
+        if function in a.r.defs:
+            returns.setdefault(function, ((function,), []))[1].append(value)
+    for scope, value in a.r.method_returns:
+        returns.setdefault(".".join(scope), (scope, []))[1].append(value)
     return {
         function
-        for function, values in returns.items()
-        if function in a.r.defs and any(map(holds, values)) and all(holds(value) or _is_cpu(value) for value in values)
+        for function, (scope, values) in returns.items()
+        if any(holds(value, scope) for value in values)
+        and all(holds(value, scope) or _is_cpu(value) for value in values)
     }
 
 

@@ -25,9 +25,11 @@ parameters, attributes and dictionaries (``Trainer(..., gpu_id)``, ``self.gpu_id
 (``fit(..., config["gpu"])``). Values written right in a call are followed too (``Runner(model,
 {"gpu": 0})``, ``train(model, {"device": "cuda:0"})``, ``fit(model, 0)``), and so are containers: an
 element of a list or tuple (``gpus = [0, 1]``: ``gpus[0]``; ``args.gpu_ids[0]`` of an ``int``
-option), a field of a named tuple or dataclass built with one (``Settings(0, lr)``: ``s.gpu``), and
-what a function of the file returns on every path (``def pick_gpu(): return 0``: ``gpu =
-pick_gpu()``, ``model.to(pick_gpu())``). Its moves are removed where ``prepare`` places what moves,
+option), a field of a named tuple or dataclass built with one (``Settings(0, lr)``: ``s.gpu``), a
+list inside a dictionary (``{"gpus": [0, 1]}``: ``config["gpus"][0]``), and what a function or a
+method of the file returns on every path (``def pick_gpu(): return 0``: ``gpu = pick_gpu()``,
+``model.to(pick_gpu())``, ``self.device = self.pick_gpu()``). A name is read where it is bound:
+``target = 0`` in one function is no GPU for a ``target = "cpu"`` of another. Its moves are removed where ``prepare`` places what moves,
 and otherwise take ``accelerator.device``, like its ``device=`` keywords. A function of the file
 returning a device on every path (``device = get_device(args.gpu)``) chooses the device like
 ``torch.device(...)``. A parameter that is such a GPU from some callers and something else from

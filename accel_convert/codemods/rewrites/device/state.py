@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.facts import MODULE, ScriptFacts
 from accel_convert.codemods.engine.syntax import dotted
 from accel_convert.codemods.engine.transformers import RuleTransformer, lines_of
 
@@ -36,7 +36,7 @@ class DeviceWalkState(RuleTransformer):
         self.set_device_indices = gpu_indices or set()
         #: And the names a call takes as its device that hold a GPU the script fixed, followed
         #: back through parameters, attributes and dictionaries (``self.gpu_id`` given ``0``).
-        self.gpu_indices = self.set_device_indices | set(facts.gpu_index_names)
+        self.all_gpu_indices = self.set_device_indices | set(facts.gpu_index_names)
         #: The file's functions that pick a device (d2l's ``try_gpu()``: ``cuda:0`` on every rank).
         #: (Those returning an integer, ``def pick_gpu(): return 0``, are not among them: passed on,
         #: the integer may be anything; where it reaches a move the device owner follows it.)
@@ -56,7 +56,14 @@ class DeviceWalkState(RuleTransformer):
         compared = facts.lines_mentioning(facts.device_names)
         # Calls given ``device=`` (a factory ``torch.zeros(3, device="cuda")``, an iterator).
         keywords = facts.lines_mentioning(
-            {"device", "map_location", *self.gpu_indices, *device_functions, *facts.gpu_index_functions}
+            {
+                "device",
+                "map_location",
+                *self.all_gpu_indices,
+                *device_functions,
+                *facts.gpu_index_functions,
+                *(called.rpartition(".")[2] for _, called in facts.gpu_index_method_calls),
+            }
         )
         # ``os.environ["CUDA_VISIBLE_DEVICES"] = "0"``.
         environment = facts.lines_mentioning({"environ"})
@@ -74,7 +81,20 @@ class DeviceWalkState(RuleTransformer):
         #: ``elif`` nodes (an ``If`` in another's ``orelse``), by identity.
         self._elifs: set[int] = set()
 
+    @property
+    def gpu_indices(self) -> set[str]:
+        """The names holding a fixed GPU where the walk stands: each function reads its own
+        (``target = "cpu"`` in one function is no GPU for a ``target = 0`` in another)."""
+        function = self.scope[0] if self.scope else MODULE
+        elsewhere = {name for where, name in self.facts.gpu_index_names_elsewhere if where == function}
+        return self.all_gpu_indices - elsewhere if elsewhere else self.all_gpu_indices
+
     def picks_fixed_gpu(self, value: cst.BaseExpression) -> bool:
-        """``pick_gpu()``: a call of one of the file's functions returning a GPU index on every
-        path, given as a device (``model.to(pick_gpu())``): the same GPU on every process."""
-        return isinstance(value, cst.Call) and dotted(value.func) in self.facts.gpu_index_functions
+        """``pick_gpu()``, ``self.pick_gpu()``: a call of one of the file's functions (or of its
+        classes' methods) returning a GPU index on every path, given as a device
+        (``model.to(pick_gpu())``): the same GPU on every process."""
+        if not isinstance(value, cst.Call):
+            return False
+        called = dotted(value.func)
+        function = self.scope[0] if self.scope else MODULE
+        return called in self.facts.gpu_index_functions or (function, called) in self.facts.gpu_index_method_calls
