@@ -671,6 +671,38 @@ def test_functions_called_where_the_ranks_differ() -> None:
     assert found.called_on_some_ranks == {"mkdir_p", "make_parents", "ensure_dir"}
 
 
+HELPERS_CALLED_UNDER_BUILTIN_TESTS = code(
+    """
+    import os
+    import sys
+
+
+    def export(path):
+        os.makedirs(path)
+
+
+    def refill(path):
+        os.makedirs(path)
+
+
+    def main():
+        target = sys.argv[1]
+        if len(target) > 0 and isinstance(target, str):
+            export(target)
+        if len(os.listdir(".")) == 0:
+            refill("data")
+    """
+)
+
+
+def test_a_builtin_computing_from_its_arguments_is_taken_alike_and_a_read_of_the_disk_is_not() -> None:
+    """``if len(args.onnx_export) > 0: export_onnx(...)`` (pytorch/examples' word language
+    model): ``len`` answers alike on every rank, so its barrier stays; ``len(os.listdir(d))``
+    reads what each rank sees on its disk."""
+    _, found = answer(HELPERS_CALLED_UNDER_BUILTIN_TESTS)
+    assert found.called_on_some_ranks == {"refill"}
+
+
 @pytest.mark.parametrize(
     ("statement", "reached"),
     [

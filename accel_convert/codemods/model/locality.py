@@ -999,7 +999,9 @@ class RankReach:
     def _taken_alike(self, test: cst.BaseExpression, enclosing: cst.FunctionDef | None, function: str) -> bool:
         """Whether every rank takes the same branch of an ``if`` on ``test``: not when it calls
         something or names a rank, reads a value summed per rank or tests a parameter."""
-        if any(isinstance(node, cst.Call) for node in nodes_in(test)) or names_rank(test):
+        if any(isinstance(node, cst.Call) and not self._computes_alike(node) for node in nodes_in(test)):
+            return False
+        if names_rank(test):
             return False
         # ``if train_loss < best:`` with what ``train_epoch()`` summed on this rank, at module level too.
         summed = self._sums.get(id(enclosing))
@@ -1009,6 +1011,12 @@ class RankReach:
         if any(isinstance(node, cst.Name) and node.value in summed for node in nodes_in(test)):
             return False
         return enclosing is None or self._original or not _tests_parameter(test, enclosing)
+
+    def _computes_alike(self, call: cst.Call) -> bool:
+        """``len(args.onnx_export)``: a builtin that only computes from its arguments (no file, no
+        clock, no draw), so it gives every rank the same answer where they hold the same values
+        (what the test reads is asked apart: sums per rank, parameters, per-rank bindings)."""
+        return isinstance(call.func, cst.Name) and self._builtin(call.func) in PURE_BUILTINS
 
     def _same_length_everywhere(self, iterable: cst.BaseExpression) -> bool:
         if isinstance(iterable, cst.Call) and self._qualified_name(iterable.func) in ENDLESS_COUNTERS:
@@ -1025,6 +1033,8 @@ class RankReach:
         return name is not None and name in self._loaders
 
 
+#: Builtins whose result depends only on their arguments.
+PURE_BUILTINS = frozenset({"len", "int", "float", "str", "bool", "abs", "min", "max", "round", "isinstance"})
 #: Calls whose result is what this process read from a file (its own copy, or one it wrote
 #: itself): nothing shows it is the same on every rank. Attributes called on anything
 #: (``f.read()``, ``Path(p).read_text()``, ``Image.open(p)``, ``np.loadtxt(p)``) ...
