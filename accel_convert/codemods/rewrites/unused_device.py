@@ -182,8 +182,12 @@ class _DropUnusedDevice(RuleTransformer):
             return None
         if _asks_about_devices(value, self.facts):
             return name
-        # A GPU index read from settings: its moves now take the accelerator's device.
-        return name if name in self.facts.gpu_index_values and held_name(value) is not None else None
+        # A GPU index read from settings, or one the script's own function returns (``target =
+        # pick_gpu()``): its moves now take the accelerator's device.
+        picked = isinstance(value, cst.Call) and dotted(value.func) in self.facts.gpu_index_functions
+        if name in self.facts.gpu_index_values and (picked or held_name(value) is not None):
+            return name
+        return None
 
     def _still_read(self, name: str, others: Sequence[cst.CSTNode]) -> bool:
         mentioned = _names(others)
