@@ -671,6 +671,48 @@ def test_functions_called_where_the_ranks_differ() -> None:
     assert found.called_on_some_ranks == {"mkdir_p", "make_parents", "ensure_dir"}
 
 
+HELPERS_CALLED_IN_TRY = code(
+    """
+    import os
+
+
+    def train():
+        os.makedirs("runs")
+
+
+    def save():
+        os.makedirs("saved")
+
+
+    def cleanup():
+        os.makedirs("partial")
+
+
+    def main():
+        try:
+            train()
+            save()
+        except KeyboardInterrupt:
+            cleanup()
+
+
+    if __name__ == "__main__":
+        try:
+            main()
+        except KeyboardInterrupt:
+            print("stopped")
+    """
+)
+
+
+def test_the_first_call_of_a_try_is_made_by_every_rank() -> None:
+    """``try: main()\nexcept KeyboardInterrupt:`` (module level, and in a function): every rank
+    starts the body, so ``main()`` and ``train()`` keep their barriers; a later statement of the
+    body (an earlier one may raise on one rank and be caught) and a handler's call are not."""
+    _, found = answer(HELPERS_CALLED_IN_TRY)
+    assert found.called_on_some_ranks == {"save", "cleanup"}
+
+
 HELPERS_CALLED_UNDER_BUILTIN_TESTS = code(
     """
     import os

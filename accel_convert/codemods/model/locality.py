@@ -952,13 +952,18 @@ class RankReach:
         (``function``: its key in :attr:`Locality.per_rank_sums`)."""
         enclosing = next((node for node in reversed(anchors) if isinstance(node, cst.FunctionDef)), None)
         scope = enclosing if enclosing is not None else next(iter(anchors), None)
-        for node in reversed(anchors):
+        for depth in range(len(anchors) - 1, -1, -1):
+            node = anchors[depth]
             if isinstance(node, cst.ClassDef):
                 return True
             if isinstance(node, cst.FunctionDef):
                 # Inside a function, where every rank that calls it goes: every rank, unless some
                 # rank may not call it (``if not os.path.isdir(d): mkdir_p(d)``).
                 return function not in self._locality.called_on_some_ranks
+            # ``try: main()\nexcept KeyboardInterrupt:``: every rank starts the ``try``'s body; that
+            # another rank raised first ends the run, it does not make one rank skip a call.
+            if self._original and isinstance(node, cst.Try) and _opens_body(node, anchors[depth + 1 :]):
+                continue
             if not self._runs_alike_inside(node, enclosing, function):
                 return False
             if isinstance(node, cst.If) and not self._original and self._reads_per_rank_value(node.test, scope):
@@ -1031,6 +1036,16 @@ class RankReach:
             return False
         name = dotted(iterable)
         return name is not None and name in self._loaders
+
+
+def _opens_body(node: cst.Try, inner: Sequence[cst.CSTNode]) -> bool:
+    """Whether the statement ``inner`` starts with is the first of ``node``'s body (a
+    compound statement, or a small statement on the first line)."""
+    if not inner:
+        return False
+    first = node.body.body[0]
+    child = inner[0]
+    return first is child or (isinstance(first, cst.SimpleStatementLine) and first.body[0] is child)
 
 
 #: Builtins whose result depends only on their arguments.
