@@ -101,6 +101,7 @@ def load_project(folder: Path) -> Project:
         options=Options(target=spec.get("target", "runtime")),
         reported=tuple(spec.get("reported", [])),
         not_reported=tuple(spec.get("not_reported", [])),
+        halved_2proc=tuple(spec.get("halved_2proc", [])),
     )
     return Project(folder, spec["entry"], case, tuple(spec.get("per_rank_lines", [])), spec.get("home"))
 
@@ -283,7 +284,7 @@ def test_converted_project_on_two_processes_prints_once_and_evaluates_every_samp
     )
     assert metric_rows(case, result.stdout), "no metrics found in the two-process output"
     assert wrong_totals(case, result.stdout) == []
-    assert compare_metrics(case, reference.stdout, result.stdout, case.compare_2proc) == []
+    assert compare_metrics(case, reference.stdout, result.stdout, case.compare_2proc, case.halved_2proc) == []
     assert compare_files(case, one_process.folders[(project.name, "reference_2proc")], folder) == []
 
 

@@ -22,7 +22,7 @@ from accel_convert.codemods.engine.loader_values import builds_loader, holds_loa
 from accel_convert.codemods.engine.model import Change, Options
 from accel_convert.codemods.engine.rule import Example, Rule
 from accel_convert.codemods.engine.syntax import dotted, nodes_in, target_names
-from accel_convert.codemods.engine.torch_names import DATA_LOADERS, SELF_DISTRIBUTING
+from accel_convert.codemods.engine.torch_names import SELF_DISTRIBUTING
 from accel_convert.codemods.engine.walk import module_nodes
 from accel_convert.codemods.model.plan import prepare_call
 
@@ -277,7 +277,7 @@ def _loop_data_returned_by_call(
             continue
         bound = {name for target in node.targets for name in target_names(target.target)}
         call = dotted(node.value.func)
-        if looped in bound and call is not None and facts.qualified_name(node.value.func) not in DATA_LOADERS:
+        if looped in bound and call is not None and not facts.builds_data_loader(node.value.func):
             return looped, call
     return None
 

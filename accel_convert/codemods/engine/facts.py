@@ -32,10 +32,12 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 
+from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.model import Site
 from accel_convert.codemods.engine.names import BuiltinOf, builtin_named, builtins_at
 from accel_convert.codemods.engine.positions import OriginIndex
 from accel_convert.codemods.engine.syntax import dotted
+from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -155,6 +157,26 @@ class FactQuestions:
     loss_names: AbstractSet[str]
     accessible_functions: AbstractSet[str]
     file_logger_classes: AbstractSet[str]
+    loader_classes: AbstractSet[str]
+
+    def builds_data_loader(self, func: cst.BaseExpression, scope: tuple[str, ...] = (), *, strict: bool = True) -> bool:
+        """Whether a call of ``func`` (used in ``scope``) builds a data loader: torch's
+        ``DataLoader`` however imported, or a class deriving from it, one of this file's
+        (``class MyLoader(DataLoader)``) or of another module of the program. The one answer every
+        role, rewrite and check asks; what reads a loader's own arguments (its batch size, its
+        ``collate_fn``) asks for torch's signature alone (:data:`~torch_names.DATA_LOADERS`).
+        ``strict``: as :meth:`NameTable.qualified_name`."""
+        if self.names is not None:
+            qualified = self.names.qualified_name(func, scope, strict=strict)
+        else:
+            qualified = self.qualified_name(func, scope)
+        if qualified in DATA_LOADERS:
+            return True
+        written = dotted(func)
+        if written in self.loader_classes and (self.names is None or self.names.binding_scope(written, scope) == ()):
+            return True
+        seeds = self.program
+        return seeds is not None and bool(seeds.loader_classes) and program_callee(self, func, scope) in seeds.loader_classes
 
     def qualified_name(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
         """Qualified name of a Name/Attribute chain used in ``scope`` (see
@@ -303,6 +325,11 @@ class ScriptFacts(FactQuestions):
     schedulers: AbstractSet[str] = frozenset()
     #: Schedulers stepped once per epoch (outside the batch loop): not prepared (see ACC1xx prepare).
     per_epoch_schedulers: AbstractSet[str] = frozenset()
+    #: Names whose object has its ``.step()`` called (an optimizer's, a scheduler's), here or, by the
+    #: seeds, in another module of the program, with the parameters and attributes (file-wide)
+    #: that receive one of them: ``trainable``'s optimizer stepped as ``self.optimizer`` of the
+    #: trainer it is handed to. Built from a model's parameters, such an object is an optimizer.
+    stepped_objects: AbstractSet[str] = frozenset()
     train_loaders: AbstractSet[str] = frozenset()
     eval_loaders: AbstractSet[str] = frozenset()
     #: Evaluation loaders kept unprepared: a script with no model that only reads them (dataset
@@ -410,6 +437,9 @@ class ScriptFacts(FactQuestions):
     self_training_models: AbstractSet[str] = frozenset()
     #: Module-level classes deriving from a ``torch.nn`` module, directly or through the file's.
     model_classes: AbstractSet[str] = frozenset()
+    #: Module-level classes deriving from a ``DataLoader`` (torch's, another of the file's, or a
+    #: loader class of another module of the program): see :meth:`FactQuestions.builds_data_loader`.
+    loader_classes: AbstractSet[str] = frozenset()
     #: Module-level classes holding the training code (a ``Trainer``, a ``Solver``): they receive
     #: the accelerator in ``__init__`` and their methods use it as ``self.accelerator`` (ACC108).
     #: Their names count as functions in ``accessible_functions`` and ``batch_names_by_function``.
@@ -591,6 +621,7 @@ class FactsDraft(FactQuestions):
     optimizers: set[str] = field(default_factory=set)
     schedulers: set[str] = field(default_factory=set)
     per_epoch_schedulers: set[str] = field(default_factory=set)
+    stepped_objects: set[str] = field(default_factory=set)
     train_loaders: set[str] = field(default_factory=set)
     eval_loaders: set[str] = field(default_factory=set)
     unprepared_loaders: set[str] = field(default_factory=set)
@@ -624,6 +655,7 @@ class FactsDraft(FactQuestions):
     trackers: set[str] = field(default_factory=set)
     self_training_models: set[str] = field(default_factory=set)
     model_classes: set[str] = field(default_factory=set)
+    loader_classes: set[str] = field(default_factory=set)
     training_classes: set[str] = field(default_factory=set)
     training_bases: set[str] = field(default_factory=set)
     prepared_attributes: set[str] = field(default_factory=set)

@@ -11,12 +11,11 @@ from __future__ import annotations
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 
 
 def builds_loader(value: cst.CSTNode, facts: ScriptFacts) -> bool:
     """``DataLoader(...)``."""
-    return isinstance(value, cst.Call) and facts.qualified_name(value.func) in DATA_LOADERS
+    return isinstance(value, cst.Call) and facts.builds_data_loader(value.func)
 
 
 def holds_loaders(value: cst.BaseExpression, facts: ScriptFacts) -> bool:

@@ -31,7 +31,7 @@ seeds themselves).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
@@ -57,6 +57,7 @@ from accel_convert.codemods.engine.program_roles import (
     models_handed_over,
     per_epoch_arguments,
     prepared_by_entry,
+    stepped_elsewhere,
 )
 from accel_convert.codemods.engine.program_seeds import ProgramSeeds
 from accel_convert.codemods.engine.program_shapes import (
@@ -189,7 +190,8 @@ class Program:
         aliases = tuple(sorted(self.aliases().items()))
         python_outputs = self._python_outputs()
         backward_helpers = self._backward_helper_classes()
-        models = self._model_classes(dict(aliases))
+        models = self._derived_classes(dict(aliases), lambda base: base.startswith("torch.nn."))
+        loaders = self._derived_classes(dict(aliases), DATA_LOADERS.__contains__)
         seeds = {
             name: ProgramSeeds(
                 library=name != self.entry,
@@ -199,6 +201,7 @@ class Program:
                 python_outputs=python_outputs,
                 backward_helper_classes=backward_helpers,
                 model_classes=models,
+                loader_classes=loaders,
             )
             for name, shape in self.shapes.items()
         }
@@ -239,10 +242,11 @@ class Program:
             if isinstance(node, cst.ClassDef) and defines_backward(node)
         )
 
-    def _model_classes(self, aliases: dict[str, str]) -> frozenset[str]:
-        """Every module-level class of the program deriving from a ``torch.nn`` module, by
-        qualified name: directly, or through a base that is such a class of the program (named
-        as its module imports it, a re-export followed to where it is defined)."""
+    def _derived_classes(self, aliases: dict[str, str], root: Callable[[str], bool]) -> frozenset[str]:
+        """Every module-level class of the program deriving from a class ``root`` accepts (a
+        ``torch.nn`` module, torch's ``DataLoader``), by qualified name: directly, or through a
+        base that is such a class of the program (named as its module imports it, a re-export
+        followed to where it is defined)."""
         bases: dict[str, set[str]] = {}
         for name, module in self.modules.items():
             classes = [node for node in module.module.body if isinstance(node, cst.ClassDef)]
@@ -254,7 +258,7 @@ class Program:
                 bases[f"{name}.{node.name.value}"] = {
                     _program_base(base.value, names, relative, aliases, name) for base in node.bases
                 }
-        found = {cls for cls, named in bases.items() if any(base.startswith("torch.nn.") for base in named)}
+        found = {cls for cls, named in bases.items() if any(root(base) for base in named)}
         grown = True
         while grown:
             more = {cls for cls, named in bases.items() if named & found} - found
@@ -318,6 +322,7 @@ class Program:
             training_base_subclasses=by_module(inheriting_training(parents, self.shapes, facts)),
             inherited_accelerator=by_module(inheriting_accelerator(parents, self.shapes, facts)),
             per_epoch=per_epoch_arguments(calls, facts),
+            stepped=stepped_elsewhere([*calls, *method_calls], parents, facts),
             # A checkpoint one module saves may be loaded by another, converted before or after it.
             saving={name for name, module_facts in facts.items() if module_facts.call_sites.get("torch.save")},
             evaluating_calls=_evaluating_calls(facts),
@@ -396,7 +401,7 @@ class Program:
 
     def _returns_loader(self, facts: ScriptFacts, function: str, value: cst.BaseExpression) -> bool:
         if isinstance(value, cst.Call):
-            return facts.qualified_name(value.func, (function,)) in DATA_LOADERS
+            return facts.builds_data_loader(value.func, (function,))
         return dotted(value) in facts.loaders
 
     def _accelerator_reaches(self, calls: Iterable[CrossCall], facts: dict[str, ScriptFacts]) -> dict[str, set[str]]:

@@ -14,7 +14,7 @@ from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.names import NameCollector, NameTable, ScopeKey, is_builtin
 from accel_convert.codemods.engine.program_shapes import ModuleShape
 from accel_convert.codemods.engine.syntax import dotted, parameter_filled, takes_every_argument
-from accel_convert.codemods.engine.torch_names import DATA_LOADERS, WORKER_CALLBACKS
+from accel_convert.codemods.engine.torch_names import WORKER_CALLBACKS
 
 
 @dataclass(frozen=True)
@@ -241,7 +241,7 @@ def _argument_as_written(facts: ScriptFacts, scope: ScopeKey, value: cst.BaseExp
     written right in the call; None for anything else."""
     written = dotted(value)
     if written is None and isinstance(value, cst.Call):
-        loader = facts.callee_name(value.func, scope) in DATA_LOADERS
+        loader = facts.builds_data_loader(value.func, scope)
         written = INLINE_LOADER if loader else INLINE_MODEL if _builds_a_model(facts, scope, value) else None
     if written is None and is_gpu_index(value):
         written = INLINE_GPU_INDEX

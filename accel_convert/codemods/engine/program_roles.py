@@ -163,6 +163,8 @@ class Learnt:
     inherited_accelerator: dict[str, set[str]]
     #: Module → names it passes to be stepped as a scheduler once per epoch.
     per_epoch: dict[str, set[str]]
+    #: Module → names another module steps (see ``ProgramSeeds.stepped_elsewhere``).
+    stepped: dict[str, set[str]]
     #: Modules that save a checkpoint.
     saving: set[str]
     #: Functions (qualified) writing / reading a checkpoint at a parameter's path (position, name).
@@ -193,6 +195,7 @@ class Learnt:
             training_base_subclasses=frozenset(self.training_base_subclasses.get(name, set())),
             inherited_accelerator=frozenset(self.inherited_accelerator.get(name, set())),
             per_epoch_schedulers=frozenset(self.per_epoch.get(name, set())),
+            stepped_elsewhere=frozenset(self.stepped.get(name, set())),
             saved_elsewhere=bool(self.saving - {name}),
             path_writers=tuple(entry for entry in self.path_writers if entry[0] not in own),
             path_readers=tuple(entry for entry in self.path_readers if entry[0] not in own),
@@ -273,6 +276,26 @@ def per_epoch_arguments(calls: Iterable[CrossCall], facts: dict[str, ScriptFacts
             argument for param, argument in call.arguments if param in stepped
         )
     return per_epoch
+
+
+def stepped_elsewhere(
+    calls: Iterable[CrossCall], parents: dict[tuple[str, str], set[tuple[str, str]]], facts: dict[str, ScriptFacts]
+) -> dict[str, set[str]]:
+    """Module → names another module steps: what it passes to a parameter stepped there
+    (``Trainer(model, optimizer, ...)`` running ``self.optimizer.step()``), and the attributes of
+    its classes that a subclass in another module steps (pytorch-template's ``BaseTrainer`` binds
+    ``self.optimizer``, its ``Trainer`` steps it)."""
+    stepped: dict[str, set[str]] = {}
+    for call in calls:
+        there = facts[call.callee_module].stepped_objects
+        stepped.setdefault(call.caller_module, set()).update(
+            argument for param, argument in call.arguments if param in there
+        )
+    for (name, _), found in parents.items():
+        for owner, _ in found:
+            if owner != name:
+                stepped.setdefault(owner, set()).update(_attributes_of_self(facts[name].stepped_objects))
+    return stepped
 
 
 def by_module(classes: Iterable[tuple[str, str]]) -> dict[str, set[str]]:

@@ -113,6 +113,11 @@ class ProgramSeeds:
     #: scheduler once per epoch (``Trainer(..., lr_scheduler=lr_scheduler)`` whose epoch loop
     #: calls ``self.lr_scheduler.step()``): not prepared, as in a single script.
     per_epoch_schedulers: frozenset[str] = frozenset()
+    #: Names this module hands to another module's function or class that steps them
+    #: (``Trainer(model, optimizer, ...)`` whose epoch runs ``self.optimizer.step()``), and
+    #: attributes a subclass in another module steps: stepped objects here too (see
+    #: ``ScriptFacts.stepped_objects``).
+    stepped_elsewhere: frozenset[str] = frozenset()
     #: Names bound by relative imports (``from .utils import save``) → absolute qualified name.
     relative_imports: tuple[tuple[str, str], ...] = ()
     #: Names a ``from <program module> import *`` binds → absolute qualified name.
@@ -135,6 +140,10 @@ class ProgramSeeds:
     #: other classes of the program (``nets.mlp.Net``): an instance another module builds is a
     #: model there as one of its own classes would be (``final = Net()`` built after training).
     model_classes: frozenset[str] = frozenset()
+    #: Program-wide: classes (qualified) deriving from ``torch.utils.data.DataLoader``, directly or
+    #: through other classes of the program (pytorch-template's ``MnistDataLoader`` over
+    #: ``BaseDataLoader``): building one builds a loader, prepared as a ``DataLoader`` is.
+    loader_classes: frozenset[str] = frozenset()
 
     def roles(self) -> dict[str, frozenset[str]]:
         return dict(self.parameter_roles)

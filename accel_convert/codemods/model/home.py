@@ -12,9 +12,6 @@ from accel_convert.codemods.engine.syntax import (
     dotted,
     parameters_filled,
 )
-from accel_convert.codemods.engine.torch_names import (
-    DATA_LOADERS,
-)
 from accel_convert.codemods.model.classes import (
     class_prepare,
     find_training_classes,
@@ -387,7 +384,7 @@ def _trains_only_what_it_receives(a: Analysis) -> bool:
     if not backward_functions or any(not a.r.defs.get(function) for function in backward_functions):
         return False
     for call in a.r.calls:
-        if a.qualified(call) in DATA_LOADERS:
+        if a.facts.builds_data_loader(call.node.func, call.scope, strict=False):
             return False
         func = call.node.func
         if call.function == MODULE and isinstance(func, cst.Name) and func.value in a.r.defs:

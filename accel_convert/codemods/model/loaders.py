@@ -20,7 +20,24 @@ from accel_convert.codemods.model.recorder import (
 from accel_convert.codemods.model.state import Analysis
 
 
-@provider(provides=("loader_factories", "loader_returning_functions"))
+@provider(provides=("loader_classes",))
+def loader_classes(a: Analysis) -> None:
+    """The file's module-level classes deriving from a data loader: torch's ``DataLoader``, a
+    loader class of another module of the program (the seeds), or another such class of the file,
+    followed to a fixed point (``MnistDataLoader(BaseDataLoader)``, ``BaseDataLoader(DataLoader)``)."""
+    facts = a.facts
+    grown = True
+    while grown:
+        grown = False
+        for name, owner in a.r.classes.items():
+            if name not in facts.loader_classes and any(
+                facts.builds_data_loader(base.value) for base in owner.node.bases
+            ):
+                facts.loader_classes.add(name)
+                grown = True
+
+
+@provider(needs=("loader_classes",), provides=("loader_factories", "loader_returning_functions"))
 def loader_factories(a: Analysis) -> None:
     """Module-level functions that return DataLoaders (``return train_loader, test_loader``
     or ``return DataLoader(...)``) → the positions of the loaders in the tuple they return

@@ -1281,7 +1281,7 @@ def _wrapped_loaders(
     wrapper = dotted(call.func)
     if wrapper is None or not wrapper.rpartition(".")[2][:1].isupper():
         return ()
-    if facts.callee_name(call.func) in DATA_LOADERS:
+    if facts.callee_name(call.func) in DATA_LOADERS or facts.builds_data_loader(call.func):
         return ()
     target = dotted(assign.targets[0].target)
     loaders = facts.loaders

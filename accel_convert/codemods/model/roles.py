@@ -20,7 +20,6 @@ from accel_convert.codemods.engine.syntax import (
 from accel_convert.codemods.engine.torch_names import (
     ACCELERATORS,
     CUDA_AVAILABILITY,
-    DATA_LOADERS,
     LIST_GROWING_METHODS,
     TRACKER_CONSTRUCTORS,
     is_model_constructor,
@@ -29,7 +28,6 @@ from accel_convert.codemods.engine.torch_names import (
 )
 from accel_convert.codemods.engine.walk import walk
 from accel_convert.codemods.model.calls import instance_class
-from accel_convert.codemods.model.calls import stepped as calls_stepped
 from accel_convert.codemods.model.classes import model_classes
 from accel_convert.codemods.model.expressions import (
     moves_a_construction,
@@ -79,7 +77,7 @@ def constructor_roles(a: Analysis) -> None:
             facts.train_loaders.update(loader_targets(assign, factories[value.func.value]))
         elif isinstance(value, cst.Call) and (method := _loader_method(a, assign, value)) is not None:
             facts.train_loaders.update(loader_targets(assign, a.loader_methods[method]))
-        elif qualified in DATA_LOADERS and isinstance(value, cst.Call):  # qualified: value is a call
+        elif isinstance(value, cst.Call) and facts.builds_data_loader(value.func, assign.scope, strict=False):
             facts.train_loaders.update(targets)  # sorted into train/eval by the loops below
         elif qualified in ACCELERATORS:
             facts.existing_accelerator = assign.targets[0] if assign.targets else None
@@ -159,8 +157,27 @@ def _factory_roots(a: Analysis, call: cst.Call, factory: str, returned: cst.Call
     return roots
 
 
+@provider(needs=("arguments",), provides=("stepped_objects",))
+def stepped_objects(a: Analysis) -> None:
+    """Names whose ``.step()`` is called here, or that the seeds say another module steps, with
+    every parameter and attribute that receives one of them (``optimizer`` of ``train(model,
+    optimizer)`` stepping it makes ``opt`` of ``train(net, opt)`` stepped)."""
+    facts = a.facts
+    for call in a.r.calls:
+        func = call.node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "step":
+            name = dotted(func.value)
+            if name is not None:
+                facts.stepped_objects |= {name} | a.origins_of(call.function, name)
+    for name in a.seeds.stepped_elsewhere if a.seeds is not None else ():
+        facts.stepped_objects.add(name)
+        for function, param in list(a.arguments):
+            if param == name:
+                facts.stepped_objects |= a.origins_of(function, param)
+
+
 @provider(
-    needs=("device_names", "train_loaders"),
+    needs=("device_names", "train_loaders", "stepped_objects"),
     provides=("optimizers", "models", "frozen_models", "optimizer_home"),
     refines=("schedulers",),
 )
@@ -168,13 +185,13 @@ def optimizers_and_models(a: Analysis) -> None:
     """Optimizers (by constructor, a factory of the file, a model's ``configure_optimizers``) and
     the models they get the parameters of; models moved to the device but never trained."""
     facts = a.facts
-    builders = _OptimizerBuilders(_optimizer_factories(a), _optimizer_methods(a), calls_stepped(a))
+    builders = _OptimizerBuilders(_optimizer_factories(a), _optimizer_methods(a), facts.stepped_objects)
     parameter_sources = _parameter_lists(a)
     for assign in a.r.assigns:
         roots = _parameter_roots(a, assign.mentions.parameter_receivers)
         for target in assign.targets:
             parameter_sources.setdefault(target, set()).update(roots)
-        built = builders.models_trained(a, assign)
+        built = builders.models_trained(a, assign, parameter_sources)
         if built is None:
             continue
         roots = set(built) if built is not _PARAMETERS_PASSED else roots
@@ -289,12 +306,15 @@ class _OptimizerBuilders:
     factories: dict[str, cst.Call]
     #: Methods of the file's classes returning a new optimizer (``configure_optimizers``).
     methods: set[str]
-    #: Names whose ``.step()`` the script calls.
-    stepped: set[str]
+    #: Names whose ``.step()`` is called (``ScriptFacts.stepped_objects``).
+    stepped: AbstractSet[str]
 
-    def models_trained(self, a: Analysis, assign: AssignRecord) -> AbstractSet[str] | None:
+    def models_trained(
+        self, a: Analysis, assign: AssignRecord, parameter_sources: dict[str, set[str]]
+    ) -> AbstractSet[str] | None:
         """The models the optimizer ``assign`` builds trains; :data:`_PARAMETERS_PASSED` when
-        they are the receivers of the ``.parameters()`` it is given; None when it builds none."""
+        they are the receivers of the ``.parameters()`` it is given; None when it builds none.
+        ``parameter_sources``: names bound so far to a model's parameters → the models."""
         value = constructed(assign.value)
         if not isinstance(value, cst.Call):
             return None
@@ -306,7 +326,7 @@ class _OptimizerBuilders:
             return {receiver} if receiver is not None else set()
         qualified = a.r.names.qualified_name(value.func, assign.scope, strict=False)
         if (qualified is not None and is_optimizer(qualified)) or (
-            _takes_parameters(value) and set(assign.targets) & self.stepped
+            set(assign.targets) & self.stepped and _takes_parameters(value, parameter_sources)
         ):
             return _PARAMETERS_PASSED
         return None
@@ -355,15 +375,24 @@ def optimizer_wrappers(a: Analysis) -> set[str]:
     return found
 
 
-def _takes_parameters(call: cst.Call) -> bool:
-    """Whether ``call``'s first argument (or ``params=``) holds a model's ``.parameters()``.
+def _takes_parameters(call: cst.Call, parameter_sources: dict[str, set[str]]) -> bool:
+    """Whether one of ``call``'s arguments holds a model's ``.parameters()``, written there or
+    bound to a name first (``trainable = filter(lambda p: p.requires_grad, model.parameters())``).
 
     With a ``.step()`` called on what it returns, this is an optimizer whatever its class: one
     chosen at run time (``getattr(optim, args.optim)(model.parameters(), lr=lr)``, as TCN's
-    scripts do), or one from the project or a library the name tables do not list
+    scripts do; pytorch-template's ``config.init_obj('optimizer', torch.optim, trainable)``, whose
+    parameters come third), or one from the project or a library the name tables do not list
     (``Lamb(model.parameters())``). Its model is trained, so it is prepared: left out, it would
     train on each process alone, its gradients never averaged."""
-    return bool(_given_parameters_of(call))
+    if _given_parameters_of(call):
+        return True
+    for arg in call.args:
+        finder = _ParameterReceivers()
+        walk(arg.value, finder)
+        if finder.receivers or parameter_sources.get(dotted(arg.value) or ""):
+            return True
+    return False
 
 
 def _given_parameters_of(call: cst.Call) -> set[str]:

@@ -52,6 +52,7 @@ KNOWN_FACTS = frozenset(field.name for field in fields(ScriptFacts)) | WORKING_F
 PROVIDERS: tuple[Provider, ...] = (
     source.imports,
     source.word_lines,
+    loaders.loader_classes,
     calls.call_graph,
     calls.functions_called_out_of_sight,
     file_flow.path_parameters,
@@ -65,6 +66,7 @@ PROVIDERS: tuple[Provider, ...] = (
     devices.settings_class_devices,
     devices.device_values,
     program.imported_loader_factories,
+    roles.stepped_objects,
     roles.optimizers_and_models,
     roles.trackers,
     file_flow.file_loggers,

@@ -16,7 +16,6 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import FactsDraft, RunContext
 from accel_convert.codemods.engine.findings import FILE_START
 from accel_convert.codemods.engine.syntax import dotted
-from accel_convert.codemods.engine.torch_names import DATA_LOADERS
 
 if TYPE_CHECKING:
     from accel_convert.codemods.engine.model import Site
@@ -137,9 +136,7 @@ class Analysis:
         return bool(names & self.facts.loaders)
 
     def constructs_loader(self, value: cst.BaseExpression, scope: ScopeKey) -> bool:
-        return (
-            isinstance(value, cst.Call) and self.r.names.qualified_name(value.func, scope, strict=False) in DATA_LOADERS
-        )
+        return isinstance(value, cst.Call) and self.facts.builds_data_loader(value.func, scope, strict=False)
 
     def initialising_class(self, name: str) -> str:
         """The class of this file whose ``__init__`` constructing ``name`` runs: ``name`` itself,
