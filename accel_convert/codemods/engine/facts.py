@@ -176,7 +176,11 @@ class FactQuestions:
         if written in self.loader_classes and (self.names is None or self.names.binding_scope(written, scope) == ()):
             return True
         seeds = self.program
-        return seeds is not None and bool(seeds.loader_classes) and program_callee(self, func, scope) in seeds.loader_classes
+        return (
+            seeds is not None
+            and bool(seeds.loader_classes)
+            and program_callee(self, func, scope) in seeds.loader_classes
+        )
 
     def qualified_name(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
         """Qualified name of a Name/Attribute chain used in ``scope`` (see

@@ -187,11 +187,14 @@ def optimizers_and_models(a: Analysis) -> None:
     facts = a.facts
     builders = _OptimizerBuilders(_optimizer_factories(a), _optimizer_methods(a), facts.stepped_objects)
     parameter_sources = _parameter_lists(a)
+    selections: set[str] = set()  # names bound to a selection of a model's parameters
     for assign in a.r.assigns:
         roots = _parameter_roots(a, assign.mentions.parameter_receivers)
         for target in assign.targets:
             parameter_sources.setdefault(target, set()).update(roots)
-        built = builders.models_trained(a, assign, parameter_sources)
+            if roots and _selects_parameters(assign.value):
+                selections.add(target)
+        built = builders.models_trained(a, assign, selections)
         if built is None:
             continue
         roots = set(built) if built is not _PARAMETERS_PASSED else roots
@@ -310,11 +313,11 @@ class _OptimizerBuilders:
     stepped: AbstractSet[str]
 
     def models_trained(
-        self, a: Analysis, assign: AssignRecord, parameter_sources: dict[str, set[str]]
+        self, a: Analysis, assign: AssignRecord, selections: AbstractSet[str]
     ) -> AbstractSet[str] | None:
         """The models the optimizer ``assign`` builds trains; :data:`_PARAMETERS_PASSED` when
         they are the receivers of the ``.parameters()`` it is given; None when it builds none.
-        ``parameter_sources``: names bound so far to a model's parameters → the models."""
+        ``selections``: names bound so far to a selection of a model's parameters."""
         value = constructed(assign.value)
         if not isinstance(value, cst.Call):
             return None
@@ -326,7 +329,9 @@ class _OptimizerBuilders:
             return {receiver} if receiver is not None else set()
         qualified = a.r.names.qualified_name(value.func, assign.scope, strict=False)
         if (qualified is not None and is_optimizer(qualified)) or (
-            set(assign.targets) & self.stepped and _takes_parameters(value, parameter_sources)
+            set(assign.targets) & self.stepped
+            and _takes_parameters(value, selections)
+            and not _wraps_an_optimizer(a, value, assign.scope)
         ):
             return _PARAMETERS_PASSED
         return None
@@ -356,6 +361,18 @@ def _parameter_lists(a: Analysis) -> dict[str, set[str]]:
     return found
 
 
+def _wraps_an_optimizer(a: Analysis, call: cst.Call, scope: tuple[str, ...]) -> bool:
+    """Whether one of ``call``'s arguments builds an optimizer (``ScheduledOptim(optim.Adam(
+    model.parameters()), ...)``): the call builds a wrapper stepping it, no optimizer itself."""
+    for arg in call.args:
+        inner = arg.value
+        if isinstance(inner, cst.Call):
+            qualified = a.r.names.qualified_name(inner.func, scope, strict=False)
+            if qualified is not None and is_optimizer(qualified):
+                return True
+    return False
+
+
 def optimizer_wrappers(a: Analysis) -> set[str]:
     """Names bound to an object built around an optimizer the script constructs in its arguments
     (``ScheduledOptim(optim.Adam(model.parameters()), ...)`` in attention-is-all-you-need,
@@ -364,18 +381,12 @@ def optimizer_wrappers(a: Analysis) -> set[str]:
     found: set[str] = set()
     for assign in a.r.assigns:
         value = constructed(assign.value)
-        if not isinstance(value, cst.Call):
-            continue
-        for arg in value.args:
-            inner = arg.value
-            if isinstance(inner, cst.Call):
-                qualified = a.r.names.qualified_name(inner.func, assign.scope, strict=False)
-                if qualified is not None and is_optimizer(qualified):
-                    found.update(assign.targets)
+        if isinstance(value, cst.Call) and _wraps_an_optimizer(a, value, assign.scope):
+            found.update(assign.targets)
     return found
 
 
-def _takes_parameters(call: cst.Call, parameter_sources: dict[str, set[str]]) -> bool:
+def _takes_parameters(call: cst.Call, selections: AbstractSet[str]) -> bool:
     """Whether one of ``call``'s arguments holds a model's ``.parameters()``, written there or
     bound to a name first (``trainable = filter(lambda p: p.requires_grad, model.parameters())``).
 
@@ -388,11 +399,34 @@ def _takes_parameters(call: cst.Call, parameter_sources: dict[str, set[str]]) ->
     if _given_parameters_of(call):
         return True
     for arg in call.args:
-        finder = _ParameterReceivers()
-        walk(arg.value, finder)
-        if finder.receivers or parameter_sources.get(dotted(arg.value) or ""):
+        value = arg.value
+        if isinstance(value, cst.Name):
+            if value.value in selections:
+                return True
+        elif _selects_parameters(value):
             return True
     return False
+
+
+#: Calls that only select or join the parameters they are given.
+_SELECTING_CALLS = frozenset({"filter", "list", "tuple", "sorted", "chain", "itertools.chain"})
+
+
+def _selects_parameters(value: cst.BaseExpression) -> bool:
+    """Whether ``value`` is a model's parameters, selected or joined (``model.parameters()``,
+    ``filter(lambda p: p.requires_grad, model.parameters())``, ``[p for p in model.parameters()
+    if ...]``, parameter groups), not an object built from them (``StepLR(optimizer)`` is no
+    selection of parameters, nor ``ScheduledOptim(Adam(model.parameters()))``)."""
+    if isinstance(value, cst.Call) and not (
+        (isinstance(value.func, cst.Attribute) and value.func.attr.value in ("parameters", "named_parameters"))
+        or dotted(value.func) in _SELECTING_CALLS
+    ):
+        return False
+    if not isinstance(value, (cst.Call, cst.ListComp, cst.GeneratorExp, cst.List, cst.Tuple, cst.Dict)):
+        return False
+    finder = _ParameterReceivers()
+    walk(value, finder)
+    return bool(finder.receivers)
 
 
 def _given_parameters_of(call: cst.Call) -> set[str]:
