@@ -173,7 +173,11 @@ class FactQuestions:
         if qualified in DATA_LOADERS:
             return True
         written = dotted(func)
-        if written in self.loader_classes and (self.names is None or self.names.binding_scope(written, scope) == ()):
+        if (
+            written is not None
+            and written in self.loader_classes
+            and (self.names is None or self.names.binding_scope(written, scope) == ())
+        ):
             return True
         seeds = self.program
         return (
