@@ -3,7 +3,8 @@
     torchrun --nproc_per_node 1 benchmarks/gpu_checks.py      # NCCL, CUDA OOM retry, fp16/bf16
     python benchmarks/runtime_overhead.py --gpu                # the GPU rows of the Performance table
 
-Each check prints one ``CHECK name: ok|FAILED detail`` line and the script exits 1 if any failed:
+Each check prints one ``CHECK name: ok|FAILED detail`` line (``NOT RUN (why)`` where it cannot run
+here) and the script exits 1 if any failed:
 
 - ``nccl``: under torchrun the runtime picks NCCL and ``cuda:LOCAL_RANK``; gather and reduce work.
 - ``cuda_oom_retry``: ``find_executable_batch_size`` meets a *real* CUDA out-of-memory error
@@ -15,19 +16,29 @@ Each check prints one ``CHECK name: ok|FAILED detail`` line and the script exits
   shards with an index, and ``pytorch_model.bin``) of a model on the GPU, with a tied weight and a
   bf16 layer, then ``save_model`` of an FSDP2-sharded model: the files hold the device's values
   (read with ``safetensors.torch.load_file`` where installed, else by a few lines here).
+- ``verify_cuda``: ``accel-convert verify --device cuda --nproc 2`` on a shipped example
+  (``fixtures/cases/accelerator_device.py``, which takes whatever accelerator exists): its
+  verdicts on one process and, with two GPUs or more, on two (each rank on its own GPU, NCCL);
+  with one GPU the 2-process part says ``NOT RUN (needs 2 GPUs)`` and only the 1-process verdicts
+  decide. Run by rank 0 only, without the launcher's variables (verify's runs inherit the
+  environment, and its 1-process runs would join this launch's group).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
@@ -191,12 +202,120 @@ def check_safe_saving() -> str:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+#: The shipped example ``verify_cuda`` verifies, and its arguments (one epoch: a short run).
+VERIFY_EXAMPLE = REPO_ROOT / "fixtures" / "cases" / "accelerator_device.py"
+VERIFY_EXAMPLE_ARGS = ("--epochs", "1")
+#: Seconds each of verify's runs may take (a 2-rank run that hangs costs the lent GPU this long).
+VERIFY_RUN_TIMEOUT = 240
+#: What torchrun tells the process running these checks: verify's runs inherit the environment,
+#: and its 1-process runs would join this launch's group (its ``MASTER_PORT``) instead of running alone.
+LAUNCHER_VARIABLES = frozenset(
+    {
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "GROUP_WORLD_SIZE",
+        "ROLE_RANK",
+        "ROLE_WORLD_SIZE",
+        "ROLE_NAME",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    }
+)
+NEEDS_TWO_GPUS = "NOT RUN (needs 2 GPUs)"
+
+
+def verify_cuda_command(script: Path, script_args: tuple[str, ...]) -> list[str]:
+    """``accel-convert verify SCRIPT --device cuda`` on 2 processes, its report as JSON."""
+    return [
+        sys.executable,
+        "-m",
+        "accel_convert.converter",
+        "verify",
+        str(script),
+        "--device",
+        "cuda",
+        "--nproc",
+        "2",
+        "--timeout",
+        str(VERIFY_RUN_TIMEOUT),
+        "--output-format",
+        "json",
+        "--",
+        *script_args,
+    ]
+
+
+def verify_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without the launcher's variables, with this checkout first on the path."""
+    env = {
+        name: value
+        for name, value in environ.items()
+        if name not in LAUNCHER_VARIABLES and not name.startswith("TORCHELASTIC_")
+    }
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), environ.get("PYTHONPATH")]))
+    return env
+
+
+def verify_cuda_verdict(report: dict[str, Any], gpus: int) -> str:
+    """One line from verify's JSON report; AssertionError naming the verdicts that fail. With fewer
+    than 2 GPUs the 2-process verdicts are not judged: two ranks would share one GPU."""
+    one, many = report["one_process"], report["n_processes"]
+    failed = [f"1 process: {item['key']}: {item['evidence']}" for item in one if not item["holds"]]
+    parts = [f"1 process: {len(one) - len(failed)}/{len(one)} verdicts hold"]
+    if gpus < 2:
+        parts.append(f"2 processes: {NEEDS_TWO_GPUS}")
+    else:
+        failed_many = [f"2 processes: {item['key']}: {item['evidence']}" for item in many if not item["holds"]]
+        parts.append(f"2 processes: {len(many) - len(failed_many)}/{len(many)} verdicts hold")
+        failed += failed_many
+    assert not failed, "; ".join(parts + failed)
+    return "; ".join(parts)
+
+
+class NotRun(Exception):
+    """A check that cannot run here (reported as ``NOT RUN (why)``, not as a failure)."""
+
+
+def run_verify(script: Path, script_args: tuple[str, ...], environ: Mapping[str, str]) -> dict[str, Any]:
+    """verify's JSON report on ``script``, copied alone into a scratch folder (each of verify's
+    runs copies the working folder)."""
+    folder = Path(tempfile.mkdtemp(prefix="gpu_checks_verify_"))
+    try:
+        shutil.copy2(script, folder / script.name)
+        run = subprocess.run(
+            verify_cuda_command(Path(script.name), script_args),
+            cwd=folder,
+            env=verify_environment(environ),
+            capture_output=True,
+            text=True,
+            timeout=4 * VERIFY_RUN_TIMEOUT,
+        )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if run.returncode not in (0, 1):  # 0: every verdict holds, 1: one does not; else the tool failed
+        raise AssertionError(f"verify exited {run.returncode}: {run.stderr.strip()[-2000:]}")
+    return json.loads(run.stdout)
+
+
+def check_verify_cuda() -> str:
+    if int(os.environ.get("RANK", "0")) != 0:
+        raise NotRun("verify runs on rank 0 of the launch only")
+    if not torch.cuda.is_available():
+        raise NotRun("no CUDA device")
+    report = run_verify(VERIFY_EXAMPLE, VERIFY_EXAMPLE_ARGS, os.environ)
+    return verify_cuda_verdict(report, torch.cuda.device_count())
+
+
 CHECKS: dict[str, Callable[[], str]] = {
     "nccl": check_nccl,
     "cuda_oom_retry": check_cuda_oom_retry,
     "fp16_grad_scaler": check_fp16_grad_scaler,
     "bf16": check_bf16,
     "safe_saving": check_safe_saving,
+    "verify_cuda": check_verify_cuda,
 }
 
 
@@ -208,6 +327,8 @@ def main() -> int:
     for name, check in CHECKS.items():
         try:
             print(f"CHECK {name}: ok {check()}", flush=True)
+        except NotRun as why:
+            print(f"CHECK {name}: NOT RUN ({why})", flush=True)
         except Exception as error:  # report every check, then fail at the end
             failed += 1
             print(f"CHECK {name}: FAILED {error!r}", flush=True)

@@ -6,8 +6,12 @@ only proves the script that produces those numbers still works.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+from typing import Any
+
+import pytest
 
 from tests.launching import REPO_ROOT, run_command
 
@@ -85,3 +89,68 @@ def test_gpu_checks_safe_saving_passes_on_the_cpu_too() -> None:
     )
     run = run_command([sys.executable, "-c", code], timeout=120).check()
     assert "read back equal" in run.stdout, run.stdout
+
+
+def _gpu_checks() -> Any:
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    try:
+        import gpu_checks
+    finally:
+        sys.path.remove(str(REPO_ROOT / "benchmarks"))
+    return gpu_checks
+
+
+def test_gpu_checks_verify_cuda_command_is_the_verify_commands_own() -> None:
+    """The command the GPU run's ``verify_cuda`` starts is what ``accel-convert verify`` parses
+    as ``--device cuda`` on 2 processes of the shipped example, with the launcher's variables
+    dropped from the environment its runs inherit."""
+    from accel_convert.converter.verify import verify_command
+
+    gpu_checks = _gpu_checks()
+    command = gpu_checks.verify_cuda_command(gpu_checks.VERIFY_EXAMPLE, gpu_checks.VERIFY_EXAMPLE_ARGS)
+    assert command[1:4] == ["-m", "accel_convert.converter", "verify"]
+    context = verify_command.make_context("verify", command[4:])
+    assert context.params["device"] == "cuda" and context.params["nproc"] == 2, context.params
+    assert context.params["script"] == gpu_checks.VERIFY_EXAMPLE and gpu_checks.VERIFY_EXAMPLE.is_file()
+    assert context.params["script_args"] == ("--epochs", "1")
+    launched = {"RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "x", "HOME": "/h"}
+    env = gpu_checks.verify_environment(launched)
+    assert env["HOME"] == "/h" and not {"RANK", "WORLD_SIZE", "MASTER_PORT", "TORCHELASTIC_RUN_ID"} & set(env)
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(REPO_ROOT)
+
+
+def test_gpu_checks_verify_cuda_judges_two_processes_only_with_two_gpus() -> None:
+    gpu_checks = _gpu_checks()
+
+    def verdict(key: str, holds: bool) -> dict[str, Any]:
+        return {"key": key, "holds": holds, "evidence": [] if holds else [f"{key} differs"]}
+
+    report = {
+        "one_process": [verdict("runs", True), verdict("losses", True)],
+        "n_processes": [verdict("no-crash", False), verdict("in-sync", True)],
+    }
+    # One GPU: two ranks would share it; the 2-process part is not judged.
+    assert gpu_checks.verify_cuda_verdict(report, 1) == (
+        "1 process: 2/2 verdicts hold; 2 processes: NOT RUN (needs 2 GPUs)"
+    )
+    with pytest.raises(AssertionError, match="2 processes: no-crash"):
+        gpu_checks.verify_cuda_verdict(report, 2)
+    report["one_process"][1] = verdict("losses", False)
+    with pytest.raises(AssertionError, match="1 process: losses"):
+        gpu_checks.verify_cuda_verdict(report, 1)
+
+
+def test_gpu_checks_verify_cuda_is_not_run_without_cuda() -> None:
+    """On this machine (no CUDA) the check says NOT RUN, and the GPU run's main reports it so."""
+    gpu_checks = _gpu_checks()
+    with pytest.raises(gpu_checks.NotRun, match="no CUDA device"):
+        gpu_checks.check_verify_cuda()
+
+
+def test_gpu_checks_verify_run_reads_verifys_own_report_on_the_cpu() -> None:
+    """The check's run of verify, here on the CPU (the example takes whatever accelerator exists):
+    the JSON it reads is verify's, and every verdict of the example holds on 1 and 2 processes."""
+    gpu_checks = _gpu_checks()
+    report = gpu_checks.run_verify(gpu_checks.VERIFY_EXAMPLE, gpu_checks.VERIFY_EXAMPLE_ARGS, os.environ)
+    line = gpu_checks.verify_cuda_verdict(report, 2)
+    assert re.fullmatch(r"1 process: (\d+)/\1 verdicts hold; 2 processes: (\d+)/\2 verdicts hold", line), line

@@ -27,3 +27,21 @@ def test_one_process_keeps_its_state(tmp_path: Path) -> None:
     result = json.loads((tmp_path / "result_rank0.json").read_text())
     assert result["processes"] == 1
     assert result["unchanged"]
+
+
+PARTIAL_THEN_CPU = REPO_ROOT / "tests" / "scripts" / "partial_state_then_cpu_accelerator.py"
+
+
+def test_cpu_accelerator_after_a_partial_state_on_import_computes_on_gloo(tmp_path: Path) -> None:
+    """``PartialState()`` on import (where ACC124 agrees a draw at module level) on a machine with
+    GPUs joins the group over NCCL; the script's ``Accelerator(cpu=not args.cuda)`` then trains on
+    the CPU: the group is made again with Gloo, and both state objects say so (before, the
+    Accelerator reported the CPU over NCCL and its first gather went to a GPU)."""
+    torchrun(PARTIAL_THEN_CPU, str(tmp_path), nproc=2, timeout=240).check()
+    for rank in (0, 1):
+        result = json.loads((tmp_path / f"result_rank{rank}.json").read_text())
+        assert result["on_import"] == ["cuda", "nccl"]
+        assert result["asked"] == ["nccl", "gloo"]
+        assert result["accelerator"] == ["cpu", "gloo", "DistributedType.MULTI_CPU"]
+        assert result["partial_state"] == ["cpu", "gloo"]
+        assert result["gathered"] == [0, 1]

@@ -23,6 +23,7 @@ import gc
 import os
 import sys
 import time
+import weakref
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -153,18 +154,65 @@ def ensure_process_group(backend: str, init_kwargs: dict[str, Any]) -> None:
     called without an active exception") after a run that succeeded.
     """
     wanted = init_kwargs.get("backend")
+    kwargs = {key: value for key, value in init_kwargs.items() if key != "backend"}
     if dist.is_initialized():
         current = dist.get_backend()
-        if wanted is not None and wanted != current:
+        if (wanted or backend) == "gloo" and current == "nccl" and _runtime_chose_backend():
+            # cpu=True over the GPUs' group: NCCL cannot move the CPU tensors this process now
+            # computes on. A group the runtime chose NCCL for itself (``PartialState()`` on import,
+            # before the script's ``Accelerator(cpu=not args.cuda)``) is made again with Gloo:
+            # every rank creates its Accelerator at the same point of the script.
+            _make_default_group_again("gloo", kwargs)
+        elif wanted is not None and wanted != current:
             raise ValueError(
                 f"the default process group already uses backend {current!r}, cannot switch to "
                 f"{wanted!r} in the same process"
             )
+        elif backend == "gloo" and current == "nccl":
+            raise ValueError(
+                "cpu=True, but the default process group the script created uses 'nccl', which cannot "
+                "move CPU tensors: create it with backend='gloo' (or 'cpu:gloo,cuda:nccl')"
+            )
     else:
-        kwargs = {key: value for key, value in init_kwargs.items() if key != "backend"}
-        dist.init_process_group(backend=wanted or backend, **kwargs)
+        _init_default_group(backend, wanted, kwargs)
     leave_group_at_exit()
     watch_for_failures()
+
+
+#: The default group the runtime created with a backend of its own choice (no ``backend=`` asked
+#: for), held weakly: a group the script made, or made again since, is not the runtime's to change.
+_group_of_own_choice: weakref.ref[Any] | None = None
+
+
+def _init_default_group(backend: str, wanted: str | None, init_kwargs: dict[str, Any]) -> None:
+    global _group_of_own_choice
+    dist.init_process_group(backend=wanted or backend, **init_kwargs)
+    _group_of_own_choice = weakref.ref(dist.group.WORLD) if wanted is None else None
+
+
+#: Where the remade group's ranks meet in torchrun's store: the first group's keys are still
+#: there, and a group reading them would connect to its closed sockets.
+_REMADE_GROUP_PREFIX = "accel_convert/default_group_remade"
+
+
+def _make_default_group_again(backend: str, init_kwargs: dict[str, Any]) -> None:
+    """Destroy the default group the runtime made and make it again with ``backend``, the same
+    ranks meeting on a fresh prefix of the same store."""
+    global _group_of_own_choice
+    store = dist.distributed_c10d._get_default_store()
+    store = getattr(store, "_underlying_non_prefix_store", store)
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    shut_down_process_group(release_models=False)
+    options = {key: value for key, value in init_kwargs.items() if key not in ("init_method", "store")}
+    options.update(rank=rank, world_size=world_size)
+    dist.init_process_group(backend=backend, store=dist.PrefixStore(_REMADE_GROUP_PREFIX, store), **options)
+    _group_of_own_choice = weakref.ref(dist.group.WORLD)
+
+
+def _runtime_chose_backend() -> bool:
+    """Whether the current default group is one the runtime created with the backend it chose."""
+    group = dist.group.WORLD
+    return group is not None and _group_of_own_choice is not None and _group_of_own_choice() is group
 
 
 _leaving_at_exit = False
