@@ -172,6 +172,8 @@ class Learnt:
     per_batch_file_writers: tuple[tuple[str, int, str], ...]
     #: Program functions (qualified) called from another module → whether every such call evaluates.
     evaluating_calls: dict[str, bool]
+    #: Program functions and methods (qualified) another module calls where some rank may not go.
+    called_on_some_ranks: set[str] = field(default_factory=set)
 
     def seeds(self, name: str, old: ProgramSeeds, shape: ModuleShape) -> ProgramSeeds:
         """Module ``name``'s seeds for the next round (functions of its own are not imported)."""
@@ -203,6 +205,11 @@ class Learnt:
             ),
             gpu_index_parameters=frozenset(self.received.gpu_indices.get(name, set())),
             gpu_index_callees=frozenset(self.received.index_callees),
+            called_on_some_ranks=frozenset(
+                function
+                for qualified in self.called_on_some_ranks
+                if (function := _own_callee(qualified, name, shape)) is not None
+            ),
             evaluated_from_elsewhere=tuple(
                 sorted(
                     (function, evaluating)
