@@ -1099,17 +1099,12 @@ class RankReach:
             if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
                 return False
             inner = anchors[depth + 1] if depth + 1 < len(anchors) else None
+            # ``inner`` None: the statements of the ``try``'s blocks are asked (the rule
+            # transformer's anchors end at the ``try``); taken as its body's, which at worst
+            # reports a folder of a handler's block that is left to every rank anyway.
             if (
                 isinstance(node, cst.Try)
-                and inner is not None
-                and any(
-                    statement is inner
-                    or (
-                        isinstance(statement, cst.SimpleStatementLine)
-                        and any(small is inner for small in statement.body)
-                    )
-                    for statement in node.body.body
-                )
+                and (inner is None or _in_body(node, inner))
                 and self._catches_and_goes_on(node)
             ):
                 return True
@@ -1222,6 +1217,16 @@ def _called_as(anchors: Sequence[cst.CSTNode], function: str) -> str:
     if len(defs) >= 2 and isinstance(defs[0], cst.ClassDef) and isinstance(defs[1], cst.FunctionDef):
         return f"{defs[0].name.value}.{defs[1].name.value}"
     return function
+
+
+def _in_body(node: cst.Try, inner: cst.CSTNode) -> bool:
+    """Whether ``inner`` (a compound statement, or a small statement) stands in ``node``'s body,
+    not in a handler, its ``else`` or its ``finally``."""
+    return any(
+        statement is inner
+        or (isinstance(statement, cst.SimpleStatementLine) and any(s is inner for s in statement.body))
+        for statement in node.body.body
+    )
 
 
 def _opens_body(node: cst.Try, inner: Sequence[cst.CSTNode]) -> bool:
