@@ -1013,8 +1013,10 @@ class RankReach:
     (:func:`per_rank_bindings`: the last batch's loss, a number read from a file) or tests a
     parameter, or a ``for`` over anything but
     ``range``/``enumerate``/``itertools.count``/a loader. Up to the enclosing function, and
-    beyond it through the function's calls: nowhere in a module-level function some rank may not
-    call (:attr:`Locality.called_on_some_ranks`: ``if not os.path.isdir(d): mkdir_p(d)``). The
+    beyond it through the function's calls: nowhere in a module-level function or a method some
+    rank may not call (:attr:`Locality.called_on_some_ranks`: ``if not os.path.isdir(d):
+    mkdir_p(d)``, ``self.make_dir(d)``, another module's ``utils.mkdir_p(d)``). Where an error
+    raised inside may be caught by a handler that goes on, :meth:`error_caught_here` says so. The
     rule transformer asks it (``every_rank_reaches_here``) with the statements enclosing the one
     it visits."""
 
@@ -1133,10 +1135,10 @@ class RankReach:
     def _ends_run(self, handler: cst.ExceptHandler) -> bool:
         """Whether an ``except`` block's last statement re-raises, raises or exits."""
         body = handler.body
-        last = body.body[-1] if isinstance(body, cst.IndentedBlock) and body.body else None
-        if isinstance(body, cst.SimpleStatementSuite):
-            last = body
-        if not isinstance(last, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+        last: cst.CSTNode | None = body if isinstance(body, cst.SimpleStatementSuite) else None
+        if isinstance(body, cst.IndentedBlock) and body.body:
+            last = body.body[-1]
+        if not isinstance(last, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) or not last.body:
             return False
         small = last.body[-1]
         if isinstance(small, cst.Raise):
