@@ -208,7 +208,7 @@ class Learnt:
             called_on_some_ranks=frozenset(
                 function
                 for qualified in self.called_on_some_ranks
-                if (function := _own_callee(qualified, name, shape)) is not None
+                if (function := _own_function_or_method(qualified, name, shape)) is not None
             ),
             evaluated_from_elsewhere=tuple(
                 sorted(
@@ -229,6 +229,16 @@ def _own_callee(qualified: str, name: str, shape: ModuleShape) -> str | None:
         return function
     module, _, owner = module.rpartition(".")
     return f"{owner}.{function}" if module == name and owner in shape.classes else None
+
+
+def _own_function_or_method(qualified: str, name: str, shape: ModuleShape) -> str | None:
+    """:func:`_own_callee`, a method of any module-level class of module ``name`` included (one
+    without an ``__init__`` of its own: ``Folders.make`` for ``snapshot_dirs.Folders.make``)."""
+    module, _, method = qualified.rpartition(".")
+    holder, _, owner = module.rpartition(".")
+    if holder == name and method in shape.methods.get(owner, {}):
+        return f"{owner}.{method}"
+    return _own_callee(qualified, name, shape)
 
 
 def _roles_of_argument(facts: ScriptFacts, argument: str) -> Iterator[tuple[str, str]]:

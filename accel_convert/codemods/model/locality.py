@@ -769,7 +769,7 @@ def _calls_on_some_ranks(a: Analysis) -> _CallReach:
         {
             id(call.node): callee
             for call in a.r.calls
-            if id(call.node) not in own and (callee := program_callee(a.facts, call.node.func, call.scope)) is not None
+            if id(call.node) not in own and (callee := _imported_callee(a, call)) is not None
         }
         if a.seeds is not None
         else {}
@@ -810,6 +810,24 @@ def _own_callee(a: Analysis, call: CallRecord) -> str | None:
     return f"{owner}.{func.attr.value}"
 
 
+def _imported_callee(a: Analysis, call: CallRecord) -> str | None:
+    """The qualified name of what a call runs in another module of the program: an imported
+    function (``snapshot_dirs.make_snapshot_dir``), or a method of an imported class on an
+    instance the same function builds (``folders.make(d)`` after ``folders = Folders()``:
+    ``snapshot_dirs.Folders.make``); None for anything else."""
+    func = call.node.func
+    found = program_callee(a.facts, func, call.scope)
+    if found is not None or not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name):
+        return found
+    receiver = func.value.value
+    built = {
+        program_callee(a.facts, assign.value.func, assign.scope)
+        for assign in a.r.assigns
+        if assign.function == call.function and receiver in assign.targets and isinstance(assign.value, cst.Call)
+    }
+    return f"{built.pop()}.{func.attr.value}" if len(built) == 1 and None not in built else None
+
+
 def _caller_key(a: Analysis, scope: ScopeKey) -> str | None:
     """The key (as :func:`_own_callee` gives it) of the function or method holding code at
     ``scope``: its module-level function, or the method of a module-level class."""
@@ -829,9 +847,7 @@ def _callees_by_caller(a: Analysis, own: Mapping[int, str]) -> dict[str, set[str
         caller = _caller_key(a, call.scope)
         if caller is None:
             continue
-        key = own.get(id(call.node)) or (
-            program_callee(a.facts, call.node.func, call.scope) if a.seeds is not None else None
-        )
+        key = own.get(id(call.node)) or (_imported_callee(a, call) if a.seeds is not None else None)
         if key is not None:
             callees.setdefault(caller, set()).add(key)
     for caller, called in a.facts.call_graph.items():
