@@ -666,9 +666,9 @@ class Locality:
     #: called by such a function: a folder made there may fail on purpose (``FileExistsError``)
     #: for its handler to run.
     called_in_try: frozenset[str] = frozenset()
-    #: Functions and methods of the program's other modules (absolute qualified names) that this
-    #: module calls where some rank may not go: the program tells their module
-    #: (:attr:`ProgramSeeds.called_on_some_ranks`).
+    #: What this module calls from its imports (absolute qualified names) where some rank may not
+    #: go, in a module of a program: the program tells the module of each of its own functions and
+    #: methods among them (:attr:`ProgramSeeds.called_on_some_ranks`).
     program_calls_on_some_ranks: frozenset[str] = frozenset()
 
     @property
@@ -765,11 +765,12 @@ def _calls_on_some_ranks(a: Analysis) -> _CallReach:
     caller) keeps the answer its own body gives. Also :attr:`Locality.called_in_try` and
     :attr:`Locality.program_calls_on_some_ranks`."""
     own = {id(call.node): key for call in a.r.calls if (key := _own_callee(a, call)) is not None}
+    built = _imported_instances(a) if a.seeds is not None else {}
     elsewhere = (
         {
             id(call.node): callee
             for call in a.r.calls
-            if id(call.node) not in own and (callee := _imported_callee(a, call)) is not None
+            if id(call.node) not in own and (callee := _imported_callee(a, call, built)) is not None
         }
         if a.seeds is not None
         else {}
@@ -780,7 +781,7 @@ def _calls_on_some_ranks(a: Analysis) -> _CallReach:
         return _CallReach()
     walk = _CallsWhereRanksDiffer(a, own | elsewhere)
     module.visit(walk)
-    callees = _callees_by_caller(a, own)
+    callees = _callees_by_caller(a, {**own, **elsewhere})
     skipped = _with_callees(a, (walk.skipped & set(own.values())) | seeded, callees)
     # What a function some rank may not call calls in another module: some rank may not call it either.
     elsewhere_names = set(elsewhere.values())
@@ -810,22 +811,29 @@ def _own_callee(a: Analysis, call: CallRecord) -> str | None:
     return f"{owner}.{func.attr.value}"
 
 
-def _imported_callee(a: Analysis, call: CallRecord) -> str | None:
-    """The qualified name of what a call runs in another module of the program: an imported
-    function (``snapshot_dirs.make_snapshot_dir``), or a method of an imported class on an
-    instance the same function builds (``folders.make(d)`` after ``folders = Folders()``:
-    ``snapshot_dirs.Folders.make``); None for anything else."""
+def _imported_callee(a: Analysis, call: CallRecord, built: Mapping[tuple[str, str], set[str | None]]) -> str | None:
+    """The qualified name of what a call runs from the module's imports: an imported function
+    (``snapshot_dirs.make_snapshot_dir``), or a method of an imported class on an instance the
+    same function builds (``folders.make(d)`` after ``folders = Folders()``:
+    ``snapshot_dirs.Folders.make``; ``built``: :func:`_imported_instances`); None for anything else."""
     func = call.node.func
     found = program_callee(a.facts, func, call.scope)
     if found is not None or not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name):
         return found
-    receiver = func.value.value
-    built = {
-        program_callee(a.facts, assign.value.func, assign.scope)
-        for assign in a.r.assigns
-        if assign.function == call.function and receiver in assign.targets and isinstance(assign.value, cst.Call)
-    }
-    return f"{built.pop()}.{func.attr.value}" if len(built) == 1 and None not in built else None
+    classes = built.get((call.function, func.value.value), set())
+    return f"{next(iter(classes))}.{func.attr.value}" if len(classes) == 1 and None not in classes else None
+
+
+def _imported_instances(a: Analysis) -> dict[tuple[str, str], set[str | None]]:
+    """(function, name) → the qualified names of the imported callables whose call the function
+    binds the name to (None for a call of nothing imported)."""
+    built: dict[tuple[str, str], set[str | None]] = {}
+    for assign in a.r.assigns:
+        if isinstance(assign.value, cst.Call):
+            callee = program_callee(a.facts, assign.value.func, assign.scope)
+            for target in assign.targets:
+                built.setdefault((assign.function, target), set()).add(callee)
+    return built
 
 
 def _caller_key(a: Analysis, scope: ScopeKey) -> str | None:
@@ -838,17 +846,16 @@ def _caller_key(a: Analysis, scope: ScopeKey) -> str | None:
     return scope[0]
 
 
-def _callees_by_caller(a: Analysis, own: Mapping[int, str]) -> dict[str, set[str]]:
-    """Function or method key → the keys of the file's functions and methods it calls, and the
-    qualified names of the other modules' functions it calls; a module-level function also
-    reaches what the call graph says it calls (a hook it hands over, a nested function's calls)."""
+def _callees_by_caller(a: Analysis, keys: Mapping[int, str]) -> dict[str, set[str]]:
+    """Function or method key → what it calls (``keys``, by call node: the keys of the file's
+    functions and methods, the qualified names of what it calls from its imports); a module-level
+    function also reaches what the call graph says it calls (a hook it hands over, a nested
+    function's calls)."""
     callees: dict[str, set[str]] = {}
     for call in a.r.calls:
         caller = _caller_key(a, call.scope)
-        if caller is None:
-            continue
-        key = own.get(id(call.node)) or (_imported_callee(a, call) if a.seeds is not None else None)
-        if key is not None:
+        key = keys.get(id(call.node))
+        if caller is not None and key is not None:
             callees.setdefault(caller, set()).add(key)
     for caller, called in a.facts.call_graph.items():
         if caller in a.r.defs:
