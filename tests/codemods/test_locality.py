@@ -18,6 +18,7 @@ import accel_convert.codemods as codemods_package
 from accel_convert.codemods.engine.analysis import analyse
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.names import builtins_at
+from accel_convert.codemods.engine.positions import POSITIONED_TYPES
 from accel_convert.codemods.engine.syntax import nodes_in
 from accel_convert.codemods.engine.walk import child_nodes
 from accel_convert.codemods.model.locality import (
@@ -711,6 +712,161 @@ def test_the_first_call_of_a_try_is_made_by_every_rank() -> None:
     body (an earlier one may raise on one rank and be caught) and a handler's call are not."""
     _, found = answer(HELPERS_CALLED_IN_TRY)
     assert found.called_on_some_ranks == {"save", "cleanup"}
+
+
+METHODS_CALLED_WHERE_RANKS_DIFFER = code(
+    """
+    import os
+
+
+    class Trainer:
+        def make_dir(self, d):
+            os.makedirs(d)
+
+        def note(self, d):
+            os.makedirs(d)
+
+        def snapshot(self, d):
+            self.note(d)
+
+        def log(self, d):
+            os.makedirs(d)
+
+        def fit(self):
+            if not os.path.isdir("snapshots"):
+                self.make_dir("snapshots")
+            self.log("logs")
+
+
+    def main():
+        trainer = Trainer()
+        if not os.path.isdir("best"):
+            trainer.snapshot("best")
+        trainer.fit()
+    """
+)
+
+
+def test_methods_called_where_the_ranks_differ() -> None:
+    """``self.make_dir(d)`` in a method and ``trainer.snapshot(d)`` on an instance ``main()``
+    builds, each under ``if not os.path.isdir(d):``: those methods (keyed ``Class.method``) and
+    what they call (``self.note``) are called on some ranks; ``self.log(...)``, called by every
+    rank calling ``fit()``, is not."""
+    _, found = answer(METHODS_CALLED_WHERE_RANKS_DIFFER)
+    assert found.called_on_some_ranks == {"Trainer.make_dir", "Trainer.snapshot", "Trainer.note"}
+
+
+@pytest.mark.parametrize(
+    ("statement", "reached"),
+    [
+        ("os.makedirs(d)", False),  # make_dir's (the first method): called under a per-rank test
+        ('self.log("logs")', True),  # fit's: every rank calls it
+    ],
+)
+def test_every_rank_reaches_inside_a_method_as_its_calls(statement: str, reached: bool) -> None:
+    """Inside a method, what the calls of that method decide (``Trainer.make_dir``), not the
+    class's key, which every method shares."""
+    module = cst.parse_module(METHODS_CALLED_WHERE_RANKS_DIFFER)
+    facts, found = answer(METHODS_CALLED_WHERE_RANKS_DIFFER)
+    anchors = enclosing(module, statement)[:-1]
+    reach = RankReach(facts.loaders, facts.qualified_name, facts.builtin, found)
+    assert reach.every_rank_reaches(anchors, "Trainer") is reached
+    assert reach.called_on_some_ranks(anchors, "Trainer") is not reached
+
+
+HELPERS_WHOSE_ERRORS_ARE_CAUGHT = code(
+    """
+    import os
+    import sys
+
+
+    def make_run_dir(d):
+        os.makedirs(d)
+
+
+    def make_parents(d):
+        make_run_dir(os.path.dirname(d))
+
+
+    def make_cache(d):
+        os.makedirs(d)
+
+
+    def make_logs(d):
+        os.makedirs(d)
+
+
+    def make_out(d):
+        os.makedirs(d)
+
+
+    def make_tmp(d):
+        os.makedirs(d)
+
+
+    def main():
+        try:
+            make_parents("runs/a/b")
+        except FileExistsError:
+            print("resuming")
+        try:
+            make_cache("cache")
+        except (ValueError, OSError) as e:
+            print(e)
+        try:
+            make_logs("logs")
+        except OSError:
+            print("no logs")
+            sys.exit(1)
+        try:
+            make_out("out")
+        except KeyboardInterrupt:
+            pass
+        try:
+            pass
+        except Exception:
+            make_tmp("tmp")
+
+
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("stopped")
+    """
+)
+
+
+def test_functions_called_where_a_handler_catches_their_os_errors_and_goes_on() -> None:
+    """``try: make_parents(d)`` / ``except FileExistsError:`` (and ``except (ValueError,
+    OSError)``): their folder may fail on purpose, for the handler; so may what they call
+    (``make_run_dir``). Not where the handler ends the run (``sys.exit(1)``), catches no
+    ``OSError`` (``KeyboardInterrupt``: ``main()`` at module level, ``make_out``) or where the
+    call is in the handler itself (``make_tmp``: this ``try`` catches nothing raised there). Each
+    of them is the first statement of its ``try``, started by every rank."""
+    _, found = answer(HELPERS_WHOSE_ERRORS_ARE_CAUGHT)
+    assert found.called_in_try == {"make_parents", "make_run_dir", "make_cache"}
+    assert found.called_on_some_ranks == {"make_tmp"}
+
+
+@pytest.mark.parametrize(
+    ("statement", "caught"),
+    [
+        ("os.makedirs(d)", True),  # make_run_dir's: called (through make_parents) in a try catching it
+        ('make_logs("logs")', False),  # its handler ends the run
+        ('make_out("out")', False),  # its handler catches KeyboardInterrupt only
+        ('make_cache("cache")', True),  # in the body of a try catching OSError, which goes on
+    ],
+)
+def test_error_caught_here(statement: str, caught: bool) -> None:
+    """The owner's answer to the side effects rule: whether an ``OSError`` raised here may be
+    caught by a handler that goes on."""
+    module = cst.parse_module(HELPERS_WHOSE_ERRORS_ARE_CAUGHT)
+    facts, found = answer(HELPERS_WHOSE_ERRORS_ARE_CAUGHT)
+    # As the rule transformer holds them: the positioned statements around the line.
+    anchors = [node for node in enclosing(module, statement)[:-1] if type(node) in POSITIONED_TYPES]
+    function = next(node.name.value for node in anchors if isinstance(node, cst.FunctionDef))
+    reach = RankReach(facts.loaders, facts.qualified_name, facts.builtin, found)
+    assert reach.error_caught_here(anchors, function) is caught
 
 
 HELPERS_CALLED_UNDER_BUILTIN_TESTS = code(

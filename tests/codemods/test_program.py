@@ -976,3 +976,54 @@ def test_an_evaluation_helper_of_another_module_prepares_the_loader_it_builds_wh
     elsewhere = EVALUATED_EACH_EPOCH + "\n\ndef check(model, val_set):\n    evaluate_on_val(model, val_set)\n"
     helper = converted("train", train=elsewhere, evaluation=EVALUATION_HELPER)["evaluation"]
     assert "accelerator.prepare" not in helper
+
+
+SNAPSHOT_DIRS = """\
+import os
+
+
+def make_snapshot_dir(path):
+    os.makedirs(path)
+
+
+def make_logs(path):
+    os.makedirs(path)
+
+
+class Folders:
+    def make(self, path):
+        os.makedirs(path)
+"""
+
+SNAPSHOT_TRAIN = """\
+import os
+
+import snapshot_dirs
+from snapshot_dirs import Folders, make_logs
+
+
+def main():
+    folders = Folders()
+    make_logs("logs")
+    for epoch in range(2):
+        d = f"snapshots/{epoch}"
+        if not os.path.isdir(d):
+            snapshot_dirs.make_snapshot_dir(d)
+        if not os.path.isdir("best"):
+            folders.make("best")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_function_another_module_calls_on_some_ranks_is_known_there() -> None:
+    """``if not os.path.isdir(d): snapshot_dirs.make_snapshot_dir(d)`` in the entry: the program
+    tells ``snapshot_dirs`` that some rank may not call it (a barrier there would hang), nor the
+    method ``folders.make("best")`` of its class (an instance the entry builds); what the entry
+    calls where every rank goes (``make_logs``) is not among them."""
+    program = Program(modules(train=SNAPSHOT_TRAIN, snapshot_dirs=SNAPSHOT_DIRS), "train")
+    seeds = program.plan()
+    assert seeds["snapshot_dirs"].called_on_some_ranks == {"make_snapshot_dir", "Folders.make"}
+    assert seeds["train"].called_on_some_ranks == frozenset()

@@ -351,3 +351,56 @@ def test_a_folder_created_before_a_save_gets_one_barrier() -> None:
     assert output.count("accelerator.wait_for_everyone()") == 1
     guard = output.index("if accelerator.is_main_process:\n        os.makedirs")
     assert guard < output.index("accelerator.wait_for_everyone()") < output.index("accelerator.save(")
+
+
+FOLDER_HELPER_IN_TRY = code(
+    """
+    import os
+
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    def make_run_dir(path):
+        os.makedirs(path)
+
+
+    def make_cache(path):
+        os.makedirs(path)
+
+
+    def main():
+        model = nn.Linear(8, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+        try:
+            make_run_dir("runs")
+        except FileExistsError:
+            print("resuming")
+        make_cache("cache")
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        torch.save(model.state_dict(), "runs/model.pt")
+
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+
+def test_a_folder_whose_error_a_handler_catches_is_left_to_every_rank_and_reported() -> None:
+    """``try: make_run_dir(d)`` / ``except FileExistsError: print("resuming")``: on the main
+    process only before a barrier, the main process would raise past the barrier into the handler
+    (a hang on a second run); with ``exist_ok=True`` the handler would never run, even on one
+    process. Left as written on every rank and reported (ACC916); ``make_cache``, called by every
+    rank outside the ``try``, keeps its guard and barrier."""
+    outcome = convert_module(cst.parse_module(FOLDER_HELPER_IN_TRY), Options())
+    output = outcome.module.code
+    assert "def make_run_dir(path):\n    os.makedirs(path)\n" in output
+    guarded = "    if accelerator.is_main_process:\n        os.makedirs(path)\n    accelerator.wait_for_everyone()\n"
+    assert f"def make_cache(path, accelerator):\n{guarded}" in output
+    assert [(c.code, c.line, c.fixed) for c in outcome.changes if c.code == "ACC916"] == [("ACC916", 9, False)]

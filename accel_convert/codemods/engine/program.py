@@ -71,6 +71,7 @@ from accel_convert.codemods.engine.program_shapes import (
 )
 from accel_convert.codemods.engine.syntax import defines_backward, defines_method, dotted, forward_python_outputs
 from accel_convert.codemods.engine.torch_names import DATA_LOADERS
+from accel_convert.codemods.model.locality import locality_of
 
 #: Rounds of analysis at most: each round carries facts one module boundary further.
 MAX_ROUNDS = 6
@@ -326,6 +327,11 @@ class Program:
             # A checkpoint one module saves may be loaded by another, converted before or after it.
             saving={name for name, module_facts in facts.items() if module_facts.call_sites.get("torch.save")},
             evaluating_calls=_evaluating_calls(facts),
+            called_on_some_ranks={
+                callee
+                for module_facts in facts.values()
+                for callee in locality_of(module_facts).program_calls_on_some_ranks
+            },
             path_writers=_qualified(facts, "path_parameter_writes"),
             path_readers=_qualified(facts, "path_parameter_reads"),
             per_batch_file_writers=_qualified(facts, "per_batch_file_parameters"),

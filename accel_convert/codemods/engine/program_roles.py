@@ -174,6 +174,8 @@ class Learnt:
     per_batch_file_writers: tuple[tuple[str, int, str], ...]
     #: Program functions (qualified) called from another module → whether every such call evaluates.
     evaluating_calls: dict[str, bool]
+    #: Program functions and methods (qualified) another module calls where some rank may not go.
+    called_on_some_ranks: set[str] = field(default_factory=set)
 
     def seeds(self, name: str, old: ProgramSeeds, shape: ModuleShape) -> ProgramSeeds:
         """Module ``name``'s seeds for the next round (functions of its own are not imported)."""
@@ -206,6 +208,11 @@ class Learnt:
             ),
             gpu_index_parameters=frozenset(self.received.gpu_indices.get(name, set())),
             gpu_index_callees=frozenset(self.received.index_callees),
+            called_on_some_ranks=frozenset(
+                function
+                for qualified in self.called_on_some_ranks
+                if (function := _own_function_or_method(qualified, name, shape)) is not None
+            ),
             evaluated_from_elsewhere=tuple(
                 sorted(
                     (function, evaluating)
@@ -225,6 +232,16 @@ def _own_callee(qualified: str, name: str, shape: ModuleShape) -> str | None:
         return function
     module, _, owner = module.rpartition(".")
     return f"{owner}.{function}" if module == name and owner in shape.classes else None
+
+
+def _own_function_or_method(qualified: str, name: str, shape: ModuleShape) -> str | None:
+    """:func:`_own_callee`, a method of any module-level class of module ``name`` included (one
+    without an ``__init__`` of its own: ``Folders.make`` for ``snapshot_dirs.Folders.make``)."""
+    module, _, method = qualified.rpartition(".")
+    holder, _, owner = module.rpartition(".")
+    if holder == name and method in shape.methods.get(owner, {}):
+        return f"{owner}.{method}"
+    return _own_callee(qualified, name, shape)
 
 
 def _roles_of_argument(facts: ScriptFacts, argument: str) -> Iterator[tuple[str, str]]:

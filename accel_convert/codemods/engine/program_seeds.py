@@ -53,6 +53,11 @@ class ProgramSeeds:
     #: Imported functions (and classes) that draw from a global generator before any seed,
     #: directly or through their calls (a config helper drawing the learning rate).
     drawing_functions: frozenset[str] = frozenset()
+    #: This module's functions and methods (``"Trainer.make_dir"``) that another module of the
+    #: program calls where some rank may not go (``if not os.path.isdir(d): utils.mkdir_p(d)``):
+    #: nothing inside them is reached by every rank, so no barrier goes there
+    #: (:attr:`codemods.model.locality.Locality.called_on_some_ranks`).
+    called_on_some_ranks: frozenset[str] = frozenset()
     #: Parameters (file-wide names) that callers in other modules fill with a GPU index (``gpu_id=0``,
     #: ``args.gpu`` of an ``int`` option): the same GPU on every process where a call takes them as
     #: its device (``model.to(gpu_id)``, ``x.to(self.gpu_id)``).

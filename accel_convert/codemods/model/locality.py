@@ -42,6 +42,7 @@ from accel_convert.codemods.engine.positions import POSITIONED_TYPES
 from accel_convert.codemods.engine.random_draws import is_global_draw, seeds_generator_of
 from accel_convert.codemods.engine.syntax import (
     calls_in,
+    class_methods,
     dotted,
     names_in,
     nodes_in,
@@ -63,6 +64,7 @@ from accel_convert.codemods.engine.torch_names import (
     is_loss_module,
 )
 from accel_convert.codemods.engine.walk import child_nodes
+from accel_convert.codemods.model.calls import instance_class
 from accel_convert.codemods.model.provider import provider, rule_provider
 from accel_convert.codemods.model.recorder import (
     AssignRecord,
@@ -651,11 +653,23 @@ class Locality:
     #: Per function (keyed as :attr:`batch_mean_losses`): the :attr:`per_process_sums` it binds
     #: (``train_loss = train_epoch(...)`` in ``main()``, ``total += loss.item()`` in the loop).
     per_rank_sums: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
-    #: Module-level functions of the file some rank may not call where another does: a call of
-    #: theirs stands where not every rank goes (``if not os.path.isdir(d): mkdir_p(d)``, under
-    #: ``if rank == 0:``), or they are called by such a function. Nothing inside them is reached by
-    #: every rank (:class:`RankReach`), so no barrier goes there.
+    #: Module-level functions of the file, and methods of its classes (``"Trainer.make_dir"``),
+    #: some rank may not call where another does: a call of theirs (``mkdir_p(d)``,
+    #: ``self.make_dir(d)``, ``trainer.make_dir(d)``) stands where not every rank goes (``if not
+    #: os.path.isdir(d): mkdir_p(d)``, under ``if rank == 0:``), another module of the program
+    #: calls them so (:attr:`ProgramSeeds.called_on_some_ranks`), or they are called by such a
+    #: function. Nothing inside them is reached by every rank (:class:`RankReach`), so no barrier
+    #: goes there.
     called_on_some_ranks: frozenset[str] = frozenset()
+    #: Functions and methods (keyed as :attr:`called_on_some_ranks`) called in the body of a ``try``
+    #: whose handler catches an ``OSError`` and goes on (:meth:`RankReach.error_caught_here`), or
+    #: called by such a function: a folder made there may fail on purpose (``FileExistsError``)
+    #: for its handler to run.
+    called_in_try: frozenset[str] = frozenset()
+    #: What this module calls from its imports (absolute qualified names) where some rank may not
+    #: go, in a module of a program: the program tells the module of each of its own functions and
+    #: methods among them (:attr:`ProgramSeeds.called_on_some_ranks`).
+    program_calls_on_some_ranks: frozenset[str] = frozenset()
 
     @property
     def per_process_values(self) -> frozenset[str]:
@@ -713,6 +727,7 @@ class Locality:
 def locality(a: Analysis) -> Locality:
     """The module's :class:`Locality`, from the providers above and the one walk's records."""
     facts = a.facts
+    reach = _calls_on_some_ranks(a)
     return Locality(
         per_process_paths=frozenset(facts.per_process_paths),
         per_process_sums=frozenset().union(*a.per_process_sums.values()),
@@ -727,51 +742,153 @@ def locality(a: Analysis) -> Locality:
         shared_draws=tuple(facts.shared_draws),
         batch_mean_losses=_batch_mean_losses(a),
         per_rank_sums=_per_rank_sums(a),
-        called_on_some_ranks=_called_on_some_ranks(a),
+        called_on_some_ranks=reach.called_on_some_ranks,
+        called_in_try=reach.called_in_try,
+        program_calls_on_some_ranks=reach.program_calls_on_some_ranks,
     )
 
 
-def _called_on_some_ranks(a: Analysis) -> frozenset[str]:
-    """See :attr:`Locality.called_on_some_ranks`: the module-level functions with a call that
-    :class:`RankReach` says not every rank makes where it stands, and, through the call graph,
-    every function they call. A function whose callers are out of sight (another module's, a
-    hook's caller) keeps the answer its own body gives."""
-    calls = {id(call.node): call for call in a.r.calls if _calls_own_function(a, call)}
-    if not calls:
-        return frozenset()
-    walk = _CallsWhereRanksDiffer(a, calls)
+@dataclass(frozen=True, eq=False, repr=False)
+class _CallReach:
+    """What the walk of :class:`_CallsWhereRanksDiffer` found (see :class:`Locality`)."""
+
+    called_on_some_ranks: frozenset[str] = frozenset()
+    called_in_try: frozenset[str] = frozenset()
+    program_calls_on_some_ranks: frozenset[str] = frozenset()
+
+
+def _calls_on_some_ranks(a: Analysis) -> _CallReach:
+    """See :attr:`Locality.called_on_some_ranks`: the module-level functions and the methods of
+    the file's classes with a call that :class:`RankReach` says not every rank makes where it
+    stands (or that another module of the program calls so), and, through the calls they make,
+    every function and method they call. A function whose callers are out of sight (a hook's
+    caller) keeps the answer its own body gives. Also :attr:`Locality.called_in_try` and
+    :attr:`Locality.program_calls_on_some_ranks`."""
+    own = {id(call.node): key for call in a.r.calls if (key := _own_callee(a, call)) is not None}
+    built = _imported_instances(a) if a.seeds is not None else {}
+    elsewhere = (
+        {
+            id(call.node): callee
+            for call in a.r.calls
+            if id(call.node) not in own and (callee := _imported_callee(a, call, built)) is not None
+        }
+        if a.seeds is not None
+        else {}
+    )
+    seeded = a.seeds.called_on_some_ranks if a.seeds is not None else frozenset()
     module = a.module
-    if module is None:
-        return frozenset()
+    if (not own and not elsewhere and not seeded) or module is None:
+        return _CallReach()
+    walk = _CallsWhereRanksDiffer(a, own | elsewhere)
     module.visit(walk)
-    found = set(walk.skipped)
-    pending = list(found)
-    while pending:
-        for callee in a.facts.call_graph.get(pending.pop(), ()):
-            if callee in a.r.defs and callee not in found:
-                found.add(callee)
-                pending.append(callee)
-    return frozenset(found)
-
-
-def _calls_own_function(a: Analysis, call: CallRecord) -> bool:
-    """``mkdir_p(d)``: a call of a module-level function of the file, by a name no inner scope
-    rebinds."""
-    func = call.node.func
-    return (
-        isinstance(func, cst.Name) and func.value in a.r.defs and a.r.names.binding_scope(func.value, call.scope) == ()
+    callees = _callees_by_caller(a, {**own, **elsewhere})
+    skipped = _with_callees(a, (walk.skipped & set(own.values())) | seeded, callees)
+    # What a function some rank may not call calls in another module: some rank may not call it either.
+    elsewhere_names = set(elsewhere.values())
+    reached_elsewhere = {callee for key in skipped for callee in callees.get(key, ()) if callee in elsewhere_names}
+    return _CallReach(
+        called_on_some_ranks=skipped,
+        called_in_try=_with_callees(a, walk.caught & set(own.values()), callees),
+        program_calls_on_some_ranks=frozenset((walk.skipped & elsewhere_names) | reached_elsewhere),
     )
+
+
+def _own_callee(a: Analysis, call: CallRecord) -> str | None:
+    """The key of the file's function or method a call runs: ``mkdir_p`` for ``mkdir_p(d)`` (a
+    module-level function, by a name no inner scope rebinds), ``Trainer.make_dir`` for
+    ``self.make_dir(d)`` in a method of ``Trainer`` or ``trainer.make_dir(d)`` on an instance the
+    same function builds (:func:`calls.instance_class`); None for anything else."""
+    func = call.node.func
+    if isinstance(func, cst.Name):
+        if func.value in a.r.defs and a.r.names.binding_scope(func.value, call.scope) == ():
+            return func.value
+        return None
+    if not isinstance(func, cst.Attribute):
+        return None
+    owner = instance_class(a, call, func.value)
+    if owner is None or not any(m.name.value == func.attr.value for m in class_methods(a.r.classes[owner].node)):
+        return None
+    return f"{owner}.{func.attr.value}"
+
+
+def _imported_callee(a: Analysis, call: CallRecord, built: Mapping[tuple[str, str], set[str | None]]) -> str | None:
+    """The qualified name of what a call runs from the module's imports: an imported function
+    (``snapshot_dirs.make_snapshot_dir``), or a method of an imported class on an instance the
+    same function builds (``folders.make(d)`` after ``folders = Folders()``:
+    ``snapshot_dirs.Folders.make``; ``built``: :func:`_imported_instances`); None for anything else."""
+    func = call.node.func
+    found = program_callee(a.facts, func, call.scope)
+    if found is not None or not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name):
+        return found
+    classes = built.get((call.function, func.value.value), set())
+    return f"{next(iter(classes))}.{func.attr.value}" if len(classes) == 1 and None not in classes else None
+
+
+def _imported_instances(a: Analysis) -> dict[tuple[str, str], set[str | None]]:
+    """(function, name) → the qualified names of the imported callables whose call the function
+    binds the name to (None for a call of nothing imported)."""
+    built: dict[tuple[str, str], set[str | None]] = {}
+    for assign in a.r.assigns:
+        if isinstance(assign.value, cst.Call):
+            callee = program_callee(a.facts, assign.value.func, assign.scope)
+            for target in assign.targets:
+                built.setdefault((assign.function, target), set()).add(callee)
+    return built
+
+
+def _caller_key(a: Analysis, scope: ScopeKey) -> str | None:
+    """The key (as :func:`_own_callee` gives it) of the function or method holding code at
+    ``scope``: its module-level function, or the method of a module-level class."""
+    if not scope:
+        return None
+    if scope[0] in a.r.classes:
+        return f"{scope[0]}.{scope[1]}" if len(scope) >= 2 else None
+    return scope[0]
+
+
+def _callees_by_caller(a: Analysis, keys: Mapping[int, str]) -> dict[str, set[str]]:
+    """Function or method key → what it calls (``keys``, by call node: the keys of the file's
+    functions and methods, the qualified names of what it calls from its imports); a module-level
+    function also reaches what the call graph says it calls (a hook it hands over, a nested
+    function's calls)."""
+    callees: dict[str, set[str]] = {}
+    for call in a.r.calls:
+        caller = _caller_key(a, call.scope)
+        key = keys.get(id(call.node))
+        if caller is not None and key is not None:
+            callees.setdefault(caller, set()).add(key)
+    for caller, called in a.facts.call_graph.items():
+        if caller in a.r.defs:
+            callees.setdefault(caller, set()).update(called & set(a.r.defs))
+    return callees
+
+
+def _with_callees(a: Analysis, found: AbstractSet[str], callees: Mapping[str, AbstractSet[str]]) -> frozenset[str]:
+    """``found`` and every function and method of the file they call, directly or not."""
+    reached = set(found)
+    pending = list(reached)
+    own = set(a.r.defs) | {
+        f"{name}.{m.name.value}" for name, cls in a.r.classes.items() for m in class_methods(cls.node)
+    }
+    while pending:
+        for callee in callees.get(pending.pop(), ()):
+            if callee in own and callee not in reached:
+                reached.add(callee)
+                pending.append(callee)
+    return frozenset(reached)
 
 
 class _CallsWhereRanksDiffer(cst.CSTVisitor):
     """Walks the module keeping the statements around each node, as the rule transformer does,
-    and asks :class:`RankReach` of each call in ``calls`` (the module-level functions' calls, by
-    node identity) whether every rank makes it: ``skipped`` collects the functions some rank may
-    not call there."""
+    and asks :class:`RankReach` of each call in ``calls`` (by node identity: the key of the file's
+    function or method it runs, or another module's function's qualified name) whether every rank
+    makes it: ``skipped`` collects those some rank may not call there, ``caught`` those called
+    where a handler catches an ``OSError`` and goes on (:meth:`RankReach.error_caught_here`)."""
 
-    def __init__(self, a: Analysis, calls: Mapping[int, CallRecord]) -> None:
+    def __init__(self, a: Analysis, calls: Mapping[int, str]) -> None:
         super().__init__()
         self._calls = calls
+        self._records = {id(call.node): call for call in a.r.calls if id(call.node) in calls}
         self._anchors: list[cst.CSTNode] = []
         self._scope: ScopeKey = ()
         facts = a.facts
@@ -787,16 +904,20 @@ class _CallsWhereRanksDiffer(cst.CSTVisitor):
             original=True,
         )
         self.skipped: set[str] = set()
+        self.caught: set[str] = set()
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if type(node) in POSITIONED_TYPES:
             self._anchors.append(node)
         if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
             self._scope = (*self._scope, node.name.value)
-        call = self._calls.get(id(node))
-        if call is not None and not self._reach.every_rank_reaches(self._anchors[:-1], call.function):
-            assert isinstance(call.node.func, cst.Name)
-            self.skipped.add(call.node.func.value)
+        key = self._calls.get(id(node))
+        if key is not None:
+            anchors = self._anchors[:-1]
+            if not self._reach.every_rank_reaches(anchors, self._records[id(node)].function):
+                self.skipped.add(key)
+            if self._reach.error_caught_here(anchors):
+                self.caught.add(key)
         return True
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
@@ -915,8 +1036,10 @@ class RankReach:
     (:func:`per_rank_bindings`: the last batch's loss, a number read from a file) or tests a
     parameter, or a ``for`` over anything but
     ``range``/``enumerate``/``itertools.count``/a loader. Up to the enclosing function, and
-    beyond it through the function's calls: nowhere in a module-level function some rank may not
-    call (:attr:`Locality.called_on_some_ranks`: ``if not os.path.isdir(d): mkdir_p(d)``). The
+    beyond it through the function's calls: nowhere in a module-level function or a method some
+    rank may not call (:attr:`Locality.called_on_some_ranks`: ``if not os.path.isdir(d):
+    mkdir_p(d)``, ``self.make_dir(d)``, another module's ``utils.mkdir_p(d)``). Where an error
+    raised inside may be caught by a handler that goes on, :meth:`error_caught_here` says so. The
     rule transformer asks it (``every_rank_reaches_here``) with the statements enclosing the one
     it visits."""
 
@@ -959,7 +1082,7 @@ class RankReach:
             if isinstance(node, cst.FunctionDef):
                 # Inside a function, where every rank that calls it goes: every rank, unless some
                 # rank may not call it (``if not os.path.isdir(d): mkdir_p(d)``).
-                return function not in self._locality.called_on_some_ranks
+                return _called_as(anchors, function) not in self._locality.called_on_some_ranks
             # ``try: main()\nexcept KeyboardInterrupt:``: every rank starts the ``try``'s body; that
             # another rank raised first ends the run, it does not make one rank skip a call.
             if self._original and isinstance(node, cst.Try) and _opens_body(node, anchors[depth + 1 :]):
@@ -974,7 +1097,80 @@ class RankReach:
         """Whether what is inside the innermost of ``anchors`` lies in a function (``function``:
         its key) that some rank may not call (:attr:`Locality.called_on_some_ranks`)."""
         in_function = any(isinstance(node, cst.FunctionDef) for node in anchors)
-        return in_function and function in self._locality.called_on_some_ranks
+        return in_function and _called_as(anchors, function) in self._locality.called_on_some_ranks
+
+    def error_caught_here(self, anchors: Sequence[cst.CSTNode], function: str | None = None) -> bool:
+        """Whether an ``OSError`` raised inside the innermost of ``anchors`` may be caught by a
+        handler that goes on: it stands in the body of a ``try`` of its function (or of the
+        module's code) with such a handler (:meth:`_catches_and_goes_on`), or, given its
+        ``function``'s key, in a function called there (:attr:`Locality.called_in_try`).
+
+        Why it matters: a folder made or removed there may fail on purpose (``try: mkdir_p(d)``
+        / ``except FileExistsError: resume = True``). Made on the main process only before a
+        barrier, the main process would raise past the barrier into the handler while the
+        others wait at it (a hang); made with ``exist_ok=True`` the error the handler waits for
+        never comes, and on one process the converted script would skip what the original's
+        handler does (contract: one process computes what the original computed). Neither is
+        right, so such a folder is left to every rank, each raising and handling as the
+        original does on one process, and reported. Other writes are not asked: their errors
+        (a full disk) are failures, not the script's flow. A handler that ends the run
+        (``raise``, ``sys.exit(1)``) or catches no ``OSError`` (``except KeyboardInterrupt:``)
+        changes nothing: the error ends the run as it would uncaught."""
+        if function is not None and _called_as(anchors, function) in self._locality.called_in_try:
+            if any(isinstance(node, cst.FunctionDef) for node in anchors):
+                return True
+        for depth in range(len(anchors) - 1, -1, -1):
+            node = anchors[depth]
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                return False
+            inner = anchors[depth + 1] if depth + 1 < len(anchors) else None
+            # ``inner`` None: the statements of the ``try``'s blocks are asked (the rule
+            # transformer's anchors end at the ``try``); taken as its body's, which at worst
+            # reports a folder of a handler's block that is left to every rank anyway.
+            if (
+                isinstance(node, cst.Try)
+                and (inner is None or _in_body(node, inner))
+                and self._catches_and_goes_on(node)
+            ):
+                return True
+        return False
+
+    def _catches_and_goes_on(self, node: cst.Try) -> bool:
+        """Whether one of ``node``'s handlers catches an ``OSError`` (bare ``except:``,
+        ``except Exception``, ``except OSError``, ``except (IOError, ValueError)``,
+        ``except os.error``; an exception class of the script's own or another library's
+        is taken to catch none) and goes on: its body does not end in a ``raise`` or a
+        ``sys.exit(...)`` (nor ``exit``/``quit``/``os._exit``)."""
+        for handler in node.handlers:
+            caught = handler.type
+            kinds = (
+                [caught] if caught is None or not isinstance(caught, cst.Tuple) else [e.value for e in caught.elements]
+            )
+            if any(kind is None or self._names_os_error(kind) for kind in kinds) and not self._ends_run(handler):
+                return True
+        return False
+
+    def _names_os_error(self, kind: cst.BaseExpression) -> bool:
+        if isinstance(kind, cst.Name):
+            return self._builtin(kind) in CATCHING_OS_ERRORS
+        return self._qualified_name(kind) in CATCHING_OS_ERRORS
+
+    def _ends_run(self, handler: cst.ExceptHandler) -> bool:
+        """Whether an ``except`` block's last statement re-raises, raises or exits."""
+        body = handler.body
+        last: cst.CSTNode | None = body if isinstance(body, cst.SimpleStatementSuite) else None
+        if isinstance(body, cst.IndentedBlock) and body.body:
+            last = body.body[-1]
+        if not isinstance(last, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) or not last.body:
+            return False
+        small = last.body[-1]
+        if isinstance(small, cst.Raise):
+            return True
+        call = small.value if isinstance(small, cst.Expr) else None
+        if not isinstance(call, cst.Call):
+            return False
+        name = self._builtin(call.func) if isinstance(call.func, cst.Name) else self._qualified_name(call.func)
+        return name in RUN_ENDING_CALLS
 
     def _reads_per_rank_value(self, test: cst.BaseExpression, scope: cst.CSTNode | None) -> bool:
         """Whether ``test`` reads a name that ``scope`` (the enclosing function, or the module)
@@ -1038,6 +1234,26 @@ class RankReach:
         return name is not None and name in self._loaders
 
 
+def _called_as(anchors: Sequence[cst.CSTNode], function: str) -> str:
+    """The key (as :attr:`Locality.called_on_some_ranks` has it) of the function or method that
+    what is inside ``anchors`` runs in: ``Class.method`` in a method of a module-level class,
+    else ``function`` (the module-level function's name)."""
+    defs = [node for node in anchors if isinstance(node, (cst.FunctionDef, cst.ClassDef))]
+    if len(defs) >= 2 and isinstance(defs[0], cst.ClassDef) and isinstance(defs[1], cst.FunctionDef):
+        return f"{defs[0].name.value}.{defs[1].name.value}"
+    return function
+
+
+def _in_body(node: cst.Try, inner: cst.CSTNode) -> bool:
+    """Whether ``inner`` (a compound statement, or a small statement) stands in ``node``'s body,
+    not in a handler, its ``else`` or its ``finally``."""
+    return any(
+        statement is inner
+        or (isinstance(statement, cst.SimpleStatementLine) and any(s is inner for s in statement.body))
+        for statement in node.body.body
+    )
+
+
 def _opens_body(node: cst.Try, inner: Sequence[cst.CSTNode]) -> bool:
     """Whether the statement ``inner`` starts with is the first of ``node``'s body (a
     compound statement, or a small statement on the first line)."""
@@ -1048,6 +1264,25 @@ def _opens_body(node: cst.Try, inner: Sequence[cst.CSTNode]) -> bool:
     return first is child or (isinstance(first, cst.SimpleStatementLine) and first.body[0] is child)
 
 
+#: What an ``except`` names that catches an ``OSError`` (a ``FileExistsError`` of ``os.makedirs``):
+#: the builtins (``IOError`` and ``EnvironmentError`` are ``OSError``), and ``os.error``.
+CATCHING_OS_ERRORS = frozenset(
+    {
+        "BaseException",
+        "Exception",
+        "OSError",
+        "IOError",
+        "EnvironmentError",
+        "FileExistsError",
+        "FileNotFoundError",
+        "IsADirectoryError",
+        "NotADirectoryError",
+        "PermissionError",
+        "os.error",
+    }
+)
+#: Calls ending the run (an ``except`` block ending in one ends it as an uncaught error would).
+RUN_ENDING_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit", "os.abort"})
 #: Builtins whose result depends only on their arguments.
 PURE_BUILTINS = frozenset({"len", "int", "float", "str", "bool", "abs", "min", "max", "round", "isinstance"})
 #: Calls whose result is what this process read from a file (its own copy, or one it wrote

@@ -808,10 +808,13 @@ class _MainProcessGuard(RuleTransformer):
                 runs.add_rewritten(created)
                 continue
             kind = _write_kind(statement, self.facts, self.scope)
-            if kind in ("folder", "delete") and not barrier_safe:
+            # A folder made or removed where a handler catches its error and goes on: no barrier
+            # and no ``exist_ok`` (see ``error_caught_here``), left to every rank, reported.
+            caught = kind in ("folder", "delete") and self.error_caught_here()
+            if kind in ("folder", "delete") and (not barrier_safe or caught):
                 if whole_statement_guarded:
                     return None
-                made = self._folder_made_by_each_caller(statement) if kind == "folder" else None
+                made = self._folder_made_by_each_caller(statement) if kind == "folder" and not caught else None
                 if made is not None:
                     runs.add_rewritten(made)
                     continue
