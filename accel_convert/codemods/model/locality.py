@@ -739,11 +739,11 @@ def _called_on_some_ranks(a: Analysis) -> frozenset[str]:
     calls = {id(call.node): call for call in a.r.calls if _calls_own_function(a, call)}
     if not calls:
         return frozenset()
-    walk = _CallsWhereRanksDiffer(a, calls)
     module = a.module
     if module is None:
         return frozenset()
-    module.visit(walk)
+    walk = _CallsWhereRanksDiffer(a, calls)
+    walk.walk_tree(module)
     found = set(walk.skipped)
     pending = list(found)
     while pending:
@@ -763,14 +763,15 @@ def _calls_own_function(a: Analysis, call: CallRecord) -> bool:
     )
 
 
-class _CallsWhereRanksDiffer(cst.CSTVisitor):
+class _CallsWhereRanksDiffer:
     """Walks the module keeping the statements around each node, as the rule transformer does,
     and asks :class:`RankReach` of each call in ``calls`` (the module-level functions' calls, by
     node identity) whether every rank makes it: ``skipped`` collects the functions some rank may
-    not call there."""
+    not call there. The tree is only read: the walk goes from child to child itself
+    (:func:`child_nodes`, no whitespace or tokens), without libcst's ``visit``, which rebuilds
+    every node it walks (a third of a conversion when this walk went through it)."""
 
     def __init__(self, a: Analysis, calls: Mapping[int, CallRecord]) -> None:
-        super().__init__()
         self._calls = calls
         self._anchors: list[cst.CSTNode] = []
         self._scope: ScopeKey = ()
@@ -788,21 +789,23 @@ class _CallsWhereRanksDiffer(cst.CSTVisitor):
         )
         self.skipped: set[str] = set()
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if type(node) in POSITIONED_TYPES:
+    def walk_tree(self, node: cst.CSTNode) -> None:
+        """Visit ``node`` and what is below it, in libcst's order."""
+        anchored = type(node) in POSITIONED_TYPES
+        if anchored:
             self._anchors.append(node)
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            self._scope = (*self._scope, node.name.value)
+        scoped = type(node) is cst.FunctionDef or type(node) is cst.ClassDef
+        if scoped:
+            self._scope = (*self._scope, node.name.value)  # type: ignore[attr-defined]
         call = self._calls.get(id(node))
         if call is not None and not self._reach.every_rank_reaches(self._anchors[:-1], call.function):
             assert isinstance(call.node.func, cst.Name)
             self.skipped.add(call.node.func.value)
-        return True
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        if isinstance(original_node, (cst.FunctionDef, cst.ClassDef)):
+        for child in child_nodes(node):
+            self.walk_tree(child)
+        if scoped:
             self._scope = self._scope[:-1]
-        if type(original_node) in POSITIONED_TYPES:
+        if anchored:
             self._anchors.pop()
 
 
