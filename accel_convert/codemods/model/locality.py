@@ -780,7 +780,7 @@ def _calls_on_some_ranks(a: Analysis) -> _CallReach:
     if (not own and not elsewhere and not seeded) or module is None:
         return _CallReach()
     walk = _CallsWhereRanksDiffer(a, own | elsewhere)
-    module.visit(walk)
+    walk.walk_tree(module)
     callees = _callees_by_caller(a, {**own, **elsewhere})
     skipped = _with_callees(a, (walk.skipped & set(own.values())) | seeded, callees)
     # What a function some rank may not call calls in another module: some rank may not call it either.
@@ -878,15 +878,17 @@ def _with_callees(a: Analysis, found: AbstractSet[str], callees: Mapping[str, Ab
     return frozenset(reached)
 
 
-class _CallsWhereRanksDiffer(cst.CSTVisitor):
+class _CallsWhereRanksDiffer:
     """Walks the module keeping the statements around each node, as the rule transformer does,
     and asks :class:`RankReach` of each call in ``calls`` (by node identity: the key of the file's
     function or method it runs, or another module's function's qualified name) whether every rank
     makes it: ``skipped`` collects those some rank may not call there, ``caught`` those called
-    where a handler catches an ``OSError`` and goes on (:meth:`RankReach.error_caught_here`)."""
+    where a handler catches an ``OSError`` and goes on (:meth:`RankReach.error_caught_here`). The
+    tree is only read: the walk goes from child to child itself (:func:`child_nodes`, no
+    whitespace or tokens), without libcst's ``visit``, which rebuilds every node it walks (a third
+    of a conversion when this walk went through it)."""
 
     def __init__(self, a: Analysis, calls: Mapping[int, str]) -> None:
-        super().__init__()
         self._calls = calls
         self._records = {id(call.node): call for call in a.r.calls if id(call.node) in calls}
         self._anchors: list[cst.CSTNode] = []
@@ -906,11 +908,14 @@ class _CallsWhereRanksDiffer(cst.CSTVisitor):
         self.skipped: set[str] = set()
         self.caught: set[str] = set()
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if type(node) in POSITIONED_TYPES:
+    def walk_tree(self, node: cst.CSTNode) -> None:
+        """Visit ``node`` and what is below it, in libcst's order."""
+        anchored = type(node) in POSITIONED_TYPES
+        if anchored:
             self._anchors.append(node)
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            self._scope = (*self._scope, node.name.value)
+        scoped = type(node) is cst.FunctionDef or type(node) is cst.ClassDef
+        if scoped:
+            self._scope = (*self._scope, node.name.value)  # type: ignore[attr-defined]
         key = self._calls.get(id(node))
         if key is not None:
             anchors = self._anchors[:-1]
@@ -918,12 +923,11 @@ class _CallsWhereRanksDiffer(cst.CSTVisitor):
                 self.skipped.add(key)
             if self._reach.error_caught_here(anchors):
                 self.caught.add(key)
-        return True
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        if isinstance(original_node, (cst.FunctionDef, cst.ClassDef)):
+        for child in child_nodes(node):
+            self.walk_tree(child)
+        if scoped:
             self._scope = self._scope[:-1]
-        if type(original_node) in POSITIONED_TYPES:
+        if anchored:
             self._anchors.pop()
 
 
