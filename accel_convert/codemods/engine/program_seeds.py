@@ -135,6 +135,11 @@ class ProgramSeeds:
     #: other classes of the program (``nets.mlp.Net``): an instance another module builds is a
     #: model there as one of its own classes would be (``final = Net()`` built after training).
     model_classes: frozenset[str] = frozenset()
+    #: Classes (qualified) of the other modules whose methods run a backward or loop over a
+    #: loader (a ``Trainer`` of ``trainer.py``): a class here whose method builds one (an
+    #: ``Experiment`` whose ``run()`` does ``trainer = Trainer(self.model, ...)``) is a training
+    #: class too, handing the accelerator on.
+    training_classes_elsewhere: frozenset[str] = frozenset()
 
     def roles(self) -> dict[str, frozenset[str]]:
         return dict(self.parameter_roles)
