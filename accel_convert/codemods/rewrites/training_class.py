@@ -173,6 +173,18 @@ def _plan(node: cst.ClassDef, accelerator: str, facts: ScriptFacts) -> _ClassPla
     return plan
 
 
+def _builders_use_the_accelerator(plans: dict[str, _ClassPlan]) -> None:
+    """A class building a training class that uses the accelerator hands it over (an
+    ``Experiment`` building a ``Stage`` building a ``Trainer``), along the chain."""
+    grown = True
+    while grown:
+        users = {name for name, plan in plans.items() if plan.uses_accelerator}
+        grown = False
+        for plan in plans.values():
+            if not plan.uses_accelerator and plan.constructs & users:
+                plan.uses_accelerator = grown = True
+
+
 def _ancestors(name: str, plans: dict[str, _ClassPlan]) -> set[str]:
     """The classes with a plan that ``name`` derives from, directly or through others."""
     found: set[str] = set()
@@ -667,15 +679,7 @@ class TrainingClass(Rule):
             plan.uses_accelerator = plan.uses_accelerator or any(
                 plans[base].uses_accelerator for base in _ancestors(name, plans)
             )
-        # A class building a training class that uses the accelerator hands it over (an
-        # ``Experiment`` building a ``Stage`` building a ``Trainer``), along the chain.
-        grown = True
-        while grown:
-            users = {name for name, plan in plans.items() if plan.uses_accelerator}
-            grown = False
-            for plan in plans.values():
-                if not plan.uses_accelerator and plan.constructs & users:
-                    plan.uses_accelerator = grown = True
+        _builders_use_the_accelerator(plans)
         plans = {name: plan for name, plan in plans.items() if plan.uses_accelerator}
         if not plans:
             return module, []
