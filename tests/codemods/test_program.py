@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import libcst as cst
 
@@ -1027,3 +1028,35 @@ def test_a_function_another_module_calls_on_some_ranks_is_known_there() -> None:
     seeds = program.plan()
     assert seeds["snapshot_dirs"].called_on_some_ranks == {"make_snapshot_dir", "Folders.make"}
     assert seeds["train"].called_on_some_ranks == frozenset()
+
+
+PROJECTS = Path(__file__).resolve().parents[2] / "fixtures" / "projects"
+
+
+def test_a_model_of_another_modules_class_handed_to_a_training_function_is_prepared_where_it_is_built() -> None:
+    folder = PROJECTS / "inline_model_package_module_level"
+    code = converted(
+        "train",
+        train=(folder / "train.py").read_text(),
+        pkg__init="",
+        pkg__models=(folder / "pkg" / "models.py").read_text(),
+    )["train"]
+    assert "model, train_loader, test_loader = accelerator.prepare(model, train_loader, test_loader)\n" in code
+    assert not reports(
+        "train",
+        "ACC926",
+        train=(folder / "train.py").read_text(),
+        pkg__init="",
+        pkg__models=(folder / "pkg" / "models.py").read_text(),
+    )["train"]
+
+
+def test_a_class_building_another_modules_trainer_is_a_training_class() -> None:
+    folder = PROJECTS / "experiment_builds_trainer_modules"
+    sources = {"train": (folder / "train.py").read_text(), "trainer": (folder / "trainer.py").read_text()}
+    seeds = Program(modules(**sources), "train").plan()
+    assert seeds["train"].training_classes_elsewhere == frozenset({"trainer.Trainer"})
+    code = converted("train", **sources)
+    assert "    def __init__(self, args, accelerator):\n        self.accelerator = accelerator\n" in code["train"]
+    assert "self.device, self.accelerator)\n" in code["train"]
+    assert "self.accelerator.backward(" in code["trainer"]

@@ -8,6 +8,7 @@ names, which the facts hold) because they read the facts.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING
 
 from accel_convert.codemods.engine.syntax import dotted
@@ -15,7 +16,7 @@ from accel_convert.codemods.engine.syntax import dotted
 if TYPE_CHECKING:
     import libcst as cst
 
-    from accel_convert.codemods.engine.facts import FactQuestions, ScriptFacts
+    from accel_convert.codemods.engine.facts import FactQuestions, FactsDraft, ScriptFacts
     from accel_convert.codemods.engine.names import ScopeKey
 
 
@@ -63,7 +64,24 @@ def callers_of_imported_accelerator_users(facts: ScriptFacts) -> set[str]:
     return {caller for caller, callees in facts.call_graph.items() if callees & takers}
 
 
-def builds_program_model(facts: FactQuestions, func: cst.BaseExpression, scope: ScopeKey = ()) -> bool:
+def builds_model_of_program_class(
+    facts: FactsDraft | ScriptFacts,
+    func: cst.BaseExpression,
+    scope: ScopeKey = (),
+    own_classes: AbstractSet[str] | None = None,
+) -> bool:
+    """Whether a call of ``func`` builds a model of one of the program's model classes: a class of
+    this module deriving from a ``torch.nn`` module (``Net()``, ``facts.model_classes``, or
+    ``own_classes`` for the providers that ask before it is set), or one another module of the
+    program defines (``models.Net()``, ``from pkg.models import Net``: the seeds'
+    ``model_classes``, by qualified name). The one answer where the accelerator is created,
+    what is prepared where and which new models are tested ask: a class of another module is a
+    model there as the module's own classes are."""
+    own = facts.model_classes if own_classes is None else own_classes
+    return dotted(func) in own or _builds_model_of_other_module(facts, func, scope)
+
+
+def _builds_model_of_other_module(facts: FactQuestions, func: cst.BaseExpression, scope: ScopeKey = ()) -> bool:
     """Whether a call of ``func`` builds a model of a class another module of the program defines
     (``Net()`` after ``from nets import Net``, ``nets.Net()``; by qualified name, re-exports
     followed): a model there as the module's own classes are. False for a script alone."""

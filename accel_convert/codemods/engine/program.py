@@ -310,14 +310,22 @@ class Program:
         received.through_calls([*calls, *method_calls], facts, prepared_in)
         received.through_instances(instances, facts, prepared_in)
         received.through_base_classes(parents, facts)
+        looping = self._looping_functions(facts, seeds)
+        backward = self._backward_functions(facts, seeds)
         learnt = Learnt(
             received=received,
             handed_over=models_handed_over([*calls, *method_calls], facts),
             reaches=self._accelerator_reaches([*calls, *values], facts),
             given_models=classes_given_models(instances, facts, prepared_in),
             loader_factories=self._loader_factories(facts),
-            looping=self._looping_functions(facts, seeds),
-            backward=self._backward_functions(facts, seeds),
+            looping=looping,
+            backward=backward,
+            training_classes={
+                f"{name}.{cls}"
+                for name, shape in self.shapes.items()
+                for cls in shape.classes
+                if f"{name}.{cls}" in looping | backward
+            },
             drawing={f"{name}.{f}" for name, module_facts in facts.items() for f in module_facts.drawing_functions},
             training_bases=by_module(training_bases(parents, facts, calls)),
             training_base_subclasses=by_module(inheriting_training(parents, self.shapes, facts)),

@@ -10,7 +10,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.devices import held_name, is_gpu_index
 from accel_convert.codemods.engine.facts import ScriptFacts
-from accel_convert.codemods.engine.imported_calls import program_callee
+from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class, program_callee
 from accel_convert.codemods.engine.names import NameCollector, NameTable, ScopeKey, is_builtin
 from accel_convert.codemods.engine.program_shapes import ModuleShape
 from accel_convert.codemods.engine.syntax import dotted, parameter_filled, takes_every_argument
@@ -273,10 +273,11 @@ def gpu_index_parts(value: cst.BaseExpression) -> list[str]:
 
 
 def _builds_a_model(facts: ScriptFacts, scope: ScopeKey, value: cst.Call) -> bool:
-    """``Regressor()`` of the file's own model classes, or a ``torch.nn`` module (``nn.Linear(8, 1)``)."""
-    return dotted(value.func) in facts.model_classes or (facts.callee_name(value.func, scope) or "").startswith(
-        "torch.nn."
-    )
+    """``Regressor()`` of the program's model classes (the file's own or another module's), or a
+    ``torch.nn`` module (``nn.Linear(8, 1)``)."""
+    return builds_model_of_program_class(facts, value.func, scope) or (
+        facts.callee_name(value.func, scope) or ""
+    ).startswith("torch.nn.")
 
 
 def _calls_super_init(node: cst.Call, names: NameTable | None, scope: ScopeKey) -> bool:

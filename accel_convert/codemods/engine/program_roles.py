@@ -155,6 +155,8 @@ class Learnt:
     loader_factories: set[str]
     looping: set[str]
     backward: set[str]
+    #: Classes (qualified) whose methods run a backward or loop over a loader.
+    training_classes: set[str]
     #: Functions and classes drawing from a global generator before any seed.
     drawing: set[str]
     #: Module → its classes of each kind.
@@ -192,6 +194,7 @@ class Learnt:
             loader_factories=frozenset(self.loader_factories),
             looping_functions=frozenset(self.looping - own),
             backward_functions=frozenset(self.backward - own),
+            training_classes_elsewhere=frozenset(self.training_classes - own),
             drawing_functions=frozenset(self.drawing - own),
             training_bases=frozenset(self.training_bases.get(name, set())),
             training_base_subclasses=frozenset(self.training_base_subclasses.get(name, set())),

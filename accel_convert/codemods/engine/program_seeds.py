@@ -149,6 +149,11 @@ class ProgramSeeds:
     #: through other classes of the program (pytorch-template's ``MnistDataLoader`` over
     #: ``BaseDataLoader``): building one builds a loader, prepared as a ``DataLoader`` is.
     loader_classes: frozenset[str] = frozenset()
+    #: Classes (qualified) of the other modules whose methods run a backward or loop over a
+    #: loader (a ``Trainer`` of ``trainer.py``): a class here whose method builds one (an
+    #: ``Experiment`` whose ``run()`` does ``trainer = Trainer(self.model, ...)``) is a training
+    #: class too, handing the accelerator on.
+    training_classes_elsewhere: frozenset[str] = frozenset()
 
     def roles(self) -> dict[str, frozenset[str]]:
         return dict(self.parameter_roles)

@@ -8,6 +8,7 @@ from collections.abc import Set as AbstractSet
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import constructed
+from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.names import builtins_at
 from accel_convert.codemods.engine.syntax import (
     argument_for,
@@ -44,7 +45,54 @@ def find_training_classes(a: Analysis) -> list[str]:
         for name, owner in a.r.classes.items()
         if owner.init_params is None and name in a.constructions and a.initialising_class(name) in found
     ]
+    found += _classes_building_training_classes(a, found, set(models))
     return sorted(found, key=lambda name: a.constructions[name][0].order if name in a.constructions else 0)
+
+
+def _classes_building_training_classes(a: Analysis, found: Sequence[str], models: AbstractSet[str]) -> list[str]:
+    """Classes whose methods build an instance of a training class (``class Experiment`` whose
+    ``run()`` does ``trainer = Trainer(self.model, ...)`` then ``trainer.fit()``): training classes
+    too, followed along the chain (an ``Experiment`` building a ``Stage`` building a ``Trainer``).
+    They receive the accelerator in ``__init__`` and hand it to what they build, and prepare the
+    objects they build themselves, as a trainer does."""
+    training = set(found)
+    added: list[str] = []
+    elsewhere = _methods_building_training_classes_elsewhere(a)
+    grown = True
+    while grown:
+        grown = False
+        for name, owner in a.r.classes.items():
+            if name in training or name in models:
+                continue
+            methods = elsewhere.get(name, set()) | {
+                call.scope[1]
+                for built in training
+                for call in a.constructions.get(built, ())
+                if call.function == name and len(call.scope) >= 2
+            }
+            if methods and _takes_the_accelerator(a, name, owner, methods, inherited=False):
+                training.add(name)
+                added.append(name)
+                grown = True
+    return added
+
+
+def _methods_building_training_classes_elsewhere(a: Analysis) -> dict[str, set[str]]:
+    """Class of this module → its methods building an instance of a training class of another
+    module of the program (``Trainer(self.model, ...)`` after ``from trainer import Trainer``,
+    matched by qualified name through the seeds)."""
+    seeds = a.seeds
+    if seeds is None or not seeds.training_classes_elsewhere:
+        return {}
+    found: dict[str, set[str]] = {}
+    for call in a.r.calls:
+        if (
+            len(call.scope) >= 2
+            and call.function in a.r.classes
+            and program_callee(a.facts, call.node.func, call.scope) in seeds.training_classes_elsewhere
+        ):
+            found.setdefault(call.function, set()).add(call.scope[1])
+    return found
 
 
 def _methods_needing_the_accelerator(a: Analysis, name: str, training: set[str]) -> set[str]:

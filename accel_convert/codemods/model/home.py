@@ -7,6 +7,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.devices import constructed
 from accel_convert.codemods.engine.facts import MODULE, ScriptFacts
+from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class
 from accel_convert.codemods.engine.program_seeds import ProgramSeeds
 from accel_convert.codemods.engine.syntax import (
     dotted,
@@ -23,6 +24,7 @@ from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
     CallRecord,
 )
+from accel_convert.codemods.model.roles import models_into_parameters
 from accel_convert.codemods.model.state import Analysis
 
 
@@ -350,6 +352,7 @@ def _unprepared_received_models(a: Analysis) -> None:
     where_built -= {name for name, _, call in handed if not _built_once_as_model(a, name, call)}
     facts.models |= where_built
     facts.models_prepared_where_built |= where_built
+    models_into_parameters(a, where_built)
     facts.unprepared_received_models.extend(
         (name, function, a.site(call.node)) for name, function, call in handed if name not in where_built
     )
@@ -367,7 +370,7 @@ def _built_once_as_model(a: Analysis, name: str, call: CallRecord) -> bool:
     if not isinstance(built, cst.Call):
         return False
     qualified = a.r.names.qualified_name(built.func, assigns[0].scope, strict=False) or ""
-    constructs = dotted(built.func) in a.facts.model_classes or (
+    constructs = builds_model_of_program_class(a.facts, built.func, assigns[0].scope) or (
         qualified.startswith("torch.nn.") and qualified.rpartition(".")[2][:1].isupper()
     )
     return constructs and a.site(assigns[0].node).line < a.site(call.node).line

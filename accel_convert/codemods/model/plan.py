@@ -53,7 +53,7 @@ import libcst as cst
 from accel_convert.codemods.engine.accelerator_code import accelerator_name, is_accelerator_method
 from accel_convert.codemods.engine.devices import is_move, peel_moves
 from accel_convert.codemods.engine.facts import MODULE, FactsDraft, ScriptFacts
-from accel_convert.codemods.engine.imported_calls import builds_program_model
+from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class
 from accel_convert.codemods.engine.syntax import (
     assigned_in,
     body_statements,
@@ -928,9 +928,8 @@ def _model_built(node: cst.BaseStatement, facts: FactsDraft) -> str | None:
         return None  # the original moves it itself (to its device, which the conversion keeps)
     qualified = facts.callee_name(value.func) or ""
     constructs = (
-        dotted(value.func) in facts.model_classes
+        builds_model_of_program_class(facts, value.func)
         or is_model_constructor(qualified)
-        or builds_program_model(facts, value.func)
         or (qualified.startswith("torch.nn.") and qualified.rpartition(".")[2][:1].isupper())
     )
     return target.value if constructs else None

@@ -10,7 +10,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.devices import chooses_device, constructed
 from accel_convert.codemods.engine.facts import FactsDraft
-from accel_convert.codemods.engine.imported_calls import builds_program_model
+from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class
 from accel_convert.codemods.engine.syntax import (
     argument_for,
     dotted,
@@ -253,11 +253,7 @@ def _models_called_on_batches(a: Analysis) -> set[str]:
         if not isinstance(value, cst.Call):
             continue
         qualified = a.r.names.qualified_name(value.func, assign.scope, strict=False) or ""
-        if (
-            dotted(value.func) in classes
-            or is_model_constructor(qualified)
-            or builds_program_model(a.facts, value.func, assign.scope)
-        ):
+        if builds_model_of_program_class(a.facts, value.func, assign.scope, classes) or is_model_constructor(qualified):
             built.update((assign.scope, target) for target in assign.targets)
     if not built:
         return set()
@@ -681,9 +677,21 @@ def flow_into_parameters(a: Analysis) -> None:
             break
 
 
-def _roles_into_parameters(origins: dict[tuple[str, str], set[str]], roles: list[set[str]]) -> None:
-    """Each parameter (attribute, loop target) takes the roles of the names it receives."""
+def models_into_parameters(a: Analysis, models: AbstractSet[str]) -> None:
+    """The parameters receiving one of ``models``, found a model after the roles flowed (a model
+    built in the block handing it to a training function, prepared there: see
+    ``model.home``), are models too (``test(model, ...)`` handed the distilled student)."""
+    origins = {key: a.origins_of(*key) for key in a.arguments}
+    _roles_into_parameters(origins, [a.facts.models], set(models))
+
+
+def _roles_into_parameters(
+    origins: dict[tuple[str, str], set[str]], roles: list[set[str]], only: AbstractSet[str] | None = None
+) -> None:
+    """Each parameter (attribute, loop target) takes the roles of the names it receives (of
+    ``only`` when given)."""
     for (_, param), received in origins.items():
+        received = received if only is None else received & only
         for role in roles:
             if received & role:
                 role.add(param)

@@ -74,11 +74,15 @@ class _ClassPlan:
     bases: set[str] = field(default_factory=set)
     #: No ``__init__`` and nothing inherited but ``object``'s: it is given one.
     plain: bool = False
+    #: The training classes its methods construct by name (``Trainer(...)`` in ``Stage.execute``):
+    #: handed the accelerator there, so the class needs it when they do.
+    constructs: set[str] = field(default_factory=set)
 
 
 class _AcceleratorUses(cst.CSTVisitor):
     """Whether a method reads the accelerator variable (an earlier rule's rewrite: not as an
-    attribute name or keyword) or already reads it from its instance (``self.accelerator``)."""
+    attribute name or keyword) or already reads it from its instance (``self.accelerator``), and
+    the names it calls."""
 
     def __init__(self, accelerator: str, instance_attribute: str) -> None:
         super().__init__()
@@ -86,6 +90,8 @@ class _AcceleratorUses(cst.CSTVisitor):
         self.path = instance_attribute
         self.variable = False
         self.instance_attribute = False
+        #: The names it calls (``Trainer`` of ``Trainer(...)``).
+        self.called: set[str] = set()
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
         if dotted(node) == self.path:
@@ -96,6 +102,10 @@ class _AcceleratorUses(cst.CSTVisitor):
     def visit_Arg(self, node: cst.Arg) -> bool:
         walk(node.value, self)
         return False  # nor is a keyword
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Name):
+            self.called.add(node.func.value)
 
     def visit_Name(self, node: cst.Name) -> None:
         if node.value == self.accelerator:
@@ -157,9 +167,22 @@ def _plan(node: cst.ClassDef, accelerator: str, facts: ScriptFacts) -> _ClassPla
             plan.init_index = index
         uses = _AcceleratorUses(accelerator, f"{instance}.{accelerator}")
         walk(method.body, uses)
+        plan.constructs |= uses.called & facts.training_classes
         if uses.instance_attribute or (uses.variable and not binds_locally(method, accelerator, top_level_only=True)):
             plan.uses_accelerator = True
     return plan
+
+
+def _builders_use_the_accelerator(plans: dict[str, _ClassPlan]) -> None:
+    """A class building a training class that uses the accelerator hands it over (an
+    ``Experiment`` building a ``Stage`` building a ``Trainer``), along the chain."""
+    grown = True
+    while grown:
+        users = {name for name, plan in plans.items() if plan.uses_accelerator}
+        grown = False
+        for plan in plans.values():
+            if not plan.uses_accelerator and plan.constructs & users:
+                plan.uses_accelerator = grown = True
 
 
 def _ancestors(name: str, plans: dict[str, _ClassPlan]) -> set[str]:
@@ -656,6 +679,7 @@ class TrainingClass(Rule):
             plan.uses_accelerator = plan.uses_accelerator or any(
                 plans[base].uses_accelerator for base in _ancestors(name, plans)
             )
+        _builders_use_the_accelerator(plans)
         plans = {name: plan for name, plan in plans.items() if plan.uses_accelerator}
         if not plans:
             return module, []
