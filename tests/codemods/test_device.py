@@ -6,7 +6,14 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from accel_convert.codemods.engine.devices import constructed, construction, names_fixed_gpu, peel_moves
+from accel_convert.codemods.engine.devices import (
+    constructed,
+    construction,
+    holds_device,
+    names_fixed_gpu,
+    peel_moves,
+    written_parts,
+)
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.model import Options
 from tests.codemods.support import check_expectations, convert, in_loop
@@ -763,3 +770,77 @@ def test_what_a_value_was_constructed_from_is_one_answer(written: str, built: st
     assert code(constructed(value)) == built
     assert code(peel_moves(value)) == moved_only
     assert (construction(value) is not None) is built.endswith(")")
+
+
+# -- device names are scoped (the device owner's device_name_scopes) --------------------------------
+
+SCOPED_NAMES = """\
+import platform
+
+import torch
+
+device = torch.device("cpu")
+
+
+def checksum(model):
+    return sum(p.to(device).sum() for p in model.parameters())
+
+
+def describe():
+    dev = platform.node()
+    return dev
+
+
+class Meter:
+    def __init__(self):
+        self.device = torch.device("cpu")
+
+    def add(self, x):
+        return x.to(self.device)
+
+
+class Trainer:
+    def __init__(self):
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    def fit(self, x):
+        return x.to(self.device)
+
+
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = device
+    return dev
+"""
+
+
+def test_written_parts_are_the_held_name_and_the_names_it_is_part_of() -> None:
+    assert written_parts('config["gpus"][0]') == ['config["gpus"][0]', 'config["gpus"]', "config"]
+    assert written_parts("self.args.device") == ["self.args.device", "self.args", "self"]
+    assert written_parts("device") == ["device"]
+
+
+def test_a_device_name_is_the_device_only_in_the_scopes_binding_it_so() -> None:
+    from accel_convert.codemods.engine.analysis import analyse
+
+    facts = analyse(cst.parse_module(SCOPED_NAMES))
+    # main()'s own device and its alias; the trainer's self.device, in every method of the class.
+    assert holds_device("device", facts, ("main",))
+    assert holds_device("dev", facts, ("main",))
+    assert holds_device("self.device", facts, ("Trainer", "fit"))
+    # The module's CPU device, kept on purpose beside main()'s GPU: read in checksum() too.
+    assert not holds_device("device", facts, ())
+    assert not holds_device("device", facts, ("checksum",))
+    # describe()'s dev is the machine's name; the meter's self.device is the CPU on purpose.
+    assert not holds_device("dev", facts, ("describe",))
+    assert not holds_device("self.device", facts, ("Meter", "add"))
+
+
+def test_a_cpu_device_is_the_device_where_the_script_chooses_no_gpu() -> None:
+    from accel_convert.codemods.engine.analysis import analyse
+
+    facts = analyse(
+        cst.parse_module('import torch\n\ndevice = torch.device("cpu")\n\n\ndef f(x):\n    return x.to(device)\n')
+    )
+    assert holds_device("device", facts, ())
+    assert holds_device("device", facts, ("f",))

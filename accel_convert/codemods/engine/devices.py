@@ -19,6 +19,7 @@ import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_name
 from accel_convert.codemods.engine.facts import FactQuestions, ScriptFacts
+from accel_convert.codemods.engine.names import NameTable, ScopeKey
 from accel_convert.codemods.engine.syntax import calls_in, dotted, nodes_in
 from accel_convert.codemods.engine.torch_names import (
     CUDA_AVAILABILITY,
@@ -32,13 +33,16 @@ from accel_convert.codemods.engine.torch_names import (
 DEVICE_KEYWORDS = frozenset({"device", "map_location"})
 
 
-def names_device(node: cst.BaseExpression, facts: ScriptFacts, also: Collection[str] = ()) -> bool:
-    """Whether ``node`` is a device: a name holding the script's device, ``accelerator.device``
-    (or one of ``also``, names a rule knows hold one), a ``"cuda..."`` string, or
-    ``torch.device(...)``."""
+def names_device(
+    node: cst.BaseExpression, facts: ScriptFacts, also: Collection[str] = (), scope: ScopeKey | None = None
+) -> bool:
+    """Whether ``node`` is a device: a name holding the script's device (where ``scope`` reads
+    it: :func:`holds_device`), ``accelerator.device`` (or one of ``also``, names a rule knows
+    hold one), a ``"cuda..."`` string, or ``torch.device(...)``."""
     name = held_name(node, indexed=True)
     if name is not None:
-        return name in facts.device_names or name == f"{accelerator_name(facts)}.device" or name in also
+        device = holds_device(name, facts, scope) if scope is not None else name in facts.device_names
+        return device or name == f"{accelerator_name(facts)}.device" or name in also
     if isinstance(node, cst.SimpleString):
         return is_gpu_string(node)
     if isinstance(node, cst.Call):
@@ -65,6 +69,38 @@ def held_name(node: cst.BaseExpression, indexed: bool = False) -> str | None:
         return None
     key = index.value.evaluated_value
     return f'{base}["{key}"]' if isinstance(key, str) else None
+
+
+def written_parts(name: str) -> list[str]:
+    """``config["gpus"][0]`` → ``config["gpus"][0]``, ``config["gpus"]``, ``config``: a held name
+    (:func:`held_name`) and each name it is a part of, the whole first and the variable last.
+    Binding any of them writes the value the name holds; the variable's binding scope is where
+    the name is read from (:func:`binding_scope`)."""
+    cuts = [cut for cut, char in enumerate(name) if char in ".[" and cut]
+    return [name, *(name[:cut] for cut in reversed(cuts))]
+
+
+def binding_scope(name: str, scope: ScopeKey, names: NameTable | None) -> ScopeKey:
+    """The scope whose bindings say what a held name holds where ``scope`` reads it: its
+    variable's (a function's own ``dev``, the module's ``device``, a ``global``'s module) and, for
+    a part of a method's own variable (``self.device``), the method's class, whose methods all
+    write and read it."""
+    variable = written_parts(name)[-1]
+    bound = names.binding_scope(variable, scope) if names is not None else None
+    if bound is None:
+        return ()
+    owner = names.scopes.get(bound[:-1]) if names is not None and variable != name and len(bound) >= 2 else None
+    return bound[:-1] if owner is not None and owner.kind == "class" else bound
+
+
+def holds_device(name: str, facts: FactQuestions, scope: ScopeKey) -> bool:
+    """Whether ``name`` holds the script's device where ``scope`` reads it: one of the device
+    names, unless the binding read there makes it something else (``device_names_elsewhere``:
+    ``fingerprint()``'s own ``dev = torch.device("cpu")`` beside ``main()``'s device)."""
+    if name not in facts.device_names:
+        return False
+    elsewhere = facts.device_names_elsewhere
+    return not elsewhere or (binding_scope(name, scope, facts.names), name) not in elsewhere
 
 
 #: How :func:`element_name` writes an index it cannot follow (``gpus[?]``).

@@ -158,6 +158,8 @@ class FactQuestions:
     accessible_functions: AbstractSet[str]
     file_logger_classes: AbstractSet[str]
     loader_classes: AbstractSet[str]
+    device_names: AbstractSet[str]
+    device_names_elsewhere: AbstractSet[tuple[tuple[str, ...], str]]
 
     def builds_data_loader(self, func: cst.BaseExpression, scope: tuple[str, ...] = (), *, strict: bool = True) -> bool:
         """Whether a call of ``func`` (used in ``scope``) builds a data loader: torch's
@@ -356,10 +358,21 @@ class ScriptFacts(FactQuestions):
     #: there takes as its device holding no fixed GPU there: a name of the same spelling bound
     #: elsewhere (``target = "cpu"`` in ``fingerprint()``, ``target = pick_gpu()`` in ``main()``).
     gpu_index_names_elsewhere: AbstractSet[tuple[str, str]] = frozenset()
+    #: (scope, name) of the names among ``device_names`` that the binding in that scope (a
+    #: function's own ``dev``, the module's ``device``, a class's ``self.device``: see
+    #: :func:`codemods.engine.devices.binding_scope`) makes something else: no device at all
+    #: (``dev = errors.std().item()``), or the CPU kept on purpose where the script chooses a GPU
+    #: in another scope (a module's ``device = torch.device("cpu")`` for its metrics, beside
+    #: ``main()``'s own ``device``). Read through :func:`codemods.engine.devices.holds_device`.
+    device_names_elsewhere: AbstractSet[tuple[tuple[str, ...], str]] = frozenset()
     #: Names holding a GPU index here, whether or not a call here takes them as its device
     #: (``device = 0``, ``args.gpu`` of an ``int`` option): passed to a function of another module
     #: of the program, they make its parameter a GPU index there.
     gpu_index_values: AbstractSet[str] = frozenset()
+    #: The module's own names holding a fixed GPU as its code binds them, module-wide
+    #: (``cfg["gpu"]`` of ``cfg = {"gpu": 0, ...}``): other modules of the program importing
+    #: them read the same GPU (``ProgramSeeds.imported_gpu_indices``).
+    module_gpu_indices: AbstractSet[str] = frozenset()
     #: The file's functions returning a GPU index on every path (``def pick_gpu(): return 0``):
     #: a call of one given as a device (``model.to(pick_gpu())``) is the same GPU on every process.
     gpu_index_functions: AbstractSet[str] = frozenset()
@@ -637,7 +650,9 @@ class FactsDraft(FactQuestions):
     cuda_flags: set[str] = field(default_factory=set)
     gpu_index_names: set[str] = field(default_factory=set)
     gpu_index_names_elsewhere: set[tuple[str, str]] = field(default_factory=set)
+    device_names_elsewhere: set[tuple[tuple[str, ...], str]] = field(default_factory=set)
     gpu_index_values: set[str] = field(default_factory=set)
+    module_gpu_indices: set[str] = field(default_factory=set)
     gpu_index_functions: set[str] = field(default_factory=set)
     gpu_index_method_calls: set[tuple[str, str]] = field(default_factory=set)
     devices_taken: set[tuple[str, str]] = field(default_factory=set)

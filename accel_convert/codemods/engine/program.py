@@ -54,6 +54,7 @@ from accel_convert.codemods.engine.program_roles import (
     Received,
     by_module,
     classes_given_models,
+    imported_gpu_indices,
     models_handed_over,
     per_epoch_arguments,
     prepared_by_entry,
@@ -343,6 +344,7 @@ class Program:
             path_writers=_qualified(facts, "path_parameter_writes"),
             path_readers=_qualified(facts, "path_parameter_reads"),
             per_batch_file_writers=_qualified(facts, "per_batch_file_parameters"),
+            imported_gpu_indices=imported_gpu_indices(facts),
         )
         return {name: learnt.seeds(name, old, self.shapes[name]) for name, old in seeds.items()}
 

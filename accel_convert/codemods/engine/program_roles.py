@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
+from accel_convert.codemods.engine.devices import written_parts
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.program_calls import (
     INLINE_GPU_INDEX,
@@ -18,6 +19,25 @@ from accel_convert.codemods.engine.program_calls import (
 )
 from accel_convert.codemods.engine.program_seeds import ROLES, ProgramSeeds
 from accel_convert.codemods.engine.program_shapes import ModuleShape, function_at
+
+
+def imported_gpu_indices(facts: dict[str, ScriptFacts]) -> dict[str, set[str]]:
+    """Module → the names it imports that another module's code binds to a fixed GPU at module
+    level, as the importing module reads them: ``cfg["gpu"]`` (``from config import cfg``) or
+    ``config.cfg["gpu"]`` (``import config``) where ``config.py`` binds ``cfg = {"gpu": 0, ...}``."""
+    found: dict[str, set[str]] = {}
+    for name, module_facts in facts.items():
+        for local, qualified in module_facts.imports.items():
+            for owner, owner_facts in facts.items():
+                if owner == name:
+                    continue
+                for held in owner_facts.module_gpu_indices:
+                    variable = written_parts(held)[-1]
+                    if qualified == f"{owner}.{variable}":
+                        found.setdefault(name, set()).add(local + held[len(variable) :])
+                    elif qualified == owner:
+                        found.setdefault(name, set()).add(f"{local}.{held}")
+    return found
 
 
 def prepared_by_entry(facts: ScriptFacts, shape: ModuleShape) -> set[str]:
@@ -178,6 +198,8 @@ class Learnt:
     evaluating_calls: dict[str, bool]
     #: Program functions and methods (qualified) another module calls where some rank may not go.
     called_on_some_ranks: set[str] = field(default_factory=set)
+    #: Module → the names it imports that another module binds to a fixed GPU, as it reads them.
+    imported_gpu_indices: dict[str, set[str]] = field(default_factory=dict)
 
     def seeds(self, name: str, old: ProgramSeeds, shape: ModuleShape) -> ProgramSeeds:
         """Module ``name``'s seeds for the next round (functions of its own are not imported)."""
@@ -216,6 +238,7 @@ class Learnt:
                 for qualified in self.called_on_some_ranks
                 if (function := _own_function_or_method(qualified, name, shape)) is not None
             ),
+            imported_gpu_indices=frozenset(self.imported_gpu_indices.get(name, set())),
             evaluated_from_elsewhere=tuple(
                 sorted(
                     (function, evaluating)

@@ -66,6 +66,10 @@ class ProgramSeeds:
     #: takes as its device: their module follows the index to those calls, so the caller does not
     #: report it passed on (ACC924).
     gpu_index_callees: frozenset[str] = frozenset()
+    #: Names (as this module reads them) imported from another module of the program whose
+    #: module-level code binds them to a fixed GPU: ``cfg["gpu"]`` of ``from config import cfg``,
+    #: ``config.cfg["gpu"]`` of ``import config``, where ``config.py`` binds ``cfg = {"gpu": 0}``.
+    imported_gpu_indices: frozenset[str] = frozenset()
     #: Functions of the other modules (qualified) writing a checkpoint to the path one of their
     #: parameters holds, with its position and name (``utils.save_checkpoint``, ``path``): a call
     #: of one writes that file (on the main process once converted).

@@ -10,9 +10,12 @@ import libcst as cst
 from accel_convert.codemods.engine.devices import (
     DEVICE_KEYWORDS,
     UNFOLLOWED_INDEX,
+    binding_scope,
     chooses_device,
     element_name,
     held_name,
+    holds_device,
+    written_parts,
 )
 from accel_convert.codemods.engine.facts import MODULE, FactsDraft
 from accel_convert.codemods.engine.names import NameTable, ScopeKey, is_builtin
@@ -123,12 +126,79 @@ def _bound_outside_the_class(a: Analysis, owner: str, attribute: str, readers: s
 
 
 @provider(
+    needs=("parsed_arguments", "parser_options", "existing_accelerator", "settings_devices"),
+    provides=("device_names_elsewhere",),
+    refines=("device_names",),
+)
+def device_name_scopes(a: Analysis) -> None:
+    """Which scope each device name belongs to. A device name is read where it is bound
+    (:func:`~codemods.engine.devices.binding_scope`: a function's own variable, else the
+    module's; a class's ``self.device``): the binding there says whether it holds the device.
+
+    * ``device = get_device(args.gpu)``, a file's function returning a device on every path,
+      binds the device (``device_names``).
+    * A scope whose every binding of a device name holds something else (``dev =
+      errors.std().item()``, ``device = platform.node()``, ``target = "cpu"``) has no device under
+      that name, whatever another scope binds (``device_names_elsewhere``).
+    * A scope binding a device name to the CPU alone (``device = torch.device("cpu")``, ``"cpu"``)
+      keeps the CPU on purpose where another scope of the file chooses a device that may be a GPU
+      (metrics collected on the CPU beside ``main()``'s own ``device``); in a script choosing no
+      GPU anywhere, it is the script's device, the accelerator's once converted. A script
+      creating its accelerator already (converted once) has the device chosen there.
+    * Any other binding (an alias, a value followed elsewhere, an unpacking) leaves the scope's
+      name a device, as the names are without scopes."""
+    choosing = _devices_returned(a)
+    kinds: dict[tuple[ScopeKey, str], set[str]] = {}
+    for assign in a.r.assigns:
+        for target in assign.targets:
+            if target in a.facts.device_names:
+                key = (binding_scope(target, assign.scope, a.r.names), target)
+                kinds.setdefault(key, set()).add(_binding_kind(a, assign, choosing))
+    gpu_chosen = {key for key, found in kinds.items() if "device" in found}
+    # A script already creating its accelerator (a converted one too) has its device chosen there.
+    chosen_elsewhere = a.facts.existing_accelerator is not None
+    for key, found in kinds.items():
+        if found == {"other"} or (found <= {"other", "cpu"} and (chosen_elsewhere or gpu_chosen - {key})):
+            a.facts.device_names_elsewhere.add(key)
+
+
+def _binding_kind(a: Analysis, assign: AssignRecord, choosing: set[str]) -> str:
+    """What one binding of a device name gives it: ``device`` (a choice that may be a GPU, or
+    what a device function returns), ``cpu`` (the CPU alone), ``other`` (a value that is no
+    device: a call of something other than the file's own code, a string naming no device,
+    ``None``), or ``unknown`` (anything else, taken for the device as before: an alias, an
+    unpacking, a call of the file's own functions or methods)."""
+    value, scope = assign.value, assign.scope
+    if len(assign.targets) != 1:
+        return "unknown"
+    if _is_cpu(value) or (
+        isinstance(value, cst.Call)
+        and a.r.names.qualified_name(value.func, scope, strict=False) == "torch.device"
+        and len(value.args) == 1
+        and _is_cpu(value.args[0].value)
+    ):
+        return "cpu"
+    if chooses_device(value, a.facts, scope):
+        return "device"
+    if isinstance(value, cst.Call):
+        func = value.func
+        if isinstance(func, cst.Name) and func.value in choosing:
+            return "device"
+        own = isinstance(func, cst.Name) and (func.value in a.r.defs or func.value in a.r.classes)
+        method = isinstance(func, cst.Attribute) and instance_class_at(a, scope, func.value) is not None
+        return "unknown" if own or method else "other"
+    literal = isinstance(value, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString))
+    return "other" if literal or (isinstance(value, cst.Name) and value.value == "None") else "unknown"
+
+
+@provider(
     needs=(
         "arguments",
         "parsed_arguments",
         "parser_options",
         "existing_accelerator",
         "device_names",
+        "device_names_elsewhere",
         "settings_devices",
     ),
     provides=(
@@ -137,6 +207,7 @@ def _bound_outside_the_class(a: Analysis, owner: str, attribute: str, readers: s
         "gpu_index_functions",
         "gpu_index_method_calls",
         "gpu_index_names_elsewhere",
+        "module_gpu_indices",
         "devices_taken",
         "devices_unfollowed",
     ),
@@ -170,9 +241,10 @@ def device_values(a: Analysis) -> None:
       function binds none of that name; ``target = "cpu"`` in one function is no GPU for the
       ``target = pick_gpu()`` of another (``gpu_index_names_elsewhere``).
     * A parameter that a caller in another module of the program fills with a GPU index (seeded,
-      ``gpu_index_parameters``) is one here too; and the names holding one here are told to the
-      program (``gpu_index_values``), for the parameters they fill elsewhere."""
-    _devices_returned(a)
+      ``gpu_index_parameters``) is one here too, and so is a name imported from a module binding
+      one (``cfg["gpu"]`` of ``from config import cfg``, seeded, ``imported_gpu_indices``); the
+      names holding one here are told to the program (``gpu_index_values``), for the parameters
+      they fill elsewhere, and the module's own (``module_gpu_indices``), for its importers."""
     held = _HeldDevices.of(a)
     a.facts.gpu_index_functions.update(function for function in held.index_functions if function in a.r.defs)
     a.facts.gpu_index_method_calls.update(_index_method_calls(a, held))
@@ -193,6 +265,7 @@ def device_values(a: Analysis) -> None:
     # ``target = "cpu"`` in ``fingerprint()`` beside ``main()``'s ``target = pick_gpu()``.
     a.facts.gpu_index_names_elsewhere = {(f, name) for f, name in elsewhere if name in a.facts.gpu_index_names}
     a.facts.gpu_index_values = held.index_values(a) | a.facts.gpu_index_names
+    a.facts.module_gpu_indices = {name for where, name in held.fixed if where == MODULE and not is_literal(name)}
 
 
 def _index_method_calls(a: Analysis, held: _HeldDevices) -> Iterator[tuple[str, str]]:
@@ -204,9 +277,9 @@ def _index_method_calls(a: Analysis, held: _HeldDevices) -> Iterator[tuple[str, 
             yield call.function, dotted(func) or ""
 
 
-def _devices_returned(a: Analysis) -> None:
+def _devices_returned(a: Analysis) -> set[str]:
     """``device = get_device(args.gpu)``: a name bound to what a file's function returns when
-    every one of its ``return`` statements hands back a device."""
+    every one of its ``return`` statements hands back a device. Those functions, by name."""
     returns: dict[str, list[cst.BaseExpression]] = {}
     for function, value in a.r.returns:
         returns.setdefault(function, []).append(value)
@@ -219,6 +292,7 @@ def _devices_returned(a: Analysis) -> None:
         value = assign.value
         if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in choosing:
             a.facts.device_names.update(assign.targets)
+    return choosing
 
 
 def _device_uses(a: Analysis) -> list[tuple[str, str]]:
@@ -270,8 +344,7 @@ def _followed(
     ``__init__``, ``config["gpu"]`` from the module's ``CONFIG``); ``name`` itself where neither."""
     sources = _assigned_from(a, function, name)
     if not sources:
-        cuts = [cut for cut, char in enumerate(name) if char in ".[" and cut]
-        for prefix, rest in ((name[:cut], name[cut:]) for cut in reversed(cuts)):
+        for prefix, rest in ((part, name[len(part) :]) for part in written_parts(name)[1:]):
             passed = held.origin_sites(a, function, prefix)
             if passed != {(function, prefix)}:
                 sources = [(caller, argument + rest) for caller, argument in passed]
@@ -309,8 +382,12 @@ class _HeldDevices:
         #: the module's (function ``MODULE``), seen in the functions binding no name of theirs so.
         self.fixed: set[tuple[str, str]] = set()
         #: Names holding a fixed GPU wherever they are read: the parameters a caller in another
-        #: module fills with a GPU index (``Trainer(model, gpu_id=0)``), the values written in a call.
-        self.everywhere: set[str] = set(a.seeds.gpu_index_parameters) if a.seeds is not None else set()
+        #: module fills with a GPU index (``Trainer(model, gpu_id=0)``), the names imported from a
+        #: module binding one (``cfg["gpu"]`` of ``from config import cfg``), the values written
+        #: in a call.
+        self.everywhere: set[str] = (
+            set(a.seeds.gpu_index_parameters) | set(a.seeds.imported_gpu_indices) if a.seeds is not None else set()
+        )
         self.devices: set[str] = set()
         #: The file's functions returning a GPU index on every path (``def pick_gpu(): return 0``),
         #: and its classes' methods, as ``Trainer.pick_gpu``.
@@ -447,7 +524,7 @@ class _HeldDevices:
         """What ``name`` holds where ``function`` reads it: ``device``, ``fixed``, ``other``; or
         ``unfollowed``: an element, at an index not written out, of what holds fixed GPUs
         (``gpus[i]`` of ``gpus = [0, 1]``, ``args.gpu_ids[rank]``)."""
-        if name in self.facts.device_names or name in self.devices:
+        if holds_device(name, self.facts, () if function == MODULE else (function,)) or name in self.devices:
             return "device"
         if name.endswith(UNFOLLOWED_INDEX):
             held = self.visible(function) | self.devices

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accel_convert.codemods.engine.devices import constructed
+from accel_convert.codemods.engine.devices import constructed, holds_device
 from accel_convert.codemods.engine.facts import MODULE, ScriptFacts
 from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class
 from accel_convert.codemods.engine.program_seeds import ProgramSeeds
@@ -45,6 +45,7 @@ from accel_convert.codemods.model.state import Analysis
         "per_epoch_schedulers",
         "prepared",
         "device_names",
+        "device_names_elsewhere",
         "train_loops",
         "call_graph",
         "arguments",
@@ -165,7 +166,14 @@ def _home_by_what_it_binds(a: Analysis) -> str:
     if home is None and facts.train_loops:
         home = facts.train_loops[0].function
     if home is None:
-        home = next((assign.function for assign in a.r.assigns if set(assign.targets) & facts.device_names), None)
+        home = next(
+            (
+                assign.function
+                for assign in a.r.assigns
+                if any(holds_device(target, facts, assign.scope) for target in assign.targets)
+            ),
+            None,
+        )
     if home is None:
         home = next((call.function for call in training_backwards(a)), MODULE)
     return home

@@ -64,6 +64,7 @@ PROVIDERS: tuple[Provider, ...] = (
     roles.constructor_roles,
     loaders.batch_size,
     devices.settings_class_devices,
+    devices.device_name_scopes,
     devices.device_values,
     program.imported_loader_factories,
     roles.stepped_objects,

@@ -132,8 +132,8 @@ class UnusedDevice(Rule):
 class _DropUnusedDevice(RuleTransformer):
     def __init__(self, facts: ScriptFacts, module_names: set[str]) -> None:
         super().__init__(facts)
-        #: A function's own ``device`` that hides a module-level one stays: without it the
-        #: function would read the module's, which the device rule decides about differently.
+        #: The module's names: a function's ``device`` that is not its own (``global device``)
+        #: writes the module's, which other code may read.
         self.module_names = module_names
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> cst.FunctionDef:
@@ -167,12 +167,12 @@ class _DropUnusedDevice(RuleTransformer):
         """``NAME`` of a line ``NAME = accelerator.device``, or of a device flag the original
         read; None for any other line."""
         assigned = name_assigned(statement)
-        if assigned is None or assigned[0] in self.module_names:
+        if assigned is None or (assigned[0] in self.module_names and not self._own(assigned[0])):
             return None
         name, value = assigned
         if any(line.comment for line in _leading_lines(statement)):
             return None
-        if dotted(value) == f"{accelerator_name(self.facts)}.device":
+        if dotted(value) in self._accelerator_devices():
             # Whether the original read it or not, the line is dead code once nothing reads it;
             # deciding on the converted code alone keeps the conversion of its own output unchanged.
             return name
@@ -188,6 +188,21 @@ class _DropUnusedDevice(RuleTransformer):
         if name in self.facts.gpu_index_values and (picked or held_name(value) is not None):
             return name
         return None
+
+    def _own(self, name: str) -> bool:
+        """Whether the function being left binds ``name`` itself (a module's ``device`` of the same
+        name is another variable, which the device owner scopes apart: ``binding_scope``), not
+        through ``global``/``nonlocal``."""
+        names = self.facts.names
+        return names is not None and names.binding_scope(name, self.scope) == self.scope
+
+    def _accelerator_devices(self) -> set[str]:
+        """How the function being left reads the accelerator's device: ``accelerator.device``,
+        and ``self.accelerator.device`` in a training class's method (the device rule's
+        ``device = self.accelerator.device`` of a method's own ``device``)."""
+        device = f"{accelerator_name(self.facts)}.device"
+        instance = self.instance_accelerator()
+        return {device} if instance is None else {device, f"{dotted(instance)}.device"}
 
     def _still_read(self, name: str, others: Sequence[cst.CSTNode]) -> bool:
         mentioned = _names(others)

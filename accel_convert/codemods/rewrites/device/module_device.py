@@ -16,7 +16,7 @@ from collections.abc import Iterable
 import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_name
-from accel_convert.codemods.engine.devices import selects_device
+from accel_convert.codemods.engine.devices import holds_device, selects_device
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change
@@ -87,7 +87,7 @@ def _module_level_selections(original: cst.Module, facts: ScriptFacts) -> dict[s
         assign = statement.body[0]
         if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and selects_device(assign.value, facts):
             name = dotted(assign.targets[0].target)
-            if name is not None and name in facts.device_names and name not in selections:
+            if name is not None and holds_device(name, facts, ()) and name not in selections:
                 selections[name] = statement
     return selections
 

@@ -146,9 +146,8 @@ class Moves(DeviceWalkState):
             return False
         if arg.keyword is None and (arg is not call.args[0] or arg.star):
             return False
-        return names_device(arg.value, self.facts, also={self.device_expr, *self.gpu_indices}) or self.picks_fixed_gpu(
-            arg.value
-        )
+        also = {self.device_expr, *self.gpu_indices}
+        return names_device(arg.value, self.facts, also, self.scope) or self.picks_fixed_gpu(arg.value)
 
     def without_move(
         self, original: cst.Call, call: cst.Call, receiver: cst.BaseExpression, device_args: list[cst.Arg]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from accel_convert.codemods.engine.devices import mentions_cuda, names_fixed_gpu, selects_device
+from accel_convert.codemods.engine.devices import holds_device, mentions_cuda, names_fixed_gpu, selects_device
 from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS
 from accel_convert.codemods.engine.syntax import dotted, expression
 from accel_convert.codemods.rewrites.device.emptied_blocks import has_statements, with_pass
@@ -30,7 +30,11 @@ class Selection(DeviceWalkState):
         """``device = torch.device(...)``, ``device = args.device``: an assignment of only
         device names whose value is a device expression, not a plain alias (``DEV = device``
         stays); a command-line option is a selection."""
-        return bool(targets) and targets <= self.facts.device_names and selects_device(assign.value, self.facts)
+        return (
+            bool(targets)
+            and all(holds_device(target, self.facts, self.scope) for target in targets)
+            and selects_device(assign.value, self.facts)
+        )
 
     def selected_device(self, original: cst.Assign, updated: cst.Assign, targets: set[str]) -> cst.Assign:
         """``device = ...`` → ``device = accelerator.device`` where the accelerator is reachable."""
@@ -106,8 +110,8 @@ class Selection(DeviceWalkState):
         if self.qualified_name(call.func) != "torch.set_default_device" or not call.args:
             return False
         value = call.args[0].value
-        return (
-            names_fixed_gpu(value, self.facts, self.scope, self.gpu_indices) or dotted(value) in self.facts.device_names
+        return names_fixed_gpu(value, self.facts, self.scope, self.gpu_indices) or holds_device(
+            dotted(value) or "", self.facts, self.scope
         )
 
     def default_device(self, original: cst.Call, updated: cst.Expr) -> cst.Expr:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from accel_convert.codemods.engine.devices import holds_device
 from accel_convert.codemods.engine.names import BuiltinOf
 from accel_convert.codemods.engine.syntax import dotted
 from accel_convert.codemods.engine.torch_names import DEVICE_TYPE_KEYWORD, DEVICE_TYPE_PARAMETERS, DEVICE_TYPES
@@ -23,7 +24,7 @@ STRING_METHODS = frozenset(name for name in dir(str) if not name.startswith("_")
 class StringReads(DeviceWalkState):
     def _now_a_torch_device(self, node: cst.BaseExpression) -> bool:
         """A device name where it now holds ``accelerator.device``, a ``torch.device``."""
-        return dotted(node) in self.facts.device_names and self.accelerator_reachable()
+        return holds_device(dotted(node) or "", self.facts, self.scope) and self.accelerator_reachable()
 
     def _its_type(self, original: cst.CSTNode, node: cst.BaseExpression, read: str) -> cst.BaseExpression:
         """``device`` → ``device.type``: the string the script read (``"cuda"``, ``"cpu"``)."""
