@@ -387,7 +387,11 @@ def _parameters_given_loggers(a: Analysis) -> set[str]:
         outside = params is None and bool(elsewhere) and _program_target(a, call) in elsewhere
         for index, arg in enumerate(call.node.args if params is not None or outside else ()):
             value = arg.value
-            if arg.star or not isinstance(value, cst.Call) or file_logger_class(a.facts, value.func, call.scope) is None:
+            if (
+                arg.star
+                or not isinstance(value, cst.Call)
+                or file_logger_class(a.facts, value.func, call.scope) is None
+            ):
                 continue
             param = None if params is None else parameter_filled(arg, index, params)
             if param is None and not outside:
@@ -408,9 +412,11 @@ def _callee_parameters(a: Analysis, call: CallRecord) -> tuple[str, ...] | None:
         return a.r.defs[callee]
     if callee in a.r.classes:
         return a.r.classes[callee].init_params
-    owner = instance_class(a, call, func.value) if isinstance(func, cst.Attribute) else None
-    if owner is None or not isinstance(func, cst.Attribute) or a.r.classes[owner].self_names.get(func.attr.value) is None:
+    if not isinstance(func, cst.Attribute):
         return None
+    owner = instance_class(a, call, func.value)
+    if owner is None or a.r.classes[owner].self_names.get(func.attr.value) is None:
+        return None  # not an instance of the module's class, or a static or class method
     method = next((m for m in class_methods(a.r.classes[owner].node) if m.name.value == func.attr.value), None)
     return None if method is None else parameter_names(method)[1:]
 
