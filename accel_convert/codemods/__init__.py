@@ -103,16 +103,21 @@ def _loader_batch_size(facts: ScriptFacts) -> int | None:
 def _nothing_to_convert(facts: ScriptFacts) -> bool:
     """A module that does not use torch, unless its program needs it converted: a library whose
     functions the accelerator reaches (a ``log`` helper that prints), that keeps a file open for
-    writing (a CSV logger class, reported) or that creates folders (made safe on every rank), or
-    an entry script calling a function of its program that takes the accelerator
-    (``fit(args, loaders)``)."""
+    writing (a CSV logger class, reported), that creates folders (made safe on every rank) or that
+    rebinds ``print`` at its top level (printing's :func:`rebinds_output_at_top_level`: kept to the
+    first process), or an entry script calling a function of its program that takes the
+    accelerator (``fit(args, loaders)``)."""
     from accel_convert.codemods.engine.imported_calls import callers_of_imported_accelerator_users
     from accel_convert.codemods.model.home import reached_library
+    from accel_convert.codemods.rewrites.printing import rebinds_output_at_top_level
 
     return (
         not facts.uses_torch
         and not reached_library(facts)
-        and not (facts.home_kind == "library" and (facts.keeps_files_for_writing or facts.creates_folders))
+        and not (
+            facts.home_kind == "library"
+            and (facts.keeps_files_for_writing or facts.creates_folders or rebinds_output_at_top_level(facts))
+        )
         and not callers_of_imported_accelerator_users(facts)
     )
 

@@ -216,8 +216,7 @@ class Program:
             if derived == seeds:
                 break
             seeds = derived
-        # What a class of a module keeps open does not depend on the other modules: told once.
-        loggers = frozenset(f"{name}.{cls}" for name, found in facts.items() for cls in found.file_logger_classes)
+        loggers = _file_logger_classes(facts)
         return {name: replace(seed, file_logger_classes=loggers) for name, seed in seeds.items()}
 
     def _python_outputs(self) -> tuple[tuple[str, frozenset[int]], ...]:
@@ -346,7 +345,14 @@ class Program:
             per_batch_file_writers=_qualified(facts, "per_batch_file_parameters"),
             imported_gpu_indices=imported_gpu_indices(facts),
         )
-        return {name: learnt.seeds(name, old, self.shapes[name]) for name, old in seeds.items()}
+        # What a class of a module keeps open does not depend on the other modules; told from the
+        # second round on, so a logger of one module built in a call of another's function (or
+        # method) is seen as one where it is built.
+        loggers = _file_logger_classes(facts)
+        return {
+            name: replace(learnt.seeds(name, old, self.shapes[name]), file_logger_classes=loggers)
+            for name, old in seeds.items()
+        }
 
     def _cross_calls(
         self,
@@ -451,6 +457,12 @@ def _qualified(facts: dict[str, ScriptFacts], fact: str) -> tuple[tuple[str, int
             for function, position, param in getattr(module_facts, fact)
         )
     )
+
+
+def _file_logger_classes(facts: dict[str, ScriptFacts]) -> frozenset[str]:
+    """Every class of the program keeping a file open for writing (see ``file_flow.file_loggers``),
+    by qualified name."""
+    return frozenset(f"{name}.{cls}" for name, found in facts.items() for cls in found.file_logger_classes)
 
 
 def _evaluating_calls(facts: dict[str, ScriptFacts]) -> dict[str, bool]:

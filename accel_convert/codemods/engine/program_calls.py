@@ -15,6 +15,7 @@ from accel_convert.codemods.engine.names import NameCollector, NameTable, ScopeK
 from accel_convert.codemods.engine.program_shapes import ModuleShape
 from accel_convert.codemods.engine.syntax import dotted, parameter_filled, takes_every_argument
 from accel_convert.codemods.engine.torch_names import WORKER_CALLBACKS
+from accel_convert.codemods.model.file_flow import file_logger_class
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,9 @@ INLINE_LOADER = "<DataLoader(...)>"
 #: A model built in the call (``Trainer(config, Regressor(), loader)``, ``nn.Linear(8, 1)``): no
 #: caller's name holds it to prepare, so the callee prepares what keeps it. Not an identifier.
 INLINE_MODEL = "<model built in the call>"
+#: A file logger built in the call (``fit(loader, CSVLogger("log.csv"))``): the caller builds it on
+#: the main process only, so the parameter is a tracker in the callee's module. Not an identifier.
+INLINE_FILE_LOGGER = "<file logger built in the call>"
 
 
 class CrossCalls(NameCollector):
@@ -218,7 +222,7 @@ def call_arguments(
     facts: ScriptFacts, scope: ScopeKey, node: cst.Call, params: tuple[str, ...], positional: int | None = None
 ) -> tuple[tuple[str, str], ...]:
     """(parameter filled, argument as written) for the call's plain-name arguments (and loaders
-    built in the call, as :data:`INLINE_LOADER`, GPU indices written there, as
+    built in the call, as :data:`INLINE_LOADER`, file loggers, as :data:`INLINE_FILE_LOGGER`, GPU indices written there, as
     :data:`INLINE_GPU_INDEX`, or kept in a container, ``gpus[0]``; a GPU index in a dictionary or
     list written there fills that part of the parameter, ``config["gpu"]`` of ``Runner({"gpu":
     0})``); ``positional``: how many of ``params`` positional arguments fill."""
@@ -243,6 +247,8 @@ def _argument_as_written(facts: ScriptFacts, scope: ScopeKey, value: cst.BaseExp
     if written is None and isinstance(value, cst.Call):
         loader = facts.builds_data_loader(value.func, scope)
         written = INLINE_LOADER if loader else INLINE_MODEL if _builds_a_model(facts, scope, value) else None
+        if written is None and file_logger_class(facts, value.func, scope) is not None:
+            written = INLINE_FILE_LOGGER
     if written is None and is_gpu_index(value):
         written = INLINE_GPU_INDEX
     if written is None and (held := held_name(value, indexed=True)) in facts.gpu_index_values:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from accel_convert.codemods.engine.devices import written_parts
 from accel_convert.codemods.engine.facts import ScriptFacts
 from accel_convert.codemods.engine.program_calls import (
+    INLINE_FILE_LOGGER,
     INLINE_GPU_INDEX,
     INLINE_LOADER,
     INLINE_MODEL,
@@ -86,6 +87,10 @@ class Received:
     #: Module → (function or class, parameter) → whether every call from another module fills it
     #: with a model built in the call (see ``ProgramSeeds.built_in_every_call``).
     built_inline: dict[str, dict[tuple[str, str], bool]] = field(default_factory=dict)
+    #: Module → its parameters filled with a file logger (see ``ProgramSeeds.logger_parameters``).
+    loggers: dict[str, set[str]] = field(default_factory=dict)
+    #: Program functions and classes (qualified) a call hands a file logger built in the call.
+    logger_callees: set[str] = field(default_factory=set)
 
     def add_role(self, module: str, role: str, name: str) -> None:
         self.roles[module].setdefault(role, set()).add(name)
@@ -112,6 +117,11 @@ class Received:
                     self.unsharded.setdefault(call.callee_module, set()).add(param)
                 if argument == INLINE_LOADER:
                     self.add_role(call.callee_module, "train_loaders", param)
+                if argument == INLINE_FILE_LOGGER or argument in caller.file_loggers:
+                    # Built on the main process only where it is built: None on the others.
+                    self.loggers.setdefault(call.callee_module, set()).add(param)
+                if argument == INLINE_FILE_LOGGER:
+                    self.logger_callees.add(f"{call.callee_module}.{call.callee}")
                 if argument == INLINE_GPU_INDEX or argument in caller.gpu_index_values:
                     self.gpu_indices.setdefault(call.callee_module, set()).add(param)
                     if (call.callee, param) in facts[call.callee_module].devices_taken:  # a device there
@@ -239,6 +249,8 @@ class Learnt:
                 if (function := _own_function_or_method(qualified, name, shape)) is not None
             ),
             imported_gpu_indices=frozenset(self.imported_gpu_indices.get(name, set())),
+            logger_parameters=frozenset(self.received.loggers.get(name, set())),
+            logger_callees=frozenset(self.received.logger_callees),
             evaluated_from_elsewhere=tuple(
                 sorted(
                     (function, evaluating)

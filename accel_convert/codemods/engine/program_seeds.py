@@ -145,6 +145,15 @@ class ProgramSeeds:
     #: Program-wide: classes (qualified) keeping a file open for writing (a CSV logger of
     #: ``utils/logger.py``): an instance built in another module is created on the main process only.
     file_logger_classes: frozenset[str] = frozenset()
+    #: Parameters (file-wide names) that callers in other modules fill with a file logger (one
+    #: built in the call, ``fit(loader, CSVLogger("log.csv"))``, or a name bound to one): created on
+    #: the main process only there (None on the others), so they are trackers here, their calls
+    #: run on the main process only.
+    logger_parameters: frozenset[str] = frozenset()
+    #: Program-wide: functions and classes (qualified; a class for its ``__init__`` and its
+    #: methods) that a call elsewhere hands a file logger built in the call: such a call builds it
+    #: on the main process only, as a call of this module's own function would.
+    logger_callees: frozenset[str] = frozenset()
     #: Program-wide: classes (qualified) deriving from a ``torch.nn`` module, directly or through
     #: other classes of the program (``nets.mlp.Net``): an instance another module builds is a
     #: model there as one of its own classes would be (``final = Net()`` built after training).

@@ -31,7 +31,15 @@ import libcst as cst
 from accel_convert.codemods.engine.facts import MODULE, FactQuestions
 from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.names import ScopeKey, builtins_at
-from accel_convert.codemods.engine.syntax import argument_for, dotted, names_in, nodes_in, parameter_filled
+from accel_convert.codemods.engine.syntax import (
+    argument_for,
+    class_methods,
+    dotted,
+    names_in,
+    nodes_in,
+    parameter_filled,
+    parameter_names,
+)
 from accel_convert.codemods.engine.torch_names import (
     CHECKPOINT_READS,
     CHECKPOINT_WRITES,
@@ -326,6 +334,9 @@ def file_loggers(a: Analysis) -> None:
             a.facts.file_loggers.update(assign.targets)
     a.facts.trackers.update(a.facts.file_loggers)
     a.facts.trackers.update(_parameters_given_loggers(a))
+    if a.seeds is not None:
+        # Filled by another module of the program with a logger it builds on the main process only.
+        a.facts.trackers.update(a.seeds.logger_parameters)
 
 
 def _reopening_loggers(a: Analysis) -> set[str]:
@@ -364,25 +375,72 @@ def _is_none(value: cst.BaseExpression | None) -> bool:
 
 def _parameters_given_loggers(a: Analysis) -> set[str]:
     """Parameters filled by a logger built right in the call (``train(model, CSVLogger(...))``):
-    of the module's functions, and of its classes' ``__init__``."""
+    of the module's functions, of its classes' ``__init__`` and of their methods
+    (``trainer.fit(loader, CSVLogger(...))``). A logger built right in a call of another module's
+    function, class or instance's method that the program says takes one there (the seeds'
+    ``logger_callees``, ``engine.train``, ``trainer.Trainer``) is built on the main process only
+    too; that module's parameter is the tracker (its ``logger_parameters``)."""
     found: set[str] = set()
+    elsewhere = a.seeds.logger_callees if a.seeds is not None else frozenset()
     for call in a.r.calls:
-        callee = dotted(call.node.func)
-        params = a.r.defs.get(callee) if callee is not None else None
-        if params is None and callee in a.r.classes:
-            params = a.r.classes[callee].init_params
-        if params is None:
-            continue
-        for index, arg in enumerate(call.node.args):
+        params = _callee_parameters(a, call)
+        outside = params is None and bool(elsewhere) and _program_target(a, call) in elsewhere
+        for index, arg in enumerate(call.node.args if params is not None or outside else ()):
             value = arg.value
-            if arg.star or not isinstance(value, cst.Call):
+            if (
+                arg.star
+                or not isinstance(value, cst.Call)
+                or file_logger_class(a.facts, value.func, call.scope) is None
+            ):
                 continue
-            param = parameter_filled(arg, index, params)
-            if param is not None and file_logger_class(a.facts, value.func, call.scope) is not None:
+            param = None if params is None else parameter_filled(arg, index, params)
+            if param is None and not outside:
+                continue
+            if param is not None:
                 found.add(param)
-                site = a.site(value)
-                a.facts.loggers_built_in_calls.add((site.line, site.column))
+            site = a.site(value)
+            a.facts.loggers_built_in_calls.add((site.line, site.column))
     return found
+
+
+def _callee_parameters(a: Analysis, call: CallRecord) -> tuple[str, ...] | None:
+    """The parameters of the module's function, class (its ``__init__``) or method of an instance
+    of its class (``trainer.fit``, ``self.fit``) that the call runs; None for any other call."""
+    func = call.node.func
+    callee = dotted(func)
+    if callee in a.r.defs:
+        return a.r.defs[callee]
+    if callee in a.r.classes:
+        return a.r.classes[callee].init_params
+    if not isinstance(func, cst.Attribute):
+        return None
+    owner = instance_class(a, call, func.value)
+    if owner is None or a.r.classes[owner].self_names.get(func.attr.value) is None:
+        return None  # not an instance of the module's class, or a static or class method
+    method = next((m for m in class_methods(a.r.classes[owner].node) if m.name.value == func.attr.value), None)
+    return None if method is None else parameter_names(method)[1:]
+
+
+def _program_target(a: Analysis, call: CallRecord) -> str | None:
+    """The other module's function or class (qualified) a call runs: called or built by its name
+    (``train(...)``, ``engine.Trainer(...)``), or, for a method, the class of the instance it is
+    called on (``trainer.fit(...)`` after ``trainer = Trainer(...)`` in the same function,
+    ``Trainer(...).fit(...)``)."""
+    func = call.node.func
+    direct = program_callee(a.facts, func, call.scope)
+    if direct is not None or not isinstance(func, cst.Attribute):
+        return direct
+    receiver = func.value
+    if isinstance(receiver, cst.Call):
+        return program_callee(a.facts, receiver.func, call.scope)
+    if not isinstance(receiver, cst.Name):
+        return None
+    built = {
+        program_callee(a.facts, assign.value.func, assign.scope)
+        for assign in a.r.assigns
+        if assign.function == call.function and receiver.value in assign.targets and isinstance(assign.value, cst.Call)
+    }
+    return built.pop() if len(built) == 1 else None
 
 
 def file_logger_class(facts: FactQuestions, func: cst.BaseExpression, scope: ScopeKey) -> str | None:

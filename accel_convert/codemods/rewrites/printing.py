@@ -506,10 +506,28 @@ def log_functions(a: Analysis) -> frozenset[str]:
     return frozenset(found)
 
 
+@rule_provider(needs=(log_functions.name,))
+def output_rebound_at_top_level(a: Analysis) -> bool:
+    """Whether the module binds ``print``, or a name to a logging function (:func:`log_functions`),
+    at its top level (pytorch-playground's ``utee/misc.py``: ``print = logger.info``)."""
+    if "print" not in a.r.words and not a.rule_results[log_functions.name]:
+        return False
+    bound = {"print", *cast(frozenset[str], a.rule_results[log_functions.name])}
+    return any(not assign.scope and bound.intersection(assign.targets) for assign in a.r.assigns)
+
+
+def rebinds_output_at_top_level(facts: ScriptFacts) -> bool:
+    """The one answer to whether a module's top level rebinds what it prints or logs through
+    (see :func:`output_rebound_at_top_level`): every process importing it would print each line,
+    so such a module of a program is converted even when it uses no torch and no accelerator
+    reaches it, the binding kept to the first process by the launcher's ``RANK``."""
+    return facts.of(output_rebound_at_top_level)
+
+
 class Printing(Rule):
     code = "ACC107"
     name = "print-progress"
-    providers = (loggers, log_functions, models_built_on_every_rank, launches_a_function)
+    providers = (loggers, log_functions, output_rebound_at_top_level, models_built_on_every_rank, launches_a_function)
     examples = (
         # print rebound at the top level, before main() creates the accelerator: the launcher's RANK
         # keeps the logger's function on the first process, the others get one doing nothing.
