@@ -339,6 +339,9 @@ def test_a_function_with_its_own_device_gets_no_global() -> None:
     own = GLOBAL_DEVICE.replace('    """Train."""\n', '    """Train."""\n    device = torch.device("cpu")\n')
     code, lines = convert(own)
     assert "global device" not in lines
+    # main()'s own CPU device is the one it trains on (the accelerator's), never a CPU kept on
+    # purpose; the line hiding the module's device stays, so a second conversion changes nothing.
+    assert "model = Net()" in lines
     check_expectations(own, ["device = accelerator.device", "-global device"])
 
 

@@ -17,7 +17,7 @@ from accel_convert.codemods.engine.devices import (
     holds_device,
     written_parts,
 )
-from accel_convert.codemods.engine.facts import MODULE, FactsDraft
+from accel_convert.codemods.engine.facts import MODULE, FactsDraft, callers_closure
 from accel_convert.codemods.engine.names import NameTable, ScopeKey, is_builtin
 from accel_convert.codemods.engine.syntax import argument_for, dotted
 from accel_convert.codemods.model.arguments import options_defined
@@ -126,7 +126,7 @@ def _bound_outside_the_class(a: Analysis, owner: str, attribute: str, readers: s
 
 
 @provider(
-    needs=("parsed_arguments", "parser_options", "existing_accelerator", "settings_devices"),
+    needs=("parsed_arguments", "parser_options", "existing_accelerator", "settings_devices", "call_graph"),
     provides=("device_names_elsewhere",),
     refines=("device_names",),
 )
@@ -157,9 +157,33 @@ def device_name_scopes(a: Analysis) -> None:
     gpu_chosen = {key for key, found in kinds.items() if "device" in found}
     # A script already creating its accelerator (a converted one too) has its device chosen there.
     chosen_elsewhere = a.facts.existing_accelerator is not None
+    training = _training_scopes(a)
     for key, found in kinds.items():
-        if found == {"other"} or (found <= {"other", "cpu"} and (chosen_elsewhere or gpu_chosen - {key})):
+        cpu_on_purpose = (chosen_elsewhere or gpu_chosen - {key}) and not _trains_in(key[0], training)
+        if found == {"other"} or (found <= {"other", "cpu"} and cpu_on_purpose):
             a.facts.device_names_elsewhere.add(key)
+
+
+def _training_scopes(a: Analysis) -> set[ScopeKey]:
+    """The scopes whose code runs a backward, and the module-level functions calling one that
+    does (directly or not)."""
+    backward = {
+        call.scope
+        for call in a.r.calls
+        if isinstance(call.node.func, cst.Attribute) and call.node.func.attr.value == "backward"
+    }
+    functions = {scope[0] for scope in backward if scope}
+    return backward | {(name,) for name in callers_closure(functions, a.facts.call_graph)}
+
+
+def _trains_in(scope: ScopeKey, training: set[ScopeKey]) -> bool:
+    """Whether code of ``scope`` trains: a CPU device chosen there (``main()``'s own, a trainer's
+    ``self.device``) is the one the training runs on, the accelerator's once converted, never a
+    CPU kept on purpose for metrics beside it (a ``checksum()`` method's, the module's where only
+    ``main()`` trains)."""
+    if not scope:
+        return () in training
+    return any(found[: len(scope)] == scope for found in training)
 
 
 def _binding_kind(a: Analysis, assign: AssignRecord, choosing: set[str]) -> str:

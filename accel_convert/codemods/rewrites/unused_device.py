@@ -167,7 +167,7 @@ class _DropUnusedDevice(RuleTransformer):
         """``NAME`` of a line ``NAME = accelerator.device``, or of a device flag the original
         read; None for any other line."""
         assigned = name_assigned(statement)
-        if assigned is None or (assigned[0] in self.module_names and not self._own(assigned[0])):
+        if assigned is None or (assigned[0] in self.module_names and not self._hides_no_module_device(assigned[0])):
             return None
         name, value = assigned
         if any(line.comment for line in _leading_lines(statement)):
@@ -188,6 +188,14 @@ class _DropUnusedDevice(RuleTransformer):
         if name in self.facts.gpu_index_values and (picked or held_name(value) is not None):
             return name
         return None
+
+    def _hides_no_module_device(self, name: str) -> bool:
+        """Whether removing the function's ``name`` leaves the module's ``name`` as it is: the
+        function binds it itself, and the module's is no device (a CPU kept on purpose, something
+        else: ``device_names_elsewhere``). A function's own line hiding the module's device stays:
+        without it, converting the output again would rebind the module's device in the function
+        (``global device``)."""
+        return self._own(name) and ((), name) in self.facts.device_names_elsewhere
 
     def _own(self, name: str) -> bool:
         """Whether the function being left binds ``name`` itself (a module's ``device`` of the same
