@@ -212,7 +212,10 @@ def test_a_copy_of_the_argument_for_a_parameter_is_found(tmp_path: Path) -> None
 #: ``training_backwards``, a loop's ``has_backward``): the recorder only collects the spellings
 #: for it, and the rewrites of the call itself (``backward``, AMP's ``scaler.scale(loss).backward()``,
 #: the metrics loop asking whether a loop it would gather holds one) rewrite or skip the call they see.
+#: The device owner asks where gradients are computed at all (any backward, training or an
+#: input's gradient): a CPU device chosen there is the model's, never one kept for metrics.
 BACKWARD_SPELLING_READERS = {
+    "model/devices.py",
     "model/loops.py",
     "model/recorder.py",
     "rewrites/backward.py",

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 
-from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.model import Site
 from accel_convert.codemods.engine.names import BuiltinOf, builtin_named, builtins_at
 from accel_convert.codemods.engine.positions import OriginIndex
@@ -185,8 +184,26 @@ class FactQuestions:
         return (
             seeds is not None
             and bool(seeds.loader_classes)
-            and program_callee(self, func, scope) in seeds.loader_classes
+            and self.program_callee(func, scope) in seeds.loader_classes
         )
+
+    def program_callee(self, func: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
+        """The absolute qualified name of a call's function when it is imported (``engine.train``
+        for ``train`` after ``from engine import train``, or for ``engine.train`` after ``import
+        engine``; relative imports through the seeds); None otherwise."""
+        seeds = self.program
+        found = self.names.qualified_name(func, scope, strict=True) if self.names is not None else None
+        if found is None and seeds is not None:
+            head, _, rest = (dotted(func) or "").partition(".")
+            resolved = dict(seeds.relative_imports).get(head)
+            if resolved is None and self.names is not None and not self.names.is_bound(head, scope):
+                # Only where nothing in the module binds the name after the star import did.
+                resolved = dict(seeds.star_imports).get(head)
+            if resolved is not None:
+                found = f"{resolved}.{rest}" if rest else resolved
+        if found is None or seeds is None or not seeds.aliases:
+            return found
+        return dict(seeds.aliases).get(found, found)
 
     def qualified_name(self, node: cst.BaseExpression, scope: tuple[str, ...] = ()) -> str | None:
         """Qualified name of a Name/Attribute chain used in ``scope`` (see

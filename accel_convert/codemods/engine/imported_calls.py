@@ -21,22 +21,9 @@ if TYPE_CHECKING:
 
 
 def program_callee(facts: FactQuestions, func: cst.BaseExpression, scope: ScopeKey) -> str | None:
-    """The absolute qualified name of a call's function when it is imported (``engine.train``
-    for ``train`` after ``from engine import train``, or for ``engine.train`` after ``import
-    engine``; relative imports through the seeds); None otherwise."""
-    seeds = facts.program
-    found = facts.names.qualified_name(func, scope, strict=True) if facts.names is not None else None
-    if found is None and seeds is not None:
-        head, _, rest = (dotted(func) or "").partition(".")
-        resolved = dict(seeds.relative_imports).get(head)
-        if resolved is None and facts.names is not None and not facts.names.is_bound(head, scope):
-            # Only where nothing in the module binds the name after the star import did.
-            resolved = dict(seeds.star_imports).get(head)
-        if resolved is not None:
-            found = f"{resolved}.{rest}" if rest else resolved
-    if found is None or seeds is None or not seeds.aliases:
-        return found
-    return dict(seeds.aliases).get(found, found)
+    """The absolute qualified name of a call's function when it is imported (see
+    :meth:`FactQuestions.program_callee`, which answers it)."""
+    return facts.program_callee(func, scope)
 
 
 def imported_accelerator_call(

@@ -19,7 +19,7 @@ from accel_convert.codemods.engine.devices import (
 )
 from accel_convert.codemods.engine.facts import MODULE, FactsDraft, callers_closure
 from accel_convert.codemods.engine.names import NameTable, ScopeKey, is_builtin
-from accel_convert.codemods.engine.syntax import argument_for, dotted
+from accel_convert.codemods.engine.syntax import argument_for, dotted, is_backward
 from accel_convert.codemods.model.arguments import options_defined
 from accel_convert.codemods.model.calls import instance_class_at
 from accel_convert.codemods.model.provider import provider
@@ -165,13 +165,10 @@ def device_name_scopes(a: Analysis) -> None:
 
 
 def _training_scopes(a: Analysis) -> set[ScopeKey]:
-    """The scopes whose code runs a backward, and the module-level functions calling one that
-    does (directly or not)."""
-    backward = {
-        call.scope
-        for call in a.r.calls
-        if isinstance(call.node.func, cst.Attribute) and call.node.func.attr.value == "backward"
-    }
+    """The scopes whose code runs a backward (training, or an input's gradient: either way the
+    prepared model computes there), and the module-level functions calling one that does
+    (directly or not). Runs before the loops owner decides which backward trains."""
+    backward = {call.scope for call in a.r.calls if is_backward(call.node)}
     functions = {scope[0] for scope in backward if scope}
     return backward | {(name,) for name in callers_closure(functions, a.facts.call_graph)}
 

@@ -460,7 +460,7 @@ _FILE_WRITING_METHODS = WRITING_METHODS | {"save"}
 
 
 @provider(
-    needs=("eval_loops", "loader_loops", "loader_factories", "train_loaders"),
+    needs=("eval_loops", "loader_loops", "loader_factories", "loader_classes", "train_loaders"),
     provides=("unsharded_loaders", "per_batch_file_parameters", "loaders_left_unsharded"),
     refines=("eval_loaders",),
 )
@@ -524,7 +524,15 @@ def _passed_to_per_batch_writers(a: Analysis, built: set[str]) -> set[str]:
 
 
 @provider(
-    needs=("loader_loops", "loader_factories", "backward_trains", "models", "frozen_models", "train_loaders"),
+    needs=(
+        "loader_loops",
+        "loader_factories",
+        "loader_classes",
+        "backward_trains",
+        "models",
+        "frozen_models",
+        "train_loaders",
+    ),
     provides=("unprepared_loaders",),
     refines=("unsharded_loaders",),
 )

@@ -49,6 +49,7 @@ from accel_convert.codemods.model.state import Analysis
         "train_loops",
         "call_graph",
         "arguments",
+        "loader_classes",
     ),
     provides=(
         "home_kind",

@@ -110,7 +110,7 @@ def loader_targets(assign: AssignRecord, positions: set[int] | None) -> set[str]
     return {name.value for index, name in enumerate(names) if index in positions}  # type: ignore[attr-defined]
 
 
-@provider(needs=("loader_factories",), provides=("inline_loaders", "train_loaders"))
+@provider(needs=("loader_factories", "loader_classes"), provides=("inline_loaders", "train_loaders"))
 def inline_loaders(a: Analysis) -> None:
     """``train(model, DataLoader(train_set, shuffle=True), optimizer)``: a loader built as the
     argument of a call of one of the file's functions (or a factory of the file returning
@@ -159,7 +159,7 @@ def callee_parameters(a: Analysis, callee: cst.BaseExpression) -> tuple[str, ...
     return owner.init_params if owner is not None else None
 
 
-@provider(needs=("loader_factories",), provides=("batch_size_expr",))
+@provider(needs=("loader_factories", "loader_classes"), provides=("batch_size_expr",))
 def batch_size(a: Analysis) -> None:
     """The batch size the loaders are built with: of the first loader built by assignment (a
     later one bound to a ``train`` name wins), else of the loader a loader factory returns."""

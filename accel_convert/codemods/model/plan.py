@@ -565,6 +565,7 @@ def _preparations(
         "frozen_models",
         "unsharded_loaders",
         "arguments",
+        "loader_classes",
     ),
     provides=("plan",),
 )

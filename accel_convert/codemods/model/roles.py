@@ -57,7 +57,7 @@ class _ParameterReceivers(cst.CSTVisitor):
 
 
 @provider(
-    needs=("loader_factories", "parsed_arguments", "parser_options"),
+    needs=("loader_factories", "loader_classes", "parsed_arguments", "parser_options"),
     provides=("existing_accelerator", "schedulers", "device_names", "cuda_flags", "prepared"),
     refines=("train_loaders",),
 )
