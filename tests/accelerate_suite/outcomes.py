@@ -19,19 +19,26 @@ TARGETS = ("accelerate", "runtime")
 #: Seconds one launch may take (the slowest, the data loop under Accelerate, takes about 70 on
 #: two shared cores, 30 of them a Gloo timeout in a case that hangs there).
 LAUNCH_TIMEOUT = 420.0
+#: Characters of a launch's stderr kept in the outcome of the cases it did not reach: a crashed
+#: rank's traceback comes before torchrun's failure summary (about 2,000 characters), and a hung
+#: launch's stacks (every rank and loader worker, written when its timeout ends it) before that.
+STDERR_KEPT = 30_000
 
 
 def launch(target: str, script: str, workdir: Path) -> dict[str, dict]:
     """``{case: {"passed": bool, "errors": {rank: text}}}``; a case the launch did not reach
-    (it crashed or timed out) is reported failed, with the launch's output."""
+    (it crashed, or hung and was ended by its timeout) is reported failed, with the launch's
+    output: the cases it finished keep their own outcome."""
     workdir.mkdir(parents=True, exist_ok=True)
     out = workdir / f"{target}-{script}.json"
     env = {"ACCELERATE_USE_CPU": "1"} if target == "accelerate" else None
-    run = torchrun(DRIVER, target, script, str(out), env=env, cwd=workdir, timeout=LAUNCH_TIMEOUT)
+    run = torchrun(
+        DRIVER, target, script, str(out), env=env, cwd=workdir, timeout=LAUNCH_TIMEOUT, raise_on_timeout=False
+    )
     results = json.loads(out.read_text()) if out.exists() else {}
     missing = {
         "passed": False,
-        "errors": {"launch": f"not reached (exit {run.returncode}):\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}"},
+        "errors": {"launch": f"not reached (exit {run.returncode}):\n{run.stdout[-2000:]}\n{run.stderr[-STDERR_KEPT:]}"},
     }
     return {case: results.get(case, missing) for case in CASES[script]}
 

@@ -9,8 +9,11 @@ case of :mod:`tests.accelerate_suite.cases` runs on every rank, and the ranks po
 to torchrun's store. After a failed case the process group is rebuilt on a fresh store prefix
 (a failure can leave the ranks' collectives out of step), so later cases start clean. Every
 collective times out after ``SUITE_COLLECTIVE_TIMEOUT`` seconds (default 30): a case whose ranks
-wait for each other forever fails instead. Rank 0 rewrites ``OUT.json`` after every case:
-``{case: {"passed": bool, "errors": {rank: text}}}``.
+wait for each other forever fails instead. A rank that never finishes a case (stuck outside a
+collective: a loader worker, a lock) is a hang of the launch: its peers wait for its outcome
+without a limit of their own, so the launcher's timeout takes the stack of every process (ranks
+and their loader workers; see :func:`tests.launching.stop_group_with_stacks`). Rank 0 rewrites
+``OUT.json`` after every case: ``{case: {"passed": bool, "errors": {rank: text}}}``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ import torch.distributed as dist
 from tests.accelerate_suite import cases, shim
 
 TIMEOUT = datetime.timedelta(seconds=float(os.environ.get("SUITE_COLLECTIVE_TIMEOUT", "30")))
+#: How long a rank waits for its peers' outcome of a case: longer than any launch may take. A wait
+#: that ended first would end this rank with an error, and torchrun would then end the stuck peer
+#: with SIGTERM, which prints no stack: the hang would be reported without where it was.
+PEER_OUTCOME_WAIT = datetime.timedelta(hours=2)
 
 
 def _join_group(store: dist.Store, generation: int, rank: int, world_size: int) -> None:
@@ -95,7 +102,7 @@ def main() -> None:
         key = f"suite/outcome/{index}"
         store.set(f"{key}/{rank}", json.dumps(error))
         keys = [f"{key}/{other}" for other in range(world_size)]
-        store.wait(keys, datetime.timedelta(seconds=300))
+        store.wait(keys, PEER_OUTCOME_WAIT)
         errors = {str(other): json.loads(store.get(k)) for other, k in enumerate(keys)}
         errors = {other: text for other, text in errors.items() if text}
         results[name] = {"passed": not errors, "errors": errors}
@@ -108,7 +115,7 @@ def main() -> None:
             gc.collect()
             _join_group(store, generation, rank, world_size)
     store.set(f"suite/done/{rank}", "1")
-    store.wait([f"suite/done/{other}" for other in range(world_size)], datetime.timedelta(seconds=120))
+    store.wait([f"suite/done/{other}" for other in range(world_size)], PEER_OUTCOME_WAIT)
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip the interpreter's teardown: DDP models of failed cases may still hold old groups,
