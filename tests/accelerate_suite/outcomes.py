@@ -38,7 +38,9 @@ def launch(target: str, script: str, workdir: Path) -> dict[str, dict]:
     results = json.loads(out.read_text()) if out.exists() else {}
     missing = {
         "passed": False,
-        "errors": {"launch": f"not reached (exit {run.returncode}):\n{run.stdout[-2000:]}\n{run.stderr[-STDERR_KEPT:]}"},
+        "errors": {
+            "launch": f"not reached (exit {run.returncode}):\n{run.stdout[-2000:]}\n{run.stderr[-STDERR_KEPT:]}"
+        },
     }
     return {case: results.get(case, missing) for case in CASES[script]}
 
