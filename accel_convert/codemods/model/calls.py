@@ -4,7 +4,7 @@ parameter (of a function, a class's ``__init__`` or method, an attribute, a loop
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -475,14 +475,17 @@ def _loop_aliases(a: Analysis) -> None:
                     a.arguments.setdefault((loop.function, target), set()).add((loop.function, source))
 
 
-def stepped(a: Analysis) -> set[str]:
-    """Names whose ``.step()`` the script calls: an optimizer's (``optimizer.step()``,
-    ``self.optimizer.step()``), also a scheduler's or an environment's."""
-    found = set()
+def step_calls(a: Analysis) -> Iterator[tuple[CallRecord, str]]:
+    """Each ``.step()`` call of the script with its receiver's name: an optimizer's
+    (``optimizer.step()``, ``self.optimizer.step()``), also a scheduler's or an environment's."""
     for call in a.r.calls:
         func = call.node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "step":
             receiver = dotted(func.value)
             if receiver is not None:
-                found.add(receiver)
-    return found
+                yield call, receiver
+
+
+def stepped(a: Analysis) -> set[str]:
+    """Names whose ``.step()`` the script calls (see :func:`step_calls`)."""
+    return {receiver for _, receiver in step_calls(a)}

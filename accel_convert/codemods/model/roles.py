@@ -27,7 +27,7 @@ from accel_convert.codemods.engine.torch_names import (
     is_scheduler,
 )
 from accel_convert.codemods.engine.walk import walk
-from accel_convert.codemods.model.calls import instance_class
+from accel_convert.codemods.model.calls import instance_class, step_calls
 from accel_convert.codemods.model.classes import model_classes
 from accel_convert.codemods.model.expressions import (
     moves_a_construction,
@@ -163,17 +163,13 @@ def stepped_objects(a: Analysis) -> None:
     every parameter and attribute that receives one of them (``optimizer`` of ``train(model,
     optimizer)`` stepping it makes ``opt`` of ``train(net, opt)`` stepped)."""
     facts = a.facts
-    for call in a.r.calls:
-        func = call.node.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "step":
-            name = dotted(func.value)
-            if name is not None:
-                facts.stepped_objects |= {name} | a.origins_of(call.function, name)
-    for name in a.seeds.stepped_elsewhere if a.seeds is not None else ():
-        facts.stepped_objects.add(name)
-        for function, param in list(a.arguments):
-            if param == name:
-                facts.stepped_objects |= a.origins_of(function, param)
+    for call, name in step_calls(a):
+        facts.stepped_objects |= {name} | a.origins_of(call.function, name)
+    seeded = set(a.seeds.stepped_elsewhere) if a.seeds is not None else set()
+    facts.stepped_objects |= seeded
+    for function, param in list(a.arguments):
+        if param in seeded:
+            facts.stepped_objects |= a.origins_of(function, param)
 
 
 @provider(
@@ -192,7 +188,7 @@ def optimizers_and_models(a: Analysis) -> None:
         roots = _parameter_roots(a, assign.mentions.parameter_receivers)
         for target in assign.targets:
             parameter_sources.setdefault(target, set()).update(roots)
-            if roots and _selects_parameters(assign.value):
+            if roots and _is_a_selection(assign.value):
                 selections.add(target)
         built = builders.models_trained(a, assign, selections)
         if built is None:
@@ -399,7 +395,7 @@ def _takes_parameters(call: cst.Call, selections: AbstractSet[str]) -> bool:
         if isinstance(value, cst.Name):
             if value.value in selections:
                 return True
-        elif _selects_parameters(value):
+        elif _is_a_selection(value) and _parameter_receivers_in(value):
             return True
     return False
 
@@ -408,21 +404,23 @@ def _takes_parameters(call: cst.Call, selections: AbstractSet[str]) -> bool:
 _SELECTING_CALLS = frozenset({"filter", "list", "tuple", "sorted", "chain", "itertools.chain"})
 
 
-def _selects_parameters(value: cst.BaseExpression) -> bool:
-    """Whether ``value`` is a model's parameters, selected or joined (``model.parameters()``,
-    ``filter(lambda p: p.requires_grad, model.parameters())``, ``[p for p in model.parameters()
-    if ...]``, parameter groups), not an object built from them (``StepLR(optimizer)`` is no
-    selection of parameters, nor ``ScheduledOptim(Adam(model.parameters()))``)."""
-    if isinstance(value, cst.Call) and not (
-        (isinstance(value.func, cst.Attribute) and value.func.attr.value in ("parameters", "named_parameters"))
-        or dotted(value.func) in _SELECTING_CALLS
-    ):
-        return False
-    if not isinstance(value, (cst.Call, cst.ListComp, cst.GeneratorExp, cst.List, cst.Tuple, cst.Dict)):
-        return False
+def _is_a_selection(value: cst.BaseExpression) -> bool:
+    """Whether ``value``, which mentions a model's parameters, has the shape of their selection or
+    join (``model.parameters()``, ``filter(lambda p: p.requires_grad, model.parameters())``, ``[p
+    for p in model.parameters() if ...]``, parameter groups), not of an object built from them
+    (``StepLR(optimizer)`` is no selection of parameters, nor ``ScheduledOptim(Adam(model.parameters()))``)."""
+    if isinstance(value, cst.Call):
+        return (
+            isinstance(value.func, cst.Attribute) and value.func.attr.value in ("parameters", "named_parameters")
+        ) or dotted(value.func) in _SELECTING_CALLS
+    return isinstance(value, (cst.ListComp, cst.GeneratorExp, cst.List, cst.Tuple, cst.Dict))
+
+
+def _parameter_receivers_in(value: cst.BaseExpression) -> set[str]:
+    """The receivers of the ``.parameters()`` / ``.named_parameters()`` calls inside ``value``."""
     finder = _ParameterReceivers()
     walk(value, finder)
-    return bool(finder.receivers)
+    return finder.receivers
 
 
 def _given_parameters_of(call: cst.Call) -> set[str]:
@@ -433,10 +431,7 @@ def _given_parameters_of(call: cst.Call) -> set[str]:
     parameter groups (``[{"params": G.parameters()}, {"params": D.head.parameters(), "lr": 0.1}]``):
     ``{"G"}``, ``{"model"}``, ``{"G", "D"}``, ``{"G", "D.head"}``."""
     params = argument_for(call, 0, "params")
-    finder = _ParameterReceivers()
-    if params is not None:
-        walk(params.value, finder)
-    return finder.receivers
+    return _parameter_receivers_in(params.value) if params is not None else set()
 
 
 def _inline_optimizers(a: Analysis) -> None:
