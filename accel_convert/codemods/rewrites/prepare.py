@@ -423,7 +423,7 @@ class Prepare(Rule):
     name = "prepare"
     fixes = {
         "ACC926": (
-            "Prepare the model after it is built and before it is trained: add ``student = accelerator.prepare(student)`` (the reported name) on the line after its last assignment, before the call that trains it."
+            "Prepare the model the finding names after it is built and before it is trained: on the line after its last assignment, before the call that trains it, add ``NAME = accelerator.prepare(NAME)`` with that name (``net = accelerator.prepare(net)`` for ``net``)."
         ),
     }
     extra_codes = {
