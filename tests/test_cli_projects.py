@@ -6,6 +6,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from accel_convert.converter.cli import EXIT_FAILED, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
@@ -308,3 +309,113 @@ def test_an_integer_gpu_given_to_another_modules_class_is_followed_to_its_moves(
     assert result.exit_code == EXIT_OK, result.output
     trainer = (out / "trainer.py").read_text()
     assert "self.model = model\n" in trainer and ".to(" not in trainer, trainer
+
+
+LIBRARY_TRAINER = """\
+import torch.nn.functional as F
+
+
+class Trainer:
+    def __init__(self, model, loader, lr, device):
+        self.model, self.loader, self.device = model, loader, device
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            for x, y in self.loader:
+                x, y = x.to(self.device), y.to(self.device)
+                self.optimizer.zero_grad()
+                F.mse_loss(self.model(x), y).backward()
+                self.optimizer.step()
+"""
+
+_LIBRARY_IMPORTS = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from trainer import Trainer
+
+"""
+
+_EXPERIMENT_CLASS = (
+    _LIBRARY_IMPORTS
+    + """
+class Experiment:
+    def __init__(self, lr):
+        self.lr = lr
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+        self.model = torch.nn.Linear(4, 1).to(self.device)
+
+    def run(self):
+        Trainer(self.model, self.loader, self.lr, self.device).fit(2)
+"""
+)
+
+_RUNS_THE_EXPERIMENT = """\
+from experiment import run_experiment
+
+if __name__ == "__main__":
+    run_experiment(0.1)
+"""
+
+#: An experiment module that builds the model and the data and trains them with ``trainer.py``
+#: (as a class, a function, module-level code), run by an entry script that builds nothing; and
+#: what is reported: what needs the accelerator (ACC904), or, where the conversion would make the
+#: library's own call of the class miss its new ``accelerator`` argument, the file left as
+#: written (ACC937).
+LIBRARY_EXPERIMENTS = {
+    "class": (
+        _EXPERIMENT_CLASS,
+        'from experiment import Experiment\n\nif __name__ == "__main__":\n    Experiment(0.1).run()\n',
+        "ACC904",
+    ),
+    "class built in the library": (
+        _EXPERIMENT_CLASS + "\n\ndef run_experiment(lr):\n    Experiment(lr).run()\n",
+        _RUNS_THE_EXPERIMENT,
+        "ACC937",
+    ),
+    "function": (
+        _LIBRARY_IMPORTS
+        + """
+def run_experiment(lr):
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+    model = torch.nn.Linear(4, 1).to(device)
+    Trainer(model, loader, lr, device).fit(2)
+""",
+        _RUNS_THE_EXPERIMENT,
+        "ACC904",
+    ),
+    "module level": (
+        _LIBRARY_IMPORTS
+        + """
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)
+model = torch.nn.Linear(4, 1).to(device)
+
+
+def run_experiment(lr):
+    Trainer(model, loader, lr, device).fit(2)
+""",
+        _RUNS_THE_EXPERIMENT,
+        "ACC904",
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(LIBRARY_EXPERIMENTS))
+def test_a_library_the_accelerator_does_not_reach_keeps_its_moves(tmp_path: Path, shape: str):
+    """The entry script only runs an experiment of another module, which builds and trains (with
+    a trainer of a third module): nothing there can be prepared, since no accelerator reaches it.
+    Its model keeps its move to the device (removed, the model would stay on the CPU while the
+    trainer moves the batches to the GPU), and what is left to a person is reported."""
+    experiment, entry, reported = LIBRARY_EXPERIMENTS[shape]
+    project = make_project(
+        tmp_path / "project", train=entry, experiment=experiment, trainer="import torch\n" + LIBRARY_TRAINER
+    )
+    out = tmp_path / "out"
+    result = run(str(project / "train.py"), "-o", f"{out}/")
+    assert result.exit_code in (EXIT_OK, EXIT_FINDINGS), result.output
+    assert "torch.nn.Linear(4, 1).to(" in (out / "experiment.py").read_text()
+    assert reported in result.output, result.output

@@ -84,9 +84,14 @@ class Moves(DeviceWalkState):
 
     def _prepares_here(self) -> bool:
         """Whether the models built in the function being walked are the ones ``prepare`` takes:
-        the home block, the function creating the accelerator, or a training class."""
-        if self.in_training_class() or self.facts.home_kind == "library":
+        the home block, the function creating the accelerator, or a training class; in a
+        library, code the accelerator reaches. A library class it does not reach (an
+        ``Experiment`` that the entry script only runs) keeps its moves: nothing prepares what
+        it builds, so without them its model would stay on the CPU."""
+        if self.in_training_class():
             return True
+        if self.facts.home_kind == "library":
+            return self.accelerator_reachable()
         return self.function in {self.facts.home_function, self.facts.creating_function}
 
     def _rebuilt_model(self, receiver: cst.BaseExpression, name: str | None) -> bool:
