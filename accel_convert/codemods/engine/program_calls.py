@@ -234,10 +234,27 @@ def call_arguments(
         if param is None:
             continue
         arguments += [(param + part, INLINE_GPU_INDEX) for part in gpu_index_parts(arg.value)]
+        arguments += [(param + part, loader) for part, loader in _loaders_in_sequence(facts, arg.value)]
         value = _argument_as_written(facts, scope, arg.value)
         if value is not None:
             arguments.append((param, value))
     return tuple(arguments)
+
+
+def _loaders_in_sequence(facts: ScriptFacts, value: cst.BaseExpression) -> list[tuple[str, str]]:
+    """``[("[1]", "test_loader")]`` for ``(train_loader, test_loader)`` written in the call: each
+    loader of a tuple or list written out fills that part of the parameter (a trainer unpacking
+    ``self.train_loader, self.test_loader = loaders`` takes each loader's role and preparation)."""
+    if not isinstance(value, (cst.List, cst.Tuple)):
+        return []
+    if any(isinstance(element, cst.StarredElement) for element in value.elements):
+        return []
+    found = []
+    for index, element in enumerate(value.elements):
+        name = dotted(element.value)
+        if name is not None and name in facts.loaders:
+            found.append((f"[{index}]", name))
+    return found
 
 
 def _argument_as_written(facts: ScriptFacts, scope: ScopeKey, value: cst.BaseExpression) -> str | None:

@@ -442,7 +442,10 @@ def _attribute_aliases(a: Analysis) -> None:
         if len(assign.targets) != 1:
             # ``self.model, self.loader = model, loader``: pairwise.
             value = assign.value
-            if not isinstance(value, (cst.Tuple, cst.List)) or len(value.elements) != len(assign.targets):
+            if not isinstance(value, (cst.Tuple, cst.List)):
+                _unpacked_aliases(a, assign, instance)
+                continue
+            if len(value.elements) != len(assign.targets):
                 continue
             if any(isinstance(element, cst.StarredElement) for element in value.elements):
                 continue
@@ -453,6 +456,74 @@ def _attribute_aliases(a: Analysis) -> None:
             if instance is None or not target.startswith(instance + ".") or source is None or source == target:
                 continue
             a.arguments.setdefault((assign.function, target), set()).add((assign.function, source))
+
+
+def _unpacked_aliases(a: Analysis, assign: AssignRecord, instance: str | None) -> None:
+    """``self.train_loader, self.test_loader = loaders`` in a class, ``loaders`` a parameter
+    handed ``(train_loader, test_loader)`` (or a name bound to that tuple where it is handed
+    over): each attribute is what the tuple holds at its position (recorded like an argument, so
+    roles and origins follow it: the evaluation over ``self.test_loader`` is over the test
+    loader its caller prepares)."""
+    held = dotted(assign.value)
+    targets = _unpacked_targets(assign)
+    if held is None or instance is None or targets is None:
+        return
+    for index, target in enumerate(targets):
+        if target is None or not target.startswith(instance + "."):
+            continue
+        for site in _elements_held(a, assign.function, held, index, len(targets), frozenset()):
+            if site != (assign.function, target):
+                a.arguments.setdefault((assign.function, target), set()).add(site)
+
+
+def _unpacked_targets(assign: AssignRecord) -> list[str | None] | None:
+    """The dotted names ``a, self.b = value`` binds, by position (None for a nested or starred
+    one); None when the assignment does not unpack one tuple."""
+    if len(assign.node.targets) != 1:
+        return None
+    target = assign.node.targets[0].target
+    if not isinstance(target, (cst.Tuple, cst.List)):
+        return None
+    if any(isinstance(element, cst.StarredElement) for element in target.elements):
+        return None
+    return [dotted(element.value) for element in target.elements]
+
+
+def _elements_held(
+    a: Analysis, function: str, name: str, index: int, length: int, seen: frozenset[tuple[str, str]]
+) -> set[tuple[str, str]]:
+    """(function, name) of what the tuple held by ``name`` in ``function`` has at ``index``: a
+    tuple of ``length`` names bound to it there, handed to it as a parameter, or bound to the
+    name handed over (followed through the callers); or the part of the parameter a caller in
+    another module fills (``loaders[1]``: the seeds' ``parameter_roles``)."""
+    key = (function, name)
+    if key in seen:
+        return set()
+    seen = seen | {key}
+    found: set[tuple[str, str]] = set()
+    for caller, value in a.argument_values.get(key, ()):
+        found |= _element_of(caller, value, index, length)
+    for caller, argument in a.arguments.get(key, ()):
+        found |= _elements_held(a, caller, argument, index, length, seen)
+    for assign in a.r.assigns:
+        if assign.function == function and assign.targets == (name,):
+            found |= _element_of(function, assign.value, index, length)
+    part = f"{name}[{index}]"
+    if not found and a.seeds is not None and any(part in names for _, names in a.seeds.parameter_roles):
+        # Handed the tuple by a caller in another module: its element there is a role here.
+        found.add(key[:1] + (part,))
+    return found
+
+
+def _element_of(function: str, value: cst.BaseExpression, index: int, length: int) -> set[tuple[str, str]]:
+    """``{(function, "test_loader")}`` for element ``index`` of ``(train_loader, test_loader)``
+    (a tuple or list of ``length`` elements, none starred); nothing for any other value."""
+    if not isinstance(value, (cst.Tuple, cst.List)) or len(value.elements) != length:
+        return set()
+    if any(isinstance(element, cst.StarredElement) for element in value.elements):
+        return set()
+    element = dotted(value.elements[index].value)
+    return {(function, element)} if element is not None else set()
 
 
 def _loop_aliases(a: Analysis) -> None:
