@@ -34,7 +34,8 @@ from typing import cast
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import MODULE, ScriptFacts, callers_closure
-from accel_convert.codemods.engine.imported_calls import program_callee
+from accel_convert.codemods.engine.devices import construction
+from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class, program_callee
 from accel_convert.codemods.engine.iteration import enumerate_index
 from accel_convert.codemods.engine.model import Site
 from accel_convert.codemods.engine.names import BuiltinOf, ScopeKey
@@ -60,6 +61,7 @@ from accel_convert.codemods.engine.torch_names import (
     PER_PROCESS_PATHS,
     PROGRESS_BARS,
     RANDOM_SPLITS,
+    initialises_at_random,
     is_loss_function,
     is_loss_module,
 )
@@ -470,7 +472,7 @@ RunPath = tuple[int, ...]
 
 
 @provider(
-    needs=("call_graph", "loop_backward", "models"),
+    needs=("call_graph", "loop_backward", "models", "model_classes", "prepared", "prepared_attributes"),
     provides=("shared_draws", "shared_draw_lines", "drawing_functions"),
 )
 def shared_draws(a: Analysis) -> None:
@@ -495,13 +497,14 @@ def shared_draws(a: Analysis) -> None:
     ]
     imported = a.seeds.drawing_functions if a.seeds is not None else frozenset()
     data = _drawn_data(a)
+    built = _unprepared_random_modules(a)
     for call, callee in calls:
         # An imported function that draws: what it draws from is not known here (any seed but
-        # torch's alone seeds it).
-        drawn = "random" if callee in imported else a.qualified(call) or ""
+        # torch's alone seeds it). A module left unprepared draws its weights from torch's.
+        drawn = "torch.nn" if id(call.node) in built else "random" if callee in imported else a.qualified(call) or ""
         if call.function not in paths or id(call.node) in data:
             continue
-        if not (callee in imported or _draws_globally(call, drawn)):
+        if not (id(call.node) in built or callee in imported or _draws_globally(call, drawn)):
             continue
         path = paths[call.function] + (a.site(call.node).line,)
         if any(seed < path and seeds_generator_of(name, drawn) for seed, name in seeds):
@@ -511,6 +514,73 @@ def shared_draws(a: Analysis) -> None:
         if call.function != MODULE:
             a.facts.drawing_functions.add(call.function)
     _callers_of_drawing_functions(a, calls)
+
+
+def _unprepared_random_modules(a: Analysis) -> set[int]:
+    """Constructions of a module drawing its initial weights whose result is never prepared (ids
+    of the calls): a frozen, randomly initialised teacher or target network (``teacher = Net();
+    teacher.requires_grad_(False)``), a random projection (``proj = nn.Linear(512, 64)``). The
+    prepared model is made the same on every process by ``prepare`` (DDP broadcasts rank 0's
+    weights); such a module is not, so each process computes other targets or features. A module
+    of the program's model classes, or ``torch.nn`` layers drawing their weights (alone or inside
+    a container: ``nn.Sequential(nn.Linear(8, 4))``); not one whose weights a checkpoint
+    replaces (``best.load_state_dict(torch.load(path))``: the file decides them), nor a layer a
+    model class builds for itself (``self.fc = nn.Linear(8, 4)``: where that model is built
+    decides)."""
+    facts = a.facts
+    loaded = _loaded_from_checkpoint(a)
+    found = set()
+    for assign in a.r.assigns:
+        if assign.scope and assign.scope[0] in facts.model_classes:
+            continue
+        value = construction(assign.value)
+        if value is None or not assign.targets or not _builds_random_module(a, value, assign.scope):
+            continue
+        kept = {_held_name(target) for target in assign.targets}
+        if kept & (set(facts.models) | facts.prepared | loaded):
+            continue
+        found.add(id(value))
+    return found
+
+
+def _held_name(target: str) -> str:
+    """``self.teacher`` → ``teacher``: the name an attribute of ``self`` is kept under in the
+    facts' roles; a plain name as it is."""
+    return target.partition(".")[2] if target.startswith("self.") else target
+
+
+def _builds_random_module(a: Analysis, call: cst.Call, scope: ScopeKey) -> bool:
+    """Whether ``call`` builds a module of the program's model classes, or a ``torch.nn`` module
+    holding a layer that draws its weights (itself, or one among its arguments)."""
+    if builds_model_of_program_class(a.facts, call.func, scope):
+        return True
+    qualified = a.r.names.qualified_name(call.func, scope, strict=False) or ""
+    if not qualified.startswith("torch.nn."):
+        return False
+    return any(
+        initialises_at_random(a.r.names.qualified_name(inner.func, scope, strict=False) or "")
+        or builds_model_of_program_class(a.facts, inner.func, scope)
+        for inner in calls_in(call)
+    )
+
+
+def _loaded_from_checkpoint(a: Analysis) -> set[str]:
+    """Names (attributes of ``self`` by their own name) whose weights a checkpoint replaces:
+    ``best.load_state_dict(torch.load(path))``, not a copy of another module's
+    (``target.load_state_dict(policy.state_dict())``: as random as that module)."""
+    loaded = set()
+    for call in a.r.calls:
+        func = call.node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict" and call.node.args):
+            continue
+        copied = any(
+            isinstance(inner.func, cst.Attribute) and inner.func.attr.value == "state_dict"
+            for inner in calls_in(call.node.args[0].value)
+        )
+        receiver = dotted(func.value)
+        if receiver is not None and not copied:
+            loaded.add(_held_name(receiver))
+    return loaded
 
 
 def _drawn_data(a: Analysis) -> set[int]:
