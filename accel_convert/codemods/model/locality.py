@@ -33,8 +33,8 @@ from typing import cast
 
 import libcst as cst
 
-from accel_convert.codemods.engine.facts import MODULE, ScriptFacts, callers_closure
 from accel_convert.codemods.engine.devices import construction
+from accel_convert.codemods.engine.facts import MODULE, ScriptFacts, callers_closure
 from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class, program_callee
 from accel_convert.codemods.engine.iteration import enumerate_index
 from accel_convert.codemods.engine.model import Site
@@ -529,12 +529,13 @@ def _unprepared_random_modules(a: Analysis) -> set[int]:
     decides)."""
     facts = a.facts
     loaded = _loaded_from_checkpoint(a)
+    drawing = _drawing_model_classes(a)
     found = set()
     for assign in a.r.assigns:
         if assign.scope and assign.scope[0] in facts.model_classes:
             continue
         value = construction(assign.value)
-        if value is None or not assign.targets or not _builds_random_module(a, value, assign.scope):
+        if value is None or not assign.targets or not _builds_random_module(a, value, assign.scope, drawing):
             continue
         kept = {_held_name(target) for target in assign.targets}
         if kept & (set(facts.models) | facts.prepared | loaded):
@@ -549,19 +550,57 @@ def _held_name(target: str) -> str:
     return target.partition(".")[2] if target.startswith("self.") else target
 
 
-def _builds_random_module(a: Analysis, call: cst.Call, scope: ScopeKey) -> bool:
-    """Whether ``call`` builds a module of the program's model classes, or a ``torch.nn`` module
-    holding a layer that draws its weights (itself, or one among its arguments)."""
-    if builds_model_of_program_class(a.facts, call.func, scope):
+def _builds_random_module(a: Analysis, call: cst.Call, scope: ScopeKey, drawing: AbstractSet[str]) -> bool:
+    """Whether ``call`` builds a module drawing its weights: one of the file's model classes that
+    draws (:func:`_drawing_model_classes`), a model class of another module of the program (its
+    body is not seen here), or a ``torch.nn`` module holding a layer that draws its weights
+    (itself, or one among its arguments)."""
+    func = call.func
+    if isinstance(func, cst.Name) and func.value in a.facts.model_classes:
+        return func.value in drawing
+    if builds_model_of_program_class(a.facts, func, scope):
         return True
-    qualified = a.r.names.qualified_name(call.func, scope, strict=False) or ""
+    qualified = a.r.names.qualified_name(func, scope, strict=False) or ""
     if not qualified.startswith("torch.nn."):
         return False
-    return any(
-        initialises_at_random(a.r.names.qualified_name(inner.func, scope, strict=False) or "")
-        or builds_model_of_program_class(a.facts, inner.func, scope)
-        for inner in calls_in(call)
-    )
+    return any(_draws_weights(a, inner, scope, drawing) for inner in calls_in(call))
+
+
+def _draws_weights(a: Analysis, call: cst.Call, scope: ScopeKey, drawing: AbstractSet[str]) -> bool:
+    """A call building a ``torch.nn`` layer that draws its weights, or one of ``drawing`` (the
+    file's model classes that draw), or drawing from torch's global generator itself
+    (``nn.Parameter(torch.randn(4, 4))``)."""
+    func = call.func
+    if isinstance(func, cst.Name) and func.value in drawing:
+        return True
+    qualified = a.r.names.qualified_name(func, scope, strict=False) or ""
+    return initialises_at_random(qualified) or (qualified.startswith("torch.") and is_global_draw(qualified))
+
+
+def _drawing_model_classes(a: Analysis) -> set[str]:
+    """The file's model classes whose construction draws from torch's global generator: their
+    methods build a layer that draws its weights (``self.fc = nn.Linear(8, 4)``), draw themselves
+    (``nn.Parameter(torch.randn(4))``) or build such a class; or they derive from one, or from a
+    ``torch.nn`` layer that draws. Not a fixed transform (a mel filterbank of ``torch.linspace``
+    buffers)."""
+    classes = a.facts.model_classes
+    drawing: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name in classes - drawing:
+            record = a.r.classes.get(name)
+            bases = [] if record is None else [base.value for base in record.node.bases]
+            if any(
+                (isinstance(base, cst.Name) and base.value in drawing)
+                or initialises_at_random(a.r.names.qualified_name(base, (), strict=False) or "")
+                for base in bases
+            ) or any(
+                call.scope[:1] == (name,) and _draws_weights(a, call.node, call.scope, drawing) for call in a.r.calls
+            ):
+                drawing.add(name)
+                changed = True
+    return drawing
 
 
 def _loaded_from_checkpoint(a: Analysis) -> set[str]:
