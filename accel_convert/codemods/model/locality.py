@@ -499,12 +499,8 @@ def shared_draws(a: Analysis) -> None:
     data = _drawn_data(a)
     built = _unprepared_random_modules(a)
     for call, callee in calls:
-        # An imported function that draws: what it draws from is not known here (any seed but
-        # torch's alone seeds it). A module left unprepared draws its weights from torch's.
-        drawn = "torch.nn" if id(call.node) in built else "random" if callee in imported else a.qualified(call) or ""
-        if call.function not in paths or id(call.node) in data:
-            continue
-        if not (id(call.node) in built or callee in imported or _draws_globally(call, drawn)):
+        drawn = _generator_drawn(a, call, callee, built, imported)
+        if drawn is None or call.function not in paths or id(call.node) in data:
             continue
         path = paths[call.function] + (a.site(call.node).line,)
         if any(seed < path and seeds_generator_of(name, drawn) for seed, name in seeds):
@@ -514,6 +510,20 @@ def shared_draws(a: Analysis) -> None:
         if call.function != MODULE:
             a.facts.drawing_functions.add(call.function)
     _callers_of_drawing_functions(a, calls)
+
+
+def _generator_drawn(
+    a: Analysis, call: CallRecord, callee: str | None, built: AbstractSet[int], imported: AbstractSet[str]
+) -> str | None:
+    """The global generator a call draws from (its qualified name stands for it), or None where it
+    draws from none. An imported function that draws: what it draws from is not known here (any
+    seed but torch's alone seeds it). A module left unprepared draws its weights from torch's."""
+    if id(call.node) in built:
+        return "torch.nn"
+    if callee in imported:
+        return "random"
+    drawn = a.qualified(call) or ""
+    return drawn if _draws_globally(call, drawn) else None
 
 
 def _unprepared_random_modules(a: Analysis) -> set[int]:
