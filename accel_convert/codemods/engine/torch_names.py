@@ -378,6 +378,32 @@ RANDOM_TENSOR_FUNCTIONS = frozenset(
         "torch.poisson",
     }
 )
+#: ``torch.nn`` layers whose construction draws their weights from torch's global generator
+#: (``reset_parameters``); a layer whose name starts with one of these (``Conv2d``,
+#: ``LSTMCell``, ``TransformerEncoderLayer``) is one. Normalisations and ``PReLU`` start from
+#: fixed values; losses and activations hold no parameters.
+_RANDOMLY_INITIALISED_LAYERS = (
+    "Linear",
+    "Bilinear",
+    "LazyLinear",
+    "Conv",
+    "LazyConv",
+    "Embedding",
+    "RNN",
+    "LSTM",
+    "GRU",
+    "MultiheadAttention",
+    "Transformer",
+)
+
+
+def initialises_at_random(qualified: str) -> bool:
+    """``torch.nn.Linear``, ``torch.nn.Conv2d``, ``torch.nn.LSTM``: a ``torch.nn`` layer that
+    draws its initial weights from torch's global generator when built."""
+    module, _, name = qualified.rpartition(".")
+    return module in ("torch.nn", "torch.nn.modules") and name.startswith(_RANDOMLY_INITIALISED_LAYERS)
+
+
 #: ``numpy.random`` names that are not draws (a seed, a generator or its state).
 #: Functions splitting a dataset at random → the keyword that gives them their own seed.
 RANDOM_SPLITS = {

@@ -33,8 +33,9 @@ from typing import cast
 
 import libcst as cst
 
+from accel_convert.codemods.engine.devices import construction
 from accel_convert.codemods.engine.facts import MODULE, ScriptFacts, callers_closure
-from accel_convert.codemods.engine.imported_calls import program_callee
+from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class, program_callee
 from accel_convert.codemods.engine.iteration import enumerate_index
 from accel_convert.codemods.engine.model import Site
 from accel_convert.codemods.engine.names import BuiltinOf, ScopeKey
@@ -60,6 +61,7 @@ from accel_convert.codemods.engine.torch_names import (
     PER_PROCESS_PATHS,
     PROGRESS_BARS,
     RANDOM_SPLITS,
+    initialises_at_random,
     is_loss_function,
     is_loss_module,
 )
@@ -470,7 +472,7 @@ RunPath = tuple[int, ...]
 
 
 @provider(
-    needs=("call_graph", "loop_backward", "models"),
+    needs=("call_graph", "loop_backward", "models", "model_classes", "prepared", "prepared_attributes"),
     provides=("shared_draws", "shared_draw_lines", "drawing_functions"),
 )
 def shared_draws(a: Analysis) -> None:
@@ -495,13 +497,10 @@ def shared_draws(a: Analysis) -> None:
     ]
     imported = a.seeds.drawing_functions if a.seeds is not None else frozenset()
     data = _drawn_data(a)
+    built = _unprepared_random_modules(a)
     for call, callee in calls:
-        # An imported function that draws: what it draws from is not known here (any seed but
-        # torch's alone seeds it).
-        drawn = "random" if callee in imported else a.qualified(call) or ""
-        if call.function not in paths or id(call.node) in data:
-            continue
-        if not (callee in imported or _draws_globally(call, drawn)):
+        drawn = _generator_drawn(a, call, callee, built, imported)
+        if drawn is None or call.function not in paths or id(call.node) in data:
             continue
         path = paths[call.function] + (a.site(call.node).line,)
         if any(seed < path and seeds_generator_of(name, drawn) for seed, name in seeds):
@@ -511,6 +510,126 @@ def shared_draws(a: Analysis) -> None:
         if call.function != MODULE:
             a.facts.drawing_functions.add(call.function)
     _callers_of_drawing_functions(a, calls)
+
+
+def _generator_drawn(
+    a: Analysis, call: CallRecord, callee: str | None, built: AbstractSet[int], imported: AbstractSet[str]
+) -> str | None:
+    """The global generator a call draws from (its qualified name stands for it), or None where it
+    draws from none. An imported function that draws: what it draws from is not known here (any
+    seed but torch's alone seeds it). A module left unprepared draws its weights from torch's."""
+    if id(call.node) in built:
+        return "torch.nn"
+    if callee in imported:
+        return "random"
+    drawn = a.qualified(call) or ""
+    return drawn if _draws_globally(call, drawn) else None
+
+
+def _unprepared_random_modules(a: Analysis) -> set[int]:
+    """Constructions of a module drawing its initial weights whose result is never prepared (ids
+    of the calls): a frozen, randomly initialised teacher or target network (``teacher = Net();
+    teacher.requires_grad_(False)``), a random projection (``proj = nn.Linear(512, 64)``). The
+    prepared model is made the same on every process by ``prepare`` (DDP broadcasts rank 0's
+    weights); such a module is not, so each process computes other targets or features. A module
+    of the program's model classes, or ``torch.nn`` layers drawing their weights (alone or inside
+    a container: ``nn.Sequential(nn.Linear(8, 4))``); not one whose weights a checkpoint
+    replaces (``best.load_state_dict(torch.load(path))``: the file decides them), nor a layer a
+    model class builds for itself (``self.fc = nn.Linear(8, 4)``: where that model is built
+    decides)."""
+    facts = a.facts
+    loaded = _loaded_from_checkpoint(a)
+    drawing = _drawing_model_classes(a)
+    found = set()
+    for assign in a.r.assigns:
+        if assign.scope and assign.scope[0] in facts.model_classes:
+            continue
+        value = construction(assign.value)
+        if value is None or not assign.targets or not _builds_random_module(a, value, assign.scope, drawing):
+            continue
+        kept = {_held_name(target) for target in assign.targets}
+        if kept & (set(facts.models) | facts.prepared | loaded):
+            continue
+        found.add(id(value))
+    return found
+
+
+def _held_name(target: str) -> str:
+    """``self.teacher`` → ``teacher``: the name an attribute of ``self`` is kept under in the
+    facts' roles; a plain name as it is."""
+    return target.partition(".")[2] if target.startswith("self.") else target
+
+
+def _builds_random_module(a: Analysis, call: cst.Call, scope: ScopeKey, drawing: AbstractSet[str]) -> bool:
+    """Whether ``call`` builds a module drawing its weights: one of the file's model classes that
+    draws (:func:`_drawing_model_classes`), a model class of another module of the program (its
+    body is not seen here), or a ``torch.nn`` module holding a layer that draws its weights
+    (itself, or one among its arguments)."""
+    func = call.func
+    if isinstance(func, cst.Name) and func.value in a.facts.model_classes:
+        return func.value in drawing
+    if builds_model_of_program_class(a.facts, func, scope):
+        return True
+    qualified = a.r.names.qualified_name(func, scope, strict=False) or ""
+    if not qualified.startswith("torch.nn."):
+        return False
+    return any(_draws_weights(a, inner, scope, drawing) for inner in calls_in(call))
+
+
+def _draws_weights(a: Analysis, call: cst.Call, scope: ScopeKey, drawing: AbstractSet[str]) -> bool:
+    """A call building a ``torch.nn`` layer that draws its weights, or one of ``drawing`` (the
+    file's model classes that draw), or drawing from torch's global generator itself
+    (``nn.Parameter(torch.randn(4, 4))``)."""
+    func = call.func
+    if isinstance(func, cst.Name) and func.value in drawing:
+        return True
+    qualified = a.r.names.qualified_name(func, scope, strict=False) or ""
+    return initialises_at_random(qualified) or (qualified.startswith("torch.") and is_global_draw(qualified))
+
+
+def _drawing_model_classes(a: Analysis) -> set[str]:
+    """The file's model classes whose construction draws from torch's global generator: their
+    methods build a layer that draws its weights (``self.fc = nn.Linear(8, 4)``), draw themselves
+    (``nn.Parameter(torch.randn(4))``) or build such a class; or they derive from one, or from a
+    ``torch.nn`` layer that draws. Not a fixed transform (a mel filterbank of ``torch.linspace``
+    buffers)."""
+    classes = a.facts.model_classes
+    drawing: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name in classes - drawing:
+            record = a.r.classes.get(name)
+            bases = [] if record is None else [base.value for base in record.node.bases]
+            if any(
+                (isinstance(base, cst.Name) and base.value in drawing)
+                or initialises_at_random(a.r.names.qualified_name(base, (), strict=False) or "")
+                for base in bases
+            ) or any(
+                call.scope[:1] == (name,) and _draws_weights(a, call.node, call.scope, drawing) for call in a.r.calls
+            ):
+                drawing.add(name)
+                changed = True
+    return drawing
+
+
+def _loaded_from_checkpoint(a: Analysis) -> set[str]:
+    """Names (attributes of ``self`` by their own name) whose weights a checkpoint replaces:
+    ``best.load_state_dict(torch.load(path))``, not a copy of another module's
+    (``target.load_state_dict(policy.state_dict())``: as random as that module)."""
+    loaded = set()
+    for call in a.r.calls:
+        func = call.node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict" and call.node.args):
+            continue
+        copied = any(
+            isinstance(inner.func, cst.Attribute) and inner.func.attr.value == "state_dict"
+            for inner in calls_in(call.node.args[0].value)
+        )
+        receiver = dotted(func.value)
+        if receiver is not None and not copied:
+            loaded.add(_held_name(receiver))
+    return loaded
 
 
 def _drawn_data(a: Analysis) -> set[int]:
