@@ -818,7 +818,11 @@ class _MainProcessGuard(RuleTransformer):
             # A folder made or removed where a handler catches its error and goes on: no barrier
             # and no ``exist_ok`` (see ``error_caught_here``), left to every rank, reported.
             caught = kind in ("folder", "delete") and self.error_caught_here()
-            if kind == "write" and _fetches(statement, self.facts, self.scope) and self.error_caught_here(fetching=True):
+            if (
+                kind == "write"
+                and _fetches(statement, self.facts, self.scope)
+                and self.error_caught_here(fetching=True)
+            ):
                 self.findings.add(self._original_of.get(id(statement), statement), "ACC916", UNGUARDED_FETCH, False)
                 kind = None
             if kind in ("folder", "delete") and (not barrier_safe or caught):
