@@ -248,6 +248,69 @@ NETWORK_FETCHES = frozenset(
         "gdown.download",
     }
 )
+#: Exception classes of other libraries (and the standard library's modules) that subclass
+#: ``OSError``, by qualified name: an ``except`` naming one catches an ``OSError`` (what a network
+#: fetch, the downloads above, raises when the connection fails, times out or is refused).
+#: ``requests``' classes (``class RequestException(IOError)``) by their own module and by the
+#: names ``requests`` re-exports; ``urllib.error``'s, the ``socket``, ``ssl``, ``http.client`` and
+#: ``shutil`` errors deriving from ``OSError`` (``socket.timeout`` is ``TimeoutError``).
+LIBRARY_OS_ERRORS = frozenset(
+    {
+        *(
+            f"requests.exceptions.{name}"
+            for name in (
+                "RequestException",
+                "ConnectionError",
+                "HTTPError",
+                "Timeout",
+                "ConnectTimeout",
+                "ReadTimeout",
+                "TooManyRedirects",
+                "SSLError",
+                "ProxyError",
+                "ChunkedEncodingError",
+                "ContentDecodingError",
+                "RetryError",
+                "InvalidURL",
+                "InvalidSchema",
+                "MissingSchema",
+                "InvalidHeader",
+                "InvalidJSONError",
+                "JSONDecodeError",
+                "URLRequired",
+                "StreamConsumedError",
+            )
+        ),
+        *(
+            f"requests.{name}"
+            for name in (
+                "RequestException",
+                "ConnectionError",
+                "HTTPError",
+                "Timeout",
+                "ConnectTimeout",
+                "ReadTimeout",
+                "TooManyRedirects",
+                "JSONDecodeError",
+            )
+        ),
+        "urllib.error.URLError",
+        "urllib.error.HTTPError",
+        "urllib.error.ContentTooShortError",
+        "socket.error",
+        "socket.timeout",
+        "socket.gaierror",
+        "socket.herror",
+        "ssl.SSLError",
+        "ssl.SSLCertVerificationError",
+        "ssl.SSLEOFError",
+        "ssl.SSLZeroReturnError",
+        "ssl.SSLSyscallError",
+        "http.client.RemoteDisconnected",
+        "shutil.Error",
+        "shutil.SameFileError",
+    }
+)
 #: Calls that trace or export a model: they must see the model itself, not its DDP wrapper.
 MODEL_EXPORTS = frozenset({"torch.onnx.export", "torch.jit.trace", "torch.jit.script"})
 #: Calls that copy the model they are given (exponential moving averages, weight averaging):

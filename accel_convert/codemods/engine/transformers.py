@@ -291,11 +291,13 @@ class RuleTransformer(TargetedTransformer):
         itself reads."""
         return self._rank_reach.called_on_some_ranks(self._anchors, self.function)
 
-    def error_caught_here(self) -> bool:
+    def error_caught_here(self, *, fetching: bool = False) -> bool:
         """Whether an ``OSError`` raised at the node being visited may be caught by a handler
-        that goes on (a ``try`` around it, or around a call of its function): the locality
-        owner's answer (:meth:`model.locality.RankReach.error_caught_here`)."""
-        return self._rank_reach.error_caught_here(self._anchors, self.function)
+        that goes on (a ``try`` around it, or around a call of its function): that of a folder
+        made or removed, or, ``fetching``, of a network fetch (``except
+        requests.RequestException``): the locality owner's answer
+        (:meth:`model.locality.RankReach.error_caught_here`)."""
+        return self._rank_reach.error_caught_here(self._anchors, self.function, fetching=fetching)
 
     def site(self, node: cst.CSTNode) -> Site:
         """The original position of ``node`` (a node of the tree this rule received)."""

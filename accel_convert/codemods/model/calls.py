@@ -342,6 +342,32 @@ def _into_method(a: Analysis, call: CallRecord, callee: cst.Attribute) -> None:
     _arguments_into(a, call, owner, parameter_names(definition)[1:], dotted, named_only=True)
 
 
+#: What building an instance runs of its class's code, in this order of preference: its
+#: ``__init__``, or (a dataclass's generated ``__init__`` calls it) its ``__post_init__``.
+CONSTRUCTOR_METHODS = ("__init__", "__post_init__")
+
+
+def constructor_method(a: Analysis, name: str) -> str | None:
+    """The method of the file's classes that building an instance of the file's class ``name``
+    runs (``Helper(root)``), keyed ``Class.method`` as a method call's callee is:
+    ``Helper.__init__``, a ``@dataclass``'s ``Helper.__post_init__``, or, for a class defining
+    neither, that of its first base of the file defining one (``Base.__init__``); None where the
+    class and its bases of the file define neither (``object.__init__``, or another module's)."""
+    pending, seen = [name], set()
+    while pending:
+        owner = pending.pop(0)
+        record = a.r.classes.get(owner)
+        if record is None or owner in seen:
+            continue
+        seen.add(owner)
+        methods = {method.name.value for method in class_methods(record.node)}
+        special = next((method for method in CONSTRUCTOR_METHODS if method in methods), None)
+        if special is not None:
+            return f"{owner}.{special}"
+        pending.extend(base for written in record.node.bases if (base := dotted(written.value)) is not None)
+    return None
+
+
 def instance_class(a: Analysis, call: CallRecord | AssignRecord, receiver: cst.BaseExpression) -> str | None:
     """The file's class ``receiver`` is an instance of: ``self`` in one of its methods, a
     construction (``Trainer(...)``), or a name the same function binds to one."""

@@ -55,6 +55,7 @@ from accel_convert.codemods.engine.syntax import (
 from accel_convert.codemods.engine.torch_names import (
     COLLECTING_METHODS,
     ENDLESS_COUNTERS,
+    LIBRARY_OS_ERRORS,
     MEAN_LOSSES,
     NETWORK_FETCHES,
     PATH_CONSTRUCTORS,
@@ -66,7 +67,7 @@ from accel_convert.codemods.engine.torch_names import (
     is_loss_module,
 )
 from accel_convert.codemods.engine.walk import child_nodes
-from accel_convert.codemods.model.calls import instance_class
+from accel_convert.codemods.model.calls import constructor_method, instance_class
 from accel_convert.codemods.model.provider import provider, rule_provider
 from accel_convert.codemods.model.recorder import (
     AssignRecord,
@@ -785,6 +786,11 @@ class Locality:
     #: called by such a function: a folder made there may fail on purpose (``FileExistsError``)
     #: for its handler to run.
     called_in_try: frozenset[str] = frozenset()
+    #: Functions and methods (keyed as :attr:`called_on_some_ranks`) called in the body of a ``try``
+    #: whose handler catches the ``OSError`` of a network fetch and goes on (``except
+    #: requests.RequestException:``; :meth:`RankReach.error_caught_here` ``fetching``), or called
+    #: by such a function: a download there may fail on purpose for its handler to run.
+    called_where_fetch_caught: frozenset[str] = frozenset()
     #: What this module calls from its imports (absolute qualified names) where some rank may not
     #: go, in a module of a program: the program tells the module of each of its own functions and
     #: methods among them (:attr:`ProgramSeeds.called_on_some_ranks`).
@@ -863,6 +869,7 @@ def locality(a: Analysis) -> Locality:
         per_rank_sums=_per_rank_sums(a),
         called_on_some_ranks=reach.called_on_some_ranks,
         called_in_try=reach.called_in_try,
+        called_where_fetch_caught=reach.called_where_fetch_caught,
         program_calls_on_some_ranks=reach.program_calls_on_some_ranks,
     )
 
@@ -873,6 +880,7 @@ class _CallReach:
 
     called_on_some_ranks: frozenset[str] = frozenset()
     called_in_try: frozenset[str] = frozenset()
+    called_where_fetch_caught: frozenset[str] = frozenset()
     program_calls_on_some_ranks: frozenset[str] = frozenset()
 
 
@@ -881,8 +889,8 @@ def _calls_on_some_ranks(a: Analysis) -> _CallReach:
     the file's classes with a call that :class:`RankReach` says not every rank makes where it
     stands (or that another module of the program calls so), and, through the calls they make,
     every function and method they call. A function whose callers are out of sight (a hook's
-    caller) keeps the answer its own body gives. Also :attr:`Locality.called_in_try` and
-    :attr:`Locality.program_calls_on_some_ranks`."""
+    caller) keeps the answer its own body gives. Also :attr:`Locality.called_in_try`,
+    :attr:`Locality.called_where_fetch_caught` and :attr:`Locality.program_calls_on_some_ranks`."""
     own = {id(call.node): key for call in a.r.calls if (key := _own_callee(a, call)) is not None}
     built = _imported_instances(a) if a.seeds is not None else {}
     elsewhere = (
@@ -894,7 +902,12 @@ def _calls_on_some_ranks(a: Analysis) -> _CallReach:
         if a.seeds is not None
         else {}
     )
-    seeded = a.seeds.called_on_some_ranks if a.seeds is not None else frozenset()
+    # Another module building one of this module's classes there (``snapshots.SnapshotDir(d)``)
+    # calls what its construction runs (``SnapshotDir.__init__``).
+    seeded = frozenset(
+        (constructor_method(a, name) or name) if name in a.r.classes else name
+        for name in (a.seeds.called_on_some_ranks if a.seeds is not None else ())
+    )
     module = a.module
     if (not own and not elsewhere and not seeded) or module is None:
         return _CallReach()
@@ -908,6 +921,7 @@ def _calls_on_some_ranks(a: Analysis) -> _CallReach:
     return _CallReach(
         called_on_some_ranks=skipped,
         called_in_try=_with_callees(a, walk.caught & set(own.values()), callees),
+        called_where_fetch_caught=_with_callees(a, walk.fetch_caught & set(own.values()), callees),
         program_calls_on_some_ranks=frozenset((walk.skipped & elsewhere_names) | reached_elsewhere),
     )
 
@@ -916,12 +930,16 @@ def _own_callee(a: Analysis, call: CallRecord) -> str | None:
     """The key of the file's function or method a call runs: ``mkdir_p`` for ``mkdir_p(d)`` (a
     module-level function, by a name no inner scope rebinds), ``Trainer.make_dir`` for
     ``self.make_dir(d)`` in a method of ``Trainer`` or ``trainer.make_dir(d)`` on an instance the
-    same function builds (:func:`calls.instance_class`); None for anything else."""
+    same function builds (:func:`calls.instance_class`), ``SnapshotDir.__init__`` for building
+    the file's class, ``SnapshotDir(d)`` (:func:`calls.constructor_method`); None for anything
+    else."""
     func = call.node.func
     if isinstance(func, cst.Name):
-        if func.value in a.r.defs and a.r.names.binding_scope(func.value, call.scope) == ():
+        if a.r.names.binding_scope(func.value, call.scope) != ():
+            return None
+        if func.value in a.r.defs:
             return func.value
-        return None
+        return constructor_method(a, func.value) if func.value in a.r.classes else None
     if not isinstance(func, cst.Attribute):
         return None
     owner = instance_class(a, call, func.value)
@@ -1002,7 +1020,8 @@ class _CallsWhereRanksDiffer:
     and asks :class:`RankReach` of each call in ``calls`` (by node identity: the key of the file's
     function or method it runs, or another module's function's qualified name) whether every rank
     makes it: ``skipped`` collects those some rank may not call there, ``caught`` those called
-    where a handler catches an ``OSError`` and goes on (:meth:`RankReach.error_caught_here`). The
+    where a handler catches an ``OSError`` and goes on (:meth:`RankReach.error_caught_here`),
+    ``fetch_caught`` those where one catches a network fetch's. The
     tree is only read: the walk goes from child to child itself (:func:`child_nodes`, no
     whitespace or tokens), without libcst's ``visit``, which rebuilds every node it walks (a third
     of a conversion when this walk went through it)."""
@@ -1026,6 +1045,7 @@ class _CallsWhereRanksDiffer:
         )
         self.skipped: set[str] = set()
         self.caught: set[str] = set()
+        self.fetch_caught: set[str] = set()
 
     def walk_tree(self, node: cst.CSTNode) -> None:
         """Visit ``node`` and what is below it, in libcst's order."""
@@ -1042,6 +1062,8 @@ class _CallsWhereRanksDiffer:
                 self.skipped.add(key)
             if self._reach.error_caught_here(anchors):
                 self.caught.add(key)
+            if self._reach.error_caught_here(anchors, fetching=True):
+                self.fetch_caught.add(key)
         for child in child_nodes(node):
             self.walk_tree(child)
         if scoped:
@@ -1222,11 +1244,16 @@ class RankReach:
         in_function = any(isinstance(node, cst.FunctionDef) for node in anchors)
         return in_function and _called_as(anchors, function) in self._locality.called_on_some_ranks
 
-    def error_caught_here(self, anchors: Sequence[cst.CSTNode], function: str | None = None) -> bool:
+    def error_caught_here(
+        self, anchors: Sequence[cst.CSTNode], function: str | None = None, *, fetching: bool = False
+    ) -> bool:
         """Whether an ``OSError`` raised inside the innermost of ``anchors`` may be caught by a
         handler that goes on: it stands in the body of a ``try`` of its function (or of the
         module's code) with such a handler (:meth:`_catches_and_goes_on`), or, given its
-        ``function``'s key, in a function called there (:attr:`Locality.called_in_try`).
+        ``function``'s key, in a function called there (:attr:`Locality.called_in_try`). The
+        error of a folder made or removed; ``fetching``, that of a network fetch, which ``except
+        requests.RequestException`` or ``except urllib.error.URLError`` catches too
+        (:attr:`Locality.called_where_fetch_caught`).
 
         Why it matters: a folder made or removed there may fail on purpose (``try: mkdir_p(d)``
         / ``except FileExistsError: resume = True``). Made on the main process only before a
@@ -1238,8 +1265,15 @@ class RankReach:
         original does on one process, and reported. Other writes are not asked: their errors
         (a full disk) are failures, not the script's flow. A handler that ends the run
         (``raise``, ``sys.exit(1)``) or catches no ``OSError`` (``except KeyboardInterrupt:``)
-        changes nothing: the error ends the run as it would uncaught."""
-        if function is not None and _called_as(anchors, function) in self._locality.called_in_try:
+        changes nothing: the error ends the run as it would uncaught.
+
+        A write that fetches over the network (``f.write(requests.get(url).text)``) is asked
+        ``fetching``: made on the main process only, a failed fetch would send it past the
+        barrier into the handler while the others wait there, or, with no barrier, the others
+        would go on as if the file had come; it is left to every rank, each fetching and handling
+        its error as the original does on one process, and reported."""
+        called = self._locality.called_where_fetch_caught if fetching else self._locality.called_in_try
+        if function is not None and _called_as(anchors, function) in called:
             if any(isinstance(node, cst.FunctionDef) for node in anchors):
                 return True
         for depth in range(len(anchors) - 1, -1, -1):
@@ -1253,30 +1287,44 @@ class RankReach:
             if (
                 isinstance(node, cst.Try)
                 and (inner is None or _in_body(node, inner))
-                and self._catches_and_goes_on(node)
+                and self._catches_and_goes_on(node, fetching=fetching)
             ):
                 return True
         return False
 
-    def _catches_and_goes_on(self, node: cst.Try) -> bool:
+    def _catches_and_goes_on(self, node: cst.Try, *, fetching: bool = False) -> bool:
         """Whether one of ``node``'s handlers catches an ``OSError`` (bare ``except:``,
         ``except Exception``, ``except OSError``, ``except (IOError, ValueError)``,
-        ``except os.error``; an exception class of the script's own or another library's
-        is taken to catch none) and goes on: its body does not end in a ``raise`` or a
-        ``sys.exit(...)`` (nor ``exit``/``quit``/``os._exit``)."""
+        ``except os.error``, another library's class deriving from it, ``except
+        requests.RequestException``; an exception class of the script's own, or another
+        library's that is no ``OSError``, is taken to catch none) and goes on: its body does not
+        end in a ``raise`` or a ``sys.exit(...)`` (nor ``exit``/``quit``/``os._exit``). The
+        ``OSError`` of a folder made or removed (:data:`CATCHING_OS_ERRORS`: ``except
+        requests.RequestException`` catches no ``FileExistsError``), or, ``fetching``, that of a
+        network fetch (:data:`CATCHING_FETCH_ERRORS`)."""
+        caught_kinds = CATCHING_FETCH_ERRORS if fetching else CATCHING_OS_ERRORS
         for handler in node.handlers:
             caught = handler.type
             kinds = (
                 [caught] if caught is None or not isinstance(caught, cst.Tuple) else [e.value for e in caught.elements]
             )
-            if any(kind is None or self._names_os_error(kind) for kind in kinds) and not self._ends_run(handler):
+            if any(kind is None or self._names_os_error(kind, caught_kinds) for kind in kinds) and not self._ends_run(
+                handler
+            ):
                 return True
         return False
 
-    def _names_os_error(self, kind: cst.BaseExpression) -> bool:
+    def _names_os_error(self, kind: cst.BaseExpression, caught: AbstractSet[str]) -> bool:
+        """Whether the class an ``except`` names is one of ``caught`` (:data:`CATCHING_OS_ERRORS`
+        or :data:`CATCHING_FETCH_ERRORS`): a builtin by what the name is where it stands (not a
+        class of the script's own of that name), anything else by its qualified name
+        (``os.error``, ``requests.RequestException``, ``from urllib.error import URLError``)."""
         if isinstance(kind, cst.Name):
-            return self._builtin(kind) in CATCHING_OS_ERRORS
-        return self._qualified_name(kind) in CATCHING_OS_ERRORS
+            builtin = self._builtin(kind)
+            if builtin is not None:
+                return builtin in caught
+        qualified = self._qualified_name(kind)
+        return qualified is not None and "." in qualified and qualified in caught
 
     def _ends_run(self, handler: cst.ExceptHandler) -> bool:
         """Whether an ``except`` block's last statement re-raises, raises or exits."""
@@ -1387,8 +1435,9 @@ def _opens_body(node: cst.Try, inner: Sequence[cst.CSTNode]) -> bool:
     return first is child or (isinstance(first, cst.SimpleStatementLine) and first.body[0] is child)
 
 
-#: What an ``except`` names that catches an ``OSError`` (a ``FileExistsError`` of ``os.makedirs``):
-#: the builtins (``IOError`` and ``EnvironmentError`` are ``OSError``), and ``os.error``.
+#: What an ``except`` names that catches the ``OSError`` a folder made or removed raises (a
+#: ``FileExistsError`` of ``os.makedirs``): the builtins (``IOError`` and ``EnvironmentError`` are
+#: ``OSError``), and ``os.error``.
 CATCHING_OS_ERRORS = frozenset(
     {
         "BaseException",
@@ -1402,6 +1451,27 @@ CATCHING_OS_ERRORS = frozenset(
         "NotADirectoryError",
         "PermissionError",
         "os.error",
+    }
+)
+#: What an ``except`` names that catches the ``OSError`` a network fetch raises (a download that
+#: fails): ``OSError`` and what it is caught as, the builtin connection and timeout errors, and
+#: other libraries' classes deriving from ``OSError`` (``requests.RequestException``,
+#: ``urllib.error.URLError``: :data:`LIBRARY_OS_ERRORS`).
+CATCHING_FETCH_ERRORS = frozenset(
+    {
+        "BaseException",
+        "Exception",
+        "OSError",
+        "IOError",
+        "EnvironmentError",
+        "os.error",
+        "TimeoutError",
+        "ConnectionError",
+        "ConnectionRefusedError",
+        "ConnectionResetError",
+        "ConnectionAbortedError",
+        "BrokenPipeError",
+        *LIBRARY_OS_ERRORS,
     }
 )
 #: Calls ending the run (an ``except`` block ending in one ends it as an uncaught error would).

@@ -72,6 +72,7 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.engine.torch_names import (
     FOLDER_FUNCTIONS,
+    NETWORK_FETCHES,
     TRACKER_CONSTRUCTORS,
     TRACKER_FUNCTIONS,
     TRACKER_RUN_STATE,
@@ -87,6 +88,12 @@ from accel_convert.codemods.model.locality import locality, locality_of, tests_m
 
 #: The report of a folder created or deleted where a barrier cannot go.
 UNGUARDED_FOLDER = "folder creation or deletion where not every rank would reach a barrier: left on every rank"
+#: The report of a file written from a network fetch where a handler catches the fetch's error.
+UNGUARDED_FETCH = (
+    "download written where a handler catches its error and goes on (except requests.RequestException, "
+    "URLError ...): left on every rank, each fetching and handling a failure as on one process (on the main "
+    "process alone, a failed fetch would jump past the barrier the others wait at)"
+)
 #: Functions that delete: every rank first finishes with the file, then the main process deletes.
 DELETING_FUNCTIONS = frozenset({"os.remove", "os.unlink", "os.rmdir", "shutil.rmtree"})
 
@@ -811,6 +818,13 @@ class _MainProcessGuard(RuleTransformer):
             # A folder made or removed where a handler catches its error and goes on: no barrier
             # and no ``exist_ok`` (see ``error_caught_here``), left to every rank, reported.
             caught = kind in ("folder", "delete") and self.error_caught_here()
+            if (
+                kind == "write"
+                and _fetches(statement, self.facts, self.scope)
+                and self.error_caught_here(fetching=True)
+            ):
+                self.findings.add(self._original_of.get(id(statement), statement), "ACC916", UNGUARDED_FETCH, False)
+                kind = None
             if kind in ("folder", "delete") and (not barrier_safe or caught):
                 if whole_statement_guarded:
                     return None
@@ -1252,6 +1266,17 @@ def _tracker_creation(statement: cst.BaseStatement, facts: ScriptFacts, scope: t
     if facts.callee_name(func) in TRACKER_CONSTRUCTORS or file_logger_class(facts, func, scope) is not None:
         return assign.value
     return None
+
+
+def _fetches(statement: cst.BaseStatement, facts: ScriptFacts, scope: tuple[str, ...]) -> bool:
+    """Whether a writing statement fetches what it writes over the network itself
+    (``f.write(requests.get(url).text)``, ``urlopen(url)`` among its ``with`` items, a call of the
+    script's own download function), so that a failed fetch raises inside the write."""
+    return any(
+        facts.callee_name(call.func, scope) in NETWORK_FETCHES
+        or (isinstance(call.func, cst.Name) and call.func.value in facts.download_functions)
+        for call in calls_in(statement)
+    )
 
 
 def _call_kind(small: cst.BaseSmallStatement, facts: ScriptFacts, scope: tuple[str, ...]) -> str | None:
