@@ -248,6 +248,29 @@ NETWORK_FETCHES = frozenset(
         "gdown.download",
     }
 )
+#: ``requests``' exception classes (all derive from ``RequestException(IOError)``).
+_REQUESTS_ERRORS = (
+    "RequestException",
+    "ConnectionError",
+    "HTTPError",
+    "Timeout",
+    "ConnectTimeout",
+    "ReadTimeout",
+    "TooManyRedirects",
+    "SSLError",
+    "ProxyError",
+    "ChunkedEncodingError",
+    "ContentDecodingError",
+    "RetryError",
+    "InvalidURL",
+    "InvalidSchema",
+    "MissingSchema",
+    "InvalidHeader",
+    "InvalidJSONError",
+    "JSONDecodeError",
+    "URLRequired",
+    "StreamConsumedError",
+)
 #: Exception classes of other libraries (and the standard library's modules) that subclass
 #: ``OSError``, by qualified name: an ``except`` naming one catches an ``OSError`` (what a network
 #: fetch, the downloads above, raises when the connection fails, times out or is refused).
@@ -256,44 +279,9 @@ NETWORK_FETCHES = frozenset(
 #: ``shutil`` errors deriving from ``OSError`` (``socket.timeout`` is ``TimeoutError``).
 LIBRARY_OS_ERRORS = frozenset(
     {
-        *(
-            f"requests.exceptions.{name}"
-            for name in (
-                "RequestException",
-                "ConnectionError",
-                "HTTPError",
-                "Timeout",
-                "ConnectTimeout",
-                "ReadTimeout",
-                "TooManyRedirects",
-                "SSLError",
-                "ProxyError",
-                "ChunkedEncodingError",
-                "ContentDecodingError",
-                "RetryError",
-                "InvalidURL",
-                "InvalidSchema",
-                "MissingSchema",
-                "InvalidHeader",
-                "InvalidJSONError",
-                "JSONDecodeError",
-                "URLRequired",
-                "StreamConsumedError",
-            )
-        ),
-        *(
-            f"requests.{name}"
-            for name in (
-                "RequestException",
-                "ConnectionError",
-                "HTTPError",
-                "Timeout",
-                "ConnectTimeout",
-                "ReadTimeout",
-                "TooManyRedirects",
-                "JSONDecodeError",
-            )
-        ),
+        # requests' names where they are defined and where ``requests`` re-exports them (a name
+        # it does not re-export is never written, so listing it there too matches nothing).
+        *(f"{module}.{name}" for module in ("requests.exceptions", "requests") for name in _REQUESTS_ERRORS),
         "urllib.error.URLError",
         "urllib.error.HTTPError",
         "urllib.error.ContentTooShortError",
