@@ -818,12 +818,7 @@ class _MainProcessGuard(RuleTransformer):
             # A folder made or removed where a handler catches its error and goes on: no barrier
             # and no ``exist_ok`` (see ``error_caught_here``), left to every rank, reported.
             caught = kind in ("folder", "delete") and self.error_caught_here()
-            if (
-                kind == "write"
-                and _fetches(statement, self.facts, self.scope)
-                and self.error_caught_here(fetching=True)
-            ):
-                self.findings.add(self._original_of.get(id(statement), statement), "ACC916", UNGUARDED_FETCH, False)
+            if kind == "write" and self._fetch_error_caught(statement):
                 kind = None
             if kind in ("folder", "delete") and (not barrier_safe or caught):
                 if whole_statement_guarded:
@@ -840,6 +835,15 @@ class _MainProcessGuard(RuleTransformer):
                 runs.add_write(statement, kind)
         runs.flush()
         return runs.result if runs.changed else None
+
+    def _fetch_error_caught(self, statement: cst.BaseStatement) -> bool:
+        """Whether ``statement`` (a file write) fetches what it writes where a handler catches the
+        fetch's error and goes on: then it stays on every rank, reported (ACC916), since on the
+        main process alone a failed fetch would skip the barrier the other ranks wait at."""
+        if not (_fetches(statement, self.facts, self.scope) and self.error_caught_here(fetching=True)):
+            return False
+        self.findings.add(self._original_of.get(id(statement), statement), "ACC916", UNGUARDED_FETCH, False)
+        return True
 
     def _folder_made_by_each_caller(self, statement: cst.BaseStatement) -> cst.BaseStatement | None:
         """``os.makedirs(d)`` (alone, or as the body of an ``if``: ``if not os.path.exists(d):
