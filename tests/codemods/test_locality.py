@@ -869,6 +869,117 @@ def test_error_caught_here(statement: str, caught: bool) -> None:
     assert reach.error_caught_here(anchors, function) is caught
 
 
+CLASSES_BUILT_WHERE_RANKS_DIFFER = code(
+    """
+    import dataclasses
+    import os
+
+
+    class SnapshotDir:
+        def __init__(self, root):
+            self.root = root
+            self.make()
+
+        def make(self):
+            os.makedirs(self.root)
+
+
+    @dataclasses.dataclass
+    class RunDir:
+        root: str
+
+        def __post_init__(self):
+            os.makedirs(self.root)
+
+
+    class BaseLog:
+        def __init__(self, root):
+            os.makedirs(root)
+
+
+    class TextLog(BaseLog):
+        def write(self, line):
+            print(line)
+
+
+    class Everywhere:
+        def __init__(self, root):
+            os.makedirs(root)
+
+
+    def main():
+        if not os.path.isdir("snapshots"):
+            SnapshotDir("snapshots")
+        if not os.path.isdir("runs"):
+            RunDir("runs")
+        if not os.path.isdir("logs"):
+            TextLog("logs")
+        Everywhere("shared")
+    """
+)
+
+
+def test_classes_built_where_the_ranks_differ() -> None:
+    """Building an instance under ``if not os.path.isdir(d):`` runs its class's constructor on
+    some ranks (:func:`calls.constructor_method`): ``__init__`` and what it calls, a dataclass's
+    ``__post_init__``, and for a class defining neither, its base's ``__init__``. A class built
+    where every rank goes is not."""
+    _, found = answer(CLASSES_BUILT_WHERE_RANKS_DIFFER)
+    assert found.called_on_some_ranks == {
+        "SnapshotDir.__init__",
+        "SnapshotDir.make",
+        "RunDir.__post_init__",
+        "BaseLog.__init__",
+    }
+
+
+HELPERS_WHOSE_FETCH_ERRORS_ARE_CAUGHT = code(
+    """
+    from urllib.error import URLError
+
+    import requests
+
+
+    def fetch_labels(url):
+        return requests.get(url).text
+
+
+    def fetch_vocab(url):
+        return requests.get(url).text
+
+
+    def fetch_weights(url):
+        return requests.get(url).content
+
+
+    def main():
+        try:
+            fetch_labels("https://example.com/labels.txt")
+        except requests.RequestException:
+            print("no labels")
+        try:
+            fetch_vocab("https://example.com/vocab.txt")
+        except URLError:
+            print("no vocab")
+        try:
+            fetch_weights("https://example.com/w.bin")
+        except ValueError:
+            print("bad weights")
+    """
+)
+
+
+def test_functions_called_where_a_fetch_error_is_caught() -> None:
+    """``except requests.RequestException`` and ``except URLError`` (libraries' ``OSError``
+    classes, by qualified name) catch a network fetch's error and go on: a fetch in the functions
+    called there may fail on purpose, for the handler. Neither catches the ``FileExistsError`` of
+    a folder made, so they are not called where an ``OSError`` of a folder is caught; ``except
+    ValueError`` catches neither."""
+    _, found = answer(HELPERS_WHOSE_FETCH_ERRORS_ARE_CAUGHT)
+    assert found.called_where_fetch_caught == {"fetch_labels", "fetch_vocab"}
+    assert found.called_in_try == set()
+
+
 HELPERS_CALLED_UNDER_BUILTIN_TESTS = code(
     """
     import os

@@ -595,6 +595,11 @@ def _drawing_model_classes(a: Analysis) -> set[str]:
     ``torch.nn`` layer that draws. Not a fixed transform (a mel filterbank of ``torch.linspace``
     buffers)."""
     classes = a.facts.model_classes
+    # Each class's calls, found once: the rounds below ask them again as ``drawing`` grows.
+    calls_of: dict[str, list[CallRecord]] = {}
+    for call in a.r.calls:
+        if call.scope and call.scope[0] in classes:
+            calls_of.setdefault(call.scope[0], []).append(call)
     drawing: set[str] = set()
     changed = True
     while changed:
@@ -606,9 +611,7 @@ def _drawing_model_classes(a: Analysis) -> set[str]:
                 (isinstance(base, cst.Name) and base.value in drawing)
                 or initialises_at_random(a.r.names.qualified_name(base, (), strict=False) or "")
                 for base in bases
-            ) or any(
-                call.scope[:1] == (name,) and _draws_weights(a, call.node, call.scope, drawing) for call in a.r.calls
-            ):
+            ) or any(_draws_weights(a, call.node, call.scope, drawing) for call in calls_of.get(name, ())):
                 drawing.add(name)
                 changed = True
     return drawing
