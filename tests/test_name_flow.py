@@ -88,3 +88,81 @@ def test_a_read_the_original_already_made_unbound_is_not_the_conversions() -> No
     assert name_flow_problems(original, ast.parse(MOVED.format(extra="pass"))) == []
     added = name_flow_problems(original, ast.parse(MOVED.format(extra="print(real)\n        real = 1")))
     assert [(p.scope, p.name) for p in added] == [("inner_training_loop", "real")]
+
+
+MOVED_BATCH = {
+    "module": """
+import torch
+device = "cpu"
+mode = "plain"
+for label in torch.ones(4, 2):
+    {early}
+    if mode == "plain":
+        target = label.clone()
+    elif mode == "scaled":
+        target = label * 2
+    {move}
+    {before_use}
+    print(target.sum())
+""",
+    "function": """
+import torch
+def train(loader, mode, device):
+    for label in loader:
+        {early}
+        if mode == "plain":
+            target = label.clone()
+        elif mode == "scaled":
+            target = label * 2
+        {move}
+        {before_use}
+        print(target.sum())
+train(torch.ones(4, 2), "plain", "cpu")
+""",
+    "method": """
+import torch
+class Solver:
+    def train(self, loader):
+        for label in loader:
+            {early}
+            if self.mode == "plain":
+                target = label.clone()
+            elif self.mode == "scaled":
+                target = label * 2
+            {move}
+            {before_use}
+            print(target.sum())
+""",
+}
+
+
+@pytest.mark.parametrize("shape", sorted(MOVED_BATCH))
+def test_a_read_after_the_originals_own_unbound_read_in_its_block_is_not_the_conversions(shape: str) -> None:
+    """StarGAN's ``c_trg = c_trg.to(self.device)`` after an ``if``/``elif`` binding ``c_trg``
+    (module level, a function, a method): the conversion removes the move, so the name's later
+    reads (``print(target.sum())``, a statement the conversion changed too) are possibly unbound
+    where the original's move read it first, in the same block: the original stops there with
+    the same error, so nothing is found. A new read placed before the original's own (a
+    statement the conversion added above the move's place) is the conversion's."""
+    source = MOVED_BATCH[shape]
+    original = ast.parse(source.format(early="y = 0", move="target = target.to(device)", before_use="pass"))
+    converted = ast.parse(source.format(early="y = 0", move="pass", before_use="pass"))
+    assert name_flow_problems(original, converted) == []
+    changed = ast.parse(source.format(early="y = 0", move="pass", before_use="target = target.float()"))
+    assert name_flow_problems(original, changed) == []
+    earlier = ast.parse(source.format(early="print(target)", move="pass", before_use="pass"))
+    assert [problem.name for problem in name_flow_problems(original, earlier)] == ["target"]
+
+
+def test_a_read_in_another_block_than_the_originals_own_is_the_conversions() -> None:
+    """The original reads ``target`` possibly unbound only inside an ``if``; the converted read
+    after that ``if`` is not preceded by it on every path, so it is a finding."""
+    original = ast.parse(
+        "import torch\nfor label in torch.ones(4, 2):\n    if label[0] > 0:\n        target = label\n"
+        "    if label[1] > 0:\n        target = target.float()\n    y = 1\n"
+    )
+    converted = ast.parse(
+        "import torch\nfor label in torch.ones(4, 2):\n    if label[0] > 0:\n        target = label\n"
+        "    if label[1] > 0:\n        pass\n    y = 1\n    print(target)\n    print(target + 1)\n"
+    )
+    assert [problem.name for problem in name_flow_problems(original, converted)] == ["target"]

@@ -19,7 +19,11 @@ the original and the converted module and compares them:
 The analysis is deliberately simple (a loop body is taken to run; a branch that returns, raises,
 breaks or continues binds nothing after it), so it is applied *differentially*: only reads the
 conversion added are findings — a scope and name with more possibly unbound reads in the
-converted module than in the original. What the script already did is the script's business.
+converted module than in the original. What the script already did is the script's business:
+a read that comes, on every path, after the original's own possibly unbound read of the name (in
+a later statement of the same block) is not the conversion's either, when the conversion removed
+that read (``c_trg = c_trg.to(device)`` after an ``if``/``elif`` binding ``c_trg``): the original
+stops there first, with the same error.
 
 Only the standard library's :mod:`ast` is used: the check reads printed code, the one thing every
 rewrite agrees on, and CPython's parser reads it in a twentieth of libcst's time.
@@ -33,6 +37,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from functools import partial
 from operator import attrgetter
 from typing import Any
 
@@ -158,14 +163,16 @@ def name_flow_problems(original: ast.Module, converted: ast.Module) -> list[Name
     # conversions), there is nothing to compare: the original's flow is not walked.
     before = _ModuleFlow(original).run() if after else {}
     added = _AddedRebindings(original, converted)
+    first_failures = _OriginalFailsFirst(original, converted)
     for key, reads in after.items():
         scope, name = key
         # The first read is where the program would stop.
         line, column = min(reads)
         original_reads = before.get(key) or _reads_of_moved_code(original, before, scope, name)
-        if len(reads) > len(original_reads) or (
-            added.rebinds(name, line) and not added.read_unconditionally(scope, original_reads)
-        ):
+        if (
+            len(reads) > len(original_reads)
+            or (added.rebinds(name, line) and not added.read_unconditionally(scope, original_reads))
+        ) and not first_failures.covers(scope, reads, original_reads):
             problems.append(NameFlowProblem(scope, name, line, column, trigger_line=flow.triggers.get(key, 0)))
     problems += _calls_missing_new_arguments({"": original}, {"": converted}).get("", [])
     return sorted(problems, key=lambda problem: (problem.line, problem.column, problem.name))
@@ -212,6 +219,110 @@ class _AddedRebindings:
         plain = [node for node in body if not isinstance(node, (*_COMPOUND, *_DEFINITIONS))]
         spans = [(node.lineno, node.end_lineno or node.lineno) for node in plain]
         return any(first <= line <= last for line, _ in reads for first, last in spans)
+
+
+class _OriginalFailsFirst:
+    """Whether every possibly unbound read a converted scope makes of a name comes, on every path,
+    after one of the original's own possibly unbound reads of it: StarGAN's ``c_trg =
+    c_trg.to(self.device)`` after an ``if``/``elif`` binding ``c_trg``, which the conversion
+    removes, and ``self.G(x_real, c_trg)`` below it in the same block. Where the name is unbound
+    there, the original stops at its own read before it gets that far, with the same error, so
+    the converted program fails no more often.
+
+    A converted read is placed in the original by the nearest statement at or before it that
+    the original holds as it is (printed the same): the read's own, else an earlier one of its
+    block, else its enclosing statement's, and so on out; every original statement printed so
+    must come after (or be) one holding an original read, in the same block or one around it."""
+
+    def __init__(self, original: ast.Module, converted: ast.Module) -> None:
+        self.original = original
+        self.converted = converted
+
+    def covers(self, scope: str, reads: Iterable[Position], original_reads: Iterable[Position]) -> bool:
+        original_body = _scope_body(self.original, scope)
+        converted_body = _scope_body(self.converted, scope)
+        if original_body is None or converted_body is None or not original_reads:
+            return False
+        original_statements = _statement_chains(original_body)
+        by_text: dict[str, list[Chain]] = {}
+        for statement, chain in original_statements:
+            by_text.setdefault(ast.unparse(statement), []).append(chain)
+        first_reads = [found[1] for found in map(partial(_innermost, original_statements), original_reads) if found]
+        converted_statements = _statement_chains(converted_body)
+        at_chain = {chain: statement for statement, chain in converted_statements}
+        for position in reads:
+            found = _innermost(converted_statements, position)
+            same = None if found is None else _placed_in_original(found[1], at_chain, by_text)
+            if not same or not all(
+                any(first == chain or _goes_before(first, chain) for first in first_reads) for chain in same
+            ):
+                return False
+        return True
+
+
+def _placed_in_original(
+    chain: Chain, at_chain: Mapping[Chain, ast.stmt], by_text: Mapping[str, list[Chain]]
+) -> list[Chain]:
+    """Where the original holds, printed the same, the statement at ``chain`` of the converted
+    scope, or the nearest one before it in its block, or around it (and so on out); empty when
+    none is found."""
+    while chain:
+        *outer, (block, index) = chain
+        for earlier in range(index, -1, -1):
+            statement = at_chain.get((*outer, (block, earlier)))
+            same = by_text.get(ast.unparse(statement)) if statement is not None else None
+            if same:
+                return same
+        chain = tuple(outer)
+    return []
+
+
+#: Where a statement stands: (the block holding it, its index there) from the scope's body in.
+Chain = tuple[tuple[int, int], ...]
+
+
+def _statement_chains(body: list[ast.stmt]) -> list[tuple[ast.stmt, Chain]]:
+    """Every statement of a scope's body and of the blocks nested in it (not in the functions and
+    classes it defines), with where it stands; blocks are told apart by identity."""
+    found: list[tuple[ast.stmt, Chain]] = []
+    pending: list[tuple[list[ast.stmt], Chain]] = [(body, ())]
+    while pending:
+        block, outer = pending.pop()
+        for index, statement in enumerate(block):
+            chain = (*outer, (id(block), index))
+            found.append((statement, chain))
+            if isinstance(statement, _DEFINITIONS):
+                continue
+            for inner in _blocks_of(statement):
+                pending.append((inner, chain))
+    return found
+
+
+def _blocks_of(statement: ast.stmt) -> list[list[ast.stmt]]:
+    blocks = [getattr(statement, name, None) for name in ("body", "orelse", "finalbody")]
+    blocks += [handler.body for handler in getattr(statement, "handlers", ())]
+    blocks += [case.body for case in getattr(statement, "cases", ())]
+    return [block for block in blocks if isinstance(block, list) and block and isinstance(block[0], ast.stmt)]
+
+
+def _innermost(statements: list[tuple[ast.stmt, Chain]], position: Position) -> tuple[ast.stmt, Chain] | None:
+    """The innermost statement holding the read at ``position`` (the deepest of those whose span
+    holds it)."""
+    holding = [
+        (statement, chain)
+        for statement, chain in statements
+        if (statement.lineno, statement.col_offset)
+        <= position
+        <= (statement.end_lineno or statement.lineno, statement.end_col_offset or 0)
+    ]
+    return max(holding, key=lambda item: len(item[1]), default=None)
+
+
+def _goes_before(first: Chain, later: Chain) -> bool:
+    """Whether every path reaching the statement at ``later`` passes the one at ``first``: that
+    one stands in a block holding ``later`` (or a statement around it) further down."""
+    *_, (block, index) = first
+    return any(held == block and at > index for held, at in later)
 
 
 def _reads_of_moved_code(

@@ -41,6 +41,21 @@ def _appended(items: list[Any], new: Any) -> list[Any]:
     if isinstance(comma, cst.Comma) and isinstance(comma.whitespace_after, cst.ParenthesizedWhitespace):
         before = items[-2].comma if len(items) > 1 and isinstance(items[-2].comma, cst.Comma) else comma
         return [*items[:-1], last.with_changes(comma=before), new.with_changes(comma=comma)]
+    if isinstance(comma, cst.MaybeSentinel):
+        # What stood between the last one and the closing bracket (its own line: ``shuffle=True\n
+        # )``) goes after the new one, so the bracket stays where it was; one per line, the new
+        # one takes a line of its own, as the others are separated.
+        trailing = "whitespace_after_arg" if isinstance(last, cst.Arg) else "whitespace_after_param"
+        previous = items[-2].comma if len(items) > 1 else None
+        one_per_line = isinstance(previous, cst.Comma) and isinstance(
+            previous.whitespace_after, cst.ParenthesizedWhitespace
+        )
+        between = previous if one_per_line else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        return [
+            *items[:-1],
+            last.with_changes(comma=between, **{trailing: cst.SimpleWhitespace("")}),
+            new.with_changes(**{trailing: getattr(last, trailing)}),
+        ]
     return [*items, new]
 
 

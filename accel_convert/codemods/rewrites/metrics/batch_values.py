@@ -103,18 +103,38 @@ def unpacked_from(
     statements stand (``len`` the builtin, not a parameter of that name)."""
     found = Unpacked()
     known = set(batch)
-    for statement in statements:
-        if statement is forward or contains(statement, lambda node: node is forward):
-            break
-        if not isinstance(statement, cst.SimpleStatementLine):
-            continue
+    for statement in _lines_before(statements, forward):
         counted = _rows_summed(statement, known, builtin)
-        if counted is not None:
+        # Only a line of the loop's own body is moved after the gather (not one inside an ``if``).
+        if counted is not None and any(statement is own for own in statements):
             found.summed_counts[id(statement)] = (statement, counted)
         for small in statement.body:
             pairs = _assigned_pairs(small)
             for bound, source in pairs:
                 _note_bound(found, known, batch, (bound, source), builtin, alone=len(pairs) == 1)
+    return found
+
+
+def _lines_before(statements: Sequence[cst.BaseStatement], forward: cst.CSTNode) -> list[cst.SimpleStatementLine]:
+    """The simple statements the batch runs before the forward, in order: those of the loop's
+    body and of the ``if``/``elif``/``else``, ``with`` and ``try`` blocks among them (``if task
+    == "plain": target = label.clone()`` / ``elif ...: target = 1 - label``: a target chosen per
+    batch), not of a nested loop (a ``for`` over the samples of the batch)."""
+    found: list[cst.SimpleStatementLine] = []
+    for statement in statements:
+        if statement is forward or contains(statement, lambda node: node is forward):
+            break
+        pending: list[cst.CSTNode] = [statement]
+        while pending:
+            node = pending.pop(0)
+            if isinstance(node, cst.SimpleStatementLine):
+                found.append(node)
+            elif isinstance(node, cst.IndentedBlock):
+                pending[:0] = list(node.body)
+            elif isinstance(node, (cst.If, cst.With, cst.Try, cst.Else, cst.Finally, cst.ExceptHandler)):
+                blocks = [node.body, getattr(node, "orelse", None), *getattr(node, "handlers", ())]
+                blocks.append(getattr(node, "finalbody", None))
+                pending[:0] = [block for block in blocks if block is not None]
     return found
 
 
