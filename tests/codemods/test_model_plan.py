@@ -1113,3 +1113,65 @@ def test_a_name_bound_to_a_model_besides_the_alias_is_still_prepared() -> None:
     plan, _, converted = _planned(source)
     assert "model" in plan.to_prepare
     assert "model, opt, loader = accelerator.prepare(model, opt, loader)" in converted
+
+
+EVALUATION_ONLY = {
+    "module": (
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        loader = DataLoader(TensorDataset(torch.randn(20, 8), torch.randint(0, 2, (20,))), batch_size=4)
+        net = nn.Linear(8, 2)
+        net.eval()
+        with torch.no_grad():
+            for x, y in loader:
+                print((net(x).argmax(1) == y).sum().item())
+        """,
+        "<module>",
+        "net = nn.Linear(8, 2)",
+        "net",
+        "net.to(accelerator.device)",
+    ),
+    "class": (
+        """
+        import torch
+        import torch.nn as nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        class Evaluator:
+            def __init__(self):
+                self.loader = DataLoader(TensorDataset(torch.randn(20, 8), torch.randint(0, 2, (20,))), batch_size=4)
+                self.net = nn.Linear(8, 2)
+
+            def run(self):
+                self.net.eval()
+                with torch.no_grad():
+                    for x, y in self.loader:
+                        print((self.net(x).argmax(1) == y).sum().item())
+
+
+        Evaluator().run()
+        """,
+        "Evaluator.__init__",
+        "self.net = nn.Linear(8, 2)",
+        "self.net",
+        "self.net.to(self.accelerator.device)",
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(EVALUATION_ONLY))
+def test_a_model_only_evaluated_is_moved_where_it_is_built(shape: str) -> None:
+    """A script that trains nothing (a test script: a model given its weights, evaluated over a
+    loader; at module level, or kept by a class in ``__init__`` and called in ``run()``): the
+    prepared loader's batches are on the accelerator's device, so the model is moved there right
+    where it is built, before its first loop (before, it stayed where the original left it: on
+    the CPU, or on the GPU only under a flag)."""
+    source, block, built, model, move = EVALUATION_ONLY[shape]
+    plan, source, converted = _planned(source)
+    assert dict(plan.rebuilt_models_to_move[block]) == {_line(source, built): model}
+    lines = [line.strip() for line in converted.splitlines()]
+    assert lines[lines.index(built) + 1] == move

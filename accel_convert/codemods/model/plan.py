@@ -886,15 +886,25 @@ def _rebuilt_models_to_move(
     for block, statements in homes.items():
         if not set(built.get(block, {})) & loaders:
             continue
-        rest = statements[_training_start(statements, lines, a) :]
+        start = _training_start(statements, lines, a)
         moves = {
             a.site(node).line: name
-            for index, node in enumerate(rest)
-            if (name := _model_built(node, a.facts)) is not None and _meets_loader(name, rest[index + 1 :], a.facts)
+            for index, node in enumerate(statements)
+            if (name := _model_built(node, a.facts)) is not None
+            and (index >= start or _only_evaluated(name, a.facts))
+            and _meets_loader(name, statements[index + 1 :], a.facts)
         }
         if moves:
             found[block] = moves
     return found
+
+
+def _only_evaluated(model: str, facts: FactsDraft) -> bool:
+    """Whether ``model`` is one the script only evaluates (a test script's ``net = Net()`` given
+    saved weights) in a module where no loader trains: nothing prepares it, so it meets the
+    prepared batches, on the accelerator's device, from where it is built (before, it stayed on
+    the CPU where the original ran without a GPU, and the batches came on the GPU)."""
+    return model in facts.frozen_models and model not in facts.models and not facts.train_loaders
 
 
 def _meets_loader(model: str, statements: Sequence[cst.BaseStatement], facts: FactsDraft) -> bool:
@@ -924,16 +934,35 @@ def _model_built(node: cst.BaseStatement, facts: FactsDraft) -> str | None:
         return None
     if target.value in facts.models_prepared_where_built:
         return None
-    value = assign.value
+    return target.value if _constructs_model(assign.value, facts) else None
+
+
+def _attribute_model_built(node: cst.BaseStatement, facts: FactsDraft) -> str | None:
+    """``self.net`` where ``node`` is ``self.net = Net()`` (as :func:`_model_built`) and ``net``
+    is a model the script only evaluates (:func:`_only_evaluated`)."""
+    if not (isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1):
+        return None
+    assign = node.body[0]
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+        return None
+    target = dotted(assign.targets[0].target) or ""
+    owner, _, attribute = target.partition(".")
+    if owner != "self" or "." in attribute or not _only_evaluated(target, facts):
+        return None
+    return target if _constructs_model(assign.value, facts) else None
+
+
+def _constructs_model(value: cst.BaseExpression, facts: FactsDraft) -> bool:
+    """Whether ``value`` builds a model, not moved: a model class of the program, a model
+    constructor, or a ``torch.nn`` module."""
     if not isinstance(value, cst.Call) or is_move(value):
-        return None  # the original moves it itself (to its device, which the conversion keeps)
+        return False  # the original moves it itself (to its device, which the conversion keeps)
     qualified = facts.callee_name(value.func) or ""
-    constructs = (
+    return bool(
         builds_model_of_program_class(facts, value.func)
         or is_model_constructor(qualified)
         or (qualified.startswith("torch.nn.") and qualified.rpartition(".")[2][:1].isupper())
     )
-    return target.value if constructs else None
 
 
 def _bound_on_every_path(
@@ -1153,18 +1182,32 @@ def _models_evaluated_in_methods(a: Analysis) -> dict[str, dict[int, str]]:
     statement reading a loader the class prepares (``for x, y in self.test_loader: best(x)``)
     meets its batches on the accelerator's device."""
     found: dict[str, dict[int, str]] = {}
+    prepared = a.facts.prepared_attributes
     for name in sorted(a.facts.training_classes & set(a.r.classes)):
-        for method in class_methods(a.r.classes[name].node):
-            body = list(method.body.body) if isinstance(method.body, cst.IndentedBlock) else []
+        bodies = {
+            method.name.value: list(method.body.body) if isinstance(method.body, cst.IndentedBlock) else []
+            for method in class_methods(a.r.classes[name].node)
+        }
+        everywhere = [node for body in bodies.values() for node in body]
+        for method, body in bodies.items():
             moves = {
                 a.site(node).line: model
                 for index, node in enumerate(body)
                 if (model := _model_built(node, a.facts)) is not None
-                and _called_over_prepared(model, body[index + 1 :], a.facts.prepared_attributes)
+                and _called_over_prepared(model, body[index + 1 :], prepared)
                 and not _moved_in(model, body[index + 1 :])
             }
+            # A model the class only evaluates, kept in an attribute (``self.net = Net()`` in
+            # ``__init__``, called over ``self.loader`` in ``run()``).
+            moves |= {
+                a.site(node).line: model
+                for node in body
+                if (model := _attribute_model_built(node, a.facts)) is not None
+                and _called_over_prepared(model, everywhere, prepared)
+                and not _moved_in(model, everywhere)
+            }
             if moves:
-                found[f"{name}.{method.name.value}"] = moves
+                found[f"{name}.{method}"] = moves
     return found
 
 
@@ -1189,9 +1232,7 @@ def _moved_in(name: str, statements: Sequence[cst.BaseStatement]) -> bool:
 def _called_in(name: str, statements: Sequence[cst.BaseStatement]) -> bool:
     """Whether one of ``statements`` calls ``name`` (``best(x)``)."""
     return any(
-        isinstance(inner, cst.Call) and isinstance(inner.func, cst.Name) and inner.func.value == name
-        for node in statements
-        for inner in nodes_in(node)
+        isinstance(inner, cst.Call) and dotted(inner.func) == name for node in statements for inner in nodes_in(node)
     )
 
 

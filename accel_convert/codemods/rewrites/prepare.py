@@ -39,6 +39,7 @@ averaged across processes.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 
 import libcst as cst
 
@@ -201,7 +202,9 @@ class _Prepare(HomeBlockTransformer):
             body = self._insert_prepare(body, names, last_creation, indent)
         if before_wrap:
             body = [inserted for node in body for inserted in [*before_wrap.get(id(node), ()), node]]
-        return body
+        # A model the block only evaluates, built before its first loop (a test script's ``net =
+        # Net()``), meets the prepared batches too: moved where it is built.
+        return self._move_rebuilt_models(body, block, within={id(node) for node in head})
 
     def _in_order(self, names: list[str], first_creation: dict[str, int]) -> list[str]:
         """``names`` in ``prepare``'s order: by group (models, optimizers, loaders, schedulers),
@@ -285,23 +288,30 @@ class _Prepare(HomeBlockTransformer):
         return creation_index(statements, self.facts)
 
     def _move_rebuilt_models(
-        self, statements: list[cst.BaseStatement], block: str, accelerator: str | None = None
+        self,
+        statements: list[cst.BaseStatement],
+        block: str,
+        accelerator: str | None = None,
+        within: AbstractSet[int] | None = None,
     ) -> list[cst.BaseStatement]:
         """A model built again after training (the CIFAR-10 tutorial's ``net = Net()`` then
-        ``net.load_state_dict(...)``) that meets batches of the prepared loaders, which are on the
-        accelerator's device (the plan's ``rebuilt_models_to_move``): ``net.to(accelerator.device)``
-        after it is built (``accelerator``: the expression to read it from, in a method)."""
+        ``net.load_state_dict(...)``), or one a script without training only evaluates, that
+        meets batches of the prepared loaders, which are on the accelerator's device (the plan's
+        ``rebuilt_models_to_move``): ``net.to(accelerator.device)`` after it is built
+        (``accelerator``: the expression to read it from, in a method; ``within``: the
+        statements, by identity, to look at, all where None)."""
         moves = self.plan.rebuilt_models_to_move.get(block, {})
         result: list[cst.BaseStatement] = []
         for node in statements:
             result.append(node)
+            if within is not None and id(node) not in within:
+                continue
             site = self.origins.site(node) if isinstance(node, cst.SimpleStatementLine) else None
             model = moves.get(site.line) if site is not None else None
             if model is None:
                 continue
-            self.report(
-                node, Prepare.code, f"{model} built again after training: moved to the device of the prepared batches"
-            )
+            what = "built again after training" if within is None else "evaluated over the prepared loaders"
+            self.report(node, Prepare.code, f"{model} {what}: moved to the device of the prepared batches")
             result.append(statement(f"{model}.to({accelerator or self.accelerator}.device)"))
         return result
 
