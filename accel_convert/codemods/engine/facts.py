@@ -368,6 +368,10 @@ class ScriptFacts(FactQuestions):
     #: accelerator.prepare(*loaders)`` (which returns a tuple as long, in order), never as one
     #: object (passed through unchanged: nothing sharded).
     loader_tuples: Mapping[str, int] = field(default_factory=dict)
+    #: Module-level loader factories of the module returning a tuple of loaders of known length
+    #: (``return train_loader, test_loader``) → that length; other modules of the program learn
+    #: them through the seeds (``ProgramSeeds.loader_tuple_factories``).
+    loader_tuple_factories: Mapping[str, int] = field(default_factory=dict)
     #: (function, name) of the names a function binds by unpacking a loader tuple it is handed
     #: (``def fit(model, loaders): train_loader, test_loader = loaders``): loaders, each taking
     #: its element's role, that the caller prepared with the tuple (no object of the function's
@@ -675,6 +679,7 @@ class FactsDraft(FactQuestions):
     eval_loaders: set[str] = field(default_factory=set)
     unprepared_loaders: set[str] = field(default_factory=set)
     loader_tuples: dict[str, int] = field(default_factory=dict)
+    loader_tuple_factories: dict[str, int] = field(default_factory=dict)
     loaders_unpacked_from_parameters: set[tuple[str, str]] = field(default_factory=set)
     device_names: set[str] = field(default_factory=set)
     cuda_flags: set[str] = field(default_factory=set)

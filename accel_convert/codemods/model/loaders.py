@@ -117,7 +117,7 @@ def loader_targets(assign: AssignRecord, positions: set[int] | None) -> set[str]
 
 @provider(
     needs=("loader_factories", "loader_classes", "arguments"),
-    provides=("loader_tuples", "loaders_unpacked_from_parameters"),
+    provides=("loader_tuples", "loader_tuple_factories", "loaders_unpacked_from_parameters"),
     refines=("train_loaders", "arguments"),
 )
 def loader_tuples(a: Analysis) -> None:
@@ -132,6 +132,7 @@ def loader_tuples(a: Analysis) -> None:
     prepare: its caller prepared the tuple (``loaders_unpacked_from_parameters``)."""
     facts = a.facts
     factory_lengths = _tuple_factory_lengths(a)
+    facts.loader_tuple_factories.update(factory_lengths)
     lengths: dict[str, set[int | None]] = {}
     for assign in a.r.assigns:
         if _prepares_own_elements(assign):
@@ -185,7 +186,11 @@ def _loader_tuple_length(a: Analysis, assign: AssignRecord, factory_lengths: dic
         local = a.r.names.scopes.get(assign.scope) if assign.scope else None
         if local is not None and local.binds(value.func.value):
             return None  # a local of the same name
-        return factory_lengths.get(value.func.value)
+        if value.func.value in factory_lengths:
+            return factory_lengths[value.func.value]
+    if isinstance(value, cst.Call) and a.seeds is not None:
+        # A factory of another module of the program (``from data import get_loaders``).
+        return dict(a.seeds.loader_tuple_factories).get(program_callee(a.facts, value.func, assign.scope) or "")
     if not isinstance(value, cst.Tuple) or len(value.elements) < 2:
         return None
     if any(isinstance(element, cst.StarredElement) for element in value.elements):
