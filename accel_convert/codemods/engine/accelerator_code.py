@@ -5,7 +5,7 @@ statement targeting).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import libcst as cst
 
@@ -82,6 +82,19 @@ def seen_through_unwrap(node: cst.BaseExpression, facts: FactQuestions) -> cst.B
         model = argument_for(node, 0, "model")
         return node if model is None else model.value
     return node
+
+
+def prepare_statements(
+    accelerator: str, names: list[str], indent: str, tuples: Mapping[str, int]
+) -> list[cst.BaseStatement]:
+    """:func:`prepare_statement` for ``names``, but each name holding a tuple of loaders
+    (``tuples``: ``loaders = get_loaders(...)``) prepared by its elements on a line of its own,
+    ``loaders = accelerator.prepare(*loaders)``: ``prepare`` passes a tuple through unchanged, and
+    returns a tuple for several objects (the runtime's and Accelerate's), so the name holds as
+    many prepared loaders, in the same order."""
+    plain = [name for name in names if name not in tuples]
+    found = [prepare_statement(accelerator, plain, indent)] if plain else []
+    return found + [statement(f"{name} = {accelerator}.prepare(*{name})") for name in names if name in tuples]
 
 
 def prepare_statement(accelerator: str, names: list[str], indent: str) -> cst.BaseStatement:

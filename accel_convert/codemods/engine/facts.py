@@ -362,6 +362,21 @@ class ScriptFacts(FactQuestions):
     #: Evaluation loaders kept unprepared: a script with no model that only reads them (dataset
     #: statistics) reads each one whole on every rank, as the original does.
     unprepared_loaders: AbstractSet[str] = frozenset()
+    #: Names holding a tuple of loaders of known length (``loaders = get_loaders(...)``, a
+    #: factory returning ``train_loader, test_loader``; ``loaders = (train_loader, test_loader)``)
+    #: → that length (at least 2): prepared by their elements, ``loaders =
+    #: accelerator.prepare(*loaders)`` (which returns a tuple as long, in order), never as one
+    #: object (passed through unchanged: nothing sharded).
+    loader_tuples: Mapping[str, int] = field(default_factory=dict)
+    #: Module-level loader factories of the module returning a tuple of loaders of known length
+    #: (``return train_loader, test_loader``) → that length; other modules of the program learn
+    #: them through the seeds (``ProgramSeeds.loader_tuple_factories``).
+    loader_tuple_factories: Mapping[str, int] = field(default_factory=dict)
+    #: (function, name) of the names a function binds by unpacking a loader tuple it is handed
+    #: (``def fit(model, loaders): train_loader, test_loader = loaders``): loaders, each taking
+    #: its element's role, that the caller prepared with the tuple (no object of the function's
+    #: own to prepare).
+    loaders_unpacked_from_parameters: AbstractSet[tuple[str, str]] = frozenset()
     #: Names holding the device (``device``, ``args.device``, ``dev``) and flags meaning "use CUDA"
     #: (``args.cuda``, ``use_cuda``).
     device_names: AbstractSet[str] = frozenset()
@@ -663,6 +678,9 @@ class FactsDraft(FactQuestions):
     train_loaders: set[str] = field(default_factory=set)
     eval_loaders: set[str] = field(default_factory=set)
     unprepared_loaders: set[str] = field(default_factory=set)
+    loader_tuples: dict[str, int] = field(default_factory=dict)
+    loader_tuple_factories: dict[str, int] = field(default_factory=dict)
+    loaders_unpacked_from_parameters: set[tuple[str, str]] = field(default_factory=set)
     device_names: set[str] = field(default_factory=set)
     cuda_flags: set[str] = field(default_factory=set)
     gpu_index_names: set[str] = field(default_factory=set)

@@ -318,6 +318,11 @@ class Program:
             reaches=self._accelerator_reaches([*calls, *values], facts),
             given_models=classes_given_models(instances, facts, prepared_in),
             loader_factories=self._loader_factories(facts),
+            loader_tuple_factories={
+                f"{name}.{function}": length
+                for name, module_facts in facts.items()
+                for function, length in module_facts.loader_tuple_factories.items()
+            },
             looping=looping,
             backward=backward,
             training_classes={

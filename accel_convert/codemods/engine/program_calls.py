@@ -244,7 +244,13 @@ def call_arguments(
 def _loaders_in_sequence(facts: ScriptFacts, value: cst.BaseExpression) -> list[tuple[str, str]]:
     """``[("[1]", "test_loader")]`` for ``(train_loader, test_loader)`` written in the call: each
     loader of a tuple or list written out fills that part of the parameter (a trainer unpacking
-    ``self.train_loader, self.test_loader = loaders`` takes each loader's role and preparation)."""
+    ``self.train_loader, self.test_loader = loaders`` takes each loader's role and preparation);
+    ``[("[0]", "loaders"), ("[1]", "loaders")]`` for a name holding a loader tuple."""
+    held = dotted(value)
+    if held is not None and held in facts.loader_tuples:
+        # A name holding a tuple of loaders (``loaders = get_loaders(...)``): each part of the
+        # parameter is one of the loaders it holds, prepared with it.
+        return [(f"[{index}]", held) for index in range(facts.loader_tuples[held])]
     if not isinstance(value, (cst.List, cst.Tuple)):
         return []
     if any(isinstance(element, cst.StarredElement) for element in value.elements):

@@ -46,6 +46,9 @@ class ProgramSeeds:
     accelerator_reaches: frozenset[str] = frozenset()
     #: Imported functions (absolute qualified names) that return data loaders.
     loader_factories: frozenset[str] = frozenset()
+    #: Imported loader factories (absolute qualified names) returning a tuple of loaders of
+    #: known length, with that length (``loaders = data.get_loaders(...)`` holds that many).
+    loader_tuple_factories: tuple[tuple[str, int], ...] = ()
     #: Imported functions that loop over a loader (directly or through their calls).
     looping_functions: frozenset[str] = frozenset()
     #: Imported functions that run a backward (directly or through their calls).

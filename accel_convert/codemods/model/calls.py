@@ -491,18 +491,18 @@ def _unpacked_aliases(a: Analysis, assign: AssignRecord, instance: str | None) -
     roles and origins follow it: the evaluation over ``self.test_loader`` is over the test
     loader its caller prepares)."""
     held = dotted(assign.value)
-    targets = _unpacked_targets(assign)
+    targets = unpacked_targets(assign)
     if held is None or instance is None or targets is None:
         return
     for index, target in enumerate(targets):
         if target is None or not target.startswith(instance + "."):
             continue
-        for site in _elements_held(a, assign.function, held, index, len(targets), frozenset()):
+        for site in elements_held(a, assign.function, held, index, len(targets), frozenset()):
             if site != (assign.function, target):
                 a.arguments.setdefault((assign.function, target), set()).add(site)
 
 
-def _unpacked_targets(assign: AssignRecord) -> list[str | None] | None:
+def unpacked_targets(assign: AssignRecord) -> list[str | None] | None:
     """The dotted names ``a, self.b = value`` binds, by position (None for a nested or starred
     one); None when the assignment does not unpack one tuple."""
     if len(assign.node.targets) != 1:
@@ -515,7 +515,7 @@ def _unpacked_targets(assign: AssignRecord) -> list[str | None] | None:
     return [dotted(element.value) for element in target.elements]
 
 
-def _elements_held(
+def elements_held(
     a: Analysis, function: str, name: str, index: int, length: int, seen: frozenset[tuple[str, str]]
 ) -> set[tuple[str, str]]:
     """(function, name) of what the tuple held by ``name`` in ``function`` has at ``index``: a
@@ -530,7 +530,7 @@ def _elements_held(
     for caller, value in a.argument_values.get(key, ()):
         found |= _element_of(caller, value, index, length)
     for caller, argument in a.arguments.get(key, ()):
-        found |= _elements_held(a, caller, argument, index, length, seen)
+        found |= elements_held(a, caller, argument, index, length, seen)
     for assign in a.r.assigns:
         if assign.function == function and assign.targets == (name,):
             found |= _element_of(function, assign.value, index, length)

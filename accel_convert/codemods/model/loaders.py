@@ -8,11 +8,16 @@ from accel_convert.codemods.engine.devices import constructed
 from accel_convert.codemods.engine.imported_calls import program_callee
 from accel_convert.codemods.engine.syntax import (
     argument_for,
+    class_methods,
+    dotted,
     parameter_filled,
+    parameter_names,
 )
 from accel_convert.codemods.engine.torch_names import (
     DATA_LOADERS,
 )
+from accel_convert.codemods.model.calls import elements_held, unpacked_targets
+from accel_convert.codemods.model.plan import is_any_prepare
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import (
     AssignRecord,
@@ -108,6 +113,132 @@ def loader_targets(assign: AssignRecord, positions: set[int] | None) -> set[str]
     if not all(isinstance(name, cst.Name) for name in names):
         return set(assign.targets)
     return {name.value for index, name in enumerate(names) if index in positions}  # type: ignore[attr-defined]
+
+
+@provider(
+    needs=("loader_factories", "loader_classes", "arguments"),
+    provides=("loader_tuples", "loader_tuple_factories", "loaders_unpacked_from_parameters"),
+    refines=("train_loaders", "arguments"),
+)
+def loader_tuples(a: Analysis) -> None:
+    """Loaders travelling as one tuple: a name bound only to a tuple of loaders of known length
+    (``loaders = get_loaders(...)``, a factory of the file returning ``train_loader,
+    test_loader``; ``loaders = (train_loader, test_loader)``) holds that many loaders
+    (``loader_tuples``; a loader, so it is prepared, by its elements). A name unpacking one
+    (``train_loader, test_loader = loaders``, here or in the function it is handed to, or into a
+    trainer's attributes) is the loader at its position: recorded like an argument flowing into a
+    parameter, so it takes the loader's role and its loops are training or evaluation over a
+    prepared loader. Unpacked from a parameter, it is no object of that function's own to
+    prepare: its caller prepared the tuple (``loaders_unpacked_from_parameters``)."""
+    facts = a.facts
+    factory_lengths = _tuple_factory_lengths(a)
+    facts.loader_tuple_factories.update(factory_lengths)
+    lengths: dict[str, set[int | None]] = {}
+    for assign in a.r.assigns:
+        if _prepares_own_elements(assign):
+            continue  # ``loaders = accelerator.prepare(*loaders)``: the same loaders, prepared
+        length = _loader_tuple_length(a, assign, factory_lengths)
+        for target in assign.targets:
+            lengths.setdefault(target, set()).add(length)
+    for name, found in lengths.items():
+        (length,) = found if len(found) == 1 else (None,)
+        if length is not None:
+            facts.loader_tuples[name] = length
+            facts.train_loaders.add(name)  # sorted into train/eval by the loops
+    for assign in a.r.assigns:
+        _unpacked_loaders(a, assign)
+
+
+def _tuple_factory_lengths(a: Analysis) -> dict[str, int]:
+    """Module-level loader factory → the length of the tuple it returns, where every ``return``
+    of it is a tuple of that many loaders (at least two; ``return train_loader, test_loader``)."""
+    returned: dict[str, set[int | None]] = {}
+    for function, value in a.r.returns:
+        positions = a.loader_factories.get(function)
+        elements = value.elements if isinstance(value, cst.Tuple) else ()
+        whole = (
+            positions is not None
+            and len(elements) >= 2
+            and positions == set(range(len(elements)))
+            and not any(isinstance(element, cst.StarredElement) for element in elements)
+        )
+        returned.setdefault(function, set()).add(len(elements) if whole else None)
+    return {function: length for function, (length, *others) in returned.items() if not others and length}
+
+
+def _prepares_own_elements(assign: AssignRecord) -> bool:
+    """``loaders = accelerator.prepare(*loaders)``: what a converted script writes for a loader
+    tuple (whatever the accelerator is called: the analysis reads the script before it knows)."""
+    value = assign.value
+    if len(assign.targets) != 1 or not is_any_prepare(value):
+        return False
+    assert isinstance(value, cst.Call)
+    return len(value.args) == 1 and value.args[0].star == "*" and dotted(value.args[0].value) == assign.targets[0]
+
+
+def _loader_tuple_length(a: Analysis, assign: AssignRecord, factory_lengths: dict[str, int]) -> int | None:
+    """How many loaders ``name = get_loaders(...)`` or ``name = (train_loader, test_loader)``
+    binds its one name to; None for any other assignment."""
+    if len(assign.node.targets) != 1 or not isinstance(assign.node.targets[0].target, cst.Name):
+        return None
+    value = assign.value
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+        local = a.r.names.scopes.get(assign.scope) if assign.scope else None
+        if local is not None and local.binds(value.func.value):
+            return None  # a local of the same name
+        if value.func.value in factory_lengths:
+            return factory_lengths[value.func.value]
+    if isinstance(value, cst.Call) and a.seeds is not None:
+        # A factory of another module of the program (``from data import get_loaders``).
+        return dict(a.seeds.loader_tuple_factories).get(program_callee(a.facts, value.func, assign.scope) or "")
+    if not isinstance(value, cst.Tuple) or len(value.elements) < 2:
+        return None
+    if any(isinstance(element, cst.StarredElement) for element in value.elements):
+        return None
+    loaders = a.facts.train_loaders
+    return len(value.elements) if all(dotted(e.value) in loaders for e in value.elements) else None
+
+
+def _unpacked_loaders(a: Analysis, assign: AssignRecord) -> None:
+    """``train_loader, test_loader = loaders`` with ``loaders`` a loader tuple as long (bound in
+    the function, or handed to it as a parameter): each name is the loader at its position (see
+    :func:`loader_tuples`)."""
+    held = dotted(assign.value)
+    targets = unpacked_targets(assign)
+    if held is None or targets is None:
+        return
+    tuples = a.facts.loader_tuples
+    holders = {
+        site
+        for site in a.origin_sites(assign.function, held) | {(assign.function, held)}
+        if tuples.get(site[1]) == len(targets)
+    }
+    received = held in _parameters_of(a, assign)
+    for index, target in enumerate(targets):
+        if target is None:
+            continue
+        elements = {
+            site
+            for site in elements_held(a, assign.function, held, index, len(targets), frozenset())
+            if site[1] in a.facts.train_loaders or site[1] == f"{held}[{index}]"  # a part other modules fill
+        }
+        sites = (elements | holders) - {(assign.function, target)}
+        if not sites:
+            continue
+        a.arguments.setdefault((assign.function, target), set()).update(sites)
+        if received:
+            a.facts.loaders_unpacked_from_parameters.add((assign.function, target))
+
+
+def _parameters_of(a: Analysis, assign: AssignRecord) -> tuple[str, ...]:
+    """The parameters of the module-level function or method the assignment is in."""
+    if len(assign.scope) == 1 and assign.scope[0] in a.r.defs:
+        return tuple(a.r.defs[assign.scope[0]])
+    owner = a.r.classes.get(assign.function)
+    if owner is None or len(assign.scope) < 2:
+        return ()
+    method = next((m for m in class_methods(owner.node) if m.name.value == assign.scope[1]), None)
+    return tuple(parameter_names(method)) if method is not None else ()
 
 
 @provider(needs=("loader_factories", "loader_classes"), provides=("inline_loaders", "train_loaders"))

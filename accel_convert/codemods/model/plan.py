@@ -566,14 +566,19 @@ def _preparations(
         "unsharded_loaders",
         "arguments",
         "loader_classes",
+        "loaders_unpacked_from_parameters",
     ),
     provides=("plan",),
 )
 def conversion_plan(a: Analysis) -> None:
     """The one conversion plan (see the module docstring), from the facts drawn before it."""
     bound: dict[str, set[str]] = {}
+    # A loader a function unpacks from the tuple it is handed comes prepared with the tuple.
+    unpacked = a.facts.loaders_unpacked_from_parameters
     for assign in a.r.assigns:
-        bound.setdefault(assign.function, set()).update(assign.targets)
+        bound.setdefault(assign.function, set()).update(
+            target for target in assign.targets if (assign.function, target) not in unpacked
+        )
     a.facts.plan = ConversionPlan.of(
         a.facts,
         bound,
@@ -589,16 +594,20 @@ def conversion_plan(a: Analysis) -> None:
 
 def _attribute_aliases(a: Analysis) -> frozenset[str]:
     """Names every binding of which takes a prepared attribute of a training class (``model =
-    self.model``, ``model, config = self.model, self.config`` in its ``run()``): they stand for the
+    self.model``, ``model, config = self.model, self.config`` in its ``run()``) or unpacks a loader
+    tuple a function is handed (``train_loader, test_loader = loaders``): they stand for the
     object the class holds prepared (built inline, ``Trainer(config, Regressor(), loader)``, and
-    prepared in its ``__init__``), no object of their own to prepare."""
+    prepared in its ``__init__``) or the caller prepared, no object of their own to prepare."""
     aliasing: set[str] = set()
     others: set[str] = set()
     for assign in a.r.assigns:
         sources = dict(pair for target in assign.node.targets for pair in pairwise(target.target, assign.node.value))
         for target in assign.targets:
             source = sources.get(target)
-            held = source is not None and _held_prepared(a, assign.function, source)
+            held = (source is not None and _held_prepared(a, assign.function, source)) or (
+                assign.function,
+                target,
+            ) in a.facts.loaders_unpacked_from_parameters
             (aliasing if held else others).add(target)
     return frozenset(aliasing - others)
 
@@ -1129,8 +1138,12 @@ def _evaluation_preparations(a: Analysis, reached: AbstractSet[str]) -> dict[str
     loaders = set(_objects_to_prepare(facts, _received_models(a), _attribute_aliases(a))) & facts.loaders
     loaders -= a.unsharded_loaders | facts.prepared
     bound: dict[str, set[str]] = {}
+    # A loader a function unpacks from the tuple it is handed comes prepared with the tuple.
+    unpacked = a.facts.loaders_unpacked_from_parameters
     for assign in a.r.assigns:
-        bound.setdefault(assign.function, set()).update(assign.targets)
+        bound.setdefault(assign.function, set()).update(
+            target for target in assign.targets if (assign.function, target) not in unpacked
+        )
     found: dict[str, tuple[str, ...]] = {}
     for function in sorted(reached):
         built = tuple(sorted(bound.get(function, set()) & loaders))

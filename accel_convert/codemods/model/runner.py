@@ -62,6 +62,7 @@ PROVIDERS: tuple[Provider, ...] = (
     loaders.loader_factories,
     loaders.inline_loaders,
     roles.constructor_roles,
+    loaders.loader_tuples,
     loaders.batch_size,
     devices.settings_class_devices,
     devices.device_name_scopes,

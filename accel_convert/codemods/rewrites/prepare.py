@@ -43,7 +43,7 @@ from collections.abc import Set as AbstractSet
 
 import libcst as cst
 
-from accel_convert.codemods.engine.accelerator_code import prepare_statement
+from accel_convert.codemods.engine.accelerator_code import prepare_statement, prepare_statements
 from accel_convert.codemods.engine.facts import MODULE, ScriptFacts
 from accel_convert.codemods.engine.findings import report_at
 from accel_convert.codemods.engine.model import Change, Options
@@ -254,7 +254,8 @@ class _Prepare(HomeBlockTransformer):
         self._took(names)
         after = max(last_creation[name] for name in names)
         self.report(body[after], Prepare.code, f"prepare {', '.join(names)} for distributed training", header_only=True)
-        return [*body[: after + 1], prepare_statement(self.accelerator, names, indent), *body[after + 1 :]]
+        prepared = prepare_statements(self.accelerator, names, indent, self.facts.loader_tuples)
+        return [*body[: after + 1], *prepared, *body[after + 1 :]]
 
     def _prepare_before_wrapping(
         self, statements: list[cst.BaseStatement], block: str, indent: str
@@ -348,7 +349,7 @@ class _Prepare(HomeBlockTransformer):
             if names:
                 self.report(node, Prepare.code, f"prepare {', '.join(names)} before they are trained", header_only=True)
                 self._took(names)
-                result.append(prepare_statement(self.accelerator, names, indent))
+                result += prepare_statements(self.accelerator, names, indent, self.facts.loader_tuples)
             if not after:
                 result.append(node)
         return result
@@ -380,7 +381,7 @@ class _Prepare(HomeBlockTransformer):
                     why = where or ("it is built" if name in self.plan.prepared_where_built else "the loop builds it")
                     self.report(node, Prepare.code, f"prepare {name} where {why}", header_only=True)
                     self._took([name])
-                    result.append(prepare_statement(self.accelerator, [name], indent))
+                    result += prepare_statements(self.accelerator, [name], indent, self.facts.loader_tuples)
                 continue
             if isinstance(node, (cst.For, cst.While, cst.With, cst.If)) and isinstance(node.body, cst.IndentedBlock):
                 original = node

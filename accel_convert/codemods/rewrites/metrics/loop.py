@@ -275,6 +275,8 @@ class EvalLoopRewriter(RuleTransformer):
         owner_name = owner.name.value if owner is not None else None
         if name in plan_of(self.facts).built_and_prepared_by(function.name.value, owner_name):
             return False
+        if (owner_name or function.name.value, name) in self.facts.loaders_unpacked_from_parameters:
+            return False  # unpacked from the loader tuple it is handed, which its caller prepared
         where = self.facts.origins.site(function)
         return (
             where is not None

@@ -1,0 +1,98 @@
+"""Loaders travelling as one tuple-valued name (``loaders = get_loaders(...)``, a factory returning
+``train_loader, test_loader``; ``loaders = (train_loader, test_loader)``). Before, such a name was
+prepared as one object (``model, loaders = accelerator.prepare(model, loaders)``), which ``prepare``
+passes through unchanged: nothing was sharded, each process trained on all the data. A tuple bound
+before ``prepare`` kept the unprepared loaders, and a function unpacking the tuple it is handed
+(``train_loader, test_loader = loaders``) prepared them again and did not gather its evaluation
+(128 of 200 counted on two processes)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+
+from accel_convert.codemods import convert_module
+from accel_convert.codemods.engine.analysis import analyse
+from accel_convert.codemods.engine.model import Options
+from accel_convert.codemods.model.plan import plan_of
+
+SCRIPT = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def get_loaders():
+    train_set = TensorDataset(torch.randn(8, 2), torch.randint(0, 2, (8,)))
+    test_set = TensorDataset(torch.randn(8, 2), torch.randint(0, 2, (8,)))
+    return DataLoader(train_set, batch_size=4, shuffle=True), DataLoader(test_set, batch_size=4)
+
+
+def fit(model, loaders):
+    train_loader, test_loader = loaders
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    correct = 0
+    with torch.no_grad():
+        for x, y in test_loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+    print(correct)
+
+
+def main():
+    BOUND
+    model = torch.nn.Linear(2, 2)
+    fit(model, loaders)
+"""
+
+FROM_FACTORY = "loaders = get_loaders()"
+BOUND_BEFORE = "train_loader, test_loader = get_loaders()\n    loaders = (train_loader, test_loader)"
+
+
+def converted(bound: str) -> str:
+    source = textwrap.dedent(SCRIPT).replace("BOUND", bound)
+    return convert_module(cst.parse_module(source), Options()).module.code
+
+
+def test_a_factory_tuple_held_in_one_name_is_prepared_by_its_elements() -> None:
+    code = converted(FROM_FACTORY)
+    assert "    loaders = accelerator.prepare(*loaders)\n" in code
+    assert "accelerator.prepare(model, loaders)" not in code
+    facts = analyse(cst.parse_module(textwrap.dedent(SCRIPT).replace("BOUND", FROM_FACTORY)))
+    assert facts.loader_tuples == {"loaders": 2}
+
+
+def test_a_tuple_bound_before_prepare_holds_the_prepared_loaders() -> None:
+    code = converted(BOUND_BEFORE)
+    main = code[code.index("def main") :]
+    assert main.index("loaders = (train_loader, test_loader)") < main.index("loaders = accelerator.prepare(*loaders)")
+    assert main.index("loaders = accelerator.prepare(*loaders)") < main.index("fit(model, loaders")
+
+
+def test_names_unpacked_from_a_handed_tuple_are_its_loaders_prepared_by_the_caller() -> None:
+    for bound in (FROM_FACTORY, BOUND_BEFORE):
+        source = textwrap.dedent(SCRIPT).replace("BOUND", bound)
+        facts = analyse(cst.parse_module(source))
+        assert "train_loader" in facts.train_loaders
+        assert any(loop.loader == "test_loader" for loop in facts.eval_loops)
+        assert ("fit", "test_loader") in facts.loaders_unpacked_from_parameters
+        assert plan_of(facts).preparations["fit"] == ("optimizer",)
+        code = converted(bound)
+        fit = code[code.index("def fit") : code.index("def main")]
+        assert "gather_for_metrics" in fit
+        assert "optimizer = accelerator.prepare(optimizer)\n" in fit
+
+
+def test_the_prepared_tuple_converts_to_itself() -> None:
+    code = converted(FROM_FACTORY)
+    assert convert_module(cst.parse_module(code), Options()).module.code == code
+
+
+def test_a_tuple_of_other_values_is_no_loader_tuple() -> None:
+    source = textwrap.dedent(SCRIPT).replace("BOUND", "loaders = (1, 2)")
+    facts = analyse(cst.parse_module(source))
+    assert "loaders" not in facts.loader_tuples
+    assert not facts.loaders_unpacked_from_parameters
