@@ -210,6 +210,8 @@ class Learnt:
     called_on_some_ranks: set[str] = field(default_factory=set)
     #: Module → the names it imports that another module binds to a fixed GPU, as it reads them.
     imported_gpu_indices: dict[str, set[str]] = field(default_factory=dict)
+    #: Functions and static or class methods (qualified) returning a new model, program-wide.
+    model_factories: set[str] = field(default_factory=set)
 
     def seeds(self, name: str, old: ProgramSeeds, shape: ModuleShape) -> ProgramSeeds:
         """Module ``name``'s seeds for the next round (functions of its own are not imported)."""
@@ -224,6 +226,7 @@ class Learnt:
             accelerator_reaches=frozenset(self.reaches.get(name, set())),
             classes_given_models=frozenset(self.given_models.get(name, set())),
             loader_factories=frozenset(self.loader_factories),
+            model_factories=frozenset(self.model_factories),
             looping_functions=frozenset(self.looping - own),
             backward_functions=frozenset(self.backward - own),
             training_classes_elsewhere=frozenset(self.training_classes - own),

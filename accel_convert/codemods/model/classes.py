@@ -8,7 +8,7 @@ from collections.abc import Set as AbstractSet
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import constructed
-from accel_convert.codemods.engine.imported_calls import program_callee
+from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class, program_callee
 from accel_convert.codemods.engine.names import builtins_at
 from accel_convert.codemods.engine.syntax import (
     argument_for,
@@ -154,6 +154,80 @@ def _training_subclasses(a: Analysis, models: dict[str, set[str]]) -> set[str]:
         found |= grown
         changed = bool(grown)
     return found - set(models)
+
+
+@provider(provides=("model_factories",))
+def model_factories(a: Analysis) -> None:
+    """The file's module-level functions and static or class methods returning a new model of the
+    program's classes (``facts.model_factories``): ``build_model`` for ``def build_model(n):
+    return Net(n)``, also through a local name (``model = Net(n)``, moved or not, then ``return
+    model``), through another such function of the file or of another module (the seeds), and
+    ``Net.create`` for a class method returning ``cls(...)`` of a model class or a static method
+    returning ``Net(...)``. Every value the function returns must be one. A call of one builds a
+    model as the construction would (:func:`~codemods.engine.imported_calls.builds_model_of_program_class`
+    asks), in this module and, through the seeds' ``model_factories``, in the others."""
+    classes = model_classes(a)
+    returns: dict[str, tuple[tuple[str, ...], list[cst.BaseExpression]]] = {}
+    for function, value in a.r.returns:
+        if function in a.r.defs:
+            returns.setdefault(function, ((function,), []))[1].append(value)
+    class_level = {
+        (name, method): cls
+        for name, owner in a.r.classes.items()
+        for method, cls in _class_level_methods(a, owner).items()
+    }
+    for scope, value in a.r.method_returns:
+        if (scope[0], scope[1]) in class_level:
+            returns.setdefault(f"{scope[0]}.{scope[1]}", (scope, []))[1].append(value)
+    found = a.facts.model_factories  # grows while it is asked: a factory calling another
+    grown = True
+    while grown:
+        grown = False
+        for name, (scope, values) in returns.items():
+            own_class = class_level.get((scope[0], scope[1])) if len(scope) == 2 and scope[0] in classes else None
+            if name not in found and all(_returns_new_model(a, scope, value, classes, own_class) for value in values):
+                found.add(name)
+                grown = True
+
+
+def _class_level_methods(a: Analysis, owner: ClassRecord) -> dict[str, str | None]:
+    """The static and class methods of a class → the class parameter of a class method (``cls``;
+    None for a static method)."""
+    builtin = builtins_at(a.r.names)
+    found: dict[str, str | None] = {}
+    for line in owner.node.body.body if isinstance(owner.node.body, cst.IndentedBlock) else ():
+        if not isinstance(line, cst.FunctionDef):
+            continue
+        kinds = {builtin(decorator.decorator) for decorator in line.decorators}
+        if "staticmethod" in kinds:
+            found[line.name.value] = None
+        elif "classmethod" in kinds:
+            params = [*line.params.posonly_params, *line.params.params]
+            found[line.name.value] = params[0].name.value if params else None
+    return found
+
+
+def _returns_new_model(
+    a: Analysis, scope: tuple[str, ...], value: cst.BaseExpression, classes: AbstractSet[str], own_class: str | None
+) -> bool:
+    """Whether a function (or method) ``scope`` returning ``value`` hands back a new model: a
+    construction of a model class (``Net(n)``, ``cls(n)`` in a class method of one: ``own_class``
+    is its class parameter), or a local name every binding of which is one (or a move of the name
+    itself, ``model = model.to(device)``)."""
+    built = constructed(value)
+    if isinstance(built, cst.Call):
+        return (own_class is not None and dotted(built.func) == own_class) or builds_model_of_program_class(
+            a.facts, built.func, scope, classes
+        )
+    if not isinstance(built, cst.Name):
+        return False
+    bindings = [assign for assign in a.r.assigns if assign.scope == scope and assign.targets == (built.value,)]
+    built_here = [constructed(assign.value) for assign in bindings]
+    return any(isinstance(inner, cst.Call) for inner in built_here) and all(
+        (isinstance(inner, cst.Name) and inner.value == built.value)
+        or (isinstance(inner, cst.Call) and _returns_new_model(a, scope, inner, classes, own_class))
+        for inner in built_here
+    )
 
 
 def model_classes(a: Analysis) -> set[str]:
