@@ -17,7 +17,7 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.model.plan import is_any_prepare
 from accel_convert.codemods.model.provider import provider
-from accel_convert.codemods.model.recorder import AssignRecord, ClassRecord
+from accel_convert.codemods.model.recorder import AssignRecord, CallRecord, ClassRecord
 from accel_convert.codemods.model.state import Analysis
 
 
@@ -101,14 +101,48 @@ def _methods_needing_the_accelerator(a: Analysis, name: str, training: set[str])
     model to (Bjarten's EarlyStopping), those that save (main process, unwrapped model)."""
     methods = training | {loop.method for loop, _ in a.loader_loops if loop.function == name and loop.method}
     if not methods and a.seeds is not None and a.seeds.library and name in a.seeds.classes_given_models:
-        methods = {
-            call.scope[1]
-            for call in a.r.calls
-            if call.function == name
-            and len(call.scope) >= 2
-            and a.r.names.qualified_name(call.node.func, call.scope) == "torch.save"
-        }
+        methods = _saving_methods(a, name)
     return methods
+
+
+def _saving_methods(a: Analysis, name: str) -> set[str]:
+    """The methods of class ``name`` calling ``torch.save``."""
+    return {
+        call.scope[1]
+        for call in a.r.calls
+        if call.function == name
+        and len(call.scope) >= 2
+        and a.r.names.qualified_name(call.node.func, call.scope) == "torch.save"
+    }
+
+
+def classes_saving_handed_models(a: Analysis) -> list[str]:
+    """The file's classes (not models, not training classes) that save in their methods and whose
+    every construction hands them one of the file's models where the accelerator reaches
+    (``Snapshot(model, "net.pt")`` in ``main()``, whose ``__init__``, or a method it calls, runs
+    ``torch.save(model.state_dict(), path)``): they receive the accelerator as a training class
+    does, so the save is the unwrapped model's, on the main process, as a save in ``main()``
+    would be (left without it, every rank writes the file with DDP's ``module.`` keys). A
+    library's classes the program hands a prepared model get it the same way, through the seeds
+    (:func:`_methods_needing_the_accelerator`). After the home is settled: ``accessible_functions``
+    says where the accelerator reaches."""
+    facts = a.facts
+    found = []
+    for name, owner in a.r.classes.items():
+        calls = a.constructions.get(name, [])
+        if name in facts.training_classes or name in facts.model_classes or not calls:
+            continue
+        if not all(call.function in facts.accessible_functions and _hands_a_model(a, call) for call in calls):
+            continue
+        methods = _saving_methods(a, name)
+        if methods and _takes_the_accelerator(a, name, owner, methods, inherited=False):
+            found.append(name)
+    return found
+
+
+def _hands_a_model(a: Analysis, call: CallRecord) -> bool:
+    """Whether ``call`` passes one of the file's models (by name) as an argument."""
+    return any(not arg.star and dotted(arg.value) in a.facts.models for arg in call.node.args)
 
 
 def _takes_the_accelerator(a: Analysis, name: str, owner: ClassRecord, methods: set[str], inherited: bool) -> bool:
