@@ -98,6 +98,17 @@ def test_a_function_returning_anything_else_is_no_model_factory() -> None:
     assert not facts.model_factories
 
 
+def test_a_function_training_what_it_builds_is_no_model_factory() -> None:
+    # It hands back a model it prepared itself, not a new one to prepare where it is called.
+    trains = (
+        "\ndef train_model(loader):\n    model = Net(2)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for x, y in loader:\n        optimizer.zero_grad()\n"
+        "        torch.nn.functional.cross_entropy(model(x), y).backward()\n        optimizer.step()\n    return model\n"
+    )
+    facts = analyse(cst.parse_module(script(trains, "Net(4)")))
+    assert "train_model" not in facts.model_factories
+
+
 def test_a_model_returned_by_another_modules_function_is_prepared_and_gathered() -> None:
     models = textwrap.dedent(NET) + "\n\ndef build_model(n):\n    return Net(n)\n"
     entry = (

@@ -15,6 +15,7 @@ from accel_convert.codemods.engine.syntax import (
     dotted,
     is_plain_class,
 )
+from accel_convert.codemods.model.calls import step_calls
 from accel_convert.codemods.model.plan import is_any_prepare
 from accel_convert.codemods.model.provider import provider
 from accel_convert.codemods.model.recorder import AssignRecord, CallRecord, ClassRecord
@@ -213,6 +214,14 @@ def model_factories(a: Analysis) -> None:
     for scope, value in a.r.method_returns:
         if (scope[0], scope[1]) in class_level:
             returns.setdefault(f"{scope[0]}.{scope[1]}", (scope, []))[1].append(value)
+    # A function that trains what it builds (``def train_model(args): model = Net(); ...;
+    # optimizer.step(); ...; return model``) hands back a model it prepared itself: no factory.
+    training = [call.scope for call, _ in step_calls(a)]
+    returns = {
+        name: (scope, values)
+        for name, (scope, values) in returns.items()
+        if not any(inner[: len(scope)] == scope for inner in training)
+    }
     found = a.facts.model_factories  # grows while it is asked: a factory calling another
     grown = True
     while grown:
