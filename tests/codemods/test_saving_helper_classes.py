@@ -1,6 +1,6 @@
 """A class of the script, built with one of its models where the accelerator reaches, that saves
 in its ``__init__`` or in a method (``Snapshot(model, "net.pt")`` whose ``__init__`` runs
-``torch.save(model.state_dict(), path)``, or ``snapshot.save(model)``): it receives the accelerator as a training class does,
+``torch.save(model.state_dict(), path)``): it receives the accelerator as a training class does,
 and saves the unwrapped model on the main process, as a save in ``main()`` does. Before, it was
 only reported (ACC914): every rank wrote the file, with DDP's ``module.`` keys. A library's class
 in the same shape already got the accelerator through the program's seeds."""
@@ -66,18 +66,6 @@ def test_a_class_saving_the_model_it_is_built_with_receives_the_accelerator(save
     assert "def __init__(self, model, path, accelerator):" in code
     assert UNWRAPPED in code
     assert 'snapshot = Snapshot(model, "net.pt", accelerator)' in code
-    assert "ACC914" not in {change.code for change in changes}
-
-
-def test_a_class_handed_the_model_in_a_call_of_its_instance_receives_the_accelerator() -> None:
-    save = "\n    def save(self, model):\n        torch.save(model.state_dict(), self.path)"
-    source = script(save, 'Snapshot(None, "net.pt")').replace(
-        "    fresh = nn.Linear", "    snapshot.save(model)\n    fresh = nn.Linear"
-    )
-    assert "Snapshot" in analyse(cst.parse_module(source)).training_classes
-    code, changes = convert_text(source)
-    assert UNWRAPPED in code
-    assert 'snapshot = Snapshot(None, "net.pt", accelerator)' in code
     assert "ACC914" not in {change.code for change in changes}
 
 

@@ -118,11 +118,10 @@ def _saving_methods(a: Analysis, name: str) -> set[str]:
 
 
 def classes_saving_handed_models(a: Analysis) -> list[str]:
-    """The file's classes (not models, not training classes) that save in their methods, built
-    and called only where the accelerator reaches, and handed one of the file's models there, at
-    their construction or in a call of an instance (``Snapshot(model, "net.pt")`` in ``main()``,
-    whose ``__init__``, or a method it calls, runs ``torch.save(model.state_dict(), path)``;
-    ``snapshot.save(model)``, ``early_stopping(val_loss, model)``): they receive the accelerator as a training class
+    """The file's classes (not models, not training classes) that save in their methods and whose
+    every construction hands them one of the file's models where the accelerator reaches
+    (``Snapshot(model, "net.pt")`` in ``main()``, whose ``__init__``, or a method it calls, runs
+    ``torch.save(model.state_dict(), path)``): they receive the accelerator as a training class
     does, so the save is the unwrapped model's, on the main process, as a save in ``main()``
     would be (left without it, every rank writes the file with DDP's ``module.`` keys). A
     library's classes the program hands a prepared model get it the same way, through the seeds
@@ -134,10 +133,7 @@ def classes_saving_handed_models(a: Analysis) -> list[str]:
         calls = a.constructions.get(name, [])
         if name in facts.training_classes or name in facts.model_classes or not calls:
             continue
-        uses = [*calls, *_calls_of_instances(a, calls)]
-        if not all(call.function in facts.accessible_functions for call in uses):
-            continue
-        if not any(not arg.star and dotted(arg.value) in facts.models for call in uses for arg in call.node.args):
+        if not all(call.function in facts.accessible_functions and _hands_a_model(a, call) for call in calls):
             continue
         methods = _saving_methods(a, name)
         if methods and _takes_the_accelerator(a, name, owner, methods, inherited=False):
@@ -145,23 +141,9 @@ def classes_saving_handed_models(a: Analysis) -> list[str]:
     return found
 
 
-def _calls_of_instances(a: Analysis, constructions: Sequence[CallRecord]) -> list[CallRecord]:
-    """The calls of the instances ``constructions`` bind (``snapshot.save(model)``,
-    ``early_stopping(val_loss, model)``, ``self.saver.save(self.model)``), in the block binding them."""
-    built = {id(call.node) for call in constructions}
-    instances = {
-        (assign.function, target)
-        for assign in a.r.assigns
-        if id(constructed(assign.value)) in built
-        for target in assign.targets
-    }
-    found = []
-    for call in a.r.calls:
-        func = call.node.func
-        receiver = dotted(func.value) if isinstance(func, cst.Attribute) else dotted(func)
-        if (call.function, receiver) in instances:
-            found.append(call)
-    return found
+def _hands_a_model(a: Analysis, call: CallRecord) -> bool:
+    """Whether ``call`` passes one of the file's models (by name) as an argument."""
+    return any(not arg.star and dotted(arg.value) in a.facts.models for arg in call.node.args)
 
 
 def _takes_the_accelerator(a: Analysis, name: str, owner: ClassRecord, methods: set[str], inherited: bool) -> bool:
