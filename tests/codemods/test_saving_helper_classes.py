@@ -69,6 +69,16 @@ def test_a_class_saving_the_model_it_is_built_with_receives_the_accelerator(save
     assert "ACC914" not in {change.code for change in changes}
 
 
+def test_a_class_saving_in_a_later_call_is_reported() -> None:
+    # ``stopper.save(model)`` may be called on some ranks only (when this rank's loss improves): a
+    # barrier in it would wait for ranks that never come, so the class keeps no accelerator.
+    save = "        self.model = model\n\n    def save(self):\n        torch.save(self.model.state_dict(), self.path)"
+    source = script(save).replace("    fresh = nn.Linear", "    snapshot.save()\n    fresh = nn.Linear")
+    assert "Snapshot" not in analyse(cst.parse_module(source)).training_classes
+    _, changes = convert_text(source)
+    assert "ACC914" in {change.code for change in changes}
+
+
 def test_a_class_built_without_a_model_is_left_as_it_was() -> None:
     # Handed no model here: what it saves is not the prepared model, and it gets no accelerator.
     source = script(SAVES["in __init__"], 'Snapshot(nn.Linear(2, 2), "net.pt")')

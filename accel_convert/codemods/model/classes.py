@@ -118,7 +118,7 @@ def _saving_methods(a: Analysis, name: str) -> set[str]:
 
 
 def classes_saving_handed_models(a: Analysis) -> list[str]:
-    """The file's classes (not models, not training classes) that save in their methods and whose
+    """The file's classes (not models, not training classes) that save when they are built and whose
     every construction hands them one of the file's models where the accelerator reaches
     (``Snapshot(model, "net.pt")`` in ``main()``, whose ``__init__``, or a method it calls, runs
     ``torch.save(model.state_dict(), path)``): they receive the accelerator as a training class
@@ -136,9 +136,33 @@ def classes_saving_handed_models(a: Analysis) -> list[str]:
         if not all(call.function in facts.accessible_functions and _hands_a_model(a, call) for call in calls):
             continue
         methods = _saving_methods(a, name)
-        if methods and _takes_the_accelerator(a, name, owner, methods, inherited=False):
+        if (
+            methods
+            and _saved_at_construction(a, name, owner, methods)
+            and _takes_the_accelerator(a, name, owner, methods, inherited=False)
+        ):
             found.append(name)
     return found
+
+
+def _saved_at_construction(a: Analysis, name: str, owner: ClassRecord, methods: set[str]) -> bool:
+    """Whether every saving method of class ``name`` runs when it is built: ``__init__`` or a method
+    it calls on its instance (``self.write(model)``), and none is called again from outside the
+    class. A save a later call makes (``stopper(val_loss)`` saving when this rank's loss improves)
+    may run on some ranks only, and the class keeps no barrier there: left, and reported (ACC914)."""
+    reached, pending = {"__init__"}, ["__init__"]
+    while pending:
+        for callee in owner.method_calls.get(pending.pop(), ()):
+            if callee not in reached:
+                reached.add(callee)
+                pending.append(callee)
+    called_outside = {
+        call.node.func.attr.value
+        for call in a.r.calls
+        if call.function != name and isinstance(call.node.func, cst.Attribute)
+    }
+    # ``__init__`` runs at the constructions, which are checked; ``super().__init__()`` elsewhere is another's.
+    return methods <= reached and not (methods - {"__init__"}) & called_outside
 
 
 def _hands_a_model(a: Analysis, call: CallRecord) -> bool:
