@@ -32,6 +32,7 @@ from accel_convert.codemods.model.state import Analysis
 @provider(
     needs=(
         "optimizer_home",
+        "model_factories",
         "constructions",
         "backward_methods",
         "backward_trains",
