@@ -61,16 +61,29 @@ def builds_model_of_program_class(
     this module deriving from a ``torch.nn`` module (``Net()``, ``facts.model_classes``, or
     ``own_classes`` for the providers that ask before it is set), or one another module of the
     program defines (``models.Net()``, ``from pkg.models import Net``: the seeds'
-    ``model_classes``, by qualified name). The one answer where the accelerator is created,
-    what is prepared where and which new models are tested ask: a class of another module is a
-    model there as the module's own classes are."""
+    ``model_classes``, by qualified name); or a function returning a new one of them
+    (``build_model(10)``, ``Net.create()``: the file's ``facts.model_factories`` or the seeds'
+    ``model_factories``). The one answer where the accelerator is created, what is prepared where
+    and which new models are tested ask: a class of another module is a model there as the
+    module's own classes are, and a factory's model is one as the construction it returns is."""
     own = facts.model_classes if own_classes is None else own_classes
-    return dotted(func) in own or _builds_model_of_other_module(facts, func, scope)
+    written = dotted(func)
+    return written in own or written in facts.model_factories or _builds_model_of_other_module(facts, func, scope)
 
 
 def _builds_model_of_other_module(facts: FactQuestions, func: cst.BaseExpression, scope: ScopeKey = ()) -> bool:
     """Whether a call of ``func`` builds a model of a class another module of the program defines
-    (``Net()`` after ``from nets import Net``, ``nets.Net()``; by qualified name, re-exports
-    followed): a model there as the module's own classes are. False for a script alone."""
+    (``Net()`` after ``from nets import Net``, ``nets.Net()``), or calls a function of another
+    module returning one (``build_model(10)`` after ``from models import build_model``,
+    ``Net.create()``); by qualified name, re-exports followed (a class method through the
+    re-exported class: ``pkg.Net.create``). False for a script alone."""
     seeds = facts.program
-    return seeds is not None and bool(seeds.model_classes) and program_callee(facts, func, scope) in seeds.model_classes
+    if seeds is None or not (seeds.model_classes or seeds.model_factories):
+        return False
+    callee = program_callee(facts, func, scope)
+    if callee is None:
+        return False
+    if callee in seeds.model_classes or callee in seeds.model_factories:
+        return True
+    owner, _, method = callee.rpartition(".")
+    return bool(owner) and f"{dict(seeds.aliases).get(owner, owner)}.{method}" in seeds.model_factories

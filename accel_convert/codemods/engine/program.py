@@ -349,6 +349,9 @@ class Program:
             path_readers=_qualified(facts, "path_parameter_reads"),
             per_batch_file_writers=_qualified(facts, "per_batch_file_parameters"),
             imported_gpu_indices=imported_gpu_indices(facts),
+            model_factories={
+                f"{name}.{factory}" for name, module_facts in facts.items() for factory in module_facts.model_factories
+            },
         )
         # What a class of a module keeps open does not depend on the other modules; told from the
         # second round on, so a logger of one module built in a call of another's function (or

@@ -212,6 +212,8 @@ class Learnt:
     imported_gpu_indices: dict[str, set[str]] = field(default_factory=dict)
     #: Loader factories (qualified) returning a tuple of loaders of known length → that length.
     loader_tuple_factories: dict[str, int] = field(default_factory=dict)
+    #: Functions and static or class methods (qualified) returning a new model, program-wide.
+    model_factories: set[str] = field(default_factory=set)
 
     def seeds(self, name: str, old: ProgramSeeds, shape: ModuleShape) -> ProgramSeeds:
         """Module ``name``'s seeds for the next round (functions of its own are not imported)."""
@@ -227,6 +229,7 @@ class Learnt:
             classes_given_models=frozenset(self.given_models.get(name, set())),
             loader_factories=frozenset(self.loader_factories),
             loader_tuple_factories=tuple(sorted(self.loader_tuple_factories.items())),
+            model_factories=frozenset(self.model_factories),
             looping_functions=frozenset(self.looping - own),
             backward_functions=frozenset(self.backward - own),
             training_classes_elsewhere=frozenset(self.training_classes - own),

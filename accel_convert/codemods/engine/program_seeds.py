@@ -161,6 +161,11 @@ class ProgramSeeds:
     #: other classes of the program (``nets.mlp.Net``): an instance another module builds is a
     #: model there as one of its own classes would be (``final = Net()`` built after training).
     model_classes: frozenset[str] = frozenset()
+    #: Program-wide: functions and static or class methods (qualified: ``models.build_model``,
+    #: ``models.Net.create``) returning a new model of those classes, directly, through a local
+    #: name, or through another such function: a call of one elsewhere builds a model there as
+    #: a construction of the class would (``model = build_model(10)``).
+    model_factories: frozenset[str] = frozenset()
     #: Program-wide: classes (qualified) deriving from ``torch.utils.data.DataLoader``, directly or
     #: through other classes of the program (pytorch-template's ``MnistDataLoader`` over
     #: ``BaseDataLoader``): building one builds a loader, prepared as a ``DataLoader`` is.

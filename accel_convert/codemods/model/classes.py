@@ -8,16 +8,17 @@ from collections.abc import Set as AbstractSet
 import libcst as cst
 
 from accel_convert.codemods.engine.devices import constructed
-from accel_convert.codemods.engine.imported_calls import program_callee
+from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class, program_callee
 from accel_convert.codemods.engine.names import builtins_at
 from accel_convert.codemods.engine.syntax import (
     argument_for,
     dotted,
     is_plain_class,
 )
+from accel_convert.codemods.model.calls import step_calls
 from accel_convert.codemods.model.plan import is_any_prepare
 from accel_convert.codemods.model.provider import provider
-from accel_convert.codemods.model.recorder import AssignRecord, ClassRecord
+from accel_convert.codemods.model.recorder import AssignRecord, CallRecord, ClassRecord
 from accel_convert.codemods.model.state import Analysis
 
 
@@ -101,14 +102,72 @@ def _methods_needing_the_accelerator(a: Analysis, name: str, training: set[str])
     model to (Bjarten's EarlyStopping), those that save (main process, unwrapped model)."""
     methods = training | {loop.method for loop, _ in a.loader_loops if loop.function == name and loop.method}
     if not methods and a.seeds is not None and a.seeds.library and name in a.seeds.classes_given_models:
-        methods = {
-            call.scope[1]
-            for call in a.r.calls
-            if call.function == name
-            and len(call.scope) >= 2
-            and a.r.names.qualified_name(call.node.func, call.scope) == "torch.save"
-        }
+        methods = _saving_methods(a, name)
     return methods
+
+
+def _saving_methods(a: Analysis, name: str) -> set[str]:
+    """The methods of class ``name`` calling ``torch.save``."""
+    return {
+        call.scope[1]
+        for call in a.r.calls
+        if call.function == name
+        and len(call.scope) >= 2
+        and a.r.names.qualified_name(call.node.func, call.scope) == "torch.save"
+    }
+
+
+def classes_saving_handed_models(a: Analysis) -> list[str]:
+    """The file's classes (not models, not training classes) that save when they are built and whose
+    every construction hands them one of the file's models where the accelerator reaches
+    (``Snapshot(model, "net.pt")`` in ``main()``, whose ``__init__``, or a method it calls, runs
+    ``torch.save(model.state_dict(), path)``): they receive the accelerator as a training class
+    does, so the save is the unwrapped model's, on the main process, as a save in ``main()``
+    would be (left without it, every rank writes the file with DDP's ``module.`` keys). A
+    library's classes the program hands a prepared model get it the same way, through the seeds
+    (:func:`_methods_needing_the_accelerator`). After the home is settled: ``accessible_functions``
+    says where the accelerator reaches."""
+    facts = a.facts
+    found = []
+    for name, owner in a.r.classes.items():
+        calls = a.constructions.get(name, [])
+        if name in facts.training_classes or name in facts.model_classes or not calls:
+            continue
+        if not all(call.function in facts.accessible_functions and _hands_a_model(a, call) for call in calls):
+            continue
+        methods = _saving_methods(a, name)
+        if (
+            methods
+            and _saved_at_construction(a, name, owner, methods)
+            and _takes_the_accelerator(a, name, owner, methods, inherited=False)
+        ):
+            found.append(name)
+    return found
+
+
+def _saved_at_construction(a: Analysis, name: str, owner: ClassRecord, methods: set[str]) -> bool:
+    """Whether every saving method of class ``name`` runs when it is built: ``__init__`` or a method
+    it calls on its instance (``self.write(model)``), and none is called again from outside the
+    class. A save a later call makes (``stopper(val_loss)`` saving when this rank's loss improves)
+    may run on some ranks only, and the class keeps no barrier there: left, and reported (ACC914)."""
+    reached, pending = {"__init__"}, ["__init__"]
+    while pending:
+        for callee in owner.method_calls.get(pending.pop(), ()):
+            if callee not in reached:
+                reached.add(callee)
+                pending.append(callee)
+    called_outside = {
+        call.node.func.attr.value
+        for call in a.r.calls
+        if call.function != name and isinstance(call.node.func, cst.Attribute)
+    }
+    # ``__init__`` runs at the constructions, which are checked; ``super().__init__()`` elsewhere is another's.
+    return methods <= reached and not (methods - {"__init__"}) & called_outside
+
+
+def _hands_a_model(a: Analysis, call: CallRecord) -> bool:
+    """Whether ``call`` passes one of the file's models (by name) as an argument."""
+    return any(not arg.star and dotted(arg.value) in a.facts.models for arg in call.node.args)
 
 
 def _takes_the_accelerator(a: Analysis, name: str, owner: ClassRecord, methods: set[str], inherited: bool) -> bool:
@@ -154,6 +213,88 @@ def _training_subclasses(a: Analysis, models: dict[str, set[str]]) -> set[str]:
         found |= grown
         changed = bool(grown)
     return found - set(models)
+
+
+@provider(provides=("model_factories",))
+def model_factories(a: Analysis) -> None:
+    """The file's module-level functions and static or class methods returning a new model of the
+    program's classes (``facts.model_factories``): ``build_model`` for ``def build_model(n):
+    return Net(n)``, also through a local name (``model = Net(n)``, moved or not, then ``return
+    model``), through another such function of the file or of another module (the seeds), and
+    ``Net.create`` for a class method returning ``cls(...)`` of a model class or a static method
+    returning ``Net(...)``. Every value the function returns must be one. A call of one builds a
+    model as the construction would (:func:`~codemods.engine.imported_calls.builds_model_of_program_class`
+    asks), in this module and, through the seeds' ``model_factories``, in the others."""
+    classes = model_classes(a)
+    returns: dict[str, tuple[tuple[str, ...], list[cst.BaseExpression]]] = {}
+    for function, value in a.r.returns:
+        if function in a.r.defs:
+            returns.setdefault(function, ((function,), []))[1].append(value)
+    class_level = {
+        (name, method): cls
+        for name, owner in a.r.classes.items()
+        for method, cls in _class_level_methods(a, owner).items()
+    }
+    for scope, value in a.r.method_returns:
+        if (scope[0], scope[1]) in class_level:
+            returns.setdefault(f"{scope[0]}.{scope[1]}", (scope, []))[1].append(value)
+    # A function that trains what it builds (``def train_model(args): model = Net(); ...;
+    # optimizer.step(); ...; return model``) hands back a model it prepared itself: no factory.
+    training = [call.scope for call, _ in step_calls(a)]
+    returns = {
+        name: (scope, values)
+        for name, (scope, values) in returns.items()
+        if not any(inner[: len(scope)] == scope for inner in training)
+    }
+    found = a.facts.model_factories  # grows while it is asked: a factory calling another
+    grown = True
+    while grown:
+        grown = False
+        for name, (scope, values) in returns.items():
+            own_class = class_level.get((scope[0], scope[1])) if len(scope) == 2 and scope[0] in classes else None
+            if name not in found and all(_returns_new_model(a, scope, value, classes, own_class) for value in values):
+                found.add(name)
+                grown = True
+
+
+def _class_level_methods(a: Analysis, owner: ClassRecord) -> dict[str, str | None]:
+    """The static and class methods of a class → the class parameter of a class method (``cls``;
+    None for a static method)."""
+    builtin = builtins_at(a.r.names)
+    found: dict[str, str | None] = {}
+    for line in owner.node.body.body if isinstance(owner.node.body, cst.IndentedBlock) else ():
+        if not isinstance(line, cst.FunctionDef):
+            continue
+        kinds = {builtin(decorator.decorator) for decorator in line.decorators}
+        if "staticmethod" in kinds:
+            found[line.name.value] = None
+        elif "classmethod" in kinds:
+            params = [*line.params.posonly_params, *line.params.params]
+            found[line.name.value] = params[0].name.value if params else None
+    return found
+
+
+def _returns_new_model(
+    a: Analysis, scope: tuple[str, ...], value: cst.BaseExpression, classes: AbstractSet[str], own_class: str | None
+) -> bool:
+    """Whether a function (or method) ``scope`` returning ``value`` hands back a new model: a
+    construction of a model class (``Net(n)``, ``cls(n)`` in a class method of one: ``own_class``
+    is its class parameter), or a local name every binding of which is one (or a move of the name
+    itself, ``model = model.to(device)``)."""
+    built = constructed(value)
+    if isinstance(built, cst.Call):
+        return (own_class is not None and dotted(built.func) == own_class) or builds_model_of_program_class(
+            a.facts, built.func, scope, classes
+        )
+    if not isinstance(built, cst.Name):
+        return False
+    bindings = [assign for assign in a.r.assigns if assign.scope == scope and assign.targets == (built.value,)]
+    built_here = [constructed(assign.value) for assign in bindings]
+    return any(isinstance(inner, cst.Call) for inner in built_here) and all(
+        (isinstance(inner, cst.Name) and inner.value == built.value)
+        or (isinstance(inner, cst.Call) and _returns_new_model(a, scope, inner, classes, own_class))
+        for inner in built_here
+    )
 
 
 def model_classes(a: Analysis) -> set[str]:

@@ -15,6 +15,7 @@ from accel_convert.codemods.engine.syntax import (
 )
 from accel_convert.codemods.model.classes import (
     class_prepare,
+    classes_saving_handed_models,
     find_training_classes,
     library_training_classes,
     training_bases,
@@ -31,6 +32,7 @@ from accel_convert.codemods.model.state import Analysis
 @provider(
     needs=(
         "optimizer_home",
+        "model_factories",
         "constructions",
         "backward_methods",
         "backward_trains",
@@ -98,6 +100,9 @@ def _home_block(a: Analysis) -> None:
     if home is None:
         home = _home_by_what_it_binds(a)
     _settle_home(a, _block_that_can_hold_it(a, home), in_guard)
+    savers = classes_saving_handed_models(a)
+    a.facts.training_classes.update(savers)
+    a.facts.accessible_functions |= a.reachable(set(savers))
 
 
 def _home_of_training_classes(a: Analysis, classes: list[str]) -> tuple[str | None, bool]:

@@ -473,7 +473,15 @@ RunPath = tuple[int, ...]
 
 
 @provider(
-    needs=("call_graph", "loop_backward", "models", "model_classes", "prepared", "prepared_attributes"),
+    needs=(
+        "call_graph",
+        "loop_backward",
+        "models",
+        "model_classes",
+        "model_factories",
+        "prepared",
+        "prepared_attributes",
+    ),
     provides=("shared_draws", "shared_draw_lines", "drawing_functions"),
 )
 def shared_draws(a: Analysis) -> None:

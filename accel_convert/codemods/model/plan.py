@@ -562,6 +562,7 @@ def _preparations(
         "loss_names",
         "assign_sites",
         "model_classes",
+        "model_factories",
         "frozen_models",
         "unsharded_loaders",
         "arguments",

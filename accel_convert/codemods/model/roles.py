@@ -173,7 +173,7 @@ def stepped_objects(a: Analysis) -> None:
 
 
 @provider(
-    needs=("device_names", "train_loaders", "stepped_objects"),
+    needs=("device_names", "train_loaders", "stepped_objects", "model_factories"),
     provides=("optimizers", "models", "frozen_models", "optimizer_home"),
     refines=("schedulers",),
 )

@@ -53,6 +53,7 @@ PROVIDERS: tuple[Provider, ...] = (
     source.imports,
     source.word_lines,
     loaders.loader_classes,
+    classes.model_factories,
     calls.call_graph,
     calls.functions_called_out_of_sight,
     file_flow.path_parameters,
