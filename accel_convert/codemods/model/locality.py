@@ -187,7 +187,13 @@ def _try_downloads_alone(node: cst.Try, facts: ScriptFacts, accelerator: str | N
     downloads, a class it trains with (either may train, or wait for the others), a model (a
     prepared one's forward synchronises its buffers) or a method of the accelerator
     (``accelerator``: its name where the walk is) other than ``print``."""
-    if not any(statement_downloads(inner, facts, accelerator) for inner in node.body.body):
+    suite = node.body
+    body: Sequence[cst.BaseStatement] = ()
+    if isinstance(suite, cst.IndentedBlock):
+        body = suite.body
+    elif isinstance(suite, cst.SimpleStatementSuite):
+        body = [cst.SimpleStatementLine(suite.body)]
+    if not any(statement_downloads(inner, facts, accelerator) for inner in body):
         return False
     called = {callee for callees in facts.call_graph.values() for callee in callees}
     others = (called | set(facts.call_graph) | set(facts.training_classes) | set(facts.models)) - set(
