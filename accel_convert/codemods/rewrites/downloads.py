@@ -9,8 +9,8 @@ Under ``with accelerator.main_process_first():`` the main process downloads whil
 at a barrier, then they read what it wrote. The barrier is only added where every process reaches
 it (not inside ``try``, a rank-dependent ``if``, or a loop over something other than a range or a
 loader). A ``try`` whose body downloads (``except OSError:`` falling back to something else) goes
-under it whole, handlers included, where it holds nothing the processes must run together
-(:func:`~accel_convert.codemods.model.locality.statement_downloads`): each process then meets
+under it whole, handlers included, where it holds nothing the processes must run together (no
+loop, no call of the script's other functions, models or accelerator): each process then meets
 and handles the download's error as the original does.
 """
 
