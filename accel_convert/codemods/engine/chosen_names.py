@@ -49,7 +49,7 @@ def next_read(chain: ast.If, later: Sequence[ast.stmt], name: str) -> ast.stmt |
     for statement, tests in _in_order(later, ()):
         if _reads(statement, name):
             return None if _tested_values(tests) & chosen_by else statement
-        if name in _binds(statement):
+        if name in _stored_by_header(statement):
             return None
     return None
 
@@ -65,7 +65,7 @@ def next_reads_after_chains(body: Sequence[ast.stmt], name: str) -> list[ast.stm
         for index, statement in enumerate(block):
             if isinstance(statement, _DEFINITIONS):
                 continue
-            if isinstance(statement, ast.If) and name in _binds_inside(statement):
+            if isinstance(statement, ast.If) and name in _stored_anywhere_in(statement):
                 read = next_read(statement, block[index + 1 :], name)
                 if read is not None:
                     found.append(read)
@@ -78,7 +78,8 @@ def next_reads_after_chains(body: Sequence[ast.stmt], name: str) -> list[ast.stm
     return found
 
 
-def _binds_inside(statement: ast.stmt) -> set[str]:
+def _stored_anywhere_in(statement: ast.stmt) -> set[str]:
+    """Names stored anywhere in ``statement`` (CPython's tree: the syntax owner reads libcst's)."""
     return {node.id for node in ast.walk(statement) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
 
 
@@ -132,7 +133,8 @@ def _reads(statement: ast.stmt, name: str) -> bool:
     )
 
 
-def _binds(statement: ast.stmt) -> set[str]:
+def _stored_by_header(statement: ast.stmt) -> set[str]:
+    """Names a statement stores itself (a compound one in its header: a loop's target, ``as``)."""
     targets: list[ast.AST]
     if isinstance(statement, (ast.For, ast.AsyncFor)):
         targets = [statement.target]
