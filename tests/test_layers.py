@@ -41,6 +41,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "codemods/engine/syntax.py",
             "codemods/engine/names.py",
             "codemods/engine/name_flow.py",
+            "codemods/engine/chosen_names.py",
             "codemods/engine/positions.py",
             "codemods/engine/torch_names.py",
             "codemods/engine/iteration.py",

@@ -50,9 +50,48 @@ def test_consecutive_downloads_go_under_one_main_process_first() -> None:
 
 def test_no_barrier_where_a_rank_could_skip_it() -> None:
     code, codes = convert("""
+        if torch.cuda.is_available():
+            train_set = datasets.MNIST("data", train=True, download=True)
+    """)
+    assert "main_process_first" not in code and "ACC115" not in codes
+
+
+def test_a_try_whose_body_downloads_runs_whole_on_the_main_process_first() -> None:
+    # Before, a download in a ``try`` body ran on every process at once (into the same folder).
+    code, codes = convert("""
         try:
             train_set = datasets.MNIST("data", train=True, download=True)
+            print(len(train_set))
         except OSError:
+            train_set = datasets.MNIST("data", train=True, download=False)
+        else:
+            print("downloaded")
+        finally:
+            print("done")
+    """)
+    assert (
+        "    with accelerator.main_process_first():\n"
+        "        try:\n"
+        '            train_set = datasets.MNIST("data", train=True, download=True)\n'
+        "            accelerator.print(len(train_set))\n"
+        "        except OSError:\n"
+        '            train_set = datasets.MNIST("data", train=True, download=False)\n'
+        "        else:\n"
+        '            accelerator.print("downloaded")\n'
+        "        finally:\n"
+        '            accelerator.print("done")\n'
+    ) in code
+    assert codes.count("ACC115") == 1
+
+
+def test_a_try_that_also_trains_is_not_run_on_the_main_process_first() -> None:
+    # The others would wait at the barrier while the main process trains alone (a hang).
+    code, codes = convert("""
+        try:
+            train_set = datasets.MNIST("data", train=True, download=True)
+            for x, y in DataLoader(train_set, batch_size=8):
+                model(x).sum().backward()
+        except KeyboardInterrupt:
             train_set = None
     """)
     assert "main_process_first" not in code and "ACC115" not in codes

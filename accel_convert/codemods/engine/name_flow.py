@@ -41,6 +41,8 @@ from functools import partial
 from operator import attrgetter
 from typing import Any
 
+from accel_convert.codemods.engine.chosen_names import next_reads_after_chains
+
 #: Names every module can read without binding them.
 ALWAYS_BOUND = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__builtins__"}
 #: Names IPython binds in a notebook's namespace (``display``, ``get_ipython``).
@@ -171,7 +173,7 @@ def name_flow_problems(original: ast.Module, converted: ast.Module) -> list[Name
         original_reads = before.get(key) or _reads_of_moved_code(original, before, scope, name)
         if (
             len(reads) > len(original_reads)
-            or (added.rebinds(name, line) and not added.read_unconditionally(scope, original_reads))
+            or (added.rebinds(name, line) and not added.read_unconditionally(scope, name, original_reads))
         ) and not first_failures.covers(scope, reads, original_reads):
             problems.append(NameFlowProblem(scope, name, line, column, trigger_line=flow.triggers.get(key, 0)))
     problems += _calls_missing_new_arguments({"": original}, {"": converted}).get("", [])
@@ -208,16 +210,21 @@ class _AddedRebindings:
             }
         return ast.unparse(statement) not in self._original_statements
 
-    def read_unconditionally(self, scope: str, reads: Iterable[Position]) -> bool:
+    def read_unconditionally(self, scope: str, name: str, reads: Iterable[Position]) -> bool:
         """Whether one of the original's reads is a statement of the scope's own body, outside
         any ``if`` or loop (``scheduler = CosineAnnealingLR(optimizer, ...)`` after the chain
-        choosing ``optimizer``): the original fails there when the name is unbound, so a new
-        statement reading it first fails no more often. Unknown scopes count as read."""
+        choosing ``optimizer``), or the next read after an ``if`` chain of the body binding the
+        name that waits for no test of what the chain chose by (``optimizer.step()`` in the
+        training loop after ``if cfg == "adam": optimizer = ...``:
+        :func:`~accel_convert.codemods.engine.chosen_names.next_read`): the original fails there
+        when the name is unbound, so a new statement reading it first fails no more often.
+        Unknown scopes count as read."""
         body = _scope_body(self.original, scope)
         if body is None:
             return True
         plain = [node for node in body if not isinstance(node, (*_COMPOUND, *_DEFINITIONS))]
         spans = [(node.lineno, node.end_lineno or node.lineno) for node in plain]
+        spans += [(read.lineno, read.end_lineno or read.lineno) for read in next_reads_after_chains(body, name)]
         return any(first <= line <= last for line, _ in reads for first, last in spans)
 
 

@@ -150,11 +150,18 @@ def _parameters_given(a: Analysis, paths: set[str]) -> set[str]:
     return given
 
 
-def statement_downloads(statement: cst.BaseStatement, download_functions: AbstractSet[str]) -> bool:
+def statement_downloads(statement: cst.BaseStatement, facts: ScriptFacts, accelerator: str | None = None) -> bool:
     """A statement calling something with ``download=`` anything but ``False``, or a function of
     the script that fetches files over the network (``root = download_dataset()``): the main
     process must run it first (ACC115), so the accelerator is created above it (ACC101). A
-    compound statement is not one: the downloads in its blocks are judged one by one."""
+    compound statement is not one (the downloads in its blocks are judged one by one), except a
+    ``try`` whose body downloads and that holds nothing else the processes must run together
+    (:func:`_try_downloads_alone`): the whole ``try`` runs on the main process first, its handlers
+    included, so an error each process meets is handled on each as the original handles it (the
+    body alone under the barrier would send a failing main process past it into the handler)."""
+    if isinstance(statement, cst.Try):
+        return _try_downloads_alone(statement, facts, accelerator)
+    download_functions = facts.download_functions
     if not isinstance(statement, cst.SimpleStatementLine):
         return False
     pending: list[cst.CSTNode] = list(statement.body)
@@ -171,6 +178,43 @@ def statement_downloads(statement: cst.BaseStatement, download_functions: Abstra
             return True
         pending.extend(node.children)
     return False
+
+
+def _try_downloads_alone(node: cst.Try, facts: ScriptFacts, accelerator: str | None) -> bool:
+    """Whether a ``try`` downloads in its body (``try: ds = MNIST(root, download=True)`` /
+    ``except OSError: ...``) and may run on one process while the others wait: none of its
+    blocks loops, defines something, or calls a function of the script's other than its
+    downloads, a class it trains with (either may train, or wait for the others), a model (a
+    prepared one's forward synchronises its buffers) or a method of the accelerator
+    (``accelerator``: its name where the walk is) other than ``print``."""
+    suite = node.body
+    body: Sequence[cst.BaseStatement] = ()
+    if isinstance(suite, cst.IndentedBlock):
+        body = suite.body
+    elif isinstance(suite, cst.SimpleStatementSuite):
+        body = [cst.SimpleStatementLine(suite.body)]
+    if not any(statement_downloads(inner, facts, accelerator) for inner in body):
+        return False
+    called = {callee for callees in facts.call_graph.values() for callee in callees}
+    others = (called | set(facts.call_graph) | set(facts.training_classes) | set(facts.models)) - set(
+        facts.download_functions
+    )
+    for inner in nodes_in(node):
+        if isinstance(inner, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return False
+        if not isinstance(inner, cst.Call):
+            continue
+        if isinstance(inner.func, cst.Name) and inner.func.value in others:
+            return False
+        func = inner.func
+        if (
+            accelerator is not None
+            and isinstance(func, cst.Attribute)
+            and func.attr.value != "print"
+            and accelerator in {dotted(func.value), (dotted(func.value) or "").rpartition(".")[2]}
+        ):
+            return False
+    return True
 
 
 @provider(needs=("call_graph", "home_kind", "main_function", "creating_function"), provides=("download_functions",))

@@ -43,6 +43,7 @@ accelerator) and :func:`prepare_call` / :func:`prepared_by` / :func:`prepares_he
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -51,6 +52,7 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 import libcst as cst
 
 from accel_convert.codemods.engine.accelerator_code import accelerator_name, is_accelerator_method
+from accel_convert.codemods.engine.chosen_names import next_read
 from accel_convert.codemods.engine.devices import is_move, peel_moves
 from accel_convert.codemods.engine.facts import MODULE, FactsDraft, ScriptFacts
 from accel_convert.codemods.engine.imported_calls import builds_model_of_program_class
@@ -61,7 +63,6 @@ from accel_convert.codemods.engine.syntax import (
     defines_method,
     dotted,
     is_main_guard,
-    names_in,
     nodes_in,
     parameter_names,
     parameters_filled,
@@ -874,7 +875,7 @@ def _built_before_training(
         for name in sorted(wanted):
             if not any(site.line <= where.line <= site.end_line for where in a.facts.assign_sites.get(name, ())):
                 continue
-            if name not in found and not _bound_on_every_path(node, name, a.facts, head[index + 1 :]):
+            if name not in found and not _bound_on_every_path(node, name, a.facts, statements[index + 1 :]):
                 continue  # first bound only under a flag: a prepare after it could meet an unbound name
             found[name] = (found[name][0] if name in found else site.line, site.line)
     return found
@@ -981,10 +982,13 @@ def _bound_on_every_path(
     """Whether ``name`` is bound after ``node`` runs, whichever way it goes: always for a plain
     statement; for an ``if``, when every branch binds it or leaves the block (``else: raise
     ValueError(args.net)``), down to a final ``else``. A chain choosing among several values with
-    no ``else`` (``if args.opt == "adam": ...`` / ``elif args.opt == "sgd": ...``) counts only when
-    a plain statement of ``later`` (the block's statements after it) reads the name
-    (``scheduler = CosineAnnealingLR(optimizer, ...)``): the original fails there too when no
-    branch matches. Read only under a condition of its own (``if args.sched: scheduler.step()``),
+    no ``else``, or with one that neither binds nor leaves (``if args.opt == "adam": ...`` /
+    ``elif args.opt == "sgd": ...`` / ``else: print("Unknown optimizer")``), counts only where
+    the original fails too when no branch binds it: where the next read of the name in ``later``
+    (the block's statements after it), at whatever depth, waits for no test of the value the
+    chain chose by (:func:`~accel_convert.codemods.engine.chosen_names.next_read`:
+    ``scheduler = CosineAnnealingLR(optimizer, ...)``, or ``optimizer.step()`` in the training
+    loop). Read only under a test of that value (``if args.sched != "none": scheduler.step()``),
     the name may be unbound on purpose, and a ``prepare`` reading it would fail."""
     if isinstance(node, cst.If):
         branches: list[cst.BaseSuite] = []
@@ -994,26 +998,25 @@ def _bound_on_every_path(
             current = current.orelse
         if not all(_binds_or_leaves(branch, name, facts) for branch in branches):
             return False
-        if current is None:
-            return len(branches) > 1 and _read_next(later, name)
-        return _binds_or_leaves(current.body, name, facts)
+        if current is not None and _binds_or_leaves(current.body, name, facts):
+            return True
+        return len(branches) > 1 and _read_next(node, later, name)
     return not isinstance(node, (cst.Try, cst.For, cst.While, cst.With)) or isinstance(node, cst.With)
 
 
-def _read_next(statements: Sequence[cst.BaseStatement], name: str) -> bool:
-    """Whether a plain statement among ``statements`` reads ``name`` before any of them binds it
-    again or a compound statement comes (whose reads may be conditional)."""
-    for line in statements:
-        if not isinstance(line, cst.SimpleStatementLine):
-            return False
-        for small in line.body:
-            value = small.value if isinstance(small, (cst.Assign, cst.AnnAssign, cst.Expr, cst.Return)) else None
-            if value is not None and name in names_in(value):
-                return True
-        if name in assigned_in(line):
-            return False
-    return False
+def _read_next(chain: cst.If, statements: Sequence[cst.BaseStatement], name: str) -> bool:
+    """Whether the next read of ``name`` among ``statements`` (after ``chain``) fails, in the
+    original, wherever no branch of ``chain`` bound it (asked of CPython's tree of their code)."""
+    try:
+        tree = ast.parse(cst.Module(body=[chain, *(s for s in statements if isinstance(s, _STATEMENTS))]).code)
+    except SyntaxError:
+        return False
+    first = tree.body[0]
+    return isinstance(first, ast.If) and next_read(first, tree.body[1:], name) is not None
 
+
+#: What a block of statements holds (a module's body is typed as these).
+_STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 
 #: Calls that end the program where they stand: a branch ending in one never falls through.
 _EXITS = frozenset({"sys.exit", "os._exit"})

@@ -223,7 +223,7 @@ def creation_index(body: list[cst.BaseStatement], facts: ScriptFacts, *, at_top:
                 and _holds_any_line(body[i], reading_lines, facts)
             )
             # A dataset download runs on the main process first (ACC115), through the accelerator.
-            or statement_downloads(body[i], facts.download_functions)
+            or statement_downloads(body[i], facts)
         ),
         len(body),
     )

@@ -8,7 +8,10 @@ The same goes for a call of the script's own download function (one that fetches
 Under ``with accelerator.main_process_first():`` the main process downloads while the others wait
 at a barrier, then they read what it wrote. The barrier is only added where every process reaches
 it (not inside ``try``, a rank-dependent ``if``, or a loop over something other than a range or a
-loader).
+loader). A ``try`` whose body downloads (``except OSError:`` falling back to something else) goes
+under it whole, handlers included, where it holds nothing the processes must run together (no
+loop, no call of the script's other functions, models or accelerator): each process then meets
+and handles the download's error as the original does.
 """
 
 from __future__ import annotations
@@ -188,7 +191,7 @@ class _MainProcessFirst(RuleTransformer):
                 run.clear()
 
         for statement, original in zip(statements, originals):
-            if statement_downloads(statement, self.facts.download_functions):
+            if statement_downloads(statement, self.facts, self.accelerator):
                 run.append(statement)
                 self.report(original, Downloads.code, "dataset download on the main process first, then the others")
             else:

@@ -1,0 +1,99 @@
+"""A name chosen by an ``if`` chain (codemods/engine/chosen_names.py): the conversion plan places
+``prepare`` after the chain, and the name-flow guard lets it stand, where the original's next read
+of the name fails too when no branch bound it (YOLOv3's optimizer, read in the training loop)."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+import libcst as cst
+import pytest
+
+from accel_convert.codemods import Options, convert_module
+from accel_convert.codemods.engine.chosen_names import next_reads_after_chains
+from accel_convert.codemods.engine.name_flow import name_flow_problems
+
+CHAIN = """\
+if cfg == "adam":
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+elif cfg == "sgd":
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+else:
+    print("Unknown optimizer")
+for epoch in range(2):
+    model.train()
+    for i, (x, y) in enumerate(loader):
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        if i % subdivisions == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+"""
+
+SETUP = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+cfg = "adam"
+subdivisions = 2
+model = torch.nn.Linear(4, 2)
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 2)), batch_size=8)
+"""
+
+
+def _converted(source: str) -> str:
+    outcome = convert_module(cst.parse_module(source), Options(), source)
+    again = convert_module(outcome.module, Options(), outcome.module.code)
+    assert again.module.code == outcome.module.code, "not stable"
+    return outcome.module.code
+
+
+def _module_level() -> tuple[str, str]:
+    return SETUP + CHAIN, "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\nfor epoch"
+
+
+def _in_function() -> tuple[str, str]:
+    body = textwrap.indent(SETUP.split("\n", 3)[3] + CHAIN, "    ")
+    source = "\n".join(SETUP.split("\n", 3)[:3]) + "\n\ndef main():\n" + body + "\n\nmain()\n"
+    return source, "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n    for epoch"
+
+
+def _in_main_block() -> tuple[str, str]:
+    body = textwrap.indent(SETUP.split("\n", 3)[3] + CHAIN, "    ")
+    source = "\n".join(SETUP.split("\n", 3)[:3]) + '\nif __name__ == "__main__":\n' + body
+    return source, "    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n    for epoch"
+
+
+@pytest.mark.parametrize("shape", [_module_level, _in_function, _in_main_block])
+def test_an_optimizer_chosen_by_a_chain_with_an_else_that_binds_nothing_is_prepared_after_it(shape) -> None:
+    # Before, the optimizer was not prepared at all (``model, loader = accelerator.prepare(model,
+    # loader)``): the plan and the guard both wanted a plain read right after the chain.
+    source, expected = shape()
+    code = _converted(source)
+    assert expected in code
+    assert code.index('accelerator.print("Unknown optimizer")') < code.index("accelerator.prepare(")
+
+
+def test_the_next_read_is_found_at_any_depth_unless_under_a_test_of_the_chosen_value() -> None:
+    body = ast.parse(CHAIN).body
+    assert [read.lineno for read in next_reads_after_chains(body, "optimizer")] == [13]
+    flagged = ast.parse(CHAIN.replace("if i % subdivisions == 0:", 'if cfg != "none":')).body
+    assert next_reads_after_chains(flagged, "optimizer") == []
+    rebound = ast.parse(CHAIN.replace("    model.train()", "    optimizer = make()")).body
+    assert next_reads_after_chains(rebound, "optimizer") == []
+
+
+def test_the_guard_lets_a_prepare_after_the_chain_stand_where_the_loop_reads_the_name_next() -> None:
+    before = SETUP + CHAIN
+    after = before.replace(
+        "for epoch in range(2):",
+        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\nfor epoch in range(2):",
+    ).replace(
+        "import torch\n", "import torch\nfrom accel_convert.runtime import Accelerator\naccelerator = Accelerator()\n"
+    )
+    assert [p.name for p in name_flow_problems(ast.parse(before), ast.parse(after))] == []
+    # Read only under a test of the value the chain chose by: unbound on purpose, a finding.
+    flagged = before.replace("if i % subdivisions == 0:", 'if cfg != "none":')
+    flagged_after = after.replace("if i % subdivisions == 0:", 'if cfg != "none":')
+    assert [p.name for p in name_flow_problems(ast.parse(flagged), ast.parse(flagged_after))] == ["optimizer"]
