@@ -145,17 +145,24 @@ def classes_saving_handed_models(a: Analysis) -> list[str]:
     return found
 
 
-def _saved_at_construction(a: Analysis, name: str, owner: ClassRecord, methods: set[str]) -> bool:
-    """Whether every saving method of class ``name`` runs when it is built: ``__init__`` or a method
-    it calls on its instance (``self.write(model)``), and none is called again from outside the
-    class. A save a later call makes (``stopper(val_loss)`` saving when this rank's loss improves)
-    may run on some ranks only, and the class keeps no barrier there: left, and reported (ACC914)."""
+def _run_when_built(owner: ClassRecord) -> set[str]:
+    """``__init__`` and the methods it calls on its instance (``self.build_model()``), and so on:
+    what building an instance of the class runs."""
     reached, pending = {"__init__"}, ["__init__"]
     while pending:
         for callee in owner.method_calls.get(pending.pop(), ()):
             if callee not in reached:
                 reached.add(callee)
                 pending.append(callee)
+    return reached
+
+
+def _saved_at_construction(a: Analysis, name: str, owner: ClassRecord, methods: set[str]) -> bool:
+    """Whether every saving method of class ``name`` runs when it is built: ``__init__`` or a method
+    it calls on its instance (``self.write(model)``), and none is called again from outside the
+    class. A save a later call makes (``stopper(val_loss)`` saving when this rank's loss improves)
+    may run on some ranks only, and the class keeps no barrier there: left, and reported (ACC914)."""
+    reached = _run_when_built(owner)
     called_outside = {
         call.node.func.attr.value
         for call in a.r.calls
@@ -432,12 +439,7 @@ def _method_prepare(a: Analysis, name: str) -> set[str]:
     owner = a.r.classes[name]
     # ``__init__`` and the methods it calls (``self.build_model()``) build what is prepared
     # at the end of ``__init__``.
-    from_init, pending = {"__init__"}, ["__init__"]
-    while pending:
-        for called in owner.method_calls.get(pending.pop(), ()):
-            if called not in from_init:
-                from_init.add(called)
-                pending.append(called)
+    from_init = _run_when_built(owner)
     covered: set[str] = set()
     # A class without ``__init__`` (a trainer whose ``setup()`` builds everything) has nowhere
     # else to prepare its model: it is prepared in the method building it, as the optimizer is.
