@@ -1,7 +1,8 @@
 """per-batch-files (ACC936): an evaluation that writes a file per batch, named by the batch index
 or a per-batch counter, keeps its loader unprepared (every rank runs it whole, the main process
 writes every file the original writes); over a loader a training loop iterates too, which stays
-prepared, the write is reported. Files named otherwise, files opened for reading and loops over
+prepared, each process writes its own batches' files under the original's index (ACC126) where
+the loop keeps nothing across batches, and the write is reported otherwise. Files named otherwise, files opened for reading and loops over
 loaders nothing prepares are not reported. Also: a write after the gathered forward keeps its own
 position for every rule that runs after the gather."""
 
@@ -77,6 +78,8 @@ def test_an_evaluation_writing_a_file_per_batch_runs_unsharded_and_writes_on_the
 
 @PER_BATCH_WRITES
 def test_a_file_per_batch_of_a_loader_training_iterates_too_is_reported_at_the_write(write: str) -> None:
+    # The loop counts its batches by hand too (``n += 1``): each process would count its own, so
+    # it cannot write its batches under the original's index (ACC126); the write is reported.
     found = [change for change in changes("i, (x, _)", "enumerate(train_loader)", write) if change.code == "ACC936"]
     assert [(change.line, change.fixed) for change in found] == [(WRITE_LINE, False)]
 
@@ -156,10 +159,85 @@ def test_a_loader_handed_to_another_modules_per_batch_writer_stays_unprepared() 
     assert converted["ACC936"] == "[]"
 
 
-def test_a_training_loader_handed_to_a_per_batch_writer_stays_prepared_and_is_reported() -> None:
-    # A loader a training loop iterates stays prepared: the module looping over it gathers (else
-    # it would count one process's batches) and reports the write.
+def test_a_training_loader_handed_to_a_per_batch_writer_stays_prepared_and_each_process_writes_its_batches() -> None:
+    # A loader a training loop iterates stays prepared: the module looping over it has each
+    # process write its own batches' files under the original's index (ACC126), gathering nothing.
     evaluated_on_training_data = TRAIN.replace("evaluate(model, test_loader,", "evaluate(model, train_loader,")
     converted = convert_train_and_engine(evaluated_on_training_data)
-    assert "gather_for_metrics" in converted["engine"]
-    assert converted["ACC936"] == "[8]"
+    assert "gather_for_metrics" not in converted["engine"]
+    assert "i = i * accelerator.num_processes + accelerator.process_index" in converted["engine"]
+    assert "join_uneven_inputs([model], even_batches=False)" in converted["engine"]
+    assert 'evaluate(model, train_loader, "preds", accelerator)' in converted["train"]
+    assert converted["ACC936"] == "[]"
+
+
+OWN_BATCHES = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+model = nn.Linear(8, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+train_loader = DataLoader(TensorDataset(torch.randn(200, 8), torch.randn(200, 2)), batch_size=48)
+for x, y in train_loader:
+    optimizer.zero_grad()
+    nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+model.eval()
+total = 0.0
+outputs = []
+with torch.no_grad():
+    for {target} in {loop}:
+        out = model(x)
+        {kept}
+        torch.save(out, f"preds/batch_{{i}}.pt")
+"""
+
+
+def own_batches(loop: str, kept: str = "pass", target: str = "i, (x, _)") -> tuple[str, set[str]]:
+    source = OWN_BATCHES.format(target=target, loop=loop, kept=kept)
+    result = convert_source(source.encode(), Options(), path="evaluate.py")
+    return result.output.decode(), {change.code for change in result.changes}
+
+
+@pytest.mark.parametrize(
+    ("loop", "rebound"),
+    [
+        ("enumerate(train_loader)", "i = i * accelerator.num_processes + accelerator.process_index"),
+        ("enumerate(train_loader, 1)", "i = (i - 1) * accelerator.num_processes + accelerator.process_index + 1"),
+        ("enumerate(train_loader, start=1)", "i = (i - 1) * accelerator.num_processes + accelerator.process_index + 1"),
+    ],
+    ids=["from-0", "from-1", "start-keyword"],
+)
+def test_each_process_writes_its_own_batches_of_a_training_loader_under_the_original_index(
+    loop: str, rebound: str
+) -> None:
+    text, codes = own_batches(loop)
+    assert "ACC126" in codes and "ACC936" not in codes
+    assert "with accelerator.join_uneven_inputs([model], even_batches=False), accelerator.no_sync(model):" in text
+    assert f"            {rebound}\n" in text
+    assert '            torch.save(out, f"preds/batch_{i}.pt")' in text  # on every process, not accelerator.save
+    assert "is_main_process" not in text and "gather" not in text
+    assert text.rstrip().endswith("accelerator.wait_for_everyone()")
+    again = convert_source(text.encode(), Options(), path="evaluate.py")
+    assert again.output.decode() == text  # a converted script converted again is left as it is
+
+
+@pytest.mark.parametrize(
+    "kept",
+    ["total += out.sum().item()", "outputs.append(out)", "n += 1"],
+    ids=["sum", "list", "another-counter"],
+)
+def test_a_loop_keeping_something_across_batches_is_still_reported(kept: str) -> None:
+    # A sum, a list bound before the loop, or a counter of its own: each process would keep its
+    # share of them, so the loop is gathered (or reported) as before, and the write reported.
+    text, codes = own_batches("enumerate(train_loader)", kept)
+    assert "ACC936" in codes and "ACC126" not in codes
+    assert "join_uneven_inputs" not in text
+
+
+def test_a_list_of_one_batch_keeps_nothing_across_batches() -> None:
+    # StarGAN's ``x_fake_list = [x_real]`` then ``x_fake_list.append(G(x_real, c))`` per batch.
+    text, codes = own_batches("enumerate(train_loader)", "parts = [x]; parts.append(out)")
+    assert "ACC126" in codes and "ACC936" not in codes

@@ -13,8 +13,11 @@ helper of another module writing a file per batch of the loader it is handed (UN
 ``utils.save_predictions_as_imgs(val_loader, model, folder)``) makes the module building that
 loader keep it unprepared, and the helpers it is handed to receive every batch, ungathered.
 
-What is reported is the loop over a loader that stays prepared because a training loop iterates
-it too (predictions written per batch of the training set): collect the gathered values and
+Over a loader that stays prepared because a training loop iterates it too (StarGAN's ``test()``
+over the loader ``train()`` trains on), each process writes its own batches' files under the
+original's index where the loop keeps nothing from one batch to the next (the per-rank-files
+rewrite, ACC126). What is reported is such a loop that keeps a sum, a list or a counter of its
+own across batches (predictions written per batch of the training set and a loss summed): collect the gathered values and
 write them once after the loop, or name each file by its samples rather than by the batch
 counter. The same holds for a counter the loop adds 1 to per batch (``n += 1``), for a path built
 from the counter on an earlier line of the loop (``path = f"results/{i}.png"``, then
@@ -66,9 +69,12 @@ class PerBatchFiles(WalkingCheck):
                     nn.functional.mse_loss(model(x), y).backward()
                     optimizer.step()
                 model.eval()
+                total = 0.0
                 with torch.no_grad():
                     for i, (x, _) in enumerate(train_loader):
-                        torch.save(model(x), f"pred_{i}.pt")
+                        out = model(x)
+                        total += out.sum().item()
+                        torch.save(out, f"pred_{i}.pt")
             """,
             message=MESSAGE,
         ),
@@ -94,9 +100,11 @@ class PerBatchFiles(WalkingCheck):
                     nn.functional.mse_loss(model(x), y).backward()
                     optimizer.step()
                 model.eval()
+                outputs = []
                 with torch.no_grad():
                     for i, (x, _) in enumerate(train_loader):
                         out = model(x)
+                        outputs.append(out)
                         path = f"result_{i}.bin"
                         save_result(out[0], path)
             """,

@@ -52,6 +52,9 @@ REWRITE_MODULES: tuple[str, ...] = (
     "loader_dict",
     "checkpoint",
     "side_effects",
+    # After metrics, checkpoint and side_effects (which leave its loops' values and writes to each
+    # process), before pass_accelerator (the functions it makes read the accelerator).
+    "per_rank_files",
     "downloads",
     "oom_retry",
     # Before pass_accelerator: a break made to agree reads the accelerator (ACC123).

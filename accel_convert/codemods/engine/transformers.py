@@ -252,7 +252,9 @@ class RuleTransformer(TargetedTransformer):
         self.scope: tuple[str, ...] = ()
         self._anchors: list[cst.CSTNode] = []
         #: Where every rank runs alike: the locality owner, asked by ``every_rank_reaches_here``.
-        self._rank_reach = RankReach(facts.loaders, self.qualified_name, self.builtin, locality_of(facts))
+        answer = locality_of(facts)
+        self._rank_reach = RankReach(facts.loaders, self.qualified_name, self.builtin, answer)
+        self._per_rank_loops = answer.per_rank_loops
         #: Inside a method of a training class: the method's instance parameter (``self``), None
         #: in a static or class method.
         self.instance: str | None = None
@@ -282,7 +284,25 @@ class RuleTransformer(TargetedTransformer):
         anchors = self._anchors
         if statement is not None and any(node is statement for node in anchors):
             anchors = anchors[: next(i for i, node in enumerate(anchors) if node is statement)]
-        return self._rank_reach.every_rank_reaches(anchors, self.function)
+        return not self._in_per_rank_loop(anchors) and self._rank_reach.every_rank_reaches(anchors, self.function)
+
+    def writes_per_rank_here(self) -> bool:
+        """Whether the walk is inside an evaluation loop whose processes each run their own
+        batches and write their files under the original's index (the locality owner's
+        :attr:`~codemods.model.locality.Locality.per_rank_loops`): a write there stays on every
+        process, and no barrier goes there."""
+        return self._in_per_rank_loop(self._anchors)
+
+    def runs_per_rank(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` (of the tree this rule received) is such a loop (see
+        :meth:`writes_per_rank_here`): nothing in it is gathered."""
+        if type(node) is not cst.For or not self._per_rank_loops:
+            return False
+        site = self.origins.site(node)
+        return site is not None and site.line in self._per_rank_loops
+
+    def _in_per_rank_loop(self, anchors: Sequence[cst.CSTNode]) -> bool:
+        return bool(self._per_rank_loops) and any(self.runs_per_rank(node) for node in anchors)
 
     def in_function_some_ranks_skip(self) -> bool:
         """Whether the walk is in a function that some rank may not call (a call of it stands

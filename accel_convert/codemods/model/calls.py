@@ -141,6 +141,7 @@ def call_graph(a: Analysis) -> None:
             _into_method(a, call, callee)
     _value_edges(a)
     _attribute_aliases(a)
+    _attributes_held_in_locals(a)
     _loop_aliases(a)
 
 
@@ -482,6 +483,22 @@ def _attribute_aliases(a: Analysis) -> None:
             if instance is None or not target.startswith(instance + ".") or source is None or source == target:
                 continue
             a.arguments.setdefault((assign.function, target), set()).add((assign.function, source))
+
+
+def _attributes_held_in_locals(a: Analysis) -> None:
+    """``data_loader = self.celeba_loader`` in a method (StarGAN's ``test()`` picking its loader
+    under ``if``/``elif``): the local holds what the attribute holds, each binding one more
+    origin (recorded like an argument, so roles and origins follow it: the loop over
+    ``data_loader`` iterates the loader the attribute was handed)."""
+    for assign in a.r.assigns:
+        owner = a.r.classes.get(assign.function)
+        if owner is None or len(assign.scope) < 2 or len(assign.targets) != 1:
+            continue
+        instance = owner.self_names.get(assign.scope[1])
+        target, source = assign.targets[0], dotted(assign.value)
+        if instance is None or "." in target or source is None or not source.startswith(instance + "."):
+            continue
+        a.arguments.setdefault((assign.function, target), set()).add((assign.function, source))
 
 
 def _unpacked_aliases(a: Analysis, assign: AssignRecord, instance: str | None) -> None:

@@ -25,11 +25,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import libcst as cst
 
 from accel_convert.codemods.engine.facts import MODULE, FactQuestions
 from accel_convert.codemods.engine.imported_calls import program_callee
+from accel_convert.codemods.engine.iteration import enumerate_index
 from accel_convert.codemods.engine.names import ScopeKey, builtins_at
 from accel_convert.codemods.engine.syntax import (
     argument_for,
@@ -39,6 +41,7 @@ from accel_convert.codemods.engine.syntax import (
     nodes_in,
     parameter_filled,
     parameter_names,
+    target_names,
 )
 from accel_convert.codemods.engine.torch_names import (
     CHECKPOINT_READS,
@@ -49,7 +52,7 @@ from accel_convert.codemods.engine.torch_names import (
     WRITING_METHODS,
 )
 from accel_convert.codemods.model.calls import instance_class
-from accel_convert.codemods.model.locality import per_batch_values
+from accel_convert.codemods.model.locality import collects, per_batch_values
 from accel_convert.codemods.model.provider import provider, rule_provider
 from accel_convert.codemods.model.recorder import CallRecord, LoopRecord
 from accel_convert.codemods.model.state import Analysis
@@ -460,8 +463,8 @@ _FILE_WRITING_METHODS = WRITING_METHODS | {"save"}
 
 
 @provider(
-    needs=("eval_loops", "loader_loops", "loader_factories", "loader_classes", "train_loaders"),
-    provides=("unsharded_loaders", "per_batch_file_parameters", "loaders_left_unsharded"),
+    needs=("eval_loops", "loader_loops", "loader_factories", "loader_classes", "train_loaders", "models"),
+    provides=("unsharded_loaders", "per_batch_file_parameters", "loaders_left_unsharded", "per_rank_loops"),
     refines=("eval_loaders",),
 )
 def per_batch_file_loaders(a: Analysis) -> None:
@@ -477,8 +480,17 @@ def per_batch_file_loaders(a: Analysis) -> None:
     both have to be rebuilt. Why every rank and not the main process alone: the loop's sums (a
     test loss, a best score) stay the same on every rank for whatever reads them after the loop,
     and no collective (a prepared model's forward with gradients on, a gather) runs on one rank
-    only. The price is the evaluation's speed-up, for that loop only. A loader some training loop
-    iterates too stays prepared, and the write is reported (ACC936).
+    only. The price is the evaluation's speed-up, for that loop only.
+
+    A loader some training loop iterates too stays prepared (StarGAN's ``test()`` iterates the
+    loader ``train()`` trains on). There each process writes the files of its own batches under
+    the index the original gives them (``per_rank_loops``, :func:`_writes_its_own_batches`): the
+    runtime and Accelerate deal a loader's batches round-robin, so the k-th batch of process p is
+    the original's batch ``k * num_processes + p``, and with uneven batches allowed in that loop
+    (``join_uneven_inputs(..., even_batches=False)``) no batch is padded or repeated. That holds
+    where the loop keeps nothing across batches (nothing to gather: no sum, no list grown from
+    batch to batch, no other counter) and calls a prepared model (Join's joinable). Elsewhere the
+    write is reported (ACC936).
 
     Across modules (UNet's ``utils.save_predictions_as_imgs(val_loader, model, folder)``): the
     function's loader parameter is told to the program (``per_batch_file_parameters``), the
@@ -500,6 +512,50 @@ def per_batch_file_loaders(a: Analysis) -> None:
     a.unsharded_loaders = kept
     if kept:
         a.facts.eval_loaders = set(a.facts.eval_loaders) - kept
+    for loop, origins, _ in _per_batch_writing_loops(a):
+        if origins & kept or not origins & (a.facts.train_loaders | a.facts.eval_loaders):
+            continue
+        own = _writes_its_own_batches(a, loop)
+        if own is not None:
+            a.per_rank_loops[a.site(loop.node).line] = own
+
+
+def _writes_its_own_batches(a: Analysis, loop: LoopRecord) -> tuple[str, tuple[str, ...]] | None:
+    """(the index, the prepared models it calls) of a loop writing a file per batch that each
+    process can run over its own batches, naming them by the original's index: it counts its
+    batches with ``enumerate`` only, keeps nothing from one batch to the next (a sum, a list or
+    meter bound before the loop: those would need a gather), and calls a prepared model. None
+    for any other loop."""
+    builtin = builtins_at(a.r.names, loop.scope)
+    index = enumerate_index(loop.node, builtin)
+    if index is None or per_batch_values(loop.node, builtin).counters != {index}:
+        return None
+    bound_per_batch = {name for node in nodes_in(loop.node) for name in _names_bound(node)}
+    for node in nodes_in(loop.node.body):
+        grown: cst.BaseExpression | None = node.target if isinstance(node, cst.AugAssign) else None
+        if grown is None and collects(node):
+            grown = cast(cst.Attribute, cast(cst.Call, node).func).value
+        root = None if grown is None else (dotted(grown) or "").split(".")[0]
+        if grown is not None and root not in bound_per_batch:
+            return None
+    models = sorted(
+        {
+            name
+            for call in a.r.calls
+            if loop in call.loops and (name := dotted(call.node.func)) is not None and name in a.facts.models
+        }
+    )
+    return (index, tuple(models)) if models else None
+
+
+def _names_bound(node: cst.CSTNode) -> set[str]:
+    """The plain names an assignment or a loop binds (``x_fake_list = [x_real]`` in the loop's
+    body: a list of this batch only)."""
+    if isinstance(node, cst.Assign):
+        return {name for target in node.targets for name in target_names(target.target)}
+    if isinstance(node, (cst.For, cst.AnnAssign)):
+        return set(target_names(node.target))
+    return set()
 
 
 def _loader_parameters(a: Analysis, function: str, origins: set[str]) -> set[tuple[str, int, str]]:
@@ -557,7 +613,7 @@ def statistics_loaders(a: Analysis) -> None:
     facts.unprepared_loaders = read
 
 
-@rule_provider(needs=("eval_loops", "loader_loops", "train_loaders", "unsharded_loaders"))
+@rule_provider(needs=("eval_loops", "loader_loops", "train_loaders", "unsharded_loaders", "per_rank_loops"))
 def per_batch_writes(a: Analysis) -> frozenset[tuple[int, int, str]]:
     """Where (original line, column, and the code of its argument naming the batch) an evaluation
     over a loader that stays prepared (a training loop iterates it too, or another module of the
@@ -565,8 +621,10 @@ def per_batch_writes(a: Analysis) -> frozenset[tuple[int, int, str]]:
     named by the batch's index: reported (ACC936)."""
     return frozenset(
         (site.line, site.column, path)
-        for _, origins, calls in _per_batch_writing_loops(a)
-        if not origins & a.unsharded_loaders and origins & (a.facts.train_loaders | a.facts.eval_loaders)
+        for loop, origins, calls in _per_batch_writing_loops(a)
+        if not origins & a.unsharded_loaders
+        and origins & (a.facts.train_loaders | a.facts.eval_loaders)
+        and a.site(loop.node).line not in a.per_rank_loops
         for call, path in calls
         for site in (a.site(call.node),)
     )

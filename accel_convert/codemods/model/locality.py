@@ -850,6 +850,11 @@ class Locality:
     #: go, in a module of a program: the program tells the module of each of its own functions and
     #: methods among them (:attr:`ProgramSeeds.called_on_some_ranks`).
     program_calls_on_some_ranks: frozenset[str] = frozenset()
+    #: Original line of each evaluation loop over a prepared loader in which every process runs
+    #: its own batches, unevenly, and writes their files under the original's index → (the
+    #: index, the prepared models it calls): see ``file_flow.per_batch_file_loaders``. No
+    #: barrier goes inside one, and its writes stay on every process.
+    per_rank_loops: Mapping[int, tuple[str, tuple[str, ...]]] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def per_process_values(self) -> frozenset[str]:
@@ -902,6 +907,7 @@ class Locality:
         "agreeable_breaks",
         "rank_dependent_schedule_steps",
         "shared_draws",
+        "per_rank_loops",
     )
 )
 def locality(a: Analysis) -> Locality:
@@ -926,6 +932,7 @@ def locality(a: Analysis) -> Locality:
         called_in_try=reach.called_in_try,
         called_where_fetch_caught=reach.called_where_fetch_caught,
         program_calls_on_some_ranks=reach.program_calls_on_some_ranks,
+        per_rank_loops=MappingProxyType(dict(a.per_rank_loops)),
     )
 
 

@@ -76,6 +76,8 @@ WORKING_FACTS = frozenset(
         "loader_loops",
         # Loaders kept unprepared: an evaluation over them writes a file per batch.
         "unsharded_loaders",
+        # Evaluation loops over prepared loaders whose processes write their own batches' files.
+        "per_rank_loops",
         # Names holding this process's share of the training (model/locality.py's sums).
         "per_process_sums",
     }

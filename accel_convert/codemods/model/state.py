@@ -86,6 +86,10 @@ class Analysis:
         self.loader_loops: list[tuple[LoopRecord, set[str]]] = []
         #: Loaders kept unprepared: an evaluation over them writes a file per batch.
         self.unsharded_loaders: set[str] = set()
+        #: Original line of each evaluation loop over a prepared loader whose processes each write
+        #: their own batches' files under the original's index → (its index, the prepared models
+        #: it calls): see :func:`codemods.model.file_flow.per_batch_file_loaders`.
+        self.per_rank_loops: dict[int, tuple[str, tuple[str, ...]]] = {}
         #: Per function (``"<module>"``, a class's name for its methods): the names holding this
         #: process's share of the training there, sums of its batch losses grown in training and
         #: what follows from them (the locality owner's).

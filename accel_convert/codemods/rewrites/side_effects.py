@@ -815,6 +815,10 @@ class _MainProcessGuard(RuleTransformer):
                 runs.add_rewritten(created)
                 continue
             kind = _write_kind(statement, self.facts, self.scope)
+            if kind in ("write", "folder", "delete") and self.writes_per_rank_here():
+                # Each process writes the files of its own batches (an evaluation loop the
+                # locality owner lets run per process): guarded, the others' would be lost.
+                kind = None
             # A folder made or removed where a handler catches its error and goes on: no barrier
             # and no ``exist_ok`` (see ``error_caught_here``), left to every rank, reported.
             caught = kind in ("folder", "delete") and self.error_caught_here()

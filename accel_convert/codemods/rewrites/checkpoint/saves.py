@@ -121,6 +121,8 @@ class SavesOnMainProcess(RuleTransformer):
         before the line); reported (ACC914) where no accelerator is reachable."""
         if names_in(original_node) & locality_of(self.facts).per_process_paths:
             return updated_node  # a file of this process alone (a tempfile folder): each rank writes its own
+        if self.writes_per_rank_here():
+            return updated_node  # the file of this process's batch, under the original's index
         if not self.accelerator_reachable():
             self.report(
                 original_node,

@@ -190,7 +190,9 @@ class EvalLoopRewriter(RuleTransformer):
     ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
         loop = loop_over_loader(original_node, self.facts)
         # Whether the loop evaluates is the analysis's answer, the one prepare shards by.
-        if loop is None or not self.evaluates(original_node):
+        if loop is None or not self.evaluates(original_node) or self.runs_per_rank(original_node):
+            # Each process of a loop the locality owner runs per process keeps its own batches
+            # (and writes their files): nothing to gather.
             return updated_node
         if self._over_unprepared_loader(original_node):
             # A loader built where nothing prepares it (a local of an evaluation helper): every

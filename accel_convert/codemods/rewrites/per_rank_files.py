@@ -1,0 +1,253 @@
+"""ACC126 per-rank-files: an evaluation writing a file per batch of a loader training shards writes every file, each process its own batches'.
+
+StarGAN's ``test()`` iterates the loader ``train()`` trains on, so the loader is prepared, and
+writes ``{i + 1}-images.jpg`` per batch. Sharded, process p runs batches p, p + N, p + 2N ...
+(the runtime and Accelerate deal a loader's batches round-robin), and the main process alone
+writing the files under its own count would leave N times fewer files, each holding other
+images than the original's file of that name. So, where the locality owner says the loop can run
+per process (it keeps nothing from one batch to the next and calls a prepared model, see
+``file_flow.per_batch_file_loaders``):
+
+- the loop runs under ``accelerator.join_uneven_inputs([model], even_batches=False)``: no batch
+  is repeated to even out the last round, and a process that runs out of batches shadows the
+  others' collectives (torch's ``Join``) until all are done;
+- its first statement gives the index the original's value for this batch, ``i = i *
+  accelerator.num_processes + accelerator.process_index`` (with ``enumerate(loader, 1)``:
+  ``i = (i - 1) * ... + 1``), so names, prints and tests of ``i`` read what the original reads;
+- its writes stay on every process (the side-effects and checkpoint rules ask the same owner), and
+  ``accelerator.wait_for_everyone()`` follows the loop, so that whatever reads the files after it
+  finds every one.
+
+On one process the loop is the original's. Where the accelerator is not reachable the loop is
+left as it is and reported (ACC904). A loop that also gathers (sums, lists of predictions)
+is the per-batch-files check's (ACC936).
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import libcst as cst
+
+from accel_convert.codemods.engine.facts import ScriptFacts
+from accel_convert.codemods.engine.model import Change, Options
+from accel_convert.codemods.engine.rule import NO_ACCELERATOR_ACCESS, Example, Rule
+from accel_convert.codemods.engine.syntax import TIGHT_EQUAL, nodes_in
+from accel_convert.codemods.engine.transformers import RuleTransformer
+from accel_convert.codemods.model.locality import locality, locality_of
+
+MESSAGE = (
+    "a file written per evaluation batch: each process writes its own batches' files under the original's "
+    "index (join_uneven_inputs(..., even_batches=False))"
+)
+UNREACHABLE = (
+    "a file written per evaluation batch where the accelerator is not reachable: the processes cannot write "
+    "their own batches' files under the original's index"
+)
+
+
+class PerRankFiles(Rule):
+    code = "ACC126"
+    name = "per-rank-files"
+    providers = (locality,)
+    examples = (
+        Example(
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 2)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                loader = DataLoader(TensorDataset(torch.randn(200, 8), torch.randn(200, 2)), batch_size=48)
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    nn.functional.mse_loss(model(x), y).backward()
+                    optimizer.step()
+                model.eval()
+                with torch.no_grad():
+                    for i, (x, _) in enumerate(loader):
+                        torch.save(model(x), f"pred_{i}.pt")
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                accelerator = Accelerator()
+                model = nn.Linear(8, 2)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                loader = DataLoader(TensorDataset(torch.randn(200, 8), torch.randn(200, 2)), batch_size=48)
+                model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    accelerator.backward(nn.functional.mse_loss(model(x), y))
+                    optimizer.step()
+                model.eval()
+                with torch.no_grad():
+                    with accelerator.join_uneven_inputs([model], even_batches=False), accelerator.no_sync(model):
+                        for i, (x, _) in enumerate(loader):
+                            i = i * accelerator.num_processes + accelerator.process_index
+                            torch.save(model(x), f"pred_{i}.pt")
+                    accelerator.wait_for_everyone()
+            """,
+        ),
+        Example(
+            # A loader only the evaluation iterates stays unprepared: every process runs it
+            # whole, and the main process writes every file (the side-effects rule's guard).
+            before="""
+                import torch
+                import torch.nn as nn
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                model = nn.Linear(8, 2)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                loader = DataLoader(TensorDataset(torch.randn(200, 8), torch.randn(200, 2)), batch_size=48)
+                test_loader = DataLoader(TensorDataset(torch.randn(100, 8)), batch_size=48)
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    nn.functional.mse_loss(model(x), y).backward()
+                    optimizer.step()
+                model.eval()
+                with torch.no_grad():
+                    for i, (x,) in enumerate(test_loader):
+                        torch.save(model(x), f"pred_{i}.pt")
+            """,
+            after="""
+                import torch
+                import torch.nn as nn
+                from accel_convert.runtime import Accelerator
+                from torch.utils.data import DataLoader, TensorDataset
+
+                torch.manual_seed(0)
+                accelerator = Accelerator()
+                model = nn.Linear(8, 2)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                loader = DataLoader(TensorDataset(torch.randn(200, 8), torch.randn(200, 2)), batch_size=48)
+                model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+                test_loader = DataLoader(TensorDataset(torch.randn(100, 8)), batch_size=48)
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    accelerator.backward(nn.functional.mse_loss(model(x), y))
+                    optimizer.step()
+                model.eval()
+                with torch.no_grad():
+                    for i, (x,) in enumerate(test_loader):
+                        accelerator.save(model(x), f"pred_{i}.pt")
+            """,
+            leaves_alone=True,
+        ),
+    )
+
+    def applies(self, facts: ScriptFacts, options: Options) -> bool:
+        return bool(locality_of(facts).per_rank_loops)
+
+    def transform(self, module: cst.Module, facts: ScriptFacts, options: Options) -> tuple[cst.Module, list[Change]]:
+        rewriter = _OwnBatchesWritten(facts)
+        module = module.visit(rewriter)
+        return module, rewriter.changes(module)
+
+
+class _OwnBatchesWritten(RuleTransformer):
+    """Each per-rank loop (see the module docstring) under ``join_uneven_inputs``, its index
+    the original's, a barrier after it."""
+
+    def __init__(self, facts: ScriptFacts) -> None:
+        self._loops = locality_of(facts).per_rank_loops
+        super().__init__(facts, self._loops.keys())
+        #: The per-rank loops being walked → (accelerator reachable, every rank reaches the loop).
+        self._where: dict[int, tuple[bool, bool]] = {}
+
+    def visit_For(self, node: cst.For) -> None:
+        if self.runs_per_rank(node) and not _index_rebound(node, self._loops[self.site(node).line][0]):
+            self._where[id(node)] = (self.accelerator_reachable(), self.every_rank_reaches_here(node))
+
+    def leave_For(
+        self, original_node: cst.For, updated_node: cst.For
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        where = self._where.pop(id(original_node), None)
+        site = self.origins.site(original_node)
+        if where is None or site is None:
+            return updated_node
+        reachable, reached_by_all = where
+        if not reachable:
+            self.report(original_node, NO_ACCELERATOR_ACCESS, UNREACHABLE, False, header_only=True)
+            return updated_node
+        index, models = self._loops[site.line]
+        accelerator: cst.BaseExpression = self.instance_accelerator() or cst.Name(self.accelerator)
+
+        def call(method: str, *args: cst.Arg) -> cst.Call:
+            return cst.Call(cst.Attribute(accelerator, cst.Name(method)), args=args)
+
+        rebound = cst.SimpleStatementLine(
+            [cst.Assign([cst.AssignTarget(cst.Name(index))], self._original_index(original_node, index, accelerator))]
+        )
+        body = updated_node.body
+        if isinstance(body, cst.IndentedBlock):
+            block = body.with_changes(body=[rebound, *body.body])
+        else:  # ``for ...: write(...)`` on one line
+            block = cst.IndentedBlock([rebound, cst.SimpleStatementLine(cast(cst.SimpleStatementSuite, body).body)])
+        loop = updated_node.with_changes(body=block, leading_lines=())
+        joined = call(
+            "join_uneven_inputs",
+            cst.Arg(cst.List([cst.Element(cst.parse_expression(model)) for model in models])),
+            cst.Arg(cst.Name("False"), keyword=cst.Name("even_batches"), equal=TIGHT_EQUAL),
+        )
+        # Without a backward to follow, each forward tells a process that ran out of batches
+        # there is no gradient all-reduce to shadow (``no_sync``); else it waits for one.
+        unsynced = [cst.WithItem(call("no_sync", cst.Arg(cst.parse_expression(model)))) for model in models]
+        wrapped = cst.With(
+            [cst.WithItem(joined), *unsynced], cst.IndentedBlock([loop]), leading_lines=updated_node.leading_lines
+        )
+        self.report(original_node, PerRankFiles.code, MESSAGE, header_only=True)
+        if not reached_by_all:
+            return wrapped
+        return cst.FlattenSentinel([wrapped, cst.SimpleStatementLine([cst.Expr(call("wait_for_everyone"))])])
+
+    def _original_index(self, node: cst.For, index: str, accelerator: cst.BaseExpression) -> cst.BaseExpression:
+        """``i * accelerator.num_processes + accelerator.process_index``, shifted by the
+        ``enumerate`` start when there is one (``(i - 1) * ... + 1``)."""
+        start = self._enumerate_start(node.iter)
+        counted: cst.BaseExpression = cst.Name(index)
+        if start is not None:
+            counted = cst.BinaryOperation(
+                counted, cst.Subtract(), start, lpar=[cst.LeftParen()], rpar=[cst.RightParen()]
+            )
+        dealt = cst.BinaryOperation(
+            cst.BinaryOperation(counted, cst.Multiply(), cst.Attribute(accelerator, cst.Name("num_processes"))),
+            cst.Add(),
+            cst.Attribute(accelerator, cst.Name("process_index")),
+        )
+        return dealt if start is None else cst.BinaryOperation(dealt, cst.Add(), start)
+
+    def _enumerate_start(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+        """The start of the builtin ``enumerate`` among the calls ``expr`` wraps its iterable in
+        (``enumerate(loader, 1)``, ``start=1``); None when it counts from 0."""
+        while isinstance(expr, cst.Call) and expr.args:
+            if self.builtin(expr.func) == "enumerate":
+                given = [arg for arg in expr.args[1:] if arg.keyword is None or arg.keyword.value == "start"]
+                value = given[0].value if given else None
+                return None if isinstance(value, cst.Integer) and int(value.value) == 0 else value
+            expr = expr.args[0].value
+        return None
+
+
+def _index_rebound(node: cst.For, index: str) -> bool:
+    """Whether the loop's first statement already gives its index the original's value (a
+    converted script converted again): ``i = i * accelerator.num_processes + ...``."""
+    body = node.body
+    first = body.body[0] if isinstance(body, cst.IndentedBlock) and body.body else None
+    small = first.body[0] if isinstance(first, cst.SimpleStatementLine) and first.body else None
+    return (
+        isinstance(small, cst.Assign)
+        and len(small.targets) == 1
+        and isinstance(small.targets[0].target, cst.Name)
+        and small.targets[0].target.value == index
+        and any(
+            isinstance(node, cst.Attribute) and node.attr.value == "process_index" for node in nodes_in(small.value)
+        )
+    )
