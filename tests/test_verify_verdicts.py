@@ -199,6 +199,19 @@ def test_an_evaluation_on_one_share_is_named() -> None:
     assert not verdict.holds and "counts 50 samples (its own share" in verdict.evidence[0]
 
 
+def test_an_evaluation_whose_ranks_split_the_batches_counts_them_together() -> None:
+    # join_uneven_inputs(..., even_batches=False): each process writes its own batches' files and
+    # gathers nothing; together the ranks count what one process counts (100 = 52 + 48).
+    multi = right_multi()
+    for rank, samples in ((0, 52), (1, 48)):
+        passes = multi.of("pass", rank)
+        passes[0].update(gathered=None, gather_inputs=[], samples=samples, uneven=True)
+    assert by_key(n_process_verdicts(original_run(), multi, 2))["evaluation-counts"].holds
+    multi.of("pass", 1)[0]["samples"] = 40  # a batch lost
+    verdict = by_key(n_process_verdicts(original_run(), multi, 2))["evaluation-counts"]
+    assert not verdict.holds and "the ranks count 92 samples together" in verdict.evidence[0]
+
+
 def test_a_gather_of_a_python_int_is_named() -> None:
     multi = right_multi()
     multi.of("pass", 0)[0]["gather_inputs"] = ["Tensor", "int"]

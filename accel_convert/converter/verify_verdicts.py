@@ -693,13 +693,21 @@ def explain_unreached_cadence(verdicts: Sequence[Verdict], cadence: UnreachedCad
 
 def evaluation_verdict(original: RunTrace, multi: RunTrace) -> Verdict:
     """The i-th evaluation pass of each rank counts (gathered, else its own share) what the
-    original's i-th counted; Python numbers handed to a gather are flagged (one per process, not
-    per sample)."""
+    original's i-th counted; a pass whose ranks split the batches without repeating any
+    (``join_uneven_inputs(..., even_batches=False)``: each process writes its own batches' files)
+    and gathers nothing counts it with the other ranks' passes. Python numbers handed to a gather
+    are flagged (one per process, not per sample)."""
     problems: list[str] = []
+    #: Evaluation index → (the original's count, the ranks' counts together) of the uneven passes.
+    split: dict[int, tuple[object, int]] = {}
     for rank in multi.ranks():
         expected = evaluation_passes_due(original, len(multi.of("step", rank)))
         passes = evaluation_passes(multi, rank)
         for index, (old, new) in enumerate(zip(expected, passes)):
+            if new.get("uneven") and new.get("gathered") is None:
+                _, together = split.get(index, (None, 0))
+                split[index] = (old.get("samples"), together + int(new.get("samples") or 0))
+                continue
             counted = new.get("gathered") if new.get("gathered") is not None else new.get("samples")
             if counted != old.get("samples"):
                 how = "gathered" if new.get("gathered") is not None else "its own share, nothing gathered"
@@ -719,6 +727,12 @@ def evaluation_verdict(original: RunTrace, multi: RunTrace) -> Verdict:
             problems.append(f"rank {rank}: {len(passes)} evaluation passes, the original {len(expected)}")
             if len(expected) < len(evaluation_passes(original, 0)):
                 problems[-1] += f" within the {len(multi.of('step', rank))} optimizer steps this rank took"
+    for index, (wanted, together) in sorted(split.items()):
+        if together != wanted:
+            problems.append(
+                f"evaluation {index}: the ranks count {together} samples together (each its own batches), "
+                f"the original {wanted}"
+            )
     site = first(evaluation_passes(multi, 0), "loader") if problems else None
     return verdict(
         "evaluation-counts",

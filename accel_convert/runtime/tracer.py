@@ -41,8 +41,9 @@ write        path, size, sha256, via (``open``, ``torch.save``, ``numpy.save``):
 read         path, exists, size, sha256 (null when missing), via: before a file is opened for
              reading (``open``, ``torch.load``, ``numpy.load``), also when the open then fails
 pass         loader (site where it was made), grad, samples, gathered, gather_inputs, complete,
-             trained (a backward or an optimizer step ran during it): at the end of each pass
-             over a DataLoader
+             trained (a backward or an optimizer step ran during it), uneven (the ranks split
+             its batches without repeating any: ``even_batches=False``): at the end of each
+             pass over a DataLoader
 device       what (``module``/``tensor``), requested (``cuda:1``), site: first time per triple,
              only for CUDA requests, only in fake-CUDA mode or on a real GPU
 exit         code, exception (``"TypeError: msg"`` or null), site
@@ -744,6 +745,9 @@ class Pass:
         #: ``base_dataloader``) hears it before the script has used the last batch.
         self.exhausted = False
         self.work_at_start = TrainingWork.done
+        #: A prepared loader whose ranks get uneven shares of its batches, none repeated: what
+        #: they count together is what one process counts.
+        self.uneven = False
 
     @property
     def gathered(self) -> int | None:
@@ -768,6 +772,7 @@ class Pass:
             gather_inputs=self.gather_inputs,
             complete=complete,
             trained=TrainingWork.done > self.work_at_start,
+            uneven=self.uneven,
         )
 
 
@@ -841,6 +846,8 @@ def _traced_iter(original: Callable[..., Any]) -> Callable[..., Any]:
             return iterator
         per_item = getattr(self, "batch_size", 1) is None and getattr(self, "batch_sampler", None) is None
         current = Pass(getattr(self, "_accel_convert_site", None), per_item)
+        # ``join_uneven_inputs(..., even_batches=False)``: the ranks split the batches between them.
+        current.uneven = getattr(getattr(self, "batch_sampler", None), "even_batches", True) is False
         _active_passes.append(current)
         return PassIterator(iterator, current)
 
