@@ -490,6 +490,9 @@ class ScriptFacts(FactQuestions):
     self_training_models: AbstractSet[str] = frozenset()
     #: Module-level classes deriving from a ``torch.nn`` module, directly or through the file's.
     model_classes: AbstractSet[str] = frozenset()
+    #: Module-level classes deriving from a dataset (``torch.utils.data.Dataset``, torchvision's,
+    #: another module's ``BaseDataset``), directly or through the file's.
+    dataset_classes: AbstractSet[str] = frozenset()
     #: The file's module-level functions and static or class methods (``"Net.create"``) that
     #: return a new model of the program's classes: a call of one builds a model as a
     #: construction does (see :func:`codemods.engine.imported_calls.builds_model_of_program_class`).
@@ -717,6 +720,7 @@ class FactsDraft(FactQuestions):
     trackers: set[str] = field(default_factory=set)
     self_training_models: set[str] = field(default_factory=set)
     model_classes: set[str] = field(default_factory=set)
+    dataset_classes: set[str] = field(default_factory=set)
     model_factories: set[str] = field(default_factory=set)
     loader_classes: set[str] = field(default_factory=set)
     training_classes: set[str] = field(default_factory=set)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 
 import libcst as cst
@@ -314,13 +314,34 @@ def _model_classes(a: Analysis) -> dict[str, set[str]]:
     """Module-level classes deriving from a ``torch.nn`` module (``nn.Module``, ``nn.Linear``)
     or from another such class of the file, each with itself and the file's classes deriving
     from it (constructing any of them builds its methods)."""
+    return _derived_classes(a, lambda qualified: qualified.startswith("torch.nn."))
+
+
+@provider(provides=("dataset_classes",))
+def dataset_classes(a: Analysis) -> None:
+    """Module-level classes deriving from a dataset: ``torch.utils.data.Dataset`` and its kind
+    (``TensorDataset``, ``IterableDataset``, torchvision's ``VisionDataset``, ``datasets.MNIST``),
+    another module's ``BaseDataset``, or such a class of the file. What their methods write
+    (a download's files, processed tensors cached with ``torch.save``) is written when a dataset
+    is built, which the downloads rule puts under ``main_process_first``: the side-effects and
+    checkpoint rules leave it alone."""
+    found = _derived_classes(
+        a,
+        lambda qualified: qualified.split(".")[-1].endswith("Dataset") or qualified.startswith("torchvision.datasets."),
+    )
+    a.facts.dataset_classes = set(found)
+
+
+def _derived_classes(a: Analysis, is_root: Callable[[str], bool]) -> dict[str, set[str]]:
+    """Module-level classes with a base whose qualified name ``is_root`` takes, or deriving from
+    another such class of the file, each with itself and the file's classes deriving from it."""
     children: dict[str, set[str]] = {}
     roots = []
     for name, owner in a.r.classes.items():
         for base in owner.node.bases:
             qualified = a.r.names.qualified_name(base.value, (), strict=False) or dotted(base.value) or ""
             children.setdefault(qualified, set()).add(name)
-            if qualified.startswith("torch.nn."):
+            if is_root(qualified):
                 roots.append(name)
 
     def family(name: str) -> set[str]:

@@ -82,6 +82,7 @@ PROVIDERS: tuple[Provider, ...] = (
     roles.per_epoch_schedulers,
     home.home,
     classes.training_method_lines,
+    classes.dataset_classes,
     loops.batch_names,
     source.calls_and_features,
     models.model_copy_calls,

@@ -712,8 +712,8 @@ class _MainProcessGuard(RuleTransformer):
         # construction runs under ``main_process_first``).
         if self.in_training_class():
             return True
-        datasets = any((dotted(base.value) or "").endswith("Dataset") for base in node.bases)
-        return not datasets and node.name.value not in self.facts.model_classes
+        name = node.name.value
+        return name not in self.facts.dataset_classes and name not in self.facts.model_classes
 
     def visit_If(self, node: cst.If) -> None:
         if tests_main_process(node.test, self.accelerator):

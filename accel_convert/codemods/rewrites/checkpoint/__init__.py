@@ -759,7 +759,9 @@ class CheckpointCodemod(Rule):
         # Every other class the rewriter does not enter (a callback saving ``trainer.model``):
         # its saves run on every rank of a distributed run too.
         helpers = {line.name.value for line in module.body if isinstance(line, cst.ClassDef)}
-        helpers -= facts.training_classes | facts.model_classes | facts.training_bases
+        # A dataset's saves (processed tensors cached by its download) run where it is built,
+        # under ``main_process_first`` (the downloads rule, ACC115): the others then find the files.
+        helpers -= facts.training_classes | facts.model_classes | facts.training_bases | facts.dataset_classes
         if not (facts.has_accelerator or facts.home_kind == "library"):
             helpers = set()
         if handed or helpers:
