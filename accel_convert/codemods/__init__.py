@@ -65,7 +65,7 @@ def convert_module(
     from accel_convert.codemods.engine.registry import check_rules, rewrite_rules
     from accel_convert.codemods.engine.torch_names import SELF_DISTRIBUTING
 
-    facts = analyse(module, source, seeds)
+    facts = analyse(module, source, seeds, whole_batches=not (options.fsdp or options.split_batches))
     if _nothing_to_convert(facts):
         return ConversionOutcome(module)
     # A script that distributes itself is only reported on, never rewritten.

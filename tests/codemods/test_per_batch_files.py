@@ -195,9 +195,11 @@ with torch.no_grad():
 """
 
 
-def own_batches(loop: str, kept: str = "pass", target: str = "i, (x, _)") -> tuple[str, set[str]]:
+def own_batches(
+    loop: str, kept: str = "pass", target: str = "i, (x, _)", options: Options | None = None
+) -> tuple[str, set[str]]:
     source = OWN_BATCHES.format(target=target, loop=loop, kept=kept)
-    result = convert_source(source.encode(), Options(), path="evaluate.py")
+    result = convert_source(source.encode(), options or Options(), path="evaluate.py")
     return result.output.decode(), {change.code for change in result.changes}
 
 
@@ -241,3 +243,12 @@ def test_a_list_of_one_batch_keeps_nothing_across_batches() -> None:
     # StarGAN's ``x_fake_list = [x_real]`` then ``x_fake_list.append(G(x_real, c))`` per batch.
     text, codes = own_batches("enumerate(train_loader)", "parts = [x]; parts.append(out)")
     assert "ACC126" in codes and "ACC936" not in codes
+
+
+@pytest.mark.parametrize("options", [Options(fsdp=True), Options(split_batches=True)], ids=["fsdp", "split-batches"])
+def test_where_processes_get_no_whole_batches_the_write_is_reported(options: Options) -> None:
+    # --split-batches gives each process part of every batch; FSDP's forwards need every process
+    # alike: neither has a process run whole batches of its own.
+    text, codes = own_batches("enumerate(train_loader)", options=options)
+    assert "ACC936" in codes and "ACC126" not in codes
+    assert "join_uneven_inputs" not in text

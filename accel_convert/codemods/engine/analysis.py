@@ -21,6 +21,12 @@ if TYPE_CHECKING:
 __all__ = ["analyse"]
 
 
-def analyse(module: cst.Module, source: str | bytes | None = None, seeds: ProgramSeeds | None = None) -> ScriptFacts:
+def analyse(
+    module: cst.Module,
+    source: str | bytes | None = None,
+    seeds: ProgramSeeds | None = None,
+    *,
+    whole_batches: bool = True,
+) -> ScriptFacts:
     """Facts about ``module``, with every rule's own facts (see :func:`codemods.model.runner.analyse`)."""
-    return runner.analyse(module, source, seeds, rule_providers())
+    return runner.analyse(module, source, seeds, rule_providers(), whole_batches=whole_batches)

@@ -489,8 +489,9 @@ def per_batch_file_loaders(a: Analysis) -> None:
     the original's batch ``k * num_processes + p``, and with uneven batches allowed in that loop
     (``join_uneven_inputs(..., even_batches=False)``) no batch is padded or repeated. That holds
     where the loop keeps nothing across batches (nothing to gather: no sum, no list grown from
-    batch to batch, no other counter) and calls a prepared model (Join's joinable). Elsewhere the
-    write is reported (ACC936).
+    batch to batch, no other counter) and calls a prepared model (Join's joinable), and only where
+    processes get whole batches (not with ``--split-batches`` or ``--fsdp``, whose forwards every
+    process must run alike). Elsewhere the write is reported (ACC936).
 
     Across modules (UNet's ``utils.save_predictions_as_imgs(val_loader, model, folder)``): the
     function's loader parameter is told to the program (``per_batch_file_parameters``), the
@@ -512,7 +513,7 @@ def per_batch_file_loaders(a: Analysis) -> None:
     a.unsharded_loaders = kept
     if kept:
         a.facts.eval_loaders = set(a.facts.eval_loaders) - kept
-    for loop, origins, _ in _per_batch_writing_loops(a):
+    for loop, origins, _ in _per_batch_writing_loops(a) if a.whole_batches else ():
         if origins & kept or not origins & (a.facts.train_loaders | a.facts.eval_loaders):
             continue
         own = _writes_its_own_batches(a, loop)

@@ -114,13 +114,18 @@ def analyse(
     source: str | bytes | None = None,
     seeds: ProgramSeeds | None = None,
     rule_providers: tuple[RuleProvider[Any], ...] = (),
+    *,
+    whole_batches: bool = True,
 ) -> ScriptFacts:
     """Facts about ``module`` (one walk, then the providers, then ``rule_providers``), with the
     original position of every statement and call recorded; ``source``, if given, is what the
     module was parsed from; ``seeds``, what the other modules of its program say
     (:mod:`codemods.engine.program`; None: converted alone). The model never looks the rules up:
-    :func:`codemods.engine.analysis.analyse` hands it every rule's providers."""
+    :func:`codemods.engine.analysis.analyse` hands it every rule's providers. ``whole_batches``:
+    prepared loaders deal the processes whole batches of the original, round-robin (not so with
+    ``--split-batches``, or ``--fsdp``, whose forwards every process must run alike)."""
     analysis = record(module, source, seeds)
+    analysis.whole_batches = whole_batches
     for step in PROVIDERS:
         step(analysis)
     for step in rule_steps(rule_providers):

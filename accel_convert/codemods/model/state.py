@@ -90,6 +90,9 @@ class Analysis:
         #: their own batches' files under the original's index → (its index, the prepared models
         #: it calls): see :func:`codemods.model.file_flow.per_batch_file_loaders`.
         self.per_rank_loops: dict[int, tuple[str, tuple[str, ...]]] = {}
+        #: Prepared loaders deal whole batches of the original round-robin (see
+        #: :func:`codemods.model.runner.analyse`): where not, no loop runs per process.
+        self.whole_batches = True
         #: Per function (``"<module>"``, a class's name for its methods): the names holding this
         #: process's share of the training there, sums of its batch losses grown in training and
         #: what follows from them (the locality owner's).

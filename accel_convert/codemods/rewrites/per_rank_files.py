@@ -19,8 +19,11 @@ per process (it keeps nothing from one batch to the next and calls a prepared mo
   finds every one.
 
 On one process the loop is the original's. Where the accelerator is not reachable the loop is
-left as it is and reported (ACC904). A loop that also gathers (sums, lists of predictions)
-is the per-batch-files check's (ACC936).
+left as it is and reported (ACC904). A loop that also gathers (sums, lists of predictions),
+and any such loop under ``--split-batches`` or ``--fsdp`` (no process gets whole batches of its
+own there), is the per-batch-files check's (ACC936). With ``--target accelerate`` Accelerate
+joins uneven inputs on GPUs only: on several CPU processes its last round is evened out with
+repeated samples, and the files of those repeats are written too.
 """
 
 from __future__ import annotations
