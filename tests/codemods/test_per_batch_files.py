@@ -239,6 +239,13 @@ def test_a_loop_keeping_something_across_batches_is_still_reported(kept: str) ->
     assert "join_uneven_inputs" not in text
 
 
+def test_each_process_prints_its_own_batches_lines() -> None:
+    # Each line printed per batch is printed once: by the process that ran the batch.
+    text, codes = own_batches("enumerate(train_loader)", 'print(f"saved batch {i}")')
+    assert "ACC126" in codes
+    assert '        print(f"saved batch {i}")' in text and "accelerator.print" not in text
+
+
 def test_a_list_of_one_batch_keeps_nothing_across_batches() -> None:
     # StarGAN's ``x_fake_list = [x_real]`` then ``x_fake_list.append(G(x_real, c))`` per batch.
     text, codes = own_batches("enumerate(train_loader)", "parts = [x]; parts.append(out)")

@@ -16,7 +16,8 @@ per process (it keeps nothing from one batch to the next and calls a prepared mo
   ``i = (i - 1) * ... + 1``), so names, prints and tests of ``i`` read what the original reads;
 - its writes stay on every process (the side-effects and checkpoint rules ask the same owner), and
   ``accelerator.wait_for_everyone()`` follows the loop, so that whatever reads the files after it
-  finds every one.
+  finds every one; so do its prints (StarGAN's ``Saved ... into {}`` per batch): each process
+  prints the lines of its own batches, every line once.
 
 On one process the loop is the original's. Where the accelerator is not reachable the loop is
 left as it is and reported (ACC904). A loop that also gathers (sums, lists of predictions),

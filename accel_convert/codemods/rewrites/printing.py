@@ -256,6 +256,10 @@ class _Printing(RuleTransformer):
             # rule created the accelerator above it, must not print it another way.
             if not self.accelerator_reachable() or self._under_if(_is_launcher_rank_test):
                 return updated_node
+            if self.writes_per_rank_here():
+                # StarGAN's ``print('Saved ... into {}'.format(result_path))`` per batch of a loop
+                # whose processes each run their own batches: each prints its own, once.
+                return updated_node
             self.report(
                 original_node, Printing.code, f"print → {self.accelerator}.print (main process only)", header_only=True
             )
