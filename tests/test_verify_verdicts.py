@@ -212,6 +212,19 @@ def test_an_evaluation_whose_ranks_split_the_batches_counts_them_together() -> N
     assert not verdict.holds and "the ranks count 92 samples together" in verdict.evidence[0]
 
 
+def test_lines_the_ranks_share_out_are_printed_once() -> None:
+    # Each process prints the lines of its own batches: together, the original's very lines.
+    original = original_run()
+    original.records[0] += [rec("print", 0, text=f"saved {i}.png") for i in range(4)]
+    multi = right_multi()
+    multi.records[0] += [rec("print", 0, text=f"saved {i}.png") for i in (0, 2)]
+    multi.records[1] += [rec("print", 1, text=f"saved {i}.png") for i in (1, 3)]
+    assert by_key(n_process_verdicts(original, multi, 2))["prints-once"].holds
+    multi.records[1][-1]["text"] = "saved 2.png"  # one line twice, one lost
+    verdict = by_key(n_process_verdicts(original, multi, 2))["prints-once"]
+    assert not verdict.holds and "printed by ranks 0, 1" in verdict.evidence[0]
+
+
 def test_a_gather_of_a_python_int_is_named() -> None:
     multi = right_multi()
     multi.of("pass", 0)[0]["gather_inputs"] = ["Tensor", "int"]
