@@ -502,7 +502,8 @@ def per_batch_file_loaders(a: Analysis) -> None:
     is prepared there: left as it is (gathered, and the write reported)."""
     kept: set[str] = set()
     built = _loaders_built_here(a)
-    for loop, origins, _ in _per_batch_writing_loops(a):
+    writing = list(_per_batch_writing_loops(a))
+    for loop, origins, _ in writing:
         if origins & built and not origins & a.facts.train_loaders:
             kept |= origins
         a.facts.per_batch_file_parameters |= _loader_parameters(a, loop.function, origins)
@@ -513,7 +514,7 @@ def per_batch_file_loaders(a: Analysis) -> None:
     a.unsharded_loaders = kept
     if kept:
         a.facts.eval_loaders = set(a.facts.eval_loaders) - kept
-    for loop, origins, _ in _per_batch_writing_loops(a) if a.whole_batches else ():
+    for loop, origins, _ in writing if a.whole_batches else ():
         if origins & kept or not origins & (a.facts.train_loaders | a.facts.eval_loaders):
             continue
         own = _writes_its_own_batches(a, loop)
