@@ -141,7 +141,7 @@ def call_graph(a: Analysis) -> None:
             _into_method(a, call, callee)
     _value_edges(a)
     _attribute_aliases(a)
-    _attributes_held_in_locals(a)
+    _names_held_in_locals(a)
     _loop_aliases(a)
 
 
@@ -485,18 +485,23 @@ def _attribute_aliases(a: Analysis) -> None:
             a.arguments.setdefault((assign.function, target), set()).add((assign.function, source))
 
 
-def _attributes_held_in_locals(a: Analysis) -> None:
-    """``data_loader = self.celeba_loader`` in a method (StarGAN's ``test()`` picking its loader
-    under ``if``/``elif``): the local holds what the attribute holds, each binding one more
-    origin (recorded like an argument, so roles and origins follow it: the loop over
-    ``data_loader`` iterates the loader the attribute was handed)."""
+def _names_held_in_locals(a: Analysis) -> None:
+    """``loader = val_loader`` under ``if``/``else`` in a function or at the top level, and
+    ``data_loader = self.celeba_loader`` in a method (StarGAN's ``test()``): the local holds what
+    the other name holds, each binding one more origin (recorded like an argument, so roles and
+    origins follow it: the loop over ``loader`` iterates the loaders it picks from)."""
     for assign in a.r.assigns:
-        owner = a.r.classes.get(assign.function)
-        if owner is None or len(assign.scope) < 2 or len(assign.targets) != 1:
+        if len(assign.targets) != 1 or "." in assign.targets[0]:
             continue
-        instance = owner.self_names.get(assign.scope[1])
         target, source = assign.targets[0], dotted(assign.value)
-        if instance is None or "." in target or source is None or not source.startswith(instance + "."):
+        if source is None or source == target:
+            continue
+        owner = a.r.classes.get(assign.function)
+        if owner is not None:
+            instance = owner.self_names.get(assign.scope[1]) if len(assign.scope) > 1 else None
+            if instance is None or not source.startswith(instance + "."):
+                continue
+        elif "." in source:
             continue
         a.arguments.setdefault((assign.function, target), set()).add((assign.function, source))
 
