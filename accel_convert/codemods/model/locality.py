@@ -389,7 +389,8 @@ def per_batch_values(loop: cst.For, builtin: BuiltinOf) -> PerBatchValues:
     index = enumerate_index(loop, builtin)
     counters: set[str] = {index} if index is not None else set()
     lists: set[str] = set()
-    for line in _run_once_per_batch(loop):
+    body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
+    for line in run_once_per_batch(body):
         for small in line.body:
             summed = adds_up(small)
             if summed is not None and isinstance(summed.value, cst.Integer) and (counter := dotted(summed.target)):
@@ -400,24 +401,27 @@ def per_batch_values(loop: cst.For, builtin: BuiltinOf) -> PerBatchValues:
     return PerBatchValues(frozenset(counters), frozenset(lists))
 
 
-def _run_once_per_batch(loop: cst.For) -> list[cst.SimpleStatementLine]:
-    """The simple statements of ``loop``'s body that run once per batch (see :func:`per_batch_values`)."""
+def run_once_per_batch(statements: Sequence[cst.BaseStatement]) -> list[cst.SimpleStatementLine]:
+    """The simple statements that running ``statements`` (a loop's body, or the part of it before
+    the forward) runs at most once per batch, in source order: theirs and those of the
+    ``if``/``elif``/``else``, ``with`` and ``try`` (body, ``else``, ``finally``) blocks among them.
+    Not those of a nested loop (a ``for`` over the samples of the batch), a nested function or
+    class, nor an ``except`` block (it runs only when the batch failed). :func:`per_batch_values`
+    reads its counters and lists from them; the metrics rule the names a batch is unpacked into
+    before its forward (``rewrites/metrics/batch_values.unpacked_from``)."""
     found: list[cst.SimpleStatementLine] = []
-    pending: list[cst.CSTNode] = [loop.body]
+    pending: list[cst.CSTNode] = list(reversed(statements))
     while pending:
         node = pending.pop()
         if isinstance(node, cst.SimpleStatementLine):
             found.append(node)
-        elif isinstance(node, (cst.IndentedBlock, cst.SimpleStatementSuite)):
-            pending.extend(node.body)
+        elif isinstance(node, cst.IndentedBlock):
+            pending.extend(reversed(node.body))
         elif isinstance(node, (cst.With, cst.Else, cst.Finally)):
             pending.append(node.body)
-        elif isinstance(node, cst.If):
-            pending.append(node.body)
-            if node.orelse is not None:
-                pending.append(node.orelse)
-        elif isinstance(node, cst.Try):
-            pending.extend(block for block in (node.body, node.orelse, node.finalbody) if block is not None)
+        elif isinstance(node, (cst.If, cst.Try)):
+            blocks = (node.body, node.orelse) if isinstance(node, cst.If) else (node.body, node.orelse, node.finalbody)
+            pending.extend(block for block in reversed(blocks) if block is not None)
     return found
 
 
