@@ -41,7 +41,7 @@ from functools import partial
 from operator import attrgetter
 from typing import Any
 
-from accel_convert.codemods.engine.chosen_names import next_reads_after_chains
+from accel_convert.codemods.engine.chosen_names import next_reads_after_chains, statements_in_order
 
 #: Names every module can read without binding them.
 ALWAYS_BOUND = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__builtins__"}
@@ -291,25 +291,10 @@ Chain = tuple[tuple[int, int], ...]
 def _statement_chains(body: list[ast.stmt]) -> list[tuple[ast.stmt, Chain]]:
     """Every statement of a scope's body and of the blocks nested in it (not in the functions and
     classes it defines), with where it stands; blocks are told apart by identity."""
-    found: list[tuple[ast.stmt, Chain]] = []
-    pending: list[tuple[list[ast.stmt], Chain]] = [(body, ())]
-    while pending:
-        block, outer = pending.pop()
-        for index, statement in enumerate(block):
-            chain = (*outer, (id(block), index))
-            found.append((statement, chain))
-            if isinstance(statement, _DEFINITIONS):
-                continue
-            for inner in _blocks_of(statement):
-                pending.append((inner, chain))
-    return found
-
-
-def _blocks_of(statement: ast.stmt) -> list[list[ast.stmt]]:
-    blocks = [getattr(statement, name, None) for name in ("body", "orelse", "finalbody")]
-    blocks += [handler.body for handler in getattr(statement, "handlers", ())]
-    blocks += [case.body for case in getattr(statement, "cases", ())]
-    return [block for block in blocks if isinstance(block, list) and block and isinstance(block[0], ast.stmt)]
+    return [
+        (path[-1].statement, tuple((id(block), index) for _, block, index in path))
+        for path in statements_in_order(body)
+    ]
 
 
 def _innermost(statements: list[tuple[ast.stmt, Chain]], position: Position) -> tuple[ast.stmt, Chain] | None:
