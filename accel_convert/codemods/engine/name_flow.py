@@ -244,44 +244,73 @@ class _OriginalFailsFirst:
     def __init__(self, original: ast.Module, converted: ast.Module) -> None:
         self.original = original
         self.converted = converted
+        #: Scope → its statements in both trees, built on the first question about it.
+        self._scopes: dict[str, _ScopeStatements | None] = {}
 
     def covers(self, scope: str, reads: Iterable[Position], original_reads: Iterable[Position]) -> bool:
-        original_body = _scope_body(self.original, scope)
-        converted_body = _scope_body(self.converted, scope)
-        if original_body is None or converted_body is None or not original_reads:
+        if not original_reads:
             return False
-        original_statements = _statement_chains(original_body)
-        by_text: dict[str, list[Chain]] = {}
-        for statement, chain in original_statements:
-            by_text.setdefault(ast.unparse(statement), []).append(chain)
-        first_reads = [found[1] for found in map(partial(_innermost, original_statements), original_reads) if found]
-        converted_statements = _statement_chains(converted_body)
-        at_chain = {chain: statement for statement, chain in converted_statements}
+        statements = self._statements(scope)
+        if statements is None:
+            return False
+        first_reads = [found[1] for found in map(partial(_innermost, statements.original), original_reads) if found]
         for position in reads:
-            found = _innermost(converted_statements, position)
-            same = None if found is None else _placed_in_original(found[1], at_chain, by_text)
+            found = _innermost(statements.converted, position)
+            same = None if found is None else statements.placed_in_original(found[1])
             if not same or not all(
                 any(first == chain or _goes_before(first, chain) for first in first_reads) for chain in same
             ):
                 return False
         return True
 
+    def _statements(self, scope: str) -> _ScopeStatements | None:
+        """The scope's statements in both trees (None where either lacks the scope), made once."""
+        if scope not in self._scopes:
+            original_body = _scope_body(self.original, scope)
+            converted_body = _scope_body(self.converted, scope)
+            found = None
+            if original_body is not None and converted_body is not None:
+                found = _ScopeStatements(_statement_chains(original_body), _statement_chains(converted_body))
+            self._scopes[scope] = found
+        return self._scopes[scope]
 
-def _placed_in_original(
-    chain: Chain, at_chain: Mapping[Chain, ast.stmt], by_text: Mapping[str, list[Chain]]
-) -> list[Chain]:
-    """Where the original holds, printed the same, the statement at ``chain`` of the converted
-    scope, or the nearest one before it in its block, or around it (and so on out); empty when
-    none is found."""
-    while chain:
-        *outer, (block, index) = chain
-        for earlier in range(index, -1, -1):
-            statement = at_chain.get((*outer, (block, earlier)))
-            same = by_text.get(ast.unparse(statement)) if statement is not None else None
-            if same:
-                return same
-        chain = tuple(outer)
-    return []
+
+class _ScopeStatements:
+    """A scope's statements in the original and the converted tree, each with where it stands
+    (:func:`_statement_chains`), and the original's by how CPython prints them: what
+    :class:`_OriginalFailsFirst` asks of a scope for every read, built once per scope."""
+
+    def __init__(self, original: list[tuple[ast.stmt, Chain]], converted: list[tuple[ast.stmt, Chain]]) -> None:
+        self.original = original
+        self.converted = converted
+        self.at_chain = {chain: statement for statement, chain in converted}
+        self.by_text: dict[str, list[Chain]] = {}
+        for statement, chain in original:
+            self.by_text.setdefault(ast.unparse(statement), []).append(chain)
+        self._printed: dict[Chain, str] = {}
+
+    def placed_in_original(self, chain: Chain) -> list[Chain]:
+        """Where the original holds, printed the same, the statement at ``chain`` of the converted
+        scope, or the nearest one before it in its block, or around it (and so on out); empty
+        when none is found."""
+        while chain:
+            *outer, (block, index) = chain
+            for earlier in range(index, -1, -1):
+                printed = self._printed_at((*outer, (block, earlier)))
+                same = self.by_text.get(printed) if printed is not None else None
+                if same:
+                    return same
+            chain = tuple(outer)
+        return []
+
+    def _printed_at(self, chain: Chain) -> str | None:
+        """How CPython prints the converted statement at ``chain``; None where there is none."""
+        if chain not in self._printed:
+            statement = self.at_chain.get(chain)
+            if statement is None:
+                return None
+            self._printed[chain] = ast.unparse(statement)
+        return self._printed[chain]
 
 
 #: Where a statement stands: (the block holding it, its index there) from the scope's body in.
