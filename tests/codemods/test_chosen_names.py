@@ -75,6 +75,14 @@ def test_an_optimizer_chosen_by_a_chain_with_an_else_that_binds_nothing_is_prepa
     assert code.index('accelerator.print("Unknown optimizer")') < code.index("accelerator.prepare(")
 
 
+def test_the_plan_finds_the_next_read_among_the_small_statements_of_a_line() -> None:
+    """The plan asks the module's own CPython tree (each original statement by its site): a read
+    in the second statement of a line (``steps = 0; optimizer.zero_grad()``) is the next read."""
+    source = SETUP + CHAIN.replace("for epoch in range(2):", "steps = 0; optimizer.zero_grad()\nfor epoch in range(2):")
+    code = _converted(source)
+    assert "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\nsteps = 0" in code
+
+
 def test_the_next_read_is_found_at_any_depth_unless_under_a_test_of_the_chosen_value() -> None:
     body = ast.parse(CHAIN).body
     assert [read.lineno for read in next_reads_after_chains(body, "optimizer")] == [13]
